@@ -1,0 +1,3 @@
+from graphrun.cli import main
+
+raise SystemExit(main())

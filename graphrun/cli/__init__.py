@@ -1,0 +1,82 @@
+"""The ``graphrun`` command.
+
+Each subcommand lives in its own module of this package and exposes
+``register(subparsers)``, which adds its parser and sets ``func`` to a function
+``(args) -> int``. Heavy imports (torch, zmq) happen inside those functions so
+that ``graphrun --help`` stays instant.
+
+A :class:`graphrun.errors.UserError` reaching here is printed as one line,
+``graphrun: error: <message>``, and the exit code is 2. Anything else is a bug
+and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from graphrun import __version__
+from graphrun.errors import GraphrunError, JobFailed, UserError
+
+# Order is the order shown in --help: the workflow from data to a trained model.
+SUBCOMMANDS = (
+    "demo",
+    "generate",
+    "import_",
+    "partition",
+    "serve",
+    "run",
+    "worker",
+    "plan",
+    "profile",
+    "operator",
+    "bench",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="graphrun",
+        description=(
+            "Distributed GNN training: generate or import a graph, partition it, serve the "
+            "partitions, and train on them from one job spec.\n\n"
+            "Start with `graphrun demo`. Then: `graphrun generate community data/` → "
+            "`graphrun partition data/ parts/ --parts 2` → `graphrun run job.yaml`."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"graphrun {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"graphrun.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"graphrun.cli.{name}":
+                continue  # subcommand not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        print(f"graphrun: error: {exc}", file=sys.stderr)
+        return 2
+    except JobFailed as exc:
+        print(f"graphrun: job failed: {exc}", file=sys.stderr)
+        return 1
+    except GraphrunError as exc:
+        print(f"graphrun: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("graphrun: interrupted", file=sys.stderr)
+        return 130

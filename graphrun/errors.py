@@ -1,0 +1,94 @@
+"""The one error tree of graphrun.
+
+Every error graphrun raises on purpose is a :class:`GraphrunError`. Third-party
+errors (zmq, pymetis, the Kubernetes API, pydantic) are translated into this tree
+at the boundary where they occur, with ``raise ... from``.
+
+::
+
+    GraphrunError
+    ├── UserError                 bad input from a person: the CLI prints one line, exit 2
+    │   ├── DatasetError          a dataset directory or importer input is wrong
+    │   ├── PartitionFormatError  a partition directory is missing, corrupt or of another version
+    │   ├── SpecError             a job spec, cluster or plan file is invalid
+    │   └── ArgumentError         an argument to an API call is invalid (ids, fanouts, ...)
+    ├── RpcError                  anything that went wrong talking to a store server
+    │   ├── RpcTimeout            no answer within the deadline
+    │   ├── ProtocolError         a frame that is malformed, oversized or of another version
+    │   ├── AuthError             the peer is not holding the job's key
+    │   └── RemoteError           the server understood the request and refused it
+    ├── StoreError                the store cannot do what was asked (unknown tensor, ...)
+    └── JobFailed                 a role of a job failed: carries role, host and exit code
+
+Rules: a message names the file, field or argument and says what is wrong, in one
+line. Never ``assert`` to validate input.
+"""
+
+from __future__ import annotations
+
+
+class GraphrunError(Exception):
+    """Base of every error graphrun raises on purpose."""
+
+
+class UserError(GraphrunError):
+    """Bad input from a person. The CLI prints ``graphrun: error: <msg>`` and exits 2."""
+
+
+class DatasetError(UserError):
+    """A dataset directory, importer input or graph array is wrong."""
+
+
+class PartitionFormatError(UserError):
+    """A partition directory is missing, corrupt, or written by another format version."""
+
+
+class SpecError(UserError):
+    """A job spec, cluster description or placement plan is invalid."""
+
+
+class ArgumentError(UserError, ValueError):
+    """An argument to a public API call is invalid."""
+
+
+class RpcError(GraphrunError):
+    """A request to a store server failed. ``address`` and ``kind`` say where and what."""
+
+    def __init__(self, message: str, *, address: str = "", kind: str = "") -> None:
+        where = " ".join(p for p in (kind and f"{kind}", address and f"to {address}") if p)
+        super().__init__(f"{where}: {message}" if where else message)
+        self.address = address
+        self.kind = kind
+
+
+class RpcTimeout(RpcError, TimeoutError):
+    """No answer arrived within the deadline."""
+
+
+class ProtocolError(RpcError):
+    """A message was malformed, oversized, truncated or of another protocol version."""
+
+
+class AuthError(RpcError):
+    """The peer does not hold the job's key."""
+
+
+class RemoteError(RpcError):
+    """The server understood the request and answered with an error."""
+
+
+class StoreError(GraphrunError):
+    """The store cannot do what was asked (unknown tensor, bad shape, ...)."""
+
+
+class JobFailed(GraphrunError):
+    """A role of a job failed. Names the role, the host and the exit code."""
+
+    def __init__(self, role: str, host: str, exit_code: int | None, reason: str = "") -> None:
+        code = "no exit code" if exit_code is None else f"exit code {exit_code}"
+        msg = f"{role} on {host} failed ({code})"
+        super().__init__(f"{msg}: {reason}" if reason else msg)
+        self.role = role
+        self.host = host
+        self.exit_code = exit_code
+        self.reason = reason

@@ -1,0 +1,193 @@
+"""The dataset directory format (version 1).
+
+A dataset is a directory::
+
+    DATASET/
+      graph.json                      metadata, see below
+      src.npy  dst.npy                int64 edge endpoints (global node ids), edges
+                                      grouped by edge type in ``edge_types`` order
+      node/<ntype>/<name>.npy         node features, rows in per-type id order
+      edge/<src:rel:dst>/<name>.npy   edge features, rows in per-type id order
+
+``graph.json``::
+
+    {"format": "graphrun-dataset", "version": 1, "name": "...",
+     "num_nodes": N, "num_edges": E,
+     "node_types": [{"name": "paper", "count": 10}, ...],   # in global id order
+     "edge_types": [{"src": "author", "rel": "writes", "dst": "paper", "count": 7}, ...],
+     "node_features": {"paper": {"feat": {"dtype": "float32", "shape": [10, 16]}}},
+     "edge_features": {"author:writes:paper": {...}}}
+
+Every ``.npy`` is memory-mapped on load, so a graph larger than memory can be
+partitioned. The directory is written to ``DATASET.tmp-<pid>`` and renamed when
+complete: a crash never leaves a half-written dataset behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphrun.errors import DatasetError
+from graphrun.graph.graph import Graph, etype_key, parse_etype_key
+
+FORMAT = "graphrun-dataset"
+VERSION = 1
+META_FILE = "graph.json"
+
+
+def _feature_schema(data: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
+    return {
+        key: {name: {"dtype": str(a.dtype), "shape": list(a.shape)} for name, a in feats.items()}
+        for key, feats in data.items()
+        if feats
+    }
+
+
+def atomic_dir(final: Path) -> Path:
+    """A fresh temporary directory next to ``final``; rename it with :func:`commit_dir`."""
+    final = Path(final)
+    if final.exists() and any(final.iterdir()):
+        raise DatasetError(f"{final}: already exists and is not empty")
+    tmp = final.parent / f".{final.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def commit_dir(tmp: Path, final: Path) -> None:
+    if final.exists():
+        final.rmdir()  # empty, checked by atomic_dir
+    os.replace(tmp, final)
+
+
+def save_dataset(graph: Graph, path: str | Path) -> Path:
+    """Write ``graph`` as a dataset directory at ``path`` (atomically)."""
+    final = Path(path)
+    tmp = atomic_dir(final)
+    try:
+        np.save(tmp / "src.npy", np.ascontiguousarray(graph.src))
+        np.save(tmp / "dst.npy", np.ascontiguousarray(graph.dst))
+        for kind, data in (("node", graph.ndata), ("edge", graph.edata)):
+            for key, feats in data.items():
+                d = tmp / kind / key
+                d.mkdir(parents=True, exist_ok=True)
+                for name, arr in feats.items():
+                    np.save(d / f"{name}.npy", np.ascontiguousarray(arr))
+        meta = {
+            "format": FORMAT,
+            "version": VERSION,
+            "name": graph.name,
+            "num_nodes": int(graph.num_nodes),
+            "num_edges": int(graph.num_edges),
+            "node_types": [
+                {"name": t, "count": graph.num_nodes_of(t)} for t in graph.node_types
+            ],
+            "edge_types": [
+                {"src": e[0], "rel": e[1], "dst": e[2], "count": graph.num_edges_of(e)}
+                for e in graph.edge_types
+            ],
+            "node_features": _feature_schema(graph.ndata),
+            "edge_features": _feature_schema(graph.edata),
+        }
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        commit_dir(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def read_json(path: Path, what: str) -> dict[str, Any]:
+    """Read a JSON object, turning every failure into one clear line."""
+    if not path.is_file():
+        raise DatasetError(f"{path}: missing ({what})")
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DatasetError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise DatasetError(f"{path}: expected a JSON object")
+    return meta
+
+
+def _field(meta: dict[str, Any], key: str, typ: type | tuple[type, ...], file: Path) -> Any:
+    if key not in meta:
+        raise DatasetError(f"{file}: field {key!r} is missing")
+    val = meta[key]
+    if not isinstance(val, typ) or isinstance(val, bool):
+        raise DatasetError(f"{file}: field {key!r} has the wrong type ({type(val).__name__})")
+    return val
+
+
+def load_npy(path: Path, mmap: bool = True) -> np.ndarray:
+    if not path.is_file():
+        raise DatasetError(f"{path}: missing")
+    try:
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise DatasetError(f"{path}: not a readable .npy array ({exc})") from None
+
+
+def is_dataset_dir(path: str | Path) -> bool:
+    return (Path(path) / META_FILE).is_file()
+
+
+def load_dataset(path: str | Path, mmap: bool = True) -> Graph:
+    """Load a dataset directory (memory-mapped unless ``mmap=False``)."""
+    root = Path(path)
+    if not root.is_dir():
+        raise DatasetError(f"{root}: no such dataset directory")
+    mfile = root / META_FILE
+    meta = read_json(mfile, "dataset metadata")
+    if meta.get("format") != FORMAT:
+        raise DatasetError(f"{mfile}: field 'format' is {meta.get('format')!r}, not {FORMAT!r}")
+    version = meta.get("version")
+    if version != VERSION:
+        raise DatasetError(
+            f"{mfile}: field 'version' is {version!r}; this graphrun reads version {VERSION}"
+        )
+    num_nodes = _field(meta, "num_nodes", int, mfile)
+    ntypes = _field(meta, "node_types", list, mfile)
+    etypes = _field(meta, "edge_types", list, mfile)
+    try:
+        node_types = tuple(str(t["name"]) for t in ntypes)
+        ncounts = [int(t["count"]) for t in ntypes]
+        edge_types = tuple((str(e["src"]), str(e["rel"]), str(e["dst"])) for e in etypes)
+        ecounts = [int(e["count"]) for e in etypes]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DatasetError(f"{mfile}: malformed 'node_types'/'edge_types' ({exc})") from None
+    src = load_npy(root / "src.npy", mmap)
+    dst = load_npy(root / "dst.npy", mmap)
+    ndata: dict[str, dict[str, np.ndarray]] = {}
+    for ntype, feats in (meta.get("node_features") or {}).items():
+        ndata[ntype] = {n: load_npy(root / "node" / ntype / f"{n}.npy", mmap) for n in feats}
+    edata: dict[str, dict[str, np.ndarray]] = {}
+    for ekey, feats in (meta.get("edge_features") or {}).items():
+        parse_etype_key(ekey)
+        edata[ekey] = {n: load_npy(root / "edge" / ekey / f"{n}.npy", mmap) for n in feats}
+    try:
+        graph = Graph(
+            num_nodes=num_nodes,
+            src=src,
+            dst=dst,
+            node_types=node_types,
+            edge_types=edge_types,
+            node_type_offsets=np.concatenate([[0], np.cumsum(ncounts)]).astype(np.int64),
+            edge_type_offsets=np.concatenate([[0], np.cumsum(ecounts)]).astype(np.int64),
+            ndata=ndata,
+            edata=edata,
+            name=str(meta.get("name", root.name)),
+        )
+    except DatasetError as exc:
+        raise DatasetError(f"{root}: {exc}") from None
+    return graph
+
+
+__all__ = ["etype_key", "is_dataset_dir", "load_dataset", "save_dataset"]
