@@ -1,0 +1,59 @@
+"""The supervisor with real processes: exits, prefixes, logs, stop with SIGTERM/SIGKILL."""
+
+from __future__ import annotations
+
+import io
+import sys
+import time
+
+import psutil
+import pytest
+
+from graphrun.job.process import RoleCommand, Supervisor
+
+PY = sys.executable
+
+
+def py(role: str, code: str, machine: str = "m0") -> RoleCommand:
+    return RoleCommand(role, machine, (PY, "-c", code))
+
+
+def test_output_is_prefixed_and_logged(tmp_path):
+    sink = io.StringIO()
+    with Supervisor(log_dir=tmp_path, sink=sink) as sup:
+        sup.start(py("trainer:0", "print('hello'); print('world')"))
+        ended = sup.wait_any(timeout=30)
+    assert [e.role for e in ended] == ["trainer:0"] and ended[0].ok
+    assert "[trainer:0@m0] hello\n" in sink.getvalue()
+    assert (tmp_path / "trainer-0.log").read_text() == "hello\nworld\n"
+
+
+def test_failure_carries_exit_code_and_reason():
+    sink = io.StringIO()
+    with Supervisor(sink=sink) as sup:
+        sup.start(py("trainer:1", "raise RuntimeError('boom')", machine="m1"))
+        (ended,) = sup.wait_any(timeout=30)
+    assert ended.exit_code == 1 and ended.machine == "m1"
+    assert ended.reason() == "RuntimeError: boom"
+
+
+@pytest.mark.integration
+def test_stop_kills_sigterm_ignorers_and_their_children():
+    code = (
+        "import signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+        " start_new_session=True)\n"
+        "print('ready', flush=True); time.sleep(60)\n"
+    )
+    sup = Supervisor(sink=io.StringIO(), grace_s=0.5)
+    sup.start(py("store:0", code))
+    pid = sup.pids()["store:0"]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not psutil.Process(pid).children():
+        time.sleep(0.05)
+    child = psutil.Process(pid).children()[0]
+    sup.close()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+    assert sup.exits()["store:0"].exit_code == -9
