@@ -19,6 +19,7 @@ The supervisor knows nothing about jobs or phases: it runs commands.
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import os
 import signal
@@ -104,7 +105,11 @@ class _Pump(threading.Thread):
     """Copies a role's output lines to the sink and its log file, keeping the tail."""
 
     def __init__(
-        self, cmd: RoleCommand, stream: IO[bytes], sink: IO[str] | None, log: IO[str] | None,
+        self,
+        cmd: RoleCommand,
+        stream: IO[bytes],
+        sink: IO[str] | None,
+        log: IO[str] | None,
         lock: threading.Lock,
     ) -> None:
         super().__init__(name=f"pump-{cmd.role}", daemon=True)
@@ -235,10 +240,8 @@ class Supervisor:
             if r.proc.poll() is None:
                 _signal_group(r.proc.pid, signal.SIGKILL)
         for p in _alive(others):
-            try:
+            with contextlib.suppress(psutil.Error):
                 p.kill()
-            except psutil.Error:
-                pass
         psutil.wait_procs(_alive(others), timeout=2.0)  # not our children: polled, not reaped
         for r in targets:
             r.proc.wait(timeout=5.0)
@@ -262,10 +265,8 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
     except ProcessLookupError:
         pass
     except PermissionError:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def _alive(procs: Sequence[psutil.Process]) -> list[psutil.Process]:

@@ -1,0 +1,76 @@
+"""``graphrun worker``: run one machine of a job (its store servers, samplers and trainers).
+
+Used by Kubernetes pods, by network-namespace hosts and by ``graphrun run`` itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from graphrun.errors import ArgumentError
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "worker",
+        help="run one machine of a job: its store servers, samplers and trainers",
+        description=(
+            "Start one machine's store servers, wait until every store server of the job "
+            "accepts connections, then start its samplers and trainers; stop everything "
+            "if any role fails. Exit 0 once its trainers succeeded and it was told to stop "
+            "(SIGTERM), 1 if a role failed (the failing role, machine and exit code are "
+            "printed and written to the status file)."
+        ),
+    )
+    p.add_argument("--job", type=Path, help="the GraphJob YAML")
+    p.add_argument("--machine", help="this machine: its index (0, 1, ...) or name (m0, ...)")
+    p.add_argument("--hosts-file", type=Path, help="the job's hosts file (JSON)")
+    p.add_argument("--keys", type=Path, help="directory holding the job's key")
+    p.add_argument("--resume", action="store_true", help="trainers resume from the checkpoint")
+    p.add_argument(
+        "--plan", type=Path, help="a resolved machine launch plan (JSON) instead of --job"
+    )
+    p.add_argument("--status-dir", type=Path, help="write STATUS_DIR/<machine>.json")
+    p.add_argument("--log-dir", type=Path, help="write one log file per role here")
+    p.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
+    p.set_defaults(func=run)
+
+
+def _launch(args: argparse.Namespace) -> Any:
+    from graphrun.job.launch import MachineLaunch
+
+    if args.plan is not None:
+        return MachineLaunch.read(args.plan)
+    if args.job is None or args.machine is None or args.hosts_file is None:
+        raise ArgumentError("worker: give --plan, or --job with --machine and --hosts-file")
+    from graphrun.job.hosts import Hosts
+    from graphrun.job.roles import load_job_launch
+
+    hosts = Hosts.read(args.hosts_file)
+    return load_job_launch(args.job, args.machine, hosts, args.keys, resume=args.resume)
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphrun.job.process import Supervisor
+    from graphrun.job.worker import run_machine
+
+    launch = _launch(args)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    sup = Supervisor(log_dir=args.log_dir, sink=sys.stdout, grace_s=args.grace)
+    with sup:
+        result = run_machine(launch, sup, stop, status_dir=args.status_dir)
+    if result.failure is not None:
+        print(f"graphrun: job failed: {result.failure}", file=sys.stderr, flush=True)
+        return 1
+    return 0 if result.state == "done" else 143

@@ -1,0 +1,134 @@
+"""The hosts file: where every machine of a job is and where its servers listen.
+
+The launcher (or the Kubernetes operator) writes it before any role starts; every
+worker and role reads it. It is graphrun's "ip config"::
+
+    {"format": "graphrun-hosts", "version": 1,
+     "machines": [{"name": "m0", "address": "127.0.0.1"}, ...],
+     "endpoints": {"store:0": "127.0.0.1:41001", "store:0:1": "127.0.0.1:41002", ...},
+     "rendezvous": "127.0.0.1:41100"}
+
+``endpoints`` maps every listening role to ``host:port``; ``rendezvous`` is the
+``torch.distributed`` TCP store of the trainers (on trainer 0's machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from graphrun.errors import SpecError
+
+FORMAT = "graphrun-hosts"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class Hosts:
+    """Machine name -> address, listening role -> ``host:port``, and the rendezvous."""
+
+    machines: Mapping[str, str]
+    endpoints: Mapping[str, str] = field(default_factory=dict)
+    rendezvous: str = ""
+
+    def address(self, machine: str) -> str:
+        try:
+            return self.machines[machine]
+        except KeyError:
+            raise SpecError(f"hosts: no machine named {machine!r}") from None
+
+    def endpoint(self, role: str) -> tuple[str, int]:
+        """``(host, port)`` of a listening role."""
+        try:
+            return split_endpoint(self.endpoints[role])
+        except KeyError:
+            raise SpecError(f"hosts: no endpoint for role {role!r}") from None
+
+    def store_endpoints(self) -> dict[int, list[str]]:
+        """Partition -> endpoints of its store servers (main first, then backups)."""
+        out: dict[int, list[tuple[int, str]]] = {}
+        for role, ep in self.endpoints.items():
+            parts = role.split(":")
+            if parts[0] != "store":
+                continue
+            backup = int(parts[2]) if len(parts) > 2 else 0
+            out.setdefault(int(parts[1]), []).append((backup, ep))
+        return {p: [ep for _, ep in sorted(v)] for p, v in sorted(out.items())}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "machines": [{"name": n, "address": a} for n, a in self.machines.items()],
+            "endpoints": dict(self.endpoints),
+            "rendezvous": self.rendezvous,
+        }
+
+    def write(self, path: str | Path) -> Path:
+        p = Path(path)
+        tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        os.replace(tmp, p)
+        return p
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<hosts>") -> Hosts:
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise SpecError(f"{source}: field 'format' must be {FORMAT!r}")
+        if data.get("version") != VERSION:
+            raise SpecError(f"{source}: field 'version' is {data.get('version')!r}, not {VERSION}")
+        try:
+            machines = {str(m["name"]): str(m["address"]) for m in data["machines"]}
+            endpoints = {str(k): str(v) for k, v in dict(data.get("endpoints", {})).items()}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SpecError(f"{source}: malformed 'machines' or 'endpoints' ({exc})") from None
+        for role, ep in endpoints.items():
+            try:
+                split_endpoint(ep)
+            except SpecError as exc:
+                raise SpecError(f"{source}: endpoints.{role}: {exc}") from None
+        return cls(machines, endpoints, str(data.get("rendezvous", "")))
+
+    @classmethod
+    def read(cls, path: str | Path) -> Hosts:
+        p = Path(path)
+        try:
+            data = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise SpecError(f"{p}: cannot read the hosts file ({exc})") from None
+        return cls.from_dict(data, str(p))
+
+
+def split_endpoint(ep: str) -> tuple[str, int]:
+    host, sep, port = ep.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise SpecError(f"{ep!r} is not host:port")
+    return host, int(port)
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct TCP ports that are free on ``host`` right now."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def tcp_ready(host: str, port: int, timeout: float = 0.5) -> bool:
+    """Whether something accepts TCP connections at ``host:port``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False

@@ -1,0 +1,188 @@
+"""One machine of a job: start its store servers, wait for every store, start its trainers.
+
+:func:`run_machine` runs a :class:`~graphrun.job.launch.MachineLaunch` under a
+:class:`~graphrun.job.process.Supervisor` and reports progress in a status file
+(``STATUS_DIR/<machine>.json``, replaced atomically) that the local backend, a
+person or a Kubernetes probe can read::
+
+    {"machine": "m0", "state": "starting|serving|training|done|failed|stopped",
+     "roles": {"store:0": {"pid": 123, "exit_code": null}, ...},
+     "failure": {"role": "trainer:0", "machine": "m0", "exit_code": 1, "reason": "..."} | null}
+
+States: ``serving`` — this machine's store servers accept connections;
+``training`` — every store server of the job is up and the trainers run; ``done`` —
+this machine's trainers all exited 0 (its store servers keep serving the other
+machines until the worker is told to stop). A store or sampler that exits while the
+job runs, or any role that exits non-zero, fails the machine: every other role is
+stopped and the worker returns the failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from graphrun.errors import JobFailed
+from graphrun.job.hosts import split_endpoint, tcp_ready
+from graphrun.job.launch import MachineLaunch
+from graphrun.job.process import RoleExit, Supervisor
+
+Probe = Callable[[str], bool]
+
+
+def tcp_probe(endpoint: str) -> bool:
+    host, port = split_endpoint(endpoint)
+    return tcp_ready(host, port)
+
+
+@dataclass(frozen=True)
+class MachineResult:
+    machine: str
+    state: str  # done | stopped | failed
+    exits: dict[str, int | None]
+    failure: JobFailed | None = None
+
+
+class StatusFile:
+    """The machine's status file, rewritten atomically on every change."""
+
+    def __init__(self, status_dir: Path | None, machine: str) -> None:
+        self.path = Path(status_dir) / f"{machine}.json" if status_dir is not None else None
+        self.machine = machine
+        self.state = "starting"
+        self.roles: dict[str, dict[str, Any]] = {}
+        self.failure: dict[str, Any] | None = None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def update(self, sup: Supervisor, state: str | None = None) -> None:
+        if state is not None:
+            self.state = state
+        exits = sup.exits()
+        self.roles = {
+            role: {"pid": pid, "exit_code": exits[role].exit_code if role in exits else None}
+            for role, pid in sup.pids().items()
+        }
+        self._write()
+
+    def fail(self, sup: Supervisor, exc: JobFailed) -> None:
+        self.failure = {
+            "role": exc.role,
+            "machine": exc.host,
+            "exit_code": exc.exit_code,
+            "reason": exc.reason,
+            "time": time.time(),
+        }
+        self.update(sup, "failed")
+
+    def _write(self) -> None:
+        if self.path is None:
+            return
+        data = {
+            "machine": self.machine,
+            "state": self.state,
+            "roles": self.roles,
+            "failure": self.failure,
+            "time": time.time(),
+        }
+        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(data) + "\n")
+        os.replace(tmp, self.path)
+
+
+def read_status(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def failure_of(ex: RoleExit, kind: str) -> JobFailed | None:
+    """The failure a role's exit means, if any: non-zero, or a server that quit."""
+    if ex.exit_code != 0:
+        return JobFailed(ex.role, ex.machine, ex.exit_code, ex.reason())
+    if kind != "trainer":
+        return JobFailed(ex.role, ex.machine, 0, f"{kind} exited while the job was running")
+    return None
+
+
+class _Stopped(Exception):
+    pass
+
+
+def run_machine(
+    launch: MachineLaunch,
+    sup: Supervisor,
+    stop: threading.Event,
+    status_dir: Path | None = None,
+    probe: Probe = tcp_probe,
+    interval: float = 0.05,
+) -> MachineResult:
+    """Run one machine's roles until its trainers finish and ``stop`` is set, or a role fails.
+
+    Returns instead of raising, so the caller can report and exit; every role is
+    stopped before this returns.
+    """
+    status = StatusFile(status_dir, launch.machine)
+    kinds = {r.role: r.kind for r in launch.roles}
+    state = "stopped"
+    failure: JobFailed | None = None
+
+    def check() -> None:
+        for ex in sup.poll():
+            f = failure_of(ex, kinds[ex.role])
+            if f is not None:
+                raise f
+        if stop.is_set():
+            raise _Stopped
+
+    def wait_until(cond: Callable[[], bool], what: str, timeout: float | None = None) -> None:
+        deadline = time.monotonic() + (launch.ready_timeout_s if timeout is None else timeout)
+        while not cond():
+            check()
+            if time.monotonic() > deadline:
+                raise JobFailed(
+                    f"worker:{launch.machine}",
+                    launch.machine,
+                    None,
+                    f"timed out after {launch.ready_timeout_s:g}s waiting for {what}",
+                )
+            time.sleep(interval)
+
+    try:
+        status.update(sup, "starting")
+        for r in launch.of_kind("store"):
+            sup.start(r.command)
+        status.update(sup)
+        own = [r.ready for r in launch.of_kind("store") if r.ready]
+        wait_until(lambda: all(probe(e) for e in own), "this machine's store servers")
+        status.update(sup, "serving")
+        pending = [e for e in launch.wait_for if e not in own]
+        wait_until(lambda: all(probe(e) for e in pending), "the store servers of other machines")
+        for kind in ("sampler", "trainer"):
+            for r in launch.of_kind(kind):
+                sup.start(r.command)
+        status.update(sup, "training")
+        trainers = {r.role for r in launch.of_kind("trainer")}
+        wait_until(lambda: trainers <= set(sup.exits()), "the trainers", float("inf"))
+        status.update(sup, "done")
+        while True:
+            check()
+            time.sleep(interval * 2)
+    except _Stopped:
+        state = "done" if status.state == "done" else "stopped"
+    except JobFailed as exc:
+        failure, state = exc, "failed"
+        status.fail(sup, exc)  # reported before the (slow) stop, so the launcher sees it first
+    sup.stop()
+    status.update(sup, state)
+    exits: dict[str, int | None] = {role: None for role in kinds}
+    exits.update({role: ex.exit_code for role, ex in sup.exits().items()})
+    return MachineResult(launch.machine, state, exits, failure)

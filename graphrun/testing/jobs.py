@@ -1,0 +1,55 @@
+"""Small real roles for testing the launcher before (and besides) the real store.
+
+``fake_store(port)`` is a TCP server that accepts connections until killed;
+``fake_trainer(code)`` runs a snippet of Python. Both are plain ``python -c``
+processes, so the launcher's process handling is tested with real processes.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from graphrun.job.hosts import free_ports
+from graphrun.job.launch import MachineLaunch, RoleLaunch
+from graphrun.job.process import RoleCommand
+
+STORE_CODE = """
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+print("listening on", sys.argv[1], flush=True)
+while True:
+    c, _ = s.accept()
+    c.close()
+"""
+
+
+def fake_store(role: str, machine: str, port: int) -> RoleLaunch:
+    cmd = RoleCommand(role, machine, (sys.executable, "-c", STORE_CODE, str(port)))
+    return RoleLaunch("store", cmd, ready=f"127.0.0.1:{port}")
+
+
+def fake_trainer(role: str, machine: str, code: str) -> RoleLaunch:
+    return RoleLaunch("trainer", RoleCommand(role, machine, (sys.executable, "-c", code)))
+
+
+def two_machines(
+    trainer_code: dict[int, str], ready_timeout_s: float = 30.0
+) -> list[MachineLaunch]:
+    """m0 and m1, each with one fake store server and one trainer running the given code."""
+    ports = free_ports(2)
+    stores = [f"127.0.0.1:{p}" for p in ports]
+    return [
+        MachineLaunch(
+            f"m{i}",
+            (
+                fake_store(f"store:{i}", f"m{i}", ports[i]),
+                fake_trainer(f"trainer:{i}", f"m{i}", trainer_code.get(i, "pass")),
+            ),
+            wait_for=tuple(stores),
+            ready_timeout_s=ready_timeout_s,
+        )
+        for i in range(2)
+    ]
