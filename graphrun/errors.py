@@ -18,7 +18,8 @@ at the boundary where they occur, with ``raise ... from``.
     │   ├── AuthError             the peer is not holding the job's key
     │   └── RemoteError           the server understood the request and refused it
     ├── StoreError                the store cannot do what was asked (unknown tensor, ...)
-    └── JobFailed                 a role of a job failed: carries role, host and exit code
+    ├── JobFailed                 a role of a job failed: carries role, host and exit code
+    └── HostError                 this host cannot provide what a job asks (network namespaces)
 
 Rules: a message names the file, field or argument and says what is wrong, in one
 line. Never ``assert`` to validate input.
@@ -92,3 +93,7 @@ class JobFailed(GraphrunError):
         self.host = host
         self.exit_code = exit_code
         self.reason = reason
+
+
+class HostError(GraphrunError):
+    """This host cannot provide what the job asks (network namespaces, tc, ...)."""

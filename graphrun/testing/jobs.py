@@ -17,7 +17,7 @@ STORE_CODE = """
 import socket, sys
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", int(sys.argv[1])))
+s.bind((sys.argv[2], int(sys.argv[1])))
 s.listen()
 print("listening on", sys.argv[1], flush=True)
 while True:
@@ -26,9 +26,9 @@ while True:
 """
 
 
-def fake_store(role: str, machine: str, port: int) -> RoleLaunch:
-    cmd = RoleCommand(role, machine, (sys.executable, "-c", STORE_CODE, str(port)))
-    return RoleLaunch("store", cmd, ready=f"127.0.0.1:{port}")
+def fake_store(role: str, machine: str, port: int, host: str = "127.0.0.1") -> RoleLaunch:
+    cmd = RoleCommand(role, machine, (sys.executable, "-c", STORE_CODE, str(port), host))
+    return RoleLaunch("store", cmd, ready=f"{host}:{port}")
 
 
 def fake_trainer(role: str, machine: str, code: str) -> RoleLaunch:
@@ -36,16 +36,19 @@ def fake_trainer(role: str, machine: str, code: str) -> RoleLaunch:
 
 
 def two_machines(
-    trainer_code: dict[int, str], ready_timeout_s: float = 30.0
+    trainer_code: dict[int, str],
+    ready_timeout_s: float = 30.0,
+    addresses: tuple[str, str] = ("127.0.0.1", "127.0.0.1"),
+    ports: list[int] | None = None,
 ) -> list[MachineLaunch]:
     """m0 and m1, each with one fake store server and one trainer running the given code."""
-    ports = free_ports(2)
-    stores = [f"127.0.0.1:{p}" for p in ports]
+    ports = ports or free_ports(2)
+    stores = [f"{addresses[i]}:{p}" for i, p in enumerate(ports)]
     return [
         MachineLaunch(
             f"m{i}",
             (
-                fake_store(f"store:{i}", f"m{i}", ports[i]),
+                fake_store(f"store:{i}", f"m{i}", ports[i], addresses[i]),
                 fake_trainer(f"trainer:{i}", f"m{i}", trainer_code.get(i, "pass")),
             ),
             wait_for=tuple(stores),
