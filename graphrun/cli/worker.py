@@ -48,11 +48,9 @@ def _launch(args: argparse.Namespace) -> Any:
         return MachineLaunch.read(args.plan)
     if args.job is None or args.machine is None or args.hosts_file is None:
         raise ArgumentError("worker: give --plan, or --job with --machine and --hosts-file")
-    from graphrun.job.hosts import Hosts
     from graphrun.job.roles import load_job_launch
 
-    hosts = Hosts.read(args.hosts_file)
-    return load_job_launch(args.job, args.machine, hosts, args.keys, resume=args.resume)
+    return load_job_launch(args.job, args.machine, args.hosts_file, args.keys, resume=args.resume)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -72,6 +72,7 @@ class LocalMachines:
         self.wrap = wrap or (lambda machine: ())
         self.python = python
         self.interval = interval
+        self.last_exits: dict[str, int | None] = {}
 
     def _worker_command(self, launch: MachineLaunch, status_dir: Path) -> RoleCommand:
         plan = launch.write(self.run_dir / "launch" / f"{launch.machine}.json")
@@ -131,6 +132,7 @@ class LocalMachines:
         # A worker may have reported a failure while being stopped for another reason.
         self._read_states(status_dir, states)
         exits = self._role_exits(status_dir, launches)
+        self.last_exits = exits
         if failure is not None:
             first = self._failure(status_dir, [], only_status=True)
             if first is not None and not (failure.role == "job" and stop.is_set()):

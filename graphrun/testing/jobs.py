@@ -7,7 +7,11 @@ processes, so the launcher's process handling is tested with real processes.
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
+
+import yaml
 
 from graphrun.job.hosts import free_ports
 from graphrun.job.launch import MachineLaunch, RoleLaunch
@@ -56,3 +60,31 @@ def two_machines(
         )
         for i in range(2)
     ]
+
+
+def job_yaml(tmp_dir: Path, name: str = "t", **training: object) -> Path:
+    """A 2-machine GraphJob file over a (possibly absent) dataset ``data/`` in ``tmp_dir``."""
+    spec = {
+        "apiVersion": "graphrun.io/v1alpha1",
+        "kind": "GraphJob",
+        "metadata": {"name": name},
+        "spec": {
+            "graph": {"dataset": "data"},
+            "partition": {"parts": 2, "output": "parts"},
+            "runtime": {"machines": 2},
+            "training": {"task": "node-classification", "epochs": 1, **training},
+            "runPolicy": {"backoffLimit": 0},
+        },
+    }
+    path = Path(tmp_dir) / "job.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def fake_partition(tmp_dir: Path, parts: int = 2) -> Path:
+    """A partition directory whose metadata says ``parts`` parts (no data: fake stores)."""
+    out = Path(tmp_dir) / "parts"
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"format": "graphrun-partition", "version": 1, "num_parts": parts}
+    (out / "partition.json").write_text(json.dumps(meta))
+    return out

@@ -1,0 +1,301 @@
+"""``graphrun run``: one GraphJob on this machine, driven by the workflow state machine.
+
+:class:`LocalJob` turns what its processes do into workflow events
+(:mod:`graphrun.job.workflow`) and follows the phases:
+
+``Partitioning``  generate the dataset (jobs with ``graph.generator``) and partition it,
+                  each a process, unless a matching partition directory exists;
+``Distributing``  check the partition directory against the job (on one host every
+                  machine reads the same files, so nothing moves);
+``Serving``       write the hosts file and key, start one worker per machine (in its
+                  network namespace with ``hosts: netns``); every worker starts its
+                  store servers, which must accept connections before any trainer starts;
+``Training``      trainers run; the job succeeds once every machine's trainers exit 0.
+
+A failed role fails the attempt (:class:`~graphrun.job.local.LocalMachines` stops
+everything); within ``runPolicy.backoffLimit`` the job restarts its servers and
+trainers, which resume from the last checkpoint. ``activeDeadlineSeconds`` and a
+stop request (SIGTERM / Ctrl-C, the ``stop`` event) fail the job the same way. After
+every attempt the job's shared-memory segments are removed. The state (phase,
+conditions) is written to ``RUN/state.json`` at every transition.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO
+
+from graphrun.errors import JobFailed, SpecError
+from graphrun.job.hosts import Hosts
+from graphrun.job.launch import MachineLaunch
+from graphrun.job.local import LocalMachines, Wrap, package_env
+from graphrun.job.process import RoleCommand, Supervisor
+from graphrun.job.roles import JobPaths, job_paths, job_placement, machine_launches, plan_hosts
+from graphrun.job.spec import GraphJob
+from graphrun.job.workflow import Event, EventKind, JobState, Phase, initial_state, transition
+
+SHM_DIR = Path("/dev/shm")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    run_dir: Path | None = None
+    resume: bool = False
+    hosts: str | None = None  # "local" | "netns"; None: the job's runtime.hosts
+    grace_s: float = 5.0
+    bandwidth_mbit: float | None = None
+    profile_dir: Path | None = None
+    python: str = sys.executable
+    ready_timeout_s: float = 120.0
+    env: Mapping[str, str] = field(default_factory=dict)  # added to every role's environment
+
+
+@dataclass(frozen=True)
+class JobReport:
+    state: JobState
+    exits: dict[str, int | None]
+    paths: JobPaths
+    elapsed_s: float
+
+
+class _Ended(Exception):
+    """The attempt ended for a reason that is not a role failure (deadline, stop)."""
+
+    def __init__(self, kind: EventKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def shm_token(job: GraphJob) -> str:
+    """Prefix of the job's shared-memory segment names (``/dev/shm/<token>*``)."""
+    return f"graphrun-{job.name}-{os.getpid()}-"
+
+
+def remove_shm(prefix: str) -> list[str]:
+    removed = []
+    for p in SHM_DIR.glob(f"{prefix}*") if SHM_DIR.is_dir() else []:
+        with contextlib.suppress(OSError):
+            p.unlink()
+            removed.append(p.name)
+    return removed
+
+
+def _kebab(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", name).replace("_", "-").lower()
+
+
+class LocalJob:
+    """Runs one GraphJob with the local backend."""
+
+    def __init__(
+        self,
+        job: GraphJob,
+        job_file: Path,
+        opts: RunOptions | None = None,
+        sink: IO[str] | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.job = job
+        self.opts = opts or RunOptions()
+        self.sink = sink if sink is not None else sys.stdout
+        self.stop = stop or threading.Event()
+        self.paths = job_paths(job, job_file, self.opts.run_dir)
+        self.roles = job_placement(job, self.paths)  # validates the placement up front
+        self.state = initial_state(self._now(), job.spec.run_policy.backoff_limit)
+        self.exits: dict[str, int | None] = {}
+        self.shm_prefix = shm_token(job)
+        self._deadline: float | None = None
+
+    # ---- the workflow ---------------------------------------------------------------
+
+    @staticmethod
+    def _now() -> datetime:
+        return datetime.now(UTC)
+
+    def _event(self, event: Event) -> None:
+        before = self.state.phase
+        self.state = transition(self.state, event, self._now())
+        if self.state.phase is not before:
+            cond = self.state.conditions[-1] if self.state.conditions else None
+            why = f" ({event.reason or cond.reason})" if cond else ""
+            self._say(f"phase {self.state.phase.value}{why}")
+        self._write_state()
+
+    def _say(self, msg: str) -> None:
+        self.sink.write(f"[graphrun] {msg}\n")
+        self.sink.flush()
+
+    def _write_state(self) -> None:
+        path = self.paths.state_file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(self.state.to_dict(), indent=2) + "\n")
+        os.replace(tmp, path)
+
+    def run(self) -> JobReport:
+        """Run the job to its end; raises JobFailed if it fails."""
+        t0 = time.monotonic()
+        self.check_inputs()
+        ads = self.job.spec.run_policy.active_deadline_seconds
+        self._deadline = t0 + ads if ads else None
+        self._event(Event(EventKind.START))
+        resume = self.opts.resume
+        while not self.state.terminal:
+            phase = self.state.phase
+            try:
+                if phase is Phase.PARTITIONING:
+                    self._partition()
+                    self._event(Event(EventKind.PARTITIONED))
+                elif phase is Phase.DISTRIBUTING:
+                    self._check_partition()
+                    self._event(Event(EventKind.DISTRIBUTED))
+                elif phase is Phase.SERVING:
+                    self._serve_and_train(resume)
+                    self._event(Event(EventKind.TRAINING_DONE))
+                elif phase is Phase.RESTARTING:
+                    resume = True
+                    self._event(Event(EventKind.RESTARTED, message="resuming from checkpoint"))
+            except JobFailed as exc:
+                self._event(Event.role_failed(exc.role, exc.host, exc.exit_code, exc.reason))
+            except _Ended as exc:
+                self._event(Event(exc.kind, message=str(exc)))
+        report = JobReport(self.state, dict(self.exits), self.paths, time.monotonic() - t0)
+        err = self.state.error()
+        if err is not None:
+            raise err
+        return report
+
+    # ---- phases ---------------------------------------------------------------------
+
+    def check_inputs(self) -> None:
+        """Refuse up front what cannot work: a missing dataset, a mismatching partition."""
+        g = self.job.spec.graph
+        have_parts = (self.paths.parts / "partition.json").is_file()
+        has_data = (self.paths.dataset / "graph.json").is_file()
+        if g.dataset is not None and not have_parts and not has_data:
+            raise SpecError(f"spec.graph.dataset: {self.paths.dataset} is not a dataset directory")
+        if (self.paths.parts / "partition.json").is_file():
+            self._check_partition()
+
+    def _check_partition(self) -> None:
+        meta_file = self.paths.parts / "partition.json"
+        try:
+            meta = json.loads(meta_file.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise SpecError(f"{meta_file}: cannot read the partition metadata ({exc})") from None
+        want = self.job.spec.num_parts
+        if meta.get("num_parts") != want:
+            raise SpecError(
+                f"spec.partition.output: {self.paths.parts} has {meta.get('num_parts')} parts, "
+                f"the job needs {want}"
+            )
+
+    def _partition(self) -> None:
+        if (self.paths.parts / "partition.json").is_file():
+            self._say(f"using the partitions in {self.paths.parts}")
+            return
+        gen = self.job.spec.graph.generator
+        py = self.opts.python
+        if gen is not None and not (self.paths.dataset / "graph.json").is_file():
+            argv = [py, "-m", "graphrun", "generate", gen.name, str(self.paths.dataset)]
+            for k, v in gen.params.items():
+                argv += [f"--{_kebab(k)}", str(v)]
+            self._run_step(RoleCommand("generator", "local", tuple(argv), package_env()))
+        p = self.job.spec.partition
+        argv = [
+            py, "-m", "graphrun", "partition", str(self.paths.dataset), str(self.paths.parts),
+            "--parts", str(self.job.spec.num_parts), "--method", p.method,
+            "--halo-hops", str(p.halo_hops),
+        ]  # fmt: skip
+        if p.balance_train:
+            argv.append("--balance-train")
+        if p.balance_edges:
+            argv.append("--balance-edges")
+        self._run_step(RoleCommand("partitioner", "local", tuple(argv), package_env()))
+
+    def _run_step(self, cmd: RoleCommand) -> None:
+        with Supervisor(self.paths.run_dir / "logs", self.sink, self.opts.grace_s) as sup:
+            sup.start(cmd)
+            while not sup.exits():
+                sup.wait_any(0.2)
+                self._check_stop()
+            ex = sup.exits()[cmd.role]
+        if not ex.ok:
+            raise JobFailed(cmd.role, cmd.machine, ex.exit_code, ex.reason())
+
+    def _check_stop(self) -> None:
+        if self.stop.is_set():
+            raise _Ended(EventKind.CANCELLED, "stopped by a signal (SIGTERM/Ctrl-C)")
+        if self._deadline is not None and time.monotonic() > self._deadline:
+            ads = self.job.spec.run_policy.active_deadline_seconds
+            raise _Ended(EventKind.DEADLINE_EXCEEDED, f"activeDeadlineSeconds ({ads}) exceeded")
+
+    def _serve_and_train(self, resume: bool) -> None:
+        if self._hosts_mode() == "netns":
+            from graphrun.job.netns import NetnsNetwork
+
+            net = NetnsNetwork(self.job.spec.machine_names, self.opts.bandwidth_mbit)
+            with net:
+                addrs = {m: h.address for m, h in net.hosts.items()}
+                self._attempt(plan_hosts(self.job, self.roles, addrs), resume, net.prefix)
+        else:
+            self._attempt(plan_hosts(self.job, self.roles), resume, None)
+
+    def _hosts_mode(self) -> str:
+        return self.opts.hosts or self.job.spec.runtime.hosts
+
+    def _write_key(self) -> None:
+        key = self.paths.key_file
+        if not key.is_file():
+            key.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32) + "\n")
+
+    def launches(self, hosts: Hosts, resume: bool) -> list[MachineLaunch]:
+        env = {**package_env(), **self.opts.env}
+        return machine_launches(
+            self.job, self.roles, hosts, self.paths, resume, self.opts.python,
+            self.opts.profile_dir, env, self.opts.ready_timeout_s,
+        )  # fmt: skip
+
+    def _attempt(self, hosts: Hosts, resume: bool, wrap: Wrap | None) -> None:
+        self._write_key()
+        hosts.write(self.paths.hosts_file)
+        launches = self.launches(hosts, resume)
+        machines = LocalMachines(
+            self.paths.run_dir, self.sink, self.opts.grace_s, wrap, self.opts.python
+        )
+        ready = {"serving", "training", "done"}
+
+        def on_states(states: Mapping[str, str]) -> None:
+            if self.state.phase is Phase.SERVING and all(s in ready for s in states.values()):
+                self._event(Event(EventKind.SERVERS_READY))
+
+        try:
+            result = machines.run(launches, self.stop, self._deadline, on_states)
+        except JobFailed as exc:
+            self.exits.update(machines.last_exits)
+            if exc.role == "job":
+                kind = EventKind.CANCELLED if self.stop.is_set() else EventKind.DEADLINE_EXCEEDED
+                if kind is EventKind.DEADLINE_EXCEEDED:
+                    ads = self.job.spec.run_policy.active_deadline_seconds
+                    raise _Ended(kind, f"activeDeadlineSeconds ({ads}) exceeded") from None
+                raise _Ended(kind, exc.reason) from None
+            raise
+        finally:
+            remove_shm(self.shm_prefix)
+        self.exits.update(result.exits)
+        if self.state.phase is Phase.SERVING:  # every machine finished between two polls
+            self._event(Event(EventKind.SERVERS_READY))
