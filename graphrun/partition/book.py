@@ -276,6 +276,20 @@ class PartitionBook:
         bounds = self.edge_offsets if etype is None else self.edge_ranges(etype)
         return int(bounds[p]), int(bounds[p + 1])
 
+    def node_type_block(self, part: int, ntype: str) -> tuple[int, int]:
+        """``(start, end)`` homogeneous ids of the ``ntype`` nodes that ``part`` owns."""
+        p, t = self._check_part(part), self.ntype_id(ntype)
+        start = int(self._nodes.block_starts[p * self._nodes.num_types + t])
+        r = self.node_ranges_all[t]
+        return start, start + int(r[p + 1] - r[p])
+
+    def edge_type_block(self, part: int, etype: CanonicalEtype | str) -> tuple[int, int]:
+        """``(start, end)`` homogeneous ids of the ``etype`` edges that ``part`` owns."""
+        p, t = self._check_part(part), self.etype_id(etype)
+        start = int(self._edges.block_starts[p * self._edges.num_types + t])
+        r = self.edge_ranges_all[t]
+        return start, start + int(r[p + 1] - r[p])
+
     # ---- node lookups ---------------------------------------------------------------
 
     def _node_ids(self, ids: Any, ntype: str | None) -> tuple[np.ndarray, np.ndarray]:
