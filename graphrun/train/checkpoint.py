@@ -1,0 +1,70 @@
+"""Checkpoints: one file per job, rewritten atomically at the end of every epoch.
+
+``CKPT_DIR/checkpoint.pt`` (``torch.save`` of a dict, written to a temporary file
+and renamed)::
+
+    {"format": "graphrun-checkpoint", "version": 1, "epoch": E (last finished),
+     "model": state_dict, "optimizer": state_dict,
+     "sparse": {name: state} (DistEmbedding tables and their sparse optimizer),
+     "metrics": {...} (the epoch's metrics)}
+
+Only rank 0 writes; every rank reads on ``--resume``. Loading uses
+``weights_only=True`` (no pickle of arbitrary objects).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from graphrun.errors import ArgumentError
+
+FORMAT = "graphrun-checkpoint"
+VERSION = 1
+FILE = "checkpoint.pt"
+
+
+@dataclass
+class Checkpoint:
+    epoch: int
+    model: dict[str, Any]
+    optimizer: dict[str, Any]
+    sparse: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def save_checkpoint(ckpt_dir: str | Path, ckpt: Checkpoint) -> Path:
+    d = Path(ckpt_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    final = d / FILE
+    tmp = d / f".{FILE}.tmp-{os.getpid()}"
+    data = {
+        "format": FORMAT, "version": VERSION, "epoch": ckpt.epoch, "model": ckpt.model,
+        "optimizer": ckpt.optimizer, "sparse": ckpt.sparse, "metrics": ckpt.metrics,
+    }  # fmt: skip
+    torch.save(data, tmp)
+    os.replace(tmp, final)
+    return final
+
+
+def load_checkpoint(ckpt_dir: str | Path) -> Checkpoint | None:
+    """The last checkpoint in ``ckpt_dir``, or None if there is none."""
+    path = Path(ckpt_dir) / FILE
+    if not path.is_file():
+        return None
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many kinds for a corrupt file
+        raise ArgumentError(f"{path}: not a readable checkpoint ({exc})") from exc
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ArgumentError(f"{path}: field 'format' is not {FORMAT!r}")
+    if data.get("version") != VERSION:
+        raise ArgumentError(f"{path}: field 'version' is {data.get('version')!r}, not {VERSION}")
+    return Checkpoint(
+        int(data["epoch"]), data["model"], data["optimizer"], data.get("sparse", {}),
+        data.get("metrics", {}),
+    )  # fmt: skip

@@ -1,0 +1,67 @@
+"""Progress and metrics of a training run.
+
+* :class:`Progress` — rank 0 prints a progress line (batches done, seeds/s) at most
+  every ``interval`` seconds; plain lines, so they survive the launcher's log prefix.
+* :class:`MetricsLog` — one JSON object per epoch, on stdout (``{"metrics": ...}``)
+  and appended to a ``.jsonl`` file.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+
+class Progress:
+    def __init__(
+        self, total: int, label: str, enabled: bool = True, interval: float = 2.0,
+        out: IO[str] | None = None,
+    ) -> None:  # fmt: skip
+        self.total, self.label, self.enabled, self.interval = total, label, enabled, interval
+        self.out = out or sys.stdout
+        self.done = 0
+        self.seeds = 0
+        self.t0 = self.last = time.perf_counter()
+
+    def update(self, seeds: int) -> None:
+        self.done += 1
+        self.seeds += seeds
+        now = time.perf_counter()
+        if self.enabled and (now - self.last >= self.interval or self.done == self.total):
+            self.last = now
+            pct = 100.0 * self.done / max(self.total, 1)
+            self.out.write(
+                f"{self.label}: {pct:3.0f}% {self.done}/{self.total} batches, "
+                f"{self.seeds_per_s:,.0f} seeds/s\n"
+            )
+            self.out.flush()
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    @property
+    def seeds_per_s(self) -> float:
+        return self.seeds / max(self.elapsed, 1e-9)
+
+
+class MetricsLog:
+    def __init__(self, path: Path | None, enabled: bool = True, out: IO[str] | None = None):
+        self.path = Path(path) if path is not None else None
+        self.enabled = enabled
+        self.out = out or sys.stdout
+        if self.path is not None and enabled:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        line = json.dumps(record, sort_keys=False)
+        self.out.write(line + "\n")
+        self.out.flush()
+        if self.path is not None:
+            with self.path.open("a") as f:
+                f.write(line + "\n")
