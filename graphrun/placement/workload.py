@@ -1,0 +1,159 @@
+"""From (cluster, job, placement) to the DAG the simulator runs.
+
+One training iteration ``i`` of trainer ``r`` (partition ``p = r mod P``, sampler worker
+``w = i mod S``) is::
+
+    structure flows store:q -> sampler   (gated by the prefetch window and the worker's
+          |                               previous batch)
+    sample compute (sampler)
+          |------------------------------.
+    batch flow sampler -> trainer        feature flows store:q -> trainer
+          '------------------------------'
+    train compute (trainer)    also after the parameters of iteration i-1 arrived
+          |
+    ps:    gradient flows trainer -> ps:j, PS update, parameter flows ps:j -> trainer
+    allreduce: after every trainer, a ring flow trainer r -> r+1 of 2(T-1)/T gradients
+
+Sampling of iteration ``i`` may start once iteration ``i - prefetch - 1`` has ended
+(parameters delivered to every trainer). Flows of one stage from stores on the same
+machine are merged; flows inside a machine are free. Times and bytes are drawn once
+per :class:`Scenario` (seeded), so every placement is scored on the same draws.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphrun.errors import ArgumentError
+from graphrun.placement.cluster import Cluster
+from graphrun.placement.dag import Dag, DagBuilder
+from graphrun.placement.job import Job
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Per-iteration draws from a profile, shared by every placement scored on it."""
+
+    job: Job
+    iterations: int
+    sample_s: np.ndarray  # (K, T)
+    compute_s: np.ndarray  # (K, T)
+    structure: np.ndarray  # (K, T, P) bytes the batch's sampler pulls from partition q
+    feature: np.ndarray  # (K, T, P)
+    batch_bytes: np.ndarray  # (K, T)
+    grad_bytes: float
+    ps_update_s: np.ndarray  # (K, J)
+
+
+def make_scenario(job: Job, seed: int = 0, iterations: int | None = None) -> Scenario:
+    spec, prof = job.spec, job.profile
+    k = iterations or spec.iterations
+    t, p = spec.trainers, spec.partitions
+    rng = np.random.default_rng(seed)
+
+    def per_part(kind: str) -> np.ndarray:
+        out = prof[f"{kind}_other"].sample(rng, k * t * p).reshape(k, t, p)
+        own = prof[f"{kind}_own"].sample(rng, k * t).reshape(k, t)
+        for r in range(t):
+            out[:, r, r % p] = own[:, r]
+        return out
+
+    return Scenario(
+        job=job,
+        iterations=k,
+        sample_s=prof["sample_s"].sample(rng, k * t).reshape(k, t),
+        compute_s=prof["compute_s"].sample(rng, k * t).reshape(k, t),
+        structure=per_part("structure"),
+        feature=per_part("feature"),
+        batch_bytes=prof["batch_bytes"].sample(rng, k * t).reshape(k, t),
+        grad_bytes=prof["grad_bytes"].mean,
+        ps_update_s=prof["ps_update_s"].sample(rng, k * max(1, spec.parameter_servers)).reshape(
+            k, -1
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class Workload:
+    dag: Dag
+    task_busy: tuple[float, ...]  # total compute seconds per task
+
+
+def _grouped(bytes_from: np.ndarray, machine_of: list[int]) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for q, b in enumerate(bytes_from.tolist()):
+        m = machine_of[q]
+        out[m] = out.get(m, 0.0) + b
+    return out
+
+
+def build_workload(cluster: Cluster, sc: Scenario, placement: Sequence[int]) -> Workload:
+    """The DAG of ``sc.iterations`` iterations of the job placed by ``placement``.
+
+    ``placement[i]`` is the machine index of task ``i`` (in ``job.tasks`` order).
+    """
+    job, spec = sc.job, sc.job.spec
+    if len(placement) != len(job.tasks):
+        raise ArgumentError(f"placement: {len(placement)} entries for {len(job.tasks)} tasks")
+    if any(not 0 <= m < cluster.size for m in placement):
+        raise ArgumentError("placement: a machine index is out of range")
+    pl = [int(m) for m in placement]
+    nt, np_, ns = spec.trainers, spec.partitions, spec.samplers_per_trainer
+    store_m = pl[:np_]
+    trainer_m = pl[np_ : np_ + nt]
+    base_s = np_ + nt
+    ps_m = pl[base_s + nt * ns :]
+    busy = [0.0] * len(pl)
+    b = DagBuilder(egress=cluster.egress, ingress=cluster.ingress)
+    end: list[int] = []
+    last_sample: dict[int, int] = {}
+    params_ready: list[int | None] = [None] * nt
+    for i in range(sc.iterations):
+        gate = (end[i - spec.prefetch - 1],) if i - spec.prefetch - 1 >= 0 else ()
+        trains = []
+        for r in range(nt):
+            mt = trainer_m[r]
+            if ns:
+                s_task = base_s + r * ns + i % ns
+            else:
+                s_task = np_ + r
+            ms = pl[s_task]
+            prev = (last_sample[s_task],) if s_task in last_sample else ()
+            fetch = [
+                b.flow(v, src, ms, i, gate + prev)
+                for src, v in _grouped(sc.structure[i, r], store_m).items()
+            ]
+            sample = b.compute(float(sc.sample_s[i, r]), i, (*fetch, *gate, *prev))
+            busy[s_task] += float(sc.sample_s[i, r])
+            last_sample[s_task] = sample
+            inputs = [b.flow(float(sc.batch_bytes[i, r]), ms, mt, i, (sample,))]
+            inputs += [
+                b.flow(v, src, mt, i, (sample,))
+                for src, v in _grouped(sc.feature[i, r], store_m).items()
+            ]
+            ready = params_ready[r]
+            if ready is not None:
+                inputs.append(ready)
+            trains.append(b.compute(float(sc.compute_s[i, r]), i, tuple(inputs)))
+            busy[np_ + r] += float(sc.compute_s[i, r])
+        if spec.sync == "ps":
+            share = sc.grad_bytes / len(ps_m)
+            back: list[list[int]] = [[] for _ in range(nt)]
+            for j, mp in enumerate(ps_m):
+                grads = tuple(b.flow(share, trainer_m[r], mp, i, (trains[r],)) for r in range(nt))
+                upd = b.compute(float(sc.ps_update_s[i, j]), i, grads)
+                busy[base_s + nt * ns + j] += float(sc.ps_update_s[i, j])
+                for r in range(nt):
+                    back[r].append(b.flow(share, mp, trainer_m[r], i, (upd,)))
+            params_ready = [b.compute(0.0, i, tuple(back[r])) for r in range(nt)]
+            end.append(b.compute(0.0, i, tuple(x for x in params_ready if x is not None)))
+        else:
+            allt = b.compute(0.0, i, tuple(trains))
+            ring = 2 * (nt - 1) / nt * sc.grad_bytes
+            flows = [b.flow(ring, trainer_m[r], trainer_m[(r + 1) % nt], i, (allt,)) for r in range(nt)]
+            end.append(b.compute(0.0, i, (allt, *flows)))
+            params_ready = [end[-1]] * nt
+    return Workload(dag=b.build(), task_busy=tuple(busy))
