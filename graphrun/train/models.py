@@ -16,6 +16,7 @@ so both give the same result; ``graphrun bench train --aggr`` measures them.
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
@@ -35,7 +36,9 @@ def as_adj(edge_index: Tensor, num_src: int, num_dst: int, path: AggrPath) -> Te
     """``edge_index`` (``[src; dst]``) in the form the chosen aggregation path wants."""
     if path == "scatter":
         return edge_index
-    return to_torch_csr_tensor(edge_index.flip(0), size=(num_dst, num_src))
+    with warnings.catch_warnings():  # "sparse CSR support is in beta"
+        warnings.simplefilter("ignore", UserWarning)
+        return to_torch_csr_tensor(edge_index.flip(0), size=(num_dst, num_src))
 
 
 def _check_path(path: str) -> None:
@@ -147,7 +150,8 @@ class HeteroSAGE(torch.nn.Module):
         return x[self.target]
 
     def _out(self, layer: int) -> int:
-        conv = next(iter(self.convs[layer].convs.values()))
+        hetero: HeteroConv = self.convs[layer]  # type: ignore[assignment]
+        conv = next(iter(hetero.convs.values()))
         return int(conv.out_channels)
 
 

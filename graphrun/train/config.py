@@ -1,0 +1,67 @@
+"""What a trainer is told: one frozen :class:`TrainConfig`, built at the edge (the job's
+trainer entry point) from the job spec, the hosts file and the command line."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from graphrun.errors import ArgumentError
+from graphrun.train.models import AggrPath
+
+TASKS = ("node-classification", "hetero-node-classification", "link-prediction")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    task: str | None = "node-classification"
+    entry_point: str | None = None  # "module:function", called with a TrainContext
+    args: tuple[str, ...] = ()
+    model: str | None = None
+    epochs: int = 10
+    batch_size: int = 1000
+    fanouts: tuple[int, ...] = (25, 10)
+    fanouts_per_etype: dict[str, list[int]] | None = None
+    hidden: int = 128
+    lr: float = 0.003
+    dropout: float = 0.5
+    weight_decay: float = 0.0
+    negative_samples: int = 1
+    embedding_dim: int | None = None
+    sparse_lr: float = 0.01
+    target_node_type: str | None = None
+    feature: str = "feat"
+    label: str = "label"
+    eval_every: int = 1
+    seed: int = 0
+    aggr_path: AggrPath = "scatter"
+    checkpoint_dir: Path | None = None
+    resume: bool = False
+    metrics_file: Path | None = None
+    profile_file: Path | None = None
+    edges_per_epoch: int | None = None  # link prediction: positives per epoch (all trainers)
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.task is None) == (self.entry_point is None):
+            raise ArgumentError("TrainConfig: give exactly one of task, entry_point")
+        if self.task is not None and self.task not in TASKS:
+            raise ArgumentError(f"task: {self.task!r} is not one of {', '.join(TASKS)}")
+        if self.epochs < 1 or self.batch_size < 1 or not self.fanouts:
+            raise ArgumentError("TrainConfig: epochs, batch_size and fanouts must be positive")
+
+    def fanout_spec(self, edge_types: Sequence[tuple[str, str, str]]) -> list[Any]:
+        """Fanouts as the samplers take them: one int per layer, or per layer a dict
+        ``"src:rel:dst" -> fanout`` (``fanouts_per_etype`` overriding ``fanouts``)."""
+        if not self.fanouts_per_etype:
+            return list(self.fanouts)
+        keys = [":".join(et) for et in edge_types]
+        for k in self.fanouts_per_etype:
+            if k not in keys:
+                raise ArgumentError(f"fanouts_per_etype: the graph has no edge type {k!r}")
+        return [
+            {k: self.fanouts_per_etype.get(k, list(self.fanouts))[i] for k in keys}
+            for i in range(len(self.fanouts))
+        ]

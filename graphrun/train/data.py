@@ -1,0 +1,191 @@
+"""Where a trainer's mini-batches come from: the :class:`GraphData` protocol.
+
+A task asks its :class:`GraphData` for this trainer's seeds of a split, a loader of
+PyG mini-batches over seeds, node-embedding tables and the graph's shape; it never
+knows whether the graph is in this process or served by the distributed store.
+
+* :class:`LocalData` — a whole in-memory :class:`~graphrun.graph.Graph`, sampled with
+  :mod:`graphrun.sampling`'s kernels (single-process runs, baselines, tests; with
+  several trainers each takes every ``world_size``-th seed);
+* the distributed implementation over ``graphrun.dist`` lives in
+  :mod:`graphrun.train.distdata`.
+
+Every loader yields :class:`Batch` values: the PyG mini-batch plus how long sampling
+and feature fetching took and how many bytes came from each partition (for the
+per-batch profile records of :mod:`graphrun.placement.profile`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from graphrun.errors import ArgumentError
+from graphrun.graph import Graph
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass
+class Batch:
+    data: Any  # torch_geometric Data or HeteroData
+    seeds: int
+    sample_s: float = 0.0
+    fetch_s: float = 0.0
+    structure_bytes: dict[int, int] = field(default_factory=dict)
+    feature_bytes: dict[int, int] = field(default_factory=dict)
+
+
+class Embedding(Protocol):
+    """Learnable node embeddings with their own (sparse) optimizer."""
+
+    def __call__(self, ids: Tensor) -> Tensor: ...
+    def step(self) -> None: ...
+    def zero_grad(self) -> None: ...
+    def state(self) -> dict[str, Any]: ...
+    def load_state(self, state: dict[str, Any]) -> None: ...
+
+
+class GraphData(Protocol):
+    rank: int
+    world_size: int
+    partition: int
+    node_types: tuple[str, ...]
+    edge_types: tuple[tuple[str, str, str], ...]
+
+    def num_nodes(self, ntype: str | None = None) -> int: ...
+    def feature_dim(self, ntype: str, name: str) -> int | None: ...
+    def num_classes(self, ntype: str, label: str) -> int: ...
+    def seeds(self, split: str, ntype: str | None = None) -> Tensor:
+        """This trainer's seeds (per-type ids of ``ntype``) of ``train``/``val``/``test``."""
+        ...
+
+    def loader(
+        self, seeds: Tensor, ntype: str | None, fanouts: Any, batch_size: int, shuffle: bool,
+        epoch: int, x: str, y: str,
+    ) -> Iterator[Batch]: ...  # fmt: skip
+    def edges(self, count: int, epoch: int) -> tuple[Tensor, Tensor]:
+        """``count`` random edges ``(src, dst)`` (global ids) for link prediction."""
+        ...
+
+    def embedding(self, name: str, num: int, dim: int, lr: float) -> Embedding: ...
+
+
+def split_for_rank(ids: Tensor, rank: int, world_size: int) -> Tensor:
+    """Every ``world_size``-th id starting at ``rank``: equal shares up to one."""
+    return ids[rank::world_size]
+
+
+class LocalEmbedding:
+    """``torch.nn.Embedding(sparse=True)`` trained with ``SparseAdam``."""
+
+    def __init__(self, num: int, dim: int, lr: float, seed: int = 0) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        self.emb = torch.nn.Embedding(num, dim, sparse=True)
+        with torch.no_grad():
+            self.emb.weight.copy_(torch.randn(num, dim, generator=gen) * 0.1)
+        self.opt = torch.optim.SparseAdam(list(self.emb.parameters()), lr=lr)
+
+    def __call__(self, ids: Tensor) -> Tensor:
+        return self.emb(ids)
+
+    def step(self) -> None:
+        self.opt.step()
+
+    def zero_grad(self) -> None:
+        self.opt.zero_grad()
+
+    def state(self) -> dict[str, Any]:
+        return {"weight": self.emb.weight.detach().clone(), "optimizer": self.opt.state_dict()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        with torch.no_grad():
+            self.emb.weight.copy_(state["weight"])
+        self.opt.load_state_dict(state["optimizer"])
+
+
+class LocalData:
+    """A whole in-memory graph as a trainer's data source."""
+
+    def __init__(self, graph: Graph, rank: int = 0, world_size: int = 1, seed: int = 0) -> None:
+        from graphrun.sampling.csc import CSCGraph
+        from graphrun.sampling.pyg import OffsetTypeMap
+        from graphrun.sampling.sampler import GraphFeatures
+
+        self.graph = graph
+        self.rank, self.world_size, self.partition = rank, world_size, 0
+        self.node_types = tuple(graph.node_types)
+        self.edge_types = tuple(graph.edge_types)
+        self.seed = seed
+        self._csc = CSCGraph.from_graph(graph)
+        self._types: Any = OffsetTypeMap.from_graph(graph)  # a sampling.pyg.TypeMap
+        self._features = GraphFeatures(graph)
+
+    def _ntype(self, ntype: str | None) -> str:
+        return ntype if ntype is not None else self.node_types[0]
+
+    def num_nodes(self, ntype: str | None = None) -> int:
+        return self.graph.num_nodes if ntype is None else self.graph.num_nodes_of(ntype)
+
+    def feature_dim(self, ntype: str, name: str) -> int | None:
+        arr = self.graph.ndata.get(ntype, {}).get(name)
+        return None if arr is None else int(np.prod(arr.shape[1:]) if arr.ndim > 1 else 1)
+
+    def num_classes(self, ntype: str, label: str) -> int:
+        arr = self.graph.ndata.get(ntype, {}).get(label)
+        if arr is None:
+            raise ArgumentError(f"label: node type {ntype!r} has no feature {label!r}")
+        return int(np.max(arr)) + 1
+
+    def seeds(self, split: str, ntype: str | None = None) -> Tensor:
+        t = self._ntype(ntype)
+        mask = self.graph.ndata.get(t, {}).get(f"{split}_mask")
+        if mask is None:
+            raise ArgumentError(f"split: node type {t!r} has no {split}_mask")
+        ids = torch.from_numpy(np.flatnonzero(np.asarray(mask)).astype(np.int64))
+        return split_for_rank(ids, self.rank, self.world_size)
+
+    def loader(
+        self, seeds: Tensor, ntype: str | None, fanouts: Any, batch_size: int, shuffle: bool,
+        epoch: int, x: str = "feat", y: str = "label",
+    ) -> Iterator[Batch]:  # fmt: skip
+        from graphrun.sampling.sampler import NeighborSampler, collate
+
+        gen_seed = self.seed * 1_000_003 + epoch * 101 + self.rank
+        sampler = NeighborSampler(
+            self._csc, self._types, self.graph.num_nodes, fanouts, generator=gen_seed
+        )
+        order = seeds
+        if shuffle:
+            g = torch.Generator().manual_seed(gen_seed)
+            order = seeds[torch.randperm(seeds.numel(), generator=g)]
+        offset = 0
+        if self.graph.is_hetero:
+            nto = self.graph.node_type_offsets
+            assert nto is not None
+            offset = int(nto[self.node_types.index(self._ntype(ntype))])
+        output: Literal["hetero", "data"] = "hetero" if self.graph.is_hetero else "data"
+        for i in range(0, order.numel(), batch_size):
+            chunk = order[i : i + batch_size]
+            t0 = time.perf_counter()
+            sub = sampler.sample(chunk + offset)
+            t1 = time.perf_counter()
+            data = collate(sub, self._types, self._features, output=output, x=x, y=y)
+            t2 = time.perf_counter()
+            yield Batch(data, int(chunk.numel()), t1 - t0, t2 - t1)
+
+    def edges(self, count: int, epoch: int) -> tuple[Tensor, Tensor]:
+        g = torch.Generator().manual_seed(self.seed * 7919 + epoch * 31 + self.rank)
+        idx = torch.randint(0, self.graph.num_edges, (count,), generator=g)
+        src = torch.from_numpy(np.asarray(self.graph.src))[idx]
+        dst = torch.from_numpy(np.asarray(self.graph.dst))[idx]
+        return src, dst
+
+    def embedding(self, name: str, num: int, dim: int, lr: float) -> Embedding:
+        return LocalEmbedding(num, dim, lr, self.seed)

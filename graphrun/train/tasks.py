@@ -1,0 +1,244 @@
+"""The built-in tasks: what one training step and one evaluation do.
+
+* :class:`NodeClassification` — GraphSAGE on a homogeneous graph;
+* :class:`HeteroNodeClassification` — an R-GCN-style HeteroConv model on one target
+  node type of a heterograph;
+* :class:`LinkPrediction` — learnable node embeddings (a ``DistEmbedding`` in a
+  distributed job, trained by its sparse optimizer) plus node features when there
+  are any, a GraphSAGE encoder and a dot-product decoder, trained with negative
+  sampling; evaluated by the AUC of positive against negative scores.
+
+A task holds its model (DDP-wrapped) and optimisers; :mod:`graphrun.train.loop`
+runs the epochs, evaluation, checkpoints and metrics around it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from graphrun.errors import ArgumentError
+from graphrun.train.context import TrainContext
+from graphrun.train.data import Batch, Embedding
+from graphrun.train.ddp import unwrap, wrap
+from graphrun.train.models import SAGE, HeteroSAGE, LinkPredictor
+
+
+class Task:
+    """Common parts: a model, its dense optimiser, optional sparse embeddings."""
+
+    ntype: str | None = None
+    model: torch.nn.Module
+    opt: torch.optim.Optimizer
+    embedding: Embedding | None = None
+
+    def __init__(self, ctx: TrainContext) -> None:
+        self.ctx = ctx
+        self.cfg = ctx.config
+
+    def _finish(self, model: torch.nn.Module) -> None:
+        self.model = wrap(model, self.ctx.ddp)
+        self.opt = torch.optim.Adam(
+            self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay
+        )
+
+    def train_seeds(self) -> Tensor:
+        return self.ctx.data.seeds("train", self.ntype)
+
+    def batches(self, split: str, epoch: int, shuffle: bool) -> Iterator[Batch]:
+        d = self.ctx.data
+        return d.loader(
+            d.seeds(split, self.ntype), self.ntype, self.cfg.fanout_spec(d.edge_types),
+            self.cfg.batch_size, shuffle, epoch, self.cfg.feature, self.cfg.label,
+        )  # fmt: skip
+
+    def step(self, batch: Batch) -> tuple[float, float, int]:
+        """One optimisation step: ``(loss, correct, counted)``."""
+        self.model.train()
+        self.opt.zero_grad()
+        if self.embedding is not None:
+            self.embedding.zero_grad()
+        loss, correct, counted = self.loss(self.model, batch)
+        loss.backward()
+        self.opt.step()
+        if self.embedding is not None:
+            self.embedding.step()
+        return float(loss.detach()), correct, counted
+
+    @torch.no_grad()
+    def evaluate(self, split: str) -> tuple[float, int]:
+        """``(sum of per-seed scores, seeds)`` on this trainer's share of ``split``."""
+        model = unwrap(self.model)
+        model.eval()
+        total, count = 0.0, 0
+        for batch in self.batches(split, epoch=0, shuffle=False):
+            _, correct, counted = self.loss(model, batch)
+            total += correct
+            count += counted
+        return total, count
+
+    def loss(self, model: torch.nn.Module, batch: Batch) -> tuple[Tensor, float, int]:
+        raise NotImplementedError
+
+    def steps_per_epoch(self) -> int:
+        n = int(self.train_seeds().numel())
+        return -(-n // self.cfg.batch_size)
+
+    def epoch_batches(self, epoch: int) -> Iterator[Batch]:
+        return self.batches("train", epoch, shuffle=True)
+
+
+def _accuracy(logits: Tensor, y: Tensor) -> tuple[float, int]:
+    return float((logits.argmax(-1) == y).sum()), int(y.numel())
+
+
+class NodeClassification(Task):
+    def __init__(self, ctx: TrainContext) -> None:
+        super().__init__(ctx)
+        d, c = ctx.data, self.cfg
+        self.ntype = c.target_node_type
+        nt = self.ntype or d.node_types[0]
+        in_dim = d.feature_dim(nt, c.feature)
+        if in_dim is None:
+            raise ArgumentError(f"feature: node type {nt!r} has no feature {c.feature!r}")
+        classes = d.num_classes(nt, c.label)
+        model = SAGE(in_dim, c.hidden, classes, len(c.fanouts), c.dropout, c.aggr_path)
+        self._finish(model)
+
+    def loss(self, model: torch.nn.Module, batch: Batch) -> tuple[Tensor, float, int]:
+        data = batch.data
+        bs = int(data.batch_size)
+        out = model(
+            data.x.float(), data.edge_index, data.num_sampled_nodes, data.num_sampled_edges
+        )[:bs]
+        y = data.y[:bs].long()
+        correct, counted = _accuracy(out, y)
+        return F.cross_entropy(out, y), correct, counted
+
+
+class HeteroNodeClassification(Task):
+    def __init__(self, ctx: TrainContext) -> None:
+        super().__init__(ctx)
+        d, c = ctx.data, self.cfg
+        if c.target_node_type is None:
+            raise ArgumentError("target_node_type: required for hetero-node-classification")
+        self.ntype = c.target_node_type
+        dims = {t: d.feature_dim(t, c.feature) for t in d.node_types}
+        in_dims = {t: v for t, v in dims.items() if v is not None}
+        classes = d.num_classes(self.ntype, c.label)
+        model = HeteroSAGE(
+            in_dims, d.edge_types, c.hidden, classes, len(c.fanouts), self.ntype, c.dropout
+        )
+        self._finish(model)
+
+    def loss(self, model: torch.nn.Module, batch: Batch) -> tuple[Tensor, float, int]:
+        data = batch.data
+        t = self.ntype
+        assert t is not None
+        bs = int(data[t].batch_size)
+        x = {k: v.float() for k, v in data.x_dict.items()}
+        out = model(
+            x, data.edge_index_dict, data.num_sampled_nodes_dict, data.num_sampled_edges_dict
+        )[:bs]
+        y = data[t].y[:bs].long()
+        correct, counted = _accuracy(out, y)
+        return F.cross_entropy(out, y), correct, counted
+
+
+class LinkPrediction(Task):
+    def __init__(self, ctx: TrainContext) -> None:
+        super().__init__(ctx)
+        from graphrun.sampling.negative import NegativeSampler
+
+        d, c = ctx.data, self.cfg
+        if len(d.node_types) != 1:
+            raise ArgumentError("link-prediction: needs a homogeneous graph")
+        nt = d.node_types[0]
+        dim = c.embedding_dim or c.hidden
+        self.feat_dim = d.feature_dim(nt, c.feature) or 0
+        self.embedding = d.embedding("node_emb", d.num_nodes(), dim, c.sparse_lr)
+        self.negatives = NegativeSampler(d.num_nodes(), c.negative_samples)
+        self.gen = torch.Generator().manual_seed(c.seed * 65_537 + ctx.rank)
+        self._finish(LinkPredictor(dim + self.feat_dim, c.hidden, len(c.fanouts), 0.0))
+
+    def positives_per_trainer(self) -> int:
+        total = self.cfg.edges_per_epoch or 20 * self.cfg.batch_size
+        return max(1, total // self.ctx.world_size)
+
+    def steps_per_epoch(self) -> int:
+        return -(-self.positives_per_trainer() // self.cfg.batch_size)
+
+    def _pair_batch(self, src: Tensor, dst: Tensor, epoch: int) -> Batch:
+        neg_src, neg_dst = self.negatives.sample(src, self.gen)
+        nodes = torch.cat([src, dst, neg_src, neg_dst])
+        uniq, inv = torch.unique(nodes, return_inverse=True)
+        d = self.ctx.data
+        (batch,) = list(
+            d.loader(uniq, None, self.cfg.fanout_spec(d.edge_types), uniq.numel(), False, epoch,
+                     self.cfg.feature, self.cfg.label)
+        )  # fmt: skip
+        n, m = src.numel(), neg_src.numel()
+        batch.data.pos = torch.stack([inv[:n], inv[n : 2 * n]])
+        batch.data.neg = torch.stack([inv[2 * n : 2 * n + m], inv[2 * n + m :]])
+        batch.seeds = n
+        return batch
+
+    def epoch_batches(self, epoch: int) -> Iterator[Batch]:
+        src, dst = self.ctx.data.edges(self.positives_per_trainer(), epoch)
+        for i in range(0, src.numel(), self.cfg.batch_size):
+            j = i + self.cfg.batch_size
+            yield self._pair_batch(src[i:j], dst[i:j], epoch)
+
+    def _inputs(self, batch: Batch) -> Tensor:
+        assert self.embedding is not None
+        data = batch.data
+        x = self.embedding(data.n_id)
+        if self.feat_dim:
+            x = torch.cat([x, data.x.float()], dim=-1)
+        return x
+
+    def loss(self, model: torch.nn.Module, batch: Batch) -> tuple[Tensor, float, int]:
+        data = batch.data
+        pairs = torch.cat([data.pos, data.neg], dim=1)
+        scores = model(
+            self._inputs(batch), data.edge_index, pairs, data.num_sampled_nodes,
+            data.num_sampled_edges,
+        )  # fmt: skip
+        n = data.pos.size(1)
+        labels = torch.cat([torch.ones(n), torch.zeros(pairs.size(1) - n)])
+        loss = F.binary_cross_entropy_with_logits(scores, labels)
+        pos, neg = scores[:n].detach(), scores[n:].detach().view(n, -1)
+        wins = float((pos.unsqueeze(1) > neg).float().mean(1).sum())  # AUC estimate
+        return loss, wins, n
+
+    @torch.no_grad()
+    def evaluate(self, split: str) -> tuple[float, int]:
+        model = unwrap(self.model)
+        model.eval()
+        offset = {"val": 1_000_003, "test": 2_000_003}.get(split, 0)
+        src, dst = self.ctx.data.edges(self.cfg.batch_size, offset)
+        _, wins, n = self.loss(model, self._pair_batch(src, dst, offset))
+        return wins, n
+
+
+TASK_CLASSES: dict[str, type[Task]] = {
+    "node-classification": NodeClassification,
+    "hetero-node-classification": HeteroNodeClassification,
+    "link-prediction": LinkPrediction,
+}
+
+
+def make_task(ctx: TrainContext) -> Task:
+    task = ctx.config.task
+    if task not in TASK_CLASSES:
+        raise ArgumentError(f"task: {task!r} is not one of {', '.join(TASK_CLASSES)}")
+    return TASK_CLASSES[task](ctx)
+
+
+def describe(task: Task) -> dict[str, Any]:
+    params = sum(p.numel() for p in task.model.parameters())
+    return {"task": task.cfg.task, "model": type(unwrap(task.model)).__name__, "params": params}
