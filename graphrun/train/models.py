@@ -150,7 +150,7 @@ class HeteroSAGE(torch.nn.Module):
         return x[self.target]
 
     def _out(self, layer: int) -> int:
-        hetero: HeteroConv = self.convs[layer]  # type: ignore[assignment]
+        hetero: HeteroConv = self.convs[layer]
         conv = next(iter(hetero.convs.values()))
         return int(conv.out_channels)
 
