@@ -55,7 +55,9 @@ def test_data_works_with_trim_to_layer_and_graphsage() -> None:
     assert data.x.shape == (data.num_nodes, 8)
     assert torch.equal(data.y, torch.from_numpy(g.ndata["_N"]["label"])[data.n_id])
     assert data.e_id.numel() == data.edge_index.shape[1]
-    x, ei, _ = trim_to_layer(1, data.num_sampled_nodes, data.num_sampled_edges, data.x, data.edge_index)
+    x, ei, _ = trim_to_layer(
+        1, data.num_sampled_nodes, data.num_sampled_edges, data.x, data.edge_index
+    )
     assert x.shape[0] == data.num_nodes - data.num_sampled_nodes[-1]
     assert ei.shape[1] == data.num_sampled_edges[0]
     assert int(ei.max()) < x.shape[0]
@@ -104,9 +106,8 @@ def test_hetero_per_type_fanouts() -> None:
     conv = HeteroConv({et: SAGEConv((-1, -1), 16) for et in data.edge_types}, aggr="sum")
     out = conv(data.x_dict, data.edge_index_dict)
     assert out["paper"].shape == (data["paper"].num_nodes, 16)
-    x, ei, _ = trim_to_layer(
-        1, data.num_sampled_nodes_dict, data.num_sampled_edges_dict, data.x_dict, data.edge_index_dict
-    )
+    nodes, edges = data.num_sampled_nodes_dict, data.num_sampled_edges_dict
+    x, _, _ = trim_to_layer(1, nodes, edges, data.x_dict, data.edge_index_dict)
     assert x["paper"].shape[0] == data["paper"].num_nodes - data["paper"].num_sampled_nodes[-1]
 
     typed = collate(sub, types, GraphFeatures(g), output="typed")
