@@ -175,7 +175,7 @@ def test_bad_partition_config(parted: Path, tmp_path: Path, edit, match: str) ->
 def test_corrupt_partition_files(parted: Path, tmp_path: Path) -> None:
     d = copy_tree(parted, tmp_path / "p")
     (d / "partition.json").write_text("{not json")
-    with pytest.raises(PartitionFormatError, match="partition.json: not valid JSON"):
+    with pytest.raises(PartitionFormatError, match=r"partition\.json: not valid JSON"):
         load_partition(d, 0)
     d = copy_tree(parted, tmp_path / "q")
     (d / "part-1" / "indices.npy").unlink()
