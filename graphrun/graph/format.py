@@ -86,9 +86,7 @@ def save_dataset(graph: Graph, path: str | Path) -> Path:
             "name": graph.name,
             "num_nodes": int(graph.num_nodes),
             "num_edges": int(graph.num_edges),
-            "node_types": [
-                {"name": t, "count": graph.num_nodes_of(t)} for t in graph.node_types
-            ],
+            "node_types": [{"name": t, "count": graph.num_nodes_of(t)} for t in graph.node_types],
             "edge_types": [
                 {"src": e[0], "rel": e[1], "dst": e[2], "count": graph.num_edges_of(e)}
                 for e in graph.edge_types

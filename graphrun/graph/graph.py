@@ -221,7 +221,9 @@ class Graph:
         try:
             return self.node_types.index(ntype)
         except ValueError:
-            raise DatasetError(f"unknown node type {ntype!r}; known: {list(self.node_types)}") from None
+            raise DatasetError(
+                f"unknown node type {ntype!r}; known: {list(self.node_types)}"
+            ) from None
 
     def _etype_index(self, etype: CanonicalEtype | str) -> int:
         et = parse_etype_key(etype) if isinstance(etype, str) else tuple(etype)
