@@ -155,7 +155,7 @@ class CSCGraph:
         weighted: bool = False,
         generator: torch.Generator,
     ) -> SampledEdges:
-        """Sample in-edges of ``seeds`` (global ids this block owns); ``fanout`` is per edge type."""
+        """Sample in-edges of ``seeds`` (global ids owned here); ``fanout``: one per edge type."""
         rows = check_seeds(seeds, self.row_start, self.row_start + self.num_rows) - self.row_start
         if fanout.numel() != self.num_etypes:
             raise ArgumentError(

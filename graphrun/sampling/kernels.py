@@ -175,7 +175,7 @@ def _weighted_no_replace(
 def _weighted_replace(
     start: Tensor, deg: Tensor, k: Tensor, weights: Tensor, gen: torch.Generator
 ) -> Picks:
-    which, pos = _expand(start, deg)
+    _, pos = _expand(start, deg)
     w = weights[pos].to(torch.float64).clamp_min(0)
     cw = torch.cumsum(w, 0)
     seg_end = torch.cumsum(deg, 0)

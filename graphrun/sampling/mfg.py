@@ -78,9 +78,11 @@ class Relabeler:
 
     def __init__(self, num_nodes: int) -> None:
         self.num_nodes = int(num_nodes)
-        self._map = torch.full((self.num_nodes,), -1, dtype=torch.long) if (
-            self.num_nodes <= MAP_LIMIT
-        ) else None
+        self._map = (
+            torch.full((self.num_nodes,), -1, dtype=torch.long)
+            if (self.num_nodes <= MAP_LIMIT)
+            else None
+        )
         self._nodes: list[Tensor] = []
         self._count = 0
         self._sorted = torch.empty(0, dtype=torch.long)

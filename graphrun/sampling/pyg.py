@@ -107,7 +107,9 @@ def to_data(
 
 
 def _hop_of(counts: Sequence[int]) -> Tensor:
-    return torch.repeat_interleave(torch.arange(len(counts)), torch.tensor(counts, dtype=torch.long))
+    return torch.repeat_interleave(
+        torch.arange(len(counts)), torch.tensor(counts, dtype=torch.long)
+    )
 
 
 def _hop_counts(hop: Tensor, type_ids: Tensor, num_types: int, num_hops: int) -> Tensor:

@@ -132,12 +132,11 @@ def collate(
         n_id_per_type=split.node_per_type,
         e_id_per_type=split.edge_per_type,
     )
-    for key in ("x", "y"):
-        got = per_type[key]
-        if got and len(got) == len(types.node_types):
-            first = next(iter(got.values()))
-            out = first.new_empty((sub.node.numel(), *first.shape[1:]))
+    for key, by_type in per_type.items():
+        if by_type and len(by_type) == len(types.node_types):
+            first = next(iter(by_type.values()))
+            rows = first.new_empty((sub.node.numel(), *first.shape[1:]))
             for t, name in enumerate(types.node_types):
-                out[split.node_type == t] = got[name]
-            data[key] = out
+                rows[split.node_type == t] = by_type[name]
+            data[key] = rows
     return data

@@ -84,7 +84,8 @@ def test_weighted_sampling_follows_weights() -> None:
     deg, trials = 4, 20000
     w = torch.tensor([0.0, 1.0, 2.0, 5.0], dtype=torch.float64)
     rows = torch.zeros(trials, dtype=torch.long)
-    picks = sample_segments(star(deg), rows, 1, weights=w, replace=True, generator=make_generator(0))
+    gen = make_generator(0)
+    picks = sample_segments(star(deg), rows, 1, weights=w, replace=True, generator=gen)
     counts = torch.bincount(picks.pos, minlength=deg).numpy()
     assert counts[0] == 0
     p = stats.chisquare(counts[1:], f_exp=trials * np.array([1, 2, 5]) / 8).pvalue

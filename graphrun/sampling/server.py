@@ -1,0 +1,67 @@
+"""The store extension that samples on the server owning the seeds.
+
+Start store servers with the extension ``"graphrun.sampling.server:register"``;
+it adds the op :data:`graphrun.sampling.distributed.OP`:
+
+    body    {"fanout": [int per edge type], "replace": bool, "weighted": bool, "seed": int}
+    tensors (seeds int64 [n],)    global node ids owned by this partition
+    reply   {"count": m}; tensors (src int64 [m], seed_index int64 [m], eid int64 [m]
+            [, etype int32 [m]])
+
+The partition's CSC is read from the server's shared memory (no copy) and kept in
+``state.extension_data["graphrun.sampling"]``. Bad requests raise ArgumentError,
+which the store sends back to the client as that error type.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from graphrun.errors import ArgumentError
+from graphrun.sampling.csc import CSCGraph
+from graphrun.sampling.distributed import OP, encode_reply
+from graphrun.sampling.kernels import make_generator
+from graphrun.sampling.partitioned import csc_from_structure
+
+if TYPE_CHECKING:
+    from graphrun.store.registry import Registry, Request, Response
+    from graphrun.store.state import ServerState
+
+KEY = "graphrun.sampling"
+
+
+def _csc(state: ServerState) -> CSCGraph:
+    cache = state.extension_data.setdefault(KEY, {})
+    if "csc" not in cache:
+        cache["csc"] = csc_from_structure(state.structure, state.book, state.part)
+    csc: CSCGraph = cache["csc"]
+    return csc
+
+
+def sample_neighbors(state: ServerState, req: Request) -> Response:
+    from graphrun.store.registry import Response
+
+    seeds = req.tensor(0, "seeds")
+    if seeds.ndim != 1 or seeds.dtype != np.int64:
+        raise ArgumentError(f"{OP}: seeds must be 1-d int64, got {seeds.dtype} {seeds.shape}")
+    fanout = req.param("fanout", list)
+    if not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in fanout):
+        raise ArgumentError(f"{OP}: field 'fanout' must hold non-negative ints")
+    csc = _csc(state)
+    out = csc.sample_one_hop(
+        torch.from_numpy(np.array(seeds)),
+        torch.tensor(fanout, dtype=torch.long),
+        replace=bool(req.param("replace", bool, False)),
+        weighted=bool(req.param("weighted", bool, False)),
+        generator=make_generator(req.int_param("seed")),
+    )
+    body, tensors = encode_reply(out)
+    return Response(body, tensors)
+
+
+def register(registry: Registry) -> None:
+    """Store extension entry point: ``graphrun.sampling.server:register``."""
+    registry.add(OP, sample_neighbors)
