@@ -99,13 +99,16 @@ def plan_hosts(
 
 
 def store_argv(role: Role, hosts: Hosts, paths: JobPaths, python: str) -> tuple[str, ...]:
+    """``graphrun serve``: the main server of a partition, or one of its backups."""
     host, port = hosts.endpoint(role.name)
-    return (
-        python, "-m", "graphrun", "serve", str(paths.parts),
-        "--part", str(role.part), "--backup", str(role.backup or 0),
-        "--host", host, "--port", str(port),
-        "--key-file", str(paths.key_file),
-    )  # fmt: skip
+    argv = [
+        python, "-m", "graphrun", "serve", str(paths.parts), "--part", str(role.part),
+        "--address", f"tcp://{host}:{port}", "--key-file", str(paths.key_file),
+    ]  # fmt: skip
+    if role.backup:
+        mhost, mport = hosts.endpoint(f"store:{role.part}")
+        argv += ["--backup-of", f"tcp://{mhost}:{mport}", "--backup-index", str(role.backup)]
+    return tuple(argv)
 
 
 def trainer_argv(

@@ -26,7 +26,6 @@ import contextlib
 import json
 import os
 import re
-import secrets
 import sys
 import threading
 import time
@@ -256,12 +255,12 @@ class LocalJob:
         return self.opts.hosts or self.job.spec.runtime.hosts
 
     def _write_key(self) -> None:
+        from graphrun.rpc.auth import generate_keys
+
         key = self.paths.key_file
         if not key.is_file():
             key.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_hex(32) + "\n")
+            generate_keys(key)
 
     def launches(self, hosts: Hosts, resume: bool) -> list[MachineLaunch]:
         env = {**package_env(), **self.opts.env}

@@ -30,7 +30,7 @@ from typing import Any
 
 from graphrun.errors import JobFailed
 from graphrun.job.hosts import split_endpoint, tcp_ready
-from graphrun.job.launch import MachineLaunch
+from graphrun.job.launch import MachineLaunch, RoleLaunch
 from graphrun.job.process import RoleExit, Supervisor
 
 Probe = Callable[[str], bool]
@@ -113,6 +113,14 @@ def failure_of(ex: RoleExit, kind: str) -> JobFailed | None:
     return None
 
 
+def store_waves(launch: MachineLaunch) -> list[list[RoleLaunch]]:
+    """Store roles in start order: main servers (``store:<p>``), then backups."""
+    stores = launch.of_kind("store")
+    mains = [r for r in stores if r.role.count(":") == 1]
+    backups = [r for r in stores if r.role.count(":") > 1]
+    return [w for w in (mains, backups) if w]
+
+
 class _Stopped(Exception):
     pass
 
@@ -158,11 +166,14 @@ def run_machine(
 
     try:
         status.update(sup, "starting")
-        for r in launch.of_kind("store"):
-            sup.start(r.command)
-        status.update(sup)
-        own = [r.ready for r in launch.of_kind("store") if r.ready]
-        wait_until(lambda: all(probe(e) for e in own), "this machine's store servers")
+        own: list[str] = []
+        for wave in store_waves(launch):  # main servers first: backups attach to them
+            for r in wave:
+                sup.start(r.command)
+            status.update(sup)
+            up = [r.ready for r in wave if r.ready]
+            own += up
+            wait_until(lambda up=up: all(probe(e) for e in up), "this machine's store servers")
         status.update(sup, "serving")
         pending = [e for e in launch.wait_for if e not in own]
         wait_until(lambda: all(probe(e) for e in pending), "the store servers of other machines")
