@@ -69,6 +69,6 @@ def run(args: argparse.Namespace) -> int:
     with sup:
         result = run_machine(launch, sup, stop, status_dir=args.status_dir)
     if result.failure is not None:
-        print(f"graphrun: job failed: {result.failure}", file=sys.stderr, flush=True)
+        print(f"[worker@{launch.machine}] failed: {result.failure}", file=sys.stderr, flush=True)
         return 1
     return 0 if result.state == "done" else 143

@@ -105,8 +105,8 @@ class LocalMachines:
         (self.run_dir / "launch").mkdir(parents=True, exist_ok=True)
         machines = [m.machine for m in launches]
         states = dict.fromkeys(machines, "pending")
-        # Workers print role lines already prefixed; their own lines are prefixed too.
-        sup = Supervisor(log_dir=self.run_dir / "logs", sink=self.sink, grace_s=self.grace_s + 3)
+        # Workers print their roles' lines already prefixed with [role@machine].
+        sup = Supervisor(self.run_dir / "logs", self.sink, self.grace_s + 3, prefix=False)
         failure: JobFailed | None = None
         try:
             for launch in launches:

@@ -145,11 +145,16 @@ class Supervisor:
     """Runs role processes; use as a context manager so every role is stopped on exit."""
 
     def __init__(
-        self, log_dir: Path | None = None, sink: IO[str] | None = None, grace_s: float = 5.0
+        self,
+        log_dir: Path | None = None,
+        sink: IO[str] | None = None,
+        grace_s: float = 5.0,
+        prefix: bool = True,
     ) -> None:
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.sink = sink if sink is not None else sys.stdout
         self.grace_s = grace_s
+        self.prefix = prefix  # False: the roles prefix their own lines (workers)
         self._roles: dict[str, _Running] = {}
         self._lock = threading.Lock()
         if self.log_dir is not None:
@@ -179,7 +184,7 @@ class Supervisor:
         if self.log_dir is not None:
             log = (self.log_dir / f"{log_name(cmd.role)}.log").open("a", encoding="utf-8")
         assert proc.stdout is not None  # PIPE was requested
-        pump = _Pump(cmd, proc.stdout, self.sink, log, self._lock)
+        pump = _Pump(cmd, proc.stdout, self.sink, log, self._lock, self.prefix)
         pump.start()
         self._roles[cmd.role] = _Running(cmd, proc, pump)
         return proc.pid

@@ -112,7 +112,12 @@ def store_argv(role: Role, hosts: Hosts, paths: JobPaths, python: str) -> tuple[
 
 
 def trainer_argv(
-    role: Role, paths: JobPaths, python: str, resume: bool, profile: Path | None
+    role: Role,
+    paths: JobPaths,
+    python: str,
+    resume: bool,
+    profile: Path | None,
+    extra: Sequence[str] = (),
 ) -> tuple[str, ...]:
     argv = [
         python, "-m", "graphrun.job.trainer",
@@ -124,7 +129,7 @@ def trainer_argv(
         argv.append("--resume")
     if profile is not None:
         argv += ["--profile", str(profile)]
-    return tuple(argv)
+    return (*argv, *extra)
 
 
 def machine_launches(
@@ -137,6 +142,7 @@ def machine_launches(
     profile_dir: Path | None = None,
     env: Mapping[str, str] | None = None,
     ready_timeout_s: float = 120.0,
+    trainer_args: Sequence[str] = (),
 ) -> list[MachineLaunch]:
     """What every machine runs, in machine order."""
     env = dict(env or {})
@@ -152,7 +158,7 @@ def machine_launches(
                 launches.append(RoleLaunch("store", cmd, hosts.endpoints[r.name]))
             elif r.kind == "trainer":
                 prof = profile_dir / f"trainer-{r.rank}.jsonl" if profile_dir else None
-                argv = trainer_argv(r, paths, python, resume, prof)
+                argv = trainer_argv(r, paths, python, resume, prof, trainer_args)
                 launches.append(RoleLaunch("trainer", RoleCommand(r.name, m, argv, env)))
             # sampler:<rank>:<w> roles run inside their trainer's data loader (worker
             # processes it starts and stops); they are not separate launches yet.

@@ -58,6 +58,7 @@ class RunOptions:
     python: str = sys.executable
     ready_timeout_s: float = 120.0
     env: Mapping[str, str] = field(default_factory=dict)  # added to every role's environment
+    trainer_args: tuple[str, ...] = ()  # extra trainer flags, e.g. ("--aggr", "csr")
 
 
 @dataclass(frozen=True)
@@ -266,7 +267,7 @@ class LocalJob:
         env = {**package_env(), **self.opts.env}
         return machine_launches(
             self.job, self.roles, hosts, self.paths, resume, self.opts.python,
-            self.opts.profile_dir, env, self.opts.ready_timeout_s,
+            self.opts.profile_dir, env, self.opts.ready_timeout_s, self.opts.trainer_args,
         )  # fmt: skip
 
     def _attempt(self, hosts: Hosts, resume: bool, wrap: Wrap | None) -> None:

@@ -1,0 +1,133 @@
+"""The trainer role: ``python -m graphrun.job.trainer --job JOB --rank R --hosts-file F ...``.
+
+The edge where a trainer process turns its command line, the job spec and the hosts
+file into typed values (:class:`~graphrun.train.config.TrainConfig`, the store
+client, :class:`~graphrun.train.ddp.DDPConfig`) and hands them to
+:func:`graphrun.train.loop.run_training`. Nothing below reads the environment.
+
+Trainer ``r`` of ``W`` trains on partition ``r * P // W`` (co-located placement puts
+it on that partition's machine; a placement plan may move it elsewhere).
+
+``training.script`` jobs: the script is run as a module named ``__graphrun__`` and
+its ``main(ctx)`` is called with the same context a built-in task gets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import runpy
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from graphrun.errors import ArgumentError, GraphrunError
+from graphrun.job.hosts import Hosts
+from graphrun.job.roles import job_paths
+from graphrun.job.spec import GraphJob, load_job
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="graphrun-trainer", description=__doc__)
+    p.add_argument("--job", type=Path, required=True)
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--hosts-file", type=Path, required=True)
+    p.add_argument("--keys", type=Path, required=True, help="directory with job.key")
+    p.add_argument("--run-dir", type=Path)
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--profile", type=Path, help="append per-batch records (JSON lines) here")
+    p.add_argument("--aggr", choices=("scatter", "csr"), default="scatter")
+    p.add_argument("--timeout", type=float, default=300.0, help="rendezvous timeout (s)")
+    return p.parse_args(argv)
+
+
+def partition_of(rank: int, world: int, parts: int) -> int:
+    return rank * parts // world
+
+
+def train_config(job: GraphJob, args: argparse.Namespace, run_dir: Path, ckpt: Path) -> Any:
+    from graphrun.train.config import TrainConfig
+
+    t = job.spec.training
+    return TrainConfig(
+        task=t.task if t.task is not None else None,
+        entry_point=t.entry_point or ("__script__" if t.script else None),
+        args=tuple(t.args),
+        model=t.model,
+        epochs=t.epochs,
+        batch_size=t.batch_size,
+        fanouts=tuple(t.fanouts),
+        fanouts_per_etype=dict(t.fanouts_per_etype) if t.fanouts_per_etype else None,
+        hidden=t.hidden,
+        lr=t.lr,
+        dropout=t.dropout,
+        weight_decay=t.weight_decay,
+        negative_samples=t.negative_samples,
+        embedding_dim=t.embedding_dim,
+        sparse_lr=t.sparse_lr,
+        target_node_type=t.target_node_type,
+        feature=t.feature,
+        label=t.label,
+        eval_every=t.eval_every,
+        seed=t.seed,
+        aggr_path=args.aggr,
+        checkpoint_dir=ckpt,
+        resume=args.resume,
+        metrics_file=run_dir / "metrics.jsonl",
+        profile_file=args.profile,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    from graphrun.rpc.auth import load_keys
+    from graphrun.store.client import ClientConfig, KVClient
+    from graphrun.train.ddp import DDPConfig
+    from graphrun.train.distdata import DistData
+    from graphrun.train.loop import run_training
+
+    job = load_job(args.job)
+    paths = job_paths(job, args.job, args.run_dir)
+    hosts = Hosts.read(args.hosts_file)
+    world, parts = job.spec.num_trainers, job.spec.num_parts
+    if not 0 <= args.rank < world:
+        raise ArgumentError(f"--rank: {args.rank} is not in [0, {world})")
+    cfg = train_config(job, args, paths.run_dir, paths.checkpoints)
+    if cfg.entry_point == "__script__":
+        cfg = _script_entry(cfg, paths.base_dir / str(job.spec.training.script))
+    servers = [f"tcp://{eps[0]}" for _, eps in sorted(hosts.store_endpoints().items())]
+    keys = load_keys(args.keys / "job.key")
+    part = partition_of(args.rank, world, parts)
+    share = [r for r in range(world) if partition_of(r, world, parts) == part]
+    client = KVClient(ClientConfig(servers, job=job.name, keys=keys, name=f"trainer:{args.rank}"))
+    try:
+        data = DistData(client, args.rank, world, part, share, seed=cfg.seed)
+        ddp = DDPConfig(args.rank, world, hosts.rendezvous, timeout_s=args.timeout)
+        run_training(cfg, data, ddp, graph=client)
+    finally:
+        client.close()
+    return 0
+
+
+def _script_entry(cfg: Any, script: Path) -> Any:
+    """Run the user's script as a module and use its ``main(ctx)`` as the entry point."""
+    import dataclasses
+
+    if not script.is_file():
+        raise ArgumentError(f"spec.training.script: {script} does not exist")
+    namespace = runpy.run_path(str(script), run_name="__graphrun__")
+    fn = namespace.get("main")
+    if not callable(fn):
+        raise ArgumentError(f"spec.training.script: {script} defines no main(ctx)")
+    module = type(sys)("graphrun_user_script")
+    module.main = fn  # type: ignore[attr-defined]
+    sys.modules["graphrun_user_script"] = module
+    return dataclasses.replace(cfg, entry_point="graphrun_user_script:main")
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except GraphrunError as exc:
+        print(f"graphrun trainer: error: {exc}", file=sys.stderr, flush=True)
+        raise
