@@ -111,9 +111,10 @@ class _Pump(threading.Thread):
         sink: IO[str] | None,
         log: IO[str] | None,
         lock: threading.Lock,
+        prefix: bool = True,
     ) -> None:
         super().__init__(name=f"pump-{cmd.role}", daemon=True)
-        self.prefix = f"[{cmd.role}@{cmd.machine}] "
+        self.prefix = f"[{cmd.role}@{cmd.machine}] " if prefix else ""
         self.stream, self.sink, self.log, self.lock = stream, sink, log, lock
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
 

@@ -23,7 +23,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,6 +113,10 @@ def failure_of(ex: RoleExit, kind: str) -> JobFailed | None:
     return None
 
 
+def all_up(endpoints: Sequence[str], probe: Probe) -> Callable[[], bool]:
+    return lambda: all(probe(e) for e in endpoints)
+
+
 def store_waves(launch: MachineLaunch) -> list[list[RoleLaunch]]:
     """Store roles in start order: main servers (``store:<p>``), then backups."""
     stores = launch.of_kind("store")
@@ -171,12 +175,12 @@ def run_machine(
             for r in wave:
                 sup.start(r.command)
             status.update(sup)
-            up = [r.ready for r in wave if r.ready]
+            up = [r.ready for r in wave if r.ready is not None]
             own += up
-            wait_until(lambda up=up: all(probe(e) for e in up), "this machine's store servers")
+            wait_until(all_up(up, probe), "this machine's store servers")
         status.update(sup, "serving")
         pending = [e for e in launch.wait_for if e not in own]
-        wait_until(lambda: all(probe(e) for e in pending), "the store servers of other machines")
+        wait_until(all_up(pending, probe), "the store servers of other machines")
         for kind in ("sampler", "trainer"):
             for r in launch.of_kind(kind):
                 sup.start(r.command)

@@ -125,12 +125,14 @@ class DistData:
         self.book: PartitionBook = client.book
         self.rank, self.world_size, self.partition = rank, world_size, partition
         self.node_types = tuple(self.book.node_types)
-        self.edge_types = tuple(tuple(e) for e in self.book.edge_types)
+        self.edge_types: tuple[tuple[str, str, str], ...] = tuple(
+            (e[0], e[1], e[2]) for e in self.book.edge_types
+        )
         self.seed = seed
         self._share = sorted(trainers_of_partition)
         if rank not in self._share:
             raise ArgumentError(f"rank {rank} is not a trainer of partition {partition}")
-        self._types = BookTypeMap(self.book)
+        self._types: Any = BookTypeMap(self.book)  # a sampling.pyg.TypeMap
         self._one_hop = DistOneHopSampler(client, self.book)
         self._features = _Features(client, self.book)
         self._meta = {ti.name: ti for ti in client.list_tensors()}
