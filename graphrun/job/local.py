@@ -73,6 +73,7 @@ class LocalMachines:
         self.python = python
         self.interval = interval
         self.last_exits: dict[str, int | None] = {}
+        self.last_pids: dict[str, int] = {}
 
     def _worker_command(self, launch: MachineLaunch, status_dir: Path) -> RoleCommand:
         plan = launch.write(self.run_dir / "launch" / f"{launch.machine}.json")
@@ -133,6 +134,7 @@ class LocalMachines:
         self._read_states(status_dir, states)
         exits = self._role_exits(status_dir, launches)
         self.last_exits = exits
+        self.last_pids = self._role_pids(status_dir, launches)
         if failure is not None:
             first = self._failure(status_dir, [], only_status=True)
             if first is not None and not (failure.role == "job" and stop.is_set()):
@@ -173,6 +175,16 @@ class LocalMachines:
             if ex.exit_code != 0 or st is None or st.get("state") != "done":
                 return JobFailed(ex.role, machine, ex.exit_code, ex.reason() or "worker exited")
         return None
+
+    @staticmethod
+    def _role_pids(status_dir: Path, launches: Sequence[MachineLaunch]) -> dict[str, int]:
+        pids: dict[str, int] = {}
+        for launch in launches:
+            st = read_status(status_dir / f"{launch.machine}.json") or {}
+            for role, info in st.get("roles", {}).items():
+                if info.get("pid"):
+                    pids[role] = int(info["pid"])
+        return pids
 
     @staticmethod
     def _role_exits(status_dir: Path, launches: Sequence[MachineLaunch]) -> dict[str, int | None]:

@@ -77,17 +77,23 @@ class _Ended(Exception):
         self.kind = kind
 
 
-def shm_token(job: GraphJob) -> str:
-    """Prefix of the job's shared-memory segment names (``/dev/shm/<token>*``)."""
-    return f"graphrun-{job.name}-{os.getpid()}-"
+def remove_shm(pids: Mapping[str, int], shm_dir: Path = SHM_DIR) -> list[str]:
+    """Unlink the shared-memory segments left by the given (dead) role processes.
 
+    Store segments are named ``graphrun-<pid>-<start>-<token>.<seq>``
+    (:mod:`graphrun.store.shm`); only those of our roles whose process is gone are removed.
+    """
+    from graphrun.store.shm import owner_alive
 
-def remove_shm(prefix: str) -> list[str]:
-    removed = []
-    for p in SHM_DIR.glob(f"{prefix}*") if SHM_DIR.is_dir() else []:
-        with contextlib.suppress(OSError):
-            p.unlink()
-            removed.append(p.name)
+    removed: list[str] = []
+    prefixes = tuple(f"graphrun-{pid}-" for pid in pids.values())
+    if not prefixes or not shm_dir.is_dir():
+        return removed
+    for p in shm_dir.iterdir():
+        if p.name.startswith(prefixes) and not owner_alive(p.name):
+            with contextlib.suppress(OSError):
+                p.unlink()
+                removed.append(p.name)
     return removed
 
 
@@ -114,7 +120,7 @@ class LocalJob:
         self.roles = job_placement(job, self.paths)  # validates the placement up front
         self.state = initial_state(self._now(), job.spec.run_policy.backoff_limit)
         self.exits: dict[str, int | None] = {}
-        self.shm_prefix = shm_token(job)
+        self.pids: dict[str, int] = {}  # last pid of every role (for tests and reports)
         self._deadline: float | None = None
 
     # ---- the workflow ---------------------------------------------------------------
@@ -265,6 +271,9 @@ class LocalJob:
 
     def launches(self, hosts: Hosts, resume: bool) -> list[MachineLaunch]:
         env = {**package_env(), **self.opts.env}
+        if self._hosts_mode() == "netns":
+            # the host name resolves to 127.0.0.1 in a namespace: gloo must use eth0
+            env.setdefault("GLOO_SOCKET_IFNAME", "eth0")
         return machine_launches(
             self.job, self.roles, hosts, self.paths, resume, self.opts.python,
             self.opts.profile_dir, env, self.opts.ready_timeout_s, self.opts.trainer_args,
@@ -287,6 +296,7 @@ class LocalJob:
             result = machines.run(launches, self.stop, self._deadline, on_states)
         except JobFailed as exc:
             self.exits.update(machines.last_exits)
+            self.pids.update(machines.last_pids)
             if exc.role == "job":
                 kind = EventKind.CANCELLED if self.stop.is_set() else EventKind.DEADLINE_EXCEEDED
                 if kind is EventKind.DEADLINE_EXCEEDED:
@@ -295,7 +305,10 @@ class LocalJob:
                 raise _Ended(kind, exc.reason) from None
             raise
         finally:
-            remove_shm(self.shm_prefix)
+            left = remove_shm(machines.last_pids)
+            if left:
+                self._say(f"removed {len(left)} shared-memory segments of stopped stores")
         self.exits.update(result.exits)
+        self.pids.update(machines.last_pids)
         if self.state.phase is Phase.SERVING:  # every machine finished between two polls
             self._event(Event(EventKind.SERVERS_READY))

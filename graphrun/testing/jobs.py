@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -88,3 +89,59 @@ def fake_partition(tmp_dir: Path, parts: int = 2) -> Path:
     meta = {"format": "graphrun-partition", "version": 1, "num_parts": parts}
     (out / "partition.json").write_text(json.dumps(meta))
     return out
+
+
+# ---- real jobs on a small generated graph ---------------------------------------------
+
+
+def small_job(
+    tmp_dir: Path, nodes: int = 2000, machines: int = 2, hetero: bool = False,
+    run_policy: dict[str, object] | None = None, runtime: dict[str, object] | None = None,
+    **training: object,
+) -> Path:  # fmt: skip
+    """Dataset + partition + GraphJob file in ``tmp_dir`` (``nodes`` nodes, 4 classes)."""
+    from graphrun.graph import save_dataset
+    from graphrun.graph.generate import GenParams, academic, community
+    from graphrun.partition import partition_graph
+
+    params = GenParams(nodes=nodes, avg_degree=8, feat_dim=16, classes=4, seed=0)
+    graph = academic(params) if hetero else community(params)
+    save_dataset(graph, Path(tmp_dir) / "data")
+    partition_graph(graph, Path(tmp_dir) / "parts", machines, "random" if hetero else "metis")
+    spec = {
+        "apiVersion": "graphrun.io/v1alpha1",
+        "kind": "GraphJob",
+        "metadata": {"name": "small"},
+        "spec": {
+            "graph": {"dataset": "data"},
+            "partition": {"parts": machines, "output": "parts"},
+            "runtime": {"machines": machines, **(runtime or {})},
+            "training": {
+                "task": "node-classification", "epochs": 1, "batchSize": 100,
+                "fanouts": [5, 5], "hidden": 32, "lr": 0.01, **training,
+            },
+            "runPolicy": run_policy or {},
+        },
+    }  # fmt: skip
+    if "entryPoint" in training or "script" in training:
+        del spec["spec"]["training"]["task"]  # type: ignore[index]
+    path = Path(tmp_dir) / "job.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def raise_on_rank_1(ctx: Any) -> None:
+    """A user entry point: trainer 1 raises, trainer 0 waits (the launcher must stop it)."""
+    import time
+
+    if ctx.rank == 1:
+        raise RuntimeError("boom on purpose")
+    time.sleep(120)
+
+
+def wait(ctx: Any) -> None:
+    """A user entry point that only waits (to be stopped)."""
+    import time
+
+    print(f"trainer {ctx.rank} waiting", flush=True)
+    time.sleep(120)

@@ -199,13 +199,18 @@ class DistData:
             yield Batch(data, int(chunk.numel()), t1 - t0, t2 - t1, {}, fbytes)
 
     def edges(self, count: int, epoch: int) -> tuple[Tensor, Tensor]:
-        """Random in-edges of this trainer's partition (the partition owns its nodes' in-edges)."""
+        """``count`` random in-edges of this trainer's partition (it owns its nodes' in-edges)."""
         g = torch.Generator().manual_seed(self.seed * 7919 + epoch * 31 + self.rank)
         lo, hi = self.book.owned_nodes(self.partition)
-        dst = torch.unique(torch.randint(lo, hi, (count,), generator=g))
+        dst = torch.unique(torch.randint(lo, hi, (2 * count,), generator=g))
+        dst = dst[torch.randperm(dst.numel(), generator=g)]
         one = torch.ones(len(self.edge_types), dtype=torch.long)
         out = self._one_hop.sample_one_hop(dst, one, generator=g)
-        return out.src, dst[out.seed_index]
+        src, dst = out.src, dst[out.seed_index]
+        if src.numel() == 0:
+            raise ArgumentError(f"partition {self.partition} has no edges to predict")
+        reps = -(-count // src.numel())  # a tiny partition: reuse its edges
+        return src.repeat(reps)[:count], dst.repeat(reps)[:count]
 
     def embedding(self, name: str, num: int, dim: int, lr: float) -> Embedding:
         return StoreEmbedding(self.client, name, num, dim, lr)

@@ -1,0 +1,159 @@
+"""Real jobs: real store servers, real trainers (DDP over gloo), a small generated graph."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from graphrun.errors import JobFailed
+from graphrun.job.netns import unavailable_reason
+from graphrun.job.runner import LocalJob, RunOptions
+from graphrun.job.spec import load_job
+from graphrun.job.worker import read_status
+from graphrun.testing.jobs import small_job
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(path: Path, **opts) -> tuple[LocalJob, io.StringIO]:
+    sink = io.StringIO()
+    job = LocalJob(load_job(path), path, RunOptions(grace_s=3.0, **opts), sink=sink)
+    return job, sink
+
+
+def metrics(path: Path) -> list[dict]:
+    lines = (path.parent / "runs" / "small" / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(x) for x in lines]
+
+
+def nothing_left(job: LocalJob) -> None:
+    me = psutil.Process()
+    deadline = time.monotonic() + 5
+    while [c for c in me.children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE]:
+        assert time.monotonic() < deadline, me.children(recursive=True)
+        time.sleep(0.1)
+    store_pids = [pid for role, pid in job.pids.items() if role.startswith("store")]
+    assert store_pids
+    shm = [
+        p
+        for p in os.listdir("/dev/shm")
+        if p.startswith(tuple(f"graphrun-{x}-" for x in store_pids))
+    ]
+    assert shm == []
+
+
+def test_two_machines_train_to_accuracy(tmp_path):
+    path = small_job(tmp_path, epochs=2)
+    job, sink = run(path)
+    report = job.run()
+    assert report.exits["trainer:0"] == 0 and report.exits["trainer:1"] == 0
+    last = metrics(path)[-1]
+    assert last["epoch"] == 1 and last["test_acc"] > 0.5  # 4 classes: chance is 0.25
+    assert "[store:1@m1]" in sink.getvalue() and "[trainer:0@m0]" in sink.getvalue()
+    nothing_left(job)
+
+
+def test_raising_trainer_fails_the_job_and_leaves_nothing(tmp_path):
+    path = small_job(tmp_path, entryPoint="graphrun.testing.jobs:raise_on_rank_1")
+    job, _ = run(path)
+    with pytest.raises(JobFailed) as info:
+        job.run()
+    assert (info.value.role, info.value.host, info.value.exit_code) == ("trainer:1", "m1", 1)
+    assert "boom on purpose" in str(info.value)
+    nothing_left(job)
+
+
+def test_killed_store_fails_the_job(tmp_path):
+    path = small_job(tmp_path, entryPoint="graphrun.testing.jobs:wait")
+    job, _ = run(path)
+    status = tmp_path / "runs" / "small" / "status" / "m1.json"
+
+    def kill_store() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            st = read_status(status)
+            if st and st["state"] == "training":
+                os.kill(st["roles"]["store:1"]["pid"], signal.SIGKILL)
+                return
+            time.sleep(0.1)
+
+    threading.Thread(target=kill_store, daemon=True).start()
+    with pytest.raises(JobFailed) as info:
+        job.run()
+    assert (info.value.role, info.value.host, info.value.exit_code) == ("store:1", "m1", -9)
+    nothing_left(job)
+
+
+def test_resume_continues_from_the_checkpoint(tmp_path):
+    path = small_job(tmp_path, epochs=1)
+    run(path)[0].run()
+    text = path.read_text().replace("epochs: 1", "epochs: 2")
+    path.write_text(text)
+    job, sink = run(path, resume=True)
+    job.run()
+    assert [m["epoch"] for m in metrics(path)] == [0, 1]
+    assert '"event": "resumed", "from_epoch": 0' in sink.getvalue()
+
+
+def test_link_prediction_job_with_dist_embedding(tmp_path):
+    path = small_job(tmp_path, task="link-prediction", embeddingDim=8, batchSize=200, sparseLr=0.05)
+    run(path)[0].run()
+    assert 0.0 <= metrics(path)[-1]["test_auc"] <= 1.0
+
+
+def test_hetero_job(tmp_path):
+    path = small_job(
+        tmp_path,
+        hetero=True,
+        nodes=3000,
+        task="hetero-node-classification",
+        targetNodeType="paper",
+        fanouts=[4, 3],
+    )
+    run(path)[0].run()
+    assert 0.0 <= metrics(path)[-1]["test_acc"] <= 1.0
+
+
+def test_sigterm_to_graphrun_run_stops_everything(tmp_path):
+    path = small_job(tmp_path, entryPoint="graphrun.testing.jobs:wait")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "graphrun", "run", str(path), "--grace", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "waiting" in line:
+            break
+    descendants = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 1, out
+    assert "Cancelled" in out or "stopped by a signal" in out
+    gone, alive = psutil.wait_procs(descendants, timeout=5)
+    assert alive == []
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
+def test_job_in_network_namespaces(tmp_path):
+    path = small_job(tmp_path, epochs=1)
+    job, sink = run(path, hosts="netns")
+    job.run()
+    assert "10.77.0." in sink.getvalue()  # the stores served on namespace addresses
+    assert metrics(path)[-1]["test_acc"] > 0.3
+    nothing_left(job)
