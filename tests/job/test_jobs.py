@@ -144,7 +144,7 @@ def test_sigterm_to_graphrun_run_stops_everything(tmp_path):
     out = proc.communicate(timeout=60)[0]
     assert proc.returncode == 1, out
     assert "Cancelled" in out or "stopped by a signal" in out
-    gone, alive = psutil.wait_procs(descendants, timeout=5)
+    _, alive = psutil.wait_procs(descendants, timeout=5)
     assert alive == []
 
 
