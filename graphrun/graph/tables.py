@@ -326,7 +326,9 @@ def import_tables(path: str | Path, fmt: str | None = None, name: str | None = N
     edges = _read_edges(root, fmt, nodes)
     ntypes = list(nodes)
     for et, _ in edges:
-        ntypes += [t for t in (et[0], et[2]) if t not in ntypes]
+        for t in (et[0], et[2]):
+            if t not in ntypes:
+                ntypes.append(t)
     id_maps: dict[str, np.ndarray] = {}
     dense_ids: dict[str, pa.Array] = {}
     for t in ntypes:
