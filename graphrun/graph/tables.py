@@ -288,7 +288,7 @@ def _node_ids(ntype: str, nodes: dict[str, _Part], ends: list[tuple[_Part, str]]
         arr = _to_numpy_ids(ids)
         uniq, counts = np.unique(arr, return_counts=True)
         if (counts > 1).any():
-            dup = uniq[counts > 1][0]
+            dup = uniq[counts > 1][0].item()
             rows = np.flatnonzero(arr == dup)
             raise DatasetError(
                 f"{part.file}: id {dup!r} appears twice (rows {rows[0]} and {rows[1]})"

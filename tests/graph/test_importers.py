@@ -210,5 +210,5 @@ def test_nothing_importable(tmp_path) -> None:
         load_graph(tmp_path)
     with pytest.raises(DatasetError, match="no such file"):
         load_graph(tmp_path / "nope")
-    with pytest.raises(DatasetError, match="src.npy: missing"):
+    with pytest.raises(DatasetError, match=r"src\.npy: missing"):
         load_graph(tmp_path, fmt="npy")
