@@ -26,12 +26,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch_geometric.nn import SAGEConv  # noqa: E402
+import torch
+import torch.nn.functional as F
+from torch_geometric.nn import SAGEConv
 
-from graphrun.graph.generate import GenParams, community  # noqa: E402
-from graphrun.graph.pyg import to_pyg  # noqa: E402
+from graphrun.graph.generate import GenParams, community
+from graphrun.graph.pyg import to_pyg
 
 
 class MLP(torch.nn.Module):
@@ -74,12 +74,17 @@ def train(model: torch.nn.Module, data: Any, epochs: int, lr: float) -> dict[str
         if val > best_val:
             best_val = val
             test_at_best = (pred[data.test_mask] == data.y[data.test_mask]).float().mean().item()
-    return {"val": round(best_val, 4), "test": round(test_at_best, 4),
-            "seconds": round(time.perf_counter() - t0, 1)}
+    return {
+        "val": round(best_val, 4),
+        "test": round(test_at_best, 4),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     d = GenParams()
     p.add_argument("--nodes", type=int, default=100_000)
     p.add_argument("--avg-degree", type=float, default=d.avg_degree)
@@ -96,18 +101,31 @@ def main() -> None:
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    params = GenParams(nodes=a.nodes, avg_degree=a.avg_degree, classes=a.classes,
-                       feat_dim=a.feat_dim, homophily=a.homophily, feat_noise=a.feat_noise,
-                       seed=a.seed)
+    params = GenParams(
+        nodes=a.nodes,
+        avg_degree=a.avg_degree,
+        classes=a.classes,
+        feat_dim=a.feat_dim,
+        homophily=a.homophily,
+        feat_noise=a.feat_noise,
+        seed=a.seed,
+    )
     t0 = time.perf_counter()
     graph = community(params)
     gen_s = time.perf_counter() - t0
     data = to_pyg(graph)
     result: dict[str, Any] = {
-        "bench": "sage_vs_mlp", "nodes": graph.num_nodes, "edges": graph.num_edges,
-        "classes": a.classes, "feat_dim": a.feat_dim, "homophily": a.homophily,
-        "feat_noise": a.feat_noise, "avg_degree": a.avg_degree, "epochs": a.epochs,
-        "hidden": a.hidden, "generate_seconds": round(gen_s, 1),
+        "bench": "sage_vs_mlp",
+        "nodes": graph.num_nodes,
+        "edges": graph.num_edges,
+        "classes": a.classes,
+        "feat_dim": a.feat_dim,
+        "homophily": a.homophily,
+        "feat_noise": a.feat_noise,
+        "avg_degree": a.avg_degree,
+        "epochs": a.epochs,
+        "hidden": a.hidden,
+        "generate_seconds": round(gen_s, 1),
     }
     for label, cls in (("mlp", MLP), ("sage", SAGE)):
         torch.manual_seed(a.seed)

@@ -89,16 +89,17 @@ class GenParams:
             raise bad("train-frac", f"train/val/test fractions {fracs} must be >= 0, sum <= 1")
 
 
-def split_masks(
-    n: int, params: GenParams, rng: np.random.Generator
-) -> dict[str, np.ndarray]:
+def split_masks(n: int, params: GenParams, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Disjoint random ``train_mask``/``val_mask``/``test_mask`` over ``n`` nodes."""
     perm = rng.permutation(n)
     out: dict[str, np.ndarray] = {}
     start = 0
-    for name, frac in (("train", params.train_frac), ("val", params.val_frac),
-                       ("test", params.test_frac)):
-        k = int(round(frac * n))
+    for name, frac in (
+        ("train", params.train_frac),
+        ("val", params.val_frac),
+        ("test", params.test_frac),
+    ):
+        k = round(frac * n)
         mask = np.zeros(n, dtype=bool)
         mask[perm[start : start + k]] = True
         out[f"{name}_mask"] = mask
@@ -107,7 +108,10 @@ def split_masks(
 
 
 def noisy_centroids(
-    labels: np.ndarray | None, centroids: np.ndarray, noise: float, n: int,
+    labels: np.ndarray | None,
+    centroids: np.ndarray,
+    noise: float,
+    n: int,
     rng: np.random.Generator,
 ) -> np.ndarray:
     """``centroids[labels] + N(0, noise²)`` as float32, built in row chunks."""
@@ -131,7 +135,7 @@ def community(params: GenParams) -> Graph:
     theta = power_law_weights(n, params.exponent, rng)
     sampler = BlockSampler.build(labels, theta, c)
     del theta
-    pairs = int(round(n * params.avg_degree / 2))
+    pairs = round(n * params.avg_degree / 2)
     u, v = undirected_pairs(
         sampler, sampler, labels, pairs, params.homophily, rng, n, canonical=True
     )
@@ -173,8 +177,9 @@ def academic(params: GenParams, reverse: bool = True) -> Graph:
     c, h = params.classes, params.homophily
     counts = _type_counts(params.nodes)
     ntypes = tuple(counts)
-    offsets = dict(zip(ntypes, np.concatenate([[0], np.cumsum(list(counts.values()))])[:-1],
-                       strict=True))
+    offsets = dict(
+        zip(ntypes, np.concatenate([[0], np.cumsum(list(counts.values()))])[:-1], strict=True)
+    )
     blocks = {t: rng.integers(0, c, size=counts[t], dtype=np.int64) for t in ntypes}
     samplers = {
         t: BlockSampler.build(blocks[t], power_law_weights(counts[t], params.exponent, rng), c)
@@ -183,13 +188,21 @@ def academic(params: GenParams, reverse: bool = True) -> Graph:
     n_paper, n_author = counts["paper"], counts["author"]
     forward_budget = params.nodes * params.avg_degree / (2 if reverse else 1)
     rest = max(forward_budget - n_author, 3.0 * n_paper)
-    sizes = {"writes": 0.35 * rest, "cites": 0.5 * rest, "has_topic": 0.15 * rest}
-    sizes = {k: int(round(min(v, _max_pairs(k, counts)))) for k, v in sizes.items()}
+    shares = {"writes": 0.35, "cites": 0.5, "has_topic": 0.15}
+    sizes = {k: round(min(v * rest, _max_pairs(k, counts))) for k, v in shares.items()}
 
     def pairs(a: str, b: str, m: int, canonical: bool) -> tuple[np.ndarray, np.ndarray]:
         return undirected_pairs(
-            samplers[a], samplers[b], blocks[a], m, h, rng, counts[b], canonical=canonical,
-            offset_src=int(offsets[a]), offset_dst=int(offsets[b]),
+            samplers[a],
+            samplers[b],
+            blocks[a],
+            m,
+            h,
+            rng,
+            counts[b],
+            canonical=canonical,
+            offset_src=int(offsets[a]),
+            offset_dst=int(offsets[b]),
         )
 
     edges: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -202,7 +215,8 @@ def academic(params: GenParams, reverse: bool = True) -> Graph:
     inst[inside] = samplers["institution"].draw_in(blocks["author"][inside], rng)
     inst[~inside] = samplers["institution"].draw_global(int((~inside).sum()), rng)
     edges["affiliated_with"] = (
-        np.arange(n_author, dtype=np.int64) + offsets["author"], inst + offsets["institution"]
+        np.arange(n_author, dtype=np.int64) + offsets["author"],
+        inst + offsets["institution"],
     )
     edges["has_topic"] = pairs("paper", "field", sizes["has_topic"], False)
     etypes = list(FORWARD)
@@ -221,12 +235,8 @@ def academic(params: GenParams, reverse: bool = True) -> Graph:
             **split_masks(n_paper, params, rng),
         },
         "author": {"feat": noisy_centroids(blocks["author"], centroids, noise, n_author, rng)},
-        "institution": {
-            "feat": noisy_centroids(None, centroids, 1.0, counts["institution"], rng)
-        },
-        "field": {
-            "feat": noisy_centroids(blocks["field"], centroids, 0.1, counts["field"], rng)
-        },
+        "institution": {"feat": noisy_centroids(None, centroids, 1.0, counts["institution"], rng)},
+        "field": {"feat": noisy_centroids(blocks["field"], centroids, 0.1, counts["field"], rng)},
     }
     return Graph(
         num_nodes=params.nodes,

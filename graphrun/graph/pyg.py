@@ -98,7 +98,9 @@ def from_pyg(data: Any, name: str = "graph") -> Graph:
                 f"Data.{key}", value
             )
     return Graph(
-        num_nodes=n, src=src, dst=dst,
+        num_nodes=n,
+        src=src,
+        dst=dst,
         ndata={DEFAULT_NTYPE: ndata} if ndata else {},
         edata={etype_key(DEFAULT_ETYPE): edata} if edata else {},
         name=name,
@@ -151,7 +153,7 @@ def _from_hetero(data: Any, name: str) -> Graph:
         src=np.concatenate(srcs) if srcs else empty,
         dst=np.concatenate(dsts) if dsts else empty,
         node_types=ntypes,
-        edge_types=tuple(tuple(e) for e in data.edge_types),  # type: ignore[misc]
+        edge_types=tuple(tuple(e) for e in data.edge_types),
         node_type_offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
         edge_type_offsets=np.concatenate([[0], np.cumsum(ecounts)]).astype(np.int64),
         ndata=ndata,

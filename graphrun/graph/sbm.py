@@ -55,11 +55,12 @@ class BlockSampler:
         block_start = block_end - counts
         return cls(order, cum, block_start, block_end, num_blocks)
 
-    def _draw(self, lo: np.ndarray | float, hi: np.ndarray | float, k: int,
-              rng: np.random.Generator) -> np.ndarray:
+    def _draw(
+        self, lo: np.ndarray | float, hi: np.ndarray | float, k: int, rng: np.random.Generator
+    ) -> np.ndarray:
         r = rng.random(k)
-        r *= hi - lo  # type: ignore[operator]
-        r += lo  # type: ignore[operator]
+        r *= hi - lo
+        r += lo
         return np.searchsorted(self.cum, r, side="right")
 
     def draw_global(self, k: int, rng: np.random.Generator) -> np.ndarray:
