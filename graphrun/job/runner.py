@@ -222,7 +222,7 @@ class LocalJob:
         argv = [
             py, "-m", "graphrun", "partition", str(self.paths.dataset), str(self.paths.parts),
             "--parts", str(self.job.spec.num_parts), "--method", p.method,
-            "--halo-hops", str(p.halo_hops),
+            "--halo", str(p.halo_hops),
         ]  # fmt: skip
         if p.balance_train:
             argv.append("--balance-train")
