@@ -1,0 +1,230 @@
+"""``graphrun bench train``: distributed GraphSAGE against single-process PyG, JSON out.
+
+Partitions ``--dataset`` in 2 (METIS, training nodes balanced), runs a 2-machine job
+(1 store server + 1 trainer each; ``--hosts local`` on loopback or ``netns`` as
+network-namespace hosts) training GraphSAGE (hidden 128, fanout [25, 10], batch 1000
+per trainer) for ``--epochs``, and — in the same run — PyG's ``NeighborLoader`` with
+the same model on the whole graph in one process. Prints one JSON object per
+aggregation path (``--aggr scatter|csr|both``)::
+
+    {"bench": "train", "hosts": "local", "aggr": "scatter", "epochs": 10,
+     "epoch_s": median seconds per training epoch (all trainers in parallel),
+     "epoch_s_all": [...], "test_acc": after the last epoch,
+     "time_to_acc": seconds of training until test accuracy first reached target_acc,
+     "time_to_first_step_s": from starting the job to trainer 0's first step,
+     "peak_rss_mb": {"m0": .., "m1": ..} (proportional set size of each machine's roles),
+     "pyg_epoch_s": .., "pyg_test_acc": .., "pyg_time_to_acc": ..  (null without
+     pyg-lib / torch-sparse, which PyG's NeighborLoader needs), "load_avg": [...]}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "train",
+        help="distributed GraphSAGE (2 machines) vs single-process PyG",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--dataset", type=Path, required=True, help="dataset directory")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--hosts", choices=("local", "netns"), default="local")
+    p.add_argument("--aggr", choices=("scatter", "csr", "both"), default="scatter")
+    p.add_argument("--batch-size", type=int, default=1000)
+    p.add_argument("--fanouts", default="25,10", help="comma-separated, one per layer")
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--bandwidth-mbit", type=float, help="with --hosts netns: link rate")
+    p.add_argument("--no-pyg", action="store_true", help="skip the single-process baseline")
+    p.add_argument("--workdir", type=Path, help="keep partitions and logs here")
+    p.set_defaults(func=run)
+
+
+class RssSampler(threading.Thread):
+    """Peak proportional set size per machine, summed over its roles (status files)."""
+
+    def __init__(self, status_dir: Path, interval: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.status_dir, self.interval = status_dir, interval
+        self.peak: dict[str, float] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        import psutil
+
+        from graphrun.job.worker import read_status
+
+        while not self.stop.wait(self.interval):
+            for f in self.status_dir.glob("*.json"):
+                st = read_status(f) or {}
+                total = 0
+                for info in st.get("roles", {}).values():
+                    try:
+                        mem = psutil.Process(int(info["pid"])).memory_full_info()
+                        total += getattr(mem, "pss", mem.rss)
+                    except (psutil.Error, KeyError, TypeError, ValueError):
+                        continue
+                m = str(st.get("machine", f.stem))
+                self.peak[m] = max(self.peak.get(m, 0.0), total / 2**20)
+
+
+def _job_yaml(workdir: Path, args: argparse.Namespace) -> Path:
+    import yaml
+
+    fanouts = [int(f) for f in args.fanouts.split(",")]
+    job = {
+        "apiVersion": "graphrun.io/v1alpha1", "kind": "GraphJob",
+        "metadata": {"name": "bench"},
+        "spec": {
+            "graph": {"dataset": str(args.dataset.resolve())},
+            "partition": {"parts": 2, "output": str(workdir / "parts")},
+            "runtime": {"machines": 2, "hosts": args.hosts},
+            "training": {"task": "node-classification", "epochs": args.epochs,
+                         "batchSize": args.batch_size, "fanouts": fanouts,
+                         "hidden": args.hidden, "lr": 0.003, "dropout": 0.5},
+        },
+    }  # fmt: skip
+    path = workdir / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+def _time_to(accs: list[float], times: list[float], target: float) -> float | None:
+    elapsed = 0.0
+    for acc, t in zip(accs, times, strict=True):
+        elapsed += t
+        if acc >= target:
+            return round(elapsed, 3)
+    return None
+
+
+def run_distributed(args: argparse.Namespace, workdir: Path, aggr: str) -> dict[str, Any]:
+    import io
+
+    from graphrun.job.runner import LocalJob, RunOptions
+    from graphrun.job.spec import load_job
+
+    path = _job_yaml(workdir, args)
+    run_dir = workdir / f"run-{aggr}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    sink = io.StringIO()
+    opts = RunOptions(
+        run_dir=run_dir, hosts=args.hosts, bandwidth_mbit=args.bandwidth_mbit,
+        trainer_args=("--aggr", aggr),
+    )  # fmt: skip
+    sampler = RssSampler(run_dir / "status")
+    sampler.start()
+    t0 = time.time()
+    try:
+        LocalJob(load_job(path), path, opts, sink=sink).run()
+    finally:
+        sampler.stop.set()
+        sampler.join()
+        (workdir / f"job-{aggr}.log").write_text(sink.getvalue())
+    first = None
+    for line in sink.getvalue().splitlines():
+        if '"first_step"' in line:
+            first = json.loads(line.split("] ", 1)[1])["time"]
+            break
+    recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    times = [r["epoch_s"] for r in recs]
+    return {
+        "epoch_s": round(statistics.median(times), 4),
+        "epoch_s_all": times,
+        "test_acc": recs[-1]["test_acc"],
+        "test_acc_all": [r["test_acc"] for r in recs],
+        "time_to_first_step_s": round(first - t0, 2) if first else None,
+        "peak_rss_mb": {m: round(v, 1) for m, v in sorted(sampler.peak.items())},
+    }
+
+
+def run_pyg(args: argparse.Namespace) -> dict[str, Any]:
+    """PyG NeighborLoader on the whole graph in this process (needs pyg-lib/torch-sparse)."""
+    import torch_geometric.typing as pyg_typing
+
+    if not (pyg_typing.WITH_TORCH_SPARSE or pyg_typing.WITH_PYG_LIB):
+        return {"pyg_epoch_s": None, "pyg_test_acc": None, "pyg_time_to_acc": None,
+                "pyg_note": "NeighborLoader needs pyg-lib or torch-sparse; neither installed"}  # fmt: skip
+    import torch
+    import torch.nn.functional as F
+    from torch_geometric.loader import NeighborLoader
+
+    from graphrun.graph import load_dataset
+    from graphrun.graph.pyg import to_pyg
+    from graphrun.train.models import SAGE
+
+    data = to_pyg(load_dataset(args.dataset, mmap=False))
+    fanouts = [int(f) for f in args.fanouts.split(",")]
+    classes = int(data.y.max()) + 1
+    model = SAGE(data.x.size(1), args.hidden, classes, len(fanouts), 0.5)
+    opt = torch.optim.Adam(model.parameters(), lr=0.003)
+    train = NeighborLoader(data, fanouts, batch_size=args.batch_size, shuffle=True,
+                           input_nodes=data.train_mask)  # fmt: skip
+    test = NeighborLoader(data, fanouts, batch_size=4096, input_nodes=data.test_mask)
+    times, accs = [], []
+    for _ in range(args.epochs):
+        model.train()
+        t = time.perf_counter()
+        for b in train:
+            opt.zero_grad()
+            out = model(b.x, b.edge_index, b.num_sampled_nodes, b.num_sampled_edges)
+            F.cross_entropy(out[: b.batch_size], b.y[: b.batch_size]).backward()
+            opt.step()
+        times.append(time.perf_counter() - t)
+        model.eval()
+        correct = total = 0
+        with torch.no_grad():
+            for b in test:
+                out = model(b.x, b.edge_index, b.num_sampled_nodes, b.num_sampled_edges)
+                correct += int((out[: b.batch_size].argmax(-1) == b.y[: b.batch_size]).sum())
+                total += b.batch_size
+        accs.append(correct / max(total, 1))
+    return {"pyg_epoch_s": round(statistics.median(times), 4), "pyg_test_acc": accs[-1],
+            "pyg_epoch_s_all": [round(t, 4) for t in times], "pyg_test_acc_all": accs}  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphrun.graph import load_dataset
+    from graphrun.partition import partition_graph
+
+    keep = args.workdir is not None
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="graphrun-bench-")).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        graph = load_dataset(args.dataset)
+        if not (workdir / "parts" / "partition.json").is_file():
+            partition_graph(graph, workdir / "parts", 2, "metis", balance_train=True)
+        pyg = {} if args.no_pyg else run_pyg(args)
+        aggrs = ["scatter", "csr"] if args.aggr == "both" else [args.aggr]
+        for aggr in aggrs:
+            dist = run_distributed(args, workdir, aggr)
+            target = (pyg.get("pyg_test_acc") or dist["test_acc"]) - 0.01
+            out: dict[str, Any] = {
+                "bench": "train", "dataset": str(args.dataset), "nodes": graph.num_nodes,
+                "edges": graph.num_edges, "hosts": args.hosts, "aggr": aggr,
+                "epochs": args.epochs, **dist,
+                "time_to_acc": _time_to(dist["test_acc_all"], dist["epoch_s_all"], target),
+                "target_acc": round(target, 4), **pyg,
+                "load_avg": [round(x, 2) for x in os.getloadavg()],
+            }  # fmt: skip
+            if pyg.get("pyg_test_acc") is not None:
+                out["pyg_time_to_acc"] = _time_to(
+                    pyg["pyg_test_acc_all"], pyg["pyg_epoch_s_all"], target
+                )
+                out["epoch_ratio"] = round(dist["epoch_s"] / pyg["pyg_epoch_s"], 3)
+            print(json.dumps(out), flush=True)
+        return 0
+    finally:
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
