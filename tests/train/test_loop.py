@@ -74,3 +74,14 @@ def test_entry_point_gets_the_context(small, tmp_path):
     cfg = TrainConfig(task=None, entry_point="tests.train.entry:main", args=("--x", "1"))
     res = run_training(cfg, LocalData(small), DDPConfig(0, 1, "x:1"))
     assert res == {"rank": 0, "world_size": 1, "args": ["--x", "1"], "seeds": 200}
+
+
+def test_profile_records_follow_the_placement_schema(small, tmp_path):
+    from graphrun.placement.profile import BatchRecord
+
+    c, _ = ctx(small, tmp_path, profile_file=tmp_path / "prof.jsonl")
+    fit(c)
+    lines = (tmp_path / "prof.jsonl").read_text().splitlines()
+    recs = [BatchRecord.from_dict(json.loads(x), "prof.jsonl") for x in lines]
+    assert [r.iteration for r in recs] == [1]
+    assert recs[0].compute_s > 0 and recs[0].batch_bytes > 0 and recs[0].grad_bytes > 0

@@ -1,0 +1,109 @@
+"""Pure builders: paths, hosts, role command lines, placement applied, launch plans."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from graphrun.errors import SpecError
+from graphrun.job.hosts import Hosts
+from graphrun.job.launch import MachineLaunch
+from graphrun.job.roles import (
+    job_paths,
+    job_placement,
+    load_job_launch,
+    machine_launches,
+    machine_name,
+    plan_hosts,
+)
+from graphrun.job.spec import parse_job
+
+PY = "/usr/bin/python3"
+
+
+def make_job(**spec):
+    base = {
+        "graph": {"dataset": "data"},
+        "partition": {"parts": 2, "output": "parts"},
+        "runtime": {"machines": 2, "storeServersPerMachine": 2},
+        "training": {"task": "node-classification"},
+    }
+    base.update(spec)
+    return parse_job(
+        {"apiVersion": "graphrun.io/v1alpha1", "kind": "GraphJob", "metadata": {"name": "j"},
+         "spec": base}
+    )  # fmt: skip
+
+
+def test_paths_are_relative_to_the_job_file(tmp_path):
+    job = make_job()
+    paths = job_paths(job, tmp_path / "sub" / "job.yaml")
+    assert paths.dataset == tmp_path / "sub" / "data"
+    assert paths.parts == tmp_path / "sub" / "parts"
+    assert paths.run_dir == tmp_path / "sub" / "runs" / "j"
+    assert paths.checkpoints == paths.run_dir / "checkpoints"
+
+
+def test_hosts_and_launches_for_co_located_roles(tmp_path):
+    job = make_job()
+    paths = job_paths(job, tmp_path / "job.yaml")
+    roles = job_placement(job, paths)
+    hosts = plan_hosts(job, roles, {"m0": "10.0.0.1", "m1": "10.0.0.2"})
+    assert hosts.endpoints["store:1:1"].startswith("10.0.0.2:")
+    assert hosts.rendezvous.startswith("10.0.0.1:")  # trainer 0's machine
+    assert hosts.store_endpoints()[0] == [hosts.endpoints["store:0"], hosts.endpoints["store:0:1"]]
+    launches = machine_launches(job, roles, hosts, paths, resume=True, python=PY)
+    m1 = launches[1]
+    assert [r.role for r in m1.roles] == ["store:1", "store:1:1", "trainer:1"]
+    backup = m1.roles[1].command.argv
+    assert "--backup-of" in backup and f"tcp://{hosts.endpoints['store:1']}" in backup
+    assert "--resume" in m1.roles[2].command.argv
+    assert set(m1.wait_for) == set(hosts.endpoints.values())
+
+
+def test_placement_plan_moves_roles(tmp_path):
+    job = make_job(placement={"assignments": {"trainer:0": "m1", "store:1": "m0"}},
+                   runtime={"machines": 2})  # fmt: skip
+    paths = job_paths(job, tmp_path / "job.yaml")
+    launches = machine_launches(job, job_placement(job, paths), plan_hosts(job, job_placement(
+        job, paths)), paths, python=PY)  # fmt: skip
+    assert [r.role for r in launches[0].roles] == ["store:0", "store:1"]
+    assert [r.role for r in launches[1].roles] == ["trainer:0", "trainer:1"]
+
+
+def test_launch_plan_round_trips_through_json(tmp_path):
+    job = make_job()
+    paths = job_paths(job, tmp_path / "job.yaml")
+    roles = job_placement(job, paths)
+    launch = machine_launches(job, roles, plan_hosts(job, roles), paths, python=PY)[0]
+    assert MachineLaunch.read(launch.write(tmp_path / "m0.json")) == launch
+
+
+def test_worker_builds_the_same_launch_from_the_job(tmp_path):
+    job = make_job()
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(json.dumps(job.to_dict()))
+    paths = job_paths(job, job_file)
+    roles = job_placement(job, paths)
+    hosts = plan_hosts(job, roles)
+    hosts_file = hosts.write(tmp_path / "hosts.json")
+    mine = machine_launches(job, roles, hosts, paths, python=PY)[1]
+    again = load_job_launch(job_file, "1", hosts_file, paths.keys_dir, python=PY)
+    assert again.roles[0].command.argv == mine.roles[0].command.argv
+    assert again.wait_for == mine.wait_for
+
+
+def test_machine_names_and_bad_hosts_files(tmp_path):
+    job = make_job()
+    assert machine_name(job, "1") == "m1" and machine_name(job, "m0") == "m0"
+    with pytest.raises(SpecError, match="--machine"):
+        machine_name(job, "m7")
+    bad = tmp_path / "hosts.json"
+    bad.write_text('{"format": "graphrun-hosts", "version": 1, "machines": [], '
+                   '"endpoints": {"store:0": "nohost"}}')  # fmt: skip
+    with pytest.raises(SpecError, match=r"endpoints\.store:0"):
+        Hosts.read(bad)
+    with pytest.raises(SpecError, match="cannot read"):
+        Hosts.read(Path(tmp_path / "missing.json"))
