@@ -14,7 +14,9 @@ aggregation path (``--aggr scatter|csr|both``)::
      "time_to_first_step_s": from starting the job to trainer 0's first step,
      "peak_rss_mb": {"m0": .., "m1": ..} (proportional set size of each machine's roles),
      "pyg_epoch_s": .., "pyg_test_acc": .., "pyg_time_to_acc": ..  (null without
-     pyg-lib / torch-sparse, which PyG's NeighborLoader needs), "load_avg": [...]}
+     pyg-lib / torch-sparse, which PyG's NeighborLoader needs),
+     "single_epoch_s": .., "single_test_acc": ..  (the same model and sampling kernels in
+     one process on the whole graph), "load_avg": [...]}
 """
 
 from __future__ import annotations
@@ -46,7 +48,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--fanouts", default="25,10", help="comma-separated, one per layer")
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--bandwidth-mbit", type=float, help="with --hosts netns: link rate")
-    p.add_argument("--no-pyg", action="store_true", help="skip the single-process baseline")
+    p.add_argument("--no-pyg", action="store_true", help="skip the single-process PyG baseline")
+    p.add_argument(
+        "--no-single", action="store_true", help="skip graphrun's own single-process baseline"
+    )
     p.add_argument("--workdir", type=Path, help="keep partitions and logs here")
     p.set_defaults(func=run)
 
@@ -154,8 +159,9 @@ def run_pyg(args: argparse.Namespace) -> dict[str, Any]:
     import torch_geometric.typing as pyg_typing
 
     if not (pyg_typing.WITH_TORCH_SPARSE or pyg_typing.WITH_PYG_LIB):
+        note = "NeighborLoader needs pyg-lib or torch-sparse; neither is installed"
         return {"pyg_epoch_s": None, "pyg_test_acc": None, "pyg_time_to_acc": None,
-                "pyg_note": "NeighborLoader needs pyg-lib or torch-sparse; neither installed"}  # fmt: skip
+                "pyg_note": note}  # fmt: skip
     import torch
     import torch.nn.functional as F
     from torch_geometric.loader import NeighborLoader
@@ -194,6 +200,33 @@ def run_pyg(args: argparse.Namespace) -> dict[str, Any]:
             "pyg_epoch_s_all": [round(t, 4) for t in times], "pyg_test_acc_all": accs}  # fmt: skip
 
 
+def run_single(args: argparse.Namespace) -> dict[str, Any]:
+    """The same model and sampler in one process on the whole graph (graphrun's kernels)."""
+    import contextlib
+    import io
+
+    from graphrun.graph import load_dataset
+    from graphrun.train.config import TrainConfig
+    from graphrun.train.context import TrainContext
+    from graphrun.train.data import LocalData
+    from graphrun.train.ddp import DDPConfig
+    from graphrun.train.loop import fit
+    from graphrun.train.metrics import MetricsLog
+
+    fanouts = tuple(int(f) for f in args.fanouts.split(","))
+    cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, fanouts=fanouts,
+                      hidden=args.hidden)  # fmt: skip
+    out = io.StringIO()
+    data = LocalData(load_dataset(args.dataset, mmap=False))
+    ctx = TrainContext(cfg, data, DDPConfig(0, 1, "127.0.0.1:0"), MetricsLog(None, out=out))
+    with contextlib.redirect_stdout(io.StringIO()):
+        fit(ctx)
+    recs = [json.loads(x) for x in out.getvalue().splitlines()]
+    times = [r["epoch_s"] for r in recs]
+    return {"single_epoch_s": round(statistics.median(times), 4),
+            "single_test_acc": recs[-1]["test_acc"], "single_epoch_s_all": times}  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> int:
     from graphrun.graph import load_dataset
     from graphrun.partition import partition_graph
@@ -206,6 +239,7 @@ def run(args: argparse.Namespace) -> int:
         if not (workdir / "parts" / "partition.json").is_file():
             partition_graph(graph, workdir / "parts", 2, "metis", balance_train=True)
         pyg = {} if args.no_pyg else run_pyg(args)
+        single = {} if args.no_single else run_single(args)
         aggrs = ["scatter", "csr"] if args.aggr == "both" else [args.aggr]
         for aggr in aggrs:
             dist = run_distributed(args, workdir, aggr)
@@ -215,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
                 "edges": graph.num_edges, "hosts": args.hosts, "aggr": aggr,
                 "epochs": args.epochs, **dist,
                 "time_to_acc": _time_to(dist["test_acc_all"], dist["epoch_s_all"], target),
-                "target_acc": round(target, 4), **pyg,
+                "target_acc": round(target, 4), **pyg, **single,
                 "load_avg": [round(x, 2) for x in os.getloadavg()],
             }  # fmt: skip
             if pyg.get("pyg_test_acc") is not None:
