@@ -113,6 +113,19 @@ def _push_numbers(client: Any, rows: int, dim: int, repeats: int) -> dict[str, f
     return res
 
 
+def _numpy_numbers(
+    parts: Path, rows: int, dim: int, batches: list[int], repeats: int
+) -> dict[str, float]:
+    """The reference: fancy indexing of an in-memory array in this process."""
+    rng = np.random.default_rng(1)
+    table = np.array(np.load(parts / "part-0" / "node" / "_N" / "feat.npy"))
+    out = {}
+    for b in batches:
+        ids = rng.integers(0, rows, b)
+        out[str(b)] = round(_median_gbps(lambda i=ids: table[i], b * dim * 4, repeats), 3)
+    return out
+
+
 def _client(addresses: list[str], keys: Any, use_shm: bool) -> Any:
     from graphrun.store.client import ClientConfig, KVClient
 
@@ -211,14 +224,7 @@ def run(args: argparse.Namespace) -> int:
         parts = _make_partition(tmp, rows, dim)
         key_file = tmp / "job.key"
         keys = generate_keys(key_file)
-        rng = np.random.default_rng(1)
-        table = np.array(np.load(parts / "part-0" / "node" / "_N" / "feat.npy"))
-        numpy_g = {}
-        for b in batches:
-            ids = rng.integers(0, rows, b)
-            gbps = _median_gbps(lambda i=ids: table[i], b * dim * 4, args.repeats)
-            numpy_g[str(b)] = round(gbps, 3)
-        del table
+        numpy_g = _numpy_numbers(parts, rows, dim, batches, args.repeats)
         big = str(batches[-1])
         store = start_store(parts, 0, key_file=key_file)
         plain = start_store(parts, 0)
