@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -154,55 +153,25 @@ def _make_partition(tmp: Path, rows: int, dim: int) -> Path:
     return tmp / "parts"
 
 
-def _netns_available() -> bool:
-    return os.geteuid() == 0 and shutil.which("ip") is not None
-
-
-def _sh(*cmd: str) -> None:
-    subprocess.run(cmd, check=True, capture_output=True)
-
-
 def _netns_numbers(parts: Path, key_file: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Server in namespace A (10.77.x.1), client in namespace B (10.77.x.2), one veth pair."""
-    from graphrun.testing.procs import start_store
+    """Server in namespace A, client in namespace B, joined by one veth pair."""
+    from graphrun.testing.netns import host_pair
+    from graphrun.testing.procs import REPO_ROOT, start_store
 
-    tag = f"{os.getpid() % 100000}"
-    a, b = f"grkv-a-{tag}", f"grkv-b-{tag}"
-    sub = os.getpid() % 250 + 1
-    ip_a, ip_b = f"10.77.{sub}.1", f"10.77.{sub}.2"
-    created: list[str] = []
-    try:
-        for ns in (a, b):
-            _sh("ip", "netns", "add", ns)
-            created.append(ns)
-        _sh("ip", "link", "add", f"va{tag}", "type", "veth", "peer", "name", f"vb{tag}")
-        _sh("ip", "link", "set", f"va{tag}", "netns", a)
-        _sh("ip", "link", "set", f"vb{tag}", "netns", b)
-        for ns, dev, ip in ((a, f"va{tag}", ip_a), (b, f"vb{tag}", ip_b)):
-            _sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
-            _sh("ip", "-n", ns, "link", "set", dev, "up")
-            _sh("ip", "-n", ns, "link", "set", "lo", "up")
-        store = start_store(
-            parts,
-            0,
-            key_file=key_file,
-            address=f"tcp://{ip_a}:0",
-            launcher=["ip", "netns", "exec", a],
-        )
+    with host_pair("grkv") as (a, b):
+        address = f"tcp://{a.ip}:0"
+        store = start_store(parts, 0, key_file=key_file, address=address, launcher=a.exec_prefix)
         try:
-            cmd = ["ip", "netns", "exec", b, sys.executable, "-m", "graphrun", "bench", "kv"]
+            cmd = [*b.exec_prefix, sys.executable, "-m", "graphrun", "bench", "kv"]
             cmd += ["--client-only", store.address, "--key-file", str(key_file)]
             cmd += ["--rows", str(args.rows), "--dim", str(args.dim), "--batches", args.batches]
             cmd += ["--repeats", str(args.repeats)]
-            env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+            env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
             out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
             result: dict[str, Any] = json.loads(out.stdout)
             return result
         finally:
             store.stop()
-    finally:
-        for ns in created:
-            subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -213,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(_remote(args.client_only, args.key_file, args)))
         return 0
     from graphrun.rpc.auth import generate_keys
+    from graphrun.testing.netns import netns_available
     from graphrun.testing.procs import start_store
 
     batches = [int(b) for b in args.batches.split(",")]
@@ -258,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
                 },
             }
         )
-        want = args.netns == "yes" or (args.netns == "auto" and _netns_available())
+        want = args.netns == "yes" or (args.netns == "auto" and netns_available())
         if want:
             ns = _netns_numbers(parts, key_file, args)
             result["netns"] = {"remote_pull_GBps": ns["GBps"][big], **ns}

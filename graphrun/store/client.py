@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrun.errors import ArgumentError, GraphrunError, RpcError
+from graphrun.errors import ArgumentError, GraphrunError, RpcError, RpcTimeout
 from graphrun.partition.book import PartitionBook
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import Message
@@ -72,10 +72,14 @@ class _Part:
 
 @dataclass(frozen=True)
 class Pending:
-    """A request in flight (see :meth:`KVClient.request`)."""
+    """A request in flight (see :meth:`KVClient.request`); kept whole for a failover."""
 
     conn: RpcClient
     request_id: int
+    part: int = -1
+    op: str = ""
+    body: Mapping[str, Any] = field(default_factory=dict)
+    tensors: Sequence[np.ndarray] = ()
 
 
 class _Heartbeat(threading.Thread):
@@ -208,10 +212,23 @@ class KVClient:
     ) -> Pending:
         """Send ``op`` to a server of ``part`` (load-balanced unless ``main_only``)."""
         conn = self._part(part).main if main_only else self._pick(part)
-        return Pending(conn, conn.send(op, {**(body or {}), **self._base()}, tensors))
+        full = {**(body or {}), **self._base()}
+        return Pending(conn, conn.send(op, full, tensors), part, op, full, tensors)
 
     def wait(self, pending: Pending, timeout: float | None = None) -> Message:
-        return pending.conn.wait(pending.request_id, timeout)
+        """The reply; a backup that is gone (timeout, lost connection) is dropped from the
+        rotation and the request is sent again to the partition's main server."""
+        try:
+            return pending.conn.wait(pending.request_id, timeout)
+        except RpcError as exc:
+            e = self._parts.get(pending.part)
+            if type(exc) not in (RpcError, RpcTimeout) or e is None or pending.conn is e.main:
+                raise
+            log.warning("backup %s failed (%s); using the main server", pending.conn.address, exc)
+            if pending.conn in e.conns:
+                e.conns.remove(pending.conn)
+            rid = e.main.send(pending.op, pending.body, pending.tensors)
+            return e.main.wait(rid, timeout)
 
     def call(self, part: int, op: str, body: Mapping[str, Any] | None = None, **kw: Any) -> Message:
         return self.wait(self.request(part, op, body, **kw))

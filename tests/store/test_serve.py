@@ -178,3 +178,21 @@ def test_stale_segments_of_a_killed_store_are_cleaned_at_start(homo, key_file, t
 def test_store_refuses_a_bad_partition_dir(tmp_path):
     with pytest.raises(ChildFailed, match="exited with code 2"):
         start_store(tmp_path / "missing", 0)
+
+
+def test_dead_backup_fails_over_to_the_main(homo, key_file, keys, tmp_path):
+    import psutil
+
+    _, parts = homo
+    with start_stores(parts, 2, key_file=key_file, backups=1, shm_dir=tmp_path) as stores:
+        backup_pid = next(
+            ch.pid
+            for ch in psutil.Process(stores[0].pid).children()
+            if "--backup-of" in ch.cmdline()
+        )
+        with client(stores, keys, use_shm=False, timeout=3) as c:
+            assert len(c.servers_of(0)) == 2
+            psutil.Process(backup_pid).kill()
+            for _ in range(4):  # some of these go to the dead backup first
+                assert c.pull(FEAT, np.arange(10)).shape == (10, 8)
+            assert c.servers_of(0) == [stores[0].address]
