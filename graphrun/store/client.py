@@ -58,6 +58,11 @@ class ClientConfig:
     heartbeat_interval: float = 5.0  # <= 0: no heartbeat thread
     use_shm: bool | None = None  # None: when the server is on this machine
     load_balance: bool = True  # spread pulls and requests over main + backups
+    # > 0: split larger remote answers into that many bytes' worth of requests, all in
+    # flight at once (spread over backups). Off by default: it lost on this loaded 2-core
+    # machine (benchmarks/README.md); worth trying with spare cores and backups.
+    pull_chunk_bytes: int = 0
+    max_chunks: int = 16
     name: str = ""
 
 
@@ -333,6 +338,21 @@ class KVClient:
                 out.append((p, pos, pol.to_local(ids[pos], p)))
         return out
 
+    def _chunks(self, ti: TensorInfo, pos: np.ndarray | None, rows: np.ndarray) -> list[Any]:
+        """Split one owner's rows into pieces of about ``pull_chunk_bytes`` of answer:
+        (destination in the output, rows) pairs; the destination is a slice when the
+        group covers the whole output, else positions."""
+        row_bytes = np.dtype(ti.dtype).itemsize * int(np.prod(ti.row_shape, dtype=np.int64))
+        limit = self.cfg.pull_chunk_bytes
+        n = len(rows)
+        k = 1 if limit <= 0 else max(1, min(n * row_bytes // limit, self.cfg.max_chunks))
+        bounds = [n * i // k for i in range(k + 1)]
+        out = []
+        for a, b in itertools.pairwise(bounds):
+            dest = slice(a, b) if pos is None else pos[a:b]
+            out.append((dest, rows[a:b]))
+        return out
+
     def pull(self, name: str, ids: Any) -> np.ndarray:
         """Rows ``ids`` (global ids of the tensor's id space) in the given order."""
         ti = self.meta(name)
@@ -340,26 +360,24 @@ class KVClient:
         ids = pol.check_ids(ids)
         groups = self._groups(pol, ids)
         remote, local = [], []
-        for p, pos, rows in groups:  # remote requests first
+        for p, pos, rows in groups:  # remote requests first (large ones in pipelined chunks)
             arr = self._local_array(ti, p) if self._parts[p].local else None
             if arr is None:
-                remote.append((pos, self.request(p, "pull", {"name": name}, (rows,))))
+                for dest, part_rows in self._chunks(ti, pos, rows):
+                    pend = self.request(p, "pull", {"name": name}, (part_rows,))
+                    remote.append((dest, pend))
             else:
                 local.append((pos, arr, rows))
-        if len(groups) == 1 and not local:
-            return self.wait(remote[0][1]).tensors[0]
+        if len(remote) == 1 and not local and isinstance(remote[0][0], slice):
+            return self.wait(remote[0][1]).tensors[0]  # the received frame, no copy
         out = np.empty((len(ids), *ti.row_shape), dtype=ti.dtype)
         for pos, arr, rows in local:  # the co-located partition, while the rest is in flight
             if pos is None:
                 np.take(arr, rows, axis=0, out=out)
             else:
                 out[pos] = arr[rows]
-        for pos, pend in remote:
-            vals = self.wait(pend).tensors[0]
-            if pos is None:
-                out[...] = vals
-            else:
-                out[pos] = vals
+        for dest, pend in remote:
+            out[dest] = self.wait(pend).tensors[0]
         return out
 
     def push(
