@@ -122,16 +122,16 @@ def _local_vs_numpy(
     local, ref = {}, {}
     for b in batches:
         ids = rng.integers(0, rows, b)
-        t_local, t_ref = [], []
+        t_local: list[float] = []
+        t_ref: list[float] = []
         client.pull(FEAT, ids), table[ids]  # warm-up
         for _ in range(repeats):
-            for fn, times in (
-                (lambda: client.pull(FEAT, ids), t_local),
-                (lambda: table[ids], t_ref),
-            ):
-                t = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            client.pull(FEAT, ids)
+            t_local.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            table[ids]
+            t_ref.append(time.perf_counter() - t)
         local[str(b)] = round(b * dim * 4 / statistics.median(t_local) / 1e9, 3)
         ref[str(b)] = round(b * dim * 4 / statistics.median(t_ref) / 1e9, 3)
     return local, ref
