@@ -79,6 +79,21 @@ def _error_type(exc: BaseException) -> str:
     return "UserError" if isinstance(exc, UserError) else "RemoteError"
 
 
+_REFUSED_EVENTS = (
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+)
+
+_FAIL_EVENTS = (
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_DISCONNECTED
+    | zmq.EVENT_HANDSHAKE_SUCCEEDED
+)
+
+
 class RpcServer:
     """A ROUTER socket serving ``handler``; CURVE-secured when ``keys`` is given."""
 
@@ -106,11 +121,26 @@ class RpcServer:
             raise RpcError(f"cannot bind ({exc})", address=address) from exc
         self.address: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.handled = 0
+        self._monitor = self._sock.get_monitor_socket(_REFUSED_EVENTS)
+
+    def _log_refused(self) -> None:
+        """One log line per refused handshake (wrong key, no CURVE, garbage greeting)."""
+        while self._monitor.poll(0, zmq.POLLIN):
+            ev = recv_monitor_message(self._monitor)
+            log.warning(
+                "%s: refused a connection from %s: handshake failed (%s)",
+                self.name,
+                ev.get("endpoint", b"?").decode(errors="replace"),
+                "wrong or missing job key"
+                if ev["event"] & zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                else "protocol error",
+            )
 
     def poll(self, timeout_ms: int) -> int:
         """Serve the requests that arrive within ``timeout_ms``; returns how many."""
         n = 0
         timeout = timeout_ms
+        self._log_refused()
         while self._sock.poll(timeout, zmq.POLLIN):
             frames = self._sock.recv_multipart(copy=False)
             self._serve_one(frames)
@@ -173,17 +203,11 @@ class RpcServer:
         if self._auth is not None:
             self._auth.stop()
             self._auth = None
+        with contextlib.suppress(zmq.ZMQError):
+            self._sock.disable_monitor()
+        self._monitor.close(0)
         self._sock.close(0)
         self._ctx.term()
-
-
-_FAIL_EVENTS = (
-    zmq.EVENT_HANDSHAKE_FAILED_AUTH
-    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-    | zmq.EVENT_DISCONNECTED
-    | zmq.EVENT_HANDSHAKE_SUCCEEDED
-)
 
 
 _AUTH_TEXT = "handshake refused: this client does not hold the job key"

@@ -196,3 +196,30 @@ def test_dead_backup_fails_over_to_the_main(homo, key_file, keys, tmp_path):
             for _ in range(4):  # some of these go to the dead backup first
                 assert c.pull(FEAT, np.arange(10)).shape == (10, 8)
             assert c.servers_of(0) == [stores[0].address]
+
+
+def test_bad_input_leaves_one_log_line_each(homo, key_file, keys, tmp_path):
+    import zmq
+
+    from graphrun.rpc.auth import new_keypair, secure_client
+
+    _, parts = homo
+    store = start_store(parts, 0, key_file=key_file, shm_dir=tmp_path)
+    try:
+        ctx = zmq.Context()
+        s = ctx.socket(zmq.DEALER)
+        s.linger = 0
+        secure_client(s, keys)
+        s.connect(store.address)
+        s.send_multipart([b"\x00garbage"])
+        assert s.poll(5000)
+        s.close(0)
+        ctx.term()
+        with pytest.raises(RpcError):
+            KVClient(ClientConfig([store.address], keys=new_keypair(), timeout=2))
+        wait_until(lambda: "handshake failed" in store.log_tail(), what="auth log line")
+        log = store.log_tail()
+        assert "bad message from peer" in log and "not valid msgpack" in log
+        store.check()  # still running
+    finally:
+        assert store.stop() == 0
