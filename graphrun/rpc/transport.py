@@ -206,7 +206,7 @@ class RpcServer:
         with contextlib.suppress(zmq.ZMQError):
             self._sock.disable_monitor()
         self._monitor.close(0)
-        self._sock.close(0)
+        self._sock.close(linger=1000)  # let the last replies (e.g. to "stop") go out
         self._ctx.term()
 
 
