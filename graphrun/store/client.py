@@ -49,6 +49,9 @@ from graphrun.store.state import TensorInfo
 log = logging.getLogger("graphrun.store")
 
 
+DEFAULT_CURVE_CHUNK = 8 << 20
+
+
 @dataclass(frozen=True)
 class ClientConfig:
     servers: Sequence[str]  # main server address of every partition
@@ -58,10 +61,11 @@ class ClientConfig:
     heartbeat_interval: float = 5.0  # <= 0: no heartbeat thread
     use_shm: bool | None = None  # None: when the server is on this machine
     load_balance: bool = True  # spread pulls and requests over main + backups
-    # > 0: split larger remote answers into that many bytes' worth of requests, all in
-    # flight at once (spread over backups). Off by default: it lost on this loaded 2-core
-    # machine (benchmarks/README.md); worth trying with spare cores and backups.
-    pull_chunk_bytes: int = 0
+    # Split remote answers larger than this into requests all in flight at once (spread
+    # over backups), so that one chunk's CURVE encryption on the server overlaps the
+    # previous chunk's decryption here. None: 8 MiB with CURVE, off in plaintext (where
+    # it lost on this machine); 0: off. See benchmarks/README.md.
+    pull_chunk_bytes: int | None = None
     max_chunks: int = 16
     name: str = ""
 
@@ -344,6 +348,8 @@ class KVClient:
         group covers the whole output, else positions."""
         row_bytes = np.dtype(ti.dtype).itemsize * int(np.prod(ti.row_shape, dtype=np.int64))
         limit = self.cfg.pull_chunk_bytes
+        if limit is None:
+            limit = DEFAULT_CURVE_CHUNK if self.cfg.keys is not None else 0
         n = len(rows)
         k = 1 if limit <= 0 else max(1, min(n * row_bytes // limit, self.cfg.max_chunks))
         bounds = [n * i // k for i in range(k + 1)]
