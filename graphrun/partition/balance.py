@@ -20,6 +20,8 @@ stored in ``partition.json``; it is reported, never assumed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 WEIGHT_SCALE = 8
@@ -82,69 +84,94 @@ def rebalance(
     max_rounds: int = 64,
     seed: int = 0,
 ) -> np.ndarray:
-    """Move nodes until every criterion is within ``1 + tolerance`` of its mean."""
+    """Move nodes until every criterion is within ``1 + tolerance`` of its mean.
+
+    Returns the most balanced assignment seen (the worst max/mean over criteria).
+    """
     part = part.copy()
     rng = np.random.default_rng(seed)
     target = 1.0 + tolerance / 2
+    totals = crit.sum(axis=0)
+    per_node = np.where(totals > 0, totals / max(len(part), 1), 1.0)
+    best, best_worst = part.copy(), np.inf
     for _ in range(max_rounds):
         loads = part_loads(part, crit, num_parts)
         mean = loads.sum(axis=0) / num_parts
         ratio = loads / np.where(mean > 0, mean, 1.0)
+        worst = float(ratio.max())
+        if worst < best_worst:
+            best, best_worst = part.copy(), worst
+        if worst <= 1.0 + tolerance:
+            break
         p, k = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
-        if ratio[p, k] <= 1.0 + tolerance:
-            break
         room = mean[k] * target - loads[:, k]
-        receivers = np.flatnonzero((room > 0) & (ratio.max(axis=1) < 1.0 + tolerance))
-        if len(receivers) == 0:
-            receivers = np.flatnonzero(room > 0)
+        receivers = np.flatnonzero(room > 0)
         if len(receivers) == 0:
             break
-        if not _move_round(
-            part, crit, xadj, adjncy, num_parts, int(p), int(k), mean, loads, receivers, target, rng
-        ):
+        others = np.delete(crit, k, axis=1) / np.delete(per_node, k)
+        step = _Step(int(p), int(k), mean[k] * target, loads[:, k], receivers)
+        if not _move(part, crit[:, k], others.sum(axis=1), xadj, adjncy, num_parts, step, rng):
             break
-    return part
+    return best
 
 
-def _move_round(
+@dataclass(frozen=True)
+class _Step:
+    source: int  # the overloaded part
+    k: int  # the criterion
+    limit: float  # load every part should end at or below
+    loads: np.ndarray  # [P] current loads of criterion k
+    receivers: np.ndarray  # parts below the limit
+
+
+def _move(
     part: np.ndarray,
-    crit: np.ndarray,
+    w_all: np.ndarray,
+    other_load: np.ndarray,
     xadj: np.ndarray,
     adjncy: np.ndarray,
     num_parts: int,
-    p: int,
-    k: int,
-    mean: np.ndarray,
-    loads: np.ndarray,
-    receivers: np.ndarray,
-    target: float,
+    step: _Step,
     rng: np.random.Generator,
 ) -> bool:
-    excess = loads[p, k] - mean[k] * target
-    cand = np.flatnonzero((part == p) & (crit[:, k] > 0))
+    """One round: move nodes out of ``step.source`` into receivers with room."""
+    p = step.source
+    excess = step.loads[p] - step.limit
+    cand = np.flatnonzero((part == p) & (w_all > 0))
     if len(cand) == 0 or excess <= 0:
         return False
-    need = int(np.ceil(excess / crit[cand, k].mean()))
+    need = int(np.ceil(excess / w_all[cand].mean()))
     if len(cand) > 8 * need + 1024:
         cand = np.sort(rng.choice(cand, size=8 * need + 1024, replace=False))
     counts = _neighbour_counts(cand, part, xadj, adjncy, num_parts)
-    to_recv = counts[:, receivers]
-    best = receivers[np.argmax(to_recv, axis=1)]
-    gain = to_recv.max(axis=1) - counts[:, p]
-    # best gain first; among equals, the node carrying more of the criterion
-    order = np.lexsort((-crit[cand, k], -gain))
-    cand, best = cand[order], best[order]
-    w = crit[cand, k]
-    within = np.cumsum(w) - w < excess
-    cand, best, w = cand[within], best[within], w[within]
+    cap = {int(q): float(step.limit - step.loads[q]) for q in step.receivers}
     moved = False
-    for q in receivers:
-        sel = best == q
-        cap = mean[k] * target - loads[q, k]
-        take = sel & (np.cumsum(np.where(sel, w, 0.0)) <= cap)
-        if take.any():
-            part[cand[take]] = q
-            moved = True
+    for _ in range(len(cap)):  # each pass fills or closes at least one receiver
+        lightest = float(w_all[cand].min()) if len(cand) else np.inf
+        open_q = np.array([q for q, c in cap.items() if c >= lightest], dtype=np.int64)
+        if len(open_q) == 0 or excess <= 0:
+            break
+        to_recv = counts[:, open_q]
+        best = open_q[np.argmax(to_recv, axis=1)]
+        gain = to_recv.max(axis=1) - counts[:, p]
+        # smallest cut increase first; then nodes carrying little of the other criteria
+        order = np.lexsort((other_load[cand], -gain))
+        w = w_all[cand[order]]
+        want = np.cumsum(w) - w < excess
+        taken = np.zeros(len(cand), dtype=bool)
+        for q in open_q:
+            sel = want & (best[order] == q)
+            take = sel & (np.cumsum(np.where(sel, w, 0.0)) <= cap[int(q)])
+            idx = order[take]
+            part[cand[idx]] = q
+            taken[idx] = True
+            amount = float(w[take].sum())
+            cap[int(q)] -= amount
+            excess -= amount
+            moved = moved or len(idx) > 0
+            if (sel & ~take).any():  # full: its other candidates try the next-best part
+                cap[int(q)] = 0.0
+        cand, counts = cand[~taken], counts[~taken]
     return moved
 
 
@@ -168,16 +195,20 @@ def random_assign(
     groups = [np.arange(num_nodes)]
     if train_mask is not None:
         groups = [np.flatnonzero(train_mask), np.flatnonzero(~train_mask)]
-    shift = 0
+    load = np.zeros(num_parts)
     for nodes in groups:
         order = rng.permutation(nodes)
+        slot = np.arange(len(order)) % num_parts
         if in_degree is not None:
             order = order[np.argsort(-in_degree[order], kind="stable")]
-            i = np.arange(len(order))
-            rnd, pos = i // num_parts, i % num_parts
-            slot = np.where(rnd % 2 == 0, pos, num_parts - 1 - pos)
-        else:
-            slot = np.arange(len(order)) % num_parts
-        part[order] = (slot + shift) % num_parts
-        shift += len(order)  # continue dealing where the last group stopped
+            rnd = np.arange(len(order)) // num_parts
+            slot = np.where(rnd % 2 == 0, slot, num_parts - 1 - slot)
+        # the slots that get one node more go to the parts that have fewer so far
+        # (by degree when edges are balanced, else by count)
+        weight = None if in_degree is None else in_degree[order].astype(np.float64)
+        per_slot = np.bincount(slot, weights=weight, minlength=num_parts)
+        mapping = np.empty(num_parts, dtype=np.int64)
+        mapping[np.argsort(-per_slot, kind="stable")] = np.argsort(load, kind="stable")
+        part[order] = mapping[slot]
+        load += np.bincount(part[order], weights=weight, minlength=num_parts)
     return part
