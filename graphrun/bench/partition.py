@@ -9,7 +9,8 @@ prints one JSON object per run::
      "train_balance", "seconds", "peak_rss_mb", "pymetis_edge_cut", "pymetis_seconds",
      "cut_vs_pymetis", "load_avg", ...}
 
-Without ``--dataset`` it generates a community graph of ``--nodes``/``--edges`` first.
+Without ``--dataset`` it first generates the community graph of ``graphrun generate
+community --nodes N --avg-degree E/N`` (edges stored both ways).
 """
 
 from __future__ import annotations
@@ -94,13 +95,14 @@ def pymetis_baseline(dataset: Path, parts: int) -> dict[str, float]:
 
 def run(args: argparse.Namespace) -> int:
     from graphrun.graph import load_dataset, save_dataset
-    from graphrun.testing.graphs import community_graph
+    from graphrun.graph.generate import GenParams, community
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="graphrun-bench-partition-"))
     work.mkdir(parents=True, exist_ok=True)
     dataset = Path(args.dataset) if args.dataset else work / "dataset"
     if not args.dataset and not dataset.exists():
-        save_dataset(community_graph(args.nodes, args.edges, name="community"), dataset)
+        params = GenParams(nodes=args.nodes, avg_degree=args.edges / args.nodes, seed=0)
+        save_dataset(community(params), dataset)
     g = load_dataset(dataset)
     extra = ["--method", args.method]
     extra += ["--balance-train"] if args.balance_train else []
