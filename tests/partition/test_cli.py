@@ -200,3 +200,13 @@ def test_command_line_process(dataset: Path, tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_cli_accepts_an_importable_npy_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "raw"
+    folder.mkdir()
+    g = community_graph(50, 300, num_communities=2, seed=0)
+    np.save(folder / "src.npy", np.asarray(g.src))
+    np.save(folder / "dst.npy", np.asarray(g.dst))
+    assert main(["partition", str(folder), str(tmp_path / "o"), "--parts", "2"]) == 0
+    assert load_partition_book(tmp_path / "o").num_nodes == 50
