@@ -155,6 +155,12 @@ class KVClient:
                 conn.close()
                 raise
             part = int(info["part"])
+            if int(info["index"]) != 0:
+                conn.close()
+                raise ArgumentError(
+                    f"servers: {address} is backup {info['index']} of partition {part}; "
+                    "give the main server's address (backups are found through it)"
+                )
             if part in self._parts:
                 conn.close()
                 raise ArgumentError(f"servers: two addresses serve partition {part}")

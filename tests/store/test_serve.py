@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from graphrun.errors import RpcError
+from graphrun.errors import ArgumentError, RpcError
 from graphrun.rpc.transport import RpcClient
 from graphrun.store.client import ClientConfig, KVClient
 from graphrun.testing.procs import REPO_ROOT, ChildFailed, start_store, start_stores
@@ -54,6 +54,9 @@ def test_backups_serve_the_same_memory(homo, key_file, keys, tmp_path, rng):
             np.testing.assert_array_equal(c.pull("late", [0, 1]).ravel(), [3, 4])
         assert c.stats(0, 0)["served"].get("pull", 0) > 0
         assert c.stats(0, 1)["served"].get("pull", 0) > 0
+        backup = c.servers_of(0)[1]
+        with pytest.raises(ArgumentError, match="is backup 1 of partition 0"):
+            KVClient(ClientConfig([backup, stores[1].address], keys=keys, timeout=5))
 
 
 def _client_script(addresses, key_file, job, heartbeat, action):
