@@ -121,6 +121,8 @@ class KVClient:
     def __init__(self, cfg: ClientConfig) -> None:
         if not cfg.servers:
             raise ArgumentError("servers: at least one store server address is needed")
+        if not cfg.job:
+            raise ArgumentError("job: must be a non-empty name")
         self.cfg = cfg
         self.job = cfg.job
         self.session = f"{cfg.name or 'client'}-{os.getpid()}-{uuid.uuid4().hex[:12]}"

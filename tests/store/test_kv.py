@@ -227,6 +227,13 @@ def test_wrong_key_refused_store_goes_on(stores, keys):
         assert c.pull(FEAT, [0]).shape == (1, 8)
 
 
+def test_empty_job_name_is_refused(stores, keys):
+    with pytest.raises(ArgumentError, match="job"):
+        connect(stores, keys, job="")
+    with connect(stores, keys) as c, pytest.raises(ArgumentError, match="field 'job'"):
+        c._parts[0].main.call("join", {"s": "x", "job": ""})
+
+
 def test_request_without_session_is_refused(stores, keys):
     with connect(stores, keys) as c:
         conn = c._parts[0].main
