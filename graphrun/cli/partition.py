@@ -32,7 +32,11 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("dataset", metavar="DATASET", help="dataset directory to partition")
+    p.add_argument(
+        "dataset",
+        metavar="DATASET",
+        help="dataset directory, or a folder graphrun import understands (npy, CSV, Parquet)",
+    )
     p.add_argument("out", metavar="OUT", help="partition directory to create (must not exist)")
     p.add_argument("--parts", type=int, required=True, metavar="N", help="number of partitions")
     p.add_argument(
@@ -59,10 +63,9 @@ def register(subparsers: Any) -> None:
 
 
 def _load(path: str) -> Any:
-    import graphrun.graph as graph_pkg
+    from graphrun.graph.importers import load_graph
 
-    loader = getattr(graph_pkg, "load_graph", None) or graph_pkg.load_dataset
-    return loader(path)
+    return load_graph(path)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -63,7 +63,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrun.errors import PartitionFormatError
+from graphrun.errors import ArgumentError, PartitionFormatError
 from graphrun.graph import Graph, etype_key
 from graphrun.graph.format import atomic_dir, commit_dir
 from graphrun.partition.book import PartitionBook
@@ -295,6 +295,10 @@ class Partition:
         mask[: self.num_inner_nodes] = True
         return mask
 
+    def local_node_types(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(type id int32, per-type new id int64)`` of every local node."""
+        return self.book.to_per_type(self.nodes)
+
     @property
     def halo_hops(self) -> int:
         return int(self.config.get("halo_hops", 1))
@@ -343,7 +347,7 @@ def _load_features(
             raise PartitionFormatError(f"{cfile}: field '{kind}.{key}' must be an object")
         try:
             lo, hi = book.owned_nodes(part, key) if nodes else book.owned_edges(part, key)
-        except Exception as exc:  # unknown type name in the schema
+        except ArgumentError as exc:  # unknown type name in the schema
             raise PartitionFormatError(f"{cfile}: field '{kind}.{key}': {exc}") from None
         out[key] = {}
         for name, spec in feats.items():

@@ -77,6 +77,11 @@ def assign(
     """Partition id (int64) of every node."""
     check_arguments(graph, parts, method, 0)
     train = train_mask_of(graph) if balance_train else None
+    if balance_train and train is None:
+        raise ArgumentError(
+            f"balance_train: graph {graph.name!r} has no training nodes "
+            "(no node type has a non-empty 'train_mask')"
+        )
     in_degree = np.bincount(graph.dst, minlength=graph.num_nodes) if balance_edges else None
     if method == "random":
         return balance.random_assign(

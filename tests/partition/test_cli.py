@@ -200,3 +200,26 @@ def test_command_line_process(dataset: Path, tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_cli_accepts_an_importable_npy_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "raw"
+    folder.mkdir()
+    g = community_graph(50, 300, num_communities=2, seed=0)
+    np.save(folder / "src.npy", np.asarray(g.src))
+    np.save(folder / "dst.npy", np.asarray(g.dst))
+    assert main(["partition", str(folder), str(tmp_path / "o"), "--parts", "2"]) == 0
+    assert load_partition_book(tmp_path / "o").num_nodes == 50
+
+
+def test_balance_train_needs_training_nodes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "raw"
+    folder.mkdir()
+    np.save(folder / "src.npy", np.array([0, 1, 2], np.int64))
+    np.save(folder / "dst.npy", np.array([1, 2, 0], np.int64))
+    argv = ["partition", str(folder), str(tmp_path / "o"), "--parts", "2", "--balance-train"]
+    assert main(argv) == 2
+    assert "train_mask" in only_error_line(capsys)
+    assert list(tmp_path.iterdir()) == [folder]  # neither OUT nor its temporary
