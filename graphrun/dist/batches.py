@@ -30,8 +30,9 @@ Kind = Literal["node", "link"]
 
 
 def batch_seed(seed: int, epoch: int, index: int) -> int:
-    """A well-mixed generator seed for batch ``index`` of ``epoch``."""
-    return int(np.random.SeedSequence([seed, epoch, index]).generate_state(1, np.uint64)[0] >> 2)
+    """A well-mixed generator seed for batch ``index`` (>= -1) of ``epoch``."""
+    entropy = [seed & (2**63 - 1), epoch & (2**63 - 1), index + 1]
+    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0] >> 2)
 
 
 @dataclass(frozen=True)

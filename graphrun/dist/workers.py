@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import socket
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -133,10 +134,15 @@ class WorkerPool:
                 return item
             except queue.Empty:
                 self._check_alive()
+            except (OSError, EOFError, RuntimeError) as exc:
+                # a batch whose sender died cannot be received (its shared tensors are gone)
+                deadline = time.monotonic() + 10 * POLL_S
+                while time.monotonic() < deadline:
+                    self._check_alive()
+                    time.sleep(POLL_S / 5)
+                raise GraphrunError(f"loader: receiving a mini-batch failed ({exc})") from exc
 
     def _wait_ready(self, timeout: float) -> None:
-        import time
-
         deadline = time.monotonic() + timeout
         ready = 0
         while ready < len(self.procs):
