@@ -109,6 +109,7 @@ def _timed(batches: list[Any], step: Any) -> tuple[float, int]:
 
 def bench_local(graph: Any, fanouts: list[int], batches: list[Any]) -> dict[str, float]:
     from graphrun.sampling import CSCGraph, GraphFeatures, NeighborSampler, OffsetTypeMap, collate
+    from graphrun.sampling.sampler import Output
 
     types = OffsetTypeMap.from_graph(graph)
     sampler = NeighborSampler(
@@ -116,7 +117,7 @@ def bench_local(graph: Any, fanouts: list[int], batches: list[Any]) -> dict[str,
     )
     secs, edges = _timed(batches, lambda b: int(sampler.sample(b).edge.numel()))
     feats = GraphFeatures(graph)
-    output = "hetero" if graph.is_hetero else "data"
+    output: Output = "hetero" if graph.is_hetero else "data"
 
     def full(b: Any) -> int:
         sub = sampler.sample(b)
