@@ -4,8 +4,9 @@ Prints one JSON object:
 
 * ``local_sampled_edges_per_s`` — one process, the whole graph's CSC in memory,
   2-hop sampling (fanouts, batch size) including relabelling into the
-  hierarchical layout; ``local_minibatches_per_s`` adds gathering ``feat``/``label``
-  into a PyG ``Data``;
+  hierarchical layout (``..._per_cpu_s``: per second of this process's CPU time,
+  a proxy for a quiet machine); ``local_minibatches_per_s`` adds gathering
+  ``feat``/``label`` into a PyG ``Data``;
 * ``dist_sampled_edges_per_s`` — the graph in ``--parts`` partitions served by real
   store processes; seeds spread over all partitions; every one-hop request goes
   over loopback (``use_shm=False``); ``dist_shm_sampled_edges_per_s`` — the same
@@ -96,15 +97,15 @@ def _seed_batches(num_nodes: int, args: argparse.Namespace) -> list[Any]:
     return [perm[i * args.batch_size : (i + 1) * args.batch_size] for i in range(args.batches + 2)]
 
 
-def _timed(batches: list[Any], step: Any) -> tuple[float, int]:
-    """Run ``step`` on 2 warm-up batches, then time the rest; (seconds, edges)."""
+def _timed(batches: list[Any], step: Any) -> tuple[float, int, float]:
+    """Run ``step`` on 2 warm-up batches, then time the rest; (seconds, edges, cpu seconds)."""
     for b in batches[:2]:
         step(b)
     edges = 0
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     for b in batches[2:]:
         edges += step(b)
-    return time.perf_counter() - t, edges
+    return time.perf_counter() - t, edges, time.process_time() - c
 
 
 def bench_local(graph: Any, fanouts: list[int], batches: list[Any]) -> dict[str, float]:
@@ -115,7 +116,7 @@ def bench_local(graph: Any, fanouts: list[int], batches: list[Any]) -> dict[str,
     sampler = NeighborSampler(
         CSCGraph.from_graph(graph), types, graph.num_nodes, fanouts, generator=0
     )
-    secs, edges = _timed(batches, lambda b: int(sampler.sample(b).edge.numel()))
+    secs, edges, cpu = _timed(batches, lambda b: int(sampler.sample(b).edge.numel()))
     feats = GraphFeatures(graph)
     output: Output = "hetero" if graph.is_hetero else "data"
 
@@ -124,9 +125,10 @@ def bench_local(graph: Any, fanouts: list[int], batches: list[Any]) -> dict[str,
         collate(sub, types, feats, output=output)
         return 1
 
-    bsecs, n = _timed(batches, full)
+    bsecs, n, _ = _timed(batches, full)
     return {
         "local_sampled_edges_per_s": edges / secs,
+        "local_sampled_edges_per_cpu_s": edges / cpu,
         "local_edges_per_batch": edges / max(1, len(batches) - 2),
         "local_minibatches_per_s": n / bsecs,
     }
@@ -193,7 +195,9 @@ def bench_dist(
                     sampler = NeighborSampler(
                         ctx.sampler, BookTypeMap(book), book.num_nodes, fanouts, generator=0
                     )
-                    secs, edges = _timed(seeds, lambda b, s=sampler: int(s.sample(b).edge.numel()))
+                    secs, edges, _ = _timed(
+                        seeds, lambda b, s=sampler: int(s.sample(b).edge.numel())
+                    )
                     out[key] = edges / secs
             with initialize(servers, use_shm=False, heartbeat_interval=0) as ctx:
                 if graph.is_hetero:
