@@ -86,7 +86,7 @@ class Relabeler:
             if (self.num_nodes <= MAP_LIMIT)
             else None
         )
-        self._mark = torch.zeros(self.num_nodes, dtype=torch.bool) if self._map is not None else None
+        self._mark = None if self._map is None else torch.zeros(self.num_nodes, dtype=torch.bool)
         self._nodes: list[Tensor] = []
         self._count = 0
         self._sorted = torch.empty(0, dtype=torch.long)
