@@ -95,6 +95,9 @@ class CSCGraph:
         self.weights = None if weights is None else _tensor(weights)[:n_e].double()
         self.etypes: Tensor | None = None
         self.typed_indptr: Tensor | None = None
+        self._out_counts: Tensor | None = None
+        self._eid_sorted: Tensor | None = None
+        self._eid_order: Tensor | None = None
         if self.num_etypes > 1:
             if etypes is None:
                 raise ArgumentError("etypes: required when num_etypes > 1")
@@ -145,6 +148,27 @@ class CSCGraph:
         rows = check_seeds(nodes, self.row_start, self.row_start + self.num_rows, "nodes")
         rows = rows - self.row_start
         return self.indptr[rows + 1] - self.indptr[rows]
+
+    def out_degree_counts(self, num_nodes: int) -> Tensor:
+        """How many of this block's edges leave each of the ``num_nodes`` global nodes."""
+        if self._out_counts is None or self._out_counts.numel() != num_nodes:
+            self._out_counts = torch.bincount(self.indices, minlength=num_nodes)
+        return self._out_counts
+
+    def find_edges(self, eids: Tensor) -> tuple[Tensor, Tensor]:
+        """``(src, dst)`` global node ids of edges ``eids`` owned by this block."""
+        if self._eid_sorted is None:
+            self._eid_sorted, self._eid_order = torch.sort(self.eids)
+        assert self._eid_order is not None
+        e = torch.as_tensor(eids).long()
+        i = torch.searchsorted(self._eid_sorted, e).clamp_max_(max(self.num_edges - 1, 0))
+        hit = self._eid_sorted[i] == e if self.num_edges else torch.zeros_like(e, dtype=torch.bool)
+        if not bool(hit.all()):
+            j = int(torch.nonzero(~hit)[0])
+            raise ArgumentError(f"eids[{j}] = {int(e[j])} is not an edge of this partition")
+        pos = self._eid_order[i]
+        dst = torch.searchsorted(self.indptr, pos, right=True) - 1 + self.row_start
+        return self.indices[pos], dst
 
     def sample_one_hop(
         self,

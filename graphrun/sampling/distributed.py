@@ -33,6 +33,9 @@ from graphrun.sampling.kernels import make_generator
 from graphrun.sampling.partitioned import csc_from_structure
 
 OP = "sample_neighbors"
+OP_IN_DEGREES = "graph_in_degrees"
+OP_OUT_DEGREES = "graph_out_degrees"
+OP_FIND_EDGES = "graph_find_edges"
 
 
 class Reply(Protocol):
@@ -160,6 +163,76 @@ class DistOneHopSampler:
             msg = self.client.wait(pend)  # type: ignore[union-attr]
             parts.append((idx, decode_reply(msg, idx.numel(), self.typed)))
         return merge(parts, self.typed)
+
+    # ---- structure queries (same split: local partitions in-process, others by request)
+
+    def _by_owner(
+        self, ids: np.ndarray, owner: np.ndarray, op: str, count: int, local_fn: Any
+    ) -> list[Tensor]:
+        order = np.argsort(owner, kind="stable")
+        bounds = np.searchsorted(owner[order], np.arange(self.book.num_parts + 1))
+        outs = [torch.empty(len(ids), dtype=torch.long) for _ in range(count)]
+        pending = []
+        for p in range(self.book.num_parts):
+            pos = order[bounds[p] : bounds[p + 1]]
+            if len(pos) and p not in self.local:
+                if self.client is None:
+                    raise ProtocolError(f"partition {p} is not local and there is no store client")
+                pending.append((pos, self.client.request(p, op, {}, (ids[pos],))))
+        for p in range(self.book.num_parts):
+            pos = order[bounds[p] : bounds[p + 1]]
+            if len(pos) and p in self.local:
+                got = local_fn(self.local[p], torch.from_numpy(ids[pos]))
+                for o, g in zip(outs, got, strict=True):
+                    o[torch.from_numpy(pos)] = g
+        for pos, pend in pending:
+            got = _one(self.client.wait(pend), len(pos), count, op)  # type: ignore[union-attr]
+            for o, g in zip(outs, got, strict=True):
+                o[torch.from_numpy(pos)] = g
+        return outs
+
+    def in_degrees(self, ids: Tensor) -> Tensor:
+        """In-degree of global node ids (asked of each node's owner)."""
+        nid = check_seeds(ids, 0, self.book.num_nodes, "ids").numpy()
+        return self._by_owner(
+            nid, self.book.nid2part(nid), OP_IN_DEGREES, 1, lambda c, x: (c.in_degrees(x),)
+        )[0]
+
+    def find_edges(self, eids: Tensor) -> tuple[Tensor, Tensor]:
+        """``(src, dst)`` global node ids of global edge ids (asked of each edge's owner)."""
+        e = check_seeds(eids, 0, self.book.num_edges, "eids").numpy()
+        src, dst = self._by_owner(
+            e, self.book.eid2part(e), OP_FIND_EDGES, 2, lambda c, x: c.find_edges(x)
+        )
+        return src, dst
+
+    def out_degrees(self, ids: Tensor) -> Tensor:
+        """Out-degree of global node ids: every partition counts the edges it owns."""
+        nid = check_seeds(ids, 0, self.book.num_nodes, "ids").numpy()
+        n = self.book.num_nodes
+        total = torch.zeros(len(nid), dtype=torch.long)
+        pending = []
+        for p in range(self.book.num_parts):
+            if p in self.local:
+                total += self.local[p].out_degree_counts(n)[torch.from_numpy(nid)]
+            elif self.client is not None:
+                pending.append(self.client.request(p, OP_OUT_DEGREES, {}, (nid,)))
+            else:
+                raise ProtocolError(f"partition {p} is not local and there is no store client")
+        for pend in pending:
+            total += _one(self.client.wait(pend), len(nid), 1, OP_OUT_DEGREES)[0]  # type: ignore[union-attr]
+        return total
+
+
+def _one(msg: Reply, n: int, count: int, op: str) -> tuple[Tensor, ...]:
+    if len(msg.tensors) != count:
+        raise ProtocolError(f"expected {count} tensors, got {len(msg.tensors)}", kind=op)
+    out = []
+    for i, a in enumerate(msg.tensors):
+        if a.shape != (n,):
+            raise ProtocolError(f"tensor {i} has shape {a.shape}, expected ({n},)", kind=op)
+        out.append(torch.from_numpy(np.array(a, dtype=np.int64)))
+    return tuple(out)
 
 
 def merge(parts: list[tuple[Tensor, SampledEdges]], typed: bool) -> SampledEdges:

@@ -130,7 +130,7 @@ def _uniform_no_replace(start: Tensor, deg: Tensor, k: Tensor, gen: torch.Genera
     total = int(kk.sum())
     which = torch.repeat_interleave(torch.arange(deg.numel()), kk, output_size=total)
     if total == chosen.numel():  # every row has max(kk) picks: no mask needed
-        return Picks(which, (start.unsqueeze(1) + chosen).view(-1))
+        return Picks(which, (start.unsqueeze(1) + chosen).reshape(-1))
     pos = torch.masked_select(start.unsqueeze(1) + chosen, chosen >= 0)
     return Picks(which, pos)
 
@@ -143,17 +143,17 @@ def _floyd(n: Tensor, k: Tensor, gen: torch.Generator) -> Tensor:
     serves rows with fewer neighbours than the fanout too.
     """
     kmax = int(k.max())
-    out = torch.full((n.numel(), kmax), -1, dtype=torch.long)
+    out = torch.full((kmax, n.numel()), -1, dtype=torch.long)  # pick-major: rows contiguous
     base = n - k
     for i in range(kmax):
         j = base + i  # pick from range(j + 1)
         u = torch.rand(n.numel(), generator=gen, dtype=torch.float64)
         t = (u * (j + 1)).long()
         if i:
-            seen = (out[:, :i] == t.unsqueeze(1)).any(1)
+            seen = (out[:i] == t).any(0)
             t = torch.where(seen, j, t)
-        out[:, i] = torch.where(i < k, t, -1)
-    return out
+        out[i] = torch.where(i < k, t, -1)
+    return out.t()
 
 
 def _weighted_no_replace(

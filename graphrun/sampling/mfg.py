@@ -31,6 +31,9 @@ from graphrun.sampling.csc import SampledEdges
 # A scratch map of this many entries (8 bytes each) is the most a Relabeler allocates;
 # bigger id spaces relabel by sorting instead.
 MAP_LIMIT = 1 << 26
+# New ids are found by scanning a mark array when the id space is at most this many
+# times the candidates (a linear scan beats sorting them), else by sorting.
+DENSE_FACTOR = 8
 
 
 class OneHopSampler(Protocol):
@@ -83,6 +86,7 @@ class Relabeler:
             if (self.num_nodes <= MAP_LIMIT)
             else None
         )
+        self._mark = None if self._map is None else torch.zeros(self.num_nodes, dtype=torch.bool)
         self._nodes: list[Tensor] = []
         self._count = 0
         self._sorted = torch.empty(0, dtype=torch.long)
@@ -119,7 +123,17 @@ class Relabeler:
         unseen = torch.nonzero(local < 0).squeeze(1)
         if unseen.numel() == 0:
             return local, ids[:0]
-        new, inverse = torch.unique(ids.index_select(0, unseen), return_inverse=True)
+        cand = ids.index_select(0, unseen)
+        if self._mark is not None and self.num_nodes <= DENSE_FACTOR * cand.numel():
+            # dense: mark and scan the id space (no sort; sorted by id, deterministic)
+            self._mark[cand] = True
+            new = torch.nonzero(self._mark).squeeze(1)
+            self._mark[new] = False
+            self._insert(new)
+            assert self._map is not None
+            local[unseen] = self._map.index_select(0, cand)
+            return local, new
+        new, inverse = torch.unique(cand, return_inverse=True)
         local[unseen] = self._count + inverse
         self._insert(new)
         return local, new

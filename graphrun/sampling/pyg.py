@@ -35,8 +35,11 @@ Etype = tuple[str, str, str]
 
 
 class TypeMap(Protocol):
-    node_types: tuple[str, ...]
-    edge_types: tuple[Etype, ...]
+    @property
+    def node_types(self) -> tuple[str, ...]: ...
+
+    @property
+    def edge_types(self) -> tuple[Etype, ...]: ...
 
     def nodes_per_type(self, ids: Tensor) -> tuple[Tensor, Tensor]:
         """``(type id, per-type id)`` of global node ids."""

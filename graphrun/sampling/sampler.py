@@ -57,15 +57,21 @@ class NeighborSampler:
         self.generator = make_generator(generator)
         self._relabeler = Relabeler(self.num_nodes)
 
-    def sample(self, seeds: Tensor | np.ndarray | Sequence[int]) -> SampledSubgraph:
-        """Sample from unique global seed ids; ArgumentError on ids out of range."""
+    def sample(
+        self, seeds: Tensor | np.ndarray | Sequence[int], generator: Seed = None
+    ) -> SampledSubgraph:
+        """Sample from unique global seed ids; ArgumentError on ids out of range.
+
+        ``generator`` (optional) overrides the sampler's own for this call, e.g. one
+        seed per mini-batch so that a batch does not depend on who samples it.
+        """
         s = check_seeds(torch.as_tensor(seeds), 0, self.num_nodes)
         return sample_multi_hop(
             self.graph,
             s,
             self.fanouts,
             relabeler=self._relabeler,
-            generator=self.generator,
+            generator=self.generator if generator is None else make_generator(generator),
             replace=self.replace,
             weighted=self.weighted,
         )

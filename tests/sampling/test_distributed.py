@@ -135,3 +135,20 @@ def test_out_of_range_seed(tmp_path: Path) -> None:
         DistOneHopSampler(None, book, local).sample_one_hop(
             torch.tensor([book.num_nodes]), torch.tensor([1]), generator=make_generator(0)
         )
+
+
+def test_structure_queries_match_the_original_graph(tmp_path: Path) -> None:
+    g = random_graph()
+    book, local, ids = partitioned(tmp_path, g)
+    dist = DistOneHopSampler(None, book, local)
+    new_n = torch.from_numpy(np.asarray(ids.new_nids))
+    new_e = torch.from_numpy(np.asarray(ids.new_eids))
+    orig = torch.arange(g.num_nodes)
+    assert torch.equal(dist.in_degrees(new_n[orig]), torch.from_numpy(g.in_degrees()))
+    assert torch.equal(dist.out_degrees(new_n[orig]), torch.from_numpy(g.out_degrees()))
+    e = torch.tensor([0, 17, g.num_edges - 1])
+    src, dst = dist.find_edges(new_e[e])
+    assert torch.equal(src, new_n[torch.from_numpy(g.src)[e]])
+    assert torch.equal(dst, new_n[torch.from_numpy(g.dst)[e]])
+    with pytest.raises(ArgumentError, match="eids"):
+        dist.find_edges(torch.tensor([g.num_edges]))
