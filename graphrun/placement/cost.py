@@ -101,6 +101,7 @@ class Evaluator:
     lam: float = 10.0
     simulations: int = 0
     _cache: dict[Placement, float] = field(default_factory=dict, repr=False)
+    _viol: dict[Placement, float] = field(default_factory=dict, repr=False)
 
     @property
     def job(self) -> Job:
@@ -117,7 +118,11 @@ class Evaluator:
         return got
 
     def violation(self, placement: Sequence[int]) -> float:
-        return violation(self.cluster, self.job, placement)
+        key = tuple(int(m) for m in placement)
+        got = self._viol.get(key)
+        if got is None:
+            got = self._viol[key] = violation(self.cluster, self.job, key)
+        return got
 
     def cost(self, placement: Sequence[int]) -> float:
         return self.makespan(placement) * (1.0 + self.lam * self.violation(placement))
