@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -42,9 +42,9 @@ KINDS = ("store", "trainer", "sampler", "ps")
 
 class Demand(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    cpu: float = Field(0, ge=0)
-    memory_gb: float = Field(0, ge=0)
-    gpus: float = Field(0, ge=0)
+    cpu: Annotated[float, Field(ge=0)] = 0
+    memory_gb: Annotated[float, Field(ge=0)] = 0
+    gpus: Annotated[float, Field(ge=0)] = 0
 
 
 class Demands(BaseModel):
@@ -62,11 +62,11 @@ class JobSpec(BaseModel):
     name: str = "job"
     partitions: int = Field(ge=1)
     trainers: int = Field(ge=1)
-    samplers_per_trainer: int = Field(1, ge=0)
+    samplers_per_trainer: Annotated[int, Field(ge=0)] = 1
     sync: Literal["ps", "allreduce"] = "ps"
-    parameter_servers: int = Field(1, ge=0)
-    prefetch: int = Field(1, ge=0)
-    iterations: int = Field(8, ge=1)
+    parameter_servers: Annotated[int, Field(ge=0)] = 1
+    prefetch: Annotated[int, Field(ge=0)] = 1
+    iterations: Annotated[int, Field(ge=1)] = 8
     profile: str = "products"
     demands: Demands = Demands()
 

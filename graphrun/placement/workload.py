@@ -70,9 +70,9 @@ def make_scenario(job: Job, seed: int = 0, iterations: int | None = None) -> Sce
         feature=per_part("feature"),
         batch_bytes=prof["batch_bytes"].sample(rng, k * t).reshape(k, t),
         grad_bytes=prof["grad_bytes"].mean,
-        ps_update_s=prof["ps_update_s"].sample(rng, k * max(1, spec.parameter_servers)).reshape(
-            k, -1
-        ),
+        ps_update_s=prof["ps_update_s"]
+        .sample(rng, k * max(1, spec.parameter_servers))
+        .reshape(k, -1),
     )
 
 
@@ -116,10 +116,7 @@ def build_workload(cluster: Cluster, sc: Scenario, placement: Sequence[int]) -> 
         trains = []
         for r in range(nt):
             mt = trainer_m[r]
-            if ns:
-                s_task = base_s + r * ns + i % ns
-            else:
-                s_task = np_ + r
+            s_task = base_s + r * ns + i % ns if ns else np_ + r  # the trainer samples if ns == 0
             ms = pl[s_task]
             prev = (last_sample[s_task],) if s_task in last_sample else ()
             fetch = [
@@ -153,7 +150,9 @@ def build_workload(cluster: Cluster, sc: Scenario, placement: Sequence[int]) -> 
         else:
             allt = b.compute(0.0, i, tuple(trains))
             ring = 2 * (nt - 1) / nt * sc.grad_bytes
-            flows = [b.flow(ring, trainer_m[r], trainer_m[(r + 1) % nt], i, (allt,)) for r in range(nt)]
+            flows = [
+                b.flow(ring, trainer_m[r], trainer_m[(r + 1) % nt], i, (allt,)) for r in range(nt)
+            ]
             end.append(b.compute(0.0, i, (allt, *flows)))
             params_ready = [end[-1]] * nt
     return Workload(dag=b.build(), task_busy=tuple(busy))

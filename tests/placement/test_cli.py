@@ -46,10 +46,16 @@ def test_plan_writes_a_loadable_plan(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("cluster", "job", "msg"),
     [
-        ({**CLUSTER, "machines": [{"name": "m0", "cpu": 8, "memory_gb": 8}]}, JOB,
-         r"machines\[0\]\.egress_gbps: missing"),
-        ({**CLUSTER, "machines": [{**CLUSTER["machines"][0], "cpu": -2}]}, JOB,
-         r"machines\.0\.cpu"),
+        (
+            {**CLUSTER, "machines": [{"name": "m0", "cpu": 8, "memory_gb": 8}]},
+            JOB,
+            r"machines\[0\]\.egress_gbps: missing",
+        ),
+        (
+            {**CLUSTER, "machines": [{**CLUSTER["machines"][0], "cpu": -2}]},
+            JOB,
+            r"machines\.0\.cpu",
+        ),
         (CLUSTER, {**JOB, "demands": {"trainer": {"gpus": 4}}}, r"demands\.trainer\.gpus"),
         (CLUSTER, {**JOB, "kind": "GraphJob"}, "GraphJob"),
     ],

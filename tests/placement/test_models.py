@@ -73,8 +73,15 @@ def test_job_loads_tasks_in_role_order(tmp_path):
         {"kind": "PlacementJob", "partitions": 2, "trainers": 2, "samplers_per_trainer": 1},
     )
     job = load_job(path)
-    assert job.roles == ("store:0", "store:1", "trainer:0", "trainer:1", "sampler:0:0",
-                         "sampler:1:0", "ps:0")
+    assert job.roles == (
+        "store:0",
+        "store:1",
+        "trainer:0",
+        "trainer:1",
+        "sampler:0:0",
+        "sampler:1:0",
+        "ps:0",
+    )
     assert job.profile.name == "products"
 
 
@@ -90,8 +97,10 @@ def test_job_profile_path_is_relative_to_the_job_file(tmp_path):
         ({"partitions": 0, "trainers": 1}, "partitions"),
         ({"partitions": 1, "trainers": 1, "sync": "gossip"}, "sync"),
         ({"partitions": 1, "trainers": 1, "parameter_servers": 0}, "parameter_servers"),
-        ({"partitions": 1, "trainers": 1, "demands": {"store": {"cpu": -1}}},
-         r"demands\.store\.cpu"),
+        (
+            {"partitions": 1, "trainers": 1, "demands": {"store": {"cpu": -1}}},
+            r"demands\.store\.cpu",
+        ),
         ({"partitions": 1, "trainers": 1, "profile": "nope.json"}, "profile"),
     ],
 )
