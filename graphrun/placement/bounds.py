@@ -1,6 +1,8 @@
 """Lower bounds on the makespan of a placed job, valid for every flow-scheduling policy.
 
-* **port**: the busiest NIC port's bytes divided by its bandwidth;
+* **port**: the busiest NIC port: its bytes divided by its bandwidth, plus the earliest
+  any of its flows can start (head) and the least time that must follow the end of
+  any of its flows (tail) — heads and tails from the chain bound below;
 * **compute**: the busiest task's total compute time (a task computes one step at a time);
 * **chain**: the longest path through the DAG, every flow at the bandwidth of the
   slower of its two ports (no flow can go faster, whatever else happens).
@@ -10,6 +12,7 @@ The bound of a placement is the largest of the three.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from graphrun.placement.dag import FLOW, Dag
@@ -27,28 +30,59 @@ class Bounds:
         return max(self.port, self.compute, self.chain)
 
 
+def _durations(dag: Dag) -> list[float]:
+    cap = dag.port_capacity
+    return [
+        dag.size[v] / min(cap[dag.src_port[v]], cap[dag.dst_port[v]])
+        if dag.kind[v] == FLOW
+        else dag.duration[v]
+        for v in range(dag.num_nodes)
+    ]
+
+
+def heads_and_tails(dag: Dag) -> tuple[list[float], list[float]]:
+    """Earliest start of every node, and the longest path after it ends (node ids are
+    a topological order: the builder only accepts dependencies on earlier nodes)."""
+    d = _durations(dag)
+    n = dag.num_nodes
+    head = [0.0] * n
+    for v in range(n):
+        f = head[v] + d[v]
+        for w in dag.succ[v]:
+            if f > head[w]:
+                head[w] = f
+    tail = [0.0] * n
+    for v in range(n - 1, -1, -1):
+        for w in dag.succ[v]:
+            t = d[w] + tail[w]
+            if t > tail[v]:
+                tail[v] = t
+    return head, tail
+
+
 def port_bound(dag: Dag) -> float:
-    if not dag.flows():
+    flows = dag.flows()
+    if not flows:
         return 0.0
-    return float(max(b / c for b, c in zip(dag.port_bytes(), dag.port_capacity, strict=True)))
+    head, tail = heads_and_tails(dag)
+    ports = 2 * dag.num_machines
+    work = [0.0] * ports
+    first = [math.inf] * ports
+    last = [math.inf] * ports
+    for v in flows:
+        for p in (dag.src_port[v], dag.dst_port[v]):
+            work[p] += dag.size[v]
+            first[p] = min(first[p], head[v])
+            last[p] = min(last[p], tail[v])
+    return max(
+        first[p] + work[p] / dag.port_capacity[p] + last[p] for p in range(ports) if work[p] > 0
+    )
 
 
 def chain_bound(dag: Dag) -> float:
-    """Longest path; nodes are in topological order by construction (deps precede)."""
-    cap = dag.port_capacity
-    start = [0.0] * dag.num_nodes
-    best = 0.0
-    for v in range(dag.num_nodes):
-        if dag.kind[v] == FLOW:
-            d = dag.size[v] / min(cap[dag.src_port[v]], cap[dag.dst_port[v]])
-        else:
-            d = dag.duration[v]
-        f = start[v] + d
-        best = max(best, f)
-        for w in dag.succ[v]:
-            if f > start[w]:
-                start[w] = f
-    return best
+    d = _durations(dag)
+    head, _ = heads_and_tails(dag)
+    return max((h + x for h, x in zip(head, d, strict=True)), default=0.0)
 
 
 def lower_bounds(w: Workload | Dag) -> Bounds:
