@@ -38,7 +38,7 @@ def _setting(name: str) -> Setting:
         return Setting(name, (50, 50, 10, 10), profile, 2, 2, 8)
     if name.startswith("hetero8-"):
         return Setting(name, (50,) * 4 + (10,) * 4, profile, 2, 2, 6)
-    return Setting(name, (50,) * 8 + (10,) * 8, profile, 4, 4, 4)  # 16 machines, 100 tasks
+    return Setting(name, (50,) * 8 + (10,) * 8, profile, 4, 4, 8)  # 16 machines, 100 tasks
 
 
 def register(subparsers: Any) -> None:
@@ -114,6 +114,7 @@ def run_setting(s: Setting, seeds: int, seconds: float, random_samples: int) -> 
             "speedup_vs_annealing": sa.makespan / res.makespan,
             "etp_to_lower_bound": res.makespan / bound,
             "etp_seconds": res.seconds,
+            "etp_seconds_to_best": res.curve[-1].seconds if res.curve else 0.0,
             "etp_steps": float(res.steps),
             "etp_simulations": float(res.simulations),
             "etp_makespan_s": res.makespan,

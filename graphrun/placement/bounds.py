@@ -1,8 +1,8 @@
 """Lower bounds on the makespan of a placed job, valid for every flow-scheduling policy.
 
-* **port**: the busiest NIC port: its bytes divided by its bandwidth, plus the earliest
-  any of its flows can start (head) and the least time that must follow the end of
-  any of its flows (tail) — heads and tails from the chain bound below;
+* **port**: the busiest NIC port: its bytes divided by its bandwidth — refined with
+  release dates: the flows that cannot start before ``h`` (their head, from the chain
+  bound below) need ``h + bytes / bandwidth + least tail`` for every ``h``;
 * **compute**: the busiest task's total compute time (a task computes one step at a time);
 * **chain**: the longest path through the DAG, every flow at the bandwidth of the
   slower of its two ports (no flow can go faster, whatever else happens).
@@ -61,22 +61,26 @@ def heads_and_tails(dag: Dag) -> tuple[list[float], list[float]]:
 
 
 def port_bound(dag: Dag) -> float:
+    """Busiest port with release dates: for every port and every threshold ``h``, the
+    flows through it that cannot start before ``h`` need ``h + bytes / bandwidth`` plus
+    the least tail among them (the classic single-machine head/tail bound)."""
     flows = dag.flows()
     if not flows:
         return 0.0
     head, tail = heads_and_tails(dag)
-    ports = 2 * dag.num_machines
-    work = [0.0] * ports
-    first = [math.inf] * ports
-    last = [math.inf] * ports
+    on_port: dict[int, list[int]] = {}
     for v in flows:
-        for p in (dag.src_port[v], dag.dst_port[v]):
-            work[p] += dag.size[v]
-            first[p] = min(first[p], head[v])
-            last[p] = min(last[p], tail[v])
-    return max(
-        first[p] + work[p] / dag.port_capacity[p] + last[p] for p in range(ports) if work[p] > 0
-    )
+        on_port.setdefault(dag.src_port[v], []).append(v)
+        on_port.setdefault(dag.dst_port[v], []).append(v)
+    best = 0.0
+    for p, vs in on_port.items():
+        vs.sort(key=lambda v: -head[v])
+        work, least_tail = 0.0, math.inf
+        for v in vs:
+            work += dag.size[v]
+            least_tail = min(least_tail, tail[v])
+            best = max(best, head[v] + work / dag.port_capacity[p] + least_tail)
+    return best
 
 
 def chain_bound(dag: Dag) -> float:

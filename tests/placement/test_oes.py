@@ -28,9 +28,20 @@ def test_known_case_priority_fair_and_bound():
     assert simulate(dag, Policy.PRIORITY).makespan == pytest.approx(5.0)
     assert simulate(dag, Policy.FAIR).makespan == pytest.approx(6.0)
     bounds = lower_bounds(dag)
-    assert bounds.port == pytest.approx(2.0)
+    # 2 GB on the port take 2 s; the fed flow alone takes 1 s and has a 4 s tail
+    assert bounds.port == pytest.approx(5.0)
     assert bounds.chain == pytest.approx(5.0)
     assert bounds.value == pytest.approx(5.0)
+
+
+def test_port_bound_uses_release_dates():
+    b = DagBuilder(egress=(GB, GB), ingress=(GB, GB))
+    first = b.compute(3.0)
+    b.flow(2 * GB, 0, 1, 0, (first,))
+    b.flow(GB, 0, 1)
+    dag = b.build()
+    assert lower_bounds(dag).port == pytest.approx(5.0)  # 3 s head, then 2 GB at 1 GB/s
+    assert simulate(dag).makespan == pytest.approx(5.0)
 
 
 def test_fifo_serves_in_arrival_order():
