@@ -18,13 +18,20 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-SETTINGS = ("hetero-products", "hetero-papers100m", "hetero8-products", "scale16-products")
+SETTINGS = (
+    "hetero-products",
+    "hetero-papers100m",
+    "hetero8-products",
+    "scale16-products",
+    "tiny3-products",
+)
 
 
 @dataclass(frozen=True)
 class Setting:
     name: str
     bandwidth_gbps: tuple[float, ...]
+    partitions: int
     profile: str
     samplers_per_trainer: int
     parameter_servers: int
@@ -35,10 +42,12 @@ def _setting(name: str) -> Setting:
     profile = name.split("-", 1)[1]
     if name.startswith("hetero-"):
         # the paper's setting: 4 machines at 50 Gbit/s, two of them limited to 10 Gbit/s
-        return Setting(name, (50, 50, 10, 10), profile, 2, 2, 8)
+        return Setting(name, (50, 50, 10, 10), 4, profile, 2, 2, 8)
     if name.startswith("hetero8-"):
-        return Setting(name, (50,) * 4 + (10,) * 4, profile, 2, 2, 6)
-    return Setting(name, (50,) * 8 + (10,) * 8, profile, 4, 4, 8)  # 16 machines, 100 tasks
+        return Setting(name, (50,) * 4 + (10,) * 4, 8, profile, 2, 2, 6)
+    if name.startswith("tiny3-"):  # small enough for the exhaustive optimum (3**7 placements)
+        return Setting(name, (50, 25, 10), 2, profile, 1, 1, 4)
+    return Setting(name, (50,) * 8 + (10,) * 8, 16, profile, 4, 4, 8)  # 100 tasks
 
 
 def register(subparsers: Any) -> None:
@@ -67,7 +76,13 @@ def _stats(prefix: str, xs: list[float]) -> dict[str, float]:
 def run_setting(s: Setting, seeds: int, seconds: float, random_samples: int) -> dict[str, Any]:
     import numpy as np
 
-    from graphrun.placement.baselines import colocation, first_fit_decreasing, random_feasible
+    from graphrun.placement.baselines import (
+        MAX_EXHAUSTIVE,
+        colocation,
+        exhaustive,
+        first_fit_decreasing,
+        random_feasible,
+    )
     from graphrun.placement.bounds import lower_bounds
     from graphrun.placement.cluster import make_cluster
     from graphrun.placement.cost import Evaluator
@@ -81,8 +96,8 @@ def run_setting(s: Setting, seeds: int, seconds: float, random_samples: int) -> 
     cluster = make_cluster(list(s.bandwidth_gbps), cpu=32, memory_gb=256, gpus=2)
     spec = JobSpec(
         name=s.name,
-        partitions=m,
-        trainers=m,
+        partitions=s.partitions,
+        trainers=s.partitions,
         samplers_per_trainer=s.samplers_per_trainer,
         parameter_servers=s.parameter_servers,
         prefetch=2,
@@ -120,6 +135,8 @@ def run_setting(s: Setting, seeds: int, seconds: float, random_samples: int) -> 
             "etp_makespan_s": res.makespan,
         }.items():
             rows.setdefault(key, []).append(value)
+        if m ** len(job.tasks) <= MAX_EXHAUSTIVE:
+            rows.setdefault("etp_to_optimum", []).append(res.makespan / exhaustive(ev)[1])
         if seed == 0:
             curve = [[round(p.seconds, 3), round(p.makespan, 6)] for p in res.curve]
     out: dict[str, Any] = {
