@@ -49,12 +49,12 @@ def check_feasible(cluster: Cluster, job: Job) -> None:
         for t, task in enumerate(job.tasks):
             if dem[t, k] > cap[:, k].max():
                 raise SpecError(
-                    f"job: demands.{task.kind}.{res}: {dem[t, k]:g} fits on no machine "
+                    f"{job.source}: demands.{task.kind}.{res}: {dem[t, k]:g} fits on no machine "
                     f"(largest {res} is {cap[:, k].max():g}) for {task.role}"
                 )
         if dem[:, k].sum() > cap[:, k].sum():
             raise SpecError(
-                f"job: demands: total {res} {dem[:, k].sum():g} exceeds the cluster's "
+                f"{job.source}: demands: total {res} {dem[:, k].sum():g} exceeds the cluster's "
                 f"{cap[:, k].sum():g}"
             )
 

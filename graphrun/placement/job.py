@@ -93,6 +93,7 @@ class Job:
     spec: JobSpec
     profile: Profile
     tasks: tuple[Task, ...]
+    source: str = "job"  # the file it came from, for error messages
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -120,8 +121,8 @@ def _tasks(spec: JobSpec) -> tuple[Task, ...]:
     return tuple(out)
 
 
-def job_from_spec(spec: JobSpec, profile: Profile) -> Job:
-    return Job(spec=spec, profile=profile, tasks=_tasks(spec))
+def job_from_spec(spec: JobSpec, profile: Profile, source: str = "job") -> Job:
+    return Job(spec=spec, profile=profile, tasks=_tasks(spec), source=source)
 
 
 def job_from_dict(data: Any, where: str = "job", base: Path | None = None) -> Job:
@@ -130,7 +131,7 @@ def job_from_dict(data: Any, where: str = "job", base: Path | None = None) -> Jo
         profile = resolve_profile(spec.profile, base)
     except SpecError as exc:
         raise SpecError(f"{where}: profile: {exc}") from exc
-    return job_from_spec(spec, profile)
+    return job_from_spec(spec, profile, where)
 
 
 def load_job(path: str | Path) -> Job:
