@@ -149,3 +149,15 @@ def test_simulated_job_makespan_is_at_least_its_lower_bound(seed, sync, prefetch
     for policy in Policy:
         ms = simulate(w.dag, policy).makespan
         assert math.isfinite(ms) and ms >= bound * (1 - 1e-9)
+
+
+def test_cost_floor_matches_the_dag_and_bounds_the_cost(hetero):
+    cluster, job = hetero
+    ev = Evaluator(cluster, make_scenario(job, seed=4))
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        x = tuple(int(m) for m in rng.integers(0, cluster.size, size=len(job.tasks)))
+        dag = build_workload(cluster, ev.scenario, x).dag
+        per_port = dag.port_bytes() / np.asarray(dag.port_capacity)
+        assert ev.port_floor(x) == pytest.approx(per_port.max())
+        assert ev.cost_floor(x) <= ev.cost(x) * (1 + 1e-9)
