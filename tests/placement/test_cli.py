@@ -83,3 +83,13 @@ def test_profile_from_a_metrics_file(tmp_path, capsys):
     assert prof.name == "prof" and prof["compute_s"].mean == pytest.approx(0.03)
     assert "10 batch records" in capsys.readouterr().out
     assert main(["profile", str(tmp_path / "missing.jsonl"), "-o", str(out)]) == 2
+
+
+def test_example_plans(tmp_path):
+    from pathlib import Path
+
+    ex = Path(__file__).parents[2] / "examples" / "07-placement"
+    out = tmp_path / "plan.yaml"
+    argv = ["plan", str(ex / "cluster.yaml"), str(ex / "job.yaml"), "-o", str(out)]
+    assert main([*argv, "--steps", "20"]) == 0
+    assert load_plan(out).machines == ["m0", "m1", "m2", "m3"]
