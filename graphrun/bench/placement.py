@@ -24,6 +24,7 @@ SETTINGS = (
     "hetero8-products",
     "scale16-products",
     "tiny3-products",
+    "hetero1gpu-products",
 )
 
 
@@ -36,6 +37,7 @@ class Setting:
     samplers_per_trainer: int
     parameter_servers: int
     iterations: int
+    gpus: int = 2  # per machine
 
 
 def _setting(name: str) -> Setting:
@@ -43,6 +45,8 @@ def _setting(name: str) -> Setting:
     if name.startswith("hetero-"):
         # the paper's setting: 4 machines at 50 Gbit/s, two of them limited to 10 Gbit/s
         return Setting(name, (50, 50, 10, 10), 4, profile, 2, 2, 8)
+    if name.startswith("hetero1gpu-"):  # one GPU per machine: every machine trains
+        return Setting(name, (50, 50, 10, 10), 4, profile, 2, 2, 8, gpus=1)
     if name.startswith("hetero8-"):
         return Setting(name, (50,) * 4 + (10,) * 4, 8, profile, 2, 2, 6)
     if name.startswith("tiny3-"):  # small enough for the exhaustive optimum (3**7 placements)
@@ -93,7 +97,7 @@ def run_setting(s: Setting, seeds: int, seconds: float, random_samples: int) -> 
     from graphrun.placement.workload import build_workload, make_scenario
 
     m = len(s.bandwidth_gbps)
-    cluster = make_cluster(list(s.bandwidth_gbps), cpu=32, memory_gb=256, gpus=2)
+    cluster = make_cluster(list(s.bandwidth_gbps), cpu=32, memory_gb=256, gpus=s.gpus)
     spec = JobSpec(
         name=s.name,
         partitions=s.partitions,
@@ -144,6 +148,7 @@ def run_setting(s: Setting, seeds: int, seconds: float, random_samples: int) -> 
         "simulated": True,
         "machines": m,
         "bandwidth_gbps": list(s.bandwidth_gbps),
+        "gpus_per_machine": s.gpus,
         "tasks": len(job.tasks),
         "iterations": s.iterations,
         "seeds": seeds,
