@@ -53,9 +53,7 @@ def main() -> None:
         for m, mach in enumerate(machines):
             hs.append(zone.create_host(f"h{k}_{m}", 1e9).seal())
             eg.append(zone.create_link(f"e{k}_{m}", float(mach["egress"])).set_latency(0).seal())
-            ing.append(
-                zone.create_link(f"i{k}_{m}", float(mach["ingress"])).set_latency(0).seal()
-            )
+            ing.append(zone.create_link(f"i{k}_{m}", float(mach["ingress"])).set_latency(0).seal())
         for a in range(len(machines)):
             for b in range(len(machines)):
                 if a != b:

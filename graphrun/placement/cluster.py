@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,15 +38,15 @@ class MachineSpec(BaseModel):
     name: str = Field(min_length=1)
     cpu: float = Field(ge=0)
     memory_gb: float = Field(ge=0)
-    gpus: int = Field(0, ge=0)
-    egress_gbps: float | None = Field(None, gt=0)
-    ingress_gbps: float | None = Field(None, gt=0)
-    bandwidth_gbps: float | None = Field(None, gt=0)
+    gpus: Annotated[int, Field(ge=0)] = 0
+    egress_gbps: Annotated[float, Field(gt=0)] | None = None
+    ingress_gbps: Annotated[float, Field(gt=0)] | None = None
+    bandwidth_gbps: Annotated[float, Field(gt=0)] | None = None
 
 
 class ClusterSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    apiVersion: Literal["graphrun.io/v1alpha1"] = API_VERSION
+    apiVersion: Literal["graphrun.io/v1alpha1"] = "graphrun.io/v1alpha1"
     kind: Literal["Cluster"] = "Cluster"
     machines: list[MachineSpec] = Field(min_length=1)
 
@@ -71,7 +71,9 @@ class Cluster:
 
 
 def cluster_from_spec(spec: ClusterSpec, where: str = "cluster") -> Cluster:
-    names, egress, ingress = [], [], []
+    names: list[str] = []
+    egress: list[float] = []
+    ingress: list[float] = []
     for i, m in enumerate(spec.machines):
         if m.name in names:
             raise SpecError(f"{where}: machines[{i}].name: {m.name!r} is used twice")

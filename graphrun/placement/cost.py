@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from graphrun.errors import SpecError
+from graphrun.placement.bounds import chain_bound
 from graphrun.placement.cluster import Cluster
 from graphrun.placement.job import RESOURCES, Job
 from graphrun.placement.oes import Policy, simulate
-from graphrun.placement.workload import Scenario, build_workload
+from graphrun.placement.workload import Scenario, build_workload, traffic_matrix
 
 Placement = tuple[int, ...]
 
@@ -49,12 +50,12 @@ def check_feasible(cluster: Cluster, job: Job) -> None:
         for t, task in enumerate(job.tasks):
             if dem[t, k] > cap[:, k].max():
                 raise SpecError(
-                    f"job: demands.{task.kind}.{res}: {dem[t, k]:g} fits on no machine "
+                    f"{job.source}: demands.{task.kind}.{res}: {dem[t, k]:g} fits on no machine "
                     f"(largest {res} is {cap[:, k].max():g}) for {task.role}"
                 )
         if dem[:, k].sum() > cap[:, k].sum():
             raise SpecError(
-                f"job: demands: total {res} {dem[:, k].sum():g} exceeds the cluster's "
+                f"{job.source}: demands: total {res} {dem[:, k].sum():g} exceeds the cluster's "
                 f"{cap[:, k].sum():g}"
             )
 
@@ -101,6 +102,9 @@ class Evaluator:
     lam: float = 10.0
     simulations: int = 0
     _cache: dict[Placement, float] = field(default_factory=dict, repr=False)
+    _viol: dict[Placement, float] = field(default_factory=dict, repr=False)
+    _floor: float | None = field(default=None, repr=False)
+    _traffic: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def job(self) -> Job:
@@ -117,7 +121,36 @@ class Evaluator:
         return got
 
     def violation(self, placement: Sequence[int]) -> float:
-        return violation(self.cluster, self.job, placement)
+        key = tuple(int(m) for m in placement)
+        got = self._viol.get(key)
+        if got is None:
+            got = self._viol[key] = violation(self.cluster, self.job, key)
+        return got
+
+    def floor(self) -> float:
+        """A makespan no placement can beat: the compute-only critical path (every task
+        on one machine, all flows free, capacities ignored)."""
+        if self._floor is None:
+            dag = build_workload(self.cluster, self.scenario, (0,) * len(self.job.tasks)).dag
+            self._floor = chain_bound(dag)
+        return self._floor
+
+    def port_floor(self, placement: Sequence[int]) -> float:
+        """Busiest port's bytes / bandwidth, from the task traffic matrix (no DAG)."""
+        if self._traffic is None:
+            self._traffic = traffic_matrix(self.scenario)
+        x = np.asarray(placement, dtype=np.intp)
+        remote = self._traffic * (x[:, None] != x[None, :])
+        m = self.cluster.size
+        out = np.bincount(x, weights=remote.sum(axis=1), minlength=m) / self.cluster.egress
+        inn = np.bincount(x, weights=remote.sum(axis=0), minlength=m) / self.cluster.ingress
+        return float(max(out.max(), inn.max()))
+
+    def cost_floor(self, placement: Sequence[int]) -> float:
+        """A lower bound on :meth:`cost` that needs no simulation: the larger of the
+        compute-only critical path and the busiest port, times the violation factor."""
+        ms = max(self.floor(), self.port_floor(placement))
+        return ms * (1.0 + self.lam * self.violation(placement))
 
     def cost(self, placement: Sequence[int]) -> float:
         return self.makespan(placement) * (1.0 + self.lam * self.violation(placement))

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -42,9 +42,9 @@ KINDS = ("store", "trainer", "sampler", "ps")
 
 class Demand(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    cpu: float = Field(0, ge=0)
-    memory_gb: float = Field(0, ge=0)
-    gpus: float = Field(0, ge=0)
+    cpu: Annotated[float, Field(ge=0)] = 0
+    memory_gb: Annotated[float, Field(ge=0)] = 0
+    gpus: Annotated[float, Field(ge=0)] = 0
 
 
 class Demands(BaseModel):
@@ -62,11 +62,11 @@ class JobSpec(BaseModel):
     name: str = "job"
     partitions: int = Field(ge=1)
     trainers: int = Field(ge=1)
-    samplers_per_trainer: int = Field(1, ge=0)
+    samplers_per_trainer: Annotated[int, Field(ge=0)] = 1
     sync: Literal["ps", "allreduce"] = "ps"
-    parameter_servers: int = Field(1, ge=0)
-    prefetch: int = Field(1, ge=0)
-    iterations: int = Field(8, ge=1)
+    parameter_servers: Annotated[int, Field(ge=0)] = 1
+    prefetch: Annotated[int, Field(ge=0)] = 1
+    iterations: Annotated[int, Field(ge=1)] = 8
     profile: str = "products"
     demands: Demands = Demands()
 
@@ -93,6 +93,7 @@ class Job:
     spec: JobSpec
     profile: Profile
     tasks: tuple[Task, ...]
+    source: str = "job"  # the file it came from, for error messages
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -120,8 +121,8 @@ def _tasks(spec: JobSpec) -> tuple[Task, ...]:
     return tuple(out)
 
 
-def job_from_spec(spec: JobSpec, profile: Profile) -> Job:
-    return Job(spec=spec, profile=profile, tasks=_tasks(spec))
+def job_from_spec(spec: JobSpec, profile: Profile, source: str = "job") -> Job:
+    return Job(spec=spec, profile=profile, tasks=_tasks(spec), source=source)
 
 
 def job_from_dict(data: Any, where: str = "job", base: Path | None = None) -> Job:
@@ -130,7 +131,7 @@ def job_from_dict(data: Any, where: str = "job", base: Path | None = None) -> Jo
         profile = resolve_profile(spec.profile, base)
     except SpecError as exc:
         raise SpecError(f"{where}: profile: {exc}") from exc
-    return job_from_spec(spec, profile)
+    return job_from_spec(spec, profile, where)
 
 
 def load_job(path: str | Path) -> Job:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from graphrun.errors import ArgumentError
 from graphrun.placement.dag import FLOW, Dag
@@ -39,7 +39,7 @@ from graphrun.placement.dag import FLOW, Dag
 _REL_EPS = 1e-12
 
 
-class Policy(str, Enum):
+class Policy(StrEnum):
     PRIORITY = "priority"
     FAIR = "fair"
     FIFO = "fifo"

@@ -223,7 +223,7 @@ def read_records(path: str | Path) -> list[BatchRecord]:
         if isinstance(d, dict) and d.get("kind") == "batch":
             out.append(BatchRecord.from_dict(d, f"{path}:{i}"))
     if not out:
-        raise SpecError(f"{path}: no batch records (lines with \"kind\": \"batch\")")
+        raise SpecError(f'{path}: no batch records (lines with "kind": "batch")')
     return out
 
 

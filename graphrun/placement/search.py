@@ -6,7 +6,10 @@ tasks drawn uniformly among all pairs (a no-op if they share a machine), otherwi
 relocate a uniformly drawn task to a uniformly drawn other machine. Both proposals are
 symmetric, so accepting with ``min(1, exp(-beta * (c' - c) / scale))`` makes the
 stationary distribution proportional to ``exp(-beta * cost / scale)``. ``scale`` is
-the initial placement's cost unless given, so ``beta`` is unit-free. The best
+the initial placement's cost unless given, so ``beta`` is unit-free. The uniform draw
+comes first, so a proposal whose cost floor (:meth:`Evaluator.cost_floor`, no
+simulation) already exceeds the acceptance threshold is rejected unsimulated — the
+same decision, much cheaper for overloaded placements. The best
 *feasible* placement seen is returned, with the anytime curve of its improvements.
 """
 
@@ -45,6 +48,7 @@ class SearchResult:
     makespan: float
     steps: int
     simulations: int
+    rejected_early: int  # proposals rejected on their cost floor, never simulated
     seconds: float
     curve: tuple[CurvePoint, ...]
 
@@ -111,7 +115,7 @@ def _chain(
     best: Placement = tuple(x)
     best_ms = ev.makespan(x) if ev.violation(x) == 0 else math.inf
     curve = [CurvePoint(0, 0.0, best_ms)] if best_ms < math.inf else []
-    step = 0
+    step = rejected_early = 0
     while True:
         elapsed = time.perf_counter() - t0
         if max_steps is not None and step >= max_steps:
@@ -122,8 +126,12 @@ def _chain(
         step += 1
         y = x[:]
         _propose(y, rng, ev.cluster.size, swap_prob)
-        cy = ev.cost(y)
-        if cy <= c or rng.random() < math.exp(-beta_at(frac) * (cy - c) / scale):
+        # Metropolis: accept iff c' < c - scale * ln(u) / beta. A proposal whose cost
+        # floor already exceeds that threshold is rejected without simulating it.
+        threshold = c - scale * math.log(1.0 - rng.random()) / beta_at(frac)
+        if ev.cost_floor(y) >= threshold:
+            rejected_early += 1
+        elif (cy := ev.cost(y)) < threshold:
             x, c = y, cy
             if c < best_ms and ev.violation(x) == 0:
                 best, best_ms = tuple(x), ev.makespan(x)
@@ -137,6 +145,7 @@ def _chain(
         makespan=best_ms,
         steps=step,
         simulations=ev.simulations - sims0,
+        rejected_early=rejected_early,
         seconds=time.perf_counter() - t0,
         curve=tuple(curve),
     )

@@ -94,8 +94,7 @@ def simgrid_finish(flowsets: list[FlowSet], timeout: float = 300.0) -> list[list
         "flowsets": [
             {
                 "machines": [
-                    {"egress": e, "ingress": i}
-                    for e, i in zip(fs.egress, fs.ingress, strict=True)
+                    {"egress": e, "ingress": i} for e, i in zip(fs.egress, fs.ingress, strict=True)
                 ],
                 "flows": [f.__dict__ for f in fs.flows],
             }

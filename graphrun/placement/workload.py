@@ -70,10 +70,39 @@ def make_scenario(job: Job, seed: int = 0, iterations: int | None = None) -> Sce
         feature=per_part("feature"),
         batch_bytes=prof["batch_bytes"].sample(rng, k * t).reshape(k, t),
         grad_bytes=prof["grad_bytes"].mean,
-        ps_update_s=prof["ps_update_s"].sample(rng, k * max(1, spec.parameter_servers)).reshape(
-            k, -1
-        ),
+        ps_update_s=prof["ps_update_s"]
+        .sample(rng, k * max(1, spec.parameter_servers))
+        .reshape(k, -1),
     )
+
+
+def traffic_matrix(sc: Scenario) -> np.ndarray:
+    """(tasks, tasks) bytes sent from task i to task j over all iterations of ``sc``.
+
+    Summed over the pairs on different machines, these are exactly the bytes the DAG
+    of :func:`build_workload` puts on each port (merging flows keeps their bytes).
+    """
+    spec = sc.job.spec
+    nt, np_, ns = spec.trainers, spec.partitions, spec.samplers_per_trainer
+    base_s = np_ + nt
+    ps0 = base_s + nt * ns
+    out = np.zeros((len(sc.job.tasks),) * 2)
+    for i in range(sc.iterations):
+        for r in range(nt):
+            s_task = base_s + r * ns + i % ns if ns else np_ + r
+            out[:np_, s_task] += sc.structure[i, r]
+            out[:np_, np_ + r] += sc.feature[i, r]
+            out[s_task, np_ + r] += sc.batch_bytes[i, r]
+    if spec.sync == "ps":
+        share = sc.iterations * sc.grad_bytes / spec.parameter_servers
+        out[np_ : np_ + nt, ps0:] += share
+        out[ps0:, np_ : np_ + nt] += share
+    else:
+        ring = sc.iterations * 2 * (nt - 1) / nt * sc.grad_bytes
+        for r in range(nt):
+            out[np_ + r, np_ + (r + 1) % nt] += ring
+    np.fill_diagonal(out, 0.0)
+    return out
 
 
 @dataclass(frozen=True)
@@ -116,10 +145,7 @@ def build_workload(cluster: Cluster, sc: Scenario, placement: Sequence[int]) -> 
         trains = []
         for r in range(nt):
             mt = trainer_m[r]
-            if ns:
-                s_task = base_s + r * ns + i % ns
-            else:
-                s_task = np_ + r
+            s_task = base_s + r * ns + i % ns if ns else np_ + r  # the trainer samples if ns == 0
             ms = pl[s_task]
             prev = (last_sample[s_task],) if s_task in last_sample else ()
             fetch = [
@@ -153,7 +179,9 @@ def build_workload(cluster: Cluster, sc: Scenario, placement: Sequence[int]) -> 
         else:
             allt = b.compute(0.0, i, tuple(trains))
             ring = 2 * (nt - 1) / nt * sc.grad_bytes
-            flows = [b.flow(ring, trainer_m[r], trainer_m[(r + 1) % nt], i, (allt,)) for r in range(nt)]
+            flows = [
+                b.flow(ring, trainer_m[r], trainer_m[(r + 1) % nt], i, (allt,)) for r in range(nt)
+            ]
             end.append(b.compute(0.0, i, (allt, *flows)))
             params_ready = [end[-1]] * nt
     return Workload(dag=b.build(), task_busy=tuple(busy))
