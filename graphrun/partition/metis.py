@@ -37,11 +37,12 @@ def symmetric_csr(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(xadj int64[N+1], adjncy int64[2M])`` of the simple undirected graph.
 
-    Every edge becomes the key ``min << b | max`` (``b`` bits hold a node id) (self loops dropped); one sort and a
-    diff remove duplicates, which also merges the two directions of a graph stored
-    both ways, so the sort is over E keys, not 2E. The same pairs sorted by
-    ``max << b | min`` give every row's smaller neighbours; a row's adjacency is its
-    smaller neighbours, then its larger ones, placed by vectorised scatters.
+    Every edge becomes the key ``min << b | max`` (``b`` bits hold a node id; self
+    loops dropped); one sort and a diff remove duplicates, which also merges the two
+    directions of a graph stored both ways, so the sort is over E keys, not 2E. The
+    same pairs sorted by ``max << b | min`` give every row's smaller neighbours; a
+    row's adjacency is its smaller neighbours, then its larger ones, placed by
+    vectorised scatters.
     """
     bits = max(int(num_nodes - 1).bit_length(), 1)
     if 2 * bits > 62:
