@@ -1,7 +1,7 @@
 """METIS through pymetis, on the symmetrised graph, in one process.
 
 :func:`symmetric_csr` builds the undirected adjacency METIS needs (both directions,
-no self loops, no duplicate edges) with numpy only: sorts of ``min * N + max`` keys.
+no self loops, no duplicate edges) with numpy only: sorts of ``min << b | max`` keys.
 :func:`metis_assign` calls ``pymetis.part_graph`` with int64 buffers, which pymetis
 passes to METIS without copying (its ``idx_t`` is 64 bits wide here). pymetis fixes
 the number of balance constraints at one (``ncon = 1``), so balance of training
@@ -37,31 +37,36 @@ def symmetric_csr(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(xadj int64[N+1], adjncy int64[2M])`` of the simple undirected graph.
 
-    Every edge becomes the key ``min * N + max`` (self loops dropped); one sort and a
-    diff remove duplicates, which also merges the two directions of a graph stored
-    both ways, so the sort is over E keys, not 2E. The same pairs sorted by
-    ``max * N + min`` give every row's smaller neighbours; a row's adjacency is its
-    smaller neighbours, then its larger ones, placed by vectorised scatters.
+    Every edge becomes the key ``min << b | max`` (``b`` bits hold a node id; self
+    loops dropped); one sort and a diff remove duplicates, which also merges the two
+    directions of a graph stored both ways, so the sort is over E keys, not 2E. The
+    same pairs sorted by ``max << b | min`` give every row's smaller neighbours; a
+    row's adjacency is its smaller neighbours, then its larger ones, placed by
+    vectorised scatters.
     """
-    n = np.int64(num_nodes)
+    bits = max(int(num_nodes - 1).bit_length(), 1)
+    if 2 * bits > 62:
+        raise ArgumentError(f"num_nodes: {num_nodes} nodes are too many for METIS input keys")
+    shift, mask = np.int64(bits), np.int64((1 << bits) - 1)
     keep = src != dst
     lo = np.minimum(src, dst)
     hi = np.maximum(src, dst)
     if not keep.all():
         lo, hi = lo[keep], hi[keep]
     del keep
-    lo *= n
-    lo += hi
+    lo <<= shift
+    lo |= hi
     del hi
-    fwd = _sorted_unique(lo)  # keys lo * N + hi, by (lo, hi)
+    fwd = _sorted_unique(lo)  # keys lo << bits | hi, sorted by (lo, hi)
     m = len(fwd)
-    f_row = fwd // n
-    f_col = fwd - f_row * n
+    f_row = fwd >> shift
+    f_col = fwd & mask
     del fwd
-    rev = f_col * n + f_row  # keys hi * N + lo
+    rev = f_col << shift  # keys hi << bits | lo
+    rev |= f_row
     rev.sort()
-    r_row = rev // n
-    r_col = rev - r_row * n
+    r_row = rev >> shift
+    r_col = rev & mask
     del rev
     f_deg, f_first = _row_starts(f_row, num_nodes)
     r_deg, r_first = _row_starts(r_row, num_nodes)
