@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,18 +48,10 @@ import pyarrow.compute as pc
 
 from graphrun.errors import DatasetError
 from graphrun.graph.graph import DEFAULT_NTYPE, CanonicalEtype, Graph, etype_key
+from graphrun.graph.importers import FORMATS, Imported, detect_table_format
 
-FORMATS = ("csv", "parquet")
 MASKS = ("train_mask", "val_mask", "test_mask")
 _NUMBERED = re.compile(r"^(.+)_(\d+)$")
-
-
-@dataclass(frozen=True, eq=False)
-class Imported:
-    """An imported graph and the original id of every node, per node type."""
-
-    graph: Graph
-    id_maps: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -228,16 +220,6 @@ def features(part: _Part, skip: set[str]) -> dict[str, np.ndarray]:
                 raise DatasetError(f"{part.file}: column {mask!r} must be boolean or 0/1")
             out[mask] = v.astype(bool)
     return out
-
-
-def detect_table_format(root: Path) -> str | None:
-    """``"csv"``/``"parquet"`` if ``root`` is an edges file or holds edge tables, else None."""
-    if root.is_file():
-        return root.suffix[1:] if root.suffix[1:] in FORMATS else None
-    for fmt in FORMATS:
-        if (root / f"edges.{fmt}").is_file() or any((root / "edges").glob(f"*.{fmt}")):
-            return fmt
-    return None
 
 
 def _read_nodes(root: Path, fmt: str) -> dict[str, _Part]:
