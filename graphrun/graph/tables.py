@@ -156,6 +156,9 @@ def _check_id_column(part: _Part, column: str) -> pa.ChunkedArray:
         i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
         raise DatasetError(f"{part.file}: column {column!r} is empty in row {part.row(i)}")
     t = col.type
+    if pa.types.is_dictionary(t):  # e.g. a pandas categorical written to Parquet
+        t = t.value_type
+        col = col.cast(t)
     if pa.types.is_integer(t):
         return col.cast(pa.int64())
     if pa.types.is_string(t) or pa.types.is_large_string(t):

@@ -212,3 +212,11 @@ def test_nothing_importable(tmp_path) -> None:
         load_graph(tmp_path / "nope")
     with pytest.raises(DatasetError, match=r"src\.npy: missing"):
         load_graph(tmp_path, fmt="npy")
+
+
+def test_parquet_dictionary_encoded_ids(tmp_path) -> None:
+    cat = pa.array(["a", "b"]).dictionary_encode()
+    pq.write_table(pa.table({"src": cat, "dst": pa.array(["b", "c"])}), tmp_path / "edges.parquet")
+    res = import_graph(tmp_path)
+    assert res.id_maps["_N"].tolist() == ["a", "b", "c"]
+    assert res.graph.src.tolist() == [0, 1] and res.graph.dst.tolist() == [1, 2]
