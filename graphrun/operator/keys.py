@@ -23,7 +23,7 @@ def z85_encode(data: bytes) -> str:
     """Z85 (ZeroMQ RFC 32): 4 bytes big-endian -> 5 characters. Length must divide by 4."""
     if len(data) % 4:
         raise ArgumentError(f"z85_encode: length {len(data)} is not a multiple of 4")
-    out = []
+    out: list[str] = []
     for i in range(0, len(data), 4):
         value = int.from_bytes(data[i : i + 4], "big")
         chunk = []
