@@ -164,7 +164,8 @@ def _pod_template(
         main["command"] = command
     if args is not None:
         main["args"] = args
-    main["env"] = [*main.get("env", []), *env]
+    if env:
+        main["env"] = [*main.get("env", []), *env]
     main["workingDir"] = L.mount_path(job)
     main.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
     main["volumeMounts"] = [

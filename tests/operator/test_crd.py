@@ -57,9 +57,7 @@ def test_crd_shape() -> None:
     cols = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert cols["Phase"] == ".status.phase"
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    template = spec["properties"]["replicaSpecs"]["properties"]["worker"]["properties"][
-        "template"
-    ]
+    template = spec["properties"]["replicaSpecs"]["properties"]["worker"]["properties"]["template"]
     assert template == {"type": "object", PRESERVE: True}
     tpm = spec["properties"]["runtime"]["properties"]["trainersPerMachine"]
     assert tpm["minimum"] == 0 and tpm["exclusiveMinimum"] is True
