@@ -290,9 +290,12 @@ async def test_worker_failure_restart_then_fail(cluster: Cluster) -> None:
         )
 
     await eventually(recreated)
-    status = await c.status()
-    restarting = next(x for x in status["conditions"] if x["type"] == "Restarting")
-    assert restarting["message"] == "trainer:1 on m1 failed (exit code 3): RuntimeError: nan loss"
+    warnings = [e for e in await c.items("Event") if e["type"] == "Warning"]
+    (restart,) = [e for e in warnings if e["reason"] == "RoleFailed"]
+    assert restart["message"].endswith(
+        "Serving -> Restarting: trainer:1 on m1 failed (exit code 3): RuntimeError: nan loss"
+    )
+    assert restart["involvedObject"]["name"] == "graphsage"
     await c.set_pod("graphsage-worker-0", "Failed", exit_code=137, message="OOMKilled")
     await eventually(phase_is(c, "Failed"))
     failed = next(x for x in (await c.status())["conditions"] if x["type"] == "Failed")
