@@ -259,3 +259,26 @@ def test_unsupported_specs_are_refused_naming_the_field(change: dict[str, Any], 
     with pytest.raises(SpecError) as info:
         B.check_supported(parse_job(d))
     assert str(info.value).startswith(field)
+
+
+def test_the_worker_can_load_what_the_operator_mounts(tmp_path: Path) -> None:
+    """The ConfigMap and Secret laid out as in /etc/graphrun, read by `graphrun worker`'s
+    loader (graphrun.job.roles, from the launcher's side of the contract)."""
+    roles = pytest.importorskip("graphrun.job.roles")
+    job = example()
+    owner = L.Owner(job.name, "ml", "u")
+    for name, text in B.build_configmap(job, owner, CONFIG)["data"].items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "keys").mkdir()
+    key = base64.b64decode(B.build_secret(owner, KEYS)["data"][L.KEY_FILE_NAME])
+    (tmp_path / "keys" / L.KEY_FILE_NAME).write_bytes(key)
+    for index in range(job.spec.runtime.machines):
+        launch = roles.load_job_launch(
+            tmp_path / "job.yaml", str(index), tmp_path / "hosts.json", tmp_path / "keys"
+        )
+        assert launch.machine == f"m{index}"
+        text = repr(launch)
+        assert (
+            f"graphsage-worker-{index}.graphsage-workers.ml.svc.cluster.local:3000{index}" in text
+        )
+        assert "/data/graphsage/parts" in text
