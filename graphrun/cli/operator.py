@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     ctx = OperatorContext(
         kube=Kube(_api_client(args.kubeconfig)), config=config, resync_seconds=args.resync
     )
-    registry = kopf.SmartOperatorRegistry()  # kopf logs in the way the client does
+    registry = kopf.OperatorRegistry()
     register(registry, ctx)
     namespaces = list(args.namespace)
     kopf.run(

@@ -29,7 +29,7 @@ from graphrun.operator import crd
 from graphrun.operator import layout as L
 from graphrun.operator.builders import check_supported
 from graphrun.operator.keys import curve_keypair
-from graphrun.operator.kube import Kube
+from graphrun.operator.kube import Kube, KubeError
 from graphrun.operator.observe import observe
 from graphrun.operator.reconcile import (
     Create,
@@ -51,7 +51,6 @@ class OperatorContext:
     kube: Kube
     config: L.OperatorConfig = field(default_factory=L.OperatorConfig)
     resync_seconds: float = 10.0
-    server: str | None = None  # log kopf in here (tests); None: kopf's own login
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     _running: set[tuple[str, str]] = field(default_factory=set)
     _again: set[tuple[str, str]] = field(default_factory=set)
@@ -127,7 +126,12 @@ def _carry_out(
 ) -> None:
     kube, ns = ctx.kube, owner.namespace
     for action in plan.actions:
-        if isinstance(action, Create):
+        if isinstance(action, Create) and action.obj["kind"] == "PodGroup":
+            try:
+                kube.create(ns, action.obj)
+            except KubeError as exc:  # that gang scheduler is not installed
+                kube.event(owner, "Warning", "PodGroupNotCreated", str(exc), now)
+        elif isinstance(action, Create):
             kube.create(ns, action.obj)
         elif isinstance(action, Delete):
             kube.delete(ns, action.kind, action.name)
@@ -140,16 +144,31 @@ def _carry_out(
         kube.delete_graphjob(ns, owner.name)
 
 
+def connection_info(cfg: Any) -> kopf.ConnectionInfo:
+    """kopf logs in exactly as the operator's client does (same kubeconfig or service
+    account; a rotated service-account token is re-read on every login)."""
+    auth = cfg.get_api_key_with_prefix("authorization") or ""
+    scheme, _, token = auth.partition(" ")
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert or None,
+        insecure=not cfg.verify_ssl,
+        username=cfg.username or None,
+        password=cfg.password or None,
+        scheme=(scheme or None) if token else None,
+        token=token or None,
+        certificate_path=cfg.cert_file or None,
+        private_key_path=cfg.key_file or None,
+    )
+
+
 def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
     """Add the handlers to ``registry``."""
     res = (crd.GROUP, crd.VERSION, crd.PLURAL)
 
-    if ctx.server is not None:
-        server = ctx.server
-
-        @kopf.on.login(registry=registry)
-        def login(**_: Any) -> kopf.ConnectionInfo:
-            return kopf.ConnectionInfo(server=server, insecure=True)
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return connection_info(ctx.kube.api.configuration)
 
     @kopf.on.create(*res, registry=registry)
     @kopf.on.resume(*res, registry=registry)

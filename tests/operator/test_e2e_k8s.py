@@ -91,7 +91,7 @@ def operator(api: Any, namespace: str) -> Iterator[None]:
     from graphrun.operator.kube import Kube
 
     ctx = OperatorContext(kube=Kube(api), resync_seconds=2.0)
-    registry = kopf.SmartOperatorRegistry()
+    registry = kopf.OperatorRegistry()
     register(registry, ctx)
     stop = threading.Event()
 

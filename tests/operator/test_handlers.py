@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import os
+import signal
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -191,7 +194,6 @@ async def cluster(kmock: Any) -> AsyncIterator[Cluster]:
     url = str(kmock.url).rstrip("/")
     ctx = OperatorContext(
         kube=Kube(client.ApiClient(client.Configuration(host=url))),
-        server=url,
         resync_seconds=0.3,
     )
     registry = kopf.OperatorRegistry()
@@ -384,3 +386,39 @@ async def test_stuck_image_pull_fails_after_the_startup_deadline(cluster: Cluste
     await eventually(phase_is(c, "Failed"))
     failed = next(x for x in (await c.status())["conditions"] if x["type"] == "Failed")
     assert failed["reason"] == "ImagePullBackOff"
+
+
+async def test_graphrun_operator_command(kmock: Any, tmp_path: Path) -> None:
+    """`graphrun operator --kubeconfig` as a process: logs in with the kubeconfig, runs
+    a GraphJob to Partitioning, and stops cleanly on SIGTERM."""
+    declare(kmock)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "kmock", "cluster": {"server": str(kmock.url).rstrip("/")}}],
+                "users": [{"name": "test", "user": {"token": "test-token"}}],
+                "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "test"}}],
+                "current-context": "kmock",
+            }
+        )
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "graphrun", "operator", "--kubeconfig", str(kubeconfig),
+        "--all-namespaces", "--resync", "0.3",
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        c = Cluster(kmock)
+        await c.create_graphjob(example())
+        await eventually(phase_is(c, "Partitioning"), timeout=60)
+        assert await c.names("Secret") == ["graphsage-keys"]
+        auth = [r.headers.get("Authorization") for r in kmock if r.headers.get("User-Agent")]
+        assert "Bearer test-token" in auth
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, out.decode()[-2000:]
