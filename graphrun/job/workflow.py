@@ -183,16 +183,76 @@ class JobState:
         return JobFailed("job", "-", None, f"{cond.reason}: {cond.message}" if cond else "")
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (times to the second); :func:`state_from_dict` reads it back."""
         out: dict[str, Any] = {
             "phase": self.phase.value,
             "conditions": [c.to_dict() for c in self.conditions],
             "restarts": self.restarts,
         }
+        if self.resume_phase:
+            out["resumePhase"] = self.resume_phase.value
         if self.started_at:
             out["startTime"] = rfc3339(self.started_at)
         if self.finished_at:
             out["completionTime"] = rfc3339(self.finished_at)
+        if self.failure:
+            f = self.failure
+            out["failure"] = {
+                k: v
+                for k, v in {
+                    "kind": f.kind.value,
+                    "reason": f.reason,
+                    "message": f.message,
+                    "role": f.role,
+                    "machine": f.machine,
+                    "exitCode": f.exit_code,
+                }.items()
+                if v not in (None, "")
+            }
         return out
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+def state_from_dict(data: dict[str, Any], backoff_limit: int = 0) -> JobState:
+    """Read back :meth:`JobState.to_dict` (e.g. a custom resource's status).
+
+    Raises WorkflowError when the data is not such a state."""
+    try:
+        conds = tuple(
+            Condition(
+                c["type"],
+                c["status"],
+                c["reason"],
+                c["message"],
+                parse_time(c["lastTransitionTime"]),
+            )
+            for c in data.get("conditions", [])
+        )
+        failure = None
+        if f := data.get("failure"):
+            failure = Event(
+                EventKind(f["kind"]),
+                f.get("reason", ""),
+                f.get("message", ""),
+                f.get("role"),
+                f.get("machine"),
+                f.get("exitCode"),
+            )
+        return JobState(
+            phase=Phase(data["phase"]),
+            conditions=conds,
+            backoff_limit=backoff_limit,
+            restarts=int(data.get("restarts", 0)),
+            resume_phase=Phase(data["resumePhase"]) if data.get("resumePhase") else None,
+            started_at=parse_time(data["startTime"]) if data.get("startTime") else None,
+            finished_at=parse_time(data["completionTime"]) if data.get("completionTime") else None,
+            failure=failure,
+        )
+    except (KeyError, ValueError, TypeError) as exc:
+        raise WorkflowError(f"not a job state ({type(exc).__name__}: {exc})") from None
 
 
 def initial_state(now: datetime, backoff_limit: int = 0, message: str = "") -> JobState:

@@ -204,3 +204,16 @@ def test_condition_times_follow_changes() -> None:
     created = s.condition("Created")
     assert created is not None and created.time == T0
     assert len({c.type for c in s.conditions}) == len(s.conditions)
+
+
+def test_state_round_trips_through_dict() -> None:
+    from graphrun.job.workflow import state_from_dict
+
+    s = reach(Phase.TRAINING, backoff_limit=2)
+    s = transition(s, Event.role_failed("trainer:1", "m1", 3, "boom"), at(7))
+    assert state_from_dict(s.to_dict(), backoff_limit=2) == s
+    s = transition(s, Event(K.RESTARTED), at(8))
+    s = transition(s, Event(K.FAIL, reason="ImagePullBackOff", message="no image"), at(9))
+    assert state_from_dict(s.to_dict(), backoff_limit=2) == s
+    with pytest.raises(WorkflowError, match="not a job state"):
+        state_from_dict({"phase": "Dancing"})
