@@ -40,6 +40,7 @@ class MachineLaunch:
     roles: tuple[RoleLaunch, ...]
     wait_for: tuple[str, ...] = ()  # endpoints that must be up before samplers/trainers start
     ready_timeout_s: float = 120.0
+    key_file: str | None = None  # the job's key: store servers are probed with it
 
     def of_kind(self, kind: RoleKind) -> list[RoleLaunch]:
         return [r for r in self.roles if r.kind == kind]
@@ -49,6 +50,7 @@ class MachineLaunch:
             "machine": self.machine,
             "wait_for": list(self.wait_for),
             "ready_timeout_s": self.ready_timeout_s,
+            "key_file": self.key_file,
             "roles": [
                 {
                     "kind": r.kind,
@@ -83,6 +85,7 @@ class MachineLaunch:
                 tuple(roles),
                 tuple(str(e) for e in data.get("wait_for", ())),
                 float(data.get("ready_timeout_s", 120.0)),
+                data.get("key_file"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SpecError(f"{source}: malformed machine launch plan ({exc!r})") from None

@@ -162,7 +162,8 @@ def machine_launches(
                 launches.append(RoleLaunch("trainer", RoleCommand(r.name, m, argv, env)))
             # sampler:<rank>:<w> roles run inside their trainer's data loader (worker
             # processes it starts and stops); they are not separate launches yet.
-        out.append(MachineLaunch(m, tuple(launches), all_stores, ready_timeout_s))
+        key = str(paths.key_file)
+        out.append(MachineLaunch(m, tuple(launches), all_stores, ready_timeout_s, key))
     return out
 
 

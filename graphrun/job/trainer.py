@@ -80,10 +80,10 @@ def train_config(job: GraphJob, args: argparse.Namespace, run_dir: Path, ckpt: P
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    from graphrun.dist import DistGraph, initialize
     from graphrun.rpc.auth import load_keys
-    from graphrun.store.client import ClientConfig, KVClient
     from graphrun.train.ddp import DDPConfig
-    from graphrun.train.distdata import DistData
+    from graphrun.train.distdata import DistGraphData
     from graphrun.train.loop import run_training
 
     job = load_job(args.job)
@@ -96,16 +96,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cfg.entry_point == "__script__":
         cfg = _script_entry(cfg, paths.base_dir / str(job.spec.training.script))
     servers = [f"tcp://{eps[0]}" for _, eps in sorted(hosts.store_endpoints().items())]
-    keys = load_keys(args.keys / "job.key")
-    part = partition_of(args.rank, world, parts)
-    share = [r for r in range(world) if partition_of(r, world, parts) == part]
-    client = KVClient(ClientConfig(servers, job=job.name, keys=keys, name=f"trainer:{args.rank}"))
+    ctx = initialize(
+        servers, job=job.name, keys=load_keys(args.keys / "job.key"), rank=args.rank,
+        world_size=world, partition=partition_of(args.rank, world, parts),
+        name=f"trainer:{args.rank}",
+    )  # fmt: skip
+    workers = job.spec.runtime.sampler_workers_per_trainer
+    data = DistGraphData(DistGraph(ctx), args.rank, world, workers, seed=cfg.seed)
     try:
-        data = DistData(client, args.rank, world, part, share, seed=cfg.seed)
         ddp = DDPConfig(args.rank, world, hosts.rendezvous, timeout_s=args.timeout)
-        run_training(cfg, data, ddp, graph=client)
+        run_training(cfg, data, ddp, graph=data.graph)
     finally:
-        client.close()
+        data.close()
+        ctx.close()
     return 0
 
 

@@ -29,16 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from graphrun.errors import JobFailed
-from graphrun.job.hosts import split_endpoint, tcp_ready
 from graphrun.job.launch import MachineLaunch, RoleLaunch
+from graphrun.job.probe import Probe, store_probe
 from graphrun.job.process import RoleExit, Supervisor
-
-Probe = Callable[[str], bool]
-
-
-def tcp_probe(endpoint: str) -> bool:
-    host, port = split_endpoint(endpoint)
-    return tcp_ready(host, port)
 
 
 @dataclass(frozen=True)
@@ -134,7 +127,7 @@ def run_machine(
     sup: Supervisor,
     stop: threading.Event,
     status_dir: Path | None = None,
-    probe: Probe = tcp_probe,
+    probe: Probe | None = None,
     interval: float = 0.05,
 ) -> MachineResult:
     """Run one machine's roles until its trainers finish and ``stop`` is set, or a role fails.
@@ -142,6 +135,7 @@ def run_machine(
     Returns instead of raising, so the caller can report and exit; every role is
     stopped before this returns.
     """
+    probe = probe or store_probe(Path(launch.key_file) if launch.key_file else None)
     status = StatusFile(status_dir, launch.machine)
     kinds = {r.role: r.kind for r in launch.roles}
     state = "stopped"

@@ -67,12 +67,37 @@ class GraphData(Protocol):
         ...
 
     def loader(
-        self, seeds: Tensor, ntype: str | None, fanouts: Any, batch_size: int, shuffle: bool,
-        epoch: int, x: str, y: str,
-    ) -> Iterator[Batch]: ...  # fmt: skip
-    def edges(self, count: int, epoch: int) -> tuple[Tensor, Tensor]:
-        """``count`` random edges ``(src, dst)`` (global ids) for link prediction."""
+        self,
+        split: str,
+        ntype: str | None,
+        fanouts: Any,
+        batch_size: int,
+        shuffle: bool,
+        epoch: int,
+        x: str,
+        y: str,
+    ) -> Iterator[Batch]:
+        """Mini-batches over this trainer's seeds of ``split`` (``seeds(split, ntype)``)."""
+        ...  # fmt: skip
+
+    def edges(self, split: str) -> Tensor:
+        """This trainer's positive edge ids for link prediction."""
         ...
+
+    def link_loader(
+        self,
+        split: str,
+        fanouts: Any,
+        batch_size: int,
+        neg_k: int,
+        shuffle: bool,
+        epoch: int,
+        x: str,
+    ) -> Iterator[Batch]:
+        """Mini-batches around ``edges(split)`` plus ``neg_k`` negatives per positive, with
+        ``edge_label_index`` (local ids, positives first) and ``edge_label`` (1 / 0), as
+        PyG's ``LinkNeighborLoader`` (binary) and :class:`graphrun.dist.DistLinkDataLoader`."""
+        ...  # fmt: skip
 
     def embedding(self, name: str, num: int, dim: int, lr: float) -> Embedding: ...
 
@@ -151,41 +176,80 @@ class LocalData:
         ids = torch.from_numpy(np.flatnonzero(np.asarray(mask)).astype(np.int64))
         return split_for_rank(ids, self.rank, self.world_size)
 
-    def loader(
-        self, seeds: Tensor, ntype: str | None, fanouts: Any, batch_size: int, shuffle: bool,
-        epoch: int, x: str = "feat", y: str = "label",
-    ) -> Iterator[Batch]:  # fmt: skip
-        from graphrun.sampling.sampler import NeighborSampler, collate
+    def _sampler(self, fanouts: Any, gen_seed: int) -> Any:
+        from graphrun.sampling.sampler import NeighborSampler
 
-        gen_seed = self.seed * 1_000_003 + epoch * 101 + self.rank
-        sampler = NeighborSampler(
+        return NeighborSampler(
             self._csc, self._types, self.graph.num_nodes, fanouts, generator=gen_seed
         )
-        order = seeds
-        if shuffle:
-            g = torch.Generator().manual_seed(gen_seed)
-            order = seeds[torch.randperm(seeds.numel(), generator=g)]
+
+    def _collate(self, sub: Any, x: str, y: str) -> Any:
+        from graphrun.sampling.sampler import collate
+
+        output: Literal["hetero", "data"] = "hetero" if self.graph.is_hetero else "data"
+        return collate(sub, self._types, self._features, output=output, x=x, y=y)
+
+    def _order(self, ids: Tensor, shuffle: bool, gen_seed: int) -> Tensor:
+        if not shuffle:
+            return ids
+        g = torch.Generator().manual_seed(gen_seed)
+        return ids[torch.randperm(ids.numel(), generator=g)]
+
+    def loader(
+        self, split: str, ntype: str | None, fanouts: Any, batch_size: int, shuffle: bool,
+        epoch: int, x: str = "feat", y: str = "label",
+    ) -> Iterator[Batch]:  # fmt: skip
+        gen_seed = self.seed * 1_000_003 + epoch * 101 + self.rank
+        sampler = self._sampler(fanouts, gen_seed)
+        order = self._order(self.seeds(split, ntype), shuffle, gen_seed)
         offset = 0
         if self.graph.is_hetero:
             nto = self.graph.node_type_offsets
             assert nto is not None
             offset = int(nto[self.node_types.index(self._ntype(ntype))])
-        output: Literal["hetero", "data"] = "hetero" if self.graph.is_hetero else "data"
         for i in range(0, order.numel(), batch_size):
             chunk = order[i : i + batch_size]
             t0 = time.perf_counter()
             sub = sampler.sample(chunk + offset)
             t1 = time.perf_counter()
-            data = collate(sub, self._types, self._features, output=output, x=x, y=y)
-            t2 = time.perf_counter()
-            yield Batch(data, int(chunk.numel()), t1 - t0, t2 - t1)
+            data = self._collate(sub, x, y)
+            yield Batch(data, int(chunk.numel()), t1 - t0, time.perf_counter() - t1)
 
-    def edges(self, count: int, epoch: int) -> tuple[Tensor, Tensor]:
-        g = torch.Generator().manual_seed(self.seed * 7919 + epoch * 31 + self.rank)
-        idx = torch.randint(0, self.graph.num_edges, (count,), generator=g)
-        src = torch.from_numpy(np.asarray(self.graph.src))[idx]
-        dst = torch.from_numpy(np.asarray(self.graph.dst))[idx]
-        return src, dst
+    def edges(self, split: str) -> Tensor:
+        mine = split_for_rank(torch.arange(self.graph.num_edges), self.rank, self.world_size)
+        if split == "train":
+            return mine
+        g = torch.Generator().manual_seed({"val": 1, "test": 2}.get(split, 3) * 7919)
+        return mine[torch.randperm(mine.numel(), generator=g)[:4096]]
+
+    def link_loader(
+        self, split: str, fanouts: Any, batch_size: int, neg_k: int, shuffle: bool,
+        epoch: int, x: str = "feat",
+    ) -> Iterator[Batch]:  # fmt: skip
+        from graphrun.sampling.negative import NegativeSampler
+
+        gen_seed = self.seed * 7919 + epoch * 31 + self.rank
+        sampler = self._sampler(fanouts, gen_seed)
+        negatives = NegativeSampler(self.graph.num_nodes, neg_k)
+        gen = torch.Generator().manual_seed(gen_seed)
+        order = self._order(self.edges(split), shuffle, gen_seed)
+        src_all = torch.from_numpy(np.asarray(self.graph.src))
+        dst_all = torch.from_numpy(np.asarray(self.graph.dst))
+        for i in range(0, order.numel(), batch_size):
+            eids = order[i : i + batch_size]
+            t0 = time.perf_counter()
+            src, dst = src_all[eids], dst_all[eids]
+            neg_src, neg_dst = negatives.sample(src, gen)
+            nodes, inverse = torch.unique(
+                torch.cat([src, neg_src, dst, neg_dst]), return_inverse=True
+            )
+            sub = sampler.sample(nodes)
+            t1 = time.perf_counter()
+            data = self._collate(sub, x, "label")
+            m = src.numel() + neg_src.numel()
+            data.edge_label_index = torch.stack([inverse[:m], inverse[m:]])
+            data.edge_label = torch.cat([torch.ones(src.numel()), torch.zeros(neg_src.numel())])
+            yield Batch(data, int(src.numel()), t1 - t0, time.perf_counter() - t1)
 
     def embedding(self, name: str, num: int, dim: int, lr: float) -> Embedding:
         return LocalEmbedding(num, dim, lr, self.seed)

@@ -1,87 +1,53 @@
-"""A trainer's data served by the distributed store: :class:`DistData`.
+"""A trainer's data served by the distributed store, through :mod:`graphrun.dist`.
 
-The trainer connects a :class:`~graphrun.store.client.KVClient` to the main server
-of every partition (co-located partitions are read through shared memory). Then:
+:class:`DistGraphData` wraps a :class:`~graphrun.dist.DistGraph`:
 
-* seeds — trainer ``rank`` trains on partition ``partition`` (co-located: the
-  partition of its machine); the nodes that partition owns whose ``<split>_mask``
-  is set, shared among the trainers of that partition (every ``k``-th);
-* sampling — :class:`~graphrun.sampling.sampler.NeighborSampler` over
-  :class:`~graphrun.sampling.distributed.DistOneHopSampler` (each hop sampled on the
-  partitions that own the frontier, the local one in this process);
-* features and labels — pulled from the store tensors ``node/<ntype>/<name>`` (per-type
-  ids), timed and counted per owning partition for the profile records;
+* seeds — :func:`~graphrun.dist.node_split` of the split's mask: every trainer gets the
+  same number of ids (training: ``pad``; evaluation: ``trim``), its home partition's
+  first (trainer ``r`` of ``W``: partition ``r * P // W``);
+* mini-batches — :class:`~graphrun.dist.DistNodeDataLoader` /
+  :class:`~graphrun.dist.DistLinkDataLoader`, one loader per split kept for the whole
+  run (``set_epoch`` reshuffles), the training loader with ``num_workers`` sampler
+  worker processes (roles ``sampler:<rank>:<w>``);
 * embeddings — :class:`~graphrun.store.embedding.DistEmbedding` with the store's
   ``SparseAdam`` (state on the servers, shared by all trainers).
+
+Batch timing: the time spent waiting for the next mini-batch is reported as
+``sample_s`` (sampling and feature fetching together; with workers they overlap the
+step).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from graphrun.dist import (
+    DistGraph,
+    DistLinkDataLoader,
+    DistNodeDataLoader,
+    edge_split,
+    node_split,
+    trainer_partitions,
+)
 from graphrun.errors import ArgumentError
-from graphrun.partition.book import PartitionBook
 from graphrun.store.client import KVClient
-from graphrun.store.dist_tensor import as_torch
 from graphrun.train.data import Batch, Embedding
 
 
-@dataclass(frozen=True)
-class BookTypeMap:
-    """Global id -> (type id, per-type id) through the partition book."""
-
-    book: PartitionBook
-    node_types: tuple[str, ...] = field(init=False)
-    edge_types: tuple[tuple[str, str, str], ...] = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "node_types", tuple(self.book.node_types))
-        object.__setattr__(self, "edge_types", tuple(tuple(e) for e in self.book.edge_types))
-
-    def nodes_per_type(self, ids: Tensor) -> tuple[Tensor, Tensor]:
-        t, i = self.book.to_per_type(ids.numpy())
-        return torch.from_numpy(np.asarray(t, dtype=np.int64)), torch.from_numpy(i)
-
-    def edges_per_type(self, ids: Tensor) -> tuple[Tensor, Tensor]:
-        t, i = self.book.eid_to_per_type(ids.numpy())
-        return torch.from_numpy(np.asarray(t, dtype=np.int64)), torch.from_numpy(i)
-
-
-class _Features:
-    """FeatureSource over store tensors, timing pulls and counting bytes per partition."""
-
-    def __init__(self, client: KVClient, book: PartitionBook) -> None:
-        self.client, self.book = client, book
-        self.fetch_s = 0.0
-        self.bytes: dict[int, int] = {}
-        self._names = {ti.name for ti in client.list_tensors()}
-
-    def node_feature(self, ntype: str, name: str, ids: Tensor) -> Tensor | None:
-        key = f"node/{ntype}/{name}"
-        if key not in self._names:
-            return None
+def timed(batches: Iterable[Any], count: Any) -> Iterator[Batch]:
+    it = iter(batches)
+    while True:
         t0 = time.perf_counter()
-        arr = self.client.pull(key, ids.numpy())
-        self.fetch_s += time.perf_counter() - t0
-        if len(ids):
-            parts = np.bincount(self.book.nid2part(ids.numpy(), ntype), minlength=1)
-            row = arr.nbytes // max(len(arr), 1)
-            for p, n in enumerate(parts.tolist()):
-                if n:
-                    self.bytes[p] = self.bytes.get(p, 0) + n * row
-        return as_torch(arr)
-
-    def take(self) -> tuple[float, dict[int, int]]:
-        out = (self.fetch_s, self.bytes)
-        self.fetch_s, self.bytes = 0.0, {}
-        return out
+        data = next(it, None)
+        if data is None:
+            return
+        yield Batch(data, count(data), time.perf_counter() - t0)
 
 
 class StoreEmbedding:
@@ -90,8 +56,8 @@ class StoreEmbedding:
     def __init__(self, client: KVClient, name: str, num: int, dim: int, lr: float) -> None:
         from graphrun.store.embedding import DistEmbedding, SparseAdam
 
-        self.emb = DistEmbedding(client, num, dim, name, init="uniform",
-                                 init_args={"low": -0.1, "high": 0.1})  # fmt: skip
+        args = {"low": -0.1, "high": 0.1}
+        self.emb = DistEmbedding(client, num, dim, name, init="uniform", init_args=args)
         self.opt = SparseAdam([self.emb], lr=lr)
 
     def __call__(self, ids: Tensor) -> Tensor:
@@ -112,105 +78,100 @@ class StoreEmbedding:
         self.emb.weight[np.arange(w.shape[0], dtype=np.int64)] = w
 
 
-class DistData:
+class DistGraphData:
     """GraphData over a running store (see the module docstring)."""
 
     def __init__(
-        self, client: KVClient, rank: int, world_size: int, partition: int,
-        trainers_of_partition: list[int], seed: int = 0,
-    ) -> None:  # fmt: skip
-        from graphrun.sampling.distributed import DistOneHopSampler
-
-        self.client = client
-        self.book: PartitionBook = client.book
-        self.rank, self.world_size, self.partition = rank, world_size, partition
-        self.node_types = tuple(self.book.node_types)
+        self, graph: DistGraph, rank: int, world_size: int, num_workers: int = 0, seed: int = 0
+    ) -> None:
+        self.graph = graph
+        self.book = graph.partition_book
+        self.rank, self.world_size = rank, world_size
+        self.partition = graph.local_partition
+        self.node_types = tuple(graph.node_types)
         self.edge_types: tuple[tuple[str, str, str], ...] = tuple(
-            (e[0], e[1], e[2]) for e in self.book.edge_types
+            (e[0], e[1], e[2]) for e in graph.edge_types
         )
-        self.seed = seed
-        self._share = sorted(trainers_of_partition)
-        if rank not in self._share:
-            raise ArgumentError(f"rank {rank} is not a trainer of partition {partition}")
-        self._types: Any = BookTypeMap(self.book)  # a sampling.pyg.TypeMap
-        self._one_hop = DistOneHopSampler(client, self.book)
-        self._features = _Features(client, self.book)
-        self._meta = {ti.name: ti for ti in client.list_tensors()}
-
-    def _ntype(self, ntype: str | None) -> str:
-        return ntype if ntype is not None else self.node_types[0]
+        self.num_workers, self.seed = num_workers, seed
+        self._parts = trainer_partitions(world_size, self.book.num_parts)
+        self._seeds: dict[tuple[str, str | None], Tensor] = {}
+        self._loaders: dict[Any, Any] = {}
 
     def num_nodes(self, ntype: str | None = None) -> int:
-        return self.book.num_nodes if ntype is None else self.book.num_nodes_of(ntype)
+        return self.graph.num_nodes(ntype)
 
     def feature_dim(self, ntype: str, name: str) -> int | None:
-        ti = self._meta.get(f"node/{ntype}/{name}")
-        return None if ti is None else int(np.prod(ti.row_shape)) if ti.row_shape else 1
+        t = self.graph.node_feature(ntype, name)
+        return None if t is None else int(np.prod(t.shape[1:])) if len(t.shape) > 1 else 1
 
     def num_classes(self, ntype: str, label: str) -> int:
-        key = f"node/{ntype}/{label}"
-        if key not in self._meta:
-            raise ArgumentError(f"label: the store has no tensor {key!r}")
-        n = self.book.num_nodes_of(ntype)
-        top = 0
-        for a in range(0, n, 1 << 20):  # labels are small; read them once in chunks
-            ids = np.arange(a, min(n, a + (1 << 20)), dtype=np.int64)
-            top = max(top, int(self.client.pull(key, ids).max()))
-        return top + 1
+        t = self.graph.node_feature(ntype, label)
+        if t is None:
+            raise ArgumentError(f"label: node type {ntype!r} has no feature {label!r}")
+        return int(t.pull_numpy(np.arange(t.shape[0], dtype=np.int64)).max()) + 1
 
     def seeds(self, split: str, ntype: str | None = None) -> Tensor:
-        t = self._ntype(ntype)
-        key = f"node/{t}/{split}_mask"
-        if key not in self._meta:
-            raise ArgumentError(f"split: the store has no tensor {key!r}")
-        lo, hi = (int(v) for v in self.book.node_ranges(t)[self.partition : self.partition + 2])
-        ids = np.arange(lo, hi, dtype=np.int64)
-        mask = self.client.pull(key, ids).astype(bool)
-        mine = torch.from_numpy(ids[mask])
-        k = self._share.index(self.rank)
-        return mine[k :: len(self._share)]
+        key = (split, ntype)
+        if key not in self._seeds:
+            ids = self.graph.mask_ids(f"{split}_mask", ntype)
+            mode: Literal["pad", "trim"] = "pad" if split == "train" else "trim"
+            self._seeds[key] = node_split(
+                ids, self.book, self.rank, self.world_size, ntype=ntype,
+                trainer_parts=self._parts, mode=mode,
+            )  # fmt: skip
+        return self._seeds[key]
 
     def loader(
-        self, seeds: Tensor, ntype: str | None, fanouts: Any, batch_size: int, shuffle: bool,
+        self, split: str, ntype: str | None, fanouts: Any, batch_size: int, shuffle: bool,
         epoch: int, x: str = "feat", y: str = "label",
     ) -> Iterator[Batch]:  # fmt: skip
-        from graphrun.sampling.sampler import NeighborSampler, collate
+        key = ("node", split, ntype, batch_size, shuffle)
+        if key not in self._loaders:
+            self._loaders[key] = DistNodeDataLoader(
+                self.graph, self.seeds(split, ntype), fanouts, batch_size=batch_size,
+                ntype=ntype, shuffle=shuffle, x=x, y=y, seed=self.seed + self.rank,
+                num_workers=self.num_workers if split == "train" else 0,
+            )  # fmt: skip
+        loader = self._loaders[key]
+        loader.set_epoch(epoch)
+        t = ntype
+        return timed(loader, lambda d: int(d[t].batch_size if t else d.batch_size))
 
-        gen_seed = self.seed * 1_000_003 + epoch * 101 + self.rank
-        sampler = NeighborSampler(
-            self._one_hop, self._types, self.book.num_nodes, fanouts, generator=gen_seed
-        )
-        order = seeds
-        if shuffle:
-            g = torch.Generator().manual_seed(gen_seed)
-            order = seeds[torch.randperm(seeds.numel(), generator=g)]
-        t = self._ntype(ntype)
-        hetero = len(self.node_types) > 1 or len(self.edge_types) > 1
-        output: Literal["hetero", "data"] = "hetero" if hetero else "data"
-        for i in range(0, order.numel(), batch_size):
-            chunk = order[i : i + batch_size]
-            homo = torch.from_numpy(self.book.to_homo(t, chunk.numpy())) if hetero else chunk
-            t0 = time.perf_counter()
-            sub = sampler.sample(homo)
-            t1 = time.perf_counter()
-            data = collate(sub, self._types, self._features, output=output, x=x, y=y)
-            t2 = time.perf_counter()
-            _, fbytes = self._features.take()
-            yield Batch(data, int(chunk.numel()), t1 - t0, t2 - t1, {}, fbytes)
+    def edges(self, split: str) -> Tensor:
+        """This trainer's positive edge ids for link prediction (``train``: its share of all
+        edges; ``val``/``test``: a fixed sample of it)."""
+        key = ("edges", None)
+        if key not in self._seeds:
+            n = self.graph.num_edges()
+            self._seeds[key] = edge_split(
+                torch.arange(n), self.book, self.rank, self.world_size,
+                trainer_parts=self._parts, mode="pad",
+            )  # fmt: skip
+        mine = self._seeds[key]
+        if split == "train":
+            return mine
+        g = torch.Generator().manual_seed({"val": 1, "test": 2}.get(split, 3) * 7919 + self.rank)
+        return mine[torch.randperm(mine.numel(), generator=g)[:4096]]
 
-    def edges(self, count: int, epoch: int) -> tuple[Tensor, Tensor]:
-        """``count`` random in-edges of this trainer's partition (it owns its nodes' in-edges)."""
-        g = torch.Generator().manual_seed(self.seed * 7919 + epoch * 31 + self.rank)
-        lo, hi = self.book.owned_nodes(self.partition)
-        dst = torch.unique(torch.randint(lo, hi, (2 * count,), generator=g))
-        dst = dst[torch.randperm(dst.numel(), generator=g)]
-        one = torch.ones(len(self.edge_types), dtype=torch.long)
-        out = self._one_hop.sample_one_hop(dst, one, generator=g)
-        src, dst = out.src, dst[out.seed_index]
-        if src.numel() == 0:
-            raise ArgumentError(f"partition {self.partition} has no edges to predict")
-        reps = -(-count // src.numel())  # a tiny partition: reuse its edges
-        return src.repeat(reps)[:count], dst.repeat(reps)[:count]
+    def link_loader(
+        self, split: str, fanouts: Any, batch_size: int, neg_k: int, shuffle: bool,
+        epoch: int, x: str = "feat",
+    ) -> Iterator[Batch]:  # fmt: skip
+        key = ("link", split, batch_size, shuffle)
+        if key not in self._loaders:
+            self._loaders[key] = DistLinkDataLoader(
+                self.graph, self.edges(split), fanouts, batch_size=batch_size, neg_k=neg_k,
+                shuffle=shuffle, x=x, seed=self.seed + self.rank,
+                num_workers=self.num_workers if split == "train" else 0,
+            )  # fmt: skip
+        loader = self._loaders[key]
+        loader.set_epoch(epoch)
+        return timed(loader, lambda d: int((d.edge_label > 0).sum()))
 
     def embedding(self, name: str, num: int, dim: int, lr: float) -> Embedding:
-        return StoreEmbedding(self.client, name, num, dim, lr)
+        return StoreEmbedding(self.graph.ctx.client, name, num, dim, lr)
+
+    def close(self) -> None:
+        for loader in self._loaders.values():
+            loader.close()
+        self._loaders.clear()

@@ -52,8 +52,8 @@ class Task:
     def batches(self, split: str, epoch: int, shuffle: bool) -> Iterator[Batch]:
         d = self.ctx.data
         return d.loader(
-            d.seeds(split, self.ntype), self.ntype, self.cfg.fanout_spec(d.edge_types),
-            self.cfg.batch_size, shuffle, epoch, self.cfg.feature, self.cfg.label,
+            split, self.ntype, self.cfg.fanout_spec(d.edge_types), self.cfg.batch_size,
+            shuffle, epoch, self.cfg.feature, self.cfg.label,
         )  # fmt: skip
 
     def step(self, batch: Batch) -> tuple[float, float, int]:
@@ -152,8 +152,6 @@ class HeteroNodeClassification(Task):
 class LinkPrediction(Task):
     def __init__(self, ctx: TrainContext) -> None:
         super().__init__(ctx)
-        from graphrun.sampling.negative import NegativeSampler
-
         d, c = ctx.data, self.cfg
         if len(d.node_types) != 1:
             raise ArgumentError("link-prediction: needs a homogeneous graph")
@@ -161,68 +159,51 @@ class LinkPrediction(Task):
         dim = c.embedding_dim or c.hidden
         self.feat_dim = d.feature_dim(nt, c.feature) or 0
         self.embedding = d.embedding("node_emb", d.num_nodes(), dim, c.sparse_lr)
-        self.negatives = NegativeSampler(d.num_nodes(), c.negative_samples)
-        self.gen = torch.Generator().manual_seed(c.seed * 65_537 + ctx.rank)
         self._finish(LinkPredictor(dim + self.feat_dim, c.hidden, len(c.fanouts), 0.0))
 
     def positives_per_trainer(self) -> int:
         total = self.cfg.edges_per_epoch or 20 * self.cfg.batch_size
-        return max(1, total // self.ctx.world_size)
+        return min(max(1, total // self.ctx.world_size), self.ctx.data.edges("train").numel())
 
     def steps_per_epoch(self) -> int:
         return -(-self.positives_per_trainer() // self.cfg.batch_size)
 
-    def _pair_batch(self, src: Tensor, dst: Tensor, epoch: int) -> Batch:
-        neg_src, neg_dst = self.negatives.sample(src, self.gen)
-        nodes = torch.cat([src, dst, neg_src, neg_dst])
-        uniq, inv = torch.unique(nodes, return_inverse=True)
+    def _loader(self, split: str, epoch: int, shuffle: bool) -> Iterator[Batch]:
         d = self.ctx.data
-        (batch,) = list(
-            d.loader(uniq, None, self.cfg.fanout_spec(d.edge_types), uniq.numel(), False, epoch,
-                     self.cfg.feature, self.cfg.label)
+        return d.link_loader(
+            split, self.cfg.fanout_spec(d.edge_types), self.cfg.batch_size,
+            self.cfg.negative_samples, shuffle, epoch, self.cfg.feature,
         )  # fmt: skip
-        n, m = src.numel(), neg_src.numel()
-        batch.data.pos = torch.stack([inv[:n], inv[n : 2 * n]])
-        batch.data.neg = torch.stack([inv[2 * n : 2 * n + m], inv[2 * n + m :]])
-        batch.seeds = n
-        return batch
 
     def epoch_batches(self, epoch: int) -> Iterator[Batch]:
-        src, dst = self.ctx.data.edges(self.positives_per_trainer(), epoch)
-        for i in range(0, src.numel(), self.cfg.batch_size):
-            j = i + self.cfg.batch_size
-            yield self._pair_batch(src[i:j], dst[i:j], epoch)
+        return self._loader("train", epoch, shuffle=True)
 
-    def _inputs(self, batch: Batch) -> Tensor:
+    def loss(self, model: torch.nn.Module, batch: Batch) -> tuple[Tensor, float, int]:
         assert self.embedding is not None
         data = batch.data
         x = self.embedding(data.n_id)
         if self.feat_dim:
             x = torch.cat([x, data.x.float()], dim=-1)
-        return x
-
-    def loss(self, model: torch.nn.Module, batch: Batch) -> tuple[Tensor, float, int]:
-        data = batch.data
-        pairs = torch.cat([data.pos, data.neg], dim=1)
+        labels = data.edge_label.float()
         scores = model(
-            self._inputs(batch), data.edge_index, pairs, data.num_sampled_nodes,
+            x, data.edge_index, data.edge_label_index, data.num_sampled_nodes,
             data.num_sampled_edges,
         )  # fmt: skip
-        n = data.pos.size(1)
-        labels = torch.cat([torch.ones(n), torch.zeros(pairs.size(1) - n)])
         loss = F.binary_cross_entropy_with_logits(scores, labels)
-        pos, neg = scores[:n].detach(), scores[n:].detach().view(n, -1)
-        wins = float((pos.unsqueeze(1) > neg).float().mean(1).sum())  # AUC estimate
-        return loss, wins, n
+        pos, neg = scores[labels > 0].detach(), scores[labels == 0].detach()
+        n = pos.numel()
+        wins = float((pos.unsqueeze(1) > neg.view(n, -1)).float().mean(1).sum()) if n else 0.0
+        return loss, wins, n  # wins / n estimates the AUC
 
     @torch.no_grad()
     def evaluate(self, split: str) -> tuple[float, int]:
         model = unwrap(self.model)
         model.eval()
-        offset = {"val": 1_000_003, "test": 2_000_003}.get(split, 0)
-        src, dst = self.ctx.data.edges(self.cfg.batch_size, offset)
-        _, wins, n = self.loss(model, self._pair_batch(src, dst, offset))
-        return wins, n
+        total, count = 0.0, 0
+        for batch in self._loader(split, epoch=0, shuffle=False):
+            _, wins, n = self.loss(model, batch)
+            total, count = total + wins, count + n
+        return total, count
 
 
 TASK_CLASSES: dict[str, type[Task]] = {

@@ -1,0 +1,46 @@
+"""Readiness probes for listening roles.
+
+A store server is ready when it answers the ``stats`` request (no session needed)
+over an authenticated connection — not merely when its port accepts TCP, and
+without the refused-handshake noise a raw TCP probe causes on a CURVE socket.
+Launch plans without a key (fake roles in tests) are probed with TCP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from graphrun.errors import GraphrunError
+from graphrun.job.hosts import split_endpoint, tcp_ready
+
+Probe = Callable[[str], bool]
+
+
+def tcp_probe(endpoint: str) -> bool:
+    host, port = split_endpoint(endpoint)
+    return tcp_ready(host, port)
+
+
+def store_probe(key_file: Path | None, timeout: float = 1.0) -> Probe:
+    """A probe that asks a store server for its stats with the job's key."""
+    if key_file is None:
+        return tcp_probe
+    from graphrun.rpc.auth import load_keys
+    from graphrun.rpc.transport import RpcClient
+
+    keys = load_keys(key_file)
+
+    def probe(endpoint: str) -> bool:
+        if not tcp_probe(endpoint):  # nothing listening yet: no need for a handshake
+            return False
+        client = RpcClient(f"tcp://{endpoint}", keys=keys, timeout=timeout)
+        try:
+            client.call("stats", {}, timeout=timeout)
+            return True
+        except GraphrunError:
+            return False
+        finally:
+            client.close()
+
+    return probe
