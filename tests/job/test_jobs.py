@@ -54,7 +54,8 @@ def nothing_left(job: LocalJob) -> None:
 
 
 def test_two_machines_train_to_accuracy(tmp_path):
-    path = small_job(tmp_path, epochs=2)
+    # one sampler worker process per trainer (spawned by its loader, stopped with it)
+    path = small_job(tmp_path, epochs=2, runtime={"samplerWorkersPerTrainer": 1})
     job, sink = run(path)
     report = job.run()
     assert report.exits["trainer:0"] == 0 and report.exits["trainer:1"] == 0
