@@ -105,7 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     data = DistGraphData(DistGraph(ctx), args.rank, world, workers, seed=cfg.seed)
     try:
         ddp = DDPConfig(args.rank, world, hosts.rendezvous, timeout_s=args.timeout)
-        run_training(cfg, data, ddp, graph=data.graph)
+        # the job's store servers are its own: trainer 0 stops them once all trainers finished
+        run_training(cfg, data, ddp, graph=data.graph, on_done=ctx.client.stop_servers)
     finally:
         data.close()
         ctx.close()

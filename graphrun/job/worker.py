@@ -11,10 +11,12 @@ person or a Kubernetes probe can read::
 
 States: ``serving`` — this machine's store servers accept connections;
 ``training`` — every store server of the job is up and the trainers run; ``done`` —
-this machine's trainers all exited 0 (its store servers keep serving the other
-machines until the worker is told to stop). A store or sampler that exits while the
-job runs, or any role that exits non-zero, fails the machine: every other role is
-stopped and the worker returns the failure.
+this machine's trainers all exited 0. Its store servers keep serving the other
+machines until the job's trainers stop them (trainer 0 asks every store to stop once
+all trainers finished; a store that then exits 0 ends the worker with exit code 0) or
+the worker is told to stop (SIGTERM). A store that exits before this machine's
+trainers are done, or any role that exits non-zero, fails the machine: every other
+role is stopped and the worker returns the failure.
 """
 
 from __future__ import annotations
@@ -141,12 +143,18 @@ def run_machine(
     state = "stopped"
     failure: JobFailed | None = None
 
+    stopped_by_job: list[str] = []
+
     def check() -> None:
         for ex in sup.poll():
+            clean = ex.exit_code == 0 and kinds[ex.role] == "store"
+            if clean and status.state in ("training", "done"):
+                stopped_by_job.append(ex.role)  # trainer 0 stops the stores at the end
+                continue
             f = failure_of(ex, kinds[ex.role])
             if f is not None:
                 raise f
-        if stop.is_set():
+        if stop.is_set() or (stopped_by_job and status.state == "done"):
             raise _Stopped
 
     def wait_until(cond: Callable[[], bool], what: str, timeout: float | None = None) -> None:

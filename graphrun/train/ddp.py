@@ -87,3 +87,8 @@ def all_min(value: int, cfg: DDPConfig) -> int:
     if cfg.world_size > 1:
         dist.all_reduce(t, op=dist.ReduceOp.MIN)
     return int(t.item())
+
+
+def barrier() -> None:
+    """Wait until every trainer gets here."""
+    dist.barrier()

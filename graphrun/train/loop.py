@@ -34,7 +34,7 @@ from graphrun.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoi
 from graphrun.train.config import TrainConfig
 from graphrun.train.context import TrainContext
 from graphrun.train.data import Batch, GraphData
-from graphrun.train.ddp import DDPConfig, all_min, all_sum, process_group, unwrap
+from graphrun.train.ddp import DDPConfig, all_min, all_sum, barrier, process_group, unwrap
 from graphrun.train.metrics import MetricsLog, Progress
 from graphrun.train.tasks import Task, make_task
 
@@ -187,15 +187,26 @@ def run_training(
     ddp: DDPConfig,
     metrics: MetricsLog | None = None,
     graph: Any = None,
+    on_done: Callable[[], None] | None = None,
 ) -> Any:
-    """Join the process group, then run the task or the entry point. Returns its result."""
+    """Join the process group, then run the task or the entry point. Returns its result.
+
+    ``on_done`` runs on rank 0 once every trainer has finished (after a barrier), e.g.
+    to stop the job's store servers.
+    """
     metrics = metrics or MetricsLog(config.metrics_file, enabled=ddp.rank == 0)
     group = process_group(ddp) if ddp.world_size > 1 else nullcontext()
     with group:
         ctx = TrainContext(config, data, ddp, metrics, graph)
         if config.entry_point is not None:
-            return load_entry_point(config.entry_point)(ctx)
-        return fit(ctx)
+            result = load_entry_point(config.entry_point)(ctx)
+        else:
+            result = fit(ctx)
+        if ddp.world_size > 1:
+            barrier()
+        if on_done is not None and ddp.rank == 0:
+            on_done()
+        return result
 
 
 def single_process(config: TrainConfig, data: GraphData) -> dict[str, Any]:

@@ -158,3 +158,45 @@ def test_job_in_network_namespaces(tmp_path):
     assert "10.77.0." in sink.getvalue()  # the stores served on namespace addresses
     assert metrics(path)[-1]["test_acc"] > 0.3
     nothing_left(job)
+
+
+def test_workers_alone_finish_the_job_and_exit_0(tmp_path):
+    """As on Kubernetes: one `graphrun worker --job` per machine, no launcher; when the
+    trainers finish, trainer 0 stops the stores and every worker exits 0 by itself."""
+    from graphrun.job.roles import job_paths, job_placement, plan_hosts
+    from graphrun.rpc.auth import generate_keys
+
+    path = small_job(tmp_path, epochs=1)
+    job = load_job(path)
+    paths = job_paths(job, path)
+    hosts = plan_hosts(job, job_placement(job, paths))
+    hosts_file = hosts.write(tmp_path / "hosts.json")
+    (tmp_path / "keys").mkdir()
+    generate_keys(tmp_path / "keys" / "job.key")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "graphrun",
+                "worker",
+                "--job",
+                str(path),
+                "--machine",
+                str(i),
+                "--hosts-file",
+                str(hosts_file),
+                "--keys",
+                str(tmp_path / "keys"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=110)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert metrics(path)[-1]["epoch"] == 0
