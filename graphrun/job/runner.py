@@ -274,9 +274,12 @@ class LocalJob:
         if self._hosts_mode() == "netns":
             # the host name resolves to 127.0.0.1 in a namespace: gloo must use eth0
             env.setdefault("GLOO_SOCKET_IFNAME", "eth0")
+        # all "machines" share this host's cores: one share per trainer, not all each
+        threads = max(1, (os.cpu_count() or 1) // self.job.spec.num_trainers)
+        args = ("--threads", str(threads), *self.opts.trainer_args)
         return machine_launches(
             self.job, self.roles, hosts, self.paths, resume, self.opts.python,
-            self.opts.profile_dir, env, self.opts.ready_timeout_s, self.opts.trainer_args,
+            self.opts.profile_dir, env, self.opts.ready_timeout_s, args,
         )  # fmt: skip
 
     def _attempt(self, hosts: Hosts, resume: bool, wrap: Wrap | None) -> None:

@@ -38,6 +38,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile", type=Path, help="append per-batch records (JSON lines) here")
     p.add_argument("--aggr", choices=("scatter", "csr"), default="scatter")
     p.add_argument("--timeout", type=float, default=300.0, help="rendezvous timeout (s)")
+    p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
     return p.parse_args(argv)
 
 
@@ -86,6 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from graphrun.train.distdata import DistGraphData
     from graphrun.train.loop import run_training
 
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     job = load_job(args.job)
     paths = job_paths(job, args.job, args.run_dir)
     hosts = Hosts.read(args.hosts_file)
