@@ -97,7 +97,7 @@ def fake_partition(tmp_dir: Path, parts: int = 2) -> Path:
 def small_job(
     tmp_dir: Path, nodes: int = 2000, machines: int = 2, hetero: bool = False,
     run_policy: dict[str, object] | None = None, runtime: dict[str, object] | None = None,
-    **training: object,
+    placement: dict[str, object] | None = None, **training: object,
 ) -> Path:  # fmt: skip
     """Dataset + partition + GraphJob file in ``tmp_dir`` (``nodes`` nodes, 4 classes)."""
     from graphrun.graph import save_dataset
@@ -121,6 +121,7 @@ def small_job(
                 "fanouts": [5, 5], "hidden": 32, "lr": 0.01, **training,
             },
             "runPolicy": run_policy or {},
+            "placement": placement or {},
         },
     }  # fmt: skip
     if "entryPoint" in training or "script" in training:

@@ -200,3 +200,14 @@ def test_workers_alone_finish_the_job_and_exit_0(tmp_path):
     outs = [p.communicate(timeout=110)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     assert metrics(path)[-1]["epoch"] == 0
+
+
+def test_placement_plan_is_applied(tmp_path):
+    """trainer:0 moved off its partition's machine: m0 runs only store:0, m1 both trainers."""
+    path = small_job(tmp_path, epochs=1, placement={"assignments": {"trainer:0": "m1"}})
+    job, sink = run(path)
+    job.run()
+    launch = json.loads((tmp_path / "runs" / "small" / "launch" / "m0.json").read_text())
+    assert [r["role"] for r in launch["roles"]] == ["store:0"]
+    assert "[trainer:0@m1]" in sink.getvalue()
+    assert metrics(path)[-1]["epoch"] == 0
