@@ -26,11 +26,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graphrun.errors import ProtocolError
+from graphrun.errors import ArgumentError, ProtocolError
 from graphrun.partition.book import PartitionBook
 from graphrun.sampling.csc import CSCGraph, SampledEdges, check_seeds
 from graphrun.sampling.kernels import make_generator
-from graphrun.sampling.partitioned import csc_from_structure
+from graphrun.sampling.partitioned import csc_from_structure, edge_weights_by_position
 
 OP = "sample_neighbors"
 OP_IN_DEGREES = "graph_in_degrees"
@@ -116,17 +116,36 @@ class DistOneHopSampler:
         client: StoreClient | None,
         book: PartitionBook,
         local: Mapping[int, CSCGraph] | None = None,
+        weight: str | None = None,
     ) -> None:
         self.client = client
         self.book = book
+        self.weight = weight
         self.typed = len(book.edge_types) > 1
         if local is None:
             local = {}
             for p in client.local_parts if client is not None else []:
                 structure = client.local_structure(p) if client is not None else None
                 if structure is not None:
-                    local[p] = csc_from_structure(structure, book, p)
+                    w = None if weight is None else self._pull_weights(p, structure)
+                    local[p] = csc_from_structure(structure, book, p, weights=w)
         self.local = dict(local)
+
+    def _pull_weights(self, part: int, structure: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Edge feature ``weight`` of partition ``part``'s owned edges, in CSC order."""
+        assert self.client is not None and self.weight is not None
+        pull = getattr(self.client, "pull", None)
+        if pull is None:
+            raise ArgumentError("weight: this store client cannot pull edge features")
+        feats = {}
+        for et in self.book.edge_types:
+            lo, hi = self.book.edge_ranges(et)[part : part + 2]
+            key = ":".join(et)
+            feats[key] = pull(f"edge/{key}/{self.weight}", np.arange(lo, hi, dtype=np.int64))
+        lo_n, hi_n = self.book.owned_nodes(part)
+        n_inner = int(structure["indptr"][hi_n - lo_n])
+        eids = np.asarray(structure["eids"][:n_inner])
+        return edge_weights_by_position(self.book, part, eids, feats, self.weight)
 
     def sample_one_hop(
         self,
@@ -138,6 +157,8 @@ class DistOneHopSampler:
         generator: torch.Generator,
     ) -> SampledEdges:
         seeds = check_seeds(seeds, 0, self.book.num_nodes)
+        if weighted:
+            self._weight_name()
         owner = torch.from_numpy(self.book.nid2part(seeds.numpy()))
         order = torch.argsort(owner, stable=True)
         counts = torch.bincount(owner, minlength=self.book.num_parts).tolist()
@@ -149,6 +170,8 @@ class DistOneHopSampler:
                 if self.client is None:
                     raise ProtocolError(f"partition {p} is not local and there is no store client")
                 body, tensors = encode_request(seeds[idx], fanout, replace, weighted, part_seeds[p])
+                if weighted:
+                    body["weight"] = self._weight_name()
                 pending.append((idx, self.client.request(p, OP, body, tensors)))
         parts: list[tuple[Tensor, SampledEdges]] = []
         for p, idx in enumerate(groups):
@@ -163,6 +186,11 @@ class DistOneHopSampler:
             msg = self.client.wait(pend)  # type: ignore[union-attr]
             parts.append((idx, decode_reply(msg, idx.numel(), self.typed)))
         return merge(parts, self.typed)
+
+    def _weight_name(self) -> str:
+        if self.weight is None:
+            raise ArgumentError("weighted: build the sampler with weight=<edge feature name>")
+        return self.weight
 
     # ---- structure queries (same split: local partitions in-process, others by request)
 
