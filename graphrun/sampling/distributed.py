@@ -30,7 +30,11 @@ from graphrun.errors import ArgumentError, ProtocolError
 from graphrun.partition.book import PartitionBook
 from graphrun.sampling.csc import CSCGraph, SampledEdges, check_seeds
 from graphrun.sampling.kernels import make_generator
-from graphrun.sampling.partitioned import csc_from_structure, edge_weights_by_position
+from graphrun.sampling.partitioned import (
+    csc_from_structure,
+    edge_weights_by_position,
+    shared_tensor,
+)
 
 OP = "sample_neighbors"
 OP_IN_DEGREES = "graph_in_degrees"
@@ -93,15 +97,20 @@ def decode_reply(msg: Reply, num_seeds: int, typed: bool) -> SampledEdges:
     for i, a in enumerate(msg.tensors):
         if a.ndim != 1 or len(a) != n:
             raise ProtocolError(f"tensor {i} has shape {a.shape}, expected ({n},)", kind=OP)
-    idx = torch.from_numpy(np.array(msg.tensors[1], dtype=np.int64))
+    idx = _int64(msg.tensors[1])
     if n and (int(idx.min()) < 0 or int(idx.max()) >= num_seeds):
         raise ProtocolError("seed_index out of range", kind=OP)
     return SampledEdges(
-        src=torch.from_numpy(np.array(msg.tensors[0], dtype=np.int64)),
+        src=_int64(msg.tensors[0]),
         seed_index=idx,
-        eid=torch.from_numpy(np.array(msg.tensors[2], dtype=np.int64)),
-        etype=torch.from_numpy(np.array(msg.tensors[3], dtype=np.int32)) if typed else None,
+        eid=_int64(msg.tensors[2]),
+        etype=shared_tensor(np.asarray(msg.tensors[3], dtype=np.int32)) if typed else None,
     )
+
+
+def _int64(a: np.ndarray) -> Tensor:
+    """A received frame as a tensor without a copy (the frame belongs to this process)."""
+    return shared_tensor(np.asarray(a, dtype=np.int64))
 
 
 class DistOneHopSampler:
@@ -259,7 +268,7 @@ def _one(msg: Reply, n: int, count: int, op: str) -> tuple[Tensor, ...]:
     for i, a in enumerate(msg.tensors):
         if a.shape != (n,):
             raise ProtocolError(f"tensor {i} has shape {a.shape}, expected ({n},)", kind=op)
-        out.append(torch.from_numpy(np.array(a, dtype=np.int64)))
+        out.append(_int64(a))
     return tuple(out)
 
 
