@@ -63,9 +63,9 @@ def register(subparsers: Any) -> None:
 
 
 def _load(path: str) -> Any:
-    from graphrun.graph.importers import load_graph
+    from graphrun.graph.importers import import_graph
 
-    return load_graph(path)
+    return import_graph(path)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(f"--tolerance: must be >= 0, got {args.tolerance}")
     if args.parts < 1:
         raise ArgumentError(f"--parts: must be a positive integer, got {args.parts}")
-    graph = _load(args.dataset)
+    imported = _load(args.dataset)
+    graph = imported.graph
     result = partition_graph(
         graph,
         args.out,
@@ -87,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         halo_hops=args.halo,
         seed=args.seed,
         tolerance=args.tolerance,
+        id_maps=imported.id_maps,
     )
     if args.json:
         print(
