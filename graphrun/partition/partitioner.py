@@ -98,7 +98,7 @@ def assign(
     )
     weights = balance.combined_weights(crit) if crit.shape[1] > 1 else None
     part = metis_assign(xadj, adjncy, parts, vweights=weights, seed=seed)
-    if crit.shape[1] > 1 and parts > 1:
+    if parts > 1:  # also repairs parts METIS left (nearly) empty
         part = balance.rebalance(part, crit, xadj, adjncy, parts, tolerance=tolerance, seed=seed)
     return part
 
