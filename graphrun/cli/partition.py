@@ -18,8 +18,9 @@ belongs to the partition of its destination node.
   random  balanced random assignment: fast, large edge cut
 
 --balance-train / --balance-edges also balance training nodes (train_mask) and owned
-edges: METIS gets combined vertex weights, then a rebalancing pass moves boundary nodes
-out of parts above (1 + tolerance) x mean. The balance reached is printed and stored.
+edges: METIS gets combined vertex weights, then a rebalancing pass moves the cheapest
+nodes (fewest edges newly cut) out of parts above (1 + tolerance) x mean. Balance costs
+some edge cut; the cut and balance reached are printed and stored in partition.json.
 
 Example:  graphrun partition data/ parts/ --parts 4 --balance-train
 """
