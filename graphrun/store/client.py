@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import zmq
 
 from graphrun.errors import ArgumentError, GraphrunError, RpcError, RpcTimeout
 from graphrun.partition.book import PartitionBook
@@ -99,8 +100,10 @@ class _Heartbeat(threading.Thread):
 
     def run(self) -> None:
         interval = self._cfg.heartbeat_interval
+        ctx = zmq.Context()
+        timeout = max(interval, 1.0)
         conns = [
-            RpcClient(a, keys=self._cfg.keys, timeout=max(interval, 1.0)) for a in self._addresses
+            RpcClient(a, keys=self._cfg.keys, timeout=timeout, context=ctx) for a in self._addresses
         ]
         try:
             while not self.stopped.wait(interval):
@@ -113,6 +116,7 @@ class _Heartbeat(threading.Thread):
         finally:
             for c in conns:
                 c.close()
+            ctx.destroy(linger=0)
 
 
 class KVClient:
@@ -131,6 +135,7 @@ class KVClient:
         self._local_seg: dict[tuple[str, int], TensorInfo] = {}
         self._local_arrays: dict[tuple[str, int], np.ndarray] = {}
         self._stopped = False
+        self._ctx = zmq.Context()  # one zmq I/O thread for all of this client's connections
         self._heartbeat: _Heartbeat | None = None
         try:
             self._connect()
@@ -141,7 +146,7 @@ class KVClient:
     # ---- connection -----------------------------------------------------------------
 
     def _open(self, address: str) -> RpcClient:
-        return RpcClient(address, keys=self.cfg.keys, timeout=self.cfg.timeout)
+        return RpcClient(address, keys=self.cfg.keys, timeout=self.cfg.timeout, context=self._ctx)
 
     def _base(self) -> dict[str, Any]:
         return {"s": self.session, "job": self.job}
@@ -244,6 +249,7 @@ class KVClient:
             log.warning("backup %s failed (%s); using the main server", pending.conn.address, exc)
             if pending.conn in e.conns:
                 e.conns.remove(pending.conn)
+                pending.conn.close()
             rid = e.main.send(pending.op, pending.body, pending.tensors)
             return e.main.wait(rid, timeout)
 
@@ -466,6 +472,7 @@ class KVClient:
                 c.close()
         self._parts.clear()
         self._local_arrays.clear()
+        self._ctx.destroy(linger=0)  # closes any socket still open; never blocks
 
     def __enter__(self) -> KVClient:
         return self
