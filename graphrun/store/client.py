@@ -271,6 +271,22 @@ class KVClient:
             ti = self._infos[name]
         return ti
 
+    def _forget(self, name: str) -> None:
+        self._infos.pop(name, None)
+        for p in self._parts:
+            self._local_seg.pop((name, p), None)
+            self._local_arrays.pop((name, p), None)
+
+    def _stale(self, name: str) -> bool:
+        """Whether a mapped segment of ``name`` was unlinked (the tensor was deleted, maybe
+        re-created, by another client): one ``stat`` per co-located partition."""
+        for (n, p), seg in self._local_seg.items():
+            if n == name and (n, p) in self._local_arrays:
+                path = Path(self._parts[p].info["shm_dir"]) / seg.segment
+                if not path.exists():
+                    return True
+        return False
+
     def policy(self, name: str) -> PartitionPolicy:
         return lookup_policy(self.policies, self.meta(name).policy)
 
@@ -314,11 +330,9 @@ class KVClient:
         return infos[0]
 
     def delete_tensor(self, name: str) -> None:
-        for p, e in self._parts.items():
+        for e in self._parts.values():
             e.main.call("delete", {**self._base(), "name": name})
-            self._local_seg.pop((name, p), None)
-            self._local_arrays.pop((name, p), None)
-        self._infos.pop(name, None)
+        self._forget(name)
 
     def _local_array(self, ti: TensorInfo, part: int) -> np.ndarray | None:
         key = (ti.name, part)
@@ -375,6 +389,8 @@ class KVClient:
 
     def pull(self, name: str, ids: Any) -> np.ndarray:
         """Rows ``ids`` (global ids of the tensor's id space) in the given order."""
+        if self._stale(name):
+            self._forget(name)
         ti = self.meta(name)
         pol = lookup_policy(self.policies, ti.policy)
         ids = pol.check_ids(ids)
