@@ -36,8 +36,13 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("kind", choices=KINDS, help="which graph to generate")
-    p.add_argument("out", type=Path, help="output dataset directory (must not exist or be empty)")
+    p.add_argument("kind", choices=KINDS, metavar="KIND", help="community or academic")
+    p.add_argument(
+        "out",
+        type=Path,
+        metavar="OUT",
+        help="output dataset directory (must not exist or be empty)",
+    )
     p.add_argument(
         "--nodes", type=int, default=d.nodes, help=f"number of nodes (default {d.nodes})"
     )

@@ -31,8 +31,15 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("src", type=Path, help="input folder (or a single edges.csv/.parquet file)")
-    p.add_argument("out", type=Path, help="output dataset directory (must not exist or be empty)")
+    p.add_argument(
+        "src", type=Path, metavar="SRC", help="input folder (or a single edges.csv/.parquet file)"
+    )
+    p.add_argument(
+        "out",
+        type=Path,
+        metavar="OUT",
+        help="output dataset directory (must not exist or be empty)",
+    )
     p.add_argument(
         "--format",
         choices=("npy", "csv", "parquet"),

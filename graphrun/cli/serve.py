@@ -105,8 +105,10 @@ def _backup_cmd(args: argparse.Namespace, main_address: str, index: int) -> list
 def run(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
     from graphrun.rpc.auth import load_keys
+    from graphrun.rpc.tuning import keep_large_allocations
     from graphrun.store.server import ServerConfig, run_server
 
+    keep_large_allocations()
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(name)s %(levelname)s %(message)s",

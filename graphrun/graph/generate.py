@@ -168,41 +168,38 @@ def _type_counts(n: int) -> dict[str, int]:
     return counts
 
 
-def academic(params: GenParams, reverse: bool = True) -> Graph:
-    """The heterogeneous academic graph (see the module docstring)."""
-    params.validate()
-    if params.nodes < 8:
-        raise ArgumentError(f"--nodes: {params.nodes} is too small for an academic graph")
-    rng = np.random.default_rng(params.seed)
-    c, h = params.classes, params.homophily
-    counts = _type_counts(params.nodes)
-    ntypes = tuple(counts)
-    offsets = dict(
-        zip(ntypes, np.concatenate([[0], np.cumsum(list(counts.values()))])[:-1], strict=True)
-    )
-    blocks = {t: rng.integers(0, c, size=counts[t], dtype=np.int64) for t in ntypes}
-    samplers = {
-        t: BlockSampler.build(blocks[t], power_law_weights(counts[t], params.exponent, rng), c)
-        for t in ntypes
-    }
-    n_paper, n_author = counts["paper"], counts["author"]
+@dataclass(frozen=True, eq=False)
+class _Typed:
+    """Per node type: count, global id offset, block (class) of every node, sampler."""
+
+    counts: dict[str, int]
+    offsets: dict[str, int]
+    blocks: dict[str, np.ndarray]
+    samplers: dict[str, BlockSampler]
+
+
+def _academic_edges(
+    params: GenParams, nt: _Typed, reverse: bool, rng: np.random.Generator
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Global ``(src, dst)`` of each forward relation, keyed by relation name."""
+    n_paper, n_author = nt.counts["paper"], nt.counts["author"]
     forward_budget = params.nodes * params.avg_degree / (2 if reverse else 1)
     rest = max(forward_budget - n_author, 3.0 * n_paper)
     shares = {"writes": 0.35, "cites": 0.5, "has_topic": 0.15}
-    sizes = {k: round(min(v * rest, _max_pairs(k, counts))) for k, v in shares.items()}
+    sizes = {k: round(min(v * rest, _max_pairs(k, nt.counts))) for k, v in shares.items()}
 
     def pairs(a: str, b: str, m: int, canonical: bool) -> tuple[np.ndarray, np.ndarray]:
         return undirected_pairs(
-            samplers[a],
-            samplers[b],
-            blocks[a],
+            nt.samplers[a],
+            nt.samplers[b],
+            nt.blocks[a],
             m,
-            h,
+            params.homophily,
             rng,
-            counts[b],
+            nt.counts[b],
             canonical=canonical,
-            offset_src=int(offsets[a]),
-            offset_dst=int(offsets[b]),
+            offset_src=nt.offsets[a],
+            offset_dst=nt.offsets[b],
         )
 
     edges: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -210,43 +207,74 @@ def academic(params: GenParams, reverse: bool = True) -> Graph:
     edges["writes"] = (a, p)
     older, newer = pairs("paper", "paper", sizes["cites"], True)
     edges["cites"] = (newer, older)
+    inst_sampler, author_blocks = nt.samplers["institution"], nt.blocks["author"]
     inst = np.empty(n_author, dtype=np.int64)
-    inside = (rng.random(n_author) < h) & samplers["institution"].nonempty(blocks["author"])
-    inst[inside] = samplers["institution"].draw_in(blocks["author"][inside], rng)
-    inst[~inside] = samplers["institution"].draw_global(int((~inside).sum()), rng)
+    inside = (rng.random(n_author) < params.homophily) & inst_sampler.nonempty(author_blocks)
+    inst[inside] = inst_sampler.draw_in(author_blocks[inside], rng)
+    inst[~inside] = inst_sampler.draw_global(int((~inside).sum()), rng)
     edges["affiliated_with"] = (
-        np.arange(n_author, dtype=np.int64) + offsets["author"],
-        inst + offsets["institution"],
+        np.arange(n_author, dtype=np.int64) + nt.offsets["author"],
+        inst + nt.offsets["institution"],
     )
     edges["has_topic"] = pairs("paper", "field", sizes["has_topic"], False)
+    return edges
+
+
+def _academic_features(
+    params: GenParams, nt: _Typed, rng: np.random.Generator
+) -> dict[str, dict[str, np.ndarray]]:
+    centroids = rng.standard_normal((params.classes, params.feat_dim), dtype=np.float32)
+    noise = {
+        "paper": params.feat_noise,
+        "author": params.feat_noise,
+        "institution": 1.0,
+        "field": 0.1,
+    }
+    ndata = {}
+    for t, n in nt.counts.items():
+        labels = None if t == "institution" else nt.blocks[t]
+        ndata[t] = {"feat": noisy_centroids(labels, centroids, noise[t], n, rng)}
+    ndata["paper"]["label"] = nt.blocks["paper"]
+    ndata["paper"].update(split_masks(nt.counts["paper"], params, rng))
+    return ndata
+
+
+def academic(params: GenParams, reverse: bool = True) -> Graph:
+    """The heterogeneous academic graph (see the module docstring)."""
+    params.validate()
+    if params.nodes < 8:
+        raise ArgumentError(f"--nodes: {params.nodes} is too small for an academic graph")
+    rng = np.random.default_rng(params.seed)
+    counts = _type_counts(params.nodes)
+    node_offsets = np.concatenate([[0], np.cumsum(list(counts.values()))]).astype(np.int64)
+    blocks = {t: rng.integers(0, params.classes, size=counts[t], dtype=np.int64) for t in counts}
+    nt = _Typed(
+        counts=counts,
+        offsets={t: int(o) for t, o in zip(counts, node_offsets[:-1], strict=True)},
+        blocks=blocks,
+        samplers={
+            t: BlockSampler.build(
+                blocks[t], power_law_weights(counts[t], params.exponent, rng), params.classes
+            )
+            for t in counts
+        },
+    )
+    edges = _academic_edges(params, nt, reverse, rng)
     etypes = list(FORWARD)
     srcs = [edges[r][0] for _, r, _ in FORWARD]
     dsts = [edges[r][1] for _, r, _ in FORWARD]
     if reverse:
         etypes += [(d, f"rev_{r}", s) for s, r, d in FORWARD]
         srcs, dsts = srcs + dsts, dsts + srcs
-    ecounts = [len(s) for s in srcs]
-    centroids = rng.standard_normal((c, params.feat_dim), dtype=np.float32)
-    noise = params.feat_noise
-    ndata = {
-        "paper": {
-            "feat": noisy_centroids(blocks["paper"], centroids, noise, n_paper, rng),
-            "label": blocks["paper"],
-            **split_masks(n_paper, params, rng),
-        },
-        "author": {"feat": noisy_centroids(blocks["author"], centroids, noise, n_author, rng)},
-        "institution": {"feat": noisy_centroids(None, centroids, 1.0, counts["institution"], rng)},
-        "field": {"feat": noisy_centroids(blocks["field"], centroids, 0.1, counts["field"], rng)},
-    }
     return Graph(
         num_nodes=params.nodes,
         src=np.concatenate(srcs),
         dst=np.concatenate(dsts),
-        node_types=ntypes,
+        node_types=tuple(counts),
         edge_types=tuple(etypes),
-        node_type_offsets=np.concatenate([[0], np.cumsum(list(counts.values()))]).astype(np.int64),
-        edge_type_offsets=np.concatenate([[0], np.cumsum(ecounts)]).astype(np.int64),
-        ndata=ndata,
+        node_type_offsets=node_offsets,
+        edge_type_offsets=np.concatenate([[0], np.cumsum([len(x) for x in srcs])]).astype(np.int64),
+        ndata=_academic_features(params, nt, rng),
         name=params.name or "academic",
     )
 

@@ -17,15 +17,35 @@ original-id mapping. Bad input raises one :class:`DatasetError` line.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from graphrun.errors import DatasetError
 from graphrun.graph.format import is_dataset_dir, load_dataset, load_id_maps
 from graphrun.graph.graph import Graph
-from graphrun.graph.npy_folder import import_npy_folder
-from graphrun.graph.tables import FORMATS, Imported, detect_table_format, import_tables
 
+FORMATS = ("csv", "parquet")
 INPUT_FORMATS = ("dataset", "npy", *FORMATS)
+
+
+@dataclass(frozen=True, eq=False)
+class Imported:
+    """An imported graph and the original id of every node, per node type."""
+
+    graph: Graph
+    id_maps: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def detect_table_format(root: Path) -> str | None:
+    """``"csv"``/``"parquet"`` if ``root`` is an edges file or holds edge tables, else None."""
+    if root.is_file():
+        return root.suffix[1:] if root.suffix[1:] in FORMATS else None
+    for fmt in FORMATS:
+        if (root / f"edges.{fmt}").is_file() or any((root / "edges").glob(f"*.{fmt}")):
+            return fmt
+    return None
 
 
 def detect_format(path: str | Path) -> str:
@@ -57,7 +77,11 @@ def import_graph(path: str | Path, fmt: str | None = None, name: str | None = No
     if fmt == "dataset":
         return Imported(load_dataset(p), load_id_maps(p))
     if fmt == "npy":
+        from graphrun.graph.npy_folder import import_npy_folder
+
         return Imported(import_npy_folder(p, name))
+    from graphrun.graph.tables import import_tables  # pyarrow is imported only when needed
+
     return import_tables(p, fmt, name)
 
 

@@ -88,7 +88,14 @@ class BlockSampler:
 
 
 def _dedupe(keys: np.ndarray) -> np.ndarray:
-    return np.unique(keys)
+    """Sorted distinct values; sorts ``keys`` in place (numpy's hash-based unique is slower)."""
+    if len(keys) == 0:
+        return keys
+    keys.sort()
+    keep = np.empty(len(keys), dtype=bool)
+    keep[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=keep[1:])
+    return keys[keep]
 
 
 def undirected_pairs(

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,18 +48,10 @@ import pyarrow.compute as pc
 
 from graphrun.errors import DatasetError
 from graphrun.graph.graph import DEFAULT_NTYPE, CanonicalEtype, Graph, etype_key
+from graphrun.graph.importers import FORMATS, Imported, detect_table_format
 
-FORMATS = ("csv", "parquet")
 MASKS = ("train_mask", "val_mask", "test_mask")
 _NUMBERED = re.compile(r"^(.+)_(\d+)$")
-
-
-@dataclass(frozen=True, eq=False)
-class Imported:
-    """An imported graph and the original id of every node, per node type."""
-
-    graph: Graph
-    id_maps: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -68,6 +60,10 @@ class _Part:
 
     file: Path
     table: pa.Table
+    rows: np.ndarray | None = None  # row numbers in the file, when split from a bigger table
+
+    def row(self, i: int) -> int:
+        return int(self.rows[i]) if self.rows is not None else i
 
 
 def read_table(path: Path, fmt: str) -> pa.Table:
@@ -96,7 +92,11 @@ def _split(part: _Part, column: str) -> list[tuple[str, _Part]]:
     out = []
     rest = part.table.drop_columns([column])
     for value in pc.unique(col).to_pylist():
-        out.append((str(value), _Part(part.file, rest.filter(pc.equal(col, value)))))
+        mask = pc.equal(col, value)
+        rows = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
+        if part.rows is not None:
+            rows = part.rows[rows]
+        out.append((str(value), _Part(part.file, rest.filter(mask), rows)))
     return out
 
 
@@ -113,19 +113,34 @@ def _files(root: Path, stem: str, fmt: str) -> list[tuple[str, Path]] | None:
     return None
 
 
+def check_name(f: Path, what: str, name: str) -> str:
+    """A node type or relation name: non-empty, no ``/`` or ``:``, not ``.``/``..``."""
+    if not name or "/" in name or ":" in name or name in (".", ".."):
+        raise DatasetError(f"{f}: {what} name {name!r} is not allowed (empty, '/', ':' or dots)")
+    return name
+
+
 def _parse_file_etype(f: Path, name: str) -> CanonicalEtype:
     parts = name.split("__")
     if len(parts) != 3 or not all(parts):
         raise DatasetError(f"{f}: file name must be SRCTYPE__RELATION__DSTTYPE.<ext>")
-    return (parts[0], parts[1], parts[2])
+    return (
+        check_name(f, "type", parts[0]),
+        check_name(f, "relation", parts[1]),
+        check_name(f, "type", parts[2]),
+    )
 
 
 def _parse_etype_value(f: Path, value: str, hetero_nodes: bool) -> CanonicalEtype:
     parts = value.split(":")
     if len(parts) == 3 and all(parts):
-        return (parts[0], parts[1], parts[2])
+        return (
+            check_name(f, "type", parts[0]),
+            check_name(f, "relation", parts[1]),
+            check_name(f, "type", parts[2]),
+        )
     if len(parts) == 1 and value and not hetero_nodes:
-        return (DEFAULT_NTYPE, value, DEFAULT_NTYPE)
+        return (DEFAULT_NTYPE, check_name(f, "relation", value), DEFAULT_NTYPE)
     raise DatasetError(f"{f}: column 'etype' value {value!r} is not 'src_type:relation:dst_type'")
 
 
@@ -139,8 +154,11 @@ def _check_id_column(part: _Part, column: str) -> pa.ChunkedArray:
     col = part.table.column(column)
     if col.null_count:
         i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
-        raise DatasetError(f"{part.file}: column {column!r} is empty in row {i}")
+        raise DatasetError(f"{part.file}: column {column!r} is empty in row {part.row(i)}")
     t = col.type
+    if pa.types.is_dictionary(t):  # e.g. a pandas categorical written to Parquet
+        t = t.value_type
+        col = col.cast(t)
     if pa.types.is_integer(t):
         return col.cast(pa.int64())
     if pa.types.is_string(t) or pa.types.is_large_string(t):
@@ -168,7 +186,7 @@ def _column_numpy(part: _Part, name: str) -> np.ndarray:
     where = f"{part.file}: column {name!r}"
     if col.null_count:
         i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
-        raise DatasetError(f"{where} is empty in row {i}")
+        raise DatasetError(f"{where} is empty in row {part.row(i)}")
     t = col.type
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         flat = pc.list_flatten(col)
@@ -230,25 +248,15 @@ def features(part: _Part, skip: set[str]) -> dict[str, np.ndarray]:
     return out
 
 
-def detect_table_format(root: Path) -> str | None:
-    """``"csv"``/``"parquet"`` if ``root`` is an edges file or holds edge tables, else None."""
-    if root.is_file():
-        return root.suffix[1:] if root.suffix[1:] in FORMATS else None
-    for fmt in FORMATS:
-        if (root / f"edges.{fmt}").is_file() or any((root / "edges").glob(f"*.{fmt}")):
-            return fmt
-    return None
-
-
 def _read_nodes(root: Path, fmt: str) -> dict[str, _Part]:
     nodes: dict[str, _Part] = {}
     for tname, f in _files(root, "nodes", fmt) or []:
         part = _Part(f, read_table(f, fmt))
         _require(part, ["id"])
         if tname:
-            nodes[tname] = part
+            nodes[check_name(f, "node type", tname)] = part
         elif "type" in part.table.column_names:
-            nodes.update(_split(part, "type"))
+            nodes.update((check_name(f, "node type", t), p) for t, p in _split(part, "type"))
         else:
             nodes[DEFAULT_NTYPE] = part
     return nodes
@@ -308,7 +316,7 @@ def _dense(part: _Part, column: str, ids: pa.Array, ntype: str) -> np.ndarray:
     if idx.null_count:
         i = int(np.flatnonzero(idx.is_null().to_numpy(zero_copy_only=False))[0])
         raise DatasetError(
-            f"{part.file}: row {i}: {column} id {col[i].as_py()!r} is not a known "
+            f"{part.file}: row {part.row(i)}: {column} id {col[i].as_py()!r} is not a known "
             f"{ntype!r} node (not in its node table)"
         )
     return np.asarray(idx.to_numpy(zero_copy_only=False), dtype=np.int64)

@@ -57,13 +57,19 @@ ZERO_COPY_THRESHOLD = 1 << 16
 Handler = Callable[[bytes, Message], Message | None]
 
 
-def send_frames(sock: zmq.Socket, frames: Sequence[Any], prefix: Sequence[bytes] = ()) -> None:
-    """Send one multipart message; large frames go zero-copy (``copy=False``)."""
+def send_frames(
+    sock: zmq.Socket, frames: Sequence[Any], prefix: Sequence[bytes] = (), flags: int = 0
+) -> None:
+    """Send one multipart message; large frames go zero-copy (``copy=False``).
+
+    With ``flags=zmq.NOBLOCK`` only the first frame can raise ``zmq.Again``: once it is
+    queued, zmq guarantees the rest of the message goes too."""
     parts = [*prefix, *frames]
     last = len(parts) - 1
     for i, f in enumerate(parts):
         nbytes = f.nbytes if isinstance(f, np.ndarray | memoryview) else len(f)
-        sock.send(f, zmq.SNDMORE if i < last else 0, copy=nbytes < ZERO_COPY_THRESHOLD)
+        more = zmq.SNDMORE if i < last else 0
+        sock.send(f, more | (flags if i == 0 else 0), copy=nbytes < ZERO_COPY_THRESHOLD)
 
 
 def _error_type(exc: BaseException) -> str:
@@ -71,6 +77,21 @@ def _error_type(exc: BaseException) -> str:
         if isinstance(exc, cls):
             return cls.__name__
     return "UserError" if isinstance(exc, UserError) else "RemoteError"
+
+
+_REFUSED_EVENTS = (
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+)
+
+_FAIL_EVENTS = (
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_DISCONNECTED
+    | zmq.EVENT_HANDSHAKE_SUCCEEDED
+)
 
 
 class RpcServer:
@@ -100,11 +121,26 @@ class RpcServer:
             raise RpcError(f"cannot bind ({exc})", address=address) from exc
         self.address: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.handled = 0
+        self._monitor = self._sock.get_monitor_socket(_REFUSED_EVENTS)
+
+    def _log_refused(self) -> None:
+        """One log line per refused handshake (wrong key, no CURVE, garbage greeting)."""
+        while self._monitor.poll(0, zmq.POLLIN):
+            ev = recv_monitor_message(self._monitor)
+            log.warning(
+                "%s: refused a connection from %s: handshake failed (%s)",
+                self.name,
+                ev.get("endpoint", b"?").decode(errors="replace"),
+                "wrong or missing job key"
+                if ev["event"] & zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                else "protocol error",
+            )
 
     def poll(self, timeout_ms: int) -> int:
         """Serve the requests that arrive within ``timeout_ms``; returns how many."""
         n = 0
         timeout = timeout_ms
+        self._log_refused()
         while self._sock.poll(timeout, zmq.POLLIN):
             frames = self._sock.recv_multipart(copy=False)
             self._serve_one(frames)
@@ -167,17 +203,14 @@ class RpcServer:
         if self._auth is not None:
             self._auth.stop()
             self._auth = None
-        self._sock.close(0)
+        with contextlib.suppress(zmq.ZMQError):
+            self._sock.disable_monitor()
+        self._monitor.close(0)
+        self._sock.close(linger=1000)  # let the last replies (e.g. to "stop") go out
         self._ctx.term()
 
 
-_FAIL_EVENTS = (
-    zmq.EVENT_HANDSHAKE_FAILED_AUTH
-    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-    | zmq.EVENT_DISCONNECTED
-    | zmq.EVENT_HANDSHAKE_SUCCEEDED
-)
+_AUTH_TEXT = "handshake refused: this client does not hold the job key"
 
 
 def _remote_error(msg: Message, address: str) -> GraphrunError:
@@ -219,6 +252,7 @@ class RpcClient:
         self._inflight: dict[int, str] = {}
         self._done: dict[int, Message | GraphrunError] = {}
         self._handshake_ok = False
+        self._auth_failed = False
         try:
             self._sock.connect(address)
         except zmq.ZMQError as exc:
@@ -239,10 +273,23 @@ class RpcClient:
         rid = next(self._ids)
         msg = Message(MsgKind.REQUEST, op, rid, dict(body or {}), tuple(tensors))
         frames = encode(msg)
-        try:
-            send_frames(self._sock, frames)
-        except zmq.ZMQError as exc:
-            raise RpcError(f"send failed ({exc})", address=self.address, kind=op) from exc
+        deadline = time.monotonic() + self.timeout
+        while True:  # a DEALER without a connected peer would block: never wait blindly
+            if self._auth_failed:
+                raise AuthError(_AUTH_TEXT, address=self.address, kind=op)
+            try:
+                send_frames(self._sock, frames, flags=zmq.NOBLOCK)
+                break
+            except zmq.Again:
+                if time.monotonic() > deadline:
+                    raise RpcTimeout(
+                        f"cannot send within {self.timeout:g} s: no connection to the server",
+                        address=self.address,
+                        kind=op,
+                    ) from None
+                self._pump(0.02)
+            except zmq.ZMQError as exc:
+                raise RpcError(f"send failed ({exc})", address=self.address, kind=op) from exc
         self._inflight[rid] = op
         return rid
 
@@ -290,6 +337,7 @@ class RpcClient:
             event = recv_monitor_message(self._monitor)["event"]
             if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self._handshake_ok = True
+                self._auth_failed = False
             elif event == zmq.EVENT_DISCONNECTED and self._handshake_ok:
                 self._fail_all(RpcError, "connection lost (server stopped or crashed?)")
             elif event & (

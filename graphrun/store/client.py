@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import zmq
 
-from graphrun.errors import ArgumentError, GraphrunError, RpcError
+from graphrun.errors import ArgumentError, GraphrunError, RpcError, RpcTimeout
 from graphrun.partition.book import PartitionBook
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import Message
@@ -49,6 +50,9 @@ from graphrun.store.state import TensorInfo
 log = logging.getLogger("graphrun.store")
 
 
+DEFAULT_CURVE_CHUNK = 8 << 20
+
+
 @dataclass(frozen=True)
 class ClientConfig:
     servers: Sequence[str]  # main server address of every partition
@@ -58,6 +62,12 @@ class ClientConfig:
     heartbeat_interval: float = 5.0  # <= 0: no heartbeat thread
     use_shm: bool | None = None  # None: when the server is on this machine
     load_balance: bool = True  # spread pulls and requests over main + backups
+    # Split remote answers larger than this into requests all in flight at once (spread
+    # over backups), so that one chunk's CURVE encryption on the server overlaps the
+    # previous chunk's decryption here. None: 8 MiB with CURVE, off in plaintext (where
+    # it lost on this machine); 0: off. See benchmarks/README.md.
+    pull_chunk_bytes: int | None = None
+    max_chunks: int = 16
     name: str = ""
 
 
@@ -72,10 +82,14 @@ class _Part:
 
 @dataclass(frozen=True)
 class Pending:
-    """A request in flight (see :meth:`KVClient.request`)."""
+    """A request in flight (see :meth:`KVClient.request`); kept whole for a failover."""
 
     conn: RpcClient
     request_id: int
+    part: int = -1
+    op: str = ""
+    body: Mapping[str, Any] = field(default_factory=dict)
+    tensors: Sequence[np.ndarray] = ()
 
 
 class _Heartbeat(threading.Thread):
@@ -86,8 +100,10 @@ class _Heartbeat(threading.Thread):
 
     def run(self) -> None:
         interval = self._cfg.heartbeat_interval
+        ctx = zmq.Context()
+        timeout = max(interval, 1.0)
         conns = [
-            RpcClient(a, keys=self._cfg.keys, timeout=max(interval, 1.0)) for a in self._addresses
+            RpcClient(a, keys=self._cfg.keys, timeout=timeout, context=ctx) for a in self._addresses
         ]
         try:
             while not self.stopped.wait(interval):
@@ -100,6 +116,7 @@ class _Heartbeat(threading.Thread):
         finally:
             for c in conns:
                 c.close()
+            ctx.destroy(linger=0)
 
 
 class KVClient:
@@ -108,6 +125,8 @@ class KVClient:
     def __init__(self, cfg: ClientConfig) -> None:
         if not cfg.servers:
             raise ArgumentError("servers: at least one store server address is needed")
+        if not cfg.job:
+            raise ArgumentError("job: must be a non-empty name")
         self.cfg = cfg
         self.job = cfg.job
         self.session = f"{cfg.name or 'client'}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -116,6 +135,7 @@ class KVClient:
         self._local_seg: dict[tuple[str, int], TensorInfo] = {}
         self._local_arrays: dict[tuple[str, int], np.ndarray] = {}
         self._stopped = False
+        self._ctx = zmq.Context()  # one zmq I/O thread for all of this client's connections
         self._heartbeat: _Heartbeat | None = None
         try:
             self._connect()
@@ -126,7 +146,7 @@ class KVClient:
     # ---- connection -----------------------------------------------------------------
 
     def _open(self, address: str) -> RpcClient:
-        return RpcClient(address, keys=self.cfg.keys, timeout=self.cfg.timeout)
+        return RpcClient(address, keys=self.cfg.keys, timeout=self.cfg.timeout, context=self._ctx)
 
     def _base(self) -> dict[str, Any]:
         return {"s": self.session, "job": self.job}
@@ -142,6 +162,12 @@ class KVClient:
                 conn.close()
                 raise
             part = int(info["part"])
+            if int(info["index"]) != 0:
+                conn.close()
+                raise ArgumentError(
+                    f"servers: {address} is backup {info['index']} of partition {part}; "
+                    "give the main server's address (backups are found through it)"
+                )
             if part in self._parts:
                 conn.close()
                 raise ArgumentError(f"servers: two addresses serve partition {part}")
@@ -208,10 +234,24 @@ class KVClient:
     ) -> Pending:
         """Send ``op`` to a server of ``part`` (load-balanced unless ``main_only``)."""
         conn = self._part(part).main if main_only else self._pick(part)
-        return Pending(conn, conn.send(op, {**(body or {}), **self._base()}, tensors))
+        full = {**(body or {}), **self._base()}
+        return Pending(conn, conn.send(op, full, tensors), part, op, full, tensors)
 
     def wait(self, pending: Pending, timeout: float | None = None) -> Message:
-        return pending.conn.wait(pending.request_id, timeout)
+        """The reply; a backup that is gone (timeout, lost connection) is dropped from the
+        rotation and the request is sent again to the partition's main server."""
+        try:
+            return pending.conn.wait(pending.request_id, timeout)
+        except RpcError as exc:
+            e = self._parts.get(pending.part)
+            if type(exc) not in (RpcError, RpcTimeout) or e is None or pending.conn is e.main:
+                raise
+            log.warning("backup %s failed (%s); using the main server", pending.conn.address, exc)
+            if pending.conn in e.conns:
+                e.conns.remove(pending.conn)
+                pending.conn.close()
+            rid = e.main.send(pending.op, pending.body, pending.tensors)
+            return e.main.wait(rid, timeout)
 
     def call(self, part: int, op: str, body: Mapping[str, Any] | None = None, **kw: Any) -> Message:
         return self.wait(self.request(part, op, body, **kw))
@@ -230,6 +270,22 @@ class KVClient:
                     self._local_seg[(name, p)] = got
             ti = self._infos[name]
         return ti
+
+    def _forget(self, name: str) -> None:
+        self._infos.pop(name, None)
+        for p in self._parts:
+            self._local_seg.pop((name, p), None)
+            self._local_arrays.pop((name, p), None)
+
+    def _stale(self, name: str) -> bool:
+        """Whether a mapped segment of ``name`` was unlinked (the tensor was deleted, maybe
+        re-created, by another client): one ``stat`` per co-located partition."""
+        for (n, p), seg in self._local_seg.items():
+            if n == name and (n, p) in self._local_arrays:
+                path = Path(self._parts[p].info["shm_dir"]) / seg.segment
+                if not path.exists():
+                    return True
+        return False
 
     def policy(self, name: str) -> PartitionPolicy:
         return lookup_policy(self.policies, self.meta(name).policy)
@@ -274,11 +330,9 @@ class KVClient:
         return infos[0]
 
     def delete_tensor(self, name: str) -> None:
-        for p, e in self._parts.items():
+        for e in self._parts.values():
             e.main.call("delete", {**self._base(), "name": name})
-            self._local_seg.pop((name, p), None)
-            self._local_arrays.pop((name, p), None)
-        self._infos.pop(name, None)
+        self._forget(name)
 
     def _local_array(self, ti: TensorInfo, part: int) -> np.ndarray | None:
         key = (ti.name, part)
@@ -316,33 +370,50 @@ class KVClient:
                 out.append((p, pos, pol.to_local(ids[pos], p)))
         return out
 
+    def _chunks(self, ti: TensorInfo, pos: np.ndarray | None, rows: np.ndarray) -> list[Any]:
+        """Split one owner's rows into pieces of about ``pull_chunk_bytes`` of answer:
+        (destination in the output, rows) pairs; the destination is a slice when the
+        group covers the whole output, else positions."""
+        row_bytes = np.dtype(ti.dtype).itemsize * int(np.prod(ti.row_shape, dtype=np.int64))
+        limit = self.cfg.pull_chunk_bytes
+        if limit is None:
+            limit = DEFAULT_CURVE_CHUNK if self.cfg.keys is not None else 0
+        n = len(rows)
+        k = 1 if limit <= 0 else max(1, min(n * row_bytes // limit, self.cfg.max_chunks))
+        bounds = [n * i // k for i in range(k + 1)]
+        out = []
+        for a, b in itertools.pairwise(bounds):
+            dest = slice(a, b) if pos is None else pos[a:b]
+            out.append((dest, rows[a:b]))
+        return out
+
     def pull(self, name: str, ids: Any) -> np.ndarray:
         """Rows ``ids`` (global ids of the tensor's id space) in the given order."""
+        if self._stale(name):
+            self._forget(name)
         ti = self.meta(name)
         pol = lookup_policy(self.policies, ti.policy)
         ids = pol.check_ids(ids)
         groups = self._groups(pol, ids)
         remote, local = [], []
-        for p, pos, rows in groups:  # remote requests first
+        for p, pos, rows in groups:  # remote requests first (large ones in pipelined chunks)
             arr = self._local_array(ti, p) if self._parts[p].local else None
             if arr is None:
-                remote.append((pos, self.request(p, "pull", {"name": name}, (rows,))))
+                for dest, part_rows in self._chunks(ti, pos, rows):
+                    pend = self.request(p, "pull", {"name": name}, (part_rows,))
+                    remote.append((dest, pend))
             else:
                 local.append((pos, arr, rows))
-        if len(groups) == 1 and not local:
-            return self.wait(remote[0][1]).tensors[0]
+        if len(remote) == 1 and not local and isinstance(remote[0][0], slice):
+            return self.wait(remote[0][1]).tensors[0]  # the received frame, no copy
+        if len(local) == 1 and not remote and local[0][0] is None:
+            return np.take(local[0][1], local[0][2], axis=0)  # one gather, nothing else
         out = np.empty((len(ids), *ti.row_shape), dtype=ti.dtype)
         for pos, arr, rows in local:  # the co-located partition, while the rest is in flight
-            if pos is None:
-                np.take(arr, rows, axis=0, out=out)
-            else:
-                out[pos] = arr[rows]
-        for pos, pend in remote:
-            vals = self.wait(pend).tensors[0]
-            if pos is None:
-                out[...] = vals
-            else:
-                out[pos] = vals
+            # ids are checked already; mode="clip" keeps np.take from buffering its output
+            out[pos] = np.take(arr, rows, axis=0, mode="clip")
+        for dest, pend in remote:
+            out[dest] = self.wait(pend).tensors[0]
         return out
 
     def push(
@@ -417,6 +488,7 @@ class KVClient:
                 c.close()
         self._parts.clear()
         self._local_arrays.clear()
+        self._ctx.destroy(linger=0)  # closes any socket still open; never blocks
 
     def __enter__(self) -> KVClient:
         return self

@@ -57,6 +57,8 @@ def join(state: ServerState, req: Request) -> Response:
     client = req.str_param("client", "")
     if not req.session:
         raise ArgumentError("join: field 's' (session id) is missing")
+    if req.job == GRAPH_JOB:
+        raise ArgumentError("join: field 'job' must name the job (the empty name is the graph's)")
     state.join(req.session, req.job, client, time.monotonic())
     return info(state, req)
 

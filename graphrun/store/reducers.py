@@ -63,18 +63,22 @@ def add(
     states: Sequence[np.ndarray],
     params: Mapping[str, Any],
 ) -> None:
-    np.add.at(data, rows, values)
+    uniq, summed = coalesce(rows, values)
+    data[uniq] += summed.astype(data.dtype, copy=False)
 
 
 def coalesce(rows: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Unique rows and the sum of the values of each."""
-    uniq, inv = np.unique(rows, return_inverse=True)
-    if len(uniq) == len(rows):
-        order = np.argsort(rows, kind="stable")
-        return rows[order], values[order].astype(np.float32, copy=False)
-    summed = np.zeros((len(uniq), *values.shape[1:]), dtype=np.float32)
-    np.add.at(summed, inv, values)
-    return uniq, summed
+    """Sorted unique rows and the sum of the values of each (``np.add.reduceat`` over
+    the rows sorted once — much faster than ``np.add.at`` on 2-d values)."""
+    if len(rows) == 0:
+        return rows, values
+    order = np.argsort(rows, kind="stable")
+    srows = rows[order]
+    starts = np.flatnonzero(np.r_[True, srows[1:] != srows[:-1]])
+    svals = values[order]
+    if len(starts) == len(rows):
+        return srows, svals
+    return srows[starts], np.add.reduceat(svals, starts, axis=0)
 
 
 def sparse_adagrad(
@@ -86,7 +90,7 @@ def sparse_adagrad(
 ) -> None:
     lr, eps = _param(params, "lr", 0.01), _param(params, "eps", 1e-10)
     (state_sum,) = states
-    rows, grad = coalesce(rows, values)
+    rows, grad = coalesce(rows, values.astype(np.float32, copy=False))
     s = state_sum[rows] + grad * grad
     state_sum[rows] = s
     data[rows] -= (lr * grad / (np.sqrt(s) + eps)).astype(data.dtype, copy=False)
@@ -103,7 +107,7 @@ def sparse_adam(
     b1, b2 = _param(params, "beta1", 0.9), _param(params, "beta2", 0.999)
     eps = _param(params, "eps", 1e-8)
     m_all, v_all, step_all = states
-    rows, grad = coalesce(rows, values)
+    rows, grad = coalesce(rows, values.astype(np.float32, copy=False))
     step = step_all[rows] + 1
     step_all[rows] = step
     m = b1 * m_all[rows] + (1 - b1) * grad

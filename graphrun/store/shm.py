@@ -90,8 +90,10 @@ def _map(path: Path, dtype: np.dtype, shape: tuple[int, ...], writable: bool) ->
         size = os.fstat(fd).st_size
         if size < nbytes:
             raise StoreError(f"shared memory {path}: {size} bytes, expected {nbytes}")
-        access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
-        mm = mmap.mmap(fd, nbytes, access=access)
+        # MAP_POPULATE maps every page now, so the first pulls pay no page faults
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        mm = mmap.mmap(fd, nbytes, flags=flags, prot=prot)
     finally:
         os.close(fd)
     arr = np.frombuffer(mm, dtype=dtype).reshape(shape)

@@ -16,7 +16,8 @@
 * ``backups=N`` starts N backups with the main (``--backups``) and waits until the main
   announces them.
 * :func:`start_stores` starts one per partition and stops them all on exit.
-* ``extensions=["graphrun.sampling.server:register"]`` passes ``--extension``.
+* ``extensions=["graphrun.sampling.server:register"]`` passes ``--extension``;
+  ``launcher=["ip", "netns", "exec", "ns1"]`` prefixes the command (it must exec it).
 
 Every child's stdout/stderr goes to a log file in a temporary directory
 (``StoreProcess.log_path``), shown in failures.
@@ -110,12 +111,14 @@ def start_store(
     extra_args: Sequence[str] = (),
     ready_timeout: float = 60.0,
     log_dir: str | Path | None = None,
+    launcher: Sequence[str] = (),
 ) -> StoreProcess:
     """Start ``graphrun serve`` for one partition and wait until it serves."""
     tmp = Path(log_dir or tempfile.mkdtemp(prefix="graphrun-store-"))
     ready = tmp / f"ready-{part}-{time.monotonic_ns()}.json"
     log_path = tmp / f"store-{part}-{time.monotonic_ns()}.log"
-    cmd = [sys.executable, "-m", "graphrun", "serve", str(partition_dir), "--part", str(part)]
+    cmd = [*launcher, sys.executable, "-m", "graphrun", "serve", str(partition_dir)]
+    cmd += ["--part", str(part)]
     cmd += ["--address", address, "--ready-file", str(ready), "--backups", str(backups)]
     cmd += ["--heartbeat-timeout", str(heartbeat_timeout)]
     if key_file is not None:

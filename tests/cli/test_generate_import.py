@@ -316,3 +316,21 @@ def test_real_process_prints_one_line_and_exits_2(tmp_path) -> None:
     assert proc.stderr.count("\n") == 1 and "dst.npy: has 4 entries" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_errors_in_split_tables_name_the_file_row(tmp_path, capsys) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "edges.csv").write_text("src,dst,etype\n1,2,a:r:b\n2,1,b:s:a\n2,9,b:s:a\n")
+    (src / "nodes.csv").write_text("id,type\n1,a\n2,b\n")
+    rc = main(["import", str(src), str(tmp_path / "out")])
+    assert_clean_failure(rc, capsys, tmp_path / "out", "edges.csv: row 2: dst id 9")
+
+
+def test_type_names_must_be_safe(tmp_path, capsys) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "edges.csv").write_text("src,dst,etype\n1,2,a:r:b\n")
+    (src / "nodes.csv").write_text("id,type\n1,a\n2,b\n3,../x\n")
+    rc = main(["import", str(src), str(tmp_path / "out")])
+    assert_clean_failure(rc, capsys, tmp_path / "out", "node type name '../x' is not allowed")

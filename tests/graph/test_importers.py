@@ -4,6 +4,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from graphrun.errors import DatasetError
 from graphrun.graph import load_dataset, save_dataset
@@ -212,3 +214,42 @@ def test_nothing_importable(tmp_path) -> None:
         load_graph(tmp_path / "nope")
     with pytest.raises(DatasetError, match=r"src\.npy: missing"):
         load_graph(tmp_path, fmt="npy")
+
+
+def test_parquet_dictionary_encoded_ids(tmp_path) -> None:
+    cat = pa.array(["a", "b"]).dictionary_encode()
+    pq.write_table(pa.table({"src": cat, "dst": pa.array(["b", "c"])}), tmp_path / "edges.parquet")
+    res = import_graph(tmp_path)
+    assert res.id_maps["_N"].tolist() == ["a", "b", "c"]
+    assert res.graph.src.tolist() == [0, 1] and res.graph.dst.tolist() == [1, 2]
+
+
+ID = st.one_of(
+    st.integers(min_value=-(2**62), max_value=2**62),
+    st.text(alphabet="abcxyz_-0123456789", min_size=1, max_size=6).map(lambda s: "n" + s),
+)
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    edges=st.lists(st.tuples(ID, ID), min_size=1, max_size=30),
+    fmt=st.sampled_from(["csv", "parquet"]),
+)
+def test_tables_round_trip_any_ids(tmp_path_factory, edges, fmt) -> None:
+    """Whatever the ids, mapping dense ids back gives the original edge list."""
+    root = tmp_path_factory.mktemp("t")
+    as_str = any(isinstance(v, str) for e in edges for v in e)
+    col = (lambda vs: [str(v) for v in vs]) if as_str else list
+    table = pa.table({"src": col([s for s, _ in edges]), "dst": col([d for _, d in edges])})
+    if fmt == "csv":
+        _write_csv(table, root / "edges.csv")
+    else:
+        pq.write_table(table, root / "edges.parquet")
+    res = import_graph(root)
+    ids = res.id_maps["_N"]
+    back = [
+        (ids[s].item(), ids[d].item()) for s, d in zip(res.graph.src, res.graph.dst, strict=True)
+    ]
+    want = [(str(s), str(d)) if as_str else (s, d) for s, d in edges]
+    assert back == want
+    assert res.graph.num_nodes == len({v for e in want for v in e})

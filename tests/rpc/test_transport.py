@@ -186,3 +186,19 @@ def test_bad_reply_from_server_is_protocol_error(keys):
         pytest.raises(ProtocolError, match="bad reply"),
     ):
         c.call("x")
+
+
+def test_send_after_refused_handshake_does_not_block(server, client):
+    import time
+
+    with RpcClient(server.address, keys=new_keypair(), timeout=3) as intruder:
+        time.sleep(0.5)  # the handshake fails before anything is sent
+        for _ in range(2):
+            with pytest.raises((AuthError, RpcTimeout)):
+                intruder.call("echo")
+    assert client.call("echo").body == {}
+
+
+def test_no_server_at_all_times_out():
+    with RpcClient("tcp://127.0.0.1:1", timeout=0.3) as c, pytest.raises(RpcTimeout):
+        c.call("echo")

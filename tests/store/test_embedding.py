@@ -37,7 +37,10 @@ def test_dist_embedding_trains_like_torch(stores, keys, opt_name):
         ref = torch.nn.Embedding(n, d, sparse=True)
         ref.weight.data[:] = torch.from_numpy(init)
         if opt_name == "adagrad":
-            opt, ref_opt = SparseAdagrad([emb], lr=0.1), torch.optim.Adagrad(ref.parameters(), lr=0.1)
+            opt, ref_opt = (
+                SparseAdagrad([emb], lr=0.1),
+                torch.optim.Adagrad(ref.parameters(), lr=0.1),
+            )
         else:
             opt = SparseAdam([emb], lr=0.05)
             ref_opt = torch.optim.SparseAdam(ref.parameters(), lr=0.05)
@@ -49,7 +52,9 @@ def test_dist_embedding_trains_like_torch(stores, keys, opt_name):
                 loss = ((module(ids) - target[ids]) ** 2).sum()
                 loss.backward()
                 o.step()
-        np.testing.assert_allclose(c.pull("e", np.arange(n)), ref.weight.detach().numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(
+            c.pull("e", np.arange(n)), ref.weight.detach().numpy(), rtol=1e-4, atol=1e-5
+        )
         names = {t.name for t in c.list_tensors()}
         assert {"e", f"e.{opt_name}.{'sum' if opt_name == 'adagrad' else 'm'}"} <= names
 

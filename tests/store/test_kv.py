@@ -40,6 +40,17 @@ def test_shm_and_network_paths_give_identical_bytes(stores, keys, rng):
         assert local.pull(FEAT, []).shape == (0, 8) == remote.pull(FEAT, []).shape
 
 
+def test_chunked_remote_pulls_give_identical_bytes(stores, keys, rng):
+    ids = rng.integers(0, 600, 500)
+    with (
+        connect(stores, keys, use_shm=False) as whole,
+        connect(stores, keys, use_shm=False, pull_chunk_bytes=1000, max_chunks=7) as chunked,
+    ):
+        assert whole.pull(FEAT, ids).tobytes() == chunked.pull(FEAT, ids).tobytes()
+        one = np.arange(100)  # one owner, several chunks
+        assert whole.pull(FEAT, one).tobytes() == chunked.pull(FEAT, one).tobytes()
+
+
 def test_push_reducers_match_reference(stores, keys, rng):
     with connect(stores, keys, use_shm=False) as c:
         c.init_tensor("t", "node:_N", (3,), "float32")
@@ -72,6 +83,18 @@ def test_init_list_meta_delete(stores, keys):
         assert "h" not in [t.name for t in c.list_tensors()]
         with pytest.raises(StoreError, match="does not exist"):
             c.pull("h", [0])
+
+
+def test_recreated_tensor_is_not_read_from_a_stale_mapping(stores, keys):
+    with connect(stores, keys, job="re") as a, connect(stores, keys, job="re") as b:
+        a.init_tensor("r", "node:_N", (1,), persistent=True)
+        a.push("r", [0], np.array([[1.0]], np.float32))
+        assert b.pull("r", [0])[0, 0] == 1  # b maps the segment
+        a.delete_tensor("r")
+        a.init_tensor("r", "node:_N", (1,), persistent=True)
+        a.push("r", [0], np.array([[2.0]], np.float32))
+        assert b.pull("r", [0])[0, 0] == 2
+        a.delete_tensor("r")
 
 
 def test_two_jobs_are_namespaced(stores, keys):
@@ -214,6 +237,13 @@ def test_wrong_key_refused_store_goes_on(stores, keys):
         KVClient(ClientConfig([s.address for s in stores], keys=new_keypair(), timeout=5))
     with connect(stores, keys) as c:
         assert c.pull(FEAT, [0]).shape == (1, 8)
+
+
+def test_empty_job_name_is_refused(stores, keys):
+    with pytest.raises(ArgumentError, match="job"):
+        connect(stores, keys, job="")
+    with connect(stores, keys) as c, pytest.raises(ArgumentError, match="field 'job'"):
+        c._parts[0].main.call("join", {"s": "x", "job": ""})
 
 
 def test_request_without_session_is_refused(stores, keys):

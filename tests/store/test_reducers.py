@@ -46,9 +46,15 @@ def test_optimizers_match_torch(name):
         params = {"lr": 0.1, "eps": 1e-10}
         ref = _torch_run(torch.optim.Adagrad, steps, ids, grads, init, lr=0.1, eps=1e-10)
     else:
-        states = [np.zeros((n, d), np.float32), np.zeros((n, d), np.float32), np.zeros(n, np.float32)]
+        states = [
+            np.zeros((n, d), np.float32),
+            np.zeros((n, d), np.float32),
+            np.zeros(n, np.float32),
+        ]
         params = {"lr": 0.05, "beta1": 0.9, "beta2": 0.99, "eps": 1e-8}
-        ref = _torch_run(torch.optim.SparseAdam, steps, ids, grads, init, lr=0.05, betas=(0.9, 0.99))
+        ref = _torch_run(
+            torch.optim.SparseAdam, steps, ids, grads, init, lr=0.05, betas=(0.9, 0.99)
+        )
     for i, g in zip(ids, grads, strict=True):
         get_reducer(name)(data, i, g, states, params)
     np.testing.assert_allclose(data, ref, rtol=1e-4, atol=1e-5)
@@ -57,7 +63,11 @@ def test_optimizers_match_torch(name):
 def test_unknown_reducer_and_bad_param():
     with pytest.raises(ArgumentError, match="unknown 'max'"):
         get_reducer("max")
-    with pytest.raises(ArgumentError, match="params.lr"):
-        sparse_adagrad(np.zeros((2, 1)), np.array([0]), np.ones((1, 1)), [np.zeros((2, 1))], {"lr": "x"})
-    with pytest.raises(ArgumentError, match="params.lr"):
-        sparse_adam(np.zeros((2, 1)), np.array([0]), np.ones((1, 1)), [np.zeros((2, 1))] * 3, {"lr": None})
+    with pytest.raises(ArgumentError, match=r"params\.lr"):
+        sparse_adagrad(
+            np.zeros((2, 1)), np.array([0]), np.ones((1, 1)), [np.zeros((2, 1))], {"lr": "x"}
+        )
+    with pytest.raises(ArgumentError, match=r"params\.lr"):
+        sparse_adam(
+            np.zeros((2, 1)), np.array([0]), np.ones((1, 1)), [np.zeros((2, 1))] * 3, {"lr": None}
+        )
