@@ -52,6 +52,7 @@ def test_node_loader_equal_batches_and_graphsage(served) -> None:
     assert lengths[0] == lengths[1]
 
 
+@pytest.mark.slow
 def test_workers_give_the_same_batches_and_a_dead_worker_is_an_error(served) -> None:
     with initialize(served.servers, heartbeat_interval=0) as ctx:
         dg = DistGraph(ctx)

@@ -15,7 +15,7 @@ from graphrun.store.client import ClientConfig, KVClient
 from graphrun.testing.procs import start_stores
 from graphrun.testing.sample_graphs import random_graph, random_hetero_graph
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def sample_all(client: KVClient, seeds: torch.Tensor, fanouts, seed: int):
