@@ -282,3 +282,14 @@ def test_the_worker_can_load_what_the_operator_mounts(tmp_path: Path) -> None:
             f"graphsage-worker-{index}.graphsage-workers.ml.svc.cluster.local:3000{index}" in text
         )
         assert "/data/graphsage/parts" in text
+
+
+def test_generator_parameters_become_generate_flags() -> None:
+    d = yaml.safe_load((ROOT / "examples" / "kubernetes" / "graphsage.yaml").read_text())
+    d["spec"]["graph"]["generator"] = {
+        "name": "academic",
+        "params": {"nodes": 100, "featDim": 8, "reverse": False, "homophily": 0.5},
+    }
+    script = B.partitioner_script(parse_job(d))
+    assert "graphrun generate academic /data/runs/graphsage/data --nodes 100 --feat-dim 8" in script
+    assert "--no-reverse --homophily 0.5" in script
