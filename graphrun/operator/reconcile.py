@@ -479,7 +479,19 @@ def _status(run: _Run) -> dict[str, Any]:
     out = _state_status(run.state)
     out["partitioned"] = run.partitioned
     out["replicaStatuses"] = replica_statuses(run.observed)
+    if run.state.terminal:
+        # Nothing left to clean up: later passes need not look at the children.
+        out["cleanedUp"] = not any(isinstance(a, Delete) for a in run.actions)
     return out
+
+
+def settled(job: GraphJob, status: dict[str, Any]) -> bool:
+    """A finished job with nothing left to do (no cleanup, no TTL): skip reconciling."""
+    return (
+        status.get("phase") in ("Succeeded", "Failed")
+        and bool(status.get("cleanedUp"))
+        and job.spec.run_policy.ttl_seconds_after_finished is None
+    )
 
 
 def accepts_event(status: dict[str, Any], kind: EventKind) -> bool:

@@ -311,3 +311,21 @@ def test_gang_podgroup_created() -> None:
     h = Harness(runPolicy={"schedulingPolicy": {"provider": "volcano"}})
     h.step()
     assert any(o["kind"] == "PodGroup" for o in h.ns.children())
+
+
+def test_settled_jobs_need_no_more_passes() -> None:
+    from graphrun.operator.reconcile import settled
+
+    h = Harness(
+        runPolicy={"backoffLimit": 0, "cleanPodPolicy": "Running", "ttlSecondsAfterFinished": None}
+    )
+    h.to_training()
+    h.ns.set_pod("graphsage-worker-0", "Failed", exit_code=1)
+    h.step()
+    assert h.phase == "Failed" and h.status["cleanedUp"] is False  # worker 1 being stopped
+    assert not settled(h.job, h.status)
+    h.step()
+    assert h.status["cleanedUp"] is True
+    assert settled(h.job, h.status)
+    h.set_spec(runPolicy={"ttlSecondsAfterFinished": 60})
+    assert not settled(h.job, h.status)  # the TTL still has to delete it
