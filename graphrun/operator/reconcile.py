@@ -261,7 +261,8 @@ def _partitioning(run: _Run) -> None:
         failed = [p for p in pods if p.phase == "Failed"]
         code = failed[-1].exit_code if failed else None
         detail = failed[-1].failure()[3] if failed else part.message
-        run.fire(Event.role_failed("partitioner", "-", code, detail or part.message))
+        where = failed[-1].name if failed else part.name
+        run.fire(Event.role_failed("partitioner", where, code, detail or part.message))
 
 
 def _distributing(run: _Run) -> None:
@@ -360,7 +361,8 @@ def _pod_problems(run: _Run, pods: list[PodView]) -> bool:
             if role is None:
                 role = f"{p.replica}:{p.index}" if p.index is not None else p.replica
                 machine = _machine(run, p)
-            run.fire(Event.role_failed(role, machine or "-", code, msg or f"pod {p.name} failed"))
+            where = machine or _machine(run, p)
+            run.fire(Event.role_failed(role, where, code, msg or f"pod {p.name} failed"))
             return True
     startup = timedelta(seconds=run.job.spec.run_policy.startup_deadline_seconds)
     for p in pods:
@@ -383,10 +385,11 @@ def _pod_problems(run: _Run, pods: list[PodView]) -> bool:
 
 
 def _machine(run: _Run, pod: PodView) -> str:
+    """The machine of a worker pod; the pod's name for the others."""
     names = run.job.spec.machine_names
     if pod.replica == "worker" and pod.index is not None and pod.index < len(names):
         return names[pod.index]
-    return "-"
+    return pod.name
 
 
 def _finished(run: _Run) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -176,10 +177,12 @@ def test_partitioner_failure() -> None:
     h.partitioner_done(ok=False, message="graphrun: error: data/graph.json: missing")
     h.step()
     assert h.phase == "Restarting"
-    assert (
-        "partitioner on - failed (exit code 1): graphrun: error: data/graph.json"
-        in h.cond("Restarting")["message"]
-    )
+    msg = h.cond("Restarting")["message"]
+    assert re.fullmatch(
+        r"partitioner on graphsage-partitioner-\d+ failed \(exit code 1\): "
+        r"graphrun: error: data/graph.json: missing",
+        msg,
+    ), msg
     assert not any(o["kind"] == "Job" for o in h.ns.children())  # deleted with its pods
     h.step()
     assert h.phase == "Partitioning"
