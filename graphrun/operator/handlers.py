@@ -39,8 +39,8 @@ from graphrun.operator.reconcile import (
     Plan,
     reconcile,
     reject,
-    settled,
 )
+from graphrun.operator.status import settled
 
 log = logging.getLogger("graphrun.operator")
 

@@ -35,14 +35,11 @@ from typing import Any, Literal
 
 from graphrun.job.spec import GraphJob
 from graphrun.job.workflow import (
-    Condition,
     Event,
     EventKind,
     JobState,
     Phase,
-    accepts,
     initial_state,
-    rfc3339,
     state_from_dict,
     transition,
 )
@@ -50,6 +47,7 @@ from graphrun.operator import builders as B
 from graphrun.operator import layout as L
 from graphrun.operator.keys import CurveKeyPair
 from graphrun.operator.observe import Observed, PodView
+from graphrun.operator.status import condition_type, replica_statuses, state_status
 
 K = EventKind
 NEVER_PULLS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
@@ -108,7 +106,7 @@ class _Run:
     def fire(self, event: Event) -> None:
         before = self.state.phase
         self.state = transition(self.state, event, self.now)
-        cond = self.state.condition(_ctype(self.state.phase))
+        cond = self.state.condition(condition_type(self.state.phase))
         warning = self.state.phase in (Phase.FAILED, Phase.RESTARTING)
         self.actions.append(
             Emit(
@@ -120,10 +118,6 @@ class _Run:
 
     def wake_at(self, when: datetime) -> None:
         self.wake.append(max(0.0, (when - self.now).total_seconds()))
-
-
-def _ctype(phase: Phase) -> str:
-    return "Created" if phase is Phase.PENDING else phase.value
 
 
 def load_state(job: GraphJob, status: dict[str, Any], now: datetime) -> JobState:
@@ -167,7 +161,7 @@ def reject(status: dict[str, Any], reason: str, message: str, now: datetime) -> 
     if state.terminal:
         return Plan((), status)
     state = transition(state, Event(K.FAIL, reason, message), now)
-    new = {**(status or {}), **_state_status(state)}
+    new = {**(status or {}), **state_status(state)}
     return Plan((Emit("Warning", reason, message),), new)
 
 
@@ -414,90 +408,12 @@ def _finished(run: _Run) -> None:
 
 # --- status -----------------------------------------------------------------------------
 
-K8S_CONDITIONS = (
-    "Created",
-    "Partitioning",
-    "Running",
-    "Restarting",
-    "Suspended",
-    "Succeeded",
-    "Failed",
-)
-RUNNING_PHASES = ("Distributing", "Serving", "Training")
-
-
-def k8s_conditions(state: JobState) -> list[dict[str, str]]:
-    """The workflow's conditions as the GraphJob reports them: Distributing, Serving and
-    Training are one ``Running`` condition (reason and message of the latest)."""
-    by_type = {c.type: c for c in state.conditions}
-    running = [by_type[t] for t in RUNNING_PHASES if t in by_type]
-    if running:
-        latest = max(running, key=lambda c: c.time)
-        status: Literal["True", "False"] = (
-            "True" if state.phase.value in RUNNING_PHASES else "False"
-        )
-        by_type["Running"] = Condition(
-            "Running", status, latest.reason, latest.message, latest.time
-        )
-    return [by_type[t].to_dict() for t in K8S_CONDITIONS if t in by_type]
-
-
-def _state_status(state: JobState) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "phase": state.phase.value,
-        "conditions": k8s_conditions(state),
-        "restarts": state.restarts,
-        "workflow": state.to_dict(),
-    }
-    current = state.condition(_ctype(state.phase))
-    if current is not None:
-        out["reason"], out["message"] = current.reason, current.message
-    if state.started_at:
-        out["startTime"] = rfc3339(state.started_at)
-    if state.finished_at:
-        out["completionTime"] = rfc3339(state.finished_at)
-    return out
-
-
-def replica_statuses(observed: Observed) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for replica, key in (
-        ("partitioner", "Partitioner"),
-        ("worker", "Worker"),
-        ("launcher", "Launcher"),
-    ):
-        pods = observed.of(replica)
-        if not pods:
-            continue
-        out[key] = {
-            "active": sum(p.phase in ("Pending", "Running") for p in pods),
-            "ready": sum(p.ready for p in pods),
-            "succeeded": sum(p.phase == "Succeeded" for p in pods),
-            "failed": sum(p.phase == "Failed" for p in pods),
-        }
-    return out
-
 
 def _status(run: _Run) -> dict[str, Any]:
-    out = _state_status(run.state)
+    out = state_status(run.state)
     out["partitioned"] = run.partitioned
     out["replicaStatuses"] = replica_statuses(run.observed)
     if run.state.terminal:
         # Nothing left to clean up: later passes need not look at the children.
         out["cleanedUp"] = not any(isinstance(a, Delete) for a in run.actions)
     return out
-
-
-def settled(job: GraphJob, status: dict[str, Any]) -> bool:
-    """A finished job with nothing left to do (no cleanup, no TTL): skip reconciling."""
-    return (
-        status.get("phase") in ("Succeeded", "Failed")
-        and bool(status.get("cleanedUp"))
-        and job.spec.run_policy.ttl_seconds_after_finished is None
-    )
-
-
-def accepts_event(status: dict[str, Any], kind: EventKind) -> bool:
-    """Whether a saved status would accept ``kind`` (for shells that ask first)."""
-    saved = (status or {}).get("workflow")
-    return isinstance(saved, dict) and accepts(state_from_dict(saved), kind)

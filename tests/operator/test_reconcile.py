@@ -317,7 +317,7 @@ def test_gang_podgroup_created() -> None:
 
 
 def test_settled_jobs_need_no_more_passes() -> None:
-    from graphrun.operator.reconcile import settled
+    from graphrun.operator.status import settled
 
     h = Harness(
         runPolicy={"backoffLimit": 0, "cleanPodPolicy": "Running", "ttlSecondsAfterFinished": None}
