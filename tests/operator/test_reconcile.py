@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from graphrun.job.spec import parse_job
 from graphrun.operator import layout as L
@@ -332,3 +334,50 @@ def test_settled_jobs_need_no_more_passes() -> None:
     assert settled(h.job, h.status)
     h.set_spec(runPolicy={"ttlSecondsAfterFinished": 60})
     assert not settled(h.job, h.status)  # the TTL still has to delete it
+
+
+@given(
+    history=st.lists(
+        st.tuples(
+            st.sampled_from(
+                ["run", "ready", "succeed", "fail", "part_ok", "part_fail", "suspend", "resume"]
+            ),
+            st.integers(min_value=0, max_value=1),
+        ),
+        max_size=25,
+    ),
+    backoff=st.integers(min_value=0, max_value=2),
+)
+@settings(max_examples=25, deadline=None)
+def test_random_cluster_histories_keep_the_invariants(
+    history: list[tuple[str, int]], backoff: int
+) -> None:
+    policy = {"backoffLimit": backoff, "ttlSecondsAfterFinished": None}
+    h = Harness(runPolicy=policy)
+    h.step()  # FakeNamespace.create raises on a duplicate: no object is made twice
+    failed_workers: set[str] = set()
+    for action, i in history:
+        worker = f"graphsage-worker-{i}"
+        has_worker = ("Pod", worker) in h.ns.objects
+        if action in ("run", "ready", "succeed", "fail") and has_worker:
+            phase = {"run": "Running", "ready": "Running", "succeed": "Succeeded"}.get(
+                action, "Failed"
+            )
+            h.ns.set_pod(worker, phase, ready=action == "ready")
+            if action == "fail":
+                failed_workers.add(h.ns.pod(worker)["metadata"]["uid"])
+        elif (
+            action in ("part_ok", "part_fail") and ("Job", "graphsage-partitioner") in h.ns.objects
+        ):
+            h.partitioner_done(ok=action == "part_ok")
+        elif action in ("suspend", "resume"):
+            h.set_spec(runPolicy={**policy, "suspend": action == "suspend"})
+        h.step()
+        assert h.status["restarts"] <= backoff
+        assert len(h.ns.pods("worker")) <= 2
+        if h.phase == "Succeeded":
+            uids = {p["metadata"]["uid"] for p in h.ns.pods("worker")}
+            assert not uids & failed_workers, "succeeded with a failed worker"
+            assert all(p["status"]["phase"] == "Succeeded" for p in h.ns.pods("worker"))
+        if h.phase in ("Pending", "Partitioning"):
+            assert not h.ns.pods("worker")  # workers only after the partitions exist
