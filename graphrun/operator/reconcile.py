@@ -29,6 +29,8 @@ or whose image can never be pulled, fails the job with that reason; so does
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -100,6 +102,8 @@ class _Run:
     now: datetime
     state: JobState
     partitioned: bool
+    spec_hashes: dict[str, str] = field(default_factory=dict)
+    partition_dir_before: str = ""
     actions: list[Action] = field(default_factory=list)
     wake: list[float] = field(default_factory=list)
 
@@ -143,6 +147,8 @@ def reconcile(
     run = _Run(job, owner, config, observed, now, state, bool(status.get("partitioned")))
     if not status.get("workflow"):
         run.actions.append(Emit("Normal", "JobCreated", "GraphJob accepted by the operator"))
+    run.partition_dir_before = str(status.get("partitionDir", ""))
+    _check_spec_change(run, status.get("specHashes"))
     for _ in range(MAX_STEPS):
         phase = run.state.phase
         _step(run, keys)
@@ -163,6 +169,61 @@ def reject(status: dict[str, Any], reason: str, message: str, now: datetime) -> 
     state = transition(state, Event(K.FAIL, reason, message), now)
     new = {**(status or {}), **state_status(state)}
     return Plan((Emit("Warning", reason, message),), new)
+
+
+# --- spec changes -----------------------------------------------------------------------
+
+# What the pods were made from. runPolicy may change at any time (suspend, deadlines);
+# the rest only while the job is suspended (the ConfigMap is then made again).
+PINNED = (
+    "graph", "partition", "runtime", "training", "placement",
+    "image", "imagePullPolicy", "sharedVolume", "replicaSpecs",
+)  # fmt: skip
+REPARTITION = ("graph", "partition")
+
+
+def spec_hashes(job: GraphJob) -> dict[str, str]:
+    spec = job.spec.model_dump(by_alias=True, mode="json")
+    return {
+        key: hashlib.sha256(json.dumps(spec.get(key), sort_keys=True).encode()).hexdigest()[:16]
+        for key in PINNED
+    }
+
+
+def _check_spec_change(run: _Run, saved: dict[str, str] | None) -> None:
+    new = spec_hashes(run.job)
+    run.spec_hashes = dict(saved) if saved else new
+    changed = [k for k in PINNED if saved and saved.get(k) != new[k]]
+    if not changed or run.state.terminal:
+        return
+    fields = ", ".join(f"spec.{k}" for k in changed)
+    repartition = any(k in REPARTITION for k in changed)
+    if (
+        run.state.phase is Phase.SUSPENDED
+        and repartition
+        and run.partitioned
+        and (L.partition_dir(run.job) == run.partition_dir_before)
+    ):
+        message = (
+            f"{fields} changed: give a new spec.partition.output (the partitions in "
+            f"{run.partition_dir_before} were made with the old settings)"
+        )
+        run.fire(Event(K.FAIL, "SpecChanged", message))
+        return
+    if run.state.phase is Phase.SUSPENDED:
+        run.spec_hashes = new
+        if "ConfigMap" in run.observed.kinds:
+            run.actions.append(Delete("v1", "ConfigMap", L.configmap_name(run.owner.name)))
+            run.observed = replace(run.observed, kinds=run.observed.kinds - {"ConfigMap"})
+        if repartition:
+            run.partitioned = False
+        run.actions.append(Emit("Normal", "SpecUpdated", f"{fields} changed while suspended"))
+        return
+    message = (
+        f"{fields} changed while the job was running; suspend the job "
+        "(spec.runPolicy.suspend) to change it, or create a new GraphJob"
+    )
+    run.fire(Event(K.FAIL, "SpecChanged", message))
 
 
 # --- one step ---------------------------------------------------------------------------
@@ -412,6 +473,9 @@ def _finished(run: _Run) -> None:
 def _status(run: _Run) -> dict[str, Any]:
     out = state_status(run.state)
     out["partitioned"] = run.partitioned
+    out["specHashes"] = run.spec_hashes
+    if run.partitioned:
+        out["partitionDir"] = L.partition_dir(run.job)
     out["replicaStatuses"] = replica_statuses(run.observed)
     if run.state.terminal:
         # Nothing left to clean up: later passes need not look at the children.

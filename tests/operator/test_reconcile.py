@@ -381,3 +381,56 @@ def test_random_cluster_histories_keep_the_invariants(
             assert all(p["status"]["phase"] == "Succeeded" for p in h.ns.pods("worker"))
         if h.phase in ("Pending", "Partitioning"):
             assert not h.ns.pods("worker")  # workers only after the partitions exist
+
+
+def test_spec_change_while_running_fails_naming_the_fields() -> None:
+    h = Harness(runPolicy={"backoffLimit": 0})
+    h.to_training()
+    h.set_spec(runtime={"trainersPerMachine": 2})
+    h.step()
+    assert h.phase == "Failed"
+    failed = h.cond("Failed")
+    assert failed["reason"] == "SpecChanged"
+    assert failed["message"].startswith("spec.runtime changed while the job was running")
+
+
+def test_run_policy_may_change_while_running() -> None:
+    h = Harness(runPolicy={"backoffLimit": 0})
+    h.to_training()
+    h.set_spec(runPolicy={"backoffLimit": 3, "activeDeadlineSeconds": 7200})
+    h.step()
+    assert h.phase == "Training"
+
+
+def test_repartitioning_into_the_old_directory_is_refused() -> None:
+    h = Harness(runPolicy={"backoffLimit": 0})
+    h.to_training()
+    h.set_spec(runPolicy={"backoffLimit": 0, "suspend": True})
+    h.step()
+    assert h.phase == "Suspended"
+    h.set_spec(runPolicy={"backoffLimit": 0, "suspend": True}, partition={"haloHops": 2})
+    h.step()
+    assert h.phase == "Failed"  # the old partitions would be taken for new ones
+    assert h.cond("Failed")["message"].startswith(
+        "spec.partition changed: give a new spec.partition.output (the partitions in "
+        "/data/graphsage/parts were made with the old settings)"
+    )
+
+
+def test_spec_change_while_suspended_is_applied() -> None:
+    h = Harness(runPolicy={"backoffLimit": 0})
+    h.to_training()
+    h.set_spec(runPolicy={"backoffLimit": 0, "suspend": True})
+    h.step()
+    new = {"haloHops": 2, "output": "graphsage/parts-halo2"}
+    h.set_spec(runPolicy={"backoffLimit": 0, "suspend": True}, partition=new)
+    h.step()
+    assert h.phase == "Suspended"
+    assert not any(o["kind"] == "ConfigMap" for o in h.ns.children())  # made again later
+    assert h.status["partitioned"] is False
+    assert any(e.reason == "SpecUpdated" and "spec.partition" in e.message for e in h.ns.events)
+    h.set_spec(runPolicy={"backoffLimit": 0, "suspend": False}, partition=new)
+    h.step()
+    assert h.phase == "Partitioning"  # partitions are made again for the new settings
+    cm = next(o for o in h.ns.children() if o["kind"] == "ConfigMap")
+    assert "haloHops: 2" in cm["data"]["job.yaml"]
