@@ -8,6 +8,8 @@ A dataset is a directory::
                                       grouped by edge type in ``edge_types`` order
       node/<ntype>/<name>.npy         node features, rows in per-type id order
       edge/<src:rel:dst>/<name>.npy   edge features, rows in per-type id order
+      ids/<ntype>.npy                 optional: original id of every node of that type
+                                      (int64 or fixed-width unicode), written by importers
 
 ``graph.json``::
 
@@ -16,7 +18,8 @@ A dataset is a directory::
      "node_types": [{"name": "paper", "count": 10}, ...],   # in global id order
      "edge_types": [{"src": "author", "rel": "writes", "dst": "paper", "count": 7}, ...],
      "node_features": {"paper": {"feat": {"dtype": "float32", "shape": [10, 16]}}},
-     "edge_features": {"author:writes:paper": {...}}}
+     "edge_features": {"author:writes:paper": {...}},
+     "id_maps": {"paper": {"dtype": "int64"}}}          # optional, see ids/ above
 
 Every ``.npy`` is memory-mapped on load, so a graph larger than memory can be
 partitioned. The directory is written to ``DATASET.tmp-<pid>`` and renamed when
@@ -28,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +53,17 @@ def _feature_schema(data: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
     }
 
 
+def ensure_free(final: Path) -> None:
+    """Raise unless ``final`` can be created (absent, or an empty directory)."""
+    final = Path(final)
+    if final.exists() and (not final.is_dir() or any(final.iterdir())):
+        raise DatasetError(f"{final}: already exists and is not empty")
+
+
 def atomic_dir(final: Path) -> Path:
     """A fresh temporary directory next to ``final``; rename it with :func:`commit_dir`."""
     final = Path(final)
-    if final.exists() and any(final.iterdir()):
-        raise DatasetError(f"{final}: already exists and is not empty")
+    ensure_free(final)
     tmp = final.parent / f".{final.name}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -67,11 +77,23 @@ def commit_dir(tmp: Path, final: Path) -> None:
     os.replace(tmp, final)
 
 
-def save_dataset(graph: Graph, path: str | Path) -> Path:
-    """Write ``graph`` as a dataset directory at ``path`` (atomically)."""
+def save_dataset(
+    graph: Graph, path: str | Path, id_maps: Mapping[str, np.ndarray] | None = None
+) -> Path:
+    """Write ``graph`` as a dataset directory at ``path`` (atomically).
+
+    ``id_maps[ntype][i]`` is the original (pre-import) id of the node of type ``ntype``
+    with per-type id ``i``; it is stored under ``ids/`` and read by :func:`load_id_maps`.
+    """
     final = Path(path)
+    id_maps = dict(id_maps or {})
+    for ntype, ids in id_maps.items():
+        _check_id_map(graph, ntype, ids)
     tmp = atomic_dir(final)
     try:
+        for ntype, ids in id_maps.items():
+            (tmp / "ids").mkdir(exist_ok=True)
+            np.save(tmp / "ids" / f"{ntype}.npy", np.ascontiguousarray(ids), allow_pickle=False)
         np.save(tmp / "src.npy", np.ascontiguousarray(graph.src))
         np.save(tmp / "dst.npy", np.ascontiguousarray(graph.dst))
         for kind, data in (("node", graph.ndata), ("edge", graph.edata)):
@@ -86,15 +108,14 @@ def save_dataset(graph: Graph, path: str | Path) -> Path:
             "name": graph.name,
             "num_nodes": int(graph.num_nodes),
             "num_edges": int(graph.num_edges),
-            "node_types": [
-                {"name": t, "count": graph.num_nodes_of(t)} for t in graph.node_types
-            ],
+            "node_types": [{"name": t, "count": graph.num_nodes_of(t)} for t in graph.node_types],
             "edge_types": [
                 {"src": e[0], "rel": e[1], "dst": e[2], "count": graph.num_edges_of(e)}
                 for e in graph.edge_types
             ],
             "node_features": _feature_schema(graph.ndata),
             "edge_features": _feature_schema(graph.edata),
+            "id_maps": {t: {"dtype": str(ids.dtype)} for t, ids in id_maps.items()},
         }
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         commit_dir(tmp, final)
@@ -102,6 +123,24 @@ def save_dataset(graph: Graph, path: str | Path) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def _check_id_map(graph: Graph, ntype: str, ids: np.ndarray) -> None:
+    n = graph.num_nodes_of(ntype)
+    if not isinstance(ids, np.ndarray) or ids.ndim != 1 or len(ids) != n:
+        raise DatasetError(f"id_maps[{ntype!r}]: expected a 1-d array of {n} ids")
+    if ids.dtype != np.int64 and ids.dtype.kind != "U":
+        raise DatasetError(f"id_maps[{ntype!r}]: expected int64 or str ids, got {ids.dtype}")
+
+
+def load_id_maps(path: str | Path) -> dict[str, np.ndarray]:
+    """The original ids stored by an importer: ``{ntype: ids}`` (empty if none)."""
+    root = Path(path)
+    mfile = root / META_FILE
+    maps = read_json(mfile, "dataset metadata").get("id_maps") or {}
+    if not isinstance(maps, dict):
+        raise DatasetError(f"{mfile}: field 'id_maps' must be an object")
+    return {t: load_npy(root / "ids" / f"{t}.npy", mmap=True) for t in maps}
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
@@ -135,6 +174,22 @@ def load_npy(path: Path, mmap: bool = True) -> np.ndarray:
         raise DatasetError(f"{path}: not a readable .npy array ({exc})") from None
 
 
+def _safe_name(name: object) -> bool:
+    return isinstance(name, str) and bool(name) and "/" not in name and name not in (".", "..")
+
+
+def _schema(meta: dict[str, Any], key: str, file: Path) -> dict[str, dict[str, Any]]:
+    """``meta[key]``, checked to be ``{type: {feature: ...}}`` with safe names."""
+    val = meta.get(key) or {}
+    if not isinstance(val, dict) or not all(isinstance(f, dict) for f in val.values()):
+        raise DatasetError(f"{file}: field {key!r} must map type names to feature objects")
+    for t, feats in val.items():
+        for name in (t, *feats):
+            if not _safe_name(name):
+                raise DatasetError(f"{file}: field {key!r} holds an invalid name {name!r}")
+    return val
+
+
 def is_dataset_dir(path: str | Path) -> bool:
     return (Path(path) / META_FILE).is_file()
 
@@ -166,10 +221,10 @@ def load_dataset(path: str | Path, mmap: bool = True) -> Graph:
     src = load_npy(root / "src.npy", mmap)
     dst = load_npy(root / "dst.npy", mmap)
     ndata: dict[str, dict[str, np.ndarray]] = {}
-    for ntype, feats in (meta.get("node_features") or {}).items():
+    for ntype, feats in _schema(meta, "node_features", mfile).items():
         ndata[ntype] = {n: load_npy(root / "node" / ntype / f"{n}.npy", mmap) for n in feats}
     edata: dict[str, dict[str, np.ndarray]] = {}
-    for ekey, feats in (meta.get("edge_features") or {}).items():
+    for ekey, feats in _schema(meta, "edge_features", mfile).items():
         parse_etype_key(ekey)
         edata[ekey] = {n: load_npy(root / "edge" / ekey / f"{n}.npy", mmap) for n in feats}
     try:
@@ -190,4 +245,4 @@ def load_dataset(path: str | Path, mmap: bool = True) -> Graph:
     return graph
 
 
-__all__ = ["etype_key", "is_dataset_dir", "load_dataset", "save_dataset"]
+__all__ = ["etype_key", "is_dataset_dir", "load_dataset", "load_id_maps", "save_dataset"]

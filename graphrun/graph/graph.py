@@ -221,12 +221,14 @@ class Graph:
         try:
             return self.node_types.index(ntype)
         except ValueError:
-            raise DatasetError(f"unknown node type {ntype!r}; known: {list(self.node_types)}") from None
+            raise DatasetError(
+                f"unknown node type {ntype!r}; known: {list(self.node_types)}"
+            ) from None
 
     def _etype_index(self, etype: CanonicalEtype | str) -> int:
         et = parse_etype_key(etype) if isinstance(etype, str) else tuple(etype)
         try:
-            return self.edge_types.index(et)  # type: ignore[arg-type]
+            return self.edge_types.index(et)
         except ValueError:
             known = [etype_key(e) for e in self.edge_types]
             raise DatasetError(f"unknown edge type {etype!r}; known: {known}") from None

@@ -1,0 +1,449 @@
+"""The partition directory format (version 1): writer and readers.
+
+A partition directory ``OUT`` holds::
+
+    OUT/partition.json          the config (below); the partition book's fields included
+    OUT/part-K/nodes.npy        int64 [n_local] new homogeneous global id of every local
+                                node: the owned (inner) nodes first, in increasing id, then
+                                the halo nodes, hop by hop, increasing id inside a hop
+    OUT/part-K/indptr.npy       int64 [n_local+1] CSC over the local nodes (their in-edges)
+    OUT/part-K/indices.npy      int64 [e_local] source of every in-edge, new global id
+    OUT/part-K/eids.npy         int64 [e_local] new global edge id of every in-edge
+    OUT/part-K/etypes.npy       int32 [e_local] edge type id (heterogeneous graphs only)
+    OUT/part-K/node/<ntype>/<name>.npy   features of the owned nodes of that type:
+                                row i = per-type new id node_ranges[ntype][K] + i
+    OUT/part-K/edge/<s:r:d>/<name>.npy   the same for owned edges
+    OUT/mapping/orig_nids.npy   int64 new homogeneous node id -> original id
+    OUT/mapping/new_nids.npy    int64 original node id -> new homogeneous id
+    OUT/mapping/orig_eids.npy, new_eids.npy   the same for edges
+    OUT/mapping/ids/<ntype>.npy  optional: the importer's raw id (int64 or string) of
+                                every node of that type, by original per-type id
+
+Relabelling: partition ``p`` owns the new node ids ``[node_offsets[p],
+node_offsets[p+1])``; inside, nodes are grouped by type (``node_types`` order) and
+ordered by original id, so type ``t`` owns the per-type range
+``[node_ranges[t][p], node_ranges[t][p+1])``. Every edge belongs to the partition of
+its destination (a partition has the complete in-edges of its nodes); new edge ids
+are contiguous per partition and grouped by edge type (``edge_ranges``), ordered by
+original id inside a type. Original ids are never lost: the mapping files convert
+both ways, and per-type original ids follow from the dataset's type offsets.
+
+Halo: ``halo_hops`` H = 0 lists the inner nodes only; H = 1 (default) also lists the
+1-hop in-neighbours as halo rows without edges; H >= 2 gives halo rows up to hop
+H-1 their in-edges too (structure only; features stay with their owner).
+
+``partition.json``::
+
+    {"format": "graphrun-partition", "version": 1, "graph_name": ..., "num_parts": P,
+     "method": "metis" | "random", "halo_hops": H, "seed": ...,
+     "balance": {"train": bool, "edges": bool, "tolerance": float},
+     "num_nodes": N, "num_edges": E,
+     "node_types": [...], "edge_types": [[src, rel, dst], ...],
+     "node_offsets": [P+1 ints], "edge_offsets": [P+1 ints],
+     "node_ranges": {ntype: [P+1 ints]}, "edge_ranges": {"s:r:d": [P+1 ints]},
+     "node_features": {ntype: {name: {"dtype": "float32", "shape": [rows, ...]}}},
+     "edge_features": {"s:r:d": {...}},
+     "quality": {"edge_cut": ..., "node_balance": ..., "edge_balance": ...,
+                 "train_balance": ... | null, "num_cut_edges": ...},
+     "parts": [{"dir": "part-0", "num_inner_nodes": .., "num_local_nodes": ..,
+                "num_inner_edges": .., "num_local_edges": ..}, ...]}
+
+(feature ``shape[0]`` is the total number of rows over all partitions). Every
+``.npy`` loads with ``mmap_mode="r"``. The directory is written to a temporary
+sibling and renamed when complete. Readers reject another ``format``/``version``,
+corrupt JSON and missing or inconsistent files with a
+:class:`~graphrun.errors.PartitionFormatError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphrun.errors import ArgumentError, PartitionFormatError
+from graphrun.graph import Graph, etype_key
+from graphrun.graph.format import atomic_dir, commit_dir
+from graphrun.partition.book import PartitionBook
+from graphrun.partition.quality import Quality
+from graphrun.partition.relabel import Relabelling, local_structure
+
+FORMAT = "graphrun-partition"
+VERSION = 1
+CONFIG_FILE = "partition.json"
+MAPPING_DIR = "mapping"
+
+
+# ---- writer ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    method: str
+    halo_hops: int
+    balance_train: bool
+    balance_edges: bool
+    tolerance: float
+    seed: int
+
+
+def _feature_schema(data: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
+    return {
+        key: {n: {"dtype": str(a.dtype), "shape": list(a.shape)} for n, a in feats.items()}
+        for key, feats in data.items()
+        if feats
+    }
+
+
+def _write_part(tmp: Path, graph: Graph, rl: Relabelling, part: int, halo: int) -> dict[str, Any]:
+    d = tmp / f"part-{part}"
+    d.mkdir()
+    loc = local_structure(graph, rl, part, halo)
+    np.save(d / "nodes.npy", loc.nodes)
+    np.save(d / "indptr.npy", loc.indptr)
+    np.save(d / "indices.npy", rl.new_nids[graph.src[loc.orig_eids]])
+    np.save(d / "eids.npy", rl.new_eids[loc.orig_eids])
+    if graph.is_hetero:
+        eto = graph.edge_type_offsets
+        assert eto is not None
+        etypes = np.searchsorted(eto, loc.orig_eids, side="right") - 1
+        np.save(d / "etypes.npy", etypes.astype(np.int32))
+    nto, eto = graph.node_type_offsets, graph.edge_type_offsets
+    assert nto is not None and eto is not None
+    for t, ntype in enumerate(graph.node_types):
+        a, b = rl.node_block(part, t)
+        rows = rl.orig_nids[a:b] - nto[t]
+        _write_features(d / "node" / ntype, graph.ndata.get(ntype, {}), rows)
+    for r, et in enumerate(graph.edge_types):
+        a, b = rl.edge_block(part, r)
+        rows = rl.orig_eids[a:b] - eto[r]
+        _write_features(d / "edge" / etype_key(et), graph.edata.get(etype_key(et), {}), rows)
+    lo, hi = rl.book.owned_nodes(part)
+    elo, ehi = rl.book.owned_edges(part)
+    return {
+        "dir": d.name,
+        "num_inner_nodes": hi - lo,
+        "num_local_nodes": len(loc.nodes),
+        "num_inner_edges": ehi - elo,
+        "num_local_edges": len(loc.orig_eids),
+    }
+
+
+def _write_features(d: Path, feats: dict[str, np.ndarray], rows: np.ndarray) -> None:
+    if not feats:
+        return
+    d.mkdir(parents=True, exist_ok=True)
+    for name, arr in feats.items():
+        np.save(d / f"{name}.npy", np.ascontiguousarray(arr[rows]))
+
+
+def write_partition(
+    graph: Graph,
+    rl: Relabelling,
+    tmp: Path,
+    opts: WriteOptions,
+    quality: Quality,
+    id_maps: Mapping[str, np.ndarray] | None = None,
+) -> dict[str, Any]:
+    """Write the partition directory's content into ``tmp``; returns the config."""
+    parts = [_write_part(tmp, graph, rl, p, opts.halo_hops) for p in range(rl.book.num_parts)]
+    m = tmp / MAPPING_DIR
+    m.mkdir()
+    for name in ("orig_nids", "new_nids", "orig_eids", "new_eids"):
+        np.save(m / f"{name}.npy", getattr(rl, name).astype(np.int64, copy=False))
+    for ntype, ids in (id_maps or {}).items():
+        (m / "ids").mkdir(exist_ok=True)
+        np.save(m / "ids" / f"{ntype}.npy", np.ascontiguousarray(ids), allow_pickle=False)
+    cfg: dict[str, Any] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "graph_name": graph.name,
+        "method": opts.method,
+        "halo_hops": opts.halo_hops,
+        "seed": opts.seed,
+        "balance": {
+            "train": opts.balance_train,
+            "edges": opts.balance_edges,
+            "tolerance": opts.tolerance,
+        },
+        "num_nodes": int(graph.num_nodes),
+        "num_edges": int(graph.num_edges),
+        **rl.book.to_config(),
+        "node_features": _feature_schema(graph.ndata),
+        "edge_features": _feature_schema(graph.edata),
+        "quality": quality.to_dict(),
+        "parts": parts,
+        "id_maps": {t: {"dtype": str(ids.dtype)} for t, ids in (id_maps or {}).items()},
+    }
+    (tmp / CONFIG_FILE).write_text(json.dumps(cfg, indent=2) + "\n")
+    return cfg
+
+
+def start_output(out: str | Path) -> Path:
+    """Reserve the temporary directory for ``out`` (fails if ``out`` is not empty)."""
+    return atomic_dir(Path(out))
+
+
+def finish_output(tmp: Path, out: str | Path) -> None:
+    commit_dir(tmp, Path(out))
+
+
+def abandon_output(tmp: Path) -> None:
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---- readers -----------------------------------------------------------------------------
+
+
+def _config_file(path: Path) -> Path:
+    return path if path.name == CONFIG_FILE else path / CONFIG_FILE
+
+
+def load_partition_config(path: str | Path) -> dict[str, Any]:
+    """Read and check ``partition.json`` of a partition directory (or the file itself)."""
+    cfile = _config_file(Path(path))
+    if not cfile.parent.is_dir():
+        raise PartitionFormatError(f"{cfile.parent}: no such partition directory")
+    if not cfile.is_file():
+        raise PartitionFormatError(f"{cfile}: missing (partition config)")
+    try:
+        cfg = json.loads(cfile.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PartitionFormatError(f"{cfile}: not valid JSON ({exc})") from None
+    if not isinstance(cfg, dict):
+        raise PartitionFormatError(f"{cfile}: expected a JSON object")
+    if cfg.get("format") != FORMAT:
+        raise PartitionFormatError(
+            f"{cfile}: field 'format' is {cfg.get('format')!r}, not {FORMAT!r}"
+        )
+    if cfg.get("version") != VERSION:
+        raise PartitionFormatError(
+            f"{cfile}: field 'version' is {cfg.get('version')!r}; "
+            f"this graphrun reads version {VERSION}"
+        )
+    PartitionBook.from_config(cfg, source=str(cfile))  # checks the book's fields
+    _check_parts(cfg, cfile)
+    for kind in ("node_features", "edge_features"):
+        if not isinstance(cfg.get(kind, {}), dict):
+            raise PartitionFormatError(f"{cfile}: field {kind!r} must be an object")
+    return cfg
+
+
+def _check_parts(cfg: dict[str, Any], cfile: Path) -> None:
+    parts = cfg.get("parts")
+    if not isinstance(parts, list) or len(parts) != cfg["num_parts"]:
+        raise PartitionFormatError(
+            f"{cfile}: field 'parts' must list {cfg['num_parts']} partitions"
+        )
+    for k, info in enumerate(parts):
+        if not isinstance(info, dict):
+            raise PartitionFormatError(f"{cfile}: field 'parts[{k}]' must be an object")
+        for key in ("dir", "num_inner_nodes", "num_local_nodes", "num_inner_edges"):
+            typ = str if key == "dir" else int
+            if not isinstance(info.get(key), typ) or isinstance(info.get(key), bool):
+                raise PartitionFormatError(f"{cfile}: field 'parts[{k}].{key}' is missing or wrong")
+        if "/" in info["dir"] or info["dir"] in ("", ".", ".."):
+            raise PartitionFormatError(f"{cfile}: field 'parts[{k}].dir' is not a plain name")
+
+
+def _load(path: Path, dtype: np.dtype | None = None, length: int | None = None) -> np.ndarray:
+    if not path.is_file():
+        raise PartitionFormatError(f"{path}: missing")
+    try:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise PartitionFormatError(f"{path}: not a readable .npy array ({exc})") from None
+    if dtype is not None and arr.dtype != dtype:
+        raise PartitionFormatError(f"{path}: dtype {arr.dtype}, expected {dtype}")
+    if length is not None and (arr.ndim != 1 or len(arr) != length):
+        raise PartitionFormatError(f"{path}: shape {arr.shape}, expected ({length},)")
+    return arr
+
+
+@dataclass(frozen=True, eq=False)
+class Partition:
+    """One partition loaded from disk; every array is memory-mapped read-only.
+
+    ``nodes[:num_inner_nodes]`` are the owned nodes (new ids ``book.owned_nodes(part)``),
+    the rest are halo nodes. ``indptr``/``indices``/``eids`` are the CSC of the local
+    nodes (sources and edge ids as new global ids); ``etypes`` is None for a
+    homogeneous graph. ``node_feats[ntype][name]`` has one row per owned node of that
+    type (row = per-type id - ``book.node_ranges(ntype)[part]``).
+    """
+
+    path: Path
+    part: int
+    book: PartitionBook
+    config: dict[str, Any]
+    nodes: np.ndarray
+    indptr: np.ndarray
+    indices: np.ndarray
+    eids: np.ndarray
+    etypes: np.ndarray | None
+    node_feats: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    edge_feats: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+
+    @property
+    def num_inner_nodes(self) -> int:
+        a, b = self.book.owned_nodes(self.part)
+        return b - a
+
+    @property
+    def num_local_nodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def inner_mask(self) -> np.ndarray:
+        mask = np.zeros(len(self.nodes), dtype=bool)
+        mask[: self.num_inner_nodes] = True
+        return mask
+
+    def local_node_types(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(type id int32, per-type new id int64)`` of every local node."""
+        return self.book.to_per_type(self.nodes)
+
+    @property
+    def halo_hops(self) -> int:
+        return int(self.config.get("halo_hops", 1))
+
+
+def load_partition(path: str | Path, part: int) -> Partition:
+    """Load partition ``part`` of the partition directory ``path`` (memory-mapped)."""
+    root = Path(path)
+    cfg = load_partition_config(root)
+    cfile = root / CONFIG_FILE
+    book = PartitionBook.from_config(cfg, source=str(cfile))
+    if not isinstance(part, int | np.integer) or not 0 <= part < book.num_parts:
+        raise PartitionFormatError(
+            f"{cfile}: has no partition {part!r} (num_parts = {book.num_parts})"
+        )
+    info = cfg["parts"][part]
+    d = root / info["dir"]
+    if not d.is_dir():
+        raise PartitionFormatError(f"{d}: missing (partition {part})")
+    n_local = info["num_local_nodes"]
+    nodes = _load(d / "nodes.npy", np.dtype(np.int64), n_local)
+    indptr = _load(d / "indptr.npy", np.dtype(np.int64), n_local + 1)
+    e_local = int(indptr[-1]) if len(indptr) else 0
+    indices = _load(d / "indices.npy", np.dtype(np.int64), e_local)
+    eids = _load(d / "eids.npy", np.dtype(np.int64), e_local)
+    etypes = _load(d / "etypes.npy", np.dtype(np.int32), e_local) if book.is_hetero else None
+    a, b = book.owned_nodes(part)
+    if info["num_inner_nodes"] != b - a or (b > a and (nodes[0] != a or nodes[b - a - 1] != b - 1)):
+        raise PartitionFormatError(
+            f"{d / 'nodes.npy'}: the inner nodes do not match node_offsets[{part}] in {cfile}"
+        )
+    node_feats = _load_features(d / "node", cfg.get("node_features", {}), book, part, True, cfile)
+    edge_feats = _load_features(d / "edge", cfg.get("edge_features", {}), book, part, False, cfile)
+    return Partition(
+        root, int(part), book, cfg, nodes, indptr, indices, eids, etypes, node_feats, edge_feats
+    )
+
+
+def _load_features(
+    d: Path, schema: dict[str, Any], book: PartitionBook, part: int, nodes: bool, cfile: Path
+) -> dict[str, dict[str, np.ndarray]]:
+    out: dict[str, dict[str, np.ndarray]] = {}
+    kind = "node_features" if nodes else "edge_features"
+    for key, feats in schema.items():
+        if not isinstance(feats, dict):
+            raise PartitionFormatError(f"{cfile}: field '{kind}.{key}' must be an object")
+        try:
+            lo, hi = book.owned_nodes(part, key) if nodes else book.owned_edges(part, key)
+        except ArgumentError as exc:  # unknown type name in the schema
+            raise PartitionFormatError(f"{cfile}: field '{kind}.{key}': {exc}") from None
+        out[key] = {}
+        for name, spec in feats.items():
+            f = d / key / f"{name}.npy"
+            arr = _load(f)
+            try:
+                shape = tuple(spec["shape"])
+                dtype = np.dtype(spec["dtype"])
+            except (KeyError, TypeError) as exc:
+                raise PartitionFormatError(
+                    f"{cfile}: field '{kind}.{key}.{name}' is malformed ({exc})"
+                ) from None
+            if arr.dtype != dtype or arr.shape != (hi - lo, *shape[1:]):
+                raise PartitionFormatError(
+                    f"{f}: dtype {arr.dtype} shape {arr.shape}, expected {dtype} "
+                    f"{(hi - lo, *shape[1:])} from {cfile} field '{kind}.{key}.{name}'"
+                )
+            out[key][name] = arr
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class IdMapping:
+    """Original <-> new ids, memory-mapped from ``OUT/mapping``.
+
+    "Original" ids are the dataset's: homogeneous ids with the nodes of each type
+    contiguous in ``node_types`` order (``orig_type_offsets``), so a dataset per-type
+    id ``i`` of type ``t`` is the original homogeneous id ``orig_type_offsets[t] + i``.
+    ``raw_ids[ntype]`` (when the dataset came from an importer) holds the raw input id
+    of every node of that type, by dataset per-type id.
+    """
+
+    book: PartitionBook
+    orig_nids: np.ndarray
+    new_nids: np.ndarray
+    orig_eids: np.ndarray
+    new_eids: np.ndarray
+    raw_ids: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def orig_type_offsets(self) -> np.ndarray:
+        counts = [self.book.num_nodes_of(t) for t in self.book.node_types]
+        return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    def new_of_orig(self, ntype: str, orig_per_type: Any) -> np.ndarray:
+        """New homogeneous ids of dataset per-type ids of ``ntype``."""
+        t = self.book.ntype_id(ntype)
+        offs = self.orig_type_offsets
+        ids = np.asarray(orig_per_type, dtype=np.int64)
+        n = int(offs[t + 1] - offs[t])
+        if ids.size and (ids.min() < 0 or ids.max() >= n):
+            bad = int(np.flatnonzero((ids.reshape(-1) < 0) | (ids.reshape(-1) >= n))[0])
+            raise ArgumentError(f"orig_per_type[{bad}] is out of range [0, {n})")
+        return np.asarray(self.new_nids[offs[t] + ids])
+
+    def orig_of_new(self, new_ids: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``(type id, dataset per-type id)`` of new homogeneous ids."""
+        ids = np.asarray(new_ids, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= len(self.orig_nids)):
+            raise ArgumentError(f"new_ids: ids must be in [0, {len(self.orig_nids)})")
+        orig = np.asarray(self.orig_nids[ids])
+        offs = self.orig_type_offsets
+        t = np.searchsorted(offs, orig, side="right") - 1
+        return t.astype(np.int32), orig - offs[t]
+
+
+def load_id_mapping(path: str | Path) -> IdMapping:
+    root = Path(path)
+    cfg = load_partition_config(root)
+    book = PartitionBook.from_config(cfg, source=str(root / CONFIG_FILE))
+    n, e = book.num_nodes, book.num_edges
+    m = root / MAPPING_DIR
+    i64 = np.dtype(np.int64)
+    raw = cfg.get("id_maps") or {}
+    if not isinstance(raw, dict):
+        raise PartitionFormatError(f"{root / CONFIG_FILE}: field 'id_maps' must be an object")
+    raw_ids = {}
+    for ntype in raw:
+        if ntype not in book.node_types:
+            raise PartitionFormatError(
+                f"{root / CONFIG_FILE}: field 'id_maps' names unknown node type {ntype!r}"
+            )
+        raw_ids[ntype] = _load(m / "ids" / f"{ntype}.npy", None, book.num_nodes_of(ntype))
+    return IdMapping(
+        book=book,
+        orig_nids=_load(m / "orig_nids.npy", i64, n),
+        new_nids=_load(m / "new_nids.npy", i64, n),
+        orig_eids=_load(m / "orig_eids.npy", i64, e),
+        new_eids=_load(m / "new_eids.npy", i64, e),
+        raw_ids=raw_ids,
+    )

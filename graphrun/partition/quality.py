@@ -1,0 +1,84 @@
+"""Partition quality: edge cut and balance, computed from the assignment alone.
+
+* ``edge_cut``: the fraction of edges whose two endpoints lie in different
+  partitions (self loops never count as cut).
+* ``node_balance`` / ``edge_balance`` / ``train_balance``: max over partitions
+  divided by the mean, of owned nodes, owned edges (an edge is owned by its
+  destination's partition) and training nodes (``train_mask`` of any node type).
+  1.0 is perfect; ``train_balance`` is ``None`` when the graph has no training nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from graphrun.graph import Graph
+
+CHUNK = 1 << 24
+
+
+@dataclass(frozen=True)
+class Quality:
+    edge_cut: float
+    node_balance: float
+    edge_balance: float
+    train_balance: float | None
+    num_cut_edges: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        train = "n/a" if self.train_balance is None else f"{self.train_balance:.3f}"
+        return (
+            f"edge cut {self.edge_cut:.4f} ({self.num_cut_edges} edges), balance max/mean: "
+            f"nodes {self.node_balance:.3f}, edges {self.edge_balance:.3f}, train {train}"
+        )
+
+
+def max_over_mean(counts: np.ndarray) -> float:
+    mean = float(np.mean(counts)) if len(counts) else 0.0
+    return float(np.max(counts) / mean) if mean > 0 else 1.0
+
+
+def train_mask_of(graph: Graph) -> np.ndarray | None:
+    """One boolean per node: a training node of any type (None when there are none)."""
+    nto = graph.node_type_offsets
+    assert nto is not None
+    found = False
+    mask = np.zeros(graph.num_nodes, dtype=bool)
+    for t, ntype in enumerate(graph.node_types):
+        m = graph.ndata.get(ntype, {}).get("train_mask")
+        if m is not None:
+            mask[nto[t] : nto[t + 1]] = np.asarray(m).reshape(len(m), -1)[:, 0] != 0
+            found = True
+    return mask if found and mask.any() else None
+
+
+def cut_edges(part: np.ndarray, src: np.ndarray, dst: np.ndarray) -> int:
+    """Edges whose endpoints are in different parts, counted in chunks (little memory)."""
+    total = 0
+    for i in range(0, len(src), CHUNK):
+        total += int(np.count_nonzero(part[src[i : i + CHUNK]] != part[dst[i : i + CHUNK]]))
+    return total
+
+
+def measure(graph: Graph, part: np.ndarray, num_parts: int) -> Quality:
+    cut = cut_edges(part, graph.src, graph.dst)
+    nodes = np.bincount(part, minlength=num_parts)
+    edges = np.zeros(num_parts, dtype=np.int64)
+    for i in range(0, graph.num_edges, CHUNK):
+        edges += np.bincount(part[graph.dst[i : i + CHUNK]], minlength=num_parts)
+    train = train_mask_of(graph)
+    return Quality(
+        edge_cut=cut / graph.num_edges if graph.num_edges else 0.0,
+        node_balance=max_over_mean(nodes),
+        edge_balance=max_over_mean(edges),
+        train_balance=None
+        if train is None
+        else max_over_mean(np.bincount(part[train], minlength=num_parts)),
+        num_cut_edges=cut,
+    )

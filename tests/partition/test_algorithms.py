@@ -1,0 +1,119 @@
+"""METIS input, balance weights and the rebalancing pass, random assignment, quality."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from graphrun.errors import ArgumentError
+from graphrun.partition import assign
+from graphrun.partition.balance import (
+    combined_weights,
+    criteria,
+    part_loads,
+    random_assign,
+    rebalance,
+)
+from graphrun.partition.metis import metis_assign, symmetric_csr
+from graphrun.partition.quality import max_over_mean, measure
+from graphrun.partition.relabel import stable_argsort
+from graphrun.testing.graphs import community_graph
+
+
+def test_symmetric_csr_matches_scipy() -> None:
+    rng = np.random.default_rng(0)
+    n = 50
+    src = rng.integers(0, n, 400)
+    dst = rng.integers(0, n, 400)
+    xadj, adj = symmetric_csr(src, dst, n)
+    a = sp.coo_matrix((np.ones(len(src)), (src, dst)), shape=(n, n)).tocsr()
+    s = (a + a.T).tocsr()
+    s.setdiag(0)
+    s.eliminate_zeros()
+    s.sort_indices()
+    assert xadj.tolist() == s.indptr.tolist()
+    assert adj.tolist() == s.indices.tolist()
+
+
+def test_symmetric_csr_empty_and_self_loops() -> None:
+    xadj, adj = symmetric_csr(np.array([0, 1], np.int64), np.array([0, 1], np.int64), 3)
+    assert xadj.tolist() == [0, 0, 0, 0] and len(adj) == 0
+
+
+def test_metis_assign_is_seeded_and_checks_parts() -> None:
+    g = community_graph(300, 3000, num_communities=3, seed=1)
+    xadj, adj = symmetric_csr(g.src, g.dst, g.num_nodes)
+    a = metis_assign(xadj, adj, 3, seed=7)
+    b = metis_assign(xadj, adj, 3, seed=7)
+    assert a.tolist() == b.tolist() and set(a.tolist()) == {0, 1, 2}
+    with pytest.raises(ArgumentError, match="num_parts"):
+        metis_assign(xadj, adj, 301)
+
+
+def test_combined_weights_give_each_criterion_equal_total() -> None:
+    train = np.array([1, 0, 0, 0, 1, 0, 0, 0], bool)
+    deg = np.array([8, 0, 0, 0, 0, 0, 0, 0])
+    crit = criteria(8, deg, train, True, True)
+    assert crit.shape == (8, 3)
+    w = combined_weights(crit)
+    # node 0: 1 + 1*8/2 + 8*8/8 = 13 (times the scale); node 1: 1
+    assert w[0] == 13 * w[1]
+
+
+def test_rebalance_fixes_a_skewed_assignment() -> None:
+    g = community_graph(1000, 8000, num_communities=4, seed=2)
+    train = np.zeros(g.num_nodes, bool)
+    train[:200] = True
+    xadj, adj = symmetric_csr(g.src, g.dst, g.num_nodes)
+    crit = criteria(g.num_nodes, np.bincount(g.dst, minlength=g.num_nodes), train, True, True)
+    part = np.where(
+        np.arange(g.num_nodes) < 150, 0, np.arange(g.num_nodes) % 4
+    )  # part 0 hoards train
+    before = part_loads(part, crit, 4)
+    assert max_over_mean(before[:, 1]) > 1.5
+    after = part_loads(rebalance(part, crit, xadj, adj, 4, tolerance=0.05), crit, 4)
+    for k in range(3):
+        assert max_over_mean(after[:, k]) <= 1.05 + 1e-9
+
+
+@pytest.mark.parametrize("edges", [False, True])
+def test_random_assign_balances(edges: bool) -> None:
+    rng = np.random.default_rng(0)
+    train = rng.random(1001) < 0.2
+    deg = rng.zipf(2.5, 1001)
+    part = random_assign(1001, 4, train_mask=train, in_degree=deg if edges else None, seed=3)
+    nodes = np.bincount(part, minlength=4)
+    assert nodes.max() - nodes.min() <= (2 if edges else 1)
+    t = np.bincount(part[train], minlength=4)
+    assert t.max() - t.min() <= 1
+    if edges:
+        loads = np.bincount(part, weights=deg, minlength=4)
+        assert max_over_mean(loads) < 1.05
+
+
+def test_assign_metis_balances_train_and_edges() -> None:
+    g = community_graph(2000, 30000, num_communities=4, seed=4)
+    part = assign(g, 4, "metis", balance_train=True, balance_edges=True, tolerance=0.05)
+    q = measure(g, part, 4)
+    assert q.node_balance <= 1.05 + 1e-9
+    assert q.edge_balance <= 1.05 + 1e-9
+    assert q.train_balance is not None and q.train_balance <= 1.05 + 1e-9
+    rand = measure(g, assign(g, 4, "random"), 4)
+    assert q.edge_cut < rand.edge_cut
+
+
+def test_quality_counts() -> None:
+    g = community_graph(10, 30, num_communities=2, seed=0)
+    part = np.zeros(10, np.int64)
+    part[5:] = 1
+    q = measure(g, part, 2)
+    cut = int(((g.src < 5) != (g.dst < 5)).sum())
+    assert q.num_cut_edges == cut and q.edge_cut == pytest.approx(cut / 30)
+    assert q.node_balance == 1.0
+
+
+@pytest.mark.parametrize("max_key", [3, 70_000, 1 << 33])
+def test_stable_argsort(max_key: int) -> None:
+    keys = np.random.default_rng(1).integers(0, max_key, 5000)
+    assert stable_argsort(keys, max_key).tolist() == np.argsort(keys, kind="stable").tolist()
