@@ -18,6 +18,7 @@ at the boundary where they occur, with ``raise ... from``.
     │   ├── AuthError             the peer is not holding the job's key
     │   └── RemoteError           the server understood the request and refused it
     ├── StoreError                the store cannot do what was asked (unknown tensor, ...)
+    ├── WorkflowError             an event that is illegal in a job's current phase (a backend bug)
     └── JobFailed                 a role of a job failed: carries role, host and exit code
 
 Rules: a message names the file, field or argument and says what is wrong, in one
@@ -79,6 +80,10 @@ class RemoteError(RpcError):
 
 class StoreError(GraphrunError):
     """The store cannot do what was asked (unknown tensor, bad shape, ...)."""
+
+
+class WorkflowError(GraphrunError):
+    """An event arrived that the job's current phase does not accept (a backend bug)."""
 
 
 class JobFailed(GraphrunError):

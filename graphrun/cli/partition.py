@@ -18,8 +18,9 @@ belongs to the partition of its destination node.
   random  balanced random assignment: fast, large edge cut
 
 --balance-train / --balance-edges also balance training nodes (train_mask) and owned
-edges: METIS gets combined vertex weights, then a rebalancing pass moves boundary nodes
-out of parts above (1 + tolerance) x mean. The balance reached is printed and stored.
+edges: METIS gets combined vertex weights, then a rebalancing pass moves the cheapest
+nodes (fewest edges newly cut) out of parts above (1 + tolerance) x mean. Balance costs
+some edge cut; the cut and balance reached are printed and stored in partition.json.
 
 Example:  graphrun partition data/ parts/ --parts 4 --balance-train
 """
@@ -32,7 +33,11 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("dataset", metavar="DATASET", help="dataset directory to partition")
+    p.add_argument(
+        "dataset",
+        metavar="DATASET",
+        help="dataset directory, or a folder graphrun import understands (npy, CSV, Parquet)",
+    )
     p.add_argument("out", metavar="OUT", help="partition directory to create (must not exist)")
     p.add_argument("--parts", type=int, required=True, metavar="N", help="number of partitions")
     p.add_argument(
@@ -59,10 +64,9 @@ def register(subparsers: Any) -> None:
 
 
 def _load(path: str) -> Any:
-    import graphrun.graph as graph_pkg
+    from graphrun.graph.importers import import_graph
 
-    loader = getattr(graph_pkg, "load_graph", None) or graph_pkg.load_dataset
-    return loader(path)
+    return import_graph(path)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(f"--tolerance: must be >= 0, got {args.tolerance}")
     if args.parts < 1:
         raise ArgumentError(f"--parts: must be a positive integer, got {args.parts}")
-    graph = _load(args.dataset)
+    imported = _load(args.dataset)
+    graph = imported.graph
     result = partition_graph(
         graph,
         args.out,
@@ -84,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         halo_hops=args.halo,
         seed=args.seed,
         tolerance=args.tolerance,
+        id_maps=imported.id_maps,
     )
     if args.json:
         print(

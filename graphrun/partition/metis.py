@@ -1,7 +1,7 @@
 """METIS through pymetis, on the symmetrised graph, in one process.
 
 :func:`symmetric_csr` builds the undirected adjacency METIS needs (both directions,
-no self loops, no duplicate edges) with numpy only: one sort of ``u * N + v`` keys.
+no self loops, no duplicate edges) with numpy only: sorts of ``min << b | max`` keys.
 :func:`metis_assign` calls ``pymetis.part_graph`` with int64 buffers, which pymetis
 passes to METIS without copying (its ``idx_t`` is 64 bits wide here). pymetis fixes
 the number of balance constraints at one (``ncon = 1``), so balance of training
@@ -16,32 +16,67 @@ import numpy as np
 from graphrun.errors import ArgumentError, GraphrunError
 
 
+def _sorted_unique(keys: np.ndarray) -> np.ndarray:
+    keys.sort()
+    if len(keys) < 2:
+        return keys
+    fresh = np.empty(len(keys), dtype=bool)
+    fresh[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=fresh[1:])
+    return keys[fresh]
+
+
+def _row_starts(rows: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Degree of every row and the index of its first entry, for entries sorted by row."""
+    deg = np.bincount(rows, minlength=num_nodes)
+    return deg, np.cumsum(deg) - deg
+
+
 def symmetric_csr(
     src: np.ndarray, dst: np.ndarray, num_nodes: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(xadj int64[N+1], adjncy int64[2M])`` of the simple undirected graph."""
-    n = np.int64(num_nodes)
+    """``(xadj int64[N+1], adjncy int64[2M])`` of the simple undirected graph.
+
+    Every edge becomes the key ``min << b | max`` (``b`` bits hold a node id; self
+    loops dropped); one sort and a diff remove duplicates, which also merges the two
+    directions of a graph stored both ways, so the sort is over E keys, not 2E. The
+    same pairs sorted by ``max << b | min`` give every row's smaller neighbours; a
+    row's adjacency is its smaller neighbours, then its larger ones, placed by
+    vectorised scatters.
+    """
+    bits = max(int(num_nodes - 1).bit_length(), 1)
+    if 2 * bits > 62:
+        raise ArgumentError(f"num_nodes: {num_nodes} nodes are too many for METIS input keys")
+    shift, mask = np.int64(bits), np.int64((1 << bits) - 1)
     keep = src != dst
-    s = src[keep] if not keep.all() else np.asarray(src)
-    d = dst[keep] if not keep.all() else np.asarray(dst)
-    keys = np.empty(2 * len(s), dtype=np.int64)
-    np.multiply(s, n, out=keys[: len(s)])
-    keys[: len(s)] += d
-    np.multiply(d, n, out=keys[len(s) :])
-    keys[len(s) :] += s
-    del s, d, keep
-    keys.sort()
-    if len(keys):
-        fresh = np.empty(len(keys), dtype=bool)
-        fresh[0] = True
-        np.not_equal(keys[1:], keys[:-1], out=fresh[1:])
-        keys = keys[fresh]
-        del fresh
-    rows = keys // n
-    keys -= rows * n  # keys now hold the column of every entry
+    lo = np.minimum(src, dst)
+    hi = np.maximum(src, dst)
+    if not keep.all():
+        lo, hi = lo[keep], hi[keep]
+    del keep
+    lo <<= shift
+    lo |= hi
+    del hi
+    fwd = _sorted_unique(lo)  # keys lo << bits | hi, sorted by (lo, hi)
+    m = len(fwd)
+    f_row = fwd >> shift
+    f_col = fwd & mask
+    del fwd
+    rev = f_col << shift  # keys hi << bits | lo
+    rev |= f_row
+    rev.sort()
+    r_row = rev >> shift
+    r_col = rev & mask
+    del rev
+    f_deg, f_first = _row_starts(f_row, num_nodes)
+    r_deg, r_first = _row_starts(r_row, num_nodes)
     xadj = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows, minlength=num_nodes), out=xadj[1:])
-    return xadj, keys
+    np.cumsum(f_deg + r_deg, out=xadj[1:])
+    adjncy = np.empty(2 * m, dtype=np.int64)
+    idx = np.arange(m, dtype=np.int64)
+    adjncy[idx + (xadj[:-1] - r_first)[r_row]] = r_col  # smaller neighbours first
+    adjncy[idx + (xadj[:-1] + r_deg - f_first)[f_row]] = f_col
+    return xadj, adjncy
 
 
 def metis_assign(

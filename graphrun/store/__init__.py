@@ -1,1 +1,53 @@
-"""graphrun.store"""
+"""graphrun.store: the distributed graph store.
+
+* :mod:`~graphrun.store.server` — a KV server process per partition (main + backups
+  on shared memory), :class:`ServerConfig`, :func:`run_server`;
+* :mod:`~graphrun.store.client` — :class:`KVClient` / :class:`ClientConfig`;
+* :mod:`~graphrun.store.registry` — how to add request kinds (``sample_neighbors``);
+* :mod:`~graphrun.store.policy` — partition policies per node/edge type;
+* :mod:`~graphrun.store.shm` — shared-memory segments; :mod:`~graphrun.store.reducers`;
+* :class:`DistTensor`, :class:`DistEmbedding`, :class:`SparseAdagrad`, :class:`SparseAdam`
+  (these import torch, so they load on first use).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from graphrun.store.client import ClientConfig, KVClient, Pending
+from graphrun.store.registry import Registry, Request, Response
+from graphrun.store.server import ServerConfig, run_server
+from graphrun.store.state import GRAPH_JOB, ServerState, TensorInfo
+
+_LAZY = {
+    "DistTensor": "graphrun.store.dist_tensor",
+    "DistEmbedding": "graphrun.store.embedding",
+    "SparseAdagrad": "graphrun.store.embedding",
+    "SparseAdam": "graphrun.store.embedding",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'graphrun.store' has no attribute {name!r}")
+
+
+__all__ = [
+    "GRAPH_JOB",
+    "ClientConfig",
+    "DistEmbedding",
+    "DistTensor",
+    "KVClient",
+    "Pending",
+    "Registry",
+    "Request",
+    "Response",
+    "ServerConfig",
+    "ServerState",
+    "SparseAdagrad",
+    "SparseAdam",
+    "TensorInfo",
+    "run_server",
+]

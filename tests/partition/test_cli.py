@@ -200,3 +200,53 @@ def test_command_line_process(dataset: Path, tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_cli_accepts_an_importable_npy_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "raw"
+    folder.mkdir()
+    g = community_graph(50, 300, num_communities=2, seed=0)
+    np.save(folder / "src.npy", np.asarray(g.src))
+    np.save(folder / "dst.npy", np.asarray(g.dst))
+    assert main(["partition", str(folder), str(tmp_path / "o"), "--parts", "2"]) == 0
+    assert load_partition_book(tmp_path / "o").num_nodes == 50
+
+
+def test_balance_train_needs_training_nodes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "raw"
+    folder.mkdir()
+    np.save(folder / "src.npy", np.array([0, 1, 2], np.int64))
+    np.save(folder / "dst.npy", np.array([1, 2, 0], np.int64))
+    argv = ["partition", str(folder), str(tmp_path / "o"), "--parts", "2", "--balance-train"]
+    assert main(argv) == 2
+    assert "train_mask" in only_error_line(capsys)
+    assert list(tmp_path.iterdir()) == [folder]  # neither OUT nor its temporary
+
+
+def test_raw_ids_of_an_imported_csv_survive(tmp_path: Path) -> None:
+    from graphrun.partition import load_id_mapping
+
+    src = tmp_path / "csv"
+    src.mkdir()
+    names = [f"user{i}" for i in range(12)]
+    rows = [(names[i], names[(i * 5 + 1) % 12]) for i in range(12)]
+    rows += [(names[i], names[(i + 1) % 12]) for i in range(12)]
+    (src / "edges.csv").write_text("src,dst\n" + "".join(f"{a},{b}\n" for a, b in rows))
+    out = tmp_path / "o"
+    assert main(["partition", str(src / "edges.csv"), str(out), "--parts", "3"]) == 0
+    mp = load_id_mapping(out)
+    raw = mp.raw_ids["_N"]
+    assert sorted(raw.tolist()) == sorted(names)
+    # every edge, read back through the partitions and mappings, names the same users
+    seen = set()
+    for p in range(3):
+        part = load_partition(out, p)
+        rows_of = np.repeat(np.arange(len(part.nodes)), np.diff(part.indptr))
+        _, s_orig = mp.orig_of_new(part.indices)
+        _, d_orig = mp.orig_of_new(part.nodes[rows_of])
+        seen |= {(str(raw[a]), str(raw[b])) for a, b in zip(s_orig, d_orig, strict=True)}
+    assert seen == set(rows)
+    new = mp.new_of_orig("_N", np.arange(12))
+    assert (mp.orig_of_new(new)[1] == np.arange(12)).all()

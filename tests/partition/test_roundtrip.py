@@ -49,6 +49,9 @@ def check_round_trip(graph: Graph, out: Path, parts: int, halo: int) -> None:
         inner = part.num_inner_nodes
         assert part.nodes[:inner].tolist() == list(range(a, b))
         assert (book.nid2part(part.nodes[inner:]) != p).all()
+        assert part.inner_mask.sum() == inner and part.inner_mask[:inner].all()
+        local_types, _ = part.local_node_types()
+        assert (local_types == graph.node_type_ids()[mp.orig_nids[part.nodes]]).all()
         assert len(np.unique(part.nodes)) == len(part.nodes)
         # every in-edge maps back to an original edge with the same endpoints
         rows = np.repeat(np.arange(len(part.nodes)), np.diff(part.indptr))
@@ -141,5 +144,7 @@ def test_single_part_and_parts_equal_nodes(tmp_path: Path) -> None:
     one = partition_graph(g, tmp_path / "one", 1, "metis")
     assert one.quality.edge_cut == 0.0
     check_round_trip(g, tmp_path / "one", 1, 1)
-    partition_graph(g, tmp_path / "all", 20, "random")
-    check_round_trip(g, tmp_path / "all", 20, 1)
+    for method in ("random", "metis"):
+        res = partition_graph(g, tmp_path / method, 20, method)
+        assert (np.diff(res.book.node_offsets) == 1).all()  # no empty partition
+        check_round_trip(g, tmp_path / method, 20, 1)

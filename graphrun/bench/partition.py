@@ -1,0 +1,136 @@
+"""``graphrun bench partition``: time and memory of ``graphrun partition``, vs pymetis alone.
+
+For every ``--parts`` value it runs the real command ``graphrun partition DATASET OUT``
+as a child process (wall time and the child's peak RSS from ``wait4``), and pymetis
+alone on the same graph (undirected, simple: built with scipy, default options), then
+prints one JSON object per run::
+
+    {"parts", "method", "nodes", "edges", "edge_cut", "node_balance", "edge_balance",
+     "train_balance", "seconds", "cpu_seconds", "peak_rss_mb", "pymetis_edge_cut",
+     "pymetis_seconds", "cut_vs_pymetis", "load_avg", ...}
+
+``seconds`` is the child's wall time, ``cpu_seconds`` its user + system CPU time (the
+command is single-threaded, so on a quiet machine the two agree; on a loaded one
+``cpu_seconds`` is the better guide). ``pymetis_seconds`` times the METIS call only.
+
+Without ``--dataset`` it first generates the community graph of ``graphrun generate
+community --nodes N --avg-degree E/N`` (edges stored both ways).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "partition",
+        help="time graphrun partition against pymetis alone",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--dataset", help="dataset directory (default: generate one)")
+    p.add_argument("--nodes", type=int, default=200_000, help="generated nodes (default 200k)")
+    p.add_argument("--edges", type=int, default=8_000_000, help="generated edges (default 8M)")
+    p.add_argument("--parts", type=int, nargs="+", default=[2, 4], help="part counts (2 4)")
+    p.add_argument("--method", choices=("metis", "random"), default="metis")
+    p.add_argument("--balance-train", action="store_true")
+    p.add_argument("--balance-edges", action="store_true")
+    p.add_argument("--no-pymetis", action="store_true", help="skip the pymetis baseline")
+    p.add_argument("--workdir", help="where to put generated data and outputs (default: tmp)")
+    p.set_defaults(func=run)
+
+
+def run_partition_command(dataset: Path, out: Path, parts: int, extra: list[str]) -> dict[str, Any]:
+    """Run ``graphrun partition`` as a child; its JSON plus wall seconds and peak RSS."""
+    cmd = [sys.executable, "-m", "graphrun", "partition", str(dataset), str(out)]
+    cmd += ["--parts", str(parts), "--json", *extra]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    stdout = proc.stdout.read().decode() if proc.stdout else ""
+    stderr = proc.stderr.read().decode() if proc.stderr else ""
+    if proc.returncode != 0:
+        raise RuntimeError(f"graphrun partition failed ({proc.returncode}): {stderr.strip()}")
+    result = json.loads(stdout.strip().splitlines()[-1])
+    result["seconds_inside"] = result.pop("seconds")
+    result["seconds"] = round(seconds, 3)
+    result["cpu_seconds"] = round(usage.ru_utime + usage.ru_stime, 3)  # robust to load
+    result["peak_rss_mb"] = round(usage.ru_maxrss / 1024, 1)  # Linux: KiB
+    result.pop("out", None)
+    return result
+
+
+def pymetis_baseline(dataset: Path, parts: int) -> dict[str, float]:
+    """pymetis alone on the simple undirected graph: edge-cut fraction and seconds."""
+    import numpy as np
+    import pymetis
+    import scipy.sparse as sp
+
+    from graphrun.graph import load_dataset
+    from graphrun.partition.quality import cut_edges
+
+    g = load_dataset(dataset)
+    n = g.num_nodes
+    a = sp.csr_matrix((np.ones(g.num_edges, np.int8), (g.src, g.dst)), shape=(n, n))
+    s = (a + a.T).tocsr()
+    s.setdiag(0)
+    s.eliminate_zeros()
+    xadj = s.indptr.astype(np.int64)
+    adjncy = s.indices.astype(np.int64)
+    del a, s
+    start, cpu = time.perf_counter(), time.process_time()
+    _, membership = pymetis.part_graph(parts, adjacency=pymetis.CSRAdjacency(xadj, adjncy))
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    part = np.asarray(membership, dtype=np.int64)
+    return {
+        "pymetis_edge_cut": cut_edges(part, g.src, g.dst) / max(g.num_edges, 1),
+        "pymetis_seconds": round(seconds, 3),
+        "pymetis_cpu_seconds": round(cpu, 3),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphrun.graph import load_dataset, save_dataset
+    from graphrun.graph.generate import GenParams, community
+
+    temporary = not args.workdir
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="graphrun-bench-partition-"))
+    work.mkdir(parents=True, exist_ok=True)
+    dataset = Path(args.dataset) if args.dataset else work / "dataset"
+    if not args.dataset and not dataset.exists():
+        params = GenParams(nodes=args.nodes, avg_degree=args.edges / args.nodes, seed=0)
+        save_dataset(community(params), dataset)
+    g = load_dataset(dataset)
+    extra = ["--method", args.method]
+    extra += ["--balance-train"] if args.balance_train else []
+    extra += ["--balance-edges"] if args.balance_edges else []
+    for parts in args.parts:
+        out = work / f"out-{args.method}-{parts}-{time.time_ns()}"
+        row: dict[str, Any] = {"nodes": g.num_nodes, "edges": g.num_edges}
+        row.update(run_partition_command(dataset, out, parts, extra))
+        if not args.no_pymetis:
+            row.update(pymetis_baseline(dataset, parts))
+            row["cut_vs_pymetis"] = round(row["edge_cut"] / max(row["pymetis_edge_cut"], 1e-12), 4)
+        row["load_avg"] = round(os.getloadavg()[0], 2)
+        print(json.dumps(row), flush=True)
+        _remove(out)
+    if temporary:
+        _remove(work)
+    return 0
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,38 @@
+"""``graphrun profile METRICS... -o PROFILE``: a job profile from runtime metrics."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+DESCRIPTION = """\
+Build a placement profile (empirical distributions of per-iteration compute times
+and data volumes) from the JSON-lines metrics files a training run writes: one
+{"kind": "batch", ...} record per mini-batch, schema in graphrun.placement.profile.
+Use the result as `profile:` in a PlacementJob for `graphrun plan`.
+"""
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "profile",
+        help="build a placement profile from a run's metrics",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("metrics", type=Path, nargs="+", help="JSON-lines metrics file(s)")
+    p.add_argument("-o", "--output", type=Path, required=True, help="profile JSON to write")
+    p.add_argument("--name", default=None, help="profile name (default: output file stem)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphrun.placement.profile import profile_from_records, read_records, save_profile
+
+    records = [r for path in args.metrics for r in read_records(path)]
+    prof = profile_from_records(records, args.name or args.output.stem)
+    save_profile(prof, args.output)
+    means = ", ".join(f"{q}={e.mean:.4g}" for q, e in prof.quantities.items())
+    print(f"{args.output}: {len(records)} batch records; means: {means}")
+    return 0

@@ -1,0 +1,160 @@
+"""``graphrun serve PARTITION_DIR --part K``: run a long-lived store server for one partition."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+DESCRIPTION = """\
+Serve partition K of a partition directory until stopped (a `stop` request from a
+client, SIGTERM or Ctrl-C: clean shutdown, shared memory removed). Clients of any
+number of jobs join and leave at any time; a client silent for --heartbeat-timeout
+seconds is dropped and its job's non-persistent tensors are freed.
+
+With --backups N the main server also starts N backup servers on this machine that
+serve the same shared memory (clients spread requests over them). A backup can also
+be started by hand with --backup-of MAIN_ADDRESS --backup-index B.
+
+Examples:
+  graphrun serve parts/ --part 0 --address tcp://0.0.0.0:7000 --key-file job.key
+  graphrun serve parts/ --part 0 --backups 1 --ready-file /tmp/store0.json
+"""
+
+#: extensions loaded when importable (the sampling layer registers its operations here)
+DEFAULT_EXTENSIONS = ("graphrun.sampling.server:register",)
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="serve a graph partition (KV store server)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("partition_dir", type=Path, help="partition directory (partition.json)")
+    p.add_argument("--part", type=int, required=True, help="partition id K to serve")
+    p.add_argument(
+        "--address",
+        default="tcp://127.0.0.1:0",
+        help="ZeroMQ address to bind (port 0: any free port; default %(default)s)",
+    )
+    p.add_argument("--advertise", help="host name/IP clients use (default: the bound host)")
+    p.add_argument("--key-file", type=Path, help="job key file (CURVE); omit for plaintext")
+    p.add_argument("--backups", type=int, default=0, help="backup servers to start (default 0)")
+    p.add_argument("--backup-of", metavar="MAIN_ADDRESS", help="run as a backup of this main")
+    p.add_argument("--backup-index", type=int, default=1, help="index of this backup (>= 1)")
+    p.add_argument("--shm-dir", type=Path, default=Path("/dev/shm"), help="shared-memory dir")
+    p.add_argument(
+        "--heartbeat-timeout", type=float, default=30.0, help="drop silent clients (seconds)"
+    )
+    p.add_argument(
+        "--extension",
+        action="append",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="register extra request kinds (repeatable; default: sampling when installed)",
+    )
+    p.add_argument(
+        "--ready-file", type=Path, help="write {address, pid, part} JSON here when ready"
+    )
+    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    p.set_defaults(func=run)
+
+
+def _default_extensions() -> list[str]:
+    import importlib.util
+
+    out = []
+    for spec in DEFAULT_EXTENSIONS:
+        mod = spec.partition(":")[0]
+        try:
+            if importlib.util.find_spec(mod) is not None:
+                out.append(spec)
+        except ModuleNotFoundError:
+            pass
+    return out
+
+
+def _write_ready(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data) + "\n")
+    os.replace(tmp, path)
+
+
+def _backup_cmd(args: argparse.Namespace, main_address: str, index: int) -> list[str]:
+    host = main_address.rsplit(":", 1)[0]
+    cmd = [sys.executable, "-m", "graphrun", "serve", str(args.partition_dir)]
+    cmd += ["--part", str(args.part), "--address", f"{host}:0"]
+    cmd += ["--backup-of", main_address, "--backup-index", str(index)]
+    cmd += ["--shm-dir", str(args.shm_dir), "--heartbeat-timeout", str(args.heartbeat_timeout)]
+    cmd += ["--log-level", args.log_level]
+    if args.key_file:
+        cmd += ["--key-file", str(args.key_file)]
+    for ext in args.extension or []:
+        cmd += ["--extension", ext]
+    return cmd
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphrun.errors import ArgumentError
+    from graphrun.rpc.auth import load_keys
+    from graphrun.rpc.tuning import keep_large_allocations
+    from graphrun.store.server import ServerConfig, run_server
+
+    keep_large_allocations()
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    if args.backups < 0:
+        raise ArgumentError("--backups: must be >= 0")
+    cfg = ServerConfig(
+        partition_dir=args.partition_dir,
+        part=args.part,
+        address=args.address,
+        keys=load_keys(args.key_file) if args.key_file else None,
+        main_address=args.backup_of,
+        backup_index=args.backup_index if args.backup_of else 0,
+        advertise_host=args.advertise,
+        shm_dir=args.shm_dir,
+        heartbeat_timeout=args.heartbeat_timeout,
+        extensions=tuple(args.extension if args.extension is not None else _default_extensions()),
+    )
+    stop = {"flag": False}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop["flag"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    children: list[subprocess.Popen[bytes]] = []
+
+    def on_ready(address: str) -> None:
+        if not args.backup_of:
+            for i in range(1, args.backups + 1):
+                children.append(subprocess.Popen(_backup_cmd(args, address, i)))
+        if args.ready_file:
+            info = {"address": address, "pid": os.getpid(), "part": args.part}
+            _write_ready(args.ready_file, {**info, "index": cfg.backup_index})
+        print(f"graphrun serve: partition {args.part} ready on {address}", flush=True)
+
+    try:
+        run_server(cfg, should_stop=lambda: stop["flag"], on_ready=on_ready)
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.terminate()
+        for child in children:
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+    return 0

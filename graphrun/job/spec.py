@@ -1,0 +1,572 @@
+"""The ``GraphJob`` spec: one YAML file drives the local backend and the Kubernetes operator.
+
+::
+
+    apiVersion: graphrun.io/v1alpha1
+    kind: GraphJob
+    metadata: {name: sage}
+    spec:
+      graph:     {dataset: data/products}     # or {generator: {name: community, params: {...}}}
+      partition: {method: metis, parts: 2, balanceTrain: true, haloHops: 1, output: parts/}
+      runtime:   {machines: 2, storeServersPerMachine: 1, trainersPerMachine: 1,
+                  samplerWorkersPerTrainer: 0, hosts: local}
+      training:  {task: node-classification, epochs: 10, batchSize: 1000, fanouts: [25, 10]}
+                 # or {entryPoint: "mypkg.train:main", args: [...]}
+                 # or {script: train.py, args: [...]}
+      placement: {}                                     # co-located (default), or
+                                                        # {assignments: {"trainer:0": m1, ...}}
+                                                        # or {planFile: plan.yaml}
+      runPolicy: {backoffLimit: 0, activeDeadlineSeconds: 3600, cleanPodPolicy: Running}
+      # Kubernetes only (the local backend ignores them):
+      image: ghcr.io/graphrun/graphrun:0.1.0
+      sharedVolume: {claimName: graphrun-data, mountPath: /data}
+      replicaSpecs: {partitioner: {template: {...}}, worker: {template: {...}}}
+
+YAML keys are camelCase; Python attributes are snake_case. Every model forbids unknown
+keys, so a typo is an error naming the field. :func:`load_job` turns every problem into
+one :class:`~graphrun.errors.SpecError` line: ``job.yaml: spec.runtime.trainersPerMachine:
+Input should be greater than 0``. :func:`graphjob_json_schema` exports the JSON Schema
+(the operator's CRD schema is generated from it).
+
+Roles (see ``job_roles``) follow the shared naming: ``store:<part>`` (main store server of a
+partition), ``store:<part>:<b>`` (its backup b >= 1), ``trainer:<rank>``,
+``sampler:<rank>:<w>``. Machines are named ``m0``, ``m1``, ... unless
+``runtime.machineNames`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from graphrun.errors import SpecError
+
+API_VERSION = "graphrun.io/v1alpha1"
+KIND = "GraphJob"
+PLAN_KIND = "PlacementPlan"
+
+# A DNS-1123 label, short enough that child names like ``<name>-partitioner`` stay legal.
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+ENTRY_POINT_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
+ROLE_PATTERN = re.compile(r"^(store:\d+(:\d+)?|trainer:\d+|sampler:\d+:\d+|ps:\d+)$")
+
+PRESERVE = {"x-kubernetes-preserve-unknown-fields": True}
+FreeForm = Annotated[dict[str, Any], Field(json_schema_extra=PRESERVE)]
+Scalar = Annotated[int | float | str | bool, Field(json_schema_extra=PRESERVE)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+
+# --- metadata ---------------------------------------------------------------------------
+
+
+class Metadata(BaseModel):
+    """The object's metadata. Kubernetes adds fields of its own (uid, ...): they are ignored."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str = Field(min_length=1, max_length=40, pattern=NAME_PATTERN)
+    namespace: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+# --- graph ------------------------------------------------------------------------------
+
+
+class GeneratorSpec(_Model):
+    """A synthetic graph made by ``graphrun generate <name>`` with these parameters."""
+
+    name: Literal["community", "academic"]
+    params: dict[str, Scalar] = Field(
+        default_factory=dict,
+        description="generator flags, e.g. {nodes: 100000, avgDegree: 20, seed: 0}",
+    )
+
+
+class GraphSource(_Model):
+    """Where the graph comes from: a dataset directory, or a generator."""
+
+    dataset: str | None = Field(
+        default=None, min_length=1, description="a dataset directory (graphrun-dataset format)"
+    )
+    generator: GeneratorSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> GraphSource:
+        if (self.dataset is None) == (self.generator is None):
+            raise ValueError("give exactly one of dataset, generator")
+        return self
+
+
+# --- partition --------------------------------------------------------------------------
+
+
+class PartitionSpec(_Model):
+    """How the graph is cut. ``parts`` defaults to ``runtime.machines``."""
+
+    method: Literal["metis", "random", "parallel", "distributed"] = "metis"
+    parts: int | None = Field(
+        default=None, gt=0, description="number of partitions (default: runtime.machines)"
+    )
+    balance_train: bool = False
+    balance_edges: bool = False
+    halo_hops: int = Field(
+        default=1, ge=0, le=4, description="hops of halo nodes stored with each partition"
+    )
+    output: str | None = Field(
+        default=None, min_length=1, description="partition directory; default <name>-parts"
+    )
+
+
+# --- runtime ----------------------------------------------------------------------------
+
+
+class RuntimeSpec(_Model):
+    """How many processes of each kind run, and on what kind of hosts."""
+
+    machines: int = Field(
+        default=1, gt=0, le=1024, description="machines (hosts, or worker pods on Kubernetes)"
+    )
+    store_servers_per_machine: int = Field(
+        default=1, gt=0, le=16, description="main server plus backups, per partition"
+    )
+    trainers_per_machine: int = Field(
+        default=1, gt=0, le=64, description="data-parallel trainer processes per machine"
+    )
+    sampler_workers_per_trainer: int = Field(
+        default=0,
+        ge=0,
+        le=64,
+        description="sampling worker processes of each trainer (0: sample in the trainer)",
+    )
+    hosts: Literal["local", "netns"] = "local"
+    machine_names: list[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]] | None = None
+
+    @model_validator(mode="after")
+    def _names_match(self) -> RuntimeSpec:
+        names = self.machine_names
+        if names is not None:
+            if len(names) != self.machines:
+                raise ValueError(
+                    f"machineNames: has {len(names)} names for {self.machines} machines"
+                )
+            if len(set(names)) != len(names):
+                raise ValueError("machineNames: names must be unique")
+        return self
+
+
+# --- training ---------------------------------------------------------------------------
+
+Task = Literal["node-classification", "hetero-node-classification", "link-prediction"]
+Fanout = Annotated[int, Field(ge=-1, description="neighbours per layer; -1 takes all")]
+
+
+class TrainingSpec(_Model):
+    """A built-in task with hyper-parameters, or a user entry point / script with arguments."""
+
+    task: Task | None = None
+    entry_point: str | None = Field(
+        default=None, pattern=ENTRY_POINT_PATTERN, description="module:function"
+    )
+    script: str | None = Field(default=None, min_length=1)
+    args: list[str] = Field(
+        default_factory=list, description="arguments of the entry point or script"
+    )
+
+    model: str | None = Field(default=None, description="sage, gcn, gat, rgcn, ...")
+    epochs: int = Field(default=10, gt=0, description="training epochs")
+    batch_size: int = Field(
+        default=1000, gt=0, description="seed nodes (or edges) per mini-batch, per trainer"
+    )
+    fanouts: list[Fanout] = Field(
+        default_factory=lambda: [25, 10],
+        min_length=1,
+        description="neighbours sampled per layer, first layer first",
+    )
+    fanouts_per_etype: dict[str, list[Fanout]] | None = Field(
+        default=None, description='per edge type ("src:rel:dst") fanouts on heterogeneous graphs'
+    )
+    hidden: int = Field(default=128, gt=0, description="hidden channels of the model")
+    lr: float = Field(default=0.003, gt=0, description="learning rate of the dense parameters")
+    dropout: float = Field(default=0.5, ge=0, lt=1)
+    weight_decay: float = Field(default=0.0, ge=0)
+    negative_samples: int = Field(default=1, gt=0, description="link prediction")
+    embedding_dim: int | None = Field(default=None, gt=0, description="learnable node embeddings")
+    sparse_lr: float = Field(
+        default=0.01, gt=0, description="learning rate of the sparse optimizer (node embeddings)"
+    )
+    target_node_type: str | None = Field(
+        default=None, description="node type to classify on heterogeneous graphs"
+    )
+    feature: str = Field(default="feat", description="node feature name")
+    label: str = Field(default="label", description="node label name")
+    eval_every: int = Field(default=1, gt=0, description="evaluate every N epochs")
+    checkpoint_dir: str | None = Field(
+        default=None, description="checkpoints (default: the run directory)"
+    )
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> TrainingSpec:
+        given = [n for n, v in self._kinds().items() if v is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of task, entryPoint, script")
+        if self.fanouts_per_etype:
+            for etype, fan in self.fanouts_per_etype.items():
+                if len(fan) != len(self.fanouts):
+                    raise ValueError(
+                        f"fanoutsPerEtype.{etype}: has {len(fan)} layers, fanouts has "
+                        f"{len(self.fanouts)}"
+                    )
+        return self
+
+    def _kinds(self) -> dict[str, str | None]:
+        return {"task": self.task, "entryPoint": self.entry_point, "script": self.script}
+
+
+# --- placement --------------------------------------------------------------------------
+
+
+class PlacementSpec(_Model):
+    """Where roles run. Empty: co-located (machine k holds partition k's stores, and trainers
+    ``k*T .. k*T+T-1`` with their samplers). ``assignments`` maps roles to machine names;
+    roles it leaves out keep their co-located machine. ``planFile`` names a PlacementPlan
+    YAML written by ``graphrun plan`` (relative to the job file)."""
+
+    assignments: dict[str, str] | None = Field(
+        default=None, description='role -> machine name, e.g. {"trainer:0": m1}'
+    )
+    plan_file: str | None = Field(
+        default=None,
+        min_length=1,
+        description="a PlacementPlan YAML (graphrun plan), relative to the job file",
+    )
+
+    @model_validator(mode="after")
+    def _one_plan(self) -> PlacementSpec:
+        if self.assignments is not None and self.plan_file is not None:
+            raise ValueError("give at most one of assignments, planFile")
+        for role in self.assignments or {}:
+            if not ROLE_PATTERN.match(role):
+                raise ValueError(f"assignments: {role!r} is not a role name")
+        return self
+
+
+# --- run policy -------------------------------------------------------------------------
+
+
+class SchedulingPolicy(_Model):
+    """Gang scheduling: the operator emits a PodGroup for Volcano or scheduler-plugins."""
+
+    provider: Literal["volcano", "scheduler-plugins"] = "volcano"
+    min_available: int | None = Field(
+        default=None, gt=0, description="pods that must be scheduled together (default: all)"
+    )
+    queue: str | None = Field(default=None, description="Volcano queue")
+    priority_class: str | None = None
+    schedule_timeout_seconds: int | None = Field(default=None, gt=0)
+
+
+class RunPolicy(_Model):
+    """What happens on failure, how long a job may run and what is cleaned up."""
+
+    backoff_limit: int = Field(default=0, ge=0, description="restarts from the last checkpoint")
+    active_deadline_seconds: int | None = Field(
+        default=None, gt=0, description="longest the job may run, from its start"
+    )
+    clean_pod_policy: Literal["Running", "All", "None"] = Field(
+        default="Running",
+        description="pods deleted when the job finishes: still running ones, all, or none",
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None, ge=0, description="delete the finished job after this long (Kubernetes)"
+    )
+    suspend: bool = Field(
+        default=False,
+        description="true: stop every pod and keep the partitions; false again resumes",
+    )
+    startup_deadline_seconds: int = Field(
+        default=600, gt=0, description="longest a pod may stay pending or pulling its image"
+    )
+    scheduling_policy: SchedulingPolicy | None = None
+
+
+# --- Kubernetes only --------------------------------------------------------------------
+
+
+class ReplicaSpec(_Model):
+    """A free-form PodTemplateSpec; the operator adds graphrun's command, config and volume."""
+
+    template: FreeForm = Field(default_factory=dict)
+
+
+class ReplicaSpecs(_Model):
+    partitioner: ReplicaSpec | None = None
+    worker: ReplicaSpec | None = None
+    launcher: ReplicaSpec | None = None
+
+
+class SharedVolume(_Model):
+    """A volume every pod mounts (e.g. a ReadWriteMany PVC): datasets and partitions."""
+
+    claim_name: str = Field(min_length=1, max_length=253)
+    mount_path: str = Field(default="/data", pattern=r"^/")
+
+
+# --- the job ----------------------------------------------------------------------------
+
+
+class GraphJobSpec(_Model):
+    graph: GraphSource
+    partition: PartitionSpec = Field(default_factory=PartitionSpec)
+    runtime: RuntimeSpec = Field(default_factory=RuntimeSpec)
+    training: TrainingSpec
+    placement: PlacementSpec = Field(default_factory=PlacementSpec)
+    run_policy: RunPolicy = Field(default_factory=RunPolicy)
+    image: str | None = Field(
+        default=None, description="graphrun image of the pods (Kubernetes; default: the operator's)"
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    shared_volume: SharedVolume | None = Field(
+        default=None,
+        description="the volume that carries datasets, partitions and checkpoints to every pod",
+    )
+    replica_specs: ReplicaSpecs = Field(default_factory=ReplicaSpecs)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GraphJobSpec:
+        parts = self.partition.parts
+        if parts is not None and parts != self.runtime.machines and self._co_located():
+            raise ValueError(
+                f"partition.parts: {parts} must equal runtime.machines "
+                f"({self.runtime.machines}) when placement is co-located"
+            )
+        return self
+
+    def _co_located(self) -> bool:
+        return self.placement.assignments is None and self.placement.plan_file is None
+
+    @property
+    def num_parts(self) -> int:
+        return self.partition.parts or self.runtime.machines
+
+    @property
+    def num_trainers(self) -> int:
+        return self.runtime.machines * self.runtime.trainers_per_machine
+
+    @property
+    def machine_names(self) -> list[str]:
+        r = self.runtime
+        return list(r.machine_names) if r.machine_names else [f"m{i}" for i in range(r.machines)]
+
+
+class GraphJob(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    api_version: Literal["graphrun.io/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["GraphJob"]
+    metadata: Metadata
+    spec: GraphJobSpec
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    def partition_dir(self) -> str:
+        return self.spec.partition.output or f"{self.metadata.name}-parts"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The job as YAML/JSON data (camelCase keys, defaults left out)."""
+        return self.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True) | {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+        }
+
+
+# --- loading ----------------------------------------------------------------------------
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("function-after", "function-before") or "[" in str(part):
+            continue  # pydantic's internal validator names
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+_SUBPATH = re.compile(r"^[A-Za-z][\w.\[\]:-]*: ")
+
+
+def format_validation_error(source: str, exc: ValidationError) -> str:
+    """One line: ``source: path.to.field: what was expected; other.field: ...``.
+
+    A model validator names the field it rejects by starting its message with the
+    field's path relative to the model (``"partition.parts: ..."``)."""
+    items = []
+    for err in exc.errors(include_url=False):
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        where = _loc(tuple(err["loc"]))
+        if where and _SUBPATH.match(msg):
+            items.append(f"{where}.{msg}")
+        else:
+            items.append(f"{where}: {msg}" if where else msg)
+    return f"{source}: " + "; ".join(items)
+
+
+def parse_job(data: Any, source: str = "<job>") -> GraphJob:
+    """Validate already-parsed YAML/JSON data (e.g. a custom resource) into a GraphJob."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: expected a mapping with apiVersion, kind, metadata, spec")
+    try:
+        return GraphJob.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(source, exc)) from None
+
+
+def read_yaml(path: str | Path, what: str) -> Any:
+    """Read one YAML document, turning every failure into one SpecError line."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpecError(f"{p}: cannot read {what} ({exc.strerror or exc})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(f"{p}: not valid YAML ({where}{problem})") from None
+
+
+def load_job(path: str | Path) -> GraphJob:
+    """Load and validate a GraphJob YAML file."""
+    return parse_job(read_yaml(path, "job spec"), source=str(path))
+
+
+def loads_job(text: str, source: str = "<job>") -> GraphJob:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{source}: not valid YAML ({exc})") from None
+    return parse_job(data, source)
+
+
+def graphjob_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a GraphJob document (camelCase keys, as written in YAML)."""
+    return GraphJob.model_json_schema(by_alias=True, mode="validation")
+
+
+# --- roles ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Role:
+    """One process of a job and the machine it runs on by default (co-located)."""
+
+    name: str
+    kind: Literal["store", "trainer", "sampler"]
+    machine: str
+    part: int | None = None
+    backup: int | None = None
+    rank: int | None = None
+    worker: int | None = None
+
+
+def job_roles(spec: GraphJobSpec) -> list[Role]:
+    """Every role of the job, with its co-located default machine, in start order:
+    store servers (partition order, main before backups), then trainers with their
+    samplers. Partition k's stores default to machine ``k % machines``."""
+    names = spec.machine_names
+    r = spec.runtime
+    roles: list[Role] = []
+    for part in range(spec.num_parts):
+        m = names[part % len(names)]
+        roles.append(Role(f"store:{part}", "store", m, part=part, backup=0))
+        for b in range(1, r.store_servers_per_machine):
+            roles.append(Role(f"store:{part}:{b}", "store", m, part=part, backup=b))
+    for rank in range(spec.num_trainers):
+        m = names[rank // r.trainers_per_machine]
+        roles.append(Role(f"trainer:{rank}", "trainer", m, rank=rank))
+        for w in range(r.sampler_workers_per_trainer):
+            roles.append(Role(f"sampler:{rank}:{w}", "sampler", m, rank=rank, worker=w))
+    return roles
+
+
+class PlanFile(_Model):
+    """The parts of a PlacementPlan file (``graphrun plan`` output) the job needs.
+
+    The full model lives in :mod:`graphrun.placement.plan`; fields it adds are ignored here."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    api_version: Literal["graphrun.io/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["PlacementPlan"]
+    machines: list[str] = Field(min_length=1)
+    assignments: dict[str, str]
+
+
+def load_plan_file(path: str | Path) -> PlanFile:
+    data = read_yaml(path, "placement plan")
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected a mapping (a PlacementPlan)")
+    try:
+        return PlanFile.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(str(path), exc)) from None
+
+
+def resolve_placement(job: GraphJob, base_dir: str | Path = ".") -> dict[str, str]:
+    """Role name -> machine name for every role of the job (co-located by default).
+
+    Explicit assignments (inline or from ``placement.planFile``, relative to ``base_dir``)
+    override the default; they must name roles of this job and machines it has."""
+    spec = job.spec
+    placement = {role.name: role.machine for role in job_roles(spec)}
+    machines = spec.machine_names
+    where = "spec.placement.assignments"
+    explicit = spec.placement.assignments
+    if spec.placement.plan_file is not None:
+        plan_path = Path(base_dir) / spec.placement.plan_file
+        plan = load_plan_file(plan_path)
+        if len(plan.machines) != len(machines):
+            raise SpecError(
+                f"{plan_path}: machines: plan has {len(plan.machines)} machines, "
+                f"the job has {len(machines)} (spec.runtime.machines)"
+            )
+        rename = dict(zip(plan.machines, machines, strict=True))
+        explicit = {role: rename.get(m, m) for role, m in plan.assignments.items()}
+        machines_known = set(plan.machines)
+        where = f"{plan_path}: assignments"
+        for role, m in plan.assignments.items():
+            if m not in machines_known:
+                raise SpecError(f"{where}.{role}: machine {m!r} is not in the plan's machines")
+    for role, machine in (explicit or {}).items():
+        if role.startswith("ps:"):
+            continue  # parameter servers exist in the placement model only
+        if role not in placement:
+            raise SpecError(f"{where}.{role}: the job has no such role")
+        if machine not in machines:
+            raise SpecError(
+                f"{where}.{role}: unknown machine {machine!r} (machines: {', '.join(machines)})"
+            )
+        placement[role] = machine
+    return placement

@@ -1,0 +1,335 @@
+"""The workflow of a job: a pure state machine shared by every backend.
+
+::
+
+    Pending --Start--> Partitioning --Partitioned--> Distributing --Distributed--> Serving
+        --ServersReady--> Training --TrainingDone--> Succeeded
+
+    any active phase --RoleFailed--> Restarting   (while restarts < backoffLimit)
+                     --RoleFailed--> Failed       (otherwise)
+    Restarting --Restarted--> Partitioning | Distributing | Serving   (where it failed;
+                                                 a failure while serving or training
+                                                 restarts the servers, then training
+                                                 resumes from the last checkpoint)
+    any non-terminal --Suspend--> Suspended --Resume--> Pending
+    any non-terminal --DeadlineExceeded | Cancelled | Fail--> Failed
+
+Succeeded and Failed are terminal. An event a phase does not accept raises
+:class:`~graphrun.errors.WorkflowError`; :func:`accepts` asks first.
+
+Backends only start, watch and stop processes (or pods) and move files; they turn what
+they see into :class:`Event` values and call :func:`transition`. Time is passed in, so
+everything here is deterministic.
+
+Conditions: every phase has a condition of the same name (``Pending`` is ``Created``).
+Entering a phase sets its condition ``True`` and the condition of the phase it leaves
+``False``; each condition keeps its reason, message and last transition time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from graphrun.errors import JobFailed, WorkflowError
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    PARTITIONING = "Partitioning"
+    DISTRIBUTING = "Distributing"
+    SERVING = "Serving"
+    TRAINING = "Training"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+ACTIVE = frozenset({Phase.PARTITIONING, Phase.DISTRIBUTING, Phase.SERVING, Phase.TRAINING})
+TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED})
+
+
+class EventKind(StrEnum):
+    START = "Start"
+    PARTITIONED = "Partitioned"
+    DISTRIBUTED = "Distributed"
+    SERVERS_READY = "ServersReady"
+    TRAINING_DONE = "TrainingDone"
+    ROLE_FAILED = "RoleFailed"
+    RESTARTED = "Restarted"
+    SUSPEND = "Suspend"
+    RESUME = "Resume"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    CANCELLED = "Cancelled"
+    FAIL = "Fail"
+
+
+# The forward path: one event moves one phase on.
+FORWARD: dict[tuple[Phase, EventKind], Phase] = {
+    (Phase.PENDING, EventKind.START): Phase.PARTITIONING,
+    (Phase.PARTITIONING, EventKind.PARTITIONED): Phase.DISTRIBUTING,
+    (Phase.DISTRIBUTING, EventKind.DISTRIBUTED): Phase.SERVING,
+    (Phase.SERVING, EventKind.SERVERS_READY): Phase.TRAINING,
+    (Phase.TRAINING, EventKind.TRAINING_DONE): Phase.SUCCEEDED,
+}
+# Where a restart resumes, by the phase that failed.
+RESUME_AT = {
+    Phase.PARTITIONING: Phase.PARTITIONING,
+    Phase.DISTRIBUTING: Phase.DISTRIBUTING,
+    Phase.SERVING: Phase.SERVING,
+    Phase.TRAINING: Phase.SERVING,
+}
+FAILING = frozenset({EventKind.DEADLINE_EXCEEDED, EventKind.CANCELLED, EventKind.FAIL})
+
+DEFAULT_REASON = {
+    EventKind.START: "JobStarted",
+    EventKind.PARTITIONED: "PartitionCompleted",
+    EventKind.DISTRIBUTED: "PartitionsDistributed",
+    EventKind.SERVERS_READY: "StoreServersReady",
+    EventKind.TRAINING_DONE: "TrainingCompleted",
+    EventKind.ROLE_FAILED: "RoleFailed",
+    EventKind.RESTARTED: "RolesRestarted",
+    EventKind.SUSPEND: "JobSuspended",
+    EventKind.RESUME: "JobResumed",
+    EventKind.DEADLINE_EXCEEDED: "DeadlineExceeded",
+    EventKind.CANCELLED: "Cancelled",
+    EventKind.FAIL: "Failed",
+}
+
+
+def condition_type(phase: Phase) -> str:
+    return "Created" if phase is Phase.PENDING else phase.value
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something a backend observed. ``reason`` is CamelCase; ``message`` a sentence."""
+
+    kind: EventKind
+    reason: str = ""
+    message: str = ""
+    role: str | None = None
+    machine: str | None = None
+    exit_code: int | None = None
+
+    @classmethod
+    def role_failed(
+        cls, role: str, machine: str, exit_code: int | None, message: str = "", reason: str = ""
+    ) -> Event:
+        return cls(EventKind.ROLE_FAILED, reason, message, role, machine, exit_code)
+
+    def describe(self) -> str:
+        """The message, naming the failed role, machine and exit code when there is one."""
+        if self.kind is EventKind.ROLE_FAILED:
+            return str(
+                JobFailed(self.role or "?", self.machine or "?", self.exit_code, self.message)
+            )
+        return self.message
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str
+    time: datetime
+
+    def to_dict(self) -> dict[str, str]:
+        """Kubernetes condition shape (``lastTransitionTime`` in RFC 3339, UTC)."""
+        return {
+            "type": self.type,
+            "status": self.status,
+            "reason": self.reason,
+            "message": self.message,
+            "lastTransitionTime": rfc3339(self.time),
+        }
+
+
+def rfc3339(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class JobState:
+    phase: Phase
+    conditions: tuple[Condition, ...]
+    backoff_limit: int = 0
+    restarts: int = 0
+    resume_phase: Phase | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    failure: Event | None = field(default=None)
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL
+
+    def condition(self, type_: str) -> Condition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
+
+    def error(self) -> JobFailed | None:
+        """The failure as a :class:`JobFailed` (None unless the job failed)."""
+        f = self.failure
+        if self.phase is not Phase.FAILED or f is None:
+            return None
+        if f.kind is EventKind.ROLE_FAILED:
+            return JobFailed(f.role or "?", f.machine or "?", f.exit_code, f.message)
+        cond = self.condition("Failed")
+        return JobFailed("job", "-", None, f"{cond.reason}: {cond.message}" if cond else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (times to the second); :func:`state_from_dict` reads it back."""
+        out: dict[str, Any] = {
+            "phase": self.phase.value,
+            "conditions": [c.to_dict() for c in self.conditions],
+            "restarts": self.restarts,
+        }
+        if self.resume_phase:
+            out["resumePhase"] = self.resume_phase.value
+        if self.started_at:
+            out["startTime"] = rfc3339(self.started_at)
+        if self.finished_at:
+            out["completionTime"] = rfc3339(self.finished_at)
+        if self.failure:
+            f = self.failure
+            out["failure"] = {
+                k: v
+                for k, v in {
+                    "kind": f.kind.value,
+                    "reason": f.reason,
+                    "message": f.message,
+                    "role": f.role,
+                    "machine": f.machine,
+                    "exitCode": f.exit_code,
+                }.items()
+                if v not in (None, "")
+            }
+        return out
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+def state_from_dict(data: dict[str, Any], backoff_limit: int = 0) -> JobState:
+    """Read back :meth:`JobState.to_dict` (e.g. a custom resource's status).
+
+    Raises WorkflowError when the data is not such a state."""
+    try:
+        conds = tuple(
+            Condition(
+                c["type"],
+                c["status"],
+                c["reason"],
+                c["message"],
+                parse_time(c["lastTransitionTime"]),
+            )
+            for c in data.get("conditions", [])
+        )
+        failure = None
+        if f := data.get("failure"):
+            failure = Event(
+                EventKind(f["kind"]),
+                f.get("reason", ""),
+                f.get("message", ""),
+                f.get("role"),
+                f.get("machine"),
+                f.get("exitCode"),
+            )
+        return JobState(
+            phase=Phase(data["phase"]),
+            conditions=conds,
+            backoff_limit=backoff_limit,
+            restarts=int(data.get("restarts", 0)),
+            resume_phase=Phase(data["resumePhase"]) if data.get("resumePhase") else None,
+            started_at=parse_time(data["startTime"]) if data.get("startTime") else None,
+            finished_at=parse_time(data["completionTime"]) if data.get("completionTime") else None,
+            failure=failure,
+        )
+    except (KeyError, ValueError, TypeError) as exc:
+        raise WorkflowError(f"not a job state ({type(exc).__name__}: {exc})") from None
+
+
+def initial_state(now: datetime, backoff_limit: int = 0, message: str = "") -> JobState:
+    created = Condition("Created", "True", "JobCreated", message or "job created", now)
+    return JobState(Phase.PENDING, (created,), backoff_limit=backoff_limit)
+
+
+def next_phase(state: JobState, kind: EventKind) -> Phase | None:
+    """The phase ``kind`` leads to from ``state``, or None when it is not accepted."""
+    p = state.phase
+    if p in TERMINAL:
+        return None
+    if (p, kind) in FORWARD:
+        return FORWARD[p, kind]
+    if kind is EventKind.ROLE_FAILED and p in ACTIVE:
+        return Phase.RESTARTING if state.restarts < state.backoff_limit else Phase.FAILED
+    if kind is EventKind.RESTARTED and p is Phase.RESTARTING:
+        return state.resume_phase or Phase.SERVING
+    if kind is EventKind.SUSPEND and p is not Phase.SUSPENDED:
+        return Phase.SUSPENDED
+    if kind is EventKind.RESUME and p is Phase.SUSPENDED:
+        return Phase.PENDING
+    if kind in FAILING:
+        return Phase.FAILED
+    return None
+
+
+def accepts(state: JobState, kind: EventKind) -> bool:
+    return next_phase(state, kind) is not None
+
+
+def _set(conds: tuple[Condition, ...], new: Condition) -> tuple[Condition, ...]:
+    """Replace the condition of the same type (keeping its time if nothing changed)."""
+    out, found = [], False
+    for c in conds:
+        if c.type == new.type:
+            found = True
+            same = (c.status, c.reason, c.message) == (new.status, new.reason, new.message)
+            out.append(c if same else new)
+        else:
+            out.append(c)
+    if not found:
+        out.append(new)
+    return tuple(out)
+
+
+def transition(state: JobState, event: Event, now: datetime) -> JobState:
+    """The state after ``event``. Raises WorkflowError if the phase does not accept it."""
+    target = next_phase(state, event.kind)
+    if target is None:
+        raise WorkflowError(f"event {event.kind.value} is illegal in phase {state.phase.value}")
+    reason = event.reason or DEFAULT_REASON[event.kind]
+    if target is Phase.FAILED and event.kind is EventKind.ROLE_FAILED and state.backoff_limit:
+        reason = event.reason or "BackoffLimitExceeded"
+    message = event.describe() or f"{state.phase.value} -> {target.value}"
+    conds = state.conditions
+    if state.phase is not Phase.PENDING:
+        old = condition_type(state.phase)
+        conds = _set(conds, Condition(old, "False", reason, message, now))
+    if target is not Phase.PENDING:  # a resumed job keeps its Created condition
+        conds = _set(conds, Condition(condition_type(target), "True", reason, message, now))
+    new = replace(state, phase=target, conditions=conds)
+    if event.kind is EventKind.START and state.started_at is None:
+        new = replace(new, started_at=now)
+    if target is Phase.RESTARTING:
+        new = replace(new, restarts=state.restarts + 1, resume_phase=RESUME_AT[state.phase])
+    elif state.phase is Phase.RESTARTING:
+        new = replace(new, resume_phase=None)
+    if target in TERMINAL:
+        new = replace(new, finished_at=now)
+    if target is Phase.FAILED:
+        new = replace(new, failure=event)
+    return new
+
+
+def replay(state: JobState, events: Iterable[Event], now: datetime) -> JobState:
+    """Apply ``events`` in order (all at time ``now``)."""
+    for event in events:
+        state = transition(state, event, now)
+    return state

@@ -1,0 +1,326 @@
+"""Pure builders of every child object of a GraphJob (see :mod:`.layout` for the names).
+
+Each ``build_*`` takes the validated job, its :class:`~.layout.Owner` and the
+:class:`~.layout.OperatorConfig` and returns a plain dict ready for the API. User pod
+templates (``spec.replicaSpecs.<replica>.template``) are the starting point: the
+operator adds its labels, volumes, environment and command to the container named
+``graphrun`` (or the first container), keeping everything else the user set.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import shlex
+from typing import Any, Literal
+
+from graphrun.errors import SpecError
+from graphrun.job.spec import API_VERSION, KIND, GraphJob, ReplicaSpec, resolve_placement
+from graphrun.operator import layout as L
+from graphrun.operator.keys import CurveKeyPair
+
+Replica = Literal["partitioner", "worker", "launcher"]
+CONTAINER = "graphrun"
+CONFIG_VOLUME, DATA_VOLUME = "graphrun-config", "graphrun-data"
+IMAGE_UID = 10001
+
+
+def check_supported(job: GraphJob) -> None:
+    """Refuse, naming the field, what the operator cannot run (yet)."""
+    spec = job.spec
+    if spec.partition.method in ("parallel", "distributed"):
+        raise SpecError(
+            f"spec.partition.method: {spec.partition.method!r} is not supported by the "
+            "Kubernetes operator yet; use 'metis' or 'random'"
+        )
+    if spec.placement.plan_file is not None:
+        raise SpecError(
+            "spec.placement.planFile: the operator cannot read files; put the plan's "
+            "assignments inline in spec.placement.assignments"
+        )
+    L.shared_volume(job)
+    resolve_placement(job)
+    launcher = spec.replica_specs.launcher
+    if launcher is not None and not _main_container(launcher.template).get("command"):
+        raise SpecError(
+            "spec.replicaSpecs.launcher.template: the launcher container needs a command"
+        )
+
+
+def owner_reference(owner: L.Owner) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": owner.name,
+        "uid": owner.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(
+    owner: L.Owner, name: str, replica: str | None = None, index: int | None = None
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": owner.namespace,
+        "labels": L.labels(owner.name, replica, index),
+        "ownerReferences": [owner_reference(owner)],
+    }
+
+
+def build_secret(owner: L.Owner, keys: CurveKeyPair) -> dict[str, Any]:
+    """The job's key pair as ``job.key`` (the graphrun-key JSON file of graphrun.rpc.auth)."""
+    content = {"format": L.KEYS_FORMAT, "version": 1, "public": keys.public, "secret": keys.secret}
+    encoded = base64.b64encode((json.dumps(content) + "\n").encode()).decode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(owner, L.secret_name(owner.name)),
+        "type": "Opaque",
+        "data": {L.KEY_FILE_NAME: encoded},
+    }
+
+
+def build_configmap(job: GraphJob, owner: L.Owner, config: L.OperatorConfig) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(owner, L.configmap_name(owner.name)),
+        "data": L.config_files(job, owner, config),
+    }
+
+
+def build_service(owner: L.Owner) -> dict[str, Any]:
+    """Headless: DNS names for the worker pods, published before they are ready (the
+    workers find each other while starting)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(owner, L.service_name(owner.name)),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {L.LABEL_JOB: owner.name, L.LABEL_REPLICA: "worker"},
+        },
+    }
+
+
+def _main_container(template: dict[str, Any]) -> dict[str, Any]:
+    containers = template.get("spec", {}).get("containers") or [{}]
+    return next((c for c in containers if c.get("name") == CONTAINER), containers[0])
+
+
+def _volumes(job: GraphJob, owner: L.Owner) -> list[dict[str, Any]]:
+    vol = L.shared_volume(job)
+    config = {
+        "name": CONFIG_VOLUME,
+        "projected": {
+            "sources": [
+                {"configMap": {"name": L.configmap_name(owner.name)}},
+                {
+                    "secret": {
+                        "name": L.secret_name(owner.name),
+                        "items": [
+                            {
+                                "key": L.KEY_FILE_NAME,
+                                "path": f"keys/{L.KEY_FILE_NAME}",
+                                "mode": 0o400,
+                            }
+                        ],
+                    }
+                },
+            ]
+        },
+    }
+    data = {"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": vol.claim_name}}
+    return [config, data]
+
+
+def _pod_template(
+    job: GraphJob,
+    owner: L.Owner,
+    config: L.OperatorConfig,
+    replica: Replica,
+    index: int | None,
+    command: list[str] | None,
+    args: list[str] | None,
+    env: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """A PodTemplateSpec: the user's template plus what the operator needs."""
+    user: ReplicaSpec | None = getattr(job.spec.replica_specs, replica)
+    tpl = copy.deepcopy(user.template) if user else {}
+    meta = tpl.setdefault("metadata", {})
+    meta["labels"] = {**meta.get("labels", {}), **L.labels(owner.name, replica, index)}
+    spec = tpl.setdefault("spec", {})
+    containers = spec.setdefault("containers", [])
+    if not containers:
+        containers.append({"name": CONTAINER})
+    main = next((c for c in containers if c.get("name") == CONTAINER), containers[0])
+    main.setdefault("name", CONTAINER)
+    main["image"] = main.get("image") or job.spec.image or config.image
+    main.setdefault("imagePullPolicy", job.spec.image_pull_policy or config.image_pull_policy)
+    if command is not None:
+        main["command"] = command
+    if args is not None:
+        main["args"] = args
+    if env:
+        main["env"] = [*main.get("env", []), *env]
+    main["workingDir"] = L.mount_path(job)
+    main.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
+    main["volumeMounts"] = [
+        *main.get("volumeMounts", []),
+        {"name": CONFIG_VOLUME, "mountPath": L.CONFIG_DIR, "readOnly": True},
+        {"name": DATA_VOLUME, "mountPath": L.mount_path(job)},
+    ]
+    spec["volumes"] = [*spec.get("volumes", []), *_volumes(job, owner)]
+    spec["restartPolicy"] = "Never"  # the operator restarts, within backoffLimit
+    spec.setdefault("automountServiceAccountToken", False)
+    spec.setdefault("enableServiceLinks", False)
+    # The image runs as uid 10001 (Dockerfile): let it write to the shared volume.
+    spec.setdefault("securityContext", {"fsGroup": IMAGE_UID})
+    _gang(job, owner, config, meta, spec)
+    return tpl
+
+
+def _gang(
+    job: GraphJob,
+    owner: L.Owner,
+    config: L.OperatorConfig,
+    meta: dict[str, Any],
+    spec: dict[str, Any],
+) -> None:
+    policy = job.spec.run_policy.scheduling_policy
+    if policy is None:
+        return
+    if policy.provider == "volcano":
+        spec["schedulerName"] = config.volcano_scheduler_name
+        meta.setdefault("annotations", {})["scheduling.k8s.io/group-name"] = owner.name
+    else:
+        spec["schedulerName"] = config.scheduler_plugins_name
+        meta["labels"]["scheduling.x-k8s.io/pod-group"] = owner.name
+    if policy.priority_class:
+        spec["priorityClassName"] = policy.priority_class
+
+
+def partitioner_script(job: GraphJob) -> str:
+    """Generate the graph (if the spec asks) and partition it; skip what already exists,
+    so a retried partitioner picks up where it stopped."""
+    dataset, out = L.dataset_dir(job), L.partition_dir(job)
+    p = job.spec.partition
+    steps = []
+    gen = job.spec.graph.generator
+    if gen is not None:
+        flags = []
+        for key, value in gen.params.items():
+            flag = "".join("-" + c.lower() if c.isupper() else c for c in key).replace("_", "-")
+            if isinstance(value, bool):  # switches: --reverse / --no-reverse
+                flags.append(f"--{flag}" if value else f"--no-{flag}")
+            else:
+                flags += [f"--{flag}", str(value)]
+        generate = ["graphrun", "generate", gen.name, dataset, *flags]
+        steps.append(f"test -e {shlex.quote(dataset + '/graph.json')} || {shlex.join(generate)}")
+    partition = ["graphrun", "partition", dataset, out, "--parts", str(job.spec.num_parts)]
+    partition += ["--method", p.method, "--halo", str(p.halo_hops)]
+    if p.balance_train:
+        partition.append("--balance-train")
+    if p.balance_edges:
+        partition.append("--balance-edges")
+    steps.append(f"test -e {shlex.quote(out + '/partition.json')} || {shlex.join(partition)}")
+    return "set -e\n" + "\n".join(steps) + "\n"
+
+
+def build_partitioner(job: GraphJob, owner: L.Owner, config: L.OperatorConfig) -> dict[str, Any]:
+    """A batch/v1 Job that runs once (backoffLimit 0): the operator owns retries."""
+    tpl = _pod_template(
+        job, owner, config, "partitioner", None, ["sh", "-c"], [partitioner_script(job)], []
+    )
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _metadata(owner, L.partitioner_name(owner.name), "partitioner"),
+        "spec": {"backoffLimit": 0, "template": tpl},
+    }
+
+
+def build_worker(
+    job: GraphJob, owner: L.Owner, config: L.OperatorConfig, index: int, resume: bool = False
+) -> dict[str, Any]:
+    """Worker ``index``: runs machine ``index``'s store servers, samplers and trainers
+    (``--resume``: trainers continue from the last checkpoint)."""
+    machine = job.spec.machine_names[index]
+    env = [
+        {"name": "MACHINE_INDEX", "value": str(index)},
+        {"name": "MACHINE_NAME", "value": machine},
+    ]
+    args = [*L.WORKER_ARGS, "--resume"] if resume else list(L.WORKER_ARGS)
+    tpl = _pod_template(job, owner, config, "worker", index, ["graphrun"], args, env)
+    spec = tpl["spec"]
+    spec["hostname"] = L.worker_name(owner.name, index)
+    spec["subdomain"] = L.service_name(owner.name)
+    main = _main_container(tpl)
+    ports = L.machine_ports(job, index)
+    if ports:
+        main["ports"] = [
+            *main.get("ports", []),
+            *({"name": n, "containerPort": p, "protocol": "TCP"} for n, p in ports),
+        ]
+        first_store = next((p for n, p in ports if n.startswith("store")), None)
+        if first_store is not None:
+            main.setdefault(
+                "readinessProbe",
+                {"tcpSocket": {"port": first_store}, "periodSeconds": 5, "failureThreshold": 3},
+            )
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            **tpl.get("metadata", {}),
+            **_metadata(owner, L.worker_name(owner.name, index), "worker", index),
+            "labels": tpl["metadata"]["labels"],
+        },
+        "spec": spec,
+    }
+
+
+def build_launcher(job: GraphJob, owner: L.Owner, config: L.OperatorConfig) -> dict[str, Any]:
+    """The optional launcher pod: the user's container with the job's config mounted."""
+    tpl = _pod_template(job, owner, config, "launcher", None, None, None, [])
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            **tpl.get("metadata", {}),
+            **_metadata(owner, L.launcher_name(owner.name), "launcher"),
+            "labels": tpl["metadata"]["labels"],
+        },
+        "spec": tpl["spec"],
+    }
+
+
+def build_podgroup(job: GraphJob, owner: L.Owner) -> dict[str, Any] | None:
+    """A gang-scheduling PodGroup for every worker (and the launcher), or None."""
+    policy = job.spec.run_policy.scheduling_policy
+    if policy is None:
+        return None
+    members = job.spec.runtime.machines + (1 if job.spec.replica_specs.launcher else 0)
+    min_member = policy.min_available or members
+    if policy.provider == "volcano":
+        spec: dict[str, Any] = {"minMember": min_member}
+        if policy.queue:
+            spec["queue"] = policy.queue
+        if policy.priority_class:
+            spec["priorityClassName"] = policy.priority_class
+        api = "scheduling.volcano.sh/v1beta1"
+    else:
+        spec = {"minMember": min_member}
+        if policy.schedule_timeout_seconds:
+            spec["scheduleTimeoutSeconds"] = policy.schedule_timeout_seconds
+        api = "scheduling.x-k8s.io/v1alpha1"
+    return {
+        "apiVersion": api,
+        "kind": "PodGroup",
+        "metadata": _metadata(owner, owner.name),
+        "spec": spec,
+    }

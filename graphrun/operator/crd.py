@@ -1,0 +1,171 @@
+"""The ``graphjobs.graphrun.io`` CustomResourceDefinition, generated from the spec models.
+
+The pydantic models of :mod:`graphrun.job.spec` are the one source of truth: their JSON
+Schema is rewritten into a Kubernetes *structural* OpenAPI v3 schema (every node typed,
+``$ref`` inlined, ``anyOf: [X, null]`` turned into ``nullable``, JSON-Schema-2020
+``exclusiveMinimum: n`` into OpenAPI's ``minimum: n, exclusiveMinimum: true``, free-form
+objects such as PodTemplateSpecs marked ``x-kubernetes-preserve-unknown-fields``).
+
+``python -m graphrun.operator.crd`` prints the CRD as YAML (deploy/ holds a copy that a
+test keeps equal to this output).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import yaml
+
+from graphrun.job.spec import API_VERSION, KIND, NAME_PATTERN, graphjob_json_schema
+
+GROUP, VERSION = API_VERSION.split("/")
+PLURAL = "graphjobs"
+SINGULAR = "graphjob"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+SHORT_NAMES = ["gj"]
+
+_KEEP = {
+    "type",
+    "description",
+    "enum",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minItems",
+    "maxItems",
+    "format",
+    "nullable",
+}
+PRESERVE = "x-kubernetes-preserve-unknown-fields"
+
+
+def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    if "$ref" in node:
+        target = defs[node["$ref"].rsplit("/", 1)[-1]]
+        rest = {k: v for k, v in node.items() if k != "$ref"}
+        return {**target, **rest}
+    return node
+
+
+def structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """One JSON Schema node (pydantic output) as a structural OpenAPI v3 node."""
+    node = _resolve(node, defs)
+    if node.get(PRESERVE):
+        out: dict[str, Any] = {PRESERVE: True}
+        if node.get("type") == "object":
+            out["type"] = "object"
+        if "description" in node:
+            out["description"] = node["description"]
+        return out
+    if "anyOf" in node:
+        options = [o for o in node["anyOf"] if o.get("type") != "null"]
+        nullable = len(options) < len(node["anyOf"])
+        extra = {k: v for k, v in node.items() if k not in ("anyOf", "default", "title")}
+        if len(options) != 1:
+            return {PRESERVE: True, **({"nullable": True} if nullable else {})}
+        inner = structural({**_resolve(options[0], defs), **extra}, defs)
+        return {**inner, "nullable": True} if nullable else inner
+    out = {k: v for k, v in node.items() if k in _KEEP}
+    if "const" in node:
+        out["enum"] = [node["const"]]
+    for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if bound in node:
+            out[plain] = node[bound]
+            out[bound] = True
+    if "properties" in node:
+        out["properties"] = {k: structural(v, defs) for k, v in node["properties"].items()}
+        if node.get("required"):
+            out["required"] = list(node["required"])
+    if isinstance(node.get("additionalProperties"), dict):
+        out["additionalProperties"] = structural(node["additionalProperties"], defs)
+    elif node.get("type") == "object" and "properties" not in node:
+        out[PRESERVE] = True
+    if "items" in node:
+        out["items"] = structural(node["items"], defs)
+    return out
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The ``openAPIV3Schema`` of the GraphJob resource."""
+    schema = graphjob_json_schema()
+    defs = schema.get("$defs", {})
+    spec = structural(schema["properties"]["spec"], defs)
+    return {
+        "type": "object",
+        "description": "A distributed GNN training job: partition, serve, sample, train.",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "maxLength": 40, "pattern": NAME_PATTERN}
+                },
+            },
+            "spec": spec,
+            "status": {
+                "type": "object",
+                "description": "Written by the operator: phase, conditions, replica counts.",
+                PRESERVE: True,
+            },
+        },
+    }
+
+
+PRINTER_COLUMNS = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Machines", "type": "integer", "jsonPath": ".spec.runtime.machines"},
+    {"name": "Method", "type": "string", "jsonPath": ".spec.partition.method"},
+    {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
+    {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "priority": 1},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def graphjob_crd() -> dict[str, Any]:
+    """The CustomResourceDefinition object (apiextensions.k8s.io/v1)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": CRD_NAME,
+            "labels": {"app.kubernetes.io/name": "graphrun"},
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "shortNames": SHORT_NAMES,
+                "categories": ["graphrun"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": openapi_schema()},
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                }
+            ],
+        },
+    }
+
+
+def crd_yaml() -> str:
+    header = (
+        "# Generated by `python -m graphrun.operator.crd` from graphrun/job/spec.py. Do not edit.\n"
+    )
+    return header + yaml.safe_dump(graphjob_crd(), sort_keys=False, width=100)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(crd_yaml())

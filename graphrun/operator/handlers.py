@@ -1,0 +1,196 @@
+"""kopf handlers: thin shells around :func:`graphrun.operator.reconcile.reconcile`.
+
+Every trigger — the GraphJob created, resumed or its spec changed, a periodic timer,
+any event of one of its pods — runs the same :func:`reconcile_job`: read the GraphJob
+and its children from the API, compute the plan, carry it out, write the status. One
+job is reconciled by one thread at a time (a lock per job in :class:`OperatorContext`),
+so two triggers never act on the same observation twice.
+
+An invalid spec is reported as a ``Failed`` condition (reason ``InvalidSpec``, the
+field named in the message) and, from the create/update handlers, as a
+``kopf.PermanentError``: kopf does not retry it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from graphrun.errors import SpecError
+from graphrun.job.spec import parse_job
+from graphrun.operator import crd
+from graphrun.operator import layout as L
+from graphrun.operator.builders import check_supported
+from graphrun.operator.keys import curve_keypair
+from graphrun.operator.kube import Kube, KubeError
+from graphrun.operator.observe import observe
+from graphrun.operator.reconcile import (
+    Create,
+    Delete,
+    DeleteGraphJob,
+    Emit,
+    Plan,
+    reconcile,
+    reject,
+)
+from graphrun.operator.status import settled
+
+log = logging.getLogger("graphrun.operator")
+
+
+@dataclass
+class OperatorContext:
+    """Everything the handlers need, built once at the edge (``graphrun operator``)."""
+
+    kube: Kube
+    config: L.OperatorConfig = field(default_factory=L.OperatorConfig)
+    resync_seconds: float = 10.0
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    _running: set[tuple[str, str]] = field(default_factory=set)
+    _again: set[tuple[str, str]] = field(default_factory=set)
+    _guard: threading.Lock = field(default_factory=threading.Lock)
+
+    def claim(self, key: tuple[str, str]) -> bool:
+        """True: the caller reconciles ``key`` now. False: another thread is doing it
+        and will run once more when it is done (bursts of triggers coalesce)."""
+        with self._guard:
+            if key in self._running:
+                self._again.add(key)
+                return False
+            self._running.add(key)
+            return True
+
+    def release(self, key: tuple[str, str]) -> bool:
+        """Done with ``key``; True if a trigger came meanwhile and it must run again."""
+        with self._guard:
+            if key in self._again:
+                self._again.discard(key)
+                return True
+            self._running.discard(key)
+            return False
+
+
+def reconcile_soon(ctx: OperatorContext, namespace: str, name: str) -> None:
+    """Reconcile now, or leave it to the thread already reconciling this job."""
+    key = (namespace, name)
+    if not ctx.claim(key):
+        return
+    try:
+        while True:
+            reconcile_job(ctx, namespace, name)
+            if not ctx.release(key):
+                return
+    except BaseException:
+        while ctx.release(key):
+            pass
+        raise
+
+
+def _job_document(obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: obj[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in obj}
+
+
+def reconcile_job(ctx: OperatorContext, namespace: str, name: str) -> Plan | None:
+    """Read, reconcile and act for one GraphJob. Raises SpecError for an invalid spec
+    (after recording it in the status). Callers make sure one job is reconciled by one
+    thread at a time (:func:`reconcile_soon`)."""
+    obj = ctx.kube.get_graphjob(namespace, name)
+    if obj is None or obj.get("metadata", {}).get("deletionTimestamp"):
+        return None
+    now = ctx.clock()
+    status = obj.get("status") or {}
+    owner = L.Owner(name, namespace, obj["metadata"]["uid"])
+    try:
+        job = parse_job(_job_document(obj), source=f"GraphJob {namespace}/{name}")
+        check_supported(job)
+    except SpecError as exc:
+        plan = reject(status, "InvalidSpec", str(exc), now)
+        _carry_out(ctx, owner, status, plan, now)
+        raise
+    if settled(job, status):
+        return None
+    gang = job.spec.run_policy.scheduling_policy
+    children = ctx.kube.list_children(namespace, name, gang.provider if gang else None)
+    seen = observe(children, name, owner.uid)
+    plan = reconcile(job, owner, ctx.config, status, seen, now, curve_keypair())
+    _carry_out(ctx, owner, status, plan, now)
+    return plan
+
+
+def _carry_out(
+    ctx: OperatorContext, owner: L.Owner, old: dict[str, Any], plan: Plan, now: datetime
+) -> None:
+    kube, ns = ctx.kube, owner.namespace
+    for action in plan.actions:
+        if isinstance(action, Create) and action.obj["kind"] == "PodGroup":
+            try:
+                kube.create(ns, action.obj)
+            except KubeError as exc:  # that gang scheduler is not installed
+                kube.event(owner, "Warning", "PodGroupNotCreated", str(exc), now)
+        elif isinstance(action, Create):
+            kube.create(ns, action.obj)
+        elif isinstance(action, Delete):
+            kube.delete(ns, action.kind, action.name)
+        elif isinstance(action, Emit):
+            kube.event(owner, action.type, action.reason, action.message, now)
+    if plan.status != {k: old.get(k) for k in plan.status}:
+        kube.patch_status(ns, owner.name, plan.status)
+    if any(isinstance(a, DeleteGraphJob) for a in plan.actions):
+        log.info("GraphJob %s/%s: ttlSecondsAfterFinished passed, deleting", ns, owner.name)
+        kube.delete_graphjob(ns, owner.name)
+
+
+def connection_info(cfg: Any) -> kopf.ConnectionInfo:
+    """kopf logs in exactly as the operator's client does (same kubeconfig or service
+    account; a rotated service-account token is re-read on every login)."""
+    auth = cfg.get_api_key_with_prefix("authorization") or ""
+    scheme, _, token = auth.partition(" ")
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert or None,
+        insecure=not cfg.verify_ssl,
+        username=cfg.username or None,
+        password=cfg.password or None,
+        scheme=(scheme or None) if token else None,
+        token=token or None,
+        certificate_path=cfg.cert_file or None,
+        private_key_path=cfg.key_file or None,
+    )
+
+
+def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
+    """Add the handlers to ``registry``."""
+    res = (crd.GROUP, crd.VERSION, crd.PLURAL)
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return connection_info(ctx.kube.api.configuration)
+
+    @kopf.on.create(*res, registry=registry)
+    @kopf.on.resume(*res, registry=registry)
+    @kopf.on.update(*res, field="spec", registry=registry)
+    def changed(name: str, namespace: str | None, **_: Any) -> None:
+        try:
+            reconcile_soon(ctx, namespace or "default", name)
+        except SpecError as exc:
+            raise kopf.PermanentError(str(exc)) from exc
+
+    @kopf.timer(*res, interval=ctx.resync_seconds, registry=registry)
+    def resync(name: str, namespace: str | None, **_: Any) -> None:
+        # An invalid spec is recorded as Failed; the create/update handler raised it.
+        with contextlib.suppress(SpecError):
+            reconcile_soon(ctx, namespace or "default", name)
+
+    @kopf.on.event(
+        "v1", "pods", labels={L.LABEL_JOB: kopf.PRESENT, **L.MANAGED_BY}, registry=registry
+    )
+    def pod_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
+        with contextlib.suppress(SpecError):
+            reconcile_soon(ctx, namespace or "default", labels[L.LABEL_JOB])

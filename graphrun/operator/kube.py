@@ -1,0 +1,228 @@
+"""The operator's only contact with the Kubernetes API (the official client).
+
+Responses are read as plain JSON (``_preload_content=False``), so reconcile sees the
+same dicts the API sent. API errors become :class:`KubeError`; "already exists" on
+create and "not found" on delete are what the caller wanted anyway and pass silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from graphrun.errors import GraphrunError
+from graphrun.job.workflow import rfc3339
+from graphrun.operator import crd
+from graphrun.operator import layout as L
+
+PODGROUP_APIS = {
+    "scheduling.volcano.sh/v1beta1": "podgroups",
+    "scheduling.x-k8s.io/v1alpha1": "podgroups",
+}
+PODGROUP_API_OF = {
+    "volcano": "scheduling.volcano.sh/v1beta1",
+    "scheduler-plugins": "scheduling.x-k8s.io/v1alpha1",
+}
+
+
+class KubeError(GraphrunError):
+    """A Kubernetes API call failed (status, reason and the object are named)."""
+
+
+def _body(resp: Any) -> Any:
+    return json.loads(resp.data or b"null")
+
+
+@dataclass
+class Kube:
+    """Calls for one operator process; ``api`` is built at the edge (CLI or test)."""
+
+    api: client.ApiClient
+
+    def __post_init__(self) -> None:
+        self.core = client.CoreV1Api(self.api)
+        self.batch = client.BatchV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+
+    # --- the GraphJob ---
+
+    def get_graphjob(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(
+                _body(
+                    self.custom.get_namespaced_custom_object(
+                        crd.GROUP,
+                        crd.VERSION,
+                        namespace,
+                        crd.PLURAL,
+                        name,
+                        _preload_content=False,
+                    )
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise KubeError(f"get GraphJob {namespace}/{name}: {exc.status} {exc.reason}") from exc
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                crd.GROUP,
+                crd.VERSION,
+                namespace,
+                crd.PLURAL,
+                name,
+                {"status": status},
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return  # deleted meanwhile
+            raise KubeError(f"patch status of GraphJob {namespace}/{name}: {exc.status}") from exc
+
+    def delete_graphjob(self, namespace: str, name: str) -> None:
+        self._quiet_delete(
+            lambda: self.custom.delete_namespaced_custom_object(
+                crd.GROUP,
+                crd.VERSION,
+                namespace,
+                crd.PLURAL,
+                name,
+                propagation_policy="Background",
+                _preload_content=False,
+            ),
+            f"GraphJob {namespace}/{name}",
+        )
+
+    # --- children ---
+
+    def list_children(
+        self, namespace: str, job: str, gang: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Every object labelled with the job's name, each with its ``kind`` set
+        (PodGroups of the ``gang`` scheduler too, when given)."""
+        selector = f"{L.LABEL_JOB}={job}"
+        calls = [
+            ("Pod", self.core.list_namespaced_pod),
+            ("Secret", self.core.list_namespaced_secret),
+            ("ConfigMap", self.core.list_namespaced_config_map),
+            ("Service", self.core.list_namespaced_service),
+            ("Job", self.batch.list_namespaced_job),
+        ]
+        out: list[dict[str, Any]] = []
+        for kind, call in calls:
+            try:
+                items = _body(call(namespace, label_selector=selector, _preload_content=False))
+            except ApiException as exc:
+                raise KubeError(f"list {kind}s in {namespace}: {exc.status} {exc.reason}") from exc
+            out += [{**item, "kind": kind} for item in (items or {}).get("items") or []]
+        if gang is not None:
+            api_version = PODGROUP_API_OF[gang]
+            group, version = api_version.split("/")
+            plural = PODGROUP_APIS[api_version]
+            try:
+                items = _body(
+                    self.custom.list_namespaced_custom_object(
+                        group,
+                        version,
+                        namespace,
+                        plural,
+                        label_selector=selector,
+                        _preload_content=False,
+                    )
+                )
+            except ApiException:
+                items = {}  # that scheduler is not installed: creating it will say so
+            out += [{**item, "kind": "PodGroup"} for item in (items or {}).get("items") or []]
+        return out
+
+    def create(self, namespace: str, obj: dict[str, Any]) -> None:
+        kind = obj["kind"]
+        creators: dict[str, Callable[..., Any]] = {
+            "Pod": self.core.create_namespaced_pod,
+            "Secret": self.core.create_namespaced_secret,
+            "ConfigMap": self.core.create_namespaced_config_map,
+            "Service": self.core.create_namespaced_service,
+            "Job": self.batch.create_namespaced_job,
+        }
+        try:
+            if kind in creators:
+                creators[kind](namespace, obj, _preload_content=False)
+            else:
+                group, version = obj["apiVersion"].split("/")
+                self.custom.create_namespaced_custom_object(
+                    group,
+                    version,
+                    namespace,
+                    PODGROUP_APIS[obj["apiVersion"]],
+                    obj,
+                    _preload_content=False,
+                )
+        except ApiException as exc:
+            if exc.status == 409:
+                return  # made by an earlier pass
+            name = obj["metadata"]["name"]
+            raise KubeError(f"create {kind} {namespace}/{name}: {exc.status} {exc.reason}") from exc
+
+    def delete(self, namespace: str, kind: str, name: str) -> None:
+        deleters: dict[str, Callable[..., Any]] = {
+            "Pod": self.core.delete_namespaced_pod,
+            "Job": self.batch.delete_namespaced_job,
+            "ConfigMap": self.core.delete_namespaced_config_map,
+        }
+        self._quiet_delete(
+            lambda: deleters[kind](
+                name, namespace, propagation_policy="Background", _preload_content=False
+            ),
+            f"{kind} {namespace}/{name}",
+        )
+
+    def _quiet_delete(self, call: Any, what: str) -> None:
+        try:
+            call()
+        except ApiException as exc:
+            if exc.status != 404:
+                raise KubeError(f"delete {what}: {exc.status} {exc.reason}") from exc
+
+    # --- events ---
+
+    def event(self, owner: L.Owner, type_: str, reason: str, message: str, now: datetime) -> None:
+        """A Kubernetes event on the GraphJob (best effort: never fails the reconcile)."""
+        stamp = rfc3339(now)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{owner.name}.{secrets.token_hex(8)}",
+                "namespace": owner.namespace,
+                "labels": L.labels(owner.name),
+            },
+            "involvedObject": {
+                "apiVersion": f"{crd.GROUP}/{crd.VERSION}",
+                "kind": "GraphJob",
+                "name": owner.name,
+                "namespace": owner.namespace,
+                "uid": owner.uid,
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+            "source": {"component": "graphrun-operator"},
+            "reportingComponent": "graphrun-operator",
+        }
+        with contextlib.suppress(ApiException):
+            self.core.create_namespaced_event(
+                owner.namespace, cast(Any, body), _preload_content=False
+            )

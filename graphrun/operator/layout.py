@@ -1,0 +1,241 @@
+"""How a GraphJob is laid out on Kubernetes: names, labels, paths, DNS names, ports.
+
+For a GraphJob ``NAME`` in namespace ``NS`` the operator owns::
+
+    Secret      NAME-keys         job.key: the job's CURVE key pair (graphrun-key JSON)
+    ConfigMap   NAME-config       job.yaml (paths made absolute), hosts.json, partition.json
+    Service     NAME-workers      headless; gives worker i the DNS name
+                                  NAME-worker-i.NAME-workers.NS.svc.<cluster domain>
+    Job         NAME-partitioner  (batch/v1) generates the graph if asked, then partitions it
+    Pod         NAME-worker-i     one per machine: `graphrun worker` (WORKER_ARGS)
+    Pod         NAME-launcher     optional: the user's launcher container
+    PodGroup    NAME              optional: gang scheduling (Volcano / scheduler-plugins)
+
+Relative paths of the spec are taken relative to the shared volume's mount path (the
+pods' working directory), like the local backend takes them relative to the job file.
+A generated graph is written to ``<mount>/runs/NAME/data-<generator>-<hash of its parameters>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from graphrun.errors import SpecError
+from graphrun.job.spec import GraphJob, SharedVolume, job_roles, resolve_placement
+
+CONFIG_DIR = "/etc/graphrun"
+JOB_FILE = f"{CONFIG_DIR}/job.yaml"
+HOSTS_FILE = f"{CONFIG_DIR}/hosts.json"
+KEYS_DIR = f"{CONFIG_DIR}/keys"
+KEY_FILE_NAME = "job.key"
+
+# The worker command, agreed with `graphrun worker` (graphrun/cli/worker.py). The worker
+# exits 0 once the whole job's training is done, non-zero when one of its roles failed;
+# it writes the failing role, machine and exit code as the last line of its output.
+WORKER_ARGS = [
+    "worker",
+    "--job",
+    JOB_FILE,
+    "--machine",
+    "$(MACHINE_INDEX)",
+    "--hosts-file",
+    HOSTS_FILE,
+    "--keys",
+    KEYS_DIR,
+]
+BASE_PORT = 30000  # store servers listen on BASE_PORT + i, the rendezvous after them
+
+LABEL_JOB = "graphrun.io/job-name"
+LABEL_REPLICA = "graphrun.io/replica-type"
+LABEL_INDEX = "graphrun.io/replica-index"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "graphrun-operator"}
+KEYS_FORMAT, HOSTS_FORMAT = "graphrun-key", "graphrun-hosts"
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """Settings of one operator deployment (built by the CLI, passed everywhere)."""
+
+    image: str = "ghcr.io/graphrun/graphrun:0.1.0"
+    image_pull_policy: str = "IfNotPresent"
+    cluster_domain: str = "cluster.local"
+    scheduler_plugins_name: str = "scheduler-plugins-scheduler"
+    volcano_scheduler_name: str = "volcano"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The GraphJob object that owns every child."""
+
+    name: str
+    namespace: str
+    uid: str
+
+
+def secret_name(job: str) -> str:
+    return f"{job}-keys"
+
+
+def configmap_name(job: str) -> str:
+    return f"{job}-config"
+
+
+def service_name(job: str) -> str:
+    return f"{job}-workers"
+
+
+def partitioner_name(job: str) -> str:
+    return f"{job}-partitioner"
+
+
+def worker_name(job: str, index: int) -> str:
+    return f"{job}-worker-{index}"
+
+
+def launcher_name(job: str) -> str:
+    return f"{job}-launcher"
+
+
+def labels(job: str, replica: str | None = None, index: int | None = None) -> dict[str, str]:
+    out = {LABEL_JOB: job, **MANAGED_BY}
+    if replica is not None:
+        out[LABEL_REPLICA] = replica
+    if index is not None:
+        out[LABEL_INDEX] = str(index)
+    return out
+
+
+def worker_dns(owner: Owner, index: int, config: OperatorConfig) -> str:
+    return (
+        f"{worker_name(owner.name, index)}.{service_name(owner.name)}.{owner.namespace}"
+        f".svc.{config.cluster_domain}"
+    )
+
+
+def shared_volume(job: GraphJob) -> SharedVolume:
+    vol = job.spec.shared_volume
+    if vol is None:
+        raise SpecError(
+            "spec.sharedVolume: required on Kubernetes (partitions reach the workers through "
+            "a shared volume, e.g. a ReadWriteMany PersistentVolumeClaim)"
+        )
+    return vol
+
+
+def mount_path(job: GraphJob) -> str:
+    return shared_volume(job).mount_path
+
+
+def _abs(job: GraphJob, path: str) -> str:
+    return posixpath.normpath(posixpath.join(mount_path(job), path))
+
+
+def dataset_dir(job: GraphJob) -> str:
+    """The dataset; a generated one lives in a directory named after its parameters,
+    so different parameters never reuse a graph made with others."""
+    gen = job.spec.graph.generator
+    if gen is None:  # GraphSource has exactly one of dataset, generator
+        return _abs(job, job.spec.graph.dataset or "")
+    params = json.dumps(gen.model_dump(mode="json"), sort_keys=True)
+    digest = hashlib.sha256(params.encode()).hexdigest()[:8]
+    return _abs(job, f"runs/{job.name}/data-{gen.name}-{digest}")
+
+
+def partition_dir(job: GraphJob) -> str:
+    return _abs(job, job.partition_dir())
+
+
+def checkpoint_dir(job: GraphJob) -> str:
+    return _abs(job, job.spec.training.checkpoint_dir or f"runs/{job.name}/checkpoints")
+
+
+def rendered_job(job: GraphJob) -> dict[str, Any]:
+    """The job as the pods read it: absolute paths, the generated graph as a dataset,
+    Kubernetes-only fields left out."""
+    spec = job.spec
+    training: dict[str, Any] = {"checkpointDir": checkpoint_dir(job)}
+    if spec.training.script is not None:
+        training["script"] = _abs(job, spec.training.script)
+    new = job.model_copy(
+        update={
+            "spec": spec.model_copy(
+                update={
+                    "graph": spec.graph.model_copy(
+                        update={"dataset": dataset_dir(job), "generator": None}
+                    ),
+                    "partition": spec.partition.model_copy(update={"output": partition_dir(job)}),
+                    "training": spec.training.model_copy(
+                        update={
+                            "checkpoint_dir": training["checkpointDir"],
+                            "script": training.get("script"),
+                        }
+                    ),
+                    "replica_specs": spec.replica_specs.model_copy(
+                        update={"partitioner": None, "worker": None, "launcher": None}
+                    ),
+                }
+            )
+        }
+    )
+    return new.to_dict()
+
+
+def host_plan(job: GraphJob, owner: Owner, config: OperatorConfig) -> dict[str, Any]:
+    """The hosts file (graphrun-hosts v1, see graphrun.job.hosts): machine -> DNS name of
+    its worker pod in machine order, store role -> host:port, and the rendezvous."""
+    names = job.spec.machine_names
+    address = {m: worker_dns(owner, i, config) for i, m in enumerate(names)}
+    placement = resolve_placement(job)
+    stores = [r.name for r in job_roles(job.spec) if r.kind == "store"]
+    endpoints = {
+        role: f"{address[placement[role]]}:{BASE_PORT + i}" for i, role in enumerate(stores)
+    }
+    rdv_machine = placement.get("trainer:0", names[0])
+    return {
+        "format": HOSTS_FORMAT,
+        "version": 1,
+        "machines": [{"name": m, "address": address[m]} for m in names],
+        "endpoints": endpoints,
+        "rendezvous": f"{address[rdv_machine]}:{BASE_PORT + len(stores)}",
+    }
+
+
+def machine_ports(job: GraphJob, machine_index: int) -> list[tuple[str, int]]:
+    """(port name, port) of what listens on a machine: its store servers, the rendezvous."""
+    machine = job.spec.machine_names[machine_index]
+    placement = resolve_placement(job)
+    stores = [r.name for r in job_roles(job.spec) if r.kind == "store"]
+    out = [
+        (f"store-{i}", BASE_PORT + i) for i, role in enumerate(stores) if placement[role] == machine
+    ]
+    if placement.get("trainer:0", job.spec.machine_names[0]) == machine:
+        out.append(("rendezvous", BASE_PORT + len(stores)))
+    return out
+
+
+def partition_settings(job: GraphJob) -> dict[str, Any]:
+    p = job.spec.partition
+    return {
+        "method": p.method,
+        "parts": job.spec.num_parts,
+        "balanceTrain": p.balance_train,
+        "balanceEdges": p.balance_edges,
+        "haloHops": p.halo_hops,
+        "dataset": dataset_dir(job),
+        "output": partition_dir(job),
+    }
+
+
+def config_files(job: GraphJob, owner: Owner, config: OperatorConfig) -> dict[str, str]:
+    """The ConfigMap's files."""
+    return {
+        "job.yaml": yaml.safe_dump(rendered_job(job), sort_keys=False),
+        "hosts.json": json.dumps(host_plan(job, owner, config), indent=2) + "\n",
+        "partition.json": json.dumps(partition_settings(job), indent=2) + "\n",
+    }

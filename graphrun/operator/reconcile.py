@@ -1,0 +1,483 @@
+"""The operator's pure core: ``reconcile(job, status, observed, now) -> Plan``.
+
+Given the validated GraphJob, its current status and what exists of its children, it
+drives the shared workflow (:mod:`graphrun.job.workflow`) and returns what to do: objects
+to create or delete, Kubernetes events to emit, the new status, and when to look again.
+The kopf handlers only gather the inputs and carry out the plan.
+
+How phases map to Kubernetes:
+
+=============  ===============================================================
+Pending        base objects (Secret, ConfigMap, headless Service, PodGroup)
+Partitioning   the partitioner Job runs; skipped once ``status.partitioned``
+Distributing   nothing to move: partitions reach workers on the shared volume
+Serving        worker pods created; waits until every worker is Ready
+Training       (launcher pod if any); waits until every worker exited 0
+Restarting     every worker (and launcher) pod deleted, then Serving again with
+               ``--resume`` (trainers continue from the last checkpoint)
+Suspended      every pod and the partitioner Job deleted; resume starts over
+               (partitions are kept)
+Succeeded /    cleanPodPolicy applied; the GraphJob is deleted
+Failed         ttlSecondsAfterFinished after completion
+=============  ===============================================================
+
+Failures: a pod that fails is a failed role (restart within backoffLimit, else Failed);
+a pod that stays Pending (unschedulable, image pull) beyond ``startupDeadlineSeconds``,
+or whose image can never be pulled, fails the job with that reason; so does
+``activeDeadlineSeconds``. A job with a failed worker never becomes Succeeded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from graphrun.job.spec import GraphJob
+from graphrun.job.workflow import (
+    Event,
+    EventKind,
+    JobState,
+    Phase,
+    initial_state,
+    state_from_dict,
+    transition,
+)
+from graphrun.operator import builders as B
+from graphrun.operator import layout as L
+from graphrun.operator.keys import CurveKeyPair
+from graphrun.operator.observe import Observed, PodView
+from graphrun.operator.status import condition_type, replica_statuses, state_status
+
+K = EventKind
+NEVER_PULLS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+WAITING_FAILURES = frozenset({"ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError"})
+MAX_STEPS = 12
+
+
+@dataclass(frozen=True)
+class Create:
+    obj: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Delete:
+    api_version: str
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Emit:
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class DeleteGraphJob:
+    """ttlSecondsAfterFinished has passed: delete the GraphJob (children follow)."""
+
+
+Action = Create | Delete | Emit | DeleteGraphJob
+
+
+@dataclass(frozen=True)
+class Plan:
+    actions: tuple[Action, ...]
+    status: dict[str, Any]
+    requeue_after: float | None = None
+
+
+@dataclass
+class _Run:
+    """Mutable scratch of one reconcile pass (never escapes it)."""
+
+    job: GraphJob
+    owner: L.Owner
+    config: L.OperatorConfig
+    observed: Observed
+    now: datetime
+    state: JobState
+    partitioned: bool
+    spec_hashes: dict[str, str] = field(default_factory=dict)
+    partition_dir_before: str = ""
+    actions: list[Action] = field(default_factory=list)
+    wake: list[float] = field(default_factory=list)
+
+    def fire(self, event: Event) -> None:
+        before = self.state.phase
+        self.state = transition(self.state, event, self.now)
+        cond = self.state.condition(condition_type(self.state.phase))
+        warning = self.state.phase in (Phase.FAILED, Phase.RESTARTING)
+        self.actions.append(
+            Emit(
+                "Warning" if warning else "Normal",
+                cond.reason if cond else event.kind.value,
+                f"{before.value} -> {self.state.phase.value}: {cond.message if cond else ''}",
+            )
+        )
+
+    def wake_at(self, when: datetime) -> None:
+        self.wake.append(max(0.0, (when - self.now).total_seconds()))
+
+
+def load_state(job: GraphJob, status: dict[str, Any], now: datetime) -> JobState:
+    backoff = job.spec.run_policy.backoff_limit
+    saved = (status or {}).get("workflow")
+    if not saved:
+        return initial_state(now, backoff, "GraphJob accepted by the operator")
+    return replace(state_from_dict(saved), backoff_limit=backoff)
+
+
+def reconcile(
+    job: GraphJob,
+    owner: L.Owner,
+    config: L.OperatorConfig,
+    status: dict[str, Any],
+    observed: Observed,
+    now: datetime,
+    keys: CurveKeyPair,
+) -> Plan:
+    """One step of control: what to do now for ``job`` (pure)."""
+    status = status or {}
+    state = load_state(job, status, now)
+    run = _Run(job, owner, config, observed, now, state, bool(status.get("partitioned")))
+    if not status.get("workflow"):
+        run.actions.append(Emit("Normal", "JobCreated", "GraphJob accepted by the operator"))
+    run.partition_dir_before = str(status.get("partitionDir", ""))
+    _check_spec_change(run, status.get("specHashes"))
+    for _ in range(MAX_STEPS):
+        phase = run.state.phase
+        _step(run, keys)
+        if run.state.phase is phase:
+            break
+    if run.state.terminal:
+        _finished(run)
+    requeue = min(run.wake) if run.wake else None
+    return Plan(tuple(run.actions), _status(run), requeue)
+
+
+def reject(status: dict[str, Any], reason: str, message: str, now: datetime) -> Plan:
+    """The spec cannot run: Failed with the reason (the field named in the message)."""
+    saved = (status or {}).get("workflow")
+    state = state_from_dict(saved) if saved else initial_state(now)
+    if state.terminal:
+        return Plan((), status)
+    state = transition(state, Event(K.FAIL, reason, message), now)
+    new = {**(status or {}), **state_status(state)}
+    return Plan((Emit("Warning", reason, message),), new)
+
+
+# --- spec changes -----------------------------------------------------------------------
+
+# What the pods were made from. runPolicy may change at any time (suspend, deadlines);
+# the rest only while the job is suspended (the ConfigMap is then made again).
+PINNED = (
+    "graph", "partition", "runtime", "training", "placement",
+    "image", "imagePullPolicy", "sharedVolume", "replicaSpecs",
+)  # fmt: skip
+REPARTITION = ("graph", "partition")
+
+
+def spec_hashes(job: GraphJob) -> dict[str, str]:
+    spec = job.spec.model_dump(by_alias=True, mode="json")
+    return {
+        key: hashlib.sha256(json.dumps(spec.get(key), sort_keys=True).encode()).hexdigest()[:16]
+        for key in PINNED
+    }
+
+
+def _check_spec_change(run: _Run, saved: dict[str, str] | None) -> None:
+    new = spec_hashes(run.job)
+    run.spec_hashes = dict(saved) if saved else new
+    changed = [k for k in PINNED if saved and saved.get(k) != new[k]]
+    if not changed or run.state.terminal:
+        return
+    fields = ", ".join(f"spec.{k}" for k in changed)
+    repartition = any(k in REPARTITION for k in changed)
+    if (
+        run.state.phase is Phase.SUSPENDED
+        and repartition
+        and run.partitioned
+        and (L.partition_dir(run.job) == run.partition_dir_before)
+    ):
+        message = (
+            f"{fields} changed: give a new spec.partition.output (the partitions in "
+            f"{run.partition_dir_before} were made with the old settings)"
+        )
+        run.fire(Event(K.FAIL, "SpecChanged", message))
+        return
+    if run.state.phase is Phase.SUSPENDED:
+        run.spec_hashes = new
+        if "ConfigMap" in run.observed.kinds:
+            run.actions.append(Delete("v1", "ConfigMap", L.configmap_name(run.owner.name)))
+            run.observed = replace(run.observed, kinds=run.observed.kinds - {"ConfigMap"})
+        if repartition:
+            run.partitioned = False
+        run.actions.append(Emit("Normal", "SpecUpdated", f"{fields} changed while suspended"))
+        return
+    message = (
+        f"{fields} changed while the job was running; suspend the job "
+        "(spec.runPolicy.suspend) to change it, or create a new GraphJob"
+    )
+    run.fire(Event(K.FAIL, "SpecChanged", message))
+
+
+# --- one step ---------------------------------------------------------------------------
+
+
+def _step(run: _Run, keys: CurveKeyPair) -> None:
+    spec = run.job.spec
+    phase = run.state.phase
+    if run.state.terminal:
+        return
+    if spec.run_policy.suspend and phase is not Phase.SUSPENDED:
+        run.fire(Event(K.SUSPEND, message="spec.runPolicy.suspend is true"))
+        return
+    if phase is Phase.SUSPENDED:
+        if not spec.run_policy.suspend:
+            run.fire(Event(K.RESUME, message="spec.runPolicy.suspend is false"))
+        else:
+            _delete_all_pods(run, partitioner=True)
+        return
+    if _deadline_passed(run):
+        return
+    _ensure_base(run, keys)
+    handler = {
+        Phase.PENDING: _pending,
+        Phase.PARTITIONING: _partitioning,
+        Phase.DISTRIBUTING: _distributing,
+        Phase.SERVING: _serving,
+        Phase.TRAINING: _training,
+        Phase.RESTARTING: _restarting,
+    }[phase]
+    handler(run)
+
+
+def _deadline_passed(run: _Run) -> bool:
+    limit = run.job.spec.run_policy.active_deadline_seconds
+    start = run.state.started_at
+    if limit is None or start is None:
+        return False
+    end = start + timedelta(seconds=limit)
+    if run.now >= end:
+        run.fire(
+            Event(
+                K.DEADLINE_EXCEEDED,
+                message=f"the job ran longer than spec.runPolicy.activeDeadlineSeconds ({limit}s)",
+            )
+        )
+        return True
+    run.wake_at(end)
+    return False
+
+
+def _ensure_base(run: _Run, keys: CurveKeyPair) -> None:
+    """Create the Secret, ConfigMap, headless Service and PodGroup if missing."""
+    job, owner, have = run.job, run.owner, run.observed.kinds
+    builders = {
+        "Secret": lambda: B.build_secret(owner, keys),
+        "ConfigMap": lambda: B.build_configmap(job, owner, run.config),
+        "Service": lambda: B.build_service(owner),
+        "PodGroup": lambda: B.build_podgroup(job, owner),
+    }
+    made = set()
+    for kind, build in builders.items():
+        if kind not in have and (obj := build()) is not None:
+            run.actions.append(Create(obj))
+            made.add(kind)
+    run.observed = replace(run.observed, kinds=have | made)
+
+
+def _pending(run: _Run) -> None:
+    run.fire(Event(K.START, message="creating the partitioner"))
+
+
+def _partitioning(run: _Run) -> None:
+    if run.partitioned:
+        run.fire(Event(K.PARTITIONED, "PartitionsExist", "partitions were made before"))
+        return
+    part = run.observed.partitioner
+    pods = run.observed.of("partitioner")
+    if _pod_problems(run, [p for p in pods if not p.deleting]):
+        return
+    if part is None or part.deleting:
+        if part is None:
+            run.actions.append(Create(B.build_partitioner(run.job, run.owner, run.config)))
+        return
+    if part.complete:
+        run.partitioned = True
+        out = L.partition_dir(run.job)
+        run.fire(Event(K.PARTITIONED, message=f"partitions written to {out}"))
+    elif part.failed:
+        failed = [p for p in pods if p.phase == "Failed"]
+        code = failed[-1].exit_code if failed else None
+        detail = failed[-1].failure()[3] if failed else part.message
+        where = failed[-1].name if failed else part.name
+        run.fire(Event.role_failed("partitioner", where, code, detail or part.message))
+
+
+def _distributing(run: _Run) -> None:
+    claim = L.shared_volume(run.job).claim_name
+    run.fire(
+        Event(K.DISTRIBUTED, "SharedVolume", f"workers read the partitions from volume {claim}")
+    )
+
+
+def _serving(run: _Run) -> None:
+    workers = _ensure_workers(run)
+    if workers is None or _pod_problems(run, list(workers.values())):
+        return
+    if all(p.ready or p.phase == "Succeeded" for p in workers.values()):
+        n = len(workers)
+        run.fire(Event(K.SERVERS_READY, message=f"all {n} workers are serving"))
+
+
+def _training(run: _Run) -> None:
+    workers = _ensure_workers(run)
+    if workers is None:
+        return
+    launcher = _ensure_launcher(run)
+    pods = list(workers.values()) + ([launcher] if launcher else [])
+    if _pod_problems(run, pods):
+        return
+    need_launcher = run.job.spec.replica_specs.launcher is not None
+    if need_launcher and launcher is None:
+        return
+    if all(p.phase == "Succeeded" for p in pods):
+        run.fire(Event(K.TRAINING_DONE, message=f"all {len(workers)} workers finished"))
+
+
+def _restarting(run: _Run) -> None:
+    again_from = run.state.resume_phase
+    left = _delete_all_pods(run, partitioner=again_from is Phase.PARTITIONING)
+    if not left:
+        run.fire(Event(K.RESTARTED, message=f"restart {run.state.restarts}: roles start again"))
+
+
+# --- children ---------------------------------------------------------------------------
+
+
+def _ensure_workers(run: _Run) -> dict[int, PodView] | None:
+    """The worker pods, creating missing ones. None while some are still being deleted
+    or were created just now."""
+    have = run.observed.workers()
+    if any(p.deleting for p in have.values()):
+        return None
+    missing = [i for i in range(run.job.spec.runtime.machines) if i not in have]
+    if missing and run.state.phase is Phase.TRAINING:
+        i = missing[0]
+        machine = run.job.spec.machine_names[i]
+        run.fire(Event.role_failed(f"worker:{i}", machine, None, "the worker pod disappeared"))
+        return None
+    # After a restart or a suspension, trainers continue from the last checkpoint.
+    resume = run.state.restarts > 0 or run.state.condition("Suspended") is not None
+    for i in missing:
+        run.actions.append(Create(B.build_worker(run.job, run.owner, run.config, i, resume)))
+    return None if missing else have
+
+
+def _ensure_launcher(run: _Run) -> PodView | None:
+    if run.job.spec.replica_specs.launcher is None:
+        return None
+    pods = [p for p in run.observed.of("launcher") if not p.deleting]
+    if pods:
+        return pods[0]
+    if not run.observed.of("launcher"):
+        run.actions.append(Create(B.build_launcher(run.job, run.owner, run.config)))
+    return None
+
+
+def _delete_all_pods(run: _Run, partitioner: bool) -> bool:
+    """Delete worker and launcher pods (and the partitioner Job); True while any remain."""
+    left = False
+    for p in run.observed.pods:
+        if p.replica == "partitioner" and not partitioner:
+            continue
+        left = True
+        if not p.deleting and p.replica != "partitioner":
+            run.actions.append(Delete("v1", "Pod", p.name))
+    part = run.observed.partitioner
+    if partitioner and part is not None:
+        left = True
+        if not part.deleting:
+            run.actions.append(Delete("batch/v1", "Job", part.name))
+    return left
+
+
+def _pod_problems(run: _Run, pods: list[PodView]) -> bool:
+    """Fire the first failure among ``pods``; True if one was fired."""
+    for p in pods:
+        if p.phase == "Failed":
+            role, machine, code, msg = p.failure()
+            if role is None:
+                role = f"{p.replica}:{p.index}" if p.index is not None else p.replica
+                machine = _machine(run, p)
+            where = machine or _machine(run, p)
+            run.fire(Event.role_failed(role, where, code, msg or f"pod {p.name} failed"))
+            return True
+    startup = timedelta(seconds=run.job.spec.run_policy.startup_deadline_seconds)
+    for p in pods:
+        if p.phase != "Pending":
+            continue
+        if p.waiting_reason in NEVER_PULLS:
+            run.fire(Event(K.FAIL, p.waiting_reason, f"pod {p.name}: {p.waiting_message}"))
+            return True
+        if p.created is None:
+            continue
+        if run.now >= p.created + startup:
+            reason = p.waiting_reason if p.waiting_reason in WAITING_FAILURES else ""
+            reason = reason or ("Unschedulable" if p.unschedulable else "StartupDeadlineExceeded")
+            detail = p.waiting_message or p.unschedulable or "still pending"
+            limit = int(startup.total_seconds())
+            run.fire(Event(K.FAIL, reason, f"pod {p.name} not running after {limit}s: {detail}"))
+            return True
+        run.wake_at(p.created + startup)
+    return False
+
+
+def _machine(run: _Run, pod: PodView) -> str:
+    """The machine of a worker pod; the pod's name for the others."""
+    names = run.job.spec.machine_names
+    if pod.replica == "worker" and pod.index is not None and pod.index < len(names):
+        return names[pod.index]
+    return pod.name
+
+
+def _finished(run: _Run) -> None:
+    policy = run.job.spec.run_policy
+    if policy.clean_pod_policy != "None":
+        for p in run.observed.pods:
+            if p.deleting:
+                continue
+            if policy.clean_pod_policy == "All" or not p.finished:
+                run.actions.append(Delete("v1", "Pod", p.name))
+        part = run.observed.partitioner
+        if policy.clean_pod_policy == "All" and part is not None and not part.deleting:
+            run.actions.append(Delete("batch/v1", "Job", part.name))
+    ttl, done = policy.ttl_seconds_after_finished, run.state.finished_at
+    if ttl is not None and done is not None:
+        expiry = done + timedelta(seconds=ttl)
+        if run.now >= expiry:
+            run.actions.append(DeleteGraphJob())
+        else:
+            run.wake_at(expiry)
+
+
+# --- status -----------------------------------------------------------------------------
+
+
+def _status(run: _Run) -> dict[str, Any]:
+    out = state_status(run.state)
+    out["partitioned"] = run.partitioned
+    out["specHashes"] = run.spec_hashes
+    if run.partitioned:
+        out["partitionDir"] = L.partition_dir(run.job)
+    out["replicaStatuses"] = replica_statuses(run.observed)
+    if run.state.terminal:
+        # Nothing left to clean up: later passes need not look at the children.
+        out["cleanedUp"] = not any(isinstance(a, Delete) for a in run.actions)
+    return out

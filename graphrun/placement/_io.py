@@ -1,0 +1,62 @@
+"""File edges of the placement package: YAML/JSON in, pydantic errors out as one line."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pydantic
+import yaml
+
+from graphrun.errors import SpecError
+
+M = TypeVar("M", bound=pydantic.BaseModel)
+
+
+def read_yaml(path: str | Path) -> Any:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from exc
+
+
+def validate(model: type[M], data: Any, where: str) -> M:
+    """``model.model_validate(data)``; the first validation error becomes one SpecError line."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: expected a mapping at the top level")
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        raise SpecError(f"{where}: {loc}: {err['msg']}") from exc
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path.tmp-<pid>`` and rename it over ``path`` when complete."""
+    path = Path(path)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise SpecError(f"{path}: cannot write: {exc.strerror or exc}") from exc
+    return path
+
+
+def read_json(path: str | Path) -> Any:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{path}: not valid JSON: {exc}") from exc

@@ -1,0 +1,156 @@
+"""Scoring placements: capacity violation, expected traffic, and the cached cost evaluator.
+
+``cost(x) = simulated makespan(x) * (1 + lam * violation(x))`` where ``violation`` sums,
+over machines and resources, the overload relative to the capacity (a resource a
+machine lacks counts as capacity 1). A placement is feasible when violation is 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from graphrun.errors import SpecError
+from graphrun.placement.bounds import chain_bound
+from graphrun.placement.cluster import Cluster
+from graphrun.placement.job import RESOURCES, Job
+from graphrun.placement.oes import Policy, simulate
+from graphrun.placement.workload import Scenario, build_workload, traffic_matrix
+
+Placement = tuple[int, ...]
+
+
+def demand_matrix(job: Job) -> np.ndarray:
+    return np.array([t.demand for t in job.tasks], dtype=float).reshape(-1, len(RESOURCES))
+
+
+def capacity_matrix(cluster: Cluster) -> np.ndarray:
+    return np.array([cluster.capacity(r) for r in RESOURCES], dtype=float).T
+
+
+def usage(cluster: Cluster, job: Job, placement: Sequence[int]) -> np.ndarray:
+    """(machines, resources) demand placed on each machine."""
+    u = np.zeros((cluster.size, len(RESOURCES)))
+    np.add.at(u, np.asarray(placement, dtype=int), demand_matrix(job))
+    return u
+
+
+def violation(cluster: Cluster, job: Job, placement: Sequence[int]) -> float:
+    cap = capacity_matrix(cluster)
+    over = np.maximum(usage(cluster, job, placement) - cap, 0.0)
+    return float((over / np.maximum(cap, 1.0)).sum())
+
+
+def check_feasible(cluster: Cluster, job: Job) -> None:
+    """Raise SpecError when some task fits on no machine or the job exceeds the cluster."""
+    dem, cap = demand_matrix(job), capacity_matrix(cluster)
+    for k, res in enumerate(RESOURCES):
+        for t, task in enumerate(job.tasks):
+            if dem[t, k] > cap[:, k].max():
+                raise SpecError(
+                    f"{job.source}: demands.{task.kind}.{res}: {dem[t, k]:g} fits on no machine "
+                    f"(largest {res} is {cap[:, k].max():g}) for {task.role}"
+                )
+        if dem[:, k].sum() > cap[:, k].sum():
+            raise SpecError(
+                f"{job.source}: demands: total {res} {dem[:, k].sum():g} exceeds the cluster's "
+                f"{cap[:, k].sum():g}"
+            )
+
+
+def expected_traffic(job: Job) -> np.ndarray:
+    """Symmetric (tasks, tasks) matrix of mean bytes exchanged per iteration."""
+    spec, prof = job.spec, job.profile
+    idx = {t.role: i for i, t in enumerate(job.tasks)}
+    tr = np.zeros((len(job.tasks), len(job.tasks)))
+    ns = spec.samplers_per_trainer
+
+    def add(a: str, b: str, v: float) -> None:
+        tr[idx[a], idx[b]] += v
+        tr[idx[b], idx[a]] += v
+
+    for r in range(spec.trainers):
+        own = r % spec.partitions
+        samplers = [f"sampler:{r}:{w}" for w in range(ns)] or [f"trainer:{r}"]
+        for q in range(spec.partitions):
+            kind = "own" if q == own else "other"
+            add(f"store:{q}", f"trainer:{r}", prof[f"feature_{kind}"].mean)
+            for s in samplers:
+                add(f"store:{q}", s, prof[f"structure_{kind}"].mean / len(samplers))
+        for s in samplers:
+            if s != f"trainer:{r}":
+                add(s, f"trainer:{r}", prof["batch_bytes"].mean / len(samplers))
+        grad = prof["grad_bytes"].mean
+        if spec.sync == "ps":
+            for j in range(spec.parameter_servers):
+                add(f"trainer:{r}", f"ps:{j}", 2 * grad / spec.parameter_servers)
+        elif spec.trainers > 1:
+            ring = 2 * (spec.trainers - 1) / spec.trainers * grad
+            add(f"trainer:{r}", f"trainer:{(r + 1) % spec.trainers}", ring / 2)
+    return tr
+
+
+@dataclass
+class Evaluator:
+    """Scores placements of one job on one cluster, on one fixed :class:`Scenario`."""
+
+    cluster: Cluster
+    scenario: Scenario
+    policy: Policy = Policy.PRIORITY
+    lam: float = 10.0
+    simulations: int = 0
+    _cache: dict[Placement, float] = field(default_factory=dict, repr=False)
+    _viol: dict[Placement, float] = field(default_factory=dict, repr=False)
+    _floor: float | None = field(default=None, repr=False)
+    _traffic: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def job(self) -> Job:
+        return self.scenario.job
+
+    def makespan(self, placement: Sequence[int]) -> float:
+        key = tuple(int(m) for m in placement)
+        got = self._cache.get(key)
+        if got is None:
+            dag = build_workload(self.cluster, self.scenario, key).dag
+            got = simulate(dag, self.policy).makespan
+            self.simulations += 1
+            self._cache[key] = got
+        return got
+
+    def violation(self, placement: Sequence[int]) -> float:
+        key = tuple(int(m) for m in placement)
+        got = self._viol.get(key)
+        if got is None:
+            got = self._viol[key] = violation(self.cluster, self.job, key)
+        return got
+
+    def floor(self) -> float:
+        """A makespan no placement can beat: the compute-only critical path (every task
+        on one machine, all flows free, capacities ignored)."""
+        if self._floor is None:
+            dag = build_workload(self.cluster, self.scenario, (0,) * len(self.job.tasks)).dag
+            self._floor = chain_bound(dag)
+        return self._floor
+
+    def port_floor(self, placement: Sequence[int]) -> float:
+        """Busiest port's bytes / bandwidth, from the task traffic matrix (no DAG)."""
+        if self._traffic is None:
+            self._traffic = traffic_matrix(self.scenario)
+        x = np.asarray(placement, dtype=np.intp)
+        remote = self._traffic * (x[:, None] != x[None, :])
+        m = self.cluster.size
+        out = np.bincount(x, weights=remote.sum(axis=1), minlength=m) / self.cluster.egress
+        inn = np.bincount(x, weights=remote.sum(axis=0), minlength=m) / self.cluster.ingress
+        return float(max(out.max(), inn.max()))
+
+    def cost_floor(self, placement: Sequence[int]) -> float:
+        """A lower bound on :meth:`cost` that needs no simulation: the larger of the
+        compute-only critical path and the busiest port, times the violation factor."""
+        ms = max(self.floor(), self.port_floor(placement))
+        return ms * (1.0 + self.lam * self.violation(placement))
+
+    def cost(self, placement: Sequence[int]) -> float:
+        return self.makespan(placement) * (1.0 + self.lam * self.violation(placement))

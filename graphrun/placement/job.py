@@ -1,0 +1,140 @@
+"""The job model: the tasks of a distributed GNN training job and their resource demands.
+
+Native placement-job file (YAML), what ``graphrun plan`` reads::
+
+    apiVersion: graphrun.io/v1alpha1
+    kind: PlacementJob
+    name: products
+    partitions: 4               # one graph store task per partition: store:<p>
+    trainers: 4                 # trainer:<r> trains on partition r mod partitions
+    samplers_per_trainer: 2     # sampler:<r>:<w>, worker w samples every w-th batch
+    sync: ps                    # ps (parameter servers ps:<i>) or allreduce (ring)
+    parameter_servers: 2        # only with sync: ps
+    prefetch: 1                 # batches sampled/fetched ahead of training
+    iterations: 8               # iterations simulated to score a placement
+    profile: products           # built-in profile name, or a profile JSON path
+                                # (relative to this file), see graphrun.placement.profile
+    demands:                    # per task kind; omitted resources are 0
+      store:   {cpu: 2, memory_gb: 60}
+      sampler: {cpu: 2, memory_gb: 4}
+      trainer: {cpu: 4, memory_gb: 16, gpus: 1}
+      ps:      {cpu: 1, memory_gb: 4}
+
+Role names follow the shared convention (``store:<p>``, ``trainer:<r>``,
+``sampler:<r>:<w>``, ``ps:<i>``); they are the keys of a placement plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from graphrun.errors import SpecError
+from graphrun.placement._io import read_yaml, validate
+from graphrun.placement.profile import Profile, resolve_profile
+
+RESOURCES = ("cpu", "memory_gb", "gpus")
+KINDS = ("store", "trainer", "sampler", "ps")
+
+
+class Demand(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    cpu: Annotated[float, Field(ge=0)] = 0
+    memory_gb: Annotated[float, Field(ge=0)] = 0
+    gpus: Annotated[float, Field(ge=0)] = 0
+
+
+class Demands(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    store: Demand = Demand(cpu=2, memory_gb=60)
+    sampler: Demand = Demand(cpu=2, memory_gb=4)
+    trainer: Demand = Demand(cpu=4, memory_gb=16, gpus=1)
+    ps: Demand = Demand(cpu=1, memory_gb=4)
+
+
+class JobSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    apiVersion: Literal["graphrun.io/v1alpha1"] = "graphrun.io/v1alpha1"
+    kind: Literal["PlacementJob"] = "PlacementJob"
+    name: str = "job"
+    partitions: int = Field(ge=1)
+    trainers: int = Field(ge=1)
+    samplers_per_trainer: Annotated[int, Field(ge=0)] = 1
+    sync: Literal["ps", "allreduce"] = "ps"
+    parameter_servers: Annotated[int, Field(ge=0)] = 1
+    prefetch: Annotated[int, Field(ge=0)] = 1
+    iterations: Annotated[int, Field(ge=1)] = 8
+    profile: str = "products"
+    demands: Demands = Demands()
+
+    @model_validator(mode="after")
+    def _ps(self) -> JobSpec:
+        if self.sync == "ps" and self.parameter_servers < 1:
+            raise ValueError("parameter_servers must be >= 1 with sync: ps")
+        return self
+
+
+@dataclass(frozen=True)
+class Task:
+    role: str  # store:<p> | trainer:<r> | sampler:<r>:<w> | ps:<i>
+    kind: str  # store | trainer | sampler | ps
+    index: int  # p, r, or i
+    worker: int  # w for samplers, else 0
+    demand: tuple[float, float, float]  # in RESOURCES order
+
+
+@dataclass(frozen=True)
+class Job:
+    """A placement job: tasks in a fixed order plus the profile that scores placements."""
+
+    spec: JobSpec
+    profile: Profile
+    tasks: tuple[Task, ...]
+    source: str = "job"  # the file it came from, for error messages
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return tuple(t.role for t in self.tasks)
+
+    def index(self, role: str) -> int:
+        return self.roles.index(role)
+
+
+def _tasks(spec: JobSpec) -> tuple[Task, ...]:
+    d = spec.demands
+
+    def dem(x: Demand) -> tuple[float, float, float]:
+        return (x.cpu, x.memory_gb, x.gpus)
+
+    out = [Task(f"store:{p}", "store", p, 0, dem(d.store)) for p in range(spec.partitions)]
+    out += [Task(f"trainer:{r}", "trainer", r, 0, dem(d.trainer)) for r in range(spec.trainers)]
+    out += [
+        Task(f"sampler:{r}:{w}", "sampler", r, w, dem(d.sampler))
+        for r in range(spec.trainers)
+        for w in range(spec.samplers_per_trainer)
+    ]
+    if spec.sync == "ps":
+        out += [Task(f"ps:{i}", "ps", i, 0, dem(d.ps)) for i in range(spec.parameter_servers)]
+    return tuple(out)
+
+
+def job_from_spec(spec: JobSpec, profile: Profile, source: str = "job") -> Job:
+    return Job(spec=spec, profile=profile, tasks=_tasks(spec), source=source)
+
+
+def job_from_dict(data: Any, where: str = "job", base: Path | None = None) -> Job:
+    spec = validate(JobSpec, data, where)
+    try:
+        profile = resolve_profile(spec.profile, base)
+    except SpecError as exc:
+        raise SpecError(f"{where}: profile: {exc}") from exc
+    return job_from_spec(spec, profile, where)
+
+
+def load_job(path: str | Path) -> Job:
+    """Read a native placement-job YAML file (see the module docstring)."""
+    path = Path(path)
+    return job_from_dict(read_yaml(path), str(path), base=path.parent)

@@ -1,0 +1,152 @@
+"""The placement plan file: which machine runs each role of a job.
+
+Written by ``graphrun plan``, read by the job spec, the launcher and the operator::
+
+    apiVersion: graphrun.io/v1alpha1
+    kind: PlacementPlan
+    machines: [m0, m1, m2, m3]      # every machine the plan may use
+    assignments:                    # role name -> machine name
+      store:0: m0
+      trainer:0: m1
+      sampler:0:0: m1
+      ps:0: m0
+
+Role names: ``store:<p>`` (main store server of partition p), ``store:<p>:<b>`` (its
+backup b >= 1), ``trainer:<r>``, ``sampler:<r>:<w>``, ``ps:<i>``. Every assigned
+machine must be listed in ``machines``. :func:`load_plan` checks the file against the
+machines and roles a caller knows, so a plan naming an unknown machine or role is
+rejected with one line naming the field.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from graphrun.errors import SpecError
+from graphrun.placement._io import read_yaml, validate, write_text_atomic
+
+ROLE_RE = re.compile(r"^(store:\d+(:[1-9]\d*)?|trainer:\d+|sampler:\d+:\d+|ps:\d+)$")
+
+
+class PlacementPlan(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    apiVersion: Literal["graphrun.io/v1alpha1"] = "graphrun.io/v1alpha1"
+    kind: Literal["PlacementPlan"] = "PlacementPlan"
+    machines: list[str] = Field(min_length=1)
+    assignments: dict[str, str]
+
+    @field_validator("machines")
+    @classmethod
+    def _unique(cls, v: list[str]) -> list[str]:
+        seen = set()
+        for name in v:
+            if not name:
+                raise ValueError("a machine name is empty")
+            if name in seen:
+                raise ValueError(f"machine {name!r} is listed twice")
+            seen.add(name)
+        return v
+
+    @model_validator(mode="after")
+    def _known(self) -> PlacementPlan:
+        for role, machine in self.assignments.items():
+            if not ROLE_RE.match(role):
+                raise ValueError(
+                    f"{role!r} is not a role name "
+                    "(store:<p>[:<b>], trainer:<r>, sampler:<r>:<w>, ps:<i>)"
+                )
+            if machine not in self.machines:
+                raise ValueError(f"{role}: machine {machine!r} is not in machines")
+        return self
+
+    def machine_of(self, role: str) -> str | None:
+        return self.assignments.get(role)
+
+    def roles_on(self, machine: str) -> list[str]:
+        return [r for r, m in self.assignments.items() if m == machine]
+
+
+def plan_from_dict(
+    data: Any,
+    where: str = "plan",
+    *,
+    machines: Sequence[str] | None = None,
+    roles: Iterable[str] | None = None,
+    require_all: bool = False,
+) -> PlacementPlan:
+    """Validate a plan; with ``machines``/``roles`` also check it names only those."""
+    plan = validate(PlacementPlan, data, where)
+    if machines is not None:
+        known = set(machines)
+        for name in plan.machines:
+            if name not in known:
+                raise SpecError(f"{where}: machines: {name!r} is not a machine of the cluster")
+    if roles is not None:
+        wanted = list(roles)
+        allowed = set(wanted)
+        for role in plan.assignments:
+            if role not in allowed:
+                raise SpecError(f"{where}: assignments.{role}: not a role of this job")
+        if require_all:
+            for role in wanted:
+                if role not in plan.assignments:
+                    raise SpecError(f"{where}: assignments.{role}: missing")
+    return plan
+
+
+def load_plan(
+    path: str | Path,
+    *,
+    machines: Sequence[str] | None = None,
+    roles: Iterable[str] | None = None,
+    require_all: bool = False,
+) -> PlacementPlan:
+    """Read a plan file (see the module docstring) and check it."""
+    return plan_from_dict(
+        read_yaml(path), str(path), machines=machines, roles=roles, require_all=require_all
+    )
+
+
+def dump_plan(plan: PlacementPlan, comments: Sequence[str] = ()) -> str:
+    head = "".join(f"# {line}\n" for line in comments)
+    body = yaml.safe_dump(plan.model_dump(), sort_keys=False, default_flow_style=False)
+    return head + body
+
+
+def write_plan(plan: PlacementPlan, path: str | Path, comments: Sequence[str] = ()) -> Path:
+    """Write the plan atomically (temp file, then rename)."""
+    return write_text_atomic(path, dump_plan(plan, comments))
+
+
+def make_plan(
+    machine_names: Sequence[str], roles: Sequence[str], placement: Sequence[int]
+) -> PlacementPlan:
+    """A plan from machine indices per role (``placement[i]`` runs ``roles[i]``)."""
+    if len(roles) != len(placement):
+        raise SpecError(f"plan: {len(placement)} machines for {len(roles)} roles")
+    return PlacementPlan(
+        machines=list(machine_names),
+        assignments={r: machine_names[m] for r, m in zip(roles, placement, strict=True)},
+    )
+
+
+def placement_of(
+    plan: PlacementPlan, machine_names: Sequence[str], roles: Sequence[str]
+) -> tuple[int, ...]:
+    """Machine indices per role (the inverse of :func:`make_plan`); every role must be assigned."""
+    index = {m: i for i, m in enumerate(machine_names)}
+    out = []
+    for role in roles:
+        m = plan.assignments.get(role)
+        if m is None:
+            raise SpecError(f"plan: assignments.{role}: missing")
+        if m not in index:
+            raise SpecError(f"plan: assignments.{role}: machine {m!r} is not in the cluster")
+        out.append(index[m])
+    return tuple(out)

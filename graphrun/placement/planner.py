@@ -1,0 +1,64 @@
+"""One call from (cluster, job) to a plan: IFS, then ETP, compared with co-location.
+
+This is what ``graphrun plan`` runs; the benchmark composes the same pieces itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphrun.placement.baselines import colocation
+from graphrun.placement.bounds import Bounds, lower_bounds
+from graphrun.placement.cluster import Cluster
+from graphrun.placement.cost import Evaluator, Placement, check_feasible
+from graphrun.placement.job import Job
+from graphrun.placement.oes import Policy
+from graphrun.placement.plan import PlacementPlan, make_plan
+from graphrun.placement.search import SearchResult, etp, ifs
+from graphrun.placement.workload import build_workload, make_scenario
+
+
+@dataclass(frozen=True)
+class PlanOutcome:
+    plan: PlacementPlan
+    placement: Placement
+    makespan: float  # simulated seconds for job.spec.iterations iterations
+    ifs_makespan: float
+    colocation_makespan: float | None  # None when co-location does not fit
+    bounds: Bounds  # lower bounds of the chosen placement
+    search: SearchResult
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    seed: int = 0
+    max_seconds: float | None = 30.0
+    max_steps: int | None = None
+    beta: float = 200.0
+    lam: float = 10.0
+    policy: Policy = Policy.PRIORITY
+
+
+def optimize(cluster: Cluster, job: Job, options: PlanOptions = PlanOptions()) -> PlanOutcome:
+    """IFS then ETP within the budget of ``options``; the best feasible placement as a plan."""
+    check_feasible(cluster, job)
+    ev = Evaluator(cluster, make_scenario(job, options.seed), options.policy, options.lam)
+    start = ifs(ev)
+    result = etp(
+        ev,
+        start,
+        beta=options.beta,
+        seed=options.seed,
+        max_seconds=options.max_seconds,
+        max_steps=options.max_steps,
+    )
+    co = colocation(cluster, job)
+    return PlanOutcome(
+        plan=make_plan(cluster.names, job.roles, result.placement),
+        placement=result.placement,
+        makespan=result.makespan,
+        ifs_makespan=ev.makespan(start),
+        colocation_makespan=ev.makespan(co) if ev.violation(co) == 0 else None,
+        bounds=lower_bounds(build_workload(cluster, ev.scenario, result.placement)),
+        search=result,
+    )

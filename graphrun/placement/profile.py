@@ -1,0 +1,246 @@
+"""Job profiles: per-iteration compute times and data volumes as empirical distributions.
+
+Runtime metrics (what the training layer emits)
+-----------------------------------------------
+Each trainer appends one JSON object per mini-batch to a metrics file (JSON lines,
+one object per line). The schema, version 1, is :class:`BatchRecord`::
+
+    {"kind": "batch", "v": 1,
+     "rank": 0,                 # trainer rank
+     "partition": 0,            # the partition that trainer trains on (its "own")
+     "iteration": 17,           # iteration number within the run
+     "sample_s": 0.021,         # seconds to sample this batch (in the sampler)
+     "fetch_s": 0.008,          # seconds the trainer spent pulling features
+     "compute_s": 0.013,        # seconds of forward + backward + optimizer step
+     "structure_bytes": {"0": 5200000, "1": 900000},  # graph structure bytes the sampler
+                                                       # pulled from each partition
+     "feature_bytes": {"0": 41000000, "1": 12000000}, # feature bytes the trainer pulled
+                                                       # from each partition
+     "batch_bytes": 7800000,    # bytes of the sampled batch sent sampler -> trainer
+     "grad_bytes": 1600000}     # bytes of dense gradients per step (= parameter bytes)
+
+Lines whose ``kind`` is not ``"batch"`` are ignored, so the same file can carry other
+metrics. ``BatchRecord.to_json()`` writes exactly this line.
+
+Profile file (JSON)
+-------------------
+``{"format": "graphrun-profile", "version": 1, "name": ..., "quantities": {q: [samples]}}``
+for every quantity in :data:`QUANTITIES`. Bytes from partitions are split into the
+trainer's own partition (``*_own``) and each other partition (``*_other``), so a profile
+recorded with one partition count can drive a plan for another. Synthetic
+``products`` and ``papers100m`` profiles ship with the package (:func:`builtin_profile`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphrun.errors import SpecError
+from graphrun.placement._io import read_json, write_text_atomic
+
+FORMAT = "graphrun-profile"
+VERSION = 1
+RECORD_VERSION = 1
+QUANTITIES = (
+    "sample_s",
+    "fetch_s",
+    "compute_s",
+    "ps_update_s",
+    "structure_own",
+    "structure_other",
+    "feature_own",
+    "feature_other",
+    "batch_bytes",
+    "grad_bytes",
+)
+BUILTIN = ("products", "papers100m")
+_MAX_SAMPLES = 256
+
+
+@dataclass(frozen=True)
+class Empirical:
+    """An empirical distribution: sorted samples, drawn from uniformly."""
+
+    values: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.values or any(not np.isfinite(v) or v < 0 for v in self.values):
+            raise SpecError("profile: a distribution needs finite samples >= 0")
+
+    @classmethod
+    def of(cls, samples: Iterable[float]) -> Empirical:
+        """Sorted samples, thinned to at most 256 evenly spaced quantiles."""
+        a = np.sort(np.asarray(list(samples), dtype=float))
+        if a.size > _MAX_SAMPLES:
+            a = np.quantile(a, np.linspace(0, 1, _MAX_SAMPLES))
+        return cls(tuple(float(x) for x in a))
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.values))
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return np.asarray(self.values)[rng.integers(0, len(self.values), size=n)]
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    quantities: dict[str, Empirical]
+
+    def __post_init__(self) -> None:
+        missing = [q for q in QUANTITIES if q not in self.quantities]
+        if missing:
+            raise SpecError(f"profile {self.name}: quantities.{missing[0]}: missing")
+
+    def __getitem__(self, q: str) -> Empirical:
+        return self.quantities[q]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "name": self.name,
+            "quantities": {q: list(self.quantities[q].values) for q in QUANTITIES},
+        }
+
+
+def profile_from_dict(data: Any, where: str) -> Profile:
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise SpecError(f"{where}: format: expected {FORMAT!r}")
+    if data.get("version") != VERSION:
+        raise SpecError(f"{where}: version: {data.get('version')!r} is not {VERSION}")
+    qs = data.get("quantities")
+    if not isinstance(qs, dict):
+        raise SpecError(f"{where}: quantities: expected a mapping")
+    out = {}
+    for q in QUANTITIES:
+        v = qs.get(q)
+        if not isinstance(v, list) or not v or not all(isinstance(x, int | float) for x in v):
+            raise SpecError(f"{where}: quantities.{q}: expected a non-empty list of numbers")
+        if any(x < 0 for x in v):
+            raise SpecError(f"{where}: quantities.{q}: negative sample")
+        out[q] = Empirical.of(v)
+    return Profile(name=str(data.get("name", Path(where).stem)), quantities=out)
+
+
+def load_profile(path: str | Path) -> Profile:
+    return profile_from_dict(read_json(path), str(path))
+
+
+def save_profile(profile: Profile, path: str | Path) -> Path:
+    return write_text_atomic(path, json.dumps(profile.to_dict(), indent=1) + "\n")
+
+
+def builtin_profile(name: str) -> Profile:
+    """The synthetic ``products`` or ``papers100m`` profile shipped with the package."""
+    if name not in BUILTIN:
+        raise SpecError(f"profile: {name!r} is not a built-in profile ({', '.join(BUILTIN)})")
+    text = resources.files("graphrun.placement").joinpath(f"profiles/{name}.json").read_text()
+    return profile_from_dict(json.loads(text), f"builtin:{name}")
+
+
+def resolve_profile(ref: str, base: Path | None = None) -> Profile:
+    """A built-in profile name, or a path to a profile JSON (relative to ``base``)."""
+    if ref in BUILTIN:
+        return builtin_profile(ref)
+    path = Path(ref)
+    if base is not None and not path.is_absolute():
+        path = base / path
+    return load_profile(path)
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """One line of the runtime metrics file (see the module docstring)."""
+
+    rank: int
+    partition: int
+    iteration: int
+    sample_s: float
+    fetch_s: float
+    compute_s: float
+    structure_bytes: dict[int, int] = field(default_factory=dict)
+    feature_bytes: dict[int, int] = field(default_factory=dict)
+    batch_bytes: int = 0
+    grad_bytes: int = 0
+
+    def to_json(self) -> str:
+        d: dict[str, Any] = {"kind": "batch", "v": RECORD_VERSION, **asdict(self)}
+        d["structure_bytes"] = {str(k): v for k, v in self.structure_bytes.items()}
+        d["feature_bytes"] = {str(k): v for k, v in self.feature_bytes.items()}
+        return json.dumps(d, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str) -> BatchRecord:
+        if d.get("v") != RECORD_VERSION:
+            raise SpecError(f"{where}: v: {d.get('v')!r} is not {RECORD_VERSION}")
+        try:
+            rec = cls(
+                rank=int(d["rank"]),
+                partition=int(d["partition"]),
+                iteration=int(d["iteration"]),
+                sample_s=float(d["sample_s"]),
+                fetch_s=float(d["fetch_s"]),
+                compute_s=float(d["compute_s"]),
+                structure_bytes={int(k): int(v) for k, v in d.get("structure_bytes", {}).items()},
+                feature_bytes={int(k): int(v) for k, v in d.get("feature_bytes", {}).items()},
+                batch_bytes=int(d.get("batch_bytes", 0)),
+                grad_bytes=int(d.get("grad_bytes", 0)),
+            )
+        except KeyError as exc:
+            raise SpecError(f"{where}: {exc.args[0]}: missing") from exc
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise SpecError(f"{where}: malformed batch record: {exc}") from exc
+        numbers = (rec.sample_s, rec.fetch_s, rec.compute_s, rec.batch_bytes, rec.grad_bytes)
+        if min(numbers) < 0:
+            raise SpecError(f"{where}: a time or byte count is negative")
+        return rec
+
+
+def read_records(path: str | Path) -> list[BatchRecord]:
+    """The batch records of a JSON-lines metrics file."""
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    out = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"{path}:{i}: not valid JSON: {exc.msg}") from exc
+        if isinstance(d, dict) and d.get("kind") == "batch":
+            out.append(BatchRecord.from_dict(d, f"{path}:{i}"))
+    if not out:
+        raise SpecError(f'{path}: no batch records (lines with "kind": "batch")')
+    return out
+
+
+def profile_from_records(records: list[BatchRecord], name: str) -> Profile:
+    """Pool the records into empirical distributions (own vs other partitions split)."""
+    s: dict[str, list[float]] = {q: [] for q in QUANTITIES}
+    for r in records:
+        s["sample_s"].append(r.sample_s)
+        s["fetch_s"].append(r.fetch_s)
+        s["compute_s"].append(r.compute_s)
+        s["batch_bytes"].append(r.batch_bytes)
+        s["grad_bytes"].append(r.grad_bytes)
+        for kind, per_part in (("structure", r.structure_bytes), ("feature", r.feature_bytes)):
+            s[f"{kind}_own"].append(per_part.get(r.partition, 0))
+            s[f"{kind}_other"].extend(v for p, v in per_part.items() if p != r.partition)
+    s["ps_update_s"] = [0.0]  # not measured by the runtime; the PS update is negligible
+    for q in ("structure_other", "feature_other"):
+        if not s[q]:
+            s[q] = [0.0]
+    return Profile(name=name, quantities={q: Empirical.of(v) for q, v in s.items()})

@@ -1,0 +1,203 @@
+"""IFS (initial feasible placement), ETP (Markov-chain exploration) and simulated annealing.
+
+ETP is a Metropolis chain over placements (every task on any machine, feasible or
+not). A step proposes, with probability ``swap_prob``, to swap the machines of two
+tasks drawn uniformly among all pairs (a no-op if they share a machine), otherwise to
+relocate a uniformly drawn task to a uniformly drawn other machine. Both proposals are
+symmetric, so accepting with ``min(1, exp(-beta * (c' - c) / scale))`` makes the
+stationary distribution proportional to ``exp(-beta * cost / scale)``. ``scale`` is
+the initial placement's cost unless given, so ``beta`` is unit-free. The uniform draw
+comes first, so a proposal whose cost floor (:meth:`Evaluator.cost_floor`, no
+simulation) already exceeds the acceptance threshold is rejected unsimulated — the
+same decision, much cheaper for overloaded placements. The best
+*feasible* placement seen is returned, with the anytime curve of its improvements.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphrun.errors import ArgumentError, SpecError
+from graphrun.placement.cost import (
+    Evaluator,
+    Placement,
+    capacity_matrix,
+    check_feasible,
+    demand_matrix,
+    expected_traffic,
+)
+
+_KIND_ORDER = {"store": 0, "trainer": 1, "sampler": 2, "ps": 3}
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    step: int
+    seconds: float
+    makespan: float
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    placement: Placement
+    makespan: float
+    steps: int
+    simulations: int
+    rejected_early: int  # proposals rejected on their cost floor, never simulated
+    seconds: float
+    curve: tuple[CurvePoint, ...]
+
+
+def ifs(ev: Evaluator) -> Placement:
+    """Greedy feasible placement: stores (largest memory first), trainers, samplers, PS.
+
+    Each task goes to the machine with room that has the most expected traffic with
+    the tasks already there; ties go to the faster NIC, then the lowest index.
+    """
+    cluster, job = ev.cluster, ev.job
+    check_feasible(cluster, job)
+    dem, free = demand_matrix(job), capacity_matrix(cluster).copy()
+    traffic = expected_traffic(job)
+    speed = np.minimum(cluster.egress, cluster.ingress)
+    order = sorted(
+        range(len(job.tasks)),
+        key=lambda t: (_KIND_ORDER[job.tasks[t].kind], -dem[t, 1], t),
+    )
+    place = [-1] * len(job.tasks)
+    on: list[list[int]] = [[] for _ in range(cluster.size)]
+    for t in order:
+        fits = [m for m in range(cluster.size) if np.all(free[m] >= dem[t] - 1e-9)]
+        if not fits:
+            raise SpecError(f"placement: no machine has room left for {job.tasks[t].role}")
+        m = max(fits, key=lambda m: (traffic[t, on[m]].sum(), speed[m], -m))
+        place[t] = m
+        on[m].append(t)
+        free[m] -= dem[t]
+    return tuple(place)
+
+
+def _propose(x: list[int], rng: np.random.Generator, machines: int, swap_prob: float) -> None:
+    n = len(x)
+    if n >= 2 and rng.random() < swap_prob:
+        i, j = rng.choice(n, size=2, replace=False)
+        x[i], x[j] = x[j], x[i]
+    elif machines >= 2:
+        i = int(rng.integers(n))
+        m = int(rng.integers(machines - 1))
+        x[i] = m if m < x[i] else m + 1
+
+
+def _chain(
+    ev: Evaluator,
+    init: Sequence[int],
+    beta_at: Callable[[float], float],
+    *,
+    seed: int,
+    max_steps: int | None,
+    max_seconds: float | None,
+    scale: float | None,
+    swap_prob: float,
+    on_step: Callable[[Placement], None] | None,
+) -> SearchResult:
+    if max_steps is None and max_seconds is None:
+        raise ArgumentError("search: give max_steps or max_seconds")
+    rng = np.random.default_rng(seed)
+    t0 = time.perf_counter()
+    sims0 = ev.simulations
+    x = [int(m) for m in init]
+    c = ev.cost(x)
+    scale = scale or c or 1.0
+    best: Placement = tuple(x)
+    best_ms = ev.makespan(x) if ev.violation(x) == 0 else math.inf
+    curve = [CurvePoint(0, 0.0, best_ms)] if best_ms < math.inf else []
+    step = rejected_early = 0
+    while True:
+        elapsed = time.perf_counter() - t0
+        if max_steps is not None and step >= max_steps:
+            break
+        if max_seconds is not None and elapsed >= max_seconds:
+            break
+        frac = step / max_steps if max_steps else elapsed / (max_seconds or 1.0)
+        step += 1
+        y = x[:]
+        _propose(y, rng, ev.cluster.size, swap_prob)
+        # Metropolis: accept iff c' < c - scale * ln(u) / beta. A proposal whose cost
+        # floor already exceeds that threshold is rejected without simulating it.
+        threshold = c - scale * math.log(1.0 - rng.random()) / beta_at(frac)
+        if ev.cost_floor(y) >= threshold:
+            rejected_early += 1
+        elif (cy := ev.cost(y)) < threshold:
+            x, c = y, cy
+            if c < best_ms and ev.violation(x) == 0:
+                best, best_ms = tuple(x), ev.makespan(x)
+                curve.append(CurvePoint(step, time.perf_counter() - t0, best_ms))
+        if on_step is not None:
+            on_step(tuple(x))
+    if best_ms == math.inf:
+        raise SpecError("placement: the search found no feasible placement")
+    return SearchResult(
+        placement=best,
+        makespan=best_ms,
+        steps=step,
+        simulations=ev.simulations - sims0,
+        rejected_early=rejected_early,
+        seconds=time.perf_counter() - t0,
+        curve=tuple(curve),
+    )
+
+
+def etp(
+    ev: Evaluator,
+    init: Sequence[int],
+    *,
+    beta: float = 200.0,
+    seed: int = 0,
+    max_steps: int | None = None,
+    max_seconds: float | None = None,
+    scale: float | None = None,
+    swap_prob: float = 0.3,
+    on_step: Callable[[Placement], None] | None = None,
+) -> SearchResult:
+    """Metropolis exploration at fixed ``beta`` (see the module docstring)."""
+    return _chain(
+        ev,
+        init,
+        lambda _: beta,
+        seed=seed,
+        max_steps=max_steps,
+        max_seconds=max_seconds,
+        scale=scale,
+        swap_prob=swap_prob,
+        on_step=on_step,
+    )
+
+
+def anneal(
+    ev: Evaluator,
+    init: Sequence[int],
+    *,
+    beta0: float = 10.0,
+    beta1: float = 2000.0,
+    seed: int = 0,
+    max_steps: int | None = None,
+    max_seconds: float | None = None,
+    swap_prob: float = 0.3,
+) -> SearchResult:
+    """Simulated annealing: the same moves, beta rising geometrically over the budget."""
+    ratio = beta1 / beta0
+    return _chain(
+        ev,
+        init,
+        lambda frac: beta0 * ratio ** min(frac, 1.0),
+        seed=seed,
+        max_steps=max_steps,
+        max_seconds=max_seconds,
+        scale=None,
+        swap_prob=swap_prob,
+        on_step=None,
+    )

@@ -1,0 +1,117 @@
+"""The job's CURVE key pair: generation, the key file, and socket set-up.
+
+Every job has one key pair, made by the launcher side with :func:`generate_keys`
+(never hard-coded). Servers use it as their CURVE server key; clients use the
+same pair as their client key, and each server's ZAP handler admits only a client
+whose public key is the job's public key. CURVE proves possession of the secret
+key during the handshake, so a peer that knows only the public key is refused, and
+all traffic is encrypted. A refused client cannot disturb anyone else.
+
+Key file (JSON, mode 0600, written atomically)::
+
+    {"format": "graphrun-key", "version": 1,
+     "public": "<40-char Z85 public key>", "secret": "<40-char Z85 secret key>"}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+
+from graphrun.errors import ArgumentError
+
+KEY_FORMAT = "graphrun-key"
+KEY_VERSION = 1
+ZAP_DOMAIN = "graphrun"
+
+
+@dataclass(frozen=True, repr=False)
+class KeyPair:
+    """A CURVE key pair, Z85-encoded (40 ASCII characters each)."""
+
+    public: str
+    secret: str
+
+    def __post_init__(self) -> None:
+        for name in ("public", "secret"):
+            val = getattr(self, name)
+            if not isinstance(val, str) or len(val) != 40:
+                raise ArgumentError(f"KeyPair.{name}: expected a 40-character Z85 string")
+
+    def __repr__(self) -> str:  # never print the secret
+        return f"KeyPair(public={self.public!r}, secret=<hidden>)"
+
+
+def new_keypair() -> KeyPair:
+    public, secret = zmq.curve_keypair()
+    return KeyPair(public.decode("ascii"), secret.decode("ascii"))
+
+
+def generate_keys(path: str | Path) -> KeyPair:
+    """Make a new job key pair and write it to ``path`` (mode 0600, atomic)."""
+    keys = new_keypair()
+    final = Path(path)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    data = {"format": KEY_FORMAT, "version": KEY_VERSION, "public": keys.public}
+    data["secret"] = keys.secret
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(data) + "\n")
+    os.replace(tmp, final)
+    return keys
+
+
+def load_keys(path: str | Path) -> KeyPair:
+    """Read a key file written by :func:`generate_keys`."""
+    p = Path(path)
+    try:
+        data: Any = json.loads(p.read_text())
+    except (OSError, ValueError) as exc:
+        raise ArgumentError(f"{p}: cannot read key file ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != KEY_FORMAT:
+        raise ArgumentError(f"{p}: field 'format' is not {KEY_FORMAT!r}")
+    if data.get("version") != KEY_VERSION:
+        raise ArgumentError(f"{p}: field 'version' is {data.get('version')!r}, not {KEY_VERSION}")
+    try:
+        return KeyPair(str(data.get("public")), str(data.get("secret")))
+    except ArgumentError as exc:
+        raise ArgumentError(f"{p}: {exc}") from None
+
+
+class _JobKeyOnly:
+    """ZAP credentials provider: admit exactly the job's public key."""
+
+    def __init__(self, public: str) -> None:
+        self._public = public.encode("ascii")
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return key == self._public
+
+
+def secure_server(ctx: zmq.Context, sock: zmq.Socket, keys: KeyPair) -> ThreadAuthenticator:
+    """Make ``sock`` a CURVE server admitting only holders of ``keys``; returns the ZAP thread.
+
+    The authenticator is bound to ``ctx``: use one context per server. Stop it on close.
+    """
+    auth = ThreadAuthenticator(ctx)
+    auth.start()
+    auth.configure_curve_callback(ZAP_DOMAIN, credentials_provider=_JobKeyOnly(keys.public))
+    sock.zap_domain = ZAP_DOMAIN.encode()
+    sock.curve_secretkey = keys.secret.encode("ascii")
+    sock.curve_publickey = keys.public.encode("ascii")
+    sock.curve_server = True
+    return auth
+
+
+def secure_client(sock: zmq.Socket, keys: KeyPair) -> None:
+    """Make ``sock`` a CURVE client presenting the job key pair."""
+    sock.curve_serverkey = keys.public.encode("ascii")
+    sock.curve_publickey = keys.public.encode("ascii")
+    sock.curve_secretkey = keys.secret.encode("ascii")

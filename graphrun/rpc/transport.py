@@ -1,0 +1,387 @@
+"""ZeroMQ transport: a ROUTER server loop and a DEALER client with many requests in flight.
+
+:class:`RpcServer` binds one ROUTER socket and calls ``handler(peer, request)`` for each
+decoded request; whatever goes wrong with one message (garbage, wrong version, a
+handler error) becomes an ERROR reply to that peer and one log line — the loop goes
+on. :class:`RpcClient` talks to one server: :meth:`RpcClient.send` returns a request
+id at once, :meth:`RpcClient.wait` collects that reply (other replies that arrive
+meanwhile are kept), so any number of requests can be in flight. Every wait has a
+deadline. Failures raise the :mod:`graphrun.errors` tree with the server address and
+the operation name; a handshake refused for a wrong key raises ``AuthError`` and a
+lost connection fails the requests in flight instead of letting them hang.
+
+Sockets are not thread-safe: use one client per thread (or process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from graphrun.errors import (
+    ArgumentError,
+    AuthError,
+    GraphrunError,
+    ProtocolError,
+    RemoteError,
+    RpcError,
+    RpcTimeout,
+    StoreError,
+    UserError,
+)
+from graphrun.rpc.auth import KeyPair, secure_client, secure_server
+from graphrun.rpc.codec import (
+    DEFAULT_LIMITS,
+    Limits,
+    Message,
+    MsgKind,
+    decode,
+    encode,
+    error_message,
+    peek_request,
+)
+
+log = logging.getLogger("graphrun.rpc")
+
+#: frames below this size are copied into zmq (cheaper than tracking a zero-copy buffer)
+ZERO_COPY_THRESHOLD = 1 << 16
+
+Handler = Callable[[bytes, Message], Message | None]
+
+
+def send_frames(
+    sock: zmq.Socket, frames: Sequence[Any], prefix: Sequence[bytes] = (), flags: int = 0
+) -> None:
+    """Send one multipart message; large frames go zero-copy (``copy=False``).
+
+    With ``flags=zmq.NOBLOCK`` only the first frame can raise ``zmq.Again``: once it is
+    queued, zmq guarantees the rest of the message goes too."""
+    parts = [*prefix, *frames]
+    last = len(parts) - 1
+    for i, f in enumerate(parts):
+        nbytes = f.nbytes if isinstance(f, np.ndarray | memoryview) else len(f)
+        more = zmq.SNDMORE if i < last else 0
+        sock.send(f, more | (flags if i == 0 else 0), copy=nbytes < ZERO_COPY_THRESHOLD)
+
+
+def _error_type(exc: BaseException) -> str:
+    for cls in (ArgumentError, StoreError, ProtocolError, AuthError):
+        if isinstance(exc, cls):
+            return cls.__name__
+    return "UserError" if isinstance(exc, UserError) else "RemoteError"
+
+
+_REFUSED_EVENTS = (
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+)
+
+_FAIL_EVENTS = (
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_DISCONNECTED
+    | zmq.EVENT_HANDSHAKE_SUCCEEDED
+)
+
+
+class RpcServer:
+    """A ROUTER socket serving ``handler``; CURVE-secured when ``keys`` is given."""
+
+    def __init__(
+        self,
+        address: str,
+        handler: Handler,
+        *,
+        keys: KeyPair | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        name: str = "server",
+    ) -> None:
+        self.handler = handler
+        self.limits = limits
+        self.name = name
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.ROUTER)
+        self._sock.linger = 0
+        self._sock.setsockopt(zmq.MAXMSGSIZE, max(limits.max_tensor_bytes, limits.max_header_bytes))
+        self._auth = secure_server(self._ctx, self._sock, keys) if keys else None
+        try:
+            self._sock.bind(address)
+        except zmq.ZMQError as exc:
+            self.close()
+            raise RpcError(f"cannot bind ({exc})", address=address) from exc
+        self.address: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.handled = 0
+        self._monitor = self._sock.get_monitor_socket(_REFUSED_EVENTS)
+
+    def _log_refused(self) -> None:
+        """One log line per refused handshake (wrong key, no CURVE, garbage greeting)."""
+        while self._monitor.poll(0, zmq.POLLIN):
+            ev = recv_monitor_message(self._monitor)
+            log.warning(
+                "%s: refused a connection from %s: handshake failed (%s)",
+                self.name,
+                ev.get("endpoint", b"?").decode(errors="replace"),
+                "wrong or missing job key"
+                if ev["event"] & zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                else "protocol error",
+            )
+
+    def poll(self, timeout_ms: int) -> int:
+        """Serve the requests that arrive within ``timeout_ms``; returns how many."""
+        n = 0
+        timeout = timeout_ms
+        self._log_refused()
+        while self._sock.poll(timeout, zmq.POLLIN):
+            frames = self._sock.recv_multipart(copy=False)
+            self._serve_one(frames)
+            n += 1
+            timeout = 0
+        return n
+
+    def _serve_one(self, frames: list[Any]) -> None:
+        peer, payload = frames[0].bytes, frames[1:]
+        try:
+            msg = decode(payload, self.limits)
+        except ProtocolError as exc:
+            rid, op = peek_request(payload) if payload else (0, "")
+            log.warning("%s: bad message from peer %s: %s", self.name, peer.hex(), exc)
+            self._reply(peer, error_message(rid, op, "ProtocolError", str(exc)))
+            return
+        if msg.kind != MsgKind.REQUEST:
+            log.warning("%s: peer %s sent a %s, not a request", self.name, peer.hex(), msg.kind)
+            text = f"expected a request, got {msg.kind.name}"
+            self._reply(peer, error_message(msg.request_id, msg.op, "ProtocolError", text))
+            return
+        try:
+            reply = self.handler(peer, msg)
+        except GraphrunError as exc:
+            log.warning("%s: %s from peer %s failed: %s", self.name, msg.op, peer.hex(), exc)
+            reply = error_message(msg.request_id, msg.op, _error_type(exc), str(exc))
+        except Exception as exc:  # a bug in a handler must not stop the server
+            log.exception("%s: %s from peer %s crashed", self.name, msg.op, peer.hex())
+            text = f"internal error: {type(exc).__name__}: {exc}"
+            reply = error_message(msg.request_id, msg.op, "RemoteError", text)
+        self.handled += 1
+        if reply is not None:
+            self._reply(peer, reply)
+
+    def _reply(self, peer: bytes, msg: Message) -> None:
+        try:
+            send_frames(self._sock, encode(msg), prefix=(peer,))
+        except ProtocolError as exc:  # the handler produced something unsendable
+            log.error("%s: cannot encode reply to %s: %s", self.name, msg.op, exc)
+            err = error_message(msg.request_id, msg.op, "RemoteError", str(exc))
+            send_frames(self._sock, encode(err), prefix=(peer,))
+        except zmq.ZMQError as exc:  # peer gone: nothing to do
+            log.info("%s: reply to %s dropped: %s", self.name, peer.hex(), exc)
+
+    def serve_forever(
+        self,
+        should_stop: Callable[[], bool],
+        on_tick: Callable[[], None] | None = None,
+        tick_ms: int = 200,
+    ) -> None:
+        """Serve until ``should_stop()``; call ``on_tick()`` about every ``tick_ms``."""
+        next_tick = time.monotonic()
+        while not should_stop():
+            self.poll(tick_ms)
+            if on_tick is not None and time.monotonic() >= next_tick:
+                on_tick()
+                next_tick = time.monotonic() + tick_ms / 1000
+
+    def close(self) -> None:
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
+        with contextlib.suppress(zmq.ZMQError):
+            self._sock.disable_monitor()
+        self._monitor.close(0)
+        self._sock.close(linger=1000)  # let the last replies (e.g. to "stop") go out
+        self._ctx.term()
+
+
+_AUTH_TEXT = "handshake refused: this client does not hold the job key"
+
+
+def _remote_error(msg: Message, address: str) -> GraphrunError:
+    etype = msg.body.get("type", "RemoteError")
+    text = str(msg.body.get("message", "unknown error"))
+    if etype in ("ArgumentError", "StoreError", "UserError"):
+        cls = {"ArgumentError": ArgumentError, "StoreError": StoreError, "UserError": UserError}
+        return cls[etype](f"{msg.op} to {address}: {text}")
+    rcls = {"ProtocolError": ProtocolError, "AuthError": AuthError}.get(etype, RemoteError)
+    return rcls(text, address=address, kind=msg.op)
+
+
+class RpcClient:
+    """A DEALER connection to one server, with request ids and deadlines."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        keys: KeyPair | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        timeout: float = 30.0,
+        context: zmq.Context | None = None,
+    ) -> None:
+        self.address = address
+        self.limits = limits
+        self.timeout = timeout
+        self._own_ctx = context is None
+        self._ctx = context or zmq.Context()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.linger = 0
+        if keys is not None:
+            secure_client(self._sock, keys)
+        self._monitor = self._sock.get_monitor_socket(_FAIL_EVENTS)
+        self._poller = zmq.Poller()
+        self._poller.register(self._sock, zmq.POLLIN)
+        self._poller.register(self._monitor, zmq.POLLIN)
+        self._ids = itertools.count(1)
+        self._inflight: dict[int, str] = {}
+        self._done: dict[int, Message | GraphrunError] = {}
+        self._handshake_ok = False
+        self._auth_failed = False
+        try:
+            self._sock.connect(address)
+        except zmq.ZMQError as exc:
+            self.close()
+            raise RpcError(f"cannot connect ({exc})", address=address) from exc
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._inflight)
+
+    def send(
+        self,
+        op: str,
+        body: Mapping[str, Any] | None = None,
+        tensors: Sequence[np.ndarray] = (),
+    ) -> int:
+        """Send a request and return its id at once."""
+        rid = next(self._ids)
+        msg = Message(MsgKind.REQUEST, op, rid, dict(body or {}), tuple(tensors))
+        frames = encode(msg)
+        deadline = time.monotonic() + self.timeout
+        while True:  # a DEALER without a connected peer would block: never wait blindly
+            if self._auth_failed:
+                raise AuthError(_AUTH_TEXT, address=self.address, kind=op)
+            try:
+                send_frames(self._sock, frames, flags=zmq.NOBLOCK)
+                break
+            except zmq.Again:
+                if time.monotonic() > deadline:
+                    raise RpcTimeout(
+                        f"cannot send within {self.timeout:g} s: no connection to the server",
+                        address=self.address,
+                        kind=op,
+                    ) from None
+                self._pump(0.02)
+            except zmq.ZMQError as exc:
+                raise RpcError(f"send failed ({exc})", address=self.address, kind=op) from exc
+        self._inflight[rid] = op
+        return rid
+
+    def wait(self, rid: int, timeout: float | None = None) -> Message:
+        """The reply to request ``rid``; raises the typed error the server sent."""
+        op = self._inflight.get(rid)
+        if op is None and rid not in self._done:
+            raise ArgumentError(f"request id {rid}: not in flight on {self.address}")
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while rid not in self._done:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._inflight.pop(rid, None)
+                raise RpcTimeout(
+                    f"no answer within {self.timeout if timeout is None else timeout:g} s "
+                    "(server down, overloaded or unreachable?)",
+                    address=self.address,
+                    kind=op or "",
+                )
+            self._pump(left)
+        got = self._done.pop(rid)
+        if isinstance(got, GraphrunError):
+            raise got
+        return got
+
+    def call(
+        self,
+        op: str,
+        body: Mapping[str, Any] | None = None,
+        tensors: Sequence[np.ndarray] = (),
+        timeout: float | None = None,
+    ) -> Message:
+        return self.wait(self.send(op, body, tensors), timeout)
+
+    def _pump(self, left: float) -> None:
+        events = dict(self._poller.poll(max(1, int(left * 1000))))
+        if self._monitor in events:
+            self._on_monitor()
+        if self._sock in events:
+            while self._sock.poll(0, zmq.POLLIN):
+                self._on_reply(self._sock.recv_multipart(copy=False))
+
+    def _on_monitor(self) -> None:
+        while self._monitor.poll(0, zmq.POLLIN):
+            event = recv_monitor_message(self._monitor)["event"]
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._handshake_ok = True
+                self._auth_failed = False
+            elif event == zmq.EVENT_DISCONNECTED and self._handshake_ok:
+                self._fail_all(RpcError, "connection lost (server stopped or crashed?)")
+            elif event & (
+                zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+            ):
+                self._fail_all(
+                    AuthError, "handshake refused: this client does not hold the job key"
+                )
+
+    def _fail_all(self, cls: type[RpcError], text: str) -> None:
+        for rid, op in self._inflight.items():
+            self._done[rid] = cls(text, address=self.address, kind=op)
+        self._inflight.clear()
+
+    def _on_reply(self, frames: list[Any]) -> None:
+        try:
+            msg = decode(frames, self.limits)
+        except ProtocolError as exc:
+            rid, op = peek_request(frames)
+            if rid in self._inflight:
+                self._inflight.pop(rid)
+                self._done[rid] = ProtocolError(f"bad reply: {exc}", address=self.address, kind=op)
+            else:
+                log.warning("bad reply from %s dropped: %s", self.address, exc)
+            return
+        if self._inflight.pop(msg.request_id, None) is None:
+            return  # reply to a request we stopped waiting for
+        if msg.kind == MsgKind.ERROR:
+            self._done[msg.request_id] = _remote_error(msg, self.address)
+        else:
+            self._done[msg.request_id] = msg
+
+    def close(self) -> None:
+        with contextlib.suppress(zmq.ZMQError):
+            self._sock.disable_monitor()
+        self._monitor.close(0)
+        self._sock.close(0)
+        if self._own_ctx:
+            self._ctx.term()
+
+    def __enter__(self) -> RpcClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,254 @@
+"""The core store operations (each a ``handler(state, request) -> Response``).
+
+=================  ===========================================================================
+op                 body -> reply
+=================  ===========================================================================
+join               job, client -> server info, tensors visible to the job, structure segments
+info               job -> the same without joining   (no session needed)
+leave              ends the session (frees the job's non-persistent tensors if it was the last)
+heartbeat          keeps the session alive -> {"known": bool}
+pull               job, name; tensors (rows,) local int64 -> (values,)
+push               job, name, reducer, params, states; tensors (rows, values) -> {}
+init               job, name, policy, dtype, row_shape, persistent, exist_ok, init -> {"info"}
+attach             info (a backup maps a tensor the main created) -> {}
+delete             job, name -> {"deleted": bool}
+list               job -> {"tensors": [info, ...]}
+meta               job, name -> {"info"}            (no session needed: used by backups)
+manifest           -> every tensor and structure segment   (no session needed)
+register_backup    address -> {}                     (no session needed)
+stats              -> sessions, jobs, tensors, requests served   (no session needed)
+stop               -> {} and the server shuts down cleanly
+=================  ===========================================================================
+
+Rows in ``pull``/``push`` are local rows of this partition (the client converts global
+ids with the tensor's partition policy); they are checked against the partition size.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from graphrun.errors import ArgumentError, StoreError
+from graphrun.store.reducers import STATE_SPECS, get_reducer
+from graphrun.store.registry import Registry, Request, Response
+from graphrun.store.state import GRAPH_JOB, ServerState, StoredTensor, TensorInfo
+
+INITIALIZERS = ("zeros", "uniform", "normal")
+
+
+def _rows(req: Request, stored: StoredTensor, i: int = 0) -> np.ndarray:
+    rows = req.tensor(i, "rows")
+    if rows.ndim != 1 or rows.dtype != np.int64:
+        raise ArgumentError(f"{req.op}: rows must be 1-d int64, got {rows.dtype} {rows.shape}")
+    n = stored.info.part_rows
+    if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= n):
+        i_bad = int(np.flatnonzero((rows < 0) | (rows >= n))[0])
+        raise ArgumentError(
+            f"{req.op} {stored.info.name!r}: local row {int(rows[i_bad])} at position {i_bad} "
+            f"is out of range [0, {n}) of partition"
+        )
+    return rows
+
+
+def join(state: ServerState, req: Request) -> Response:
+    client = req.str_param("client", "")
+    if not req.session:
+        raise ArgumentError("join: field 's' (session id) is missing")
+    if req.job == GRAPH_JOB:
+        raise ArgumentError("join: field 'job' must name the job (the empty name is the graph's)")
+    state.join(req.session, req.job, client, time.monotonic())
+    return info(state, req)
+
+
+def info(state: ServerState, req: Request) -> Response:
+    return Response(
+        {
+            "part": state.part,
+            "index": state.index,
+            "backups": list(state.backups),
+            "host": state.host,
+            "shm_dir": str(state.shm_dir),
+            "book": state.book.to_config(),
+            "heartbeat_timeout": state.heartbeat_timeout,
+            "tensors": [t.to_wire() for t in state.visible(req.job)],
+            "structure": state.structure_segments,
+        }
+    )
+
+
+def leave(state: ServerState, req: Request) -> Response:
+    state.leave(req.session)
+    return Response({})
+
+
+def heartbeat(state: ServerState, req: Request) -> Response:
+    known = req.session in state.sessions
+    if known:
+        state.touch(req.session, time.monotonic())
+    return Response({"known": known})
+
+
+def pull(state: ServerState, req: Request) -> Response:
+    stored = state.find(req.job, req.str_param("name"))
+    rows = _rows(req, stored)
+    return Response({}, (np.take(stored.array, rows, axis=0),))
+
+
+def push(state: ServerState, req: Request) -> Response:
+    name = req.str_param("name")
+    stored = state.find(req.job, name)
+    if stored.info.job == GRAPH_JOB and not req.param("allow_graph", bool, False):
+        raise StoreError(f"push {name!r}: graph data is read-only unless allow_graph is set")
+    rows = _rows(req, stored)
+    values = req.tensor(1, "values")
+    want = (len(rows), *stored.info.row_shape)
+    if values.shape != want:
+        raise ArgumentError(f"push {name!r}: values have shape {values.shape}, expected {want}")
+    reducer_name = req.str_param("reducer", "assign")
+    reducer = get_reducer(reducer_name)
+    is_opt = bool(STATE_SPECS.get(reducer_name))
+    if not is_opt and values.dtype != stored.array.dtype:
+        raise ArgumentError(
+            f"push {name!r}: values have dtype {values.dtype}, tensor has {stored.array.dtype}"
+        )
+    if is_opt and values.dtype.kind != "f":
+        raise ArgumentError(f"push {name!r}: gradients must be floating point, got {values.dtype}")
+    state_names = req.param("states", list, [])
+    specs = STATE_SPECS.get(reducer_name, ())
+    if len(state_names) != len(specs):
+        raise ArgumentError(f"push {name!r}: reducer {reducer_name} needs {len(specs)} states")
+    states = [state.find(req.job, str(s)).array for s in state_names]
+    reducer(stored.array, rows, values, states, req.param("params", dict, {}))
+    return Response({})
+
+
+def _fill(arr: np.ndarray, how: str, args: dict[str, Any], part: int) -> None:
+    if how == "zeros" or arr.size == 0:
+        return
+    seed = args.get("seed", 0)
+    if not isinstance(seed, int):
+        raise ArgumentError("init: init_args.seed must be an integer")
+    rng = np.random.default_rng([seed, part])
+    if how == "uniform":
+        lo, hi = float(args.get("low", -1.0)), float(args.get("high", 1.0))
+        arr[...] = rng.uniform(lo, hi, arr.shape)
+    elif how == "normal":
+        arr[...] = rng.normal(float(args.get("mean", 0.0)), float(args.get("std", 1.0)), arr.shape)
+    else:
+        raise ArgumentError(f"init: initializer {how!r} is unknown; known: {list(INITIALIZERS)}")
+
+
+def init(state: ServerState, req: Request) -> Response:
+    name = req.str_param("name")
+    if not name or name.startswith(("node/", "edge/")):
+        raise ArgumentError(f"init: name {name!r} is empty or in the graph's node/ edge/ space")
+    existing = state.tensors.get((req.job, name))
+    if existing is not None:
+        if req.param("exist_ok", bool, False):
+            return Response({"info": existing.info.to_wire(), "created": False})
+        raise StoreError(f"init: tensor {name!r} already exists in job {req.job!r}")
+    row_shape = req.param("row_shape", list, [])
+    if not all(isinstance(x, int) and x >= 0 for x in row_shape) or len(row_shape) > 6:
+        raise ArgumentError(f"init: row_shape {row_shape!r} is not a short list of sizes >= 0")
+    how = req.str_param("init", "zeros")
+    if how not in INITIALIZERS:
+        raise ArgumentError(f"init: initializer {how!r} is unknown; known: {list(INITIALIZERS)}")
+    stored = state.create_tensor(
+        req.job,
+        name,
+        req.str_param("policy"),
+        req.str_param("dtype", "float32"),
+        tuple(row_shape),
+        req.param("persistent", bool, False),
+    )
+    try:
+        _fill(stored.array, how, req.param("init_args", dict, {}), state.part)
+    except BaseException:
+        state.delete_tensor(req.job, name)
+        raise
+    return Response({"info": stored.info.to_wire(), "created": True})
+
+
+def attach_op(state: ServerState, req: Request) -> Response:
+    info = TensorInfo.from_wire(req.param("info", dict))
+    if (info.job, info.name) not in state.tensors:
+        state.attach_tensor(info)
+    return Response({})
+
+
+def delete(state: ServerState, req: Request) -> Response:
+    name = req.str_param("name")
+    if (req.job, name) not in state.tensors and (GRAPH_JOB, name) in state.tensors:
+        raise StoreError(f"delete {name!r}: graph data cannot be deleted")
+    return Response({"deleted": state.delete_tensor(req.job, name)})
+
+
+def list_op(state: ServerState, req: Request) -> Response:
+    return Response({"tensors": [t.to_wire() for t in state.visible(req.job)]})
+
+
+def meta(state: ServerState, req: Request) -> Response:
+    return Response({"info": state.find(req.job, req.str_param("name")).info.to_wire()})
+
+
+def manifest(state: ServerState, req: Request) -> Response:
+    return Response(
+        {
+            "tensors": [t.info.to_wire() for t in state.tensors.values()],
+            "structure": state.structure_segments,
+        }
+    )
+
+
+def register_backup(state: ServerState, req: Request) -> Response:
+    address = req.str_param("address")
+    if req.param("remove", bool, False):
+        if address in state.backups:
+            state.backups.remove(address)
+    elif address not in state.backups:
+        state.backups.append(address)
+    return Response({})
+
+
+def stats(state: ServerState, req: Request) -> Response:
+    jobs: dict[str, int] = {}
+    for s in state.sessions.values():
+        jobs[s.job] = jobs.get(s.job, 0) + 1
+    return Response(
+        {
+            "part": state.part,
+            "index": state.index,
+            "sessions": len(state.sessions),
+            "jobs": jobs,
+            "tensors": sorted(f"{j}/{n}" if j else n for j, n in state.tensors),
+            "served": dict(state.served),
+            "backups": list(state.backups),
+        }
+    )
+
+
+def stop(state: ServerState, req: Request) -> Response:
+    state.stop_requested = True
+    return Response({})
+
+
+def register(registry: Registry) -> None:
+    """Add the core operations to ``registry``."""
+    registry.add("join", join, needs_session=False)
+    registry.add("info", info, needs_session=False)
+    registry.add("leave", leave)
+    registry.add("heartbeat", heartbeat, needs_session=False)
+    registry.add("pull", pull)
+    registry.add("push", push)
+    registry.add("init", init)
+    registry.add("attach", attach_op)
+    registry.add("delete", delete)
+    registry.add("list", list_op)
+    registry.add("meta", meta, needs_session=False)
+    registry.add("manifest", manifest, needs_session=False)
+    registry.add("register_backup", register_backup, needs_session=False)
+    registry.add("stats", stats, needs_session=False)
+    registry.add("stop", stop)

@@ -1,0 +1,92 @@
+"""Partition policies: which partition owns a row of a tensor, and which local row it is.
+
+Each node type and each edge type is one id space (per-type new ids, see
+:mod:`graphrun.partition.book`); partition ``p`` owns the contiguous rows
+``[ranges[p], ranges[p+1])`` of every tensor with that policy. Policy names are
+``"node:<ntype>"`` and ``"edge:<src:rel:dst>"``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from graphrun.errors import ArgumentError
+from graphrun.partition.book import PartitionBook
+
+
+@dataclass(frozen=True, eq=False)
+class PartitionPolicy:
+    """Row ownership for one id space. ``ranges`` is int64 [P+1]."""
+
+    name: str
+    ranges: np.ndarray
+
+    @property
+    def num_parts(self) -> int:
+        return len(self.ranges) - 1
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.ranges[-1])
+
+    def part_rows(self, part: int) -> int:
+        return int(self.ranges[part + 1] - self.ranges[part])
+
+    def check_ids(self, ids: Any, arg: str = "ids") -> np.ndarray:
+        """``ids`` as a 1-d int64 array, every id in ``[0, num_rows)``."""
+        arr = np.asarray(ids)
+        if arr.ndim != 1:
+            arr = arr.reshape(-1)
+        if arr.size == 0:
+            return arr.astype(np.int64)
+        if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+            raise ArgumentError(f"{arg}: expected integer ids, got dtype {arr.dtype}")
+        arr = arr.astype(np.int64, copy=False)
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < 0 or hi >= self.num_rows:
+            i = int(np.flatnonzero((arr < 0) | (arr >= self.num_rows))[0])
+            raise ArgumentError(
+                f"{arg}[{i}] = {int(arr[i])} is out of range [0, {self.num_rows}) of {self.name}"
+            )
+        return arr
+
+    def to_part(self, ids: np.ndarray) -> np.ndarray:
+        """Owner partition of each (already checked) id."""
+        if self.num_parts == 1:
+            return np.zeros(len(ids), np.int64)
+        return np.searchsorted(self.ranges, ids, side="right").astype(np.int64) - 1
+
+    def to_local(self, ids: np.ndarray, part: int) -> np.ndarray:
+        """Local rows of ids all owned by ``part``."""
+        start = int(self.ranges[part])
+        return ids - start if start else ids
+
+
+def node_policy_name(ntype: str) -> str:
+    return f"node:{ntype}"
+
+
+def edge_policy_name(etype: str | tuple[str, str, str]) -> str:
+    return "edge:" + (etype if isinstance(etype, str) else ":".join(etype))
+
+
+def policies_from_book(book: PartitionBook) -> dict[str, PartitionPolicy]:
+    """One policy per node type and edge type of ``book``."""
+    out = {}
+    for t in book.node_types:
+        name = node_policy_name(t)
+        out[name] = PartitionPolicy(name, np.asarray(book.node_ranges(t), np.int64))
+    for e in book.edge_types:
+        name = edge_policy_name(e)
+        out[name] = PartitionPolicy(name, np.asarray(book.edge_ranges(e), np.int64))
+    return out
+
+
+def lookup_policy(policies: dict[str, PartitionPolicy], name: str) -> PartitionPolicy:
+    try:
+        return policies[name]
+    except KeyError:
+        raise ArgumentError(f"policy: unknown {name!r}; known: {sorted(policies)}") from None

@@ -1,0 +1,148 @@
+"""The request-kind registry: how to add an operation to the store server.
+
+The server loop never changes when an operation is added. An operation is a
+function ``handler(state, request) -> Response`` registered under a name::
+
+    from graphrun.store.registry import Registry, Request, Response
+    from graphrun.store.state import ServerState
+
+    def sample_neighbors(state: ServerState, req: Request) -> Response:
+        seeds = req.tensors[0]                     # read-only numpy views on the frames
+        fanout = req.int_param("fanout")           # validated scalar from the body
+        indptr = state.structure["indptr"]         # the partition's CSC in shared memory
+        ...
+        return Response({"count": n}, (src, dst, eids))
+
+    def register(registry: Registry) -> None:      # the extension entry point
+        registry.add("sample_neighbors", sample_neighbors)
+
+and the server is started with the extension ``"graphrun.sampling.server:register"``
+(``graphrun serve ... --extension MODULE:FUNCTION``, or ``ServerConfig.extensions``);
+:func:`load_extensions` imports it by name, so the store never imports the layers above it.
+A client sends the request with ``KVClient.request(part, "sample_neighbors", body, tensors)``
+(or ``request_many``) and gets the :class:`~graphrun.rpc.codec.Message` reply.
+
+What a handler may rely on and must do:
+
+* ``state`` is the :class:`~graphrun.store.state.ServerState` of this server process
+  (partition id, book, structure, tensors via ``state.find(job, name)``, and
+  ``state.extension_data`` — a dict for the extension's own caches, keyed by its name).
+* ``request.job`` / ``request.session`` are the caller's job namespace and session id
+  (checked: the session has joined, unless registered with ``needs_session=False``).
+* Raise :class:`~graphrun.errors.ArgumentError` / :class:`~graphrun.errors.StoreError` for
+  bad input: the client receives that error type with its message, the server logs one
+  line and goes on. Any other exception is logged with its traceback and reaches the
+  client as ``RemoteError`` ("internal error").
+* Return tensors as numpy arrays of plain numeric dtypes; they are sent zero-copy, so do
+  not modify them after returning. Never block for long: one server handles one
+  request at a time (start backup servers for parallelism).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from graphrun.errors import ArgumentError
+
+if TYPE_CHECKING:
+    from graphrun.store.state import ServerState
+
+
+@dataclass(frozen=True)
+class Request:
+    """A decoded request as a handler sees it."""
+
+    op: str
+    body: Mapping[str, Any]
+    tensors: tuple[np.ndarray, ...] = ()
+    job: str = ""
+    session: str = ""
+
+    def param(self, key: str, typ: type | tuple[type, ...], default: Any = ...) -> Any:
+        """Body field ``key`` checked against ``typ`` (ArgumentError naming it if wrong)."""
+        if key not in self.body:
+            if default is ...:
+                raise ArgumentError(f"{self.op}: field {key!r} is missing")
+            return default
+        val = self.body[key]
+        if not isinstance(val, typ) or (isinstance(val, bool) and typ is int):
+            raise ArgumentError(f"{self.op}: field {key!r} has the wrong type")
+        return val
+
+    def int_param(self, key: str, default: Any = ...) -> int:
+        return int(self.param(key, int, default))
+
+    def str_param(self, key: str, default: Any = ...) -> str:
+        return str(self.param(key, str, default))
+
+    def tensor(self, i: int, what: str) -> np.ndarray:
+        if i >= len(self.tensors):
+            raise ArgumentError(f"{self.op}: tensor {i} ({what}) is missing")
+        return self.tensors[i]
+
+
+@dataclass(frozen=True)
+class Response:
+    body: Mapping[str, Any] = field(default_factory=dict)
+    tensors: tuple[np.ndarray, ...] = ()
+
+
+Handler = Callable[["ServerState", Request], Response]
+
+
+@dataclass(frozen=True)
+class Entry:
+    handler: Handler
+    needs_session: bool = True
+
+
+class Registry:
+    """Operation name -> handler. One per server; built by :func:`build_registry`."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, Entry] = {}
+
+    def add(
+        self, op: str, handler: Handler, *, needs_session: bool = True, replace: bool = False
+    ) -> None:
+        """Register ``handler`` for ``op``; refuses to shadow an existing one unless ``replace``."""
+        if op in self._entries and not replace:
+            raise ArgumentError(f"op {op!r} is already registered")
+        self._entries[op] = Entry(handler, needs_session)
+
+    def get(self, op: str) -> Entry:
+        try:
+            return self._entries[op]
+        except KeyError:
+            raise ArgumentError(f"unknown operation {op!r}") from None
+
+    def ops(self) -> list[str]:
+        return sorted(self._entries)
+
+
+def load_extensions(registry: Registry, specs: Iterable[str]) -> None:
+    """Import each ``"module:function"`` and call ``function(registry)``."""
+    for spec in specs:
+        mod_name, _, func_name = spec.partition(":")
+        if not mod_name or not func_name:
+            raise ArgumentError(f"extension {spec!r}: expected 'module:function'")
+        try:
+            func = getattr(importlib.import_module(mod_name), func_name)
+        except (ImportError, AttributeError) as exc:
+            raise ArgumentError(f"extension {spec!r}: cannot load ({exc})") from None
+        func(registry)
+
+
+def build_registry(extensions: Iterable[str] = ()) -> Registry:
+    """The core store operations plus the given extensions."""
+    from graphrun.store import handlers
+
+    registry = Registry()
+    handlers.register(registry)
+    load_extensions(registry, extensions)
+    return registry

@@ -1,0 +1,236 @@
+"""A KV store server process: load (or attach to) a partition and serve requests.
+
+The **main** server of partition K (``ServerConfig.main_address`` is None) removes
+stale segments of dead stores, memory-maps ``part-K`` of the partition directory and
+copies its structure (``nodes``, ``indptr``, ``indices``, ``eids``, ``etypes``) and
+every node/edge feature into shared memory, then serves. Graph features are the
+tensors ``node/<ntype>/<name>`` (policy ``node:<ntype>``) and
+``edge/<src:rel:dst>/<name>`` (policy ``edge:<src:rel:dst>``).
+
+A **backup** (``main_address`` set) asks the main for its manifest, maps the same
+segments (same machine only), registers its own address with the main — clients
+learn it when they join — and serves the same requests. Tensors created later are
+mapped on first use (it asks the main).
+
+:func:`run_server` runs until a ``stop`` request or ``should_stop()`` (the CLI wires
+SIGTERM/SIGINT to it), then closes cleanly: segments the main created are unlinked.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from graphrun.errors import ArgumentError, StoreError
+from graphrun.partition.book import PartitionBook
+from graphrun.partition.format import load_partition
+from graphrun.rpc.auth import KeyPair
+from graphrun.rpc.codec import Message, MsgKind
+from graphrun.rpc.transport import RpcClient, RpcServer
+from graphrun.store.policy import edge_policy_name, node_policy_name, policies_from_book
+from graphrun.store.registry import Registry, Request, build_registry
+from graphrun.store.shm import DEFAULT_SHM_DIR, SegmentStore, attach, clean_stale
+from graphrun.store.state import GRAPH_JOB, ServerState, StoredTensor, TensorInfo
+
+log = logging.getLogger("graphrun.store")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything a store server needs; built at the edge (CLI, launcher, tests)."""
+
+    partition_dir: Path
+    part: int
+    address: str = "tcp://127.0.0.1:0"
+    keys: KeyPair | None = None
+    main_address: str | None = None  # set for a backup server
+    backup_index: int = 0
+    advertise_host: str | None = None
+    shm_dir: Path = DEFAULT_SHM_DIR
+    heartbeat_timeout: float = 30.0
+    request_timeout: float = 30.0
+    extensions: Sequence[str] = field(default_factory=tuple)
+
+
+def host_identity(shm_dir: Path) -> dict[str, str]:
+    """Identifies the machine (kernel) and shared-memory filesystem of this process."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = ""
+    try:
+        dev = str(os.stat(shm_dir).st_dev)
+    except OSError:
+        dev = ""
+    return {"hostname": socket.gethostname(), "boot_id": boot, "shm_dev": dev}
+
+
+def _structure_info(name: str, segment: str, arr: Any) -> dict[str, Any]:
+    return {"segment": segment, "dtype": str(arr.dtype), "shape": list(arr.shape)}
+
+
+def load_main_state(cfg: ServerConfig) -> ServerState:
+    """Load partition ``cfg.part`` into fresh shared-memory segments."""
+    clean_stale(cfg.shm_dir)
+    p = load_partition(cfg.partition_dir, cfg.part)
+    segments = SegmentStore(cfg.shm_dir)
+    state = ServerState(
+        part=cfg.part,
+        index=0,
+        book=p.book,
+        policies=policies_from_book(p.book),
+        shm_dir=cfg.shm_dir,
+        host=host_identity(cfg.shm_dir),
+        heartbeat_timeout=cfg.heartbeat_timeout,
+        segments=segments,
+        config=p.config,
+    )
+    try:
+        arrays = {"nodes": p.nodes, "indptr": p.indptr, "indices": p.indices, "eids": p.eids}
+        if p.etypes is not None:
+            arrays["etypes"] = p.etypes
+        for name, arr in arrays.items():
+            seg, shared = segments.copy_in(arr)
+            state.structure[name] = shared
+            state.structure_segments[name] = _structure_info(name, seg, arr)
+        feats = [("node", t, node_policy_name(t), f) for t, f in p.node_feats.items()]
+        feats += [("edge", k, edge_policy_name(k), f) for k, f in p.edge_feats.items()]
+        for kind, key, policy, named in feats:
+            for fname, arr in named.items():
+                seg, shared = segments.copy_in(arr)
+                pol = state.policies[policy]
+                info = TensorInfo(
+                    f"{kind}/{key}/{fname}",
+                    GRAPH_JOB,
+                    policy,
+                    str(arr.dtype),
+                    tuple(arr.shape[1:]),
+                    pol.num_rows,
+                    pol.part_rows(cfg.part),
+                    seg,
+                )
+                state.tensors[(GRAPH_JOB, info.name)] = StoredTensor(info, shared)
+    except BaseException:
+        state.close()
+        raise
+    return state
+
+
+def attach_backup_state(cfg: ServerConfig, main: RpcClient) -> ServerState:
+    """Map the main server's segments (a backup on the same machine)."""
+    info = main.call("info", {"job": GRAPH_JOB}).body
+    if info["host"] != host_identity(cfg.shm_dir):
+        raise StoreError(f"backup of {cfg.main_address}: the main server runs on another machine")
+    book = PartitionBook.from_config(info["book"], source=f"main server {cfg.main_address}")
+    state = ServerState(
+        part=int(info["part"]),
+        index=cfg.backup_index,
+        book=book,
+        policies=policies_from_book(book),
+        shm_dir=cfg.shm_dir,
+        host=host_identity(cfg.shm_dir),
+        heartbeat_timeout=cfg.heartbeat_timeout,
+    )
+    man = main.call("manifest").body
+    for t in man["tensors"]:
+        state.attach_tensor(TensorInfo.from_wire(t))
+    for name, s in man["structure"].items():
+        state.structure[name] = attach(
+            cfg.shm_dir, s["segment"], s["dtype"], tuple(s["shape"]), False
+        )
+        state.structure_segments[name] = s
+
+    def resolve(job: str, name: str) -> TensorInfo | None:
+        try:
+            return TensorInfo.from_wire(main.call("meta", {"job": job, "name": name}).body["info"])
+        except StoreError:
+            return None
+
+    state.resolver = resolve
+    return state
+
+
+def make_handler(state: ServerState, registry: Registry) -> Callable[[bytes, Message], Message]:
+    """The RPC handler: registry dispatch with session checks."""
+
+    def handle(peer: bytes, msg: Message) -> Message:
+        entry = registry.get(msg.op)
+        session = msg.body.get("s", "")
+        job = msg.body.get("job", "")
+        if not isinstance(session, str) or not isinstance(job, str):
+            raise ArgumentError(f"{msg.op}: fields 's' and 'job' must be strings")
+        if entry.needs_session:
+            job = state.touch(session, time.monotonic()).job
+        elif session in state.sessions:
+            state.touch(session, time.monotonic())
+        req = Request(msg.op, msg.body, msg.tensors, job=job, session=session)
+        resp = entry.handler(state, req)
+        state.served[msg.op] = state.served.get(msg.op, 0) + 1
+        return Message(MsgKind.REPLY, msg.op, msg.request_id, resp.body, resp.tensors)
+
+    return handle
+
+
+def _expire(state: ServerState) -> None:
+    state.expire(time.monotonic())
+
+
+def _advertised(bound: str, host: str | None) -> str:
+    if not bound.startswith("tcp://"):
+        return bound
+    hostport = bound[len("tcp://") :]
+    h, _, port = hostport.rpartition(":")
+    if host is None:
+        host = socket.gethostbyname(socket.gethostname()) if h in ("0.0.0.0", "*") else h
+    return f"tcp://{host}:{port}"
+
+
+def run_server(
+    cfg: ServerConfig,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_ready: Callable[[str], None] | None = None,
+    registry: Registry | None = None,
+) -> None:
+    """Load or attach, serve until stopped, clean up. ``on_ready(address)`` once serving."""
+    registry = registry or build_registry(cfg.extensions)
+    main: RpcClient | None = None
+    if cfg.main_address:
+        if cfg.backup_index < 1:
+            raise ArgumentError("backup_index: a backup server needs an index >= 1")
+        main = RpcClient(cfg.main_address, keys=cfg.keys, timeout=cfg.request_timeout)
+        state = attach_backup_state(cfg, main)
+    else:
+        state = load_main_state(cfg)
+    server: RpcServer | None = None
+    address = ""
+    try:
+        name = f"store:{state.part}" + (f":{state.index}" if state.index else "")
+        server = RpcServer(cfg.address, make_handler(state, registry), keys=cfg.keys, name=name)
+        address = _advertised(server.address, cfg.advertise_host)
+        if main is not None:
+            main.call("register_backup", {"address": address})
+        log.info("%s serving %s on %s", name, cfg.partition_dir, address)
+        if on_ready is not None:
+            on_ready(address)
+        server.serve_forever(
+            lambda: state.stop_requested or should_stop(),
+            on_tick=lambda: _expire(state),
+        )
+        log.info("%s stopping", name)
+    finally:
+        if main is not None:
+            try:
+                if address:
+                    main.call("register_backup", {"address": address, "remove": True}, timeout=2)
+            except Exception as exc:  # the main may be gone already
+                log.info("could not unregister from the main server: %s", exc)
+            main.close()
+        if server is not None:
+            server.close()
+        state.close()

@@ -1,0 +1,152 @@
+"""Shared-memory segments: numpy arrays backed by files in ``/dev/shm`` (tmpfs).
+
+Every store instance gets a unique prefix that records its owner::
+
+    graphrun-<pid>-<process start time, ms>-<random token>.<seq>
+
+so two stores on one kernel never collide, and a later store can tell whether the
+owner of a segment is still alive (pid exists *and* started at that time: pid reuse
+is detected). :func:`clean_stale` removes the segments of dead owners at start-up;
+:meth:`SegmentStore.close` unlinks the segments an instance created on shutdown.
+
+Plain files plus ``mmap`` are used instead of ``multiprocessing.shared_memory``
+because its resource tracker unlinks segments when *attaching* processes exit
+(Python < 3.13). Attaching processes (backup servers, co-located clients) map the
+files read-only or read-write; a mapping stays valid after the file is unlinked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import mmap
+import os
+import re
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from graphrun.errors import StoreError
+
+log = logging.getLogger("graphrun.store")
+
+DEFAULT_SHM_DIR = Path("/dev/shm")
+_NAME = re.compile(r"^graphrun-(\d+)-(\d+)-[0-9a-f]+\.\d+$")
+
+
+def _start_ms(pid: int) -> int | None:
+    try:
+        return int(psutil.Process(pid).create_time() * 1000)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+def instance_prefix(pid: int | None = None) -> str:
+    """A fresh, unique segment prefix owned by ``pid`` (default: this process)."""
+    pid = os.getpid() if pid is None else pid
+    return f"graphrun-{pid}-{_start_ms(pid) or 0}-{secrets.token_hex(4)}"
+
+
+def owner_alive(segment: str) -> bool:
+    """Whether the process named in a segment name still runs (same pid, same start)."""
+    m = _NAME.match(segment)
+    if not m:
+        return True  # not ours: never touch it
+    pid, start = int(m.group(1)), int(m.group(2))
+    now = _start_ms(pid)
+    return now is not None and abs(now - start) <= 10
+
+
+def clean_stale(shm_dir: Path = DEFAULT_SHM_DIR) -> list[str]:
+    """Unlink graphrun segments whose owner process is gone; returns their names."""
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(shm_dir))
+    except FileNotFoundError:
+        return removed
+    for e in entries:
+        if _NAME.match(e.name) and not owner_alive(e.name):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(e.path)
+                removed.append(e.name)
+    if removed:
+        log.info("removed %d stale shared-memory segments of dead stores", len(removed))
+    return removed
+
+
+def _map(path: Path, dtype: np.dtype, shape: tuple[int, ...], writable: bool) -> np.ndarray:
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes == 0:
+        return np.empty(shape, dtype)
+    flags = os.O_RDWR if writable else os.O_RDONLY
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise StoreError(f"shared memory {path}: cannot open ({exc.strerror})") from None
+    try:
+        size = os.fstat(fd).st_size
+        if size < nbytes:
+            raise StoreError(f"shared memory {path}: {size} bytes, expected {nbytes}")
+        # MAP_POPULATE maps every page now, so the first pulls pay no page faults
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        mm = mmap.mmap(fd, nbytes, flags=flags, prot=prot)
+    finally:
+        os.close(fd)
+    arr = np.frombuffer(mm, dtype=dtype).reshape(shape)
+    return arr
+
+
+def attach(
+    shm_dir: Path, segment: str, dtype: str | np.dtype, shape: tuple[int, ...], writable: bool
+) -> np.ndarray:
+    """Map an existing segment as an array (read-only unless ``writable``)."""
+    return _map(Path(shm_dir) / segment, np.dtype(dtype), tuple(shape), writable)
+
+
+@dataclass
+class SegmentStore:
+    """The segments one store instance creates; unlinks them all on :meth:`close`."""
+
+    shm_dir: Path = DEFAULT_SHM_DIR
+    prefix: str = field(default_factory=instance_prefix)
+    created: dict[str, Path] = field(default_factory=dict)
+    _seq: int = 0
+
+    def create(self, dtype: str | np.dtype, shape: tuple[int, ...]) -> tuple[str, np.ndarray]:
+        """A new zero-filled segment; returns its name and a writable array on it."""
+        dt = np.dtype(dtype)
+        name = f"{self.prefix}.{self._seq}"
+        self._seq += 1
+        path = Path(self.shm_dir) / name
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.ftruncate(fd, nbytes)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StoreError(f"shared memory {path}: cannot create ({exc.strerror})") from None
+        self.created[name] = path
+        return name, _map(path, dt, tuple(shape), writable=True)
+
+    def copy_in(self, arr: np.ndarray) -> tuple[str, np.ndarray]:
+        """A new segment holding a copy of ``arr`` (read from disk if memory-mapped)."""
+        name, out = self.create(arr.dtype, arr.shape)
+        if arr.size:
+            out[...] = arr
+        return name, out
+
+    def unlink(self, name: str) -> None:
+        path = self.created.pop(name, None)
+        if path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    def close(self) -> None:
+        for name in list(self.created):
+            self.unlink(name)

@@ -1,0 +1,243 @@
+"""The state of one store server process: its partition, tensors, sessions.
+
+Tensors live in namespaces: the graph's own data (features, labels, masks loaded
+from the partition directory) is in :data:`GRAPH_JOB` (``""``) and visible to every
+job; each job's tensors (``init`` by its clients, embeddings, optimizer state) are in
+the job's namespace. A lookup tries the job's namespace, then the graph's.
+
+A client joins with a session id and its job; every request refreshes the
+session. A session not seen for ``heartbeat_timeout`` seconds is dropped; when a
+job has no session left, its non-persistent tensors are freed.
+
+The main server (``index == 0``) creates the shared-memory segments; backups attach
+to the same segments and learn tensors made later by asking the main
+(``resolver``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphrun.errors import ArgumentError, StoreError
+from graphrun.partition.book import PartitionBook
+from graphrun.store.policy import PartitionPolicy, lookup_policy
+from graphrun.store.shm import SegmentStore, attach
+
+log = logging.getLogger("graphrun.store")
+
+GRAPH_JOB = ""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """What a client needs to use one tensor of one partition."""
+
+    name: str
+    job: str
+    policy: str
+    dtype: str
+    row_shape: tuple[int, ...]
+    num_rows: int
+    part_rows: int
+    segment: str
+    persistent: bool = True
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "job": self.job,
+            "policy": self.policy,
+            "dtype": self.dtype,
+            "row_shape": list(self.row_shape),
+            "num_rows": self.num_rows,
+            "part_rows": self.part_rows,
+            "segment": self.segment,
+            "persistent": self.persistent,
+        }
+
+    @classmethod
+    def from_wire(cls, d: Any) -> TensorInfo:
+        try:
+            return cls(
+                name=str(d["name"]),
+                job=str(d["job"]),
+                policy=str(d["policy"]),
+                dtype=str(np.dtype(d["dtype"])),
+                row_shape=tuple(int(x) for x in d["row_shape"]),
+                num_rows=int(d["num_rows"]),
+                part_rows=int(d["part_rows"]),
+                segment=str(d["segment"]),
+                persistent=bool(d["persistent"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ArgumentError(f"tensor info is malformed ({exc!r})") from None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.num_rows, *self.row_shape)
+
+
+@dataclass
+class StoredTensor:
+    info: TensorInfo
+    array: np.ndarray  # this partition's rows, in shared memory
+
+
+@dataclass
+class Session:
+    id: str
+    job: str
+    last_seen: float
+    client: str = ""
+
+
+@dataclass
+class ServerState:
+    """Everything a handler may read or change (see :mod:`graphrun.store.registry`)."""
+
+    part: int
+    index: int
+    book: PartitionBook
+    policies: dict[str, PartitionPolicy]
+    shm_dir: Path
+    host: dict[str, str]
+    heartbeat_timeout: float
+    segments: SegmentStore | None = None  # main only: the segments it owns
+    tensors: dict[tuple[str, str], StoredTensor] = field(default_factory=dict)
+    structure: dict[str, np.ndarray] = field(default_factory=dict)
+    structure_segments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    sessions: dict[str, Session] = field(default_factory=dict)
+    backups: list[str] = field(default_factory=list)
+    resolver: Callable[[str, str], TensorInfo | None] | None = None
+    extension_data: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    stop_requested: bool = False
+    served: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def is_main(self) -> bool:
+        return self.index == 0
+
+    # ---- tensors --------------------------------------------------------------------
+
+    def find(self, job: str, name: str) -> StoredTensor:
+        """The tensor ``name`` visible to ``job`` (its own namespace, then the graph's)."""
+        for ns in (job, GRAPH_JOB):
+            t = self.tensors.get((ns, name))
+            if t is not None:
+                return t
+        if self.resolver is not None:  # a backup: the main may know it
+            info = self.resolver(job, name)
+            if info is not None:
+                return self.attach_tensor(info)
+        raise StoreError(f"tensor {name!r} does not exist (job {job!r}, partition {self.part})")
+
+    def visible(self, job: str) -> list[TensorInfo]:
+        seen = {}
+        for (ns, name), t in self.tensors.items():
+            if ns in (GRAPH_JOB, job) and (ns == job or name not in seen):
+                seen[name] = t.info
+        return [seen[k] for k in sorted(seen)]
+
+    def create_tensor(
+        self,
+        job: str,
+        name: str,
+        policy: str,
+        dtype: str,
+        row_shape: tuple[int, ...],
+        persistent: bool,
+    ) -> StoredTensor:
+        if self.segments is None:
+            raise StoreError("only the main server creates tensors")
+        if (job, name) in self.tensors:
+            raise StoreError(f"tensor {name!r} already exists in job {job!r}")
+        pol = lookup_policy(self.policies, policy)
+        try:
+            dt = np.dtype(dtype)
+        except TypeError:
+            raise ArgumentError(f"init: dtype {dtype!r} is not a numpy dtype") from None
+        rows = pol.part_rows(self.part)
+        segment, arr = self.segments.create(dt, (rows, *row_shape))
+        info = TensorInfo(
+            name, job, policy, dt.name, row_shape, pol.num_rows, rows, segment, persistent
+        )
+        stored = StoredTensor(info, arr)
+        self.tensors[(job, name)] = stored
+        return stored
+
+    def attach_tensor(self, info: TensorInfo) -> StoredTensor:
+        """Map a segment the main created (backups)."""
+        arr = attach(
+            self.shm_dir, info.segment, info.dtype, (info.part_rows, *info.row_shape), True
+        )
+        stored = StoredTensor(info, arr)
+        self.tensors[(info.job, info.name)] = stored
+        return stored
+
+    def delete_tensor(self, job: str, name: str) -> bool:
+        stored = self.tensors.pop((job, name), None)
+        if stored is None:
+            return False
+        if self.segments is not None:
+            self.segments.unlink(stored.info.segment)
+        return True
+
+    # ---- sessions -------------------------------------------------------------------
+
+    def join(self, session: str, job: str, client: str, now: float) -> None:
+        self.sessions[session] = Session(session, job, now, client)
+
+    def touch(self, session: str, now: float) -> Session:
+        s = self.sessions.get(session)
+        if s is None:
+            raise StoreError(
+                f"session {session!r} is unknown on partition {self.part} "
+                "(never joined, left, or dropped after missing heartbeats)"
+            )
+        s.last_seen = now
+        return s
+
+    def leave(self, session: str) -> None:
+        s = self.sessions.pop(session, None)
+        if s is not None:
+            self._maybe_free_job(s.job)
+
+    def expire(self, now: float) -> list[Session]:
+        """Drop sessions silent for longer than the heartbeat timeout; free their jobs."""
+        dead = [s for s in self.sessions.values() if now - s.last_seen > self.heartbeat_timeout]
+        for s in dead:
+            log.warning(
+                "partition %d: dropping session %s of job %r (no heartbeat for %.1f s)",
+                self.part,
+                s.id,
+                s.job,
+                now - s.last_seen,
+            )
+            del self.sessions[s.id]
+        for job in {s.job for s in dead}:
+            self._maybe_free_job(job)
+        return dead
+
+    def _maybe_free_job(self, job: str) -> None:
+        if any(s.job == job for s in self.sessions.values()):
+            return
+        gone = [k for k, t in self.tensors.items() if k[0] == job and not t.info.persistent]
+        for _, name in gone:
+            self.delete_tensor(job, name)
+        if gone:
+            log.info(
+                "partition %d: job %r has no clients; freed %d tensors", self.part, job, len(gone)
+            )
+
+    def close(self) -> None:
+        self.tensors.clear()
+        self.structure.clear()
+        if self.segments is not None:
+            self.segments.close()

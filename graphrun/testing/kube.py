@@ -1,0 +1,153 @@
+"""An in-memory namespace for driving the operator's pure reconcile through lifecycles.
+
+It applies a :class:`graphrun.operator.reconcile.Plan` the way the API server would
+(objects get a creation time, a uid; a batch Job gets its pod, as the Job controller
+would make it; deleting a Job deletes its pods), and lets a test play the kubelet:
+set a pod's phase, readiness, waiting reason, exit code and termination message.
+For the real kopf handlers over HTTP, see tests/operator/test_handlers.py (kmock).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from graphrun.job.workflow import rfc3339
+from graphrun.operator.layout import LABEL_JOB, LABEL_REPLICA, MANAGED_BY
+from graphrun.operator.reconcile import Create, Delete, DeleteGraphJob, Emit, Plan
+
+_uids = itertools.count(1)
+
+
+@dataclass
+class FakeNamespace:
+    now: datetime
+    objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    events: list[Emit] = field(default_factory=list)
+    graphjob_deleted: bool = False
+
+    def apply(self, plan: Plan) -> None:
+        for action in plan.actions:
+            if isinstance(action, Create):
+                self.create(action.obj)
+            elif isinstance(action, Delete):
+                self.delete(action.kind, action.name)
+            elif isinstance(action, Emit):
+                self.events.append(action)
+            elif isinstance(action, DeleteGraphJob):
+                self.graphjob_deleted = True
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        obj = copy.deepcopy(obj)
+        key = (obj["kind"], obj["metadata"]["name"])
+        if key in self.objects:
+            raise ValueError(f"{key} already exists")  # the API server answers 409
+        meta = obj["metadata"]
+        meta["uid"] = f"uid-{next(_uids)}"
+        meta["creationTimestamp"] = rfc3339(self.now)
+        if obj["kind"] == "Pod":
+            obj["status"] = {"phase": "Pending"}
+        self.objects[key] = obj
+        if obj["kind"] == "Job":
+            self._job_pod(obj)
+        return obj
+
+    def _job_pod(self, job: dict[str, Any]) -> None:
+        tpl = job["spec"]["template"]
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                **copy.deepcopy(tpl.get("metadata", {})),
+                "name": f"{job['metadata']['name']}-{next(_uids)}",
+                "ownerReferences": [{"kind": "Job", "uid": job["metadata"]["uid"]}],
+            },
+            "spec": copy.deepcopy(tpl["spec"]),
+        }
+        self.create(pod)
+
+    def delete(self, kind: str, name: str) -> None:
+        obj = self.objects.pop((kind, name), None)
+        if obj is not None and kind == "Job":
+            uid = obj["metadata"]["uid"]
+            for key, o in list(self.objects.items()):
+                refs = o["metadata"].get("ownerReferences", [])
+                if any(r.get("uid") == uid for r in refs):
+                    del self.objects[key]
+
+    def children(self) -> list[dict[str, Any]]:
+        return list(self.objects.values())
+
+    def pods(self, replica: str | None = None) -> list[dict[str, Any]]:
+        return [
+            o
+            for o in self.objects.values()
+            if o["kind"] == "Pod"
+            and (replica is None or o["metadata"]["labels"].get(LABEL_REPLICA) == replica)
+        ]
+
+    def pod(self, name: str) -> dict[str, Any]:
+        return self.objects[("Pod", name)]
+
+    def set_pod(
+        self,
+        name: str,
+        phase: str,
+        *,
+        ready: bool = False,
+        exit_code: int | None = None,
+        message: str = "",
+        waiting: tuple[str, str] | None = None,
+        unschedulable: str = "",
+    ) -> None:
+        """Play the kubelet (and the scheduler) for one pod."""
+        state: dict[str, Any] = {}
+        if waiting is not None:
+            state = {"waiting": {"reason": waiting[0], "message": waiting[1]}}
+        elif phase in ("Succeeded", "Failed"):
+            code = exit_code if exit_code is not None else (0 if phase == "Succeeded" else 1)
+            state = {"terminated": {"exitCode": code, "message": message}}
+        elif phase == "Running":
+            state = {"running": {}}
+        conds = [{"type": "Ready", "status": "True" if ready else "False"}]
+        if unschedulable:
+            conds.append(
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": unschedulable,
+                }
+            )
+        self.pod(name)["status"] = {
+            "phase": phase,
+            "conditions": conds,
+            "containerStatuses": [{"name": "graphrun", "state": state}],
+        }
+
+    def finish_job(self, name: str, ok: bool = True, message: str = "") -> None:
+        """Play the Job controller: its pod ended, the Job is Complete or Failed."""
+        job = self.objects[("Job", name)]
+        uid = job["metadata"]["uid"]
+        for o in self.pods("partitioner"):
+            if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences", [])):
+                self.set_pod(
+                    o["metadata"]["name"], "Succeeded" if ok else "Failed", message=message
+                )
+        cond = "Complete" if ok else "Failed"
+        job["status"] = {
+            "conditions": [
+                {"type": cond, "status": "True", "reason": "" if ok else "BackoffLimitExceeded"}
+            ]
+        }
+
+    def labelled(self, job_name: str) -> list[dict[str, Any]]:
+        return [
+            o
+            for o in self.objects.values()
+            if o["metadata"].get("labels", {}).get(LABEL_JOB) == job_name
+            and all(o["metadata"]["labels"].get(k) == v for k, v in MANAGED_BY.items())
+        ]

@@ -1,0 +1,97 @@
+"""In-process store servers and small partition directories for tests.
+
+* :func:`make_partition_dir` — partition a seeded synthetic graph (homogeneous
+  :func:`~graphrun.testing.graphs.community_graph` or ``hetero=True``) into
+  ``num_parts`` with the real partitioner; returns ``(graph, path)``.
+* :class:`StoreThread` — run :func:`~graphrun.store.server.run_server` for one
+  partition in a thread of this process (real sockets and shared memory, no process
+  start-up cost); ``with StoreThread(cfg) as s: s.address``. A failure in the server
+  is re-raised on exit. Use :mod:`graphrun.testing.procs` when a test must kill a
+  server process.
+* :func:`store_threads` — one per partition, as a context manager.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+from graphrun.errors import GraphrunError
+from graphrun.graph import Graph
+from graphrun.partition import partition_graph
+from graphrun.store.server import ServerConfig, run_server
+from graphrun.testing.graphs import community_graph, hetero_graph
+
+
+def make_partition_dir(
+    out: str | Path,
+    num_parts: int = 2,
+    *,
+    num_nodes: int = 600,
+    num_edges: int = 3000,
+    hetero: bool = False,
+    method: str = "random",
+    seed: int = 0,
+) -> tuple[Graph, Path]:
+    graph = (
+        hetero_graph(seed=seed)
+        if hetero
+        else community_graph(num_nodes, num_edges, seed=seed, feat_dim=8)
+    )
+    path = Path(out)
+    partition_graph(graph, path, num_parts, method=method, seed=seed)
+    return graph, path
+
+
+class StoreThread:
+    """One store server in a background thread."""
+
+    def __init__(self, cfg: ServerConfig, ready_timeout: float = 30.0) -> None:
+        self.cfg = cfg
+        self.address = ""
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._timeout = ready_timeout
+        self._thread = threading.Thread(target=self._run, name=f"store-{cfg.part}", daemon=True)
+
+    def _run(self) -> None:
+        def ready(address: str) -> None:
+            self.address = address
+            self._ready.set()
+
+        try:
+            run_server(self.cfg, should_stop=self._stop.is_set, on_ready=ready)
+        except BaseException as exc:
+            self._error = exc
+            self._ready.set()
+
+    def start(self) -> StoreThread:
+        self._thread.start()
+        if not self._ready.wait(self._timeout):
+            raise GraphrunError(f"store thread of partition {self.cfg.part} not ready")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(20)
+        if self._error is not None:
+            raise self._error
+
+    def __enter__(self) -> StoreThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def store_threads(cfg: ServerConfig, num_parts: int) -> Iterator[list[StoreThread]]:
+    """One :class:`StoreThread` per partition (``cfg.part`` is replaced)."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(StoreThread(replace(cfg, part=p))) for p in range(num_parts)]

@@ -1,0 +1,292 @@
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from graphrun.errors import SpecError, UserError
+from graphrun.job.spec import (
+    GraphJob,
+    graphjob_json_schema,
+    job_roles,
+    load_job,
+    loads_job,
+    parse_job,
+    resolve_placement,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
+
+MINIMAL = {
+    "apiVersion": "graphrun.io/v1alpha1",
+    "kind": "GraphJob",
+    "metadata": {"name": "j"},
+    "spec": {"graph": {"dataset": "data"}, "training": {"task": "node-classification"}},
+}
+
+
+def job(**spec: Any) -> dict[str, Any]:
+    d = copy.deepcopy(MINIMAL)
+    d["spec"].update(spec)
+    return d
+
+
+def error_of(data: Any) -> str:
+    with pytest.raises(SpecError) as info:
+        parse_job(data, "job.yaml")
+    return str(info.value)
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_examples_load(path: Path) -> None:
+    j = load_job(path)
+    assert j.kind == "GraphJob"
+    placement = resolve_placement(j, path.parent)
+    assert set(placement.values()) <= set(j.spec.machine_names)
+
+
+def test_defaults_and_snake_case() -> None:
+    j = parse_job(MINIMAL)
+    assert j.spec.runtime.machines == 1
+    assert j.spec.runtime.trainers_per_machine == 1
+    assert j.spec.partition.method == "metis"
+    assert j.spec.training.fanouts == [25, 10]
+    assert j.spec.run_policy.clean_pod_policy == "Running"
+    assert j.spec.num_parts == 1
+    assert j.partition_dir() == "j-parts"
+
+
+def test_camel_case_keys() -> None:
+    j = parse_job(job(runtime={"machines": 3, "trainersPerMachine": 2}, partition={"parts": 3}))
+    assert j.spec.runtime.trainers_per_machine == 2
+    assert j.spec.num_trainers == 6
+    assert j.spec.machine_names == ["m0", "m1", "m2"]
+
+
+def test_round_trip_through_yaml() -> None:
+    j = load_job(EXAMPLES / "graphsage.yaml")
+    again = loads_job(yaml.safe_dump(j.to_dict()))
+    assert again == j
+    assert "trainersPerMachine" in yaml.safe_dump(j.model_dump(by_alias=True, exclude_none=True))
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (
+            job(runtime={"trainersPerMachine": 0}),
+            "job.yaml: spec.runtime.trainersPerMachine: Input should be greater than 0",
+        ),
+        (job(runtime={"machinez": 2}), "spec.runtime.machinez: Extra inputs are not permitted"),
+        (
+            job(training={"task": "node-classification", "fanouts": [10, -2]}),
+            "spec.training.fanouts[1]: Input should be greater than or equal to -1",
+        ),
+        (
+            job(training={"task": "node-classification", "script": "t.py"}),
+            "spec.training: give exactly one of task, entryPoint, script",
+        ),
+        (job(training={"args": []}), "spec.training: give exactly one of"),
+        (
+            job(training={"entryPoint": "no-colon"}),
+            "spec.training.entryPoint: String should match pattern",
+        ),
+        (job(graph={}), "spec.graph: give exactly one of dataset, generator"),
+        (
+            job(graph={"generator": {"name": "erdos"}}),
+            "spec.graph.generator.name: Input should be 'community' or 'academic'",
+        ),
+        (
+            job(partition={"method": "spectral"}),
+            "spec.partition.method: Input should be 'metis', 'random', 'parallel' or",
+        ),
+        (
+            job(partition={"parts": 4}, runtime={"machines": 2}),
+            "spec.partition.parts: 4 must equal runtime.machines (2)",
+        ),
+        (
+            job(runtime={"machines": 2, "machineNames": ["a"]}),
+            "spec.runtime.machineNames: has 1 names for 2 machines",
+        ),
+        (job(runtime={"hosts": "ssh"}), "spec.runtime.hosts: Input should be 'local' or 'netns'"),
+        (
+            job(placement={"assignments": {"trainr:0": "m0"}}),
+            "spec.placement.assignments: 'trainr:0' is not a role name",
+        ),
+        (
+            job(placement={"assignments": {}, "planFile": "p.yaml"}),
+            "spec.placement: give at most one of assignments, planFile",
+        ),
+        (
+            job(runPolicy={"cleanPodPolicy": "Some"}),
+            "spec.runPolicy.cleanPodPolicy: Input should be 'Running', 'All' or 'None'",
+        ),
+        (job(runPolicy={"backoffLimit": -1}), "spec.runPolicy.backoffLimit: Input should be"),
+        ({**MINIMAL, "apiVersion": "v1"}, "apiVersion: Input should be 'graphrun.io/v1alpha1'"),
+        ({**MINIMAL, "kind": "Job"}, "kind: Input should be 'GraphJob'"),
+        ({**MINIMAL, "metadata": {"name": "Bad_Name"}}, "metadata.name: String should match"),
+        ({"kind": "GraphJob"}, "apiVersion: Field required; metadata: Field required"),
+        ([1, 2], "job.yaml: expected a mapping"),
+    ],
+)
+def test_field_level_errors(data: Any, expected: str) -> None:
+    msg = error_of(data)
+    assert expected in msg
+    assert "\n" not in msg
+    assert msg.startswith("job.yaml: ")
+
+
+def test_spec_error_is_user_error() -> None:
+    assert issubclass(SpecError, UserError)
+
+
+def test_bad_yaml_and_missing_file(tmp_path: Path) -> None:
+    bad = tmp_path / "job.yaml"
+    bad.write_text("spec: [unclosed\n")
+    with pytest.raises(SpecError, match=r"job.yaml: not valid YAML \(line"):
+        load_job(bad)
+    with pytest.raises(SpecError, match=r"nope\.yaml: cannot read job spec"):
+        load_job(tmp_path / "nope.yaml")
+
+
+def test_frozen() -> None:
+    j = parse_job(MINIMAL)
+    with pytest.raises(Exception, match="frozen"):
+        j.spec.runtime.machines = 3  # type: ignore[misc]
+
+
+def test_kubernetes_metadata_fields_are_ignored() -> None:
+    d = copy.deepcopy(MINIMAL)
+    d["metadata"].update(uid="123", resourceVersion="7", namespace="ml")
+    assert parse_job(d).metadata.namespace == "ml"
+
+
+def test_json_schema() -> None:
+    schema = graphjob_json_schema()
+    spec = schema["$defs"]["GraphJobSpec"]["properties"]
+    assert {"graph", "partition", "runtime", "training", "runPolicy", "replicaSpecs"} <= set(spec)
+    runtime = schema["$defs"]["RuntimeSpec"]["properties"]
+    assert runtime["trainersPerMachine"]["exclusiveMinimum"] == 0
+    replica = schema["$defs"]["ReplicaSpec"]["properties"]["template"]
+    assert replica["x-kubernetes-preserve-unknown-fields"] is True
+    assert set(schema["required"]) == {"apiVersion", "kind", "metadata", "spec"}
+
+
+def test_replica_templates_are_free_form() -> None:
+    tpl = {"spec": {"containers": [{"name": "graphrun", "image": "x", "anything": {"a": 1}}]}}
+    j = parse_job(job(replicaSpecs={"worker": {"template": tpl}}))
+    assert j.spec.replica_specs.worker is not None
+    assert j.spec.replica_specs.worker.template == tpl
+
+
+def test_roles_co_located() -> None:
+    j = parse_job(
+        job(
+            runtime={
+                "machines": 2,
+                "storeServersPerMachine": 2,
+                "trainersPerMachine": 2,
+                "samplerWorkersPerTrainer": 1,
+            }
+        )
+    )
+    roles = {r.name: r.machine for r in job_roles(j.spec)}
+    assert roles == {
+        "store:0": "m0",
+        "store:0:1": "m0",
+        "store:1": "m1",
+        "store:1:1": "m1",
+        "trainer:0": "m0",
+        "sampler:0:0": "m0",
+        "trainer:1": "m0",
+        "sampler:1:0": "m0",
+        "trainer:2": "m1",
+        "sampler:2:0": "m1",
+        "trainer:3": "m1",
+        "sampler:3:0": "m1",
+    }
+    first_trainer = [r.kind for r in job_roles(j.spec)].index("trainer")
+    assert all(r.kind == "store" for r in job_roles(j.spec)[:first_trainer])
+
+
+def test_roles_with_machine_names() -> None:
+    j = parse_job(job(runtime={"machines": 2, "machineNames": ["a", "b"]}))
+    assert [(r.name, r.machine) for r in job_roles(j.spec)] == [
+        ("store:0", "a"),
+        ("store:1", "b"),
+        ("trainer:0", "a"),
+        ("trainer:1", "b"),
+    ]
+
+
+def test_inline_assignments_override_defaults() -> None:
+    j = parse_job(job(runtime={"machines": 2}, placement={"assignments": {"trainer:0": "m1"}}))
+    assert resolve_placement(j)["trainer:0"] == "m1"
+    assert resolve_placement(j)["trainer:1"] == "m1"
+
+
+@pytest.mark.parametrize(
+    ("assignments", "expected"),
+    [
+        ({"trainer:9": "m0"}, "spec.placement.assignments.trainer:9: the job has no such role"),
+        ({"trainer:0": "m7"}, "spec.placement.assignments.trainer:0: unknown machine 'm7'"),
+    ],
+)
+def test_bad_assignments(assignments: dict[str, str], expected: str) -> None:
+    j = parse_job(job(runtime={"machines": 2}, placement={"assignments": assignments}))
+    with pytest.raises(SpecError, match="^" + expected.replace("(", r"\(")):
+        resolve_placement(j)
+
+
+def test_parts_may_differ_from_machines_with_a_plan() -> None:
+    j = parse_job(
+        job(
+            runtime={"machines": 2},
+            partition={"parts": 4},
+            placement={"assignments": {"store:2": "m1"}},
+        )
+    )
+    placement = resolve_placement(j)
+    assert [k for k in placement if k.startswith("store")] == [f"store:{i}" for i in range(4)]
+    assert placement["store:2"] == "m1"
+
+
+def _write_plan(path: Path, machines: list[str], assignments: dict[str, str]) -> None:
+    plan = {
+        "apiVersion": "graphrun.io/v1alpha1",
+        "kind": "PlacementPlan",
+        "machines": machines,
+        "assignments": assignments,
+        "score": 1.5,  # fields of the full plan model are ignored here
+    }
+    path.write_text(yaml.safe_dump(plan))
+
+
+def test_plan_file(tmp_path: Path) -> None:
+    _write_plan(tmp_path / "plan.yaml", ["h0", "h1"], {"trainer:0": "h1", "ps:0": "h0"})
+    j = parse_job(job(runtime={"machines": 2}, placement={"planFile": "plan.yaml"}))
+    placement = resolve_placement(j, tmp_path)
+    assert placement["trainer:0"] == "m1"  # plan machines map to job machines by position
+    assert "ps:0" not in placement
+
+
+def test_plan_file_errors(tmp_path: Path) -> None:
+    j = parse_job(job(runtime={"machines": 2}, placement={"planFile": "plan.yaml"}))
+    with pytest.raises(SpecError, match=r"plan\.yaml: cannot read placement plan"):
+        resolve_placement(j, tmp_path)
+    _write_plan(tmp_path / "plan.yaml", ["h0"], {})
+    with pytest.raises(SpecError, match="machines: plan has 1 machines, the job has 2"):
+        resolve_placement(j, tmp_path)
+    _write_plan(tmp_path / "plan.yaml", ["h0", "h1"], {"trainer:0": "h9"})
+    with pytest.raises(SpecError, match=r"assignments.trainer:0: machine 'h9' is not in"):
+        resolve_placement(j, tmp_path)
+    (tmp_path / "plan.yaml").write_text("kind: GraphJob\n")
+    with pytest.raises(SpecError, match=r"plan\.yaml: apiVersion: Field required"):
+        resolve_placement(j, tmp_path)
+
+
+def test_graphjob_is_the_model() -> None:
+    assert isinstance(parse_job(MINIMAL), GraphJob)

@@ -1,0 +1,424 @@
+"""The real kopf handlers through whole lifecycles against kmock, a Kubernetes API mock
+speaking HTTP on loopback: kopf watches and patches over HTTP, the operator calls it
+with the official client. The test plays the parts of a cluster that kmock does not
+have: the Job controller (a pod per Job), the kubelet (pod phases) and the garbage
+collector (children of deleted owners).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import kmock
+import kopf
+import pytest
+import pytest_asyncio
+import yaml
+from kubernetes import client
+
+from graphrun.operator import layout as L
+from graphrun.operator.handlers import OperatorContext, register
+from graphrun.operator.kube import Kube
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+ROOT = Path(__file__).resolve().parents[2]
+NS = "ml"
+GJ = f"/apis/graphrun.io/v1alpha1/namespaces/{NS}/graphjobs"
+PATHS = {
+    "Pod": f"/api/v1/namespaces/{NS}/pods",
+    "Secret": f"/api/v1/namespaces/{NS}/secrets",
+    "ConfigMap": f"/api/v1/namespaces/{NS}/configmaps",
+    "Service": f"/api/v1/namespaces/{NS}/services",
+    "Event": f"/api/v1/namespaces/{NS}/events",
+    "Job": f"/apis/batch/v1/namespaces/{NS}/jobs",
+}
+VERBS = {"list", "watch", "get", "patch", "create", "delete"}
+
+
+def declare(api: Any) -> None:
+    res = api.resources
+    res["graphrun.io/v1alpha1/graphjobs"] = kmock.ResourceInfo(
+        kind="GraphJob", namespaced=True, verbs=VERBS, subresources={"status"}
+    )
+    for path, kind in [
+        ("v1/pods", "Pod"),
+        ("v1/secrets", "Secret"),
+        ("v1/configmaps", "ConfigMap"),
+        ("v1/services", "Service"),
+        ("v1/events", "Event"),
+        ("batch/v1/jobs", "Job"),
+    ]:
+        res[path] = kmock.ResourceInfo(kind=kind, namespaced=True, verbs=VERBS)
+    res["v1/namespaces"] = kmock.ResourceInfo(kind="Namespace", namespaced=False, verbs=VERBS)
+    res["apiextensions.k8s.io/v1/customresourcedefinitions"] = kmock.ResourceInfo(
+        kind="CustomResourceDefinition", namespaced=False, verbs=VERBS
+    )
+
+
+class Cluster:
+    """The test's view of the mock API, plus the controllers kmock does not run."""
+
+    def __init__(self, api: Any) -> None:
+        self.api = api
+        self.deleted_uids: set[str] = set()
+
+    async def get(self, path: str) -> Any:
+        async with self.api.get(path) as resp:
+            return await resp.json() if resp.status == 200 else None
+
+    async def items(self, kind: str) -> list[dict[str, Any]]:
+        body = await self.get(PATHS[kind])
+        return list((body or {}).get("items") or [])
+
+    async def names(self, kind: str, replica: str | None = None) -> list[str]:
+        return sorted(
+            o["metadata"]["name"]
+            for o in await self.items(kind)
+            if replica is None or o["metadata"].get("labels", {}).get(L.LABEL_REPLICA) == replica
+        )
+
+    async def graphjob(self, name: str = "graphsage") -> dict[str, Any]:
+        return dict(await self.get(f"{GJ}/{name}") or {})
+
+    async def status(self, name: str = "graphsage") -> dict[str, Any]:
+        return dict((await self.graphjob(name)).get("status") or {})
+
+    async def create_graphjob(self, doc: dict[str, Any]) -> None:
+        doc = copy.deepcopy(doc)
+        doc["metadata"].update(
+            namespace=NS, uid=f"uid-{doc['metadata']['name']}", resourceVersion="1"
+        )
+        async with self.api.post(GJ, json=doc) as resp:
+            assert resp.status == 200, await resp.text()
+
+    async def patch(self, path: str, body: dict[str, Any]) -> None:
+        async with self.api.patch(
+            path, json=body, headers={"Content-Type": "application/merge-patch+json"}
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+
+    async def delete(self, path: str) -> None:
+        async with self.api.delete(path) as resp:
+            assert resp.status in (200, 404), await resp.text()
+
+    async def set_pod(
+        self, name: str, phase: str, ready: bool = False, exit_code: int = 0, message: str = ""
+    ) -> None:
+        state: dict[str, Any] = {"running": {}}
+        if phase in ("Succeeded", "Failed"):
+            state = {"terminated": {"exitCode": exit_code, "message": message}}
+        status = {
+            "phase": phase,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "containerStatuses": [{"name": "graphrun", "state": state}],
+        }
+        await self.patch(f"{PATHS['Pod']}/{name}/status", {"status": status})
+
+    async def finish_partitioner(self, ok: bool = True) -> None:
+        (pod,) = await self.names("Pod", "partitioner")
+        await self.set_pod(pod, "Succeeded" if ok else "Failed", exit_code=0 if ok else 1)
+        cond = {"type": "Complete" if ok else "Failed", "status": "True"}
+        await self.patch(
+            f"{PATHS['Job']}/graphsage-partitioner/status", {"status": {"conditions": [cond]}}
+        )
+
+    async def controllers(self) -> None:
+        """The Job controller and the garbage collector, forever (cancelled by the test)."""
+        while True:
+            jobs = {j["metadata"]["name"]: j for j in await self.items("Job")}
+            pods = await self.items("Pod")
+            owners = {p["metadata"].get("labels", {}).get("job-name") for p in pods}
+            for name, job in jobs.items():
+                if name not in owners:
+                    tpl = job["spec"]["template"]
+                    meta = copy.deepcopy(tpl.get("metadata", {}))
+                    meta["labels"]["job-name"] = name
+                    meta["name"] = f"{name}-{int(time.monotonic() * 1000) % 100000}"
+                    meta["ownerReferences"] = [{"kind": "Job", "name": name, "uid": f"job-{name}"}]
+                    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": tpl["spec"]}
+                    async with self.api.post(PATHS["Pod"], json=pod) as resp:
+                        assert resp.status == 200
+            for p in pods:  # garbage collection of a deleted Job's pods
+                owner = p["metadata"].get("labels", {}).get("job-name")
+                if owner and owner not in jobs:
+                    await self.delete(f"{PATHS['Pod']}/{p['metadata']['name']}")
+            await asyncio.sleep(0.05)
+
+
+async def eventually(check: Callable[[], Any], timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {timeout}s: {check.__doc__ or check}")
+        await asyncio.sleep(0.05)
+
+
+def example(**run_policy: Any) -> dict[str, Any]:
+    doc = yaml.safe_load((ROOT / "examples" / "kubernetes" / "graphsage.yaml").read_text())
+    doc["spec"]["runPolicy"] = {"backoffLimit": 0, **run_policy}
+    return dict(doc)
+
+
+def run_operator(registry: kopf.OperatorRegistry, stop: threading.Event) -> None:
+    """kopf in its own thread and event loop (as in a real deployment): kmock keeps
+    serving on the test's loop, and kopf's shutdown touches only its own tasks."""
+    settings = kopf.OperatorSettings()
+    settings.scanning.disabled = True
+    settings.posting.enabled = False
+    settings.watching.reconnect_backoff = 0.1
+    settings.queueing.exit_timeout = 0.5
+    asyncio.run(
+        kopf.operator(
+            registry=registry, settings=settings, standalone=True, namespaces=[NS], stop_flag=stop
+        )
+    )
+
+
+@pytest_asyncio.fixture
+async def cluster(kmock: Any) -> AsyncIterator[Cluster]:
+    declare(kmock)
+    url = str(kmock.url).rstrip("/")
+    ctx = OperatorContext(
+        kube=Kube(client.ApiClient(client.Configuration(host=url))),
+        resync_seconds=0.3,
+    )
+    registry = kopf.OperatorRegistry()
+    register(registry, ctx)
+    stop = threading.Event()
+    thread = threading.Thread(target=run_operator, args=(registry, stop), daemon=True)
+    thread.start()
+    c = Cluster(kmock)
+    helpers = asyncio.create_task(c.controllers())
+    try:
+        yield c
+    finally:
+        helpers.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await helpers
+        stop.set()
+        await asyncio.to_thread(thread.join, 60)
+        assert not thread.is_alive(), "the operator did not stop"
+
+
+def n_workers(c: Cluster, n: int = 2) -> Callable[[], Any]:
+    async def check() -> list[str] | None:
+        names = await c.names("Pod", "worker")
+        return names if len(names) == n else None
+
+    check.__doc__ = f"{n} worker pods"
+    return check
+
+
+def phase_is(c: Cluster, phase: str) -> Callable[[], Any]:
+    async def check() -> bool:
+        return (await c.status()).get("phase") == phase
+
+    check.__doc__ = f"phase {phase}"
+    return check
+
+
+async def test_create_partition_run_succeed(cluster: Cluster) -> None:
+    c = cluster
+    await c.create_graphjob(example(cleanPodPolicy="Running"))
+    await eventually(phase_is(c, "Partitioning"))
+    assert await c.names("Secret") == ["graphsage-keys"]
+    assert await c.names("ConfigMap") == ["graphsage-config"]
+    assert await c.names("Service") == ["graphsage-workers"]
+    await eventually(lambda: c.names("Pod", "partitioner"))
+    assert await c.names("Pod", "worker") == []  # workers wait for the partitions
+    await c.finish_partitioner()
+    await eventually(phase_is(c, "Serving"))
+    workers = await eventually(n_workers(c))
+    assert workers == ["graphsage-worker-0", "graphsage-worker-1"]
+    for w in workers:
+        await c.set_pod(w, "Running", ready=True)
+    await eventually(phase_is(c, "Training"))
+    for w in workers:
+        await c.set_pod(w, "Succeeded")
+    await eventually(phase_is(c, "Succeeded"))
+    status = await c.status()
+    types = {cond["type"]: cond["status"] for cond in status["conditions"]}
+    assert types == {
+        "Created": "True",
+        "Partitioning": "False",
+        "Running": "False",
+        "Succeeded": "True",
+    }
+    assert status["replicaStatuses"]["Worker"]["succeeded"] == 2
+    for kind in ("Secret", "ConfigMap", "Service", "Pod", "Job"):
+        for obj in await c.items(kind):
+            if obj["metadata"].get("labels", {}).get(L.LABEL_REPLICA) == "partitioner":
+                continue  # owned by the Job
+            (ref,) = obj["metadata"]["ownerReferences"]
+            assert ref["uid"] == "uid-graphsage" and ref["kind"] == "GraphJob"
+    reasons = [e["reason"] for e in await c.items("Event")]
+    for reason in ("JobCreated", "JobStarted", "PartitionCompleted", "StoreServersReady"):
+        assert reason in reasons
+    assert "TrainingCompleted" in reasons
+
+
+async def test_worker_failure_restart_then_fail(cluster: Cluster) -> None:
+    c = cluster
+    await c.create_graphjob(example(backoffLimit=1))
+    await eventually(lambda: c.names("Pod", "partitioner"))
+    await c.finish_partitioner()
+    workers = await eventually(n_workers(c))
+    line = "graphrun: job failed: trainer:1 on m1 failed (exit code 3): RuntimeError: nan loss"
+    await c.set_pod(workers[1], "Failed", exit_code=1, message=line)
+    await eventually(lambda: _restarts(c, 1))
+
+    async def recreated() -> bool:
+        pods = [
+            p
+            for p in await c.items("Pod")
+            if p["metadata"]["labels"].get(L.LABEL_REPLICA) == "worker"
+        ]
+        return len(pods) == 2 and all(
+            p["spec"]["containers"][0]["args"][-1] == "--resume" for p in pods
+        )
+
+    await eventually(recreated)
+    warnings = [e for e in await c.items("Event") if e["type"] == "Warning"]
+    (restart,) = [e for e in warnings if e["reason"] == "RoleFailed"]
+    assert restart["message"].endswith(
+        "Serving -> Restarting: trainer:1 on m1 failed (exit code 3): RuntimeError: nan loss"
+    )
+    assert restart["involvedObject"]["name"] == "graphsage"
+    await c.set_pod("graphsage-worker-0", "Failed", exit_code=137, message="OOMKilled")
+    await eventually(phase_is(c, "Failed"))
+    failed = next(x for x in (await c.status())["conditions"] if x["type"] == "Failed")
+    assert failed["reason"] == "BackoffLimitExceeded"
+    assert failed["message"] == "worker:0 on m0 failed (exit code 137): OOMKilled"
+
+
+async def _restarts(c: Cluster, n: int) -> bool:
+    return (await c.status()).get("restarts") == n
+
+
+async def test_suspend_and_resume(cluster: Cluster) -> None:
+    c = cluster
+    await c.create_graphjob(example())
+    await eventually(lambda: c.names("Pod", "partitioner"))
+    await c.finish_partitioner()
+    await eventually(n_workers(c))
+    await c.patch(f"{GJ}/graphsage", {"spec": {"runPolicy": {"suspend": True}}})
+    await eventually(phase_is(c, "Suspended"))
+
+    async def no_workers() -> bool:
+        return await c.names("Pod", "worker") == []
+
+    await eventually(no_workers)
+    await c.patch(f"{GJ}/graphsage", {"spec": {"runPolicy": {"suspend": False}}})
+    await eventually(phase_is(c, "Serving"))
+    await eventually(n_workers(c))
+    status = await c.status()
+    suspended = next(x for x in status["conditions"] if x["type"] == "Suspended")
+    assert suspended["status"] == "False" and suspended["reason"] == "JobResumed"
+
+
+async def test_failure_with_clean_pod_policy_all_then_deletion(cluster: Cluster) -> None:
+    c = cluster
+    await c.create_graphjob(example(cleanPodPolicy="All"))
+    await eventually(lambda: c.names("Pod", "partitioner"))
+    await c.finish_partitioner()
+    workers = await eventually(n_workers(c))
+    await c.set_pod(workers[0], "Failed", exit_code=2)
+    await eventually(phase_is(c, "Failed"))
+
+    async def all_gone() -> bool:
+        return await c.names("Pod") == [] and await c.names("Job") == []
+
+    await eventually(all_gone)
+    # Deleting the GraphJob: the API server's garbage collector removes its children
+    # (owner references); the operator must not make new ones.
+    await c.delete(f"{GJ}/graphsage")
+    for kind in ("Secret", "ConfigMap", "Service"):
+        for name in await c.names(kind):
+            await c.delete(f"{PATHS[kind]}/{name}")
+    await asyncio.sleep(1.0)  # three resync periods
+    for kind in ("Secret", "ConfigMap", "Service", "Pod", "Job"):
+        assert await c.names(kind) == []
+
+
+async def test_invalid_spec_fails_naming_the_field(cluster: Cluster) -> None:
+    c = cluster
+    doc = example()
+    doc["spec"]["partition"]["method"] = "distributed"
+    await c.create_graphjob(doc)
+    await eventually(phase_is(c, "Failed"))
+    failed = next(x for x in (await c.status())["conditions"] if x["type"] == "Failed")
+    assert failed["reason"] == "InvalidSpec"
+    assert "spec.partition.method: 'distributed' is not supported" in failed["message"]
+    await asyncio.sleep(0.7)
+    assert await c.names("Pod") == [] and await c.names("Secret") == []
+
+
+async def test_stuck_image_pull_fails_after_the_startup_deadline(cluster: Cluster) -> None:
+    c = cluster
+    await c.create_graphjob(example(startupDeadlineSeconds=1))
+    pod = (await eventually(lambda: c.names("Pod", "partitioner")))[0]
+    stamp = "2020-01-01T00:00:00Z"  # created long ago
+    await c.patch(f"{PATHS['Pod']}/{pod}", {"metadata": {"creationTimestamp": stamp}})
+    waiting = {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}
+    await c.patch(
+        f"{PATHS['Pod']}/{pod}/status",
+        {
+            "status": {
+                "phase": "Pending",
+                "containerStatuses": [{"name": "graphrun", "state": waiting}],
+            }
+        },
+    )
+    await eventually(phase_is(c, "Failed"))
+    failed = next(x for x in (await c.status())["conditions"] if x["type"] == "Failed")
+    assert failed["reason"] == "ImagePullBackOff"
+
+
+async def test_graphrun_operator_command(kmock: Any, tmp_path: Path) -> None:
+    """`graphrun operator --kubeconfig` as a process: logs in with the kubeconfig, runs
+    a GraphJob to Partitioning, and stops cleanly on SIGTERM."""
+    declare(kmock)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "kmock", "cluster": {"server": str(kmock.url).rstrip("/")}}],
+                "users": [{"name": "test", "user": {"token": "test-token"}}],
+                "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "test"}}],
+                "current-context": "kmock",
+            }
+        )
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "graphrun", "operator", "--kubeconfig", str(kubeconfig),
+        "--all-namespaces", "--resync", "0.3",
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        c = Cluster(kmock)
+        await c.create_graphjob(example())
+        await eventually(phase_is(c, "Partitioning"), timeout=60)
+        assert await c.names("Secret") == ["graphsage-keys"]
+        auth = [r.headers.get("Authorization") for r in kmock if r.headers.get("User-Agent")]
+        assert "Bearer test-token" in auth
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, out.decode()[-2000:]

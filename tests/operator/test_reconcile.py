@@ -1,0 +1,436 @@
+"""The pure reconcile driven through whole lifecycles on an in-memory namespace."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from graphrun.job.spec import parse_job
+from graphrun.operator import layout as L
+from graphrun.operator.keys import curve_keypair
+from graphrun.operator.observe import observe
+from graphrun.operator.reconcile import Delete, DeleteGraphJob, Plan, reconcile, reject
+from graphrun.testing.kube import FakeNamespace
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+KEYS = curve_keypair()
+
+
+def job_dict(**spec: Any) -> dict[str, Any]:
+    d = yaml.safe_load((ROOT / "examples" / "kubernetes" / "graphsage.yaml").read_text())
+    for k, v in spec.items():
+        d["spec"][k] = {**d["spec"].get(k, {}), **v} if isinstance(v, dict) else v
+    return d
+
+
+class Harness:
+    def __init__(self, **spec: Any) -> None:
+        self.set_spec(**spec)
+        self.owner = L.Owner("graphsage", "ml", "uid-graphsage")
+        self.ns = FakeNamespace(now=T0)
+        self.status: dict[str, Any] = {}
+        self.plans: list[Plan] = []
+
+    def set_spec(self, **spec: Any) -> None:
+        self.job = parse_job(job_dict(**spec))
+
+    def step(self, seconds: float = 1) -> Plan:
+        self.ns.now += timedelta(seconds=seconds)
+        seen = observe(self.ns.children(), self.owner.name, self.owner.uid)
+        plan = reconcile(
+            self.job, self.owner, L.OperatorConfig(), self.status, seen, self.ns.now, KEYS
+        )
+        self.ns.apply(plan)
+        self.status = plan.status
+        self.plans.append(plan)
+        return plan
+
+    @property
+    def phase(self) -> str:
+        return str(self.status["phase"])
+
+    def cond(self, type_: str) -> dict[str, str]:
+        return next(c for c in self.status["conditions"] if c["type"] == type_)
+
+    def workers(self) -> list[str]:
+        return sorted(p["metadata"]["name"] for p in self.ns.pods("worker"))
+
+    def partitioner_done(self, ok: bool = True, message: str = "") -> None:
+        self.ns.finish_job("graphsage-partitioner", ok, message)
+
+    def to_training(self) -> None:
+        self.step()
+        assert self.phase == "Partitioning"
+        self.partitioner_done()
+        self.step()
+        assert self.phase == "Serving"
+        for w in self.workers():
+            self.ns.set_pod(w, "Running", ready=True)
+        self.step()
+        assert self.phase == "Training"
+
+
+def test_happy_path() -> None:
+    h = Harness()
+    h.step()
+    kinds = sorted(o["kind"] for o in h.ns.children())
+    assert kinds == ["ConfigMap", "Job", "Pod", "Secret", "Service"]
+    assert h.phase == "Partitioning"
+    assert h.cond("Created")["status"] == "True"
+    h.step()
+    assert h.phase == "Partitioning" and h.workers() == []  # workers wait for the partitions
+    h.partitioner_done()
+    h.step()
+    assert h.phase == "Serving"
+    assert h.workers() == ["graphsage-worker-0", "graphsage-worker-1"]
+    assert h.status["partitioned"] is True
+    h.ns.set_pod("graphsage-worker-0", "Running", ready=True)
+    h.step()
+    assert h.phase == "Serving"  # worker 1 not ready yet
+    h.ns.set_pod("graphsage-worker-1", "Running", ready=True)
+    h.step()
+    assert h.phase == "Training"
+    assert h.cond("Running")["status"] == "True"
+    h.ns.set_pod("graphsage-worker-0", "Succeeded")
+    h.step()
+    assert h.phase == "Training"
+    h.ns.set_pod("graphsage-worker-1", "Succeeded")
+    h.step()
+    assert h.phase == "Succeeded"
+    assert h.cond("Running")["status"] == "False"
+    assert h.cond("Succeeded")["reason"] == "TrainingCompleted"
+    assert h.status["replicaStatuses"]["Worker"] == {
+        "active": 0,
+        "ready": 0,
+        "succeeded": 2,
+        "failed": 0,
+    }
+    assert h.status["startTime"] and h.status["completionTime"]
+    assert [c["type"] for c in h.status["conditions"]] == [
+        "Created",
+        "Partitioning",
+        "Running",
+        "Succeeded",
+    ]
+    reasons = [e.reason for e in h.ns.events]
+    assert reasons[0] == "JobCreated" and reasons[-1] == "TrainingCompleted"
+    assert all(e.type == "Normal" for e in h.ns.events)
+    # finished pods stay (cleanPodPolicy Running); the TTL deletes the GraphJob later
+    assert len(h.workers()) == 2
+    plan = h.step()
+    assert plan.requeue_after is not None and plan.requeue_after > 80000
+    h.step(86400)
+    assert h.ns.graphjob_deleted
+
+
+def test_worker_failure_restarts_then_fails_naming_the_role() -> None:
+    h = Harness(runPolicy={"backoffLimit": 1})
+    h.to_training()
+    last_line = "graphrun: job failed: trainer:1 on m1 failed (exit code 3): ValueError: boom"
+    h.ns.set_pod("graphsage-worker-1", "Failed", exit_code=1, message="log line\n" + last_line)
+    h.step()
+    assert h.phase == "Restarting" and h.status["restarts"] == 1
+    assert (
+        h.cond("Restarting")["message"] == "trainer:1 on m1 failed (exit code 3): ValueError: boom"
+    )
+    assert h.workers() == []  # all deleted
+    assert any(e.type == "Warning" and e.reason == "RoleFailed" for e in h.ns.events)
+    h.step()
+    assert h.phase == "Serving"
+    for w in h.workers():
+        args = h.ns.pod(w)["spec"]["containers"][0]["args"]
+        assert args[-1] == "--resume"
+    assert h.ns.pods("partitioner")  # partitions are not made again
+    assert sum(o["kind"] == "Job" for o in h.ns.children()) == 1
+    for w in h.workers():
+        h.ns.set_pod(w, "Running", ready=True)
+    h.step()
+    h.ns.set_pod("graphsage-worker-0", "Failed", exit_code=137, message="OOMKilled")
+    h.step()
+    assert h.phase == "Failed"
+    failed = h.cond("Failed")
+    assert failed["reason"] == "BackoffLimitExceeded"
+    assert failed["message"] == "worker:0 on m0 failed (exit code 137): OOMKilled"
+    # cleanPodPolicy Running: the worker still running is stopped
+    assert h.workers() == ["graphsage-worker-0"]
+
+
+def test_one_failed_worker_is_never_success() -> None:
+    h = Harness(runPolicy={"backoffLimit": 0})
+    h.to_training()
+    h.ns.set_pod("graphsage-worker-0", "Succeeded")
+    h.ns.set_pod("graphsage-worker-1", "Failed", exit_code=2)
+    h.step()
+    assert h.phase == "Failed"
+    assert h.cond("Failed")["reason"] == "RoleFailed"
+
+
+def test_partitioner_failure() -> None:
+    h = Harness(runPolicy={"backoffLimit": 1})
+    h.step()
+    h.partitioner_done(ok=False, message="graphrun: error: data/graph.json: missing")
+    h.step()
+    assert h.phase == "Restarting"
+    msg = h.cond("Restarting")["message"]
+    assert re.fullmatch(
+        r"partitioner on graphsage-partitioner-\d+ failed \(exit code 1\): "
+        r"graphrun: error: data/graph.json: missing",
+        msg,
+    ), msg
+    assert not any(o["kind"] == "Job" for o in h.ns.children())  # deleted with its pods
+    h.step()
+    assert h.phase == "Partitioning"
+    h.step()
+    assert any(o["kind"] == "Job" for o in h.ns.children())  # made again
+    assert len(h.ns.pods("partitioner")) == 1
+    h.ns.finish_job("graphsage-partitioner", ok=False)
+    h.step()
+    assert h.phase == "Failed" and h.cond("Failed")["reason"] == "BackoffLimitExceeded"
+
+
+@pytest.mark.parametrize(
+    ("waiting", "unschedulable", "reason"),
+    [
+        (("ImagePullBackOff", "Back-off pulling image"), "", "ImagePullBackOff"),
+        (("ErrImagePull", "not found"), "", "ErrImagePull"),
+        (None, "0/3 nodes are available: 3 Insufficient memory.", "Unschedulable"),
+        (None, "", "StartupDeadlineExceeded"),
+    ],
+)
+def test_stuck_pods_fail_after_the_startup_deadline(
+    waiting: tuple[str, str] | None, unschedulable: str, reason: str
+) -> None:
+    h = Harness(runPolicy={"startupDeadlineSeconds": 300, "backoffLimit": 3})
+    h.step()
+    h.partitioner_done()
+    h.step()
+    h.ns.set_pod("graphsage-worker-0", "Running")
+    h.ns.set_pod("graphsage-worker-1", "Pending", waiting=waiting, unschedulable=unschedulable)
+    plan = h.step(100)
+    assert h.phase == "Serving"
+    assert plan.requeue_after == pytest.approx(200)
+    h.step(200)
+    assert h.phase == "Failed"  # no restart: it would be stuck the same way
+    assert h.cond("Failed")["reason"] == reason
+    assert "graphsage-worker-1 not running after 300s" in h.cond("Failed")["message"]
+
+
+def test_image_that_can_never_be_pulled_fails_at_once() -> None:
+    h = Harness()
+    h.step()
+    h.partitioner_done()
+    h.step()
+    h.ns.set_pod("graphsage-worker-0", "Pending", waiting=("InvalidImageName", "bad ref"))
+    h.step()
+    assert h.phase == "Failed" and h.cond("Failed")["reason"] == "InvalidImageName"
+
+
+def test_active_deadline() -> None:
+    h = Harness(runPolicy={"activeDeadlineSeconds": 100})
+    h.to_training()
+    plan = h.step(10)
+    assert plan.requeue_after is not None and plan.requeue_after <= 100
+    h.step(100)
+    assert h.phase == "Failed" and h.cond("Failed")["reason"] == "DeadlineExceeded"
+    assert h.workers() == []  # running pods stopped
+
+
+def test_suspend_and_resume() -> None:
+    h = Harness()
+    h.to_training()
+    h.set_spec(runPolicy={"suspend": True})
+    h.step()
+    assert h.phase == "Suspended" and h.cond("Suspended")["status"] == "True"
+    assert h.workers() == []
+    h.step()
+    assert h.phase == "Suspended"
+    h.set_spec(runPolicy={"suspend": False})
+    h.step()
+    assert h.phase == "Serving"  # partitions kept: straight back to serving
+    assert h.cond("Suspended")["status"] == "False"
+    for w in h.workers():
+        assert h.ns.pod(w)["spec"]["containers"][0]["args"][-1] == "--resume"
+
+
+def test_created_suspended_runs_nothing() -> None:
+    h = Harness(runPolicy={"suspend": True})
+    h.step()
+    assert h.phase == "Suspended"
+    assert not h.ns.pods()
+
+
+@pytest.mark.parametrize(("policy", "left"), [("All", 0), ("None", 2), ("Running", 1)])
+def test_clean_pod_policy(policy: str, left: int) -> None:
+    h = Harness(runPolicy={"cleanPodPolicy": policy, "backoffLimit": 0})
+    h.to_training()
+    h.ns.set_pod("graphsage-worker-0", "Failed", exit_code=1)
+    h.step()
+    assert h.phase == "Failed"
+    assert len(h.workers()) == left
+    if policy == "All":
+        assert not any(o["kind"] == "Job" for o in h.ns.children())
+
+
+def test_worker_pod_deleted_while_training_is_a_failure() -> None:
+    h = Harness(runPolicy={"backoffLimit": 0})
+    h.to_training()
+    h.ns.delete("Pod", "graphsage-worker-1")
+    h.step()
+    assert h.phase == "Failed"
+    assert (
+        "worker:1 on m1 failed (no exit code): the worker pod disappeared"
+        in h.cond("Failed")["message"]
+    )
+
+
+def test_terminal_jobs_stay_terminal() -> None:
+    h = Harness()
+    h.to_training()
+    for w in h.workers():
+        h.ns.set_pod(w, "Succeeded")
+    h.step()
+    assert h.phase == "Succeeded"
+    h.ns.set_pod("graphsage-worker-0", "Failed")
+    plan = h.step()
+    assert h.phase == "Succeeded"
+    assert not [a for a in plan.actions if not isinstance(a, Delete | DeleteGraphJob)]
+
+
+def test_reject_invalid_spec() -> None:
+    plan = reject({}, "InvalidSpec", "spec.partition.method: 'parallel' is not supported", T0)
+    assert plan.status["phase"] == "Failed"
+    failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "InvalidSpec" and "spec.partition.method" in failed["message"]
+    assert reject(plan.status, "InvalidSpec", "again", T0).actions == ()
+
+
+def test_gang_podgroup_created() -> None:
+    h = Harness(runPolicy={"schedulingPolicy": {"provider": "volcano"}})
+    h.step()
+    assert any(o["kind"] == "PodGroup" for o in h.ns.children())
+
+
+def test_settled_jobs_need_no_more_passes() -> None:
+    from graphrun.operator.status import settled
+
+    h = Harness(
+        runPolicy={"backoffLimit": 0, "cleanPodPolicy": "Running", "ttlSecondsAfterFinished": None}
+    )
+    h.to_training()
+    h.ns.set_pod("graphsage-worker-0", "Failed", exit_code=1)
+    h.step()
+    assert h.phase == "Failed" and h.status["cleanedUp"] is False  # worker 1 being stopped
+    assert not settled(h.job, h.status)
+    h.step()
+    assert h.status["cleanedUp"] is True
+    assert settled(h.job, h.status)
+    h.set_spec(runPolicy={"ttlSecondsAfterFinished": 60})
+    assert not settled(h.job, h.status)  # the TTL still has to delete it
+
+
+@given(
+    history=st.lists(
+        st.tuples(
+            st.sampled_from(
+                ["run", "ready", "succeed", "fail", "part_ok", "part_fail", "suspend", "resume"]
+            ),
+            st.integers(min_value=0, max_value=1),
+        ),
+        max_size=25,
+    ),
+    backoff=st.integers(min_value=0, max_value=2),
+)
+@settings(max_examples=25, deadline=None)
+def test_random_cluster_histories_keep_the_invariants(
+    history: list[tuple[str, int]], backoff: int
+) -> None:
+    policy = {"backoffLimit": backoff, "ttlSecondsAfterFinished": None}
+    h = Harness(runPolicy=policy)
+    h.step()  # FakeNamespace.create raises on a duplicate: no object is made twice
+    failed_workers: set[str] = set()
+    for action, i in history:
+        worker = f"graphsage-worker-{i}"
+        has_worker = ("Pod", worker) in h.ns.objects
+        if action in ("run", "ready", "succeed", "fail") and has_worker:
+            phase = {"run": "Running", "ready": "Running", "succeed": "Succeeded"}.get(
+                action, "Failed"
+            )
+            h.ns.set_pod(worker, phase, ready=action == "ready")
+            if action == "fail":
+                failed_workers.add(h.ns.pod(worker)["metadata"]["uid"])
+        elif (
+            action in ("part_ok", "part_fail") and ("Job", "graphsage-partitioner") in h.ns.objects
+        ):
+            h.partitioner_done(ok=action == "part_ok")
+        elif action in ("suspend", "resume"):
+            h.set_spec(runPolicy={**policy, "suspend": action == "suspend"})
+        h.step()
+        assert h.status["restarts"] <= backoff
+        assert len(h.ns.pods("worker")) <= 2
+        if h.phase == "Succeeded":
+            uids = {p["metadata"]["uid"] for p in h.ns.pods("worker")}
+            assert not uids & failed_workers, "succeeded with a failed worker"
+            assert all(p["status"]["phase"] == "Succeeded" for p in h.ns.pods("worker"))
+        if h.phase in ("Pending", "Partitioning"):
+            assert not h.ns.pods("worker")  # workers only after the partitions exist
+
+
+def test_spec_change_while_running_fails_naming_the_fields() -> None:
+    h = Harness(runPolicy={"backoffLimit": 0})
+    h.to_training()
+    h.set_spec(runtime={"trainersPerMachine": 2})
+    h.step()
+    assert h.phase == "Failed"
+    failed = h.cond("Failed")
+    assert failed["reason"] == "SpecChanged"
+    assert failed["message"].startswith("spec.runtime changed while the job was running")
+
+
+def test_run_policy_may_change_while_running() -> None:
+    h = Harness(runPolicy={"backoffLimit": 0})
+    h.to_training()
+    h.set_spec(runPolicy={"backoffLimit": 3, "activeDeadlineSeconds": 7200})
+    h.step()
+    assert h.phase == "Training"
+
+
+def test_repartitioning_into_the_old_directory_is_refused() -> None:
+    h = Harness(runPolicy={"backoffLimit": 0})
+    h.to_training()
+    h.set_spec(runPolicy={"backoffLimit": 0, "suspend": True})
+    h.step()
+    assert h.phase == "Suspended"
+    h.set_spec(runPolicy={"backoffLimit": 0, "suspend": True}, partition={"haloHops": 2})
+    h.step()
+    assert h.phase == "Failed"  # the old partitions would be taken for new ones
+    assert h.cond("Failed")["message"].startswith(
+        "spec.partition changed: give a new spec.partition.output (the partitions in "
+        "/data/graphsage/parts were made with the old settings)"
+    )
+
+
+def test_spec_change_while_suspended_is_applied() -> None:
+    h = Harness(runPolicy={"backoffLimit": 0})
+    h.to_training()
+    h.set_spec(runPolicy={"backoffLimit": 0, "suspend": True})
+    h.step()
+    new = {"haloHops": 2, "output": "graphsage/parts-halo2"}
+    h.set_spec(runPolicy={"backoffLimit": 0, "suspend": True}, partition=new)
+    h.step()
+    assert h.phase == "Suspended"
+    assert not any(o["kind"] == "ConfigMap" for o in h.ns.children())  # made again later
+    assert h.status["partitioned"] is False
+    assert any(e.reason == "SpecUpdated" and "spec.partition" in e.message for e in h.ns.events)
+    h.set_spec(runPolicy={"backoffLimit": 0, "suspend": False}, partition=new)
+    h.step()
+    assert h.phase == "Partitioning"  # partitions are made again for the new settings
+    cm = next(o for o in h.ns.children() if o["kind"] == "ConfigMap")
+    assert "haloHops: 2" in cm["data"]["job.yaml"]

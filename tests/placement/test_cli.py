@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from graphrun.cli import main
+from graphrun.placement.plan import load_plan
+from graphrun.placement.profile import BatchRecord, load_profile
+
+CLUSTER = {
+    "apiVersion": "graphrun.io/v1alpha1",
+    "kind": "Cluster",
+    "machines": [
+        {"name": f"m{i}", "cpu": 32, "memory_gb": 256, "gpus": 2, "bandwidth_gbps": b}
+        for i, b in enumerate([50, 50, 10, 10])
+    ],
+}
+JOB = {
+    "apiVersion": "graphrun.io/v1alpha1",
+    "kind": "PlacementJob",
+    "partitions": 4,
+    "trainers": 4,
+    "samplers_per_trainer": 1,
+    "parameter_servers": 2,
+    "iterations": 3,
+    "demands": {"store": {"cpu": 2, "memory_gb": 100}},
+}
+
+
+def files(tmp_path, cluster=CLUSTER, job=JOB):
+    c, j = tmp_path / "cluster.yaml", tmp_path / "job.yaml"
+    c.write_text(yaml.safe_dump(cluster))
+    j.write_text(yaml.safe_dump(job))
+    return c, j
+
+
+def test_plan_writes_a_loadable_plan(tmp_path, capsys):
+    c, j = files(tmp_path)
+    out = tmp_path / "plan.yaml"
+    assert main(["plan", str(c), str(j), "-o", str(out), "--steps", "50"]) == 0
+    plan = load_plan(out, machines=[f"m{i}" for i in range(4)])
+    assert len(plan.assignments) == 4 + 4 + 4 + 2
+    assert "simulated time" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("cluster", "job", "msg"),
+    [
+        (
+            {**CLUSTER, "machines": [{"name": "m0", "cpu": 8, "memory_gb": 8}]},
+            JOB,
+            r"machines\[0\]\.egress_gbps: missing",
+        ),
+        (
+            {**CLUSTER, "machines": [{**CLUSTER["machines"][0], "cpu": -2}]},
+            JOB,
+            r"machines\.0\.cpu",
+        ),
+        (CLUSTER, {**JOB, "demands": {"trainer": {"gpus": 4}}}, r"demands\.trainer\.gpus"),
+        (CLUSTER, {**JOB, "kind": "GraphJob"}, "GraphJob"),
+    ],
+)
+def test_plan_bad_input_is_one_line_exit_2(tmp_path, capsys, cluster, job, msg):
+    c, j = files(tmp_path, cluster, job)
+    assert main(["plan", str(c), str(j), "-o", str(tmp_path / "p.yaml"), "--steps", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("graphrun: error: ")
+    assert __import__("re").search(msg, err)
+    assert not (tmp_path / "p.yaml").exists()
+
+
+def test_profile_from_a_metrics_file(tmp_path, capsys):
+    metrics = tmp_path / "metrics.jsonl"
+    recs = [
+        BatchRecord(r, r, i, 0.02, 0.01, 0.03, {0: 10, 1: 5}, {r: 900, 1 - r: 100}, 50, 8)
+        for i in range(5)
+        for r in range(2)
+    ]
+    metrics.write_text("".join(x.to_json() + "\n" for x in recs))
+    out = tmp_path / "prof.json"
+    assert main(["profile", str(metrics), "-o", str(out)]) == 0
+    prof = load_profile(out)
+    assert prof.name == "prof" and prof["compute_s"].mean == pytest.approx(0.03)
+    assert "10 batch records" in capsys.readouterr().out
+    assert main(["profile", str(tmp_path / "missing.jsonl"), "-o", str(out)]) == 2
+
+
+def test_example_plans(tmp_path):
+    from pathlib import Path
+
+    ex = Path(__file__).parents[2] / "examples" / "07-placement"
+    out = tmp_path / "plan.yaml"
+    argv = ["plan", str(ex / "cluster.yaml"), str(ex / "job.yaml"), "-o", str(out)]
+    assert main([*argv, "--steps", "20"]) == 0
+    assert load_plan(out).machines == ["m0", "m1", "m2", "m3"]

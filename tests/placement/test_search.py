@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import chisquare
+
+from graphrun.errors import SpecError
+from graphrun.placement.baselines import (
+    colocation,
+    exhaustive,
+    first_fit_decreasing,
+    random_feasible,
+)
+from graphrun.placement.bounds import lower_bounds
+from graphrun.placement.cluster import make_cluster
+from graphrun.placement.cost import Evaluator, violation
+from graphrun.placement.job import Demand, Demands, JobSpec, job_from_spec
+from graphrun.placement.oes import Policy, simulate
+from graphrun.placement.profile import builtin_profile
+from graphrun.placement.search import anneal, etp, ifs
+from graphrun.placement.workload import build_workload, make_scenario
+
+
+def tiny(machines=(50, 10), iterations=2, **kw):
+    cluster = make_cluster(list(machines), cpu=16, memory_gb=64, gpus=1)
+    spec = JobSpec(
+        partitions=1,
+        trainers=1,
+        samplers_per_trainer=1,
+        parameter_servers=1,
+        iterations=iterations,
+        demands=Demands(
+            store=Demand(cpu=1, memory_gb=8),
+            trainer=Demand(cpu=1, memory_gb=8, gpus=1),
+            sampler=Demand(cpu=1, memory_gb=8),
+            ps=Demand(cpu=1, memory_gb=8),
+        ),
+        **kw,
+    )
+    return cluster, job_from_spec(spec, builtin_profile("products"))
+
+
+def test_etp_visits_follow_the_boltzmann_distribution():
+    cluster, job = tiny()
+    ev = Evaluator(cluster, make_scenario(job, seed=1))
+    states = list(itertools.product(range(cluster.size), repeat=len(job.tasks)))
+    cost = np.array([ev.cost(x) for x in states])
+    scale, beta = float(cost.mean()), 3.0
+    assert cost.max() / cost.min() > 1.3  # the distribution is far from uniform
+    target = np.exp(-beta * cost / scale)
+    target /= target.sum()
+    visits: Counter = Counter()
+    step = [0]
+
+    def record(x):
+        step[0] += 1
+        if step[0] % 4 == 0:
+            visits[x] += 1
+
+    etp(ev, states[0], beta=beta, scale=scale, seed=7, max_steps=40_000, on_step=record)
+    observed = np.array([visits[x] for x in states], dtype=float)
+    n = observed.sum()
+    p = chisquare(observed, target * n).pvalue
+    print("chi-square p", p)
+    assert p > 1e-3
+    # and the test can fail: the visits are not uniform
+    assert chisquare(observed, np.full(len(states), n / len(states))).pvalue < 1e-9
+
+
+def test_etp_is_reproducible_and_never_worse_than_its_start(hetero):
+    cluster, job = hetero
+    ev = Evaluator(cluster, make_scenario(job, seed=0))
+    start = ifs(ev)
+    assert ev.violation(start) == 0
+    a = etp(ev, start, seed=3, max_steps=300)
+    b = etp(Evaluator(cluster, make_scenario(job, seed=0)), start, seed=3, max_steps=300)
+    assert a.placement == b.placement and a.makespan == b.makespan
+    assert a.makespan <= ev.makespan(start)
+    assert ev.violation(a.placement) == 0
+    assert [p.makespan for p in a.curve] == sorted((p.makespan for p in a.curve), reverse=True)
+    sa = anneal(ev, start, seed=3, max_steps=300)
+    assert ev.violation(sa.placement) == 0 and sa.makespan <= ev.makespan(start)
+
+
+def test_etp_finds_the_exhaustive_optimum_on_a_tiny_instance():
+    cluster, job = tiny(machines=(50, 10, 25))
+    ev = Evaluator(cluster, make_scenario(job, seed=2))
+    best, best_ms = exhaustive(ev)
+    got = etp(ev, ifs(ev), seed=0, max_steps=3000)
+    assert got.makespan == pytest.approx(best_ms)
+    assert got.makespan >= lower_bounds(build_workload(cluster, ev.scenario, best)).value * (
+        1 - 1e-9
+    )
+
+
+def test_baselines_are_feasible(hetero):
+    cluster, job = hetero
+    for x in (
+        colocation(cluster, job),
+        first_fit_decreasing(cluster, job),
+        random_feasible(cluster, job, np.random.default_rng(0)),
+    ):
+        assert len(x) == len(job.tasks)
+        assert violation(cluster, job, x) == 0
+
+
+def test_colocation_is_what_distdgl_does(hetero):
+    cluster, job = hetero
+    x = dict(zip(job.roles, colocation(cluster, job), strict=True))
+    for p in range(4):
+        assert x[f"store:{p}"] == x[f"trainer:{p}"] == x[f"sampler:{p}:0"] == p
+
+
+def test_infeasible_cluster_names_the_field():
+    cluster = make_cluster([10, 10], cpu=16, memory_gb=64, gpus=0)
+    _, job = tiny()
+    with pytest.raises(SpecError, match=r"demands\.trainer\.gpus"):
+        ifs(Evaluator(cluster, make_scenario(job)))
+    small = make_cluster([10], cpu=2, memory_gb=64, gpus=1)
+    with pytest.raises(SpecError, match="total cpu"):
+        ifs(Evaluator(small, make_scenario(job)))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31), st.sampled_from(["ps", "allreduce"]), st.integers(0, 2))
+def test_simulated_job_makespan_is_at_least_its_lower_bound(seed, sync, prefetch):
+    cluster = make_cluster([50, 10, 25], cpu=64, memory_gb=512, gpus=2)
+    spec = JobSpec(
+        partitions=3,
+        trainers=3,
+        samplers_per_trainer=2,
+        sync=sync,
+        parameter_servers=2,
+        prefetch=prefetch,
+        iterations=3,
+    )
+    job = job_from_spec(spec, builtin_profile("papers100m"))
+    sc = make_scenario(job, seed)
+    rng = np.random.default_rng(seed)
+    x = tuple(int(m) for m in rng.integers(0, cluster.size, size=len(job.tasks)))
+    w = build_workload(cluster, sc, x)
+    bound = lower_bounds(w).value
+    for policy in Policy:
+        ms = simulate(w.dag, policy).makespan
+        assert math.isfinite(ms) and ms >= bound * (1 - 1e-9)
+
+
+def test_cost_floor_matches_the_dag_and_bounds_the_cost(hetero):
+    cluster, job = hetero
+    ev = Evaluator(cluster, make_scenario(job, seed=4))
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        x = tuple(int(m) for m in rng.integers(0, cluster.size, size=len(job.tasks)))
+        dag = build_workload(cluster, ev.scenario, x).dag
+        per_port = dag.port_bytes() / np.asarray(dag.port_capacity)
+        assert ev.port_floor(x) == pytest.approx(per_port.max())
+        assert ev.cost_floor(x) <= ev.cost(x) * (1 + 1e-9)

@@ -1,0 +1,204 @@
+import msgpack
+import numpy as np
+import pytest
+import zmq
+
+from graphrun.errors import ArgumentError, AuthError, ProtocolError, RpcError, RpcTimeout
+from graphrun.rpc import Limits, Message, MsgKind, RpcClient, new_keypair
+from graphrun.rpc.auth import secure_client
+from graphrun.rpc.codec import PROTOCOL_VERSION, decode
+from graphrun.testing.threads import ServerThread
+
+
+def handler(peer, msg):
+    if msg.op == "echo":
+        return Message(MsgKind.REPLY, msg.op, msg.request_id, msg.body, msg.tensors)
+    if msg.op == "double":
+        return Message(MsgKind.REPLY, msg.op, msg.request_id, {}, (msg.tensors[0] * 2,))
+    if msg.op == "silent":
+        return None
+    if msg.op == "bad":
+        raise ArgumentError("ids[3] = 99 is out of range [0, 10)")
+    if msg.op == "crash":
+        raise ZeroDivisionError("boom")
+    raise ArgumentError(f"unknown op {msg.op!r}")
+
+
+@pytest.fixture
+def keys():
+    return new_keypair()
+
+
+@pytest.fixture
+def server(keys):
+    with ServerThread("tcp://127.0.0.1:0", handler, keys=keys, limits=Limits(max_frames=8)) as s:
+        yield s
+
+
+@pytest.fixture
+def client(server, keys):
+    with RpcClient(server.address, keys=keys, timeout=5) as c:
+        yield c
+
+
+def raw_socket(ctx, address, keys):
+    s = ctx.socket(zmq.DEALER)
+    s.linger = 0
+    secure_client(s, keys)
+    s.connect(address)
+    return s
+
+
+def recv_error(sock):
+    assert sock.poll(5000), "no reply from the server"
+    msg = decode(sock.recv_multipart())
+    assert msg.kind == MsgKind.ERROR
+    return msg
+
+
+def test_round_trip_with_tensors(client):
+    a = np.random.default_rng(0).random((1000, 16), dtype=np.float32)
+    reply = client.call("echo", {"x": [1, "two"]}, (a, np.arange(3)))
+    assert reply.body == {"x": [1, "two"]}
+    np.testing.assert_array_equal(reply.tensors[0], a)
+    np.testing.assert_array_equal(reply.tensors[1], np.arange(3))
+
+
+def test_many_requests_in_flight_answered_in_any_order(client):
+    ids = [client.send("double", {}, (np.full(4, i),)) for i in range(50)]
+    assert client.in_flight == 50
+    for i, rid in reversed(list(enumerate(ids))):
+        np.testing.assert_array_equal(client.wait(rid).tensors[0], np.full(4, 2 * i))
+
+
+def test_inproc_transport(keys):
+    # inproc needs a shared context: the test client borrows the server's
+    with (
+        ServerThread("inproc://rpc-test", handler) as s,
+        RpcClient(s.address, context=s.server._ctx, timeout=5) as c,
+    ):
+        assert c.call("echo", {"a": 1}).body == {"a": 1}
+
+
+def test_handler_errors_are_typed_and_server_goes_on(client):
+    with pytest.raises(ArgumentError, match=r"bad to tcp://.*out of range"):
+        client.call("bad")
+    with pytest.raises(RpcError, match=r"crash.*internal error: ZeroDivisionError"):
+        client.call("crash")
+    assert client.call("echo", {"ok": True}).body == {"ok": True}
+
+
+def test_timeout_names_address_and_kind(client):
+    with pytest.raises(RpcTimeout, match=r"silent to tcp://127\.0\.0\.1:\d+: no answer"):
+        client.call("silent", timeout=0.2)
+    assert client.in_flight == 0
+    assert client.call("echo").body == {}
+
+
+def header(**over):
+    h = {"v": PROTOCOL_VERSION, "k": 1, "op": "echo", "id": 5, "b": {}, "t": []}
+    h.update(over)
+    return msgpack.packb(h)
+
+
+@pytest.mark.parametrize(
+    ("frames", "match"),
+    [
+        ([b"\x00\x01garbage\xff"], "not valid msgpack"),
+        ([header(v=2)], "protocol version 2"),
+        ([header(t=[["float32", [100]]]), b"\x00" * 12], "frame has 12 bytes"),  # truncated
+        ([header(t=[["float32", [1 << 45]]]), b""], "exceeds"),  # declared oversize
+        ([header(), *([b"x"] * 20)], "frames exceed"),
+        ([header(k=2)], "expected a request"),
+    ],
+)
+def test_bad_input_to_live_server(server, client, keys, frames, match):
+    ctx = zmq.Context()
+    sock = raw_socket(ctx, server.address, keys)
+    try:
+        sock.send_multipart(frames)
+        err = recv_error(sock)
+        assert err.body["type"] == "ProtocolError"
+        assert match in err.body["message"]
+    finally:
+        sock.close(0)
+        ctx.term()
+    assert client.call("echo", {"still": "serving"}).body == {"still": "serving"}
+
+
+def test_wrong_version_reply_carries_request_id(server, keys):
+    ctx = zmq.Context()
+    sock = raw_socket(ctx, server.address, keys)
+    sock.send_multipart([header(v=0, id=42)])
+    assert recv_error(sock).request_id == 42
+    sock.close(0)
+    ctx.term()
+
+
+def test_frame_beyond_hard_limit_drops_only_that_connection(keys):
+    limits = Limits(max_tensor_bytes=1 << 12, max_header_bytes=1 << 12)
+    with ServerThread("tcp://127.0.0.1:0", handler, keys=keys, limits=limits) as s:
+        # connection dropped by MAXMSGSIZE, or a timeout
+        with RpcClient(s.address, keys=keys, timeout=1) as bad, pytest.raises(RpcError):
+            bad.call("echo", {}, (np.zeros(1 << 14, np.uint8),))
+        with RpcClient(s.address, keys=keys, timeout=5) as good:
+            assert good.call("echo", {"n": 1}).body == {"n": 1}
+
+
+def test_wrong_key_is_refused_and_server_goes_on(server, client):
+    with (
+        RpcClient(server.address, keys=new_keypair(), timeout=5) as intruder,
+        pytest.raises(AuthError, match="does not hold the job key"),
+    ):
+        intruder.call("echo")
+    assert client.call("echo", {"x": 1}).body == {"x": 1}
+
+
+def test_client_without_curve_is_refused(server, client):
+    with (
+        RpcClient(server.address, keys=None, timeout=1) as plain,
+        pytest.raises((AuthError, RpcTimeout)),
+    ):
+        plain.call("echo")
+    assert client.call("echo").body == {}
+
+
+def test_server_gone_gives_clear_error(keys):
+    s = ServerThread("tcp://127.0.0.1:0", handler, keys=keys).start()
+    c = RpcClient(s.address, keys=keys, timeout=2)
+    assert c.call("echo").body == {}
+    rid = c.send("silent")
+    s.stop()
+    with pytest.raises(RpcError, match=r"connection lost|no answer"):
+        c.wait(rid)
+    with pytest.raises(RpcTimeout):
+        c.call("echo", timeout=0.3)
+    c.close()
+
+
+def test_bad_reply_from_server_is_protocol_error(keys):
+    def liar(peer, msg):
+        return Message(MsgKind.REPLY, msg.op, msg.request_id, {}, (np.zeros(3),))
+
+    with (
+        ServerThread("tcp://127.0.0.1:0", liar) as s,
+        RpcClient(s.address, timeout=5, limits=Limits(max_frames=1)) as c,
+        pytest.raises(ProtocolError, match="bad reply"),
+    ):
+        c.call("x")
+
+
+def test_send_after_refused_handshake_does_not_block(server, client):
+    import time
+
+    with RpcClient(server.address, keys=new_keypair(), timeout=3) as intruder:
+        time.sleep(0.5)  # the handshake fails before anything is sent
+        for _ in range(2):
+            with pytest.raises((AuthError, RpcTimeout)):
+                intruder.call("echo")
+    assert client.call("echo").body == {}
+
+
+def test_no_server_at_all_times_out():
+    with RpcClient("tcp://127.0.0.1:1", timeout=0.3) as c, pytest.raises(RpcTimeout):
+        c.call("echo")

@@ -1,0 +1,67 @@
+import numpy as np
+import pytest
+import torch
+
+from graphrun.errors import ArgumentError
+from graphrun.store import DistEmbedding, DistTensor, SparseAdagrad, SparseAdam
+from tests.store.conftest import connect
+
+
+def test_dist_tensor_get_set(stores, keys):
+    with connect(stores, keys, job="dt") as c:
+        t = DistTensor(c, "x", (600, 2), torch.float32)
+        ids = torch.tensor([5, 599, 0, 5])
+        t[ids] = torch.arange(8, dtype=torch.float32).reshape(4, 2)
+        got = t[ids]
+        assert isinstance(got, torch.Tensor) and got.shape == (4, 2)
+        np.testing.assert_array_equal(got[1].numpy(), [2, 3])
+        t[[1, 2]] = 1.5  # broadcast
+        assert t[[1, 2]].sum().item() == 6
+        again = DistTensor(c, "x", (600, 2), "float32")  # attaches
+        assert again.shape == (600, 2) and len(again) == 600
+        with pytest.raises(ArgumentError, match="exists with shape"):
+            DistTensor(c, "x", (600, 3), "float32")
+        with pytest.raises(ArgumentError, match="first dimension"):
+            DistTensor(c, "y", (10, 3))
+        feat = DistTensor(c, "node/_N/feat")
+        assert feat.shape == (600, 8) and feat.policy == "node:_N"
+
+
+@pytest.mark.parametrize("opt_name", ["adagrad", "adam"])
+def test_dist_embedding_trains_like_torch(stores, keys, opt_name):
+    n, d = 600, 4
+    rng = np.random.default_rng(0)
+    with connect(stores, keys, job=f"emb-{opt_name}") as c:
+        emb = DistEmbedding(c, n, d, "e", init="normal", init_args={"std": 0.1})
+        init = c.pull("e", np.arange(n)).copy()
+        ref = torch.nn.Embedding(n, d, sparse=True)
+        ref.weight.data[:] = torch.from_numpy(init)
+        if opt_name == "adagrad":
+            opt, ref_opt = (
+                SparseAdagrad([emb], lr=0.1),
+                torch.optim.Adagrad(ref.parameters(), lr=0.1),
+            )
+        else:
+            opt = SparseAdam([emb], lr=0.05)
+            ref_opt = torch.optim.SparseAdam(ref.parameters(), lr=0.05)
+        target = torch.from_numpy(rng.normal(size=(n, d)).astype(np.float32))
+        for _ in range(3):
+            ids = torch.from_numpy(np.concatenate([np.arange(n), rng.integers(0, n, 50)]))
+            for module, o in ((emb, opt), (ref, ref_opt)):
+                o.zero_grad()
+                loss = ((module(ids) - target[ids]) ** 2).sum()
+                loss.backward()
+                o.step()
+        np.testing.assert_allclose(
+            c.pull("e", np.arange(n)), ref.weight.detach().numpy(), rtol=1e-4, atol=1e-5
+        )
+        names = {t.name for t in c.list_tensors()}
+        assert {"e", f"e.{opt_name}.{'sum' if opt_name == 'adagrad' else 'm'}"} <= names
+
+
+def test_no_grad_lookup_is_not_recorded(stores, keys):
+    with connect(stores, keys, job="ng") as c:
+        emb = DistEmbedding(c, 600, 2, "e2")
+        with torch.no_grad():
+            emb([1, 2])
+        assert emb.take_trace() == []

@@ -1,0 +1,253 @@
+"""KV client + servers with real sockets and shared memory (servers in threads)."""
+
+import msgpack
+import numpy as np
+import pytest
+import zmq
+
+from graphrun.errors import ArgumentError, AuthError, StoreError
+from graphrun.rpc.auth import new_keypair, secure_client
+from graphrun.rpc.codec import PROTOCOL_VERSION, MsgKind, decode
+from graphrun.store.client import ClientConfig, KVClient
+from graphrun.store.server import ServerConfig
+from graphrun.testing.store import store_threads
+from tests.store.conftest import connect, reference_rows
+
+FEAT = "node/_N/feat"
+
+
+def test_pull_matches_single_process_reference(homo, stores, keys, rng):
+    graph, parts = homo
+    ids = rng.integers(0, graph.num_nodes, 1000)
+    with connect(stores, keys) as c:
+        assert c.local_parts == [0, 1]
+        got = c.pull(FEAT, ids)
+        np.testing.assert_array_equal(got, reference_rows(graph, parts, "node", "_N", "feat", ids))
+        labels = c.pull("node/_N/label", ids[:10])
+        ref = reference_rows(graph, parts, "node", "_N", "label", ids[:10])
+        np.testing.assert_array_equal(labels, ref)
+
+
+def test_shm_and_network_paths_give_identical_bytes(stores, keys, rng):
+    ids = rng.integers(0, 600, 777)
+    with connect(stores, keys) as local, connect(stores, keys, use_shm=False) as remote:
+        assert remote.local_parts == []
+        a, b = local.pull(FEAT, ids), remote.pull(FEAT, ids)
+        assert a.tobytes() == b.tobytes() and a.dtype == b.dtype and a.shape == b.shape
+        # one owner only: the fast paths (no reordering) agree too
+        one = np.arange(5)
+        assert local.pull(FEAT, one).tobytes() == remote.pull(FEAT, one).tobytes()
+        assert local.pull(FEAT, []).shape == (0, 8) == remote.pull(FEAT, []).shape
+
+
+def test_chunked_remote_pulls_give_identical_bytes(stores, keys, rng):
+    ids = rng.integers(0, 600, 500)
+    with (
+        connect(stores, keys, use_shm=False) as whole,
+        connect(stores, keys, use_shm=False, pull_chunk_bytes=1000, max_chunks=7) as chunked,
+    ):
+        assert whole.pull(FEAT, ids).tobytes() == chunked.pull(FEAT, ids).tobytes()
+        one = np.arange(100)  # one owner, several chunks
+        assert whole.pull(FEAT, one).tobytes() == chunked.pull(FEAT, one).tobytes()
+
+
+def test_push_reducers_match_reference(stores, keys, rng):
+    with connect(stores, keys, use_shm=False) as c:
+        c.init_tensor("t", "node:_N", (3,), "float32")
+        ref = np.zeros((600, 3), np.float32)
+        ids = rng.integers(0, 600, 400)
+        vals = rng.random((400, 3), dtype=np.float32)
+        c.push("t", ids, vals, "add")
+        np.add.at(ref, ids, vals)
+        uniq = np.unique(ids)[:50]
+        c.push("t", uniq, np.full((50, 3), 7, np.float32), "assign")
+        ref[uniq] = 7
+        np.testing.assert_allclose(c.pull("t", np.arange(600)), ref, rtol=1e-6)
+
+
+def test_init_list_meta_delete(stores, keys):
+    with connect(stores, keys, job="j") as c:
+        info = c.init_tensor("h", "node:_N", (2, 2), "int32", init="zeros", persistent=True)
+        assert info.shape == (600, 2, 2) and info.dtype == "int32"
+        names = [t.name for t in c.list_tensors()]
+        assert "h" in names and FEAT in names
+        assert c.meta("h").policy == "node:_N"
+        with pytest.raises(StoreError, match="already exists"):
+            c.init_tensor("h", "node:_N", (2, 2), "int32")
+        c.init_tensor("h", "node:_N", (2, 2), "int32", exist_ok=True)
+        u = c.init_tensor("u", "node:_N", (4,), init="uniform", init_args={"low": 0, "high": 1})
+        x = c.pull("u", np.arange(600))
+        assert u.num_rows == 600
+        assert x.min() >= 0 and x.max() <= 1 and x.std() > 0.1
+        c.delete_tensor("h")
+        assert "h" not in [t.name for t in c.list_tensors()]
+        with pytest.raises(StoreError, match="does not exist"):
+            c.pull("h", [0])
+
+
+def test_recreated_tensor_is_not_read_from_a_stale_mapping(stores, keys):
+    with connect(stores, keys, job="re") as a, connect(stores, keys, job="re") as b:
+        a.init_tensor("r", "node:_N", (1,), persistent=True)
+        a.push("r", [0], np.array([[1.0]], np.float32))
+        assert b.pull("r", [0])[0, 0] == 1  # b maps the segment
+        a.delete_tensor("r")
+        a.init_tensor("r", "node:_N", (1,), persistent=True)
+        a.push("r", [0], np.array([[2.0]], np.float32))
+        assert b.pull("r", [0])[0, 0] == 2
+        a.delete_tensor("r")
+
+
+def test_two_jobs_are_namespaced(stores, keys):
+    with connect(stores, keys, job="a") as a, connect(stores, keys, job="b") as b:
+        a.init_tensor("w", "node:_N", (1,))
+        b.init_tensor("w", "node:_N", (1,))
+        a.push("w", [1, 2], np.array([[1.0], [2.0]], np.float32))
+        b.push("w", [1, 2], np.array([[5.0], [6.0]], np.float32))
+        np.testing.assert_array_equal(a.pull("w", [1, 2]).ravel(), [1, 2])
+        np.testing.assert_array_equal(b.pull("w", [1, 2]).ravel(), [5, 6])
+        # graph data is shared by both
+        assert a.pull(FEAT, [3]).tobytes() == b.pull(FEAT, [3]).tobytes()
+
+
+def test_job_tensors_freed_when_last_client_leaves(stores, keys):
+    c1 = connect(stores, keys, job="tmp")
+    c2 = connect(stores, keys, job="tmp")
+    c1.init_tensor("scratch", "node:_N", (1,))
+    c1.init_tensor("keep", "node:_N", (1,), persistent=True)
+    c1.close()
+    assert c2.pull("scratch", [0]).shape == (1, 1)  # c2 still holds the job alive
+    c2.close()
+    with connect(stores, keys, job="tmp") as c3:
+        names = [t.name for t in c3.list_tensors()]
+        assert "scratch" not in names and "keep" in names
+        c3.delete_tensor("keep")
+
+
+def test_hetero_policies(hetero, keys, rng):
+    graph, parts = hetero
+    with store_threads(ServerConfig(parts, 0, keys=keys), 2) as s, connect(s, keys) as c:
+        assert set(c.policies) >= {"node:author", "node:paper", "edge:paper:cites:paper"}
+        ids = rng.integers(0, 50, 40)
+        got = c.pull("node/paper/feat", ids)
+        np.testing.assert_array_equal(
+            got, reference_rows(graph, parts, "node", "paper", "feat", ids)
+        )
+        eids = rng.integers(0, 200, 30)
+        got = c.pull("edge/paper:cites:paper/weight", eids)
+        ref = reference_rows(graph, parts, "edge", "paper:cites:paper", "weight", eids)
+        np.testing.assert_array_equal(got, ref)
+        with pytest.raises(ArgumentError, match="out of range"):
+            c.pull("node/author/feat", [30])
+
+
+def test_local_structure_is_the_partition_csc(homo, stores, keys):
+    from graphrun.partition import load_partition
+
+    _, parts = homo
+    with connect(stores, keys) as c:
+        s = c.local_structure(0)
+        p = load_partition(parts, 0)
+        for k in ("nodes", "indptr", "indices", "eids"):
+            np.testing.assert_array_equal(s[k], getattr(p, k))
+    with connect(stores, keys, use_shm=False) as c:
+        assert c.local_structure(0) is None
+
+
+# ---- bad input to a live server ---------------------------------------------------------
+
+
+def test_bad_requests_get_typed_errors_and_server_goes_on(stores, keys):
+    with connect(stores, keys, use_shm=False) as c:
+        c.init_tensor("f", "node:_N", (2,))
+        cases = [
+            (lambda: c.pull("nope", [0]), StoreError, "does not exist"),
+            (lambda: c.pull(FEAT, [600]), ArgumentError, "out of range"),
+            (lambda: c.pull(FEAT, [-1]), ArgumentError, "out of range"),
+            (lambda: c.push("f", [0], np.zeros((1, 2), np.float64)), ArgumentError, "dtype"),
+            (lambda: c.push("f", [0], np.zeros((1, 3), np.float32)), ArgumentError, "shape"),
+            (lambda: c.push("f", [0], np.zeros((1, 2), np.float32), "max"), ArgumentError, "max"),
+            (lambda: c.push(FEAT, [0], np.zeros((1, 8), np.float32)), StoreError, "read-only"),
+            (lambda: c.init_tensor("g", "node:nope"), ArgumentError, "policy"),
+            (lambda: c.call(0, "pull", {"name": FEAT}), ArgumentError, "tensor 0"),
+            (lambda: c.call(0, "no_such_op"), ArgumentError, "unknown operation"),
+        ]
+        for fn, exc, match in cases:
+            with pytest.raises(exc, match=match):
+                fn()
+        # local rows out of range, sent directly past the client's own checks
+        with pytest.raises(ArgumentError, match="out of range"):
+            c.call(0, "pull", {"name": FEAT}, tensors=(np.array([10**6]),))
+        with pytest.raises(ArgumentError, match="int64"):
+            c.call(0, "pull", {"name": FEAT}, tensors=(np.array([0.5]),))
+        assert c.pull(FEAT, [1, 2, 3]).shape == (3, 8)
+
+
+def _raw(stores, keys):
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.linger = 0
+    secure_client(s, keys)
+    s.connect(stores[0].address)
+    return ctx, s
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [b"\xde\xad\xbe\xef" * 10],
+        [msgpack.packb({"v": PROTOCOL_VERSION + 1, "k": 1, "op": "pull", "id": 1, "b": {}})],
+        [
+            msgpack.packb(
+                {
+                    "v": PROTOCOL_VERSION,
+                    "k": 1,
+                    "op": "pull",
+                    "id": 1,
+                    "b": {},
+                    "t": [["int64", [9]]],
+                }
+            ),
+            b"\x00" * 8,
+        ],
+        [
+            msgpack.packb(
+                {"v": 1, "k": 1, "op": "pull", "id": 1, "b": {}, "t": [["int64", [1 << 40]]]}
+            ),
+            b"",
+        ],
+    ],
+    ids=["garbage", "wrong-version", "truncated", "oversized"],
+)
+def test_malformed_frames_to_live_store(stores, keys, frames):
+    ctx, s = _raw(stores, keys)
+    try:
+        s.send_multipart(frames)
+        assert s.poll(5000)
+        msg = decode(s.recv_multipart())
+        assert msg.kind == MsgKind.ERROR and msg.body["type"] == "ProtocolError"
+    finally:
+        s.close(0)
+        ctx.term()
+    with connect(stores, keys) as c:
+        assert c.pull(FEAT, [0]).shape == (1, 8)
+
+
+def test_wrong_key_refused_store_goes_on(stores, keys):
+    with pytest.raises(AuthError):
+        KVClient(ClientConfig([s.address for s in stores], keys=new_keypair(), timeout=5))
+    with connect(stores, keys) as c:
+        assert c.pull(FEAT, [0]).shape == (1, 8)
+
+
+def test_empty_job_name_is_refused(stores, keys):
+    with pytest.raises(ArgumentError, match="job"):
+        connect(stores, keys, job="")
+    with connect(stores, keys) as c, pytest.raises(ArgumentError, match="field 'job'"):
+        c._parts[0].main.call("join", {"s": "x", "job": ""})
+
+
+def test_request_without_session_is_refused(stores, keys):
+    with connect(stores, keys) as c:
+        conn = c._parts[0].main
+        with pytest.raises(StoreError, match="session 'ghost' is unknown"):
+            conn.call("pull", {"s": "ghost", "name": FEAT}, (np.array([0]),))

@@ -1,0 +1,58 @@
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from graphrun.errors import ArgumentError
+from graphrun.store.policy import PartitionPolicy
+from graphrun.store.shm import SegmentStore, attach, clean_stale, instance_prefix, owner_alive
+
+
+def test_policy_owner_and_local_rows():
+    pol = PartitionPolicy("node:_N", np.array([0, 3, 3, 10]))
+    ids = pol.check_ids([0, 2, 3, 9])
+    np.testing.assert_array_equal(pol.to_part(ids), [0, 0, 2, 2])
+    np.testing.assert_array_equal(pol.to_local(np.array([3, 9]), 2), [0, 6])
+    assert pol.part_rows(1) == 0 and pol.num_rows == 10
+    with pytest.raises(ArgumentError, match=r"ids\[1\] = 10 is out of range \[0, 10\)"):
+        pol.check_ids([1, 10])
+    with pytest.raises(ArgumentError, match="integer"):
+        pol.check_ids([0.5])
+
+
+def test_segments_are_unique_shared_and_removed(tmp_path):
+    a, b = SegmentStore(tmp_path), SegmentStore(tmp_path)
+    assert a.prefix != b.prefix and a.prefix.startswith(f"graphrun-{os.getpid()}-")
+    name, arr = a.copy_in(np.arange(12, dtype=np.int64).reshape(3, 4))
+    view = attach(tmp_path, name, "int64", (3, 4), writable=False)
+    arr[1, 1] = 99
+    assert view[1, 1] == 99 and not view.flags.writeable
+    empty_name, empty = a.create("float32", (0, 5))
+    assert empty.shape == (0, 5)
+    a.close()
+    assert not (tmp_path / name).exists() and not (tmp_path / empty_name).exists()
+    assert view[1, 1] == 99  # a mapping outlives the unlink
+
+
+def test_stale_segments_of_dead_owner_are_cleaned(tmp_path):
+    code = (
+        "import sys; from graphrun.store.shm import SegmentStore; from pathlib import Path;"
+        "s = SegmentStore(Path(sys.argv[1])); print(s.create('int8', (4,))[0])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True
+    )
+    dead = out.stdout.strip()  # the child exited without closing its store
+    assert (tmp_path / dead).exists() and not owner_alive(dead)
+    mine = SegmentStore(tmp_path)
+    live, _ = mine.create("int8", (4,))
+    (tmp_path / "unrelated").write_text("x")
+    assert clean_stale(tmp_path) == [dead]
+    assert (tmp_path / live).exists() and (tmp_path / "unrelated").exists()
+    mine.close()
+
+
+def test_prefix_names_a_live_owner():
+    assert owner_alive(instance_prefix() + ".0")

@@ -1,0 +1,228 @@
+"""Real ``graphrun serve`` processes: backups, long-running serving, failures."""
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from graphrun.errors import ArgumentError, RpcError
+from graphrun.rpc.transport import RpcClient
+from graphrun.store.client import ClientConfig, KVClient
+from graphrun.testing.procs import REPO_ROOT, ChildFailed, start_store, start_stores
+
+pytestmark = pytest.mark.integration
+FEAT = "node/_N/feat"
+
+
+def client(stores, keys, **kw):
+    kw.setdefault("timeout", 10)
+    return KVClient(ClientConfig([s.address for s in stores], keys=keys, **kw))
+
+
+def segments_of(shm_dir, pid):
+    return [n for n in os.listdir(shm_dir) if n.startswith(f"graphrun-{pid}-")]
+
+
+def wait_until(cond, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def test_backups_serve_the_same_memory(homo, key_file, keys, tmp_path, rng):
+    _, parts = homo
+    with (
+        start_stores(parts, 2, key_file=key_file, backups=1, shm_dir=tmp_path) as stores,
+        client(stores, keys, use_shm=False) as c,
+    ):
+        assert len(c.servers_of(0)) == 2
+        ref = None
+        ids = rng.integers(0, 600, 300)
+        for _ in range(6):
+            got = c.pull(FEAT, ids)
+            ref = got if ref is None else ref
+            assert got.tobytes() == ref.tobytes()
+        # a tensor made after the backup started is served by it too
+        c.init_tensor("late", "node:_N", (1,))
+        c.push("late", [0, 1], np.array([[3.0], [4.0]], np.float32))
+        for _ in range(4):
+            np.testing.assert_array_equal(c.pull("late", [0, 1]).ravel(), [3, 4])
+        assert c.stats(0, 0)["served"].get("pull", 0) > 0
+        assert c.stats(0, 1)["served"].get("pull", 0) > 0
+        backup = c.servers_of(0)[1]
+        with pytest.raises(ArgumentError, match="is backup 1 of partition 0"):
+            KVClient(ClientConfig([backup, stores[1].address], keys=keys, timeout=5))
+
+
+def _client_script(addresses, key_file, job, heartbeat, action):
+    return f"""
+import sys, time, numpy as np
+from graphrun.rpc.auth import load_keys
+from graphrun.store.client import ClientConfig, KVClient
+c = KVClient(ClientConfig({addresses!r}, job={job!r}, keys=load_keys({str(key_file)!r}),
+                          heartbeat_interval={heartbeat}, timeout=10))
+c.init_tensor("scratch", "node:_N", (2,), exist_ok=True)
+assert c.pull("node/_N/feat", np.arange(10)).shape == (10, 8)
+print("ready", flush=True)
+{action}
+"""
+
+
+def _run_client(addresses, key_file, job, heartbeat=0.2, action="c.close()"):
+    code = _client_script(addresses, key_file, job, heartbeat, action)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+
+
+def test_clients_join_and_leave_a_long_running_store(homo, key_file, keys, tmp_path):
+    _, parts = homo
+    with start_stores(parts, 2, key_file=key_file, shm_dir=tmp_path) as stores:
+        addresses = [s.address for s in stores]
+        with client(stores, keys, job="observer") as obs:
+            for wave in range(2):  # clients come and go; no client count is fixed
+                procs = [_run_client(addresses, key_file, f"job{wave}") for _ in range(3)]
+                for p in procs:
+                    out, err = p.communicate(timeout=60)
+                    assert p.returncode == 0, err
+                    assert "ready" in out
+                st = obs.stats(0)
+                assert st["jobs"] == {"observer": 1}
+                assert not any(t.startswith(f"job{wave}/") for t in st["tensors"])
+
+
+def test_two_jobs_share_one_served_graph(homo, key_file, keys, tmp_path):
+    _, parts = homo
+    with (
+        start_stores(parts, 2, key_file=key_file, shm_dir=tmp_path) as stores,
+        client(stores, keys, job="a") as a,
+        client(stores, keys, job="b") as b,
+    ):
+        a.init_tensor("w", "node:_N", (1,), init="uniform")
+        b.init_tensor("w", "node:_N", (1,))
+        assert not np.array_equal(a.pull("w", np.arange(600)), b.pull("w", np.arange(600)))
+        assert a.pull(FEAT, [7]).tobytes() == b.pull(FEAT, [7]).tobytes()
+        assert a.stats(1)["jobs"] == {"a": 1, "b": 1}
+
+
+def test_killed_client_is_dropped_and_its_tensors_freed(homo, key_file, keys, tmp_path):
+    _, parts = homo
+    with start_stores(
+        parts, 2, key_file=key_file, shm_dir=tmp_path, heartbeat_timeout=1.5
+    ) as stores:
+        addresses = [s.address for s in stores]
+        victim = _run_client(addresses, key_file, "victim", action="time.sleep(600)")
+        assert victim.stdout.readline().strip() == "ready"
+        with client(stores, keys, job="watcher") as w:
+            assert "victim/scratch" in w.stats(0)["tensors"]
+            assert w.stats(0)["jobs"]["victim"] == 1
+            victim.kill()
+            victim.wait()
+            for part in (0, 1):
+                wait_until(lambda p=part: "victim" not in w.stats(p)["jobs"], what="drop")
+                wait_until(
+                    lambda p=part: "victim/scratch" not in w.stats(p)["tensors"], what="free"
+                )
+            assert w.pull(FEAT, [0]).shape == (1, 8)  # the watcher, heartbeating, stays
+
+
+def test_killed_server_gives_a_clear_client_error(homo, key_file, keys, tmp_path):
+    _, parts = homo
+    stores = [start_store(parts, p, key_file=key_file, shm_dir=tmp_path) for p in (0, 1)]
+    try:
+        with client(stores, keys, timeout=3, use_shm=False) as c:
+            assert c.pull(FEAT, np.arange(600)).shape == (600, 8)
+            stores[1].kill()
+            with pytest.raises(RpcError, match=r"pull to tcp://127\.0\.0\.1:\d+"):
+                c.pull(FEAT, np.arange(600))
+            assert c.pull(FEAT, [0]).shape == (1, 8)  # partition 0 still answers
+    finally:
+        for s in stores:
+            s.stop()
+
+
+def test_sigterm_and_stop_command_clean_up_shared_memory(homo, key_file, keys, tmp_path):
+    _, parts = homo
+    s0 = start_store(parts, 0, key_file=key_file, shm_dir=tmp_path, backups=1)
+    s1 = start_store(parts, 1, key_file=key_file, shm_dir=tmp_path)
+    assert segments_of(tmp_path, s0.pid) and segments_of(tmp_path, s1.pid)
+    assert s0.stop() == 0  # SIGTERM: main and its backup
+    assert segments_of(tmp_path, s0.pid) == []
+    with RpcClient(s1.address, keys=keys, timeout=5) as rc:
+        rc.call("join", {"s": "admin", "job": "ops"})
+        rc.call("stop", {"s": "admin"})
+    assert s1.proc.wait(20) == 0
+    assert segments_of(tmp_path, s1.pid) == []
+
+
+def test_stale_segments_of_a_killed_store_are_cleaned_at_start(homo, key_file, tmp_path):
+    _, parts = homo
+    dead = start_store(parts, 0, key_file=key_file, shm_dir=tmp_path)
+    dead.kill()  # SIGKILL: no cleanup
+    assert segments_of(tmp_path, dead.pid)
+    fresh = start_store(parts, 0, key_file=key_file, shm_dir=tmp_path)
+    try:
+        assert segments_of(tmp_path, dead.pid) == []
+        assert segments_of(tmp_path, fresh.pid)
+    finally:
+        fresh.stop()
+
+
+def test_store_refuses_a_bad_partition_dir(tmp_path):
+    with pytest.raises(ChildFailed, match="exited with code 2"):
+        start_store(tmp_path / "missing", 0)
+
+
+def test_dead_backup_fails_over_to_the_main(homo, key_file, keys, tmp_path):
+    import psutil
+
+    _, parts = homo
+    with start_stores(parts, 2, key_file=key_file, backups=1, shm_dir=tmp_path) as stores:
+        backup_pid = next(
+            ch.pid
+            for ch in psutil.Process(stores[0].pid).children()
+            if "--backup-of" in ch.cmdline()
+        )
+        with client(stores, keys, use_shm=False, timeout=3) as c:
+            assert len(c.servers_of(0)) == 2
+            psutil.Process(backup_pid).kill()
+            for _ in range(4):  # some of these go to the dead backup first
+                assert c.pull(FEAT, np.arange(10)).shape == (10, 8)
+            assert c.servers_of(0) == [stores[0].address]
+
+
+def test_bad_input_leaves_one_log_line_each(homo, key_file, keys, tmp_path):
+    import zmq
+
+    from graphrun.rpc.auth import new_keypair, secure_client
+
+    _, parts = homo
+    store = start_store(parts, 0, key_file=key_file, shm_dir=tmp_path)
+    try:
+        ctx = zmq.Context()
+        s = ctx.socket(zmq.DEALER)
+        s.linger = 0
+        secure_client(s, keys)
+        s.connect(store.address)
+        s.send_multipart([b"\x00garbage"])
+        assert s.poll(5000)
+        s.close(0)
+        ctx.term()
+        with pytest.raises(RpcError):
+            KVClient(ClientConfig([store.address], keys=new_keypair(), timeout=2))
+        wait_until(lambda: "handshake failed" in store.log_tail(), what="auth log line")
+        log = store.log_tail()
+        assert "bad message from peer" in log and "not valid msgpack" in log
+        store.check()  # still running
+    finally:
+        assert store.stop() == 0
