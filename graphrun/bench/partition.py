@@ -104,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
     from graphrun.graph import load_dataset, save_dataset
     from graphrun.graph.generate import GenParams, community
 
+    temporary = not args.workdir
     work = Path(args.workdir or tempfile.mkdtemp(prefix="graphrun-bench-partition-"))
     work.mkdir(parents=True, exist_ok=True)
     dataset = Path(args.dataset) if args.dataset else work / "dataset"
@@ -124,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
         row["load_avg"] = round(os.getloadavg()[0], 2)
         print(json.dumps(row), flush=True)
         _remove(out)
+    if temporary:
+        _remove(work)
     return 0
 
 

@@ -139,17 +139,17 @@ def bench_pyg(graph: Any, fanouts: list[int], batches: list[Any]) -> dict[str, f
 
     if not (pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE) or graph.is_hetero:
         return {"pyg_sampled_edges_per_s": None, "pyg_minibatches_per_s": None}
+    import numpy as np
     import torch
     from torch_geometric.data import Data
     from torch_geometric.loader import NeighborLoader
 
-    data = Data(
-        x=torch.from_numpy(graph.ndata["_N"]["feat"]),
-        y=torch.from_numpy(graph.ndata["_N"]["label"]),
-        edge_index=torch.from_numpy(graph.src.copy()).unsqueeze(0).repeat(2, 1),
-        num_nodes=graph.num_nodes,
-    )
-    data.edge_index[1] = torch.from_numpy(graph.dst)
+    src, dst = torch.from_numpy(np.array(graph.src)), torch.from_numpy(np.array(graph.dst))
+    data = Data(edge_index=torch.stack([src, dst]), num_nodes=graph.num_nodes)
+    for key, name in (("x", "feat"), ("y", "label")):
+        arr = graph.ndata.get(graph.node_types[0], {}).get(name)
+        if arr is not None:
+            data[key] = torch.from_numpy(np.array(arr))
     seeds = torch.cat(batches)
     loader = NeighborLoader(data, fanouts, input_nodes=seeds, batch_size=len(batches[0]))
     it = iter(loader)

@@ -18,8 +18,9 @@ belongs to the partition of its destination node.
   random  balanced random assignment: fast, large edge cut
 
 --balance-train / --balance-edges also balance training nodes (train_mask) and owned
-edges: METIS gets combined vertex weights, then a rebalancing pass moves boundary nodes
-out of parts above (1 + tolerance) x mean. The balance reached is printed and stored.
+edges: METIS gets combined vertex weights, then a rebalancing pass moves the cheapest
+nodes (fewest edges newly cut) out of parts above (1 + tolerance) x mean. Balance costs
+some edge cut; the cut and balance reached are printed and stored in partition.json.
 
 Example:  graphrun partition data/ parts/ --parts 4 --balance-train
 """
@@ -63,9 +64,9 @@ def register(subparsers: Any) -> None:
 
 
 def _load(path: str) -> Any:
-    from graphrun.graph.importers import load_graph
+    from graphrun.graph.importers import import_graph
 
-    return load_graph(path)
+    return import_graph(path)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(f"--tolerance: must be >= 0, got {args.tolerance}")
     if args.parts < 1:
         raise ArgumentError(f"--parts: must be a positive integer, got {args.parts}")
-    graph = _load(args.dataset)
+    imported = _load(args.dataset)
+    graph = imported.graph
     result = partition_graph(
         graph,
         args.out,
@@ -87,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         halo_hops=args.halo,
         seed=args.seed,
         tolerance=args.tolerance,
+        id_maps=imported.id_maps,
     )
     if args.json:
         print(

@@ -6,6 +6,7 @@
     g.nodes["paper"].data["feat"][ids]    # any graph: per node type
     g.edata / g.edges[etype].data         # the same for edges
     g.in_degrees(ids), g.out_degrees(ids), g.find_edges(eids)
+    g.sample_neighbors(seeds, 10)        # one hop, on the servers owning the seeds
     g.partition_book, g.local_partition
 
 Ids: with ``ntype``/``etype`` given, ids are per-type new ids (the store's id space of
@@ -27,6 +28,10 @@ from torch import Tensor
 from graphrun.dist.context import DistContext
 from graphrun.errors import ArgumentError
 from graphrun.partition.book import PartitionBook
+from graphrun.sampling.csc import SampledEdges
+from graphrun.sampling.distributed import DistOneHopSampler
+from graphrun.sampling.fanout import normalize_fanouts
+from graphrun.sampling.kernels import Seed, make_generator
 from graphrun.sampling.partitioned import BookTypeMap
 from graphrun.store.dist_tensor import DistTensor
 
@@ -135,6 +140,33 @@ class DistGraph:
         _, s = self.types.nodes_per_type(src)
         _, d = self.types.nodes_per_type(dst)
         return s, d
+
+    def sample_neighbors(
+        self,
+        seeds: Any,
+        fanout: int | Mapping[Any, int],
+        *,
+        replace: bool = False,
+        weight: str | None = None,
+        generator: Seed = None,
+    ) -> SampledEdges:
+        """One hop of in-neighbours of homogeneous ``seeds``, sampled where they are stored.
+
+        ``fanout``: an int (per edge type) or ``{etype: int}``; ``weight``: sample
+        proportionally to that edge feature. Returns global ids:
+        ``src -> seeds[seed_index]`` with edge ids ``eid`` (and ``etype``).
+        """
+        vec = normalize_fanouts([fanout], self.edge_types, arg="fanout")[0]
+        one_hop = self.ctx.sampler
+        if weight is not None:
+            one_hop = DistOneHopSampler(self.ctx.client, self.book, weight=weight)
+        return one_hop.sample_one_hop(
+            self._homo_nodes(seeds, None),
+            vec,
+            replace=replace,
+            weighted=weight is not None,
+            generator=make_generator(generator),
+        )
 
     def mask_ids(self, name: str, ntype: str | None = None) -> Tensor:
         """Per-type ids whose node feature ``name`` (a mask) is true, e.g. ``train_mask``."""

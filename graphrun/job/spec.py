@@ -91,13 +91,18 @@ class GeneratorSpec(_Model):
     """A synthetic graph made by ``graphrun generate <name>`` with these parameters."""
 
     name: Literal["community", "academic"]
-    params: dict[str, Scalar] = Field(default_factory=dict)
+    params: dict[str, Scalar] = Field(
+        default_factory=dict,
+        description="generator flags, e.g. {nodes: 100000, avgDegree: 20, seed: 0}",
+    )
 
 
 class GraphSource(_Model):
     """Where the graph comes from: a dataset directory, or a generator."""
 
-    dataset: str | None = Field(default=None, min_length=1)
+    dataset: str | None = Field(
+        default=None, min_length=1, description="a dataset directory (graphrun-dataset format)"
+    )
     generator: GeneratorSpec | None = None
 
     @model_validator(mode="after")
@@ -114,10 +119,14 @@ class PartitionSpec(_Model):
     """How the graph is cut. ``parts`` defaults to ``runtime.machines``."""
 
     method: Literal["metis", "random", "parallel", "distributed"] = "metis"
-    parts: int | None = Field(default=None, gt=0)
+    parts: int | None = Field(
+        default=None, gt=0, description="number of partitions (default: runtime.machines)"
+    )
     balance_train: bool = False
     balance_edges: bool = False
-    halo_hops: int = Field(default=1, ge=0, le=4)
+    halo_hops: int = Field(
+        default=1, ge=0, le=4, description="hops of halo nodes stored with each partition"
+    )
     output: str | None = Field(
         default=None, min_length=1, description="partition directory; default <name>-parts"
     )
@@ -129,12 +138,21 @@ class PartitionSpec(_Model):
 class RuntimeSpec(_Model):
     """How many processes of each kind run, and on what kind of hosts."""
 
-    machines: int = Field(default=1, gt=0, le=1024)
+    machines: int = Field(
+        default=1, gt=0, le=1024, description="machines (hosts, or worker pods on Kubernetes)"
+    )
     store_servers_per_machine: int = Field(
         default=1, gt=0, le=16, description="main server plus backups, per partition"
     )
-    trainers_per_machine: int = Field(default=1, gt=0, le=64)
-    sampler_workers_per_trainer: int = Field(default=0, ge=0, le=64)
+    trainers_per_machine: int = Field(
+        default=1, gt=0, le=64, description="data-parallel trainer processes per machine"
+    )
+    sampler_workers_per_trainer: int = Field(
+        default=0,
+        ge=0,
+        le=64,
+        description="sampling worker processes of each trainer (0: sample in the trainer)",
+    )
     hosts: Literal["local", "netns"] = "local"
     machine_names: list[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]] | None = None
 
@@ -165,25 +183,41 @@ class TrainingSpec(_Model):
         default=None, pattern=ENTRY_POINT_PATTERN, description="module:function"
     )
     script: str | None = Field(default=None, min_length=1)
-    args: list[str] = Field(default_factory=list)
+    args: list[str] = Field(
+        default_factory=list, description="arguments of the entry point or script"
+    )
 
     model: str | None = Field(default=None, description="sage, gcn, gat, rgcn, ...")
-    epochs: int = Field(default=10, gt=0)
-    batch_size: int = Field(default=1000, gt=0)
-    fanouts: list[Fanout] = Field(default_factory=lambda: [25, 10], min_length=1)
-    fanouts_per_etype: dict[str, list[Fanout]] | None = None
-    hidden: int = Field(default=128, gt=0)
-    lr: float = Field(default=0.003, gt=0)
+    epochs: int = Field(default=10, gt=0, description="training epochs")
+    batch_size: int = Field(
+        default=1000, gt=0, description="seed nodes (or edges) per mini-batch, per trainer"
+    )
+    fanouts: list[Fanout] = Field(
+        default_factory=lambda: [25, 10],
+        min_length=1,
+        description="neighbours sampled per layer, first layer first",
+    )
+    fanouts_per_etype: dict[str, list[Fanout]] | None = Field(
+        default=None, description='per edge type ("src:rel:dst") fanouts on heterogeneous graphs'
+    )
+    hidden: int = Field(default=128, gt=0, description="hidden channels of the model")
+    lr: float = Field(default=0.003, gt=0, description="learning rate of the dense parameters")
     dropout: float = Field(default=0.5, ge=0, lt=1)
     weight_decay: float = Field(default=0.0, ge=0)
     negative_samples: int = Field(default=1, gt=0, description="link prediction")
     embedding_dim: int | None = Field(default=None, gt=0, description="learnable node embeddings")
-    sparse_lr: float = Field(default=0.01, gt=0)
-    target_node_type: str | None = None
-    feature: str = "feat"
-    label: str = "label"
-    eval_every: int = Field(default=1, gt=0)
-    checkpoint_dir: str | None = None
+    sparse_lr: float = Field(
+        default=0.01, gt=0, description="learning rate of the sparse optimizer (node embeddings)"
+    )
+    target_node_type: str | None = Field(
+        default=None, description="node type to classify on heterogeneous graphs"
+    )
+    feature: str = Field(default="feat", description="node feature name")
+    label: str = Field(default="label", description="node label name")
+    eval_every: int = Field(default=1, gt=0, description="evaluate every N epochs")
+    checkpoint_dir: str | None = Field(
+        default=None, description="checkpoints (default: the run directory)"
+    )
     seed: int = 0
 
     @model_validator(mode="after")
@@ -213,8 +247,14 @@ class PlacementSpec(_Model):
     roles it leaves out keep their co-located machine. ``planFile`` names a PlacementPlan
     YAML written by ``graphrun plan`` (relative to the job file)."""
 
-    assignments: dict[str, str] | None = None
-    plan_file: str | None = Field(default=None, min_length=1)
+    assignments: dict[str, str] | None = Field(
+        default=None, description='role -> machine name, e.g. {"trainer:0": m1}'
+    )
+    plan_file: str | None = Field(
+        default=None,
+        min_length=1,
+        description="a PlacementPlan YAML (graphrun plan), relative to the job file",
+    )
 
     @model_validator(mode="after")
     def _one_plan(self) -> PlacementSpec:
@@ -233,8 +273,10 @@ class SchedulingPolicy(_Model):
     """Gang scheduling: the operator emits a PodGroup for Volcano or scheduler-plugins."""
 
     provider: Literal["volcano", "scheduler-plugins"] = "volcano"
-    min_available: int | None = Field(default=None, gt=0)
-    queue: str | None = None
+    min_available: int | None = Field(
+        default=None, gt=0, description="pods that must be scheduled together (default: all)"
+    )
+    queue: str | None = Field(default=None, description="Volcano queue")
     priority_class: str | None = None
     schedule_timeout_seconds: int | None = Field(default=None, gt=0)
 
@@ -243,10 +285,20 @@ class RunPolicy(_Model):
     """What happens on failure, how long a job may run and what is cleaned up."""
 
     backoff_limit: int = Field(default=0, ge=0, description="restarts from the last checkpoint")
-    active_deadline_seconds: int | None = Field(default=None, gt=0)
-    clean_pod_policy: Literal["Running", "All", "None"] = "Running"
-    ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
-    suspend: bool = False
+    active_deadline_seconds: int | None = Field(
+        default=None, gt=0, description="longest the job may run, from its start"
+    )
+    clean_pod_policy: Literal["Running", "All", "None"] = Field(
+        default="Running",
+        description="pods deleted when the job finishes: still running ones, all, or none",
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None, ge=0, description="delete the finished job after this long (Kubernetes)"
+    )
+    suspend: bool = Field(
+        default=False,
+        description="true: stop every pod and keep the partitions; false again resumes",
+    )
     startup_deadline_seconds: int = Field(
         default=600, gt=0, description="longest a pod may stay pending or pulling its image"
     )
@@ -285,9 +337,14 @@ class GraphJobSpec(_Model):
     training: TrainingSpec
     placement: PlacementSpec = Field(default_factory=PlacementSpec)
     run_policy: RunPolicy = Field(default_factory=RunPolicy)
-    image: str | None = None
+    image: str | None = Field(
+        default=None, description="graphrun image of the pods (Kubernetes; default: the operator's)"
+    )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
-    shared_volume: SharedVolume | None = None
+    shared_volume: SharedVolume | None = Field(
+        default=None,
+        description="the volume that carries datasets, partitions and checkpoints to every pod",
+    )
     replica_specs: ReplicaSpecs = Field(default_factory=ReplicaSpecs)
 
     @model_validator(mode="after")

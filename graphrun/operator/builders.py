@@ -23,6 +23,7 @@ from graphrun.operator.keys import CurveKeyPair
 Replica = Literal["partitioner", "worker", "launcher"]
 CONTAINER = "graphrun"
 CONFIG_VOLUME, DATA_VOLUME = "graphrun-config", "graphrun-data"
+IMAGE_UID = 10001
 
 
 def check_supported(job: GraphJob) -> None:
@@ -177,6 +178,8 @@ def _pod_template(
     spec["restartPolicy"] = "Never"  # the operator restarts, within backoffLimit
     spec.setdefault("automountServiceAccountToken", False)
     spec.setdefault("enableServiceLinks", False)
+    # The image runs as uid 10001 (Dockerfile): let it write to the shared volume.
+    spec.setdefault("securityContext", {"fsGroup": IMAGE_UID})
     _gang(job, owner, config, meta, spec)
     return tpl
 
@@ -211,11 +214,11 @@ def partitioner_script(job: GraphJob) -> str:
     if gen is not None:
         flags = []
         for key, value in gen.params.items():
-            flag = "--" + "".join("-" + c.lower() if c.isupper() else c for c in key)
-            flags += [
-                flag.replace("_", "-"),
-                str(value).lower() if isinstance(value, bool) else str(value),
-            ]
+            flag = "".join("-" + c.lower() if c.isupper() else c for c in key).replace("_", "-")
+            if isinstance(value, bool):  # switches: --reverse / --no-reverse
+                flags.append(f"--{flag}" if value else f"--no-{flag}")
+            else:
+                flags += [f"--{flag}", str(value)]
         generate = ["graphrun", "generate", gen.name, dataset, *flags]
         steps.append(f"test -e {shlex.quote(dataset + '/graph.json')} || {shlex.join(generate)}")
     partition = ["graphrun", "partition", dataset, out, "--parts", str(job.spec.num_parts)]

@@ -40,6 +40,7 @@ from graphrun.operator.reconcile import (
     reconcile,
     reject,
 )
+from graphrun.operator.status import settled
 
 log = logging.getLogger("graphrun.operator")
 
@@ -113,6 +114,8 @@ def reconcile_job(ctx: OperatorContext, namespace: str, name: str) -> Plan | Non
         plan = reject(status, "InvalidSpec", str(exc), now)
         _carry_out(ctx, owner, status, plan, now)
         raise
+    if settled(job, status):
+        return None
     gang = job.spec.run_policy.scheduling_policy
     children = ctx.kube.list_children(namespace, name, gang.provider if gang else None)
     seen = observe(children, name, owner.uid)

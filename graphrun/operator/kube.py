@@ -177,6 +177,7 @@ class Kube:
         deleters: dict[str, Callable[..., Any]] = {
             "Pod": self.core.delete_namespaced_pod,
             "Job": self.batch.delete_namespaced_job,
+            "ConfigMap": self.core.delete_namespaced_config_map,
         }
         self._quiet_delete(
             lambda: deleters[kind](

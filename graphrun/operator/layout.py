@@ -13,11 +13,12 @@ For a GraphJob ``NAME`` in namespace ``NS`` the operator owns::
 
 Relative paths of the spec are taken relative to the shared volume's mount path (the
 pods' working directory), like the local backend takes them relative to the job file.
-A generated graph is written to ``<mount>/runs/NAME/data``.
+A generated graph is written to ``<mount>/runs/NAME/data-<generator>-<hash of its parameters>``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 from dataclasses import dataclass
@@ -136,10 +137,14 @@ def _abs(job: GraphJob, path: str) -> str:
 
 
 def dataset_dir(job: GraphJob) -> str:
-    g = job.spec.graph
-    if g.dataset is not None:
-        return _abs(job, g.dataset)
-    return _abs(job, f"runs/{job.name}/data")
+    """The dataset; a generated one lives in a directory named after its parameters,
+    so different parameters never reuse a graph made with others."""
+    gen = job.spec.graph.generator
+    if gen is None:  # GraphSource has exactly one of dataset, generator
+        return _abs(job, job.spec.graph.dataset or "")
+    params = json.dumps(gen.model_dump(mode="json"), sort_keys=True)
+    digest = hashlib.sha256(params.encode()).hexdigest()[:8]
+    return _abs(job, f"runs/{job.name}/data-{gen.name}-{digest}")
 
 
 def partition_dir(job: GraphJob) -> str:

@@ -29,20 +29,19 @@ or whose image can never be pulled, fails the job with that reason; so does
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from graphrun.job.spec import GraphJob
 from graphrun.job.workflow import (
-    Condition,
     Event,
     EventKind,
     JobState,
     Phase,
-    accepts,
     initial_state,
-    rfc3339,
     state_from_dict,
     transition,
 )
@@ -50,6 +49,7 @@ from graphrun.operator import builders as B
 from graphrun.operator import layout as L
 from graphrun.operator.keys import CurveKeyPair
 from graphrun.operator.observe import Observed, PodView
+from graphrun.operator.status import condition_type, replica_statuses, state_status
 
 K = EventKind
 NEVER_PULLS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
@@ -102,13 +102,15 @@ class _Run:
     now: datetime
     state: JobState
     partitioned: bool
+    spec_hashes: dict[str, str] = field(default_factory=dict)
+    partition_dir_before: str = ""
     actions: list[Action] = field(default_factory=list)
     wake: list[float] = field(default_factory=list)
 
     def fire(self, event: Event) -> None:
         before = self.state.phase
         self.state = transition(self.state, event, self.now)
-        cond = self.state.condition(_ctype(self.state.phase))
+        cond = self.state.condition(condition_type(self.state.phase))
         warning = self.state.phase in (Phase.FAILED, Phase.RESTARTING)
         self.actions.append(
             Emit(
@@ -120,10 +122,6 @@ class _Run:
 
     def wake_at(self, when: datetime) -> None:
         self.wake.append(max(0.0, (when - self.now).total_seconds()))
-
-
-def _ctype(phase: Phase) -> str:
-    return "Created" if phase is Phase.PENDING else phase.value
 
 
 def load_state(job: GraphJob, status: dict[str, Any], now: datetime) -> JobState:
@@ -149,6 +147,8 @@ def reconcile(
     run = _Run(job, owner, config, observed, now, state, bool(status.get("partitioned")))
     if not status.get("workflow"):
         run.actions.append(Emit("Normal", "JobCreated", "GraphJob accepted by the operator"))
+    run.partition_dir_before = str(status.get("partitionDir", ""))
+    _check_spec_change(run, status.get("specHashes"))
     for _ in range(MAX_STEPS):
         phase = run.state.phase
         _step(run, keys)
@@ -167,8 +167,63 @@ def reject(status: dict[str, Any], reason: str, message: str, now: datetime) -> 
     if state.terminal:
         return Plan((), status)
     state = transition(state, Event(K.FAIL, reason, message), now)
-    new = {**(status or {}), **_state_status(state)}
+    new = {**(status or {}), **state_status(state)}
     return Plan((Emit("Warning", reason, message),), new)
+
+
+# --- spec changes -----------------------------------------------------------------------
+
+# What the pods were made from. runPolicy may change at any time (suspend, deadlines);
+# the rest only while the job is suspended (the ConfigMap is then made again).
+PINNED = (
+    "graph", "partition", "runtime", "training", "placement",
+    "image", "imagePullPolicy", "sharedVolume", "replicaSpecs",
+)  # fmt: skip
+REPARTITION = ("graph", "partition")
+
+
+def spec_hashes(job: GraphJob) -> dict[str, str]:
+    spec = job.spec.model_dump(by_alias=True, mode="json")
+    return {
+        key: hashlib.sha256(json.dumps(spec.get(key), sort_keys=True).encode()).hexdigest()[:16]
+        for key in PINNED
+    }
+
+
+def _check_spec_change(run: _Run, saved: dict[str, str] | None) -> None:
+    new = spec_hashes(run.job)
+    run.spec_hashes = dict(saved) if saved else new
+    changed = [k for k in PINNED if saved and saved.get(k) != new[k]]
+    if not changed or run.state.terminal:
+        return
+    fields = ", ".join(f"spec.{k}" for k in changed)
+    repartition = any(k in REPARTITION for k in changed)
+    if (
+        run.state.phase is Phase.SUSPENDED
+        and repartition
+        and run.partitioned
+        and (L.partition_dir(run.job) == run.partition_dir_before)
+    ):
+        message = (
+            f"{fields} changed: give a new spec.partition.output (the partitions in "
+            f"{run.partition_dir_before} were made with the old settings)"
+        )
+        run.fire(Event(K.FAIL, "SpecChanged", message))
+        return
+    if run.state.phase is Phase.SUSPENDED:
+        run.spec_hashes = new
+        if "ConfigMap" in run.observed.kinds:
+            run.actions.append(Delete("v1", "ConfigMap", L.configmap_name(run.owner.name)))
+            run.observed = replace(run.observed, kinds=run.observed.kinds - {"ConfigMap"})
+        if repartition:
+            run.partitioned = False
+        run.actions.append(Emit("Normal", "SpecUpdated", f"{fields} changed while suspended"))
+        return
+    message = (
+        f"{fields} changed while the job was running; suspend the job "
+        "(spec.runPolicy.suspend) to change it, or create a new GraphJob"
+    )
+    run.fire(Event(K.FAIL, "SpecChanged", message))
 
 
 # --- one step ---------------------------------------------------------------------------
@@ -261,7 +316,8 @@ def _partitioning(run: _Run) -> None:
         failed = [p for p in pods if p.phase == "Failed"]
         code = failed[-1].exit_code if failed else None
         detail = failed[-1].failure()[3] if failed else part.message
-        run.fire(Event.role_failed("partitioner", "-", code, detail or part.message))
+        where = failed[-1].name if failed else part.name
+        run.fire(Event.role_failed("partitioner", where, code, detail or part.message))
 
 
 def _distributing(run: _Run) -> None:
@@ -360,7 +416,8 @@ def _pod_problems(run: _Run, pods: list[PodView]) -> bool:
             if role is None:
                 role = f"{p.replica}:{p.index}" if p.index is not None else p.replica
                 machine = _machine(run, p)
-            run.fire(Event.role_failed(role, machine or "-", code, msg or f"pod {p.name} failed"))
+            where = machine or _machine(run, p)
+            run.fire(Event.role_failed(role, where, code, msg or f"pod {p.name} failed"))
             return True
     startup = timedelta(seconds=run.job.spec.run_policy.startup_deadline_seconds)
     for p in pods:
@@ -383,10 +440,11 @@ def _pod_problems(run: _Run, pods: list[PodView]) -> bool:
 
 
 def _machine(run: _Run, pod: PodView) -> str:
+    """The machine of a worker pod; the pod's name for the others."""
     names = run.job.spec.machine_names
     if pod.replica == "worker" and pod.index is not None and pod.index < len(names):
         return names[pod.index]
-    return "-"
+    return pod.name
 
 
 def _finished(run: _Run) -> None:
@@ -411,78 +469,15 @@ def _finished(run: _Run) -> None:
 
 # --- status -----------------------------------------------------------------------------
 
-K8S_CONDITIONS = (
-    "Created",
-    "Partitioning",
-    "Running",
-    "Restarting",
-    "Suspended",
-    "Succeeded",
-    "Failed",
-)
-RUNNING_PHASES = ("Distributing", "Serving", "Training")
-
-
-def k8s_conditions(state: JobState) -> list[dict[str, str]]:
-    """The workflow's conditions as the GraphJob reports them: Distributing, Serving and
-    Training are one ``Running`` condition (reason and message of the latest)."""
-    by_type = {c.type: c for c in state.conditions}
-    running = [by_type[t] for t in RUNNING_PHASES if t in by_type]
-    if running:
-        latest = max(running, key=lambda c: c.time)
-        status: Literal["True", "False"] = (
-            "True" if state.phase.value in RUNNING_PHASES else "False"
-        )
-        by_type["Running"] = Condition(
-            "Running", status, latest.reason, latest.message, latest.time
-        )
-    return [by_type[t].to_dict() for t in K8S_CONDITIONS if t in by_type]
-
-
-def _state_status(state: JobState) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "phase": state.phase.value,
-        "conditions": k8s_conditions(state),
-        "restarts": state.restarts,
-        "workflow": state.to_dict(),
-    }
-    current = state.condition(_ctype(state.phase))
-    if current is not None:
-        out["reason"], out["message"] = current.reason, current.message
-    if state.started_at:
-        out["startTime"] = rfc3339(state.started_at)
-    if state.finished_at:
-        out["completionTime"] = rfc3339(state.finished_at)
-    return out
-
-
-def replica_statuses(observed: Observed) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for replica, key in (
-        ("partitioner", "Partitioner"),
-        ("worker", "Worker"),
-        ("launcher", "Launcher"),
-    ):
-        pods = observed.of(replica)
-        if not pods:
-            continue
-        out[key] = {
-            "active": sum(p.phase in ("Pending", "Running") for p in pods),
-            "ready": sum(p.ready for p in pods),
-            "succeeded": sum(p.phase == "Succeeded" for p in pods),
-            "failed": sum(p.phase == "Failed" for p in pods),
-        }
-    return out
-
 
 def _status(run: _Run) -> dict[str, Any]:
-    out = _state_status(run.state)
+    out = state_status(run.state)
     out["partitioned"] = run.partitioned
+    out["specHashes"] = run.spec_hashes
+    if run.partitioned:
+        out["partitionDir"] = L.partition_dir(run.job)
     out["replicaStatuses"] = replica_statuses(run.observed)
+    if run.state.terminal:
+        # Nothing left to clean up: later passes need not look at the children.
+        out["cleanedUp"] = not any(isinstance(a, Delete) for a in run.actions)
     return out
-
-
-def accepts_event(status: dict[str, Any], kind: EventKind) -> bool:
-    """Whether a saved status would accept ``kind`` (for shells that ask first)."""
-    saved = (status or {}).get("workflow")
-    return isinstance(saved, dict) and accepts(state_from_dict(saved), kind)

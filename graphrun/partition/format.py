@@ -16,6 +16,8 @@ A partition directory ``OUT`` holds::
     OUT/mapping/orig_nids.npy   int64 new homogeneous node id -> original id
     OUT/mapping/new_nids.npy    int64 original node id -> new homogeneous id
     OUT/mapping/orig_eids.npy, new_eids.npy   the same for edges
+    OUT/mapping/ids/<ntype>.npy  optional: the importer's raw id (int64 or string) of
+                                every node of that type, by original per-type id
 
 Relabelling: partition ``p`` owns the new node ids ``[node_offsets[p],
 node_offsets[p+1])``; inside, nodes are grouped by type (``node_types`` order) and
@@ -57,6 +59,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,6 +148,7 @@ def write_partition(
     tmp: Path,
     opts: WriteOptions,
     quality: Quality,
+    id_maps: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """Write the partition directory's content into ``tmp``; returns the config."""
     parts = [_write_part(tmp, graph, rl, p, opts.halo_hops) for p in range(rl.book.num_parts)]
@@ -152,6 +156,9 @@ def write_partition(
     m.mkdir()
     for name in ("orig_nids", "new_nids", "orig_eids", "new_eids"):
         np.save(m / f"{name}.npy", getattr(rl, name).astype(np.int64, copy=False))
+    for ntype, ids in (id_maps or {}).items():
+        (m / "ids").mkdir(exist_ok=True)
+        np.save(m / "ids" / f"{ntype}.npy", np.ascontiguousarray(ids), allow_pickle=False)
     cfg: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
@@ -171,6 +178,7 @@ def write_partition(
         "edge_features": _feature_schema(graph.edata),
         "quality": quality.to_dict(),
         "parts": parts,
+        "id_maps": {t: {"dtype": str(ids.dtype)} for t, ids in (id_maps or {}).items()},
     }
     (tmp / CONFIG_FILE).write_text(json.dumps(cfg, indent=2) + "\n")
     return cfg
@@ -371,23 +379,71 @@ def _load_features(
 
 @dataclass(frozen=True, eq=False)
 class IdMapping:
-    """Original <-> new ids (homogeneous), memory-mapped from ``OUT/mapping``."""
+    """Original <-> new ids, memory-mapped from ``OUT/mapping``.
 
+    "Original" ids are the dataset's: homogeneous ids with the nodes of each type
+    contiguous in ``node_types`` order (``orig_type_offsets``), so a dataset per-type
+    id ``i`` of type ``t`` is the original homogeneous id ``orig_type_offsets[t] + i``.
+    ``raw_ids[ntype]`` (when the dataset came from an importer) holds the raw input id
+    of every node of that type, by dataset per-type id.
+    """
+
+    book: PartitionBook
     orig_nids: np.ndarray
     new_nids: np.ndarray
     orig_eids: np.ndarray
     new_eids: np.ndarray
+    raw_ids: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def orig_type_offsets(self) -> np.ndarray:
+        counts = [self.book.num_nodes_of(t) for t in self.book.node_types]
+        return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    def new_of_orig(self, ntype: str, orig_per_type: Any) -> np.ndarray:
+        """New homogeneous ids of dataset per-type ids of ``ntype``."""
+        t = self.book.ntype_id(ntype)
+        offs = self.orig_type_offsets
+        ids = np.asarray(orig_per_type, dtype=np.int64)
+        n = int(offs[t + 1] - offs[t])
+        if ids.size and (ids.min() < 0 or ids.max() >= n):
+            bad = int(np.flatnonzero((ids.reshape(-1) < 0) | (ids.reshape(-1) >= n))[0])
+            raise ArgumentError(f"orig_per_type[{bad}] is out of range [0, {n})")
+        return np.asarray(self.new_nids[offs[t] + ids])
+
+    def orig_of_new(self, new_ids: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``(type id, dataset per-type id)`` of new homogeneous ids."""
+        ids = np.asarray(new_ids, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= len(self.orig_nids)):
+            raise ArgumentError(f"new_ids: ids must be in [0, {len(self.orig_nids)})")
+        orig = np.asarray(self.orig_nids[ids])
+        offs = self.orig_type_offsets
+        t = np.searchsorted(offs, orig, side="right") - 1
+        return t.astype(np.int32), orig - offs[t]
 
 
 def load_id_mapping(path: str | Path) -> IdMapping:
     root = Path(path)
     cfg = load_partition_config(root)
-    n, e = int(cfg["node_offsets"][-1]), int(cfg["edge_offsets"][-1])
+    book = PartitionBook.from_config(cfg, source=str(root / CONFIG_FILE))
+    n, e = book.num_nodes, book.num_edges
     m = root / MAPPING_DIR
     i64 = np.dtype(np.int64)
+    raw = cfg.get("id_maps") or {}
+    if not isinstance(raw, dict):
+        raise PartitionFormatError(f"{root / CONFIG_FILE}: field 'id_maps' must be an object")
+    raw_ids = {}
+    for ntype in raw:
+        if ntype not in book.node_types:
+            raise PartitionFormatError(
+                f"{root / CONFIG_FILE}: field 'id_maps' names unknown node type {ntype!r}"
+            )
+        raw_ids[ntype] = _load(m / "ids" / f"{ntype}.npy", None, book.num_nodes_of(ntype))
     return IdMapping(
+        book=book,
         orig_nids=_load(m / "orig_nids.npy", i64, n),
         new_nids=_load(m / "new_nids.npy", i64, n),
         orig_eids=_load(m / "orig_eids.npy", i64, e),
         new_eids=_load(m / "new_eids.npy", i64, e),
+        raw_ids=raw_ids,
     )

@@ -17,6 +17,7 @@ Heterographs are partitioned as one homogeneous graph.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,7 +98,7 @@ def assign(
     )
     weights = balance.combined_weights(crit) if crit.shape[1] > 1 else None
     part = metis_assign(xadj, adjncy, parts, vweights=weights, seed=seed)
-    if crit.shape[1] > 1 and parts > 1:
+    if parts > 1:  # also repairs parts METIS left (nearly) empty
         part = balance.rebalance(part, crit, xadj, adjncy, parts, tolerance=tolerance, seed=seed)
     return part
 
@@ -112,9 +113,17 @@ def partition_graph(
     halo_hops: int = 1,
     seed: int = 0,
     tolerance: float = balance.DEFAULT_TOLERANCE,
+    id_maps: Mapping[str, np.ndarray] | None = None,
 ) -> PartitionResult:
-    """Partition ``graph`` into ``parts`` and write the partition directory ``out``."""
+    """Partition ``graph`` into ``parts`` and write the partition directory ``out``.
+
+    ``id_maps`` (``{ntype: raw ids}``, as an importer returns them) are copied to
+    ``out/mapping/ids/`` so new ids can be traced back to the raw input ids.
+    """
     check_arguments(graph, parts, method, halo_hops)
+    for ntype, ids in (id_maps or {}).items():
+        if ntype not in graph.node_types or len(ids) != graph.num_nodes_of(ntype):
+            raise ArgumentError(f"id_maps[{ntype!r}]: expected one id per {ntype!r} node")
     start = time.perf_counter()
     phases: dict[str, float] = {}
     tmp = start_output(out)
@@ -137,7 +146,7 @@ def partition_graph(
         phases["relabel"] = time.perf_counter() - t
         t = time.perf_counter()
         opts = WriteOptions(method, int(halo_hops), balance_train, balance_edges, tolerance, seed)
-        write_partition(graph, rl, tmp, opts, quality)
+        write_partition(graph, rl, tmp, opts, quality, id_maps)
         finish_output(tmp, out)
         phases["write"] = time.perf_counter() - t
     except BaseException:

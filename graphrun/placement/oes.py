@@ -53,16 +53,22 @@ class SimResult:
 
 
 def _greedy(
-    order: list[int], src: tuple[int, ...], dst: tuple[int, ...], cap: list[float], live: int
+    order: list[int],
+    src: tuple[int, ...],
+    dst: tuple[int, ...],
+    cap: list[float],
+    live_out: int,
+    live_in: int,
 ) -> list[tuple[int, float]]:
     """Strict-priority water-filling: each flow in ``order`` takes what its ports have left.
 
-    Returns the flows that got a positive rate. Stops early once ``live`` ports (the
-    number of ports any flow in ``order`` uses) are all saturated.
+    Returns the flows that got a positive rate. Every flow needs an egress and an
+    ingress port, so the scan stops once all ``live_out`` egress ports or all
+    ``live_in`` ingress ports that active flows use are saturated.
     """
     res = cap[:]
     out = []
-    full = 0
+    full_out = full_in = 0
     for f in order:
         s = src[f]
         d = dst[f]
@@ -70,20 +76,19 @@ def _greedy(
         b = res[d]
         if a <= 0.0 or b <= 0.0:
             continue
-        if a < b:
+        if a <= b:
             out.append((f, a))
             res[s] = 0.0
             res[d] = b - a
-        elif b < a:
+            full_out += 1
+            if a == b:
+                full_in += 1
+        else:
             out.append((f, b))
             res[d] = 0.0
             res[s] = a - b
-        else:
-            out.append((f, a))
-            res[s] = res[d] = 0.0
-            full += 1
-        full += 1
-        if full >= live:
+            full_in += 1
+        if full_out >= live_out or full_in >= live_in:
             break
     return out
 
@@ -133,7 +138,8 @@ def simulate(dag: Dag, policy: Policy | str = Policy.PRIORITY) -> SimResult:
     heap: list[tuple[float, int]] = []
     active: list[int] = []  # waiting or running flows (arrival order, or priority order)
     port_use = [0] * len(cap)  # active flows per port
-    live = 0  # ports with at least one active flow
+    m = dag.num_machines
+    live = [0, 0]  # egress, ingress ports with at least one active flow
     rem = list(size)
     # priority key: iteration first, then remaining bytes (scaled below 1)
     scale = 0.5 / (max(size, default=0.0) or 1.0)
@@ -152,7 +158,7 @@ def simulate(dag: Dag, policy: Policy | str = Policy.PRIORITY) -> SimResult:
                 for p in (src[v], dst[v]):
                     port_use[p] += 1
                     if port_use[p] == 1:
-                        live += 1
+                        live[p >= m] += 1
                 dirty = True
             elif dur[v] > 0.0:
                 heapq.heappush(heap, (t + dur[v], v))
@@ -166,9 +172,9 @@ def simulate(dag: Dag, policy: Policy | str = Policy.PRIORITY) -> SimResult:
         if dirty:
             if policy is Policy.PRIORITY:
                 active.sort(key=key.__getitem__)
-                running = _greedy(active, src, dst, cap, live)
+                running = _greedy(active, src, dst, cap, live[0], live[1])
             elif policy is Policy.FIFO:
-                running = _greedy(active, src, dst, cap, live)
+                running = _greedy(active, src, dst, cap, live[0], live[1])
             else:
                 running = list(max_min_rates(active, src, dst, cap).items())
             dirty = False
@@ -200,7 +206,7 @@ def simulate(dag: Dag, policy: Policy | str = Policy.PRIORITY) -> SimResult:
                 for p in (src[f], dst[f]):
                     port_use[p] -= 1
                     if port_use[p] == 0:
-                        live -= 1
+                        live[p >= m] -= 1
                 for w in succ[f]:
                     npred[w] -= 1
                     if npred[w] == 0:

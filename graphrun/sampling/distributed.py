@@ -26,11 +26,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graphrun.errors import ProtocolError
+from graphrun.errors import ArgumentError, ProtocolError
 from graphrun.partition.book import PartitionBook
 from graphrun.sampling.csc import CSCGraph, SampledEdges, check_seeds
 from graphrun.sampling.kernels import make_generator
-from graphrun.sampling.partitioned import csc_from_structure
+from graphrun.sampling.partitioned import (
+    csc_from_structure,
+    edge_weights_by_position,
+    shared_tensor,
+)
 
 OP = "sample_neighbors"
 OP_IN_DEGREES = "graph_in_degrees"
@@ -93,15 +97,20 @@ def decode_reply(msg: Reply, num_seeds: int, typed: bool) -> SampledEdges:
     for i, a in enumerate(msg.tensors):
         if a.ndim != 1 or len(a) != n:
             raise ProtocolError(f"tensor {i} has shape {a.shape}, expected ({n},)", kind=OP)
-    idx = torch.from_numpy(np.array(msg.tensors[1], dtype=np.int64))
+    idx = _int64(msg.tensors[1])
     if n and (int(idx.min()) < 0 or int(idx.max()) >= num_seeds):
         raise ProtocolError("seed_index out of range", kind=OP)
     return SampledEdges(
-        src=torch.from_numpy(np.array(msg.tensors[0], dtype=np.int64)),
+        src=_int64(msg.tensors[0]),
         seed_index=idx,
-        eid=torch.from_numpy(np.array(msg.tensors[2], dtype=np.int64)),
-        etype=torch.from_numpy(np.array(msg.tensors[3], dtype=np.int32)) if typed else None,
+        eid=_int64(msg.tensors[2]),
+        etype=shared_tensor(np.asarray(msg.tensors[3], dtype=np.int32)) if typed else None,
     )
+
+
+def _int64(a: np.ndarray) -> Tensor:
+    """A received frame as a tensor without a copy (the frame belongs to this process)."""
+    return shared_tensor(np.asarray(a, dtype=np.int64))
 
 
 class DistOneHopSampler:
@@ -116,17 +125,36 @@ class DistOneHopSampler:
         client: StoreClient | None,
         book: PartitionBook,
         local: Mapping[int, CSCGraph] | None = None,
+        weight: str | None = None,
     ) -> None:
         self.client = client
         self.book = book
+        self.weight = weight
         self.typed = len(book.edge_types) > 1
         if local is None:
             local = {}
             for p in client.local_parts if client is not None else []:
                 structure = client.local_structure(p) if client is not None else None
                 if structure is not None:
-                    local[p] = csc_from_structure(structure, book, p)
+                    w = None if weight is None else self._pull_weights(p, structure)
+                    local[p] = csc_from_structure(structure, book, p, weights=w)
         self.local = dict(local)
+
+    def _pull_weights(self, part: int, structure: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Edge feature ``weight`` of partition ``part``'s owned edges, in CSC order."""
+        assert self.client is not None and self.weight is not None
+        pull = getattr(self.client, "pull", None)
+        if pull is None:
+            raise ArgumentError("weight: this store client cannot pull edge features")
+        feats = {}
+        for et in self.book.edge_types:
+            lo, hi = self.book.edge_ranges(et)[part : part + 2]
+            key = ":".join(et)
+            feats[key] = pull(f"edge/{key}/{self.weight}", np.arange(lo, hi, dtype=np.int64))
+        lo_n, hi_n = self.book.owned_nodes(part)
+        n_inner = int(structure["indptr"][hi_n - lo_n])
+        eids = np.asarray(structure["eids"][:n_inner])
+        return edge_weights_by_position(self.book, part, eids, feats, self.weight)
 
     def sample_one_hop(
         self,
@@ -138,6 +166,8 @@ class DistOneHopSampler:
         generator: torch.Generator,
     ) -> SampledEdges:
         seeds = check_seeds(seeds, 0, self.book.num_nodes)
+        if weighted:
+            self._weight_name()
         owner = torch.from_numpy(self.book.nid2part(seeds.numpy()))
         order = torch.argsort(owner, stable=True)
         counts = torch.bincount(owner, minlength=self.book.num_parts).tolist()
@@ -149,6 +179,8 @@ class DistOneHopSampler:
                 if self.client is None:
                     raise ProtocolError(f"partition {p} is not local and there is no store client")
                 body, tensors = encode_request(seeds[idx], fanout, replace, weighted, part_seeds[p])
+                if weighted:
+                    body["weight"] = self._weight_name()
                 pending.append((idx, self.client.request(p, OP, body, tensors)))
         parts: list[tuple[Tensor, SampledEdges]] = []
         for p, idx in enumerate(groups):
@@ -163,6 +195,11 @@ class DistOneHopSampler:
             msg = self.client.wait(pend)  # type: ignore[union-attr]
             parts.append((idx, decode_reply(msg, idx.numel(), self.typed)))
         return merge(parts, self.typed)
+
+    def _weight_name(self) -> str:
+        if self.weight is None:
+            raise ArgumentError("weighted: build the sampler with weight=<edge feature name>")
+        return self.weight
 
     # ---- structure queries (same split: local partitions in-process, others by request)
 
@@ -231,7 +268,7 @@ def _one(msg: Reply, n: int, count: int, op: str) -> tuple[Tensor, ...]:
     for i, a in enumerate(msg.tensors):
         if a.shape != (n,):
             raise ProtocolError(f"tensor {i} has shape {a.shape}, expected ({n},)", kind=op)
-        out.append(torch.from_numpy(np.array(a, dtype=np.int64)))
+        out.append(_int64(a))
     return tuple(out)
 
 

@@ -24,7 +24,7 @@ from torch import Tensor
 from graphrun.errors import ArgumentError
 
 Etype = tuple[str, str, str]
-FanoutSpec = Sequence[int] | Sequence[Mapping[Any, int]] | Mapping[Any, Sequence[int]]
+FanoutSpec = Sequence[int | Mapping[Any, int]] | Mapping[Any, Sequence[int]]
 
 
 def etype_index(etype: Any, edge_types: Sequence[Etype], arg: str = "fanouts") -> int:

@@ -99,7 +99,7 @@ class Relabeler:
     def _insert(self, new: Tensor) -> None:
         local = torch.arange(self._count, self._count + new.numel())
         if self._map is not None:
-            self._map[new] = local
+            self._map.index_copy_(0, new, local)
         else:
             keys = torch.cat([self._sorted, new])
             vals = torch.cat([self._sorted_local, local])
@@ -126,15 +126,15 @@ class Relabeler:
         cand = ids.index_select(0, unseen)
         if self._mark is not None and self.num_nodes <= DENSE_FACTOR * cand.numel():
             # dense: mark and scan the id space (no sort; sorted by id, deterministic)
-            self._mark[cand] = True
+            self._mark.index_fill_(0, cand, True)
             new = torch.nonzero(self._mark).squeeze(1)
-            self._mark[new] = False
+            self._mark.index_fill_(0, new, False)
             self._insert(new)
             assert self._map is not None
-            local[unseen] = self._map.index_select(0, cand)
+            local.index_copy_(0, unseen, self._map.index_select(0, cand))
             return local, new
         new, inverse = torch.unique(cand, return_inverse=True)
-        local[unseen] = self._count + inverse
+        local.index_copy_(0, unseen, self._count + inverse)
         self._insert(new)
         return local, new
 
@@ -144,7 +144,7 @@ class Relabeler:
     def reset(self) -> None:
         if self._map is not None:
             for n in self._nodes:
-                self._map[n] = -1
+                self._map.index_fill_(0, n, -1)
         self._nodes = []
         self._count = 0
         self._sorted = self._sorted[:0]

@@ -23,6 +23,7 @@ from graphrun.sampling.csc import check_seeds
 from graphrun.sampling.fanout import FanoutSpec, normalize_fanouts
 from graphrun.sampling.kernels import Seed, make_generator
 from graphrun.sampling.mfg import OneHopSampler, Relabeler, SampledSubgraph, sample_multi_hop
+from graphrun.sampling.partitioned import shared_tensor
 from graphrun.sampling.pyg import TypeMap, split_by_type, to_data, to_hetero_data
 
 Output = Literal["data", "hetero", "typed"]
@@ -88,8 +89,7 @@ class GraphFeatures:
 
     def __init__(self, graph: Graph) -> None:
         self._data = {
-            t: {k: torch.from_numpy(np.asarray(v)) for k, v in feats.items()}
-            for t, feats in graph.ndata.items()
+            t: {k: shared_tensor(v) for k, v in feats.items()} for t, feats in graph.ndata.items()
         }
 
     def node_feature(self, ntype: str, name: str, ids: Tensor) -> Tensor | None:

@@ -3,7 +3,8 @@
 Start store servers with the extension ``"graphrun.sampling.server:register"``;
 it adds the op :data:`graphrun.sampling.distributed.OP`:
 
-    body    {"fanout": [int per edge type], "replace": bool, "weighted": bool, "seed": int}
+    body    {"fanout": [int per edge type], "replace": bool, "weighted": bool, "seed": int,
+             "weight": edge feature name (with weighted)}
     tensors (seeds int64 [n],)    global node ids owned by this partition
     reply   {"count": m}; tensors (src int64 [m], seed_index int64 [m], eid int64 [m]
             [, etype int32 [m]])
@@ -35,7 +36,7 @@ from graphrun.sampling.distributed import (
     encode_reply,
 )
 from graphrun.sampling.kernels import make_generator
-from graphrun.sampling.partitioned import csc_from_structure
+from graphrun.sampling.partitioned import csc_from_structure, edge_weights_by_position
 
 if TYPE_CHECKING:
     from graphrun.store.registry import Registry, Request, Response
@@ -44,11 +45,25 @@ if TYPE_CHECKING:
 KEY = "graphrun.sampling"
 
 
-def _csc(state: ServerState) -> CSCGraph:
+def _csc(state: ServerState, weight: str | None = None) -> CSCGraph:
+    """The partition's CSC (with edge feature ``weight`` aligned to it), built once."""
     cache = state.extension_data.setdefault(KEY, {})
-    if "csc" not in cache:
-        cache["csc"] = csc_from_structure(state.structure, state.book, state.part)
-    csc: CSCGraph = cache["csc"]
+    key = ("csc", weight)
+    if key not in cache:
+        w = None
+        if weight is not None:
+            from graphrun.store.state import GRAPH_JOB
+
+            feats = {}
+            for et in state.book.edge_types:
+                k = ":".join(et)
+                feats[k] = state.find(GRAPH_JOB, f"edge/{k}/{weight}").array
+            lo, hi = state.book.owned_nodes(state.part)
+            n_inner = int(state.structure["indptr"][hi - lo])
+            eids = np.asarray(state.structure["eids"][:n_inner])
+            w = edge_weights_by_position(state.book, state.part, eids, feats, weight)
+        cache[key] = csc_from_structure(state.structure, state.book, state.part, weights=w)
+    csc: CSCGraph = cache[key]
     return csc
 
 
@@ -61,12 +76,13 @@ def sample_neighbors(state: ServerState, req: Request) -> Response:
     fanout = req.param("fanout", list)
     if not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in fanout):
         raise ArgumentError(f"{OP}: field 'fanout' must hold non-negative ints")
-    csc = _csc(state)
+    weighted = bool(req.param("weighted", bool, False))
+    csc = _csc(state, req.str_param("weight") if weighted else None)
     out = csc.sample_one_hop(
         torch.from_numpy(np.array(seeds)),
         torch.tensor(fanout, dtype=torch.long),
         replace=bool(req.param("replace", bool, False)),
-        weighted=bool(req.param("weighted", bool, False)),
+        weighted=weighted,
         generator=make_generator(req.int_param("seed")),
     )
     body, tensors = encode_reply(out)

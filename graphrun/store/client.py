@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import zmq
 
 from graphrun.errors import ArgumentError, GraphrunError, RpcError, RpcTimeout
 from graphrun.partition.book import PartitionBook
@@ -99,8 +100,10 @@ class _Heartbeat(threading.Thread):
 
     def run(self) -> None:
         interval = self._cfg.heartbeat_interval
+        ctx = zmq.Context()
+        timeout = max(interval, 1.0)
         conns = [
-            RpcClient(a, keys=self._cfg.keys, timeout=max(interval, 1.0)) for a in self._addresses
+            RpcClient(a, keys=self._cfg.keys, timeout=timeout, context=ctx) for a in self._addresses
         ]
         try:
             while not self.stopped.wait(interval):
@@ -113,6 +116,7 @@ class _Heartbeat(threading.Thread):
         finally:
             for c in conns:
                 c.close()
+            ctx.destroy(linger=0)
 
 
 class KVClient:
@@ -131,6 +135,7 @@ class KVClient:
         self._local_seg: dict[tuple[str, int], TensorInfo] = {}
         self._local_arrays: dict[tuple[str, int], np.ndarray] = {}
         self._stopped = False
+        self._ctx = zmq.Context()  # one zmq I/O thread for all of this client's connections
         self._heartbeat: _Heartbeat | None = None
         try:
             self._connect()
@@ -141,7 +146,7 @@ class KVClient:
     # ---- connection -----------------------------------------------------------------
 
     def _open(self, address: str) -> RpcClient:
-        return RpcClient(address, keys=self.cfg.keys, timeout=self.cfg.timeout)
+        return RpcClient(address, keys=self.cfg.keys, timeout=self.cfg.timeout, context=self._ctx)
 
     def _base(self) -> dict[str, Any]:
         return {"s": self.session, "job": self.job}
@@ -244,6 +249,7 @@ class KVClient:
             log.warning("backup %s failed (%s); using the main server", pending.conn.address, exc)
             if pending.conn in e.conns:
                 e.conns.remove(pending.conn)
+                pending.conn.close()
             rid = e.main.send(pending.op, pending.body, pending.tensors)
             return e.main.wait(rid, timeout)
 
@@ -264,6 +270,22 @@ class KVClient:
                     self._local_seg[(name, p)] = got
             ti = self._infos[name]
         return ti
+
+    def _forget(self, name: str) -> None:
+        self._infos.pop(name, None)
+        for p in self._parts:
+            self._local_seg.pop((name, p), None)
+            self._local_arrays.pop((name, p), None)
+
+    def _stale(self, name: str) -> bool:
+        """Whether a mapped segment of ``name`` was unlinked (the tensor was deleted, maybe
+        re-created, by another client): one ``stat`` per co-located partition."""
+        for (n, p), seg in self._local_seg.items():
+            if n == name and (n, p) in self._local_arrays:
+                path = Path(self._parts[p].info["shm_dir"]) / seg.segment
+                if not path.exists():
+                    return True
+        return False
 
     def policy(self, name: str) -> PartitionPolicy:
         return lookup_policy(self.policies, self.meta(name).policy)
@@ -308,11 +330,9 @@ class KVClient:
         return infos[0]
 
     def delete_tensor(self, name: str) -> None:
-        for p, e in self._parts.items():
+        for e in self._parts.values():
             e.main.call("delete", {**self._base(), "name": name})
-            self._local_seg.pop((name, p), None)
-            self._local_arrays.pop((name, p), None)
-        self._infos.pop(name, None)
+        self._forget(name)
 
     def _local_array(self, ti: TensorInfo, part: int) -> np.ndarray | None:
         key = (ti.name, part)
@@ -369,6 +389,8 @@ class KVClient:
 
     def pull(self, name: str, ids: Any) -> np.ndarray:
         """Rows ``ids`` (global ids of the tensor's id space) in the given order."""
+        if self._stale(name):
+            self._forget(name)
         ti = self.meta(name)
         pol = lookup_policy(self.policies, ti.policy)
         ids = pol.check_ids(ids)
@@ -466,6 +488,7 @@ class KVClient:
                 c.close()
         self._parts.clear()
         self._local_arrays.clear()
+        self._ctx.destroy(linger=0)  # closes any socket still open; never blocks
 
     def __enter__(self) -> KVClient:
         return self

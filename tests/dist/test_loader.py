@@ -52,6 +52,7 @@ def test_node_loader_equal_batches_and_graphsage(served) -> None:
     assert lengths[0] == lengths[1]
 
 
+@pytest.mark.slow
 def test_workers_give_the_same_batches_and_a_dead_worker_is_an_error(served) -> None:
     with initialize(served.servers, heartbeat_interval=0) as ctx:
         dg = DistGraph(ctx)
@@ -105,6 +106,15 @@ def test_hetero_loader(served_hetero) -> None:
         assert b["author", "follows", "author"].num_sampled_edges[0] == 0
         conv = HeteroConv({et: SAGEConv((-1, -1), 8) for et in b.edge_types}, aggr="sum")
         assert conv(b.x_dict, b.edge_index_dict)["paper"].shape[0] == b["paper"].num_nodes
+        link = DistLinkDataLoader(dg, torch.arange(10), fan, batch_size=5, etype="writes")
+        lb = next(iter(link))
+        li = lb["author", "writes", "paper"].edge_label_index
+        assert li.shape == (2, 10) and int(li[0].max()) < lb["author"].num_nodes
+        assert int(li[1].max()) < lb["paper"].num_nodes
+        # the positives are the edges asked for, through the per-type ids
+        src, dst = dg.find_edges(torch.arange(5), etype="writes")
+        assert torch.equal(lb["author"].n_id[li[0, :5]], src)
+        assert torch.equal(lb["paper"].n_id[li[1, :5]], dst)
         with pytest.raises(ArgumentError, match="ntype"):
             DistNodeDataLoader(dg, torch.arange(3), [2], batch_size=2)
         with pytest.raises(ArgumentError, match="unknown edge type"):

@@ -4,6 +4,8 @@ import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from graphrun.errors import JobFailed, WorkflowError
 from graphrun.job.workflow import (
@@ -217,3 +219,32 @@ def test_state_round_trips_through_dict() -> None:
     assert state_from_dict(s.to_dict(), backoff_limit=2) == s
     with pytest.raises(WorkflowError, match="not a job state"):
         state_from_dict({"phase": "Dancing"})
+
+
+@given(
+    kinds=st.lists(st.sampled_from(list(EventKind)), max_size=40),
+    backoff=st.integers(min_value=0, max_value=3),
+)
+@settings(max_examples=200, deadline=None)
+def test_random_event_sequences_keep_the_invariants(kinds: list[EventKind], backoff: int) -> None:
+    s = initial_state(T0, backoff_limit=backoff)
+    failed_roles = 0
+    for i, kind in enumerate(kinds):
+        if not accepts(s, kind):
+            with pytest.raises(WorkflowError):
+                transition(s, Event(kind), at(i))
+            continue
+        before = s
+        s = transition(s, Event(kind), at(i))
+        failed_roles += kind is K.ROLE_FAILED
+        assert before.phase not in TERMINAL  # terminal phases accept nothing
+        assert s.restarts <= backoff
+        assert len({c.type for c in s.conditions}) == len(s.conditions)
+        true = [c.type for c in s.conditions if c.status == "True" and c.type != "Created"]
+        assert len(true) <= 1  # at most the current phase's condition is True
+        if s.phase is Phase.SUCCEEDED:
+            # success needs a full forward run after the last failure
+            assert before.phase is Phase.TRAINING
+        if s.phase is Phase.FAILED:
+            assert s.error() is not None
+    assert s.restarts <= failed_roles

@@ -10,6 +10,7 @@ import base64
 import copy
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -162,7 +163,7 @@ def test_hosts_file_is_what_the_launcher_reads() -> None:
 def test_rendered_job_loads_with_absolute_paths() -> None:
     cm = built(example())["configmap"]["data"]
     job = parse_job(yaml.safe_load(cm["job.yaml"]))
-    assert job.spec.graph.dataset == "/data/runs/graphsage/data"
+    assert job.spec.graph.dataset == "/data/runs/graphsage/data-community-4f8652e3"
     assert job.spec.graph.generator is None
     assert job.spec.partition.output == "/data/graphsage/parts"
     assert job.spec.training.checkpoint_dir == "/data/graphsage/checkpoints"
@@ -186,11 +187,14 @@ def test_worker_pod_runs_the_agreed_command() -> None:
 
 def test_partitioner_script_generates_then_partitions() -> None:
     script = B.partitioner_script(example())
-    assert "graphrun generate community /data/runs/graphsage/data --nodes 20000" in script
+    assert (
+        "graphrun generate community /data/runs/graphsage/data-community-4f8652e3 --nodes 20000"
+        in script
+    )
     assert "--avg-degree 15" in script
     assert (
-        "graphrun partition /data/runs/graphsage/data /data/graphsage/parts --parts 2 "
-        "--method metis --halo 1 --balance-train"
+        "graphrun partition /data/runs/graphsage/data-community-4f8652e3 /data/graphsage/parts "
+        "--parts 2 --method metis --halo 1 --balance-train"
     ) in script
     assert "test -e /data/graphsage/parts/partition.json ||" in script
 
@@ -282,3 +286,18 @@ def test_the_worker_can_load_what_the_operator_mounts(tmp_path: Path) -> None:
             f"graphsage-worker-{index}.graphsage-workers.ml.svc.cluster.local:3000{index}" in text
         )
         assert "/data/graphsage/parts" in text
+
+
+def test_generator_parameters_become_generate_flags() -> None:
+    d = yaml.safe_load((ROOT / "examples" / "kubernetes" / "graphsage.yaml").read_text())
+    d["spec"]["graph"]["generator"] = {
+        "name": "academic",
+        "params": {"nodes": 100, "featDim": 8, "reverse": False, "homophily": 0.5},
+    }
+    script = B.partitioner_script(parse_job(d))
+    assert re.search(
+        r"graphrun generate academic /data/runs/graphsage/data-academic-\w+ "
+        r"--nodes 100 --feat-dim 8",
+        script,
+    )
+    assert "--no-reverse --homophily 0.5" in script

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import pytest
 import zmq
+from hypothesis import given
+from hypothesis import strategies as st
 from zmq.utils import z85
 
 from graphrun.errors import ArgumentError
@@ -58,3 +60,11 @@ def test_bad_z85(bad: str) -> None:
 def test_bad_length() -> None:
     with pytest.raises(ArgumentError):
         z85_encode(b"abc")
+
+
+@given(st.binary(max_size=64).map(lambda b: b[: len(b) - len(b) % 4]))
+def test_z85_round_trip(data: bytes) -> None:
+    text = z85_encode(data)
+    assert len(text) == len(data) // 4 * 5
+    assert z85_decode(text) == data
+    assert text == z85.encode(data).decode()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from graphrun.job.spec import parse_job
 from graphrun.operator import layout as L
@@ -176,10 +179,12 @@ def test_partitioner_failure() -> None:
     h.partitioner_done(ok=False, message="graphrun: error: data/graph.json: missing")
     h.step()
     assert h.phase == "Restarting"
-    assert (
-        "partitioner on - failed (exit code 1): graphrun: error: data/graph.json"
-        in h.cond("Restarting")["message"]
-    )
+    msg = h.cond("Restarting")["message"]
+    assert re.fullmatch(
+        r"partitioner on graphsage-partitioner-\d+ failed \(exit code 1\): "
+        r"graphrun: error: data/graph.json: missing",
+        msg,
+    ), msg
     assert not any(o["kind"] == "Job" for o in h.ns.children())  # deleted with its pods
     h.step()
     assert h.phase == "Partitioning"
@@ -311,3 +316,121 @@ def test_gang_podgroup_created() -> None:
     h = Harness(runPolicy={"schedulingPolicy": {"provider": "volcano"}})
     h.step()
     assert any(o["kind"] == "PodGroup" for o in h.ns.children())
+
+
+def test_settled_jobs_need_no_more_passes() -> None:
+    from graphrun.operator.status import settled
+
+    h = Harness(
+        runPolicy={"backoffLimit": 0, "cleanPodPolicy": "Running", "ttlSecondsAfterFinished": None}
+    )
+    h.to_training()
+    h.ns.set_pod("graphsage-worker-0", "Failed", exit_code=1)
+    h.step()
+    assert h.phase == "Failed" and h.status["cleanedUp"] is False  # worker 1 being stopped
+    assert not settled(h.job, h.status)
+    h.step()
+    assert h.status["cleanedUp"] is True
+    assert settled(h.job, h.status)
+    h.set_spec(runPolicy={"ttlSecondsAfterFinished": 60})
+    assert not settled(h.job, h.status)  # the TTL still has to delete it
+
+
+@given(
+    history=st.lists(
+        st.tuples(
+            st.sampled_from(
+                ["run", "ready", "succeed", "fail", "part_ok", "part_fail", "suspend", "resume"]
+            ),
+            st.integers(min_value=0, max_value=1),
+        ),
+        max_size=25,
+    ),
+    backoff=st.integers(min_value=0, max_value=2),
+)
+@settings(max_examples=25, deadline=None)
+def test_random_cluster_histories_keep_the_invariants(
+    history: list[tuple[str, int]], backoff: int
+) -> None:
+    policy = {"backoffLimit": backoff, "ttlSecondsAfterFinished": None}
+    h = Harness(runPolicy=policy)
+    h.step()  # FakeNamespace.create raises on a duplicate: no object is made twice
+    failed_workers: set[str] = set()
+    for action, i in history:
+        worker = f"graphsage-worker-{i}"
+        has_worker = ("Pod", worker) in h.ns.objects
+        if action in ("run", "ready", "succeed", "fail") and has_worker:
+            phase = {"run": "Running", "ready": "Running", "succeed": "Succeeded"}.get(
+                action, "Failed"
+            )
+            h.ns.set_pod(worker, phase, ready=action == "ready")
+            if action == "fail":
+                failed_workers.add(h.ns.pod(worker)["metadata"]["uid"])
+        elif (
+            action in ("part_ok", "part_fail") and ("Job", "graphsage-partitioner") in h.ns.objects
+        ):
+            h.partitioner_done(ok=action == "part_ok")
+        elif action in ("suspend", "resume"):
+            h.set_spec(runPolicy={**policy, "suspend": action == "suspend"})
+        h.step()
+        assert h.status["restarts"] <= backoff
+        assert len(h.ns.pods("worker")) <= 2
+        if h.phase == "Succeeded":
+            uids = {p["metadata"]["uid"] for p in h.ns.pods("worker")}
+            assert not uids & failed_workers, "succeeded with a failed worker"
+            assert all(p["status"]["phase"] == "Succeeded" for p in h.ns.pods("worker"))
+        if h.phase in ("Pending", "Partitioning"):
+            assert not h.ns.pods("worker")  # workers only after the partitions exist
+
+
+def test_spec_change_while_running_fails_naming_the_fields() -> None:
+    h = Harness(runPolicy={"backoffLimit": 0})
+    h.to_training()
+    h.set_spec(runtime={"trainersPerMachine": 2})
+    h.step()
+    assert h.phase == "Failed"
+    failed = h.cond("Failed")
+    assert failed["reason"] == "SpecChanged"
+    assert failed["message"].startswith("spec.runtime changed while the job was running")
+
+
+def test_run_policy_may_change_while_running() -> None:
+    h = Harness(runPolicy={"backoffLimit": 0})
+    h.to_training()
+    h.set_spec(runPolicy={"backoffLimit": 3, "activeDeadlineSeconds": 7200})
+    h.step()
+    assert h.phase == "Training"
+
+
+def test_repartitioning_into_the_old_directory_is_refused() -> None:
+    h = Harness(runPolicy={"backoffLimit": 0})
+    h.to_training()
+    h.set_spec(runPolicy={"backoffLimit": 0, "suspend": True})
+    h.step()
+    assert h.phase == "Suspended"
+    h.set_spec(runPolicy={"backoffLimit": 0, "suspend": True}, partition={"haloHops": 2})
+    h.step()
+    assert h.phase == "Failed"  # the old partitions would be taken for new ones
+    assert h.cond("Failed")["message"].startswith(
+        "spec.partition changed: give a new spec.partition.output (the partitions in "
+        "/data/graphsage/parts were made with the old settings)"
+    )
+
+
+def test_spec_change_while_suspended_is_applied() -> None:
+    h = Harness(runPolicy={"backoffLimit": 0})
+    h.to_training()
+    h.set_spec(runPolicy={"backoffLimit": 0, "suspend": True})
+    h.step()
+    new = {"haloHops": 2, "output": "graphsage/parts-halo2"}
+    h.set_spec(runPolicy={"backoffLimit": 0, "suspend": True}, partition=new)
+    h.step()
+    assert h.phase == "Suspended"
+    assert not any(o["kind"] == "ConfigMap" for o in h.ns.children())  # made again later
+    assert h.status["partitioned"] is False
+    assert any(e.reason == "SpecUpdated" and "spec.partition" in e.message for e in h.ns.events)
+    h.set_spec(runPolicy={"backoffLimit": 0, "suspend": False}, partition=new)
+    h.step()
+    assert h.phase == "Partitioning"  # partitions are made again for the new settings
+    cm = next(o for o in h.ns.children() if o["kind"] == "ConfigMap")
+    assert "haloHops: 2" in cm["data"]["job.yaml"]

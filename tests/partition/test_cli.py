@@ -223,3 +223,30 @@ def test_balance_train_needs_training_nodes(
     assert main(argv) == 2
     assert "train_mask" in only_error_line(capsys)
     assert list(tmp_path.iterdir()) == [folder]  # neither OUT nor its temporary
+
+
+def test_raw_ids_of_an_imported_csv_survive(tmp_path: Path) -> None:
+    from graphrun.partition import load_id_mapping
+
+    src = tmp_path / "csv"
+    src.mkdir()
+    names = [f"user{i}" for i in range(12)]
+    rows = [(names[i], names[(i * 5 + 1) % 12]) for i in range(12)]
+    rows += [(names[i], names[(i + 1) % 12]) for i in range(12)]
+    (src / "edges.csv").write_text("src,dst\n" + "".join(f"{a},{b}\n" for a, b in rows))
+    out = tmp_path / "o"
+    assert main(["partition", str(src / "edges.csv"), str(out), "--parts", "3"]) == 0
+    mp = load_id_mapping(out)
+    raw = mp.raw_ids["_N"]
+    assert sorted(raw.tolist()) == sorted(names)
+    # every edge, read back through the partitions and mappings, names the same users
+    seen = set()
+    for p in range(3):
+        part = load_partition(out, p)
+        rows_of = np.repeat(np.arange(len(part.nodes)), np.diff(part.indptr))
+        _, s_orig = mp.orig_of_new(part.indices)
+        _, d_orig = mp.orig_of_new(part.nodes[rows_of])
+        seen |= {(str(raw[a]), str(raw[b])) for a, b in zip(s_orig, d_orig, strict=True)}
+    assert seen == set(rows)
+    new = mp.new_of_orig("_N", np.arange(12))
+    assert (mp.orig_of_new(new)[1] == np.arange(12)).all()

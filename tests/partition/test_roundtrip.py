@@ -144,5 +144,7 @@ def test_single_part_and_parts_equal_nodes(tmp_path: Path) -> None:
     one = partition_graph(g, tmp_path / "one", 1, "metis")
     assert one.quality.edge_cut == 0.0
     check_round_trip(g, tmp_path / "one", 1, 1)
-    partition_graph(g, tmp_path / "all", 20, "random")
-    check_round_trip(g, tmp_path / "all", 20, 1)
+    for method in ("random", "metis"):
+        res = partition_graph(g, tmp_path / method, 20, method)
+        assert (np.diff(res.book.node_offsets) == 1).all()  # no empty partition
+        check_round_trip(g, tmp_path / method, 20, 1)

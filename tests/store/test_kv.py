@@ -85,6 +85,18 @@ def test_init_list_meta_delete(stores, keys):
             c.pull("h", [0])
 
 
+def test_recreated_tensor_is_not_read_from_a_stale_mapping(stores, keys):
+    with connect(stores, keys, job="re") as a, connect(stores, keys, job="re") as b:
+        a.init_tensor("r", "node:_N", (1,), persistent=True)
+        a.push("r", [0], np.array([[1.0]], np.float32))
+        assert b.pull("r", [0])[0, 0] == 1  # b maps the segment
+        a.delete_tensor("r")
+        a.init_tensor("r", "node:_N", (1,), persistent=True)
+        a.push("r", [0], np.array([[2.0]], np.float32))
+        assert b.pull("r", [0])[0, 0] == 2
+        a.delete_tensor("r")
+
+
 def test_two_jobs_are_namespaced(stores, keys):
     with connect(stores, keys, job="a") as a, connect(stores, keys, job="b") as b:
         a.init_tensor("w", "node:_N", (1,))

@@ -1,0 +1,22 @@
+"""``graphrun bench partition`` on a small generated graph: one JSON object per run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from graphrun.cli import main
+
+
+@pytest.mark.integration
+def test_bench_partition_prints_json(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", "partition", "--nodes", "2000", "--edges", "20000", "--parts", "2", "3"]
+    assert main(argv) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["parts"] for r in rows] == [2, 3]
+    for r in rows:
+        for key in ("method", "edge_cut", "seconds", "peak_rss_mb", "pymetis_edge_cut"):
+            assert key in r
+        assert 0 < r["edge_cut"] < 1 and r["peak_rss_mb"] > 0 and r["pymetis_seconds"] >= 0
+        assert r["edge_cut"] <= 1.25 * r["pymetis_edge_cut"]
