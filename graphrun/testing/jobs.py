@@ -146,3 +146,10 @@ def wait(ctx: Any) -> None:
 
     print(f"trainer {ctx.rank} waiting", flush=True)
     time.sleep(120)
+
+
+def fail_unless_resumed(ctx: Any) -> dict[str, bool]:
+    """A user entry point: trainer 1 fails on the first attempt; restarted, all succeed."""
+    if ctx.rank == 1 and not ctx.config.resume:
+        raise RuntimeError("first attempt fails on purpose")
+    return {"resumed": ctx.config.resume}

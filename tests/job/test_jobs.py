@@ -211,3 +211,16 @@ def test_placement_plan_is_applied(tmp_path):
     assert [r["role"] for r in launch["roles"]] == ["store:0"]
     assert "[trainer:0@m1]" in sink.getvalue()
     assert metrics(path)[-1]["epoch"] == 0
+
+
+def test_failed_trainer_restarts_within_the_backoff_limit(tmp_path):
+    path = small_job(
+        tmp_path, entryPoint="graphrun.testing.jobs:fail_unless_resumed",
+        run_policy={"backoffLimit": 1},
+    )  # fmt: skip
+    job, sink = run(path)
+    report = job.run()
+    assert report.state.restarts == 1 and report.exits["trainer:1"] == 0
+    assert "phase Restarting" in sink.getvalue()
+    assert "first attempt fails on purpose" in sink.getvalue()
+    nothing_left(job)
