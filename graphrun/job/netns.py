@@ -11,7 +11,10 @@
 * optionally ``tc`` shaping on every ``eth0`` (token bucket at ``bandwidth_mbit``,
   ``netem`` delay of ``delay_ms``), so "machines" see a real link speed.
 
-Roles run inside with ``ip netns exec NAME argv...`` (:meth:`NetnsNetwork.prefix`).
+Roles run inside with ``ip netns exec NAME unshare --uts ...`` (:meth:`NetnsNetwork.prefix`):
+every machine also gets its own host name (``graphrun-<machine>``), so the store
+client's co-location check (same host name, boot id and shm device) treats only the
+partitions of its own machine as local and reaches the others over the network.
 Deleting a namespace deletes its interfaces; :meth:`NetnsNetwork.close` deletes
 all of them, also after a partial setup, and :func:`cleanup_stale` removes those
 left by a launcher that was killed (its pid no longer exists). Shared memory
@@ -90,6 +93,10 @@ class NetnsHost:
     namespace: str
     address: str
 
+    @property
+    def hostname(self) -> str:
+        return f"graphrun-{self.machine}"
+
 
 class NetnsNetwork:
     """Namespaces + veth pairs + a bridge for a set of machines; a context manager."""
@@ -100,6 +107,7 @@ class NetnsNetwork:
         bandwidth_mbit: float | None = None,
         delay_ms: float | None = None,
         subnet: str = "10.77.0",
+        own_hostnames: bool = True,
     ) -> None:
         if not machines or len(machines) > 250:
             raise ArgumentError(f"machines: need 1..250 machines, got {len(machines)}")
@@ -110,12 +118,20 @@ class NetnsNetwork:
         self.hosts = {
             m: NetnsHost(m, f"{self.tag}-{m}", f"{subnet}.{i + 1}") for i, m in enumerate(machines)
         }
+        self.own_hostnames = own_hostnames and shutil.which("unshare") is not None
         self.bandwidth_mbit = bandwidth_mbit
         self.delay_ms = delay_ms
         self._created: list[str] = []
 
     def prefix(self, machine: str) -> tuple[str, ...]:
-        return ("ip", "netns", "exec", self.hosts[machine].namespace)
+        """Command prefix that runs argv on ``machine``: its network namespace and its own
+        host name (a UTS namespace), so co-location checks see separate hosts."""
+        host = self.hosts[machine]
+        netns = ("ip", "netns", "exec", host.namespace)
+        if not self.own_hostnames:
+            return netns
+        return (*netns, "unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"',
+                host.hostname)  # fmt: skip
 
     def address(self, machine: str) -> str:
         return self.hosts[machine].address

@@ -15,6 +15,7 @@ its ``main(ctx)`` is called with the same context a built-in task gets.
 from __future__ import annotations
 
 import argparse
+import json
 import runpy
 import sys
 from collections.abc import Sequence
@@ -106,6 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         world_size=world, partition=partition_of(args.rank, world, parts),
         name=f"trainer:{args.rank}",
     )  # fmt: skip
+    local = ctx.client.local_parts  # partitions read through shared memory (co-located)
+    print(json.dumps({"event": "joined", "rank": args.rank, "local_parts": local}), flush=True)
     workers = job.spec.runtime.sampler_workers_per_trainer
     data = DistGraphData(DistGraph(ctx), args.rank, world, workers, seed=cfg.seed)
     try:

@@ -62,6 +62,7 @@ def test_two_machines_train_to_accuracy(tmp_path):
     last = metrics(path)[-1]
     assert last["epoch"] == 1 and last["test_acc"] > 0.5  # 4 classes: chance is 0.25
     assert "[store:1@m1]" in sink.getvalue() and "[trainer:0@m0]" in sink.getvalue()
+    assert '"rank": 0, "local_parts": [0, 1]' in sink.getvalue()  # one host: both co-located
     nothing_left(job)
 
 
@@ -155,7 +156,10 @@ def test_job_in_network_namespaces(tmp_path):
     path = small_job(tmp_path, epochs=1)
     job, sink = run(path, hosts="netns")
     job.run()
-    assert "10.77.0." in sink.getvalue()  # the stores served on namespace addresses
+    out = sink.getvalue()
+    assert "10.77.0." in out  # the stores served on namespace addresses
+    # separate hosts: each trainer reads only its own machine's partition from shared memory
+    assert '"rank": 1, "local_parts": [1]' in out and '"rank": 0, "local_parts": [0]' in out
     assert metrics(path)[-1]["test_acc"] > 0.3
     nothing_left(job)
 
