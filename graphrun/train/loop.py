@@ -146,6 +146,8 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
     torch.manual_seed(ctx.config.seed)
     task = make_task(ctx)
     start = _resume(task, ctx)
+    if ctx.world_size > 1:
+        barrier()  # rank 0 restores shared embeddings before anyone reads them
     prof = Profiler(ctx, task.model)
     metric = "auc" if ctx.config.task == "link-prediction" else "acc"
     record: dict[str, Any] = {}
