@@ -190,7 +190,10 @@ class LocalJob:
         have_parts = (self.paths.parts / "partition.json").is_file()
         has_data = (self.paths.dataset / "graph.json").is_file()
         if g.dataset is not None and not have_parts and not has_data:
-            raise SpecError(f"spec.graph.dataset: {self.paths.dataset} is not a dataset directory")
+            raise SpecError(
+                f"{self.paths.job_file}: spec.graph.dataset: {self.paths.dataset} is not a "
+                "dataset directory"
+            )
         if (self.paths.parts / "partition.json").is_file():
             self._check_partition()
 
@@ -203,8 +206,8 @@ class LocalJob:
         want = self.job.spec.num_parts
         if meta.get("num_parts") != want:
             raise SpecError(
-                f"spec.partition.output: {self.paths.parts} has {meta.get('num_parts')} parts, "
-                f"the job needs {want}"
+                f"{self.paths.job_file}: spec.partition.output: {self.paths.parts} has "
+                f"{meta.get('num_parts')} parts, the job needs {want}"
             )
 
     def _partition(self) -> None:
