@@ -127,9 +127,15 @@ def test_infeasible_cluster_names_the_field():
         ifs(Evaluator(small, make_scenario(job)))
 
 
-@settings(max_examples=25, deadline=None)
-@given(st.integers(0, 2**31), st.sampled_from(["ps", "allreduce"]), st.integers(0, 2))
-def test_simulated_job_makespan_is_at_least_its_lower_bound(seed, sync, prefetch):
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(0, 2**31),
+    st.sampled_from(["ps", "allreduce"]),
+    st.integers(0, 4),
+    st.integers(2, 6),
+)
+def test_simulated_job_makespan_is_at_least_its_lower_bound(seed, sync, prefetch, iterations):
+    """Every bound, the energetic one included, with prefetch windows 0..4."""
     cluster = make_cluster([50, 10, 25], cpu=64, memory_gb=512, gpus=2)
     spec = JobSpec(
         partitions=3,
@@ -138,14 +144,16 @@ def test_simulated_job_makespan_is_at_least_its_lower_bound(seed, sync, prefetch
         sync=sync,
         parameter_servers=2,
         prefetch=prefetch,
-        iterations=3,
+        iterations=iterations,
     )
     job = job_from_spec(spec, builtin_profile("papers100m"))
     sc = make_scenario(job, seed)
     rng = np.random.default_rng(seed)
     x = tuple(int(m) for m in rng.integers(0, cluster.size, size=len(job.tasks)))
     w = build_workload(cluster, sc, x)
-    bound = lower_bounds(w).value
+    bounds = lower_bounds(w)
+    bound = bounds.value
+    assert bounds.energetic >= max(bounds.port, bounds.chain) * (1 - 1e-12)
     for policy in Policy:
         ms = simulate(w.dag, policy).makespan
         assert math.isfinite(ms) and ms >= bound * (1 - 1e-9)
