@@ -12,10 +12,14 @@
   ``h + bytes(head >= h) / bandwidth`` for every ``h`` (release dates on one port).
   So a step's head is the larger of its predecessors' ends and that port bound over
   its ancestor flows, and heads propagate forward; tails likewise backwards over
-  descendant flows. This is what sees the prefetch window: sampling of iteration
-  ``i`` waits for the end of iteration ``i - prefetch - 1``, which waits for every
-  byte of the earlier iterations on the busiest port, so the window's coupling of
-  iterations adds to the port work instead of overlapping with it.
+  descendant flows. At the widest fan-out steps (the prefetch gates, broadcasts;
+  :data:`CONES` per pass) the bound over the step's cone also adds, for a subset of
+  its flows on one port, the shortest of their longest paths to the step:
+  ``min head + bytes / bandwidth + min path``. This is what sees the prefetch window:
+  sampling of iteration ``i`` waits for the end of iteration ``i - prefetch - 1``,
+  which waits for every earlier byte on the busiest port and the training and
+  synchronisation after the last of them, so the window's coupling of iterations
+  adds to the port work instead of overlapping with it.
 
 The bound of a placement is the largest of the four.
 """
@@ -116,10 +120,58 @@ def _port_release(start: np.ndarray, size: np.ndarray, port: np.ndarray, cap: np
     return best
 
 
-def _energetic_pass(dag: Dag, d: list[float], nodes: range, preds: list[list[int]]) -> list[float]:
-    """Heads (``nodes`` ascending, ``preds`` = predecessors) or tails (descending,
-    ``preds`` = successors): the longest path, raised at every compute step to the
-    port release bound of the flows it (transitively) waits for."""
+FAN = 3  # a step with this many successors (a gate, a broadcast) gets the cone bound,
+CONES = 150  # at most this many per pass, the widest first (fewer: still a valid bound)
+WINDOW = 4000  # nodes looked back from it (fewer flows: still a valid bound)
+
+
+def _sequence_bound(head: np.ndarray, size: np.ndarray, dist: np.ndarray, cap: float) -> float:
+    """Flows (head, bytes, distance to the step) on one port: for a subset ``S``,
+    ``min head + bytes(S) / cap + min distance``; subsets cut by head, then by distance."""
+    best = 0.0
+    for key in (head, dist):
+        order = np.argsort(-key, kind="stable")
+        low_h = np.minimum.accumulate(head[order])
+        low_d = np.minimum.accumulate(dist[order])
+        best = max(best, float((low_h + np.cumsum(size[order]) / cap + low_d).max()))
+    return best
+
+
+def _cone_bound(
+    dag: Dag, d: list[float], at: list[float], v: int, done: list[int], after: list[list[int]]
+) -> float:
+    """The earliest start of ``v`` from the flows of its cone (the last ``WINDOW``
+    nodes processed), each with the longest path from its end to ``v``'s start."""
+    dist = {v: 0.0}
+    for u in reversed(done[-WINDOW:]):
+        best = -1.0
+        for w in after[u]:
+            if w in dist:
+                best = max(best, d[w] + dist[w] if w != v else 0.0)
+        if best >= 0.0:
+            dist[u] = best
+    fs = [f for f in dist if dag.kind[f] == FLOW]
+    if not fs:
+        return 0.0
+    head = np.asarray([at[f] for f in fs] * 2)
+    size = np.asarray([dag.size[f] for f in fs] * 2)
+    gap = np.asarray([dist[f] for f in fs] * 2)
+    port = np.asarray([dag.src_port[f] for f in fs] + [dag.dst_port[f] for f in fs])
+    cap = dag.port_capacity
+    return max(
+        _sequence_bound(head[on], size[on], gap[on], cap[p])
+        for p in np.unique(port)
+        if (on := port == p).any()
+    )
+
+
+def _energetic_pass(
+    dag: Dag, d: list[float], nodes: range, before: list[list[int]], after: list[list[int]]
+) -> list[float]:
+    """Heads (``nodes`` ascending, ``before`` = predecessors, ``after`` = successors) or
+    tails (descending, the lists swapped): the longest path, raised at every compute
+    step to the port release bound of the flows it (transitively) waits for, and at
+    every fan-out step to the bound of its cone with path lengths to it."""
     flows = dag.flows()
     bit = {v: i for i, v in enumerate(flows)}
     size = np.asarray([dag.size[v] for v in flows] * 2)  # a flow uses two ports
@@ -128,9 +180,13 @@ def _energetic_pass(dag: Dag, d: list[float], nodes: range, preds: list[list[int
     nbytes = (len(flows) + 7) // 8 or 1
     reach = [0] * dag.num_nodes  # bitset over flows: the flows v waits for
     at = [0.0] * dag.num_nodes  # head (or tail) of v
+    fans = [v for v in nodes if dag.kind[v] != FLOW and len(after[v]) >= FAN]
+    fans.sort(key=lambda v: -len(after[v]))
+    cones = set(fans[:CONES])
+    done: list[int] = []
     for v in nodes:
         r, h = 0, 0.0
-        for u in preds[v]:
+        for u in before[v]:
             r |= reach[u] | (1 << bit[u] if u in bit else 0)
             h = max(h, at[u] + d[u])
         if r and dag.kind[v] != FLOW:
@@ -139,7 +195,10 @@ def _energetic_pass(dag: Dag, d: list[float], nodes: range, preds: list[list[int
             idx = np.concatenate([idx, idx + len(flows)])
             start = np.asarray([at[flows[i % len(flows)]] for i in idx])
             h = max(h, _port_release(start, size[idx], port[idx], cap))
+            if v in cones:
+                h = max(h, _cone_bound(dag, d, at, v, done, after))
         reach[v], at[v] = r, h
+        done.append(v)
     return at
 
 
@@ -151,8 +210,9 @@ def energetic_heads_and_tails(dag: Dag) -> tuple[list[float], list[float]]:
     for v in range(n):
         for w in dag.succ[v]:
             pred[w].append(v)
-    head = _energetic_pass(dag, d, range(n), pred)
-    tail = _energetic_pass(dag, d, range(n - 1, -1, -1), [list(s) for s in dag.succ])
+    succ = [list(s) for s in dag.succ]
+    head = _energetic_pass(dag, d, range(n), pred, succ)
+    tail = _energetic_pass(dag, d, range(n - 1, -1, -1), succ, pred)
     return head, tail
 
 

@@ -62,6 +62,24 @@ def test_energetic_bound_counts_port_work_before_a_join():
     assert simulate(dag).makespan == pytest.approx(5.0)
 
 
+def test_the_cone_bound_adds_the_path_from_the_port_to_a_gate():
+    """Two 1 GB flows, each followed by 2 s of compute, gate (3 successors) a third
+    1 GB flow on the same port: the second flow ends at 2 s at best and 2 s of compute
+    follow it, so the gate opens at 4 s and the makespan is 5 s; every other bound
+    (port with heads/tails, chain, energetic without path lengths) stops at 4 s."""
+    b = DagBuilder(egress=(GB, GB), ingress=(GB, GB))
+    ends = [b.compute(2.0, 0, (b.flow(GB, 0, 1),)) for _ in range(2)]
+    gate = b.compute(0.0, 0, tuple(ends))
+    b.flow(GB, 0, 1, 1, (gate,))
+    b.compute(0.0, 1, (gate,))
+    b.compute(0.0, 1, (gate,))
+    dag = b.build()
+    bounds = lower_bounds(dag)
+    assert (bounds.port, bounds.chain) == pytest.approx((4.0, 4.0))
+    assert bounds.energetic == pytest.approx(5.0)
+    assert simulate(dag).makespan == pytest.approx(5.0)
+
+
 def test_energetic_tails_count_port_work_after_a_fork():
     """The mirror image: one flow, 2 s of compute, a fork into two 1 GB flows."""
     b = DagBuilder(egress=(GB, GB), ingress=(GB, GB))
