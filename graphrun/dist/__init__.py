@@ -1,1 +1,26 @@
-"""graphrun.dist"""
+"""graphrun.dist: the user-facing distributed API.
+
+    ctx = initialize(servers, rank=r, world_size=w, job="j", keys=keys)   # -> DistContext
+    g = DistGraph(ctx)
+    ids = node_split(g.mask_ids("train_mask"), g.partition_book, r, w)
+    for batch in DistNodeDataLoader(g, ids, [25, 10], batch_size=1000, num_workers=2): ...
+
+No process-global state: everything hangs off the context ``initialize`` returns.
+"""
+
+from graphrun.dist.context import DistConfig, DistContext, initialize
+from graphrun.dist.graph import DistGraph
+from graphrun.dist.loader import DistLinkDataLoader, DistNodeDataLoader
+from graphrun.dist.split import edge_split, node_split, trainer_partitions
+
+__all__ = [
+    "DistConfig",
+    "DistContext",
+    "DistGraph",
+    "DistLinkDataLoader",
+    "DistNodeDataLoader",
+    "edge_split",
+    "initialize",
+    "node_split",
+    "trainer_partitions",
+]

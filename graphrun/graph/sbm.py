@@ -61,7 +61,11 @@ class BlockSampler:
         r = rng.random(k)
         r *= hi - lo
         r += lo
-        return np.searchsorted(self.cum, r, side="right")
+        # searchsorted over sorted needles walks ``cum`` in order: ~10x fewer cache misses
+        order = np.argsort(r)
+        pos = np.empty(k, dtype=np.int64)
+        pos[order] = np.searchsorted(self.cum, r[order], side="right")
+        return pos
 
     def draw_global(self, k: int, rng: np.random.Generator) -> np.ndarray:
         """``k`` node ids drawn ∝ theta over all nodes."""

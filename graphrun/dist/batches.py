@@ -1,0 +1,142 @@
+"""Building one mini-batch from ids: sample (distributed), fetch features, collate.
+
+A :class:`BatchBuilder` needs only a :class:`~graphrun.dist.context.DistContext`
+and a :class:`BatchSpec` (a plain frozen value), so it runs the same in the trainer
+(``num_workers=0``) and in a loader worker process, which builds its own context.
+Every batch is sampled with its own generator seed (:func:`batch_seed`), so a
+batch's content does not depend on which process built it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import Data, HeteroData
+
+from graphrun.dist.context import DistContext
+from graphrun.dist.features import StoreFeatures
+from graphrun.errors import ArgumentError
+from graphrun.sampling.kernels import make_generator
+from graphrun.sampling.negative import NegativeSampler
+from graphrun.sampling.partitioned import BookTypeMap
+from graphrun.sampling.pyg import split_by_type
+from graphrun.sampling.sampler import NeighborSampler, Output, collate
+
+Kind = Literal["node", "link"]
+
+
+def batch_seed(seed: int, epoch: int, index: int) -> int:
+    """A well-mixed generator seed for batch ``index`` (>= -1) of ``epoch``."""
+    entropy = [seed & (2**63 - 1), epoch & (2**63 - 1), index + 1]
+    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0] >> 2)
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """What to build: fanouts, seed type, PyG output form, feature names, negatives."""
+
+    kind: Kind
+    fanouts: Any
+    output: Output
+    ntype: str | None = None
+    etype: tuple[str, str, str] | None = None
+    x: str = "feat"
+    y: str = "label"
+    replace: bool = False
+    num_layers: int | None = None
+    neg_k: int = 1
+    neg_mode: Literal["uniform", "degree"] = "uniform"
+
+
+class BatchBuilder:
+    def __init__(self, ctx: DistContext, spec: BatchSpec) -> None:
+        self.ctx = ctx
+        self.spec = spec
+        self.book = ctx.book
+        self.types = BookTypeMap(self.book)
+        self.sampler = NeighborSampler(
+            ctx.sampler,
+            self.types,
+            self.book.num_nodes,
+            spec.fanouts,
+            num_layers=spec.num_layers,
+            replace=spec.replace,
+            generator=0,
+        )
+        self.features = StoreFeatures(ctx.client)
+        self._negatives: NegativeSampler | None = None
+
+    def build(self, ids: Tensor, seed: int) -> Data | HeteroData:
+        if self.spec.kind == "node":
+            return self.node_batch(ids, seed)
+        return self.link_batch(ids, seed)
+
+    def node_batch(self, ids: Tensor, seed: int) -> Data | HeteroData:
+        """Seeds are per-type ids of ``spec.ntype`` (homogeneous ids when it is None)."""
+        homo = ids if self.spec.ntype is None else self._to_homo(self.spec.ntype, ids)
+        sub = self.sampler.sample(homo, generator=seed)
+        return collate(
+            sub, self.types, self.features, output=self.spec.output, x=self.spec.x, y=self.spec.y
+        )
+
+    def _to_homo(self, ntype: str, ids: Tensor) -> Tensor:
+        return torch.from_numpy(self.book.to_homo(ntype, ids.numpy()))
+
+    def _negative_sampler(self, dst_type: str) -> NegativeSampler:
+        if self._negatives is None:
+            n = self.book.num_nodes_of(dst_type)
+            deg = None
+            if self.spec.neg_mode == "degree":
+                deg = self.ctx.sampler.in_degrees(self._to_homo(dst_type, torch.arange(n)))
+            self._negatives = NegativeSampler(n, self.spec.neg_k, self.spec.neg_mode, deg)
+        return self._negatives
+
+    def link_batch(self, eids: Tensor, seed: int) -> Data | HeteroData:
+        """Positive edges ``eids`` (per-type ids of ``spec.etype``) plus ``neg_k`` negatives each.
+
+        Adds ``edge_label_index`` (local ids, positives first) and ``edge_label``
+        (1 / 0), like PyG's ``LinkNeighborLoader`` in binary mode; on ``HeteroData``
+        they sit on the edge type.
+        """
+        etype = self.spec.etype or self.types.edge_types[0]
+        homo_e = torch.from_numpy(self.book.etype_to_homo(etype, eids.numpy()))
+        src, dst = self.ctx.sampler.find_edges(homo_e)
+        gen = make_generator(seed)
+        neg_src, neg_dst_t = self._negative_sampler(etype[2]).sample(src, gen)
+        neg_dst = self._to_homo(etype[2], neg_dst_t)
+        ends = torch.cat([src, neg_src, dst, neg_dst])
+        nodes, inverse = torch.unique(ends, return_inverse=True)
+        sub = self.sampler.sample(nodes, generator=gen)
+        data = collate(
+            sub, self.types, self.features, output=self.spec.output, x=self.spec.x, y=self.spec.y
+        )
+        m = src.numel() + neg_src.numel()
+        label_index = torch.stack([inverse[:m], inverse[m:]])
+        label = torch.cat([torch.ones(src.numel()), torch.zeros(neg_src.numel())])
+        if isinstance(data, HeteroData):
+            local = split_by_type(sub, self.types).local_in_type
+            data[etype].edge_label_index = local[label_index]
+            data[etype].edge_label = label
+        else:
+            data.edge_label_index = label_index
+            data.edge_label = label
+        return data
+
+
+def check_spec(spec: BatchSpec, book: Any) -> None:
+    """Validate in the trainer, so bad input fails there with a clear error, not in a worker."""
+    from graphrun.sampling.fanout import normalize_fanouts
+
+    normalize_fanouts(spec.fanouts, [tuple(e) for e in book.edge_types], spec.num_layers)
+    if spec.ntype is not None and spec.ntype not in book.node_types:
+        raise ArgumentError(
+            f"ntype: unknown node type {spec.ntype!r}; known: {list(book.node_types)}"
+        )
+    if spec.etype is not None:
+        book.etype_id(spec.etype)
+    if spec.neg_mode not in ("uniform", "degree"):
+        raise ArgumentError(f"neg_mode: expected 'uniform' or 'degree', got {spec.neg_mode!r}")

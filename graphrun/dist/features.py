@@ -1,0 +1,27 @@
+"""Node features from the store, as a :class:`~graphrun.sampling.sampler.FeatureSource`."""
+
+from __future__ import annotations
+
+import numpy as np
+from torch import Tensor
+
+from graphrun.store.client import KVClient
+from graphrun.store.dist_tensor import as_torch
+
+
+class StoreFeatures:
+    """Pulls ``node/<ntype>/<name>`` rows (per-type ids) from the store; None if absent.
+
+    Co-located partitions are read from shared memory by the client; the rest is
+    fetched from the owners, remote requests first (see the store's ``pull``).
+    """
+
+    def __init__(self, client: KVClient) -> None:
+        self.client = client
+        self._names = {info.name for info in client.list_tensors()}
+
+    def node_feature(self, ntype: str, name: str, ids: Tensor) -> Tensor | None:
+        key = f"node/{ntype}/{name}"
+        if key not in self._names:
+            return None
+        return as_torch(self.client.pull(key, ids.numpy().astype(np.int64, copy=False)))

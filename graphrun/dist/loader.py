@@ -1,0 +1,232 @@
+"""``DistNodeDataLoader`` / ``DistLinkDataLoader``: PyG mini-batches from the store.
+
+    ctx = initialize(servers, rank=r, world_size=w)
+    g = DistGraph(ctx)
+    train = node_split(g.mask_ids("train_mask"), g.book, r, w)
+    loader = DistNodeDataLoader(g, train, [25, 10], batch_size=1000, shuffle=True,
+                                num_workers=2)
+    for epoch in range(n):
+        loader.set_epoch(epoch)
+        for batch in loader:          # torch_geometric Data (HeteroData on heterographs)
+            out = model(batch.x, batch.edge_index)[: batch.batch_size]
+
+Composition: a loader holds a :class:`~graphrun.dist.batches.BatchSpec` and either
+builds batches in this process (``num_workers=0``) or hands them to a
+:class:`~graphrun.dist.workers.WorkerPool` with a prefetch window. The order of
+seeds per epoch and every batch's sampling seed derive from ``(seed, epoch,
+index)``, so results do not depend on the number of workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data, HeteroData
+
+from graphrun.dist.batches import BatchBuilder, BatchSpec, Kind, batch_seed, check_spec
+from graphrun.dist.graph import DistGraph
+from graphrun.dist.workers import WorkerPool
+from graphrun.errors import ArgumentError
+from graphrun.sampling.sampler import Output
+
+
+def _check_count(value: Any, name: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ArgumentError(f"{name}: expected an int >= {low}, got {value!r}")
+    return value
+
+
+class _DistLoader:
+    def __init__(
+        self,
+        graph: DistGraph,
+        ids: Any,
+        spec: BatchSpec,
+        *,
+        batch_size: int,
+        shuffle: bool,
+        drop_last: bool,
+        num_workers: int,
+        prefetch: int,
+        seed: int,
+    ) -> None:
+        self.graph = graph
+        self.spec = spec
+        check_spec(spec, graph.book)
+        self.ids = torch.as_tensor(ids).long().reshape(-1)
+        self.batch_size = _check_count(batch_size, "batch_size", 1)
+        self.num_workers = _check_count(num_workers, "num_workers", 0)
+        self.prefetch = _check_count(prefetch, "prefetch", 1)
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.seed = int(seed)
+        self.epoch = 0
+        self._builder: BatchBuilder | None = None
+        self._pool: WorkerPool | None = None
+
+    def __len__(self) -> int:
+        n = self.ids.numel()
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def _tasks(self) -> list[tuple[Tensor, int]]:
+        order = self.ids
+        if self.shuffle:
+            gen = torch.Generator().manual_seed(batch_seed(self.seed, self.epoch, -1))
+            order = order[torch.randperm(order.numel(), generator=gen)]
+        return [
+            (
+                order[i * self.batch_size : (i + 1) * self.batch_size],
+                batch_seed(self.seed, self.epoch, i),
+            )
+            for i in range(len(self))
+        ]
+
+    def __iter__(self) -> Iterator[Data | HeteroData]:
+        tasks = self._tasks()
+        if self.num_workers == 0:
+            if self._builder is None:
+                self._builder = BatchBuilder(self.graph.ctx, self.spec)
+            for ids, s in tasks:
+                yield self._builder.build(ids, s)
+            return
+        if self._pool is None:
+            self._pool = WorkerPool(self.graph.ctx.config, self.spec, self.num_workers)
+        yield from self._pool.run(tasks, self.prefetch)
+
+    @property
+    def worker_pids(self) -> list[int | None]:
+        return self._pool.pids if self._pool else []
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __enter__(self) -> _DistLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def _output(graph: DistGraph, output: Output | None) -> Output:
+    return output or ("hetero" if graph.is_hetero else "data")
+
+
+class DistNodeDataLoader(_DistLoader):
+    """Mini-batches around seed nodes (per-type ids of ``ntype`` on a heterograph)."""
+
+    def __init__(
+        self,
+        graph: DistGraph,
+        nodes: Any,
+        fanouts: Any,
+        *,
+        batch_size: int,
+        ntype: str | None = None,
+        shuffle: bool = False,
+        drop_last: bool = False,
+        num_workers: int = 0,
+        prefetch: int = 2,
+        output: Output | None = None,
+        x: str = "feat",
+        y: str = "label",
+        replace: bool = False,
+        num_layers: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        if ntype is None and graph.is_hetero:
+            raise ArgumentError(f"ntype: required on a heterograph ({list(graph.node_types)})")
+        spec = BatchSpec(
+            kind="node",
+            fanouts=fanouts,
+            output=_output(graph, output),
+            ntype=ntype,
+            x=x,
+            y=y,
+            replace=replace,
+            num_layers=num_layers,
+        )
+        super().__init__(
+            graph,
+            nodes,
+            spec,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            num_workers=num_workers,
+            prefetch=prefetch,
+            seed=seed,
+        )
+
+
+class DistLinkDataLoader(_DistLoader):
+    """Mini-batches around positive edges (per-type ids of ``etype``) plus negatives.
+
+    Each batch carries ``edge_label_index`` (local ids; positives first) and
+    ``edge_label`` (1 positive, 0 negative); ``neg_k`` negatives per positive,
+    ``neg_mode`` ``"uniform"`` or ``"degree"`` (∝ in-degree ** 0.75).
+    """
+
+    def __init__(
+        self,
+        graph: DistGraph,
+        edges: Any,
+        fanouts: Any,
+        *,
+        batch_size: int,
+        etype: tuple[str, str, str] | str | None = None,
+        neg_k: int = 1,
+        neg_mode: Literal["uniform", "degree"] = "uniform",
+        shuffle: bool = False,
+        drop_last: bool = False,
+        num_workers: int = 0,
+        prefetch: int = 2,
+        output: Output | None = None,
+        x: str = "feat",
+        y: str = "label",
+        replace: bool = False,
+        num_layers: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        if etype is None and graph.is_hetero:
+            raise ArgumentError("etype: required on a heterograph")
+        canonical = None
+        if etype is not None:
+            canonical = tuple(graph.book.edge_types[graph.book.etype_id(etype)])
+        _check_count(neg_k, "neg_k", 1)
+        kind: Kind = "link"
+        spec = BatchSpec(
+            kind=kind,
+            fanouts=fanouts,
+            output=_output(graph, output),
+            etype=canonical,  # type: ignore[arg-type]
+            x=x,
+            y=y,
+            replace=replace,
+            num_layers=num_layers,
+            neg_k=neg_k,
+            neg_mode=neg_mode,
+        )
+        super().__init__(
+            graph,
+            edges,
+            spec,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            num_workers=num_workers,
+            prefetch=prefetch,
+            seed=seed,
+        )

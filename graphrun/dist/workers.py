@@ -1,0 +1,201 @@
+"""Loader worker processes: sampling and feature fetching off the trainer's process.
+
+Each worker (role ``sampler:<rank>:<w>``) is a spawned process that joins the store
+with its own client (built from the trainer's :class:`DistConfig`), then loops:
+take ``(index, ids, seed)`` from its task queue, build the batch, put
+``(index, batch, error)`` on the shared result queue. The trainer keeps up to
+``prefetch`` batches in flight, hands tasks out round-robin and yields batches in
+index order.
+
+A worker that dies (killed, out of memory, crashed interpreter) is noticed while
+the trainer waits: :class:`~graphrun.errors.JobFailed` names the worker's role,
+host and exit code — the trainer never hangs on a batch that will not come. An
+exception inside a worker is sent back and re-raised in the trainer (as
+:class:`~graphrun.errors.GraphrunError` with the worker's message when it is not
+one already).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import socket
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+
+from graphrun.dist.batches import BatchBuilder, BatchSpec
+from graphrun.dist.context import DistConfig, DistContext
+from graphrun.errors import GraphrunError, JobFailed
+
+POLL_S = 0.5
+READY = -1
+
+
+def _worker_main(
+    config: DistConfig, worker: int, spec: BatchSpec, tasks: Any, results: Any
+) -> None:
+    torch.set_num_threads(1)
+    try:
+        ctx = DistContext(config.for_worker(worker))
+        builder = BatchBuilder(ctx, spec)
+    except BaseException as exc:  # report why we could not start, then exit
+        results.put((READY, None, _describe(exc)))
+        return
+    results.put((READY, worker, None))
+    try:
+        while True:
+            task = tasks.get()
+            if task is None:
+                break
+            run, index, ids, seed = task
+            try:
+                results.put(((run, index), builder.build(ids, seed), None))
+            except Exception as exc:
+                results.put(((run, index), None, _describe(exc)))
+    finally:
+        ctx.close()
+
+
+def _describe(exc: BaseException) -> tuple[str, str]:
+    return (type(exc).__name__, str(exc))
+
+
+def _reraise(err: tuple[str, str], role: str) -> None:
+    import graphrun.errors as errors
+
+    cls = getattr(errors, err[0], None)
+    if isinstance(cls, type) and issubclass(cls, GraphrunError) and cls is not JobFailed:
+        try:
+            raise cls(f"{role}: {err[1]}")
+        except TypeError:
+            pass
+    raise GraphrunError(f"{role}: {err[0]}: {err[1]}")
+
+
+class WorkerPool:
+    """``num_workers`` spawned workers sharing one result queue."""
+
+    def __init__(
+        self,
+        config: DistConfig,
+        spec: BatchSpec,
+        num_workers: int,
+        start_timeout: float = 300.0,
+        mp_context: str = "spawn",
+    ) -> None:
+        ctx: Any = mp.get_context(mp_context)
+        self.config = config
+        self.results: Any = ctx.Queue()
+        self.tasks: list[Any] = [ctx.Queue() for _ in range(num_workers)]
+        self.procs = [
+            ctx.Process(
+                target=_worker_main,
+                args=(config, w, spec, self.tasks[w], self.results),
+                name=self.role(w),
+                daemon=True,
+            )
+            for w in range(num_workers)
+        ]
+        self._buffer: dict[int, Any] = {}
+        self._run = 0
+        for p in self.procs:
+            p.start()
+        try:
+            self._wait_ready(start_timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    def role(self, w: int) -> str:
+        return f"sampler:{self.config.rank}:{w}"
+
+    @property
+    def pids(self) -> list[int | None]:
+        return [p.pid for p in self.procs]
+
+    def _check_alive(self) -> None:
+        for w, p in enumerate(self.procs):
+            if not p.is_alive():
+                raise JobFailed(
+                    self.role(w),
+                    socket.gethostname(),
+                    p.exitcode,
+                    "loader worker died; its mini-batches will not arrive",
+                )
+
+    def _get(self) -> tuple[Any, Any, Any]:
+        while True:
+            try:
+                item: tuple[Any, Any, Any] = self.results.get(timeout=POLL_S)
+                return item
+            except queue.Empty:
+                self._check_alive()
+            except (OSError, EOFError, RuntimeError) as exc:
+                # a batch whose sender died cannot be received (its shared tensors are gone)
+                deadline = time.monotonic() + 10 * POLL_S
+                while time.monotonic() < deadline:
+                    self._check_alive()
+                    time.sleep(POLL_S / 5)
+                raise GraphrunError(f"loader: receiving a mini-batch failed ({exc})") from exc
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        ready = 0
+        while ready < len(self.procs):
+            try:
+                index, _worker, err = self.results.get(timeout=POLL_S)
+            except queue.Empty:
+                self._check_alive()
+                if time.monotonic() > deadline:
+                    raise GraphrunError(f"loader workers not ready in {timeout} s") from None
+                continue
+            if err is not None:
+                _reraise(err, "loader worker start")
+            ready += index == READY
+
+    def run(self, tasks: Sequence[tuple[Any, int]], prefetch: int) -> Iterator[Any]:
+        """Yield the batches of ``tasks`` (``(ids, seed)``) in order.
+
+        Results of an earlier run that was abandoned half-way are dropped.
+        """
+        self._run += 1
+        run = self._run
+        self._buffer.clear()
+        workers = len(self.procs)
+        sent = 0
+        n = len(tasks)
+
+        def send() -> None:
+            nonlocal sent
+            self.tasks[sent % workers].put((run, sent, *tasks[sent]))
+            sent += 1
+
+        while sent < min(n, max(1, prefetch)):
+            send()
+        for want in range(n):
+            while want not in self._buffer:
+                (got_run, index), batch, err = self._get()
+                if got_run != run:
+                    continue
+                if err is not None:
+                    _reraise(err, self.role(index % workers))
+                self._buffer[index] = batch
+            if sent < n:
+                send()
+            yield self._buffer.pop(want)
+
+    def close(self) -> None:
+        for q, p in zip(self.tasks, self.procs, strict=True):
+            if p.is_alive():
+                with contextlib.suppress(OSError, ValueError):
+                    q.put(None)
+        for p in self.procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+        self._buffer.clear()

@@ -1,0 +1,284 @@
+"""Distributed one-hop sampling: seeds grouped by owner, sampled where they live, merged.
+
+:class:`DistOneHopSampler` is a :class:`~graphrun.sampling.mfg.OneHopSampler`, so
+multi-layer sampling (:class:`~graphrun.sampling.sampler.NeighborSampler`) runs on
+top of it unchanged. For one call:
+
+1. owners of the seeds by the partition book (``searchsorted`` over ranges);
+2. one generator seed per partition drawn from the caller's generator, in
+   partition order — so the result does not depend on which partitions are local;
+3. requests to remote owners sent first (op :data:`OP`, registered in the store by
+   :mod:`graphrun.sampling.server`);
+4. co-located partitions sampled in this process from the store's shared memory
+   (same kernels, same per-partition seed, so the same answer as the server's);
+5. answers merged, ``seed_index`` mapped back to positions in the caller's seeds.
+
+It talks to the store only through the client's documented generic request API
+(:class:`StoreClient`: ``request``/``wait``/``local_structure``/``local_parts``/``book``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from graphrun.errors import ArgumentError, ProtocolError
+from graphrun.partition.book import PartitionBook
+from graphrun.sampling.csc import CSCGraph, SampledEdges, check_seeds
+from graphrun.sampling.kernels import make_generator
+from graphrun.sampling.partitioned import (
+    csc_from_structure,
+    edge_weights_by_position,
+    shared_tensor,
+)
+
+OP = "sample_neighbors"
+OP_IN_DEGREES = "graph_in_degrees"
+OP_OUT_DEGREES = "graph_out_degrees"
+OP_FIND_EDGES = "graph_find_edges"
+
+
+class Reply(Protocol):
+    body: Mapping[str, Any]
+    tensors: tuple[np.ndarray, ...]
+
+
+class StoreClient(Protocol):
+    """The part of :class:`graphrun.store.client.KVClient` distributed sampling uses."""
+
+    book: PartitionBook
+
+    @property
+    def local_parts(self) -> list[int]: ...
+
+    def request(
+        self,
+        part: int,
+        op: str,
+        body: Mapping[str, Any] | None = None,
+        tensors: Sequence[np.ndarray] = (),
+        main_only: bool = False,
+    ) -> Any: ...
+
+    def wait(self, pending: Any, timeout: float | None = None) -> Any: ...
+
+    def local_structure(self, part: int) -> dict[str, np.ndarray] | None: ...
+
+
+def encode_request(
+    seeds: Tensor, fanout: Tensor, replace: bool, weighted: bool, seed: int
+) -> tuple[dict[str, Any], tuple[np.ndarray, ...]]:
+    body = {
+        "fanout": [int(k) for k in fanout.tolist()],
+        "replace": bool(replace),
+        "weighted": bool(weighted),
+        "seed": int(seed),
+    }
+    return body, (seeds.numpy().astype(np.int64, copy=False),)
+
+
+def encode_reply(out: SampledEdges) -> tuple[dict[str, Any], tuple[np.ndarray, ...]]:
+    arrays = [out.src.numpy(), out.seed_index.numpy(), out.eid.numpy()]
+    if out.etype is not None:
+        arrays.append(out.etype.numpy())
+    return {"count": len(out)}, tuple(arrays)
+
+
+def decode_reply(msg: Reply, num_seeds: int, typed: bool) -> SampledEdges:
+    """Check an answer's shapes before trusting it (a server of another version, ...)."""
+    want = 4 if typed else 3
+    if len(msg.tensors) != want:
+        raise ProtocolError(f"expected {want} tensors, got {len(msg.tensors)}", kind=OP)
+    n = int(msg.body.get("count", -1))
+    for i, a in enumerate(msg.tensors):
+        if a.ndim != 1 or len(a) != n:
+            raise ProtocolError(f"tensor {i} has shape {a.shape}, expected ({n},)", kind=OP)
+    idx = _int64(msg.tensors[1])
+    if n and (int(idx.min()) < 0 or int(idx.max()) >= num_seeds):
+        raise ProtocolError("seed_index out of range", kind=OP)
+    return SampledEdges(
+        src=_int64(msg.tensors[0]),
+        seed_index=idx,
+        eid=_int64(msg.tensors[2]),
+        etype=shared_tensor(np.asarray(msg.tensors[3], dtype=np.int32)) if typed else None,
+    )
+
+
+def _int64(a: np.ndarray) -> Tensor:
+    """A received frame as a tensor without a copy (the frame belongs to this process)."""
+    return shared_tensor(np.asarray(a, dtype=np.int64))
+
+
+class DistOneHopSampler:
+    """One-hop sampling over every partition of a running store (see module docstring).
+
+    ``local`` overrides the co-located partitions (partition id → CSCGraph); by
+    default they are the client's ``local_parts`` read from shared memory.
+    """
+
+    def __init__(
+        self,
+        client: StoreClient | None,
+        book: PartitionBook,
+        local: Mapping[int, CSCGraph] | None = None,
+        weight: str | None = None,
+    ) -> None:
+        self.client = client
+        self.book = book
+        self.weight = weight
+        self.typed = len(book.edge_types) > 1
+        if local is None:
+            local = {}
+            for p in client.local_parts if client is not None else []:
+                structure = client.local_structure(p) if client is not None else None
+                if structure is not None:
+                    w = None if weight is None else self._pull_weights(p, structure)
+                    local[p] = csc_from_structure(structure, book, p, weights=w)
+        self.local = dict(local)
+
+    def _pull_weights(self, part: int, structure: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Edge feature ``weight`` of partition ``part``'s owned edges, in CSC order."""
+        assert self.client is not None and self.weight is not None
+        pull = getattr(self.client, "pull", None)
+        if pull is None:
+            raise ArgumentError("weight: this store client cannot pull edge features")
+        feats = {}
+        for et in self.book.edge_types:
+            lo, hi = self.book.edge_ranges(et)[part : part + 2]
+            key = ":".join(et)
+            feats[key] = pull(f"edge/{key}/{self.weight}", np.arange(lo, hi, dtype=np.int64))
+        lo_n, hi_n = self.book.owned_nodes(part)
+        n_inner = int(structure["indptr"][hi_n - lo_n])
+        eids = np.asarray(structure["eids"][:n_inner])
+        return edge_weights_by_position(self.book, part, eids, feats, self.weight)
+
+    def sample_one_hop(
+        self,
+        seeds: Tensor,
+        fanout: Tensor,
+        *,
+        replace: bool = False,
+        weighted: bool = False,
+        generator: torch.Generator,
+    ) -> SampledEdges:
+        seeds = check_seeds(seeds, 0, self.book.num_nodes)
+        if weighted:
+            self._weight_name()
+        owner = torch.from_numpy(self.book.nid2part(seeds.numpy()))
+        order = torch.argsort(owner, stable=True)
+        counts = torch.bincount(owner, minlength=self.book.num_parts).tolist()
+        part_seeds = torch.randint(0, 2**62, (self.book.num_parts,), generator=generator).tolist()
+        groups = torch.split(order, counts)
+        pending = []
+        for p, idx in enumerate(groups):
+            if idx.numel() and p not in self.local:
+                if self.client is None:
+                    raise ProtocolError(f"partition {p} is not local and there is no store client")
+                body, tensors = encode_request(seeds[idx], fanout, replace, weighted, part_seeds[p])
+                if weighted:
+                    body["weight"] = self._weight_name()
+                pending.append((idx, self.client.request(p, OP, body, tensors)))
+        parts: list[tuple[Tensor, SampledEdges]] = []
+        for p, idx in enumerate(groups):
+            if idx.numel() and p in self.local:
+                gen = make_generator(part_seeds[p])
+                out = self.local[p].sample_one_hop(
+                    seeds[idx], fanout, replace=replace, weighted=weighted, generator=gen
+                )
+                parts.append((idx, out))
+        assert self.client is not None or not pending
+        for idx, pend in pending:
+            msg = self.client.wait(pend)  # type: ignore[union-attr]
+            parts.append((idx, decode_reply(msg, idx.numel(), self.typed)))
+        return merge(parts, self.typed)
+
+    def _weight_name(self) -> str:
+        if self.weight is None:
+            raise ArgumentError("weighted: build the sampler with weight=<edge feature name>")
+        return self.weight
+
+    # ---- structure queries (same split: local partitions in-process, others by request)
+
+    def _by_owner(
+        self, ids: np.ndarray, owner: np.ndarray, op: str, count: int, local_fn: Any
+    ) -> list[Tensor]:
+        order = np.argsort(owner, kind="stable")
+        bounds = np.searchsorted(owner[order], np.arange(self.book.num_parts + 1))
+        outs = [torch.empty(len(ids), dtype=torch.long) for _ in range(count)]
+        pending = []
+        for p in range(self.book.num_parts):
+            pos = order[bounds[p] : bounds[p + 1]]
+            if len(pos) and p not in self.local:
+                if self.client is None:
+                    raise ProtocolError(f"partition {p} is not local and there is no store client")
+                pending.append((pos, self.client.request(p, op, {}, (ids[pos],))))
+        for p in range(self.book.num_parts):
+            pos = order[bounds[p] : bounds[p + 1]]
+            if len(pos) and p in self.local:
+                got = local_fn(self.local[p], torch.from_numpy(ids[pos]))
+                for o, g in zip(outs, got, strict=True):
+                    o[torch.from_numpy(pos)] = g
+        for pos, pend in pending:
+            got = _one(self.client.wait(pend), len(pos), count, op)  # type: ignore[union-attr]
+            for o, g in zip(outs, got, strict=True):
+                o[torch.from_numpy(pos)] = g
+        return outs
+
+    def in_degrees(self, ids: Tensor) -> Tensor:
+        """In-degree of global node ids (asked of each node's owner)."""
+        nid = check_seeds(ids, 0, self.book.num_nodes, "ids").numpy()
+        return self._by_owner(
+            nid, self.book.nid2part(nid), OP_IN_DEGREES, 1, lambda c, x: (c.in_degrees(x),)
+        )[0]
+
+    def find_edges(self, eids: Tensor) -> tuple[Tensor, Tensor]:
+        """``(src, dst)`` global node ids of global edge ids (asked of each edge's owner)."""
+        e = check_seeds(eids, 0, self.book.num_edges, "eids").numpy()
+        src, dst = self._by_owner(
+            e, self.book.eid2part(e), OP_FIND_EDGES, 2, lambda c, x: c.find_edges(x)
+        )
+        return src, dst
+
+    def out_degrees(self, ids: Tensor) -> Tensor:
+        """Out-degree of global node ids: every partition counts the edges it owns."""
+        nid = check_seeds(ids, 0, self.book.num_nodes, "ids").numpy()
+        n = self.book.num_nodes
+        total = torch.zeros(len(nid), dtype=torch.long)
+        pending = []
+        for p in range(self.book.num_parts):
+            if p in self.local:
+                total += self.local[p].out_degree_counts(n)[torch.from_numpy(nid)]
+            elif self.client is not None:
+                pending.append(self.client.request(p, OP_OUT_DEGREES, {}, (nid,)))
+            else:
+                raise ProtocolError(f"partition {p} is not local and there is no store client")
+        for pend in pending:
+            total += _one(self.client.wait(pend), len(nid), 1, OP_OUT_DEGREES)[0]  # type: ignore[union-attr]
+        return total
+
+
+def _one(msg: Reply, n: int, count: int, op: str) -> tuple[Tensor, ...]:
+    if len(msg.tensors) != count:
+        raise ProtocolError(f"expected {count} tensors, got {len(msg.tensors)}", kind=op)
+    out = []
+    for i, a in enumerate(msg.tensors):
+        if a.shape != (n,):
+            raise ProtocolError(f"tensor {i} has shape {a.shape}, expected ({n},)", kind=op)
+        out.append(_int64(a))
+    return tuple(out)
+
+
+def merge(parts: list[tuple[Tensor, SampledEdges]], typed: bool) -> SampledEdges:
+    """Concatenate per-owner answers; ``seed_index`` back to the caller's positions."""
+    if not parts:
+        return SampledEdges.empty(typed)
+    return SampledEdges(
+        src=torch.cat([e.src for _, e in parts]),
+        seed_index=torch.cat([idx[e.seed_index] for idx, e in parts]),
+        eid=torch.cat([e.eid for _, e in parts]),
+        etype=torch.cat([e.etype for _, e in parts if e.etype is not None]) if typed else None,
+    )

@@ -1,0 +1,198 @@
+"""Multi-layer neighbour sampling into message-flow graphs (PyG's hierarchical layout).
+
+:func:`sample_multi_hop` starts from the seeds and, layer by layer, samples the
+in-edges of the nodes the previous layer added (the *frontier*), through any
+:class:`OneHopSampler` — a local :class:`~graphrun.sampling.csc.CSCGraph` or the
+distributed sampler. The result, :class:`SampledSubgraph`, is laid out as PyG's
+``NeighborLoader`` lays out a mini-batch, so ``torch_geometric.utils.trim_to_layer``
+works on it:
+
+* ``node``: global ids; the seeds first (``batch_size`` of them), then the nodes
+  first reached on layer 1, then layer 2, ... (``num_sampled_nodes[h]`` each);
+* ``row``/``col``: local indices (into ``node``) of each edge's source and
+  destination; edges of layer 1 first (their ``col`` are seeds), then layer 2, ...
+  (``num_sampled_edges[h]`` each).
+
+Message-flow graph ``h`` (counting from the seeds) is therefore the prefix of the
+edges up to layer ``h``, and layer ``L - h`` of a model needs only the first
+``sum(num_sampled_nodes[:h+1])`` nodes — what ``trim_to_layer`` cuts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from graphrun.sampling.csc import SampledEdges
+
+# A scratch map of this many entries (8 bytes each) is the most a Relabeler allocates;
+# bigger id spaces relabel by sorting instead.
+MAP_LIMIT = 1 << 26
+# New ids are found by scanning a mark array when the id space is at most this many
+# times the candidates (a linear scan beats sorting them), else by sorting.
+DENSE_FACTOR = 8
+
+
+class OneHopSampler(Protocol):
+    def sample_one_hop(
+        self,
+        seeds: Tensor,
+        fanout: Tensor,
+        *,
+        replace: bool = False,
+        weighted: bool = False,
+        generator: torch.Generator,
+    ) -> SampledEdges: ...
+
+
+@dataclass(frozen=True)
+class SampledSubgraph:
+    """Sampled message-flow graphs of one mini-batch; see the module docstring."""
+
+    node: Tensor
+    row: Tensor
+    col: Tensor
+    edge: Tensor
+    edge_type: Tensor | None
+    batch_size: int
+    num_sampled_nodes: list[int]
+    num_sampled_edges: list[int]
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.num_sampled_edges)
+
+    def layer_edges(self, hop: int) -> slice:
+        """The slice of ``row``/``col``/``edge`` sampled on layer ``hop`` (1-based)."""
+        start = sum(self.num_sampled_edges[: hop - 1])
+        return slice(start, start + self.num_sampled_edges[hop - 1])
+
+
+class Relabeler:
+    """Global ids → local ids in order of arrival, for one mini-batch at a time.
+
+    Owns a scratch map (``-1`` = unseen) over the global id space when that is at
+    most ``MAP_LIMIT`` ids, and resets only the entries it touched; above that it
+    keeps the known ids sorted and looks them up with ``searchsorted``.
+    """
+
+    def __init__(self, num_nodes: int) -> None:
+        self.num_nodes = int(num_nodes)
+        self._map = (
+            torch.full((self.num_nodes,), -1, dtype=torch.long)
+            if (self.num_nodes <= MAP_LIMIT)
+            else None
+        )
+        self._mark = None if self._map is None else torch.zeros(self.num_nodes, dtype=torch.bool)
+        self._nodes: list[Tensor] = []
+        self._count = 0
+        self._sorted = torch.empty(0, dtype=torch.long)
+        self._sorted_local = torch.empty(0, dtype=torch.long)
+
+    def start(self, seeds: Tensor) -> None:
+        self.reset()
+        self._insert(seeds)
+
+    def _insert(self, new: Tensor) -> None:
+        local = torch.arange(self._count, self._count + new.numel())
+        if self._map is not None:
+            self._map.index_copy_(0, new, local)
+        else:
+            keys = torch.cat([self._sorted, new])
+            vals = torch.cat([self._sorted_local, local])
+            order = torch.argsort(keys)
+            self._sorted, self._sorted_local = keys[order], vals[order]
+        self._nodes.append(new)
+        self._count += new.numel()
+
+    def _lookup(self, ids: Tensor) -> Tensor:
+        if self._map is not None:
+            return self._map.index_select(0, ids)
+        if self._sorted.numel() == 0:
+            return torch.full_like(ids, -1)
+        pos = torch.searchsorted(self._sorted, ids).clamp_max_(self._sorted.numel() - 1)
+        hit = self._sorted[pos] == ids
+        return torch.where(hit, self._sorted_local[pos], -1)
+
+    def add(self, ids: Tensor) -> tuple[Tensor, Tensor]:
+        """Local ids of ``ids`` (unseen ones appended, sorted by global id) and the new ids."""
+        local = self._lookup(ids)
+        unseen = torch.nonzero(local < 0).squeeze(1)
+        if unseen.numel() == 0:
+            return local, ids[:0]
+        cand = ids.index_select(0, unseen)
+        if self._mark is not None and self.num_nodes <= DENSE_FACTOR * cand.numel():
+            # dense: mark and scan the id space (no sort; sorted by id, deterministic)
+            self._mark.index_fill_(0, cand, True)
+            new = torch.nonzero(self._mark).squeeze(1)
+            self._mark.index_fill_(0, new, False)
+            self._insert(new)
+            assert self._map is not None
+            local.index_copy_(0, unseen, self._map.index_select(0, cand))
+            return local, new
+        new, inverse = torch.unique(cand, return_inverse=True)
+        local.index_copy_(0, unseen, self._count + inverse)
+        self._insert(new)
+        return local, new
+
+    def nodes(self) -> Tensor:
+        return torch.cat(self._nodes) if self._nodes else torch.empty(0, dtype=torch.long)
+
+    def reset(self) -> None:
+        if self._map is not None:
+            for n in self._nodes:
+                self._map.index_fill_(0, n, -1)
+        self._nodes = []
+        self._count = 0
+        self._sorted = self._sorted[:0]
+        self._sorted_local = self._sorted_local[:0]
+
+
+def sample_multi_hop(
+    sampler: OneHopSampler,
+    seeds: Tensor,
+    fanouts: list[Tensor],
+    *,
+    relabeler: Relabeler,
+    generator: torch.Generator,
+    replace: bool = False,
+    weighted: bool = False,
+) -> SampledSubgraph:
+    """Sample ``len(fanouts)`` layers from unique ``seeds`` (fanouts already normalised)."""
+    relabeler.start(seeds)
+    frontier, offset = seeds, 0
+    rows: list[Tensor] = []
+    cols: list[Tensor] = []
+    edges: list[Tensor] = []
+    etypes: list[Tensor] = []
+    n_nodes = [int(seeds.numel())]
+    n_edges = []
+    for fanout in fanouts:
+        hop = sampler.sample_one_hop(
+            frontier, fanout, replace=replace, weighted=weighted, generator=generator
+        )
+        row, new = relabeler.add(hop.src)
+        rows.append(row)
+        cols.append(hop.seed_index + offset)
+        edges.append(hop.eid)
+        if hop.etype is not None:
+            etypes.append(hop.etype)
+        offset += frontier.numel()
+        frontier = new
+        n_nodes.append(int(new.numel()))
+        n_edges.append(len(hop))
+    node = relabeler.nodes()
+    relabeler.reset()
+    return SampledSubgraph(
+        node=node,
+        row=torch.cat(rows),
+        col=torch.cat(cols),
+        edge=torch.cat(edges),
+        edge_type=torch.cat(etypes) if etypes else None,
+        batch_size=int(seeds.numel()),
+        num_sampled_nodes=n_nodes,
+        num_sampled_edges=n_edges,
+    )

@@ -1,0 +1,45 @@
+"""A running store (2 partitions, real server processes) shared by the dist tests."""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphrun.graph import Graph
+from graphrun.partition import IdMapping, load_id_mapping, partition_graph
+from graphrun.testing.procs import start_stores
+from graphrun.testing.sample_graphs import random_graph, random_hetero_graph
+
+
+@dataclass
+class Served:
+    graph: Graph
+    servers: list[str]
+    ids: IdMapping
+    pids: list[int]
+
+    def orig_nodes(self, new):
+        return np.asarray(self.ids.orig_nids)[np.asarray(new)]
+
+    def orig_edges(self, new):
+        return np.asarray(self.ids.orig_eids)[np.asarray(new)]
+
+
+def _serve(graph: Graph, out: Path) -> Iterator[Served]:
+    partition_graph(graph, out, 2, method="metis", seed=0)
+    with start_stores(out, 2) as stores:
+        yield Served(
+            graph, [s.address for s in stores], load_id_mapping(out), [s.pid for s in stores]
+        )
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory) -> Iterator[Served]:
+    yield from _serve(random_graph(), tmp_path_factory.mktemp("homo") / "parts")
+
+
+@pytest.fixture(scope="session")
+def served_hetero(tmp_path_factory) -> Iterator[Served]:
+    yield from _serve(random_hetero_graph(), tmp_path_factory.mktemp("hetero") / "parts")

@@ -1,0 +1,134 @@
+import os
+import signal
+
+import numpy as np
+import pytest
+import torch
+from torch_geometric.nn import GraphSAGE, HeteroConv, SAGEConv
+
+from graphrun.dist import DistGraph, DistLinkDataLoader, DistNodeDataLoader, initialize, node_split
+from graphrun.errors import ArgumentError, JobFailed
+
+pytestmark = pytest.mark.integration
+
+
+def check_batch(served, batch, fanouts) -> None:
+    g = served.graph
+    orig_n = served.orig_nodes(batch.n_id)
+    assert np.array_equal(batch.x.numpy(), g.ndata["_N"]["feat"][orig_n])
+    assert np.array_equal(batch.y.numpy(), g.ndata["_N"]["label"][orig_n])
+    e = served.orig_edges(batch.e_id)
+    assert np.array_equal(g.src[e], orig_n[batch.edge_index[0].numpy()])
+    assert np.array_equal(g.dst[e], orig_n[batch.edge_index[1].numpy()])
+    assert len(batch.num_sampled_edges) == len(fanouts)
+    first = batch.edge_index[1][: batch.num_sampled_edges[0]]
+    assert int(first.max()) < batch.batch_size
+    assert int(torch.bincount(first).max()) <= fanouts[0]
+
+
+def test_node_loader_equal_batches_and_graphsage(served) -> None:
+    fanouts = [4, 3]
+    lengths = []
+    for rank in range(2):
+        with initialize(served.servers, rank=rank, world_size=2, heartbeat_interval=0) as ctx:
+            dg = DistGraph(ctx)
+            train = node_split(dg.mask_ids("train_mask"), dg.partition_book, rank, 2)
+            loader = DistNodeDataLoader(dg, train, fanouts, batch_size=16, shuffle=True, seed=1)
+            lengths.append(len(loader))
+            batches = list(loader)
+            assert len(batches) == len(loader)
+            seen = torch.cat([b.n_id[: b.batch_size] for b in batches])
+            assert sorted(seen.tolist()) == sorted(train.tolist())
+            model = GraphSAGE(8, 16, num_layers=2, out_channels=4)
+            for b in batches[:3]:
+                check_batch(served, b, fanouts)
+                out = model(
+                    b.x,
+                    b.edge_index,
+                    num_sampled_nodes_per_hop=b.num_sampled_nodes,
+                    num_sampled_edges_per_hop=b.num_sampled_edges,
+                )[: b.batch_size]
+                assert out.shape == (b.batch_size, 4)
+    assert lengths[0] == lengths[1]
+
+
+@pytest.mark.slow
+def test_workers_give_the_same_batches_and_a_dead_worker_is_an_error(served) -> None:
+    with initialize(served.servers, heartbeat_interval=0) as ctx:
+        dg = DistGraph(ctx)
+        ids = torch.arange(0, 120)
+        kw = {"batch_size": 10, "shuffle": True, "seed": 5}
+        inline = list(DistNodeDataLoader(dg, ids, [3, 2], **kw))
+        with DistNodeDataLoader(dg, ids, [3, 2], num_workers=2, prefetch=3, **kw) as loader:
+            pooled = list(loader)
+            assert len(pooled) == len(inline) == 12
+            for a, b in zip(inline, pooled, strict=True):
+                assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+                assert torch.equal(a.x, b.x)
+            loader.set_epoch(1)
+            it = iter(loader)
+            next(it)
+            os.kill(loader.worker_pids[1], signal.SIGKILL)  # a worker this test started
+            with pytest.raises(JobFailed, match=r"sampler:0:1 .*failed \(exit code -9\)"):
+                for _ in it:
+                    pass
+
+
+def test_link_loader(served) -> None:
+    g = served.graph
+    with initialize(served.servers, heartbeat_interval=0) as ctx:
+        dg = DistGraph(ctx)
+        for mode in ("uniform", "degree"):
+            loader = DistLinkDataLoader(
+                dg, torch.arange(40), [3], batch_size=20, neg_k=2, neg_mode=mode
+            )
+            batches = list(loader)
+            assert len(batches) == 2
+            b = batches[0]
+            assert b.edge_label.tolist() == [1.0] * 20 + [0.0] * 40
+            pos = b.edge_label_index[:, :20]
+            s = served.orig_nodes(b.n_id[pos[0]])
+            d = served.orig_nodes(b.n_id[pos[1]])
+            e = served.orig_edges(np.arange(20))
+            assert np.array_equal(s, g.src[e]) and np.array_equal(d, g.dst[e])
+            assert torch.equal(b.edge_label_index[0, 20:], pos[0].repeat_interleave(2))
+
+
+def test_hetero_loader(served_hetero) -> None:
+    with initialize(served_hetero.servers, heartbeat_interval=0) as ctx:
+        dg = DistGraph(ctx)
+        assert dg.is_hetero and dg.num_nodes("paper") == 100
+        fan = [{"writes": 3, "cites": 2, "follows": 0}, {"writes": 1, "cites": 1, "follows": 2}]
+        loader = DistNodeDataLoader(dg, torch.arange(30), fan, batch_size=10, ntype="paper")
+        b = next(iter(loader))
+        assert b["paper"].batch_size == 10 and b["paper"].x.shape[0] == b["paper"].num_nodes
+        assert b["paper"].y.shape[0] == b["paper"].num_nodes
+        assert b["author", "follows", "author"].num_sampled_edges[0] == 0
+        conv = HeteroConv({et: SAGEConv((-1, -1), 8) for et in b.edge_types}, aggr="sum")
+        assert conv(b.x_dict, b.edge_index_dict)["paper"].shape[0] == b["paper"].num_nodes
+        link = DistLinkDataLoader(dg, torch.arange(10), fan, batch_size=5, etype="writes")
+        lb = next(iter(link))
+        li = lb["author", "writes", "paper"].edge_label_index
+        assert li.shape == (2, 10) and int(li[0].max()) < lb["author"].num_nodes
+        assert int(li[1].max()) < lb["paper"].num_nodes
+        # the positives are the edges asked for, through the per-type ids
+        src, dst = dg.find_edges(torch.arange(5), etype="writes")
+        assert torch.equal(lb["author"].n_id[li[0, :5]], src)
+        assert torch.equal(lb["paper"].n_id[li[1, :5]], dst)
+        with pytest.raises(ArgumentError, match="ntype"):
+            DistNodeDataLoader(dg, torch.arange(3), [2], batch_size=2)
+        with pytest.raises(ArgumentError, match="unknown edge type"):
+            DistNodeDataLoader(dg, torch.arange(3), [{"nope": 1}], batch_size=2, ntype="paper")
+
+
+def test_bad_loader_arguments(served) -> None:
+    with initialize(served.servers, heartbeat_interval=0) as ctx:
+        dg = DistGraph(ctx)
+        with pytest.raises(ArgumentError, match="2 layers given but the model has 3"):
+            DistNodeDataLoader(dg, torch.arange(3), [2, 2], batch_size=2, num_layers=3)
+        with pytest.raises(ArgumentError, match="batch_size"):
+            DistNodeDataLoader(dg, torch.arange(3), [2], batch_size=0)
+        with pytest.raises(ArgumentError, match=r"fanouts\[0\]: must be >= 0"):
+            DistNodeDataLoader(dg, torch.arange(3), [-1], batch_size=2)
+        with pytest.raises(ArgumentError, match="seeds"):
+            next(iter(DistNodeDataLoader(dg, torch.tensor([10**6]), [2], batch_size=2)))

@@ -1,0 +1,82 @@
+"""Distributed sampling against real store servers (processes on loopback)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from graphrun.errors import ArgumentError
+from graphrun.partition import load_id_mapping, partition_graph
+from graphrun.sampling import NeighborSampler, make_generator
+from graphrun.sampling.distributed import OP, DistOneHopSampler
+from graphrun.sampling.partitioned import BookTypeMap
+from graphrun.store.client import ClientConfig, KVClient
+from graphrun.testing.procs import start_stores
+from graphrun.testing.sample_graphs import random_graph, random_hetero_graph
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def sample_all(client: KVClient, seeds: torch.Tensor, fanouts, seed: int):
+    book = client.book
+    sampler = NeighborSampler(
+        DistOneHopSampler(client, book), BookTypeMap(book), book.num_nodes, fanouts, generator=seed
+    )
+    return sampler.sample(seeds)
+
+
+@pytest.mark.parametrize("hetero", [False, True])
+def test_remote_and_shared_memory_sampling_agree(tmp_path: Path, hetero: bool) -> None:
+    g = random_hetero_graph() if hetero else random_graph()
+    if not hetero:
+        g.edata["_N:_E:_N"]["w"][::3] = 0.0  # never sampled by weighted sampling
+    out = tmp_path / "parts"
+    partition_graph(g, out, 2, method="random", seed=0)
+    ids = load_id_mapping(out)
+    fanouts = [{"writes": 3, "cites": 2, "follows": 1}] * 2 if hetero else [5, 3]
+    with start_stores(out, 2) as stores:
+        addrs = [s.address for s in stores]
+        cfg = {"heartbeat_interval": 0}
+        with (
+            KVClient(ClientConfig(addrs, use_shm=False, **cfg)) as remote,
+            KVClient(ClientConfig(addrs, use_shm=True, **cfg)) as local,
+        ):
+            assert remote.local_parts == [] and local.local_parts == [0, 1]
+            book = remote.book
+            seeds = torch.arange(0, book.num_nodes, 9)
+            a = sample_all(remote, seeds, fanouts, seed=4)
+            b = sample_all(local, seeds, fanouts, seed=4)
+            for field in ("node", "row", "col", "edge"):
+                assert torch.equal(getattr(a, field), getattr(b, field)), field
+            # through the original ids, every sampled edge is in the original graph
+            orig_n = torch.from_numpy(np.asarray(ids.orig_nids))
+            orig_e = torch.from_numpy(np.asarray(ids.orig_eids))
+            e = orig_e[a.edge]
+            assert torch.equal(torch.from_numpy(g.src)[e], orig_n[a.node[a.row]])
+            assert torch.equal(torch.from_numpy(g.dst)[e], orig_n[a.node[a.col]])
+            if not hetero:  # weighted by an edge feature, remote and co-located agree
+                outs = []
+                for client in (remote, local):
+                    one_hop = DistOneHopSampler(client, book, weight="w")
+                    outs.append(
+                        one_hop.sample_one_hop(
+                            seeds, torch.tensor([4]), weighted=True, generator=make_generator(1)
+                        )
+                    )
+                assert torch.equal(outs[0].eid, outs[1].eid) and len(outs[0]) > 0
+                w = g.edata["_N:_E:_N"]["w"][orig_e[outs[0].eid].numpy()]
+                assert (w > 0).all()
+                with pytest.raises(ArgumentError, match="weighted"):
+                    DistOneHopSampler(remote, book).sample_one_hop(
+                        seeds, torch.tensor([4]), weighted=True, generator=make_generator(1)
+                    )
+            # a server refuses seeds it does not own, naming them
+            p0 = book.owned_nodes(0)
+            with pytest.raises(ArgumentError, match="seeds"):
+                remote.call(
+                    1,
+                    OP,
+                    {"fanout": [1] * len(book.edge_types), "seed": 0},
+                    tensors=(np.array([p0[0]], dtype=np.int64),),
+                )
