@@ -54,6 +54,14 @@ class GraphJobPlacement:
                 f"{where}: machines: the cluster has {cluster.size} machines, the GraphJob "
                 f"{self.job.source} has {self.machines} (spec.runtime.machines)"
             )
+        largest = max(cluster.memory_gb)
+        for t in self.job.tasks:
+            if t.kind == "store" and t.demand[1] > largest:
+                raise SpecError(
+                    f"{self.job.source}: {t.role} needs {t.demand[1]:.1f} GB of memory "
+                    f"({self.store_memory_from}) and the largest machine of {where} has "
+                    f"{largest:g} GB"
+                )
 
     def complete(self, plan: PlacementPlan) -> PlacementPlan:
         """The plan with every store backup on its main server's machine."""

@@ -118,7 +118,8 @@ def test_store_memory_comes_from_the_partition_directory(tmp_path: Path):
         (
             graphjob(graph={"generator": {"name": "community", "params": {"nodes": 4e9}}}),
             cluster(),
-            r"store:0",  # ~1 TB per partition fits on no machine
+            r"job\.yaml: store:0 needs \d+\.\d GB of memory \(estimate from spec\.graph\) "
+            r"and the largest machine of .*cluster\.yaml has 64 GB",
         ),
         (graphjob(runtime={"machines": 0}), cluster(), r"spec\.runtime\.machines"),
     ],
