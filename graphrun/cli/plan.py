@@ -12,8 +12,14 @@ machines of a cluster: an initial feasible placement (IFS), then a Markov-chain
 exploration (ETP) scored by simulating training with online flow scheduling (OES).
 Writes a PlacementPlan (role -> machine) that a GraphJob can reference.
 
-CLUSTER is a Cluster YAML (see graphrun.placement.cluster), JOB a PlacementJob YAML
-(see graphrun.placement.job). Times printed are simulated, not measured.
+CLUSTER is a Cluster YAML (see graphrun.placement.cluster). JOB is a PlacementJob YAML
+(see graphrun.placement.job) or a GraphJob spec (graphrun.job.spec). A GraphJob becomes
+one store task per partition (memory: the partition's bytes on disk when the partition
+directory exists, else estimated from spec.graph, plus 1 GB), its trainers (no GPU)
+and samplerWorkersPerTrainer samplers each, synchronised by allreduce and scored with
+--profile. Its cluster needs exactly spec.runtime.machines machines; the plan (store
+backups on their main server's machine) can then be the job's placement.planFile.
+Times printed are simulated, not measured.
 """
 
 
@@ -25,46 +31,57 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("cluster", type=Path, help="cluster YAML: machines, capacities, bandwidths")
-    p.add_argument("job", type=Path, help="job YAML (kind: PlacementJob)")
+    p.add_argument("job", type=Path, help="job YAML (kind: PlacementJob or GraphJob)")
     p.add_argument("-o", "--output", type=Path, required=True, help="plan YAML to write")
     p.add_argument("--seconds", type=float, default=30.0, help="ETP time budget (default 30)")
     p.add_argument("--steps", type=int, default=None, help="ETP step budget (reproducible)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--beta", type=float, default=200.0, help="ETP inverse temperature")
+    p.add_argument(
+        "--profile",
+        default="products",
+        help="GraphJob only: a built-in profile (products, papers100m) or a profile JSON "
+        "written by `graphrun profile` (default products)",
+    )
+    p.add_argument(
+        "--iterations", type=int, default=8, help="GraphJob only: iterations simulated (default 8)"
+    )
     p.set_defaults(func=run)
 
 
-def load_job_for_plan(path: Path) -> Any:
-    """The conversion point from job files to the placement model.
-
-    Accepts a native ``kind: PlacementJob`` file. A ``kind: GraphJob`` spec
-    (graphrun.job.spec) is to be converted here into a PlacementJob (partitions,
-    trainers, samplers, demands) by the CLI layer, which may import the job package.
-    """
-    from graphrun.errors import SpecError
+def load_job_for_plan(path: Path, profile: str = "products", iterations: int = 8) -> Any:
+    """The conversion point from job files to the placement model: a native ``kind:
+    PlacementJob`` file gives a placement ``Job``; a ``kind: GraphJob`` spec gives a
+    ``GraphJobPlacement`` (see ``graphrun.cli._graphjob_plan``)."""
     from graphrun.placement._io import read_yaml
     from graphrun.placement.job import job_from_dict
 
     data = read_yaml(path)
-    kind = data.get("kind") if isinstance(data, dict) else None
-    if kind == "GraphJob":
-        raise SpecError(
-            f"{path}: kind: GraphJob is not converted to a placement job yet; "
-            "write a kind: PlacementJob file (see `graphrun plan --help`)"
-        )
+    if isinstance(data, dict) and data.get("kind") == "GraphJob":
+        from graphrun.cli._graphjob_plan import graphjob_to_placement
+        from graphrun.job.spec import parse_job
+
+        return graphjob_to_placement(parse_job(data, str(path)), path, profile, iterations)
     return job_from_dict(data, str(path), base=path.parent)
 
 
 def run(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
     from graphrun.placement.cluster import load_cluster
+    from graphrun.placement.job import Job
     from graphrun.placement.plan import write_plan
     from graphrun.placement.planner import PlanOptions, optimize
 
     if args.steps is None and args.seconds <= 0:
         raise ArgumentError("--seconds: must be > 0")
+    if args.iterations < 1:
+        raise ArgumentError("--iterations: must be >= 1")
     cluster = load_cluster(args.cluster)
-    job = load_job_for_plan(args.job)
+    job = load_job_for_plan(args.job, args.profile, args.iterations)
+    graphjob = None
+    if not isinstance(job, Job):  # a GraphJob
+        graphjob, job = job, job.job
+        graphjob.check_cluster(cluster, str(args.cluster))
     options = PlanOptions(
         seed=args.seed,
         max_seconds=None if args.steps is not None else args.seconds,
@@ -82,6 +99,10 @@ def run(args: argparse.Namespace) -> int:
         f"ETP: {out.search.steps} steps, {out.search.simulations} simulations, "
         f"{out.search.seconds:.1f} s",
     ]
-    write_plan(out.plan, args.output, comments=lines)
+    plan = out.plan
+    if graphjob is not None:
+        lines.append(f"store memory: {graphjob.store_memory_from}")
+        plan = graphjob.complete(plan)
+    write_plan(plan, args.output, comments=lines)
     print(f"{args.output}: " + "; ".join(lines[1:]))
     return 0

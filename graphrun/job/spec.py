@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.alias_generators import to_camel
 
 from graphrun.errors import SpecError
+from graphrun.placement.plan import load_plan
 
 API_VERSION = "graphrun.io/v1alpha1"
 KIND = "GraphJob"
@@ -511,29 +512,6 @@ def job_roles(spec: GraphJobSpec) -> list[Role]:
     return roles
 
 
-class PlanFile(_Model):
-    """The parts of a PlacementPlan file (``graphrun plan`` output) the job needs.
-
-    The full model lives in :mod:`graphrun.placement.plan`; fields it adds are ignored here."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
-
-    api_version: Literal["graphrun.io/v1alpha1"] = Field(alias="apiVersion")
-    kind: Literal["PlacementPlan"]
-    machines: list[str] = Field(min_length=1)
-    assignments: dict[str, str]
-
-
-def load_plan_file(path: str | Path) -> PlanFile:
-    data = read_yaml(path, "placement plan")
-    if not isinstance(data, dict):
-        raise SpecError(f"{path}: expected a mapping (a PlacementPlan)")
-    try:
-        return PlanFile.model_validate(data)
-    except ValidationError as exc:
-        raise SpecError(format_validation_error(str(path), exc)) from None
-
-
 def resolve_placement(job: GraphJob, base_dir: str | Path = ".") -> dict[str, str]:
     """Role name -> machine name for every role of the job (co-located by default).
 
@@ -546,19 +524,15 @@ def resolve_placement(job: GraphJob, base_dir: str | Path = ".") -> dict[str, st
     explicit = spec.placement.assignments
     if spec.placement.plan_file is not None:
         plan_path = Path(base_dir) / spec.placement.plan_file
-        plan = load_plan_file(plan_path)
+        plan = load_plan(plan_path)
         if len(plan.machines) != len(machines):
             raise SpecError(
                 f"{plan_path}: machines: plan has {len(plan.machines)} machines, "
                 f"the job has {len(machines)} (spec.runtime.machines)"
             )
         rename = dict(zip(plan.machines, machines, strict=True))
-        explicit = {role: rename.get(m, m) for role, m in plan.assignments.items()}
-        machines_known = set(plan.machines)
+        explicit = {role: rename[m] for role, m in plan.assignments.items()}
         where = f"{plan_path}: assignments"
-        for role, m in plan.assignments.items():
-            if m not in machines_known:
-                raise SpecError(f"{where}.{role}: machine {m!r} is not in the plan's machines")
     for role, machine in (explicit or {}).items():
         if role.startswith("ps:"):
             continue  # parameter servers exist in the placement model only

@@ -9,7 +9,7 @@ nothing of the runtime). The pieces, from input to plan:
   JSON-lines batch-record schema the runtime emits; built-in synthetic profiles;
 - :mod:`.workload` — (cluster, job, placement) -> :class:`.dag.Dag` of compute and flows;
 - :mod:`.oes` — the event-driven fluid simulator (priority / fair / FIFO);
-- :mod:`.bounds` — lower bounds (port, compute, chain);
+- :mod:`.bounds` — lower bounds (port, compute, chain, energetic);
 - :mod:`.cost`, :mod:`.search`, :mod:`.baselines` — scoring, IFS / ETP / annealing,
   co-location / random / first-fit / exhaustive;
 - :mod:`.plan` — the PlacementPlan file; :mod:`.planner` — IFS + ETP in one call;

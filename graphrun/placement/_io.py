@@ -35,8 +35,10 @@ def validate(model: type[M], data: Any, where: str) -> M:
         return model.model_validate(data)
     except pydantic.ValidationError as exc:
         err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
-        raise SpecError(f"{where}: {loc}: {err['msg']}") from exc
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        loc = ".".join(str(x) for x in err["loc"])
+        # a model validator names the field at the start of its message
+        raise SpecError(f"{where}: {loc}: {msg}" if loc else f"{where}: {msg}") from exc
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:

@@ -58,11 +58,11 @@ class PlacementPlan(BaseModel):
         for role, machine in self.assignments.items():
             if not ROLE_RE.match(role):
                 raise ValueError(
-                    f"{role!r} is not a role name "
+                    f"assignments.{role}: {role!r} is not a role name "
                     "(store:<p>[:<b>], trainer:<r>, sampler:<r>:<w>, ps:<i>)"
                 )
             if machine not in self.machines:
-                raise ValueError(f"{role}: machine {machine!r} is not in machines")
+                raise ValueError(f"assignments.{role}: machine {machine!r} is not in machines")
         return self
 
     def machine_of(self, role: str) -> str | None:

@@ -1,11 +1,14 @@
 """IFS (initial feasible placement), ETP (Markov-chain exploration) and simulated annealing.
 
 ETP is a Metropolis chain over placements (every task on any machine, feasible or
-not). A step proposes, with probability ``swap_prob``, to swap the machines of two
-tasks drawn uniformly among all pairs (a no-op if they share a machine), otherwise to
-relocate a uniformly drawn task to a uniformly drawn other machine. Both proposals are
-symmetric, so accepting with ``min(1, exp(-beta * (c' - c) / scale))`` makes the
-stationary distribution proportional to ``exp(-beta * cost / scale)``. ``scale`` is
+not). A step proposes, with probability ``exchange_prob``, to exchange all the tasks
+of two machines drawn uniformly (a co-located group moves at once), with probability
+``swap_prob`` to swap the machines of two tasks drawn uniformly among all pairs (a
+no-op if they share a machine), otherwise to relocate a uniformly drawn task to a
+uniformly drawn other machine. All three proposals are symmetric (the first two are
+involutions drawn uniformly), so accepting with ``min(1, exp(-beta * (c' - c) /
+scale))`` makes the stationary distribution proportional to ``exp(-beta * cost /
+scale)``. ``scale`` is
 the initial placement's cost unless given, so ``beta`` is unit-free. The uniform draw
 comes first, so a proposal whose cost floor (:meth:`Evaluator.cost_floor`, no
 simulation) already exceeds the acceptance threshold is rejected unsimulated — the
@@ -81,9 +84,21 @@ def ifs(ev: Evaluator) -> Placement:
     return tuple(place)
 
 
-def _propose(x: list[int], rng: np.random.Generator, machines: int, swap_prob: float) -> None:
+def _propose(
+    x: list[int], rng: np.random.Generator, machines: int, swap_prob: float, exchange_prob: float
+) -> None:
     n = len(x)
-    if n >= 2 and rng.random() < swap_prob:
+    u = rng.random()
+    if machines >= 2 and u < exchange_prob:
+        # exchange every task of two machines: moves a co-located group (a partition's
+        # store, trainer and samplers) to a faster NIC in one step
+        a, b = rng.choice(machines, size=2, replace=False)
+        for i, m in enumerate(x):
+            if m == a:
+                x[i] = int(b)
+            elif m == b:
+                x[i] = int(a)
+    elif n >= 2 and u < exchange_prob + swap_prob:
         i, j = rng.choice(n, size=2, replace=False)
         x[i], x[j] = x[j], x[i]
     elif machines >= 2:
@@ -102,6 +117,7 @@ def _chain(
     max_seconds: float | None,
     scale: float | None,
     swap_prob: float,
+    exchange_prob: float,
     on_step: Callable[[Placement], None] | None,
 ) -> SearchResult:
     if max_steps is None and max_seconds is None:
@@ -125,7 +141,7 @@ def _chain(
         frac = step / max_steps if max_steps else elapsed / (max_seconds or 1.0)
         step += 1
         y = x[:]
-        _propose(y, rng, ev.cluster.size, swap_prob)
+        _propose(y, rng, ev.cluster.size, swap_prob, exchange_prob)
         # Metropolis: accept iff c' < c - scale * ln(u) / beta. A proposal whose cost
         # floor already exceeds that threshold is rejected without simulating it.
         threshold = c - scale * math.log(1.0 - rng.random()) / beta_at(frac)
@@ -161,6 +177,7 @@ def etp(
     max_seconds: float | None = None,
     scale: float | None = None,
     swap_prob: float = 0.3,
+    exchange_prob: float = 0.1,
     on_step: Callable[[Placement], None] | None = None,
 ) -> SearchResult:
     """Metropolis exploration at fixed ``beta`` (see the module docstring)."""
@@ -173,6 +190,7 @@ def etp(
         max_seconds=max_seconds,
         scale=scale,
         swap_prob=swap_prob,
+        exchange_prob=exchange_prob,
         on_step=on_step,
     )
 
@@ -187,6 +205,7 @@ def anneal(
     max_steps: int | None = None,
     max_seconds: float | None = None,
     swap_prob: float = 0.3,
+    exchange_prob: float = 0.1,
 ) -> SearchResult:
     """Simulated annealing: the same moves, beta rising geometrically over the budget."""
     ratio = beta1 / beta0
@@ -199,5 +218,6 @@ def anneal(
         max_seconds=max_seconds,
         scale=None,
         swap_prob=swap_prob,
+        exchange_prob=exchange_prob,
         on_step=None,
     )

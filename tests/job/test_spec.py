@@ -254,13 +254,15 @@ def test_parts_may_differ_from_machines_with_a_plan() -> None:
     assert placement["store:2"] == "m1"
 
 
-def _write_plan(path: Path, machines: list[str], assignments: dict[str, str]) -> None:
+def _write_plan(
+    path: Path, machines: list[str], assignments: dict[str, str], **extra: object
+) -> None:
     plan = {
         "apiVersion": "graphrun.io/v1alpha1",
         "kind": "PlacementPlan",
         "machines": machines,
         "assignments": assignments,
-        "score": 1.5,  # fields of the full plan model are ignored here
+        **extra,
     }
     path.write_text(yaml.safe_dump(plan))
 
@@ -275,16 +277,24 @@ def test_plan_file(tmp_path: Path) -> None:
 
 def test_plan_file_errors(tmp_path: Path) -> None:
     j = parse_job(job(runtime={"machines": 2}, placement={"planFile": "plan.yaml"}))
-    with pytest.raises(SpecError, match=r"plan\.yaml: cannot read placement plan"):
+    with pytest.raises(SpecError, match=r"plan\.yaml: cannot read"):
         resolve_placement(j, tmp_path)
     _write_plan(tmp_path / "plan.yaml", ["h0"], {})
     with pytest.raises(SpecError, match="machines: plan has 1 machines, the job has 2"):
         resolve_placement(j, tmp_path)
     _write_plan(tmp_path / "plan.yaml", ["h0", "h1"], {"trainer:0": "h9"})
-    with pytest.raises(SpecError, match=r"assignments.trainer:0: machine 'h9' is not in"):
+    with pytest.raises(
+        SpecError, match=r"plan\.yaml: assignments.trainer:0: machine 'h9' is not in"
+    ):
+        resolve_placement(j, tmp_path)
+    _write_plan(tmp_path / "plan.yaml", ["h0", "h1"], {"trainer:0": "h1"}, score=1.5)
+    with pytest.raises(SpecError, match=r"plan\.yaml: score: Extra inputs are not permitted"):
         resolve_placement(j, tmp_path)
     (tmp_path / "plan.yaml").write_text("kind: GraphJob\n")
-    with pytest.raises(SpecError, match=r"plan\.yaml: apiVersion: Field required"):
+    with pytest.raises(SpecError, match=r"plan\.yaml: kind: Input should be 'PlacementPlan'"):
+        resolve_placement(j, tmp_path)
+    (tmp_path / "plan.yaml").write_text("[m0, m1]\n")
+    with pytest.raises(SpecError, match=r"plan\.yaml: expected a mapping"):
         resolve_placement(j, tmp_path)
 
 

@@ -57,7 +57,7 @@ def test_plan_writes_a_loadable_plan(tmp_path, capsys):
             r"machines\.0\.cpu",
         ),
         (CLUSTER, {**JOB, "demands": {"trainer": {"gpus": 4}}}, r"demands\.trainer\.gpus"),
-        (CLUSTER, {**JOB, "kind": "GraphJob"}, "GraphJob"),
+        (CLUSTER, {**JOB, "kind": "GraphJob"}, r"job\.yaml: metadata: Field required"),
     ],
 )
 def test_plan_bad_input_is_one_line_exit_2(tmp_path, capsys, cluster, job, msg):

@@ -44,6 +44,54 @@ def test_port_bound_uses_release_dates():
     assert simulate(dag).makespan == pytest.approx(5.0)
 
 
+def test_energetic_bound_counts_port_work_before_a_join():
+    """Two 1 GB flows on one port join into a step, 2 s of compute, then a third
+    1 GB flow on the same port (a window gate): chain and port bounds say 4 s, the
+    join cannot pass before both flows ended (2 s), so 2 + 2 + 1 = 5 s."""
+    b = DagBuilder(egress=(GB, GB), ingress=(GB, GB))
+    a, c = b.flow(GB, 0, 1), b.flow(GB, 0, 1)
+    join = b.compute(0.0, 0, (a, c))
+    work = b.compute(2.0, 0, (join,))
+    b.flow(GB, 0, 1, 1, (work,))
+    dag = b.build()
+    bounds = lower_bounds(dag)
+    assert bounds.chain == pytest.approx(4.0)
+    assert bounds.port == pytest.approx(4.0)
+    assert bounds.energetic == pytest.approx(5.0)
+    assert bounds.value == pytest.approx(5.0)
+    assert simulate(dag).makespan == pytest.approx(5.0)
+
+
+def test_the_cone_bound_adds_the_path_from_the_port_to_a_gate():
+    """Two 1 GB flows, each followed by 2 s of compute, gate (3 successors) a third
+    1 GB flow on the same port: the second flow ends at 2 s at best and 2 s of compute
+    follow it, so the gate opens at 4 s and the makespan is 5 s; every other bound
+    (port with heads/tails, chain, energetic without path lengths) stops at 4 s."""
+    b = DagBuilder(egress=(GB, GB), ingress=(GB, GB))
+    ends = [b.compute(2.0, 0, (b.flow(GB, 0, 1),)) for _ in range(2)]
+    gate = b.compute(0.0, 0, tuple(ends))
+    b.flow(GB, 0, 1, 1, (gate,))
+    b.compute(0.0, 1, (gate,))
+    b.compute(0.0, 1, (gate,))
+    dag = b.build()
+    bounds = lower_bounds(dag)
+    assert (bounds.port, bounds.chain) == pytest.approx((4.0, 4.0))
+    assert bounds.energetic == pytest.approx(5.0)
+    assert simulate(dag).makespan == pytest.approx(5.0)
+
+
+def test_energetic_tails_count_port_work_after_a_fork():
+    """The mirror image: one flow, 2 s of compute, a fork into two 1 GB flows."""
+    b = DagBuilder(egress=(GB, GB), ingress=(GB, GB))
+    first = b.flow(GB, 0, 1)
+    work = b.compute(2.0, 0, (first,))
+    fork = b.compute(0.0, 0, (work,))
+    b.flow(GB, 0, 1, 0, (fork,))
+    b.flow(GB, 0, 1, 0, (fork,))
+    bounds = lower_bounds(b.build())
+    assert (bounds.chain, bounds.energetic) == pytest.approx((4.0, 5.0))
+
+
 def test_fifo_serves_in_arrival_order():
     b = DagBuilder(egress=(GB, GB), ingress=(GB, GB))
     b.flow(GB, 0, 1, iteration=1)  # arrives first, not on the chain
@@ -105,7 +153,9 @@ def random_dags(draw):
 @settings(max_examples=150, deadline=None)
 @given(random_dags())
 def test_every_makespan_is_at_least_its_lower_bound(dag):
-    bound = lower_bounds(dag).value
+    bounds = lower_bounds(dag)
+    bound = bounds.value
+    assert bounds.energetic >= max(bounds.port, bounds.chain) * (1 - 1e-12)
     for policy in Policy:
         ms = simulate(dag, policy).makespan
         assert math.isfinite(ms)

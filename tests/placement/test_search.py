@@ -23,7 +23,7 @@ from graphrun.placement.cost import Evaluator, violation
 from graphrun.placement.job import Demand, Demands, JobSpec, job_from_spec
 from graphrun.placement.oes import Policy, simulate
 from graphrun.placement.profile import builtin_profile
-from graphrun.placement.search import anneal, etp, ifs
+from graphrun.placement.search import _propose, anneal, etp, ifs
 from graphrun.placement.workload import build_workload, make_scenario
 
 
@@ -46,8 +46,10 @@ def tiny(machines=(50, 10), iterations=2, **kw):
     return cluster, job_from_spec(spec, builtin_profile("products"))
 
 
-def test_etp_visits_follow_the_boltzmann_distribution():
-    cluster, job = tiny()
+@pytest.mark.parametrize(("machines", "exchange_prob"), [((50, 10), 0.1), ((50, 10, 25), 0.6)])
+def test_etp_visits_follow_the_boltzmann_distribution(machines, exchange_prob):
+    """Relocations, swaps and machine exchanges are all symmetric proposals."""
+    cluster, job = tiny(machines)
     ev = Evaluator(cluster, make_scenario(job, seed=1))
     states = list(itertools.product(range(cluster.size), repeat=len(job.tasks)))
     cost = np.array([ev.cost(x) for x in states])
@@ -63,7 +65,16 @@ def test_etp_visits_follow_the_boltzmann_distribution():
         if step[0] % 4 == 0:
             visits[x] += 1
 
-    etp(ev, states[0], beta=beta, scale=scale, seed=7, max_steps=40_000, on_step=record)
+    etp(
+        ev,
+        states[0],
+        beta=beta,
+        scale=scale,
+        seed=7,
+        max_steps=40_000,
+        exchange_prob=exchange_prob,
+        on_step=record,
+    )
     observed = np.array([visits[x] for x in states], dtype=float)
     n = observed.sum()
     p = chisquare(observed, target * n).pvalue
@@ -71,6 +82,19 @@ def test_etp_visits_follow_the_boltzmann_distribution():
     assert p > 1e-3
     # and the test can fail: the visits are not uniform
     assert chisquare(observed, np.full(len(states), n / len(states))).pvalue < 1e-9
+
+
+def test_a_machine_exchange_moves_whole_groups():
+    def groups(z):
+        return {frozenset(i for i, m in enumerate(z) if m == k) for k in range(4)}
+
+    rng = np.random.default_rng(0)
+    x = [0, 0, 1, 2, 2, 2, 3]  # every machine holds a task
+    for _ in range(20):
+        y = x[:]
+        _propose(y, rng, machines=4, swap_prob=0.0, exchange_prob=1.0)
+        assert y != x and groups(y) == groups(x)
+        assert sum(a != b for a, b in zip(x, y, strict=True)) >= 2
 
 
 def test_etp_is_reproducible_and_never_worse_than_its_start(hetero):
@@ -127,9 +151,15 @@ def test_infeasible_cluster_names_the_field():
         ifs(Evaluator(small, make_scenario(job)))
 
 
-@settings(max_examples=25, deadline=None)
-@given(st.integers(0, 2**31), st.sampled_from(["ps", "allreduce"]), st.integers(0, 2))
-def test_simulated_job_makespan_is_at_least_its_lower_bound(seed, sync, prefetch):
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(0, 2**31),
+    st.sampled_from(["ps", "allreduce"]),
+    st.integers(0, 4),
+    st.integers(2, 6),
+)
+def test_simulated_job_makespan_is_at_least_its_lower_bound(seed, sync, prefetch, iterations):
+    """Every bound, the energetic one included, with prefetch windows 0..4."""
     cluster = make_cluster([50, 10, 25], cpu=64, memory_gb=512, gpus=2)
     spec = JobSpec(
         partitions=3,
@@ -138,14 +168,16 @@ def test_simulated_job_makespan_is_at_least_its_lower_bound(seed, sync, prefetch
         sync=sync,
         parameter_servers=2,
         prefetch=prefetch,
-        iterations=3,
+        iterations=iterations,
     )
     job = job_from_spec(spec, builtin_profile("papers100m"))
     sc = make_scenario(job, seed)
     rng = np.random.default_rng(seed)
     x = tuple(int(m) for m in rng.integers(0, cluster.size, size=len(job.tasks)))
     w = build_workload(cluster, sc, x)
-    bound = lower_bounds(w).value
+    bounds = lower_bounds(w)
+    bound = bounds.value
+    assert bounds.energetic >= max(bounds.port, bounds.chain) * (1 - 1e-12)
     for policy in Policy:
         ms = simulate(w.dag, policy).makespan
         assert math.isfinite(ms) and ms >= bound * (1 - 1e-9)

@@ -1,0 +1,169 @@
+"""A GraphJob spec as a placement job, for ``graphrun plan`` (the CLI layer may import
+both ``graphrun.job`` and ``graphrun.placement``; placement itself never sees a GraphJob).
+
+The conversion, role for role with :func:`graphrun.job.spec.job_roles`:
+
+* one store task ``store:<p>`` per partition (``spec.partition.parts``); its memory is
+  the bytes of ``part-<p>/`` when the partition directory (``spec.partition.output``,
+  relative to the job file) holds a ``partition.json``, else an estimate from
+  ``spec.graph`` (a dataset directory's bytes, or the generator's nodes, degree and
+  feature size) split evenly, times :data:`HALO_FACTOR`; plus :data:`STORE_OVERHEAD_GB`
+  for the server process. Backups ``store:<p>:<b>`` are not placed on their own: the
+  plan puts them on their main server's machine;
+* ``trainer:<r>`` for every trainer (``machines * trainersPerMachine``; CPU training,
+  no GPU demand) and ``sampler:<r>:<w>`` for ``samplerWorkersPerTrainer`` workers;
+* gradients are synchronised by allreduce (the runtime's DDP): no ``ps:<i>`` roles.
+
+The cluster must have exactly ``spec.runtime.machines`` machines, because a plan's
+machines map to the job's by position (:func:`graphrun.job.spec.resolve_placement`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from graphrun.errors import SpecError
+from graphrun.job.spec import GraphJob, job_roles
+from graphrun.placement.cluster import Cluster
+from graphrun.placement.job import Demand, Demands, Job, JobSpec, job_from_spec
+from graphrun.placement.plan import PlacementPlan
+from graphrun.placement.profile import resolve_profile
+
+GB = 1e9
+STORE_OVERHEAD_GB = 1.0  # a store server process beyond the partition it maps
+HALO_FACTOR = 1.25  # an estimated partition: its share of the graph plus halo and index
+TRAINER = Demand(cpu=4, memory_gb=8)
+SAMPLER = Demand(cpu=2, memory_gb=4)
+
+
+@dataclass(frozen=True)
+class GraphJobPlacement:
+    """A GraphJob converted for the planner: the placement job, and what the plan of
+    that job still needs to be the GraphJob's ``placement.planFile``."""
+
+    job: Job
+    machines: int  # spec.runtime.machines
+    backups: dict[str, tuple[str, ...]]  # store:<p> -> its backup roles
+    store_memory_from: str  # "partition directory <dir>" or "estimate from spec.graph"
+
+    def check_cluster(self, cluster: Cluster, where: str) -> None:
+        if cluster.size != self.machines:
+            raise SpecError(
+                f"{where}: machines: the cluster has {cluster.size} machines, the GraphJob "
+                f"{self.job.source} has {self.machines} (spec.runtime.machines)"
+            )
+        largest = max(cluster.memory_gb)
+        for t in self.job.tasks:
+            if t.kind == "store" and t.demand[1] > largest:
+                raise SpecError(
+                    f"{self.job.source}: {t.role} needs {t.demand[1]:.1f} GB of memory "
+                    f"({self.store_memory_from}) and the largest machine of {where} has "
+                    f"{largest:g} GB"
+                )
+
+    def complete(self, plan: PlacementPlan) -> PlacementPlan:
+        """The plan with every store backup on its main server's machine."""
+        out = dict(plan.assignments)
+        for main, backups in self.backups.items():
+            out.update({b: plan.assignments[main] for b in backups})
+        return PlacementPlan(machines=plan.machines, assignments=out)
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _partition_bytes(parts_dir: Path, parts: int, where: str) -> list[float] | None:
+    meta = parts_dir / "partition.json"
+    if not meta.is_file():
+        return None
+    try:
+        num = json.loads(meta.read_text())["num_parts"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SpecError(f"{meta}: not a partition.json ({exc})") from exc
+    if num != parts:
+        raise SpecError(
+            f"{where}: spec.partition.parts: the job has {parts} partitions, {parts_dir} "
+            f"holds {num}"
+        )
+    return [float(_dir_bytes(parts_dir / f"part-{p}")) for p in range(parts)]
+
+
+def _graph_bytes(gj: GraphJob, base: Path, where: str) -> float:
+    g = gj.spec.graph
+    if g.generator is None:
+        data = base / (g.dataset or "")
+        if not data.is_dir():
+            raise SpecError(
+                f"{where}: spec.graph.dataset: {data} does not exist and the partition "
+                f"directory {base / gj.partition_dir()} neither, so store memory cannot be "
+                "estimated"
+            )
+        return float(_dir_bytes(data))
+    params = g.generator.params
+
+    def num(key: str, default: float) -> float:
+        value = params.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise SpecError(f"{where}: spec.graph.generator.params.{key}: not a number")
+        return float(value)
+
+    nodes = num("nodes", 10_000)
+    edges = nodes * num("avgDegree", 20.0)
+    # float32 features, label, masks and id maps per node; CSC index, edge ids and id maps
+    return nodes * (4 * num("featDim", 64) + 8 + 3 + 16) + edges * (8 + 8 + 16)
+
+
+def store_memory_gb(gj: GraphJob, base: Path, where: str) -> tuple[list[float], str]:
+    """Memory per store task (GB) and where the number came from (see the module doc)."""
+    parts = gj.spec.num_parts
+    parts_dir = base / gj.partition_dir()
+    sizes = _partition_bytes(parts_dir, parts, where)
+    source = f"partition directory {parts_dir}"
+    if sizes is None:
+        sizes = [_graph_bytes(gj, base, where) / parts * HALO_FACTOR] * parts
+        source = "estimate from spec.graph"
+    return [b / GB + STORE_OVERHEAD_GB for b in sizes], source
+
+
+def graphjob_to_placement(
+    gj: GraphJob, path: Path, profile: str, iterations: int
+) -> GraphJobPlacement:
+    """The placement job of a GraphJob read from ``path`` (see the module docstring)."""
+    where = str(path)
+    spec, base = gj.spec, path.parent
+    memory, source = store_memory_gb(gj, base, where)
+    pspec = JobSpec(
+        name=gj.name,
+        partitions=spec.num_parts,
+        trainers=spec.num_trainers,
+        samplers_per_trainer=spec.runtime.sampler_workers_per_trainer,
+        sync="allreduce",
+        parameter_servers=0,
+        iterations=iterations,
+        profile=profile,
+        demands=Demands(
+            store=Demand(cpu=2, memory_gb=max(memory)), trainer=TRAINER, sampler=SAMPLER
+        ),
+    )
+    try:
+        prof = resolve_profile(profile)
+    except SpecError as exc:
+        raise SpecError(f"--profile: {exc}") from exc
+    job = job_from_spec(pspec, prof, where)
+    tasks = tuple(
+        replace(t, demand=(t.demand[0], memory[t.index], t.demand[2])) if t.kind == "store" else t
+        for t in job.tasks
+    )
+    roles = job_roles(spec)
+    backups = {
+        f"store:{p}": tuple(r.name for r in roles if r.kind == "store" and r.part == p and r.backup)
+        for p in range(spec.num_parts)
+    }
+    wanted = {r.name for r in roles}
+    missing = [t.role for t in tasks if t.role not in wanted]
+    if missing:  # the two role conventions drifted apart: a bug, not bad input
+        raise RuntimeError(f"placement roles {missing} are not roles of the GraphJob")
+    return GraphJobPlacement(replace(job, tasks=tasks), spec.runtime.machines, backups, source)

@@ -1,0 +1,143 @@
+"""``graphrun plan cluster.yaml job.yaml`` with a GraphJob spec, end to end."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from graphrun.cli import main
+from graphrun.cli._graphjob_plan import STORE_OVERHEAD_GB, graphjob_to_placement
+from graphrun.job.spec import job_roles, load_job, resolve_placement
+from graphrun.placement.plan import load_plan
+
+NAMES = ["h0", "h1", "h2"]
+
+
+def cluster(names: list[str] = NAMES) -> dict[str, Any]:
+    bw = [50, 10, 10, 25]
+    return {
+        "apiVersion": "graphrun.io/v1alpha1",
+        "kind": "Cluster",
+        "machines": [
+            {"name": n, "cpu": 16, "memory_gb": 64, "bandwidth_gbps": bw[i % 4]}
+            for i, n in enumerate(names)
+        ],
+    }
+
+
+def graphjob(**spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "graph": {"generator": {"name": "community", "params": {"nodes": 100_000}}},
+        "partition": {"parts": 3},
+        "runtime": {
+            "machines": 3,
+            "storeServersPerMachine": 2,
+            "trainersPerMachine": 2,
+            "samplerWorkersPerTrainer": 1,
+        },
+        "training": {"task": "node-classification"},
+        "placement": {"planFile": "plan.yaml"},
+    }
+    return {
+        "apiVersion": "graphrun.io/v1alpha1",
+        "kind": "GraphJob",
+        "metadata": {"name": "sage"},
+        "spec": base | spec,
+    }
+
+
+def write(tmp_path: Path, job: dict[str, Any], clus: dict[str, Any]) -> tuple[Path, Path]:
+    c, j = tmp_path / "cluster.yaml", tmp_path / "job.yaml"
+    c.write_text(yaml.safe_dump(clus))
+    j.write_text(yaml.safe_dump(job))
+    return c, j
+
+
+def test_a_graphjob_plan_is_its_plan_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    c, j = write(tmp_path, graphjob(), cluster())
+    out = tmp_path / "plan.yaml"
+    assert main(["plan", str(c), str(j), "-o", str(out), "--steps", "40"]) == 0
+    assert "store memory: estimate from spec.graph" in capsys.readouterr().out
+    job = load_job(j)
+    roles = [r.name for r in job_roles(job.spec)]
+    plan = load_plan(out, machines=NAMES, roles=roles, require_all=True)  # every role, no ps
+    for p in range(3):  # a backup server runs beside its main server
+        assert plan.assignments[f"store:{p}:1"] == plan.assignments[f"store:{p}"]
+    placement = resolve_placement(job, tmp_path)  # the job's placement.planFile
+    rename = dict(zip(NAMES, job.spec.machine_names, strict=True))
+    assert placement == {role: rename[m] for role, m in plan.assignments.items()}
+
+
+def test_store_memory_comes_from_the_partition_directory(tmp_path: Path):
+    data, parts = tmp_path / "data", tmp_path / "parts"
+    assert main(["generate", "community", str(data), "--nodes", "3000", "--feat-dim", "16"]) == 0
+    assert main(["partition", str(data), str(parts), "--parts", "2", "--method", "random"]) == 0
+    spec = graphjob(
+        graph={"dataset": "data"},
+        partition={"parts": 2, "output": "parts"},
+        runtime={"machines": 2},
+    )
+    c, j = write(tmp_path, spec, cluster(NAMES[:2]))
+    conv = graphjob_to_placement(load_job(j), j, "products", 4)
+    assert conv.store_memory_from == f"partition directory {parts}"
+    for p in range(2):
+        on_disk = sum(f.stat().st_size for f in (parts / f"part-{p}").rglob("*") if f.is_file())
+        got = conv.job.tasks[p].demand[1]
+        assert conv.job.tasks[p].role == f"store:{p}"
+        assert got == pytest.approx(on_disk / 1e9 + STORE_OVERHEAD_GB)
+    assert conv.job.spec.trainers == 2 and conv.job.spec.samplers_per_trainer == 0
+    assert conv.backups == {"store:0": (), "store:1": ()}
+    out = tmp_path / "plan.yaml"
+    assert main(["plan", str(c), str(j), "-o", str(out), "--steps", "20"]) == 0
+    assert set(resolve_placement(load_job(j), tmp_path)) == {
+        "store:0",
+        "store:1",
+        "trainer:0",
+        "trainer:1",
+    }
+
+
+@pytest.mark.parametrize(
+    ("job", "clus", "msg"),
+    [
+        (graphjob(), cluster(NAMES[:2]), r"cluster\.yaml: machines: the cluster has 2 machines"),
+        (
+            graphjob(graph={"dataset": "missing"}),
+            cluster(),
+            r"job\.yaml: spec\.graph\.dataset: .*missing does not exist",
+        ),
+        (
+            graphjob(graph={"generator": {"name": "community", "params": {"nodes": "many"}}}),
+            cluster(),
+            r"spec\.graph\.generator\.params\.nodes: not a number",
+        ),
+        (
+            graphjob(graph={"generator": {"name": "community", "params": {"nodes": 4e9}}}),
+            cluster(),
+            r"job\.yaml: store:0 needs \d+\.\d GB of memory \(estimate from spec\.graph\) "
+            r"and the largest machine of .*cluster\.yaml has 64 GB",
+        ),
+        (graphjob(runtime={"machines": 0}), cluster(), r"spec\.runtime\.machines"),
+    ],
+)
+def test_bad_graphjob_input_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], job: Any, clus: Any, msg: str
+):
+    c, j = write(tmp_path, job, clus)
+    out = tmp_path / "plan.yaml"
+    assert main(["plan", str(c), str(j), "-o", str(out), "--steps", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("graphrun: error: ")
+    assert re.search(msg, err), err
+    assert not out.exists()
+
+
+def test_bad_profile_names_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    c, j = write(tmp_path, graphjob(), cluster())
+    argv = ["plan", str(c), str(j), "-o", str(tmp_path / "p.yaml"), "--steps", "5"]
+    assert main([*argv, "--profile", "nope.json"]) == 2
+    assert "--profile: " in capsys.readouterr().err
