@@ -1,6 +1,7 @@
 """graphrun.testing: reusable helpers for tests of every layer (never imported by the library).
 
-* :mod:`~graphrun.testing.graphs` — seeded synthetic graphs (homogeneous, heterogeneous).
+* :mod:`~graphrun.testing.graphs` — seeded synthetic graphs (homogeneous, heterogeneous; larger
+  ``community_graph``, smaller ``random_graph``/``random_hetero_graph`` for sampling).
 * :mod:`~graphrun.testing.store` — ``make_partition_dir``, in-process store servers
   (``StoreThread``, ``store_threads``).
 * :mod:`~graphrun.testing.procs` — real ``graphrun serve`` processes: ``start_store``,
