@@ -75,6 +75,8 @@ def test_cli_heterograph(tmp_path: Path) -> None:
         (["--parts", "0"], "--parts"),
         (["--parts", "2", "--halo", "-1"], "halo_hops"),
         (["--parts", "2", "--tolerance", "-1"], "--tolerance"),
+        (["--parts", "2", "--tolerance", "nan"], "--tolerance"),
+        (["--parts", "2", "--tolerance", "inf"], "--tolerance"),
     ],
 )
 def test_bad_arguments(
