@@ -82,12 +82,6 @@ def _default_extensions() -> list[str]:
     return out
 
 
-def _write_ready(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data) + "\n")
-    os.replace(tmp, path)
-
-
 def _backup_cmd(args: argparse.Namespace, main_address: str, index: int) -> list[str]:
     host = main_address.rsplit(":", 1)[0]
     cmd = [sys.executable, "-m", "graphrun", "serve", str(args.partition_dir)]
@@ -104,6 +98,7 @@ def _backup_cmd(args: argparse.Namespace, main_address: str, index: int) -> list
 
 def run(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
+    from graphrun.graph.format import write_text_atomic
     from graphrun.rpc.auth import load_keys
     from graphrun.rpc.tuning import keep_large_allocations
     from graphrun.store.server import ServerConfig, run_server
@@ -143,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
                 children.append(subprocess.Popen(_backup_cmd(args, address, i)))
         if args.ready_file:
             info = {"address": address, "pid": os.getpid(), "part": args.part}
-            _write_ready(args.ready_file, {**info, "index": cfg.backup_index})
+            data = {**info, "index": cfg.backup_index}
+            write_text_atomic(args.ready_file, json.dumps(data) + "\n")
         print(f"graphrun serve: partition {args.part} ready on {address}", flush=True)
 
     try:

@@ -78,6 +78,20 @@ def commit_dir(tmp: Path, final: Path) -> None:
     os.replace(tmp, final)
 
 
+def write_text_atomic(path: str | Path, text: str, mode: int = 0o666) -> None:
+    """Write ``text`` to a temporary sibling of ``path`` (created with ``mode``), then rename."""
+    final = Path(path)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def save_dataset(
     graph: Graph, path: str | Path, id_maps: Mapping[str, np.ndarray] | None = None
 ) -> Path:
