@@ -29,6 +29,7 @@ Examples:
 
 #: extensions loaded when importable (the sampling layer registers its operations here)
 DEFAULT_EXTENSIONS = ("graphrun.sampling.server:register",)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def register(subparsers: Any) -> None:
@@ -64,7 +65,13 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--ready-file", type=Path, help="write {address, pid, part} JSON here when ready"
     )
-    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    p.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default="INFO",
+        help="logging level (default INFO)",
+    )
     p.set_defaults(func=run)
 
 
@@ -105,12 +112,14 @@ def run(args: argparse.Namespace) -> int:
 
     keep_large_allocations()
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=args.log_level,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
     if args.backups < 0:
         raise ArgumentError("--backups: must be >= 0")
+    if args.ready_file and not args.ready_file.parent.is_dir():
+        raise ArgumentError(f"--ready-file: directory {args.ready_file.parent} does not exist")
     cfg = ServerConfig(
         partition_dir=args.partition_dir,
         part=args.part,
