@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from graphrun.bench import check_at_least, int_list
+
 FEAT = "node/_N/feat"
 
 
@@ -147,7 +149,7 @@ def _remote(address: str, key_file: Path | None, args: argparse.Namespace) -> di
     from graphrun.rpc.auth import load_keys
 
     keys = load_keys(key_file) if key_file else None
-    batches = [int(b) for b in args.batches.split(",")]
+    batches = int_list("--batches", args.batches)
     with _client([address], keys, use_shm=False) as c:
         return _pull_numbers(c, args.rows, args.dim, batches, args.repeats)
 
@@ -189,6 +191,8 @@ def _netns_numbers(parts: Path, key_file: Path, args: argparse.Namespace) -> dic
 def run(args: argparse.Namespace) -> int:
     from graphrun.rpc.tuning import keep_large_allocations
 
+    check_at_least(args, 1, "--rows", "--dim", "--repeats")
+    batches = int_list("--batches", args.batches)
     keep_large_allocations()
     if args.client_only:
         print(json.dumps(_remote(args.client_only, args.key_file, args)))
@@ -197,7 +201,6 @@ def run(args: argparse.Namespace) -> int:
     from graphrun.testing.netns import netns_available
     from graphrun.testing.procs import start_store
 
-    batches = [int(b) for b in args.batches.split(",")]
     rows, dim = args.rows, args.dim
     result: dict[str, Any] = {"bench": "kv", "rows": rows, "dim": dim, "batches": batches}
     result["load_avg_1m"] = round(os.getloadavg()[0], 2)
