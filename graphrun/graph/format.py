@@ -66,9 +66,12 @@ def atomic_dir(final: Path) -> Path:
     final = Path(final)
     ensure_free(final)
     tmp = final.parent / f".{final.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+    except OSError as exc:
+        raise DatasetError(f"{final}: cannot create ({exc.strerror or exc})") from None
     return tmp
 
 
