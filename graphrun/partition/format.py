@@ -76,7 +76,7 @@ from graphrun.graph.format import (
     load_npy,
     read_json,
 )
-from graphrun.partition.book import PartitionBook
+from graphrun.partition.book import PartitionBook, check_ids
 from graphrun.partition.quality import Quality
 from graphrun.partition.relabel import Relabelling, local_structure
 
@@ -383,18 +383,12 @@ class IdMapping:
         """New homogeneous ids of dataset per-type ids of ``ntype``."""
         t = self.book.ntype_id(ntype)
         offs = self.orig_type_offsets
-        ids = np.asarray(orig_per_type, dtype=np.int64)
-        n = int(offs[t + 1] - offs[t])
-        if ids.size and (ids.min() < 0 or ids.max() >= n):
-            bad = int(np.flatnonzero((ids.reshape(-1) < 0) | (ids.reshape(-1) >= n))[0])
-            raise ArgumentError(f"orig_per_type[{bad}] is out of range [0, {n})")
+        ids = check_ids(orig_per_type, "orig_per_type", int(offs[t + 1] - offs[t]), ntype)
         return np.asarray(self.new_nids[offs[t] + ids])
 
     def orig_of_new(self, new_ids: Any) -> tuple[np.ndarray, np.ndarray]:
         """``(type id, dataset per-type id)`` of new homogeneous ids."""
-        ids = np.asarray(new_ids, dtype=np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() >= len(self.orig_nids)):
-            raise ArgumentError(f"new_ids: ids must be in [0, {len(self.orig_nids)})")
+        ids = check_ids(new_ids, "new_ids", len(self.orig_nids))
         orig = np.asarray(self.orig_nids[ids])
         offs = self.orig_type_offsets
         t = np.searchsorted(offs, orig, side="right") - 1
