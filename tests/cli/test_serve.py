@@ -1,12 +1,10 @@
 """`graphrun serve` with bad arguments: one line on stderr, exit 2, nothing written."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from graphrun.testing.procs import REPO_ROOT
+from graphrun.testing.procs import run_graphrun
 from graphrun.testing.store import make_partition_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -29,14 +27,9 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 )
 def test_bad_arguments(parts: Path, tmp_path: Path, extra: list[str], match: str) -> None:
     args = [a.replace("{tmp}", str(tmp_path)) for a in extra]
-    cmd = [sys.executable, "-m", "graphrun", "serve", str(parts), "--part", "0", *args]
-    proc = subprocess.run(
-        [*cmd, "--shm-dir", str(tmp_path)] if "--shm-dir" not in args else cmd,
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    if "--shm-dir" not in args:
+        args += ["--shm-dir", str(tmp_path)]
+    proc = run_graphrun("serve", str(parts), "--part", "0", *args)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, proc.stderr
     assert len(lines) == 1 or "usage:" in proc.stderr, proc.stderr
