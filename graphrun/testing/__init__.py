@@ -8,5 +8,6 @@
   ``start_stores``, ``StoreProcess.stop/kill/check`` (child failures re-raised as
   ``ChildFailed`` with the child's log).
 * :mod:`~graphrun.testing.netns` — two network namespaces joined by a veth pair (root).
-* :mod:`~graphrun.testing.threads` — an ``RpcServer`` in a background thread.
+* :mod:`~graphrun.testing.threads` — an ``RpcServer`` in a background thread
+  (``ServerThread``) and the ``BackgroundLoop`` it shares with ``StoreThread``.
 """
