@@ -1,1 +1,30 @@
-"""graphrun.bench"""
+"""graphrun.bench: benchmarks behind ``graphrun bench WHAT`` (see graphrun/cli/bench.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+from graphrun.errors import ArgumentError
+
+
+def check_at_least(args: argparse.Namespace, minimum: float, *flags: str) -> None:
+    """Raise an :class:`ArgumentError` naming the first ``--flag`` below ``minimum``.
+
+    A flag may hold one number or a list (``nargs="+"``); NaN fails too.
+    """
+    for flag in flags:
+        value = getattr(args, flag.removeprefix("--").replace("-", "_"))
+        for v in value if isinstance(value, list) else [value]:
+            if not v >= minimum:
+                raise ArgumentError(f"{flag}: must be at least {minimum:g}, got {v}")
+
+
+def int_list(flag: str, text: str, minimum: int = 1) -> list[int]:
+    """``"10,20"`` -> ``[10, 20]``; an ArgumentError naming ``flag`` otherwise."""
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ArgumentError(f"{flag}: expected comma-separated ints, got {text!r}") from None
+    if not out or min(out) < minimum:
+        raise ArgumentError(f"{flag}: expected ints >= {minimum}, got {text!r}")
+    return out

@@ -23,14 +23,15 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from graphrun.bench import check_at_least, int_list
+from graphrun.errors import GraphrunError
 
 FEAT = "node/_N/feat"
 
@@ -147,7 +148,7 @@ def _remote(address: str, key_file: Path | None, args: argparse.Namespace) -> di
     from graphrun.rpc.auth import load_keys
 
     keys = load_keys(key_file) if key_file else None
-    batches = [int(b) for b in args.batches.split(",")]
+    batches = int_list("--batches", args.batches)
     with _client([address], keys, use_shm=False) as c:
         return _pull_numbers(c, args.rows, args.dim, batches, args.repeats)
 
@@ -168,18 +169,18 @@ def _make_partition(tmp: Path, rows: int, dim: int) -> Path:
 def _netns_numbers(parts: Path, key_file: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Server in namespace A, client in namespace B, joined by one veth pair."""
     from graphrun.testing.netns import host_pair
-    from graphrun.testing.procs import REPO_ROOT, start_store
+    from graphrun.testing.procs import run_graphrun, start_store
 
     with host_pair("grkv") as (a, b):
         address = f"tcp://{a.ip}:0"
         store = start_store(parts, 0, key_file=key_file, address=address, launcher=a.exec_prefix)
         try:
-            cmd = [*b.exec_prefix, sys.executable, "-m", "graphrun", "bench", "kv"]
-            cmd += ["--client-only", store.address, "--key-file", str(key_file)]
+            cmd = ["bench", "kv", "--client-only", store.address, "--key-file", str(key_file)]
             cmd += ["--rows", str(args.rows), "--dim", str(args.dim), "--batches", args.batches]
             cmd += ["--repeats", str(args.repeats)]
-            env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+            out = run_graphrun(*cmd, launcher=b.exec_prefix, timeout=None)
+            if out.returncode != 0:
+                raise GraphrunError(f"netns client exited with {out.returncode}: {out.stderr}")
             result: dict[str, Any] = json.loads(out.stdout)
             return result
         finally:
@@ -189,6 +190,8 @@ def _netns_numbers(parts: Path, key_file: Path, args: argparse.Namespace) -> dic
 def run(args: argparse.Namespace) -> int:
     from graphrun.rpc.tuning import keep_large_allocations
 
+    check_at_least(args, 1, "--rows", "--dim", "--repeats")
+    batches = int_list("--batches", args.batches)
     keep_large_allocations()
     if args.client_only:
         print(json.dumps(_remote(args.client_only, args.key_file, args)))
@@ -197,7 +200,6 @@ def run(args: argparse.Namespace) -> int:
     from graphrun.testing.netns import netns_available
     from graphrun.testing.procs import start_store
 
-    batches = [int(b) for b in args.batches.split(",")]
     rows, dim = args.rows, args.dim
     result: dict[str, Any] = {"bench": "kv", "rows": rows, "dim": dim, "batches": batches}
     result["load_avg_1m"] = round(os.getloadavg()[0], 2)

@@ -29,6 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from graphrun.bench import check_at_least
+from graphrun.errors import ArgumentError, GraphrunError, UserError
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -61,7 +64,10 @@ def run_partition_command(dataset: Path, out: Path, parts: int, extra: list[str]
     stdout = proc.stdout.read().decode() if proc.stdout else ""
     stderr = proc.stderr.read().decode() if proc.stderr else ""
     if proc.returncode != 0:
-        raise RuntimeError(f"graphrun partition failed ({proc.returncode}): {stderr.strip()}")
+        # exit 2 is the child's one-line UserError (e.g. more parts than nodes): pass it on
+        error = UserError if proc.returncode == 2 else GraphrunError
+        reason = stderr.strip().removeprefix("graphrun: error: ")
+        raise error(f"graphrun partition (exit {proc.returncode}): {reason}")
     result = json.loads(stdout.strip().splitlines()[-1])
     result["seconds_inside"] = result.pop("seconds")
     result["seconds"] = round(seconds, 3)
@@ -101,12 +107,25 @@ def pymetis_baseline(dataset: Path, parts: int) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_at_least(args, 2, "--nodes")
+    check_at_least(args, 1, "--edges", "--parts")
+    if args.workdir and Path(args.workdir).exists() and not Path(args.workdir).is_dir():
+        raise ArgumentError(f"--workdir: {args.workdir} exists and is not a directory")
+    if not args.workdir:
+        work = Path(tempfile.mkdtemp(prefix="graphrun-bench-partition-"))
+        try:
+            return _bench(args, work)
+        finally:
+            _remove(work)
+    Path(args.workdir).mkdir(parents=True, exist_ok=True)
+    return _bench(args, Path(args.workdir))
+
+
+def _bench(args: argparse.Namespace, work: Path) -> int:
+    """One JSON row per part count; data and outputs under ``work``."""
     from graphrun.graph import load_dataset, save_dataset
     from graphrun.graph.generate import GenParams, community
 
-    temporary = not args.workdir
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="graphrun-bench-partition-"))
-    work.mkdir(parents=True, exist_ok=True)
     dataset = Path(args.dataset) if args.dataset else work / "dataset"
     if not args.dataset and not dataset.exists():
         params = GenParams(nodes=args.nodes, avg_degree=args.edges / args.nodes, seed=0)
@@ -125,8 +144,6 @@ def run(args: argparse.Namespace) -> int:
         row["load_avg"] = round(os.getloadavg()[0], 2)
         print(json.dumps(row), flush=True)
         _remove(out)
-    if temporary:
-        _remove(work)
     return 0
 
 

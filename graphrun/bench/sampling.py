@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from graphrun.bench import check_at_least, int_list
+
 DEFAULTS = {"nodes": 200_000, "avg_degree": 40.0, "batch_size": 1000, "batches": 30}
 
 
@@ -60,18 +62,6 @@ def register(subparsers: Any) -> None:
         "ops, and spinning OpenMP threads only compete on a shared machine)",
     )
     p.set_defaults(func=run)
-
-
-def _fanouts(text: str) -> list[int]:
-    from graphrun.errors import ArgumentError
-
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ArgumentError(f"--fanouts: expected comma-separated ints, got {text!r}") from None
-    if not out or min(out) < 0:
-        raise ArgumentError(f"--fanouts: expected non-negative ints, got {text!r}")
-    return out
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -219,7 +209,8 @@ def bench_dist(
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    fanouts = _fanouts(args.fanouts)
+    check_at_least(args, 1, "--batch-size", "--batches", "--parts", "--threads")
+    fanouts = int_list("--fanouts", args.fanouts, minimum=0)
     torch.set_num_threads(max(1, args.threads))
     t = time.perf_counter()
     graph = _load(args)

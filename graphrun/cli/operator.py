@@ -53,6 +53,7 @@ def register(subparsers: Any) -> None:
 
 
 def _api_client(kubeconfig: str | None) -> Any:
+    import yaml
     from kubernetes import client, config
 
     from graphrun.errors import UserError
@@ -66,8 +67,10 @@ def _api_client(kubeconfig: str | None) -> Any:
                 config.load_kube_config(client_configuration=cfg)
         else:
             config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-    except (config.ConfigException, OSError) as exc:
-        raise UserError(f"no Kubernetes configuration: {exc}") from None
+    except (config.ConfigException, OSError, yaml.YAMLError) as exc:
+        where = f"{kubeconfig}: " if kubeconfig else ""
+        reason = " ".join(str(exc).split())  # a YAML error spans several lines
+        raise UserError(f"{where}no Kubernetes configuration: {reason}") from None
     return client.ApiClient(cfg)
 
 
@@ -87,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from graphrun.operator.kube import Kube
     from graphrun.operator.layout import OperatorConfig
 
-    if args.resync <= 0:
+    if not args.resync > 0:  # NaN fails too
         raise ArgumentError(f"--resync: must be > 0, got {args.resync}")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from typing import Any
 
 DESCRIPTION = """\
@@ -73,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
     from graphrun.partition import partition_graph
 
-    if args.tolerance < 0:
-        raise ArgumentError(f"--tolerance: must be >= 0, got {args.tolerance}")
+    if not math.isfinite(args.tolerance) or args.tolerance < 0:
+        raise ArgumentError(f"--tolerance: must be a finite number >= 0, got {args.tolerance}")
     if args.parts < 1:
         raise ArgumentError(f"--parts: must be a positive integer, got {args.parts}")
     imported = _load(args.dataset)

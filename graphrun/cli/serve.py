@@ -29,6 +29,7 @@ Examples:
 
 #: extensions loaded when importable (the sampling layer registers its operations here)
 DEFAULT_EXTENSIONS = ("graphrun.sampling.server:register",)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def register(subparsers: Any) -> None:
@@ -64,7 +65,13 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--ready-file", type=Path, help="write {address, pid, part} JSON here when ready"
     )
-    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    p.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default="INFO",
+        help="logging level (default INFO)",
+    )
     p.set_defaults(func=run)
 
 
@@ -80,12 +87,6 @@ def _default_extensions() -> list[str]:
         except ModuleNotFoundError:
             pass
     return out
-
-
-def _write_ready(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data) + "\n")
-    os.replace(tmp, path)
 
 
 def _backup_cmd(args: argparse.Namespace, main_address: str, index: int) -> list[str]:
@@ -104,18 +105,21 @@ def _backup_cmd(args: argparse.Namespace, main_address: str, index: int) -> list
 
 def run(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
+    from graphrun.graph.format import write_text_atomic
     from graphrun.rpc.auth import load_keys
     from graphrun.rpc.tuning import keep_large_allocations
     from graphrun.store.server import ServerConfig, run_server
 
     keep_large_allocations()
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=args.log_level,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
     if args.backups < 0:
         raise ArgumentError("--backups: must be >= 0")
+    if args.ready_file and not args.ready_file.parent.is_dir():
+        raise ArgumentError(f"--ready-file: directory {args.ready_file.parent} does not exist")
     cfg = ServerConfig(
         partition_dir=args.partition_dir,
         part=args.part,
@@ -143,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
                 children.append(subprocess.Popen(_backup_cmd(args, address, i)))
         if args.ready_file:
             info = {"address": address, "pid": os.getpid(), "part": args.part}
-            _write_ready(args.ready_file, {**info, "index": cfg.backup_index})
+            data = {**info, "index": cfg.backup_index}
+            write_text_atomic(args.ready_file, json.dumps(data) + "\n")
         print(f"graphrun serve: partition {args.part} ready on {address}", flush=True)
 
     try:

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrun.errors import DatasetError
+from graphrun.errors import DatasetError, UserError
 from graphrun.graph.graph import Graph, etype_key, parse_etype_key
 
 FORMAT = "graphrun-dataset"
@@ -45,7 +45,8 @@ VERSION = 1
 META_FILE = "graph.json"
 
 
-def _feature_schema(data: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
+def feature_schema(data: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
+    """``{type: {name: {"dtype": ..., "shape": [...]}}}`` of non-empty feature groups."""
     return {
         key: {name: {"dtype": str(a.dtype), "shape": list(a.shape)} for name, a in feats.items()}
         for key, feats in data.items()
@@ -65,9 +66,12 @@ def atomic_dir(final: Path) -> Path:
     final = Path(final)
     ensure_free(final)
     tmp = final.parent / f".{final.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+    except OSError as exc:
+        raise DatasetError(f"{final}: cannot create ({exc.strerror or exc})") from None
     return tmp
 
 
@@ -75,6 +79,20 @@ def commit_dir(tmp: Path, final: Path) -> None:
     if final.exists():
         final.rmdir()  # empty, checked by atomic_dir
     os.replace(tmp, final)
+
+
+def write_text_atomic(path: str | Path, text: str, mode: int = 0o666) -> None:
+    """Write ``text`` to a temporary sibling of ``path`` (created with ``mode``), then rename."""
+    final = Path(path)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def save_dataset(
@@ -113,8 +131,8 @@ def save_dataset(
                 {"src": e[0], "rel": e[1], "dst": e[2], "count": graph.num_edges_of(e)}
                 for e in graph.edge_types
             ],
-            "node_features": _feature_schema(graph.ndata),
-            "edge_features": _feature_schema(graph.edata),
+            "node_features": feature_schema(graph.ndata),
+            "edge_features": feature_schema(graph.edata),
             "id_maps": {t: {"dtype": str(ids.dtype)} for t, ids in id_maps.items()},
         }
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
@@ -143,17 +161,30 @@ def load_id_maps(path: str | Path) -> dict[str, np.ndarray]:
     return {t: load_npy(root / "ids" / f"{t}.npy", mmap=True) for t in maps}
 
 
-def read_json(path: Path, what: str) -> dict[str, Any]:
-    """Read a JSON object, turning every failure into one clear line."""
+def read_json(path: Path, what: str, error: type[UserError] = DatasetError) -> dict[str, Any]:
+    """Read a JSON object, turning every failure into one clear line (an ``error``)."""
     if not path.is_file():
-        raise DatasetError(f"{path}: missing ({what})")
+        raise error(f"{path}: missing ({what})")
     try:
         meta = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DatasetError(f"{path}: not valid JSON ({exc})") from None
+        raise error(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(meta, dict):
-        raise DatasetError(f"{path}: expected a JSON object")
+        raise error(f"{path}: expected a JSON object")
     return meta
+
+
+def check_header(
+    meta: dict[str, Any], path: Path, fmt: str, version: int, error: type[UserError]
+) -> None:
+    """Reject a metadata file whose ``format`` or ``version`` field is not ours."""
+    if meta.get("format") != fmt:
+        raise error(f"{path}: field 'format' is {meta.get('format')!r}, not {fmt!r}")
+    if meta.get("version") != version:
+        raise error(
+            f"{path}: field 'version' is {meta.get('version')!r}; "
+            f"this graphrun reads version {version}"
+        )
 
 
 def _field(meta: dict[str, Any], key: str, typ: type | tuple[type, ...], file: Path) -> Any:
@@ -165,13 +196,14 @@ def _field(meta: dict[str, Any], key: str, typ: type | tuple[type, ...], file: P
     return val
 
 
-def load_npy(path: Path, mmap: bool = True) -> np.ndarray:
+def load_npy(path: Path, mmap: bool = True, error: type[UserError] = DatasetError) -> np.ndarray:
+    """Load one ``.npy`` (never pickles); a missing or unreadable file raises ``error``."""
     if not path.is_file():
-        raise DatasetError(f"{path}: missing")
+        raise error(f"{path}: missing")
     try:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
-        raise DatasetError(f"{path}: not a readable .npy array ({exc})") from None
+        raise error(f"{path}: not a readable .npy array ({exc})") from None
 
 
 def _safe_name(name: object) -> bool:
@@ -201,13 +233,7 @@ def load_dataset(path: str | Path, mmap: bool = True) -> Graph:
         raise DatasetError(f"{root}: no such dataset directory")
     mfile = root / META_FILE
     meta = read_json(mfile, "dataset metadata")
-    if meta.get("format") != FORMAT:
-        raise DatasetError(f"{mfile}: field 'format' is {meta.get('format')!r}, not {FORMAT!r}")
-    version = meta.get("version")
-    if version != VERSION:
-        raise DatasetError(
-            f"{mfile}: field 'version' is {version!r}; this graphrun reads version {VERSION}"
-        )
+    check_header(meta, mfile, FORMAT, VERSION, DatasetError)
     num_nodes = _field(meta, "num_nodes", int, mfile)
     ntypes = _field(meta, "node_types", list, mfile)
     etypes = _field(meta, "edge_types", list, mfile)

@@ -33,7 +33,9 @@ def _key(etype: CanonicalEtype) -> str:
     return ":".join(etype)
 
 
-def _as_ids(ids: Any, arg: str, upper: int) -> np.ndarray:
+def check_ids(ids: Any, arg: str, upper: int, of: str = "") -> np.ndarray:
+    """``ids`` as int64 (shape kept), every id in ``[0, upper)``; an ArgumentError naming
+    ``arg``, the first bad position and value otherwise (``of`` names the id space)."""
     arr = np.asarray(ids)
     if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
         if arr.size == 0:
@@ -45,7 +47,8 @@ def _as_ids(ids: Any, arg: str, upper: int) -> np.ndarray:
         bad = (flat < 0) | (flat >= upper)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ArgumentError(f"{arg}[{i}] = {int(flat[i])} is out of range [0, {upper})")
+            where = f" of {of}" if of else ""
+            raise ArgumentError(f"{arg}[{i}] = {int(flat[i])} is out of range [0, {upper}){where}")
     return arr
 
 
@@ -294,9 +297,9 @@ class PartitionBook:
 
     def _node_ids(self, ids: Any, ntype: str | None) -> tuple[np.ndarray, np.ndarray]:
         if ntype is None:
-            return _as_ids(ids, "ids", self.num_nodes), self.node_offsets
+            return check_ids(ids, "ids", self.num_nodes), self.node_offsets
         bounds = self.node_ranges(ntype)
-        return _as_ids(ids, "ids", int(bounds[-1])), bounds
+        return check_ids(ids, "ids", int(bounds[-1])), bounds
 
     def nid2part(self, ids: Any, ntype: str | None = None) -> np.ndarray:
         """Partition of each node id (homogeneous new ids when ``ntype`` is None)."""
@@ -315,12 +318,12 @@ class PartitionBook:
     def to_homo(self, ntype: str, per_type_ids: Any) -> np.ndarray:
         """Homogeneous new ids of per-type new ids of ``ntype``."""
         t = self.ntype_id(ntype)
-        arr = _as_ids(per_type_ids, "per_type_ids", int(self.node_ranges_all[t][-1]))
+        arr = check_ids(per_type_ids, "per_type_ids", int(self.node_ranges_all[t][-1]))
         return self._nodes.to_homo(t, arr)
 
     def to_per_type(self, homo_ids: Any) -> tuple[np.ndarray, np.ndarray]:
         """``(type_ids int32, per_type_ids int64)`` of homogeneous new node ids."""
-        return self._nodes.to_per_type(_as_ids(homo_ids, "homo_ids", self.num_nodes))
+        return self._nodes.to_per_type(check_ids(homo_ids, "homo_ids", self.num_nodes))
 
     # ---- edge lookups ---------------------------------------------------------------
 
@@ -328,9 +331,9 @@ class PartitionBook:
         self, ids: Any, etype: CanonicalEtype | str | None
     ) -> tuple[np.ndarray, np.ndarray]:
         if etype is None:
-            return _as_ids(ids, "ids", self.num_edges), self.edge_offsets
+            return check_ids(ids, "ids", self.num_edges), self.edge_offsets
         bounds = self.edge_ranges(etype)
-        return _as_ids(ids, "ids", int(bounds[-1])), bounds
+        return check_ids(ids, "ids", int(bounds[-1])), bounds
 
     def eid2part(self, ids: Any, etype: CanonicalEtype | str | None = None) -> np.ndarray:
         arr, bounds = self._edge_ids(ids, etype)
@@ -343,11 +346,11 @@ class PartitionBook:
 
     def etype_to_homo(self, etype: CanonicalEtype | str, ids: Any) -> np.ndarray:
         r = self.etype_id(etype)
-        arr = _as_ids(ids, "ids", int(self.edge_ranges_all[r][-1]))
+        arr = check_ids(ids, "ids", int(self.edge_ranges_all[r][-1]))
         return self._edges.to_homo(r, arr)
 
     def eid_to_per_type(self, homo_eids: Any) -> tuple[np.ndarray, np.ndarray]:
-        return self._edges.to_per_type(_as_ids(homo_eids, "homo_eids", self.num_edges))
+        return self._edges.to_per_type(check_ids(homo_eids, "homo_eids", self.num_edges))
 
 
 # ---- config parsing helpers -------------------------------------------------------------

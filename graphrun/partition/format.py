@@ -68,8 +68,15 @@ import numpy as np
 
 from graphrun.errors import ArgumentError, PartitionFormatError
 from graphrun.graph import Graph, etype_key
-from graphrun.graph.format import atomic_dir, commit_dir
-from graphrun.partition.book import PartitionBook
+from graphrun.graph.format import (
+    atomic_dir,
+    check_header,
+    commit_dir,
+    feature_schema,
+    load_npy,
+    read_json,
+)
+from graphrun.partition.book import PartitionBook, check_ids
 from graphrun.partition.quality import Quality
 from graphrun.partition.relabel import Relabelling, local_structure
 
@@ -90,14 +97,6 @@ class WriteOptions:
     balance_edges: bool
     tolerance: float
     seed: int
-
-
-def _feature_schema(data: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
-    return {
-        key: {n: {"dtype": str(a.dtype), "shape": list(a.shape)} for n, a in feats.items()}
-        for key, feats in data.items()
-        if feats
-    }
 
 
 def _write_part(tmp: Path, graph: Graph, rl: Relabelling, part: int, halo: int) -> dict[str, Any]:
@@ -174,8 +173,8 @@ def write_partition(
         "num_nodes": int(graph.num_nodes),
         "num_edges": int(graph.num_edges),
         **rl.book.to_config(),
-        "node_features": _feature_schema(graph.ndata),
-        "edge_features": _feature_schema(graph.edata),
+        "node_features": feature_schema(graph.ndata),
+        "edge_features": feature_schema(graph.edata),
         "quality": quality.to_dict(),
         "parts": parts,
         "id_maps": {t: {"dtype": str(ids.dtype)} for t, ids in (id_maps or {}).items()},
@@ -209,23 +208,8 @@ def load_partition_config(path: str | Path) -> dict[str, Any]:
     cfile = _config_file(Path(path))
     if not cfile.parent.is_dir():
         raise PartitionFormatError(f"{cfile.parent}: no such partition directory")
-    if not cfile.is_file():
-        raise PartitionFormatError(f"{cfile}: missing (partition config)")
-    try:
-        cfg = json.loads(cfile.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PartitionFormatError(f"{cfile}: not valid JSON ({exc})") from None
-    if not isinstance(cfg, dict):
-        raise PartitionFormatError(f"{cfile}: expected a JSON object")
-    if cfg.get("format") != FORMAT:
-        raise PartitionFormatError(
-            f"{cfile}: field 'format' is {cfg.get('format')!r}, not {FORMAT!r}"
-        )
-    if cfg.get("version") != VERSION:
-        raise PartitionFormatError(
-            f"{cfile}: field 'version' is {cfg.get('version')!r}; "
-            f"this graphrun reads version {VERSION}"
-        )
+    cfg = read_json(cfile, "partition config", PartitionFormatError)
+    check_header(cfg, cfile, FORMAT, VERSION, PartitionFormatError)
     PartitionBook.from_config(cfg, source=str(cfile))  # checks the book's fields
     _check_parts(cfg, cfile)
     for kind in ("node_features", "edge_features"):
@@ -252,12 +236,7 @@ def _check_parts(cfg: dict[str, Any], cfile: Path) -> None:
 
 
 def _load(path: Path, dtype: np.dtype | None = None, length: int | None = None) -> np.ndarray:
-    if not path.is_file():
-        raise PartitionFormatError(f"{path}: missing")
-    try:
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise PartitionFormatError(f"{path}: not a readable .npy array ({exc})") from None
+    arr = load_npy(path, True, PartitionFormatError)
     if dtype is not None and arr.dtype != dtype:
         raise PartitionFormatError(f"{path}: dtype {arr.dtype}, expected {dtype}")
     if length is not None and (arr.ndim != 1 or len(arr) != length):
@@ -404,18 +383,12 @@ class IdMapping:
         """New homogeneous ids of dataset per-type ids of ``ntype``."""
         t = self.book.ntype_id(ntype)
         offs = self.orig_type_offsets
-        ids = np.asarray(orig_per_type, dtype=np.int64)
-        n = int(offs[t + 1] - offs[t])
-        if ids.size and (ids.min() < 0 or ids.max() >= n):
-            bad = int(np.flatnonzero((ids.reshape(-1) < 0) | (ids.reshape(-1) >= n))[0])
-            raise ArgumentError(f"orig_per_type[{bad}] is out of range [0, {n})")
+        ids = check_ids(orig_per_type, "orig_per_type", int(offs[t + 1] - offs[t]), ntype)
         return np.asarray(self.new_nids[offs[t] + ids])
 
     def orig_of_new(self, new_ids: Any) -> tuple[np.ndarray, np.ndarray]:
         """``(type id, dataset per-type id)`` of new homogeneous ids."""
-        ids = np.asarray(new_ids, dtype=np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() >= len(self.orig_nids)):
-            raise ArgumentError(f"new_ids: ids must be in [0, {len(self.orig_nids)})")
+        ids = check_ids(new_ids, "new_ids", len(self.orig_nids))
         orig = np.asarray(self.orig_nids[ids])
         offs = self.orig_type_offsets
         t = np.searchsorted(offs, orig, side="right") - 1

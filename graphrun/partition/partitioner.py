@@ -16,6 +16,7 @@ Heterographs are partitioned as one homogeneous graph.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -52,7 +53,9 @@ class PartitionResult:
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase
 
 
-def check_arguments(graph: Graph, parts: int, method: str, halo_hops: int) -> None:
+def check_arguments(
+    graph: Graph, parts: int, method: str, halo_hops: int, tolerance: float = 0.0
+) -> None:
     if method not in METHODS:
         raise ArgumentError(f"method: {method!r} is not one of {', '.join(METHODS)}")
     if not isinstance(parts, int | np.integer) or isinstance(parts, bool) or parts < 1:
@@ -63,6 +66,8 @@ def check_arguments(graph: Graph, parts: int, method: str, halo_hops: int) -> No
         )
     if not isinstance(halo_hops, int | np.integer) or halo_hops < 0:
         raise ArgumentError(f"halo_hops: expected an integer >= 0, got {halo_hops!r}")
+    if not isinstance(tolerance, int | float) or not math.isfinite(tolerance) or tolerance < 0:
+        raise ArgumentError(f"tolerance: expected a finite number >= 0, got {tolerance!r}")
 
 
 def assign(
@@ -76,7 +81,7 @@ def assign(
     seed: int = 0,
 ) -> np.ndarray:
     """Partition id (int64) of every node."""
-    check_arguments(graph, parts, method, 0)
+    check_arguments(graph, parts, method, 0, tolerance)
     train = train_mask_of(graph) if balance_train else None
     if balance_train and train is None:
         raise ArgumentError(
@@ -120,7 +125,7 @@ def partition_graph(
     ``id_maps`` (``{ntype: raw ids}``, as an importer returns them) are copied to
     ``out/mapping/ids/`` so new ids can be traced back to the raw input ids.
     """
-    check_arguments(graph, parts, method, halo_hops)
+    check_arguments(graph, parts, method, halo_hops, tolerance)
     for ntype, ids in (id_maps or {}).items():
         if ntype not in graph.node_types or len(ids) != graph.num_nodes_of(ntype):
             raise ArgumentError(f"id_maps[{ntype!r}]: expected one id per {ntype!r} node")

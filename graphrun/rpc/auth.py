@@ -16,7 +16,6 @@ Key file (JSON, mode 0600, written atomically)::
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
 from graphrun.errors import ArgumentError
+from graphrun.graph.format import write_text_atomic
 
 KEY_FORMAT = "graphrun-key"
 KEY_VERSION = 1
@@ -57,14 +57,9 @@ def new_keypair() -> KeyPair:
 def generate_keys(path: str | Path) -> KeyPair:
     """Make a new job key pair and write it to ``path`` (mode 0600, atomic)."""
     keys = new_keypair()
-    final = Path(path)
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     data = {"format": KEY_FORMAT, "version": KEY_VERSION, "public": keys.public}
     data["secret"] = keys.secret
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(data) + "\n")
-    os.replace(tmp, final)
+    write_text_atomic(path, json.dumps(data) + "\n", mode=0o600)
     return keys
 
 

@@ -114,14 +114,14 @@ class RpcServer:
         self._sock.linger = 0
         self._sock.setsockopt(zmq.MAXMSGSIZE, max(limits.max_tensor_bytes, limits.max_header_bytes))
         self._auth = secure_server(self._ctx, self._sock, keys) if keys else None
+        self._monitor = self._sock.get_monitor_socket(_REFUSED_EVENTS)  # before bind: close()
         try:
             self._sock.bind(address)
         except zmq.ZMQError as exc:
             self.close()
-            raise RpcError(f"cannot bind ({exc})", address=address) from exc
+            raise _address_error("bind", address, exc) from exc
         self.address: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.handled = 0
-        self._monitor = self._sock.get_monitor_socket(_REFUSED_EVENTS)
 
     def _log_refused(self) -> None:
         """One log line per refused handshake (wrong key, no CURVE, garbage greeting)."""
@@ -210,6 +210,13 @@ class RpcServer:
         self._ctx.term()
 
 
+def _address_error(verb: str, address: str, exc: zmq.ZMQError) -> GraphrunError:
+    """A malformed address is the caller's mistake; anything else (in use, ...) an RpcError."""
+    if exc.errno in (zmq.EINVAL, zmq.EPROTONOSUPPORT):
+        return ArgumentError(f"address: cannot {verb} to {address!r}, not a valid ZeroMQ address")
+    return RpcError(f"cannot {verb} ({exc})", address=address)
+
+
 _AUTH_TEXT = "handshake refused: this client does not hold the job key"
 
 
@@ -257,7 +264,7 @@ class RpcClient:
             self._sock.connect(address)
         except zmq.ZMQError as exc:
             self.close()
-            raise RpcError(f"cannot connect ({exc})", address=address) from exc
+            raise _address_error("connect", address, exc) from exc
 
     @property
     def in_flight(self) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from graphrun.errors import ArgumentError
-from graphrun.partition.book import PartitionBook
+from graphrun.partition.book import PartitionBook, check_ids
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,21 +37,7 @@ class PartitionPolicy:
 
     def check_ids(self, ids: Any, arg: str = "ids") -> np.ndarray:
         """``ids`` as a 1-d int64 array, every id in ``[0, num_rows)``."""
-        arr = np.asarray(ids)
-        if arr.ndim != 1:
-            arr = arr.reshape(-1)
-        if arr.size == 0:
-            return arr.astype(np.int64)
-        if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
-            raise ArgumentError(f"{arg}: expected integer ids, got dtype {arr.dtype}")
-        arr = arr.astype(np.int64, copy=False)
-        lo, hi = int(arr.min()), int(arr.max())
-        if lo < 0 or hi >= self.num_rows:
-            i = int(np.flatnonzero((arr < 0) | (arr >= self.num_rows))[0])
-            raise ArgumentError(
-                f"{arg}[{i}] = {int(arr[i])} is out of range [0, {self.num_rows}) of {self.name}"
-            )
-        return arr
+        return check_ids(np.asarray(ids).reshape(-1), arg, self.num_rows, self.name)
 
     def to_part(self, ids: np.ndarray) -> np.ndarray:
         """Owner partition of each (already checked) id."""

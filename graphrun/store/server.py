@@ -58,6 +58,15 @@ class ServerConfig:
     extensions: Sequence[str] = field(default_factory=tuple)
 
 
+def _check_config(cfg: ServerConfig) -> None:
+    if not Path(cfg.shm_dir).is_dir():
+        raise ArgumentError(f"shm_dir: {cfg.shm_dir} is not a directory")
+    for name in ("heartbeat_timeout", "request_timeout"):
+        val = getattr(cfg, name)
+        if not isinstance(val, int | float) or not val > 0:  # NaN fails too
+            raise ArgumentError(f"{name}: expected a number of seconds > 0, got {val!r}")
+
+
 def host_identity(shm_dir: Path) -> dict[str, str]:
     """Identifies the machine (kernel) and shared-memory filesystem of this process."""
     try:
@@ -198,6 +207,7 @@ def run_server(
     registry: Registry | None = None,
 ) -> None:
     """Load or attach, serve until stopped, clean up. ``on_ready(address)`` once serving."""
+    _check_config(cfg)
     registry = registry or build_registry(cfg.extensions)
     main: RpcClient | None = None
     if cfg.main_address:

@@ -5,8 +5,11 @@ and planted communities: every edge picks its source with probability proportion
 to a Zipf-like node weight, and its destination from the source's community with
 probability ``p_in`` (else from the whole graph), again by weight. Labels are the
 community modulo ``num_classes``; features are noisy one-hot community codes; about
-``train_fraction`` of the nodes are training nodes. :func:`hetero_graph` builds a
-small heterograph with two node types and three edge types.
+``train_fraction`` of the nodes are training nodes. :func:`random_graph` is a
+smaller, simpler one (skewed degrees, edges in ``dst`` order, an edge weight ``w``)
+for sampling tests. :func:`hetero_graph` builds a small heterograph with two node
+types and three edge types; :func:`random_hetero_graph` is its larger preset for
+sampling tests.
 """
 
 from __future__ import annotations
@@ -67,17 +70,64 @@ def community_graph(
     return Graph(num_nodes=num_nodes, src=src, dst=dst, ndata={"_N": ndata}, name=name)
 
 
-def hetero_graph(num_authors: int = 30, num_papers: int = 50, seed: int = 0) -> Graph:
-    """Authors write papers, papers cite papers, authors follow authors; with features."""
+def random_graph(
+    num_nodes: int = 200, num_edges: int = 3000, feat_dim: int = 8, seed: int = 0
+) -> Graph:
+    """A homogeneous graph with skewed degrees, ``feat``, ``label`` and ``train_mask``."""
+    rng = np.random.default_rng(seed)
+    w = (np.arange(num_nodes) + 1.0) ** -0.8
+    w /= w.sum()
+    src = rng.choice(num_nodes, num_edges, p=w).astype(np.int64)
+    dst = rng.choice(num_nodes, num_edges, p=w[::-1]).astype(np.int64)
+    order = np.argsort(dst, kind="stable")  # arbitrary but fixed edge order
+    src, dst = src[order], dst[order]
+    feat = rng.standard_normal((num_nodes, feat_dim)).astype(np.float32)
+    label = rng.integers(0, 4, num_nodes).astype(np.int64)
+    return Graph(
+        num_nodes=num_nodes,
+        src=src,
+        dst=dst,
+        ndata={"_N": {"feat": feat, "label": label, "train_mask": rng.random(num_nodes) < 0.5}},
+        edata={"_N:_E:_N": {"w": rng.random(num_edges).astype(np.float32)}},
+        name="random",
+    )
+
+
+def hetero_graph(
+    num_authors: int = 30,
+    num_papers: int = 50,
+    seed: int = 0,
+    *,
+    edge_counts: tuple[int, int, int] | None = None,
+    feat_dims: tuple[int, int] = (4, 8),
+    mask_and_weight: bool = True,
+) -> Graph:
+    """Authors write papers, papers cite papers, authors follow authors; with features.
+
+    ``edge_counts`` is (writes, cites, follows), by default ``(3 * num_papers,
+    4 * num_papers, 2 * num_authors)``; ``feat_dims`` the author and paper feature
+    widths. ``mask_and_weight`` adds a paper ``train_mask`` and a ``weight`` on cites.
+    """
     rng = np.random.default_rng(seed)
     na, np_ = num_authors, num_papers
-    writes = (rng.integers(0, na, 3 * np_), na + rng.integers(0, np_, 3 * np_))
-    cites = (na + rng.integers(0, np_, 4 * np_), na + rng.integers(0, np_, 4 * np_))
-    follows = (rng.integers(0, na, 2 * na), rng.integers(0, na, 2 * na))
+    n_writes, n_cites, n_follows = edge_counts or (3 * np_, 4 * np_, 2 * na)
+    writes = (rng.integers(0, na, n_writes), na + rng.integers(0, np_, n_writes))
+    cites = (na + rng.integers(0, np_, n_cites), na + rng.integers(0, np_, n_cites))
+    follows = (rng.integers(0, na, n_follows), rng.integers(0, na, n_follows))
     rels = [writes, cites, follows]
     src = np.concatenate([r[0] for r in rels]).astype(np.int64)
     dst = np.concatenate([r[1] for r in rels]).astype(np.int64)
     counts = [len(r[0]) for r in rels]
+    author_dim, paper_dim = feat_dims
+    author = {"feat": rng.standard_normal((na, author_dim)).astype(np.float32)}
+    paper: dict[str, np.ndarray] = {
+        "feat": rng.standard_normal((np_, paper_dim)).astype(np.float32),
+        "label": rng.integers(0, 3, np_).astype(np.int64),
+    }
+    edata: dict[str, dict[str, np.ndarray]] = {}
+    if mask_and_weight:
+        paper["train_mask"] = rng.random(np_) < 0.3
+        edata["paper:cites:paper"] = {"weight": rng.random(counts[1]).astype(np.float32)}
     return Graph(
         num_nodes=na + np_,
         src=src,
@@ -90,16 +140,19 @@ def hetero_graph(num_authors: int = 30, num_papers: int = 50, seed: int = 0) -> 
         ),
         node_type_offsets=np.array([0, na, na + np_], dtype=np.int64),
         edge_type_offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-        ndata={
-            "author": {"feat": rng.normal(size=(na, 4)).astype(np.float32)},
-            "paper": {
-                "feat": rng.normal(size=(np_, 8)).astype(np.float32),
-                "label": rng.integers(0, 3, np_).astype(np.int64),
-                "train_mask": rng.random(np_) < 0.3,
-            },
-        },
-        edata={
-            "paper:cites:paper": {"weight": rng.random(counts[1]).astype(np.float32)},
-        },
+        ndata={"author": author, "paper": paper},
+        edata=edata,
         name="hetero",
+    )
+
+
+def random_hetero_graph(seed: int = 0, feat_dim: int = 8) -> Graph:
+    """Authors (60) write papers (100); papers cite papers; authors follow authors."""
+    return hetero_graph(
+        60,
+        100,
+        seed,
+        edge_counts=(600, 900, 300),
+        feat_dims=(feat_dim, feat_dim),
+        mask_and_weight=False,
     )

@@ -92,10 +92,20 @@ class StoreProcess:
         self.proc.wait(10)
 
 
-def _env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
+    """This process's environment with this checkout first on ``PYTHONPATH``."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     return env
+
+
+def run_graphrun(
+    *args: str, launcher: Sequence[str] = (), timeout: float | None = 60.0
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m graphrun ARGS`` (behind ``launcher``, e.g. a netns prefix) to the
+    end; stdout and stderr captured as text, the exit code not checked."""
+    cmd = [*launcher, sys.executable, "-m", "graphrun", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=timeout)
 
 
 def start_store(
@@ -129,7 +139,7 @@ def start_store(
         cmd += ["--extension", ext]
     cmd += list(extra_args)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_env())
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env())
     sp = StoreProcess(proc, "", part, log_path)
     deadline = time.monotonic() + ready_timeout
     while not ready.exists():

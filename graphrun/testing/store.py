@@ -18,12 +18,14 @@ import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Self
 
 from graphrun.errors import GraphrunError
 from graphrun.graph import Graph
 from graphrun.partition import partition_graph
 from graphrun.store.server import ServerConfig, run_server
 from graphrun.testing.graphs import community_graph, hetero_graph
+from graphrun.testing.threads import BackgroundLoop
 
 
 def make_partition_dir(
@@ -46,48 +48,35 @@ def make_partition_dir(
     return graph, path
 
 
-class StoreThread:
+class StoreThread(BackgroundLoop):
     """One store server in a background thread."""
+
+    join_timeout = 20.0
 
     def __init__(self, cfg: ServerConfig, ready_timeout: float = 30.0) -> None:
         self.cfg = cfg
         self.address = ""
         self._ready = threading.Event()
-        self._stop = threading.Event()
-        self._error: BaseException | None = None
         self._timeout = ready_timeout
-        self._thread = threading.Thread(target=self._run, name=f"store-{cfg.part}", daemon=True)
+        super().__init__(f"store-{cfg.part}")
 
-    def _run(self) -> None:
+    def _loop(self) -> None:
         def ready(address: str) -> None:
             self.address = address
             self._ready.set()
 
-        try:
-            run_server(self.cfg, should_stop=self._stop.is_set, on_ready=ready)
-        except BaseException as exc:
-            self._error = exc
-            self._ready.set()
+        run_server(self.cfg, should_stop=self._stop.is_set, on_ready=ready)
 
-    def start(self) -> StoreThread:
-        self._thread.start()
+    def _failed(self) -> None:
+        self._ready.set()
+
+    def start(self) -> Self:
+        super().start()
         if not self._ready.wait(self._timeout):
             raise GraphrunError(f"store thread of partition {self.cfg.part} not ready")
         if self._error is not None:
             raise self._error
         return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(20)
-        if self._error is not None:
-            raise self._error
-
-    def __enter__(self) -> StoreThread:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 @contextlib.contextmanager

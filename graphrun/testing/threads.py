@@ -1,48 +1,70 @@
-"""Run an :class:`~graphrun.rpc.RpcServer` in a background thread (for tests).
+"""Servers in background threads of the test process (real sockets, no process start-up).
 
     with ServerThread("tcp://127.0.0.1:0", handler, keys=keys) as srv:
         client = RpcClient(srv.address, keys=keys)
 
-The server is real (real sockets, real codec); only the process boundary is missing.
-An exception in the server loop is re-raised by ``stop()`` / on leaving the block.
+:class:`BackgroundLoop` is the shared part: ``_loop()`` runs in a daemon thread until
+``self._stop`` is set, and an exception there is re-raised by ``stop()`` / on leaving
+the block. :class:`ServerThread` runs an :class:`~graphrun.rpc.RpcServer`;
+:class:`graphrun.testing.store.StoreThread` a whole store server.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Self
 
 from graphrun.rpc.transport import Handler, RpcServer
 
 
-class ServerThread:
-    def __init__(self, address: str, handler: Handler, **server_kwargs: Any) -> None:
-        self.server = RpcServer(address, handler, **server_kwargs)
-        self.address = self.server.address
+class BackgroundLoop:
+    """Run ``_loop()`` in a daemon thread; ``stop()`` sets ``_stop``, joins, re-raises."""
+
+    join_timeout = 10.0
+
+    def __init__(self, name: str) -> None:
         self._stop = threading.Event()
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="rpc-server", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _loop(self) -> None:
+        raise NotImplementedError
+
+    def _failed(self) -> None:
+        """Called in the thread after ``_loop`` raised (the error is in ``_error``)."""
 
     def _run(self) -> None:
         try:
-            self.server.serve_forever(self._stop.is_set, tick_ms=20)
+            self._loop()
         except BaseException as exc:
             self._error = exc
-        finally:
-            self.server.close()
+            self._failed()
 
-    def start(self) -> ServerThread:
+    def start(self) -> Self:
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(10)
+        self._thread.join(self.join_timeout)
         if self._error is not None:
             raise self._error
 
-    def __enter__(self) -> ServerThread:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ServerThread(BackgroundLoop):
+    def __init__(self, address: str, handler: Handler, **server_kwargs: Any) -> None:
+        self.server = RpcServer(address, handler, **server_kwargs)
+        self.address = self.server.address
+        super().__init__("rpc-server")
+
+    def _loop(self) -> None:
+        try:
+            self.server.serve_forever(self._stop.is_set, tick_ms=20)
+        finally:
+            self.server.close()

@@ -1,8 +1,6 @@
 """`graphrun generate` and `graphrun import`, including every bad input."""
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +13,7 @@ from graphrun.cli import main
 from graphrun.graph import load_dataset, save_dataset
 from graphrun.graph.format import load_id_maps
 from graphrun.graph.generate import GenParams, community
+from graphrun.testing.procs import run_graphrun
 
 
 def test_generate_community_and_academic(tmp_path, capsys) -> None:
@@ -304,13 +303,7 @@ def test_real_process_prints_one_line_and_exits_2(tmp_path) -> None:
     (tmp_path / "src").mkdir()
     np.save(tmp_path / "src" / "src.npy", np.arange(3))
     np.save(tmp_path / "src" / "dst.npy", np.arange(4))
-    proc = subprocess.run(
-        [sys.executable, "-m", "graphrun", "import", str(tmp_path / "src"), str(tmp_path / "o")],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).resolve().parents[2],
-        timeout=60,
-    )
+    proc = run_graphrun("import", str(tmp_path / "src"), str(tmp_path / "o"))
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "dst.npy: has 4 entries" in proc.stderr

@@ -117,3 +117,10 @@ def test_quality_counts() -> None:
 def test_stable_argsort(max_key: int) -> None:
     keys = np.random.default_rng(1).integers(0, max_key, 5000)
     assert stable_argsort(keys, max_key).tolist() == np.argsort(keys, kind="stable").tolist()
+
+
+@pytest.mark.parametrize("tolerance", [-0.1, float("nan"), float("inf")])
+def test_assign_rejects_a_bad_tolerance(tolerance: float) -> None:
+    g = community_graph(50, 200, seed=0)
+    with pytest.raises(ArgumentError, match="tolerance"):
+        assign(g, 2, "random", tolerance=tolerance)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphrun.errors import ArgumentError, PartitionFormatError
-from graphrun.partition.book import PartitionBook
+from graphrun.partition.book import PartitionBook, check_ids
 
 
 @st.composite
@@ -174,3 +174,12 @@ def test_bad_config_names_field(field: str, value: object, match: str) -> None:
     with pytest.raises(PartitionFormatError, match=match) as info:
         PartitionBook.from_config(cfg, source="x/partition.json")
     assert str(info.value).startswith("x/partition.json: ")
+
+
+def test_check_ids_names_the_first_bad_id_and_the_space() -> None:
+    assert check_ids(np.array([[0, 2], [1, 0]], np.int32), "ids", 3).dtype == np.int64
+    assert check_ids([], "ids", 0).dtype == np.int64
+    with pytest.raises(ArgumentError, match=r"ids\[2\] = 5 is out of range \[0, 3\) of paper"):
+        check_ids([0, 1, 5, 7], "ids", 3, "paper")
+    with pytest.raises(ArgumentError, match="expected integer ids, got dtype float64"):
+        check_ids([0.5], "ids", 3)

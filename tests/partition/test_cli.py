@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +13,7 @@ from graphrun.errors import PartitionFormatError
 from graphrun.graph import save_dataset
 from graphrun.partition import load_partition, load_partition_book, load_partition_config
 from graphrun.testing.graphs import community_graph, hetero_graph
+from graphrun.testing.procs import run_graphrun
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +74,8 @@ def test_cli_heterograph(tmp_path: Path) -> None:
         (["--parts", "0"], "--parts"),
         (["--parts", "2", "--halo", "-1"], "halo_hops"),
         (["--parts", "2", "--tolerance", "-1"], "--tolerance"),
+        (["--parts", "2", "--tolerance", "nan"], "--tolerance"),
+        (["--parts", "2", "--tolerance", "inf"], "--tolerance"),
     ],
 )
 def test_bad_arguments(
@@ -192,11 +193,7 @@ def test_corrupt_partition_files(parted: Path, tmp_path: Path) -> None:
 
 def test_command_line_process(dataset: Path, tmp_path: Path) -> None:
     """The real command: exit 2, one line on stderr, no traceback."""
-    root = Path(__file__).resolve().parents[2]
-    cmd = [sys.executable, "-m", "graphrun", "partition", str(dataset), str(tmp_path / "o")]
-    proc = subprocess.run(
-        [*cmd, "--parts", "1000"], cwd=root, capture_output=True, text=True, timeout=60
-    )
+    proc = run_graphrun("partition", str(dataset), str(tmp_path / "o"), "--parts", "1000")
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert not (tmp_path / "o").exists()

@@ -4,7 +4,7 @@ import pytest
 import zmq
 
 from graphrun.errors import ArgumentError, AuthError, ProtocolError, RpcError, RpcTimeout
-from graphrun.rpc import Limits, Message, MsgKind, RpcClient, new_keypair
+from graphrun.rpc import Limits, Message, MsgKind, RpcClient, RpcServer, new_keypair
 from graphrun.rpc.auth import secure_client
 from graphrun.rpc.codec import PROTOCOL_VERSION, decode
 from graphrun.testing.threads import ServerThread
@@ -202,3 +202,16 @@ def test_send_after_refused_handshake_does_not_block(server, client):
 def test_no_server_at_all_times_out():
     with RpcClient("tcp://127.0.0.1:1", timeout=0.3) as c, pytest.raises(RpcTimeout):
         c.call("echo")
+
+
+@pytest.mark.parametrize("address", ["garbage", "nosuch://127.0.0.1:1"])
+def test_malformed_address_is_an_argument_error(address):
+    with pytest.raises(ArgumentError, match="not a valid ZeroMQ address"):
+        RpcServer(address, handler)
+    with pytest.raises(ArgumentError, match="not a valid ZeroMQ address"):
+        RpcClient(address)
+
+
+def test_address_in_use_is_an_rpc_error(server):
+    with pytest.raises(RpcError, match="cannot bind"):
+        RpcServer(server.address, handler)

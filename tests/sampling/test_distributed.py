@@ -12,7 +12,7 @@ from graphrun.partition import load_id_mapping, load_partition, partition_graph
 from graphrun.sampling import CSCGraph, NeighborSampler, OffsetTypeMap, make_generator
 from graphrun.sampling.distributed import DistOneHopSampler
 from graphrun.sampling.partitioned import BookTypeMap, csc_from_structure
-from graphrun.testing.sample_graphs import random_graph, random_hetero_graph
+from graphrun.testing.graphs import random_graph, random_hetero_graph
 
 
 def partitioned(tmp_path: Path, graph, parts: int = 2):

@@ -5,7 +5,7 @@ from scipy import stats
 
 from graphrun.errors import ArgumentError
 from graphrun.sampling import CSCGraph, make_generator, sample_segments
-from graphrun.testing.sample_graphs import random_graph
+from graphrun.testing.graphs import random_graph
 
 
 def star(deg: int) -> torch.Tensor:

@@ -13,7 +13,7 @@ from graphrun.sampling import (
     collate,
     make_generator,
 )
-from graphrun.testing.sample_graphs import random_graph, random_hetero_graph
+from graphrun.testing.graphs import random_graph, random_hetero_graph
 
 
 def homo_sampler(fanouts=(5, 3), **kw):

@@ -12,8 +12,8 @@ from graphrun.sampling import NeighborSampler, make_generator
 from graphrun.sampling.distributed import OP, DistOneHopSampler
 from graphrun.sampling.partitioned import BookTypeMap
 from graphrun.store.client import ClientConfig, KVClient
+from graphrun.testing.graphs import random_graph, random_hetero_graph
 from graphrun.testing.procs import start_stores
-from graphrun.testing.sample_graphs import random_graph, random_hetero_graph
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -1,7 +1,6 @@
 """A client on another "host" (network namespace) gets the same bytes over the network."""
 
 import json
-import os
 import subprocess
 import sys
 
@@ -9,7 +8,7 @@ import numpy as np
 import pytest
 
 from graphrun.testing.netns import host_pair, netns_available
-from graphrun.testing.procs import REPO_ROOT, start_store
+from graphrun.testing.procs import child_env, start_store
 from tests.store.conftest import reference_rows
 
 pytestmark = [
@@ -40,7 +39,7 @@ def test_client_in_another_namespace(tmp_path, key_file):
         )
         try:
             assert store.address.startswith(f"tcp://{a.ip}:")
-            env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+            env = child_env()
             cmd = [
                 *b.exec_prefix,
                 sys.executable,

@@ -11,7 +11,7 @@ import pytest
 from graphrun.errors import ArgumentError, RpcError
 from graphrun.rpc.transport import RpcClient
 from graphrun.store.client import ClientConfig, KVClient
-from graphrun.testing.procs import REPO_ROOT, ChildFailed, start_store, start_stores
+from graphrun.testing.procs import ChildFailed, child_env, start_store, start_stores
 
 pytestmark = pytest.mark.integration
 FEAT = "node/_N/feat"
@@ -75,7 +75,7 @@ print("ready", flush=True)
 
 def _run_client(addresses, key_file, job, heartbeat=0.2, action="c.close()"):
     code = _client_script(addresses, key_file, job, heartbeat, action)
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env = child_env()
     return subprocess.Popen(
         [sys.executable, "-c", code],
         stdout=subprocess.PIPE,

@@ -1,0 +1,35 @@
+"""Every ``graphrun bench`` rejects bad numbers with one line and exit 2, before any work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from graphrun.cli import main
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["partition", "--nodes", "0", "--edges", "0"], "--nodes: must be at least 2, got 0"),
+        (["partition", "--parts", "2", "0"], "--parts: must be at least 1, got 0"),
+        (["partition", "--workdir", "{file}"], "--workdir"),
+        (["sampling", "--batch-size", "0"], "--batch-size: must be at least 1"),
+        (["sampling", "--batches", "0"], "--batches: must be at least 1"),
+        (["sampling", "--fanouts", "5,-1"], "--fanouts"),
+        (["kv", "--rows", "0"], "--rows: must be at least 1"),
+        (["kv", "--dim", "-1"], "--dim: must be at least 1"),
+        (["kv", "--batches", "1,x"], "--batches: expected comma-separated ints"),
+    ],
+)
+def test_bad_arguments(
+    argv: list[str], match: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    file = tmp_path / "a-file"
+    file.write_text("")
+    assert main(["bench", *[a.replace("{file}", str(file)) for a in argv]]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.strip().splitlines()
+    assert match in line
