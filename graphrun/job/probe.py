@@ -32,8 +32,8 @@ def store_probe(key_file: Path | None, timeout: float = 1.0) -> Probe:
     keys = load_keys(key_file)
 
     def probe(endpoint: str) -> bool:
-        if not tcp_probe(endpoint):  # nothing listening yet: no need for a handshake
-            return False
+        # No raw TCP pre-check: a bare TCP connect to a CURVE socket is a refused
+        # handshake in the server's log. Nothing listening yet = no answer = not ready.
         client = RpcClient(f"tcp://{endpoint}", keys=keys, timeout=timeout)
         try:
             client.call("stats", {}, timeout=timeout)
