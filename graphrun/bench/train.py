@@ -154,6 +154,12 @@ def run_distributed(args: argparse.Namespace, workdir: Path, aggr: str) -> dict[
     }
 
 
+def _hierarchy(batch: Any) -> tuple[Any, Any]:
+    """PyG's per-hop counts (for ``trim_to_layer``); its torch-sparse sampler (no pyg-lib)
+    does not produce them, and then every layer runs over the whole sampled subgraph."""
+    return getattr(batch, "num_sampled_nodes", None), getattr(batch, "num_sampled_edges", None)
+
+
 def run_pyg(args: argparse.Namespace) -> dict[str, Any]:
     """PyG NeighborLoader on the whole graph in this process (needs pyg-lib/torch-sparse)."""
     import torch_geometric.typing as pyg_typing
@@ -184,7 +190,7 @@ def run_pyg(args: argparse.Namespace) -> dict[str, Any]:
         t = time.perf_counter()
         for b in train:
             opt.zero_grad()
-            out = model(b.x, b.edge_index, b.num_sampled_nodes, b.num_sampled_edges)
+            out = model(b.x, b.edge_index, *_hierarchy(b))
             F.cross_entropy(out[: b.batch_size], b.y[: b.batch_size]).backward()
             opt.step()
         times.append(time.perf_counter() - t)
@@ -192,7 +198,7 @@ def run_pyg(args: argparse.Namespace) -> dict[str, Any]:
         correct = total = 0
         with torch.no_grad():
             for b in test:
-                out = model(b.x, b.edge_index, b.num_sampled_nodes, b.num_sampled_edges)
+                out = model(b.x, b.edge_index, *_hierarchy(b))
                 correct += int((out[: b.batch_size].argmax(-1) == b.y[: b.batch_size]).sum())
                 total += b.batch_size
         accs.append(correct / max(total, 1))
