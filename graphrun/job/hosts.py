@@ -15,7 +15,6 @@ worker and role reads it. It is graphrun's "ip config"::
 from __future__ import annotations
 
 import json
-import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from graphrun.errors import SpecError
+from graphrun.graph.format import write_text_atomic
 
 FORMAT = "graphrun-hosts"
 VERSION = 1
@@ -71,9 +71,7 @@ class Hosts:
 
     def write(self, path: str | Path) -> Path:
         p = Path(path)
-        tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        os.replace(tmp, p)
+        write_text_atomic(p, json.dumps(self.to_dict(), indent=2) + "\n")
         return p
 
     @classmethod

@@ -11,12 +11,12 @@ backend runs one worker per machine.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from graphrun.errors import SpecError
+from graphrun.graph.format import write_text_atomic
 from graphrun.job.process import RoleCommand
 
 RoleKind = Literal["store", "sampler", "trainer"]
@@ -92,9 +92,7 @@ class MachineLaunch:
 
     def write(self, path: str | Path) -> Path:
         p = Path(path)
-        tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        os.replace(tmp, p)
+        write_text_atomic(p, json.dumps(self.to_dict(), indent=2) + "\n")
         return p
 
     @classmethod
