@@ -47,6 +47,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--fanouts", default="25,10", help="comma-separated, one per layer")
     p.add_argument("--hidden", type=int, default=128)
+    p.add_argument(
+        "--sampler-workers",
+        type=int,
+        default=0,
+        help="sampler worker processes per trainer (samplerWorkersPerTrainer; default 0)",
+    )
     p.add_argument("--bandwidth-mbit", type=float, help="with --hosts netns: link rate")
     p.add_argument("--no-pyg", action="store_true", help="skip the single-process PyG baseline")
     p.add_argument(
@@ -94,7 +100,8 @@ def _job_yaml(workdir: Path, args: argparse.Namespace) -> Path:
         "spec": {
             "graph": {"dataset": str(args.dataset.resolve())},
             "partition": {"parts": 2, "output": str(workdir / "parts")},
-            "runtime": {"machines": 2, "hosts": args.hosts},
+            "runtime": {"machines": 2, "hosts": args.hosts,
+                        "samplerWorkersPerTrainer": args.sampler_workers},
             "training": {"task": "node-classification", "epochs": args.epochs,
                          "batchSize": args.batch_size, "fanouts": fanouts,
                          "hidden": args.hidden, "lr": 0.003, "dropout": 0.5},
