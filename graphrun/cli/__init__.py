@@ -77,6 +77,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GraphrunError as exc:
         print(f"graphrun: error: {exc}", file=sys.stderr)
         return 1
+    except MemoryError as exc:
+        detail = f" ({exc})" if str(exc) else ""
+        print(
+            f"graphrun: error: out of memory in `graphrun {args.command}`{detail}", file=sys.stderr
+        )
+        return 1
     except KeyboardInterrupt:
         print("graphrun: interrupted", file=sys.stderr)
         return 130
