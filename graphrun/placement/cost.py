@@ -16,8 +16,14 @@ from graphrun.errors import SpecError
 from graphrun.placement.bounds import chain_bound
 from graphrun.placement.cluster import Cluster
 from graphrun.placement.job import RESOURCES, Job
-from graphrun.placement.oes import Policy, simulate
-from graphrun.placement.workload import Scenario, build_workload, traffic_matrix
+from graphrun.placement.oes import Policy, simulate_arrays
+from graphrun.placement.workload import (
+    Scenario,
+    Template,
+    build_workload,
+    make_template,
+    traffic_matrix,
+)
 
 Placement = tuple[int, ...]
 
@@ -105,6 +111,7 @@ class Evaluator:
     _viol: dict[Placement, float] = field(default_factory=dict, repr=False)
     _floor: float | None = field(default=None, repr=False)
     _traffic: np.ndarray | None = field(default=None, repr=False)
+    _template: Template | None = field(default=None, repr=False)
 
     @property
     def job(self) -> Job:
@@ -114,8 +121,9 @@ class Evaluator:
         key = tuple(int(m) for m in placement)
         got = self._cache.get(key)
         if got is None:
-            dag = build_workload(self.cluster, self.scenario, key).dag
-            got = simulate(dag, self.policy).makespan
+            if self._template is None:
+                self._template = make_template(self.scenario)
+            got = simulate_arrays(self._template.place(self.cluster, key), self.policy)[0]
             self.simulations += 1
             self._cache[key] = got
         return got

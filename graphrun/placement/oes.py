@@ -22,27 +22,31 @@ Policies:
 ``fifo``
     greedy in arrival order.
 
-This is the inner loop of ETP: it is written over plain Python lists, with no
-per-event allocation beyond the active-flow list.
+This is the inner loop of ETP: the event loop lives in :mod:`graphrun.placement._kernel`
+over flat arrays (compiled with numba when installed); :func:`simulate` takes a
+:class:`~graphrun.placement.dag.Dag`, :func:`simulate_arrays` the arrays ETP builds
+directly from a placed :class:`~graphrun.placement.workload.Template`.
 """
 
 from __future__ import annotations
 
-import heapq
-import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from graphrun.errors import ArgumentError
-from graphrun.placement.dag import FLOW, Dag
+import numpy as np
 
-_REL_EPS = 1e-12
+from graphrun.errors import ArgumentError
+from graphrun.placement import _kernel
+from graphrun.placement.dag import FLOW, Dag
 
 
 class Policy(StrEnum):
     PRIORITY = "priority"
     FAIR = "fair"
     FIFO = "fifo"
+
+
+_CODE = {Policy.PRIORITY: _kernel.PRIORITY, Policy.FAIR: _kernel.FAIR, Policy.FIFO: _kernel.FIFO}
 
 
 @dataclass(frozen=True)
@@ -52,173 +56,97 @@ class SimResult:
     events: int
 
 
-def _greedy(
-    order: list[int],
-    src: tuple[int, ...],
-    dst: tuple[int, ...],
-    cap: list[float],
-    live_out: int,
-    live_in: int,
-) -> list[tuple[int, float]]:
-    """Strict-priority water-filling: each flow in ``order`` takes what its ports have left.
+@dataclass(frozen=True)
+class DagArrays:
+    """A DAG as the kernel takes it: node ``v`` is a flow iff ``src[v] >= 0``."""
 
-    Returns the flows that got a positive rate. Every flow needs an egress and an
-    ingress port, so the scan stops once all ``live_out`` egress ports or all
-    ``live_in`` ingress ports that active flows use are saturated.
-    """
-    res = cap[:]
-    out = []
-    full_out = full_in = 0
-    for f in order:
-        s = src[f]
-        d = dst[f]
-        a = res[s]
-        b = res[d]
-        if a <= 0.0 or b <= 0.0:
-            continue
-        if a <= b:
-            out.append((f, a))
-            res[s] = 0.0
-            res[d] = b - a
-            full_out += 1
-            if a == b:
-                full_in += 1
-        else:
-            out.append((f, b))
-            res[d] = 0.0
-            res[s] = a - b
-            full_in += 1
-        if full_out >= live_out or full_in >= live_in:
-            break
-    return out
+    duration: np.ndarray  # float64 compute seconds (0 for flows)
+    size: np.ndarray  # float64 flow bytes (0 for compute)
+    src: np.ndarray  # int64 egress port, -1 for compute
+    dst: np.ndarray  # int64 ingress port, -1 for compute
+    iteration: np.ndarray  # float64
+    succ_ptr: np.ndarray  # int64 CSR over successors
+    succ_idx: np.ndarray
+    npred: np.ndarray  # int64
+    capacity: np.ndarray  # float64 bytes/s per port
+    machines: int
+
+
+def dag_arrays(dag: Dag) -> DagArrays:
+    flow = np.asarray(dag.kind, dtype=np.int64) == FLOW
+    ptr = np.zeros(dag.num_nodes + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(s) for s in dag.succ])
+    idx = np.fromiter((w for s in dag.succ for w in s), dtype=np.int64, count=int(ptr[-1]))
+    return DagArrays(
+        duration=np.asarray(dag.duration, dtype=np.float64),
+        size=np.where(flow, np.asarray(dag.size, dtype=np.float64), 0.0),
+        src=np.where(flow, np.asarray(dag.src_port, dtype=np.int64), -1),
+        dst=np.where(flow, np.asarray(dag.dst_port, dtype=np.int64), -1),
+        iteration=np.asarray(dag.iteration, dtype=np.float64),
+        succ_ptr=ptr,
+        succ_idx=idx,
+        npred=np.asarray(dag.npred, dtype=np.int64),
+        capacity=np.asarray(dag.port_capacity, dtype=np.float64),
+        machines=dag.num_machines,
+    )
+
+
+def _policy(policy: Policy | str) -> Policy:
+    try:
+        return Policy(policy)
+    except ValueError:
+        raise ArgumentError(f"simulate: unknown policy {policy!r}") from None
+
+
+def simulate_arrays(a: DagArrays, policy: Policy | str = Policy.PRIORITY) -> tuple[float, int]:
+    """The makespan and event count of ``a`` under ``policy`` (no finish times kept)."""
+    finish, events, _ = _run(a, _policy(policy))
+    return float(finish.max(initial=0.0)), events
+
+
+def _run(a: DagArrays, policy: Policy) -> tuple[np.ndarray, int, int]:
+    finish, events, done = _kernel.run(
+        a.duration,
+        a.size,
+        a.src,
+        a.dst,
+        a.iteration,
+        a.succ_ptr,
+        a.succ_idx,
+        a.npred,
+        a.capacity,
+        a.machines,
+        _CODE[policy],
+    )
+    n = a.duration.shape[0]
+    if done != n:
+        raise ArgumentError(f"simulate: {n - done} nodes never ran (the DAG has a cycle)")
+    return finish, int(events), int(done)
 
 
 def max_min_rates(
     flows: list[int], src: tuple[int, ...], dst: tuple[int, ...], cap: list[float]
 ) -> dict[int, float]:
     """Max-min fair rates by progressive filling (the bottleneck port first)."""
-    res = cap[:]
-    on_port: dict[int, list[int]] = {}
-    for f in flows:
-        on_port.setdefault(src[f], []).append(f)
-        on_port.setdefault(dst[f], []).append(f)
-    count = {p: len(fs) for p, fs in on_port.items()}
-    rates: dict[int, float] = {}
-    while len(rates) < len(flows):
-        best, share = -1, math.inf
-        for p, c in count.items():
-            if c > 0:
-                s = res[p] / c
-                if s < share:
-                    best, share = p, s
-        for f in on_port[best]:
-            if f in rates:
-                continue
-            rates[f] = share
-            for p in (src[f], dst[f]):
-                res[p] -= share
-                count[p] -= 1
-        count[best] = 0
-        res[best] = 0.0
-    return rates
+    f = np.asarray(flows, dtype=np.int64)
+    out_f = np.empty(len(flows), dtype=np.int64)
+    out_r = np.empty(len(flows))
+    k = _kernel.max_min(
+        f,
+        len(flows),
+        np.asarray(src, dtype=np.int64),
+        np.asarray(dst, dtype=np.int64),
+        np.asarray(cap, dtype=np.float64),
+        out_f,
+        out_r,
+    )
+    return {int(a): float(b) for a, b in zip(out_f[:k], out_r[:k], strict=True)}
 
 
 def simulate(dag: Dag, policy: Policy | str = Policy.PRIORITY) -> SimResult:
     """Run ``dag`` to completion under ``policy``; returns the makespan and finish times."""
-    try:
-        policy = Policy(policy)
-    except ValueError:
-        raise ArgumentError(f"simulate: unknown policy {policy!r}") from None
-    kind, dur, size, succ = dag.kind, dag.duration, dag.size, dag.succ
-    src, dst = dag.src_port, dag.dst_port
-    cap = list(dag.port_capacity)
-    npred = list(dag.npred)
-    n = len(kind)
-    finish = [math.nan] * n
-    heap: list[tuple[float, int]] = []
-    active: list[int] = []  # waiting or running flows (arrival order, or priority order)
-    port_use = [0] * len(cap)  # active flows per port
-    m = dag.num_machines
-    live = [0, 0]  # egress, ingress ports with at least one active flow
-    rem = list(size)
-    # priority key: iteration first, then remaining bytes (scaled below 1)
-    scale = 0.5 / (max(size, default=0.0) or 1.0)
-    key = [it + r * scale for it, r in zip(dag.iteration, size, strict=True)]
-    running: list[tuple[int, float]] = []
-    stack = [v for v in range(n - 1, -1, -1) if npred[v] == 0]
-    t = 0.0
-    done = 0
-    events = 0
-    dirty = False
-    while True:
-        while stack:
-            v = stack.pop()
-            if kind[v] == FLOW:
-                active.append(v)
-                for p in (src[v], dst[v]):
-                    port_use[p] += 1
-                    if port_use[p] == 1:
-                        live[p >= m] += 1
-                dirty = True
-            elif dur[v] > 0.0:
-                heapq.heappush(heap, (t + dur[v], v))
-            else:
-                finish[v] = t
-                done += 1
-                for w in succ[v]:
-                    npred[w] -= 1
-                    if npred[w] == 0:
-                        stack.append(w)
-        if dirty:
-            if policy is Policy.PRIORITY:
-                active.sort(key=key.__getitem__)
-                running = _greedy(active, src, dst, cap, live[0], live[1])
-            elif policy is Policy.FIFO:
-                running = _greedy(active, src, dst, cap, live[0], live[1])
-            else:
-                running = list(max_min_rates(active, src, dst, cap).items())
-            dirty = False
-        tn = heap[0][0] if heap else math.inf
-        for f, r in running:
-            tf = t + rem[f] / r
-            if tf < tn:
-                tn = tf
-        if tn == math.inf:
-            break
-        events += 1
-        dt = tn - t
-        tol = _REL_EPS * max(tn, 1e-300)
-        ended = []
-        for f, r in running:
-            if t + rem[f] / r - tn <= tol:
-                ended.append(f)
-            else:
-                rem[f] -= r * dt
-                key[f] = dag.iteration[f] + rem[f] * scale
-        t = tn
-        if ended:
-            dirty = True
-            for f in ended:
-                active.remove(f)
-                rem[f] = 0.0
-                finish[f] = t
-                done += 1
-                for p in (src[f], dst[f]):
-                    port_use[p] -= 1
-                    if port_use[p] == 0:
-                        live[p >= m] -= 1
-                for w in succ[f]:
-                    npred[w] -= 1
-                    if npred[w] == 0:
-                        stack.append(w)
-        while heap and heap[0][0] - t <= tol:
-            _, v = heapq.heappop(heap)
-            finish[v] = t
-            done += 1
-            for w in succ[v]:
-                npred[w] -= 1
-                if npred[w] == 0:
-                    stack.append(w)
-    if done != n:
-        raise ArgumentError(f"simulate: {n - done} nodes never ran (the DAG has a cycle)")
-    return SimResult(makespan=max(finish, default=0.0), finish=tuple(finish), events=events)
+    policy = _policy(policy)
+    finish, events, _ = _run(dag_arrays(dag), policy)
+    return SimResult(
+        makespan=float(finish.max(initial=0.0)), finish=tuple(finish.tolist()), events=events
+    )

@@ -18,6 +18,12 @@ Sampling of iteration ``i`` may start once iteration ``i - prefetch - 1`` has en
 (parameters delivered to every trainer). Flows of one stage from stores on the same
 machine are merged; flows inside a machine are free. Times and bytes are drawn once
 per :class:`Scenario` (seeded), so every placement is scored on the same draws.
+
+The unrolled DAG does not depend on the placement except through those two rules,
+so it is built once per scenario as a :class:`Template` over tasks, and
+:meth:`Template.place` turns it into the simulator's arrays for one placement in a
+few vectorised steps (what ETP does thousands of times); :func:`build_workload`
+freezes the same arrays into a :class:`~graphrun.placement.dag.Dag`.
 """
 
 from __future__ import annotations
@@ -29,8 +35,9 @@ import numpy as np
 
 from graphrun.errors import ArgumentError
 from graphrun.placement.cluster import Cluster
-from graphrun.placement.dag import Dag, DagBuilder
+from graphrun.placement.dag import COMPUTE, FLOW, Dag
 from graphrun.placement.job import Job
+from graphrun.placement.oes import DagArrays
 
 
 @dataclass(frozen=True)
@@ -106,30 +113,80 @@ def traffic_matrix(sc: Scenario) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class Template:
+    """The placement-independent DAG of a scenario: flows run between *tasks*.
+
+    Every store's flow of one stage (structure to a sampler, features to a trainer)
+    is its own node here, with the stage as its merge ``group``: placing the template
+    (:meth:`place`) merges the flows of one group whose stores share a machine into
+    the first of them and turns the rest, like every flow inside a machine, into free
+    zero-duration steps. A group's flows share their predecessors and successors, so
+    this is the same DAG as merging while unrolling, with a few extra no-op nodes.
+    """
+
+    num_tasks: int
+    duration: np.ndarray  # float64 compute seconds (0 for flows)
+    size: np.ndarray  # float64 bytes (0 for compute)
+    src_task: np.ndarray  # int64, -1 for compute
+    dst_task: np.ndarray
+    group: np.ndarray  # int64 merge group of a store flow, -1 otherwise
+    iteration: np.ndarray  # float64
+    succ_ptr: np.ndarray  # int64 CSR over successors
+    succ_idx: np.ndarray
+    npred: np.ndarray
+    task_busy: tuple[float, ...]  # total compute seconds per task
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.duration.shape[0])
+
+    def place(self, cluster: Cluster, placement: Sequence[int]) -> DagArrays:
+        """The simulator's arrays for ``placement`` (machine index per task)."""
+        x = np.asarray(placement, dtype=np.int64)
+        if x.shape != (self.num_tasks,):
+            raise ArgumentError(f"placement: {x.size} entries for {self.num_tasks} tasks")
+        if x.size and (x.min() < 0 or x.max() >= cluster.size):
+            raise ArgumentError("placement: a machine index is out of range")
+        flows = np.flatnonzero(self.src_task >= 0)
+        sm, dm = x[self.src_task[flows]], x[self.dst_task[flows]]
+        keep = (sm != dm) & (self.size[flows] > 0)
+        flows, sm, dm = flows[keep], sm[keep], dm[keep]
+        g = self.group[flows]
+        key = np.where(g >= 0, g * cluster.size + sm, -1 - flows)
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        total = np.bincount(inv, weights=self.size[flows])
+        rep = flows[first]
+        n = self.num_nodes
+        size = np.zeros(n)
+        size[rep] = total
+        src = np.full(n, -1, dtype=np.int64)
+        dst = np.full(n, -1, dtype=np.int64)
+        src[rep] = sm[first]
+        dst[rep] = cluster.size + dm[first]
+        return DagArrays(
+            duration=self.duration,
+            size=size,
+            src=src,
+            dst=dst,
+            iteration=self.iteration,
+            succ_ptr=self.succ_ptr,
+            succ_idx=self.succ_idx,
+            npred=self.npred,
+            capacity=np.asarray((*cluster.egress, *cluster.ingress), dtype=np.float64),
+            machines=cluster.size,
+        )
+
+
+@dataclass(frozen=True)
 class Workload:
     dag: Dag
     task_busy: tuple[float, ...]  # total compute seconds per task
 
 
-def _grouped(bytes_from: np.ndarray, machine_of: list[int]) -> dict[int, float]:
-    out: dict[int, float] = {}
-    for q, b in enumerate(bytes_from.tolist()):
-        m = machine_of[q]
-        out[m] = out.get(m, 0.0) + b
-    return out
-
-
-def build_workload(cluster: Cluster, sc: Scenario, placement: Sequence[int]) -> Workload:
-    """The DAG of ``sc.iterations`` iterations of the job placed by ``placement``.
-
-    ``placement[i]`` is the machine index of task ``i`` (in ``job.tasks`` order).
-    """
+def make_template(sc: Scenario) -> Template:
+    """Unroll ``sc.iterations`` iterations of the job into a :class:`Template`."""
     job = sc.job
-    if len(placement) != len(job.tasks):
-        raise ArgumentError(f"placement: {len(placement)} entries for {len(job.tasks)} tasks")
-    if any(not 0 <= m < cluster.size for m in placement):
-        raise ArgumentError("placement: a machine index is out of range")
-    u = _Unroll(sc, [int(m) for m in placement], DagBuilder(cluster.egress, cluster.ingress))
+    u = _Unroll(sc)
     prefetch = job.spec.prefetch
     for i in range(sc.iterations):
         gate = (u.end[i - prefetch - 1],) if i - prefetch - 1 >= 0 else ()
@@ -138,71 +195,150 @@ def build_workload(cluster: Cluster, sc: Scenario, placement: Sequence[int]) -> 
             u.sync_ps(i, trains)
         else:
             u.sync_allreduce(i, trains)
-    return Workload(dag=u.b.build(), task_busy=tuple(u.busy))
+    return u.build()
+
+
+def build_workload(cluster: Cluster, sc: Scenario, placement: Sequence[int]) -> Workload:
+    """The DAG of ``sc.iterations`` iterations of the job placed by ``placement``.
+
+    ``placement[i]`` is the machine index of task ``i`` (in ``job.tasks`` order).
+    """
+    if len(placement) != len(sc.job.tasks):
+        raise ArgumentError(f"placement: {len(placement)} entries for {len(sc.job.tasks)} tasks")
+    tpl = make_template(sc)
+    return Workload(dag=to_dag(tpl.place(cluster, placement)), task_busy=tpl.task_busy)
+
+
+def to_dag(a: DagArrays) -> Dag:
+    """The frozen :class:`Dag` of placed arrays (for the bounds and the tests)."""
+    n = a.duration.shape[0]
+    flow = a.src >= 0
+    ptr, idx = a.succ_ptr.tolist(), a.succ_idx.tolist()
+    return Dag(
+        num_machines=a.machines,
+        port_capacity=tuple(a.capacity.tolist()),
+        kind=tuple(np.where(flow, FLOW, COMPUTE).tolist()),
+        duration=tuple(np.where(flow, 0.0, a.duration).tolist()),
+        size=tuple(a.size.tolist()),
+        src_port=tuple(a.src.tolist()),
+        dst_port=tuple(a.dst.tolist()),
+        iteration=tuple(int(i) for i in a.iteration.tolist()),
+        succ=tuple(tuple(idx[ptr[v] : ptr[v + 1]]) for v in range(n)),
+        npred=tuple(a.npred.tolist()),
+    )
 
 
 class _Unroll:
-    """The state of :func:`build_workload` while it unrolls iterations."""
+    """The state of :func:`make_template` while it unrolls iterations: nodes are
+    appended to flat lists (dependencies always on earlier nodes)."""
 
-    def __init__(self, sc: Scenario, pl: list[int], b: DagBuilder) -> None:
+    def __init__(self, sc: Scenario) -> None:
         spec = sc.job.spec
-        self.sc, self.pl, self.b = sc, pl, b
+        self.sc = sc
         self.nt, self.np, self.ns = spec.trainers, spec.partitions, spec.samplers_per_trainer
-        self.store_m = pl[: self.np]
-        self.trainer_m = pl[self.np : self.np + self.nt]
         self.ps0 = self.np + self.nt + self.nt * self.ns  # index of ps:0
-        self.busy = [0.0] * len(pl)
+        self.busy = [0.0] * len(sc.job.tasks)
         self.end: list[int] = []  # per iteration: parameters delivered everywhere
         self.last_sample: dict[int, int] = {}  # sampler task -> its latest sample step
         self.params_ready: list[int | None] = [None] * self.nt
+        self.dur: list[float] = []
+        self.size: list[float] = []
+        self.src: list[int] = []
+        self.dst: list[int] = []
+        self.group: list[int] = []
+        self.it: list[int] = []
+        self.preds: list[tuple[int, ...]] = []
+        self.groups = 0
+
+    def _node(self, dur: float, size: float, s: int, d: int, g: int, i: int, deps: tuple) -> int:
+        self.dur.append(dur)
+        self.size.append(size)
+        self.src.append(s)
+        self.dst.append(d)
+        self.group.append(g)
+        self.it.append(i)
+        self.preds.append(deps)
+        return len(self.dur) - 1
+
+    def compute(self, dur: float, i: int, deps: tuple[int, ...]) -> int:
+        return self._node(dur, 0.0, -1, -1, -1, i, deps)
+
+    def flow(self, size: float, s: int, d: int, i: int, deps: tuple[int, ...]) -> int:
+        return self._node(0.0, size, s, d, -1, i, deps)
+
+    def store_flows(self, sizes: np.ndarray, d: int, i: int, deps: tuple[int, ...]) -> list[int]:
+        """One flow per store to task ``d``, merged by machine when placed."""
+        self.groups += 1
+        return [
+            self._node(0.0, b, q, d, self.groups - 1, i, deps) for q, b in enumerate(sizes.tolist())
+        ]
 
     def batch(self, i: int, r: int, gate: tuple[int, ...]) -> int:
         """Sampling, batch and feature flows, and training of trainer ``r``'s batch ``i``."""
-        sc, b = self.sc, self.b
-        mt = self.trainer_m[r]
+        sc = self.sc
+        t_task = self.np + r
         # sampler worker i mod ns of trainer r; the trainer samples itself if ns == 0
-        s_task = self.np + self.nt + r * self.ns + i % self.ns if self.ns else self.np + r
-        ms = self.pl[s_task]
+        s_task = self.np + self.nt + r * self.ns + i % self.ns if self.ns else t_task
         prev = (self.last_sample[s_task],) if s_task in self.last_sample else ()
-        fetch = [
-            b.flow(v, src, ms, i, gate + prev)
-            for src, v in _grouped(sc.structure[i, r], self.store_m).items()
-        ]
-        sample = b.compute(float(sc.sample_s[i, r]), i, (*fetch, *gate, *prev))
+        fetch = self.store_flows(sc.structure[i, r], s_task, i, gate + prev)
+        sample = self.compute(float(sc.sample_s[i, r]), i, (*fetch, *gate, *prev))
         self.busy[s_task] += float(sc.sample_s[i, r])
         self.last_sample[s_task] = sample
-        inputs = [b.flow(float(sc.batch_bytes[i, r]), ms, mt, i, (sample,))]
-        inputs += [
-            b.flow(v, src, mt, i, (sample,))
-            for src, v in _grouped(sc.feature[i, r], self.store_m).items()
-        ]
+        inputs = [self.flow(float(sc.batch_bytes[i, r]), s_task, t_task, i, (sample,))]
+        inputs += self.store_flows(sc.feature[i, r], t_task, i, (sample,))
         ready = self.params_ready[r]
         if ready is not None:
             inputs.append(ready)
-        self.busy[self.np + r] += float(sc.compute_s[i, r])
-        return b.compute(float(sc.compute_s[i, r]), i, tuple(inputs))
+        self.busy[t_task] += float(sc.compute_s[i, r])
+        return self.compute(float(sc.compute_s[i, r]), i, tuple(inputs))
 
     def sync_ps(self, i: int, trains: list[int]) -> None:
         """Gradients to every PS shard, the update, parameters back to every trainer."""
-        b, tm = self.b, self.trainer_m
-        ps_m = self.pl[self.ps0 :]
-        share = self.sc.grad_bytes / len(ps_m)
+        nps = len(self.sc.job.tasks) - self.ps0
+        share = self.sc.grad_bytes / nps
         back: list[list[int]] = [[] for _ in range(self.nt)]
-        for j, mp in enumerate(ps_m):
-            grads = tuple(b.flow(share, tm[r], mp, i, (trains[r],)) for r in range(self.nt))
-            upd = b.compute(float(self.sc.ps_update_s[i, j]), i, grads)
-            self.busy[self.ps0 + j] += float(self.sc.ps_update_s[i, j])
+        for j in range(nps):
+            ps = self.ps0 + j
+            grads = tuple(
+                self.flow(share, self.np + r, ps, i, (trains[r],)) for r in range(self.nt)
+            )
+            upd = self.compute(float(self.sc.ps_update_s[i, j]), i, grads)
+            self.busy[ps] += float(self.sc.ps_update_s[i, j])
             for r in range(self.nt):
-                back[r].append(b.flow(share, mp, tm[r], i, (upd,)))
-        ready = [b.compute(0.0, i, tuple(back[r])) for r in range(self.nt)]
+                back[r].append(self.flow(share, ps, self.np + r, i, (upd,)))
+        ready = [self.compute(0.0, i, tuple(back[r])) for r in range(self.nt)]
         self.params_ready = list(ready)
-        self.end.append(b.compute(0.0, i, tuple(ready)))
+        self.end.append(self.compute(0.0, i, tuple(ready)))
 
     def sync_allreduce(self, i: int, trains: list[int]) -> None:
         """After every trainer, one fluid ring flow r -> r+1 of 2(T-1)/T gradients each."""
-        b, tm, nt = self.b, self.trainer_m, self.nt
-        allt = b.compute(0.0, i, tuple(trains))
+        nt = self.nt
+        allt = self.compute(0.0, i, tuple(trains))
         ring = 2 * (nt - 1) / nt * self.sc.grad_bytes
-        flows = [b.flow(ring, tm[r], tm[(r + 1) % nt], i, (allt,)) for r in range(nt)]
-        self.end.append(b.compute(0.0, i, (allt, *flows)))
+        flows = [
+            self.flow(ring, self.np + r, self.np + (r + 1) % nt, i, (allt,)) for r in range(nt)
+        ]
+        self.end.append(self.compute(0.0, i, (allt, *flows)))
         self.params_ready = [self.end[-1]] * nt
+
+    def build(self) -> Template:
+        n = len(self.dur)
+        succ: list[list[int]] = [[] for _ in range(n)]
+        for v, ps in enumerate(self.preds):
+            for u in sorted(set(ps)):
+                succ[u].append(v)
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        ptr[1:] = np.cumsum([len(s) for s in succ])
+        return Template(
+            num_tasks=len(self.busy),
+            duration=np.asarray(self.dur, dtype=np.float64),
+            size=np.asarray(self.size, dtype=np.float64),
+            src_task=np.asarray(self.src, dtype=np.int64),
+            dst_task=np.asarray(self.dst, dtype=np.int64),
+            group=np.asarray(self.group, dtype=np.int64),
+            iteration=np.asarray(self.it, dtype=np.float64),
+            succ_ptr=ptr,
+            succ_idx=np.asarray([w for s in succ for w in s], dtype=np.int64),
+            npred=np.asarray([len(set(p)) for p in self.preds], dtype=np.int64),
+            task_busy=tuple(self.busy),
+        )

@@ -1,0 +1,333 @@
+"""The OES event loop over flat arrays, compiled with numba when it is installed.
+
+:func:`run` is the inner loop of ETP (thousands of simulations per search). It takes
+the DAG as arrays — node ``v`` is a flow iff ``src[v] >= 0`` — and returns the finish
+time of every node, the number of events and the number of nodes that ran. The
+semantics are those documented in :mod:`graphrun.placement.oes`; ties are broken the
+same way on every run (stable priority order, ports in order of first use), so the
+compiled and the interpreted function give identical results. Without numba the same
+functions run as plain Python (about two orders of magnitude slower).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import numpy as np
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _numba_njit() -> Any:
+    try:
+        import numba
+    except ImportError:  # pragma: no cover - only where numba is missing
+        return None
+    return numba.njit
+
+
+_NJIT = _numba_njit()
+COMPILED = _NJIT is not None
+
+
+def jit(fn: F) -> F:
+    """``numba.njit(cache=True)`` when numba is installed, else ``fn`` unchanged."""
+    if _NJIT is None:  # pragma: no cover
+        return fn
+    return cast(F, _NJIT(cache=True)(fn))
+
+
+PRIORITY, FAIR, FIFO = 0, 1, 2
+_REL_EPS = 1e-12
+
+
+@jit
+def greedy(
+    order: np.ndarray,
+    count: int,
+    src: np.ndarray,
+    dst: np.ndarray,
+    cap: np.ndarray,
+    live_out: int,
+    live_in: int,
+    out_f: np.ndarray,
+    out_r: np.ndarray,
+) -> int:
+    """Strict-priority water-filling over ``order[:count]``: each flow takes what its two
+    ports have left. Writes the flows that got a positive rate to ``out_f``/``out_r``
+    and returns how many. Every flow needs an egress and an ingress port, so the scan
+    stops once all ``live_out`` egress or all ``live_in`` ingress ports in use are full."""
+    res = cap.copy()
+    k = 0
+    full_out = 0
+    full_in = 0
+    for j in range(count):
+        f = order[j]
+        s = src[f]
+        d = dst[f]
+        a = res[s]
+        b = res[d]
+        if a <= 0.0 or b <= 0.0:
+            continue
+        if a <= b:
+            out_f[k] = f
+            out_r[k] = a
+            res[s] = 0.0
+            res[d] = b - a
+            full_out += 1
+            if a == b:
+                full_in += 1
+        else:
+            out_f[k] = f
+            out_r[k] = b
+            res[d] = 0.0
+            res[s] = a - b
+            full_in += 1
+        k += 1
+        if full_out >= live_out or full_in >= live_in:
+            break
+    return k
+
+
+@jit
+def max_min(
+    flows: np.ndarray,
+    count: int,
+    src: np.ndarray,
+    dst: np.ndarray,
+    cap: np.ndarray,
+    out_f: np.ndarray,
+    out_r: np.ndarray,
+) -> int:
+    """Max-min fair rates of ``flows[:count]`` by progressive filling: the port with the
+    smallest fair share first (ties: the port used first). Writes ``count`` rates."""
+    res = cap.copy()
+    users = np.zeros(cap.shape[0], np.int64)
+    ports = np.empty(2 * count, np.int64)  # in order of first use
+    nports = 0
+    for j in range(count):
+        for p in (src[flows[j]], dst[flows[j]]):
+            if users[p] == 0:
+                ports[nports] = p
+                nports += 1
+            users[p] += 1
+    rated = np.zeros(count, np.bool_)
+    k = 0
+    while k < count:
+        best = -1
+        share = np.inf
+        for i in range(nports):
+            p = ports[i]
+            if users[p] > 0:
+                s = res[p] / users[p]
+                if s < share:
+                    best = p
+                    share = s
+        for j in range(count):
+            f = flows[j]
+            if rated[j] or (src[f] != best and dst[f] != best):
+                continue
+            rated[j] = True
+            out_f[k] = f
+            out_r[k] = share
+            k += 1
+            res[src[f]] -= share
+            users[src[f]] -= 1
+            res[dst[f]] -= share
+            users[dst[f]] -= 1
+        users[best] = 0
+        res[best] = 0.0
+    return k
+
+
+@jit
+def _heap_push(ht: np.ndarray, hv: np.ndarray, n: int, t: float, v: int) -> int:
+    i = n
+    ht[i] = t
+    hv[i] = v
+    while i > 0:
+        parent = (i - 1) >> 1
+        if ht[parent] < ht[i] or (ht[parent] == ht[i] and hv[parent] < hv[i]):
+            break
+        ht[parent], ht[i] = ht[i], ht[parent]
+        hv[parent], hv[i] = hv[i], hv[parent]
+        i = parent
+    return n + 1
+
+
+@jit
+def _heap_pop(ht: np.ndarray, hv: np.ndarray, n: int) -> int:
+    """Remove the smallest (time, node); the caller read it from ``ht[0], hv[0]``."""
+    n -= 1
+    ht[0] = ht[n]
+    hv[0] = hv[n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hv[c + 1] < hv[c])):
+            c += 1
+        if ht[i] < ht[c] or (ht[i] == ht[c] and hv[i] < hv[c]):
+            break
+        ht[c], ht[i] = ht[i], ht[c]
+        hv[c], hv[i] = hv[i], hv[c]
+        i = c
+    return n
+
+
+@jit
+def _sort_by_key(a: np.ndarray, count: int, key: np.ndarray) -> None:
+    """Stable insertion sort of ``a[:count]`` by ``key`` (the list is nearly sorted)."""
+    for i in range(1, count):
+        v = a[i]
+        kv = key[v]
+        j = i - 1
+        while j >= 0 and key[a[j]] > kv:
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = v
+
+
+@jit
+def run(
+    dur: np.ndarray,
+    size: np.ndarray,
+    src: np.ndarray,
+    dst: np.ndarray,
+    iteration: np.ndarray,
+    succ_ptr: np.ndarray,
+    succ_idx: np.ndarray,
+    npred0: np.ndarray,
+    cap: np.ndarray,
+    machines: int,
+    policy: int,
+) -> tuple[np.ndarray, int, int]:
+    """Simulate the DAG to completion: (finish times, events, nodes that ran)."""
+    n = dur.shape[0]
+    finish = np.full(n, np.nan)
+    npred = npred0.copy()
+    rem = size.copy()
+    smax = 0.0
+    for v in range(n):
+        if src[v] >= 0 and size[v] > smax:
+            smax = size[v]
+    scale = 0.5 / (smax if smax > 0.0 else 1.0)
+    key = iteration + rem * scale  # priority: iteration, then remaining bytes
+    ht = np.empty(n + 1)
+    hv = np.empty(n + 1, np.int64)
+    nh = 0
+    active = np.empty(n + 1, np.int64)  # arrival order (fifo) or priority order
+    na = 0
+    run_f = np.empty(n + 1, np.int64)
+    run_r = np.empty(n + 1)
+    nr = 0
+    ended = np.empty(n + 1, np.int64)
+    port_use = np.zeros(cap.shape[0], np.int64)
+    live_out = 0
+    live_in = 0
+    stack = np.empty(n + 1, np.int64)
+    ns = 0
+    for v in range(n - 1, -1, -1):
+        if npred[v] == 0:
+            stack[ns] = v
+            ns += 1
+    t = 0.0
+    done = 0
+    events = 0
+    dirty = False
+    while True:
+        while ns > 0:
+            ns -= 1
+            v = stack[ns]
+            if src[v] >= 0:
+                active[na] = v
+                na += 1
+                for p in (src[v], dst[v]):
+                    port_use[p] += 1
+                    if port_use[p] == 1:
+                        if p >= machines:
+                            live_in += 1
+                        else:
+                            live_out += 1
+                dirty = True
+            elif dur[v] > 0.0:
+                nh = _heap_push(ht, hv, nh, t + dur[v], v)
+            else:
+                finish[v] = t
+                done += 1
+                for e in range(succ_ptr[v], succ_ptr[v + 1]):
+                    w = succ_idx[e]
+                    npred[w] -= 1
+                    if npred[w] == 0:
+                        stack[ns] = w
+                        ns += 1
+        if dirty:
+            if policy == PRIORITY:
+                _sort_by_key(active, na, key)
+                nr = greedy(active, na, src, dst, cap, live_out, live_in, run_f, run_r)
+            elif policy == FIFO:
+                nr = greedy(active, na, src, dst, cap, live_out, live_in, run_f, run_r)
+            else:
+                nr = max_min(active, na, src, dst, cap, run_f, run_r)
+            dirty = False
+        tn = ht[0] if nh > 0 else np.inf
+        for j in range(nr):
+            tf = t + rem[run_f[j]] / run_r[j]
+            if tf < tn:
+                tn = tf
+        if tn == np.inf:
+            break
+        events += 1
+        dt = tn - t
+        tol = _REL_EPS * max(tn, 1e-300)
+        ne = 0
+        for j in range(nr):
+            f = run_f[j]
+            r = run_r[j]
+            if t + rem[f] / r - tn <= tol:
+                ended[ne] = f
+                ne += 1
+            else:
+                rem[f] -= r * dt
+                key[f] = iteration[f] + rem[f] * scale
+        t = tn
+        if ne > 0:
+            dirty = True
+            for j in range(ne):
+                f = ended[j]
+                k = 0
+                for i in range(na):  # remove f, keeping the order
+                    if active[i] != f:
+                        active[k] = active[i]
+                        k += 1
+                na = k
+                rem[f] = 0.0
+                finish[f] = t
+                done += 1
+                for p in (src[f], dst[f]):
+                    port_use[p] -= 1
+                    if port_use[p] == 0:
+                        if p >= machines:
+                            live_in -= 1
+                        else:
+                            live_out -= 1
+                for e in range(succ_ptr[f], succ_ptr[f + 1]):
+                    w = succ_idx[e]
+                    npred[w] -= 1
+                    if npred[w] == 0:
+                        stack[ns] = w
+                        ns += 1
+        while nh > 0 and ht[0] - t <= tol:
+            v = hv[0]
+            nh = _heap_pop(ht, hv, nh)
+            finish[v] = t
+            done += 1
+            for e in range(succ_ptr[v], succ_ptr[v + 1]):
+                w = succ_idx[e]
+                npred[w] -= 1
+                if npred[w] == 0:
+                    stack[ns] = w
+                    ns += 1
+    return finish, events, done
