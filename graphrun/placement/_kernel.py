@@ -296,13 +296,15 @@ def run(
         if ne > 0:
             dirty = True
             for j in range(ne):
+                rem[ended[j]] = -1.0  # mark, then drop the ended flows keeping the order
+            k = 0
+            for i in range(na):
+                if rem[active[i]] >= 0.0:
+                    active[k] = active[i]
+                    k += 1
+            na = k
+            for j in range(ne):
                 f = ended[j]
-                k = 0
-                for i in range(na):  # remove f, keeping the order
-                    if active[i] != f:
-                        active[k] = active[i]
-                        k += 1
-                na = k
                 rem[f] = 0.0
                 finish[f] = t
                 done += 1
@@ -331,3 +333,78 @@ def run(
                     stack[ns] = w
                     ns += 1
     return finish, events, done
+
+
+@jit
+def place(
+    size: np.ndarray,
+    src_task: np.ndarray,
+    dst_task: np.ndarray,
+    group: np.ndarray,
+    x: np.ndarray,
+    machines: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flow sizes and ports of a template under placement ``x`` (see
+    :meth:`graphrun.placement.workload.Template.place`): flows inside a machine or of
+    no bytes become free steps; the flows of one group whose sources share a machine
+    merge into the first of them (bytes added in node order)."""
+    n = size.shape[0]
+    out_size = np.zeros(n)
+    src = np.full(n, -1, np.int64)
+    dst = np.full(n, -1, np.int64)
+    rep_group = np.full(machines, -1, np.int64)  # the group whose representative ...
+    rep_node = np.zeros(machines, np.int64)  # ... from each machine is this node
+    for v in range(n):
+        if src_task[v] < 0 or size[v] <= 0.0:
+            continue
+        sm = x[src_task[v]]
+        dm = x[dst_task[v]]
+        if sm == dm:
+            continue
+        g = group[v]
+        if g >= 0 and rep_group[sm] == g:
+            out_size[rep_node[sm]] += size[v]
+            continue
+        if g >= 0:
+            rep_group[sm] = g
+            rep_node[sm] = v
+        out_size[v] = size[v]
+        src[v] = sm
+        dst[v] = machines + dm
+    return out_size, src, dst
+
+
+@jit
+def overload(demand: np.ndarray, x: np.ndarray, cap: np.ndarray) -> float:
+    """Sum over machines and resources of the overload relative to the capacity (a
+    resource a machine lacks counts as capacity 1)."""
+    use = np.zeros(cap.shape)
+    for t in range(x.shape[0]):
+        for k in range(cap.shape[1]):
+            use[x[t], k] += demand[t, k]
+    total = 0.0
+    for m in range(cap.shape[0]):
+        for k in range(cap.shape[1]):
+            over = use[m, k] - cap[m, k]
+            if over > 0.0:
+                total += over / max(cap[m, k], 1.0)
+    return total
+
+
+@jit
+def port_load(traffic: np.ndarray, x: np.ndarray, egress: np.ndarray, ingress: np.ndarray) -> float:
+    """The busiest port's seconds: bytes between tasks on different machines over the
+    sender's egress and the receiver's ingress bandwidth."""
+    m = egress.shape[0]
+    out = np.zeros(m)
+    inn = np.zeros(m)
+    n = x.shape[0]
+    for i in range(n):
+        for j in range(n):
+            if x[i] != x[j]:
+                out[x[i]] += traffic[i, j]
+                inn[x[j]] += traffic[i, j]
+    best = 0.0
+    for k in range(m):
+        best = max(best, out[k] / egress[k], inn[k] / ingress[k])
+    return best

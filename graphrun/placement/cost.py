@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from graphrun.errors import SpecError
+from graphrun.placement import _kernel
 from graphrun.placement.bounds import chain_bound
 from graphrun.placement.cluster import Cluster
 from graphrun.placement.job import RESOURCES, Job
@@ -36,17 +37,9 @@ def capacity_matrix(cluster: Cluster) -> np.ndarray:
     return np.array([cluster.capacity(r) for r in RESOURCES], dtype=float).T
 
 
-def usage(cluster: Cluster, job: Job, placement: Sequence[int]) -> np.ndarray:
-    """(machines, resources) demand placed on each machine."""
-    u = np.zeros((cluster.size, len(RESOURCES)))
-    np.add.at(u, np.asarray(placement, dtype=int), demand_matrix(job))
-    return u
-
-
 def violation(cluster: Cluster, job: Job, placement: Sequence[int]) -> float:
-    cap = capacity_matrix(cluster)
-    over = np.maximum(usage(cluster, job, placement) - cap, 0.0)
-    return float((over / np.maximum(cap, 1.0)).sum())
+    x = np.asarray(placement, dtype=np.int64)
+    return float(_kernel.overload(demand_matrix(job), x, capacity_matrix(cluster)))
 
 
 def check_feasible(cluster: Cluster, job: Job) -> None:
@@ -112,13 +105,15 @@ class Evaluator:
     _floor: float | None = field(default=None, repr=False)
     _traffic: np.ndarray | None = field(default=None, repr=False)
     _template: Template | None = field(default=None, repr=False)
+    _demand: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    _bw: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     @property
     def job(self) -> Job:
         return self.scenario.job
 
     def makespan(self, placement: Sequence[int]) -> float:
-        key = tuple(int(m) for m in placement)
+        key = tuple(map(int, placement))
         got = self._cache.get(key)
         if got is None:
             if self._template is None:
@@ -129,10 +124,13 @@ class Evaluator:
         return got
 
     def violation(self, placement: Sequence[int]) -> float:
-        key = tuple(int(m) for m in placement)
+        key = tuple(map(int, placement))
         got = self._viol.get(key)
         if got is None:
-            got = self._viol[key] = violation(self.cluster, self.job, key)
+            if self._demand is None:
+                self._demand = demand_matrix(self.job), capacity_matrix(self.cluster)
+            x = np.asarray(key, dtype=np.int64)
+            got = self._viol[key] = float(_kernel.overload(self._demand[0], x, self._demand[1]))
         return got
 
     def floor(self) -> float:
@@ -145,14 +143,11 @@ class Evaluator:
 
     def port_floor(self, placement: Sequence[int]) -> float:
         """Busiest port's bytes / bandwidth, from the task traffic matrix (no DAG)."""
-        if self._traffic is None:
+        if self._traffic is None or self._bw is None:
             self._traffic = traffic_matrix(self.scenario)
-        x = np.asarray(placement, dtype=np.intp)
-        remote = self._traffic * (x[:, None] != x[None, :])
-        m = self.cluster.size
-        out = np.bincount(x, weights=remote.sum(axis=1), minlength=m) / self.cluster.egress
-        inn = np.bincount(x, weights=remote.sum(axis=0), minlength=m) / self.cluster.ingress
-        return float(max(out.max(), inn.max()))
+            self._bw = np.asarray(self.cluster.egress), np.asarray(self.cluster.ingress)
+        x = np.asarray(placement, dtype=np.int64)
+        return float(_kernel.port_load(self._traffic, x, self._bw[0], self._bw[1]))
 
     def cost_floor(self, placement: Sequence[int]) -> float:
         """A lower bound on :meth:`cost` that needs no simulation: the larger of the

@@ -107,10 +107,58 @@ def _propose(
         x[i] = m if m < x[i] else m + 1
 
 
+@dataclass
+class _Replica:
+    """One Metropolis chain of a search: its state, cost and inverse temperature."""
+
+    x: list[int]
+    cost: float
+    beta: float
+
+
+@dataclass
+class _Best:
+    placement: Placement
+    makespan: float
+    curve: list[CurvePoint]
+
+
+def _step(
+    ev: Evaluator,
+    rep: _Replica,
+    rng: np.random.Generator,
+    scale: float,
+    swap_prob: float,
+    exchange_prob: float,
+) -> bool:
+    """One Metropolis step of ``rep``; True when it was rejected on its cost floor."""
+    y = rep.x[:]
+    _propose(y, rng, ev.cluster.size, swap_prob, exchange_prob)
+    # Metropolis: accept iff c' < c - scale * ln(u) / beta. A proposal whose cost
+    # floor already exceeds that threshold is rejected without simulating it.
+    threshold = rep.cost - scale * math.log(1.0 - rng.random()) / rep.beta
+    if ev.cost_floor(y) >= threshold:
+        return True
+    if (cy := ev.cost(y)) < threshold:
+        rep.x, rep.cost = y, cy
+    return False
+
+
+def _exchange(reps: list[_Replica], rng: np.random.Generator, scale: float) -> None:
+    """Replica exchange: propose to swap the states of one uniformly drawn pair of
+    neighbouring temperatures; accepted w.p. ``min(1, exp((b_i - b_j)(c_i - c_j)/scale))``,
+    which keeps the product of the replicas' Boltzmann distributions stationary."""
+    i = int(rng.integers(len(reps) - 1))
+    a, b = reps[i], reps[i + 1]
+    if math.log(1.0 - rng.random()) < (a.beta - b.beta) * (a.cost - b.cost) / scale:
+        a.x, b.x = b.x, a.x
+        a.cost, b.cost = b.cost, a.cost
+
+
 def _chain(
     ev: Evaluator,
     init: Sequence[int],
-    beta_at: Callable[[float], float],
+    betas: Callable[[float], Sequence[float]],
     *,
     seed: int,
     max_steps: int | None,
@@ -118,20 +166,24 @@ def _chain(
     scale: float | None,
     swap_prob: float,
     exchange_prob: float,
+    exchange_every: int = 10,
     on_step: Callable[[Placement], None] | None,
 ) -> SearchResult:
+    """Metropolis chains, one per entry of ``betas(fraction of the budget used)``, all
+    from ``init``; with several, a replica exchange every ``exchange_every`` rounds."""
     if max_steps is None and max_seconds is None:
         raise ArgumentError("search: give max_steps or max_seconds")
     rng = np.random.default_rng(seed)
     t0 = time.perf_counter()
     sims0 = ev.simulations
-    x = [int(m) for m in init]
-    c = ev.cost(x)
-    scale = scale or c or 1.0
-    best: Placement = tuple(x)
-    best_ms = ev.makespan(x) if ev.violation(x) == 0 else math.inf
-    curve = [CurvePoint(0, 0.0, best_ms)] if best_ms < math.inf else []
-    step = rejected_early = 0
+    c0 = ev.cost(init)
+    scale = scale or c0 or 1.0
+    reps = [_Replica([int(m) for m in init], c0, b) for b in betas(0.0)]
+    ms0 = ev.makespan(init) if ev.violation(init) == 0 else math.inf
+    best = _Best(
+        tuple(int(m) for m in init), ms0, [CurvePoint(0, 0.0, ms0)] if ms0 < math.inf else []
+    )
+    step = rejected_early = rounds = 0
     while True:
         elapsed = time.perf_counter() - t0
         if max_steps is not None and step >= max_steps:
@@ -139,31 +191,28 @@ def _chain(
         if max_seconds is not None and elapsed >= max_seconds:
             break
         frac = step / max_steps if max_steps else elapsed / (max_seconds or 1.0)
-        step += 1
-        y = x[:]
-        _propose(y, rng, ev.cluster.size, swap_prob, exchange_prob)
-        # Metropolis: accept iff c' < c - scale * ln(u) / beta. A proposal whose cost
-        # floor already exceeds that threshold is rejected without simulating it.
-        threshold = c - scale * math.log(1.0 - rng.random()) / beta_at(frac)
-        if ev.cost_floor(y) >= threshold:
-            rejected_early += 1
-        elif (cy := ev.cost(y)) < threshold:
-            x, c = y, cy
-            if c < best_ms and ev.violation(x) == 0:
-                best, best_ms = tuple(x), ev.makespan(x)
-                curve.append(CurvePoint(step, time.perf_counter() - t0, best_ms))
-        if on_step is not None:
-            on_step(tuple(x))
-    if best_ms == math.inf:
+        for rep, beta in zip(reps, betas(frac), strict=True):
+            rep.beta = beta
+            step += 1
+            rejected_early += _step(ev, rep, rng, scale, swap_prob, exchange_prob)
+            if rep.cost < best.makespan and ev.violation(rep.x) == 0:
+                best.placement, best.makespan = tuple(rep.x), ev.makespan(rep.x)
+                best.curve.append(CurvePoint(step, time.perf_counter() - t0, best.makespan))
+            if on_step is not None:
+                on_step(tuple(rep.x))
+        rounds += 1
+        if len(reps) > 1 and rounds % exchange_every == 0:
+            _exchange(reps, rng, scale)
+    if best.makespan == math.inf:
         raise SpecError("placement: the search found no feasible placement")
     return SearchResult(
-        placement=best,
-        makespan=best_ms,
+        placement=best.placement,
+        makespan=best.makespan,
         steps=step,
         simulations=ev.simulations - sims0,
         rejected_early=rejected_early,
         seconds=time.perf_counter() - t0,
-        curve=tuple(curve),
+        curve=tuple(best.curve),
     )
 
 
@@ -178,13 +227,16 @@ def etp(
     scale: float | None = None,
     swap_prob: float = 0.3,
     exchange_prob: float = 0.1,
+    tempering: Sequence[float] = (),
     on_step: Callable[[Placement], None] | None = None,
 ) -> SearchResult:
-    """Metropolis exploration at fixed ``beta`` (see the module docstring)."""
+    """Metropolis exploration at fixed ``beta`` (see the module docstring); with
+    ``tempering``, replica exchange over the chains at ``beta`` and those betas."""
+    ladder = sorted({float(beta), *map(float, tempering)})
     return _chain(
         ev,
         init,
-        lambda _: beta,
+        lambda _: ladder,
         seed=seed,
         max_steps=max_steps,
         max_seconds=max_seconds,
@@ -212,7 +264,7 @@ def anneal(
     return _chain(
         ev,
         init,
-        lambda frac: beta0 * ratio ** min(frac, 1.0),
+        lambda frac: (beta0 * ratio ** min(frac, 1.0),),
         seed=seed,
         max_steps=max_steps,
         max_seconds=max_seconds,

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphrun.errors import ArgumentError
+from graphrun.placement import _kernel
 from graphrun.placement.cluster import Cluster
 from graphrun.placement.dag import COMPUTE, FLOW, Dag
 from graphrun.placement.job import Job
@@ -147,22 +148,9 @@ class Template:
             raise ArgumentError(f"placement: {x.size} entries for {self.num_tasks} tasks")
         if x.size and (x.min() < 0 or x.max() >= cluster.size):
             raise ArgumentError("placement: a machine index is out of range")
-        flows = np.flatnonzero(self.src_task >= 0)
-        sm, dm = x[self.src_task[flows]], x[self.dst_task[flows]]
-        keep = (sm != dm) & (self.size[flows] > 0)
-        flows, sm, dm = flows[keep], sm[keep], dm[keep]
-        g = self.group[flows]
-        key = np.where(g >= 0, g * cluster.size + sm, -1 - flows)
-        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        total = np.bincount(inv, weights=self.size[flows])
-        rep = flows[first]
-        n = self.num_nodes
-        size = np.zeros(n)
-        size[rep] = total
-        src = np.full(n, -1, dtype=np.int64)
-        dst = np.full(n, -1, dtype=np.int64)
-        src[rep] = sm[first]
-        dst[rep] = cluster.size + dm[first]
+        size, src, dst = _kernel.place(
+            self.size, self.src_task, self.dst_task, self.group, x, cluster.size
+        )
         return DagArrays(
             duration=self.duration,
             size=size,
