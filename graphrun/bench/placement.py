@@ -92,7 +92,7 @@ def run_setting(s: Setting, seeds: int, seconds: float, random_samples: int) -> 
     from graphrun.placement.cost import Evaluator
     from graphrun.placement.job import Demand, Demands, JobSpec, job_from_spec
     from graphrun.placement.profile import builtin_profile
-    from graphrun.placement.search import anneal, etp, ifs
+    from graphrun.placement.search import TEMPERING, anneal, etp, ifs
     from graphrun.placement.simgrid_check import crosscheck, random_flowsets, simgrid_available
     from graphrun.placement.workload import build_workload, make_scenario
 
@@ -121,7 +121,7 @@ def run_setting(s: Setting, seeds: int, seconds: float, random_samples: int) -> 
         ev = Evaluator(cluster, make_scenario(job, seed))
         rng = np.random.default_rng(seed)
         start = ifs(ev)
-        res = etp(ev, start, seed=seed, max_seconds=seconds)
+        res = etp(ev, start, seed=seed, max_seconds=seconds, tempering=TEMPERING)
         sa = anneal(ev, start, seed=seed, max_seconds=seconds)
         rand = [ev.makespan(random_feasible(cluster, job, rng)) for _ in range(random_samples)]
         bound = lower_bounds(build_workload(cluster, ev.scenario, res.placement)).value
@@ -156,6 +156,7 @@ def run_setting(s: Setting, seeds: int, seconds: float, random_samples: int) -> 
     }
     for key, xs in rows.items():
         out.update(_stats(key, xs))
+    out["etp_to_lower_bound_per_seed"] = [round(x, 4) for x in rows["etp_to_lower_bound"]]
     out["anytime_curve_seed0"] = curve
     out["simgrid_max_rel_error"] = None
     if simgrid_available():

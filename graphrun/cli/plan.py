@@ -38,6 +38,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--beta", type=float, default=200.0, help="ETP inverse temperature")
     p.add_argument(
+        "--tempering",
+        type=float,
+        nargs="*",
+        default=None,
+        metavar="BETA",
+        help="betas of the extra ETP replicas exchanging states with the --beta chain "
+        "(default 50 100 400 800; give none for a single chain)",
+    )
+    p.add_argument(
         "--profile",
         default="products",
         help="GraphJob only: a built-in profile (products, papers100m) or a profile JSON "
@@ -87,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         max_seconds=None if args.steps is not None else args.seconds,
         max_steps=args.steps,
         beta=args.beta,
+        tempering=PlanOptions.tempering if args.tempering is None else tuple(args.tempering),
     )
     out = optimize(cluster, job, options)
     co = out.colocation_makespan

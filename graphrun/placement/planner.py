@@ -14,7 +14,7 @@ from graphrun.placement.cost import Evaluator, Placement, check_feasible
 from graphrun.placement.job import Job
 from graphrun.placement.oes import Policy
 from graphrun.placement.plan import PlacementPlan, make_plan
-from graphrun.placement.search import SearchResult, etp, ifs
+from graphrun.placement.search import TEMPERING, SearchResult, etp, ifs
 from graphrun.placement.workload import build_workload, make_scenario
 
 
@@ -35,6 +35,7 @@ class PlanOptions:
     max_seconds: float | None = 30.0
     max_steps: int | None = None
     beta: float = 200.0
+    tempering: tuple[float, ...] = TEMPERING  # replica exchange betas; () for one chain
     lam: float = 10.0
     policy: Policy = Policy.PRIORITY
 
@@ -48,6 +49,7 @@ def optimize(cluster: Cluster, job: Job, options: PlanOptions = PlanOptions()) -
         ev,
         start,
         beta=options.beta,
+        tempering=options.tempering,
         seed=options.seed,
         max_seconds=options.max_seconds,
         max_steps=options.max_steps,

@@ -36,6 +36,7 @@ from graphrun.placement.cost import (
 )
 
 _KIND_ORDER = {"store": 0, "trainer": 1, "sampler": 2, "ps": 3}
+TEMPERING = (50.0, 100.0, 400.0, 800.0)  # replica betas of `graphrun plan` and the benchmark
 
 
 @dataclass(frozen=True)
@@ -228,11 +229,15 @@ def etp(
     swap_prob: float = 0.3,
     exchange_prob: float = 0.1,
     tempering: Sequence[float] = (),
+    exchange_every: int = 10,
     on_step: Callable[[Placement], None] | None = None,
 ) -> SearchResult:
     """Metropolis exploration at fixed ``beta`` (see the module docstring); with
-    ``tempering``, replica exchange over the chains at ``beta`` and those betas."""
+    ``tempering``, replica exchange over the chains at ``beta`` and those betas (one
+    step of each per round, an exchange every ``exchange_every`` rounds)."""
     ladder = sorted({float(beta), *map(float, tempering)})
+    if ladder[0] <= 0:
+        raise ArgumentError(f"search: betas must be > 0 (got {ladder[0]:g})")
     return _chain(
         ev,
         init,
@@ -243,6 +248,7 @@ def etp(
         scale=scale,
         swap_prob=swap_prob,
         exchange_prob=exchange_prob,
+        exchange_every=max(1, exchange_every),
         on_step=on_step,
     )
 

@@ -93,3 +93,14 @@ def test_example_plans(tmp_path):
     argv = ["plan", str(ex / "cluster.yaml"), str(ex / "job.yaml"), "-o", str(out)]
     assert main([*argv, "--steps", "20"]) == 0
     assert load_plan(out).machines == ["m0", "m1", "m2", "m3"]
+
+
+def test_plan_tempering_options(tmp_path, capsys):
+    c, j = files(tmp_path)
+    out = tmp_path / "plan.yaml"
+    base = ["plan", str(c), str(j), "-o", str(out), "--steps", "40"]
+    assert main([*base, "--tempering"]) == 0  # a single chain
+    assert main([*base, "--tempering", "20", "400"]) == 0
+    capsys.readouterr()
+    assert main([*base, "--tempering", "0"]) == 2
+    assert "betas must be > 0" in capsys.readouterr().err

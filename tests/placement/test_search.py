@@ -193,3 +193,55 @@ def test_cost_floor_matches_the_dag_and_bounds_the_cost(hetero):
         per_port = dag.port_bytes() / np.asarray(dag.port_capacity)
         assert ev.port_floor(x) == pytest.approx(per_port.max())
         assert ev.cost_floor(x) <= ev.cost(x) * (1 + 1e-9)
+
+
+def test_replica_exchange_keeps_each_temperature_boltzmann():
+    """With tempering, the visits of the beta chain still follow exp(-beta * cost)
+    (the replicas' joint distribution is the product of their Boltzmann laws); a
+    wrong exchange rule (the sign flipped) fails this test with p ~ 1e-16."""
+    cluster, job = tiny((50, 10))
+    ev = Evaluator(cluster, make_scenario(job, seed=1))
+    states = list(itertools.product(range(cluster.size), repeat=len(job.tasks)))
+    cost = np.array([ev.cost(x) for x in states])
+    scale, beta = float(cost.mean()), 3.0
+    target = np.exp(-beta * cost / scale)
+    target /= target.sum()
+    visits: Counter = Counter()
+    seen = [0]
+
+    def record(x):  # replicas step in ladder order (0.2, 3, 30): the second
+        seen[0] += 1
+        if seen[0] % 12 == 2:  # every 4th round
+            visits[x] += 1
+
+    etp(
+        ev,
+        states[0],
+        beta=beta,
+        tempering=(0.2, 30.0),
+        exchange_every=1,
+        scale=scale,
+        seed=5,
+        max_steps=3 * 40_000,
+        on_step=record,
+    )
+    observed = np.array([visits[x] for x in states], dtype=float)
+    n = observed.sum()
+    assert chisquare(observed, target * n).pvalue > 1e-3
+    assert chisquare(observed, np.full(len(states), n / len(states))).pvalue < 1e-9
+
+
+def test_tempered_etp_is_reproducible_and_feasible(hetero):
+    cluster, job = hetero
+    ev = Evaluator(cluster, make_scenario(job, seed=0))
+    start = ifs(ev)
+    a = etp(ev, start, seed=3, max_steps=400, tempering=(50.0, 800.0))
+    b = etp(
+        Evaluator(cluster, make_scenario(job, seed=0)),
+        start,
+        seed=3,
+        max_steps=400,
+        tempering=(50.0, 800.0),
+    )
+    assert a.placement == b.placement and a.makespan <= ev.makespan(start)
+    assert ev.violation(a.placement) == 0 and a.steps == 400 + 2  # whole rounds of 3
