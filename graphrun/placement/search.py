@@ -85,12 +85,32 @@ def ifs(ev: Evaluator) -> Placement:
     return tuple(place)
 
 
-def _propose(
-    x: list[int], rng: np.random.Generator, machines: int, swap_prob: float, exchange_prob: float
-) -> None:
-    n = len(x)
+@dataclass(frozen=True)
+class _Moves:
+    """Proposal probabilities (the rest is relocation) and each task's peers: the other
+    tasks of its kind, which have the same demands."""
+
+    machines: int
+    swap: float
+    exchange: float
+    peer_swap: float
+    peers: tuple[tuple[int, ...], ...]
+
+
+def _moves(ev: Evaluator, swap: float, exchange: float, peer_swap: float) -> _Moves:
+    kinds = [t.kind for t in ev.job.tasks]
+    peers = tuple(
+        tuple(j for j, k in enumerate(kinds) if k == kinds[i] and j != i) for i in range(len(kinds))
+    )
+    if min(swap, exchange, peer_swap) < 0 or swap + exchange + peer_swap > 1:
+        raise ArgumentError("search: move probabilities must be >= 0 and sum to <= 1")
+    return _Moves(ev.cluster.size, swap, exchange, peer_swap, peers)
+
+
+def _propose(x: list[int], rng: np.random.Generator, mv: _Moves) -> None:
+    n, machines = len(x), mv.machines
     u = rng.random()
-    if machines >= 2 and u < exchange_prob:
+    if machines >= 2 and u < mv.exchange:
         # exchange every task of two machines: moves a co-located group (a partition's
         # store, trainer and samplers) to a faster NIC in one step
         a, b = rng.choice(machines, size=2, replace=False)
@@ -99,9 +119,15 @@ def _propose(
                 x[i] = int(b)
             elif m == b:
                 x[i] = int(a)
-    elif n >= 2 and u < exchange_prob + swap_prob:
+    elif n >= 2 and u < mv.exchange + mv.swap:
         i, j = rng.choice(n, size=2, replace=False)
         x[i], x[j] = x[j], x[i]
+    elif n >= 2 and u < mv.exchange + mv.swap + mv.peer_swap:
+        # a task and a uniformly drawn peer trade machines: keeps every machine's load
+        i = int(rng.integers(n))
+        if mv.peers[i]:
+            j = mv.peers[i][int(rng.integers(len(mv.peers[i])))]
+            x[i], x[j] = x[j], x[i]
     elif machines >= 2:
         i = int(rng.integers(n))
         m = int(rng.integers(machines - 1))
@@ -124,17 +150,10 @@ class _Best:
     curve: list[CurvePoint]
 
 
-def _step(
-    ev: Evaluator,
-    rep: _Replica,
-    rng: np.random.Generator,
-    scale: float,
-    swap_prob: float,
-    exchange_prob: float,
-) -> bool:
+def _step(ev: Evaluator, rep: _Replica, rng: np.random.Generator, scale: float, mv: _Moves) -> bool:
     """One Metropolis step of ``rep``; True when it was rejected on its cost floor."""
     y = rep.x[:]
-    _propose(y, rng, ev.cluster.size, swap_prob, exchange_prob)
+    _propose(y, rng, mv)
     # Metropolis: accept iff c' < c - scale * ln(u) / beta. A proposal whose cost
     # floor already exceeds that threshold is rejected without simulating it.
     threshold = rep.cost - scale * math.log(1.0 - rng.random()) / rep.beta
@@ -165,8 +184,7 @@ def _chain(
     max_steps: int | None,
     max_seconds: float | None,
     scale: float | None,
-    swap_prob: float,
-    exchange_prob: float,
+    moves: _Moves,
     exchange_every: int = 10,
     on_step: Callable[[Placement], None] | None,
 ) -> SearchResult:
@@ -195,7 +213,7 @@ def _chain(
         for rep, beta in zip(reps, betas(frac), strict=True):
             rep.beta = beta
             step += 1
-            rejected_early += _step(ev, rep, rng, scale, swap_prob, exchange_prob)
+            rejected_early += _step(ev, rep, rng, scale, moves)
             if rep.cost < best.makespan and ev.violation(rep.x) == 0:
                 best.placement, best.makespan = tuple(rep.x), ev.makespan(rep.x)
                 best.curve.append(CurvePoint(step, time.perf_counter() - t0, best.makespan))
@@ -228,6 +246,7 @@ def etp(
     scale: float | None = None,
     swap_prob: float = 0.3,
     exchange_prob: float = 0.1,
+    peer_swap_prob: float = 0.0,
     tempering: Sequence[float] = (),
     exchange_every: int = 10,
     on_step: Callable[[Placement], None] | None = None,
@@ -246,8 +265,7 @@ def etp(
         max_steps=max_steps,
         max_seconds=max_seconds,
         scale=scale,
-        swap_prob=swap_prob,
-        exchange_prob=exchange_prob,
+        moves=_moves(ev, swap_prob, exchange_prob, peer_swap_prob),
         exchange_every=max(1, exchange_every),
         on_step=on_step,
     )
@@ -264,6 +282,7 @@ def anneal(
     max_seconds: float | None = None,
     swap_prob: float = 0.3,
     exchange_prob: float = 0.1,
+    peer_swap_prob: float = 0.0,
 ) -> SearchResult:
     """Simulated annealing: the same moves, beta rising geometrically over the budget."""
     ratio = beta1 / beta0
@@ -275,7 +294,6 @@ def anneal(
         max_steps=max_steps,
         max_seconds=max_seconds,
         scale=None,
-        swap_prob=swap_prob,
-        exchange_prob=exchange_prob,
+        moves=_moves(ev, swap_prob, exchange_prob, peer_swap_prob),
         on_step=None,
     )

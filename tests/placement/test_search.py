@@ -23,16 +23,16 @@ from graphrun.placement.cost import Evaluator, violation
 from graphrun.placement.job import Demand, Demands, JobSpec, job_from_spec
 from graphrun.placement.oes import Policy, simulate
 from graphrun.placement.profile import builtin_profile
-from graphrun.placement.search import _propose, anneal, etp, ifs
+from graphrun.placement.search import _Moves, _propose, anneal, etp, ifs
 from graphrun.placement.workload import build_workload, make_scenario
 
 
-def tiny(machines=(50, 10), iterations=2, **kw):
+def tiny(machines=(50, 10), iterations=2, samplers=1, **kw):
     cluster = make_cluster(list(machines), cpu=16, memory_gb=64, gpus=1)
     spec = JobSpec(
         partitions=1,
         trainers=1,
-        samplers_per_trainer=1,
+        samplers_per_trainer=samplers,
         parameter_servers=1,
         iterations=iterations,
         demands=Demands(
@@ -46,10 +46,15 @@ def tiny(machines=(50, 10), iterations=2, **kw):
     return cluster, job_from_spec(spec, builtin_profile("products"))
 
 
-@pytest.mark.parametrize(("machines", "exchange_prob"), [((50, 10), 0.1), ((50, 10, 25), 0.6)])
-def test_etp_visits_follow_the_boltzmann_distribution(machines, exchange_prob):
-    """Relocations, swaps and machine exchanges are all symmetric proposals."""
-    cluster, job = tiny(machines)
+@pytest.mark.parametrize(
+    ("machines", "exchange_prob", "peer_swap_prob", "samplers"),
+    [((50, 10), 0.1, 0.0, 1), ((50, 10, 25), 0.6, 0.0, 1), ((50, 10), 0.1, 0.4, 2)],
+)
+def test_etp_visits_follow_the_boltzmann_distribution(
+    machines, exchange_prob, peer_swap_prob, samplers
+):
+    """Relocations, swaps, peer swaps and machine exchanges are all symmetric proposals."""
+    cluster, job = tiny(machines, samplers=samplers)
     ev = Evaluator(cluster, make_scenario(job, seed=1))
     states = list(itertools.product(range(cluster.size), repeat=len(job.tasks)))
     cost = np.array([ev.cost(x) for x in states])
@@ -73,6 +78,7 @@ def test_etp_visits_follow_the_boltzmann_distribution(machines, exchange_prob):
         seed=7,
         max_steps=40_000,
         exchange_prob=exchange_prob,
+        peer_swap_prob=peer_swap_prob,
         on_step=record,
     )
     observed = np.array([visits[x] for x in states], dtype=float)
@@ -92,9 +98,22 @@ def test_a_machine_exchange_moves_whole_groups():
     x = [0, 0, 1, 2, 2, 2, 3]  # every machine holds a task
     for _ in range(20):
         y = x[:]
-        _propose(y, rng, machines=4, swap_prob=0.0, exchange_prob=1.0)
+        _propose(y, rng, _Moves(4, swap=0.0, exchange=1.0, peer_swap=0.0, peers=((),) * 7))
         assert y != x and groups(y) == groups(x)
         assert sum(a != b for a, b in zip(x, y, strict=True)) >= 2
+
+
+def test_a_peer_swap_trades_machines_within_one_kind():
+    rng = np.random.default_rng(1)
+    peers = ((1,), (0,), (), (4,), (3,))  # kinds: a a b c c
+    x = [0, 1, 2, 3, 4]
+    moved = set()
+    for _ in range(50):
+        y = x[:]
+        _propose(y, rng, _Moves(5, swap=0.0, exchange=0.0, peer_swap=1.0, peers=peers))
+        assert sorted(y) == x and y[2] == 2  # a permutation; the lone kind never moves
+        moved.add(tuple(i for i in range(5) if y[i] != x[i]))
+    assert moved == {(0, 1), (3, 4), ()}  # () when the lone task was drawn
 
 
 def test_etp_is_reproducible_and_never_worse_than_its_start(hetero):
