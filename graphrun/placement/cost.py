@@ -91,6 +91,13 @@ def expected_traffic(job: Job) -> np.ndarray:
     return tr
 
 
+def _key(placement: Sequence[int]) -> Placement:
+    """The cache key: a tuple of Python ints (tuples from the search pass through)."""
+    if type(placement) is tuple:
+        return placement
+    return tuple(map(int, placement))
+
+
 @dataclass
 class Evaluator:
     """Scores placements of one job on one cluster, on one fixed :class:`Scenario`."""
@@ -113,7 +120,7 @@ class Evaluator:
         return self.scenario.job
 
     def makespan(self, placement: Sequence[int]) -> float:
-        key = tuple(map(int, placement))
+        key = _key(placement)
         got = self._cache.get(key)
         if got is None:
             if self._template is None:
@@ -124,7 +131,7 @@ class Evaluator:
         return got
 
     def violation(self, placement: Sequence[int]) -> float:
-        key = tuple(map(int, placement))
+        key = _key(placement)
         got = self._viol.get(key)
         if got is None:
             if self._demand is None:

@@ -98,13 +98,23 @@ class _Moves:
 
 
 def _moves(ev: Evaluator, swap: float, exchange: float, peer_swap: float) -> _Moves:
-    kinds = [t.kind for t in ev.job.tasks]
+    # samplers of different trainers (the same demands and similar traffic, different
+    # consumers); swapping samplers of one trainer or two PS barely changes the cost
+    ts = ev.job.tasks
     peers = tuple(
-        tuple(j for j, k in enumerate(kinds) if k == kinds[i] and j != i) for i in range(len(kinds))
+        tuple(j for j, u in enumerate(ts) if t.kind == u.kind == "sampler" and t.index != u.index)
+        for t in ts
     )
     if min(swap, exchange, peer_swap) < 0 or swap + exchange + peer_swap > 1:
         raise ArgumentError("search: move probabilities must be >= 0 and sum to <= 1")
     return _Moves(ev.cluster.size, swap, exchange, peer_swap, peers)
+
+
+def _pair(rng: np.random.Generator, n: int) -> tuple[int, int]:
+    """A uniformly drawn ordered pair of distinct integers below ``n``."""
+    i = int(rng.integers(n))
+    j = int(rng.integers(n - 1))
+    return i, j + (j >= i)
 
 
 def _propose(x: list[int], rng: np.random.Generator, mv: _Moves) -> None:
@@ -113,14 +123,14 @@ def _propose(x: list[int], rng: np.random.Generator, mv: _Moves) -> None:
     if machines >= 2 and u < mv.exchange:
         # exchange every task of two machines: moves a co-located group (a partition's
         # store, trainer and samplers) to a faster NIC in one step
-        a, b = rng.choice(machines, size=2, replace=False)
+        a, b = _pair(rng, machines)
         for i, m in enumerate(x):
             if m == a:
-                x[i] = int(b)
+                x[i] = b
             elif m == b:
-                x[i] = int(a)
+                x[i] = a
     elif n >= 2 and u < mv.exchange + mv.swap:
-        i, j = rng.choice(n, size=2, replace=False)
+        i, j = _pair(rng, n)
         x[i], x[j] = x[j], x[i]
     elif n >= 2 and u < mv.exchange + mv.swap + mv.peer_swap:
         # a task and a uniformly drawn peer trade machines: keeps every machine's load
@@ -154,12 +164,13 @@ def _step(ev: Evaluator, rep: _Replica, rng: np.random.Generator, scale: float, 
     """One Metropolis step of ``rep``; True when it was rejected on its cost floor."""
     y = rep.x[:]
     _propose(y, rng, mv)
+    key = tuple(y)
     # Metropolis: accept iff c' < c - scale * ln(u) / beta. A proposal whose cost
     # floor already exceeds that threshold is rejected without simulating it.
     threshold = rep.cost - scale * math.log(1.0 - rng.random()) / rep.beta
-    if ev.cost_floor(y) >= threshold:
+    if ev.cost_floor(key) >= threshold:
         return True
-    if (cy := ev.cost(y)) < threshold:
+    if (cy := ev.cost(key)) < threshold:
         rep.x, rep.cost = y, cy
     return False
 
