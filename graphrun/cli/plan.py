@@ -44,7 +44,7 @@ def register(subparsers: Any) -> None:
         default=None,
         metavar="BETA",
         help="betas of the extra ETP replicas exchanging states with the --beta chain "
-        "(default 50 100 400 800; give none for a single chain)",
+        "(default 100 400; give none for a single chain)",
     )
     p.add_argument(
         "--profile",

@@ -4,12 +4,16 @@ ETP is a Metropolis chain over placements (every task on any machine, feasible o
 not). A step proposes, with probability ``exchange_prob``, to exchange all the tasks
 of two machines drawn uniformly (a co-located group moves at once), with probability
 ``swap_prob`` to swap the machines of two tasks drawn uniformly among all pairs (a
-no-op if they share a machine), otherwise to relocate a uniformly drawn task to a
-uniformly drawn other machine. All three proposals are symmetric (the first two are
-involutions drawn uniformly), so accepting with ``min(1, exp(-beta * (c' - c) /
-scale))`` makes the stationary distribution proportional to ``exp(-beta * cost /
-scale)``. ``scale`` is
-the initial placement's cost unless given, so ``beta`` is unit-free. The uniform draw
+no-op if they share a machine), with probability ``peer_swap_prob`` to swap a
+uniformly drawn sampler with a uniformly drawn sampler of another trainer (a no-op
+for other tasks), otherwise to relocate a uniformly drawn task to a uniformly drawn
+other machine. All four proposals are symmetric (the swaps and exchanges are
+involutions drawn uniformly, a peer relation is symmetric), so accepting with
+``min(1, exp(-beta * (c' - c) / scale))`` makes the stationary distribution
+proportional to ``exp(-beta * cost / scale)``. ``scale`` is the initial placement's
+cost unless given, so ``beta`` is unit-free. With ``tempering``, chains at those
+betas run beside the ``beta`` chain and exchange states (replica exchange, see
+:func:`_exchange`); each keeps its own Boltzmann distribution. The uniform draw
 comes first, so a proposal whose cost floor (:meth:`Evaluator.cost_floor`, no
 simulation) already exceeds the acceptance threshold is rejected unsimulated — the
 same decision, much cheaper for overloaded placements. The best
@@ -36,7 +40,7 @@ from graphrun.placement.cost import (
 )
 
 _KIND_ORDER = {"store": 0, "trainer": 1, "sampler": 2, "ps": 3}
-TEMPERING = (50.0, 100.0, 400.0, 800.0)  # replica betas of `graphrun plan` and the benchmark
+TEMPERING = (100.0, 400.0)  # replica betas of `graphrun plan` and the benchmark
 
 
 @dataclass(frozen=True)
@@ -257,7 +261,7 @@ def etp(
     scale: float | None = None,
     swap_prob: float = 0.3,
     exchange_prob: float = 0.1,
-    peer_swap_prob: float = 0.0,
+    peer_swap_prob: float = 0.3,
     tempering: Sequence[float] = (),
     exchange_every: int = 10,
     on_step: Callable[[Placement], None] | None = None,
@@ -293,7 +297,7 @@ def anneal(
     max_seconds: float | None = None,
     swap_prob: float = 0.3,
     exchange_prob: float = 0.1,
-    peer_swap_prob: float = 0.0,
+    peer_swap_prob: float = 0.3,
 ) -> SearchResult:
     """Simulated annealing: the same moves, beta rising geometrically over the budget."""
     ratio = beta1 / beta0
