@@ -91,8 +91,8 @@ def ifs(ev: Evaluator) -> Placement:
 
 @dataclass(frozen=True)
 class _Moves:
-    """Proposal probabilities (the rest is relocation) and each task's peers: the other
-    tasks of its kind, which have the same demands."""
+    """Proposal probabilities (the rest is relocation) and each task's peers, the tasks
+    it may trade machines with in a peer swap (a symmetric relation)."""
 
     machines: int
     swap: float
