@@ -288,6 +288,8 @@ class PlacementSpec(_Model):
         given = [self.assignments, self.plan_file, self.plan]
         if sum(x is not None for x in given) > 1:
             raise ValueError("give at most one of assignments, planFile, plan")
+        if self.node_label is not None and self.plan is None and self.plan_file is None:
+            raise ValueError("nodeLabel: only used with a plan (its machines are nodes)")
         for role in self.assignments or {}:
             if not ROLE_PATTERN.match(role):
                 raise ValueError(f"assignments: {role!r} is not a role name")
