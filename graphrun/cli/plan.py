@@ -41,7 +41,7 @@ def register(subparsers: Any) -> None:
         type=Path,
         metavar="JOB_OUT",
         help="GraphJob only: also write the job with the plan inline in spec.placement.plan "
-        "(what the Kubernetes operator takes)",
+        "(what the Kubernetes operator takes); relative paths in it are kept as written",
     )
     p.add_argument("--seconds", type=float, default=30.0, help="ETP time budget (default 30)")
     p.add_argument("--steps", type=int, default=None, help="ETP step budget (reproducible)")
