@@ -571,7 +571,26 @@ def resolve_placement(job: GraphJob, base_dir: str | Path = ".") -> dict[str, st
                 f"{where}{role}: unknown machine {machine!r} (machines: {', '.join(machines)})"
             )
         placement[role] = machine
+    _backups_beside_their_main(spec, placement, explicit or {}, where)
     return placement
+
+
+def _backups_beside_their_main(
+    spec: GraphJobSpec, placement: dict[str, str], explicit: dict[str, str], where: str
+) -> None:
+    """A backup store server maps its main server's shared memory, so it runs on the
+    main's machine: it follows its main unless assigned, and must not be assigned away."""
+    for role in job_roles(spec):
+        if role.kind != "store" or not role.backup:
+            continue
+        main = placement[f"store:{role.part}"]
+        if role.name not in explicit:
+            placement[role.name] = main
+        elif placement[role.name] != main:
+            raise SpecError(
+                f"{where}{role.name}: a backup store server runs on its main server's "
+                f"machine (store:{role.part} is on {main}): it shares its memory"
+            )
 
 
 def plan_assignments(plan: PlacementPlan, machines: list[str], where: str) -> dict[str, str]:

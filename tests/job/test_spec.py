@@ -387,3 +387,19 @@ def test_inline_plan_not_matching_the_job(
     with pytest.raises(SpecError) as info:
         resolve_placement(j)
     assert str(info.value).startswith(expected)
+
+
+def test_backups_follow_their_main_store_server() -> None:
+    runtime = {"machines": 2, "storeServersPerMachine": 2}
+    j = parse_job(job(runtime=runtime, placement={"assignments": {"store:0": "m1"}}))
+    placement = resolve_placement(j)
+    assert placement["store:0"] == placement["store:0:1"] == "m1"
+    assert placement["store:1"] == placement["store:1:1"] == "m1"
+    plan = {"machines": ["a", "b"], "assignments": {"store:1": "a", "store:1:1": "b"}}
+    j = parse_job(job(runtime=runtime, placement={"plan": plan}))
+    with pytest.raises(SpecError) as info:
+        resolve_placement(j)
+    assert str(info.value) == (
+        "spec.placement.plan.assignments.store:1:1: a backup store server runs on its main "
+        "server's machine (store:1 is on m0): it shares its memory"
+    )
