@@ -72,6 +72,24 @@ def test_hetero_model_outputs_target_rows():
     assert out.shape == (2, 5)
 
 
+def test_hetero_message_flow_graph_equals_the_full_computation_on_the_seeds():
+    torch.manual_seed(0)
+    w, c = ("author", "writes", "paper"), ("paper", "cites", "paper")
+    model = HeteroSAGE({"paper": 4, "author": 3}, [w, c], 8, 5, 2, "paper", 0.0).eval()
+    # papers: 2 seeds, 2 hop-1, 1 hop-2; authors: 0 seeds, 2 hop-1, 1 hop-2
+    x = {"paper": torch.randn(5, 4), "author": torch.randn(3, 3)}
+    ei = {
+        w: torch.tensor([[0, 1, 2], [0, 1, 3]]),  # hop 1: 0->0, 1->1; hop 2: 2->3
+        c: torch.tensor([[2, 3, 4], [0, 1, 2]]),  # hop 1: 2->0, 3->1; hop 2: 4->2
+    }
+    nodes = {"paper": [2, 2, 1], "author": [0, 2, 1]}
+    edges = {w: [2, 1], c: [2, 1]}
+    full = model(x, ei)[:2]
+    mfg_out = model(x, ei, nodes, edges)
+    assert mfg_out.shape == (2, 5)
+    assert torch.allclose(full, mfg_out, atol=1e-6)
+
+
 def test_link_predictor_scores_pairs():
     x, ei, nodes, edges = mfg()
     scores = LinkPredictor(4, 8, 2)(x, ei, torch.tensor([[0, 1], [1, 0]]), nodes, edges)
