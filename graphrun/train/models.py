@@ -8,8 +8,8 @@ edges of hops ``1..L-i`` and computes only their destinations (the seeds and hop
 ``1..L-i-1``, :func:`mfg_targets`), handing ``SAGEConv`` the bipartite pair
 ``(x, x[:targets])`` (per node type in the heterogeneous model). PyG's
 :func:`~torch_geometric.utils.trim_to_layer` drops the same edges but still computes
-every remaining node; on the 200k-node benchmark batch (93.6k nodes, 17.8k targets) the message-flow graph cut a
-training step from 480 to 100 ms.
+every remaining node; on the 200k-node benchmark batch (93.6k nodes, 17.8k targets)
+the message-flow graph cut a training step from 480 to 100 ms.
 
 Aggregation path (``aggr_path``): ``"scatter"`` hands ``edge_index`` to the layer
 (gather + scatter-reduce); ``"csr"`` first turns each layer into a compressed
