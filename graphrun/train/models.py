@@ -195,7 +195,8 @@ class HeteroSAGE(torch.nn.Module):
                     if et in num_sampled_edges else e for et, e in edge_index.items()
                 }  # fmt: skip
             out: dict[str, Tensor] = {}
-            for et, conv in zip(self.relations[i], hetero.convs.values(), strict=True):
+            convs: torch.nn.ModuleDict = hetero.convs  # type: ignore[assignment]
+            for et, conv in zip(self.relations[i], convs.values(), strict=True):
                 src, _, dst = et
                 if et not in edges or src not in x or dst not in x:
                     continue
