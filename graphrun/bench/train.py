@@ -43,7 +43,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--dataset", type=Path, required=True, help="dataset directory")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--hosts", choices=("local", "netns"), default="local")
-    p.add_argument("--aggr", choices=("scatter", "csr", "both"), default="scatter")
+    p.add_argument("--aggr", choices=("scatter", "csr", "both"), default="csr")
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--fanouts", default="25,10", help="comma-separated, one per layer")
     p.add_argument("--hidden", type=int, default=128)
@@ -161,10 +161,16 @@ def run_distributed(args: argparse.Namespace, workdir: Path, aggr: str) -> dict[
     }
 
 
-def _hierarchy(batch: Any) -> tuple[Any, Any]:
-    """PyG's per-hop counts (for ``trim_to_layer``); its torch-sparse sampler (no pyg-lib)
-    does not produce them, and then every layer runs over the whole sampled subgraph."""
-    return getattr(batch, "num_sampled_nodes", None), getattr(batch, "num_sampled_edges", None)
+def _pyg_forward(model: Any, b: Any) -> Any:
+    """PyG's ``GraphSAGE`` on a ``NeighborLoader`` batch, trimmed per layer when the loader
+    gives per-hop counts (pyg-lib); its torch-sparse sampler does not, and then every
+    layer runs over the whole sampled subgraph."""
+    nodes, edges = getattr(b, "num_sampled_nodes", None), getattr(b, "num_sampled_edges", None)
+    if nodes is None or edges is None:
+        return model(b.x, b.edge_index)
+    return model(
+        b.x, b.edge_index, num_sampled_nodes_per_hop=nodes, num_sampled_edges_per_hop=edges
+    )
 
 
 def run_pyg(args: argparse.Namespace) -> dict[str, Any]:
@@ -178,15 +184,16 @@ def run_pyg(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
     from torch_geometric.loader import NeighborLoader
+    from torch_geometric.nn.models import GraphSAGE
 
     from graphrun.graph import load_dataset
     from graphrun.graph.pyg import to_pyg
-    from graphrun.train.models import SAGE
 
     data = to_pyg(load_dataset(args.dataset, mmap=False))
     fanouts = [int(f) for f in args.fanouts.split(",")]
     classes = int(data.y.max()) + 1
-    model = SAGE(data.x.size(1), args.hidden, classes, len(fanouts), 0.5)
+    # PyG's own model, as a PyG user writes it (not graphrun's SAGE)
+    model = GraphSAGE(data.x.size(1), args.hidden, len(fanouts), classes, dropout=0.5)
     opt = torch.optim.Adam(model.parameters(), lr=0.003)
     train = NeighborLoader(data, fanouts, batch_size=args.batch_size, shuffle=True,
                            input_nodes=data.train_mask)  # fmt: skip
@@ -197,7 +204,7 @@ def run_pyg(args: argparse.Namespace) -> dict[str, Any]:
         t = time.perf_counter()
         for b in train:
             opt.zero_grad()
-            out = model(b.x, b.edge_index, *_hierarchy(b))
+            out = _pyg_forward(model, b)
             F.cross_entropy(out[: b.batch_size], b.y[: b.batch_size]).backward()
             opt.step()
         times.append(time.perf_counter() - t)
@@ -205,7 +212,7 @@ def run_pyg(args: argparse.Namespace) -> dict[str, Any]:
         correct = total = 0
         with torch.no_grad():
             for b in test:
-                out = model(b.x, b.edge_index, *_hierarchy(b))
+                out = _pyg_forward(model, b)
                 correct += int((out[: b.batch_size].argmax(-1) == b.y[: b.batch_size]).sum())
                 total += b.batch_size
         accs.append(correct / max(total, 1))

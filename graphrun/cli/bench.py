@@ -11,7 +11,7 @@ import argparse
 import importlib
 from typing import Any
 
-BENCHES = ("partition", "kv", "sampling", "train", "placement")
+BENCHES = ("partition", "kv", "sampling", "step", "train", "placement")
 
 
 def register(subparsers: Any) -> None:

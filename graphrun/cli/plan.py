@@ -19,6 +19,9 @@ directory exists, else estimated from spec.graph, plus 1 GB), its trainers (no G
 and samplerWorkersPerTrainer samplers each, synchronised by allreduce and scored with
 --profile. Its cluster needs exactly spec.runtime.machines machines; the plan (store
 backups on their main server's machine) can then be the job's placement.planFile.
+The Kubernetes operator cannot read plan files: --inline JOB_OUT also writes the
+GraphJob with the plan inline (spec.placement.plan; name the cluster's machines after
+the nodes, or label the nodes and set spec.placement.nodeLabel).
 Times printed are simulated, not measured.
 """
 
@@ -33,6 +36,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("cluster", type=Path, help="cluster YAML: machines, capacities, bandwidths")
     p.add_argument("job", type=Path, help="job YAML (kind: PlacementJob or GraphJob)")
     p.add_argument("-o", "--output", type=Path, required=True, help="plan YAML to write")
+    p.add_argument(
+        "--inline",
+        type=Path,
+        metavar="JOB_OUT",
+        help="GraphJob only: also write the job with the plan inline in spec.placement.plan "
+        "(what the Kubernetes operator takes); relative paths in it are kept as written",
+    )
     p.add_argument("--seconds", type=float, default=30.0, help="ETP time budget (default 30)")
     p.add_argument("--steps", type=int, default=None, help="ETP step budget (reproducible)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -91,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
     if not isinstance(job, Job):  # a GraphJob
         graphjob, job = job, job.job
         graphjob.check_cluster(cluster, str(args.cluster))
+    elif args.inline is not None:
+        raise ArgumentError(f"--inline: {args.job} is not a GraphJob (kind: PlacementJob)")
     options = PlanOptions(
         seed=args.seed,
         max_seconds=None if args.steps is not None else args.seconds,
@@ -115,4 +127,25 @@ def run(args: argparse.Namespace) -> int:
         plan = graphjob.complete(plan)
     write_plan(plan, args.output, comments=lines)
     print(f"{args.output}: " + "; ".join(lines[1:]))
+    if args.inline is not None:
+        write_inline(args.job, plan, args.inline)
+        print(f"{args.inline}: {args.job} with the plan in spec.placement.plan")
     return 0
+
+
+def write_inline(job_file: Path, plan: Any, out: Path) -> Path:
+    """The GraphJob of ``job_file`` with ``plan`` inline (``spec.placement.plan``),
+    written atomically to ``out`` and checked to load and resolve."""
+    import yaml
+
+    from graphrun.job.spec import parse_job, read_yaml, resolve_placement
+    from graphrun.placement._io import write_text_atomic
+
+    data = read_yaml(job_file, "job spec")
+    placement = dict(data["spec"].get("placement") or {})
+    for key in ("assignments", "planFile", "plan"):
+        placement.pop(key, None)
+    data["spec"]["placement"] = {**placement, "plan": plan.model_dump()}
+    resolve_placement(parse_job(data, str(out)))
+    head = f"# {job_file} placed by `graphrun plan`\n"
+    return write_text_atomic(out, head + yaml.safe_dump(data, sort_keys=False))

@@ -63,6 +63,13 @@ def register(subparsers: Any) -> None:
         help="register extra request kinds (repeatable; default: sampling when installed)",
     )
     p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads for extensions that use torch, e.g. sampling (default 1:"
+        " a server runs one request at a time)",
+    )
+    p.add_argument(
         "--ready-file", type=Path, help="write {address, pid, part} JSON here when ready"
     )
     p.add_argument(
@@ -95,7 +102,7 @@ def _backup_cmd(args: argparse.Namespace, main_address: str, index: int) -> list
     cmd += ["--part", str(args.part), "--address", f"{host}:0"]
     cmd += ["--backup-of", main_address, "--backup-index", str(index)]
     cmd += ["--shm-dir", str(args.shm_dir), "--heartbeat-timeout", str(args.heartbeat_timeout)]
-    cmd += ["--log-level", args.log_level]
+    cmd += ["--log-level", args.log_level, "--threads", str(args.threads)]
     if args.key_file:
         cmd += ["--key-file", str(args.key_file)]
     for ext in args.extension or []:
@@ -132,6 +139,12 @@ def run(args: argparse.Namespace) -> int:
         heartbeat_timeout=args.heartbeat_timeout,
         extensions=tuple(args.extension if args.extension is not None else _default_extensions()),
     )
+    if args.threads < 1:
+        raise ArgumentError(f"--threads: must be >= 1, got {args.threads}")
+    if cfg.extensions:  # they compute with torch (the sampling kernels)
+        import torch
+
+        torch.set_num_threads(args.threads)
     stop = {"flag": False}
 
     def on_signal(signum: int, frame: Any) -> None:

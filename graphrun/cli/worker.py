@@ -22,9 +22,10 @@ def register(subparsers: Any) -> None:
         description=(
             "Start one machine's store servers, wait until every store server of the job "
             "accepts connections, then start its samplers and trainers; stop everything "
-            "if any role fails. Exit 0 once its trainers succeeded and it was told to stop "
-            "(SIGTERM), 1 if a role failed (the failing role, machine and exit code are "
-            "printed and written to the status file)."
+            "if any role fails. Exit 0 once its trainers succeeded and its store servers "
+            "were stopped by the job or it was told to stop (SIGTERM) — at once for a "
+            "machine without store servers — 1 if a role failed (the failing role, machine "
+            "and exit code are printed and written to the status file)."
         ),
     )
     p.add_argument("--job", type=Path, help="the GraphJob YAML")

@@ -88,16 +88,23 @@ class _DistLoader:
             for i in range(len(self))
         ]
 
-    def __iter__(self) -> Iterator[Data | HeteroData]:
-        tasks = self._tasks()
+    def start(self) -> None:
+        """Build the batch builder, or start the sampler worker processes, now rather than
+        on the first iteration (a trainer does it before its first epoch's clock starts)."""
         if self.num_workers == 0:
             if self._builder is None:
                 self._builder = BatchBuilder(self.graph.ctx, self.spec)
+        elif self._pool is None:
+            self._pool = WorkerPool(self.graph.ctx.config, self.spec, self.num_workers)
+
+    def __iter__(self) -> Iterator[Data | HeteroData]:
+        tasks = self._tasks()
+        self.start()
+        if self._builder is not None:
             for ids, s in tasks:
                 yield self._builder.build(ids, s)
             return
-        if self._pool is None:
-            self._pool = WorkerPool(self.graph.ctx.config, self.spec, self.num_workers)
+        assert self._pool is not None
         yield from self._pool.run(tasks, self.prefetch)
 
     @property

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from graphrun.errors import SpecError
-from graphrun.graph.format import write_text_atomic
+from graphrun.graph.format import read_json, write_text_atomic
 
 FORMAT = "graphrun-hosts"
 VERSION = 1
@@ -95,11 +95,7 @@ class Hosts:
     @classmethod
     def read(cls, path: str | Path) -> Hosts:
         p = Path(path)
-        try:
-            data = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise SpecError(f"{p}: cannot read the hosts file ({exc})") from None
-        return cls.from_dict(data, str(p))
+        return cls.from_dict(read_json(p, "the hosts file", SpecError), str(p))
 
 
 def split_endpoint(ep: str) -> tuple[str, int]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from graphrun.errors import SpecError
-from graphrun.graph.format import write_text_atomic
+from graphrun.graph.format import read_json, write_text_atomic
 from graphrun.job.process import RoleCommand
 
 RoleKind = Literal["store", "sampler", "trainer"]
@@ -98,8 +98,4 @@ class MachineLaunch:
     @classmethod
     def read(cls, path: str | Path) -> MachineLaunch:
         p = Path(path)
-        try:
-            data = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise SpecError(f"{p}: cannot read the launch plan ({exc})") from None
-        return cls.from_dict(data, str(p))
+        return cls.from_dict(read_json(p, "the launch plan", SpecError), str(p))

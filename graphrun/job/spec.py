@@ -16,6 +16,8 @@
       placement: {}                                     # co-located (default), or
                                                         # {assignments: {"trainer:0": m1, ...}}
                                                         # or {planFile: plan.yaml}
+                                                        # or {plan: {machines: [...],
+                                                        #     assignments: {...}}} (inline)
       runPolicy: {backoffLimit: 0, activeDeadlineSeconds: 3600, cleanPodPolicy: Running}
       # Kubernetes only (the local backend ignores them):
       image: ghcr.io/graphrun/graphrun:0.1.0
@@ -46,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.alias_generators import to_camel
 
 from graphrun.errors import SpecError
-from graphrun.placement.plan import load_plan
+from graphrun.placement.plan import PlacementPlan, load_plan
 
 API_VERSION = "graphrun.io/v1alpha1"
 KIND = "GraphJob"
@@ -54,6 +56,11 @@ PLAN_KIND = "PlacementPlan"
 
 # A DNS-1123 label, short enough that child names like ``<name>-partitioner`` stay legal.
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# A Kubernetes label key: an optional DNS-subdomain prefix and '/', then a name.
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 ENTRY_POINT_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 ROLE_PATTERN = re.compile(r"^(store:\d+(:\d+)?|trainer:\d+|sampler:\d+:\d+|ps:\d+)$")
 
@@ -244,9 +251,17 @@ class TrainingSpec(_Model):
 
 class PlacementSpec(_Model):
     """Where roles run. Empty: co-located (machine k holds partition k's stores, and trainers
-    ``k*T .. k*T+T-1`` with their samplers). ``assignments`` maps roles to machine names;
-    roles it leaves out keep their co-located machine. ``planFile`` names a PlacementPlan
-    YAML written by ``graphrun plan`` (relative to the job file)."""
+    ``k*T .. k*T+T-1`` with their samplers). Give at most one of:
+
+    - ``assignments``: role -> job machine name (``m0``, ...); roles it leaves out keep
+      their co-located machine;
+    - ``planFile``: a PlacementPlan YAML written by ``graphrun plan`` (relative to the job
+      file; the local backend only: the operator cannot read the user's files);
+    - ``plan``: the same PlacementPlan inline (what the operator takes).
+
+    A plan's machines map to the job's machines by position (``plan.machines[i]`` is
+    machine ``i``); on Kubernetes they are also the nodes the worker pods must run on:
+    node names, or the values of the node label ``nodeLabel`` when it is set."""
 
     assignments: dict[str, str] | None = Field(
         default=None, description='role -> machine name, e.g. {"trainer:0": m1}'
@@ -256,11 +271,25 @@ class PlacementSpec(_Model):
         min_length=1,
         description="a PlacementPlan YAML (graphrun plan), relative to the job file",
     )
+    plan: PlacementPlan | None = Field(
+        default=None,
+        description="a PlacementPlan inline (graphrun plan): machines and role -> machine",
+    )
+    node_label: str | None = Field(
+        default=None,
+        max_length=316,
+        pattern=LABEL_KEY_PATTERN,
+        description="Kubernetes: plan machines are the values of this node label "
+        "(e.g. graphrun.io/machine); default: plan machines are node names",
+    )
 
     @model_validator(mode="after")
     def _one_plan(self) -> PlacementSpec:
-        if self.assignments is not None and self.plan_file is not None:
-            raise ValueError("give at most one of assignments, planFile")
+        given = [self.assignments, self.plan_file, self.plan]
+        if sum(x is not None for x in given) > 1:
+            raise ValueError("give at most one of assignments, planFile, plan")
+        if self.node_label is not None and self.plan is None and self.plan_file is None:
+            raise ValueError("nodeLabel: only used with a plan (its machines are nodes)")
         for role in self.assignments or {}:
             if not ROLE_PATTERN.match(role):
                 raise ValueError(f"assignments: {role!r} is not a role name")
@@ -359,7 +388,8 @@ class GraphJobSpec(_Model):
         return self
 
     def _co_located(self) -> bool:
-        return self.placement.assignments is None and self.placement.plan_file is None
+        p = self.placement
+        return p.assignments is None and p.plan_file is None and p.plan is None
 
     @property
     def num_parts(self) -> int:
@@ -515,32 +545,62 @@ def job_roles(spec: GraphJobSpec) -> list[Role]:
 def resolve_placement(job: GraphJob, base_dir: str | Path = ".") -> dict[str, str]:
     """Role name -> machine name for every role of the job (co-located by default).
 
-    Explicit assignments (inline or from ``placement.planFile``, relative to ``base_dir``)
-    override the default; they must name roles of this job and machines it has."""
+    Explicit assignments (inline, from an inline ``placement.plan`` or from
+    ``placement.planFile``, relative to ``base_dir``) override the default; they must
+    name roles of this job and machines it has. A plan's machines map to the job's
+    machines by position."""
     spec = job.spec
     placement = {role.name: role.machine for role in job_roles(spec)}
     machines = spec.machine_names
-    where = "spec.placement.assignments"
+    where = "spec.placement.assignments."
     explicit = spec.placement.assignments
     if spec.placement.plan_file is not None:
         plan_path = Path(base_dir) / spec.placement.plan_file
-        plan = load_plan(plan_path)
-        if len(plan.machines) != len(machines):
-            raise SpecError(
-                f"{plan_path}: machines: plan has {len(plan.machines)} machines, "
-                f"the job has {len(machines)} (spec.runtime.machines)"
-            )
-        rename = dict(zip(plan.machines, machines, strict=True))
-        explicit = {role: rename[m] for role, m in plan.assignments.items()}
-        where = f"{plan_path}: assignments"
+        explicit = plan_assignments(load_plan(plan_path), machines, f"{plan_path}: ")
+        where = f"{plan_path}: assignments."
+    elif spec.placement.plan is not None:
+        explicit = plan_assignments(spec.placement.plan, machines, "spec.placement.plan.")
+        where = "spec.placement.plan.assignments."
     for role, machine in (explicit or {}).items():
         if role.startswith("ps:"):
             continue  # parameter servers exist in the placement model only
         if role not in placement:
-            raise SpecError(f"{where}.{role}: the job has no such role")
+            raise SpecError(f"{where}{role}: the job has no such role")
         if machine not in machines:
             raise SpecError(
-                f"{where}.{role}: unknown machine {machine!r} (machines: {', '.join(machines)})"
+                f"{where}{role}: unknown machine {machine!r} (machines: {', '.join(machines)})"
             )
         placement[role] = machine
+    _backups_beside_their_main(spec, placement, explicit or {}, where)
     return placement
+
+
+def _backups_beside_their_main(
+    spec: GraphJobSpec, placement: dict[str, str], explicit: dict[str, str], where: str
+) -> None:
+    """A backup store server maps its main server's shared memory, so it runs on the
+    main's machine: it follows its main unless assigned, and must not be assigned away."""
+    for role in job_roles(spec):
+        if role.kind != "store" or not role.backup:
+            continue
+        main = placement[f"store:{role.part}"]
+        if role.name not in explicit:
+            placement[role.name] = main
+        elif placement[role.name] != main:
+            raise SpecError(
+                f"{where}{role.name}: a backup store server runs on its main server's "
+                f"machine (store:{role.part} is on {main}): it shares its memory"
+            )
+
+
+def plan_assignments(plan: PlacementPlan, machines: list[str], where: str) -> dict[str, str]:
+    """A plan's assignments in the job's machine names (``plan.machines[i]`` is machine i).
+
+    ``where`` prefixes the field in errors (``"plan.yaml: "`` or ``"spec.placement.plan."``)."""
+    if len(plan.machines) != len(machines):
+        raise SpecError(
+            f"{where}machines: plan has {len(plan.machines)} machines, "
+            f"the job has {len(machines)} (spec.runtime.machines)"
+        )
+    rename = dict(zip(plan.machines, machines, strict=True))
+    return {role: rename[m] for role, m in plan.assignments.items()}

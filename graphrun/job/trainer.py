@@ -37,7 +37,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--run-dir", type=Path)
     p.add_argument("--resume", action="store_true")
     p.add_argument("--profile", type=Path, help="append per-batch records (JSON lines) here")
-    p.add_argument("--aggr", choices=("scatter", "csr"), default="scatter")
+    p.add_argument("--aggr", choices=("scatter", "csr"), default="csr")
     p.add_argument("--timeout", type=float, default=300.0, help="rendezvous timeout (s)")
     p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
     return p.parse_args(argv)
@@ -84,10 +84,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from graphrun.dist import DistGraph, initialize
     from graphrun.rpc.auth import load_keys
+    from graphrun.rpc.tuning import keep_large_allocations
     from graphrun.train.ddp import DDPConfig
     from graphrun.train.distdata import DistGraphData
     from graphrun.train.loop import run_training
 
+    keep_large_allocations()  # mini-batches and pulled features are fresh buffers of MBs
     if args.threads:
         import torch
 

@@ -14,7 +14,9 @@ States: ``serving`` — this machine's store servers accept connections;
 this machine's trainers all exited 0. Its store servers keep serving the other
 machines until the job's trainers stop them (trainer 0 asks every store to stop once
 all trainers finished; a store that then exits 0 ends the worker with exit code 0) or
-the worker is told to stop (SIGTERM). A store that exits before this machine's
+the worker is told to stop (SIGTERM). A machine without store servers (placement may
+give a machine only trainers, or no role at all) ends with exit code 0 once its
+trainers are done. A store that exits before this machine's
 trainers are done, or any role that exits non-zero, fails the machine: every other
 role is stopped and the worker returns the failure.
 """
@@ -154,7 +156,11 @@ def run_machine(
             f = failure_of(ex, kinds[ex.role])
             if f is not None:
                 raise f
-        if stop.is_set() or (stopped_by_job and status.state == "done"):
+        # Done machines keep serving until the job stops their stores; a machine without
+        # stores (a placement plan may leave it only trainers, or nothing) is needed by
+        # no one once its trainers are done.
+        served = stopped_by_job or not launch.of_kind("store")
+        if stop.is_set() or (served and status.state == "done"):
             raise _Stopped
 
     def wait_until(cond: Callable[[], bool], what: str, timeout: float | None = None) -> None:

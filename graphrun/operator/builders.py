@@ -36,11 +36,13 @@ def check_supported(job: GraphJob) -> None:
         )
     if spec.placement.plan_file is not None:
         raise SpecError(
-            "spec.placement.planFile: the operator cannot read files; put the plan's "
-            "assignments inline in spec.placement.assignments"
+            "spec.placement.planFile: the operator cannot read files from your machine; "
+            "put the plan inline as spec.placement.plan (the plan file's content; "
+            "`graphrun plan CLUSTER JOB -o PLAN --inline JOB_OUT` writes the job with it)"
         )
     L.shared_volume(job)
     resolve_placement(job)
+    L.check_plan_nodes(job)
     launcher = spec.replica_specs.launcher
     if launcher is not None and not _main_container(launcher.template).get("command"):
         raise SpecError(
@@ -248,8 +250,12 @@ def build_worker(
     job: GraphJob, owner: L.Owner, config: L.OperatorConfig, index: int, resume: bool = False
 ) -> dict[str, Any]:
     """Worker ``index``: runs machine ``index``'s store servers, samplers and trainers
-    (``--resume``: trainers continue from the last checkpoint)."""
+    (``--resume``: trainers continue from the last checkpoint). With a placement plan
+    it is bound to the plan's machine ``index`` by required node affinity, and runs
+    the roles the plan gives that machine (listed in the ``graphrun.io/roles``
+    annotation)."""
     machine = job.spec.machine_names[index]
+    roles = L.machine_roles(job)[index]
     env = [
         {"name": "MACHINE_INDEX", "value": str(index)},
         {"name": "MACHINE_NAME", "value": machine},
@@ -259,6 +265,10 @@ def build_worker(
     spec = tpl["spec"]
     spec["hostname"] = L.worker_name(owner.name, index)
     spec["subdomain"] = L.service_name(owner.name)
+    node = L.node_requirement(job, index)
+    if node is not None:
+        _require_node(spec, *node)
+    tpl["metadata"].setdefault("annotations", {})[L.ANNOTATION_ROLES] = ",".join(roles)
     main = _main_container(tpl)
     ports = L.machine_ports(job, index)
     if ports:
@@ -284,6 +294,18 @@ def build_worker(
     }
 
 
+def _require_node(spec: dict[str, Any], kind: str, requirement: dict[str, Any]) -> None:
+    """Add a required node affinity, ANDed with every node selector term the user's
+    template already requires (terms are ORed; requirements inside a term are ANDed)."""
+    affinity = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    required = affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.setdefault("nodeSelectorTerms", [])
+    if not terms:
+        terms.append({})
+    for term in terms:
+        term[kind] = [*term.get(kind, []), requirement]
+
+
 def build_launcher(job: GraphJob, owner: L.Owner, config: L.OperatorConfig) -> dict[str, Any]:
     """The optional launcher pod: the user's container with the job's config mounted."""
     tpl = _pod_template(job, owner, config, "launcher", None, None, None, [])
@@ -304,7 +326,7 @@ def build_podgroup(job: GraphJob, owner: L.Owner) -> dict[str, Any] | None:
     policy = job.spec.run_policy.scheduling_policy
     if policy is None:
         return None
-    members = job.spec.runtime.machines + (1 if job.spec.replica_specs.launcher else 0)
+    members = len(L.worker_indices(job)) + (1 if job.spec.replica_specs.launcher else 0)
     min_member = policy.min_available or members
     if policy.provider == "volcano":
         spec: dict[str, Any] = {"minMember": min_member}

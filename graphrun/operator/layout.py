@@ -7,13 +7,20 @@ For a GraphJob ``NAME`` in namespace ``NS`` the operator owns::
     Service     NAME-workers      headless; gives worker i the DNS name
                                   NAME-worker-i.NAME-workers.NS.svc.<cluster domain>
     Job         NAME-partitioner  (batch/v1) generates the graph if asked, then partitions it
-    Pod         NAME-worker-i     one per machine: `graphrun worker` (WORKER_ARGS)
+    Pod         NAME-worker-i     one per machine that runs a store server or a trainer:
+                                  `graphrun worker` (WORKER_ARGS)
     Pod         NAME-launcher     optional: the user's launcher container
     PodGroup    NAME              optional: gang scheduling (Volcano / scheduler-plugins)
 
 Relative paths of the spec are taken relative to the shared volume's mount path (the
 pods' working directory), like the local backend takes them relative to the job file.
 A generated graph is written to ``<mount>/runs/NAME/data-<generator>-<hash of its parameters>``.
+
+A placement plan inline in the spec (``spec.placement.plan``) decides which roles each
+worker runs (the worker reads it from job.yaml, as the local backend does), and binds
+worker i to the plan's machine i: the node of that name, or the node whose label
+``spec.placement.nodeLabel`` has that value. A machine the plan gives no store server
+and no trainer gets no pod (sampler workers run inside their trainer's pod).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +62,7 @@ BASE_PORT = 30000  # store servers listen on BASE_PORT + i, the rendezvous after
 LABEL_JOB = "graphrun.io/job-name"
 LABEL_REPLICA = "graphrun.io/replica-type"
 LABEL_INDEX = "graphrun.io/replica-index"
+ANNOTATION_ROLES = "graphrun.io/roles"  # the store and trainer roles a worker pod runs
 MANAGED_BY = {"app.kubernetes.io/managed-by": "graphrun-operator"}
 KEYS_FORMAT, HOSTS_FORMAT = "graphrun-key", "graphrun-hosts"
 
@@ -217,6 +226,59 @@ def machine_ports(job: GraphJob, machine_index: int) -> list[tuple[str, int]]:
     if placement.get("trainer:0", job.spec.machine_names[0]) == machine:
         out.append(("rendezvous", BASE_PORT + len(stores)))
     return out
+
+
+def machine_roles(job: GraphJob) -> list[list[str]]:
+    """Per machine (in machine order), the store and trainer roles its worker runs."""
+    placement = resolve_placement(job)
+    index = {m: i for i, m in enumerate(job.spec.machine_names)}
+    out: list[list[str]] = [[] for _ in index]
+    for role in job_roles(job.spec):
+        if role.kind in ("store", "trainer"):
+            out[index[placement[role.name]]].append(role.name)
+    return out
+
+
+def worker_indices(job: GraphJob) -> list[int]:
+    """The machines that get a worker pod: those running a store server or a trainer."""
+    return [i for i, roles in enumerate(machine_roles(job)) if roles]
+
+
+_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def node_requirement(job: GraphJob, index: int) -> tuple[str, dict[str, Any]] | None:
+    """How worker ``index`` is bound to its plan machine's node: ``("matchFields", ...)``
+    on the node name, or ``("matchExpressions", ...)`` on ``spec.placement.nodeLabel``;
+    None without an inline plan."""
+    placement = job.spec.placement
+    if placement.plan is None:
+        return None
+    machine = placement.plan.machines[index]
+    if placement.node_label is None:
+        return "matchFields", {"key": "metadata.name", "operator": "In", "values": [machine]}
+    return "matchExpressions", {"key": placement.node_label, "operator": "In", "values": [machine]}
+
+
+def check_plan_nodes(job: GraphJob) -> None:
+    """The plan's machines must be node names (or values of the node label)."""
+    placement = job.spec.placement
+    if placement.plan is None:
+        return
+    for i, machine in enumerate(placement.plan.machines):
+        if placement.node_label is None:
+            if len(machine) > 253 or not _NODE_NAME.match(machine):
+                raise SpecError(
+                    f"spec.placement.plan.machines[{i}]: {machine!r} is not a Kubernetes node "
+                    "name (lowercase letters, digits, '-' and '.'); name the nodes, or label "
+                    "them and set spec.placement.nodeLabel"
+                )
+        elif len(machine) > 63 or not _LABEL_VALUE.match(machine):
+            raise SpecError(
+                f"spec.placement.plan.machines[{i}]: {machine!r} is not a value of node label "
+                f"{placement.node_label} (at most 63 letters, digits, '-', '_', '.')"
+            )
 
 
 def partition_settings(job: GraphJob) -> dict[str, Any]:

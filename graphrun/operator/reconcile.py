@@ -11,7 +11,8 @@ How phases map to Kubernetes:
 Pending        base objects (Secret, ConfigMap, headless Service, PodGroup)
 Partitioning   the partitioner Job runs; skipped once ``status.partitioned``
 Distributing   nothing to move: partitions reach workers on the shared volume
-Serving        worker pods created; waits until every worker is Ready
+Serving        worker pods created (one per machine with a store server or a
+               trainer); waits until every worker is Ready
 Training       (launcher pod if any); waits until every worker exited 0
 Restarting     every worker (and launcher) pod deleted, then Serving again with
                ``--resume`` (trainers continue from the last checkpoint)
@@ -367,7 +368,7 @@ def _ensure_workers(run: _Run) -> dict[int, PodView] | None:
     have = run.observed.workers()
     if any(p.deleting for p in have.values()):
         return None
-    missing = [i for i in range(run.job.spec.runtime.machines) if i not in have]
+    missing = [i for i in L.worker_indices(run.job) if i not in have]
     if missing and run.state.phase is Phase.TRAINING:
         i = missing[0]
         machine = run.job.spec.machine_names[i]

@@ -9,13 +9,42 @@ Public interface::
     NegativeSampler(num_nodes, k, mode="uniform" | "degree", degrees=...)
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from graphrun.sampling.csc import CSCGraph, SampledEdges
 from graphrun.sampling.fanout import normalize_fanouts
 from graphrun.sampling.kernels import Picks, make_generator, sample_segments
 from graphrun.sampling.mfg import Relabeler, SampledSubgraph, sample_multi_hop
 from graphrun.sampling.negative import NegativeSampler
-from graphrun.sampling.pyg import OffsetTypeMap, TypeMap, to_data, to_hetero_data, to_typed_data
-from graphrun.sampling.sampler import FeatureSource, GraphFeatures, NeighborSampler, collate
+
+if TYPE_CHECKING:
+    from graphrun.sampling.pyg import (
+        OffsetTypeMap,
+        TypeMap,
+        to_data,
+        to_hetero_data,
+        to_typed_data,
+    )
+    from graphrun.sampling.sampler import FeatureSource, GraphFeatures, NeighborSampler, collate
+
+# The names that need torch_geometric load on first use: a store server imports this
+# package for its kernels, and importing torch_geometric (which imports torch._dynamo)
+# added 2.8 s to its start-up.
+_LAZY = {
+    **dict.fromkeys(
+        ("OffsetTypeMap", "TypeMap", "to_data", "to_hetero_data", "to_typed_data"), "pyg"
+    ),
+    **dict.fromkeys(("FeatureSource", "GraphFeatures", "NeighborSampler", "collate"), "sampler"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'graphrun.sampling' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"graphrun.sampling.{module}"), name)
+
 
 __all__ = [
     "CSCGraph",

@@ -124,12 +124,11 @@ def find_edges(state: ServerState, req: Request) -> Response:
 def register(registry: Registry) -> None:
     """Store extension entry point: ``graphrun.sampling.server:register``.
 
-    Also sets this server process to one torch intra-op thread: a server handles
-    one request at a time, the kernels issue many small ops, and spinning OpenMP
-    threads only steal cores from the other servers and trainers of the machine
+    ``graphrun serve`` runs it with one torch intra-op thread (``--threads``): a server
+    handles one request at a time, the kernels issue many small ops, and spinning
+    OpenMP threads only steal cores from the other servers and trainers of the machine
     (measured: ~18x slower sampling with 2 threads on a loaded 2-core host).
     """
-    torch.set_num_threads(1)
     registry.add(OP, sample_neighbors)
     registry.add(OP_IN_DEGREES, in_degrees)
     registry.add(OP_OUT_DEGREES, out_degrees)

@@ -36,7 +36,7 @@ class TrainConfig:
     label: str = "label"
     eval_every: int = 1
     seed: int = 0
-    aggr_path: AggrPath = "scatter"
+    aggr_path: AggrPath = "csr"
     checkpoint_dir: Path | None = None
     resume: bool = False
     metrics_file: Path | None = None

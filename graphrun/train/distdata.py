@@ -132,6 +132,7 @@ class DistGraphData:
                 ntype=ntype, shuffle=shuffle, x=x, y=y, seed=self.seed + self.rank,
                 num_workers=self.num_workers if split == "train" else 0,
             )  # fmt: skip
+            self._loaders[key].start()
         loader = self._loaders[key]
         loader.set_epoch(epoch)
         t = ntype
@@ -164,6 +165,7 @@ class DistGraphData:
                 shuffle=shuffle, x=x, seed=self.seed + self.rank,
                 num_workers=self.num_workers if split == "train" else 0,
             )  # fmt: skip
+            self._loaders[key].start()
         loader = self._loaders[key]
         loader.set_epoch(epoch)
         return timed(loader, lambda d: int((d.edge_label > 0).sum()))

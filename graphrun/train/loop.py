@@ -107,9 +107,9 @@ def _save(task: Task, ctx: TrainContext, epoch: int, metrics: dict[str, Any]) ->
 
 def train_epoch(task: Task, ctx: TrainContext, epoch: int, prof: Profiler) -> dict[str, float]:
     steps = all_min(task.steps_per_epoch(), ctx.ddp)
+    it: Iterator[Batch] = task.epoch_batches(epoch)  # loaders start (workers) off the clock
     progress = Progress(steps, f"epoch {epoch}", enabled=ctx.is_main)
     loss_sum, correct, counted, seeds = 0.0, 0.0, 0, 0
-    it: Iterator[Batch] = task.epoch_batches(epoch)
     for _ in range(steps):
         batch = next(it, None)
         if batch is None:

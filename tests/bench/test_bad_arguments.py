@@ -21,6 +21,9 @@ from graphrun.cli import main
         (["kv", "--rows", "0"], "--rows: must be at least 1"),
         (["kv", "--dim", "-1"], "--dim: must be at least 1"),
         (["kv", "--batches", "1,x"], "--batches: expected comma-separated ints"),
+        (["step", "--dataset", "{file}", "--batches", "0"], "--batches: must be at least 1"),
+        (["step", "--dataset", "{file}", "--fanouts", "x"], "--fanouts"),
+        (["step", "--dataset", "{file}"], "a-file"),
     ],
 )
 def test_bad_arguments(

@@ -141,3 +141,29 @@ def test_bad_profile_names_the_flag(tmp_path: Path, capsys: pytest.CaptureFixtur
     argv = ["plan", str(c), str(j), "-o", str(tmp_path / "p.yaml"), "--steps", "5"]
     assert main([*argv, "--profile", "nope.json"]) == 2
     assert "--profile: " in capsys.readouterr().err
+
+
+def test_inline_writes_the_job_with_the_plan_in_its_spec(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = graphjob(placement={"planFile": "plan.yaml", "nodeLabel": "graphrun.io/machine"})
+    c, j = write(tmp_path, spec, cluster())
+    out, inline = tmp_path / "plan.yaml", tmp_path / "planned.yaml"
+    argv = ["plan", str(c), str(j), "-o", str(out), "--steps", "20", "--inline", str(inline)]
+    assert main(argv) == 0
+    assert f"{inline}: {j} with the plan in spec.placement.plan" in capsys.readouterr().out
+    planned = load_job(inline)
+    assert planned.spec.placement.plan == load_plan(out)
+    assert planned.spec.placement.plan_file is None
+    assert planned.spec.placement.node_label == "graphrun.io/machine"  # kept
+    # the same placement as the plan file gives the original job
+    assert resolve_placement(planned) == resolve_placement(load_job(j), tmp_path)
+    assert planned.spec.runtime == load_job(j).spec.runtime
+
+
+def test_inline_needs_a_graphjob(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ex = Path(__file__).parents[2] / "examples" / "07-placement"
+    argv = ["plan", str(ex / "cluster.yaml"), str(ex / "job.yaml"), "-o", str(tmp_path / "p")]
+    assert main([*argv, "--steps", "5", "--inline", str(tmp_path / "j.yaml")]) == 2
+    assert "--inline: " in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()

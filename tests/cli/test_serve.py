@@ -23,6 +23,7 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["--log-level", "bogus"], "--log-level"),
         (["--shm-dir", "{tmp}/missing"], "shm_dir"),
         (["--heartbeat-timeout", "-3"], "heartbeat_timeout"),
+        (["--threads", "0"], "--threads"),
     ],
 )
 def test_bad_arguments(parts: Path, tmp_path: Path, extra: list[str], match: str) -> None:

@@ -60,6 +60,8 @@ def test_workers_give_the_same_batches_and_a_dead_worker_is_an_error(served) -> 
         kw = {"batch_size": 10, "shuffle": True, "seed": 5}
         inline = list(DistNodeDataLoader(dg, ids, [3, 2], **kw))
         with DistNodeDataLoader(dg, ids, [3, 2], num_workers=2, prefetch=3, **kw) as loader:
+            loader.start()  # workers up before the first iteration
+            assert len(loader.worker_pids) == 2 and all(loader.worker_pids)
             pooled = list(loader)
             assert len(pooled) == len(inline) == 12
             for a, b in zip(inline, pooled, strict=True):

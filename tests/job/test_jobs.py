@@ -164,13 +164,27 @@ def test_job_in_network_namespaces(tmp_path):
     nothing_left(job)
 
 
-def test_workers_alone_finish_the_job_and_exit_0(tmp_path):
+INLINE_PLAN = {
+    "machines": ["node-a", "node-b"],
+    "assignments": {
+        "store:0": "node-a",
+        "store:1": "node-a",
+        "trainer:0": "node-b",
+        "trainer:1": "node-b",
+    },
+}
+
+
+@pytest.mark.parametrize("placement", [None, {"plan": INLINE_PLAN}], ids=["co-located", "plan"])
+def test_workers_alone_finish_the_job_and_exit_0(tmp_path, placement):
     """As on Kubernetes: one `graphrun worker --job` per machine, no launcher; when the
-    trainers finish, trainer 0 stops the stores and every worker exits 0 by itself."""
+    trainers finish, trainer 0 stops the stores and every worker exits 0 by itself —
+    also when an inline plan leaves one machine only stores and the other only trainers
+    (and the rendezvous)."""
     from graphrun.job.roles import job_paths, job_placement, plan_hosts
     from graphrun.rpc.auth import generate_keys
 
-    path = small_job(tmp_path, epochs=1)
+    path = small_job(tmp_path, epochs=1, placement=placement)
     job = load_job(path)
     paths = job_paths(job, path)
     hosts = plan_hosts(job, job_placement(job, paths))

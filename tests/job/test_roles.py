@@ -105,5 +105,9 @@ def test_machine_names_and_bad_hosts_files(tmp_path):
                    '"endpoints": {"store:0": "nohost"}}')  # fmt: skip
     with pytest.raises(SpecError, match=r"endpoints\.store:0"):
         Hosts.read(bad)
-    with pytest.raises(SpecError, match="cannot read"):
+    with pytest.raises(SpecError, match=r"missing\.json: missing \(the hosts file\)"):
         Hosts.read(Path(tmp_path / "missing.json"))
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(b"\xff\xfe{")
+    with pytest.raises(SpecError, match=r"latin\.json: not valid JSON"):
+        Hosts.read(latin)

@@ -300,3 +300,106 @@ def test_plan_file_errors(tmp_path: Path) -> None:
 
 def test_graphjob_is_the_model() -> None:
     assert isinstance(parse_job(MINIMAL), GraphJob)
+
+
+def _inline(machines: list[str], roles: dict[str, str], **more: Any) -> dict[str, Any]:
+    return job(
+        runtime={"machines": 2, "trainersPerMachine": 2},
+        placement={"plan": {"machines": machines, "assignments": roles}, **more},
+    )
+
+
+def test_inline_plan_maps_plan_machines_to_job_machines_by_position() -> None:
+    plan = {"store:0": "node-b", "store:1": "node-b", "trainer:0": "node-a", "ps:0": "node-a"}
+    j = parse_job(_inline(["node-a", "node-b"], plan, nodeLabel="graphrun.io/machine"))
+    placement = resolve_placement(j)
+    assert placement["store:0"] == placement["store:1"] == "m1"
+    assert placement["trainer:0"] == "m0"
+    assert placement["trainer:3"] == "m1"  # left out: its co-located machine
+    assert "ps:0" not in placement
+    assert j.spec.placement.node_label == "graphrun.io/machine"
+    # the plan survives the round trip through YAML data (the ConfigMap's job.yaml)
+    assert parse_job(j.to_dict()).spec.placement == j.spec.placement
+
+
+def test_inline_plan_is_a_plan_file_pasted_verbatim() -> None:
+    plan = {
+        "apiVersion": "graphrun.io/v1alpha1",
+        "kind": "PlacementPlan",
+        "machines": ["a", "b"],
+        "assignments": {"trainer:0": "b"},
+    }
+    j = parse_job(job(runtime={"machines": 2}, placement={"plan": plan}))
+    assert resolve_placement(j)["trainer:0"] == "m1"
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (
+            _inline(["a", "b"], {"trainer:0": "c"}),
+            "job.yaml: spec.placement.plan.assignments.trainer:0: machine 'c' is not in machines",
+        ),
+        (
+            _inline(["a", "b"], {"trainer:x": "a"}),
+            "job.yaml: spec.placement.plan.assignments.trainer:x: 'trainer:x' is not a role name",
+        ),
+        (
+            _inline(["a", "a"], {}),
+            "job.yaml: spec.placement.plan.machines: machine 'a' is listed twice",
+        ),
+        (
+            _inline(["a", "b"], {}, assignments={}),
+            "job.yaml: spec.placement: give at most one of assignments, planFile, plan",
+        ),
+        (
+            _inline(["a", "b"], {}, nodeLabel="bad label"),
+            "job.yaml: spec.placement.nodeLabel: String should match pattern",
+        ),
+        (
+            job(placement={"plan": {"machines": ["a"], "assignments": {}, "score": 1}}),
+            "job.yaml: spec.placement.plan.score: Extra inputs are not permitted",
+        ),
+    ],
+)
+def test_inline_plan_errors_name_the_field(data: dict[str, Any], expected: str) -> None:
+    assert error_of(data).startswith(expected)
+
+
+@pytest.mark.parametrize(
+    ("machines", "assignments", "expected"),
+    [
+        (
+            ["a", "b", "c"],
+            {},
+            "spec.placement.plan.machines: plan has 3 machines, the job has 2 "
+            "(spec.runtime.machines)",
+        ),
+        (["a", "b"], {"trainer:4": "a"}, "spec.placement.plan.assignments.trainer:4: the job has"),
+        (["a", "b"], {"store:2": "a"}, "spec.placement.plan.assignments.store:2: the job has no"),
+        (["a", "b"], {"sampler:0:0": "b"}, "spec.placement.plan.assignments.sampler:0:0: the job"),
+    ],
+)
+def test_inline_plan_not_matching_the_job(
+    machines: list[str], assignments: dict[str, str], expected: str
+) -> None:
+    j = parse_job(_inline(machines, assignments))
+    with pytest.raises(SpecError) as info:
+        resolve_placement(j)
+    assert str(info.value).startswith(expected)
+
+
+def test_backups_follow_their_main_store_server() -> None:
+    runtime = {"machines": 2, "storeServersPerMachine": 2}
+    j = parse_job(job(runtime=runtime, placement={"assignments": {"store:0": "m1"}}))
+    placement = resolve_placement(j)
+    assert placement["store:0"] == placement["store:0:1"] == "m1"
+    assert placement["store:1"] == placement["store:1:1"] == "m1"
+    plan = {"machines": ["a", "b"], "assignments": {"store:1": "a", "store:1:1": "b"}}
+    j = parse_job(job(runtime=runtime, placement={"plan": plan}))
+    with pytest.raises(SpecError) as info:
+        resolve_placement(j)
+    assert str(info.value) == (
+        "spec.placement.plan.assignments.store:1:1: a backup store server runs on its main "
+        "server's machine (store:1 is on m0): it shares its memory"
+    )

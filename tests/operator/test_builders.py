@@ -68,6 +68,11 @@ def gang_job() -> GraphJob:
     return parse_job(d)
 
 
+def planned_job() -> GraphJob:
+    """A placement plan inline: machine 0 serves both partitions, 1 and 2 train."""
+    return load_job(ROOT / "examples" / "kubernetes" / "planned.yaml")
+
+
 def built(job: GraphJob) -> dict[str, dict[str, Any]]:
     owner = L.Owner(job.name, OWNER.namespace, OWNER.uid)
     out = {
@@ -88,10 +93,10 @@ def built(job: GraphJob) -> dict[str, dict[str, Any]]:
 
 CASES = [
     (f"{job_name}-{obj}", job_name, obj)
-    for job_name, job_fn in (("graphsage", example), ("gang", gang_job))
+    for job_name, job_fn in (("graphsage", example), ("gang", gang_job), ("planned", planned_job))
     for obj in built(job_fn())
 ]
-JOBS = {"graphsage": example, "gang": gang_job}
+JOBS = {"graphsage": example, "gang": gang_job, "planned": planned_job}
 
 
 @pytest.mark.parametrize(("golden", "job_name", "obj"), CASES, ids=[c[0] for c in CASES])
@@ -239,7 +244,34 @@ def test_gang_scheduling() -> None:
             "spec.partition.method: 'parallel' is not supported",
         ),
         ({"partition": {"method": "distributed"}}, "spec.partition.method: 'distributed'"),
-        ({"placement": {"planFile": "plan.yaml"}}, "spec.placement.planFile: the operator cannot"),
+        (
+            {"placement": {"planFile": "plan.yaml"}},
+            "spec.placement.planFile: the operator cannot read files from your machine; put "
+            "the plan inline as spec.placement.plan",
+        ),
+        (
+            {"placement": {"plan": {"machines": ["a", "b", "c"], "assignments": {}}}},
+            "spec.placement.plan.machines: plan has 3 machines, the job has 2 "
+            "(spec.runtime.machines)",
+        ),
+        (
+            {"placement": {"plan": {"machines": ["a", "b"], "assignments": {"trainer:2": "a"}}}},
+            "spec.placement.plan.assignments.trainer:2: the job has no such role",
+        ),
+        (
+            {"placement": {"plan": {"machines": ["a", "Node_B"], "assignments": {}}}},
+            "spec.placement.plan.machines[1]: 'Node_B' is not a Kubernetes node name",
+        ),
+        (
+            {
+                "placement": {
+                    "plan": {"machines": ["a", "b c"], "assignments": {}},
+                    "nodeLabel": "graphrun.io/machine",
+                }
+            },
+            "spec.placement.plan.machines[1]: 'b c' is not a value of node label "
+            "graphrun.io/machine",
+        ),
         ({"sharedVolume": None}, "spec.sharedVolume: required on Kubernetes"),
         (
             {"replicaSpecs": {"launcher": {"template": {}}}},
@@ -301,3 +333,112 @@ def test_generator_parameters_become_generate_flags() -> None:
         script,
     )
     assert "--no-reverse --homophily 0.5" in script
+
+
+# --- placement plans ---------------------------------------------------------------------
+
+
+def _node_terms(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    required = pod["spec"]["affinity"]["nodeAffinity"]
+    return list(required["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"])
+
+
+def test_plan_binds_each_worker_to_its_node_and_gives_it_its_roles() -> None:
+    job = planned_job()
+    owner = L.Owner(job.name, "ml", "u")
+    nodes = ["node-big-mem", "node-gpu-0", "node-gpu-1"]
+    roles = ["store:0,store:1", "trainer:0,trainer:1", "trainer:2"]
+    for i in range(3):
+        pod = B.build_worker(job, owner, CONFIG, i)
+        assert _node_terms(pod) == [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [nodes[i]]}]}
+        ]
+        assert pod["metadata"]["annotations"][L.ANNOTATION_ROLES] == roles[i]
+    ports = [c.get("ports") for c in B.build_worker(job, owner, CONFIG, 0)["spec"]["containers"]]
+    assert [p["containerPort"] for p in ports[0]] == [30000, 30001]
+    # the rendezvous (torch.distributed store) is on trainer 0's pod, which has no store
+    worker1 = B.build_worker(job, owner, CONFIG, 1)["spec"]["containers"][0]
+    assert [p["name"] for p in worker1["ports"]] == ["rendezvous"]
+    assert "readinessProbe" not in worker1
+    assert "affinity" not in B.build_worker(example(), owner, CONFIG, 0)["spec"]
+
+
+def test_plan_machines_may_be_node_label_values() -> None:
+    d = planned_job().model_dump(by_alias=True, exclude_none=True)
+    d["spec"]["placement"]["nodeLabel"] = "graphrun.io/machine"
+    pod = B.build_worker(parse_job(d), OWNER, CONFIG, 2)
+    assert _node_terms(pod) == [
+        {
+            "matchExpressions": [
+                {"key": "graphrun.io/machine", "operator": "In", "values": ["node-gpu-1"]}
+            ]
+        }
+    ]
+    kubernetes_validate.validate(pod, K8S, strict=True)
+
+
+def test_plan_affinity_is_anded_with_the_users_node_affinity() -> None:
+    d = planned_job().model_dump(by_alias=True, exclude_none=True)
+    zone = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}
+    gpu = {"key": "gpu", "operator": "Exists"}
+    d["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [zone]}, {"matchExpressions": [gpu]}]
+            }
+        }
+    }
+    job = parse_job(d)
+    pod = B.build_worker(job, OWNER, CONFIG, 1)
+    mine = {"key": "metadata.name", "operator": "In", "values": ["node-gpu-0"]}
+    assert _node_terms(pod) == [
+        {"matchExpressions": [zone], "matchFields": [mine]},
+        {"matchExpressions": [gpu], "matchFields": [mine]},
+    ]
+    # the user's template itself is not changed
+    template = job.spec.replica_specs.worker.template  # type: ignore[union-attr]
+    assert "matchFields" not in str(template)
+
+
+def test_machines_without_stores_or_trainers_get_no_pod() -> None:
+    d = planned_job().model_dump(by_alias=True, exclude_none=True)
+    d["spec"]["runtime"]["machines"] = 4
+    d["spec"]["runtime"]["samplerWorkersPerTrainer"] = 1
+    plan = d["spec"]["placement"]["plan"]
+    plan["machines"].append("node-idle")
+    plan["assignments"]["trainer:3"] = "node-gpu-1"
+    plan["assignments"]["sampler:3:0"] = "node-idle"  # samplers run in their trainer's pod
+    job = parse_job(d)
+    assert L.worker_indices(job) == [0, 1, 2]
+    assert L.machine_roles(job)[2] == ["trainer:2", "trainer:3"]
+    d["spec"]["runPolicy"]["schedulingPolicy"] = {"provider": "volcano"}
+    assert B.build_podgroup(parse_job(d), OWNER)["spec"]["minMember"] == 3  # type: ignore[index]
+
+
+def test_planned_hosts_resolve_every_store_and_trainer(tmp_path: Path) -> None:
+    """Every worker pod's launch, as `graphrun worker` builds it from the mounted ConfigMap,
+    runs exactly the roles of its annotation, and every store endpoint and the rendezvous
+    are DNS names of pods that exist."""
+    roles_mod = pytest.importorskip("graphrun.job.roles")
+    job = planned_job()
+    owner = L.Owner(job.name, "ml", "u")
+    objs = built(job)
+    for name, text in objs["configmap"]["data"].items():
+        (tmp_path / name).write_text(text)
+    hosts = json.loads((tmp_path / "hosts.json").read_text())
+    pods = {i: B.build_worker(job, owner, CONFIG, i) for i in L.worker_indices(job)}
+    dns = {i: L.worker_dns(owner, i, CONFIG) for i in pods}
+    assert hosts["endpoints"] == {
+        "store:0": f"{dns[0]}:30000",
+        "store:1": f"{dns[0]}:30001",
+    }
+    assert hosts["rendezvous"] == f"{dns[1]}:30002"
+    for i, pod in pods.items():
+        launch = roles_mod.load_job_launch(
+            tmp_path / "job.yaml", str(i), tmp_path / "hosts.json", None
+        )
+        ran = ",".join(r.role for r in launch.roles)
+        assert ran == pod["metadata"]["annotations"][L.ANNOTATION_ROLES]
+        ports = pod["spec"]["containers"][0].get("ports", [])
+        opened = {f"{dns[i]}:{p['containerPort']}" for p in ports if p["name"] != "rendezvous"}
+        assert opened == {r.ready for r in launch.roles if r.ready}

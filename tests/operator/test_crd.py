@@ -13,7 +13,11 @@ from graphrun.job.spec import load_job
 from graphrun.operator.crd import crd_yaml, graphjob_crd, openapi_schema
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((ROOT / "examples" / "jobs").glob("*.yaml"))
+EXAMPLES = sorted((ROOT / "examples" / "jobs").glob("*.yaml")) + sorted(
+    p
+    for p in (ROOT / "examples" / "kubernetes").glob("*.yaml")
+    if yaml.safe_load(p.read_text()).get("kind") == "GraphJob"
+)
 K8S_VERSION = kubernetes_validate.latest_version()
 PRESERVE = "x-kubernetes-preserve-unknown-fields"
 
@@ -76,7 +80,7 @@ def _validator() -> jsonschema.Draft4Validator:
     return jsonschema.Draft4Validator(openapi_schema())
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_examples_match_the_crd_schema(path: Path) -> None:
     doc = yaml.safe_load(path.read_text())
     _validator().validate(doc)
@@ -90,6 +94,10 @@ def test_examples_match_the_crd_schema(path: Path) -> None:
         (("partition", "method"), "spectral"),
         (("training", "fanouts"), [10, -5]),
         (("runPolicy", "cleanPodPolicy"), "Some"),
+        (("placement", "nodeLabel"), "not a label"),
+        (("placement", "plan"), {"machines": [], "assignments": {}}),
+        (("placement", "plan"), {"kind": "GraphJob", "machines": ["a"], "assignments": {}}),
+        (("placement", "plan"), {"machines": ["a"], "assignments": {"trainer:0": 1}}),
     ],
 )
 def test_crd_schema_rejects_what_the_model_rejects(where: tuple[str, str], value: Any) -> None:

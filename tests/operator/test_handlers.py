@@ -422,3 +422,78 @@ async def test_graphrun_operator_command(kmock: Any, tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         out, _ = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, out.decode()[-2000:]
+
+
+def planned(**placement: Any) -> dict[str, Any]:
+    """Three machines; the plan puts both stores on node-a and every trainer on node-b,
+    so the third machine (node-idle) runs nothing."""
+    doc = example()
+    doc["spec"]["runtime"] = {"machines": 3, "trainersPerMachine": 1}
+    plan = {
+        "machines": ["node-a", "node-b", "node-idle"],
+        "assignments": {
+            "store:0": "node-a",
+            "store:1": "node-a",
+            "trainer:0": "node-b",
+            "trainer:1": "node-b",
+            "trainer:2": "node-b",
+        },
+    }
+    doc["spec"]["placement"] = {"plan": plan, **placement}
+    return doc
+
+
+async def test_plan_lifecycle(cluster: Cluster) -> None:
+    c = cluster
+    await c.create_graphjob(planned(nodeLabel="graphrun.io/machine"))
+    await eventually(lambda: c.names("Pod", "partitioner"))
+    await c.finish_partitioner()
+    workers = await eventually(n_workers(c, 2))
+    assert workers == ["graphsage-worker-0", "graphsage-worker-1"]
+    pods = {p["metadata"]["name"]: p for p in await c.items("Pod")}
+    for name, node, roles in [
+        ("graphsage-worker-0", "node-a", "store:0,store:1"),
+        ("graphsage-worker-1", "node-b", "trainer:0,trainer:1,trainer:2"),
+    ]:
+        affinity = pods[name]["spec"]["affinity"]["nodeAffinity"]
+        (term,) = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert term["matchExpressions"] == [
+            {"key": "graphrun.io/machine", "operator": "In", "values": [node]}
+        ]
+        assert pods[name]["metadata"]["annotations"][L.ANNOTATION_ROLES] == roles
+    for w in workers:
+        await c.set_pod(w, "Running", ready=True)
+    await eventually(phase_is(c, "Training"))
+    for w in workers:
+        await c.set_pod(w, "Succeeded")
+    await eventually(phase_is(c, "Succeeded"))
+    assert (await c.status())["replicaStatuses"]["Worker"]["succeeded"] == 2
+    assert await c.names("Pod", "worker") == workers  # never a pod for node-idle
+
+
+@pytest.mark.parametrize(
+    ("placement", "message"),
+    [
+        (
+            {"planFile": "plan.yaml"},
+            "spec.placement.planFile: the operator cannot read files from your machine; "
+            "put the plan inline as spec.placement.plan",
+        ),
+        (
+            {"plan": {"machines": ["a", "b"], "assignments": {"trainer:9": "a"}}},
+            "spec.placement.plan.assignments.trainer:9: the job has no such role",
+        ),
+    ],
+)
+async def test_bad_plan_fails_naming_the_field(
+    cluster: Cluster, placement: dict[str, Any], message: str
+) -> None:
+    c = cluster
+    doc = example()
+    doc["spec"]["placement"] = placement
+    await c.create_graphjob(doc)
+    await eventually(phase_is(c, "Failed"))
+    failed = next(x for x in (await c.status())["conditions"] if x["type"] == "Failed")
+    assert failed["reason"] == "InvalidSpec"
+    assert message in failed["message"]
+    assert await c.names("Pod") == []

@@ -434,3 +434,35 @@ def test_spec_change_while_suspended_is_applied() -> None:
     assert h.phase == "Partitioning"  # partitions are made again for the new settings
     cm = next(o for o in h.ns.children() if o["kind"] == "ConfigMap")
     assert "haloHops: 2" in cm["data"]["job.yaml"]
+
+
+PLAN = {
+    "machines": ["node-a", "node-b", "node-idle"],
+    "assignments": {"store:0": "node-a", "store:1": "node-a", "trainer:0": "node-b"},
+}
+
+
+def test_machine_the_plan_leaves_empty_gets_no_pod() -> None:
+    assignments = {**PLAN["assignments"], "trainer:2": "node-b"}  # trainer:1 is on m1
+    h = Harness(
+        runtime={"machines": 3, "trainersPerMachine": 1},
+        placement={"plan": {**PLAN, "assignments": assignments}},
+        runPolicy={"backoffLimit": 1},
+    )
+    h.to_training()
+    assert h.workers() == ["graphsage-worker-0", "graphsage-worker-1"]
+    h.ns.set_pod("graphsage-worker-1", "Failed", exit_code=1)
+    h.step()
+    assert h.phase == "Restarting"
+    for _ in range(3):
+        h.step()
+    assert h.phase == "Serving"
+    assert h.workers() == ["graphsage-worker-0", "graphsage-worker-1"]
+    for w in h.workers():
+        h.ns.set_pod(w, "Running", ready=True)
+    h.step()
+    for w in h.workers():
+        h.ns.set_pod(w, "Succeeded")
+    h.step()
+    assert h.phase == "Succeeded"
+    assert h.status["replicaStatuses"]["Worker"]["succeeded"] == 2

@@ -34,12 +34,13 @@ def ctx(graph, tmp_path, **kw):
 
 
 def test_node_classification_learns(small, tmp_path):
-    c, _ = ctx(small, tmp_path, epochs=3, lr=0.01, checkpoint_dir=tmp_path / "ck")
+    c, _ = ctx(small, tmp_path, epochs=5, lr=0.01, checkpoint_dir=tmp_path / "ck")
     rec = fit(c)
-    assert rec["epoch"] == 2 and rec["test_acc"] > 0.4  # 4 classes: chance is 0.25
+    # 4 classes: chance is 0.25; 5 epochs of one batch reach 0.47-0.67 over seeds 0-5
+    assert rec["epoch"] == 4 and rec["test_acc"] > 0.4
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [x["epoch"] for x in lines] == [0, 1, 2]
-    assert load_checkpoint(tmp_path / "ck").epoch == 2  # type: ignore[union-attr]
+    assert [x["epoch"] for x in lines] == [0, 1, 2, 3, 4]
+    assert load_checkpoint(tmp_path / "ck").epoch == 4  # type: ignore[union-attr]
 
 
 def test_resume_continues_after_the_checkpoint(small, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from graphrun.train.models import SAGE, HeteroSAGE, LinkPredictor
+from graphrun.train.models import SAGE, HeteroSAGE, LinkPredictor, as_adj, dropout, mfg_targets
 
 
 def mfg() -> tuple[torch.Tensor, torch.Tensor, list[int], list[int]]:
@@ -33,6 +33,36 @@ def test_csr_path_matches_scatter():
     assert torch.allclose(a(x, ei, nodes, edges)[:2], b(x, ei, nodes, edges)[:2], atol=1e-5)
 
 
+def test_each_layer_computes_only_its_message_flow_targets():
+    _, _, nodes, _ = mfg()
+    assert [mfg_targets(nodes, 2, i) for i in range(2)] == [5, 2]  # seeds + hop 1, then seeds
+    x, ei, nodes, edges = mfg()
+    model = SAGE(4, 8, 3, 2, 0.0).eval()
+    assert model(x, ei, nodes, edges).shape == (2, 3)  # only the seeds come out
+
+
+def test_csr_adjacency_sorts_unsorted_destinations():
+    ei = torch.tensor([[5, 2, 6, 3], [2, 0, 1, 0]])  # destinations out of order
+    adj = as_adj(ei, 7, 3, "csr").to_dense()
+    want = torch.zeros(3, 7)
+    want[ei[1], ei[0]] = 1.0
+    assert torch.equal(adj, want)
+
+
+def test_dropout_keeps_1_minus_p_scaled_and_is_identity_in_eval():
+    torch.manual_seed(0)
+    x = torch.ones(200_000)
+    out = dropout(x, 0.3, True)
+    kept = out != 0
+    assert abs(float(kept.float().mean()) - 0.7) < 0.01
+    assert torch.allclose(out[kept], torch.full((int(kept.sum()),), 1 / 0.7))
+    assert dropout(x, 0.3, False) is x and dropout(x, 0.0, True) is x
+    assert not dropout(x, 1.0, True).any()
+    g = torch.ones(10, requires_grad=True)
+    dropout(g, 0.5, True).sum().backward()
+    assert set(g.grad.tolist()) <= {0.0, 2.0}  # gradient flows through kept units only
+
+
 def test_hetero_model_outputs_target_rows():
     torch.manual_seed(0)
     et = ("author", "writes", "paper")
@@ -40,6 +70,24 @@ def test_hetero_model_outputs_target_rows():
     x = {"paper": torch.randn(2, 4), "author": torch.randn(3, 3)}
     out = model(x, {et: torch.tensor([[0, 1, 2], [0, 0, 1]])})
     assert out.shape == (2, 5)
+
+
+def test_hetero_message_flow_graph_equals_the_full_computation_on_the_seeds():
+    torch.manual_seed(0)
+    w, c = ("author", "writes", "paper"), ("paper", "cites", "paper")
+    model = HeteroSAGE({"paper": 4, "author": 3}, [w, c], 8, 5, 2, "paper", 0.0).eval()
+    # papers: 2 seeds, 2 hop-1, 1 hop-2; authors: 0 seeds, 2 hop-1, 1 hop-2
+    x = {"paper": torch.randn(5, 4), "author": torch.randn(3, 3)}
+    ei = {
+        w: torch.tensor([[0, 1, 2], [0, 1, 3]]),  # hop 1: 0->0, 1->1; hop 2: 2->3
+        c: torch.tensor([[2, 3, 4], [0, 1, 2]]),  # hop 1: 2->0, 3->1; hop 2: 4->2
+    }
+    nodes = {"paper": [2, 2, 1], "author": [0, 2, 1]}
+    edges = {w: [2, 1], c: [2, 1]}
+    full = model(x, ei)[:2]
+    mfg_out = model(x, ei, nodes, edges)
+    assert mfg_out.shape == (2, 5)
+    assert torch.allclose(full, mfg_out, atol=1e-6)
 
 
 def test_link_predictor_scores_pairs():

@@ -1,0 +1,131 @@
+"""``graphrun bench step``: one training step of GraphSAGE, model choice by model choice.
+
+The same sampled mini-batches (graphrun's sampler, the PyG layout with per-hop counts)
+go through four models, forward + backward + Adam step, one process:
+
+* ``pyg_full`` — PyG's ``GraphSAGE`` on the whole sampled subgraph at every layer (what
+  PyG does with its torch-sparse ``NeighborLoader``, which gives no per-hop counts);
+* ``pyg_trim`` — PyG's ``GraphSAGE`` with ``trim_to_layer`` (per-hop counts given, as
+  with pyg-lib): each layer drops the hops later layers do not read, but still computes
+  every node it keeps;
+* ``mfg_scatter`` / ``mfg_csr`` — graphrun's ``SAGE``: each layer computes only the
+  destinations of its message-flow graph, aggregating by scatter or by one CSR SpMM
+  (``graphrun.train.models``), with its ``torch.rand`` dropout.
+
+Prints one JSON object: ``step_ms`` (median per variant), ``step_ms_all``, the batch's
+``nodes_per_hop`` / ``edges_per_hop``, ``torch_threads`` and ``load_avg``. Hidden size,
+fanouts and batch size default to the ``graphrun bench train`` configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from graphrun.bench import check_at_least, int_list
+
+VARIANTS = ("pyg_full", "pyg_trim", "mfg_scatter", "mfg_csr")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "step",
+        help="one GraphSAGE training step: PyG full / trimmed vs message-flow graphs",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--dataset", type=Path, required=True, help="any importable dataset")
+    p.add_argument("--fanouts", default="25,10", help="comma-separated, one per layer")
+    p.add_argument("--batch-size", type=int, default=1000)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--batches", type=int, default=10, help="timed batches (after 2 warm-up)")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    p.set_defaults(func=run)
+
+
+def _models(in_dim: int, hidden: int, classes: int, layers: int) -> dict[str, Any]:
+    import torch
+    from torch_geometric.nn.models import GraphSAGE
+
+    from graphrun.train.models import SAGE
+
+    torch.manual_seed(0)
+    pyg = GraphSAGE(in_dim, hidden, layers, classes, dropout=0.5)
+    return {
+        "pyg_full": pyg,
+        "pyg_trim": pyg,
+        "mfg_scatter": SAGE(in_dim, hidden, classes, layers, 0.5, "scatter"),
+        "mfg_csr": SAGE(in_dim, hidden, classes, layers, 0.5, "csr"),
+    }
+
+
+def _forward(variant: str, model: Any, b: Any) -> Any:
+    if variant == "pyg_full":
+        return model(b.x, b.edge_index)
+    if variant == "pyg_trim":
+        return model(
+            b.x,
+            b.edge_index,
+            num_sampled_nodes_per_hop=b.num_sampled_nodes,
+            num_sampled_edges_per_hop=b.num_sampled_edges,
+        )
+    return model(b.x, b.edge_index, b.num_sampled_nodes, b.num_sampled_edges)
+
+
+def _time_variant(variant: str, model: Any, batches: list[Any]) -> list[float]:
+    import torch
+    import torch.nn.functional as F
+
+    opt = torch.optim.Adam(model.parameters(), lr=0.003)
+    model.train()
+    times = []
+    for i, b in enumerate(batches):
+        t = time.perf_counter()
+        opt.zero_grad()
+        out = _forward(variant, model, b)[: b.batch_size]
+        F.cross_entropy(out, b.y[: b.batch_size]).backward()
+        opt.step()
+        if i >= 2:  # warm-up
+            times.append(time.perf_counter() - t)
+    return times
+
+
+def run(args: argparse.Namespace) -> int:
+    fanouts = int_list("--fanouts", args.fanouts, minimum=0)
+    check_at_least(args, 1, "--batch-size", "--hidden", "--batches", "--threads")
+    import torch
+
+    from graphrun.graph.importers import load_graph
+    from graphrun.train.data import LocalData
+
+    torch.set_num_threads(args.threads)
+    data = LocalData(load_graph(args.dataset))
+    nt = data.node_types[0]
+    in_dim = data.feature_dim(nt, "feat")
+    if in_dim is None:
+        from graphrun.errors import ArgumentError
+
+        raise ArgumentError(f"--dataset: node type {nt!r} has no 'feat' feature")
+    it = data.loader("train", None, fanouts, args.batch_size, True, 0)
+    batches = [b.data for _, b in zip(range(args.batches + 2), it, strict=False)]
+    models = _models(in_dim, args.hidden, data.num_classes(nt, "label"), len(fanouts))
+    times = {v: _time_variant(v, models[v], batches) for v in VARIANTS}
+    ms = {v: round(statistics.median(t) * 1000, 2) for v, t in times.items()}
+    first = batches[0]
+    out = {
+        "bench": "step", "dataset": str(args.dataset), "fanouts": fanouts,
+        "batch_size": args.batch_size, "hidden": args.hidden, "batches": len(times["mfg_csr"]),
+        "nodes_per_hop": [int(n) for n in first.num_sampled_nodes],
+        "edges_per_hop": [int(e) for e in first.num_sampled_edges],
+        "step_ms": ms,
+        "step_ms_all": {v: [round(x * 1000, 2) for x in t] for v, t in times.items()},
+        "torch_threads": torch.get_num_threads(),
+        "load_avg": [round(x, 2) for x in os.getloadavg()],
+    }  # fmt: skip
+    print(json.dumps(out), flush=True)
+    return 0
