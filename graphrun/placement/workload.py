@@ -15,7 +15,8 @@ One training iteration ``i`` of trainer ``r`` (partition ``p = r mod P``, sample
     allreduce: after every trainer, a ring flow trainer r -> r+1 of 2(T-1)/T gradients
 
 Sampling of iteration ``i`` may start once iteration ``i - prefetch - 1`` has ended
-(parameters delivered to every trainer). Flows of one stage from stores on the same
+(parameters delivered to every trainer); a trainer without sampler workers samples its
+batch ``i`` only after training batch ``i - 1`` (one process does one thing at a time). Flows of one stage from stores on the same
 machine are merged; flows inside a machine are free. Times and bytes are drawn once
 per :class:`Scenario` (seeded), so every placement is scored on the same draws.
 
@@ -228,6 +229,7 @@ class _Unroll:
         self.busy = [0.0] * len(sc.job.tasks)
         self.end: list[int] = []  # per iteration: parameters delivered everywhere
         self.last_sample: dict[int, int] = {}  # sampler task -> its latest sample step
+        self.last_train: dict[int, int] = {}  # trainer task -> its latest training step
         self.params_ready: list[int | None] = [None] * self.nt
         self.dur: list[float] = []
         self.size: list[float] = []
@@ -268,6 +270,10 @@ class _Unroll:
         # sampler worker i mod ns of trainer r; the trainer samples itself if ns == 0
         s_task = self.np + self.nt + r * self.ns + i % self.ns if self.ns else t_task
         prev = (self.last_sample[s_task],) if s_task in self.last_sample else ()
+        if s_task == t_task and t_task in self.last_train:
+            # a trainer that samples for itself does one thing at a time (its compute is
+            # serial, which the busiest-task bound counts on)
+            prev += (self.last_train[t_task],)
         fetch = self.store_flows(sc.structure[i, r], s_task, i, gate + prev)
         sample = self.compute(float(sc.sample_s[i, r]), i, (*fetch, *gate, *prev))
         self.busy[s_task] += float(sc.sample_s[i, r])
@@ -278,7 +284,9 @@ class _Unroll:
         if ready is not None:
             inputs.append(ready)
         self.busy[t_task] += float(sc.compute_s[i, r])
-        return self.compute(float(sc.compute_s[i, r]), i, tuple(inputs))
+        train = self.compute(float(sc.compute_s[i, r]), i, tuple(inputs))
+        self.last_train[t_task] = train
+        return train
 
     def sync_ps(self, i: int, trains: list[int]) -> None:
         """Gradients to every PS shard, the update, parameters back to every trainer."""

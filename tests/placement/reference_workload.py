@@ -58,6 +58,7 @@ class _Unroll:
         self.busy = [0.0] * len(pl)
         self.end: list[int] = []  # per iteration: parameters delivered everywhere
         self.last_sample: dict[int, int] = {}  # sampler task -> its latest sample step
+        self.last_train: dict[int, int] = {}  # trainer index -> its latest training step
         self.params_ready: list[int | None] = [None] * self.nt
 
     def batch(self, i: int, r: int, gate: tuple[int, ...]) -> int:
@@ -68,6 +69,8 @@ class _Unroll:
         s_task = self.np + self.nt + r * self.ns + i % self.ns if self.ns else self.np + r
         ms = self.pl[s_task]
         prev = (self.last_sample[s_task],) if s_task in self.last_sample else ()
+        if s_task == self.np + r and r in self.last_train:
+            prev += (self.last_train[r],)  # a self-sampling trainer does one thing at a time
         fetch = [
             b.flow(v, src, ms, i, gate + prev)
             for src, v in _grouped(sc.structure[i, r], self.store_m).items()
@@ -84,7 +87,9 @@ class _Unroll:
         if ready is not None:
             inputs.append(ready)
         self.busy[self.np + r] += float(sc.compute_s[i, r])
-        return b.compute(float(sc.compute_s[i, r]), i, tuple(inputs))
+        train = b.compute(float(sc.compute_s[i, r]), i, tuple(inputs))
+        self.last_train[r] = train
+        return train
 
     def sync_ps(self, i: int, trains: list[int]) -> None:
         """Gradients to every PS shard, the update, parameters back to every trainer."""

@@ -177,14 +177,19 @@ def test_infeasible_cluster_names_the_field():
     st.sampled_from(["ps", "allreduce"]),
     st.integers(0, 4),
     st.integers(2, 6),
+    st.integers(0, 2),
 )
-def test_simulated_job_makespan_is_at_least_its_lower_bound(seed, sync, prefetch, iterations):
-    """Every bound, the energetic one included, with prefetch windows 0..4."""
+def test_simulated_job_makespan_is_at_least_its_lower_bound(
+    seed, sync, prefetch, iterations, samplers
+):
+    """Every bound, the energetic one included, with prefetch windows 0..4; with no sampler
+    workers the trainers sample for themselves (their compute must stay serial: the
+    busiest-task bound was once above the makespan there)."""
     cluster = make_cluster([50, 10, 25], cpu=64, memory_gb=512, gpus=2)
     spec = JobSpec(
         partitions=3,
         trainers=3,
-        samplers_per_trainer=2,
+        samplers_per_trainer=samplers,
         sync=sync,
         parameter_servers=2,
         prefetch=prefetch,
