@@ -17,8 +17,9 @@ One training iteration ``i`` of trainer ``r`` (partition ``p = r mod P``, sample
 Sampling of iteration ``i`` may start once iteration ``i - prefetch - 1`` has ended
 (parameters delivered to every trainer); a trainer without sampler workers samples its
 batch ``i`` only after training batch ``i - 1`` (one process does one thing at a time).
-Flows of one stage from stores on the same machine are merged; flows inside a machine are free. Times and bytes are drawn once
-per :class:`Scenario` (seeded), so every placement is scored on the same draws.
+Flows of one stage from stores on the same machine are merged; flows inside a machine
+are free. Times and bytes are drawn once per :class:`Scenario` (seeded), so every
+placement is scored on the same draws.
 
 The unrolled DAG does not depend on the placement except through those two rules,
 so it is built once per scenario as a :class:`Template` over tasks, and
