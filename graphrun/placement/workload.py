@@ -270,7 +270,7 @@ class _Unroll:
         t_task = self.np + r
         # sampler worker i mod ns of trainer r; the trainer samples itself if ns == 0
         s_task = self.np + self.nt + r * self.ns + i % self.ns if self.ns else t_task
-        prev = (self.last_sample[s_task],) if s_task in self.last_sample else ()
+        prev: tuple[int, ...] = (self.last_sample[s_task],) if s_task in self.last_sample else ()
         if s_task == t_task and t_task in self.last_train:
             # a trainer that samples for itself does one thing at a time (its compute is
             # serial, which the busiest-task bound counts on)

@@ -55,12 +55,13 @@ def nothing_left(job: LocalJob) -> None:
 
 def test_two_machines_train_to_accuracy(tmp_path):
     # one sampler worker process per trainer (spawned by its loader, stopped with it)
-    path = small_job(tmp_path, epochs=2, runtime={"samplerWorkersPerTrainer": 1})
+    path = small_job(tmp_path, epochs=3, lr=0.03, runtime={"samplerWorkersPerTrainer": 1})
     job, sink = run(path)
     report = job.run()
     assert report.exits["trainer:0"] == 0 and report.exits["trainer:1"] == 0
     last = metrics(path)[-1]
-    assert last["epoch"] == 1 and last["test_acc"] > 0.5  # 4 classes: chance is 0.25
+    # 4 classes: chance is 0.25; this setting reaches 0.66-0.77 in one process (seeds 0-4)
+    assert last["epoch"] == 2 and last["test_acc"] > 0.5
     assert "[store:1@m1]" in sink.getvalue() and "[trainer:0@m0]" in sink.getvalue()
     assert '"rank": 0, "local_parts": [0, 1]' in sink.getvalue()  # one host: both co-located
     nothing_left(job)
@@ -153,7 +154,7 @@ def test_sigterm_to_graphrun_run_stops_everything(tmp_path):
 @pytest.mark.netns
 @pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
 def test_job_in_network_namespaces(tmp_path):
-    path = small_job(tmp_path, epochs=1)
+    path = small_job(tmp_path, epochs=2, lr=0.03)
     job, sink = run(path, hosts="netns")
     job.run()
     out = sink.getvalue()
