@@ -92,6 +92,7 @@ class _SparseOptimizer:
         self.params = list(params)
         self.hyper = hyper
         self._states: dict[str, list[str]] = {}
+        self._tensors: dict[str, DistTensor] = {}
         for emb in self.params:
             names = []
             for suffix, full_row in STATE_SPECS[self.reducer]:
@@ -99,7 +100,7 @@ class _SparseOptimizer:
                 shape = (
                     (emb.num_embeddings, emb.embedding_dim) if full_row else (emb.num_embeddings,)
                 )
-                DistTensor(
+                self._tensors[state] = DistTensor(
                     emb.client,
                     state,
                     shape,
@@ -109,6 +110,23 @@ class _SparseOptimizer:
                 )
                 names.append(state)
             self._states[emb.name] = names
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Every optimizer state tensor, all rows (state name -> tensor), for a checkpoint."""
+        return {name: t[np.arange(t.shape[0], dtype=np.int64)] for name, t in self._tensors.items()}
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Write back what :meth:`state_dict` returned; unknown or misshaped states are an
+        ArgumentError naming them."""
+        for name, value in state.items():
+            t = self._tensors.get(name)
+            if t is None:
+                raise ArgumentError(f"optimizer state {name!r}: this optimizer has no such state")
+            if tuple(value.shape) != tuple(t.shape):
+                raise ArgumentError(
+                    f"optimizer state {name!r}: shape {tuple(value.shape)}, expected {t.shape}"
+                )
+            t[np.arange(t.shape[0], dtype=np.int64)] = value
 
     def step(self) -> None:
         """Send every recorded row gradient to the servers, which update rows and state."""

@@ -71,11 +71,16 @@ class StoreEmbedding:
 
     def state(self) -> dict[str, Any]:
         n = self.emb.num_embeddings
-        return {"weight": self.emb.weight[np.arange(n, dtype=np.int64)]}
+        return {
+            "weight": self.emb.weight[np.arange(n, dtype=np.int64)],
+            "optimizer": self.opt.state_dict(),  # SparseAdam's m, v and per-row steps
+        }
 
     def load_state(self, state: dict[str, Any]) -> None:
         w = state["weight"]
         self.emb.weight[np.arange(w.shape[0], dtype=np.int64)] = w
+        if "optimizer" in state:  # checkpoints written before it was saved have none
+            self.opt.load_state_dict(state["optimizer"])
 
 
 class DistGraphData:

@@ -21,6 +21,7 @@ from graphrun.job.runner import LocalJob, RunOptions
 from graphrun.job.spec import load_job
 from graphrun.job.worker import read_status
 from graphrun.testing.jobs import small_job
+from graphrun.train.checkpoint import load_checkpoint
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,6 +114,13 @@ def test_link_prediction_job_with_dist_embedding(tmp_path):
     path = small_job(tmp_path, task="link-prediction", embeddingDim=8, batchSize=200, sparseLr=0.05)
     run(path)[0].run()
     assert 0.0 <= metrics(path)[-1]["test_auc"] <= 1.0
+    # the checkpoint carries the embedding rows and the store's SparseAdam state
+    ckpt = load_checkpoint(path.parent / "runs" / "small" / "checkpoints")
+    assert ckpt is not None
+    emb = ckpt.sparse["embedding"]
+    assert emb["weight"].shape[1] == 8
+    assert {n.split(".")[-2] for n in emb["optimizer"]} == {"adam"}  # <name>.adam.m|v|step
+    assert any(float(v.abs().sum()) > 0 for v in emb["optimizer"].values())
 
 
 def test_hetero_job(tmp_path):

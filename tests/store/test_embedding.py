@@ -59,6 +59,41 @@ def test_dist_embedding_trains_like_torch(stores, keys, opt_name):
         assert {"e", f"e.{opt_name}.{'sum' if opt_name == 'adagrad' else 'm'}"} <= names
 
 
+def test_sparse_adam_state_round_trips_for_a_checkpoint(stores, keys):
+    n, d = 600, 3
+    target = torch.linspace(-1, 1, n * d).reshape(n, d)
+    ids = torch.arange(0, n, 2)
+    with connect(stores, keys, job="adam-ckpt") as c:
+        emb = DistEmbedding(c, n, d, "w", init="normal", init_args={"std": 0.1})
+        opt = SparseAdam([emb], lr=0.05)
+
+        def step() -> None:
+            opt.zero_grad()
+            ((emb(ids) - target[ids]) ** 2).sum().backward()
+            opt.step()
+
+        step()
+        step()
+        weights, state = c.pull("w", np.arange(n)).copy(), opt.state_dict()
+        assert set(state) == {"w.adam.m", "w.adam.v", "w.adam.step"}
+        assert state["w.adam.step"][ids].eq(2).all() and state["w.adam.step"][1] == 0
+        step()
+        after = c.pull("w", np.arange(n)).copy()
+        for restore in (True, False):  # a resumed run continues exactly only with the state
+            emb.weight[np.arange(n)] = torch.from_numpy(weights)
+            if restore:
+                opt.load_state_dict(state)
+            else:
+                opt.load_state_dict({k: torch.zeros_like(v) for k, v in state.items()})
+            step()
+            same = np.allclose(c.pull("w", np.arange(n)), after, atol=1e-7)
+            assert same == restore
+        with pytest.raises(ArgumentError, match="'w.adam.q': this optimizer has no such"):
+            opt.load_state_dict({"w.adam.q": state["w.adam.m"]})
+        with pytest.raises(ArgumentError, match=r"'w.adam.m': shape \(2,\)"):
+            opt.load_state_dict({"w.adam.m": torch.zeros(2)})
+
+
 def test_no_grad_lookup_is_not_recorded(stores, keys):
     with connect(stores, keys, job="ng") as c:
         emb = DistEmbedding(c, 600, 2, "e2")
