@@ -88,9 +88,9 @@ def test_sparse_adam_state_round_trips_for_a_checkpoint(stores, keys):
             step()
             same = np.allclose(c.pull("w", np.arange(n)), after, atol=1e-7)
             assert same == restore
-        with pytest.raises(ArgumentError, match="'w.adam.q': this optimizer has no such"):
+        with pytest.raises(ArgumentError, match=r"'w\.adam\.q': this optimizer has no such"):
             opt.load_state_dict({"w.adam.q": state["w.adam.m"]})
-        with pytest.raises(ArgumentError, match=r"'w.adam.m': shape \(2,\)"):
+        with pytest.raises(ArgumentError, match=r"'w\.adam\.m': shape \(2,\)"):
             opt.load_state_dict({"w.adam.m": torch.zeros(2)})
 
 
