@@ -138,8 +138,8 @@ def write_inline(job_file: Path, plan: Any, out: Path) -> Path:
     written atomically to ``out`` and checked to load and resolve."""
     import yaml
 
-    from graphrun.job.spec import parse_job, read_yaml, resolve_placement
-    from graphrun.placement._io import write_text_atomic
+    from graphrun.job.spec import parse_job, resolve_placement
+    from graphrun.placement._io import read_yaml, write_text_atomic
 
     data = read_yaml(job_file, "job spec")
     placement = dict(data["spec"].get("placement") or {})

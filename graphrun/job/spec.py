@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.alias_generators import to_camel
 
 from graphrun.errors import SpecError
+from graphrun.placement._io import read_yaml
 from graphrun.placement.plan import PlacementPlan, load_plan
 
 API_VERSION = "graphrun.io/v1alpha1"
@@ -470,22 +471,6 @@ def parse_job(data: Any, source: str = "<job>") -> GraphJob:
         return GraphJob.model_validate(data)
     except ValidationError as exc:
         raise SpecError(format_validation_error(source, exc)) from None
-
-
-def read_yaml(path: str | Path, what: str) -> Any:
-    """Read one YAML document, turning every failure into one SpecError line."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise SpecError(f"{p}: cannot read {what} ({exc.strerror or exc})") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError(f"{p}: not valid YAML ({where}{problem})") from None
 
 
 def load_job(path: str | Path) -> GraphJob:

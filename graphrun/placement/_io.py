@@ -15,16 +15,22 @@ from graphrun.errors import SpecError
 M = TypeVar("M", bound=pydantic.BaseModel)
 
 
-def read_yaml(path: str | Path) -> Any:
-    path = Path(path)
+def read_yaml(path: str | Path, what: str = "") -> Any:
+    """One YAML document; every failure is one SpecError line naming the file (and, for
+    bad YAML, the line). ``what`` names the file's role in the message ("job spec")."""
+    p = Path(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise SpecError(f"{p}: cannot read{' ' + what if what else ''} ({reason})") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(f"{p}: not valid YAML ({where}{problem})") from None
 
 
 def validate(model: type[M], data: Any, where: str) -> M:
