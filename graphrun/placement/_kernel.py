@@ -178,6 +178,26 @@ def _heap_pop(ht: np.ndarray, hv: np.ndarray, n: int) -> int:
 
 
 @jit
+def _release(
+    v: int,
+    succ_ptr: np.ndarray,
+    succ_idx: np.ndarray,
+    npred: np.ndarray,
+    stack: np.ndarray,
+    ns: int,
+) -> int:
+    """Node ``v`` finished: successors whose last predecessor it was go on the ready
+    stack. Returns the stack's new height."""
+    for e in range(succ_ptr[v], succ_ptr[v + 1]):
+        w = succ_idx[e]
+        npred[w] -= 1
+        if npred[w] == 0:
+            stack[ns] = w
+            ns += 1
+    return ns
+
+
+@jit
 def _sort_by_key(a: np.ndarray, count: int, key: np.ndarray) -> None:
     """Stable insertion sort of ``a[:count]`` by ``key`` (the list is nearly sorted)."""
     for i in range(1, count):
@@ -257,12 +277,7 @@ def run(
             else:
                 finish[v] = t
                 done += 1
-                for e in range(succ_ptr[v], succ_ptr[v + 1]):
-                    w = succ_idx[e]
-                    npred[w] -= 1
-                    if npred[w] == 0:
-                        stack[ns] = w
-                        ns += 1
+                ns = _release(v, succ_ptr, succ_idx, npred, stack, ns)
         if dirty:
             if policy == PRIORITY:
                 _sort_by_key(active, na, key)
@@ -315,23 +330,13 @@ def run(
                             live_in -= 1
                         else:
                             live_out -= 1
-                for e in range(succ_ptr[f], succ_ptr[f + 1]):
-                    w = succ_idx[e]
-                    npred[w] -= 1
-                    if npred[w] == 0:
-                        stack[ns] = w
-                        ns += 1
+                ns = _release(f, succ_ptr, succ_idx, npred, stack, ns)
         while nh > 0 and ht[0] - t <= tol:
             v = hv[0]
             nh = _heap_pop(ht, hv, nh)
             finish[v] = t
             done += 1
-            for e in range(succ_ptr[v], succ_ptr[v + 1]):
-                w = succ_idx[e]
-                npred[w] -= 1
-                if npred[w] == 0:
-                    stack[ns] = w
-                    ns += 1
+            ns = _release(v, succ_ptr, succ_idx, npred, stack, ns)
     return finish, events, done
 
 
