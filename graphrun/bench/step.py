@@ -65,15 +65,12 @@ def _models(in_dim: int, hidden: int, classes: int, layers: int) -> dict[str, An
 
 
 def _forward(variant: str, model: Any, b: Any) -> Any:
+    from graphrun.bench.train import pyg_forward
+
     if variant == "pyg_full":
         return model(b.x, b.edge_index)
     if variant == "pyg_trim":
-        return model(
-            b.x,
-            b.edge_index,
-            num_sampled_nodes_per_hop=b.num_sampled_nodes,
-            num_sampled_edges_per_hop=b.num_sampled_edges,
-        )
+        return pyg_forward(model, b)  # graphrun's batches carry the per-hop counts
     return model(b.x, b.edge_index, b.num_sampled_nodes, b.num_sampled_edges)
 
 

@@ -161,7 +161,7 @@ def run_distributed(args: argparse.Namespace, workdir: Path, aggr: str) -> dict[
     }
 
 
-def _pyg_forward(model: Any, b: Any) -> Any:
+def pyg_forward(model: Any, b: Any) -> Any:
     """PyG's ``GraphSAGE`` on a ``NeighborLoader`` batch, trimmed per layer when the loader
     gives per-hop counts (pyg-lib); its torch-sparse sampler does not, and then every
     layer runs over the whole sampled subgraph."""
@@ -204,7 +204,7 @@ def run_pyg(args: argparse.Namespace) -> dict[str, Any]:
         t = time.perf_counter()
         for b in train:
             opt.zero_grad()
-            out = _pyg_forward(model, b)
+            out = pyg_forward(model, b)
             F.cross_entropy(out[: b.batch_size], b.y[: b.batch_size]).backward()
             opt.step()
         times.append(time.perf_counter() - t)
@@ -212,7 +212,7 @@ def run_pyg(args: argparse.Namespace) -> dict[str, Any]:
         correct = total = 0
         with torch.no_grad():
             for b in test:
-                out = _pyg_forward(model, b)
+                out = pyg_forward(model, b)
                 correct += int((out[: b.batch_size].argmax(-1) == b.y[: b.batch_size]).sum())
                 total += b.batch_size
         accs.append(correct / max(total, 1))

@@ -78,6 +78,14 @@ def mfg_targets(num_sampled_nodes: Sequence[int], num_layers: int, layer: int) -
     return int(sum(num_sampled_nodes[: num_layers - layer]))
 
 
+def mfg_edges(
+    edge_index: Tensor, num_sampled_edges: Sequence[int], num_layers: int, layer: int
+) -> Tensor:
+    """The edges layer ``layer`` of ``num_layers`` reads: those of hops ``1..L-layer``,
+    the first ``sum(num_sampled_edges[: num_layers - layer])`` columns."""
+    return edge_index[:, : sum(num_sampled_edges[: num_layers - layer])]
+
+
 def _check_path(path: str) -> None:
     if path not in ("scatter", "csr"):
         raise ArgumentError(f"aggr_path: {path!r} is not 'scatter' or 'csr'")
@@ -117,7 +125,7 @@ class SAGE(torch.nn.Module):
             edges = edge_index
             if num_sampled_nodes is not None and num_sampled_edges is not None:
                 n_dst = mfg_targets(num_sampled_nodes, layers, i)
-                edges = edge_index[:, : sum(num_sampled_edges[: layers - i])]
+                edges = mfg_edges(edge_index, num_sampled_edges, layers, i)
             adj = as_adj(edges, n_src, n_dst, self.aggr_path)
             x = conv((x, x[:n_dst]), adj, size=(n_src, n_dst))
             if i < layers - 1:
@@ -191,7 +199,7 @@ class HeteroSAGE(torch.nn.Module):
                     else n for t, n in n_dst.items()
                 }  # fmt: skip
                 edges = {
-                    et: e[:, : sum(num_sampled_edges[et][: layers - i])]
+                    et: mfg_edges(e, num_sampled_edges[et], layers, i)
                     if et in num_sampled_edges else e for et, e in edge_index.items()
                 }  # fmt: skip
             out: dict[str, Tensor] = {}
