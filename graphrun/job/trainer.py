@@ -10,6 +10,8 @@ it on that partition's machine; a placement plan may move it elsewhere).
 
 ``training.script`` jobs: the script is run as a module named ``__graphrun__`` and
 its ``main(ctx)`` is called with the same context a built-in task gets.
+``training.entryPoint`` modules are imported from the job file's directory first, then
+from the installed packages (as ``python script.py`` puts the script's directory first).
 """
 
 from __future__ import annotations
@@ -103,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = train_config(job, args, paths.run_dir, paths.checkpoints)
     if cfg.entry_point == "__script__":
         cfg = _script_entry(cfg, paths.base_dir / str(job.spec.training.script))
+    elif cfg.entry_point is not None:
+        sys.path.insert(0, str(paths.base_dir))  # the user's modules beside the job file
     servers = [f"tcp://{eps[0]}" for _, eps in sorted(hosts.store_endpoints().items())]
     ctx = initialize(
         servers, job=job.name, keys=load_keys(args.keys / "job.key"), rank=args.rank,
