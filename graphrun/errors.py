@@ -23,10 +23,14 @@ at the boundary where they occur, with ``raise ... from``.
     └── HostError                 this host cannot provide what a job asks (network namespaces)
 
 Rules: a message names the file, field or argument and says what is wrong, in one
-line. Never ``assert`` to validate input.
+line. Never ``assert`` to validate input. A process that stops on a :class:`UserError`
+exits with :data:`USER_ERROR_EXIT` (2); a job never restarts a role that did (its input
+is wrong, a retry cannot help).
 """
 
 from __future__ import annotations
+
+USER_ERROR_EXIT = 2
 
 
 class GraphrunError(Exception):

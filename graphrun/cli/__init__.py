@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from graphrun import __version__
-from graphrun.errors import GraphrunError, JobFailed, UserError
+from graphrun.errors import USER_ERROR_EXIT, GraphrunError, JobFailed, UserError
 
 # Order is the order shown in --help: the workflow from data to a trained model.
 SUBCOMMANDS = (
@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except UserError as exc:
         print(f"graphrun: error: {exc}", file=sys.stderr)
-        return 2
+        return USER_ERROR_EXIT
     except JobFailed as exc:
         print(f"graphrun: job failed: {exc}", file=sys.stderr)
         return 1

@@ -35,10 +35,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from graphrun.errors import JobFailed, SpecError
+from graphrun.errors import JobFailed, SpecError, UserError
 from graphrun.job.hosts import Hosts
 from graphrun.job.launch import MachineLaunch
 from graphrun.job.local import LocalMachines, Wrap, package_env
+from graphrun.job.preflight import check_before_start, check_partitions
 from graphrun.job.process import RoleCommand, Supervisor
 from graphrun.job.roles import JobPaths, job_paths, job_placement, machine_launches, plan_hosts
 from graphrun.job.spec import GraphJob
@@ -176,6 +177,9 @@ class LocalJob:
                 self._event(Event.role_failed(exc.role, exc.host, exc.exit_code, exc.reason))
             except _Ended as exc:
                 self._event(Event(exc.kind, message=str(exc)))
+            except UserError as exc:  # e.g. the partitions lack what the trainers need
+                self._event(Event(EventKind.FAIL, "InvalidInput", str(exc)))
+                raise
         report = JobReport(self.state, dict(self.exits), self.paths, time.monotonic() - t0)
         err = self.state.error()
         if err is not None:
@@ -185,7 +189,8 @@ class LocalJob:
     # ---- phases ---------------------------------------------------------------------
 
     def check_inputs(self) -> None:
-        """Refuse up front what cannot work: a missing dataset, a mismatching partition."""
+        """Refuse up front what cannot work: a missing dataset, a mismatching partition,
+        what the trainers will need (:mod:`graphrun.job.preflight`)."""
         g = self.job.spec.graph
         have_parts = (self.paths.parts / "partition.json").is_file()
         has_data = (self.paths.dataset / "graph.json").is_file()
@@ -194,6 +199,7 @@ class LocalJob:
                 f"{self.paths.job_file}: spec.graph.dataset: {self.paths.dataset} is not a "
                 "dataset directory"
             )
+        check_before_start(self.job, self.paths)
         if (self.paths.parts / "partition.json").is_file():
             self._check_partition()
 
@@ -209,6 +215,7 @@ class LocalJob:
                 f"{self.paths.job_file}: spec.partition.output: {self.paths.parts} has "
                 f"{meta.get('num_parts')} parts, the job needs {want}"
             )
+        check_partitions(self.job, self.paths)
 
     def _partition(self) -> None:
         if (self.paths.parts / "partition.json").is_file():

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from graphrun.errors import ArgumentError, GraphrunError
+from graphrun.errors import USER_ERROR_EXIT, ArgumentError, GraphrunError, UserError
 from graphrun.job.hosts import Hosts
 from graphrun.job.roles import job_paths
 from graphrun.job.spec import GraphJob, load_job
@@ -146,6 +146,9 @@ def _script_entry(cfg: Any, script: Path) -> Any:
 if __name__ == "__main__":
     try:
         sys.exit(main())
+    except UserError as exc:  # its input is wrong: one line, and no restart will help
+        print(f"graphrun trainer: error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(USER_ERROR_EXIT)
     except GraphrunError as exc:
         print(f"graphrun trainer: error: {exc}", file=sys.stderr, flush=True)
         raise

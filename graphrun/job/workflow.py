@@ -5,7 +5,9 @@
     Pending --Start--> Partitioning --Partitioned--> Distributing --Distributed--> Serving
         --ServersReady--> Training --TrainingDone--> Succeeded
 
-    any active phase --RoleFailed--> Restarting   (while restarts < backoffLimit)
+    any active phase --RoleFailed--> Restarting   (while restarts < backoffLimit, unless
+                                                   the role exited USER_ERROR_EXIT: its
+                                                   input is wrong, a retry cannot help)
                      --RoleFailed--> Failed       (otherwise)
     Restarting --Restarted--> Partitioning | Distributing | Serving   (where it failed;
                                                  a failure while serving or training
@@ -34,7 +36,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from graphrun.errors import JobFailed, WorkflowError
+from graphrun.errors import USER_ERROR_EXIT, JobFailed, WorkflowError
 
 
 class Phase(StrEnum):
@@ -121,6 +123,12 @@ class Event:
         cls, role: str, machine: str, exit_code: int | None, message: str = "", reason: str = ""
     ) -> Event:
         return cls(EventKind.ROLE_FAILED, reason, message, role, machine, exit_code)
+
+    @property
+    def permanent(self) -> bool:
+        """A role that exited with :data:`~graphrun.errors.USER_ERROR_EXIT` refused its
+        input (a bad entry point, a corrupt checkpoint): restarting it cannot help."""
+        return self.kind is EventKind.ROLE_FAILED and self.exit_code == USER_ERROR_EXIT
 
     def describe(self) -> str:
         """The message, naming the failed role, machine and exit code when there is one."""
@@ -260,15 +268,17 @@ def initial_state(now: datetime, backoff_limit: int = 0, message: str = "") -> J
     return JobState(Phase.PENDING, (created,), backoff_limit=backoff_limit)
 
 
-def next_phase(state: JobState, kind: EventKind) -> Phase | None:
-    """The phase ``kind`` leads to from ``state``, or None when it is not accepted."""
+def next_phase(state: JobState, kind: EventKind, permanent: bool = False) -> Phase | None:
+    """The phase ``kind`` leads to from ``state``, or None when it is not accepted.
+    A ``permanent`` role failure is never retried."""
     p = state.phase
     if p in TERMINAL:
         return None
     if (p, kind) in FORWARD:
         return FORWARD[p, kind]
     if kind is EventKind.ROLE_FAILED and p in ACTIVE:
-        return Phase.RESTARTING if state.restarts < state.backoff_limit else Phase.FAILED
+        retry = state.restarts < state.backoff_limit and not permanent
+        return Phase.RESTARTING if retry else Phase.FAILED
     if kind is EventKind.RESTARTED and p is Phase.RESTARTING:
         return state.resume_phase or Phase.SERVING
     if kind is EventKind.SUSPEND and p is not Phase.SUSPENDED:
@@ -301,12 +311,13 @@ def _set(conds: tuple[Condition, ...], new: Condition) -> tuple[Condition, ...]:
 
 def transition(state: JobState, event: Event, now: datetime) -> JobState:
     """The state after ``event``. Raises WorkflowError if the phase does not accept it."""
-    target = next_phase(state, event.kind)
+    target = next_phase(state, event.kind, event.permanent)
     if target is None:
         raise WorkflowError(f"event {event.kind.value} is illegal in phase {state.phase.value}")
     reason = event.reason or DEFAULT_REASON[event.kind]
     if target is Phase.FAILED and event.kind is EventKind.ROLE_FAILED and state.backoff_limit:
-        reason = event.reason or "BackoffLimitExceeded"
+        retried_out = state.restarts >= state.backoff_limit
+        reason = event.reason or ("BackoffLimitExceeded" if retried_out else "NotRetriable")
     message = event.describe() or f"{state.phase.value} -> {target.value}"
     conds = state.conditions
     if state.phase is not Phase.PENDING:

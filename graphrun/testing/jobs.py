@@ -77,6 +77,8 @@ def job_yaml(tmp_dir: Path, name: str = "t", **training: object) -> Path:
             "runPolicy": {"backoffLimit": 0},
         },
     }
+    if "entryPoint" in training or "script" in training:
+        del spec["spec"]["training"]["task"]  # type: ignore[index]
     path = Path(tmp_dir) / "job.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path

@@ -59,7 +59,8 @@ def load_checkpoint(ckpt_dir: str | Path) -> Checkpoint | None:
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many kinds for a corrupt file
-        raise ArgumentError(f"{path}: not a readable checkpoint ({exc})") from exc
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ArgumentError(f"{path}: not a readable checkpoint ({first})") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ArgumentError(f"{path}: field 'format' is not {FORMAT!r}")
     if data.get("version") != VERSION:

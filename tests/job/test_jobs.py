@@ -251,3 +251,17 @@ def test_failed_trainer_restarts_within_the_backoff_limit(tmp_path):
     assert "phase Restarting" in sink.getvalue()
     assert "first attempt fails on purpose" in sink.getvalue()
     nothing_left(job)
+
+
+def test_corrupt_checkpoint_fails_at_once_without_restarts(tmp_path):
+    path = small_job(tmp_path, run_policy={"backoffLimit": 2})
+    ckpt = tmp_path / "runs" / "small" / "checkpoints"
+    ckpt.mkdir(parents=True)
+    (ckpt / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    job, sink = run(path, resume=True)
+    with pytest.raises(JobFailed) as info:
+        job.run()
+    assert info.value.role.startswith("trainer:") and info.value.exit_code == 2
+    assert "not a readable checkpoint" in str(info.value)
+    assert job.state.restarts == 0 and "phase Restarting" not in sink.getvalue()
+    nothing_left(job)

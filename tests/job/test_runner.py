@@ -43,7 +43,8 @@ class FakeRoles(LocalJob):
 
 
 def make(tmp_path, codes, **spec_over):
-    path = job_yaml(tmp_path)
+    # the trainers are fake: an entry point job, whose partitions' columns are not checked
+    path = job_yaml(tmp_path, entryPoint="graphrun.testing.jobs:wait")
     fake_partition(tmp_path)
     job = load_job(path)
     if spec_over:
@@ -113,3 +114,14 @@ def test_partition_of_another_size_is_refused(tmp_path):
 
 if sys.platform != "linux":  # pragma: no cover
     pytest.skip("process groups and /dev/shm are Linux", allow_module_level=True)
+
+
+def test_a_role_refusing_its_input_is_not_restarted(tmp_path):
+    # exit code 2 (USER_ERROR_EXIT): a bad entry point or a corrupt checkpoint; a restart
+    # cannot help, so the backoff limit is not spent on it
+    lj, _ = make(tmp_path, [{1: "import sys; sys.exit(2)"}, {}], backoffLimit=2)
+    with pytest.raises(JobFailed) as info:
+        lj.run()
+    assert (info.value.role, info.value.exit_code) == ("trainer:1", 2)
+    assert lj.state.restarts == 0 and lj.attempts == [False]
+    assert lj.state.condition("Failed").reason == "NotRetriable"

@@ -248,3 +248,15 @@ def test_random_event_sequences_keep_the_invariants(kinds: list[EventKind], back
         if s.phase is Phase.FAILED:
             assert s.error() is not None
     assert s.restarts <= failed_roles
+
+
+def test_permanent_role_failure_is_not_retried() -> None:
+    from graphrun.errors import USER_ERROR_EXIT
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    s = replay(initial_state(now, backoff_limit=3), [Event(EventKind.START)], now)
+    transient = transition(s, Event.role_failed("trainer:0", "m0", 1, "boom"), now)
+    assert transient.phase is Phase.RESTARTING
+    failed = transition(s, Event.role_failed("trainer:0", "m0", USER_ERROR_EXIT, "bad"), now)
+    assert failed.phase is Phase.FAILED and failed.restarts == 0
+    assert failed.condition("Failed").reason == "NotRetriable"
