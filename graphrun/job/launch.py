@@ -41,6 +41,7 @@ class MachineLaunch:
     wait_for: tuple[str, ...] = ()  # endpoints that must be up before samplers/trainers start
     ready_timeout_s: float = 120.0
     key_file: str | None = None  # the job's key: store servers are probed with it
+    stall_timeout_s: float = 30.0  # a role stopped (SIGSTOP) this long fails the machine
 
     def of_kind(self, kind: RoleKind) -> list[RoleLaunch]:
         return [r for r in self.roles if r.kind == kind]
@@ -51,6 +52,7 @@ class MachineLaunch:
             "wait_for": list(self.wait_for),
             "ready_timeout_s": self.ready_timeout_s,
             "key_file": self.key_file,
+            "stall_timeout_s": self.stall_timeout_s,
             "roles": [
                 {
                     "kind": r.kind,
@@ -86,6 +88,7 @@ class MachineLaunch:
                 tuple(str(e) for e in data.get("wait_for", ())),
                 float(data.get("ready_timeout_s", 120.0)),
                 data.get("key_file"),
+                float(data.get("stall_timeout_s", 30.0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SpecError(f"{source}: malformed machine launch plan ({exc!r})") from None

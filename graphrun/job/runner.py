@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
@@ -58,6 +58,7 @@ class RunOptions:
     profile_dir: Path | None = None
     python: str = sys.executable
     ready_timeout_s: float = 120.0
+    stall_timeout_s: float = 30.0  # a role stopped (SIGSTOP) this long fails its machine
     env: Mapping[str, str] = field(default_factory=dict)  # added to every role's environment
     trainer_args: tuple[str, ...] = ()  # extra trainer flags, e.g. ("--aggr", "csr")
 
@@ -287,10 +288,11 @@ class LocalJob:
         # all "machines" share this host's cores: one share per trainer, not all each
         threads = max(1, (os.cpu_count() or 1) // self.job.spec.num_trainers)
         args = ("--threads", str(threads), *self.opts.trainer_args)
-        return machine_launches(
+        launches = machine_launches(
             self.job, self.roles, hosts, self.paths, resume, self.opts.python,
             self.opts.profile_dir, env, self.opts.ready_timeout_s, args,
         )  # fmt: skip
+        return [replace(m, stall_timeout_s=self.opts.stall_timeout_s) for m in launches]
 
     def _attempt(self, hosts: Hosts, resume: bool, wrap: Wrap | None) -> None:
         self._write_key()

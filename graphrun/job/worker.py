@@ -18,7 +18,9 @@ the worker is told to stop (SIGTERM). A machine without store servers (placement
 give a machine only trainers, or no role at all) ends with exit code 0 once its
 trainers are done. A store that exits before this machine's
 trainers are done, or any role that exits non-zero, fails the machine: every other
-role is stopped and the worker returns the failure.
+role is stopped and the worker returns the failure. So does a role whose process stays
+stopped (SIGSTOP) for ``stall_timeout_s`` (:class:`StallWatch`): it is named, rather than
+the trainer whose all-reduce would time out minutes later.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from graphrun.errors import JobFailed
 from graphrun.job.launch import MachineLaunch, RoleLaunch
@@ -110,6 +114,44 @@ def failure_of(ex: RoleExit, kind: str) -> JobFailed | None:
     return None
 
 
+class StallWatch:
+    """Roles whose process has been stopped (SIGSTOP, SIGTSTP, a debugger) too long.
+
+    A stopped trainer blocks every other trainer in its next all-reduce, and gloo would
+    only time out there minutes later, blaming a trainer that is fine; the worker that
+    started the stopped process names it instead.
+    """
+
+    STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+
+    def __init__(self, timeout_s: float, every_s: float = 1.0) -> None:
+        self.timeout_s = timeout_s
+        self.every_s = every_s
+        self.since: dict[str, float] = {}
+        self.last = 0.0
+
+    def check(self, sup: Supervisor, machine: str) -> None:
+        now = time.monotonic()
+        if now - self.last < self.every_s:
+            return
+        self.last = now
+        running = set(sup.running())
+        for role, pid in sup.pids().items():
+            try:
+                stopped = role in running and psutil.Process(pid).status() in self.STOPPED
+            except psutil.Error:
+                stopped = False
+            if not stopped:
+                self.since.pop(role, None)
+                continue
+            first = self.since.setdefault(role, now)
+            if now - first >= self.timeout_s:
+                raise JobFailed(
+                    role, machine, None,
+                    f"stopped (SIGSTOP) for {now - first:.0f}s: the job cannot go on without it",
+                )  # fmt: skip
+
+
 def all_up(endpoints: Sequence[str], probe: Probe) -> Callable[[], bool]:
     return lambda: all(probe(e) for e in endpoints)
 
@@ -146,8 +188,10 @@ def run_machine(
     failure: JobFailed | None = None
 
     stopped_by_job: list[str] = []
+    stalls = StallWatch(launch.stall_timeout_s)
 
     def check() -> None:
+        stalls.check(sup, launch.machine)
         for ex in sup.poll():
             clean = ex.exit_code == 0 and kinds[ex.role] == "store"
             if clean and status.state in ("training", "done"):

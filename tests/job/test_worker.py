@@ -46,3 +46,22 @@ def test_machine_without_roles_exits_0(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     status = read_status(tmp_path / "status" / "m2.json")
     assert status is not None and status["state"] == "done"
+
+
+def test_a_stopped_trainer_is_named_within_the_stall_timeout(tmp_path: Path) -> None:
+    # SIGSTOP: the process is alive but the job cannot go on; gloo would time out in the
+    # *other* trainer minutes later, so the worker that started it names it
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGSTOP)"
+    trainers = (fake_trainer("trainer:0", "m0", "import time; time.sleep(30)"),
+                fake_trainer("trainer:1", "m0", code))  # fmt: skip
+    out = run_worker(tmp_path, MachineLaunch("m0", trainers, stall_timeout_s=2.0))
+    assert out.returncode != 0
+    status = read_status(tmp_path / "status" / "m0.json")
+    assert status is not None and status["state"] == "failed"
+    assert status["failure"]["role"] == "trainer:1" and status["failure"]["machine"] == "m0"
+    assert "stopped (SIGSTOP)" in status["failure"]["reason"]
+
+
+def test_stall_timeout_travels_in_the_launch_file(tmp_path: Path) -> None:
+    launch = MachineLaunch("m0", (), stall_timeout_s=7.5)
+    assert MachineLaunch.read(launch.write(tmp_path / "m0.json")).stall_timeout_s == 7.5
