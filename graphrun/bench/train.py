@@ -16,7 +16,10 @@ aggregation path (``--aggr scatter|csr|both``)::
      "pyg_epoch_s": .., "pyg_test_acc": .., "pyg_time_to_acc": ..  (null without
      pyg-lib / torch-sparse, which PyG's NeighborLoader needs),
      "single_epoch_s": .., "single_test_acc": ..  (the same model and sampling kernels in
-     one process on the whole graph), "load_avg": [...]}
+     one process on the whole graph), "load_avg": [...],
+     "distdgl_epoch_s": .., "distdgl_test_acc": .., "distdgl_eval_s": ..,
+     "distdgl_peak_rss_mb": {...}, "ratio_to_distdgl": epoch_s / distdgl_epoch_s
+     (with ``--peer distdgl``: DistDGL on the same hosts, :mod:`graphrun.bench.distdgl`)}
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from graphrun.errors import ArgumentError
 
 
 def register(subparsers: Any) -> None:
@@ -55,6 +60,14 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--bandwidth-mbit", type=float, help="with --hosts netns: link rate")
     p.add_argument("--no-pyg", action="store_true", help="skip the single-process PyG baseline")
+    p.add_argument(
+        "--peer",
+        choices=("distdgl",),
+        help="also run this system in the same run, same graph, hosts and settings "
+        "(distdgl: needs --hosts netns and --peer-python; see graphrun.bench.distdgl)",
+    )
+    p.add_argument("--peer-python", type=Path, help="the peer's Python (a venv with dgl 2.1)")
+    p.add_argument("--peer-timeout", type=float, default=7200.0, help="seconds (default 7200)")
     p.add_argument(
         "--no-single", action="store_true", help="skip graphrun's own single-process baseline"
     )
@@ -251,6 +264,12 @@ def run(args: argparse.Namespace) -> int:
     from graphrun.graph import load_dataset
     from graphrun.partition import partition_graph
 
+    if args.peer == "distdgl":
+        from graphrun.bench.distdgl import check_peer_python
+
+        if args.hosts != "netns":
+            raise ArgumentError("--peer distdgl: needs --hosts netns (one DistDGL server per host)")
+        check_peer_python(args.peer_python)
     keep = args.workdir is not None
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="graphrun-bench-")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -263,13 +282,19 @@ def run(args: argparse.Namespace) -> int:
         aggrs = ["scatter", "csr"] if args.aggr == "both" else [args.aggr]
         for aggr in aggrs:
             dist = run_distributed(args, workdir, aggr)
+            peer: dict[str, Any] = {}
+            if args.peer == "distdgl":
+                from graphrun.bench.distdgl import run_distdgl
+
+                peer = run_distdgl(args, workdir)
+                peer["ratio_to_distdgl"] = round(dist["epoch_s"] / peer["distdgl_epoch_s"], 3)
             target = (pyg.get("pyg_test_acc") or dist["test_acc"]) - 0.01
             out: dict[str, Any] = {
                 "bench": "train", "dataset": str(args.dataset), "nodes": graph.num_nodes,
                 "edges": graph.num_edges, "hosts": args.hosts, "aggr": aggr,
                 "epochs": args.epochs, **dist,
                 "time_to_acc": _time_to(dist["test_acc_all"], dist["epoch_s_all"], target),
-                "target_acc": round(target, 4), **pyg, **single,
+                "target_acc": round(target, 4), **pyg, **single, **peer,
                 "load_avg": [round(x, 2) for x in os.getloadavg()],
             }  # fmt: skip
             if pyg.get("pyg_test_acc") is not None:

@@ -8,6 +8,8 @@ import pytest
 
 from graphrun.cli import main
 
+DISTDGL = ["train", "--dataset", "{file}", "--peer", "distdgl", "--hosts", "netns"]
+
 
 @pytest.mark.parametrize(
     ("argv", "match"),
@@ -24,6 +26,9 @@ from graphrun.cli import main
         (["step", "--dataset", "{file}", "--batches", "0"], "--batches: must be at least 1"),
         (["step", "--dataset", "{file}", "--fanouts", "x"], "--fanouts"),
         (["step", "--dataset", "{file}"], "a-file"),
+        (["train", "--dataset", "{file}", "--peer", "distdgl"], "--peer distdgl: needs --hosts"),
+        (DISTDGL, "--peer-python: the DistDGL peer needs a Python with dgl"),
+        ([*DISTDGL, "--peer-python", "{file}"], "is not an executable file"),
     ],
 )
 def test_bad_arguments(
