@@ -44,7 +44,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--nodes", type=int, default=200_000, help="generated nodes (default 200k)")
     p.add_argument("--edges", type=int, default=8_000_000, help="generated edges (default 8M)")
     p.add_argument("--parts", type=int, nargs="+", default=[2, 4], help="part counts (2 4)")
-    p.add_argument("--method", choices=("metis", "random"), default="metis")
+    p.add_argument("--method", choices=("metis", "random", "kaminpar"))
+    p.add_argument(
+        "--mode", choices=("single", "parallel"), default="single", help="as graphrun partition"
+    )
     p.add_argument("--balance-train", action="store_true")
     p.add_argument("--balance-edges", action="store_true")
     p.add_argument("--no-pymetis", action="store_true", help="skip the pymetis baseline")
@@ -131,11 +134,11 @@ def _bench(args: argparse.Namespace, work: Path) -> int:
         params = GenParams(nodes=args.nodes, avg_degree=args.edges / args.nodes, seed=0)
         save_dataset(community(params), dataset)
     g = load_dataset(dataset)
-    extra = ["--method", args.method]
+    extra = ["--mode", args.mode, *(["--method", args.method] if args.method else [])]
     extra += ["--balance-train"] if args.balance_train else []
     extra += ["--balance-edges"] if args.balance_edges else []
     for parts in args.parts:
-        out = work / f"out-{args.method}-{parts}-{time.time_ns()}"
+        out = work / f"out-{args.mode}-{args.method}-{parts}-{time.time_ns()}"
         row: dict[str, Any] = {"nodes": g.num_nodes, "edges": g.num_edges}
         row.update(run_partition_command(dataset, out, parts, extra))
         if not args.no_pymetis:

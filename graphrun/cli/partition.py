@@ -15,8 +15,13 @@ Nodes are relabelled so every partition owns contiguous id ranges per node and e
 type; OUT/mapping/ maps new ids back to the original ones and vice versa. Every edge
 belongs to the partition of its destination node.
 
-  metis   METIS (pymetis) on the symmetrised graph: small edge cut
-  random  balanced random assignment: fast, large edge cut
+  metis     METIS (pymetis) on the symmetrised graph, one process: small edge cut
+  kaminpar  KaMinPar on the symmetrised graph, multi-threaded: small edge cut
+  random    balanced random assignment: fast, large edge cut
+
+--mode single (default) runs the method in one process on one core; --mode parallel
+uses every core of this machine (KaMinPar, --threads to limit). --mode distributed
+(several machines, none holding the whole graph) is not available yet.
 
 --balance-train / --balance-edges also balance training nodes (train_mask) and owned
 edges: METIS gets combined vertex weights, then a rebalancing pass moves the cheapest
@@ -42,8 +47,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("out", metavar="OUT", help="partition directory to create (must not exist)")
     p.add_argument("--parts", type=int, required=True, metavar="N", help="number of partitions")
     p.add_argument(
-        "--method", choices=("metis", "random"), default="metis", help="algorithm (default metis)"
+        "--method",
+        choices=("metis", "random", "kaminpar"),
+        help="algorithm (default: metis; kaminpar with --mode parallel)",
     )
+    p.add_argument(
+        "--mode",
+        choices=("single", "parallel", "distributed"),
+        default="single",
+        help="one core, every core of this machine, or several machines (default single)",
+    )
+    p.add_argument("--threads", type=int, help="KaMinPar's threads (default: 1, parallel: all)")
     p.add_argument("--balance-train", action="store_true", help="balance training nodes too")
     p.add_argument("--balance-edges", action="store_true", help="balance owned edges too")
     p.add_argument(
@@ -64,6 +78,29 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+def resolve_mode(mode: str, method: str | None, threads: int | None) -> tuple[str, int | None]:
+    """The algorithm and thread count a ``--mode`` / ``--method`` / ``--threads`` asks for."""
+    from graphrun.errors import ArgumentError
+
+    if threads is not None and threads < 1:
+        raise ArgumentError(f"--threads: must be a positive integer, got {threads}")
+    if mode == "distributed":
+        raise ArgumentError(
+            "--mode distributed: not available yet; partition on one machine with "
+            "--mode single or --mode parallel"
+        )
+    if mode == "parallel":
+        if method not in (None, "kaminpar"):
+            raise ArgumentError(
+                f"--method {method}: runs in one process; --mode parallel uses kaminpar"
+            )
+        return "kaminpar", threads
+    method = method or "metis"
+    if threads is not None and method != "kaminpar":
+        raise ArgumentError(f"--threads: only kaminpar takes threads, not {method}")
+    return method, threads if threads is not None else (1 if method == "kaminpar" else None)
+
+
 def _load(path: str) -> Any:
     from graphrun.graph.importers import import_graph
 
@@ -78,19 +115,21 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(f"--tolerance: must be a finite number >= 0, got {args.tolerance}")
     if args.parts < 1:
         raise ArgumentError(f"--parts: must be a positive integer, got {args.parts}")
+    method, threads = resolve_mode(args.mode, args.method, args.threads)
     imported = _load(args.dataset)
     graph = imported.graph
     result = partition_graph(
         graph,
         args.out,
         parts=args.parts,
-        method=args.method,
+        method=method,
         balance_train=args.balance_train,
         balance_edges=args.balance_edges,
         halo_hops=args.halo,
         seed=args.seed,
         tolerance=args.tolerance,
         id_maps=imported.id_maps,
+        threads=threads,
     )
     if args.json:
         print(

@@ -229,16 +229,10 @@ class LocalJob:
             for k, v in gen.params.items():
                 argv += [f"--{_kebab(k)}", str(v)]
             self._run_step(RoleCommand("generator", "local", tuple(argv), package_env()))
-        p = self.job.spec.partition
         argv = [
             py, "-m", "graphrun", "partition", str(self.paths.dataset), str(self.paths.parts),
-            "--parts", str(self.job.spec.num_parts), "--method", p.method,
-            "--halo", str(p.halo_hops),
+            "--parts", str(self.job.spec.num_parts), *self.job.spec.partition.cli_args(),
         ]  # fmt: skip
-        if p.balance_train:
-            argv.append("--balance-train")
-        if p.balance_edges:
-            argv.append("--balance-edges")
         self._run_step(RoleCommand("partitioner", "local", tuple(argv), package_env()))
 
     def _run_step(self, cmd: RoleCommand) -> None:

@@ -127,7 +127,14 @@ class GraphSource(_Model):
 class PartitionSpec(_Model):
     """How the graph is cut. ``parts`` defaults to ``runtime.machines``."""
 
-    method: Literal["metis", "random", "parallel", "distributed"] = "metis"
+    mode: Literal["single", "parallel", "distributed"] = Field(
+        default="single",
+        description="single: one process; parallel: every core of one machine (KaMinPar); "
+        "distributed: several machines (not available yet)",
+    )
+    method: Literal["metis", "random", "kaminpar"] | None = Field(
+        default=None, description="algorithm (default metis; kaminpar in parallel mode)"
+    )
     parts: int | None = Field(
         default=None, gt=0, description="number of partitions (default: runtime.machines)"
     )
@@ -139,6 +146,27 @@ class PartitionSpec(_Model):
     output: str | None = Field(
         default=None, min_length=1, description="partition directory; default <name>-parts"
     )
+
+    @model_validator(mode="after")
+    def _mode_fits(self) -> PartitionSpec:
+        if self.mode == "distributed":
+            raise ValueError("mode: 'distributed' is not available yet; use 'single' or 'parallel'")
+        if self.mode == "parallel" and self.method not in (None, "kaminpar"):
+            raise ValueError(
+                f"method: {self.method!r} runs in one process; mode 'parallel' uses kaminpar"
+            )
+        return self
+
+    @property
+    def algorithm(self) -> str:
+        """The method that runs: as given, else kaminpar in parallel mode, else metis."""
+        return self.method or ("kaminpar" if self.mode == "parallel" else "metis")
+
+    def cli_args(self) -> list[str]:
+        """``graphrun partition`` flags for this spec (after DATASET OUT --parts N)."""
+        args = ["--mode", self.mode, "--method", self.algorithm, "--halo", str(self.halo_hops)]
+        args += ["--balance-train"] if self.balance_train else []
+        return args + (["--balance-edges"] if self.balance_edges else [])
 
 
 # --- runtime ----------------------------------------------------------------------------

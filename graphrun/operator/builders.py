@@ -29,11 +29,6 @@ IMAGE_UID = 10001
 def check_supported(job: GraphJob) -> None:
     """Refuse, naming the field, what the operator cannot run (yet)."""
     spec = job.spec
-    if spec.partition.method in ("parallel", "distributed"):
-        raise SpecError(
-            f"spec.partition.method: {spec.partition.method!r} is not supported by the "
-            "Kubernetes operator yet; use 'metis' or 'random'"
-        )
     if spec.placement.plan_file is not None:
         raise SpecError(
             "spec.placement.planFile: the operator cannot read files from your machine; "
@@ -224,11 +219,7 @@ def partitioner_script(job: GraphJob) -> str:
         generate = ["graphrun", "generate", gen.name, dataset, *flags]
         steps.append(f"test -e {shlex.quote(dataset + '/graph.json')} || {shlex.join(generate)}")
     partition = ["graphrun", "partition", dataset, out, "--parts", str(job.spec.num_parts)]
-    partition += ["--method", p.method, "--halo", str(p.halo_hops)]
-    if p.balance_train:
-        partition.append("--balance-train")
-    if p.balance_edges:
-        partition.append("--balance-edges")
+    partition += p.cli_args()
     steps.append(f"test -e {shlex.quote(out + '/partition.json')} || {shlex.join(partition)}")
     return "set -e\n" + "\n".join(steps) + "\n"
 

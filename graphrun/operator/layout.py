@@ -284,7 +284,7 @@ def check_plan_nodes(job: GraphJob) -> None:
 def partition_settings(job: GraphJob) -> dict[str, Any]:
     p = job.spec.partition
     return {
-        "method": p.method,
+        "method": p.algorithm,
         "parts": job.spec.num_parts,
         "balanceTrain": p.balance_train,
         "balanceEdges": p.balance_edges,

@@ -35,7 +35,7 @@ H-1 their in-edges too (structure only; features stay with their owner).
 ``partition.json``::
 
     {"format": "graphrun-partition", "version": 1, "graph_name": ..., "num_parts": P,
-     "method": "metis" | "random", "halo_hops": H, "seed": ...,
+     "method": "metis" | "random" | "kaminpar", "halo_hops": H, "seed": ...,
      "balance": {"train": bool, "edges": bool, "tolerance": float},
      "num_nodes": N, "num_edges": E,
      "node_types": [...], "edge_types": [[src, rel, dst], ...],

@@ -2,9 +2,11 @@
 
 The pipeline works from the graph's (memory-mapped) arrays with vectorised numpy:
 
-1. assign every node a partition: METIS on the symmetrised graph (with combined
-   vertex weights and a rebalancing pass when training nodes or edges must be
-   balanced, see :mod:`graphrun.partition.balance`) or a balanced random deal;
+1. assign every node a partition: METIS (one process) or KaMinPar (every core of this
+   machine, the ``parallel`` mode, :mod:`graphrun.partition.kaminpar`) on the
+   symmetrised graph — with combined vertex weights and a rebalancing pass when
+   training nodes or edges must be balanced, see :mod:`graphrun.partition.balance` —
+   or a balanced random deal;
 2. relabel nodes and edges so every partition owns contiguous id ranges per type
    (:mod:`graphrun.partition.relabel`);
 3. measure edge cut and balance (:mod:`graphrun.partition.quality`);
@@ -35,11 +37,12 @@ from graphrun.partition.format import (
     start_output,
     write_partition,
 )
+from graphrun.partition.kaminpar import kaminpar_assign
 from graphrun.partition.metis import metis_assign, symmetric_csr
 from graphrun.partition.quality import Quality, measure, train_mask_of
 from graphrun.partition.relabel import relabel
 
-METHODS = ("metis", "random")
+METHODS = ("metis", "random", "kaminpar")
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,8 +82,9 @@ def assign(
     balance_edges: bool = False,
     tolerance: float = balance.DEFAULT_TOLERANCE,
     seed: int = 0,
+    threads: int | None = None,
 ) -> np.ndarray:
-    """Partition id (int64) of every node."""
+    """Partition id (int64) of every node (``threads``: KaMinPar's, default every core)."""
     check_arguments(graph, parts, method, 0, tolerance)
     train = train_mask_of(graph) if balance_train else None
     if balance_train and train is None:
@@ -102,7 +106,10 @@ def assign(
         balance_edges,
     )
     weights = balance.combined_weights(crit) if crit.shape[1] > 1 else None
-    part = metis_assign(xadj, adjncy, parts, vweights=weights, seed=seed)
+    if method == "kaminpar":
+        part = kaminpar_assign(xadj, adjncy, parts, vweights=weights, seed=seed, threads=threads)
+    else:
+        part = metis_assign(xadj, adjncy, parts, vweights=weights, seed=seed)
     if parts > 1:  # also repairs parts METIS left (nearly) empty
         part = balance.rebalance(part, crit, xadj, adjncy, parts, tolerance=tolerance, seed=seed)
     return part
@@ -119,6 +126,7 @@ def partition_graph(
     seed: int = 0,
     tolerance: float = balance.DEFAULT_TOLERANCE,
     id_maps: Mapping[str, np.ndarray] | None = None,
+    threads: int | None = None,
 ) -> PartitionResult:
     """Partition ``graph`` into ``parts`` and write the partition directory ``out``.
 
@@ -142,6 +150,7 @@ def partition_graph(
             balance_edges=balance_edges,
             tolerance=tolerance,
             seed=seed,
+            threads=threads,
         )
         phases["assign"] = time.perf_counter() - t
         t = time.perf_counter()

@@ -52,7 +52,7 @@ def test_defaults_and_snake_case() -> None:
     j = parse_job(MINIMAL)
     assert j.spec.runtime.machines == 1
     assert j.spec.runtime.trainers_per_machine == 1
-    assert j.spec.partition.method == "metis"
+    assert j.spec.partition.algorithm == "metis" and j.spec.partition.mode == "single"
     assert j.spec.training.fanouts == [25, 10]
     assert j.spec.run_policy.clean_pod_policy == "Running"
     assert j.spec.num_parts == 1
@@ -101,7 +101,15 @@ def test_round_trip_through_yaml() -> None:
         ),
         (
             job(partition={"method": "spectral"}),
-            "spec.partition.method: Input should be 'metis', 'random', 'parallel' or",
+            "spec.partition.method: Input should be 'metis', 'random' or 'kaminpar'",
+        ),
+        (
+            job(partition={"mode": "distributed"}),
+            "spec.partition.mode: 'distributed' is not available yet",
+        ),
+        (
+            job(partition={"mode": "parallel", "method": "metis"}),
+            "spec.partition.method: 'metis' runs in one process; mode 'parallel' uses kaminpar",
         ),
         (
             job(partition={"parts": 4}, runtime={"machines": 2}),

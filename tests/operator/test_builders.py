@@ -199,9 +199,17 @@ def test_partitioner_script_generates_then_partitions() -> None:
     assert "--avg-degree 15" in script
     assert (
         "graphrun partition /data/runs/graphsage/data-community-4f8652e3 /data/graphsage/parts "
-        "--parts 2 --method metis --halo 1 --balance-train"
+        "--parts 2 --mode single --method metis --halo 1 --balance-train"
     ) in script
     assert "test -e /data/graphsage/parts/partition.json ||" in script
+
+
+def test_parallel_mode_runs_kaminpar_in_the_partitioner_job() -> None:
+    d = yaml.safe_load((ROOT / "examples" / "kubernetes" / "graphsage.yaml").read_text())
+    d["spec"]["partition"]["mode"] = "parallel"
+    d["spec"]["partition"].pop("method", None)
+    script = B.partitioner_script(parse_job(d))
+    assert "--parts 2 --mode parallel --method kaminpar --halo 1" in script
 
 
 def test_sidecar_keeps_its_own_image_and_graphrun_container_found_by_name() -> None:
@@ -239,11 +247,6 @@ def test_gang_scheduling() -> None:
 @pytest.mark.parametrize(
     ("change", "field"),
     [
-        (
-            {"partition": {"method": "parallel"}},
-            "spec.partition.method: 'parallel' is not supported",
-        ),
-        ({"partition": {"method": "distributed"}}, "spec.partition.method: 'distributed'"),
         (
             {"placement": {"planFile": "plan.yaml"}},
             "spec.placement.planFile: the operator cannot read files from your machine; put "

@@ -67,12 +67,9 @@ def test_crd_shape() -> None:
     assert tpm["minimum"] == 0 and tpm["exclusiveMinimum"] is True
     parts = spec["properties"]["partition"]["properties"]["parts"]
     assert parts["type"] == "integer" and parts["nullable"] is True
-    assert spec["properties"]["partition"]["properties"]["method"]["enum"] == [
-        "metis",
-        "random",
-        "parallel",
-        "distributed",
-    ]
+    partition = spec["properties"]["partition"]["properties"]
+    assert partition["method"]["enum"] == ["metis", "random", "kaminpar"]
+    assert partition["mode"]["enum"] == ["single", "parallel", "distributed"]
 
 
 def _validator() -> jsonschema.Draft4Validator:

@@ -357,12 +357,12 @@ async def test_failure_with_clean_pod_policy_all_then_deletion(cluster: Cluster)
 async def test_invalid_spec_fails_naming_the_field(cluster: Cluster) -> None:
     c = cluster
     doc = example()
-    doc["spec"]["partition"]["method"] = "distributed"
+    doc["spec"]["partition"]["mode"] = "distributed"
     await c.create_graphjob(doc)
     await eventually(phase_is(c, "Failed"))
     failed = next(x for x in (await c.status())["conditions"] if x["type"] == "Failed")
     assert failed["reason"] == "InvalidSpec"
-    assert "spec.partition.method: 'distributed' is not supported" in failed["message"]
+    assert "spec.partition.mode: 'distributed' is not available yet" in failed["message"]
     await asyncio.sleep(0.7)
     assert await c.names("Pod") == [] and await c.names("Secret") == []
 

@@ -124,3 +124,42 @@ def test_assign_rejects_a_bad_tolerance(tolerance: float) -> None:
     g = community_graph(50, 200, seed=0)
     with pytest.raises(ArgumentError, match="tolerance"):
         assign(g, 2, "random", tolerance=tolerance)
+
+
+def test_parhip_file_is_what_kaminpar_reads(tmp_path) -> None:
+    import kaminpar
+
+    from graphrun.partition.kaminpar import write_parhip
+
+    g = community_graph(300, 3000, num_communities=3, seed=1)
+    xadj, adj = symmetric_csr(g.src, g.dst, g.num_nodes)
+    weights = np.arange(1, g.num_nodes + 1)
+    write_parhip(tmp_path / "g.parhip", xadj, adj, weights)
+    kg = kaminpar.load_graph(str(tmp_path / "g.parhip"), kaminpar.GraphFileFormat.PARHIP)
+    assert (kg.n(), kg.m()) == (g.num_nodes, len(adj))
+    for u in (0, 7, g.num_nodes - 1):
+        assert kg.degree(u) == xadj[u + 1] - xadj[u]
+        assert sorted(v for v, _ in kg.neighbors(u)) == sorted(adj[xadj[u] : xadj[u + 1]].tolist())
+        assert kg.node_weight(u) == u + 1
+
+
+def test_kaminpar_cuts_about_as_well_as_metis() -> None:
+    from graphrun.partition.kaminpar import kaminpar_assign
+
+    g = community_graph(3000, 30000, num_communities=8, seed=2)
+    xadj, adj = symmetric_csr(g.src, g.dst, g.num_nodes)
+    k = kaminpar_assign(xadj, adj, 4, threads=2)
+    m = metis_assign(xadj, adj, 4)
+    cut_k, cut_m = measure(g, k, 4).edge_cut, measure(g, m, 4).edge_cut
+    assert sorted(np.unique(k)) == [0, 1, 2, 3]
+    assert max_over_mean(np.bincount(k, minlength=4)) <= 1.04  # KaMinPar's 3 % + rounding
+    assert cut_k <= 1.25 * cut_m, (cut_k, cut_m)
+    rnd = random_assign(g.num_nodes, 4, seed=0)
+    assert cut_k < 0.5 * measure(g, rnd, 4).edge_cut
+
+
+def test_kaminpar_balances_training_nodes_and_edges() -> None:
+    g = community_graph(3000, 30000, num_communities=8, seed=3)
+    part = assign(g, 2, "kaminpar", balance_train=True, balance_edges=True, threads=2)
+    q = measure(g, part, 2)
+    assert q.train_balance <= 1.05 + 1e-9 and q.edge_balance <= 1.05 + 1e-9

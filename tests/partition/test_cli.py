@@ -61,6 +61,17 @@ def test_cli_json_and_random(
     assert 0.0 < res["edge_cut"] <= 1.0 and res["edge_balance"] <= 1.05
 
 
+def test_cli_parallel_mode_runs_kaminpar(
+    dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["partition", str(dataset), str(tmp_path / "o"), "--parts", "2", "--mode", "parallel"]
+    assert main([*argv, "--json", "--balance-train"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["method"] == "kaminpar" and set(res["phases"]) == {"assign", "relabel", "write"}
+    assert load_partition_config(tmp_path / "o")["method"] == "kaminpar"
+    assert res["edge_cut"] < 0.5 and res["train_balance"] <= 1.05 + 1e-9
+
+
 def test_cli_heterograph(tmp_path: Path) -> None:
     save_dataset(hetero_graph(), tmp_path / "h")
     assert main(["partition", str(tmp_path / "h"), str(tmp_path / "o"), "--parts", "2"]) == 0
@@ -76,6 +87,10 @@ def test_cli_heterograph(tmp_path: Path) -> None:
         (["--parts", "2", "--tolerance", "-1"], "--tolerance"),
         (["--parts", "2", "--tolerance", "nan"], "--tolerance"),
         (["--parts", "2", "--tolerance", "inf"], "--tolerance"),
+        (["--parts", "2", "--mode", "distributed"], "--mode distributed: not available yet"),
+        (["--parts", "2", "--mode", "parallel", "--method", "metis"], "--mode parallel uses"),
+        (["--parts", "2", "--mode", "parallel", "--threads", "0"], "--threads: must be"),
+        (["--parts", "2", "--threads", "2"], "--threads: only kaminpar takes threads"),
     ],
 )
 def test_bad_arguments(
