@@ -41,6 +41,12 @@ def register(subparsers: Any) -> None:
         "--bandwidth-mbit", type=float, help="with --hosts netns: shape every link to this rate"
     )
     p.add_argument(
+        "--cluster",
+        type=Path,
+        help="with --hosts netns: a cluster file (as graphrun plan takes) giving every host "
+        "its CPU share, memory limit and link rate",
+    )
+    p.add_argument(
         "--profile",
         type=Path,
         metavar="DIR",
@@ -75,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
         hosts=args.hosts,
         grace_s=args.grace,
         bandwidth_mbit=args.bandwidth_mbit,
+        cluster=args.cluster,
         profile_dir=args.profile.resolve() if args.profile else None,
     )
     stop = threading.Event()

@@ -55,6 +55,7 @@ class RunOptions:
     hosts: str | None = None  # "local" | "netns"; None: the job's runtime.hosts
     grace_s: float = 5.0
     bandwidth_mbit: float | None = None
+    cluster: Path | None = None  # hosts netns: a cluster file giving each host its shape
     profile_dir: Path | None = None
     python: str = sys.executable
     ready_timeout_s: float = 120.0
@@ -201,6 +202,12 @@ class LocalJob:
                 "dataset directory"
             )
         check_before_start(self.job, self.paths)
+        if self.opts.cluster is not None:
+            from graphrun.job.netns import shapes_from_cluster
+
+            if self._hosts_mode() != "netns":
+                raise SpecError(f"--cluster {self.opts.cluster}: needs --hosts netns")
+            shapes_from_cluster(self.opts.cluster, self.job.spec.machine_names)
         if (self.paths.parts / "partition.json").is_file():
             self._check_partition()
 
@@ -254,9 +261,11 @@ class LocalJob:
 
     def _serve_and_train(self, resume: bool) -> None:
         if self._hosts_mode() == "netns":
-            from graphrun.job.netns import NetnsNetwork
+            from graphrun.job.netns import NetnsNetwork, shapes_from_cluster
 
-            net = NetnsNetwork(self.job.spec.machine_names, self.opts.bandwidth_mbit)
+            machines = self.job.spec.machine_names
+            shapes = shapes_from_cluster(self.opts.cluster, machines) if self.opts.cluster else None
+            net = NetnsNetwork(machines, self.opts.bandwidth_mbit, shapes=shapes)
             with net:
                 addrs = {m: h.address for m, h in net.hosts.items()}
                 self._attempt(plan_hosts(self.job, self.roles, addrs), resume, net.prefix)

@@ -173,6 +173,47 @@ def test_job_in_network_namespaces(tmp_path):
     nothing_left(job)
 
 
+CLUSTER = """
+machines:
+  - {name: m0, cpu: 1.0, memory_gb: 4, bandwidth_gbps: 1}
+  - {name: m1, cpu: 0.5, memory_gb: %s, bandwidth_gbps: 0.3}
+"""
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
+def test_job_on_heterogeneous_hosts_from_a_cluster_file(tmp_path):
+    path = small_job(tmp_path, epochs=2, lr=0.03)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER % 4)
+    job, _ = run(path, hosts="netns", cluster=tmp_path / "cluster.yaml")
+    job.run()
+    assert metrics(path)[-1]["test_acc"] > 0.3
+    nothing_left(job)
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
+def test_a_host_that_overfills_its_memory_fails_there(tmp_path):
+    # 0.2 GB cannot hold a trainer (torch + PyG): it is OOM-killed on m1, as on a real host
+    path = small_job(tmp_path, epochs=2, lr=0.03)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER % 0.2)
+    job, _ = run(path, hosts="netns", cluster=tmp_path / "cluster.yaml")
+    with pytest.raises(JobFailed) as info:
+        job.run()
+    assert info.value.host == "m1" and info.value.exit_code == -9, info.value
+    nothing_left(job)
+
+
+def test_cluster_file_needs_netns_hosts(tmp_path):
+    from graphrun.errors import SpecError
+
+    path = small_job(tmp_path)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER % 4)
+    job, _ = run(path, hosts="local", cluster=tmp_path / "cluster.yaml")
+    with pytest.raises(SpecError, match=r"--cluster .*: needs --hosts netns"):
+        job.check_inputs()
+
+
 INLINE_PLAN = {
     "machines": ["node-a", "node-b"],
     "assignments": {
