@@ -31,6 +31,7 @@ SUBCOMMANDS = (
     "worker",
     "plan",
     "profile",
+    "probe",
     "operator",
     "bench",
 )

@@ -222,13 +222,17 @@ class NetnsNetwork:
         host = self.hosts[machine]
         # the host's cgroups are joined before `ip netns exec`, which mounts a /sys of the
         # namespace's own (without the cgroup file systems); children inherit them
-        join = "".join(f"echo $$ > {g}/cgroup.procs && " for g in self._cgroups[machine])
-        cgroups = ("sh", "-c", f'{join}exec "$@"', "sh") if join else ()
-        netns = (*cgroups, "ip", "netns", "exec", host.namespace)
+        netns = (*self.cgroup_prefix(machine), "ip", "netns", "exec", host.namespace)
         if not self.own_hostnames:
             return netns
         return (*netns, "unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"',
                 host.hostname)  # fmt: skip
+
+    def cgroup_prefix(self, machine: str) -> tuple[str, ...]:
+        """Command prefix that runs argv in ``machine``'s cgroups only (this host's network
+        and file systems): what the host may use can be read from there."""
+        join = "".join(f"echo $$ > {g}/cgroup.procs && " for g in self._cgroups[machine])
+        return ("sh", "-c", f'{join}exec "$@"', "sh") if join else ()
 
     def address(self, machine: str) -> str:
         return self.hosts[machine].address

@@ -1,0 +1,206 @@
+"""What one host can do, measured on it: ``python -m graphrun.job.measure WHAT ...``.
+
+The pieces :mod:`graphrun.job.hostprobe` runs on every host (through the host's command
+prefix, e.g. its network namespace), each printing one JSON line:
+
+``cpu [--seconds S]``
+    effective cores: one busy process per core of the machine for ``S`` seconds; the CPU
+    time they get, over the wall time, is what the host's share allows (a cgroup quota,
+    other load). Also the time of a fixed sampling + training kernel on one core, so
+    hosts of different speed show as such.
+``memory``
+    bytes the host may use: the smallest of ``MemTotal`` and the memory cgroup's limit.
+``sink --bind ADDR --port P`` / ``send --to ADDR:P [--seconds S]``
+    bandwidth: the sender streams 1 MiB writes for ``S`` seconds, the sink reports the
+    steady rate it received at (after the first 30 % of the transfer's time).
+``echo --bind ADDR --port P`` / ``ping --to ADDR:P [--count N]``
+    latency: the median round trip of 64-byte messages, halved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import socket
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+CHUNK = 1 << 20
+
+
+def _burn(seconds: float, out: Any) -> None:
+    t0, c0 = time.monotonic(), time.process_time()
+    while time.monotonic() - t0 < seconds:
+        pass
+    out.put(time.process_time() - c0)
+
+
+def effective_cores(seconds: float = 1.0, workers: int | None = None) -> float:
+    """CPU time that ``workers`` busy processes get per second of wall time."""
+    workers = workers or os.cpu_count() or 1
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_burn, args=(seconds, q)) for _ in range(workers)]
+    t0 = time.monotonic()
+    for p in procs:
+        p.start()
+    cpu = sum(q.get(timeout=seconds + 30) for _ in procs)
+    for p in procs:
+        p.join(timeout=10)
+    return cpu / (time.monotonic() - t0)
+
+
+def kernel_seconds(rounds: int = 3) -> float:
+    """Best-of-``rounds`` time of a fixed neighbour-sampling + dense step on one core."""
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    indptr = np.arange(0, 20_001 * 20, 20, dtype=np.int64)
+    indices = rng.integers(0, 20_000, 20_000 * 20)
+    w = torch.randn(128, 128)
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        seeds = rng.integers(0, 20_000, 2_000)
+        picks = indptr[seeds, None] + rng.integers(0, 20, (2_000, 10))
+        x = torch.randn(len(indices[picks].ravel()), 128)
+        (x @ w).relu_().sum()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def memory_bytes() -> int:
+    """The smallest of MemTotal and this process's memory cgroup limit (v1 or v2)."""
+    total = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            total = int(line.split()[1]) * 1024
+    limits = [total]
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, names, path = line.split(":", 2)
+        for f in (
+            Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.limit_in_bytes",
+            Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.max",
+        ):
+            if ("memory" in names.split(",") or names == "") and f.is_file():
+                text = f.read_text().strip()
+                if text.isdigit():
+                    limits.append(int(text))
+    return min(limits)
+
+
+def sink(bind: str, port: int) -> dict[str, float]:
+    with socket.create_server((bind, port)) as srv:
+        print(json.dumps({"up": True}), flush=True)
+        srv.settimeout(60)
+        conn, _ = srv.accept()
+        conn.settimeout(60)
+        n = 0
+        marks: list[tuple[float, int]] = []  # (arrival time, bytes so far)
+        buf = bytearray(CHUNK)
+        while True:
+            k = conn.recv_into(buf)
+            if not k:
+                break
+            n += k
+            marks.append((time.monotonic(), n))
+        conn.close()
+    return {"bytes": n, "bytes_per_s": steady_rate(marks)}
+
+
+def steady_rate(marks: Sequence[tuple[float, int]], warmup: float = 0.3) -> float:
+    """Bytes per second after the first ``warmup`` share of the transfer's time: slow
+    start, and a shaper's first drops (a 200 ms retransmission timeout), are not the
+    link's rate that a long transfer (a feature pull stream) sees."""
+    if len(marks) < 2:
+        return 0.0
+    t0, t1 = marks[0][0], marks[-1][0]
+    cut = t0 + warmup * (t1 - t0)
+    i = next(i for i, (t, _) in enumerate(marks) if t >= cut)
+    i = min(i, len(marks) - 2)
+    dt = t1 - marks[i][0]
+    return (marks[-1][1] - marks[i][1]) / dt if dt > 0 else 0.0
+
+
+def send(to: str, seconds: float) -> dict[str, float]:
+    host, port = to.rsplit(":", 1)
+    data = b"\0" * CHUNK
+    with socket.create_connection((host, int(port)), timeout=30) as c:
+        t0 = time.monotonic()
+        n = 0
+        while time.monotonic() - t0 < seconds:
+            c.sendall(data)
+            n += CHUNK
+    return {"bytes": n}
+
+
+def echo(bind: str, port: int) -> dict[str, bool]:
+    with socket.create_server((bind, port)) as srv:
+        print(json.dumps({"up": True}), flush=True)
+        srv.settimeout(60)
+        conn, _ = srv.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        while msg := conn.recv(64):
+            conn.sendall(msg)
+    return {"done": True}
+
+
+def ping(to: str, count: int) -> dict[str, float]:
+    host, port = to.rsplit(":", 1)
+    rtts = []
+    with socket.create_connection((host, int(port)), timeout=30) as c:
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(count):
+            t0 = time.perf_counter()
+            c.sendall(b"x" * 64)
+            got = 0
+            while got < 64:
+                got += len(c.recv(64 - got))
+            rtts.append(time.perf_counter() - t0)
+    return {"latency_s": statistics.median(rtts) / 2}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m graphrun.job.measure", description=__doc__)
+    sub = p.add_subparsers(dest="what", required=True)
+    cpu = sub.add_parser("cpu")
+    cpu.add_argument("--seconds", type=float, default=1.0)
+    sub.add_parser("memory")
+    for name in ("sink", "echo"):
+        s = sub.add_parser(name)
+        s.add_argument("--bind", required=True)
+        s.add_argument("--port", type=int, required=True)
+    snd = sub.add_parser("send")
+    snd.add_argument("--to", required=True)
+    snd.add_argument("--seconds", type=float, default=1.0)
+    png = sub.add_parser("ping")
+    png.add_argument("--to", required=True)
+    png.add_argument("--count", type=int, default=50)
+    a = p.parse_args(argv)
+    out: dict[str, Any]
+    if a.what == "cpu":
+        out = {"cores": effective_cores(a.seconds), "kernel_s": kernel_seconds()}
+    elif a.what == "memory":
+        out = {"bytes": memory_bytes()}
+    elif a.what == "sink":
+        out = sink(a.bind, a.port)
+    elif a.what == "send":
+        out = send(a.to, a.seconds)
+    elif a.what == "echo":
+        out = echo(a.bind, a.port)
+    else:
+        out = ping(a.to, a.count)
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""``graphrun probe``: measured hosts, written as the cluster file ``graphrun plan`` takes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from graphrun.cli import main
+from graphrun.job import measure
+from graphrun.job.netns import unavailable_reason
+from graphrun.placement.cluster import load_cluster
+
+
+def test_effective_cores_are_bounded_by_the_workers() -> None:
+    cores = measure.effective_cores(0.3, workers=1)
+    assert 0.3 < cores <= 1.05
+
+
+def test_memory_is_at_most_the_machine_total() -> None:
+    total = int(Path("/proc/meminfo").read_text().split()[1]) * 1024
+    assert 0 < measure.memory_bytes() <= total
+
+
+def test_sink_measures_what_send_sent() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "graphrun.job.measure", "sink", "--bind", "127.0.0.1"]
+    sink = subprocess.Popen([*cmd, "--port", str(port)], stdout=subprocess.PIPE, text=True)
+    assert sink.stdout is not None and '"up"' in sink.stdout.readline()
+    sent = measure.send(f"127.0.0.1:{port}", 0.2)
+    got = json.loads(sink.communicate(timeout=30)[0])
+    assert got["bytes"] == sent["bytes"] and got["bytes_per_s"] > 0
+
+
+def test_probe_refuses_bad_arguments(tmp_path, capsys) -> None:
+    assert main(["probe", "-o", str(tmp_path / "c.yaml"), "--seconds", "-1"]) == 2
+    assert "--seconds" in capsys.readouterr().err
+    assert main(["probe", "-o", str(tmp_path / "c.yaml"), "--hosts", "netns"]) == 2
+    assert "--cluster" in capsys.readouterr().err
+    assert main(["probe", "-o", str(tmp_path / "no" / "c.yaml")]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+@pytest.mark.netns
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
+def test_probe_measures_emulated_hosts_within_10_percent(tmp_path, capsys) -> None:
+    emulated = tmp_path / "emulated.yaml"
+    emulated.write_text(
+        "machines:\n"
+        "  - {name: fast, cpu: 0.5, memory_gb: 2, bandwidth_gbps: 0.2}\n"
+        "  - {name: slow, cpu: 0.25, memory_gb: 1, bandwidth_gbps: 0.05}\n"
+    )
+    out = tmp_path / "probed.yaml"
+    argv = ["probe", "--hosts", "netns", "--cluster", str(emulated), "-o", str(out)]
+    assert main([*argv, "--seconds", "0.5"]) == 0
+    measured = json.loads(capsys.readouterr().out)
+    c = load_cluster(out)  # a valid cluster file for graphrun plan
+    assert c.names == ("fast", "slow")
+    assert c.memory_gb == (2.0, 1.0)
+    assert abs(c.cpu[0] - 0.5) < 0.1 and abs(c.cpu[1] - 0.25) < 0.06, c.cpu
+    for i, gbps in enumerate((0.2, 0.05)):  # egress is the shaped direction
+        assert abs(c.egress[i] * 8 / 1e9 - gbps) / gbps < 0.10, (c.egress, measured)
+    assert set(measured["pairs"]) == {"fast->slow", "slow->fast"}
+
+
+def test_steady_rate_leaves_out_the_start() -> None:
+    # a 0.2 s stall at the start (a retransmission timeout), then 10 MB/s for 1 s
+    marks = [(0.0, 1)] + [(0.2 + i * 0.01, 1 + 100_000 * (i + 1)) for i in range(100)]
+    assert measure.steady_rate(marks) == pytest.approx(10e6, rel=0.02)
+    assert measure.steady_rate([(0.0, 5)]) == 0.0
