@@ -50,6 +50,7 @@ from pydantic.alias_generators import to_camel
 from graphrun.errors import SpecError
 from graphrun.placement._io import read_yaml
 from graphrun.placement.plan import PlacementPlan, load_plan
+from graphrun.train.names import model_name
 
 API_VERSION = "graphrun.io/v1alpha1"
 KIND = "GraphJob"
@@ -224,7 +225,11 @@ class TrainingSpec(_Model):
         default_factory=list, description="arguments of the entry point or script"
     )
 
-    model: str | None = Field(default=None, description="sage, gcn, gat, rgcn, ...")
+    model: str | None = Field(
+        default=None,
+        description="node-classification: sage (default), gcn, gat; hetero-node-classification: "
+        "rgcn (default), hetero-sage; link-prediction: sage. Free for entry points and scripts",
+    )
     epochs: int = Field(default=10, gt=0, description="training epochs")
     batch_size: int = Field(
         default=1000, gt=0, description="seed nodes (or edges) per mini-batch, per trainer"
@@ -269,6 +274,8 @@ class TrainingSpec(_Model):
                         f"fanoutsPerEtype.{etype}: has {len(fan)} layers, fanouts has "
                         f"{len(self.fanouts)}"
                     )
+        if self.task is not None:
+            model_name(self.task, self.model)  # "model: 'x' is not a model of <task> (known: ..)"
         return self
 
     def _kinds(self) -> dict[str, str | None]:

@@ -36,7 +36,7 @@ from graphrun.train.context import TrainContext
 from graphrun.train.data import Batch, GraphData
 from graphrun.train.ddp import DDPConfig, all_min, all_sum, barrier, process_group, unwrap
 from graphrun.train.metrics import MetricsLog, Progress
-from graphrun.train.tasks import Task, make_task
+from graphrun.train.tasks import Task, describe, make_task
 
 
 def _nbytes(data: Any) -> int:
@@ -145,6 +145,8 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
     """Train a built-in task for ``config.epochs``; returns the last epoch's metrics."""
     torch.manual_seed(ctx.config.seed)
     task = make_task(ctx)
+    if ctx.is_main:
+        print(json.dumps({"event": "model", **describe(task)}), flush=True)
     start = _resume(task, ctx)
     if ctx.world_size > 1:
         barrier()  # rank 0 restores shared embeddings before anyone reads them

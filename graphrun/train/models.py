@@ -29,7 +29,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch_geometric.nn import HeteroConv, SAGEConv
+from torch_geometric.nn import GATConv, GCNConv, GraphConv, HeteroConv, SAGEConv
 
 from graphrun.errors import ArgumentError
 
@@ -133,6 +133,87 @@ class SAGE(torch.nn.Module):
         return x
 
 
+class GCN(torch.nn.Module):
+    """GCN (``GCNConv``: symmetric normalisation, self loops) over message-flow graphs.
+
+    ``GCNConv`` has no bipartite form (its normalisation needs one node set), so each layer
+    computes every node of its input over the layer's edges and keeps its destinations:
+    the layer-wise cut of SAGE and GAT (computing destinations only) does not apply."""
+
+    def __init__(
+        self, in_dim: int, hidden: int, out_dim: int, num_layers: int, dropout: float = 0.5
+    ) -> None:
+        super().__init__()
+        if num_layers < 1:
+            raise ArgumentError(f"num_layers: expected >= 1, got {num_layers}")
+        dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
+        self.convs = torch.nn.ModuleList(GCNConv(a, b) for a, b in itertools.pairwise(dims))
+        self.dropout = dropout
+
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        num_sampled_nodes: Sequence[int] | None = None,
+        num_sampled_edges: Sequence[int] | None = None,
+    ) -> Tensor:
+        layers = len(self.convs)
+        for i, conv in enumerate(self.convs):
+            n_dst, edges = x.size(0), edge_index
+            if num_sampled_nodes is not None and num_sampled_edges is not None:
+                n_dst = mfg_targets(num_sampled_nodes, layers, i)
+                edges = mfg_edges(edge_index, num_sampled_edges, layers, i)
+            x = conv(x, edges)[:n_dst]
+            if i < layers - 1:
+                x = dropout(F.relu(x), self.dropout, self.training)
+        return x
+
+
+class GAT(torch.nn.Module):
+    """GAT (``GATConv``, ``heads`` attention heads concatenated in hidden layers, one head in
+    the last) over message-flow graphs: each layer computes only its destinations, given
+    the bipartite pair ``(x, x[:targets])`` (self loops for the targets, which are the
+    first source nodes)."""
+
+    def __init__(
+        self, in_dim: int, hidden: int, out_dim: int, num_layers: int, dropout: float = 0.5,
+        heads: int = 4,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        if num_layers < 1:
+            raise ArgumentError(f"num_layers: expected >= 1, got {num_layers}")
+        if hidden % heads:
+            raise ArgumentError(f"hidden: {hidden} is not a multiple of {heads} heads")
+        self.convs = torch.nn.ModuleList()
+        d = in_dim
+        for i in range(num_layers):
+            last = i == num_layers - 1
+            self.convs.append(
+                GATConv(d, out_dim, heads=1) if last else GATConv(d, hidden // heads, heads=heads)
+            )
+            d = hidden
+        self.dropout = dropout
+
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        num_sampled_nodes: Sequence[int] | None = None,
+        num_sampled_edges: Sequence[int] | None = None,
+    ) -> Tensor:
+        layers = len(self.convs)
+        for i, conv in enumerate(self.convs):
+            n_src = n_dst = x.size(0)
+            edges = edge_index
+            if num_sampled_nodes is not None and num_sampled_edges is not None:
+                n_dst = mfg_targets(num_sampled_nodes, layers, i)
+                edges = mfg_edges(edge_index, num_sampled_edges, layers, i)
+            x = conv((x, x[:n_dst]), edges, size=(n_src, n_dst))
+            if i < layers - 1:
+                x = dropout(F.elu(x), self.dropout, self.training)
+        return x
+
+
 class MLP(torch.nn.Module):
     """Two linear layers on node features alone (the no-graph baseline)."""
 
@@ -146,11 +227,33 @@ class MLP(torch.nn.Module):
         return self.lin2(dropout(F.relu(self.lin1(x)), self.dropout, self.training))
 
 
-class HeteroSAGE(torch.nn.Module):
-    """R-GCN-style heterogeneous GNN: per relation a SAGEConv, summed per destination type,
-    over heterogeneous message-flow graphs. Each layer's convs sit in a
-    ``torch_geometric.nn.HeteroConv`` (its parameters and state-dict keys); the forward
-    calls them one relation at a time so that each computes only its destinations."""
+def reaching_relations(
+    edge_types: Sequence[EdgeType], node_types: set[str], target: str, num_layers: int
+) -> list[list[EdgeType]]:
+    """Per layer, the relations whose messages can still reach ``target`` by the last
+    layer: the last layer's end at ``target``; each earlier layer's end at a type that a
+    later kept relation reads (as source, or as destination for its root weight).
+
+    Only these get convolutions, so every parameter takes part in every step's loss —
+    DDP's gradient reduction needs that — and no layer computes states nobody reads."""
+    usable = [et for et in edge_types if et[0] in node_types and et[2] in node_types]
+    layers: list[list[EdgeType]] = []
+    needed = {target}
+    for _ in range(num_layers):
+        rels = [et for et in usable if et[2] in needed]
+        layers.append(rels)
+        needed = needed | {et[0] for et in rels}
+    return layers[::-1]
+
+
+class HeteroGNN(torch.nn.Module):
+    """Heterogeneous GNN on one target node type: per relation a convolution (``rgcn``:
+    ``GraphConv``, mean over neighbours with a root weight, i.e. R-GCN; ``sage``:
+    ``SAGEConv``), summed per destination type, over heterogeneous message-flow graphs.
+    Each layer's convs sit in a ``torch_geometric.nn.HeteroConv`` (its parameters and
+    state-dict keys); the forward calls them one relation at a time so that each
+    computes only its destinations, and only relations that reach the target exist
+    (:func:`reaching_relations`)."""
 
     def __init__(
         self,
@@ -161,6 +264,7 @@ class HeteroSAGE(torch.nn.Module):
         num_layers: int,
         target: str,
         dropout: float = 0.5,
+        conv: Literal["rgcn", "sage"] = "rgcn",
     ) -> None:
         super().__init__()
         if target not in in_dims:
@@ -168,17 +272,16 @@ class HeteroSAGE(torch.nn.Module):
         self.target = target
         self.dropout = dropout
         self.convs = torch.nn.ModuleList()
-        self.relations: list[list[EdgeType]] = []  # per layer, in the order of its convs
+        self.relations = reaching_relations(edge_types, set(in_dims), target, num_layers)
+        self.out_dims: list[int] = []
         dims = dict(in_dims)
-        for i in range(num_layers):
+        for i, layer in enumerate(self.relations):
             out = out_dim if i == num_layers - 1 else hidden
-            rels = {
-                et: SAGEConv((dims[et[0]], dims[et[2]]), out)
-                for et in edge_types
-                if et[0] in dims and et[2] in dims
-            }
+            make = GraphConv if conv == "rgcn" else SAGEConv
+            kw = {"aggr": "mean"} if conv == "rgcn" else {}
+            rels = {et: make((dims[et[0]], dims[et[2]]), out, **kw) for et in layer}
             self.convs.append(HeteroConv(rels, aggr="sum"))
-            self.relations.append(list(rels))
+            self.out_dims.append(out)
             dims = dict.fromkeys(dims, out)
 
     def forward(
@@ -206,21 +309,19 @@ class HeteroSAGE(torch.nn.Module):
             convs: torch.nn.ModuleDict = hetero.convs  # type: ignore[assignment]
             for et, conv in zip(self.relations[i], convs.values(), strict=True):
                 src, _, dst = et
-                if et not in edges or src not in x or dst not in x:
+                if src not in x or dst not in x:
                     continue
+                # a batch without edges of a relation still runs its conv (on no edges),
+                # so its parameters are part of the loss as DDP expects
+                e = edges.get(et, x[src].new_zeros((2, 0), dtype=torch.long))
                 pair = (x[src], x[dst][: n_dst[dst]])
-                h = conv(pair, edges[et], size=(x[src].size(0), n_dst[dst]))
+                h = conv(pair, e, size=(x[src].size(0), n_dst[dst]))
                 out[dst] = h if dst not in out else out[dst] + h  # HeteroConv's aggr="sum"
             # node types that receive no messages in this layer keep a zero state
-            x = {t: out.get(t, x[t].new_zeros(n_dst[t], self._out(i))) for t in x}
+            x = {t: out.get(t, x[t].new_zeros(n_dst[t], self.out_dims[i])) for t in x}
             if i < layers - 1:
                 x = {t: dropout(F.relu(v), self.dropout, self.training) for t, v in x.items()}
         return x[self.target]
-
-    def _out(self, layer: int) -> int:
-        hetero: HeteroConv = self.convs[layer]
-        conv = next(iter(hetero.convs.values()))
-        return int(conv.out_channels)
 
 
 class LinkPredictor(torch.nn.Module):

@@ -1,8 +1,8 @@
 """The built-in tasks: what one training step and one evaluation do.
 
-* :class:`NodeClassification` — GraphSAGE on a homogeneous graph;
-* :class:`HeteroNodeClassification` — an R-GCN-style HeteroConv model on one target
-  node type of a heterograph;
+* :class:`NodeClassification` — GraphSAGE, GCN or GAT (``model``) on a homogeneous graph;
+* :class:`HeteroNodeClassification` — R-GCN or a HeteroConv of SAGEConvs (``model``) on
+  one target node type of a heterograph;
 * :class:`LinkPrediction` — learnable node embeddings (a ``DistEmbedding`` in a
   distributed job, trained by its sparse optimizer) plus node features when there
   are any, a GraphSAGE encoder and a dot-product decoder, trained with negative
@@ -15,7 +15,7 @@ runs the epochs, evaluation, checkpoints and metrics around it.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +25,8 @@ from graphrun.errors import ArgumentError
 from graphrun.train.context import TrainContext
 from graphrun.train.data import Batch, Embedding
 from graphrun.train.ddp import unwrap, wrap
-from graphrun.train.models import SAGE, HeteroSAGE, LinkPredictor
+from graphrun.train.models import GAT, GCN, SAGE, HeteroGNN, LinkPredictor
+from graphrun.train.names import model_name
 
 
 class Task:
@@ -92,6 +93,14 @@ class Task:
         return self.batches("train", epoch, shuffle=True)
 
 
+def _model(task: str | None, model: str | None) -> str:
+    """The model name the task runs (see :mod:`graphrun.train.names`)."""
+    try:
+        return model_name(str(task), model)
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None
+
+
 def _accuracy(logits: Tensor, y: Tensor) -> tuple[float, int]:
     return float((logits.argmax(-1) == y).sum()), int(y.numel())
 
@@ -106,7 +115,15 @@ class NodeClassification(Task):
         if in_dim is None:
             raise ArgumentError(f"feature: node type {nt!r} has no feature {c.feature!r}")
         classes = d.num_classes(nt, c.label)
-        model = SAGE(in_dim, c.hidden, classes, len(c.fanouts), c.dropout, c.aggr_path)
+        layers = len(c.fanouts)
+        name = _model(c.task, c.model)
+        model: torch.nn.Module
+        if name == "gcn":
+            model = GCN(in_dim, c.hidden, classes, layers, c.dropout)
+        elif name == "gat":
+            model = GAT(in_dim, c.hidden, classes, layers, c.dropout)
+        else:
+            model = SAGE(in_dim, c.hidden, classes, layers, c.dropout, c.aggr_path)
         self._finish(model)
 
     def loss(self, model: torch.nn.Module, batch: Batch) -> tuple[Tensor, float, int]:
@@ -130,8 +147,11 @@ class HeteroNodeClassification(Task):
         dims = {t: d.feature_dim(t, c.feature) for t in d.node_types}
         in_dims = {t: v for t, v in dims.items() if v is not None}
         classes = d.num_classes(self.ntype, c.label)
-        model = HeteroSAGE(
-            in_dims, d.edge_types, c.hidden, classes, len(c.fanouts), self.ntype, c.dropout
+        conv: Literal["rgcn", "sage"] = (
+            "sage" if _model(c.task, c.model) == "hetero-sage" else "rgcn"
+        )
+        model = HeteroGNN(
+            in_dims, d.edge_types, c.hidden, classes, len(c.fanouts), self.ntype, c.dropout, conv
         )
         self._finish(model)
 
@@ -158,6 +178,7 @@ class LinkPrediction(Task):
         nt = d.node_types[0]
         dim = c.embedding_dim or c.hidden
         self.feat_dim = d.feature_dim(nt, c.feature) or 0
+        _model(c.task, c.model)
         self.embedding = d.embedding("node_emb", d.num_nodes(), dim, c.sparse_lr)
         self._finish(LinkPredictor(dim + self.feat_dim, c.hidden, len(c.fanouts), 0.0))
 

@@ -123,7 +123,10 @@ def test_link_prediction_job_with_dist_embedding(tmp_path):
     assert any(float(v.abs().sum()) > 0 for v in emb["optimizer"].values())
 
 
-def test_hetero_job(tmp_path):
+def test_hetero_job_on_2_machines_with_2_trainers_each(tmp_path):
+    # DDP over 4 trainers: every parameter must take part in every step (the last layer's
+    # convs into non-target types used to get no gradient: "Expected to have finished
+    # reduction in the prior iteration" after one step)
     path = small_job(
         tmp_path,
         hetero=True,
@@ -131,9 +134,24 @@ def test_hetero_job(tmp_path):
         task="hetero-node-classification",
         targetNodeType="paper",
         fanouts=[4, 3],
+        epochs=3,
+        lr=0.03,
+        runtime={"trainersPerMachine": 2},
     )
-    run(path)[0].run()
-    assert 0.0 <= metrics(path)[-1]["test_acc"] <= 1.0
+    job, sink = run(path)
+    report = job.run()
+    assert all(report.exits[f"trainer:{r}"] == 0 for r in range(4))
+    assert '"model": "HeteroGNN"' in sink.getvalue()
+    assert metrics(path)[-1]["test_acc"] > 0.5  # 4 classes: chance is 0.25
+
+
+@pytest.mark.parametrize(("name", "cls"), [("gcn", "GCN"), ("gat", "GAT")])
+def test_the_named_model_is_the_one_trained(tmp_path, name, cls):
+    path = small_job(tmp_path, model=name, epochs=2, lr=0.03)
+    job, sink = run(path)
+    job.run()
+    assert f'"model": "{cls}"' in sink.getvalue()
+    assert metrics(path)[-1]["test_acc"] > 0.4
 
 
 def test_sigterm_to_graphrun_run_stops_everything(tmp_path):

@@ -86,6 +86,16 @@ def test_round_trip_through_yaml() -> None:
             "spec.training.fanouts[1]: Input should be greater than or equal to -1",
         ),
         (
+            job(training={"task": "node-classification", "model": "banana"}),
+            "spec.training.model: 'banana' is not a model of node-classification "
+            "(known: sage, gcn, gat)",
+        ),
+        (
+            job(training={"task": "hetero-node-classification", "model": "gat"}),
+            "spec.training.model: 'gat' is not a model of hetero-node-classification "
+            "(known: rgcn, hetero-sage)",
+        ),
+        (
             job(training={"task": "node-classification", "script": "t.py"}),
             "spec.training: give exactly one of task, entryPoint, script",
         ),

@@ -1,0 +1,32 @@
+"""The built-in tasks and the models each offers, by name (no torch: the job spec and
+the operator validate ``training.model`` with it before anything starts).
+
+The first model of a task is its default. Classes are in :mod:`graphrun.train.models`:
+
+* ``sage`` — GraphSAGE (``SAGEConv``, mean), ``gcn`` — GCN (``GCNConv``), ``gat`` — GAT
+  (``GATConv``, 4 heads in hidden layers);
+* ``rgcn`` — R-GCN: per relation a ``GraphConv`` (its own weights, mean over neighbours,
+  a root weight), summed per destination type in a ``HeteroConv``; ``hetero-sage`` — the
+  same with ``SAGEConv`` per relation.
+"""
+
+from __future__ import annotations
+
+MODELS: dict[str, tuple[str, ...]] = {
+    "node-classification": ("sage", "gcn", "gat"),
+    "hetero-node-classification": ("rgcn", "hetero-sage"),
+    "link-prediction": ("sage",),
+}
+
+
+def model_name(task: str, model: str | None) -> str:
+    """The model ``task`` runs: ``model`` if the task offers it, else the task's default.
+    Raises ValueError naming the known models."""
+    known = MODELS.get(task)
+    if known is None:
+        raise ValueError(f"task: {task!r} is not one of {', '.join(MODELS)}")
+    if model is None:
+        return known[0]
+    if model not in known:
+        raise ValueError(f"model: {model!r} is not a model of {task} (known: {', '.join(known)})")
+    return model
