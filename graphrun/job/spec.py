@@ -56,8 +56,14 @@ API_VERSION = "graphrun.io/v1alpha1"
 KIND = "GraphJob"
 PLAN_KIND = "PlacementPlan"
 
-# A DNS-1123 label, short enough that child names like ``<name>-partitioner`` stay legal.
+# A DNS-1123 label (machine names, node-label values).
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# A job's name: a DNS-1035 label (a letter first), because the operator names a Service
+# after it (``<name>-workers``) and Service names must be DNS-1035 labels; at most 40
+# characters, so every child name (``<name>-partitioner``, ``<name>-worker-1023``) stays a
+# legal label of at most 63.
+JOB_NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+JOB_NAME_MAX = 40
 # A Kubernetes label key: an optional DNS-subdomain prefix and '/', then a name.
 LABEL_KEY_PATTERN = (
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
@@ -88,7 +94,7 @@ class Metadata(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    name: str = Field(min_length=1, max_length=40, pattern=NAME_PATTERN)
+    name: str = Field(min_length=1, max_length=JOB_NAME_MAX, pattern=JOB_NAME_PATTERN)
     namespace: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)

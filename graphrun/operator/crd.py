@@ -17,7 +17,13 @@ from typing import Any
 
 import yaml
 
-from graphrun.job.spec import API_VERSION, KIND, NAME_PATTERN, graphjob_json_schema
+from graphrun.job.spec import (
+    API_VERSION,
+    JOB_NAME_MAX,
+    JOB_NAME_PATTERN,
+    KIND,
+    graphjob_json_schema,
+)
 
 GROUP, VERSION = API_VERSION.split("/")
 PLURAL = "graphjobs"
@@ -103,7 +109,11 @@ def openapi_schema() -> dict[str, Any]:
             "metadata": {
                 "type": "object",
                 "properties": {
-                    "name": {"type": "string", "maxLength": 40, "pattern": NAME_PATTERN}
+                    "name": {
+                        "type": "string",
+                        "maxLength": JOB_NAME_MAX,
+                        "pattern": JOB_NAME_PATTERN,
+                    }
                 },
             },
             "spec": spec,

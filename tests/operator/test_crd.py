@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from graphrun.job.spec import load_job
+from graphrun.errors import SpecError
+from graphrun.job.spec import load_job, parse_job
 from graphrun.operator.crd import crd_yaml, graphjob_crd, openapi_schema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,3 +111,27 @@ def test_deploy_copy_is_up_to_date() -> None:
     assert deployed.read_text() == crd_yaml(), "run: python -m graphrun.operator.crd > " + str(
         deployed.relative_to(ROOT)
     )
+
+
+@pytest.mark.parametrize("name", ["1st-job", "-job", "job-", "Job", "a" * 41, "job_1"])
+def test_crd_refuses_names_a_service_cannot_take(name: str) -> None:
+    # the operator's Service is <name>-workers, and Service names are DNS-1035 labels
+    # (a letter first): "1st-job" passed the old pattern and broke at the API server
+    doc = yaml.safe_load((ROOT / "examples" / "jobs" / "graphsage.yaml").read_text())
+    doc["metadata"]["name"] = name
+    assert list(_validator().iter_errors(doc))
+    with pytest.raises(SpecError, match=r"metadata\.name"):
+        parse_job(doc)
+
+
+@pytest.mark.parametrize("name", ["a", "job-1", "x" * 40])
+def test_crd_accepts_names_whose_children_are_legal(name: str) -> None:
+    doc = yaml.safe_load((ROOT / "examples" / "jobs" / "graphsage.yaml").read_text())
+    doc["metadata"]["name"] = name
+    _validator().validate(doc)
+    from graphrun.operator import layout as L
+
+    dns1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    for child in (L.service_name(name), L.partitioner_name(name), L.worker_name(name, 1023),
+                  L.secret_name(name), L.configmap_name(name), L.launcher_name(name)):  # fmt: skip
+        assert len(child) <= 63 and dns1035.match(child), child
