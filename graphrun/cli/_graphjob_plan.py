@@ -11,7 +11,10 @@ The conversion, role for role with :func:`graphrun.job.spec.job_roles`:
   for the server process. Backups ``store:<p>:<b>`` are not placed on their own: the
   plan puts them on their main server's machine;
 * ``trainer:<r>`` for every trainer (``machines * trainersPerMachine``; CPU training,
-  no GPU demand) and ``sampler:<r>:<w>`` for ``samplerWorkersPerTrainer`` workers;
+  no GPU demand). Its ``samplerWorkersPerTrainer`` sampler workers are part of the
+  trainer task (their CPU and memory added to its demand): the runtime runs them in
+  their trainer's process tree, on its machine, and refuses plans that move them, so
+  the planner must not place them apart;
 * gradients are synchronised by allreduce (the runtime's DDP): no ``ps:<i>`` roles.
 
 The cluster must have exactly ``spec.runtime.machines`` machines, because a plan's
@@ -46,6 +49,7 @@ class GraphJobPlacement:
     job: Job
     machines: int  # spec.runtime.machines
     backups: dict[str, tuple[str, ...]]  # store:<p> -> its backup roles
+    samplers: dict[str, tuple[str, ...]]  # trainer:<r> -> its sampler worker roles
     store_memory_from: str  # "partition directory <dir>" or "estimate from spec.graph"
 
     def check_cluster(self, cluster: Cluster, where: str) -> None:
@@ -64,10 +68,13 @@ class GraphJobPlacement:
                 )
 
     def complete(self, plan: PlacementPlan) -> PlacementPlan:
-        """The plan with every store backup on its main server's machine."""
+        """The plan with every store backup on its main server's machine and every
+        sampler worker on its trainer's."""
         out = dict(plan.assignments)
         for main, backups in self.backups.items():
             out.update({b: plan.assignments[main] for b in backups})
+        for trainer, samplers in self.samplers.items():
+            out.update({w: plan.assignments[trainer] for w in samplers})
         return PlacementPlan(machines=plan.machines, assignments=out)
 
 
@@ -135,17 +142,22 @@ def graphjob_to_placement(
     where = str(path)
     spec, base = gj.spec, path.parent
     memory, source = store_memory_gb(gj, base, where)
+    workers = spec.runtime.sampler_workers_per_trainer
+    trainer = Demand(
+        cpu=TRAINER.cpu + workers * SAMPLER.cpu,
+        memory_gb=TRAINER.memory_gb + workers * SAMPLER.memory_gb,
+    )
     pspec = JobSpec(
         name=gj.name,
         partitions=spec.num_parts,
         trainers=spec.num_trainers,
-        samplers_per_trainer=spec.runtime.sampler_workers_per_trainer,
+        samplers_per_trainer=0,  # they are part of their trainer (see the docstring)
         sync="allreduce",
         parameter_servers=0,
         iterations=iterations,
         profile=profile,
         demands=Demands(
-            store=Demand(cpu=2, memory_gb=max(memory)), trainer=TRAINER, sampler=SAMPLER
+            store=Demand(cpu=2, memory_gb=max(memory)), trainer=trainer, sampler=SAMPLER
         ),
     )
     try:
@@ -162,8 +174,14 @@ def graphjob_to_placement(
         f"store:{p}": tuple(r.name for r in roles if r.kind == "store" and r.part == p and r.backup)
         for p in range(spec.num_parts)
     }
+    samplers = {
+        f"trainer:{t}": tuple(r.name for r in roles if r.kind == "sampler" and r.rank == t)
+        for t in range(spec.num_trainers)
+    }
     wanted = {r.name for r in roles}
     missing = [t.role for t in tasks if t.role not in wanted]
     if missing:  # the two role conventions drifted apart: a bug, not bad input
         raise RuntimeError(f"placement roles {missing} are not roles of the GraphJob")
-    return GraphJobPlacement(replace(job, tasks=tasks), spec.runtime.machines, backups, source)
+    return GraphJobPlacement(
+        replace(job, tasks=tasks), spec.runtime.machines, backups, samplers, source
+    )

@@ -598,7 +598,28 @@ def resolve_placement(job: GraphJob, base_dir: str | Path = ".") -> dict[str, st
             )
         placement[role] = machine
     _backups_beside_their_main(spec, placement, explicit or {}, where)
+    _samplers_beside_their_trainer(spec, placement, explicit or {}, where)
     return placement
+
+
+def _samplers_beside_their_trainer(
+    spec: GraphJobSpec, placement: dict[str, str], explicit: dict[str, str], where: str
+) -> None:
+    """Sampler workers run in their trainer's process tree (its data loader starts them),
+    so they run on the trainer's machine: they follow it unless assigned, and a plan that
+    puts one elsewhere is refused rather than silently not followed."""
+    for role in job_roles(spec):
+        if role.kind != "sampler":
+            continue
+        trainer = placement[f"trainer:{role.rank}"]
+        if role.name not in explicit:
+            placement[role.name] = trainer
+        elif placement[role.name] != trainer:
+            raise SpecError(
+                f"{where}{role.name}: sampler workers run on their trainer's machine "
+                f"(trainer:{role.rank} is on {trainer}); running them elsewhere is not "
+                "supported yet"
+            )
 
 
 def _backups_beside_their_main(

@@ -23,7 +23,7 @@ def cluster(names: list[str] = NAMES) -> dict[str, Any]:
         "apiVersion": "graphrun.io/v1alpha1",
         "kind": "Cluster",
         "machines": [
-            {"name": n, "cpu": 16, "memory_gb": 64, "bandwidth_gbps": bw[i % 4]}
+            {"name": n, "cpu": 24, "memory_gb": 64, "bandwidth_gbps": bw[i % 4]}
             for i, n in enumerate(names)
         ],
     }
@@ -67,6 +67,8 @@ def test_a_graphjob_plan_is_its_plan_file(tmp_path: Path, capsys: pytest.Capture
     plan = load_plan(out, machines=NAMES, roles=roles, require_all=True)  # every role, no ps
     for p in range(3):  # a backup server runs beside its main server
         assert plan.assignments[f"store:{p}:1"] == plan.assignments[f"store:{p}"]
+    for r in range(6):  # a sampler worker beside its trainer (it is part of its process tree)
+        assert plan.assignments[f"sampler:{r}:0"] == plan.assignments[f"trainer:{r}"]
     placement = resolve_placement(job, tmp_path)  # the job's placement.planFile
     rename = dict(zip(NAMES, job.spec.machine_names, strict=True))
     assert placement == {role: rename[m] for role, m in plan.assignments.items()}

@@ -421,3 +421,19 @@ def test_backups_follow_their_main_store_server() -> None:
         "spec.placement.plan.assignments.store:1:1: a backup store server runs on its main "
         "server's machine (store:1 is on m0): it shares its memory"
     )
+
+
+def test_sampler_workers_follow_their_trainer_and_a_plan_cannot_move_them() -> None:
+    # the simulator placed sampler workers freely while the runtime silently kept them
+    # with their trainer: a plan that moves one is refused, naming the field
+    runtime = {"machines": 2, "samplerWorkersPerTrainer": 1}
+    j = parse_job(job(runtime=runtime, placement={"assignments": {"trainer:0": "m1"}}))
+    assert resolve_placement(j)["sampler:0:0"] == "m1"
+    plan = {"machines": ["a", "b"], "assignments": {"trainer:0": "a", "sampler:0:0": "b"}}
+    j = parse_job(job(runtime=runtime, placement={"plan": plan}))
+    with pytest.raises(SpecError) as info:
+        resolve_placement(j)
+    assert str(info.value).startswith(
+        "spec.placement.plan.assignments.sampler:0:0: sampler workers run on their trainer's "
+        "machine (trainer:0 is on m0)"
+    )
