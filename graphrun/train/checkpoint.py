@@ -10,6 +10,12 @@ and renamed)::
 
 Only rank 0 writes; every rank reads on ``--resume``. Loading uses
 ``weights_only=True`` (no pickle of arbitrary objects).
+
+No RNG state or loader position is stored because none is needed: checkpoints are
+taken at epoch ends, every loader derives its order and each batch's sampling seed from
+``(seed, epoch, batch)``, and :func:`graphrun.train.loop.train_epoch` reseeds torch's
+generator from ``(seed, epoch, rank)``. A run killed during epoch ``e`` and resumed
+trains epochs ``e, e+1, ...`` exactly as the uninterrupted run did (tested end to end).
 """
 
 from __future__ import annotations

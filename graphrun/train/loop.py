@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from typing import IO, Any
 
+import numpy as np
 import torch
 
 from graphrun.errors import ArgumentError
@@ -105,7 +106,18 @@ def _save(task: Task, ctx: TrainContext, epoch: int, metrics: dict[str, Any]) ->
     save_checkpoint(ctx.config.checkpoint_dir, ckpt)
 
 
+def epoch_seed(seed: int, epoch: int, rank: int) -> int:
+    """The seed of ``torch``'s default generator for ``epoch`` on trainer ``rank``."""
+    entropy = [seed & (2**63 - 1), epoch, rank, 0x5EED]
+    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0] >> 2)
+
+
 def train_epoch(task: Task, ctx: TrainContext, epoch: int, prof: Profiler) -> dict[str, float]:
+    # Every random draw of an epoch (dropout masks; the loaders seed their own generators
+    # from (seed, epoch, batch)) follows from (seed, epoch, rank), not from the epochs
+    # before: a run resumed from the checkpoint of epoch e - 1 trains epoch e exactly as
+    # the uninterrupted run did (checkpoints are taken at epoch ends).
+    torch.manual_seed(epoch_seed(ctx.config.seed, epoch, ctx.rank))
     steps = all_min(task.steps_per_epoch(), ctx.ddp)
     it: Iterator[Batch] = task.epoch_batches(epoch)  # loaders start (workers) off the clock
     progress = Progress(steps, f"epoch {epoch}", enabled=ctx.is_main)
