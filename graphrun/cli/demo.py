@@ -69,12 +69,14 @@ def train_job(job_file: Path) -> float:
     import threading
 
     from graphrun.cli.run import install_stop_handlers
+    from graphrun.job.console import Console
     from graphrun.job.runner import LocalJob, RunOptions
     from graphrun.job.spec import load_job
 
     stop = threading.Event()
     install_stop_handlers(stop)
-    report = LocalJob(load_job(job_file), job_file, RunOptions(), stop=stop).run()
+    sink = Console(sys.stdout)  # phases, progress, one line per epoch; the rest in logs/
+    report = LocalJob(load_job(job_file), job_file, RunOptions(), sink=sink, stop=stop).run()
     lines = (report.paths.run_dir / "metrics.jsonl").read_text().splitlines()
     final = [json.loads(x) for x in lines if x.strip()]
     return float(final[-1]["test_acc"])

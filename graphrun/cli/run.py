@@ -55,6 +55,12 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL on stop"
     )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show every role's raw output (default: phases, trainer 0's progress and one "
+        "line per epoch; everything is in RUN/logs/ and RUN/metrics.jsonl)",
+    )
     p.set_defaults(func=run)
 
 
@@ -71,6 +77,7 @@ def install_stop_handlers(stop: threading.Event) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from graphrun.job.console import Console
     from graphrun.job.runner import LocalJob, RunOptions
     from graphrun.job.spec import load_job
 
@@ -86,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
     )
     stop = threading.Event()
     install_stop_handlers(stop)
-    local = LocalJob(job, args.job, opts, sink=sys.stdout, stop=stop)
+    sink = sys.stdout if args.verbose else Console(sys.stdout)
+    local = LocalJob(job, args.job, opts, sink=sink, stop=stop)
     report = local.run()
     codes = ", ".join(f"{r}={c}" for r, c in report.exits.items() if r.startswith("trainer"))
     print(

@@ -44,6 +44,7 @@ class DistConfig:
     heartbeat_interval: float = 5.0
     use_shm: bool | None = None
     name: str = "trainer"
+    machine: str = ""  # the job's name for this machine (failures name it); "" = host name
 
     def __post_init__(self) -> None:
         if not self.servers:
@@ -130,8 +131,8 @@ def initialize(
 ) -> DistContext:
     """Join the store serving ``servers`` (main address of every partition) as one trainer.
 
-    ``options``: ``timeout``, ``heartbeat_interval``, ``use_shm``, ``name`` (see
-    :class:`DistConfig`). Returns the context; nothing global is set.
+    ``options``: ``timeout``, ``heartbeat_interval``, ``use_shm``, ``name``, ``machine``
+    (see :class:`DistConfig`). Returns the context; nothing global is set.
     """
     config = DistConfig(
         tuple(servers),

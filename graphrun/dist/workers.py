@@ -122,7 +122,7 @@ class WorkerPool:
             if not p.is_alive():
                 raise JobFailed(
                     self.role(w),
-                    socket.gethostname(),
+                    self.config.machine or socket.gethostname(),
                     p.exitcode,
                     "loader worker died; its mini-batches will not arrive",
                 )

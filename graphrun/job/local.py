@@ -26,12 +26,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import graphrun
 from graphrun.errors import JobFailed
 from graphrun.job.launch import MachineLaunch
-from graphrun.job.process import RoleCommand, RoleExit, Supervisor
+from graphrun.job.process import RoleCommand, RoleExit, Sink, Supervisor
 from graphrun.job.worker import read_status
 
 Wrap = Callable[[str], Sequence[str]]  # machine -> command prefix (e.g. ip netns exec NS)
@@ -60,7 +59,7 @@ class LocalMachines:
     def __init__(
         self,
         run_dir: Path,
-        sink: IO[str] | None = None,
+        sink: Sink | None = None,
         grace_s: float = 5.0,
         wrap: Wrap | None = None,
         python: str = sys.executable,

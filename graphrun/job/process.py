@@ -30,7 +30,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 import psutil
 
@@ -38,6 +38,14 @@ from graphrun.errors import ArgumentError
 
 _PR_SET_PDEATHSIG = 1
 TAIL_LINES = 20
+
+
+class Sink(Protocol):
+    """Where role output goes: a text stream, or a filter such as
+    :class:`graphrun.job.console.Console`."""
+
+    def write(self, text: str, /) -> int: ...
+    def flush(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,16 @@ class RoleExit:
 
 
 def _last_meaningful(lines: Sequence[str]) -> str:
+    """The line that says why a role ended: the exception line of its last traceback (the
+    first unindented line after the frames; an exception's message may go on over more
+    lines, e.g. torch.distributed's advice about TORCH_DISTRIBUTED_DEBUG, which is not
+    the cause), else its last non-empty line."""
+    tb = max((i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent")),
+             default=None)  # fmt: skip
+    if tb is not None:
+        for line in lines[tb + 1 :]:
+            if line.strip() and not line[:1].isspace():
+                return line.strip()[:300]
     for line in reversed(lines):
         s = line.strip()
         if s and not s.startswith(("^", "~")):
@@ -108,7 +126,7 @@ class _Pump(threading.Thread):
         self,
         cmd: RoleCommand,
         stream: IO[bytes],
-        sink: IO[str] | None,
+        sink: Sink | None,
         log: IO[str] | None,
         lock: threading.Lock,
         prefix: bool = True,
@@ -148,7 +166,7 @@ class Supervisor:
     def __init__(
         self,
         log_dir: Path | None = None,
-        sink: IO[str] | None = None,
+        sink: Sink | None = None,
         grace_s: float = 5.0,
         prefix: bool = True,
     ) -> None:

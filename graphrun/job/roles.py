@@ -123,7 +123,7 @@ def trainer_argv(
         python, "-m", "graphrun.job.trainer",
         "--job", str(paths.job_file), "--rank", str(role.rank),
         "--hosts-file", str(paths.hosts_file), "--keys", str(paths.keys_dir),
-        "--run-dir", str(paths.run_dir),
+        "--run-dir", str(paths.run_dir), "--machine", role.machine,
     ]  # fmt: skip
     if resume:
         argv.append("--resume")

@@ -33,14 +33,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
 
 from graphrun.errors import JobFailed, SpecError, UserError
 from graphrun.job.hosts import Hosts
 from graphrun.job.launch import MachineLaunch
 from graphrun.job.local import LocalMachines, Wrap, package_env
 from graphrun.job.preflight import check_before_start, check_partitions
-from graphrun.job.process import RoleCommand, Supervisor
+from graphrun.job.process import RoleCommand, Sink, Supervisor
 from graphrun.job.roles import JobPaths, job_paths, job_placement, machine_launches, plan_hosts
 from graphrun.job.spec import GraphJob
 from graphrun.job.workflow import Event, EventKind, JobState, Phase, initial_state, transition
@@ -112,7 +111,7 @@ class LocalJob:
         job: GraphJob,
         job_file: Path,
         opts: RunOptions | None = None,
-        sink: IO[str] | None = None,
+        sink: Sink | None = None,
         stop: threading.Event | None = None,
     ) -> None:
         self.job = job

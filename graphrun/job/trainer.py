@@ -37,6 +37,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hosts-file", type=Path, required=True)
     p.add_argument("--keys", type=Path, required=True, help="directory with job.key")
     p.add_argument("--run-dir", type=Path)
+    p.add_argument("--machine", default="", help="the job's name for this machine")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--profile", type=Path, help="append per-batch records (JSON lines) here")
     p.add_argument("--aggr", choices=("scatter", "csr"), default="csr")
@@ -111,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ctx = initialize(
         servers, job=job.name, keys=load_keys(args.keys / "job.key"), rank=args.rank,
         world_size=world, partition=partition_of(args.rank, world, parts),
-        name=f"trainer:{args.rank}",
+        name=f"trainer:{args.rank}", machine=args.machine,
     )  # fmt: skip
     local = ctx.client.local_parts  # partitions read through shared memory (co-located)
     print(json.dumps({"event": "joined", "rank": args.rank, "local_parts": local}), flush=True)

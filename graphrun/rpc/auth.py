@@ -16,6 +16,9 @@ Key file (JSON, mode 0600, written atomically)::
 from __future__ import annotations
 
 import json
+import logging
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,8 @@ from zmq.auth.thread import ThreadAuthenticator
 
 from graphrun.errors import ArgumentError
 from graphrun.graph.format import write_text_atomic
+
+log = logging.getLogger("graphrun.rpc")
 
 KEY_FORMAT = "graphrun-key"
 KEY_VERSION = 1
@@ -80,24 +85,74 @@ def load_keys(path: str | Path) -> KeyPair:
         raise ArgumentError(f"{p}: {exc}") from None
 
 
-class _JobKeyOnly:
-    """ZAP credentials provider: admit exactly the job's public key."""
+class RateLimitedLog:
+    """At most ``burst`` lines per ``window_s`` seconds; then one line saying how many were
+    dropped (a fuzzer or a port scan must not flood the log: 6,248 lines in one fuzz run)."""
 
-    def __init__(self, public: str) -> None:
+    def __init__(self, logger: logging.Logger, burst: int = 10, window_s: float = 60.0):
+        self.logger, self.burst, self.window_s = logger, burst, window_s
+        self._start, self._count, self._dropped = 0.0, 0, 0
+        self._lock = threading.Lock()
+
+    def warning(self, msg: str, *args: object) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._start > self.window_s:
+                if self._dropped:
+                    self.logger.warning("... %d more like it in the last %.0f s", self._dropped,
+                                        self.window_s)  # fmt: skip
+                self._start, self._count, self._dropped = now, 0, 0
+            self._count += 1
+            if self._count > self.burst:
+                self._dropped += 1
+                return
+        self.logger.warning(msg, *args)
+
+
+REFUSED = RateLimitedLog(log)
+
+
+class _JobKeyOnly:
+    """ZAP credentials provider: admit exactly the job's public key, and say who was refused."""
+
+    def __init__(self, public: str, name: str, auth: _AddressAuthenticator) -> None:
         self._public = public.encode("ascii")
+        self._name, self._auth = name, auth
 
     def callback(self, domain: str, key: bytes) -> bool:
-        return key == self._public
+        if key == self._public:
+            return True
+        REFUSED.warning(
+            "%s: refused a connection from %s: wrong or missing job key",
+            self._name, self._auth.peer,
+        )  # fmt: skip
+        return False
 
 
-def secure_server(ctx: zmq.Context, sock: zmq.Socket, keys: KeyPair) -> ThreadAuthenticator:
+class _AddressAuthenticator(ThreadAuthenticator):
+    """The ZAP thread, remembering the address of the request it is answering (ZAP
+    requests are answered one at a time), so a refusal can name the peer."""
+
+    peer = "?"
+
+    async def handle_zap_message(self, msg: list[bytes]) -> None:
+        if len(msg) >= 4:
+            self.peer = msg[3].decode("utf-8", "replace") or "?"
+        await super().handle_zap_message(msg)
+
+
+def secure_server(
+    ctx: zmq.Context, sock: zmq.Socket, keys: KeyPair, name: str = "server"
+) -> ThreadAuthenticator:
     """Make ``sock`` a CURVE server admitting only holders of ``keys``; returns the ZAP thread.
 
     The authenticator is bound to ``ctx``: use one context per server. Stop it on close.
+    A refused key is logged (rate-limited) with the peer's address.
     """
-    auth = ThreadAuthenticator(ctx)
+    auth = _AddressAuthenticator(ctx)
     auth.start()
-    auth.configure_curve_callback(ZAP_DOMAIN, credentials_provider=_JobKeyOnly(keys.public))
+    provider = _JobKeyOnly(keys.public, name, auth)
+    auth.configure_curve_callback(ZAP_DOMAIN, credentials_provider=provider)
     sock.zap_domain = ZAP_DOMAIN.encode()
     sock.curve_secretkey = keys.secret.encode("ascii")
     sock.curve_publickey = keys.public.encode("ascii")

@@ -37,7 +37,7 @@ from graphrun.errors import (
     StoreError,
     UserError,
 )
-from graphrun.rpc.auth import KeyPair, secure_client, secure_server
+from graphrun.rpc.auth import REFUSED, KeyPair, secure_client, secure_server
 from graphrun.rpc.codec import (
     DEFAULT_LIMITS,
     Limits,
@@ -113,7 +113,7 @@ class RpcServer:
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.linger = 0
         self._sock.setsockopt(zmq.MAXMSGSIZE, max(limits.max_tensor_bytes, limits.max_header_bytes))
-        self._auth = secure_server(self._ctx, self._sock, keys) if keys else None
+        self._auth = secure_server(self._ctx, self._sock, keys, name) if keys else None
         self._monitor = self._sock.get_monitor_socket(_REFUSED_EVENTS)  # before bind: close()
         try:
             self._sock.bind(address)
@@ -124,17 +124,19 @@ class RpcServer:
         self.handled = 0
 
     def _log_refused(self) -> None:
-        """One log line per refused handshake (wrong key, no CURVE, garbage greeting)."""
+        """Failed handshakes. A wrong or missing key is logged by the ZAP handler, which
+        knows the peer's address (:func:`~graphrun.rpc.auth.secure_server`); a peer that
+        closes before any greeting — a plain TCP connect, as readiness probes and
+        Kubernetes ``tcpSocket`` probes do — is no attack and logged at DEBUG only; a
+        garbled greeting is a (rate-limited) warning. The monitor knows only this
+        server's own endpoint, not the peer's."""
         while self._monitor.poll(0, zmq.POLLIN):
             ev = recv_monitor_message(self._monitor)
-            log.warning(
-                "%s: refused a connection from %s: handshake failed (%s)",
-                self.name,
-                ev.get("endpoint", b"?").decode(errors="replace"),
-                "wrong or missing job key"
-                if ev["event"] & zmq.EVENT_HANDSHAKE_FAILED_AUTH
-                else "protocol error",
-            )
+            if ev["event"] & zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+                REFUSED.warning("%s: refused a connection: protocol error in the handshake",
+                                self.name)  # fmt: skip
+            elif ev["event"] & zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                log.debug("%s: a peer closed before the handshake (a TCP probe?)", self.name)
 
     def poll(self, timeout_ms: int) -> int:
         """Serve the requests that arrive within ``timeout_ms``; returns how many."""

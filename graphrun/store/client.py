@@ -23,12 +23,14 @@ or process.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import logging
 import os
 import threading
 import uuid
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,11 +139,23 @@ class KVClient:
         self._stopped = False
         self._ctx = zmq.Context()  # one zmq I/O thread for all of this client's connections
         self._heartbeat: _Heartbeat | None = None
+        self._closed = False
         try:
             self._connect()
         except BaseException:
             self.close()
             raise
+        # A process that exits without close() would hold its session (and its job's
+        # tensors) on every server until the heartbeat timeout; leave at exit instead.
+        ref = weakref.ref(self)
+
+        def _at_exit() -> None:
+            c = ref()
+            if c is not None:
+                c.close()
+
+        self._at_exit = _at_exit
+        atexit.register(self._at_exit)
 
     # ---- connection -----------------------------------------------------------------
 
@@ -476,6 +490,11 @@ class KVClient:
 
     def close(self) -> None:
         """Leave every server (frees this job's tensors if it was the last client)."""
+        if self._closed:
+            return
+        self._closed = True
+        if hasattr(self, "_at_exit"):
+            atexit.unregister(self._at_exit)
         if self._heartbeat is not None:
             self._heartbeat.stopped.set()
             self._heartbeat.join(5)

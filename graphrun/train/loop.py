@@ -120,7 +120,7 @@ def train_epoch(task: Task, ctx: TrainContext, epoch: int, prof: Profiler) -> di
     torch.manual_seed(epoch_seed(ctx.config.seed, epoch, ctx.rank))
     steps = all_min(task.steps_per_epoch(), ctx.ddp)
     it: Iterator[Batch] = task.epoch_batches(epoch)  # loaders start (workers) off the clock
-    progress = Progress(steps, f"epoch {epoch}", enabled=ctx.is_main)
+    progress = Progress(steps, f"epoch {epoch}", enabled=ctx.is_main, trainers=ctx.world_size)
     loss_sum, correct, counted, seeds = 0.0, 0.0, 0, 0
     for _ in range(steps):
         batch = next(it, None)

@@ -16,11 +16,16 @@ from typing import IO, Any
 
 
 class Progress:
+    """``trainers``: every trainer takes the same steps with batches of the same size, so
+    the job's seeds/s (what the epoch's JSON reports, summed over trainers) is this
+    trainer's times ``trainers``."""
+
     def __init__(
         self, total: int, label: str, enabled: bool = True, interval: float = 2.0,
-        out: IO[str] | None = None,
+        out: IO[str] | None = None, trainers: int = 1,
     ) -> None:  # fmt: skip
         self.total, self.label, self.enabled, self.interval = total, label, enabled, interval
+        self.trainers = trainers
         self.out = out or sys.stdout
         self.done = 0
         self.seeds = 0
@@ -45,7 +50,7 @@ class Progress:
 
     @property
     def seeds_per_s(self) -> float:
-        return self.seeds / max(self.elapsed, 1e-9)
+        return self.trainers * self.seeds / max(self.elapsed, 1e-9)
 
 
 class MetricsLog:

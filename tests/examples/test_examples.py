@@ -50,6 +50,7 @@ def test_job_example_runs_as_shipped(path: Path, tmp_path: Path) -> None:
     shutil.copytree(EXAMPLES / "jobs", work, ignore=shutil.ignore_patterns("runs", "__pycache__"))
     res = run_graphrun("run", str(work / path.name), timeout=380)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert '{"epoch"' not in res.stdout  # people see one line per epoch, not raw JSON
     name = yaml.safe_load(path.read_text())["metadata"]["name"]
     metric, bar = BARS[path.stem]
     got = _last_metrics(work / "runs" / name)

@@ -57,3 +57,24 @@ def test_stop_kills_sigterm_ignorers_and_their_children():
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
     assert sup.exits()["store:0"].exit_code == -9
+
+
+def test_the_reason_is_the_exception_line_not_the_last_line():
+    # torch.distributed's errors go on over several lines; the summary quoted the last one
+    # ("...you can set the environment variable TORCH_DISTRIBUTED_DEBUG...")
+    from graphrun.job.process import RoleExit
+
+    tail = (
+        "[rank1] step 3",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 3, in <module>',
+        "    loss.backward()",
+        "    ^^^^^^^^^^^^^^^",
+        "RuntimeError: Expected to have finished reduction in the prior iteration before",
+        "starting a new one. This error indicates that your module has parameters that",
+        "you can set the environment variable TORCH_DISTRIBUTED_DEBUG to either INFO or",
+    )
+    assert RoleExit("trainer:1", "m1", 1, tail).reason() == (
+        "RuntimeError: Expected to have finished reduction in the prior iteration before"
+    )
+    assert RoleExit("t", "m", 1, ("just a line", "")).reason() == "just a line"

@@ -37,3 +37,59 @@ def test_missing_key_file(tmp_path):
         load_keys(tmp_path / "none.key")
     with pytest.raises(ArgumentError):
         KeyPair("x" * 40, "short")
+
+
+def _serve_for(server, seconds):
+    import time
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        server.poll(20)
+
+
+def test_a_tcp_probe_is_not_logged_as_an_attack_and_a_wrong_key_names_the_peer(caplog):
+    # the worker's readiness probe and the pod's tcpSocket probe logged "WARNING refused a
+    # connection from <the server's own address>" every 5 s
+    import logging
+    import socket
+
+    import zmq
+
+    from graphrun.rpc.auth import new_keypair, secure_client
+    from graphrun.rpc.transport import RpcServer
+
+    keys = new_keypair()
+    server = RpcServer("tcp://127.0.0.1:0", lambda req: req, keys=keys, name="s0")
+    host, port = server.address.removeprefix("tcp://").rsplit(":", 1)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="graphrun.rpc"):
+            for _ in range(3):
+                socket.create_connection((host, int(port)), timeout=2).close()
+            _serve_for(server, 0.5)
+            assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+            ctx = zmq.Context()
+            sock = ctx.socket(zmq.DEALER)
+            sock.linger = 0
+            secure_client(sock, new_keypair())  # a client key this server does not admit
+            sock.curve_serverkey = keys.public.encode("ascii")
+            sock.connect(server.address)
+            sock.send(b"x")
+            _serve_for(server, 1.0)
+            sock.close()
+            ctx.term()
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert warnings == ["s0: refused a connection from 127.0.0.1: wrong or missing job key"]
+    finally:
+        server.close()
+
+
+def test_refusals_are_rate_limited(caplog):
+    import logging
+
+    from graphrun.rpc.auth import RateLimitedLog
+
+    limited = RateLimitedLog(logging.getLogger("graphrun.test"), burst=3, window_s=60)
+    with caplog.at_level(logging.WARNING, logger="graphrun.test"):
+        for i in range(100):
+            limited.warning("bad message %d", i)
+    assert [r.getMessage() for r in caplog.records] == [f"bad message {i}" for i in range(3)]

@@ -226,3 +226,16 @@ def test_bad_input_leaves_one_log_line_each(homo, key_file, keys, tmp_path):
         store.check()  # still running
     finally:
         assert store.stop() == 0
+
+
+def test_a_client_that_exits_without_close_leaves_at_once(homo, key_file, keys, tmp_path):
+    # it used to hold its session (and its job's tensors) until the heartbeat timeout (30 s)
+    _, parts = homo
+    with start_stores(parts, 2, key_file=key_file, shm_dir=tmp_path) as stores:
+        addresses = [s.address for s in stores]
+        with client(stores, keys, job="watcher") as w:
+            quitter = _run_client(addresses, key_file, "quitter", action="pass")  # no close()
+            out, err = quitter.communicate(timeout=60)
+            assert quitter.returncode == 0 and "ready" in out, err
+            for part in (0, 1):  # well before the 30 s heartbeat timeout
+                wait_until(lambda p=part: "quitter" not in w.stats(p)["jobs"], 5.0, "leave")

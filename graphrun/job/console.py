@@ -1,0 +1,78 @@
+"""What a person sees of a running job: its phases, trainer 0's progress and output, and
+one line of results per epoch.
+
+Roles write ``[role@machine] text`` lines (JSON events, logger lines with timestamps,
+progress); all of them stay in ``RUN/logs/<role>.log`` and the epoch records in
+``RUN/metrics.jsonl``. :class:`Console` is the sink ``graphrun run`` and ``graphrun
+demo`` give the launcher by default; ``graphrun run --verbose`` shows every raw line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from typing import IO, Any
+
+_ROLE_LINE = re.compile(r"^\[(?P<role>[^@\]]+)@[^\]]+\] (?P<text>.*)$")
+_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ ")
+_PROGRESS = re.compile(r"^epoch \d+: ")
+MAIN_TRAINER = "trainer:0"
+
+
+def epoch_line(rec: dict[str, Any]) -> str:
+    """``epoch 2: loss 0.1234  train 0.951  val 0.940  test 0.938  (1.23 s, 8,130 seeds/s)``."""
+    parts = [f"epoch {rec['epoch']}: loss {rec['loss']:.4f}"]
+    for split in ("train", "val", "test"):
+        for metric in ("acc", "auc", "mrr"):
+            v = rec.get(f"{split}_{metric}")
+            if v is not None:
+                name = split if metric == "acc" else f"{split} {metric}"
+                parts.append(f"{name} {v:.3f}")
+    tail = [f"{rec['epoch_s']:.2f} s"] if "epoch_s" in rec else []
+    if "seeds_per_s" in rec:
+        tail.append(f"{rec['seeds_per_s']:,.0f} seeds/s")
+    return "  ".join(parts) + (f"  ({', '.join(tail)})" if tail else "")
+
+
+class Console:
+    """A line filter in front of ``out`` (thread-safe: role output pumps write to it)."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self._lock = threading.Lock()
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            lines = (self._partial + text).split("\n")
+            self._partial = lines.pop()
+            for line in lines:
+                shown = self.show(line)
+                if shown is not None:
+                    self.out.write(shown + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    @staticmethod
+    def show(line: str) -> str | None:
+        """What of ``line`` a person sees, or None."""
+        m = _ROLE_LINE.match(line)
+        if m is None:
+            return line  # the launcher's own lines ([graphrun] phase ...)
+        role, text = m["role"], m["text"]
+        if role != MAIN_TRAINER:
+            return None  # in RUN/logs/<role>.log
+        if text.startswith("{"):
+            try:
+                rec = json.loads(text)
+            except json.JSONDecodeError:
+                return text
+            if isinstance(rec, dict) and "epoch" in rec and "loss" in rec:
+                return epoch_line(rec)
+            return None  # events (joined, first_step, model, ...) and other records
+        if _LOG_LINE.match(text):
+            return None
+        return text if _PROGRESS.match(text) or text.strip() else None
