@@ -20,6 +20,7 @@ from torch_geometric.data import Data, HeteroData
 from graphrun.dist.context import DistContext
 from graphrun.dist.features import StoreFeatures
 from graphrun.errors import ArgumentError
+from graphrun.sampling.edgesplit import EdgeSplit
 from graphrun.sampling.kernels import make_generator
 from graphrun.sampling.negative import NegativeSampler
 from graphrun.sampling.partitioned import BookTypeMap
@@ -50,6 +51,7 @@ class BatchSpec:
     num_layers: int | None = None
     neg_k: int = 1
     neg_mode: Literal["uniform", "degree"] = "uniform"
+    edge_split: EdgeSplit | None = None  # link batches: keep held-out and target edges out
 
 
 class BatchBuilder:
@@ -100,7 +102,8 @@ class BatchBuilder:
 
         Adds ``edge_label_index`` (local ids, positives first) and ``edge_label``
         (1 / 0), like PyG's ``LinkNeighborLoader`` in binary mode; on ``HeteroData``
-        they sit on the edge type.
+        they sit on the edge type. With ``spec.edge_split``, the sampled edges exclude the
+        held-out ones and those joining a positive pair (:meth:`EdgeSplit.exclude`).
         """
         etype = self.spec.etype or self.types.edge_types[0]
         homo_e = torch.from_numpy(self.book.etype_to_homo(etype, eids.numpy()))
@@ -111,6 +114,8 @@ class BatchBuilder:
         ends = torch.cat([src, neg_src, dst, neg_dst])
         nodes, inverse = torch.unique(ends, return_inverse=True)
         sub = self.sampler.sample(nodes, generator=gen)
+        if self.spec.edge_split is not None:
+            sub = self.spec.edge_split.exclude(sub, src, dst, self.book.num_nodes)
         data = collate(
             sub, self.types, self.features, output=self.spec.output, x=self.spec.x, y=self.spec.y
         )

@@ -31,6 +31,7 @@ from graphrun.dist.batches import BatchBuilder, BatchSpec, Kind, batch_seed, che
 from graphrun.dist.graph import DistGraph
 from graphrun.dist.workers import WorkerPool
 from graphrun.errors import ArgumentError
+from graphrun.sampling.edgesplit import EdgeSplit
 from graphrun.sampling.sampler import Output
 
 
@@ -183,7 +184,8 @@ class DistLinkDataLoader(_DistLoader):
 
     Each batch carries ``edge_label_index`` (local ids; positives first) and
     ``edge_label`` (1 positive, 0 negative); ``neg_k`` negatives per positive,
-    ``neg_mode`` ``"uniform"`` or ``"degree"`` (∝ in-degree ** 0.75).
+    ``neg_mode`` ``"uniform"`` or ``"degree"`` (∝ in-degree ** 0.75). With ``edge_split``
+    no held-out edge and no edge joining a positive pair carries messages.
     """
 
     def __init__(
@@ -196,6 +198,7 @@ class DistLinkDataLoader(_DistLoader):
         etype: tuple[str, str, str] | str | None = None,
         neg_k: int = 1,
         neg_mode: Literal["uniform", "degree"] = "uniform",
+        edge_split: EdgeSplit | None = None,
         shuffle: bool = False,
         drop_last: bool = False,
         num_workers: int = 0,
@@ -225,6 +228,7 @@ class DistLinkDataLoader(_DistLoader):
             num_layers=num_layers,
             neg_k=neg_k,
             neg_mode=neg_mode,
+            edge_split=edge_split,
         )
         super().__init__(
             graph,

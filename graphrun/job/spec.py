@@ -253,6 +253,24 @@ class TrainingSpec(_Model):
     dropout: float = Field(default=0.5, ge=0, lt=1)
     weight_decay: float = Field(default=0.0, ge=0)
     negative_samples: int = Field(default=1, gt=0, description="link prediction")
+    edges_per_epoch: int | None = Field(
+        default=None, gt=0,
+        description="link prediction: positive edges per epoch, all trainers together "
+        "(default: every training edge)",
+    )  # fmt: skip
+    val_edges: float = Field(
+        default=0.05, ge=0, lt=1,
+        description="link prediction: fraction of edges held out for validation (never in "
+        "message passing)",
+    )  # fmt: skip
+    test_edges: float = Field(
+        default=0.05, ge=0, lt=1, description="link prediction: fraction held out for test"
+    )
+    eval_negatives: int = Field(
+        default=50, gt=0,
+        description="link prediction: negatives each held-out edge is ranked against "
+        "(AUC, MRR, hits@10)",
+    )  # fmt: skip
     embedding_dim: int | None = Field(default=None, gt=0, description="learnable node embeddings")
     sparse_lr: float = Field(
         default=0.01, gt=0, description="learning rate of the sparse optimizer (node embeddings)"
@@ -280,6 +298,11 @@ class TrainingSpec(_Model):
                         f"fanoutsPerEtype.{etype}: has {len(fan)} layers, fanouts has "
                         f"{len(self.fanouts)}"
                     )
+        if self.val_edges + self.test_edges >= 1:
+            raise ValueError(
+                f"valEdges + testEdges: {self.val_edges} + {self.test_edges} leaves no "
+                "training edges"
+            )
         if self.task is not None:
             model_name(self.task, self.model)  # "model: 'x' is not a model of <task> (known: ..)"
         return self

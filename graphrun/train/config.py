@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from graphrun.errors import ArgumentError
+from graphrun.sampling.edgesplit import EdgeSplit
 from graphrun.train.models import AggrPath
 
 TASKS = ("node-classification", "hetero-node-classification", "link-prediction")
@@ -41,7 +42,10 @@ class TrainConfig:
     resume: bool = False
     metrics_file: Path | None = None
     profile_file: Path | None = None
-    edges_per_epoch: int | None = None  # link prediction: positives per epoch (all trainers)
+    edges_per_epoch: int | None = None  # link prediction: positives per epoch (default: all)
+    val_edges: float = 0.05  # link prediction: fraction of edges held out for validation
+    test_edges: float = 0.05  # ... and for test
+    eval_negatives: int = 50  # link prediction: negatives each held-out positive ranks against
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -51,6 +55,14 @@ class TrainConfig:
             raise ArgumentError(f"task: {self.task!r} is not one of {', '.join(TASKS)}")
         if self.epochs < 1 or self.batch_size < 1 or not self.fanouts:
             raise ArgumentError("TrainConfig: epochs, batch_size and fanouts must be positive")
+        if self.task == "link-prediction":
+            self.edge_split  # noqa: B018  (validates the fractions)
+            if self.eval_negatives < 1:
+                raise ArgumentError(f"eval_negatives: expected >= 1, got {self.eval_negatives}")
+
+    @property
+    def edge_split(self) -> EdgeSplit:
+        return EdgeSplit(self.val_edges, self.test_edges, self.seed)
 
     def fanout_spec(self, edge_types: Sequence[tuple[str, str, str]]) -> list[Any]:
         """Fanouts as the samplers take them: one int per layer, or per layer a dict

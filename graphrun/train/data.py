@@ -28,6 +28,7 @@ from torch import Tensor
 
 from graphrun.errors import ArgumentError
 from graphrun.graph import Graph
+from graphrun.sampling.edgesplit import EdgeSplit, split_edges
 
 SPLITS = ("train", "val", "test")
 
@@ -80,8 +81,8 @@ class GraphData(Protocol):
         """Mini-batches over this trainer's seeds of ``split`` (``seeds(split, ntype)``)."""
         ...  # fmt: skip
 
-    def edges(self, split: str) -> Tensor:
-        """This trainer's positive edge ids for link prediction."""
+    def edges(self, split: str, edge_split: EdgeSplit) -> Tensor:
+        """This trainer's positive edge ids of ``split`` for link prediction."""
         ...
 
     def link_loader(
@@ -93,13 +94,26 @@ class GraphData(Protocol):
         shuffle: bool,
         epoch: int,
         x: str,
+        edge_split: EdgeSplit,
     ) -> Iterator[Batch]:
         """Mini-batches around ``edges(split)`` plus ``neg_k`` negatives per positive, with
         ``edge_label_index`` (local ids, positives first) and ``edge_label`` (1 / 0), as
-        PyG's ``LinkNeighborLoader`` (binary) and :class:`graphrun.dist.DistLinkDataLoader`."""
+        PyG's ``LinkNeighborLoader`` (binary) and :class:`graphrun.dist.DistLinkDataLoader`;
+        no held-out edge and no edge joining a positive pair carries messages."""
         ...  # fmt: skip
 
     def embedding(self, name: str, num: int, dim: int, lr: float) -> Embedding: ...
+
+
+EVAL_POSITIVES = 2048  # held-out positives a trainer evaluates (a fixed sample)
+
+
+def eval_sample(ids: Tensor, split: str, rank: int) -> Tensor:
+    """At most ``EVAL_POSITIVES`` of ``ids``: the same sample every epoch."""
+    if ids.numel() <= EVAL_POSITIVES:
+        return ids
+    g = torch.Generator().manual_seed({"val": 1, "test": 2}.get(split, 3) * 7919 + rank)
+    return ids[torch.randperm(ids.numel(), generator=g)[:EVAL_POSITIVES].sort().values]
 
 
 def split_for_rank(ids: Tensor, rank: int, world_size: int) -> Tensor:
@@ -215,16 +229,18 @@ class LocalData:
             data = self._collate(sub, x, y)
             yield Batch(data, int(chunk.numel()), t1 - t0, time.perf_counter() - t1)
 
-    def edges(self, split: str) -> Tensor:
-        mine = split_for_rank(torch.arange(self.graph.num_edges), self.rank, self.world_size)
-        if split == "train":
-            return mine
-        g = torch.Generator().manual_seed({"val": 1, "test": 2}.get(split, 3) * 7919)
-        return mine[torch.randperm(mine.numel(), generator=g)[:4096]]
+    def edges(self, split: str, edge_split: EdgeSplit) -> Tensor:
+        src = torch.from_numpy(np.asarray(self.graph.src))
+        dst = torch.from_numpy(np.asarray(self.graph.dst))
+        ids = split_edges(
+            torch.arange(self.graph.num_edges), src, dst, edge_split, split, self.graph.num_nodes
+        )
+        mine = split_for_rank(ids, self.rank, self.world_size)
+        return mine if split == "train" else eval_sample(mine, split, self.rank)
 
     def link_loader(
         self, split: str, fanouts: Any, batch_size: int, neg_k: int, shuffle: bool,
-        epoch: int, x: str = "feat",
+        epoch: int, x: str, edge_split: EdgeSplit,
     ) -> Iterator[Batch]:  # fmt: skip
         from graphrun.sampling.negative import NegativeSampler
 
@@ -232,7 +248,7 @@ class LocalData:
         sampler = self._sampler(fanouts, gen_seed)
         negatives = NegativeSampler(self.graph.num_nodes, neg_k)
         gen = torch.Generator().manual_seed(gen_seed)
-        order = self._order(self.edges(split), shuffle, gen_seed)
+        order = self._order(self.edges(split, edge_split), shuffle, gen_seed)
         src_all = torch.from_numpy(np.asarray(self.graph.src))
         dst_all = torch.from_numpy(np.asarray(self.graph.dst))
         for i in range(0, order.numel(), batch_size):
@@ -243,7 +259,7 @@ class LocalData:
             nodes, inverse = torch.unique(
                 torch.cat([src, neg_src, dst, neg_dst]), return_inverse=True
             )
-            sub = sampler.sample(nodes)
+            sub = edge_split.exclude(sampler.sample(nodes), src, dst, self.graph.num_nodes)
             t1 = time.perf_counter()
             data = self._collate(sub, x, "label")
             m = src.numel() + neg_src.numel()

@@ -31,13 +31,14 @@ from graphrun.dist import (
     DistGraph,
     DistLinkDataLoader,
     DistNodeDataLoader,
-    edge_split,
     node_split,
     trainer_partitions,
 )
+from graphrun.dist import edge_split as edge_split_ids
 from graphrun.errors import ArgumentError
+from graphrun.sampling.edgesplit import EdgeSplit, split_edges
 from graphrun.store.client import KVClient
-from graphrun.train.data import Batch, Embedding
+from graphrun.train.data import Batch, Embedding, eval_sample
 
 
 def timed(batches: Iterable[Any], count: Any) -> Iterator[Batch]:
@@ -100,6 +101,7 @@ class DistGraphData:
         self.num_workers, self.seed = num_workers, seed
         self._parts = trainer_partitions(world_size, self.book.num_parts)
         self._seeds: dict[tuple[str, str | None], Tensor] = {}
+        self._edges: dict[tuple[str, EdgeSplit], Tensor] = {}
         self._loaders: dict[Any, Any] = {}
 
     def num_nodes(self, ntype: str | None = None) -> int:
@@ -143,31 +145,33 @@ class DistGraphData:
         t = ntype
         return timed(loader, lambda d: int(d[t].batch_size if t else d.batch_size))
 
-    def edges(self, split: str) -> Tensor:
-        """This trainer's positive edge ids for link prediction (``train``: its share of all
-        edges; ``val``/``test``: a fixed sample of it)."""
-        key = ("edges", None)
-        if key not in self._seeds:
-            n = self.graph.num_edges()
-            self._seeds[key] = edge_split(
-                torch.arange(n), self.book, self.rank, self.world_size,
+    def edges(self, split: str, edge_split: EdgeSplit) -> Tensor:
+        """This trainer's positive edge ids of ``split`` for link prediction: of its share
+        of all edges, those ``edge_split`` puts in ``split`` (held-out splits: at most
+        ``EVAL_POSITIVES``, a fixed sample)."""
+        key = (split, edge_split)
+        if key not in self._edges:
+            mine = edge_split_ids(
+                torch.arange(self.graph.num_edges()), self.book, self.rank, self.world_size,
                 trainer_parts=self._parts, mode="pad",
             )  # fmt: skip
-        mine = self._seeds[key]
-        if split == "train":
-            return mine
-        g = torch.Generator().manual_seed({"val": 1, "test": 2}.get(split, 3) * 7919 + self.rank)
-        return mine[torch.randperm(mine.numel(), generator=g)[:4096]]
+            src, dst = self.graph.find_edges(mine)
+            ids = split_edges(mine, src, dst, edge_split, split, self.graph.num_nodes())
+            if split != "train":
+                ids = eval_sample(ids, split, self.rank)
+            self._edges[key] = ids
+        return self._edges[key]
 
     def link_loader(
         self, split: str, fanouts: Any, batch_size: int, neg_k: int, shuffle: bool,
-        epoch: int, x: str = "feat",
+        epoch: int, x: str, edge_split: EdgeSplit,
     ) -> Iterator[Batch]:  # fmt: skip
-        key = ("link", split, batch_size, shuffle)
+        key = ("link", split, batch_size, shuffle, neg_k, edge_split)
         if key not in self._loaders:
             self._loaders[key] = DistLinkDataLoader(
-                self.graph, self.edges(split), fanouts, batch_size=batch_size, neg_k=neg_k,
-                shuffle=shuffle, x=x, seed=self.seed + self.rank,
+                self.graph, self.edges(split, edge_split), fanouts, batch_size=batch_size,
+                neg_k=neg_k, edge_split=edge_split, shuffle=shuffle, x=x,
+                seed=self.seed + self.rank,
                 num_workers=self.num_workers if split == "train" else 0,
             )  # fmt: skip
             self._loaders[key].start()

@@ -145,11 +145,13 @@ def train_epoch(task: Task, ctx: TrainContext, epoch: int, prof: Profiler) -> di
 
 
 def evaluate(task: Task, ctx: TrainContext) -> dict[str, float]:
+    """``{"val_<metric>": .., "test_<metric>": ..}``, averaged over every trainer's seeds."""
     out = {}
     for split in ("val", "test"):
-        score, count = task.evaluate(split)
-        s, c = all_sum([score, float(count)], ctx.ddp)
-        out[split] = s / max(c, 1.0)
+        sums, count = task.evaluate(split)
+        tot = all_sum([*sums.values(), float(count)], ctx.ddp)
+        for name, value in zip(sums, tot, strict=False):
+            out[f"{split}_{name}"] = value / max(tot[-1], 1.0)
     return out
 
 
@@ -172,9 +174,7 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
             record[f"train_{metric}"] = round(tr["train"], 5)
             last = epoch == ctx.config.epochs - 1
             if epoch % ctx.config.eval_every == 0 or last:
-                ev = evaluate(task, ctx)
-                record[f"val_{metric}"] = round(ev["val"], 5)
-                record[f"test_{metric}"] = round(ev["test"], 5)
+                record.update({k: round(v, 5) for k, v in evaluate(task, ctx).items()})
             record.update(
                 epoch_s=round(tr["epoch_s"], 4), seeds_per_s=round(tr["seeds_per_s"], 1),
                 steps=int(tr["steps"]),

@@ -6,7 +6,9 @@
 * :class:`LinkPrediction` — learnable node embeddings (a ``DistEmbedding`` in a
   distributed job, trained by its sparse optimizer) plus node features when there
   are any, a GraphSAGE encoder and a dot-product decoder, trained with negative
-  sampling; evaluated by the AUC of positive against negative scores.
+  sampling on the training edges; evaluated on held-out edges (never seen in message
+  passing, :mod:`graphrun.sampling.edgesplit`) by AUC, MRR and hits@10 of every positive
+  ranked against ``eval_negatives`` negatives of its own.
 
 A task holds its model (DDP-wrapped) and optimisers; :mod:`graphrun.train.loop`
 runs the epochs, evaluation, checkpoints and metrics around it.
@@ -15,7 +17,7 @@ runs the epochs, evaluation, checkpoints and metrics around it.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -71,8 +73,9 @@ class Task:
         return float(loss.detach()), correct, counted
 
     @torch.no_grad()
-    def evaluate(self, split: str) -> tuple[float, int]:
-        """``(sum of per-seed scores, seeds)`` on this trainer's share of ``split``."""
+    def evaluate(self, split: str) -> tuple[dict[str, float], int]:
+        """``({metric: sum of per-seed scores}, seeds)`` on this trainer's share of
+        ``split``; the loop divides the sums over all trainers by the seeds."""
         model = unwrap(self.model)
         model.eval()
         total, count = 0.0, 0
@@ -80,7 +83,7 @@ class Task:
             _, correct, counted = self.loss(model, batch)
             total += correct
             count += counted
-        return total, count
+        return {"acc": total}, count
 
     def loss(self, model: torch.nn.Module, batch: Batch) -> tuple[Tensor, float, int]:
         raise NotImplementedError
@@ -183,48 +186,79 @@ class LinkPrediction(Task):
         self._finish(LinkPredictor(dim + self.feat_dim, c.hidden, len(c.fanouts), 0.0))
 
     def positives_per_trainer(self) -> int:
-        total = self.cfg.edges_per_epoch or 20 * self.cfg.batch_size
-        return min(max(1, total // self.ctx.world_size), self.ctx.data.edges("train").numel())
+        mine = self._edges("train").numel()
+        if self.cfg.edges_per_epoch is None:
+            return mine
+        return min(max(1, self.cfg.edges_per_epoch // self.ctx.world_size), mine)
+
+    def _edges(self, split: str) -> Tensor:
+        return self.ctx.data.edges(split, self.cfg.edge_split)
 
     def steps_per_epoch(self) -> int:
         return -(-self.positives_per_trainer() // self.cfg.batch_size)
 
-    def _loader(self, split: str, epoch: int, shuffle: bool) -> Iterator[Batch]:
+    def _loader(self, split: str, epoch: int, shuffle: bool, neg_k: int) -> Iterator[Batch]:
         d = self.ctx.data
         return d.link_loader(
-            split, self.cfg.fanout_spec(d.edge_types), self.cfg.batch_size,
-            self.cfg.negative_samples, shuffle, epoch, self.cfg.feature,
+            split, self.cfg.fanout_spec(d.edge_types), self.cfg.batch_size, neg_k, shuffle,
+            epoch, self.cfg.feature, self.cfg.edge_split,
         )  # fmt: skip
 
     def epoch_batches(self, epoch: int) -> Iterator[Batch]:
-        return self._loader("train", epoch, shuffle=True)
+        return self._loader("train", epoch, shuffle=True, neg_k=self.cfg.negative_samples)
 
-    def loss(self, model: torch.nn.Module, batch: Batch) -> tuple[Tensor, float, int]:
+    def _scores(self, model: torch.nn.Module, batch: Batch) -> Tensor:
         assert self.embedding is not None
         data = batch.data
         x = self.embedding(data.n_id)
         if self.feat_dim:
             x = torch.cat([x, data.x.float()], dim=-1)
-        labels = data.edge_label.float()
-        scores = model(
+        return model(
             x, data.edge_index, data.edge_label_index, data.num_sampled_nodes,
             data.num_sampled_edges,
         )  # fmt: skip
+
+    def loss(self, model: torch.nn.Module, batch: Batch) -> tuple[Tensor, float, int]:
+        labels = batch.data.edge_label.float()
+        scores = self._scores(model, batch)
         loss = F.binary_cross_entropy_with_logits(scores, labels)
-        pos, neg = scores[labels > 0].detach(), scores[labels == 0].detach()
-        n = pos.numel()
-        wins = float((pos.unsqueeze(1) > neg.view(n, -1)).float().mean(1).sum()) if n else 0.0
-        return loss, wins, n  # wins / n estimates the AUC
+        ranks = positive_ranks(scores.detach(), labels)
+        wins = float((1.0 - ranks.frac).sum())
+        return loss, wins, ranks.n  # wins / n estimates the AUC
 
     @torch.no_grad()
-    def evaluate(self, split: str) -> tuple[float, int]:
+    def evaluate(self, split: str) -> tuple[dict[str, float], int]:
         model = unwrap(self.model)
         model.eval()
-        total, count = 0.0, 0
-        for batch in self._loader(split, epoch=0, shuffle=False):
-            _, wins, n = self.loss(model, batch)
-            total, count = total + wins, count + n
-        return total, count
+        sums = {"auc": 0.0, "mrr": 0.0, "hits@10": 0.0}
+        count = 0
+        for batch in self._loader(split, 0, shuffle=False, neg_k=self.cfg.eval_negatives):
+            r = positive_ranks(self._scores(model, batch), batch.data.edge_label.float())
+            sums["auc"] += float((1.0 - r.frac).sum())
+            sums["mrr"] += float((1.0 / r.rank).sum())
+            sums["hits@10"] += float((r.rank <= 10).sum())
+            count += r.n
+        return sums, count
+
+
+class Ranks(NamedTuple):
+    rank: Tensor  # 1-based rank of each positive among itself and its negatives
+    frac: Tensor  # the fraction of its negatives scored above it (ties count half)
+    n: int
+
+
+def positive_ranks(scores: Tensor, labels: Tensor) -> Ranks:
+    """Rank each positive against its own negatives. A batch holds its ``n`` positives
+    first, then ``k`` negatives per positive, positive ``i``'s at ``n + i*k .. n + i*k + k``
+    (:class:`~graphrun.sampling.negative.NegativeSampler`'s order)."""
+    pos, neg = scores[labels > 0], scores[labels == 0]
+    n = pos.numel()
+    if n == 0:
+        empty = torch.empty(0)
+        return Ranks(empty, empty, 0)
+    neg = neg.view(n, -1)
+    above = (neg > pos.unsqueeze(1)).float().sum(1) + 0.5 * (neg == pos.unsqueeze(1)).float().sum(1)
+    return Ranks(1.0 + above, above / neg.shape[1], n)
 
 
 TASK_CLASSES: dict[str, type[Task]] = {

@@ -97,6 +97,32 @@ def test_link_loader(served) -> None:
             assert torch.equal(b.edge_label_index[0, 20:], pos[0].repeat_interleave(2))
 
 
+def test_link_batches_never_carry_held_out_or_target_edges(served) -> None:
+    from graphrun.sampling.edgesplit import TRAIN, EdgeSplit, pair_key
+
+    split = EdgeSplit(val=0.2, test=0.2, seed=1)
+    n = served.graph.num_nodes
+    with initialize(served.servers, heartbeat_interval=0) as ctx:
+        dg = DistGraph(ctx)
+        eids = torch.arange(dg.num_edges())
+        # without the split, sampled edges include held-out ones and the targets themselves
+        seen = {"held_out": 0, "targets": 0}
+        for es in (None, split):
+            for b in DistLinkDataLoader(dg, eids, [8, 4], batch_size=64, edge_split=es):
+                src, dst = b.n_id[b.edge_index[0]], b.n_id[b.edge_index[1]]
+                held = int((split.of(src, dst) != TRAIN).sum())
+                pos = b.edge_label_index[:, b.edge_label > 0]
+                targets = pair_key(b.n_id[pos[0]], b.n_id[pos[1]], n)
+                hits = int(torch.isin(pair_key(src, dst, n), targets).sum())
+                if es is None:
+                    seen["held_out"] += held
+                    seen["targets"] += hits
+                else:
+                    assert held == 0 and hits == 0
+                    assert sum(b.num_sampled_edges) == b.edge_index.shape[1]
+        assert seen["held_out"] > 0 and seen["targets"] > 0  # the check can fail
+
+
 def test_hetero_loader(served_hetero) -> None:
     with initialize(served_hetero.servers, heartbeat_interval=0) as ctx:
         dg = DistGraph(ctx)

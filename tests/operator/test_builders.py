@@ -410,7 +410,7 @@ def test_machines_without_stores_or_trainers_get_no_pod() -> None:
     plan = d["spec"]["placement"]["plan"]
     plan["machines"].append("node-idle")
     plan["assignments"]["trainer:3"] = "node-gpu-1"
-    plan["assignments"]["sampler:3:0"] = "node-idle"  # samplers run in their trainer's pod
+    plan["assignments"]["sampler:3:0"] = "node-gpu-1"  # samplers run in their trainer's pod
     job = parse_job(d)
     assert L.worker_indices(job) == [0, 1, 2]
     assert L.machine_roles(job)[2] == ["trainer:2", "trainer:3"]

@@ -220,7 +220,7 @@ def test_bad_input_leaves_one_log_line_each(homo, key_file, keys, tmp_path):
         ctx.term()
         with pytest.raises(RpcError):
             KVClient(ClientConfig([store.address], keys=new_keypair(), timeout=2))
-        wait_until(lambda: "handshake failed" in store.log_tail(), what="auth log line")
+        wait_until(lambda: "refused a connection" in store.log_tail(), what="auth log line")
         log = store.log_tail()
         assert "bad message from peer" in log and "not valid msgpack" in log
         store.check()  # still running
