@@ -336,7 +336,7 @@ class KVClient:
         infos = {p: TensorInfo.from_wire(self.wait(r).body["info"]) for p, r in pend.items()}
         for p, ti in infos.items():
             for backup in self._parts[p].conns[1:]:
-                backup.call("attach", {**self._base(), "info": ti.to_wire()})
+                backup.call("attach", {**self._base(), "name": ti.name})
             if self._parts[p].local:
                 self._local_seg[(name, p)] = ti
                 self._local_arrays.pop((name, p), None)

@@ -10,7 +10,7 @@ heartbeat          keeps the session alive -> {"known": bool}
 pull               job, name; tensors (rows,) local int64 -> (values,)
 push               job, name, reducer, params, states; tensors (rows, values) -> {}
 init               job, name, policy, dtype, row_shape, persistent, exist_ok, init -> {"info"}
-attach             info (a backup maps a tensor the main created) -> {}
+attach             job, name (a backup maps a tensor its main created) -> {}
 delete             job, name -> {"deleted": bool}
 list               job -> {"tensors": [info, ...]}
 meta               job, name -> {"info"}            (no session needed: used by backups)
@@ -173,9 +173,10 @@ def init(state: ServerState, req: Request) -> Response:
 
 
 def attach_op(state: ServerState, req: Request) -> Response:
-    info = TensorInfo.from_wire(req.param("info", dict))
-    if (info.job, info.name) not in state.tensors:
-        state.attach_tensor(info)
+    """A backup maps the job's tensor ``name`` as its main server describes it: the client
+    names the tensor, never a segment or a path (a client-given segment name once mapped
+    any file on the host writable)."""
+    state.find(req.job, req.str_param("name"))
     return Response({})
 
 

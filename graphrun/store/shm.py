@@ -81,7 +81,7 @@ def _map(path: Path, dtype: np.dtype, shape: tuple[int, ...], writable: bool) ->
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if nbytes == 0:
         return np.empty(shape, dtype)
-    flags = os.O_RDWR if writable else os.O_RDONLY
+    flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_NOFOLLOW
     try:
         fd = os.open(path, flags)
     except OSError as exc:
@@ -103,7 +103,10 @@ def _map(path: Path, dtype: np.dtype, shape: tuple[int, ...], writable: bool) ->
 def attach(
     shm_dir: Path, segment: str, dtype: str | np.dtype, shape: tuple[int, ...], writable: bool
 ) -> np.ndarray:
-    """Map an existing segment as an array (read-only unless ``writable``)."""
+    """Map an existing segment as an array (read-only unless ``writable``). ``segment`` must
+    be a graphrun segment name (no path): nothing outside ``shm_dir`` is ever mapped."""
+    if not isinstance(segment, str) or not _NAME.fullmatch(segment):
+        raise StoreError(f"shared memory: {segment!r} is not a graphrun segment name")
     return _map(Path(shm_dir) / segment, np.dtype(dtype), tuple(shape), writable)
 
 

@@ -59,6 +59,34 @@ def test_backups_serve_the_same_memory(homo, key_file, keys, tmp_path, rng):
             KVClient(ClientConfig([backup, stores[1].address], keys=keys, timeout=5))
 
 
+def test_attach_names_a_tensor_never_a_file(homo, key_file, keys, tmp_path):
+    """A key holder's `attach` once mapped any path (absolute or ../..) writable."""
+    from graphrun.errors import StoreError
+    from graphrun.store.shm import attach
+
+    victim = tmp_path / "victim.bin"
+    victim.write_bytes(b"\x01" * 4096)
+    _, parts = homo
+    with (
+        start_stores(parts, 2, key_file=key_file, backups=1, shm_dir=tmp_path) as stores,
+        client(stores, keys, use_shm=False) as c,
+    ):
+        backup = c._parts[0].conns[1]
+        info = {"name": "x", "job": c.job, "policy": "node:_N", "dtype": "uint8",
+                "row_shape": [], "num_rows": 4096, "part_rows": 4096,
+                "segment": str(victim), "persistent": False}  # fmt: skip
+        for body in ({"name": str(victim)}, {"name": "../victim.bin"}, {"info": info}):
+            with pytest.raises((RpcError, StoreError, ArgumentError)):
+                backup.call("attach", {"s": c.session, "job": c.job, **body})
+        with pytest.raises(StoreError, match="does not exist"):
+            c.pull(str(victim), [0])
+        stores[0].check()
+    assert victim.read_bytes() == b"\x01" * 4096
+    for bad in (str(victim), "../victim.bin", "graphrun-1-2-ab.0/../../x"):
+        with pytest.raises(StoreError, match="not a graphrun segment name"):
+            attach(tmp_path, bad, "uint8", (4096,), True)
+
+
 def _client_script(addresses, key_file, job, heartbeat, action):
     return f"""
 import sys, time, numpy as np
