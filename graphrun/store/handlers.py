@@ -34,7 +34,7 @@ import numpy as np
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.store.reducers import STATE_SPECS, get_reducer
 from graphrun.store.registry import Registry, Request, Response
-from graphrun.store.state import GRAPH_JOB, ServerState, StoredTensor, TensorInfo
+from graphrun.store.state import GRAPH_JOB, ServerState, StoredTensor
 
 INITIALIZERS = ("zeros", "uniform", "normal")
 
