@@ -22,6 +22,11 @@ With --backups N the main server also starts N backup servers on this machine th
 serve the same shared memory (clients spread requests over them). A backup can also
 be started by hand with --backup-of MAIN_ADDRESS --backup-index B.
 
+Every message is authenticated and encrypted (CURVE) with a job key: --key-file names
+it; without one, the key PARTITION_DIR/store.key is used, made (mode 0600) if missing, and
+its path printed: clients need that file. --insecure serves in plaintext, to anyone who
+can reach the port (tests on loopback only).
+
 Examples:
   graphrun serve parts/ --part 0 --address tcp://0.0.0.0:7000 --key-file job.key
   graphrun serve parts/ --part 0 --backups 1 --ready-file /tmp/store0.json
@@ -47,7 +52,12 @@ def register(subparsers: Any) -> None:
         help="ZeroMQ address to bind (port 0: any free port; default %(default)s)",
     )
     p.add_argument("--advertise", help="host name/IP clients use (default: the bound host)")
-    p.add_argument("--key-file", type=Path, help="job key file (CURVE); omit for plaintext")
+    p.add_argument(
+        "--key-file", type=Path, help="job key file (CURVE; default PARTITION_DIR/store.key)"
+    )
+    p.add_argument(
+        "--insecure", action="store_true", help="no key: plaintext, unauthenticated (tests)"
+    )
     p.add_argument("--backups", type=int, default=0, help="backup servers to start (default 0)")
     p.add_argument("--backup-of", metavar="MAIN_ADDRESS", help="run as a backup of this main")
     p.add_argument("--backup-index", type=int, default=1, help="index of this backup (>= 1)")
@@ -103,17 +113,33 @@ def _backup_cmd(args: argparse.Namespace, main_address: str, index: int) -> list
     cmd += ["--backup-of", main_address, "--backup-index", str(index)]
     cmd += ["--shm-dir", str(args.shm_dir), "--heartbeat-timeout", str(args.heartbeat_timeout)]
     cmd += ["--log-level", args.log_level, "--threads", str(args.threads)]
-    if args.key_file:
-        cmd += ["--key-file", str(args.key_file)]
+    cmd += ["--key-file", str(args.key_file)] if args.key_file else ["--insecure"]
     for ext in args.extension or []:
         cmd += ["--extension", ext]
     return cmd
 
 
+def _job_keys(args: argparse.Namespace) -> Any:
+    """The key pair of ``--key-file``, else of ``PARTITION_DIR/store.key`` (made if missing)."""
+    from graphrun.errors import ArgumentError
+    from graphrun.rpc.auth import ensure_keys, load_keys
+
+    if args.key_file:
+        return load_keys(args.key_file)
+    if args.backup_of:
+        raise ArgumentError("--key-file: a backup needs its main server's key file")
+    path = args.partition_dir / "store.key"
+    if not args.partition_dir.is_dir():
+        raise ArgumentError(f"{args.partition_dir}: not a partition directory")
+    keys, made = ensure_keys(path)
+    args.key_file = path  # backups started by this server use it too
+    print(f"graphrun serve: {'made' if made else 'using'} job key {path} (clients need it)")
+    return keys
+
+
 def run(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
     from graphrun.graph.format import write_text_atomic
-    from graphrun.rpc.auth import load_keys
     from graphrun.rpc.tuning import keep_large_allocations
     from graphrun.store.server import ServerConfig, run_server
 
@@ -123,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
+    if args.key_file and args.insecure:
+        raise ArgumentError("--insecure: cannot be given with --key-file")
     if args.backups < 0:
         raise ArgumentError("--backups: must be >= 0")
     if args.ready_file and not args.ready_file.parent.is_dir():
@@ -131,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         partition_dir=args.partition_dir,
         part=args.part,
         address=args.address,
-        keys=load_keys(args.key_file) if args.key_file else None,
+        keys=None if args.insecure else _job_keys(args),
         main_address=args.backup_of,
         backup_index=args.backup_index if args.backup_of else 0,
         advertise_host=args.advertise,

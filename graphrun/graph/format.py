@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -81,18 +82,28 @@ def commit_dir(tmp: Path, final: Path) -> None:
     os.replace(tmp, final)
 
 
-def write_text_atomic(path: str | Path, text: str, mode: int = 0o666) -> None:
-    """Write ``text`` to a temporary sibling of ``path`` (created with ``mode``), then rename."""
+def write_text_atomic(path: str | Path, text: str, mode: int = 0o666, replace: bool = True) -> None:
+    """Write ``text`` to a fresh temporary sibling of ``path``, then move it to ``path``.
+
+    The temporary file is new (``O_EXCL | O_NOFOLLOW``, a random name: a stale or planted
+    file or symlink is never written through) and gets exactly ``mode`` (secrets: 0600).
+    With ``replace=False`` an existing ``path`` is kept: FileExistsError.
+    """
     final = Path(path)
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    fd = os.open(tmp, flags, mode)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
         with os.fdopen(fd, "w") as f:
+            if mode & 0o077 == 0:
+                os.fchmod(f.fileno(), mode)  # whatever the umask
             f.write(text)
-        os.replace(tmp, final)
-    except BaseException:
+        if replace:
+            os.replace(tmp, final)
+        else:
+            os.link(tmp, final)  # FileExistsError if it is there
+    finally:
         tmp.unlink(missing_ok=True)
-        raise
 
 
 def save_dataset(

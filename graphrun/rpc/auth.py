@@ -68,6 +68,25 @@ def generate_keys(path: str | Path) -> KeyPair:
     return keys
 
 
+def ensure_keys(path: str | Path) -> tuple[KeyPair, bool]:
+    """The key pair in ``path``, made there first if the file does not exist; and whether
+    it was made. Two processes racing to make it end up with the same key (the file is
+    linked into place only if absent)."""
+    p = Path(path)
+    if not p.exists():
+        keys = new_keypair()
+        data = {"format": KEY_FORMAT, "version": KEY_VERSION, "public": keys.public}
+        data["secret"] = keys.secret
+        try:
+            write_text_atomic(p, json.dumps(data) + "\n", mode=0o600, replace=False)
+            return keys, True
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise ArgumentError(f"{p}: cannot write key file ({exc.strerror or exc})") from None
+    return load_keys(p), False
+
+
 def load_keys(path: str | Path) -> KeyPair:
     """Read a key file written by :func:`generate_keys`."""
     p = Path(path)

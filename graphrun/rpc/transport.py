@@ -116,7 +116,11 @@ class RpcServer:
         self._auth = secure_server(self._ctx, self._sock, keys, name) if keys else None
         self._monitor = self._sock.get_monitor_socket(_REFUSED_EVENTS)  # before bind: close()
         try:
+            _check_port(address)
             self._sock.bind(address)
+        except ArgumentError:
+            self.close()
+            raise
         except zmq.ZMQError as exc:
             self.close()
             raise _address_error("bind", address, exc) from exc
@@ -210,6 +214,15 @@ class RpcServer:
         self._monitor.close(0)
         self._sock.close(linger=1000)  # let the last replies (e.g. to "stop") go out
         self._ctx.term()
+
+
+def _check_port(address: str) -> None:
+    """libzmq takes a TCP port modulo 65536 (99999 bound 34463): refuse it instead."""
+    if not address.startswith("tcp://") or ":" not in address[6:]:
+        return
+    port = address.rsplit(":", 1)[1]
+    if port != "*" and not (port.isdigit() and int(port) <= 65535):
+        raise ArgumentError(f"address: {address!r} has port {port!r}, not in 0..65535 or *")
 
 
 def _address_error(verb: str, address: str, exc: zmq.ZMQError) -> GraphrunError:

@@ -131,8 +131,7 @@ def start_store(
     cmd += ["--part", str(part)]
     cmd += ["--address", address, "--ready-file", str(ready), "--backups", str(backups)]
     cmd += ["--heartbeat-timeout", str(heartbeat_timeout)]
-    if key_file is not None:
-        cmd += ["--key-file", str(key_file)]
+    cmd += ["--key-file", str(key_file)] if key_file is not None else ["--insecure"]
     if shm_dir is not None:
         cmd += ["--shm-dir", str(shm_dir)]
     for ext in extensions or ():

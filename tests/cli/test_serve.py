@@ -24,10 +24,11 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["--shm-dir", "{tmp}/missing"], "shm_dir"),
         (["--heartbeat-timeout", "-3"], "heartbeat_timeout"),
         (["--threads", "0"], "--threads"),
+        (["--address", "tcp://127.0.0.1:99999"], "not in 0..65535"),  # bound 34463
     ],
 )
 def test_bad_arguments(parts: Path, tmp_path: Path, extra: list[str], match: str) -> None:
-    args = [a.replace("{tmp}", str(tmp_path)) for a in extra]
+    args = [a.replace("{tmp}", str(tmp_path)) for a in extra] + ["--insecure"]
     if "--shm-dir" not in args:
         args += ["--shm-dir", str(tmp_path)]
     proc = run_graphrun("serve", str(parts), "--part", "0", *args)
@@ -36,3 +37,42 @@ def test_bad_arguments(parts: Path, tmp_path: Path, extra: list[str], match: str
     assert len(lines) == 1 or "usage:" in proc.stderr, proc.stderr
     assert match in lines[-1]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_serve_is_secure_by_default(tmp_path: Path) -> None:
+    """It served plaintext to anyone unless --key-file was given."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from graphrun.errors import RpcError
+    from graphrun.rpc.auth import load_keys
+    from graphrun.store.client import ClientConfig, KVClient
+    from graphrun.testing.procs import child_env
+
+    parts = make_partition_dir(tmp_path / "parts", 1)[1]
+    ready = tmp_path / "ready.json"
+    cmd = [sys.executable, "-m", "graphrun", "serve", str(parts), "--part", "0"]
+    cmd += ["--shm-dir", str(tmp_path), "--ready-file", str(ready)]
+    proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        key = parts / "store.key"
+        assert (os.stat(key).st_mode & 0o777) == 0o600
+        address = json.loads(ready.read_text())["address"]
+        with pytest.raises(RpcError):
+            KVClient(ClientConfig([address], keys=None, timeout=2))
+        with KVClient(ClientConfig([address], keys=load_keys(key), timeout=10)) as c:
+            assert c.num_parts == 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert f"job key {key}" in out
+    refused = run_graphrun("serve", str(parts), "--part", "0", "--insecure", "--key-file", str(key))
+    assert refused.returncode == 2 and "--insecure" in refused.stderr

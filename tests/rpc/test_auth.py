@@ -93,3 +93,31 @@ def test_refusals_are_rate_limited(caplog):
         for i in range(100):
             limited.warning("bad message %d", i)
     assert [r.getMessage() for r in caplog.records] == [f"bad message {i}" for i in range(3)]
+
+
+def test_key_files_are_never_written_through_a_planted_file_or_link(tmp_path, monkeypatch):
+    """The temp file was opened without O_EXCL|O_NOFOLLOW under a predictable name: a stale
+    0644 temp file kept its mode, a planted symlink received the secret."""
+    import os
+
+    monkeypatch.setattr(os, "getpid", lambda: 4242)
+    outside = tmp_path / "outside"
+    outside.write_text("")
+    os.symlink(outside, tmp_path / ".job.key.tmp-4242")
+    stale = tmp_path / ".other.key.tmp-4242"
+    stale.write_text("old")
+    os.chmod(stale, 0o644)
+    keys = generate_keys(tmp_path / "job.key")
+    generate_keys(tmp_path / "other.key")
+    assert outside.read_text() == ""
+    for name in ("job.key", "other.key"):
+        assert os.stat(tmp_path / name).st_mode & 0o777 == 0o600
+    assert load_keys(tmp_path / "job.key") == keys
+
+
+def test_ensure_keys_makes_the_file_once(tmp_path):
+    from graphrun.rpc.auth import ensure_keys
+
+    keys, made = ensure_keys(tmp_path / "store.key")
+    again, made_again = ensure_keys(tmp_path / "store.key")
+    assert made and not made_again and again == keys
