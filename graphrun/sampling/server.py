@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from graphrun.store.state import ServerState
 
 KEY = "graphrun.sampling"
+#: The most edges one request with replacement may ask for (seeds x sum of fanouts): 8M
+#: edges are a 200 MB reply. Without replacement a seed gives at most its degree.
+MAX_SAMPLED_EDGES = 1 << 23
 
 
 def _csc(state: ServerState, weight: str | None = None) -> CSCGraph:
@@ -76,12 +79,18 @@ def sample_neighbors(state: ServerState, req: Request) -> Response:
     fanout = req.param("fanout", list)
     if not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in fanout):
         raise ArgumentError(f"{OP}: field 'fanout' must hold non-negative ints")
+    replace = bool(req.param("replace", bool, False))
+    if replace and seeds.size * sum(fanout) > MAX_SAMPLED_EDGES:
+        raise ArgumentError(
+            f"{OP}: {seeds.size} seeds x fanout {sum(fanout)} with replacement asks for "
+            f"{seeds.size * sum(fanout)} edges; at most {MAX_SAMPLED_EDGES} per request"
+        )
     weighted = bool(req.param("weighted", bool, False))
     csc = _csc(state, req.str_param("weight") if weighted else None)
     out = csc.sample_one_hop(
         torch.from_numpy(np.array(seeds)),
         torch.tensor(fanout, dtype=torch.long),
-        replace=bool(req.param("replace", bool, False)),
+        replace=replace,
         weighted=weighted,
         generator=make_generator(req.int_param("seed")),
     )

@@ -80,3 +80,23 @@ def test_remote_and_shared_memory_sampling_agree(tmp_path: Path, hetero: bool) -
                     {"fanout": [1] * len(book.edge_types), "seed": 0},
                     tensors=(np.array([p0[0]], dtype=np.int64),),
                 )
+
+
+def test_sampling_with_replacement_is_capped(tmp_path: Path) -> None:
+    """10 seeds x fanout 1e6 with replacement made a 240 MB reply (server 620 MB larger)."""
+    from graphrun.errors import ArgumentError
+    from graphrun.sampling.distributed import OP
+
+    out = tmp_path / "parts"
+    partition_graph(random_graph(), out, 1, method="random", seed=0)
+    with (
+        start_stores(out, 1) as stores,
+        KVClient(ClientConfig([stores[0].address], use_shm=False)) as c,
+    ):
+        seeds = np.arange(10, dtype=np.int64)
+        body = {"fanout": [10**6], "replace": True, "weighted": False, "seed": 0}
+        with pytest.raises(ArgumentError, match="at most 8388608 per request"):
+            c.wait(c.request(0, OP, body, (seeds,)))
+        body["fanout"] = [3]
+        assert 0 < c.wait(c.request(0, OP, body, (seeds,))).body["count"] <= 30
+        stores[0].check()
