@@ -307,3 +307,24 @@ def _check_rows(name: str, arr: object, n: int) -> None:
         raise DatasetError(f"{name}: expected {n} rows, got shape {arr.shape}")
     if arr.dtype == object:
         raise DatasetError(f"{name}: object arrays are not supported")
+    if np.issubdtype(arr.dtype, np.complexfloating):
+        raise DatasetError(f"{name}: complex values ({arr.dtype}) are not supported")
+    if np.issubdtype(arr.dtype, np.floating):
+        _check_finite(name, arr)
+
+
+def _check_finite(name: str, arr: np.ndarray, rows_per_chunk: int = 1 << 16) -> None:
+    """NaN or infinite features train a model to NaN and report success: refuse them,
+    naming the first bad row (chunked: a memory-mapped feature is never copied whole)."""
+    for lo in range(0, arr.shape[0], rows_per_chunk):
+        chunk = arr[lo : lo + rows_per_chunk]
+        bad = ~np.isfinite(chunk)
+        if bad.any():
+            rows = np.flatnonzero(bad.reshape(len(chunk), -1).any(axis=1))
+            total = sum(
+                int((~np.isfinite(arr[i : i + rows_per_chunk])).sum())
+                for i in range(lo, arr.shape[0], rows_per_chunk)
+            )
+            raise DatasetError(
+                f"{name}: {total} NaN or infinite values (first in row {lo + int(rows[0])})"
+            )

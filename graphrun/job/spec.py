@@ -83,6 +83,7 @@ class _Model(BaseModel):
         populate_by_name=True,
         extra="forbid",
         frozen=True,
+        allow_inf_nan=False,  # `lr: .inf` trained to NaN and succeeded
     )
 
 

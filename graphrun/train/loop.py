@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
@@ -29,7 +30,7 @@ from typing import IO, Any
 import numpy as np
 import torch
 
-from graphrun.errors import ArgumentError
+from graphrun.errors import ArgumentError, UserError
 from graphrun.placement.profile import BatchRecord
 from graphrun.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from graphrun.train.config import TrainConfig
@@ -128,6 +129,11 @@ def train_epoch(task: Task, ctx: TrainContext, epoch: int, prof: Profiler) -> di
             raise ArgumentError(f"epoch {epoch}: the loader ended before {steps} steps")
         t0 = time.perf_counter()
         loss, c, n = task.step(batch)
+        if not math.isfinite(loss):
+            raise UserError(
+                f"epoch {epoch}: the training loss became {loss} (trainer {ctx.rank}); "
+                "lower training.lr or check the features"
+            )
         prof.record(batch, time.perf_counter() - t0)
         if prof.iteration == 1 and ctx.is_main:
             print(json.dumps({"event": "first_step", "time": time.time()}), flush=True)

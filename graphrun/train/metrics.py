@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -53,6 +54,13 @@ class Progress:
         return self.trainers * self.seeds / max(self.elapsed, 1e-9)
 
 
+def _finite(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with NaN and infinities as ``null``: a bare ``NaN`` is not JSON."""
+    return {
+        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()
+    }
+
+
 class MetricsLog:
     def __init__(self, path: Path | None, enabled: bool = True, out: IO[str] | None = None):
         self.path = Path(path) if path is not None else None
@@ -64,7 +72,7 @@ class MetricsLog:
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        line = json.dumps(record, sort_keys=False)
+        line = json.dumps(_finite(record), sort_keys=False, allow_nan=False)
         self.out.write(line + "\n")
         self.out.flush()
         if self.path is not None:

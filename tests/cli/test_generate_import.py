@@ -249,6 +249,11 @@ BAD_IMPORTS = {
         [],
         r"ndata['_N']['feat']: expected 50 rows",
     ),
+    "dataset NaN features": (
+        dataset(lambda d: np.save(d / "node" / "_N" / "feat.npy", np.full((50, 2), np.nan))),
+        [],
+        "ndata['_N']['feat']: 100 NaN or infinite values (first in row 0)",
+    ),
 }
 
 

@@ -48,6 +48,15 @@ def test_csc_groups_in_edges() -> None:
         ({"src": np.array([0, 1, 2, 3], dtype=np.int32)}, "src: expected dtype int64"),
         ({"src": np.array([0, 1, 3, 3], dtype=np.int64)}, r"src\[2\] = 3 is not a 'author' node"),
         ({"ndata": {"paper": {"feat": np.ones((3, 4))}}}, r"ndata\['paper'\]\['feat'\]"),
+        (
+            {"ndata": {"paper": {"feat": np.array([[0.0, 1], [np.nan, 2]])}}},
+            r"\['feat'\]: 1 NaN or infinite values \(first in row 1\)",
+        ),
+        (
+            {"ndata": {"paper": {"feat": np.array([[np.inf], [-np.inf]], np.float32)}}},
+            "2 NaN or infinite values",
+        ),
+        ({"ndata": {"paper": {"feat": np.ones((2, 2), np.complex64)}}}, "complex values"),
     ],
 )
 def test_validation_names_the_array(change: dict, message: str) -> None:

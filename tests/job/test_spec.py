@@ -129,6 +129,8 @@ def test_round_trip_through_yaml() -> None:
             job(runtime={"machines": 2, "machineNames": ["a"]}),
             "spec.runtime.machineNames: has 1 names for 2 machines",
         ),
+        (job(training={"task": "node-classification", "lr": float("inf")}), "training.lr"),
+        (job(training={"task": "node-classification", "lr": float("nan")}), "training.lr"),
         (job(runtime={"hosts": "ssh"}), "spec.runtime.hosts: Input should be 'local' or 'netns'"),
         (
             job(placement={"assignments": {"trainr:0": "m0"}}),

@@ -112,3 +112,19 @@ def test_profile_records_follow_the_placement_schema(small, tmp_path):
     recs = [BatchRecord.from_dict(json.loads(x), "prof.jsonl") for x in lines]
     assert [r.iteration for r in recs] == [1]
     assert recs[0].compute_s > 0 and recs[0].batch_bytes > 0 and recs[0].grad_bytes > 0
+
+
+def test_a_non_finite_loss_fails_the_run_and_metrics_stay_json(small, tmp_path):
+    """lr .inf trained to NaN and reported success; metrics.jsonl held a bare NaN."""
+    from graphrun.errors import UserError
+
+    c, _ = ctx(small, tmp_path, lr=1e30, epochs=3)
+    with pytest.raises(UserError, match="the training loss became nan"):
+        fit(c)
+    log = MetricsLog(tmp_path / "m.jsonl", out=io.StringIO())
+    log.write({"epoch": 0, "loss": float("nan"), "val_acc": float("inf")})
+    assert json.loads((tmp_path / "m.jsonl").read_text()) == {
+        "epoch": 0,
+        "loss": None,
+        "val_acc": None,
+    }
