@@ -78,6 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GraphrunError as exc:
         print(f"graphrun: error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # a full disk, a read-only directory: one line, no traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"graphrun: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1
     except MemoryError as exc:
         detail = f" ({exc})" if str(exc) else ""
         print(

@@ -28,6 +28,7 @@ complete: a crash never leaves a half-written dataset behind.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -38,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrun.errors import DatasetError, UserError
+from graphrun.errors import DatasetError, HostError, UserError
 from graphrun.graph.graph import Graph, etype_key, parse_etype_key
 
 FORMAT = "graphrun-dataset"
@@ -74,6 +75,18 @@ def atomic_dir(final: Path) -> Path:
     except OSError as exc:
         raise DatasetError(f"{final}: cannot create ({exc.strerror or exc})") from None
     return tmp
+
+
+def write_failed(path: Path, exc: OSError) -> HostError:
+    """One line for a failed write: the path, and "no space left" when the disk is full
+    (numpy reports a short write as a bare "N requested and M written")."""
+    try:
+        free = shutil.disk_usage(Path(path).parent).free
+    except OSError:
+        free = -1
+    full = exc.errno == errno.ENOSPC or 0 <= free < 1 << 20
+    reason = "no space left on device" if full else (exc.strerror or str(exc))
+    return HostError(f"{path}: cannot write: {reason}" + (f" ({free} bytes free)" if full else ""))
 
 
 def commit_dir(tmp: Path, final: Path) -> None:
@@ -148,6 +161,9 @@ def save_dataset(
         }
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         commit_dir(tmp, final)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise write_failed(final, exc) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -28,6 +28,7 @@ import numpy as np
 
 from graphrun.errors import ArgumentError
 from graphrun.graph import Graph
+from graphrun.graph.format import write_failed
 from graphrun.partition import balance
 from graphrun.partition.book import PartitionBook
 from graphrun.partition.format import (
@@ -163,6 +164,9 @@ def partition_graph(
         write_partition(graph, rl, tmp, opts, quality, id_maps)
         finish_output(tmp, out)
         phases["write"] = time.perf_counter() - t
+    except OSError as exc:
+        abandon_output(tmp)
+        raise write_failed(Path(out), exc) from None
     except BaseException:
         abandon_output(tmp)
         raise

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from graphrun.errors import ArgumentError
+from graphrun.graph.format import write_failed
 
 FORMAT = "graphrun-checkpoint"
 VERSION = 1
@@ -52,8 +53,15 @@ def save_checkpoint(ckpt_dir: str | Path, ckpt: Checkpoint) -> Path:
         "format": FORMAT, "version": VERSION, "epoch": ckpt.epoch, "model": ckpt.model,
         "optimizer": ckpt.optimizer, "sparse": ckpt.sparse, "metrics": ckpt.metrics,
     }  # fmt: skip
-    torch.save(data, tmp)
-    os.replace(tmp, final)
+    try:
+        torch.save(data, tmp)
+        os.replace(tmp, final)
+    except OSError as exc:
+        raise write_failed(final, exc) from None
+    except RuntimeError as exc:  # torch.save on a full disk: "[enforce fail at ...]"
+        raise write_failed(final, OSError(str(exc).splitlines()[0])) from None
+    finally:
+        tmp.unlink(missing_ok=True)
     return final
 
 
