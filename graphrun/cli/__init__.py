@@ -27,6 +27,7 @@ SUBCOMMANDS = (
     "import_",
     "partition",
     "serve",
+    "keygen",
     "run",
     "worker",
     "plan",

@@ -67,6 +67,40 @@ def _check_writable(directory: Path, field: str) -> None:
         raise SpecError(f"{field}: {directory} is not writable ({exc.strerror})") from None
 
 
+def check_store(job: GraphJob, paths: JobPaths, timeout_s: float = 10.0) -> None:
+    """A job on a running store (``graph.store``): its key opens it, it serves exactly the
+    partitions named, and it has the feature and label columns the built-in task reads."""
+    from graphrun.errors import GraphrunError
+    from graphrun.job.roles import store_key_file
+    from graphrun.rpc.auth import load_keys
+    from graphrun.store.client import ClientConfig, KVClient
+
+    ref = job.spec.graph.store
+    key_file = store_key_file(job, paths)
+    assert ref is not None and key_file is not None
+    where = f"{paths.job_file}: spec.graph.store"
+    keys = load_keys(key_file)
+    cfg = ClientConfig(
+        list(ref.addresses), keys=keys, timeout=timeout_s, heartbeat_interval=0,
+        name="graphrun-run-check",
+    )  # fmt: skip
+    try:
+        client = KVClient(cfg)
+    except GraphrunError as exc:
+        raise SpecError(f"{where}.addresses: cannot join the store ({exc})") from None
+    with client:
+        names = {t.name for t in client.list_tensors()}
+    t = job.spec.training
+    if t.task is None or t.task == "link-prediction":
+        return
+    ntype = t.target_node_type or "_N"
+    needed = [("feature", t.feature), ("label", t.label)]
+    for field, column in needed:
+        if f"node/{ntype}/{column}" not in names:
+            raise SpecError(f"{where}: the store has no {field} node/{ntype}/{column} "
+                            f"(spec.training.{field})")  # fmt: skip
+
+
 def check_partitions(job: GraphJob, paths: JobPaths) -> None:
     """The partition directory has what the job's built-in task reads."""
     t = job.spec.training

@@ -51,6 +51,16 @@ class JobPaths:
         return self.run_dir / "state.json"
 
 
+def store_key_file(job: GraphJob, paths: JobPaths) -> Path | None:
+    """The key file of the running store a job uses (``graph.store``), else None."""
+    ref = job.spec.graph.store
+    if ref is None:
+        return None
+    if ref.key_file is None:
+        raise SpecError(f"{paths.job_file}: spec.graph.store.keyFile: required by graphrun run")
+    return paths.base_dir / ref.key_file
+
+
 def job_paths(job: GraphJob, job_file: Path, run_dir: Path | None = None) -> JobPaths:
     base = Path(job_file).resolve().parent
     run = Path(run_dir).resolve() if run_dir is not None else base / "runs" / job.name
@@ -94,6 +104,9 @@ def plan_hosts(
         addr = {m: addresses[m] for m in machines}
         ports = [NETNS_BASE_PORT + i for i in range(len(stores) + 1)]
     endpoints = {r.name: f"{addr[r.machine]}:{ports[i]}" for i, r in enumerate(stores)}
+    if job.spec.graph.store is not None:  # a running store: its servers, not the job's
+        for part, address in enumerate(job.spec.graph.store.addresses):
+            endpoints[f"store:{part}"] = address.removeprefix("tcp://")
     rdv_machine = trainer0.machine if trainer0 else machines[0]
     return Hosts(addr, endpoints, f"{addr[rdv_machine]}:{ports[-1]}")
 
@@ -146,7 +159,7 @@ def machine_launches(
 ) -> list[MachineLaunch]:
     """What every machine runs, in machine order."""
     env = dict(env or {})
-    all_stores = tuple(hosts.endpoints[r.name] for r in roles.values() if r.kind == "store")
+    all_stores = tuple(ep for eps in hosts.store_endpoints().values() for ep in eps)
     out = []
     for m in job.spec.machine_names:
         launches: list[RoleLaunch] = []

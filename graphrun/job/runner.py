@@ -4,7 +4,9 @@
 (:mod:`graphrun.job.workflow`) and follows the phases:
 
 ``Partitioning``  generate the dataset (jobs with ``graph.generator``) and partition it,
-                  each a process, unless a matching partition directory exists;
+                  each a process, unless a matching partition directory exists (a job
+                  on a running store, ``graph.store``, has nothing to partition or
+                  serve: its trainers join that store, and never stop it);
 ``Distributing``  check the partition directory against the job (on one host every
                   machine reads the same files, so nothing moves);
 ``Serving``       write the hosts file and key, start one worker per machine (in its
@@ -38,9 +40,16 @@ from graphrun.errors import JobFailed, SpecError, UserError
 from graphrun.job.hosts import Hosts
 from graphrun.job.launch import MachineLaunch
 from graphrun.job.local import LocalMachines, Wrap, package_env
-from graphrun.job.preflight import check_before_start, check_partitions
+from graphrun.job.preflight import check_before_start, check_partitions, check_store
 from graphrun.job.process import RoleCommand, Sink, Supervisor
-from graphrun.job.roles import JobPaths, job_paths, job_placement, machine_launches, plan_hosts
+from graphrun.job.roles import (
+    JobPaths,
+    job_paths,
+    job_placement,
+    machine_launches,
+    plan_hosts,
+    store_key_file,
+)
 from graphrun.job.spec import GraphJob
 from graphrun.job.workflow import Event, EventKind, JobState, Phase, initial_state, transition
 
@@ -201,16 +210,20 @@ class LocalJob:
                 "dataset directory"
             )
         check_before_start(self.job, self.paths)
+        if g.store is not None:
+            check_store(self.job, self.paths)
         if self.opts.cluster is not None:
             from graphrun.job.netns import shapes_from_cluster
 
             if self._hosts_mode() != "netns":
                 raise SpecError(f"--cluster {self.opts.cluster}: needs --hosts netns")
             shapes_from_cluster(self.opts.cluster, self.job.spec.machine_names)
-        if (self.paths.parts / "partition.json").is_file():
+        if g.store is None and (self.paths.parts / "partition.json").is_file():
             self._check_partition()
 
     def _check_partition(self) -> None:
+        if self.job.spec.graph.store is not None:
+            return  # a running store's partitions were checked in check_inputs
         meta_file = self.paths.parts / "partition.json"
         try:
             meta = json.loads(meta_file.read_text())
@@ -225,6 +238,11 @@ class LocalJob:
         check_partitions(self.job, self.paths)
 
     def _partition(self) -> None:
+        if self.job.spec.graph.store is not None:
+            self._say(
+                f"using the running store at {', '.join(self.job.spec.graph.store.addresses)}"
+            )
+            return
         if (self.paths.parts / "partition.json").is_file():
             self._say(f"using the partitions in {self.paths.parts}")
             return
@@ -278,7 +296,13 @@ class LocalJob:
         from graphrun.rpc.auth import generate_keys
 
         key = self.paths.key_file
-        if not key.is_file():
+        shared = store_key_file(self.job, self.paths)
+        if shared is not None:  # the running store's key: trainers and probes use it
+            from graphrun.graph.format import write_text_atomic
+
+            key.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(key, shared.read_text(), mode=0o600)
+        elif not key.is_file():
             key.parent.mkdir(parents=True, exist_ok=True)
             generate_keys(key)
 

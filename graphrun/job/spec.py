@@ -114,18 +114,47 @@ class GeneratorSpec(_Model):
     )
 
 
+STORE_ADDRESS_PATTERN = r"^tcp://[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}$"
+
+
+class StoreRef(_Model):
+    """A running store (``graphrun serve``) the job uses instead of partitioning and
+    serving the graph itself. It is shared: the job never stops it. Its key comes from a
+    file (``graphrun run``) or a Secret holding ``job.key`` (the operator)."""
+
+    addresses: list[Annotated[str, Field(pattern=STORE_ADDRESS_PATTERN)]] = Field(
+        min_length=1,
+        description="the main server of every partition, partition order (tcp://host:port)",
+    )
+    key_file: str | None = Field(
+        default=None, min_length=1,
+        description="graphrun run: the store's key file (relative to the job file)",
+    )  # fmt: skip
+    key_secret: str | None = Field(
+        default=None, min_length=1, max_length=253,
+        description="Kubernetes: a Secret in the job's namespace holding the store's job.key",
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _a_key(self) -> StoreRef:
+        if self.key_file is None and self.key_secret is None:
+            raise ValueError("give keyFile (graphrun run) or keySecret (Kubernetes)")
+        return self
+
+
 class GraphSource(_Model):
-    """Where the graph comes from: a dataset directory, or a generator."""
+    """Where the graph comes from: a dataset directory, a generator, or a running store."""
 
     dataset: str | None = Field(
         default=None, min_length=1, description="a dataset directory (graphrun-dataset format)"
     )
     generator: GeneratorSpec | None = None
+    store: StoreRef | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> GraphSource:
-        if (self.dataset is None) == (self.generator is None):
-            raise ValueError("give exactly one of dataset, generator")
+        if sum(x is not None for x in (self.dataset, self.generator, self.store)) != 1:
+            raise ValueError("give exactly one of dataset, generator, store")
         return self
 
 
@@ -445,6 +474,13 @@ class GraphJobSpec(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> GraphJobSpec:
+        if self.graph.store is not None:
+            n = len(self.graph.store.addresses)
+            if self.partition.parts not in (None, n):
+                raise ValueError(
+                    f"partition.parts: {self.partition.parts}, but graph.store has {n} partitions"
+                )
+            return self
         parts = self.partition.parts
         if parts is not None and parts != self.runtime.machines and self._co_located():
             raise ValueError(
@@ -459,6 +495,8 @@ class GraphJobSpec(_Model):
 
     @property
     def num_parts(self) -> int:
+        if self.graph.store is not None:
+            return len(self.graph.store.addresses)
         return self.partition.parts or self.runtime.machines
 
     @property
@@ -579,7 +617,7 @@ def job_roles(spec: GraphJobSpec) -> list[Role]:
     names = spec.machine_names
     r = spec.runtime
     roles: list[Role] = []
-    for part in range(spec.num_parts):
+    for part in range(spec.num_parts if spec.graph.store is None else 0):  # else: not ours
         m = names[part % len(names)]
         roles.append(Role(f"store:{part}", "store", m, part=part, backup=0))
         for b in range(1, r.store_servers_per_machine):

@@ -124,8 +124,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     data = DistGraphData(DistGraph(ctx), args.rank, world, workers, seed=cfg.seed)
     try:
         ddp = DDPConfig(args.rank, world, hosts.rendezvous, timeout_s=args.timeout)
-        # the job's store servers are its own: trainer 0 stops them once all trainers finished
-        run_training(cfg, data, ddp, graph=data.graph, on_done=ctx.client.stop_servers)
+        # the job's own store servers are stopped by trainer 0 once all trainers finished;
+        # a running store the job joined (graph.store) is shared and keeps serving
+        own = job.spec.graph.store is None
+        done = ctx.client.stop_servers if own else None
+        run_training(cfg, data, ddp, graph=data.graph, on_done=done)
     finally:
         data.close()
         ctx.close()

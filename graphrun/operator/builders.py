@@ -35,6 +35,11 @@ def check_supported(job: GraphJob) -> None:
             "put the plan inline as spec.placement.plan (the plan file's content; "
             "`graphrun plan CLUSTER JOB -o PLAN --inline JOB_OUT` writes the job with it)"
         )
+    if spec.graph.store is not None and spec.graph.store.key_secret is None:
+        raise SpecError(
+            "spec.graph.store.keySecret: required on Kubernetes (a Secret in the job's "
+            "namespace holding the store's job.key); keyFile is read by graphrun run only"
+        )
     L.shared_volume(job)
     resolve_placement(job)
     L.check_plan_nodes(job)
@@ -118,7 +123,7 @@ def _volumes(job: GraphJob, owner: L.Owner) -> list[dict[str, Any]]:
                 {"configMap": {"name": L.configmap_name(owner.name)}},
                 {
                     "secret": {
-                        "name": L.secret_name(owner.name),
+                        "name": L.key_secret_name(job),
                         "items": [
                             {
                                 "key": L.KEY_FILE_NAME,

@@ -91,6 +91,15 @@ def secret_name(job: str) -> str:
     return f"{job}-keys"
 
 
+def key_secret_name(job: GraphJob) -> str:
+    """The Secret whose ``job.key`` the workers mount: the job's own, or the running
+    store's (``graph.store.keySecret``)."""
+    ref = job.spec.graph.store
+    if ref is not None and ref.key_secret is not None:
+        return ref.key_secret
+    return secret_name(job.name)
+
+
 def configmap_name(job: str) -> str:
     return f"{job}-config"
 
@@ -205,6 +214,9 @@ def host_plan(job: GraphJob, owner: Owner, config: OperatorConfig) -> dict[str, 
     endpoints = {
         role: f"{address[placement[role]]}:{BASE_PORT + i}" for i, role in enumerate(stores)
     }
+    if job.spec.graph.store is not None:  # a running store: its servers, not the job's
+        for part, a in enumerate(job.spec.graph.store.addresses):
+            endpoints[f"store:{part}"] = a.removeprefix("tcp://")
     rdv_machine = placement.get("trainer:0", names[0])
     return {
         "format": HOSTS_FORMAT,

@@ -279,8 +279,9 @@ def _deadline_passed(run: _Run) -> bool:
 def _ensure_base(run: _Run, keys: CurveKeyPair) -> None:
     """Create the Secret, ConfigMap, headless Service and PodGroup if missing."""
     job, owner, have = run.job, run.owner, run.observed.kinds
+    own_store = job.spec.graph.store is None  # else the store's key Secret is used
     builders = {
-        "Secret": lambda: B.build_secret(owner, keys),
+        "Secret": lambda: B.build_secret(owner, keys) if own_store else None,
         "ConfigMap": lambda: B.build_configmap(job, owner, run.config),
         "Service": lambda: B.build_service(owner),
         "PodGroup": lambda: B.build_podgroup(job, owner),
@@ -298,6 +299,11 @@ def _pending(run: _Run) -> None:
 
 
 def _partitioning(run: _Run) -> None:
+    store = run.job.spec.graph.store
+    if store is not None:
+        at = ", ".join(store.addresses)
+        run.fire(Event(K.PARTITIONED, "RunningStore", f"the job uses the running store at {at}"))
+        return
     if run.partitioned:
         run.fire(Event(K.PARTITIONED, "PartitionsExist", "partitions were made before"))
         return

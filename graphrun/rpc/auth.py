@@ -59,12 +59,17 @@ def new_keypair() -> KeyPair:
     return KeyPair(public.decode("ascii"), secret.decode("ascii"))
 
 
+def key_file_text(keys: KeyPair) -> str:
+    """The key file's content (JSON: format, version, public, secret)."""
+    data = {"format": KEY_FORMAT, "version": KEY_VERSION, "public": keys.public}
+    data["secret"] = keys.secret
+    return json.dumps(data) + "\n"
+
+
 def generate_keys(path: str | Path) -> KeyPair:
     """Make a new job key pair and write it to ``path`` (mode 0600, atomic)."""
     keys = new_keypair()
-    data = {"format": KEY_FORMAT, "version": KEY_VERSION, "public": keys.public}
-    data["secret"] = keys.secret
-    write_text_atomic(path, json.dumps(data) + "\n", mode=0o600)
+    write_text_atomic(path, key_file_text(keys), mode=0o600)
     return keys
 
 
@@ -75,10 +80,8 @@ def ensure_keys(path: str | Path) -> tuple[KeyPair, bool]:
     p = Path(path)
     if not p.exists():
         keys = new_keypair()
-        data = {"format": KEY_FORMAT, "version": KEY_VERSION, "public": keys.public}
-        data["secret"] = keys.secret
         try:
-            write_text_atomic(p, json.dumps(data) + "\n", mode=0o600, replace=False)
+            write_text_atomic(p, key_file_text(keys), mode=0o600, replace=False)
             return keys, True
         except FileExistsError:
             pass

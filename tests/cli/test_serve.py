@@ -76,3 +76,17 @@ def test_serve_is_secure_by_default(tmp_path: Path) -> None:
     assert f"job key {key}" in out
     refused = run_graphrun("serve", str(parts), "--part", "0", "--insecure", "--key-file", str(key))
     assert refused.returncode == 2 and "--insecure" in refused.stderr
+
+
+def test_keygen_writes_a_0600_key_once(tmp_path: Path) -> None:
+    import os
+
+    from graphrun.rpc.auth import load_keys
+
+    key = tmp_path / "store.key"
+    assert run_graphrun("keygen", str(key)).returncode == 0
+    assert os.stat(key).st_mode & 0o777 == 0o600 and load_keys(key)
+    before = key.read_text()
+    again = run_graphrun("keygen", str(key))
+    assert again.returncode == 2 and "already exists" in again.stderr
+    assert key.read_text() == before

@@ -358,3 +358,42 @@ def test_kill_and_resume_reproduces_an_uninterrupted_run(tmp_path):
     assert sorted(got) == [0, 1, 2, 3]
     for epoch in range(4):
         assert got[epoch] == pytest.approx(want[epoch], rel=1e-6, abs=1e-7), (epoch, got, want)
+
+
+def test_two_jobs_train_on_one_running_store_and_leave_it_serving(tmp_path):
+    """`graph.store` names a running `graphrun serve`: nothing is partitioned or served,
+    trainers join it, and the store keeps serving the next job (it used to be reachable
+    only through the Python API)."""
+    import yaml
+
+    from graphrun.errors import SpecError
+    from graphrun.rpc.auth import generate_keys
+    from graphrun.testing.procs import start_stores
+
+    path = small_job(tmp_path, epochs=2, lr=0.03)
+    generate_keys(tmp_path / "store.key")
+    with start_stores(tmp_path / "parts", 2, key_file=tmp_path / "store.key") as stores:
+        spec = yaml.safe_load(path.read_text())
+        spec["spec"]["graph"] = {
+            "store": {"addresses": [s.address for s in stores], "keyFile": "store.key"}
+        }
+        del spec["spec"]["partition"]
+        for name in ("first", "second"):
+            spec["metadata"]["name"] = name
+            job_file = tmp_path / f"{name}.yaml"
+            job_file.write_text(yaml.safe_dump(spec))
+            job, sink = run(job_file)
+            report = job.run()
+            assert report.exits == {"trainer:0": 0, "trainer:1": 0}  # no store roles
+            assert "using the running store" in sink.getvalue()
+            last = json.loads((tmp_path / "runs" / name / "metrics.jsonl").read_text()
+                              .splitlines()[-1])  # fmt: skip
+            assert last["test_acc"] > 0.5
+            for s in stores:
+                s.check()  # still serving
+        # a wrong key is refused before any process starts, naming the field
+        generate_keys(tmp_path / "other.key")
+        spec["spec"]["graph"]["store"]["keyFile"] = "other.key"
+        (tmp_path / "bad.yaml").write_text(yaml.safe_dump(spec))
+        with pytest.raises(SpecError, match=r"spec\.graph\.store\.addresses: cannot join"):
+            run(tmp_path / "bad.yaml")[0].run()

@@ -131,6 +131,25 @@ def test_round_trip_through_yaml() -> None:
         ),
         (job(training={"task": "node-classification", "lr": float("inf")}), "training.lr"),
         (job(training={"task": "node-classification", "lr": float("nan")}), "training.lr"),
+        (
+            job(graph={"dataset": "d", "store": {"addresses": ["tcp://h:1"], "keyFile": "k"}}),
+            "spec.graph: give exactly one of dataset, generator, store",
+        ),
+        (
+            job(graph={"store": {"addresses": ["tcp://h:1"]}}),
+            "spec.graph.store: give keyFile (graphrun run) or keySecret",
+        ),
+        (
+            job(graph={"store": {"addresses": ["h:1"], "keyFile": "k"}}),
+            "spec.graph.store.addresses[0]: String should match pattern",
+        ),
+        (
+            job(
+                graph={"store": {"addresses": ["tcp://h:1"], "keyFile": "k"}},
+                partition={"parts": 2},
+            ),
+            "spec.partition.parts: 2, but graph.store has 1 partitions",
+        ),
         (job(runtime={"hosts": "ssh"}), "spec.runtime.hosts: Input should be 'local' or 'netns'"),
         (
             job(placement={"assignments": {"trainr:0": "m0"}}),
@@ -439,3 +458,12 @@ def test_sampler_workers_follow_their_trainer_and_a_plan_cannot_move_them() -> N
         "spec.placement.plan.assignments.sampler:0:0: sampler workers run on their trainer's "
         "machine (trainer:0 is on m0)"
     )
+
+
+def test_a_job_on_a_running_store_has_no_store_roles() -> None:
+    from graphrun.job.spec import job_roles
+
+    d = job(graph={"store": {"addresses": ["tcp://a:1", "tcp://b:2"], "keyFile": "k"}})
+    spec = parse_job(d).spec
+    assert spec.num_parts == 2
+    assert [r.kind for r in job_roles(spec)] == ["trainer"]

@@ -135,3 +135,13 @@ def test_crd_accepts_names_whose_children_are_legal(name: str) -> None:
     for child in (L.service_name(name), L.partitioner_name(name), L.worker_name(name, 1023),
                   L.secret_name(name), L.configmap_name(name), L.launcher_name(name)):  # fmt: skip
         assert len(child) <= 63 and dns1035.match(child), child
+
+
+def test_the_store_manifest_is_valid_kubernetes() -> None:
+    doc = yaml.safe_load((ROOT / "examples" / "kubernetes" / "graphstore.yaml").read_text())
+    assert [i["kind"] for i in doc["items"]] == ["Service", "StatefulSet"]
+    for item in doc["items"]:
+        kubernetes_validate.validate(item, K8S_VERSION, strict=True)
+    pod = doc["items"][1]["spec"]["template"]["spec"]
+    shm = next(v for v in pod["volumes"] if v["name"] == "shm")
+    assert shm["emptyDir"]["medium"] == "Memory"  # not the container's 64 MiB /dev/shm

@@ -466,3 +466,42 @@ def test_machine_the_plan_leaves_empty_gets_no_pod() -> None:
     h.step()
     assert h.phase == "Succeeded"
     assert h.status["replicaStatuses"]["Worker"]["succeeded"] == 2
+
+
+def test_a_job_on_a_running_store_serves_nothing_and_mounts_the_store_key() -> None:
+    import json
+
+    from graphrun.errors import SpecError
+    from graphrun.operator.builders import check_supported
+
+    h = Harness()
+    d = job_dict()
+    store = {"addresses": ["tcp://products-0.store:30000", "tcp://products-1.store:30000"]}
+    d["spec"]["graph"] = {"store": {**store, "keySecret": "products-store-key"}}
+    h.job = parse_job(d)
+    check_supported(h.job)
+    h.step()
+    assert h.phase == "Serving"  # nothing to partition
+    kinds = sorted(o["kind"] for o in h.ns.children())
+    assert kinds == ["ConfigMap", "Pod", "Pod", "Service"]  # no Secret, no partitioner Job
+    assert h.workers() == ["graphsage-worker-0", "graphsage-worker-1"]
+    pod = next(p for p in h.ns.pods("worker"))
+    secrets = [
+        src["secret"]["name"]
+        for v in pod["spec"]["volumes"]
+        for src in v.get("projected", {}).get("sources", [])
+        if "secret" in src
+    ]
+    assert secrets == ["products-store-key"]
+    assert "store" not in pod["metadata"]["annotations"][L.ANNOTATION_ROLES]
+    cm = next(o for o in h.ns.children() if o["kind"] == "ConfigMap")
+    hosts = json.loads(cm["data"]["hosts.json"])
+    assert hosts["endpoints"] == {
+        "store:0": "products-0.store:30000",
+        "store:1": "products-1.store:30000",
+    }
+    reasons = [e.reason for e in h.ns.events]
+    assert "RunningStore" in reasons
+    d["spec"]["graph"] = {"store": {**store, "keyFile": "store.key"}}
+    with pytest.raises(SpecError, match=r"spec\.graph\.store\.keySecret: required on Kubernetes"):
+        check_supported(parse_job(d))

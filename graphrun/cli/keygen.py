@@ -1,0 +1,35 @@
+"""``graphrun keygen PATH``: a new job key file (a store's key, to share with its jobs)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "keygen",
+        help="write a new key file (mode 0600) for a store and the jobs that use it",
+        description="Write a new CURVE key pair to PATH (mode 0600; an existing file is "
+        "kept and refused). `graphrun serve --key-file PATH` serves with it; jobs name it "
+        "in spec.graph.store.keyFile, or as the Secret of keySecret on Kubernetes:\n"
+        "  kubectl create secret generic NAME --from-file=job.key=PATH",
+    )
+    p.add_argument("path", type=Path, help="the key file to write")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphrun.errors import ArgumentError
+    from graphrun.graph.format import write_text_atomic
+    from graphrun.rpc.auth import key_file_text, new_keypair
+
+    if not args.path.parent.is_dir():
+        raise ArgumentError(f"{args.path}: directory {args.path.parent} does not exist")
+    try:
+        write_text_atomic(args.path, key_file_text(new_keypair()), mode=0o600, replace=False)
+    except FileExistsError:
+        raise ArgumentError(f"{args.path}: already exists (a key is never overwritten)") from None
+    print(f"graphrun keygen: wrote {args.path}")
+    return 0
