@@ -97,6 +97,8 @@ class JobFailed(GraphrunError):
     def __init__(self, role: str, host: str, exit_code: int | None, reason: str = "") -> None:
         code = "no exit code" if exit_code is None else f"exit code {exit_code}"
         msg = f"{role} on {host} failed ({code})"
+        if role == "job":  # the job as a whole (cancelled, deadline), no role to blame
+            msg = "the job ended"
         super().__init__(f"{msg}: {reason}" if reason else msg)
         self.role = role
         self.host = host

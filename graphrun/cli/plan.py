@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
@@ -91,8 +92,17 @@ def run(args: argparse.Namespace) -> int:
     from graphrun.placement.plan import write_plan
     from graphrun.placement.planner import PlanOptions, optimize
 
-    if args.steps is None and args.seconds <= 0:
-        raise ArgumentError("--seconds: must be > 0")
+    if not 0 < args.seconds < math.inf:
+        raise ArgumentError(f"--seconds: must be > 0 and finite, got {args.seconds}")
+    if args.steps is not None and args.steps < 1:
+        raise ArgumentError(f"--steps: must be >= 1, got {args.steps}")
+    if not 0 < args.beta < math.inf:
+        raise ArgumentError(f"--beta: must be > 0 and finite, got {args.beta}")
+    for beta in args.tempering or []:
+        if not 0 < beta < math.inf:
+            raise ArgumentError(f"--tempering: betas must be > 0 and finite, got {beta}")
+    if args.seed < 0:
+        raise ArgumentError(f"--seed: must be >= 0, got {args.seed}")
     if args.iterations < 1:
         raise ArgumentError("--iterations: must be >= 1")
     cluster = load_cluster(args.cluster)

@@ -36,6 +36,7 @@ the seed, and 2M nodes / 80M edges fit in a few GB.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,7 +71,7 @@ class GenParams:
 
         if self.nodes < 2:
             raise bad("nodes", f"must be at least 2, got {self.nodes}")
-        if not self.avg_degree > 0:
+        if not 0 < self.avg_degree < math.inf:
             raise bad("avg-degree", f"must be positive, got {self.avg_degree}")
         if self.avg_degree > self.nodes - 1:
             raise bad("avg-degree", f"{self.avg_degree} is more than nodes-1 ({self.nodes - 1})")
@@ -80,13 +81,19 @@ class GenParams:
             raise bad("feat-dim", f"must be at least 1, got {self.feat_dim}")
         if not 0.0 <= self.homophily <= 1.0:
             raise bad("homophily", f"must be in [0, 1], got {self.homophily}")
-        if self.feat_noise < 0:
-            raise bad("feat-noise", f"must be non-negative, got {self.feat_noise}")
-        if not self.exponent > 2.0:
+        if not self.feat_noise >= 0 or not math.isfinite(self.feat_noise):
+            raise bad("feat-noise", f"must be finite and non-negative, got {self.feat_noise}")
+        if not 2.0 < self.exponent < math.inf:
             raise bad("exponent", f"must be > 2 (finite mean degree), got {self.exponent}")
-        fracs = (self.train_frac, self.val_frac, self.test_frac)
-        if min(fracs) < 0 or sum(fracs) > 1.0 + 1e-9:
-            raise bad("train-frac", f"train/val/test fractions {fracs} must be >= 0, sum <= 1")
+        fracs = {"train-frac": self.train_frac, "val-frac": self.val_frac,
+                 "test-frac": self.test_frac}  # fmt: skip
+        for flag, frac in fracs.items():
+            if not 0.0 <= frac <= 1.0:  # NaN fails too
+                raise bad(flag, f"must be a fraction in [0, 1], got {frac}")
+        if sum(fracs.values()) > 1.0 + 1e-9:
+            raise bad("train-frac", f"train/val/test fractions {tuple(fracs.values())} sum > 1")
+        if not 0 <= self.seed < 2**63:
+            raise bad("seed", f"must be a non-negative integer, got {self.seed}")
 
 
 def split_masks(n: int, params: GenParams, rng: np.random.Generator) -> dict[str, np.ndarray]:

@@ -212,6 +212,8 @@ def read_records(path: str | Path) -> list[BatchRecord]:
         lines = path.read_text().splitlines()
     except OSError as exc:
         raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not a UTF-8 text file (byte {exc.start}): not metrics") from None
     out = []
     for i, line in enumerate(lines, 1):
         if not line.strip():

@@ -37,6 +37,11 @@ KEY_VERSION = 1
 ZAP_DOMAIN = "graphrun"
 
 
+Z85 = frozenset(
+    "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+)
+
+
 @dataclass(frozen=True, repr=False)
 class KeyPair:
     """A CURVE key pair, Z85-encoded (40 ASCII characters each)."""
@@ -47,8 +52,10 @@ class KeyPair:
     def __post_init__(self) -> None:
         for name in ("public", "secret"):
             val = getattr(self, name)
-            if not isinstance(val, str) or len(val) != 40:
+            if not isinstance(val, str) or len(val) != 40 or not set(val) <= Z85:
                 raise ArgumentError(f"KeyPair.{name}: expected a 40-character Z85 string")
+        if zmq.curve_public(self.secret.encode("ascii")).decode("ascii") != self.public:
+            raise ArgumentError("KeyPair: the public key is not the secret key's")
 
     def __repr__(self) -> str:  # never print the secret
         return f"KeyPair(public={self.public!r}, secret=<hidden>)"

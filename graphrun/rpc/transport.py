@@ -348,11 +348,14 @@ class RpcClient:
 
     def _pump(self, left: float) -> None:
         events = dict(self._poller.poll(max(1, int(left * 1000))))
+        if self._sock in events:
+            self._drain()
         if self._monitor in events:
             self._on_monitor()
-        if self._sock in events:
-            while self._sock.poll(0, zmq.POLLIN):
-                self._on_reply(self._sock.recv_multipart(copy=False))
+
+    def _drain(self) -> None:
+        while self._sock.poll(0, zmq.POLLIN):
+            self._on_reply(self._sock.recv_multipart(copy=False))
 
     def _on_monitor(self) -> None:
         while self._monitor.poll(0, zmq.POLLIN):
@@ -361,6 +364,7 @@ class RpcClient:
                 self._handshake_ok = True
                 self._auth_failed = False
             elif event == zmq.EVENT_DISCONNECTED and self._handshake_ok:
+                self._drain()  # replies that arrived before it (the answer to `stop`)
                 self._fail_all(RpcError, "connection lost (server stopped or crashed?)")
             elif event & (
                 zmq.EVENT_HANDSHAKE_FAILED_AUTH

@@ -296,6 +296,10 @@ def test_import_refuses_existing_output(tmp_path, capsys) -> None:
         (["--homophily", "2"], "--homophily: must be in [0, 1]"),
         (["--avg-degree", "500", "--nodes", "100"], "--avg-degree"),
         (["--feat-dim", "0"], "--feat-dim"),
+        (["--val-frac", "-0.1"], "--val-frac: must be a fraction in [0, 1]"),  # blamed train
+        (["--train-frac", "nan"], "--train-frac: must be a fraction"),  # a traceback
+        (["--seed", "-1"], "--seed: must be a non-negative integer"),  # a traceback
+        (["--exponent", "inf"], "--exponent"),
     ],
 )
 def test_bad_generate_flags(tmp_path, capsys, args, fragment) -> None:

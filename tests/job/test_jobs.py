@@ -172,7 +172,9 @@ def test_sigterm_to_graphrun_run_stops_everything(tmp_path):
     proc.send_signal(signal.SIGTERM)
     out = proc.communicate(timeout=60)[0]
     assert proc.returncode == 1, out
-    assert "Cancelled" in out or "stopped by a signal" in out
+    # it said "job on - failed (no exit code): Cancelled"
+    assert "graphrun: job failed: the job ended: Cancelled: stopped by a signal" in out, out
+    assert "job on -" not in out
     _, alive = psutil.wait_procs(descendants, timeout=5)
     assert alive == []
 

@@ -69,6 +69,37 @@ def test_plan_bad_input_is_one_line_exit_2(tmp_path, capsys, cluster, job, msg):
     assert not (tmp_path / "p.yaml").exists()
 
 
+@pytest.mark.parametrize(
+    ("flags", "msg"),
+    [
+        (["--seconds", "-1"], "--seconds: must be > 0"),
+        (["--steps", "-5"], "--steps: must be >= 1"),
+        (["--steps", "5", "--beta", "nan"], "--beta: must be > 0 and finite"),
+        (["--steps", "5", "--tempering", "inf"], "--tempering: betas must be > 0"),
+        (["--steps", "5", "--seed", "-1"], "--seed: must be >= 0"),
+    ],
+)
+def test_bad_search_flags_are_refused(tmp_path, capsys, flags, msg):
+    """--steps -5 and --beta nan were accepted."""
+    c, j = files(tmp_path)
+    assert main(["plan", str(c), str(j), "-o", str(tmp_path / "p.yaml"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and msg in err
+    assert not (tmp_path / "p.yaml").exists()
+
+
+def test_unwritable_plan_output_and_binary_metrics_are_one_line(tmp_path, capsys):
+    c, j = files(tmp_path)
+    rc = main(["plan", str(c), str(j), "-o", "/proc/graphrun/plan.yaml", "--steps", "5"])
+    err = capsys.readouterr().err
+    assert rc != 0 and err.count("\n") == 1 and "/proc/graphrun/plan.yaml" in err
+    binary = tmp_path / "m.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00 not text")
+    assert main(["profile", str(binary), "-o", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a UTF-8 text file" in err
+
+
 def test_profile_from_a_metrics_file(tmp_path, capsys):
     metrics = tmp_path / "metrics.jsonl"
     recs = [

@@ -121,3 +121,20 @@ def test_ensure_keys_makes_the_file_once(tmp_path):
     keys, made = ensure_keys(tmp_path / "store.key")
     again, made_again = ensure_keys(tmp_path / "store.key")
     assert made and not made_again and again == keys
+
+
+def test_a_key_file_with_non_z85_or_mismatched_keys_is_refused(tmp_path):
+    """Non-Z85 characters reached libzmq as a raw ZMQError."""
+    import json
+
+    keys = generate_keys(tmp_path / "job.key")
+    data = json.loads((tmp_path / "job.key").read_text())
+    bad = tmp_path / "bad.key"
+    bad.write_text(json.dumps({**data, "secret": "~" * 40}))
+    with pytest.raises(ArgumentError, match="40-character Z85"):
+        load_keys(bad)
+    other = generate_keys(tmp_path / "other.key")
+    bad.write_text(json.dumps({**data, "public": other.public}))
+    with pytest.raises(ArgumentError, match="not the secret key's"):
+        load_keys(bad)
+    assert load_keys(tmp_path / "job.key") == keys

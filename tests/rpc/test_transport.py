@@ -215,3 +215,24 @@ def test_malformed_address_is_an_argument_error(address):
 def test_address_in_use_is_an_rpc_error(server):
     with pytest.raises(RpcError, match="cannot bind"):
         RpcServer(server.address, handler)
+
+
+def test_the_reply_to_a_request_that_stops_the_server_arrives(keys):
+    """`stop` was answered "connection lost": the disconnect was seen before the reply."""
+    import threading
+
+    for _ in range(15):
+        server = RpcServer("tcp://127.0.0.1:0", handler, keys=keys)
+        done = threading.Event()
+
+        def serve(s=server, d=done):
+            while not d.is_set():
+                if s.poll(50):
+                    d.set()  # answered one request: close at once, as `stop` does
+            s.close()
+
+        t = threading.Thread(target=serve)
+        t.start()
+        with RpcClient(server.address, keys=keys, timeout=5) as c:
+            assert c.call("echo", {"bye": 1}).body == {"bye": 1}
+        t.join(10)
