@@ -18,6 +18,8 @@ files read-only or read-write; a mapping stays valid after the file is unlinked.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import logging
 import mmap
 import os
@@ -77,7 +79,28 @@ def clean_stale(shm_dir: Path = DEFAULT_SHM_DIR) -> list[str]:
     return removed
 
 
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_long]  # fmt: skip
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+class _Mapping:
+    """One ``mmap(2)`` region, unmapped when the last array viewing it is gone."""
+
+    def __init__(self, addr: int, nbytes: int) -> None:
+        self.addr, self.nbytes = addr, nbytes
+
+    def __del__(self) -> None:
+        _libc.munmap(self.addr, self.nbytes)
+
+
 def _map(path: Path, dtype: np.dtype, shape: tuple[int, ...], writable: bool) -> np.ndarray:
+    """Map ``path`` as an array. The file descriptor is closed once mapped: Python's
+    ``mmap`` keeps a duplicate open per mapping, so a store with 226 tensors hit
+    ``ulimit -n 256``; ``mmap(2)`` through libc keeps none."""
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if nbytes == 0:
         return np.empty(shape, dtype)
@@ -92,11 +115,18 @@ def _map(path: Path, dtype: np.dtype, shape: tuple[int, ...], writable: bool) ->
             raise StoreError(f"shared memory {path}: {size} bytes, expected {nbytes}")
         # MAP_POPULATE maps every page now, so the first pulls pay no page faults
         prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
-        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-        mm = mmap.mmap(fd, nbytes, flags=flags, prot=prot)
+        mflags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        addr = _libc.mmap(None, nbytes, prot, mflags, fd, 0)
+        if addr is None or addr == _MAP_FAILED:
+            err = ctypes.get_errno()
+            raise StoreError(f"shared memory {path}: cannot map ({os.strerror(err)})")
     finally:
         os.close(fd)
-    arr = np.frombuffer(mm, dtype=dtype).reshape(shape)
+    buf = (ctypes.c_char * nbytes).from_address(addr)
+    buf._graphrun_mapping = _Mapping(addr, nbytes)  # type: ignore[attr-defined]
+    arr = np.frombuffer(buf, dtype=dtype).reshape(shape)
+    if not writable:
+        arr.flags.writeable = False
     return arr
 
 

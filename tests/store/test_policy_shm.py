@@ -56,3 +56,24 @@ def test_stale_segments_of_dead_owner_are_cleaned(tmp_path):
 
 def test_prefix_names_a_live_owner():
     assert owner_alive(instance_prefix() + ".0")
+
+
+def test_mapped_segments_hold_no_file_descriptor(tmp_path):
+    """Python's mmap kept a duplicate fd per segment: the 226th `init` failed at ulimit 256."""
+    import gc
+    import os
+
+    from graphrun.store.shm import SegmentStore, attach
+
+    before = len(os.listdir("/proc/self/fd"))
+    store = SegmentStore(tmp_path)
+    arrays = [store.create("float32", (64, 4))[1] for _ in range(300)]
+    names = list(store.created)
+    views = [attach(tmp_path, n, "float32", (64, 4), False) for n in names[:50]]
+    assert len(os.listdir("/proc/self/fd")) - before < 5
+    arrays[7][3] = 2.5
+    assert float(views[7][3, 0]) == 2.5 and not views[7].flags.writeable
+    del arrays, views
+    gc.collect()
+    store.close()
+    assert list(tmp_path.iterdir()) == []
