@@ -124,7 +124,7 @@ def _map(path: Path, dtype: np.dtype, shape: tuple[int, ...], writable: bool) ->
         os.close(fd)
     buf = (ctypes.c_char * nbytes).from_address(addr)
     buf._graphrun_mapping = _Mapping(addr, nbytes)  # type: ignore[attr-defined]
-    arr = np.frombuffer(buf, dtype=dtype).reshape(shape)
+    arr = np.frombuffer(memoryview(buf), dtype=dtype).reshape(shape)
     if not writable:
         arr.flags.writeable = False
     return arr
