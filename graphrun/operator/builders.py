@@ -23,6 +23,7 @@ from graphrun.operator.keys import CurveKeyPair
 Replica = Literal["partitioner", "worker", "launcher"]
 CONTAINER = "graphrun"
 CONFIG_VOLUME, DATA_VOLUME = "graphrun-config", "graphrun-data"
+SHM_VOLUME, SHM_PATH = "graphrun-shm", "/dev/shm"
 IMAGE_UID = 10001
 
 
@@ -266,6 +267,7 @@ def build_worker(
         _require_node(spec, *node)
     tpl["metadata"].setdefault("annotations", {})[L.ANNOTATION_ROLES] = ",".join(roles)
     main = _main_container(tpl)
+    _shared_memory(spec, main)
     ports = L.machine_ports(job, index)
     if ports:
         main["ports"] = [
@@ -288,6 +290,24 @@ def build_worker(
         },
         "spec": spec,
     }
+
+
+def _shared_memory(spec: dict[str, Any], main: dict[str, Any]) -> None:
+    """A memory-backed ``/dev/shm`` (a container's own is 64 MiB: any real partition
+    would kill the store server with SIGBUS). The store servers keep their partition
+    there and the trainers' loaders pass batches through it; it counts against the
+    container's memory limit, and is capped by it when the template sets one."""
+    if any(m.get("mountPath") == SHM_PATH for m in main.get("volumeMounts", [])):
+        return  # the user's template brings its own
+    empty: dict[str, Any] = {"medium": "Memory"}
+    limit = main.get("resources", {}).get("limits", {}).get("memory")
+    if limit is not None:
+        empty["sizeLimit"] = limit
+    spec["volumes"] = [*spec.get("volumes", []), {"name": SHM_VOLUME, "emptyDir": empty}]
+    main["volumeMounts"] = [
+        *main.get("volumeMounts", []),
+        {"name": SHM_VOLUME, "mountPath": SHM_PATH},
+    ]
 
 
 def _require_node(spec: dict[str, Any], kind: str, requirement: dict[str, Any]) -> None:

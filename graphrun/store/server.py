@@ -35,7 +35,7 @@ from graphrun.rpc.codec import Message, MsgKind
 from graphrun.rpc.transport import RpcClient, RpcServer
 from graphrun.store.policy import edge_policy_name, node_policy_name, policies_from_book
 from graphrun.store.registry import Registry, Request, build_registry
-from graphrun.store.shm import DEFAULT_SHM_DIR, SegmentStore, attach, clean_stale
+from graphrun.store.shm import DEFAULT_SHM_DIR, SegmentStore, attach, check_space, clean_stale
 from graphrun.store.state import GRAPH_JOB, ServerState, StoredTensor, TensorInfo
 
 log = logging.getLogger("graphrun.store")
@@ -88,6 +88,11 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
     """Load partition ``cfg.part`` into fresh shared-memory segments."""
     clean_stale(cfg.shm_dir)
     p = load_partition(cfg.partition_dir, cfg.part)
+    whole = [p.nodes, p.indptr, p.indices, p.eids, p.etypes]
+    whole += [
+        a for named in (*p.node_feats.values(), *p.edge_feats.values()) for a in named.values()
+    ]
+    check_space(cfg.shm_dir, sum(int(a.nbytes) for a in whole if a is not None))
     segments = SegmentStore(cfg.shm_dir)
     state = ServerState(
         part=cfg.part,

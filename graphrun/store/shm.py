@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import logging
 import mmap
 import os
@@ -140,6 +141,24 @@ def attach(
     return _map(Path(shm_dir) / segment, np.dtype(dtype), tuple(shape), writable)
 
 
+def free_bytes(shm_dir: Path) -> int:
+    st = os.statvfs(shm_dir)
+    return st.f_bavail * st.f_frsize
+
+
+def no_space(shm_dir: Path, needed: int) -> StoreError:
+    return StoreError(
+        f"shared memory {shm_dir}: {needed} bytes needed, {free_bytes(shm_dir)} free "
+        "(a bigger /dev/shm, --shm-dir elsewhere, or more partitions)"
+    )
+
+
+def check_space(shm_dir: Path, needed: int) -> None:
+    """StoreError naming the directory, the bytes needed and free, if they do not fit."""
+    if needed > free_bytes(shm_dir):
+        raise no_space(shm_dir, needed)
+
+
 @dataclass
 class SegmentStore:
     """The segments one store instance creates; unlinks them all on :meth:`close`."""
@@ -158,12 +177,19 @@ class SegmentStore:
         nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                os.ftruncate(fd, nbytes)
-            finally:
-                os.close(fd)
         except OSError as exc:
             raise StoreError(f"shared memory {path}: cannot create ({exc.strerror})") from None
+        try:
+            # allocate now: a sparse file on a full tmpfs is a SIGBUS at the first write
+            if nbytes:
+                os.posix_fallocate(fd, 0, nbytes)
+        except OSError as exc:
+            os.unlink(path)
+            if exc.errno == errno.ENOSPC:
+                raise no_space(self.shm_dir, nbytes) from None
+            raise StoreError(f"shared memory {path}: cannot allocate ({exc.strerror})") from None
+        finally:
+            os.close(fd)
         self.created[name] = path
         return name, _map(path, dt, tuple(shape), writable=True)
 

@@ -7,8 +7,6 @@ an OSError traceback or torch's `[enforce fail at inline_container.cc]` and leav
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,23 +15,15 @@ import torch
 
 from graphrun.errors import HostError
 from graphrun.testing.procs import run_graphrun
+from graphrun.testing.tmpfs import small_tmpfs
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def tiny_disk(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)])
-    if r.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
+    with small_tmpfs(tmp_path / "tiny") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_generate_on_a_full_disk_says_so_in_one_line(tiny_disk: Path) -> None:

@@ -445,3 +445,13 @@ def test_planned_hosts_resolve_every_store_and_trainer(tmp_path: Path) -> None:
         ports = pod["spec"]["containers"][0].get("ports", [])
         opened = {f"{dns[i]}:{p['containerPort']}" for p in ports if p["name"] != "rendezvous"}
         assert opened == {r.ready for r in launch.roles if r.ready}
+
+
+def test_worker_pods_get_a_memory_backed_dev_shm() -> None:
+    """Worker pods mounted no /dev/shm: 64 MiB, and any real partition killed the store."""
+    pod = B.build_worker(example(), OWNER, CONFIG, 0)
+    main = pod["spec"]["containers"][0]
+    mount = next(m for m in main["volumeMounts"] if m["mountPath"] == "/dev/shm")
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == mount["name"])
+    limit = main["resources"]["limits"]["memory"]
+    assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": limit}

@@ -267,3 +267,33 @@ def test_a_client_that_exits_without_close_leaves_at_once(homo, key_file, keys, 
             assert quitter.returncode == 0 and "ready" in out, err
             for part in (0, 1):  # well before the 30 s heartbeat timeout
                 wait_until(lambda p=part: "quitter" not in w.stats(p)["jobs"], 5.0, "leave")
+
+
+def test_too_little_shared_memory_is_one_line_and_leaves_nothing(homo, key_file, keys, tmp_path):
+    """A 64 KiB shm dir: the store died of SIGBUS (exit 135) with no message and left
+    segments behind; an `init` bigger than what is free killed it on the next pull."""
+    from graphrun.errors import StoreError
+    from graphrun.testing.procs import run_graphrun
+    from graphrun.testing.tmpfs import small_tmpfs
+
+    _, parts = homo
+    with small_tmpfs(tmp_path / "small", "64k") as shm:
+        proc = run_graphrun(
+            "serve", str(parts), "--part", "0", "--key-file", str(key_file), "--shm-dir", str(shm)
+        )
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+        assert f"shared memory {shm}:" in lines[0] and "bytes needed" in lines[0]
+        assert list(shm.iterdir()) == []
+    with (
+        small_tmpfs(tmp_path / "medium", "2m") as shm,
+        start_stores(parts, 2, key_file=key_file, shm_dir=shm) as stores,
+        client(stores, keys, use_shm=False) as c,
+    ):
+        before = sorted(os.listdir(shm))
+        with pytest.raises(StoreError, match="bytes needed"):
+            c.init_tensor("huge", "node:_N", (100_000,))  # ~120 MB on a 2 MiB shm dir
+        assert sorted(os.listdir(shm)) == before
+        assert c.pull(FEAT, [0, 1]).shape == (2, 8)
+        for s in stores:
+            s.check()
