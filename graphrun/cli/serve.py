@@ -59,6 +59,13 @@ def register(subparsers: Any) -> None:
         "--insecure", action="store_true", help="no key: plaintext, unauthenticated (tests)"
     )
     p.add_argument("--backups", type=int, default=0, help="backup servers to start (default 0)")
+    p.add_argument(
+        "--backup-restarts",
+        type=int,
+        default=3,
+        help="restart a backup this server started that died, at most N times each "
+        "(default 3); a dead backup is unregistered at once either way",
+    )
     p.add_argument("--backup-of", metavar="MAIN_ADDRESS", help="run as a backup of this main")
     p.add_argument("--backup-index", type=int, default=1, help="index of this backup (>= 1)")
     p.add_argument("--shm-dir", type=Path, default=Path("/dev/shm"), help="shared-memory dir")
@@ -153,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError("--insecure: cannot be given with --key-file")
     if args.backups < 0:
         raise ArgumentError("--backups: must be >= 0")
+    if args.backup_restarts < 0:
+        raise ArgumentError("--backup-restarts: must be >= 0")
     if args.ready_file and not args.ready_file.parent.is_dir():
         raise ArgumentError(f"--ready-file: directory {args.ready_file.parent} does not exist")
     cfg = ServerConfig(
@@ -181,8 +190,11 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     children: list[subprocess.Popen[bytes]] = []
+    restarts = [0] * args.backups
+    main_address = {"": ""}
 
     def on_ready(address: str) -> None:
+        main_address[""] = address
         if not args.backup_of:
             for i in range(1, args.backups + 1):
                 children.append(subprocess.Popen(_backup_cmd(args, address, i)))
@@ -192,8 +204,27 @@ def run(args: argparse.Namespace) -> int:
             write_text_atomic(args.ready_file, json.dumps(data) + "\n")
         print(f"graphrun serve: partition {args.part} ready on {address}", flush=True)
 
+    def on_tick() -> None:  # the backups this server started: restart the dead, by policy
+        for i, child in enumerate(children):
+            code = child.poll()
+            if code is None or stop["flag"] or restarts[i] < 0:
+                continue
+            if restarts[i] >= args.backup_restarts:
+                logging.getLogger("graphrun.store").error(
+                    "backup %d died (exit code %s); not restarted (--backup-restarts %d)",
+                    i + 1, code, args.backup_restarts,
+                )  # fmt: skip
+                restarts[i] = -1
+                continue
+            restarts[i] += 1
+            logging.getLogger("graphrun.store").warning(
+                "backup %d died (exit code %s); restarting it (%d of %d)",
+                i + 1, code, restarts[i], args.backup_restarts,
+            )  # fmt: skip
+            children[i] = subprocess.Popen(_backup_cmd(args, main_address[""], i + 1))
+
     try:
-        run_server(cfg, should_stop=lambda: stop["flag"], on_ready=on_ready)
+        run_server(cfg, should_stop=lambda: stop["flag"], on_ready=on_ready, on_tick=on_tick)
     finally:
         for child in children:
             if child.poll() is None:

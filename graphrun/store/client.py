@@ -73,6 +73,9 @@ class ClientConfig:
     name: str = ""
 
 
+BACKUP_JOIN_S = 3.0  # a backup that does not answer a join in this long is skipped
+
+
 @dataclass
 class _Part:
     main: RpcClient
@@ -189,8 +192,13 @@ class KVClient:
             self._parts[part] = entry
             for b in info["backups"]:
                 bc = self._open(b)
+                try:  # a backup that does not answer is skipped, never fatal
+                    bc.call("join", join, timeout=min(self.cfg.timeout, BACKUP_JOIN_S))
+                except RpcError as exc:
+                    log.warning("backup %s of partition %d skipped: %s", b, part, exc)
+                    bc.close()
+                    continue
                 entry.conns.append(bc)
-                bc.call("join", join)
             if self.cfg.use_shm is not False:
                 me = me or host_identity(Path(info["shm_dir"]))
                 entry.local = info["host"] == me

@@ -15,7 +15,7 @@ delete             job, name -> {"deleted": bool}
 list               job -> {"tensors": [info, ...]}
 meta               job, name -> {"info"}            (no session needed: used by backups)
 manifest           -> every tensor and structure segment   (no session needed)
-register_backup    address -> {}                     (no session needed)
+register_backup    address, pid, start [, remove] -> {}   (no session needed)
 stats              -> sessions, jobs, tensors, requests served   (no session needed)
 stop               -> {} and the server shuts down cleanly
 =================  ===========================================================================
@@ -205,12 +205,13 @@ def manifest(state: ServerState, req: Request) -> Response:
 
 
 def register_backup(state: ServerState, req: Request) -> Response:
+    """A backup on this machine announces (or withdraws) itself; with its process id and
+    start time the main server notices when it dies (:meth:`ServerState.drop_dead_backups`)."""
     address = req.str_param("address")
     if req.param("remove", bool, False):
-        if address in state.backups:
-            state.backups.remove(address)
-    elif address not in state.backups:
-        state.backups.append(address)
+        state.unregister_backup(address)
+    else:
+        state.register_backup(address, req.param("pid", int, 0), req.param("start", int, 0))
     return Response({})
 
 

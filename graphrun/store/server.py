@@ -35,7 +35,14 @@ from graphrun.rpc.codec import Message, MsgKind
 from graphrun.rpc.transport import RpcClient, RpcServer
 from graphrun.store.policy import edge_policy_name, node_policy_name, policies_from_book
 from graphrun.store.registry import Registry, Request, build_registry
-from graphrun.store.shm import DEFAULT_SHM_DIR, SegmentStore, attach, check_space, clean_stale
+from graphrun.store.shm import (
+    DEFAULT_SHM_DIR,
+    SegmentStore,
+    attach,
+    check_space,
+    clean_stale,
+    start_ms,
+)
 from graphrun.store.state import GRAPH_JOB, ServerState, StoredTensor, TensorInfo
 
 log = logging.getLogger("graphrun.store")
@@ -191,8 +198,12 @@ def make_handler(state: ServerState, registry: Registry) -> Callable[[bytes, Mes
     return handle
 
 
-def _expire(state: ServerState) -> None:
+def _tick(state: ServerState, then: Callable[[], None] | None) -> None:
     state.expire(time.monotonic())
+    for address in state.drop_dead_backups():
+        log.warning("backup %s of partition %d died; unregistered", address, state.part)
+    if then is not None:
+        then()
 
 
 def _advertised(bound: str, host: str | None) -> str:
@@ -210,8 +221,10 @@ def run_server(
     should_stop: Callable[[], bool] = lambda: False,
     on_ready: Callable[[str], None] | None = None,
     registry: Registry | None = None,
+    on_tick: Callable[[], None] | None = None,
 ) -> None:
-    """Load or attach, serve until stopped, clean up. ``on_ready(address)`` once serving."""
+    """Load or attach, serve until stopped, clean up. ``on_ready(address)`` once serving;
+    ``on_tick()`` about every 200 ms while serving."""
     _check_config(cfg)
     registry = registry or build_registry(cfg.extensions)
     main: RpcClient | None = None
@@ -229,13 +242,14 @@ def run_server(
         server = RpcServer(cfg.address, make_handler(state, registry), keys=cfg.keys, name=name)
         address = _advertised(server.address, cfg.advertise_host)
         if main is not None:
-            main.call("register_backup", {"address": address})
+            me = {"address": address, "pid": os.getpid(), "start": start_ms()}
+            main.call("register_backup", me)
         log.info("%s serving %s on %s", name, cfg.partition_dir, address)
         if on_ready is not None:
             on_ready(address)
         server.serve_forever(
             lambda: state.stop_requested or should_stop(),
-            on_tick=lambda: _expire(state),
+            on_tick=lambda: _tick(state, on_tick),
         )
         log.info("%s stopping", name)
     finally:

@@ -53,14 +53,23 @@ def instance_prefix(pid: int | None = None) -> str:
     return f"graphrun-{pid}-{_start_ms(pid) or 0}-{secrets.token_hex(4)}"
 
 
+def process_alive(pid: int, start_ms: int) -> bool:
+    """Whether process ``pid`` runs and started at ``start_ms`` (pid reuse detected)."""
+    now = _start_ms(pid)
+    return now is not None and abs(now - start_ms) <= 10
+
+
+def start_ms() -> int:
+    """This process's start time, as segment names and backup registrations record it."""
+    return _start_ms(os.getpid()) or 0
+
+
 def owner_alive(segment: str) -> bool:
     """Whether the process named in a segment name still runs (same pid, same start)."""
     m = _NAME.match(segment)
     if not m:
         return True  # not ours: never touch it
-    pid, start = int(m.group(1)), int(m.group(2))
-    now = _start_ms(pid)
-    return now is not None and abs(now - start) <= 10
+    return process_alive(int(m.group(1)), int(m.group(2)))
 
 
 def clean_stale(shm_dir: Path = DEFAULT_SHM_DIR) -> list[str]:

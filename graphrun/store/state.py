@@ -114,6 +114,7 @@ class ServerState:
     structure_segments: dict[str, dict[str, Any]] = field(default_factory=dict)
     sessions: dict[str, Session] = field(default_factory=dict)
     backups: list[str] = field(default_factory=list)
+    backup_owners: dict[str, tuple[int, int]] = field(default_factory=dict)  # pid, start ms
     resolver: Callable[[str, str], TensorInfo | None] | None = None
     extension_data: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
@@ -180,6 +181,29 @@ class ServerState:
         stored = StoredTensor(info, arr)
         self.tensors[(info.job, info.name)] = stored
         return stored
+
+    def register_backup(self, address: str, pid: int = 0, start_ms: int = 0) -> None:
+        if address not in self.backups:
+            self.backups.append(address)
+        if pid > 0:
+            self.backup_owners[address] = (pid, start_ms)
+
+    def unregister_backup(self, address: str) -> None:
+        if address in self.backups:
+            self.backups.remove(address)
+        self.backup_owners.pop(address, None)
+
+    def drop_dead_backups(self) -> list[str]:
+        """Unregister the backups whose process is gone (same machine: pid and start time),
+        so new clients are no longer sent to them; returns their addresses."""
+        from graphrun.store.shm import process_alive
+
+        dead = [
+            a for a, (pid, start) in self.backup_owners.items() if not process_alive(pid, start)
+        ]
+        for address in dead:
+            self.unregister_backup(address)
+        return dead
 
     def delete_tensor(self, job: str, name: str) -> bool:
         stored = self.tensors.pop((job, name), None)

@@ -229,6 +229,43 @@ def test_dead_backup_fails_over_to_the_main(homo, key_file, keys, tmp_path):
             assert c.servers_of(0) == [stores[0].address]
 
 
+def test_a_killed_backup_is_unregistered_restarted_and_never_blocks_a_join(
+    homo, key_file, keys, tmp_path
+):
+    """After kill -9 of a backup every new client failed to join (RpcTimeout join, 10 s)."""
+    import psutil
+
+    from graphrun.store.state import ServerState
+
+    def backups_of(pid):
+        return [ch for ch in psutil.Process(pid).children() if "--backup-of" in ch.cmdline()]
+
+    _, parts = homo
+    with start_stores(parts, 2, key_file=key_file, backups=1, shm_dir=tmp_path) as stores:
+        (first,) = backups_of(stores[0].pid)
+        first.kill()
+        first.wait(5)
+        t0 = time.monotonic()
+        with client(stores, keys, use_shm=False, timeout=10) as c:  # joins at once
+            assert time.monotonic() - t0 < 5
+            assert c.pull(FEAT, np.arange(10)).shape == (10, 8)
+        # unregistered, then restarted by the main (--backup-restarts, default 3)
+        wait_until(lambda: "died" in stores[0].log_tail(), what="the death logged")
+        wait_until(lambda: [b.pid for b in backups_of(stores[0].pid)] not in ([], [first.pid]),
+                   what="a new backup")  # fmt: skip
+        with client(stores, keys, use_shm=False) as c:
+            wait_until(lambda: len(c.stats(0)["backups"]) == 1, what="re-registered")
+            (again,) = c.stats(0)["backups"]
+        with client(stores, keys, use_shm=False) as c:
+            assert c.servers_of(0) == [stores[0].address, again]
+            assert c.pull(FEAT, np.arange(10)).shape == (10, 8)
+        stores[0].check()
+    # the rule itself, on a state: a registration whose process is gone is dropped
+    state = ServerState(0, 0, None, {}, tmp_path, {}, 30.0)  # type: ignore[arg-type]
+    state.register_backup("tcp://127.0.0.1:1", first.pid, 0)
+    assert state.drop_dead_backups() == ["tcp://127.0.0.1:1"] and state.backups == []
+
+
 def test_bad_input_leaves_one_log_line_each(homo, key_file, keys, tmp_path):
     import zmq
 
