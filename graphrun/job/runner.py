@@ -157,12 +157,43 @@ class LocalJob:
         path = self.paths.state_file
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(self.state.to_dict(), indent=2) + "\n")
+        from graphrun.store.shm import start_ms
+
+        launcher = {"pid": os.getpid(), "start": start_ms()}
+        tmp.write_text(json.dumps({**self.state.to_dict(), "launcher": launcher}, indent=2) + "\n")
         os.replace(tmp, path)
+
+    def _after_a_lost_run(self) -> None:
+        """A previous ``graphrun run`` of this job that was killed (-9) left its state
+        non-terminal and its stores' shared memory behind: say so in the new state, and
+        remove the segments of dead stores. Refuse to start beside a live run."""
+        from graphrun.store.shm import clean_stale, process_alive
+
+        path = self.paths.state_file
+        try:
+            before = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return
+        phase, launcher = before.get("phase"), before.get("launcher") or {}
+        if phase in ("Succeeded", "Failed") or not launcher:
+            return
+        pid, start = int(launcher.get("pid", 0)), int(launcher.get("start", 0))
+        if process_alive(pid, start):
+            raise SpecError(
+                f"{self.paths.job_file}: job {self.job.name} is running already "
+                f"(graphrun run, pid {pid}; its state is {path})"
+            )
+        lost = f"the previous run (graphrun run, pid {pid}) was lost in phase {phase}"
+        removed = clean_stale(SHM_DIR)
+        if removed:
+            lost += f"; removed {len(removed)} shared-memory segments it left"
+        self._say(lost)
+        self.state = initial_state(self._now(), self.job.spec.run_policy.backoff_limit, lost)
 
     def run(self) -> JobReport:
         """Run the job to its end; raises JobFailed if it fails."""
         t0 = time.monotonic()
+        self._after_a_lost_run()
         self.check_inputs()
         ads = self.job.spec.run_policy.active_deadline_seconds
         self._deadline = t0 + ads if ads else None

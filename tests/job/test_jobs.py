@@ -399,3 +399,38 @@ def test_two_jobs_train_on_one_running_store_and_leave_it_serving(tmp_path):
         (tmp_path / "bad.yaml").write_text(yaml.safe_dump(spec))
         with pytest.raises(SpecError, match=r"spec\.graph\.store\.addresses: cannot join"):
             run(tmp_path / "bad.yaml")[0].run()
+
+
+def test_a_run_killed_with_sigkill_is_reported_lost_by_the_next_and_cleaned(tmp_path):
+    """After kill -9 of `graphrun run`, state.json said "Training" forever and the stores'
+    shared memory stayed until some other store started on the host."""
+    import yaml
+
+    path = small_job(tmp_path, entryPoint="graphrun.testing.jobs:wait")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "graphrun", "run", str(path), "--grace", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "waiting" in line:
+            break
+    roles = psutil.Process(proc.pid).children(recursive=True)
+    proc.kill()
+    proc.wait(10)
+    psutil.wait_procs(roles, timeout=30)
+    state_file = tmp_path / "runs" / "small" / "state.json"
+    assert json.loads(state_file.read_text())["phase"] == "Training"
+    spec = yaml.safe_load(path.read_text())  # the next run of the same job
+    del spec["spec"]["training"]["entryPoint"]
+    spec["spec"]["training"]["task"] = "node-classification"
+    path.write_text(yaml.safe_dump(spec))
+    job, sink = run(path)
+    job.run()
+    assert "was lost in phase Training" in sink.getvalue()
+    assert "shared-memory segments it left" in sink.getvalue()  # the stores were killed
+    created = json.loads(state_file.read_text())["conditions"][0]
+    assert "the previous run (graphrun run, pid" in created["message"]
+    dead = tuple(f"graphrun-{r.pid}-" for r in roles)
+    assert [p for p in os.listdir("/dev/shm") if p.startswith(dead)] == []
