@@ -74,6 +74,10 @@ class Limits:
     max_tensor_bytes: int = 1 << 34
     max_total_bytes: int = 1 << 35
     max_ndim: int = 8
+    # The largest frame a server accepts (libzmq's MAXMSGSIZE, enforced before the CURVE
+    # handshake too: an unauthenticated peer that declares a huge frame and streams it
+    # costs the server at most this). Clients split bigger requests (store/client.py).
+    max_request_frame_bytes: int = 1 << 26
 
 
 DEFAULT_LIMITS = Limits()

@@ -79,6 +79,8 @@ def _error_type(exc: BaseException) -> str:
     return "UserError" if isinstance(exc, UserError) else "RemoteError"
 
 
+HANDSHAKE_MS = 5000  # a peer must finish the CURVE handshake this fast (libzmq: 30 s)
+
 _REFUSED_EVENTS = (
     zmq.EVENT_HANDSHAKE_FAILED_AUTH
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
@@ -112,7 +114,8 @@ class RpcServer:
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.linger = 0
-        self._sock.setsockopt(zmq.MAXMSGSIZE, max(limits.max_tensor_bytes, limits.max_header_bytes))
+        self._sock.setsockopt(zmq.MAXMSGSIZE, limits.max_request_frame_bytes)
+        self._sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
         self._auth = secure_server(self._ctx, self._sock, keys, name) if keys else None
         self._monitor = self._sock.get_monitor_socket(_REFUSED_EVENTS)  # before bind: close()
         try:

@@ -42,7 +42,7 @@ import zmq
 from graphrun.errors import ArgumentError, GraphrunError, RpcError, RpcTimeout
 from graphrun.partition.book import PartitionBook
 from graphrun.rpc.auth import KeyPair
-from graphrun.rpc.codec import Message
+from graphrun.rpc.codec import DEFAULT_LIMITS, Message
 from graphrun.rpc.transport import RpcClient
 from graphrun.store.policy import PartitionPolicy, lookup_policy, policies_from_book
 from graphrun.store.server import host_identity
@@ -71,6 +71,31 @@ class ClientConfig:
     pull_chunk_bytes: int | None = None
     max_chunks: int = 16
     name: str = ""
+
+
+# Requests are split so no frame exceeds this: servers refuse bigger frames (Limits).
+REQUEST_FRAME_BYTES = DEFAULT_LIMITS.max_request_frame_bytes // 2
+
+
+def _push_pieces(rows: np.ndarray, values: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """One push as pieces whose frames fit ``REQUEST_FRAME_BYTES``. Every row's updates
+    stay in one piece (sorted by row, cut between rows), so a reducer that combines the
+    duplicates of a row (sparse optimizers) or lets the last one win (assign) does
+    exactly what it does on the whole push."""
+    nbytes = max(values.nbytes, rows.nbytes)
+    if nbytes <= REQUEST_FRAME_BYTES or len(rows) < 2:
+        return [(rows, values)]
+    order = np.argsort(rows, kind="stable")
+    rows, values = rows[order], values[order]
+    per = max(1, len(rows) * REQUEST_FRAME_BYTES // nbytes)
+    out, a = [], 0
+    while a < len(rows):
+        b = min(a + per, len(rows))
+        while b < len(rows) and rows[b] == rows[b - 1]:
+            b += 1  # never cut a row's duplicates apart
+        out.append((rows[a:b], values[a:b]))
+        a = b
+    return out
 
 
 BACKUP_JOIN_S = 3.0  # a backup that does not answer a join in this long is skipped
@@ -402,6 +427,7 @@ class KVClient:
             limit = DEFAULT_CURVE_CHUNK if self.cfg.keys is not None else 0
         n = len(rows)
         k = 1 if limit <= 0 else max(1, min(n * row_bytes // limit, self.cfg.max_chunks))
+        k = max(k, -(-n * rows.itemsize // REQUEST_FRAME_BYTES))  # the ids frame fits too
         bounds = [n * i // k for i in range(k + 1)]
         out = []
         for a, b in itertools.pairwise(bounds):
@@ -461,11 +487,12 @@ class KVClient:
         pend = []
         for p, pos, rows in self._groups(pol, ids):
             vals = values if pos is None else values[pos]
-            pend.append(self.request(p, "push", body, (rows, vals), main_only=True))
+            for piece in _push_pieces(rows, vals):
+                pend.append(self.request(p, "push", body, piece, main_only=True))
         errors = []
-        for r in pend:
+        for request in pend:
             try:
-                self.wait(r)
+                self.wait(request)
             except GraphrunError as exc:
                 errors.append(exc)
         if errors:

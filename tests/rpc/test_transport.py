@@ -136,7 +136,7 @@ def test_wrong_version_reply_carries_request_id(server, keys):
 
 
 def test_frame_beyond_hard_limit_drops_only_that_connection(keys):
-    limits = Limits(max_tensor_bytes=1 << 12, max_header_bytes=1 << 12)
+    limits = Limits(max_request_frame_bytes=1 << 12)
     with ServerThread("tcp://127.0.0.1:0", handler, keys=keys, limits=limits) as s:
         # connection dropped by MAXMSGSIZE, or a timeout
         with RpcClient(s.address, keys=keys, timeout=1) as bad, pytest.raises(RpcError):

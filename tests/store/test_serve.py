@@ -334,3 +334,60 @@ def test_too_little_shared_memory_is_one_line_and_leaves_nothing(homo, key_file,
         assert c.pull(FEAT, [0, 1]).shape == (2, 8)
         for s in stores:
             s.check()
+
+
+def test_an_unauthenticated_peer_cannot_grow_the_server(homo, key_file, keys, tmp_path):
+    """libzmq checks MAXMSGSIZE before the CURVE handshake: at 16 GiB a peer without the
+    key could declare an 8 GiB frame and stream it into the server's memory."""
+    import socket
+    import struct
+
+    import psutil
+
+    _, parts = homo
+    store = start_store(parts, 0, key_file=key_file, shm_dir=tmp_path)
+    try:
+        rss = psutil.Process(store.pid).memory_info().rss
+        host, port = store.address.removeprefix("tcp://").rsplit(":", 1)
+        sent = 0
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            greeting = b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x00"
+            greeting += b"CURVE".ljust(20, b"\x00") + b"\x00" + b"\x00" * 31
+            sock.sendall(greeting)
+            sock.sendall(b"\x06" + struct.pack(">Q", 8 << 30))  # a long command frame
+            chunk = b"\x00" * (1 << 20)
+            try:
+                while sent < 300 << 20:
+                    sock.sendall(chunk)
+                    sent += len(chunk)
+            except OSError:
+                pass  # dropped at once: the frame is over the limit
+        assert sent < 64 << 20, f"the server read {sent >> 20} MiB before dropping the peer"
+        assert psutil.Process(store.pid).memory_info().rss - rss < 64 << 20
+        with RpcClient(store.address, keys=keys, timeout=5) as rc:  # and it serves on
+            assert rc.call("stats").body["part"] == 0
+    finally:
+        store.stop()
+
+
+def test_pushes_and_pulls_bigger_than_a_frame_are_split(homo, key_file, keys, tmp_path, rng):
+    """Servers refuse frames over 64 MiB; clients cut bigger requests between rows."""
+    from graphrun.store.client import REQUEST_FRAME_BYTES, _push_pieces
+
+    rows = np.array([5, 1, 5, 3, 1, 9], np.int64)
+    vals = np.arange(6, dtype=np.float64)[:, None] * np.ones((1, REQUEST_FRAME_BYTES // 16))
+    pieces = _push_pieces(rows, vals)
+    assert len(pieces) > 1 and sum(len(r) for r, _ in pieces) == 6
+    for r, v in pieces:  # a row's duplicates stay together, in their order
+        assert v.nbytes <= REQUEST_FRAME_BYTES * 2
+        for row in set(r.tolist()):
+            assert len(r[r == row]) == int((rows == row).sum())
+    _, parts = homo
+    with (
+        start_stores(parts, 2, key_file=key_file, shm_dir=tmp_path) as stores,
+        client(stores, keys, use_shm=False) as c,
+    ):
+        c.init_tensor("wide", "node:_N", (40_000,))  # 600 rows x 160 kB: 48 MB a partition
+        values = rng.random((600, 40_000), dtype=np.float32)
+        c.push("wide", np.arange(600), values)
+        np.testing.assert_array_equal(c.pull("wide", np.arange(600)), values)
