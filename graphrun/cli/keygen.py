@@ -17,18 +17,28 @@ def register(subparsers: Any) -> None:
         "  kubectl create secret generic NAME --from-file=job.key=PATH",
     )
     p.add_argument("path", type=Path, help="the key file to write")
+    p.add_argument(
+        "--store",
+        type=Path,
+        metavar="STORE_KEY",
+        help="a job key for the shared store whose key file this is: it records the "
+        "store's public key (put the new file in the store's --clients dir as JOB.key)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
     from graphrun.graph.format import write_text_atomic
-    from graphrun.rpc.auth import key_file_text, new_keypair
+    from graphrun.rpc.auth import KeyPair, key_file_text, load_keys, new_keypair
 
     if not args.path.parent.is_dir():
         raise ArgumentError(f"{args.path}: directory {args.path.parent} does not exist")
+    keys = new_keypair()
+    if args.store is not None:
+        keys = KeyPair(keys.public, keys.secret, server=load_keys(args.store).public)
     try:
-        write_text_atomic(args.path, key_file_text(new_keypair()), mode=0o600, replace=False)
+        write_text_atomic(args.path, key_file_text(keys), mode=0o600, replace=False)
     except FileExistsError:
         raise ArgumentError(f"{args.path}: already exists (a key is never overwritten)") from None
     print(f"graphrun keygen: wrote {args.path}")

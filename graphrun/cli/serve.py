@@ -24,8 +24,10 @@ be started by hand with --backup-of MAIN_ADDRESS --backup-index B.
 
 Every message is authenticated and encrypted (CURVE) with a job key: --key-file names
 it; without one, the key PARTITION_DIR/store.key is used, made (mode 0600) if missing, and
-its path printed: clients need that file. --insecure serves in plaintext, to anyone who
-can reach the port (tests on loopback only).
+its path printed: it is the store's admin key. Jobs sharing the store should get keys of
+their own (`graphrun keygen clients/JOB.key`, then --clients clients/): a job key reads the
+graph and its own job's tensors only, and cannot stop the store or register backups.
+--insecure serves in plaintext, to anyone who can reach the port (tests on loopback only).
 
 Examples:
   graphrun serve parts/ --part 0 --address tcp://0.0.0.0:7000 --key-file job.key
@@ -57,6 +59,14 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--insecure", action="store_true", help="no key: plaintext, unauthenticated (tests)"
+    )
+    p.add_argument(
+        "--clients",
+        type=Path,
+        metavar="DIR",
+        help="job keys to admit besides the admin key: DIR/<job>.key (public part read; "
+        "re-read when an unknown key knocks). A job key acts only as its job: its own "
+        "tensors and the graph, never stop or backups",
     )
     p.add_argument("--backups", type=int, default=0, help="backup servers to start (default 0)")
     p.add_argument(
@@ -121,6 +131,8 @@ def _backup_cmd(args: argparse.Namespace, main_address: str, index: int) -> list
     cmd += ["--shm-dir", str(args.shm_dir), "--heartbeat-timeout", str(args.heartbeat_timeout)]
     cmd += ["--log-level", args.log_level, "--threads", str(args.threads)]
     cmd += ["--key-file", str(args.key_file)] if args.key_file else ["--insecure"]
+    if args.clients:
+        cmd += ["--clients", str(args.clients)]
     for ext in args.extension or []:
         cmd += ["--extension", ext]
     return cmd
@@ -175,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
         shm_dir=args.shm_dir,
         heartbeat_timeout=args.heartbeat_timeout,
         extensions=tuple(args.extension if args.extension is not None else _default_extensions()),
+        clients_dir=args.clients,
     )
     if args.threads < 1:
         raise ArgumentError(f"--threads: must be >= 1, got {args.threads}")

@@ -81,8 +81,8 @@ def check_store(job: GraphJob, paths: JobPaths, timeout_s: float = 10.0) -> None
     where = f"{paths.job_file}: spec.graph.store"
     keys = load_keys(key_file)
     cfg = ClientConfig(
-        list(ref.addresses), keys=keys, timeout=timeout_s, heartbeat_interval=0,
-        name="graphrun-run-check",
+        list(ref.addresses), job=job.name, keys=keys, timeout=timeout_s,
+        heartbeat_interval=0, name="graphrun-run-check",
     )  # fmt: skip
     try:
         client = KVClient(cfg)

@@ -19,6 +19,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,14 +45,19 @@ Z85 = frozenset(
 
 @dataclass(frozen=True, repr=False)
 class KeyPair:
-    """A CURVE key pair, Z85-encoded (40 ASCII characters each)."""
+    """A CURVE key pair, Z85-encoded (40 ASCII characters each). ``server`` is the public
+    key of the store it opens when that is not this pair's own (a job key of a shared
+    store, :mod:`graphrun.rpc.access`)."""
 
     public: str
     secret: str
+    server: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("public", "secret"):
+        for name in ("public", "secret", "server"):
             val = getattr(self, name)
+            if name == "server" and val is None:
+                continue
             if not isinstance(val, str) or len(val) != 40 or not set(val) <= Z85:
                 raise ArgumentError(f"KeyPair.{name}: expected a 40-character Z85 string")
         if zmq.curve_public(self.secret.encode("ascii")).decode("ascii") != self.public:
@@ -67,9 +73,11 @@ def new_keypair() -> KeyPair:
 
 
 def key_file_text(keys: KeyPair) -> str:
-    """The key file's content (JSON: format, version, public, secret)."""
+    """The key file's content (JSON: format, version, public, secret[, server])."""
     data = {"format": KEY_FORMAT, "version": KEY_VERSION, "public": keys.public}
     data["secret"] = keys.secret
+    if keys.server is not None:
+        data["server"] = keys.server
     return json.dumps(data) + "\n"
 
 
@@ -109,7 +117,12 @@ def load_keys(path: str | Path) -> KeyPair:
     if data.get("version") != KEY_VERSION:
         raise ArgumentError(f"{p}: field 'version' is {data.get('version')!r}, not {KEY_VERSION}")
     try:
-        return KeyPair(str(data.get("public")), str(data.get("secret")))
+        server = data.get("server")
+        return KeyPair(
+            str(data.get("public")),
+            str(data.get("secret")),
+            None if server is None else str(server),
+        )
     except ArgumentError as exc:
         raise ArgumentError(f"{p}: {exc}") from None
 
@@ -142,14 +155,20 @@ REFUSED = RateLimitedLog(log)
 
 
 class _JobKeyOnly:
-    """ZAP credentials provider: admit exactly the job's public key, and say who was refused."""
+    """ZAP credentials provider: admit the server's public key (and the keys ``admit``
+    accepts), and say who was refused."""
 
-    def __init__(self, public: str, name: str, auth: _AddressAuthenticator) -> None:
+    def __init__(
+        self, public: str, name: str, auth: _AddressAuthenticator,
+        admit: Callable[[str], bool] | None = None,
+    ) -> None:  # fmt: skip
         self._public = public.encode("ascii")
-        self._name, self._auth = name, auth
+        self._name, self._auth, self._admit = name, auth, admit
 
     def callback(self, domain: str, key: bytes) -> bool:
         if key == self._public:
+            return True
+        if self._admit is not None and self._admit(key.decode("ascii", "replace")):
             return True
         REFUSED.warning(
             "%s: refused a connection from %s: wrong or missing job key",
@@ -171,16 +190,22 @@ class _AddressAuthenticator(ThreadAuthenticator):
 
 
 def secure_server(
-    ctx: zmq.Context, sock: zmq.Socket, keys: KeyPair, name: str = "server"
+    ctx: zmq.Context,
+    sock: zmq.Socket,
+    keys: KeyPair,
+    name: str = "server",
+    admit: Callable[[str], bool] | None = None,
 ) -> ThreadAuthenticator:
-    """Make ``sock`` a CURVE server admitting only holders of ``keys``; returns the ZAP thread.
+    """Make ``sock`` a CURVE server admitting only holders of ``keys`` (and clients whose
+    Z85 public key ``admit`` accepts); returns the ZAP thread. Every message then carries
+    its sender's public key as its ``User-Id``.
 
     The authenticator is bound to ``ctx``: use one context per server. Stop it on close.
     A refused key is logged (rate-limited) with the peer's address.
     """
     auth = _AddressAuthenticator(ctx)
     auth.start()
-    provider = _JobKeyOnly(keys.public, name, auth)
+    provider = _JobKeyOnly(keys.public, name, auth, admit)
     auth.configure_curve_callback(ZAP_DOMAIN, credentials_provider=provider)
     sock.zap_domain = ZAP_DOMAIN.encode()
     sock.curve_secretkey = keys.secret.encode("ascii")
@@ -190,7 +215,8 @@ def secure_server(
 
 
 def secure_client(sock: zmq.Socket, keys: KeyPair) -> None:
-    """Make ``sock`` a CURVE client presenting the job key pair."""
-    sock.curve_serverkey = keys.public.encode("ascii")
+    """Make ``sock`` a CURVE client presenting the job key pair to the server whose public
+    key is ``keys.server`` (default: the pair's own, the job's own store)."""
+    sock.curve_serverkey = (keys.server or keys.public).encode("ascii")
     sock.curve_publickey = keys.public.encode("ascii")
     sock.curve_secretkey = keys.secret.encode("ascii")

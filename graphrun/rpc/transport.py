@@ -107,16 +107,19 @@ class RpcServer:
         keys: KeyPair | None = None,
         limits: Limits = DEFAULT_LIMITS,
         name: str = "server",
+        admit: Callable[[str], bool] | None = None,
     ) -> None:
         self.handler = handler
         self.limits = limits
         self.name = name
+        # the Z85 public key of the request being handled (None without CURVE)
+        self.current_user: str | None = None
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.linger = 0
         self._sock.setsockopt(zmq.MAXMSGSIZE, limits.max_request_frame_bytes)
         self._sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
-        self._auth = secure_server(self._ctx, self._sock, keys, name) if keys else None
+        self._auth = secure_server(self._ctx, self._sock, keys, name, admit) if keys else None
         self._monitor = self._sock.get_monitor_socket(_REFUSED_EVENTS)  # before bind: close()
         try:
             _check_port(address)
@@ -159,6 +162,7 @@ class RpcServer:
 
     def _serve_one(self, frames: list[Any]) -> None:
         peer, payload = frames[0].bytes, frames[1:]
+        self.current_user = _user_id(frames[-1]) if self._auth is not None else None
         try:
             msg = decode(payload, self.limits)
         except ProtocolError as exc:
@@ -217,6 +221,14 @@ class RpcServer:
         self._monitor.close(0)
         self._sock.close(linger=1000)  # let the last replies (e.g. to "stop") go out
         self._ctx.term()
+
+
+def _user_id(frame: Any) -> str | None:
+    """The ZAP User-Id of a received frame: the sender's public key under CURVE."""
+    try:
+        return str(frame.get("User-Id"))
+    except (zmq.ZMQError, AttributeError):
+        return None
 
 
 def _check_port(address: str) -> None:

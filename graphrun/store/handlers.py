@@ -216,16 +216,19 @@ def register_backup(state: ServerState, req: Request) -> Response:
 
 
 def stats(state: ServerState, req: Request) -> Response:
+    """Sessions, jobs, tensors and requests served; a job key sees its own job only."""
     jobs: dict[str, int] = {}
     for s in state.sessions.values():
-        jobs[s.job] = jobs.get(s.job, 0) + 1
+        if req.admin or s.job == req.job:
+            jobs[s.job] = jobs.get(s.job, 0) + 1
+    seen = [(j, n) for j, n in state.tensors if req.admin or j in (GRAPH_JOB, req.job)]
     return Response(
         {
             "part": state.part,
             "index": state.index,
-            "sessions": len(state.sessions),
+            "sessions": sum(jobs.values()),
             "jobs": jobs,
-            "tensors": sorted(f"{j}/{n}" if j else n for j, n in state.tensors),
+            "tensors": sorted(f"{j}/{n}" if j else n for j, n in seen),
             "served": dict(state.served),
             "backups": list(state.backups),
         }

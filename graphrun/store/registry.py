@@ -62,6 +62,7 @@ class Request:
     tensors: tuple[np.ndarray, ...] = ()
     job: str = ""
     session: str = ""
+    admin: bool = True  # the store's admin key (or no CURVE); False: a job key
 
     def param(self, key: str, typ: type | tuple[type, ...], default: Any = ...) -> Any:
         """Body field ``key`` checked against ``typ`` (ArgumentError naming it if wrong)."""

@@ -30,6 +30,7 @@ from typing import Any
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.partition.book import PartitionBook
 from graphrun.partition.format import load_partition
+from graphrun.rpc.access import Access, ClientKeys
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import Message, MsgKind
 from graphrun.rpc.transport import RpcClient, RpcServer
@@ -63,9 +64,15 @@ class ServerConfig:
     heartbeat_timeout: float = 30.0
     request_timeout: float = 30.0
     extensions: Sequence[str] = field(default_factory=tuple)
+    clients_dir: Path | None = None  # job keys admitted besides the admin key (rpc/access.py)
 
 
 def _check_config(cfg: ServerConfig) -> None:
+    if cfg.clients_dir is not None:
+        if cfg.keys is None:
+            raise ArgumentError("clients_dir: job keys need a CURVE store (an admin key)")
+        if not Path(cfg.clients_dir).is_dir():
+            raise ArgumentError(f"clients_dir: {cfg.clients_dir} is not a directory")
     if not Path(cfg.shm_dir).is_dir():
         raise ArgumentError(f"shm_dir: {cfg.shm_dir} is not a directory")
     for name in ("heartbeat_timeout", "request_timeout"):
@@ -177,8 +184,15 @@ def attach_backup_state(cfg: ServerConfig, main: RpcClient) -> ServerState:
     return state
 
 
-def make_handler(state: ServerState, registry: Registry) -> Callable[[bytes, Message], Message]:
-    """The RPC handler: registry dispatch with session checks."""
+def make_handler(
+    state: ServerState,
+    registry: Registry,
+    access: Access | None = None,
+    user: Callable[[], str | None] = lambda: None,
+) -> Callable[[bytes, Message], Message]:
+    """The RPC handler: registry dispatch with session and access checks (``user()``: the
+    public key of the request's sender, see :mod:`graphrun.rpc.access`)."""
+    access = access or Access(None)
 
     def handle(peer: bytes, msg: Message) -> Message:
         entry = registry.get(msg.op)
@@ -188,9 +202,10 @@ def make_handler(state: ServerState, registry: Registry) -> Callable[[bytes, Mes
             raise ArgumentError(f"{msg.op}: fields 's' and 'job' must be strings")
         if entry.needs_session:
             job = state.touch(session, time.monotonic()).job
-        elif session in state.sessions:
+        job, admin = access.check(user(), msg.op, job)
+        if not entry.needs_session and session in state.sessions:
             state.touch(session, time.monotonic())
-        req = Request(msg.op, msg.body, msg.tensors, job=job, session=session)
+        req = Request(msg.op, msg.body, msg.tensors, job=job, session=session, admin=admin)
         resp = entry.handler(state, req)
         state.served[msg.op] = state.served.get(msg.op, 0) + 1
         return Message(MsgKind.REPLY, msg.op, msg.request_id, resp.body, resp.tensors)
@@ -239,7 +254,13 @@ def run_server(
     address = ""
     try:
         name = f"store:{state.part}" + (f":{state.index}" if state.index else "")
-        server = RpcServer(cfg.address, make_handler(state, registry), keys=cfg.keys, name=name)
+        clients = ClientKeys(cfg.clients_dir) if cfg.clients_dir is not None else None
+        access = Access(cfg.keys.public if cfg.keys else None, clients)
+        box: list[RpcServer] = []
+        handler = make_handler(state, registry, access, lambda: box[0].current_user)
+        admit = clients.__contains__ if clients is not None else None
+        server = RpcServer(cfg.address, handler, keys=cfg.keys, name=name, admit=admit)
+        box.append(server)
         address = _advertised(server.address, cfg.advertise_host)
         if main is not None:
             me = {"address": address, "pid": os.getpid(), "start": start_ms()}

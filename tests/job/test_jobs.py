@@ -368,19 +368,27 @@ def test_two_jobs_train_on_one_running_store_and_leave_it_serving(tmp_path):
     only through the Python API)."""
     import yaml
 
+    from graphrun.cli import main
     from graphrun.errors import SpecError
     from graphrun.rpc.auth import generate_keys
     from graphrun.testing.procs import start_stores
 
     path = small_job(tmp_path, epochs=2, lr=0.03)
     generate_keys(tmp_path / "store.key")
-    with start_stores(tmp_path / "parts", 2, key_file=tmp_path / "store.key") as stores:
+    clients = tmp_path / "clients"
+    clients.mkdir()  # the second job has a key of its own: it acts as that job only
+    assert (
+        main(["keygen", str(clients / "second.key"), "--store", str(tmp_path / "store.key")]) == 0
+    )
+    extra = ["--clients", str(clients)]
+    with start_stores(
+        tmp_path / "parts", 2, key_file=tmp_path / "store.key", extra_args=extra
+    ) as stores:
         spec = yaml.safe_load(path.read_text())
-        spec["spec"]["graph"] = {
-            "store": {"addresses": [s.address for s in stores], "keyFile": "store.key"}
-        }
+        spec["spec"]["graph"] = {"store": {"addresses": [s.address for s in stores]}}
         del spec["spec"]["partition"]
-        for name in ("first", "second"):
+        for name, key in (("first", "store.key"), ("second", "clients/second.key")):
+            spec["spec"]["graph"]["store"]["keyFile"] = key
             spec["metadata"]["name"] = name
             job_file = tmp_path / f"{name}.yaml"
             job_file.write_text(yaml.safe_dump(spec))

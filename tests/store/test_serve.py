@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from graphrun.errors import ArgumentError, RpcError
+from graphrun.errors import ArgumentError, RpcError, StoreError
 from graphrun.rpc.transport import RpcClient
 from graphrun.store.client import ClientConfig, KVClient
 from graphrun.testing.procs import ChildFailed, child_env, start_store, start_stores
@@ -391,3 +391,48 @@ def test_pushes_and_pulls_bigger_than_a_frame_are_split(homo, key_file, keys, tm
         values = rng.random((600, 40_000), dtype=np.float32)
         c.push("wide", np.arange(600), values)
         np.testing.assert_array_equal(c.pull("wide", np.arange(600)), values)
+
+
+def test_job_keys_of_a_shared_store_reach_their_own_job_only(homo, key_file, keys, tmp_path):
+    """One key served every job of a shared store: any job could read or overwrite another
+    job's tensors, stop the store, or register a backup at any address."""
+    from graphrun.cli import main
+    from graphrun.errors import AuthError
+    from graphrun.rpc.auth import load_keys, new_keypair
+
+    def job_key(name):  # `graphrun keygen clients/JOB.key --store STORE_KEY`
+        assert main(["keygen", str(clients / f"{name}.key"), "--store", str(key_file)]) == 0
+        return load_keys(clients / f"{name}.key")
+
+    _, parts = homo
+    clients = tmp_path / "clients"
+    clients.mkdir()
+    key_a = job_key("jobA")
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    extra = ["--clients", str(clients)]
+    with start_stores(parts, 2, key_file=key_file, shm_dir=shm, extra_args=extra) as stores:
+        addresses = [s.address for s in stores]
+        with KVClient(ClientConfig(addresses, job="jobA", keys=key_a, use_shm=False)) as a:
+            a.init_tensor("emb", "node:_N", (2,))
+            assert a.pull(FEAT, [0, 1]).shape == (2, 8)  # the graph: readable
+            with pytest.raises(AuthError, match="needs the store's admin key"):
+                a.call(0, "stop", a._base())
+            with pytest.raises(AuthError, match="needs the store's admin key"):
+                a.call(0, "register_backup", {"address": "tcp://10.0.0.1:1", "pid": 1})
+            assert all("jobB" not in t for t in a.stats(0)["tensors"])
+        with pytest.raises(AuthError, match="acts as job 'jobA', not 'jobB'"):
+            KVClient(ClientConfig(addresses, job="jobB", keys=key_a, use_shm=False, timeout=5))
+        with pytest.raises(RpcError):  # not admitted at all: refused in the handshake
+            KVClient(ClientConfig(addresses, job="jobB", keys=new_keypair(), timeout=2))
+        key_b = job_key("jobB")  # admitted without a restart
+        time.sleep(1.2)
+        with (
+            KVClient(ClientConfig(addresses, job="jobB", keys=key_b, use_shm=False)) as b,
+            pytest.raises(StoreError, match="does not exist"),
+        ):
+            b.pull("emb", [0])  # jobA's tensor is not jobB's
+        with client(stores, keys, use_shm=False) as admin:  # the admin key: everything
+            assert "tensors" in admin.call(0, "manifest").body
+        for s in stores:
+            s.check()
