@@ -41,6 +41,10 @@ def check_supported(job: GraphJob) -> None:
             "spec.graph.store.keySecret: required on Kubernetes (a Secret in the job's "
             "namespace holding the store's job.key); keyFile is read by graphrun run only"
         )
+    for replica in ("partitioner", "worker", "launcher"):
+        user = getattr(spec.replica_specs, replica)
+        if user is not None:
+            check_pod_policy(user.template, f"spec.replicaSpecs.{replica}.template")
     L.shared_volume(job)
     resolve_placement(job)
     L.check_plan_nodes(job)
@@ -49,6 +53,39 @@ def check_supported(job: GraphJob) -> None:
         raise SpecError(
             "spec.replicaSpecs.launcher.template: the launcher container needs a command"
         )
+
+
+HOST_FIELDS = ("hostNetwork", "hostPID", "hostIPC")
+
+
+def check_pod_policy(template: dict[str, Any], where: str) -> None:
+    """The pod policy of a GraphJob's templates (docs/kubernetes.md): creating a GraphJob
+    must not give more than a graphrun pod needs. Refused: host namespaces, hostPath
+    volumes, privileged containers or privilege escalation, added capabilities, a service
+    account or its token (the operator's pods need none)."""
+    spec = template.get("spec") or {}
+    for name in HOST_FIELDS:
+        if spec.get(name):
+            raise SpecError(f"{where}.spec.{name}: not allowed in a GraphJob (pod policy)")
+    for key in ("serviceAccountName", "serviceAccount"):
+        if spec.get(key) not in (None, "", "default"):
+            raise SpecError(f"{where}.spec.{key}: not allowed in a GraphJob (pod policy)")
+    if spec.get("automountServiceAccountToken"):
+        raise SpecError(
+            f"{where}.spec.automountServiceAccountToken: not allowed in a GraphJob (pod policy)"
+        )
+    for i, vol in enumerate(spec.get("volumes") or []):
+        if isinstance(vol, dict) and "hostPath" in vol:
+            raise SpecError(f"{where}.spec.volumes[{i}].hostPath: not allowed in a GraphJob "
+                            "(pod policy): use sharedVolume or a PVC")  # fmt: skip
+    for kind in ("initContainers", "containers", "ephemeralContainers"):
+        for i, c in enumerate(spec.get(kind) or []):
+            sc = (c or {}).get("securityContext") or {}
+            at = f"{where}.spec.{kind}[{i}].securityContext"
+            if sc.get("privileged") or sc.get("allowPrivilegeEscalation"):
+                raise SpecError(f"{at}: privileged containers are not allowed (pod policy)")
+            if (sc.get("capabilities") or {}).get("add"):
+                raise SpecError(f"{at}.capabilities.add: not allowed in a GraphJob (pod policy)")
 
 
 def owner_reference(owner: L.Owner) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from graphrun.errors import (
     StoreError,
     UserError,
 )
-from graphrun.rpc.auth import REFUSED, KeyPair, secure_client, secure_server
+from graphrun.rpc.auth import REFUSED, KeyPair, RateLimitedLog, secure_client, secure_server
 from graphrun.rpc.codec import (
     DEFAULT_LIMITS,
     Limits,
@@ -79,6 +79,8 @@ def _error_type(exc: BaseException) -> str:
     return "UserError" if isinstance(exc, UserError) else "RemoteError"
 
 
+# Bad or failed requests: at most 10 lines a minute (a fuzzer made 6,248 lines in one run)
+NOISY = RateLimitedLog(log)
 HANDSHAKE_MS = 5000  # a peer must finish the CURVE handshake this fast (libzmq: 30 s)
 
 _REFUSED_EVENTS = (
@@ -167,18 +169,18 @@ class RpcServer:
             msg = decode(payload, self.limits)
         except ProtocolError as exc:
             rid, op = peek_request(payload) if payload else (0, "")
-            log.warning("%s: bad message from peer %s: %s", self.name, peer.hex(), exc)
+            NOISY.warning("%s: bad message from peer %s: %s", self.name, peer.hex(), exc)
             self._reply(peer, error_message(rid, op, "ProtocolError", str(exc)))
             return
         if msg.kind != MsgKind.REQUEST:
-            log.warning("%s: peer %s sent a %s, not a request", self.name, peer.hex(), msg.kind)
+            NOISY.warning("%s: peer %s sent a %s, not a request", self.name, peer.hex(), msg.kind)
             text = f"expected a request, got {msg.kind.name}"
             self._reply(peer, error_message(msg.request_id, msg.op, "ProtocolError", text))
             return
         try:
             reply = self.handler(peer, msg)
         except GraphrunError as exc:
-            log.warning("%s: %s from peer %s failed: %s", self.name, msg.op, peer.hex(), exc)
+            NOISY.warning("%s: %s from peer %s failed: %s", self.name, msg.op, peer.hex(), exc)
             reply = error_message(msg.request_id, msg.op, _error_type(exc), str(exc))
         except Exception as exc:  # a bug in a handler must not stop the server
             log.exception("%s: %s from peer %s crashed", self.name, msg.op, peer.hex())

@@ -455,3 +455,34 @@ def test_worker_pods_get_a_memory_backed_dev_shm() -> None:
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == mount["name"])
     limit = main["resources"]["limits"]["memory"]
     assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": limit}
+
+
+@pytest.mark.parametrize(
+    ("pod", "field"),
+    [
+        ({"hostNetwork": True}, "spec.hostNetwork"),
+        ({"serviceAccountName": "cluster-admin-sa"}, "spec.serviceAccountName"),
+        ({"automountServiceAccountToken": True}, "spec.automountServiceAccountToken"),
+        ({"volumes": [{"name": "h", "hostPath": {"path": "/"}}]}, r"spec.volumes\[0\].hostPath"),
+        (
+            {"containers": [{"name": "graphrun", "securityContext": {"privileged": True}}]},
+            r"spec.containers\[0\].securityContext",
+        ),
+        (
+            {
+                "initContainers": [
+                    {"name": "x", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}
+                ]
+            },
+            r"spec.initContainers\[0\].securityContext.capabilities.add",
+        ),
+    ],
+)
+def test_pod_templates_follow_the_pod_policy(pod: dict, field: str) -> None:
+    """Templates passed through with any serviceAccountName, hostPath or privileged: a
+    GraphJob's create rights were pod create rights with anything in them."""
+    d = yaml.safe_load((ROOT / "examples" / "kubernetes" / "graphsage.yaml").read_text())
+    d["spec"]["replicaSpecs"]["worker"]["template"]["spec"].update(pod)
+    with pytest.raises(SpecError, match=f"spec.replicaSpecs.worker.template.{field}"):
+        B.check_supported(parse_job(d))
+    B.check_supported(example())  # the examples follow it

@@ -30,12 +30,13 @@ def base_objects() -> list[dict[str, Any]]:
 
 
 def render_chart(
-    release: str = "graphrun", namespace: str = "graphrun-system"
+    release: str = "graphrun", namespace: str = "graphrun-system", **overrides: Any
 ) -> list[dict[str, Any]]:
     """Render the chart's templates with the small subset of Helm they use:
-    ``{{ .Values.a.b }}``, ``{{ .Release.Name|Namespace }}`` and
-    ``{{- toYaml .Values.x | nindent N }}``."""
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    ``{{ .Values.a.b }}``, ``{{ .Release.Name|Namespace }}``,
+    ``{{- toYaml .Values.x | nindent N }}`` and ``{{- if .Values.x }} .. {{- else }} ..
+    {{- end }}`` (not nested)."""
+    values = {**yaml.safe_load((CHART / "values.yaml").read_text()), **overrides}
     scope = {"Values": values, "Release": {"Name": release, "Namespace": namespace}}
 
     def lookup(path: str) -> Any:
@@ -54,6 +55,12 @@ def render_chart(
     docs = []
     for path in sorted((CHART / "templates").glob("*.yaml")):
         text = path.read_text()
+        text = re.sub(  # "{{-" trims the whitespace before it, as Helm does
+            r"\s*\{\{- if (\S+) \}\}(.*?)(?:\s*\{\{- else \}\}(.*?))?\s*\{\{- end \}\}",
+            lambda m: m[2] if lookup(m[1]) else (m[3] or ""),
+            text,
+            flags=re.S,
+        )
         text = re.sub(r"\s*\{\{- toYaml (\S+) \| nindent (\d+) \}\}", to_yaml, text)
         text = re.sub(r"\{\{ (\.\S+) \}\}", lambda m: str(lookup(m[1])), text)
         assert "{{" not in text, f"{path}: template construct the test cannot render"
@@ -127,6 +134,38 @@ def test_helm_objects_are_valid(obj: dict[str, Any]) -> None:
 
 def test_helm_rbac_matches_the_base() -> None:
     assert _rules(render_chart()) == _rules(base_objects())
+
+
+@pytest.mark.parametrize(
+    "obj",
+    render_chart(watchNamespace="ml"),
+    ids=lambda o: f"namespaced-{o['kind']}-{o['metadata']['name']}",
+)
+def test_namespaced_helm_objects_are_valid(obj: dict[str, Any]) -> None:
+    kubernetes_validate.validate(obj, K8S, strict=True)
+
+
+def test_a_namespaced_install_has_no_cluster_wide_rights_but_reading_the_crd() -> None:
+    """The chart bound a ClusterRole granting secrets get/list/create cluster-wide even
+    when the operator watched one namespace."""
+    objs = render_chart(watchNamespace="ml")
+    (role,) = [o for o in objs if o["kind"] == "Role"]
+    (binding,) = [o for o in objs if o["kind"] == "RoleBinding"]
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "ml"
+    assert {tuple(r["resources"]) for r in role["rules"]} >= {("secrets", "services")}
+    (cluster,) = [o for o in objs if o["kind"] == "ClusterRole"]
+    assert cluster["rules"] == [
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+         "verbs": ["get", "list", "watch"]}
+    ]  # fmt: skip
+    (dep,) = [o for o in objs if o["kind"] == "Deployment"]
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=ml" in args and "--all-namespaces" not in args
+    # the rules in the namespace are the cluster install's, less what only kopf's
+    # cluster-wide scanning needs
+    wide = [r for r in _rules(base_objects()) if r["resources"][0] not in
+            ("customresourcedefinitions", "namespaces")]  # fmt: skip
+    assert role["rules"] == wide
 
 
 def test_helm_chart_metadata() -> None:
