@@ -8,8 +8,10 @@ worker and role reads it. It is graphrun's "ip config"::
      "endpoints": {"store:0": "127.0.0.1:41001", "store:0:1": "127.0.0.1:41002", ...},
      "rendezvous": "127.0.0.1:41100"}
 
-``endpoints`` maps every listening role to ``host:port``; ``rendezvous`` is the
-``torch.distributed`` TCP store of the trainers (on trainer 0's machine).
+``endpoints`` maps every listening role to ``host:port``; ``rendezvous`` is where the
+trainers meet (``torch.distributed``): a TCP store on trainer 0's machine (Kubernetes),
+or ``file:///RUN/rendezvous/<attempt>`` when every machine is on this host (the local
+backend: nothing listens for it, only the job's user can reach it).
 """
 
 from __future__ import annotations

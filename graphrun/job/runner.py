@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import sys
 import threading
 import time
@@ -320,6 +321,18 @@ class LocalJob:
         else:
             self._attempt(plan_hosts(self.job, self.roles), resume, None)
 
+    def _file_rendezvous(self) -> str:
+        """Every machine runs on this host: the trainers meet in a fresh file of the run
+        directory (mode 0700) instead of a TCP store, which listens on every interface
+        unauthenticated (SECURITY.md); one file per attempt, so a restart never reads a
+        dead attempt's keys."""
+        d = self.paths.run_dir / "rendezvous"
+        d.mkdir(parents=True, exist_ok=True)
+        d.chmod(0o700)
+        for old in d.iterdir():
+            old.unlink(missing_ok=True)
+        return f"file://{d / secrets.token_hex(8)}"
+
     def _hosts_mode(self) -> str:
         return self.opts.hosts or self.job.spec.runtime.hosts
 
@@ -339,9 +352,9 @@ class LocalJob:
 
     def launches(self, hosts: Hosts, resume: bool) -> list[MachineLaunch]:
         env = {**package_env(), **self.opts.env}
-        if self._hosts_mode() == "netns":
-            # the host name resolves to 127.0.0.1 in a namespace: gloo must use eth0
-            env.setdefault("GLOO_SOCKET_IFNAME", "eth0")
+        # gloo's connections: the namespace's private link, or loopback on one host
+        # (not every interface the host name resolves to)
+        env.setdefault("GLOO_SOCKET_IFNAME", "eth0" if self._hosts_mode() == "netns" else "lo")
         # all "machines" share this host's cores: one share per trainer, not all each
         threads = max(1, (os.cpu_count() or 1) // self.job.spec.num_trainers)
         args = ("--threads", str(threads), *self.opts.trainer_args)
@@ -353,6 +366,7 @@ class LocalJob:
 
     def _attempt(self, hosts: Hosts, resume: bool, wrap: Wrap | None) -> None:
         self._write_key()
+        hosts = replace(hosts, rendezvous=self._file_rendezvous())
         hosts.write(self.paths.hosts_file)
         launches = self.launches(hosts, resume)
         machines = LocalMachines(

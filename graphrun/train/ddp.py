@@ -23,7 +23,7 @@ from graphrun.errors import ArgumentError
 class DDPConfig:
     rank: int
     world_size: int
-    rendezvous: str  # "host:port"
+    rendezvous: str  # "host:port" (a TCP store on trainer 0), or "file:///path" (one host)
     backend: str | None = None  # None: nccl with CUDA, else gloo
     timeout_s: float = 300.0
 
@@ -49,7 +49,7 @@ def process_group(cfg: DDPConfig) -> Iterator[None]:
     """Join the trainers' process group for the duration of the block."""
     dist.init_process_group(
         cfg.resolved_backend,
-        init_method=f"tcp://{cfg.rendezvous}",
+        init_method=cfg.rendezvous if "://" in cfg.rendezvous else f"tcp://{cfg.rendezvous}",
         rank=cfg.rank,
         world_size=cfg.world_size,
         timeout=timedelta(seconds=cfg.timeout_s),

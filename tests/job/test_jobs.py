@@ -442,3 +442,32 @@ def test_a_run_killed_with_sigkill_is_reported_lost_by_the_next_and_cleaned(tmp_
     assert "the previous run (graphrun run, pid" in created["message"]
     dead = tuple(f"graphrun-{r.pid}-" for r in roles)
     assert [p for p in os.listdir("/dev/shm") if p.startswith(dead)] == []
+
+
+def test_a_local_job_listens_on_loopback_only(tmp_path):
+    """The trainers' TCP rendezvous store listened on every interface, unauthenticated:
+    local jobs meet in a file of the run directory and gloo uses loopback."""
+    path = small_job(tmp_path, entryPoint="graphrun.testing.jobs:wait")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "graphrun", "run", str(path), "--grace", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            if "waiting" in line:
+                break
+        hosts = json.loads((tmp_path / "runs" / "small" / "hosts.json").read_text())
+        assert hosts["rendezvous"].startswith(f"file://{tmp_path / 'runs' / 'small'}")
+        listening = [
+            (ch.pid, c.laddr)
+            for ch in psutil.Process(proc.pid).children(recursive=True)
+            for c in ch.net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN
+        ]
+        assert listening, "no listening sockets at all?"
+        assert all(addr.ip in ("127.0.0.1", "::1") for _, addr in listening), listening
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
