@@ -56,6 +56,7 @@ class OperatorContext:
     _running: set[tuple[str, str]] = field(default_factory=set)
     _again: set[tuple[str, str]] = field(default_factory=set)
     _guard: threading.Lock = field(default_factory=threading.Lock)
+    _wakeups: dict[tuple[str, str], threading.Timer] = field(default_factory=dict)
 
     def claim(self, key: tuple[str, str]) -> bool:
         """True: the caller reconciles ``key`` now. False: another thread is doing it
@@ -76,16 +77,47 @@ class OperatorContext:
             self._running.discard(key)
             return False
 
+    def wake_up(self, key: tuple[str, str], delay: float | None) -> None:
+        """Reconcile ``key`` again after ``delay`` seconds (a deadline, a TTL), sooner
+        than the periodic resync would. Replaces the job's earlier wake-up."""
+        with self._guard:
+            old = self._wakeups.pop(key, None)
+            if old is not None:
+                old.cancel()
+            if delay is None or delay >= self.resync_seconds:
+                return  # the resync timer comes first
+            timer = threading.Timer(max(delay, 0.0) + 0.05, self._woken, args=key)
+            timer.daemon = True
+            self._wakeups[key] = timer
+            timer.start()
+
+    def _woken(self, namespace: str, name: str) -> None:
+        with self._guard:
+            self._wakeups.pop((namespace, name), None)
+        try:
+            reconcile_soon(self, namespace, name)
+        except Exception as exc:  # the API server is away: the next trigger retries
+            log.warning("GraphJob %s/%s: %s", namespace, name, exc)
+
+    def close(self) -> None:
+        """Cancel the pending wake-ups (the operator is stopping)."""
+        with self._guard:
+            for timer in self._wakeups.values():
+                timer.cancel()
+            self._wakeups.clear()
+
 
 def reconcile_soon(ctx: OperatorContext, namespace: str, name: str) -> None:
-    """Reconcile now, or leave it to the thread already reconciling this job."""
+    """Reconcile now, or leave it to the thread already reconciling this job; then
+    arrange the wake-up the plan asks for (``Plan.requeue_after``)."""
     key = (namespace, name)
     if not ctx.claim(key):
         return
     try:
         while True:
-            reconcile_job(ctx, namespace, name)
+            plan = reconcile_job(ctx, namespace, name)
             if not ctx.release(key):
+                ctx.wake_up(key, plan.requeue_after if plan else None)
                 return
     except BaseException:
         while ctx.release(key):
@@ -169,6 +201,10 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
     """Add the handlers to ``registry``."""
     res = (crd.GROUP, crd.VERSION, crd.PLURAL)
 
+    @kopf.on.cleanup(registry=registry)
+    def cleanup(**_: Any) -> None:
+        ctx.close()
+
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
         return connection_info(ctx.kube.api.configuration)
@@ -181,6 +217,8 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
             reconcile_soon(ctx, namespace or "default", name)
         except SpecError as exc:
             raise kopf.PermanentError(str(exc)) from exc
+        except KubeError as exc:  # the API server was busy or down: try again soon
+            raise kopf.TemporaryError(str(exc), delay=min(5.0, ctx.resync_seconds)) from exc
 
     @kopf.timer(*res, interval=ctx.resync_seconds, registry=registry)
     def resync(name: str, namespace: str | None, **_: Any) -> None:
@@ -191,6 +229,11 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
     @kopf.on.event(
         "v1", "pods", labels={L.LABEL_JOB: kopf.PRESENT, **L.MANAGED_BY}, registry=registry
     )
-    def pod_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
+    @kopf.on.event(
+        "batch", "v1", "jobs", labels={L.LABEL_JOB: kopf.PRESENT, **L.MANAGED_BY}, registry=registry
+    )
+    def child_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
+        # A pod's phase or a partitioner Job's condition: the Job is Complete only after
+        # its pod Succeeded, so both are watched (else the next resync moves the job on).
         with contextlib.suppress(SpecError):
             reconcile_soon(ctx, namespace or "default", labels[L.LABEL_JOB])

@@ -189,12 +189,12 @@ def run_operator(registry: kopf.OperatorRegistry, stop: threading.Event) -> None
 
 
 @pytest_asyncio.fixture
-async def cluster(kmock: Any) -> AsyncIterator[Cluster]:
+async def cluster(kmock: Any, request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
     declare(kmock)
     url = str(kmock.url).rstrip("/")
     ctx = OperatorContext(
         kube=Kube(client.ApiClient(client.Configuration(host=url))),
-        resync_seconds=0.3,
+        resync_seconds=getattr(request, "param", 0.3),
     )
     registry = kopf.OperatorRegistry()
     register(registry, ctx)
@@ -352,6 +352,22 @@ async def test_failure_with_clean_pod_policy_all_then_deletion(cluster: Cluster)
     await asyncio.sleep(1.0)  # three resync periods
     for kind in ("Secret", "ConfigMap", "Service", "Pod", "Job"):
         assert await c.names(kind) == []
+
+
+@pytest.mark.parametrize("cluster", [600.0], indirect=True)
+async def test_deadline_fires_on_time_between_resyncs(cluster: Cluster) -> None:
+    # The plan's requeue_after wakes the job at its deadline; the 10-minute resync
+    # would have failed it 10 minutes late.
+    c = cluster
+    await c.create_graphjob(example(activeDeadlineSeconds=3))
+    await eventually(lambda: c.names("Pod", "partitioner"))
+    await c.finish_partitioner()
+    for w in await eventually(n_workers(c)):
+        await c.set_pod(w, "Running", ready=True)
+    await eventually(phase_is(c, "Training"))
+    await eventually(phase_is(c, "Failed"), timeout=10)
+    failed = next(x for x in (await c.status())["conditions"] if x["type"] == "Failed")
+    assert failed["reason"] == "DeadlineExceeded"
 
 
 async def test_invalid_spec_fails_naming_the_field(cluster: Cluster) -> None:
