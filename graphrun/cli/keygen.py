@@ -29,7 +29,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
-    from graphrun.graph.format import write_text_atomic
+    from graphrun.files import write_atomic
     from graphrun.rpc.auth import KeyPair, key_file_text, load_keys, new_keypair
 
     if not args.path.parent.is_dir():
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     if args.store is not None:
         keys = KeyPair(keys.public, keys.secret, server=load_keys(args.store).public)
     try:
-        write_text_atomic(args.path, key_file_text(keys), mode=0o600, replace=False)
+        write_atomic(args.path, key_file_text(keys), mode=0o600, replace=False)
     except FileExistsError:
         raise ArgumentError(f"{args.path}: already exists (a key is never overwritten)") from None
     print(f"graphrun keygen: wrote {args.path}")

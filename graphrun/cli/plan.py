@@ -149,7 +149,7 @@ def write_inline(job_file: Path, plan: Any, out: Path) -> Path:
     import yaml
 
     from graphrun.job.spec import parse_job, resolve_placement
-    from graphrun.placement._io import read_yaml, write_text_atomic
+    from graphrun.placement._io import read_yaml, write_file
 
     data = read_yaml(job_file, "job spec")
     placement = dict(data["spec"].get("placement") or {})
@@ -158,4 +158,4 @@ def write_inline(job_file: Path, plan: Any, out: Path) -> Path:
     data["spec"]["placement"] = {**placement, "plan": plan.model_dump()}
     resolve_placement(parse_job(data, str(out)))
     head = f"# {job_file} placed by `graphrun plan`\n"
-    return write_text_atomic(out, head + yaml.safe_dump(data, sort_keys=False))
+    return write_file(out, head + yaml.safe_dump(data, sort_keys=False))

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     import yaml
 
     from graphrun.errors import ArgumentError
-    from graphrun.graph.format import write_text_atomic
+    from graphrun.files import write_atomic
     from graphrun.job.hostprobe import ProbeHost, probe
 
     if not math.isfinite(args.seconds) or args.seconds <= 0:
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             ]
             result = probe(hosts, args.seconds)
     try:
-        write_text_atomic(args.output, yaml.safe_dump(result["cluster"], sort_keys=False))
+        write_atomic(args.output, yaml.safe_dump(result["cluster"], sort_keys=False))
     except OSError as exc:
         raise ArgumentError(f"-o: cannot write {args.output} ({exc.strerror})") from None
     print(json.dumps(result["measured"]))

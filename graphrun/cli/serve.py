@@ -158,7 +158,7 @@ def _job_keys(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
-    from graphrun.graph.format import write_text_atomic
+    from graphrun.files import write_atomic
     from graphrun.rpc.tuning import keep_large_allocations
     from graphrun.store.server import ServerConfig, run_server
 
@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
         if args.ready_file:
             info = {"address": address, "pid": os.getpid(), "part": args.part}
             data = {**info, "index": cfg.backup_index}
-            write_text_atomic(args.ready_file, json.dumps(data) + "\n")
+            write_atomic(args.ready_file, json.dumps(data) + "\n")
         print(f"graphrun serve: partition {args.part} ready on {address}", flush=True)
 
     def on_tick() -> None:  # the backups this server started: restart the dead, by policy

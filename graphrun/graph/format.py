@@ -31,7 +31,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import secrets
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -93,30 +92,6 @@ def commit_dir(tmp: Path, final: Path) -> None:
     if final.exists():
         final.rmdir()  # empty, checked by atomic_dir
     os.replace(tmp, final)
-
-
-def write_text_atomic(path: str | Path, text: str, mode: int = 0o666, replace: bool = True) -> None:
-    """Write ``text`` to a fresh temporary sibling of ``path``, then move it to ``path``.
-
-    The temporary file is new (``O_EXCL | O_NOFOLLOW``, a random name: a stale or planted
-    file or symlink is never written through) and gets exactly ``mode`` (secrets: 0600).
-    With ``replace=False`` an existing ``path`` is kept: FileExistsError.
-    """
-    final = Path(path)
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-    fd = os.open(tmp, flags, mode)
-    try:
-        with os.fdopen(fd, "w") as f:
-            if mode & 0o077 == 0:
-                os.fchmod(f.fileno(), mode)  # whatever the umask
-            f.write(text)
-        if replace:
-            os.replace(tmp, final)
-        else:
-            os.link(tmp, final)  # FileExistsError if it is there
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def save_dataset(

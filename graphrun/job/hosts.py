@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from graphrun.errors import SpecError
-from graphrun.graph.format import read_json, write_text_atomic
+from graphrun.files import write_atomic
+from graphrun.graph.format import read_json
 
 FORMAT = "graphrun-hosts"
 VERSION = 1
@@ -73,7 +74,7 @@ class Hosts:
 
     def write(self, path: str | Path) -> Path:
         p = Path(path)
-        write_text_atomic(p, json.dumps(self.to_dict(), indent=2) + "\n")
+        write_atomic(p, json.dumps(self.to_dict(), indent=2) + "\n")
         return p
 
     @classmethod

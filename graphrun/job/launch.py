@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from graphrun.errors import SpecError
-from graphrun.graph.format import read_json, write_text_atomic
+from graphrun.files import write_atomic
+from graphrun.graph.format import read_json
 from graphrun.job.process import RoleCommand
 
 RoleKind = Literal["store", "sampler", "trainer"]
@@ -95,7 +96,7 @@ class MachineLaunch:
 
     def write(self, path: str | Path) -> Path:
         p = Path(path)
-        write_text_atomic(p, json.dumps(self.to_dict(), indent=2) + "\n")
+        write_atomic(p, json.dumps(self.to_dict(), indent=2) + "\n")
         return p
 
     @classmethod

@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from graphrun.errors import JobFailed, SpecError, UserError
+from graphrun.files import write_atomic
 from graphrun.job.hosts import Hosts
 from graphrun.job.launch import MachineLaunch
 from graphrun.job.local import LocalMachines, Wrap, package_env
@@ -157,12 +158,12 @@ class LocalJob:
     def _write_state(self) -> None:
         path = self.paths.state_file
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
         from graphrun.store.shm import start_ms
 
         launcher = {"pid": os.getpid(), "start": start_ms()}
-        tmp.write_text(json.dumps({**self.state.to_dict(), "launcher": launcher}, indent=2) + "\n")
-        os.replace(tmp, path)
+        write_atomic(
+            path, json.dumps({**self.state.to_dict(), "launcher": launcher}, indent=2) + "\n"
+        )
 
     def _after_a_lost_run(self) -> None:
         """A previous ``graphrun run`` of this job that was killed (-9) left its state
@@ -342,10 +343,8 @@ class LocalJob:
         key = self.paths.key_file
         shared = store_key_file(self.job, self.paths)
         if shared is not None:  # the running store's key: trainers and probes use it
-            from graphrun.graph.format import write_text_atomic
-
             key.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(key, shared.read_text(), mode=0o600)
+            write_atomic(key, shared.read_text(), mode=0o600)
         elif not key.is_file():
             key.parent.mkdir(parents=True, exist_ok=True)
             generate_keys(key)

@@ -26,7 +26,6 @@ the trainer whose all-reduce would time out minutes later.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -37,6 +36,7 @@ from typing import Any
 import psutil
 
 from graphrun.errors import JobFailed
+from graphrun.files import write_atomic
 from graphrun.job.launch import MachineLaunch, RoleLaunch
 from graphrun.job.probe import Probe, store_probe
 from graphrun.job.process import RoleExit, Supervisor
@@ -92,9 +92,7 @@ class StatusFile:
             "failure": self.failure,
             "time": time.time(),
         }
-        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(data) + "\n")
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps(data) + "\n")
 
 
 def read_status(path: Path) -> dict[str, Any] | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -11,6 +10,7 @@ import pydantic
 import yaml
 
 from graphrun.errors import SpecError
+from graphrun.files import write_atomic
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 
@@ -47,17 +47,12 @@ def validate(model: type[M], data: Any, where: str) -> M:
         raise SpecError(f"{where}: {loc}: {msg}" if loc else f"{where}: {msg}") from exc
 
 
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path.tmp-<pid>`` and rename it over ``path`` when complete."""
-    path = Path(path)
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+def write_file(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically; a failure is one SpecError line."""
     try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        return write_atomic(path, text)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise SpecError(f"{path}: cannot write: {exc.strerror or exc}") from exc
-    return path
 
 
 def read_json(path: str | Path) -> Any:

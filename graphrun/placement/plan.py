@@ -29,7 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from graphrun.errors import SpecError
-from graphrun.placement._io import read_yaml, validate, write_text_atomic
+from graphrun.placement._io import read_yaml, validate, write_file
 
 ROLE_RE = re.compile(r"^(store:\d+(:[1-9]\d*)?|trainer:\d+|sampler:\d+:\d+|ps:\d+)$")
 
@@ -121,7 +121,7 @@ def dump_plan(plan: PlacementPlan, comments: Sequence[str] = ()) -> str:
 
 def write_plan(plan: PlacementPlan, path: str | Path, comments: Sequence[str] = ()) -> Path:
     """Write the plan atomically (temp file, then rename)."""
-    return write_text_atomic(path, dump_plan(plan, comments))
+    return write_file(path, dump_plan(plan, comments))
 
 
 def make_plan(

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from graphrun.errors import SpecError
-from graphrun.placement._io import read_json, write_text_atomic
+from graphrun.placement._io import read_json, write_file
 
 FORMAT = "graphrun-profile"
 VERSION = 1
@@ -136,7 +136,7 @@ def load_profile(path: str | Path) -> Profile:
 
 
 def save_profile(profile: Profile, path: str | Path) -> Path:
-    return write_text_atomic(path, json.dumps(profile.to_dict(), indent=1) + "\n")
+    return write_file(path, json.dumps(profile.to_dict(), indent=1) + "\n")
 
 
 def builtin_profile(name: str) -> Profile:

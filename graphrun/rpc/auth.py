@@ -29,7 +29,7 @@ import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
 from graphrun.errors import ArgumentError
-from graphrun.graph.format import write_text_atomic
+from graphrun.files import write_atomic
 
 log = logging.getLogger("graphrun.rpc")
 
@@ -84,7 +84,7 @@ def key_file_text(keys: KeyPair) -> str:
 def generate_keys(path: str | Path) -> KeyPair:
     """Make a new job key pair and write it to ``path`` (mode 0600, atomic)."""
     keys = new_keypair()
-    write_text_atomic(path, key_file_text(keys), mode=0o600)
+    write_atomic(path, key_file_text(keys), mode=0o600)
     return keys
 
 
@@ -96,7 +96,7 @@ def ensure_keys(path: str | Path) -> tuple[KeyPair, bool]:
     if not p.exists():
         keys = new_keypair()
         try:
-            write_text_atomic(p, key_file_text(keys), mode=0o600, replace=False)
+            write_atomic(p, key_file_text(keys), mode=0o600, replace=False)
             return keys, True
         except FileExistsError:
             pass

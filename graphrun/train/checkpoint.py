@@ -20,7 +20,6 @@ trains epochs ``e, e+1, ...`` exactly as the uninterrupted run did (tested end t
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 import torch
 
 from graphrun.errors import ArgumentError
+from graphrun.files import write_atomic
 from graphrun.graph.format import write_failed
 
 FORMAT = "graphrun-checkpoint"
@@ -48,21 +48,16 @@ def save_checkpoint(ckpt_dir: str | Path, ckpt: Checkpoint) -> Path:
     d = Path(ckpt_dir)
     d.mkdir(parents=True, exist_ok=True)
     final = d / FILE
-    tmp = d / f".{FILE}.tmp-{os.getpid()}"
     data = {
         "format": FORMAT, "version": VERSION, "epoch": ckpt.epoch, "model": ckpt.model,
         "optimizer": ckpt.optimizer, "sparse": ckpt.sparse, "metrics": ckpt.metrics,
     }  # fmt: skip
     try:
-        torch.save(data, tmp)
-        os.replace(tmp, final)
+        return write_atomic(final, lambda f: torch.save(data, f))
     except OSError as exc:
         raise write_failed(final, exc) from None
     except RuntimeError as exc:  # torch.save on a full disk: "[enforce fail at ...]"
         raise write_failed(final, OSError(str(exc).splitlines()[0])) from None
-    finally:
-        tmp.unlink(missing_ok=True)
-    return final
 
 
 def load_checkpoint(ckpt_dir: str | Path) -> Checkpoint | None:
