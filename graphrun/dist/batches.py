@@ -4,12 +4,16 @@ A :class:`BatchBuilder` needs only a :class:`~graphrun.dist.context.DistContext`
 and a :class:`BatchSpec` (a plain frozen value), so it runs the same in the trainer
 (``num_workers=0``) and in a loader worker process, which builds its own context.
 Every batch is sampled with its own generator seed (:func:`batch_seed`), so a
-batch's content does not depend on which process built it.
+batch's content does not depend on which process built it. What building it cost —
+seconds pulling features, bytes of structure and of features from each partition —
+is its :class:`BatchCost` (``builder.last_cost``), the profile record's inputs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -54,6 +58,43 @@ class BatchSpec:
     edge_split: EdgeSplit | None = None  # link batches: keep held-out and target edges out
 
 
+FEATURE_OPS = ("pull", "pull:shm")
+
+
+@dataclass
+class BatchCost:
+    """Seconds spent sampling (building the batch, feature pulls excepted) and pulling
+    features, and bytes read from each partition: graph structure (sampling, edge and
+    degree queries) and features, remote or from shared memory alike (placement
+    decides which of them cross the network)."""
+
+    sample_s: float = 0.0
+    fetch_s: float = 0.0
+    structure_bytes: dict[int, int] = field(default_factory=dict)
+    feature_bytes: dict[int, int] = field(default_factory=dict)
+
+
+class _Meter:
+    """The client's and sampler's byte counters and the feature clock, before a batch."""
+
+    def __init__(self, ctx: DistContext, features: StoreFeatures) -> None:
+        self.ctx, self.features = ctx, features
+        self.traffic = Counter(ctx.client.traffic)
+        self.local = Counter(ctx.sampler.local_bytes)
+        self.fetch_s = features.seconds
+        self.t0 = time.perf_counter()
+
+    def cost(self) -> BatchCost:
+        fetch_s = self.features.seconds - self.fetch_s
+        cost = BatchCost(time.perf_counter() - self.t0 - fetch_s, fetch_s)
+        for (part, op), n in (Counter(self.ctx.client.traffic) - self.traffic).items():
+            d = cost.feature_bytes if op in FEATURE_OPS else cost.structure_bytes
+            d[part] = d.get(part, 0) + n
+        for part, n in (Counter(self.ctx.sampler.local_bytes) - self.local).items():
+            cost.structure_bytes[part] = cost.structure_bytes.get(part, 0) + n
+        return cost
+
+
 class BatchBuilder:
     def __init__(self, ctx: DistContext, spec: BatchSpec) -> None:
         self.ctx = ctx
@@ -71,11 +112,17 @@ class BatchBuilder:
         )
         self.features = StoreFeatures(ctx.client)
         self._negatives: NegativeSampler | None = None
+        self.last_cost = BatchCost()
 
     def build(self, ids: Tensor, seed: int) -> Data | HeteroData:
+        """The batch of ``ids``; what it cost is then in ``last_cost``."""
+        meter = _Meter(self.ctx, self.features)
         if self.spec.kind == "node":
-            return self.node_batch(ids, seed)
-        return self.link_batch(ids, seed)
+            data = self.node_batch(ids, seed)
+        else:
+            data = self.link_batch(ids, seed)
+        self.last_cost = meter.cost()
+        return data
 
     def node_batch(self, ids: Tensor, seed: int) -> Data | HeteroData:
         """Seeds are per-type ids of ``spec.ntype`` (homogeneous ids when it is None)."""

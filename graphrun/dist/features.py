@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from torch import Tensor
 
@@ -19,9 +21,13 @@ class StoreFeatures:
     def __init__(self, client: KVClient) -> None:
         self.client = client
         self._names = {info.name for info in client.list_tensors()}
+        self.seconds = 0.0  # spent pulling, in total
 
     def node_feature(self, ntype: str, name: str, ids: Tensor) -> Tensor | None:
         key = f"node/{ntype}/{name}"
         if key not in self._names:
             return None
-        return as_torch(self.client.pull(key, ids.numpy().astype(np.int64, copy=False)))
+        t0 = time.perf_counter()
+        rows = self.client.pull(key, ids.numpy().astype(np.int64, copy=False))
+        self.seconds += time.perf_counter() - t0
+        return as_torch(rows)

@@ -27,7 +27,14 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from graphrun.dist.batches import BatchBuilder, BatchSpec, Kind, batch_seed, check_spec
+from graphrun.dist.batches import (
+    BatchBuilder,
+    BatchCost,
+    BatchSpec,
+    Kind,
+    batch_seed,
+    check_spec,
+)
 from graphrun.dist.graph import DistGraph
 from graphrun.dist.workers import WorkerPool
 from graphrun.errors import ArgumentError
@@ -68,6 +75,7 @@ class _DistLoader:
         self.epoch = 0
         self._builder: BatchBuilder | None = None
         self._pool: WorkerPool | None = None
+        self.last_cost = BatchCost()  # of the batch yielded last
 
     def __len__(self) -> int:
         n = self.ids.numel()
@@ -103,10 +111,14 @@ class _DistLoader:
         self.start()
         if self._builder is not None:
             for ids, s in tasks:
-                yield self._builder.build(ids, s)
+                batch = self._builder.build(ids, s)
+                self.last_cost = self._builder.last_cost
+                yield batch
             return
         assert self._pool is not None
-        yield from self._pool.run(tasks, self.prefetch)
+        for batch, cost in self._pool.run(tasks, self.prefetch):
+            self.last_cost = cost
+            yield batch
 
     @property
     def worker_pids(self) -> list[int | None]:

@@ -53,7 +53,8 @@ def _worker_main(
                 break
             run, index, ids, seed = task
             try:
-                results.put(((run, index), builder.build(ids, seed), None))
+                batch = builder.build(ids, seed)
+                results.put(((run, index), (batch, builder.last_cost), None))
             except Exception as exc:
                 results.put(((run, index), None, _describe(exc)))
     finally:

@@ -129,10 +129,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         own = job.spec.graph.store is None
         done = ctx.client.stop_servers if own else None
         run_training(cfg, data, ddp, graph=data.graph, on_done=done)
+        print(
+            json.dumps({"event": "traffic", "rank": args.rank, **traffic(ctx.client)}), flush=True
+        )
     finally:
         data.close()
         ctx.close()
     return 0
+
+
+def traffic(client: Any) -> dict[str, Any]:
+    """Bytes this trainer's client got from the servers of each partition, by operation
+    (its sampler workers, if any, have their own clients)."""
+    received: dict[str, dict[str, int]] = {}
+    for (part, op), n in sorted(client.traffic.items()):
+        if not op.endswith(":shm"):
+            received.setdefault(str(part), {})[op] = n
+    return {"received": received}
 
 
 def _script_entry(cfg: Any, script: Path) -> Any:

@@ -15,10 +15,13 @@ top of it unchanged. For one call:
 
 It talks to the store only through the client's documented generic request API
 (:class:`StoreClient`: ``request``/``wait``/``local_structure``/``local_parts``/``book``).
+The bytes of the answers computed in this process are counted per partition in
+``local_bytes`` (the client counts the remote ones in its ``traffic``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -108,6 +111,10 @@ def decode_reply(msg: Reply, num_seeds: int, typed: bool) -> SampledEdges:
     )
 
 
+def _nbytes(*tensors: Tensor | None) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
 def _int64(a: np.ndarray) -> Tensor:
     """A received frame as a tensor without a copy (the frame belongs to this process)."""
     return shared_tensor(np.asarray(a, dtype=np.int64))
@@ -139,6 +146,7 @@ class DistOneHopSampler:
                     w = None if weight is None else self._pull_weights(p, structure)
                     local[p] = csc_from_structure(structure, book, p, weights=w)
         self.local = dict(local)
+        self.local_bytes: Counter[int] = Counter()
 
     def _pull_weights(self, part: int, structure: Mapping[str, np.ndarray]) -> np.ndarray:
         """Edge feature ``weight`` of partition ``part``'s owned edges, in CSC order."""
@@ -189,6 +197,7 @@ class DistOneHopSampler:
                 out = self.local[p].sample_one_hop(
                     seeds[idx], fanout, replace=replace, weighted=weighted, generator=gen
                 )
+                self.local_bytes[p] += _nbytes(out.src, out.seed_index, out.eid, out.etype)
                 parts.append((idx, out))
         assert self.client is not None or not pending
         for idx, pend in pending:
@@ -220,6 +229,7 @@ class DistOneHopSampler:
             pos = order[bounds[p] : bounds[p + 1]]
             if len(pos) and p in self.local:
                 got = local_fn(self.local[p], torch.from_numpy(ids[pos]))
+                self.local_bytes[p] += _nbytes(*got)
                 for o, g in zip(outs, got, strict=True):
                     o[torch.from_numpy(pos)] = g
         for pos, pend in pending:
@@ -252,6 +262,7 @@ class DistOneHopSampler:
         for p in range(self.book.num_parts):
             if p in self.local:
                 total += self.local[p].out_degree_counts(n)[torch.from_numpy(nid)]
+                self.local_bytes[p] += total.numel() * total.element_size()
             elif self.client is not None:
                 pending.append(self.client.request(p, OP_OUT_DEGREES, {}, (nid,)))
             else:

@@ -19,6 +19,10 @@ which returns the same bytes.
 ``push`` goes to each owner's main server (so that reducers of one partition are
 applied by one process, in order). A client is not thread-safe: use one per thread
 or process.
+
+``traffic`` counts the bytes this client got from each partition, by operation: the
+tensors of every reply (``(part, op)``) and the rows gathered from shared memory
+(``(part, "pull:shm")``). The trainers' per-batch profile records are its deltas.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import os
 import threading
 import uuid
 import weakref
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,6 +173,7 @@ class KVClient:
         self._ctx = zmq.Context()  # one zmq I/O thread for all of this client's connections
         self._heartbeat: _Heartbeat | None = None
         self._closed = False
+        self.traffic: Counter[tuple[int, str]] = Counter()
         try:
             self._connect()
         except BaseException:
@@ -288,7 +294,7 @@ class KVClient:
         """The reply; a backup that is gone (timeout, lost connection) is dropped from the
         rotation and the request is sent again to the partition's main server."""
         try:
-            return pending.conn.wait(pending.request_id, timeout)
+            msg = pending.conn.wait(pending.request_id, timeout)
         except RpcError as exc:
             e = self._parts.get(pending.part)
             if type(exc) not in (RpcError, RpcTimeout) or e is None or pending.conn is e.main:
@@ -298,7 +304,9 @@ class KVClient:
                 e.conns.remove(pending.conn)
                 pending.conn.close()
             rid = e.main.send(pending.op, pending.body, pending.tensors)
-            return e.main.wait(rid, timeout)
+            msg = e.main.wait(rid, timeout)
+        self.traffic[pending.part, pending.op] += sum(t.nbytes for t in msg.tensors)
+        return msg
 
     def call(self, part: int, op: str, body: Mapping[str, Any] | None = None, **kw: Any) -> Message:
         return self.wait(self.request(part, op, body, **kw))
@@ -421,7 +429,7 @@ class KVClient:
         """Split one owner's rows into pieces of about ``pull_chunk_bytes`` of answer:
         (destination in the output, rows) pairs; the destination is a slice when the
         group covers the whole output, else positions."""
-        row_bytes = np.dtype(ti.dtype).itemsize * int(np.prod(ti.row_shape, dtype=np.int64))
+        row_bytes = ti.row_bytes
         limit = self.cfg.pull_chunk_bytes
         if limit is None:
             limit = DEFAULT_CURVE_CHUNK if self.cfg.keys is not None else 0
@@ -452,6 +460,7 @@ class KVClient:
                     remote.append((dest, pend))
             else:
                 local.append((pos, arr, rows))
+                self.traffic[p, "pull:shm"] += len(rows) * ti.row_bytes
         if len(remote) == 1 and not local and isinstance(remote[0][0], slice):
             return self.wait(remote[0][1]).tensors[0]  # the received frame, no copy
         if len(local) == 1 and not remote and local[0][0] is None:

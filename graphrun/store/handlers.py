@@ -230,6 +230,7 @@ def stats(state: ServerState, req: Request) -> Response:
             "jobs": jobs,
             "tensors": sorted(f"{j}/{n}" if j else n for j, n in seen),
             "served": dict(state.served),
+            "reply_bytes": dict(state.reply_bytes) if req.admin else {},
             "backups": list(state.backups),
         }
     )

@@ -18,6 +18,7 @@ SIGTERM/SIGINT to it), then closes cleanly: segments the main created are unlink
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -208,6 +209,8 @@ def make_handler(
         req = Request(msg.op, msg.body, msg.tensors, job=job, session=session, admin=admin)
         resp = entry.handler(state, req)
         state.served[msg.op] = state.served.get(msg.op, 0) + 1
+        sent = sum(t.nbytes for t in resp.tensors)
+        state.reply_bytes[msg.op] = state.reply_bytes.get(msg.op, 0) + sent
         return Message(MsgKind.REPLY, msg.op, msg.request_id, resp.body, resp.tensors)
 
     return handle
@@ -272,7 +275,8 @@ def run_server(
             lambda: state.stop_requested or should_stop(),
             on_tick=lambda: _tick(state, on_tick),
         )
-        log.info("%s stopping", name)
+        served = {"requests": state.served, "reply_bytes": state.reply_bytes}
+        log.info("%s stopping; served %s", name, json.dumps(served, sort_keys=True))
     finally:
         if main is not None:
             try:

@@ -48,6 +48,10 @@ class TensorInfo:
     segment: str
     persistent: bool = True
 
+    @property
+    def row_bytes(self) -> int:
+        return np.dtype(self.dtype).itemsize * int(np.prod(self.row_shape, dtype=np.int64))
+
     def to_wire(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -120,6 +124,7 @@ class ServerState:
     config: dict[str, Any] = field(default_factory=dict)
     stop_requested: bool = False
     served: dict[str, int] = field(default_factory=dict)
+    reply_bytes: dict[str, int] = field(default_factory=dict)  # tensor bytes sent, by op
 
     @property
     def is_main(self) -> bool:

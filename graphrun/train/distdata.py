@@ -12,15 +12,14 @@
 * embeddings — :class:`~graphrun.store.embedding.DistEmbedding` with the store's
   ``SparseAdam`` (state on the servers, shared by all trainers).
 
-Batch timing: the time spent waiting for the next mini-batch is reported as
-``sample_s`` (sampling and feature fetching together; with workers they overlap the
-step).
+Batch costs: each batch carries the seconds its builder spent sampling and pulling
+features and the bytes it read from each partition (:class:`~graphrun.dist.batches.BatchCost`,
+measured where it was built: in the trainer or in a sampler worker).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import numpy as np
@@ -41,14 +40,11 @@ from graphrun.store.client import KVClient
 from graphrun.train.data import Batch, Embedding, eval_sample
 
 
-def timed(batches: Iterable[Any], count: Any) -> Iterator[Batch]:
-    it = iter(batches)
-    while True:
-        t0 = time.perf_counter()
-        data = next(it, None)
-        if data is None:
-            return
-        yield Batch(data, count(data), time.perf_counter() - t0)
+def costed(loader: Any, count: Any) -> Iterator[Batch]:
+    """The loader's batches with what each cost to build (``loader.last_cost``)."""
+    for data in loader:
+        c = loader.last_cost
+        yield Batch(data, count(data), c.sample_s, c.fetch_s, c.structure_bytes, c.feature_bytes)
 
 
 class StoreEmbedding:
@@ -143,7 +139,7 @@ class DistGraphData:
         loader = self._loaders[key]
         loader.set_epoch(epoch)
         t = ntype
-        return timed(loader, lambda d: int(d[t].batch_size if t else d.batch_size))
+        return costed(loader, lambda d: int(d[t].batch_size if t else d.batch_size))
 
     def edges(self, split: str, edge_split: EdgeSplit) -> Tensor:
         """This trainer's positive edge ids of ``split`` for link prediction: of its share
@@ -177,7 +173,7 @@ class DistGraphData:
             self._loaders[key].start()
         loader = self._loaders[key]
         loader.set_epoch(epoch)
-        return timed(loader, lambda d: int((d.edge_label > 0).sum()))
+        return costed(loader, lambda d: int((d.edge_label > 0).sum()))
 
     def embedding(self, name: str, num: int, dim: int, lr: float) -> Embedding:
         return StoreEmbedding(self.graph.ctx.client, name, num, dim, lr)

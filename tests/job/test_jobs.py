@@ -5,11 +5,13 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import psutil
@@ -20,6 +22,7 @@ from graphrun.job.netns import unavailable_reason
 from graphrun.job.runner import LocalJob, RunOptions
 from graphrun.job.spec import load_job
 from graphrun.job.worker import read_status
+from graphrun.placement.profile import read_records
 from graphrun.testing.jobs import small_job
 from graphrun.train.checkpoint import load_checkpoint
 
@@ -191,6 +194,36 @@ def test_job_in_network_namespaces(tmp_path):
     assert '"rank": 1, "local_parts": [1]' in out and '"rank": 0, "local_parts": [0]' in out
     assert metrics(path)[-1]["test_acc"] > 0.3
     nothing_left(job)
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
+def test_a_profiled_run_on_two_hosts_records_what_crossed_the_network(tmp_path):
+    path = small_job(tmp_path, epochs=1, lr=0.03)
+    job, sink = run(path, hosts="netns", profile_dir=tmp_path / "profile")
+    job.run()
+    out = sink.getvalue()
+    sent = {  # tensor bytes each store sent, by op (its last log line)
+        int(m[1]): json.loads(m[2])["reply_bytes"]
+        for m in re.finditer(r"store:(\d) stopping; served (\{.*\})", out)
+    }
+    got: dict[int, Counter[str]] = {0: Counter(), 1: Counter()}  # what the trainers received
+    for line in out.splitlines():
+        if '"event": "traffic"' in line:
+            for part, ops in json.loads(line[line.index("{") :])["received"].items():
+                got[int(part)].update(ops)
+    for part in (0, 1):
+        for op in ("pull", "sample_neighbors"):
+            assert got[part][op] == sent[part][op] > 0, (part, op)
+    for rank in (0, 1):  # trainer r trains on partition r; the other one is remote
+        records = read_records(tmp_path / "profile" / f"trainer-{rank}.jsonl")
+        remote = 1 - rank
+        assert all(r.fetch_s > 0 and r.sample_s > 0 for r in records)
+        assert all(r.feature_bytes.get(rank, 0) > 0 for r in records)  # from shared memory
+        features = sum(r.feature_bytes.get(remote, 0) for r in records)
+        structure = sum(r.structure_bytes.get(remote, 0) for r in records)
+        assert 0 < features <= got[remote]["pull"]  # the rest: evaluation, labels, masks
+        assert 0 < structure <= got[remote]["sample_neighbors"]
 
 
 CLUSTER = """
