@@ -23,6 +23,8 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -168,17 +170,20 @@ def _make_partition(tmp: Path, rows: int, dim: int) -> Path:
 
 def _netns_numbers(parts: Path, key_file: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Server in namespace A, client in namespace B, joined by one veth pair."""
-    from graphrun.testing.netns import host_pair
-    from graphrun.testing.procs import run_graphrun, start_store
+    from graphrun.job.local import package_env
+    from graphrun.job.netns import NetnsNetwork
+    from graphrun.job.stores import start_store
 
-    with host_pair("grkv") as (a, b):
-        address = f"tcp://{a.ip}:0"
-        store = start_store(parts, 0, key_file=key_file, address=address, launcher=a.exec_prefix)
+    with NetnsNetwork(["a", "b"], own_hostnames=False) as net:
+        address = f"tcp://{net.address('a')}:0"
+        store = start_store(parts, 0, key_file=key_file, address=address, launcher=net.prefix("a"))
         try:
-            cmd = ["bench", "kv", "--client-only", store.address, "--key-file", str(key_file)]
+            cmd = [*net.prefix("b"), sys.executable, "-m", "graphrun", "bench", "kv"]
+            cmd += ["--client-only", store.address, "--key-file", str(key_file)]
             cmd += ["--rows", str(args.rows), "--dim", str(args.dim), "--batches", args.batches]
             cmd += ["--repeats", str(args.repeats)]
-            out = run_graphrun(*cmd, launcher=b.exec_prefix, timeout=None)
+            env = {**os.environ, **package_env()}
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if out.returncode != 0:
                 raise GraphrunError(f"netns client exited with {out.returncode}: {out.stderr}")
             result: dict[str, Any] = json.loads(out.stdout)
@@ -196,9 +201,9 @@ def run(args: argparse.Namespace) -> int:
     if args.client_only:
         print(json.dumps(_remote(args.client_only, args.key_file, args)))
         return 0
+    from graphrun.job.netns import unavailable_reason
+    from graphrun.job.stores import start_store
     from graphrun.rpc.auth import generate_keys
-    from graphrun.testing.netns import netns_available
-    from graphrun.testing.procs import start_store
 
     rows, dim = args.rows, args.dim
     result: dict[str, Any] = {"bench": "kv", "rows": rows, "dim": dim, "batches": batches}
@@ -242,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
                 },
             }
         )
-        want = args.netns == "yes" or (args.netns == "auto" and netns_available())
+        want = args.netns == "yes" or (args.netns == "auto" and unavailable_reason() is None)
         if want:
             ns = _netns_numbers(parts, key_file, args)
             result["netns"] = {"remote_pull_GBps": ns["GBps"][big], **ns}

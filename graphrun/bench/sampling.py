@@ -161,10 +161,10 @@ def bench_dist(
     import torch
 
     from graphrun.dist import DistGraph, DistNodeDataLoader, initialize
+    from graphrun.job.stores import start_stores
     from graphrun.partition import load_id_mapping, partition_graph
     from graphrun.sampling import NeighborSampler
     from graphrun.sampling.partitioned import BookTypeMap
-    from graphrun.testing.procs import start_stores
 
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="graphrun-bench-") as tmp:

@@ -17,35 +17,19 @@ original-id mapping. Bad input raises one :class:`DatasetError` line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
 
 from graphrun.errors import DatasetError
 from graphrun.graph.format import is_dataset_dir, load_dataset, load_id_maps
 from graphrun.graph.graph import Graph
+from graphrun.graph.imported import FORMATS, Imported, detect_table_format
 
-FORMATS = ("csv", "parquet")
+__all__ = [
+    "FORMATS", "INPUT_FORMATS", "Imported", "detect_format", "detect_table_format",
+    "import_graph", "load_graph",
+]  # fmt: skip
+
 INPUT_FORMATS = ("dataset", "npy", *FORMATS)
-
-
-@dataclass(frozen=True, eq=False)
-class Imported:
-    """An imported graph and the original id of every node, per node type."""
-
-    graph: Graph
-    id_maps: dict[str, np.ndarray] = field(default_factory=dict)
-
-
-def detect_table_format(root: Path) -> str | None:
-    """``"csv"``/``"parquet"`` if ``root`` is an edges file or holds edge tables, else None."""
-    if root.is_file():
-        return root.suffix[1:] if root.suffix[1:] in FORMATS else None
-    for fmt in FORMATS:
-        if (root / f"edges.{fmt}").is_file() or any((root / "edges").glob(f"*.{fmt}")):
-            return fmt
-    return None
 
 
 def detect_format(path: str | Path) -> str:

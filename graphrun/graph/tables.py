@@ -48,7 +48,7 @@ import pyarrow.compute as pc
 
 from graphrun.errors import DatasetError
 from graphrun.graph.graph import DEFAULT_NTYPE, CanonicalEtype, Graph, etype_key
-from graphrun.graph.importers import FORMATS, Imported, detect_table_format
+from graphrun.graph.imported import FORMATS, Imported, detect_table_format
 
 MASKS = ("train_mask", "val_mask", "test_mask")
 _NUMBERED = re.compile(r"^(.+)_(\d+)$")

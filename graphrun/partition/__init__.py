@@ -1,12 +1,13 @@
 """Partitioning: algorithms (METIS, random), relabelling, the partition book, the
 partition directory format and quality metrics. See ``format.py`` for the layout."""
 
-from graphrun.partition.book import PartitionBook, load_partition_book
+from graphrun.partition.book import PartitionBook
 from graphrun.partition.format import (
     IdMapping,
     Partition,
     load_id_mapping,
     load_partition,
+    load_partition_book,
     load_partition_config,
 )
 from graphrun.partition.partitioner import PartitionResult, assign, partition_graph

@@ -18,7 +18,6 @@ of the same shape (type ids are int32). Out-of-range ids raise
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -393,16 +392,3 @@ def _int_matrix(
     if len({len(r) for r in rows}) > 1:
         raise PartitionFormatError(f"{src}: field {name!r} has lists of different lengths")
     return np.stack(rows) if rows else np.zeros((0, 1), dtype=np.int64)
-
-
-def load_partition_book(path: str | Path) -> PartitionBook:
-    """Read the partition book from a partition directory (or its ``partition.json``)."""
-    from graphrun.partition.format import load_partition_config
-
-    return PartitionBook.from_config(
-        load_partition_config(path), source=str(_config_path(Path(path)))
-    )
-
-
-def _config_path(path: Path) -> Path:
-    return path if path.name == CONFIG_FILE else path / CONFIG_FILE

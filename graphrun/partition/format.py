@@ -218,6 +218,13 @@ def load_partition_config(path: str | Path) -> dict[str, Any]:
     return cfg
 
 
+def load_partition_book(path: str | Path) -> PartitionBook:
+    """Read the partition book from a partition directory (or its ``partition.json``)."""
+    return PartitionBook.from_config(
+        load_partition_config(path), source=str(_config_file(Path(path)))
+    )
+
+
 def _check_parts(cfg: dict[str, Any], cfile: Path) -> None:
     parts = cfg.get("parts")
     if not isinstance(parts, list) or len(parts) != cfg["num_parts"]:

@@ -103,7 +103,7 @@ class Entry:
 
 
 class Registry:
-    """Operation name -> handler. One per server; built by :func:`build_registry`."""
+    """Operation name -> handler; one per server (``graphrun.store.server.build_registry``)."""
 
     def __init__(self) -> None:
         self._entries: dict[str, Entry] = {}
@@ -137,13 +137,3 @@ def load_extensions(registry: Registry, specs: Iterable[str]) -> None:
         except (ImportError, AttributeError) as exc:
             raise ArgumentError(f"extension {spec!r}: cannot load ({exc})") from None
         func(registry)
-
-
-def build_registry(extensions: Iterable[str] = ()) -> Registry:
-    """The core store operations plus the given extensions."""
-    from graphrun.store import handlers
-
-    registry = Registry()
-    handlers.register(registry)
-    load_extensions(registry, extensions)
-    return registry

@@ -23,7 +23,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,8 +35,9 @@ from graphrun.rpc.access import Access, ClientKeys
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import Message, MsgKind
 from graphrun.rpc.transport import RpcClient, RpcServer
+from graphrun.store import handlers
 from graphrun.store.policy import edge_policy_name, node_policy_name, policies_from_book
-from graphrun.store.registry import Registry, Request, build_registry
+from graphrun.store.registry import Registry, Request, load_extensions
 from graphrun.store.shm import (
     DEFAULT_SHM_DIR,
     SegmentStore,
@@ -183,6 +184,14 @@ def attach_backup_state(cfg: ServerConfig, main: RpcClient) -> ServerState:
 
     state.resolver = resolve
     return state
+
+
+def build_registry(extensions: Iterable[str] = ()) -> Registry:
+    """The core store operations plus the given extensions."""
+    registry = Registry()
+    handlers.register(registry)
+    load_extensions(registry, extensions)
+    return registry
 
 
 def make_handler(

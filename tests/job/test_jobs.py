@@ -403,8 +403,8 @@ def test_two_jobs_train_on_one_running_store_and_leave_it_serving(tmp_path):
 
     from graphrun.cli import main
     from graphrun.errors import SpecError
+    from graphrun.job.stores import start_stores
     from graphrun.rpc.auth import generate_keys
-    from graphrun.testing.procs import start_stores
 
     path = small_job(tmp_path, epochs=2, lr=0.03)
     generate_keys(tmp_path / "store.key")

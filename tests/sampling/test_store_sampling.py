@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from graphrun.errors import ArgumentError
+from graphrun.job.stores import start_stores
 from graphrun.partition import load_id_mapping, partition_graph
 from graphrun.sampling import NeighborSampler, make_generator
 from graphrun.sampling.distributed import OP, DistOneHopSampler
 from graphrun.sampling.partitioned import BookTypeMap
 from graphrun.store.client import ClientConfig, KVClient
 from graphrun.testing.graphs import random_graph, random_hetero_graph
-from graphrun.testing.procs import start_stores
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -14,10 +14,10 @@ import psutil
 import pytest
 import zmq
 
+from graphrun.job.stores import start_stores
 from graphrun.rpc.auth import secure_client
 from graphrun.rpc.codec import Message, MsgKind, encode
 from graphrun.store.client import ClientConfig, KVClient
-from graphrun.testing.procs import start_stores
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 FEAT = "node/_N/feat"

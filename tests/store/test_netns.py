@@ -7,8 +7,9 @@ import sys
 import numpy as np
 import pytest
 
+from graphrun.job.stores import start_store
 from graphrun.testing.netns import host_pair, netns_available
-from graphrun.testing.procs import child_env, start_store
+from graphrun.testing.procs import child_env
 from tests.store.conftest import reference_rows
 
 pytestmark = [

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from graphrun.errors import ArgumentError
-from graphrun.store.registry import Registry, build_registry, load_extensions
-from graphrun.store.server import ServerConfig
+from graphrun.store.registry import Registry, load_extensions
+from graphrun.store.server import ServerConfig, build_registry
 from graphrun.testing.store import store_threads
 from tests.store.conftest import connect
 

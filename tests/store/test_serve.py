@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from graphrun.errors import ArgumentError, RpcError, StoreError
+from graphrun.job.stores import StoreFailed, start_store, start_stores
 from graphrun.rpc.transport import RpcClient
 from graphrun.store.client import ClientConfig, KVClient
-from graphrun.testing.procs import ChildFailed, child_env, start_store, start_stores
+from graphrun.testing.procs import child_env
 
 pytestmark = pytest.mark.integration
 FEAT = "node/_N/feat"
@@ -207,7 +208,7 @@ def test_stale_segments_of_a_killed_store_are_cleaned_at_start(homo, key_file, t
 
 
 def test_store_refuses_a_bad_partition_dir(tmp_path):
-    with pytest.raises(ChildFailed, match="exited with code 2"):
+    with pytest.raises(StoreFailed, match="exited with code 2"):
         start_store(tmp_path / "missing", 0)
 
 
