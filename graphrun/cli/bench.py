@@ -11,7 +11,9 @@ import argparse
 import importlib
 from typing import Any
 
-BENCHES = ("partition", "kv", "sampling", "step", "train", "placement")
+BENCHES = (
+    "partition", "kv", "sampling", "step", "train", "placement", "generate", "sage_vs_mlp",
+)  # fmt: skip
 
 
 def register(subparsers: Any) -> None:

@@ -15,6 +15,7 @@ DISTDGL = ["train", "--dataset", "{file}", "--peer", "distdgl", "--hosts", "netn
     ("argv", "match"),
     [
         (["partition", "--nodes", "0", "--edges", "0"], "--nodes: must be at least 2, got 0"),
+        (["generate", "--sizes", "5000"], "--sizes: '5000' is not NODES:AVG_DEGREE"),
         (["partition", "--parts", "2", "0"], "--parts: must be at least 1, got 0"),
         (["partition", "--workdir", "{file}"], "--workdir"),
         (["sampling", "--batch-size", "0"], "--batch-size: must be at least 1"),
