@@ -160,7 +160,7 @@ def bench_dist(
     import numpy as np
     import torch
 
-    from graphrun.dist import DistGraph, DistNodeDataLoader, initialize
+    from graphrun.distributed import DistGraph, DistNodeDataLoader, initialize
     from graphrun.job.stores import start_stores
     from graphrun.partition import load_id_mapping, partition_graph
     from graphrun.sampling import NeighborSampler

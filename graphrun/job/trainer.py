@@ -89,7 +89,7 @@ def train_config(job: GraphJob, args: argparse.Namespace, run_dir: Path, ckpt: P
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    from graphrun.dist import DistGraph, initialize
+    from graphrun.distributed import DistGraph, initialize
     from graphrun.rpc.auth import load_keys
     from graphrun.rpc.tuning import keep_large_allocations
     from graphrun.train.ddp import DDPConfig

@@ -4,7 +4,7 @@ Composition, not flags: :class:`NeighborSampler` takes any one-hop sampler (a
 local :class:`~graphrun.sampling.csc.CSCGraph` or the distributed sampler), the
 fanouts and a :class:`~graphrun.sampling.pyg.TypeMap`; :func:`collate` turns its
 output into ``Data``/``HeteroData`` with features from any :class:`FeatureSource`
-(a local :class:`GraphFeatures` or DistTensors in :mod:`graphrun.dist`).
+(a local :class:`GraphFeatures` or DistTensors in :mod:`graphrun.distributed`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ it adds the op :data:`graphrun.sampling.distributed.OP`:
     reply   {"count": m}; tensors (src int64 [m], seed_index int64 [m], eid int64 [m]
             [, etype int32 [m]])
 
-and the structure queries :mod:`graphrun.dist` uses (tensors ``(ids int64 [n],)``):
+and the structure queries :mod:`graphrun.distributed` uses (tensors ``(ids int64 [n],)``):
 ``graph_in_degrees`` → ``(deg,)`` of owned nodes; ``graph_out_degrees`` → ``(count,)``
 of this partition's edges leaving each id (the client sums over partitions);
 ``graph_find_edges`` → ``(src, dst)`` of owned edge ids.

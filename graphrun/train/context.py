@@ -26,7 +26,7 @@ class TrainContext:
     data: GraphData
     ddp: DDPConfig
     metrics: MetricsLog
-    graph: Any = None  # the distributed graph handle (graphrun.dist.DistGraph) if any
+    graph: Any = None  # the distributed graph handle (graphrun.distributed.DistGraph) if any
 
     @property
     def rank(self) -> int:

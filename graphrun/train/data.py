@@ -7,7 +7,7 @@ knows whether the graph is in this process or served by the distributed store.
 * :class:`LocalData` — a whole in-memory :class:`~graphrun.graph.Graph`, sampled with
   :mod:`graphrun.sampling`'s kernels (single-process runs, baselines, tests; with
   several trainers each takes every ``world_size``-th seed);
-* the distributed implementation over ``graphrun.dist`` lives in
+* the distributed implementation over ``graphrun.distributed`` lives in
   :mod:`graphrun.train.distdata`.
 
 Every loader yields :class:`Batch` values: the PyG mini-batch plus how long sampling
@@ -98,7 +98,7 @@ class GraphData(Protocol):
     ) -> Iterator[Batch]:
         """Mini-batches around ``edges(split)`` plus ``neg_k`` negatives per positive, with
         ``edge_label_index`` (local ids, positives first) and ``edge_label`` (1 / 0), as
-        PyG's ``LinkNeighborLoader`` (binary) and :class:`graphrun.dist.DistLinkDataLoader`;
+        PyG's ``LinkNeighborLoader`` (binary) and :class:`graphrun.distributed.DistLinkDataLoader`;
         no held-out edge and no edge joining a positive pair carries messages."""
         ...  # fmt: skip
 

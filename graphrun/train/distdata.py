@@ -1,20 +1,21 @@
-"""A trainer's data served by the distributed store, through :mod:`graphrun.dist`.
+"""A trainer's data served by the distributed store, through :mod:`graphrun.distributed`.
 
-:class:`DistGraphData` wraps a :class:`~graphrun.dist.DistGraph`:
+:class:`DistGraphData` wraps a :class:`~graphrun.distributed.DistGraph`:
 
-* seeds — :func:`~graphrun.dist.node_split` of the split's mask: every trainer gets the
+* seeds — :func:`~graphrun.distributed.node_split` of the split's mask: every trainer gets the
   same number of ids (training: ``pad``; evaluation: ``trim``), its home partition's
   first (trainer ``r`` of ``W``: partition ``r * P // W``);
-* mini-batches — :class:`~graphrun.dist.DistNodeDataLoader` /
-  :class:`~graphrun.dist.DistLinkDataLoader`, one loader per split kept for the whole
+* mini-batches — :class:`~graphrun.distributed.DistNodeDataLoader` /
+  :class:`~graphrun.distributed.DistLinkDataLoader`, one loader per split kept for the whole
   run (``set_epoch`` reshuffles), the training loader with ``num_workers`` sampler
   worker processes (roles ``sampler:<rank>:<w>``);
 * embeddings — :class:`~graphrun.store.embedding.DistEmbedding` with the store's
   ``SparseAdam`` (state on the servers, shared by all trainers).
 
 Batch costs: each batch carries the seconds its builder spent sampling and pulling
-features and the bytes it read from each partition (:class:`~graphrun.dist.batches.BatchCost`,
-measured where it was built: in the trainer or in a sampler worker).
+features and the bytes it read from each partition
+(:class:`~graphrun.distributed.batches.BatchCost`, measured where it was built: in the
+trainer or in a sampler worker).
 """
 
 from __future__ import annotations
@@ -26,14 +27,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graphrun.dist import (
+from graphrun.distributed import (
     DistGraph,
     DistLinkDataLoader,
     DistNodeDataLoader,
     node_split,
     trainer_partitions,
 )
-from graphrun.dist import edge_split as edge_split_ids
+from graphrun.distributed import edge_split as edge_split_ids
 from graphrun.errors import ArgumentError
 from graphrun.sampling.edgesplit import EdgeSplit, split_edges
 from graphrun.store.client import KVClient

@@ -1,6 +1,6 @@
 """Building one mini-batch from ids: sample (distributed), fetch features, collate.
 
-A :class:`BatchBuilder` needs only a :class:`~graphrun.dist.context.DistContext`
+A :class:`BatchBuilder` needs only a :class:`~graphrun.distributed.context.DistContext`
 and a :class:`BatchSpec` (a plain frozen value), so it runs the same in the trainer
 (``num_workers=0``) and in a loader worker process, which builds its own context.
 Every batch is sampled with its own generator seed (:func:`batch_seed`), so a
@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from graphrun.dist.context import DistContext
-from graphrun.dist.features import StoreFeatures
+from graphrun.distributed.context import DistContext
+from graphrun.distributed.features import StoreFeatures
 from graphrun.errors import ArgumentError
 from graphrun.sampling.edgesplit import EdgeSplit
 from graphrun.sampling.kernels import make_generator

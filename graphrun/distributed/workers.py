@@ -27,8 +27,8 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from graphrun.dist.batches import BatchBuilder, BatchSpec
-from graphrun.dist.context import DistConfig, DistContext
+from graphrun.distributed.batches import BatchBuilder, BatchSpec
+from graphrun.distributed.context import DistConfig, DistContext
 from graphrun.errors import GraphrunError, JobFailed
 
 POLL_S = 0.5

@@ -1,4 +1,4 @@
-"""graphrun.dist: the user-facing distributed API.
+"""graphrun.distributed: the user-facing distributed API.
 
     ctx = initialize(servers, rank=r, world_size=w, job="j", keys=keys)   # -> DistContext
     g = DistGraph(ctx)
@@ -8,10 +8,10 @@
 No process-global state: everything hangs off the context ``initialize`` returns.
 """
 
-from graphrun.dist.context import DistConfig, DistContext, initialize
-from graphrun.dist.graph import DistGraph
-from graphrun.dist.loader import DistLinkDataLoader, DistNodeDataLoader
-from graphrun.dist.split import edge_split, node_split, trainer_partitions
+from graphrun.distributed.context import DistConfig, DistContext, initialize
+from graphrun.distributed.graph import DistGraph
+from graphrun.distributed.loader import DistLinkDataLoader, DistNodeDataLoader
+from graphrun.distributed.split import edge_split, node_split, trainer_partitions
 
 __all__ = [
     "DistConfig",

@@ -30,7 +30,7 @@ class DistConfig:
     """Everything needed to join a running store as one trainer (or one of its workers).
 
     ``partition`` is the trainer's home partition (the one whose ids
-    :func:`~graphrun.dist.split.node_split` prefers); None picks the co-located
+    :func:`~graphrun.distributed.split.node_split` prefers); None picks the co-located
     partition if there is one, else ``rank * num_parts // world_size``.
     """
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphrun.dist import DistGraph, initialize
+from graphrun.distributed import DistGraph, initialize
 from graphrun.errors import ArgumentError
 
 pytestmark = pytest.mark.integration

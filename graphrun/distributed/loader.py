@@ -10,9 +10,9 @@
         for batch in loader:          # torch_geometric Data (HeteroData on heterographs)
             out = model(batch.x, batch.edge_index)[: batch.batch_size]
 
-Composition: a loader holds a :class:`~graphrun.dist.batches.BatchSpec` and either
+Composition: a loader holds a :class:`~graphrun.distributed.batches.BatchSpec` and either
 builds batches in this process (``num_workers=0``) or hands them to a
-:class:`~graphrun.dist.workers.WorkerPool` with a prefetch window. The order of
+:class:`~graphrun.distributed.workers.WorkerPool` with a prefetch window. The order of
 seeds per epoch and every batch's sampling seed derive from ``(seed, epoch,
 index)``, so results do not depend on the number of workers.
 """
@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from graphrun.dist.batches import (
+from graphrun.distributed.batches import (
     BatchBuilder,
     BatchCost,
     BatchSpec,
@@ -35,8 +35,8 @@ from graphrun.dist.batches import (
     batch_seed,
     check_spec,
 )
-from graphrun.dist.graph import DistGraph
-from graphrun.dist.workers import WorkerPool
+from graphrun.distributed.graph import DistGraph
+from graphrun.distributed.workers import WorkerPool
 from graphrun.errors import ArgumentError
 from graphrun.sampling.edgesplit import EdgeSplit
 from graphrun.sampling.sampler import Output

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graphrun.dist.context import DistContext
+from graphrun.distributed.context import DistContext
 from graphrun.errors import ArgumentError
 from graphrun.partition.book import PartitionBook
 from graphrun.sampling.csc import SampledEdges

@@ -6,7 +6,13 @@ import pytest
 import torch
 from torch_geometric.nn import GraphSAGE, HeteroConv, SAGEConv
 
-from graphrun.dist import DistGraph, DistLinkDataLoader, DistNodeDataLoader, initialize, node_split
+from graphrun.distributed import (
+    DistGraph,
+    DistLinkDataLoader,
+    DistNodeDataLoader,
+    initialize,
+    node_split,
+)
 from graphrun.errors import ArgumentError, JobFailed
 
 pytestmark = pytest.mark.integration

@@ -4,7 +4,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphrun.dist.split import edge_split, node_split, split_even, trainer_partitions
+from graphrun.distributed.split import edge_split, node_split, split_even, trainer_partitions
 from graphrun.errors import ArgumentError
 from graphrun.partition.book import PartitionBook
 
