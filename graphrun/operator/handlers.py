@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+import urllib3
 
 from graphrun.errors import SpecError
 from graphrun.job.spec import parse_job
@@ -125,6 +126,18 @@ def reconcile_soon(ctx: OperatorContext, namespace: str, name: str) -> None:
         raise
 
 
+def on_spec_change(ctx: OperatorContext, namespace: str, name: str) -> None:
+    """A GraphJob was created, resumed or its spec changed: reconcile it. An invalid
+    spec is permanent (kopf does not retry); the API server failing or out of reach is
+    temporary: kopf retries in 5 s instead of its default minute."""
+    try:
+        reconcile_soon(ctx, namespace, name)
+    except SpecError as exc:
+        raise kopf.PermanentError(str(exc)) from exc
+    except (KubeError, urllib3.exceptions.HTTPError, OSError) as exc:
+        raise kopf.TemporaryError(str(exc), delay=min(5.0, ctx.resync_seconds)) from exc
+
+
 def _job_document(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: obj[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in obj}
 
@@ -213,12 +226,7 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
     @kopf.on.resume(*res, registry=registry)
     @kopf.on.update(*res, field="spec", registry=registry)
     def changed(name: str, namespace: str | None, **_: Any) -> None:
-        try:
-            reconcile_soon(ctx, namespace or "default", name)
-        except SpecError as exc:
-            raise kopf.PermanentError(str(exc)) from exc
-        except KubeError as exc:  # the API server was busy or down: try again soon
-            raise kopf.TemporaryError(str(exc), delay=min(5.0, ctx.resync_seconds)) from exc
+        on_spec_change(ctx, namespace or "default", name)
 
     @kopf.timer(*res, interval=ctx.resync_seconds, registry=registry)
     def resync(name: str, namespace: str | None, **_: Any) -> None:

@@ -27,7 +27,7 @@ import yaml
 from kubernetes import client
 
 from graphrun.operator import layout as L
-from graphrun.operator.handlers import OperatorContext, register
+from graphrun.operator.handlers import OperatorContext, on_spec_change, register
 from graphrun.operator.kube import Kube
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
@@ -513,3 +513,14 @@ async def test_bad_plan_fails_naming_the_field(
     assert failed["reason"] == "InvalidSpec"
     assert message in failed["message"]
     assert await c.names("Pod") == []
+
+
+async def test_an_unreachable_api_server_is_a_temporary_error() -> None:
+    # nothing listens on port 1: the real client fails to connect; kopf must retry soon
+    # (a TemporaryError with a delay), not spend its default backoff or give up
+    cfg = client.Configuration(host="http://127.0.0.1:1")
+    cfg.retries = 0
+    ctx = OperatorContext(kube=Kube(client.ApiClient(cfg)), resync_seconds=10.0)
+    with pytest.raises(kopf.TemporaryError) as info:
+        await asyncio.to_thread(on_spec_change, ctx, NS, "graphsage")
+    assert info.value.delay == 5.0
