@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from graphrun.distributed.split import home_partition
 from graphrun.errors import ArgumentError
 from graphrun.partition.book import PartitionBook
 from graphrun.rpc.auth import KeyPair
@@ -93,7 +94,7 @@ class DistContext:
         local = self.client.local_parts
         if len(local) == 1:
             return local[0]
-        return self.config.rank * num // self.config.world_size
+        return home_partition(self.config.rank, self.config.world_size, num)
 
     @property
     def rank(self) -> int:

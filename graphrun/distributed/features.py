@@ -9,6 +9,7 @@ from torch import Tensor
 
 from graphrun.store.client import KVClient
 from graphrun.store.dist_tensor import as_torch
+from graphrun.store.policy import TensorKey
 
 
 class StoreFeatures:
@@ -24,7 +25,7 @@ class StoreFeatures:
         self.seconds = 0.0  # spent pulling, in total
 
     def node_feature(self, ntype: str, name: str, ids: Tensor) -> Tensor | None:
-        key = f"node/{ntype}/{name}"
+        key = str(TensorKey.node(ntype, name))
         if key not in self._names:
             return None
         t0 = time.perf_counter()

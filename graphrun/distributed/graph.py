@@ -27,6 +27,7 @@ from torch import Tensor
 
 from graphrun.distributed.context import DistContext
 from graphrun.errors import ArgumentError
+from graphrun.graph.graph import CanonicalEtype, etype_key
 from graphrun.partition.book import PartitionBook
 from graphrun.sampling.csc import SampledEdges
 from graphrun.sampling.distributed import DistOneHopSampler
@@ -34,8 +35,7 @@ from graphrun.sampling.fanout import normalize_fanouts
 from graphrun.sampling.kernels import Seed, make_generator
 from graphrun.sampling.partitioned import BookTypeMap
 from graphrun.store.dist_tensor import DistTensor
-
-Etype = tuple[str, str, str]
+from graphrun.store.policy import TensorKey
 
 
 @dataclass(frozen=True)
@@ -52,14 +52,13 @@ class DistGraph:
         self.types = BookTypeMap(self.book)
         node_data: dict[str, dict[str, DistTensor]] = {t: {} for t in self.book.node_types}
         edge_data: dict[str, dict[str, DistTensor]] = {
-            ":".join(e): {} for e in self.book.edge_types
+            etype_key(e): {} for e in self.book.edge_types
         }
         for info in ctx.client.list_tensors():
-            kind, _, rest = info.name.partition("/")
-            key, _, fname = rest.rpartition("/")
-            target = node_data if kind == "node" else edge_data if kind == "edge" else None
-            if target is not None and key in target and fname:
-                target[key][fname] = DistTensor(ctx.client, info.name)
+            key = TensorKey.parse(info.name)
+            target = None if key is None else node_data if key.kind == "node" else edge_data
+            if key is not None and target is not None and key.type in target:
+                target[key.type][key.name] = DistTensor(ctx.client, info.name)
         self._node_data = node_data
         self._edge_data = edge_data
 
@@ -78,7 +77,7 @@ class DistGraph:
         return tuple(self.book.node_types)
 
     @property
-    def edge_types(self) -> tuple[Etype, ...]:
+    def edge_types(self) -> tuple[CanonicalEtype, ...]:
         return self.types.edge_types
 
     @property
@@ -88,7 +87,7 @@ class DistGraph:
     def num_nodes(self, ntype: str | None = None) -> int:
         return int(self.book.num_nodes if ntype is None else self.book.num_nodes_of(ntype))
 
-    def num_edges(self, etype: Etype | str | None = None) -> int:
+    def num_edges(self, etype: CanonicalEtype | str | None = None) -> int:
         return int(self.book.num_edges if etype is None else self.book.num_edges_of(etype))
 
     # ---- data -----------------------------------------------------------------------
@@ -129,7 +128,9 @@ class DistGraph:
     def out_degrees(self, ids: Any, ntype: str | None = None) -> Tensor:
         return self.ctx.sampler.out_degrees(self._homo_nodes(ids, ntype))
 
-    def find_edges(self, eids: Any, etype: Etype | str | None = None) -> tuple[Tensor, Tensor]:
+    def find_edges(
+        self, eids: Any, etype: CanonicalEtype | str | None = None
+    ) -> tuple[Tensor, Tensor]:
         """``(src, dst)``: homogeneous ids, or per-type ids of the end types with ``etype``."""
         arr = eids.numpy() if isinstance(eids, Tensor) else np.asarray(eids)
         if etype is not None:

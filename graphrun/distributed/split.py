@@ -33,9 +33,15 @@ from graphrun.partition.book import PartitionBook
 Mode = Literal["pad", "trim"]
 
 
+def home_partition(rank: int, world_size: int, num_parts: int) -> int:
+    """Trainer ``rank``'s home partition: ``rank * num_parts // world_size`` (the job
+    launcher puts that trainer beside that partition's store)."""
+    return rank * num_parts // world_size
+
+
 def trainer_partitions(world_size: int, num_parts: int) -> list[int]:
     """Default home partition of every trainer rank."""
-    return [r * num_parts // world_size for r in range(world_size)]
+    return [home_partition(r, world_size, num_parts) for r in range(world_size)]
 
 
 def _as_ids(ids_or_mask: Any, arg: str) -> np.ndarray:

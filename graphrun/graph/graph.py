@@ -28,6 +28,7 @@ index in a :class:`~graphrun.errors.DatasetError`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -41,7 +42,7 @@ DEFAULT_ETYPE = ("_N", "_E", "_N")
 CanonicalEtype = tuple[str, str, str]
 
 
-def etype_key(etype: CanonicalEtype) -> str:
+def etype_key(etype: Sequence[str]) -> str:
     """The string key of a canonical edge type: ``"src:rel:dst"``."""
     return ":".join(etype)
 

@@ -26,6 +26,7 @@ import numpy as np
 from graphrun.errors import SpecError
 from graphrun.job.roles import JobPaths
 from graphrun.job.spec import GraphJob
+from graphrun.store.policy import TensorKey
 
 SPLITS = ("train_mask", "val_mask", "test_mask")
 
@@ -96,7 +97,7 @@ def check_store(job: GraphJob, paths: JobPaths, timeout_s: float = 10.0) -> None
     ntype = t.target_node_type or "_N"
     needed = [("feature", t.feature), ("label", t.label)]
     for field, column in needed:
-        if f"node/{ntype}/{column}" not in names:
+        if str(TensorKey.node(ntype, column)) not in names:
             raise SpecError(f"{where}: the store has no {field} node/{ntype}/{column} "
                             f"(spec.training.{field})")  # fmt: skip
 

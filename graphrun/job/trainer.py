@@ -46,10 +46,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def partition_of(rank: int, world: int, parts: int) -> int:
-    return rank * parts // world
-
-
 def train_config(job: GraphJob, args: argparse.Namespace, run_dir: Path, ckpt: Path) -> Any:
     from graphrun.train.config import TrainConfig
 
@@ -90,6 +86,7 @@ def train_config(job: GraphJob, args: argparse.Namespace, run_dir: Path, ckpt: P
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from graphrun.distributed import DistGraph, initialize
+    from graphrun.distributed.split import home_partition
     from graphrun.rpc.auth import load_keys
     from graphrun.rpc.tuning import keep_large_allocations
     from graphrun.train.ddp import DDPConfig
@@ -115,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     servers = [f"tcp://{eps[0]}" for _, eps in sorted(hosts.store_endpoints().items())]
     ctx = initialize(
         servers, job=job.name, keys=load_keys(args.keys / "job.key"), rank=args.rank,
-        world_size=world, partition=partition_of(args.rank, world, parts),
+        world_size=world, partition=home_partition(args.rank, world, parts),
         name=f"trainer:{args.rank}", machine=args.machine,
     )  # fmt: skip
     local = ctx.client.local_parts  # partitions read through shared memory (co-located)

@@ -23,13 +23,9 @@ from typing import Any
 import numpy as np
 
 from graphrun.errors import ArgumentError, PartitionFormatError
+from graphrun.graph.graph import CanonicalEtype, etype_key
 
-CanonicalEtype = tuple[str, str, str]
 CONFIG_FILE = "partition.json"
-
-
-def _key(etype: CanonicalEtype) -> str:
-    return ":".join(etype)
 
 
 def check_ids(ids: Any, arg: str, upper: int, of: str = "") -> np.ndarray:
@@ -149,7 +145,7 @@ class PartitionBook:
                     f"for each of the {len(types)} {kind} types"
                 )
             for t, name in enumerate(types):
-                label = name if isinstance(name, str) else ":".join(name)
+                label = name if isinstance(name, str) else etype_key(name)
                 _check_bounds(ranges[t], f"{kind}_ranges.{label}", p, None, src)
             if not np.array_equal(np.diff(offsets), np.diff(ranges, axis=1).sum(axis=0)):
                 raise PartitionFormatError(
@@ -171,9 +167,9 @@ class PartitionBook:
                 if name not in nranges:
                     raise PartitionFormatError(f"{source}: field 'node_ranges.{name}' is missing")
             for et in edge_types:
-                if _key(et) not in eranges:
+                if etype_key(et) not in eranges:
                     raise PartitionFormatError(
-                        f"{source}: field 'edge_ranges.{_key(et)}' is missing"
+                        f"{source}: field 'edge_ranges.{etype_key(et)}' is missing"
                     )
             book = cls(
                 num_parts=_get(cfg, "num_parts", int, source),
@@ -187,7 +183,7 @@ class PartitionBook:
                 ),
                 node_ranges_all=_int_matrix(nranges, node_types, "node_ranges", source),
                 edge_ranges_all=_int_matrix(
-                    eranges, [_key(e) for e in edge_types], "edge_ranges", source
+                    eranges, [etype_key(e) for e in edge_types], "edge_ranges", source
                 ),
             )
         except PartitionFormatError as exc:
@@ -207,7 +203,8 @@ class PartitionBook:
                 t: self.node_ranges_all[i].tolist() for i, t in enumerate(self.node_types)
             },
             "edge_ranges": {
-                _key(e): self.edge_ranges_all[i].tolist() for i, e in enumerate(self.edge_types)
+                etype_key(e): self.edge_ranges_all[i].tolist()
+                for i, e in enumerate(self.edge_types)
             },
         }
 
@@ -246,7 +243,7 @@ class PartitionBook:
         try:
             return self.edge_types.index(parts)
         except ValueError:
-            known = [_key(e) for e in self.edge_types]
+            known = [etype_key(e) for e in self.edge_types]
             raise ArgumentError(f"etype: unknown edge type {etype!r}; known: {known}") from None
 
     def num_nodes_of(self, ntype: str) -> int:

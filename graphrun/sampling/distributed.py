@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from graphrun.errors import ArgumentError, ProtocolError
+from graphrun.graph.graph import etype_key
 from graphrun.partition.book import PartitionBook
 from graphrun.sampling.csc import CSCGraph, SampledEdges, check_seeds
 from graphrun.sampling.kernels import make_generator
@@ -38,6 +39,7 @@ from graphrun.sampling.partitioned import (
     edge_weights_by_position,
     shared_tensor,
 )
+from graphrun.store.policy import TensorKey
 
 OP = "sample_neighbors"
 OP_IN_DEGREES = "graph_in_degrees"
@@ -157,8 +159,10 @@ class DistOneHopSampler:
         feats = {}
         for et in self.book.edge_types:
             lo, hi = self.book.edge_ranges(et)[part : part + 2]
-            key = ":".join(et)
-            feats[key] = pull(f"edge/{key}/{self.weight}", np.arange(lo, hi, dtype=np.int64))
+            key = etype_key(et)
+            feats[key] = pull(
+                str(TensorKey.edge(key, self.weight)), np.arange(lo, hi, dtype=np.int64)
+            )
         lo_n, hi_n = self.book.owned_nodes(part)
         n_inner = int(structure["indptr"][hi_n - lo_n])
         eids = np.asarray(structure["eids"][:n_inner])

@@ -22,12 +22,12 @@ import torch
 from torch import Tensor
 
 from graphrun.errors import ArgumentError
+from graphrun.graph.graph import CanonicalEtype, etype_key
 
-Etype = tuple[str, str, str]
 FanoutSpec = Sequence[int | Mapping[Any, int]] | Mapping[Any, Sequence[int]]
 
 
-def etype_index(etype: Any, edge_types: Sequence[Etype], arg: str = "fanouts") -> int:
+def etype_index(etype: Any, edge_types: Sequence[CanonicalEtype], arg: str = "fanouts") -> int:
     """The position of an edge type given as a triple, ``"s:r:d"`` or a unique relation."""
     if isinstance(etype, str) and ":" in etype:
         etype = tuple(etype.split(":"))
@@ -42,7 +42,7 @@ def etype_index(etype: Any, edge_types: Sequence[Etype], arg: str = "fanouts") -
             return hits[0]
         if len(hits) > 1:
             raise ArgumentError(f"{arg}: relation {etype!r} is ambiguous; use 'src:rel:dst'")
-    known = [":".join(e) for e in edge_types]
+    known = [etype_key(e) for e in edge_types]
     raise ArgumentError(f"{arg}: unknown edge type {etype!r}; known: {known}")
 
 
@@ -56,7 +56,7 @@ def _check_int(value: Any, where: str) -> int:
 
 def normalize_fanouts(
     fanouts: FanoutSpec,
-    edge_types: Sequence[Etype],
+    edge_types: Sequence[CanonicalEtype],
     num_layers: int | None = None,
     arg: str = "fanouts",
 ) -> list[Tensor]:

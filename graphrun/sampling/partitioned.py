@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from graphrun.errors import ArgumentError
+from graphrun.graph.graph import etype_key
 from graphrun.partition.book import PartitionBook
 from graphrun.sampling.csc import CSCGraph
 
@@ -65,7 +66,7 @@ def edge_weights_by_position(
     et, per_type = book.eid_to_per_type(eids)
     out = np.zeros(len(eids), dtype=np.float64)
     for r, etype in enumerate(book.edge_types):
-        key = ":".join(etype)
+        key = etype_key(etype)
         mask = et == r
         if not mask.any():
             continue

@@ -28,10 +28,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from graphrun.graph.graph import Graph
+from graphrun.graph.graph import CanonicalEtype, Graph
 from graphrun.sampling.mfg import SampledSubgraph
-
-Etype = tuple[str, str, str]
 
 
 class TypeMap(Protocol):
@@ -39,7 +37,7 @@ class TypeMap(Protocol):
     def node_types(self) -> tuple[str, ...]: ...
 
     @property
-    def edge_types(self) -> tuple[Etype, ...]: ...
+    def edge_types(self) -> tuple[CanonicalEtype, ...]: ...
 
     def nodes_per_type(self, ids: Tensor) -> tuple[Tensor, Tensor]:
         """``(type id, per-type id)`` of global node ids."""
@@ -55,7 +53,7 @@ class OffsetTypeMap:
     """Types stored as contiguous global id ranges (a :class:`Graph`'s layout)."""
 
     node_types: tuple[str, ...]
-    edge_types: tuple[Etype, ...]
+    edge_types: tuple[CanonicalEtype, ...]
     node_offsets: Tensor
     edge_offsets: Tensor
 

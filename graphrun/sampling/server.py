@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from graphrun.errors import ArgumentError
+from graphrun.graph.graph import etype_key
 from graphrun.sampling.csc import CSCGraph
 from graphrun.sampling.distributed import (
     OP,
@@ -37,6 +38,7 @@ from graphrun.sampling.distributed import (
 )
 from graphrun.sampling.kernels import make_generator
 from graphrun.sampling.partitioned import csc_from_structure, edge_weights_by_position
+from graphrun.store.policy import TensorKey
 
 if TYPE_CHECKING:
     from graphrun.store.registry import Registry, Request, Response
@@ -59,8 +61,8 @@ def _csc(state: ServerState, weight: str | None = None) -> CSCGraph:
 
             feats = {}
             for et in state.book.edge_types:
-                k = ":".join(et)
-                feats[k] = state.find(GRAPH_JOB, f"edge/{k}/{weight}").array
+                k = etype_key(et)
+                feats[k] = state.find(GRAPH_JOB, str(TensorKey.edge(k, weight))).array
             lo, hi = state.book.owned_nodes(state.part)
             n_inner = int(state.structure["indptr"][hi - lo])
             eids = np.asarray(state.structure["eids"][:n_inner])

@@ -3,17 +3,20 @@
 Each node type and each edge type is one id space (per-type new ids, see
 :mod:`graphrun.partition.book`); partition ``p`` owns the contiguous rows
 ``[ranges[p], ranges[p+1])`` of every tensor with that policy. Policy names are
-``"node:<ntype>"`` and ``"edge:<src:rel:dst>"``.
+``"node:<ntype>"`` and ``"edge:<src:rel:dst>"``; the graph's features are the tensors
+named by a :class:`TensorKey`, ``node/<ntype>/<name>`` and ``edge/<src:rel:dst>/<name>``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from graphrun.errors import ArgumentError
+from graphrun.graph.graph import etype_key
 from graphrun.partition.book import PartitionBook, check_ids
 
 
@@ -51,12 +54,46 @@ class PartitionPolicy:
         return ids - start if start else ids
 
 
+@dataclass(frozen=True)
+class TensorKey:
+    """The store name of one graph feature: ``node/<ntype>/<name>`` or
+    ``edge/<src:rel:dst>/<name>`` (str() formats it, :meth:`parse` reads it)."""
+
+    kind: Literal["node", "edge"]
+    type: str  # a node type, or an edge type's "src:rel:dst" key
+    name: str
+
+    @classmethod
+    def node(cls, ntype: str, name: str) -> TensorKey:
+        return cls("node", ntype, name)
+
+    @classmethod
+    def edge(cls, etype: str | Sequence[str], name: str) -> TensorKey:
+        return cls("edge", etype if isinstance(etype, str) else etype_key(etype), name)
+
+    @classmethod
+    def parse(cls, text: str) -> TensorKey | None:
+        """The key of a graph feature's tensor name; None for any other tensor."""
+        kind, _, rest = text.partition("/")
+        type_, _, name = rest.rpartition("/")
+        if kind not in ("node", "edge") or not type_ or not name:
+            return None
+        return cls(kind, type_, name)  # type: ignore[arg-type]
+
+    @property
+    def policy(self) -> str:
+        return f"{self.kind}:{self.type}"
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.type}/{self.name}"
+
+
 def node_policy_name(ntype: str) -> str:
     return f"node:{ntype}"
 
 
 def edge_policy_name(etype: str | tuple[str, str, str]) -> str:
-    return "edge:" + (etype if isinstance(etype, str) else ":".join(etype))
+    return "edge:" + (etype if isinstance(etype, str) else etype_key(etype))
 
 
 def policies_from_book(book: PartitionBook) -> dict[str, PartitionPolicy]:

@@ -36,7 +36,7 @@ from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import Message, MsgKind
 from graphrun.rpc.transport import RpcClient, RpcServer
 from graphrun.store import handlers
-from graphrun.store.policy import edge_policy_name, node_policy_name, policies_from_book
+from graphrun.store.policy import TensorKey, policies_from_book
 from graphrun.store.registry import Registry, Request, load_extensions
 from graphrun.store.shm import (
     DEFAULT_SHM_DIR,
@@ -129,23 +129,23 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
             seg, shared = segments.copy_in(arr)
             state.structure[name] = shared
             state.structure_segments[name] = _structure_info(name, seg, arr)
-        feats = [("node", t, node_policy_name(t), f) for t, f in p.node_feats.items()]
-        feats += [("edge", k, edge_policy_name(k), f) for k, f in p.edge_feats.items()]
-        for kind, key, policy, named in feats:
-            for fname, arr in named.items():
-                seg, shared = segments.copy_in(arr)
-                pol = state.policies[policy]
-                info = TensorInfo(
-                    f"{kind}/{key}/{fname}",
-                    GRAPH_JOB,
-                    policy,
-                    str(arr.dtype),
-                    tuple(arr.shape[1:]),
-                    pol.num_rows,
-                    pol.part_rows(cfg.part),
-                    seg,
-                )
-                state.tensors[(GRAPH_JOB, info.name)] = StoredTensor(info, shared)
+        feats = [TensorKey.node(t, n) for t, named in p.node_feats.items() for n in named]
+        feats += [TensorKey.edge(k, n) for k, named in p.edge_feats.items() for n in named]
+        for key in feats:
+            arr = (p.node_feats if key.kind == "node" else p.edge_feats)[key.type][key.name]
+            seg, shared = segments.copy_in(arr)
+            pol = state.policies[key.policy]
+            info = TensorInfo(
+                str(key),
+                GRAPH_JOB,
+                key.policy,
+                str(arr.dtype),
+                tuple(arr.shape[1:]),
+                pol.num_rows,
+                pol.part_rows(cfg.part),
+                seg,
+            )
+            state.tensors[(GRAPH_JOB, info.name)] = StoredTensor(info, shared)
     except BaseException:
         state.close()
         raise

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from graphrun.errors import ArgumentError
+from graphrun.graph.graph import etype_key
 from graphrun.sampling.edgesplit import EdgeSplit
 from graphrun.train.models import AggrPath
 
@@ -69,7 +70,7 @@ class TrainConfig:
         ``"src:rel:dst" -> fanout`` (``fanouts_per_etype`` overriding ``fanouts``)."""
         if not self.fanouts_per_etype:
             return list(self.fanouts)
-        keys = [":".join(et) for et in edge_types]
+        keys = [etype_key(et) for et in edge_types]
         for k in self.fanouts_per_etype:
             if k not in keys:
                 raise ArgumentError(f"fanouts_per_etype: the graph has no edge type {k!r}")

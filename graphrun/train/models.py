@@ -32,9 +32,9 @@ from torch import Tensor
 from torch_geometric.nn import GATConv, GCNConv, GraphConv, HeteroConv, SAGEConv
 
 from graphrun.errors import ArgumentError
+from graphrun.graph.graph import CanonicalEtype
 
 AggrPath = Literal["scatter", "csr"]
-EdgeType = tuple[str, str, str]
 
 
 def as_adj(edge_index: Tensor, num_src: int, num_dst: int, path: AggrPath) -> Tensor:
@@ -228,8 +228,8 @@ class MLP(torch.nn.Module):
 
 
 def reaching_relations(
-    edge_types: Sequence[EdgeType], node_types: set[str], target: str, num_layers: int
-) -> list[list[EdgeType]]:
+    edge_types: Sequence[CanonicalEtype], node_types: set[str], target: str, num_layers: int
+) -> list[list[CanonicalEtype]]:
     """Per layer, the relations whose messages can still reach ``target`` by the last
     layer: the last layer's end at ``target``; each earlier layer's end at a type that a
     later kept relation reads (as source, or as destination for its root weight).
@@ -237,7 +237,7 @@ def reaching_relations(
     Only these get convolutions, so every parameter takes part in every step's loss —
     DDP's gradient reduction needs that — and no layer computes states nobody reads."""
     usable = [et for et in edge_types if et[0] in node_types and et[2] in node_types]
-    layers: list[list[EdgeType]] = []
+    layers: list[list[CanonicalEtype]] = []
     needed = {target}
     for _ in range(num_layers):
         rels = [et for et in usable if et[2] in needed]
@@ -258,7 +258,7 @@ class HeteroGNN(torch.nn.Module):
     def __init__(
         self,
         in_dims: Mapping[str, int],
-        edge_types: Sequence[EdgeType],
+        edge_types: Sequence[CanonicalEtype],
         hidden: int,
         out_dim: int,
         num_layers: int,
@@ -287,9 +287,9 @@ class HeteroGNN(torch.nn.Module):
     def forward(
         self,
         x: dict[str, Tensor],
-        edge_index: dict[EdgeType, Tensor],
+        edge_index: dict[CanonicalEtype, Tensor],
         num_sampled_nodes: dict[str, list[int]] | None = None,
-        num_sampled_edges: dict[EdgeType, list[int]] | None = None,
+        num_sampled_edges: dict[CanonicalEtype, list[int]] | None = None,
     ) -> Tensor:
         layers = len(self.convs)
         for i, hetero in enumerate(self.convs):
