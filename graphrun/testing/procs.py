@@ -12,6 +12,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import psutil
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -29,3 +31,19 @@ def run_graphrun(
     end; stdout and stderr captured as text, the exit code not checked."""
     cmd = [*launcher, sys.executable, "-m", "graphrun", *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=timeout)
+
+
+def live_children() -> list[psutil.Process]:
+    """This process's living descendants, except Python's own multiprocessing resource
+    tracker (started by the first spawned loader worker, alive until this process ends)."""
+    out = []
+    for c in psutil.Process().children(recursive=True):
+        try:
+            if c.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if "multiprocessing.resource_tracker" in " ".join(c.cmdline()):
+                continue
+        except psutil.NoSuchProcess:
+            continue
+        out.append(c)
+    return out

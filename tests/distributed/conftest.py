@@ -1,4 +1,5 @@
-"""A running store (2 partitions, real server processes) shared by the dist tests."""
+"""A running store (2 partitions, real server processes) shared by the tests of this
+package, stopped when they are done (later packages check that no child process is left)."""
 
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,11 +36,11 @@ def _serve(graph: Graph, out: Path) -> Iterator[Served]:
         )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def served(tmp_path_factory) -> Iterator[Served]:
     yield from _serve(random_graph(), tmp_path_factory.mktemp("homo") / "parts")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def served_hetero(tmp_path_factory) -> Iterator[Served]:
     yield from _serve(random_hetero_graph(), tmp_path_factory.mktemp("hetero") / "parts")

@@ -24,6 +24,7 @@ from graphrun.job.spec import load_job
 from graphrun.job.worker import read_status
 from graphrun.placement.profile import read_records
 from graphrun.testing.jobs import small_job
+from graphrun.testing.procs import live_children
 from graphrun.train.checkpoint import load_checkpoint
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -42,10 +43,9 @@ def metrics(path: Path) -> list[dict]:
 
 
 def nothing_left(job: LocalJob) -> None:
-    me = psutil.Process()
     deadline = time.monotonic() + 5
-    while [c for c in me.children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE]:
-        assert time.monotonic() < deadline, me.children(recursive=True)
+    while live_children():
+        assert time.monotonic() < deadline, live_children()
         time.sleep(0.1)
     store_pids = [pid for role, pid in job.pids.items() if role.startswith("store")]
     assert store_pids

@@ -8,23 +8,21 @@ import signal
 import threading
 import time
 
-import psutil
 import pytest
 
 from graphrun.errors import JobFailed
 from graphrun.job.local import LocalMachines
 from graphrun.job.worker import read_status
 from graphrun.testing.jobs import two_machines
+from graphrun.testing.procs import live_children
 
 pytestmark = pytest.mark.integration
 
 
 def no_children_left() -> bool:
-    me = psutil.Process()
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        alive = [c for c in me.children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE]
-        if not alive:
+        if not live_children():
             return True
         time.sleep(0.1)
     return False
