@@ -175,9 +175,7 @@ class DistGraph:
         feat = self.node_feature(t, name)
         if feat is None:
             raise ArgumentError(f"{name}: node type {t!r} has no feature {name!r}")
-        n = self.num_nodes(t)
-        mask = feat.pull_numpy(np.arange(n, dtype=np.int64))
-        return torch.from_numpy(np.flatnonzero(mask).astype(np.int64))
+        return torch.from_numpy(feat.reduce("nonzero"))  # computed where the rows live
 
     def _single_ntype(self) -> str:
         if len(self.node_types) != 1:

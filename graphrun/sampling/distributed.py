@@ -22,7 +22,7 @@ The bytes of the answers computed in this process are counted per partition in
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -30,15 +30,11 @@ import torch
 from torch import Tensor
 
 from graphrun.errors import ArgumentError, ProtocolError
-from graphrun.graph.graph import etype_key
 from graphrun.partition.book import PartitionBook
 from graphrun.sampling.csc import CSCGraph, SampledEdges, check_seeds
 from graphrun.sampling.kernels import make_generator
-from graphrun.sampling.partitioned import (
-    csc_from_structure,
-    edge_weights_by_position,
-    shared_tensor,
-)
+from graphrun.sampling.partitioned import csc_from_structure, owned_edge_weights, shared_tensor
+from graphrun.store import routing
 from graphrun.store.policy import TensorKey
 
 OP = "sample_neighbors"
@@ -156,17 +152,12 @@ class DistOneHopSampler:
         pull = getattr(self.client, "pull", None)
         if pull is None:
             raise ArgumentError("weight: this store client cannot pull edge features")
-        feats = {}
-        for et in self.book.edge_types:
-            lo, hi = self.book.edge_ranges(et)[part : part + 2]
-            key = etype_key(et)
-            feats[key] = pull(
-                str(TensorKey.edge(key, self.weight)), np.arange(lo, hi, dtype=np.int64)
-            )
-        lo_n, hi_n = self.book.owned_nodes(part)
-        n_inner = int(structure["indptr"][hi_n - lo_n])
-        eids = np.asarray(structure["eids"][:n_inner])
-        return edge_weights_by_position(self.book, part, eids, feats, self.weight)
+        name = self.weight
+
+        def owned_rows(key: str, lo: int, hi: int) -> np.ndarray:
+            return pull(str(TensorKey.edge(key, name)), np.arange(lo, hi, dtype=np.int64))
+
+        return owned_edge_weights(self.book, part, structure, name, owned_rows)
 
     def sample_one_hop(
         self,
@@ -180,34 +171,50 @@ class DistOneHopSampler:
         seeds = check_seeds(seeds, 0, self.book.num_nodes)
         if weighted:
             self._weight_name()
-        owner = torch.from_numpy(self.book.nid2part(seeds.numpy()))
-        order = torch.argsort(owner, stable=True)
-        counts = torch.bincount(owner, minlength=self.book.num_parts).tolist()
         part_seeds = torch.randint(0, 2**62, (self.book.num_parts,), generator=generator).tolist()
-        groups = torch.split(order, counts)
-        pending = []
-        for p, idx in enumerate(groups):
-            if idx.numel() and p not in self.local:
-                if self.client is None:
-                    raise ProtocolError(f"partition {p} is not local and there is no store client")
-                body, tensors = encode_request(seeds[idx], fanout, replace, weighted, part_seeds[p])
-                if weighted:
-                    body["weight"] = self._weight_name()
-                pending.append((idx, self.client.request(p, OP, body, tensors)))
-        parts: list[tuple[Tensor, SampledEdges]] = []
-        for p, idx in enumerate(groups):
-            if idx.numel() and p in self.local:
-                gen = make_generator(part_seeds[p])
-                out = self.local[p].sample_one_hop(
-                    seeds[idx], fanout, replace=replace, weighted=weighted, generator=gen
-                )
-                self.local_bytes[p] += _nbytes(out.src, out.seed_index, out.eid, out.etype)
-                parts.append((idx, out))
-        assert self.client is not None or not pending
-        for idx, pend in pending:
-            msg = self.client.wait(pend)  # type: ignore[union-attr]
-            parts.append((idx, decode_reply(msg, idx.numel(), self.typed)))
+        ids = seeds.numpy()
+
+        def send(g: routing.Group) -> Any:
+            body, tensors = encode_request(
+                torch.from_numpy(g.ids), fanout, replace, weighted, part_seeds[g.part]
+            )
+            if weighted:
+                body["weight"] = self._weight_name()
+            return self._client(g.part).request(g.part, OP, body, tensors)
+
+        def sample_here(g: routing.Group) -> SampledEdges:
+            out = self.local[g.part].sample_one_hop(
+                torch.from_numpy(g.ids),
+                fanout,
+                replace=replace,
+                weighted=weighted,
+                generator=make_generator(part_seeds[g.part]),
+            )
+            self.local_bytes[g.part] += _nbytes(out.src, out.seed_index, out.eid, out.etype)
+            return out
+
+        groups = routing.by_owner(self.book.node_offsets, ids)
+        answers: Iterator[tuple[routing.Group, SampledEdges | Reply]]
+        answers = routing.remote_first(
+            groups, self.local.__contains__, send, self._wait, sample_here
+        )
+        parts = []
+        for g, got in answers:
+            if not isinstance(got, SampledEdges):
+                got = decode_reply(got, len(g.ids), self.typed)
+            parts.append((g, got))
+        parts.sort(key=lambda x: x[0].part)  # partition order, wherever it was sampled
         return merge(parts, self.typed)
+
+    def _client(self, part: int) -> StoreClient:
+        if self.client is None:
+            raise ProtocolError(f"partition {part} is not local and there is no store client")
+        return self.client
+
+    def _wait(self, pending: Any) -> Reply:
+        assert self.client is not None
+        reply: Reply = self.client.wait(pending)
+        return reply
 
     def _weight_name(self) -> str:
         if self.weight is None:
@@ -217,43 +224,44 @@ class DistOneHopSampler:
     # ---- structure queries (same split: local partitions in-process, others by request)
 
     def _by_owner(
-        self, ids: np.ndarray, owner: np.ndarray, op: str, count: int, local_fn: Any
+        self, ids: np.ndarray, bounds: np.ndarray, op: str, count: int, local_fn: Any
     ) -> list[Tensor]:
-        order = np.argsort(owner, kind="stable")
-        bounds = np.searchsorted(owner[order], np.arange(self.book.num_parts + 1))
+        """``count`` int64 answers per id, each asked of the id's owner."""
         outs = [torch.empty(len(ids), dtype=torch.long) for _ in range(count)]
-        pending = []
-        for p in range(self.book.num_parts):
-            pos = order[bounds[p] : bounds[p + 1]]
-            if len(pos) and p not in self.local:
-                if self.client is None:
-                    raise ProtocolError(f"partition {p} is not local and there is no store client")
-                pending.append((pos, self.client.request(p, op, {}, (ids[pos],))))
-        for p in range(self.book.num_parts):
-            pos = order[bounds[p] : bounds[p + 1]]
-            if len(pos) and p in self.local:
-                got = local_fn(self.local[p], torch.from_numpy(ids[pos]))
-                self.local_bytes[p] += _nbytes(*got)
-                for o, g in zip(outs, got, strict=True):
-                    o[torch.from_numpy(pos)] = g
-        for pos, pend in pending:
-            got = _one(self.client.wait(pend), len(pos), count, op)  # type: ignore[union-attr]
-            for o, g in zip(outs, got, strict=True):
-                o[torch.from_numpy(pos)] = g
+
+        def here(g: routing.Group) -> tuple[Tensor, ...]:
+            got: tuple[Tensor, ...] = local_fn(self.local[g.part], torch.from_numpy(g.ids))
+            self.local_bytes[g.part] += _nbytes(*got)
+            return got
+
+        answers: Iterator[tuple[routing.Group, tuple[Tensor, ...] | Reply]]
+        answers = routing.remote_first(
+            routing.by_owner(bounds, ids),
+            self.local.__contains__,
+            lambda g: self._client(g.part).request(g.part, op, {}, (g.ids,)),
+            self._wait,
+            here,
+        )
+        for g, got in answers:
+            if not isinstance(got, tuple):
+                got = _one(got, len(g.ids), count, op)
+            pos = g.pos if isinstance(g.pos, slice) else torch.from_numpy(g.pos)
+            for o, x in zip(outs, got, strict=True):
+                o[pos] = x
         return outs
 
     def in_degrees(self, ids: Tensor) -> Tensor:
         """In-degree of global node ids (asked of each node's owner)."""
         nid = check_seeds(ids, 0, self.book.num_nodes, "ids").numpy()
         return self._by_owner(
-            nid, self.book.nid2part(nid), OP_IN_DEGREES, 1, lambda c, x: (c.in_degrees(x),)
+            nid, self.book.node_offsets, OP_IN_DEGREES, 1, lambda c, x: (c.in_degrees(x),)
         )[0]
 
     def find_edges(self, eids: Tensor) -> tuple[Tensor, Tensor]:
         """``(src, dst)`` global node ids of global edge ids (asked of each edge's owner)."""
         e = check_seeds(eids, 0, self.book.num_edges, "eids").numpy()
         src, dst = self._by_owner(
-            e, self.book.eid2part(e), OP_FIND_EDGES, 2, lambda c, x: c.find_edges(x)
+            e, self.book.edge_offsets, OP_FIND_EDGES, 2, lambda c, x: c.find_edges(x)
         )
         return src, dst
 
@@ -287,13 +295,20 @@ def _one(msg: Reply, n: int, count: int, op: str) -> tuple[Tensor, ...]:
     return tuple(out)
 
 
-def merge(parts: list[tuple[Tensor, SampledEdges]], typed: bool) -> SampledEdges:
+def _positions(g: routing.Group, index: Tensor) -> Tensor:
+    """Positions in the caller's seeds of the entries ``index`` of group ``g``'s seeds."""
+    if isinstance(g.pos, slice):
+        return index + g.pos.start if g.pos.start else index
+    return torch.from_numpy(g.pos)[index]
+
+
+def merge(parts: list[tuple[routing.Group, SampledEdges]], typed: bool) -> SampledEdges:
     """Concatenate per-owner answers; ``seed_index`` back to the caller's positions."""
     if not parts:
         return SampledEdges.empty(typed)
     return SampledEdges(
         src=torch.cat([e.src for _, e in parts]),
-        seed_index=torch.cat([idx[e.seed_index] for idx, e in parts]),
+        seed_index=torch.cat([_positions(g, e.seed_index) for g, e in parts]),
         eid=torch.cat([e.eid for _, e in parts]),
         etype=torch.cat([e.etype for _, e in parts if e.etype is not None]) if typed else None,
     )

@@ -11,7 +11,7 @@ nothing: the arrays stay memory-mapped / in shared memory.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,6 +75,28 @@ def edge_weights_by_position(
         start = int(book.edge_ranges(etype)[part])
         out[mask] = np.asarray(features[key])[per_type[mask] - start]
     return out
+
+
+def owned_edge_weights(
+    book: PartitionBook,
+    part: int,
+    structure: Mapping[str, np.ndarray],
+    name: str,
+    owned_rows: Callable[[str, int, int], np.ndarray],
+) -> np.ndarray:
+    """Edge feature ``name`` aligned with partition ``part``'s CSC (its owned rows).
+
+    ``owned_rows(etype_key, lo, hi)`` gives the feature's rows ``[lo, hi)`` of one edge
+    type: the edges of that type the partition owns (a server reads its own shared
+    memory, a client pulls them)."""
+    feats = {}
+    for et in book.edge_types:
+        lo, hi = book.edge_ranges(et)[part : part + 2]
+        feats[etype_key(et)] = owned_rows(etype_key(et), int(lo), int(hi))
+    lo_n, hi_n = book.owned_nodes(part)
+    n_inner = int(structure["indptr"][hi_n - lo_n])
+    eids = np.asarray(structure["eids"][:n_inner])
+    return edge_weights_by_position(book, part, eids, feats, name)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,6 @@ import numpy as np
 import torch
 
 from graphrun.errors import ArgumentError
-from graphrun.graph.graph import etype_key
 from graphrun.sampling.csc import CSCGraph
 from graphrun.sampling.distributed import (
     OP,
@@ -37,7 +36,7 @@ from graphrun.sampling.distributed import (
     encode_reply,
 )
 from graphrun.sampling.kernels import make_generator
-from graphrun.sampling.partitioned import csc_from_structure, edge_weights_by_position
+from graphrun.sampling.partitioned import csc_from_structure, owned_edge_weights
 from graphrun.store.policy import TensorKey
 
 if TYPE_CHECKING:
@@ -59,14 +58,10 @@ def _csc(state: ServerState, weight: str | None = None) -> CSCGraph:
         if weight is not None:
             from graphrun.store.state import GRAPH_JOB
 
-            feats = {}
-            for et in state.book.edge_types:
-                k = etype_key(et)
-                feats[k] = state.find(GRAPH_JOB, str(TensorKey.edge(k, weight))).array
-            lo, hi = state.book.owned_nodes(state.part)
-            n_inner = int(state.structure["indptr"][hi - lo])
-            eids = np.asarray(state.structure["eids"][:n_inner])
-            w = edge_weights_by_position(state.book, state.part, eids, feats, weight)
+            def owned_rows(key: str, lo: int, hi: int) -> np.ndarray:
+                return state.find(GRAPH_JOB, str(TensorKey.edge(key, weight))).array
+
+            w = owned_edge_weights(state.book, state.part, state.structure, weight, owned_rows)
         cache[key] = csc_from_structure(state.structure, state.book, state.part, weights=w)
     csc: CSCGraph = cache[key]
     return csc

@@ -109,6 +109,10 @@ class DistTensor:
     def pull_numpy(self, ids: Any) -> np.ndarray:
         return self.client.pull(self.name, to_numpy_ids(ids))
 
+    def reduce(self, how: str) -> Any:
+        """A reduction computed by the servers (see :meth:`KVClient.reduce`)."""
+        return self.client.reduce(self.name, how)
+
     def __getitem__(self, ids: Any) -> torch.Tensor:
         return as_torch(self.pull_numpy(ids))
 

@@ -34,7 +34,7 @@ import numpy as np
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.store.reducers import STATE_SPECS, get_reducer
 from graphrun.store.registry import Registry, Request, Response
-from graphrun.store.state import GRAPH_JOB, ServerState, StoredTensor
+from graphrun.store.state import GRAPH_JOB, PartitionInfo, ServerState, StoredTensor
 
 INITIALIZERS = ("zeros", "uniform", "normal")
 
@@ -65,17 +65,18 @@ def join(state: ServerState, req: Request) -> Response:
 
 def info(state: ServerState, req: Request) -> Response:
     return Response(
-        {
-            "part": state.part,
-            "index": state.index,
-            "backups": list(state.backups),
-            "host": state.host,
-            "shm_dir": str(state.shm_dir),
-            "book": state.book.to_config(),
-            "heartbeat_timeout": state.heartbeat_timeout,
-            "tensors": [t.to_wire() for t in state.visible(req.job)],
-            "structure": state.structure_segments,
-        }
+        PartitionInfo(
+            part=state.part,
+            index=state.index,
+            backups=tuple(state.backups),
+            host=state.host,
+            shm_dir=state.shm_dir,
+            book=state.book.to_config(),
+            heartbeat_timeout=state.heartbeat_timeout,
+            tensors=tuple(state.visible(req.job)),
+            structure=state.structure_segments,
+            deletions=state.deletions_segment,
+        ).to_wire()
     )
 
 
@@ -199,7 +200,7 @@ def manifest(state: ServerState, req: Request) -> Response:
     return Response(
         {
             "tensors": [t.info.to_wire() for t in state.tensors.values()],
-            "structure": state.structure_segments,
+            "structure": {k: v.to_wire() for k, v in state.structure_segments.items()},
         }
     )
 
@@ -213,6 +214,26 @@ def register_backup(state: ServerState, req: Request) -> Response:
     else:
         state.register_backup(address, req.param("pid", int, 0), req.param("start", int, 0))
     return Response({})
+
+
+REDUCTIONS = ("max", "min", "sum", "count_nonzero")
+
+
+def reduce_op(state: ServerState, req: Request) -> Response:
+    """A reduction of this partition's rows of a tensor (the client combines them):
+    ``{"value": number or None}``, or for ``nonzero`` the local rows with a non-zero
+    element as ``(rows int64,)``."""
+    arr = state.find(req.job, req.str_param("name")).array
+    how = req.str_param("how")
+    if how == "nonzero":
+        flat = arr.reshape(len(arr), -1)
+        return Response({}, (np.flatnonzero(flat.any(axis=1)).astype(np.int64),))
+    if how not in REDUCTIONS:
+        raise ArgumentError(f"reduce: field 'how' must be 'nonzero' or one of {list(REDUCTIONS)}")
+    if arr.size == 0:
+        return Response({"value": None})
+    value = getattr(np, how)(arr)
+    return Response({"value": value.item() if isinstance(value, np.generic) else int(value)})
 
 
 def stats(state: ServerState, req: Request) -> Response:
@@ -249,6 +270,7 @@ def register(registry: Registry) -> None:
     registry.add("heartbeat", heartbeat, needs_session=False)
     registry.add("pull", pull)
     registry.add("push", push)
+    registry.add("reduce", reduce_op)
     registry.add("init", init)
     registry.add("attach", attach_op)
     registry.add("delete", delete)

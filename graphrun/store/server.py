@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.partition.book import PartitionBook
@@ -41,12 +40,19 @@ from graphrun.store.registry import Registry, Request, load_extensions
 from graphrun.store.shm import (
     DEFAULT_SHM_DIR,
     SegmentStore,
-    attach,
     check_space,
     clean_stale,
+    host_identity,
     start_ms,
 )
-from graphrun.store.state import GRAPH_JOB, ServerState, StoredTensor, TensorInfo
+from graphrun.store.state import (
+    GRAPH_JOB,
+    PartitionInfo,
+    Segment,
+    ServerState,
+    StoredTensor,
+    TensorInfo,
+)
 
 log = logging.getLogger("graphrun.store")
 
@@ -83,23 +89,6 @@ def _check_config(cfg: ServerConfig) -> None:
             raise ArgumentError(f"{name}: expected a number of seconds > 0, got {val!r}")
 
 
-def host_identity(shm_dir: Path) -> dict[str, str]:
-    """Identifies the machine (kernel) and shared-memory filesystem of this process."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        boot = ""
-    try:
-        dev = str(os.stat(shm_dir).st_dev)
-    except OSError:
-        dev = ""
-    return {"hostname": socket.gethostname(), "boot_id": boot, "shm_dev": dev}
-
-
-def _structure_info(name: str, segment: str, arr: Any) -> dict[str, Any]:
-    return {"segment": segment, "dtype": str(arr.dtype), "shape": list(arr.shape)}
-
-
 def load_main_state(cfg: ServerConfig) -> ServerState:
     """Load partition ``cfg.part`` into fresh shared-memory segments."""
     clean_stale(cfg.shm_dir)
@@ -122,13 +111,16 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
         config=p.config,
     )
     try:
+        seg, state.deletions = segments.create("int64", (1,))
+        state.deletions[0] = 0
+        state.deletions_segment = Segment(seg, "int64", (1,))
         arrays = {"nodes": p.nodes, "indptr": p.indptr, "indices": p.indices, "eids": p.eids}
         if p.etypes is not None:
             arrays["etypes"] = p.etypes
         for name, arr in arrays.items():
             seg, shared = segments.copy_in(arr)
             state.structure[name] = shared
-            state.structure_segments[name] = _structure_info(name, seg, arr)
+            state.structure_segments[name] = Segment(seg, str(arr.dtype), tuple(arr.shape))
         feats = [TensorKey.node(t, n) for t, named in p.node_feats.items() for n in named]
         feats += [TensorKey.edge(k, n) for k, named in p.edge_feats.items() for n in named]
         for key in feats:
@@ -154,12 +146,12 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
 
 def attach_backup_state(cfg: ServerConfig, main: RpcClient) -> ServerState:
     """Map the main server's segments (a backup on the same machine)."""
-    info = main.call("info", {"job": GRAPH_JOB}).body
-    if info["host"] != host_identity(cfg.shm_dir):
+    info = PartitionInfo.from_wire(main.call("info", {"job": GRAPH_JOB}).body)
+    if info.host != host_identity(cfg.shm_dir):
         raise StoreError(f"backup of {cfg.main_address}: the main server runs on another machine")
-    book = PartitionBook.from_config(info["book"], source=f"main server {cfg.main_address}")
+    book = PartitionBook.from_config(info.book, source=f"main server {cfg.main_address}")
     state = ServerState(
-        part=int(info["part"]),
+        part=info.part,
         index=cfg.backup_index,
         book=book,
         policies=policies_from_book(book),
@@ -170,11 +162,10 @@ def attach_backup_state(cfg: ServerConfig, main: RpcClient) -> ServerState:
     man = main.call("manifest").body
     for t in man["tensors"]:
         state.attach_tensor(TensorInfo.from_wire(t))
-    for name, s in man["structure"].items():
-        state.structure[name] = attach(
-            cfg.shm_dir, s["segment"], s["dtype"], tuple(s["shape"]), False
-        )
-        state.structure_segments[name] = s
+    for name, wire in man["structure"].items():
+        seg = Segment.from_wire(wire)
+        state.structure[name] = seg.attach(cfg.shm_dir)
+        state.structure_segments[name] = seg
 
     def resolve(job: str, name: str) -> TensorInfo | None:
         try:

@@ -26,6 +26,7 @@ import mmap
 import os
 import re
 import secrets
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -218,3 +219,16 @@ class SegmentStore:
     def close(self) -> None:
         for name in list(self.created):
             self.unlink(name)
+
+
+def host_identity(shm_dir: Path) -> dict[str, str]:
+    """Identifies the machine (kernel) and shared-memory filesystem of this process."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = ""
+    try:
+        dev = str(os.stat(shm_dir).st_dev)
+    except OSError:
+        dev = ""
+    return {"hostname": socket.gethostname(), "boot_id": boot, "shm_dev": dev}

@@ -87,6 +87,78 @@ class TensorInfo:
         return (self.num_rows, *self.row_shape)
 
 
+@dataclass(frozen=True)
+class Segment:
+    """One array of a partition's structure in shared memory."""
+
+    segment: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    def attach(self, shm_dir: Path) -> np.ndarray:
+        """The array, mapped read-only."""
+        return attach(shm_dir, self.segment, self.dtype, self.shape, False)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"segment": self.segment, "dtype": self.dtype, "shape": list(self.shape)}
+
+    @classmethod
+    def from_wire(cls, d: Any) -> Segment:
+        try:
+            shape = tuple(int(x) for x in d["shape"])
+            return cls(str(d["segment"]), str(np.dtype(d["dtype"])), shape)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ArgumentError(f"segment info is malformed ({exc!r})") from None
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """A server's answer to ``join`` (and ``info``): what a client needs to use it."""
+
+    part: int
+    index: int  # 0: the partition's main server; k > 0: its backup k
+    backups: tuple[str, ...]  # the addresses of the main server's backups
+    host: dict[str, str]  # see graphrun.store.shm.host_identity
+    shm_dir: Path
+    book: dict[str, Any]  # the partition book's config
+    heartbeat_timeout: float
+    tensors: tuple[TensorInfo, ...]  # those visible to the asking job
+    structure: dict[str, Segment]  # the partition's CSC arrays
+    deletions: Segment | None = None  # the main server's tensor-deletion counter
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "part": self.part,
+            "index": self.index,
+            "backups": list(self.backups),
+            "host": dict(self.host),
+            "shm_dir": str(self.shm_dir),
+            "book": self.book,
+            "heartbeat_timeout": self.heartbeat_timeout,
+            "tensors": [t.to_wire() for t in self.tensors],
+            "structure": {k: s.to_wire() for k, s in self.structure.items()},
+            "deletions": None if self.deletions is None else self.deletions.to_wire(),
+        }
+
+    @classmethod
+    def from_wire(cls, d: Any) -> PartitionInfo:
+        try:
+            return cls(
+                part=int(d["part"]),
+                index=int(d["index"]),
+                backups=tuple(str(a) for a in d["backups"]),
+                host={str(k): str(v) for k, v in d["host"].items()},
+                shm_dir=Path(str(d["shm_dir"])),
+                book=dict(d["book"]),
+                heartbeat_timeout=float(d["heartbeat_timeout"]),
+                tensors=tuple(TensorInfo.from_wire(t) for t in d["tensors"]),
+                structure={str(k): Segment.from_wire(s) for k, s in d["structure"].items()},
+                deletions=None if d.get("deletions") is None else Segment.from_wire(d["deletions"]),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ArgumentError(f"partition info is malformed ({exc!r})") from None
+
+
 @dataclass
 class StoredTensor:
     info: TensorInfo
@@ -115,7 +187,11 @@ class ServerState:
     segments: SegmentStore | None = None  # main only: the segments it owns
     tensors: dict[tuple[str, str], StoredTensor] = field(default_factory=dict)
     structure: dict[str, np.ndarray] = field(default_factory=dict)
-    structure_segments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    structure_segments: dict[str, Segment] = field(default_factory=dict)
+    # main only: int64[1] in shared memory, +1 after every tensor deletion, so that
+    # co-located clients notice an unlinked segment without a stat per pull
+    deletions: np.ndarray | None = None
+    deletions_segment: Segment | None = None
     sessions: dict[str, Session] = field(default_factory=dict)
     backups: list[str] = field(default_factory=list)
     backup_owners: dict[str, tuple[int, int]] = field(default_factory=dict)  # pid, start ms
@@ -216,6 +292,8 @@ class ServerState:
             return False
         if self.segments is not None:
             self.segments.unlink(stored.info.segment)
+        if self.deletions is not None:
+            self.deletions[0] += 1  # after the unlink: see graphrun.store.catalog
         return True
 
     # ---- sessions -------------------------------------------------------------------

@@ -11,7 +11,7 @@ from graphrun.job.stores import start_stores
 from graphrun.partition import load_id_mapping, partition_graph
 from graphrun.sampling import NeighborSampler, make_generator
 from graphrun.sampling.distributed import OP, DistOneHopSampler
-from graphrun.sampling.partitioned import BookTypeMap
+from graphrun.sampling.partitioned import BookTypeMap, csc_from_structure
 from graphrun.store.client import ClientConfig, KVClient
 from graphrun.testing.graphs import random_graph, random_hetero_graph
 
@@ -49,6 +49,17 @@ def test_remote_and_shared_memory_sampling_agree(tmp_path: Path, hetero: bool) -
             b = sample_all(local, seeds, fanouts, seed=4)
             for field in ("node", "row", "col", "edge"):
                 assert torch.equal(getattr(a, field), getattr(b, field)), field
+            # one partition here, one remote: the same edges in the same order
+            here = {1: csc_from_structure(local.local_structure(1), book, 1)}
+            fan = torch.tensor([2] * len(book.edge_types))
+            one, mixed = (
+                DistOneHopSampler(remote, book, local=lc).sample_one_hop(
+                    seeds, fan, generator=make_generator(2)
+                )
+                for lc in ({}, here)
+            )
+            for field in ("src", "seed_index", "eid"):
+                assert torch.equal(getattr(one, field), getattr(mixed, field)), field
             # through the original ids, every sampled edge is in the original graph
             orig_n = torch.from_numpy(np.asarray(ids.orig_nids))
             orig_e = torch.from_numpy(np.asarray(ids.orig_eids))

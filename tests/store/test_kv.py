@@ -1,5 +1,7 @@
 """KV client + servers with real sockets and shared memory (servers in threads)."""
 
+from pathlib import Path
+
 import msgpack
 import numpy as np
 import pytest
@@ -95,6 +97,51 @@ def test_recreated_tensor_is_not_read_from_a_stale_mapping(stores, keys):
         a.push("r", [0], np.array([[2.0]], np.float32))
         assert b.pull("r", [0])[0, 0] == 2
         a.delete_tensor("r")
+
+
+def test_pulls_of_mapped_tensors_make_no_system_call_until_a_deletion(stores, keys, monkeypatch):
+    """A co-located pull used to stat the segment's file every time; the servers'
+    deletion counters (shared memory) now say when a look is needed."""
+    looks = []
+    real = Path.exists
+    monkeypatch.setattr(Path, "exists", lambda self: looks.append(self) or real(self))
+    with connect(stores, keys, job="stat") as a, connect(stores, keys, job="stat") as b:
+        assert a.local_parts == [0, 1]
+        a.init_tensor("s", "node:_N", (1,), persistent=True)
+        a.pull("s", [0, 599])
+        looks.clear()
+        for _ in range(20):
+            a.pull("s", [0, 599])
+            a.pull(FEAT, [1, 2])
+        assert looks == []
+        b.init_tensor("other", "node:_N", (1,))
+        b.delete_tensor("other")  # a deletion: the next pull looks once, then no more
+        a.pull("s", [0, 599])
+        assert 0 < len(looks) <= 4
+        looks.clear()
+        a.pull("s", [0, 599])
+        assert looks == []
+        a.delete_tensor("s")
+
+
+def test_reductions_are_computed_by_the_servers(stores, keys):
+    with connect(stores, keys, job="red") as c:
+        n = c.meta(FEAT).num_rows
+        whole = c.pull(FEAT, np.arange(n))
+        before = dict(c.traffic)
+        assert c.reduce(FEAT, "max") == pytest.approx(float(whole.max()))
+        assert c.reduce(FEAT, "min") == pytest.approx(float(whole.min()))
+        assert c.reduce(FEAT, "sum") == pytest.approx(float(whole.sum(dtype=np.float64)), rel=1e-4)
+        assert c.reduce(FEAT, "count_nonzero") == int(np.count_nonzero(whole))
+        assert sum(c.traffic.values()) == sum(before.values())  # no rows crossed over
+        c.init_tensor("m", "node:_N", (), dtype="bool")
+        picked = np.array([3, 250, 301, 599])  # in both partitions
+        c.push("m", picked, np.ones(4, bool))
+        np.testing.assert_array_equal(c.reduce("m", "nonzero"), picked)
+        with pytest.raises(ArgumentError, match="how"):
+            c.reduce(FEAT, "median")
+        with pytest.raises(StoreError, match="does not exist"):
+            c.reduce("nothing", "max")
 
 
 def test_two_jobs_are_namespaced(stores, keys):
@@ -243,11 +290,11 @@ def test_empty_job_name_is_refused(stores, keys):
     with pytest.raises(ArgumentError, match="job"):
         connect(stores, keys, job="")
     with connect(stores, keys) as c, pytest.raises(ArgumentError, match="field 'job'"):
-        c._parts[0].main.call("join", {"s": "x", "job": ""})
+        c.link.parts[0].main.call("join", {"s": "x", "job": ""})
 
 
 def test_request_without_session_is_refused(stores, keys):
     with connect(stores, keys) as c:
-        conn = c._parts[0].main
+        conn = c.link.parts[0].main
         with pytest.raises(StoreError, match="session 'ghost' is unknown"):
             conn.call("pull", {"s": "ghost", "name": FEAT}, (np.array([0]),))

@@ -1,0 +1,100 @@
+"""Routing: global ids → owner partitions → one request per owner → answers merged.
+
+Every operation on the rows of a partitioned id space goes through here: the store
+client's ``pull``/``push`` and the distributed sampler's neighbour sampling and
+structure queries. The caller checks its ids once (range and dtype); :func:`by_owner`
+then looks up each id's owner once (one ``searchsorted`` over the partition bounds),
+and :func:`remote_first` sends the requests of the remote owners before it computes
+the co-located ones in this process, so the network and the local work overlap.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+P = TypeVar("P")
+
+
+@dataclass(frozen=True)
+class Group:
+    """The ids of one request owned by partition ``part``.
+
+    ``pos`` is where they stand in the caller's ids: a slice when they are all of them
+    (or a contiguous piece of all of them), else an index array. ``start`` is the
+    partition's first id, so ``rows`` are the ids as rows of the owner's arrays.
+    """
+
+    part: int
+    pos: np.ndarray | slice
+    ids: np.ndarray
+    start: int = 0
+
+    @property
+    def rows(self) -> np.ndarray:
+        return self.ids - self.start if self.start else self.ids
+
+    def pieces(self, k: int) -> list[Group]:
+        """This group cut into ``k`` contiguous pieces of about equal size."""
+        if k <= 1:
+            return [self]
+        n = len(self.ids)
+        bounds = [n * i // k for i in range(k + 1)]
+        out = []
+        for a, b in itertools.pairwise(bounds):
+            if isinstance(self.pos, slice):
+                pos: np.ndarray | slice = slice(self.pos.start + a, self.pos.start + b)
+            else:
+                pos = self.pos[a:b]
+            out.append(Group(self.part, pos, self.ids[a:b], self.start))
+        return out
+
+
+def owners(bounds: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Owner partition of each id: the block ``[bounds[p], bounds[p+1])`` holding it
+    (``side="right"`` skips empty partitions, whose bounds are equal)."""
+    return np.searchsorted(bounds, ids, side="right").astype(np.int64) - 1
+
+
+def by_owner(bounds: np.ndarray, ids: np.ndarray) -> list[Group]:
+    """Checked int64 ``ids`` grouped by owner, in partition order; ids keep their order
+    inside a group. One owner lookup per id; a request that one partition owns whole
+    is one group over all of it (no index array, no reordering)."""
+    num_parts = len(bounds) - 1
+    if num_parts == 1 or len(ids) == 0:
+        return [Group(0, slice(0, len(ids)), ids, int(bounds[0]))]
+    part = owners(bounds, ids)
+    lo, hi = int(part.min()), int(part.max())
+    if lo == hi:
+        return [Group(lo, slice(0, len(ids)), ids, int(bounds[lo]))]
+    order = np.argsort(part, kind="stable")
+    cuts = np.searchsorted(part[order], np.arange(num_parts + 1))
+    out = []
+    for p in range(lo, hi + 1):
+        pos = order[cuts[p] : cuts[p + 1]]
+        if len(pos):
+            out.append(Group(p, pos, ids[pos], int(bounds[p])))
+    return out
+
+
+def remote_first(
+    groups: Sequence[Group],
+    is_local: Callable[[int], bool],
+    send: Callable[[Group], P],
+    wait: Callable[[P], T],
+    compute: Callable[[Group], T],
+) -> Iterator[tuple[Group, T]]:
+    """Each group with its answer: the requests of every remote group are sent first,
+    then the local groups are computed here (yielded as they are done), then the remote
+    answers are waited for in the order they were sent."""
+    sent = [(g, send(g)) for g in groups if not is_local(g.part)]
+    for g in groups:
+        if is_local(g.part):
+            yield g, compute(g)
+    for g, pending in sent:
+        yield g, wait(pending)

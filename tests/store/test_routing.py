@@ -1,0 +1,77 @@
+"""Routing: ids grouped by owner once, remote requests first, answers in the caller's order."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphrun.errors import ArgumentError
+from graphrun.store import routing
+from graphrun.store.state import PartitionInfo, Segment, TensorInfo
+
+BOUNDS = np.array([0, 10, 10, 25, 40])  # partition 1 is empty
+
+
+def test_ids_are_grouped_by_owner_in_their_order():
+    ids = np.array([30, 3, 12, 39, 0, 24, 11])
+    groups = routing.by_owner(BOUNDS, ids)
+    assert [g.part for g in groups] == [0, 2, 3]
+    for g in groups:
+        np.testing.assert_array_equal(ids[g.pos], g.ids)
+        lo, hi = BOUNDS[g.part], BOUNDS[g.part + 1]
+        assert ((g.ids >= lo) & (g.ids < hi)).all()
+        np.testing.assert_array_equal(g.rows, g.ids - lo)
+    assert sorted(np.concatenate([g.pos for g in groups]).tolist()) == list(range(len(ids)))
+    np.testing.assert_array_equal(groups[1].ids, [12, 24, 11])  # the caller's order kept
+
+
+def test_one_owner_is_one_group_over_all_the_ids():
+    ids = np.array([14, 12, 20])
+    (g,) = routing.by_owner(BOUNDS, ids)
+    assert g.part == 2 and g.pos == slice(0, 3) and g.ids is ids
+    np.testing.assert_array_equal(g.rows, [4, 2, 10])
+    (empty,) = routing.by_owner(BOUNDS, np.empty(0, np.int64))
+    assert len(empty.ids) == 0
+
+
+def test_pieces_cover_a_group_in_order():
+    ids = np.arange(10, 17)
+    (g,) = routing.by_owner(BOUNDS, ids)
+    pieces = g.pieces(3)
+    assert [p.pos for p in pieces] == [slice(0, 2), slice(2, 4), slice(4, 7)]
+    np.testing.assert_array_equal(np.concatenate([p.rows for p in pieces]), ids - 10)
+    mixed = routing.by_owner(BOUNDS, np.array([1, 30, 2, 31, 3]))
+    halves = mixed[0].pieces(2)
+    np.testing.assert_array_equal(np.concatenate([h.pos for h in halves]), mixed[0].pos)
+
+
+def test_remote_requests_are_sent_before_local_work():
+    events = []
+    groups = routing.by_owner(BOUNDS, np.array([1, 12, 30]))
+    answers = routing.remote_first(
+        groups,
+        lambda part: part == 0,
+        lambda g: events.append(("send", g.part)) or g.part,
+        lambda pending: events.append(("wait", pending)) or f"remote {pending}",
+        lambda g: events.append(("local", g.part)) or "local",
+    )
+    got = [(g.part, a) for g, a in answers]
+    assert events == [("send", 2), ("send", 3), ("local", 0), ("wait", 2), ("wait", 3)]
+    assert got == [(0, "local"), (2, "remote 2"), (3, "remote 3")]
+
+
+def test_partition_info_crosses_the_wire_whole():
+    ti = TensorInfo("node/_N/feat", "", "node:_N", "float32", (4,), 100, 50, "seg.1")
+    info = PartitionInfo(
+        part=1, index=0, backups=("tcp://b:1",), host={"hostname": "h"}, shm_dir=Path("/dev/shm"),
+        book={"num_parts": 2}, heartbeat_timeout=30.0, tensors=(ti,),
+        structure={"indptr": Segment("seg.2", "int64", (51,))},
+        deletions=Segment("seg.0", "int64", (1,)),
+    )  # fmt: skip
+    again = PartitionInfo.from_wire(info.to_wire())
+    assert again.tensors == (ti,) and again.structure == info.structure
+    assert again.deletions == info.deletions and str(again.shm_dir) == "/dev/shm"
+    broken = info.to_wire()
+    del broken["book"]
+    with pytest.raises(ArgumentError, match="partition info is malformed"):
+        PartitionInfo.from_wire(broken)
