@@ -29,6 +29,7 @@ from pathlib import Path
 
 from graphrun.errors import SpecError
 from graphrun.job.spec import GraphJob, job_roles
+from graphrun.names import RoleName
 from graphrun.placement.cluster import Cluster
 from graphrun.placement.job import Demand, Demands, Job, JobSpec, job_from_spec
 from graphrun.placement.plan import PlacementPlan
@@ -171,11 +172,15 @@ def graphjob_to_placement(
     )
     roles = job_roles(spec)
     backups = {
-        f"store:{p}": tuple(r.name for r in roles if r.kind == "store" and r.part == p and r.backup)
+        str(RoleName.store(p)): tuple(
+            r.name for r in roles if r.kind == "store" and r.part == p and r.backup
+        )
         for p in range(spec.num_parts)
     }
     samplers = {
-        f"trainer:{t}": tuple(r.name for r in roles if r.kind == "sampler" and r.rank == t)
+        str(RoleName.trainer(t)): tuple(
+            r.name for r in roles if r.kind == "sampler" and r.rank == t
+        )
         for t in range(spec.num_trainers)
     }
     wanted = {r.name for r in roles}

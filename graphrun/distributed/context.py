@@ -20,6 +20,7 @@ from typing import Any
 
 from graphrun.distributed.split import home_partition
 from graphrun.errors import ArgumentError
+from graphrun.names import RoleName
 from graphrun.partition.book import PartitionBook
 from graphrun.rpc.auth import KeyPair
 from graphrun.sampling.distributed import DistOneHopSampler
@@ -67,7 +68,7 @@ class DistConfig:
         )
 
     def for_worker(self, worker: int) -> DistConfig:
-        return replace(self, name=f"sampler:{self.rank}:{worker}")
+        return replace(self, name=str(RoleName.sampler(self.rank, worker)))
 
 
 class DistContext:

@@ -30,6 +30,7 @@ import torch.multiprocessing as mp
 from graphrun.distributed.batches import BatchBuilder, BatchSpec
 from graphrun.distributed.context import DistConfig, DistContext
 from graphrun.errors import GraphrunError, JobFailed
+from graphrun.names import RoleName
 
 POLL_S = 0.5
 READY = -1
@@ -112,7 +113,7 @@ class WorkerPool:
             raise
 
     def role(self, w: int) -> str:
-        return f"sampler:{self.config.rank}:{w}"
+        return str(RoleName.sampler(self.config.rank, w))
 
     @property
     def pids(self) -> list[int | None]:

@@ -26,6 +26,7 @@ from typing import Any
 from graphrun.errors import SpecError
 from graphrun.files import write_atomic
 from graphrun.graph.format import read_json
+from graphrun.names import RoleName
 
 FORMAT = "graphrun-hosts"
 VERSION = 1
@@ -56,11 +57,9 @@ class Hosts:
         """Partition -> endpoints of its store servers (main first, then backups)."""
         out: dict[int, list[tuple[int, str]]] = {}
         for role, ep in self.endpoints.items():
-            parts = role.split(":")
-            if parts[0] != "store":
-                continue
-            backup = int(parts[2]) if len(parts) > 2 else 0
-            out.setdefault(int(parts[1]), []).append((backup, ep))
+            name = RoleName.parse(role)
+            if name.kind == "store":
+                out.setdefault(name.index, []).append((name.sub, ep))
         return {p: [ep for _, ep in sorted(v)] for p, v in sorted(out.items())}
 
     def to_dict(self) -> dict[str, Any]:
@@ -90,8 +89,9 @@ class Hosts:
             raise SpecError(f"{source}: malformed 'machines' or 'endpoints' ({exc})") from None
         for role, ep in endpoints.items():
             try:
+                RoleName.parse(role)
                 split_endpoint(ep)
-            except SpecError as exc:
+            except (SpecError, ValueError) as exc:
                 raise SpecError(f"{source}: endpoints.{role}: {exc}") from None
         return cls(machines, endpoints, str(data.get("rendezvous", "")))
 

@@ -27,6 +27,7 @@ from graphrun.job.hosts import Hosts, free_ports
 from graphrun.job.launch import MachineLaunch, RoleLaunch
 from graphrun.job.process import RoleCommand
 from graphrun.job.spec import GraphJob, Role, job_roles, load_job, resolve_placement
+from graphrun.names import RoleName
 
 NETNS_BASE_PORT = 30000
 
@@ -84,9 +85,7 @@ def job_placement(job: GraphJob, paths: JobPaths) -> dict[str, Role]:
     where = resolve_placement(job, paths.base_dir)
     out = {}
     for role in job_roles(job.spec):
-        out[role.name] = Role(
-            role.name, role.kind, where[role.name], role.part, role.backup, role.rank, role.worker
-        )
+        out[role.name] = Role(role.id, where[role.name])
     return out
 
 
@@ -96,7 +95,7 @@ def plan_hosts(
     """Addresses and ports: loopback with free ports, or given machine addresses (netns)."""
     machines = job.spec.machine_names
     stores = [r for r in roles.values() if r.kind == "store"]
-    trainer0 = roles.get("trainer:0")
+    trainer0 = roles.get(str(RoleName.trainer(0)))
     if addresses is None:
         addr = dict.fromkeys(machines, "127.0.0.1")
         ports = free_ports(len(stores) + 1)
@@ -106,7 +105,7 @@ def plan_hosts(
     endpoints = {r.name: f"{addr[r.machine]}:{ports[i]}" for i, r in enumerate(stores)}
     if job.spec.graph.store is not None:  # a running store: its servers, not the job's
         for part, address in enumerate(job.spec.graph.store.addresses):
-            endpoints[f"store:{part}"] = address.removeprefix("tcp://")
+            endpoints[str(RoleName.store(part))] = address.removeprefix("tcp://")
     rdv_machine = trainer0.machine if trainer0 else machines[0]
     return Hosts(addr, endpoints, f"{addr[rdv_machine]}:{ports[-1]}")
 
@@ -119,7 +118,7 @@ def store_argv(role: Role, hosts: Hosts, paths: JobPaths, python: str) -> tuple[
         "--address", f"tcp://{host}:{port}", "--key-file", str(paths.key_file),
     ]  # fmt: skip
     if role.backup:
-        mhost, mport = hosts.endpoint(f"store:{role.part}")
+        mhost, mport = hosts.endpoint(str(RoleName.store(role.id.index)))
         argv += ["--backup-of", f"tcp://{mhost}:{mport}", "--backup-index", str(role.backup)]
     return tuple(argv)
 

@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.alias_generators import to_camel
 
 from graphrun.errors import SpecError
+from graphrun.names import RoleName
 from graphrun.placement._io import read_yaml
 from graphrun.placement.plan import PlacementPlan, load_plan
 from graphrun.train.names import model_name
@@ -599,15 +600,34 @@ def graphjob_json_schema() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Role:
-    """One process of a job and the machine it runs on by default (co-located)."""
+    """One process of a job and the machine it runs on (by default: co-located)."""
 
-    name: str
-    kind: Literal["store", "trainer", "sampler"]
+    id: RoleName
     machine: str
-    part: int | None = None
-    backup: int | None = None
-    rank: int | None = None
-    worker: int | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.id)
+
+    @property
+    def kind(self) -> str:
+        return self.id.kind
+
+    @property
+    def part(self) -> int | None:
+        return self.id.index if self.id.kind == "store" else None
+
+    @property
+    def backup(self) -> int | None:
+        return self.id.sub if self.id.kind == "store" else None
+
+    @property
+    def rank(self) -> int | None:
+        return self.id.index if self.id.kind in ("trainer", "sampler") else None
+
+    @property
+    def worker(self) -> int | None:
+        return self.id.sub if self.id.kind == "sampler" else None
 
 
 def job_roles(spec: GraphJobSpec) -> list[Role]:
@@ -619,14 +639,13 @@ def job_roles(spec: GraphJobSpec) -> list[Role]:
     roles: list[Role] = []
     for part in range(spec.num_parts if spec.graph.store is None else 0):  # else: not ours
         m = names[part % len(names)]
-        roles.append(Role(f"store:{part}", "store", m, part=part, backup=0))
-        for b in range(1, r.store_servers_per_machine):
-            roles.append(Role(f"store:{part}:{b}", "store", m, part=part, backup=b))
+        for b in range(r.store_servers_per_machine):
+            roles.append(Role(RoleName.store(part, b), m))
     for rank in range(spec.num_trainers):
         m = names[rank // r.trainers_per_machine]
-        roles.append(Role(f"trainer:{rank}", "trainer", m, rank=rank))
+        roles.append(Role(RoleName.trainer(rank), m))
         for w in range(r.sampler_workers_per_trainer):
-            roles.append(Role(f"sampler:{rank}:{w}", "sampler", m, rank=rank, worker=w))
+            roles.append(Role(RoleName.sampler(rank, w), m))
     return roles
 
 
@@ -650,7 +669,7 @@ def resolve_placement(job: GraphJob, base_dir: str | Path = ".") -> dict[str, st
         explicit = plan_assignments(spec.placement.plan, machines, "spec.placement.plan.")
         where = "spec.placement.plan.assignments."
     for role, machine in (explicit or {}).items():
-        if role.startswith("ps:"):
+        if RoleName.parse(role).kind == "ps":
             continue  # parameter servers exist in the placement model only
         if role not in placement:
             raise SpecError(f"{where}{role}: the job has no such role")
@@ -673,13 +692,14 @@ def _samplers_beside_their_trainer(
     for role in job_roles(spec):
         if role.kind != "sampler":
             continue
-        trainer = placement[f"trainer:{role.rank}"]
+        trainer_name = str(RoleName.trainer(role.id.index))
+        trainer = placement[trainer_name]
         if role.name not in explicit:
             placement[role.name] = trainer
         elif placement[role.name] != trainer:
             raise SpecError(
                 f"{where}{role.name}: sampler workers run on their trainer's machine "
-                f"(trainer:{role.rank} is on {trainer}); running them elsewhere is not "
+                f"({trainer_name} is on {trainer}); running them elsewhere is not "
                 "supported yet"
             )
 
@@ -692,7 +712,7 @@ def _backups_beside_their_main(
     for role in job_roles(spec):
         if role.kind != "store" or not role.backup:
             continue
-        main = placement[f"store:{role.part}"]
+        main = placement[str(RoleName.store(role.id.index))]
         if role.name not in explicit:
             placement[role.name] = main
         elif placement[role.name] != main:

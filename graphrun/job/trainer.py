@@ -28,6 +28,7 @@ from graphrun.errors import USER_ERROR_EXIT, ArgumentError, GraphrunError, UserE
 from graphrun.job.hosts import Hosts
 from graphrun.job.roles import job_paths
 from graphrun.job.spec import GraphJob, load_job
+from graphrun.names import RoleName
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -113,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ctx = initialize(
         servers, job=job.name, keys=load_keys(args.keys / "job.key"), rank=args.rank,
         world_size=world, partition=home_partition(args.rank, world, parts),
-        name=f"trainer:{args.rank}", machine=args.machine,
+        name=str(RoleName.trainer(args.rank)), machine=args.machine,
     )  # fmt: skip
     local = ctx.client.local_parts  # partitions read through shared memory (co-located)
     print(json.dumps({"event": "joined", "rank": args.rank, "local_parts": local}), flush=True)

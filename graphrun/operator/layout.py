@@ -36,6 +36,7 @@ import yaml
 
 from graphrun.errors import SpecError
 from graphrun.job.spec import GraphJob, SharedVolume, job_roles, resolve_placement
+from graphrun.names import RoleName
 
 CONFIG_DIR = "/etc/graphrun"
 JOB_FILE = f"{CONFIG_DIR}/job.yaml"
@@ -216,7 +217,7 @@ def host_plan(job: GraphJob, owner: Owner, config: OperatorConfig) -> dict[str, 
     }
     if job.spec.graph.store is not None:  # a running store: its servers, not the job's
         for part, a in enumerate(job.spec.graph.store.addresses):
-            endpoints[f"store:{part}"] = a.removeprefix("tcp://")
+            endpoints[str(RoleName.store(part))] = a.removeprefix("tcp://")
     rdv_machine = placement.get("trainer:0", names[0])
     return {
         "format": HOSTS_FORMAT,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from graphrun.errors import SpecError
+from graphrun.names import RoleName
 from graphrun.placement import _kernel
 from graphrun.placement.bounds import chain_bound
 from graphrun.placement.cluster import Cluster
@@ -66,28 +67,29 @@ def expected_traffic(job: Job) -> np.ndarray:
     tr = np.zeros((len(job.tasks), len(job.tasks)))
     ns = spec.samplers_per_trainer
 
-    def add(a: str, b: str, v: float) -> None:
-        tr[idx[a], idx[b]] += v
-        tr[idx[b], idx[a]] += v
+    def add(a: RoleName, b: RoleName, v: float) -> None:
+        tr[idx[str(a)], idx[str(b)]] += v
+        tr[idx[str(b)], idx[str(a)]] += v
 
     for r in range(spec.trainers):
         own = r % spec.partitions
-        samplers = [f"sampler:{r}:{w}" for w in range(ns)] or [f"trainer:{r}"]
+        trainer = RoleName.trainer(r)
+        samplers = [RoleName.sampler(r, w) for w in range(ns)] or [trainer]
         for q in range(spec.partitions):
             kind = "own" if q == own else "other"
-            add(f"store:{q}", f"trainer:{r}", prof[f"feature_{kind}"].mean)
+            add(RoleName.store(q), trainer, prof[f"feature_{kind}"].mean)
             for s in samplers:
-                add(f"store:{q}", s, prof[f"structure_{kind}"].mean / len(samplers))
+                add(RoleName.store(q), s, prof[f"structure_{kind}"].mean / len(samplers))
         for s in samplers:
-            if s != f"trainer:{r}":
-                add(s, f"trainer:{r}", prof["batch_bytes"].mean / len(samplers))
+            if s != trainer:
+                add(s, trainer, prof["batch_bytes"].mean / len(samplers))
         grad = prof["grad_bytes"].mean
         if spec.sync == "ps":
             for j in range(spec.parameter_servers):
-                add(f"trainer:{r}", f"ps:{j}", 2 * grad / spec.parameter_servers)
+                add(trainer, RoleName.ps(j), 2 * grad / spec.parameter_servers)
         elif spec.trainers > 1:
             ring = 2 * (spec.trainers - 1) / spec.trainers * grad
-            add(f"trainer:{r}", f"trainer:{(r + 1) % spec.trainers}", ring / 2)
+            add(trainer, RoleName.trainer((r + 1) % spec.trainers), ring / 2)
     return tr
 
 

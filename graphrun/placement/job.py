@@ -33,6 +33,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from graphrun.errors import SpecError
+from graphrun.names import RoleName
 from graphrun.placement._io import read_yaml, validate
 from graphrun.placement.profile import Profile, resolve_profile
 
@@ -79,7 +80,7 @@ class JobSpec(BaseModel):
 
 @dataclass(frozen=True)
 class Task:
-    role: str  # store:<p> | trainer:<r> | sampler:<r>:<w> | ps:<i>
+    role: str  # a RoleName: store:<p> | trainer:<r> | sampler:<r>:<w> | ps:<i>
     kind: str  # store | trainer | sampler | ps
     index: int  # p, r, or i
     worker: int  # w for samplers, else 0
@@ -109,15 +110,16 @@ def _tasks(spec: JobSpec) -> tuple[Task, ...]:
     def dem(x: Demand) -> tuple[float, float, float]:
         return (x.cpu, x.memory_gb, x.gpus)
 
-    out = [Task(f"store:{p}", "store", p, 0, dem(d.store)) for p in range(spec.partitions)]
-    out += [Task(f"trainer:{r}", "trainer", r, 0, dem(d.trainer)) for r in range(spec.trainers)]
-    out += [
-        Task(f"sampler:{r}:{w}", "sampler", r, w, dem(d.sampler))
+    names = [(RoleName.store(p), d.store) for p in range(spec.partitions)]
+    names += [(RoleName.trainer(r), d.trainer) for r in range(spec.trainers)]
+    names += [
+        (RoleName.sampler(r, w), d.sampler)
         for r in range(spec.trainers)
         for w in range(spec.samplers_per_trainer)
     ]
     if spec.sync == "ps":
-        out += [Task(f"ps:{i}", "ps", i, 0, dem(d.ps)) for i in range(spec.parameter_servers)]
+        names += [(RoleName.ps(i), d.ps) for i in range(spec.parameter_servers)]
+    out = [Task(str(n), n.kind, n.index, n.sub, dem(x)) for n, x in names]
     return tuple(out)
 
 

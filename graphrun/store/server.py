@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graphrun.errors import ArgumentError, StoreError
+from graphrun.names import RoleName
 from graphrun.partition.book import PartitionBook
 from graphrun.partition.format import load_partition
 from graphrun.rpc.access import Access, ClientKeys
@@ -256,7 +257,7 @@ def run_server(
     server: RpcServer | None = None
     address = ""
     try:
-        name = f"store:{state.part}" + (f":{state.index}" if state.index else "")
+        name = str(RoleName.store(state.part, state.index))
         clients = ClientKeys(cfg.clients_dir) if cfg.clients_dir is not None else None
         access = Access(cfg.keys.public if cfg.keys else None, clients)
         box: list[RpcServer] = []

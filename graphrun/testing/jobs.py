@@ -17,6 +17,7 @@ import yaml
 from graphrun.job.hosts import free_ports
 from graphrun.job.launch import MachineLaunch, RoleLaunch
 from graphrun.job.process import RoleCommand
+from graphrun.names import RoleName
 
 STORE_CODE = """
 import socket, sys
@@ -53,8 +54,8 @@ def two_machines(
         MachineLaunch(
             f"m{i}",
             (
-                fake_store(f"store:{i}", f"m{i}", ports[i], addresses[i]),
-                fake_trainer(f"trainer:{i}", f"m{i}", trainer_code.get(i, "pass")),
+                fake_store(str(RoleName.store(i)), f"m{i}", ports[i], addresses[i]),
+                fake_trainer(str(RoleName.trainer(i)), f"m{i}", trainer_code.get(i, "pass")),
             ),
             wait_for=tuple(stores),
             ready_timeout_s=ready_timeout_s,

@@ -61,6 +61,14 @@ def test_hosts_and_launches_for_co_located_roles(tmp_path):
     assert "--backup-of" in backup and f"tcp://{hosts.endpoints['store:1']}" in backup
     assert "--resume" in m1.roles[2].command.argv
     assert set(m1.wait_for) == set(hosts.endpoints.values())
+    again = Hosts.from_dict(hosts.to_dict(), "hosts.json")
+    assert again.store_endpoints() == hosts.store_endpoints()
+
+
+def test_a_hosts_file_with_an_endpoint_of_no_role_is_refused_naming_it():
+    data = Hosts({"m0": "10.0.0.1"}, {"store:0": "10.0.0.1:1", "stor:1": "10.0.0.1:2"}, "").to_dict()
+    with pytest.raises(SpecError, match=r"hosts.json: endpoints.stor:1: 'stor:1' is not a role"):
+        Hosts.from_dict(data, "hosts.json")
 
 
 def test_placement_plan_moves_roles(tmp_path):

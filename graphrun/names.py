@@ -1,0 +1,52 @@
+"""The name of each process of a job: ``store:P`` (``store:P:B`` for backup B),
+``trainer:R``, ``sampler:R:W`` — and ``ps:J`` for the parameter servers of the
+placement model. :class:`RoleName` formats (``str()``) and parses (:meth:`parse`) them;
+nothing else spells them out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Kind = Literal["store", "trainer", "sampler", "ps"]
+KINDS: tuple[Kind, ...] = ("store", "trainer", "sampler", "ps")
+
+
+@dataclass(frozen=True, order=True)
+class RoleName:
+    kind: Kind
+    index: int  # the partition of a store, the rank of a trainer or sampler, a ps number
+    sub: int = 0  # the backup of a store (0: the main server), the worker of a sampler
+
+    @classmethod
+    def store(cls, part: int, backup: int = 0) -> RoleName:
+        return cls("store", part, backup)
+
+    @classmethod
+    def trainer(cls, rank: int) -> RoleName:
+        return cls("trainer", rank)
+
+    @classmethod
+    def sampler(cls, rank: int, worker: int) -> RoleName:
+        return cls("sampler", rank, worker)
+
+    @classmethod
+    def ps(cls, index: int) -> RoleName:
+        return cls("ps", index)
+
+    @classmethod
+    def parse(cls, text: str) -> RoleName:
+        """The role named ``text``; ValueError naming it when it is no role's name."""
+        kind, *numbers = str(text).split(":")
+        arity = {"store": (1, 2), "trainer": (1,), "sampler": (2,), "ps": (1,)}.get(kind, ())
+        if len(numbers) not in arity or not all(n.isdigit() for n in numbers):
+            raise ValueError(
+                f"{text!r} is not a role name (store:P[:B], trainer:R, sampler:R:W, ps:J)"
+            )
+        return cls(kind, *(int(n) for n in numbers))  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        if self.kind == "sampler" or (self.kind == "store" and self.sub):
+            return f"{self.kind}:{self.index}:{self.sub}"
+        return f"{self.kind}:{self.index}"
