@@ -66,7 +66,8 @@ def test_hosts_and_launches_for_co_located_roles(tmp_path):
 
 
 def test_a_hosts_file_with_an_endpoint_of_no_role_is_refused_naming_it():
-    data = Hosts({"m0": "10.0.0.1"}, {"store:0": "10.0.0.1:1", "stor:1": "10.0.0.1:2"}, "").to_dict()
+    endpoints = {"store:0": "10.0.0.1:1", "stor:1": "10.0.0.1:2"}
+    data = Hosts({"m0": "10.0.0.1"}, endpoints, "").to_dict()
     with pytest.raises(SpecError, match=r"hosts.json: endpoints.stor:1: 'stor:1' is not a role"):
         Hosts.from_dict(data, "hosts.json")
 
