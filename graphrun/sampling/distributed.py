@@ -13,8 +13,9 @@ top of it unchanged. For one call:
    (same kernels, same per-partition seed, so the same answer as the server's);
 5. answers merged, ``seed_index`` mapped back to positions in the caller's seeds.
 
-It talks to the store only through the client's documented generic request API
-(:class:`StoreClient`: ``request``/``wait``/``local_structure``/``local_parts``/``book``).
+It talks to the store through the client's generic request API (``request``/``wait``),
+its ``local_structure`` and, for edge weights, ``pull``; ids go through
+:mod:`graphrun.store.routing` like the client's own pulls.
 The bytes of the answers computed in this process are counted per partition in
 ``local_bytes`` (the client counts the remote ones in its ``traffic``).
 """
@@ -22,8 +23,8 @@ The bytes of the answers computed in this process are counted per partition in
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,43 +32,18 @@ from torch import Tensor
 
 from graphrun.errors import ArgumentError, ProtocolError
 from graphrun.partition.book import PartitionBook
+from graphrun.rpc.codec import Message
 from graphrun.sampling.csc import CSCGraph, SampledEdges, check_seeds
 from graphrun.sampling.kernels import make_generator
 from graphrun.sampling.partitioned import csc_from_structure, owned_edge_weights, shared_tensor
 from graphrun.store import routing
+from graphrun.store.client import KVClient
 from graphrun.store.policy import TensorKey
 
 OP = "sample_neighbors"
 OP_IN_DEGREES = "graph_in_degrees"
 OP_OUT_DEGREES = "graph_out_degrees"
 OP_FIND_EDGES = "graph_find_edges"
-
-
-class Reply(Protocol):
-    body: Mapping[str, Any]
-    tensors: tuple[np.ndarray, ...]
-
-
-class StoreClient(Protocol):
-    """The part of :class:`graphrun.store.client.KVClient` distributed sampling uses."""
-
-    book: PartitionBook
-
-    @property
-    def local_parts(self) -> list[int]: ...
-
-    def request(
-        self,
-        part: int,
-        op: str,
-        body: Mapping[str, Any] | None = None,
-        tensors: Sequence[np.ndarray] = (),
-        main_only: bool = False,
-    ) -> Any: ...
-
-    def wait(self, pending: Any, timeout: float | None = None) -> Any: ...
-
-    def local_structure(self, part: int) -> dict[str, np.ndarray] | None: ...
 
 
 def encode_request(
@@ -89,7 +65,7 @@ def encode_reply(out: SampledEdges) -> tuple[dict[str, Any], tuple[np.ndarray, .
     return {"count": len(out)}, tuple(arrays)
 
 
-def decode_reply(msg: Reply, num_seeds: int, typed: bool) -> SampledEdges:
+def decode_reply(msg: Message, num_seeds: int, typed: bool) -> SampledEdges:
     """Check an answer's shapes before trusting it (a server of another version, ...)."""
     want = 4 if typed else 3
     if len(msg.tensors) != want:
@@ -127,7 +103,7 @@ class DistOneHopSampler:
 
     def __init__(
         self,
-        client: StoreClient | None,
+        client: KVClient | None,
         book: PartitionBook,
         local: Mapping[int, CSCGraph] | None = None,
         weight: str | None = None,
@@ -149,10 +125,7 @@ class DistOneHopSampler:
     def _pull_weights(self, part: int, structure: Mapping[str, np.ndarray]) -> np.ndarray:
         """Edge feature ``weight`` of partition ``part``'s owned edges, in CSC order."""
         assert self.client is not None and self.weight is not None
-        pull = getattr(self.client, "pull", None)
-        if pull is None:
-            raise ArgumentError("weight: this store client cannot pull edge features")
-        name = self.weight
+        pull, name = self.client.pull, self.weight
 
         def owned_rows(key: str, lo: int, hi: int) -> np.ndarray:
             return pull(str(TensorKey.edge(key, name)), np.arange(lo, hi, dtype=np.int64))
@@ -194,7 +167,7 @@ class DistOneHopSampler:
             return out
 
         groups = routing.by_owner(self.book.node_offsets, ids)
-        answers: Iterator[tuple[routing.Group, SampledEdges | Reply]]
+        answers: Iterator[tuple[routing.Group, SampledEdges | Message]]
         answers = routing.remote_first(
             groups, self.local.__contains__, send, self._wait, sample_here
         )
@@ -206,14 +179,14 @@ class DistOneHopSampler:
         parts.sort(key=lambda x: x[0].part)  # partition order, wherever it was sampled
         return merge(parts, self.typed)
 
-    def _client(self, part: int) -> StoreClient:
+    def _client(self, part: int) -> KVClient:
         if self.client is None:
             raise ProtocolError(f"partition {part} is not local and there is no store client")
         return self.client
 
-    def _wait(self, pending: Any) -> Reply:
+    def _wait(self, pending: Any) -> Message:
         assert self.client is not None
-        reply: Reply = self.client.wait(pending)
+        reply: Message = self.client.wait(pending)
         return reply
 
     def _weight_name(self) -> str:
@@ -234,7 +207,7 @@ class DistOneHopSampler:
             self.local_bytes[g.part] += _nbytes(*got)
             return got
 
-        answers: Iterator[tuple[routing.Group, tuple[Tensor, ...] | Reply]]
+        answers: Iterator[tuple[routing.Group, tuple[Tensor, ...] | Message]]
         answers = routing.remote_first(
             routing.by_owner(bounds, ids),
             self.local.__contains__,
@@ -284,7 +257,7 @@ class DistOneHopSampler:
         return total
 
 
-def _one(msg: Reply, n: int, count: int, op: str) -> tuple[Tensor, ...]:
+def _one(msg: Message, n: int, count: int, op: str) -> tuple[Tensor, ...]:
     if len(msg.tensors) != count:
         raise ProtocolError(f"expected {count} tensors, got {len(msg.tensors)}", kind=op)
     out = []

@@ -34,14 +34,13 @@ from __future__ import annotations
 
 import atexit
 import weakref
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from graphrun.errors import ArgumentError, GraphrunError
-from graphrun.rpc.codec import DEFAULT_LIMITS, Message
+from graphrun.rpc.codec import DEFAULT_LIMITS
 from graphrun.store import routing
 from graphrun.store.catalog import Catalog
 from graphrun.store.policy import PartitionPolicy, lookup_policy, policies_from_book
@@ -84,18 +83,17 @@ REDUCTIONS: dict[str, Callable[[list[Any]], Any]] = {
 }
 
 
-class KVClient:
-    """A client of a running store (see the module docstring)."""
+class KVClient(Session):
+    """A client of a running store (see the module docstring). The session's
+    ``request``/``wait``/``call`` are its generic API, for extensions such as sampling."""
 
     def __init__(self, cfg: ClientConfig) -> None:
-        self.cfg = cfg
-        self.job = cfg.job
         self._closed = False
-        self.link = Session(cfg)
-        self.session = self.link.id
-        self.book = self.link.book
+        super().__init__(cfg)
+        self.job = cfg.job
+        self.session = self.id
         self.policies = policies_from_book(self.book)
-        self.catalog = Catalog(self.link)
+        self.catalog = Catalog(self)
         # A process that exits without close() would hold its session (and its job's
         # tensors) on every server until the heartbeat timeout; leave at exit instead.
         ref = weakref.ref(self)
@@ -109,40 +107,16 @@ class KVClient:
         atexit.register(self._at_exit)
 
     @property
-    def traffic(self) -> Counter[tuple[int, str]]:
-        return self.link.traffic
-
-    @property
     def num_parts(self) -> int:
         return self.book.num_parts
 
     @property
     def local_parts(self) -> list[int]:
         """Partitions whose shared memory this client reads directly."""
-        return sorted(p for p, e in self.link.parts.items() if e.local)
+        return sorted(p for p, e in self.parts.items() if e.local)
 
     def servers_of(self, part: int) -> list[str]:
-        return [c.address for c in self.link.part(part).conns]
-
-    # ---- generic requests (for extensions such as sampling) --------------------------
-
-    def request(
-        self,
-        part: int,
-        op: str,
-        body: Mapping[str, Any] | None = None,
-        tensors: Sequence[np.ndarray] = (),
-        main_only: bool = False,
-    ) -> Pending:
-        """Send ``op`` to a server of ``part`` (load-balanced unless ``main_only``)."""
-        return self.link.request(part, op, body, tensors, main_only)
-
-    def wait(self, pending: Pending, timeout: float | None = None) -> Message:
-        """The reply (a lost backup's request is sent again to the main server)."""
-        return self.link.wait(pending, timeout)
-
-    def call(self, part: int, op: str, body: Mapping[str, Any] | None = None, **kw: Any) -> Message:
-        return self.link.call(part, op, body, **kw)
+        return [c.address for c in self.part(part).conns]
 
     # ---- tensors --------------------------------------------------------------------
 
@@ -181,15 +155,15 @@ class KVClient:
             "persistent": persistent,
             "exist_ok": exist_ok,
         }
-        replies = self.link.call_all("init", body)
+        replies = self.call_all("init", body)
         infos = {p: TensorInfo.from_wire(r.body["info"]) for p, r in replies.items()}
         for p, ti in infos.items():
-            for backup in self.link.parts[p].conns[1:]:
-                backup.call("attach", {**self.link.base(), "name": ti.name})
+            for backup in self.parts[p].conns[1:]:
+                backup.call("attach", {**self.base(), "name": ti.name})
         return self.catalog.replace(name, infos)
 
     def delete_tensor(self, name: str) -> None:
-        self.link.call_all("delete", {"name": name})
+        self.call_all("delete", {"name": name})
         self.catalog.forget(name)
 
     def _pull_pieces(self, ti: TensorInfo, group: routing.Group) -> list[routing.Group]:
@@ -211,7 +185,7 @@ class KVClient:
         local: dict[int, np.ndarray] = {}
         groups: list[routing.Group] = []
         for g in routing.by_owner(pol.ranges, ids):
-            arr = self.catalog.local_array(ti, g.part) if self.link.parts[g.part].local else None
+            arr = self.catalog.local_array(ti, g.part) if self.parts[g.part].local else None
             if arr is None:
                 groups += self._pull_pieces(ti, g)
             else:
@@ -277,7 +251,7 @@ class KVClient:
         if how != "nonzero" and how not in REDUCTIONS:
             raise ArgumentError(f"how: {how!r} is not one of {['nonzero', *REDUCTIONS]}")
         pol = self.policy(name)
-        replies = self.link.call_all("reduce", {"name": name, "how": how})
+        replies = self.call_all("reduce", {"name": name, "how": how})
         if how == "nonzero":
             rows = [replies[p].tensors[0] + pol.ranges[p] for p in sorted(replies)]
             return np.concatenate(rows).astype(np.int64, copy=False)
@@ -291,12 +265,8 @@ class KVClient:
         return self.catalog.local_structure(part)
 
     def stats(self, part: int, index: int = 0) -> dict[str, Any]:
-        conn = self.link.part(part).conns[index]
-        return dict(conn.call("stats", self.link.base()).body)
-
-    def stop_servers(self) -> None:
-        """Ask every main server to shut down (backups stop with their command)."""
-        self.link.stop_servers()
+        conn = self.part(part).conns[index]
+        return dict(conn.call("stats", self.base()).body)
 
     def close(self) -> None:
         """Leave every server (frees this job's tensors if it was the last client)."""
@@ -307,8 +277,7 @@ class KVClient:
             atexit.unregister(self._at_exit)
         if hasattr(self, "catalog"):
             self.catalog.clear()
-        if hasattr(self, "link"):
-            self.link.close()
+        super().close()
 
     def __enter__(self) -> KVClient:
         return self

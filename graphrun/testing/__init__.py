@@ -2,7 +2,8 @@
 
 Nothing in the library imports it (an import-linter contract). Real ``graphrun
 serve`` processes come from the library itself: :mod:`graphrun.job.stores`
-(``start_store``, ``start_stores``, ``StoreProcess.stop/kill/check``).
+(``start_store``, ``start_stores``, ``StoreProcess.stop/kill/check``), and hosts
+from :class:`graphrun.job.netns.NetnsNetwork` (network namespaces, root).
 
 * :mod:`~graphrun.testing.graphs` — seeded synthetic graphs (homogeneous, heterogeneous; larger
   ``community_graph``, smaller ``random_graph``/``random_hetero_graph`` for sampling).
@@ -10,7 +11,6 @@ serve`` processes come from the library itself: :mod:`graphrun.job.stores`
   (``StoreThread``, ``store_threads``).
 * :mod:`~graphrun.testing.procs` — ``run_graphrun`` (the CLI of this checkout in a child
   process) and ``child_env``.
-* :mod:`~graphrun.testing.netns` — two network namespaces joined by a veth pair (root).
 * :mod:`~graphrun.testing.threads` — an ``RpcServer`` in a background thread
   (``ServerThread``) and the ``BackgroundLoop`` it shares with ``StoreThread``.
 """

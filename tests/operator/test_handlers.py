@@ -384,11 +384,12 @@ async def test_invalid_spec_fails_naming_the_field(cluster: Cluster) -> None:
 
 
 async def test_stuck_image_pull_fails_after_the_startup_deadline(cluster: Cluster) -> None:
+    """The pod is stuck first, then its deadline passes (its creation is moved back):
+    the other order — deadline first — is a plain StartupDeadlineExceeded, which the
+    pod event of the timestamp patch used to produce now and then."""
     c = cluster
-    await c.create_graphjob(example(startupDeadlineSeconds=1))
+    await c.create_graphjob(example(startupDeadlineSeconds=60))
     pod = (await eventually(lambda: c.names("Pod", "partitioner")))[0]
-    stamp = "2020-01-01T00:00:00Z"  # created long ago
-    await c.patch(f"{PATHS['Pod']}/{pod}", {"metadata": {"creationTimestamp": stamp}})
     waiting = {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}
     await c.patch(
         f"{PATHS['Pod']}/{pod}/status",
@@ -399,6 +400,8 @@ async def test_stuck_image_pull_fails_after_the_startup_deadline(cluster: Cluste
             }
         },
     )
+    stamp = "2020-01-01T00:00:00Z"  # created long ago: past its deadline
+    await c.patch(f"{PATHS['Pod']}/{pod}", {"metadata": {"creationTimestamp": stamp}})
     await eventually(phase_is(c, "Failed"))
     failed = next(x for x in (await c.status())["conditions"] if x["type"] == "Failed")
     assert failed["reason"] == "ImagePullBackOff"

@@ -290,11 +290,11 @@ def test_empty_job_name_is_refused(stores, keys):
     with pytest.raises(ArgumentError, match="job"):
         connect(stores, keys, job="")
     with connect(stores, keys) as c, pytest.raises(ArgumentError, match="field 'job'"):
-        c.link.parts[0].main.call("join", {"s": "x", "job": ""})
+        c.parts[0].main.call("join", {"s": "x", "job": ""})
 
 
 def test_request_without_session_is_refused(stores, keys):
     with connect(stores, keys) as c:
-        conn = c.link.parts[0].main
+        conn = c.parts[0].main
         with pytest.raises(StoreError, match="session 'ghost' is unknown"):
             conn.call("pull", {"s": "ghost", "name": FEAT}, (np.array([0]),))

@@ -7,15 +7,15 @@ import sys
 import numpy as np
 import pytest
 
+from graphrun.job.netns import NetnsNetwork, unavailable_reason
 from graphrun.job.stores import start_store
-from graphrun.testing.netns import host_pair, netns_available
 from graphrun.testing.procs import child_env
 from tests.store.conftest import reference_rows
 
 pytestmark = [
     pytest.mark.netns,
     pytest.mark.integration,
-    pytest.mark.skipif(not netns_available(), reason="needs root and `ip netns`"),
+    pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),
 ]
 
 CLIENT = """
@@ -34,15 +34,16 @@ def test_client_in_another_namespace(tmp_path, key_file):
 
     graph, parts = make_partition_dir(tmp_path / "parts", 1)
     ids = [0, 5, 599, 17, 5]
-    with host_pair("grt") as (a, b):
+    with NetnsNetwork(["a", "b"]) as net:
+        a = net.address("a")
         store = start_store(
-            parts, 0, key_file=key_file, address=f"tcp://{a.ip}:0", launcher=a.exec_prefix
+            parts, 0, key_file=key_file, address=f"tcp://{a}:0", launcher=net.prefix("a")
         )
         try:
-            assert store.address.startswith(f"tcp://{a.ip}:")
+            assert store.address.startswith(f"tcp://{a}:")
             env = child_env()
             cmd = [
-                *b.exec_prefix,
+                *net.prefix("b"),
                 sys.executable,
                 "-c",
                 CLIENT,

@@ -72,7 +72,7 @@ def test_attach_names_a_tensor_never_a_file(homo, key_file, keys, tmp_path):
         start_stores(parts, 2, key_file=key_file, backups=1, shm_dir=tmp_path) as stores,
         client(stores, keys, use_shm=False) as c,
     ):
-        backup = c.link.parts[0].conns[1]
+        backup = c.parts[0].conns[1]
         info = {"name": "x", "job": c.job, "policy": "node:_N", "dtype": "uint8",
                 "row_shape": [], "num_rows": 4096, "part_rows": 4096,
                 "segment": str(victim), "persistent": False}  # fmt: skip
@@ -418,7 +418,7 @@ def test_job_keys_of_a_shared_store_reach_their_own_job_only(homo, key_file, key
             a.init_tensor("emb", "node:_N", (2,))
             assert a.pull(FEAT, [0, 1]).shape == (2, 8)  # the graph: readable
             with pytest.raises(AuthError, match="needs the store's admin key"):
-                a.call(0, "stop", a.link.base())
+                a.call(0, "stop", a.base())
             with pytest.raises(AuthError, match="needs the store's admin key"):
                 a.call(0, "register_backup", {"address": "tcp://10.0.0.1:1", "pid": 1})
             assert all("jobB" not in t for t in a.stats(0)["tensors"])
