@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
+from graphrun.distributed.cache import CachePlan
 from graphrun.distributed.context import DistContext
 from graphrun.distributed.features import StoreFeatures
 from graphrun.errors import ArgumentError
@@ -56,6 +57,7 @@ class BatchSpec:
     neg_k: int = 1
     neg_mode: Literal["uniform", "degree"] = "uniform"
     edge_split: EdgeSplit | None = None  # link batches: keep held-out and target edges out
+    cache: CachePlan | None = None  # remote node features to keep in every building process
 
 
 FEATURE_OPS = ("pull", "pull:shm")
@@ -72,6 +74,7 @@ class BatchCost:
     fetch_s: float = 0.0
     structure_bytes: dict[int, int] = field(default_factory=dict)
     feature_bytes: dict[int, int] = field(default_factory=dict)
+    cache_bytes: int = 0  # feature bytes the remote-feature cache served (not in the above)
 
 
 class _Meter:
@@ -82,11 +85,13 @@ class _Meter:
         self.traffic = Counter(ctx.client.traffic)
         self.local = Counter(ctx.sampler.local_bytes)
         self.fetch_s = features.seconds
+        self.cache_bytes = features.cache_bytes
         self.t0 = time.perf_counter()
 
     def cost(self) -> BatchCost:
         fetch_s = self.features.seconds - self.fetch_s
         cost = BatchCost(time.perf_counter() - self.t0 - fetch_s, fetch_s)
+        cost.cache_bytes = self.features.cache_bytes - self.cache_bytes
         for (part, op), n in (Counter(self.ctx.client.traffic) - self.traffic).items():
             d = cost.feature_bytes if op in FEATURE_OPS else cost.structure_bytes
             d[part] = d.get(part, 0) + n
@@ -110,7 +115,9 @@ class BatchBuilder:
             replace=spec.replace,
             generator=0,
         )
-        self.features = StoreFeatures(ctx.client)
+        cache = ctx.feature_cache(spec.cache) if spec.cache is not None else None
+        self.features = StoreFeatures(ctx.client, cache)
+        self.features.warm(spec.x, spec.y)
         self._negatives: NegativeSampler | None = None
         self.last_cost = BatchCost()
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from graphrun.distributed.cache import CachePlan, FeatureCache
 from graphrun.distributed.split import home_partition
 from graphrun.errors import ArgumentError
 from graphrun.names import RoleName
@@ -78,12 +79,19 @@ class DistContext:
         self.config = config
         self.client = KVClient(config.client_config(config.name))
         self.book: PartitionBook = self.client.book
+        self._caches: dict[str, FeatureCache] = {}
         try:
             self.sampler = DistOneHopSampler(self.client, self.book)
             self.partition = self._home_partition()
         except BaseException:
             self.client.close()
             raise
+
+    def feature_cache(self, plan: CachePlan) -> FeatureCache:
+        """The process's one cache of ``plan`` (every loader of this process shares it)."""
+        if plan.token not in self._caches:
+            self._caches[plan.token] = FeatureCache(self.client, plan)
+        return self._caches[plan.token]
 
     def _home_partition(self) -> int:
         p = self.config.partition
@@ -106,6 +114,7 @@ class DistContext:
         return self.config.world_size
 
     def close(self) -> None:
+        self._caches.clear()
         self.client.close()
 
     def __enter__(self) -> DistContext:

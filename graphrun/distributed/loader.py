@@ -35,11 +35,14 @@ from graphrun.distributed.batches import (
     batch_seed,
     check_spec,
 )
+from graphrun.distributed.cache import CachePlan, plan_cache
 from graphrun.distributed.graph import DistGraph
 from graphrun.distributed.workers import WorkerPool
 from graphrun.errors import ArgumentError
 from graphrun.sampling.edgesplit import EdgeSplit
-from graphrun.sampling.sampler import Output
+from graphrun.sampling.partitioned import BookTypeMap
+from graphrun.sampling.sampler import NeighborSampler, Output
+from graphrun.store.policy import TensorKey
 
 
 def _check_count(value: Any, name: str, low: int) -> int:
@@ -165,6 +168,7 @@ class DistNodeDataLoader(_DistLoader):
         replace: bool = False,
         num_layers: int | None = None,
         seed: int = 0,
+        cache: CachePlan | None = None,
     ) -> None:
         if ntype is None and graph.is_hetero:
             raise ArgumentError(f"ntype: required on a heterograph ({list(graph.node_types)})")
@@ -177,6 +181,7 @@ class DistNodeDataLoader(_DistLoader):
             y=y,
             replace=replace,
             num_layers=num_layers,
+            cache=cache if cache is not None and cache.num_rows else None,
         )
         super().__init__(
             graph,
@@ -221,6 +226,7 @@ class DistLinkDataLoader(_DistLoader):
         replace: bool = False,
         num_layers: int | None = None,
         seed: int = 0,
+        cache: CachePlan | None = None,
     ) -> None:
         if etype is None and graph.is_hetero:
             raise ArgumentError("etype: required on a heterograph")
@@ -241,6 +247,7 @@ class DistLinkDataLoader(_DistLoader):
             neg_k=neg_k,
             neg_mode=neg_mode,
             edge_split=edge_split,
+            cache=cache if cache is not None and cache.num_rows else None,
         )
         super().__init__(
             graph,
@@ -253,3 +260,38 @@ class DistLinkDataLoader(_DistLoader):
             prefetch=prefetch,
             seed=seed,
         )
+
+
+def plan_feature_cache(
+    graph: DistGraph,
+    nodes: Any,
+    fanouts: Any,
+    *,
+    batch_size: int,
+    budget_bytes: int,
+    ntype: str | None = None,
+    x: str = "feat",
+    y: str = "label",
+    probes: int = 4,
+    seed: int = 0,
+) -> CachePlan:
+    """Which remote node features to cache for mini-batches around ``nodes`` (per-type
+    ids of ``ntype``): see :func:`graphrun.distributed.cache.plan_cache`. Pass the plan as
+    ``cache=`` to every loader of the trainer; they share one copy per process."""
+    book = graph.book
+    spec = BatchSpec(kind="node", fanouts=fanouts, output="data", ntype=ntype, x=x, y=y)
+    check_spec(spec, book)
+    sampler = NeighborSampler(graph.ctx.sampler, BookTypeMap(book), book.num_nodes, fanouts)
+    ids = torch.as_tensor(nodes).long().reshape(-1)
+    if ntype is not None:
+        ids = torch.from_numpy(book.to_homo(ntype, ids.numpy()))
+    client = graph.ctx.client
+    names = {t.name for t in client.list_tensors()}
+    row_bytes = {}
+    for nt in book.node_types:
+        keys = [str(TensorKey.node(nt, name)) for name in (x, y)]
+        if keys[0] in names:  # a type without the feature is not worth caching
+            row_bytes[nt] = sum(client.meta(k).row_bytes for k in keys if k in names)
+    return plan_cache(
+        sampler, book, client.local_parts, ids, batch_size, budget_bytes, row_bytes, probes, seed
+    )

@@ -228,6 +228,13 @@ class RuntimeSpec(_Model):
         le=64,
         description="sampling worker processes of each trainer (0: sample in the trainer)",
     )
+    feature_cache_mb: int = Field(
+        default=256,
+        ge=0,
+        le=1 << 20,
+        description="MiB of remote node features each trainer (and sampler worker) keeps: "
+        "those its mini-batches reach most often (0: no cache)",
+    )
     hosts: Literal["local", "netns"] = "local"
     machine_names: list[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]] | None = None
 

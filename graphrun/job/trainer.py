@@ -119,7 +119,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     local = ctx.client.local_parts  # partitions read through shared memory (co-located)
     print(json.dumps({"event": "joined", "rank": args.rank, "local_parts": local}), flush=True)
     workers = job.spec.runtime.sampler_workers_per_trainer
-    data = DistGraphData(DistGraph(ctx), args.rank, world, workers, seed=cfg.seed)
+    cache_mb = job.spec.runtime.feature_cache_mb
+    data = DistGraphData(
+        DistGraph(ctx), args.rank, world, workers, seed=cfg.seed, cache_mb=cache_mb
+    )
     try:
         ddp = DDPConfig(args.rank, world, hosts.rendezvous, timeout_s=args.timeout)
         # the job's own store servers are stopped by trainer 0 once all trainers finished;

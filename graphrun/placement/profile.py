@@ -17,7 +17,9 @@ one object per line). The schema, version 1, is :class:`BatchRecord`::
      "feature_bytes": {"0": 41000000, "1": 12000000}, # feature bytes the trainer pulled
                                                        # from each partition
      "batch_bytes": 7800000,    # bytes of the sampled batch sent sampler -> trainer
-     "grad_bytes": 1600000}     # bytes of dense gradients per step (= parameter bytes)
+     "grad_bytes": 1600000,     # bytes of dense gradients per step (= parameter bytes)
+     "cache_bytes": 9000000}    # feature bytes served by the remote-feature cache (not
+                                # in feature_bytes: they crossed no network)
 
 Lines whose ``kind`` is not ``"batch"`` are ignored, so the same file can carry other
 metrics. ``BatchRecord.to_json()`` writes exactly this line.
@@ -171,6 +173,7 @@ class BatchRecord:
     feature_bytes: dict[int, int] = field(default_factory=dict)
     batch_bytes: int = 0
     grad_bytes: int = 0
+    cache_bytes: int = 0  # feature bytes the trainer's remote-feature cache served
 
     def to_json(self) -> str:
         d: dict[str, Any] = {"kind": "batch", "v": RECORD_VERSION, **asdict(self)}
@@ -194,6 +197,7 @@ class BatchRecord:
                 feature_bytes={int(k): int(v) for k, v in d.get("feature_bytes", {}).items()},
                 batch_bytes=int(d.get("batch_bytes", 0)),
                 grad_bytes=int(d.get("grad_bytes", 0)),
+                cache_bytes=int(d.get("cache_bytes", 0)),
             )
         except KeyError as exc:
             raise SpecError(f"{where}: {exc.args[0]}: missing") from exc

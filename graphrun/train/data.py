@@ -41,6 +41,7 @@ class Batch:
     fetch_s: float = 0.0
     structure_bytes: dict[int, int] = field(default_factory=dict)
     feature_bytes: dict[int, int] = field(default_factory=dict)
+    cache_bytes: int = 0  # feature bytes served by the remote-feature cache
 
 
 class Embedding(Protocol):

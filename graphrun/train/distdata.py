@@ -20,6 +20,8 @@ trainer or in a sampler worker).
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -28,10 +30,12 @@ import torch
 from torch import Tensor
 
 from graphrun.distributed import (
+    CachePlan,
     DistGraph,
     DistLinkDataLoader,
     DistNodeDataLoader,
     node_split,
+    plan_feature_cache,
     trainer_partitions,
 )
 from graphrun.distributed import edge_split as edge_split_ids
@@ -45,7 +49,10 @@ def costed(loader: Any, count: Any) -> Iterator[Batch]:
     """The loader's batches with what each cost to build (``loader.last_cost``)."""
     for data in loader:
         c = loader.last_cost
-        yield Batch(data, count(data), c.sample_s, c.fetch_s, c.structure_bytes, c.feature_bytes)
+        yield Batch(
+            data, count(data), c.sample_s, c.fetch_s, c.structure_bytes, c.feature_bytes,
+            c.cache_bytes,
+        )  # fmt: skip
 
 
 class StoreEmbedding:
@@ -85,8 +92,9 @@ class DistGraphData:
     """GraphData over a running store (see the module docstring)."""
 
     def __init__(
-        self, graph: DistGraph, rank: int, world_size: int, num_workers: int = 0, seed: int = 0
-    ) -> None:
+        self, graph: DistGraph, rank: int, world_size: int, num_workers: int = 0, seed: int = 0,
+        cache_mb: int = 0,
+    ) -> None:  # fmt: skip
         self.graph = graph
         self.book = graph.partition_book
         self.rank, self.world_size = rank, world_size
@@ -96,6 +104,8 @@ class DistGraphData:
             (e[0], e[1], e[2]) for e in graph.edge_types
         )
         self.num_workers, self.seed = num_workers, seed
+        self.cache_mb = cache_mb
+        self._cache: CachePlan | None = None
         self._parts = trainer_partitions(world_size, self.book.num_parts)
         self._seeds: dict[tuple[str, str | None], Tensor] = {}
         self._edges: dict[tuple[str, EdgeSplit], Tensor] = {}
@@ -138,12 +148,32 @@ class DistGraphData:
                 self.graph, self.seeds(split, ntype), fanouts, batch_size=batch_size,
                 ntype=ntype, shuffle=shuffle, x=x, y=y, seed=self.seed + self.rank,
                 num_workers=self.num_workers if split == "train" else 0,
+                cache=self.feature_cache(ntype, fanouts, batch_size, x, y),
             )  # fmt: skip
             self._loaders[key].start()
         loader = self._loaders[key]
         loader.set_epoch(epoch)
         t = ntype
         return costed(loader, lambda d: int(d[t].batch_size if t else d.batch_size))
+
+    def feature_cache(
+        self, ntype: str | None, fanouts: Any, batch_size: int, x: str, y: str
+    ) -> CachePlan:
+        """The remote features this trainer's batches reach most (planned once, from its
+        training seeds, for every loader); reported as one ``feature_cache`` event line."""
+        if self._cache is None:
+            t0 = time.perf_counter()
+            self._cache = plan_feature_cache(
+                self.graph, self.seeds("train", ntype), fanouts, batch_size=batch_size,
+                budget_bytes=self.cache_mb << 20, ntype=ntype, x=x, y=y,
+                seed=self.seed + self.rank,
+            )  # fmt: skip
+            event = {
+                "event": "feature_cache", "rank": self.rank, "rows": self._cache.num_rows,
+                "budget_mb": self.cache_mb, "plan_s": round(time.perf_counter() - t0, 3),
+            }  # fmt: skip
+            print(json.dumps(event), flush=True)
+        return self._cache
 
     def edges(self, split: str, edge_split: EdgeSplit) -> Tensor:
         """This trainer's positive edge ids of ``split`` for link prediction: of its share

@@ -72,6 +72,7 @@ class Profiler:
             sample_s=batch.sample_s, fetch_s=batch.fetch_s, compute_s=compute_s,
             structure_bytes=dict(batch.structure_bytes), feature_bytes=dict(batch.feature_bytes),
             batch_bytes=_nbytes(batch.data), grad_bytes=self.grad_bytes,
+            cache_bytes=batch.cache_bytes,
         )  # fmt: skip
         self.out.write(rec.to_json() + "\n")
 

@@ -1,0 +1,140 @@
+"""A cache of remote node features: the rows sampling reaches most, kept in this process.
+
+On a power-law graph a few nodes of other partitions appear in most mini-batches, and
+every time their features cross the network (and CURVE, at both ends). SALIENT++
+(Kaler et al., MLSys 2023) keeps the remote features a partition's batches reach most
+often beside its own. Here they are found the plain way: before training,
+:func:`plan_cache` samples a few mini-batches of the trainer's own seeds with the
+sampler it trains with, counts how often each node of a remote partition appears, and
+keeps the most frequent ones that fit the budget (``runtime.featureCacheMb``).
+
+The :class:`CachePlan` (ids only) travels in the loader's ``BatchSpec`` to every process
+that builds batches; each materialises it once (:meth:`DistContext.feature_cache`) by
+pulling the rows of every feature it will read, and :class:`StoreFeatures` serves hits
+from it. Graph features are read-only while jobs run, so a cached row never goes stale.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from graphrun.partition.book import PartitionBook
+from graphrun.sampling.sampler import NeighborSampler
+from graphrun.store.client import KVClient
+from graphrun.store.policy import TensorKey
+
+#: Id spaces up to this size map ids to cache slots with one dense int32 array
+#: (4 bytes per id); bigger ones search the sorted cached ids instead.
+DENSE_LIMIT = 1 << 26
+
+
+@dataclass(frozen=True)
+class CachePlan:
+    """Which remote nodes to cache: sorted per-type ids for each node type."""
+
+    ids: Mapping[str, np.ndarray] = field(compare=False, repr=False)
+    token: str = ""  # identifies the plan (a digest of the ids)
+
+    @property
+    def num_rows(self) -> int:
+        return sum(len(v) for v in self.ids.values())
+
+
+class CachedRows:
+    """Rows of one feature for a sorted set of ids, with an id -> slot lookup."""
+
+    def __init__(self, ids: np.ndarray, rows: np.ndarray, id_space: int) -> None:
+        self.ids, self.rows = ids, rows
+        self.row_bytes = int(rows[:1].nbytes) if len(rows) else 0
+        self._map: np.ndarray | None = None
+        if id_space <= DENSE_LIMIT:
+            self._map = np.full(id_space, -1, np.int32)
+            self._map[ids] = np.arange(len(ids), dtype=np.int32)
+
+    def slots(self, ids: np.ndarray) -> np.ndarray:
+        """The cache slot of every id, -1 where it is not cached."""
+        if self._map is not None:
+            return self._map[ids]
+        pos = np.searchsorted(self.ids, ids).clip(max=max(len(self.ids) - 1, 0))
+        hit = self.ids[pos] == ids if len(self.ids) else np.zeros(len(ids), bool)
+        return np.where(hit, pos, -1).astype(np.int32)
+
+
+class FeatureCache:
+    """A :class:`CachePlan` made real in one process: rows pulled once per feature."""
+
+    def __init__(self, client: KVClient, plan: CachePlan) -> None:
+        self.client, self.plan = client, plan
+        self._rows: dict[str, CachedRows | None] = {}
+
+    def rows(self, ntype: str, name: str) -> CachedRows | None:
+        """The cached rows of feature ``name`` of ``ntype`` (pulled on first use)."""
+        key = str(TensorKey.node(ntype, name))
+        if key not in self._rows:
+            ids = self.plan.ids.get(ntype)
+            if ids is None or not len(ids):
+                self._rows[key] = None
+            else:
+                space = self.client.meta(key).num_rows
+                self._rows[key] = CachedRows(ids, self.client.pull(key, ids), space)
+        return self._rows[key]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(r.rows.nbytes for r in self._rows.values() if r is not None)
+
+
+def plan_cache(
+    sampler: NeighborSampler,
+    book: PartitionBook,
+    local_parts: list[int],
+    seeds: torch.Tensor,
+    batch_size: int,
+    budget_bytes: int,
+    row_bytes: Mapping[str, int],
+    probes: int = 4,
+    seed: int = 0,
+) -> CachePlan:
+    """The remote nodes the mini-batches of ``seeds`` (homogeneous ids) reach most often.
+
+    Samples ``probes`` batches of ``batch_size`` seeds (spread over all of them), counts
+    how often every node owned by a partition outside ``local_parts`` appears, and keeps
+    the most frequent ones whose rows (``row_bytes`` per node type with the feature; types
+    without it are never cached) fit ``budget_bytes``."""
+    empty = CachePlan({})
+    if budget_bytes <= 0 or seeds.numel() == 0 or not row_bytes:
+        return empty
+    gen = torch.Generator().manual_seed(seed)
+    shuffled = seeds[torch.randperm(seeds.numel(), generator=gen)]
+    counts = np.zeros(book.num_nodes, np.int64)
+    for i in range(probes):
+        batch = shuffled[i * batch_size : (i + 1) * batch_size]
+        if batch.numel() == 0:
+            break
+        sub = sampler.sample(batch, generator=seed * 1000 + i)
+        counts[sub.node.numpy()] += 1
+    remote = np.ones(book.num_nodes, bool)
+    for p in local_parts:
+        lo, hi = book.node_offsets[p], book.node_offsets[p + 1]
+        remote[lo:hi] = False
+    candidates = np.flatnonzero(remote & (counts > 0))
+    types, per_type = book.to_per_type(candidates)
+    cost = np.array([row_bytes.get(t, 0) for t in book.node_types], np.int64)[types]
+    cached = cost > 0  # node types without the feature are never cached
+    candidates, types, per_type, cost = (a[cached] for a in (candidates, types, per_type, cost))
+    ranked = np.argsort(-counts[candidates], kind="stable")
+    keep = ranked[np.cumsum(cost[ranked]) <= budget_bytes]
+    if not len(keep):
+        return empty
+    ids = {}
+    for t, ntype in enumerate(book.node_types):
+        mine = per_type[keep[types[keep] == t]]
+        if len(mine):
+            ids[ntype] = np.sort(mine).astype(np.int64)
+    digest = hashlib.sha256(b"".join(k.encode() + v.tobytes() for k, v in ids.items()))
+    return CachePlan(ids, digest.hexdigest()[:16])

@@ -1,0 +1,70 @@
+"""The remote-feature cache: the same batches, fewer bytes over the network."""
+
+import numpy as np
+import pytest
+import torch
+
+from graphrun.distributed import DistGraph, DistNodeDataLoader, initialize, plan_feature_cache
+from graphrun.distributed import cache as cache_module
+from graphrun.distributed.cache import CachedRows
+from tests.distributed.test_loader import check_batch
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_cached_rows_find_their_slots(monkeypatch, dense) -> None:
+    if not dense:
+        monkeypatch.setattr(cache_module, "DENSE_LIMIT", 0)
+    ids = np.array([3, 7, 8, 20])
+    rows = np.arange(8, dtype=np.float32).reshape(4, 2)
+    c = CachedRows(ids, rows, 30)
+    assert (c._map is not None) == dense
+    np.testing.assert_array_equal(c.slots(np.array([8, 0, 20, 3, 29, 7])), [2, -1, 3, 0, -1, 1])
+    empty = CachedRows(np.empty(0, np.int64), np.empty((0, 2), np.float32), 30)
+    np.testing.assert_array_equal(empty.slots(np.array([1, 2])), [-1, -1])
+
+
+def test_a_feature_cache_gives_the_same_batches_with_fewer_bytes_pulled(served) -> None:
+    fanouts = [3, 2]
+    # use_shm=False: both partitions are remote to this client, so every node may be cached
+    with initialize(served.servers, heartbeat_interval=0, use_shm=False) as ctx:
+        dg = DistGraph(ctx)
+        ids = torch.arange(0, 120)
+        row = 8 * 4 + 8  # feat (8 float32) + label (int64)
+        plan = plan_feature_cache(dg, ids, fanouts, batch_size=10, budget_bytes=50 * row)
+        assert 0 < plan.num_rows <= 50 and list(plan.ids) == ["_N"]
+        assert np.all(np.diff(plan.ids["_N"]) > 0)
+        kw = {"batch_size": 10, "shuffle": True, "seed": 2}
+        plain = DistNodeDataLoader(dg, ids, fanouts, **kw)
+        cached = DistNodeDataLoader(dg, ids, fanouts, cache=plan, **kw)
+        pulled = {"plain": 0, "cached": 0}
+        served_by_cache = 0
+        for a, b in zip(plain, cached, strict=True):
+            check_batch(served, b, fanouts)  # every row against the original graph
+            assert torch.equal(a.n_id, b.n_id) and torch.equal(a.x, b.x)
+            assert torch.equal(a.y, b.y)
+            pulled["plain"] += sum(plain.last_cost.feature_bytes.values())
+            pulled["cached"] += sum(cached.last_cost.feature_bytes.values())
+            served_by_cache += cached.last_cost.cache_bytes
+        assert served_by_cache > 0
+        assert pulled["cached"] + served_by_cache == pulled["plain"]
+        # a sampler worker process materialises the same plan and builds the same batches
+        with DistNodeDataLoader(dg, ids, fanouts, cache=plan, num_workers=1, **kw) as pooled:
+            for a, b in zip(DistNodeDataLoader(dg, ids, fanouts, **kw), pooled, strict=True):
+                assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y)
+                assert pooled.last_cost.cache_bytes > 0 or len(b.n_id) == 0
+
+
+def test_nothing_is_cached_without_a_budget_or_remote_partitions(served) -> None:
+    with initialize(served.servers, heartbeat_interval=0) as ctx:  # both co-located
+        dg = DistGraph(ctx)
+        assert ctx.client.local_parts == [0, 1]
+        ids = torch.arange(0, 40)
+        plan = plan_feature_cache(dg, ids, [3], batch_size=10, budget_bytes=1 << 20)
+        assert plan.num_rows == 0
+        loader = DistNodeDataLoader(dg, ids, [3], batch_size=10, cache=plan)
+        assert loader.spec.cache is None
+    with initialize(served.servers, heartbeat_interval=0, use_shm=False) as ctx:
+        plan = plan_feature_cache(DistGraph(ctx), ids, [3], batch_size=10, budget_bytes=0)
+        assert plan.num_rows == 0
