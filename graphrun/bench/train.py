@@ -53,6 +53,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--fanouts", default="25,10", help="comma-separated, one per layer")
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument(
+        "--feature-cache-mb",
+        type=int,
+        default=None,
+        help="runtime.featureCacheMb of the job (default: the spec's default)",
+    )
+    p.add_argument(
         "--sampler-workers",
         type=int,
         default=0,
@@ -120,6 +126,8 @@ def _job_yaml(workdir: Path, args: argparse.Namespace) -> Path:
                          "hidden": args.hidden, "lr": 0.003, "dropout": 0.5},
         },
     }  # fmt: skip
+    if args.feature_cache_mb is not None:
+        job["spec"]["runtime"]["featureCacheMb"] = args.feature_cache_mb  # type: ignore[index]
     path = workdir / "job.yaml"
     path.write_text(yaml.safe_dump(job))
     return path
@@ -146,7 +154,7 @@ def run_distributed(args: argparse.Namespace, workdir: Path, aggr: str) -> dict[
     sink = io.StringIO()
     opts = RunOptions(
         run_dir=run_dir, hosts=args.hosts, bandwidth_mbit=args.bandwidth_mbit,
-        trainer_args=("--aggr", aggr),
+        trainer_args=("--aggr", aggr), profile_dir=run_dir / "profile",
     )  # fmt: skip
     sampler = RssSampler(run_dir / "status")
     sampler.start()
@@ -171,6 +179,33 @@ def run_distributed(args: argparse.Namespace, workdir: Path, aggr: str) -> dict[
         "test_acc_all": [r["test_acc"] for r in recs],
         "time_to_first_step_s": round(first - t0, 2) if first else None,
         "peak_rss_mb": {m: round(v, 1) for m, v in sorted(sampler.peak.items())},
+        "step": step_breakdown(run_dir / "profile"),
+    }
+
+
+def step_breakdown(profile_dir: Path) -> dict[str, Any]:
+    """Medians over every trainer's batch records: milliseconds sampling, pulling features
+    and computing a step, and megabytes of features per batch pulled over the network
+    (from partitions other than the trainer's own), read from shared memory (its own
+    partition) and served by the remote-feature cache."""
+    from graphrun.placement.profile import read_records
+
+    recs = [r for f in sorted(profile_dir.glob("*.jsonl")) for r in read_records(f)]
+    if not recs:
+        return {}
+
+    def med(values: list[float]) -> float:
+        return round(statistics.median(values), 2)
+
+    return {
+        "sample_ms": med([r.sample_s * 1e3 for r in recs]),
+        "fetch_ms": med([r.fetch_s * 1e3 for r in recs]),
+        "compute_ms": med([r.compute_s * 1e3 for r in recs]),
+        "remote_feature_mb": med(
+            [sum(v for p, v in r.feature_bytes.items() if p != r.partition) / 1e6 for r in recs]
+        ),
+        "local_feature_mb": med([r.feature_bytes.get(r.partition, 0) / 1e6 for r in recs]),
+        "cache_mb": med([r.cache_bytes / 1e6 for r in recs]),
     }
 
 
