@@ -171,7 +171,9 @@ def machine_launches(
             elif r.kind == "trainer":
                 prof = profile_dir / f"trainer-{r.rank}.jsonl" if profile_dir else None
                 argv = trainer_argv(r, paths, python, resume, prof, trainer_args)
-                launches.append(RoleLaunch("trainer", RoleCommand(r.name, m, argv, env)))
+                argv += ("--wait-stores", f"{ready_timeout_s:g}")
+                cmd = RoleCommand(r.name, m, argv, env)
+                launches.append(RoleLaunch("trainer", cmd, early=True))
             # sampler:<rank>:<w> roles run inside their trainer's data loader (worker
             # processes it starts and stops); they are not separate launches yet.
         key = str(paths.key_file)

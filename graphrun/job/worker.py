@@ -40,6 +40,7 @@ from graphrun.files import write_atomic
 from graphrun.job.launch import MachineLaunch, RoleLaunch
 from graphrun.job.probe import Probe, store_probe
 from graphrun.job.process import RoleExit, Supervisor
+from graphrun.names import RoleName
 
 
 @dataclass(frozen=True)
@@ -157,8 +158,8 @@ def all_up(endpoints: Sequence[str], probe: Probe) -> Callable[[], bool]:
 def store_waves(launch: MachineLaunch) -> list[list[RoleLaunch]]:
     """Store roles in start order: main servers (``store:<p>``), then backups."""
     stores = launch.of_kind("store")
-    mains = [r for r in stores if r.role.count(":") == 1]
-    backups = [r for r in stores if r.role.count(":") > 1]
+    mains = [r for r in stores if RoleName.parse(r.role).sub == 0]
+    backups = [r for r in stores if RoleName.parse(r.role).sub > 0]
     return [w for w in (mains, backups) if w]
 
 
@@ -220,6 +221,9 @@ def run_machine(
 
     try:
         status.update(sup, "starting")
+        for r in launch.roles:  # they wait for the stores themselves: their start-up overlaps
+            if r.early:
+                sup.start(r.command)
         own: list[str] = []
         for wave in store_waves(launch):  # main servers first: backups attach to them
             for r in wave:
@@ -233,7 +237,8 @@ def run_machine(
         wait_until(all_up(pending, probe), "the store servers of other machines")
         for kind in ("sampler", "trainer"):
             for r in launch.of_kind(kind):
-                sup.start(r.command)
+                if not r.early:
+                    sup.start(r.command)
         status.update(sup, "training")
         trainers = {r.role for r in launch.of_kind("trainer")}
         wait_until(lambda: trainers <= set(sup.exits()), "the trainers", float("inf"))

@@ -96,3 +96,63 @@ def test_store_never_ready_times_out(tmp_path):
     with pytest.raises(JobFailed, match="timed out"):
         machines(tmp_path).run([launches[0], bad])
     assert no_children_left()
+
+
+SLOW_STORE = "import time; time.sleep(1.5); exec(__import__('sys').argv[3])"
+PORT_IS = """
+import socket, sys
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=1).close()
+    up = True
+except OSError:
+    up = False
+assert up == {want}, "store up" if up else "store not up"
+"""
+
+
+def test_early_roles_start_with_the_stores_and_the_others_after_them(tmp_path):
+    """A real trainer is launched ``early``: it imports torch while the stores load and
+    waits for them itself (job/trainer.py --wait-stores); other roles wait for the stores."""
+    import sys
+
+    from graphrun.job.hosts import free_ports
+    from graphrun.job.launch import MachineLaunch, RoleLaunch
+    from graphrun.job.process import RoleCommand
+    from graphrun.testing.jobs import STORE_CODE
+
+    (port,) = free_ports(1)
+    store = RoleCommand(
+        "store:0", "m0", (sys.executable, "-c", SLOW_STORE, str(port), "127.0.0.1", STORE_CODE)
+    )
+    early = RoleCommand(
+        "trainer:0", "m0", (sys.executable, "-c", PORT_IS.format(port=port, want=False))
+    )
+    late = RoleCommand(
+        "trainer:1", "m0", (sys.executable, "-c", PORT_IS.format(port=port, want=True))
+    )
+    launch = MachineLaunch(
+        "m0",
+        (
+            RoleLaunch("store", store, ready=f"127.0.0.1:{port}"),
+            RoleLaunch("trainer", early, early=True),
+            RoleLaunch("trainer", late),
+        ),
+        wait_for=(f"127.0.0.1:{port}",),
+        ready_timeout_s=30,
+    )
+    assert MachineLaunch.from_dict(launch.to_dict()) == launch
+    res = machines(tmp_path).run([launch])
+    assert res.exits["trainer:0"] == 0 and res.exits["trainer:1"] == 0
+    assert no_children_left()
+
+
+def test_a_trainer_waiting_for_stores_gives_up_naming_them(tmp_path):
+    from graphrun.errors import RpcTimeout
+    from graphrun.job.hosts import free_ports
+    from graphrun.job.trainer import wait_for_stores
+    from graphrun.rpc.auth import generate_keys
+
+    generate_keys(tmp_path / "job.key")
+    (port,) = free_ports(1)
+    with pytest.raises(RpcTimeout, match=f"waiting for store servers 127.0.0.1:{port}"):
+        wait_for_stores([f"127.0.0.1:{port}"], tmp_path / "job.key", 0.3)

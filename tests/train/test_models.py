@@ -64,6 +64,18 @@ def test_dropout_keeps_1_minus_p_scaled_and_is_identity_in_eval():
     assert set(g.grad.tolist()) <= {0.0, 2.0}  # gradient flows through kept units only
 
 
+def test_dropout_masks_follow_torchs_seed():
+    x = torch.ones(64, 8)
+    torch.manual_seed(5)
+    a, b = dropout(x, 0.5, True), dropout(x, 0.5, True)
+    torch.manual_seed(5)
+    assert torch.equal(dropout(x, 0.5, True), a) and not torch.equal(a, b)
+    state = torch.get_rng_state()  # what a checkpoint keeps
+    c = dropout(x, 0.5, True)
+    torch.set_rng_state(state)
+    assert torch.equal(dropout(x, 0.5, True), c)
+
+
 @pytest.mark.parametrize("conv", ["rgcn", "sage"])
 def test_hetero_model_outputs_target_rows(conv):
     torch.manual_seed(0)
