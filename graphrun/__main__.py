@@ -1,3 +1,10 @@
+import sys
+
 from graphrun.cli import main
 
-raise SystemExit(main())
+code = main()
+if sys.argv[1:2] in (["serve"], ["worker"]):  # long-lived roles: skip the slow finalisation
+    from graphrun.job.process import exit_now
+
+    exit_now(code)
+raise SystemExit(code)

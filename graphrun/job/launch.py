@@ -4,8 +4,7 @@ A :class:`MachineLaunch` lists the role processes of one machine (store servers,
 sampler workers, trainers — each a :class:`~graphrun.job.process.RoleCommand`), the
 endpoint at which each listening role is ready, and the endpoints of *every* store
 server of the job, which must accept connections before this machine starts its
-samplers and trainers — except the roles marked ``early``, which start with the stores
-and wait for them themselves. The worker (``graphrun worker``) runs one; the local
+samplers and trainers. The worker (``graphrun worker``) runs one; the local
 backend runs one worker per machine.
 """
 
@@ -30,9 +29,6 @@ class RoleLaunch:
     kind: RoleKind
     command: RoleCommand
     ready: str | None = None  # "host:port" that accepts connections once the role is up
-    # starts with the machine's store servers rather than after every store is up: the
-    # role waits for the stores itself (a real trainer imports torch meanwhile)
-    early: bool = False
 
     @property
     def role(self) -> str:
@@ -66,7 +62,6 @@ class MachineLaunch:
                     "env": dict(r.command.env),
                     "cwd": r.command.cwd,
                     "ready": r.ready,
-                    "early": r.early,
                 }
                 for r in self.roles
             ],
@@ -87,7 +82,7 @@ class MachineLaunch:
                     {str(k): str(v) for k, v in (r.get("env") or {}).items()},
                     r.get("cwd"),
                 )
-                roles.append(RoleLaunch(r["kind"], cmd, r.get("ready"), bool(r.get("early"))))
+                roles.append(RoleLaunch(r["kind"], cmd, r.get("ready")))
             return cls(
                 machine,
                 tuple(roles),

@@ -30,7 +30,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, NoReturn, Protocol
 
 import psutil
 
@@ -315,3 +315,18 @@ def _with_descendants(pids: Sequence[int]) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return list(out.values())
+
+
+def exit_now(code: int) -> NoReturn:
+    """End this process with ``code`` without Python's finalisation, after flushing the
+    standard streams and the log handlers. With torch and PyG loaded, finalisation takes
+    1.5 s (0.85 s with torch alone) that a finished role has no use for — every job paid it
+    once per trainer and store server before it could end. For roles whose files are all
+    closed and whose children are gone when their ``main`` returns."""
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)

@@ -171,9 +171,7 @@ def machine_launches(
             elif r.kind == "trainer":
                 prof = profile_dir / f"trainer-{r.rank}.jsonl" if profile_dir else None
                 argv = trainer_argv(r, paths, python, resume, prof, trainer_args)
-                argv += ("--wait-stores", f"{ready_timeout_s:g}")
-                cmd = RoleCommand(r.name, m, argv, env)
-                launches.append(RoleLaunch("trainer", cmd, early=True))
+                launches.append(RoleLaunch("trainer", RoleCommand(r.name, m, argv, env)))
             # sampler:<rank>:<w> roles run inside their trainer's data loader (worker
             # processes it starts and stops); they are not separate launches yet.
         key = str(paths.key_file)

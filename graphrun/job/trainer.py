@@ -20,18 +20,11 @@ import argparse
 import json
 import runpy
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from graphrun.errors import (
-    USER_ERROR_EXIT,
-    ArgumentError,
-    GraphrunError,
-    RpcTimeout,
-    UserError,
-)
+from graphrun.errors import USER_ERROR_EXIT, ArgumentError, GraphrunError, UserError
 from graphrun.job.hosts import Hosts
 from graphrun.job.roles import job_paths
 from graphrun.job.spec import GraphJob, load_job
@@ -51,14 +44,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--aggr", choices=("scatter", "csr"), default="csr")
     p.add_argument("--timeout", type=float, default=300.0, help="rendezvous timeout (s)")
     p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
-    p.add_argument(
-        "--wait-stores",
-        type=float,
-        default=0.0,
-        metavar="S",
-        help="wait up to S seconds for every store server to answer before joining "
-        "(the worker starts trainers with its stores, so their start-up overlaps)",
-    )
     return p.parse_args(argv)
 
 
@@ -125,10 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = _script_entry(cfg, paths.base_dir / str(job.spec.training.script))
     elif cfg.entry_point is not None:
         sys.path.insert(0, str(paths.base_dir))  # the user's modules beside the job file
-    mains = [eps[0] for _, eps in sorted(hosts.store_endpoints().items())]
-    if args.wait_stores > 0:
-        wait_for_stores(mains, args.keys / "job.key", args.wait_stores)
-    servers = [f"tcp://{ep}" for ep in mains]
+    servers = [f"tcp://{eps[0]}" for _, eps in sorted(hosts.store_endpoints().items())]
     ctx = initialize(
         servers, job=job.name, keys=load_keys(args.keys / "job.key"), rank=args.rank,
         world_size=world, partition=home_partition(args.rank, world, parts),
@@ -155,23 +137,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         data.close()
         ctx.close()
     return 0
-
-
-def wait_for_stores(endpoints: list[str], key_file: Path, timeout_s: float) -> None:
-    """Until every store server answers an authenticated ``stats`` (job/probe.py)."""
-    from graphrun.job.probe import store_probe
-
-    probe = store_probe(key_file)
-    deadline = time.monotonic() + timeout_s
-    waiting = list(endpoints)
-    while waiting:
-        waiting = [e for e in waiting if not probe(e)]
-        if waiting and time.monotonic() > deadline:
-            raise RpcTimeout(
-                f"timed out after {timeout_s:g}s waiting for store servers {', '.join(waiting)}"
-            )
-        if waiting:
-            time.sleep(0.05)
 
 
 def traffic(client: Any) -> dict[str, Any]:
@@ -201,11 +166,14 @@ def _script_entry(cfg: Any, script: Path) -> Any:
 
 
 if __name__ == "__main__":
+    from graphrun.job.process import exit_now
+
     try:
-        sys.exit(main())
+        code = main()
     except UserError as exc:  # its input is wrong: one line, and no restart will help
         print(f"graphrun trainer: error: {exc}", file=sys.stderr, flush=True)
         sys.exit(USER_ERROR_EXIT)
     except GraphrunError as exc:
         print(f"graphrun trainer: error: {exc}", file=sys.stderr, flush=True)
         raise
+    exit_now(code)  # done: every file is closed, the loaders' workers are gone

@@ -221,9 +221,6 @@ def run_machine(
 
     try:
         status.update(sup, "starting")
-        for r in launch.roles:  # they wait for the stores themselves: their start-up overlaps
-            if r.early:
-                sup.start(r.command)
         own: list[str] = []
         for wave in store_waves(launch):  # main servers first: backups attach to them
             for r in wave:
@@ -237,8 +234,7 @@ def run_machine(
         wait_until(all_up(pending, probe), "the store servers of other machines")
         for kind in ("sampler", "trainer"):
             for r in launch.of_kind(kind):
-                if not r.early:
-                    sup.start(r.command)
+                sup.start(r.command)
         status.update(sup, "training")
         trainers = {r.role for r in launch.of_kind("trainer")}
         wait_until(lambda: trainers <= set(sup.exits()), "the trainers", float("inf"))

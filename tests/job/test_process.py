@@ -78,3 +78,22 @@ def test_the_reason_is_the_exception_line_not_the_last_line():
         "RuntimeError: Expected to have finished reduction in the prior iteration before"
     )
     assert RoleExit("t", "m", 1, ("just a line", "")).reason() == "just a line"
+
+
+def test_exit_now_keeps_what_was_written_and_the_exit_code(tmp_path):
+    """Roles end with exit_now (no interpreter finalisation: 1.5 s with torch and PyG
+    loaded); buffered output and log records must still come out."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging, sys\n"
+        f"logging.basicConfig(filename={str(tmp_path / 'log')!r})\n"
+        "logging.getLogger('x').warning('logged')\n"
+        "sys.stdout.write('unflushed')\n"
+        "from graphrun.job.process import exit_now\n"
+        "exit_now(3)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 3 and res.stdout == "unflushed"
+    assert "logged" in (tmp_path / "log").read_text()
