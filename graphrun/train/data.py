@@ -122,7 +122,25 @@ def split_for_rank(ids: Tensor, rank: int, world_size: int) -> Tensor:
     return ids[rank::world_size]
 
 
-class LocalEmbedding:
+class SparseEmbedding:
+    """An embedding table ``emb`` and its sparse optimizer ``opt``: the calls the task
+    makes (the two implementations differ in where the rows live and how state is saved)."""
+
+    emb: Any
+    opt: Any
+
+    def __call__(self, ids: Tensor) -> Tensor:
+        out: Tensor = self.emb(ids)
+        return out
+
+    def step(self) -> None:
+        self.opt.step()
+
+    def zero_grad(self) -> None:
+        self.opt.zero_grad()
+
+
+class LocalEmbedding(SparseEmbedding):
     """``torch.nn.Embedding(sparse=True)`` trained with ``SparseAdam``."""
 
     def __init__(self, num: int, dim: int, lr: float, seed: int = 0) -> None:
@@ -131,15 +149,6 @@ class LocalEmbedding:
         with torch.no_grad():
             self.emb.weight.copy_(torch.randn(num, dim, generator=gen) * 0.1)
         self.opt = torch.optim.SparseAdam(list(self.emb.parameters()), lr=lr)
-
-    def __call__(self, ids: Tensor) -> Tensor:
-        return self.emb(ids)
-
-    def step(self) -> None:
-        self.opt.step()
-
-    def zero_grad(self) -> None:
-        self.opt.zero_grad()
 
     def state(self) -> dict[str, Any]:
         return {"weight": self.emb.weight.detach().clone(), "optimizer": self.opt.state_dict()}

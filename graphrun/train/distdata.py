@@ -42,7 +42,7 @@ from graphrun.distributed import edge_split as edge_split_ids
 from graphrun.errors import ArgumentError
 from graphrun.sampling.edgesplit import EdgeSplit, split_edges
 from graphrun.store.client import KVClient
-from graphrun.train.data import Batch, Embedding, eval_sample
+from graphrun.train.data import Batch, Embedding, SparseEmbedding, eval_sample
 
 
 def costed(loader: Any, count: Any) -> Iterator[Batch]:
@@ -55,7 +55,7 @@ def costed(loader: Any, count: Any) -> Iterator[Batch]:
         )  # fmt: skip
 
 
-class StoreEmbedding:
+class StoreEmbedding(SparseEmbedding):
     """A DistEmbedding and the store's SparseAdam, behind the task's Embedding protocol."""
 
     def __init__(self, client: KVClient, name: str, num: int, dim: int, lr: float) -> None:
@@ -64,15 +64,6 @@ class StoreEmbedding:
         args = {"low": -0.1, "high": 0.1}
         self.emb = DistEmbedding(client, num, dim, name, init="uniform", init_args=args)
         self.opt = SparseAdam([self.emb], lr=lr)
-
-    def __call__(self, ids: Tensor) -> Tensor:
-        return self.emb(ids)
-
-    def step(self) -> None:
-        self.opt.step()
-
-    def zero_grad(self) -> None:
-        self.opt.zero_grad()
 
     def state(self) -> dict[str, Any]:
         n = self.emb.num_embeddings
