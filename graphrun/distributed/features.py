@@ -56,10 +56,11 @@ class StoreFeatures:
                 rows = self.client.pull(key, idx)
             else:
                 rows = np.empty((len(idx), *cached.rows.shape[1:]), cached.rows.dtype)
-                rows[hit] = cached.rows[slot[hit]]
+                at = np.flatnonzero(hit)
+                rows[at] = np.take(cached.rows, slot[at], axis=0)
                 if n_hit < len(idx):
-                    miss = ~hit
-                    rows[miss] = self.client.pull(key, idx[miss])
+                    at = np.flatnonzero(~hit)
+                    self.client.pull(key, idx[at], out=rows, at=at)  # straight into place
                 self.cache_bytes += n_hit * cached.row_bytes
         self.seconds += time.perf_counter() - t0
         return as_torch(rows)

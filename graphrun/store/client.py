@@ -177,8 +177,14 @@ class KVClient(Session):
         k = max(k, -(-n * group.ids.itemsize // REQUEST_FRAME_BYTES))
         return group.pieces(k)
 
-    def pull(self, name: str, ids: Any) -> np.ndarray:
-        """Rows ``ids`` (global ids of the tensor's id space) in the given order."""
+    def pull(
+        self, name: str, ids: Any, out: np.ndarray | None = None, at: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Rows ``ids`` (global ids of the tensor's id space) in the given order.
+
+        With ``out``, row ``i`` is written to ``out[at[i]]`` (``out[i]`` without ``at``)
+        and ``out`` is returned: a caller assembling rows from several sources saves a
+        copy."""
         ti = self.meta(name)
         pol = lookup_policy(self.policies, ti.policy)
         ids = pol.check_ids(ids)
@@ -204,11 +210,12 @@ class KVClient(Session):
             lambda pending: self.wait(pending).tensors[0],
             gather,
         )
-        if len(groups) == 1 and isinstance(groups[0].pos, slice):
+        if out is None and len(groups) == 1 and isinstance(groups[0].pos, slice):
             return next(answers)[1]  # one owner, one piece: the frame or the gather as is
-        out = np.empty((len(ids), *ti.row_shape), dtype=ti.dtype)
+        if out is None:
+            out = np.empty((len(ids), *ti.row_shape), dtype=ti.dtype)
         for g, rows in answers:
-            out[g.pos] = rows
+            out[g.pos if at is None else at[g.pos]] = rows
         return out
 
     def push(

@@ -42,6 +42,23 @@ def test_shm_and_network_paths_give_identical_bytes(stores, keys, rng):
         assert local.pull(FEAT, []).shape == (0, 8) == remote.pull(FEAT, []).shape
 
 
+@pytest.mark.parametrize("use_shm", [True, False])
+def test_a_pull_into_given_rows_writes_just_them(stores, keys, rng, use_shm):
+    with connect(stores, keys, use_shm=use_shm) as c:
+        ids = rng.integers(0, 600, 50)
+        want = c.pull(FEAT, ids)
+        out = np.full((80, *want.shape[1:]), -1, want.dtype)
+        at = rng.permutation(80)[:50]
+        assert c.pull(FEAT, ids, out=out, at=at) is out
+        np.testing.assert_array_equal(out[at], want)
+        others = np.setdiff1d(np.arange(80), at)
+        assert (out[others] == -1).all()
+        one = np.empty_like(want[:3])
+        got = c.pull(FEAT, [5, 1, 5], out=one)  # one owner or not: into ``one`` all the same
+        assert got is one
+        np.testing.assert_array_equal(one, c.pull(FEAT, [5, 1, 5]))
+
+
 def test_chunked_remote_pulls_give_identical_bytes(stores, keys, rng):
     ids = rng.integers(0, 600, 500)
     with (
