@@ -53,6 +53,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--fanouts", default="25,10", help="comma-separated, one per layer")
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads of each trainer (default: torch's, the machine's cores)",
+    )
+    p.add_argument(
         "--feature-cache-mb",
         type=int,
         default=None,
@@ -154,7 +160,8 @@ def run_distributed(args: argparse.Namespace, workdir: Path, aggr: str) -> dict[
     sink = io.StringIO()
     opts = RunOptions(
         run_dir=run_dir, hosts=args.hosts, bandwidth_mbit=args.bandwidth_mbit,
-        trainer_args=("--aggr", aggr), profile_dir=run_dir / "profile",
+        trainer_args=("--aggr", aggr, *(("--threads", str(args.threads)) if args.threads else ())),
+        profile_dir=run_dir / "profile",
     )  # fmt: skip
     sampler = RssSampler(run_dir / "status")
     sampler.start()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import runpy
 import sys
 from collections.abc import Sequence
@@ -43,7 +44,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile", type=Path, help="append per-batch records (JSON lines) here")
     p.add_argument("--aggr", choices=("scatter", "csr"), default="csr")
     p.add_argument("--timeout", type=float, default=300.0, help="rendezvous timeout (s)")
-    p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
+    p.add_argument(
+        "--threads", type=int, help="torch intra-op threads (default: default_threads(job))"
+    )
     return p.parse_args(argv)
 
 
@@ -95,11 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from graphrun.train.loop import run_training
 
     keep_large_allocations()  # mini-batches and pulled features are fresh buffers of MBs
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
     job = load_job(args.job)
+    import torch
+
+    torch.set_num_threads(args.threads or default_threads(job))
     paths = job_paths(job, args.job, args.run_dir)
     hosts = Hosts.read(args.hosts_file)
     world, parts = job.spec.num_trainers, job.spec.num_parts
@@ -137,6 +139,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         data.close()
         ctx.close()
     return 0
+
+
+def default_threads(job: GraphJob, cores: int | None = None) -> int:
+    """A trainer's torch intra-op threads: the machine's cores shared by the processes the
+    job puts on each machine (its trainers and store servers), at least one. torch's own
+    default, every core, oversubscribes a machine that also runs a store server: on the
+    200k/8M power-law graph, two netns hosts on 2 cores, the epoch went from 1.74–1.90 s
+    to 1.50–1.66 s with one thread per trainer (benchmarks/README.md)."""
+    if cores is None:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # not on Linux
+            cores = os.cpu_count() or 1
+    rt = job.spec.runtime
+    stores = rt.store_servers_per_machine if job.spec.graph.store is None else 0
+    return max(1, cores // (rt.trainers_per_machine + stores))
 
 
 def traffic(client: Any) -> dict[str, Any]:

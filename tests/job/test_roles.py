@@ -120,3 +120,15 @@ def test_machine_names_and_bad_hosts_files(tmp_path):
     latin.write_bytes(b"\xff\xfe{")
     with pytest.raises(SpecError, match=r"latin\.json: not valid JSON"):
         Hosts.read(latin)
+
+
+def test_trainer_threads_share_the_machine_with_its_other_roles():
+    from graphrun.job.trainer import default_threads
+
+    job = make_job()  # one trainer and store:P + store:P:1 per machine
+    per = 1 + job.spec.runtime.store_servers_per_machine
+    assert default_threads(job, cores=2) == 1  # torch's default was 2: oversubscribed
+    assert default_threads(job, cores=32) == 32 // per
+    on_store = make_job(graph={"store": {"addresses": ["tcp://h:1", "tcp://h:2"],
+                                         "keyFile": "k"}})  # fmt: skip
+    assert default_threads(on_store, cores=32) == 32  # a running store is not on our machines
