@@ -10,10 +10,12 @@ order, so the output is a pure function of the inputs and the generator.
 Strategies (chosen by benchmark, see ``benchmarks/README.md``):
 
 * uniform without replacement: Robert Floyd's algorithm, vectorised over rows
-  (``fanout`` rounds, each one comparison against the picks so far; a row with
-  ``degree <= fanout`` gets all its edges). Exact: every ``fanout``-subset is
-  equally likely. Cost is independent of the degree, which
-  matters on power-law graphs where sampled frontiers are full of hubs.
+  (``fanout`` rounds, each one comparison against the picks so far) on the rows with
+  more edges than the fanout; a row with ``degree <= fanout`` gets all its edges in
+  order, with no draw. Exact: every ``fanout``-subset is equally likely. Cost is
+  independent of the degree, which matters on power-law graphs where sampled
+  frontiers are full of hubs, and a full neighbourhood (``fanout`` >= every degree,
+  layer-wise inference) costs one pass over its edges.
 * uniform with replacement: ``floor(u * degree)`` per sample.
 * weighted without replacement: Efraimidis–Spirakis keys ``log(u) / w`` over the
   row's edges, the ``fanout`` largest kept (edges of weight 0 are never picked).
@@ -126,13 +128,26 @@ def _uniform_no_replace(start: Tensor, deg: Tensor, k: Tensor, gen: torch.Genera
     if kk.numel() == 0 or int(kk.max()) == 0:
         empty = torch.empty(0, dtype=torch.long)
         return Picks(empty, empty)
-    chosen = _floyd(deg, kk, gen)  # [rows, max(kk)], -1 where unused
+    draw = torch.nonzero(deg > k).squeeze(1)  # rows that keep only some of their edges
+    chosen = _floyd(deg[draw], kk[draw], gen) if draw.numel() else None
+    width = 0 if chosen is None else chosen.size(1)
+    if width < int(kk.max()):  # rows taking all their edges have more: list them in order
+        which, pos = _expand(start, kk)
+        if chosen is not None:
+            used = chosen >= 0
+            first = (torch.cumsum(kk, 0) - kk)[draw]
+            slots = first.unsqueeze(1) + torch.arange(width)
+            pos[slots[used]] = (start[draw].unsqueeze(1) + chosen)[used]
+        return Picks(which, pos)
+    # a sampling fanout: one [rows, width] table of offsets, the drawn rows' from Floyd
+    offsets = torch.arange(width).expand(deg.numel(), width)
+    offsets = torch.where(offsets < kk.unsqueeze(1), offsets, -1)
+    offsets[draw] = chosen  # type: ignore[assignment]
     total = int(kk.sum())
     which = torch.repeat_interleave(torch.arange(deg.numel()), kk, output_size=total)
-    if total == chosen.numel():  # every row has max(kk) picks: no mask needed
-        return Picks(which, (start.unsqueeze(1) + chosen).reshape(-1))
-    pos = torch.masked_select(start.unsqueeze(1) + chosen, chosen >= 0)
-    return Picks(which, pos)
+    if total == offsets.numel():  # every row has `width` picks: no mask needed
+        return Picks(which, (start.unsqueeze(1) + offsets).reshape(-1))
+    return Picks(which, torch.masked_select(start.unsqueeze(1) + offsets, offsets >= 0))
 
 
 def _floyd(n: Tensor, k: Tensor, gen: torch.Generator) -> Tensor:

@@ -42,6 +42,21 @@ def test_small_rows_take_every_edge() -> None:
     assert sorted(out.eid.tolist()) == list(range(g.num_edges))
 
 
+@pytest.mark.parametrize("row1", [6, 2])
+def test_mixed_rows_are_grouped_in_order(row1: int) -> None:
+    # rows 0 and 2 draw 3 of their 10 edges; rows 1 and 3 take all of theirs: row 1 has
+    # more edges than a drawn row keeps (6: the listing branch) or fewer (2: the table)
+    indptr = torch.tensor([0, 10, 10 + row1, 20 + row1, 22 + row1])
+    k = torch.tensor([3, 2**31 - 1, 3, 2**31 - 1])
+    picks = sample_segments(indptr, torch.arange(4), k, generator=make_generator(5))
+    assert picks.which.tolist() == [0] * 3 + [1] * row1 + [2] * 3 + [3] * 2
+    pos = picks.pos.tolist()
+    assert pos[3 : 3 + row1] == list(range(10, 10 + row1))
+    assert pos[-2:] == [20 + row1, 21 + row1]
+    for lo, got in ((0, pos[:3]), (10 + row1, pos[3 + row1 : 6 + row1])):
+        assert len(set(got)) == 3 and all(lo <= p < lo + 10 for p in got)
+
+
 def test_deterministic_under_a_seed() -> None:
     csc = CSCGraph.from_graph(random_graph())
     seeds = torch.arange(50)
