@@ -10,7 +10,8 @@ per layer holding one fanout per edge type (in the graph's edge-type order):
 
 Edge types may be named by their canonical triple, ``"src:rel:dst"`` or a
 relation name that is unique among the graph's edge types. Fanouts are
-non-negative ints; 0 samples nothing on that layer/type.
+non-negative ints, or -1 for every neighbour (PyG's spelling; normalised to
+:data:`ALL`); 0 samples nothing on that layer/type.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from torch import Tensor
 
 from graphrun.errors import ArgumentError
 from graphrun.graph.graph import CanonicalEtype, etype_key
+
+#: Every neighbour: a fanout no degree reaches (what -1 normalises to).
+ALL = 2**31 - 1
 
 FanoutSpec = Sequence[int | Mapping[Any, int]] | Mapping[Any, Sequence[int]]
 
@@ -49,8 +53,10 @@ def etype_index(etype: Any, edge_types: Sequence[CanonicalEtype], arg: str = "fa
 def _check_int(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ArgumentError(f"{where}: expected an int, got {value!r}")
+    if value == -1:
+        return ALL
     if value < 0:
-        raise ArgumentError(f"{where}: must be >= 0, got {value}")
+        raise ArgumentError(f"{where}: must be >= 0 or -1 (every neighbour), got {value}")
     return value
 
 

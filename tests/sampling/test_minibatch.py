@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 from torch_geometric.nn import GraphSAGE, HeteroConv, SAGEConv
@@ -124,11 +125,20 @@ def test_same_fanout_on_a_heterograph_applies_per_type() -> None:
     assert per.max() <= 2 and per[:, 0].sum() > 0 and per[:, 1].sum() > 0
 
 
+def test_minus_one_takes_every_neighbour() -> None:
+    # the job spec documents fanout -1 as "takes all"; the samplers refused it
+    g, sampler = homo_sampler([-1], generator=0)
+    seeds = torch.arange(40)
+    sub = sampler.sample(seeds)
+    want = int(np.isin(g.dst, seeds.numpy()).sum())
+    assert sub.edge.numel() == want
+
+
 @pytest.mark.parametrize(
     ("fanouts", "kw", "match"),
     [
         ([], {}, "fanouts: empty"),
-        ([5, -1], {}, r"fanouts\[1\]: must be >= 0"),
+        ([5, -2], {}, r"fanouts\[1\]: must be >= 0 or -1"),
         ([5, 2.5], {}, r"fanouts\[1\]: expected an int"),
         ([{"nope": 3}], {}, "unknown edge type 'nope'"),
         ([5, 3], {"num_layers": 3}, "2 layers given but the model has 3"),
