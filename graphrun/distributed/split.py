@@ -12,10 +12,13 @@ communication), so the result is consistent and deterministic:
 5. ``mode="pad"`` (default): quota = ``ceil(n / world_size)`` and a trainer still
    short (only possible when ``n`` does not divide evenly) repeats its own first ids;
    ``mode="trim"``: quota = ``n // world_size`` and the < ``world_size`` ids left over
-   are dropped.
+   are dropped; ``mode="cover"``: quota = ``ceil(n / world_size)``, no padding, so
+   every id goes to exactly one trainer (layer-wise inference: no collective runs
+   between its batches, so counts may differ by one).
 
-So every trainer gets exactly ``quota`` ids, hence the same number of mini-batches
-for any batch size: DDP never waits on a trainer that ran out of batches.
+With ``pad`` and ``trim`` every trainer gets exactly ``quota`` ids, hence the same
+number of mini-batches for any batch size: DDP never waits on a trainer that ran out
+of batches.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from torch import Tensor
 from graphrun.errors import ArgumentError
 from graphrun.partition.book import PartitionBook
 
-Mode = Literal["pad", "trim"]
+Mode = Literal["pad", "trim", "cover"]
 
 
 def home_partition(rank: int, world_size: int, num_parts: int) -> int:
@@ -64,14 +67,14 @@ def split_even(
     mode: Mode = "pad",
 ) -> list[np.ndarray]:
     """The ids of every trainer (pure; see the module docstring)."""
-    if mode not in ("pad", "trim"):
-        raise ArgumentError(f"mode: expected 'pad' or 'trim', got {mode!r}")
+    if mode not in ("pad", "trim", "cover"):
+        raise ArgumentError(f"mode: expected 'pad', 'trim' or 'cover', got {mode!r}")
     if len(trainer_parts) != world_size:
         raise ArgumentError(
             f"trainer_parts: {len(trainer_parts)} entries for {world_size} trainers"
         )
     n = len(ids)
-    quota = -(-n // world_size) if mode == "pad" else n // world_size
+    quota = n // world_size if mode == "trim" else -(-n // world_size)
     assigned: list[list[np.ndarray]] = [[] for _ in range(world_size)]
     pool: list[np.ndarray] = []
     for p in range(num_parts):
@@ -92,7 +95,7 @@ def split_even(
         if need > 0:
             got, rest = np.concatenate([got, rest[:need]]), rest[need:]
         need = quota - len(got)
-        if need > 0:  # pad: repeat this trainer's own ids (or any ids if it has none)
+        if need > 0 and mode == "pad":  # repeat this trainer's own ids (or any ids if it has none)
             src = got if len(got) else ids
             got = np.concatenate([got, np.resize(src, need)])
         out.append(got.astype(np.int64))

@@ -319,6 +319,17 @@ class TrainingSpec(_Model):
     feature: str = Field(default="feat", description="node feature name")
     label: str = Field(default="label", description="node label name")
     eval_every: int = Field(default=1, gt=0, description="evaluate every N epochs")
+    evaluation: Literal["auto", "layerwise", "sampled"] = Field(
+        default="auto",
+        description="layerwise: every layer once over whole neighbourhoods (GraphSAGE and "
+        "GAT on homogeneous graphs); sampled: the training fanouts; auto: layerwise where "
+        "the model supports it",
+    )
+    eval_subset: int | None = Field(
+        default=None, gt=0,
+        description="evaluations before the last use at most this many val and test seeds "
+        "per trainer (sampled), for cheap per-epoch monitoring; the last uses every seed",
+    )  # fmt: skip
     checkpoint_dir: str | None = Field(
         default=None, description="checkpoints (default: the run directory)"
     )

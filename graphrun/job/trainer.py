@@ -78,6 +78,8 @@ def train_config(job: GraphJob, args: argparse.Namespace, run_dir: Path, ckpt: P
         feature=t.feature,
         label=t.label,
         eval_every=t.eval_every,
+        evaluation=t.evaluation,
+        eval_subset=t.eval_subset,
         seed=t.seed,
         aggr_path=args.aggr,
         checkpoint_dir=ckpt,

@@ -13,6 +13,7 @@ from graphrun.graph.graph import etype_key
 from graphrun.sampling.edgesplit import EdgeSplit
 from graphrun.train.models import AggrPath
 
+EVALUATIONS = ("auto", "layerwise", "sampled")
 TASKS = ("node-classification", "hetero-node-classification", "link-prediction")
 
 
@@ -37,6 +38,8 @@ class TrainConfig:
     feature: str = "feat"
     label: str = "label"
     eval_every: int = 1
+    evaluation: str = "auto"  # auto | layerwise | sampled (graphrun.train.inference)
+    eval_subset: int | None = None  # seeds per trainer in evaluations before the last
     seed: int = 0
     aggr_path: AggrPath = "csr"
     checkpoint_dir: Path | None = None
@@ -56,6 +59,12 @@ class TrainConfig:
             raise ArgumentError(f"task: {self.task!r} is not one of {', '.join(TASKS)}")
         if self.epochs < 1 or self.batch_size < 1 or not self.fanouts:
             raise ArgumentError("TrainConfig: epochs, batch_size and fanouts must be positive")
+        if self.evaluation not in EVALUATIONS:
+            raise ArgumentError(
+                f"evaluation: {self.evaluation!r} is not one of {', '.join(EVALUATIONS)}"
+            )
+        if self.eval_subset is not None and self.eval_subset < 1:
+            raise ArgumentError(f"eval_subset: expected >= 1, got {self.eval_subset}")
         if self.task == "link-prediction":
             self.edge_split  # noqa: B018  (validates the fractions)
             if self.eval_negatives < 1:

@@ -54,6 +54,14 @@ class Embedding(Protocol):
     def load_state(self, state: dict[str, Any]) -> None: ...
 
 
+class NodeTable(Protocol):
+    """Rows of a node table by per-type id: ``t[ids]`` reads them, ``t[ids] = rows``
+    writes them (a torch tensor or a store :class:`~graphrun.store.dist_tensor.DistTensor`)."""
+
+    def __getitem__(self, ids: Tensor) -> Tensor: ...
+    def __setitem__(self, ids: Tensor, rows: Tensor) -> None: ...
+
+
 class GraphData(Protocol):
     rank: int
     world_size: int
@@ -104,6 +112,23 @@ class GraphData(Protocol):
         ...  # fmt: skip
 
     def embedding(self, name: str, num: int, dim: int, lr: float) -> Embedding: ...
+
+    # layer-wise inference (homogeneous graphs), :mod:`graphrun.train.inference`
+    def cover(self, split: str | None, ntype: str | None = None) -> Tensor:
+        """This trainer's share of the nodes of ``split`` (of every node for None): over
+        all trainers each node exactly once, the home partition's first."""
+        ...
+
+    def in_edges(self, ids: Tensor) -> tuple[Tensor, Tensor]:
+        """Every in-edge of the nodes ``ids``: ``(src, index)``, edge ``j`` running from
+        ``src[j]`` to ``ids[index[j]]``, grouped by ``index``."""
+        ...
+
+    def node_table(self, ntype: str, name: str, width: int | None = None) -> NodeTable:
+        """The node feature ``name``; with ``width``, a float32 scratch table of that many
+        columns by ``name``, one row per node, shared by every trainer that asks for
+        it (its rows start at zero)."""
+        ...
 
 
 EVAL_POSITIVES = 2048  # held-out positives a trainer evaluates (a fixed sample)
@@ -159,6 +184,19 @@ class LocalEmbedding(SparseEmbedding):
         self.opt.load_state_dict(state["optimizer"])
 
 
+class ArrayRows:
+    """A (memory-mapped) numpy array read as a node table: ``t[ids]`` copies those rows."""
+
+    def __init__(self, arr: np.ndarray) -> None:
+        self.arr = arr
+
+    def __getitem__(self, ids: Tensor) -> Tensor:
+        return torch.from_numpy(np.take(self.arr, ids.numpy(), axis=0))
+
+    def __setitem__(self, ids: Tensor, rows: Tensor) -> None:
+        raise ArgumentError("node table: the graph's own features are read-only")
+
+
 class LocalData:
     """A whole in-memory graph as a trainer's data source."""
 
@@ -175,6 +213,7 @@ class LocalData:
         self._csc = CSCGraph.from_graph(graph)
         self._types: Any = OffsetTypeMap.from_graph(graph)  # a sampling.pyg.TypeMap
         self._features = GraphFeatures(graph)
+        self._tables: dict[tuple[str, str], Tensor] = {}
 
     def _ntype(self, ntype: str | None) -> str:
         return ntype if ntype is not None else self.node_types[0]
@@ -238,6 +277,33 @@ class LocalData:
             t1 = time.perf_counter()
             data = self._collate(sub, x, y)
             yield Batch(data, int(chunk.numel()), t1 - t0, time.perf_counter() - t1)
+
+    def cover(self, split: str | None, ntype: str | None = None) -> Tensor:
+        """A split's share as :meth:`seeds`; every node for None (the scratch tables of
+        :meth:`node_table` are private to this process, so each trainer computes them
+        whole)."""
+        if split is not None:
+            return self.seeds(split, ntype)
+        return torch.arange(self.num_nodes(self._ntype(ntype)))
+
+    def in_edges(self, ids: Tensor) -> tuple[Tensor, Tensor]:
+        from graphrun.sampling.fanout import ALL
+        from graphrun.sampling.kernels import make_generator
+
+        out = self._csc.sample_one_hop(ids, torch.tensor([ALL]), generator=make_generator(0))
+        return out.src, out.seed_index
+
+    def node_table(self, ntype: str, name: str, width: int | None = None) -> NodeTable:
+        if width is None:
+            arr = self.graph.ndata.get(ntype, {}).get(name)
+            if arr is None:
+                raise ArgumentError(f"feature: node type {ntype!r} has no feature {name!r}")
+            return ArrayRows(arr)
+        key = (ntype, name)
+        table = self._tables.get(key)
+        if table is None or table.size(1) != width:
+            table = self._tables[key] = torch.zeros(self.num_nodes(ntype), width)
+        return table
 
     def edges(self, split: str, edge_split: EdgeSplit) -> Tensor:
         src = torch.from_numpy(np.asarray(self.graph.src))

@@ -41,8 +41,10 @@ from graphrun.distributed import (
 from graphrun.distributed import edge_split as edge_split_ids
 from graphrun.errors import ArgumentError
 from graphrun.sampling.edgesplit import EdgeSplit, split_edges
+from graphrun.sampling.fanout import ALL
 from graphrun.store.client import KVClient
-from graphrun.train.data import Batch, Embedding, SparseEmbedding, eval_sample
+from graphrun.store.dist_tensor import DistTensor
+from graphrun.train.data import Batch, Embedding, NodeTable, SparseEmbedding, eval_sample
 
 
 def costed(loader: Any, count: Any) -> Iterator[Batch]:
@@ -199,6 +201,34 @@ class DistGraphData:
         loader = self._loaders[key]
         loader.set_epoch(epoch)
         return costed(loader, lambda d: int((d.edge_label > 0).sum()))
+
+    def cover(self, split: str | None, ntype: str | None = None) -> Tensor:
+        t = ntype or self.node_types[0]
+        ids = (
+            torch.arange(self.graph.num_nodes(t)) if split is None
+            else self.graph.mask_ids(f"{split}_mask", t)
+        )  # fmt: skip
+        return node_split(
+            ids, self.book, self.rank, self.world_size, ntype=t, trainer_parts=self._parts,
+            mode="cover",
+        )  # fmt: skip
+
+    def in_edges(self, ids: Tensor) -> tuple[Tensor, Tensor]:
+        got = self.graph.sample_neighbors(ids, ALL)  # on the servers owning the nodes
+        return got.src, got.seed_index
+
+    def node_table(self, ntype: str, name: str, width: int | None = None) -> NodeTable:
+        if width is None:
+            feat = self.graph.node_feature(ntype, name)
+            if feat is None:
+                raise ArgumentError(f"feature: node type {ntype!r} has no feature {name!r}")
+            return feat
+        # a job tensor on the store: every trainer attaches to the same one; freed when
+        # the job's last client leaves
+        return DistTensor(
+            self.graph.ctx.client, f"scratch/{ntype}/{name}/{width}",
+            shape=(self.graph.num_nodes(ntype), width), policy=f"node:{ntype}",
+        )  # fmt: skip
 
     def embedding(self, name: str, num: int, dim: int, lr: float) -> Embedding:
         return StoreEmbedding(self.graph.ctx.client, name, num, dim, lr)

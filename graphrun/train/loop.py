@@ -151,11 +151,11 @@ def train_epoch(task: Task, ctx: TrainContext, epoch: int, prof: Profiler) -> di
     }
 
 
-def evaluate(task: Task, ctx: TrainContext) -> dict[str, float]:
-    """``{"val_<metric>": .., "test_<metric>": ..}``, averaged over every trainer's seeds."""
+def evaluate(task: Task, ctx: TrainContext, final: bool = True) -> dict[str, float]:
+    """``{"val_<metric>": .., "test_<metric>": ..}``, averaged over every trainer's seeds
+    (``final``: every seed; before it, ``eval_subset`` may limit them)."""
     out = {}
-    for split in ("val", "test"):
-        sums, count = task.evaluate(split)
+    for split, (sums, count) in task.evaluate_splits(("val", "test"), final).items():
         tot = all_sum([*sums.values(), float(count)], ctx.ddp)
         for name, value in zip(sums, tot, strict=False):
             out[f"{split}_{name}"] = value / max(tot[-1], 1.0)
@@ -181,7 +181,9 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
             record[f"train_{metric}"] = round(tr["train"], 5)
             last = epoch == ctx.config.epochs - 1
             if epoch % ctx.config.eval_every == 0 or last:
-                record.update({k: round(v, 5) for k, v in evaluate(task, ctx).items()})
+                t0 = time.perf_counter()
+                record.update({k: round(v, 5) for k, v in evaluate(task, ctx, last).items()})
+                record["eval_s"] = round(time.perf_counter() - t0, 3)
             record.update(
                 epoch_s=round(tr["epoch_s"], 4), seeds_per_s=round(tr["seeds_per_s"], 1),
                 steps=int(tr["steps"]),

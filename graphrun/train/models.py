@@ -125,16 +125,22 @@ class SAGE(torch.nn.Module):
         num_sampled_edges: Sequence[int] | None = None,
     ) -> Tensor:
         layers = len(self.convs)
-        for i, conv in enumerate(self.convs):
-            n_src = n_dst = x.size(0)
-            edges = edge_index
+        for i in range(layers):
+            n_dst, edges = x.size(0), edge_index
             if num_sampled_nodes is not None and num_sampled_edges is not None:
                 n_dst = mfg_targets(num_sampled_nodes, layers, i)
                 edges = mfg_edges(edge_index, num_sampled_edges, layers, i)
-            adj = as_adj(edges, n_src, n_dst, self.aggr_path)
-            x = conv((x, x[:n_dst]), adj, size=(n_src, n_dst))
-            if i < layers - 1:
-                x = dropout(F.relu(x), self.dropout, self.training)
+            x = self.layer(i, x, edges, n_dst)
+        return x
+
+    def layer(self, i: int, x: Tensor, edge_index: Tensor, n_dst: int) -> Tensor:
+        """Layer ``i`` alone: the states of the first ``n_dst`` nodes of ``x`` from their
+        in-edges ``edge_index`` (local ids; what layer-wise inference calls)."""
+        n_src = x.size(0)
+        adj = as_adj(edge_index, n_src, n_dst, self.aggr_path)
+        x = self.convs[i]((x, x[:n_dst]), adj, size=(n_src, n_dst))
+        if i < len(self.convs) - 1:
+            x = dropout(F.relu(x), self.dropout, self.training)
         return x
 
 
@@ -207,15 +213,19 @@ class GAT(torch.nn.Module):
         num_sampled_edges: Sequence[int] | None = None,
     ) -> Tensor:
         layers = len(self.convs)
-        for i, conv in enumerate(self.convs):
-            n_src = n_dst = x.size(0)
-            edges = edge_index
+        for i in range(layers):
+            n_dst, edges = x.size(0), edge_index
             if num_sampled_nodes is not None and num_sampled_edges is not None:
                 n_dst = mfg_targets(num_sampled_nodes, layers, i)
                 edges = mfg_edges(edge_index, num_sampled_edges, layers, i)
-            x = conv((x, x[:n_dst]), edges, size=(n_src, n_dst))
-            if i < layers - 1:
-                x = dropout(F.elu(x), self.dropout, self.training)
+            x = self.layer(i, x, edges, n_dst)
+        return x
+
+    def layer(self, i: int, x: Tensor, edge_index: Tensor, n_dst: int) -> Tensor:
+        """Layer ``i`` alone (see :meth:`SAGE.layer`)."""
+        x = self.convs[i]((x, x[:n_dst]), edge_index, size=(x.size(0), n_dst))
+        if i < len(self.convs) - 1:
+            x = dropout(F.elu(x), self.dropout, self.training)
         return x
 
 

@@ -24,11 +24,20 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from graphrun.errors import ArgumentError
+from graphrun.train import inference
 from graphrun.train.context import TrainContext
 from graphrun.train.data import Batch, Embedding
-from graphrun.train.ddp import unwrap, wrap
+from graphrun.train.ddp import barrier, unwrap, wrap
 from graphrun.train.models import GAT, GCN, SAGE, HeteroGNN, LinkPredictor
 from graphrun.train.names import model_name
+
+
+class Scores(NamedTuple):
+    """``{metric: sum of per-seed scores}`` over ``seeds`` seeds of one trainer; the loop
+    divides the sums over all trainers by the seeds."""
+
+    sums: dict[str, float]
+    seeds: int
 
 
 class Task:
@@ -72,10 +81,16 @@ class Task:
             self.embedding.step()
         return float(loss.detach()), correct, counted
 
+    def evaluate_splits(self, splits: tuple[str, ...], final: bool) -> dict[str, Scores]:
+        """Every split's :class:`Scores`; evaluations before the last (``final``) stop
+        after ``eval_subset`` seeds when it is set."""
+        limit = None if final else self.cfg.eval_subset
+        return {split: self.evaluate(split, limit) for split in splits}
+
     @torch.no_grad()
-    def evaluate(self, split: str) -> tuple[dict[str, float], int]:
-        """``({metric: sum of per-seed scores}, seeds)`` on this trainer's share of
-        ``split``; the loop divides the sums over all trainers by the seeds."""
+    def evaluate(self, split: str, limit: int | None = None) -> Scores:
+        """Sampled evaluation (the training fanouts) on this trainer's share of
+        ``split``, or on its first batches holding ``limit`` seeds."""
         model = unwrap(self.model)
         model.eval()
         total, count = 0.0, 0
@@ -83,7 +98,9 @@ class Task:
             _, correct, counted = self.loss(model, batch)
             total += correct
             count += counted
-        return {"acc": total}, count
+            if limit is not None and count >= limit:
+                break
+        return Scores({"acc": total}, count)
 
     def loss(self, model: torch.nn.Module, batch: Batch) -> tuple[Tensor, float, int]:
         raise NotImplementedError
@@ -127,7 +144,34 @@ class NodeClassification(Task):
             model = GAT(in_dim, c.hidden, classes, layers, c.dropout)
         else:
             model = SAGE(in_dim, c.hidden, classes, layers, c.dropout, c.aggr_path)
+        self.layerwise = c.evaluation != "sampled" and inference.supports(model, d)
+        if c.evaluation == "layerwise" and not self.layerwise:
+            raise ArgumentError(
+                f"evaluation: layerwise runs GraphSAGE and GAT on homogeneous graphs, not "
+                f"{name} on {len(d.edge_types)} edge types; use 'sampled'"
+            )
         self._finish(model)
+
+    def evaluate_splits(self, splits: tuple[str, ...], final: bool) -> dict[str, Scores]:
+        """Layer-wise full-neighbour inference (:mod:`graphrun.train.inference`) over the
+        splits at once, when the model supports it and no ``eval_subset`` applies."""
+        if not self.layerwise or (not final and self.cfg.eval_subset is not None):
+            return super().evaluate_splits(splits, final)
+        d, c = self.ctx.data, self.cfg
+        nt = self.ntype or d.node_types[0]
+        ids = [d.cover(split, self.ntype) for split in splits]
+        targets = torch.cat(ids)
+        sync = barrier if self.ctx.world_size > 1 else lambda: None
+        logits = inference.layerwise(
+            unwrap(self.model), d, nt, c.feature, targets, c.batch_size, sync
+        )
+        hit = logits.argmax(-1) == d.node_table(nt, c.label)[targets].long()
+        out, lo = {}, 0
+        for split, part in zip(splits, ids, strict=True):
+            n = part.numel()
+            out[split] = Scores({"acc": float(hit[lo : lo + n].sum())}, n)
+            lo += n
+        return out
 
     def loss(self, model: torch.nn.Module, batch: Batch) -> tuple[Tensor, float, int]:
         data = batch.data
@@ -227,7 +271,7 @@ class LinkPrediction(Task):
         return loss, wins, ranks.n  # wins / n estimates the AUC
 
     @torch.no_grad()
-    def evaluate(self, split: str) -> tuple[dict[str, float], int]:
+    def evaluate(self, split: str, limit: int | None = None) -> Scores:
         model = unwrap(self.model)
         model.eval()
         sums = {"auc": 0.0, "mrr": 0.0, "hits@10": 0.0}
@@ -238,7 +282,9 @@ class LinkPrediction(Task):
             sums["mrr"] += float((1.0 / r.rank).sum())
             sums["hits@10"] += float((r.rank <= 10).sum())
             count += r.n
-        return sums, count
+            if limit is not None and count >= limit:
+                break
+        return Scores(sums, count)
 
 
 class Ranks(NamedTuple):

@@ -42,7 +42,7 @@ def test_dist_graph_matches_the_original(served) -> None:
         weighted = dg.sample_neighbors(torch.tensor([3, 150]), 2, weight="w", generator=0)
         assert len(weighted) == len(hop)
         with pytest.raises(ArgumentError, match="fanout"):
-            dg.sample_neighbors(torch.tensor([3]), -1)
+            dg.sample_neighbors(torch.tensor([3]), -2)
 
 
 def test_initialize_validates(served) -> None:

@@ -49,6 +49,21 @@ def test_equal_batch_counts_and_coverage(sizes, world, density, mode, batch) -> 
         assert len(ids) - len(got) < world
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 30), min_size=1, max_size=4),
+    world=st.integers(1, 6),
+    density=st.floats(0, 1),
+)
+def test_cover_gives_every_id_to_exactly_one_trainer(sizes, world, density) -> None:
+    b = book(sizes)
+    mask = np.random.default_rng(b.num_nodes + world).random(b.num_nodes) < density
+    parts = [node_split(mask, b, r, world, mode="cover") for r in range(world)]
+    got = torch.cat(parts)
+    assert sorted(got.tolist()) == np.flatnonzero(mask).tolist()
+    assert max(len(p) for p in parts) == -(-int(mask.sum()) // world)
+
+
 def test_prefers_local_ids() -> None:
     b = book([10, 10])
     mask = np.ones(20, dtype=bool)

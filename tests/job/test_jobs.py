@@ -150,7 +150,7 @@ def test_hetero_job_on_2_machines_with_2_trainers_each(tmp_path):
 
 @pytest.mark.parametrize(("name", "cls"), [("gcn", "GCN"), ("gat", "GAT")])
 def test_the_named_model_is_the_one_trained(tmp_path, name, cls):
-    path = small_job(tmp_path, model=name, epochs=2, lr=0.03)
+    path = small_job(tmp_path, model=name, epochs=5, lr=0.03)
     job, sink = run(path)
     job.run()
     assert f'"model": "{cls}"' in sink.getvalue()

@@ -128,3 +128,28 @@ def test_a_non_finite_loss_fails_the_run_and_metrics_stay_json(small, tmp_path):
         "loss": None,
         "val_acc": None,
     }
+
+
+def test_evaluation_modes(small, tmp_path):
+    from graphrun.errors import ArgumentError
+    from graphrun.train.loop import evaluate
+    from graphrun.train.tasks import make_task
+
+    c, _ = ctx(small, tmp_path, epochs=5, lr=0.01)
+    rec = fit(c)
+    assert rec["test_acc"] > 0.4 and rec["eval_s"] >= 0  # auto: layer-wise for GraphSAGE
+    task = make_task(c)
+    assert task.layerwise
+    n_test = int(small.ndata["_N"]["test_mask"].sum())
+    assert task.evaluate_splits(("test",), final=True)["test"].seeds == n_test
+    sampled, _ = ctx(small, tmp_path, evaluation="sampled", eval_subset=150)
+    task = make_task(sampled)
+    assert not task.layerwise
+    # before the last evaluation: whole batches until 150 seeds (batch size 200)
+    assert task.evaluate_splits(("test",), final=False)["test"].seeds == min(200, n_test)
+    assert task.evaluate_splits(("test",), final=True)["test"].seeds == n_test
+    assert set(evaluate(task, sampled)) == {"val_acc", "test_acc"}
+    with pytest.raises(ArgumentError, match="evaluation: layerwise runs GraphSAGE and GAT"):
+        make_task(ctx(small, tmp_path, model="gcn", evaluation="layerwise")[0])
+    with pytest.raises(ArgumentError, match="evaluation: 'nope'"):
+        ctx(small, tmp_path, evaluation="nope")

@@ -1,0 +1,98 @@
+"""Layer-wise full-neighbour inference: evaluation whose cost follows the graph, not the fanouts.
+
+Sampled evaluation runs the model over a sampled L-hop neighbourhood of every evaluated
+node, so the same hub's states are recomputed for every batch that reaches it. Layer-wise
+inference — the way DGL's and PyG's examples evaluate large graphs — computes every layer
+once per node, over the node's whole in-neighbourhood:
+
+1. layers ``0 .. L-2``: each trainer computes its share of all nodes
+   (:meth:`GraphData.cover` ``(None)``) in batches of targets: read the input states of
+   the targets and their in-neighbours (:meth:`GraphData.in_edges`), run the layer
+   (``model.layer``), write the targets' outputs into a table every trainer shares
+   (:meth:`GraphData.node_table` with a width: a store tensor in a distributed job);
+   then all trainers meet (``sync``) before anyone reads the table;
+2. layer ``L-1``: only the nodes being evaluated.
+
+In eval mode the result equals the model's output on sampled neighbourhoods with every
+fanout -1 (all neighbours); a test holds the two together. Models with a ``layer(i, x,
+edge_index, n_dst)`` method (GraphSAGE and GAT) support it on homogeneous graphs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from graphrun.train.data import GraphData, NodeTable
+
+
+def supports(model: torch.nn.Module, data: GraphData) -> bool:
+    """Whether layer-wise inference can run this model on this graph."""
+    return hasattr(model, "layer") and hasattr(model, "convs") and len(data.edge_types) == 1
+
+
+def _batch(model: torch.nn.Module, i: int, h: NodeTable, dst: Tensor, data: GraphData) -> Tensor:
+    """Layer ``i``'s outputs for the nodes ``dst`` from the states ``h`` of their whole
+    in-neighbourhoods."""
+    src, index = data.in_edges(dst)
+    nodes, inverse = torch.unique(torch.cat([dst, src]), return_inverse=True)
+    # local ids: the targets first (the layer computes the first n_dst rows), then the rest
+    local = torch.full((nodes.numel(),), -1, dtype=torch.long)
+    local[inverse[: dst.numel()]] = torch.arange(dst.numel())
+    rest = torch.nonzero(local < 0).squeeze(1)
+    local[rest] = torch.arange(dst.numel(), nodes.numel())
+    order = torch.empty_like(nodes)
+    order[local] = nodes
+    x = h[order].float()
+    edge_index = torch.stack([local[inverse[dst.numel() :]], index])
+    out: Tensor = model.layer(i, x, edge_index, dst.numel())  # type: ignore[operator]
+    return out
+
+
+def _width(model: torch.nn.Module, i: int, in_width: int) -> int:
+    """Output columns of layer ``i`` (run on one node without edges)."""
+    empty = torch.empty((2, 0), dtype=torch.long)
+    out: Tensor = model.layer(i, torch.zeros(1, in_width), empty, 1)  # type: ignore[operator]
+    return int(out.size(1))
+
+
+@torch.no_grad()
+def layerwise(
+    model: torch.nn.Module,
+    data: GraphData,
+    ntype: str,
+    x: str,
+    targets: Tensor,
+    batch_size: int,
+    sync: Callable[[], None],
+) -> Tensor:
+    """The model's outputs for ``targets`` (per-type ids of ``ntype``), input feature
+    ``x``; every trainer of the job calls it together (``sync`` is their barrier)."""
+    model.eval()
+    convs: torch.nn.ModuleList = model.convs  # type: ignore[assignment]
+    layers = len(convs)
+    h: NodeTable = data.node_table(ntype, x)
+    width = data.feature_dim(ntype, x) or 1
+    nodes = data.cover(None, ntype) if layers > 1 else targets
+    for i in range(layers):
+        last = i == layers - 1
+        ids = targets if last else nodes
+        width = _width(model, i, width)
+        out: NodeTable
+        if last:
+            out = torch.empty(ids.numel(), width)
+        else:  # two tables, alternating: a layer never writes the table it reads
+            out = data.node_table(ntype, f"layerwise{i % 2}", width)
+        for lo in range(0, ids.numel(), batch_size):
+            dst = ids[lo : lo + batch_size]
+            y = _batch(model, i, h, dst, data)
+            if last:
+                out[torch.arange(lo, lo + dst.numel())] = y
+            else:
+                out[dst] = y
+        sync()  # every share of this layer is written before the next one reads it
+        h = out
+    assert isinstance(h, Tensor)
+    return h
