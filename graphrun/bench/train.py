@@ -10,6 +10,7 @@ aggregation path (``--aggr scatter|csr|both``)::
     {"bench": "train", "hosts": "local", "aggr": "scatter", "epochs": 10,
      "epoch_s": median seconds per training epoch (all trainers in parallel),
      "epoch_s_all": [...], "test_acc": after the last epoch,
+     "eval_s": seconds of the last evaluation (val and test, ``--evaluation``),
      "time_to_acc": seconds of training until test accuracy first reached target_acc,
      "time_to_first_step_s": from starting the job to trainer 0's first step,
      "peak_rss_mb": {"m0": .., "m1": ..} (proportional set size of each machine's roles),
@@ -57,6 +58,12 @@ def register(subparsers: Any) -> None:
         type=int,
         default=None,
         help="torch intra-op threads of each trainer (default: torch's, the machine's cores)",
+    )
+    p.add_argument(
+        "--evaluation",
+        choices=("auto", "layerwise", "sampled"),
+        default=None,
+        help="training.evaluation of the job (default: the spec's, auto)",
     )
     p.add_argument(
         "--feature-cache-mb",
@@ -132,6 +139,8 @@ def _job_yaml(workdir: Path, args: argparse.Namespace) -> Path:
                          "hidden": args.hidden, "lr": 0.003, "dropout": 0.5},
         },
     }  # fmt: skip
+    if args.evaluation is not None:
+        job["spec"]["training"]["evaluation"] = args.evaluation  # type: ignore[index]
     if args.feature_cache_mb is not None:
         job["spec"]["runtime"]["featureCacheMb"] = args.feature_cache_mb  # type: ignore[index]
     path = workdir / "job.yaml"
@@ -184,6 +193,7 @@ def run_distributed(args: argparse.Namespace, workdir: Path, aggr: str) -> dict[
         "epoch_s_all": times,
         "test_acc": recs[-1]["test_acc"],
         "test_acc_all": [r["test_acc"] for r in recs],
+        "eval_s": recs[-1].get("eval_s"),
         "time_to_first_step_s": round(first - t0, 2) if first else None,
         "peak_rss_mb": {m: round(v, 1) for m, v in sorted(sampler.peak.items())},
         "step": step_breakdown(run_dir / "profile"),
