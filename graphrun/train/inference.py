@@ -20,17 +20,40 @@ edge_index, n_dst)`` method (GraphSAGE and GAT) support it on homogeneous graphs
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
 
 from graphrun.train.data import GraphData, NodeTable
 
+#: Targets per batch at least: a batch's sources are read once however many of its
+#: targets share them (4096 instead of 1000 took a trainer's share of the 200k-node
+#: power-law graph from 2.07 to 1.70 s).
+MIN_BATCH = 4096
+
 
 def supports(model: torch.nn.Module, data: GraphData) -> bool:
     """Whether layer-wise inference can run this model on this graph."""
     return hasattr(model, "layer") and hasattr(model, "convs") and len(data.edge_types) == 1
+
+
+def cheaper(num_nodes: int, num_edges: int, evaluated: int, fanouts: Sequence[int]) -> bool:
+    """Whether layer-wise inference reads fewer edges than sampled evaluation.
+
+    Layer-wise reads every edge once per hidden layer plus the evaluated nodes' edges in
+    the last; sampled evaluation reads ``f1 + f1*f2 + ...`` edges per evaluated node
+    (each fanout capped by the mean degree; -1 is the mean degree). So layer-wise wins
+    when many nodes are evaluated or the fanouts are wide. On the 200k-node power-law
+    graph (mean degree 40, fanouts [25, 10], 15% of the nodes in val and test) it reads
+    9.2M edges against 8.3M, and measured 5.1 s against 3.4 s: sampled is chosen."""
+    deg = num_edges / max(num_nodes, 1)
+    reach, per_node = 1.0, 0.0
+    for f in fanouts:
+        reach *= deg if f < 0 else min(f, deg)
+        per_node += reach
+    layerwise = (len(fanouts) - 1) * num_edges + evaluated * deg
+    return layerwise <= evaluated * per_node
 
 
 def _batch(model: torch.nn.Module, i: int, h: NodeTable, dst: Tensor, data: GraphData) -> Tensor:
@@ -85,8 +108,9 @@ def layerwise(
             out = torch.empty(ids.numel(), width)
         else:  # two tables, alternating: a layer never writes the table it reads
             out = data.node_table(ntype, f"layerwise{i % 2}", width)
-        for lo in range(0, ids.numel(), batch_size):
-            dst = ids[lo : lo + batch_size]
+        step = max(batch_size, MIN_BATCH)
+        for lo in range(0, ids.numel(), step):
+            dst = ids[lo : lo + step]
             y = _batch(model, i, h, dst, data)
             if last:
                 out[torch.arange(lo, lo + dst.numel())] = y
