@@ -323,7 +323,7 @@ class TrainingSpec(_Model):
         default="auto",
         description="layerwise: every layer once over whole neighbourhoods (GraphSAGE and "
         "GAT on homogeneous graphs); sampled: the training fanouts; auto: layerwise where "
-        "the model supports it and it reads fewer edges than sampling",
+        "the model supports it",
     )
     eval_subset: int | None = Field(
         default=None, gt=0,

@@ -27,7 +27,7 @@ from graphrun.errors import ArgumentError
 from graphrun.train import inference
 from graphrun.train.context import TrainContext
 from graphrun.train.data import Batch, Embedding
-from graphrun.train.ddp import all_sum, barrier, unwrap, wrap
+from graphrun.train.ddp import barrier, unwrap, wrap
 from graphrun.train.models import GAT, GCN, SAGE, HeteroGNN, LinkPredictor
 from graphrun.train.names import model_name
 
@@ -145,7 +145,6 @@ class NodeClassification(Task):
         else:
             model = SAGE(in_dim, c.hidden, classes, layers, c.dropout, c.aggr_path)
         self.layerwise = c.evaluation != "sampled" and inference.supports(model, d)
-        self._auto: bool | None = None  # auto: whether layer-wise is the cheaper, once known
         if c.evaluation == "layerwise" and not self.layerwise:
             raise ArgumentError(
                 f"evaluation: layerwise runs GraphSAGE and GAT on homogeneous graphs, not "
@@ -162,11 +161,6 @@ class NodeClassification(Task):
         nt = self.ntype or d.node_types[0]
         ids = [d.cover(split, self.ntype) for split in splits]
         targets = torch.cat(ids)
-        if c.evaluation == "auto" and self._auto is None:  # the same answer on every trainer
-            evaluated = int(all_sum([float(targets.numel())], self.ctx.ddp)[0])
-            self._auto = inference.cheaper(d.num_nodes(), d.num_edges(), evaluated, c.fanouts)
-        if self._auto is False:
-            return super().evaluate_splits(splits, final)
         sync = barrier if self.ctx.world_size > 1 else lambda: None
         logits = inference.layerwise(
             unwrap(self.model), d, nt, c.feature, targets, c.batch_size, sync
