@@ -5,7 +5,7 @@ ask for different resources. The ``resources`` of a worker's graphrun container 
 built in three layers, each overriding the one before it per resource name:
 
 1. the worker template's (``spec.replicaSpecs.worker.template``), as without a plan;
-2. what the plan assumes: the ``demands`` of the roles the plan puts on the machine
+2. what the plan assumes: the ``demands`` of the roles the pod runs
    (``spec.placement.plan.demands``, written by ``graphrun plan``), added up, as
    requests of ``cpu`` (cores) and ``memory`` (GB, as ``M``/``G`` quantities) and, for
    GPUs, requests and limits of :data:`GPU` (Kubernetes does not overcommit them);
@@ -28,9 +28,9 @@ from typing import Any
 from kubernetes.utils.quantity import parse_quantity
 
 from graphrun.errors import SpecError
-from graphrun.job.spec import GraphJob
+from graphrun.job.spec import GraphJob, resolve_placement
 from graphrun.operator import layout as L
-from graphrun.placement.job import Demand
+from graphrun.placement.job import RESOURCES, Demand
 
 GPU = "nvidia.com/gpu"
 KINDS = ("requests", "limits")
@@ -84,7 +84,7 @@ def worker_resources(
     for kind in KINDS:
         for name, value in (base.get(kind) or {}).items():
             out.put(kind, name, value, f"{where}.{kind}.{name}")
-    demand = plan.demand_on(machine)
+    demand = _demand(job, index)
     if demand is not None:
         _from_demand(out, demand, f"spec.placement.plan.demands (roles on {machine})")
     given = (job.spec.placement.resources or {}).get(machine)
@@ -98,6 +98,17 @@ def worker_resources(
         if not out.values[kind]:
             resources.pop(kind, None)
     return resources or None
+
+
+def _demand(job: GraphJob, index: int) -> Demand | None:
+    """The plan's demands of the roles worker ``index`` runs, added up (parameter servers
+    of a plan are not roles of a GraphJob: their demands do not count)."""
+    demands = job.spec.placement.plan.demands if job.spec.placement.plan else None
+    if demands is None:
+        return None
+    machine = job.spec.machine_names[index]
+    roles = [r for r, m in resolve_placement(job).items() if m == machine and r in demands]
+    return Demand(**{res: sum(getattr(demands[r], res) for r in roles) for res in RESOURCES})
 
 
 def _from_demand(out: _Layered, demand: Demand, where: str) -> None:

@@ -95,9 +95,9 @@ class PlacementPlan(BaseModel):
             return
         for machine, cap in self.capacity.items():
             roles = [r for r in self.roles_on(machine) if r in self.demands]
+            total = self.demand_on(machine)
             for res in RESOURCES:
-                need = sum(getattr(self.demands[r], res) for r in roles)
-                have = getattr(cap, res)
+                need, have = getattr(total, res), getattr(cap, res)
                 if need > have * (1 + 1e-9) + 1e-9:
                     raise ValueError(
                         f"capacity.{machine}.{res}: the roles on {machine} "

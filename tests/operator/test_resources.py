@@ -222,3 +222,16 @@ def test_a_wrong_machine_count_is_refused_naming_the_field() -> None:
     d["spec"]["runtime"]["machines"] = 2
     with pytest.raises(SpecError, match=r"^spec\.placement\.plan\.machines: plan has 3 machines"):
         B.check_supported(parse_job(d))
+
+
+def test_demands_count_the_roles_the_pod_runs() -> None:
+    d = planned()
+    plan = d["spec"]["placement"]["plan"]
+    d["spec"]["runtime"]["samplerWorkersPerTrainer"] = 1
+    plan["assignments"].update({"sampler:2:0": "node-gpu-1", "ps:0": "node-gpu-1"})
+    plan["demands"].update({"sampler:2:0": {"cpu": 2, "memory_gb": 1}, "ps:0": {"cpu": 8}})
+    plan["capacity"]["node-gpu-1"]["cpu"] = 16
+    job = parse_job(d)
+    B.check_supported(job)
+    # trainer:2 and its sampler worker run in the pod; a parameter server is no GraphJob role
+    assert container(job, 2)["resources"]["requests"] == {"cpu": "6", "memory": "9G"}
