@@ -20,6 +20,7 @@ from graphrun.job.spec import API_VERSION, KIND, GraphJob, ReplicaSpec, resolve_
 from graphrun.operator import layout as L
 from graphrun.operator import resources as R
 from graphrun.operator.keys import CurveKeyPair
+from graphrun.placement.job import Demand
 
 Replica = Literal["partitioner", "worker", "launcher"]
 CONTAINER = "graphrun"
@@ -50,8 +51,9 @@ def check_supported(job: GraphJob) -> None:
     resolve_placement(job)
     L.check_plan_nodes(job)
     R.check_machines(job)
+    demands = R.machine_demands(job)
     for index in L.worker_indices(job):
-        _worker_resources(job, index)
+        _worker_resources(job, index, demands)
     launcher = spec.replica_specs.launcher
     if launcher is not None and not _main_container(launcher.template).get("command"):
         raise SpecError(
@@ -162,12 +164,15 @@ def _main_container(template: dict[str, Any]) -> dict[str, Any]:
     return containers[_main_index(template)]
 
 
-def _worker_resources(job: GraphJob, index: int) -> dict[str, Any] | None:
+def _worker_resources(
+    job: GraphJob, index: int, demands: list[Demand] | None
+) -> dict[str, Any] | None:
     """Worker ``index``'s container resources (see :mod:`.resources`)."""
     user = job.spec.replica_specs.worker
     template = user.template if user else {}
     where = f"spec.replicaSpecs.worker.template.spec.containers[{_main_index(template)}].resources"
-    return R.worker_resources(job, index, _main_container(template).get("resources"), where)
+    base = _main_container(template).get("resources")
+    return R.worker_resources(job, index, base, where, demands)
 
 
 def _volumes(job: GraphJob, owner: L.Owner) -> list[dict[str, Any]]:
@@ -322,7 +327,7 @@ def build_worker(
         _require_node(spec, *node)
     tpl["metadata"].setdefault("annotations", {})[L.ANNOTATION_ROLES] = ",".join(roles)
     main = _main_container(tpl)
-    resources = _worker_resources(job, index)
+    resources = _worker_resources(job, index, R.machine_demands(job))
     if resources is not None:
         main["resources"] = resources
     _shared_memory(spec, main)

@@ -70,11 +70,16 @@ def memory_quantity(gb: float) -> str:
 
 
 def worker_resources(
-    job: GraphJob, index: int, template: dict[str, Any] | None, where: str
+    job: GraphJob,
+    index: int,
+    template: dict[str, Any] | None,
+    where: str,
+    demands: list[Demand] | None,
 ) -> dict[str, Any] | None:
     """The ``resources`` of worker ``index``'s graphrun container: ``template`` (the
     worker template's, found at field ``where``) with the plan's layers on top (see the
-    module docstring); None when there are none. Raises SpecError for what is refused."""
+    module docstring; ``demands`` is :func:`machine_demands`); None when there are none.
+    Raises SpecError for what is refused."""
     plan = job.spec.placement.plan
     if plan is None:
         return copy.deepcopy(template) if template is not None else None
@@ -84,9 +89,8 @@ def worker_resources(
     for kind in KINDS:
         for name, value in (base.get(kind) or {}).items():
             out.put(kind, name, value, f"{where}.{kind}.{name}")
-    demand = _demand(job, index)
-    if demand is not None:
-        _from_demand(out, demand, f"spec.placement.plan.demands (roles on {machine})")
+    if demands is not None:
+        _from_demand(out, demands[index], f"spec.placement.plan.demands (roles on {machine})")
     given = (job.spec.placement.resources or {}).get(machine)
     if given is not None:
         for kind in KINDS:
@@ -100,15 +104,20 @@ def worker_resources(
     return resources or None
 
 
-def _demand(job: GraphJob, index: int) -> Demand | None:
-    """The plan's demands of the roles worker ``index`` runs, added up (parameter servers
-    of a plan are not roles of a GraphJob: their demands do not count)."""
-    demands = job.spec.placement.plan.demands if job.spec.placement.plan else None
-    if demands is None:
+def machine_demands(job: GraphJob) -> list[Demand] | None:
+    """Per job machine, the plan's demands of the roles its worker runs, added up; None
+    without a plan or when the plan records no demands. (A plan's parameter servers
+    are not roles of a GraphJob: their demands do not count.)"""
+    plan = job.spec.placement.plan
+    if plan is None or plan.demands is None:
         return None
-    machine = job.spec.machine_names[index]
-    roles = [r for r, m in resolve_placement(job).items() if m == machine and r in demands]
-    return Demand(**{res: sum(getattr(demands[r], res) for r in roles) for res in RESOURCES})
+    index = {m: i for i, m in enumerate(job.spec.machine_names)}
+    totals = [dict.fromkeys(RESOURCES, 0.0) for _ in index]
+    for role, machine in resolve_placement(job).items():
+        if role in plan.demands:
+            for res in RESOURCES:
+                totals[index[machine]][res] += getattr(plan.demands[role], res)
+    return [Demand(**t) for t in totals]
 
 
 def _from_demand(out: _Layered, demand: Demand, where: str) -> None:
