@@ -70,13 +70,15 @@ class GraphJobPlacement:
 
     def complete(self, plan: PlacementPlan) -> PlacementPlan:
         """The plan with every store backup on its main server's machine and every
-        sampler worker on its trainer's."""
+        sampler worker on its trainer's (a sampler worker's demand is part of its trainer's)."""
         out = dict(plan.assignments)
         for main, backups in self.backups.items():
             out.update({b: plan.assignments[main] for b in backups})
         for trainer, samplers in self.samplers.items():
             out.update({w: plan.assignments[trainer] for w in samplers})
-        return PlacementPlan(machines=plan.machines, assignments=out)
+        return PlacementPlan(
+            machines=plan.machines, assignments=out, capacity=plan.capacity, demands=plan.demands
+        )
 
 
 def _dir_bytes(path: Path) -> int:

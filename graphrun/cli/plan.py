@@ -150,12 +150,13 @@ def write_inline(job_file: Path, plan: Any, out: Path) -> Path:
 
     from graphrun.job.spec import parse_job, resolve_placement
     from graphrun.placement._io import read_yaml, write_file
+    from graphrun.placement.plan import plan_data
 
     data = read_yaml(job_file, "job spec")
     placement = dict(data["spec"].get("placement") or {})
     for key in ("assignments", "planFile", "plan"):
         placement.pop(key, None)
-    data["spec"]["placement"] = {**placement, "plan": plan.model_dump()}
+    data["spec"]["placement"] = {**placement, "plan": plan_data(plan)}
     resolve_placement(parse_job(data, str(out)))
     head = f"# {job_file} placed by `graphrun plan`\n"
     return write_file(out, head + yaml.safe_dump(data, sort_keys=False))

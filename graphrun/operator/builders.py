@@ -18,7 +18,9 @@ from typing import Any, Literal
 from graphrun.errors import SpecError
 from graphrun.job.spec import API_VERSION, KIND, GraphJob, ReplicaSpec, resolve_placement
 from graphrun.operator import layout as L
+from graphrun.operator import resources as R
 from graphrun.operator.keys import CurveKeyPair
+from graphrun.placement.job import Demand
 
 Replica = Literal["partitioner", "worker", "launcher"]
 CONTAINER = "graphrun"
@@ -48,6 +50,10 @@ def check_supported(job: GraphJob) -> None:
     L.shared_volume(job)
     resolve_placement(job)
     L.check_plan_nodes(job)
+    R.check_machines(job)
+    demands = R.machine_demands(job)
+    for index in L.worker_indices(job):
+        _worker_resources(job, index, demands)
     launcher = spec.replica_specs.launcher
     if launcher is not None and not _main_container(launcher.template).get("command"):
         raise SpecError(
@@ -147,9 +153,26 @@ def build_service(owner: L.Owner) -> dict[str, Any]:
     }
 
 
+def _main_index(template: dict[str, Any]) -> int:
+    """The index of the container named ``graphrun``, else 0 (the first)."""
+    containers = template.get("spec", {}).get("containers") or [{}]
+    return next((i for i, c in enumerate(containers) if c.get("name") == CONTAINER), 0)
+
+
 def _main_container(template: dict[str, Any]) -> dict[str, Any]:
     containers = template.get("spec", {}).get("containers") or [{}]
-    return next((c for c in containers if c.get("name") == CONTAINER), containers[0])
+    return containers[_main_index(template)]
+
+
+def _worker_resources(
+    job: GraphJob, index: int, demands: list[Demand] | None
+) -> dict[str, Any] | None:
+    """Worker ``index``'s container resources (see :mod:`.resources`)."""
+    user = job.spec.replica_specs.worker
+    template = user.template if user else {}
+    where = f"spec.replicaSpecs.worker.template.spec.containers[{_main_index(template)}].resources"
+    base = _main_container(template).get("resources")
+    return R.worker_resources(job, index, base, where, demands)
 
 
 def _volumes(job: GraphJob, owner: L.Owner) -> list[dict[str, Any]]:
@@ -285,9 +308,9 @@ def build_worker(
 ) -> dict[str, Any]:
     """Worker ``index``: runs machine ``index``'s store servers, samplers and trainers
     (``--resume``: trainers continue from the last checkpoint). With a placement plan
-    it is bound to the plan's machine ``index`` by required node affinity, and runs
-    the roles the plan gives that machine (listed in the ``graphrun.io/roles``
-    annotation)."""
+    it is bound to the plan's machine ``index`` by required node affinity, runs the
+    roles the plan gives that machine (listed in the ``graphrun.io/roles`` annotation)
+    and asks for that machine's resources (:mod:`.resources`)."""
     machine = job.spec.machine_names[index]
     roles = L.machine_roles(job)[index]
     env = [
@@ -304,6 +327,9 @@ def build_worker(
         _require_node(spec, *node)
     tpl["metadata"].setdefault("annotations", {})[L.ANNOTATION_ROLES] = ",".join(roles)
     main = _main_container(tpl)
+    resources = _worker_resources(job, index, R.machine_demands(job))
+    if resources is not None:
+        main["resources"] = resources
     _shared_memory(spec, main)
     ports = L.machine_ports(job, index)
     if ports:

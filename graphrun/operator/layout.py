@@ -20,7 +20,8 @@ A placement plan inline in the spec (``spec.placement.plan``) decides which role
 worker runs (the worker reads it from job.yaml, as the local backend does), and binds
 worker i to the plan's machine i: the node of that name, or the node whose label
 ``spec.placement.nodeLabel`` has that value. A machine the plan gives no store server
-and no trainer gets no pod (sampler workers run inside their trainer's pod).
+and no trainer gets no pod (sampler workers run inside their trainer's pod). Each
+worker pod asks for its machine's resources (see :mod:`.resources`).
 """
 
 from __future__ import annotations

@@ -10,6 +10,16 @@ Written by ``graphrun plan``, read by the job spec, the launcher and the operato
       trainer:0: m1
       sampler:0:0: m1
       ps:0: m0
+    capacity:                       # optional: each machine's resources (the cluster file's)
+      m0: {cpu: 32, memory_gb: 256, gpus: 0}
+    demands:                        # optional: what each assigned role needs
+      store:0: {cpu: 2, memory_gb: 60}
+      trainer:0: {cpu: 4, memory_gb: 16}
+
+``graphrun plan`` writes ``capacity`` and ``demands`` (cores, GB of memory, GPUs), so a
+plan says what it assumes; the operator turns the demands of a machine's roles into its
+worker pod's resource requests. When both are given, the roles on a machine must fit
+its capacity: a plan that overfills a machine is refused naming ``capacity.<machine>``.
 
 Role names: ``store:<p>`` (main store server of partition p), ``store:<p>:<b>`` (its
 backup b >= 1), ``trainer:<r>``, ``sampler:<r>:<w>``, ``ps:<i>``. Every assigned
@@ -21,7 +31,7 @@ rejected with one line naming the field.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from graphrun.errors import SpecError
 from graphrun.placement._io import read_yaml, validate, write_file
+from graphrun.placement.job import RESOURCES, Demand
 
 ROLE_RE = re.compile(r"^(store:\d+(:[1-9]\d*)?|trainer:\d+|sampler:\d+:\d+|ps:\d+)$")
 
@@ -40,6 +51,12 @@ class PlacementPlan(BaseModel):
     kind: Literal["PlacementPlan"] = "PlacementPlan"
     machines: list[str] = Field(min_length=1)
     assignments: dict[str, str]
+    capacity: dict[str, Demand] | None = Field(
+        default=None, description="machine -> its cpu (cores), memory_gb and gpus"
+    )
+    demands: dict[str, Demand] | None = Field(
+        default=None, description="role -> the cpu (cores), memory_gb and gpus it needs"
+    )
 
     @field_validator("machines")
     @classmethod
@@ -63,7 +80,39 @@ class PlacementPlan(BaseModel):
                 )
             if machine not in self.machines:
                 raise ValueError(f"assignments.{role}: machine {machine!r} is not in machines")
+        for machine in self.capacity or {}:
+            if machine not in self.machines:
+                raise ValueError(f"capacity.{machine}: not in machines")
+        for role in self.demands or {}:
+            if role not in self.assignments:
+                raise ValueError(f"demands.{role}: not in assignments")
+        self._fits()
         return self
+
+    def _fits(self) -> None:
+        """The roles on every machine with a capacity ask at most that capacity."""
+        if not self.capacity or not self.demands:
+            return
+        for machine, cap in self.capacity.items():
+            roles = [r for r in self.roles_on(machine) if r in self.demands]
+            total = self.demand_on(machine)
+            for res in RESOURCES:
+                need, have = getattr(total, res), getattr(cap, res)
+                if need > have * (1 + 1e-9) + 1e-9:
+                    raise ValueError(
+                        f"capacity.{machine}.{res}: the roles on {machine} "
+                        f"({', '.join(roles)}) need {need:g}, the machine has {have:g}"
+                    )
+
+    def demand_on(self, machine: str) -> Demand | None:
+        """The summed demands of the roles the plan puts on ``machine``; None when the
+        plan records no demands."""
+        if self.demands is None:
+            return None
+        roles = [r for r in self.roles_on(machine) if r in self.demands]
+        return Demand(
+            **{res: sum(getattr(self.demands[r], res) for r in roles) for res in RESOURCES}
+        )
 
     def machine_of(self, role: str) -> str | None:
         return self.assignments.get(role)
@@ -113,9 +162,14 @@ def load_plan(
     )
 
 
+def plan_data(plan: PlacementPlan) -> dict[str, Any]:
+    """The plan as YAML data (absent optional fields left out)."""
+    return plan.model_dump(exclude_none=True)
+
+
 def dump_plan(plan: PlacementPlan, comments: Sequence[str] = ()) -> str:
     head = "".join(f"# {line}\n" for line in comments)
-    body = yaml.safe_dump(plan.model_dump(), sort_keys=False, default_flow_style=False)
+    body = yaml.safe_dump(plan_data(plan), sort_keys=False, default_flow_style=False)
     return head + body
 
 
@@ -125,14 +179,22 @@ def write_plan(plan: PlacementPlan, path: str | Path, comments: Sequence[str] = 
 
 
 def make_plan(
-    machine_names: Sequence[str], roles: Sequence[str], placement: Sequence[int]
+    machine_names: Sequence[str],
+    roles: Sequence[str],
+    placement: Sequence[int],
+    *,
+    capacity: Mapping[str, Demand] | None = None,
+    demands: Mapping[str, Demand] | None = None,
 ) -> PlacementPlan:
-    """A plan from machine indices per role (``placement[i]`` runs ``roles[i]``)."""
+    """A plan from machine indices per role (``placement[i]`` runs ``roles[i]``), with
+    the capacities and demands it assumes when given."""
     if len(roles) != len(placement):
         raise SpecError(f"plan: {len(placement)} machines for {len(roles)} roles")
     return PlacementPlan(
         machines=list(machine_names),
         assignments={r: machine_names[m] for r, m in zip(roles, placement, strict=True)},
+        capacity=dict(capacity) if capacity is not None else None,
+        demands=dict(demands) if demands is not None else None,
     )
 
 

@@ -14,7 +14,7 @@ from graphrun.placement.baselines import colocation
 from graphrun.placement.bounds import Bounds, lower_bounds
 from graphrun.placement.cluster import Cluster
 from graphrun.placement.cost import Evaluator, Placement, check_feasible
-from graphrun.placement.job import Job
+from graphrun.placement.job import Demand, Job
 from graphrun.placement.oes import Policy
 from graphrun.placement.plan import PlacementPlan, make_plan
 from graphrun.placement.search import TEMPERING, SearchResult, etp, ifs
@@ -64,8 +64,17 @@ def optimize(cluster: Cluster, job: Job, options: PlanOptions = PlanOptions()) -
         max_seconds=options.max_seconds,
         max_steps=options.max_steps,
     )
+    capacity = {
+        m: Demand(cpu=cluster.cpu[i], memory_gb=cluster.memory_gb[i], gpus=cluster.gpus[i])
+        for i, m in enumerate(cluster.names)
+    }
+    demands = {
+        t.role: Demand(cpu=t.demand[0], memory_gb=t.demand[1], gpus=t.demand[2]) for t in job.tasks
+    }
     return PlanOutcome(
-        plan=make_plan(cluster.names, job.roles, result.placement),
+        plan=make_plan(
+            cluster.names, job.roles, result.placement, capacity=capacity, demands=demands
+        ),
         placement=result.placement,
         makespan=result.makespan,
         ifs_makespan=ifs_makespan,

@@ -72,6 +72,16 @@ def test_a_graphjob_plan_is_its_plan_file(tmp_path: Path, capsys: pytest.Capture
     placement = resolve_placement(job, tmp_path)  # the job's placement.planFile
     rename = dict(zip(NAMES, job.spec.machine_names, strict=True))
     assert placement == {role: rename[m] for role, m in plan.assignments.items()}
+    # the plan records what it assumed: the cluster's capacities and each task's demand
+    assert plan.capacity is not None and plan.demands is not None
+    assert plan.capacity["h1"].cpu == 24 and plan.capacity["h1"].memory_gb == 64
+    tasks = [f"store:{p}" for p in range(3)] + [f"trainer:{r}" for r in range(6)]
+    assert sorted(plan.demands) == sorted(tasks)  # backups and samplers are in these
+    assert plan.demands["trainer:0"].cpu == 4 + 2  # its sampler worker is part of it
+    assert plan.demands["store:0"].memory_gb > STORE_OVERHEAD_GB
+    for m in NAMES:
+        on = plan.demand_on(m)
+        assert on is not None and on.cpu <= 24 and on.memory_gb <= 64
 
 
 def test_store_memory_comes_from_the_partition_directory(tmp_path: Path):

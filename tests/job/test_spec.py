@@ -335,6 +335,19 @@ def test_plan_file_errors(tmp_path: Path) -> None:
     (tmp_path / "plan.yaml").write_text("[m0, m1]\n")
     with pytest.raises(SpecError, match=r"plan\.yaml: expected a mapping"):
         resolve_placement(j, tmp_path)
+    _write_plan(
+        tmp_path / "plan.yaml",
+        ["h0", "h1"],
+        {"trainer:0": "h1", "trainer:1": "h1"},
+        capacity={"h1": {"cpu": 4, "memory_gb": 16}},
+        demands={"trainer:0": {"cpu": 4}, "trainer:1": {"cpu": 1}},
+    )
+    with pytest.raises(
+        SpecError,
+        match=r"^\S*plan\.yaml: capacity\.h1\.cpu: the roles on h1 \(trainer:0, trainer:1\) "
+        r"need 5, the machine has 4$",
+    ):
+        resolve_placement(j, tmp_path)
 
 
 def test_graphjob_is_the_model() -> None:

@@ -490,6 +490,36 @@ async def test_plan_lifecycle(cluster: Cluster) -> None:
     assert await c.names("Pod", "worker") == workers  # never a pod for node-idle
 
 
+async def test_planned_worker_pods_request_their_machines_resources(cluster: Cluster) -> None:
+    c = cluster
+    doc = planned(resources={"node-a": {"limits": {"memory": "64Gi"}}})
+    plan = doc["spec"]["placement"]["plan"]
+    plan["capacity"] = {m: {"cpu": 32, "memory_gb": 128} for m in plan["machines"]}
+    plan["demands"] = {
+        "store:0": {"cpu": 2, "memory_gb": 30},
+        "store:1": {"cpu": 2, "memory_gb": 30},
+    }
+    plan["demands"].update({f"trainer:{r}": {"cpu": 8, "memory_gb": 1.2} for r in range(3)})
+    await c.create_graphjob(doc)
+    await eventually(lambda: c.names("Pod", "partitioner"))
+    await c.finish_partitioner()
+    await eventually(n_workers(c, 2))
+    pods = {p["metadata"]["name"]: p for p in await c.items("Pod")}
+    resources = {
+        n: p["spec"]["containers"][0]["resources"] for n, p in pods.items() if "worker" in n
+    }
+    assert resources == {
+        "graphsage-worker-0": {
+            "requests": {"cpu": "4", "memory": "60G"},
+            "limits": {"memory": "64Gi"},
+        },
+        "graphsage-worker-1": {
+            "requests": {"cpu": "24", "memory": "3600M"},
+            "limits": {"memory": "4Gi"},
+        },
+    }
+
+
 @pytest.mark.parametrize(
     ("placement", "message"),
     [
@@ -501,6 +531,33 @@ async def test_plan_lifecycle(cluster: Cluster) -> None:
         (
             {"plan": {"machines": ["a", "b"], "assignments": {"trainer:9": "a"}}},
             "spec.placement.plan.assignments.trainer:9: the job has no such role",
+        ),
+        (
+            {"plan": {"machines": ["a"], "assignments": {"trainer:0": "a"}}},
+            "spec.placement.plan.machines: plan has 1 machines, the job has 2",
+        ),
+        (
+            {
+                "plan": {
+                    "machines": ["a", "b"],
+                    "assignments": {"store:0": "a", "store:1": "a"},
+                    "capacity": {"a": {"cpu": 8, "memory_gb": 16}},
+                    "demands": {"store:0": {"memory_gb": 10}, "store:1": {"memory_gb": 10}},
+                }
+            },
+            "spec.placement.plan.capacity.a.memory_gb: the roles on a (store:0, store:1) "
+            "need 20, the machine has 16",
+        ),
+        (
+            {
+                "plan": {
+                    "machines": ["a", "b"],
+                    "assignments": {},
+                    "capacity": {"a": {"cpu": 8, "memory_gb": 16}},
+                },
+                "resources": {"a": {"requests": {"cpu": "9"}}},
+            },
+            "spec.placement.resources.a.requests.cpu: 9 of cpu is more than plan machine a has",
         ),
     ],
 )

@@ -505,3 +505,51 @@ def test_a_job_on_a_running_store_serves_nothing_and_mounts_the_store_key() -> N
     d["spec"]["graph"] = {"store": {**store, "keyFile": "store.key"}}
     with pytest.raises(SpecError, match=r"spec\.graph\.store\.keySecret: required on Kubernetes"):
         check_supported(parse_job(d))
+
+
+def test_planned_workers_request_their_machines_resources_after_restarts_too() -> None:
+    plan = {
+        **PLAN,
+        "assignments": {**PLAN["assignments"], "trainer:1": "node-b", "trainer:2": "node-b"},
+        "capacity": {m: {"cpu": 16, "memory_gb": 64} for m in PLAN["machines"]},
+        "demands": {
+            "store:0": {"cpu": 1, "memory_gb": 20.5},
+            "store:1": {"cpu": 1, "memory_gb": 20.5},
+            **{f"trainer:{r}": {"cpu": 4, "memory_gb": 8} for r in range(3)},
+        },
+    }
+    h = Harness(
+        runtime={"machines": 3, "trainersPerMachine": 1},
+        placement={
+            "plan": plan,
+            "resources": {  # over the template's 4Gi memory limit
+                "node-a": {"limits": {"memory": "48Gi"}},
+                "node-b": {"limits": {"memory": "30Gi"}},
+            },
+        },
+        runPolicy={"backoffLimit": 1},
+    )
+
+    def requested() -> dict[str, Any]:
+        return {
+            p["metadata"]["name"]: p["spec"]["containers"][0]["resources"]
+            for p in h.ns.pods("worker")
+        }
+
+    want = {
+        "graphsage-worker-0": {
+            "requests": {"cpu": "2", "memory": "41G"},
+            "limits": {"memory": "48Gi"},
+        },
+        "graphsage-worker-1": {
+            "requests": {"cpu": "12", "memory": "24G"},
+            "limits": {"memory": "30Gi"},
+        },
+    }
+    h.to_training()
+    assert requested() == want
+    h.ns.set_pod("graphsage-worker-0", "Failed", exit_code=1)
+    for _ in range(4):
+        h.step()
+    assert h.phase == "Serving"
+    assert requested() == want  # the pods made again ask for the same

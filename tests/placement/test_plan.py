@@ -4,6 +4,7 @@ import pytest
 import yaml
 
 from graphrun.errors import SpecError
+from graphrun.placement.job import Demand
 from graphrun.placement.plan import (
     PlacementPlan,
     load_plan,
@@ -73,3 +74,54 @@ def test_plan_model_is_frozen():
     plan = PlacementPlan(machines=["m0"], assignments={"ps:0": "m0"})
     with pytest.raises(Exception, match="frozen"):
         plan.machines = ["m1"]  # type: ignore[misc]
+
+
+def test_capacity_and_demands_round_trip(tmp_path):
+    cap = {m: Demand(cpu=8, memory_gb=32) for m in MACHINES}
+    dem = {"store:0": Demand(cpu=2, memory_gb=20), "trainer:0": Demand(cpu=4, memory_gb=8)}
+    plan = make_plan(MACHINES, ROLES, (0, 1, 1, 0), capacity=cap, demands=dem)
+    back = load_plan(write_plan(plan, tmp_path / "plan.yaml"))
+    assert back == plan
+    assert back.demand_on("m0") == Demand(cpu=2, memory_gb=20)  # ps:0 has no demand
+    assert back.demand_on("m1") == Demand(cpu=4, memory_gb=8)
+    # a plan without them is written as before: no empty keys
+    bare = write_plan(make_plan(MACHINES, ROLES, (0, 1, 1, 0)), tmp_path / "bare.yaml")
+    assert set(yaml.safe_load(bare.read_text())) == {
+        "apiVersion",
+        "kind",
+        "machines",
+        "assignments",
+    }
+    assert load_plan(bare).demand_on("m0") is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            {
+                "capacity": {"m0": {"cpu": 4, "memory_gb": 16}},
+                "demands": {
+                    "store:0": {"cpu": 2, "memory_gb": 10},
+                    "store:0:1": {"cpu": 1, "memory_gb": 10},
+                },
+            },
+            r"capacity\.m0\.memory_gb: the roles on m0 \(store:0, store:0:1\) need 20, "
+            "the machine has 16",
+        ),
+        (
+            {"capacity": {"m0": {"cpu": 1}}, "demands": {"store:0": {"cpu": 2}}},
+            r"capacity\.m0\.cpu: the roles on m0 \(store:0\) need 2, the machine has 1",
+        ),
+        ({"capacity": {"m7": {"cpu": 1}}}, r"capacity\.m7: not in machines"),
+        ({"demands": {"trainer:3": {"cpu": 1}}}, r"demands\.trainer:3: not in assignments"),
+        ({"demands": {"store:0": {"cpu": -1}}}, r"demands\.store:0\.cpu: Input should be"),
+        ({"capacity": {"m0": {"disk": 1}}}, r"capacity\.m0\.disk: Extra inputs"),
+    ],
+)
+def test_plans_that_overfill_a_machine_are_refused(tmp_path, extra, message):
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan_dict(**extra)))
+    with pytest.raises(SpecError, match=f"^{path}: {message}") as exc:
+        load_plan(path)
+    assert "\n" not in str(exc.value)
