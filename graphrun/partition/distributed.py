@@ -33,7 +33,6 @@ import datetime
 import json
 import multiprocessing as mp
 import os
-import queue
 import resource
 import signal
 import socket
@@ -315,7 +314,6 @@ def _rank_main(
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
         events.close()
-        events.join_thread()  # the reports are in the pipe
     os._exit(code)  # skip torch's interpreter teardown
 
 
@@ -353,7 +351,8 @@ def run_local(
     start = time.perf_counter()
     tmp = start_output(out)
     ctx = mp.get_context("spawn")
-    events = ctx.Queue()
+    events = ctx.SimpleQueue()  # put() writes to the pipe at once: a phase is known before
+    # a rank that is killed in it dies
     port = _free_port()
     args = (str(dataset), str(tmp), opts, float(timeout))
     procs = [
@@ -407,10 +406,12 @@ class _Events:
         """Take the ranks' messages for up to ``seconds`` (one when ``until_empty``)."""
         end = time.monotonic() + seconds
         while True:
-            try:
-                kind, rank, *rest = events.get(timeout=max(0.0, end - time.monotonic()))
-            except queue.Empty:
-                return
+            if events.empty():
+                if time.monotonic() >= end:
+                    return
+                time.sleep(0.02)
+                continue
+            kind, rank, *rest = events.get()
             if kind == "phase":
                 self.phase[rank] = rest[0]
             elif kind == "done":

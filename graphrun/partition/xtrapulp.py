@@ -10,12 +10,15 @@ outer round runs
    ``C(v, p) * W(p)``, ``C`` the number of edges to ``p``'s vertices and ``W(p) =
    max(limit / size(p) - 1, 0)`` (XtraPuLP's weighting; with several criteria the
    mean over the criteria of the per-criterion weights), so under-full parts pull;
-2. *refinement* iterations: a vertex moves to the part holding most of its
+2. a *repair* pass where a criterion is still out of balance (vertices cheapest to
+   move leave the most overloaded part; the cost model of
+   :func:`graphrun.partition.balance.rebalance`, each rank shedding its share);
+3. *refinement* iterations: a vertex moves to the part holding most of its
    neighbours when that cuts fewer edges and the part has room.
 
-As in XtraPuLP, each rank may fill at most ``1 / world`` of a part's remaining room
-per iteration (sizes are all-reduced after each one), so ranks deciding at once
-never overfill a part together. Being vectorised, a whole rank decides at once
+As in XtraPuLP, ranks share a part's remaining room in each iteration (sizes are
+all-reduced after each one): here in proportion to what each rank asks for, so ranks
+deciding at once never overfill a part together. Being vectorised, a whole rank decides at once
 (XtraPuLP's threads do, too); to damp neighbours swapping places, only a random half
 of the willing vertices move in a refinement iteration.
 
@@ -112,12 +115,11 @@ class Propagation:
         tolerance: float,
         seed: int,
     ) -> None:
-        self.comm, self.g, self.parts = comm, g, parts
+        self.comm, self.g, self.parts, self.tolerance = comm, g, parts, tolerance
         self.crit = crit  # [n, K] float64
         self.totals = comm.allreduce_sum(crit.sum(axis=0))
         self.limit = (1.0 + tolerance) * self.totals / parts  # [K]
-        avg = np.where(self.totals > 0, self.totals / parts, 1.0)
-        self.weight = (crit / avg).max(axis=1)  # a vertex's largest share of an average part
+        self.mean = np.where(self.totals > 0, self.totals / parts, 1.0)  # [K] average part
         self.rows = g.rows()
         self.rng = np.random.default_rng(seed + 7919 * comm.rank)
         self.labels = np.zeros(g.n + len(g.ghosts), dtype=np.int64)
@@ -149,26 +151,47 @@ class Propagation:
         c = self.counts()
         local_cut = int(c.sum() - c[np.arange(self.g.n), own].sum())
         cut = int(self.comm.allreduce_sum(np.array([local_cut], dtype=np.int64))[0]) // 2
-        sizes = self.sizes()
-        mean = np.where(self.totals > 0, self.totals / self.parts, 1.0)
-        return cut, float((sizes / mean).max())
+        return cut, float((self.sizes() / self.mean).max())
 
     # ---- one iteration --------------------------------------------------------------
+
+    def admit(self, order: np.ndarray, dest: np.ndarray, room: np.ndarray) -> int:
+        """Move the vertices ``order`` (best first) to ``dest`` (their target parts) as far
+        as the targets' ``room`` ([P, K] in average parts) allows, and return the global
+        number moved. The room of a part is split among the ranks in proportion to what
+        each asks for (one all-reduce), so ranks deciding at once never overfill it."""
+        share = self.crit[order] / self.mean  # [m, K]
+        demand = np.zeros((self.parts, self.crit.shape[1]))
+        np.add.at(demand, dest, share)
+        total = self.comm.allreduce_sum(demand)
+        room = np.maximum(room, 0.0)
+        with np.errstate(invalid="ignore"):  # inf / inf: no limit
+            mine = demand * np.minimum(1.0, np.nan_to_num(room / np.maximum(total, 1e-12), nan=1.0))
+        own = self.labels[: self.g.n]
+        moved = 0
+        for p in np.unique(dest):
+            sel = dest == p
+            fits = (np.cumsum(share[sel], axis=0) <= mine[p] + 1e-12).all(axis=1)
+            take = order[sel][: int(np.argmin(fits)) if not fits.all() else len(fits)]
+            own[take] = p
+            moved += len(take)
+        self.update_ghosts()
+        return int(self.comm.allreduce_sum(np.array([moved], dtype=np.int64))[0])
 
     def step(self, mode: str) -> int:
         """One balance or refinement iteration; returns the vertices moved (globally)."""
         sizes = self.sizes()
-        room = ((self.limit - sizes) / np.where(self.totals > 0, self.totals / self.parts, 1.0))
-        room = room.min(axis=1) / self.comm.world  # [P] this rank's share, in average parts
+        room = (self.limit - sizes) / self.mean  # [P, K]
         c = self.counts().astype(np.float64)
         own = self.labels[: self.g.n]
         idx = np.arange(self.g.n)
         if mode == "balance":
             w = np.maximum(self.limit / np.maximum(sizes, 1e-12) - 1.0, 0.0)  # [P, K]
-            w = np.where(self.totals > 0, w, 0.0).mean(axis=1)
-            score = c * w
-        else:
-            score = np.where(room > 0, c, -1.0)
+            score = c * np.where(self.totals > 0, w, 0.0).mean(axis=1)
+        else:  # only parts with room in every criterion the vertex weighs on
+            heavy = self.crit > 0  # [n, K]
+            fits = (~heavy[:, None, :] | (room > 0)[None, :, :]).all(axis=2)  # [n, P]
+            score = np.where(fits, c, -1.0)
             score[idx, own] = c[idx, own]
         best = np.argmax(score, axis=1)
         gain = c[idx, best] - c[idx, own]
@@ -177,25 +200,64 @@ class Propagation:
             want &= (gain > 0) & (self.rng.random(self.g.n) < 0.5)
         cand = np.flatnonzero(want)
         order = cand[np.argsort(-gain[cand], kind="stable")]
+        return self.admit(order, best[order], room)
+
+    def repair(self, max_steps: int = 32) -> int:
+        """Move the cheapest vertices out of the most overloaded (part, criterion) until
+        every criterion is within the tolerance: :func:`graphrun.partition.balance.rebalance`
+        done by every rank on its own vertices, each moving its share of the excess."""
         moved = 0
-        for p in range(self.parts):
-            mine = order[best[order] == p]
-            if len(mine) == 0 or room[p] <= 0:
-                continue
-            take = mine[np.cumsum(self.weight[mine]) <= room[p]]
-            own[take] = p
-            moved += len(take)
-        self.update_ghosts()
-        return int(self.comm.allreduce_sum(np.array([moved], dtype=np.int64))[0])
+        dbar = self.comm.allreduce_sum(np.array([len(self.g.cols)], np.int64))[0] / max(
+            1.0, float(self.totals[0])
+        )
+        for _ in range(max_steps):
+            sizes = self.sizes()
+            ratio = sizes / self.mean
+            if ratio.max() <= 1.0 + self.tolerance:
+                break
+            p, k = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
+            # as in balance.rebalance, only criterion k limits the receivers: another
+            # criterion pushed over is the next step's most overloaded one
+            room = np.full(sizes.shape, np.inf)
+            room[:, k] = (self.limit[k] - sizes[:, k]) / self.mean[k]
+            room[p, k] = 0.0
+            if not (room[:, k] > 0).any():
+                break
+            step = self._shed(int(p), int(k), sizes, room, dbar)
+            moved += step
+            if step == 0:
+                break
+        return moved
+
+    def _shed(self, p: int, k: int, sizes: np.ndarray, room: np.ndarray, dbar: float) -> int:
+        """This rank's share of moving part ``p``'s excess of criterion ``k`` out."""
+        own = self.labels[: self.g.n]
+        cand = np.flatnonzero((own == p) & (self.crit[:, k] > 0))
+        target = self.mean[k] * (1.0 + self.tolerance / 2)
+        excess = (sizes[p, k] - target) * self.crit[cand, k].sum() / max(sizes[p, k], 1e-12)
+        c = self.counts()[cand].astype(np.float64)
+        recv = np.flatnonzero(room[:, k] > 0)
+        q = recv[np.argmax(c[:, recv], axis=1)]
+        gain = c[np.arange(len(cand)), q] - c[:, p]
+        benefit = self.crit[cand, k] / self.mean[k]
+        others = (self.crit[cand] / self.mean).sum(axis=1) - benefit
+        cost = (np.maximum(-gain, 0) + dbar * others) / benefit
+        order = np.argsort(cost + 1e-9 * self.rng.random(len(cand)), kind="stable")
+        w = self.crit[cand[order], k]
+        order = order[np.cumsum(w) - w < excess]
+        return self.admit(cand[order], q[order], room)
 
 
 def hash_init(lo: int, hi: int, parts: int, seed: int) -> np.ndarray:
-    """A random part per vertex, from its global id and the seed (rank-independent)."""
-    ids = np.arange(lo, hi, dtype=np.uint64)
-    x = (ids + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)) * np.uint64(0xBF58476D1CE4E5B9)
-    x ^= x >> np.uint64(31)
-    x *= np.uint64(0x94D049BB133111EB)
-    x ^= x >> np.uint64(29)
+    """A random part per vertex, from its global id and the seed (rank-independent):
+    splitmix64 of ``id + seed * golden``, arithmetic modulo 2**64."""
+    x = np.arange(lo, hi, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        x += np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(31)
+        x *= np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(29)
     return (x % np.uint64(parts)).astype(np.int64)
 
 
@@ -300,6 +362,7 @@ def propagate(
     for _ in range(opts.rounds if parts > 1 else 0):
         for _ in range(opts.balance_iters):
             moves += prop.step("balance")
+        moves += prop.repair()
         for _ in range(opts.refine_iters):
             moved = prop.step("refine")
             moves += moved
