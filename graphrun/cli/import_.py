@@ -19,10 +19,12 @@ SRC is detected, or forced with --format:
   parquet  the same with .parquet files (list columns become 2-d features)
 
 Original node ids (any integers or strings) are mapped to dense ids; the mapping
-is stored in OUT/ids/<type>.npy. --chunks N writes the chunked layout instead
-(OUT/chunks.json + OUT/chunk-K/, see graphrun/graph/chunked.py), which
-`graphrun partition --mode distributed` reads one share per rank. Every command taking a DATASET also accepts SRC
+is stored in OUT/ids/<type>.npy. Every command taking a DATASET also accepts SRC
 directly, but only `graphrun import` keeps the mapping on disk.
+
+--chunks N writes the chunked layout instead (OUT/chunks.json + OUT/chunk-K/, see
+graphrun/graph/chunked.py): `graphrun partition --mode distributed` reads it, each
+rank only its share.
 """
 
 

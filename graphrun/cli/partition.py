@@ -213,7 +213,8 @@ def _run_distributed(args: argparse.Namespace) -> int:
     print(Quality(**res.quality).summary())
     for r in res.ranks:
         cells = ", ".join(
-            f"{name} {v['seconds']:.1f} s / {v['peak_rss_mb']:.0f} MB" for name, v in r.phases.items()
+            f"{name} {v['seconds']:.1f} s / {v['peak_rss_mb']:.0f} MB"
+            for name, v in r.phases.items()
         )
         print(f"rank {r.rank}: {cells}")
     return 0

@@ -72,11 +72,7 @@ class Comm:
         out_bytes = torch.tensor([a.nbytes for a in sends], dtype=torch.int64)
         in_bytes = torch.empty(self.world, dtype=torch.int64)
         self._run("exchange (sizes)", dist.all_to_all_single, in_bytes, out_bytes)
-        payload = (
-            torch.cat([_tensor(a) for a in sends])
-            if self.world > 1
-            else _tensor(sends[0])
-        )
+        payload = torch.cat([_tensor(a) for a in sends]) if self.world > 1 else _tensor(sends[0])
         received = torch.empty(int(in_bytes.sum()), dtype=torch.uint8)
         self._run(
             "exchange",
@@ -110,7 +106,8 @@ class Comm:
     def broadcast(self, arr: np.ndarray, root: int = 0) -> np.ndarray:
         """``root``'s 1-d ``arr`` on every rank (the others pass any array of that dtype)."""
         n = self.allgather(np.array([len(arr)], dtype=np.int64))[root, 0]
-        t = torch.from_numpy(np.array(arr, copy=True) if self.rank == root else np.empty(n, arr.dtype))
+        mine = np.array(arr, copy=True) if self.rank == root else np.empty(n, arr.dtype)
+        t = torch.from_numpy(mine)
         self._run("broadcast", dist.broadcast, t, src=root)
         return t.numpy()
 

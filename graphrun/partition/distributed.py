@@ -93,6 +93,27 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
+@dataclass
+class _Clock:
+    """Ends the running phase (its seconds and the peak RSS so far) and starts the next."""
+
+    report: RankReport
+    on_phase: Callable[[int, str], None] | None
+    name: str = ""
+    t: float = 0.0
+
+    def start(self, name: str) -> None:
+        now = time.perf_counter()
+        if self.name:
+            self.report.phases[self.name] = {
+                "seconds": round(now - self.t, 3),
+                "peak_rss_mb": round(peak_rss_mb(), 1),
+            }
+        self.name, self.t = name, now
+        if name and self.on_phase is not None:
+            self.on_phase(self.report.rank, name)
+
+
 def _train_mask(share: shuffle.Share) -> np.ndarray | None:
     """Training nodes of this share (``train_mask`` of any node type), like
     :func:`graphrun.partition.quality.train_mask_of`."""
@@ -148,18 +169,7 @@ def partition_rank(
     """Run this rank's share of the distributed mode, writing part ``comm.rank`` into
     ``tmp`` (rank 0 also writes ``partition.json``). Collective: every rank calls it."""
     report = RankReport(comm.rank)
-    clock = {"phase": "", "t": time.perf_counter()}
-
-    def phase(name: str) -> None:
-        now = time.perf_counter()
-        if clock["phase"]:
-            report.phases[str(clock["phase"])] = {
-                "seconds": round(now - float(clock["t"]), 3),
-                "peak_rss_mb": round(peak_rss_mb(), 1),
-            }
-        clock.update(phase=name, t=now)
-        if name and on_phase is not None:
-            on_phase(comm.rank, name)
+    phase = _Clock(report, on_phase).start
 
     phase("read")
     meta = load_chunked_meta(dataset)
@@ -259,10 +269,7 @@ class DistResult:
 
     def phase_seconds(self) -> dict[str, float]:
         """The slowest rank's seconds per phase."""
-        return {
-            p: max(r.phases.get(p, {}).get("seconds", 0.0) for r in self.ranks)
-            for p in PHASES
-        }
+        return {p: max(r.phases.get(p, {}).get("seconds", 0.0) for r in self.ranks) for p in PHASES}
 
 
 def _free_port() -> int:

@@ -71,6 +71,7 @@ corrupt JSON and missing or inconsistent files with a
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from collections.abc import Mapping
@@ -452,11 +453,11 @@ def load_id_mapping(path: str | Path) -> IdMapping:
 
 def _shard_bounds(layout: dict[str, Any], key: str, parts: int, total: int, cfile: Path) -> Any:
     val = layout.get(key)
-    ok = isinstance(val, list) and len(val) == parts + 1 and all(isinstance(x, int) for x in val)
-    if not ok or val[0] != 0 or val[-1] != total or any(x > y for x, y in zip(val, val[1:])):
+    val = val if isinstance(val, list) and all(isinstance(x, int) for x in val) else []
+    good = len(val) == parts + 1 and val[0] == 0 and val[-1] == total
+    if not good or any(x > y for x, y in itertools.pairwise(val)):
         raise PartitionFormatError(
-            f"{cfile}: field 'mapping.{key}' must hold {parts + 1} increasing ids from 0 "
-            f"to {total}"
+            f"{cfile}: field 'mapping.{key}' must hold {parts + 1} increasing ids from 0 to {total}"
         )
     return val
 

@@ -117,13 +117,14 @@ def measure_share(
 ) -> Quality:
     """Edge cut and balance over all ranks (as :func:`graphrun.partition.quality.measure`)."""
     book = rl.book
-    local_cut = np.count_nonzero(owner_of(book.node_offsets, rl.new_src) != owner_of(
-        book.node_offsets, rl.new_dst
-    ))
+    local_cut = np.count_nonzero(
+        owner_of(book.node_offsets, rl.new_src) != owner_of(book.node_offsets, rl.new_dst)
+    )
     trains = np.bincount(part[train], minlength=book.num_parts) if train is not None else None
     sums = comm.allreduce_sum(
-        np.concatenate([[local_cut], trains if trains is not None else np.zeros(book.num_parts)])
-        .astype(np.int64)
+        np.concatenate(
+            [[local_cut], trains if trains is not None else np.zeros(book.num_parts)]
+        ).astype(np.int64)
     )
     has_train = comm.allreduce_sum(np.array([train is not None and train.any()], np.int64))[0]
     edges = np.diff(book.edge_offsets)
@@ -147,9 +148,7 @@ class Received:
     edge_feats: dict[str, dict[str, np.ndarray]]
 
 
-def _send_rows(
-    comm: Comm, dest: np.ndarray, rows: np.ndarray
-) -> np.ndarray:
+def _send_rows(comm: Comm, dest: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``rows`` to rank ``dest`` (stable inside a destination); all received, in rank order."""
     order = np.argsort(dest, kind="stable")
     cuts = np.searchsorted(dest[order], np.arange(comm.world + 1))
@@ -190,7 +189,8 @@ def shuffle_share(comm: Comm, share: Share, rl: Relabelled, part: np.ndarray) ->
         edge_feats[etype_key(et)] = {
             name: _send_rows(comm, dest, arr) for name, arr in chunk.edata[etype_key(et)].items()
         }
-    return Received(orig_nids, orig_eids, np.ascontiguousarray(edges[:, :4]), node_feats, edge_feats)
+    edges = np.ascontiguousarray(edges[:, :4])
+    return Received(orig_nids, orig_eids, edges, node_feats, edge_feats)
 
 
 @dataclass(frozen=True, eq=False)
@@ -228,7 +228,8 @@ def local_structure(comm: Comm, book: PartitionBook, got: Received, halo_hops: i
             answers = [got.edges[_segments(inner_ptr, q[:, 0] - a)] for q in asks]
             fetched = np.concatenate(comm.exchange(answers))
             edge_chunks.append(fetched)
-            count_chunks.append(np.bincount(np.searchsorted(fresh, fetched[:, 0]), minlength=len(fresh)))
+            rows = np.searchsorted(fresh, fetched[:, 0])
+            count_chunks.append(np.bincount(rows, minlength=len(fresh)))
             frontier = fetched[:, 1]
         else:
             count_chunks.append(np.zeros(len(fresh), dtype=np.int64))
