@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from graphrun.errors import ArgumentError
 from graphrun.partition import balance
@@ -120,7 +121,12 @@ class Propagation:
         self.totals = comm.allreduce_sum(crit.sum(axis=0))
         self.limit = (1.0 + tolerance) * self.totals / parts  # [K]
         self.mean = np.where(self.totals > 0, self.totals / parts, 1.0)  # [K] average part
-        self.rows = g.rows()
+        width = g.n + len(g.ghosts)
+        idx = np.int32 if max(width, len(g.cols)) < 2**31 else np.int64
+        ones = np.ones(len(g.cols), dtype=np.float32)  # exact: a degree is far below 2**24
+        self.adj = sp.csr_matrix(
+            (ones, g.cols.astype(idx), g.indptr.astype(idx)), shape=(g.n, width)
+        )
         self.rng = np.random.default_rng(seed + 7919 * comm.rank)
         self.labels = np.zeros(g.n + len(g.ghosts), dtype=np.int64)
 
@@ -141,15 +147,16 @@ class Propagation:
         return self.comm.allreduce_sum(balance.part_loads(own, self.crit, self.parts))
 
     def counts(self) -> np.ndarray:
-        """[n, P]: edges from each owned vertex to each part."""
-        key = self.rows * self.parts + self.labels[self.g.cols]
-        return np.bincount(key, minlength=self.g.n * self.parts).reshape(self.g.n, self.parts)
+        """[n, P]: edges from each owned vertex to each part (a sparse-dense product)."""
+        onehot = np.zeros((len(self.labels), self.parts), dtype=np.float32)
+        onehot[np.arange(len(self.labels)), self.labels] = 1.0
+        return np.asarray(self.adj @ onehot, dtype=np.float64)
 
     def cut_and_worst(self) -> tuple[int, float]:
         """Edges cut (global, directed, self loops excluded) and the worst load / limit."""
         own = self.labels[: self.g.n]
         c = self.counts()
-        local_cut = int(c.sum() - c[np.arange(self.g.n), own].sum())
+        local_cut = round(c.sum() - c[np.arange(self.g.n), own].sum())
         cut = int(self.comm.allreduce_sum(np.array([local_cut], dtype=np.int64))[0]) // 2
         return cut, float((self.sizes() / self.mean).max())
 
@@ -182,7 +189,7 @@ class Propagation:
         """One balance or refinement iteration; returns the vertices moved (globally)."""
         sizes = self.sizes()
         room = (self.limit - sizes) / self.mean  # [P, K]
-        c = self.counts().astype(np.float64)
+        c = self.counts()
         own = self.labels[: self.g.n]
         idx = np.arange(self.g.n)
         if mode == "balance":
@@ -235,7 +242,7 @@ class Propagation:
         cand = np.flatnonzero((own == p) & (self.crit[:, k] > 0))
         target = self.mean[k] * (1.0 + self.tolerance / 2)
         excess = (sizes[p, k] - target) * self.crit[cand, k].sum() / max(sizes[p, k], 1e-12)
-        c = self.counts()[cand].astype(np.float64)
+        c = self.counts()[cand]
         recv = np.flatnonzero(room[:, k] > 0)
         q = recv[np.argmax(c[:, recv], axis=1)]
         gain = c[np.arange(len(cand)), q] - c[:, p]
@@ -271,7 +278,8 @@ def local_init(prop: Propagation, blocks: int, seed: int) -> np.ndarray:
     of all ranks' blocks on rank 0 with METIS, broadcast the blocks' parts."""
     comm, g, parts = prop.comm, prop.g, prop.parts
     inner = g.cols < g.n
-    xadj, adjncy = symmetric_csr(prop.rows[inner], g.cols[inner], g.n)
+    rows = g.rows()
+    xadj, adjncy = symmetric_csr(rows[inner], g.cols[inner], g.n)
     nb = max(1, min(blocks, g.n))
     block = metis_assign(xadj, adjncy, nb, seed=seed) if nb > 1 else np.zeros(g.n, np.int64)
     del xadj, adjncy
@@ -279,7 +287,7 @@ def local_init(prop: Propagation, blocks: int, seed: int) -> np.ndarray:
     offsets = np.concatenate([[0], np.cumsum(first)])
     prop.set_owned(block + offsets[comm.rank])  # global block ids, ghosts' too
     gb = prop.labels
-    a, b = gb[prop.rows], gb[g.cols]
+    a, b = gb[rows], gb[g.cols]
     cross = a != b
     key, weight = np.unique(a[cross] * offsets[-1] + b[cross], return_counts=True)
     del a, b, cross
