@@ -138,3 +138,18 @@ def test_generate_writes_chunks(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert g.is_hetero and g.num_nodes == 300
     assert main(["generate", "community", str(tmp_path / "b"), "--chunks", "0"]) == 2
     assert "--chunks" in capsys.readouterr().err
+
+
+def test_import_writes_chunks_with_raw_ids(tmp_path: Path) -> None:
+    from graphrun.graph import import_graph
+
+    src = tmp_path / "csv"
+    src.mkdir()
+    (src / "edges.csv").write_text("src,dst\na,b\nb,c\nc,a\nd,a\n")
+    assert main(["import", str(src), str(tmp_path / "out"), "--chunks", "2"]) == 0
+    g, raw = load_chunked_whole(tmp_path / "out")
+    ref = import_graph(src)
+    same_graph(ref.graph, g)
+    assert raw.keys() == ref.id_maps.keys()
+    for ntype, ids in ref.id_maps.items():
+        assert np.array_equal(raw[ntype], ids)

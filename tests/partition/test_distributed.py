@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphrun.errors import GraphrunError
+from graphrun.errors import GraphrunError, PartitionFormatError
 from graphrun.graph import Graph
 from graphrun.graph.chunked import save_chunked
 from graphrun.partition import load_id_mapping, load_partition_book, load_partition_config
@@ -55,6 +55,22 @@ def test_homogeneous_every_node_edge_feature_and_halo(homo: tuple[Graph, Path]) 
     assert cfg["quality"]["train_balance"] == pytest.approx(q.train_balance)
     tol = cfg["balance"]["tolerance"]
     assert max(q.node_balance, q.edge_balance, q.train_balance or 1) <= 1 + tol + 1e-9
+
+
+def test_sharded_mapping_problems_name_the_file_and_field(
+    homo: tuple[Graph, Path], tmp_path: Path
+) -> None:
+    _, out = homo
+    bad = tmp_path / "parts"
+    shutil.copytree(out, bad)
+    (bad / "mapping" / "part-1" / "new_nids.npy").unlink()
+    with pytest.raises(PartitionFormatError, match=r"mapping/part-1/new_nids\.npy: missing"):
+        load_id_mapping(bad)
+    cfg = json.loads((bad / "partition.json").read_text())
+    cfg["mapping"]["node_bounds"][1] = -5
+    (bad / "partition.json").write_text(json.dumps(cfg))
+    with pytest.raises(PartitionFormatError, match="field 'mapping.node_bounds'"):
+        load_id_mapping(bad)
 
 
 def test_partition_beats_random_on_communities(homo: tuple[Graph, Path]) -> None:
