@@ -69,7 +69,7 @@ def test_sharded_mapping_problems_name_the_file_and_field(
     cfg = json.loads((bad / "partition.json").read_text())
     cfg["mapping"]["node_bounds"][1] = -5
     (bad / "partition.json").write_text(json.dumps(cfg))
-    with pytest.raises(PartitionFormatError, match="field 'mapping.node_bounds'"):
+    with pytest.raises(PartitionFormatError, match=r"field 'mapping\.node_bounds'"):
         load_id_mapping(bad)
 
 
