@@ -69,10 +69,35 @@ class Comm:
             raise ValueError(f"exchange: {len(sends)} arrays for {self.world} ranks")
         dtype, trail = sends[0].dtype, sends[0].shape[1:]
         row_bytes = int(np.prod(trail, dtype=np.int64)) * dtype.itemsize
-        out_bytes = torch.tensor([a.nbytes for a in sends], dtype=torch.int64)
-        in_bytes = torch.empty(self.world, dtype=torch.int64)
-        self._run("exchange (sizes)", dist.all_to_all_single, in_bytes, out_bytes)
         payload = torch.cat([_tensor(a) for a in sends]) if self.world > 1 else _tensor(sends[0])
+        raw, in_bytes = self._all_to_all(payload, [a.nbytes for a in sends])
+        out, start = [], 0
+        for n in in_bytes:
+            rows = n // row_bytes if row_bytes else 0
+            out.append(raw[start : start + n].view(dtype).reshape(rows, *trail))
+            start += n
+        return out
+
+    def exchange_rows(self, dest: np.ndarray, *cols: np.ndarray) -> np.ndarray:
+        """Row ``i`` (entry ``i`` of every column, one dtype) to rank ``dest[i]``; returns
+        every row sent here as one ``[m, len(cols)]`` array, in rank order and stable
+        inside a rank. One copy of the data each way (the rows sorted by destination,
+        the received buffer): the exchange of the big arrays."""
+        order = np.argsort(dest, kind="stable")
+        rows = np.empty((len(dest), len(cols)), dtype=cols[0].dtype)
+        for j, col in enumerate(cols):
+            np.take(col, order, out=rows[:, j])
+        del order
+        counts = np.bincount(dest, minlength=self.world) * rows.itemsize * len(cols)
+        raw, _ = self._all_to_all(torch.from_numpy(rows.reshape(-1).view(np.uint8)), counts)
+        return raw.view(rows.dtype).reshape(-1, len(cols))
+
+    def _all_to_all(self, payload: torch.Tensor, out_bytes: Any) -> tuple[np.ndarray, list[int]]:
+        """``payload`` holds ``out_bytes[q]`` bytes for every rank ``q``, in rank order;
+        returns the bytes received (in rank order) and how many came from each rank."""
+        sizes = torch.tensor([int(n) for n in out_bytes], dtype=torch.int64)
+        in_bytes = torch.empty(self.world, dtype=torch.int64)
+        self._run("exchange (sizes)", dist.all_to_all_single, in_bytes, sizes)
         received = torch.empty(int(in_bytes.sum()), dtype=torch.uint8)
         self._run(
             "exchange",
@@ -80,15 +105,9 @@ class Comm:
             received,
             payload,
             output_split_sizes=in_bytes.tolist(),
-            input_split_sizes=out_bytes.tolist(),
+            input_split_sizes=sizes.tolist(),
         )
-        raw = received.numpy()
-        out, start = [], 0
-        for n in in_bytes.tolist():
-            rows = n // row_bytes if row_bytes else 0
-            out.append(raw[start : start + n].view(dtype).reshape(rows, *trail))
-            start += n
-        return out
+        return received.numpy(), in_bytes.tolist()
 
     def allreduce_sum(self, arr: np.ndarray) -> np.ndarray:
         """Element-wise sum over ranks (int64 or float64)."""

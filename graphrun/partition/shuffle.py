@@ -161,9 +161,9 @@ def shuffle_share(comm: Comm, share: Share, rl: Relabelled, part: np.ndarray) ->
     meta, chunk, book = share.meta, share.chunk, rl.book
     a, b = chunk.nodes
     c, e = chunk.edges
-    got = comm.exchange(by_rank(part, comm.world, rl.new_nids, np.arange(a, b, dtype=np.int64)))
-    nodes = np.concatenate(got)
+    nodes = comm.exchange_rows(part, rl.new_nids, np.arange(a, b, dtype=np.int64))
     orig_nids = nodes[np.argsort(nodes[:, 0]), 1]
+    del nodes
     node_feats: dict[str, dict[str, np.ndarray]] = {}
     nto = meta.node_type_offsets
     for t, ntype in enumerate(meta.node_types):
@@ -173,14 +173,17 @@ def shuffle_share(comm: Comm, share: Share, rl: Relabelled, part: np.ndarray) ->
             name: _send_rows(comm, dest, arr) for name, arr in chunk.ndata[ntype].items()
         }
     owner = owner_of(book.node_offsets, rl.new_dst)
-    rows = np.stack(
-        [rl.new_dst, rl.new_src, rl.new_eids, rl.etypes, np.arange(c, e, dtype=np.int64)], axis=1
-    )
-    edges = np.concatenate(comm.exchange(by_rank(owner, comm.world, *rows.T)))
-    del rows
-    edges = edges[np.lexsort((edges[:, 2], edges[:, 0]))]
+    orig = np.arange(c, e, dtype=np.int64)
+    edges = comm.exchange_rows(owner, rl.new_dst, rl.new_src, rl.new_eids, rl.etypes, orig)
+    del orig
+    elo = int(book.edge_offsets[comm.rank])
     orig_eids = np.empty(len(edges), dtype=np.int64)
-    orig_eids[edges[:, 2] - book.edge_offsets[comm.rank]] = edges[:, 4]
+    orig_eids[edges[:, 2] - elo] = edges[:, 4]
+    # CSC order: by destination, then edge id (one int64 key: both are small here)
+    span = int(book.edge_offsets[comm.rank + 1]) - elo + 1
+    key = (edges[:, 0] - book.node_offsets[comm.rank]) * span + (edges[:, 2] - elo)
+    edges = edges[np.argsort(key), :4]
+    del key
     edge_feats: dict[str, dict[str, np.ndarray]] = {}
     eto = meta.edge_type_offsets
     for r, et in enumerate(meta.edge_types):
@@ -189,7 +192,6 @@ def shuffle_share(comm: Comm, share: Share, rl: Relabelled, part: np.ndarray) ->
         edge_feats[etype_key(et)] = {
             name: _send_rows(comm, dest, arr) for name, arr in chunk.edata[etype_key(et)].items()
         }
-    edges = np.ascontiguousarray(edges[:, :4])
     return Received(orig_nids, orig_eids, edges, node_feats, edge_feats)
 
 

@@ -54,16 +54,16 @@ class LocalGraph:
     """One rank's vertices ``[lo, hi)``, their undirected adjacency and their ghosts.
 
     ``cols`` are local indices: ``< n`` an owned vertex, ``n + g`` the ghost
-    ``ghosts[g]``. An edge ``u -> v`` appears once in ``u``'s row and once in ``v``'s, so
-    the weight between two vertices is the number of edges between them (self loops
-    dropped). ``send[q]`` are the owned vertices rank ``q`` holds as ghosts, in the
-    order of its ghost list.
+    ``ghosts[g]``; ``weights`` the number of edges between the two (either direction,
+    self loops dropped), so the weight cut is the edge cut. ``send[q]`` are the owned
+    vertices rank ``q`` holds as ghosts, in the order of its ghost list.
     """
 
     lo: int
     hi: int
     indptr: np.ndarray
     cols: np.ndarray
+    weights: np.ndarray  # float32
     ghosts: np.ndarray
     send: list[np.ndarray]
 
@@ -81,27 +81,27 @@ def build_local_graph(
     """Send every edge of this rank's chunk to the owners of both ends; build the rest."""
     lo, hi = int(bounds[comm.rank]), int(bounds[comm.rank + 1])
     keep = src != dst
-    a = np.concatenate([src[keep], dst[keep]])
-    b = np.concatenate([dst[keep], src[keep]])
+    if not keep.all():
+        src, dst = src[keep], dst[keep]
     del keep
-    got = comm.exchange(by_rank(owner_of(bounds, a), comm.world, a, b))
-    del a, b
-    pairs = np.concatenate(got)
-    del got
-    order = np.argsort(pairs[:, 0], kind="stable")
-    rows, cols = pairs[order, 0] - lo, pairs[order, 1]
-    del pairs, order
-    indptr = np.zeros(hi - lo + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows, minlength=hi - lo), out=indptr[1:])
-    del rows
+    out_edges = comm.exchange_rows(owner_of(bounds, src), src, dst)  # (mine, other)
+    in_edges = comm.exchange_rows(owner_of(bounds, dst), dst, src)
+    rows = np.concatenate([out_edges[:, 0], in_edges[:, 0]])
+    rows -= lo
+    cols = np.concatenate([out_edges[:, 1], in_edges[:, 1]])
+    del out_edges, in_edges
     outside = (cols < lo) | (cols >= hi)
     ghosts, inverse = np.unique(cols[outside], return_inverse=True)
-    local = cols - lo
-    local[outside] = (hi - lo) + inverse
-    del cols, outside, inverse
+    cols -= lo
+    cols[outside] = (hi - lo) + inverse
+    del outside, inverse
+    shape = (hi - lo, hi - lo + len(ghosts))
+    ones = np.ones(len(rows), dtype=np.float32)  # exact: a weight is far below 2**24
+    adj = sp.coo_matrix((ones, (rows, cols)), shape=shape).tocsr()  # sums repeated pairs
+    del rows, cols, ones
     requests = by_rank(owner_of(bounds, ghosts), comm.world, ghosts)
     send = [r[:, 0] - lo for r in comm.exchange(requests)]
-    return LocalGraph(lo, hi, indptr, local, ghosts, send)
+    return LocalGraph(lo, hi, adj.indptr, adj.indices, adj.data, ghosts, send)
 
 
 class Propagation:
@@ -121,12 +121,7 @@ class Propagation:
         self.totals = comm.allreduce_sum(crit.sum(axis=0))
         self.limit = (1.0 + tolerance) * self.totals / parts  # [K]
         self.mean = np.where(self.totals > 0, self.totals / parts, 1.0)  # [K] average part
-        width = g.n + len(g.ghosts)
-        idx = np.int32 if max(width, len(g.cols)) < 2**31 else np.int64
-        ones = np.ones(len(g.cols), dtype=np.float32)  # exact: a degree is far below 2**24
-        self.adj = sp.csr_matrix(
-            (ones, g.cols.astype(idx), g.indptr.astype(idx)), shape=(g.n, width)
-        )
+        self.adj = sp.csr_matrix((g.weights, g.cols, g.indptr), shape=(g.n, g.n + len(g.ghosts)))
         self.rng = np.random.default_rng(seed + 7919 * comm.rank)
         self.labels = np.zeros(g.n + len(g.ghosts), dtype=np.int64)
 
@@ -214,9 +209,8 @@ class Propagation:
         every criterion is within the tolerance: :func:`graphrun.partition.balance.rebalance`
         done by every rank on its own vertices, each moving its share of the excess."""
         moved = 0
-        dbar = self.comm.allreduce_sum(np.array([len(self.g.cols)], np.int64))[0] / max(
-            1.0, float(self.totals[0])
-        )
+        weight = self.comm.allreduce_sum(np.array([self.g.weights.sum()], np.float64))[0]
+        dbar = weight / max(1.0, float(self.totals[0]))  # mean (weighted) degree
         for _ in range(max_steps):
             sizes = self.sizes()
             ratio = sizes / self.mean
@@ -279,7 +273,7 @@ def local_init(prop: Propagation, blocks: int, seed: int) -> np.ndarray:
     comm, g, parts = prop.comm, prop.g, prop.parts
     inner = g.cols < g.n
     rows = g.rows()
-    xadj, adjncy = symmetric_csr(rows[inner], g.cols[inner], g.n)
+    xadj, adjncy = symmetric_csr(rows[inner], g.cols[inner].astype(np.int64), g.n)
     nb = max(1, min(blocks, g.n))
     block = metis_assign(xadj, adjncy, nb, seed=seed) if nb > 1 else np.zeros(g.n, np.int64)
     del xadj, adjncy
@@ -289,8 +283,10 @@ def local_init(prop: Propagation, blocks: int, seed: int) -> np.ndarray:
     gb = prop.labels
     a, b = gb[rows], gb[g.cols]
     cross = a != b
-    key, weight = np.unique(a[cross] * offsets[-1] + b[cross], return_counts=True)
-    del a, b, cross
+    key = a[cross] * offsets[-1] + b[cross]
+    key, first = np.unique(key, return_inverse=True)
+    weight = np.bincount(first, weights=g.weights[cross]).astype(np.int64)
+    del a, b, cross, first
     edges = np.stack([key // offsets[-1], key % offsets[-1], weight], axis=1)
     load = np.zeros((nb, prop.crit.shape[1]))
     np.add.at(load, block, prop.crit)
