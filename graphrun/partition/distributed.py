@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import math
 import multiprocessing as mp
 import os
 import resource
@@ -63,7 +64,7 @@ from graphrun.partition.format import (
     finish_output,
     start_output,
 )
-from graphrun.partition.xtrapulp import LPOptions, build_local_graph, propagate
+from graphrun.partition.xtrapulp import INITS, LPOptions, build_local_graph, propagate
 
 PHASES = ("read", "graph", "assign", "relabel", "shuffle", "write")
 METHOD = "xtrapulp"
@@ -79,6 +80,14 @@ class DistOptions:
     tolerance: float = balance.DEFAULT_TOLERANCE
     seed: int = 0
     lp: LPOptions = field(default_factory=LPOptions)
+
+    def check(self) -> None:
+        if not isinstance(self.halo_hops, int) or self.halo_hops < 0:
+            raise ArgumentError(f"halo_hops: expected an integer >= 0, got {self.halo_hops!r}")
+        if not math.isfinite(self.tolerance) or self.tolerance < 0:
+            raise ArgumentError(f"tolerance: expected a finite number >= 0, got {self.tolerance}")
+        if self.lp.init not in INITS:
+            raise ArgumentError(f"init: {self.lp.init!r} is not one of {', '.join(INITS)}")
 
 
 @dataclass
@@ -168,6 +177,7 @@ def partition_rank(
 ) -> RankReport:
     """Run this rank's share of the distributed mode, writing part ``comm.rank`` into
     ``tmp`` (rank 0 also writes ``partition.json``). Collective: every rank calls it."""
+    opts.check()
     report = RankReport(comm.rank)
     phase = _Clock(report, on_phase).start
 
@@ -349,6 +359,7 @@ def run_local(
     """
     if not isinstance(parts, int) or parts < 1:
         raise ArgumentError(f"--parts: must be a positive integer, got {parts!r}")
+    opts.check()
     meta = load_chunked_meta(dataset)  # one clear line before any process starts
     if meta.num_chunks < parts:
         raise ArgumentError(

@@ -89,6 +89,7 @@ def test_cli_heterograph(tmp_path: Path) -> None:
         (["--parts", "2", "--tolerance", "inf"], "--tolerance"),
         (["--parts", "2", "--mode", "distributed"], "a whole dataset, not a chunked one"),
         (["--parts", "2", "--mode", "distributed", "--method", "metis"], "--mode distributed runs"),
+        (["--parts", "2", "--mode", "distributed", "--timeout", "0"], "--timeout: must be"),
         (["--parts", "2", "--mode", "parallel", "--method", "metis"], "--mode parallel uses"),
         (["--parts", "2", "--mode", "parallel", "--threads", "0"], "--threads: must be"),
         (["--parts", "2", "--threads", "2"], "--threads: only kaminpar takes threads"),

@@ -155,3 +155,18 @@ def test_cli_json_reports_every_rank(tmp_path: Path) -> None:
     fewer = run_graphrun("partition", str(tmp_path / "chunks"), str(tmp_path / "o3"),
                          "--parts", "3", "--mode", "distributed")  # fmt: skip
     assert fewer.returncode == 2 and "need at least 3 chunks" in fewer.stderr
+
+
+def test_bad_options_are_refused_before_any_rank_starts(tmp_path: Path) -> None:
+    from graphrun.errors import ArgumentError
+
+    save_chunked(community_graph(50, 200, seed=1), tmp_path / "chunks", 2)
+    for opts, match in (
+        (DistOptions(halo_hops=-1), "halo_hops"),
+        (DistOptions(lp=LPOptions(init="spectral")), "init: 'spectral'"),
+    ):
+        with pytest.raises(ArgumentError, match=match):
+            run_local(tmp_path / "chunks", tmp_path / "parts", 2, opts)
+    with pytest.raises(ArgumentError, match="need at least 3 chunks"):
+        run_local(tmp_path / "chunks", tmp_path / "parts", 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chunks"]
