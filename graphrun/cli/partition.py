@@ -45,7 +45,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "dataset",
         metavar="DATASET",
-        help="dataset directory, or a folder graphrun import understands (npy, CSV, Parquet)",
+        help="dataset directory (chunked for --mode distributed; other modes read chunks "
+        "whole), or a folder graphrun import understands (npy, CSV, Parquet)",
     )
     p.add_argument("out", metavar="OUT", help="partition directory to create (must not exist)")
     p.add_argument("--parts", type=int, required=True, metavar="N", help="number of partitions")
@@ -117,8 +118,13 @@ def resolve_mode(mode: str, method: str | None, threads: int | None) -> tuple[st
 
 
 def _load(path: str) -> Any:
+    from graphrun.graph.chunked import is_chunked_dir, load_chunked_whole
+    from graphrun.graph.imported import Imported
     from graphrun.graph.importers import import_graph
 
+    if is_chunked_dir(path):  # one machine: every chunk read into one graph
+        graph, id_maps = load_chunked_whole(path)
+        return Imported(graph, id_maps)
     return import_graph(path)
 
 
