@@ -86,7 +86,6 @@ class Relabelled:
     new_src: np.ndarray  # of this share's edges
     new_dst: np.ndarray
     new_eids: np.ndarray
-    etypes: np.ndarray
 
 
 def relabel_share(comm: Comm, share: Share, part: np.ndarray, parts: int) -> Relabelled:
@@ -98,8 +97,9 @@ def relabel_share(comm: Comm, share: Share, part: np.ndarray, parts: int) -> Rel
     new_src = comm.fetch(share.node_bounds, src, new_nids)
     new_dst = comm.fetch(share.node_bounds, dst, new_nids)
     owner = owner_of(noffsets, new_dst)
-    etypes = share.edge_types()
-    new_eids, eoffsets, eranges = _number(comm, owner, etypes, len(meta.edge_types), parts)
+    new_eids, eoffsets, eranges = _number(
+        comm, owner, share.edge_types(), len(meta.edge_types), parts
+    )
     book = PartitionBook(
         num_parts=parts,
         node_types=meta.node_types,
@@ -109,7 +109,7 @@ def relabel_share(comm: Comm, share: Share, part: np.ndarray, parts: int) -> Rel
         node_ranges_all=nranges,
         edge_ranges_all=eranges,
     )
-    return Relabelled(book, new_nids, new_src, new_dst, new_eids, etypes)
+    return Relabelled(book, new_nids, new_src, new_dst, new_eids)
 
 
 def measure_share(
@@ -143,7 +143,7 @@ class Received:
 
     orig_nids: np.ndarray  # original id of every owned node, by new id
     orig_eids: np.ndarray  # original id of every owned edge, by new id
-    edges: np.ndarray  # [e, 4] (dst, src, eid, etype) new ids, sorted by (dst, eid)
+    edges: np.ndarray  # [e, 3] (dst, src, eid) new ids, sorted by (dst, eid)
     node_feats: dict[str, dict[str, np.ndarray]]
     edge_feats: dict[str, dict[str, np.ndarray]]
 
@@ -174,15 +174,15 @@ def shuffle_share(comm: Comm, share: Share, rl: Relabelled, part: np.ndarray) ->
         }
     owner = owner_of(book.node_offsets, rl.new_dst)
     orig = np.arange(c, e, dtype=np.int64)
-    edges = comm.exchange_rows(owner, rl.new_dst, rl.new_src, rl.new_eids, rl.etypes, orig)
+    edges = comm.exchange_rows(owner, rl.new_dst, rl.new_src, rl.new_eids, orig)
     del orig
     elo = int(book.edge_offsets[comm.rank])
     orig_eids = np.empty(len(edges), dtype=np.int64)
-    orig_eids[edges[:, 2] - elo] = edges[:, 4]
+    orig_eids[edges[:, 2] - elo] = edges[:, 3]
     # CSC order: by destination, then edge id (one int64 key: both are small here)
     span = int(book.edge_offsets[comm.rank + 1]) - elo + 1
     key = (edges[:, 0] - book.node_offsets[comm.rank]) * span + (edges[:, 2] - elo)
-    edges = edges[np.argsort(key), :4]
+    edges = edges[np.argsort(key), :3]
     del key
     edge_feats: dict[str, dict[str, np.ndarray]] = {}
     eto = meta.edge_type_offsets
@@ -199,7 +199,7 @@ def shuffle_share(comm: Comm, share: Share, rl: Relabelled, part: np.ndarray) ->
 class Structure:
     nodes: np.ndarray
     indptr: np.ndarray
-    edges: np.ndarray  # [e_local, 4] (dst, src, eid, etype) in CSC order
+    edges: np.ndarray  # [e_local, 3] (dst, src, eid) in CSC order
 
 
 def _segments(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -253,7 +253,7 @@ def write_part(
     np.save(d / "indices.npy", np.ascontiguousarray(st.edges[:, 1]))
     np.save(d / "eids.npy", np.ascontiguousarray(st.edges[:, 2]))
     if meta.is_hetero:
-        np.save(d / "etypes.npy", st.edges[:, 3].astype(np.int32))
+        np.save(d / "etypes.npy", book.eid_to_per_type(st.edges[:, 2])[0].astype(np.int32))
     for kind, feats in (("node", got.node_feats), ("edge", got.edge_feats)):
         for key, group in feats.items():
             for name, arr in group.items():
