@@ -406,9 +406,9 @@ def _supervise(procs: list[Any], events: Any) -> list[dict[str, Any]]:
     while len(state.done) < len(procs):
         state.read(events, 0.2)
         failed = any(p.exitcode not in (None, 0) for p in procs)
-        ended = all(p.exitcode is not None for p in procs)
-        if state.errors or failed or ended:
-            state.read(events, 1.0, until_empty=False)  # the first cause may be among them
+        ended = all(p.exitcode is not None for p in procs)  # yet a report is missing
+        if state.errors or failed or (ended and len(state.done) < len(procs)):
+            state.read(events, 1.0, linger=True)  # the first cause may be among them
             if state.errors or failed or len(state.done) < len(procs):
                 raise _failure(procs, state)
     return [state.done[r] for r in range(len(procs))]
@@ -420,15 +420,18 @@ class _Events:
     done: dict[int, dict[str, Any]] = field(default_factory=dict)
     errors: dict[int, tuple[str, str]] = field(default_factory=dict)
 
-    def read(self, events: Any, seconds: float, until_empty: bool = True) -> None:
-        """Take the ranks' messages for up to ``seconds`` (one when ``until_empty``)."""
+    def read(self, events: Any, seconds: float, linger: bool = False) -> None:
+        """Take the ranks' messages: wait up to ``seconds`` for the first, return when the
+        pipe is empty again — or, with ``linger``, keep taking them for all ``seconds``."""
         end = time.monotonic() + seconds
+        got = False
         while True:
             if events.empty():
-                if time.monotonic() >= end:
+                if time.monotonic() >= end or (got and not linger):
                     return
                 time.sleep(0.02)
                 continue
+            got = True
             kind, rank, *rest = events.get()
             if kind == "phase":
                 self.phase[rank] = rest[0]
@@ -436,8 +439,6 @@ class _Events:
                 self.done[rank] = rest[0]
             else:
                 self.errors[rank] = (rest[0], rest[1])
-            if until_empty:
-                return
 
 
 USER_ERRORS: dict[str, type[UserError]] = {
