@@ -115,6 +115,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from graphrun.errors import ArgumentError
     from graphrun.graph.chunked import save_chunked
     from graphrun.graph.format import ensure_free, save_dataset
     from graphrun.graph.generate import academic, community
@@ -134,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
         name=args.name,
     )
     params.validate()
+    if args.chunks is not None and not 1 <= args.chunks <= params.nodes:
+        raise ArgumentError(f"--chunks: must be in [1, --nodes], got {args.chunks}")
     ensure_free(args.out)
     t0 = time.perf_counter()
     if args.kind == "community":

@@ -61,10 +61,13 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from graphrun.errors import ArgumentError
     from graphrun.graph.chunked import save_chunked
     from graphrun.graph.format import ensure_free, save_dataset
     from graphrun.graph.importers import detect_format, import_graph
 
+    if args.chunks is not None and args.chunks < 1:
+        raise ArgumentError(f"--chunks: must be a positive integer, got {args.chunks}")
     ensure_free(args.out)
     t0 = time.perf_counter()
     fmt = args.format or detect_format(args.src)
