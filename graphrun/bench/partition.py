@@ -13,6 +13,13 @@ prints one JSON object per run::
 command is single-threaded, so on a quiet machine the two agree; on a loaded one
 ``cpu_seconds`` is the better guide). ``pymetis_seconds`` times the METIS call only.
 
+``--mode distributed`` first writes the dataset as a chunked one (``--chunks``, default
+the largest ``--parts``), runs ``graphrun partition --mode distributed`` on it (P rank
+processes) and also ``graphrun partition --method metis`` with the same balance flags
+on the whole dataset; the row adds ``peak_rss_mb_per_rank`` (each rank's peak RSS),
+``phases`` (the slowest rank's seconds per phase), ``metis_edge_cut``,
+``metis_seconds`` and ``cut_vs_metis``. ``peak_rss_mb`` is then the largest process.
+
 Without ``--dataset`` it first generates the community graph of ``graphrun generate
 community --nodes N --avg-degree E/N`` (edges stored both ways).
 """
@@ -46,8 +53,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--parts", type=int, nargs="+", default=[2, 4], help="part counts (2 4)")
     p.add_argument("--method", choices=("metis", "random", "kaminpar"))
     p.add_argument(
-        "--mode", choices=("single", "parallel"), default="single", help="as graphrun partition"
+        "--mode",
+        choices=("single", "parallel", "distributed"),
+        default="single",
+        help="as graphrun partition",
     )
+    p.add_argument("--init", choices=("local", "hash", "block"), help="distributed: as partition")
+    p.add_argument("--chunks", type=int, help="distributed: chunks (default: the largest --parts)")
     p.add_argument("--balance-train", action="store_true")
     p.add_argument("--balance-edges", action="store_true")
     p.add_argument("--no-pymetis", action="store_true", help="skip the pymetis baseline")
@@ -135,19 +147,53 @@ def _bench(args: argparse.Namespace, work: Path) -> int:
         save_dataset(community(params), dataset)
     g = load_dataset(dataset)
     extra = ["--mode", args.mode, *(["--method", args.method] if args.method else [])]
-    extra += ["--balance-train"] if args.balance_train else []
-    extra += ["--balance-edges"] if args.balance_edges else []
+    balance = ["--balance-train"] if args.balance_train else []
+    balance += ["--balance-edges"] if args.balance_edges else []
+    extra += balance + (["--init", args.init] if args.init else [])
+    source = dataset
+    if args.mode == "distributed":
+        source = _chunked(dataset, work, args.chunks or max(args.parts))
     for parts in args.parts:
         out = work / f"out-{args.mode}-{args.method}-{parts}-{time.time_ns()}"
         row: dict[str, Any] = {"nodes": g.num_nodes, "edges": g.num_edges}
-        row.update(run_partition_command(dataset, out, parts, extra))
+        row.update(run_partition_command(source, out, parts, extra))
+        _remove(out)
+        if args.mode == "distributed":
+            row.update(_versus_metis(dataset, out, parts, balance, row))
         if not args.no_pymetis:
             row.update(pymetis_baseline(dataset, parts))
             row["cut_vs_pymetis"] = round(row["edge_cut"] / max(row["pymetis_edge_cut"], 1e-12), 4)
         row["load_avg"] = round(os.getloadavg()[0], 2)
         print(json.dumps(row), flush=True)
-        _remove(out)
     return 0
+
+
+def _chunked(dataset: Path, work: Path, chunks: int) -> Path:
+    from graphrun.graph import load_dataset
+    from graphrun.graph.chunked import save_chunked
+
+    path = work / f"chunked-{chunks}"
+    if not path.exists():
+        save_chunked(load_dataset(dataset), path, chunks)
+    return path
+
+
+def _versus_metis(
+    dataset: Path, out: Path, parts: int, balance: list[str], row: dict[str, Any]
+) -> dict[str, Any]:
+    """Per-rank peaks of a distributed row, and the single-machine METIS run to compare."""
+    ranks = row.pop("ranks")
+    metis = run_partition_command(dataset, out, parts, ["--method", "metis", *balance])
+    _remove(out)
+    return {
+        "peak_rss_mb_per_rank": [
+            max(p["peak_rss_mb"] for p in r["phases"].values()) for r in ranks
+        ],
+        "metis_edge_cut": metis["edge_cut"],
+        "metis_seconds": metis["seconds"],
+        "metis_peak_rss_mb": metis["peak_rss_mb"],
+        "cut_vs_metis": round(row["edge_cut"] / max(metis["edge_cut"], 1e-12), 4),
+    }
 
 
 def _remove(path: Path) -> None:

@@ -21,6 +21,10 @@ SRC is detected, or forced with --format:
 Original node ids (any integers or strings) are mapped to dense ids; the mapping
 is stored in OUT/ids/<type>.npy. Every command taking a DATASET also accepts SRC
 directly, but only `graphrun import` keeps the mapping on disk.
+
+--chunks N writes the chunked layout instead (OUT/chunks.json + OUT/chunk-K/, see
+graphrun/graph/chunked.py): `graphrun partition --mode distributed` reads it, each
+rank only its share.
 """
 
 
@@ -47,19 +51,32 @@ def register(subparsers: Any) -> None:
         help="input format (default: detect)",
     )
     p.add_argument("--name", default=None, help="dataset name (default: SRC's name)")
+    p.add_argument(
+        "--chunks",
+        type=int,
+        metavar="N",
+        help="write a chunked dataset of N pieces (for --mode distributed partitioning)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from graphrun.errors import ArgumentError
+    from graphrun.graph.chunked import save_chunked
     from graphrun.graph.format import ensure_free, save_dataset
     from graphrun.graph.importers import detect_format, import_graph
 
+    if args.chunks is not None and args.chunks < 1:
+        raise ArgumentError(f"--chunks: must be a positive integer, got {args.chunks}")
     ensure_free(args.out)
     t0 = time.perf_counter()
     fmt = args.format or detect_format(args.src)
     result = import_graph(args.src, fmt, args.name)
     g = result.graph
-    save_dataset(g, args.out, result.id_maps)
+    if args.chunks is not None:
+        save_chunked(g, args.out, args.chunks, result.id_maps)
+    else:
+        save_dataset(g, args.out, result.id_maps)
     print(
         f"imported {args.src} ({fmt}): {g.num_nodes} nodes, {g.num_edges} edges, "
         f"node types {list(g.node_types)}, {len(g.edge_types)} edge types -> {args.out} "

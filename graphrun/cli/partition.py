@@ -21,7 +21,10 @@ belongs to the partition of its destination node.
 
 --mode single (default) runs the method in one process on one core; --mode parallel
 uses every core of this machine (KaMinPar, --threads to limit). --mode distributed
-(several machines, none holding the whole graph) is not available yet.
+runs N rank processes (torch.distributed, gloo on loopback) that each read only
+their share of a chunked dataset (`graphrun generate|import ... --chunks M`, M >= N)
+and partition it together with XtraPuLP-style label propagation; each rank writes
+its own part (graphrun/partition/distributed.py).
 
 --balance-train / --balance-edges also balance training nodes (train_mask) and owned
 edges: METIS gets combined vertex weights, then a rebalancing pass moves the cheapest
@@ -42,7 +45,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "dataset",
         metavar="DATASET",
-        help="dataset directory, or a folder graphrun import understands (npy, CSV, Parquet)",
+        help="dataset directory (chunked for --mode distributed; other modes read chunks "
+        "whole), or a folder graphrun import understands (npy, CSV, Parquet)",
     )
     p.add_argument("out", metavar="OUT", help="partition directory to create (must not exist)")
     p.add_argument("--parts", type=int, required=True, metavar="N", help="number of partitions")
@@ -74,6 +78,18 @@ def register(subparsers: Any) -> None:
         help="allowed max/mean imbalance above 1 for the balance pass (default 0.05)",
     )
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument(
+        "--init",
+        choices=("local", "hash", "block"),
+        default="local",
+        help="distributed: label propagation's start (default local: METIS per chunk)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="distributed: seconds any rank waits for the others (default 600)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(func=run)
 
@@ -85,10 +101,10 @@ def resolve_mode(mode: str, method: str | None, threads: int | None) -> tuple[st
     if threads is not None and threads < 1:
         raise ArgumentError(f"--threads: must be a positive integer, got {threads}")
     if mode == "distributed":
-        raise ArgumentError(
-            "--mode distributed: not available yet; partition on one machine with "
-            "--mode single or --mode parallel"
-        )
+        if method is not None or threads is not None:
+            flag = "--method" if method is not None else "--threads"
+            raise ArgumentError(f"{flag}: --mode distributed runs xtrapulp on one rank per part")
+        return "xtrapulp", None
     if mode == "parallel":
         if method not in (None, "kaminpar"):
             raise ArgumentError(
@@ -102,8 +118,13 @@ def resolve_mode(mode: str, method: str | None, threads: int | None) -> tuple[st
 
 
 def _load(path: str) -> Any:
+    from graphrun.graph.chunked import is_chunked_dir, load_chunked_whole
+    from graphrun.graph.imported import Imported
     from graphrun.graph.importers import import_graph
 
+    if is_chunked_dir(path):  # one machine: every chunk read into one graph
+        graph, id_maps = load_chunked_whole(path)
+        return Imported(graph, id_maps)
     return import_graph(path)
 
 
@@ -116,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
     if args.parts < 1:
         raise ArgumentError(f"--parts: must be a positive integer, got {args.parts}")
     method, threads = resolve_mode(args.mode, args.method, args.threads)
+    if args.mode == "distributed":
+        return _run_distributed(args)
     imported = _load(args.dataset)
     graph = imported.graph
     result = partition_graph(
@@ -151,4 +174,53 @@ def run(args: argparse.Namespace) -> int:
             f"-> {result.path}"
         )
         print(result.quality.summary())
+    return 0
+
+
+def _run_distributed(args: argparse.Namespace) -> int:
+    from graphrun.errors import ArgumentError
+    from graphrun.partition.distributed import DistOptions, run_local
+    from graphrun.partition.quality import Quality
+    from graphrun.partition.xtrapulp import LPOptions
+
+    if not args.timeout > 0:
+        raise ArgumentError(f"--timeout: must be positive, got {args.timeout}")
+    opts = DistOptions(
+        halo_hops=args.halo,
+        balance_train=args.balance_train,
+        balance_edges=args.balance_edges,
+        tolerance=args.tolerance,
+        seed=args.seed,
+        lp=LPOptions(init=args.init),
+    )
+    res = run_local(args.dataset, args.out, args.parts, opts, timeout=args.timeout)
+    ranks = [{"rank": r.rank, "phases": r.phases, **r.stats} for r in res.ranks]
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "out": str(res.path),
+                    "parts": res.num_parts,
+                    "method": "xtrapulp",
+                    "mode": "distributed",
+                    "init": args.init,
+                    "seconds": round(res.seconds, 3),
+                    **res.quality,
+                    "phases": res.phase_seconds(),
+                    "ranks": ranks,
+                }
+            )
+        )
+        return 0
+    print(
+        f"partitioned {args.dataset} into {res.num_parts} parts with xtrapulp "
+        f"({res.num_parts} ranks, init {args.init}) in {res.seconds:.1f} s -> {res.path}"
+    )
+    print(Quality(**res.quality).summary())
+    for r in res.ranks:
+        cells = ", ".join(
+            f"{name} {v['seconds']:.1f} s / {v['peak_rss_mb']:.0f} MB"
+            for name, v in r.phases.items()
+        )
+        print(f"rank {r.rank}: {cells}")
     return 0

@@ -1,5 +1,8 @@
-"""Partitioning: algorithms (METIS, random), relabelling, the partition book, the
-partition directory format and quality metrics. See ``format.py`` for the layout."""
+"""Partitioning: algorithms (METIS, KaMinPar, random), relabelling, the partition book,
+the partition directory format and quality metrics. See ``format.py`` for the layout.
+
+The distributed mode (``distributed.py``, with ``xtrapulp.py``, ``shuffle.py`` and
+``comm.py``) uses torch.distributed and is imported on its own, not from here."""
 
 from graphrun.partition.book import PartitionBook
 from graphrun.partition.format import (

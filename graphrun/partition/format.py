@@ -13,11 +13,25 @@ A partition directory ``OUT`` holds::
     OUT/part-K/node/<ntype>/<name>.npy   features of the owned nodes of that type:
                                 row i = per-type new id node_ranges[ntype][K] + i
     OUT/part-K/edge/<s:r:d>/<name>.npy   the same for owned edges
-    OUT/mapping/orig_nids.npy   int64 new homogeneous node id -> original id
+    OUT/mapping/orig_nids.npy   int64 new homogeneous node id -> original id (see below
+                                for the sharded layout of the distributed mode)
     OUT/mapping/new_nids.npy    int64 original node id -> new homogeneous id
     OUT/mapping/orig_eids.npy, new_eids.npy   the same for edges
     OUT/mapping/ids/<ntype>.npy  optional: the importer's raw id (int64 or string) of
                                 every node of that type, by original per-type id
+
+The ``distributed`` mode (no machine holds a global array) writes the mapping as
+shards instead, one directory per rank, and says so in ``partition.json``
+(``"mapping": {"layout": "sharded", "node_bounds": [P+1], "edge_bounds": [P+1]}``)::
+
+    OUT/mapping/part-K/orig_nids.npy   original ids of the new ids node_offsets[K] ..
+    OUT/mapping/part-K/orig_eids.npy   the same for edges (edge_offsets)
+    OUT/mapping/part-K/new_nids.npy    new ids of the original ids node_bounds[K] ..
+    OUT/mapping/part-K/new_eids.npy    new ids of the original edges edge_bounds[K] ..
+    OUT/mapping/part-K/ids/<ntype>.npy raw ids of the nodes of that type in node_bounds[K] ..
+
+Concatenated in K order the shards are the four global arrays (and the raw ids);
+:func:`load_id_mapping` does that, so its readers see no difference.
 
 Relabelling: partition ``p`` owns the new node ids ``[node_offsets[p],
 node_offsets[p+1])``; inside, nodes are grouped by type (``node_types`` order) and
@@ -35,7 +49,7 @@ H-1 their in-edges too (structure only; features stay with their owner).
 ``partition.json``::
 
     {"format": "graphrun-partition", "version": 1, "graph_name": ..., "num_parts": P,
-     "method": "metis" | "random" | "kaminpar", "halo_hops": H, "seed": ...,
+     "method": "metis" | "random" | "kaminpar" | "xtrapulp", "halo_hops": H, "seed": ...,
      "balance": {"train": bool, "edges": bool, "tolerance": float},
      "num_nodes": N, "num_edges": E,
      "node_types": [...], "edge_types": [[src, rel, dst], ...],
@@ -57,6 +71,7 @@ corrupt JSON and missing or inconsistent files with a
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from collections.abc import Mapping
@@ -403,22 +418,29 @@ class IdMapping:
 
 
 def load_id_mapping(path: str | Path) -> IdMapping:
+    """The id mappings of a partition directory, global or sharded (read into memory
+    when sharded: the shards are concatenated)."""
     root = Path(path)
     cfg = load_partition_config(root)
-    book = PartitionBook.from_config(cfg, source=str(root / CONFIG_FILE))
+    cfile = root / CONFIG_FILE
+    book = PartitionBook.from_config(cfg, source=str(cfile))
     n, e = book.num_nodes, book.num_edges
     m = root / MAPPING_DIR
     i64 = np.dtype(np.int64)
     raw = cfg.get("id_maps") or {}
     if not isinstance(raw, dict):
-        raise PartitionFormatError(f"{root / CONFIG_FILE}: field 'id_maps' must be an object")
-    raw_ids = {}
+        raise PartitionFormatError(f"{cfile}: field 'id_maps' must be an object")
     for ntype in raw:
         if ntype not in book.node_types:
             raise PartitionFormatError(
-                f"{root / CONFIG_FILE}: field 'id_maps' names unknown node type {ntype!r}"
+                f"{cfile}: field 'id_maps' names unknown node type {ntype!r}"
             )
-        raw_ids[ntype] = _load(m / "ids" / f"{ntype}.npy", None, book.num_nodes_of(ntype))
+    layout = cfg.get("mapping", {"layout": "global"})
+    if not isinstance(layout, dict) or layout.get("layout") not in ("global", "sharded"):
+        raise PartitionFormatError(f"{cfile}: field 'mapping.layout' must be global or sharded")
+    if layout["layout"] == "sharded":
+        return _load_sharded_mapping(root, cfg, book, layout, list(raw))
+    raw_ids = {t: _load(m / "ids" / f"{t}.npy", None, book.num_nodes_of(t)) for t in raw}
     return IdMapping(
         book=book,
         orig_nids=_load(m / "orig_nids.npy", i64, n),
@@ -426,4 +448,50 @@ def load_id_mapping(path: str | Path) -> IdMapping:
         orig_eids=_load(m / "orig_eids.npy", i64, e),
         new_eids=_load(m / "new_eids.npy", i64, e),
         raw_ids=raw_ids,
+    )
+
+
+def _shard_bounds(layout: dict[str, Any], key: str, parts: int, total: int, cfile: Path) -> Any:
+    val = layout.get(key)
+    val = val if isinstance(val, list) and all(isinstance(x, int) for x in val) else []
+    good = len(val) == parts + 1 and val[0] == 0 and val[-1] == total
+    if not good or any(x > y for x, y in itertools.pairwise(val)):
+        raise PartitionFormatError(
+            f"{cfile}: field 'mapping.{key}' must hold {parts + 1} increasing ids from 0 to {total}"
+        )
+    return val
+
+
+def _load_sharded_mapping(
+    root: Path, cfg: dict[str, Any], book: PartitionBook, layout: dict[str, Any], raw: list[str]
+) -> IdMapping:
+    cfile = root / CONFIG_FILE
+    p = book.num_parts
+    nb = _shard_bounds(layout, "node_bounds", p, book.num_nodes, cfile)
+    eb = _shard_bounds(layout, "edge_bounds", p, book.num_edges, cfile)
+    i64 = np.dtype(np.int64)
+    arrays: dict[str, list[np.ndarray]] = {k: [] for k in ("orig_n", "orig_e", "new_n", "new_e")}
+    raw_ids: dict[str, list[np.ndarray]] = {t: [] for t in raw}
+    for k in range(p):
+        d = root / MAPPING_DIR / f"part-{k}"
+        arrays["orig_n"].append(_load(d / "orig_nids.npy", i64, int(np.diff(book.node_offsets)[k])))
+        arrays["orig_e"].append(_load(d / "orig_eids.npy", i64, int(np.diff(book.edge_offsets)[k])))
+        arrays["new_n"].append(_load(d / "new_nids.npy", i64, nb[k + 1] - nb[k]))
+        arrays["new_e"].append(_load(d / "new_eids.npy", i64, eb[k + 1] - eb[k]))
+        for t in raw:
+            raw_ids[t].append(_load(d / "ids" / f"{t}.npy"))
+    ids = {t: np.concatenate(v) for t, v in raw_ids.items()}
+    for t, v in ids.items():
+        if v.shape != (book.num_nodes_of(t),):
+            raise PartitionFormatError(
+                f"{root / MAPPING_DIR}/part-*/ids/{t}.npy: {v.shape[0]} ids in all, "
+                f"expected {book.num_nodes_of(t)}"
+            )
+    return IdMapping(
+        book=book,
+        orig_nids=np.concatenate(arrays["orig_n"]),
+        new_nids=np.concatenate(arrays["new_n"]),
+        orig_eids=np.concatenate(arrays["orig_e"]),
+        new_eids=np.concatenate(arrays["new_e"]),
+        raw_ids=ids,
     )

@@ -20,3 +20,17 @@ def test_bench_partition_prints_json(capsys: pytest.CaptureFixture[str]) -> None
             assert key in r
         assert 0 < r["edge_cut"] < 1 and r["peak_rss_mb"] > 0 and r["pymetis_seconds"] >= 0
         assert r["edge_cut"] <= 1.25 * r["pymetis_edge_cut"]
+
+
+@pytest.mark.integration
+def test_bench_partition_distributed_reports_every_rank(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["bench", "partition", "--nodes", "2000", "--edges", "20000", "--parts", "2"]
+    assert main([*argv, "--mode", "distributed", "--no-pymetis"]) == 0
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert row["method"] == "xtrapulp" and row["parts"] == 2
+    assert len(row["peak_rss_mb_per_rank"]) == 2 and min(row["peak_rss_mb_per_rank"]) > 0
+    assert set(row["phases"]) == {"read", "graph", "assign", "relabel", "shuffle", "write"}
+    assert 0 < row["metis_edge_cut"] < 1
+    assert row["cut_vs_metis"] == pytest.approx(row["edge_cut"] / row["metis_edge_cut"], 1e-3)

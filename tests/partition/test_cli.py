@@ -87,7 +87,9 @@ def test_cli_heterograph(tmp_path: Path) -> None:
         (["--parts", "2", "--tolerance", "-1"], "--tolerance"),
         (["--parts", "2", "--tolerance", "nan"], "--tolerance"),
         (["--parts", "2", "--tolerance", "inf"], "--tolerance"),
-        (["--parts", "2", "--mode", "distributed"], "--mode distributed: not available yet"),
+        (["--parts", "2", "--mode", "distributed"], "a whole dataset, not a chunked one"),
+        (["--parts", "2", "--mode", "distributed", "--method", "metis"], "--mode distributed runs"),
+        (["--parts", "2", "--mode", "distributed", "--timeout", "0"], "--timeout: must be"),
         (["--parts", "2", "--mode", "parallel", "--method", "metis"], "--mode parallel uses"),
         (["--parts", "2", "--mode", "parallel", "--threads", "0"], "--threads: must be"),
         (["--parts", "2", "--threads", "2"], "--threads: only kaminpar takes threads"),
@@ -262,3 +264,15 @@ def test_raw_ids_of_an_imported_csv_survive(tmp_path: Path) -> None:
     assert seen == set(rows)
     new = mp.new_of_orig("_N", np.arange(12))
     assert (mp.orig_of_new(new)[1] == np.arange(12)).all()
+
+
+def test_single_mode_reads_a_chunked_dataset_whole(tmp_path: Path) -> None:
+    from graphrun.graph.chunked import save_chunked
+    from graphrun.partition import load_id_mapping
+
+    g = hetero_graph()
+    save_chunked(g, tmp_path / "c", 3, {"paper": np.arange(50, dtype=np.int64) + 100})
+    assert main(["partition", str(tmp_path / "c"), str(tmp_path / "o"), "--parts", "2"]) == 0
+    mp = load_id_mapping(tmp_path / "o")
+    assert mp.orig_nids.shape == (g.num_nodes,)
+    assert np.array_equal(mp.raw_ids["paper"], np.arange(50) + 100)

@@ -1,0 +1,452 @@
+"""The chunked dataset format (version 1): a dataset cut into N pieces.
+
+The ``distributed`` partition mode runs one process per machine, and no machine may
+read the whole graph. A chunked dataset lets rank ``r`` read only its chunks::
+
+    CHUNKED/
+      chunks.json                   metadata, see below
+      chunk-K/chunk.json            {"format": "graphrun-chunk", "version": 1,
+                                     "dataset_id": ..., "chunk": K, "num_chunks": N,
+                                     "nodes": [a, b], "edges": [c, d]}
+      chunk-K/src.npy  dst.npy      int64 [d-c]: endpoints (global node ids) of the
+                                    edges c .. d-1 (edges grouped by type, as in a dataset)
+      chunk-K/node/<ntype>/<name>.npy   rows of the nodes of that type among the global
+                                    ids a .. b-1, in id order
+      chunk-K/edge/<s:r:d>/<name>.npy   rows of the edges of that type among c .. d-1
+      chunk-K/ids/<ntype>.npy       optional: the importer's raw id of those nodes
+
+``chunks.json`` holds every field of a dataset's ``graph.json`` (see
+:mod:`graphrun.graph.format`) with ``"format": "graphrun-chunked-dataset"``, plus
+``"num_chunks": N``, ``"node_bounds"`` and ``"edge_bounds"`` (N+1 ints each: chunk K
+holds the nodes ``node_bounds[K] ..`` and the edges ``edge_bounds[K] ..``; both split
+evenly) and ``"dataset_id"`` (random, written into every ``chunk.json`` so chunks of
+two datasets are never mixed). Node and edge chunks are cut independently: the edges
+of chunk K need not touch the nodes of chunk K.
+
+Readers check one chunk at a time (:func:`read_chunks`): its ``chunk.json`` must agree
+with ``chunks.json`` (id, index, ranges), arrays must have the dtype, width and row
+count the metadata says, endpoints must be in range and of their edge type's node
+types. Every problem is one :class:`~graphrun.errors.DatasetError` naming the chunk
+file and the field. The directory is written to a temporary sibling and renamed
+when complete, like a dataset.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphrun.errors import DatasetError
+from graphrun.graph.format import (
+    _check_id_map,
+    _field,
+    _schema,
+    atomic_dir,
+    check_header,
+    commit_dir,
+    feature_schema,
+    load_npy,
+    read_json,
+    write_failed,
+)
+from graphrun.graph.graph import CanonicalEtype, Graph, _check_rows, etype_key, parse_etype_key
+
+FORMAT = "graphrun-chunked-dataset"
+CHUNK_FORMAT = "graphrun-chunk"
+VERSION = 1
+META_FILE = "chunks.json"
+CHUNK_META = "chunk.json"
+
+
+def even_bounds(total: int, pieces: int) -> np.ndarray:
+    """``pieces + 1`` boundaries splitting ``0 .. total`` evenly (int64)."""
+    return (np.arange(pieces + 1, dtype=np.int64) * total) // pieces
+
+
+def chunk_dir(k: int) -> str:
+    return f"chunk-{k}"
+
+
+# ---- writer ------------------------------------------------------------------------------
+
+
+def save_chunked(
+    graph: Graph,
+    path: str | Path,
+    num_chunks: int,
+    id_maps: Mapping[str, np.ndarray] | None = None,
+) -> Path:
+    """Write ``graph`` as a chunked dataset of ``num_chunks`` pieces (atomically)."""
+    final = Path(path)
+    if not isinstance(num_chunks, int) or not 1 <= num_chunks <= max(graph.num_nodes, 1):
+        raise DatasetError(
+            f"--chunks: expected an integer in [1, {graph.num_nodes}] (the node count), "
+            f"got {num_chunks!r}"
+        )
+    id_maps = dict(id_maps or {})
+    for ntype, ids in id_maps.items():
+        _check_id_map(graph, ntype, ids)
+    nb = even_bounds(graph.num_nodes, num_chunks)
+    eb = even_bounds(graph.num_edges, num_chunks)
+    dataset_id = secrets.token_hex(8)
+    tmp = atomic_dir(final)
+    try:
+        for k in range(num_chunks):
+            _write_chunk(tmp / chunk_dir(k), graph, id_maps, k, num_chunks, nb, eb, dataset_id)
+        meta = {
+            "format": FORMAT,
+            "version": VERSION,
+            "name": graph.name,
+            "num_nodes": int(graph.num_nodes),
+            "num_edges": int(graph.num_edges),
+            "node_types": [{"name": t, "count": graph.num_nodes_of(t)} for t in graph.node_types],
+            "edge_types": [
+                {"src": e[0], "rel": e[1], "dst": e[2], "count": graph.num_edges_of(e)}
+                for e in graph.edge_types
+            ],
+            "node_features": feature_schema(graph.ndata),
+            "edge_features": feature_schema(graph.edata),
+            "id_maps": {t: {"dtype": str(ids.dtype)} for t, ids in id_maps.items()},
+            "num_chunks": num_chunks,
+            "node_bounds": nb.tolist(),
+            "edge_bounds": eb.tolist(),
+            "dataset_id": dataset_id,
+        }
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        commit_dir(tmp, final)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise write_failed(final, exc) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def _type_slice(offsets: np.ndarray, t: int, a: int, b: int) -> tuple[int, int]:
+    """The global ids of type ``t`` inside ``[a, b)`` as per-type ids ``[lo, hi)``."""
+    lo, hi = max(a, int(offsets[t])), min(b, int(offsets[t + 1]))
+    return lo - int(offsets[t]), max(lo, hi) - int(offsets[t])
+
+
+def _write_chunk(
+    d: Path,
+    graph: Graph,
+    id_maps: Mapping[str, np.ndarray],
+    k: int,
+    num_chunks: int,
+    nb: np.ndarray,
+    eb: np.ndarray,
+    dataset_id: str,
+) -> None:
+    d.mkdir()
+    a, b, c, e = int(nb[k]), int(nb[k + 1]), int(eb[k]), int(eb[k + 1])
+    np.save(d / "src.npy", np.ascontiguousarray(graph.src[c:e]))
+    np.save(d / "dst.npy", np.ascontiguousarray(graph.dst[c:e]))
+    nto, eto = graph.node_type_offsets, graph.edge_type_offsets
+    assert nto is not None and eto is not None
+    for t, ntype in enumerate(graph.node_types):
+        lo, hi = _type_slice(nto, t, a, b)
+        for name, arr in graph.ndata.get(ntype, {}).items():
+            (d / "node" / ntype).mkdir(parents=True, exist_ok=True)
+            np.save(d / "node" / ntype / f"{name}.npy", np.ascontiguousarray(arr[lo:hi]))
+        if ntype in id_maps:
+            (d / "ids").mkdir(exist_ok=True)
+            ids = np.ascontiguousarray(id_maps[ntype][lo:hi])
+            np.save(d / "ids" / f"{ntype}.npy", ids, allow_pickle=False)
+    for r, et in enumerate(graph.edge_types):
+        lo, hi = _type_slice(eto, r, c, e)
+        for name, arr in graph.edata.get(etype_key(et), {}).items():
+            (d / "edge" / etype_key(et)).mkdir(parents=True, exist_ok=True)
+            np.save(d / "edge" / etype_key(et) / f"{name}.npy", np.ascontiguousarray(arr[lo:hi]))
+    meta = {
+        "format": CHUNK_FORMAT,
+        "version": VERSION,
+        "dataset_id": dataset_id,
+        "chunk": k,
+        "num_chunks": num_chunks,
+        "nodes": [a, b],
+        "edges": [c, e],
+    }
+    (d / CHUNK_META).write_text(json.dumps(meta) + "\n")
+
+
+# ---- readers -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class ChunkedMeta:
+    """``chunks.json`` of a chunked dataset, checked."""
+
+    path: Path
+    name: str
+    num_nodes: int
+    num_edges: int
+    node_types: tuple[str, ...]
+    edge_types: tuple[CanonicalEtype, ...]
+    node_type_offsets: np.ndarray
+    edge_type_offsets: np.ndarray
+    node_features: dict[str, dict[str, Any]]
+    edge_features: dict[str, dict[str, Any]]
+    id_maps: dict[str, dict[str, Any]]
+    num_chunks: int
+    node_bounds: np.ndarray
+    edge_bounds: np.ndarray
+    dataset_id: str
+
+    @property
+    def is_hetero(self) -> bool:
+        return len(self.node_types) > 1 or len(self.edge_types) > 1
+
+
+def is_chunked_dir(path: str | Path) -> bool:
+    return (Path(path) / META_FILE).is_file()
+
+
+def _bounds(meta: dict[str, Any], key: str, n: int, total: int, mfile: Path) -> np.ndarray:
+    val = _field(meta, key, list, mfile)
+    try:
+        arr = np.asarray(val, dtype=np.int64)
+    except (TypeError, ValueError):
+        raise DatasetError(f"{mfile}: field {key!r} must be a list of integers") from None
+    if arr.shape != (n + 1,) or arr[0] != 0 or arr[-1] != total or (np.diff(arr) < 0).any():
+        raise DatasetError(
+            f"{mfile}: field {key!r} must hold {n + 1} non-decreasing integers from 0 to {total}"
+        )
+    return arr
+
+
+def load_chunked_meta(path: str | Path) -> ChunkedMeta:
+    """Read and check ``chunks.json`` (no chunk is opened)."""
+    root = Path(path)
+    if not root.is_dir():
+        raise DatasetError(f"{root}: no such chunked dataset directory")
+    mfile = root / META_FILE
+    if not mfile.is_file() and (root / "graph.json").is_file():
+        raise DatasetError(
+            f"{root}: a whole dataset, not a chunked one (write one with "
+            "`graphrun generate ... --chunks N` or `graphrun import ... --chunks N`)"
+        )
+    meta = read_json(mfile, "chunked dataset metadata")
+    check_header(meta, mfile, FORMAT, VERSION, DatasetError)
+    num_nodes = _field(meta, "num_nodes", int, mfile)
+    num_edges = _field(meta, "num_edges", int, mfile)
+    num_chunks = _field(meta, "num_chunks", int, mfile)
+    if num_chunks < 1:
+        raise DatasetError(f"{mfile}: field 'num_chunks' must be at least 1")
+    try:
+        ntypes = _field(meta, "node_types", list, mfile)
+        etypes = _field(meta, "edge_types", list, mfile)
+        node_types = tuple(str(t["name"]) for t in ntypes)
+        ncounts = [int(t["count"]) for t in ntypes]
+        edge_types = tuple((str(e["src"]), str(e["rel"]), str(e["dst"])) for e in etypes)
+        ecounts = [int(e["count"]) for e in etypes]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DatasetError(f"{mfile}: malformed 'node_types'/'edge_types' ({exc})") from None
+    if sum(ncounts) != num_nodes or sum(ecounts) != num_edges:
+        raise DatasetError(f"{mfile}: the type counts do not add up to num_nodes/num_edges")
+    for et in edge_types:
+        for t in (et[0], et[2]):
+            if t not in node_types:
+                raise DatasetError(f"{mfile}: edge type {etype_key(et)} names unknown {t!r}")
+    edge_features = _schema(meta, "edge_features", mfile)
+    for key in edge_features:
+        if parse_etype_key(key) not in edge_types:
+            raise DatasetError(f"{mfile}: field 'edge_features' names unknown edge type {key!r}")
+    node_features = _schema(meta, "node_features", mfile)
+    for key in node_features:
+        if key not in node_types:
+            raise DatasetError(f"{mfile}: field 'node_features' names unknown node type {key!r}")
+    id_maps = meta.get("id_maps") or {}
+    if not isinstance(id_maps, dict) or not set(id_maps) <= set(node_types):
+        raise DatasetError(f"{mfile}: field 'id_maps' must map node types to objects")
+    return ChunkedMeta(
+        path=root,
+        name=str(meta.get("name", root.name)),
+        num_nodes=num_nodes,
+        num_edges=num_edges,
+        node_types=node_types,
+        edge_types=edge_types,
+        node_type_offsets=np.concatenate([[0], np.cumsum(ncounts)]).astype(np.int64),
+        edge_type_offsets=np.concatenate([[0], np.cumsum(ecounts)]).astype(np.int64),
+        node_features=node_features,
+        edge_features=edge_features,
+        id_maps=id_maps,
+        num_chunks=num_chunks,
+        node_bounds=_bounds(meta, "node_bounds", num_chunks, num_nodes, mfile),
+        edge_bounds=_bounds(meta, "edge_bounds", num_chunks, num_edges, mfile),
+        dataset_id=str(_field(meta, "dataset_id", str, mfile)),
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class Chunk:
+    """Consecutive chunks read together: global nodes ``nodes[0] .. nodes[1]-1`` with
+    their features (``ndata[ntype][name]``: the rows of that type in the range), and the
+    edges ``edges[0] .. edges[1]-1`` (``src``/``dst`` global ids, ``edata`` likewise)."""
+
+    nodes: tuple[int, int]
+    edges: tuple[int, int]
+    src: np.ndarray
+    dst: np.ndarray
+    ndata: dict[str, dict[str, np.ndarray]]
+    edata: dict[str, dict[str, np.ndarray]]
+    ids: dict[str, np.ndarray]
+
+
+def _check_chunk_meta(meta: ChunkedMeta, k: int, d: Path) -> None:
+    cfile = d / CHUNK_META
+    cm = read_json(cfile, f"chunk {k} of {meta.path}")
+    check_header(cm, cfile, CHUNK_FORMAT, VERSION, DatasetError)
+    want = {
+        "dataset_id": meta.dataset_id,
+        "chunk": k,
+        "num_chunks": meta.num_chunks,
+        "nodes": [int(meta.node_bounds[k]), int(meta.node_bounds[k + 1])],
+        "edges": [int(meta.edge_bounds[k]), int(meta.edge_bounds[k + 1])],
+    }
+    for key, val in want.items():
+        if cm.get(key) != val:
+            raise DatasetError(
+                f"{cfile}: field {key!r} is {cm.get(key)!r}, but {meta.path / META_FILE} "
+                f"says {val!r} (chunks of different datasets or versions mixed?)"
+            )
+
+
+def _load_rows(f: Path, spec: dict[str, Any], rows: int, mfile: Path, mmap: bool) -> np.ndarray:
+    arr = load_npy(f, mmap)
+    try:
+        dtype, shape = np.dtype(spec["dtype"]), tuple(spec["shape"])
+    except (KeyError, TypeError) as exc:
+        raise DatasetError(f"{mfile}: malformed feature entry for {f.name} ({exc})") from None
+    if arr.dtype != dtype or arr.shape != (rows, *shape[1:]):
+        raise DatasetError(
+            f"{f}: dtype {arr.dtype} shape {arr.shape}, expected {dtype} {(rows, *shape[1:])} "
+            f"(from {mfile})"
+        )
+    try:
+        _check_rows(str(f), arr, rows)
+    except DatasetError as exc:
+        raise DatasetError(str(exc)) from None
+    return arr
+
+
+def _read_one(meta: ChunkedMeta, k: int, mmap: bool) -> Chunk:
+    d = meta.path / chunk_dir(k)
+    if not d.is_dir():
+        raise DatasetError(f"{d}: missing (chunk {k} of {meta.num_chunks})")
+    _check_chunk_meta(meta, k, d)
+    mfile = meta.path / META_FILE
+    a, b = int(meta.node_bounds[k]), int(meta.node_bounds[k + 1])
+    c, e = int(meta.edge_bounds[k]), int(meta.edge_bounds[k + 1])
+    ends = {}
+    for end in ("src", "dst"):
+        arr = load_npy(d / f"{end}.npy", mmap)
+        if arr.dtype != np.int64 or arr.shape != (e - c,):
+            raise DatasetError(
+                f"{d / (end + '.npy')}: dtype {arr.dtype} shape {arr.shape}, "
+                f"expected int64 ({e - c},)"
+            )
+        ends[end] = arr
+    _check_endpoints(meta, d, c, ends["src"], ends["dst"])
+    ndata: dict[str, dict[str, np.ndarray]] = {}
+    ids: dict[str, np.ndarray] = {}
+    for t, ntype in enumerate(meta.node_types):
+        lo, hi = _type_slice(meta.node_type_offsets, t, a, b)
+        feats = meta.node_features.get(ntype, {})
+        ndata[ntype] = {
+            n: _load_rows(d / "node" / ntype / f"{n}.npy", s, hi - lo, mfile, mmap)
+            for n, s in feats.items()
+        }
+        if ntype in meta.id_maps:
+            arr = load_npy(d / "ids" / f"{ntype}.npy", mmap)
+            if arr.shape != (hi - lo,):
+                raise DatasetError(f"{d / 'ids' / ntype}.npy: expected {hi - lo} ids")
+            ids[ntype] = arr
+    edata: dict[str, dict[str, np.ndarray]] = {}
+    for r, et in enumerate(meta.edge_types):
+        key = etype_key(et)
+        lo, hi = _type_slice(meta.edge_type_offsets, r, c, e)
+        feats = meta.edge_features.get(key, {})
+        edata[key] = {
+            n: _load_rows(d / "edge" / key / f"{n}.npy", s, hi - lo, mfile, mmap)
+            for n, s in feats.items()
+        }
+    return Chunk((a, b), (c, e), ends["src"], ends["dst"], ndata, edata, ids)
+
+
+def _check_endpoints(meta: ChunkedMeta, d: Path, c: int, src: np.ndarray, dst: np.ndarray) -> None:
+    """Every endpoint in range and of its edge type's source / destination node type."""
+    eto, nto = meta.edge_type_offsets, meta.node_type_offsets
+    for r, et in enumerate(meta.edge_types):
+        lo, hi = _type_slice(eto, r, c, c + len(src))
+        lo, hi = lo + int(eto[r]) - c, hi + int(eto[r]) - c  # positions in the chunk
+        for end, arr, t in (("src", src, et[0]), ("dst", dst, et[2])):
+            ti = meta.node_types.index(t)
+            seg = arr[lo:hi]
+            bad = (seg < nto[ti]) | (seg >= nto[ti + 1])
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise DatasetError(
+                    f"{d / (end + '.npy')}: row {lo + i} = {int(seg[i])} is not a {t!r} node "
+                    f"(edge type {etype_key(et)} needs ids in [{nto[ti]}, {nto[ti + 1]}))"
+                )
+
+
+def read_chunks(meta: ChunkedMeta, chunks: Sequence[int], mmap: bool = True) -> Chunk:
+    """Read consecutive chunks (e.g. a rank's share) as one :class:`Chunk`, each checked."""
+    ks = list(chunks)
+    if not ks or ks != list(range(ks[0], ks[0] + len(ks))) or ks[-1] >= meta.num_chunks:
+        raise DatasetError(f"{meta.path}: chunks {ks} are not consecutive chunks of this dataset")
+    parts = [_read_one(meta, k, mmap) for k in ks]
+    if len(parts) == 1:
+        return parts[0]
+
+    def cat(arrs: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(arrs) if arrs else np.zeros(0, np.int64)
+
+    def merge(key: str, kind: str) -> dict[str, dict[str, np.ndarray]]:
+        groups: list[dict[str, dict[str, np.ndarray]]] = [getattr(p, kind) for p in parts]
+        return {t: {n: cat([g[t][n] for g in groups]) for n in groups[0][t]} for t in groups[0]}
+
+    return Chunk(
+        nodes=(parts[0].nodes[0], parts[-1].nodes[1]),
+        edges=(parts[0].edges[0], parts[-1].edges[1]),
+        src=cat([p.src for p in parts]),
+        dst=cat([p.dst for p in parts]),
+        ndata=merge("n", "ndata"),
+        edata=merge("e", "edata"),
+        ids={t: cat([p.ids[t] for p in parts]) for t in parts[0].ids},
+    )
+
+
+def rank_chunks(num_chunks: int, rank: int, world: int) -> range:
+    """The consecutive chunks rank ``rank`` of ``world`` reads (every chunk exactly once)."""
+    b = even_bounds(num_chunks, world)
+    return range(int(b[rank]), int(b[rank + 1]))
+
+
+def load_chunked_whole(path: str | Path) -> tuple[Graph, dict[str, np.ndarray]]:
+    """Every chunk read into one :class:`Graph` (and the raw id maps): for one machine."""
+    meta = load_chunked_meta(path)
+    whole = read_chunks(meta, range(meta.num_chunks), mmap=False)
+    graph = Graph(
+        num_nodes=meta.num_nodes,
+        src=whole.src,
+        dst=whole.dst,
+        node_types=meta.node_types,
+        edge_types=meta.edge_types,
+        node_type_offsets=meta.node_type_offsets,
+        edge_type_offsets=meta.edge_type_offsets,
+        ndata={t: f for t, f in whole.ndata.items() if f},
+        edata={k: f for k, f in whole.edata.items() if f},
+        name=meta.name,
+    )
+    return graph, whole.ids

@@ -1,0 +1,147 @@
+"""Collectives of one rank, over an initialised ``torch.distributed`` process group (gloo).
+
+The distributed partitioner moves numpy arrays only; :class:`Comm` turns them into
+torch CPU tensors without copying where it can and uses the process group's own
+collectives (``all_to_all_single``, ``all_reduce``, ``all_gather``, ``broadcast``). No
+pickle: arrays travel as raw bytes, and every rank knows the dtype and the trailing
+shape of what it receives. Every call waits at most the process group's timeout; a
+peer that died surfaces as a :class:`PeerLost` naming this rank and the collective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from graphrun.errors import GraphrunError
+
+
+class PeerLost(GraphrunError):
+    """A collective failed: a peer rank died, or did not answer within the timeout."""
+
+
+def _tensor(arr: np.ndarray) -> torch.Tensor:
+    """The bytes of ``arr`` as a uint8 tensor (a copy only if ``arr`` is read-only)."""
+    flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    if not flat.flags.writeable:
+        flat = flat.copy()
+    return torch.from_numpy(flat)
+
+
+def owner_of(bounds: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The rank owning each global id, for block boundaries ``bounds`` (world+1)."""
+    return np.searchsorted(bounds, ids, side="right").astype(np.int64) - 1
+
+
+def by_rank(dest: np.ndarray, world: int, *cols: np.ndarray) -> list[np.ndarray]:
+    """Rows (the stacked ``cols``) grouped by destination rank, for :meth:`Comm.exchange`."""
+    order = np.argsort(dest, kind="stable")
+    rows = np.stack([c[order] for c in cols], axis=1) if cols else np.zeros((len(dest), 0))
+    cuts = np.searchsorted(dest[order], np.arange(world + 1))
+    return [np.ascontiguousarray(rows[cuts[q] : cuts[q + 1]]) for q in range(world)]
+
+
+class Comm:
+    """This rank's view of the job: ``rank``, ``world`` and array collectives."""
+
+    def __init__(self, group: Any = None) -> None:
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world = dist.get_world_size(group)
+
+    def _run(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, group=self.group, **kwargs)
+        except (RuntimeError, dist.DistBackendError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise PeerLost(f"rank {self.rank}: {what} failed ({first})") from None
+
+    def exchange(self, sends: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Send ``sends[q]`` to rank ``q``; returns what every rank ``q`` sent here.
+
+        Every array of every rank has the same dtype and the same trailing shape.
+        """
+        if len(sends) != self.world:
+            raise ValueError(f"exchange: {len(sends)} arrays for {self.world} ranks")
+        dtype, trail = sends[0].dtype, sends[0].shape[1:]
+        row_bytes = int(np.prod(trail, dtype=np.int64)) * dtype.itemsize
+        payload = torch.cat([_tensor(a) for a in sends]) if self.world > 1 else _tensor(sends[0])
+        raw, in_bytes = self._all_to_all(payload, [a.nbytes for a in sends])
+        out, start = [], 0
+        for n in in_bytes:
+            rows = n // row_bytes if row_bytes else 0
+            out.append(raw[start : start + n].view(dtype).reshape(rows, *trail))
+            start += n
+        return out
+
+    def exchange_rows(self, dest: np.ndarray, *cols: np.ndarray) -> np.ndarray:
+        """Row ``i`` (entry ``i`` of every column, one dtype) to rank ``dest[i]``; returns
+        every row sent here as one ``[m, len(cols)]`` array, in rank order and stable
+        inside a rank. One copy of the data each way (the rows sorted by destination,
+        the received buffer): the exchange of the big arrays."""
+        order = np.argsort(dest, kind="stable")
+        rows = np.empty((len(dest), len(cols)), dtype=cols[0].dtype)
+        for j, col in enumerate(cols):
+            np.take(col, order, out=rows[:, j])
+        del order
+        counts = np.bincount(dest, minlength=self.world) * rows.itemsize * len(cols)
+        raw, _ = self._all_to_all(torch.from_numpy(rows.reshape(-1).view(np.uint8)), counts)
+        return raw.view(rows.dtype).reshape(-1, len(cols))
+
+    def _all_to_all(self, payload: torch.Tensor, out_bytes: Any) -> tuple[np.ndarray, list[int]]:
+        """``payload`` holds ``out_bytes[q]`` bytes for every rank ``q``, in rank order;
+        returns the bytes received (in rank order) and how many came from each rank."""
+        sizes = torch.tensor([int(n) for n in out_bytes], dtype=torch.int64)
+        in_bytes = torch.empty(self.world, dtype=torch.int64)
+        self._run("exchange (sizes)", dist.all_to_all_single, in_bytes, sizes)
+        received = torch.empty(int(in_bytes.sum()), dtype=torch.uint8)
+        self._run(
+            "exchange",
+            dist.all_to_all_single,
+            received,
+            payload,
+            output_split_sizes=in_bytes.tolist(),
+            input_split_sizes=sizes.tolist(),
+        )
+        return received.numpy(), in_bytes.tolist()
+
+    def allreduce_sum(self, arr: np.ndarray) -> np.ndarray:
+        """Element-wise sum over ranks (int64 or float64)."""
+        t = torch.from_numpy(np.array(arr, copy=True))
+        self._run("all_reduce", dist.all_reduce, t)
+        return t.numpy()
+
+    def allgather(self, arr: np.ndarray) -> np.ndarray:
+        """``[world, *arr.shape]``: every rank's ``arr`` (same shape and dtype on all)."""
+        t = torch.from_numpy(np.array(arr, copy=True))
+        out = [torch.empty_like(t) for _ in range(self.world)]
+        self._run("all_gather", dist.all_gather, out, t)
+        return torch.stack(out).numpy()
+
+    def broadcast(self, arr: np.ndarray, root: int = 0) -> np.ndarray:
+        """``root``'s 1-d ``arr`` on every rank (the others pass any array of that dtype)."""
+        n = self.allgather(np.array([len(arr)], dtype=np.int64))[root, 0]
+        mine = np.array(arr, copy=True) if self.rank == root else np.empty(n, arr.dtype)
+        t = torch.from_numpy(mine)
+        self._run("broadcast", dist.broadcast, t, src=root)
+        return t.numpy()
+
+    def barrier(self) -> None:
+        # a barrier through a collective that honours the timeout on gloo
+        self.allreduce_sum(np.zeros(1, dtype=np.int64))
+
+    def fetch(self, bounds: np.ndarray, ids: np.ndarray, table: np.ndarray) -> np.ndarray:
+        """``table`` values of global ``ids``, each answered by its owner (``bounds``:
+        rank ``q`` owns ``bounds[q] .. bounds[q+1]-1`` and holds them as ``table``)."""
+        dest = owner_of(bounds, ids)
+        order = np.argsort(dest, kind="stable")
+        asks = self.exchange(by_rank(dest, self.world, ids))
+        lo = int(bounds[self.rank])
+        answers = self.exchange([table[a[:, 0] - lo] for a in asks])
+        out = np.empty((len(ids), *table.shape[1:]), dtype=table.dtype)
+        out[order] = np.concatenate(answers)
+        return out

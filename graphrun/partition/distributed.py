@@ -1,0 +1,466 @@
+"""The ``distributed`` partition mode: P ranks, each reading only its chunks.
+
+:func:`partition_rank` is what one rank runs once ``torch.distributed`` is
+initialised (any launcher: the local one below, or one process per machine). Rank
+``r`` of ``P`` reads the chunks :func:`~graphrun.graph.chunked.rank_chunks` gives it
+(its *share*: a contiguous block of original node ids and one of edges), then:
+
+==========  ===============================================================
+phase       what happens (module)
+==========  ===============================================================
+read        its chunks, checked (:mod:`graphrun.graph.chunked`)
+graph       edges to the owners of both ends; ghosts; in-degrees (:mod:`.xtrapulp`)
+assign      balanced label propagation after XtraPuLP (:mod:`.xtrapulp`)
+relabel     new ids, the partition book, quality (:mod:`.shuffle`)
+shuffle     nodes, edges and feature rows to their part's rank (:mod:`.shuffle`)
+write       ``part-r/`` and ``mapping/part-r/``; rank 0 also ``partition.json``
+==========  ===============================================================
+
+Part ``r`` is written by rank ``r`` (so ``P`` ranks make ``P`` parts). Every rank
+writes into the same temporary directory (``tmp``), which the launcher renames to
+the output when every rank has finished. Each phase reports its seconds and the
+rank's peak RSS so far.
+
+:func:`run_local` is the launcher for one machine: P spawned processes, gloo on
+loopback, every collective bounded by ``timeout``. A rank that fails or dies ends
+the run with one line naming it (and its phase); the temporary directory is removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import math
+import multiprocessing as mp
+import os
+import resource
+import signal
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphrun.errors import (
+    ArgumentError,
+    DatasetError,
+    GraphrunError,
+    PartitionFormatError,
+    UserError,
+)
+from graphrun.graph.chunked import load_chunked_meta, rank_chunks, read_chunks
+from graphrun.partition import balance, shuffle
+from graphrun.partition.comm import Comm, PeerLost, by_rank
+from graphrun.partition.format import (
+    CONFIG_FILE,
+    FORMAT,
+    VERSION,
+    abandon_output,
+    finish_output,
+    start_output,
+)
+from graphrun.partition.xtrapulp import INITS, LPOptions, build_local_graph, propagate
+
+PHASES = ("read", "graph", "assign", "relabel", "shuffle", "write")
+METHOD = "xtrapulp"
+
+
+@dataclass(frozen=True)
+class DistOptions:
+    """What every rank is asked to do (the same on all ranks)."""
+
+    halo_hops: int = 1
+    balance_train: bool = False
+    balance_edges: bool = False
+    tolerance: float = balance.DEFAULT_TOLERANCE
+    seed: int = 0
+    lp: LPOptions = field(default_factory=LPOptions)
+
+    def check(self) -> None:
+        if not isinstance(self.halo_hops, int) or self.halo_hops < 0:
+            raise ArgumentError(f"halo_hops: expected an integer >= 0, got {self.halo_hops!r}")
+        if not math.isfinite(self.tolerance) or self.tolerance < 0:
+            raise ArgumentError(f"tolerance: expected a finite number >= 0, got {self.tolerance}")
+        if self.lp.init not in INITS:
+            raise ArgumentError(f"init: {self.lp.init!r} is not one of {', '.join(INITS)}")
+
+
+@dataclass
+class RankReport:
+    rank: int
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)  # seconds, peak_rss_mb
+    stats: dict[str, float] = field(default_factory=dict)
+    quality: dict[str, Any] = field(default_factory=dict)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+@dataclass
+class _Clock:
+    """Ends the running phase (its seconds and the peak RSS so far) and starts the next."""
+
+    report: RankReport
+    on_phase: Callable[[int, str], None] | None
+    name: str = ""
+    t: float = 0.0
+
+    def start(self, name: str) -> None:
+        now = time.perf_counter()
+        if self.name:
+            self.report.phases[self.name] = {
+                "seconds": round(now - self.t, 3),
+                "peak_rss_mb": round(peak_rss_mb(), 1),
+            }
+        self.name, self.t = name, now
+        if name and self.on_phase is not None:
+            self.on_phase(self.report.rank, name)
+
+
+def _train_mask(share: shuffle.Share) -> np.ndarray | None:
+    """Training nodes of this share (``train_mask`` of any node type), like
+    :func:`graphrun.partition.quality.train_mask_of`."""
+    a, b = share.chunk.nodes
+    nto = share.meta.node_type_offsets
+    mask = np.zeros(b - a, dtype=bool)
+    found = False
+    for t, ntype in enumerate(share.meta.node_types):
+        m = share.chunk.ndata.get(ntype, {}).get("train_mask")
+        if m is not None:
+            lo = max(a, int(nto[t])) - a
+            mask[lo : lo + len(m)] = np.asarray(m).reshape(len(m), -1)[:, 0] != 0
+            found = True
+    return mask if found else None
+
+
+def _in_degrees(comm: Comm, share: shuffle.Share) -> np.ndarray:
+    """In-degree of every node of this share (its edges may be anywhere)."""
+    ids, counts = np.unique(np.asarray(share.chunk.dst), return_counts=True)
+    dest = np.searchsorted(share.node_bounds, ids, side="right") - 1
+    got = np.concatenate(comm.exchange(by_rank(dest, comm.world, ids, counts)))
+    a, b = share.chunk.nodes
+    return np.bincount(got[:, 0] - a, weights=got[:, 1], minlength=b - a)
+
+
+def _criteria(
+    comm: Comm, share: shuffle.Share, opts: DistOptions
+) -> tuple[np.ndarray, np.ndarray | None]:
+    train = _train_mask(share)
+    any_train = comm.allreduce_sum(np.array([train is not None and train.any()], np.int64))[0]
+    if opts.balance_train and not any_train:
+        raise ArgumentError(
+            f"balance_train: graph {share.meta.name!r} has no training nodes "
+            "(no node type has a non-empty 'train_mask')"
+        )
+    a, b = share.chunk.nodes
+    cols = [np.ones(b - a)]
+    if opts.balance_train:
+        cols.append(train.astype(np.float64) if train is not None else np.zeros(b - a))
+    in_degree = _in_degrees(comm, share) if opts.balance_edges else None
+    if in_degree is not None and comm.allreduce_sum(np.array([in_degree.sum()]))[0] > 0:
+        cols.append(in_degree)
+    return np.stack(cols, axis=1), train
+
+
+def partition_rank(
+    comm: Comm,
+    dataset: str | Path,
+    tmp: Path,
+    opts: DistOptions,
+    on_phase: Callable[[int, str], None] | None = None,
+) -> RankReport:
+    """Run this rank's share of the distributed mode, writing part ``comm.rank`` into
+    ``tmp`` (rank 0 also writes ``partition.json``). Collective: every rank calls it."""
+    opts.check()
+    report = RankReport(comm.rank)
+    phase = _Clock(report, on_phase).start
+
+    phase("read")
+    meta = load_chunked_meta(dataset)
+    world = comm.world
+    if meta.num_chunks < world:
+        raise ArgumentError(
+            f"--parts: {world} ranks need at least {world} chunks; "
+            f"{meta.path} has {meta.num_chunks}"
+        )
+    firsts = [rank_chunks(meta.num_chunks, q, world).start for q in range(world)]
+    share = shuffle.Share(
+        meta,
+        read_chunks(meta, rank_chunks(meta.num_chunks, comm.rank, world)),
+        np.append(meta.node_bounds[firsts], meta.num_nodes),
+        np.append(meta.edge_bounds[firsts], meta.num_edges),
+    )
+    phase("graph")
+    crit, train = _criteria(comm, share, opts)
+    graph = build_local_graph(
+        comm, share.node_bounds, np.asarray(share.chunk.src), np.asarray(share.chunk.dst)
+    )
+    phase("assign")
+    part, report.stats = propagate(
+        comm, graph, crit, world, meta.num_nodes, tolerance=opts.tolerance, seed=opts.seed,
+        opts=opts.lp,
+    )  # fmt: skip
+    del graph, crit
+    phase("relabel")
+    rl = shuffle.relabel_share(comm, share, part, world)
+    quality = shuffle.measure_share(comm, rl, part, train)
+    report.quality = quality.to_dict()
+    phase("shuffle")
+    got = shuffle.shuffle_share(comm, share, rl, part)
+    structure = shuffle.local_structure(comm, rl.book, got, opts.halo_hops)
+    phase("write")
+    info = shuffle.write_part(tmp, comm, share, rl, got, structure)
+    counts = comm.allgather(np.array([info[k] for k in list(info)[1:]], dtype=np.int64))
+    if comm.rank == 0:
+        keys = list(info)[1:]
+        parts = [{"dir": f"part-{q}", **dict(zip(keys, map(int, counts[q]), strict=True))}
+                 for q in range(world)]  # fmt: skip
+        _write_config(tmp, share, rl, opts, quality.to_dict(), parts)
+    comm.barrier()
+    phase("")
+    return report
+
+
+def _write_config(
+    tmp: Path,
+    share: shuffle.Share,
+    rl: shuffle.Relabelled,
+    opts: DistOptions,
+    quality: dict[str, Any],
+    parts: list[dict[str, Any]],
+) -> None:
+    meta = share.meta
+    cfg = {
+        "format": FORMAT,
+        "version": VERSION,
+        "graph_name": meta.name,
+        "method": METHOD,
+        "halo_hops": opts.halo_hops,
+        "seed": opts.seed,
+        "balance": {
+            "train": opts.balance_train,
+            "edges": opts.balance_edges,
+            "tolerance": opts.tolerance,
+        },
+        "num_nodes": meta.num_nodes,
+        "num_edges": meta.num_edges,
+        **rl.book.to_config(),
+        "node_features": meta.node_features,
+        "edge_features": meta.edge_features,
+        "quality": quality,
+        "parts": parts,
+        "id_maps": {t: {"dtype": str(v.get("dtype"))} for t, v in meta.id_maps.items()},
+        "mapping": {
+            "layout": "sharded",
+            "node_bounds": share.node_bounds.tolist(),
+            "edge_bounds": share.edge_bounds.tolist(),
+        },
+        "distributed": {"ranks": len(parts), "init": opts.lp.init},
+    }
+    (tmp / CONFIG_FILE).write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+# ---- the local launcher ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DistResult:
+    path: Path
+    num_parts: int
+    seconds: float
+    quality: dict[str, Any]
+    ranks: list[RankReport]
+
+    def phase_seconds(self) -> dict[str, float]:
+        """The slowest rank's seconds per phase."""
+        return {p: max(r.phases.get(p, {}).get("seconds", 0.0) for r in self.ranks) for p in PHASES}
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rank_main(
+    rank: int,
+    world: int,
+    port: int,
+    args: tuple[str, str, DistOptions, float],
+    events: Any,
+    on_phase: Callable[[int, str], None] | None,
+) -> None:
+    """One spawned rank: report phases, the result or one error line on ``events``."""
+    import torch.distributed as dist
+
+    dataset, tmp, opts, timeout = args
+    code = 0
+
+    def tell(r: int, name: str) -> None:
+        events.put(("phase", r, name))
+        if on_phase is not None:
+            on_phase(r, name)
+
+    try:
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world,
+            timeout=datetime.timedelta(seconds=timeout),
+        )
+        report = partition_rank(Comm(), dataset, Path(tmp), opts, tell)
+        events.put(("done", rank, asdict(report)))
+    except UserError as exc:
+        events.put(("error", rank, type(exc).__name__, str(exc)))
+        code = 2
+    except (GraphrunError, OSError) as exc:
+        events.put(("error", rank, "peer" if isinstance(exc, PeerLost) else "fail", str(exc)))
+        code = 1
+    except Exception as exc:  # a bug: keep the traceback on stderr
+        traceback.print_exc()
+        events.put(("error", rank, "fail", f"{type(exc).__name__}: {exc}"))
+        code = 1
+    finally:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+        events.close()
+    os._exit(code)  # skip torch's interpreter teardown
+
+
+def _death(code: int | None) -> str:
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+def run_local(
+    dataset: str | Path,
+    out: str | Path,
+    parts: int,
+    opts: DistOptions = DistOptions(),
+    *,
+    timeout: float = 600.0,
+    on_phase: Callable[[int, str], None] | None = None,
+) -> DistResult:
+    """Partition the chunked ``dataset`` into ``parts`` with ``parts`` local rank
+    processes (gloo on loopback) and write the partition directory ``out``.
+
+    ``timeout`` bounds every collective (and the start of every rank); ``on_phase``
+    (picklable) is called in a rank at the start of each phase, for tests.
+    """
+    if not isinstance(parts, int) or parts < 1:
+        raise ArgumentError(f"--parts: must be a positive integer, got {parts!r}")
+    opts.check()
+    meta = load_chunked_meta(dataset)  # one clear line before any process starts
+    if meta.num_chunks < parts:
+        raise ArgumentError(
+            f"--parts: {parts} ranks need at least {parts} chunks; {meta.path} has "
+            f"{meta.num_chunks} (rewrite it with --chunks {parts} or more)"
+        )
+    start = time.perf_counter()
+    tmp = start_output(out)
+    ctx = mp.get_context("spawn")
+    events = ctx.SimpleQueue()  # put() writes to the pipe at once: a phase is known before
+    # a rank that is killed in it dies
+    port = _free_port()
+    args = (str(dataset), str(tmp), opts, float(timeout))
+    procs = [
+        ctx.Process(target=_rank_main, args=(r, parts, port, args, events, on_phase), daemon=True)
+        for r in range(parts)
+    ]
+    try:
+        for p in procs:
+            p.start()
+        reports = _supervise(procs, events)
+        finish_output(tmp, out)
+    except BaseException:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        for p in procs:
+            p.join(timeout=10)
+        abandon_output(tmp)
+        raise
+    quality = reports[0]["quality"]
+    return DistResult(
+        path=Path(out),
+        num_parts=parts,
+        seconds=time.perf_counter() - start,
+        quality=quality,
+        ranks=[RankReport(**r) for r in reports],
+    )
+
+
+def _supervise(procs: list[Any], events: Any) -> list[dict[str, Any]]:
+    """Wait for every rank; on the first failure raise one line naming the rank."""
+    state = _Events(["start"] * len(procs))
+    while len(state.done) < len(procs):
+        state.read(events, 0.2)
+        failed = any(p.exitcode not in (None, 0) for p in procs)
+        ended = all(p.exitcode is not None for p in procs)  # yet a report is missing
+        if state.errors or failed or (ended and len(state.done) < len(procs)):
+            state.read(events, 1.0, linger=True)  # the first cause may be among them
+            if state.errors or failed or len(state.done) < len(procs):
+                raise _failure(procs, state)
+    return [state.done[r] for r in range(len(procs))]
+
+
+@dataclass
+class _Events:
+    phase: list[str]
+    done: dict[int, dict[str, Any]] = field(default_factory=dict)
+    errors: dict[int, tuple[str, str]] = field(default_factory=dict)
+
+    def read(self, events: Any, seconds: float, linger: bool = False) -> None:
+        """Take the ranks' messages: wait up to ``seconds`` for the first, return when the
+        pipe is empty again — or, with ``linger``, keep taking them for all ``seconds``."""
+        end = time.monotonic() + seconds
+        got = False
+        while True:
+            if events.empty():
+                if time.monotonic() >= end or (got and not linger):
+                    return
+                time.sleep(0.02)
+                continue
+            got = True
+            kind, rank, *rest = events.get()
+            if kind == "phase":
+                self.phase[rank] = rest[0]
+            elif kind == "done":
+                self.done[rank] = rest[0]
+            else:
+                self.errors[rank] = (rest[0], rest[1])
+
+
+USER_ERRORS: dict[str, type[UserError]] = {
+    "ArgumentError": ArgumentError,
+    "DatasetError": DatasetError,
+    "PartitionFormatError": PartitionFormatError,
+}
+
+
+def _failure(procs: list[Any], state: _Events) -> Exception:
+    """The error to report: a rank's bad input, else a rank that died without a word,
+    else the first rank's error."""
+    for _, (kind, msg) in sorted(state.errors.items()):
+        if kind not in ("peer", "fail"):
+            return USER_ERRORS.get(kind, UserError)(msg)
+    for rank, p in enumerate(procs):
+        if p.exitcode is not None and rank not in state.errors and rank not in state.done:
+            return GraphrunError(
+                f"partition rank {rank} died during {state.phase[rank]} "
+                f"({_death(p.exitcode)}); no partition was written"
+            )
+    rank = min(state.errors)
+    return GraphrunError(
+        f"partition rank {rank} failed during {state.phase[rank]}: {state.errors[rank][1]}"
+    )

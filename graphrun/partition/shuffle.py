@@ -1,0 +1,279 @@
+"""The distributed mode after the assignment: new ids, the shuffle, one part per rank.
+
+Rank ``r`` read the original nodes ``node_bounds[r] ..`` and edges ``edge_bounds[r] ..``
+(its chunks) and knows the part of each of its nodes. Then, with collectives only:
+
+1. **New ids** (:func:`relabel_share`): counts per (part, type) are all-gathered, so
+   every rank knows the partition book and where its own nodes land inside each
+   (part, type) block — after those of lower ranks, in original id order: the same
+   ids :mod:`graphrun.partition.relabel` gives on one machine. Edge endpoints get
+   their new ids from the nodes' owners (:meth:`Comm.fetch`); an edge belongs to the
+   part of its destination and is numbered the same way.
+2. **Shuffle** (:func:`shuffle_share`): node ids, node feature rows, edges and edge
+   feature rows go to the rank of their part in one exchange each. Rows arrive in
+   rank order, which is new id order inside every (part, type) block.
+3. **Structure** (:func:`local_structure`): rank ``p`` sorts its edges into the CSC of
+   its inner nodes; halo nodes are found hop by hop, and for ``halo_hops >= 2`` their
+   in-edges are asked of their owners (the same rows and order as the one-machine
+   writer).
+4. **Write** (:func:`write_part`): ``part-p/`` in the format of
+   :mod:`graphrun.partition.format`, plus this rank's id-mapping shards
+   (``mapping/part-p/``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from graphrun.graph import etype_key
+from graphrun.graph.chunked import Chunk, ChunkedMeta
+from graphrun.partition.book import PartitionBook
+from graphrun.partition.comm import Comm, by_rank, owner_of
+from graphrun.partition.format import MAPPING_DIR
+from graphrun.partition.quality import Quality, max_over_mean
+from graphrun.partition.relabel import stable_argsort
+
+
+@dataclass(frozen=True, eq=False)
+class Share:
+    """What rank ``comm.rank`` read: ``chunk`` holds the nodes ``node_bounds[rank] ..``
+    and edges ``edge_bounds[rank] ..`` of the dataset ``meta``."""
+
+    meta: ChunkedMeta
+    chunk: Chunk
+    node_bounds: np.ndarray  # [world+1]
+    edge_bounds: np.ndarray  # [world+1]
+
+    def node_types(self) -> np.ndarray:
+        """Type id of every node of this share."""
+        a, b = self.chunk.nodes
+        return np.searchsorted(self.meta.node_type_offsets, np.arange(a, b), "right") - 1
+
+    def edge_types(self) -> np.ndarray:
+        c, e = self.chunk.edges
+        return np.searchsorted(self.meta.edge_type_offsets, np.arange(c, e), "right") - 1
+
+
+def _number(
+    comm: Comm, part: np.ndarray, typ: np.ndarray, types: int, parts: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """New ids of items ordered by (part, type, rank, position), and the book's
+    ``offsets [P+1]`` and ``ranges [T, P+1]``."""
+    key = part * types + typ
+    counts = np.bincount(key, minlength=parts * types).reshape(parts, types)
+    every = comm.allgather(counts)  # [W, P, T]
+    total = every.sum(axis=0)
+    offsets = np.concatenate([[0], np.cumsum(total.sum(axis=1))]).astype(np.int64)
+    ranges = np.zeros((types, parts + 1), dtype=np.int64)
+    np.cumsum(total.T, axis=1, out=ranges[:, 1:])
+    start = offsets[:-1, None] + np.cumsum(total, axis=1) - total  # [P, T] block starts
+    start = (start + every[: comm.rank].sum(axis=0)).reshape(-1)
+    order = stable_argsort(key, parts * types)
+    sorted_key = key[order]
+    first = np.searchsorted(sorted_key, np.arange(parts * types))
+    new = np.empty(len(key), dtype=np.int64)
+    new[order] = start[sorted_key] + np.arange(len(key)) - first[sorted_key]
+    return new, offsets, ranges
+
+
+@dataclass(frozen=True, eq=False)
+class Relabelled:
+    book: PartitionBook
+    new_nids: np.ndarray  # of this share's nodes
+    new_src: np.ndarray  # of this share's edges
+    new_dst: np.ndarray
+    new_eids: np.ndarray
+
+
+def relabel_share(comm: Comm, share: Share, part: np.ndarray, parts: int) -> Relabelled:
+    meta = share.meta
+    ntypes = share.node_types()
+    new_nids, noffsets, nranges = _number(comm, part, ntypes, len(meta.node_types), parts)
+    del ntypes
+    src, dst = np.asarray(share.chunk.src), np.asarray(share.chunk.dst)
+    new_src = comm.fetch(share.node_bounds, src, new_nids)
+    new_dst = comm.fetch(share.node_bounds, dst, new_nids)
+    owner = owner_of(noffsets, new_dst)
+    new_eids, eoffsets, eranges = _number(
+        comm, owner, share.edge_types(), len(meta.edge_types), parts
+    )
+    book = PartitionBook(
+        num_parts=parts,
+        node_types=meta.node_types,
+        edge_types=meta.edge_types,
+        node_offsets=noffsets,
+        edge_offsets=eoffsets,
+        node_ranges_all=nranges,
+        edge_ranges_all=eranges,
+    )
+    return Relabelled(book, new_nids, new_src, new_dst, new_eids)
+
+
+def measure_share(
+    comm: Comm, rl: Relabelled, part: np.ndarray, train: np.ndarray | None
+) -> Quality:
+    """Edge cut and balance over all ranks (as :func:`graphrun.partition.quality.measure`)."""
+    book = rl.book
+    local_cut = np.count_nonzero(
+        owner_of(book.node_offsets, rl.new_src) != owner_of(book.node_offsets, rl.new_dst)
+    )
+    trains = np.bincount(part[train], minlength=book.num_parts) if train is not None else None
+    sums = comm.allreduce_sum(
+        np.concatenate(
+            [[local_cut], trains if trains is not None else np.zeros(book.num_parts)]
+        ).astype(np.int64)
+    )
+    has_train = comm.allreduce_sum(np.array([train is not None and train.any()], np.int64))[0]
+    edges = np.diff(book.edge_offsets)
+    return Quality(
+        edge_cut=int(sums[0]) / book.num_edges if book.num_edges else 0.0,
+        node_balance=max_over_mean(np.diff(book.node_offsets)),
+        edge_balance=max_over_mean(edges),
+        train_balance=max_over_mean(sums[1:]) if has_train else None,
+        num_cut_edges=int(sums[0]),
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class Received:
+    """What rank ``p`` holds after the shuffle: its owned nodes and their in-edges."""
+
+    orig_nids: np.ndarray  # original id of every owned node, by new id
+    orig_eids: np.ndarray  # original id of every owned edge, by new id
+    edges: np.ndarray  # [e, 3] (dst, src, eid) new ids, sorted by (dst, eid)
+    node_feats: dict[str, dict[str, np.ndarray]]
+    edge_feats: dict[str, dict[str, np.ndarray]]
+
+
+def _send_rows(comm: Comm, dest: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``rows`` to rank ``dest`` (stable inside a destination); all received, in rank order."""
+    order = np.argsort(dest, kind="stable")
+    cuts = np.searchsorted(dest[order], np.arange(comm.world + 1))
+    sorted_rows = np.asarray(rows)[order]
+    got = comm.exchange([sorted_rows[cuts[q] : cuts[q + 1]] for q in range(comm.world)])
+    return np.concatenate(got)
+
+
+def shuffle_share(comm: Comm, share: Share, rl: Relabelled, part: np.ndarray) -> Received:
+    meta, chunk, book = share.meta, share.chunk, rl.book
+    a, b = chunk.nodes
+    c, e = chunk.edges
+    nodes = comm.exchange_rows(part, rl.new_nids, np.arange(a, b, dtype=np.int64))
+    orig_nids = nodes[np.argsort(nodes[:, 0]), 1]
+    del nodes
+    node_feats: dict[str, dict[str, np.ndarray]] = {}
+    nto = meta.node_type_offsets
+    for t, ntype in enumerate(meta.node_types):
+        lo, hi = max(a, int(nto[t])), min(b, int(nto[t + 1]))
+        dest = part[lo - a : max(lo, hi) - a]
+        node_feats[ntype] = {
+            name: _send_rows(comm, dest, arr) for name, arr in chunk.ndata[ntype].items()
+        }
+    owner = owner_of(book.node_offsets, rl.new_dst)
+    orig = np.arange(c, e, dtype=np.int64)
+    edges = comm.exchange_rows(owner, rl.new_dst, rl.new_src, rl.new_eids, orig)
+    del orig
+    elo = int(book.edge_offsets[comm.rank])
+    orig_eids = np.empty(len(edges), dtype=np.int64)
+    orig_eids[edges[:, 2] - elo] = edges[:, 3]
+    # CSC order: by destination, then edge id (one int64 key: both are small here)
+    span = int(book.edge_offsets[comm.rank + 1]) - elo + 1
+    key = (edges[:, 0] - book.node_offsets[comm.rank]) * span + (edges[:, 2] - elo)
+    edges = edges[np.argsort(key), :3]
+    del key
+    edge_feats: dict[str, dict[str, np.ndarray]] = {}
+    eto = meta.edge_type_offsets
+    for r, et in enumerate(meta.edge_types):
+        lo, hi = max(c, int(eto[r])), min(e, int(eto[r + 1]))
+        dest = owner[lo - c : max(lo, hi) - c]
+        edge_feats[etype_key(et)] = {
+            name: _send_rows(comm, dest, arr) for name, arr in chunk.edata[etype_key(et)].items()
+        }
+    return Received(orig_nids, orig_eids, edges, node_feats, edge_feats)
+
+
+@dataclass(frozen=True, eq=False)
+class Structure:
+    nodes: np.ndarray
+    indptr: np.ndarray
+    edges: np.ndarray  # [e_local, 3] (dst, src, eid) in CSC order
+
+
+def _segments(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    starts = indptr[rows]
+    counts = indptr[rows + 1] - starts
+    offs = np.cumsum(counts) - counts
+    return np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(starts - offs, counts)
+
+
+def local_structure(comm: Comm, book: PartitionBook, got: Received, halo_hops: int) -> Structure:
+    """Inner nodes with their in-edges, then halo nodes hop by hop (collective: every
+    rank runs the same ``halo_hops - 1`` in-edge requests)."""
+    a, b = book.owned_nodes(comm.rank)
+    inner_ptr = np.zeros(b - a + 1, dtype=np.int64)
+    np.cumsum(np.bincount(got.edges[:, 0] - a, minlength=b - a), out=inner_ptr[1:])
+    node_chunks = [np.arange(a, b, dtype=np.int64)]
+    count_chunks = [np.diff(inner_ptr)]
+    edge_chunks = [got.edges]
+    seen = np.arange(a, b, dtype=np.int64)
+    frontier = got.edges[:, 1]
+    for hop in range(1, halo_hops + 1):
+        cand = np.unique(frontier)
+        fresh = cand[~np.isin(cand, seen, assume_unique=True)]
+        seen = np.union1d(seen, fresh)
+        node_chunks.append(fresh)
+        if hop < halo_hops:  # these halo rows carry their in-edges
+            asks = comm.exchange(by_rank(owner_of(book.node_offsets, fresh), comm.world, fresh))
+            answers = [got.edges[_segments(inner_ptr, q[:, 0] - a)] for q in asks]
+            fetched = np.concatenate(comm.exchange(answers))
+            edge_chunks.append(fetched)
+            rows = np.searchsorted(fresh, fetched[:, 0])
+            count_chunks.append(np.bincount(rows, minlength=len(fresh)))
+            frontier = fetched[:, 1]
+        else:
+            count_chunks.append(np.zeros(len(fresh), dtype=np.int64))
+    counts = np.concatenate(count_chunks)
+    indptr = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return Structure(np.concatenate(node_chunks), indptr, np.concatenate(edge_chunks))
+
+
+def write_part(
+    tmp: Path, comm: Comm, share: Share, rl: Relabelled, got: Received, st: Structure
+) -> dict[str, int | str]:
+    """``tmp/part-p/`` and ``tmp/mapping/part-p/``; returns the ``parts[p]`` config entry."""
+    p, meta, book = comm.rank, share.meta, rl.book
+    d = tmp / f"part-{p}"
+    d.mkdir()
+    np.save(d / "nodes.npy", st.nodes)
+    np.save(d / "indptr.npy", st.indptr)
+    np.save(d / "indices.npy", np.ascontiguousarray(st.edges[:, 1]))
+    np.save(d / "eids.npy", np.ascontiguousarray(st.edges[:, 2]))
+    if meta.is_hetero:
+        np.save(d / "etypes.npy", book.eid_to_per_type(st.edges[:, 2])[0].astype(np.int32))
+    for kind, feats in (("node", got.node_feats), ("edge", got.edge_feats)):
+        for key, group in feats.items():
+            for name, arr in group.items():
+                (d / kind / key).mkdir(parents=True, exist_ok=True)
+                np.save(d / kind / key / f"{name}.npy", arr)
+    m = tmp / MAPPING_DIR / f"part-{p}"
+    m.mkdir(parents=True)
+    np.save(m / "orig_nids.npy", got.orig_nids)
+    np.save(m / "orig_eids.npy", got.orig_eids)
+    np.save(m / "new_nids.npy", rl.new_nids)
+    np.save(m / "new_eids.npy", rl.new_eids)
+    for ntype, ids in share.chunk.ids.items():
+        (m / "ids").mkdir(exist_ok=True)
+        np.save(m / "ids" / f"{ntype}.npy", np.ascontiguousarray(ids), allow_pickle=False)
+    lo, hi = book.owned_nodes(p)
+    elo, ehi = book.owned_edges(p)
+    return {
+        "dir": d.name,
+        "num_inner_nodes": hi - lo,
+        "num_local_nodes": len(st.nodes),
+        "num_inner_edges": ehi - elo,
+        "num_local_edges": len(st.edges),
+    }

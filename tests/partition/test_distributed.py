@@ -1,0 +1,172 @@
+"""The distributed mode: real rank processes (gloo on loopback) against the graph read whole.
+
+Each run spawns one process per part (a few seconds of start-up each), so the graphs
+are small and the runs shared by module-scoped fixtures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphrun.errors import GraphrunError, PartitionFormatError
+from graphrun.graph import Graph
+from graphrun.graph.chunked import save_chunked
+from graphrun.partition import load_id_mapping, load_partition_book, load_partition_config
+from graphrun.partition.distributed import DistOptions, run_local
+from graphrun.partition.quality import measure
+from graphrun.partition.xtrapulp import LPOptions
+from graphrun.testing.graphs import community_graph, hetero_graph
+from graphrun.testing.procs import run_graphrun
+from tests.partition.test_roundtrip import check_round_trip
+
+pytestmark = pytest.mark.integration
+
+
+def assignment(out: Path, graph: Graph) -> np.ndarray:
+    """Part of every original node, from the written book and mapping."""
+    return load_partition_book(out).nid2part(load_id_mapping(out).new_nids)
+
+
+@pytest.fixture(scope="module")
+def homo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Graph, Path]:
+    g = community_graph(600, 6000, num_communities=4, p_in=0.9, seed=4)
+    root = tmp_path_factory.mktemp("homo")
+    save_chunked(g, root / "chunks", 5)
+    opts = DistOptions(halo_hops=2, balance_train=True, balance_edges=True, seed=3)
+    run_local(root / "chunks", root / "parts", 3, opts, timeout=60)
+    return g, root / "parts"
+
+
+def test_homogeneous_every_node_edge_feature_and_halo(homo: tuple[Graph, Path]) -> None:
+    g, out = homo
+    check_round_trip(g, out, 3, 2)
+    cfg = load_partition_config(out)
+    assert cfg["method"] == "xtrapulp" and cfg["mapping"]["layout"] == "sharded"
+    # the stored quality is what the single-machine measure says of the same assignment
+    q = measure(g, assignment(out, g), 3)
+    assert cfg["quality"]["num_cut_edges"] == q.num_cut_edges
+    assert cfg["quality"]["train_balance"] == pytest.approx(q.train_balance)
+    tol = cfg["balance"]["tolerance"]
+    assert max(q.node_balance, q.edge_balance, q.train_balance or 1) <= 1 + tol + 1e-9
+
+
+def test_sharded_mapping_problems_name_the_file_and_field(
+    homo: tuple[Graph, Path], tmp_path: Path
+) -> None:
+    _, out = homo
+    bad = tmp_path / "parts"
+    shutil.copytree(out, bad)
+    (bad / "mapping" / "part-1" / "new_nids.npy").unlink()
+    with pytest.raises(PartitionFormatError, match=r"mapping/part-1/new_nids\.npy: missing"):
+        load_id_mapping(bad)
+    cfg = json.loads((bad / "partition.json").read_text())
+    cfg["mapping"]["node_bounds"][1] = -5
+    (bad / "partition.json").write_text(json.dumps(cfg))
+    with pytest.raises(PartitionFormatError, match=r"field 'mapping\.node_bounds'"):
+        load_id_mapping(bad)
+
+
+def test_partition_beats_random_on_communities(homo: tuple[Graph, Path]) -> None:
+    g, out = homo
+    random_cut = measure(g, np.random.default_rng(0).integers(0, 3, g.num_nodes), 3).edge_cut
+    assert measure(g, assignment(out, g), 3).edge_cut < 0.6 * random_cut
+
+
+def test_store_serves_the_distributed_partition(homo: tuple[Graph, Path]) -> None:
+    from graphrun.rpc.auth import new_keypair
+    from graphrun.store.client import ClientConfig, KVClient
+    from graphrun.store.server import ServerConfig
+    from graphrun.testing.store import store_threads
+    from tests.store.conftest import reference_rows
+
+    g, out = homo
+    keys = new_keypair()
+    ids = np.random.default_rng(1).integers(0, g.num_nodes, 500)
+    with store_threads(ServerConfig(out, 0, keys=keys), 3) as stores:
+        cfg = ClientConfig([s.address for s in stores], keys=keys)
+        with KVClient(cfg) as c:
+            got = c.pull("node/_N/feat", ids)
+            ref = reference_rows(g, out, "node", "_N", "feat", ids)
+            np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("halo", [1, 3])
+def test_heterogeneous_with_raw_ids(tmp_path: Path, halo: int) -> None:
+    g = hetero_graph(40, 70, seed=2)
+    raw = {"paper": np.arange(70, dtype=np.int64) * 7 + 5, "author": np.arange(40) * 2}
+    save_chunked(g, tmp_path / "chunks", 2, raw)
+    run_local(tmp_path / "chunks", tmp_path / "parts", 2, DistOptions(halo_hops=halo), timeout=60)
+    check_round_trip(g, tmp_path / "parts", 2, halo)
+    mp = load_id_mapping(tmp_path / "parts")
+    for ntype, ids in raw.items():
+        assert np.array_equal(mp.raw_ids[ntype], ids)
+
+
+def kill_rank_1_in_shuffle(rank: int, phase: str) -> None:
+    if rank == 1 and phase == "shuffle":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_rank_killed_mid_shuffle_fails_the_run_and_leaves_nothing(tmp_path: Path) -> None:
+    save_chunked(community_graph(300, 2000, seed=1), tmp_path / "chunks", 2)
+    with pytest.raises(GraphrunError) as info:
+        run_local(
+            tmp_path / "chunks",
+            tmp_path / "parts",
+            2,
+            DistOptions(lp=LPOptions(init="hash", rounds=1)),
+            timeout=30,
+            on_phase=kill_rank_1_in_shuffle,
+        )
+    assert "partition rank 1 died during shuffle (killed by SIGKILL)" in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chunks"]
+
+
+def test_cli_missing_chunk_is_one_line(tmp_path: Path) -> None:
+    save_chunked(hetero_graph(), tmp_path / "chunks", 2)
+    shutil.rmtree(tmp_path / "chunks" / "chunk-1")
+    res = run_graphrun("partition", str(tmp_path / "chunks"), str(tmp_path / "out"),
+                       "--parts", "2", "--mode", "distributed", "--timeout", "30")  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.stderr
+    assert lines[0].startswith("graphrun: error: ") and "chunk-1: missing" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chunks"]
+
+
+def test_cli_json_reports_every_rank(tmp_path: Path) -> None:
+    save_chunked(community_graph(300, 2000, seed=2), tmp_path / "chunks", 2)
+    res = run_graphrun("partition", str(tmp_path / "chunks"), str(tmp_path / "out"),
+                       "--parts", "2", "--mode", "distributed", "--json")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["mode"] == "distributed" and out["parts"] == 2 and 0 < out["edge_cut"] < 1
+    assert [r["rank"] for r in out["ranks"]] == [0, 1]
+    for r in out["ranks"]:
+        assert list(r["phases"]) == ["read", "graph", "assign", "relabel", "shuffle", "write"]
+        assert all(v["peak_rss_mb"] > 0 for v in r["phases"].values())
+    fewer = run_graphrun("partition", str(tmp_path / "chunks"), str(tmp_path / "o3"),
+                         "--parts", "3", "--mode", "distributed")  # fmt: skip
+    assert fewer.returncode == 2 and "need at least 3 chunks" in fewer.stderr
+
+
+def test_bad_options_are_refused_before_any_rank_starts(tmp_path: Path) -> None:
+    from graphrun.errors import ArgumentError
+
+    save_chunked(community_graph(50, 200, seed=1), tmp_path / "chunks", 2)
+    for opts, match in (
+        (DistOptions(halo_hops=-1), "halo_hops"),
+        (DistOptions(lp=LPOptions(init="spectral")), "init: 'spectral'"),
+    ):
+        with pytest.raises(ArgumentError, match=match):
+            run_local(tmp_path / "chunks", tmp_path / "parts", 2, opts)
+    with pytest.raises(ArgumentError, match="need at least 3 chunks"):
+        run_local(tmp_path / "chunks", tmp_path / "parts", 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chunks"]
