@@ -25,12 +25,14 @@ at the boundary where they occur, with ``raise ... from``.
 Rules: a message names the file, field or argument and says what is wrong, in one
 line. Never ``assert`` to validate input. A process that stops on a :class:`UserError`
 exits with :data:`USER_ERROR_EXIT` (2); a job never restarts a role that did (its input
-is wrong, a retry cannot help).
+is wrong, a retry cannot help). A rank of a collective step that stops because another
+rank failed first exits with :data:`PEER_LOST_EXIT` (3), so the launcher blames the other.
 """
 
 from __future__ import annotations
 
 USER_ERROR_EXIT = 2
+PEER_LOST_EXIT = 3
 
 
 class GraphrunError(Exception):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
+from pathlib import Path
 from typing import Any
 
 DESCRIPTION = """\
@@ -90,6 +92,15 @@ def register(subparsers: Any) -> None:
         default=600.0,
         help="distributed: seconds any rank waits for the others (default 600)",
     )
+    p.add_argument(
+        "--rank",
+        type=int,
+        default=None,
+        help="distributed, run by graphrun run on each machine: be this one rank, joining "
+        "the others at --rendezvous and writing into --into",
+    )
+    p.add_argument("--rendezvous", help="with --rank: tcp://HOST:PORT of rank 0, or file://PATH")
+    p.add_argument("--into", type=Path, help="with --rank: the staging directory to write into")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(func=run)
 
@@ -177,6 +188,30 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_rank(args: argparse.Namespace, opts: Any) -> int:
+    """One rank on its machine (``graphrun run``'s partitioning); the launcher renames
+    the staging directory once every rank has exited 0."""
+    from graphrun.errors import ArgumentError
+    from graphrun.partition.distributed import run_rank
+
+    if args.rendezvous is None or args.into is None:
+        raise ArgumentError("--rank: needs --rendezvous and --into")
+    from graphrun.errors import PEER_LOST_EXIT
+    from graphrun.partition.comm import PeerLost
+
+    try:
+        report = run_rank(
+            args.dataset, args.into, args.parts, args.rank, args.rendezvous, opts,
+            timeout=args.timeout,
+        )  # fmt: skip
+    except PeerLost as exc:  # another rank failed first: the launcher blames that one
+        print(f"graphrun: error: {exc}", file=sys.stderr)
+        return PEER_LOST_EXIT
+    secs = sum(p.get("seconds", 0.0) for p in report.phases.values())
+    print(f"partition rank {args.rank} of {args.parts}: part-{args.rank} written in {secs:.1f} s")
+    return 0
+
+
 def _run_distributed(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
     from graphrun.partition.distributed import DistOptions, run_local
@@ -193,6 +228,8 @@ def _run_distributed(args: argparse.Namespace) -> int:
         seed=args.seed,
         lp=LPOptions(init=args.init),
     )
+    if args.rank is not None:
+        return _run_rank(args, opts)
     res = run_local(args.dataset, args.out, args.parts, opts, timeout=args.timeout)
     ranks = [{"rank": r.rank, "phases": r.phases, **r.stats} for r in res.ranks]
     if args.json:

@@ -320,6 +320,13 @@ def _check_chunk_meta(meta: ChunkedMeta, k: int, d: Path) -> None:
             )
 
 
+def check_chunks(meta: ChunkedMeta) -> None:
+    """Every chunk's own metadata present and agreeing with ``chunks.json`` (small JSON
+    files only: what a launcher checks before any rank starts)."""
+    for k in range(meta.num_chunks):
+        _check_chunk_meta(meta, k, meta.path / chunk_dir(k))
+
+
 def _load_rows(f: Path, spec: dict[str, Any], rows: int, mfile: Path, mmap: bool) -> np.ndarray:
     arr = load_npy(f, mmap)
     try:

@@ -32,12 +32,12 @@ import secrets
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from graphrun.errors import JobFailed, SpecError, UserError
+from graphrun.errors import PEER_LOST_EXIT, JobFailed, SpecError, UserError
 from graphrun.files import write_atomic
 from graphrun.job.hosts import Hosts
 from graphrun.job.launch import MachineLaunch
@@ -237,11 +237,26 @@ class LocalJob:
         g = self.job.spec.graph
         have_parts = (self.paths.parts / "partition.json").is_file()
         has_data = (self.paths.dataset / "graph.json").is_file()
-        if g.dataset is not None and not have_parts and not has_data:
-            raise SpecError(
-                f"{self.paths.job_file}: spec.graph.dataset: {self.paths.dataset} is not a "
-                "dataset directory"
-            )
+        chunked = (self.paths.dataset / "chunks.json").is_file()
+        where = f"{self.paths.job_file}: spec.graph.dataset"
+        if g.dataset is not None and not have_parts and not (has_data or chunked):
+            raise SpecError(f"{where}: {self.paths.dataset} is not a dataset directory")
+        if self.job.spec.partition.mode == "distributed" and not have_parts and g.dataset:
+            from graphrun.graph.chunked import check_chunks, load_chunked_meta
+
+            if not chunked:
+                raise SpecError(
+                    f"{where}: {self.paths.dataset} is not chunked; partition.mode "
+                    "'distributed' reads one share per machine (write it with `graphrun "
+                    f"import --chunks {self.job.spec.num_parts}` or `generate --chunks`)"
+                )
+            meta = load_chunked_meta(self.paths.dataset)
+            check_chunks(meta)  # a chunk missing or from another dataset: named now
+            if meta.num_chunks < self.job.spec.num_parts:
+                raise SpecError(
+                    f"{where}: {meta.path} has {meta.num_chunks} chunks, fewer than the "
+                    f"{self.job.spec.num_parts} machines that partition it"
+                )
         check_before_start(self.job, self.paths)
         if g.store is not None:
             check_store(self.job, self.paths)
@@ -281,26 +296,75 @@ class LocalJob:
             return
         gen = self.job.spec.graph.generator
         py = self.opts.python
-        if gen is not None and not (self.paths.dataset / "graph.json").is_file():
+        distributed = self.job.spec.partition.mode == "distributed"
+        have = any((self.paths.dataset / f).is_file() for f in ("graph.json", "chunks.json"))
+        if gen is not None and not have:
             argv = [py, "-m", "graphrun", "generate", gen.name, str(self.paths.dataset)]
             for k, v in gen.params.items():
                 argv += [f"--{_kebab(k)}", str(v)]
+            if distributed:  # in pieces, one share per machine
+                argv += ["--chunks", str(self.job.spec.num_parts)]
             self._run_step(RoleCommand("generator", "local", tuple(argv), package_env()))
+        if distributed:
+            self._partition_distributed()
+            return
         argv = [
             py, "-m", "graphrun", "partition", str(self.paths.dataset), str(self.paths.parts),
             "--parts", str(self.job.spec.num_parts), *self.job.spec.partition.cli_args(),
         ]  # fmt: skip
         self._run_step(RoleCommand("partitioner", "local", tuple(argv), package_env()))
 
+    def _partition_distributed(self) -> None:
+        """``partition.mode: distributed``: one rank per machine (role ``partitioner:<r>``
+        on machine ``r``, in its network namespace with netns hosts) reads its chunks of
+        the dataset and writes its part; they meet in a rendezvous file and talk over
+        gloo. The staging directory becomes the partition directory only when every
+        rank has exited 0; a failed rank fails the step naming it and leaves nothing."""
+        from graphrun.partition.format import abandon_output, finish_output, start_output
+
+        spec = self.job.spec
+        machines = spec.machine_names
+        p = spec.partition
+        staging = start_output(self.paths.parts)
+        env = self._role_env()
+        base = [
+            self.opts.python, "-m", "graphrun", "partition", str(self.paths.dataset),
+            str(self.paths.parts), "--parts", str(spec.num_parts), *p.cli_args(),
+            "--into", str(staging), "--rendezvous", self._file_rendezvous(),
+        ]  # fmt: skip
+
+        try:
+            with self._machines() as (wrap, _):
+                prefix = wrap or (lambda m: ())
+                self._run_steps([
+                    RoleCommand(f"partitioner:{r}", m, (*prefix(m), *base, "--rank", str(r)), env)
+                    for r, m in enumerate(machines)
+                ])  # fmt: skip
+            finish_output(staging, self.paths.parts)
+        except BaseException:
+            abandon_output(staging)
+            raise
+
     def _run_step(self, cmd: RoleCommand) -> None:
+        self._run_steps([cmd])
+
+    def _run_steps(self, cmds: Sequence[RoleCommand]) -> None:
+        """Run the commands together until all have exited 0; the first that fails stops
+        the others and fails the step naming its role, machine and exit code."""
         with Supervisor(self.paths.run_dir / "logs", self.sink, self.opts.grace_s) as sup:
-            sup.start(cmd)
-            while not sup.exits():
-                sup.wait_any(0.2)
+            for cmd in cmds:
+                sup.start(cmd)
+            while len(sup.exits()) < len(cmds):
+                if any(not ex.ok for ex in sup.wait_any(0.2)):
+                    # ranks whose peer failed end too: give them a moment, then blame a
+                    # role that failed by itself
+                    until = time.monotonic() + 2.0
+                    while len(sup.exits()) < len(cmds) and time.monotonic() < until:
+                        sup.wait_any(0.2)
+                    bad = [ex for ex in sup.exits().values() if not ex.ok]
+                    ex = next((x for x in bad if x.exit_code != PEER_LOST_EXIT), bad[0])
+                    raise JobFailed(ex.role, ex.machine, ex.exit_code, ex.reason())
                 self._check_stop()
-            ex = sup.exits()[cmd.role]
-        if not ex.ok:
-            raise JobFailed(cmd.role, cmd.machine, ex.exit_code, ex.reason())
 
     def _check_stop(self) -> None:
         if self.stop.is_set():
@@ -309,18 +373,24 @@ class LocalJob:
             ads = self.job.spec.run_policy.active_deadline_seconds
             raise _Ended(EventKind.DEADLINE_EXCEEDED, f"activeDeadlineSeconds ({ads}) exceeded")
 
-    def _serve_and_train(self, resume: bool) -> None:
-        if self._hosts_mode() == "netns":
-            from graphrun.job.netns import NetnsNetwork, shapes_from_cluster
+    @contextlib.contextmanager
+    def _machines(self) -> Iterator[tuple[Wrap | None, dict[str, str] | None]]:
+        """The job's machines for one step: ``(command prefix, addresses)`` of network
+        namespaces (netns hosts, shaped by ``--cluster`` / ``--bandwidth-mbit``), removed
+        after it, or ``(None, None)``: processes of this host."""
+        if self._hosts_mode() != "netns":
+            yield None, None
+            return
+        from graphrun.job.netns import NetnsNetwork, shapes_from_cluster
 
-            machines = self.job.spec.machine_names
-            shapes = shapes_from_cluster(self.opts.cluster, machines) if self.opts.cluster else None
-            net = NetnsNetwork(machines, self.opts.bandwidth_mbit, shapes=shapes)
-            with net:
-                addrs = {m: h.address for m, h in net.hosts.items()}
-                self._attempt(plan_hosts(self.job, self.roles, addrs), resume, net.prefix)
-        else:
-            self._attempt(plan_hosts(self.job, self.roles), resume, None)
+        machines = self.job.spec.machine_names
+        shapes = shapes_from_cluster(self.opts.cluster, machines) if self.opts.cluster else None
+        with NetnsNetwork(machines, self.opts.bandwidth_mbit, shapes=shapes) as net:
+            yield net.prefix, {m: h.address for m, h in net.hosts.items()}
+
+    def _serve_and_train(self, resume: bool) -> None:
+        with self._machines() as (wrap, addrs):
+            self._attempt(plan_hosts(self.job, self.roles, addrs), resume, wrap)
 
     def _file_rendezvous(self) -> str:
         """Every machine runs on this host: the trainers meet in a fresh file of the run
@@ -349,11 +419,15 @@ class LocalJob:
             key.parent.mkdir(parents=True, exist_ok=True)
             generate_keys(key)
 
-    def launches(self, hosts: Hosts, resume: bool) -> list[MachineLaunch]:
+    def _role_env(self) -> dict[str, str]:
         env = {**package_env(), **self.opts.env}
         # gloo's connections: the namespace's private link, or loopback on one host
         # (not every interface the host name resolves to)
         env.setdefault("GLOO_SOCKET_IFNAME", "eth0" if self._hosts_mode() == "netns" else "lo")
+        return env
+
+    def launches(self, hosts: Hosts, resume: bool) -> list[MachineLaunch]:
+        env = self._role_env()
         # all "machines" share this host's cores: one share per trainer, not all each
         threads = max(1, (os.cpu_count() or 1) // self.job.spec.num_trainers)
         args = ("--threads", str(threads), *self.opts.trainer_args)

@@ -175,7 +175,8 @@ class PartitionSpec(_Model):
     mode: Literal["single", "parallel", "distributed"] = Field(
         default="single",
         description="single: one process; parallel: every core of one machine (KaMinPar); "
-        "distributed: several machines (not available yet)",
+        "distributed: every machine of the job, one rank each (XtraPuLP-style label "
+        "propagation over gloo), reading a chunked dataset",
     )
     method: Literal["metis", "random", "kaminpar"] | None = Field(
         default=None, description="algorithm (default metis; kaminpar in parallel mode)"
@@ -194,8 +195,11 @@ class PartitionSpec(_Model):
 
     @model_validator(mode="after")
     def _mode_fits(self) -> PartitionSpec:
-        if self.mode == "distributed":
-            raise ValueError("mode: 'distributed' is not available yet; use 'single' or 'parallel'")
+        if self.mode == "distributed" and self.method is not None:
+            raise ValueError(
+                f"method: {self.method!r} runs on one machine; mode 'distributed' runs "
+                "label propagation on every machine"
+            )
         if self.mode == "parallel" and self.method not in (None, "kaminpar"):
             raise ValueError(
                 f"method: {self.method!r} runs in one process; mode 'parallel' uses kaminpar"
@@ -204,12 +208,16 @@ class PartitionSpec(_Model):
 
     @property
     def algorithm(self) -> str:
-        """The method that runs: as given, else kaminpar in parallel mode, else metis."""
-        return self.method or ("kaminpar" if self.mode == "parallel" else "metis")
+        """The method that runs: as given, else kaminpar in parallel mode, xtrapulp in
+        distributed mode, else metis."""
+        default = {"parallel": "kaminpar", "distributed": "xtrapulp"}.get(self.mode, "metis")
+        return self.method or default
 
     def cli_args(self) -> list[str]:
         """``graphrun partition`` flags for this spec (after DATASET OUT --parts N)."""
-        args = ["--mode", self.mode, "--method", self.algorithm, "--halo", str(self.halo_hops)]
+        args = ["--mode", self.mode]
+        args += [] if self.mode == "distributed" else ["--method", self.algorithm]
+        args += ["--halo", str(self.halo_hops)]
         args += ["--balance-train"] if self.balance_train else []
         return args + (["--balance-edges"] if self.balance_edges else [])
 
@@ -562,6 +570,12 @@ class GraphJobSpec(_Model):
                 )
             return self
         parts = self.partition.parts
+        if self.partition.mode == "distributed" and parts not in (None, self.runtime.machines):
+            raise ValueError(
+                f"partition.parts: {parts} must equal runtime.machines "
+                f"({self.runtime.machines}) in mode 'distributed': each machine partitions "
+                "and keeps one part"
+            )
         if parts is not None and parts != self.runtime.machines and self._co_located():
             raise ValueError(
                 f"partition.parts: {parts} must equal runtime.machines "

@@ -38,6 +38,12 @@ def check_supported(job: GraphJob) -> None:
             "put the plan inline as spec.placement.plan (the plan file's content; "
             "`graphrun plan CLUSTER JOB -o PLAN --inline JOB_OUT` writes the job with it)"
         )
+    if spec.partition.mode == "distributed":
+        raise SpecError(
+            "spec.partition.mode: 'distributed' runs in graphrun run (local and netns "
+            "hosts); the operator does not run it on worker pods yet — use 'single' or "
+            "'parallel'"
+        )
     if spec.graph.store is not None and spec.graph.store.key_secret is None:
         raise SpecError(
             "spec.graph.store.keySecret: required on Kubernetes (a Secret in the job's "

@@ -334,6 +334,40 @@ def _rank_main(
     os._exit(code)  # skip torch's interpreter teardown
 
 
+def run_rank(
+    dataset: str | Path,
+    staging: str | Path,
+    parts: int,
+    rank: int,
+    init_method: str,
+    opts: DistOptions = DistOptions(),
+    *,
+    timeout: float = 600.0,
+) -> RankReport:
+    """One rank of a job's distributed partitioning, run on its own machine by
+    ``graphrun run``: join the others at ``init_method`` (gloo; ``tcp://HOST:PORT`` of
+    rank 0's machine, or ``file://`` on one host) and write part ``rank`` into
+    ``staging``, the directory the launcher made with ``start_output`` and renames
+    when every rank has succeeded (or removes if one fails)."""
+    import torch.distributed as dist
+
+    if not 0 <= rank < parts:
+        raise ArgumentError(f"--rank: {rank} is not in [0, {parts})")
+    if not Path(staging).is_dir():
+        raise ArgumentError(f"--into: {staging} is not a directory")
+    opts.check()
+    load_chunked_meta(dataset)  # one clear line before joining the others
+    dist.init_process_group(
+        "gloo", init_method=init_method, rank=rank, world_size=parts,
+        timeout=datetime.timedelta(seconds=timeout),
+    )  # fmt: skip
+    try:
+        return partition_rank(Comm(), dataset, Path(staging), opts)
+    finally:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+
+
 def _death(code: int | None) -> str:
     if code is None:
         return "did not exit"

@@ -504,3 +504,70 @@ def test_a_local_job_listens_on_loopback_only(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
+
+
+def distributed_job(tmp_path: Path, **training) -> Path:
+    """small_job's graph as a 4-chunk dataset, partitioned by the job's 2 machines."""
+    import shutil
+
+    import yaml
+
+    from graphrun.graph.chunked import save_chunked
+    from graphrun.graph.generate import GenParams, community
+
+    path = small_job(tmp_path, **training)
+    shutil.rmtree(tmp_path / "parts")
+    shutil.rmtree(tmp_path / "data")
+    graph = community(GenParams(nodes=2000, avg_degree=8, feat_dim=16, classes=4, seed=0))
+    save_chunked(graph, tmp_path / "data", 4)
+    spec = yaml.safe_load(path.read_text())
+    spec["spec"]["partition"].update(mode="distributed", balanceTrain=True)
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_distributed_partitioning_on_the_jobs_machines(tmp_path):
+    path = distributed_job(tmp_path, epochs=3, lr=0.03)
+    job, sink = run(path)
+    report = job.run()
+    log = sink.getvalue()
+    # one rank per machine, each a role of its own, before the stores serve
+    assert "[partitioner:0@m0]" in log and "[partitioner:1@m1]" in log
+    meta = json.loads((tmp_path / "parts" / "partition.json").read_text())
+    assert meta["method"] == "xtrapulp" and meta["num_parts"] == 2
+    assert not list(tmp_path.glob("parts.*"))  # no staging directory left
+    assert all(report.exits[f"trainer:{r}"] == 0 for r in range(2))
+    assert metrics(path)[-1]["test_acc"] > 0.5  # 4 classes: chance is 0.25
+
+
+def test_distributed_partitioning_fails_naming_the_rank(tmp_path):
+    path = distributed_job(tmp_path)
+    (tmp_path / "data" / "chunk-3" / "src.npy").unlink()  # rank 1 reads chunks 2 and 3
+    job, _ = run(path)
+    with pytest.raises(JobFailed) as err:
+        job.run()
+    assert err.value.role == "partitioner:1" and err.value.host == "m1"
+    assert not (tmp_path / "parts").exists() and not list(tmp_path.glob("parts*"))
+
+
+def test_distributed_partitioning_refuses_a_missing_chunk_before_starting(tmp_path):
+    from graphrun.errors import UserError
+
+    path = distributed_job(tmp_path)
+    (tmp_path / "data" / "chunk-2" / "chunk.json").unlink()
+    job, sink = run(path)
+    with pytest.raises(UserError, match=r"chunk-2/chunk\.json"):
+        job.run()
+    assert "partitioner" not in sink.getvalue()
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
+def test_distributed_partitioning_on_netns_hosts(tmp_path):
+    # each rank in its machine's network namespace, gloo over the namespaces' links
+    path = distributed_job(tmp_path, epochs=1)
+    job, sink = run(path, hosts="netns")
+    report = job.run()
+    assert "[partitioner:1@m1]" in sink.getvalue()
+    assert json.loads((tmp_path / "parts" / "partition.json").read_text())["num_parts"] == 2
+    assert all(report.exits[f"trainer:{r}"] == 0 for r in range(2))

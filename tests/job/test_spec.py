@@ -114,8 +114,12 @@ def test_round_trip_through_yaml() -> None:
             "spec.partition.method: Input should be 'metis', 'random' or 'kaminpar'",
         ),
         (
-            job(partition={"mode": "distributed"}),
-            "spec.partition.mode: 'distributed' is not available yet",
+            job(partition={"mode": "distributed", "method": "metis"}),
+            "spec.partition.method: 'metis' runs on one machine; mode 'distributed'",
+        ),
+        (
+            job(partition={"mode": "distributed", "parts": 4}, runtime={"machines": 2}),
+            "spec.partition.parts: 4 must equal runtime.machines (2) in mode 'distributed'",
         ),
         (
             job(partition={"mode": "parallel", "method": "metis"}),
