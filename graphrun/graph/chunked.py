@@ -324,7 +324,10 @@ def check_chunks(meta: ChunkedMeta) -> None:
     """Every chunk's own metadata present and agreeing with ``chunks.json`` (small JSON
     files only: what a launcher checks before any rank starts)."""
     for k in range(meta.num_chunks):
-        _check_chunk_meta(meta, k, meta.path / chunk_dir(k))
+        d = meta.path / chunk_dir(k)
+        if not d.is_dir():
+            raise DatasetError(f"{d}: missing (chunk {k} of {meta.num_chunks})")
+        _check_chunk_meta(meta, k, d)
 
 
 def _load_rows(f: Path, spec: dict[str, Any], rows: int, mfile: Path, mmap: bool) -> np.ndarray:

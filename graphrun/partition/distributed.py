@@ -53,7 +53,7 @@ from graphrun.errors import (
     PartitionFormatError,
     UserError,
 )
-from graphrun.graph.chunked import load_chunked_meta, rank_chunks, read_chunks
+from graphrun.graph.chunked import check_chunks, load_chunked_meta, rank_chunks, read_chunks
 from graphrun.partition import balance, shuffle
 from graphrun.partition.comm import Comm, PeerLost, by_rank
 from graphrun.partition.format import (
@@ -395,6 +395,7 @@ def run_local(
         raise ArgumentError(f"--parts: must be a positive integer, got {parts!r}")
     opts.check()
     meta = load_chunked_meta(dataset)  # one clear line before any process starts
+    check_chunks(meta)
     if meta.num_chunks < parts:
         raise ArgumentError(
             f"--parts: {parts} ranks need at least {parts} chunks; {meta.path} has "
