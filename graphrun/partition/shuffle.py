@@ -79,11 +79,11 @@ def _number(
     return new, offsets, ranges
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False)
 class Relabelled:
     book: PartitionBook
     new_nids: np.ndarray  # of this share's nodes
-    new_src: np.ndarray  # of this share's edges
+    new_src: np.ndarray  # of this share's edges (emptied once the shuffle has sent them)
     new_dst: np.ndarray
     new_eids: np.ndarray
 
@@ -176,6 +176,8 @@ def shuffle_share(comm: Comm, share: Share, rl: Relabelled, part: np.ndarray) ->
     orig = np.arange(c, e, dtype=np.int64)
     edges = comm.exchange_rows(owner, rl.new_dst, rl.new_src, rl.new_eids, orig)
     del orig
+    # sent: the endpoints are not read again, and the sort below is the shuffle's peak
+    rl.new_src = rl.new_dst = np.empty(0, dtype=np.int64)
     elo = int(book.edge_offsets[comm.rank])
     orig_eids = np.empty(len(edges), dtype=np.int64)
     orig_eids[edges[:, 2] - elo] = edges[:, 3]
