@@ -70,7 +70,6 @@ class GraphData(Protocol):
     edge_types: tuple[tuple[str, str, str], ...]
 
     def num_nodes(self, ntype: str | None = None) -> int: ...
-    def num_edges(self) -> int: ...
     def feature_dim(self, ntype: str, name: str) -> int | None: ...
     def num_classes(self, ntype: str, label: str) -> int: ...
     def seeds(self, split: str, ntype: str | None = None) -> Tensor:
@@ -221,9 +220,6 @@ class LocalData:
 
     def num_nodes(self, ntype: str | None = None) -> int:
         return self.graph.num_nodes if ntype is None else self.graph.num_nodes_of(ntype)
-
-    def num_edges(self) -> int:
-        return self.graph.num_edges
 
     def feature_dim(self, ntype: str, name: str) -> int | None:
         arr = self.graph.ndata.get(ntype, {}).get(name)

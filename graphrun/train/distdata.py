@@ -107,9 +107,6 @@ class DistGraphData:
     def num_nodes(self, ntype: str | None = None) -> int:
         return self.graph.num_nodes(ntype)
 
-    def num_edges(self) -> int:
-        return self.graph.num_edges()
-
     def feature_dim(self, ntype: str, name: str) -> int | None:
         t = self.graph.node_feature(ntype, name)
         return None if t is None else int(np.prod(t.shape[1:])) if len(t.shape) > 1 else 1
