@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 import math
 import multiprocessing as mp
 import os
@@ -57,12 +56,11 @@ from graphrun.graph.chunked import check_chunks, load_chunked_meta, rank_chunks,
 from graphrun.partition import balance, shuffle
 from graphrun.partition.comm import Comm, PeerLost, by_rank
 from graphrun.partition.format import (
-    CONFIG_FILE,
-    FORMAT,
-    VERSION,
+    WriteOptions,
     abandon_output,
     finish_output,
     start_output,
+    write_config,
 )
 from graphrun.partition.xtrapulp import INITS, LPOptions, build_local_graph, propagate
 
@@ -236,34 +234,21 @@ def _write_config(
     parts: list[dict[str, Any]],
 ) -> None:
     meta = share.meta
-    cfg = {
-        "format": FORMAT,
-        "version": VERSION,
-        "graph_name": meta.name,
-        "method": METHOD,
-        "halo_hops": opts.halo_hops,
-        "seed": opts.seed,
-        "balance": {
-            "train": opts.balance_train,
-            "edges": opts.balance_edges,
-            "tolerance": opts.tolerance,
-        },
-        "num_nodes": meta.num_nodes,
-        "num_edges": meta.num_edges,
-        **rl.book.to_config(),
-        "node_features": meta.node_features,
-        "edge_features": meta.edge_features,
-        "quality": quality,
-        "parts": parts,
-        "id_maps": {t: {"dtype": str(v.get("dtype"))} for t, v in meta.id_maps.items()},
-        "mapping": {
+    options = WriteOptions(
+        METHOD, opts.halo_hops, opts.balance_train, opts.balance_edges, opts.tolerance, opts.seed
+    )
+    write_config(
+        tmp, options, rl.book, graph_name=meta.name, num_nodes=meta.num_nodes,
+        num_edges=meta.num_edges, node_features=meta.node_features,
+        edge_features=meta.edge_features, quality=quality, parts=parts,
+        id_map_dtypes={t: str(v.get("dtype")) for t, v in meta.id_maps.items()},
+        mapping={
             "layout": "sharded",
             "node_bounds": share.node_bounds.tolist(),
             "edge_bounds": share.edge_bounds.tolist(),
         },
-        "distributed": {"ranks": len(parts), "init": opts.lp.init},
-    }
-    (tmp / CONFIG_FILE).write_text(json.dumps(cfg, indent=2) + "\n")
+        distributed={"ranks": len(parts), "init": opts.lp.init},
+    )  # fmt: skip
 
 
 # ---- the local launcher ------------------------------------------------------------------

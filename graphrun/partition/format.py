@@ -173,10 +173,35 @@ def write_partition(
     for ntype, ids in (id_maps or {}).items():
         (m / "ids").mkdir(exist_ok=True)
         np.save(m / "ids" / f"{ntype}.npy", np.ascontiguousarray(ids), allow_pickle=False)
+    return write_config(
+        tmp, opts, rl.book, graph_name=graph.name, num_nodes=int(graph.num_nodes),
+        num_edges=int(graph.num_edges), node_features=feature_schema(graph.ndata),
+        edge_features=feature_schema(graph.edata), quality=quality.to_dict(), parts=parts,
+        id_map_dtypes={t: str(ids.dtype) for t, ids in (id_maps or {}).items()},
+    )  # fmt: skip
+
+
+def write_config(
+    tmp: Path,
+    opts: WriteOptions,
+    book: PartitionBook,
+    *,
+    graph_name: str,
+    num_nodes: int,
+    num_edges: int,
+    node_features: dict[str, Any],
+    edge_features: dict[str, Any],
+    quality: dict[str, Any],
+    parts: list[dict[str, Any]],
+    id_map_dtypes: Mapping[str, str],
+    **extra: Any,
+) -> dict[str, Any]:
+    """Write ``tmp/partition.json`` (the layout in the module docstring; ``extra``: more
+    top-level fields, e.g. the distributed mode's sharded ``mapping``); returns it."""
     cfg: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
-        "graph_name": graph.name,
+        "graph_name": graph_name,
         "method": opts.method,
         "halo_hops": opts.halo_hops,
         "seed": opts.seed,
@@ -185,14 +210,15 @@ def write_partition(
             "edges": opts.balance_edges,
             "tolerance": opts.tolerance,
         },
-        "num_nodes": int(graph.num_nodes),
-        "num_edges": int(graph.num_edges),
-        **rl.book.to_config(),
-        "node_features": feature_schema(graph.ndata),
-        "edge_features": feature_schema(graph.edata),
-        "quality": quality.to_dict(),
+        "num_nodes": num_nodes,
+        "num_edges": num_edges,
+        **book.to_config(),
+        "node_features": node_features,
+        "edge_features": edge_features,
+        "quality": quality,
         "parts": parts,
-        "id_maps": {t: {"dtype": str(ids.dtype)} for t, ids in (id_maps or {}).items()},
+        "id_maps": {t: {"dtype": d} for t, d in id_map_dtypes.items()},
+        **extra,
     }
     (tmp / CONFIG_FILE).write_text(json.dumps(cfg, indent=2) + "\n")
     return cfg
