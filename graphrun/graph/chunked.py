@@ -51,9 +51,10 @@ from graphrun.graph.format import (
     atomic_dir,
     check_header,
     commit_dir,
-    feature_schema,
+    describe_graph,
     load_npy,
     read_json,
+    read_types,
     write_failed,
 )
 from graphrun.graph.graph import CanonicalEtype, Graph, _check_rows, etype_key, parse_etype_key
@@ -103,17 +104,7 @@ def save_chunked(
         meta = {
             "format": FORMAT,
             "version": VERSION,
-            "name": graph.name,
-            "num_nodes": int(graph.num_nodes),
-            "num_edges": int(graph.num_edges),
-            "node_types": [{"name": t, "count": graph.num_nodes_of(t)} for t in graph.node_types],
-            "edge_types": [
-                {"src": e[0], "rel": e[1], "dst": e[2], "count": graph.num_edges_of(e)}
-                for e in graph.edge_types
-            ],
-            "node_features": feature_schema(graph.ndata),
-            "edge_features": feature_schema(graph.edata),
-            "id_maps": {t: {"dtype": str(ids.dtype)} for t, ids in id_maps.items()},
+            **describe_graph(graph, id_maps),
             "num_chunks": num_chunks,
             "node_bounds": nb.tolist(),
             "edge_bounds": eb.tolist(),
@@ -241,16 +232,8 @@ def load_chunked_meta(path: str | Path) -> ChunkedMeta:
     num_chunks = _field(meta, "num_chunks", int, mfile)
     if num_chunks < 1:
         raise DatasetError(f"{mfile}: field 'num_chunks' must be at least 1")
-    try:
-        ntypes = _field(meta, "node_types", list, mfile)
-        etypes = _field(meta, "edge_types", list, mfile)
-        node_types = tuple(str(t["name"]) for t in ntypes)
-        ncounts = [int(t["count"]) for t in ntypes]
-        edge_types = tuple((str(e["src"]), str(e["rel"]), str(e["dst"])) for e in etypes)
-        ecounts = [int(e["count"]) for e in etypes]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DatasetError(f"{mfile}: malformed 'node_types'/'edge_types' ({exc})") from None
-    if sum(ncounts) != num_nodes or sum(ecounts) != num_edges:
+    node_types, node_offsets, edge_types, edge_offsets = read_types(meta, mfile)
+    if node_offsets[-1] != num_nodes or edge_offsets[-1] != num_edges:
         raise DatasetError(f"{mfile}: the type counts do not add up to num_nodes/num_edges")
     for et in edge_types:
         for t in (et[0], et[2]):
@@ -274,8 +257,8 @@ def load_chunked_meta(path: str | Path) -> ChunkedMeta:
         num_edges=num_edges,
         node_types=node_types,
         edge_types=edge_types,
-        node_type_offsets=np.concatenate([[0], np.cumsum(ncounts)]).astype(np.int64),
-        edge_type_offsets=np.concatenate([[0], np.cumsum(ecounts)]).astype(np.int64),
+        node_type_offsets=node_offsets,
+        edge_type_offsets=edge_offsets,
         node_features=node_features,
         edge_features=edge_features,
         id_maps=id_maps,

@@ -94,6 +94,43 @@ def commit_dir(tmp: Path, final: Path) -> None:
     os.replace(tmp, final)
 
 
+def describe_graph(graph: Graph, id_maps: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """The metadata fields of a dataset (whole or chunked) that describe ``graph``: name,
+    counts, node and edge types with their counts, feature schemas, id-map dtypes."""
+    return {
+        "name": graph.name,
+        "num_nodes": int(graph.num_nodes),
+        "num_edges": int(graph.num_edges),
+        "node_types": [{"name": t, "count": graph.num_nodes_of(t)} for t in graph.node_types],
+        "edge_types": [
+            {"src": e[0], "rel": e[1], "dst": e[2], "count": graph.num_edges_of(e)}
+            for e in graph.edge_types
+        ],
+        "node_features": feature_schema(graph.ndata),
+        "edge_features": feature_schema(graph.edata),
+        "id_maps": {t: {"dtype": str(ids.dtype)} for t, ids in id_maps.items()},
+    }
+
+
+def read_types(
+    meta: dict[str, Any], mfile: Path
+) -> tuple[tuple[str, ...], np.ndarray, tuple[tuple[str, str, str], ...], np.ndarray]:
+    """``(node_types, node_type_offsets, edge_types, edge_type_offsets)`` from the
+    metadata's ``node_types``/``edge_types`` lists (one DatasetError naming the file)."""
+    ntypes = _field(meta, "node_types", list, mfile)
+    etypes = _field(meta, "edge_types", list, mfile)
+    try:
+        node_types = tuple(str(t["name"]) for t in ntypes)
+        ncounts = [int(t["count"]) for t in ntypes]
+        edge_types = tuple((str(e["src"]), str(e["rel"]), str(e["dst"])) for e in etypes)
+        ecounts = [int(e["count"]) for e in etypes]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DatasetError(f"{mfile}: malformed 'node_types'/'edge_types' ({exc})") from None
+    node_offsets = np.concatenate([[0], np.cumsum(ncounts)]).astype(np.int64)
+    edge_offsets = np.concatenate([[0], np.cumsum(ecounts)]).astype(np.int64)
+    return node_types, node_offsets, edge_types, edge_offsets
+
+
 def save_dataset(
     graph: Graph, path: str | Path, id_maps: Mapping[str, np.ndarray] | None = None
 ) -> Path:
@@ -119,21 +156,7 @@ def save_dataset(
                 d.mkdir(parents=True, exist_ok=True)
                 for name, arr in feats.items():
                     np.save(d / f"{name}.npy", np.ascontiguousarray(arr))
-        meta = {
-            "format": FORMAT,
-            "version": VERSION,
-            "name": graph.name,
-            "num_nodes": int(graph.num_nodes),
-            "num_edges": int(graph.num_edges),
-            "node_types": [{"name": t, "count": graph.num_nodes_of(t)} for t in graph.node_types],
-            "edge_types": [
-                {"src": e[0], "rel": e[1], "dst": e[2], "count": graph.num_edges_of(e)}
-                for e in graph.edge_types
-            ],
-            "node_features": feature_schema(graph.ndata),
-            "edge_features": feature_schema(graph.edata),
-            "id_maps": {t: {"dtype": str(ids.dtype)} for t, ids in id_maps.items()},
-        }
+        meta = {"format": FORMAT, "version": VERSION, **describe_graph(graph, id_maps)}
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         commit_dir(tmp, final)
     except OSError as exc:
@@ -237,15 +260,7 @@ def load_dataset(path: str | Path, mmap: bool = True) -> Graph:
     meta = read_json(mfile, "dataset metadata")
     check_header(meta, mfile, FORMAT, VERSION, DatasetError)
     num_nodes = _field(meta, "num_nodes", int, mfile)
-    ntypes = _field(meta, "node_types", list, mfile)
-    etypes = _field(meta, "edge_types", list, mfile)
-    try:
-        node_types = tuple(str(t["name"]) for t in ntypes)
-        ncounts = [int(t["count"]) for t in ntypes]
-        edge_types = tuple((str(e["src"]), str(e["rel"]), str(e["dst"])) for e in etypes)
-        ecounts = [int(e["count"]) for e in etypes]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DatasetError(f"{mfile}: malformed 'node_types'/'edge_types' ({exc})") from None
+    node_types, node_offsets, edge_types, edge_offsets = read_types(meta, mfile)
     src = load_npy(root / "src.npy", mmap)
     dst = load_npy(root / "dst.npy", mmap)
     ndata: dict[str, dict[str, np.ndarray]] = {}
@@ -262,8 +277,8 @@ def load_dataset(path: str | Path, mmap: bool = True) -> Graph:
             dst=dst,
             node_types=node_types,
             edge_types=edge_types,
-            node_type_offsets=np.concatenate([[0], np.cumsum(ncounts)]).astype(np.int64),
-            edge_type_offsets=np.concatenate([[0], np.cumsum(ecounts)]).astype(np.int64),
+            node_type_offsets=node_offsets,
+            edge_type_offsets=edge_offsets,
             ndata=ndata,
             edata=edata,
             name=str(meta.get("name", root.name)),
