@@ -23,6 +23,7 @@ Rank ``r`` read the original nodes ``node_bounds[r] ..`` and edges ``edge_bounds
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,6 +158,26 @@ def _send_rows(comm: Comm, dest: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return np.concatenate(got)
 
 
+def _send_features(
+    comm: Comm,
+    dest: np.ndarray,
+    first: int,
+    type_offsets: np.ndarray,
+    keys: Sequence[str],
+    data: dict[str, dict[str, np.ndarray]],
+) -> dict[str, dict[str, np.ndarray]]:
+    """Every feature row of the chunk's nodes (or edges) ``first .. first+len(dest)-1``
+    to rank ``dest[i]``; type ``keys[t]`` holds the global ids of ``type_offsets[t] ..
+    type_offsets[t+1]-1`` and its rows in ``data[keys[t]]``."""
+    end = first + len(dest)
+    out = {}
+    for t, key in enumerate(keys):
+        lo, hi = max(first, int(type_offsets[t])), min(end, int(type_offsets[t + 1]))
+        rows = dest[lo - first : max(lo, hi) - first]
+        out[key] = {name: _send_rows(comm, rows, arr) for name, arr in data[key].items()}
+    return out
+
+
 def shuffle_share(comm: Comm, share: Share, rl: Relabelled, part: np.ndarray) -> Received:
     meta, chunk, book = share.meta, share.chunk, rl.book
     a, b = chunk.nodes
@@ -164,14 +185,7 @@ def shuffle_share(comm: Comm, share: Share, rl: Relabelled, part: np.ndarray) ->
     nodes = comm.exchange_rows(part, rl.new_nids, np.arange(a, b, dtype=np.int64))
     orig_nids = nodes[np.argsort(nodes[:, 0]), 1]
     del nodes
-    node_feats: dict[str, dict[str, np.ndarray]] = {}
-    nto = meta.node_type_offsets
-    for t, ntype in enumerate(meta.node_types):
-        lo, hi = max(a, int(nto[t])), min(b, int(nto[t + 1]))
-        dest = part[lo - a : max(lo, hi) - a]
-        node_feats[ntype] = {
-            name: _send_rows(comm, dest, arr) for name, arr in chunk.ndata[ntype].items()
-        }
+    node_feats = _send_features(comm, part, a, meta.node_type_offsets, meta.node_types, chunk.ndata)
     owner = owner_of(book.node_offsets, rl.new_dst)
     orig = np.arange(c, e, dtype=np.int64)
     edges = comm.exchange_rows(owner, rl.new_dst, rl.new_src, rl.new_eids, orig)
@@ -186,14 +200,8 @@ def shuffle_share(comm: Comm, share: Share, rl: Relabelled, part: np.ndarray) ->
     key = (edges[:, 0] - book.node_offsets[comm.rank]) * span + (edges[:, 2] - elo)
     edges = edges[np.argsort(key), :3]
     del key
-    edge_feats: dict[str, dict[str, np.ndarray]] = {}
-    eto = meta.edge_type_offsets
-    for r, et in enumerate(meta.edge_types):
-        lo, hi = max(c, int(eto[r])), min(e, int(eto[r + 1]))
-        dest = owner[lo - c : max(lo, hi) - c]
-        edge_feats[etype_key(et)] = {
-            name: _send_rows(comm, dest, arr) for name, arr in chunk.edata[etype_key(et)].items()
-        }
+    ekeys = [etype_key(et) for et in meta.edge_types]
+    edge_feats = _send_features(comm, owner, c, meta.edge_type_offsets, ekeys, chunk.edata)
     return Received(orig_nids, orig_eids, edges, node_feats, edge_feats)
 
 
