@@ -282,8 +282,6 @@ def _rank_main(
     on_phase: Callable[[int, str], None] | None,
 ) -> None:
     """One spawned rank: report phases, the result or one error line on ``events``."""
-    import torch.distributed as dist
-
     dataset, tmp, opts, timeout = args
     code = 0
 
@@ -293,14 +291,8 @@ def _rank_main(
             on_phase(r, name)
 
     try:
-        dist.init_process_group(
-            "gloo",
-            init_method=f"tcp://127.0.0.1:{port}",
-            rank=rank,
-            world_size=world,
-            timeout=datetime.timedelta(seconds=timeout),
-        )
-        report = partition_rank(Comm(), dataset, Path(tmp), opts, tell)
+        init = f"tcp://127.0.0.1:{port}"
+        report = run_rank(dataset, tmp, world, rank, init, opts, timeout=timeout, on_phase=tell)
         events.put(("done", rank, asdict(report)))
     except UserError as exc:
         events.put(("error", rank, type(exc).__name__, str(exc)))
@@ -313,8 +305,6 @@ def _rank_main(
         events.put(("error", rank, "fail", f"{type(exc).__name__}: {exc}"))
         code = 1
     finally:
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group()
         events.close()
     os._exit(code)  # skip torch's interpreter teardown
 
@@ -328,12 +318,13 @@ def run_rank(
     opts: DistOptions = DistOptions(),
     *,
     timeout: float = 600.0,
+    on_phase: Callable[[int, str], None] | None = None,
 ) -> RankReport:
-    """One rank of a job's distributed partitioning, run on its own machine by
-    ``graphrun run``: join the others at ``init_method`` (gloo; ``tcp://HOST:PORT`` of
-    rank 0's machine, or ``file://`` on one host) and write part ``rank`` into
-    ``staging``, the directory the launcher made with ``start_output`` and renames
-    when every rank has succeeded (or removes if one fails)."""
+    """One rank, in a process of its own: join the others at ``init_method`` (gloo;
+    ``tcp://HOST:PORT`` of rank 0, or ``file://`` on one host) and write part ``rank``
+    into ``staging``, the directory its launcher made with ``start_output`` and renames
+    when every rank has succeeded (or removes if one fails). The launchers:
+    :func:`run_local` and ``graphrun run``'s ``partitioner:<r>`` roles."""
     import torch.distributed as dist
 
     if not 0 <= rank < parts:
@@ -347,7 +338,7 @@ def run_rank(
         timeout=datetime.timedelta(seconds=timeout),
     )  # fmt: skip
     try:
-        return partition_rank(Comm(), dataset, Path(staging), opts)
+        return partition_rank(Comm(), dataset, Path(staging), opts, on_phase)
     finally:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
