@@ -103,6 +103,7 @@ class DistGraphData:
         self._seeds: dict[tuple[str, str | None], Tensor] = {}
         self._edges: dict[tuple[str, EdgeSplit], Tensor] = {}
         self._loaders: dict[Any, Any] = {}
+        self._tables: dict[str, DistTensor] = {}
 
     def num_nodes(self, ntype: str | None = None) -> int:
         return self.graph.num_nodes(ntype)
@@ -204,14 +205,17 @@ class DistGraphData:
 
     def cover(self, split: str | None, ntype: str | None = None) -> Tensor:
         t = ntype or self.node_types[0]
-        ids = (
-            torch.arange(self.graph.num_nodes(t)) if split is None
-            else self.graph.mask_ids(f"{split}_mask", t)
-        )  # fmt: skip
-        return node_split(
-            ids, self.book, self.rank, self.world_size, ntype=t, trainer_parts=self._parts,
-            mode="cover",
-        )  # fmt: skip
+        key = (f"cover:{split}", t)  # computed once, like seeds: every evaluation asks
+        if key not in self._seeds:
+            ids = (
+                torch.arange(self.graph.num_nodes(t)) if split is None
+                else self.graph.mask_ids(f"{split}_mask", t)
+            )  # fmt: skip
+            self._seeds[key] = node_split(
+                ids, self.book, self.rank, self.world_size, ntype=t,
+                trainer_parts=self._parts, mode="cover",
+            )  # fmt: skip
+        return self._seeds[key]
 
     def in_edges(self, ids: Tensor) -> tuple[Tensor, Tensor]:
         got = self.graph.sample_neighbors(ids, ALL)  # on the servers owning the nodes
@@ -223,12 +227,15 @@ class DistGraphData:
             if feat is None:
                 raise ArgumentError(f"feature: node type {ntype!r} has no feature {name!r}")
             return feat
-        # a job tensor on the store: every trainer attaches to the same one; freed when
-        # the job's last client leaves
-        return DistTensor(
-            self.graph.ctx.client, f"scratch/{ntype}/{name}/{width}",
-            shape=(self.graph.num_nodes(ntype), width), policy=f"node:{ntype}",
-        )  # fmt: skip
+        # a job tensor on the store: every trainer attaches to the same one (once, not at
+        # every evaluation); freed when the job's last client leaves
+        key = f"scratch/{ntype}/{name}/{width}"
+        if key not in self._tables:
+            self._tables[key] = DistTensor(
+                self.graph.ctx.client, key, shape=(self.graph.num_nodes(ntype), width),
+                policy=f"node:{ntype}",
+            )  # fmt: skip
+        return self._tables[key]
 
     def embedding(self, name: str, num: int, dim: int, lr: float) -> Embedding:
         return StoreEmbedding(self.graph.ctx.client, name, num, dim, lr)
