@@ -1,6 +1,9 @@
 """``graphrun bench placement``: ETP against co-location, random, IFS, FFD and annealing.
 
-All times are *simulated* training times (OES, priority scheduling) of the job's
+With ``--real``, the closed loop instead: probe, profile, plan, run and compare predicted
+with measured epochs on emulated heterogeneous hosts (:mod:`graphrun.bench.placement_real`).
+
+Otherwise all times are *simulated* training times (OES, priority scheduling) of the job's
 ``iterations`` on synthetic profiles, not measurements. One JSON object per setting:
 means, standard deviations and extremes over seeds (each seed redraws the profile
 samples and reseeds the searches), ETP's ratio to the lower bound of its own
@@ -17,6 +20,8 @@ import statistics
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from graphrun.bench import placement_real
 
 SETTINGS = (
     "hetero-products",
@@ -65,6 +70,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seeds", type=int, default=10, help="seeds per setting (default 10)")
     p.add_argument("--seconds", type=float, default=10.0, help="ETP/SA budget per seed")
     p.add_argument("--random-samples", type=int, default=10, help="random placements per seed")
+    placement_real.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -172,6 +178,8 @@ def run_setting(s: Setting, seeds: int, seconds: float, random_samples: int) -> 
 def run(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
 
+    if args.real:
+        return placement_real.run(args)
     if args.seeds < 1 or args.seconds <= 0:
         raise ArgumentError("--seeds and --seconds must be positive")
     for name in args.settings:

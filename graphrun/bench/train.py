@@ -95,12 +95,14 @@ def register(subparsers: Any) -> None:
 
 
 class RssSampler(threading.Thread):
-    """Peak proportional set size per machine, summed over its roles (status files)."""
+    """Peak proportional set size (MiB) per machine, summed over its roles, and per role
+    (from the workers' status files)."""
 
     def __init__(self, status_dir: Path, interval: float = 0.5) -> None:
         super().__init__(daemon=True)
         self.status_dir, self.interval = status_dir, interval
         self.peak: dict[str, float] = {}
+        self.role_peak: dict[str, float] = {}
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -112,12 +114,14 @@ class RssSampler(threading.Thread):
             for f in self.status_dir.glob("*.json"):
                 st = read_status(f) or {}
                 total = 0
-                for info in st.get("roles", {}).values():
+                for role, info in st.get("roles", {}).items():
                     try:
                         mem = psutil.Process(int(info["pid"])).memory_full_info()
-                        total += getattr(mem, "pss", mem.rss)
                     except (psutil.Error, KeyError, TypeError, ValueError):
                         continue
+                    size = getattr(mem, "pss", mem.rss)
+                    total += size
+                    self.role_peak[role] = max(self.role_peak.get(role, 0.0), size / 2**20)
                 m = str(st.get("machine", f.stem))
                 self.peak[m] = max(self.peak.get(m, 0.0), total / 2**20)
 

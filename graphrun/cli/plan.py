@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,33 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--iterations", type=int, default=8, help="GraphJob only: iterations simulated (default 8)"
     )
+    p.add_argument(
+        "--demand",
+        action="append",
+        default=[],
+        metavar="KIND=CPU,MEMORY_GB[,GPUS]",
+        help="what every task of KIND (store, trainer, sampler, ps) demands, over the job's "
+        "own (e.g. trainer=0,1.5: with a profile of CPU seconds the simulator shares each "
+        "machine's cores, so no cores need reserving); repeatable",
+    )
     p.set_defaults(func=run)
+
+
+def parse_demand(text: str) -> tuple[str, Any]:
+    """``KIND=CPU,MEMORY_GB[,GPUS]`` as (kind, Demand); ArgumentError naming it otherwise."""
+    from graphrun.errors import ArgumentError
+    from graphrun.placement.job import KINDS, Demand
+
+    kind, _, values = text.partition("=")
+    if kind not in KINDS:
+        raise ArgumentError(f"--demand {text}: the kind must be one of {', '.join(KINDS)}")
+    try:
+        nums = [float(v) for v in values.split(",")]
+    except ValueError:
+        nums = []
+    if len(nums) not in (2, 3) or not all(0 <= v < math.inf for v in nums):
+        raise ArgumentError(f"--demand {text}: give KIND=CPU,MEMORY_GB[,GPUS] with numbers >= 0")
+    return kind, Demand(cpu=nums[0], memory_gb=nums[1], gpus=nums[2] if len(nums) > 2 else 0)
 
 
 def load_job_for_plan(path: Path, profile: str = "products", iterations: int = 8) -> Any:
@@ -105,14 +132,18 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(f"--seed: must be >= 0, got {args.seed}")
     if args.iterations < 1:
         raise ArgumentError("--iterations: must be >= 1")
+    demands = dict(parse_demand(d) for d in args.demand)
     cluster = load_cluster(args.cluster)
     job = load_job_for_plan(args.job, args.profile, args.iterations)
     graphjob = None
     if not isinstance(job, Job):  # a GraphJob
-        graphjob, job = job, job.job
+        graphjob = replace(job, job=job.job.with_demands(demands))
+        job = graphjob.job
         graphjob.check_cluster(cluster, str(args.cluster))
     elif args.inline is not None:
         raise ArgumentError(f"--inline: {args.job} is not a GraphJob (kind: PlacementJob)")
+    else:
+        job = job.with_demands(demands)
     options = PlanOptions(
         seed=args.seed,
         max_seconds=None if args.steps is not None else args.seconds,

@@ -22,8 +22,8 @@ from graphrun.placement.oes import Policy, simulate_arrays
 from graphrun.placement.workload import (
     Scenario,
     Template,
-    build_workload,
     make_template,
+    to_dag,
     traffic_matrix,
 )
 
@@ -125,12 +125,15 @@ class Evaluator:
         key = _key(placement)
         got = self._cache.get(key)
         if got is None:
-            if self._template is None:
-                self._template = make_template(self.scenario)
-            got = simulate_arrays(self._template.place(self.cluster, key), self.policy)[0]
+            got = simulate_arrays(self._template_().place(self.cluster, key), self.policy)[0]
             self.simulations += 1
             self._cache[key] = got
         return got
+
+    def _template_(self) -> Template:
+        if self._template is None:
+            self._template = make_template(self.scenario)
+        return self._template
 
     def violation(self, placement: Sequence[int]) -> float:
         key = _key(placement)
@@ -144,10 +147,14 @@ class Evaluator:
 
     def floor(self) -> float:
         """A makespan no placement can beat: the compute-only critical path (every task
-        on one machine, all flows free, capacities ignored)."""
+        on one machine, all flows free, capacities ignored, every step as fast as the
+        fastest machine runs it alone)."""
         if self._floor is None:
-            dag = build_workload(self.cluster, self.scenario, (0,) * len(self.job.tasks)).dag
-            self._floor = chain_bound(dag)
+            tpl = self._template_()
+            zeros = (0,) * len(self.job.tasks)
+            self._floor = chain_bound(
+                to_dag(tpl.place(self.cluster, zeros, tpl.best_slowdown(self.cluster)))
+            )
         return self._floor
 
     def port_floor(self, placement: Sequence[int]) -> float:

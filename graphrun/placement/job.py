@@ -26,7 +26,7 @@ Role names follow the shared convention (``store:<p>``, ``trainer:<r>``,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -103,13 +103,21 @@ class Job:
     def index(self, role: str) -> int:
         return self.roles.index(role)
 
+    def with_demands(self, demands: dict[str, Demand]) -> Job:
+        """This job with the tasks of each kind in ``demands`` demanding that instead."""
+        tasks = tuple(
+            replace(t, demand=_triple(demands[t.kind])) if t.kind in demands else t
+            for t in self.tasks
+        )
+        return replace(self, tasks=tasks)
+
+
+def _triple(x: Demand) -> tuple[float, float, float]:
+    return (x.cpu, x.memory_gb, x.gpus)
+
 
 def _tasks(spec: JobSpec) -> tuple[Task, ...]:
     d = spec.demands
-
-    def dem(x: Demand) -> tuple[float, float, float]:
-        return (x.cpu, x.memory_gb, x.gpus)
-
     names = [(RoleName.store(p), d.store) for p in range(spec.partitions)]
     names += [(RoleName.trainer(r), d.trainer) for r in range(spec.trainers)]
     names += [
@@ -119,7 +127,7 @@ def _tasks(spec: JobSpec) -> tuple[Task, ...]:
     ]
     if spec.sync == "ps":
         names += [(RoleName.ps(i), d.ps) for i in range(spec.parameter_servers)]
-    out = [Task(str(n), n.kind, n.index, n.sub, dem(x)) for n, x in names]
+    out = [Task(str(n), n.kind, n.index, n.sub, _triple(x)) for n, x in names]
     return tuple(out)
 
 

@@ -18,8 +18,11 @@ one object per line). The schema, version 1, is :class:`BatchRecord`::
                                                        # from each partition
      "batch_bytes": 7800000,    # bytes of the sampled batch sent sampler -> trainer
      "grad_bytes": 1600000,     # bytes of dense gradients per step (= parameter bytes)
-     "cache_bytes": 9000000}    # feature bytes served by the remote-feature cache (not
+     "cache_bytes": 9000000,    # feature bytes served by the remote-feature cache (not
                                 # in feature_bytes: they crossed no network)
+     "sample_cpu_s": 0.018,     # CPU seconds of the trainer's process while it sampled and
+     "compute_cpu_s": 0.011,    # fetched, and while it computed, and its intra-op threads
+     "threads": 1}              # (optional: what a placement on slower or shared CPUs scales)
 
 Lines whose ``kind`` is not ``"batch"`` are ignored, so the same file can carry other
 metrics. ``BatchRecord.to_json()`` writes exactly this line.
@@ -62,6 +65,10 @@ QUANTITIES = (
     "batch_bytes",
     "grad_bytes",
 )
+# CPU seconds of the trainer's process and its intra-op threads: with them, a placement
+# scales a trainer's sampling and compute to the CPU share its machine gives it
+# (graphrun.placement.workload); profiles without them (the built-ins) are not scaled
+OPTIONAL = ("sample_cpu_s", "compute_cpu_s", "threads")
 BUILTIN = ("products", "papers100m")
 _MAX_SAMPLES = 256
 
@@ -105,12 +112,18 @@ class Profile:
     def __getitem__(self, q: str) -> Empirical:
         return self.quantities[q]
 
+    @property
+    def cpu_seconds(self) -> bool:
+        """Whether the profile carries the CPU seconds a placement scales (``OPTIONAL``)."""
+        return all(q in self.quantities for q in OPTIONAL)
+
     def to_dict(self) -> dict[str, Any]:
+        names = [q for q in (*QUANTITIES, *OPTIONAL) if q in self.quantities]
         return {
             "format": FORMAT,
             "version": VERSION,
             "name": self.name,
-            "quantities": {q: list(self.quantities[q].values) for q in QUANTITIES},
+            "quantities": {q: list(self.quantities[q].values) for q in names},
         }
 
 
@@ -123,8 +136,10 @@ def profile_from_dict(data: Any, where: str) -> Profile:
     if not isinstance(qs, dict):
         raise SpecError(f"{where}: quantities: expected a mapping")
     out = {}
-    for q in QUANTITIES:
+    for q in (*QUANTITIES, *OPTIONAL):
         v = qs.get(q)
+        if v is None and q in OPTIONAL:
+            continue
         if not isinstance(v, list) or not v or not all(isinstance(x, int | float) for x in v):
             raise SpecError(f"{where}: quantities.{q}: expected a non-empty list of numbers")
         if any(x < 0 for x in v):
@@ -174,11 +189,17 @@ class BatchRecord:
     batch_bytes: int = 0
     grad_bytes: int = 0
     cache_bytes: int = 0  # feature bytes the trainer's remote-feature cache served
+    sample_cpu_s: float | None = None  # process CPU seconds while sampling and fetching
+    compute_cpu_s: float | None = None  # process CPU seconds while computing
+    threads: int | None = None  # the trainer's intra-op threads
 
     def to_json(self) -> str:
         d: dict[str, Any] = {"kind": "batch", "v": RECORD_VERSION, **asdict(self)}
         d["structure_bytes"] = {str(k): v for k, v in self.structure_bytes.items()}
         d["feature_bytes"] = {str(k): v for k, v in self.feature_bytes.items()}
+        for k in OPTIONAL:
+            if d[k] is None:
+                del d[k]
         return json.dumps(d, separators=(",", ":"))
 
     @classmethod
@@ -198,15 +219,23 @@ class BatchRecord:
                 batch_bytes=int(d.get("batch_bytes", 0)),
                 grad_bytes=int(d.get("grad_bytes", 0)),
                 cache_bytes=int(d.get("cache_bytes", 0)),
+                sample_cpu_s=_optional(d.get("sample_cpu_s")),
+                compute_cpu_s=_optional(d.get("compute_cpu_s")),
+                threads=None if d.get("threads") is None else int(d["threads"]),
             )
         except KeyError as exc:
             raise SpecError(f"{where}: {exc.args[0]}: missing") from exc
         except (TypeError, ValueError, AttributeError) as exc:
             raise SpecError(f"{where}: malformed batch record: {exc}") from exc
-        numbers = (rec.sample_s, rec.fetch_s, rec.compute_s, rec.batch_bytes, rec.grad_bytes)
+        numbers = (rec.sample_s, rec.fetch_s, rec.compute_s, rec.batch_bytes, rec.grad_bytes,
+                   rec.sample_cpu_s or 0.0, rec.compute_cpu_s or 0.0, rec.threads or 0)  # fmt: skip
         if min(numbers) < 0:
             raise SpecError(f"{where}: a time or byte count is negative")
         return rec
+
+
+def _optional(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def read_records(path: str | Path) -> list[BatchRecord]:
@@ -246,6 +275,11 @@ def profile_from_records(records: list[BatchRecord], name: str) -> Profile:
             s[f"{kind}_own"].append(per_part.get(r.partition, 0))
             s[f"{kind}_other"].extend(v for p, v in per_part.items() if p != r.partition)
     s["ps_update_s"] = [0.0]  # not measured by the runtime; the PS update is negligible
+    if all(r.sample_cpu_s is not None and r.compute_cpu_s is not None and r.threads
+           for r in records):  # fmt: skip
+        s["sample_cpu_s"] = [r.sample_cpu_s or 0.0 for r in records]
+        s["compute_cpu_s"] = [r.compute_cpu_s or 0.0 for r in records]
+        s["threads"] = [float(r.threads or 1) for r in records]
     for q in ("structure_other", "feature_other"):
         if not s[q]:
             s[q] = [0.0]

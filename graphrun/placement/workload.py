@@ -21,6 +21,14 @@ Flows of one stage from stores on the same machine are merged; flows inside a ma
 are free. Times and bytes are drawn once per :class:`Scenario` (seeded), so every
 placement is scored on the same draws.
 
+CPU: a profile measured by graphrun's runtime carries the CPU seconds of each batch's
+sampling and compute (``Profile.cpu_seconds``). Then a step of a trainer or sampler
+takes its CPU seconds divided by the CPU share its machine gives it: the machine's
+``cpu`` cores split evenly over the trainers and samplers placed there, and at most
+the task's intra-op threads (:func:`cpu_slowdown`). Store servers are not counted:
+they serve in short bursts. Profiles without CPU seconds (the built-ins) keep their
+times on every machine.
+
 The unrolled DAG does not depend on the placement except through those two rules,
 so it is built once per scenario as a :class:`Template` over tasks, and
 :meth:`Template.place` turns it into the simulator's arrays for one placement in a
@@ -56,6 +64,8 @@ class Scenario:
     batch_bytes: np.ndarray  # (K, T)
     grad_bytes: float
     ps_update_s: np.ndarray  # (K, J)
+    cpu_seconds: bool = False  # sample_s and compute_s are CPU seconds (scaled by share)
+    threads: float = 1.0  # cores one trainer or sampler can use at most
 
 
 def make_scenario(job: Job, seed: int = 0, iterations: int | None = None) -> Scenario:
@@ -71,11 +81,12 @@ def make_scenario(job: Job, seed: int = 0, iterations: int | None = None) -> Sce
             out[:, r, r % p] = own[:, r]
         return out
 
+    cpu = prof.cpu_seconds
     return Scenario(
         job=job,
         iterations=k,
-        sample_s=prof["sample_s"].sample(rng, k * t).reshape(k, t),
-        compute_s=prof["compute_s"].sample(rng, k * t).reshape(k, t),
+        sample_s=prof["sample_cpu_s" if cpu else "sample_s"].sample(rng, k * t).reshape(k, t),
+        compute_s=prof["compute_cpu_s" if cpu else "compute_s"].sample(rng, k * t).reshape(k, t),
         structure=per_part("structure"),
         feature=per_part("feature"),
         batch_bytes=prof["batch_bytes"].sample(rng, k * t).reshape(k, t),
@@ -83,7 +94,20 @@ def make_scenario(job: Job, seed: int = 0, iterations: int | None = None) -> Sce
         ps_update_s=prof["ps_update_s"]
         .sample(rng, k * max(1, spec.parameter_servers))
         .reshape(k, -1),
+        cpu_seconds=cpu,
+        threads=max(prof["threads"].values) if cpu else 1.0,
     )
+
+
+def cpu_slowdown(
+    cpu: Sequence[float], busy: np.ndarray, x: np.ndarray, threads: float
+) -> np.ndarray:
+    """Per task: 1 / the cores it gets under placement ``x`` — its machine's ``cpu`` split
+    evenly over the ``busy`` tasks (trainers, samplers) placed there, at most ``threads``."""
+    cores = np.asarray(cpu, dtype=np.float64)
+    on = np.bincount(x[busy], minlength=cores.size)
+    share = np.minimum(threads, cores[x] / np.maximum(on[x], 1))
+    return 1.0 / np.maximum(share, 1e-9)
 
 
 def traffic_matrix(sc: Scenario) -> np.ndarray:
@@ -137,14 +161,34 @@ class Template:
     succ_ptr: np.ndarray  # int64 CSR over successors
     succ_idx: np.ndarray
     npred: np.ndarray
-    task_busy: tuple[float, ...]  # total compute seconds per task
+    task_busy: tuple[float, ...]  # total compute seconds per task (CPU seconds if scaled)
+    cpu_task: np.ndarray  # int64 the task whose CPU a compute step uses, -1 for none
+    busy: np.ndarray  # bool per task: counts in its machine's CPU sharing
+    cpu_seconds: bool = False  # durations are CPU seconds, scaled per placement
+    threads: float = 1.0
 
     @property
     def num_nodes(self) -> int:
         return int(self.duration.shape[0])
 
-    def place(self, cluster: Cluster, placement: Sequence[int]) -> DagArrays:
-        """The simulator's arrays for ``placement`` (machine index per task)."""
+    def slowdown(self, cluster: Cluster, x: np.ndarray) -> np.ndarray:
+        """Per task: how much longer its steps take than their CPU seconds (1 unscaled)."""
+        if not self.cpu_seconds:
+            return np.ones(self.num_tasks)
+        return cpu_slowdown(cluster.cpu, self.busy, x, self.threads)
+
+    def best_slowdown(self, cluster: Cluster) -> np.ndarray:
+        """Per task: the least slowdown any placement gives (each alone on the fastest)."""
+        if not self.cpu_seconds:
+            return np.ones(self.num_tasks)
+        fastest = min(self.threads, max(cluster.cpu))
+        return np.full(self.num_tasks, 1.0 / max(fastest, 1e-9))
+
+    def place(
+        self, cluster: Cluster, placement: Sequence[int], slowdown: np.ndarray | None = None
+    ) -> DagArrays:
+        """The simulator's arrays for ``placement`` (machine index per task); ``slowdown``
+        overrides the per-task CPU slowdown the placement gives (:meth:`slowdown`)."""
         x = np.asarray(placement, dtype=np.int64)
         if x.shape != (self.num_tasks,):
             raise ArgumentError(f"placement: {x.size} entries for {self.num_tasks} tasks")
@@ -153,8 +197,12 @@ class Template:
         size, src, dst = _kernel.place(
             self.size, self.src_task, self.dst_task, self.group, x, cluster.size
         )
+        duration = self.duration
+        if self.cpu_seconds:
+            slow = self.slowdown(cluster, x) if slowdown is None else slowdown
+            duration = duration * np.where(self.cpu_task >= 0, slow[self.cpu_task], 1.0)
         return DagArrays(
-            duration=self.duration,
+            duration=duration,
             size=size,
             src=src,
             dst=dst,
@@ -196,7 +244,9 @@ def build_workload(cluster: Cluster, sc: Scenario, placement: Sequence[int]) -> 
     if len(placement) != len(sc.job.tasks):
         raise ArgumentError(f"placement: {len(placement)} entries for {len(sc.job.tasks)} tasks")
     tpl = make_template(sc)
-    return Workload(dag=to_dag(tpl.place(cluster, placement)), task_busy=tpl.task_busy)
+    x = np.asarray(placement, dtype=np.int64)
+    busy = np.asarray(tpl.task_busy) * tpl.slowdown(cluster, x)
+    return Workload(dag=to_dag(tpl.place(cluster, x)), task_busy=tuple(busy.tolist()))
 
 
 def to_dag(a: DagArrays) -> Dag:
@@ -239,9 +289,13 @@ class _Unroll:
         self.group: list[int] = []
         self.it: list[int] = []
         self.preds: list[tuple[int, ...]] = []
+        self.cpu_task: list[int] = []
         self.groups = 0
 
-    def _node(self, dur: float, size: float, s: int, d: int, g: int, i: int, deps: tuple) -> int:
+    def _node(
+        self, dur: float, size: float, s: int, d: int, g: int, i: int, deps: tuple, cpu: int = -1
+    ) -> int:
+        self.cpu_task.append(cpu)
         self.dur.append(dur)
         self.size.append(size)
         self.src.append(s)
@@ -251,8 +305,9 @@ class _Unroll:
         self.preds.append(deps)
         return len(self.dur) - 1
 
-    def compute(self, dur: float, i: int, deps: tuple[int, ...]) -> int:
-        return self._node(dur, 0.0, -1, -1, -1, i, deps)
+    def compute(self, dur: float, i: int, deps: tuple[int, ...], task: int = -1) -> int:
+        """A compute step; ``task`` runs it (its duration scales with that task's CPU)."""
+        return self._node(dur, 0.0, -1, -1, -1, i, deps, task)
 
     def flow(self, size: float, s: int, d: int, i: int, deps: tuple[int, ...]) -> int:
         return self._node(0.0, size, s, d, -1, i, deps)
@@ -276,7 +331,7 @@ class _Unroll:
             # serial, which the busiest-task bound counts on)
             prev += (self.last_train[t_task],)
         fetch = self.store_flows(sc.structure[i, r], s_task, i, gate + prev)
-        sample = self.compute(float(sc.sample_s[i, r]), i, (*fetch, *gate, *prev))
+        sample = self.compute(float(sc.sample_s[i, r]), i, (*fetch, *gate, *prev), s_task)
         self.busy[s_task] += float(sc.sample_s[i, r])
         self.last_sample[s_task] = sample
         inputs = [self.flow(float(sc.batch_bytes[i, r]), s_task, t_task, i, (sample,))]
@@ -285,7 +340,7 @@ class _Unroll:
         if ready is not None:
             inputs.append(ready)
         self.busy[t_task] += float(sc.compute_s[i, r])
-        train = self.compute(float(sc.compute_s[i, r]), i, tuple(inputs))
+        train = self.compute(float(sc.compute_s[i, r]), i, tuple(inputs), t_task)
         self.last_train[t_task] = train
         return train
 
@@ -338,4 +393,8 @@ class _Unroll:
             succ_idx=np.asarray([w for s in succ for w in s], dtype=np.int64),
             npred=np.asarray([len(set(p)) for p in self.preds], dtype=np.int64),
             task_busy=tuple(self.busy),
+            cpu_task=np.asarray(self.cpu_task, dtype=np.int64),
+            busy=np.asarray([t.kind in ("trainer", "sampler") for t in self.sc.job.tasks]),
+            cpu_seconds=self.sc.cpu_seconds,
+            threads=self.sc.threads,
         )

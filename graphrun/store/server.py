@@ -272,11 +272,16 @@ def run_server(
         log.info("%s serving %s on %s", name, cfg.partition_dir, address)
         if on_ready is not None:
             on_ready(address)
+        cpu_ready = time.process_time()
         server.serve_forever(
             lambda: state.stop_requested or should_stop(),
             on_tick=lambda: _tick(state, on_tick),
         )
-        served = {"requests": state.served, "reply_bytes": state.reply_bytes}
+        served = {
+            "requests": state.served,
+            "reply_bytes": state.reply_bytes,
+            "cpu_s": round(time.process_time() - cpu_ready, 3),  # serving, not loading
+        }
         log.info("%s stopping; served %s", name, json.dumps(served, sort_keys=True))
     finally:
         if main is not None:

@@ -63,7 +63,9 @@ class Profiler:
         self.grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         self.iteration = 0
 
-    def record(self, batch: Batch, compute_s: float) -> None:
+    def record(self, batch: Batch, compute_s: float, cpu_s: tuple[float, float]) -> None:
+        """``cpu_s``: the process's CPU seconds while it got ``batch`` (sampling and
+        fetching, or waiting for a sampler worker) and while it computed the step."""
         self.iteration += 1
         if self.out is None:
             return
@@ -72,7 +74,8 @@ class Profiler:
             sample_s=batch.sample_s, fetch_s=batch.fetch_s, compute_s=compute_s,
             structure_bytes=dict(batch.structure_bytes), feature_bytes=dict(batch.feature_bytes),
             batch_bytes=_nbytes(batch.data), grad_bytes=self.grad_bytes,
-            cache_bytes=batch.cache_bytes,
+            cache_bytes=batch.cache_bytes, sample_cpu_s=cpu_s[0], compute_cpu_s=cpu_s[1],
+            threads=torch.get_num_threads(),
         )  # fmt: skip
         self.out.write(rec.to_json() + "\n")
 
@@ -125,17 +128,18 @@ def train_epoch(task: Task, ctx: TrainContext, epoch: int, prof: Profiler) -> di
     progress = Progress(steps, f"epoch {epoch}", enabled=ctx.is_main, trainers=ctx.world_size)
     loss_sum, correct, counted, seeds = 0.0, 0.0, 0, 0
     for _ in range(steps):
+        c0 = time.process_time()
         batch = next(it, None)
         if batch is None:
             raise ArgumentError(f"epoch {epoch}: the loader ended before {steps} steps")
-        t0 = time.perf_counter()
+        t0, c1 = time.perf_counter(), time.process_time()
         loss, c, n = task.step(batch)
         if not math.isfinite(loss):
             raise UserError(
                 f"epoch {epoch}: the training loss became {loss} (trainer {ctx.rank}); "
                 "lower training.lr or check the features"
             )
-        prof.record(batch, time.perf_counter() - t0)
+        prof.record(batch, time.perf_counter() - t0, (c1 - c0, time.process_time() - c1))
         if prof.iteration == 1 and ctx.is_main:
             print(json.dumps({"event": "first_step", "time": time.time()}), flush=True)
         loss_sum, correct, counted, seeds = loss_sum + loss, correct + c, counted + n, seeds + n

@@ -77,6 +77,9 @@ def test_plan_bad_input_is_one_line_exit_2(tmp_path, capsys, cluster, job, msg):
         (["--steps", "5", "--beta", "nan"], "--beta: must be > 0 and finite"),
         (["--steps", "5", "--tempering", "inf"], "--tempering: betas must be > 0"),
         (["--steps", "5", "--seed", "-1"], "--seed: must be >= 0"),
+        (["--steps", "5", "--demand", "worker=1,2"], "--demand worker=1,2: the kind must be"),
+        (["--steps", "5", "--demand", "trainer=1"], "--demand trainer=1: give KIND=CPU"),
+        (["--steps", "5", "--demand", "trainer=-1,2"], "--demand trainer=-1,2: give KIND"),
     ],
 )
 def test_bad_search_flags_are_refused(tmp_path, capsys, flags, msg):
@@ -86,6 +89,20 @@ def test_bad_search_flags_are_refused(tmp_path, capsys, flags, msg):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and msg in err
     assert not (tmp_path / "p.yaml").exists()
+
+
+def test_demands_on_the_command_line_replace_the_job_s(tmp_path):
+    """A cluster of 0.6-core hosts fits no 4-core trainer: --demand makes the plan."""
+    small = {**CLUSTER, "machines": [{**m, "cpu": 0.6, "memory_gb": 4, "gpus": 0}
+                                     for m in CLUSTER["machines"]]}  # fmt: skip
+    job = {**JOB, "samplers_per_trainer": 0, "sync": "allreduce", "parameter_servers": 0}
+    c, j = files(tmp_path, small, job)
+    out = tmp_path / "p.yaml"
+    assert main(["plan", str(c), str(j), "-o", str(out), "--steps", "5"]) == 2
+    argv = ["plan", str(c), str(j), "-o", str(out), "--steps", "5"]
+    assert main([*argv, "--demand", "trainer=0,1", "--demand", "store=0,1.5"]) == 0
+    plan = load_plan(out, machines=[f"m{i}" for i in range(4)])
+    assert plan.demands["trainer:0"].memory_gb == 1 and plan.demands["store:3"].cpu == 0
 
 
 def test_unwritable_plan_output_and_binary_metrics_are_one_line(tmp_path, capsys):

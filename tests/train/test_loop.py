@@ -6,6 +6,7 @@ import io
 import json
 
 import pytest
+import torch
 
 from graphrun.graph.generate import GenParams, academic, community
 from graphrun.train.checkpoint import load_checkpoint
@@ -112,6 +113,9 @@ def test_profile_records_follow_the_placement_schema(small, tmp_path):
     recs = [BatchRecord.from_dict(json.loads(x), "prof.jsonl") for x in lines]
     assert [r.iteration for r in recs] == [1]
     assert recs[0].compute_s > 0 and recs[0].batch_bytes > 0 and recs[0].grad_bytes > 0
+    # the CPU seconds a placement on slower or shared cores scales
+    assert recs[0].compute_cpu_s is not None and recs[0].compute_cpu_s > 0
+    assert recs[0].sample_cpu_s is not None and recs[0].threads == torch.get_num_threads()
 
 
 def test_a_non_finite_loss_fails_the_run_and_metrics_stay_json(small, tmp_path):

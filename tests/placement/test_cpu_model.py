@@ -1,0 +1,124 @@
+"""The CPU model: a profile with CPU seconds makes a step as long as its CPU seconds over
+the share of its machine's cores the placement gives it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from graphrun.placement.baselines import colocation, random_feasible
+from graphrun.placement.cluster import ClusterSpec, MachineSpec, cluster_from_spec
+from graphrun.placement.cost import Evaluator
+from graphrun.placement.job import Demand, Demands, JobSpec, job_from_spec
+from graphrun.placement.profile import (
+    BatchRecord,
+    Profile,
+    builtin_profile,
+    load_profile,
+    profile_from_records,
+    read_records,
+    save_profile,
+)
+from graphrun.placement.workload import cpu_slowdown, make_scenario, make_template
+
+
+def cluster(cpus, gbps=10.0):
+    return cluster_from_spec(
+        ClusterSpec(
+            machines=[
+                MachineSpec(name=f"m{i}", cpu=c, memory_gb=64, bandwidth_gbps=gbps)
+                for i, c in enumerate(cpus)
+            ]
+        )
+    )
+
+
+def record(i, r, sample_cpu=0.02, compute_cpu=0.05, threads=1):
+    return BatchRecord(
+        rank=r, partition=r, iteration=i, sample_s=0.03, fetch_s=0.01, compute_s=0.06,
+        structure_bytes={0: 1000, 1: 100}, feature_bytes={r: 10_000, 1 - r: 1000},
+        batch_bytes=5000, grad_bytes=100, sample_cpu_s=sample_cpu, compute_cpu_s=compute_cpu,
+        threads=threads,
+    )  # fmt: skip
+
+
+def records(n=8):
+    return [record(i, r) for i in range(n) for r in range(2)]
+
+
+def job(profile: Profile, trainers=2):
+    spec = JobSpec(
+        partitions=2, trainers=trainers, samplers_per_trainer=0, sync="allreduce",
+        parameter_servers=0, iterations=6, prefetch=0,
+        demands=Demands(store=Demand(memory_gb=1), trainer=Demand(memory_gb=1)),
+    )  # fmt: skip
+    return job_from_spec(spec, profile)
+
+
+def test_cpu_seconds_survive_records_and_profile_files(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(r.to_json() + "\n" for r in records()))
+    recs = read_records(path)
+    assert recs[0].compute_cpu_s == 0.05 and recs[0].threads == 1
+    prof = profile_from_records(recs, "p")
+    assert prof.cpu_seconds and prof["compute_cpu_s"].mean == pytest.approx(0.05)
+    save_profile(prof, tmp_path / "p.json")
+    assert load_profile(tmp_path / "p.json") == prof
+    # records of an older runtime carry none: the profile has none, and is not scaled
+    old = [BatchRecord(**{**r.__dict__, "sample_cpu_s": None, "compute_cpu_s": None,
+                          "threads": None}) for r in recs]  # fmt: skip
+    assert "compute_cpu_s" not in json.loads(old[0].to_json())
+    assert not profile_from_records(old, "p").cpu_seconds
+    assert not builtin_profile("products").cpu_seconds
+
+
+def test_a_machine_s_cores_are_shared_by_its_trainers_not_its_stores():
+    busy = np.array([False, False, True, True])  # two stores, two trainers
+    # both trainers on the 0.6-core machine: 0.3 each; the stores do not count
+    got = cpu_slowdown([0.6, 0.2], busy, np.array([1, 1, 0, 0]), threads=1)
+    assert got[2:] == pytest.approx([1 / 0.3, 1 / 0.3])
+    got = cpu_slowdown([0.6, 0.2], busy, np.array([0, 0, 0, 1]), threads=1)
+    assert got[2:] == pytest.approx([1 / 0.6, 1 / 0.2])
+    # a machine of 8 cores gives a one-thread trainer one core, a 4-thread one four
+    assert cpu_slowdown([8.0], busy, np.zeros(4, np.int64), threads=1)[2] == 1.0
+    assert cpu_slowdown([8.0], busy, np.zeros(4, np.int64), threads=4)[2] == pytest.approx(0.25)
+
+
+def test_a_trainer_on_a_slower_machine_makes_a_longer_epoch():
+    prof = profile_from_records(records(), "p")
+    j = job(prof)
+    fast, slow = cluster([1.0, 1.0]), cluster([1.0, 0.25])
+    x = colocation(fast, j)
+    t_fast = Evaluator(fast, make_scenario(j, 0)).makespan(x)
+    t_slow = Evaluator(slow, make_scenario(j, 0)).makespan(x)
+    # the slow trainer's sampling and compute take 4x their CPU seconds, and the
+    # allreduce makes everyone wait for it
+    assert t_slow > 3.0 * t_fast
+    # the same placement with both trainers on the fast machine shares its core
+    both = tuple(0 if t.kind == "trainer" else i for i, t in enumerate(j.tasks))
+    t_shared = Evaluator(slow, make_scenario(j, 0)).makespan(both)
+    assert t_fast < t_shared < t_slow
+
+
+def test_a_profile_without_cpu_seconds_ignores_the_cores():
+    j = job(builtin_profile("products"))
+    x = colocation(cluster([1.0, 1.0]), j)
+    a = Evaluator(cluster([1.0, 1.0]), make_scenario(j, 0)).makespan(x)
+    b = Evaluator(cluster([1.0, 0.1]), make_scenario(j, 0)).makespan(x)
+    assert a == b
+
+
+def test_the_floor_stays_below_every_placement():
+    """The floor scales each step by its best share, not by placement 0's (which put
+    every trainer on a slow first machine and was above better placements)."""
+    prof = profile_from_records(records(), "p")
+    j = job(prof)
+    cl = cluster([0.1, 1.0, 1.0])
+    ev = Evaluator(cl, make_scenario(j, 0))
+    rng = np.random.default_rng(0)
+    xs = [random_feasible(cl, j, rng) for _ in range(30)]
+    assert ev.floor() <= min(ev.makespan(x) for x in xs) + 1e-12
+    tpl = make_template(ev.scenario)
+    assert tpl.best_slowdown(cl) == pytest.approx(np.ones(len(j.tasks)))
