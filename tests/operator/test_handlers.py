@@ -373,13 +373,12 @@ async def test_deadline_fires_on_time_between_resyncs(cluster: Cluster) -> None:
 async def test_invalid_spec_fails_naming_the_field(cluster: Cluster) -> None:
     c = cluster
     doc = example()
-    doc["spec"]["partition"]["mode"] = "distributed"
-    doc["spec"]["partition"].pop("method", None)
+    doc["spec"]["placement"] = {"planFile": "plan.yaml"}
     await c.create_graphjob(doc)
     await eventually(phase_is(c, "Failed"))
     failed = next(x for x in (await c.status())["conditions"] if x["type"] == "Failed")
     assert failed["reason"] == "InvalidSpec"
-    assert "spec.partition.mode: 'distributed' runs in graphrun run" in failed["message"]
+    assert "spec.placement.planFile: the operator cannot read files" in failed["message"]
     await asyncio.sleep(0.7)
     assert await c.names("Pod") == [] and await c.names("Secret") == []
 
