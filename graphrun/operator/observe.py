@@ -128,10 +128,11 @@ def pod_view(pod: dict[str, Any]) -> PodView:
     lab = meta.get("labels", {})
     index = lab.get(L.LABEL_INDEX)
     cs = _container_status(pod)
-    waiting = cs.get("state", {}).get("waiting") or {}
-    term = cs.get("state", {}).get("terminated") or {}
     init = _init_status(pod).get("state") or {}
     init_term = init.get("terminated") or {}
+    # while the partition step has not run, its image pull is what the pod waits for
+    waiting = init.get("waiting") or cs.get("state", {}).get("waiting") or {}
+    term = cs.get("state", {}).get("terminated") or {}
     conds = {c.get("type"): c for c in status.get("conditions") or []}
     sched = conds.get("PodScheduled", {})
     unsched = sched.get("message", "") if sched.get("reason") == "Unschedulable" else ""

@@ -702,3 +702,67 @@ def test_distributed_restart_while_serving_does_not_partition_again() -> None:
     h.step()
     assert h.phase == "Serving"  # straight back: the partitions exist
     assert h.workers() == [W0, W1] and h.status["partitioned"] is True
+
+
+def test_distributed_image_that_can_never_be_pulled_fails_at_once() -> None:
+    h = distributed()
+    h.step()
+    status = h.ns.pod(W0)["status"]
+    status["initContainerStatuses"] = [
+        {"name": L.PARTITION_CONTAINER, "state": {"waiting": {"reason": "InvalidImageName"}}}
+    ]
+    status["containerStatuses"] = [
+        {"name": "graphrun", "state": {"waiting": {"reason": "PodInitializing"}}}
+    ]
+    h.step()
+    assert h.phase == "Failed" and h.cond("Failed")["reason"] == "InvalidImageName"
+
+
+@given(
+    history=st.lists(
+        st.tuples(
+            st.sampled_from(["partitioning", "partitioned", "lost", "fail", "ready", "succeed"]),
+            st.integers(min_value=0, max_value=1),
+            st.integers(min_value=0, max_value=15),
+        ),
+        max_size=25,
+    ),
+    backoff=st.integers(min_value=0, max_value=2),
+)
+@settings(max_examples=25, deadline=None)
+def test_distributed_random_histories_keep_the_invariants(
+    history: list[tuple[str, int, int]], backoff: int
+) -> None:
+    h = distributed(runPolicy={"backoffLimit": backoff, "ttlSecondsAfterFinished": None})
+    h.step()
+    for action, i, seconds in history:
+        worker = f"graphsage-worker-{i}"
+        if ("Pod", worker) in h.ns.objects:
+            if action == "partitioning":
+                h.ns.set_partition(worker, "running")
+            elif action in ("partitioned", "lost", "fail"):
+                code = {"partitioned": 0, "lost": PEER_LOST_EXIT, "fail": 1}[action]
+                h.ns.set_partition(worker, "terminated", exit_code=code)
+            else:
+                h.ns.set_pod(worker, "Running" if action == "ready" else "Succeeded", ready=True)
+        h.step(seconds)
+        assert h.status["restarts"] <= backoff
+        assert not any(o["kind"] == "Job" for o in h.ns.children())  # never a partitioner
+        assert set(h.status.get("partitionPods", {})) <= set(h.workers())
+        if h.phase in ("Serving", "Training", "Succeeded"):
+            assert h.status["partitioned"] is True
+        if (
+            h.status.get("workflow", {})
+            .get("failure", {})
+            .get("role", "")
+            .startswith("partitioner")
+        ):
+            assert h.status["workflow"]["failure"].get("exitCode") != PEER_LOST_EXIT or all(
+                p["status"]
+                .get("initContainerStatuses", [{}])[0]
+                .get("state", {})
+                .get("terminated", {})
+                .get("exitCode")
+                in (PEER_LOST_EXIT, 0, None)
+                for p in h.ns.pods("worker")
+            )
