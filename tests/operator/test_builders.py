@@ -75,11 +75,7 @@ def planned_job() -> GraphJob:
 
 def distributed_job() -> GraphJob:
     """partition.mode distributed: the worker pods partition (no partitioner Job)."""
-    d = yaml.safe_load((ROOT / "examples" / "kubernetes" / "graphsage.yaml").read_text())
-    d["metadata"]["name"] = "dist"
-    d["spec"]["partition"]["mode"] = "distributed"
-    del d["spec"]["partition"]["method"]
-    return parse_job(d)
+    return load_job(ROOT / "examples" / "kubernetes" / "distributed.yaml")
 
 
 def built(job: GraphJob) -> dict[str, dict[str, Any]]:
@@ -106,7 +102,7 @@ JOBS = {
     "graphsage": example,
     "gang": gang_job,
     "planned": planned_job,
-    "dist": distributed_job,
+    "distributed": distributed_job,
 }
 CASES = [
     (f"{job_name}-{obj}", job_name, obj)
@@ -361,7 +357,7 @@ def test_distributed_workers_partition_first_in_an_init_container() -> None:
     job = distributed_job()
     B.check_supported(job)
     objs = built(job)
-    worker_dns = "dist-worker-0.dist-workers.ml.svc.cluster.local"
+    worker_dns = "distributed-worker-0.distributed-workers.ml.svc.cluster.local"
     dataset = L.dataset_dir(job)
     for i, name in enumerate(("worker-0", "worker-1-resume")):
         spec = objs[name]["spec"]
@@ -373,8 +369,8 @@ def test_distributed_workers_partition_first_in_an_init_container() -> None:
         assert init["volumeMounts"] == [{"name": B.DATA_VOLUME, "mountPath": "/data"}]
         script = init["args"][0]
         assert (
-            f"test -e /data/graphsage/parts/partition.json || graphrun partition {dataset} "
-            "/data/graphsage/parts --parts 2 --mode distributed --halo 1 --balance-train "
+            f"test -e /data/distributed/parts/partition.json || graphrun partition {dataset} "
+            "/data/distributed/parts --parts 2 --mode distributed --halo 1 --balance-train "
             f"--rank {i} --rendezvous tcp://{worker_dns}:{L.PARTITION_PORT} --timeout 600"
         ) in script
         assert main["args"][:2] == ["worker", "--job"]  # then serves as in the other modes
@@ -395,8 +391,12 @@ def test_distributed_workers_partition_first_in_an_init_container() -> None:
 def test_distributed_generated_graph_is_not_the_whole_one() -> None:
     """The same generator in chunks lives elsewhere than written whole (a job changed
     from mode single to distributed while suspended must not find the whole graph)."""
-    assert L.dataset_dir(distributed_job()) != L.dataset_dir(example())
-    assert L.dataset_dir(distributed_job()).startswith("/data/runs/dist/data-community-")
+    chunked = distributed_job()
+    d = chunked.model_dump(by_alias=True, exclude_none=True)
+    d["spec"]["partition"]["mode"] = "single"
+    whole = parse_job(d)
+    assert L.dataset_dir(chunked) != L.dataset_dir(whole)
+    assert L.dataset_dir(whole).startswith("/data/runs/distributed/data-community-")
 
 
 def test_distributed_needs_a_worker_pod_on_every_machine() -> None:
