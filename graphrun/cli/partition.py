@@ -96,11 +96,17 @@ def register(subparsers: Any) -> None:
         "--rank",
         type=int,
         default=None,
-        help="distributed, run by graphrun run on each machine: be this one rank, joining "
-        "the others at --rendezvous and writing into --into",
+        help="distributed, one rank per machine (graphrun run, the operator's worker pods): "
+        "be this one rank, joining the others at --rendezvous",
     )
     p.add_argument("--rendezvous", help="with --rank: tcp://HOST:PORT of rank 0, or file://PATH")
-    p.add_argument("--into", type=Path, help="with --rank: the staging directory to write into")
+    p.add_argument(
+        "--into",
+        type=Path,
+        help="with --rank: write into this staging directory, which the launcher renames to "
+        "OUT; without it rank 0 makes the staging directory and renames it once all ranks "
+        "have written",
+    )
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(func=run)
 
@@ -189,21 +195,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_rank(args: argparse.Namespace, opts: Any) -> int:
-    """One rank on its machine (``graphrun run``'s partitioning); the launcher renames
-    the staging directory once every rank has exited 0."""
-    from graphrun.errors import ArgumentError
-    from graphrun.partition.distributed import run_rank
-
-    if args.rendezvous is None or args.into is None:
-        raise ArgumentError("--rank: needs --rendezvous and --into")
-    from graphrun.errors import PEER_LOST_EXIT
+    """One rank on its machine: with ``--into`` (``graphrun run``) the launcher renames
+    the staging directory once every rank has exited 0; without it (the operator's
+    worker pods) rank 0 does, once every rank has written."""
+    from graphrun.errors import PEER_LOST_EXIT, ArgumentError
     from graphrun.partition.comm import PeerLost
+    from graphrun.partition.distributed import run_rank, run_rank_to_output
 
+    if args.rendezvous is None:
+        raise ArgumentError("--rank: needs --rendezvous")
     try:
-        report = run_rank(
-            args.dataset, args.into, args.parts, args.rank, args.rendezvous, opts,
-            timeout=args.timeout,
-        )  # fmt: skip
+        if args.into is not None:
+            report = run_rank(
+                args.dataset, args.into, args.parts, args.rank, args.rendezvous, opts,
+                timeout=args.timeout,
+            )  # fmt: skip
+        else:
+            report = run_rank_to_output(
+                args.dataset, args.out, args.parts, args.rank, args.rendezvous, opts,
+                timeout=args.timeout,
+            )  # fmt: skip
     except PeerLost as exc:  # another rank failed first: the launcher blames that one
         print(f"graphrun: error: {exc}", file=sys.stderr)
         return PEER_LOST_EXIT

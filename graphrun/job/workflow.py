@@ -339,6 +339,16 @@ def transition(state: JobState, event: Event, now: datetime) -> JobState:
     return new
 
 
+def progress(state: JobState, message: str) -> JobState:
+    """The state with a new message on the current phase's condition (its status, reason
+    and time kept: nothing transitioned), e.g. which pods are partitioning."""
+    current = state.condition(condition_type(state.phase))
+    if current is None or current.message == message:
+        return state
+    new = replace(current, message=message)
+    return replace(state, conditions=tuple(new if c is current else c for c in state.conditions))
+
+
 def replay(state: JobState, events: Iterable[Event], now: datetime) -> JobState:
     """Apply ``events`` in order (all at time ``now``)."""
     for event in events:

@@ -38,12 +38,6 @@ def check_supported(job: GraphJob) -> None:
             "put the plan inline as spec.placement.plan (the plan file's content; "
             "`graphrun plan CLUSTER JOB -o PLAN --inline JOB_OUT` writes the job with it)"
         )
-    if spec.partition.mode == "distributed":
-        raise SpecError(
-            "spec.partition.mode: 'distributed' runs in graphrun run (local and netns "
-            "hosts); the operator does not run it on worker pods yet — use 'single' or "
-            "'parallel'"
-        )
     if spec.graph.store is not None and spec.graph.store.key_secret is None:
         raise SpecError(
             "spec.graph.store.keySecret: required on Kubernetes (a Secret in the job's "
@@ -60,10 +54,27 @@ def check_supported(job: GraphJob) -> None:
     demands = R.machine_demands(job)
     for index in L.worker_indices(job):
         _worker_resources(job, index, demands)
+    _check_partition_ranks(job)
     launcher = spec.replica_specs.launcher
     if launcher is not None and not _main_container(launcher.template).get("command"):
         raise SpecError(
             "spec.replicaSpecs.launcher.template: the launcher container needs a command"
+        )
+
+
+def _check_partition_ranks(job: GraphJob) -> None:
+    """partition.mode distributed runs one rank in every machine's worker pod."""
+    if not L.partitions_on_workers(job):
+        return
+    idle = sorted(set(range(job.spec.runtime.machines)) - set(L.worker_indices(job)))
+    if idle:
+        machine, plan = job.spec.machine_names[idle[0]], job.spec.placement.plan
+        if plan is not None:
+            machine += f" (the plan's {plan.machines[idle[0]]})"
+        raise SpecError(
+            f"spec.partition.mode: 'distributed' runs one partition rank in every machine's "
+            f"worker pod, but the placement gives machine {machine} no store server and no "
+            "trainer (so no pod); place a role there or use mode 'single' or 'parallel'"
         )
 
 
@@ -273,27 +284,87 @@ def _gang(
         spec["priorityClassName"] = policy.priority_class
 
 
+def generate_argv(job: GraphJob) -> list[str] | None:
+    """``graphrun generate`` for the job's generator (in one chunk per machine when the
+    machines partition it), or None."""
+    gen = job.spec.graph.generator
+    if gen is None:
+        return None
+    flags = []
+    for key, value in gen.params.items():
+        flag = "".join("-" + c.lower() if c.isupper() else c for c in key).replace("_", "-")
+        if isinstance(value, bool):  # switches: --reverse / --no-reverse
+            flags.append(f"--{flag}" if value else f"--no-{flag}")
+        else:
+            flags += [f"--{flag}", str(value)]
+    if job.spec.partition.mode == "distributed":
+        flags += ["--chunks", str(job.spec.num_parts)]
+    return ["graphrun", "generate", gen.name, L.dataset_dir(job), *flags]
+
+
 def partitioner_script(job: GraphJob) -> str:
     """Generate the graph (if the spec asks) and partition it; skip what already exists,
     so a retried partitioner picks up where it stopped."""
     dataset, out = L.dataset_dir(job), L.partition_dir(job)
-    p = job.spec.partition
     steps = []
-    gen = job.spec.graph.generator
-    if gen is not None:
-        flags = []
-        for key, value in gen.params.items():
-            flag = "".join("-" + c.lower() if c.isupper() else c for c in key).replace("_", "-")
-            if isinstance(value, bool):  # switches: --reverse / --no-reverse
-                flags.append(f"--{flag}" if value else f"--no-{flag}")
-            else:
-                flags += [f"--{flag}", str(value)]
-        generate = ["graphrun", "generate", gen.name, dataset, *flags]
+    generate = generate_argv(job)
+    if generate is not None:
         steps.append(f"test -e {shlex.quote(dataset + '/graph.json')} || {shlex.join(generate)}")
     partition = ["graphrun", "partition", dataset, out, "--parts", str(job.spec.num_parts)]
-    partition += p.cli_args()
+    partition += job.spec.partition.cli_args()
     steps.append(f"test -e {shlex.quote(out + '/partition.json')} || {shlex.join(partition)}")
     return "set -e\n" + "\n".join(steps) + "\n"
+
+
+def partition_rank_script(
+    job: GraphJob, owner: L.Owner, config: L.OperatorConfig, index: int
+) -> str:
+    """partition.mode distributed, worker ``index``'s init container: partition rank
+    ``index`` of one per machine, meeting the others at worker 0; rank 0 renames the
+    output into place once every rank has written its part. Worker 0 generates the graph
+    first if the spec asks (the others wait for it). Skipped once the partitions exist,
+    so restarted pods go straight to serving."""
+    dataset, out = L.dataset_dir(job), L.partition_dir(job)
+    chunks = shlex.quote(dataset + "/chunks.json")
+    steps = []
+    generate = generate_argv(job)
+    if generate is not None and index == 0:
+        steps.append(f"test -e {chunks} || {shlex.join(generate)}")
+    elif generate is not None:
+        steps.append(f"until test -e {chunks}; do sleep 2; done  # worker 0 generates it")
+    n = job.spec.num_parts
+    timeout = max(600, job.spec.run_policy.startup_deadline_seconds)  # others may start late
+    rank = [
+        "graphrun", "partition", dataset, out, "--parts", str(n), *job.spec.partition.cli_args(),
+        "--rank", str(index), "--rendezvous", L.partition_rendezvous(owner, config),
+        "--timeout", str(timeout),
+    ]  # fmt: skip
+    steps.append(f"test -e {shlex.quote(out + '/partition.json')} || {shlex.join(rank)}")
+    return "set -e\n" + "\n".join(steps) + "\n"
+
+
+def _partition_container(
+    job: GraphJob, owner: L.Owner, config: L.OperatorConfig, index: int, main: dict[str, Any]
+) -> dict[str, Any]:
+    """The init container of worker ``index`` in partition.mode distributed: the main
+    container's image, resources and environment, the shared volume, its rank's script."""
+    container: dict[str, Any] = {
+        "name": L.PARTITION_CONTAINER,
+        "image": main["image"],
+        "imagePullPolicy": main["imagePullPolicy"],
+        "command": ["sh", "-c"],
+        "args": [partition_rank_script(job, owner, config, index)],
+        "workingDir": L.mount_path(job),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [{"name": DATA_VOLUME, "mountPath": L.mount_path(job)}],
+    }
+    for key in ("env", "resources", "securityContext"):
+        if key in main:
+            container[key] = copy.deepcopy(main[key])
+    if index == 0:
+        port = {"name": "partition", "containerPort": L.PARTITION_PORT, "protocol": "TCP"}
+        container["ports"] = [port]
+    return container
 
 
 def build_partitioner(job: GraphJob, owner: L.Owner, config: L.OperatorConfig) -> dict[str, Any]:
@@ -313,7 +384,8 @@ def build_worker(
     job: GraphJob, owner: L.Owner, config: L.OperatorConfig, index: int, resume: bool = False
 ) -> dict[str, Any]:
     """Worker ``index``: runs machine ``index``'s store servers, samplers and trainers
-    (``--resume``: trainers continue from the last checkpoint). With a placement plan
+    (``--resume``: trainers continue from the last checkpoint), after partitioning with
+    the other workers in partition.mode distributed. With a placement plan
     it is bound to the plan's machine ``index`` by required node affinity, runs the
     roles the plan gives that machine (listed in the ``graphrun.io/roles`` annotation)
     and asks for that machine's resources (:mod:`.resources`)."""
@@ -337,6 +409,9 @@ def build_worker(
     if resources is not None:
         main["resources"] = resources
     _shared_memory(spec, main)
+    if L.partitions_on_workers(job):  # after the user's init containers, if any
+        init = _partition_container(job, owner, config, index, main)
+        spec["initContainers"] = [*spec.get("initContainers", []), init]
     ports = L.machine_ports(job, index)
     if ports:
         main["ports"] = [

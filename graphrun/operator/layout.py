@@ -7,14 +7,19 @@ For a GraphJob ``NAME`` in namespace ``NS`` the operator owns::
     Service     NAME-workers      headless; gives worker i the DNS name
                                   NAME-worker-i.NAME-workers.NS.svc.<cluster domain>
     Job         NAME-partitioner  (batch/v1) generates the graph if asked, then partitions it
+                                  (not with partition.mode distributed)
     Pod         NAME-worker-i     one per machine that runs a store server or a trainer:
-                                  `graphrun worker` (WORKER_ARGS)
+                                  `graphrun worker` (WORKER_ARGS); with partition.mode
+                                  distributed, first its init container `partition`:
+                                  partition rank i, meeting the others at worker 0
+                                  (PARTITION_PORT), writing part i to the shared volume
     Pod         NAME-launcher     optional: the user's launcher container
     PodGroup    NAME              optional: gang scheduling (Volcano / scheduler-plugins)
 
 Relative paths of the spec are taken relative to the shared volume's mount path (the
 pods' working directory), like the local backend takes them relative to the job file.
-A generated graph is written to ``<mount>/runs/NAME/data-<generator>-<hash of its parameters>``.
+A generated graph is written to ``<mount>/runs/NAME/data-<generator>-<hash of its parameters>``
+(in one chunk per machine with partition.mode distributed, written by worker 0).
 
 A placement plan inline in the spec (``spec.placement.plan``) decides which roles each
 worker runs (the worker reads it from job.yaml, as the local backend does), and binds
@@ -60,6 +65,8 @@ WORKER_ARGS = [
     KEYS_DIR,
 ]
 BASE_PORT = 30000  # store servers listen on BASE_PORT + i, the rendezvous after them
+PARTITION_PORT = BASE_PORT - 1  # partition.mode distributed: the ranks meet on worker 0
+PARTITION_CONTAINER = "partition"  # the worker pods' init container in that mode
 
 LABEL_JOB = "graphrun.io/job-name"
 LABEL_REPLICA = "graphrun.io/replica-type"
@@ -138,6 +145,17 @@ def worker_dns(owner: Owner, index: int, config: OperatorConfig) -> str:
     )
 
 
+def partition_rendezvous(owner: Owner, config: OperatorConfig) -> str:
+    """Where the partition ranks of partition.mode distributed meet: rank 0, in worker 0."""
+    return f"tcp://{worker_dns(owner, 0, config)}:{PARTITION_PORT}"
+
+
+def partitions_on_workers(job: GraphJob) -> bool:
+    """True when the worker pods partition (partition.mode distributed, nothing made yet
+    by a running store): no partitioner Job."""
+    return job.spec.partition.mode == "distributed" and job.spec.graph.store is None
+
+
 def shared_volume(job: GraphJob) -> SharedVolume:
     vol = job.spec.shared_volume
     if vol is None:
@@ -162,7 +180,10 @@ def dataset_dir(job: GraphJob) -> str:
     gen = job.spec.graph.generator
     if gen is None:  # GraphSource has exactly one of dataset, generator
         return _abs(job, job.spec.graph.dataset or "")
-    params = json.dumps(gen.model_dump(mode="json"), sort_keys=True)
+    key = gen.model_dump(mode="json")
+    if job.spec.partition.mode == "distributed":  # written in chunks: another layout
+        key["chunks"] = job.spec.num_parts
+    params = json.dumps(key, sort_keys=True)
     digest = hashlib.sha256(params.encode()).hexdigest()[:8]
     return _abs(job, f"runs/{job.name}/data-{gen.name}-{digest}")
 

@@ -1,7 +1,8 @@
 """What the operator sees of a job's children, as typed values (parsed from API dicts).
 
 Only the fields reconcile needs: pod phase, readiness, waiting reason, exit code and
-termination message of the main container; the partitioner Job's outcome.
+termination message of the main container, and of the ``partition`` init container
+(partition.mode distributed); the partitioner Job's outcome.
 """
 
 from __future__ import annotations
@@ -42,14 +43,39 @@ class PodView:
     unschedulable: str = ""
     exit_code: int | None = None
     termination_message: str = ""
+    init: str = ""  # the partition init container: "", "waiting", "running", "terminated"
+    init_exit_code: int | None = None
+    init_message: str = ""
+    init_finished: datetime | None = None
 
     @property
     def finished(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
 
+    @property
+    def started(self) -> bool:
+        """Past scheduling and image pulls: a container (or the partition step) ran."""
+        return self.phase != "Pending" or self.init in ("running", "terminated")
+
+    @property
+    def partition_step(self) -> str:
+        """Where a worker pod of partition.mode distributed is: Waiting (not started),
+        Partitioning (its rank runs), Partitioned (done) or Failed."""
+        if self.init == "terminated":
+            return "Partitioned" if self.init_exit_code == 0 else "Failed"
+        if self.phase in ("Running", "Succeeded"):
+            return "Partitioned"
+        if self.phase == "Failed":
+            return "Failed"
+        return "Partitioning" if self.init == "running" else "Waiting"
+
     def failure(self) -> tuple[str | None, str | None, int | None, str]:
-        """(role, machine, exit code, message) from the termination message, when the
-        worker named the failed role; Nones otherwise."""
+        """(role, machine, exit code, message) from the termination message: the role the
+        worker named, or ``partitioner:<index>`` if its partition step failed; Nones
+        otherwise."""
+        if self.init == "terminated" and self.init_exit_code != 0:
+            last = [ln for ln in self.init_message.strip().splitlines() if ln.strip()][-1:]
+            return f"partitioner:{self.index}", None, self.init_exit_code, "".join(last)
         lines = [ln for ln in self.termination_message.strip().splitlines() if ln.strip()]
         for line in reversed(lines):
             m = FAILED_LINE.search(line)
@@ -92,12 +118,20 @@ def _container_status(pod: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def _init_status(pod: dict[str, Any]) -> dict[str, Any]:
+    statuses = pod.get("status", {}).get("initContainerStatuses") or []
+    return next((s for s in statuses if s.get("name") == L.PARTITION_CONTAINER), {})
+
+
 def pod_view(pod: dict[str, Any]) -> PodView:
     meta, status = pod.get("metadata", {}), pod.get("status", {})
     lab = meta.get("labels", {})
     index = lab.get(L.LABEL_INDEX)
     cs = _container_status(pod)
-    waiting = cs.get("state", {}).get("waiting") or {}
+    init = _init_status(pod).get("state") or {}
+    init_term = init.get("terminated") or {}
+    # while the partition step has not run, its image pull is what the pod waits for
+    waiting = init.get("waiting") or cs.get("state", {}).get("waiting") or {}
     term = cs.get("state", {}).get("terminated") or {}
     conds = {c.get("type"): c for c in status.get("conditions") or []}
     sched = conds.get("PodScheduled", {})
@@ -115,6 +149,10 @@ def pod_view(pod: dict[str, Any]) -> PodView:
         unschedulable=unsched,
         exit_code=term.get("exitCode"),
         termination_message=term.get("message", ""),
+        init=next((k for k in ("terminated", "running", "waiting") if k in init), ""),
+        init_exit_code=init_term.get("exitCode"),
+        init_message=init_term.get("message", ""),
+        init_finished=_time(init_term.get("finishedAt")),
     )
 
 

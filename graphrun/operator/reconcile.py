@@ -9,7 +9,12 @@ How phases map to Kubernetes:
 
 =============  ===============================================================
 Pending        base objects (Secret, ConfigMap, headless Service, PodGroup)
-Partitioning   the partitioner Job runs; skipped once ``status.partitioned``
+Partitioning   the partitioner Job runs; skipped once ``status.partitioned``.
+               partition.mode distributed: no Job; the worker pods are created and
+               each partitions first (init container ``partition``, rank = machine
+               index); ``status.partitionPods`` and the condition's message say
+               where each pod is (Waiting, Partitioning, Partitioned, Failed), an
+               event marks each step
 Distributing   nothing to move: partitions reach workers on the shared volume
 Serving        worker pods created (one per machine with a store server or a
                trainer); waits until every worker is Ready
@@ -23,6 +28,9 @@ Failed         ttlSecondsAfterFinished after completion
 =============  ===============================================================
 
 Failures: a pod that fails is a failed role (restart within backoffLimit, else Failed);
+a worker pod whose partition rank fails is ``partitioner:<index>`` — the rank that
+failed by itself, not those that exited PEER_LOST_EXIT because they lost it; one that
+disappears while partitioning fails the attempt too (the others cannot finish without it);
 a pod that stays Pending (unschedulable, image pull) beyond ``startupDeadlineSeconds``,
 or whose image can never be pulled, fails the job with that reason; so does
 ``activeDeadlineSeconds``. A job with a failed worker never becomes Succeeded.
@@ -36,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from graphrun.errors import PEER_LOST_EXIT
 from graphrun.job.spec import GraphJob
 from graphrun.job.workflow import (
     Event,
@@ -43,6 +52,7 @@ from graphrun.job.workflow import (
     JobState,
     Phase,
     initial_state,
+    progress,
     state_from_dict,
     transition,
 )
@@ -56,6 +66,9 @@ K = EventKind
 NEVER_PULLS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
 WAITING_FAILURES = frozenset({"ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError"})
 MAX_STEPS = 12
+# A rank that only lost a peer ends about when the one that failed does: wait this long
+# for the culprit's pod to report before blaming a rank that lost it.
+PEER_GRACE = timedelta(seconds=10)
 
 
 @dataclass(frozen=True)
@@ -105,6 +118,8 @@ class _Run:
     partitioned: bool
     spec_hashes: dict[str, str] = field(default_factory=dict)
     partition_dir_before: str = ""
+    pod_steps_before: dict[str, str] = field(default_factory=dict)  # status.partitionPods
+    pod_steps: dict[str, str] | None = None
     actions: list[Action] = field(default_factory=list)
     wake: list[float] = field(default_factory=list)
 
@@ -149,6 +164,8 @@ def reconcile(
     if not status.get("workflow"):
         run.actions.append(Emit("Normal", "JobCreated", "GraphJob accepted by the operator"))
     run.partition_dir_before = str(status.get("partitionDir", ""))
+    if status.get("phase") == Phase.PARTITIONING.value:  # else a new attempt: none yet
+        run.pod_steps_before = dict(status.get("partitionPods") or {})
     _check_spec_change(run, status.get("specHashes"))
     for _ in range(MAX_STEPS):
         phase = run.state.phase
@@ -295,7 +312,11 @@ def _ensure_base(run: _Run, keys: CurveKeyPair) -> None:
 
 
 def _pending(run: _Run) -> None:
-    run.fire(Event(K.START, message="creating the partitioner"))
+    if L.partitions_on_workers(run.job):
+        message = "creating the worker pods: they partition together, then serve"
+    else:
+        message = "creating the partitioner"
+    run.fire(Event(K.START, message=message))
 
 
 def _partitioning(run: _Run) -> None:
@@ -306,6 +327,9 @@ def _partitioning(run: _Run) -> None:
         return
     if run.partitioned:
         run.fire(Event(K.PARTITIONED, "PartitionsExist", "partitions were made before"))
+        return
+    if L.partitions_on_workers(run.job):
+        _partition_on_workers(run)
         return
     part = run.observed.partitioner
     pods = run.observed.of("partitioner")
@@ -325,6 +349,70 @@ def _partitioning(run: _Run) -> None:
         detail = failed[-1].failure()[3] if failed else part.message
         where = failed[-1].name if failed else part.name
         run.fire(Event.role_failed("partitioner", where, code, detail or part.message))
+
+
+def _partition_on_workers(run: _Run) -> None:
+    """partition.mode distributed: every worker pod runs its partition rank first (its
+    init container), then serves; partitioned once every pod's rank has finished."""
+    workers = _ensure_workers(run)
+    if workers is None:
+        return
+    pods = list(workers.values())
+    _report_pod_steps(run, pods)
+    if _partition_failure(run, pods) or _pod_problems(run, pods):
+        return
+    if all(p.partition_step == "Partitioned" for p in pods):
+        run.partitioned = True
+        out = L.partition_dir(run.job)
+        message = f"{len(pods)} worker pods partitioned together; partitions written to {out}"
+        run.fire(Event(K.PARTITIONED, message=message))
+
+
+def _report_pod_steps(run: _Run, pods: list[PodView]) -> None:
+    """Each pod's partition step: in ``status.partitionPods`` and the Partitioning
+    condition's message, and an event when it moves on."""
+    n = len(pods)
+    steps = {p.name: p.partition_step for p in pods}
+    for p in pods:
+        step = steps[p.name]
+        if step == run.pod_steps_before.get(p.name) or step == "Waiting":
+            continue
+        where = f"pod {p.name} (machine {_machine(run, p)}, rank {p.index} of {n})"
+        if step == "Partitioning":
+            run.actions.append(Emit("Normal", "PodPartitioning", f"{where} is partitioning"))
+        elif step == "Partitioned":
+            run.actions.append(Emit("Normal", "PodPartitioned", f"{where} has written its part"))
+        else:
+            code = p.init_exit_code if p.init_exit_code is not None else p.exit_code
+            lost = " (it lost a peer)" if code == PEER_LOST_EXIT else ""
+            detail = f"exit code {code}" if code is not None else "no exit code"
+            message = f"{where} failed while partitioning ({detail}){lost}"
+            run.actions.append(Emit("Warning", "PodPartitionFailed", message))
+    run.pod_steps = steps
+    listing = ", ".join(f"{name} {step}" for name, step in steps.items())
+    run.state = progress(run.state, f"{n} worker pods partition together: {listing}")
+
+
+def _partition_failure(run: _Run, pods: list[PodView]) -> bool:
+    """Fire the failure of the rank that failed by itself (True), as ``graphrun run``
+    does: ranks that exited PEER_LOST_EXIT only lost it. While only such ranks have
+    failed, wait PEER_GRACE for the culprit's pod to report (True: nothing else to do)."""
+    failed = [p for p in pods if p.partition_step == "Failed"]
+    if not failed:
+        return False
+    culprit = next((p for p in failed if p.init_exit_code != PEER_LOST_EXIT), None)
+    if culprit is None:
+        ends = [p.init_finished for p in failed if p.init_finished is not None]
+        until = min(ends) + PEER_GRACE if ends else run.now
+        if run.now < until:
+            run.wake_at(until)
+            return True
+        culprit = failed[0]
+    _, _, code, message = culprit.failure()
+    message = message or f"pod {culprit.name} failed while partitioning"
+    role, machine = f"partitioner:{culprit.index}", _machine(run, culprit)
+    run.fire(Event.role_failed(role, machine, code, message))
+    return True
 
 
 def _distributing(run: _Run) -> None:
@@ -375,10 +463,15 @@ def _ensure_workers(run: _Run) -> dict[int, PodView] | None:
     if any(p.deleting for p in have.values()):
         return None
     missing = [i for i in L.worker_indices(run.job) if i not in have]
-    if missing and run.state.phase is Phase.TRAINING:
-        i = missing[0]
+    # A pod lost while training, or while partitioning with the others (they cannot
+    # finish without its rank), fails the attempt; elsewhere it is made again.
+    partitioning = [i for i in missing if L.worker_name(run.owner.name, i) in run.pod_steps_before]
+    if (missing and run.state.phase is Phase.TRAINING) or partitioning:
+        i = (partitioning or missing)[0]
         machine = run.job.spec.machine_names[i]
-        run.fire(Event.role_failed(f"worker:{i}", machine, None, "the worker pod disappeared"))
+        role, during = ("partitioner", " while partitioning") if partitioning else ("worker", "")
+        message = f"the worker pod disappeared{during}"
+        run.fire(Event.role_failed(f"{role}:{i}", machine, None, message))
         return None
     # After a restart or a suspension, trainers continue from the last checkpoint.
     resume = run.state.restarts > 0 or run.state.condition("Suspended") is not None
@@ -428,7 +521,7 @@ def _pod_problems(run: _Run, pods: list[PodView]) -> bool:
             return True
     startup = timedelta(seconds=run.job.spec.run_policy.startup_deadline_seconds)
     for p in pods:
-        if p.phase != "Pending":
+        if p.started:  # e.g. a distributed mode's rank runs in its init container
             continue
         if p.waiting_reason in NEVER_PULLS:
             run.fire(Event(K.FAIL, p.waiting_reason, f"pod {p.name}: {p.waiting_message}"))
@@ -483,6 +576,8 @@ def _status(run: _Run) -> dict[str, Any]:
     out["specHashes"] = run.spec_hashes
     if run.partitioned:
         out["partitionDir"] = L.partition_dir(run.job)
+    if run.pod_steps is not None and run.state.phase is Phase.PARTITIONING:
+        out["partitionPods"] = run.pod_steps
     out["replicaStatuses"] = replica_statuses(run.observed)
     if run.state.terminal:
         # Nothing left to clean up: later passes need not look at the children.

@@ -4,7 +4,8 @@
 restarts, failure) so the next reconcile can continue from it; the rest is for people
 and tools: ``phase``, the ``Created, Partitioning, Running, Restarting, Suspended,
 Succeeded, Failed`` conditions, ``reason``/``message`` of the current phase, start and
-completion times and per-replica pod counts.
+completion times and per-replica pod counts (and, while the worker pods partition in
+partition.mode distributed, ``partitionPods``: each pod's step, see :mod:`.reconcile`).
 """
 
 from __future__ import annotations

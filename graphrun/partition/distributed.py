@@ -18,8 +18,10 @@ write       ``part-r/`` and ``mapping/part-r/``; rank 0 also ``partition.json``
 
 Part ``r`` is written by rank ``r`` (so ``P`` ranks make ``P`` parts). Every rank
 writes into the same temporary directory (``tmp``), which the launcher renames to
-the output when every rank has finished. Each phase reports its seconds and the
-rank's peak RSS so far.
+the output when every rank has finished (:func:`run_rank`) — or, where no launcher
+watches the ranks (the operator's worker pods), rank 0 does once the others have
+written (:func:`run_rank_to_output`). Each phase reports its seconds and the rank's
+peak RSS so far.
 
 :func:`run_local` is the launcher for one machine: P spawned processes, gloo on
 loopback, every collective bounded by ``timeout``. A rank that fails or dies ends
@@ -38,7 +40,7 @@ import signal
 import socket
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,7 +61,9 @@ from graphrun.partition.format import (
     WriteOptions,
     abandon_output,
     finish_output,
+    shared_output,
     start_output,
+    start_shared_output,
     write_config,
 )
 from graphrun.partition.xtrapulp import INITS, LPOptions, build_local_graph, propagate
@@ -325,20 +329,64 @@ def run_rank(
     into ``staging``, the directory its launcher made with ``start_output`` and renames
     when every rank has succeeded (or removes if one fails). The launchers:
     :func:`run_local` and ``graphrun run``'s ``partitioner:<r>`` roles."""
+    if not Path(staging).is_dir():
+        raise ArgumentError(f"--into: {staging} is not a directory")
+    with _joined(dataset, parts, rank, init_method, opts, timeout) as comm:
+        return partition_rank(comm, dataset, Path(staging), opts, on_phase)
+
+
+def run_rank_to_output(
+    dataset: str | Path,
+    out: str | Path,
+    parts: int,
+    rank: int,
+    init_method: str,
+    opts: DistOptions = DistOptions(),
+    *,
+    timeout: float = 600.0,
+    on_phase: Callable[[int, str], None] | None = None,
+) -> RankReport:
+    """One rank where no launcher watches the ranks (the operator's worker pods, each
+    starting its own): rank 0 empties the staging directory they all know by name
+    (:func:`~graphrun.partition.format.start_shared_output`) before any rank writes, and
+    renames it to ``out`` once every rank has written (the barrier that ends
+    :func:`partition_rank`), so ``out`` appears whole or not at all. If rank 0 fails the
+    staging directory is removed; a later attempt's rank 0 removes any other leftovers."""
+    with _joined(dataset, parts, rank, init_method, opts, timeout) as comm:
+        staging = shared_output(out)
+        try:
+            if rank == 0:
+                start_shared_output(out)
+            comm.barrier()  # nobody writes before rank 0 has made the directory
+            report = partition_rank(comm, dataset, staging, opts, on_phase)
+            if rank == 0:
+                finish_output(staging, out)
+        except BaseException:
+            if rank == 0:
+                abandon_output(staging)
+            raise
+        return report
+
+
+@contextlib.contextmanager
+def _joined(
+    dataset: str | Path, parts: int, rank: int, init_method: str, opts: DistOptions,
+    timeout: float,
+) -> Iterator[Comm]:  # fmt: skip
+    """This rank in the gloo process group of ``parts`` ranks (checked first, so bad
+    input is one clear line before joining the others)."""
     import torch.distributed as dist
 
     if not 0 <= rank < parts:
         raise ArgumentError(f"--rank: {rank} is not in [0, {parts})")
-    if not Path(staging).is_dir():
-        raise ArgumentError(f"--into: {staging} is not a directory")
     opts.check()
-    load_chunked_meta(dataset)  # one clear line before joining the others
+    load_chunked_meta(dataset)
     dist.init_process_group(
         "gloo", init_method=init_method, rank=rank, world_size=parts,
         timeout=datetime.timedelta(seconds=timeout),
     )  # fmt: skip
     try:
-        return partition_rank(Comm(), dataset, Path(staging), opts, on_phase)
+        yield Comm()
     finally:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()

@@ -87,6 +87,7 @@ from graphrun.graph.format import (
     atomic_dir,
     check_header,
     commit_dir,
+    ensure_free,
     feature_schema,
     load_npy,
     read_json,
@@ -227,6 +228,26 @@ def write_config(
 def start_output(out: str | Path) -> Path:
     """Reserve the temporary directory for ``out`` (fails if ``out`` is not empty)."""
     return atomic_dir(Path(out))
+
+
+def start_shared_output(out: str | Path) -> Path:
+    """The staging directory of ``out`` that ranks no launcher watches all know by name
+    (``.OUT.tmp-ranks``, beside it), made empty: one rank calls it before any writes (a
+    failed attempt's leftovers are removed). Fails if ``out`` is not empty."""
+    final = Path(out)
+    ensure_free(final)
+    tmp = shared_output(final)
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    except OSError as exc:
+        raise PartitionFormatError(f"{final}: cannot create ({exc.strerror or exc})") from None
+    return tmp
+
+
+def shared_output(out: str | Path) -> Path:
+    final = Path(out)
+    return final.parent / f".{final.name}.tmp-ranks"
 
 
 def finish_output(tmp: Path, out: str | Path) -> None:

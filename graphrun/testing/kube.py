@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from graphrun.job.workflow import rfc3339
-from graphrun.operator.layout import LABEL_JOB, LABEL_REPLICA, MANAGED_BY
+from graphrun.operator.layout import LABEL_JOB, LABEL_REPLICA, MANAGED_BY, PARTITION_CONTAINER
 from graphrun.operator.reconcile import Create, Delete, DeleteGraphJob, Emit, Plan
 
 _uids = itertools.count(1)
@@ -126,6 +126,32 @@ class FakeNamespace:
             "phase": phase,
             "conditions": conds,
             "containerStatuses": [{"name": "graphrun", "state": state}],
+        }
+
+    def set_partition(
+        self, name: str, state: str, *, exit_code: int = 0, message: str = ""
+    ) -> None:
+        """Play the kubelet for a worker pod's ``partition`` init container (partition.mode
+        distributed): ``running``, or ``terminated`` with ``exit_code`` — then the main
+        container starts (exit 0) or the pod fails (restartPolicy Never)."""
+        init: dict[str, Any] = {"running": {}}
+        phase = "Pending"
+        main: dict[str, Any] = {"waiting": {"reason": "PodInitializing"}}
+        if state == "terminated":
+            init = {
+                "terminated": {
+                    "exitCode": exit_code,
+                    "message": message,
+                    "finishedAt": rfc3339(self.now),
+                }
+            }
+            phase = "Running" if exit_code == 0 else "Failed"
+            main = {"running": {}} if exit_code == 0 else main
+        self.pod(name)["status"] = {
+            "phase": phase,
+            "conditions": [{"type": "Ready", "status": "False"}],
+            "initContainerStatuses": [{"name": PARTITION_CONTAINER, "state": init}],
+            "containerStatuses": [{"name": "graphrun", "state": main}],
         }
 
     def finish_job(self, name: str, ok: bool = True, message: str = "") -> None:

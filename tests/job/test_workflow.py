@@ -17,6 +17,7 @@ from graphrun.job.workflow import (
     Phase,
     accepts,
     initial_state,
+    progress,
     replay,
     transition,
 )
@@ -260,3 +261,15 @@ def test_permanent_role_failure_is_not_retried() -> None:
     failed = transition(s, Event.role_failed("trainer:0", "m0", USER_ERROR_EXIT, "bad"), now)
     assert failed.phase is Phase.FAILED and failed.restarts == 0
     assert failed.condition("Failed").reason == "NotRetriable"
+
+
+def test_progress_rewords_the_current_condition_only() -> None:
+    s = transition(initial_state(T0), Event(K.START, message="starting"), at(1))
+    later = progress(s, "2 worker pods partition together: w-0 Partitioning, w-1 Waiting")
+    cond = later.condition("Partitioning")
+    assert cond is not None and cond.status == "True" and cond.time == at(1)  # no transition
+    assert cond.message == "2 worker pods partition together: w-0 Partitioning, w-1 Waiting"
+    assert later.phase is Phase.PARTITIONING and later.condition("Created") == s.condition(
+        "Created"
+    )
+    assert progress(later, cond.message) is later

@@ -73,6 +73,11 @@ def planned_job() -> GraphJob:
     return load_job(ROOT / "examples" / "kubernetes" / "planned.yaml")
 
 
+def distributed_job() -> GraphJob:
+    """partition.mode distributed: the worker pods partition (no partitioner Job)."""
+    return load_job(ROOT / "examples" / "kubernetes" / "distributed.yaml")
+
+
 def built(job: GraphJob) -> dict[str, dict[str, Any]]:
     owner = L.Owner(job.name, OWNER.namespace, OWNER.uid)
     out = {
@@ -83,6 +88,8 @@ def built(job: GraphJob) -> dict[str, dict[str, Any]]:
         "worker-0": B.build_worker(job, owner, CONFIG, 0),
         "worker-1-resume": B.build_worker(job, owner, CONFIG, 1, resume=True),
     }
+    if L.partitions_on_workers(job):
+        del out["partitioner"]  # never made: the worker pods partition
     if job.spec.replica_specs.launcher:
         out["launcher"] = B.build_launcher(job, owner, CONFIG)
     podgroup = B.build_podgroup(job, owner)
@@ -91,12 +98,17 @@ def built(job: GraphJob) -> dict[str, dict[str, Any]]:
     return out
 
 
+JOBS = {
+    "graphsage": example,
+    "gang": gang_job,
+    "planned": planned_job,
+    "distributed": distributed_job,
+}
 CASES = [
     (f"{job_name}-{obj}", job_name, obj)
-    for job_name, job_fn in (("graphsage", example), ("gang", gang_job), ("planned", planned_job))
+    for job_name, job_fn in JOBS.items()
     for obj in built(job_fn())
 ]
-JOBS = {"graphsage": example, "gang": gang_job, "planned": planned_job}
 
 
 @pytest.mark.parametrize(("golden", "job_name", "obj"), CASES, ids=[c[0] for c in CASES])
@@ -336,6 +348,72 @@ def test_generator_parameters_become_generate_flags() -> None:
         script,
     )
     assert "--no-reverse --homophily 0.5" in script
+
+
+# --- partition.mode distributed ----------------------------------------------------------
+
+
+def test_distributed_workers_partition_first_in_an_init_container() -> None:
+    job = distributed_job()
+    B.check_supported(job)
+    objs = built(job)
+    worker_dns = "distributed-worker-0.distributed-workers.ml.svc.cluster.local"
+    dataset = L.dataset_dir(job)
+    for i, name in enumerate(("worker-0", "worker-1-resume")):
+        spec = objs[name]["spec"]
+        (init,) = spec["initContainers"]
+        (main,) = spec["containers"]
+        assert init["name"] == L.PARTITION_CONTAINER and init["command"] == ["sh", "-c"]
+        assert init["image"] == main["image"] and init["resources"] == main["resources"]
+        assert init["env"] == main["env"]
+        assert init["volumeMounts"] == [{"name": B.DATA_VOLUME, "mountPath": "/data"}]
+        script = init["args"][0]
+        assert (
+            f"test -e /data/distributed/parts/partition.json || graphrun partition {dataset} "
+            "/data/distributed/parts --parts 2 --mode distributed --halo 1 --balance-train "
+            f"--rank {i} --rendezvous tcp://{worker_dns}:{L.PARTITION_PORT} --timeout 600"
+        ) in script
+        assert main["args"][:2] == ["worker", "--job"]  # then serves as in the other modes
+    first = objs["worker-0"]["spec"]["initContainers"][0]
+    assert (
+        f"test -e {dataset}/chunks.json || graphrun generate community {dataset}"
+        in (first["args"][0])
+    )
+    assert first["args"][0].split("\n")[1].endswith("--seed 0 --chunks 2")  # one per rank
+    assert first["ports"] == [
+        {"name": "partition", "containerPort": L.PARTITION_PORT, "protocol": "TCP"}
+    ]
+    second = objs["worker-1-resume"]["spec"]["initContainers"][0]
+    assert f"until test -e {dataset}/chunks.json; do sleep 2; done" in second["args"][0]
+    assert "graphrun generate" not in second["args"][0] and "ports" not in second
+
+
+def test_distributed_generated_graph_is_not_the_whole_one() -> None:
+    """The same generator in chunks lives elsewhere than written whole (a job changed
+    from mode single to distributed while suspended must not find the whole graph)."""
+    chunked = distributed_job()
+    d = chunked.model_dump(by_alias=True, exclude_none=True)
+    d["spec"]["partition"]["mode"] = "single"
+    whole = parse_job(d)
+    assert L.dataset_dir(chunked) != L.dataset_dir(whole)
+    assert L.dataset_dir(whole).startswith("/data/runs/distributed/data-community-")
+
+
+def test_distributed_needs_a_worker_pod_on_every_machine() -> None:
+    d = planned_job().model_dump(by_alias=True, exclude_none=True)
+    d["spec"]["partition"] = {"mode": "distributed", "output": "planned/parts"}
+    plan = d["spec"]["placement"]["plan"]
+    plan["assignments"].update({"store:2": "node-big-mem", "trainer:2": "node-gpu-0"})
+    plan.pop("demands")
+    with pytest.raises(SpecError) as info:
+        B.check_supported(parse_job(d))
+    assert str(info.value).startswith(
+        "spec.partition.mode: 'distributed' runs one partition rank in every machine's worker "
+        "pod, but the placement gives machine m2 (the plan's node-gpu-1) no store server and "
+        "no trainer"
+    )
+    plan["assignments"]["trainer:2"] = "node-gpu-1"
+    B.check_supported(parse_job(d))
 
 
 # --- placement plans ---------------------------------------------------------------------

@@ -26,6 +26,7 @@ import pytest_asyncio
 import yaml
 from kubernetes import client
 
+from graphrun.errors import PEER_LOST_EXIT
 from graphrun.operator import layout as L
 from graphrun.operator.handlers import OperatorContext, on_spec_change, register
 from graphrun.operator.kube import Kube
@@ -122,6 +123,26 @@ class Cluster:
             "phase": phase,
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
             "containerStatuses": [{"name": "graphrun", "state": state}],
+        }
+        await self.patch(f"{PATHS['Pod']}/{name}/status", {"status": status})
+
+    async def set_partition(
+        self, name: str, state: str, exit_code: int = 0, message: str = ""
+    ) -> None:
+        """The kubelet for a worker pod's ``partition`` init container (partition.mode
+        distributed): ``running``, or ``terminated`` — then the main container starts or
+        the pod fails."""
+        init: dict[str, Any] = {"running": {}}
+        phase = "Pending"
+        if state == "terminated":
+            done = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            init = {"terminated": {"exitCode": exit_code, "message": message, "finishedAt": done}}
+            phase = "Running" if exit_code == 0 else "Failed"
+        status = {
+            "phase": phase,
+            "conditions": [{"type": "Ready", "status": "False"}],
+            "initContainerStatuses": [{"name": L.PARTITION_CONTAINER, "state": init}],
+            "containerStatuses": [{"name": "graphrun", "state": {"waiting": {}}}],
         }
         await self.patch(f"{PATHS['Pod']}/{name}/status", {"status": status})
 
@@ -305,6 +326,65 @@ async def test_worker_failure_restart_then_fail(cluster: Cluster) -> None:
     assert failed["message"] == "worker:0 on m0 failed (exit code 137): OOMKilled"
 
 
+async def test_distributed_partitioning_on_the_worker_pods(cluster: Cluster) -> None:
+    """partition.mode distributed: no partitioner Job; the worker pods partition (their
+    init container), a rank failing by itself restarts the job naming it, then they
+    partition again, serve and train."""
+    c = cluster
+    doc = example(backoffLimit=1)
+    doc["spec"]["partition"]["mode"] = "distributed"
+    doc["spec"]["partition"].pop("method")
+    await c.create_graphjob(doc)
+    await eventually(phase_is(c, "Partitioning"))
+    w0, w1 = await eventually(n_workers(c))
+    assert await c.names("Job") == [] and await c.names("Pod", "partitioner") == []
+    for w in (w0, w1):
+        await c.set_partition(w, "running")
+
+    async def steps() -> dict[str, str] | None:
+        pods = (await c.status()).get("partitionPods")
+        return pods if pods == {w0: "Partitioning", w1: "Partitioning"} else None
+
+    await eventually(steps)
+    message = (await c.status())["message"]
+    assert message == f"2 worker pods partition together: {w0} Partitioning, {w1} Partitioning"
+    lost = "graphrun: error: rank 0: barrier failed (Connection closed by peer)"
+    await c.set_partition(w0, "terminated", PEER_LOST_EXIT, lost)  # it only lost rank 1
+    await c.set_partition(w1, "terminated", 137, "Killed")
+    await eventually(lambda: _restarts(c, 1))
+    status = await c.status()
+    restarting = next(x for x in status["conditions"] if x["type"] == "Restarting")
+    assert restarting["message"] == "partitioner:1 on m1 failed (exit code 137): Killed"
+
+    async def fresh_workers() -> list[str] | None:
+        pods = await c.items("Pod")
+        waiting = [p["metadata"]["name"] for p in pods if not p.get("status", {}).get("phase")]
+        return waiting if len(waiting) == 2 else None  # made again, not yet run
+
+    await eventually(fresh_workers)
+    await eventually(phase_is(c, "Partitioning"))
+    for w in (w0, w1):
+        await c.set_partition(w, "terminated")
+    await eventually(phase_is(c, "Serving"))
+    for w in (w0, w1):
+        await c.set_pod(w, "Running", ready=True)
+    await eventually(phase_is(c, "Training"))
+    for w in (w0, w1):
+        await c.set_pod(w, "Succeeded")
+    await eventually(phase_is(c, "Succeeded"))
+    assert (await c.status())["partitioned"] is True
+    events = await c.items("Event")
+    reasons = [e["reason"] for e in events]
+    for reason in ("PodPartitioning", "PodPartitionFailed", "PodPartitioned", "PartitionCompleted"):
+        assert reason in reasons
+    failed_steps = [e["message"] for e in events if e["reason"] == "PodPartitionFailed"]
+    assert (
+        f"pod {w0} (machine m0, rank 0 of 2) failed while partitioning (exit code 3) "
+        "(it lost a peer)" in failed_steps
+    )
+    assert await c.names("Job") == []
+
+
 async def _restarts(c: Cluster, n: int) -> bool:
     return (await c.status()).get("restarts") == n
 
@@ -373,13 +453,12 @@ async def test_deadline_fires_on_time_between_resyncs(cluster: Cluster) -> None:
 async def test_invalid_spec_fails_naming_the_field(cluster: Cluster) -> None:
     c = cluster
     doc = example()
-    doc["spec"]["partition"]["mode"] = "distributed"
-    doc["spec"]["partition"].pop("method", None)
+    doc["spec"]["placement"] = {"planFile": "plan.yaml"}
     await c.create_graphjob(doc)
     await eventually(phase_is(c, "Failed"))
     failed = next(x for x in (await c.status())["conditions"] if x["type"] == "Failed")
     assert failed["reason"] == "InvalidSpec"
-    assert "spec.partition.mode: 'distributed' runs in graphrun run" in failed["message"]
+    assert "spec.placement.planFile: the operator cannot read files" in failed["message"]
     await asyncio.sleep(0.7)
     assert await c.names("Pod") == [] and await c.names("Secret") == []
 

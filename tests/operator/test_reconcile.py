@@ -12,11 +12,19 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from graphrun.errors import PEER_LOST_EXIT, USER_ERROR_EXIT
 from graphrun.job.spec import parse_job
 from graphrun.operator import layout as L
 from graphrun.operator.keys import curve_keypair
 from graphrun.operator.observe import observe
-from graphrun.operator.reconcile import Delete, DeleteGraphJob, Plan, reconcile, reject
+from graphrun.operator.reconcile import (
+    PEER_GRACE,
+    Delete,
+    DeleteGraphJob,
+    Plan,
+    reconcile,
+    reject,
+)
 from graphrun.testing.kube import FakeNamespace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -553,3 +561,208 @@ def test_planned_workers_request_their_machines_resources_after_restarts_too() -
         h.step()
     assert h.phase == "Serving"
     assert requested() == want  # the pods made again ask for the same
+
+
+# --- partition.mode distributed: the worker pods partition --------------------------------
+
+W0, W1 = "graphsage-worker-0", "graphsage-worker-1"
+
+
+def distributed(**spec: Any) -> Harness:
+    return Harness(partition={"mode": "distributed", "method": None}, **spec)
+
+
+def test_distributed_mode_partitions_on_the_worker_pods_then_trains() -> None:
+    h = distributed(runPolicy={"startupDeadlineSeconds": 300})
+    h.step()
+    assert h.phase == "Partitioning"
+    assert not any(o["kind"] == "Job" for o in h.ns.children())  # no partitioner Job
+    assert h.workers() == [W0, W1]  # made at once: they partition together
+    for i, w in enumerate(h.workers()):
+        (init,) = h.ns.pod(w)["spec"]["initContainers"]
+        assert f"--rank {i} --rendezvous tcp://{W0}.graphsage-workers" in init["args"][0]
+    h.step()
+    assert h.status["partitionPods"] == {W0: "Waiting", W1: "Waiting"}
+    h.ns.set_partition(W0, "running")
+    h.step()
+    assert h.status["partitionPods"] == {W0: "Partitioning", W1: "Waiting"}
+    assert h.cond("Partitioning")["message"] == (
+        f"2 worker pods partition together: {W0} Partitioning, {W1} Waiting"
+    )
+    assert h.status["message"] == h.cond("Partitioning")["message"]
+    h.ns.set_partition(W1, "running")
+    h.step(1000)  # partitioning longer than the startup deadline: the pods have started
+    assert h.phase == "Partitioning"
+    h.ns.set_partition(W0, "terminated")  # rank 0 renamed the output: all are done
+    h.step()
+    assert h.phase == "Partitioning" and h.status["partitionPods"][W0] == "Partitioned"
+    h.ns.set_partition(W1, "terminated")
+    h.step()
+    assert h.phase == "Serving" and h.status["partitioned"] is True
+    assert "partitionPods" not in h.status
+    assert h.cond("Partitioning")["message"] == (
+        "2 worker pods partitioned together; partitions written to /data/graphsage/parts"
+    )
+    steps = [(e.reason, e.message) for e in h.ns.events if e.reason.startswith("Pod")]
+    assert steps == [
+        ("PodPartitioning", f"pod {W0} (machine m0, rank 0 of 2) is partitioning"),
+        ("PodPartitioning", f"pod {W1} (machine m1, rank 1 of 2) is partitioning"),
+        ("PodPartitioned", f"pod {W0} (machine m0, rank 0 of 2) has written its part"),
+        ("PodPartitioned", f"pod {W1} (machine m1, rank 1 of 2) has written its part"),
+    ]
+    for w in h.workers():
+        h.ns.set_pod(w, "Running", ready=True)
+    h.step()
+    assert h.phase == "Training"
+    for w in h.workers():
+        h.ns.set_pod(w, "Succeeded")
+    h.step()
+    assert h.phase == "Succeeded"
+    assert not any(o["kind"] == "Job" for o in h.ns.children())
+
+
+def test_distributed_rank_failure_blames_the_rank_that_failed_by_itself() -> None:
+    h = distributed(runPolicy={"backoffLimit": 1})
+    h.step()
+    h.ns.set_partition(W0, "running")
+    h.ns.set_partition(W1, "running")
+    h.step()
+    lost = "graphrun: error: rank 0: all_to_all failed (Connection closed by peer)"
+    h.ns.set_partition(W0, "terminated", exit_code=PEER_LOST_EXIT, message=lost)
+    plan = h.step()
+    assert h.phase == "Partitioning"  # rank 0 only lost its peer: wait for the culprit
+    assert plan.requeue_after == pytest.approx(PEER_GRACE.total_seconds() - 1)  # it ended 1s ago
+    warning = h.ns.events[-1]
+    assert (warning.type, warning.reason) == ("Warning", "PodPartitionFailed")
+    assert warning.message == (
+        f"pod {W0} (machine m0, rank 0 of 2) failed while partitioning (exit code 3) "
+        "(it lost a peer)"
+    )
+    h.ns.set_partition(W1, "terminated", exit_code=137, message="log\nKilled")
+    h.step()
+    assert h.phase == "Restarting" and h.status["restarts"] == 1
+    assert h.cond("Restarting")["message"] == "partitioner:1 on m1 failed (exit code 137): Killed"
+    assert h.workers() == []  # every rank starts again
+    h.step()
+    assert h.phase == "Partitioning" and h.workers() == [W0, W1]
+    h.ns.set_partition(W0, "terminated", exit_code=1, message="graphrun: error: boom")
+    h.step()
+    assert h.phase == "Failed" and h.cond("Failed")["reason"] == "BackoffLimitExceeded"
+    assert (
+        h.cond("Failed")["message"]
+        == "partitioner:0 on m0 failed (exit code 1): graphrun: error: boom"
+    )
+
+
+def test_distributed_rank_lost_peers_only_is_blamed_after_the_grace() -> None:
+    h = distributed(runPolicy={"backoffLimit": 0})
+    h.step()
+    h.ns.set_partition(W1, "terminated", exit_code=PEER_LOST_EXIT, message="lost rank 0")
+    h.step()
+    assert h.phase == "Partitioning"  # worker 0 may still report why
+    h.step(PEER_GRACE.total_seconds())
+    assert h.phase == "Failed"
+    assert h.cond("Failed")["message"] == "partitioner:1 on m1 failed (exit code 3): lost rank 0"
+
+
+def test_distributed_bad_input_is_not_retried() -> None:
+    h = distributed(runPolicy={"backoffLimit": 3})
+    h.step()
+    bad = "graphrun: error: /data/graphsage/data: not a chunked dataset"
+    h.ns.set_partition(W0, "terminated", exit_code=USER_ERROR_EXIT, message=bad)
+    h.ns.set_partition(W1, "terminated", exit_code=PEER_LOST_EXIT)
+    h.step()
+    assert h.phase == "Failed" and h.cond("Failed")["reason"] == "NotRetriable"
+    assert h.cond("Failed")["message"] == f"partitioner:0 on m0 failed (exit code 2): {bad}"
+
+
+def test_distributed_worker_pod_lost_while_partitioning_fails_the_attempt() -> None:
+    h = distributed(runPolicy={"backoffLimit": 0})
+    h.step()
+    h.ns.set_partition(W0, "running")
+    h.step()
+    h.ns.delete("Pod", W1)
+    h.step()
+    assert h.phase == "Failed"
+    assert h.cond("Failed")["message"] == (
+        "partitioner:1 on m1 failed (no exit code): the worker pod disappeared while partitioning"
+    )
+
+
+def test_distributed_restart_while_serving_does_not_partition_again() -> None:
+    h = distributed(runPolicy={"backoffLimit": 1})
+    h.step()
+    for w in (W0, W1):
+        h.ns.set_partition(w, "terminated")
+    h.step()
+    assert h.phase == "Serving"
+    h.ns.set_pod(W1, "Failed", exit_code=1)
+    h.step()
+    assert h.phase == "Restarting"
+    h.step()
+    assert h.phase == "Serving"  # straight back: the partitions exist
+    assert h.workers() == [W0, W1] and h.status["partitioned"] is True
+
+
+def test_distributed_image_that_can_never_be_pulled_fails_at_once() -> None:
+    h = distributed()
+    h.step()
+    status = h.ns.pod(W0)["status"]
+    status["initContainerStatuses"] = [
+        {"name": L.PARTITION_CONTAINER, "state": {"waiting": {"reason": "InvalidImageName"}}}
+    ]
+    status["containerStatuses"] = [
+        {"name": "graphrun", "state": {"waiting": {"reason": "PodInitializing"}}}
+    ]
+    h.step()
+    assert h.phase == "Failed" and h.cond("Failed")["reason"] == "InvalidImageName"
+
+
+@given(
+    history=st.lists(
+        st.tuples(
+            st.sampled_from(["partitioning", "partitioned", "lost", "fail", "ready", "succeed"]),
+            st.integers(min_value=0, max_value=1),
+            st.integers(min_value=0, max_value=15),
+        ),
+        max_size=25,
+    ),
+    backoff=st.integers(min_value=0, max_value=2),
+)
+@settings(max_examples=25, deadline=None)
+def test_distributed_random_histories_keep_the_invariants(
+    history: list[tuple[str, int, int]], backoff: int
+) -> None:
+    h = distributed(runPolicy={"backoffLimit": backoff, "ttlSecondsAfterFinished": None})
+    h.step()
+    for action, i, seconds in history:
+        worker = f"graphsage-worker-{i}"
+        if ("Pod", worker) in h.ns.objects:
+            if action == "partitioning":
+                h.ns.set_partition(worker, "running")
+            elif action in ("partitioned", "lost", "fail"):
+                code = {"partitioned": 0, "lost": PEER_LOST_EXIT, "fail": 1}[action]
+                h.ns.set_partition(worker, "terminated", exit_code=code)
+            else:
+                h.ns.set_pod(worker, "Running" if action == "ready" else "Succeeded", ready=True)
+        h.step(seconds)
+        assert h.status["restarts"] <= backoff
+        assert not any(o["kind"] == "Job" for o in h.ns.children())  # never a partitioner
+        assert set(h.status.get("partitionPods", {})) <= set(h.workers())
+        if h.phase in ("Serving", "Training", "Succeeded"):
+            assert h.status["partitioned"] is True
+        if (
+            h.status.get("workflow", {})
+            .get("failure", {})
+            .get("role", "")
+            .startswith("partitioner")
+        ):
+            assert h.status["workflow"]["failure"].get("exitCode") != PEER_LOST_EXIT or all(
+                p["status"]
+                .get("initContainerStatuses", [{}])[0]
+                .get("state", {})
+                .get("terminated", {})
+                .get("exitCode")
+                in (PEER_LOST_EXIT, 0, None)
+                for p in h.ns.pods("worker")
+            )

@@ -10,12 +10,14 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from graphrun.errors import GraphrunError, PartitionFormatError
+from graphrun.errors import PEER_LOST_EXIT, GraphrunError, PartitionFormatError
 from graphrun.graph import Graph
 from graphrun.graph.chunked import save_chunked
 from graphrun.partition import load_id_mapping, load_partition_book, load_partition_config
@@ -23,7 +25,7 @@ from graphrun.partition.distributed import DistOptions, run_local
 from graphrun.partition.quality import measure
 from graphrun.partition.xtrapulp import LPOptions
 from graphrun.testing.graphs import community_graph, hetero_graph
-from graphrun.testing.procs import run_graphrun
+from graphrun.testing.procs import child_env, run_graphrun
 from tests.partition.test_roundtrip import check_round_trip
 
 pytestmark = pytest.mark.integration
@@ -170,3 +172,39 @@ def test_bad_options_are_refused_before_any_rank_starts(tmp_path: Path) -> None:
     with pytest.raises(ArgumentError, match="need at least 3 chunks"):
         run_local(tmp_path / "chunks", tmp_path / "parts", 3)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chunks"]
+
+
+def _ranks_without_launcher(tmp_path: Path, out: Path) -> list[tuple[int, str]]:
+    """Two ``graphrun partition --rank r`` processes as the operator's worker pods run
+    them: each started on its own, no ``--into``, no launcher watching them; their
+    (exit code, stderr)."""
+    argv = [sys.executable, "-m", "graphrun", "partition", str(tmp_path / "chunks"), str(out),
+            "--parts", "2", "--mode", "distributed", "--timeout", "30",
+            "--rendezvous", f"file://{tmp_path / 'rendezvous'}"]  # fmt: skip
+    env, quiet, err = child_env(), subprocess.DEVNULL, subprocess.PIPE
+    procs = [
+        subprocess.Popen([*argv, "--rank", str(r)], env=env, stdout=quiet, stderr=err, text=True)
+        for r in range(2)
+    ]
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    return [(p.returncode, e) for p, e in zip(procs, errs, strict=True)]
+
+
+def test_ranks_without_a_launcher_write_the_output_themselves(tmp_path: Path) -> None:
+    g = community_graph(300, 2000, seed=5)
+    save_chunked(g, tmp_path / "chunks", 2)
+    out = tmp_path / "parts"
+    (tmp_path / ".parts.tmp-ranks" / "part-0").mkdir(parents=True)  # a failed attempt's
+    assert [code for code, _ in _ranks_without_launcher(tmp_path, out)] == [0, 0]
+    check_round_trip(g, out, 2, 1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chunks", "parts"]  # no staging
+
+
+def test_ranks_without_a_launcher_leave_nothing_when_one_fails(tmp_path: Path) -> None:
+    save_chunked(community_graph(300, 2000, seed=5), tmp_path / "chunks", 2)
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "parts" / "stale").write_text("x")  # rank 0 refuses a non-empty output
+    (code0, err0), (code1, err1) = _ranks_without_launcher(tmp_path, tmp_path / "parts")
+    assert code0 == 2 and "parts: already exists and is not empty" in err0
+    assert code1 == PEER_LOST_EXIT, err1  # it only lost rank 0: not the one to blame
+    assert not (tmp_path / ".parts.tmp-ranks").exists()
