@@ -22,18 +22,13 @@ are free. Times and bytes are drawn once per :class:`Scenario` (seeded), so ever
 placement is scored on the same draws.
 
 CPU: a profile measured by graphrun's runtime carries the CPU seconds of each batch's
-sampling and compute (``Profile.cpu_seconds``). Then a step of a trainer or sampler
-takes its CPU seconds divided by the CPU share its machine gives it: the machine's
-``cpu`` cores split evenly over the trainers and samplers placed there, and at most
-the task's intra-op threads (:func:`cpu_slowdown`). Store servers are not counted:
-they serve in short bursts. Profiles without CPU seconds (the built-ins) keep their
-times on every machine.
-
-The unrolled DAG does not depend on the placement except through those two rules,
-so it is built once per scenario as a :class:`Template` over tasks, and
-:meth:`Template.place` turns it into the simulator's arrays for one placement in a
-few vectorised steps (what ETP does thousands of times); :func:`build_workload`
-freezes the same arrays into a :class:`~graphrun.placement.dag.Dag`.
+sampling and compute (``Profile.cpu_seconds``). Then those steps are fluids too: a
+step of task ``t`` on machine ``m`` is a flow of its CPU seconds through two more
+ports, ``t``'s own (its intra-op threads: it uses at most that many cores) and ``m``'s
+CPU (its cores), so the trainers and samplers of one machine share its cores while
+they compute and one alone gets them all (processor sharing, work-conserving, by the
+same policy as the NICs). Store servers' CPU is not modelled. Profiles without CPU
+seconds (the built-ins) keep their step times on every machine.
 """
 
 from __future__ import annotations
@@ -99,17 +94,6 @@ def make_scenario(job: Job, seed: int = 0, iterations: int | None = None) -> Sce
     )
 
 
-def cpu_slowdown(
-    cpu: Sequence[float], busy: np.ndarray, x: np.ndarray, threads: float
-) -> np.ndarray:
-    """Per task: 1 / the cores it gets under placement ``x`` — its machine's ``cpu`` split
-    evenly over the ``busy`` tasks (trainers, samplers) placed there, at most ``threads``."""
-    cores = np.asarray(cpu, dtype=np.float64)
-    on = np.bincount(x[busy], minlength=cores.size)
-    share = np.minimum(threads, cores[x] / np.maximum(on[x], 1))
-    return 1.0 / np.maximum(share, 1e-9)
-
-
 def traffic_matrix(sc: Scenario) -> np.ndarray:
     """(tasks, tasks) bytes sent from task i to task j over all iterations of ``sc``.
 
@@ -163,7 +147,6 @@ class Template:
     npred: np.ndarray
     task_busy: tuple[float, ...]  # total compute seconds per task (CPU seconds if scaled)
     cpu_task: np.ndarray  # int64 the task whose CPU a compute step uses, -1 for none
-    busy: np.ndarray  # bool per task: counts in its machine's CPU sharing
     cpu_seconds: bool = False  # durations are CPU seconds, scaled per placement
     threads: float = 1.0
 
@@ -171,24 +154,25 @@ class Template:
     def num_nodes(self) -> int:
         return int(self.duration.shape[0])
 
-    def slowdown(self, cluster: Cluster, x: np.ndarray) -> np.ndarray:
-        """Per task: how much longer its steps take than their CPU seconds (1 unscaled)."""
+    def alone(self, cluster: Cluster, x: np.ndarray) -> np.ndarray:
+        """Per task: how much longer its steps take than their CPU seconds when it has its
+        machine to itself (1 unscaled): a bound, not what sharing gives."""
         if not self.cpu_seconds:
             return np.ones(self.num_tasks)
-        return cpu_slowdown(cluster.cpu, self.busy, x, self.threads)
+        cores = np.asarray(cluster.cpu, dtype=np.float64)[x]
+        return 1.0 / np.maximum(np.minimum(self.threads, cores), 1e-9)
 
     def best_slowdown(self, cluster: Cluster) -> np.ndarray:
         """Per task: the least slowdown any placement gives (each alone on the fastest)."""
-        if not self.cpu_seconds:
-            return np.ones(self.num_tasks)
-        fastest = min(self.threads, max(cluster.cpu))
-        return np.full(self.num_tasks, 1.0 / max(fastest, 1e-9))
+        fastest = np.full(self.num_tasks, int(np.argmax(cluster.cpu)), dtype=np.int64)
+        return self.alone(cluster, fastest)
 
     def place(
         self, cluster: Cluster, placement: Sequence[int], slowdown: np.ndarray | None = None
     ) -> DagArrays:
-        """The simulator's arrays for ``placement`` (machine index per task); ``slowdown``
-        overrides the per-task CPU slowdown the placement gives (:meth:`slowdown`)."""
+        """The simulator's arrays for ``placement`` (machine index per task). With CPU
+        seconds, steps are flows through the CPU ports (see the module docstring), unless
+        ``slowdown`` gives each task's steps a fixed duration (bounds)."""
         x = np.asarray(placement, dtype=np.int64)
         if x.shape != (self.num_tasks,):
             raise ArgumentError(f"placement: {x.size} entries for {self.num_tasks} tasks")
@@ -198,9 +182,22 @@ class Template:
             self.size, self.src_task, self.dst_task, self.group, x, cluster.size
         )
         duration = self.duration
-        if self.cpu_seconds:
-            slow = self.slowdown(cluster, x) if slowdown is None else slowdown
-            duration = duration * np.where(self.cpu_task >= 0, slow[self.cpu_task], 1.0)
+        capacity = np.asarray((*cluster.egress, *cluster.ingress), dtype=np.float64)
+        machines = cluster.size  # ports below this are senders' (egress), the rest receivers'
+        if self.cpu_seconds and slowdown is not None:
+            duration = duration * np.where(self.cpu_task >= 0, slowdown[self.cpu_task], 1.0)
+        elif self.cpu_seconds:
+            # ports: egress [0, M), task threads [M, M+T), ingress [M+T, 2M+T), CPU [2M+T, 3M+T)
+            m, t = cluster.size, self.num_tasks
+            step = (self.cpu_task >= 0) & (duration > 0)
+            task = self.cpu_task[step]
+            dst = np.where(dst >= 0, dst + t, dst)
+            size, src = size.copy(), src.copy()
+            size[step], src[step], dst[step] = duration[step], m + task, 2 * m + t + x[task]
+            duration = np.where(step, 0.0, duration)
+            cores = np.maximum(np.asarray(cluster.cpu, dtype=np.float64), 1e-9)
+            capacity = np.concatenate([capacity[:m], np.full(t, self.threads), capacity[m:], cores])
+            machines = m + t
         return DagArrays(
             duration=duration,
             size=size,
@@ -210,8 +207,8 @@ class Template:
             succ_ptr=self.succ_ptr,
             succ_idx=self.succ_idx,
             npred=self.npred,
-            capacity=np.asarray((*cluster.egress, *cluster.ingress), dtype=np.float64),
-            machines=cluster.size,
+            capacity=capacity,
+            machines=machines,
         )
 
 
@@ -239,14 +236,17 @@ def make_template(sc: Scenario) -> Template:
 def build_workload(cluster: Cluster, sc: Scenario, placement: Sequence[int]) -> Workload:
     """The DAG of ``sc.iterations`` iterations of the job placed by ``placement``.
 
-    ``placement[i]`` is the machine index of task ``i`` (in ``job.tasks`` order).
+    ``placement[i]`` is the machine index of task ``i`` (in ``job.tasks`` order). With
+    CPU seconds, each step takes what it would alone on its machine: the DAG bounds the
+    simulated makespan from below (the bounds' model), it does not reproduce it.
     """
     if len(placement) != len(sc.job.tasks):
         raise ArgumentError(f"placement: {len(placement)} entries for {len(sc.job.tasks)} tasks")
     tpl = make_template(sc)
     x = np.asarray(placement, dtype=np.int64)
-    busy = np.asarray(tpl.task_busy) * tpl.slowdown(cluster, x)
-    return Workload(dag=to_dag(tpl.place(cluster, x)), task_busy=tuple(busy.tolist()))
+    alone = tpl.alone(cluster, x)
+    busy = np.asarray(tpl.task_busy) * alone
+    return Workload(dag=to_dag(tpl.place(cluster, x, alone)), task_busy=tuple(busy.tolist()))
 
 
 def to_dag(a: DagArrays) -> Dag:
@@ -394,7 +394,6 @@ class _Unroll:
             npred=np.asarray([len(set(p)) for p in self.preds], dtype=np.int64),
             task_busy=tuple(self.busy),
             cpu_task=np.asarray(self.cpu_task, dtype=np.int64),
-            busy=np.asarray([t.kind in ("trainer", "sampler") for t in self.sc.job.tasks]),
             cpu_seconds=self.sc.cpu_seconds,
             threads=self.sc.threads,
         )

@@ -21,7 +21,7 @@ from graphrun.placement.profile import (
     read_records,
     save_profile,
 )
-from graphrun.placement.workload import cpu_slowdown, make_scenario, make_template
+from graphrun.placement.workload import build_workload, make_scenario, make_template
 
 
 def cluster(cpus, gbps=10.0):
@@ -74,16 +74,30 @@ def test_cpu_seconds_survive_records_and_profile_files(tmp_path):
     assert not builtin_profile("products").cpu_seconds
 
 
-def test_a_machine_s_cores_are_shared_by_its_trainers_not_its_stores():
-    busy = np.array([False, False, True, True])  # two stores, two trainers
-    # both trainers on the 0.6-core machine: 0.3 each; the stores do not count
-    got = cpu_slowdown([0.6, 0.2], busy, np.array([1, 1, 0, 0]), threads=1)
-    assert got[2:] == pytest.approx([1 / 0.3, 1 / 0.3])
-    got = cpu_slowdown([0.6, 0.2], busy, np.array([0, 0, 0, 1]), threads=1)
-    assert got[2:] == pytest.approx([1 / 0.6, 1 / 0.2])
-    # a machine of 8 cores gives a one-thread trainer one core, a 4-thread one four
-    assert cpu_slowdown([8.0], busy, np.zeros(4, np.int64), threads=1)[2] == 1.0
-    assert cpu_slowdown([8.0], busy, np.zeros(4, np.int64), threads=4)[2] == pytest.approx(0.25)
+def test_trainers_on_one_machine_share_its_cores_and_one_alone_gets_them_all():
+    """Two trainers on a machine of one core each take twice their CPU seconds when both
+    compute all the time; while one waits for the network the other gets the whole core,
+    so sharing is never slower than an even split of the cores."""
+    prof = profile_from_records(records(), "p")
+    j = job(prof)
+    one, two = cluster([1.0, 1.0]), cluster([1.0, 2.0])
+    ev = Evaluator(one, make_scenario(j, 0))
+    apart = ev.makespan(colocation(one, j))
+    together = tuple(0 if t.kind == "trainer" else i for i, t in enumerate(j.tasks))
+    shared = ev.makespan(together)
+    assert apart < shared < 2.0 * apart + 1e-9
+    # the same two on a machine of two cores: a core each, as apart (no link used
+    # between trainers and their stores' machine makes it no slower than apart)
+    ev2 = Evaluator(two, make_scenario(j, 0))
+    both_on_two = tuple(1 if t.kind == "trainer" else i for i, t in enumerate(j.tasks))
+    assert ev2.makespan(both_on_two) < shared
+    # a 4-thread trainer uses 4 cores of 8; a one-thread one, one
+    prof4 = profile_from_records([record(i, r, threads=4) for i in range(8) for r in range(2)], "p")
+    j4 = job(prof4)
+    big = cluster([8.0, 8.0])
+    assert Evaluator(big, make_scenario(j4, 0)).makespan(colocation(big, j4)) < Evaluator(
+        big, make_scenario(j, 0)
+    ).makespan(colocation(big, j))
 
 
 def test_a_trainer_on_a_slower_machine_makes_a_longer_epoch():
@@ -122,3 +136,8 @@ def test_the_floor_stays_below_every_placement():
     assert ev.floor() <= min(ev.makespan(x) for x in xs) + 1e-12
     tpl = make_template(ev.scenario)
     assert tpl.best_slowdown(cl) == pytest.approx(np.ones(len(j.tasks)))
+    # the bounds' DAG (every step as fast as alone on its machine) stays below too
+    from graphrun.placement.bounds import lower_bounds
+
+    for x in xs[:5]:
+        assert lower_bounds(build_workload(cl, ev.scenario, x)).value <= ev.makespan(x) + 1e-9
