@@ -6,8 +6,9 @@ of 0.6 CPU and 1 Gbit/s, two slow ones of 0.2 CPU and 0.3 Gbit/s):
 
 1. ``graphrun probe`` measures the hosts; the probed cluster is what the planner sees.
 2. The job runs co-located (one store server and one trainer on every host) with
-   ``--profile``: its batch records become the profile (with the CPU seconds the
-   planner scales by each host's share), its roles' peak memory their demands.
+   ``--profile``: its trainers' batch records and its store servers' serving CPU become
+   the profile (the CPU seconds the simulator shares out among each host's cores), its
+   roles' peak memory their demands.
 3. ``graphrun plan``'s search places the job on the probed cluster; the simulator
    predicts the epoch of co-location, of the plan and of ``--random`` random placements.
 4. The plan and the random placements run; each epoch is measured.
@@ -188,14 +189,14 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     import yaml
 
-    from graphrun.cli._graphjob_plan import graphjob_to_placement
+    from graphrun.job.planning import graphjob_to_placement
     from graphrun.job.spec import parse_job
     from graphrun.placement.baselines import colocation, random_feasible
     from graphrun.placement.cluster import load_cluster
     from graphrun.placement.cost import Evaluator
     from graphrun.placement.job import Demand
     from graphrun.placement.planner import PlanOptions, optimize
-    from graphrun.placement.profile import profile_from_records, read_records, save_profile
+    from graphrun.placement.profile import profile_from_records, read_metrics, save_profile
     from graphrun.placement.workload import make_scenario
 
     check_args(args)
@@ -218,9 +219,9 @@ def run(args: argparse.Namespace) -> int:
 
     # 1. co-located, profiled: the profile and the roles' memory
     co_run, peaks, co_dir = run_job(data, workdir, "co-location", cluster_file, profile=True)
-    records = [r for f in sorted((co_dir / "profile").glob("*.jsonl")) for r in read_records(f)]
+    records, serves = read_metrics(sorted((co_dir / "profile").glob("*.jsonl")))
     profile_file = workdir / "profile.json"
-    save_profile(profile_from_records(records, "placement-real"), profile_file)
+    save_profile(profile_from_records(records, "placement-real", serves), profile_file)
     job_file = workdir / "job-co-location.yaml"
     gp = graphjob_to_placement(parse_job(data, str(job_file)), job_file, str(profile_file), 8)
 
@@ -251,7 +252,9 @@ def run(args: argparse.Namespace) -> int:
                 break
         seen.add(x)
         placements.append((f"random-{i}", x))
-    runs = []
+    runs: list[dict[str, Any]] = []
+    by: dict[str, float] = {}  # measured epoch per placement
+    errors = []
     for name, x in placements:
         assignments = {role: machines[m] for role, m in zip(job.roles, x, strict=True)}
         if name == "co-location":
@@ -261,12 +264,13 @@ def run(args: argparse.Namespace) -> int:
             placed["spec"]["placement"] = {"assignments": assignments}
             measured = run_job(placed, workdir, name, cluster_file)[0]
         pred = predicted(x)
+        by[name] = measured.epoch_s
+        errors.append(pred / measured.epoch_s - 1)
         runs.append({
             "placement": name, "assignments": assignments,
             "predicted_epoch_s": round(pred, 3), "measured_epoch_s": round(measured.epoch_s, 3),
             "epoch_s_all": measured.epoch_s_all, "error": round(pred / measured.epoch_s - 1, 4),
         })  # fmt: skip
-    by = {r["placement"]: r["measured_epoch_s"] for r in runs}
     randoms = [v for k, v in by.items() if k.startswith("random-")]
     report = {
         "bench": "placement-real",
@@ -281,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
         "runs": runs,
         "speedup_vs_colocation": round(by["co-location"] / by["plan"], 3),
         "speedup_vs_best_random": round(min(randoms) / by["plan"], 3) if randoms else None,
-        "max_abs_error": round(max(abs(r["error"]) for r in runs), 4),
+        "max_abs_error": round(max(abs(e) for e in errors), 4),
         "load_avg": [round(x, 2) for x in os.getloadavg()],
         "workdir": str(workdir),
     }  # fmt: skip

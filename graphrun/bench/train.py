@@ -211,7 +211,7 @@ def step_breakdown(profile_dir: Path) -> dict[str, Any]:
     partition) and served by the remote-feature cache."""
     from graphrun.placement.profile import read_records
 
-    recs = [r for f in sorted(profile_dir.glob("*.jsonl")) for r in read_records(f)]
+    recs = [r for f in sorted(profile_dir.glob("trainer-*.jsonl")) for r in read_records(f)]
     if not recs:
         return {}
 

@@ -99,13 +99,13 @@ def parse_demand(text: str) -> tuple[str, Any]:
 def load_job_for_plan(path: Path, profile: str = "products", iterations: int = 8) -> Any:
     """The conversion point from job files to the placement model: a native ``kind:
     PlacementJob`` file gives a placement ``Job``; a ``kind: GraphJob`` spec gives a
-    ``GraphJobPlacement`` (see ``graphrun.cli._graphjob_plan``)."""
+    ``GraphJobPlacement`` (see ``graphrun.job.planning``)."""
     from graphrun.placement._io import read_yaml
     from graphrun.placement.job import job_from_dict
 
     data = read_yaml(path)
     if isinstance(data, dict) and data.get("kind") == "GraphJob":
-        from graphrun.cli._graphjob_plan import graphjob_to_placement
+        from graphrun.job.planning import graphjob_to_placement
         from graphrun.job.spec import parse_job
 
         return graphjob_to_placement(parse_job(data, str(path)), path, profile, iterations)

@@ -9,7 +9,9 @@ from typing import Any
 DESCRIPTION = """\
 Build a placement profile (empirical distributions of per-iteration compute times
 and data volumes) from the JSON-lines metrics files a training run writes: one
-{"kind": "batch", ...} record per mini-batch, schema in graphrun.placement.profile.
+{"kind": "batch", ...} record per mini-batch, and one {"kind": "serve", ...} record per
+store server (`graphrun run --profile DIR` writes both: DIR/*.jsonl), schema in
+graphrun.placement.profile.
 Use the result as `profile:` in a PlacementJob for `graphrun plan`.
 """
 
@@ -28,10 +30,10 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphrun.placement.profile import profile_from_records, read_records, save_profile
+    from graphrun.placement.profile import profile_from_records, read_metrics, save_profile
 
-    records = [r for path in args.metrics for r in read_records(path)]
-    prof = profile_from_records(records, args.name or args.output.stem)
+    records, serves = read_metrics(args.metrics)
+    prof = profile_from_records(records, args.name or args.output.stem, serves)
     save_profile(prof, args.output)
     means = ", ".join(f"{q}={e.mean:.4g}" for q, e in prof.quantities.items())
     print(f"{args.output}: {len(records)} batch records; means: {means}")

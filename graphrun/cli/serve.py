@@ -100,6 +100,13 @@ def register(subparsers: Any) -> None:
         "--ready-file", type=Path, help="write {address, pid, part} JSON here when ready"
     )
     p.add_argument(
+        "--profile",
+        type=Path,
+        metavar="FILE",
+        help="at stop, append the CPU seconds spent serving and the bytes sent (a JSON line "
+        "`graphrun profile` reads, see graphrun.placement.profile)",
+    )
+    p.add_argument(
         "--log-level",
         type=str.upper,
         choices=LOG_LEVELS,
@@ -188,7 +195,10 @@ def run(args: argparse.Namespace) -> int:
         heartbeat_timeout=args.heartbeat_timeout,
         extensions=tuple(args.extension if args.extension is not None else _default_extensions()),
         clients_dir=args.clients,
+        profile_file=args.profile,
     )
+    if args.profile and not args.profile.parent.is_dir():
+        raise ArgumentError(f"--profile: directory {args.profile.parent} does not exist")
     if args.threads < 1:
         raise ArgumentError(f"--threads: must be >= 1, got {args.threads}")
     if cfg.extensions:  # they compute with torch (the sampling kernels)

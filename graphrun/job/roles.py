@@ -110,7 +110,9 @@ def plan_hosts(
     return Hosts(addr, endpoints, f"{addr[rdv_machine]}:{ports[-1]}")
 
 
-def store_argv(role: Role, hosts: Hosts, paths: JobPaths, python: str) -> tuple[str, ...]:
+def store_argv(
+    role: Role, hosts: Hosts, paths: JobPaths, python: str, profile: Path | None = None
+) -> tuple[str, ...]:
     """``graphrun serve``: the main server of a partition, or one of its backups."""
     host, port = hosts.endpoint(role.name)
     argv = [
@@ -120,6 +122,8 @@ def store_argv(role: Role, hosts: Hosts, paths: JobPaths, python: str) -> tuple[
     if role.backup:
         mhost, mport = hosts.endpoint(str(RoleName.store(role.id.index)))
         argv += ["--backup-of", f"tcp://{mhost}:{mport}", "--backup-index", str(role.backup)]
+    if profile is not None:
+        argv += ["--profile", str(profile)]
     return tuple(argv)
 
 
@@ -166,7 +170,9 @@ def machine_launches(
             if r.machine != m:
                 continue
             if r.kind == "store":
-                cmd = RoleCommand(r.name, m, store_argv(r, hosts, paths, python), env)
+                name = r.name.replace(":", "-")  # store-0, or store-0-1 for a backup
+                prof = profile_dir / f"{name}.jsonl" if profile_dir else None
+                cmd = RoleCommand(r.name, m, store_argv(r, hosts, paths, python, prof), env)
                 launches.append(RoleLaunch("store", cmd, hosts.endpoints[r.name]))
             elif r.kind == "trainer":
                 prof = profile_dir / f"trainer-{r.rank}.jsonl" if profile_dir else None

@@ -431,6 +431,8 @@ class LocalJob:
         # all "machines" share this host's cores: one share per trainer, not all each
         threads = max(1, (os.cpu_count() or 1) // self.job.spec.num_trainers)
         args = ("--threads", str(threads), *self.opts.trainer_args)
+        if self.opts.profile_dir is not None:  # the store servers write there from the start
+            self.opts.profile_dir.mkdir(parents=True, exist_ok=True)
         launches = machine_launches(
             self.job, self.roles, hosts, self.paths, resume, self.opts.python,
             self.opts.profile_dir, env, self.opts.ready_timeout_s, args,

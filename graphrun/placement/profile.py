@@ -27,6 +27,11 @@ one object per line). The schema, version 1, is :class:`BatchRecord`::
 Lines whose ``kind`` is not ``"batch"`` are ignored, so the same file can carry other
 metrics. ``BatchRecord.to_json()`` writes exactly this line.
 
+A store server run with ``--profile FILE`` appends one :class:`ServeRecord` when it
+stops: ``{"kind": "serve", "v": 1, "part": 0, "cpu_s": 1.49, "reply_bytes": 160000000}``
+(CPU seconds spent serving, bytes it sent). Their ratio over every server is the
+profile's ``serve_cpu_s_per_byte``.
+
 Profile file (JSON)
 -------------------
 ``{"format": "graphrun-profile", "version": 1, "name": ..., "quantities": {q: [samples]}}``
@@ -68,7 +73,11 @@ QUANTITIES = (
 # CPU seconds of the trainer's process and its intra-op threads: with them, a placement
 # scales a trainer's sampling and compute to the CPU share its machine gives it
 # (graphrun.placement.workload); profiles without them (the built-ins) are not scaled
-OPTIONAL = ("sample_cpu_s", "compute_cpu_s", "threads")
+CPU_QUANTITIES = ("sample_cpu_s", "compute_cpu_s", "threads")
+# and a store server's CPU seconds per byte it sends (measured on the stores): with it,
+# a placement charges serving to the store's machine
+SERVE = "serve_cpu_s_per_byte"
+OPTIONAL = (*CPU_QUANTITIES, SERVE)
 BUILTIN = ("products", "papers100m")
 _MAX_SAMPLES = 256
 
@@ -115,7 +124,7 @@ class Profile:
     @property
     def cpu_seconds(self) -> bool:
         """Whether the profile carries the CPU seconds a placement scales (``OPTIONAL``)."""
-        return all(q in self.quantities for q in OPTIONAL)
+        return all(q in self.quantities for q in CPU_QUANTITIES)
 
     def to_dict(self) -> dict[str, Any]:
         names = [q for q in (*QUANTITIES, *OPTIONAL) if q in self.quantities]
@@ -197,7 +206,7 @@ class BatchRecord:
         d: dict[str, Any] = {"kind": "batch", "v": RECORD_VERSION, **asdict(self)}
         d["structure_bytes"] = {str(k): v for k, v in self.structure_bytes.items()}
         d["feature_bytes"] = {str(k): v for k, v in self.feature_bytes.items()}
-        for k in OPTIONAL:
+        for k in CPU_QUANTITIES:
             if d[k] is None:
                 del d[k]
         return json.dumps(d, separators=(",", ":"))
@@ -234,13 +243,37 @@ class BatchRecord:
         return rec
 
 
+@dataclass(frozen=True)
+class ServeRecord:
+    """What a store server spent serving (see the module docstring)."""
+
+    part: int
+    cpu_s: float
+    reply_bytes: int
+
+    def to_json(self) -> str:
+        d = {"kind": "serve", "v": RECORD_VERSION, **asdict(self)}
+        return json.dumps(d, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str) -> ServeRecord:
+        try:
+            rec = cls(int(d["part"]), float(d["cpu_s"]), int(d["reply_bytes"]))
+        except KeyError as exc:
+            raise SpecError(f"{where}: {exc.args[0]}: missing") from exc
+        except (TypeError, ValueError) as exc:
+            raise SpecError(f"{where}: malformed serve record: {exc}") from exc
+        if rec.cpu_s < 0 or rec.reply_bytes < 0:
+            raise SpecError(f"{where}: a time or byte count is negative")
+        return rec
+
+
 def _optional(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def read_records(path: str | Path) -> list[BatchRecord]:
-    """The batch records of a JSON-lines metrics file."""
-    path = Path(path)
+def _lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """The JSON objects of a JSON-lines file with their line numbers."""
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
@@ -255,15 +288,39 @@ def read_records(path: str | Path) -> list[BatchRecord]:
             d = json.loads(line)
         except json.JSONDecodeError as exc:
             raise SpecError(f"{path}:{i}: not valid JSON: {exc.msg}") from exc
-        if isinstance(d, dict) and d.get("kind") == "batch":
-            out.append(BatchRecord.from_dict(d, f"{path}:{i}"))
-    if not out:
-        raise SpecError(f'{path}: no batch records (lines with "kind": "batch")')
+        if isinstance(d, dict):
+            out.append((i, d))
     return out
 
 
-def profile_from_records(records: list[BatchRecord], name: str) -> Profile:
-    """Pool the records into empirical distributions (own vs other partitions split)."""
+def read_metrics(paths: Iterable[str | Path]) -> tuple[list[BatchRecord], list[ServeRecord]]:
+    """The batch records of the trainers' files and the serve records of the store
+    servers' among ``paths``; at least one batch record is needed."""
+    batches: list[BatchRecord] = []
+    serves: list[ServeRecord] = []
+    names = []
+    for path in map(Path, paths):
+        names.append(str(path))
+        for i, d in _lines(path):
+            if d.get("kind") == "batch":
+                batches.append(BatchRecord.from_dict(d, f"{path}:{i}"))
+            elif d.get("kind") == "serve":
+                serves.append(ServeRecord.from_dict(d, f"{path}:{i}"))
+    if not batches:
+        raise SpecError(f'{", ".join(names)}: no batch records (lines with "kind": "batch")')
+    return batches, serves
+
+
+def read_records(path: str | Path) -> list[BatchRecord]:
+    """The batch records of a JSON-lines metrics file."""
+    return read_metrics([path])[0]
+
+
+def profile_from_records(
+    records: list[BatchRecord], name: str, serves: Iterable[ServeRecord] = ()
+) -> Profile:
+    """Pool the records into empirical distributions (own vs other partitions split);
+    the store servers' records give ``serve_cpu_s_per_byte``."""
     s: dict[str, list[float]] = {q: [] for q in QUANTITIES}
     for r in records:
         s["sample_s"].append(r.sample_s)
@@ -280,6 +337,10 @@ def profile_from_records(records: list[BatchRecord], name: str) -> Profile:
         s["sample_cpu_s"] = [r.sample_cpu_s or 0.0 for r in records]
         s["compute_cpu_s"] = [r.compute_cpu_s or 0.0 for r in records]
         s["threads"] = [float(r.threads or 1) for r in records]
+    served = list(serves)
+    sent = sum(r.reply_bytes for r in served)
+    if sent > 0:
+        s[SERVE] = [sum(r.cpu_s for r in served) / sent]
     for q in ("structure_other", "feature_other"):
         if not s[q]:
             s[q] = [0.0]

@@ -27,8 +27,11 @@ step of task ``t`` on machine ``m`` is a flow of its CPU seconds through two mor
 ports, ``t``'s own (its intra-op threads: it uses at most that many cores) and ``m``'s
 CPU (its cores), so the trainers and samplers of one machine share its cores while
 they compute and one alone gets them all (processor sharing, work-conserving, by the
-same policy as the NICs). Store servers' CPU is not modelled. Profiles without CPU
-seconds (the built-ins) keep their step times on every machine.
+same policy as the NICs). With the store servers' CPU seconds per byte they send
+(``serve_cpu_s_per_byte``), each store flow that leaves its machine comes with a serving
+step of the store's: a fluid of that many CPU seconds through the store's port (one
+core) and its machine's cores, beside the flow (the receiver waits for both). Profiles
+without CPU seconds (the built-ins) keep their step times on every machine.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from graphrun.placement.cluster import Cluster
 from graphrun.placement.dag import COMPUTE, FLOW, Dag
 from graphrun.placement.job import Job
 from graphrun.placement.oes import DagArrays
+from graphrun.placement.profile import SERVE
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,7 @@ class Scenario:
     ps_update_s: np.ndarray  # (K, J)
     cpu_seconds: bool = False  # sample_s and compute_s are CPU seconds (scaled by share)
     threads: float = 1.0  # cores one trainer or sampler can use at most
+    serve_cpu_per_byte: float = 0.0  # a store's CPU seconds per byte it sends remotely
 
 
 def make_scenario(job: Job, seed: int = 0, iterations: int | None = None) -> Scenario:
@@ -91,6 +96,7 @@ def make_scenario(job: Job, seed: int = 0, iterations: int | None = None) -> Sce
         .reshape(k, -1),
         cpu_seconds=cpu,
         threads=max(prof["threads"].values) if cpu else 1.0,
+        serve_cpu_per_byte=prof[SERVE].mean if cpu and SERVE in prof.quantities else 0.0,
     )
 
 
@@ -147,6 +153,8 @@ class Template:
     npred: np.ndarray
     task_busy: tuple[float, ...]  # total compute seconds per task (CPU seconds if scaled)
     cpu_task: np.ndarray  # int64 the task whose CPU a compute step uses, -1 for none
+    serve_of: np.ndarray  # int64 the store flow a serving step sends, -1 for none
+    store: np.ndarray  # bool per task: a store server (serves on one core)
     cpu_seconds: bool = False  # durations are CPU seconds, scaled per placement
     threads: float = 1.0
 
@@ -182,6 +190,12 @@ class Template:
             self.size, self.src_task, self.dst_task, self.group, x, cluster.size
         )
         duration = self.duration
+        serving = self.serve_of >= 0
+        if serving.any():  # a store serves only what leaves its machine
+            f = self.serve_of[serving]
+            inside = x[self.src_task[f]] == x[self.dst_task[f]]
+            duration = duration.copy()
+            duration[np.flatnonzero(serving)[inside]] = 0.0
         capacity = np.asarray((*cluster.egress, *cluster.ingress), dtype=np.float64)
         machines = cluster.size  # ports below this are senders' (egress), the rest receivers'
         if self.cpu_seconds and slowdown is not None:
@@ -246,7 +260,8 @@ def build_workload(cluster: Cluster, sc: Scenario, placement: Sequence[int]) -> 
     x = np.asarray(placement, dtype=np.int64)
     alone = tpl.alone(cluster, x)
     busy = np.asarray(tpl.task_busy) * alone
-    return Workload(dag=to_dag(tpl.place(cluster, x, alone)), task_busy=tuple(busy.tolist()))
+    placed = tpl.place(cluster, placement, alone)
+    return Workload(dag=to_dag(placed), task_busy=tuple(busy.tolist()))
 
 
 def to_dag(a: DagArrays) -> Dag:
@@ -290,6 +305,7 @@ class _Unroll:
         self.it: list[int] = []
         self.preds: list[tuple[int, ...]] = []
         self.cpu_task: list[int] = []
+        self.serve_of: dict[int, int] = {}  # serving step -> its flow
         self.groups = 0
 
     def _node(
@@ -313,11 +329,19 @@ class _Unroll:
         return self._node(0.0, size, s, d, -1, i, deps)
 
     def store_flows(self, sizes: np.ndarray, d: int, i: int, deps: tuple[int, ...]) -> list[int]:
-        """One flow per store to task ``d``, merged by machine when placed."""
+        """One flow per store to task ``d``, merged by machine when placed, and with a
+        serving cost, each store's serving step beside its flow."""
         self.groups += 1
-        return [
+        flows = [
             self._node(0.0, b, q, d, self.groups - 1, i, deps) for q, b in enumerate(sizes.tolist())
         ]
+        cost = self.sc.serve_cpu_per_byte
+        serve = []
+        for q, (f, b) in enumerate(zip(flows, sizes.tolist(), strict=True)):
+            if cost > 0 and b > 0:
+                serve.append(self.compute(b * cost, i, deps, task=q))
+                self.serve_of[serve[-1]] = f
+        return flows + serve
 
     def batch(self, i: int, r: int, gate: tuple[int, ...]) -> int:
         """Sampling, batch and feature flows, and training of trainer ``r``'s batch ``i``."""
@@ -375,6 +399,9 @@ class _Unroll:
 
     def build(self) -> Template:
         n = len(self.dur)
+        serve_of = np.full(n, -1, dtype=np.int64)
+        for v, f in self.serve_of.items():
+            serve_of[v] = f
         succ: list[list[int]] = [[] for _ in range(n)]
         for v, ps in enumerate(self.preds):
             for u in sorted(set(ps)):
@@ -394,6 +421,8 @@ class _Unroll:
             npred=np.asarray([len(set(p)) for p in self.preds], dtype=np.int64),
             task_busy=tuple(self.busy),
             cpu_task=np.asarray(self.cpu_task, dtype=np.int64),
+            serve_of=serve_of,
+            store=np.asarray([t.kind == "store" for t in self.sc.job.tasks]),
             cpu_seconds=self.sc.cpu_seconds,
             threads=self.sc.threads,
         )

@@ -31,6 +31,7 @@ from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import RoleName
 from graphrun.partition.book import PartitionBook
 from graphrun.partition.format import load_partition
+from graphrun.placement.profile import ServeRecord
 from graphrun.rpc.access import Access, ClientKeys
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import Message, MsgKind
@@ -74,6 +75,7 @@ class ServerConfig:
     request_timeout: float = 30.0
     extensions: Sequence[str] = field(default_factory=tuple)
     clients_dir: Path | None = None  # job keys admitted besides the admin key (rpc/access.py)
+    profile_file: Path | None = None  # at stop, append a ServeRecord line (placement profile)
 
 
 def _check_config(cfg: ServerConfig) -> None:
@@ -277,12 +279,14 @@ def run_server(
             lambda: state.stop_requested or should_stop(),
             on_tick=lambda: _tick(state, on_tick),
         )
-        served = {
-            "requests": state.served,
-            "reply_bytes": state.reply_bytes,
-            "cpu_s": round(time.process_time() - cpu_ready, 3),  # serving, not loading
-        }
+        cpu_s = time.process_time() - cpu_ready  # serving, not loading
+        served = {"requests": state.served, "reply_bytes": state.reply_bytes,
+                  "cpu_s": round(cpu_s, 3)}  # fmt: skip
         log.info("%s stopping; served %s", name, json.dumps(served, sort_keys=True))
+        if cfg.profile_file is not None:
+            rec = ServeRecord(cfg.part, cpu_s, sum(state.reply_bytes.values()))
+            with open(cfg.profile_file, "a") as f:
+                f.write(rec.to_json() + "\n")
     finally:
         if main is not None:
             try:

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from graphrun.cli import main
-from graphrun.cli._graphjob_plan import STORE_OVERHEAD_GB, graphjob_to_placement
+from graphrun.job.planning import STORE_OVERHEAD_GB, graphjob_to_placement
 from graphrun.job.spec import job_roles, load_job, resolve_placement
 from graphrun.placement.plan import load_plan
 

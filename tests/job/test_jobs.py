@@ -182,27 +182,29 @@ def test_sigterm_to_graphrun_run_stops_everything(tmp_path):
     assert alive == []
 
 
+CLUSTER = """
+machines:
+  - {name: m0, cpu: 1.0, memory_gb: 4, bandwidth_gbps: 1}
+  - {name: m1, cpu: 0.5, memory_gb: %s, bandwidth_gbps: 0.3}
+"""
+
+
 @pytest.mark.netns
 @pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
-def test_job_in_network_namespaces(tmp_path):
+def test_a_profiled_job_on_heterogeneous_netns_hosts(tmp_path):
+    """One run for three things a netns job does (each was its own run): its hosts are
+    namespaces shaped by a cluster file, each trainer reads only its machine's partition
+    from shared memory, and its profile records what crossed the network."""
     path = small_job(tmp_path, epochs=2, lr=0.03)
-    job, sink = run(path, hosts="netns")
+    (tmp_path / "cluster.yaml").write_text(CLUSTER % 4)
+    job, sink = run(
+        path, hosts="netns", cluster=tmp_path / "cluster.yaml", profile_dir=tmp_path / "profile"
+    )
     job.run()
     out = sink.getvalue()
     assert "10.77.0." in out  # the stores served on namespace addresses
-    # separate hosts: each trainer reads only its own machine's partition from shared memory
     assert '"rank": 1, "local_parts": [1]' in out and '"rank": 0, "local_parts": [0]' in out
     assert metrics(path)[-1]["test_acc"] > 0.3
-    nothing_left(job)
-
-
-@pytest.mark.netns
-@pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
-def test_a_profiled_run_on_two_hosts_records_what_crossed_the_network(tmp_path):
-    path = small_job(tmp_path, epochs=1, lr=0.03)
-    job, sink = run(path, hosts="netns", profile_dir=tmp_path / "profile")
-    job.run()
-    out = sink.getvalue()
     sent = {  # tensor bytes each store sent, by op (its last log line)
         int(m[1]): json.loads(m[2])["reply_bytes"]
         for m in re.finditer(r"store:(\d) stopping; served (\{.*\})", out)
@@ -224,23 +226,6 @@ def test_a_profiled_run_on_two_hosts_records_what_crossed_the_network(tmp_path):
         structure = sum(r.structure_bytes.get(remote, 0) for r in records)
         assert 0 < features <= got[remote]["pull"]  # the rest: evaluation, labels, masks
         assert 0 < structure <= got[remote]["sample_neighbors"]
-
-
-CLUSTER = """
-machines:
-  - {name: m0, cpu: 1.0, memory_gb: 4, bandwidth_gbps: 1}
-  - {name: m1, cpu: 0.5, memory_gb: %s, bandwidth_gbps: 0.3}
-"""
-
-
-@pytest.mark.netns
-@pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
-def test_job_on_heterogeneous_hosts_from_a_cluster_file(tmp_path):
-    path = small_job(tmp_path, epochs=2, lr=0.03)
-    (tmp_path / "cluster.yaml").write_text(CLUSTER % 4)
-    job, _ = run(path, hosts="netns", cluster=tmp_path / "cluster.yaml")
-    job.run()
-    assert metrics(path)[-1]["test_acc"] > 0.3
     nothing_left(job)
 
 

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from graphrun.errors import SpecError
 from graphrun.placement.baselines import colocation, random_feasible
 from graphrun.placement.cluster import ClusterSpec, MachineSpec, cluster_from_spec
 from graphrun.placement.cost import Evaluator
@@ -141,3 +142,38 @@ def test_the_floor_stays_below_every_placement():
 
     for x in xs[:5]:
         assert lower_bounds(build_workload(cl, ev.scenario, x)).value <= ev.makespan(x) + 1e-9
+
+
+def test_store_servers_records_give_the_serving_cost(tmp_path):
+    from graphrun.placement.profile import SERVE, ServeRecord, read_metrics
+
+    (tmp_path / "trainer-0.jsonl").write_text("".join(r.to_json() + "\n" for r in records()))
+    (tmp_path / "store-0.jsonl").write_text(ServeRecord(0, 2.0, 1000).to_json() + "\n")
+    (tmp_path / "store-1.jsonl").write_text(ServeRecord(1, 1.0, 2000).to_json() + "\n")
+    batches, serves = read_metrics(sorted(tmp_path.glob("*.jsonl")))
+    assert len(batches) == 16 and [s.part for s in serves] == [0, 1]
+    prof = profile_from_records(batches, "p", serves)
+    assert prof[SERVE].values == (pytest.approx(1e-3),)  # 3 CPU seconds for 3000 bytes
+    save_profile(prof, tmp_path / "p.json")
+    assert load_profile(tmp_path / "p.json") == prof
+    with pytest.raises(SpecError, match="no batch records"):  # stores alone make no profile
+        read_metrics([tmp_path / "store-0.jsonl"])
+    (tmp_path / "bad.jsonl").write_text('{"kind": "serve", "v": 1, "part": 0}\n')
+    with pytest.raises(SpecError, match=r"bad\.jsonl:1: cpu_s: missing"):
+        read_metrics([tmp_path / "trainer-0.jsonl", tmp_path / "bad.jsonl"])
+
+
+def test_a_store_serving_from_a_slow_machine_costs_that_machine_s_cpu():
+    from graphrun.placement.profile import SERVE, Empirical
+
+    base = profile_from_records(records(), "p")
+    costly = Profile("p", {**base.quantities, SERVE: Empirical.of([2e-5])})  # 0.2 s / 10 kB
+    j = job(costly)
+    cl = cluster([1.0, 1.0, 0.1])
+    ev, free = Evaluator(cl, make_scenario(j, 0)), Evaluator(cl, make_scenario(job(base), 0))
+    # tasks: store:0, store:1, trainer:0, trainer:1
+    fast, slow = (0, 1, 0, 1), (2, 1, 0, 1)  # store:0 apart, on a fast or the slow machine
+    assert free.makespan(slow) == pytest.approx(free.makespan(fast), rel=0.05)
+    assert ev.makespan(slow) > 2 * ev.makespan(fast)
+    # what a store serves to its own machine goes through shared memory: no serving
+    assert ev.makespan((0, 0, 0, 0)) == free.makespan((0, 0, 0, 0))

@@ -1,5 +1,6 @@
-"""A GraphJob spec as a placement job, for ``graphrun plan`` (the CLI layer may import
-both ``graphrun.job`` and ``graphrun.placement``; placement itself never sees a GraphJob).
+"""A GraphJob spec as a placement job, for ``graphrun plan`` and ``graphrun bench placement
+--real`` (the job layer may import ``graphrun.placement``; placement itself never sees a
+GraphJob).
 
 The conversion, role for role with :func:`graphrun.job.spec.job_roles`:
 
