@@ -7,8 +7,9 @@ of 0.6 CPU and 1 Gbit/s, two slow ones of 0.2 CPU and 0.3 Gbit/s):
 1. ``graphrun probe`` measures the hosts; the probed cluster is what the planner sees.
 2. The job runs co-located (one store server and one trainer on every host) with
    ``--profile``: its trainers' batch records and its store servers' serving CPU become
-   the profile (the CPU seconds the simulator shares out among each host's cores), its
-   roles' peak memory their demands.
+   the profile (the CPU seconds the simulator shares out among each host's cores; the
+   first epoch's batches left out, as from the measured epochs), its roles' peak memory
+   their demands.
 3. ``graphrun plan``'s search places the job on the probed cluster; the simulator
    predicts the epoch of co-location, of the plan and of ``--random`` random placements.
 4. The plan and the random placements run; each epoch is measured.
@@ -220,6 +221,9 @@ def run(args: argparse.Namespace) -> int:
     # 1. co-located, profiled: the profile and the roles' memory
     co_run, peaks, co_dir = run_job(data, workdir, "co-location", cluster_file, profile=True)
     records, serves = read_metrics(sorted((co_dir / "profile").glob("*.jsonl")))
+    # the first epoch warms up (its steps cost ~45% more CPU): measured epochs leave it
+    # out, and so does the profile
+    records = [r for r in records if r.iteration > co_run.steps]
     profile_file = workdir / "profile.json"
     save_profile(profile_from_records(records, "placement-real", serves), profile_file)
     job_file = workdir / "job-co-location.yaml"

@@ -133,6 +133,25 @@ def test_profile_from_a_metrics_file(tmp_path, capsys):
     assert main(["profile", str(tmp_path / "missing.jsonl"), "-o", str(out)]) == 2
 
 
+def test_profile_leaves_out_the_warm_up_batches(tmp_path, capsys):
+    """Measured epochs leave out the first; a profile that kept its slower batches
+    over-predicted every later epoch."""
+    metrics = tmp_path / "metrics.jsonl"
+    recs = [  # iterations 1-2 warm up: 3x the compute time
+        BatchRecord(r, r, i, 0.02, 0.01, 0.09 if i <= 2 else 0.03, {0: 10}, {r: 900}, 50, 8)
+        for i in range(1, 7)
+        for r in range(2)
+    ]
+    metrics.write_text("".join(x.to_json() + "\n" for x in recs))
+    out = tmp_path / "prof.json"
+    assert main(["profile", str(metrics), "-o", str(out), "--skip", "2"]) == 0
+    assert load_profile(out)["compute_s"].mean == pytest.approx(0.03)
+    assert "8 batch records" in capsys.readouterr().out
+    for bad, msg in (("-1", "--skip: must be >= 0"), ("6", "--skip 6: leaves no batch")):
+        assert main(["profile", str(metrics), "-o", str(out), "--skip", bad]) == 2
+        assert msg in capsys.readouterr().err
+
+
 def test_example_plans(tmp_path):
     from pathlib import Path
 
