@@ -223,9 +223,20 @@ class Session:
         return self.wait(self.request(part, op, body, **kw))
 
     def call_all(self, op: str, body: Mapping[str, Any] | None = None) -> dict[int, Message]:
-        """``op`` on every partition's main server at once: the replies by partition."""
+        """``op`` on every partition's main server at once: the replies by partition.
+        Every server answers before an error is raised, so none is still mid-way (a
+        failed ``init`` cleaning up its segment) when the caller goes on."""
         pending = {p: self.request(p, op, body, main_only=True) for p in self.parts}
-        return {p: self.wait(r) for p, r in pending.items()}
+        replies: dict[int, Message] = {}
+        error: GraphrunError | None = None
+        for p, r in pending.items():
+            try:
+                replies[p] = self.wait(r)
+            except GraphrunError as exc:
+                error = error or exc
+        if error is not None:
+            raise error
+        return replies
 
     def stop_servers(self) -> None:
         """Ask every main server to shut down (backups stop with their command)."""

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from graphrun.errors import PEER_LOST_EXIT, USER_ERROR_EXIT
@@ -729,12 +729,19 @@ def test_distributed_image_that_can_never_be_pulled_fails_at_once() -> None:
     ),
     backoff=st.integers(min_value=0, max_value=2),
 )
+@example(  # CI found it: a blame kept from an attempt whose pods have since moved on
+    history=[("fail", 0, 0), ("partitioning", 0, 0), ("partitioned", 0, 0),
+             ("partitioned", 1, 0), ("lost", 0, 0), ("partitioning", 0, 0), ("lost", 0, 0),
+             ("fail", 0, 0)],
+    backoff=2,
+)  # fmt: skip
 @settings(max_examples=25, deadline=None)
 def test_distributed_random_histories_keep_the_invariants(
     history: list[tuple[str, int, int]], backoff: int
 ) -> None:
     h = distributed(runPolicy={"backoffLimit": backoff, "ttlSecondsAfterFinished": None})
     h.step()
+    blamed = None
     for action, i, seconds in history:
         worker = f"graphsage-worker-{i}"
         if ("Pod", worker) in h.ns.objects:
@@ -751,13 +758,12 @@ def test_distributed_random_histories_keep_the_invariants(
         assert set(h.status.get("partitionPods", {})) <= set(h.workers())
         if h.phase in ("Serving", "Training", "Succeeded"):
             assert h.status["partitioned"] is True
-        if (
-            h.status.get("workflow", {})
-            .get("failure", {})
-            .get("role", "")
-            .startswith("partitioner")
-        ):
-            assert h.status["workflow"]["failure"].get("exitCode") != PEER_LOST_EXIT or all(
+        # when a rank is blamed (the record stays after a restart, while the new
+        # attempt's pods move on): one that only lost a peer, only if none failed itself
+        failure = h.status.get("workflow", {}).get("failure") or {}
+        new_blame, blamed = failure != blamed and failure, failure
+        if new_blame and failure.get("role", "").startswith("partitioner"):
+            assert failure.get("exitCode") != PEER_LOST_EXIT or all(
                 p["status"]
                 .get("initContainerStatuses", [{}])[0]
                 .get("state", {})
