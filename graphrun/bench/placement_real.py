@@ -36,7 +36,6 @@ epoch's steps. Needs root (network namespaces and cgroups).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import shutil
@@ -130,9 +129,8 @@ def run_job(
     (MiB) and its run directory. Raises JobFailed (naming the role) when it fails."""
     import yaml
 
-    from graphrun.bench.train import RssSampler
-    from graphrun.job.runner import LocalJob, RunOptions
-    from graphrun.job.spec import load_job
+    from graphrun.bench.train import run_sampled
+    from graphrun.job.runner import RunOptions
 
     path = workdir / f"job-{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -142,15 +140,7 @@ def run_job(
         run_dir=run_dir, hosts="netns", cluster=cluster_file,
         profile_dir=run_dir / "profile" if profile else None,
     )  # fmt: skip
-    sink = io.StringIO()
-    rss = RssSampler(run_dir / "status")
-    rss.start()
-    try:
-        LocalJob(load_job(path), path, opts, sink=sink).run()
-    finally:
-        rss.stop.set()
-        rss.join()
-        (workdir / f"job-{name}.log").write_text(sink.getvalue())
+    _, rss = run_sampled(path, opts, workdir / f"job-{name}.log")
     recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     times = [float(r["epoch_s"]) for r in recs]
     measured = Measured(statistics.median(times[1:]), times, int(recs[-1]["steps"]))

@@ -126,6 +126,27 @@ class RssSampler(threading.Thread):
                 self.peak[m] = max(self.peak.get(m, 0.0), total / 2**20)
 
 
+def run_sampled(path: Path, opts: Any, log: Path) -> tuple[str, RssSampler]:
+    """Run the GraphJob file ``path`` with ``RunOptions`` ``opts`` (``run_dir`` set) while
+    an :class:`RssSampler` watches its roles; its output goes to ``log``, also when it
+    fails (JobFailed then propagates). Returns the output and the sampler."""
+    import io
+
+    from graphrun.job.runner import LocalJob
+    from graphrun.job.spec import load_job
+
+    sink = io.StringIO()
+    rss = RssSampler(opts.run_dir / "status")
+    rss.start()
+    try:
+        LocalJob(load_job(path), path, opts, sink=sink).run()
+    finally:
+        rss.stop.set()
+        rss.join()
+        log.write_text(sink.getvalue())
+    return sink.getvalue(), rss
+
+
 def _job_yaml(workdir: Path, args: argparse.Namespace) -> Path:
     import yaml
 
@@ -162,31 +183,20 @@ def _time_to(accs: list[float], times: list[float], target: float) -> float | No
 
 
 def run_distributed(args: argparse.Namespace, workdir: Path, aggr: str) -> dict[str, Any]:
-    import io
-
-    from graphrun.job.runner import LocalJob, RunOptions
-    from graphrun.job.spec import load_job
+    from graphrun.job.runner import RunOptions
 
     path = _job_yaml(workdir, args)
     run_dir = workdir / f"run-{aggr}"
     shutil.rmtree(run_dir, ignore_errors=True)
-    sink = io.StringIO()
     opts = RunOptions(
         run_dir=run_dir, hosts=args.hosts, bandwidth_mbit=args.bandwidth_mbit,
         trainer_args=("--aggr", aggr, *(("--threads", str(args.threads)) if args.threads else ())),
         profile_dir=run_dir / "profile",
     )  # fmt: skip
-    sampler = RssSampler(run_dir / "status")
-    sampler.start()
     t0 = time.time()
-    try:
-        LocalJob(load_job(path), path, opts, sink=sink).run()
-    finally:
-        sampler.stop.set()
-        sampler.join()
-        (workdir / f"job-{aggr}.log").write_text(sink.getvalue())
+    out, sampler = run_sampled(path, opts, workdir / f"job-{aggr}.log")
     first = None
-    for line in sink.getvalue().splitlines():
+    for line in out.splitlines():
         if '"first_step"' in line:
             first = json.loads(line.split("] ", 1)[1])["time"]
             break

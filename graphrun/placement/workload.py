@@ -29,9 +29,16 @@ CPU (its cores), so the trainers and samplers of one machine share its cores whi
 they compute and one alone gets them all (processor sharing, work-conserving, by the
 same policy as the NICs). With the store servers' CPU seconds per byte they send
 (``serve_cpu_s_per_byte``), each store flow that leaves its machine comes with a serving
-step of the store's: a fluid of that many CPU seconds through the store's port (one
-core) and its machine's cores, beside the flow (the receiver waits for both). Profiles
-without CPU seconds (the built-ins) keep their step times on every machine.
+step of the store's: a fluid of that many CPU seconds through the store's port (as
+many cores as a trainer's threads) and its machine's cores, beside the flow (the
+receiver waits for both). Profiles without CPU seconds (the built-ins) keep their step
+times on every machine.
+
+The unrolled DAG does not depend on the placement except through those rules, so it is
+built once per scenario as a :class:`Template` over tasks, and :meth:`Template.place`
+turns it into the simulator's arrays for one placement in a few vectorised steps (what
+ETP does thousands of times); :func:`build_workload` freezes the same arrays into a
+:class:`~graphrun.placement.dag.Dag`.
 """
 
 from __future__ import annotations
@@ -154,7 +161,6 @@ class Template:
     task_busy: tuple[float, ...]  # total compute seconds per task (CPU seconds if scaled)
     cpu_task: np.ndarray  # int64 the task whose CPU a compute step uses, -1 for none
     serve_of: np.ndarray  # int64 the store flow a serving step sends, -1 for none
-    store: np.ndarray  # bool per task: a store server (serves on one core)
     cpu_seconds: bool = False  # durations are CPU seconds, scaled per placement
     threads: float = 1.0
 
@@ -422,7 +428,6 @@ class _Unroll:
             task_busy=tuple(self.busy),
             cpu_task=np.asarray(self.cpu_task, dtype=np.int64),
             serve_of=serve_of,
-            store=np.asarray([t.kind == "store" for t in self.sc.job.tasks]),
             cpu_seconds=self.sc.cpu_seconds,
             threads=self.sc.threads,
         )

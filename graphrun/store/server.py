@@ -31,7 +31,6 @@ from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import RoleName
 from graphrun.partition.book import PartitionBook
 from graphrun.partition.format import load_partition
-from graphrun.placement.profile import ServeRecord
 from graphrun.rpc.access import Access, ClientKeys
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import Message, MsgKind
@@ -283,7 +282,9 @@ def run_server(
         served = {"requests": state.served, "reply_bytes": state.reply_bytes,
                   "cpu_s": round(cpu_s, 3)}  # fmt: skip
         log.info("%s stopping; served %s", name, json.dumps(served, sort_keys=True))
-        if cfg.profile_file is not None:
+        if cfg.profile_file is not None:  # imported here: pydantic stays off start-up
+            from graphrun.placement.profile import ServeRecord
+
             rec = ServeRecord(cfg.part, cpu_s, sum(state.reply_bytes.values()))
             with open(cfg.profile_file, "a") as f:
                 f.write(rec.to_json() + "\n")
