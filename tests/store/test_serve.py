@@ -212,6 +212,19 @@ def test_store_refuses_a_bad_partition_dir(tmp_path):
         start_store(tmp_path / "missing", 0)
 
 
+def test_a_profile_in_a_missing_directory_is_one_line(homo, key_file, tmp_path):
+    from graphrun.testing.procs import run_graphrun
+
+    _, parts = homo
+    bad = tmp_path / "no" / "store-0.jsonl"
+    proc = run_graphrun(
+        "serve", str(parts), "--part", "0", "--key-file", str(key_file), "--profile", str(bad)
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert f"--profile: directory {bad.parent} does not exist" in lines[0]
+
+
 def test_dead_backup_fails_over_to_the_main(homo, key_file, keys, tmp_path):
     import psutil
 
