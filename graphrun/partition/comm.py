@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from graphrun.errors import GraphrunError
+from graphrun.partition.arrays import stable_argsort
 
 
 class PeerLost(GraphrunError):
@@ -39,7 +40,7 @@ def owner_of(bounds: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 def by_rank(dest: np.ndarray, world: int, *cols: np.ndarray) -> list[np.ndarray]:
     """Rows (the stacked ``cols``) grouped by destination rank, for :meth:`Comm.exchange`."""
-    order = np.argsort(dest, kind="stable")
+    order = stable_argsort(dest, world)
     rows = np.stack([c[order] for c in cols], axis=1) if cols else np.zeros((len(dest), 0))
     cuts = np.searchsorted(dest[order], np.arange(world + 1))
     return [np.ascontiguousarray(rows[cuts[q] : cuts[q + 1]]) for q in range(world)]
@@ -83,10 +84,10 @@ class Comm:
         every row sent here as one ``[m, len(cols)]`` array, in rank order and stable
         inside a rank. One copy of the data each way (the rows sorted by destination,
         the received buffer): the exchange of the big arrays."""
-        order = np.argsort(dest, kind="stable")
+        order = stable_argsort(dest, self.world)
         rows = np.empty((len(dest), len(cols)), dtype=cols[0].dtype)
-        for j, col in enumerate(cols):
-            np.take(col, order, out=rows[:, j])
+        for j, col in enumerate(cols):  # mode="clip": "raise" buffers a strided `out` (5x)
+            np.take(col, order, out=rows[:, j], mode="clip")
         del order
         counts = np.bincount(dest, minlength=self.world) * rows.itemsize * len(cols)
         raw, _ = self._all_to_all(torch.from_numpy(rows.reshape(-1).view(np.uint8)), counts)
@@ -138,7 +139,7 @@ class Comm:
         """``table`` values of global ``ids``, each answered by its owner (``bounds``:
         rank ``q`` owns ``bounds[q] .. bounds[q+1]-1`` and holds them as ``table``)."""
         dest = owner_of(bounds, ids)
-        order = np.argsort(dest, kind="stable")
+        order = stable_argsort(dest, self.world)
         asks = self.exchange(by_rank(dest, self.world, ids))
         lo = int(bounds[self.rank])
         answers = self.exchange([table[a[:, 0] - lo] for a in asks])

@@ -20,18 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphrun.graph import Graph
+from graphrun.partition.arrays import stable_argsort
 from graphrun.partition.book import PartitionBook
-
-
-def stable_argsort(keys: np.ndarray, max_key: int) -> np.ndarray:
-    """Stable argsort (int64) of non-negative integer ``keys`` < ``max_key``."""
-    if max_key <= 1 << 16:
-        return np.argsort(keys.astype(np.uint16), kind="stable").astype(np.int64)
-    if max_key > 1 << 32:
-        return np.argsort(keys, kind="stable").astype(np.int64)
-    order = np.argsort((keys & 0xFFFF).astype(np.uint16), kind="stable")
-    high = (keys[order] >> 16).astype(np.uint16)
-    return order[np.argsort(high, kind="stable")].astype(np.int64)
 
 
 def _inverse(perm: np.ndarray) -> np.ndarray:

@@ -31,11 +31,11 @@ import numpy as np
 
 from graphrun.graph import etype_key
 from graphrun.graph.chunked import Chunk, ChunkedMeta
+from graphrun.partition.arrays import stable_argsort, unique
 from graphrun.partition.book import PartitionBook
 from graphrun.partition.comm import Comm, by_rank, owner_of
 from graphrun.partition.format import MAPPING_DIR
 from graphrun.partition.quality import Quality, max_over_mean
-from graphrun.partition.relabel import stable_argsort
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,7 +151,7 @@ class Received:
 
 def _send_rows(comm: Comm, dest: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``rows`` to rank ``dest`` (stable inside a destination); all received, in rank order."""
-    order = np.argsort(dest, kind="stable")
+    order = stable_argsort(dest, comm.world)
     cuts = np.searchsorted(dest[order], np.arange(comm.world + 1))
     sorted_rows = np.asarray(rows)[order]
     got = comm.exchange([sorted_rows[cuts[q] : cuts[q + 1]] for q in range(comm.world)])
@@ -228,12 +228,14 @@ def local_structure(comm: Comm, book: PartitionBook, got: Received, halo_hops: i
     node_chunks = [np.arange(a, b, dtype=np.int64)]
     count_chunks = [np.diff(inner_ptr)]
     edge_chunks = [got.edges]
-    seen = np.arange(a, b, dtype=np.int64)
+    num_nodes = int(book.node_offsets[-1])
+    seen = np.zeros(num_nodes, dtype=bool)
+    seen[a:b] = True
     frontier = got.edges[:, 1]
     for hop in range(1, halo_hops + 1):
-        cand = np.unique(frontier)
-        fresh = cand[~np.isin(cand, seen, assume_unique=True)]
-        seen = np.union1d(seen, fresh)
+        cand = unique(frontier, num_nodes)
+        fresh = cand[~seen[cand]]
+        seen[fresh] = True
         node_chunks.append(fresh)
         if hop < halo_hops:  # these halo rows carry their in-edges
             asks = comm.exchange(by_rank(owner_of(book.node_offsets, fresh), comm.world, fresh))

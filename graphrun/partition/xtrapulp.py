@@ -43,6 +43,7 @@ import scipy.sparse as sp
 
 from graphrun.errors import ArgumentError
 from graphrun.partition import balance
+from graphrun.partition.arrays import unique_inverse
 from graphrun.partition.comm import Comm, by_rank, owner_of
 from graphrun.partition.metis import metis_assign, symmetric_csr
 
@@ -91,7 +92,7 @@ def build_local_graph(
     cols = np.concatenate([out_edges[:, 1], in_edges[:, 1]])
     del out_edges, in_edges
     outside = (cols < lo) | (cols >= hi)
-    ghosts, inverse = np.unique(cols[outside], return_inverse=True)
+    ghosts, inverse = unique_inverse(cols[outside], int(bounds[-1]))
     cols -= lo
     cols[outside] = (hi - lo) + inverse
     del outside, inverse
@@ -284,7 +285,7 @@ def local_init(prop: Propagation, blocks: int, seed: int) -> np.ndarray:
     a, b = gb[rows], gb[g.cols]
     cross = a != b
     key = a[cross] * offsets[-1] + b[cross]
-    key, first = np.unique(key, return_inverse=True)
+    key, first = unique_inverse(key, int(offsets[-1]) ** 2)
     weight = np.bincount(first, weights=g.weights[cross]).astype(np.int64)
     del a, b, cross, first
     edges = np.stack([key // offsets[-1], key % offsets[-1], weight], axis=1)

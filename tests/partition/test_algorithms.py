@@ -17,7 +17,6 @@ from graphrun.partition.balance import (
 )
 from graphrun.partition.metis import metis_assign, symmetric_csr
 from graphrun.partition.quality import max_over_mean, measure
-from graphrun.partition.relabel import stable_argsort
 from graphrun.testing.graphs import community_graph
 
 
@@ -111,12 +110,6 @@ def test_quality_counts() -> None:
     cut = int(((g.src < 5) != (g.dst < 5)).sum())
     assert q.num_cut_edges == cut and q.edge_cut == pytest.approx(cut / 30)
     assert q.node_balance == 1.0
-
-
-@pytest.mark.parametrize("max_key", [3, 70_000, 1 << 33])
-def test_stable_argsort(max_key: int) -> None:
-    keys = np.random.default_rng(1).integers(0, max_key, 5000)
-    assert stable_argsort(keys, max_key).tolist() == np.argsort(keys, kind="stable").tolist()
 
 
 @pytest.mark.parametrize("tolerance", [-0.1, float("nan"), float("inf")])

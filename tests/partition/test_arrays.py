@@ -1,0 +1,37 @@
+"""The linear-time id kernels return exactly what numpy's sorting versions return."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from graphrun.partition import arrays
+
+
+@pytest.mark.parametrize("max_key", [3, 70_000, 1 << 33])
+def test_stable_argsort(max_key: int) -> None:
+    keys = np.random.default_rng(1).integers(0, max_key, 5000)
+    assert arrays.stable_argsort(keys, max_key).tolist() == np.argsort(keys, kind="stable").tolist()
+
+
+# ranges below and above twice the input's length: the dense table and the sort
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 40), max_size=60), st.sampled_from([41, 64, 1000, 1 << 40]))
+def test_unique_kernels_match_numpy(values: list[int], upper: int) -> None:
+    v = np.array(values, dtype=np.int64)
+    uniq, inverse = arrays.unique_inverse(v, upper)
+    want, want_inverse = np.unique(v, return_inverse=True)
+    assert uniq.tolist() == want.tolist() and inverse.tolist() == want_inverse.tolist()
+    assert inverse.dtype == np.int64
+    uniq, counts = arrays.unique_counts(v, upper)
+    want, want_counts = np.unique(v, return_counts=True)
+    assert uniq.tolist() == want.tolist() and counts.tolist() == want_counts.tolist()
+    assert arrays.unique(v, upper).tolist() == want.tolist()
+
+
+def test_the_dense_path_is_taken_where_the_table_is_small() -> None:
+    # 1000 ids of a range of 100: the table; of a range of 10**6: the sort
+    assert arrays._dense(np.zeros(1000, np.int64), 100)
+    assert not arrays._dense(np.zeros(1000, np.int64), 10**6)
