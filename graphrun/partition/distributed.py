@@ -41,7 +41,7 @@ import socket
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +212,9 @@ def partition_rank(
     del graph, crit
     phase("relabel")
     rl = shuffle.relabel_share(comm, share, part, world)
+    # relabelled: the original endpoints are not read again (the shuffle's peak)
+    empty = np.empty(0, dtype=np.int64)
+    share = replace(share, chunk=replace(share.chunk, src=empty, dst=empty))
     quality = shuffle.measure_share(comm, rl, part, train)
     report.quality = quality.to_dict()
     phase("shuffle")
