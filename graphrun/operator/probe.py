@@ -111,11 +111,15 @@ def _labels(spec: ProbeSpec) -> dict[str, str]:
     return {LABEL_PROBE: spec.name, **MANAGED_BY}
 
 
+def _metadata(spec: ProbeSpec) -> dict[str, Any]:
+    return {"name": spec.name, "namespace": spec.namespace, "labels": _labels(spec)}
+
+
 def build_probe_service(spec: ProbeSpec) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": _labels(spec)},
+        "metadata": _metadata(spec),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
@@ -179,7 +183,7 @@ def build_probe_job(spec: ProbeSpec) -> dict[str, Any]:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": _labels(spec)},
+        "metadata": _metadata(spec),
         "spec": {
             "completionMode": "Indexed",
             "completions": spec.members,

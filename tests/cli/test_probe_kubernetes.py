@@ -99,11 +99,16 @@ def report(i: int, n: int) -> str:
     return MemberReport(i, 2.0 + i, 0.01, 8 * 2**30, links).to_message()
 
 
-async def probe(tmp_path: Path, config: Path, *extra: str) -> asyncio.Task[int]:
+async def probe(api: Any, tmp_path: Path, *extra: str) -> tuple[asyncio.Task[int], dict[str, Any]]:
+    """``graphrun probe --hosts kubernetes`` of the example job, running in a thread
+    against the mock; the Job it made."""
+    declare(api)
+    config = kubeconfig(tmp_path, str(api.url).rstrip("/"))
     argv = ["probe", "--hosts", "kubernetes", "--job", str(ROOT / "examples" / "kubernetes" /
             "graphsage.yaml"), "--kubeconfig", str(config), "-o", str(tmp_path / "c.yaml"),
             "--timeout", "60", *extra]  # fmt: skip
-    return asyncio.create_task(asyncio.to_thread(main, argv))
+    done = asyncio.create_task(asyncio.to_thread(main, argv))
+    return done, await the_job(api)
 
 
 @pytest.mark.integration
@@ -111,9 +116,7 @@ async def probe(tmp_path: Path, config: Path, *extra: str) -> asyncio.Task[int]:
 async def test_probe_job_reports_become_the_cluster_file_and_everything_is_deleted(
     kmock: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    declare(kmock)
-    done = await probe(tmp_path, kubeconfig(tmp_path, str(kmock.url).rstrip("/")))
-    job = await the_job(kmock)
+    done, job = await probe(kmock, tmp_path)
     assert job["metadata"]["name"].startswith("graphsage-probe-")
     assert job["spec"]["completions"] == 2  # the example's runtime.machines
     (svc,) = await items(kmock, SERVICES)
@@ -135,10 +138,7 @@ async def test_probe_job_reports_become_the_cluster_file_and_everything_is_delet
 async def test_a_failed_member_fails_the_probe_in_one_line_naming_pod_and_node(
     kmock: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    declare(kmock)
-    config = kubeconfig(tmp_path, str(kmock.url).rstrip("/"))
-    done = await probe(tmp_path, config, "--members", "3")
-    job = await the_job(kmock)
+    done, job = await probe(kmock, tmp_path, "--members", "3")
     lost = "graphrun: error: probe member 0: member 1 (x:29500): no connection"
     await kubelet(kmock, job, 0, "node-a", exitCode=PEER_LOST_EXIT, message=lost)
     await kubelet(kmock, job, 1, "node-b", exitCode=1, message="Traceback...\nImportError: torch")
@@ -158,10 +158,7 @@ async def test_a_failed_member_fails_the_probe_in_one_line_naming_pod_and_node(
 async def test_members_that_never_run_time_out_naming_why_they_wait(
     kmock: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    declare(kmock)
-    config = kubeconfig(tmp_path, str(kmock.url).rstrip("/"))
-    done = await probe(tmp_path, config, "--timeout", "2")
-    job = await the_job(kmock)
+    done, job = await probe(kmock, tmp_path, "--timeout", "2")
     await kubelet(kmock, job, 0, "node-a", exitCode=0, message=report(0, 2))
     await kubelet(kmock, job, 1, "")
     assert await asyncio.wait_for(done, 30) == 1
