@@ -25,6 +25,7 @@ each ran on becomes its machine name) or one line naming the pod that failed;
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import secrets
 import time
@@ -36,7 +37,7 @@ from graphrun.errors import PEER_LOST_EXIT, HostError
 from graphrun.job.hostprobe import HostMeasure, LinkMeasure, assemble
 from graphrun.job.probemember import MemberReport
 from graphrun.job.spec import GraphJob
-from graphrun.operator.kube import Kube
+from graphrun.operator.kube import Kube, KubeError
 from graphrun.operator.layout import OperatorConfig
 
 LABEL_PROBE = "graphrun.io/probe"
@@ -309,26 +310,52 @@ def run_probe(
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
     """Create the probe's Service and Job, wait (up to ``spec.timeout``) for every member,
-    delete both whatever happens; the :func:`graphrun.job.hostprobe.assemble` result."""
-    ns = spec.namespace
+    delete both whatever happens (an error deleting is raised only when nothing else
+    went wrong first); the :func:`graphrun.job.hostprobe.assemble` result."""
     try:
-        kube.create(ns, build_probe_service(spec))
-        kube.create(ns, build_probe_job(spec))
-        deadline = clock() + spec.timeout
-        while True:
-            pods, job = kube.list_pods(ns, spec.selector), kube.get_job(ns, spec.name)
-            members = read_members(pods, spec, job)
-            if members.failure:
-                raise HostError(members.failure)
-            if len(members.done) == spec.members:
-                return cluster_of(members, spec)
-            if clock() >= deadline:
-                left = "; ".join(members.waiting) or "no pods yet"
-                raise HostError(
-                    f"probe: {len(members.done)} of {spec.members} members done after "
-                    f"{spec.timeout}s (--timeout); waiting: {left[:600]}"
-                )
-            sleep(poll)
-    finally:
-        kube.delete(ns, "Job", spec.name)
-        kube.delete(ns, "Service", spec.name)
+        result = _create_and_wait(kube, spec, poll, clock, sleep)
+    except BaseException:  # an interrupt too: leave nothing behind
+        with contextlib.suppress(KubeError):
+            _delete(kube, spec)
+        raise
+    _delete(kube, spec)
+    return result
+
+
+def _create_and_wait(
+    kube: Kube,
+    spec: ProbeSpec,
+    poll: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> dict[str, Any]:
+    ns = spec.namespace
+    kube.create(ns, build_probe_service(spec))
+    kube.create(ns, build_probe_job(spec))
+    deadline = clock() + spec.timeout
+    while True:
+        pods, job = kube.list_pods(ns, spec.selector), kube.get_job(ns, spec.name)
+        members = read_members(pods, spec, job)
+        if members.failure:
+            raise HostError(members.failure)
+        if len(members.done) == spec.members:
+            return cluster_of(members, spec)
+        if clock() >= deadline:
+            left = "; ".join(members.waiting) or "no pods yet"
+            raise HostError(
+                f"probe: {len(members.done)} of {spec.members} members done after "
+                f"{spec.timeout}s (--timeout); waiting: {left[:600]}"
+            )
+        sleep(poll)
+
+
+def _delete(kube: Kube, spec: ProbeSpec) -> None:
+    """Delete the Job (its pods with it) and the Service, both tried; the first error."""
+    errors = []
+    for kind in ("Job", "Service"):
+        try:
+            kube.delete(spec.namespace, kind, spec.name)
+        except KubeError as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]

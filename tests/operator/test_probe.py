@@ -202,3 +202,57 @@ def test_two_members_on_one_node_or_a_missing_member_are_refused() -> None:
     garbled["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = "oops"
     with pytest.raises(HostError, match=f"probe pod {s.name}-0-x on node-0: the termination"):
         P.read_members([garbled], s)
+
+
+class FakeKube:
+    """The calls run_probe makes, recorded; ``fail`` raises from one of them."""
+
+    def __init__(self, fail: dict[str, BaseException]) -> None:
+        self.fail = fail
+        self.calls: list[tuple[str, str]] = []
+
+    def _call(self, what: str, name: str) -> None:
+        self.calls.append((what, name))
+        if what in self.fail:
+            raise self.fail[what]
+
+    def create(self, namespace: str, obj: dict[str, Any]) -> None:
+        self._call(f"create {obj['kind']}", obj["metadata"]["name"])
+
+    def delete(self, namespace: str, kind: str, name: str) -> None:
+        self._call(f"delete {kind}", name)
+
+    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        self._call("list", selector)
+        return []
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return None
+
+
+@pytest.mark.parametrize(
+    "fail",
+    [
+        {"list": KeyboardInterrupt()},
+        {"create Job": P.KubeError("create Job ml/x: 403 Forbidden")},
+        {"list": KeyboardInterrupt(), "delete Job": P.KubeError("delete Job: 500")},
+    ],
+    ids=["interrupted", "create-refused", "delete-fails-too"],
+)
+def test_the_probe_deletes_its_job_and_service_however_it_ends(fail: dict[str, Any]) -> None:
+    s = spec()
+    kube = FakeKube(fail)
+    first = next(iter(fail.values()))
+    with pytest.raises(type(first)) as got:
+        P.run_probe(kube, s, sleep=lambda _: None)
+    assert got.value is first  # not masked by a failing delete
+    assert kube.calls[-2:] == [("delete Job", s.name), ("delete Service", s.name)]
+
+
+def test_the_probe_times_out_and_deletes() -> None:
+    s = spec()
+    kube = FakeKube({})
+    now = iter(range(0, 10_000, 100))
+    with pytest.raises(HostError, match=r"0 of 3 members done after 300s .*: no pods yet"):
+        P.run_probe(kube, s, clock=lambda: next(now), sleep=lambda _: None)
+    assert kube.calls[-2:] == [("delete Job", s.name), ("delete Service", s.name)]
