@@ -40,6 +40,7 @@ MESSAGE_LIMIT = 4096  # bytes Kubernetes keeps of a termination message
 MAGIC = b"GRPB"
 HEADER = struct.Struct("!4sIII")  # magic, step, sender, ping count
 GO = b"G"
+HEADER_SECONDS = 10.0  # a member sends its header as soon as it connects
 REPORT_VERSION = 1
 
 
@@ -149,7 +150,7 @@ def run_member(cfg: MemberConfig) -> MemberReport:
                     elif a == cfg.index:
                         links.append(_send(cfg, step, b, deadline))
                     elif b == cfg.index:
-                        _receive(srv, step, a, parked, deadline)
+                        _receive(cfg.index, srv, step, a, parked, deadline)
         finally:
             for waiting in parked.values():
                 waiting.conn.close()
@@ -204,20 +205,28 @@ class _Parked:
 
 
 def _receive(
-    srv: socket.socket, step: int, sender: int, parked: dict[int, _Parked], deadline: float
+    me: int,
+    srv: socket.socket,
+    step: int,
+    sender: int,
+    parked: dict[int, _Parked],
+    deadline: float,
 ) -> None:
-    """Serve ``sender``'s connection of ``step``; connections of later steps are parked."""
+    """Serve ``sender``'s connection of ``step``; connections of later steps are parked.
+    A connection that sends no member's header at once is closed (a port scan, a health
+    check)."""
+    what = f"probe member {me}: member {sender}"
     while step not in parked:
         srv.settimeout(_left(deadline))
         try:
             conn, _ = srv.accept()
         except TimeoutError:
-            raise PeerLost(f"probe: member {sender} did not connect in step {step}") from None
+            raise PeerLost(f"{what} did not connect in step {step}") from None
         try:
-            conn.settimeout(_left(deadline))
+            conn.settimeout(min(HEADER_SECONDS, _left(deadline)))
             magic, their_step, who, count = HEADER.unpack(_recv_exactly(conn, HEADER.size))
         except (OSError, struct.error):
-            conn.close()  # not a member (a port scan, a health check): ignored
+            conn.close()
             continue
         if magic != MAGIC or their_step < step or their_step in parked:
             conn.close()
@@ -226,9 +235,7 @@ def _receive(
     got = parked.pop(step)
     with got.conn as conn:
         if got.sender != sender:
-            raise HostError(
-                f"probe: step {step} expected member {sender}, member {got.sender} came"
-            )
+            raise HostError(f"{what} was expected in step {step}, member {got.sender} came")
         try:
             conn.settimeout(_left(deadline))
             conn.sendall(GO)
@@ -236,7 +243,7 @@ def _receive(
             rate = measure.receive_stream(conn)
             conn.sendall(json.dumps(rate).encode())
         except OSError as exc:
-            raise PeerLost(f"probe: member {sender} broke off in step {step} ({exc})") from None
+            raise PeerLost(f"{what} broke off in step {step} ({exc})") from None
 
 
 def _to_self(
@@ -247,7 +254,7 @@ def _to_self(
 
     def serve() -> None:
         try:
-            _receive(srv, step, cfg.index, {}, deadline)
+            _receive(cfg.index, srv, step, cfg.index, {}, deadline)
         except GraphrunError as exc:
             errors.append(exc)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from itertools import permutations
 
 import pytest
@@ -72,8 +73,16 @@ def _member(i: int, peers: str, tmp_path, timeout: float = 60) -> subprocess.Pop
 @pytest.mark.integration
 @pytest.mark.timeout(180)
 def test_three_members_on_loopback_measure_every_link(tmp_path) -> None:
-    peers = ",".join(f"127.0.0.1:{p}" for p in _free_ports(3))
+    ports = _free_ports(3)
+    peers = ",".join(f"127.0.0.1:{p}" for p in ports)
     procs = [_member(i, peers, tmp_path) for i in (2, 0, 1)]  # started in any order
+    for _ in range(600):  # a stranger on member 0's port (a health check): ignored
+        try:
+            with socket.create_connection(("127.0.0.1", ports[0]), timeout=5) as stray:
+                stray.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            break
+        except ConnectionRefusedError:
+            time.sleep(0.05)
     for p in procs:
         _, err = p.communicate(timeout=150)
         assert p.returncode == 0, err
