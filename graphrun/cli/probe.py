@@ -113,12 +113,17 @@ def _kubernetes(args: argparse.Namespace) -> dict[str, Any]:
     from graphrun.errors import ArgumentError
     from graphrun.job.spec import load_job
     from graphrun.operator.kube import Kube
-    from graphrun.operator.probe import probe_spec, run_probe
+    from graphrun.operator.probe import MAX_MEMBERS, probe_spec, run_probe
     from graphrun.placement.cluster import cluster_from_dict
 
-    if args.members is not None and not 1 <= args.members <= 100:
-        raise ArgumentError(f"--members: must be 1 to 100, got {args.members}")
+    if args.members is not None and not 1 <= args.members <= MAX_MEMBERS:
+        raise ArgumentError(f"--members: must be 1 to {MAX_MEMBERS}, got {args.members}")
     job = load_job(args.job)
+    if args.members is None and job.spec.runtime.machines > MAX_MEMBERS:
+        raise ArgumentError(
+            f"--members: {args.job} has {job.spec.runtime.machines} machines, a probe measures "
+            f"at most {MAX_MEMBERS} nodes at once; give --members"
+        )
     api = api_client(args.kubeconfig)
     namespace = args.namespace or job.metadata.namespace or _context_namespace(args.kubeconfig)
     spec = probe_spec(

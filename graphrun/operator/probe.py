@@ -45,6 +45,7 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "graphrun-probe"}
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 INDEX_ENV = "GRAPHRUN_PROBE_INDEX"
 CONTAINER = "probe"
+MAX_MEMBERS = 100  # the reports of 100 members fit a termination message (4096 bytes)
 PORT = 29500
 IMAGE_UID = 10001  # the Dockerfile's user
 TTL_SECONDS = 600  # the Job outlives a CLI that died before deleting it by this long

@@ -43,7 +43,7 @@ def test_a_report_too_large_for_a_termination_message_fails_loud() -> None:
     links = tuple((j, 123.456e9 + j, 1.23456789e-4) for j in range(200))
     with pytest.raises(HostError, match=f"more than the {MESSAGE_LIMIT}"):
         MemberReport(0, 64.0, 0.01, 2**40, links).to_message()
-    # the 100 members --members allows fit (99 links each, at 1 Tbit/s)
+    # a report of 100 members fits (99 links each, at 1 Tbit/s)
     assert len(MemberReport(99, 64.0, 0.01, 2**40, links[:99]).to_message()) <= MESSAGE_LIMIT
 
 

@@ -256,3 +256,9 @@ def test_the_probe_times_out_and_deletes() -> None:
     with pytest.raises(HostError, match=r"0 of 3 members done after 300s .*: no pods yet"):
         P.run_probe(kube, s, clock=lambda: next(now), sleep=lambda _: None)
     assert kube.calls[-2:] == [("delete Job", s.name), ("delete Service", s.name)]
+
+
+def test_a_report_of_the_most_members_fits_a_termination_message() -> None:
+    n = P.MAX_MEMBERS
+    links = tuple((j, 123.456e9 + j, 1.23456789e-4) for j in range(n - 1))  # 1 Tbit/s
+    assert len(MemberReport(n - 1, 256.0, 0.01, 2**42, links).to_message()) <= 4096
