@@ -172,7 +172,7 @@ def build_probe_job(spec: ProbeSpec) -> dict[str, Any]:
                 "ports": [{"name": "probe", "containerPort": PORT, "protocol": "TCP"}],
                 "resources": {
                     "requests": {"cpu": "100m", "memory": "256Mi"},
-                    "limits": {"memory": "1Gi"},
+                    "limits": {"memory": "2Gi"},  # torch, and a busy process per core
                 },
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
