@@ -52,7 +52,9 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _api_client(kubeconfig: str | None) -> Any:
+def api_client(kubeconfig: str | None) -> Any:
+    """The Kubernetes API client: in a pod its service account, else the kubeconfig
+    (``kubeconfig``, or ~/.kube/config); no configuration is one line (a UserError)."""
     import yaml
     from kubernetes import client, config
 
@@ -103,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         cluster_domain=args.cluster_domain,
     )
     ctx = OperatorContext(
-        kube=Kube(_api_client(args.kubeconfig)), config=config, resync_seconds=args.resync
+        kube=Kube(api_client(args.kubeconfig)), config=config, resync_seconds=args.resync
     )
     registry = kopf.OperatorRegistry()
     register(registry, ctx)

@@ -11,6 +11,8 @@ The result is a ``Cluster`` YAML (:mod:`graphrun.placement.cluster`) plus the ra
 measurements (every pair's rate and latency) as JSON. Hosts are :class:`ProbeHost`
 values — a name, an address and the command prefix that runs a program there — so the
 same code measures network-namespace hosts here and any hosts reachable by a prefix.
+:func:`assemble` turns measurements into the cluster file, whoever took them (the
+Kubernetes probe's members report theirs in their pods' termination messages).
 """
 
 from __future__ import annotations
@@ -67,6 +69,26 @@ def _pair(a: ProbeHost, b: ProbeHost, server: str, client: list[str], python: st
             srv.wait()
 
 
+@dataclass(frozen=True)
+class HostMeasure:
+    """What one host measured of itself (:mod:`graphrun.job.measure` ``cpu``, ``memory``)."""
+
+    name: str
+    cores: float
+    kernel_s: float
+    memory_bytes: int
+
+
+@dataclass(frozen=True)
+class LinkMeasure:
+    """What ``src`` measured sending to ``dst``: the steady rate and the one-way latency."""
+
+    src: str
+    dst: str
+    bytes_per_s: float
+    latency_s: float
+
+
 def probe(
     hosts: Sequence[ProbeHost],
     seconds: float = 1.0,
@@ -74,33 +96,51 @@ def probe(
     port: int = 5599,
 ) -> dict[str, Any]:
     """Measure ``hosts``; returns ``{"cluster": <Cluster YAML data>, "measured": {...}}``."""
-    measured: dict[str, Any] = {"hosts": {}, "pairs": {}}
+    measured = []
     for h in hosts:
         cpu = _measure(h.prefix, "cpu", "--seconds", str(seconds), python=python)
         mem_prefix = h.prefix if h.memory_prefix is None else h.memory_prefix
         mem = _measure(mem_prefix, "memory", python=python)
-        measured["hosts"][h.name] = {**cpu, "memory_bytes": mem["bytes"]}
-    egress = {h.name: 0.0 for h in hosts}
-    ingress = {h.name: 0.0 for h in hosts}
+        measured.append(HostMeasure(h.name, cpu["cores"], cpu["kernel_s"], mem["bytes"]))
+    links = []
     for a in hosts:
         for b in hosts:
             if a is b and len(hosts) > 1:
                 continue
             bw = _pair(a, b, "sink", ["send", "--seconds", str(seconds)], python, port)
             lat = _pair(a, b, "echo", ["ping"], python, port + 1)
-            rate = float(bw["bytes_per_s"])
-            measured["pairs"][f"{a.name}->{b.name}"] = {
-                "gbps": round(rate / GBIT, 4), "latency_ms": round(lat["latency_s"] * 1e3, 3)
-            }  # fmt: skip
-            egress[a.name] = max(egress[a.name], rate)
-            ingress[b.name] = max(ingress[b.name], rate)
+            links.append(
+                LinkMeasure(a.name, b.name, float(bw["bytes_per_s"]), float(lat["latency_s"]))
+            )
+    return assemble(measured, links)
+
+
+def assemble(hosts: Sequence[HostMeasure], links: Sequence[LinkMeasure]) -> dict[str, Any]:
+    """The Cluster YAML data and the raw measurements: ``{"cluster": ..., "measured": ...}``.
+
+    A host's egress is the fastest it sent to anyone, its ingress the fastest it received
+    (a host without links gets neither and the cluster file would be refused: give one
+    link per host at least, a host alone measured to itself)."""
+    measured: dict[str, Any] = {"hosts": {}, "pairs": {}}
+    for h in hosts:
+        measured["hosts"][h.name] = {
+            "cores": h.cores, "kernel_s": h.kernel_s, "memory_bytes": h.memory_bytes
+        }  # fmt: skip
+    egress = {h.name: 0.0 for h in hosts}
+    ingress = {h.name: 0.0 for h in hosts}
+    for link in links:
+        measured["pairs"][f"{link.src}->{link.dst}"] = {
+            "gbps": round(link.bytes_per_s / GBIT, 4),
+            "latency_ms": round(link.latency_s * 1e3, 3),
+        }
+        egress[link.src] = max(egress[link.src], link.bytes_per_s)
+        ingress[link.dst] = max(ingress[link.dst], link.bytes_per_s)
     machines = []
     for h in hosts:
-        m = measured["hosts"][h.name]
         entry: dict[str, Any] = {
             "name": h.name,
-            "cpu": round(m["cores"], 2),
-            "memory_gb": round(m["memory_bytes"] / 2**30, 2),
+            "cpu": round(h.cores, 2),
+            "memory_gb": round(h.memory_bytes / 2**30, 2),
         }
         entry["egress_gbps"] = round(egress[h.name] / GBIT, 4)
         entry["ingress_gbps"] = round(ingress[h.name] / GBIT, 4)

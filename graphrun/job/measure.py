@@ -15,12 +15,17 @@ prefix, e.g. its network namespace), each printing one JSON line:
     steady rate it received at (after the first 30 % of the transfer's time).
 ``echo --bind ADDR --port P`` / ``ping --to ADDR:P [--count N]``
     latency: the median round trip of 64-byte messages, halved.
+
+The same pieces work on a connection already open (``receive_stream``/``send_stream``,
+``echo_back``/``ping_peer``): the Kubernetes probe's members (:mod:`graphrun.job.probemember`)
+measure both over one connection to each peer.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing as mp
 import os
 import socket
@@ -32,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 CHUNK = 1 << 20
+PING_BYTES = 64
 
 
 def _burn(seconds: float, out: Any) -> None:
@@ -77,13 +83,16 @@ def kernel_seconds(rounds: int = 3) -> float:
     return best
 
 
-def memory_bytes() -> int:
-    """The smallest of MemTotal and this process's memory cgroup limit (v1 or v2)."""
+def memory_bytes(own_limit: bool = True) -> int:
+    """The smallest of MemTotal and this process's memory cgroup limit (v1 or v2); with
+    ``own_limit=False`` MemTotal alone (a probe pod's limit is its own, not its node's)."""
     total = 0
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemTotal:"):
             total = int(line.split()[1]) * 1024
     limits = [total]
+    if not own_limit:
+        return total
     for line in Path("/proc/self/cgroup").read_text().splitlines():
         _, names, path = line.split(":", 2)
         for f in (
@@ -102,17 +111,22 @@ def sink(bind: str, port: int) -> dict[str, float]:
         print(json.dumps({"up": True}), flush=True)
         srv.settimeout(60)
         conn, _ = srv.accept()
-        conn.settimeout(60)
-        n = 0
-        marks: list[tuple[float, int]] = []  # (arrival time, bytes so far)
-        buf = bytearray(CHUNK)
-        while True:
-            k = conn.recv_into(buf)
-            if not k:
-                break
-            n += k
-            marks.append((time.monotonic(), n))
-        conn.close()
+        with conn:
+            conn.settimeout(60)
+            return receive_stream(conn)
+
+
+def receive_stream(conn: socket.socket) -> dict[str, float]:
+    """Read ``conn`` until the sender shuts its side; the bytes and the steady rate."""
+    n = 0
+    marks: list[tuple[float, int]] = []  # (arrival time, bytes so far)
+    buf = bytearray(CHUNK)
+    while True:
+        k = conn.recv_into(buf)
+        if not k:
+            break
+        n += k
+        marks.append((time.monotonic(), n))
     return {"bytes": n, "bytes_per_s": steady_rate(marks)}
 
 
@@ -132,14 +146,19 @@ def steady_rate(marks: Sequence[tuple[float, int]], warmup: float = 0.3) -> floa
 
 def send(to: str, seconds: float) -> dict[str, float]:
     host, port = to.rsplit(":", 1)
-    data = b"\0" * CHUNK
     with socket.create_connection((host, int(port)), timeout=30) as c:
-        t0 = time.monotonic()
-        n = 0
-        while time.monotonic() - t0 < seconds:
-            c.sendall(data)
-            n += CHUNK
-    return {"bytes": n}
+        return {"bytes": send_stream(c, seconds)}
+
+
+def send_stream(conn: socket.socket, seconds: float) -> int:
+    """Write 1 MiB chunks to ``conn`` for ``seconds``; the bytes sent."""
+    data = b"\0" * CHUNK
+    t0 = time.monotonic()
+    n = 0
+    while time.monotonic() - t0 < seconds:
+        conn.sendall(data)
+        n += CHUNK
+    return n
 
 
 def echo(bind: str, port: int) -> dict[str, bool]:
@@ -147,25 +166,44 @@ def echo(bind: str, port: int) -> dict[str, bool]:
         print(json.dumps({"up": True}), flush=True)
         srv.settimeout(60)
         conn, _ = srv.accept()
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        while msg := conn.recv(64):
-            conn.sendall(msg)
+        with conn:
+            echo_back(conn)
     return {"done": True}
+
+
+def echo_back(conn: socket.socket, total: int | None = None) -> None:
+    """Send back what arrives on ``conn``: until the peer closes, or ``total`` bytes."""
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    left = math.inf if total is None else total
+    while left > 0:
+        msg = conn.recv(int(min(PING_BYTES, left)))
+        if not msg:
+            break
+        conn.sendall(msg)
+        left -= len(msg)
 
 
 def ping(to: str, count: int) -> dict[str, float]:
     host, port = to.rsplit(":", 1)
-    rtts = []
     with socket.create_connection((host, int(port)), timeout=30) as c:
-        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for _ in range(count):
-            t0 = time.perf_counter()
-            c.sendall(b"x" * 64)
-            got = 0
-            while got < 64:
-                got += len(c.recv(64 - got))
-            rtts.append(time.perf_counter() - t0)
-    return {"latency_s": statistics.median(rtts) / 2}
+        return {"latency_s": ping_peer(c, count)}
+
+
+def ping_peer(conn: socket.socket, count: int) -> float:
+    """Half the median round trip of ``count`` 64-byte messages an echo sends back."""
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    rtts = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        conn.sendall(b"x" * PING_BYTES)
+        got = 0
+        while got < PING_BYTES:
+            k = len(conn.recv(PING_BYTES - got))
+            if not k:
+                raise ConnectionError("the echo closed the connection")
+            got += k
+        rtts.append(time.perf_counter() - t0)
+    return statistics.median(rtts) / 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -145,6 +145,29 @@ class Kube:
             out += [{**item, "kind": "PodGroup"} for item in (items or {}).get("items") or []]
         return out
 
+    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """The pods with labels matching ``selector`` (``key=value``)."""
+        try:
+            body = _body(
+                self.core.list_namespaced_pod(
+                    namespace, label_selector=selector, _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            raise KubeError(f"list pods in {namespace}: {exc.status} {exc.reason}") from exc
+        return list((body or {}).get("items") or [])
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A batch Job, or None when there is none of that name."""
+        try:
+            return dict(
+                _body(self.batch.read_namespaced_job(name, namespace, _preload_content=False))
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise KubeError(f"get Job {namespace}/{name}: {exc.status} {exc.reason}") from exc
+
     def create(self, namespace: str, obj: dict[str, Any]) -> None:
         kind = obj["kind"]
         creators: dict[str, Callable[..., Any]] = {
@@ -178,6 +201,7 @@ class Kube:
             "Pod": self.core.delete_namespaced_pod,
             "Job": self.batch.delete_namespaced_job,
             "ConfigMap": self.core.delete_namespaced_config_map,
+            "Service": self.core.delete_namespaced_service,
         }
         self._quiet_delete(
             lambda: deleters[kind](

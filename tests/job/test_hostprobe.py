@@ -12,8 +12,9 @@ import pytest
 
 from graphrun.cli import main
 from graphrun.job import measure
+from graphrun.job.hostprobe import HostMeasure, LinkMeasure, assemble
 from graphrun.job.netns import unavailable_reason
-from graphrun.placement.cluster import load_cluster
+from graphrun.placement.cluster import cluster_from_dict, load_cluster
 
 
 def test_effective_cores_are_bounded_by_the_workers() -> None:
@@ -76,3 +77,21 @@ def test_steady_rate_leaves_out_the_start() -> None:
     marks = [(0.0, 1)] + [(0.2 + i * 0.01, 1 + 100_000 * (i + 1)) for i in range(100)]
     assert measure.steady_rate(marks) == pytest.approx(10e6, rel=0.02)
     assert measure.steady_rate([(0.0, 5)]) == 0.0
+
+
+def test_assemble_takes_the_fastest_link_each_way() -> None:
+    hosts = [HostMeasure("a", 3.96, 0.01, 2 * 2**30), HostMeasure("b", 1.0, 0.02, 2**30)]
+    links = [
+        LinkMeasure("a", "b", 1e9 / 8, 1e-4),  # 1 Gbit/s
+        LinkMeasure("b", "a", 0.5e9 / 8, 2e-4),
+    ]
+    out = assemble(hosts, links)
+    c = cluster_from_dict(out["cluster"])
+    assert c.names == ("a", "b") and c.cpu == (3.96, 1.0) and c.memory_gb == (2.0, 1.0)
+    assert c.egress == pytest.approx((1e9 / 8, 0.5e9 / 8))
+    assert c.ingress == pytest.approx((0.5e9 / 8, 1e9 / 8))
+    assert out["measured"]["pairs"] == {
+        "a->b": {"gbps": 1.0, "latency_ms": 0.1},
+        "b->a": {"gbps": 0.5, "latency_ms": 0.2},
+    }
+    assert out["measured"]["hosts"]["b"]["kernel_s"] == 0.02

@@ -208,3 +208,26 @@ def test_graphsage_trains_to_success(api: Any, namespace: str, operator: None) -
     )
     assert final["phase"] == "Succeeded", final.get("message")
     assert final["replicaStatuses"]["Worker"]["succeeded"] == 2
+
+
+@pytest.mark.skipif(not os.environ.get("GRAPHRUN_E2E_IMAGE"), reason="GRAPHRUN_E2E_IMAGE not set")
+def test_probe_measures_the_nodes_and_leaves_nothing(api: Any, namespace: str, tmp_path) -> None:
+    """`graphrun probe --hosts kubernetes` over one node per member (a kind cluster has
+    one node: one member, measured to itself)."""
+    from kubernetes import client
+
+    from graphrun.cli import main
+    from graphrun.placement.cluster import load_cluster
+
+    nodes = client.CoreV1Api(api).list_node().items
+    doc = example("probed")
+    doc["spec"]["replicaSpecs"] = {}
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "cluster.yaml"
+    argv = ["probe", "--hosts", "kubernetes", "--job", str(job), "-n", namespace, "-o", str(out)]
+    argv += ["--members", str(min(len(nodes), 2)), "--image", os.environ["GRAPHRUN_E2E_IMAGE"]]
+    assert main([*argv, "--kubeconfig", os.environ["KUBECONFIG"], "--timeout", "600"]) == 0
+    c = load_cluster(out)
+    assert set(c.names) <= {n.metadata.name for n in nodes} and all(x > 0 for x in c.egress)
+    assert client.BatchV1Api(api).list_namespaced_job(namespace).items == []
