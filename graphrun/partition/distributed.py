@@ -429,6 +429,9 @@ def run_local(
             f"--parts: {parts} ranks need at least {parts} chunks; {meta.path} has "
             f"{meta.num_chunks} (rewrite it with --chunks {parts} or more)"
         )
+    if opts.lp.threads == 0:  # the ranks share this machine's cores
+        cores = len(os.sched_getaffinity(0))
+        opts = replace(opts, lp=replace(opts.lp, threads=max(1, cores // parts)))
     start = time.perf_counter()
     tmp = start_output(out)
     ctx = mp.get_context("spawn")
