@@ -220,14 +220,20 @@ class Propagation:
             if ratio.max() <= 1.0 + self.tolerance:
                 break
             p, k = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
-            # as in balance.rebalance, only criterion k limits the receivers: another
-            # criterion pushed over is the next step's most overloaded one
-            room = np.full(sizes.shape, np.inf)
-            room[:, k] = (self.limit[k] - sizes[:, k]) / self.mean[k]
-            room[p, k] = 0.0
-            if not (room[:, k] > 0).any():
+            # first only moves that push no criterion of a receiver over its limit: two
+            # parts over in different criteria (training nodes, edges) otherwise trade
+            # the same vertices back and forth; then, as in balance.rebalance, only
+            # criterion k limits the receivers (another one pushed over is the next
+            # step's most overloaded)
+            strict = (self.limit - sizes) / self.mean
+            strict[p, k] = 0.0
+            if not (strict[:, k] > 0).any():
                 break
-            step = self._shed(int(p), int(k), sizes, room, dbar)
+            relaxed = np.full(sizes.shape, np.inf)
+            relaxed[:, k] = strict[:, k]
+            step = self._shed(int(p), int(k), sizes, strict, dbar)
+            if step == 0:
+                step = self._shed(int(p), int(k), sizes, relaxed, dbar)
             moved += step
             if step == 0:
                 break
@@ -239,9 +245,13 @@ class Propagation:
         cand = np.flatnonzero((own == p) & (self.crit[:, k] > 0))
         target = self.mean[k] * (1.0 + self.tolerance / 2)
         excess = (sizes[p, k] - target) * self.crit[cand, k].sum() / max(sizes[p, k], 1e-12)
-        c = self.counts()[cand]
         recv = np.flatnonzero(room[:, k] > 0)
-        q = recv[np.argmax(c[:, recv], axis=1)]
+        # a receiver takes a vertex only with room in every criterion the vertex weighs on
+        fits = (~(self.crit[cand] > 0)[:, None, :] | (room[recv] > 0)[None, :, :]).all(axis=2)
+        keep = fits.any(axis=1)
+        cand, fits = cand[keep], fits[keep]
+        c = self.counts()[cand]
+        q = recv[np.argmax(np.where(fits, c[:, recv], -1.0), axis=1)]
         gain = c[np.arange(len(cand)), q] - c[:, p]
         benefit = self.crit[cand, k] / self.mean[k]
         others = (self.crit[cand] / self.mean).sum(axis=1) - benefit
