@@ -15,6 +15,8 @@ import numpy as np
 
 from graphrun.errors import ArgumentError, GraphrunError
 
+SLICE = 1 << 23  # entries per slice of the CSR's temporaries (64 MiB of int64)
+
 
 def _sorted_unique(keys: np.ndarray) -> np.ndarray:
     keys.sort()
@@ -30,6 +32,12 @@ def _row_starts(rows: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarra
     """Degree of every row and the index of its first entry, for entries sorted by row."""
     deg = np.bincount(rows, minlength=num_nodes)
     return deg, np.cumsum(deg) - deg
+
+
+def _scatter(out: np.ndarray, rows: np.ndarray, cols: np.ndarray, base: np.ndarray) -> None:
+    for i in range(0, len(rows), SLICE):
+        r = rows[i : i + SLICE]
+        out[np.arange(i, i + len(r), dtype=np.int64) + base[r]] = cols[i : i + SLICE]
 
 
 def symmetric_csr(
@@ -48,34 +56,38 @@ def symmetric_csr(
     if 2 * bits > 62:
         raise ArgumentError(f"num_nodes: {num_nodes} nodes are too many for METIS input keys")
     shift, mask = np.int64(bits), np.int64((1 << bits) - 1)
-    keep = src != dst
-    lo = np.minimum(src, dst)
-    hi = np.maximum(src, dst)
-    if not keep.all():
-        lo, hi = lo[keep], hi[keep]
-    del keep
-    lo <<= shift
-    lo |= hi
-    del hi
-    fwd = _sorted_unique(lo)  # keys lo << bits | hi, sorted by (lo, hi)
+    keys = np.empty(len(src), dtype=np.int64)  # min << bits | max, built in slices
+    loops, step = 0, SLICE
+    for i in range(0, len(src), step):
+        s, d = np.asarray(src[i : i + step]), np.asarray(dst[i : i + step])
+        np.left_shift(np.minimum(s, d), shift, out=keys[i : i + len(s)])
+        keys[i : i + len(s)] |= np.maximum(s, d)
+        loops += int(np.count_nonzero(s == d))
+    if loops:
+        keys = keys[(keys >> shift) != (keys & mask)]
+    fwd = _sorted_unique(keys)  # keys lo << bits | hi, sorted by (lo, hi)
+    del keys
     m = len(fwd)
-    f_row = fwd >> shift
-    f_col = fwd & mask
+    narrow = np.int32 if bits <= 31 else np.int64  # rows and columns: half the memory
+    f_row = (fwd >> shift).astype(narrow)
+    f_col = (fwd & mask).astype(narrow)
     del fwd
-    rev = f_col << shift  # keys hi << bits | lo
+    rev = f_col.astype(np.int64) << shift  # keys hi << bits | lo
     rev |= f_row
     rev.sort()
-    r_row = rev >> shift
-    r_col = rev & mask
+    r_row = (rev >> shift).astype(narrow)
+    r_col = (rev & mask).astype(narrow)
     del rev
     f_deg, f_first = _row_starts(f_row, num_nodes)
     r_deg, r_first = _row_starts(r_row, num_nodes)
     xadj = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(f_deg + r_deg, out=xadj[1:])
     adjncy = np.empty(2 * m, dtype=np.int64)
-    idx = np.arange(m, dtype=np.int64)
-    adjncy[idx + (xadj[:-1] - r_first)[r_row]] = r_col  # smaller neighbours first
-    adjncy[idx + (xadj[:-1] + r_deg - f_first)[f_row]] = f_col
+    # a row's smaller neighbours first, then its larger ones; entry i of a row-sorted
+    # list goes to i + base[row] (scattered in slices: no full-length temporaries)
+    _scatter(adjncy, r_row, r_col, xadj[:-1] - r_first)
+    del r_row, r_col
+    _scatter(adjncy, f_row, f_col, xadj[:-1] + r_deg - f_first)
     return xadj, adjncy
 
 

@@ -24,9 +24,11 @@ from graphrun.partition.arrays import stable_argsort
 from graphrun.partition.book import PartitionBook
 
 
-def _inverse(perm: np.ndarray) -> np.ndarray:
+def _inverse(perm: np.ndarray, step: int = 1 << 23) -> np.ndarray:
     inv = np.empty_like(perm)
-    inv[perm] = np.arange(len(perm), dtype=perm.dtype)
+    for i in range(0, len(perm), step):  # in slices: no E-long arange
+        p = perm[i : i + step]
+        inv[p] = np.arange(i, i + len(p), dtype=perm.dtype)
     return inv
 
 
@@ -69,6 +71,13 @@ def relabel(graph: Graph, part: np.ndarray, num_parts: int) -> Relabelling:
     orig_nids = stable_argsort(part, num_parts)
     new_nids = _inverse(orig_nids)
     node_counts = np.bincount(part, minlength=num_parts)
+    # the global CSC first, while it is the only E-long result: its sort is the peak
+    narrow = np.int32 if graph.num_nodes < 1 << 31 else np.int64
+    new_dst = new_nids.astype(narrow)[graph.dst]  # int32: half the sort's input
+    csc_order = stable_argsort(new_dst, graph.num_nodes)
+    indptr = np.zeros(graph.num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(new_dst, minlength=graph.num_nodes), out=indptr[1:])
+    del new_dst
     owner = part[graph.dst]
     orig_eids = stable_argsort(owner, num_parts)
     new_eids = _inverse(orig_eids)
@@ -83,10 +92,6 @@ def relabel(graph: Graph, part: np.ndarray, num_parts: int) -> Relabelling:
         edge_ranges_all=_ranges(owner, eto, num_parts),
     )
     del owner
-    new_dst = new_nids[graph.dst]
-    csc_order = stable_argsort(new_dst, graph.num_nodes)
-    indptr = np.zeros(graph.num_nodes + 1, dtype=np.int64)
-    np.cumsum(np.bincount(new_dst, minlength=graph.num_nodes), out=indptr[1:])
     return Relabelling(book, orig_nids, new_nids, orig_eids, new_eids, indptr, csc_order)
 
 

@@ -20,7 +20,9 @@ from graphrun.partition.quality import max_over_mean, measure
 from graphrun.testing.graphs import community_graph
 
 
-def test_symmetric_csr_matches_scipy() -> None:
+@pytest.mark.parametrize("slice_", [1 << 23, 7])  # one slice; many, and a short last one
+def test_symmetric_csr_matches_scipy(slice_: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("graphrun.partition.metis.SLICE", slice_)
     rng = np.random.default_rng(0)
     n = 50
     src = rng.integers(0, n, 400)

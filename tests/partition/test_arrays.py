@@ -35,3 +35,13 @@ def test_the_dense_path_is_taken_where_the_table_is_small() -> None:
     # 1000 ids of a range of 100: the table; of a range of 10**6: the sort
     assert arrays._dense(np.zeros(1000, np.int64), 100)
     assert not arrays._dense(np.zeros(1000, np.int64), 10**6)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_stable_argsort_of_32_bit_keys_either_width(dtype: type) -> None:
+    keys = np.random.default_rng(2).integers(0, 1 << 31, 5000).astype(dtype)
+    got = arrays.stable_argsort(keys, 1 << 31)
+    assert got.dtype == np.int64 and got.tolist() == np.argsort(keys, kind="stable").tolist()
+    strided = keys[::2]  # not contiguous: the arithmetic digits
+    want = np.argsort(strided, kind="stable").tolist()
+    assert arrays.stable_argsort(strided, 1 << 31).tolist() == want
