@@ -1,13 +1,14 @@
 """``graphrun bench train``: distributed GraphSAGE against single-process PyG, JSON out.
 
-Partitions ``--dataset`` in 2 (METIS, training nodes balanced), runs a 2-machine job
-(1 store server + 1 trainer each; ``--hosts local`` on loopback or ``netns`` as
-network-namespace hosts) training GraphSAGE (hidden 128, fanout [25, 10], batch 1000
-per trainer) for ``--epochs``, and — in the same run — PyG's ``NeighborLoader`` with
-the same model on the whole graph in one process. Prints one JSON object per
-aggregation path (``--aggr scatter|csr|both``)::
+Partitions ``--dataset`` in 2 (METIS by default, ``--partition-mode``; training nodes
+balanced), runs a 2-machine job (1 store server + 1 trainer each; ``--hosts local`` on
+loopback or ``netns`` as network-namespace hosts) training GraphSAGE (hidden 128, fanout
+[25, 10], batch 1000 per trainer) for ``--epochs``, and — in the same run — PyG's
+``NeighborLoader`` with the same model on the whole graph in one process. Prints one
+JSON object per aggregation path (``--aggr scatter|csr|both``)::
 
     {"bench": "train", "hosts": "local", "aggr": "scatter", "epochs": 10,
+     "partition_mode": "single" (``--partition-mode``), "edge_cut": of the partitions,
      "epoch_s": median seconds per training epoch (all trainers in parallel),
      "epoch_s_all": [...], "test_acc": after the last epoch,
      "eval_s": seconds of the last evaluation (val and test, ``--evaluation``),
@@ -90,8 +91,35 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--no-single", action="store_true", help="skip graphrun's own single-process baseline"
     )
+    p.add_argument(
+        "--partition-mode",
+        choices=("single", "parallel", "distributed"),
+        default="single",
+        help="how the 2 partitions are made: single (METIS, the default), parallel "
+        "(KaMinPar) or distributed (2 ranks over a 2-chunk copy of the dataset)",
+    )
     p.add_argument("--workdir", type=Path, help="keep partitions and logs here")
     p.set_defaults(func=run)
+
+
+def make_partitions(graph: Any, workdir: Path, mode: str) -> float:
+    """The 2 balanced partitions the job trains on, by ``mode``; their edge cut."""
+    from graphrun.partition import load_partition_config, partition_graph
+
+    out = workdir / "parts"
+    if not (out / "partition.json").is_file():
+        if mode == "distributed":
+            from graphrun.graph.chunked import save_chunked
+            from graphrun.partition.distributed import DistOptions, run_local
+
+            chunked = workdir / "chunked-2"
+            if not (chunked / "chunks.json").is_file():
+                save_chunked(graph, chunked, 2)
+            run_local(chunked, out, 2, DistOptions(balance_train=True))
+        else:
+            method = "kaminpar" if mode == "parallel" else "metis"
+            partition_graph(graph, out, 2, method, balance_train=True)
+    return float(load_partition_config(out)["quality"]["edge_cut"])
 
 
 class RssSampler(threading.Thread):
@@ -328,7 +356,6 @@ def run_single(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from graphrun.graph import load_dataset
-    from graphrun.partition import partition_graph
 
     if args.peer == "distdgl":
         from graphrun.bench.distdgl import check_peer_python
@@ -341,8 +368,7 @@ def run(args: argparse.Namespace) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     try:
         graph = load_dataset(args.dataset)
-        if not (workdir / "parts" / "partition.json").is_file():
-            partition_graph(graph, workdir / "parts", 2, "metis", balance_train=True)
+        edge_cut = make_partitions(graph, workdir, args.partition_mode)
         pyg = {} if args.no_pyg else run_pyg(args)
         single = {} if args.no_single else run_single(args)
         aggrs = ["scatter", "csr"] if args.aggr == "both" else [args.aggr]
@@ -358,6 +384,7 @@ def run(args: argparse.Namespace) -> int:
             out: dict[str, Any] = {
                 "bench": "train", "dataset": str(args.dataset), "nodes": graph.num_nodes,
                 "edges": graph.num_edges, "hosts": args.hosts, "aggr": aggr,
+                "partition_mode": args.partition_mode, "edge_cut": round(edge_cut, 4),
                 "epochs": args.epochs, **dist,
                 "time_to_acc": _time_to(dist["test_acc_all"], dist["epoch_s_all"], target),
                 "target_acc": round(target, 4), **pyg, **single, **peer,

@@ -1,7 +1,10 @@
 """`graphrun bench train`'s step breakdown, from batch records as trainers write them."""
 
-from graphrun.bench.train import step_breakdown
+import pytest
+
+from graphrun.bench.train import make_partitions, step_breakdown
 from graphrun.placement.profile import BatchRecord
+from graphrun.testing.graphs import community_graph
 
 
 def test_step_breakdown_is_the_median_over_every_trainers_records(tmp_path) -> None:
@@ -21,3 +24,17 @@ def test_step_breakdown_is_the_median_over_every_trainers_records(tmp_path) -> N
     assert got["remote_feature_mb"] == 2.0 and got["local_feature_mb"] == 2.0
     assert got["cache_mb"] == 2.0
     assert step_breakdown(tmp_path / "none") == {}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("mode", "method"), [("single", "metis"), ("parallel", "kaminpar"), ("distributed", "xtrapulp")]
+)
+def test_the_partitions_trained_on_come_from_the_mode_asked(tmp_path, mode, method) -> None:
+    from graphrun.partition import load_partition_config
+
+    g = community_graph(400, 4000, num_communities=4, p_in=0.9, seed=1)
+    cut = make_partitions(g, tmp_path, mode)
+    cfg = load_partition_config(tmp_path / "parts")
+    assert cfg["method"] == method and cfg["num_parts"] == 2
+    assert cut == cfg["quality"]["edge_cut"] and 0 < cut < 0.5
