@@ -219,7 +219,12 @@ def _run_rank(args: argparse.Namespace, opts: Any) -> int:
         print(f"graphrun: error: {exc}", file=sys.stderr)
         return PEER_LOST_EXIT
     secs = sum(p.get("seconds", 0.0) for p in report.phases.values())
-    print(f"partition rank {args.rank} of {args.parts}: part-{args.rank} written in {secs:.1f} s")
+    peak = max((p.get("peak_rss_mb", 0.0) for p in report.phases.values()), default=0.0)
+    phases = ", ".join(f"{name} {p['seconds']:.1f}" for name, p in report.phases.items())
+    print(
+        f"partition rank {args.rank} of {args.parts}: part-{args.rank} written in {secs:.1f} s "
+        f"({phases}; peak {peak:.0f} MiB)"
+    )
     return 0
 
 
@@ -267,7 +272,7 @@ def _run_distributed(args: argparse.Namespace) -> int:
     print(Quality(**res.quality).summary())
     for r in res.ranks:
         cells = ", ".join(
-            f"{name} {v['seconds']:.1f} s / {v['peak_rss_mb']:.0f} MB"
+            f"{name} {v['seconds']:.1f} s / {v['peak_rss_mb']:.0f} MiB"
             for name, v in r.phases.items()
         )
         print(f"rank {r.rank}: {cells}")

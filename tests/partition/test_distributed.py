@@ -178,20 +178,20 @@ def test_bad_options_are_refused_before_any_rank_starts(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chunks"]
 
 
-def _ranks_without_launcher(tmp_path: Path, out: Path) -> list[tuple[int, str]]:
+def _ranks_without_launcher(tmp_path: Path, out: Path) -> list[tuple[int, str, str]]:
     """Two ``graphrun partition --rank r`` processes as the operator's worker pods run
     them: each started on its own, no ``--into``, no launcher watching them; their
-    (exit code, stderr)."""
+    (exit code, stderr, stdout)."""
     argv = [sys.executable, "-m", "graphrun", "partition", str(tmp_path / "chunks"), str(out),
             "--parts", "2", "--mode", "distributed", "--timeout", "30",
             "--rendezvous", f"file://{tmp_path / 'rendezvous'}"]  # fmt: skip
-    env, quiet, err = child_env(), subprocess.DEVNULL, subprocess.PIPE
+    env, pipe = child_env(), subprocess.PIPE
     procs = [
-        subprocess.Popen([*argv, "--rank", str(r)], env=env, stdout=quiet, stderr=err, text=True)
+        subprocess.Popen([*argv, "--rank", str(r)], env=env, stdout=pipe, stderr=pipe, text=True)
         for r in range(2)
     ]
-    errs = [p.communicate(timeout=120)[1] for p in procs]
-    return [(p.returncode, e) for p, e in zip(procs, errs, strict=True)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    return [(p.returncode, e, o) for p, (o, e) in zip(procs, outs, strict=True)]
 
 
 def test_ranks_without_a_launcher_write_the_output_themselves(tmp_path: Path) -> None:
@@ -199,7 +199,12 @@ def test_ranks_without_a_launcher_write_the_output_themselves(tmp_path: Path) ->
     save_chunked(g, tmp_path / "chunks", 2)
     out = tmp_path / "parts"
     (tmp_path / ".parts.tmp-ranks" / "part-0").mkdir(parents=True)  # a failed attempt's
-    assert [code for code, _ in _ranks_without_launcher(tmp_path, out)] == [0, 0]
+    ranks = _ranks_without_launcher(tmp_path, out)
+    assert [code for code, _, _ in ranks] == [0, 0]
+    # each rank says how long each phase took and its peak memory (all a pod's log has)
+    for r, (_, _, said) in enumerate(ranks):
+        assert said.startswith(f"partition rank {r} of 2: part-{r} written in"), said
+        assert "assign " in said and "shuffle " in said and " MiB)" in said, said
     check_round_trip(g, out, 2, 1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chunks", "parts"]  # no staging
 
@@ -208,7 +213,7 @@ def test_ranks_without_a_launcher_leave_nothing_when_one_fails(tmp_path: Path) -
     save_chunked(community_graph(300, 2000, seed=5), tmp_path / "chunks", 2)
     (tmp_path / "parts").mkdir()
     (tmp_path / "parts" / "stale").write_text("x")  # rank 0 refuses a non-empty output
-    (code0, err0), (code1, err1) = _ranks_without_launcher(tmp_path, tmp_path / "parts")
+    (code0, err0, _), (code1, err1, _) = _ranks_without_launcher(tmp_path, tmp_path / "parts")
     assert code0 == 2 and "parts: already exists and is not empty" in err0
     assert code1 == PEER_LOST_EXIT, err1  # it only lost rank 0: not the one to blame
     assert not (tmp_path / ".parts.tmp-ranks").exists()
