@@ -2,10 +2,17 @@
 with and without the store servers' serving steps (benchmarks/README.md, pr5).
 
     python benchmarks/repredict_placement.py WORKDIR RESULT.json
+
+WORKDIR is the run's ``--workdir``, RESULT.json the JSON line it printed. The model is
+the benchmark's (``graphrun.bench.placement_real``): the co-located run's batch records
+without the warm-up epoch, 16 simulated iterations scaled to the epoch's steps.
 """
+
+from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -18,29 +25,34 @@ from graphrun.placement.job import Demand
 from graphrun.placement.profile import profile_from_records, read_metrics, save_profile
 from graphrun.placement.workload import make_scenario
 
-w = Path(sys.argv[1])
-it = 16
-res = json.load(open(sys.argv[2]))
-cluster = load_cluster(w / "probed.yaml")
-machines = list(cluster.names)
-records, serves = read_metrics(sorted((w / "run-co-location" / "profile").glob("*.jsonl")))
-steps = res["steps_per_epoch"]
-records = [r for r in records if r.iteration > steps]
-for label, sv in [("as run", serves), ("no serve cpu", [])]:
-    pf = Path(f"/tmp/prof-{label.replace(' ', '_')}.json")
-    save_profile(profile_from_records(records, "x", sv), pf)
-    job_file = w / "job-co-location.yaml"
-    data = yaml.safe_load(open(job_file))
-    gp = graphjob_to_placement(parse_job(data, str(job_file)), job_file, str(pf), 8)
-    job = gp.job.with_demands(
-        {"store": Demand(cpu=0, memory_gb=0.1), "trainer": Demand(cpu=0, memory_gb=0.1)}
-    )
-    ev = Evaluator(cluster, make_scenario(job, 0, it))
-    out = []
-    for r in res["runs"]:
-        x = tuple(machines.index(r["assignments"][role]) for role in job.roles)
-        p = ev.makespan(x) / it * steps
-        out.append(
-            f"{r['placement']} {p:.2f}/{r['measured_epoch_s']:.2f} ({p / r['measured_epoch_s'] - 1:+.0%})"
-        )
-    print(label, "; ".join(out))
+ITERATIONS = 16
+
+
+def main(workdir: Path, result: dict) -> None:
+    cluster = load_cluster(workdir / "probed.yaml")
+    machines = list(cluster.names)
+    steps = result["steps_per_epoch"]
+    records, serves = read_metrics(sorted((workdir / "run-co-location" / "profile").glob("*.jsonl")))
+    records = [r for r in records if r.iteration > steps]
+    job_file = workdir / "job-co-location.yaml"
+    data = yaml.safe_load(job_file.read_text())
+    tiny = Demand(cpu=0, memory_gb=0.1)  # memory does not change a makespan
+    for label, served in (("with serving steps", serves), ("without serving steps", [])):
+        with tempfile.TemporaryDirectory() as tmp:
+            profile_file = Path(tmp) / "profile.json"
+            save_profile(profile_from_records(records, "repredict", served), profile_file)
+            gp = graphjob_to_placement(parse_job(data, str(job_file)), job_file, str(profile_file), 8)
+        job = gp.job.with_demands({"store": tiny, "trainer": tiny})
+        ev = Evaluator(cluster, make_scenario(job, 0, ITERATIONS))
+        cells = []
+        for run in result["runs"]:
+            x = tuple(machines.index(run["assignments"][role]) for role in job.roles)
+            predicted = ev.makespan(x) / ITERATIONS * steps
+            measured = run["measured_epoch_s"]
+            cells.append(f"{run['placement']} {predicted:.2f}/{measured:.2f} "
+                         f"({predicted / measured - 1:+.0%})")  # fmt: skip
+        print(f"{label}: " + "; ".join(cells))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text()))
