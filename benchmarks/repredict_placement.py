@@ -32,7 +32,8 @@ def main(workdir: Path, result: dict) -> None:
     cluster = load_cluster(workdir / "probed.yaml")
     machines = list(cluster.names)
     steps = result["steps_per_epoch"]
-    records, serves = read_metrics(sorted((workdir / "run-co-location" / "profile").glob("*.jsonl")))
+    profiled = workdir / "run-co-location" / "profile"
+    records, serves = read_metrics(sorted(profiled.glob("*.jsonl")))
     records = [r for r in records if r.iteration > steps]
     job_file = workdir / "job-co-location.yaml"
     data = yaml.safe_load(job_file.read_text())
@@ -41,7 +42,8 @@ def main(workdir: Path, result: dict) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             profile_file = Path(tmp) / "profile.json"
             save_profile(profile_from_records(records, "repredict", served), profile_file)
-            gp = graphjob_to_placement(parse_job(data, str(job_file)), job_file, str(profile_file), 8)
+            spec = parse_job(data, str(job_file))
+            gp = graphjob_to_placement(spec, job_file, str(profile_file), 8)
         job = gp.job.with_demands({"store": tiny, "trainer": tiny})
         ev = Evaluator(cluster, make_scenario(job, 0, ITERATIONS))
         cells = []
