@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -154,9 +155,11 @@ def _member(args: argparse.Namespace) -> int:
     """One probe pod: measure, write the report (or the error) to --message-file."""
     from graphrun.errors import PEER_LOST_EXIT, ArgumentError, GraphrunError
     from graphrun.job.probemember import (
+        KEY_ENV,
         MESSAGE_LIMIT,
         MemberConfig,
         PeerLost,
+        parse_key,
         parse_peers,
         run_member,
     )
@@ -169,7 +172,13 @@ def _member(args: argparse.Namespace) -> int:
         raise ArgumentError(str(exc)) from None
     if not 0 <= args.member < len(peers):
         raise ArgumentError(f"--member: {args.member} is not an index of the {len(peers)} peers")
-    cfg = MemberConfig(args.member, peers, seconds=args.seconds, timeout=args.timeout)
+    if not os.environ.get(KEY_ENV):
+        raise ArgumentError(f"--member: needs the probe's key in ${KEY_ENV} (hex)")
+    try:
+        key = parse_key(os.environ[KEY_ENV], f"${KEY_ENV}")
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None
+    cfg = MemberConfig(args.member, peers, key, seconds=args.seconds, timeout=args.timeout)
     try:
         message = run_member(cfg).to_message()
     except GraphrunError as exc:

@@ -10,12 +10,20 @@ measures itself over loopback, as ``graphrun probe`` does one host.
 
 One TCP connection per pair, the sender's::
 
-    sender   -> receiver   HEADER: magic "GRPB", step, sender index, ping count (!4sIII)
-    receiver -> sender     "G" once the receiver has reached that step (connections
-                           of later steps wait, parked, until it does)
+    sender   -> receiver   HEADER: magic "GRPB", step, sender index, ping count (!4sIII),
+                           and its tag
+    receiver -> sender     "G" and a tag, once the receiver has reached that step
+                           (connections of later steps wait, parked, until it does)
     sender  <-> receiver   count 64-byte pings echoed (the latency: half the median)
     sender   -> receiver   1 MiB writes for --seconds, then the sender shuts its side
     receiver -> sender     JSON {"bytes", "bytes_per_s"} (the steady rate it received)
+                           and its tag (at most ANSWER_LIMIT bytes read)
+
+A tag is HMAC-SHA256 under the probe's key (32 random bytes the CLI puts in a Secret;
+the pods read it from ``$GRAPHRUN_PROBE_KEY``) of the message's role, the header and the
+message, so no one without the key can take a member's place, answer for one, or
+replay another step's messages; a connection whose header does not verify is closed
+unanswered. The measuring bytes (pings, the stream) are not tagged: they carry nothing.
 
 Every wait (a peer's pod starting, its DNS name resolving, the go, the answer) ends at
 the member's deadline; a member that gives up on a peer raises :class:`PeerLost` (the
@@ -26,6 +34,8 @@ termination message (at most :data:`MESSAGE_LIMIT` bytes, checked).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import socket
 import struct
@@ -42,6 +52,26 @@ HEADER = struct.Struct("!4sIII")  # magic, step, sender, ping count
 GO = b"G"
 HEADER_SECONDS = 10.0  # a member sends its header as soon as it connects
 REPORT_VERSION = 1
+KEY_ENV = "GRAPHRUN_PROBE_KEY"  # the probe's key, hex
+KEY_BYTES = 32
+TAG = 32  # bytes of an HMAC-SHA256 tag
+ANSWER_LIMIT = 4096  # bytes of a receiver's answer, tag included
+
+
+def tag(key: bytes, role: bytes, *parts: bytes) -> bytes:
+    """HMAC-SHA256 under ``key`` of ``role`` (b"hdr", b"go", b"ans") and ``parts``."""
+    return hmac.new(key, b"|".join((role, *parts)), hashlib.sha256).digest()
+
+
+def parse_key(text: str, where: str = KEY_ENV) -> bytes:
+    """The probe's key from its hex form; ValueError naming ``where``."""
+    try:
+        key = bytes.fromhex(text.strip())
+    except ValueError:
+        raise ValueError(f"{where}: not hex") from None
+    if len(key) < KEY_BYTES:
+        raise ValueError(f"{where}: {len(key)} bytes, a probe key has at least {KEY_BYTES}")
+    return key
 
 
 class PeerLost(HostError):
@@ -126,6 +156,7 @@ class MemberConfig:
 
     index: int
     peers: tuple[tuple[str, int], ...]
+    key: bytes  # the probe's key: every member's messages are tagged with it
     seconds: float = 1.0
     timeout: float = 600.0
     bind: str = "0.0.0.0"
@@ -150,7 +181,7 @@ def run_member(cfg: MemberConfig) -> MemberReport:
                     elif a == cfg.index:
                         links.append(_send(cfg, step, b, deadline))
                     elif b == cfg.index:
-                        _receive(cfg.index, srv, step, a, parked, deadline)
+                        _receive(cfg, srv, step, a, parked, deadline)
         finally:
             for waiting in parked.values():
                 waiting.conn.close()
@@ -169,14 +200,20 @@ def _send(cfg: MemberConfig, step: int, peer: int, deadline: float) -> tuple[int
     try:
         with conn:
             conn.settimeout(_left(deadline))
-            conn.sendall(HEADER.pack(MAGIC, step, cfg.index, cfg.ping_count))
-            if _recv_exactly(conn, 1) != GO:
-                raise PeerLost(f"{what} did not say go in step {step}")
+            header = HEADER.pack(MAGIC, step, cfg.index, cfg.ping_count)
+            conn.sendall(header + tag(cfg.key, b"hdr", header))
+            go = _recv_exactly(conn, 1 + TAG)
+            if not hmac.compare_digest(go, GO + tag(cfg.key, b"go", header)):
+                raise PeerLost(f"{what} did not say go with the probe's key in step {step}")
             conn.settimeout(_left(deadline))
             latency = measure.ping_peer(conn, cfg.ping_count)
             measure.send_stream(conn, cfg.seconds)
             conn.shutdown(socket.SHUT_WR)
-            answer = json.loads(_recv_all(conn) or b"null")
+            raw = _recv_all(conn, ANSWER_LIMIT)
+            body, got = raw[:-TAG], raw[-TAG:]
+            if len(raw) <= TAG or not hmac.compare_digest(got, tag(cfg.key, b"ans", header, body)):
+                raise PeerLost(f"{what} answered without the probe's key in step {step}")
+            answer = json.loads(body)
     except (OSError, ValueError) as exc:  # socket.timeout is an OSError
         raise PeerLost(f"{what}: {exc or type(exc).__name__} in step {step}") from None
     if not isinstance(answer, dict) or "bytes_per_s" not in answer:
@@ -202,10 +239,11 @@ class _Parked:
     conn: socket.socket
     sender: int
     count: int
+    header: bytes
 
 
 def _receive(
-    me: int,
+    cfg: MemberConfig,
     srv: socket.socket,
     step: int,
     sender: int,
@@ -213,9 +251,9 @@ def _receive(
     deadline: float,
 ) -> None:
     """Serve ``sender``'s connection of ``step``; connections of later steps are parked.
-    A connection that sends no member's header at once is closed (a port scan, a health
-    check)."""
-    what = f"probe member {me}: member {sender}"
+    A connection that sends no member's header at once, or one without the probe's tag,
+    is closed (a port scan, a health check, a stranger)."""
+    what = f"probe member {cfg.index}: member {sender}"
     while step not in parked:
         srv.settimeout(_left(deadline))
         try:
@@ -224,24 +262,28 @@ def _receive(
             raise PeerLost(f"{what} did not connect in step {step}") from None
         try:
             conn.settimeout(min(HEADER_SECONDS, _left(deadline)))
-            magic, their_step, who, count = HEADER.unpack(_recv_exactly(conn, HEADER.size))
+            raw = _recv_exactly(conn, HEADER.size + TAG)
+            header, mac = raw[: HEADER.size], raw[HEADER.size :]
+            magic, their_step, who, count = HEADER.unpack(header)
         except (OSError, struct.error):
             conn.close()
             continue
-        if magic != MAGIC or their_step < step or their_step in parked:
+        signed = hmac.compare_digest(mac, tag(cfg.key, b"hdr", header))
+        if not signed or magic != MAGIC or their_step < step or their_step in parked:
             conn.close()
             continue
-        parked[their_step] = _Parked(conn, who, count)
+        parked[their_step] = _Parked(conn, who, count, header)
     got = parked.pop(step)
     with got.conn as conn:
         if got.sender != sender:
             raise HostError(f"{what} was expected in step {step}, member {got.sender} came")
         try:
             conn.settimeout(_left(deadline))
-            conn.sendall(GO)
+            conn.sendall(GO + tag(cfg.key, b"go", got.header))
             measure.echo_back(conn, got.count * measure.PING_BYTES)
             rate = measure.receive_stream(conn)
-            conn.sendall(json.dumps(rate).encode())
+            body = json.dumps(rate).encode()
+            conn.sendall(body + tag(cfg.key, b"ans", got.header, body))
         except OSError as exc:
             raise PeerLost(f"{what} broke off in step {step} ({exc})") from None
 
@@ -254,7 +296,7 @@ def _to_self(
 
     def serve() -> None:
         try:
-            _receive(cfg.index, srv, step, cfg.index, {}, deadline)
+            _receive(cfg, srv, step, cfg.index, {}, deadline)
         except GraphrunError as exc:
             errors.append(exc)
 
@@ -277,10 +319,13 @@ def _recv_exactly(conn: socket.socket, size: int) -> bytes:
     return out
 
 
-def _recv_all(conn: socket.socket) -> bytes:
+def _recv_all(conn: socket.socket, limit: int) -> bytes:
+    """Everything until the peer closes; ValueError past ``limit`` bytes."""
     out = b""
-    while chunk := conn.recv(65536):
+    while chunk := conn.recv(limit + 1 - len(out)):
         out += chunk
+        if len(out) > limit:
+            raise ValueError(f"an answer of more than {limit} bytes")
     return out
 
 

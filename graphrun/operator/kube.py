@@ -202,6 +202,7 @@ class Kube:
             "Job": self.batch.delete_namespaced_job,
             "ConfigMap": self.core.delete_namespaced_config_map,
             "Service": self.core.delete_namespaced_service,
+            "Secret": self.core.delete_namespaced_secret,
         }
         self._quiet_delete(
             lambda: deleters[kind](

@@ -1,8 +1,11 @@
 """The Kubernetes half of ``graphrun probe``: one short Job over the nodes a GraphJob may use.
 
-For ``graphrun probe --kubernetes --job JOB`` the CLI creates, in the job's namespace,
-two objects named ``P = <job>-probe-<5 hex>`` (labelled ``graphrun.io/probe: P``)::
+For ``graphrun probe --hosts kubernetes --job JOB`` the CLI creates, in the job's namespace,
+three objects named ``P = <job>-probe-<5 hex>`` (labelled ``graphrun.io/probe: P``)::
 
+    Secret   P   the probe's key (32 random bytes, hex): the members tag every message
+                 with it (:mod:`graphrun.job.probemember`); read by the pods as an
+                 environment variable, never written into the Job
     Service  P   headless: member i is P-i.P (published before it is ready)
     Job      P   Indexed, completions = parallelism = N (the job's runtime.machines or
                  --members), backoffLimit 0, activeDeadlineSeconds, ttlSecondsAfterFinished;
@@ -25,6 +28,7 @@ each ran on becomes its machine name) or one line naming the pod that failed;
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import secrets
@@ -35,7 +39,7 @@ from typing import Any
 
 from graphrun.errors import PEER_LOST_EXIT, HostError
 from graphrun.job.hostprobe import HostMeasure, LinkMeasure, assemble
-from graphrun.job.probemember import MemberReport
+from graphrun.job.probemember import KEY_BYTES, KEY_ENV, MemberReport
 from graphrun.job.spec import GraphJob
 from graphrun.operator.kube import Kube, KubeError
 from graphrun.operator.layout import OperatorConfig
@@ -117,6 +121,17 @@ def _metadata(spec: ProbeSpec) -> dict[str, Any]:
     return {"name": spec.name, "namespace": spec.namespace, "labels": _labels(spec)}
 
 
+def build_probe_secret(spec: ProbeSpec, key_hex: str) -> dict[str, Any]:
+    """The probe's key, for its pods only (they take it as ``$GRAPHRUN_PROBE_KEY``)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(spec),
+        "type": "Opaque",
+        "data": {"key": base64.b64encode(key_hex.encode()).decode()},
+    }
+
+
 def build_probe_service(spec: ProbeSpec) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -168,7 +183,13 @@ def build_probe_job(spec: ProbeSpec) -> dict[str, Any]:
                 "image": spec.image,
                 "imagePullPolicy": spec.image_pull_policy,
                 "command": member_argv(spec),
-                "env": [{"name": INDEX_ENV, "valueFrom": {"fieldRef": {"fieldPath": index_ref}}}],
+                "env": [
+                    {"name": INDEX_ENV, "valueFrom": {"fieldRef": {"fieldPath": index_ref}}},
+                    {
+                        "name": KEY_ENV,
+                        "valueFrom": {"secretKeyRef": {"name": spec.name, "key": "key"}},
+                    },
+                ],
                 "ports": [{"name": "probe", "containerPort": PORT, "protocol": "TCP"}],
                 "resources": {
                     "requests": {"cpu": "100m", "memory": "256Mi"},
@@ -331,6 +352,7 @@ def _create_and_wait(
     sleep: Callable[[float], None],
 ) -> dict[str, Any]:
     ns = spec.namespace
+    kube.create(ns, build_probe_secret(spec, secrets.token_hex(KEY_BYTES)))
     kube.create(ns, build_probe_service(spec))
     kube.create(ns, build_probe_job(spec))
     deadline = clock() + spec.timeout
@@ -351,9 +373,10 @@ def _create_and_wait(
 
 
 def _delete(kube: Kube, spec: ProbeSpec) -> None:
-    """Delete the Job (its pods with it) and the Service, both tried; the first error."""
+    """Delete the Job (its pods with it), the Service and the Secret, each tried; the
+    first error."""
     errors = []
-    for kind in ("Job", "Service"):
+    for kind in ("Job", "Service", "Secret"):
         try:
             kube.delete(spec.namespace, kind, spec.name)
         except KubeError as exc:

@@ -59,7 +59,8 @@ def symmetric_csr(
     keys = np.empty(len(src), dtype=np.int64)  # min << bits | max, built in slices
     loops, step = 0, SLICE
     for i in range(0, len(src), step):
-        s, d = np.asarray(src[i : i + step]), np.asarray(dst[i : i + step])
+        s = np.asarray(src[i : i + step], dtype=np.int64)
+        d = np.asarray(dst[i : i + step], dtype=np.int64)
         np.left_shift(np.minimum(s, d), shift, out=keys[i : i + len(s)])
         keys[i : i + len(s)] |= np.maximum(s, d)
         loops += int(np.count_nonzero(s == d))
@@ -73,7 +74,7 @@ def symmetric_csr(
     f_col = (fwd & mask).astype(narrow)
     del fwd
     rev = f_col.astype(np.int64) << shift  # keys hi << bits | lo
-    rev |= f_row
+    np.bitwise_or(rev, f_row, out=rev)
     rev.sort()
     r_row = (rev >> shift).astype(narrow)
     r_col = (rev & mask).astype(narrow)

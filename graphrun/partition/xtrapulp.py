@@ -247,8 +247,10 @@ class Propagation:
         excess = (sizes[p, k] - target) * self.crit[cand, k].sum() / max(sizes[p, k], 1e-12)
         recv = np.flatnonzero(room[:, k] > 0)
         # a receiver takes a vertex only with room in every criterion the vertex weighs on
-        fits = (~(self.crit[cand] > 0)[:, None, :] | (room[recv] > 0)[None, :, :]).all(axis=2)
-        keep = fits.any(axis=1)
+        weighs = self.crit[cand] > 0  # [m, K]
+        has_room = room[recv] > 0  # [R, K]
+        fits = np.all(~weighs[:, None, :] | has_room[None, :, :], axis=2)  # [m, R]
+        keep = np.any(fits, axis=1)
         cand, fits = cand[keep], fits[keep]
         c = self.counts()[cand]
         q = recv[np.argmax(np.where(fits, c[:, recv], -1.0), axis=1)]

@@ -6,6 +6,7 @@ on their nodes, with the statuses and termination messages they end with)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from pathlib import Path
@@ -26,11 +27,14 @@ NS = "ml"
 PODS = f"/api/v1/namespaces/{NS}/pods"
 JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs"
 SERVICES = f"/api/v1/namespaces/{NS}/services"
+SECRETS = f"/api/v1/namespaces/{NS}/secrets"
 VERBS = {"list", "watch", "get", "patch", "create", "delete"}
 
 
 def declare(api: Any) -> None:
-    for path, kind in [("v1/pods", "Pod"), ("v1/services", "Service"), ("batch/v1/jobs", "Job")]:
+    kinds = [("v1/pods", "Pod"), ("v1/services", "Service"), ("v1/secrets", "Secret"),
+             ("batch/v1/jobs", "Job")]  # fmt: skip
+    for path, kind in kinds:
         api.resources[path] = kmock.ResourceInfo(kind=kind, namespaced=True, verbs=VERBS)
 
 
@@ -121,6 +125,9 @@ async def test_probe_job_reports_become_the_cluster_file_and_everything_is_delet
     assert job["spec"]["completions"] == 2  # the example's runtime.machines
     (svc,) = await items(kmock, SERVICES)
     assert svc["metadata"]["name"] == job["metadata"]["name"]
+    (secret,) = await items(kmock, SECRETS)  # the probe's key, a fresh one per probe
+    assert secret["metadata"]["name"] == job["metadata"]["name"]
+    assert len(base64.b64decode(secret["data"]["key"])) == 64  # 32 bytes, hex
     for i, node in enumerate(["gpu-node-7", "cpu-node-2"]):
         await kubelet(kmock, job, i, node, exitCode=0, message=report(i, 2))
     assert await asyncio.wait_for(done, 30) == 0
@@ -131,6 +138,7 @@ async def test_probe_job_reports_become_the_cluster_file_and_everything_is_delet
     assert json.loads(out.out)["pairs"]["cpu-node-2->gpu-node-7"]["latency_ms"] == 0.2
     assert f"Job {NS}/{job['metadata']['name']}" in out.err
     assert await items(kmock, JOBS) == [] and await items(kmock, SERVICES) == []
+    assert await items(kmock, SECRETS) == []
 
 
 @pytest.mark.integration
@@ -151,6 +159,7 @@ async def test_a_failed_member_fails_the_probe_in_one_line_naming_pod_and_node(
     )
     assert not (tmp_path / "c.yaml").exists()
     assert await items(kmock, JOBS) == [] and await items(kmock, SERVICES) == []
+    assert await items(kmock, SECRETS) == []
 
 
 @pytest.mark.integration
@@ -169,6 +178,7 @@ async def test_members_that_never_run_time_out_naming_why_they_wait(
         "2 node(s) didn't match pod anti-affinity rules.)"
     )
     assert await items(kmock, JOBS) == [] and await items(kmock, SERVICES) == []
+    assert await items(kmock, SECRETS) == []
 
 
 def test_bad_input_is_one_line_naming_the_file_and_field(tmp_path: Path, capsys) -> None:

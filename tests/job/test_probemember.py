@@ -12,7 +12,18 @@ import pytest
 
 from graphrun.errors import PEER_LOST_EXIT, HostError
 from graphrun.job.hostprobe import HostMeasure, LinkMeasure, assemble
-from graphrun.job.probemember import MESSAGE_LIMIT, MemberReport, parse_peers, schedule
+from graphrun.job.probemember import (
+    HEADER,
+    KEY_BYTES,
+    KEY_ENV,
+    MAGIC,
+    MESSAGE_LIMIT,
+    MemberReport,
+    parse_key,
+    parse_peers,
+    schedule,
+    tag,
+)
 from graphrun.placement.cluster import cluster_from_dict
 from graphrun.testing.procs import child_env
 
@@ -61,13 +72,38 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
-def _member(i: int, peers: str, tmp_path, timeout: float = 60) -> subprocess.Popen[str]:
+KEY = "5a" * KEY_BYTES  # the probe's key, as the Secret gives it
+
+
+def _member(
+    i: int, peers: str, tmp_path, timeout: float = 60, key: str | None = KEY
+) -> subprocess.Popen[str]:
     argv = [sys.executable, "-m", "graphrun", "probe", "--member", str(i), "--peers", peers]
     argv += ["--seconds", "0.2", "--timeout", str(timeout)]
     argv += ["--message-file", str(tmp_path / f"member-{i}")]
+    env = child_env()
+    env.pop(KEY_ENV, None)
+    if key is not None:
+        env[KEY_ENV] = key
     return subprocess.Popen(
-        argv, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+
+
+def _stranger(port: int, header: bytes) -> bytes:
+    """Connect to a member's port, send ``header``; what came back before it closed."""
+    for _ in range(600):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+                conn.sendall(header)
+                conn.settimeout(15)
+                try:
+                    return conn.recv(64)
+                except (ConnectionResetError, TimeoutError):
+                    return b""
+        except ConnectionRefusedError:
+            time.sleep(0.05)
+    raise AssertionError(f"nothing listened on {port}")
 
 
 @pytest.mark.integration
@@ -76,13 +112,11 @@ def test_three_members_on_loopback_measure_every_link(tmp_path) -> None:
     ports = _free_ports(3)
     peers = ",".join(f"127.0.0.1:{p}" for p in ports)
     procs = [_member(i, peers, tmp_path) for i in (2, 0, 1)]  # started in any order
-    for _ in range(600):  # a stranger on member 0's port (a health check): ignored
-        try:
-            with socket.create_connection(("127.0.0.1", ports[0]), timeout=5) as stray:
-                stray.sendall(b"GET / HTTP/1.0\r\n\r\n")
-            break
-        except ConnectionRefusedError:
-            time.sleep(0.05)
+    # strangers on member 0's port are closed unanswered: a health check, and one who
+    # knows the protocol but not the key (claiming member 1's step, with a wrong tag)
+    assert _stranger(ports[0], b"GET / HTTP/1.0\r\n\r\n" + bytes(64)) == b""
+    forged = HEADER.pack(MAGIC, 0, 1, 50)
+    assert _stranger(ports[0], forged + tag(b"not the key" * 3, b"hdr", forged)) == b""
     for p in procs:
         _, err = p.communicate(timeout=150)
         assert p.returncode == 0, err
@@ -102,6 +136,26 @@ def test_three_members_on_loopback_measure_every_link(tmp_path) -> None:
     )
     assert cluster_from_dict(out["cluster"]).names == tuple(names)
     assert len(out["measured"]["pairs"]) == 6
+
+
+def test_a_member_without_the_probe_key_refuses_to_start(tmp_path) -> None:
+    cases = [
+        (None, "needs the probe's key in $GRAPHRUN_PROBE_KEY"),
+        ("zz", "not hex"),
+        ("ab" * 8, "8 bytes, a probe key has at least 32"),
+    ]
+    for key, why in cases:
+        p = _member(0, "127.0.0.1:1", tmp_path, key=key)
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 2 and err.startswith("graphrun: error: ") and why in err, err
+        assert err.strip().count("\n") == 0, err  # one line, no traceback
+
+
+def test_tags_bind_role_header_and_message() -> None:
+    key, header = b"k" * 32, HEADER.pack(MAGIC, 3, 1, 50)
+    assert tag(key, b"go", header) != tag(key, b"hdr", header)  # no replay across roles
+    assert tag(key, b"ans", header, b"{}") != tag(key, b"ans", HEADER.pack(MAGIC, 4, 1, 50), b"{}")
+    assert parse_key("AB" * 32) == b"\xab" * 32
 
 
 @pytest.mark.integration

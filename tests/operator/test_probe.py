@@ -35,7 +35,7 @@ def spec(**worker_spec: Any) -> P.ProbeSpec:
 
 def test_manifests_are_valid_kubernetes_objects() -> None:
     s = spec(nodeSelector={"pool": "gnn"})
-    for obj in (P.build_probe_job(s), P.build_probe_service(s)):
+    for obj in (P.build_probe_job(s), P.build_probe_service(s), P.build_probe_secret(s, "ab")):
         kubernetes_validate.validate(obj, K8S, strict=True)
 
 
@@ -53,9 +53,14 @@ def test_the_job_is_indexed_one_pod_per_member_and_bounded_in_time() -> None:
         "graphsage-probe-ab12c-2.graphsage-probe-ab12c:29500",
         "--seconds", "0.5", "--timeout", "300",
     ]  # fmt: skip
-    (env,) = c["env"]
-    ref = env["valueFrom"]["fieldRef"]["fieldPath"]
+    index, key = c["env"]
+    ref = index["valueFrom"]["fieldRef"]["fieldPath"]
     assert ref == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    # the key comes from the probe's Secret, never written into the Job itself
+    assert key == {
+        "name": "GRAPHRUN_PROBE_KEY",
+        "valueFrom": {"secretKeyRef": {"name": "graphsage-probe-ab12c", "key": "key"}},
+    }
     assert j["template"]["spec"]["subdomain"] == "graphsage-probe-ab12c"
     assert c["image"] == "ghcr.io/graphrun/graphrun:0.1.0"
 
@@ -239,14 +244,16 @@ class FakeKube:
     ],
     ids=["interrupted", "create-refused", "delete-fails-too"],
 )
-def test_the_probe_deletes_its_job_and_service_however_it_ends(fail: dict[str, Any]) -> None:
+def test_the_probe_deletes_its_objects_however_it_ends(fail: dict[str, Any]) -> None:
     s = spec()
     kube = FakeKube(fail)
     first = next(iter(fail.values()))
     with pytest.raises(type(first)) as got:
         P.run_probe(kube, s, sleep=lambda _: None)
     assert got.value is first  # not masked by a failing delete
-    assert kube.calls[-2:] == [("delete Job", s.name), ("delete Service", s.name)]
+    assert kube.calls[-3:] == [
+        ("delete Job", s.name), ("delete Service", s.name), ("delete Secret", s.name)
+    ]  # fmt: skip
 
 
 def test_the_probe_times_out_and_deletes() -> None:
@@ -255,7 +262,9 @@ def test_the_probe_times_out_and_deletes() -> None:
     now = iter(range(0, 10_000, 100))
     with pytest.raises(HostError, match=r"0 of 3 members done after 300s .*: no pods yet"):
         P.run_probe(kube, s, clock=lambda: next(now), sleep=lambda _: None)
-    assert kube.calls[-2:] == [("delete Job", s.name), ("delete Service", s.name)]
+    assert kube.calls[-3:] == [
+        ("delete Job", s.name), ("delete Service", s.name), ("delete Secret", s.name)
+    ]  # fmt: skip
 
 
 def test_a_report_of_the_most_members_fits_a_termination_message() -> None:
