@@ -296,7 +296,7 @@ def run(
             break
         events += 1
         dt = tn - t
-        tol = _REL_EPS * max(tn, 1e-300)
+        tol = _REL_EPS * tn  # relative only: an absolute floor ended tiny steps early
         ne = 0
         for j in range(nr):
             f = run_f[j]
