@@ -58,9 +58,11 @@ def test_profile_plan_run_and_compare_on_two_emulated_hosts(tmp_path, capsys):
     for run in report["runs"]:
         assert set(run["assignments"]) == roles and len(run["epoch_s_all"]) == 2
         assert run["predicted_epoch_s"] > 0 and run["measured_epoch_s"] > 0
-        assert run["error"] == pytest.approx(
-            run["predicted_epoch_s"] / run["measured_epoch_s"] - 1, abs=0.02
-        )
+        # the times are printed to 3 decimals, the error from the unrounded ones: on
+        # this tiny job's epochs (a few ms) rounding alone moves the ratio by 10%
+        p, m, half = run["predicted_epoch_s"], run["measured_epoch_s"], 5e-4
+        low, high = (p - half) / (m + half) - 1, (p + half) / max(m - half, 1e-9) - 1
+        assert low - 1e-4 <= run["error"] <= high + 1e-4, run
     # the plan that ran is the plan that was predicted, and it ran where it said
     ran = yaml.safe_load((work / "job-plan.yaml").read_text())["spec"]["placement"]
     assert ran == {"assignments": plan["assignments"]}

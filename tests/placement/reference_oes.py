@@ -149,7 +149,7 @@ def simulate(dag: Dag, policy: Policy | str = Policy.PRIORITY) -> SimResult:
             break
         events += 1
         dt = tn - t
-        tol = _REL_EPS * max(tn, 1e-300)
+        tol = _REL_EPS * tn  # as the kernel: relative only
         ended = []
         for f, r in running:
             if t + rem[f] / r - tn <= tol:
