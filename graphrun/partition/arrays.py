@@ -13,6 +13,8 @@ import sys
 
 import numpy as np
 
+SLICE = 1 << 23  # entries per slice where a kernel avoids full-length temporaries
+
 
 def _digits(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """The low and high 16-bit digits of int32/int64 ``keys`` < 2**32 as views (no
@@ -57,10 +59,7 @@ def unique_inverse(values: np.ndarray, upper: int) -> tuple[np.ndarray, np.ndarr
     if not _dense(values, upper):
         uniq, inverse = np.unique(values, return_inverse=True)
         return uniq, inverse.reshape(-1)
-    seen = np.zeros(upper, dtype=bool)
-    seen[values] = True
-    uniq = np.flatnonzero(seen)
-    del seen
+    uniq = unique(values, upper)
     index = np.zeros(upper, dtype=np.int32)
     index[uniq] = np.arange(len(uniq), dtype=np.int32)
     return uniq, index[values].astype(np.int64)

@@ -38,11 +38,24 @@ def owner_of(bounds: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return np.searchsorted(bounds, ids, side="right").astype(np.int64) - 1
 
 
-def by_rank(dest: np.ndarray, world: int, *cols: np.ndarray) -> list[np.ndarray]:
-    """Rows (the stacked ``cols``) grouped by destination rank, for :meth:`Comm.exchange`."""
-    order = stable_argsort(dest, world)
+def rank_order(dest: np.ndarray, world: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows' order grouped by destination rank (stable inside a rank), and where
+    each rank's group starts in it (``world + 1`` cuts)."""
+    cuts = np.zeros(world + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dest, minlength=world), out=cuts[1:])
+    return stable_argsort(dest, world), cuts
+
+
+def by_rank(
+    dest: np.ndarray,
+    world: int,
+    *cols: np.ndarray,
+    grouping: tuple[np.ndarray, np.ndarray] | None = None,
+) -> list[np.ndarray]:
+    """Rows (the stacked ``cols``) grouped by destination rank, for :meth:`Comm.exchange`
+    (``grouping``: :func:`rank_order` of ``dest``, when the caller has it already)."""
+    order, cuts = grouping if grouping is not None else rank_order(dest, world)
     rows = np.stack([c[order] for c in cols], axis=1) if cols else np.zeros((len(dest), 0))
-    cuts = np.searchsorted(dest[order], np.arange(world + 1))
     return [np.ascontiguousarray(rows[cuts[q] : cuts[q + 1]]) for q in range(world)]
 
 
@@ -84,12 +97,12 @@ class Comm:
         every row sent here as one ``[m, len(cols)]`` array, in rank order and stable
         inside a rank. One copy of the data each way (the rows sorted by destination,
         the received buffer): the exchange of the big arrays."""
-        order = stable_argsort(dest, self.world)
+        order, cuts = rank_order(dest, self.world)
         rows = np.empty((len(dest), len(cols)), dtype=cols[0].dtype)
         for j, col in enumerate(cols):  # mode="clip": "raise" buffers a strided `out` (5x)
             np.take(col, order, out=rows[:, j], mode="clip")
         del order
-        counts = np.bincount(dest, minlength=self.world) * rows.itemsize * len(cols)
+        counts = np.diff(cuts) * rows.itemsize * len(cols)
         raw, _ = self._all_to_all(torch.from_numpy(rows.reshape(-1).view(np.uint8)), counts)
         return raw.view(rows.dtype).reshape(-1, len(cols))
 
@@ -139,10 +152,10 @@ class Comm:
         """``table`` values of global ``ids``, each answered by its owner (``bounds``:
         rank ``q`` owns ``bounds[q] .. bounds[q+1]-1`` and holds them as ``table``)."""
         dest = owner_of(bounds, ids)
-        order = stable_argsort(dest, self.world)
-        asks = self.exchange(by_rank(dest, self.world, ids))
+        grouping = rank_order(dest, self.world)
+        asks = self.exchange(by_rank(dest, self.world, ids, grouping=grouping))
         lo = int(bounds[self.rank])
         answers = self.exchange([table[a[:, 0] - lo] for a in asks])
         out = np.empty((len(ids), *table.shape[1:]), dtype=table.dtype)
-        out[order] = np.concatenate(answers)
+        out[grouping[0]] = np.concatenate(answers)
         return out

@@ -14,8 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from graphrun.errors import ArgumentError, GraphrunError
-
-SLICE = 1 << 23  # entries per slice of the CSR's temporaries (64 MiB of int64)
+from graphrun.partition.arrays import SLICE
 
 
 def _sorted_unique(keys: np.ndarray) -> np.ndarray:

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphrun.graph import Graph
-from graphrun.partition.arrays import stable_argsort
+from graphrun.partition.arrays import SLICE, stable_argsort
 from graphrun.partition.book import PartitionBook
 
 
-def _inverse(perm: np.ndarray, step: int = 1 << 23) -> np.ndarray:
+def _inverse(perm: np.ndarray) -> np.ndarray:
     inv = np.empty_like(perm)
-    for i in range(0, len(perm), step):  # in slices: no E-long arange
-        p = perm[i : i + step]
+    for i in range(0, len(perm), SLICE):  # in slices: no E-long arange
+        p = perm[i : i + SLICE]
         inv[p] = np.arange(i, i + len(p), dtype=perm.dtype)
     return inv
 

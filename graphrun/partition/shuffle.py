@@ -33,7 +33,7 @@ from graphrun.graph import etype_key
 from graphrun.graph.chunked import Chunk, ChunkedMeta
 from graphrun.partition.arrays import stable_argsort, unique
 from graphrun.partition.book import PartitionBook
-from graphrun.partition.comm import Comm, by_rank, owner_of
+from graphrun.partition.comm import Comm, by_rank, owner_of, rank_order
 from graphrun.partition.format import MAPPING_DIR
 from graphrun.partition.quality import Quality, max_over_mean
 
@@ -151,8 +151,7 @@ class Received:
 
 def _send_rows(comm: Comm, dest: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``rows`` to rank ``dest`` (stable inside a destination); all received, in rank order."""
-    order = stable_argsort(dest, comm.world)
-    cuts = np.searchsorted(dest[order], np.arange(comm.world + 1))
+    order, cuts = rank_order(dest, comm.world)
     sorted_rows = np.asarray(rows)[order]
     got = comm.exchange([sorted_rows[cuts[q] : cuts[q + 1]] for q in range(comm.world)])
     return np.concatenate(got)
