@@ -63,6 +63,12 @@ async def items(api: Any, path: str) -> list[dict[str, Any]]:
         return list((await resp.json()).get("items") or []) if resp.status == 200 else []
 
 
+async def assert_nothing_left(api: Any) -> None:
+    """The probe's Job, Service and Secret are all deleted, however it ended."""
+    for path in (JOBS, SERVICES, SECRETS):
+        assert await items(api, path) == [], path
+
+
 async def the_job(api: Any, timeout: float = 30) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while not (jobs := await items(api, JOBS)):
@@ -137,8 +143,7 @@ async def test_probe_job_reports_become_the_cluster_file_and_everything_is_delet
     assert [e * 8 / 1e9 for e in c.egress] == [1.0, 2.0]
     assert json.loads(out.out)["pairs"]["cpu-node-2->gpu-node-7"]["latency_ms"] == 0.2
     assert f"Job {NS}/{job['metadata']['name']}" in out.err
-    assert await items(kmock, JOBS) == [] and await items(kmock, SERVICES) == []
-    assert await items(kmock, SECRETS) == []
+    await assert_nothing_left(kmock)
 
 
 @pytest.mark.integration
@@ -158,8 +163,7 @@ async def test_a_failed_member_fails_the_probe_in_one_line_naming_pod_and_node(
         "ImportError: torch"
     )
     assert not (tmp_path / "c.yaml").exists()
-    assert await items(kmock, JOBS) == [] and await items(kmock, SERVICES) == []
-    assert await items(kmock, SECRETS) == []
+    await assert_nothing_left(kmock)
 
 
 @pytest.mark.integration
@@ -177,8 +181,7 @@ async def test_members_that_never_run_time_out_naming_why_they_wait(
         f"{job['metadata']['name']}-1-q1x (Unschedulable: 0/2 nodes are available: "
         "2 node(s) didn't match pod anti-affinity rules.)"
     )
-    assert await items(kmock, JOBS) == [] and await items(kmock, SERVICES) == []
-    assert await items(kmock, SECRETS) == []
+    await assert_nothing_left(kmock)
 
 
 def test_bad_input_is_one_line_naming_the_file_and_field(tmp_path: Path, capsys) -> None:
