@@ -21,8 +21,9 @@ netns --cluster` runs them) and measured, so the probe checks the emulation.
 With --hosts kubernetes --job GRAPHJOB the nodes the GraphJob's worker pods may use are
 measured by a short Job in its namespace (one pod per node, as many as its
 runtime.machines or --members); each node becomes a machine of the cluster file, named
-after it. The Job and its Service are deleted when the probe ends, however it ends. The
-pods run `graphrun probe --member I --peers ...` (docs/kubernetes.md).
+after it. The Job, its Service and its Secret (the key the pods tag their messages
+with) are deleted when the probe ends, however it ends. The pods run `graphrun probe
+--member I --peers ...` (docs/kubernetes.md).
 
 Examples:  graphrun probe --hosts netns --cluster four-hosts.yaml -o probed.yaml
            graphrun probe --hosts kubernetes --job graphsage.yaml -o cluster.yaml

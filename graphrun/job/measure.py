@@ -90,9 +90,9 @@ def memory_bytes(own_limit: bool = True) -> int:
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemTotal:"):
             total = int(line.split()[1]) * 1024
-    limits = [total]
     if not own_limit:
         return total
+    limits = [total]
     for line in Path("/proc/self/cgroup").read_text().splitlines():
         _, names, path = line.split(":", 2)
         for f in (
