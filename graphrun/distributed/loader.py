@@ -23,6 +23,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
@@ -292,6 +293,10 @@ def plan_feature_cache(
         keys = [str(TensorKey.node(nt, name)) for name in (x, y)]
         if keys[0] in names:  # a type without the feature is not worth caching
             row_bytes[nt] = sum(client.meta(k).row_bytes for k in keys if k in names)
+    halo = np.zeros(book.num_nodes, np.int64)
+    for csc in graph.ctx.sampler.local.values():  # in-edges of the co-located partitions
+        halo += np.bincount(csc.indices.numpy(), minlength=book.num_nodes)
     return plan_cache(
-        sampler, book, client.local_parts, ids, batch_size, budget_bytes, row_bytes, probes, seed
-    )
+        sampler, book, client.local_parts, ids, batch_size, budget_bytes, row_bytes, probes,
+        seed, halo,
+    )  # fmt: skip

@@ -68,3 +68,30 @@ def test_nothing_is_cached_without_a_budget_or_remote_partitions(served) -> None
     with initialize(served.servers, heartbeat_interval=0, use_shm=False) as ctx:
         plan = plan_feature_cache(DistGraph(ctx), ids, [3], batch_size=10, budget_bytes=0)
         assert plan.num_rows == 0
+
+
+class _Reaches:
+    """A sampler whose every batch reaches the same nodes (what ``plan_cache`` reads)."""
+
+    def __init__(self, nodes: list[int]) -> None:
+        self.node = torch.tensor(nodes)
+
+    def sample(self, batch, generator=None):
+        return self
+
+
+def test_the_halo_fills_what_the_probes_leave_of_the_budget() -> None:
+    from graphrun.distributed.cache import plan_cache
+    from tests.partition.test_book import make_book
+
+    book = make_book(2, [[10, 10]], [[5, 5]])  # partition 0 local: nodes 10..19 are remote
+    seeds = torch.arange(0, 10)
+    probed = _Reaches([1, 12, 15])  # remote 12 and 15 are reached by every probe
+    halo = np.zeros(20, np.int64)
+    halo[[18, 11, 13]] = [9, 5, 1]  # edges into partition 0
+    plan = lambda budget, h: plan_cache(probed, book, [0], seeds, 5, budget, {"n0": 4}, halo=h)  # noqa: E731
+    assert plan(4 * 20, None).ids["n0"].tolist() == [12, 15]  # the probes' nodes only
+    assert plan(4 * 4, halo).ids["n0"].tolist() == [11, 12, 15, 18]  # then halo 18, 11
+    assert plan(4 * 5, halo).ids["n0"].tolist() == [11, 12, 13, 15, 18]
+    assert plan(4 * 20, halo).ids["n0"].tolist() == list(range(10, 20))  # all remote rows
+    assert plan(4 * 2, halo).ids["n0"].tolist() == [12, 15]  # the probed come first
