@@ -42,21 +42,25 @@ def test_each_layer_computes_only_its_message_flow_targets():
     assert model(x, ei, nodes, edges).shape == (2, 3)  # only the seeds come out
 
 
-def test_csr_adjacency_sorts_unsorted_destinations():
+def test_csr_adjacency_sorts_unsorted_destinations_and_averages():
     ei = torch.tensor([[5, 2, 6, 3], [2, 0, 1, 0]])  # destinations out of order
     adj = as_adj(ei, 7, 3, "csr").to_dense()
     want = torch.zeros(3, 7)
-    want[ei[1], ei[0]] = 1.0
+    want[ei[1], ei[0]] = torch.tensor([1.0, 0.5, 1.0, 0.5])  # 1 / in-degree
     assert torch.equal(adj, want)
+    x = torch.randn(7, 4)
+    mean = torch.stack([x[[2, 3]].mean(0), x[6], x[5]])
+    assert torch.allclose(torch.sparse.mm(as_adj(ei, 7, 3, "csr"), x), mean)
 
 
 def test_dropout_keeps_1_minus_p_scaled_and_is_identity_in_eval():
     torch.manual_seed(0)
     x = torch.ones(200_000)
-    out = dropout(x, 0.3, True)
-    kept = out != 0
-    assert abs(float(kept.float().mean()) - 0.7) < 0.01
-    assert torch.allclose(out[kept], torch.full((int(kept.sum()),), 1 / 0.7))
+    for p in (0.3, 0.25):  # 16-bit draws, 8-bit draws (p a multiple of 1/256)
+        out = dropout(x, p, True)
+        kept = out != 0
+        assert abs(float(kept.float().mean()) - (1 - p)) < 0.01
+        assert torch.allclose(out[kept], torch.full((int(kept.sum()),), 1 / (1 - p)))
     assert dropout(x, 0.3, False) is x and dropout(x, 0.0, True) is x
     assert not dropout(x, 1.0, True).any()
     g = torch.ones(10, requires_grad=True)
