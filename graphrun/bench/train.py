@@ -67,6 +67,11 @@ def register(subparsers: Any) -> None:
         help="training.evaluation of the job (default: the spec's, auto)",
     )
     p.add_argument(
+        "--precision",
+        choices=("auto", "fp32", "bf16"),
+        help="training.precision of the job (default: the spec's, auto)",
+    )
+    p.add_argument(
         "--feature-cache-mb",
         type=int,
         default=None,
@@ -194,6 +199,8 @@ def _job_yaml(workdir: Path, args: argparse.Namespace) -> Path:
     }  # fmt: skip
     if args.evaluation is not None:
         job["spec"]["training"]["evaluation"] = args.evaluation  # type: ignore[index]
+    if args.precision is not None:
+        job["spec"]["training"]["precision"] = args.precision  # type: ignore[index]
     if args.feature_cache_mb is not None:
         job["spec"]["runtime"]["featureCacheMb"] = args.feature_cache_mb  # type: ignore[index]
     path = workdir / "job.yaml"
@@ -223,14 +230,16 @@ def run_distributed(args: argparse.Namespace, workdir: Path, aggr: str) -> dict[
     )  # fmt: skip
     t0 = time.time()
     out, sampler = run_sampled(path, opts, workdir / f"job-{aggr}.log")
-    first = None
+    first, precision = None, None
     for line in out.splitlines():
-        if '"first_step"' in line:
+        if '"first_step"' in line and first is None:
             first = json.loads(line.split("] ", 1)[1])["time"]
-            break
+        if '"event": "model"' in line and precision is None:
+            precision = json.loads(line.split("] ", 1)[1]).get("precision")
     recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     times = [r["epoch_s"] for r in recs]
     return {
+        "precision": precision,
         "epoch_s": round(statistics.median(times), 4),
         "epoch_s_all": times,
         "test_acc": recs[-1]["test_acc"],

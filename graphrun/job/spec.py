@@ -340,6 +340,12 @@ class TrainingSpec(_Model):
         "GAT on homogeneous graphs); sampled: the training fanouts; auto: layerwise where "
         "the model supports it",
     )
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        default="auto",
+        description="GraphSAGE's dense layers: bf16 runs their matrix products in bf16 "
+        "(parameters, optimizer, aggregation and loss stay fp32); auto: bf16 where the CPU "
+        "multiplies bf16 natively (AMX or AVX-512 BF16), else fp32",
+    )
     eval_subset: int | None = Field(
         default=None, gt=0,
         description="evaluations before the last use at most this many val and test seeds "

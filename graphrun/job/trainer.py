@@ -82,6 +82,7 @@ def train_config(job: GraphJob, args: argparse.Namespace, run_dir: Path, ckpt: P
         eval_subset=t.eval_subset,
         seed=t.seed,
         aggr_path=args.aggr,
+        precision=t.precision,
         checkpoint_dir=ckpt,
         resume=args.resume,
         metrics_file=run_dir / "metrics.jsonl",

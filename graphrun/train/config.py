@@ -42,6 +42,7 @@ class TrainConfig:
     eval_subset: int | None = None  # seeds per trainer in evaluations before the last
     seed: int = 0
     aggr_path: AggrPath = "csr"
+    precision: str = "auto"  # auto | fp32 | bf16 (graphrun.train.models.resolve_precision)
     checkpoint_dir: Path | None = None
     resume: bool = False
     metrics_file: Path | None = None

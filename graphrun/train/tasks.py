@@ -28,7 +28,7 @@ from graphrun.train import inference
 from graphrun.train.context import TrainContext
 from graphrun.train.data import Batch, Embedding
 from graphrun.train.ddp import barrier, unwrap, wrap
-from graphrun.train.models import GAT, GCN, SAGE, HeteroGNN, LinkPredictor
+from graphrun.train.models import GAT, GCN, SAGE, HeteroGNN, LinkPredictor, resolve_precision
 from graphrun.train.names import model_name
 
 
@@ -143,7 +143,8 @@ class NodeClassification(Task):
         elif name == "gat":
             model = GAT(in_dim, c.hidden, classes, layers, c.dropout)
         else:
-            model = SAGE(in_dim, c.hidden, classes, layers, c.dropout, c.aggr_path)
+            precision = resolve_precision(c.precision)
+            model = SAGE(in_dim, c.hidden, classes, layers, c.dropout, c.aggr_path, precision)
         self.layerwise = c.evaluation != "sampled" and inference.supports(model, d)
         if c.evaluation == "layerwise" and not self.layerwise:
             raise ArgumentError(
@@ -323,4 +324,6 @@ def make_task(ctx: TrainContext) -> Task:
 
 def describe(task: Task) -> dict[str, Any]:
     params = sum(p.numel() for p in task.model.parameters())
-    return {"task": task.cfg.task, "model": type(unwrap(task.model)).__name__, "params": params}
+    model = unwrap(task.model)
+    out = {"task": task.cfg.task, "model": type(model).__name__, "params": params}
+    return {**out, "precision": getattr(model, "precision", "fp32")}

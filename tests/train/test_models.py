@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphrun.train.models import SAGE, HeteroGNN, LinkPredictor, as_adj, dropout, mfg_targets
+from graphrun.errors import ArgumentError
+from graphrun.train.models import (
+    SAGE,
+    HeteroGNN,
+    LinkPredictor,
+    as_adj,
+    dropout,
+    mfg_targets,
+    resolve_precision,
+)
 
 
 def mfg() -> tuple[torch.Tensor, torch.Tensor, list[int], list[int]]:
@@ -32,6 +41,39 @@ def test_csr_path_matches_scatter():
     b = SAGE(4, 8, 3, 2, 0.0, "csr").eval()
     b.load_state_dict(a.state_dict())
     assert torch.allclose(a(x, ei, nodes, edges)[:2], b(x, ei, nodes, edges)[:2], atol=1e-5)
+
+
+@pytest.mark.parametrize("targets", [5, 1500])  # fewer rows than a bf16 bucket; more
+def test_bf16_layers_match_fp32_and_train_the_same_parameters(targets):
+    torch.manual_seed(0)
+    if targets == 5:
+        x, ei, nodes, edges = mfg()
+    else:  # one layer: 1500 targets among 3000 nodes, 4 in-edges each
+        x = torch.randn(3000, 16)
+        dst = torch.arange(targets).repeat_interleave(4)
+        ei = torch.stack([torch.randint(0, 3000, (dst.numel(),)), dst])
+        nodes, edges = [targets, 3000 - targets], [dst.numel()]
+    layers = len(edges)
+    ref = SAGE(x.size(1), 8, 3, layers, 0.0, "scatter")
+    half = SAGE(x.size(1), 8, 3, layers, 0.0, "csr", "bf16")
+    half.load_state_dict(ref.state_dict())
+    a, b = ref(x, ei, nodes, edges), half(x, ei, nodes, edges)
+    assert b.dtype == torch.float32 and b.shape == a.shape == (nodes[0], 3)
+    assert torch.allclose(a, b, rtol=0.05, atol=0.02)  # bf16 keeps 8 bits of mantissa
+    a.square().sum().backward()
+    b.square().sum().backward()
+    for (name, p), q in zip(ref.named_parameters(), half.parameters(), strict=True):
+        assert q.grad is not None and q.grad.dtype == torch.float32, name
+        assert torch.allclose(p.grad, q.grad, rtol=0.1, atol=0.05), name
+
+
+def test_precision_auto_picks_what_the_cpu_multiplies_and_bad_values_are_refused():
+    assert resolve_precision("auto") in ("fp32", "bf16")
+    assert resolve_precision("fp32") == "fp32" and resolve_precision("bf16") == "bf16"
+    with pytest.raises(ArgumentError, match="precision"):
+        resolve_precision("fp16")
+    with pytest.raises(ArgumentError, match="precision"):
+        SAGE(4, 8, 3, 2, precision="fp16")  # type: ignore[arg-type]
 
 
 def test_each_layer_computes_only_its_message_flow_targets():
