@@ -11,6 +11,7 @@ from graphrun.distributed.cache import FeatureCache
 from graphrun.store.client import KVClient
 from graphrun.store.dist_tensor import as_torch
 from graphrun.store.policy import TensorKey
+from graphrun.store.routing import take_into
 
 
 class StoreFeatures:
@@ -57,7 +58,7 @@ class StoreFeatures:
             else:
                 rows = np.empty((len(idx), *cached.rows.shape[1:]), cached.rows.dtype)
                 at = np.flatnonzero(hit)
-                rows[at] = np.take(cached.rows, slot[at], axis=0)
+                take_into(rows, at, cached.rows, slot[at])
                 if n_hit < len(idx):
                     at = np.flatnonzero(~hit)
                     self.client.pull(key, idx[at], out=rows, at=at)  # straight into place

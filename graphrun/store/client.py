@@ -199,9 +199,19 @@ class KVClient(Session):
                 groups.append(g)
                 self.traffic[g.part, "pull:shm"] += len(g.ids) * ti.row_bytes
 
-        def gather(g: routing.Group) -> np.ndarray:
+        whole = out is None and len(groups) == 1 and isinstance(groups[0].pos, slice)
+        if out is None and not whole:
+            out = np.empty((len(ids), *ti.row_shape), dtype=ti.dtype)
+
+        def place(g: routing.Group) -> np.ndarray | slice:
+            return g.pos if at is None else at[g.pos]
+
+        def gather(g: routing.Group) -> np.ndarray | None:
             # ids are checked already; mode="clip" keeps np.take from buffering its output
-            return np.take(local[g.part], g.rows, axis=0, mode="clip")
+            if out is None:
+                return np.take(local[g.part], g.rows, axis=0, mode="clip")
+            routing.take_into(out, place(g), local[g.part], g.rows)  # straight into place
+            return None
 
         answers = routing.remote_first(
             groups,
@@ -210,12 +220,13 @@ class KVClient(Session):
             lambda pending: self.wait(pending).tensors[0],
             gather,
         )
-        if out is None and len(groups) == 1 and isinstance(groups[0].pos, slice):
-            return next(answers)[1]  # one owner, one piece: the frame or the gather as is
-        if out is None:
-            out = np.empty((len(ids), *ti.row_shape), dtype=ti.dtype)
+        if out is None:  # one owner, one piece: the frame or the gather as is
+            rows = next(answers)[1]
+            assert rows is not None
+            return rows
         for g, rows in answers:
-            out[g.pos if at is None else at[g.pos]] = rows
+            if rows is not None:
+                routing.put_into(out, place(g), rows)
         return out
 
     def push(

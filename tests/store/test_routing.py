@@ -75,3 +75,33 @@ def test_partition_info_crosses_the_wire_whole():
     del broken["book"]
     with pytest.raises(ArgumentError, match="partition info is malformed"):
         PartitionInfo.from_wire(broken)
+
+
+@pytest.mark.parametrize("shape", [(50,), (50, 3)])
+@pytest.mark.parametrize(
+    "at",
+    [
+        slice(10, 30),
+        np.arange(5, 25),  # one run
+        np.r_[0:4, 9:15, 40:50],  # a few runs
+        np.arange(0, 40, 2),  # 20 runs of one position
+        np.arange(49, 9, -1),  # 40 runs (more than MAX_RUNS): gather, then scatter
+        np.array([7, 3, 30, 31, 32, 0]),  # out of order
+        np.empty(0, np.int64),
+    ],
+)
+def test_rows_land_where_they_belong_however_the_positions_run(shape, at) -> None:
+    from graphrun.store.routing import put_into, take_into
+
+    rng = np.random.default_rng(0)
+    src = rng.random((100, *shape[1:]))
+    n = len(range(50)[at]) if isinstance(at, slice) else len(at)
+    rows = rng.integers(0, 100, n)
+    want = np.zeros(shape)
+    want[at] = src[rows]
+    got = np.zeros(shape)
+    take_into(got, at, src, rows)
+    np.testing.assert_array_equal(got, want)
+    put = np.zeros(shape)
+    put_into(put, at, src[rows])
+    np.testing.assert_array_equal(put, want)
