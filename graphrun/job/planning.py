@@ -16,7 +16,13 @@ The conversion, role for role with :func:`graphrun.job.spec.job_roles`:
   trainer task (their CPU and memory added to its demand): the runtime runs them in
   their trainer's process tree, on its machine, and refuses plans that move them, so
   the planner must not place them apart;
-* gradients are synchronised by allreduce (the runtime's DDP): no ``ps:<i>`` roles.
+* gradients are synchronised by allreduce (the runtime's DDP): no ``ps:<i>`` roles;
+* ``features_cached`` when the node features and labels the trainers read (the
+  ``part-<p>/node/*/`` arrays of ``training.feature`` and ``training.label``, all
+  partitions together) fit ``runtime.featureCacheMb``: each trainer's cache then holds
+  every row it does not read from a co-located store, and no placement moves features
+  (the runtime's cache fills its budget with every remote row it can). Without a
+  partition directory this is decided from ``spec.graph``'s estimate.
 
 The cluster must have exactly ``spec.runtime.machines`` machines, because a plan's
 machines map to the job's by position (:func:`graphrun.job.spec.resolve_placement`).
@@ -139,6 +145,32 @@ def store_memory_gb(gj: GraphJob, base: Path, where: str) -> tuple[list[float], 
     return [b / GB + STORE_OVERHEAD_GB for b in sizes], source
 
 
+def _feature_table_bytes(gj: GraphJob, base: Path) -> float | None:
+    """Bytes of the node feature and label arrays of every partition (None: no partition
+    directory)."""
+    parts_dir = base / gj.partition_dir()
+    if not (parts_dir / "partition.json").is_file():
+        return None
+    names = {f"{gj.spec.training.feature}.npy", f"{gj.spec.training.label}.npy"}
+    return float(
+        sum(
+            f.stat().st_size
+            for p in range(gj.spec.num_parts)
+            for f in (parts_dir / f"part-{p}" / "node").glob("*/*.npy")
+            if f.name in names
+        )
+    )
+
+
+def features_cached(gj: GraphJob, base: Path, where: str) -> bool:
+    """Whether one trainer's feature cache holds the whole graph's features and labels."""
+    budget = gj.spec.runtime.feature_cache_mb * 2**20
+    table = _feature_table_bytes(gj, base)
+    if table is None:
+        table = _graph_bytes(gj, base, where)  # everything: an upper bound
+    return budget > 0 and table <= budget
+
+
 def graphjob_to_placement(
     gj: GraphJob, path: Path, profile: str, iterations: int
 ) -> GraphJobPlacement:
@@ -159,6 +191,7 @@ def graphjob_to_placement(
         sync="allreduce",
         parameter_servers=0,
         iterations=iterations,
+        features_cached=features_cached(gj, base, where),
         profile=profile,
         demands=Demands(
             store=Demand(cpu=2, memory_gb=max(memory)), trainer=trainer, sampler=SAMPLER

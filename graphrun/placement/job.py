@@ -12,6 +12,8 @@ Native placement-job file (YAML), what ``graphrun plan`` reads::
     parameter_servers: 2        # only with sync: ps
     prefetch: 1                 # batches sampled/fetched ahead of training
     iterations: 8               # iterations simulated to score a placement
+    features_cached: false      # every trainer's feature cache holds every partition's
+                                # node features: no placement moves features
     profile: products           # built-in profile name, or a profile JSON path
                                 # (relative to this file), see graphrun.placement.profile
     demands:                    # per task kind; omitted resources are 0
@@ -68,6 +70,7 @@ class JobSpec(BaseModel):
     parameter_servers: Annotated[int, Field(ge=0)] = 1
     prefetch: Annotated[int, Field(ge=0)] = 1
     iterations: Annotated[int, Field(ge=1)] = 8
+    features_cached: bool = False
     profile: str = "products"
     demands: Demands = Demands()
 

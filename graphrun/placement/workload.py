@@ -95,7 +95,9 @@ def make_scenario(job: Job, seed: int = 0, iterations: int | None = None) -> Sce
         sample_s=prof["sample_cpu_s" if cpu else "sample_s"].sample(rng, k * t).reshape(k, t),
         compute_s=prof["compute_cpu_s" if cpu else "compute_s"].sample(rng, k * t).reshape(k, t),
         structure=per_part("structure"),
-        feature=per_part("feature"),
+        # a trainer whose feature cache holds the whole graph's rows pulls none, wherever
+        # it runs (co-located rows come from shared memory, all others from its cache)
+        feature=per_part("feature") * (0.0 if spec.features_cached else 1.0),
         batch_bytes=prof["batch_bytes"].sample(rng, k * t).reshape(k, t),
         grad_bytes=prof["grad_bytes"].mean,
         ps_update_s=prof["ps_update_s"]

@@ -113,6 +113,32 @@ def test_store_memory_comes_from_the_partition_directory(tmp_path: Path):
     }
 
 
+def test_features_a_trainer_caches_whole_move_in_no_placement(tmp_path: Path) -> None:
+    from graphrun.placement.workload import make_scenario
+
+    data, parts = tmp_path / "data", tmp_path / "parts"
+    assert main(["generate", "community", str(data), "--nodes", "3000", "--feat-dim", "16"]) == 0
+    assert main(["partition", str(data), str(parts), "--parts", "2", "--method", "random"]) == 0
+    table = 3000 * (16 * 4 + 8)  # float32 features and int64 labels of every node
+    for budget_mb, cached in ((1, True), (0, False)):  # 0 turns the cache off
+        assert table <= 2**20
+        spec = graphjob(
+            graph={"dataset": "data"},
+            partition={"parts": 2, "output": "parts"},
+            runtime={"machines": 2, "featureCacheMb": budget_mb},
+        )
+        _, j = write(tmp_path, spec, cluster(NAMES[:2]))
+        conv = graphjob_to_placement(load_job(j), j, "products", 4)
+        assert conv.job.spec.features_cached is cached
+        feature = make_scenario(conv.job).feature
+        assert bool(feature.sum() == 0) is cached  # the profile's feature bytes, or none
+    spec["spec"]["graph"] = {"generator": {"name": "community", "params": {"nodes": 10**7}}}
+    spec["spec"]["partition"] = {"parts": 2}
+    spec["spec"]["runtime"]["featureCacheMb"] = 256  # 10M nodes of 64 floats do not fit
+    _, j = write(tmp_path, spec, cluster(NAMES[:2]))
+    assert not graphjob_to_placement(load_job(j), j, "products", 4).job.spec.features_cached
+
+
 @pytest.mark.parametrize(
     ("job", "clus", "msg"),
     [
