@@ -128,8 +128,9 @@ class SAGE(torch.nn.Module):
     mean of the in-neighbours plus ``lin_r`` of the target itself — so that ``precision``
     ``"bf16"`` can run the two linear layers as one bf16 product (``[mean | x] @ [W_l |
     W_r]^T``: one cast of each side) while the SpMM (no bf16 sparse kernel on CPU), the
-    activations and the parameters stay fp32. A training step on the 200k-node
-    benchmark batch (one thread, a CPU with AMX): 39-42 ms fp32, 35-36 ms bf16."""
+    activations and the parameters stay fp32 (the scatter path is always fp32). A training
+    step on the 200k-node benchmark batch (one thread, a CPU with AMX): 39-42 ms fp32,
+    35-36 ms bf16."""
 
     def __init__(
         self,
@@ -149,11 +150,7 @@ class SAGE(torch.nn.Module):
             raise ArgumentError(f"precision: {precision!r} is not 'fp32' or 'bf16'")
         self.precision = precision
         dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
-        # the csr path's adjacency carries 1 / degree: its mean is a plain sum
-        aggr = "sum" if aggr_path == "csr" else "mean"
-        self.convs = torch.nn.ModuleList(
-            SAGEConv(a, b, aggr=aggr) for a, b in itertools.pairwise(dims)
-        )
+        self.convs = torch.nn.ModuleList(SAGEConv(a, b) for a, b in itertools.pairwise(dims))
         self.dropout = dropout
         self.aggr_path = aggr_path
 
@@ -178,7 +175,7 @@ class SAGE(torch.nn.Module):
         in-edges ``edge_index`` (local ids; what layer-wise inference calls)."""
         n_src = x.size(0)
         conv = cast(SAGEConv, self.convs[i])
-        if self.aggr_path == "csr":  # SAGEConv(aggr="sum", root_weight=True) over a mean adj
+        if self.aggr_path == "csr":  # SAGEConv's forward, the mean a product with 1/degree
             bf16 = self.precision == "bf16"
             # oneDNN builds its bf16 kernels per shape: row counts rounded up to a multiple
             # of BF16_ROWS (empty rows) let batches share them (12.9 -> 5.8 ms a layer)
