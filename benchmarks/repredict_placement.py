@@ -1,5 +1,7 @@
 """Re-predict a `graphrun bench placement --real` run's placements from its own records,
-with and without the store servers' serving steps (benchmarks/README.md, pr5).
+with and without the store servers' serving steps (benchmarks/README.md, pr5), and with
+the feature flows charged although the trainers' caches hold every row (the model before
+``features_cached``; pr6).
 
     python benchmarks/repredict_placement.py WORKDIR RESULT.json
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 import tempfile
 from pathlib import Path
 
@@ -38,13 +41,21 @@ def main(workdir: Path, result: dict) -> None:
     job_file = workdir / "job-co-location.yaml"
     data = yaml.safe_load(job_file.read_text())
     tiny = Demand(cpu=0, memory_gb=0.1)  # memory does not change a makespan
-    for label, served in (("with serving steps", serves), ("without serving steps", [])):
+    variants = (
+        ("with serving steps", serves, None),
+        ("without serving steps", [], None),
+        ("features charged", serves, False),
+    )
+    for label, served, cached in variants:
         with tempfile.TemporaryDirectory() as tmp:
             profile_file = Path(tmp) / "profile.json"
             save_profile(profile_from_records(records, "repredict", served), profile_file)
             spec = parse_job(data, str(job_file))
             gp = graphjob_to_placement(spec, job_file, str(profile_file), 8)
         job = gp.job.with_demands({"store": tiny, "trainer": tiny})
+        if cached is not None:
+            job = replace(job, spec=job.spec.model_copy(update={"features_cached": cached}))
+        label += f" (features_cached: {job.spec.features_cached})"
         ev = Evaluator(cluster, make_scenario(job, 0, ITERATIONS))
         cells = []
         for run in result["runs"]:
