@@ -195,7 +195,9 @@ def test_a_profiled_job_on_heterogeneous_netns_hosts(tmp_path):
     """One run for three things a netns job does (each was its own run): its hosts are
     namespaces shaped by a cluster file, each trainer reads only its machine's partition
     from shared memory, and its profile records what crossed the network."""
-    path = small_job(tmp_path, epochs=2, lr=0.03)
+    # no feature cache: this small graph's remote rows would all be cached (no feature
+    # would cross the network), and what crosses it is what the profile must record
+    path = small_job(tmp_path, epochs=2, lr=0.03, runtime={"featureCacheMb": 0})
     (tmp_path / "cluster.yaml").write_text(CLUSTER % 4)
     job, sink = run(
         path, hosts="netns", cluster=tmp_path / "cluster.yaml", profile_dir=tmp_path / "profile"
