@@ -132,7 +132,7 @@ def plan_cache(
         lo, hi = book.node_offsets[p], book.node_offsets[p + 1]
         remote[lo:hi] = False
     # with the halo every remote node is a candidate: the unreached ones come last
-    candidates = np.flatnonzero(remote & (counts > 0) if halo is None else remote)
+    candidates = np.flatnonzero((remote & (counts > 0)) if halo is None else remote)
     types, per_type = book.to_per_type(candidates)
     cost = np.array([row_bytes.get(t, 0) for t in book.node_types], np.int64)[types]
     cached = cost > 0  # node types without the feature are never cached

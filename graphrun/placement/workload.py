@@ -96,7 +96,8 @@ def make_scenario(job: Job, seed: int = 0, iterations: int | None = None) -> Sce
         compute_s=prof["compute_cpu_s" if cpu else "compute_s"].sample(rng, k * t).reshape(k, t),
         structure=per_part("structure"),
         # a trainer whose feature cache holds the whole graph's rows pulls none, wherever
-        # it runs (co-located rows come from shared memory, all others from its cache)
+        # it runs (co-located rows come from shared memory, all others from its cache);
+        # drawn all the same, so the other quantities' draws do not change with it
         feature=per_part("feature") * (0.0 if spec.features_cached else 1.0),
         batch_bytes=prof["batch_bytes"].sample(rng, k * t).reshape(k, t),
         grad_bytes=prof["grad_bytes"].mean,

@@ -181,14 +181,14 @@ class SAGE(torch.nn.Module):
             # of BF16_ROWS (empty rows) let batches share them (12.9 -> 5.8 ms a layer)
             rows = min(-(-n_dst // BF16_ROWS) * BF16_ROWS, n_src) if bf16 else n_dst
             mean = torch.sparse.mm(as_adj(edge_index, n_src, rows, "csr"), x)
-            left, right = cast(Tensor, conv.lin_l.weight), cast(Tensor, conv.lin_r.weight)
-            bias = cast(Tensor, conv.lin_l.bias)
             if bf16:  # one product of [mean | x] with [W_l | W_r]: one cast of each side
+                left, right = cast(Tensor, conv.lin_l.weight), cast(Tensor, conv.lin_r.weight)
+                bias = cast(Tensor, conv.lin_l.bias).to(torch.bfloat16)
                 both = torch.cat([mean, x[:rows]], dim=1).to(torch.bfloat16)
                 w = torch.cat([left, right], dim=1).to(torch.bfloat16)
-                x = torch.addmm(bias.to(torch.bfloat16), both, w.t()).float()[:n_dst]
+                x = torch.addmm(bias, both, w.t()).float()[:n_dst]
             else:
-                x = torch.addmm(bias, mean, left.t()) + x[:rows] @ right.t()
+                x = conv.lin_l(mean) + conv.lin_r(x[:n_dst])
         else:
             adj = as_adj(edge_index, n_src, n_dst, self.aggr_path)
             x = conv((x, x[:n_dst]), adj, size=(n_src, n_dst))
