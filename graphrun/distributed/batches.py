@@ -26,7 +26,7 @@ from graphrun.distributed.context import DistContext
 from graphrun.distributed.features import StoreFeatures
 from graphrun.errors import ArgumentError
 from graphrun.sampling.edgesplit import EdgeSplit
-from graphrun.sampling.kernels import make_generator
+from graphrun.sampling.mfg import make_generator
 from graphrun.sampling.negative import NegativeSampler
 from graphrun.sampling.partitioned import BookTypeMap
 from graphrun.sampling.pyg import split_by_type

@@ -32,7 +32,7 @@ from graphrun.partition.book import PartitionBook
 from graphrun.sampling.csc import SampledEdges
 from graphrun.sampling.distributed import DistOneHopSampler
 from graphrun.sampling.fanout import normalize_fanouts
-from graphrun.sampling.kernels import Seed, make_generator
+from graphrun.sampling.mfg import Seed, draw_seed, make_generator
 from graphrun.sampling.partitioned import BookTypeMap
 from graphrun.store.dist_tensor import DistTensor
 from graphrun.store.policy import TensorKey
@@ -154,7 +154,7 @@ class DistGraph:
         """One hop of in-neighbours of homogeneous ``seeds``, sampled where they are stored.
 
         ``fanout``: an int (per edge type) or ``{etype: int}``; ``weight``: sample
-        proportionally to that edge feature. Returns global ids:
+        proportionally to that edge feature. Returns global ids as numpy arrays:
         ``src -> seeds[seed_index]`` with edge ids ``eid`` (and ``etype``).
         """
         vec = normalize_fanouts([fanout], self.edge_types, arg="fanout")[0]
@@ -166,7 +166,7 @@ class DistGraph:
             vec,
             replace=replace,
             weighted=weight is not None,
-            generator=make_generator(generator),
+            seed=draw_seed(make_generator(generator)),
         )
 
     def mask_ids(self, name: str, ntype: str | None = None) -> Tensor:

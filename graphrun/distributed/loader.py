@@ -295,7 +295,7 @@ def plan_feature_cache(
             row_bytes[nt] = sum(client.meta(k).row_bytes for k in keys if k in names)
     halo = np.zeros(book.num_nodes, np.int64)
     for csc in graph.ctx.sampler.local.values():  # in-edges of the co-located partitions
-        halo += np.bincount(csc.indices.numpy(), minlength=book.num_nodes)
+        halo += np.bincount(csc.indices, minlength=book.num_nodes)
     return plan_cache(
         sampler, book, client.local_parts, ids, batch_size, budget_bytes, row_bytes, probes,
         seed, halo,

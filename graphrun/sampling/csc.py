@@ -1,4 +1,4 @@
-"""One-hop neighbour sampling on a local CSC (a whole graph or one partition).
+"""One-hop neighbour sampling on a local CSC (a whole graph or one partition), numpy only.
 
 :class:`CSCGraph` holds the in-edges of a contiguous block of *owned* nodes:
 row ``i`` is global node ``row_start + i``; ``indices`` are global source ids and
@@ -8,64 +8,76 @@ type once at construction, so each ``(row, edge type)`` pair is its own segment
 and a per-type fanout is a plain per-segment fanout for the kernels.
 
 :meth:`CSCGraph.sample_one_hop` is the one-hop sampler interface
-(:class:`graphrun.sampling.mfg.OneHopSampler`) that multi-layer sampling and the
-distributed sampler both use.
+(:class:`graphrun.sampling.mfg.OneHopSampler`) that multi-layer sampling, the
+distributed sampler and the store's sampling extension all use. Nothing here
+imports torch: a store server samples with this module alone (see
+:mod:`graphrun.sampling.kernels`).
+
+A partition (directory format v1, or the store's shared-memory copy of it) holds
+the CSC of its local nodes with global source and edge ids; the owned nodes come
+first and are the contiguous new ids ``book.owned_nodes(part)``. Its in-edges are
+already grouped by edge type inside every row (the writer orders them by edge id,
+and edge ids are grouped by type), so :func:`csc_from_structure` copies nothing:
+the arrays stay memory-mapped / in shared memory.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
-from torch import Tensor
 
 from graphrun.errors import ArgumentError
 from graphrun.graph.graph import Graph, etype_key
-from graphrun.sampling.kernels import sample_segments
+from graphrun.partition.book import PartitionBook
+from graphrun.sampling.kernels import make_rng, sample_segments
 
 
 @dataclass(frozen=True)
 class SampledEdges:
-    """Edges picked for a batch of seeds: ``src -> seeds[seed_index]``, global ids."""
+    """Edges picked for a batch of seeds: ``src -> seeds[seed_index]``, global ids (int64;
+    ``etype`` int32)."""
 
-    src: Tensor
-    seed_index: Tensor
-    eid: Tensor
-    etype: Tensor | None = None
+    src: np.ndarray
+    seed_index: np.ndarray
+    eid: np.ndarray
+    etype: np.ndarray | None = None
 
     def __len__(self) -> int:
-        return int(self.src.numel())
+        return len(self.src)
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.src, self.seed_index, self.eid, self.etype)
+        return sum(a.nbytes for a in arrays if a is not None)
 
     @staticmethod
     def empty(typed: bool) -> SampledEdges:
-        e = torch.empty(0, dtype=torch.long)
-        return SampledEdges(e, e, e, torch.empty(0, dtype=torch.int32) if typed else None)
+        e = np.empty(0, dtype=np.int64)
+        return SampledEdges(e, e, e, np.empty(0, dtype=np.int32) if typed else None)
 
 
-def _tensor(a: np.ndarray | Tensor) -> Tensor:
-    if isinstance(a, Tensor):
-        return a
-    arr = np.asarray(a)
-    if not arr.flags.writeable:  # memory-mapped or shared read-only: torch wants writable
-        return torch.from_numpy(np.array(arr))
-    return torch.from_numpy(arr)
+def check_seeds(seeds: object, lo: int, hi: int, arg: str = "seeds") -> np.ndarray:
+    """``seeds`` as an int64 array, all in ``[lo, hi)``; ArgumentError naming the first bad one.
+
+    Takes anything array-like (a torch tensor too, without a copy)."""
+    a = np.asarray(seeds)
+    if a.ndim != 1:
+        raise ArgumentError(f"{arg}: expected a 1-d tensor of node ids, got shape {a.shape}")
+    if a.dtype.kind not in "iu":
+        raise ArgumentError(f"{arg}: expected integer node ids, got {a.dtype}")
+    a = a.astype(np.int64, copy=False)
+    if len(a):
+        bad = (a < lo) | (a >= hi)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ArgumentError(f"{arg}[{i}] = {int(a[i])} is out of range [{lo}, {hi})")
+    return a
 
 
-def check_seeds(seeds: Tensor | np.ndarray, lo: int, hi: int, arg: str = "seeds") -> Tensor:
-    """``seeds`` as an int64 tensor, all in ``[lo, hi)``; ArgumentError naming the first bad one."""
-    t = torch.as_tensor(seeds)
-    if t.dim() != 1:
-        raise ArgumentError(f"{arg}: expected a 1-d tensor of node ids, got shape {tuple(t.shape)}")
-    if t.dtype.is_floating_point or t.dtype == torch.bool:
-        raise ArgumentError(f"{arg}: expected integer node ids, got {t.dtype}")
-    t = t.long()
-    if t.numel():
-        bad = (t < lo) | (t >= hi)
-        if bool(bad.any()):
-            i = int(torch.nonzero(bad)[0])
-            raise ArgumentError(f"{arg}[{i}] = {int(t[i])} is out of range [{lo}, {hi})")
-    return t
+def _int64(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a).astype(np.int64, copy=False)
 
 
 class CSCGraph:
@@ -73,64 +85,59 @@ class CSCGraph:
 
     def __init__(
         self,
-        indptr: np.ndarray | Tensor,
-        indices: np.ndarray | Tensor,
-        eids: np.ndarray | Tensor,
+        indptr: np.ndarray,
+        indices: np.ndarray,
+        eids: np.ndarray,
         *,
-        etypes: np.ndarray | Tensor | None = None,
+        etypes: np.ndarray | None = None,
         num_etypes: int = 1,
         row_start: int = 0,
         num_rows: int | None = None,
-        weights: np.ndarray | Tensor | None = None,
+        weights: np.ndarray | None = None,
     ) -> None:
-        indptr_t = _tensor(indptr).long()
-        self.num_rows = int(indptr_t.numel() - 1) if num_rows is None else int(num_rows)
+        indptr = _int64(indptr)
+        self.num_rows = len(indptr) - 1 if num_rows is None else int(num_rows)
         self.row_start = int(row_start)
         self.num_etypes = int(num_etypes)
-        indptr_t = indptr_t[: self.num_rows + 1]  # halo rows are never seeds
-        self.indptr = indptr_t
-        n_e = int(indptr_t[-1])
-        self.indices = _tensor(indices)[:n_e].long()
-        self.eids = _tensor(eids)[:n_e].long()
-        self.weights = None if weights is None else _tensor(weights)[:n_e].double()
-        self.etypes: Tensor | None = None
-        self.typed_indptr: Tensor | None = None
-        self._out_counts: Tensor | None = None
-        self._eid_sorted: Tensor | None = None
-        self._eid_order: Tensor | None = None
+        self.indptr = indptr[: self.num_rows + 1]  # halo rows are never seeds
+        n_e = int(self.indptr[-1])
+        self.indices = _int64(indices[:n_e])
+        self.eids = _int64(eids[:n_e])
+        self.weights = None if weights is None else np.asarray(weights[:n_e], dtype=np.float64)
+        self.etypes: np.ndarray | None = None
+        self.typed_indptr: np.ndarray | None = None
+        self._out_counts: np.ndarray | None = None
+        self._eid_sorted: np.ndarray | None = None
+        self._eid_order: np.ndarray | None = None
         if self.num_etypes > 1:
             if etypes is None:
                 raise ArgumentError("etypes: required when num_etypes > 1")
-            self._group_by_type(_tensor(etypes)[:n_e].long())
+            self._group_by_type(_int64(etypes[:n_e]))
 
-    def _group_by_type(self, et: Tensor) -> None:
+    def _group_by_type(self, et: np.ndarray) -> None:
         """Sort each row's in-edges by edge type; segment ``row * R + r`` = row's type-r edges."""
         r = self.num_etypes
-        row_of_edge = torch.repeat_interleave(
-            torch.arange(self.num_rows), torch.diff(self.indptr), output_size=et.numel()
-        )
+        row_of_edge = np.repeat(np.arange(self.num_rows, dtype=np.int64), np.diff(self.indptr))
         key = row_of_edge * r + et
-        if et.numel() > 1 and bool((key[1:] < key[:-1]).any()):
-            order = torch.argsort(key, stable=True)
+        if len(et) > 1 and bool((key[1:] < key[:-1]).any()):
+            order = np.argsort(key, kind="stable")
             key = key[order]
             self.indices = self.indices[order]
             self.eids = self.eids[order]
             et = et[order]
             if self.weights is not None:
                 self.weights = self.weights[order]
-        counts = torch.bincount(key, minlength=self.num_rows * r)
-        typed = torch.zeros(self.num_rows * r + 1, dtype=torch.long)
-        torch.cumsum(counts, 0, out=typed[1:])
+        counts = np.bincount(key, minlength=self.num_rows * r)
+        typed = np.zeros(self.num_rows * r + 1, dtype=np.int64)
+        np.cumsum(counts, out=typed[1:])
         self.typed_indptr = typed
-        self.etypes = et.to(torch.int32)
+        self.etypes = et.astype(np.int32)
 
     @classmethod
     def from_graph(cls, graph: Graph, weight: str | None = None) -> CSCGraph:
         """The whole graph as one block (rows = global node ids)."""
         indptr, indices, eids = graph.csc()
-        w = None
-        if weight is not None:
-            w = torch.from_numpy(_edge_feature_by_eid(graph, weight)[eids])
+        w = None if weight is None else _edge_feature_by_eid(graph, weight)[eids]
         return cls(
             indptr,
             indices,
@@ -142,74 +149,77 @@ class CSCGraph:
 
     @property
     def num_edges(self) -> int:
-        return int(self.indices.numel())
+        return len(self.indices)
 
-    def in_degrees(self, nodes: Tensor) -> Tensor:
+    def in_degrees(self, nodes: object) -> np.ndarray:
         rows = check_seeds(nodes, self.row_start, self.row_start + self.num_rows, "nodes")
         rows = rows - self.row_start
         return self.indptr[rows + 1] - self.indptr[rows]
 
-    def out_degree_counts(self, num_nodes: int) -> Tensor:
+    def out_degree_counts(self, num_nodes: int) -> np.ndarray:
         """How many of this block's edges leave each of the ``num_nodes`` global nodes."""
-        if self._out_counts is None or self._out_counts.numel() != num_nodes:
-            self._out_counts = torch.bincount(self.indices, minlength=num_nodes)
+        if self._out_counts is None or len(self._out_counts) != num_nodes:
+            self._out_counts = np.bincount(self.indices, minlength=num_nodes)
         return self._out_counts
 
-    def find_edges(self, eids: Tensor) -> tuple[Tensor, Tensor]:
+    def find_edges(self, eids: object) -> tuple[np.ndarray, np.ndarray]:
         """``(src, dst)`` global node ids of edges ``eids`` owned by this block."""
         if self._eid_sorted is None:
-            self._eid_sorted, self._eid_order = torch.sort(self.eids)
+            self._eid_order = np.argsort(self.eids, kind="stable")
+            self._eid_sorted = self.eids[self._eid_order]
         assert self._eid_order is not None
-        e = torch.as_tensor(eids).long()
-        i = torch.searchsorted(self._eid_sorted, e).clamp_max_(max(self.num_edges - 1, 0))
-        hit = self._eid_sorted[i] == e if self.num_edges else torch.zeros_like(e, dtype=torch.bool)
-        if not bool(hit.all()):
-            j = int(torch.nonzero(~hit)[0])
+        e = _int64(np.asarray(eids))
+        i = np.minimum(np.searchsorted(self._eid_sorted, e), max(self.num_edges - 1, 0))
+        hit = self._eid_sorted[i] == e if self.num_edges else np.zeros(len(e), dtype=bool)
+        if not hit.all():
+            j = int(np.flatnonzero(~hit)[0])
             raise ArgumentError(f"eids[{j}] = {int(e[j])} is not an edge of this partition")
         pos = self._eid_order[i]
-        dst = torch.searchsorted(self.indptr, pos, right=True) - 1 + self.row_start
+        dst = np.searchsorted(self.indptr, pos, side="right") - 1 + self.row_start
         return self.indices[pos], dst
 
     def sample_one_hop(
         self,
-        seeds: Tensor,
-        fanout: Tensor,
+        seeds: object,
+        fanout: Sequence[int] | np.ndarray,
         *,
         replace: bool = False,
         weighted: bool = False,
-        generator: torch.Generator,
+        seed: int,
     ) -> SampledEdges:
-        """Sample in-edges of ``seeds`` (global ids owned here); ``fanout``: one per edge type."""
+        """Sample in-edges of ``seeds`` (global ids owned here); ``fanout``: one per edge type.
+
+        ``seed`` seeds the kernels' generator: the same seed gives the same edges here, in
+        a trainer and on a store server."""
         rows = check_seeds(seeds, self.row_start, self.row_start + self.num_rows) - self.row_start
-        if fanout.numel() != self.num_etypes:
+        fan = _int64(np.asarray(fanout)).reshape(-1)
+        if len(fan) != self.num_etypes:
             raise ArgumentError(
-                f"fanout: expected {self.num_etypes} per-edge-type entries, got {fanout.numel()}"
+                f"fanout: expected {self.num_etypes} per-edge-type entries, got {len(fan)}"
             )
         if weighted and self.weights is None:
             raise ArgumentError("weighted: this graph was loaded without edge weights")
         w = self.weights if weighted else None
+        rng = make_rng(seed)
         if self.typed_indptr is None:
             picks = sample_segments(
-                self.indptr, rows, int(fanout[0]), replace=replace, weights=w, generator=generator
+                self.indptr, rows, int(fan[0]), replace=replace, weights=w, rng=rng
             )
             seed_index = picks.which
         else:
-            r = self.num_etypes
-            active = torch.nonzero(fanout > 0).squeeze(1)
-            if active.numel() == 0:
+            active = np.flatnonzero(fan > 0)
+            if len(active) == 0:
                 return SampledEdges.empty(typed=True)
-            seg = (rows.unsqueeze(1) * r + active).reshape(-1)
-            k = fanout[active].repeat(rows.numel())
-            picks = sample_segments(
-                self.typed_indptr, seg, k, replace=replace, weights=w, generator=generator
-            )
-            seed_index = torch.div(picks.which, active.numel(), rounding_mode="floor")
+            seg = (rows[:, None] * self.num_etypes + active).reshape(-1)
+            k = np.tile(fan[active], len(rows))
+            picks = sample_segments(self.typed_indptr, seg, k, replace=replace, weights=w, rng=rng)
+            seed_index = picks.which // len(active)
         pos = picks.pos
         return SampledEdges(
-            src=self.indices.index_select(0, pos),
+            src=self.indices[pos],
             seed_index=seed_index,
-            eid=self.eids.index_select(0, pos),
-            etype=None if self.etypes is None else self.etypes.index_select(0, pos),
+            eid=self.eids[pos],
+            etype=None if self.etypes is None else self.etypes[pos],
         )
 
 
@@ -226,3 +236,73 @@ def _edge_feature_by_eid(graph: Graph, name: str) -> np.ndarray:
             raise ArgumentError(f"weight: edge feature {name!r} must be 1-d, got {arr.shape}")
         parts.append(arr)
     return np.concatenate(parts)
+
+
+# ---- one partition of a partitioned graph
+
+
+def csc_from_structure(
+    structure: Mapping[str, np.ndarray],
+    book: PartitionBook,
+    part: int,
+    weights: np.ndarray | None = None,
+) -> CSCGraph:
+    """The owned rows of partition ``part`` (``indptr``/``indices``/``eids``[/``etypes``])."""
+    for key in ("indptr", "indices", "eids"):
+        if key not in structure:
+            raise ArgumentError(f"structure: array {key!r} of partition {part} is missing")
+    lo, hi = book.owned_nodes(part)
+    return CSCGraph(
+        structure["indptr"],
+        structure["indices"],
+        structure["eids"],
+        etypes=structure.get("etypes"),
+        num_etypes=len(book.edge_types),
+        row_start=lo,
+        num_rows=hi - lo,
+        weights=weights,
+    )
+
+
+def edge_weights_by_position(
+    book: PartitionBook,
+    part: int,
+    eids: np.ndarray,
+    features: Mapping[str, np.ndarray],
+    name: str,
+) -> np.ndarray:
+    """Edge feature ``name`` (owned-edge rows per edge type) aligned with a CSC's ``eids``."""
+    et, per_type = book.eid_to_per_type(eids)
+    out = np.zeros(len(eids), dtype=np.float64)
+    for r, etype in enumerate(book.edge_types):
+        key = etype_key(etype)
+        mask = et == r
+        if not mask.any():
+            continue
+        if key not in features:
+            raise ArgumentError(f"weight: edge type {key} has no edge feature {name!r}")
+        start = int(book.edge_ranges(etype)[part])
+        out[mask] = np.asarray(features[key])[per_type[mask] - start]
+    return out
+
+
+def owned_edge_weights(
+    book: PartitionBook,
+    part: int,
+    structure: Mapping[str, np.ndarray],
+    name: str,
+    owned_rows: Callable[[str, int, int], np.ndarray],
+) -> np.ndarray:
+    """Edge feature ``name`` aligned with partition ``part``'s CSC (its owned rows).
+
+    ``owned_rows(etype_key, lo, hi)`` gives the feature's rows ``[lo, hi)`` of one edge
+    type: the edges of that type the partition owns (a server reads its own shared
+    memory, a client pulls them)."""
+    feats = {}
+    for et in book.edge_types:
+        lo, hi = book.edge_ranges(et)[part : part + 2]
+        feats[etype_key(et)] = owned_rows(etype_key(et), int(lo), int(hi))
+    lo_n, hi_n = book.owned_nodes(part)
+    n_inner = int(structure["indptr"][hi_n - lo_n])
+    eids = np.asarray(structure["eids"][:n_inner])
+    return edge_weights_by_position(book, part, eids, feats, name)

@@ -5,8 +5,8 @@ multi-layer sampling (:class:`~graphrun.sampling.sampler.NeighborSampler`) runs 
 top of it unchanged. For one call:
 
 1. owners of the seeds by the partition book (``searchsorted`` over ranges);
-2. one generator seed per partition drawn from the caller's generator, in
-   partition order — so the result does not depend on which partitions are local;
+2. one kernel seed per partition drawn from the caller's seed, in partition
+   order — so the result does not depend on which partitions are local;
 3. requests to remote owners sent first (op :data:`OP`, registered in the store by
    :mod:`graphrun.sampling.server`);
 4. co-located partitions sampled in this process from the store's shared memory
@@ -33,21 +33,22 @@ from torch import Tensor
 from graphrun.errors import ArgumentError, ProtocolError
 from graphrun.partition.book import PartitionBook
 from graphrun.rpc.codec import Message
-from graphrun.sampling.csc import CSCGraph, SampledEdges, check_seeds
-from graphrun.sampling.kernels import make_generator
-from graphrun.sampling.partitioned import csc_from_structure, owned_edge_weights, shared_tensor
+from graphrun.sampling.csc import (
+    CSCGraph,
+    SampledEdges,
+    check_seeds,
+    csc_from_structure,
+    owned_edge_weights,
+)
+from graphrun.sampling.kernels import make_rng
+from graphrun.sampling.server import OP, OP_FIND_EDGES, OP_IN_DEGREES, OP_OUT_DEGREES
 from graphrun.store import routing
 from graphrun.store.client import KVClient
 from graphrun.store.policy import TensorKey
 
-OP = "sample_neighbors"
-OP_IN_DEGREES = "graph_in_degrees"
-OP_OUT_DEGREES = "graph_out_degrees"
-OP_FIND_EDGES = "graph_find_edges"
-
 
 def encode_request(
-    seeds: Tensor, fanout: Tensor, replace: bool, weighted: bool, seed: int
+    seeds: np.ndarray, fanout: np.ndarray, replace: bool, weighted: bool, seed: int
 ) -> tuple[dict[str, Any], tuple[np.ndarray, ...]]:
     body = {
         "fanout": [int(k) for k in fanout.tolist()],
@@ -55,14 +56,7 @@ def encode_request(
         "weighted": bool(weighted),
         "seed": int(seed),
     }
-    return body, (seeds.numpy().astype(np.int64, copy=False),)
-
-
-def encode_reply(out: SampledEdges) -> tuple[dict[str, Any], tuple[np.ndarray, ...]]:
-    arrays = [out.src.numpy(), out.seed_index.numpy(), out.eid.numpy()]
-    if out.etype is not None:
-        arrays.append(out.etype.numpy())
-    return {"count": len(out)}, tuple(arrays)
+    return body, (seeds.astype(np.int64, copy=False),)
 
 
 def decode_reply(msg: Message, num_seeds: int, typed: bool) -> SampledEdges:
@@ -74,24 +68,15 @@ def decode_reply(msg: Message, num_seeds: int, typed: bool) -> SampledEdges:
     for i, a in enumerate(msg.tensors):
         if a.ndim != 1 or len(a) != n:
             raise ProtocolError(f"tensor {i} has shape {a.shape}, expected ({n},)", kind=OP)
-    idx = _int64(msg.tensors[1])
+    idx = np.asarray(msg.tensors[1], dtype=np.int64)
     if n and (int(idx.min()) < 0 or int(idx.max()) >= num_seeds):
         raise ProtocolError("seed_index out of range", kind=OP)
     return SampledEdges(
-        src=_int64(msg.tensors[0]),
+        src=np.asarray(msg.tensors[0], dtype=np.int64),
         seed_index=idx,
-        eid=_int64(msg.tensors[2]),
-        etype=shared_tensor(np.asarray(msg.tensors[3], dtype=np.int32)) if typed else None,
+        eid=np.asarray(msg.tensors[2], dtype=np.int64),
+        etype=np.asarray(msg.tensors[3], dtype=np.int32) if typed else None,
     )
-
-
-def _nbytes(*tensors: Tensor | None) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
-
-
-def _int64(a: np.ndarray) -> Tensor:
-    """A received frame as a tensor without a copy (the frame belongs to this process)."""
-    return shared_tensor(np.asarray(a, dtype=np.int64))
 
 
 class DistOneHopSampler:
@@ -134,36 +119,30 @@ class DistOneHopSampler:
 
     def sample_one_hop(
         self,
-        seeds: Tensor,
-        fanout: Tensor,
+        seeds: object,
+        fanout: Any,
         *,
         replace: bool = False,
         weighted: bool = False,
-        generator: torch.Generator,
+        seed: int,
     ) -> SampledEdges:
-        seeds = check_seeds(seeds, 0, self.book.num_nodes)
+        ids = check_seeds(seeds, 0, self.book.num_nodes)
+        fan = np.asarray(fanout, dtype=np.int64).reshape(-1)
         if weighted:
             self._weight_name()
-        part_seeds = torch.randint(0, 2**62, (self.book.num_parts,), generator=generator).tolist()
-        ids = seeds.numpy()
+        part_seeds = make_rng(seed).integers(0, 2**62, self.book.num_parts).tolist()
 
         def send(g: routing.Group) -> Any:
-            body, tensors = encode_request(
-                torch.from_numpy(g.ids), fanout, replace, weighted, part_seeds[g.part]
-            )
+            body, tensors = encode_request(g.ids, fan, replace, weighted, part_seeds[g.part])
             if weighted:
                 body["weight"] = self._weight_name()
             return self._client(g.part).request(g.part, OP, body, tensors)
 
         def sample_here(g: routing.Group) -> SampledEdges:
             out = self.local[g.part].sample_one_hop(
-                torch.from_numpy(g.ids),
-                fanout,
-                replace=replace,
-                weighted=weighted,
-                generator=make_generator(part_seeds[g.part]),
+                g.ids, fan, replace=replace, weighted=weighted, seed=part_seeds[g.part]
             )
-            self.local_bytes[g.part] += _nbytes(out.src, out.seed_index, out.eid, out.etype)
+            self.local_bytes[g.part] += out.nbytes
             return out
 
         groups = routing.by_owner(self.book.node_offsets, ids)
@@ -198,16 +177,16 @@ class DistOneHopSampler:
 
     def _by_owner(
         self, ids: np.ndarray, bounds: np.ndarray, op: str, count: int, local_fn: Any
-    ) -> list[Tensor]:
+    ) -> list[np.ndarray]:
         """``count`` int64 answers per id, each asked of the id's owner."""
-        outs = [torch.empty(len(ids), dtype=torch.long) for _ in range(count)]
+        outs = [np.empty(len(ids), dtype=np.int64) for _ in range(count)]
 
-        def here(g: routing.Group) -> tuple[Tensor, ...]:
-            got: tuple[Tensor, ...] = local_fn(self.local[g.part], torch.from_numpy(g.ids))
-            self.local_bytes[g.part] += _nbytes(*got)
+        def here(g: routing.Group) -> tuple[np.ndarray, ...]:
+            got: tuple[np.ndarray, ...] = local_fn(self.local[g.part], g.ids)
+            self.local_bytes[g.part] += sum(a.nbytes for a in got)
             return got
 
-        answers: Iterator[tuple[routing.Group, tuple[Tensor, ...] | Message]]
+        answers: Iterator[tuple[routing.Group, tuple[np.ndarray, ...] | Message]]
         answers = routing.remote_first(
             routing.by_owner(bounds, ids),
             self.local.__contains__,
@@ -218,61 +197,61 @@ class DistOneHopSampler:
         for g, got in answers:
             if not isinstance(got, tuple):
                 got = _one(got, len(g.ids), count, op)
-            pos = g.pos if isinstance(g.pos, slice) else torch.from_numpy(g.pos)
             for o, x in zip(outs, got, strict=True):
-                o[pos] = x
+                o[g.pos] = x
         return outs
 
     def in_degrees(self, ids: Tensor) -> Tensor:
         """In-degree of global node ids (asked of each node's owner)."""
-        nid = check_seeds(ids, 0, self.book.num_nodes, "ids").numpy()
-        return self._by_owner(
+        nid = check_seeds(ids, 0, self.book.num_nodes, "ids")
+        deg = self._by_owner(
             nid, self.book.node_offsets, OP_IN_DEGREES, 1, lambda c, x: (c.in_degrees(x),)
         )[0]
+        return torch.from_numpy(deg)
 
     def find_edges(self, eids: Tensor) -> tuple[Tensor, Tensor]:
         """``(src, dst)`` global node ids of global edge ids (asked of each edge's owner)."""
-        e = check_seeds(eids, 0, self.book.num_edges, "eids").numpy()
+        e = check_seeds(eids, 0, self.book.num_edges, "eids")
         src, dst = self._by_owner(
             e, self.book.edge_offsets, OP_FIND_EDGES, 2, lambda c, x: c.find_edges(x)
         )
-        return src, dst
+        return torch.from_numpy(src), torch.from_numpy(dst)
 
     def out_degrees(self, ids: Tensor) -> Tensor:
         """Out-degree of global node ids: every partition counts the edges it owns."""
-        nid = check_seeds(ids, 0, self.book.num_nodes, "ids").numpy()
+        nid = check_seeds(ids, 0, self.book.num_nodes, "ids")
         n = self.book.num_nodes
-        total = torch.zeros(len(nid), dtype=torch.long)
+        total = np.zeros(len(nid), dtype=np.int64)
         pending = []
         for p in range(self.book.num_parts):
             if p in self.local:
-                total += self.local[p].out_degree_counts(n)[torch.from_numpy(nid)]
-                self.local_bytes[p] += total.numel() * total.element_size()
+                total += self.local[p].out_degree_counts(n)[nid]
+                self.local_bytes[p] += total.nbytes
             elif self.client is not None:
                 pending.append(self.client.request(p, OP_OUT_DEGREES, {}, (nid,)))
             else:
                 raise ProtocolError(f"partition {p} is not local and there is no store client")
         for pend in pending:
             total += _one(self.client.wait(pend), len(nid), 1, OP_OUT_DEGREES)[0]  # type: ignore[union-attr]
-        return total
+        return torch.from_numpy(total)
 
 
-def _one(msg: Message, n: int, count: int, op: str) -> tuple[Tensor, ...]:
+def _one(msg: Message, n: int, count: int, op: str) -> tuple[np.ndarray, ...]:
     if len(msg.tensors) != count:
         raise ProtocolError(f"expected {count} tensors, got {len(msg.tensors)}", kind=op)
     out = []
     for i, a in enumerate(msg.tensors):
         if a.shape != (n,):
             raise ProtocolError(f"tensor {i} has shape {a.shape}, expected ({n},)", kind=op)
-        out.append(_int64(a))
+        out.append(np.asarray(a, dtype=np.int64))
     return tuple(out)
 
 
-def _positions(g: routing.Group, index: Tensor) -> Tensor:
+def _positions(g: routing.Group, index: np.ndarray) -> np.ndarray:
     """Positions in the caller's seeds of the entries ``index`` of group ``g``'s seeds."""
     if isinstance(g.pos, slice):
         return index + g.pos.start if g.pos.start else index
-    return torch.from_numpy(g.pos)[index]
+    return g.pos[index]
 
 
 def merge(parts: list[tuple[routing.Group, SampledEdges]], typed: bool) -> SampledEdges:
@@ -280,8 +259,8 @@ def merge(parts: list[tuple[routing.Group, SampledEdges]], typed: bool) -> Sampl
     if not parts:
         return SampledEdges.empty(typed)
     return SampledEdges(
-        src=torch.cat([e.src for _, e in parts]),
-        seed_index=torch.cat([_positions(g, e.seed_index) for g, e in parts]),
-        eid=torch.cat([e.eid for _, e in parts]),
-        etype=torch.cat([e.etype for _, e in parts if e.etype is not None]) if typed else None,
+        src=np.concatenate([e.src for _, e in parts]),
+        seed_index=np.concatenate([_positions(g, e.seed_index) for g, e in parts]),
+        eid=np.concatenate([e.eid for _, e in parts]),
+        etype=np.concatenate([e.etype for _, e in parts if e.etype is not None]) if typed else None,
     )

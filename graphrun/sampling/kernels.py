@@ -1,4 +1,4 @@
-"""Local neighbour-sampling kernels over a compressed adjacency.
+"""Local neighbour-sampling kernels over a compressed adjacency (numpy only).
 
 Every kernel works on *segments*: row ``r`` of a compressed adjacency owns the
 edge positions ``indptr[r] .. indptr[r+1]-1``. Given a batch of rows and a fanout
@@ -21,8 +21,11 @@ Strategies (chosen by benchmark, see ``benchmarks/README.md``):
   row's edges, the ``fanout`` largest kept (edges of weight 0 are never picked).
 * weighted with replacement: inverse CDF over the row's cumulative weights.
 
-No kernel touches a global RNG: randomness comes from the ``torch.Generator``
-passed in (see :func:`make_generator`).
+The kernels use numpy and nothing else: a store server samples with them without
+importing torch (a second of CPU at every server's start), and a trainer samples its
+co-located partitions with the same code and the same seed, so both give the same
+edges. Randomness comes only from the ``numpy.random.Generator`` passed in
+(:func:`make_rng`: PCG64 from an int seed).
 """
 
 from __future__ import annotations
@@ -30,127 +33,109 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
-from torch import Tensor
 
-from graphrun.errors import ArgumentError
-
-Seed = int | torch.Generator | np.random.Generator | None
+Rng = np.random.Generator
 
 
-def make_generator(seed: Seed = None) -> torch.Generator:
-    """A ``torch.Generator`` from an int, a numpy ``Generator``, a torch generator or None.
-
-    ``None`` gives a generator seeded from the operating system (non-deterministic);
-    a numpy generator is consumed once to seed a fresh torch generator.
-    """
-    if isinstance(seed, torch.Generator):
-        return seed
-    gen = torch.Generator()
-    if seed is None:
-        gen.seed()
-    elif isinstance(seed, np.random.Generator):
-        gen.manual_seed(int(seed.integers(0, 2**62)))
-    elif isinstance(seed, int | np.integer) and not isinstance(seed, bool):
-        gen.manual_seed(int(seed))
-    else:
-        raise ArgumentError(
-            f"generator: expected an int, torch.Generator or numpy Generator, "
-            f"got {type(seed).__name__}"
-        )
-    return gen
+def make_rng(seed: int) -> Rng:
+    """The kernels' generator for an int seed (the same stream on every machine)."""
+    return np.random.default_rng(int(seed))
 
 
 @dataclass(frozen=True)
 class Picks:
     """Sampled edge positions: ``which[i]`` indexes the batch of rows, ``pos[i]`` the edge."""
 
-    which: Tensor
-    pos: Tensor
+    which: np.ndarray
+    pos: np.ndarray
 
     def __len__(self) -> int:
-        return int(self.pos.numel())
+        return len(self.pos)
+
+    @staticmethod
+    def empty() -> Picks:
+        e = np.empty(0, dtype=np.int64)
+        return Picks(e, e)
 
 
-def _segments(indptr: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
-    start = indptr[rows]
-    return start, indptr[rows + 1] - start
-
-
-def _expand(start: Tensor, count: Tensor) -> tuple[Tensor, Tensor]:
+def _expand(start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(which, pos)`` listing every position of each segment, in order."""
-    which = torch.repeat_interleave(torch.arange(count.numel()), count)
-    first = torch.cumsum(count, 0) - count
-    pos = start[which] + torch.arange(which.numel()) - first[which]
+    total = int(count.sum())
+    which = np.repeat(np.arange(len(count)), count)
+    first = np.cumsum(count) - count
+    pos = np.arange(total, dtype=np.int64) + np.repeat(start - first, count)
     return which, pos
 
 
 def sample_segments(
-    indptr: Tensor,
-    rows: Tensor,
-    fanout: int | Tensor,
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    fanout: int | np.ndarray,
     *,
     replace: bool = False,
-    weights: Tensor | None = None,
-    generator: torch.Generator,
+    weights: np.ndarray | None = None,
+    rng: Rng,
 ) -> Picks:
     """Pick up to ``fanout`` edge positions of every row in ``rows``.
 
-    ``fanout`` is one int for all rows or an int64 tensor with one entry per row
+    ``fanout`` is one int for all rows or an int64 array with one entry per row
     (per-edge-type fanouts use that). ``weights`` (float, one per edge position)
     switches to weighted sampling. Inputs are trusted: the public samplers check them.
     """
-    rows = rows.long()
-    start, deg = _segments(indptr, rows)
-    k = fanout if isinstance(fanout, Tensor) else torch.full_like(deg, int(fanout))
-    if rows.numel() == 0:
-        empty = torch.empty(0, dtype=torch.long)
-        return Picks(empty, empty)
+    rows = np.asarray(rows, dtype=np.int64)
+    if len(rows) == 0:
+        return Picks.empty()
+    start = indptr[rows].astype(np.int64, copy=False)
+    deg = indptr[rows + 1] - start
+    if isinstance(fanout, np.ndarray):
+        k = fanout.astype(np.int64, copy=False)
+    else:
+        k = np.full(len(rows), int(fanout), dtype=np.int64)
     if weights is not None:
         if replace:
-            return _weighted_replace(start, deg, k, weights, generator)
-        return _weighted_no_replace(start, deg, k, weights, generator)
+            return _weighted_replace(start, deg, k, weights, rng)
+        return _weighted_no_replace(start, deg, k, weights, rng)
     if replace:
-        return _uniform_replace(start, deg, k, generator)
-    return _uniform_no_replace(start, deg, k, generator)
+        return _uniform_replace(start, deg, k, rng)
+    return _uniform_no_replace(start, deg, k, rng)
 
 
-def _uniform_replace(start: Tensor, deg: Tensor, k: Tensor, gen: torch.Generator) -> Picks:
-    count = torch.where(deg > 0, k, 0)
-    which = torch.repeat_interleave(torch.arange(count.numel()), count)
-    u = torch.rand(which.numel(), generator=gen, dtype=torch.float64)
-    pos = start[which] + (u * deg[which]).long()
+def _uniform_replace(start: np.ndarray, deg: np.ndarray, k: np.ndarray, rng: Rng) -> Picks:
+    count = np.where(deg > 0, k, 0)
+    which = np.repeat(np.arange(len(count)), count)
+    u = rng.random(len(which))
+    pos = start[which] + (u * deg[which]).astype(np.int64)
     return Picks(which, pos)
 
 
-def _uniform_no_replace(start: Tensor, deg: Tensor, k: Tensor, gen: torch.Generator) -> Picks:
-    kk = torch.minimum(deg, k)
-    if kk.numel() == 0 or int(kk.max()) == 0:
-        empty = torch.empty(0, dtype=torch.long)
-        return Picks(empty, empty)
-    draw = torch.nonzero(deg > k).squeeze(1)  # rows that keep only some of their edges
-    chosen = _floyd(deg[draw], kk[draw], gen) if draw.numel() else None
-    width = 0 if chosen is None else chosen.size(1)
+def _uniform_no_replace(start: np.ndarray, deg: np.ndarray, k: np.ndarray, rng: Rng) -> Picks:
+    kk = np.minimum(deg, k)
+    if len(kk) == 0 or int(kk.max()) == 0:
+        return Picks.empty()
+    draw = np.flatnonzero(deg > k)  # rows that keep only some of their edges
+    chosen = _floyd(deg[draw], kk[draw], rng) if len(draw) else None
+    width = 0 if chosen is None else chosen.shape[1]
     if width < int(kk.max()):  # rows taking all their edges have more: list them in order
         which, pos = _expand(start, kk)
         if chosen is not None:
             used = chosen >= 0
-            first = (torch.cumsum(kk, 0) - kk)[draw]
-            slots = first.unsqueeze(1) + torch.arange(width)
-            pos[slots[used]] = (start[draw].unsqueeze(1) + chosen)[used]
+            first = (np.cumsum(kk) - kk)[draw]
+            slots = first[:, None] + np.arange(width)
+            pos[slots[used]] = (start[draw][:, None] + chosen)[used]
         return Picks(which, pos)
     # a sampling fanout: one [rows, width] table of offsets, the drawn rows' from Floyd
-    offsets = torch.arange(width).expand(deg.numel(), width)
-    offsets = torch.where(offsets < kk.unsqueeze(1), offsets, -1)
-    offsets[draw] = chosen  # type: ignore[assignment]
-    total = int(kk.sum())
-    which = torch.repeat_interleave(torch.arange(deg.numel()), kk, output_size=total)
-    if total == offsets.numel():  # every row has `width` picks: no mask needed
-        return Picks(which, (start.unsqueeze(1) + offsets).reshape(-1))
-    return Picks(which, torch.masked_select(start.unsqueeze(1) + offsets, offsets >= 0))
+    assert chosen is not None  # width == max(kk) > 0
+    offsets = np.broadcast_to(np.arange(width), (len(deg), width))
+    offsets = np.where(offsets < kk[:, None], offsets, -1)
+    offsets[draw] = chosen
+    which = np.repeat(np.arange(len(deg)), kk)
+    picked = start[:, None] + offsets
+    if len(which) == offsets.size:  # every row has `width` picks: no mask needed
+        return Picks(which, picked.reshape(-1))
+    return Picks(which, picked[offsets >= 0])
 
 
-def _floyd(n: Tensor, k: Tensor, gen: torch.Generator) -> Tensor:
+def _floyd(n: np.ndarray, k: np.ndarray, rng: Rng) -> np.ndarray:
     """Floyd's algorithm on every row at once: ``k[r]`` distinct values of ``range(n[r])``.
 
     Requires ``k <= n``. Returns ``[rows, max(k)]``; entries past ``k[r]`` are -1.
@@ -158,50 +143,50 @@ def _floyd(n: Tensor, k: Tensor, gen: torch.Generator) -> Tensor:
     serves rows with fewer neighbours than the fanout too.
     """
     kmax = int(k.max())
-    out = torch.full((kmax, n.numel()), -1, dtype=torch.long)  # pick-major: rows contiguous
+    out = np.full((kmax, len(n)), -1, dtype=np.int64)  # pick-major: rows contiguous
     base = n - k
     for i in range(kmax):
         j = base + i  # pick from range(j + 1)
-        u = torch.rand(n.numel(), generator=gen, dtype=torch.float64)
-        t = (u * (j + 1)).long()
+        t = (rng.random(len(n)) * (j + 1)).astype(np.int64)
         if i:
             seen = (out[:i] == t).any(0)
-            t = torch.where(seen, j, t)
-        out[i] = torch.where(i < k, t, -1)
-    return out.t()
+            t = np.where(seen, j, t)
+        out[i] = np.where(i < k, t, -1)
+    return out.T
 
 
 def _weighted_no_replace(
-    start: Tensor, deg: Tensor, k: Tensor, weights: Tensor, gen: torch.Generator
+    start: np.ndarray, deg: np.ndarray, k: np.ndarray, weights: np.ndarray, rng: Rng
 ) -> Picks:
     which, pos = _expand(start, deg)
-    w = weights[pos].to(torch.float64)
-    u = torch.rand(pos.numel(), generator=gen, dtype=torch.float64).clamp_min_(1e-300)
-    key = torch.where(w > 0, torch.log(u) / w, -torch.inf)
-    order = torch.argsort(key, descending=True, stable=True)
-    order = order[torch.argsort(which[order], stable=True)]
-    seg_first = torch.cumsum(deg, 0) - deg
-    rank = torch.arange(order.numel()) - seg_first[which[order]]
-    keep = (rank < k[which[order]]) & (key[order] > -torch.inf)
+    w = weights[pos].astype(np.float64, copy=False)
+    u = np.maximum(rng.random(len(pos)), 1e-300)
+    with np.errstate(divide="ignore"):
+        key = np.where(w > 0, np.log(u) / np.where(w > 0, w, 1.0), -np.inf)
+    order = np.argsort(-key, kind="stable")  # largest key first, ties in edge order
+    order = order[np.argsort(which[order], kind="stable")]
+    seg_first = np.cumsum(deg) - deg
+    rank = np.arange(len(order)) - seg_first[which[order]]
+    keep = (rank < k[which[order]]) & (key[order] > -np.inf)
     sel = order[keep]
     return Picks(which[sel], pos[sel])
 
 
 def _weighted_replace(
-    start: Tensor, deg: Tensor, k: Tensor, weights: Tensor, gen: torch.Generator
+    start: np.ndarray, deg: np.ndarray, k: np.ndarray, weights: np.ndarray, rng: Rng
 ) -> Picks:
     _, pos = _expand(start, deg)
-    w = weights[pos].to(torch.float64).clamp_min(0)
-    cw = torch.cumsum(w, 0)
-    seg_end = torch.cumsum(deg, 0)
+    w = np.maximum(weights[pos].astype(np.float64, copy=False), 0)
+    cw = np.cumsum(w)
+    seg_end = np.cumsum(deg)
     seg_first = seg_end - deg
-    before = torch.where(seg_first > 0, cw[(seg_first - 1).clamp_min(0)], 0.0)
-    last = (seg_end - 1).clamp_min(0)
-    total = torch.where(deg > 0, cw[last] - before, 0.0)
-    count = torch.where(total > 0, k, 0)
-    swhich = torch.repeat_interleave(torch.arange(count.numel()), count)
-    u = torch.rand(swhich.numel(), generator=gen, dtype=torch.float64)
+    before = np.where(seg_first > 0, cw[np.maximum(seg_first - 1, 0)] if len(cw) else 0.0, 0.0)
+    last = np.maximum(seg_end - 1, 0)
+    total = np.where(deg > 0, cw[last] - before if len(cw) else 0.0, 0.0)
+    count = np.where(total > 0, k, 0)
+    swhich = np.repeat(np.arange(len(count)), count)
+    u = rng.random(len(swhich))
     target = before[swhich] + u * total[swhich]
-    idx = torch.searchsorted(cw, target, right=True)
-    idx = torch.minimum(idx, last[swhich])
+    idx = np.searchsorted(cw, target, side="right")
+    idx = np.minimum(idx, last[swhich])
     return Picks(swhich, pos[idx])

@@ -20,12 +20,15 @@ edges up to layer ``h``, and layer ``L - h`` of a model needs only the first
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from graphrun.errors import ArgumentError
 from graphrun.sampling.csc import SampledEdges
 
 # A scratch map of this many entries (8 bytes each) is the most a Relabeler allocates;
@@ -36,16 +39,57 @@ MAP_LIMIT = 1 << 26
 DENSE_FACTOR = 8
 
 
+Seed = int | torch.Generator | np.random.Generator | None
+
+
+def make_generator(seed: Seed = None) -> torch.Generator:
+    """A ``torch.Generator`` from an int, a numpy ``Generator``, a torch generator or None.
+
+    ``None`` gives a generator seeded from the operating system (non-deterministic);
+    a numpy generator is consumed once to seed a fresh torch generator.
+    """
+    if isinstance(seed, torch.Generator):
+        return seed
+    gen = torch.Generator()
+    if seed is None:
+        gen.seed()
+    elif isinstance(seed, np.random.Generator):
+        gen.manual_seed(int(seed.integers(0, 2**62)))
+    elif isinstance(seed, int | np.integer) and not isinstance(seed, bool):
+        gen.manual_seed(int(seed))
+    else:
+        raise ArgumentError(
+            f"generator: expected an int, torch.Generator or numpy Generator, "
+            f"got {type(seed).__name__}"
+        )
+    return gen
+
+
+def draw_seed(generator: torch.Generator) -> int:
+    """One kernel seed (for a one-hop sampler) from a torch generator."""
+    return int(torch.randint(0, 2**62, (1,), generator=generator))
+
+
 class OneHopSampler(Protocol):
+    """One hop on numpy arrays (a local :class:`~graphrun.sampling.csc.CSCGraph`, the
+    distributed sampler): the same ``seed`` gives the same edges."""
+
     def sample_one_hop(
         self,
-        seeds: Tensor,
-        fanout: Tensor,
+        seeds: Any,
+        fanout: Any,
         *,
         replace: bool = False,
         weighted: bool = False,
-        generator: torch.Generator,
+        seed: int,
     ) -> SampledEdges: ...
+
+
+def as_tensor(a: np.ndarray) -> Tensor:
+    """A tensor over ``a``'s memory, even when it is read-only (we never write to it)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "non-writable array"
+        return torch.from_numpy(a)
 
 
 @dataclass(frozen=True)
@@ -172,14 +216,18 @@ def sample_multi_hop(
     n_edges = []
     for fanout in fanouts:
         hop = sampler.sample_one_hop(
-            frontier, fanout, replace=replace, weighted=weighted, generator=generator
+            frontier.numpy(),
+            fanout.numpy(),
+            replace=replace,
+            weighted=weighted,
+            seed=draw_seed(generator),
         )
-        row, new = relabeler.add(hop.src)
+        row, new = relabeler.add(as_tensor(hop.src))
         rows.append(row)
-        cols.append(hop.seed_index + offset)
-        edges.append(hop.eid)
+        cols.append(as_tensor(hop.seed_index) + offset)
+        edges.append(as_tensor(hop.eid))
         if hop.etype is not None:
-            etypes.append(hop.etype)
+            etypes.append(as_tensor(hop.etype))
         offset += frontier.numel()
         frontier = new
         n_nodes.append(int(new.numel()))

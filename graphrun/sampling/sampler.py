@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from typing import Literal, Protocol
 
 import numpy as np
-import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
@@ -21,8 +20,15 @@ from graphrun.errors import ArgumentError
 from graphrun.graph.graph import Graph
 from graphrun.sampling.csc import check_seeds
 from graphrun.sampling.fanout import FanoutSpec, normalize_fanouts
-from graphrun.sampling.kernels import Seed, make_generator
-from graphrun.sampling.mfg import OneHopSampler, Relabeler, SampledSubgraph, sample_multi_hop
+from graphrun.sampling.mfg import (
+    OneHopSampler,
+    Relabeler,
+    SampledSubgraph,
+    Seed,
+    as_tensor,
+    make_generator,
+    sample_multi_hop,
+)
 from graphrun.sampling.partitioned import shared_tensor
 from graphrun.sampling.pyg import TypeMap, split_by_type, to_data, to_hetero_data
 
@@ -66,7 +72,7 @@ class NeighborSampler:
         ``generator`` (optional) overrides the sampler's own for this call, e.g. one
         seed per mini-batch so that a batch does not depend on who samples it.
         """
-        s = check_seeds(torch.as_tensor(seeds), 0, self.num_nodes)
+        s = as_tensor(check_seeds(seeds, 0, self.num_nodes))
         return sample_multi_hop(
             self.graph,
             s,

@@ -1,7 +1,7 @@
 """The store extension that samples on the server owning the seeds.
 
 Start store servers with the extension ``"graphrun.sampling.server:register"``;
-it adds the op :data:`graphrun.sampling.distributed.OP`:
+it adds the op :data:`OP`:
 
     body    {"fanout": [int per edge type], "replace": bool, "weighted": bool, "seed": int,
              "weight": edge feature name (with weighted)}
@@ -14,34 +14,31 @@ and the structure queries :mod:`graphrun.distributed` uses (tensors ``(ids int64
 of this partition's edges leaving each id (the client sums over partitions);
 ``graph_find_edges`` → ``(src, dst)`` of owned edge ids.
 
-The partition's CSC is read from the server's shared memory (no copy) and kept in
+``seed`` seeds the numpy kernels (:func:`graphrun.sampling.kernels.make_rng`), so a
+trainer sampling a co-located partition in-process gets the same edges. The
+partition's CSC is read from the server's shared memory (no copy) and kept in
 ``state.extension_data["graphrun.sampling"]``. Bad requests raise ArgumentError,
 which the store sends back to the client as that error type.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from graphrun.errors import ArgumentError
-from graphrun.sampling.csc import CSCGraph
-from graphrun.sampling.distributed import (
-    OP,
-    OP_FIND_EDGES,
-    OP_IN_DEGREES,
-    OP_OUT_DEGREES,
-    encode_reply,
-)
-from graphrun.sampling.kernels import make_generator
-from graphrun.sampling.partitioned import csc_from_structure, owned_edge_weights
+from graphrun.sampling.csc import CSCGraph, SampledEdges, csc_from_structure, owned_edge_weights
 from graphrun.store.policy import TensorKey
 
 if TYPE_CHECKING:
     from graphrun.store.registry import Registry, Request, Response
     from graphrun.store.state import ServerState
+
+OP = "sample_neighbors"
+OP_IN_DEGREES = "graph_in_degrees"
+OP_OUT_DEGREES = "graph_out_degrees"
+OP_FIND_EDGES = "graph_find_edges"
 
 KEY = "graphrun.sampling"
 #: The most edges one request with replacement may ask for (seeds x sum of fanouts): 8M
@@ -85,27 +82,30 @@ def sample_neighbors(state: ServerState, req: Request) -> Response:
     weighted = bool(req.param("weighted", bool, False))
     csc = _csc(state, req.str_param("weight") if weighted else None)
     out = csc.sample_one_hop(
-        torch.from_numpy(np.array(seeds)),
-        torch.tensor(fanout, dtype=torch.long),
-        replace=replace,
-        weighted=weighted,
-        generator=make_generator(req.int_param("seed")),
+        seeds, fanout, replace=replace, weighted=weighted, seed=req.int_param("seed")
     )
     body, tensors = encode_reply(out)
     return Response(body, tensors)
 
 
-def _ids(req: Request) -> torch.Tensor:
+def encode_reply(out: SampledEdges) -> tuple[dict[str, Any], tuple[np.ndarray, ...]]:
+    arrays = [out.src, out.seed_index, out.eid]
+    if out.etype is not None:
+        arrays.append(out.etype)
+    return {"count": len(out)}, tuple(arrays)
+
+
+def _ids(req: Request) -> np.ndarray:
     ids = req.tensor(0, "ids")
     if ids.ndim != 1 or ids.dtype != np.int64:
         raise ArgumentError(f"{req.op}: ids must be 1-d int64, got {ids.dtype} {ids.shape}")
-    return torch.from_numpy(np.array(ids))
+    return np.asarray(ids)
 
 
 def in_degrees(state: ServerState, req: Request) -> Response:
     from graphrun.store.registry import Response
 
-    return Response({}, (_csc(state).in_degrees(_ids(req)).numpy(),))
+    return Response({}, (_csc(state).in_degrees(_ids(req)),))
 
 
 def out_degrees(state: ServerState, req: Request) -> Response:
@@ -114,26 +114,24 @@ def out_degrees(state: ServerState, req: Request) -> Response:
 
     ids = _ids(req)
     n = state.book.num_nodes
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n):
+    if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= n):
         raise ArgumentError(f"{req.op}: ids out of range [0, {n})")
     counts = _csc(state).out_degree_counts(n)
-    return Response({}, (counts.index_select(0, ids).numpy(),))
+    return Response({}, (counts[ids],))
 
 
 def find_edges(state: ServerState, req: Request) -> Response:
     from graphrun.store.registry import Response
 
     src, dst = _csc(state).find_edges(_ids(req))
-    return Response({}, (src.numpy(), dst.numpy()))
+    return Response({}, (src, dst))
 
 
 def register(registry: Registry) -> None:
     """Store extension entry point: ``graphrun.sampling.server:register``.
 
-    ``graphrun serve`` runs it with one torch intra-op thread (``--threads``): a server
-    handles one request at a time, the kernels issue many small ops, and spinning
-    OpenMP threads only steal cores from the other servers and trainers of the machine
-    (measured: ~18x slower sampling with 2 threads on a loaded 2-core host).
+    The kernels are numpy (single-threaded) and import no torch: a server starts a
+    second of CPU sooner than with torch's kernels, and holds no torch runtime.
     """
     registry.add(OP, sample_neighbors)
     registry.add(OP_IN_DEGREES, in_degrees)

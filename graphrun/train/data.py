@@ -288,10 +288,9 @@ class LocalData:
 
     def in_edges(self, ids: Tensor) -> tuple[Tensor, Tensor]:
         from graphrun.sampling.fanout import ALL
-        from graphrun.sampling.kernels import make_generator
 
-        out = self._csc.sample_one_hop(ids, torch.tensor([ALL]), generator=make_generator(0))
-        return out.src, out.seed_index
+        out = self._csc.sample_one_hop(ids, [ALL] * self._csc.num_etypes, seed=0)
+        return torch.from_numpy(out.src), torch.from_numpy(out.seed_index)
 
     def node_table(self, ntype: str, name: str, width: int | None = None) -> NodeTable:
         if width is None:

@@ -219,7 +219,7 @@ class DistGraphData:
 
     def in_edges(self, ids: Tensor) -> tuple[Tensor, Tensor]:
         got = self.graph.sample_neighbors(ids, ALL)  # on the servers owning the nodes
-        return got.src, got.seed_index
+        return torch.from_numpy(got.src), torch.from_numpy(got.seed_index)
 
     def node_table(self, ntype: str, name: str, width: int | None = None) -> NodeTable:
         if width is None:

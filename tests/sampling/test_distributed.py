@@ -9,9 +9,10 @@ from scipy import stats
 
 from graphrun.errors import ArgumentError
 from graphrun.partition import load_id_mapping, load_partition, partition_graph
-from graphrun.sampling import CSCGraph, NeighborSampler, OffsetTypeMap, make_generator
+from graphrun.sampling import CSCGraph, NeighborSampler, OffsetTypeMap
+from graphrun.sampling.csc import csc_from_structure
 from graphrun.sampling.distributed import DistOneHopSampler
-from graphrun.sampling.partitioned import BookTypeMap, csc_from_structure
+from graphrun.sampling.partitioned import BookTypeMap
 from graphrun.testing.graphs import random_graph, random_hetero_graph
 
 
@@ -59,7 +60,7 @@ def test_seeds_spread_over_both_owners_are_merged_in_place(tmp_path: Path) -> No
     dist = DistOneHopSampler(None, book, local)
     seeds = torch.tensor([book.num_nodes - 1, 0, 5, book.num_nodes - 2])
     assert len(set(book.nid2part(seeds.numpy()).tolist())) == 2
-    out = dist.sample_one_hop(seeds, torch.tensor([100]), generator=make_generator(0))
+    out = dist.sample_one_hop(seeds, torch.tensor([100]), seed=0)
     for i, s in enumerate(seeds.tolist()):
         p = int(book.nid2part(np.array([s]))[0])
         lo = book.owned_nodes(p)[0]
@@ -78,13 +79,12 @@ def test_distributed_and_single_process_same_distribution(tmp_path: Path) -> Non
     single = CSCGraph.from_graph(g)
     node = int(np.argmax(g.in_degrees()))  # a node with many in-edges, original id
     trials, k = 3000, 3
-    gen_d, gen_s = make_generator(1), make_generator(2)
     seeds_d = torch.full((trials,), int(new[node]))
     seeds_s = torch.full((trials,), node)
-    out_d = dist.sample_one_hop(seeds_d, torch.tensor([k]), generator=gen_d)
-    out_s = single.sample_one_hop(seeds_s, torch.tensor([k]), generator=gen_s)
-    e_d = orig_e[out_d.eid.numpy()]
-    e_s = out_s.eid.numpy()
+    out_d = dist.sample_one_hop(seeds_d, [k], seed=1)
+    out_s = single.sample_one_hop(seeds_s, [k], seed=2)
+    e_d = orig_e[out_d.eid]
+    e_s = out_s.eid
     cats = np.union1d(e_d, e_s)
     table = np.stack([np.searchsorted(cats, e_d), np.searchsorted(cats, e_s)])
     counts = np.stack([np.bincount(t, minlength=len(cats)) for t in table])
@@ -93,17 +93,13 @@ def test_distributed_and_single_process_same_distribution(tmp_path: Path) -> Non
 
 
 def test_result_does_not_depend_on_which_partitions_are_local(tmp_path: Path) -> None:
-    # per-partition generator seeds come from the caller's generator in partition order
+    # per-partition kernel seeds come from the caller's seed in partition order
     g = random_graph()
     book, local, _ = partitioned(tmp_path, g)
     seeds = torch.arange(0, book.num_nodes, 3)
-    a = DistOneHopSampler(None, book, local).sample_one_hop(
-        seeds, torch.tensor([4]), generator=make_generator(9)
-    )
+    a = DistOneHopSampler(None, book, local).sample_one_hop(seeds, torch.tensor([4]), seed=9)
     swapped = {1: local[1], 0: local[0]}
-    b = DistOneHopSampler(None, book, swapped).sample_one_hop(
-        seeds, torch.tensor([4]), generator=make_generator(9)
-    )
+    b = DistOneHopSampler(None, book, swapped).sample_one_hop(seeds, torch.tensor([4]), seed=9)
     key_a = sorted(zip(a.seed_index.tolist(), a.eid.tolist(), strict=True))
     key_b = sorted(zip(b.seed_index.tolist(), b.eid.tolist(), strict=True))
     assert key_a == key_b
@@ -133,7 +129,7 @@ def test_out_of_range_seed(tmp_path: Path) -> None:
     book, local, _ = partitioned(tmp_path, random_graph())
     with pytest.raises(ArgumentError, match="seeds"):
         DistOneHopSampler(None, book, local).sample_one_hop(
-            torch.tensor([book.num_nodes]), torch.tensor([1]), generator=make_generator(0)
+            torch.tensor([book.num_nodes]), torch.tensor([1]), seed=0
         )
 
 
