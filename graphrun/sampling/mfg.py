@@ -20,7 +20,6 @@ edges up to layer ``h``, and layer ``L - h`` of a model needs only the first
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -30,6 +29,7 @@ from torch import Tensor
 
 from graphrun.errors import ArgumentError
 from graphrun.sampling.csc import SampledEdges
+from graphrun.sampling.partitioned import shared_tensor
 
 # A scratch map of this many entries (8 bytes each) is the most a Relabeler allocates;
 # bigger id spaces relabel by sorting instead.
@@ -83,13 +83,6 @@ class OneHopSampler(Protocol):
         weighted: bool = False,
         seed: int,
     ) -> SampledEdges: ...
-
-
-def as_tensor(a: np.ndarray) -> Tensor:
-    """A tensor over ``a``'s memory, even when it is read-only (we never write to it)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "non-writable array"
-        return torch.from_numpy(a)
 
 
 @dataclass(frozen=True)
@@ -222,12 +215,12 @@ def sample_multi_hop(
             weighted=weighted,
             seed=draw_seed(generator),
         )
-        row, new = relabeler.add(as_tensor(hop.src))
+        row, new = relabeler.add(shared_tensor(hop.src))
         rows.append(row)
-        cols.append(as_tensor(hop.seed_index) + offset)
-        edges.append(as_tensor(hop.eid))
+        cols.append(shared_tensor(hop.seed_index) + offset)
+        edges.append(shared_tensor(hop.eid))
         if hop.etype is not None:
-            etypes.append(as_tensor(hop.etype))
+            etypes.append(shared_tensor(hop.etype))
         offset += frontier.numel()
         frontier = new
         n_nodes.append(int(new.numel()))

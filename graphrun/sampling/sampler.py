@@ -25,7 +25,6 @@ from graphrun.sampling.mfg import (
     Relabeler,
     SampledSubgraph,
     Seed,
-    as_tensor,
     make_generator,
     sample_multi_hop,
 )
@@ -72,7 +71,7 @@ class NeighborSampler:
         ``generator`` (optional) overrides the sampler's own for this call, e.g. one
         seed per mini-batch so that a batch does not depend on who samples it.
         """
-        s = as_tensor(check_seeds(seeds, 0, self.num_nodes))
+        s = shared_tensor(check_seeds(seeds, 0, self.num_nodes))
         return sample_multi_hop(
             self.graph,
             s,
