@@ -6,8 +6,9 @@ prefix, e.g. its network namespace), each printing one JSON line:
 ``cpu [--seconds S]``
     effective cores: one busy process per core of the machine, all timed over the same
     ``S`` seconds (after they started and spun a while); the CPU time they get, over
-    ``S``, is what the host's share allows (a cgroup quota, other load). Also the time of a fixed sampling + training kernel on one core, so
-    hosts of different speed show as such.
+    ``S``, is what the host's share allows (a cgroup quota, other load). Also the time
+    of a fixed sampling + training kernel on one core, so hosts of different speed show
+    as such.
 ``memory``
     bytes the host may use: the smallest of ``MemTotal`` and the memory cgroup's limit.
 ``sink --bind ADDR --port P`` / ``send --to ADDR:P [--seconds S]``
