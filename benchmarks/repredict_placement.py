@@ -1,7 +1,9 @@
 """Re-predict a `graphrun bench placement --real` run's placements from its own records,
-with and without the store servers' serving steps (benchmarks/README.md, pr5), and with
+with and without the store servers' serving steps (benchmarks/README.md, pr5), with
 the feature flows charged although the trainers' caches hold every row (the model before
-``features_cached``; pr6).
+``features_cached``; pr6), and on the hosts' CPU quotas as written in the run's
+``cluster.yaml`` instead of the probed shares (what the probe measures since pr8: it
+read 5-15% low before).
 
     python benchmarks/repredict_placement.py WORKDIR RESULT.json
 
@@ -14,8 +16,8 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -32,8 +34,9 @@ ITERATIONS = 16
 
 
 def main(workdir: Path, result: dict) -> None:
-    cluster = load_cluster(workdir / "probed.yaml")
-    machines = list(cluster.names)
+    probed = load_cluster(workdir / "probed.yaml")
+    quotas = replace(probed, cpu=load_cluster(workdir / "cluster.yaml").cpu)
+    machines = list(probed.names)
     steps = result["steps_per_epoch"]
     profiled = workdir / "run-co-location" / "profile"
     records, serves = read_metrics(sorted(profiled.glob("*.jsonl")))
@@ -42,11 +45,12 @@ def main(workdir: Path, result: dict) -> None:
     data = yaml.safe_load(job_file.read_text())
     tiny = Demand(cpu=0, memory_gb=0.1)  # memory does not change a makespan
     variants = (
-        ("with serving steps", serves, None),
-        ("without serving steps", [], None),
-        ("features charged", serves, False),
+        ("with serving steps", serves, None, probed),
+        ("without serving steps", [], None, probed),
+        ("features charged", serves, False, probed),
+        ("with serving steps, CPU quotas", serves, None, quotas),
     )
-    for label, served, cached in variants:
+    for label, served, cached, cluster in variants:
         with tempfile.TemporaryDirectory() as tmp:
             profile_file = Path(tmp) / "profile.json"
             save_profile(profile_from_records(records, "repredict", served), profile_file)

@@ -12,7 +12,10 @@ of 0.6 CPU and 1 Gbit/s, two slow ones of 0.2 CPU and 0.3 Gbit/s):
    their demands.
 3. ``graphrun plan``'s search places the job on the probed cluster; the simulator
    predicts the epoch of co-location, of the plan and of ``--random`` random placements.
-4. The plan and the random placements run; each epoch is measured.
+4. The plan and the random placements run, profiled too; each epoch is measured, and
+   the trainers' mean CPU seconds a step in the measured epochs are reported beside it
+   (``trainer_cpu_s_per_step``: the machine's speed drifts between runs, and this tells a
+   run that got faster CPU from a model that is wrong).
 
 ``--seconds`` is the plan's search budget, as without ``--real``.
 
@@ -23,7 +26,7 @@ Prints one JSON object::
      "runs": [{"placement": "co-location" | "plan" | "random-<i>",
                "assignments": {role: machine}, "predicted_epoch_s": ..,
                "measured_epoch_s": .., "epoch_s_all": [..], "error": predicted /
-               measured - 1}, ...],
+               measured - 1, "trainer_cpu_s_per_step": ..}, ...],
      "speedup_vs_colocation": co-location measured / plan measured,
      "speedup_vs_best_random": best random measured / plan measured,
      "max_abs_error": over every run, "steps_per_epoch": .., "load_avg": [..]}
@@ -81,6 +84,7 @@ class Measured:
     epoch_s: float
     epoch_s_all: list[float]
     steps: int
+    trainer_cpu_s: float  # mean CPU seconds of a trainer's step in the measured epochs
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -123,14 +127,16 @@ def job_data(
 
 
 def run_job(
-    data: dict[str, Any], workdir: Path, name: str, cluster_file: Path, profile: bool = False
+    data: dict[str, Any], workdir: Path, name: str, cluster_file: Path
 ) -> tuple[Measured, dict[str, float], Path]:
-    """Run the job of ``data`` as ``name``; its measured epochs, its roles' peak memory
-    (MiB) and its run directory. Raises JobFailed (naming the role) when it fails."""
+    """Run the job of ``data`` as ``name``, profiled (``run-<name>/profile/``); its
+    measured epochs, its roles' peak memory (MiB) and its run directory. Raises JobFailed
+    (naming the role) when it fails."""
     import yaml
 
     from graphrun.bench.train import run_sampled
     from graphrun.job.runner import RunOptions
+    from graphrun.placement.profile import read_metrics
 
     path = workdir / f"job-{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -138,12 +144,17 @@ def run_job(
     shutil.rmtree(run_dir, ignore_errors=True)
     opts = RunOptions(
         run_dir=run_dir, hosts="netns", cluster=cluster_file,
-        profile_dir=run_dir / "profile" if profile else None,
+        profile_dir=run_dir / "profile",
     )  # fmt: skip
     _, rss = run_sampled(path, opts, workdir / f"job-{name}.log")
     recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     times = [float(r["epoch_s"]) for r in recs]
-    measured = Measured(statistics.median(times[1:]), times, int(recs[-1]["steps"]))
+    steps = int(recs[-1]["steps"])
+    batches = read_metrics(sorted((run_dir / "profile").glob("trainer-*.jsonl")))[0]
+    cpu = [
+        (b.sample_cpu_s or 0.0) + (b.compute_cpu_s or 0.0) for b in batches if b.iteration > steps
+    ]
+    measured = Measured(statistics.median(times[1:]), times, steps, statistics.fmean(cpu or [0.0]))
     return measured, rss.role_peak, run_dir
 
 
@@ -209,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = load_cluster(planned_on)
 
     # 1. co-located, profiled: the profile and the roles' memory
-    co_run, peaks, co_dir = run_job(data, workdir, "co-location", cluster_file, profile=True)
+    co_run, peaks, co_dir = run_job(data, workdir, "co-location", cluster_file)
     records, serves = read_metrics(sorted((co_dir / "profile").glob("*.jsonl")))
     # the first epoch warms up (its steps cost ~45% more CPU): measured epochs leave it
     # out, and so does the profile
@@ -264,6 +275,7 @@ def run(args: argparse.Namespace) -> int:
             "placement": name, "assignments": assignments,
             "predicted_epoch_s": round(pred, 3), "measured_epoch_s": round(measured.epoch_s, 3),
             "epoch_s_all": measured.epoch_s_all, "error": round(pred / measured.epoch_s - 1, 4),
+            "trainer_cpu_s_per_step": round(measured.trainer_cpu_s, 4),
         })  # fmt: skip
     randoms = [v for k, v in by.items() if k.startswith("random-")]
     report = {

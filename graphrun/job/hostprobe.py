@@ -139,7 +139,7 @@ def assemble(hosts: Sequence[HostMeasure], links: Sequence[LinkMeasure]) -> dict
     for h in hosts:
         entry: dict[str, Any] = {
             "name": h.name,
-            "cpu": round(h.cores, 2),
+            "cpu": round(h.cores, 3),  # a 0.2-core host: 0.01 is 5%
             "memory_gb": round(h.memory_bytes / 2**30, 2),
         }
         entry["egress_gbps"] = round(egress[h.name] / GBIT, 4)

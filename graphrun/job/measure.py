@@ -4,10 +4,11 @@ The pieces :mod:`graphrun.job.hostprobe` runs on every host (through the host's 
 prefix, e.g. its network namespace), each printing one JSON line:
 
 ``cpu [--seconds S]``
-    effective cores: one busy process per core of the machine for ``S`` seconds; the CPU
-    time they get, over the wall time, is what the host's share allows (a cgroup quota,
-    other load). Also the time of a fixed sampling + training kernel on one core, so
-    hosts of different speed show as such.
+    effective cores: one busy process per core of the machine, all timed over the same
+    ``S`` seconds (after they started and spun a while); the CPU time they get, over
+    ``S``, is what the host's share allows (a cgroup quota, other load). Also the time
+    of a fixed sampling + training kernel on one core, so hosts of different speed show
+    as such.
 ``memory``
     bytes the host may use: the smallest of ``MemTotal`` and the memory cgroup's limit.
 ``sink --bind ADDR --port P`` / ``send --to ADDR:P [--seconds S]``
@@ -40,26 +41,43 @@ CHUNK = 1 << 20
 PING_BYTES = 64
 
 
-def _burn(seconds: float, out: Any) -> None:
-    t0, c0 = time.monotonic(), time.process_time()
-    while time.monotonic() - t0 < seconds:
+START_S = 0.5  # the workers start spinning this long after they are forked ...
+WARM_S = 0.3  # ... and are timed from this long after that
+
+
+def _burn(start: float, seconds: float, out: Any) -> None:
+    """Spin from ``start`` (``time.monotonic``: one clock for every process) for
+    :data:`WARM_S` + ``seconds``; put the CPU time this process got in the last
+    ``seconds``."""
+    while time.monotonic() < start:
+        time.sleep(min(0.01, max(0.0, start - time.monotonic())))
+    while time.monotonic() < start + WARM_S:
+        pass
+    c0 = time.process_time()
+    while time.monotonic() < start + WARM_S + seconds:
         pass
     out.put(time.process_time() - c0)
 
 
 def effective_cores(seconds: float = 1.0, workers: int | None = None) -> float:
-    """CPU time that ``workers`` busy processes get per second of wall time."""
+    """CPU time that ``workers`` busy processes get per second of wall time.
+
+    Every worker is timed over the same window. It opens after the workers were forked
+    (under a CPU quota the forks themselves wait: timed from the first fork, a 0.6-core
+    host read 0.57) and after they have spun for a while (a quota left unspent while
+    they slept would let the window's first period run unthrottled: 0.61-0.67). A
+    window of whole quota periods (100 ms) then holds exactly their share."""
     workers = workers or os.cpu_count() or 1
     ctx = mp.get_context("fork")
     q = ctx.Queue()
-    procs = [ctx.Process(target=_burn, args=(seconds, q)) for _ in range(workers)]
-    t0 = time.monotonic()
+    start = time.monotonic() + START_S
+    procs = [ctx.Process(target=_burn, args=(start, seconds, q)) for _ in range(workers)]
     for p in procs:
         p.start()
-    cpu = sum(q.get(timeout=seconds + 30) for _ in procs)
+    cpu = sum(q.get(timeout=START_S + WARM_S + seconds + 30) for _ in procs)
     for p in procs:
         p.join(timeout=10)
-    return cpu / (time.monotonic() - t0)
+    return cpu / seconds
 
 
 def kernel_seconds(rounds: int = 3) -> float:

@@ -28,11 +28,16 @@ ports, ``t``'s own (its intra-op threads: it uses at most that many cores) and `
 CPU (its cores), so the trainers and samplers of one machine share its cores while
 they compute and one alone gets them all (processor sharing, work-conserving, by the
 same policy as the NICs). With the store servers' CPU seconds per byte they send
-(``serve_cpu_s_per_byte``), each store flow that leaves its machine comes with a serving
-step of the store's: a fluid of that many CPU seconds through the store's port (as
-many cores as a trainer's threads) and its machine's cores, beside the flow (the
-receiver waits for both). Profiles without CPU seconds (the built-ins) keep their step
-times on every machine.
+(``serve_cpu_s_per_byte``), each store flow that leaves its machine comes with serving:
+its CPU seconds twice, as two steps of the store's. The *reply*, beside the flow (the
+receiver waits for both), runs through the store's port alone (as many cores as a
+trainer's threads, at full speed); the *charge*, which nothing waits for, runs through
+its machine's cores alone. A machine's ``cpu`` is a share of faster cores (a cgroup CPU
+quota: a process runs at a whole core's speed until the quota of the period is spent),
+so a store on an otherwise idle slow machine answers at a core's speed, and its CPU
+seconds still count against the machine's share: they slow the roles beside it, and a
+machine whose share cannot keep up with its stores' serving bounds the epoch. Profiles
+without CPU seconds (the built-ins) keep their step times on every machine.
 
 The unrolled DAG does not depend on the placement except through those rules, so it is
 built once per scenario as a :class:`Template` over tasks, and :meth:`Template.place`
@@ -55,6 +60,12 @@ from graphrun.placement.dag import COMPUTE, FLOW, Dag
 from graphrun.placement.job import Job
 from graphrun.placement.oes import DagArrays
 from graphrun.placement.profile import SERVE
+
+# how a CPU step flows (``Template.cpu_route``): through its task's threads and its
+# machine's cores, through the task's threads alone (a store's reply, at a core's speed),
+# or through its machine's cores alone (the reply's CPU seconds charged to the machine)
+ROUTE_SHARED, ROUTE_THREADS, ROUTE_CORES = 0, 1, 2
+_UNLIMITED = 1e18  # the capacity of the port a one-sided CPU step's other end uses
 
 
 @dataclass(frozen=True)
@@ -164,6 +175,7 @@ class Template:
     task_busy: tuple[float, ...]  # total compute seconds per task (CPU seconds if scaled)
     cpu_task: np.ndarray  # int64 the task whose CPU a compute step uses, -1 for none
     serve_of: np.ndarray  # int64 the store flow a serving step sends, -1 for none
+    cpu_route: np.ndarray  # int64 ROUTE_* of a CPU step (ROUTE_SHARED for the others)
     cpu_seconds: bool = False  # durations are CPU seconds, scaled per placement
     threads: float = 1.0
 
@@ -208,19 +220,29 @@ class Template:
         capacity = np.asarray((*cluster.egress, *cluster.ingress), dtype=np.float64)
         machines = cluster.size  # ports below this are senders' (egress), the rest receivers'
         if self.cpu_seconds and slowdown is not None:
-            duration = duration * np.where(self.cpu_task >= 0, slowdown[self.cpu_task], 1.0)
+            # a reply runs at its threads' full speed; a charge waits for nothing
+            scale = np.where(self.cpu_task >= 0, slowdown[self.cpu_task], 1.0)
+            scale[self.cpu_route == ROUTE_THREADS] = 1.0 / max(self.threads, 1e-9)
+            scale[self.cpu_route == ROUTE_CORES] = 0.0
+            duration = duration * scale
         elif self.cpu_seconds:
-            # ports: egress [0, M), task threads [M, M+T), ingress [M+T, 2M+T), CPU [2M+T, 3M+T)
+            # ports: egress [0, M), task threads [M, M+T), any sender M+T, ingress
+            # [M+T+1, 2M+T+1), CPU [2M+T+1, 3M+T+1), any receiver 3M+T+1
             m, t = cluster.size, self.num_tasks
             step = (self.cpu_task >= 0) & (duration > 0)
-            task = self.cpu_task[step]
-            dst = np.where(dst >= 0, dst + t, dst)
+            task, route = self.cpu_task[step], self.cpu_route[step]
+            dst = np.where(dst >= 0, dst + t + 1, dst)
             size, src = size.copy(), src.copy()
-            size[step], src[step], dst[step] = duration[step], m + task, 2 * m + t + x[task]
+            size[step] = duration[step]
+            src[step] = np.where(route == ROUTE_CORES, m + t, m + task)
+            dst[step] = np.where(route == ROUTE_THREADS, 3 * m + t + 1, 2 * m + t + 1 + x[task])
             duration = np.where(step, 0.0, duration)
             cores = np.maximum(np.asarray(cluster.cpu, dtype=np.float64), 1e-9)
-            capacity = np.concatenate([capacity[:m], np.full(t, self.threads), capacity[m:], cores])
-            machines = m + t
+            capacity = np.concatenate([
+                capacity[:m], np.full(t, self.threads), [_UNLIMITED], capacity[m:], cores,
+                [_UNLIMITED],
+            ])  # fmt: skip
+            machines = m + t + 1
         return DagArrays(
             duration=duration,
             size=size,
@@ -314,13 +336,24 @@ class _Unroll:
         self.it: list[int] = []
         self.preds: list[tuple[int, ...]] = []
         self.cpu_task: list[int] = []
+        self.cpu_route: list[int] = []
         self.serve_of: dict[int, int] = {}  # serving step -> its flow
         self.groups = 0
 
     def _node(
-        self, dur: float, size: float, s: int, d: int, g: int, i: int, deps: tuple, cpu: int = -1
+        self,
+        dur: float,
+        size: float,
+        s: int,
+        d: int,
+        g: int,
+        i: int,
+        deps: tuple,
+        cpu: int = -1,
+        route: int = ROUTE_SHARED,
     ) -> int:
         self.cpu_task.append(cpu)
+        self.cpu_route.append(route)
         self.dur.append(dur)
         self.size.append(size)
         self.src.append(s)
@@ -330,27 +363,32 @@ class _Unroll:
         self.preds.append(deps)
         return len(self.dur) - 1
 
-    def compute(self, dur: float, i: int, deps: tuple[int, ...], task: int = -1) -> int:
+    def compute(
+        self, dur: float, i: int, deps: tuple[int, ...], task: int = -1, route: int = ROUTE_SHARED
+    ) -> int:
         """A compute step; ``task`` runs it (its duration scales with that task's CPU)."""
-        return self._node(dur, 0.0, -1, -1, -1, i, deps, task)
+        return self._node(dur, 0.0, -1, -1, -1, i, deps, task, route)
 
     def flow(self, size: float, s: int, d: int, i: int, deps: tuple[int, ...]) -> int:
         return self._node(0.0, size, s, d, -1, i, deps)
 
     def store_flows(self, sizes: np.ndarray, d: int, i: int, deps: tuple[int, ...]) -> list[int]:
         """One flow per store to task ``d``, merged by machine when placed, and with a
-        serving cost, each store's serving step beside its flow."""
+        serving cost, each store's reply beside its flow (and the reply's charge to the
+        store's machine, which nothing waits for)."""
         self.groups += 1
         flows = [
             self._node(0.0, b, q, d, self.groups - 1, i, deps) for q, b in enumerate(sizes.tolist())
         ]
         cost = self.sc.serve_cpu_per_byte
-        serve = []
+        replies = []
         for q, (f, b) in enumerate(zip(flows, sizes.tolist(), strict=True)):
             if cost > 0 and b > 0:
-                serve.append(self.compute(b * cost, i, deps, task=q))
-                self.serve_of[serve[-1]] = f
-        return flows + serve
+                reply = self.compute(b * cost, i, deps, task=q, route=ROUTE_THREADS)
+                charge = self.compute(b * cost, i, deps, task=q, route=ROUTE_CORES)
+                self.serve_of[reply] = self.serve_of[charge] = f
+                replies.append(reply)
+        return flows + replies
 
     def batch(self, i: int, r: int, gate: tuple[int, ...]) -> int:
         """Sampling, batch and feature flows, and training of trainer ``r``'s batch ``i``."""
@@ -431,6 +469,7 @@ class _Unroll:
             task_busy=tuple(self.busy),
             cpu_task=np.asarray(self.cpu_task, dtype=np.int64),
             serve_of=serve_of,
+            cpu_route=np.asarray(self.cpu_route, dtype=np.int64),
             cpu_seconds=self.sc.cpu_seconds,
             threads=self.sc.threads,
         )

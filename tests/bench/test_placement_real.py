@@ -58,6 +58,7 @@ def test_profile_plan_run_and_compare_on_two_emulated_hosts(tmp_path, capsys):
     for run in report["runs"]:
         assert set(run["assignments"]) == roles and len(run["epoch_s_all"]) == 2
         assert run["predicted_epoch_s"] > 0 and run["measured_epoch_s"] > 0
+        assert run["trainer_cpu_s_per_step"] > 0  # every run is profiled
         # the times are printed to 3 decimals, the error from the unrounded ones: on
         # this tiny job's epochs (a few ms) rounding alone moves the ratio by 10%
         p, m, half = run["predicted_epoch_s"], run["measured_epoch_s"], 5e-4

@@ -66,7 +66,9 @@ def test_probe_measures_emulated_hosts_within_10_percent(tmp_path, capsys) -> No
     c = load_cluster(out)  # a valid cluster file for graphrun plan
     assert c.names == ("fast", "slow")
     assert c.memory_gb == (2.0, 1.0)
-    assert abs(c.cpu[0] - 0.5) < 0.1 and abs(c.cpu[1] - 0.25) < 0.06, c.cpu
+    # the quota exactly: timed from the first fork, both read ~5% low (0.57 for 0.6 in
+    # the closed loop's probes, benchmarks/README.md pr8)
+    assert abs(c.cpu[0] / 0.5 - 1) < 0.04 and abs(c.cpu[1] / 0.25 - 1) < 0.04, c.cpu
     for i, gbps in enumerate((0.2, 0.05)):  # egress is the shaped direction
         assert abs(c.egress[i] * 8 / 1e9 - gbps) / gbps < 0.10, (c.egress, measured)
     assert set(measured["pairs"]) == {"fast->slow", "slow->fast"}

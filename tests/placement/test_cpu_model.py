@@ -177,3 +177,37 @@ def test_a_store_serving_from_a_slow_machine_costs_that_machine_s_cpu():
     assert ev.makespan(slow) > 2 * ev.makespan(fast)
     # what a store serves to its own machine goes through shared memory: no serving
     assert ev.makespan((0, 0, 0, 0)) == free.makespan((0, 0, 0, 0))
+
+
+def test_a_store_alone_on_a_quota_machine_answers_at_a_core_s_speed():
+    """A machine's ``cpu`` is a quota of whole cores: a store alone on a 0.1-core machine
+    computes a reply at a core's speed (pr7's plan, stores 0 and 3 alone on 0.2-CPU
+    hosts, was over-predicted while the replies crawled at 0.2 cores), and its CPU
+    seconds still count against the machine's share: a trainer beside it slows down, and
+    so does the epoch when the share cannot keep up with the serving."""
+    from graphrun.placement.profile import SERVE, Empirical
+
+    base = profile_from_records(records(), "p")
+    j0 = job(base)
+    # tasks: store:0, store:1, trainer:0, trainer:1; ~12 kB leave store:0 per iteration
+    per_iteration = (
+        make_scenario(j0, 0).structure[:, :, 0].sum(1).mean()
+        + make_scenario(j0, 0).feature[:, :, 0].sum(1).mean()
+    )
+    serve = 0.004 / per_iteration  # 4 ms of one core per iteration, 40 ms of 0.1 core
+    j = job(Profile("p", {**base.quantities, SERVE: Empirical.of([serve])}))
+    cl = cluster([1.0, 1.0, 0.1])
+    ev = Evaluator(cl, make_scenario(j, 0))
+    iters = ev.scenario.iterations
+    fast, slow = (0, 1, 0, 1), (2, 1, 0, 1)  # store:0 apart, on a fast or the slow machine
+    assert ev.makespan(slow) < 1.1 * ev.makespan(fast)
+    # the replies' CPU seconds are the slow machine's: trainer:1 beside store:0 pays for
+    # the ~3.6 ms an iteration it serves trainer:0 (its own bytes stay on the machine)
+    beside = (2, 1, 0, 2)
+    alone = Evaluator(cl, make_scenario(job(base), 0)).makespan(beside)
+    assert ev.makespan(beside) > alone + 0.5 * iters * 0.0036 / 0.1
+    # a share too small for the serving bounds the epoch: 100x the cost is 0.4 s of one
+    # core per iteration, 4 s of 0.1 core
+    heavy = job(Profile("p", {**base.quantities, SERVE: Empirical.of([100 * serve])}))
+    bound = iters * 0.4 / 0.1
+    assert Evaluator(cl, make_scenario(heavy, 0)).makespan(slow) >= 0.95 * bound
