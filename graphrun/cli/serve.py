@@ -93,8 +93,8 @@ def register(subparsers: Any) -> None:
         "--threads",
         type=int,
         default=1,
-        help="OpenMP threads (OMP_NUM_THREADS) for extensions that compute with torch or"
-        " BLAS (default 1: a server runs one request at a time)",
+        help="OpenMP threads (OMP_NUM_THREADS) for extensions that import torch (default 1:"
+        " a server runs one request at a time)",
     )
     p.add_argument(
         "--ready-file", type=Path, help="write {address, pid, part} JSON here when ready"
@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(f"--profile: directory {args.profile.parent} does not exist")
     if args.threads < 1:
         raise ArgumentError(f"--threads: must be >= 1, got {args.threads}")
-    # for extensions that compute with torch or BLAS (sampling's kernels are numpy and
+    # read by torch when an extension imports it (sampling's kernels are numpy and
     # single-threaded; importing torch here only to set its threads cost a second of CPU)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     stop = {"flag": False}

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from graphrun.errors import ArgumentError
 from graphrun.graph.graph import Graph, etype_key
@@ -76,7 +77,7 @@ def check_seeds(seeds: object, lo: int, hi: int, arg: str = "seeds") -> np.ndarr
     return a
 
 
-def _int64(a: np.ndarray) -> np.ndarray:
+def _int64(a: npt.ArrayLike) -> np.ndarray:
     return np.asarray(a).astype(np.int64, copy=False)
 
 
@@ -192,7 +193,7 @@ class CSCGraph:
         ``seed`` seeds the kernels' generator: the same seed gives the same edges here, in
         a trainer and on a store server."""
         rows = check_seeds(seeds, self.row_start, self.row_start + self.num_rows) - self.row_start
-        fan = _int64(np.asarray(fanout)).reshape(-1)
+        fan = _int64(fanout).reshape(-1)
         if len(fan) != self.num_etypes:
             raise ArgumentError(
                 f"fanout: expected {self.num_etypes} per-edge-type entries, got {len(fan)}"

@@ -176,13 +176,15 @@ def _weighted_replace(
     start: np.ndarray, deg: np.ndarray, k: np.ndarray, weights: np.ndarray, rng: Rng
 ) -> Picks:
     _, pos = _expand(start, deg)
+    if len(pos) == 0:  # no row has an edge
+        return Picks.empty()
     w = np.maximum(weights[pos].astype(np.float64, copy=False), 0)
     cw = np.cumsum(w)
     seg_end = np.cumsum(deg)
     seg_first = seg_end - deg
-    before = np.where(seg_first > 0, cw[np.maximum(seg_first - 1, 0)] if len(cw) else 0.0, 0.0)
+    before = np.where(seg_first > 0, cw[np.maximum(seg_first - 1, 0)], 0.0)
     last = np.maximum(seg_end - 1, 0)
-    total = np.where(deg > 0, cw[last] - before if len(cw) else 0.0, 0.0)
+    total = np.where(deg > 0, cw[last] - before, 0.0)
     count = np.where(total > 0, k, 0)
     swhich = np.repeat(np.arange(len(count)), count)
     u = rng.random(len(swhich))
