@@ -93,7 +93,7 @@ def train_config(job: GraphJob, args: argparse.Namespace, run_dir: Path, ckpt: P
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from graphrun.distributed import DistGraph, initialize
-    from graphrun.distributed.split import home_partition
+    from graphrun.names import home_partition
     from graphrun.rpc.auth import load_keys
     from graphrun.rpc.tuning import keep_large_allocations
     from graphrun.train.ddp import DDPConfig
