@@ -75,6 +75,7 @@ def train_config(job: GraphJob, args: argparse.Namespace, run_dir: Path, ckpt: P
         embedding_dim=t.embedding_dim,
         sparse_lr=t.sparse_lr,
         target_node_type=t.target_node_type,
+        num_bases=t.num_bases,
         feature=t.feature,
         label=t.label,
         eval_every=t.eval_every,
