@@ -20,7 +20,7 @@ from graphrun.job.spec import API_VERSION, KIND, GraphJob, ReplicaSpec, resolve_
 from graphrun.operator import layout as L
 from graphrun.operator import resources as R
 from graphrun.operator.keys import CurveKeyPair
-from graphrun.operator.policy import check_pod_policy
+from graphrun.operator.policy import SYSTEM_PRIORITY, check_pod_policy
 from graphrun.placement.job import Demand
 
 Replica = Literal["partitioner", "worker", "launcher"]
@@ -48,6 +48,12 @@ def check_supported(job: GraphJob) -> None:
         user = getattr(spec.replica_specs, replica)
         if user is not None:
             check_pod_policy(user.template, f"spec.replicaSpecs.{replica}.template")
+    gang = spec.run_policy.scheduling_policy
+    if gang is not None and (gang.priority_class or "").startswith(SYSTEM_PRIORITY):
+        raise SpecError(
+            "spec.runPolicy.schedulingPolicy.priorityClass: a system priority class is not "
+            "allowed in a GraphJob (pod policy, docs/kubernetes.md)"
+        )
     L.shared_volume(job)
     resolve_placement(job)
     L.check_plan_nodes(job)

@@ -20,7 +20,10 @@ naming the field. Refused:
   ``fsGroup``, ``supplementalGroups``);
 - sysctls outside :data:`SAFE_SYSCTLS` (those the kubelet namespaces per pod);
 - ``nodeName`` (it skips the scheduler and every taint but ``NoExecute``), tolerations of
-  every taint (``operator: Exists`` with no key) and of the control plane's taints.
+  every taint (``operator: Exists`` with no key) and of the control plane's taints;
+- the system priority classes (``system-node-critical``, ``system-cluster-critical``:
+  they preempt the cluster's own pods), in the template or as the job's
+  ``runPolicy.schedulingPolicy.priorityClass``.
 
 Allowed, because a graphrun pod may need them and they give nothing of the node: keyed
 tolerations, node selectors and affinity, resources, images, environment, sidecars,
@@ -60,6 +63,7 @@ SELINUX_TYPES = frozenset(
 CONTROL_PLANE_TAINTS = frozenset(
     {"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"}
 )
+SYSTEM_PRIORITY = "system-"  # system-node-critical, system-cluster-critical: they preempt
 CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
 PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
 UNCONFINED_ANNOTATIONS = (
@@ -95,6 +99,8 @@ def check_pod_policy(template: dict[str, Any], where: str) -> None:
             raise _refuse(f"{at}.{key}")
     if spec.get("automountServiceAccountToken"):
         raise _refuse(f"{at}.automountServiceAccountToken")
+    if str(spec.get("priorityClassName") or "").startswith(SYSTEM_PRIORITY):
+        raise _refuse(f"{at}.priorityClassName", "a system priority class is not allowed")
     if spec.get("nodeName"):
         raise _refuse(f"{at}.nodeName", "not allowed", "; use nodeSelector or affinity")
     _check_tolerations(_list(spec.get("tolerations")), f"{at}.tolerations")

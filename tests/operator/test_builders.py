@@ -590,6 +590,7 @@ def _container(**fields: Any) -> dict[str, Any]:
             r"spec.containers\[0\].ports\[0\].hostPort",
         ),
         ({"nodeName": "control-plane-1"}, "spec.nodeName"),
+        ({"priorityClassName": "system-node-critical"}, "spec.priorityClassName"),
         ({"tolerations": [{"operator": "Exists"}]}, r"spec.tolerations\[0\]"),
         (
             {
@@ -663,6 +664,20 @@ def test_pod_templates_follow_the_pod_policy(pod: dict, field: str) -> None:
     with pytest.raises(SpecError, match=f"spec.replicaSpecs.worker.template.{field}"):
         B.check_supported(parse_job(d))
     B.check_supported(example())  # the examples follow it
+
+
+def test_the_jobs_priority_class_is_not_a_system_one() -> None:
+    """schedulingPolicy.priorityClass system-node-critical: the job's pods could preempt
+    the cluster's own."""
+    d = yaml.safe_load((ROOT / "examples" / "kubernetes" / "graphsage.yaml").read_text())
+    d["spec"]["runPolicy"]["schedulingPolicy"] = {
+        "provider": "volcano",
+        "priorityClass": "system-cluster-critical",
+    }
+    with pytest.raises(SpecError, match=r"spec\.runPolicy\.schedulingPolicy\.priorityClass"):
+        B.check_supported(parse_job(d))
+    d["spec"]["runPolicy"]["schedulingPolicy"]["priorityClass"] = "high"
+    B.check_supported(parse_job(d))
 
 
 def test_unconfined_annotations_are_refused() -> None:
