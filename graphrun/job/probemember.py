@@ -316,6 +316,7 @@ class _Acceptor:
             conn.setblocking(False)
             self._pending[conn] = (time.monotonic() + HEADER_SECONDS, bytearray())
             self._sel.register(conn, selectors.EVENT_READ)
+            self._read(conn)  # a member's header is usually there already
             if len(self._pending) > MAX_PENDING:
                 self._drop(next(iter(self._pending)))
 
