@@ -1,7 +1,8 @@
 """The name of each process of a job: ``store:P`` (``store:P:B`` for backup B),
 ``trainer:R``, ``sampler:R:W`` — and ``ps:J`` for the parameter servers of the
 placement model. :class:`RoleName` formats (``str()``) and parses (:meth:`parse`) them;
-nothing else spells them out.
+nothing else spells them out. :func:`home_partition` is the one definition of the
+partition a trainer trains on, for the runtime and the placement model alike.
 """
 
 from __future__ import annotations
@@ -50,3 +51,12 @@ class RoleName:
         if self.kind == "sampler" or (self.kind == "store" and self.sub):
             return f"{self.kind}:{self.index}:{self.sub}"
         return f"{self.kind}:{self.index}"
+
+
+def home_partition(rank: int, world_size: int, num_parts: int) -> int:
+    """Trainer ``rank``'s home partition of ``num_parts``: ``rank * num_parts //
+    world_size`` (consecutive ranks share a partition when there are more trainers than
+    partitions, as consecutive ranks share a machine). The runtime splits the training
+    ids by it (:func:`graphrun.distributed.split.node_split`) and the placement model
+    charges a trainer's "own" bytes to that partition's store."""
+    return rank * num_parts // world_size

@@ -28,3 +28,12 @@ def test_the_main_store_server_has_no_backup_suffix():
 def test_what_is_no_role_name_is_refused_naming_it(bad):
     with pytest.raises(ValueError, match="is not a role name"):
         RoleName.parse(bad)
+
+
+def test_home_partition_is_one_function_for_runtime_and_model() -> None:
+    from graphrun.distributed import split
+    from graphrun.names import home_partition
+
+    assert split.home_partition is home_partition  # re-exported where it used to live
+    assert [home_partition(r, 4, 2) for r in range(4)] == [0, 0, 1, 1]
+    assert [home_partition(r, 2, 4) for r in range(2)] == [0, 2]

@@ -19,9 +19,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from graphrun.distributed.cache import CachePlan, FeatureCache
-from graphrun.distributed.split import home_partition
 from graphrun.errors import ArgumentError
-from graphrun.names import RoleName
+from graphrun.names import RoleName, home_partition
 from graphrun.partition.book import PartitionBook
 from graphrun.rpc.auth import KeyPair
 from graphrun.sampling.distributed import DistOneHopSampler

@@ -31,15 +31,12 @@ import torch
 from torch import Tensor
 
 from graphrun.errors import ArgumentError
+from graphrun.names import home_partition
 from graphrun.partition.book import PartitionBook
 
+__all__ = ["edge_split", "home_partition", "node_split", "split_even", "trainer_partitions"]
+
 Mode = Literal["pad", "trim", "cover"]
-
-
-def home_partition(rank: int, world_size: int, num_parts: int) -> int:
-    """Trainer ``rank``'s home partition: ``rank * num_parts // world_size`` (the job
-    launcher puts that trainer beside that partition's store)."""
-    return rank * num_parts // world_size
 
 
 def trainer_partitions(world_size: int, num_parts: int) -> list[int]:

@@ -23,7 +23,10 @@ A tag is HMAC-SHA256 under the probe's key (32 random bytes the CLI puts in a Se
 the pods read it from ``$GRAPHRUN_PROBE_KEY``) of the message's role, the header and the
 message, so no one without the key can take a member's place, answer for one, or
 replay another step's messages; a connection whose header does not verify is closed
-unanswered. The measuring bytes (pings, the stream) are not tagged: they carry nothing.
+unanswered. Connections are accepted and their headers read all at once, each within its
+own :data:`HEADER_SECONDS` (at most :data:`MAX_PENDING` waiting, the oldest closed
+first), so idle strangers on the port never hold up a member. The measuring bytes
+(pings, the stream) are not tagged: they carry nothing.
 
 Every wait (a peer's pod starting, its DNS name resolving, the go, the answer) ends at
 the member's deadline; a member that gives up on a peer raises :class:`PeerLost` (the
@@ -37,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import selectors
 import socket
 import struct
 import threading
@@ -51,6 +55,8 @@ MAGIC = b"GRPB"
 HEADER = struct.Struct("!4sIII")  # magic, step, sender, ping count
 GO = b"G"
 HEADER_SECONDS = 10.0  # a member sends its header as soon as it connects
+MAX_PENDING = 128  # connections waiting for their header (strangers past it: oldest closed)
+BACKLOG = 128
 REPORT_VERSION = 1
 KEY_ENV = "GRAPHRUN_PROBE_KEY"  # the probe's key, hex
 KEY_BYTES = 32
@@ -167,24 +173,20 @@ def run_member(cfg: MemberConfig) -> MemberReport:
     """Measure this node, then every link of the schedule this member takes part in."""
     deadline = time.monotonic() + cfg.timeout
     n = len(cfg.peers)
-    with socket.create_server((cfg.bind, cfg.peers[cfg.index][1]), backlog=max(n, 8)) as srv:
+    with socket.create_server((cfg.bind, cfg.peers[cfg.index][1]), backlog=BACKLOG) as srv:
         cores = measure.effective_cores(cfg.seconds)  # peers connecting now wait for the go
         kernel_s = measure.kernel_seconds()
         memory = measure.memory_bytes(own_limit=False)
-        parked: dict[int, _Parked] = {}
         links = []
-        try:
+        with _Acceptor(srv, cfg.key) as acceptor:
             for step, pairs in enumerate(schedule(n)):
                 for a, b in pairs:
                     if a == b == cfg.index:
-                        links.append(_to_self(cfg, srv, step, deadline))
+                        links.append(_to_self(cfg, acceptor, step, deadline))
                     elif a == cfg.index:
                         links.append(_send(cfg, step, b, deadline))
                     elif b == cfg.index:
-                        _receive(cfg, srv, step, a, parked, deadline)
-        finally:
-            for waiting in parked.values():
-                waiting.conn.close()
+                        _receive(cfg, acceptor, step, a, deadline)
     return MemberReport(cfg.index, cores, kernel_s, memory, tuple(links))
 
 
@@ -242,38 +244,123 @@ class _Parked:
     header: bytes
 
 
+class _Acceptor:
+    """Accepts connections on ``srv`` in a thread, reading every header at once (a
+    selector), each connection within its own :data:`HEADER_SECONDS`: a connection whose
+    header carries the probe's tag is parked by its step until :meth:`take`, anything
+    else (a port scan, a health check, a stranger, one of a step already served) is
+    closed unanswered. At most :data:`MAX_PENDING` connections wait for their header;
+    past that the oldest is closed (a member sends its header as soon as it connects,
+    so only strangers linger), and idle strangers never hold up a member."""
+
+    def __init__(self, srv: socket.socket, key: bytes) -> None:
+        self._srv, self._key = srv, key
+        self._cond = threading.Condition()
+        self._parked: dict[int, _Parked] = {}
+        self._below = 0  # headers of earlier steps are refused: those steps are served
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="probe-accept", daemon=True)
+        self._sel = selectors.DefaultSelector()
+        self._pending: dict[socket.socket, tuple[float, bytearray]] = {}  # oldest first
+
+    def __enter__(self) -> _Acceptor:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        with self._cond:
+            for waiting in self._parked.values():
+                waiting.conn.close()
+            self._parked.clear()
+
+    def take(self, step: int, deadline: float) -> _Parked | None:
+        """The connection of ``step`` once its sender came, or None at ``deadline``."""
+        with self._cond:
+            self._below = max(self._below, step)
+            self._cond.wait_for(lambda: step in self._parked, timeout=_left(deadline))
+            got = self._parked.pop(step, None)
+            if got is not None:
+                self._below = step + 1
+            return got
+
+    def _run(self) -> None:
+        self._srv.setblocking(False)
+        self._sel.register(self._srv, selectors.EVENT_READ)
+        try:
+            while not self._stop.is_set():
+                for ready, _ in self._sel.select(timeout=0.1):
+                    if ready.fileobj is self._srv:
+                        self._accept()
+                    else:
+                        self._read(ready.fileobj)  # type: ignore[arg-type]
+                now = time.monotonic()
+                for conn in [c for c, (end, _) in self._pending.items() if end < now]:
+                    self._drop(conn)
+        finally:
+            for conn in list(self._pending):
+                self._drop(conn)
+            self._sel.close()
+
+    def _accept(self) -> None:
+        for _ in range(MAX_PENDING):  # then the pending connections' turn
+            try:
+                conn, _ = self._srv.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # out of descriptors: make room, the backlog holds the rest
+                if self._pending:
+                    self._drop(next(iter(self._pending)))
+                return
+            conn.setblocking(False)
+            self._pending[conn] = (time.monotonic() + HEADER_SECONDS, bytearray())
+            self._sel.register(conn, selectors.EVENT_READ)
+            self._read(conn)  # a member's header is usually there already
+            if len(self._pending) > MAX_PENDING:
+                self._drop(next(iter(self._pending)))
+
+    def _drop(self, conn: socket.socket) -> None:
+        self._sel.unregister(conn)
+        del self._pending[conn]
+        conn.close()
+
+    def _read(self, conn: socket.socket) -> None:
+        _, buf = self._pending[conn]
+        try:
+            chunk = conn.recv(HEADER.size + TAG - len(buf))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._drop(conn)
+            return
+        buf += chunk
+        if len(buf) < HEADER.size + TAG:
+            return
+        self._sel.unregister(conn)
+        del self._pending[conn]
+        header, mac = bytes(buf[: HEADER.size]), bytes(buf[HEADER.size :])
+        magic, step, who, count = HEADER.unpack(header)
+        signed = hmac.compare_digest(mac, tag(self._key, b"hdr", header))
+        with self._cond:
+            if signed and magic == MAGIC and step >= self._below and step not in self._parked:
+                conn.setblocking(True)
+                self._parked[step] = _Parked(conn, who, count, header)
+                self._cond.notify_all()
+                return
+        conn.close()
+
+
 def _receive(
-    cfg: MemberConfig,
-    srv: socket.socket,
-    step: int,
-    sender: int,
-    parked: dict[int, _Parked],
-    deadline: float,
+    cfg: MemberConfig, acceptor: _Acceptor, step: int, sender: int, deadline: float
 ) -> None:
-    """Serve ``sender``'s connection of ``step``; connections of later steps are parked.
-    A connection that sends no member's header at once, or one without the probe's tag,
-    is closed (a port scan, a health check, a stranger)."""
+    """Serve ``sender``'s connection of ``step`` (parked by ``acceptor``)."""
     what = f"probe member {cfg.index}: member {sender}"
-    while step not in parked:
-        srv.settimeout(_left(deadline))
-        try:
-            conn, _ = srv.accept()
-        except TimeoutError:
-            raise PeerLost(f"{what} did not connect in step {step}") from None
-        try:
-            conn.settimeout(min(HEADER_SECONDS, _left(deadline)))
-            raw = _recv_exactly(conn, HEADER.size + TAG)
-            header, mac = raw[: HEADER.size], raw[HEADER.size :]
-            magic, their_step, who, count = HEADER.unpack(header)
-        except (OSError, struct.error):
-            conn.close()
-            continue
-        signed = hmac.compare_digest(mac, tag(cfg.key, b"hdr", header))
-        if not signed or magic != MAGIC or their_step < step or their_step in parked:
-            conn.close()
-            continue
-        parked[their_step] = _Parked(conn, who, count, header)
-    got = parked.pop(step)
+    got = acceptor.take(step, deadline)
+    if got is None:
+        raise PeerLost(f"{what} did not connect in step {step}")
     with got.conn as conn:
         if got.sender != sender:
             raise HostError(f"{what} was expected in step {step}, member {got.sender} came")
@@ -289,14 +376,14 @@ def _receive(
 
 
 def _to_self(
-    cfg: MemberConfig, srv: socket.socket, step: int, deadline: float
+    cfg: MemberConfig, acceptor: _Acceptor, step: int, deadline: float
 ) -> tuple[int, float, float]:
     """A member alone: its receiving side in a thread, its sending side here."""
     errors: list[BaseException] = []
 
     def serve() -> None:
         try:
-            _receive(cfg, srv, step, cfg.index, {}, deadline)
+            _receive(cfg, acceptor, step, cfg.index, deadline)
         except GraphrunError as exc:
             errors.append(exc)
 

@@ -331,6 +331,11 @@ class TrainingSpec(_Model):
     target_node_type: str | None = Field(
         default=None, description="node type to classify on heterogeneous graphs"
     )
+    num_bases: int | None = Field(
+        default=None, ge=1, le=1024,
+        description="rgcn: the relation weights of each layer from this many shared bases "
+        "(basis decomposition; at most one per relation); default: a weight per relation",
+    )  # fmt: skip
     feature: str = Field(default="feat", description="node feature name")
     label: str = Field(default="label", description="node label name")
     eval_every: int = Field(default=1, gt=0, description="evaluate every N epochs")
@@ -379,6 +384,14 @@ class TrainingSpec(_Model):
 
     def _kinds(self) -> dict[str, str | None]:
         return {"task": self.task, "entryPoint": self.entry_point, "script": self.script}
+
+    @model_validator(mode="after")
+    def _bases_for_rgcn(self) -> TrainingSpec:
+        if self.num_bases is not None and self.task is not None:
+            model = model_name(self.task, self.model)
+            if model != "rgcn":
+                raise ValueError(f"numBases: only the rgcn model has bases ({self.task}: {model})")
+        return self
 
 
 # --- placement --------------------------------------------------------------------------

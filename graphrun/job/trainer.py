@@ -75,6 +75,7 @@ def train_config(job: GraphJob, args: argparse.Namespace, run_dir: Path, ckpt: P
         embedding_dim=t.embedding_dim,
         sparse_lr=t.sparse_lr,
         target_node_type=t.target_node_type,
+        num_bases=t.num_bases,
         feature=t.feature,
         label=t.label,
         eval_every=t.eval_every,
@@ -93,7 +94,7 @@ def train_config(job: GraphJob, args: argparse.Namespace, run_dir: Path, ckpt: P
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from graphrun.distributed import DistGraph, initialize
-    from graphrun.distributed.split import home_partition
+    from graphrun.names import home_partition
     from graphrun.rpc.auth import load_keys
     from graphrun.rpc.tuning import keep_large_allocations
     from graphrun.train.ddp import DDPConfig

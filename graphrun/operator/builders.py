@@ -20,6 +20,7 @@ from graphrun.job.spec import API_VERSION, KIND, GraphJob, ReplicaSpec, resolve_
 from graphrun.operator import layout as L
 from graphrun.operator import resources as R
 from graphrun.operator.keys import CurveKeyPair
+from graphrun.operator.policy import SYSTEM_PRIORITY, check_pod_policy
 from graphrun.placement.job import Demand
 
 Replica = Literal["partitioner", "worker", "launcher"]
@@ -47,6 +48,12 @@ def check_supported(job: GraphJob) -> None:
         user = getattr(spec.replica_specs, replica)
         if user is not None:
             check_pod_policy(user.template, f"spec.replicaSpecs.{replica}.template")
+    gang = spec.run_policy.scheduling_policy
+    if gang is not None and (gang.priority_class or "").startswith(SYSTEM_PRIORITY):
+        raise SpecError(
+            "spec.runPolicy.schedulingPolicy.priorityClass: a system priority class is not "
+            "allowed in a GraphJob (pod policy, docs/kubernetes.md)"
+        )
     L.shared_volume(job)
     resolve_placement(job)
     L.check_plan_nodes(job)
@@ -76,39 +83,6 @@ def _check_partition_ranks(job: GraphJob) -> None:
             f"worker pod, but the placement gives machine {machine} no store server and no "
             "trainer (so no pod); place a role there or use mode 'single' or 'parallel'"
         )
-
-
-HOST_FIELDS = ("hostNetwork", "hostPID", "hostIPC")
-
-
-def check_pod_policy(template: dict[str, Any], where: str) -> None:
-    """The pod policy of a GraphJob's templates (docs/kubernetes.md): creating a GraphJob
-    must not give more than a graphrun pod needs. Refused: host namespaces, hostPath
-    volumes, privileged containers or privilege escalation, added capabilities, a service
-    account or its token (the operator's pods need none)."""
-    spec = template.get("spec") or {}
-    for name in HOST_FIELDS:
-        if spec.get(name):
-            raise SpecError(f"{where}.spec.{name}: not allowed in a GraphJob (pod policy)")
-    for key in ("serviceAccountName", "serviceAccount"):
-        if spec.get(key) not in (None, "", "default"):
-            raise SpecError(f"{where}.spec.{key}: not allowed in a GraphJob (pod policy)")
-    if spec.get("automountServiceAccountToken"):
-        raise SpecError(
-            f"{where}.spec.automountServiceAccountToken: not allowed in a GraphJob (pod policy)"
-        )
-    for i, vol in enumerate(spec.get("volumes") or []):
-        if isinstance(vol, dict) and "hostPath" in vol:
-            raise SpecError(f"{where}.spec.volumes[{i}].hostPath: not allowed in a GraphJob "
-                            "(pod policy): use sharedVolume or a PVC")  # fmt: skip
-    for kind in ("initContainers", "containers", "ephemeralContainers"):
-        for i, c in enumerate(spec.get(kind) or []):
-            sc = (c or {}).get("securityContext") or {}
-            at = f"{where}.spec.{kind}[{i}].securityContext"
-            if sc.get("privileged") or sc.get("allowPrivilegeEscalation"):
-                raise SpecError(f"{at}: privileged containers are not allowed (pod policy)")
-            if (sc.get("capabilities") or {}).get("add"):
-                raise SpecError(f"{at}.capabilities.add: not allowed in a GraphJob (pod policy)")
 
 
 def owner_reference(owner: L.Owner) -> dict[str, Any]:
@@ -259,7 +233,7 @@ def _pod_template(
     spec.setdefault("automountServiceAccountToken", False)
     spec.setdefault("enableServiceLinks", False)
     # The image runs as uid 10001 (Dockerfile): let it write to the shared volume.
-    spec.setdefault("securityContext", {"fsGroup": IMAGE_UID})
+    spec["securityContext"] = {"fsGroup": IMAGE_UID, **(spec.get("securityContext") or {})}
     _gang(job, owner, config, meta, spec)
     return tpl
 

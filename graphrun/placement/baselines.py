@@ -1,7 +1,9 @@
 """Baseline placements and the exhaustive optimum (tiny instances only).
 
-* :func:`colocation` — what DistDGL does: machine ``p`` hosts the store of partition
-  ``p``, the trainer of that partition and its samplers; parameter servers round-robin.
+* :func:`colocation` — what DistDGL does (and ``graphrun run`` without a plan): machine
+  ``p`` hosts the store of partition ``p``, the trainers whose home partition it is
+  (:func:`graphrun.names.home_partition`) and their samplers; parameter servers
+  round-robin.
 * :func:`random_feasible` — tasks in random order, each on a random machine with room.
 * :func:`first_fit_decreasing` — tasks by memory demand, each on the first machine with room.
 * :func:`exhaustive` — every placement, the feasible one of least makespan.
@@ -15,6 +17,7 @@ import math
 import numpy as np
 
 from graphrun.errors import ArgumentError, SpecError
+from graphrun.names import home_partition
 from graphrun.placement.cluster import Cluster
 from graphrun.placement.cost import Evaluator, Placement, capacity_matrix, demand_matrix
 from graphrun.placement.job import Job
@@ -29,7 +32,7 @@ def colocation(cluster: Cluster, job: Job) -> Placement:
         if t.kind == "store":
             out.append(t.index % m)
         elif t.kind in ("trainer", "sampler"):
-            out.append((t.index % p) % m)
+            out.append(home_partition(t.index, job.spec.trainers, p) % m)
         else:
             out.append(t.index % m)
     return tuple(out)

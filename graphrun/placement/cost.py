@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from graphrun.errors import SpecError
-from graphrun.names import RoleName
+from graphrun.names import RoleName, home_partition
 from graphrun.placement import _kernel
 from graphrun.placement.bounds import chain_bound
 from graphrun.placement.cluster import Cluster
@@ -72,7 +72,7 @@ def expected_traffic(job: Job) -> np.ndarray:
         tr[idx[str(b)], idx[str(a)]] += v
 
     for r in range(spec.trainers):
-        own = r % spec.partitions
+        own = home_partition(r, spec.trainers, spec.partitions)
         trainer = RoleName.trainer(r)
         samplers = [RoleName.sampler(r, w) for w in range(ns)] or [trainer]
         for q in range(spec.partitions):

@@ -6,7 +6,7 @@ Native placement-job file (YAML), what ``graphrun plan`` reads::
     kind: PlacementJob
     name: products
     partitions: 4               # one graph store task per partition: store:<p>
-    trainers: 4                 # trainer:<r> trains on partition r mod partitions
+    trainers: 4                 # trainer:<r> trains on partition r * partitions // trainers
     samplers_per_trainer: 2     # sampler:<r>:<w>, worker w samples every w-th batch
     sync: ps                    # ps (parameter servers ps:<i>) or allreduce (ring)
     parameter_servers: 2        # only with sync: ps

@@ -1,7 +1,8 @@
 """From (cluster, job, placement) to the DAG the simulator runs.
 
-One training iteration ``i`` of trainer ``r`` (partition ``p = r mod P``, sampler worker
-``w = i mod S``) is::
+One training iteration ``i`` of trainer ``r`` of ``W`` (its home partition
+``p = r * P // W``, :func:`graphrun.names.home_partition`; sampler worker ``w = i mod S``)
+is::
 
     structure flows store:q -> sampler   (gated by the prefetch window and the worker's
           |                               previous batch)
@@ -54,6 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphrun.errors import ArgumentError
+from graphrun.names import home_partition
 from graphrun.placement import _kernel
 from graphrun.placement.cluster import Cluster
 from graphrun.placement.dag import COMPUTE, FLOW, Dag
@@ -96,7 +98,7 @@ def make_scenario(job: Job, seed: int = 0, iterations: int | None = None) -> Sce
         out = prof[f"{kind}_other"].sample(rng, k * t * p).reshape(k, t, p)
         own = prof[f"{kind}_own"].sample(rng, k * t).reshape(k, t)
         for r in range(t):
-            out[:, r, r % p] = own[:, r]
+            out[:, r, home_partition(r, t, p)] = own[:, r]
         return out
 
     cpu = prof.cpu_seconds

@@ -35,6 +35,7 @@ class TrainConfig:
     embedding_dim: int | None = None
     sparse_lr: float = 0.01
     target_node_type: str | None = None
+    num_bases: int | None = None  # rgcn: bases of the relation weights (None: one per relation)
     feature: str = "feat"
     label: str = "label"
     eval_every: int = 1

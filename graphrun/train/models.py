@@ -30,10 +30,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch_geometric.nn import GATConv, GCNConv, GraphConv, HeteroConv, SAGEConv
+from torch_geometric.nn import GATConv, GCNConv, HeteroConv, SAGEConv
 
 from graphrun.errors import ArgumentError
 from graphrun.graph.graph import CanonicalEtype
+from graphrun.train.rgcn import RGCNLayer
 
 AggrPath = Literal["scatter", "csr"]
 Precision = Literal["fp32", "bf16"]
@@ -315,12 +316,15 @@ def reaching_relations(
 
 
 class HeteroGNN(torch.nn.Module):
-    """Heterogeneous GNN on one target node type: per relation a convolution (``rgcn``:
-    ``GraphConv``, mean over neighbours with a root weight, i.e. R-GCN; ``sage``:
-    ``SAGEConv``), summed per destination type, over heterogeneous message-flow graphs.
-    Each layer's convs sit in a ``torch_geometric.nn.HeteroConv`` (its parameters and
-    state-dict keys); the forward calls them one relation at a time so that each
-    computes only its destinations, and only relations that reach the target exist
+    """Heterogeneous GNN on one target node type over heterogeneous message-flow graphs.
+
+    ``rgcn``: R-GCN (:class:`~graphrun.train.rgcn.RGCNLayer`: a weight per relation, from
+    ``num_bases`` shared bases when given, the messages of each relation averaged, plus
+    one self-loop weight and bias). ``sage``: per relation a ``SAGEConv`` (its own
+    neighbour and root weights), summed per destination type in a
+    ``torch_geometric.nn.HeteroConv`` (its parameters and state-dict keys); a type that
+    receives no messages keeps a zero state. Either way each layer computes only its
+    destinations, and only relations that reach the target take part
     (:func:`reaching_relations`)."""
 
     def __init__(
@@ -333,10 +337,13 @@ class HeteroGNN(torch.nn.Module):
         target: str,
         dropout: float = 0.5,
         conv: Literal["rgcn", "sage"] = "rgcn",
+        num_bases: int | None = None,
     ) -> None:
         super().__init__()
         if target not in in_dims:
             raise ArgumentError(f"target node type {target!r} has no features")
+        if conv not in ("rgcn", "sage"):
+            raise ArgumentError(f"conv: {conv!r} is not 'rgcn' or 'sage'")
         self.target = target
         self.dropout = dropout
         self.convs = torch.nn.ModuleList()
@@ -345,10 +352,11 @@ class HeteroGNN(torch.nn.Module):
         dims = dict(in_dims)
         for i, layer in enumerate(self.relations):
             out = out_dim if i == num_layers - 1 else hidden
-            make = GraphConv if conv == "rgcn" else SAGEConv
-            kw = {"aggr": "mean"} if conv == "rgcn" else {}
-            rels = {et: make((dims[et[0]], dims[et[2]]), out, **kw) for et in layer}
-            self.convs.append(HeteroConv(rels, aggr="sum"))
+            if conv == "rgcn":
+                self.convs.append(RGCNLayer(layer, max(dims.values()), out, num_bases))
+            else:
+                rels = {et: SAGEConv((dims[et[0]], dims[et[2]]), out) for et in layer}
+                self.convs.append(HeteroConv(rels, aggr="sum"))
             self.out_dims.append(out)
             dims = dict.fromkeys(dims, out)
 
@@ -360,7 +368,7 @@ class HeteroGNN(torch.nn.Module):
         num_sampled_edges: dict[CanonicalEtype, list[int]] | None = None,
     ) -> Tensor:
         layers = len(self.convs)
-        for i, hetero in enumerate(self.convs):
+        for i, layer in enumerate(self.convs):
             n_dst = {t: v.size(0) for t, v in x.items()}
             edges = edge_index
             if num_sampled_nodes is not None and num_sampled_edges is not None:
@@ -373,23 +381,37 @@ class HeteroGNN(torch.nn.Module):
                     et: mfg_edges(e, num_sampled_edges[et], layers, i)
                     if et in num_sampled_edges else e for et, e in edge_index.items()
                 }  # fmt: skip
-            out: dict[str, Tensor] = {}
-            convs: torch.nn.ModuleDict = hetero.convs  # type: ignore[assignment]
-            for et, conv in zip(self.relations[i], convs.values(), strict=True):
-                src, _, dst = et
-                if src not in x or dst not in x:
-                    continue
-                # a batch without edges of a relation still runs its conv (on no edges),
-                # so its parameters are part of the loss as DDP expects
-                e = edges.get(et, x[src].new_zeros((2, 0), dtype=torch.long))
-                pair = (x[src], x[dst][: n_dst[dst]])
-                h = conv(pair, e, size=(x[src].size(0), n_dst[dst]))
-                out[dst] = h if dst not in out else out[dst] + h  # HeteroConv's aggr="sum"
-            # node types that receive no messages in this layer keep a zero state
-            x = {t: out.get(t, x[t].new_zeros(n_dst[t], self.out_dims[i])) for t in x}
+            if isinstance(layer, RGCNLayer):
+                x = layer(x, edges, n_dst)
+            else:
+                x = self._sage_layer(i, cast(HeteroConv, layer), x, edges, n_dst)
             if i < layers - 1:
                 x = {t: dropout(F.relu(v), self.dropout, self.training) for t, v in x.items()}
         return x[self.target]
+
+    def _sage_layer(
+        self,
+        i: int,
+        hetero: HeteroConv,
+        x: dict[str, Tensor],
+        edges: dict[CanonicalEtype, Tensor],
+        n_dst: dict[str, int],
+    ) -> dict[str, Tensor]:
+        """The convs of ``hetero`` one relation at a time, each on its destinations only."""
+        out: dict[str, Tensor] = {}
+        convs: torch.nn.ModuleDict = hetero.convs
+        for et, conv in zip(self.relations[i], convs.values(), strict=True):
+            src, _, dst = et
+            if src not in x or dst not in x:
+                continue
+            # a batch without edges of a relation still runs its conv (on no edges),
+            # so its parameters are part of the loss as DDP expects
+            e = edges.get(et, x[src].new_zeros((2, 0), dtype=torch.long))
+            pair = (x[src], x[dst][: n_dst[dst]])
+            h = conv(pair, e, size=(x[src].size(0), n_dst[dst]))
+            out[dst] = h if dst not in out else out[dst] + h  # HeteroConv's aggr="sum"
+        # node types that receive no messages in this layer keep a zero state
+        return {t: out.get(t, x[t].new_zeros(n_dst[t], self.out_dims[i])) for t in x}
 
 
 class LinkPredictor(torch.nn.Module):

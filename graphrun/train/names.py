@@ -5,9 +5,11 @@ The first model of a task is its default. Classes are in :mod:`graphrun.train.mo
 
 * ``sage`` — GraphSAGE (``SAGEConv``, mean), ``gcn`` — GCN (``GCNConv``), ``gat`` — GAT
   (``GATConv``, 4 heads in hidden layers);
-* ``rgcn`` — R-GCN: per relation a ``GraphConv`` (its own weights, mean over neighbours,
-  a root weight), summed per destination type in a ``HeteroConv``; ``hetero-sage`` — the
-  same with ``SAGEConv`` per relation.
+* ``rgcn`` — R-GCN (Schlichtkrull et al. 2018, :mod:`graphrun.train.rgcn`): a weight per
+  relation (from ``training.numBases`` shared bases when set), each relation's messages
+  averaged on their own, one self-loop weight; ``hetero-sage`` — per relation a
+  ``SAGEConv`` (its own neighbour and root weights), summed per destination type in a
+  ``HeteroConv``.
 """
 
 from __future__ import annotations

@@ -199,8 +199,9 @@ class HeteroNodeClassification(Task):
             "sage" if _model(c.task, c.model) == "hetero-sage" else "rgcn"
         )
         model = HeteroGNN(
-            in_dims, d.edge_types, c.hidden, classes, len(c.fanouts), self.ntype, c.dropout, conv
-        )
+            in_dims, d.edge_types, c.hidden, classes, len(c.fanouts), self.ntype, c.dropout, conv,
+            c.num_bases,
+        )  # fmt: skip
         self._finish(model)
 
     def loss(self, model: torch.nn.Module, batch: Batch) -> tuple[Tensor, float, int]:

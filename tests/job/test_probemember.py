@@ -168,3 +168,39 @@ def test_a_member_whose_peer_never_comes_exits_peer_lost(tmp_path) -> None:
     message = (tmp_path / "member-0").read_text()
     assert message.startswith("graphrun: error: probe member 0: member 1 (127.0.0.1:")
     assert message.count("\n") == 0 and "no connection" in message
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_idle_strangers_do_not_hold_up_the_members(tmp_path) -> None:
+    """Each idle connection held the accept loop for 10 s: 60 strangers on a member's
+    port kept its peer out until the deadline. Now headers are read all at once, each
+    connection on its own clock."""
+    ports = _free_ports(2)
+    peers = ",".join(f"127.0.0.1:{p}" for p in ports)
+    receiver = _member(1, peers, tmp_path, timeout=45)  # member 1 receives in step 0
+    for _ in range(600):  # until it listens
+        try:
+            socket.create_connection(("127.0.0.1", ports[1]), timeout=5).close()
+            break
+        except ConnectionRefusedError:
+            time.sleep(0.05)
+    idle = []
+    for _ in range(200):  # say nothing (past MAX_PENDING: the oldest are closed)
+        conn = socket.socket()
+        conn.setblocking(False)
+        conn.connect_ex(("127.0.0.1", ports[1]))
+        idle.append(conn)
+    try:
+        sender = _member(0, peers, tmp_path, timeout=45)
+        for p in (receiver, sender):
+            _, err = p.communicate(timeout=150)
+            assert p.returncode == 0, err
+    finally:
+        for conn in idle:
+            conn.close()
+    reports = [
+        MemberReport.from_message((tmp_path / f"member-{i}").read_text(), f"member {i}")
+        for i in range(2)
+    ]
+    assert [[j for j, _, _ in r.links] for r in reports] == [[1], [0]]

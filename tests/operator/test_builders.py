@@ -23,6 +23,8 @@ from graphrun.job.spec import GraphJob, load_job, parse_job
 from graphrun.operator import builders as B
 from graphrun.operator import layout as L
 from graphrun.operator.keys import CurveKeyPair, curve_public, z85_encode
+from graphrun.operator.policy import check_pod_policy
+from graphrun.operator.probe import build_probe_job, probe_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden"
@@ -535,6 +537,10 @@ def test_worker_pods_get_a_memory_backed_dev_shm() -> None:
     assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": limit}
 
 
+def _container(**fields: Any) -> dict[str, Any]:
+    return {"containers": [{"name": "graphrun", **fields}]}
+
+
 @pytest.mark.parametrize(
     ("pod", "field"),
     [
@@ -554,13 +560,194 @@ def test_worker_pods_get_a_memory_backed_dev_shm() -> None:
             },
             r"spec.initContainers\[0\].securityContext.capabilities.add",
         ),
+        # issue 26: what the policy let through
+        (
+            {
+                "volumes": [
+                    {
+                        "name": "t",
+                        "projected": {
+                            "sources": [
+                                {"configMap": {"name": "c"}},
+                                {"serviceAccountToken": {"path": "token"}},
+                            ]
+                        },
+                    }
+                ]
+            },
+            r"spec.volumes\[0\].projected.sources\[1\].serviceAccountToken",
+        ),
+        (
+            {"volumes": [{"name": "n", "nfs": {"server": "10.0.0.1", "path": "/"}}]},
+            r"spec.volumes\[0\].nfs",
+        ),
+        (
+            {"volumes": [{"name": "g", "gitRepo": {"repository": "x"}}]},
+            r"spec.volumes\[0\].gitRepo",
+        ),
+        (
+            _container(ports=[{"containerPort": 80, "hostPort": 80}]),
+            r"spec.containers\[0\].ports\[0\].hostPort",
+        ),
+        ({"nodeName": "control-plane-1"}, "spec.nodeName"),
+        ({"priorityClassName": "system-node-critical"}, "spec.priorityClassName"),
+        ({"tolerations": [{"operator": "Exists"}]}, r"spec.tolerations\[0\]"),
+        (
+            {
+                "tolerations": [
+                    {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}
+                ]
+            },
+            r"spec.tolerations\[0\].key",
+        ),
+        (
+            {"securityContext": {"seccompProfile": {"type": "Unconfined"}}},
+            "spec.securityContext.seccompProfile.type",
+        ),
+        (
+            _container(securityContext={"seccompProfile": {"type": "Unconfined"}}),
+            r"spec.containers\[0\].securityContext.seccompProfile.type",
+        ),
+        (
+            _container(securityContext={"appArmorProfile": {"type": "Unconfined"}}),
+            r"spec.containers\[0\].securityContext.appArmorProfile.type",
+        ),
+        (
+            {"securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "65536"}]}},
+            r"spec.securityContext.sysctls\[0\].name",
+        ),
+        ({"securityContext": {"runAsUser": 0}}, "spec.securityContext.runAsUser"),
+        (
+            _container(securityContext={"runAsUser": 0}),
+            r"spec.containers\[0\].securityContext.runAsUser",
+        ),
+        ({"securityContext": {"runAsNonRoot": False}}, "spec.securityContext.runAsNonRoot"),
+        ({"securityContext": {"runAsGroup": 0}}, "spec.securityContext.runAsGroup"),
+        (
+            {"securityContext": {"supplementalGroups": [0]}},
+            "spec.securityContext.supplementalGroups",
+        ),
+        # more of the same kind (Pod Security Standards, baseline)
+        (
+            _container(securityContext={"allowPrivilegeEscalation": True}),
+            r"spec.containers\[0\].securityContext.allowPrivilegeEscalation",
+        ),
+        (
+            _container(securityContext={"procMount": "Unmasked"}),
+            r"spec.containers\[0\].securityContext.procMount",
+        ),
+        (
+            {"securityContext": {"windowsOptions": {"hostProcess": True}}},
+            "spec.securityContext.windowsOptions.hostProcess",
+        ),
+        (
+            {"securityContext": {"seLinuxOptions": {"type": "spc_t"}}},
+            "spec.securityContext.seLinuxOptions.type",
+        ),
+        (
+            _container(livenessProbe={"httpGet": {"host": "169.254.169.254", "port": 80}}),
+            r"spec.containers\[0\].livenessProbe.httpGet.host",
+        ),
+        (
+            _container(lifecycle={"preStop": {"tcpSocket": {"host": "10.0.0.1", "port": 22}}}),
+            r"spec.containers\[0\].lifecycle.preStop.tcpSocket.host",
+        ),
     ],
 )
 def test_pod_templates_follow_the_pod_policy(pod: dict, field: str) -> None:
     """Templates passed through with any serviceAccountName, hostPath or privileged: a
-    GraphJob's create rights were pod create rights with anything in them."""
+    GraphJob's create rights were pod create rights with anything in them. Then (issue
+    26) with a projected token, nfs, hostPort, nodeName, tolerations of everything,
+    seccomp/AppArmor unconfined, unsafe sysctls, root."""
     d = yaml.safe_load((ROOT / "examples" / "kubernetes" / "graphsage.yaml").read_text())
     d["spec"]["replicaSpecs"]["worker"]["template"]["spec"].update(pod)
     with pytest.raises(SpecError, match=f"spec.replicaSpecs.worker.template.{field}"):
         B.check_supported(parse_job(d))
     B.check_supported(example())  # the examples follow it
+
+
+def test_the_jobs_priority_class_is_not_a_system_one() -> None:
+    """schedulingPolicy.priorityClass system-node-critical: the job's pods could preempt
+    the cluster's own."""
+    d = yaml.safe_load((ROOT / "examples" / "kubernetes" / "graphsage.yaml").read_text())
+    d["spec"]["runPolicy"]["schedulingPolicy"] = {
+        "provider": "volcano",
+        "priorityClass": "system-cluster-critical",
+    }
+    with pytest.raises(SpecError, match=r"spec\.runPolicy\.schedulingPolicy\.priorityClass"):
+        B.check_supported(parse_job(d))
+    d["spec"]["runPolicy"]["schedulingPolicy"]["priorityClass"] = "high"
+    B.check_supported(parse_job(d))
+
+
+def test_unconfined_annotations_are_refused() -> None:
+    d = yaml.safe_load((ROOT / "examples" / "kubernetes" / "graphsage.yaml").read_text())
+    meta = d["spec"]["replicaSpecs"]["partitioner"]["template"].setdefault("metadata", {})
+    meta["annotations"] = {"container.apparmor.security.beta.kubernetes.io/graphrun": "unconfined"}
+    with pytest.raises(SpecError, match=r"partitioner.template.metadata.annotations\[container"):
+        B.check_supported(parse_job(d))
+
+
+def test_what_a_graphrun_pod_needs_passes_the_pod_policy() -> None:
+    """Keyed tolerations, safe sysctls, a non-root user, the allowed volume types and a
+    probe of the pod itself stay allowed."""
+    d = yaml.safe_load((ROOT / "examples" / "kubernetes" / "graphsage.yaml").read_text())
+    d["spec"]["replicaSpecs"]["worker"]["template"]["spec"].update(
+        {
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 1000,
+                "runAsGroup": 1000,
+                "seccompProfile": {"type": "RuntimeDefault"},
+                "sysctls": [{"name": "net.ipv4.tcp_keepalive_time", "value": "60"}],
+            },
+            "volumes": [
+                {"name": "e", "emptyDir": {}},
+                {"name": "p", "projected": {"sources": [{"downwardAPI": {"items": []}}]}},
+            ],
+            **_container(readinessProbe={"httpGet": {"port": 8080}}),
+        }
+    )
+    B.check_supported(parse_job(d))
+
+
+@pytest.mark.parametrize("job_name", JOBS)
+def test_the_operators_own_pods_follow_the_pod_policy(job_name: str) -> None:
+    """What the operator adds (config and data volumes, /dev/shm, ports, the partition
+    init container) passes the policy it holds the user's templates to."""
+    for name, obj in built(JOBS[job_name]()).items():
+        if obj["kind"] == "Pod":
+            check_pod_policy({"metadata": obj["metadata"], "spec": obj["spec"]}, name)
+        elif obj["kind"] == "Job":
+            check_pod_policy(obj["spec"]["template"], name)
+
+
+def test_the_probe_job_follows_the_pod_policy() -> None:
+    d = yaml.safe_load((ROOT / "examples" / "kubernetes" / "graphsage.yaml").read_text())
+    d["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["tolerations"] = [
+        {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}
+    ]
+    for job in (example(), parse_job(d)):
+        pod = build_probe_job(probe_spec(job, "ml", suffix="abcde"))["spec"]["template"]
+        check_pod_policy(pod, "probe")
+
+
+def test_a_templates_pod_security_context_keeps_the_volumes_group() -> None:
+    """A template with a pod securityContext (runAsNonRoot, for a "restricted"
+    namespace) lost fsGroup 10001: the image's user could not write the shared volume."""
+    d = yaml.safe_load((ROOT / "examples" / "kubernetes" / "graphsage.yaml").read_text())
+    d["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["securityContext"] = {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    pod = B.build_worker(parse_job(d), OWNER, CONFIG, 0)
+    assert pod["spec"]["securityContext"] == {
+        "fsGroup": B.IMAGE_UID,
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    d["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["securityContext"] = {"fsGroup": 2000}
+    assert B.build_worker(parse_job(d), OWNER, CONFIG, 0)["spec"]["securityContext"] == {
+        "fsGroup": 2000
+    }

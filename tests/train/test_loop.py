@@ -98,6 +98,20 @@ def test_hetero_node_classification_runs(tmp_path):
     assert 0.0 <= rec["test_acc"] <= 1.0
 
 
+def test_hetero_task_builds_rgcn_with_the_configured_bases(tmp_path):
+    from graphrun.train.rgcn import RGCNLayer
+    from graphrun.train.tasks import make_task
+
+    g = academic(GenParams(nodes=600, avg_degree=4, feat_dim=8, classes=3, seed=1))
+    kw = {"task": "hetero-node-classification", "target_node_type": "paper"}
+    model = make_task(ctx(g, tmp_path, num_bases=2, **kw)[0]).model
+    layers = [m for m in model.modules() if isinstance(m, RGCNLayer)]
+    assert [m.num_bases for m in layers] == [2, 2]
+    assert all(m.comp is not None for m in layers)
+    model = make_task(ctx(g, tmp_path, model="hetero-sage", **kw)[0]).model
+    assert not any(isinstance(m, RGCNLayer) for m in model.modules())
+
+
 def test_entry_point_gets_the_context(small, tmp_path):
     cfg = TrainConfig(task=None, entry_point="tests.train.entry:main", args=("--x", "1"))
     res = run_training(cfg, LocalData(small), DDPConfig(0, 1, "x:1"))

@@ -209,3 +209,115 @@ def test_every_hetero_parameter_gets_a_gradient_even_without_some_relation():
     model(x, ei, nodes, {w: [2, 1]}).sum().backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None]
     assert missing == []
+
+
+# --- R-GCN (issue 26: rgcn was hetero-sage under another name) --------------------------
+
+W, RW = ("author", "writes", "paper"), ("paper", "rev_writes", "author")
+C = ("paper", "cites", "paper")
+DIMS = {"paper": 4, "author": 3}
+
+
+def _params(model: torch.nn.Module) -> dict[str, tuple[int, ...]]:
+    return {n: tuple(p.shape) for n, p in model.named_parameters()}
+
+
+def _rgcn_count(relations: list[list], dims: list[int], outs: list[int], bases) -> int:
+    """R-GCN's parameters: per layer of R relations, in-width D and out-width O,
+    B*D*O + R*B (bases and coefficients; R*D*O without bases) + D*O + O (W_0, bias)."""
+    total = 0
+    for rels, d, o in zip(relations, dims, outs, strict=True):
+        r = len(rels)
+        b = min(bases, r) if bases else None
+        total += (b * d * o + r * b if b else r * d * o) + d * o + o
+    return total
+
+
+def test_rgcn_and_hetero_sage_are_different_models():
+    """Both were per-relation (mean of neighbours) + (root) linear pairs: the same
+    parameter set, identical losses."""
+    rgcn = HeteroGNN(DIMS, [W, RW, C], 8, 5, 2, "paper", 0.0, "rgcn")
+    sage = HeteroGNN(DIMS, [W, RW, C], 8, 5, 2, "paper", 0.0, "sage")
+    assert sorted(_params(rgcn).values()) != sorted(_params(sage).values())
+    assert sum(p.numel() for p in rgcn.parameters()) != sum(p.numel() for p in sage.parameters())
+    # R-GCN: one self-loop weight and bias per layer, not a root weight per relation
+    assert [n for n in _params(rgcn) if "root" in n] == ["convs.0.root", "convs.1.root"]
+
+
+@pytest.mark.parametrize("bases", [None, 1, 2, 30])
+def test_rgcn_parameters_follow_the_basis_decomposition(bases):
+    model = HeteroGNN(DIMS, [W, RW, C], 8, 5, 2, "paper", 0.0, "rgcn", bases)
+    layers = model.relations  # [[W, RW, C], [W, C]]
+    expected = _rgcn_count(layers, [4, 8], [8, 5], bases)
+    assert sum(p.numel() for p in model.parameters()) == expected
+    comp = [tuple(p.shape) for n, p in model.named_parameters() if n.endswith("comp")]
+    assert comp == ([] if bases is None else [(3, min(bases, 3)), (2, min(bases, 2))])
+
+
+@pytest.mark.parametrize("bases", [None, 2])
+def test_rgcn_layer_is_pygs_rgcnconv_on_the_homogeneous_graph(bases):
+    """The layer equals RGCNConv (same parameters) on the graph made homogeneous, node
+    types' features zero-padded to the widest, relations as edge types."""
+    from torch_geometric.nn import RGCNConv
+
+    from graphrun.train.rgcn import RGCNLayer
+
+    torch.manual_seed(0)
+    layer = RGCNLayer([W, RW, C], 4, 6, bases)
+    x = {"paper": torch.randn(5, 4), "author": torch.randn(3, 3)}
+    ei = {
+        W: torch.tensor([[0, 1, 2, 2], [0, 1, 3, 0]]),
+        RW: torch.tensor([[0, 4], [1, 2]]),
+        C: torch.tensor([[2, 3, 4, 1], [0, 1, 2, 0]]),
+    }
+    got = layer(x, ei, {"paper": 5, "author": 3})
+
+    conv = RGCNConv(4, 6, num_relations=3, num_bases=bases)
+    conv.load_state_dict(layer.state_dict())
+    offset = {"paper": 0, "author": 5}
+    homo = torch.cat([x["paper"], torch.nn.functional.pad(x["author"], (0, 1))])
+    shift = {et: torch.tensor([[offset[et[0]]], [offset[et[2]]]]) for et in (W, RW, C)}
+    edges = torch.cat([ei[et] + shift[et] for et in (W, RW, C)], 1)
+    types = torch.cat([torch.full((ei[et].size(1),), k) for k, et in enumerate((W, RW, C))])
+    want = conv(homo, edges, types)
+    assert torch.allclose(got["paper"], want[:5], atol=1e-5)
+    assert torch.allclose(got["author"], want[5:], atol=1e-5)
+
+
+@pytest.mark.parametrize(("conv", "bases"), [("rgcn", None), ("rgcn", 2), ("sage", None)])
+def test_hetero_models_learn(conv, bases):
+    torch.manual_seed(0)
+    model = HeteroGNN(DIMS, [W, RW, C], 8, 3, 2, "paper", 0.0, conv, bases)
+    x = {"paper": torch.randn(5, 4), "author": torch.randn(3, 3)}
+    ei = {
+        W: torch.tensor([[0, 1, 2], [0, 1, 3]]),
+        RW: torch.tensor([[2, 3], [0, 1]]),  # hop 2: papers of hop 1 -> authors of hop 1
+        C: torch.tensor([[2, 3, 4], [0, 1, 2]]),
+    }
+    nodes = {"paper": [2, 2, 1], "author": [0, 2, 1]}
+    edges = {W: [2, 1], RW: [0, 2], C: [2, 1]}
+    y = torch.tensor([0, 2])
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    losses = []
+    for _ in range(30):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x, ei, nodes, edges), y)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    assert losses[-1] < 0.3 * losses[0], losses[::10]
+
+
+def test_num_bases_is_for_rgcn_only():
+    from graphrun.job.spec import parse_job
+
+    base = {"apiVersion": "graphrun.io/v1alpha1", "kind": "GraphJob", "metadata": {"name": "j"}}
+    spec = {"graph": {"dataset": "d"}, "partition": {"parts": 1, "output": "p"}}
+    ok = {"task": "hetero-node-classification", "targetNodeType": "paper", "numBases": 4}
+    assert parse_job({**base, "spec": {**spec, "training": ok}}).spec.training.num_bases == 4
+    for training, why in [
+        ({**ok, "model": "hetero-sage"}, "numBases: only the rgcn model"),
+        ({**ok, "numBases": 0}, "numBases"),
+    ]:
+        with pytest.raises(Exception, match=why):
+            parse_job({**base, "spec": {**spec, "training": training}})
