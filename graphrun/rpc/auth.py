@@ -81,6 +81,11 @@ def key_file_text(keys: KeyPair) -> str:
     return json.dumps(data) + "\n"
 
 
+def public_key_file_text(public: str) -> str:
+    """A public key file (a store's ``--clients`` entry): the key file without its secret."""
+    return json.dumps({"format": KEY_FORMAT, "version": KEY_VERSION, "public": public}) + "\n"
+
+
 def generate_keys(path: str | Path) -> KeyPair:
     """Make a new job key pair and write it to ``path`` (mode 0600, atomic)."""
     keys = new_keypair()

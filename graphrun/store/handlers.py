@@ -31,9 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from graphrun.errors import ArgumentError, StoreError
+from graphrun.errors import ArgumentError, AuthError, StoreError
 from graphrun.store.reducers import STATE_SPECS, get_reducer
 from graphrun.store.registry import Registry, Request, Response
+from graphrun.store.shm import host_digest
 from graphrun.store.state import GRAPH_JOB, PartitionInfo, ServerState, StoredTensor
 
 INITIALIZERS = ("zeros", "uniform", "normal")
@@ -59,7 +60,7 @@ def join(state: ServerState, req: Request) -> Response:
         raise ArgumentError("join: field 's' (session id) is missing")
     if req.job == GRAPH_JOB:
         raise ArgumentError("join: field 'job' must name the job (the empty name is the graph's)")
-    state.join(req.session, req.job, client, time.monotonic())
+    state.join(req.session, req.job, client, time.monotonic(), req.user)
     return info(state, req)
 
 
@@ -69,7 +70,7 @@ def info(state: ServerState, req: Request) -> Response:
             part=state.part,
             index=state.index,
             backups=tuple(state.backups),
-            host=state.host,
+            host=state.host if req.admin else host_digest(state.host),
             shm_dir=state.shm_dir,
             book=state.book.to_config(),
             heartbeat_timeout=state.heartbeat_timeout,
@@ -98,11 +99,25 @@ def pull(state: ServerState, req: Request) -> Response:
     return Response({}, (np.take(stored.array, rows, axis=0),))
 
 
+def _writable(req: Request, stored: StoredTensor) -> StoredTensor:
+    """``stored`` if this request may write it: the graph's own tensors (namespace ``""``)
+    are read-only to a job key, and to the admin key unless it sets ``allow_graph``."""
+    if stored.info.job != GRAPH_JOB:
+        return stored
+    if not req.admin:
+        raise AuthError(
+            f"{req.op} {stored.info.name!r}: the graph's tensors are read-only to a job key"
+        )
+    if not req.param("allow_graph", bool, False):
+        raise StoreError(
+            f"{req.op} {stored.info.name!r}: graph data is read-only unless allow_graph is set"
+        )
+    return stored
+
+
 def push(state: ServerState, req: Request) -> Response:
     name = req.str_param("name")
-    stored = state.find(req.job, name)
-    if stored.info.job == GRAPH_JOB and not req.param("allow_graph", bool, False):
-        raise StoreError(f"push {name!r}: graph data is read-only unless allow_graph is set")
+    stored = _writable(req, state.find(req.job, name))
     rows = _rows(req, stored)
     values = req.tensor(1, "values")
     want = (len(rows), *stored.info.row_shape)
@@ -121,7 +136,7 @@ def push(state: ServerState, req: Request) -> Response:
     specs = STATE_SPECS.get(reducer_name, ())
     if len(state_names) != len(specs):
         raise ArgumentError(f"push {name!r}: reducer {reducer_name} needs {len(specs)} states")
-    states = [state.find(req.job, str(s)).array for s in state_names]
+    states = [_writable(req, state.find(req.job, str(s))).array for s in state_names]
     reducer(stored.array, rows, values, states, req.param("params", dict, {}))
     return Response({})
 
@@ -250,7 +265,7 @@ def stats(state: ServerState, req: Request) -> Response:
             "sessions": sum(jobs.values()),
             "jobs": jobs,
             "tensors": sorted(f"{j}/{n}" if j else n for j, n in seen),
-            "served": dict(state.served),
+            "served": dict(state.served) if req.admin else {},
             "reply_bytes": dict(state.reply_bytes) if req.admin else {},
             "backups": list(state.backups),
         }

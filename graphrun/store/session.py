@@ -28,7 +28,7 @@ from graphrun.partition.book import PartitionBook
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import Message
 from graphrun.rpc.transport import RpcClient
-from graphrun.store.shm import host_identity
+from graphrun.store.shm import same_host
 from graphrun.store.state import PartitionInfo
 
 log = logging.getLogger("graphrun.store")
@@ -134,7 +134,6 @@ class Session:
 
     def _join(self) -> None:
         join = {**self.base(), "client": self.cfg.name}
-        me = None
         for address in self.cfg.servers:
             conn = self._open(address)
             try:
@@ -163,8 +162,7 @@ class Session:
                     continue
                 entry.conns.append(bc)
             if self.cfg.use_shm is not False:
-                me = me or host_identity(info.shm_dir)
-                entry.local = info.host == me
+                entry.local = same_host(info.host, info.shm_dir)
         first = next(iter(self.parts.values())).info
         self.book = PartitionBook.from_config(first.book, source="store server")
         if sorted(self.parts) != list(range(self.book.num_parts)):
