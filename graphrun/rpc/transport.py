@@ -233,6 +233,17 @@ def _user_id(frame: Any) -> str | None:
         return None
 
 
+def check_address(address: str) -> None:
+    """ArgumentError for an address no socket could bind or connect: not a ZeroMQ address
+    (``tcp://``, ``ipc://``, ``inproc://``), or a TCP port out of range."""
+    scheme, sep, rest = address.partition("://")
+    if not sep or scheme not in ("tcp", "ipc", "inproc") or not rest:
+        raise ArgumentError(f"address: {address!r} is not a valid ZeroMQ address (tcp://HOST:PORT)")
+    if scheme == "tcp" and ":" not in rest:
+        raise ArgumentError(f"address: {address!r} has no port (tcp://HOST:PORT)")
+    _check_port(address)
+
+
 def _check_port(address: str) -> None:
     """libzmq takes a TCP port modulo 65536 (99999 bound 34463): refuse it instead."""
     if not address.startswith("tcp://") or ":" not in address[6:]:
