@@ -22,15 +22,19 @@ With --backups N the main server also starts N backup servers on this machine th
 serve the same shared memory (clients spread requests over them). A backup can also
 be started by hand with --backup-of MAIN_ADDRESS --backup-index B.
 
-Every message is authenticated and encrypted (CURVE) with a job key: --key-file names
-it; without one, the key PARTITION_DIR/store.key is used, made (mode 0600) if missing, and
-its path printed: it is the store's admin key. Jobs sharing the store should get keys of
-their own (`graphrun keygen clients/JOB.key`, then --clients clients/): a job key reads the
-graph and its own job's tensors only, and cannot stop the store or register backups.
+Every message is authenticated and encrypted (CURVE): --key-file names the store's admin
+key; without one, PARTITION_DIR/store.key is used, made (mode 0600) if missing, and its
+path printed. The admin key can do everything, stop the store included. Jobs sharing the
+store should get job keys of their own (`graphrun keygen JOB.key --store STORE.key
+--clients clients/` writes the secret to JOB.key, for the job, and the public key to
+clients/JOB.key; serve with --clients clients/): a job key reads the graph and its own
+job's tensors only, and cannot write the graph, stop the store or register backups.
+Removing clients/JOB.key revokes it within a second.
 --insecure serves in plaintext, to anyone who can reach the port (tests on loopback only).
 
 Examples:
-  graphrun serve parts/ --part 0 --address tcp://0.0.0.0:7000 --key-file job.key
+  graphrun serve parts/ --part 0 --address tcp://0.0.0.0:7000 --key-file store.key
+  graphrun serve parts/ --part 0 --key-file store.key --clients clients/
   graphrun serve parts/ --part 0 --backups 1 --ready-file /tmp/store0.json
 """
 
@@ -55,7 +59,8 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--advertise", help="host name/IP clients use (default: the bound host)")
     p.add_argument(
-        "--key-file", type=Path, help="job key file (CURVE; default PARTITION_DIR/store.key)"
+        "--key-file", type=Path, help="the store's admin key file (CURVE; default "
+        "PARTITION_DIR/store.key)"
     )
     p.add_argument(
         "--insecure", action="store_true", help="no key: plaintext, unauthenticated (tests)"
@@ -64,9 +69,10 @@ def register(subparsers: Any) -> None:
         "--clients",
         type=Path,
         metavar="DIR",
-        help="job keys to admit besides the admin key: DIR/<job>.key (public part read; "
-        "re-read when an unknown key knocks). A job key acts only as its job: its own "
-        "tensors and the graph, never stop or backups",
+        help="job keys to admit besides the admin key: DIR/<job>.key, public keys "
+        "(`graphrun keygen JOB.key --store STORE.key --clients DIR`); checked for changes "
+        "every 0.25 s, so removing a file revokes its key. A job key acts only as its job: "
+        "its own tensors and the graph (read-only), never stop or backups",
     )
     p.add_argument("--backups", type=int, default=0, help="backup servers to start (default 0)")
     p.add_argument(

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from graphrun.errors import ArgumentError, GraphrunError, RpcError, RpcTimeout
+from graphrun.errors import ArgumentError, AuthError, GraphrunError, RpcError, RpcTimeout
 from graphrun.partition.book import PartitionBook
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import Message
@@ -237,11 +237,17 @@ class Session:
         return replies
 
     def stop_servers(self) -> None:
-        """Ask every main server to shut down (backups stop with their command)."""
+        """Ask every server to shut down (backups first). A server that goes before it
+        answers is fine; one that refuses (a job key: only the store's admin key may stop
+        it) raises AuthError."""
         for p in self.parts.values():
             for c in p.conns[::-1]:
-                with contextlib.suppress(RpcError):
+                try:
                     c.call("stop", self.base(), timeout=5)
+                except AuthError:
+                    raise
+                except RpcError as exc:  # gone before it answered, or already gone
+                    log.info("stop %s: %s", c.address, exc)
         self._stopped = True
 
     def close(self) -> None:

@@ -105,3 +105,22 @@ def test_a_job_key_sees_its_job_only(shared_store):
     with shared_store.client(shared_store.admin, "ops") as admin:
         assert admin.stats(0)["served"]["join"] >= 2
         assert admin.parts[0].info.host == host_identity(shared_store.shm)
+
+
+def test_stop_servers_with_a_job_key_raises(shared_store):
+    """`KVClient.stop_servers()` with a job key returned silently although the servers
+    refused (only the admin key may stop a store)."""
+    with shared_store.client(shared_store.job_key("jobA"), "jobA") as a:
+        with pytest.raises(AuthError, match="needs the store's admin key"):
+            a.stop_servers()
+        assert a.pull(FEAT, [0]).shape == (1, 8)  # still serving, still joined
+
+
+def test_serve_help_gives_the_job_key_recipe(capsys):
+    """`serve --help`'s per-job key recipe omitted `--store STORE.key`."""
+    from graphrun.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "graphrun keygen JOB.key --store STORE.key --clients clients/" in text

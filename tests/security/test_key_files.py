@@ -36,14 +36,15 @@ def test_keygen_puts_only_the_public_key_in_the_clients_dir(tmp_path, capsys):
     assert not (tmp_path / "x.key").exists()
 
 
-def test_a_secret_key_open_to_others_is_refused(tmp_path, capsys):
+def test_a_secret_key_open_to_others_is_refused(parts, tmp_path, capsys):
     """A 0644 secret key file was accepted silently."""
     path = tmp_path / "store.key"
     generate_keys(path)
     os.chmod(path, 0o644)
     with pytest.raises(ArgumentError, match=r"mode 0644\); run: chmod 600 .*store.key"):
         load_keys(path)
-    assert main(["serve", str(tmp_path), "--part", "0", "--key-file", str(path)]) == 2
+    serve = ["serve", str(parts), "--part", "0", "--shm-dir", str(tmp_path)]
+    assert main([*serve, "--key-file", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "chmod 600" in err[0]
     os.chmod(path, 0o400)
