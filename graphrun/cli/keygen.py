@@ -50,7 +50,13 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
     from graphrun.files import write_atomic
-    from graphrun.rpc.auth import KeyPair, key_file_text, load_keys, new_keypair, public_key_file_text
+    from graphrun.rpc.auth import (
+        KeyPair,
+        key_file_text,
+        load_keys,
+        new_keypair,
+        public_key_file_text,
+    )
 
     if not args.path.parent.is_dir():
         raise ArgumentError(f"{args.path}: directory {args.path.parent} does not exist")
@@ -62,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
             raise ArgumentError(f"--clients: {args.clients} is not a directory")
         public_file = args.clients / f"{args.path.stem}.key"
         if public_file.resolve() == args.path.resolve():
-            raise ArgumentError(f"{args.path}: the secret key goes outside --clients {args.clients}")
+            raise ArgumentError(
+                f"{args.path}: the secret key goes outside --clients {args.clients}"
+            )
         if public_file.exists():
             raise ArgumentError(f"{public_file}: already exists (a key is never overwritten)")
     keys = new_keypair()
@@ -78,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
             write_atomic(public_file, public_key_file_text(keys.public), mode=0o644, replace=False)
         except FileExistsError:
             args.path.unlink()  # no half-made job key
-            raise ArgumentError(f"{public_file}: already exists (a key is never overwritten)") from None
+            raise ArgumentError(
+                f"{public_file}: already exists (a key is never overwritten)"
+            ) from None
         print(f"graphrun keygen: wrote {public_file} (public key: job {args.path.stem!r})")
     return 0

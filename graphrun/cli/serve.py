@@ -59,8 +59,9 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--advertise", help="host name/IP clients use (default: the bound host)")
     p.add_argument(
-        "--key-file", type=Path, help="the store's admin key file (CURVE; default "
-        "PARTITION_DIR/store.key)"
+        "--key-file",
+        type=Path,
+        help="the store's admin key file (CURVE; default PARTITION_DIR/store.key)",
     )
     p.add_argument(
         "--insecure", action="store_true", help="no key: plaintext, unauthenticated (tests)"
@@ -188,7 +189,9 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.clients is not None and not args.clients.is_dir():
         raise ArgumentError(f"--clients: {args.clients} is not a directory")
     if not args.heartbeat_timeout > 0:  # NaN fails too
-        raise ArgumentError(f"--heartbeat-timeout: expected seconds > 0, got {args.heartbeat_timeout}")
+        raise ArgumentError(
+            f"--heartbeat-timeout: expected seconds > 0, got {args.heartbeat_timeout}"
+        )
     if not args.shm_dir.is_dir():
         raise ArgumentError(f"--shm-dir: {args.shm_dir} is not a directory")
     check_address(args.address)
@@ -196,12 +199,12 @@ def _check_args(args: argparse.Namespace) -> None:
         num_parts = load_partition_config(args.partition_dir).get("num_parts")
         if isinstance(num_parts, int) and not 0 <= args.part < num_parts:
             raise ArgumentError(
-                f"--part: {args.part} is not a partition of {args.partition_dir} (0..{num_parts - 1})"
+                f"--part: {args.part} is not a partition of {args.partition_dir} "
+                f"(0..{num_parts - 1})"
             )
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphrun.errors import ArgumentError
     from graphrun.files import write_atomic
     from graphrun.rpc.tuning import keep_large_allocations
     from graphrun.store.server import ServerConfig, run_server

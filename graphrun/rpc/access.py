@@ -14,9 +14,10 @@ public half there and keeps the secret in ``JOB.key``). A job key holder
 
 The directory is checked again (file names, sizes and modification times: a ``stat`` per
 file) when an unknown key knocks, and at most every :data:`RESCAN_S` seconds when a known
-one does and on the server's tick, so jobs are admitted and revoked without a restart: add or remove ``<job>.key``.
-A removed key is refused from then on, on new connections (in the handshake) and on
-open ones (:class:`AuthError` naming the revocation); the server ends its sessions.
+one does and on the server's tick, so jobs are admitted and revoked without a restart:
+add or remove ``<job>.key``. A removed key is refused from then on, on new connections
+(in the handshake) and on open ones (:class:`AuthError` naming the revocation); the
+server ends its sessions.
 """
 
 from __future__ import annotations
@@ -147,13 +148,14 @@ class Access:
         allowed."""
         if self.admin is None or user == self.admin:
             return job, True
-        owner = self.clients.job_of(user) if (self.clients and user) else None
+        clients = self.clients
+        owner = clients.job_of(user) if (clients and user) else None
         if owner is None:
-            revoked = self.clients.revoked_job(user) if (self.clients and user) else None
-            if revoked is not None:
+            revoked = clients.revoked_job(user) if (clients and user) else None
+            if clients is not None and revoked is not None:
                 raise AuthError(
                     f"{op}: the job key of {revoked!r} was revoked "
-                    f"({self.clients.directory}/{revoked}.key was removed)"
+                    f"({clients.directory}/{revoked}.key was removed)"
                 )
             raise AuthError("this key is not admitted to the store")
         if op in ADMIN_OPS:

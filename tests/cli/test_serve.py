@@ -88,9 +88,7 @@ def test_serve_is_secure_by_default(tmp_path: Path) -> None:
         (["--dataset"], "partition"),
     ],
 )
-def test_a_failing_serve_leaves_no_key_behind(
-    tmp_path: Path, extra: list[str], match: str
-) -> None:
+def test_a_failing_serve_leaves_no_key_behind(tmp_path: Path, extra: list[str], match: str) -> None:
     """A failing `serve` (bad flag, bad address, not a partition directory) left a fresh
     PARTS/store.key behind, even inside a dataset directory."""
     import socket

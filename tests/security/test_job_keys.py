@@ -83,9 +83,11 @@ def test_a_session_id_belongs_to_the_key_that_made_it(shared_store):
                 with pytest.raises(AuthError, match="belongs to another key"):
                     b.call(op, {"s": a.session, "job": "jobB"})
             assert b.call("join", {"s": "b-own", "job": "jobB"}).body["part"] == 0
-        with RpcClient(shared_store.address, keys=shared_store.admin, timeout=10) as adm:
-            with pytest.raises(AuthError, match="belongs to another key"):
-                adm.call("join", {"s": a.session, "job": "ops"})
+        with (
+            RpcClient(shared_store.address, keys=shared_store.admin, timeout=10) as adm,
+            pytest.raises(AuthError, match="belongs to another key"),
+        ):
+            adm.call("join", {"s": a.session, "job": "ops"})
         assert a.pull(FEAT, [0]).shape == (1, 8)  # still a's
         assert a.call(0, "heartbeat", a.base()).body["known"]
 
