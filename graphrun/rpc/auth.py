@@ -142,20 +142,20 @@ def load_keys(path: str | Path) -> KeyPair:
         raise ArgumentError(f"{p}: field 'format' is not {KEY_FORMAT!r}")
     if data.get("version") != KEY_VERSION:
         raise ArgumentError(f"{p}: field 'version' is {data.get('version')!r}, not {KEY_VERSION}")
-    if "secret" not in data and isinstance(data.get("public"), str):
+    public = data.get("public")
+    if "secret" not in data and isinstance(public, str) and len(public) == 40:
         raise ArgumentError(
             f"{p}: holds a public key only (a store's --clients entry), not a key pair"
         )
-    _check_private(p)
     try:
         server = data.get("server")
-        return KeyPair(
-            str(data.get("public")),
-            str(data.get("secret")),
-            None if server is None else str(server),
+        keys = KeyPair(
+            str(public), str(data.get("secret")), None if server is None else str(server)
         )
     except ArgumentError as exc:
         raise ArgumentError(f"{p}: {exc}") from None
+    _check_private(p)
+    return keys
 
 
 class RateLimitedLog:
