@@ -92,6 +92,9 @@ class Limits:
     # handshake too: an unauthenticated peer that declares a huge frame and streams it
     # costs the server at most this). Clients split bigger requests (store/client.py).
     max_request_frame_bytes: int = 1 << 26
+    # The most a server lets one request (all its frames) take, whole or in the making
+    # (graphrun.rpc.guard; clients send at most about 2 frames of half the frame limit).
+    max_request_bytes: int = 1 << 28
 
 
 DEFAULT_LIMITS = Limits()
