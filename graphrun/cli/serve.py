@@ -72,7 +72,7 @@ def register(subparsers: Any) -> None:
         metavar="DIR",
         help="job keys to admit besides the admin key: DIR/<job>.key, public keys "
         "(`graphrun keygen JOB.key --store STORE.key --clients DIR`); checked for changes "
-        "every 0.25 s, so removing a file revokes its key. A job key acts only as its job: "
+        "every 0.2 s, so removing a file revokes its key. A job key acts only as its job: "
         "its own tensors and the graph (read-only), never stop or backups",
     )
     p.add_argument("--backups", type=int, default=0, help="backup servers to start (default 0)")

@@ -34,7 +34,7 @@ from graphrun.errors import AuthError
 log = logging.getLogger("graphrun.rpc")
 
 ADMIN_OPS = frozenset({"stop", "register_backup", "manifest"})
-RESCAN_S = 0.25
+RESCAN_S = 0.2
 
 
 class ClientKeys:

@@ -22,6 +22,11 @@ stop               -> {} and the server shuts down cleanly
 
 Rows in ``pull``/``push`` are local rows of this partition (the client converts global
 ids with the tensor's partition policy); they are checked against the partition size.
+
+A job key (``request.admin`` False) writes none of the graph's own tensors (``push``
+target or optimizer state: AuthError), sees its own job's sessions and no request counts
+in ``stats``, and gets a digest of the server's host identity in ``join``/``info``
+(:func:`~graphrun.store.shm.host_digest`: enough to find co-located shared memory).
 """
 
 from __future__ import annotations
