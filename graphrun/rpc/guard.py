@@ -55,6 +55,8 @@ class _Conn:
 
 def _tcp_bytes_received(fd: int) -> tuple[int, Any] | None:
     """(bytes received, peer address) of a TCP socket fd, or None if it is not one."""
+    if fd < 0:
+        return None
     try:
         s = socket.socket(fileno=fd)
     except OSError:
@@ -73,6 +75,8 @@ def _tcp_bytes_received(fd: int) -> tuple[int, Any] | None:
 
 
 def _shutdown(fd: int) -> None:
+    if fd < 0:
+        return
     try:
         s = socket.socket(fileno=fd)
     except OSError:
@@ -96,11 +100,20 @@ class ConnectionGuard:
         self._next = 0.0
         self.cut = 0  # connections shut down so far
 
+    def _conn(self, fd: int) -> _Conn | None:
+        """The connection on ``fd``, new if unknown or if the fd is another peer's now."""
+        got = _tcp_bytes_received(fd)
+        if got is None:
+            self._conns.pop(fd, None)
+            return None
+        conn = self._conns.get(fd)
+        if conn is None or conn.peer != got[1]:
+            conn = self._conns[fd] = _Conn(got[1])
+        return conn
+
     def on_event(self, event: int, value: int) -> None:
-        if event & zmq.EVENT_ACCEPTED:
-            got = _tcp_bytes_received(value)
-            if got is not None:
-                self._conns[value] = _Conn(got[1])
+        if event & zmq.EVENT_ACCEPTED:  # (a message may have made it known already)
+            self._conn(value)
         elif event & (zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED):
             self._conns.pop(value, None)
 
@@ -109,10 +122,12 @@ class ConnectionGuard:
         if len(frames) < 2:
             return
         try:
-            fd = frames[1].get(zmq.SRCFD)
-        except (zmq.ZMQError, AttributeError):
+            fd = int(frames[1].get(zmq.SRCFD))
+        except (zmq.ZMQError, AttributeError, TypeError):
             return
-        conn = self._conns.get(fd)
+        if fd < 0:
+            return
+        conn = self._conns.get(fd) if fd in self._conns else self._conn(fd)
         if conn is not None:
             conn.delivered += sum(wire_bytes(len(f), self.curve) for f in frames[1:])
 
