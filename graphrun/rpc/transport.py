@@ -142,12 +142,13 @@ class RpcServer:
         self.handled = 0
 
     def _log_refused(self) -> None:
-        """Failed handshakes. A wrong or missing key is logged by the ZAP handler, which
-        knows the peer's address (:func:`~graphrun.rpc.auth.secure_server`); a peer that
-        closes before any greeting — a plain TCP connect, as readiness probes and
-        Kubernetes ``tcpSocket`` probes do — is no attack and logged at DEBUG only; a
-        garbled greeting is a (rate-limited) warning. The monitor knows only this
-        server's own endpoint, not the peer's."""
+        """Monitor events: connections for the guard, and failed handshakes. A wrong or
+        missing key is logged by the ZAP handler, which knows the peer's address
+        (:func:`~graphrun.rpc.auth.secure_server`); a peer that closes before any
+        greeting — a plain TCP connect, as readiness probes and Kubernetes ``tcpSocket``
+        probes do — is no attack and logged at DEBUG only; a garbled greeting is a
+        (rate-limited) warning. The monitor knows only this server's own endpoint, not
+        the peer's."""
         while self._monitor.poll(0, zmq.POLLIN):
             ev = recv_monitor_message(self._monitor)
             self.guard.on_event(int(ev["event"]), int(ev["value"]))

@@ -210,7 +210,9 @@ def make_handler(
             job, admin = access.check(key, msg.op, state.touch(session, time.monotonic()).job)
         elif session in state.sessions:
             state.touch(session, time.monotonic())
-        req = Request(msg.op, msg.body, msg.tensors, job, session, admin, key)
+        req = Request(
+            msg.op, msg.body, msg.tensors, job=job, session=session, admin=admin, user=key
+        )
         resp = entry.handler(state, req)
         state.served[msg.op] = state.served.get(msg.op, 0) + 1
         sent = sum(t.nbytes for t in resp.tensors)
