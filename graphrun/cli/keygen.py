@@ -1,4 +1,5 @@
-"""``graphrun keygen PATH``: a new job key file (a store's key, to share with its jobs)."""
+"""``graphrun keygen PATH``: a new key file (a store's admin key, or a job key of a shared
+store, whose public half goes in the store's ``--clients`` directory)."""
 
 from __future__ import annotations
 
@@ -6,23 +7,42 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+DESCRIPTION = """\
+Write a new CURVE key pair to PATH (mode 0600; an existing file is kept and refused).
+
+A store's admin key:
+  graphrun keygen store.key
+  graphrun serve parts/ --part 0 --key-file store.key
+A job key of a shared store (the secret stays with the job, the store gets the public key):
+  graphrun keygen jobA.key --store store.key --clients clients/
+  graphrun serve parts/ --part 0 --key-file store.key --clients clients/
+  # the job names jobA.key in spec.graph.store.keyFile, or on Kubernetes:
+  kubectl create secret generic jobA-key --from-file=job.key=jobA.key
+Remove clients/jobA.key to revoke it (the store refuses the key within a second).
+"""
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "keygen",
-        help="write a new key file (mode 0600) for a store and the jobs that use it",
-        description="Write a new CURVE key pair to PATH (mode 0600; an existing file is "
-        "kept and refused). `graphrun serve --key-file PATH` serves with it; jobs name it "
-        "in spec.graph.store.keyFile, or as the Secret of keySecret on Kubernetes:\n"
-        "  kubectl create secret generic NAME --from-file=job.key=PATH",
+        help="write a new key file (mode 0600) for a store or a job of a shared store",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("path", type=Path, help="the key file to write")
+    p.add_argument("path", type=Path, help="the key file to write (its name's stem: the job)")
     p.add_argument(
         "--store",
         type=Path,
         metavar="STORE_KEY",
-        help="a job key for the shared store whose key file this is: it records the "
-        "store's public key (put the new file in the store's --clients dir as JOB.key)",
+        help="make a job key for the shared store whose key file this is (it records the "
+        "store's public key)",
+    )
+    p.add_argument(
+        "--clients",
+        type=Path,
+        metavar="DIR",
+        help="with --store: also write the public key to DIR/<job>.key, the store's "
+        "--clients directory (the store needs no secret)",
     )
     p.set_defaults(func=run)
 
@@ -30,10 +50,29 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
     from graphrun.files import write_atomic
-    from graphrun.rpc.auth import KeyPair, key_file_text, load_keys, new_keypair
+    from graphrun.rpc.auth import (
+        KeyPair,
+        key_file_text,
+        load_keys,
+        new_keypair,
+        public_key_file_text,
+    )
 
     if not args.path.parent.is_dir():
         raise ArgumentError(f"{args.path}: directory {args.path.parent} does not exist")
+    public_file = None
+    if args.clients is not None:
+        if args.store is None:
+            raise ArgumentError("--clients: needs --store (the clients hold job keys)")
+        if not args.clients.is_dir():
+            raise ArgumentError(f"--clients: {args.clients} is not a directory")
+        public_file = args.clients / f"{args.path.stem}.key"
+        if public_file.resolve() == args.path.resolve():
+            raise ArgumentError(
+                f"{args.path}: the secret key goes outside --clients {args.clients}"
+            )
+        if public_file.exists():
+            raise ArgumentError(f"{public_file}: already exists (a key is never overwritten)")
     keys = new_keypair()
     if args.store is not None:
         keys = KeyPair(keys.public, keys.secret, server=load_keys(args.store).public)
@@ -42,4 +81,13 @@ def run(args: argparse.Namespace) -> int:
     except FileExistsError:
         raise ArgumentError(f"{args.path}: already exists (a key is never overwritten)") from None
     print(f"graphrun keygen: wrote {args.path}")
+    if public_file is not None:
+        try:
+            write_atomic(public_file, public_key_file_text(keys.public), mode=0o644, replace=False)
+        except FileExistsError:
+            args.path.unlink()  # no half-made job key
+            raise ArgumentError(
+                f"{public_file}: already exists (a key is never overwritten)"
+            ) from None
+        print(f"graphrun keygen: wrote {public_file} (public key: job {args.path.stem!r})")
     return 0

@@ -22,15 +22,19 @@ With --backups N the main server also starts N backup servers on this machine th
 serve the same shared memory (clients spread requests over them). A backup can also
 be started by hand with --backup-of MAIN_ADDRESS --backup-index B.
 
-Every message is authenticated and encrypted (CURVE) with a job key: --key-file names
-it; without one, the key PARTITION_DIR/store.key is used, made (mode 0600) if missing, and
-its path printed: it is the store's admin key. Jobs sharing the store should get keys of
-their own (`graphrun keygen clients/JOB.key`, then --clients clients/): a job key reads the
-graph and its own job's tensors only, and cannot stop the store or register backups.
+Every message is authenticated and encrypted (CURVE): --key-file names the store's admin
+key; without one, PARTITION_DIR/store.key is used, made (mode 0600) if missing, and its
+path printed. The admin key can do everything, stop the store included. Jobs sharing the
+store should get job keys of their own (`graphrun keygen JOB.key --store STORE.key
+--clients clients/` writes the secret to JOB.key, for the job, and the public key to
+clients/JOB.key; serve with --clients clients/): a job key reads the graph and its own
+job's tensors only, and cannot write the graph, stop the store or register backups.
+Removing clients/JOB.key revokes it within a second.
 --insecure serves in plaintext, to anyone who can reach the port (tests on loopback only).
 
 Examples:
-  graphrun serve parts/ --part 0 --address tcp://0.0.0.0:7000 --key-file job.key
+  graphrun serve parts/ --part 0 --address tcp://0.0.0.0:7000 --key-file store.key
+  graphrun serve parts/ --part 0 --key-file store.key --clients clients/
   graphrun serve parts/ --part 0 --backups 1 --ready-file /tmp/store0.json
 """
 
@@ -55,7 +59,9 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--advertise", help="host name/IP clients use (default: the bound host)")
     p.add_argument(
-        "--key-file", type=Path, help="job key file (CURVE; default PARTITION_DIR/store.key)"
+        "--key-file",
+        type=Path,
+        help="the store's admin key file (CURVE; default PARTITION_DIR/store.key)",
     )
     p.add_argument(
         "--insecure", action="store_true", help="no key: plaintext, unauthenticated (tests)"
@@ -64,9 +70,10 @@ def register(subparsers: Any) -> None:
         "--clients",
         type=Path,
         metavar="DIR",
-        help="job keys to admit besides the admin key: DIR/<job>.key (public part read; "
-        "re-read when an unknown key knocks). A job key acts only as its job: its own "
-        "tensors and the graph, never stop or backups",
+        help="job keys to admit besides the admin key: DIR/<job>.key, public keys "
+        "(`graphrun keygen JOB.key --store STORE.key --clients DIR`); checked for changes "
+        "every 0.2 s, so removing a file revokes its key. A job key acts only as its job: "
+        "its own tensors and the graph (read-only), never stop or backups",
     )
     p.add_argument("--backups", type=int, default=0, help="backup servers to start (default 0)")
     p.add_argument(
@@ -145,26 +152,59 @@ def _backup_cmd(args: argparse.Namespace, main_address: str, index: int) -> list
     return cmd
 
 
-def _job_keys(args: argparse.Namespace) -> Any:
-    """The key pair of ``--key-file``, else of ``PARTITION_DIR/store.key`` (made if missing)."""
+def _job_keys(args: argparse.Namespace) -> tuple[Any, Path | None]:
+    """The key pair of ``--key-file``, else of ``PARTITION_DIR/store.key`` (made if missing,
+    then also returned as the second value: remove it if the server never serves)."""
     from graphrun.errors import ArgumentError
     from graphrun.rpc.auth import ensure_keys, load_keys
 
     if args.key_file:
-        return load_keys(args.key_file)
+        return load_keys(args.key_file), None
     if args.backup_of:
         raise ArgumentError("--key-file: a backup needs its main server's key file")
     path = args.partition_dir / "store.key"
-    if not args.partition_dir.is_dir():
-        raise ArgumentError(f"{args.partition_dir}: not a partition directory")
     keys, made = ensure_keys(path)
     args.key_file = path  # backups started by this server use it too
-    print(f"graphrun serve: {'made' if made else 'using'} job key {path} (clients need it)")
-    return keys
+    print(f"graphrun serve: {'made' if made else 'using'} admin key {path} (clients need it)")
+    return keys, path if made else None
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Everything that can be checked before a key is made or a partition loaded."""
+    from graphrun.errors import ArgumentError
+    from graphrun.partition.format import load_partition_config
+    from graphrun.rpc.transport import check_address
+
+    if args.key_file and args.insecure:
+        raise ArgumentError("--insecure: cannot be given with --key-file")
+    if args.backups < 0:
+        raise ArgumentError("--backups: must be >= 0")
+    if args.backup_restarts < 0:
+        raise ArgumentError("--backup-restarts: must be >= 0")
+    if args.threads < 1:
+        raise ArgumentError(f"--threads: must be >= 1, got {args.threads}")
+    for flag, path in (("--ready-file", args.ready_file), ("--profile", args.profile)):
+        if path and not path.parent.is_dir():
+            raise ArgumentError(f"{flag}: directory {path.parent} does not exist")
+    if args.clients is not None and not args.clients.is_dir():
+        raise ArgumentError(f"--clients: {args.clients} is not a directory")
+    if not args.heartbeat_timeout > 0:  # NaN fails too
+        raise ArgumentError(
+            f"--heartbeat-timeout: expected seconds > 0, got {args.heartbeat_timeout}"
+        )
+    if not args.shm_dir.is_dir():
+        raise ArgumentError(f"--shm-dir: {args.shm_dir} is not a directory")
+    check_address(args.address)
+    if not args.backup_of:
+        num_parts = load_partition_config(args.partition_dir).get("num_parts")
+        if isinstance(num_parts, int) and not 0 <= args.part < num_parts:
+            raise ArgumentError(
+                f"--part: {args.part} is not a partition of {args.partition_dir} "
+                f"(0..{num_parts - 1})"
+            )
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphrun.errors import ArgumentError
     from graphrun.files import write_atomic
     from graphrun.rpc.tuning import keep_large_allocations
     from graphrun.store.server import ServerConfig, run_server
@@ -175,19 +215,13 @@ def run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
-    if args.key_file and args.insecure:
-        raise ArgumentError("--insecure: cannot be given with --key-file")
-    if args.backups < 0:
-        raise ArgumentError("--backups: must be >= 0")
-    if args.backup_restarts < 0:
-        raise ArgumentError("--backup-restarts: must be >= 0")
-    if args.ready_file and not args.ready_file.parent.is_dir():
-        raise ArgumentError(f"--ready-file: directory {args.ready_file.parent} does not exist")
+    _check_args(args)
+    keys, made_key = (None, None) if args.insecure else _job_keys(args)
     cfg = ServerConfig(
         partition_dir=args.partition_dir,
         part=args.part,
         address=args.address,
-        keys=None if args.insecure else _job_keys(args),
+        keys=keys,
         main_address=args.backup_of,
         backup_index=args.backup_index if args.backup_of else 0,
         advertise_host=args.advertise,
@@ -197,10 +231,6 @@ def run(args: argparse.Namespace) -> int:
         clients_dir=args.clients,
         profile_file=args.profile,
     )
-    if args.profile and not args.profile.parent.is_dir():
-        raise ArgumentError(f"--profile: directory {args.profile.parent} does not exist")
-    if args.threads < 1:
-        raise ArgumentError(f"--threads: must be >= 1, got {args.threads}")
     # read by torch when an extension imports it (sampling's kernels are numpy and
     # single-threaded; importing torch here only to set its threads cost a second of CPU)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
@@ -217,6 +247,7 @@ def run(args: argparse.Namespace) -> int:
 
     def on_ready(address: str) -> None:
         main_address[""] = address
+        made_key_box.clear()  # serving: the key it made is the store's from now on
         if not args.backup_of:
             for i in range(1, args.backups + 1):
                 children.append(subprocess.Popen(_backup_cmd(args, address, i)))
@@ -245,8 +276,13 @@ def run(args: argparse.Namespace) -> int:
             )  # fmt: skip
             children[i] = subprocess.Popen(_backup_cmd(args, main_address[""], i + 1))
 
+    made_key_box = [made_key] if made_key is not None else []
     try:
         run_server(cfg, should_stop=lambda: stop["flag"], on_ready=on_ready, on_tick=on_tick)
+    except BaseException:
+        for path in made_key_box:  # never served: leave no fresh key behind
+            path.unlink(missing_ok=True)
+        raise
     finally:
         for child in children:
             if child.poll() is None:

@@ -5,6 +5,8 @@
 * :mod:`graphrun.rpc.transport`: :class:`RpcServer` (ROUTER loop), :class:`RpcClient`
   (DEALER, request ids, deadlines, typed errors).
 * :mod:`graphrun.rpc.auth`: the job key pair (:func:`generate_keys`, :func:`load_keys`).
+* :mod:`graphrun.rpc.access`: the admin key and the job keys of a shared store.
+* :mod:`graphrun.rpc.guard`: what one connection may make a server buffer.
 """
 
 from graphrun.rpc.auth import KeyPair, generate_keys, load_keys, new_keypair

@@ -7,16 +7,21 @@ whose public key is the job's public key. CURVE proves possession of the secret
 key during the handshake, so a peer that knows only the public key is refused, and
 all traffic is encrypted. A refused client cannot disturb anyone else.
 
-Key file (JSON, mode 0600, written atomically)::
+Key file (JSON, mode 0600, written atomically; refused when open to group or others)::
 
     {"format": "graphrun-key", "version": 1,
-     "public": "<40-char Z85 public key>", "secret": "<40-char Z85 secret key>"}
+     "public": "<40-char Z85 public key>", "secret": "<40-char Z85 secret key>"
+     [, "server": "<the store's public key, for a job key of a shared store>"]}
+
+A public key file (a shared store's ``--clients`` entry) has no ``secret``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -81,6 +86,11 @@ def key_file_text(keys: KeyPair) -> str:
     return json.dumps(data) + "\n"
 
 
+def public_key_file_text(public: str) -> str:
+    """A public key file (a store's ``--clients`` entry): the key file without its secret."""
+    return json.dumps({"format": KEY_FORMAT, "version": KEY_VERSION, "public": public}) + "\n"
+
+
 def generate_keys(path: str | Path) -> KeyPair:
     """Make a new job key pair and write it to ``path`` (mode 0600, atomic)."""
     keys = new_keypair()
@@ -105,8 +115,24 @@ def ensure_keys(path: str | Path) -> tuple[KeyPair, bool]:
     return load_keys(p), False
 
 
+def _check_private(path: Path) -> None:
+    """Refuse a secret key file that our own user left readable or writable by group or
+    others (as ssh does for its private keys: a file owned by someone else, such as a
+    Kubernetes Secret mounted root-owned for an ``fsGroup``, is that owner's business)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return
+    if st.st_uid == os.getuid() and st.st_mode & 0o077:
+        raise ArgumentError(
+            f"{path}: a secret key file open to group or others "
+            f"(mode {stat.S_IMODE(st.st_mode):04o}); run: chmod 600 {path}"
+        )
+
+
 def load_keys(path: str | Path) -> KeyPair:
-    """Read a key file written by :func:`generate_keys`."""
+    """Read a key file written by :func:`generate_keys`; refused when it is open to group
+    or others (mode 0600 or 0400 expected)."""
     p = Path(path)
     try:
         data: Any = json.loads(p.read_text())
@@ -116,15 +142,20 @@ def load_keys(path: str | Path) -> KeyPair:
         raise ArgumentError(f"{p}: field 'format' is not {KEY_FORMAT!r}")
     if data.get("version") != KEY_VERSION:
         raise ArgumentError(f"{p}: field 'version' is {data.get('version')!r}, not {KEY_VERSION}")
+    public = data.get("public")
+    if "secret" not in data and isinstance(public, str) and len(public) == 40:
+        raise ArgumentError(
+            f"{p}: holds a public key only (a store's --clients entry), not a key pair"
+        )
     try:
         server = data.get("server")
-        return KeyPair(
-            str(data.get("public")),
-            str(data.get("secret")),
-            None if server is None else str(server),
+        keys = KeyPair(
+            str(public), str(data.get("secret")), None if server is None else str(server)
         )
     except ArgumentError as exc:
         raise ArgumentError(f"{p}: {exc}") from None
+    _check_private(p)
+    return keys
 
 
 class RateLimitedLog:

@@ -59,6 +59,20 @@ ALLOWED_DTYPES = frozenset(
 )
 
 
+def wire_dtype(name: object) -> np.dtype:
+    """The dtype named ``name`` if it is one of :data:`ALLOWED_DTYPES` (given by its name,
+    e.g. ``"float32"``, or any numpy spelling of one, e.g. ``"f4"``); ValueError if not.
+    The one check for every dtype a peer names: tensor frames here, tensors a store
+    creates (``init``) and tensor descriptions a client receives."""
+    try:
+        dtype = np.dtype(name)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        dtype = None
+    if dtype is None or dtype.name not in ALLOWED_DTYPES or dtype.byteorder == ">":
+        raise ValueError(f"dtype {name!r} is not one of {sorted(ALLOWED_DTYPES)}")
+    return dtype
+
+
 class MsgKind(enum.IntEnum):
     REQUEST = 1
     REPLY = 2
@@ -78,6 +92,9 @@ class Limits:
     # handshake too: an unauthenticated peer that declares a huge frame and streams it
     # costs the server at most this). Clients split bigger requests (store/client.py).
     max_request_frame_bytes: int = 1 << 26
+    # The most a server lets one request (all its frames) take, whole or in the making
+    # (graphrun.rpc.guard; clients send at most about 2 frames of half the frame limit).
+    max_request_bytes: int = 1 << 28
 
 
 DEFAULT_LIMITS = Limits()
@@ -163,13 +180,13 @@ def _tensor_spec(i: int, d: Any, limits: Limits) -> tuple[np.dtype, tuple[int, .
     if not (isinstance(d, list) and len(d) == 2 and isinstance(d[1], list)):
         raise ProtocolError(f"tensor {i}: descriptor is not [dtype, shape]")
     name, shape = d
-    if not isinstance(name, str) or name not in ALLOWED_DTYPES:
+    if not isinstance(name, str) or name not in ALLOWED_DTYPES:  # names only, no spellings
         raise ProtocolError(f"tensor {i}: dtype {name!r} is not allowed")
     if len(shape) > limits.max_ndim:
         raise ProtocolError(f"tensor {i}: rank {len(shape)} exceeds {limits.max_ndim}")
     if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
         raise ProtocolError(f"tensor {i}: shape {shape!r} is not a list of non-negative ints")
-    dtype = np.dtype(name)
+    dtype = wire_dtype(name)
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes > limits.max_tensor_bytes:
         raise ProtocolError(f"tensor {i}: {nbytes} bytes exceeds {limits.max_tensor_bytes}")

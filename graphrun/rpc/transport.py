@@ -48,6 +48,8 @@ from graphrun.rpc.codec import (
     error_message,
     peek_request,
 )
+from graphrun.rpc.guard import CHECK_S as GUARD_CHECK_S
+from graphrun.rpc.guard import ConnectionGuard
 
 log = logging.getLogger("graphrun.rpc")
 
@@ -122,7 +124,11 @@ class RpcServer:
         self._sock.setsockopt(zmq.MAXMSGSIZE, limits.max_request_frame_bytes)
         self._sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
         self._auth = secure_server(self._ctx, self._sock, keys, name, admit) if keys else None
-        self._monitor = self._sock.get_monitor_socket(_REFUSED_EVENTS)  # before bind: close()
+        self.guard = ConnectionGuard(
+            limits.max_request_bytes, keys is not None, name, NOISY.warning
+        )
+        events = _REFUSED_EVENTS | ConnectionGuard.EVENTS
+        self._monitor = self._sock.get_monitor_socket(events)  # before bind: close()
         try:
             _check_port(address)
             self._sock.bind(address)
@@ -136,14 +142,16 @@ class RpcServer:
         self.handled = 0
 
     def _log_refused(self) -> None:
-        """Failed handshakes. A wrong or missing key is logged by the ZAP handler, which
-        knows the peer's address (:func:`~graphrun.rpc.auth.secure_server`); a peer that
-        closes before any greeting — a plain TCP connect, as readiness probes and
-        Kubernetes ``tcpSocket`` probes do — is no attack and logged at DEBUG only; a
-        garbled greeting is a (rate-limited) warning. The monitor knows only this
-        server's own endpoint, not the peer's."""
+        """Monitor events: connections for the guard, and failed handshakes. A wrong or
+        missing key is logged by the ZAP handler, which knows the peer's address
+        (:func:`~graphrun.rpc.auth.secure_server`); a peer that closes before any
+        greeting — a plain TCP connect, as readiness probes and Kubernetes ``tcpSocket``
+        probes do — is no attack and logged at DEBUG only; a garbled greeting is a
+        (rate-limited) warning. The monitor knows only this server's own endpoint, not
+        the peer's."""
         while self._monitor.poll(0, zmq.POLLIN):
             ev = recv_monitor_message(self._monitor)
+            self.guard.on_event(int(ev["event"]), int(ev["value"]))
             if ev["event"] & zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
                 REFUSED.warning("%s: refused a connection: protocol error in the handshake",
                                 self.name)  # fmt: skip
@@ -151,19 +159,55 @@ class RpcServer:
                 log.debug("%s: a peer closed before the handshake (a TCP probe?)", self.name)
 
     def poll(self, timeout_ms: int) -> int:
-        """Serve the requests that arrive within ``timeout_ms``; returns how many."""
+        """Serve the requests that arrive within ``timeout_ms``; returns how many. The
+        connection guard (:mod:`graphrun.rpc.guard`) checks in between, while waiting too."""
         n = 0
-        timeout = timeout_ms
+        end = time.monotonic() + timeout_ms / 1000
         self._log_refused()
-        while self._sock.poll(timeout, zmq.POLLIN):
-            frames = self._sock.recv_multipart(copy=False)
-            self._serve_one(frames)
-            n += 1
-            timeout = 0
-        return n
+        while True:
+            left_ms = 0 if n else max(0, int((end - time.monotonic()) * 1000))
+            if self._sock.poll(min(left_ms, int(GUARD_CHECK_S * 1000)), zmq.POLLIN):
+                self._serve_one(*self._recv())
+                n += 1
+            elif n or time.monotonic() >= end:
+                self._guard_tick()
+                return n
+            self._guard_tick()
 
-    def _serve_one(self, frames: list[Any]) -> None:
+    def _guard_tick(self) -> None:
+        if self.guard.due():  # the connections it knows first (monitor events)
+            self._log_refused()
+            self.guard.tick(lambda: bool(self._sock.poll(0, zmq.POLLIN)))
+
+    def _recv(self) -> tuple[list[Any], str]:
+        """One message, frame by frame, and what is wrong with its size ("" if nothing):
+        past ``max_frames`` frames or ``max_request_bytes`` bytes the rest is received
+        and thrown away frame by frame (never kept)."""
+        frames = [self._sock.recv(copy=False)]
+        size, lim = 0, self.limits
+        while frames[-1].more:
+            frame = self._sock.recv(copy=False)
+            frames.append(frame)
+            size += len(frame)
+            if len(frames) > lim.max_frames + 1 or size > lim.max_request_bytes:
+                fd = _srcfd(frame)
+                while frame.more:  # the rest of it: counted, not kept
+                    frame = self._sock.recv(copy=False)
+                    self.guard.on_dropped(fd, len(frame))
+                self.guard.on_message(frames)
+                if size > lim.max_request_bytes:
+                    return frames, f"{size}+ bytes exceed the limit of {lim.max_request_bytes}"
+                return frames, f"{len(frames) - 1}+ frames exceed the limit of {lim.max_frames}"
+        self.guard.on_message(frames)
+        return frames, ""
+
+    def _serve_one(self, frames: list[Any], too_big: str = "") -> None:
         peer, payload = frames[0].bytes, frames[1:]
+        if too_big:
+            rid, op = peek_request(payload)
+            NOISY.warning("%s: dropped a request from peer %s: %s", self.name, peer.hex(), too_big)
+            self._reply(peer, error_message(rid, op, "ProtocolError", too_big))
+            return
         self.current_user = _user_id(frames[-1]) if self._auth is not None else None
         try:
             msg = decode(payload, self.limits)
@@ -225,12 +269,31 @@ class RpcServer:
         self._ctx.term()
 
 
+def _srcfd(frame: Any) -> int:
+    """The file descriptor of the connection a frame came in on (-1: none, e.g. inproc)."""
+    try:
+        return int(frame.get(zmq.SRCFD))
+    except (zmq.ZMQError, AttributeError, TypeError):
+        return -1
+
+
 def _user_id(frame: Any) -> str | None:
     """The ZAP User-Id of a received frame: the sender's public key under CURVE."""
     try:
         return str(frame.get("User-Id"))
     except (zmq.ZMQError, AttributeError):
         return None
+
+
+def check_address(address: str) -> None:
+    """ArgumentError for an address no socket could bind or connect: not a ZeroMQ address
+    (``tcp://``, ``ipc://``, ``inproc://``), or a TCP port out of range."""
+    scheme, sep, rest = address.partition("://")
+    if not sep or scheme not in ("tcp", "ipc", "inproc") or not rest:
+        raise ArgumentError(f"address: {address!r} is not a valid ZeroMQ address (tcp://HOST:PORT)")
+    if scheme == "tcp" and ":" not in rest:
+        raise ArgumentError(f"address: {address!r} has no port (tcp://HOST:PORT)")
+    _check_port(address)
 
 
 def _check_port(address: str) -> None:

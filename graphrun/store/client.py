@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import atexit
 import weakref
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -51,6 +52,10 @@ DEFAULT_CURVE_CHUNK = 8 << 20
 
 # Requests are split so no frame exceeds this: servers refuse bigger frames (Limits).
 REQUEST_FRAME_BYTES = DEFAULT_LIMITS.max_request_frame_bytes // 2
+# The pieces of one push in flight at once: a server counts what it received and has not
+# read yet against one connection's limit (graphrun.rpc.guard), so a big push is sent as
+# a window of pieces, not all at once.
+PUSH_WINDOW_BYTES = DEFAULT_LIMITS.max_request_bytes // 2
 
 
 def _push_pieces(rows: np.ndarray, values: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -249,16 +254,27 @@ class KVClient(Session):
             )
         body = {"name": name, "reducer": reducer, "params": dict(params or {})}
         body["states"] = list(states)
-        pend = []
-        for g in routing.by_owner(pol.ranges, ids):
-            for piece in _push_pieces(g.rows, values[g.pos]):
-                pend.append(self.request(g.part, "push", body, piece, main_only=True))
-        errors = []
-        for request in pend:
+        pend: deque[tuple[Pending, int]] = deque()
+        errors: list[GraphrunError] = []
+        in_flight = 0
+
+        def wait_oldest() -> int:
+            request, nbytes = pend.popleft()
             try:
                 self.wait(request)
             except GraphrunError as exc:
                 errors.append(exc)
+            return nbytes
+
+        for g in routing.by_owner(pol.ranges, ids):
+            for piece in _push_pieces(g.rows, values[g.pos]):
+                nbytes = piece[0].nbytes + piece[1].nbytes
+                while pend and in_flight + nbytes > PUSH_WINDOW_BYTES:
+                    in_flight -= wait_oldest()
+                pend.append((self.request(g.part, "push", body, piece, main_only=True), nbytes))
+                in_flight += nbytes
+        while pend:
+            wait_oldest()
         if errors:
             raise errors[0]
 

@@ -22,6 +22,11 @@ stop               -> {} and the server shuts down cleanly
 
 Rows in ``pull``/``push`` are local rows of this partition (the client converts global
 ids with the tensor's partition policy); they are checked against the partition size.
+
+A job key (``request.admin`` False) writes none of the graph's own tensors (``push``
+target or optimizer state: AuthError), sees its own job's sessions and no request counts
+in ``stats``, and gets a digest of the server's host identity in ``join``/``info``
+(:func:`~graphrun.store.shm.host_digest`: enough to find co-located shared memory).
 """
 
 from __future__ import annotations
@@ -31,9 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from graphrun.errors import ArgumentError, StoreError
+from graphrun.errors import ArgumentError, AuthError, StoreError
 from graphrun.store.reducers import STATE_SPECS, get_reducer
 from graphrun.store.registry import Registry, Request, Response
+from graphrun.store.shm import host_digest
 from graphrun.store.state import GRAPH_JOB, PartitionInfo, ServerState, StoredTensor
 
 INITIALIZERS = ("zeros", "uniform", "normal")
@@ -59,7 +65,7 @@ def join(state: ServerState, req: Request) -> Response:
         raise ArgumentError("join: field 's' (session id) is missing")
     if req.job == GRAPH_JOB:
         raise ArgumentError("join: field 'job' must name the job (the empty name is the graph's)")
-    state.join(req.session, req.job, client, time.monotonic())
+    state.join(req.session, req.job, client, time.monotonic(), req.user)
     return info(state, req)
 
 
@@ -69,7 +75,7 @@ def info(state: ServerState, req: Request) -> Response:
             part=state.part,
             index=state.index,
             backups=tuple(state.backups),
-            host=state.host,
+            host=state.host if req.admin else host_digest(state.host),
             shm_dir=state.shm_dir,
             book=state.book.to_config(),
             heartbeat_timeout=state.heartbeat_timeout,
@@ -98,11 +104,25 @@ def pull(state: ServerState, req: Request) -> Response:
     return Response({}, (np.take(stored.array, rows, axis=0),))
 
 
+def _writable(req: Request, stored: StoredTensor) -> StoredTensor:
+    """``stored`` if this request may write it: the graph's own tensors (namespace ``""``)
+    are read-only to a job key, and to the admin key unless it sets ``allow_graph``."""
+    if stored.info.job != GRAPH_JOB:
+        return stored
+    if not req.admin:
+        raise AuthError(
+            f"{req.op} {stored.info.name!r}: the graph's tensors are read-only to a job key"
+        )
+    if not req.param("allow_graph", bool, False):
+        raise StoreError(
+            f"{req.op} {stored.info.name!r}: graph data is read-only unless allow_graph is set"
+        )
+    return stored
+
+
 def push(state: ServerState, req: Request) -> Response:
     name = req.str_param("name")
-    stored = state.find(req.job, name)
-    if stored.info.job == GRAPH_JOB and not req.param("allow_graph", bool, False):
-        raise StoreError(f"push {name!r}: graph data is read-only unless allow_graph is set")
+    stored = _writable(req, state.find(req.job, name))
     rows = _rows(req, stored)
     values = req.tensor(1, "values")
     want = (len(rows), *stored.info.row_shape)
@@ -121,7 +141,7 @@ def push(state: ServerState, req: Request) -> Response:
     specs = STATE_SPECS.get(reducer_name, ())
     if len(state_names) != len(specs):
         raise ArgumentError(f"push {name!r}: reducer {reducer_name} needs {len(specs)} states")
-    states = [state.find(req.job, str(s)).array for s in state_names]
+    states = [_writable(req, state.find(req.job, str(s))).array for s in state_names]
     reducer(stored.array, rows, values, states, req.param("params", dict, {}))
     return Response({})
 
@@ -250,7 +270,7 @@ def stats(state: ServerState, req: Request) -> Response:
             "sessions": sum(jobs.values()),
             "jobs": jobs,
             "tensors": sorted(f"{j}/{n}" if j else n for j, n in seen),
-            "served": dict(state.served),
+            "served": dict(state.served) if req.admin else {},
             "reply_bytes": dict(state.reply_bytes) if req.admin else {},
             "backups": list(state.backups),
         }

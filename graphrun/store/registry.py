@@ -63,6 +63,7 @@ class Request:
     job: str = ""
     session: str = ""
     admin: bool = True  # the store's admin key (or no CURVE); False: a job key
+    user: str | None = None  # the sender's public key (None without CURVE)
 
     def param(self, key: str, typ: type | tuple[type, ...], default: Any = ...) -> Any:
         """Body field ``key`` checked against ``typ`` (ArgumentError naming it if wrong)."""

@@ -203,12 +203,16 @@ def make_handler(
         job = msg.body.get("job", "")
         if not isinstance(session, str) or not isinstance(job, str):
             raise ArgumentError(f"{msg.op}: fields 's' and 'job' must be strings")
+        key = user()
+        job, admin = access.check(key, msg.op, job)  # the key first: not admitted, revoked
+        state.check_owner(session, key)  # a session id is its creator key's only
         if entry.needs_session:
-            job = state.touch(session, time.monotonic()).job
-        job, admin = access.check(user(), msg.op, job)
-        if not entry.needs_session and session in state.sessions:
+            job, admin = access.check(key, msg.op, state.touch(session, time.monotonic()).job)
+        elif session in state.sessions:
             state.touch(session, time.monotonic())
-        req = Request(msg.op, msg.body, msg.tensors, job=job, session=session, admin=admin)
+        req = Request(
+            msg.op, msg.body, msg.tensors, job=job, session=session, admin=admin, user=key
+        )
         resp = entry.handler(state, req)
         state.served[msg.op] = state.served.get(msg.op, 0) + 1
         sent = sum(t.nbytes for t in resp.tensors)
@@ -218,8 +222,11 @@ def make_handler(
     return handle
 
 
-def _tick(state: ServerState, then: Callable[[], None] | None) -> None:
+def _tick(state: ServerState, access: Access, then: Callable[[], None] | None) -> None:
     state.expire(time.monotonic())
+    revoked = access.take_revoked()
+    if revoked:
+        state.drop_sessions_of(revoked, "its job key was revoked")
     for address in state.drop_dead_backups():
         log.warning("backup %s of partition %d died; unregistered", address, state.part)
     if then is not None:
@@ -276,7 +283,7 @@ def run_server(
         cpu_ready = time.process_time()
         server.serve_forever(
             lambda: state.stop_requested or should_stop(),
-            on_tick=lambda: _tick(state, on_tick),
+            on_tick=lambda: _tick(state, access, on_tick),
         )
         cpu_s = time.process_time() - cpu_ready  # serving, not loading
         served = {"requests": state.served, "reply_bytes": state.reply_bytes,

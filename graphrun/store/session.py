@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 import zmq
 
-from graphrun.errors import ArgumentError, GraphrunError, RpcError, RpcTimeout
+from graphrun.errors import ArgumentError, AuthError, GraphrunError, RpcError, RpcTimeout
 from graphrun.partition.book import PartitionBook
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import Message
 from graphrun.rpc.transport import RpcClient
-from graphrun.store.shm import host_identity
+from graphrun.store.shm import same_host
 from graphrun.store.state import PartitionInfo
 
 log = logging.getLogger("graphrun.store")
@@ -134,7 +134,6 @@ class Session:
 
     def _join(self) -> None:
         join = {**self.base(), "client": self.cfg.name}
-        me = None
         for address in self.cfg.servers:
             conn = self._open(address)
             try:
@@ -163,8 +162,7 @@ class Session:
                     continue
                 entry.conns.append(bc)
             if self.cfg.use_shm is not False:
-                me = me or host_identity(info.shm_dir)
-                entry.local = info.host == me
+                entry.local = same_host(info.host, info.shm_dir)
         first = next(iter(self.parts.values())).info
         self.book = PartitionBook.from_config(first.book, source="store server")
         if sorted(self.parts) != list(range(self.book.num_parts)):
@@ -239,11 +237,17 @@ class Session:
         return replies
 
     def stop_servers(self) -> None:
-        """Ask every main server to shut down (backups stop with their command)."""
+        """Ask every server to shut down (backups first). A server that goes before it
+        answers is fine; one that refuses (a job key: only the store's admin key may stop
+        it) raises AuthError."""
         for p in self.parts.values():
             for c in p.conns[::-1]:
-                with contextlib.suppress(RpcError):
+                try:
                     c.call("stop", self.base(), timeout=5)
+                except AuthError:
+                    raise
+                except RpcError as exc:  # gone before it answered, or already gone
+                    log.info("stop %s: %s", c.address, exc)
         self._stopped = True
 
     def close(self) -> None:

@@ -21,6 +21,8 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import hashlib
+import json
 import logging
 import mmap
 import os
@@ -232,3 +234,17 @@ def host_identity(shm_dir: Path) -> dict[str, str]:
     except OSError:
         dev = ""
     return {"hostname": socket.gethostname(), "boot_id": boot, "shm_dev": dev}
+
+
+def host_digest(identity: dict[str, str]) -> dict[str, str]:
+    """What a job key learns of a server's :func:`host_identity`: a hash that proves "same
+    kernel boot and shared-memory device" to a client that hashes its own, and does not
+    tell the host name or boot id (the boot id is 128 random bits: not guessable)."""
+    text = json.dumps(identity, sort_keys=True)
+    return {"digest": hashlib.sha256(text.encode()).hexdigest()}
+
+
+def same_host(server: dict[str, str], shm_dir: Path) -> bool:
+    """Whether a server's host identity (full, or its :func:`host_digest`) is this one's."""
+    mine = host_identity(shm_dir)
+    return server == (host_digest(mine) if "digest" in server else mine)

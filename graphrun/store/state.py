@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from graphrun.errors import ArgumentError, StoreError
+from graphrun.errors import ArgumentError, AuthError, StoreError
 from graphrun.partition.book import PartitionBook
+from graphrun.rpc.codec import wire_dtype
 from graphrun.store.policy import PartitionPolicy, lookup_policy
 from graphrun.store.shm import SegmentStore, attach
 
@@ -72,7 +73,7 @@ class TensorInfo:
                 name=str(d["name"]),
                 job=str(d["job"]),
                 policy=str(d["policy"]),
-                dtype=str(np.dtype(d["dtype"])),
+                dtype=wire_dtype(d["dtype"]).name,
                 row_shape=tuple(int(x) for x in d["row_shape"]),
                 num_rows=int(d["num_rows"]),
                 part_rows=int(d["part_rows"]),
@@ -106,7 +107,7 @@ class Segment:
     def from_wire(cls, d: Any) -> Segment:
         try:
             shape = tuple(int(x) for x in d["shape"])
-            return cls(str(d["segment"]), str(np.dtype(d["dtype"])), shape)
+            return cls(str(d["segment"]), wire_dtype(d["dtype"]).name, shape)
         except (KeyError, TypeError, ValueError) as exc:
             raise ArgumentError(f"segment info is malformed ({exc!r})") from None
 
@@ -171,6 +172,7 @@ class Session:
     job: str
     last_seen: float
     client: str = ""
+    owner: str | None = None  # the public key that joined it (None without CURVE)
 
 
 @dataclass
@@ -242,9 +244,9 @@ class ServerState:
             raise StoreError(f"tensor {name!r} already exists in job {job!r}")
         pol = lookup_policy(self.policies, policy)
         try:
-            dt = np.dtype(dtype)
-        except TypeError:
-            raise ArgumentError(f"init: dtype {dtype!r} is not a numpy dtype") from None
+            dt = wire_dtype(dtype)  # before anything is created
+        except ValueError as exc:
+            raise ArgumentError(f"init: field 'dtype': {exc}") from None
         rows = pol.part_rows(self.part)
         segment, arr = self.segments.create(dt, (rows, *row_shape))
         info = TensorInfo(
@@ -298,8 +300,28 @@ class ServerState:
 
     # ---- sessions -------------------------------------------------------------------
 
-    def join(self, session: str, job: str, client: str, now: float) -> None:
-        self.sessions[session] = Session(session, job, now, client)
+    def join(
+        self, session: str, job: str, client: str, now: float, owner: str | None = None
+    ) -> None:
+        self.sessions[session] = Session(session, job, now, client, owner)
+
+    def check_owner(self, session: str, user: str | None) -> None:
+        """AuthError unless ``session`` is unknown or was joined with the key ``user``: a
+        session id is bound to the key that made it (another key cannot take it over)."""
+        s = self.sessions.get(session)
+        if s is not None and s.owner != user:
+            raise AuthError(f"session {session!r} belongs to another key")
+
+    def drop_sessions_of(self, owners: set[str], why: str) -> list[Session]:
+        """End the sessions joined with any of the keys ``owners``; free their jobs."""
+        gone = [s for s in self.sessions.values() if s.owner in owners]
+        for s in gone:
+            log.warning("partition %d: dropping session %s of job %r (%s)",
+                        self.part, s.id, s.job, why)  # fmt: skip
+            del self.sessions[s.id]
+        for job in {s.job for s in gone}:
+            self._maybe_free_job(job)
+        return gone
 
     def touch(self, session: str, now: float) -> Session:
         s = self.sessions.get(session)

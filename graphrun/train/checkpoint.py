@@ -1,7 +1,7 @@
 """Checkpoints: one file per job, rewritten atomically at the end of every epoch.
 
 ``CKPT_DIR/checkpoint.pt`` (``torch.save`` of a dict, written to a temporary file
-and renamed)::
+and renamed; mode 0600: the model is the job's, not every local user's)::
 
     {"format": "graphrun-checkpoint", "version": 1, "epoch": E (last finished),
      "model": state_dict, "optimizer": state_dict,
@@ -53,7 +53,7 @@ def save_checkpoint(ckpt_dir: str | Path, ckpt: Checkpoint) -> Path:
         "optimizer": ckpt.optimizer, "sparse": ckpt.sparse, "metrics": ckpt.metrics,
     }  # fmt: skip
     try:
-        return write_atomic(final, lambda f: torch.save(data, f))
+        return write_atomic(final, lambda f: torch.save(data, f), mode=0o600)
     except OSError as exc:
         raise write_failed(final, exc) from None
     except RuntimeError as exc:  # torch.save on a full disk: "[enforce fail at ...]"

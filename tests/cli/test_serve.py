@@ -21,8 +21,8 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["--address", "garbage"], "not a valid ZeroMQ address"),
         (["--ready-file", "{tmp}/missing/ready.json"], "--ready-file"),
         (["--log-level", "bogus"], "--log-level"),
-        (["--shm-dir", "{tmp}/missing"], "shm_dir"),
-        (["--heartbeat-timeout", "-3"], "heartbeat_timeout"),
+        (["--shm-dir", "{tmp}/missing"], "--shm-dir"),
+        (["--heartbeat-timeout", "-3"], "--heartbeat-timeout"),
         (["--threads", "0"], "--threads"),
         (["--address", "tcp://127.0.0.1:99999"], "not in 0..65535"),  # bound 34463
     ],
@@ -73,9 +73,39 @@ def test_serve_is_secure_by_default(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
-    assert f"job key {key}" in out
+    assert f"admin key {key}" in out
     refused = run_graphrun("serve", str(parts), "--part", "0", "--insecure", "--key-file", str(key))
     assert refused.returncode == 2 and "--insecure" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        (["--threads", "0"], "--threads"),
+        (["--address", "garbage"], "not a valid ZeroMQ address"),
+        (["--part", "7"], "--part: 7 is not a partition"),
+        (["--address", "tcp://127.0.0.1:{busy}"], "cannot bind"),  # found when binding
+        (["--dataset"], "partition"),
+    ],
+)
+def test_a_failing_serve_leaves_no_key_behind(tmp_path: Path, extra: list[str], match: str) -> None:
+    """A failing `serve` (bad flag, bad address, not a partition directory) left a fresh
+    PARTS/store.key behind, even inside a dataset directory."""
+    import socket
+
+    parts = make_partition_dir(tmp_path / "parts", 1)[1]
+    if extra == ["--dataset"]:
+        parts, extra = tmp_path / "dataset", []
+        parts.mkdir()
+        (parts / "graph.json").write_text("{}")
+    before = sorted(p.name for p in parts.iterdir())
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        args = [a.replace("{busy}", str(busy.getsockname()[1])) for a in extra]
+        proc = run_graphrun("serve", str(parts), "--part", "0", "--shm-dir", str(tmp_path), *args)
+    assert proc.returncode != 0 and match in proc.stderr, proc.stderr
+    assert sorted(p.name for p in parts.iterdir()) == before
 
 
 def test_keygen_writes_a_0600_key_once(tmp_path: Path) -> None:

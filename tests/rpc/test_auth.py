@@ -137,4 +137,7 @@ def test_a_key_file_with_non_z85_or_mismatched_keys_is_refused(tmp_path):
     bad.write_text(json.dumps({**data, "public": other.public}))
     with pytest.raises(ArgumentError, match="not the secret key's"):
         load_keys(bad)
+    bad.write_text(json.dumps(data))  # a good key, left open to others (write_text: 0644)
+    with pytest.raises(ArgumentError, match="chmod 600"):
+        load_keys(bad)
     assert load_keys(tmp_path / "job.key") == keys

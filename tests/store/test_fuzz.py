@@ -107,3 +107,57 @@ def test_fuzzed_frames_leave_the_store_up_and_flat(tmp_path):
             assert c.pull(FEAT, [0]).shape == (1, 8)
         lines = store.log_path.read_text(errors="replace").splitlines()
         assert len(lines) < 200, f"{len(lines)} log lines: not rate-limited"
+
+
+def _vm_hwm(pid: int) -> int:
+    """The peak resident memory of a process (bytes), from /proc/PID/status."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) << 10
+    raise AssertionError("no VmHWM")
+
+
+def test_many_frame_messages_leave_the_store_flat(tmp_path):
+    """A key holder made the server buffer gigabytes with one many-frame message (VmHWM
+    84 MiB -> 2 GiB before its 64-frame check): libzmq keeps a message whole before the
+    server sees it, and MAXMSGSIZE bounds one frame only. The connection guard cuts such
+    a connection past the request limit; the server keeps serving."""
+    from graphrun.rpc.auth import generate_keys, load_keys
+    from graphrun.rpc.codec import DEFAULT_LIMITS
+    from graphrun.testing.store import make_partition_dir
+
+    _, parts = make_partition_dir(tmp_path / "parts", 1)
+    key_file = tmp_path / "job.key"
+    generate_keys(key_file)
+    keys = load_keys(key_file)
+    frame = np.zeros(8 << 20, np.uint8)  # one buffer, sent 320 times zero-copy: 2.5 GiB
+    with start_stores(parts, 1, key_file=key_file, shm_dir=tmp_path) as stores:
+        store = stores[0]
+        with KVClient(ClientConfig([store.address], job="flat", keys=keys)) as c:
+            c.pull(FEAT, np.arange(10))
+            hwm0 = _vm_hwm(store.pid)
+            ctx = zmq.Context()
+            sock = ctx.socket(zmq.DEALER)
+            sock.linger = 0
+            secure_client(sock, keys)
+            monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            sock.connect(store.address)
+            header = encode(Message(MsgKind.REQUEST, "pull", 1, {"s": c.session}, ()))[0]
+            sock.send(header, zmq.SNDMORE)
+            for _ in range(319):
+                sock.send(frame, zmq.SNDMORE, copy=False)
+            sock.send(frame, copy=False)
+            poller = zmq.Poller()
+            poller.register(sock, zmq.POLLIN)
+            poller.register(monitor, zmq.POLLIN)
+            assert poller.poll(120_000), "neither cut nor answered"  # cut, or refused whole
+            sock.disable_monitor()
+            monitor.close(0)
+            sock.close(0)
+            ctx.term()
+            store.check()  # still up, still serving
+            np.testing.assert_array_equal(c.pull(FEAT, np.arange(10)).shape, (10, 8))
+            grew = _vm_hwm(store.pid) - hwm0
+        limit = DEFAULT_LIMITS.max_request_bytes
+        assert grew < 3 * limit, f"the server's peak memory grew by {grew >> 20} MiB"

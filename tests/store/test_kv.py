@@ -315,3 +315,29 @@ def test_request_without_session_is_refused(stores, keys):
         conn = c.parts[0].main
         with pytest.raises(StoreError, match="session 'ghost' is unknown"):
             conn.call("pull", {"s": "ghost", "name": FEAT}, (np.array([0]),))
+
+
+def test_a_big_push_keeps_a_window_of_pieces_in_flight(stores, keys, rng, monkeypatch):
+    """A push was sent as all its pieces at once: what a server has received and not read
+    yet counts against one connection's limit (graphrun.rpc.guard), so a big push keeps
+    at most PUSH_WINDOW_BYTES in flight, in order."""
+    import graphrun.store.client as client_mod
+
+    monkeypatch.setattr(client_mod, "REQUEST_FRAME_BYTES", 4096)
+    monkeypatch.setattr(client_mod, "PUSH_WINDOW_BYTES", 3 * 4096)
+    with connect(stores, keys, use_shm=False) as c:
+        c.init_tensor("w", "node:_N", (8,))
+        seen = []
+        send = c.request
+
+        def request(part, op, *a, **kw):
+            seen.append(sum(conn.in_flight for p in c.parts.values() for conn in p.conns))
+            return send(part, op, *a, **kw)
+
+        monkeypatch.setattr(c, "request", request)
+        ids = np.concatenate([np.arange(600), np.arange(600)])  # repeats: last one wins
+        values = rng.random((1200, 8), dtype=np.float32)
+        c.push("w", ids, values)
+        monkeypatch.setattr(c, "request", send)
+        assert len(seen) > 5 and max(seen) <= 2  # 5 kB pieces, a 12 kB window
+        np.testing.assert_array_equal(c.pull("w", np.arange(600)), values[600:])

@@ -1,0 +1,177 @@
+"""Bounding what one connection can make a server buffer: a message not yet whole.
+
+libzmq hands a multipart message to the application only once its last frame is in, and
+keeps every frame until then; ``ZMQ_MAXMSGSIZE`` bounds one frame, nothing bounds their
+number. A key holder sending frame after frame with no end made a server buffer 2 GiB
+before the application saw anything it could refuse (receiving frame by frame does not
+help: no frame is readable before the last one has arrived).
+
+:class:`ConnectionGuard` watches each TCP connection of a server from outside libzmq: the
+kernel's count of the bytes received on it (``TCP_INFO``'s ``tcpi_bytes_received``)
+against the wire size of the messages libzmq delivered from it (each message's
+``ZMQ_SRCFD``; a frame's wire size is its length plus its ZMTP header, plus the CURVE box
+under CURVE: exact, see :func:`wire_bytes`). When nothing is left to read, the difference
+is the message in the making (plus the handshake and what the kernel holds, a few MiB at
+most). A connection past ``limit`` then — or past ``4 * limit`` while the server is busy
+and whole messages may wait in its queue — is shut down (libzmq drops its partial message
+and the peer's requests in flight fail), and logged, rate-limited; so is the largest
+connection while all of them together hold more than ``4 * limit`` with nothing to read.
+The check runs every :data:`CHECK_S` seconds (a ``getsockopt`` per connection), so a
+connection can overshoot by what arrives in that time. ``ipc://`` and ``inproc://``
+connections (same machine, no TCP) are not watched.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+
+log = logging.getLogger("graphrun.rpc")
+
+CHECK_S = 0.05
+BUSY_FACTOR = 4
+_BYTES_RECEIVED = 128  # offset of tcpi_bytes_received (u64) in struct tcp_info (Linux >= 4.1)
+_CURVE_BOX = 33  # "\x07MESSAGE" + 8-byte nonce + 16-byte MAC + 1 flags byte
+
+
+def wire_bytes(n: int, curve: bool) -> int:
+    """Bytes on the wire of one message frame of ``n`` bytes (ZMTP 3)."""
+    body = n + _CURVE_BOX if curve else n
+    return body + (2 if body <= 255 else 9)
+
+
+@dataclass
+class _Conn:
+    peer: Any
+    delivered: int = 0
+
+
+def _tcp_bytes_received(fd: int) -> tuple[int, Any] | None:
+    """(bytes received, peer address) of a TCP socket fd, or None if it is not one."""
+    if fd < 0:
+        return None
+    try:
+        s = socket.socket(fileno=fd)
+    except OSError:
+        return None
+    try:
+        if s.family not in (socket.AF_INET, socket.AF_INET6) or s.type != socket.SOCK_STREAM:
+            return None
+        info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+        if len(info) < _BYTES_RECEIVED + 8:
+            return None
+        return struct.unpack_from("Q", info, _BYTES_RECEIVED)[0], s.getpeername()
+    except OSError:
+        return None
+    finally:
+        s.detach()  # the fd is libzmq's: never close it here
+
+
+def _shutdown(fd: int) -> None:
+    if fd < 0:
+        return
+    try:
+        s = socket.socket(fileno=fd)
+    except OSError:
+        return
+    try:
+        s.shutdown(socket.SHUT_RDWR)  # libzmq sees the end of the stream and drops it
+    except OSError:
+        pass
+    finally:
+        s.detach()
+
+
+class ConnectionGuard:
+    """The rule above for one server socket (fed its monitor events and messages)."""
+
+    EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
+
+    def __init__(self, limit: int, curve: bool, name: str, warn: Callable[..., None]) -> None:
+        self.limit, self.curve, self.name, self._warn = limit, curve, name, warn
+        self._conns: dict[int, _Conn] = {}
+        self._next = 0.0
+        self.cut = 0  # connections shut down so far
+
+    def _conn(self, fd: int) -> _Conn | None:
+        """The connection on ``fd``, new if unknown or if the fd is another peer's now."""
+        got = _tcp_bytes_received(fd)
+        if got is None:
+            self._conns.pop(fd, None)
+            return None
+        conn = self._conns.get(fd)
+        if conn is None or conn.peer != got[1]:
+            conn = self._conns[fd] = _Conn(got[1])
+        return conn
+
+    def on_event(self, event: int, value: int) -> None:
+        if event & zmq.EVENT_ACCEPTED:  # (a message may have made it known already)
+            self._conn(value)
+        elif event & (zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED):
+            self._conns.pop(value, None)
+
+    def on_message(self, frames: Sequence[Any]) -> None:
+        """Count a message received from a ROUTER (``frames[0]``: the peer's routing id)."""
+        if len(frames) < 2:
+            return
+        try:
+            fd = int(frames[1].get(zmq.SRCFD))
+        except (zmq.ZMQError, AttributeError, TypeError):
+            return
+        if fd < 0:
+            return
+        conn = self._conns.get(fd) if fd in self._conns else self._conn(fd)
+        if conn is not None:
+            conn.delivered += sum(wire_bytes(len(f), self.curve) for f in frames[1:])
+
+    def on_dropped(self, fd: int, nbytes: int) -> None:
+        """Count a frame received and thrown away (not part of a delivered message)."""
+        conn = self._conns.get(fd)
+        if conn is not None:
+            conn.delivered += wire_bytes(nbytes, self.curve)
+
+    def pending(self) -> dict[int, int]:
+        """Bytes received on each connection (by fd) and not delivered in a message."""
+        out = {}
+        for fd, conn in list(self._conns.items()):
+            got = _tcp_bytes_received(fd)
+            if got is None or got[1] != conn.peer:  # closed, or the fd is another's now
+                self._conns.pop(fd, None)
+                continue
+            out[fd] = got[0] - conn.delivered
+        return out
+
+    def due(self) -> bool:
+        """Whether it is time for :meth:`tick` (every ``CHECK_S``)."""
+        return time.monotonic() >= self._next
+
+    def tick(self, readable: Callable[[], bool]) -> None:
+        """Check every connection (``readable()``: whether a message waits to be read)."""
+        self._next = time.monotonic() + CHECK_S
+        if not self._conns:
+            return
+        pending = self.pending()
+        busy = readable()  # after the counts: a message whole before them is read by now
+        limit = self.limit * (BUSY_FACTOR if busy else 1)
+        over = [fd for fd, n in pending.items() if n > limit]
+        if not busy:
+            total, by_size = sum(pending.values()), sorted(pending, key=pending.__getitem__)
+            while by_size and total > BUSY_FACTOR * self.limit:
+                fd = by_size.pop()
+                total -= pending[fd]
+                over.append(fd)
+        for fd in dict.fromkeys(over):
+            conn = self._conns.pop(fd)
+            self._warn(
+                "%s: cut the connection from %s: %d bytes of a message not yet whole "
+                "(limit %d)", self.name, conn.peer[0], pending[fd], limit,
+            )  # fmt: skip
+            _shutdown(fd)
+            self.cut += 1
