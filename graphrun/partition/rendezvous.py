@@ -9,8 +9,10 @@
                     listens), the other ranks connect to it.
 ==================  ====================================================================
 
-The store is not authenticated (torch offers no authenticated rendezvous): SECURITY.md
-says what protects a TCP one. Every wait is bounded by ``timeout``: a rendezvous that
+The partition ranks (``--rendezvous``) and the trainers (``hosts.json``'s
+``rendezvous``, :mod:`graphrun.train.ddp`) meet this way. The store is not
+authenticated (torch offers no authenticated rendezvous): SECURITY.md says what
+protects a TCP one. Every wait is bounded by ``timeout``: a rendezvous that
 never answers, or ranks that never all arrive, end in one line naming the rendezvous.
 """
 
@@ -41,11 +43,13 @@ class Rendezvous:
     path: str = ""
     host: str = ""
     port: int = 0
+    flag: str = FLAG  # where it was given, for messages
 
 
-def parse_rendezvous(url: str) -> Rendezvous:
-    """``url`` checked: ``tcp://HOST:PORT`` or ``file://PATH``, else an ArgumentError."""
-    usage = f"{FLAG}: {url!r} is not tcp://HOST:PORT (rank 0's address) or file://PATH"
+def parse_rendezvous(url: str, flag: str = FLAG) -> Rendezvous:
+    """``url`` checked: ``tcp://HOST:PORT`` or ``file://PATH``, else an ArgumentError
+    naming ``flag``."""
+    usage = f"{flag}: {url!r} is not tcp://HOST:PORT (rank 0's address) or file://PATH"
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -55,13 +59,13 @@ def parse_rendezvous(url: str) -> Rendezvous:
         path = parts.netloc + parts.path
         if not path or path.endswith("/"):
             raise ArgumentError(f"{usage}: no file named")
-        return Rendezvous(url, "file", path=path)
+        return Rendezvous(url, "file", path=path, flag=flag)
     if parts.scheme == "tcp":
         if not parts.hostname or port is None or not 0 < port < 65536:
             raise ArgumentError(f"{usage}: needs a host and a port in 1..65535")
         if parts.path or parts.query or parts.username:
             raise ArgumentError(f"{usage}: nothing may follow HOST:PORT")
-        return Rendezvous(url, "tcp", host=parts.hostname, port=port)
+        return Rendezvous(url, "tcp", host=parts.hostname, port=port, flag=flag)
     raise ArgumentError(usage)
 
 
@@ -96,14 +100,14 @@ def gloo_interface(rdv: Rendezvous) -> str | None:
     return None
 
 
-def join(rdv: Rendezvous, rank: int, world: int, timeout: float) -> None:
-    """Initialise ``torch.distributed`` (gloo) as ``rank`` of ``world`` at ``rdv``,
+def join(rdv: Rendezvous, rank: int, world: int, timeout: float, backend: str = "gloo") -> None:
+    """Initialise ``torch.distributed`` (``backend``) as ``rank`` of ``world`` at ``rdv``,
     waiting at most ``timeout`` seconds for the others."""
     import torch.distributed as dist
 
     td = datetime.timedelta(seconds=timeout)
     if rdv.scheme == "file":
-        _init(rdv, rank, world, timeout, init_method=rdv.url)
+        _init(rdv, rank, world, timeout, backend, init_method=rdv.url)
         return
     deadline = time.monotonic() + timeout
     if rank == 0:
@@ -122,15 +126,17 @@ def join(rdv: Rendezvous, rank: int, world: int, timeout: float) -> None:
             store = dist.TCPStore(rdv.host, rdv.port, world, False, left)
         except RuntimeError as exc:
             raise _lost(rdv, rank, world, timeout, exc) from None
-    _init(rdv, rank, world, timeout, store=store)
+    _init(rdv, rank, world, timeout, backend, store=store)
 
 
-def _init(rdv: Rendezvous, rank: int, world: int, timeout: float, **how: object) -> None:
+def _init(
+    rdv: Rendezvous, rank: int, world: int, timeout: float, backend: str, **how: object
+) -> None:
     import torch.distributed as dist
 
     try:
         dist.init_process_group(
-            "gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout),
+            backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout),
             **how,  # type: ignore[arg-type]
         )  # fmt: skip
     except (RuntimeError, ValueError) as exc:
@@ -140,7 +146,7 @@ def _init(rdv: Rendezvous, rank: int, world: int, timeout: float, **how: object)
 def _lost(rdv: Rendezvous, rank: int, world: int, timeout: float, exc: Exception) -> GraphrunError:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return GraphrunError(
-        f"{FLAG} {rdv.url}: rank {rank} of {world} did not meet the other ranks within "
+        f"{rdv.flag} {rdv.url}: rank {rank} of {world} did not meet the other ranks within "
         f"{timeout:g} s ({first})"
     )
 
@@ -152,7 +158,7 @@ def _listen(rdv: Rendezvous) -> socket.socket:
             rdv.host, rdv.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
     except OSError as exc:
-        raise GraphrunError(f"{FLAG} {rdv.url}: cannot resolve {rdv.host!r} ({exc})") from None
+        raise GraphrunError(f"{rdv.flag} {rdv.url}: cannot resolve {rdv.host!r} ({exc})") from None
     s = socket.socket(family, socket.SOCK_STREAM)
     try:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -161,7 +167,7 @@ def _listen(rdv: Rendezvous) -> socket.socket:
     except OSError as exc:
         s.close()
         raise GraphrunError(
-            f"{FLAG} {rdv.url}: rank 0 cannot listen on {addr[0]} port {rdv.port} "
+            f"{rdv.flag} {rdv.url}: rank 0 cannot listen on {addr[0]} port {rdv.port} "
             f"({exc.strerror or exc}; HOST must be an address of rank 0's machine)"
         ) from None
     return s
@@ -175,7 +181,7 @@ def _wait_reachable(rdv: Rendezvous, deadline: float, timeout: float) -> None:
         left = deadline - time.monotonic()
         if left <= 0:
             raise GraphrunError(
-                f"{FLAG} {rdv.url}: rank 0 did not answer within {timeout:g} s ({why}; is "
+                f"{rdv.flag} {rdv.url}: rank 0 did not answer within {timeout:g} s ({why}; is "
                 "rank 0 running, and is HOST:PORT its address?)"
             )
         try:
