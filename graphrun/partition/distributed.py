@@ -454,10 +454,11 @@ def run_local(
             reports = _supervise(procs, events)
         finish_output(tmp, out)
     except BaseException:
-        for p in procs:
+        started = [p for p in procs if p.pid is not None]  # a failed start() stops the loop
+        for p in started:
             if p.is_alive():
                 p.kill()
-        for p in procs:
+        for p in started:
             p.join(timeout=10)
         abandon_output(tmp)
         raise

@@ -368,3 +368,15 @@ def test_a_rendezvous_nobody_else_comes_to_is_one_line(
     assert lines[0].startswith(f"graphrun: error: --rendezvous {rdv}: "), lines
     assert says in lines[0], lines
     assert not (tmp_path / "parts").exists()
+
+
+def test_a_rank_that_cannot_start_is_the_error_reported(tmp_path: Path) -> None:
+    """A failed ``start()`` (here: a hook that cannot be sent to a spawned rank) was
+    hidden behind the clean-up's own "can only join a started process"."""
+    save_chunked(community_graph(50, 200, seed=1), tmp_path / "chunks", 2)
+    with pytest.raises(Exception) as info:
+        run_local(tmp_path / "chunks", tmp_path / "parts", 2, timeout=30,
+                  on_phase=lambda rank, phase: None)  # fmt: skip
+    assert "can only join a started process" not in str(info.value)
+    assert "pickle" in str(info.value).lower() or "lambda" in str(info.value), info.value
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chunks"]
