@@ -29,10 +29,9 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("path", type=Path, help="the key file to write (its name's stem: the job)")
+    p.add_argument("path", help="the key file to write (its name's stem: the job)")
     p.add_argument(
         "--store",
-        type=Path,
         metavar="STORE_KEY",
         help="make a job key for the shared store whose key file this is (it records the "
         "store's public key)",
@@ -58,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
         public_key_file_text,
     )
 
+    args.path, args.store = _key_path("PATH", args.path), _key_path("--store", args.store)
+    if args.path.is_dir():
+        raise ArgumentError(f"PATH: {args.path} is a directory; name the key file to write")
     if not args.path.parent.is_dir():
         raise ArgumentError(f"{args.path}: directory {args.path.parent} does not exist")
     public_file = None
@@ -91,3 +93,15 @@ def run(args: argparse.Namespace) -> int:
             ) from None
         print(f"graphrun keygen: wrote {public_file} (public key: job {args.path.stem!r})")
     return 0
+
+
+def _key_path(flag: str, text: str | None) -> Path | None:
+    """``text`` as a path, refused when it names no file (empty, or ends in ``/``)."""
+    from graphrun.errors import ArgumentError
+
+    if text is None:
+        return None
+    path = Path(text)
+    if not text.strip() or text.endswith("/") or path.name in ("", ".", ".."):
+        raise ArgumentError(f"{flag}: {text!r} names no file; give the key file's path")
+    return path

@@ -23,7 +23,8 @@ belongs to the partition of its destination node.
 
 --mode single (default) runs the method in one process on one core; --mode parallel
 uses every core of this machine (KaMinPar, --threads to limit). --mode distributed
-runs N rank processes (torch.distributed, gloo on loopback) that each read only
+runs N rank processes (torch.distributed: they meet in a private file, gloo on
+loopback; nothing listens elsewhere) that each read only
 their share of a chunked dataset (`graphrun generate|import ... --chunks M`, M >= N)
 and partition it together with XtraPuLP-style label propagation; each rank writes
 its own part (graphrun/partition/distributed.py).
@@ -35,6 +36,13 @@ some edge cut; the cut and balance reached are printed and stored in partition.j
 
 Example:  graphrun partition data/ parts/ --parts 4 --balance-train
 """
+
+
+DEFAULT_TIMEOUT = 600.0
+MAX_TIMEOUT = 1e8  # a timedelta's range, and far beyond any wait anybody means
+# flags of --mode distributed only, and those of one rank (--rank) only
+DISTRIBUTED_ONLY = ("rank", "rendezvous", "into", "init", "timeout")
+RANK_ONLY = ("rendezvous", "into")
 
 
 def register(subparsers: Any) -> None:
@@ -83,14 +91,13 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--init",
         choices=("local", "hash", "block"),
-        default="local",
         help="distributed: label propagation's start (default local: METIS per chunk)",
     )
     p.add_argument(
         "--timeout",
         type=float,
-        default=600.0,
-        help="distributed: seconds any rank waits for the others (default 600)",
+        help="distributed: seconds any rank waits for the others, the rendezvous "
+        f"included (default {DEFAULT_TIMEOUT:g})",
     )
     p.add_argument(
         "--rank",
@@ -99,7 +106,11 @@ def register(subparsers: Any) -> None:
         help="distributed, one rank per machine (graphrun run, the operator's worker pods): "
         "be this one rank, joining the others at --rendezvous",
     )
-    p.add_argument("--rendezvous", help="with --rank: tcp://HOST:PORT of rank 0, or file://PATH")
+    p.add_argument(
+        "--rendezvous",
+        help="with --rank: tcp://HOST:PORT, an address of rank 0's machine (rank 0 listens "
+        "there only; unauthenticated, see SECURITY.md), or file://PATH (ranks on one host)",
+    )
     p.add_argument(
         "--into",
         type=Path,
@@ -145,10 +156,27 @@ def _load(path: str) -> Any:
     return import_graph(path)
 
 
+def check_mode_flags(args: argparse.Namespace) -> None:
+    """Refuse a flag that the mode would ignore (a rank flag without --mode distributed
+    partitioned the whole graph in one process instead)."""
+    from graphrun.errors import ArgumentError
+
+    given = [f for f in DISTRIBUTED_ONLY if getattr(args, f) is not None]
+    if args.mode != "distributed" and given:
+        raise ArgumentError(f"--{given[0]}: only with --mode distributed, not --mode {args.mode}")
+    given = [f for f in RANK_ONLY if getattr(args, f) is not None]
+    if args.rank is None and given:
+        raise ArgumentError(
+            f"--{given[0]}: only with --rank (one rank of several started on their own); "
+            "without it this command starts every rank on this machine"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
     from graphrun.partition import partition_graph
 
+    check_mode_flags(args)
     if not math.isfinite(args.tolerance) or args.tolerance < 0:
         raise ArgumentError(f"--tolerance: must be a finite number >= 0, got {args.tolerance}")
     if args.parts < 1:
@@ -198,12 +226,10 @@ def _run_rank(args: argparse.Namespace, opts: Any) -> int:
     """One rank on its machine: with ``--into`` (``graphrun run``) the launcher renames
     the staging directory once every rank has exited 0; without it (the operator's
     worker pods) rank 0 does, once every rank has written."""
-    from graphrun.errors import PEER_LOST_EXIT, ArgumentError
+    from graphrun.errors import PEER_LOST_EXIT
     from graphrun.partition.comm import PeerLost
     from graphrun.partition.distributed import run_rank, run_rank_to_output
 
-    if args.rendezvous is None:
-        raise ArgumentError("--rank: needs --rendezvous")
     try:
         if args.into is not None:
             report = run_rank(
@@ -228,14 +254,43 @@ def _run_rank(args: argparse.Namespace, opts: Any) -> int:
     return 0
 
 
+def _rank_environment(rendezvous: str) -> None:
+    """gloo listens on the interface this rank reaches rank 0 through (loopback for a
+    file:// rendezvous), not on whatever the host name resolves to; GLOO_SOCKET_IFNAME,
+    where set (graphrun run sets it), decides instead. This process is the edge."""
+    import os
+
+    from graphrun.partition.rendezvous import gloo_interface, parse_rendezvous
+
+    rdv = parse_rendezvous(rendezvous)
+    # torch's C++ warnings while the ranks wait for each other (several lines each, a
+    # stack trace some) bury the one line that says what went wrong; set it to see them
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    if not os.environ.get("GLOO_SOCKET_IFNAME"):
+        iface = gloo_interface(rdv)
+        if iface is not None:
+            os.environ["GLOO_SOCKET_IFNAME"] = iface
+
+
 def _run_distributed(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
+
+    if args.rank is not None:
+        if args.rendezvous is None:
+            raise ArgumentError("--rank: needs --rendezvous (where the ranks meet)")
+        _rank_environment(args.rendezvous)  # before torch is imported
     from graphrun.partition.distributed import DistOptions, run_local
     from graphrun.partition.quality import Quality
     from graphrun.partition.xtrapulp import LPOptions
 
-    if not args.timeout > 0:
-        raise ArgumentError(f"--timeout: must be positive, got {args.timeout}")
+    if args.timeout is None:
+        args.timeout = DEFAULT_TIMEOUT
+    if not 0 < args.timeout <= MAX_TIMEOUT:
+        raise ArgumentError(
+            f"--timeout: must be a number of seconds in (0, {MAX_TIMEOUT:g}], got {args.timeout}"
+        )
+    if args.init is None:
+        args.init = "local"
     opts = DistOptions(
         halo_hops=args.halo,
         balance_train=args.balance_train,

@@ -23,21 +23,20 @@ watches the ranks (the operator's worker pods), rank 0 does once the others have
 written (:func:`run_rank_to_output`). Each phase reports its seconds and the rank's
 peak RSS so far.
 
-:func:`run_local` is the launcher for one machine: P spawned processes, gloo on
-loopback, every collective bounded by ``timeout``. A rank that fails or dies ends
+:func:`run_local` is the launcher for one machine: P spawned processes meeting in a
+private rendezvous file (:mod:`.rendezvous`: nothing listens but gloo, on loopback),
+every collective bounded by ``timeout``. A rank that fails or dies ends
 the run with one line naming it (and its phase); the temporary directory is removed.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import math
 import multiprocessing as mp
 import os
 import resource
 import signal
-import socket
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -67,6 +66,8 @@ from graphrun.partition.format import (
     start_shared_output,
     write_config,
 )
+from graphrun.partition.quality import row_flags
+from graphrun.partition.rendezvous import join, parse_rendezvous, private_rendezvous
 from graphrun.partition.xtrapulp import INITS, LPOptions, build_local_graph, propagate
 
 PHASES = ("read", "graph", "assign", "relabel", "shuffle", "write")
@@ -137,7 +138,7 @@ def _train_mask(share: shuffle.Share) -> np.ndarray | None:
         m = share.chunk.ndata.get(ntype, {}).get("train_mask")
         if m is not None:
             lo = max(a, int(nto[t])) - a
-            mask[lo : lo + len(m)] = np.asarray(m).reshape(len(m), -1)[:, 0] != 0
+            mask[lo : lo + len(m)] = row_flags(m)
             found = True
     return mask if found else None
 
@@ -275,16 +276,10 @@ class DistResult:
         return {p: max(r.phases.get(p, {}).get("seconds", 0.0) for r in self.ranks) for p in PHASES}
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _rank_main(
     rank: int,
     world: int,
-    port: int,
+    rendezvous: str,
     args: tuple[str, str, DistOptions, float],
     events: Any,
     on_phase: Callable[[int, str], None] | None,
@@ -298,9 +293,13 @@ def _rank_main(
         if on_phase is not None:
             on_phase(r, name)
 
+    # every rank on this machine: gloo listens on loopback, not on the address the host
+    # name resolves to (this process is ours: its environment is the edge)
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     try:
-        init = f"tcp://127.0.0.1:{port}"
-        report = run_rank(dataset, tmp, world, rank, init, opts, timeout=timeout, on_phase=tell)
+        report = run_rank(
+            dataset, tmp, world, rank, rendezvous, opts, timeout=timeout, on_phase=tell
+        )
         events.put(("done", rank, asdict(report)))
     except UserError as exc:
         events.put(("error", rank, type(exc).__name__, str(exc)))
@@ -329,7 +328,8 @@ def run_rank(
     on_phase: Callable[[int, str], None] | None = None,
 ) -> RankReport:
     """One rank, in a process of its own: join the others at ``init_method`` (gloo;
-    ``tcp://HOST:PORT`` of rank 0, or ``file://`` on one host) and write part ``rank``
+    ``tcp://HOST:PORT`` of rank 0, or ``file://`` on one host, :mod:`.rendezvous`) and
+    write part ``rank``
     into ``staging``, the directory its launcher made with ``start_output`` and renames
     when every rank has succeeded (or removes if one fails). The launchers:
     :func:`run_local` and ``graphrun run``'s ``partitioner:<r>`` roles."""
@@ -384,11 +384,9 @@ def _joined(
     if not 0 <= rank < parts:
         raise ArgumentError(f"--rank: {rank} is not in [0, {parts})")
     opts.check()
+    rdv = parse_rendezvous(init_method)
     load_chunked_meta(dataset)
-    dist.init_process_group(
-        "gloo", init_method=init_method, rank=rank, world_size=parts,
-        timeout=datetime.timedelta(seconds=timeout),
-    )  # fmt: skip
+    join(rdv, rank, parts, timeout)
     try:
         yield Comm()
     finally:
@@ -437,22 +435,30 @@ def run_local(
     ctx = mp.get_context("spawn")
     events = ctx.SimpleQueue()  # put() writes to the pipe at once: a phase is known before
     # a rank that is killed in it dies
-    port = _free_port()
     args = (str(dataset), str(tmp), opts, float(timeout))
-    procs = [
-        ctx.Process(target=_rank_main, args=(r, parts, port, args, events, on_phase), daemon=True)
-        for r in range(parts)
-    ]
+    procs: list[Any] = []
     try:
-        for p in procs:
-            p.start()
-        reports = _supervise(procs, events)
+        # the ranks meet in a file only this user can open: nothing listens (a TCP
+        # rendezvous store listens on every interface, unauthenticated)
+        with private_rendezvous() as rendezvous:
+            procs += [
+                ctx.Process(
+                    target=_rank_main,
+                    args=(r, parts, rendezvous, args, events, on_phase),
+                    daemon=True,
+                )
+                for r in range(parts)
+            ]
+            for p in procs:
+                p.start()
+            reports = _supervise(procs, events)
         finish_output(tmp, out)
     except BaseException:
-        for p in procs:
+        started = [p for p in procs if p.pid is not None]  # a failed start() stops the loop
+        for p in started:
             if p.is_alive():
                 p.kill()
-        for p in procs:
+        for p in started:
             p.join(timeout=10)
         abandon_output(tmp)
         raise
@@ -516,7 +522,8 @@ USER_ERRORS: dict[str, type[UserError]] = {
 
 def _failure(procs: list[Any], state: _Events) -> Exception:
     """The error to report: a rank's bad input, else a rank that died without a word,
-    else the first rank's error."""
+    else a rank that failed by itself (its own error, not a lost peer; the first to
+    report), else the first rank that lost a peer."""
     for _, (kind, msg) in sorted(state.errors.items()):
         if kind not in ("peer", "fail"):
             return USER_ERRORS.get(kind, UserError)(msg)
@@ -526,7 +533,8 @@ def _failure(procs: list[Any], state: _Events) -> Exception:
                 f"partition rank {rank} died during {state.phase[rank]} "
                 f"({_death(p.exitcode)}); no partition was written"
             )
-    rank = min(state.errors)
+    own = [r for r, (kind, _) in state.errors.items() if kind != "peer"]
+    rank = own[0] if own else next(iter(state.errors))
     return GraphrunError(
         f"partition rank {rank} failed during {state.phase[rank]}: {state.errors[rank][1]}"
     )

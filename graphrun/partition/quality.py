@@ -44,6 +44,15 @@ def max_over_mean(counts: np.ndarray) -> float:
     return float(np.max(counts) / mean) if mean > 0 else 1.0
 
 
+def row_flags(m: np.ndarray) -> np.ndarray:
+    """One boolean per row of a mask: its first value is non-zero (a mask may have any
+    trailing shape, and no rows: a chunk without nodes of the mask's type)."""
+    m = np.asarray(m)
+    if m.size == 0:
+        return np.zeros(len(m), dtype=bool)
+    return m.reshape(len(m), -1)[:, 0] != 0
+
+
 def train_mask_of(graph: Graph) -> np.ndarray | None:
     """One boolean per node: a training node of any type (None when there are none)."""
     nto = graph.node_type_offsets
@@ -53,7 +62,7 @@ def train_mask_of(graph: Graph) -> np.ndarray | None:
     for t, ntype in enumerate(graph.node_types):
         m = graph.ndata.get(ntype, {}).get("train_mask")
         if m is not None:
-            mask[nto[t] : nto[t + 1]] = np.asarray(m).reshape(len(m), -1)[:, 0] != 0
+            mask[nto[t] : nto[t + 1]] = row_flags(m)
             found = True
     return mask if found and mask.any() else None
 

@@ -1,7 +1,9 @@
 """Data-parallel set-up: one ``torch.distributed`` process group per job.
 
-Trainers rendezvous at the job's TCP address (``hosts.rendezvous``, on trainer 0's
-machine): gloo on CPU, NCCL when the trainer has a CUDA device. Nothing is read
+Trainers rendezvous at the job's address (``hosts.rendezvous``: a TCP store trainer 0
+opens on its machine's address only, or a file on one host; see
+:mod:`graphrun.partition.rendezvous`): gloo on CPU, NCCL when the trainer has a CUDA
+device. Nothing is read
 from the environment; :class:`DDPConfig` carries rank, world size and address.
 """
 
@@ -10,13 +12,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from graphrun.errors import ArgumentError
+from graphrun.partition.rendezvous import join, parse_rendezvous
 
 
 @dataclass(frozen=True)
@@ -46,14 +48,11 @@ class DDPConfig:
 
 @contextlib.contextmanager
 def process_group(cfg: DDPConfig) -> Iterator[None]:
-    """Join the trainers' process group for the duration of the block."""
-    dist.init_process_group(
-        cfg.resolved_backend,
-        init_method=cfg.rendezvous if "://" in cfg.rendezvous else f"tcp://{cfg.rendezvous}",
-        rank=cfg.rank,
-        world_size=cfg.world_size,
-        timeout=timedelta(seconds=cfg.timeout_s),
-    )
+    """Join the trainers' process group for the duration of the block (torch's own TCP
+    rendezvous would listen on every interface: trainer 0 listens on the given address)."""
+    url = cfg.rendezvous if "://" in cfg.rendezvous else f"tcp://{cfg.rendezvous}"
+    rdv = parse_rendezvous(url, flag="rendezvous")
+    join(rdv, cfg.rank, cfg.world_size, cfg.timeout_s, backend=cfg.resolved_backend)
     try:
         yield
     finally:

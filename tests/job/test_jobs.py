@@ -527,6 +527,33 @@ def test_distributed_partitioning_on_the_jobs_machines(tmp_path):
     assert metrics(path)[-1]["test_acc"] > 0.5  # 4 classes: chance is 0.25
 
 
+def test_distributed_partitioning_of_a_heterograph(tmp_path):
+    """partition.mode distributed on a heterograph whose second chunk holds no paper
+    (the labelled type) crashed in every job."""
+    import shutil
+
+    import yaml
+
+    from graphrun.graph.chunked import save_chunked
+    from graphrun.graph.generate import GenParams, academic
+
+    path = small_job(tmp_path, hetero=True, task="hetero-node-classification",
+                     targetNodeType="paper", fanouts=[4, 3])  # fmt: skip
+    shutil.rmtree(tmp_path / "parts")
+    shutil.rmtree(tmp_path / "data")
+    graph = academic(GenParams(nodes=2000, avg_degree=8, feat_dim=16, classes=4, seed=0))
+    assert graph.node_type_offsets[1] <= 1000  # papers first, all in chunk 0
+    save_chunked(graph, tmp_path / "data", 2)
+    spec = yaml.safe_load(path.read_text())
+    spec["spec"]["partition"].update(mode="distributed", balanceTrain=True)
+    path.write_text(yaml.safe_dump(spec))
+    job, _ = run(path)
+    report = job.run()
+    meta = json.loads((tmp_path / "parts" / "partition.json").read_text())
+    assert meta["method"] == "xtrapulp" and meta["node_types"] == list(graph.node_types)
+    assert all(report.exits[f"trainer:{r}"] == 0 for r in range(2))
+
+
 def test_distributed_partitioning_fails_naming_the_rank(tmp_path):
     path = distributed_job(tmp_path)
     (tmp_path / "data" / "chunk-3" / "src.npy").unlink()  # rank 1 reads chunks 2 and 3

@@ -93,6 +93,36 @@ def test_cli_heterograph(tmp_path: Path) -> None:
         (["--parts", "2", "--mode", "parallel", "--method", "metis"], "--mode parallel uses"),
         (["--parts", "2", "--mode", "parallel", "--threads", "0"], "--threads: must be"),
         (["--parts", "2", "--threads", "2"], "--threads: only kaminpar takes threads"),
+        # a rank's flags without --mode distributed partitioned the whole graph instead
+        (["--parts", "2", "--rank", "0"], "--rank: only with --mode distributed, not --mode sin"),
+        (["--parts", "2", "--rendezvous", "tcp://h:1"], "--rendezvous: only with --mode distrib"),
+        (["--parts", "2", "--mode", "parallel", "--into", "x"], "--into: only with --mode distri"),
+        (["--parts", "2", "--init", "hash"], "--init: only with --mode distributed"),
+        (["--parts", "2", "--timeout", "5"], "--timeout: only with --mode distributed"),
+        (
+            ["--parts", "2", "--mode", "distributed", "--rendezvous", "tcp://h:1"],
+            "--rendezvous: only with --rank",
+        ),
+        (["--parts", "2", "--mode", "distributed", "--into", "x"], "--into: only with --rank"),
+        (["--parts", "2", "--mode", "distributed", "--rank", "0"], "--rank: needs --rendezvous"),
+        (["--parts", "2", "--mode", "distributed", "--timeout", "1e300"], "--timeout: must be"),
+        (
+            ["--parts", "2", "--mode", "distributed", "--rank", "0", "--rendezvous", "nonsense"],
+            "--rendezvous: 'nonsense' is not tcp://HOST:PORT",
+        ),
+        (
+            ["--parts", "2", "--mode", "distributed", "--rank", "0", "--rendezvous", "tcp://h"],
+            "--rendezvous: 'tcp://h' is not tcp://HOST:PORT (rank 0's address) or file://PATH: "
+            "needs a host and a port",
+        ),
+        (
+            ["--parts", "2", "--mode", "distributed", "--rank", "0", "--rendezvous", "tcp://h:0x"],
+            "--rendezvous: 'tcp://h:0x' is not",
+        ),
+        (
+            ["--parts", "2", "--mode", "distributed", "--rank", "0", "--rendezvous", "file://"],
+            "no file named",
+        ),
     ],
 )
 def test_bad_arguments(

@@ -6,15 +6,21 @@ are small and the runs shared by module-scoped fixtures.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from graphrun.errors import PEER_LOST_EXIT, GraphrunError, PartitionFormatError
@@ -217,3 +223,160 @@ def test_ranks_without_a_launcher_leave_nothing_when_one_fails(tmp_path: Path) -
     assert code0 == 2 and "parts: already exists and is not empty" in err0
     assert code1 == PEER_LOST_EXIT, err1  # it only lost rank 0: not the one to blame
     assert not (tmp_path / ".parts.tmp-ranks").exists()
+
+
+def fail_rank_1_in_assign(rank: int, phase: str) -> None:
+    if rank == 1 and phase == "assign":
+        raise ValueError("a bug of rank 1")
+
+
+def test_the_rank_that_failed_by_itself_is_blamed_not_its_peer(tmp_path: Path) -> None:
+    """Rank 1 crashed; rank 0 lost it in a collective and was named, with its gloo
+    error, instead of rank 1 and its own."""
+    save_chunked(community_graph(300, 2000, seed=1), tmp_path / "chunks", 2)
+    with pytest.raises(GraphrunError) as info:
+        run_local(tmp_path / "chunks", tmp_path / "parts", 2, timeout=30,
+                  on_phase=fail_rank_1_in_assign)  # fmt: skip
+    assert "partition rank 1 failed during assign: ValueError: a bug of rank 1" in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chunks"]
+
+
+def pause_in_assign(marks: str, rank: int, phase: str) -> None:
+    """Say this rank reached ``assign`` (a file in ``marks``), then wait for ``go``."""
+    import time
+
+    if phase != "assign":
+        return
+    (Path(marks) / f"rank-{rank}").touch()
+    deadline = time.monotonic() + 60
+    while not (Path(marks) / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def listening(procs: list[psutil.Process]) -> list[tuple[int, str]]:
+    return [
+        (p.pid, c.laddr.ip)
+        for p in procs
+        for c in p.net_connections("tcp")
+        if c.status == psutil.CONN_LISTEN
+    ]
+
+
+def wait_for(cond: Callable[[], bool], what: str, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_a_local_run_listens_on_loopback_only(tmp_path: Path) -> None:
+    """Rank 0's TCP rendezvous store listened on every interface, unauthenticated (and
+    gloo on the host name's address): the local ranks meet in a private file and gloo
+    uses loopback."""
+    g = community_graph(300, 2000, seed=1)
+    save_chunked(g, tmp_path / "chunks", 2)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    hook = functools.partial(pause_in_assign, str(marks))
+    errors: list[BaseException] = []
+
+    def partition() -> None:
+        try:
+            run_local(tmp_path / "chunks", tmp_path / "parts", 2, timeout=60, on_phase=hook)
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=partition)
+    t.start()
+    try:
+        wait_for(lambda: len(list(marks.glob("rank-*"))) == 2 or bool(errors), "both ranks")
+        assert not errors, errors
+        ranks = [p for p in psutil.Process().children() if p.is_running()]
+        got = listening(ranks)
+        assert got, "no listening sockets at all? (gloo listens)"
+        assert all(ip in ("127.0.0.1", "::1") for _, ip in got), got
+    finally:
+        (marks / "go").touch()
+        t.join(120)
+    assert not errors, errors
+    check_round_trip(g, tmp_path / "parts", 2, 1)
+
+
+def test_a_tcp_rendezvous_listens_on_its_address_only(tmp_path: Path) -> None:
+    """``--rank 0 --rendezvous tcp://HOST:PORT``: rank 0's store listens on HOST's
+    address (here loopback), not on every interface."""
+    g = community_graph(300, 2000, seed=5)
+    save_chunked(g, tmp_path / "chunks", 2)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [sys.executable, "-m", "graphrun", "partition", str(tmp_path / "chunks"),
+            str(tmp_path / "parts"), "--parts", "2", "--mode", "distributed", "--timeout", "60",
+            "--rendezvous", f"tcp://127.0.0.1:{port}"]  # fmt: skip
+    env, pipe = child_env(), subprocess.PIPE
+    env.pop("GLOO_SOCKET_IFNAME", None)
+    rank0 = subprocess.Popen([*argv, "--rank", "0"], env=env, stdout=pipe, stderr=pipe, text=True)
+    procs = [rank0]
+    try:
+        me = psutil.Process(rank0.pid)
+        wait_for(lambda: any(p == port for p in _ports(me)) or rank0.poll() is not None, "rank 0")
+        got = listening([me])
+        assert got and all(ip == "127.0.0.1" for _, ip in got), got
+        procs.append(subprocess.Popen([*argv, "--rank", "1"], env=env, stdout=pipe, stderr=pipe,
+                                      text=True))  # fmt: skip
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(30)
+    assert [p.returncode for p in procs] == [0, 0], outs
+    check_round_trip(g, tmp_path / "parts", 2, 1)
+
+
+def _ports(p: psutil.Process) -> list[int]:
+    try:
+        return [c.laddr.port for c in p.net_connections("tcp") if c.status == psutil.CONN_LISTEN]
+    except psutil.NoSuchProcess:
+        return []
+
+
+@pytest.mark.parametrize(
+    ("rank", "rendezvous", "says"),
+    [
+        (1, "tcp://127.0.0.1:{port}", "rank 0 did not answer within 2 s (Connection refused"),
+        (0, "tcp://192.0.2.1:{port}", "rank 0 cannot listen on 192.0.2.1 port"),
+        (0, "file://{tmp}/rdv", "rank 0 of 2 did not meet the other ranks within 2 s"),
+        (0, "tcp://127.0.0.1:{port}", "rank 0 of 2 did not meet the other ranks within 2 s"),
+    ],
+)
+def test_a_rendezvous_nobody_else_comes_to_is_one_line(
+    tmp_path: Path, rank: int, rendezvous: str, says: str
+) -> None:
+    """An unreachable rendezvous (or ranks that never all arrive) gave a traceback (and
+    torch's C++ stack traces): every wait ends at --timeout with one line."""
+    save_chunked(community_graph(50, 200, seed=1), tmp_path / "chunks", 2)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rdv = rendezvous.format(port=port, tmp=tmp_path)
+    res = run_graphrun("partition", str(tmp_path / "chunks"), str(tmp_path / "parts"),
+                       "--parts", "2", "--mode", "distributed", "--timeout", "2",
+                       "--rank", str(rank), "--rendezvous", rdv)  # fmt: skip
+    assert res.returncode == 1, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert lines[0].startswith(f"graphrun: error: --rendezvous {rdv}: "), lines
+    assert says in lines[0], lines
+    assert not (tmp_path / "parts").exists()
+
+
+def test_a_rank_that_cannot_start_is_the_error_reported(tmp_path: Path) -> None:
+    """A failed ``start()`` (here: a hook that cannot be sent to a spawned rank) was
+    hidden behind the clean-up's own "can only join a started process"."""
+    save_chunked(community_graph(50, 200, seed=1), tmp_path / "chunks", 2)
+    with pytest.raises(Exception) as info:
+        run_local(tmp_path / "chunks", tmp_path / "parts", 2, timeout=30,
+                  on_phase=lambda rank, phase: None)  # fmt: skip
+    assert "can only join a started process" not in str(info.value)
+    assert "pickle" in str(info.value).lower() or "lambda" in str(info.value), info.value
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chunks"]
