@@ -97,9 +97,7 @@ def trainer_machines(job: GraphJob, job_file: Path) -> tuple[str, ...]:
     from graphrun.job.roles import job_placement
 
     roles = job_placement(job, job_paths(job, job_file))
-    return tuple(
-        roles[str(RoleName.trainer(r))].machine for r in range(job.spec.num_trainers)
-    )
+    return tuple(roles[str(RoleName.trainer(r))].machine for r in range(job.spec.num_trainers))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

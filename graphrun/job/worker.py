@@ -40,8 +40,8 @@ from graphrun.errors import JobFailed
 from graphrun.files import write_atomic
 from graphrun.job.launch import MachineLaunch, RoleLaunch
 from graphrun.job.probe import Probe, store_probe
-from graphrun.job.usage import RoleUsage
 from graphrun.job.process import RoleExit, Supervisor
+from graphrun.job.usage import RoleUsage
 from graphrun.names import RoleName
 
 

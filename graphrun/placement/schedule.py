@@ -126,29 +126,26 @@ def schedule(
     if tpl.owner is None or tpl.stage is None:
         raise ArgumentError("schedule: the template has no owners (make it with make_template)")
     x = np.asarray(placement, dtype=np.int64)
-    a = tpl.place(cluster, x)
+    a = tpl.place(cluster, x.tolist())
     start, finish = simulate_times(a, policy)
     roles = scenario.job.roles
     names = cluster.names
     network = tpl.src_task >= 0
     # a CPU step's work is its duration, or its CPU seconds when it became a fluid
     work = a.duration + np.where(network, 0.0, a.size)
-    tasks = [
-        TaskRun(
-            roles[t], names[x[t]], STAGES[int(tpl.stage[v])], int(tpl.iteration[v]),
-            float(start[v]), float(finish[v]),
-        )  # fmt: skip
-        for v in np.flatnonzero((tpl.owner >= 0) & (work > 0)).tolist()
-        for t in (int(tpl.owner[v]),)
-    ]
-    flows = [
-        FlowRun(
-            names[x[s]], names[x[d]], roles[s], roles[d], STAGES[int(tpl.stage[v])],
-            int(tpl.iteration[v]), float(a.size[v]), float(start[v]), float(finish[v]),
-        )  # fmt: skip
-        for v in np.flatnonzero(network & (a.size > 0)).tolist()
-        for s, d in ((int(tpl.src_task[v]), int(tpl.dst_task[v])),)
-    ]
+    stage = [STAGES[int(i)] for i in tpl.stage.tolist()]
+    it = tpl.iteration.astype(np.int64).tolist()
+    tasks = []
+    for v in np.flatnonzero((tpl.owner >= 0) & (work > 0)).tolist():
+        t = int(tpl.owner[v])
+        run = TaskRun(roles[t], names[x[t]], stage[v], it[v], float(start[v]), float(finish[v]))
+        tasks.append(run)
+    flows = []
+    for v in np.flatnonzero(network & (a.size > 0)).tolist():
+        s, d = int(tpl.src_task[v]), int(tpl.dst_task[v])
+        ends = (float(start[v]), float(finish[v]))
+        link = (names[x[s]], names[x[d]], roles[s], roles[d])
+        flows.append(FlowRun(*link, stage[v], it[v], float(a.size[v]), *ends))
     return Schedule(
         label=label,
         machines=tuple(names),

@@ -30,6 +30,10 @@ COLORS = {
 }  # fmt: skip
 
 
+def _num(v: Any) -> float:
+    return float("nan") if v is None else float(v)
+
+
 def _epoch_axis(ax: Axes) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
@@ -47,7 +51,7 @@ def curves(epochs: Sequence[dict[str, Any]]) -> bytes:
     fig = Figure(figsize=(10, 3.6))
     x = [r["epoch"] for r in epochs]
     ax = fig.add_subplot(1, 2, 1)
-    ax.plot(x, [r.get("loss") for r in epochs], marker="o", color="#4e79a7")
+    ax.plot(x, [_num(r.get("loss")) for r in epochs], marker="o", color="#4e79a7")
     ax.set(title="training loss", xlabel="epoch", ylabel="loss")
     ax = fig.add_subplot(1, 2, 2)
     for metric in ("acc", "auc", "mrr", "hits@10"):
@@ -92,7 +96,7 @@ def epoch_times(epochs: Sequence[dict[str, Any]]) -> bytes:
         ]
         ax.plot(*zip(*pts, strict=True), marker="o", label=f"trainer {rank}")
     if not ranks:
-        ax.plot(x, [r.get("epoch_s") for r in epochs], marker="o", label="trainer 0")
+        ax.plot(x, [_num(r.get("epoch_s")) for r in epochs], marker="o", label="job")
     ax.set(title="epoch time", xlabel="epoch", ylabel="seconds")
     _epoch_axis(ax)
     ax.legend(fontsize=8)

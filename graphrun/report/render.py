@@ -46,15 +46,17 @@ def cell(v: Any) -> str:
     return "-" if v is None else esc(v)
 
 
-def table(head: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "") -> str:
-    th = "".join(f'<th class="l">{esc(h)}</th>' if i == 0 else f"<th>{esc(h)}</th>"
-                 for i, h in enumerate(head))  # fmt: skip
-    body = "".join(
-        "<tr>" + "".join(f'<td class="l">{c}</td>' if i == 0 else f"<td>{c}</td>"
-                         for i, c in enumerate(r)) + "</tr>"  # fmt: skip
-        for r in rows
+def _row(cells: Sequence[Any], tag: str) -> str:
+    """One table row; the first cell is a label (left-aligned)."""
+    return "".join(
+        f'<{tag} class="l">{c}</{tag}>' if i == 0 else f"<{tag}>{c}</{tag}>"
+        for i, c in enumerate(cells)
     )
-    return f'<table class="{cls}"><tr>{th}</tr>{body}</table>'
+
+
+def table(head: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "") -> str:
+    body = "".join(f"<tr>{_row(r, 'td')}</tr>" for r in rows)
+    return f'<table class="{cls}"><tr>{_row([esc(h) for h in head], "th")}</tr>{body}</table>'
 
 
 def img(data: bytes, alt: str) -> str:
@@ -123,7 +125,7 @@ def _machines(run: Run) -> list[str]:
     if any(m.usage for m in run.machines):
         out.append(img(plots.machine_usage(run.machines), "CPU and peak memory per machine"))
         out.append(
-            '<p class="note">Sampled by each machine\'s worker; a machine\'s memory adds its '
+            "<p class=\"note\">Sampled by each machine's worker; a machine's memory adds its "
             "roles' peaks (shared memory counts in every process that maps it).</p>"
         )
     return out

@@ -142,7 +142,7 @@ class AllreduceTimer:
         return max(span, 0.0)
 
 
-def _timed_allreduce(timer, bucket):  # type: ignore[no-untyped-def]
+def _timed_allreduce(timer, bucket):
     # no annotations: DDP checks them, and postponed ones are strings it refuses
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 

@@ -53,8 +53,8 @@ from graphrun.train.ddp import (
     unwrap,
 )
 from graphrun.train.metrics import MetricsLog, Progress
-from graphrun.train.tensorboard import TensorBoardLog
 from graphrun.train.tasks import Task, describe, make_task
+from graphrun.train.tensorboard import TensorBoardLog
 
 
 def _nbytes(data: Any) -> int:

@@ -99,7 +99,7 @@ def test_schedules_round_trip_and_bad_files_are_named(tmp_path, hetero):
     write_schedules(path, s)
     assert read_schedules(path) == s
     path.write_text('{"format": "graphrun-schedule", "version": 9, "schedules": []}')
-    with pytest.raises(SpecError, match="plan.schedule.json: version"):
+    with pytest.raises(SpecError, match=r"plan\.schedule\.json: version"):
         read_schedules(path)
     path.write_text('{"format": "graphrun-schedule", "version": 1, "schedules": [{}]}')
     with pytest.raises(SpecError, match=r"schedules\[0\]: not a schedule"):

@@ -4,10 +4,12 @@ line, a failed run renders what exists, a planned run shows its prediction."""
 from __future__ import annotations
 
 import base64
+import io
 import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import yaml
@@ -22,7 +24,7 @@ from graphrun.testing.jobs import small_job
 class Page(HTMLParser):
     """The page's images, table cells and text; fails on a tag closed out of order."""
 
-    VOID = {"meta", "img", "br", "hr", "link", "input"}
+    VOID: ClassVar[set[str]] = {"meta", "img", "br", "hr", "link", "input"}
 
     def __init__(self, text: str) -> None:
         super().__init__()
@@ -66,7 +68,7 @@ class Page(HTMLParser):
 def check_page(path: Path) -> Page:
     page = Page(path.read_text())
     for data in page.images:
-        with Image.open(__import__("io").BytesIO(data)) as im:
+        with Image.open(io.BytesIO(data)) as im:
             assert im.format == "PNG"
             im.verify()
     return page
@@ -104,7 +106,10 @@ RECORDS = [
 def test_a_directory_that_is_no_run_and_a_run_without_metrics_are_one_line(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"graphrun: error: {tmp_path / 'nothing'}: not a run directory (is not a directory; graphrun run writes one)"
+    assert err == (
+        f"graphrun: error: {tmp_path / 'nothing'}: not a run directory (is not a directory; "
+        "graphrun run writes one)"
+    )
     assert main(["report", str(tmp_path)]) == 2
     assert "has no readable state.json" in capsys.readouterr().err
     run = write_run(tmp_path / "run", phase="Training")

@@ -64,7 +64,10 @@ def test_plan_writes_the_schedules_of_the_plan_and_co_location_and_draws_them(
     plan = load_plan(out, machines=list(cluster.names))
     x = [cluster.names.index(plan.assignments[r]) for r in job.roles]
     sc = make_scenario(job, 0)
-    assert got == [schedule(cluster, sc, x, "plan"), schedule(cluster, sc, colocation(cluster, job), "co-location")]
+    assert got == [
+        schedule(cluster, sc, x, "plan"),
+        schedule(cluster, sc, colocation(cluster, job), "co-location"),
+    ]
     assert got[0].makespan <= got[1].makespan + 1e-12  # a plan is never worse than co-location
 
 
