@@ -111,7 +111,7 @@ def epoch_times(epochs: Sequence[dict[str, Any]]) -> bytes:
         left = [a + b for a, b in zip(left, vals, strict=True)]
     ax.set(title="mean epoch per trainer", xlabel="seconds")
     ax.invert_yaxis()
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return png(fig)
 
 
@@ -177,24 +177,33 @@ def timeline_bars(s: Schedule) -> tuple[list[str], list[Bar]]:
     return [*s.machines, *links], bars
 
 
-def draw_timeline(ax: Axes, s: Schedule) -> list[Bar]:
+def draw_timeline(ax: Axes, s: Schedule, xlabel: bool = True) -> list[Bar]:
+    """The bars of :func:`timeline_bars` on ``ax``: one row per machine and link, a lane
+    per stage within a row (so a flow beside a task of another stage stays visible)."""
     rows, bars = timeline_bars(s)
     y = {r: i for i, r in enumerate(rows)}
+    lanes: dict[str, list[str]] = {r: [] for r in rows}
+    for b in bars:
+        if b.stage not in lanes[b.row]:
+            lanes[b.row].append(b.stage)
     seen: set[str] = set()
     for b in bars:
+        n = len(lanes[b.row])
+        height = 0.8 / n
+        centre = y[b.row] - 0.4 + height * (lanes[b.row].index(b.stage) + 0.5)
         label = b.stage if b.stage not in seen else None
         seen.add(b.stage)
         ax.barh(
-            y[b.row], b.end - b.start, left=b.start, height=0.7, color=COLORS.get(b.stage, "#888"),
-            alpha=0.55, edgecolor="none", label=label,
+            centre, b.end - b.start, left=b.start, height=height * 0.9,
+            color=COLORS.get(b.stage, "#888"), alpha=0.8, edgecolor="white", linewidth=0.3,
+            label=label,
         )  # fmt: skip
     ax.set_yticks(range(len(rows)), rows)
-    ax.invert_yaxis()
-    ax.set(
-        title=f"{s.label}: {s.iterations} iterations in {s.makespan:.3f} s (simulated)",
-        xlabel="seconds",
-    )
-    ax.legend(fontsize=7, loc="upper right", ncol=3)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_title(f"{s.label}: {s.iterations} iterations in {s.makespan:.3f} s (simulated)")
+    if xlabel:
+        ax.set_xlabel("seconds")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="x", alpha=0.3)
     return bars
 
@@ -205,8 +214,8 @@ def timeline(schedules: Sequence[Schedule]) -> bytes:
     heights = [1 + 0.35 * len(timeline_bars(s)[0]) for s in schedules]
     fig = Figure(figsize=(11, sum(heights) + 0.5))
     axes = fig.subplots(len(schedules), 1, sharex=True, height_ratios=heights, squeeze=False)
-    for ax, s in zip(axes[:, 0], schedules, strict=True):
-        draw_timeline(ax, s)
+    for i, (ax, s) in enumerate(zip(axes[:, 0], schedules, strict=True)):
+        draw_timeline(ax, s, xlabel=i == len(schedules) - 1)
     return png(fig)
 
 
@@ -219,5 +228,6 @@ def predicted_vs_measured(rows: Sequence[tuple[str, float]]) -> bytes:
     for i, (_, v) in enumerate(rows):
         ax.text(v, i, f" {v:.3f} s", va="center", fontsize=8)
     ax.invert_yaxis()
+    ax.margins(x=0.25)
     ax.set(title="epoch: predicted and measured", xlabel="seconds")
     return png(fig)
