@@ -16,8 +16,8 @@ Rank 0 prints one JSON line per epoch::
 breakdown gathered from every trainer (:func:`breakdown`: ``world_size``, ``step``
 seconds per step of sampling, fetching, compute and the all-reduce within it,
 ``cache_hit_rate``, ``trainers`` with each one's epoch, CPU seconds, peak RSS and
-machine), writes the checkpoint and, with ``tensorboard_dir``, the same record as
-TensorBoard scalars (:mod:`graphrun.train.tensorboard`).
+machine) and writes the checkpoint; with ``tensorboard_dir`` the metrics log writes the
+same record as TensorBoard scalars (:mod:`graphrun.train.tensorboard`).
 With ``profile_file`` every trainer appends one :class:`~graphrun.placement.profile.BatchRecord`
 JSON line per step.
 """
@@ -54,7 +54,6 @@ from graphrun.train.ddp import (
 )
 from graphrun.train.metrics import MetricsLog, Progress
 from graphrun.train.tasks import Task, describe, make_task
-from graphrun.train.tensorboard import TensorBoardLog
 
 
 def _nbytes(data: Any) -> int:
@@ -247,7 +246,6 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
         barrier()  # rank 0 restores shared embeddings before anyone reads them
     prof = Profiler(ctx, task.model)
     timer = AllreduceTimer.attach(task.model)
-    board = TensorBoardLog(ctx.config.tensorboard_dir if ctx.is_main else None)
     metric = "auc" if ctx.config.task == "link-prediction" else "acc"
     record: dict[str, Any] = {}
     try:
@@ -266,11 +264,9 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
             )  # fmt: skip
             record.update(breakdown(tr["trainers"], int(tr["steps"]), ctx.config.machines))
             ctx.metrics.write(record)
-            board.write(record)
             _save(task, ctx, epoch, record)
     finally:
         prof.close()
-        board.close()
     return record
 
 
@@ -298,14 +294,19 @@ def run_training(
     ``on_done`` runs on rank 0 once every trainer has finished (after a barrier), e.g.
     to stop the job's store servers.
     """
-    metrics = metrics or MetricsLog(config.metrics_file, enabled=ddp.rank == 0)
+    metrics = metrics or MetricsLog(
+        config.metrics_file, enabled=ddp.rank == 0, tensorboard_dir=config.tensorboard_dir
+    )
     group = process_group(ddp) if ddp.world_size > 1 else nullcontext()
     with group:
         ctx = TrainContext(config, data, ddp, metrics, graph)
-        if config.entry_point is not None:
-            result = load_entry_point(config.entry_point)(ctx)
-        else:
-            result = fit(ctx)
+        try:
+            if config.entry_point is not None:
+                result = load_entry_point(config.entry_point)(ctx)
+            else:
+                result = fit(ctx)
+        finally:
+            metrics.close()
         if ddp.world_size > 1:
             barrier()
         if on_done is not None and ddp.rank == 0:

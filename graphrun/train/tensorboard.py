@@ -1,7 +1,9 @@
 """TensorBoard scalars of a training run: what trainer 0 writes under ``RUN/tensorboard/``.
 
-:class:`TensorBoardLog` turns each epoch's metrics record (:func:`graphrun.train.loop.fit`
-writes the same record to ``metrics.jsonl``) into scalars, with the epoch as the step:
+:class:`TensorBoardLog` turns each epoch's metrics record (what
+:class:`~graphrun.train.metrics.MetricsLog` writes to ``metrics.jsonl``, from
+:func:`graphrun.train.loop.fit` or a user's entry point) into scalars, with the epoch as
+the step:
 
 =============================  =====================================================
 ``loss/train``                 the epoch's mean training loss
