@@ -179,3 +179,20 @@ def test_a_planned_run_shows_the_predicted_epoch_beside_the_measured_and_the_sch
     schedule_file(tmp_path / "plan.yaml").unlink()
     assert main(["report", str(run)]) == 0
     assert re.search(r"plan\.schedule\.json is missing", (run / "report.html").read_text())
+
+
+def test_link_prediction_runs_show_auc_mrr_and_hits(tmp_path):
+    recs = [
+        {"epoch": e, "loss": 0.7 - e / 10, "train_auc": 0.8, "val_auc": 0.85 + e / 100,
+         "test_auc": 0.84, "val_mrr": 0.4, "test_mrr": 0.41, "val_hits@10": 0.7,
+         "test_hits@10": 0.71, "epoch_s": 1.0, "steps": 4}
+        for e in range(2)
+    ]  # fmt: skip
+    run = write_run(tmp_path / "run", records=recs)
+    assert main(["report", str(run)]) == 0
+    table = epochs_table(check_page(run / "report.html"))
+    for row, rec in zip(table, recs, strict=True):
+        assert set(row) == set(rec)
+        assert {k: row[k] for k in ("val_auc", "val_mrr", "test_hits@10")} == {
+            k: str(rec[k]) for k in ("val_auc", "val_mrr", "test_hits@10")
+        }
