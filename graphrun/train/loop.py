@@ -195,7 +195,9 @@ def train_epoch(
     }
 
 
-def breakdown(trainers: list[dict[str, float]], steps: int, machines: tuple[str, ...]) -> dict:
+def breakdown(
+    trainers: list[dict[str, float]], steps: int, machines: tuple[str, ...]
+) -> dict[str, Any]:
     """The metrics record's ``world_size``, ``step`` (seconds per step, the trainers'
     mean), ``cache_hit_rate`` (of the remote feature bytes, what the cache served) and
     ``trainers`` (each one's epoch: seconds per part, CPU seconds, peak RSS in MiB)."""
