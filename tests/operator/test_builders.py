@@ -155,6 +155,7 @@ def test_key_file_is_what_the_rpc_layer_reads(tmp_path: Path) -> None:
     auth = pytest.importorskip("graphrun.rpc.auth")
     data = built(example())["secret"]["data"][L.KEY_FILE_NAME]
     (tmp_path / "job.key").write_bytes(base64.b64decode(data))
+    (tmp_path / "job.key").chmod(0o400)  # as the pod mounts it (the Secret volume's mode)
     keys = auth.load_keys(tmp_path / "job.key")
     assert (keys.public, keys.secret) == (KEYS.public, KEYS.secret)
 
