@@ -7,6 +7,9 @@
     for batch in DistNodeDataLoader(g, ids, [25, 10], batch_size=1000, num_workers=2,
                                     cache=cache): ...
 
+PyG's own loaders take ``remote_backend(ctx)`` (a FeatureStore, GraphStore pair) and a
+``RemoteNeighborSampler``: see :mod:`graphrun.distributed.pyg_remote`.
+
 No process-global state: everything hangs off the context ``initialize`` returns.
 """
 
@@ -18,6 +21,13 @@ from graphrun.distributed.loader import (
     DistNodeDataLoader,
     plan_feature_cache,
 )
+from graphrun.distributed.minibatch import shuffled
+from graphrun.distributed.pyg_remote import (
+    RemoteFeatureStore,
+    RemoteGraphStore,
+    RemoteNeighborSampler,
+    remote_backend,
+)
 from graphrun.distributed.split import edge_split, node_split, trainer_partitions
 
 __all__ = [
@@ -27,9 +37,14 @@ __all__ = [
     "DistGraph",
     "DistLinkDataLoader",
     "DistNodeDataLoader",
+    "RemoteFeatureStore",
+    "RemoteGraphStore",
+    "RemoteNeighborSampler",
     "edge_split",
     "initialize",
     "node_split",
     "plan_feature_cache",
+    "remote_backend",
+    "shuffled",
     "trainer_partitions",
 ]

@@ -33,11 +33,11 @@ from graphrun.distributed.batches import (
     BatchCost,
     BatchSpec,
     Kind,
-    batch_seed,
     check_spec,
 )
 from graphrun.distributed.cache import CachePlan, plan_cache
 from graphrun.distributed.graph import DistGraph
+from graphrun.distributed.minibatch import epoch_seed, shuffled
 from graphrun.distributed.workers import WorkerPool
 from graphrun.errors import ArgumentError
 from graphrun.sampling.edgesplit import EdgeSplit
@@ -89,16 +89,10 @@ class _DistLoader:
         self.epoch = int(epoch)
 
     def _tasks(self) -> list[tuple[Tensor, int]]:
-        order = self.ids
-        if self.shuffle:
-            gen = torch.Generator().manual_seed(batch_seed(self.seed, self.epoch, -1))
-            order = order[torch.randperm(order.numel(), generator=gen)]
+        order = shuffled(self.ids, self.seed, self.epoch) if self.shuffle else self.ids
+        base = epoch_seed(self.seed, self.epoch)
         return [
-            (
-                order[i * self.batch_size : (i + 1) * self.batch_size],
-                batch_seed(self.seed, self.epoch, i),
-            )
-            for i in range(len(self))
+            (order[i * self.batch_size : (i + 1) * self.batch_size], base) for i in range(len(self))
         ]
 
     def start(self) -> None:

@@ -1,0 +1,425 @@
+"""PyG's remote-backend interfaces over graphrun's store: bring PyG loaders as they are.
+
+    ctx = initialize(servers, rank=r, world_size=w)
+    feature_store, graph_store = remote_backend(ctx)        # PyG FeatureStore, GraphStore
+    sampler = RemoteNeighborSampler(graph_store, [25, 10], seed=0)
+    loader = NeighborLoader((feature_store, graph_store), [25, 10], input_nodes=train,
+                            neighbor_sampler=sampler, batch_size=1024, shuffle=True,
+                            num_workers=2)
+    # or NodeLoader(data, node_sampler=sampler, ...), LinkNeighborLoader(data, [10],
+    # edge_label_index=..., neighbor_sampler=sampler, neg_sampling_ratio=1.0), LinkLoader
+
+* :class:`RemoteFeatureStore` — ``TensorAttr(group_name, attr_name, index)``: group
+  name a node type (None on a homogeneous graph) or an edge type (``get_tensor``
+  only), attr name a feature (``fields`` renames the store's ``feat``/``label`` to
+  ``x``/``y``), index per-type ids. Rows are pulled from their owners (shared memory
+  when co-located). ``get_all_tensor_attrs`` lists the node features in ``fields``:
+  what PyG's loaders gather for every batch.
+* :class:`RemoteGraphStore` — one ``EdgeAttr(edge_type, COO, size)`` per edge type.
+  The structure stays on the servers: asking for a whole edge index (``coo``/``csc``,
+  which PyG's own ``NeighborSampler`` does) is refused with one line saying what to
+  pass instead.
+* :class:`RemoteNeighborSampler` — a ``BaseSampler`` running graphrun's distributed
+  sampler; with ``seed`` the batches equal graphrun's loaders' batch for batch
+  (:mod:`graphrun.distributed.minibatch`), with ``seed=None`` they are drawn from
+  torch's generator, as PyG's are.
+
+Processes: the three share one :class:`RemoteBackend`, which uses the trainer's
+context in the trainer and joins the store afresh (role ``sampler:<rank>:<worker>``)
+in a loader worker, forked or spawned; a worker's client leaves when it exits.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from multiprocessing import util as mp_util
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import EdgeAttr, EdgeLayout, FeatureStore, GraphStore, TensorAttr
+from torch_geometric.sampler import (
+    BaseSampler,
+    EdgeSamplerInput,
+    HeteroSamplerOutput,
+    NegativeSampling,
+    NodeSamplerInput,
+    SamplerOutput,
+)
+
+from graphrun.distributed.context import DistConfig, DistContext
+from graphrun.distributed.minibatch import MiniBatchSampler, NegMode, epoch_seed
+from graphrun.errors import ArgumentError
+from graphrun.graph.graph import CanonicalEtype
+from graphrun.partition.book import PartitionBook
+from graphrun.sampling.edgesplit import EdgeSplit
+from graphrun.sampling.mfg import SampledSubgraph
+from graphrun.sampling.pyg import split_by_type
+from graphrun.store.dist_tensor import as_torch, to_numpy_ids
+from graphrun.store.policy import TensorKey
+
+DEFAULT_FIELDS: Mapping[str, str] = {"x": "feat", "y": "label"}
+
+
+class RemoteBackend:
+    """The store context of the current process (see the module docstring)."""
+
+    def __init__(self, ctx: DistContext) -> None:
+        self.config: DistConfig = ctx.config
+        self.book: PartitionBook = ctx.book
+        self._ctx: DistContext | None = ctx
+        self._pid = os.getpid()
+        self._inherited: list[DistContext] = []  # a parent's, never used or closed here
+        self._names: set[str] | None = None
+        self._listed = 0.0
+
+    def context(self) -> DistContext:
+        if self._ctx is not None and self._pid == os.getpid():
+            return self._ctx
+        if self._ctx is not None:
+            self._inherited.append(self._ctx)
+        info = torch.utils.data.get_worker_info()
+        worker = info.id if info is not None else 0
+        ctx = DistContext(self.config.for_worker(worker))
+        mp_util.Finalize(self, ctx.close, exitpriority=10)
+        self._ctx, self._pid, self._names = ctx, os.getpid(), None
+        return ctx
+
+    def has(self, key: str) -> bool:
+        """Whether the store holds tensor ``key`` (the list is fetched again on a miss,
+        at most once a second)."""
+        ctx = self.context()
+        now = time.monotonic()
+        if self._names is None or (key not in self._names and now - self._listed > 1.0):
+            self._names = {info.name for info in ctx.client.list_tensors()}
+            self._listed = now
+        return key in self._names
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"config": self.config, "book": self.book}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.config, self.book = state["config"], state["book"]
+        self._ctx, self._pid, self._inherited, self._names = None, -1, [], None
+        self._listed = 0.0
+
+
+def _node_type(book: PartitionBook, group: Any) -> str:
+    if not isinstance(group, str):  # None or unset: the one node type
+        if len(book.node_types) != 1:
+            raise ArgumentError(f"group_name: a node type is needed ({list(book.node_types)})")
+        return str(book.node_types[0])
+    if group not in book.node_types:
+        raise ArgumentError(f"group_name: unknown node type {group!r}; known: {book.node_types}")
+    return str(group)
+
+
+class RemoteFeatureStore(FeatureStore):
+    """PyG's ``FeatureStore`` over the store's node and edge features (read and assign)."""
+
+    def __init__(self, backend: RemoteBackend, fields: Mapping[str, str] | None = None) -> None:
+        super().__init__()
+        self.backend = backend
+        self.fields = dict(DEFAULT_FIELDS if fields is None else fields)
+
+    def _key(self, attr: TensorAttr) -> str:
+        book = self.backend.book
+        name = self.fields.get(attr.attr_name, attr.attr_name)
+        group = attr.group_name
+        if isinstance(group, tuple):
+            etype = book.edge_types[book.etype_id(group)]
+            return str(TensorKey.edge(etype, name))
+        return str(TensorKey.node(_node_type(book, group), name))
+
+    def _rows(self, attr: TensorAttr, key: str) -> np.ndarray:
+        index = attr.index
+        client = self.backend.context().client
+        if index is None:
+            return np.arange(client.meta(key).num_rows)
+        if isinstance(index, slice):
+            return np.arange(client.meta(key).num_rows)[index]
+        ids = to_numpy_ids(index)
+        if ids.dtype == np.bool_:
+            return np.flatnonzero(ids)
+        return ids
+
+    def _get_tensor(self, attr: TensorAttr) -> Tensor | None:
+        key = self._key(attr)
+        if not self.backend.has(key):
+            return None
+        return as_torch(self.backend.context().client.pull(key, self._rows(attr, key)))
+
+    def _multi_get_tensor(self, attrs: list[TensorAttr]) -> list[Tensor | None]:
+        return [self._get_tensor(attr) for attr in attrs]
+
+    def _put_tensor(self, tensor: Any, attr: TensorAttr) -> bool:
+        if attr.index is None:
+            raise ArgumentError("index: the store's tensors exist; put rows by their ids")
+        key = self._key(attr)
+        client = self.backend.context().client
+        rows = self._rows(attr, key)
+        value = tensor.detach().cpu().numpy() if isinstance(tensor, Tensor) else tensor
+        arr = np.ascontiguousarray(np.asarray(value, dtype=client.meta(key).dtype))
+        client.push(key, rows, arr, "assign")
+        return True
+
+    def _remove_tensor(self, attr: TensorAttr) -> bool:
+        raise ArgumentError(f"{self._key(attr)}: the graph's features cannot be removed")
+
+    def _get_tensor_size(self, attr: TensorAttr) -> tuple[int, ...] | None:
+        key = self._key(attr)
+        if not self.backend.has(key):
+            return None
+        return tuple(self.backend.context().client.meta(key).shape)
+
+    def get_all_tensor_attrs(self) -> list[TensorAttr]:
+        book = self.backend.book
+        homo = len(book.node_types) == 1
+        out = []
+        for ntype in book.node_types:
+            for attr_name, store_name in self.fields.items():
+                if self.backend.has(str(TensorKey.node(ntype, store_name))):
+                    out.append(TensorAttr(None if homo else ntype, attr_name, None))
+        return out
+
+
+class RemoteGraphStore(GraphStore):
+    """PyG's ``GraphStore`` over the partitioned structure (which stays on the servers)."""
+
+    def __init__(self, backend: RemoteBackend) -> None:
+        super().__init__()
+        self.backend = backend
+
+    def get_all_edge_attrs(self) -> list[EdgeAttr]:
+        book = self.backend.book
+        return [
+            EdgeAttr(
+                tuple(e),
+                EdgeLayout.COO,
+                False,
+                (int(book.num_nodes_of(e[0])), int(book.num_nodes_of(e[2]))),
+            )
+            for e in book.edge_types
+        ]
+
+    def _get_edge_index(self, edge_attr: EdgeAttr) -> Any:
+        raise ArgumentError(
+            f"{edge_attr.edge_type}: graphrun's graph store does not copy a whole edge type "
+            "into the trainer; pass neighbor_sampler=RemoteNeighborSampler(...) to PyG's "
+            "loaders, and edge_label_index to link loaders"
+        )
+
+    def _put_edge_index(self, edge_index: Any, edge_attr: EdgeAttr) -> bool:
+        raise ArgumentError("graph store: the partitioned graph is read-only")
+
+    def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:
+        raise ArgumentError("graph store: the partitioned graph is read-only")
+
+
+def remote_backend(
+    ctx: DistContext, fields: Mapping[str, str] | None = None
+) -> tuple[RemoteFeatureStore, RemoteGraphStore]:
+    """``(feature_store, graph_store)`` over ``ctx``'s store, for PyG's loaders."""
+    backend = RemoteBackend(ctx)
+    return RemoteFeatureStore(backend, fields), RemoteGraphStore(backend)
+
+
+def _as_ids(value: Tensor) -> Tensor:
+    return torch.as_tensor(value).long().reshape(-1).cpu()
+
+
+class RemoteNeighborSampler(BaseSampler):
+    """Graphrun's distributed multi-hop sampler as a PyG ``BaseSampler``.
+
+    ``num_neighbors``: graphrun's fanouts (a list per layer, ints or ``{etype: int}``);
+    ``seed``: None draws every batch from torch's generator; an int samples each batch
+    from ``(seed, epoch, its seeds)``, as graphrun's loaders do (:meth:`set_epoch`).
+    Link batches: PyG's binary negative sampling with an integer ratio, drawn
+    ``neg_mode`` (``uniform`` or ``degree``); ``edge_split`` keeps held-out edges out.
+    """
+
+    def __init__(
+        self,
+        graph_store: RemoteGraphStore,
+        num_neighbors: Any,
+        *,
+        replace: bool = False,
+        seed: int | None = None,
+        neg_mode: NegMode = "uniform",
+        edge_split: EdgeSplit | None = None,
+    ) -> None:
+        if not isinstance(graph_store, RemoteGraphStore):
+            raise ArgumentError("graph_store: expected the graph store of remote_backend(ctx)")
+        from graphrun.sampling.fanout import normalize_fanouts
+
+        book = graph_store.backend.book
+        normalize_fanouts(num_neighbors, list(book.edge_types))
+        if neg_mode not in ("uniform", "degree"):
+            raise ArgumentError(f"neg_mode: expected 'uniform' or 'degree', got {neg_mode!r}")
+        self.backend = graph_store.backend
+        self.num_neighbors = num_neighbors
+        self.replace = replace
+        self.seed = seed
+        self.epoch = 0
+        self.neg_mode: NegMode = neg_mode
+        self.edge_split = edge_split
+        self._sampler: MiniBatchSampler | None = None
+        self._pid = -1
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_sampler"], state["_pid"] = None, -1
+        return state
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    @property
+    def book(self) -> PartitionBook:
+        return self.backend.book
+
+    @property
+    def is_hetero(self) -> bool:
+        return bool(self.book.is_hetero)
+
+    def _minibatch(self) -> MiniBatchSampler:
+        if self._sampler is None or self._pid != os.getpid():
+            ctx = self.backend.context()
+            self._sampler = MiniBatchSampler(ctx, self.num_neighbors, replace=self.replace)
+            self._pid = os.getpid()
+        return self._sampler
+
+    def _base(self) -> int:
+        if self.seed is None:
+            return int(torch.randint(0, 2**62, (1,)))
+        return epoch_seed(self.seed, self.epoch)
+
+    # ---- nodes ----------------------------------------------------------------------
+
+    def sample_from_nodes(
+        self, index: NodeSamplerInput, **kwargs: Any
+    ) -> SamplerOutput | HeteroSamplerOutput:
+        if index.time is not None:
+            raise ArgumentError("input_time: temporal sampling is not supported")
+        ntype = self._seed_type(index.input_type)
+        mb = self._minibatch()
+        seeds = _as_ids(index.node)
+        sub = mb.nodes(mb.to_homo(ntype, seeds), self._base())
+        input_id = index.input_id if index.input_id is not None else torch.arange(seeds.numel())
+        return self._output(mb, sub, (input_id, None))
+
+    def _seed_type(self, input_type: Any) -> str | None:
+        if input_type is None:
+            if self.is_hetero:
+                raise ArgumentError(
+                    f"input_nodes: a node type is needed ({list(self.book.node_types)})"
+                )
+            return None
+        return _node_type(self.book, input_type)
+
+    def _output(
+        self, mb: MiniBatchSampler, sub: SampledSubgraph, metadata: Any
+    ) -> SamplerOutput | HeteroSamplerOutput:
+        if not self.is_hetero:
+            return SamplerOutput(
+                node=sub.node,
+                row=sub.row,
+                col=sub.col,
+                edge=sub.edge,
+                num_sampled_nodes=list(sub.num_sampled_nodes),
+                num_sampled_edges=list(sub.num_sampled_edges),
+                metadata=metadata,
+            )
+        return _hetero_output(mb, sub, metadata)
+
+    # ---- edges ----------------------------------------------------------------------
+
+    def sample_from_edges(
+        self, index: EdgeSamplerInput, neg_sampling: NegativeSampling | None = None
+    ) -> SamplerOutput | HeteroSamplerOutput:
+        if index.time is not None:
+            raise ArgumentError("edge_label_time: temporal sampling is not supported")
+        etype = self._edge_type(index.input_type)
+        neg_k = _neg_ratio(neg_sampling)
+        mb = self._minibatch()
+        src = mb.to_homo(etype[0] if self.is_hetero else None, _as_ids(index.row))
+        dst = mb.to_homo(etype[2] if self.is_hetero else None, _as_ids(index.col))
+        got = mb.links(
+            src, dst, self._base(), etype, neg_k=neg_k, neg_mode=self.neg_mode,
+            edge_split=self.edge_split,
+        )  # fmt: skip
+        label = index.label if index.label is not None else torch.ones(got.num_pos)
+        if neg_sampling is not None:
+            label = torch.cat([label, label.new_zeros(got.num_neg)])
+        elif index.label is None:
+            label = None
+        label_index = got.label_index
+        if self.is_hetero:
+            label_index = split_by_type(got.sub, mb.types).local_in_type[label_index]
+        return self._output(mb, got.sub, (index.input_id, label_index, label, None))
+
+    def _edge_type(self, input_type: Any) -> CanonicalEtype:
+        book = self.book
+        if input_type is None:
+            if self.is_hetero:
+                raise ArgumentError("edge_label_index: an edge type is needed on a heterograph")
+            return tuple(book.edge_types[0])  # type: ignore[return-value]
+        return tuple(book.edge_types[book.etype_id(input_type)])  # type: ignore[return-value]
+
+
+def _neg_ratio(neg: NegativeSampling | None) -> int:
+    if neg is None:
+        return 0
+    if not neg.is_binary():
+        raise ArgumentError("neg_sampling: only 'binary' negative sampling is supported")
+    amount = float(neg.amount)
+    if amount < 1 or amount != int(amount):
+        raise ArgumentError(f"neg_sampling_ratio: expected a whole number >= 1, got {amount}")
+    return int(amount)
+
+
+def _hetero_output(mb: MiniBatchSampler, sub: SampledSubgraph, metadata: Any) -> Any:
+    """PyG's per-type layout of ``sub`` (as :func:`graphrun.sampling.pyg.to_hetero_data`)."""
+    types = mb.types
+    split = split_by_type(sub, types)
+    hops = len(sub.num_sampled_nodes)
+    node_hop = torch.repeat_interleave(
+        torch.arange(hops), torch.tensor(sub.num_sampled_nodes, dtype=torch.long)
+    )
+    edge_hop = torch.repeat_interleave(
+        torch.arange(hops - 1), torch.tensor(sub.num_sampled_edges, dtype=torch.long)
+    )
+    node, n_nodes = {}, {}
+    for t, name in enumerate(types.node_types):
+        mask = split.node_type == t
+        node[name] = split.node_per_type[mask]
+        n_nodes[name] = torch.bincount(node_hop[mask], minlength=hops).tolist()
+    row, col, edge, n_edges = {}, {}, {}, {}
+    for r, et in enumerate(types.edge_types):
+        mask = split.edge_type == r
+        key = tuple(et)
+        row[key] = split.local_in_type[sub.row[mask]]
+        col[key] = split.local_in_type[sub.col[mask]]
+        edge[key] = split.edge_per_type[mask]
+        n_edges[key] = torch.bincount(edge_hop[mask], minlength=hops - 1).tolist()
+    return HeteroSamplerOutput(
+        node=node,
+        row=row,
+        col=col,
+        edge=edge,
+        num_sampled_nodes=n_nodes,
+        num_sampled_edges=n_edges,
+        metadata=metadata,
+    )
+
+
+__all__: Sequence[str] = (
+    "RemoteBackend",
+    "RemoteFeatureStore",
+    "RemoteGraphStore",
+    "RemoteNeighborSampler",
+    "remote_backend",
+)
