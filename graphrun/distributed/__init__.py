@@ -10,36 +10,60 @@
 PyG's own loaders take ``remote_backend(ctx)`` (a FeatureStore, GraphStore pair) and a
 ``RemoteNeighborSampler``: see :mod:`graphrun.distributed.pyg_remote`.
 
-No process-global state: everything hangs off the context ``initialize`` returns.
+Everything hangs off the context ``initialize`` returns; DistDGL's names
+(``DistTensor(shape, dtype, name)``, ``node_split(mask, pb)``, ``DistGraph(name)``,
+``NeighborSampler(fanouts)``, see :mod:`graphrun.distributed.dglnames` and
+docs/porting.md) find it as the current context.
 """
 
 from graphrun.distributed.cache import CachePlan
-from graphrun.distributed.context import DistConfig, DistContext, initialize
+from graphrun.distributed.context import DistConfig, DistContext, current_context, initialize
+from graphrun.distributed.dglnames import (
+    DistEmbedding,
+    DistTensor,
+    NeighborSampler,
+    SparseAdagrad,
+    SparseAdam,
+    edge_split,
+    node_split,
+)
 from graphrun.distributed.graph import DistGraph
 from graphrun.distributed.loader import (
+    DistEdgeDataLoader,
     DistLinkDataLoader,
     DistNodeDataLoader,
     plan_feature_cache,
 )
 from graphrun.distributed.minibatch import shuffled
 from graphrun.distributed.pyg_remote import (
+    LinkNeighborLoader,
+    NeighborLoader,
     RemoteFeatureStore,
     RemoteGraphStore,
     RemoteNeighborSampler,
     remote_backend,
 )
-from graphrun.distributed.split import edge_split, node_split, trainer_partitions
+from graphrun.distributed.split import trainer_partitions
 
 __all__ = [
     "CachePlan",
     "DistConfig",
     "DistContext",
+    "DistEdgeDataLoader",
+    "DistEmbedding",
     "DistGraph",
     "DistLinkDataLoader",
     "DistNodeDataLoader",
+    "DistTensor",
+    "LinkNeighborLoader",
+    "NeighborLoader",
+    "NeighborSampler",
     "RemoteFeatureStore",
     "RemoteGraphStore",
     "RemoteNeighborSampler",
+    "SparseAdagrad",
+    "SparseAdam",
+    "current_context",
     "edge_split",
     "initialize",
     "node_split",

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graphrun.distributed.context import DistContext
+from graphrun.distributed.context import DistContext, current_context
 from graphrun.errors import ArgumentError
 from graphrun.graph.graph import CanonicalEtype, etype_key
 from graphrun.partition.book import PartitionBook
@@ -46,7 +46,13 @@ class TypeView:
 
 
 class DistGraph:
-    def __init__(self, ctx: DistContext) -> None:
+    """The store's graph seen from ``ctx``; DistDGL's ``DistGraph(graph_name)`` (or no
+    argument) takes the current context (:func:`~graphrun.distributed.current_context`)."""
+
+    def __init__(self, ctx: DistContext | str | None = None, **dgl_options: Any) -> None:
+        del dgl_options  # DistDGL's part_config: the store already serves the partitions
+        if not isinstance(ctx, DistContext):
+            ctx = current_context()
         self.ctx = ctx
         self.book: PartitionBook = ctx.book
         self.types = BookTypeMap(self.book)
@@ -68,9 +74,29 @@ class DistGraph:
     def partition_book(self) -> PartitionBook:
         return self.book
 
+    def get_partition_book(self) -> PartitionBook:
+        return self.book
+
     @property
     def local_partition(self) -> int:
         return self.ctx.partition
+
+    def rank(self) -> int:
+        """This trainer's rank (DistDGL's ``g.rank()``)."""
+        return self.ctx.rank
+
+    def barrier(self) -> None:
+        """Wait for every trainer (``torch.distributed``'s barrier; nothing to wait for
+        with one trainer)."""
+        import torch.distributed as dist
+
+        if self.ctx.world_size == 1:
+            return
+        if not (dist.is_available() and dist.is_initialized()):
+            raise ArgumentError(
+                "barrier: torch.distributed is not initialised (init_process_group first)"
+            )
+        dist.barrier()
 
     @property
     def node_types(self) -> tuple[str, ...]:

@@ -36,6 +36,7 @@ from graphrun.distributed.batches import (
     check_spec,
 )
 from graphrun.distributed.cache import CachePlan, plan_cache
+from graphrun.distributed.dglnames import NeighborSampler as NeighborSamplerSpec
 from graphrun.distributed.graph import DistGraph
 from graphrun.distributed.minibatch import epoch_seed, shuffled
 from graphrun.distributed.workers import WorkerPool
@@ -138,12 +139,21 @@ class _DistLoader:
             self.close()
 
 
+def _fanouts(fanouts: Any, replace: bool) -> tuple[Any, bool]:
+    """Fanouts per layer, or DistDGL's ``NeighborSampler(fanouts)`` object."""
+    if isinstance(fanouts, NeighborSamplerSpec):
+        return list(fanouts.fanouts), fanouts.replace or replace
+    return fanouts, replace
+
+
 def _output(graph: DistGraph, output: Output | None) -> Output:
     return output or ("hetero" if graph.is_hetero else "data")
 
 
 class DistNodeDataLoader(_DistLoader):
-    """Mini-batches around seed nodes (per-type ids of ``ntype`` on a heterograph)."""
+    """Mini-batches around seed nodes (per-type ids of ``ntype`` on a heterograph).
+
+    ``fanouts``: per layer, or DistDGL's ``NeighborSampler(fanouts)``."""
 
     def __init__(
         self,
@@ -167,6 +177,7 @@ class DistNodeDataLoader(_DistLoader):
     ) -> None:
         if ntype is None and graph.is_hetero:
             raise ArgumentError(f"ntype: required on a heterograph ({list(graph.node_types)})")
+        fanouts, replace = _fanouts(fanouts, replace)
         spec = BatchSpec(
             kind="node",
             fanouts=fanouts,
@@ -229,6 +240,7 @@ class DistLinkDataLoader(_DistLoader):
         if etype is not None:
             canonical = tuple(graph.book.edge_types[graph.book.etype_id(etype)])
         _check_count(neg_k, "neg_k", 1)
+        fanouts, replace = _fanouts(fanouts, replace)
         kind: Kind = "link"
         spec = BatchSpec(
             kind=kind,
@@ -255,6 +267,9 @@ class DistLinkDataLoader(_DistLoader):
             prefetch=prefetch,
             seed=seed,
         )
+
+
+DistEdgeDataLoader = DistLinkDataLoader  # DistDGL's name
 
 
 def plan_feature_cache(

@@ -3,11 +3,13 @@
     ctx = initialize(servers, rank=r, world_size=w)
     feature_store, graph_store = remote_backend(ctx)        # PyG FeatureStore, GraphStore
     sampler = RemoteNeighborSampler(graph_store, [25, 10], seed=0)
-    loader = NeighborLoader((feature_store, graph_store), [25, 10], input_nodes=train,
-                            neighbor_sampler=sampler, batch_size=1024, shuffle=True,
-                            num_workers=2)
+    loader = torch_geometric.loader.NeighborLoader(
+        (feature_store, graph_store), [25, 10], input_nodes=train, neighbor_sampler=sampler,
+        batch_size=1024, shuffle=True, num_workers=2)
     # or NodeLoader(data, node_sampler=sampler, ...), LinkNeighborLoader(data, [10],
-    # edge_label_index=..., neighbor_sampler=sampler, neg_sampling_ratio=1.0), LinkLoader
+    # edge_label_index=..., neighbor_sampler=sampler, neg_sampling_ratio=1.0), LinkLoader;
+    # this module's NeighborLoader / LinkNeighborLoader (PyG's, subclassed) pass the
+    # sampler themselves: NeighborLoader((feature_store, graph_store), [25, 10], ...)
 
 * :class:`RemoteFeatureStore` — ``TensorAttr(group_name, attr_name, index)``: group
   name a node type (None on a homogeneous graph) or an edge type (``get_tensor``
@@ -40,6 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
+from torch_geometric import loader as pyg_loader
 from torch_geometric.data import EdgeAttr, EdgeLayout, FeatureStore, GraphStore, TensorAttr
 from torch_geometric.sampler import (
     BaseSampler,
@@ -416,7 +419,53 @@ def _hetero_output(mb: MiniBatchSampler, sub: SampledSubgraph, metadata: Any) ->
     )
 
 
+def _remote_sampler(
+    data: Any, num_neighbors: Any, kwargs: dict[str, Any], seed: int | None
+) -> None:
+    """Give PyG's loader graphrun's sampler when ``data`` is :func:`remote_backend`'s pair."""
+    if (
+        isinstance(data, tuple | list)
+        and len(data) == 2
+        and isinstance(data[1], RemoteGraphStore)
+        and kwargs.get("neighbor_sampler") is None
+    ):
+        kwargs["neighbor_sampler"] = RemoteNeighborSampler(
+            data[1], num_neighbors, replace=bool(kwargs.get("replace", False)), seed=seed
+        )
+
+
+class NeighborLoader(pyg_loader.NeighborLoader):
+    """PyG's ``NeighborLoader``; on :func:`remote_backend`'s stores it samples with
+    :class:`RemoteNeighborSampler` (``seed`` as there), so ``NeighborLoader((fs, gs),
+    [25, 10], input_nodes=..., batch_size=...)`` runs as written."""
+
+    def __init__(self, data: Any, num_neighbors: Any, *args: Any, seed: int | None = None,
+                 **kwargs: Any) -> None:  # fmt: skip
+        _remote_sampler(data, num_neighbors, kwargs, seed)
+        super().__init__(data, num_neighbors, *args, **kwargs)
+
+    def set_epoch(self, epoch: int) -> None:
+        if isinstance(self.node_sampler, RemoteNeighborSampler):
+            self.node_sampler.set_epoch(epoch)
+
+
+class LinkNeighborLoader(pyg_loader.LinkNeighborLoader):
+    """PyG's ``LinkNeighborLoader``, with :class:`RemoteNeighborSampler` on
+    :func:`remote_backend`'s stores (as :class:`NeighborLoader`)."""
+
+    def __init__(self, data: Any, num_neighbors: Any, *args: Any, seed: int | None = None,
+                 **kwargs: Any) -> None:  # fmt: skip
+        _remote_sampler(data, num_neighbors, kwargs, seed)
+        super().__init__(data, num_neighbors, *args, **kwargs)
+
+    def set_epoch(self, epoch: int) -> None:
+        if isinstance(self.link_sampler, RemoteNeighborSampler):
+            self.link_sampler.set_epoch(epoch)
+
+
 __all__: Sequence[str] = (
+    "LinkNeighborLoader",
+    "NeighborLoader",
     "RemoteBackend",
     "RemoteFeatureStore",
     "RemoteGraphStore",
