@@ -12,7 +12,12 @@
 
 Composition: a loader holds a :class:`~graphrun.distributed.batches.BatchSpec` and either
 builds batches in this process (``num_workers=0``) or hands them to a
-:class:`~graphrun.distributed.workers.WorkerPool` with a prefetch window. The order of
+:class:`~graphrun.distributed.workers.WorkerPool` with a prefetch window (``prefetch``
+batches in all, or torch's ``prefetch_factor`` per worker). As torch's loaders:
+``persistent_workers`` (default True here: a worker joins the store once),
+``pin_memory`` (when CUDA is there); iterating again starts a new epoch's run, and
+breaking out, dropping the iterator or :meth:`close` leave no worker behind (a
+persistent pool stops at ``close``, ``with`` or garbage collection). The order of
 seeds per epoch and every batch's sampling seed derive from ``(seed, epoch,
 index)``, so results do not depend on the number of workers.
 """
@@ -66,6 +71,9 @@ class _DistLoader:
         num_workers: int,
         prefetch: int,
         seed: int,
+        persistent_workers: bool = True,
+        pin_memory: bool = False,
+        prefetch_factor: int | None = None,
     ) -> None:
         self.graph = graph
         self.spec = spec
@@ -74,6 +82,12 @@ class _DistLoader:
         self.batch_size = _check_count(batch_size, "batch_size", 1)
         self.num_workers = _check_count(num_workers, "num_workers", 0)
         self.prefetch = _check_count(prefetch, "prefetch", 1)
+        if prefetch_factor is not None:
+            if self.num_workers == 0:
+                raise ArgumentError("prefetch_factor: only with num_workers > 0 (as in torch)")
+            self.prefetch = _check_count(prefetch_factor, "prefetch_factor", 1) * num_workers
+        self.persistent_workers = bool(persistent_workers)
+        self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self.shuffle = shuffle
         self.drop_last = drop_last
         self.seed = int(seed)
@@ -106,18 +120,28 @@ class _DistLoader:
             self._pool = WorkerPool(self.graph.ctx.config, self.spec, self.num_workers)
 
     def __iter__(self) -> Iterator[Data | HeteroData]:
+        """One epoch's batches. Without ``persistent_workers`` the worker processes stop
+        when the iteration ends, is broken out of or is dropped; with it (the default:
+        a worker joins the store, which is worth doing once) at :meth:`close`."""
         tasks = self._tasks()
         self.start()
         if self._builder is not None:
             for ids, s in tasks:
                 batch = self._builder.build(ids, s)
                 self.last_cost = self._builder.last_cost
-                yield batch
+                yield self._pinned(batch)
             return
         assert self._pool is not None
-        for batch, cost in self._pool.run(tasks, self.prefetch):
-            self.last_cost = cost
-            yield batch
+        try:
+            for batch, cost in self._pool.run(tasks, self.prefetch):
+                self.last_cost = cost
+                yield self._pinned(batch)
+        finally:
+            if not self.persistent_workers:
+                self.close()
+
+    def _pinned(self, batch: Data | HeteroData) -> Data | HeteroData:
+        return batch.pin_memory() if self.pin_memory else batch
 
     @property
     def worker_pids(self) -> list[int | None]:
@@ -167,6 +191,9 @@ class DistNodeDataLoader(_DistLoader):
         drop_last: bool = False,
         num_workers: int = 0,
         prefetch: int = 2,
+        persistent_workers: bool = True,
+        pin_memory: bool = False,
+        prefetch_factor: int | None = None,
         output: Output | None = None,
         x: str = "feat",
         y: str = "label",
@@ -199,6 +226,9 @@ class DistNodeDataLoader(_DistLoader):
             num_workers=num_workers,
             prefetch=prefetch,
             seed=seed,
+            persistent_workers=persistent_workers,
+            pin_memory=pin_memory,
+            prefetch_factor=prefetch_factor,
         )
 
 
@@ -226,6 +256,9 @@ class DistLinkDataLoader(_DistLoader):
         drop_last: bool = False,
         num_workers: int = 0,
         prefetch: int = 2,
+        persistent_workers: bool = True,
+        pin_memory: bool = False,
+        prefetch_factor: int | None = None,
         output: Output | None = None,
         x: str = "feat",
         y: str = "label",
@@ -266,6 +299,9 @@ class DistLinkDataLoader(_DistLoader):
             num_workers=num_workers,
             prefetch=prefetch,
             seed=seed,
+            persistent_workers=persistent_workers,
+            pin_memory=pin_memory,
+            prefetch_factor=prefetch_factor,
         )
 
 

@@ -73,6 +73,14 @@ def test_workers_fork_their_own_clients_and_give_the_same_batches(served) -> Non
             )  # fmt: skip
             for a, b in zip(ours, loader, strict=True):
                 same(a, b, NODE_KEYS)
+        persistent = NeighborLoader(
+            (fs, gs), [3, 2], input_nodes=ids, neighbor_sampler=sampler, batch_size=10,
+            num_workers=2, persistent_workers=True, prefetch_factor=1,
+        )  # fmt: skip
+        for _ in range(2):  # the workers and their store clients serve both epochs
+            for a, b in zip(ours, persistent, strict=True):
+                same(a, b, NODE_KEYS)
+        del persistent
 
 
 def test_hetero_neighbor_loader_equals_graphrun_loader(served_hetero) -> None:
