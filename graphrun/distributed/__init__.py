@@ -35,6 +35,12 @@ from graphrun.distributed.loader import (
     plan_feature_cache,
 )
 from graphrun.distributed.minibatch import shuffled
+from graphrun.distributed.pyg_data import (
+    RemoteData,
+    StoreDataset,
+    read_store_file,
+    write_store_file,
+)
 from graphrun.distributed.pyg_remote import (
     LinkNeighborLoader,
     NeighborLoader,
@@ -58,17 +64,21 @@ __all__ = [
     "LinkNeighborLoader",
     "NeighborLoader",
     "NeighborSampler",
+    "RemoteData",
     "RemoteFeatureStore",
     "RemoteGraphStore",
     "RemoteNeighborSampler",
     "SparseAdagrad",
     "SparseAdam",
+    "StoreDataset",
     "current_context",
     "edge_split",
     "initialize",
     "node_split",
     "plan_feature_cache",
+    "read_store_file",
     "remote_backend",
     "shuffled",
     "trainer_partitions",
+    "write_store_file",
 ]

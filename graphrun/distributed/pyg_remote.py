@@ -128,6 +128,9 @@ class RemoteFeatureStore(FeatureStore):
         self.backend = backend
         self.fields = dict(DEFAULT_FIELDS if fields is None else fields)
 
+    def __copy__(self) -> RemoteFeatureStore:
+        return RemoteFeatureStore(self.backend, dict(self.fields))
+
     def _key(self, attr: TensorAttr) -> str:
         book = self.backend.book
         name = self.fields.get(attr.attr_name, attr.attr_name)
@@ -422,13 +425,16 @@ def _hetero_output(mb: MiniBatchSampler, sub: SampledSubgraph, metadata: Any) ->
 def _remote_sampler(
     data: Any, num_neighbors: Any, kwargs: dict[str, Any], seed: int | None
 ) -> None:
-    """Give PyG's loader graphrun's sampler when ``data`` is :func:`remote_backend`'s pair."""
-    if (
-        isinstance(data, tuple | list)
-        and len(data) == 2
-        and isinstance(data[1], RemoteGraphStore)
-        and kwargs.get("neighbor_sampler") is None
-    ):
+    """Give PyG's loader graphrun's sampler when ``data`` is :func:`remote_backend`'s pair
+    (and every node of a homogeneous graph for ``input_nodes=None``, as on a ``Data``)."""
+    if not (isinstance(data, tuple | list) and len(data) == 2):
+        return
+    if not isinstance(data[1], RemoteGraphStore):
+        return
+    book = data[1].backend.book
+    if "input_nodes" in kwargs and kwargs["input_nodes"] is None and not book.is_hetero:
+        kwargs["input_nodes"] = torch.arange(book.num_nodes)
+    if kwargs.get("neighbor_sampler") is None:
         kwargs["neighbor_sampler"] = RemoteNeighborSampler(
             data[1], num_neighbors, replace=bool(kwargs.get("replace", False)), seed=seed
         )
