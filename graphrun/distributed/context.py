@@ -150,17 +150,23 @@ def initialize(
     *,
     job: str = "default",
     keys: KeyPair | None = None,
-    rank: int = 0,
-    world_size: int = 1,
+    rank: int | None = None,
+    world_size: int | None = None,
     partition: int | None = None,
     **options: Any,
 ) -> DistContext:
     """Join the store serving ``servers`` (main address of every partition) as one trainer.
 
-    ``options``: ``timeout``, ``heartbeat_interval``, ``use_shm``, ``name``, ``machine``
-    (see :class:`DistConfig`). Returns the context, which is also the current one
-    (:func:`current_context`) until it is closed: only DistDGL-style calls read that.
+    ``rank``/``world_size`` default to ``torch.distributed``'s when its process group is
+    initialised, else to 0 and 1. ``options``: ``timeout``, ``heartbeat_interval``,
+    ``use_shm``, ``name``, ``machine`` (see :class:`DistConfig`). Returns the context,
+    which is also the current one (:func:`current_context`) until it is closed: only
+    DistDGL-style calls read that.
     """
+    if rank is None or world_size is None:
+        group_rank, group_size = _process_group()
+        rank = group_rank if rank is None else rank
+        world_size = group_size if world_size is None else world_size
     config = DistConfig(
         tuple(servers),
         job=job,
@@ -173,3 +179,12 @@ def initialize(
     ctx = DistContext(config)
     _CURRENT.set(ctx)
     return ctx
+
+
+def _process_group() -> tuple[int, int]:
+    """``(rank, world_size)`` of torch.distributed's default group, or ``(0, 1)``."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1

@@ -39,11 +39,19 @@ INIT_CHUNK = 1 << 16  # rows per push when rank 0 runs an init_func
 
 @dataclass(frozen=True)
 class NeighborSampler:
-    """``dgl.dataloading.NeighborSampler(fanouts)``: what a loader samples (fanouts per
-    layer, first layer next to the seeds, -1 for all neighbours)."""
+    """``dgl.dataloading.NeighborSampler(fanouts)``: fanouts in DistDGL's order (one per
+    model layer, the input layer first, the layer next to the seeds last; -1 for all
+    neighbours). A loader given one yields DistDGL's ``(input_nodes, seeds, blocks)``:
+    ``blocks`` is a list holding the one PyG batch (``edge_index`` over ``n_id``, seeds
+    first), for PyG layers."""
 
     fanouts: Sequence[Any]
     replace: bool = False
+
+    @property
+    def hops(self) -> list[Any]:
+        """The fanouts in graphrun's order (the hop next to the seeds first)."""
+        return list(reversed(list(self.fanouts)))
 
 
 def _ids(nodes: Any) -> Any:
@@ -62,9 +70,9 @@ def _who(rank: int | None, world_size: int | None) -> tuple[int, int]:
     )
 
 
-def _book(nodes: Any, book: PartitionBook | None) -> PartitionBook:
+def _book(nodes: Any, book: Any) -> PartitionBook:
     if book is not None:
-        return book
+        return book if isinstance(book, PartitionBook) else book.book  # DistGraph's view
     if isinstance(nodes, dist_tensor.DistTensor):
         return nodes.client.book
     return current_context().book
@@ -76,7 +84,7 @@ def _mode(mode: Mode | None, force_even: bool) -> Mode:
 
 def node_split(
     nodes: Any,
-    partition_book: PartitionBook | None = None,
+    partition_book: Any = None,
     rank: int | None = None,
     world_size: int | None = None,
     *,
@@ -105,7 +113,7 @@ def node_split(
 
 def edge_split(
     edges: Any,
-    partition_book: PartitionBook | None = None,
+    partition_book: Any = None,
     rank: int | None = None,
     world_size: int | None = None,
     *,

@@ -45,6 +45,27 @@ class TypeView:
     data: Mapping[str, DistTensor]
 
 
+class PartitionBookView:
+    """A :class:`PartitionBook` as DistDGL's ``GraphPartitionBook`` reads (everything
+    else is the book's own)."""
+
+    def __init__(self, book: PartitionBook, partid: int) -> None:
+        self.book = book
+        self.partid = partid
+
+    def num_partitions(self) -> int:
+        return int(self.book.num_parts)
+
+    def partid2nids(self, partid: int, ntype: str | None = None) -> Tensor:
+        return torch.from_numpy(self.book.partid2nids(partid, ntype))
+
+    def partid2eids(self, partid: int, etype: CanonicalEtype | str | None = None) -> Tensor:
+        return torch.from_numpy(self.book.partid2eids(partid, etype))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.book, name)
+
+
 class DistGraph:
     """The store's graph seen from ``ctx``; DistDGL's ``DistGraph(graph_name)`` (or no
     argument) takes the current context (:func:`~graphrun.distributed.current_context`)."""
@@ -74,8 +95,10 @@ class DistGraph:
     def partition_book(self) -> PartitionBook:
         return self.book
 
-    def get_partition_book(self) -> PartitionBook:
-        return self.book
+    def get_partition_book(self) -> PartitionBookView:
+        """DistDGL's view of the book: ``partid`` (this trainer's partition),
+        ``partid2nids``/``partid2eids`` as tensors, ``num_partitions()``."""
+        return PartitionBookView(self.book, self.ctx.partition)
 
     @property
     def local_partition(self) -> int:

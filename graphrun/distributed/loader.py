@@ -164,10 +164,20 @@ class _DistLoader:
 
 
 def _fanouts(fanouts: Any, replace: bool) -> tuple[Any, bool]:
-    """Fanouts per layer, or DistDGL's ``NeighborSampler(fanouts)`` object."""
+    """Fanouts per hop, or DistDGL's ``NeighborSampler(fanouts)`` (per layer, reversed)."""
     if isinstance(fanouts, NeighborSamplerSpec):
-        return list(fanouts.fanouts), fanouts.replace or replace
+        return fanouts.hops, fanouts.replace or replace
     return fanouts, replace
+
+
+def _dgl_triple(batch: Data | HeteroData, ntype: str | None) -> tuple[Any, Any, list[Any]]:
+    """DistDGL's ``(input_nodes, seeds, blocks)`` of a batch; ``blocks`` = ``[batch]``."""
+    if isinstance(batch, HeteroData):
+        assert ntype is not None
+        size = int(batch[ntype].batch_size)
+        inputs = {t: batch[t].n_id for t in batch.node_types}
+        return inputs, {ntype: batch[ntype].n_id[:size]}, [batch]
+    return batch.n_id, batch.n_id[: batch.batch_size], [batch]
 
 
 def _output(graph: DistGraph, output: Output | None) -> Output:
@@ -177,7 +187,9 @@ def _output(graph: DistGraph, output: Output | None) -> Output:
 class DistNodeDataLoader(_DistLoader):
     """Mini-batches around seed nodes (per-type ids of ``ntype`` on a heterograph).
 
-    ``fanouts``: per layer, or DistDGL's ``NeighborSampler(fanouts)``."""
+    ``fanouts``: per hop (the hop next to the seeds first), or DistDGL's
+    ``NeighborSampler(fanouts)`` (per model layer, input layer first), which also makes
+    the loader yield DistDGL's ``(input_nodes, seeds, blocks)``."""
 
     def __init__(
         self,
@@ -204,6 +216,7 @@ class DistNodeDataLoader(_DistLoader):
     ) -> None:
         if ntype is None and graph.is_hetero:
             raise ArgumentError(f"ntype: required on a heterograph ({list(graph.node_types)})")
+        self.dgl_style = isinstance(fanouts, NeighborSamplerSpec)
         fanouts, replace = _fanouts(fanouts, replace)
         spec = BatchSpec(
             kind="node",
@@ -230,6 +243,12 @@ class DistNodeDataLoader(_DistLoader):
             pin_memory=pin_memory,
             prefetch_factor=prefetch_factor,
         )
+
+    def __iter__(self) -> Iterator[Any]:
+        """PyG batches; DistDGL's ``(input_nodes, seeds, blocks)`` when the loader was
+        given a ``NeighborSampler`` (see :class:`~graphrun.distributed.NeighborSampler`)."""
+        for batch in super().__iter__():
+            yield _dgl_triple(batch, self.spec.ntype) if self.dgl_style else batch
 
 
 class DistLinkDataLoader(_DistLoader):

@@ -21,7 +21,7 @@ def test_distdgl_calls_find_the_current_context(served) -> None:
         g.barrier()  # one trainer: nothing to wait for
         pb = g.get_partition_book()
         n = g.num_nodes()
-        assert np.array_equal(pb.partid2nids(1), np.arange(*pb.owned_nodes(1)))
+        assert np.array_equal(pb.partid2nids(1).numpy(), np.arange(*pb.owned_nodes(1)))
         assert len(pb.partid2nids(0)) + len(pb.partid2nids(1)) == n
         mask = g.ndata["train_mask"]
         train = gd.node_split(mask, pb, force_even=True)
@@ -43,10 +43,15 @@ def test_distdgl_calls_find_the_current_context(served) -> None:
         gd.SparseAdam([emb], lr=0.01)
 
         ids = train[:40]
-        by_object = gd.DistNodeDataLoader(g, ids, gd.NeighborSampler([3, 2]), batch_size=16)
+        # DistDGL's fanouts run from the input layer to the seeds: graphrun's reversed
+        by_object = gd.DistNodeDataLoader(g, ids, gd.NeighborSampler([2, 3]), batch_size=16)
         by_list = gd.DistNodeDataLoader(g, ids, [3, 2], batch_size=16)
-        for a, b in zip(by_object, by_list, strict=True):
+        for (inputs, seeds, blocks), b in zip(by_object, by_list, strict=True):
+            (a,) = blocks  # DistDGL's triple; the "blocks" are the one PyG batch
             assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+            assert torch.equal(inputs, b.n_id) and torch.equal(seeds, b.n_id[: b.batch_size])
+        assert pb.partid == ctx.partition and pb.num_partitions() == 2
+        assert torch.equal(pb.partid2nids(0), torch.from_numpy(pb.book.partid2nids(0)))
         assert gd.DistEdgeDataLoader is gd.DistLinkDataLoader
     with pytest.raises(ArgumentError, match="no graphrun context"):
         gd.current_context()
