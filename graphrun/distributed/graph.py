@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from graphrun.distributed.context import DistContext, current_context
+from graphrun.distributed.dglnames import DistTensor
 from graphrun.errors import ArgumentError
 from graphrun.graph.graph import CanonicalEtype, etype_key
 from graphrun.partition.book import PartitionBook
@@ -34,7 +35,6 @@ from graphrun.sampling.distributed import DistOneHopSampler
 from graphrun.sampling.fanout import normalize_fanouts
 from graphrun.sampling.mfg import Seed, draw_seed, make_generator
 from graphrun.sampling.partitioned import BookTypeMap
-from graphrun.store.dist_tensor import DistTensor
 from graphrun.store.policy import TensorKey
 
 

@@ -35,11 +35,12 @@ from typing import Any
 import torch
 
 from graphrun.distributed.context import DistContext, initialize
+from graphrun.distributed.dglnames import DistTensor
 from graphrun.distributed.pyg_remote import RemoteBackend, RemoteFeatureStore, RemoteGraphStore
 from graphrun.errors import ArgumentError, DatasetError
 from graphrun.files import write_atomic
 from graphrun.rpc.auth import load_keys
-from graphrun.store.dist_tensor import DistTensor, as_torch
+from graphrun.store.dist_tensor import as_torch
 from graphrun.store.policy import TensorKey
 
 STORE_FILE = "store.json"
