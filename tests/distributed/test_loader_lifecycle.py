@@ -47,6 +47,7 @@ def test_torch_options_are_checked(served) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(400)
 def test_workers_stop_after_each_epoch_unless_persistent(served) -> None:
     with initialize(served.servers, heartbeat_interval=0) as ctx:
         dg = DistGraph(ctx)

@@ -59,6 +59,8 @@ def test_neighbor_loader_equals_graphrun_loader_batch_for_batch(served) -> None:
             same(a, b, NODE_KEYS)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(400)
 def test_workers_fork_their_own_clients_and_give_the_same_batches(served) -> None:
     with initialize(served.servers, heartbeat_interval=0) as ctx:
         dg = DistGraph(ctx)

@@ -54,6 +54,7 @@ def test_pyg_reddit_port_changes_its_imports_only() -> None:
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_pyg_reddit_port_trains_on_the_store(tmp_path) -> None:
     script = tmp_path / "examples" / "reddit.py"
     apply(PORTS / "pyg_reddit.patch", PORTS / "upstream" / "pyg_reddit.py", script)
@@ -90,6 +91,7 @@ def free_port() -> int:
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_dgl_graphsage_port_trains_two_trainers_on_the_store(tmp_path) -> None:
     script = tmp_path / "node_classification.py"
     apply(PORTS / "dgl_graphsage.patch", PORTS / "upstream" / "dgl_graphsage.py", script)
