@@ -8,7 +8,7 @@
                                     cache=cache): ...
 
 PyG's own loaders take ``remote_backend(ctx)`` (a FeatureStore, GraphStore pair) and a
-``RemoteNeighborSampler``: see :mod:`graphrun.distributed.pyg_remote`.
+``RemoteNeighborSampler``: see :mod:`graphrun.distributed.pyg_remote` (stores in ``pyg_stores``).
 
 Everything hangs off the context ``initialize`` returns; DistDGL's names
 (``DistTensor(shape, dtype, name)``, ``node_split(mask, pb)``, ``DistGraph(name)``,
@@ -44,11 +44,9 @@ from graphrun.distributed.pyg_data import (
 from graphrun.distributed.pyg_remote import (
     LinkNeighborLoader,
     NeighborLoader,
-    RemoteFeatureStore,
-    RemoteGraphStore,
     RemoteNeighborSampler,
-    remote_backend,
 )
+from graphrun.distributed.pyg_stores import RemoteFeatureStore, RemoteGraphStore, remote_backend
 from graphrun.distributed.split import trainer_partitions
 
 __all__ = [

@@ -6,7 +6,7 @@ distributed sampler (on the stores' servers, or from shared memory when co-locat
 :class:`~graphrun.distributed.batches.BatchBuilder` adds the features and collates;
 :class:`~graphrun.distributed.pyg_remote.RemoteNeighborSampler` hands the same
 subgraph to PyG's loaders, which fetch the features from the
-:class:`~graphrun.distributed.pyg_remote.RemoteFeatureStore`.
+:class:`~graphrun.distributed.pyg_stores.RemoteFeatureStore`.
 
 Randomness: a batch is sampled with :func:`content_seed` of the epoch's seed and the
 batch's own seeds, so the same batch comes out whichever loader, process or position

@@ -36,7 +36,7 @@ import torch
 
 from graphrun.distributed.context import DistContext, initialize
 from graphrun.distributed.dglnames import DistTensor
-from graphrun.distributed.pyg_remote import RemoteBackend, RemoteFeatureStore, RemoteGraphStore
+from graphrun.distributed.pyg_stores import RemoteBackend, RemoteFeatureStore, RemoteGraphStore
 from graphrun.errors import ArgumentError, DatasetError
 from graphrun.files import write_atomic
 from graphrun.rpc.auth import load_keys

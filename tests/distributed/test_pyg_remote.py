@@ -8,7 +8,8 @@ from torch_geometric.loader import LinkLoader, LinkNeighborLoader, NeighborLoade
 
 from graphrun.distributed import DistGraph, DistLinkDataLoader, DistNodeDataLoader, initialize
 from graphrun.distributed.minibatch import shuffled
-from graphrun.distributed.pyg_remote import RemoteNeighborSampler, remote_backend
+from graphrun.distributed.pyg_remote import RemoteNeighborSampler
+from graphrun.distributed.pyg_stores import remote_backend
 from graphrun.errors import ArgumentError
 
 pytestmark = pytest.mark.integration
