@@ -25,7 +25,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from graphrun.errors import USER_ERROR_EXIT, ArgumentError, GraphrunError, UserError
+from graphrun.errors import (
+    SUSPENDED_EXIT,
+    USER_ERROR_EXIT,
+    ArgumentError,
+    GraphrunError,
+    Suspended,
+    UserError,
+)
 from graphrun.job.hosts import Hosts
 from graphrun.job.roles import job_paths
 from graphrun.job.spec import GraphJob, load_job
@@ -100,6 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from graphrun.train.ddp import DDPConfig
     from graphrun.train.distdata import DistGraphData
     from graphrun.train.loop import run_training
+    from graphrun.train.suspend import StopFlag
+
+    stop = StopFlag().install()  # first: a SIGTERM from now on is a request to checkpoint
 
     keep_large_allocations()  # mini-batches and pulled features are fresh buffers of MBs
     job = load_job(args.job)
@@ -135,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a running store the job joined (graph.store) is shared and keeps serving
         own = job.spec.graph.store is None
         done = ctx.client.stop_servers if own else None
-        run_training(cfg, data, ddp, graph=data.graph, on_done=done)
+        run_training(cfg, data, ddp, graph=data.graph, on_done=done, stop=stop)
         print(
             json.dumps({"event": "traffic", "rank": args.rank, **traffic(ctx.client)}), flush=True
         )
@@ -192,6 +202,9 @@ if __name__ == "__main__":
 
     try:
         code = main()
+    except Suspended as exc:  # told to stop (SIGTERM), checkpoint written
+        print(f"graphrun trainer: {exc}", file=sys.stderr, flush=True)
+        exit_now(SUSPENDED_EXIT)
     except UserError as exc:  # its input is wrong: one line, and no restart will help
         print(f"graphrun trainer: error: {exc}", file=sys.stderr, flush=True)
         sys.exit(USER_ERROR_EXIT)

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from graphrun.errors import SpecError
 from graphrun.job.spec import API_VERSION, KIND, GraphJob, ReplicaSpec, resolve_placement
 from graphrun.operator import layout as L
+from graphrun.operator import queueing as Q
 from graphrun.operator import resources as R
 from graphrun.operator.keys import CurveKeyPair
 from graphrun.operator.policy import SYSTEM_PRIORITY, check_pod_policy
@@ -28,6 +29,9 @@ CONTAINER = "graphrun"
 CONFIG_VOLUME, DATA_VOLUME = "graphrun-config", "graphrun-data"
 SHM_VOLUME, SHM_PATH = "graphrun-shm", "/dev/shm"
 IMAGE_UID = 10001
+# a worker pod's default terminationGracePeriodSeconds: the trainers' checkpoint on
+# SIGTERM, then the store servers (the template may set its own)
+STOP_GRACE_SECONDS = 120
 
 
 def check_supported(job: GraphJob) -> None:
@@ -346,10 +350,12 @@ def build_partitioner(job: GraphJob, owner: L.Owner, config: L.OperatorConfig) -
     tpl = _pod_template(
         job, owner, config, "partitioner", None, ["sh", "-c"], [partitioner_script(job)], []
     )
+    meta = _metadata(owner, L.partitioner_name(owner.name), "partitioner")
+    Q.mark_job(job, meta)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": _metadata(owner, L.partitioner_name(owner.name), "partitioner"),
+        "metadata": meta,
         "spec": {"backoffLimit": 0, "template": tpl},
     }
 
@@ -372,12 +378,19 @@ def build_worker(
     args = [*L.WORKER_ARGS, "--resume"] if resume else list(L.WORKER_ARGS)
     tpl = _pod_template(job, owner, config, "worker", index, ["graphrun"], args, env)
     spec = tpl["spec"]
+    # SIGTERM (suspend, a Kueue eviction, a drained node): the trainers agree on a step
+    # and write an exact checkpoint, then the stores stop; the worker splits the pod's
+    # grace period between the two (graphrun.job.worker)
+    grace = int(spec.setdefault("terminationGracePeriodSeconds", STOP_GRACE_SECONDS))
+    stop = ["--grace", str(max(1, (grace - 5) // 2))]
+    _main_container(tpl)["args"] = [*L.WORKER_ARGS, *stop, *(["--resume"] if resume else [])]
     spec["hostname"] = L.worker_name(owner.name, index)
     spec["subdomain"] = L.service_name(owner.name)
     node = L.node_requirement(job, index)
     if node is not None:
         _require_node(spec, *node)
     tpl["metadata"].setdefault("annotations", {})[L.ANNOTATION_ROLES] = ",".join(roles)
+    Q.mark_pod(job, gang_members(job), tpl["metadata"], spec)
     main = _main_container(tpl)
     resources = _worker_resources(job, index, R.machine_demands(job))
     if resources is not None:
@@ -443,6 +456,7 @@ def _require_node(spec: dict[str, Any], kind: str, requirement: dict[str, Any]) 
 def build_launcher(job: GraphJob, owner: L.Owner, config: L.OperatorConfig) -> dict[str, Any]:
     """The optional launcher pod: the user's container with the job's config mounted."""
     tpl = _pod_template(job, owner, config, "launcher", None, None, None, [])
+    Q.mark_pod(job, gang_members(job), tpl["metadata"], tpl["spec"])
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -455,13 +469,17 @@ def build_launcher(job: GraphJob, owner: L.Owner, config: L.OperatorConfig) -> d
     }
 
 
+def gang_members(job: GraphJob) -> int:
+    """The pods scheduled as one group: every worker pod and the launcher."""
+    return len(L.worker_indices(job)) + (1 if job.spec.replica_specs.launcher else 0)
+
+
 def build_podgroup(job: GraphJob, owner: L.Owner) -> dict[str, Any] | None:
     """A gang-scheduling PodGroup for every worker (and the launcher), or None."""
     policy = job.spec.run_policy.scheduling_policy
     if policy is None:
         return None
-    members = len(L.worker_indices(job)) + (1 if job.spec.replica_specs.launcher else 0)
-    min_member = policy.min_available or members
+    min_member = policy.min_available or gang_members(job)
     if policy.provider == "volcano":
         spec: dict[str, Any] = {"minMember": min_member}
         if policy.queue:

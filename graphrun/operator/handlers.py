@@ -28,6 +28,7 @@ from graphrun.errors import SpecError
 from graphrun.job.spec import parse_job
 from graphrun.operator import crd
 from graphrun.operator import layout as L
+from graphrun.operator import queueing as Q
 from graphrun.operator.builders import check_supported
 from graphrun.operator.keys import curve_keypair
 from graphrun.operator.kube import Kube, KubeError
@@ -162,7 +163,8 @@ def reconcile_job(ctx: OperatorContext, namespace: str, name: str) -> Plan | Non
     if settled(job, status):
         return None
     gang = job.spec.run_policy.scheduling_policy
-    children = ctx.kube.list_children(namespace, name, gang.provider if gang else None)
+    queued = Q.group_name(job) if Q.queue_name(job) else None
+    children = ctx.kube.list_children(namespace, name, gang.provider if gang else None, queued)
     seen = observe(children, name, owner.uid)
     plan = reconcile(job, owner, ctx.config, status, seen, now, curve_keypair())
     _carry_out(ctx, owner, status, plan, now)

@@ -22,6 +22,7 @@ from graphrun.errors import GraphrunError
 from graphrun.job.workflow import rfc3339
 from graphrun.operator import crd
 from graphrun.operator import layout as L
+from graphrun.operator import queueing as Q
 
 PODGROUP_APIS = {
     "scheduling.volcano.sh/v1beta1": "podgroups",
@@ -106,10 +107,11 @@ class Kube:
     # --- children ---
 
     def list_children(
-        self, namespace: str, job: str, gang: str | None = None
+        self, namespace: str, job: str, gang: str | None = None, kueue_group: str | None = None
     ) -> list[dict[str, Any]]:
         """Every object labelled with the job's name, each with its ``kind`` set
-        (PodGroups of the ``gang`` scheduler too, when given)."""
+        (PodGroups of the ``gang`` scheduler too, when given; Kueue's Workload of the
+        pod group ``kueue_group``, when given and readable)."""
         selector = f"{L.LABEL_JOB}={job}"
         calls = [
             ("Pod", self.core.list_namespaced_pod),
@@ -143,7 +145,23 @@ class Kube:
             except ApiException:
                 items = {}  # that scheduler is not installed: creating it will say so
             out += [{**item, "kind": "PodGroup"} for item in (items or {}).get("items") or []]
+        if kueue_group is not None:
+            out += self._kueue_workload(namespace, kueue_group)
         return out
+
+    def _kueue_workload(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """Kueue's Workload of a pod group (why it is not admitted), if there is one and
+        the operator may read it (Kueue not installed, or no RBAC: nothing)."""
+        group, version, plural = Q.WORKLOAD_API
+        try:
+            wl = _body(
+                self.custom.get_namespaced_custom_object(
+                    group, version, namespace, plural, name, _preload_content=False
+                )
+            )
+        except ApiException:
+            return []
+        return [{**wl, "kind": "Workload"}] if isinstance(wl, dict) else []
 
     def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         """The pods with labels matching ``selector`` (``key=value``)."""
