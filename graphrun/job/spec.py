@@ -502,9 +502,10 @@ class PlacementSpec(_Model):
 
 
 class SchedulingPolicy(_Model):
-    """Gang scheduling: the operator emits a PodGroup for Volcano or scheduler-plugins."""
+    """Gang scheduling: the operator emits a PodGroup for Volcano or scheduler-plugins, or
+    a Workload and its PodGroups (scheduling.k8s.io/v1alpha2, Kubernetes 1.35+)."""
 
-    provider: Literal["volcano", "scheduler-plugins"] = "volcano"
+    provider: Literal["volcano", "scheduler-plugins", "workload-api"] = "volcano"
     min_available: int | None = Field(
         default=None, gt=0, description="pods that must be scheduled together (default: all)"
     )
@@ -578,6 +579,14 @@ class GraphJobSpec(_Model):
         description="the volume that carries datasets, partitions and checkpoints to every pod",
     )
     replica_specs: ReplicaSpecs = Field(default_factory=ReplicaSpecs)
+    managed_by: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+        description="the controller that runs this job (Kubernetes; immutable): unset or "
+        "graphrun.io/graphrun-operator, this operator; another (e.g. "
+        "kueue.x-k8s.io/multikueue), the graphrun operator leaves the job alone",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> GraphJobSpec:

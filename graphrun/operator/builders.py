@@ -252,7 +252,11 @@ def _gang(
     policy = job.spec.run_policy.scheduling_policy
     if policy is None:
         return
-    if policy.provider == "volcano":
+    if policy.provider == "workload-api":  # the default scheduler, its PodGroup by name
+        replica = meta["labels"].get(L.LABEL_REPLICA)
+        if replica in ("worker", "launcher"):
+            spec["schedulingGroup"] = {"podGroupName": L.pod_group_name(owner.name, replica)}
+    elif policy.provider == "volcano":
         spec["schedulerName"] = config.volcano_scheduler_name
         meta.setdefault("annotations", {})["scheduling.k8s.io/group-name"] = owner.name
     else:
@@ -390,7 +394,7 @@ def build_worker(
     if node is not None:
         _require_node(spec, *node)
     tpl["metadata"].setdefault("annotations", {})[L.ANNOTATION_ROLES] = ",".join(roles)
-    Q.mark_pod(job, gang_members(job), tpl["metadata"], spec)
+    Q.mark_pod(job, len(L.worker_indices(job)), tpl["metadata"], spec)
     main = _main_container(tpl)
     resources = _worker_resources(job, index, R.machine_demands(job))
     if resources is not None:
@@ -456,7 +460,7 @@ def _require_node(spec: dict[str, Any], kind: str, requirement: dict[str, Any]) 
 def build_launcher(job: GraphJob, owner: L.Owner, config: L.OperatorConfig) -> dict[str, Any]:
     """The optional launcher pod: the user's container with the job's config mounted."""
     tpl = _pod_template(job, owner, config, "launcher", None, None, None, [])
-    Q.mark_pod(job, gang_members(job), tpl["metadata"], tpl["spec"])
+    Q.mark_pod(job, None, tpl["metadata"], tpl["spec"])
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -474,10 +478,77 @@ def gang_members(job: GraphJob) -> int:
     return len(L.worker_indices(job)) + (1 if job.spec.replica_specs.launcher else 0)
 
 
+def build_network_policy(owner: L.Owner) -> dict[str, Any]:
+    """The job's closed pod network: its pods (workers, launcher, partitioner) accept
+    connections only from each other — store servers, the rendezvous and the
+    ``torch.distributed`` links, whose gloo and NCCL ports are ephemeral, so every TCP
+    port. A pod of another job, or any other pod of the cluster, reaches none of them
+    (where the cluster's network plugin enforces NetworkPolicies; SECURITY.md)."""
+    own = {"matchLabels": {L.LABEL_JOB: owner.name, **L.MANAGED_BY}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(owner, L.network_policy_name(owner.name)),
+        "spec": {
+            "podSelector": own,
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": own}], "ports": [{"protocol": "TCP"}]}],
+        },
+    }
+
+
+WORKLOAD_API = "scheduling.k8s.io/v1alpha2"
+
+
+def build_workload(job: GraphJob, owner: L.Owner) -> list[dict[str, Any]]:
+    """``runPolicy.schedulingPolicy.provider: workload-api`` (Kubernetes 1.35+, the
+    GenericWorkload feature gate): a Workload with one PodGroupTemplate per role group
+    — ``workers`` (``minCount``: ``minAvailable`` or every worker pod) and
+    ``launcher`` — and a gang PodGroup made from each, which the pods name in
+    ``spec.schedulingGroup``; otherwise nothing."""
+    policy = job.spec.run_policy.scheduling_policy
+    if policy is None or policy.provider != "workload-api":
+        return []
+    groups = {"worker": policy.min_available or len(L.worker_indices(job))}
+    if job.spec.replica_specs.launcher is not None:
+        groups["launcher"] = 1
+    templates = [
+        {"name": L.pod_group_template(r), "schedulingPolicy": {"gang": {"minCount": n}}}
+        for r, n in groups.items()
+    ]
+    workload = {
+        "apiVersion": WORKLOAD_API,
+        "kind": "Workload",
+        "metadata": _metadata(owner, owner.name),
+        "spec": {
+            "controllerRef": {"apiGroup": "graphrun.io", "kind": KIND, "name": owner.name},
+            "podGroupTemplates": templates,
+        },
+    }
+    pod_groups = [
+        {
+            "apiVersion": WORKLOAD_API,
+            "kind": "PodGroup",
+            "metadata": _metadata(owner, L.pod_group_name(owner.name, r)),
+            "spec": {
+                "podGroupTemplateRef": {
+                    "workload": {
+                        "workloadName": owner.name,
+                        "podGroupTemplateName": L.pod_group_template(r),
+                    }
+                },
+                "schedulingPolicy": {"gang": {"minCount": n}},
+            },
+        }
+        for r, n in groups.items()
+    ]
+    return [workload, *pod_groups]
+
+
 def build_podgroup(job: GraphJob, owner: L.Owner) -> dict[str, Any] | None:
     """A gang-scheduling PodGroup for every worker (and the launcher), or None."""
     policy = job.spec.run_policy.scheduling_policy
-    if policy is None:
+    if policy is None or policy.provider == "workload-api":
         return None
     min_member = policy.min_available or gang_members(job)
     if policy.provider == "volcano":

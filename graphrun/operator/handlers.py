@@ -160,8 +160,8 @@ def reconcile_job(ctx: OperatorContext, namespace: str, name: str) -> Plan | Non
         plan = reject(status, "InvalidSpec", str(exc), now)
         _carry_out(ctx, owner, status, plan, now)
         raise
-    if settled(job, status):
-        return None
+    if settled(job, status) or not L.managed_here(job):
+        return None  # finished and clean, or another controller's (spec.managedBy)
     gang = job.spec.run_policy.scheduling_policy
     queued = Q.group_name(job) if Q.queue_name(job) else None
     children = ctx.kube.list_children(namespace, name, gang.provider if gang else None, queued)
@@ -176,10 +176,10 @@ def _carry_out(
 ) -> None:
     kube, ns = ctx.kube, owner.namespace
     for action in plan.actions:
-        if isinstance(action, Create) and action.obj["kind"] == "PodGroup":
+        if isinstance(action, Create) and action.obj["kind"] in ("PodGroup", "Workload"):
             try:
                 kube.create(ns, action.obj)
-            except KubeError as exc:  # that gang scheduler is not installed
+            except KubeError as exc:  # that gang scheduler (or API) is not installed
                 kube.event(owner, "Warning", "PodGroupNotCreated", str(exc), now)
         elif isinstance(action, Create):
             kube.create(ns, action.obj)

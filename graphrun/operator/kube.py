@@ -24,13 +24,21 @@ from graphrun.operator import crd
 from graphrun.operator import layout as L
 from graphrun.operator import queueing as Q
 
-PODGROUP_APIS = {
-    "scheduling.volcano.sh/v1beta1": "podgroups",
-    "scheduling.x-k8s.io/v1alpha1": "podgroups",
+# custom objects the operator makes: (apiVersion, kind) -> plural
+CUSTOM_PLURALS = {
+    ("scheduling.volcano.sh/v1beta1", "PodGroup"): "podgroups",
+    ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): "podgroups",
+    ("scheduling.k8s.io/v1alpha2", "Workload"): "workloads",
+    ("scheduling.k8s.io/v1alpha2", "PodGroup"): "podgroups",
 }
-PODGROUP_API_OF = {
-    "volcano": "scheduling.volcano.sh/v1beta1",
-    "scheduler-plugins": "scheduling.x-k8s.io/v1alpha1",
+# the gang scheduler's objects, per runPolicy.schedulingPolicy.provider
+GANG_OBJECTS = {
+    "volcano": [("scheduling.volcano.sh/v1beta1", "PodGroup")],
+    "scheduler-plugins": [("scheduling.x-k8s.io/v1alpha1", "PodGroup")],
+    "workload-api": [
+        ("scheduling.k8s.io/v1alpha2", "Workload"),
+        ("scheduling.k8s.io/v1alpha2", "PodGroup"),
+    ],
 }
 
 
@@ -52,6 +60,7 @@ class Kube:
         self.core = client.CoreV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
+        self.networking = client.NetworkingV1Api(self.api)
 
     # --- the GraphJob ---
 
@@ -119,6 +128,7 @@ class Kube:
             ("ConfigMap", self.core.list_namespaced_config_map),
             ("Service", self.core.list_namespaced_service),
             ("Job", self.batch.list_namespaced_job),
+            ("NetworkPolicy", self.networking.list_namespaced_network_policy),
         ]
         out: list[dict[str, Any]] = []
         for kind, call in calls:
@@ -127,10 +137,9 @@ class Kube:
             except ApiException as exc:
                 raise KubeError(f"list {kind}s in {namespace}: {exc.status} {exc.reason}") from exc
             out += [{**item, "kind": kind} for item in (items or {}).get("items") or []]
-        if gang is not None:
-            api_version = PODGROUP_API_OF[gang]
+        for api_version, kind in GANG_OBJECTS.get(gang or "", []):
             group, version = api_version.split("/")
-            plural = PODGROUP_APIS[api_version]
+            plural = CUSTOM_PLURALS[api_version, kind]
             try:
                 items = _body(
                     self.custom.list_namespaced_custom_object(
@@ -144,7 +153,7 @@ class Kube:
                 )
             except ApiException:
                 items = {}  # that scheduler is not installed: creating it will say so
-            out += [{**item, "kind": "PodGroup"} for item in (items or {}).get("items") or []]
+            out += [{**item, "kind": kind} for item in (items or {}).get("items") or []]
         if kueue_group is not None:
             out += self._kueue_workload(namespace, kueue_group)
         return out
@@ -194,6 +203,7 @@ class Kube:
             "ConfigMap": self.core.create_namespaced_config_map,
             "Service": self.core.create_namespaced_service,
             "Job": self.batch.create_namespaced_job,
+            "NetworkPolicy": self.networking.create_namespaced_network_policy,
         }
         try:
             if kind in creators:
@@ -204,7 +214,7 @@ class Kube:
                     group,
                     version,
                     namespace,
-                    PODGROUP_APIS[obj["apiVersion"]],
+                    CUSTOM_PLURALS[obj["apiVersion"], kind],
                     obj,
                     _preload_content=False,
                 )

@@ -3,12 +3,14 @@
 A GraphJob labelled ``kueue.x-k8s.io/queue-name: Q`` is queued by Kueue's plain-pod
 integration, which needs no Go code on our side (docs/kubernetes.md, "Queued by Kueue"):
 
-* every worker pod and the launcher carry the queue label, the group label
+* every worker pod carries the queue label, the group label
   ``kueue.x-k8s.io/pod-group-name`` (the GraphJob's name: Kueue names its Workload so)
-  and the annotation ``kueue.x-k8s.io/pod-group-total-count`` (how many pods the group
-  has), and are created with the scheduling gate ``kueue.x-k8s.io/admission`` — Kueue's
-  webhook would add it too; adding it here keeps them gated whatever the webhook's
-  namespace selector says;
+  and the annotation ``kueue.x-k8s.io/pod-group-total-count`` (how many worker pods
+  there are), and is created with the scheduling gate ``kueue.x-k8s.io/admission`` —
+  Kueue's webhook would add it too; adding it here keeps them gated whatever the
+  webhook's namespace selector says. The launcher, made only once the workers serve,
+  is a pod of its own in the same queue (a group waits for all its pods before Kueue
+  makes its Workload);
 * Kueue admits the whole group at once by removing the gate from every pod; until then
   the GraphJob's ``Queued`` condition is True with Kueue's reason and message (from
   the group's Workload when the operator may read it);
@@ -48,18 +50,22 @@ def group_name(job: GraphJob) -> str:
     return job.name
 
 
-def mark_pod(job: GraphJob, members: int, meta: dict[str, Any], spec: dict[str, Any]) -> None:
-    """Make a worker or launcher pod a gated member of the job's Kueue pod group."""
+def mark_pod(
+    job: GraphJob, members: int | None, meta: dict[str, Any], spec: dict[str, Any]
+) -> None:
+    """Queue a pod in the job's LocalQueue, gated: a member of the job's pod group of
+    ``members`` pods (the workers), or alone (``None``: the launcher)."""
     queue = queue_name(job)
     if queue is None:
         return
     labels = meta.setdefault("labels", {})
     labels[QUEUE_LABEL] = queue
-    labels[GROUP_LABEL] = group_name(job)
     priority = job.metadata.labels.get(PRIORITY_LABEL)
     if priority:
         labels[PRIORITY_LABEL] = priority
-    meta.setdefault("annotations", {})[TOTAL_ANNOTATION] = str(members)
+    if members is not None:
+        labels[GROUP_LABEL] = group_name(job)
+        meta.setdefault("annotations", {})[TOTAL_ANNOTATION] = str(members)
     gates = spec.setdefault("schedulingGates", [])
     if not any(g.get("name") == GATE for g in gates):
         gates.append({"name": GATE})

@@ -325,8 +325,15 @@ def _track_admission(run: _Run) -> None:
     queue = Q.queue_name(run.job)
     if queue is None:
         return
-    pods = [p.gated for p in _group_pods(run) if not p.deleting]
-    made = [a.obj for a in run.actions if isinstance(a, Create) and a.obj["kind"] == "Pod"]
+    # the pod group: the workers (the launcher, made later, is queued alone)
+    pods = [p.gated for p in run.observed.of("worker") if not p.deleting]
+    made = [
+        a.obj
+        for a in run.actions
+        if isinstance(a, Create)
+        and a.obj["kind"] == "Pod"
+        and Q.GROUP_LABEL in a.obj["metadata"].get("labels", {})
+    ]
     pods += [Q.GATE in {g["name"] for g in o["spec"].get("schedulingGates", [])} for o in made]
     gated = [g for g in pods if g]
     now = rfc3339(run.now)
@@ -371,20 +378,25 @@ def _deadline_passed(run: _Run) -> bool:
 
 
 def _ensure_base(run: _Run, keys: CurveKeyPair) -> None:
-    """Create the Secret, ConfigMap, headless Service and PodGroup if missing."""
+    """Create the Secret, ConfigMap, headless Service, NetworkPolicy and the gang
+    scheduler's objects (a PodGroup; or a Workload and its PodGroups) if missing."""
     job, owner, have = run.job, run.owner, run.observed.kinds
     own_store = job.spec.graph.store is None  # else the store's key Secret is used
-    builders = {
+    builders: dict[str, Any] = {
         "Secret": lambda: B.build_secret(owner, keys) if own_store else None,
         "ConfigMap": lambda: B.build_configmap(job, owner, run.config),
         "Service": lambda: B.build_service(owner),
+        "NetworkPolicy": lambda: B.build_network_policy(owner),
         "PodGroup": lambda: B.build_podgroup(job, owner),
+        "Workload": lambda: B.build_workload(job, owner),
     }
     made = set()
     for kind, build in builders.items():
-        if kind not in have and (obj := build()) is not None:
+        if kind in have or not (objs := build()):
+            continue
+        for obj in objs if isinstance(objs, list) else [objs]:
             run.actions.append(Create(obj))
-            made.add(kind)
+        made.add(kind)
     run.observed = replace(run.observed, kinds=have | made)
 
 

@@ -92,7 +92,7 @@ def test_happy_path() -> None:
     h = Harness()
     h.step()
     kinds = sorted(o["kind"] for o in h.ns.children())
-    assert kinds == ["ConfigMap", "Job", "Pod", "Secret", "Service"]
+    assert kinds == ["ConfigMap", "Job", "NetworkPolicy", "Pod", "Secret", "Service"]
     assert h.phase == "Partitioning"
     assert h.cond("Created")["status"] == "True"
     h.step()
