@@ -127,8 +127,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif cfg.entry_point is not None:
         sys.path.insert(0, str(paths.base_dir))  # the user's modules beside the job file
     servers = [f"tcp://{eps[0]}" for _, eps in sorted(hosts.store_endpoints().items())]
+    keys = load_keys(args.keys / "job.key")
     ctx = initialize(
-        servers, job=job.name, keys=load_keys(args.keys / "job.key"), rank=args.rank,
+        servers, job=job.name, keys=keys, rank=args.rank,
         world_size=world, partition=home_partition(args.rank, world, parts),
         name=str(RoleName.trainer(args.rank)), machine=args.machine,
     )  # fmt: skip
@@ -140,7 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         DistGraph(ctx), args.rank, world, workers, seed=cfg.seed, cache_mb=cache_mb
     )
     try:
-        ddp = DDPConfig(args.rank, world, hosts.rendezvous, timeout_s=args.timeout)
+        # a TCP rendezvous (machines apart) is the job key's CURVE store, not torch's
+        ddp = DDPConfig(args.rank, world, hosts.rendezvous, timeout_s=args.timeout, keys=keys)
         # the job's own store servers are stopped by trainer 0 once all trainers finished;
         # a running store the job joined (graph.store) is shared and keeps serving
         own = job.spec.graph.store is None

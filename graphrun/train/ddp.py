@@ -1,8 +1,11 @@
 """Data-parallel set-up: one ``torch.distributed`` process group per job.
 
 Trainers rendezvous at the job's TCP address (``hosts.rendezvous``, on trainer 0's
-machine): gloo on CPU, NCCL when the trainer has a CUDA device. Nothing is read
-from the environment; :class:`DDPConfig` carries rank, world size and address.
+machine): gloo on CPU, NCCL when the trainer has a CUDA device. With the job's key
+pair (``DDPConfig.keys``, what the trainers get) the rendezvous is a CURVE-authenticated
+store served by trainer 0 (:mod:`graphrun.train.rendezvous`) instead of torch's
+TCPStore, which answers anyone. Nothing is read from the environment;
+:class:`DDPConfig` carries rank, world size, address and key.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from graphrun.errors import ArgumentError
+from graphrun.rpc.auth import KeyPair
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,7 @@ class DDPConfig:
     rendezvous: str  # "host:port" (a TCP store on trainer 0), or "file:///path" (one host)
     backend: str | None = None  # None: nccl with CUDA, else gloo
     timeout_s: float = 300.0
+    keys: KeyPair | None = None  # the job's: a CURVE rendezvous at a "host:port" address
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world_size:
@@ -47,17 +52,28 @@ class DDPConfig:
 @contextlib.contextmanager
 def process_group(cfg: DDPConfig) -> Iterator[None]:
     """Join the trainers' process group for the duration of the block."""
-    dist.init_process_group(
-        cfg.resolved_backend,
-        init_method=cfg.rendezvous if "://" in cfg.rendezvous else f"tcp://{cfg.rendezvous}",
-        rank=cfg.rank,
-        world_size=cfg.world_size,
-        timeout=timedelta(seconds=cfg.timeout_s),
-    )
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
+    timeout = timedelta(seconds=cfg.timeout_s)
+    with contextlib.ExitStack() as stack:
+        if cfg.keys is not None and "://" not in cfg.rendezvous:
+            from graphrun.train.rendezvous import key_store
+
+            store = stack.enter_context(
+                key_store(cfg.rendezvous, cfg.rank, cfg.keys, cfg.timeout_s)
+            )
+            dist.init_process_group(
+                cfg.resolved_backend, store=store, rank=cfg.rank, world_size=cfg.world_size,
+                timeout=timeout,
+            )  # fmt: skip
+        else:
+            init = cfg.rendezvous if "://" in cfg.rendezvous else f"tcp://{cfg.rendezvous}"
+            dist.init_process_group(
+                cfg.resolved_backend, init_method=init, rank=cfg.rank,
+                world_size=cfg.world_size, timeout=timeout,
+            )  # fmt: skip
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()
 
 
 def wrap(model: torch.nn.Module, cfg: DDPConfig) -> torch.nn.Module:
