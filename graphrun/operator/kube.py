@@ -24,6 +24,17 @@ from graphrun.operator import crd
 from graphrun.operator import layout as L
 from graphrun.operator import queueing as Q
 
+# What this module asks of the API for the objects that a GraphJob owns besides its
+# pods, batch Job, Secret, ConfigMap and Service: the operator's ClusterRole and Role
+# grant exactly these verbs (tests/operator/test_deploy.py). Created with an owner
+# reference, they are removed by the garbage collector, so none is deleted here.
+RIGHTS: dict[tuple[str, str], frozenset[str]] = {
+    ("networking.k8s.io", "networkpolicies"): frozenset({"list", "create"}),  # list_children
+    ("scheduling.k8s.io", "workloads"): frozenset({"list", "create"}),  # workload-api gang
+    ("scheduling.k8s.io", "podgroups"): frozenset({"list", "create"}),
+    ("kueue.x-k8s.io", "workloads"): frozenset({"get"}),  # _kueue_workload: why queued
+}
+
 # custom objects the operator makes: (apiVersion, kind) -> plural
 CUSTOM_PLURALS = {
     ("scheduling.volcano.sh/v1beta1", "PodGroup"): "podgroups",

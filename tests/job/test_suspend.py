@@ -42,13 +42,22 @@ def _steps_taken(profile: Path) -> int:
     [
         # RNG state: dropout masks differ at every step
         {"dropout": 0.5, "lr": 0.03, "batchSize": 5},
-        # DistEmbedding: rows and SparseAdam state on the store servers
-        {"task": "link-prediction", "embeddingDim": 8, "sparseLr": 0.05, "batchSize": 100},
+        # DistEmbedding: rows and SparseAdam state on the store server. One trainer: two
+        # push their sparse updates to shared rows in no fixed order, so two uninterrupted
+        # runs differ already (epoch 0 loss 0.70937 against 0.71382)
+        {
+            "task": "link-prediction",
+            "embeddingDim": 8,
+            "sparseLr": 0.05,
+            "batchSize": 100,
+            "machines": 1,
+        },
     ],
     ids=["node-classification", "link-prediction"],
 )
 def test_sigterm_mid_epoch_then_resume_equals_an_uninterrupted_run(tmp_path, training):
-    path = small_job(tmp_path, epochs=3, **training)
+    training = dict(training)
+    path = small_job(tmp_path, epochs=3, machines=training.pop("machines", 2), **training)
     whole, cut, prof = tmp_path / "whole", tmp_path / "cut", tmp_path / "prof"
     cli = [sys.executable, "-m", "graphrun", "run", str(path), "--grace", "60"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -59,9 +68,12 @@ def test_sigterm_mid_epoch_then_resume_equals_an_uninterrupted_run(tmp_path, tra
     assert steps >= 10
 
     proc = subprocess.Popen(
-        [*cli, "--run-dir", str(cut), "--profile", str(prof)], env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [*cli, "--run-dir", str(cut), "--profile", str(prof)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 300
     while _steps_taken(prof / "trainer-0.jsonl") < steps + steps // 3:  # a third into epoch 1
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
@@ -75,7 +87,7 @@ def test_sigterm_mid_epoch_then_resume_equals_an_uninterrupted_run(tmp_path, tra
     assert ckpt is not None and ckpt.position is not None, out[-3000:]
     assert ckpt.epoch == 0 and ckpt.position["epoch"] == 1
     assert 0 < ckpt.position["step"] < steps  # stopped mid-epoch, not at its end
-    assert len(ckpt.position["rng"]) == 2
+    assert len(ckpt.position["rng"]) == (1 if "embeddingDim" in training else 2)
     if "embeddingDim" in training:
         assert any(float(v.abs().sum()) > 0 for v in ckpt.sparse["embedding"]["optimizer"].values())
     assert sorted(_epochs(cut)) == [0]  # epoch 1 was not finished

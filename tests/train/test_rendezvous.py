@@ -107,12 +107,15 @@ def test_two_trainers_meet_through_it_and_all_reduce(tmp_path: Path) -> None:
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", TRAINER, str(r), str(port), str(key)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         for r in (0, 1)
     ]
     outs = [p.communicate(timeout=120) for p in procs]
-    for p, (out, err) in zip(procs, outs, strict=True):
+    for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-2000:]
     got = sorted(json.loads(out.strip().splitlines()[-1])["sum"] for out, _ in outs)
     assert got == [3.0, 3.0]
