@@ -514,6 +514,38 @@ class SchedulingPolicy(_Model):
     schedule_timeout_seconds: int | None = Field(default=None, gt=0)
 
 
+ReplicaGroup = Literal["partitioner", "worker", "launcher"]
+
+
+class SuccessPolicy(_Model):
+    """Which role groups' completion means the job succeeded (Kubernetes, as JobSet's)."""
+
+    target_replicas: list[Literal["worker", "launcher"]] = Field(
+        default_factory=lambda: ["worker", "launcher"],
+        min_length=1,
+        description="the job succeeds once every pod of these groups succeeded (the "
+        "others still running are stopped by cleanPodPolicy); default: the workers and "
+        "the launcher, if any",
+    )
+
+
+class FailurePolicy(_Model):
+    """Restart budgets per role group (Kubernetes), within backoffLimit."""
+
+    restart_limits: dict[ReplicaGroup, int] = Field(
+        default_factory=dict,
+        description="restarts a failure of this group may cause (partitioner, worker, "
+        "launcher); once spent, its next failure fails the job (RestartLimitExceeded)",
+    )
+
+    @model_validator(mode="after")
+    def _non_negative(self) -> FailurePolicy:
+        for group, n in self.restart_limits.items():
+            if n < 0:
+                raise ValueError(f"restartLimits.{group}: {n} is negative")
+        return self
+
+
 class RunPolicy(_Model):
     """What happens on failure, how long a job may run and what is cleaned up."""
 
@@ -536,6 +568,8 @@ class RunPolicy(_Model):
         default=600, gt=0, description="longest a pod may stay pending or pulling its image"
     )
     scheduling_policy: SchedulingPolicy | None = None
+    success_policy: SuccessPolicy | None = None
+    failure_policy: FailurePolicy | None = None
 
 
 # --- Kubernetes only --------------------------------------------------------------------

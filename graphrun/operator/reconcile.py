@@ -132,10 +132,15 @@ class _Run:
     actions: list[Action] = field(default_factory=list)
     wake: list[float] = field(default_factory=list)
     queue: dict[str, Any] = field(default_factory=dict)  # status.queue (Kueue admission)
+    group_restarts: dict[str, int] = field(default_factory=dict)  # status.restartsByReplica
 
     def fire(self, event: Event) -> None:
         before = self.state.phase
+        event = _within_restart_limit(self, event)
         self.state = transition(self.state, event, self.now)
+        if self.state.phase is Phase.RESTARTING and before is not Phase.RESTARTING:
+            group = _replica_group(event.role)
+            self.group_restarts[group] = self.group_restarts.get(group, 0) + 1
         cond = self.state.condition(condition_type(self.state.phase))
         if self.state.phase is Phase.PENDING:  # resumed: Created keeps its first reason
             cond = None
@@ -151,6 +156,30 @@ class _Run:
 
     def wake_at(self, when: datetime) -> None:
         self.wake.append(max(0.0, (when - self.now).total_seconds()))
+
+
+def _replica_group(role: str | None) -> str:
+    """The role group a failed role belongs to: its pods' replica type."""
+    head = (role or "").split(":")[0]
+    return head if head in ("partitioner", "launcher") else "worker"
+
+
+def _within_restart_limit(run: _Run, event: Event) -> Event:
+    """A role failure whose group has spent its restarts (runPolicy.failurePolicy.
+    restartLimits) fails the job instead of restarting it."""
+    policy = run.job.spec.run_policy.failure_policy
+    if event.kind is not K.ROLE_FAILED or policy is None:
+        return event
+    group = _replica_group(event.role)
+    limit = policy.restart_limits.get(group)  # type: ignore[call-overload]
+    used = run.group_restarts.get(group, 0)
+    if limit is None or used < limit:
+        return event
+    message = (
+        f"{event.describe()}; the {group} group has used its {limit} restarts "
+        f"(spec.runPolicy.failurePolicy.restartLimits.{group})"
+    )
+    return Event(K.FAIL, "RestartLimitExceeded", message, event.role, event.machine)
 
 
 def load_state(job: GraphJob, status: dict[str, Any], now: datetime) -> JobState:
@@ -178,6 +207,7 @@ def reconcile(
         run.actions.append(Emit("Normal", "JobCreated", "GraphJob accepted by the operator"))
     run.partition_dir_before = str(status.get("partitionDir", ""))
     run.queue = dict(status.get("queue") or {})
+    run.group_restarts = dict(status.get("restartsByReplica") or {})
     if status.get("phase") == Phase.PARTITIONING.value:  # else a new attempt: none yet
         run.pod_steps_before = dict(status.get("partitionPods") or {})
     _check_spec_change(run, status.get("specHashes"))
@@ -531,8 +561,17 @@ def _training(run: _Run) -> None:
     need_launcher = run.job.spec.replica_specs.launcher is not None
     if need_launcher and launcher is None:
         return
-    if all(p.phase == "Succeeded" for p in pods):
-        run.fire(Event(K.TRAINING_DONE, message=f"all {len(workers)} workers finished"))
+    success = run.job.spec.run_policy.success_policy
+    if success is None:
+        if all(p.phase == "Succeeded" for p in pods):
+            run.fire(Event(K.TRAINING_DONE, message=f"all {len(workers)} workers finished"))
+        return
+    targets = [t for t in success.target_replicas if t == "worker" or need_launcher]
+    done = [p for p in pods if p.replica in targets]
+    if done and all(p.phase == "Succeeded" for p in done):
+        groups = " and ".join(targets)
+        message = f"every {groups} pod succeeded (spec.runPolicy.successPolicy)"
+        run.fire(Event(K.TRAINING_DONE, "SuccessPolicyMet", message))
 
 
 def _restarting(run: _Run) -> None:
@@ -671,6 +710,8 @@ def _status(run: _Run) -> dict[str, Any]:
     if run.pod_steps is not None and run.state.phase is Phase.PARTITIONING:
         out["partitionPods"] = run.pod_steps
     out["replicaStatuses"] = replica_statuses(run.observed)
+    if run.group_restarts:
+        out["restartsByReplica"] = run.group_restarts
     if run.queue:
         out["queue"] = run.queue
         q = run.queue

@@ -29,7 +29,7 @@ KUEUE_REQUIRED = {
 
 def _docs_manifests() -> list[tuple[str, dict[str, Any]]]:
     out = []
-    for md in sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]:
+    for md in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]:
         for i, block in enumerate(re.findall(r"```yaml\n(.*?)```", md.read_text(), re.S)):
             if not re.search(r"^apiVersion:", block, re.M):
                 continue  # a fragment (a few fields of a spec), not a manifest
@@ -38,9 +38,9 @@ def _docs_manifests() -> list[tuple[str, dict[str, Any]]]:
                     out.append((f"{md.name}[{i}]:{doc['kind']}", doc))
     for path in sorted((ROOT / "examples" / "kubernetes").rglob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
-            if doc:
+            for item in (doc or {}).get("items", [doc]) if doc else []:  # a List, or one
                 rel = path.relative_to(ROOT / "examples" / "kubernetes")
-                out.append((f"{rel}:{doc['kind']}", doc))
+                out.append((f"{rel}:{item['kind']}", item))
     return out
 
 
