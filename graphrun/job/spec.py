@@ -515,13 +515,18 @@ class SchedulingPolicy(_Model):
 
 
 ReplicaGroup = Literal["partitioner", "worker", "launcher"]
+TargetGroup = Literal["worker", "launcher"]
+
+
+def _all_targets() -> list[TargetGroup]:
+    return ["worker", "launcher"]
 
 
 class SuccessPolicy(_Model):
     """Which role groups' completion means the job succeeded (Kubernetes, as JobSet's)."""
 
-    target_replicas: list[Literal["worker", "launcher"]] = Field(
-        default_factory=lambda: ["worker", "launcher"],
+    target_replicas: list[TargetGroup] = Field(
+        default_factory=_all_targets,
         min_length=1,
         description="the job succeeds once every pod of these groups succeeded (the "
         "others still running are stopped by cleanPodPolicy); default: the workers and "
