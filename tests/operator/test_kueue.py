@@ -159,3 +159,23 @@ def test_worker_pods_get_a_grace_period_for_the_checkpoint() -> None:
     assert pod["spec"]["terminationGracePeriodSeconds"] == 120
     args = pod["spec"]["containers"][0]["args"]
     assert args[args.index("--grace") + 1] == "57"
+
+
+def test_the_launcher_is_queued_alone_and_does_not_restart_the_clock() -> None:
+    launcher = {"launcher": {"template": {"spec": {"containers": [{"name": "graphrun"}]}}}}
+    h = queued_harness(replicaSpecs=launcher)
+    to_queued(h)
+    h.ns.admit()
+    h.step()
+    admitted = h.status["queue"]["admittedAt"]
+    for w in h.workers():
+        h.ns.set_pod(w, "Running", ready=True)
+    h.step()
+    assert h.phase == "Training"
+    h.step(5)
+    (pod,) = h.ns.pods("launcher")
+    assert _gates(pod) == [Q.GATE]  # Kueue admits it as a pod of its own
+    assert Q.GROUP_LABEL not in pod["metadata"]["labels"]
+    h.step()
+    assert h.cond("Queued")["status"] == "False"  # the group stays admitted
+    assert h.status["queue"]["admittedAt"] == admitted
