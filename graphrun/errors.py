@@ -20,6 +20,7 @@ at the boundary where they occur, with ``raise ... from``.
     ├── StoreError                the store cannot do what was asked (unknown tensor, ...)
     ├── WorkflowError             an event that is illegal in a job's current phase (a backend bug)
     ├── JobFailed                 a role of a job failed: carries role, host and exit code
+    ├── Suspended                 trainers told to stop wrote an exact checkpoint (not a failure)
     └── HostError                 this host cannot provide what a job asks (network namespaces)
 
 Rules: a message names the file, field or argument and says what is wrong, in one
@@ -27,16 +28,23 @@ line. Never ``assert`` to validate input. A process that stops on a :class:`User
 exits with :data:`USER_ERROR_EXIT` (2); a job never restarts a role that did (its input
 is wrong, a retry cannot help). A rank of a collective step that stops because another
 rank failed first exits with :data:`PEER_LOST_EXIT` (3), so the launcher blames the other.
+A trainer that stopped on SIGTERM after its checkpoint exits with :data:`SUSPENDED_EXIT`
+(143, as a shell reports a process ended by SIGTERM).
 """
 
 from __future__ import annotations
 
 USER_ERROR_EXIT = 2
 PEER_LOST_EXIT = 3
+SUSPENDED_EXIT = 143
 
 
 class GraphrunError(Exception):
     """Base of every error graphrun raises on purpose."""
+
+
+class Suspended(GraphrunError):
+    """The trainers were told to stop (SIGTERM) and wrote a checkpoint of where they were."""
 
 
 class UserError(GraphrunError):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import signal
 import socket
 import time
 from collections.abc import Iterator, Sequence
@@ -40,6 +41,10 @@ def _worker_main(
     config: DistConfig, worker: int, spec: BatchSpec, tasks: Any, results: Any
 ) -> None:
     torch.set_num_threads(1)
+    # a SIGTERM to the trainer's process group is the trainer's to handle (it checkpoints
+    # between steps, with batches from this worker): its worker ends when told (None) or
+    # with it
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         ctx = DistContext(config.for_worker(worker))
         builder = BatchBuilder(ctx, spec)

@@ -106,7 +106,9 @@ class LocalMachines:
         machines = [m.machine for m in launches]
         states = dict.fromkeys(machines, "pending")
         # Workers print their roles' lines already prefixed with [role@machine].
-        sup = Supervisor(self.run_dir / "logs", self.sink, self.grace_s + 3, prefix=False)
+        # a worker told to stop may take a grace period for its trainers' checkpoint and
+        # then one for its stores
+        sup = Supervisor(self.run_dir / "logs", self.sink, 2 * self.grace_s + 3, prefix=False)
         failure: JobFailed | None = None
         try:
             for launch in launches:

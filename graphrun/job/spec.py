@@ -507,15 +507,53 @@ class PlacementSpec(_Model):
 
 
 class SchedulingPolicy(_Model):
-    """Gang scheduling: the operator emits a PodGroup for Volcano or scheduler-plugins."""
+    """Gang scheduling: the operator emits a PodGroup for Volcano or scheduler-plugins, or
+    a Workload and its PodGroups (scheduling.k8s.io/v1alpha2, Kubernetes 1.35+)."""
 
-    provider: Literal["volcano", "scheduler-plugins"] = "volcano"
+    provider: Literal["volcano", "scheduler-plugins", "workload-api"] = "volcano"
     min_available: int | None = Field(
         default=None, gt=0, description="pods that must be scheduled together (default: all)"
     )
     queue: str | None = Field(default=None, description="Volcano queue")
     priority_class: str | None = None
     schedule_timeout_seconds: int | None = Field(default=None, gt=0)
+
+
+ReplicaGroup = Literal["partitioner", "worker", "launcher"]
+TargetGroup = Literal["worker", "launcher"]
+
+
+def _all_targets() -> list[TargetGroup]:
+    return ["worker", "launcher"]
+
+
+class SuccessPolicy(_Model):
+    """Which role groups' completion means the job succeeded (Kubernetes, as JobSet's)."""
+
+    target_replicas: list[TargetGroup] = Field(
+        default_factory=_all_targets,
+        min_length=1,
+        description="the job succeeds once every pod of these groups succeeded (the "
+        "others still running are stopped by cleanPodPolicy); default: the workers and "
+        "the launcher, if any",
+    )
+
+
+class FailurePolicy(_Model):
+    """Restart budgets per role group (Kubernetes), within backoffLimit."""
+
+    restart_limits: dict[ReplicaGroup, int] = Field(
+        default_factory=dict,
+        description="restarts a failure of this group may cause (partitioner, worker, "
+        "launcher); once spent, its next failure fails the job (RestartLimitExceeded)",
+    )
+
+    @model_validator(mode="after")
+    def _non_negative(self) -> FailurePolicy:
+        for group, n in self.restart_limits.items():
+            if n < 0:
+                raise ValueError(f"restartLimits.{group}: {n} is negative")
+        return self
 
 
 class RunPolicy(_Model):
@@ -540,6 +578,8 @@ class RunPolicy(_Model):
         default=600, gt=0, description="longest a pod may stay pending or pulling its image"
     )
     scheduling_policy: SchedulingPolicy | None = None
+    success_policy: SuccessPolicy | None = None
+    failure_policy: FailurePolicy | None = None
 
 
 # --- Kubernetes only --------------------------------------------------------------------
@@ -583,6 +623,14 @@ class GraphJobSpec(_Model):
         description="the volume that carries datasets, partitions and checkpoints to every pod",
     )
     replica_specs: ReplicaSpecs = Field(default_factory=ReplicaSpecs)
+    managed_by: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+        description="the controller that runs this job (Kubernetes; immutable): unset or "
+        "graphrun.io/graphrun-operator, this operator; another (e.g. "
+        "kueue.x-k8s.io/multikueue), the graphrun operator leaves the job alone",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> GraphJobSpec:

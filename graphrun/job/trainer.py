@@ -25,7 +25,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from graphrun.errors import USER_ERROR_EXIT, ArgumentError, GraphrunError, UserError
+from graphrun.errors import (
+    SUSPENDED_EXIT,
+    USER_ERROR_EXIT,
+    ArgumentError,
+    GraphrunError,
+    Suspended,
+    UserError,
+)
 from graphrun.job.hosts import Hosts
 from graphrun.job.roles import job_paths
 from graphrun.job.spec import GraphJob, load_job
@@ -110,6 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from graphrun.train.ddp import DDPConfig
     from graphrun.train.distdata import DistGraphData
     from graphrun.train.loop import run_training
+    from graphrun.train.suspend import StopFlag
+
+    stop = StopFlag().install()  # first: a SIGTERM from now on is a request to checkpoint
 
     keep_large_allocations()  # mini-batches and pulled features are fresh buffers of MBs
     job = load_job(args.job)
@@ -127,8 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif cfg.entry_point is not None:
         sys.path.insert(0, str(paths.base_dir))  # the user's modules beside the job file
     servers = [f"tcp://{eps[0]}" for _, eps in sorted(hosts.store_endpoints().items())]
+    keys = load_keys(args.keys / "job.key")
     ctx = initialize(
-        servers, job=job.name, keys=load_keys(args.keys / "job.key"), rank=args.rank,
+        servers, job=job.name, keys=keys, rank=args.rank,
         world_size=world, partition=home_partition(args.rank, world, parts),
         name=str(RoleName.trainer(args.rank)), machine=args.machine,
     )  # fmt: skip
@@ -140,12 +151,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         DistGraph(ctx), args.rank, world, workers, seed=cfg.seed, cache_mb=cache_mb
     )
     try:
-        ddp = DDPConfig(args.rank, world, hosts.rendezvous, timeout_s=args.timeout)
+        # a TCP rendezvous (machines apart) is the job key's CURVE store, not torch's
+        ddp = DDPConfig(args.rank, world, hosts.rendezvous, timeout_s=args.timeout, keys=keys)
         # the job's own store servers are stopped by trainer 0 once all trainers finished;
         # a running store the job joined (graph.store) is shared and keeps serving
         own = job.spec.graph.store is None
         done = ctx.client.stop_servers if own else None
-        run_training(cfg, data, ddp, graph=data.graph, on_done=done)
+        run_training(cfg, data, ddp, graph=data.graph, on_done=done, stop=stop)
         print(
             json.dumps({"event": "traffic", "rank": args.rank, **traffic(ctx.client)}), flush=True
         )
@@ -202,6 +214,9 @@ if __name__ == "__main__":
 
     try:
         code = main()
+    except Suspended as exc:  # told to stop (SIGTERM), checkpoint written
+        print(f"graphrun trainer: {exc}", file=sys.stderr, flush=True)
+        exit_now(SUSPENDED_EXIT)
     except UserError as exc:  # its input is wrong: one line, and no restart will help
         print(f"graphrun trainer: error: {exc}", file=sys.stderr, flush=True)
         sys.exit(USER_ERROR_EXIT)

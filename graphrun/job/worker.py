@@ -15,9 +15,10 @@ States: ``serving`` — this machine's store servers accept connections;
 this machine's trainers all exited 0. Its store servers keep serving the other
 machines until the job's trainers stop them (trainer 0 asks every store to stop once
 all trainers finished; a store that then exits 0 ends the worker with exit code 0) or
-the worker is told to stop (SIGTERM). A machine without store servers (placement may
-give a machine only trainers, or no role at all) ends with exit code 0 once its
-trainers are done. A store that exits before this machine's
+the worker is told to stop (SIGTERM): then its trainers first, which write an exact
+checkpoint (:mod:`graphrun.train.suspend`) while the stores still serve. A machine
+without store servers (placement may give a machine only trainers, or no role at all)
+ends with exit code 0 once its trainers are done. A store that exits before this machine's
 trainers are done, or any role that exits non-zero, fails the machine: every other
 role is stopped and the worker returns the failure. So does a role whose process stays
 stopped (SIGSTOP) for ``stall_timeout_s`` (:class:`StallWatch`): it is named, rather than
@@ -177,6 +178,19 @@ class _Stopped(Exception):
     pass
 
 
+def _stop_trainers_first(launch: MachineLaunch, sup: Supervisor, interval: float) -> None:
+    """Told to stop while training: SIGTERM the trainers (and samplers) first — they
+    agree on a step, write an exact checkpoint, including the embedding state on the
+    store servers, and trainer 0 then stops the job's stores — and give this machine's
+    stores until the grace period ends to be stopped so, before SIGTERM."""
+    deadline = time.monotonic() + sup.grace_s
+    sup.stop([r.role for r in launch.roles if r.kind in ("trainer", "sampler")])
+    stores = {r.role for r in launch.of_kind("store")}
+    while time.monotonic() < deadline and not stores <= set(sup.exits()):
+        sup.poll()
+        time.sleep(interval)
+
+
 def run_machine(
     launch: MachineLaunch,
     sup: Supervisor,
@@ -255,6 +269,8 @@ def run_machine(
             time.sleep(interval * 2)
     except _Stopped:
         state = "done" if status.state == "done" else "stopped"
+        if status.state in ("training", "done"):
+            _stop_trainers_first(launch, sup, interval)
     except JobFailed as exc:
         failure, state = exc, "failed"
         status.fail(sup, exc)  # reported before the (slow) stop, so the launcher sees it first

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from graphrun.errors import SpecError
 from graphrun.job.spec import API_VERSION, KIND, GraphJob, ReplicaSpec, resolve_placement
 from graphrun.operator import layout as L
+from graphrun.operator import queueing as Q
 from graphrun.operator import resources as R
 from graphrun.operator.keys import CurveKeyPair
 from graphrun.operator.policy import SYSTEM_PRIORITY, check_pod_policy
@@ -28,6 +29,9 @@ CONTAINER = "graphrun"
 CONFIG_VOLUME, DATA_VOLUME = "graphrun-config", "graphrun-data"
 SHM_VOLUME, SHM_PATH = "graphrun-shm", "/dev/shm"
 IMAGE_UID = 10001
+# a worker pod's default terminationGracePeriodSeconds: the trainers' checkpoint on
+# SIGTERM, then the store servers (the template may set its own)
+STOP_GRACE_SECONDS = 120
 
 
 def check_supported(job: GraphJob) -> None:
@@ -248,7 +252,11 @@ def _gang(
     policy = job.spec.run_policy.scheduling_policy
     if policy is None:
         return
-    if policy.provider == "volcano":
+    if policy.provider == "workload-api":  # the default scheduler, its PodGroup by name
+        replica = meta["labels"].get(L.LABEL_REPLICA)
+        if replica in ("worker", "launcher"):
+            spec["schedulingGroup"] = {"podGroupName": L.pod_group_name(owner.name, replica)}
+    elif policy.provider == "volcano":
         spec["schedulerName"] = config.volcano_scheduler_name
         meta.setdefault("annotations", {})["scheduling.k8s.io/group-name"] = owner.name
     else:
@@ -346,10 +354,12 @@ def build_partitioner(job: GraphJob, owner: L.Owner, config: L.OperatorConfig) -
     tpl = _pod_template(
         job, owner, config, "partitioner", None, ["sh", "-c"], [partitioner_script(job)], []
     )
+    meta = _metadata(owner, L.partitioner_name(owner.name), "partitioner")
+    Q.mark_job(job, meta)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": _metadata(owner, L.partitioner_name(owner.name), "partitioner"),
+        "metadata": meta,
         "spec": {"backoffLimit": 0, "template": tpl},
     }
 
@@ -369,15 +379,23 @@ def build_worker(
         {"name": "MACHINE_INDEX", "value": str(index)},
         {"name": "MACHINE_NAME", "value": machine},
     ]
-    args = [*L.WORKER_ARGS, "--run-dir", L.run_dir(job), *(["--resume"] if resume else [])]
-    tpl = _pod_template(job, owner, config, "worker", index, ["graphrun"], args, env)
+    args = [*L.WORKER_ARGS, "--run-dir", L.run_dir(job)]
+    again = ["--resume"] if resume else []
+    tpl = _pod_template(job, owner, config, "worker", index, ["graphrun"], [*args, *again], env)
     spec = tpl["spec"]
+    # SIGTERM (suspend, a Kueue eviction, a drained node): the trainers agree on a step
+    # and write an exact checkpoint, then the stores stop; the worker splits the pod's
+    # grace period between the two (graphrun.job.worker)
+    grace = int(spec.setdefault("terminationGracePeriodSeconds", STOP_GRACE_SECONDS))
+    stop = ["--grace", str(max(1, (grace - 5) // 2))]
+    _main_container(tpl)["args"] = [*args, *stop, *again]
     spec["hostname"] = L.worker_name(owner.name, index)
     spec["subdomain"] = L.service_name(owner.name)
     node = L.node_requirement(job, index)
     if node is not None:
         _require_node(spec, *node)
     tpl["metadata"].setdefault("annotations", {})[L.ANNOTATION_ROLES] = ",".join(roles)
+    Q.mark_pod(job, len(L.worker_indices(job)), tpl["metadata"], spec)
     main = _main_container(tpl)
     resources = _worker_resources(job, index, R.machine_demands(job))
     if resources is not None:
@@ -443,6 +461,7 @@ def _require_node(spec: dict[str, Any], kind: str, requirement: dict[str, Any]) 
 def build_launcher(job: GraphJob, owner: L.Owner, config: L.OperatorConfig) -> dict[str, Any]:
     """The optional launcher pod: the user's container with the job's config mounted."""
     tpl = _pod_template(job, owner, config, "launcher", None, None, None, [])
+    Q.mark_pod(job, None, tpl["metadata"], tpl["spec"])
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -455,13 +474,84 @@ def build_launcher(job: GraphJob, owner: L.Owner, config: L.OperatorConfig) -> d
     }
 
 
+def gang_members(job: GraphJob) -> int:
+    """The pods scheduled as one group: every worker pod and the launcher."""
+    return len(L.worker_indices(job)) + (1 if job.spec.replica_specs.launcher else 0)
+
+
+def build_network_policy(owner: L.Owner) -> dict[str, Any]:
+    """The job's closed pod network: its pods (workers, launcher, partitioner) accept
+    connections only from each other — store servers, the rendezvous and the
+    ``torch.distributed`` links, whose gloo and NCCL ports are ephemeral, so every TCP
+    port. A pod of another job, or any other pod of the cluster, reaches none of them
+    (where the cluster's network plugin enforces NetworkPolicies; SECURITY.md)."""
+    own = {"matchLabels": {L.LABEL_JOB: owner.name, **L.MANAGED_BY}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(owner, L.network_policy_name(owner.name)),
+        "spec": {
+            "podSelector": own,
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": own}], "ports": [{"protocol": "TCP"}]}],
+        },
+    }
+
+
+WORKLOAD_API = "scheduling.k8s.io/v1alpha2"
+
+
+def build_workload(job: GraphJob, owner: L.Owner) -> list[dict[str, Any]]:
+    """``runPolicy.schedulingPolicy.provider: workload-api`` (Kubernetes 1.35+, the
+    GenericWorkload feature gate): a Workload with one PodGroupTemplate per role group
+    — ``workers`` (``minCount``: ``minAvailable`` or every worker pod) and
+    ``launcher`` — and a gang PodGroup made from each, which the pods name in
+    ``spec.schedulingGroup``; otherwise nothing."""
+    policy = job.spec.run_policy.scheduling_policy
+    if policy is None or policy.provider != "workload-api":
+        return []
+    groups = {"worker": policy.min_available or len(L.worker_indices(job))}
+    if job.spec.replica_specs.launcher is not None:
+        groups["launcher"] = 1
+    templates = [
+        {"name": L.pod_group_template(r), "schedulingPolicy": {"gang": {"minCount": n}}}
+        for r, n in groups.items()
+    ]
+    workload = {
+        "apiVersion": WORKLOAD_API,
+        "kind": "Workload",
+        "metadata": _metadata(owner, owner.name),
+        "spec": {
+            "controllerRef": {"apiGroup": "graphrun.io", "kind": KIND, "name": owner.name},
+            "podGroupTemplates": templates,
+        },
+    }
+    pod_groups = [
+        {
+            "apiVersion": WORKLOAD_API,
+            "kind": "PodGroup",
+            "metadata": _metadata(owner, L.pod_group_name(owner.name, r)),
+            "spec": {
+                "podGroupTemplateRef": {
+                    "workload": {
+                        "workloadName": owner.name,
+                        "podGroupTemplateName": L.pod_group_template(r),
+                    }
+                },
+                "schedulingPolicy": {"gang": {"minCount": n}},
+            },
+        }
+        for r, n in groups.items()
+    ]
+    return [workload, *pod_groups]
+
+
 def build_podgroup(job: GraphJob, owner: L.Owner) -> dict[str, Any] | None:
     """A gang-scheduling PodGroup for every worker (and the launcher), or None."""
     policy = job.spec.run_policy.scheduling_policy
-    if policy is None:
+    if policy is None or policy.provider == "workload-api":
         return None
-    members = len(L.worker_indices(job)) + (1 if job.spec.replica_specs.launcher else 0)
-    min_member = policy.min_available or members
+    min_member = policy.min_available or gang_members(job)
     if policy.provider == "volcano":
         spec: dict[str, Any] = {"minMember": min_member}
         if policy.queue:

@@ -99,6 +99,7 @@ def openapi_schema() -> dict[str, Any]:
     schema = graphjob_json_schema()
     defs = schema.get("$defs", {})
     spec = structural(schema["properties"]["spec"], defs)
+    spec["x-kubernetes-validations"] = [IMMUTABLE_MANAGED_BY]
     return {
         "type": "object",
         "description": "A distributed GNN training job: partition, serve, sample, train.",
@@ -124,6 +125,15 @@ def openapi_schema() -> dict[str, Any]:
             },
         },
     }
+
+
+# spec.managedBy is fixed at creation, as in batch/v1 Job and JobSet: a job handed to
+# another controller (MultiKueue) is never taken back, nor one of ours given away
+IMMUTABLE_MANAGED_BY = {
+    "rule": "has(self.managedBy) == has(oldSelf.managedBy) && "
+    "(!has(self.managedBy) || self.managedBy == oldSelf.managedBy)",
+    "message": "spec.managedBy is immutable",
+}
 
 
 PRINTER_COLUMNS = [

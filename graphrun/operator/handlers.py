@@ -28,6 +28,7 @@ from graphrun.errors import SpecError
 from graphrun.job.spec import parse_job
 from graphrun.operator import crd
 from graphrun.operator import layout as L
+from graphrun.operator import queueing as Q
 from graphrun.operator.builders import check_supported
 from graphrun.operator.keys import curve_keypair
 from graphrun.operator.kube import Kube, KubeError
@@ -159,10 +160,11 @@ def reconcile_job(ctx: OperatorContext, namespace: str, name: str) -> Plan | Non
         plan = reject(status, "InvalidSpec", str(exc), now)
         _carry_out(ctx, owner, status, plan, now)
         raise
-    if settled(job, status):
-        return None
+    if settled(job, status) or not L.managed_here(job):
+        return None  # finished and clean, or another controller's (spec.managedBy)
     gang = job.spec.run_policy.scheduling_policy
-    children = ctx.kube.list_children(namespace, name, gang.provider if gang else None)
+    queued = Q.group_name(job) if Q.queue_name(job) else None
+    children = ctx.kube.list_children(namespace, name, gang.provider if gang else None, queued)
     seen = observe(children, name, owner.uid)
     plan = reconcile(job, owner, ctx.config, status, seen, now, curve_keypair())
     _carry_out(ctx, owner, status, plan, now)
@@ -174,10 +176,10 @@ def _carry_out(
 ) -> None:
     kube, ns = ctx.kube, owner.namespace
     for action in plan.actions:
-        if isinstance(action, Create) and action.obj["kind"] == "PodGroup":
+        if isinstance(action, Create) and action.obj["kind"] in ("PodGroup", "Workload"):
             try:
                 kube.create(ns, action.obj)
-            except KubeError as exc:  # that gang scheduler is not installed
+            except KubeError as exc:  # that gang scheduler (or API) is not installed
                 kube.event(owner, "Warning", "PodGroupNotCreated", str(exc), now)
         elif isinstance(action, Create):
             kube.create(ns, action.obj)

@@ -22,14 +22,34 @@ from graphrun.errors import GraphrunError
 from graphrun.job.workflow import rfc3339
 from graphrun.operator import crd
 from graphrun.operator import layout as L
+from graphrun.operator import queueing as Q
 
-PODGROUP_APIS = {
-    "scheduling.volcano.sh/v1beta1": "podgroups",
-    "scheduling.x-k8s.io/v1alpha1": "podgroups",
+# What this module asks of the API for the objects that a GraphJob owns besides its
+# pods, batch Job, Secret, ConfigMap and Service: the operator's ClusterRole and Role
+# grant exactly these verbs (tests/operator/test_deploy.py). Created with an owner
+# reference, they are removed by the garbage collector, so none is deleted here.
+RIGHTS: dict[tuple[str, str], frozenset[str]] = {
+    ("networking.k8s.io", "networkpolicies"): frozenset({"list", "create"}),  # list_children
+    ("scheduling.k8s.io", "workloads"): frozenset({"list", "create"}),  # workload-api gang
+    ("scheduling.k8s.io", "podgroups"): frozenset({"list", "create"}),
+    ("kueue.x-k8s.io", "workloads"): frozenset({"get"}),  # _kueue_workload: why queued
 }
-PODGROUP_API_OF = {
-    "volcano": "scheduling.volcano.sh/v1beta1",
-    "scheduler-plugins": "scheduling.x-k8s.io/v1alpha1",
+
+# custom objects the operator makes: (apiVersion, kind) -> plural
+CUSTOM_PLURALS = {
+    ("scheduling.volcano.sh/v1beta1", "PodGroup"): "podgroups",
+    ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): "podgroups",
+    ("scheduling.k8s.io/v1alpha2", "Workload"): "workloads",
+    ("scheduling.k8s.io/v1alpha2", "PodGroup"): "podgroups",
+}
+# the gang scheduler's objects, per runPolicy.schedulingPolicy.provider
+GANG_OBJECTS = {
+    "volcano": [("scheduling.volcano.sh/v1beta1", "PodGroup")],
+    "scheduler-plugins": [("scheduling.x-k8s.io/v1alpha1", "PodGroup")],
+    "workload-api": [
+        ("scheduling.k8s.io/v1alpha2", "Workload"),
+        ("scheduling.k8s.io/v1alpha2", "PodGroup"),
+    ],
 }
 
 
@@ -51,6 +71,7 @@ class Kube:
         self.core = client.CoreV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
+        self.networking = client.NetworkingV1Api(self.api)
 
     # --- the GraphJob ---
 
@@ -106,10 +127,11 @@ class Kube:
     # --- children ---
 
     def list_children(
-        self, namespace: str, job: str, gang: str | None = None
+        self, namespace: str, job: str, gang: str | None = None, kueue_group: str | None = None
     ) -> list[dict[str, Any]]:
         """Every object labelled with the job's name, each with its ``kind`` set
-        (PodGroups of the ``gang`` scheduler too, when given)."""
+        (PodGroups of the ``gang`` scheduler too, when given; Kueue's Workload of the
+        pod group ``kueue_group``, when given and readable)."""
         selector = f"{L.LABEL_JOB}={job}"
         calls = [
             ("Pod", self.core.list_namespaced_pod),
@@ -117,6 +139,7 @@ class Kube:
             ("ConfigMap", self.core.list_namespaced_config_map),
             ("Service", self.core.list_namespaced_service),
             ("Job", self.batch.list_namespaced_job),
+            ("NetworkPolicy", self.networking.list_namespaced_network_policy),
         ]
         out: list[dict[str, Any]] = []
         for kind, call in calls:
@@ -125,10 +148,9 @@ class Kube:
             except ApiException as exc:
                 raise KubeError(f"list {kind}s in {namespace}: {exc.status} {exc.reason}") from exc
             out += [{**item, "kind": kind} for item in (items or {}).get("items") or []]
-        if gang is not None:
-            api_version = PODGROUP_API_OF[gang]
+        for api_version, kind in GANG_OBJECTS.get(gang or "", []):
             group, version = api_version.split("/")
-            plural = PODGROUP_APIS[api_version]
+            plural = CUSTOM_PLURALS[api_version, kind]
             try:
                 items = _body(
                     self.custom.list_namespaced_custom_object(
@@ -142,8 +164,24 @@ class Kube:
                 )
             except ApiException:
                 items = {}  # that scheduler is not installed: creating it will say so
-            out += [{**item, "kind": "PodGroup"} for item in (items or {}).get("items") or []]
+            out += [{**item, "kind": kind} for item in (items or {}).get("items") or []]
+        if kueue_group is not None:
+            out += self._kueue_workload(namespace, kueue_group)
         return out
+
+    def _kueue_workload(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """Kueue's Workload of a pod group (why it is not admitted), if there is one and
+        the operator may read it (Kueue not installed, or no RBAC: nothing)."""
+        group, version, plural = Q.WORKLOAD_API
+        try:
+            wl = _body(
+                self.custom.get_namespaced_custom_object(
+                    group, version, namespace, plural, name, _preload_content=False
+                )
+            )
+        except ApiException:
+            return []
+        return [{**wl, "kind": "Workload"}] if isinstance(wl, dict) else []
 
     def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         """The pods with labels matching ``selector`` (``key=value``)."""
@@ -176,6 +214,7 @@ class Kube:
             "ConfigMap": self.core.create_namespaced_config_map,
             "Service": self.core.create_namespaced_service,
             "Job": self.batch.create_namespaced_job,
+            "NetworkPolicy": self.networking.create_namespaced_network_policy,
         }
         try:
             if kind in creators:
@@ -186,7 +225,7 @@ class Kube:
                     group,
                     version,
                     namespace,
-                    PODGROUP_APIS[obj["apiVersion"]],
+                    CUSTOM_PLURALS[obj["apiVersion"], kind],
                     obj,
                     _preload_content=False,
                 )

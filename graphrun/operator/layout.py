@@ -73,6 +73,7 @@ LABEL_REPLICA = "graphrun.io/replica-type"
 LABEL_INDEX = "graphrun.io/replica-index"
 ANNOTATION_ROLES = "graphrun.io/roles"  # the store and trainer roles a worker pod runs
 MANAGED_BY = {"app.kubernetes.io/managed-by": "graphrun-operator"}
+CONTROLLER = "graphrun.io/graphrun-operator"  # the value of spec.managedBy that means us
 KEYS_FORMAT, HOSTS_FORMAT = "graphrun-key", "graphrun-hosts"
 
 
@@ -127,6 +128,20 @@ def worker_name(job: str, index: int) -> str:
 
 def launcher_name(job: str) -> str:
     return f"{job}-launcher"
+
+
+def network_policy_name(job: str) -> str:
+    return f"{job}-pods"
+
+
+def pod_group_template(replica: str) -> str:
+    """The Workload API's PodGroupTemplate of a role group (``workers``, ``launcher``)."""
+    return "workers" if replica == "worker" else replica
+
+
+def pod_group_name(job: str, replica: str) -> str:
+    """The Workload API PodGroup the pods of a role group name in spec.schedulingGroup."""
+    return f"{job}-{pod_group_template(replica)}"
 
 
 def labels(job: str, replica: str | None = None, index: int | None = None) -> dict[str, str]:
@@ -342,3 +357,10 @@ def config_files(job: GraphJob, owner: Owner, config: OperatorConfig) -> dict[st
         "hosts.json": json.dumps(host_plan(job, owner, config), indent=2) + "\n",
         "partition.json": json.dumps(partition_settings(job), indent=2) + "\n",
     }
+
+
+def managed_here(job: GraphJob) -> bool:
+    """Whether this operator runs ``job``: ``spec.managedBy`` unset or naming it. A job
+    managed by another controller (e.g. ``kueue.x-k8s.io/multikueue``, which copies it
+    to a worker cluster) is left alone: no children, no status."""
+    return job.spec.managed_by in (None, CONTROLLER)

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from graphrun.operator import layout as L
+from graphrun.operator import queueing as Q
 
 # The last line `graphrun worker` prints when a role failed (graphrun.errors.JobFailed).
 FAILED_LINE = re.compile(
@@ -47,6 +48,8 @@ class PodView:
     init_exit_code: int | None = None
     init_message: str = ""
     init_finished: datetime | None = None
+    gated: bool = False  # Kueue's scheduling gate is on: not admitted yet
+    stopped: str = ""  # Kueue stopped it (condition TerminationTarget): its message
 
     @property
     def finished(self) -> bool:
@@ -103,6 +106,9 @@ class Observed:
     kinds: frozenset[str] = frozenset()  # "Secret", "ConfigMap", "Service", "PodGroup"
     partitioner: JobView | None = None
     pods: tuple[PodView, ...] = field(default_factory=tuple)
+    # Kueue's (reason, message) for the job's pod group not admitted yet, from its
+    # Workload (kueue.x-k8s.io); None when the operator could not read one
+    admission: tuple[str, str] | None = None
 
     def of(self, replica: str) -> list[PodView]:
         return [p for p in self.pods if p.replica == replica]
@@ -135,6 +141,8 @@ def pod_view(pod: dict[str, Any]) -> PodView:
     term = cs.get("state", {}).get("terminated") or {}
     conds = {c.get("type"): c for c in status.get("conditions") or []}
     sched = conds.get("PodScheduled", {})
+    stop = conds.get(Q.STOPPED, {})
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
     unsched = sched.get("message", "") if sched.get("reason") == "Unschedulable" else ""
     return PodView(
         name=meta.get("name", ""),
@@ -153,6 +161,10 @@ def pod_view(pod: dict[str, Any]) -> PodView:
         init_exit_code=init_term.get("exitCode"),
         init_message=init_term.get("message", ""),
         init_finished=_time(init_term.get("finishedAt")),
+        gated=any(g.get("name") == Q.GATE for g in gates),
+        stopped=(stop.get("message") or stop.get("reason") or Q.STOPPED)
+        if stop.get("status") == "True"
+        else "",
     )
 
 
@@ -191,7 +203,11 @@ def observe(children: Iterable[dict[str, Any]], name: str, uid: str) -> Observed
     kinds: set[str] = set()
     partitioner: JobView | None = None
     pods: list[PodView] = []
+    admission: tuple[str, str] | None = None
     for obj in children:
+        if str(obj.get("apiVersion", "")).startswith(Q.WORKLOAD_API[0] + "/"):
+            admission = Q.kueue_reason(obj)  # Kueue's Workload: owned by the pods, not us
+            continue
         if not _ours(obj, name, uid):
             continue
         kind = obj.get("kind", "")
@@ -202,4 +218,4 @@ def observe(children: Iterable[dict[str, Any]], name: str, uid: str) -> Observed
         elif not obj.get("metadata", {}).get("deletionTimestamp"):
             kinds.add(kind)
     pods.sort(key=lambda p: (p.replica, p.index if p.index is not None else -1, p.name))
-    return Observed(frozenset(kinds), partitioner, tuple(pods))
+    return Observed(frozenset(kinds), partitioner, tuple(pods), admission)

@@ -22,7 +22,12 @@ Training       (launcher pod if any); waits until every worker exited 0
 Restarting     every worker (and launcher) pod deleted, then Serving again with
                ``--resume`` (trainers continue from the last checkpoint)
 Suspended      every pod and the partitioner Job deleted; resume starts over
-               (partitions are kept)
+               (partitions are kept). The trainers get SIGTERM and write an exact
+               checkpoint first; the pods ``--resume`` from it
+Queued         (a condition, not a phase) a job labelled kueue.x-k8s.io/queue-name:
+               its pods are created gated and wait for Kueue's admission
+               (:mod:`.queueing`); an eviction by Kueue suspends the job until its
+               pods are gone, then queues it again
 Succeeded /    cleanPodPolicy applied; the GraphJob is deleted
 Failed         ttlSecondsAfterFinished after completion
 =============  ===============================================================
@@ -47,17 +52,21 @@ from typing import Any, Literal
 from graphrun.errors import PEER_LOST_EXIT
 from graphrun.job.spec import GraphJob
 from graphrun.job.workflow import (
+    ACTIVE,
     Event,
     EventKind,
     JobState,
     Phase,
     initial_state,
+    parse_time,
     progress,
+    rfc3339,
     state_from_dict,
     transition,
 )
 from graphrun.operator import builders as B
 from graphrun.operator import layout as L
+from graphrun.operator import queueing as Q
 from graphrun.operator.keys import CurveKeyPair
 from graphrun.operator.observe import Observed, PodView
 from graphrun.operator.status import condition_type, replica_statuses, state_status
@@ -122,22 +131,55 @@ class _Run:
     pod_steps: dict[str, str] | None = None
     actions: list[Action] = field(default_factory=list)
     wake: list[float] = field(default_factory=list)
+    queue: dict[str, Any] = field(default_factory=dict)  # status.queue (Kueue admission)
+    group_restarts: dict[str, int] = field(default_factory=dict)  # status.restartsByReplica
 
     def fire(self, event: Event) -> None:
         before = self.state.phase
+        event = _within_restart_limit(self, event)
         self.state = transition(self.state, event, self.now)
+        if self.state.phase is Phase.RESTARTING and before is not Phase.RESTARTING:
+            group = _replica_group(event.role)
+            self.group_restarts[group] = self.group_restarts.get(group, 0) + 1
         cond = self.state.condition(condition_type(self.state.phase))
+        if self.state.phase is Phase.PENDING:  # resumed: Created keeps its first reason
+            cond = None
         warning = self.state.phase in (Phase.FAILED, Phase.RESTARTING)
         self.actions.append(
             Emit(
                 "Warning" if warning else "Normal",
-                cond.reason if cond else event.kind.value,
-                f"{before.value} -> {self.state.phase.value}: {cond.message if cond else ''}",
+                cond.reason if cond else (event.reason or event.kind.value),
+                f"{before.value} -> {self.state.phase.value}: "
+                + (cond.message if cond else event.message),
             )
         )
 
     def wake_at(self, when: datetime) -> None:
         self.wake.append(max(0.0, (when - self.now).total_seconds()))
+
+
+def _replica_group(role: str | None) -> str:
+    """The role group a failed role belongs to: its pods' replica type."""
+    head = (role or "").split(":")[0]
+    return head if head in ("partitioner", "launcher") else "worker"
+
+
+def _within_restart_limit(run: _Run, event: Event) -> Event:
+    """A role failure whose group has spent its restarts (runPolicy.failurePolicy.
+    restartLimits) fails the job instead of restarting it."""
+    policy = run.job.spec.run_policy.failure_policy
+    if event.kind is not K.ROLE_FAILED or policy is None:
+        return event
+    group = _replica_group(event.role)
+    limit = policy.restart_limits.get(group)  # type: ignore[call-overload]
+    used = run.group_restarts.get(group, 0)
+    if limit is None or used < limit:
+        return event
+    message = (
+        f"{event.describe()}; the {group} group has used its {limit} restarts "
+        f"(spec.runPolicy.failurePolicy.restartLimits.{group})"
+    )
+    return Event(K.FAIL, "RestartLimitExceeded", message, event.role, event.machine)
 
 
 def load_state(job: GraphJob, status: dict[str, Any], now: datetime) -> JobState:
@@ -164,6 +206,8 @@ def reconcile(
     if not status.get("workflow"):
         run.actions.append(Emit("Normal", "JobCreated", "GraphJob accepted by the operator"))
     run.partition_dir_before = str(status.get("partitionDir", ""))
+    run.queue = dict(status.get("queue") or {})
+    run.group_restarts = dict(status.get("restartsByReplica") or {})
     if status.get("phase") == Phase.PARTITIONING.value:  # else a new attempt: none yet
         run.pod_steps_before = dict(status.get("partitionPods") or {})
     _check_spec_change(run, status.get("specHashes"))
@@ -256,12 +300,16 @@ def _step(run: _Run, keys: CurveKeyPair) -> None:
         run.fire(Event(K.SUSPEND, message="spec.runPolicy.suspend is true"))
         return
     if phase is Phase.SUSPENDED:
-        if not spec.run_policy.suspend:
-            run.fire(Event(K.RESUME, message="spec.runPolicy.suspend is false"))
-        else:
+        if spec.run_policy.suspend:
             _delete_all_pods(run, partitioner=True)
+        elif _evicted(run.state):
+            if not _delete_all_pods(run, partitioner=False):  # their checkpoint is written
+                message = f"evicted by Kueue: queued again in {Q.queue_name(run.job)}"
+                run.fire(Event(K.RESUME, "Requeued", message))
+        else:
+            run.fire(Event(K.RESUME, message="spec.runPolicy.suspend is false"))
         return
-    if _deadline_passed(run):
+    if _deadline_passed(run) or _stopped_by_kueue(run):
         return
     _ensure_base(run, keys)
     handler = {
@@ -272,12 +320,78 @@ def _step(run: _Run, keys: CurveKeyPair) -> None:
         Phase.TRAINING: _training,
         Phase.RESTARTING: _restarting,
     }[phase]
+    _track_admission(run)  # before: admission starts the deadlines
     handler(run)
+    _track_admission(run)  # after: pods created gated now are queued now
+
+
+def _evicted(state: JobState) -> bool:
+    cond = state.condition("Suspended")
+    return cond is not None and cond.status == "True" and cond.reason == "Evicted"
+
+
+def _group_pods(run: _Run) -> list[PodView]:
+    return [p for p in run.observed.pods if p.replica in ("worker", "launcher")]
+
+
+def _stopped_by_kueue(run: _Run) -> bool:
+    """Kueue evicted the pod group (it marks the pods TerminationTarget and deletes
+    them): suspend the job; the pods' trainers are writing their checkpoint."""
+    if Q.queue_name(run.job) is None or run.state.phase not in ACTIVE:
+        return False
+    stopped = [p for p in _group_pods(run) if p.stopped or p.deleting]
+    if not stopped:
+        return False
+    p = stopped[0]
+    why = p.stopped or "deleted"
+    run.fire(Event(K.SUSPEND, "Evicted", f"Kueue stopped pod {p.name}: {why}"))
+    run.queue.update(queued=False, admittedAt=None)
+    return True
+
+
+def _track_admission(run: _Run) -> None:
+    """The ``Queued`` condition of a Kueue job: True while its pods are gated, with
+    Kueue's reason; False (reason ``Admitted``) once Kueue removed the gates."""
+    queue = Q.queue_name(run.job)
+    if queue is None:
+        return
+    # the pod group: the workers (the launcher, made later, is queued alone)
+    pods = [p.gated for p in run.observed.of("worker") if not p.deleting]
+    made = [
+        a.obj
+        for a in run.actions
+        if isinstance(a, Create)
+        and a.obj["kind"] == "Pod"
+        and Q.GROUP_LABEL in a.obj["metadata"].get("labels", {})
+    ]
+    pods += [Q.GATE in {g["name"] for g in o["spec"].get("schedulingGates", [])} for o in made]
+    gated = [g for g in pods if g]
+    now = rfc3339(run.now)
+    if gated:
+        reason, message = run.observed.admission or Q.kueue_reason(None)
+        message = f"{len(gated)} of {len(pods)} pods wait for admission in {queue}: {message}"
+        if not run.queue.get("queued"):
+            run.actions.append(Emit("Normal", "Queued", message))
+            run.queue = {"queued": True, "queuedAt": now, "admittedAt": None}
+        run.queue.update(reason=reason, message=message)
+    elif pods and run.queue.get("queued"):
+        message = f"admitted by Kueue in {queue}: {len(pods)} pods may be scheduled"
+        run.actions.append(Emit("Normal", "Admitted", message))
+        run.queue.update(queued=False, admittedAt=now, reason="Admitted", message=message)
+
+
+def _admitted_at(run: _Run) -> datetime | None:
+    """When Kueue last admitted the job's pods (None while they wait), or, for a job not
+    queued by Kueue, when it started: deadlines count from there."""
+    if Q.queue_name(run.job) is None:
+        return run.state.started_at
+    at = run.queue.get("admittedAt")
+    return parse_time(at) if at else None
 
 
 def _deadline_passed(run: _Run) -> bool:
     limit = run.job.spec.run_policy.active_deadline_seconds
-    start = run.state.started_at
+    start = _admitted_at(run)
     if limit is None or start is None:
         return False
     end = start + timedelta(seconds=limit)
@@ -294,20 +408,25 @@ def _deadline_passed(run: _Run) -> bool:
 
 
 def _ensure_base(run: _Run, keys: CurveKeyPair) -> None:
-    """Create the Secret, ConfigMap, headless Service and PodGroup if missing."""
+    """Create the Secret, ConfigMap, headless Service, NetworkPolicy and the gang
+    scheduler's objects (a PodGroup; or a Workload and its PodGroups) if missing."""
     job, owner, have = run.job, run.owner, run.observed.kinds
     own_store = job.spec.graph.store is None  # else the store's key Secret is used
-    builders = {
+    builders: dict[str, Any] = {
         "Secret": lambda: B.build_secret(owner, keys) if own_store else None,
         "ConfigMap": lambda: B.build_configmap(job, owner, run.config),
         "Service": lambda: B.build_service(owner),
+        "NetworkPolicy": lambda: B.build_network_policy(owner),
         "PodGroup": lambda: B.build_podgroup(job, owner),
+        "Workload": lambda: B.build_workload(job, owner),
     }
     made = set()
     for kind, build in builders.items():
-        if kind not in have and (obj := build()) is not None:
+        if kind in have or not (objs := build()):
+            continue
+        for obj in objs if isinstance(objs, list) else [objs]:
             run.actions.append(Create(obj))
-            made.add(kind)
+        made.add(kind)
     run.observed = replace(run.observed, kinds=have | made)
 
 
@@ -442,8 +561,17 @@ def _training(run: _Run) -> None:
     need_launcher = run.job.spec.replica_specs.launcher is not None
     if need_launcher and launcher is None:
         return
-    if all(p.phase == "Succeeded" for p in pods):
-        run.fire(Event(K.TRAINING_DONE, message=f"all {len(workers)} workers finished"))
+    success = run.job.spec.run_policy.success_policy
+    if success is None:
+        if all(p.phase == "Succeeded" for p in pods):
+            run.fire(Event(K.TRAINING_DONE, message=f"all {len(workers)} workers finished"))
+        return
+    targets = [t for t in success.target_replicas if t == "worker" or need_launcher]
+    done = [p for p in pods if p.replica in targets]
+    if done and all(p.phase == "Succeeded" for p in done):
+        groups = " and ".join(targets)
+        message = f"every {groups} pod succeeded (spec.runPolicy.successPolicy)"
+        run.fire(Event(K.TRAINING_DONE, "SuccessPolicyMet", message))
 
 
 def _restarting(run: _Run) -> None:
@@ -520,9 +648,12 @@ def _pod_problems(run: _Run, pods: list[PodView]) -> bool:
             run.fire(Event.role_failed(role, where, code, msg or f"pod {p.name} failed"))
             return True
     startup = timedelta(seconds=run.job.spec.run_policy.startup_deadline_seconds)
+    admitted = _admitted_at(run) if Q.queue_name(run.job) else None
     for p in pods:
-        if p.started:  # e.g. a distributed mode's rank runs in its init container
+        if p.started or p.gated:  # a rank may run in its init container; gated: queued
             continue
+        if admitted is not None and p.created is not None and p.created < admitted:
+            p = replace(p, created=admitted)  # pending since its admission, not creation
         if p.waiting_reason in NEVER_PULLS:
             run.fire(Event(K.FAIL, p.waiting_reason, f"pod {p.name}: {p.waiting_message}"))
             return True
@@ -579,6 +710,22 @@ def _status(run: _Run) -> dict[str, Any]:
     if run.pod_steps is not None and run.state.phase is Phase.PARTITIONING:
         out["partitionPods"] = run.pod_steps
     out["replicaStatuses"] = replica_statuses(run.observed)
+    if run.group_restarts:
+        out["restartsByReplica"] = run.group_restarts
+    if run.queue:
+        out["queue"] = run.queue
+        q = run.queue
+        queued = bool(q.get("queued"))
+        out["conditions"].append(
+            {
+                "type": "Queued",
+                "status": "True" if queued else "False",
+                "reason": q.get("reason") or ("WaitingForAdmission" if queued else "Admitted"),
+                "message": q.get("message") or "",
+                "lastTransitionTime": (q.get("queuedAt") if queued else q.get("admittedAt"))
+                or rfc3339(run.now),
+            }
+        )
     if run.state.terminal:
         # Nothing left to clean up: later passes need not look at the children.
         out["cleanedUp"] = not any(isinstance(a, Delete) for a in run.actions)

@@ -170,6 +170,37 @@ class FakeNamespace:
             ]
         }
 
+    # --- playing Kueue (plain-pod groups) -----------------------------------------------
+
+    def admit(self, gate: str = "kueue.x-k8s.io/admission") -> None:
+        """Kueue admits the pod group: the gate is removed from every gated pod."""
+        for pod in self.pods():
+            gates = pod["spec"].get("schedulingGates") or []
+            pod["spec"]["schedulingGates"] = [g for g in gates if g.get("name") != gate]
+
+    def evict(self, message: str) -> None:
+        """Kueue stops the group: condition TerminationTarget, then a delete; the pods
+        are terminating (their grace period) until :meth:`terminated`."""
+        for pod in self.pods():
+            if pod["metadata"]["labels"].get("kueue.x-k8s.io/pod-group-name") is None:
+                continue
+            status = pod.setdefault("status", {})
+            status.setdefault("conditions", []).append(
+                {
+                    "type": "TerminationTarget",
+                    "status": "True",
+                    "reason": "StoppedByKueue",
+                    "message": message,
+                }
+            )
+            pod["metadata"]["deletionTimestamp"] = rfc3339(self.now)
+
+    def terminated(self) -> None:
+        """The terminating pods' grace periods are over: they are gone."""
+        for key, o in list(self.objects.items()):
+            if o["kind"] == "Pod" and o["metadata"].get("deletionTimestamp"):
+                del self.objects[key]
+
     def labelled(self, job_name: str) -> list[dict[str, Any]]:
         return [
             o

@@ -1,21 +1,29 @@
-"""Checkpoints: one file per job, rewritten atomically at the end of every epoch.
+"""Checkpoints: one file per job, rewritten atomically at the end of every epoch and
+when the trainers are told to stop mid-epoch.
 
 ``CKPT_DIR/checkpoint.pt`` (``torch.save`` of a dict, written to a temporary file
 and renamed; mode 0600: the model is the job's, not every local user's)::
 
-    {"format": "graphrun-checkpoint", "version": 1, "epoch": E (last finished),
+    {"format": "graphrun-checkpoint", "version": 2, "epoch": E (last finished),
      "model": state_dict, "optimizer": state_dict,
      "sparse": {name: state} (DistEmbedding tables and their sparse optimizer),
-     "metrics": {...} (the epoch's metrics)}
+     "metrics": {...} (the epoch's metrics),
+     "position": None | {"epoch": E + 1, "step": S, "rng": [per-trainer RNG state],
+                         "sums": float64 [trainers, 4]}}
+
+``position`` (version 2; version 1 files have none and are read as before) is set by a
+checkpoint taken mid-epoch (:mod:`graphrun.train.suspend`): ``S`` steps of epoch
+``E + 1`` were taken, and the resumed run takes the rest of that epoch first.
 
 Only rank 0 writes; every rank reads on ``--resume``. Loading uses
 ``weights_only=True`` (no pickle of arbitrary objects).
 
-No RNG state or loader position is stored because none is needed: checkpoints are
-taken at epoch ends, every loader derives its order and each batch's sampling seed from
-``(seed, epoch, batch)``, and :func:`graphrun.train.loop.train_epoch` reseeds torch's
-generator from ``(seed, epoch, rank)``. A run killed during epoch ``e`` and resumed
-trains epochs ``e, e+1, ...`` exactly as the uninterrupted run did (tested end to end).
+At an epoch end no RNG state or loader position is needed: every loader derives its
+order and each batch's sampling seed from ``(seed, epoch, batch)``, and
+:func:`graphrun.train.loop.train_epoch` reseeds torch's generator from
+``(seed, epoch, rank)``. A run killed during epoch ``e`` and resumed trains epochs
+``e, e+1, ...`` exactly as the uninterrupted run did (tested end to end); one stopped
+by SIGTERM resumes at the step it stopped before.
 """
 
 from __future__ import annotations
@@ -31,7 +39,8 @@ from graphrun.files import write_atomic
 from graphrun.graph.format import write_failed
 
 FORMAT = "graphrun-checkpoint"
-VERSION = 1
+VERSION = 2
+READ_VERSIONS = (1, 2)
 FILE = "checkpoint.pt"
 
 
@@ -42,6 +51,7 @@ class Checkpoint:
     optimizer: dict[str, Any]
     sparse: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
+    position: dict[str, Any] | None = None  # a mid-epoch stop: graphrun.train.suspend.Position
 
 
 def save_checkpoint(ckpt_dir: str | Path, ckpt: Checkpoint) -> Path:
@@ -51,6 +61,7 @@ def save_checkpoint(ckpt_dir: str | Path, ckpt: Checkpoint) -> Path:
     data = {
         "format": FORMAT, "version": VERSION, "epoch": ckpt.epoch, "model": ckpt.model,
         "optimizer": ckpt.optimizer, "sparse": ckpt.sparse, "metrics": ckpt.metrics,
+        "position": ckpt.position,
     }  # fmt: skip
     try:
         return write_atomic(final, lambda f: torch.save(data, f), mode=0o600)
@@ -72,9 +83,11 @@ def load_checkpoint(ckpt_dir: str | Path) -> Checkpoint | None:
         raise ArgumentError(f"{path}: not a readable checkpoint ({first})") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ArgumentError(f"{path}: field 'format' is not {FORMAT!r}")
-    if data.get("version") != VERSION:
-        raise ArgumentError(f"{path}: field 'version' is {data.get('version')!r}, not {VERSION}")
+    if data.get("version") not in READ_VERSIONS:
+        raise ArgumentError(
+            f"{path}: field 'version' is {data.get('version')!r}, not one of {READ_VERSIONS}"
+        )
     return Checkpoint(
         int(data["epoch"]), data["model"], data["optimizer"], data.get("sparse", {}),
-        data.get("metrics", {}),
+        data.get("metrics", {}), data.get("position"),
     )  # fmt: skip

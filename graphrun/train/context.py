@@ -18,6 +18,7 @@ from graphrun.train.config import TrainConfig
 from graphrun.train.data import GraphData
 from graphrun.train.ddp import DDPConfig
 from graphrun.train.metrics import MetricsLog
+from graphrun.train.suspend import StopFlag
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,9 @@ class TrainContext:
     ddp: DDPConfig
     metrics: MetricsLog
     graph: Any = None  # the distributed graph handle (graphrun.distributed.DistGraph) if any
+    # set once the trainer is told to stop (SIGTERM): an entry point may check it between
+    # steps, write its checkpoint and raise graphrun.errors.Suspended (built-in tasks do)
+    stop: StopFlag | None = None
 
     @property
     def rank(self) -> int:

@@ -1,10 +1,12 @@
 """Data-parallel set-up: one ``torch.distributed`` process group per job.
 
-Trainers rendezvous at the job's address (``hosts.rendezvous``: a TCP store trainer 0
-opens on its machine's address only, or a file on one host; see
-:mod:`graphrun.partition.rendezvous`): gloo on CPU, NCCL when the trainer has a CUDA
-device. Nothing is read
-from the environment; :class:`DDPConfig` carries rank, world size and address.
+Trainers rendezvous at the job's address (``hosts.rendezvous``): with the job's key pair
+(``DDPConfig.keys``, what the trainers get on Kubernetes) a CURVE-authenticated store
+served by trainer 0 (:mod:`graphrun.train.rendezvous`) instead of torch's TCPStore, which
+answers anyone; without one a TCP store trainer 0 opens on its machine's address only, or
+a file on one host (:mod:`graphrun.partition.rendezvous`). gloo on CPU, NCCL when the
+trainer has a CUDA device. Nothing is read from the environment; :class:`DDPConfig`
+carries rank, world size, address and key.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -22,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from graphrun.errors import ArgumentError
 from graphrun.partition.rendezvous import join, parse_rendezvous
+from graphrun.rpc.auth import KeyPair
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,7 @@ class DDPConfig:
     rendezvous: str  # "host:port" (a TCP store on trainer 0), or "file:///path" (one host)
     backend: str | None = None  # None: nccl with CUDA, else gloo
     timeout_s: float = 300.0
+    keys: KeyPair | None = None  # the job's: a CURVE rendezvous at a "host:port" address
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world_size:
@@ -51,15 +56,26 @@ class DDPConfig:
 
 @contextlib.contextmanager
 def process_group(cfg: DDPConfig) -> Iterator[None]:
-    """Join the trainers' process group for the duration of the block (torch's own TCP
-    rendezvous would listen on every interface: trainer 0 listens on the given address)."""
-    url = cfg.rendezvous if "://" in cfg.rendezvous else f"tcp://{cfg.rendezvous}"
-    rdv = parse_rendezvous(url, flag="rendezvous")
-    join(rdv, cfg.rank, cfg.world_size, cfg.timeout_s, backend=cfg.resolved_backend)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
+    """Join the trainers' process group for the duration of the block."""
+    with contextlib.ExitStack() as stack:
+        if cfg.keys is not None and "://" not in cfg.rendezvous:
+            from graphrun.train.rendezvous import key_store
+
+            store = stack.enter_context(
+                key_store(cfg.rendezvous, cfg.rank, cfg.keys, cfg.timeout_s)
+            )
+            dist.init_process_group(
+                cfg.resolved_backend, store=store, rank=cfg.rank, world_size=cfg.world_size,
+                timeout=timedelta(seconds=cfg.timeout_s),
+            )  # fmt: skip
+        else:  # torch's own TCP rendezvous would listen on every interface: not here
+            url = cfg.rendezvous if "://" in cfg.rendezvous else f"tcp://{cfg.rendezvous}"
+            rdv = parse_rendezvous(url, flag="rendezvous")
+            join(rdv, cfg.rank, cfg.world_size, cfg.timeout_s, backend=cfg.resolved_backend)
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()
 
 
 def wrap(model: torch.nn.Module, cfg: DDPConfig) -> torch.nn.Module:

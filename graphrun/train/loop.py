@@ -36,7 +36,7 @@ from typing import IO, Any
 import numpy as np
 import torch
 
-from graphrun.errors import ArgumentError, UserError
+from graphrun.errors import ArgumentError, Suspended, UserError
 from graphrun.placement.profile import BatchRecord
 from graphrun.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from graphrun.train.config import TrainConfig
@@ -53,6 +53,7 @@ from graphrun.train.ddp import (
     unwrap,
 )
 from graphrun.train.metrics import MetricsLog, Progress
+from graphrun.train.suspend import Position, StopFlag, gather_position, stop_agreed
 from graphrun.train.tasks import Task, describe, make_task
 
 
@@ -74,7 +75,7 @@ class Profiler:
         self.out: IO[str] | None = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self.out = path.open("a")
+            self.out = path.open("a", buffering=1)  # a line per step, readable as it goes
         self.grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         self.iteration = 0
 
@@ -99,30 +100,40 @@ class Profiler:
             self.out.close()
 
 
-def _resume(task: Task, ctx: TrainContext) -> int:
-    """Load the last checkpoint into the task; returns the first epoch to run."""
+def _resume(task: Task, ctx: TrainContext) -> tuple[int, Position | None]:
+    """Load the last checkpoint into the task; returns the first epoch to run and, for a
+    checkpoint taken mid-epoch, where in it to start."""
     cfg = ctx.config
     if not cfg.resume or cfg.checkpoint_dir is None:
-        return 0
+        return 0, None
     ckpt = load_checkpoint(cfg.checkpoint_dir)
     if ckpt is None:
-        return 0
+        return 0, None
+    where = str(cfg.checkpoint_dir)
+    pos = Position.from_dict(ckpt.position, where) if ckpt.position is not None else None
+    if pos is not None:
+        pos.of_rank(ctx.rank, ctx.world_size, where)  # the same trainers, or one clear line
     unwrap(task.model).load_state_dict(ckpt.model)
     task.opt.load_state_dict(ckpt.optimizer)
     if task.embedding is not None and "embedding" in ckpt.sparse and ctx.is_main:
         task.embedding.load_state(ckpt.sparse["embedding"])
     if ctx.is_main:
-        print(json.dumps({"event": "resumed", "from_epoch": ckpt.epoch}), flush=True)
-    return ckpt.epoch + 1
+        at = {"at_step": pos.step} if pos is not None else {}
+        print(json.dumps({"event": "resumed", "from_epoch": ckpt.epoch, **at}), flush=True)
+    return ckpt.epoch + 1, pos
 
 
-def _save(task: Task, ctx: TrainContext, epoch: int, metrics: dict[str, Any]) -> None:
+def _save(
+    task: Task, ctx: TrainContext, epoch: int, metrics: dict[str, Any],
+    position: Position | None = None,
+) -> None:  # fmt: skip
     if ctx.config.checkpoint_dir is None or not ctx.is_main:
         return
     sparse = {"embedding": task.embedding.state()} if task.embedding is not None else {}
     ckpt = Checkpoint(
-        epoch, unwrap(task.model).state_dict(), task.opt.state_dict(), sparse, metrics
-    )
+        epoch, unwrap(task.model).state_dict(), task.opt.state_dict(), sparse, metrics,
+        position.to_dict() if position is not None else None,
+    )  # fmt: skip
     save_checkpoint(ctx.config.checkpoint_dir, ckpt)
 
 
@@ -141,13 +152,25 @@ _PARTS = ("epoch_s", "sample_s", "fetch_s", "compute_s", "allreduce_s", "cpu_s",
           "peak_rss_mb", "cache_bytes", "remote_bytes")  # fmt: skip
 
 
+class _Stopped(Exception):
+    def __init__(self, position: Position) -> None:
+        self.position = position
+
+
 def train_epoch(
-    task: Task, ctx: TrainContext, epoch: int, prof: Profiler, timer: AllreduceTimer | None = None
+    task: Task,
+    ctx: TrainContext,
+    epoch: int,
+    prof: Profiler,
+    timer: AllreduceTimer | None = None,
+    at: Position | None = None,
 ) -> dict[str, Any]:
+    """One epoch (from ``at``, a mid-epoch checkpoint's position, if given). Raises
+    :class:`_Stopped` before a step once any trainer was told to stop."""
     # Every random draw of an epoch (dropout masks; the loaders seed their own generators
     # from (seed, epoch, batch)) follows from (seed, epoch, rank), not from the epochs
     # before: a run resumed from the checkpoint of epoch e - 1 trains epoch e exactly as
-    # the uninterrupted run did (checkpoints are taken at epoch ends).
+    # the uninterrupted run did. A mid-epoch checkpoint adds the step and the RNG state.
     torch.manual_seed(epoch_seed(ctx.config.seed, epoch, ctx.rank))
     steps = all_min(task.steps_per_epoch(), ctx.ddp)
     it: Iterator[Batch] = task.epoch_batches(epoch)  # loaders start (workers) off the clock
@@ -157,7 +180,17 @@ def train_epoch(
     own = dict.fromkeys(_PARTS, 0.0)
     local = set(getattr(ctx.data, "local_parts", (ctx.data.partition,)))
     cpu0 = time.process_time()
-    for _ in range(steps):
+    first = 0
+    if at is not None:  # the loader's position: its first batches again, dropped
+        rng, (loss_sum, correct, counted_f, seeds_f) = at.of_rank(ctx.rank, ctx.world_size, "")
+        counted, seeds, first = int(counted_f), int(seeds_f), at.step
+        for _ in range(first):
+            next(it, None)
+        torch.set_rng_state(rng)
+    for i in range(first, steps):
+        if stop_agreed(ctx.stop, ctx.ddp):
+            sums = [loss_sum, correct, float(counted), float(seeds)]
+            raise _Stopped(gather_position(epoch, i, sums, ctx.ddp))
         c0 = time.process_time()
         batch = next(it, None)
         if batch is None:
@@ -243,7 +276,7 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
     task = make_task(ctx)
     if ctx.is_main:
         print(json.dumps({"event": "model", **describe(task)}), flush=True)
-    start = _resume(task, ctx)
+    start, at = _resume(task, ctx)
     if ctx.world_size > 1:
         barrier()  # rank 0 restores shared embeddings before anyone reads them
     prof = Profiler(ctx, task.model)
@@ -252,7 +285,10 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
     record: dict[str, Any] = {}
     try:
         for epoch in range(start, ctx.config.epochs):
-            tr = train_epoch(task, ctx, epoch, prof, timer)
+            try:
+                tr = train_epoch(task, ctx, epoch, prof, timer, at if epoch == start else None)
+            except _Stopped as stopped:
+                _suspend(task, ctx, stopped.position, record)
             record = {"epoch": epoch, "loss": round(tr["loss"], 5)}
             record[f"train_{metric}"] = round(tr["train"], 5)
             last = epoch == ctx.config.epochs - 1
@@ -270,6 +306,18 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
     finally:
         prof.close()
     return record
+
+
+def _suspend(task: Task, ctx: TrainContext, pos: Position, record: dict[str, Any]) -> None:
+    """Write the mid-epoch checkpoint (rank 0), wait for it on every trainer, raise
+    :class:`~graphrun.errors.Suspended`."""
+    _save(task, ctx, pos.epoch - 1, record, pos)
+    if ctx.world_size > 1:
+        barrier()  # nobody leaves (and the stores stay up) until rank 0 has saved
+    if ctx.is_main:
+        event = {"event": "suspended", "epoch": pos.epoch, "step": pos.step}
+        print(json.dumps(event), flush=True)
+    raise Suspended(f"stopped before step {pos.step} of epoch {pos.epoch}; checkpoint written")
 
 
 def load_entry_point(spec: str) -> Callable[[TrainContext], Any]:
@@ -290,23 +338,29 @@ def run_training(
     metrics: MetricsLog | None = None,
     graph: Any = None,
     on_done: Callable[[], None] | None = None,
+    stop: StopFlag | None = None,
 ) -> Any:
     """Join the process group, then run the task or the entry point. Returns its result.
 
     ``on_done`` runs on rank 0 once every trainer has finished (after a barrier), e.g.
-    to stop the job's store servers.
+    to stop the job's store servers, and also once they stopped on ``stop`` (raising
+    :class:`~graphrun.errors.Suspended` after their checkpoint).
     """
     metrics = metrics or MetricsLog(
         config.metrics_file, enabled=ddp.rank == 0, tensorboard_dir=config.tensorboard_dir
     )
     group = process_group(ddp) if ddp.world_size > 1 else nullcontext()
     with group:
-        ctx = TrainContext(config, data, ddp, metrics, graph)
+        ctx = TrainContext(config, data, ddp, metrics, graph, stop)
         try:
             if config.entry_point is not None:
                 result = load_entry_point(config.entry_point)(ctx)
             else:
                 result = fit(ctx)
+        except Suspended:
+            if on_done is not None and ddp.rank == 0:
+                on_done()
+            raise
         finally:
             metrics.close()
         if ddp.world_size > 1:

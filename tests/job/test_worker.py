@@ -65,3 +65,47 @@ def test_a_stopped_trainer_is_named_within_the_stall_timeout(tmp_path: Path) -> 
 def test_stall_timeout_travels_in_the_launch_file(tmp_path: Path) -> None:
     launch = MachineLaunch("m0", (), stall_timeout_s=7.5)
     assert MachineLaunch.read(launch.write(tmp_path / "m0.json")).stall_timeout_s == 7.5
+
+
+TRAINER_CHECKPOINTS_ON_SIGTERM = """
+import signal, socket, sys, time
+port, out = int(sys.argv[1]), sys.argv[2]
+def on_term(*_):
+    time.sleep(0.5)  # writing the checkpoint takes a while; the store must still serve
+    with socket.create_connection(("127.0.0.1", port), timeout=2):
+        pass
+    open(out, "w").write("checkpoint written while the store served")
+    sys.exit(143)
+signal.signal(signal.SIGTERM, on_term)
+print("training", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_told_to_stop_the_worker_stops_its_trainers_before_its_stores(tmp_path: Path) -> None:
+    """The trainers' checkpoint on SIGTERM reads the store (embedding state): the worker
+    used to SIGTERM every role at once, and the store was gone before the trainer got
+    to it."""
+    (port,) = free_ports(1)
+    done = tmp_path / "checkpoint"
+    store = fake_store("store:0", "m0", port)
+    trainer = fake_trainer("trainer:0", "m0", "")
+    trainer = type(trainer)(
+        "trainer",
+        type(trainer.command)(
+            "trainer:0", "m0",
+            (sys.executable, "-c", TRAINER_CHECKPOINTS_ON_SIGTERM, str(port), str(done)),
+        ),
+    )  # fmt: skip
+    launch = MachineLaunch("m0", (store, trainer), wait_for=(store.ready or "",))
+    plan = launch.write(tmp_path / "m0.json")
+    argv = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan), "--grace", "10"]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "training" in line:
+            break
+    proc.terminate()
+    proc.communicate(timeout=60)
+    assert done.read_text() == "checkpoint written while the store served"

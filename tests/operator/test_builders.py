@@ -29,6 +29,7 @@ from graphrun.operator.probe import build_probe_job, probe_spec
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden"
 K8S = kubernetes_validate.latest_version()
+WORKLOAD_API_K8S = "1.36.0"  # the Kubernetes release whose schemas hold Workload v1alpha2
 OWNER = L.Owner("graphsage", "ml", "0b7e3c2a-0000-4000-8000-000000000001")
 CONFIG = L.OperatorConfig()
 SECRET = z85_encode(bytes(range(32)))
@@ -80,12 +81,22 @@ def distributed_job() -> GraphJob:
     return load_job(ROOT / "examples" / "kubernetes" / "distributed.yaml")
 
 
+def queued_job() -> GraphJob:
+    """Queued by Kueue (a pod group), gang-scheduled by the Workload API, a launcher."""
+    d = yaml.safe_load((ROOT / "examples" / "kubernetes" / "kueue" / "graphsage.yaml").read_text())
+    d["spec"]["replicaSpecs"]["launcher"] = {
+        "template": {"spec": {"containers": [{"name": "graphrun", "command": ["true"]}]}}
+    }
+    return parse_job(d)
+
+
 def built(job: GraphJob) -> dict[str, dict[str, Any]]:
     owner = L.Owner(job.name, OWNER.namespace, OWNER.uid)
     out = {
         "secret": B.build_secret(owner, KEYS),
         "configmap": B.build_configmap(job, owner, CONFIG),
         "service": B.build_service(owner),
+        "networkpolicy": B.build_network_policy(owner),
         "partitioner": B.build_partitioner(job, owner, CONFIG),
         "worker-0": B.build_worker(job, owner, CONFIG, 0),
         "worker-1-resume": B.build_worker(job, owner, CONFIG, 1, resume=True),
@@ -97,6 +108,8 @@ def built(job: GraphJob) -> dict[str, dict[str, Any]]:
     podgroup = B.build_podgroup(job, owner)
     if podgroup:
         out["podgroup"] = podgroup
+    for obj in B.build_workload(job, owner):
+        out[f"{obj['kind'].lower()}-{obj['metadata']['name']}"] = obj
     return out
 
 
@@ -105,6 +118,7 @@ JOBS = {
     "gang": gang_job,
     "planned": planned_job,
     "distributed": distributed_job,
+    "queued": queued_job,
 }
 CASES = [
     (f"{job_name}-{obj}", job_name, obj)
@@ -126,6 +140,10 @@ def test_golden(golden: str, job_name: str, obj: str) -> None:
 @pytest.mark.parametrize(("golden", "job_name", "obj"), CASES, ids=[c[0] for c in CASES])
 def test_valid_kubernetes_object(golden: str, job_name: str, obj: str) -> None:
     o = built(JOBS[job_name]())[obj]
+    if o["apiVersion"].startswith("scheduling.k8s.io/") or "schedulingGroup" in o.get("spec", {}):
+        # the Workload API (scheduling.k8s.io/v1alpha2, Pod spec.schedulingGroup): 1.36
+        kubernetes_validate.validate(o, WORKLOAD_API_K8S, strict=True)
+        return
     if o["kind"] == "PodGroup":
         pytest.skip("PodGroup is a Volcano/scheduler-plugins CRD, not in the official schemas")
     kubernetes_validate.validate(o, K8S, strict=True)
@@ -198,7 +216,9 @@ def test_worker_pod_runs_the_agreed_command() -> None:
         "--hosts-file", "/etc/graphrun/hosts.json", "--keys", "/etc/graphrun/keys",
         # metrics.jsonl and tensorboard/ on the shared volume, not in the read-only ConfigMap
         "--run-dir", "/data/runs/graphsage",
+        "--grace", "57",  # half of what the default terminationGracePeriodSeconds leaves
     ]  # fmt: skip
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 120
     assert {"name": "MACHINE_INDEX", "value": "0"} in c["env"]
     assert c["resources"]["limits"]["memory"] == "4Gi"  # the user's template is kept
     assert pod["spec"]["restartPolicy"] == "Never"
@@ -766,3 +786,74 @@ def test_a_templates_pod_security_context_keeps_the_volumes_group() -> None:
     assert B.build_worker(parse_job(d), OWNER, CONFIG, 0)["spec"]["securityContext"] == {
         "fsGroup": 2000
     }
+
+
+def test_workload_api_gang_one_pod_group_per_role_group() -> None:
+    objs = built(queued_job())
+    workload = objs["workload-graphsage-queued"]
+    templates = {t["name"]: t["schedulingPolicy"] for t in workload["spec"]["podGroupTemplates"]}
+    assert templates == {
+        "workers": {"gang": {"minCount": 2}},
+        "launcher": {"gang": {"minCount": 1}},
+    }
+    assert workload["spec"]["controllerRef"] == {
+        "apiGroup": "graphrun.io", "kind": "GraphJob", "name": "graphsage-queued",
+    }  # fmt: skip
+    workers = objs["podgroup-graphsage-queued-workers"]
+    assert workers["spec"]["podGroupTemplateRef"]["workload"] == {
+        "workloadName": "graphsage-queued", "podGroupTemplateName": "workers",
+    }  # fmt: skip
+    assert objs["worker-0"]["spec"]["schedulingGroup"] == {
+        "podGroupName": "graphsage-queued-workers"
+    }
+    assert objs["launcher"]["spec"]["schedulingGroup"] == {
+        "podGroupName": "graphsage-queued-launcher"
+    }
+    assert "schedulingGroup" not in objs["partitioner"]["spec"]["template"]["spec"]
+    assert "schedulerName" not in objs["worker-0"]["spec"]  # the default scheduler
+    # the schemas of 1.36 do reject a malformed one
+    bad = copy.deepcopy(workers)
+    bad["spec"]["schedulingPolicy"] = {"gang": {"minCount": "two"}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, WORKLOAD_API_K8S, strict=True)
+
+
+def test_kueue_pod_group_is_the_workers_and_the_launcher_queues_alone() -> None:
+    objs = built(queued_job())
+    for name in ("worker-0", "worker-1-resume", "launcher"):
+        meta, spec = objs[name]["metadata"], objs[name]["spec"]
+        assert meta["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+        assert spec["schedulingGates"] == [{"name": "kueue.x-k8s.io/admission"}]
+        if name != "launcher":  # made once the workers serve: queued alone
+            assert meta["labels"]["kueue.x-k8s.io/pod-group-name"] == "graphsage-queued"
+            assert meta["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "2"
+    assert "kueue.x-k8s.io/pod-group-name" not in objs["launcher"]["metadata"]["labels"]
+    part = objs["partitioner"]
+    assert part["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"  # a batch Job
+    assert "schedulingGates" not in part["spec"]["template"]["spec"]
+    # the template's grace period is kept, and the worker's --grace follows it
+    args = objs["worker-0"]["spec"]["containers"][0]["args"]
+    assert objs["worker-0"]["spec"]["terminationGracePeriodSeconds"] == 180
+    assert args[args.index("--grace") + 1] == "87"
+
+
+def test_network_policy_admits_only_the_jobs_own_pods() -> None:
+    objs = built(example())
+    policy = objs["networkpolicy"]
+    own = policy["spec"]["podSelector"]["matchLabels"]
+    assert own == {
+        "graphrun.io/job-name": "graphsage",
+        "app.kubernetes.io/managed-by": "graphrun-operator",
+    }
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["from"] == [{"podSelector": {"matchLabels": own}}]
+    # every pod the job makes is selected (and so both protected and admitted)
+    for name in ("worker-0", "worker-1-resume"):
+        labels = objs[name]["metadata"]["labels"]
+        assert own.items() <= labels.items()
+    part_labels = objs["partitioner"]["spec"]["template"]["metadata"]["labels"]
+    assert own.items() <= part_labels.items()
+    # a pod of another job is neither
+    other = built(gang_job())["worker-0"]["metadata"]["labels"]
+    assert not own.items() <= other.items()

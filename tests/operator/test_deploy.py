@@ -102,6 +102,28 @@ def test_rbac_is_least_privilege() -> None:
     assert ("graphrun.io", "graphjobs/status", "patch") in granted
 
 
+def _grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for r in rules:
+        for group in r["apiGroups"]:
+            for res in r["resources"]:
+                out.setdefault((group, res), set()).update(r["verbs"])
+    return out
+
+
+def test_rbac_grants_exactly_what_the_new_objects_need() -> None:
+    """NetworkPolicies, the Workload API's objects and Kueue's Workloads: the verbs the
+    operator uses (graphrun.operator.kube.RIGHTS), no more, in every install."""
+    from graphrun.operator.kube import RIGHTS
+
+    namespaced = [o for o in render_chart(watchNamespace="ml") if o["kind"] == "Role"]
+    for rules in (_rules(base_objects()), _rules(render_chart()), namespaced[0]["rules"]):
+        granted = _grants(rules)
+        for key, verbs in RIGHTS.items():
+            assert granted.get(key) == set(verbs), key
+    assert ("kueue.x-k8s.io", "workloads") in RIGHTS  # read only: Kueue owns them
+
+
 def test_operator_image_and_service_account_match() -> None:
     objs = base_objects()
     (dep,) = [o for o in objs if o["kind"] == "Deployment"]

@@ -43,6 +43,7 @@ PATHS = {
     "Service": f"/api/v1/namespaces/{NS}/services",
     "Event": f"/api/v1/namespaces/{NS}/events",
     "Job": f"/apis/batch/v1/namespaces/{NS}/jobs",
+    "NetworkPolicy": f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies",
 }
 VERBS = {"list", "watch", "get", "patch", "create", "delete"}
 
@@ -59,6 +60,7 @@ def declare(api: Any) -> None:
         ("v1/services", "Service"),
         ("v1/events", "Event"),
         ("batch/v1/jobs", "Job"),
+        ("networking.k8s.io/v1/networkpolicies", "NetworkPolicy"),
     ]:
         res[path] = kmock.ResourceInfo(kind=kind, namespaced=True, verbs=VERBS)
     res["v1/namespaces"] = kmock.ResourceInfo(kind="Namespace", namespaced=False, verbs=VERBS)
@@ -664,3 +666,94 @@ async def test_an_unreachable_api_server_is_a_temporary_error() -> None:
     with pytest.raises(kopf.TemporaryError) as info:
         await asyncio.to_thread(on_spec_change, ctx, NS, "graphsage")
     assert info.value.delay == 5.0
+
+
+async def test_managed_by_another_controller_is_left_alone(cluster: Cluster) -> None:
+    c = cluster
+    doc = example()
+    doc["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+    await c.create_graphjob(doc)
+    ours = example()
+    ours["metadata"]["name"] = "ours"
+    ours["spec"]["managedBy"] = "graphrun.io/graphrun-operator"
+    ours["spec"]["partition"]["output"] = "ours/parts"
+    await c.create_graphjob(ours)
+
+    async def ours_started() -> bool:
+        return (await c.status("ours")).get("phase") == "Partitioning"
+
+    await eventually(ours_started)
+    await asyncio.sleep(1.0)  # several resyncs (0.3 s)
+    assert await c.status("graphsage") == {}  # no status, no children, no events
+    for kind in ("Secret", "ConfigMap", "Service", "Pod", "Job", "NetworkPolicy"):
+        owners = {o["metadata"].get("labels", {}).get(L.LABEL_JOB) for o in await c.items(kind)}
+        assert "graphsage" not in owners, kind
+    involved = {e["involvedObject"]["name"] for e in await c.items("Event")}
+    assert "graphsage" not in involved
+
+
+async def test_kueue_admission_eviction_and_requeue(cluster: Cluster) -> None:
+    """The test plays Kueue: it removes the gates (admission), then marks the pods
+    TerminationTarget and deletes them (eviction)."""
+    c = cluster
+    doc = example()
+    doc["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-a"}
+    await c.create_graphjob(doc)
+    await eventually(lambda: c.names("Pod", "partitioner"))
+    assert await c.names("NetworkPolicy") == ["graphsage-pods"]
+    await c.finish_partitioner()
+    workers = await eventually(n_workers(c))
+
+    async def queued() -> dict[str, Any] | None:
+        conds = {x["type"]: x for x in (await c.status()).get("conditions", [])}
+        q = conds.get("Queued")
+        return q if q and q["status"] == "True" else None
+
+    q = await eventually(queued)
+    assert q["reason"] == "WaitingForAdmission" and "team-a" in q["message"]
+    for w in workers:
+        pod = await c.get(f"{PATHS['Pod']}/{w}")
+        assert pod["spec"]["schedulingGates"] == [{"name": "kueue.x-k8s.io/admission"}]
+        await c.patch(f"{PATHS['Pod']}/{w}", {"spec": {"schedulingGates": []}})
+
+    async def admitted() -> bool:
+        conds = {x["type"]: x for x in (await c.status()).get("conditions", [])}
+        return conds.get("Queued", {}).get("reason") == "Admitted"
+
+    await eventually(admitted)
+    for w in workers:
+        await c.set_pod(w, "Running", ready=True)
+    await eventually(phase_is(c, "Training"))
+    for w in workers:  # Kueue marks the pods, then deletes them (they terminate)
+        cond = {
+            "type": "TerminationTarget", "status": "True", "reason": "StoppedByKueue",
+            "message": "Preempted to accommodate a higher priority Workload",
+        }  # fmt: skip
+        await c.patch(
+            f"{PATHS['Pod']}/{w}/status",
+            {"status": {"phase": "Running", "conditions": [cond]}},
+        )
+    await eventually(phase_is(c, "Suspended"))
+    status = await c.status()
+    suspended = next(x for x in status["conditions"] if x["type"] == "Suspended")
+    assert suspended["reason"] == "Evicted" and "Preempted" in suspended["message"]
+    for w in workers:  # the grace period is over
+        await c.delete(f"{PATHS['Pod']}/{w}")
+
+    async def requeued() -> bool:
+        pods = [
+            p for p in await c.items("Pod")
+            if p["metadata"]["labels"].get(L.LABEL_REPLICA) == "worker"
+            and not p["metadata"].get("deletionTimestamp")
+        ]  # fmt: skip
+        return len(pods) == 2 and all(
+            p["spec"].get("schedulingGates")
+            and p["spec"]["containers"][0]["args"][-1] == "--resume"
+            for p in pods
+        )
+
+    await eventually(requeued)
+    await eventually(queued)
+    reasons = [e["reason"] for e in await c.items("Event")]
+    for reason in ("Queued", "Admitted", "Evicted", "Requeued"):
+        assert reason in reasons, reasons

@@ -92,7 +92,7 @@ def test_happy_path() -> None:
     h = Harness()
     h.step()
     kinds = sorted(o["kind"] for o in h.ns.children())
-    assert kinds == ["ConfigMap", "Job", "Pod", "Secret", "Service"]
+    assert kinds == ["ConfigMap", "Job", "NetworkPolicy", "Pod", "Secret", "Service"]
     assert h.phase == "Partitioning"
     assert h.cond("Created")["status"] == "True"
     h.step()
@@ -499,7 +499,7 @@ def test_a_job_on_a_running_store_serves_nothing_and_mounts_the_store_key() -> N
     h.step()
     assert h.phase == "Serving"  # nothing to partition
     kinds = sorted(o["kind"] for o in h.ns.children())
-    assert kinds == ["ConfigMap", "Pod", "Pod", "Service"]  # no Secret, no partitioner Job
+    assert kinds == ["ConfigMap", "NetworkPolicy", "Pod", "Pod", "Service"]  # no Secret, Job
     assert h.workers() == ["graphsage-worker-0", "graphsage-worker-1"]
     pod = next(p for p in h.ns.pods("worker"))
     secrets = [

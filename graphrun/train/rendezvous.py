@@ -1,0 +1,204 @@
+"""The trainers' rendezvous over CURVE: a ``torch.distributed.Store`` only key holders reach.
+
+``torch.distributed``'s own TCPStore accepts anyone who can connect: a stranger on the
+pod network could read the trainers' addresses, add keys or stall the rendezvous. Here
+trainer 0 serves the store (:class:`RendezvousServer`, a ZeroMQ ROUTER socket made a
+CURVE server with the job's key pair, :func:`graphrun.rpc.auth.secure_server`) and every
+trainer talks to it through :class:`KeyStore`, a ``torch.distributed.Store`` whose
+requests go over a CURVE client socket with the same pair. A peer without the job's
+secret key fails the CURVE handshake: it gets no answer and changes nothing.
+
+Wire (every message is raw byte frames; nothing is unpickled)::
+
+    request  [op, key, arg...]        op: set | get | add | cas | check | del | count
+    reply    [status, value]          status: ok | missing
+
+``get`` and ``wait`` poll (the server never blocks on a key), until the store's timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as dist
+import zmq
+
+from graphrun.errors import RpcTimeout
+from graphrun.rpc.auth import KeyPair, secure_client, secure_server
+
+POLL_S = 0.02
+
+
+class RendezvousServer:
+    """The key-value table the trainers meet at, served by trainer 0 in a thread."""
+
+    def __init__(self, bind: str, keys: KeyPair) -> None:
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.ROUTER)
+        self._sock.linger = 0
+        self._auth = secure_server(self._ctx, self._sock, keys, name="rendezvous")
+        self._sock.bind(bind)
+        self.endpoint = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._data: dict[bytes, bytes] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="rendezvous", daemon=True)
+        self._thread.start()
+
+    def _answer(self, op: bytes, args: list[bytes]) -> list[bytes]:
+        d = self._data
+        if op == b"set":
+            d[args[0]] = args[1]
+        elif op == b"get":
+            return [b"ok", d[args[0]]] if args[0] in d else [b"missing", b""]
+        elif op == b"add":
+            value = int(d.get(args[0], b"0")) + int(args[1])
+            d[args[0]] = str(value).encode()
+            return [b"ok", d[args[0]]]
+        elif op == b"cas":  # compare_set: set to args[2] if it is args[1] (or absent and "")
+            current = d.get(args[0])
+            if (current is None and args[1] == b"") or current == args[1]:
+                d[args[0]] = args[2]
+            return [b"ok", d.get(args[0], args[1])]
+        elif op == b"check":
+            return [b"ok" if all(k in d for k in args) else b"missing", b""]
+        elif op == b"del":
+            return [b"ok" if d.pop(args[0], None) is not None else b"missing", b""]
+        elif op == b"count":
+            return [b"ok", str(len(d)).encode()]
+        else:
+            return [b"error", b"unknown op"]
+        return [b"ok", b""]
+
+    def _serve(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        while not self._stop.is_set():
+            if not poller.poll(100):
+                continue
+            frames = self._sock.recv_multipart()
+            # [identity, b"", op, args...] from a REQ socket
+            if len(frames) < 3:
+                continue
+            head, op, args = frames[:2], frames[2], frames[3:]
+            try:
+                reply = self._answer(op, args)
+            except (IndexError, ValueError):
+                reply = [b"error", b"malformed request"]
+            self._sock.send_multipart([*head, *reply])
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._sock.close()
+        self._auth.stop()
+        self._ctx.term()
+
+
+class KeyStore(dist.Store):
+    """A ``torch.distributed.Store`` over the CURVE rendezvous (one per trainer)."""
+
+    def __init__(self, address: str, keys: KeyPair, timeout_s: float = 300.0) -> None:
+        super().__init__()
+        self._address, self._keys, self._timeout_s = address, keys, timeout_s
+        self._ctx = zmq.Context()
+        self._lock = threading.Lock()
+        self._sock = self._connect()
+
+    def _connect(self) -> zmq.Socket:
+        sock = self._ctx.socket(zmq.REQ)
+        sock.linger = 0
+        secure_client(sock, self._keys)
+        sock.connect(self._address)
+        return sock
+
+    def _call(self, *frames: bytes) -> tuple[bytes, bytes]:
+        deadline = time.monotonic() + self._timeout_s
+        with self._lock:
+            while True:
+                self._sock.send_multipart(list(frames))
+                if self._sock.poll(int(min(1.0, self._timeout_s) * 1000), zmq.POLLIN):
+                    status, value = self._sock.recv_multipart()
+                    return status, value
+                self._sock.close()  # a REQ socket waits for its answer: start afresh
+                self._sock = self._connect()
+                if time.monotonic() > deadline:
+                    raise RpcTimeout(
+                        f"no answer within {self._timeout_s:g}s (a job key mismatch looks "
+                        "the same: the rendezvous answers only the job's key)",
+                        address=self._address, kind="rendezvous",
+                    )  # fmt: skip
+
+    def _until(self, *frames: bytes) -> bytes:
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            status, value = self._call(*frames)
+            if status == b"ok":
+                return value
+            if time.monotonic() > deadline:
+                raise RpcTimeout(
+                    f"{frames[0].decode()} {frames[1:]!r}: not set within {self._timeout_s:g}s",
+                    address=self._address, kind="rendezvous",
+                )  # fmt: skip
+            time.sleep(POLL_S)
+
+    # --- torch.distributed.Store ---------------------------------------------------------
+
+    def set(self, key: str, value: Any) -> None:
+        self._call(b"set", key.encode(), _bytes(value))
+
+    def get(self, key: str) -> bytes:
+        return self._until(b"get", key.encode())
+
+    def add(self, key: str, amount: int) -> int:
+        return int(self._call(b"add", key.encode(), str(int(amount)).encode())[1])
+
+    def compare_set(self, key: str, expected: Any, desired: Any) -> bytes:
+        return self._call(b"cas", key.encode(), _bytes(expected), _bytes(desired))[1]
+
+    def check(self, keys: list[str]) -> bool:
+        return self._call(b"check", *(k.encode() for k in keys))[0] == b"ok"
+
+    def wait(self, keys: list[str], timeout: timedelta | None = None) -> None:
+        self._until(b"check", *(k.encode() for k in keys))
+
+    def delete_key(self, key: str) -> bool:
+        return self._call(b"del", key.encode())[0] == b"ok"
+
+    def num_keys(self) -> int:
+        return int(self._call(b"count", b"")[1])
+
+    def set_timeout(self, timeout: timedelta) -> None:
+        self._timeout_s = timeout.total_seconds()
+
+    def close(self) -> None:
+        self._sock.close()
+        self._ctx.term()
+
+
+def _bytes(value: Any) -> bytes:
+    if isinstance(value, bytes | bytearray):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value)  # a list of ints, as torch passes std::vector<uint8_t>
+
+
+@contextlib.contextmanager
+def key_store(rendezvous: str, rank: int, keys: KeyPair, timeout_s: float) -> Iterator[KeyStore]:
+    """The trainers' store at ``host:port``: trainer 0 serves it on that port (every
+    interface: CURVE, not the address, keeps strangers out), every trainer joins it."""
+    host, _, port = rendezvous.rpartition(":")
+    own = KeyPair(keys.public, keys.secret)  # the job's pair, never a shared store's server
+    server = RendezvousServer(f"tcp://*:{port}", own) if rank == 0 else None
+    store = KeyStore(f"tcp://{host}:{port}", own, timeout_s)
+    try:
+        yield store
+    finally:
+        store.close()
+        if server is not None:
+            server.close()

@@ -1,0 +1,107 @@
+"""Stopping mid-epoch without losing a step: SIGTERM → an exact checkpoint → resume there.
+
+A trainer told to stop (SIGTERM: a suspended or preempted job, ``graphrun run`` stopped)
+sets :class:`StopFlag`. The training loop asks :func:`stop_agreed` before every step:
+one all-reduce (MAX) of every trainer's flag, so all trainers stop before the same step
+and no DDP gradient all-reduce is left waiting for a trainer that already stopped.
+They then gather what rank 0 needs for an exact checkpoint (:func:`gather_position`):
+
+* ``step``: the steps of the epoch already taken (the loader's position: every loader
+  derives its order and each batch's sampling from ``(seed, epoch, batch)``, so a
+  resumed trainer draws the same first ``step`` batches again and drops them);
+* every trainer's torch RNG state (dropout masks) after those steps, and its sums of
+  the epoch so far (loss, correct, counted, seeds), which the epoch's metrics add up.
+
+The model, the dense optimiser and the store's embedding tables with their sparse
+optimiser state are saved as at an epoch end (``graphrun.train.checkpoint``); a run
+resumed from it takes the remaining steps of the epoch exactly as the uninterrupted run
+did (tested loss for loss: ``tests/job/test_suspend.py``).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from graphrun.errors import ArgumentError
+from graphrun.train.ddp import DDPConfig
+
+
+class StopFlag:
+    """Set by SIGTERM (once :meth:`install` ran, in the main thread) or by :meth:`set`."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def install(self) -> StopFlag:
+        def on_term(signum: int, frame: object) -> None:
+            self._event.set()
+
+        signal.signal(signal.SIGTERM, on_term)
+        return self
+
+    def set(self) -> None:
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+
+def stop_agreed(flag: StopFlag | None, ddp: DDPConfig) -> bool:
+    """Whether any trainer was told to stop: the same answer on every trainer."""
+    mine = 1 if flag is not None and flag.is_set() else 0
+    if ddp.world_size == 1:
+        return bool(mine)
+    t = torch.tensor([mine], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+@dataclass
+class Position:
+    """Where an epoch stopped, for every trainer (index = rank)."""
+
+    epoch: int
+    step: int
+    rng: list[torch.Tensor]  # torch.get_rng_state() of each trainer
+    sums: torch.Tensor  # float64 [world, 4]: loss, correct, counted, seeds so far
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "step": self.step, "rng": self.rng, "sums": self.sums}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any], where: str) -> Position:
+        try:
+            pos = Position(int(d["epoch"]), int(d["step"]), list(d["rng"]), d["sums"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ArgumentError(f"{where}: field 'position' is malformed ({exc})") from None
+        if not isinstance(pos.sums, torch.Tensor) or pos.sums.shape != (len(pos.rng), 4):
+            raise ArgumentError(f"{where}: field 'position.sums' is not a [trainers, 4] tensor")
+        return pos
+
+    def of_rank(self, rank: int, world_size: int, where: str) -> tuple[torch.Tensor, list[float]]:
+        """Trainer ``rank``'s RNG state and sums; the job must have as many trainers."""
+        if len(self.rng) != world_size:
+            raise ArgumentError(
+                f"{where}: taken mid-epoch by {len(self.rng)} trainers; resume it with as many "
+                f"(the job has {world_size})"
+            )
+        return self.rng[rank], [float(v) for v in self.sums[rank]]
+
+
+def gather_position(epoch: int, step: int, sums: list[float], ddp: DDPConfig) -> Position:
+    """Every trainer's RNG state and sums, on every trainer (rank 0 writes them)."""
+    rng = torch.get_rng_state()
+    mine = torch.tensor(sums, dtype=torch.float64)
+    if ddp.world_size == 1:
+        return Position(epoch, step, [rng], mine.unsqueeze(0))
+    rngs = [torch.empty_like(rng) for _ in range(ddp.world_size)]
+    dist.all_gather(rngs, rng)
+    all_sums = [torch.empty_like(mine) for _ in range(ddp.world_size)]
+    dist.all_gather(all_sums, mine)
+    return Position(epoch, step, rngs, torch.stack(all_sums))
