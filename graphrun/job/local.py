@@ -13,13 +13,15 @@ and exit codes. The attempt
 
 Whatever happens, every worker (and through it every role) is stopped — SIGTERM,
 then SIGKILL after the grace period — before :meth:`LocalMachines.run` returns or
-raises. Deciding what an attempt means for the job (restart, phases) is the
-workflow's business (:mod:`graphrun.job.runner`).
+raises; if this process is killed (SIGKILL), the kernel sends every worker SIGTERM
+(``PR_SET_PDEATHSIG``) and the workers stop their roles themselves. Deciding what an
+attempt means for the job (restart, phases) is the workflow's business (:mod:`graphrun.job.runner`).
 """
 
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -105,8 +107,12 @@ class LocalMachines:
         (self.run_dir / "launch").mkdir(parents=True, exist_ok=True)
         machines = [m.machine for m in launches]
         states = dict.fromkeys(machines, "pending")
-        # Workers print their roles' lines already prefixed with [role@machine].
-        sup = Supervisor(self.run_dir / "logs", self.sink, self.grace_s + 3, prefix=False)
+        # Workers print their roles' lines already prefixed with [role@machine]. A worker
+        # whose launcher dies (kill -9) gets SIGTERM and stops its roles and segments.
+        sup = Supervisor(
+            self.run_dir / "logs", self.sink, self.grace_s + 3, prefix=False,
+            death_signal=signal.SIGTERM,
+        )  # fmt: skip
         failure: JobFailed | None = None
         try:
             for launch in launches:

@@ -10,8 +10,11 @@ failure can quote them.
 Stopping is always the same: SIGTERM to every group, wait up to ``grace_s``,
 then SIGKILL to whatever is left — including descendants that left the group
 (found with psutil before the first signal). On Linux every role is also asked to
-die with its parent (``PR_SET_PDEATHSIG``), so a launcher killed with SIGKILL
-leaves no orphans behind.
+die with its parent (``PR_SET_PDEATHSIG``, :mod:`graphrun.parent`), so a launcher
+killed with SIGKILL leaves no orphans behind: SIGKILL by default, or the supervisor's
+``death_signal`` (SIGTERM for processes that clean up on the way out, such as a
+machine's worker, which then stops its roles). A sink that breaks (the launcher's
+terminal gone) does not stop the logs.
 
 The supervisor knows nothing about jobs or phases: it runs commands.
 """
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -35,8 +38,8 @@ from typing import IO, NoReturn, Protocol
 import psutil
 
 from graphrun.errors import ArgumentError
+from graphrun.parent import set_death_signal
 
-_PR_SET_PDEATHSIG = 1
 TAIL_LINES = 20
 
 
@@ -111,12 +114,8 @@ def log_name(role: str) -> str:
     return role.replace(":", "-").replace("/", "-")
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
+def _die_with_parent(sig: int) -> None:  # runs in the child between fork and exec
+    set_death_signal(sig)
 
 
 class _Pump(threading.Thread):
@@ -144,9 +143,12 @@ class _Pump(threading.Thread):
                 self.log.write(line + "\n")
                 self.log.flush()
             if self.sink is not None:
-                with self.lock:
-                    self.sink.write(self.prefix + line + "\n")
-                    self.sink.flush()
+                try:
+                    with self.lock:
+                        self.sink.write(self.prefix + line + "\n")
+                        self.sink.flush()
+                except (OSError, ValueError):  # the terminal is gone: keep the log going
+                    self.sink = None
         self.stream.close()
         if self.log is not None:
             self.log.close()
@@ -169,8 +171,10 @@ class Supervisor:
         sink: Sink | None = None,
         grace_s: float = 5.0,
         prefix: bool = True,
+        death_signal: int = signal.SIGKILL,
     ) -> None:
         self.log_dir = Path(log_dir) if log_dir is not None else None
+        self.death_signal = death_signal  # what a role gets when this process dies
         self.sink = sink if sink is not None else sys.stdout
         self.grace_s = grace_s
         self.prefix = prefix  # False: the roles prefix their own lines (workers)
@@ -195,7 +199,7 @@ class Supervisor:
                 env=env,
                 cwd=cmd.cwd,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=functools.partial(_die_with_parent, self.death_signal),
             )
         except OSError as exc:
             raise ArgumentError(f"role {cmd.role}: cannot start {cmd.argv[0]!r}: {exc}") from exc
