@@ -4,7 +4,10 @@
 (:mod:`graphrun.job.workflow`) and follows the phases:
 
 ``Partitioning``  generate the dataset (jobs with ``graph.generator``) and partition it,
-                  each a process, unless a matching partition directory exists (a job
+                  each a process, unless a matching partition directory exists: one
+                  made by an earlier run from another dataset, another version of it
+                  or other partition settings (:mod:`graphrun.job.source`) is made
+                  again; a dataset named by the job must exist (a job
                   on a running store, ``graph.store``, has nothing to partition or
                   serve: its trainers join that store, and never stop it);
 ``Distributing``  check the partition directory against the job (on one host every
@@ -29,6 +32,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import sys
 import threading
 import time
@@ -52,10 +56,10 @@ from graphrun.job.roles import (
     plan_hosts,
     store_key_file,
 )
+from graphrun.job.source import Source, current, read_source, stale_reason, write_source
 from graphrun.job.spec import GraphJob
+from graphrun.job.worker import SHM_DIR, remove_shm
 from graphrun.job.workflow import Event, EventKind, JobState, Phase, initial_state, transition
-
-SHM_DIR = Path("/dev/shm")
 
 
 @dataclass(frozen=True)
@@ -88,26 +92,6 @@ class _Ended(Exception):
     def __init__(self, kind: EventKind, message: str) -> None:
         super().__init__(message)
         self.kind = kind
-
-
-def remove_shm(pids: Mapping[str, int], shm_dir: Path = SHM_DIR) -> list[str]:
-    """Unlink the shared-memory segments left by the given (dead) role processes.
-
-    Store segments are named ``graphrun-<pid>-<start>-<token>.<seq>``
-    (:mod:`graphrun.store.shm`); only those of our roles whose process is gone are removed.
-    """
-    from graphrun.store.shm import owner_alive
-
-    removed: list[str] = []
-    prefixes = tuple(f"graphrun-{pid}-" for pid in pids.values())
-    if not prefixes or not shm_dir.is_dir():
-        return removed
-    for p in shm_dir.iterdir():
-        if p.name.startswith(prefixes) and not owner_alive(p.name):
-            with contextlib.suppress(OSError):
-                p.unlink()
-                removed.append(p.name)
-    return removed
 
 
 def _kebab(name: str) -> str:
@@ -239,8 +223,12 @@ class LocalJob:
         has_data = (self.paths.dataset / "graph.json").is_file()
         chunked = (self.paths.dataset / "chunks.json").is_file()
         where = f"{self.paths.job_file}: spec.graph.dataset"
-        if g.dataset is not None and not have_parts and not (has_data or chunked):
-            raise SpecError(f"{where}: {self.paths.dataset} is not a dataset directory")
+        if g.dataset is not None and not (has_data or chunked):
+            # even with partitions made earlier: they cannot be told current without it
+            what = "does not exist" if not self.paths.dataset.exists() else (
+                "is not a dataset directory (no graph.json or chunks.json)"
+            )  # fmt: skip
+            raise SpecError(f"{where}: {self.paths.dataset} {what}")
         if self.job.spec.partition.mode == "distributed" and not have_parts and g.dataset:
             from graphrun.graph.chunked import check_chunks, load_chunked_meta
 
@@ -266,8 +254,8 @@ class LocalJob:
             if self._hosts_mode() != "netns":
                 raise SpecError(f"--cluster {self.opts.cluster}: needs --hosts netns")
             shapes_from_cluster(self.opts.cluster, self.job.spec.machine_names)
-        if g.store is None and (self.paths.parts / "partition.json").is_file():
-            self._check_partition()
+        if g.store is None and have_parts and self._stale() is None:
+            self._check_partition()  # stale partitions are made again instead
 
     def _check_partition(self) -> None:
         if self.job.spec.graph.store is not None:
@@ -291,9 +279,43 @@ class LocalJob:
                 f"using the running store at {', '.join(self.job.spec.graph.store.addresses)}"
             )
             return
+        aside = None
         if (self.paths.parts / "partition.json").is_file():
-            self._say(f"using the partitions in {self.paths.parts}")
-            return
+            stale = self._stale()
+            if stale is None:
+                self._say(f"using the partitions in {self.paths.parts}")
+                return
+            self._say(f"the partitions in {self.paths.parts} are stale ({stale}): "
+                      "partitioning again")  # fmt: skip
+            aside = self.paths.parts.with_name(f".{self.paths.parts.name}.stale")
+            shutil.rmtree(aside, ignore_errors=True)
+            self.paths.parts.rename(aside)
+        try:
+            self._make_partitions()
+        except BaseException:
+            if aside is not None and not self.paths.parts.exists():
+                aside.rename(self.paths.parts)  # nothing new: the old ones, as they were
+            raise
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+
+    def _source(self) -> Source:
+        spec = self.job.spec
+        return current(
+            self.paths.dataset, ["--parts", str(spec.num_parts), *spec.partition.cli_args()]
+        )
+
+    def _stale(self) -> str | None:
+        """Why the partitions in the output were not made from the job's dataset and
+        settings (:mod:`graphrun.job.source`), or None. A generated dataset that is
+        gone is made again, so its partitions are stale."""
+        if self.job.spec.graph.store is not None:
+            return None
+        if not self.paths.dataset.exists() and self.job.spec.graph.generator is not None:
+            return "their generated dataset is gone" if read_source(self.paths.parts) else None
+        return stale_reason(self.paths.parts, self._source())
+
+    def _make_partitions(self) -> None:
         gen = self.job.spec.graph.generator
         py = self.opts.python
         distributed = self.job.spec.partition.mode == "distributed"
@@ -305,14 +327,16 @@ class LocalJob:
             if distributed:  # in pieces, one share per machine
                 argv += ["--chunks", str(self.job.spec.num_parts)]
             self._run_step(RoleCommand("generator", "local", tuple(argv), package_env()))
+        source = self._source()  # before partitioning: a dataset changed meanwhile is stale
         if distributed:
             self._partition_distributed()
-            return
-        argv = [
-            py, "-m", "graphrun", "partition", str(self.paths.dataset), str(self.paths.parts),
-            "--parts", str(self.job.spec.num_parts), *self.job.spec.partition.cli_args(),
-        ]  # fmt: skip
-        self._run_step(RoleCommand("partitioner", "local", tuple(argv), package_env()))
+        else:
+            argv = [
+                py, "-m", "graphrun", "partition", str(self.paths.dataset), str(self.paths.parts),
+                "--parts", str(self.job.spec.num_parts), *self.job.spec.partition.cli_args(),
+            ]  # fmt: skip
+            self._run_step(RoleCommand("partitioner", "local", tuple(argv), package_env()))
+        write_source(self.paths.parts, source)
 
     def _partition_distributed(self) -> None:
         """``partition.mode: distributed``: one rank per machine (role ``partitioner:<r>``
