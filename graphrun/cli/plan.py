@@ -28,6 +28,11 @@ Times printed are simulated, not measured.
 """
 
 
+MAX_STEPS = 100_000_000  # ETP steps (--steps)
+MAX_SECONDS = 86_400.0  # ETP time budget (--seconds)
+MAX_REPLICAS = 16  # --tempering betas: one chain (and its simulator state) each
+
+
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "plan",
@@ -115,7 +120,7 @@ def load_job_for_plan(path: Path, profile: str = "products", iterations: int = 8
 def run(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
     from graphrun.placement.cluster import load_cluster
-    from graphrun.placement.job import Job
+    from graphrun.placement.job import MAX_ITERATIONS, Job
     from graphrun.placement.plan import write_plan
     from graphrun.placement.planner import PlanOptions, optimize
 
@@ -130,8 +135,16 @@ def run(args: argparse.Namespace) -> int:
             raise ArgumentError(f"--tempering: betas must be > 0 and finite, got {beta}")
     if args.seed < 0:
         raise ArgumentError(f"--seed: must be >= 0, got {args.seed}")
-    if args.iterations < 1:
-        raise ArgumentError("--iterations: must be >= 1")
+    if not 1 <= args.iterations <= MAX_ITERATIONS:
+        raise ArgumentError(
+            f"--iterations: must be in [1, {MAX_ITERATIONS}], got {args.iterations}"
+        )
+    if args.steps is not None and args.steps > MAX_STEPS:
+        raise ArgumentError(f"--steps: at most {MAX_STEPS}, got {args.steps}")
+    if args.seconds > MAX_SECONDS:
+        raise ArgumentError(f"--seconds: at most {MAX_SECONDS} (a day), got {args.seconds:g}")
+    if len(args.tempering or []) > MAX_REPLICAS:
+        raise ArgumentError(f"--tempering: at most {MAX_REPLICAS} betas, got {len(args.tempering)}")
     demands = dict(parse_demand(d) for d in args.demand)
     cluster = load_cluster(args.cluster)
     job = load_job_for_plan(args.job, args.profile, args.iterations)
