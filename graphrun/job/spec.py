@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -56,7 +55,7 @@ from pydantic.alias_generators import to_camel
 
 from graphrun.errors import SpecError
 from graphrun.names import RoleName
-from graphrun.placement._io import read_yaml
+from graphrun.placement._io import parse_yaml, read_yaml
 from graphrun.placement.plan import PlacementPlan, load_plan
 from graphrun.train.names import model_name
 
@@ -743,11 +742,7 @@ def load_job(path: str | Path) -> GraphJob:
 
 
 def loads_job(text: str, source: str = "<job>") -> GraphJob:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{source}: not valid YAML ({exc})") from None
-    return parse_job(data, source)
+    return parse_job(parse_yaml(text, source), source)
 
 
 def graphjob_json_schema() -> dict[str, Any]:

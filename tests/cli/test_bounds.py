@@ -158,3 +158,41 @@ def test_graphjob_plan_iterations_are_bounded(
     many = _with(job, "spec.runtime", {"machines": 4, "trainersPerMachine": 64})
     assert _plan(tmp_path, CLUSTER, many, "--iterations", "1000") == 2
     _one_line(capsys, r"--iterations: 1000 iterations of 260 tasks")
+
+
+def _deep(levels: int) -> str:
+    return "a: " + "[" * levels + "]" * levels + "\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        (_deep(100_000), r"nested deeper than 64 levels"),  # RecursionError in the parser
+        (_deep(200), r"nested deeper than 64 levels"),
+        # a billion laughs: nine aliases of nine aliases of ... of one value
+        (
+            "a: &a [x, x, x, x, x, x, x, x, x]\n"
+            + "".join(
+                f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n"
+                for i in range(8)
+            ),
+            r"more than 1000000 values",
+        ),
+        ("a: [" + "1, " * 6_000_000 + "]\n", r"larger than 16 MiB"),
+    ],
+    ids=["deep-100k", "deep-200", "aliases", "large"],
+)
+@pytest.mark.parametrize("command", ["run", "plan"])
+def test_hostile_yaml_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, text: str, named: str
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    if command == "run":
+        argv = ["run", str(bad)]
+    else:
+        good = tmp_path / "job.yaml"
+        good.write_text(yaml.safe_dump(PJOB))
+        argv = ["plan", str(bad), str(good), "-o", str(tmp_path / "plan.yaml")]
+    assert main(argv) == 2
+    _one_line(capsys, re.escape(str(bad)) + ": " + named)
