@@ -32,7 +32,7 @@ from pathlib import Path
 import graphrun
 from graphrun.errors import JobFailed
 from graphrun.job.launch import MachineLaunch
-from graphrun.job.process import RoleCommand, RoleExit, Sink, Supervisor
+from graphrun.job.process import RoleCommand, RoleExit, Sink, Supervisor, lost_a_peer
 from graphrun.job.worker import read_status
 
 Wrap = Callable[[str], Sequence[str]]  # machine -> command prefix (e.g. ip netns exec NS)
@@ -167,8 +167,15 @@ class LocalMachines:
             f = st.get("failure") if st else None
             if f:
                 reported.append(f)
-        if reported:  # the earliest failure is the cause, later ones are its consequences
-            f = min(reported, key=lambda f: float(f.get("time", 0.0)))
+        if reported:  # the earliest failure is the cause, later ones are its consequences;
+            # a role that only lost a peer is blamed last, however fast it noticed
+            f = min(
+                reported,
+                key=lambda f: (
+                    lost_a_peer(f.get("exit_code"), str(f.get("reason", ""))),
+                    float(f.get("time", 0.0)),
+                ),
+            )
             return JobFailed(
                 str(f["role"]), str(f["machine"]), f.get("exit_code"), str(f.get("reason", ""))
             )

@@ -25,6 +25,7 @@ import collections
 import contextlib
 import functools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,7 +38,7 @@ from typing import IO, NoReturn, Protocol
 
 import psutil
 
-from graphrun.errors import ArgumentError
+from graphrun.errors import PEER_LOST_EXIT, ArgumentError
 from graphrun.parent import set_death_signal
 
 TAIL_LINES = 20
@@ -89,6 +90,23 @@ class RoleExit:
             last = _last_meaningful(self.tail)
             return f"killed by {name}" + (f"; last output: {last}" if last else "")
         return _last_meaningful(self.tail)
+
+
+# what a role that only lost a peer says: gloo's and ZeroMQ's words for a dead other end
+_PEER_LOST = re.compile(
+    r"Connection reset by peer|Connection closed by peer|Broken pipe|"
+    r"Connection refused|connection lost|peer.*(closed|died|lost)",
+    re.IGNORECASE,
+)
+
+
+def lost_a_peer(exit_code: int | None, reason: str) -> bool:
+    """Whether a role that ended this way only lost another role (a bystander) rather than
+    failing by itself: it exited :data:`~graphrun.errors.PEER_LOST_EXIT`, or non-zero with
+    a dead connection as its reason. A role killed by a signal never is."""
+    if exit_code is None or exit_code <= 0:
+        return False
+    return exit_code == PEER_LOST_EXIT or bool(_PEER_LOST.search(reason))
 
 
 def _last_meaningful(lines: Sequence[str]) -> str:

@@ -33,6 +33,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -47,7 +48,7 @@ from graphrun.job.hosts import Hosts
 from graphrun.job.launch import MachineLaunch
 from graphrun.job.local import LocalMachines, Wrap, package_env
 from graphrun.job.preflight import check_before_start, check_partitions, check_store
-from graphrun.job.process import RoleCommand, Sink, Supervisor
+from graphrun.job.process import RoleCommand, Sink, Supervisor, log_name
 from graphrun.job.roles import (
     JobPaths,
     job_paths,
@@ -201,6 +202,7 @@ class LocalJob:
                     resume = True
                     self._event(Event(EventKind.RESTARTED, message="resuming from checkpoint"))
             except JobFailed as exc:
+                self._say_failed(exc)
                 self._event(Event.role_failed(exc.role, exc.host, exc.exit_code, exc.reason))
             except _Ended as exc:
                 self._event(Event(exc.kind, message=str(exc)))
@@ -212,6 +214,23 @@ class LocalJob:
         if err is not None:
             raise err
         return report
+
+    def _say_failed(self, exc: JobFailed) -> None:
+        """Name the role that failed first, on the console: the others' tracebacks (they
+        lost it) stay in their logs (:mod:`graphrun.job.console`)."""
+        if exc.role == "job":
+            return
+        log = self.paths.run_dir / "logs"  # the launcher's steps and workers log here,
+        if not exc.role.startswith(("worker", "partitioner", "generator")):
+            log = log / exc.host  # a worker's roles in the folder of their machine
+        log = log / f"{log_name(exc.role)}.log"
+        how = f"exit code {exc.exit_code}" if exc.exit_code is not None else "no exit code"
+        if exc.exit_code is not None and exc.exit_code < 0:
+            with contextlib.suppress(ValueError):
+                how = f"killed by {signal.Signals(-exc.exit_code).name}"
+        reason = exc.reason if not exc.reason.startswith("killed by") else ""
+        self._say(f"{exc.role} on {exc.host} failed first ({how})"
+                  + (f": {reason}" if reason else "") + f"; its log: {log}")  # fmt: skip
 
     # ---- phases ---------------------------------------------------------------------
 

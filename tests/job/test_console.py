@@ -40,3 +40,19 @@ def test_progress_seeds_per_second_is_the_jobs_not_one_trainers() -> None:
     p.update(1000)
     p.t0 = time.perf_counter() - 10.0  # ten seconds into the epoch
     assert p.seeds_per_s == pytest.approx(2 * 1000 / 10.0, rel=1e-3)
+
+
+def test_a_dying_roles_traceback_stays_in_its_log() -> None:
+    out = io.StringIO()
+    c = Console(out)
+    c.write("[trainer:0@m0] epoch 1: 100% 4/4 batches, 8,000 seeds/s\n")
+    c.write("[trainer:0@m0] [rank0]: Traceback (most recent call last):\n")
+    c.write('[trainer:0@m0] [rank0]:   File "x.py", line 1, in <module>\n')
+    c.write("[trainer:0@m0] [rank0]: RuntimeError: Connection reset by peer\n")
+    c.write("[trainer:0@m0] Traceback (most recent call last):\n")
+    c.write("[trainer:0@m0] RuntimeError: Connection reset by peer\n")
+    c.write("[graphrun] trainer:1 on m1 failed first (killed by SIGKILL); its log: x.log\n")
+    assert out.getvalue().splitlines() == [
+        "epoch 1: 100% 4/4 batches, 8,000 seeds/s",
+        "[graphrun] trainer:1 on m1 failed first (killed by SIGKILL); its log: x.log",
+    ]

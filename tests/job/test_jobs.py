@@ -558,3 +558,42 @@ def test_distributed_partitioning_on_netns_hosts(tmp_path):
     assert "[partitioner:1@m1]" in sink.getvalue()
     assert json.loads((tmp_path / "parts" / "partition.json").read_text())["num_parts"] == 2
     assert all(report.exits[f"trainer:{r}"] == 0 for r in range(2))
+
+
+@pytest.mark.timeout(240)
+def test_a_killed_trainer_is_named_on_the_console_not_the_survivors_traceback(tmp_path):
+    # the console showed trainer 0's gloo "Connection reset by peer" traceback; that
+    # trainer 1 had been killed (SIGKILL) was only in a log file
+    from graphrun.job.console import Console
+
+    path = small_job(tmp_path, epochs=200)
+    out = io.StringIO()
+    job = LocalJob(load_job(path), path, RunOptions(grace_s=3.0), sink=Console(out))
+    hit: list[int] = []
+
+    def kill_trainer_1() -> None:
+        m = path.parent / "runs" / "small" / "metrics.jsonl"
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            st = read_status(path.parent / "runs" / "small" / "status" / "m1.json")
+            if m.is_file() and m.read_text().count("\n") >= 2 and st:
+                pid = st["roles"]["trainer:1"]["pid"]
+                os.kill(pid, signal.SIGKILL)  # a trainer of this test's job
+                hit.append(pid)
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_trainer_1)
+    killer.start()
+    with pytest.raises(JobFailed) as info:
+        job.run()
+    killer.join()
+    assert hit
+    assert (info.value.role, info.value.host, info.value.exit_code) == ("trainer:1", "m1", -9)
+    console = out.getvalue()
+    assert "Traceback" not in console and "[rank0]" not in console, console
+    assert "Connection reset" not in console, console
+    log = tmp_path / "runs" / "small" / "logs" / "m1" / "trainer-1.log"
+    assert f"trainer:1 on m1 failed first (killed by SIGKILL); its log: {log}" in console
+    assert log.is_file()
+    nothing_left(job)
