@@ -20,7 +20,7 @@ import re
 import threading
 from typing import IO, Any
 
-_ROLE_LINE = re.compile(r"^\[(?P<role>[^@\]]+)@[^\]]+\] (?P<text>.*)$")
+_ROLE_LINE = re.compile(r"^\[(?P<role>[^@\]]+)@(?P<machine>[^\]]+)\] (?P<text>.*)$")
 _LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ ")
 _PROGRESS = re.compile(r"^epoch \d+: ")
 _TRACEBACK = "Traceback (most recent call last):"
@@ -77,11 +77,16 @@ class Console:
 
     @staticmethod
     def show(line: str) -> str | None:
-        """What of ``line`` a person sees, or None."""
+        """What of ``line`` a person sees, or None; a role's line keeps its
+        ``[role@machine]`` prefix."""
         m = _ROLE_LINE.match(line)
         if m is None:
             return line  # the launcher's own lines ([graphrun] phase ...)
-        role, text = m["role"], m["text"]
+        shown = Console._shown(m["role"], m["text"])
+        return None if shown is None else f"[{m['role']}@{m['machine']}] {shown}"
+
+    @staticmethod
+    def _shown(role: str, text: str) -> str | None:
         if role != MAIN_TRAINER:
             return None  # in RUN/logs/<role>.log
         if text.startswith("{"):

@@ -130,9 +130,15 @@ class LocalJob:
     def _event(self, event: Event) -> None:
         before = self.state.phase
         self.state = transition(self.state, event, self._now())
-        if self.state.phase is not before:
+        # a job on a running store (graph.store) partitions and distributes nothing: the
+        # state passes those phases, the console does not show them
+        on_store = self.job.spec.graph.store is not None
+        quiet = on_store and self.state.phase in (Phase.PARTITIONING, Phase.DISTRIBUTING)
+        if self.state.phase is not before and not quiet:
             cond = self.state.conditions[-1] if self.state.conditions else None
             why = f" ({event.reason or cond.reason})" if cond else ""
+            if on_store and before is Phase.DISTRIBUTING:
+                why = " (on the running store)"
             self._say(f"phase {self.state.phase.value}{why}")
         self._write_state()
 

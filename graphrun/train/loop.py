@@ -217,11 +217,13 @@ def run_training(
     metrics: MetricsLog | None = None,
     graph: Any = None,
     on_done: Callable[[], None] | None = None,
+    on_finished: Callable[[], None] | None = None,
 ) -> Any:
     """Join the process group, then run the task or the entry point. Returns its result.
 
-    ``on_done`` runs on rank 0 once every trainer has finished (after a barrier), e.g.
-    to stop the job's store servers.
+    ``on_finished`` runs on every rank once its training is over, before the final
+    barrier (e.g. to leave the store); ``on_done`` runs on rank 0 once every trainer has
+    finished (after that barrier), e.g. to stop the job's store servers.
     """
     metrics = metrics or MetricsLog(config.metrics_file, enabled=ddp.rank == 0)
     group = process_group(ddp) if ddp.world_size > 1 else nullcontext()
@@ -231,6 +233,8 @@ def run_training(
             result = load_entry_point(config.entry_point)(ctx)
         else:
             result = fit(ctx)
+        if on_finished is not None:
+            on_finished()
         if ddp.world_size > 1:
             barrier()
         if on_done is not None and ddp.rank == 0:

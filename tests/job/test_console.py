@@ -22,9 +22,10 @@ def test_people_see_phases_progress_and_one_line_per_epoch() -> None:
     c.write("[trainer:0@m0] my own print\n")
     assert out.getvalue().splitlines() == [
         "[graphrun] phase Serving (Distributed)",
-        "epoch 1: 100% 4/4 batches, 8,000 seeds/s",
-        "epoch 1: loss 0.1235  train 0.900  val 0.910  test 0.925  (1.23 s, 8,130 seeds/s)",
-        "my own print",
+        "[trainer:0@m0] epoch 1: 100% 4/4 batches, 8,000 seeds/s",
+        "[trainer:0@m0] epoch 1: loss 0.1235  train 0.900  val 0.910  test 0.925  "
+        "(1.23 s, 8,130 seeds/s)",  # README: every line says its role and machine
+        "[trainer:0@m0] my own print",
     ]
 
 
@@ -53,6 +54,6 @@ def test_a_dying_roles_traceback_stays_in_its_log() -> None:
     c.write("[trainer:0@m0] RuntimeError: Connection reset by peer\n")
     c.write("[graphrun] trainer:1 on m1 failed first (killed by SIGKILL); its log: x.log\n")
     assert out.getvalue().splitlines() == [
-        "epoch 1: 100% 4/4 batches, 8,000 seeds/s",
+        "[trainer:0@m0] epoch 1: 100% 4/4 batches, 8,000 seeds/s",
         "[graphrun] trainer:1 on m1 failed first (killed by SIGKILL); its log: x.log",
     ]

@@ -148,6 +148,25 @@ def test_hetero_job_on_2_machines_with_2_trainers_each(tmp_path):
     assert metrics(path)[-1]["test_acc"] > 0.5  # 4 classes: chance is 0.25
 
 
+def test_a_job_with_sampler_workers_ends_without_heartbeat_warnings(tmp_path):
+    # the workers' sessions heartbeat until their trainer closed them, after trainer 0
+    # had stopped the stores: "heartbeat to tcp://... failed: connection lost" at the end
+    # of every successful hetero job with sampler workers
+    path = small_job(
+        tmp_path, hetero=True, task="hetero-node-classification",
+        targetNodeType="paper", epochs=1, runtime={"samplerWorkersPerTrainer": 1},
+    )  # fmt: skip
+    job, sink = run(path)
+    job.run()
+    out = sink.getvalue()
+    assert "heartbeat to" not in out and "connection lost" not in out, out
+    # deterministic: every session but trainer 0's (it stops them) left every store before
+    # it stopped — 2 loader workers and trainer 1; before, none had
+    served = [json.loads(x.split(" served ", 1)[1]) for x in out.splitlines() if " served {" in x]
+    assert len(served) == 2 and all(s["requests"].get("leave") == 3 for s in served), served
+    nothing_left(job)
+
+
 @pytest.mark.parametrize(("name", "cls"), [("gcn", "GCN"), ("gat", "GAT")])
 def test_the_named_model_is_the_one_trained(tmp_path, name, cls):
     path = small_job(tmp_path, model=name, epochs=5, lr=0.03)
@@ -416,6 +435,10 @@ def test_two_jobs_train_on_one_running_store_and_leave_it_serving(tmp_path):
             report = job.run()
             assert report.exits == {"trainer:0": 0, "trainer:1": 0}  # no store roles
             assert "using the running store" in sink.getvalue()
+            # nothing was partitioned or distributed: those phases are not shown
+            assert "phase Partitioning" not in sink.getvalue()
+            assert "phase Distributing" not in sink.getvalue()
+            assert "phase Serving" in sink.getvalue()
             last = json.loads((tmp_path / "runs" / name / "metrics.jsonl").read_text()
                               .splitlines()[-1])  # fmt: skip
             assert last["test_acc"] > 0.5
