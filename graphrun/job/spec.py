@@ -135,6 +135,13 @@ class Metadata(BaseModel):
 # --- graph ------------------------------------------------------------------------------
 
 
+#: upper bounds of the generator's sizes (``graphrun generate`` flags, camelCase)
+GENERATOR_BOUNDS: dict[str, float] = {
+    "nodes": 1 << 32, "avgDegree": 100_000, "featDim": 1 << 16, "classes": 1 << 20,
+    "chunks": MAX_PARTS,
+}  # fmt: skip
+
+
 class GeneratorSpec(_Model):
     """A synthetic graph made by ``graphrun generate <name>`` with these parameters."""
 
@@ -143,6 +150,14 @@ class GeneratorSpec(_Model):
         default_factory=dict,
         description="generator flags, e.g. {nodes: 100000, avgDegree: 20, seed: 0}",
     )
+
+    @model_validator(mode="after")
+    def _bounded(self) -> GeneratorSpec:
+        for key, bound in GENERATOR_BOUNDS.items():
+            v = self.params.get(key)
+            if isinstance(v, int | float) and not isinstance(v, bool) and v > bound:
+                raise ValueError(f"params.{key}: {v:g} is more than {bound:g}")
+        return self
 
 
 STORE_ADDRESS_PATTERN = r"^tcp://[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}$"

@@ -69,6 +69,11 @@ def _one_line(capsys: pytest.CaptureFixture[str], pattern: str) -> None:
         ("spec.runtime.featureCacheMb", BIG, r"spec\.runtime\.featureCacheMb"),
         ("spec.runPolicy.backoffLimit", BIG, r"spec\.runPolicy\.backoffLimit"),
         ("spec.runPolicy.activeDeadlineSeconds", BIG, r"activeDeadlineSeconds"),
+        (
+            "spec.graph",
+            {"generator": {"name": "community", "params": {"nodes": 1 << 40}}},
+            r"spec\.graph\.generator\.params\.nodes: 1\.09951e\+12 is more than",
+        ),
     ],
 )
 def test_graphjob_counts_are_bounded(
