@@ -42,13 +42,13 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from graphrun.errors import PEER_LOST_EXIT, JobFailed, SpecError, UserError
+from graphrun.errors import JobFailed, SpecError, UserError
 from graphrun.files import write_atomic
 from graphrun.job.hosts import Hosts
 from graphrun.job.launch import MachineLaunch
 from graphrun.job.local import LocalMachines, Wrap, package_env
 from graphrun.job.preflight import check_before_start, check_partitions, check_store
-from graphrun.job.process import RoleCommand, Sink, Supervisor, log_name
+from graphrun.job.process import RoleCommand, Sink, Supervisor, log_name, lost_a_peer
 from graphrun.job.roles import (
     JobPaths,
     job_paths,
@@ -411,7 +411,7 @@ class LocalJob:
                     while len(sup.exits()) < len(cmds) and time.monotonic() < until:
                         sup.wait_any(0.2)
                     bad = [ex for ex in sup.exits().values() if not ex.ok]
-                    ex = next((x for x in bad if x.exit_code != PEER_LOST_EXIT), bad[0])
+                    ex = next((x for x in bad if not lost_a_peer(x.exit_code, x.reason())), bad[0])
                     raise JobFailed(ex.role, ex.machine, ex.exit_code, ex.reason())
                 self._check_stop()
 

@@ -100,10 +100,19 @@ def write_file(path: str | Path, text: str) -> Path:
 
 
 def read_json(path: str | Path) -> Any:
+    """One JSON document (a profile), within the bounds of :func:`read_yaml`."""
     path = Path(path)
     try:
-        return json.loads(path.read_text())
+        with path.open("rb") as f:
+            raw = f.read(MAX_YAML_BYTES + 1)
+        if len(raw) > MAX_YAML_BYTES:
+            raise SpecError(f"{path}: larger than {MAX_YAML_BYTES >> 20} MiB")
+        data = json.loads(raw)
     except OSError as exc:
         raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise SpecError(f"{path}: not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise SpecError(f"{path}: nested deeper than {MAX_YAML_DEPTH} levels") from None
+    _check_shape(data, str(path))
+    return data

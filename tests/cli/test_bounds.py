@@ -201,3 +201,13 @@ def test_hostile_yaml_is_one_line_exit_2(
         argv = ["plan", str(bad), str(good), "-o", str(tmp_path / "plan.yaml")]
     assert main(argv) == 2
     _one_line(capsys, re.escape(str(bad)) + ": " + named)
+
+
+def test_a_hostile_profile_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)  # json.loads: RecursionError
+    job = _with(JOB, "spec.graph", {"generator": {"name": "community", "params": {}}})
+    assert _plan(tmp_path, CLUSTER, job, "--profile", str(deep)) == 2
+    _one_line(capsys, r"--profile: .*deep\.json: nested deeper than 64 levels")
