@@ -211,3 +211,13 @@ def test_a_hostile_profile_is_one_line_exit_2(
     job = _with(JOB, "spec.graph", {"generator": {"name": "community", "params": {}}})
     assert _plan(tmp_path, CLUSTER, job, "--profile", str(deep)) == 2
     _one_line(capsys, r"--profile: .*deep\.json: nested deeper than 64 levels")
+
+
+def test_a_hostile_dataset_metadata_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "graph.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert main(["partition", str(data), str(tmp_path / "parts"), "--parts", "2"]) == 2
+    _one_line(capsys, r"graph\.json: nested too deeply to be dataset metadata")
