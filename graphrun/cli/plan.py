@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,15 @@ backups on their main server's machine) can then be the job's placement.planFile
 The Kubernetes operator cannot read plan files: --inline JOB_OUT also writes the
 GraphJob with the plan inline (spec.placement.plan; name the cluster's machines after
 the nodes, or label the nodes and set spec.placement.nodeLabel).
-Times printed are simulated, not measured.
+Times printed are simulated, not measured. While it searches, where it stands (best
+makespan so far, time left) goes to stderr every few seconds. Demands that fit on no
+machine are refused up front, naming the --demand that would lower them.
 """
+
+
+MAX_STEPS = 100_000_000  # ETP steps (--steps)
+MAX_SECONDS = 86_400.0  # ETP time budget (--seconds)
+MAX_REPLICAS = 16  # --tempering betas: one chain (and its simulator state) each
 
 
 def register(subparsers: Any) -> None:
@@ -122,7 +130,7 @@ def load_job_for_plan(path: Path, profile: str = "products", iterations: int = 8
 def run(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
     from graphrun.placement.cluster import load_cluster
-    from graphrun.placement.job import Job
+    from graphrun.placement.job import MAX_ITERATIONS, Job
     from graphrun.placement.plan import write_plan
     from graphrun.placement.planner import PlanOptions, optimize
     from graphrun.placement.schedule import schedule_file, write_schedules
@@ -138,8 +146,16 @@ def run(args: argparse.Namespace) -> int:
             raise ArgumentError(f"--tempering: betas must be > 0 and finite, got {beta}")
     if args.seed < 0:
         raise ArgumentError(f"--seed: must be >= 0, got {args.seed}")
-    if args.iterations < 1:
-        raise ArgumentError("--iterations: must be >= 1")
+    if not 1 <= args.iterations <= MAX_ITERATIONS:
+        raise ArgumentError(
+            f"--iterations: must be in [1, {MAX_ITERATIONS}], got {args.iterations}"
+        )
+    if args.steps is not None and args.steps > MAX_STEPS:
+        raise ArgumentError(f"--steps: at most {MAX_STEPS}, got {args.steps}")
+    if args.seconds > MAX_SECONDS:
+        raise ArgumentError(f"--seconds: at most {MAX_SECONDS} (a day), got {args.seconds:g}")
+    if len(args.tempering or []) > MAX_REPLICAS:
+        raise ArgumentError(f"--tempering: at most {MAX_REPLICAS} betas, got {len(args.tempering)}")
     demands = dict(parse_demand(d) for d in args.demand)
     cluster = load_cluster(args.cluster)
     job = load_job_for_plan(args.job, args.profile, args.iterations)
@@ -152,13 +168,20 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(f"--inline: {args.job} is not a GraphJob (kind: PlacementJob)")
     else:
         job = job.with_demands(demands)
+    check_demands(cluster, job)
+    for out_path in (args.output, args.inline):  # before the search, not after it
+        if out_path is not None:
+            _check_writable(out_path)
     options = PlanOptions(
         seed=args.seed,
         max_seconds=None if args.steps is not None else args.seconds,
         max_steps=args.steps,
         beta=args.beta,
         tempering=PlanOptions.tempering if args.tempering is None else tuple(args.tempering),
+        progress=_say_progress(args.steps),
     )
+    budget = f"{args.steps} steps" if args.steps is not None else f"{args.seconds:g} s"
+    _say(f"simulating the first placements, then searching for {budget}")
     out = optimize(cluster, job, options)
     co = out.colocation_makespan
     lines = [
@@ -204,6 +227,61 @@ def plan_schedules(cluster: Any, job: Any, out: Any, seed: int) -> list[Any]:
     if out.colocation_makespan is not None:
         out_s.append(schedule(cluster, sc, colocation(cluster, job), "co-location", template=tpl))
     return out_s
+
+
+def _check_writable(path: Path) -> None:
+    import os
+
+    from graphrun.errors import SpecError
+
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise SpecError(f"{path}: cannot write: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise SpecError(f"{path}: cannot write: permission denied")
+
+
+def _say(text: str) -> None:
+    print(f"graphrun plan: {text}", file=sys.stderr, flush=True)
+
+
+def _say_progress(max_steps: int | None) -> Any:
+    """Where the search stands, on stderr every few seconds (it runs for --seconds)."""
+
+    def progress(steps: int, elapsed: float, left: float | None, best: float) -> None:
+        where = f"{left:.0f} s left" if left is not None else f"step {steps} of {max_steps}"
+        found = f"best makespan so far {best:.4f} s" if best < math.inf else "none feasible yet"
+        _say(f"{where}: {found} ({steps} steps in {elapsed:.0f} s)")
+
+    return progress
+
+
+def check_demands(cluster: Any, job: Any) -> None:
+    """The job's demands fit the cluster; if not, one line naming the demand and the
+    ``--demand`` that lowers it (a GraphJob's demands are graphrun's estimates, which a
+    small machine may not have: the message did not say they can be changed)."""
+    from graphrun.errors import SpecError
+    from graphrun.placement.cost import check_feasible
+    from graphrun.placement.job import RESOURCES
+
+    try:
+        check_feasible(cluster, job)
+    except SpecError as exc:
+        largest = [max(cluster.capacity(r)) for r in RESOURCES]
+        fixes = []
+        for kind in dict.fromkeys(t.kind for t in job.tasks):
+            demand = next(t.demand for t in job.tasks if t.kind == kind)
+            if any(d > cap for d, cap in zip(demand, largest, strict=True)):
+                fit = [min(d, cap) for d, cap in zip(demand, largest, strict=True)]
+                fixes.append(f"--demand {kind}={','.join(f'{v:g}' for v in fit)}")
+        now = ", ".join(
+            f"{k}={','.join(f'{v:g}' for v in next(t.demand for t in job.tasks if t.kind == k))}"
+            for k in dict.fromkeys(t.kind for t in job.tasks)
+        )
+        hint = " or ".join(fixes) if fixes else "--demand KIND=CPU,MEMORY_GB[,GPUS] (lower)"
+        raise SpecError(
+            f"{exc}; lower it with {hint} (the demands now, CPU,MEMORY_GB,GPUS: {now})"
+        ) from None
 
 
 def write_inline(job_file: Path, plan: Any, out: Path) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -11,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from graphrun.parent import graceful_with_parent, set_death_signal
 
 DESCRIPTION = """\
 Serve partition K of a partition directory until stopped (a `stop` request from a
@@ -152,6 +155,11 @@ def _backup_cmd(args: argparse.Namespace, main_address: str, index: int) -> list
     return cmd
 
 
+def _start_backup(cmd: list[str]) -> subprocess.Popen[bytes]:
+    """A backup server, stopped (SIGTERM) if this server dies without stopping it."""
+    return subprocess.Popen(cmd, preexec_fn=functools.partial(set_death_signal, signal.SIGTERM))
+
+
 def _job_keys(args: argparse.Namespace) -> tuple[Any, Path | None]:
     """The key pair of ``--key-file``, else of ``PARTITION_DIR/store.key`` (made if missing,
     then also returned as the second value: remove it if the server never serves)."""
@@ -241,6 +249,8 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # started to die with a launcher (SIGKILL)? stop cleanly instead, unlinking the segments
+    graceful_with_parent()
     children: list[subprocess.Popen[bytes]] = []
     restarts = [0] * args.backups
     main_address = {"": ""}
@@ -250,7 +260,7 @@ def run(args: argparse.Namespace) -> int:
         made_key_box.clear()  # serving: the key it made is the store's from now on
         if not args.backup_of:
             for i in range(1, args.backups + 1):
-                children.append(subprocess.Popen(_backup_cmd(args, address, i)))
+                children.append(_start_backup(_backup_cmd(args, address, i)))
         if args.ready_file:
             info = {"address": address, "pid": os.getpid(), "part": args.part}
             data = {**info, "index": cfg.backup_index}
@@ -274,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
                 "backup %d died (exit code %s); restarting it (%d of %d)",
                 i + 1, code, restarts[i], args.backup_restarts,
             )  # fmt: skip
-            children[i] = subprocess.Popen(_backup_cmd(args, main_address[""], i + 1))
+            children[i] = _start_backup(_backup_cmd(args, main_address[""], i + 1))
 
     made_key_box = [made_key] if made_key is not None else []
     try:

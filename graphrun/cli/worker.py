@@ -6,6 +6,7 @@ Used by Kubernetes pods, by network-namespace hosts and by ``graphrun run`` itse
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import threading
@@ -79,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
     with sup:
         result = run_machine(launch, sup, stop, status_dir=args.status_dir)
     if result.failure is not None:
-        print(f"[worker@{launch.machine}] failed: {result.failure}", file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):  # the launcher (our stderr) may be gone
+            print(
+                f"[worker@{launch.machine}] failed: {result.failure}", file=sys.stderr, flush=True
+            )
         return 1
     return 0 if result.state == "done" else 143

@@ -1,6 +1,8 @@
 """Loader worker processes: sampling and feature fetching off the trainer's process.
 
-Each worker (role ``sampler:<rank>:<w>``) is a spawned process that joins the store
+Each worker (role ``sampler:<rank>:<w>``) is a spawned process (started without
+the user's ``__main__``, so a script without a ``__main__`` guard is not run again in
+it; it ends by itself when the trainer dies) that joins the store
 with its own client (built from the trainer's :class:`DistConfig`), then loops:
 take ``(index, ids, seed)`` from its task queue, build the batch, put
 ``(index, batch, error)`` on the shared result queue. The trainer keeps up to
@@ -18,10 +20,14 @@ one already).
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import signal
 import socket
+import sys
+import threading
 import time
+import types
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -37,9 +43,23 @@ POLL_S = 0.5
 READY = -1
 
 
+def _watch_parent(parent: int, every_s: float = POLL_S) -> None:
+    """End this worker once the trainer that started it is gone (killed with SIGKILL, it
+    could not stop its workers). A thread, not ``PR_SET_PDEATHSIG``, which fires when the
+    starting *thread* ends: a loader built in a short-lived thread would lose its workers."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+
+
 def _worker_main(
-    config: DistConfig, worker: int, spec: BatchSpec, tasks: Any, results: Any
+    config: DistConfig, worker: int, spec: BatchSpec, tasks: Any, results: Any, parent: int
 ) -> None:
+    _watch_parent(parent)
     torch.set_num_threads(1)
     # a SIGTERM to the trainer's process group is the trainer's to handle (it checkpoints
     # between steps, with batches from this worker): its worker ends when told (None) or
@@ -83,6 +103,22 @@ def _reraise(err: tuple[str, str], role: str) -> None:
     raise GraphrunError(f"{role}: {err[0]}: {err[1]}")
 
 
+@contextlib.contextmanager
+def _user_main_hidden() -> Iterator[None]:
+    """Start processes without the user's ``__main__``: a spawned (or forkserver) child
+    imports the parent's main module again — the user's script, as ``__mp_main__`` — and
+    runs its top level, which in a script without an ``if __name__ == "__main__"`` guard
+    (every PyG example) starts the training again inside the worker. The workers need
+    nothing from it: their target and arguments are graphrun's."""
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
 class WorkerPool:
     """``num_workers`` spawned workers sharing one result queue."""
 
@@ -101,7 +137,7 @@ class WorkerPool:
         self.procs = [
             ctx.Process(
                 target=_worker_main,
-                args=(config, w, spec, self.tasks[w], self.results),
+                args=(config, w, spec, self.tasks[w], self.results, os.getpid()),
                 name=self.role(w),
                 daemon=True,
             )
@@ -109,8 +145,9 @@ class WorkerPool:
         ]
         self._buffer: dict[int, Any] = {}
         self._run = 0
-        for p in self.procs:
-            p.start()
+        with _user_main_hidden():
+            for p in self.procs:
+                p.start()
         try:
             self._wait_ready(start_timeout)
         except BaseException:

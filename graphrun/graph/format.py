@@ -194,6 +194,8 @@ def read_json(path: Path, what: str, error: type[UserError] = DatasetError) -> d
         meta = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise error(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:  # json.loads of 100k nested brackets
+        raise error(f"{path}: nested too deeply to be {what}") from None
     if not isinstance(meta, dict):
         raise error(f"{path}: expected a JSON object")
     return meta

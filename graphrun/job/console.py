@@ -5,6 +5,12 @@ Roles write ``[role@machine] text`` lines (JSON events, logger lines with timest
 progress); all of them stay in ``RUN/logs/<role>.log`` and the epoch records in
 ``RUN/metrics.jsonl``. :class:`Console` is the sink ``graphrun run`` and ``graphrun
 demo`` give the launcher by default; ``graphrun run --verbose`` shows every raw line.
+
+A traceback is not shown: when one role dies, the others fail after it (gloo's
+"Connection reset by peer" in every survivor), and their tracebacks would bury the
+cause. The launcher names the role that failed first, its machine, exit code or signal
+and its log (``[graphrun] trainer:1 on m1 failed first ...``); every traceback is in the
+log of its role.
 """
 
 from __future__ import annotations
@@ -14,9 +20,11 @@ import re
 import threading
 from typing import IO, Any
 
-_ROLE_LINE = re.compile(r"^\[(?P<role>[^@\]]+)@[^\]]+\] (?P<text>.*)$")
+_ROLE_LINE = re.compile(r"^\[(?P<role>[^@\]]+)@(?P<machine>[^\]]+)\] (?P<text>.*)$")
 _LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ ")
 _PROGRESS = re.compile(r"^epoch \d+: ")
+_TRACEBACK = "Traceback (most recent call last):"
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]:")  # torch.distributed's copy of an error
 MAIN_TRAINER = "trainer:0"
 
 
@@ -42,13 +50,14 @@ class Console:
         self.out = out
         self._lock = threading.Lock()
         self._partial = ""
+        self._failing: set[str] = set()  # roles that printed a traceback: they are ending
 
     def write(self, text: str) -> int:
         with self._lock:
             lines = (self._partial + text).split("\n")
             self._partial = lines.pop()
             for line in lines:
-                shown = self.show(line)
+                shown = self._filter(line)
                 if shown is not None:
                     self.out.write(shown + "\n")
         return len(text)
@@ -56,13 +65,28 @@ class Console:
     def flush(self) -> None:
         self.out.flush()
 
+    def _filter(self, line: str) -> str | None:
+        m = _ROLE_LINE.match(line)
+        if m is not None:
+            text = m["text"]
+            if text.startswith(_TRACEBACK) or _RANK_PREFIX.match(text):
+                self._failing.add(m["role"])
+            if m["role"] in self._failing:
+                return None  # the rest of a dying role's output: in its log
+        return self.show(line)
+
     @staticmethod
     def show(line: str) -> str | None:
-        """What of ``line`` a person sees, or None."""
+        """What of ``line`` a person sees, or None; a role's line keeps its
+        ``[role@machine]`` prefix."""
         m = _ROLE_LINE.match(line)
         if m is None:
             return line  # the launcher's own lines ([graphrun] phase ...)
-        role, text = m["role"], m["text"]
+        shown = Console._shown(m["role"], m["text"])
+        return None if shown is None else f"[{m['role']}@{m['machine']}] {shown}"
+
+    @staticmethod
+    def _shown(role: str, text: str) -> str | None:
         if role != MAIN_TRAINER:
             return None  # in RUN/logs/<role>.log
         if text.startswith("{"):

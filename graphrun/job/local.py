@@ -13,13 +13,15 @@ and exit codes. The attempt
 
 Whatever happens, every worker (and through it every role) is stopped — SIGTERM,
 then SIGKILL after the grace period — before :meth:`LocalMachines.run` returns or
-raises. Deciding what an attempt means for the job (restart, phases) is the
-workflow's business (:mod:`graphrun.job.runner`).
+raises; if this process is killed (SIGKILL), the kernel sends every worker SIGTERM
+(``PR_SET_PDEATHSIG``) and the workers stop their roles themselves. Deciding what an
+attempt means for the job (restart, phases) is the workflow's business (:mod:`graphrun.job.runner`).
 """
 
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -30,7 +32,7 @@ from pathlib import Path
 import graphrun
 from graphrun.errors import JobFailed
 from graphrun.job.launch import MachineLaunch
-from graphrun.job.process import RoleCommand, RoleExit, Sink, Supervisor
+from graphrun.job.process import RoleCommand, RoleExit, Sink, Supervisor, lost_a_peer
 from graphrun.job.worker import read_status
 
 Wrap = Callable[[str], Sequence[str]]  # machine -> command prefix (e.g. ip netns exec NS)
@@ -105,10 +107,14 @@ class LocalMachines:
         (self.run_dir / "launch").mkdir(parents=True, exist_ok=True)
         machines = [m.machine for m in launches]
         states = dict.fromkeys(machines, "pending")
-        # Workers print their roles' lines already prefixed with [role@machine].
-        # a worker told to stop may take a grace period for its trainers' checkpoint and
-        # then one for its stores
-        sup = Supervisor(self.run_dir / "logs", self.sink, 2 * self.grace_s + 3, prefix=False)
+        # Workers print their roles' lines already prefixed with [role@machine]. A worker
+        # told to stop may take a grace period for its trainers' checkpoint and then one for
+        # its stores; one whose launcher dies (kill -9) gets SIGTERM and stops its roles and
+        # segments.
+        sup = Supervisor(
+            self.run_dir / "logs", self.sink, 2 * self.grace_s + 3, prefix=False,
+            death_signal=signal.SIGTERM,
+        )  # fmt: skip
         failure: JobFailed | None = None
         try:
             for launch in launches:
@@ -163,8 +169,15 @@ class LocalMachines:
             f = st.get("failure") if st else None
             if f:
                 reported.append(f)
-        if reported:  # the earliest failure is the cause, later ones are its consequences
-            f = min(reported, key=lambda f: float(f.get("time", 0.0)))
+        if reported:  # the earliest failure is the cause, later ones are its consequences;
+            # a role that only lost a peer is blamed last, however fast it noticed
+            f = min(
+                reported,
+                key=lambda f: (
+                    lost_a_peer(f.get("exit_code"), str(f.get("reason", ""))),
+                    float(f.get("time", 0.0)),
+                ),
+            )
             return JobFailed(
                 str(f["role"]), str(f["machine"]), f.get("exit_code"), str(f.get("reason", ""))
             )

@@ -38,7 +38,7 @@ from graphrun.errors import SpecError
 from graphrun.job.spec import GraphJob, job_roles
 from graphrun.names import RoleName
 from graphrun.placement.cluster import Cluster
-from graphrun.placement.job import Demand, Demands, Job, JobSpec, job_from_spec
+from graphrun.placement.job import Demand, Demands, Job, JobSpec, check_size, job_from_spec
 from graphrun.placement.plan import PlacementPlan
 from graphrun.placement.profile import resolve_profile
 
@@ -177,6 +177,10 @@ def graphjob_to_placement(
     """The placement job of a GraphJob read from ``path`` (see the module docstring)."""
     where = str(path)
     spec, base = gj.spec, path.parent
+    try:  # before anything is read: a job too big to simulate is refused at once
+        check_size(spec.num_parts + spec.num_trainers, iterations)
+    except ValueError as exc:
+        raise SpecError(f"--{exc}") from None
     memory, source = store_memory_gb(gj, base, where)
     workers = spec.runtime.sampler_workers_per_trainer
     trainer = Demand(

@@ -10,8 +10,11 @@ failure can quote them.
 Stopping is always the same: SIGTERM to every group, wait up to ``grace_s``,
 then SIGKILL to whatever is left — including descendants that left the group
 (found with psutil before the first signal). On Linux every role is also asked to
-die with its parent (``PR_SET_PDEATHSIG``), so a launcher killed with SIGKILL
-leaves no orphans behind.
+die with its parent (``PR_SET_PDEATHSIG``, :mod:`graphrun.parent`), so a launcher
+killed with SIGKILL leaves no orphans behind: SIGKILL by default, or the supervisor's
+``death_signal`` (SIGTERM for processes that clean up on the way out, such as a
+machine's worker, which then stops its roles). A sink that breaks (the launcher's
+terminal gone) does not stop the logs.
 
 The supervisor knows nothing about jobs or phases: it runs commands.
 """
@@ -20,8 +23,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
+import functools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,9 +38,9 @@ from typing import IO, NoReturn, Protocol
 
 import psutil
 
-from graphrun.errors import ArgumentError
+from graphrun.errors import PEER_LOST_EXIT, ArgumentError
+from graphrun.parent import set_death_signal
 
-_PR_SET_PDEATHSIG = 1
 TAIL_LINES = 20
 
 
@@ -88,6 +92,23 @@ class RoleExit:
         return _last_meaningful(self.tail)
 
 
+# what a role that only lost a peer says: gloo's and ZeroMQ's words for a dead other end
+_PEER_LOST = re.compile(
+    r"Connection reset by peer|Connection closed by peer|Broken pipe|"
+    r"Connection refused|connection lost|peer.*(closed|died|lost)",
+    re.IGNORECASE,
+)
+
+
+def lost_a_peer(exit_code: int | None, reason: str) -> bool:
+    """Whether a role that ended this way only lost another role (a bystander) rather than
+    failing by itself: it exited :data:`~graphrun.errors.PEER_LOST_EXIT`, or non-zero with
+    a dead connection as its reason. A role killed by a signal never is."""
+    if exit_code is None or exit_code <= 0:
+        return False
+    return exit_code == PEER_LOST_EXIT or bool(_PEER_LOST.search(reason))
+
+
 def _last_meaningful(lines: Sequence[str]) -> str:
     """The line that says why a role ended: the exception line of its last traceback (the
     first unindented line after the frames; an exception's message may go on over more
@@ -111,12 +132,8 @@ def log_name(role: str) -> str:
     return role.replace(":", "-").replace("/", "-")
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
+def _die_with_parent(sig: int) -> None:  # runs in the child between fork and exec
+    set_death_signal(sig)
 
 
 class _Pump(threading.Thread):
@@ -144,9 +161,12 @@ class _Pump(threading.Thread):
                 self.log.write(line + "\n")
                 self.log.flush()
             if self.sink is not None:
-                with self.lock:
-                    self.sink.write(self.prefix + line + "\n")
-                    self.sink.flush()
+                try:
+                    with self.lock:
+                        self.sink.write(self.prefix + line + "\n")
+                        self.sink.flush()
+                except (OSError, ValueError):  # the terminal is gone: keep the log going
+                    self.sink = None
         self.stream.close()
         if self.log is not None:
             self.log.close()
@@ -169,8 +189,10 @@ class Supervisor:
         sink: Sink | None = None,
         grace_s: float = 5.0,
         prefix: bool = True,
+        death_signal: int = signal.SIGKILL,
     ) -> None:
         self.log_dir = Path(log_dir) if log_dir is not None else None
+        self.death_signal = death_signal  # what a role gets when this process dies
         self.sink = sink if sink is not None else sys.stdout
         self.grace_s = grace_s
         self.prefix = prefix  # False: the roles prefix their own lines (workers)
@@ -195,7 +217,7 @@ class Supervisor:
                 env=env,
                 cwd=cmd.cwd,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=functools.partial(_die_with_parent, self.death_signal),
             )
         except OSError as exc:
             raise ArgumentError(f"role {cmd.role}: cannot start {cmd.argv[0]!r}: {exc}") from exc

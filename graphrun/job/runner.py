@@ -4,7 +4,10 @@
 (:mod:`graphrun.job.workflow`) and follows the phases:
 
 ``Partitioning``  generate the dataset (jobs with ``graph.generator``) and partition it,
-                  each a process, unless a matching partition directory exists (a job
+                  each a process, unless a matching partition directory exists: one
+                  made by an earlier run from another dataset, another version of it
+                  or other partition settings (:mod:`graphrun.job.source`) is made
+                  again; a dataset named by the job must exist (a job
                   on a running store, ``graph.store``, has nothing to partition or
                   serve: its trainers join that store, and never stop it);
 ``Distributing``  check the partition directory against the job (on one host every
@@ -29,6 +32,8 @@ import json
 import os
 import re
 import secrets
+import shutil
+import signal
 import sys
 import threading
 import time
@@ -37,13 +42,13 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from graphrun.errors import PEER_LOST_EXIT, JobFailed, SpecError, UserError
+from graphrun.errors import JobFailed, SpecError, UserError
 from graphrun.files import write_atomic
 from graphrun.job.hosts import Hosts
 from graphrun.job.launch import MachineLaunch
 from graphrun.job.local import LocalMachines, Wrap, package_env
 from graphrun.job.preflight import check_before_start, check_partitions, check_store
-from graphrun.job.process import RoleCommand, Sink, Supervisor
+from graphrun.job.process import RoleCommand, Sink, Supervisor, log_name, lost_a_peer
 from graphrun.job.roles import (
     JobPaths,
     job_paths,
@@ -52,10 +57,10 @@ from graphrun.job.roles import (
     plan_hosts,
     store_key_file,
 )
+from graphrun.job.source import Source, current, read_source, stale_reason, write_source
 from graphrun.job.spec import GraphJob
+from graphrun.job.worker import SHM_DIR, remove_shm
 from graphrun.job.workflow import Event, EventKind, JobState, Phase, initial_state, transition
-
-SHM_DIR = Path("/dev/shm")
 
 
 @dataclass(frozen=True)
@@ -88,26 +93,6 @@ class _Ended(Exception):
     def __init__(self, kind: EventKind, message: str) -> None:
         super().__init__(message)
         self.kind = kind
-
-
-def remove_shm(pids: Mapping[str, int], shm_dir: Path = SHM_DIR) -> list[str]:
-    """Unlink the shared-memory segments left by the given (dead) role processes.
-
-    Store segments are named ``graphrun-<pid>-<start>-<token>.<seq>``
-    (:mod:`graphrun.store.shm`); only those of our roles whose process is gone are removed.
-    """
-    from graphrun.store.shm import owner_alive
-
-    removed: list[str] = []
-    prefixes = tuple(f"graphrun-{pid}-" for pid in pids.values())
-    if not prefixes or not shm_dir.is_dir():
-        return removed
-    for p in shm_dir.iterdir():
-        if p.name.startswith(prefixes) and not owner_alive(p.name):
-            with contextlib.suppress(OSError):
-                p.unlink()
-                removed.append(p.name)
-    return removed
 
 
 def _kebab(name: str) -> str:
@@ -145,9 +130,15 @@ class LocalJob:
     def _event(self, event: Event) -> None:
         before = self.state.phase
         self.state = transition(self.state, event, self._now())
-        if self.state.phase is not before:
+        # a job on a running store (graph.store) partitions and distributes nothing: the
+        # state passes those phases, the console does not show them
+        on_store = self.job.spec.graph.store is not None
+        quiet = on_store and self.state.phase in (Phase.PARTITIONING, Phase.DISTRIBUTING)
+        if self.state.phase is not before and not quiet:
             cond = self.state.conditions[-1] if self.state.conditions else None
             why = f" ({event.reason or cond.reason})" if cond else ""
+            if on_store and before is Phase.DISTRIBUTING:
+                why = " (on the running store)"
             self._say(f"phase {self.state.phase.value}{why}")
         self._write_state()
 
@@ -216,6 +207,7 @@ class LocalJob:
                     resume = True
                     self._event(Event(EventKind.RESTARTED, message="resuming from checkpoint"))
             except JobFailed as exc:
+                self._say_failed(exc)
                 self._event(Event.role_failed(exc.role, exc.host, exc.exit_code, exc.reason))
             except _Ended as exc:
                 self._event(Event(exc.kind, message=str(exc)))
@@ -228,6 +220,23 @@ class LocalJob:
             raise err
         return report
 
+    def _say_failed(self, exc: JobFailed) -> None:
+        """Name the role that failed first, on the console: the others' tracebacks (they
+        lost it) stay in their logs (:mod:`graphrun.job.console`)."""
+        if exc.role == "job":
+            return
+        log = self.paths.run_dir / "logs"  # the launcher's steps and workers log here,
+        if not exc.role.startswith(("worker", "partitioner", "generator")):
+            log = log / exc.host  # a worker's roles in the folder of their machine
+        log = log / f"{log_name(exc.role)}.log"
+        how = f"exit code {exc.exit_code}" if exc.exit_code is not None else "no exit code"
+        if exc.exit_code is not None and exc.exit_code < 0:
+            with contextlib.suppress(ValueError):
+                how = f"killed by {signal.Signals(-exc.exit_code).name}"
+        reason = exc.reason if not exc.reason.startswith("killed by") else ""
+        self._say(f"{exc.role} on {exc.host} failed first ({how})"
+                  + (f": {reason}" if reason else "") + f"; its log: {log}")  # fmt: skip
+
     # ---- phases ---------------------------------------------------------------------
 
     def check_inputs(self) -> None:
@@ -238,8 +247,12 @@ class LocalJob:
         has_data = (self.paths.dataset / "graph.json").is_file()
         chunked = (self.paths.dataset / "chunks.json").is_file()
         where = f"{self.paths.job_file}: spec.graph.dataset"
-        if g.dataset is not None and not have_parts and not (has_data or chunked):
-            raise SpecError(f"{where}: {self.paths.dataset} is not a dataset directory")
+        if g.dataset is not None and not (has_data or chunked):
+            # even with partitions made earlier: they cannot be told current without it
+            what = "does not exist" if not self.paths.dataset.exists() else (
+                "is not a dataset directory (no graph.json or chunks.json)"
+            )  # fmt: skip
+            raise SpecError(f"{where}: {self.paths.dataset} {what}")
         if self.job.spec.partition.mode == "distributed" and not have_parts and g.dataset:
             from graphrun.graph.chunked import check_chunks, load_chunked_meta
 
@@ -265,8 +278,8 @@ class LocalJob:
             if self._hosts_mode() != "netns":
                 raise SpecError(f"--cluster {self.opts.cluster}: needs --hosts netns")
             shapes_from_cluster(self.opts.cluster, self.job.spec.machine_names)
-        if g.store is None and (self.paths.parts / "partition.json").is_file():
-            self._check_partition()
+        if g.store is None and have_parts and self._stale() is None:
+            self._check_partition()  # stale partitions are made again instead
 
     def _check_partition(self) -> None:
         if self.job.spec.graph.store is not None:
@@ -290,9 +303,43 @@ class LocalJob:
                 f"using the running store at {', '.join(self.job.spec.graph.store.addresses)}"
             )
             return
+        aside = None
         if (self.paths.parts / "partition.json").is_file():
-            self._say(f"using the partitions in {self.paths.parts}")
-            return
+            stale = self._stale()
+            if stale is None:
+                self._say(f"using the partitions in {self.paths.parts}")
+                return
+            self._say(f"the partitions in {self.paths.parts} are stale ({stale}): "
+                      "partitioning again")  # fmt: skip
+            aside = self.paths.parts.with_name(f".{self.paths.parts.name}.stale")
+            shutil.rmtree(aside, ignore_errors=True)
+            self.paths.parts.rename(aside)
+        try:
+            self._make_partitions()
+        except BaseException:
+            if aside is not None and not self.paths.parts.exists():
+                aside.rename(self.paths.parts)  # nothing new: the old ones, as they were
+            raise
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+
+    def _source(self) -> Source:
+        spec = self.job.spec
+        return current(
+            self.paths.dataset, ["--parts", str(spec.num_parts), *spec.partition.cli_args()]
+        )
+
+    def _stale(self) -> str | None:
+        """Why the partitions in the output were not made from the job's dataset and
+        settings (:mod:`graphrun.job.source`), or None. A generated dataset that is
+        gone is made again, so its partitions are stale."""
+        if self.job.spec.graph.store is not None:
+            return None
+        if not self.paths.dataset.exists() and self.job.spec.graph.generator is not None:
+            return "their generated dataset is gone" if read_source(self.paths.parts) else None
+        return stale_reason(self.paths.parts, self._source())
+
+    def _make_partitions(self) -> None:
         gen = self.job.spec.graph.generator
         py = self.opts.python
         distributed = self.job.spec.partition.mode == "distributed"
@@ -304,14 +351,16 @@ class LocalJob:
             if distributed:  # in pieces, one share per machine
                 argv += ["--chunks", str(self.job.spec.num_parts)]
             self._run_step(RoleCommand("generator", "local", tuple(argv), package_env()))
+        source = self._source()  # before partitioning: a dataset changed meanwhile is stale
         if distributed:
             self._partition_distributed()
-            return
-        argv = [
-            py, "-m", "graphrun", "partition", str(self.paths.dataset), str(self.paths.parts),
-            "--parts", str(self.job.spec.num_parts), *self.job.spec.partition.cli_args(),
-        ]  # fmt: skip
-        self._run_step(RoleCommand("partitioner", "local", tuple(argv), package_env()))
+        else:
+            argv = [
+                py, "-m", "graphrun", "partition", str(self.paths.dataset), str(self.paths.parts),
+                "--parts", str(self.job.spec.num_parts), *self.job.spec.partition.cli_args(),
+            ]  # fmt: skip
+            self._run_step(RoleCommand("partitioner", "local", tuple(argv), package_env()))
+        write_source(self.paths.parts, source)
 
     def _partition_distributed(self) -> None:
         """``partition.mode: distributed``: one rank per machine (role ``partitioner:<r>``
@@ -361,7 +410,7 @@ class LocalJob:
                     while len(sup.exits()) < len(cmds) and time.monotonic() < until:
                         sup.wait_any(0.2)
                     bad = [ex for ex in sup.exits().values() if not ex.ok]
-                    ex = next((x for x in bad if x.exit_code != PEER_LOST_EXIT), bad[0])
+                    ex = next((x for x in bad if not lost_a_peer(x.exit_code, x.reason())), bad[0])
                     raise JobFailed(ex.role, ex.machine, ex.exit_code, ex.reason())
                 self._check_stop()
 

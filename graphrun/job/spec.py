@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -56,7 +55,7 @@ from pydantic.alias_generators import to_camel
 
 from graphrun.errors import SpecError
 from graphrun.names import RoleName
-from graphrun.placement._io import read_yaml
+from graphrun.placement._io import parse_yaml, read_yaml
 from graphrun.placement.plan import PlacementPlan, load_plan
 from graphrun.train.names import model_name
 
@@ -79,6 +78,30 @@ LABEL_KEY_PATTERN = (
 )
 ENTRY_POINT_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 ROLE_PATTERN = re.compile(r"^(store:\d+(:\d+)?|trainer:\d+|sampler:\d+:\d+|ps:\d+)$")
+
+# Upper bounds of the counts a spec gives. Each sizes memory (model layers, a mini-batch,
+# a number of processes, ...) or a loop; they are far above what a job needs and far
+# below what would make an allocator fail minutes into the job with a traceback: a
+# value above one is refused up front, naming the field (``hidden: 1e10`` was an
+# allocator traceback from every trainer).
+MAX_MACHINES = 1024
+MAX_PARTS = 4096
+MAX_TRAINERS = 4096  # machines x trainersPerMachine
+MAX_ROLES = 16384  # store servers + trainers + sampler workers of a job
+MAX_EPOCHS = 1_000_000
+MAX_BATCH_SIZE = 1 << 20  # seeds per mini-batch and trainer
+MAX_FANOUT = 100_000  # neighbours per seed and layer
+MAX_LAYERS = 16  # len(fanouts): one model layer each
+MAX_EDGE_TYPES = 4096  # keys of fanoutsPerEtype
+MAX_HIDDEN = 1 << 16  # hidden channels
+MAX_EMBEDDING_DIM = 1 << 14  # learnable embedding width, per node
+MAX_NEGATIVES = 1024  # negative samples per positive edge
+MAX_EVAL_NEGATIVES = 100_000
+MAX_EDGE_COUNT = 1 << 40  # edgesPerEpoch, evalSubset
+MAX_ARGS = 4096  # entry point / script arguments
+MAX_SEED = 2**63 - 1
+MAX_RESTARTS = 1000  # runPolicy.backoffLimit
+MAX_SECONDS = 366 * 24 * 3600  # every duration of a run policy: a year
 
 PRESERVE = {"x-kubernetes-preserve-unknown-fields": True}
 FreeForm = Annotated[dict[str, Any], Field(json_schema_extra=PRESERVE)]
@@ -112,6 +135,13 @@ class Metadata(BaseModel):
 # --- graph ------------------------------------------------------------------------------
 
 
+#: upper bounds of the generator's sizes (``graphrun generate`` flags, camelCase)
+GENERATOR_BOUNDS: dict[str, float] = {
+    "nodes": 1 << 32, "avgDegree": 100_000, "featDim": 1 << 16, "classes": 1 << 20,
+    "chunks": MAX_PARTS,
+}  # fmt: skip
+
+
 class GeneratorSpec(_Model):
     """A synthetic graph made by ``graphrun generate <name>`` with these parameters."""
 
@@ -120,6 +150,14 @@ class GeneratorSpec(_Model):
         default_factory=dict,
         description="generator flags, e.g. {nodes: 100000, avgDegree: 20, seed: 0}",
     )
+
+    @model_validator(mode="after")
+    def _bounded(self) -> GeneratorSpec:
+        for key, bound in GENERATOR_BOUNDS.items():
+            v = self.params.get(key)
+            if isinstance(v, int | float) and not isinstance(v, bool) and v > bound:
+                raise ValueError(f"params.{key}: {v:g} is more than {bound:g}")
+        return self
 
 
 STORE_ADDRESS_PATTERN = r"^tcp://[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}$"
@@ -182,8 +220,9 @@ class PartitionSpec(_Model):
         default=None, description="algorithm (default metis; kaminpar in parallel mode)"
     )
     parts: int | None = Field(
-        default=None, gt=0, description="number of partitions (default: runtime.machines)"
-    )
+        default=None, gt=0, le=MAX_PARTS,
+        description="number of partitions (default: runtime.machines)",
+    )  # fmt: skip
     balance_train: bool = False
     balance_edges: bool = False
     halo_hops: int = Field(
@@ -229,7 +268,10 @@ class RuntimeSpec(_Model):
     """How many processes of each kind run, and on what kind of hosts."""
 
     machines: int = Field(
-        default=1, gt=0, le=1024, description="machines (hosts, or worker pods on Kubernetes)"
+        default=1,
+        gt=0,
+        le=MAX_MACHINES,
+        description="machines (hosts, or worker pods on Kubernetes)",
     )
     store_servers_per_machine: int = Field(
         default=1, gt=0, le=16, description="main server plus backups, per partition"
@@ -269,7 +311,9 @@ class RuntimeSpec(_Model):
 # --- training ---------------------------------------------------------------------------
 
 Task = Literal["node-classification", "hetero-node-classification", "link-prediction"]
-Fanout = Annotated[int, Field(ge=-1, description="neighbours per layer; -1 takes all")]
+Fanout = Annotated[
+    int, Field(ge=-1, le=MAX_FANOUT, description="neighbours per layer; -1 takes all")
+]
 
 
 class TrainingSpec(_Model):
@@ -281,33 +325,39 @@ class TrainingSpec(_Model):
     )
     script: str | None = Field(default=None, min_length=1)
     args: list[str] = Field(
-        default_factory=list, description="arguments of the entry point or script"
-    )
+        default_factory=list, max_length=MAX_ARGS,
+        description="arguments of the entry point or script",
+    )  # fmt: skip
 
     model: str | None = Field(
         default=None,
         description="node-classification: sage (default), gcn, gat; hetero-node-classification: "
         "rgcn (default), hetero-sage; link-prediction: sage. Free for entry points and scripts",
     )
-    epochs: int = Field(default=10, gt=0, description="training epochs")
+    epochs: int = Field(default=10, gt=0, le=MAX_EPOCHS, description="training epochs")
     batch_size: int = Field(
-        default=1000, gt=0, description="seed nodes (or edges) per mini-batch, per trainer"
-    )
+        default=1000, gt=0, le=MAX_BATCH_SIZE,
+        description="seed nodes (or edges) per mini-batch, per trainer",
+    )  # fmt: skip
     fanouts: list[Fanout] = Field(
         default_factory=lambda: [25, 10],
         min_length=1,
+        max_length=MAX_LAYERS,
         description="neighbours sampled per layer, first layer first",
     )
     fanouts_per_etype: dict[str, list[Fanout]] | None = Field(
-        default=None, description='per edge type ("src:rel:dst") fanouts on heterogeneous graphs'
+        default=None, max_length=MAX_EDGE_TYPES,
+        description='per edge type ("src:rel:dst") fanouts on heterogeneous graphs',
+    )  # fmt: skip
+    hidden: int = Field(
+        default=128, gt=0, le=MAX_HIDDEN, description="hidden channels of the model"
     )
-    hidden: int = Field(default=128, gt=0, description="hidden channels of the model")
     lr: float = Field(default=0.003, gt=0, description="learning rate of the dense parameters")
     dropout: float = Field(default=0.5, ge=0, lt=1)
     weight_decay: float = Field(default=0.0, ge=0)
-    negative_samples: int = Field(default=1, gt=0, description="link prediction")
+    negative_samples: int = Field(default=1, gt=0, le=MAX_NEGATIVES, description="link prediction")
     edges_per_epoch: int | None = Field(
-        default=None, gt=0,
+        default=None, gt=0, le=MAX_EDGE_COUNT,
         description="link prediction: positive edges per epoch, all trainers together "
         "(default: every training edge)",
     )  # fmt: skip
@@ -320,11 +370,13 @@ class TrainingSpec(_Model):
         default=0.05, ge=0, lt=1, description="link prediction: fraction held out for test"
     )
     eval_negatives: int = Field(
-        default=50, gt=0,
+        default=50, gt=0, le=MAX_EVAL_NEGATIVES,
         description="link prediction: negatives each held-out edge is ranked against "
         "(AUC, MRR, hits@10)",
     )  # fmt: skip
-    embedding_dim: int | None = Field(default=None, gt=0, description="learnable node embeddings")
+    embedding_dim: int | None = Field(
+        default=None, gt=0, le=MAX_EMBEDDING_DIM, description="learnable node embeddings"
+    )
     sparse_lr: float = Field(
         default=0.01, gt=0, description="learning rate of the sparse optimizer (node embeddings)"
     )
@@ -338,7 +390,7 @@ class TrainingSpec(_Model):
     )  # fmt: skip
     feature: str = Field(default="feat", description="node feature name")
     label: str = Field(default="label", description="node label name")
-    eval_every: int = Field(default=1, gt=0, description="evaluate every N epochs")
+    eval_every: int = Field(default=1, gt=0, le=MAX_EPOCHS, description="evaluate every N epochs")
     evaluation: Literal["auto", "layerwise", "sampled"] = Field(
         default="auto",
         description="layerwise: every layer once over whole neighbourhoods (GraphSAGE and "
@@ -352,7 +404,7 @@ class TrainingSpec(_Model):
         "multiplies bf16 natively (AMX or AVX-512 BF16), else fp32",
     )
     eval_subset: int | None = Field(
-        default=None, gt=0,
+        default=None, gt=0, le=MAX_EDGE_COUNT,
         description="evaluations before the last use at most this many val and test seeds "
         "per trainer (sampled), for cheap per-epoch monitoring; the last uses every seed",
     )  # fmt: skip
@@ -364,7 +416,7 @@ class TrainingSpec(_Model):
         description="trainer 0 writes TensorBoard scalars (loss, metrics, step breakdown, "
         "memory) under RUN/tensorboard/",
     )
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
 
     @model_validator(mode="after")
     def _one_kind(self) -> TrainingSpec:
@@ -512,11 +564,12 @@ class SchedulingPolicy(_Model):
 
     provider: Literal["volcano", "scheduler-plugins", "workload-api"] = "volcano"
     min_available: int | None = Field(
-        default=None, gt=0, description="pods that must be scheduled together (default: all)"
-    )
+        default=None, gt=0, le=MAX_ROLES,
+        description="pods that must be scheduled together (default: all)",
+    )  # fmt: skip
     queue: str | None = Field(default=None, description="Volcano queue")
     priority_class: str | None = None
-    schedule_timeout_seconds: int | None = Field(default=None, gt=0)
+    schedule_timeout_seconds: int | None = Field(default=None, gt=0, le=MAX_SECONDS)
 
 
 ReplicaGroup = Literal["partitioner", "worker", "launcher"]
@@ -551,31 +604,39 @@ class FailurePolicy(_Model):
     @model_validator(mode="after")
     def _non_negative(self) -> FailurePolicy:
         for group, n in self.restart_limits.items():
-            if n < 0:
-                raise ValueError(f"restartLimits.{group}: {n} is negative")
+            if not 0 <= n <= MAX_RESTARTS:
+                raise ValueError(f"restartLimits.{group}: {n} is not in [0, {MAX_RESTARTS}]")
         return self
 
 
 class RunPolicy(_Model):
     """What happens on failure, how long a job may run and what is cleaned up."""
 
-    backoff_limit: int = Field(default=0, ge=0, description="restarts from the last checkpoint")
+    backoff_limit: int = Field(
+        default=0, ge=0, le=MAX_RESTARTS, description="restarts from the last checkpoint"
+    )
     active_deadline_seconds: int | None = Field(
-        default=None, gt=0, description="longest the job may run, from its start"
+        default=None, gt=0, le=MAX_SECONDS, description="longest the job may run, from its start"
     )
     clean_pod_policy: Literal["Running", "All", "None"] = Field(
         default="Running",
         description="pods deleted when the job finishes: still running ones, all, or none",
     )
     ttl_seconds_after_finished: int | None = Field(
-        default=None, ge=0, description="delete the finished job after this long (Kubernetes)"
+        default=None,
+        ge=0,
+        le=MAX_SECONDS,
+        description="delete the finished job after this long (Kubernetes)",
     )
     suspend: bool = Field(
         default=False,
         description="true: stop every pod and keep the partitions; false again resumes",
     )
     startup_deadline_seconds: int = Field(
-        default=600, gt=0, description="longest a pod may stay pending or pulling its image"
+        default=600,
+        gt=0,
+        le=MAX_SECONDS,
+        description="longest a pod may stay pending or pulling its image",
     )
     scheduling_policy: SchedulingPolicy | None = None
     success_policy: SuccessPolicy | None = None
@@ -634,6 +695,20 @@ class GraphJobSpec(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> GraphJobSpec:
+        r = self.runtime
+        if self.num_trainers > MAX_TRAINERS:
+            raise ValueError(
+                f"runtime.trainersPerMachine: {r.machines} machines x {r.trainers_per_machine} "
+                f"trainers is {self.num_trainers} trainers, more than {MAX_TRAINERS}"
+            )
+        roles = self.num_parts * r.store_servers_per_machine + self.num_trainers * (
+            1 + r.sampler_workers_per_trainer
+        )
+        if roles > MAX_ROLES:
+            raise ValueError(
+                f"runtime: {roles} processes (store servers, trainers and sampler workers), "
+                f"more than {MAX_ROLES}"
+            )
         if self.graph.store is not None:
             n = len(self.graph.store.addresses)
             if self.partition.parts not in (None, n):
@@ -748,11 +823,7 @@ def load_job(path: str | Path) -> GraphJob:
 
 
 def loads_job(text: str, source: str = "<job>") -> GraphJob:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{source}: not valid YAML ({exc})") from None
-    return parse_job(data, source)
+    return parse_job(parse_yaml(text, source), source)
 
 
 def graphjob_json_schema() -> dict[str, Any]:

@@ -157,7 +157,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a running store the job joined (graph.store) is shared and keeps serving
         own = job.spec.graph.store is None
         done = ctx.client.stop_servers if own else None
-        run_training(cfg, data, ddp, graph=data.graph, on_done=done, stop=stop)
+
+        def finished() -> None:
+            # every session leaves (the loader workers' too) or stops its heartbeats before
+            # trainer 0 stops the stores: a job that succeeded ended with one "heartbeat ...
+            # connection lost" warning per worker and store
+            data.close()
+            if args.rank == 0 and own:
+                ctx.client.stop_heartbeat()  # it still needs its connections to stop them
+            else:
+                ctx.close()
+
+        run_training(
+            cfg, data, ddp, graph=data.graph, on_done=done, on_finished=finished, stop=stop
+        )
         print(
             json.dumps({"event": "traffic", "rank": args.rank, **traffic(ctx.client)}), flush=True
         )

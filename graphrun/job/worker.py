@@ -22,15 +22,18 @@ ends with exit code 0 once its trainers are done. A store that exits before this
 trainers are done, or any role that exits non-zero, fails the machine: every other
 role is stopped and the worker returns the failure. So does a role whose process stays
 stopped (SIGSTOP) for ``stall_timeout_s`` (:class:`StallWatch`): it is named, rather than
-the trainer whose all-reduce would time out minutes later.
+the trainer whose all-reduce would time out minutes later. Whenever it stops, the
+worker removes the shared-memory segments its (killed) store servers left; a worker
+whose launcher died gets SIGTERM (``PR_SET_PDEATHSIG``) and stops the same way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +47,8 @@ from graphrun.job.probe import Probe, store_probe
 from graphrun.job.process import RoleExit, Supervisor
 from graphrun.job.usage import RoleUsage
 from graphrun.names import RoleName
+
+SHM_DIR = Path("/dev/shm")
 
 
 @dataclass(frozen=True)
@@ -174,6 +179,27 @@ def store_waves(launch: MachineLaunch) -> list[list[RoleLaunch]]:
     return [w for w in (mains, backups) if w]
 
 
+def remove_shm(pids: Mapping[str, int], shm_dir: Path | None = None) -> list[str]:
+    """Unlink the shared-memory segments left by the given (dead) role processes.
+
+    Store segments are named ``graphrun-<pid>-<start>-<token>.<seq>``
+    (:mod:`graphrun.store.shm`); only those of our roles whose process is gone are removed.
+    """
+    from graphrun.store.shm import owner_alive
+
+    shm_dir = SHM_DIR if shm_dir is None else shm_dir
+    removed: list[str] = []
+    prefixes = tuple(f"graphrun-{pid}-" for pid in pids.values())
+    if not prefixes or not shm_dir.is_dir():
+        return removed
+    for p in shm_dir.iterdir():
+        if p.name.startswith(prefixes) and not owner_alive(p.name):
+            with contextlib.suppress(OSError):
+                p.unlink()
+                removed.append(p.name)
+    return removed
+
+
 class _Stopped(Exception):
     pass
 
@@ -275,6 +301,9 @@ def run_machine(
         failure, state = exc, "failed"
         status.fail(sup, exc)  # reported before the (slow) stop, so the launcher sees it first
     sup.stop()
+    # stores stopped by SIGKILL left their segments: nobody else may be left to remove them
+    # (the launcher killed with -9 is why this worker stops)
+    remove_shm({r: p for r, p in sup.pids().items() if kinds.get(r) == "store"})
     status.update(sup, state)
     exits: dict[str, int | None] = {role: None for role in kinds}
     exits.update({role: ex.exit_code for role, ex in sup.exits().items()})

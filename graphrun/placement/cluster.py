@@ -13,6 +13,9 @@ Cluster file (YAML)::
         ingress_gbps: 50    # NIC receive bandwidth} for both directions
       - {name: m1, cpu: 32, memory_gb: 256, bandwidth_gbps: 10}
 
+At most ``MAX_MACHINES`` (1024) machines; cpu at most 1e5 cores, memory_gb 1e7, gpus
+1e4, bandwidths 1e5 Gbit/s (finite numbers: ``.inf`` and ``.nan`` are refused).
+
 Every switch port is non-blocking: a flow from ``a`` to ``b`` is limited only by the
 egress port of ``a`` and the ingress port of ``b``. Bandwidths are in Gbit/s in the file
 and in bytes/s in :class:`Cluster`.
@@ -28,27 +31,30 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graphrun.errors import SpecError
 from graphrun.placement._io import read_yaml, validate
+from graphrun.placement.job import MAX_CPU, MAX_GPUS, MAX_MEMORY_GB
 
 GBPS = 1e9 / 8  # bytes/s in one Gbit/s
+MAX_MACHINES = 1024  # machines of a cluster (the simulator keeps machines x tasks tables)
+MAX_GBPS = 1e5  # a NIC's Gbit/s
 API_VERSION = "graphrun.io/v1alpha1"
 
 
 class MachineSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1)
-    cpu: float = Field(ge=0)
-    memory_gb: float = Field(ge=0)
-    gpus: Annotated[int, Field(ge=0)] = 0
-    egress_gbps: Annotated[float, Field(gt=0)] | None = None
-    ingress_gbps: Annotated[float, Field(gt=0)] | None = None
-    bandwidth_gbps: Annotated[float, Field(gt=0)] | None = None
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    name: str = Field(min_length=1, max_length=253)
+    cpu: float = Field(ge=0, le=MAX_CPU)
+    memory_gb: float = Field(ge=0, le=MAX_MEMORY_GB)
+    gpus: Annotated[int, Field(ge=0, le=MAX_GPUS)] = 0
+    egress_gbps: Annotated[float, Field(gt=0, le=MAX_GBPS)] | None = None
+    ingress_gbps: Annotated[float, Field(gt=0, le=MAX_GBPS)] | None = None
+    bandwidth_gbps: Annotated[float, Field(gt=0, le=MAX_GBPS)] | None = None
 
 
 class ClusterSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     apiVersion: Literal["graphrun.io/v1alpha1"] = "graphrun.io/v1alpha1"
     kind: Literal["Cluster"] = "Cluster"
-    machines: list[MachineSpec] = Field(min_length=1)
+    machines: list[MachineSpec] = Field(min_length=1, max_length=MAX_MACHINES)
 
 
 @dataclass(frozen=True)

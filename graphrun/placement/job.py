@@ -22,6 +22,12 @@ Native placement-job file (YAML), what ``graphrun plan`` reads::
       trainer: {cpu: 4, memory_gb: 16, gpus: 1}
       ps:      {cpu: 1, memory_gb: 4}
 
+Every count has an upper bound (``MAX_*`` below), checked when the file is read: the
+simulator's memory grows with tasks x iterations (about 2 KB per task and iteration)
+and its time faster (22 tasks: 100 iterations take 15 s before the search starts, 1000
+over two minutes); ``iterations: 1000000000`` was an 18 GB allocation killed by the
+kernel.
+
 Role names follow the shared convention (``store:<p>``, ``trainer:<r>``,
 ``sampler:<r>:<w>``, ``ps:<i>``); they are the keys of a placement plan.
 """
@@ -39,15 +45,29 @@ from graphrun.names import RoleName
 from graphrun.placement._io import read_yaml, validate
 from graphrun.placement.profile import Profile, resolve_profile
 
+# Upper bounds of a placement job's counts (see the module docstring).
+MAX_PARTITIONS = 4096
+MAX_TRAINERS = 4096
+MAX_SAMPLERS_PER_TRAINER = 64
+MAX_PARAMETER_SERVERS = 1024
+MAX_PREFETCH = 64
+MAX_ITERATIONS = 1000
+MAX_TASKS = 16384
+MAX_TASK_ITERATIONS = 50_000  # tasks x iterations simulated per placement scored
+# Demands and capacities: a core count, GB and a GPU count no machine comes near.
+MAX_CPU = 1e5
+MAX_MEMORY_GB = 1e7
+MAX_GPUS = 1e4
+
 RESOURCES = ("cpu", "memory_gb", "gpus")
 KINDS = ("store", "trainer", "sampler", "ps")
 
 
 class Demand(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    cpu: Annotated[float, Field(ge=0)] = 0
-    memory_gb: Annotated[float, Field(ge=0)] = 0
-    gpus: Annotated[float, Field(ge=0)] = 0
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    cpu: Annotated[float, Field(ge=0, le=MAX_CPU)] = 0
+    memory_gb: Annotated[float, Field(ge=0, le=MAX_MEMORY_GB)] = 0
+    gpus: Annotated[float, Field(ge=0, le=MAX_GPUS)] = 0
 
 
 class Demands(BaseModel):
@@ -63,13 +83,13 @@ class JobSpec(BaseModel):
     apiVersion: Literal["graphrun.io/v1alpha1"] = "graphrun.io/v1alpha1"
     kind: Literal["PlacementJob"] = "PlacementJob"
     name: str = "job"
-    partitions: int = Field(ge=1)
-    trainers: int = Field(ge=1)
-    samplers_per_trainer: Annotated[int, Field(ge=0)] = 1
+    partitions: int = Field(ge=1, le=MAX_PARTITIONS)
+    trainers: int = Field(ge=1, le=MAX_TRAINERS)
+    samplers_per_trainer: Annotated[int, Field(ge=0, le=MAX_SAMPLERS_PER_TRAINER)] = 1
     sync: Literal["ps", "allreduce"] = "ps"
-    parameter_servers: Annotated[int, Field(ge=0)] = 1
-    prefetch: Annotated[int, Field(ge=0)] = 1
-    iterations: Annotated[int, Field(ge=1)] = 8
+    parameter_servers: Annotated[int, Field(ge=0, le=MAX_PARAMETER_SERVERS)] = 1
+    prefetch: Annotated[int, Field(ge=0, le=MAX_PREFETCH)] = 1
+    iterations: Annotated[int, Field(ge=1, le=MAX_ITERATIONS)] = 8
     features_cached: bool = False
     profile: str = "products"
     demands: Demands = Demands()
@@ -78,7 +98,28 @@ class JobSpec(BaseModel):
     def _ps(self) -> JobSpec:
         if self.sync == "ps" and self.parameter_servers < 1:
             raise ValueError("parameter_servers must be >= 1 with sync: ps")
+        check_size(self.num_tasks, self.iterations)
         return self
+
+    @property
+    def num_tasks(self) -> int:
+        ps = self.parameter_servers if self.sync == "ps" else 0
+        return self.partitions + self.trainers * (1 + self.samplers_per_trainer) + ps
+
+
+def check_size(tasks: int, iterations: int) -> None:
+    """Refuse a job too big to simulate (ValueError naming the field)."""
+    if tasks > MAX_TASKS:
+        raise ValueError(
+            f"trainers: {tasks} tasks (stores, trainers, samplers, parameter servers), "
+            f"more than {MAX_TASKS}"
+        )
+    if tasks * iterations > MAX_TASK_ITERATIONS:
+        raise ValueError(
+            f"iterations: {iterations} iterations of {tasks} tasks are more than "
+            f"{MAX_TASK_ITERATIONS} task-iterations to simulate per placement; at most "
+            f"{max(1, MAX_TASK_ITERATIONS // tasks)} for this job"
+        )
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from graphrun.errors import SpecError
 from graphrun.placement._io import read_yaml, validate, write_file
-from graphrun.placement.job import RESOURCES, Demand
+from graphrun.placement.cluster import MAX_MACHINES
+from graphrun.placement.job import MAX_TASKS, RESOURCES, Demand
 
 ROLE_RE = re.compile(r"^(store:\d+(:[1-9]\d*)?|trainer:\d+|sampler:\d+:\d+|ps:\d+)$")
 
@@ -49,8 +50,8 @@ class PlacementPlan(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     apiVersion: Literal["graphrun.io/v1alpha1"] = "graphrun.io/v1alpha1"
     kind: Literal["PlacementPlan"] = "PlacementPlan"
-    machines: list[str] = Field(min_length=1)
-    assignments: dict[str, str]
+    machines: list[str] = Field(min_length=1, max_length=MAX_MACHINES)
+    assignments: dict[str, str] = Field(max_length=MAX_TASKS)
     capacity: dict[str, Demand] | None = Field(
         default=None, description="machine -> its cpu (cores), memory_gb and gpus"
     )

@@ -17,7 +17,7 @@ from graphrun.placement.cost import Evaluator, Placement, check_feasible
 from graphrun.placement.job import Demand, Job
 from graphrun.placement.oes import Policy
 from graphrun.placement.plan import PlacementPlan, make_plan
-from graphrun.placement.search import TEMPERING, SearchResult, etp, ifs
+from graphrun.placement.search import TEMPERING, Progress, SearchResult, etp, ifs
 from graphrun.placement.workload import build_workload, make_scenario
 
 
@@ -41,6 +41,7 @@ class PlanOptions:
     tempering: tuple[float, ...] = TEMPERING  # replica exchange betas; () for one chain
     lam: float = 10.0
     policy: Policy = Policy.PRIORITY
+    progress: Progress | None = None  # told where the search stands every few seconds
 
 
 def optimize(cluster: Cluster, job: Job, options: PlanOptions = PlanOptions()) -> PlanOutcome:
@@ -63,6 +64,7 @@ def optimize(cluster: Cluster, job: Job, options: PlanOptions = PlanOptions()) -
         seed=options.seed,
         max_seconds=options.max_seconds,
         max_steps=options.max_steps,
+        progress=options.progress,
     )
     capacity = {
         m: Demand(cpu=cluster.cpu[i], memory_gb=cluster.memory_gb[i], gpus=cluster.gpus[i])

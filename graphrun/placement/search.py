@@ -50,6 +50,12 @@ class CurvePoint:
     makespan: float
 
 
+#: where a long search stands: ``(steps, seconds spent, seconds left or None with a step
+#: budget, best makespan so far)``, told every ``PROGRESS_EVERY_S`` seconds
+Progress = Callable[[int, float, "float | None", float], None]
+PROGRESS_EVERY_S = 3.0
+
+
 @dataclass(frozen=True)
 class SearchResult:
     placement: Placement
@@ -202,6 +208,7 @@ def _chain(
     moves: _Moves,
     exchange_every: int = 10,
     on_step: Callable[[Placement], None] | None,
+    progress: Progress | None = None,
 ) -> SearchResult:
     """Metropolis chains, one per entry of ``betas(fraction of the budget used)``, all
     from ``init``; with several, a replica exchange every ``exchange_every`` rounds."""
@@ -218,8 +225,13 @@ def _chain(
         tuple(int(m) for m in init), ms0, [CurvePoint(0, 0.0, ms0)] if ms0 < math.inf else []
     )
     step = rejected_early = rounds = 0
+    last_report = -math.inf  # the first report at the start, then every few seconds
     while True:
         elapsed = time.perf_counter() - t0
+        if progress is not None and elapsed - last_report >= PROGRESS_EVERY_S:
+            last_report = elapsed
+            left = max(0.0, max_seconds - elapsed) if max_seconds is not None else None
+            progress(step, elapsed, left, best.makespan)
         if max_steps is not None and step >= max_steps:
             break
         if max_seconds is not None and elapsed >= max_seconds:
@@ -265,6 +277,7 @@ def etp(
     tempering: Sequence[float] = (),
     exchange_every: int = 10,
     on_step: Callable[[Placement], None] | None = None,
+    progress: Progress | None = None,
 ) -> SearchResult:
     """Metropolis exploration at fixed ``beta`` (see the module docstring); with
     ``tempering``, replica exchange over the chains at ``beta`` and those betas (one
@@ -283,6 +296,7 @@ def etp(
         moves=_moves(ev, swap_prob, exchange_prob, peer_swap_prob),
         exchange_every=max(1, exchange_every),
         on_step=on_step,
+        progress=progress,
     )
 
 

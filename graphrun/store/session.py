@@ -250,12 +250,17 @@ class Session:
                     log.info("stop %s: %s", c.address, exc)
         self._stopped = True
 
-    def close(self) -> None:
-        """Leave every server (frees this job's tensors if it was the last client)."""
+    def stop_heartbeat(self) -> None:
+        """Stop sending heartbeats (before stopping the servers: a heartbeat to a stopped
+        server is a warning)."""
         if self._heartbeat is not None:
             self._heartbeat.stopped.set()
             self._heartbeat.join(5)
             self._heartbeat = None
+
+    def close(self) -> None:
+        """Leave every server (frees this job's tensors if it was the last client)."""
+        self.stop_heartbeat()
         for e in self.parts.values():
             for c in e.conns:
                 if not self._stopped:

@@ -94,6 +94,15 @@ def fake_partition(tmp_dir: Path, parts: int = 2) -> Path:
     return out
 
 
+def fake_dataset(tmp_dir: Path) -> Path:
+    """A dataset directory ``data/`` with only its ``graph.json`` (for fake roles, which
+    never read it; a job refuses to start without its dataset)."""
+    out = Path(tmp_dir) / "data"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "graph.json").write_text("{}")
+    return out
+
+
 # ---- real jobs on a small generated graph ---------------------------------------------
 
 

@@ -339,12 +339,15 @@ def run_training(
     graph: Any = None,
     on_done: Callable[[], None] | None = None,
     stop: StopFlag | None = None,
+    on_finished: Callable[[], None] | None = None,
 ) -> Any:
     """Join the process group, then run the task or the entry point. Returns its result.
 
-    ``on_done`` runs on rank 0 once every trainer has finished (after a barrier), e.g.
-    to stop the job's store servers, and also once they stopped on ``stop`` (raising
-    :class:`~graphrun.errors.Suspended` after their checkpoint).
+    ``on_finished`` runs on every rank once its training is over, before the final
+    barrier (e.g. to leave the store); ``on_done`` runs on rank 0 once every trainer has
+    finished (after that barrier), e.g. to stop the job's store servers, and also once
+    they stopped on ``stop`` (raising :class:`~graphrun.errors.Suspended` after their
+    checkpoint).
     """
     metrics = metrics or MetricsLog(
         config.metrics_file, enabled=ddp.rank == 0, tensorboard_dir=config.tensorboard_dir
@@ -363,6 +366,8 @@ def run_training(
             raise
         finally:
             metrics.close()
+        if on_finished is not None:
+            on_finished()
         if ddp.world_size > 1:
             barrier()
         if on_done is not None and ddp.rank == 0:

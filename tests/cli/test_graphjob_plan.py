@@ -205,3 +205,30 @@ def test_inline_needs_a_graphjob(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main([*argv, "--steps", "5", "--inline", str(tmp_path / "j.yaml")]) == 2
     assert "--inline: " in capsys.readouterr().err
     assert not (tmp_path / "p").exists()
+
+
+def test_small_machines_point_at_demand(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    # "store cpu 2 fits on no machine" did not say the demand is an estimate --demand sets
+    small = cluster()
+    for m in small["machines"]:
+        m["cpu"] = 1
+    c, j = write(tmp_path, graphjob(), small)
+    out = tmp_path / "plan.yaml"
+    assert main(["plan", str(c), str(j), "-o", str(out), "--steps", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert re.search(r"demands\.store\.cpu: 2 fits on no machine .*lower it with --demand "
+                     r"store=1,[\d.]+,0 ", err), err  # fmt: skip
+    assert not out.exists()
+    c, j = write(tmp_path, graphjob(), cluster())  # as the message says: it plans
+    argv = ["plan", str(c), str(j), "-o", str(out), "--steps", "5", "--demand", "store=1,20"]
+    assert main(argv) == 0
+
+
+def test_the_search_says_where_it_stands(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    # 30 s of silence looked like a hang
+    c, j = write(tmp_path, graphjob(), cluster())
+    assert main(["plan", str(c), str(j), "-o", str(tmp_path / "p.yaml"), "--seconds", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "graphrun plan: simulating the first placements, then searching for 1 s" in err
+    assert re.search(r"graphrun plan: [\d.]+ s left: best makespan so far [\d.]+ s", err), err

@@ -167,3 +167,36 @@ def test_bad_loader_arguments(served) -> None:
             DistNodeDataLoader(dg, torch.arange(3), [-3], batch_size=2)
         with pytest.raises(ArgumentError, match="seeds"):
             next(iter(DistNodeDataLoader(dg, torch.tensor([10**6]), [2], batch_size=2)))
+
+
+UNGUARDED = """
+import sys
+import torch
+from graphrun.distributed import DistGraph, DistNodeDataLoader, initialize
+
+print("top level ran", flush=True)
+ctx = initialize(sys.argv[1:], heartbeat_interval=0)
+dg = DistGraph(ctx)
+with DistNodeDataLoader(dg, torch.arange(40), [3, 2], batch_size=10, num_workers=2) as loader:
+    print("batches", sum(1 for _ in loader), flush=True)
+ctx.close()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_workers_do_not_run_a_script_without_a_main_guard(served, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from graphrun.testing.procs import child_env
+
+    script = tmp_path / "train.py"  # like every PyG example: no `if __name__ == "__main__"`
+    script.write_text(UNGUARDED)
+    out = subprocess.run(
+        [sys.executable, str(script), *served.servers],
+        capture_output=True, text=True, env=child_env(), timeout=100,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("top level ran") == 1, out.stdout  # not again in the workers
+    assert "batches 4" in out.stdout

@@ -22,9 +22,10 @@ def test_people_see_phases_progress_and_one_line_per_epoch() -> None:
     c.write("[trainer:0@m0] my own print\n")
     assert out.getvalue().splitlines() == [
         "[graphrun] phase Serving (Distributed)",
-        "epoch 1: 100% 4/4 batches, 8,000 seeds/s",
-        "epoch 1: loss 0.1235  train 0.900  val 0.910  test 0.925  (1.23 s, 8,130 seeds/s)",
-        "my own print",
+        "[trainer:0@m0] epoch 1: 100% 4/4 batches, 8,000 seeds/s",
+        "[trainer:0@m0] epoch 1: loss 0.1235  train 0.900  val 0.910  test 0.925  "
+        "(1.23 s, 8,130 seeds/s)",  # README: every line says its role and machine
+        "[trainer:0@m0] my own print",
     ]
 
 
@@ -40,3 +41,19 @@ def test_progress_seeds_per_second_is_the_jobs_not_one_trainers() -> None:
     p.update(1000)
     p.t0 = time.perf_counter() - 10.0  # ten seconds into the epoch
     assert p.seeds_per_s == pytest.approx(2 * 1000 / 10.0, rel=1e-3)
+
+
+def test_a_dying_roles_traceback_stays_in_its_log() -> None:
+    out = io.StringIO()
+    c = Console(out)
+    c.write("[trainer:0@m0] epoch 1: 100% 4/4 batches, 8,000 seeds/s\n")
+    c.write("[trainer:0@m0] [rank0]: Traceback (most recent call last):\n")
+    c.write('[trainer:0@m0] [rank0]:   File "x.py", line 1, in <module>\n')
+    c.write("[trainer:0@m0] [rank0]: RuntimeError: Connection reset by peer\n")
+    c.write("[trainer:0@m0] Traceback (most recent call last):\n")
+    c.write("[trainer:0@m0] RuntimeError: Connection reset by peer\n")
+    c.write("[graphrun] trainer:1 on m1 failed first (killed by SIGKILL); its log: x.log\n")
+    assert out.getvalue().splitlines() == [
+        "[trainer:0@m0] epoch 1: 100% 4/4 batches, 8,000 seeds/s",
+        "[graphrun] trainer:1 on m1 failed first (killed by SIGKILL); its log: x.log",
+    ]

@@ -148,6 +148,25 @@ def test_hetero_job_on_2_machines_with_2_trainers_each(tmp_path):
     assert metrics(path)[-1]["test_acc"] > 0.5  # 4 classes: chance is 0.25
 
 
+def test_a_job_with_sampler_workers_ends_without_heartbeat_warnings(tmp_path):
+    # the workers' sessions heartbeat until their trainer closed them, after trainer 0
+    # had stopped the stores: "heartbeat to tcp://... failed: connection lost" at the end
+    # of every successful hetero job with sampler workers
+    path = small_job(
+        tmp_path, hetero=True, task="hetero-node-classification",
+        targetNodeType="paper", epochs=1, runtime={"samplerWorkersPerTrainer": 1},
+    )  # fmt: skip
+    job, sink = run(path)
+    job.run()
+    out = sink.getvalue()
+    assert "heartbeat to" not in out and "connection lost" not in out, out
+    # deterministic: every session but trainer 0's (it stops them) left every store before
+    # it stopped — 2 loader workers and trainer 1; before, none had
+    served = [json.loads(x.split(" served ", 1)[1]) for x in out.splitlines() if " served {" in x]
+    assert len(served) == 2 and all(s["requests"].get("leave") == 3 for s in served), served
+    nothing_left(job)
+
+
 @pytest.mark.parametrize(("name", "cls"), [("gcn", "GCN"), ("gat", "GAT")])
 def test_the_named_model_is_the_one_trained(tmp_path, name, cls):
     path = small_job(tmp_path, model=name, epochs=5, lr=0.03)
@@ -416,6 +435,10 @@ def test_two_jobs_train_on_one_running_store_and_leave_it_serving(tmp_path):
             report = job.run()
             assert report.exits == {"trainer:0": 0, "trainer:1": 0}  # no store roles
             assert "using the running store" in sink.getvalue()
+            # nothing was partitioned or distributed: those phases are not shown
+            assert "phase Partitioning" not in sink.getvalue()
+            assert "phase Distributing" not in sink.getvalue()
+            assert "phase Serving" in sink.getvalue()
             last = json.loads((tmp_path / "runs" / name / "metrics.jsonl").read_text()
                               .splitlines()[-1])  # fmt: skip
             assert last["test_acc"] > 0.5
@@ -450,6 +473,9 @@ def test_a_run_killed_with_sigkill_is_reported_lost_by_the_next_and_cleaned(tmp_
     psutil.wait_procs(roles, timeout=30)
     state_file = tmp_path / "runs" / "small" / "state.json"
     assert json.loads(state_file.read_text())["phase"] == "Training"
+    # the stores unlinked their segments themselves (SIGTERM when their worker died)
+    dead = tuple(f"graphrun-{r.pid}-" for r in roles)
+    assert [p for p in os.listdir("/dev/shm") if p.startswith(dead)] == []
     spec = yaml.safe_load(path.read_text())  # the next run of the same job
     del spec["spec"]["training"]["entryPoint"]
     spec["spec"]["training"]["task"] = "node-classification"
@@ -457,10 +483,8 @@ def test_a_run_killed_with_sigkill_is_reported_lost_by_the_next_and_cleaned(tmp_
     job, sink = run(path)
     job.run()
     assert "was lost in phase Training" in sink.getvalue()
-    assert "shared-memory segments it left" in sink.getvalue()  # the stores were killed
     created = json.loads(state_file.read_text())["conditions"][0]
     assert "the previous run (graphrun run, pid" in created["message"]
-    dead = tuple(f"graphrun-{r.pid}-" for r in roles)
     assert [p for p in os.listdir("/dev/shm") if p.startswith(dead)] == []
 
 
@@ -585,3 +609,42 @@ def test_distributed_partitioning_on_netns_hosts(tmp_path):
     assert "[partitioner:1@m1]" in sink.getvalue()
     assert json.loads((tmp_path / "parts" / "partition.json").read_text())["num_parts"] == 2
     assert all(report.exits[f"trainer:{r}"] == 0 for r in range(2))
+
+
+@pytest.mark.timeout(240)
+def test_a_killed_trainer_is_named_on_the_console_not_the_survivors_traceback(tmp_path):
+    # the console showed trainer 0's gloo "Connection reset by peer" traceback; that
+    # trainer 1 had been killed (SIGKILL) was only in a log file
+    from graphrun.job.console import Console
+
+    path = small_job(tmp_path, epochs=200)
+    out = io.StringIO()
+    job = LocalJob(load_job(path), path, RunOptions(grace_s=3.0), sink=Console(out))
+    hit: list[int] = []
+
+    def kill_trainer_1() -> None:
+        m = path.parent / "runs" / "small" / "metrics.jsonl"
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            st = read_status(path.parent / "runs" / "small" / "status" / "m1.json")
+            if m.is_file() and m.read_text().count("\n") >= 2 and st:
+                pid = st["roles"]["trainer:1"]["pid"]
+                os.kill(pid, signal.SIGKILL)  # a trainer of this test's job
+                hit.append(pid)
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_trainer_1)
+    killer.start()
+    with pytest.raises(JobFailed) as info:
+        job.run()
+    killer.join()
+    assert hit
+    assert (info.value.role, info.value.host, info.value.exit_code) == ("trainer:1", "m1", -9)
+    console = out.getvalue()
+    assert "Traceback" not in console and "[rank0]" not in console, console
+    assert "Connection reset" not in console, console
+    log = tmp_path / "runs" / "small" / "logs" / "m1" / "trainer-1.log"
+    assert f"trainer:1 on m1 failed first (killed by SIGKILL); its log: {log}" in console
+    assert log.is_file()
+    nothing_left(job)

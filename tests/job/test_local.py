@@ -96,3 +96,21 @@ def test_store_never_ready_times_out(tmp_path):
     with pytest.raises(JobFailed, match="timed out"):
         machines(tmp_path).run([launches[0], bad])
     assert no_children_left()
+
+
+def test_a_role_that_only_lost_a_peer_is_blamed_last(tmp_path) -> None:
+    # trainer 0 noticed trainer 1's death (gloo: connection reset) before trainer 1's
+    # worker reported it: the killed trainer is the cause
+    import json
+
+    reset = "RuntimeError: [gloo/pair.cc:537] Read error: Connection reset by peer."
+    for machine, role, code, reason, t in (
+        ("m0", "trainer:0", 1, reset, 1.0),
+        ("m1", "trainer:1", -9, "killed by SIGKILL", 2.0),
+    ):
+        failure = {"role": role, "machine": machine, "exit_code": code, "reason": reason}
+        (tmp_path / f"{machine}.json").write_text(
+            json.dumps({"machine": machine, "state": "failed", "failure": {**failure, "time": t}})
+        )
+    first = LocalMachines._failure(tmp_path, [], only_status=True)
+    assert first is not None and (first.role, first.exit_code) == ("trainer:1", -9)

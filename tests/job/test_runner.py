@@ -15,7 +15,13 @@ from graphrun.job.launch import MachineLaunch, RoleLaunch
 from graphrun.job.runner import LocalJob, RunOptions
 from graphrun.job.spec import load_job, parse_job
 from graphrun.job.workflow import Phase
-from graphrun.testing.jobs import fake_partition, fake_store, fake_trainer, job_yaml
+from graphrun.testing.jobs import (
+    fake_dataset,
+    fake_partition,
+    fake_store,
+    fake_trainer,
+    job_yaml,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -46,6 +52,7 @@ def make(tmp_path, codes, **spec_over):
     # the trainers are fake: an entry point job, whose partitions' columns are not checked
     path = job_yaml(tmp_path, entryPoint="graphrun.testing.jobs:wait")
     fake_partition(tmp_path)
+    fake_dataset(tmp_path)
     job = load_job(path)
     if spec_over:
         data = job.model_dump(by_alias=True, exclude_none=True)
@@ -105,9 +112,18 @@ def test_missing_dataset_is_refused_up_front(tmp_path):
         LocalJob(load_job(path), path, sink=io.StringIO()).run()
 
 
+def test_missing_dataset_is_refused_even_with_old_partitions(tmp_path):
+    # partitions left in the output by an earlier run cannot be told current without it
+    path = job_yaml(tmp_path, entryPoint="graphrun.testing.jobs:wait")
+    fake_partition(tmp_path)
+    with pytest.raises(SpecError, match=r"spec\.graph\.dataset: .*data does not exist"):
+        LocalJob(load_job(path), path, sink=io.StringIO()).run()
+
+
 def test_partition_of_another_size_is_refused(tmp_path):
     path = job_yaml(tmp_path)
     fake_partition(tmp_path, parts=3)
+    fake_dataset(tmp_path)
     with pytest.raises(SpecError, match="has 3 parts, the job needs 2"):
         LocalJob(load_job(path), path, sink=io.StringIO()).run()
 

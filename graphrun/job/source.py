@@ -1,0 +1,104 @@
+"""Which dataset a job's partition directory was made from.
+
+After ``graphrun run`` partitions a dataset it writes ``OUT/source.json`` beside the
+partition's ``partition.json``::
+
+    {"format": "graphrun-partition-source", "version": 1,
+     "dataset": "/abs/path/data", "fingerprint": "<sha256>", "files": 12,
+     "partition": ["--parts", "2", "--mode", "local", ...]}
+
+``fingerprint`` hashes the relative path, size and modification time (ns) of every
+file of the dataset directory — cheap on a dataset of any size, and changed by any
+rewrite of it (a re-import, a regenerated graph). A later run compares it with the
+dataset as it is now and with the job's partition settings; partitions made from
+something else are stale, and the job makes them again. Partitions without the file
+(made by hand with ``graphrun partition``) are used as they are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from graphrun.files import write_atomic
+
+SOURCE_FILE = "source.json"
+FORMAT = "graphrun-partition-source"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class Source:
+    dataset: str
+    fingerprint: str
+    files: int
+    partition: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT, "version": VERSION, "dataset": self.dataset,
+            "fingerprint": self.fingerprint, "files": self.files,
+            "partition": list(self.partition),
+        }  # fmt: skip
+
+
+def fingerprint(dataset: Path) -> tuple[str, int]:
+    """``(sha256 of every file's relative path, size and mtime, number of files)``."""
+    h = hashlib.sha256()
+    n = 0
+    root = Path(dataset)
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            rel = path.relative_to(root).as_posix()
+            h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            n += 1
+    return h.hexdigest(), n
+
+
+def current(dataset: Path, partition: list[str]) -> Source:
+    digest, n = fingerprint(dataset)
+    return Source(str(Path(dataset).resolve()), digest, n, tuple(partition))
+
+
+def write_source(parts: Path, source: Source) -> None:
+    write_atomic(Path(parts) / SOURCE_FILE, json.dumps(source.to_dict(), indent=2) + "\n")
+
+
+def read_source(parts: Path) -> Source | None:
+    """The recorded source of a partition directory; None without (or with an unreadable)
+    ``source.json``."""
+    try:
+        data = json.loads((Path(parts) / SOURCE_FILE).read_text())
+        if data.get("format") != FORMAT or data.get("version") != VERSION:
+            return None
+        return Source(
+            str(data["dataset"]), str(data["fingerprint"]), int(data["files"]),
+            tuple(str(a) for a in data["partition"]),
+        )  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def stale_reason(parts: Path, now: Source) -> str | None:
+    """Why the partitions in ``parts`` were not made from ``now`` (None: they were, or
+    they do not say)."""
+    was = read_source(parts)
+    if was is None:
+        return None
+    if was.dataset != now.dataset:
+        return f"they were made from {was.dataset}"
+    if was.fingerprint != now.fingerprint:
+        return f"{now.dataset} changed since they were made"
+    if was.partition != now.partition:
+        return "the job's partition settings changed"
+    return None
