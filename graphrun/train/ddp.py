@@ -2,8 +2,8 @@
 
 Trainers rendezvous at the job's address (``hosts.rendezvous``: a TCP store trainer 0
 opens on its machine's address only, or a file on one host; see
-:mod:`graphrun.partition.rendezvous`): gloo on CPU, NCCL when the trainer has a CUDA
-device. Nothing is read
+:mod:`graphrun.partition.rendezvous`): gloo on CPU, NCCL when the trainer computes on a
+CUDA device (``accelerator``, :mod:`graphrun.train.device`). Nothing is read
 from the environment; :class:`DDPConfig` carries rank, world size and address.
 """
 
@@ -19,6 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from graphrun.errors import ArgumentError
 from graphrun.partition.rendezvous import join, parse_rendezvous
+from graphrun.train.device import backend_for
 
 
 @dataclass(frozen=True)
@@ -26,8 +27,9 @@ class DDPConfig:
     rank: int
     world_size: int
     rendezvous: str  # "host:port" (a TCP store on trainer 0), or "file:///path" (one host)
-    backend: str | None = None  # None: nccl with CUDA, else gloo
+    backend: str | None = None  # None: nccl on a CUDA device, else gloo
     timeout_s: float = 300.0
+    accelerator: str | None = None  # "cpu", "cuda:i" (graphrun.train.device); None: as below
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world_size:
@@ -35,6 +37,8 @@ class DDPConfig:
 
     @property
     def device(self) -> torch.device:
+        if self.accelerator is not None:
+            return torch.device(self.accelerator)
         if self.resolved_backend == "nccl":
             return torch.device("cuda", self.rank % torch.cuda.device_count())
         return torch.device("cpu")
@@ -43,7 +47,14 @@ class DDPConfig:
     def resolved_backend(self) -> str:
         if self.backend:
             return self.backend
+        if self.accelerator is not None:
+            return backend_for(self.accelerator)
         return "nccl" if torch.cuda.is_available() else "gloo"
+
+    @property
+    def collective_device(self) -> torch.device:
+        """Where the loop's small all-reduces live: NCCL reduces CUDA tensors only."""
+        return self.device if self.resolved_backend == "nccl" else torch.device("cpu")
 
 
 @contextlib.contextmanager
@@ -74,7 +85,7 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 def all_sum(values: list[float], cfg: DDPConfig) -> list[float]:
     """Element-wise sum over all trainers (identity with one trainer)."""
-    t = torch.tensor(values, dtype=torch.float64)
+    t = torch.tensor(values, dtype=torch.float64, device=cfg.collective_device)
     if cfg.world_size > 1:
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return [float(v) for v in t]
@@ -82,7 +93,7 @@ def all_sum(values: list[float], cfg: DDPConfig) -> list[float]:
 
 def all_min(value: int, cfg: DDPConfig) -> int:
     """The minimum over all trainers (used to give every trainer the same batch count)."""
-    t = torch.tensor([value], dtype=torch.int64)
+    t = torch.tensor([value], dtype=torch.int64, device=cfg.collective_device)
     if cfg.world_size > 1:
         dist.all_reduce(t, op=dist.ReduceOp.MIN)
     return int(t.item())

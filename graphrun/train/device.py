@@ -1,12 +1,11 @@
 """Which device a trainer computes on, and what follows from it.
 
-A job with ``runtime.gpusPerMachine: G`` runs one trainer per GPU by default; trainer
-``r`` of a machine's ``T`` trainers has local rank ``r % T`` and is pinned to GPU
-``local_rank % G`` of its machine: the launcher starts it with ``CUDA_VISIBLE_DEVICES``
-naming that one GPU (:func:`visible_devices`, an index into any ``CUDA_VISIBLE_DEVICES``
-the worker itself was started with, e.g. by the Kubernetes device plugin), so inside the
-trainer the GPU is always ``cuda:0``. Everything here but :func:`cuda_count` and the
-OOM guard is a pure function of its arguments (tested on CPU).
+A job with ``runtime.gpusPerMachine: G`` runs one trainer per GPU by default; the
+``i``-th trainer of a machine (its local rank) is pinned to ``cuda:(i % G)`` — an index
+into the GPUs the machine shows the worker (all of the host's, or those the Kubernetes
+device plugin gave the pod, or a ``CUDA_VISIBLE_DEVICES`` the worker was started with).
+The launcher passes it as the trainer's ``--gpu``. Everything here but
+:func:`cuda_count` and the OOM guard is a pure function of its arguments (tested on CPU).
 
 * backend: NCCL between GPU trainers, gloo between CPU ones (:func:`backend_for`);
 * precision: ``auto`` is bf16 on a GPU that supports it (compute capability 8.0 and
@@ -43,21 +42,6 @@ def gpu_index(local: int, gpus_per_machine: int) -> int | None:
     if gpus_per_machine <= 0:
         return None
     return local % gpus_per_machine
-
-
-def visible_devices(gpu: int, inherited: str | None) -> str:
-    """``CUDA_VISIBLE_DEVICES`` for a trainer pinned to the machine's GPU ``gpu``:
-    ``inherited`` (the worker's own value, if set) lists the GPUs the machine gives the
-    job, and the trainer gets its ``gpu``-th entry; otherwise GPU ``gpu`` itself."""
-    if inherited is None or not inherited.strip():
-        return str(gpu)
-    given = [d.strip() for d in inherited.split(",") if d.strip()]
-    if gpu >= len(given):
-        raise UserError(
-            f"CUDA_VISIBLE_DEVICES={inherited} gives {len(given)} GPU(s); "
-            f"trainer needs GPU {gpu} (runtime.gpusPerMachine)"
-        )
-    return given[gpu]
 
 
 def resolve_device(asked: str, gpus_per_machine: int, cuda_available: bool) -> str:

@@ -145,6 +145,7 @@ def train_epoch(task: Task, ctx: TrainContext, epoch: int, prof: Profiler) -> di
         loss_sum, correct, counted, seeds = loss_sum + loss, correct + c, counted + n, seeds + n
         progress.update(batch.seeds)
     elapsed = progress.elapsed
+    device_stats = task.path.end_epoch(elapsed)  # stops the feed; GPU idle share, cache hits
     tot = all_sum([loss_sum, float(steps), correct, float(counted), float(seeds)], ctx.ddp)
     return {
         "loss": tot[0] / max(tot[1], 1.0),
@@ -152,6 +153,7 @@ def train_epoch(task: Task, ctx: TrainContext, epoch: int, prof: Profiler) -> di
         "seeds_per_s": tot[4] / max(elapsed, 1e-9),
         "epoch_s": elapsed,
         "steps": steps,
+        **device_stats,
     }
 
 
@@ -192,6 +194,7 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
                 epoch_s=round(tr["epoch_s"], 4), seeds_per_s=round(tr["seeds_per_s"], 1),
                 steps=int(tr["steps"]),
             )  # fmt: skip
+            record.update({k: v for k, v in tr.items() if k.startswith(("gpu_", "h2d_"))})
             ctx.metrics.write(record)
             _save(task, ctx, epoch, record)
     finally:

@@ -16,7 +16,6 @@ from graphrun.train.device import (
     oom_message,
     precision_for,
     resolve_device,
-    visible_devices,
 )
 
 
@@ -28,15 +27,6 @@ def test_local_rank_and_gpu_pinning() -> None:
     assert gpu_index(0, 0) is None
     with pytest.raises(ArgumentError):
         local_rank(0, 0)
-
-
-def test_visible_devices_indexes_the_inherited_list() -> None:
-    assert visible_devices(1, None) == "1"
-    assert visible_devices(1, "") == "1"
-    assert visible_devices(1, "4,6") == "6"
-    assert visible_devices(0, "GPU-abc, GPU-def") == "GPU-abc"
-    with pytest.raises(UserError, match="gives 2 GPU"):
-        visible_devices(2, "4,6")
 
 
 def test_device_and_backend() -> None:
