@@ -255,7 +255,9 @@ def _slots(job: GraphJob, machine: str) -> dict[str, int]:
     """A machine's trainer slots and GPUs in the hosts file (as an MPI hostfile's
     ``slots``); GPUs only when the job uses them."""
     placement = resolve_placement(job)
-    trainers = sum(1 for r in job_roles(job.spec) if r.kind == "trainer" and placement[r.name] == machine)
+    trainers = sum(
+        1 for r in job_roles(job.spec) if r.kind == "trainer" and placement[r.name] == machine
+    )
     gpus = job.spec.runtime.machine_gpus
     return {"slots": trainers, **({"gpus": gpus} if gpus else {})}
 

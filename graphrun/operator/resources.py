@@ -12,9 +12,10 @@ built in three layers, each overriding the one before it per resource name:
 3. ``spec.placement.resources.<machine>``: requests and limits as written.
 
 Without a plan the template's resources are used, plus ``runtime.gpusPerMachine``
-GPUs (:func:`with_gpus`). Refused, one line naming the field: a request above its limit; a cpu, memory or GPU
-request above the plan machine's ``spec.placement.plan.capacity``; a fraction of a GPU;
-``resources`` for a machine that gets no pod.
+GPUs (:func:`with_gpus`). Refused, one line naming the field: a request above its
+limit; a cpu, memory or GPU request above the plan machine's
+``spec.placement.plan.capacity``; a fraction of a GPU; ``resources`` for a machine that
+gets no pod.
 """
 
 from __future__ import annotations

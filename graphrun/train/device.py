@@ -84,8 +84,7 @@ def check_gpus(machine: str, asked: int, have: int, names: list[str] | None = No
         return
     what = f"{have} CUDA device(s)" + (f" ({', '.join(names)})" if names else "")
     raise UserError(
-        f"machine {machine or '?'}: has {what}; the job asks for {asked} "
-        f"(runtime.gpusPerMachine)"
+        f"machine {machine or '?'}: has {what}; the job asks for {asked} (runtime.gpusPerMachine)"
     )
 
 

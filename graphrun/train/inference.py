@@ -61,7 +61,7 @@ def _batch(
     edge_index = torch.stack([local[inverse[dst.numel() :]], index])
     if device is not None and device.type != "cpu":
         x, edge_index = x.to(device, non_blocking=True), edge_index.to(device, non_blocking=True)
-        return model.layer(i, x, edge_index, dst.numel()).cpu()  # type: ignore[operator,no-any-return]
+        return model.layer(i, x, edge_index, dst.numel()).cpu()  # type: ignore[operator]
     out: Tensor = model.layer(i, x, edge_index, dst.numel())  # type: ignore[operator]
     return out
 

@@ -19,7 +19,6 @@ from graphrun.distributed.devicefeed import (
     transfer_for,
 )
 from graphrun.distributed.gpucache import (
-    GpuFeatureCache,
     budget_bytes,
     build_cache,
     fits_whole,
@@ -32,9 +31,7 @@ FEAT = torch.arange(50 * 3, dtype=torch.float32).view(50, 3)
 
 def _batch(n_id: list[int], with_x: bool = True) -> SimpleNamespace:
     ids = torch.tensor(n_id)
-    data = Data(
-        edge_index=torch.tensor([[1, 2], [0, 0]]), n_id=ids, y=ids % 7, num_nodes=len(n_id)
-    )
+    data = Data(edge_index=torch.tensor([[1, 2], [0, 0]]), n_id=ids, y=ids % 7, num_nodes=len(n_id))
     if with_x:
         data.x = FEAT[ids]
     data.batch_size = 1
@@ -166,7 +163,9 @@ def test_feed_whole_table_needs_no_features_from_the_loader() -> None:
     feed = DeviceFeed(CpuTransfer(), cache=cache)
     data, _, _ = feed.stage(_batch([5, 6], with_x=False).data)
     assert torch.equal(data.x, FEAT[5:7])
-    partial = DeviceFeed(CpuTransfer(), cache=build_cache(FEAT, torch.tensor([5]), 50, cache.rows.device))
+    partial = DeviceFeed(
+        CpuTransfer(), cache=build_cache(FEAT, torch.tensor([5]), 50, cache.rows.device)
+    )
     with pytest.raises(GraphrunError, match="lacks"):
         partial.stage(_batch([5, 6], with_x=False).data)
 

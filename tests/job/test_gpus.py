@@ -51,7 +51,9 @@ def test_a_total_with_one_of_its_factors() -> None:
         ({"gpuFeatureCacheMb": -1}, "gpuFeatureCacheMb"),
     ],
 )
-def test_bad_gpu_fields_are_one_line_naming_the_field(runtime: dict[str, Any], message: str) -> None:
+def test_bad_gpu_fields_are_one_line_naming_the_field(
+    runtime: dict[str, Any], message: str
+) -> None:
     with pytest.raises(SpecError, match=message) as err:
         parse_job(doc(**runtime))
     assert "\n" not in str(err.value).strip()

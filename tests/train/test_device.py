@@ -70,12 +70,13 @@ def test_oom_becomes_one_line_naming_role_batch_and_setting() -> None:
         "trainer:3: CUDA out of memory at batch size 4096 (CUDA out of memory.); "
         "lower training.batchSize"
     )
-    with pytest.raises(UserError, match="trainer:0: CUDA out of memory at batch size 8"):
-        with oom_guard("trainer:0", 8):
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
-    with pytest.raises(ValueError):  # anything else passes through
-        with oom_guard("trainer:0", 8):
-            raise ValueError("no")
+    with (
+        pytest.raises(UserError, match="trainer:0: CUDA out of memory at batch size 8"),
+        oom_guard("trainer:0", 8),
+    ):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
+    with pytest.raises(ValueError), oom_guard("trainer:0", 8):  # anything else passes
+        raise ValueError("no")
 
 
 def test_idle_meter_share() -> None:
