@@ -5,7 +5,9 @@
 total: with ``gpusPerMachine`` it sets ``machines = N / G``; with ``machines`` it sets
 ``G = N / machines``; alone, the Kubernetes operator splits it as the MPI Operator
 proposal does (:func:`split_gpus`: fewer than a node's GPUs on one machine, else whole
-nodes), and the local backend puts all ``N`` on its machines (one by default).
+nodes), and the local backend puts all ``N`` on its machines (one by default). A GPU
+job's trainers get :data:`GPU_SAMPLER_WORKERS` sampler workers each unless
+``samplerWorkersPerTrainer`` is given.
 Pure functions of their arguments.
 """
 
@@ -14,6 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 from graphrun.errors import SpecError
+
+#: Sampler worker processes per GPU trainer unless the spec says: sampling stays on CPU
+#: processes, and one sampling in the trainer cannot keep a GPU busy.
+GPU_SAMPLER_WORKERS = 4
 
 
 def _int(value: Any) -> int | None:
@@ -48,6 +54,9 @@ def gpu_defaults(data: Any) -> Any:
         per = total // m
     if per and "trainersPerMachine" not in data and "trainers_per_machine" not in data:
         out["trainersPerMachine"] = per
+    workers = ("samplerWorkersPerTrainer", "sampler_workers_per_trainer")
+    if per and not any(k in data for k in workers):
+        out["samplerWorkersPerTrainer"] = GPU_SAMPLER_WORKERS
     return out
 
 

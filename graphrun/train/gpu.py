@@ -12,7 +12,8 @@ computes) and keeps a :class:`~graphrun.distributed.gpucache.GpuFeatureCache`:
   by the feed), refreshed after each epoch; misses are copied.
 
 After each epoch :meth:`end_epoch` reports ``gpu_idle_share`` (the share of the epoch
-the trainer waited for its next batch), ``gpu_cache_hit_rate`` and ``h2d_mb``.
+the trainer waited for its next batch), ``gpu_cache_hit_rate``, ``h2d_mb`` and
+``gpu_feed_ms`` (the feed thread's milliseconds a batch: packing and issuing copies).
 """
 
 from __future__ import annotations
@@ -134,6 +135,7 @@ class DevicePath:
         out = {
             "gpu_idle_share": round(min(1.0, st.wait_s / epoch_s) if epoch_s > 0 else 0.0, 4),
             "h2d_mb": round(st.h2d_bytes / 1e6, 1),
+            "gpu_feed_ms": round(st.stage_s / max(st.batches, 1) * 1e3, 2),
         }
         if st.hit_rate is not None:
             out["gpu_cache_hit_rate"] = round(st.hit_rate, 4)

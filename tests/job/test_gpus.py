@@ -30,6 +30,13 @@ def test_one_trainer_per_gpu_by_default() -> None:
     assert (r.machine_gpus, r.trainers_per_machine) == (0, 1)
 
 
+def test_gpu_trainers_get_sampler_workers_by_default() -> None:
+    assert parse_job(doc(gpusPerMachine=1)).spec.runtime.sampler_workers_per_trainer == 4
+    r = parse_job(doc(gpusPerMachine=1, samplerWorkersPerTrainer=0)).spec.runtime
+    assert r.sampler_workers_per_trainer == 0
+    assert parse_job(doc()).spec.runtime.sampler_workers_per_trainer == 0
+
+
 def test_a_total_with_one_of_its_factors() -> None:
     r = parse_job(doc(gpus=8, gpusPerMachine=4)).spec.runtime
     assert (r.machines, r.machine_gpus, r.trainers_per_machine) == (2, 4, 4)
