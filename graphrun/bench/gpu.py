@@ -82,14 +82,21 @@ def summary(gpu: dict[str, Any], cpu: dict[str, Any], workers: int) -> dict[str,
     return out
 
 
+def require_cuda() -> None:
+    """Fail before any work, in one line, where torch sees no GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UserError("--device cuda: torch sees no CUDA device on this machine")
+
+
 def compare(args: argparse.Namespace, workdir: Path, aggr: str) -> dict[str, Any]:
     import torch
 
     from graphrun.bench.train import run_distributed
     from graphrun.job.gpus import GPU_SAMPLER_WORKERS
 
-    if not torch.cuda.is_available():
-        raise UserError("--device cuda: torch sees no CUDA device on this machine")
+    require_cuda()
     count = torch.cuda.device_count()
     machines = 2
     shared = count < machines  # both local machines' trainers on one GPU

@@ -404,8 +404,12 @@ def run(args: argparse.Namespace) -> int:
         if args.hosts != "netns":
             raise ArgumentError("--peer distdgl: needs --hosts netns (one DistDGL server per host)")
         check_peer_python(args.peer_python)
-    if args.device == "cuda" and args.peer is not None:
-        raise ArgumentError("--device cuda: runs no --peer")
+    if args.device == "cuda":
+        from graphrun.bench.gpu import require_cuda
+
+        if args.peer is not None:
+            raise ArgumentError("--device cuda: runs no --peer")
+        require_cuda()
     keep = args.workdir is not None
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="graphrun-bench-")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
