@@ -23,6 +23,7 @@ targets this run met; it measures, it does not decide.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,10 +91,13 @@ def require_cuda() -> None:
         raise UserError("--device cuda: torch sees no CUDA device on this machine")
 
 
-def compare(args: argparse.Namespace, workdir: Path, aggr: str) -> dict[str, Any]:
+def compare(
+    args: argparse.Namespace, workdir: Path, aggr: str, run_job: Callable[..., dict[str, Any]]
+) -> dict[str, Any]:
+    """Both jobs, GPU trainers first; ``run_job`` is
+    :func:`graphrun.bench.train.run_distributed`."""
     import torch
 
-    from graphrun.bench.train import run_distributed
     from graphrun.job.gpus import GPU_SAMPLER_WORKERS
 
     require_cuda()
@@ -104,8 +108,8 @@ def compare(args: argparse.Namespace, workdir: Path, aggr: str) -> dict[str, Any
     workers = GPU_SAMPLER_WORKERS if args.sampler_workers is None else args.sampler_workers
     if args.sampler_workers is None:
         args = argparse.Namespace(**{**vars(args), "sampler_workers": workers})  # same for both
-    gpu = run_distributed(args, workdir, aggr, tag="gpu", gpus=1, trainer_args=backend)
-    cpu = run_distributed(args, workdir, aggr, tag="cpu", gpus=0)
+    gpu = run_job(args, workdir, aggr, tag="gpu", gpus=1, trainer_args=backend)
+    cpu = run_job(args, workdir, aggr, tag="cpu", gpus=0)
     return {
         "device": "cuda", "gpu_name": torch.cuda.get_device_name(0), "gpus": count,
         "backend": "gloo" if shared else "nccl", "aggr": aggr, "sampler_workers": workers,

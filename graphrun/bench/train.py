@@ -105,9 +105,7 @@ def register(subparsers: Any) -> None:
         "(KaMinPar) or distributed (2 ranks over a 2-chunk copy of the dataset)",
     )
     p.add_argument("--workdir", type=Path, help="keep partitions and logs here")
-    p.add_argument(
-        "--eval-last", action="store_true", help="evaluate after the last epoch only"
-    )
+    p.add_argument("--eval-last", action="store_true", help="evaluate after the last epoch only")
     p.add_argument(
         "--device",
         choices=("cpu", "cuda"),
@@ -427,7 +425,8 @@ def run(args: argparse.Namespace) -> int:
                 "partition_s": round(time.perf_counter() - t_part, 2),
             }  # fmt: skip
             aggr = "csr" if args.aggr == "both" else args.aggr
-            print(json.dumps({**base, **compare(args, workdir, aggr)}), flush=True)
+            got = compare(args, workdir, aggr, run_distributed)
+            print(json.dumps({**base, **got}), flush=True)
             return 0
         pyg = {} if args.no_pyg else run_pyg(args)
         single = {} if args.no_single else run_single(args)

@@ -51,6 +51,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--gpu", type=int, help="compute on this GPU of the machine (its local rank; docs/gpu.md)"
     )
     p.add_argument(
+        "--device-feed",
+        choices=("auto", "cpu"),
+        default="auto",
+        help="cpu: a CPU trainer takes the GPU feature path with its CPU transfer (tests)",
+    )
+    p.add_argument(
         "--backend",
         choices=("nccl", "gloo"),
         help="torch.distributed backend (default: nccl on a GPU, gloo on CPU; gloo where "
@@ -94,6 +100,7 @@ def train_config(job: GraphJob, args: argparse.Namespace, run_dir: Path, ckpt: P
         aggr_path=args.aggr,
         precision=t.precision,
         gpu_cache_mb=job.spec.runtime.gpu_feature_cache_mb,
+        feed=args.device_feed,
         checkpoint_dir=ckpt,
         resume=args.resume,
         metrics_file=run_dir / "metrics.jsonl",

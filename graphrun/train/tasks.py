@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from graphrun.distributed.devicefeed import CpuTransfer
 from graphrun.errors import ArgumentError
 from graphrun.train import inference
 from graphrun.train.context import TrainContext
@@ -67,10 +68,15 @@ class Task:
         self.opt = torch.optim.Adam(
             self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay
         )
-        d = self.ctx.data
+        d, c = self.ctx.data, self.cfg
+        # feed "cpu": a CPU trainer takes the device path with its CPU transfer, the cache
+        # sized by gpu_cache_mb (what tests run of the GPU path without a GPU)
+        forced = c.feed == "cpu" and self.ctx.device.type == "cpu"
         self.path = DevicePath(
-            d, self.ctx.device, self.ntype or d.node_types[0], self.cfg.feature,
-            f"trainer:{self.ctx.rank}", self.cfg.batch_size, self.cfg.gpu_cache_mb,
+            d, self.ctx.device, self.ntype or d.node_types[0], c.feature,
+            f"trainer:{self.ctx.rank}", c.batch_size, c.gpu_cache_mb,
+            transfer=CpuTransfer() if forced else None,
+            free_bytes=(c.gpu_cache_mb or 0) << 20 if forced else None,
         )  # fmt: skip
 
     def train_seeds(self) -> Tensor:

@@ -48,5 +48,5 @@ def test_stages_without_workers_count_the_trainer_alone() -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without a GPU")
 def test_no_gpu_is_one_line(tmp_path) -> None:
-    with pytest.raises(UserError, match="^--device cuda: torch sees no CUDA device"):
-        compare(argparse.Namespace(sampler_workers=None), tmp_path, "csr")
+    with pytest.raises(UserError, match=r"^--device cuda: torch sees no CUDA device"):
+        compare(argparse.Namespace(sampler_workers=None), tmp_path, "csr", lambda *a, **k: {})
