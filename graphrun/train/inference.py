@@ -82,8 +82,10 @@ def chunk_targets(
 
 def _width(model: torch.nn.Module, i: int, in_width: int) -> int:
     """Output columns of layer ``i`` (run on one node without edges)."""
-    empty = torch.empty((2, 0), dtype=torch.long)
-    out: Tensor = model.layer(i, torch.zeros(1, in_width), empty, 1)  # type: ignore[operator]
+    device = next(model.parameters()).device
+    empty = torch.empty((2, 0), dtype=torch.long, device=device)
+    x = torch.zeros(1, in_width, device=device)
+    out: Tensor = model.layer(i, x, empty, 1)  # type: ignore[operator]
     return int(out.size(1))
 
 
