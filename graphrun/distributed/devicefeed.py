@@ -340,4 +340,4 @@ class Prefetcher:
             except queue.Empty:
                 break
         if self.thread is not threading.current_thread():
-            self.thread.join(timeout=10.0)
+            self.thread.join(timeout=60.0)
