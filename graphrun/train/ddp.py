@@ -27,9 +27,9 @@ class DDPConfig:
     rank: int
     world_size: int
     rendezvous: str  # "host:port" (a TCP store on trainer 0), or "file:///path" (one host)
-    backend: str | None = None  # None: nccl on a CUDA device, else gloo
+    backend: str | None = None  # None: nccl on a CUDA accelerator, else gloo
     timeout_s: float = 300.0
-    accelerator: str | None = None  # "cpu", "cuda:i" (graphrun.train.device); None: as below
+    accelerator: str | None = None  # "cpu", "cuda:i" (graphrun.train.device); None: cpu
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world_size:
@@ -47,9 +47,7 @@ class DDPConfig:
     def resolved_backend(self) -> str:
         if self.backend:
             return self.backend
-        if self.accelerator is not None:
-            return backend_for(self.accelerator)
-        return "nccl" if torch.cuda.is_available() else "gloo"
+        return backend_for(self.accelerator or "cpu")  # a GPU only where the job asks for one
 
     @property
     def collective_device(self) -> torch.device:

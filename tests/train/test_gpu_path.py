@@ -144,6 +144,12 @@ def test_asking_for_gpus_where_there_are_none_fails_up_front() -> None:
             trainer_device(_job(gpusPerMachine=1), argparse.Namespace(gpu=0, machine="m1"))
 
 
+def test_ddp_config_without_an_accelerator_is_cpu_even_where_cuda_is() -> None:
+    """CPU trainers on a machine with a GPU (the benchmark's CPU run) stay on gloo."""
+    plain = DDPConfig(0, 2, "x:1")
+    assert (plain.device.type, plain.resolved_backend) == ("cpu", "gloo")
+
+
 def test_ddp_config_follows_the_accelerator() -> None:
     cpu = DDPConfig(0, 2, "x:1", accelerator="cpu")
     assert (cpu.device.type, cpu.resolved_backend, cpu.collective_device.type) == (
