@@ -12,7 +12,10 @@ Prints one JSON object:
   over loopback (``use_shm=False``); ``dist_shm_sampled_edges_per_s`` — the same
   with the co-located partitions sampled in-process from shared memory;
   ``dist_minibatches_per_s`` — ``DistNodeDataLoader`` batches (sampling + feature
-  pulls) over loopback;
+  pulls) over loopback; ``pyg_remote_minibatches_per_s`` — PyG's ``NeighborLoader``
+  on the same store (``remote_backend``), the same seeds; ``pyg_remote_slowdown`` —
+  how much slower per batch than graphrun's loader (0.1 = 10 %; best of three
+  interleaved passes each);
 * ``pyg_sampled_edges_per_s`` / ``pyg_minibatches_per_s`` — PyG's ``NeighborLoader`` on
   the whole graph in one process, or null when neither ``pyg-lib`` nor
   ``torch-sparse`` is installed (PyG needs one of them to sample).
@@ -160,7 +163,13 @@ def bench_dist(
     import numpy as np
     import torch
 
-    from graphrun.distributed import DistGraph, DistNodeDataLoader, initialize
+    from graphrun.distributed import (
+        DistGraph,
+        DistNodeDataLoader,
+        NeighborLoader,
+        initialize,
+        remote_backend,
+    )
     from graphrun.job.stores import start_stores
     from graphrun.partition import load_id_mapping, partition_graph
     from graphrun.sampling import NeighborSampler
@@ -192,18 +201,32 @@ def bench_dist(
             with initialize(servers, use_shm=False, heartbeat_interval=0) as ctx:
                 if graph.is_hetero:
                     return out
-                loader = DistNodeDataLoader(
-                    DistGraph(ctx), torch.cat(seeds), fanouts, batch_size=args.batch_size
+                ids = torch.cat(seeds)
+                ours = DistNodeDataLoader(DistGraph(ctx), ids, fanouts, batch_size=args.batch_size)
+                fs, gs = remote_backend(ctx)
+                theirs = NeighborLoader(
+                    (fs, gs), fanouts, input_nodes=ids, batch_size=args.batch_size, seed=0
                 )
-                it = iter(loader)
-                for _ in range(2):
-                    next(it)
-                n = 0
-                t = time.perf_counter()
-                for _ in it:
-                    n += 1
-                out["dist_minibatches_per_s"] = n / (time.perf_counter() - t)
+                rates: dict[str, list[float]] = {"dist": [], "pyg_remote": []}
+                for _ in range(3):  # interleaved, best of three: the machine's load varies
+                    rates["dist"].append(_loader_rate(ours))
+                    rates["pyg_remote"].append(_loader_rate(theirs))
+                out["dist_minibatches_per_s"] = max(rates["dist"])
+                out["pyg_remote_minibatches_per_s"] = max(rates["pyg_remote"])
+                out["pyg_remote_slowdown"] = max(rates["dist"]) / max(rates["pyg_remote"]) - 1
     return out
+
+
+def _loader_rate(loader: Any) -> float:
+    """Batches per second of one pass over ``loader`` after its first two batches."""
+    it = iter(loader)
+    for _ in range(2):
+        next(it)
+    n = 0
+    t = time.perf_counter()
+    for _ in it:
+        n += 1
+    return n / (time.perf_counter() - t)
 
 
 def run(args: argparse.Namespace) -> int:

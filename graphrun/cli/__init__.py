@@ -29,6 +29,7 @@ SUBCOMMANDS = (
     "serve",
     "keygen",
     "run",
+    "report",
     "worker",
     "plan",
     "profile",

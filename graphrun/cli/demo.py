@@ -4,7 +4,8 @@
 2. partition it in 2 with METIS and print the partition quality;
 3. run a 2-machine job locally (per machine one store server and one trainer, every
    role a process) training GraphSAGE for a few epochs, with progress;
-4. print GraphSAGE's test accuracy next to an MLP trained on the same features.
+4. print GraphSAGE's test accuracy next to an MLP trained on the same features;
+5. write the job's report (``graphrun report``: one HTML file) and print its path.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ def register(subparsers: Any) -> None:
         "groups on loopback or as network-namespace hosts (root)"
     )  # fmt: skip
     p.add_argument("--no-train", action="store_true", help="stop after generating and partitioning")
+    p.add_argument(
+        "--report", type=Path, help="the HTML report to write (default: RUN/report.html with "
+        "--workdir, else graphrun-demo-report.html in this directory)",
+    )  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -63,8 +68,9 @@ def demo_job(workdir: Path, epochs: int, hosts: str) -> Path:
     return path
 
 
-def train_job(job_file: Path) -> float:
-    """Run the demo job; returns the final test accuracy the trainers reported."""
+def train_job(job_file: Path) -> tuple[float, Path]:
+    """Run the demo job; returns the final test accuracy the trainers reported and the
+    run directory."""
     import json
     import threading
 
@@ -79,7 +85,7 @@ def train_job(job_file: Path) -> float:
     report = LocalJob(load_job(job_file), job_file, RunOptions(), sink=sink, stop=stop).run()
     lines = (report.paths.run_dir / "metrics.jsonl").read_text().splitlines()
     final = [json.loads(x) for x in lines if x.strip()]
-    return float(final[-1]["test_acc"])
+    return float(final[-1]["test_acc"]), report.paths.run_dir
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,10 +115,17 @@ def run(args: argparse.Namespace) -> int:
 
         job_file = demo_job(workdir, args.epochs, args.hosts)
         say(f"3/4 training GraphSAGE on 2 local machines ({job_file}) ...")
-        sage = train_job(job_file)
+        sage, run_dir = train_job(job_file)
         say("4/4 training an MLP on the same features (no graph) ...")
         mlp = mlp_baseline(graph, epochs=max(20, args.epochs * 10))
         say(f"test accuracy: GraphSAGE {sage:.3f}   MLP {mlp:.3f}")
+        from graphrun.report import write_report
+
+        default = run_dir / "report.html" if keep else Path("graphrun-demo-report.html")
+        out = write_report(run_dir, args.report or default).resolve()
+        say(f"report: {out} (open it in a browser)")
+        if keep:
+            say(f"TensorBoard: tensorboard --logdir {run_dir / 'tensorboard'}")
         say(f"done in {time.monotonic() - t0:.0f}s")
         return 0
     finally:

@@ -45,6 +45,13 @@ def register(subparsers: Any) -> None:
         help="GraphJob only: also write the job with the plan inline in spec.placement.plan "
         "(what the Kubernetes operator takes); relative paths in it are kept as written",
     )
+    p.add_argument(
+        "--timeline",
+        type=Path,
+        metavar="PNG",
+        help="also draw the simulated schedule of the plan and of co-location (tasks per "
+        "machine, flows per link) to this PNG file",
+    )
     p.add_argument("--seconds", type=float, default=30.0, help="ETP time budget (default 30)")
     p.add_argument("--steps", type=int, default=None, help="ETP step budget (reproducible)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -118,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
     from graphrun.placement.job import Job
     from graphrun.placement.plan import write_plan
     from graphrun.placement.planner import PlanOptions, optimize
+    from graphrun.placement.schedule import schedule_file, write_schedules
 
     if not 0 < args.seconds < math.inf:
         raise ArgumentError(f"--seconds: must be > 0 and finite, got {args.seconds}")
@@ -168,10 +176,34 @@ def run(args: argparse.Namespace) -> int:
         plan = graphjob.complete(plan)
     write_plan(plan, args.output, comments=lines)
     print(f"{args.output}: " + "; ".join(lines[1:]))
+    schedules = plan_schedules(cluster, job, out, options.seed)
+    sched = write_schedules(schedule_file(args.output), schedules)
+    print(f"{sched}: the simulated schedules ({', '.join(s.label for s in schedules)})")
+    if args.timeline is not None:
+        from graphrun.files import write_atomic
+        from graphrun.report.plots import timeline
+
+        write_atomic(args.timeline, timeline(schedules))
+        print(f"{args.timeline}: the simulated schedules drawn")
     if args.inline is not None:
         write_inline(args.job, plan, args.inline)
         print(f"{args.inline}: {args.job} with the plan in spec.placement.plan")
     return 0
+
+
+def plan_schedules(cluster: Any, job: Any, out: Any, seed: int) -> list[Any]:
+    """The simulated schedules of the plan and, when it fits, of co-location (on the
+    draws the plan was scored on)."""
+    from graphrun.placement.baselines import colocation
+    from graphrun.placement.schedule import schedule
+    from graphrun.placement.workload import make_scenario, make_template
+
+    sc = make_scenario(job, seed)
+    tpl = make_template(sc)
+    out_s = [schedule(cluster, sc, out.placement, "plan", template=tpl)]
+    if out.colocation_makespan is not None:
+        out_s.append(schedule(cluster, sc, colocation(cluster, job), "co-location", template=tpl))
+    return out_s
 
 
 def write_inline(job_file: Path, plan: Any, out: Path) -> Path:

@@ -36,6 +36,12 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--plan", type=Path, help="a resolved machine launch plan (JSON) instead of --job"
     )
+    p.add_argument(
+        "--run-dir",
+        type=Path,
+        help="the job's run directory: metrics.jsonl and tensorboard/ (default: runs/<name> "
+        "beside the job file)",
+    )
     p.add_argument("--status-dir", type=Path, help="write STATUS_DIR/<machine>.json")
     p.add_argument("--log-dir", type=Path, help="write one log file per role here")
     p.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
@@ -51,7 +57,10 @@ def _launch(args: argparse.Namespace) -> Any:
         raise ArgumentError("worker: give --plan, or --job with --machine and --hosts-file")
     from graphrun.job.roles import load_job_launch
 
-    return load_job_launch(args.job, args.machine, args.hosts_file, args.keys, resume=args.resume)
+    return load_job_launch(
+        args.job, args.machine, args.hosts_file, args.keys, resume=args.resume,
+        run_dir=args.run_dir,
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

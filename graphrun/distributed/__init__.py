@@ -7,29 +7,76 @@
     for batch in DistNodeDataLoader(g, ids, [25, 10], batch_size=1000, num_workers=2,
                                     cache=cache): ...
 
-No process-global state: everything hangs off the context ``initialize`` returns.
+PyG's own loaders take ``remote_backend(ctx)`` (a FeatureStore, GraphStore pair) and a
+``RemoteNeighborSampler``: see :mod:`graphrun.distributed.pyg_remote` (stores in ``pyg_stores``).
+
+Everything hangs off the context ``initialize`` returns; DistDGL's names
+(``DistTensor(shape, dtype, name)``, ``node_split(mask, pb)``, ``DistGraph(name)``,
+``NeighborSampler(fanouts)``, see :mod:`graphrun.distributed.dglnames` and
+docs/porting.md) find it as the current context.
 """
 
 from graphrun.distributed.cache import CachePlan
-from graphrun.distributed.context import DistConfig, DistContext, initialize
+from graphrun.distributed.context import DistConfig, DistContext, current_context, initialize
+from graphrun.distributed.dglnames import (
+    DistEmbedding,
+    DistTensor,
+    NeighborSampler,
+    SparseAdagrad,
+    SparseAdam,
+    edge_split,
+    node_split,
+)
 from graphrun.distributed.graph import DistGraph
 from graphrun.distributed.loader import (
+    DistEdgeDataLoader,
     DistLinkDataLoader,
     DistNodeDataLoader,
     plan_feature_cache,
 )
-from graphrun.distributed.split import edge_split, node_split, trainer_partitions
+from graphrun.distributed.minibatch import shuffled
+from graphrun.distributed.pyg_data import (
+    RemoteData,
+    StoreDataset,
+    read_store_file,
+    write_store_file,
+)
+from graphrun.distributed.pyg_remote import (
+    LinkNeighborLoader,
+    NeighborLoader,
+    RemoteNeighborSampler,
+)
+from graphrun.distributed.pyg_stores import RemoteFeatureStore, RemoteGraphStore, remote_backend
+from graphrun.distributed.split import trainer_partitions
 
 __all__ = [
     "CachePlan",
     "DistConfig",
     "DistContext",
+    "DistEdgeDataLoader",
+    "DistEmbedding",
     "DistGraph",
     "DistLinkDataLoader",
     "DistNodeDataLoader",
+    "DistTensor",
+    "LinkNeighborLoader",
+    "NeighborLoader",
+    "NeighborSampler",
+    "RemoteData",
+    "RemoteFeatureStore",
+    "RemoteGraphStore",
+    "RemoteNeighborSampler",
+    "SparseAdagrad",
+    "SparseAdam",
+    "StoreDataset",
+    "current_context",
     "edge_split",
     "initialize",
     "node_split",
     "plan_feature_cache",
+    "read_store_file",
+    "remote_backend",
+    "shuffled",
     "trainer_partitions",
+    "write_store_file",
 ]

@@ -3,10 +3,12 @@
 A :class:`BatchBuilder` needs only a :class:`~graphrun.distributed.context.DistContext`
 and a :class:`BatchSpec` (a plain frozen value), so it runs the same in the trainer
 (``num_workers=0``) and in a loader worker process, which builds its own context.
-Every batch is sampled with its own generator seed (:func:`batch_seed`), so a
-batch's content does not depend on which process built it. What building it cost —
-seconds pulling features, bytes of structure and of features from each partition —
-is its :class:`BatchCost` (``builder.last_cost``), the profile record's inputs.
+Every batch is sampled with a generator seed of the epoch's seed and its own seed
+ids (:func:`~graphrun.distributed.minibatch.content_seed`), so a batch's content
+does not depend on which process, or which loader (graphrun's or PyG's), built it.
+What building it cost — seconds pulling features, bytes of structure and of
+features from each partition — is its :class:`BatchCost` (``builder.last_cost``),
+the profile record's inputs.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
@@ -24,21 +25,14 @@ from torch_geometric.data import Data, HeteroData
 from graphrun.distributed.cache import CachePlan
 from graphrun.distributed.context import DistContext
 from graphrun.distributed.features import StoreFeatures
+from graphrun.distributed.minibatch import MiniBatchSampler
 from graphrun.errors import ArgumentError
 from graphrun.sampling.edgesplit import EdgeSplit
-from graphrun.sampling.mfg import make_generator
-from graphrun.sampling.negative import NegativeSampler
-from graphrun.sampling.partitioned import BookTypeMap
+from graphrun.sampling.mfg import SampledSubgraph
 from graphrun.sampling.pyg import split_by_type
-from graphrun.sampling.sampler import NeighborSampler, Output, collate
+from graphrun.sampling.sampler import Output, collate
 
 Kind = Literal["node", "link"]
-
-
-def batch_seed(seed: int, epoch: int, index: int) -> int:
-    """A well-mixed generator seed for batch ``index`` (>= -1) of ``epoch``."""
-    entropy = [seed & (2**63 - 1), epoch & (2**63 - 1), index + 1]
-    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0] >> 2)
 
 
 @dataclass(frozen=True)
@@ -105,24 +99,19 @@ class BatchBuilder:
         self.ctx = ctx
         self.spec = spec
         self.book = ctx.book
-        self.types = BookTypeMap(self.book)
-        self.sampler = NeighborSampler(
-            ctx.sampler,
-            self.types,
-            self.book.num_nodes,
-            spec.fanouts,
-            num_layers=spec.num_layers,
-            replace=spec.replace,
-            generator=0,
+        self.minibatch = MiniBatchSampler(
+            ctx, spec.fanouts, replace=spec.replace, num_layers=spec.num_layers
         )
+        self.types = self.minibatch.types
         cache = ctx.feature_cache(spec.cache) if spec.cache is not None else None
         self.features = StoreFeatures(ctx.client, cache)
         self.features.warm(spec.x, spec.y)
-        self._negatives: NegativeSampler | None = None
         self.last_cost = BatchCost()
 
     def build(self, ids: Tensor, seed: int) -> Data | HeteroData:
-        """The batch of ``ids``; what it cost is then in ``last_cost``."""
+        """The batch of ``ids``, sampled with ``content_seed(seed, ...)`` (``seed``: the
+        epoch's, from :func:`~graphrun.distributed.minibatch.epoch_seed`); what it cost
+        is then in ``last_cost``."""
         meter = _Meter(self.ctx, self.features)
         if self.spec.kind == "node":
             data = self.node_batch(ids, seed)
@@ -131,25 +120,15 @@ class BatchBuilder:
         self.last_cost = meter.cost()
         return data
 
-    def node_batch(self, ids: Tensor, seed: int) -> Data | HeteroData:
-        """Seeds are per-type ids of ``spec.ntype`` (homogeneous ids when it is None)."""
-        homo = ids if self.spec.ntype is None else self._to_homo(self.spec.ntype, ids)
-        sub = self.sampler.sample(homo, generator=seed)
+    def _collate(self, sub: SampledSubgraph) -> Data | HeteroData:
         return collate(
             sub, self.types, self.features, output=self.spec.output, x=self.spec.x, y=self.spec.y
         )
 
-    def _to_homo(self, ntype: str, ids: Tensor) -> Tensor:
-        return torch.from_numpy(self.book.to_homo(ntype, ids.numpy()))
-
-    def _negative_sampler(self, dst_type: str) -> NegativeSampler:
-        if self._negatives is None:
-            n = self.book.num_nodes_of(dst_type)
-            deg = None
-            if self.spec.neg_mode == "degree":
-                deg = self.ctx.sampler.in_degrees(self._to_homo(dst_type, torch.arange(n)))
-            self._negatives = NegativeSampler(n, self.spec.neg_k, self.spec.neg_mode, deg)
-        return self._negatives
+    def node_batch(self, ids: Tensor, seed: int) -> Data | HeteroData:
+        """Seeds are per-type ids of ``spec.ntype`` (homogeneous ids when it is None)."""
+        homo = self.minibatch.to_homo(self.spec.ntype, ids)
+        return self._collate(self.minibatch.nodes(homo, seed))
 
     def link_batch(self, eids: Tensor, seed: int) -> Data | HeteroData:
         """Positive edges ``eids`` (per-type ids of ``spec.etype``) plus ``neg_k`` negatives each.
@@ -162,26 +141,23 @@ class BatchBuilder:
         etype = self.spec.etype or self.types.edge_types[0]
         homo_e = torch.from_numpy(self.book.etype_to_homo(etype, eids.numpy()))
         src, dst = self.ctx.sampler.find_edges(homo_e)
-        gen = make_generator(seed)
-        neg_src, neg_dst_t = self._negative_sampler(etype[2]).sample(src, gen)
-        neg_dst = self._to_homo(etype[2], neg_dst_t)
-        ends = torch.cat([src, neg_src, dst, neg_dst])
-        nodes, inverse = torch.unique(ends, return_inverse=True)
-        sub = self.sampler.sample(nodes, generator=gen)
-        if self.spec.edge_split is not None:
-            sub = self.spec.edge_split.exclude(sub, src, dst, self.book.num_nodes)
-        data = collate(
-            sub, self.types, self.features, output=self.spec.output, x=self.spec.x, y=self.spec.y
+        got = self.minibatch.links(
+            src,
+            dst,
+            seed,
+            etype,
+            neg_k=self.spec.neg_k,
+            neg_mode=self.spec.neg_mode,
+            edge_split=self.spec.edge_split,
         )
-        m = src.numel() + neg_src.numel()
-        label_index = torch.stack([inverse[:m], inverse[m:]])
-        label = torch.cat([torch.ones(src.numel()), torch.zeros(neg_src.numel())])
+        data = self._collate(got.sub)
+        label = torch.cat([torch.ones(got.num_pos), torch.zeros(got.num_neg)])
         if isinstance(data, HeteroData):
-            local = split_by_type(sub, self.types).local_in_type
-            data[etype].edge_label_index = local[label_index]
+            local = split_by_type(got.sub, self.types).local_in_type
+            data[etype].edge_label_index = local[got.label_index]
             data[etype].edge_label = label
         else:
-            data.edge_label_index = label_index
+            data.edge_label_index = got.label_index
             data.edge_label = label
         return data
 

@@ -6,15 +6,17 @@
     ...
     ctx.close()   # or `with initialize(...) as ctx:`
 
-There is no process-global state and nothing is read from the environment: the
-launcher (or the user) builds a :class:`DistConfig` at the edge and calls
-:func:`initialize`. The config is a plain frozen value, so loader worker processes
-rebuild their own context from it (a store client is never shared across
-processes or threads).
+Nothing is read from the environment: the launcher (or the user) builds a
+:class:`DistConfig` at the edge and calls :func:`initialize`, and everything takes the
+context it returns; only DistDGL-style calls (:mod:`~graphrun.distributed.dglnames`)
+find it as the *current* context instead. The config is a plain frozen value, so
+loader worker processes rebuild their own context from it (a store client is never
+shared across processes or threads).
 """
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -25,6 +27,17 @@ from graphrun.partition.book import PartitionBook
 from graphrun.rpc.auth import KeyPair
 from graphrun.sampling.distributed import DistOneHopSampler
 from graphrun.store.client import ClientConfig, KVClient
+
+_CURRENT: ContextVar[DistContext | None] = ContextVar("graphrun_context", default=None)
+
+
+def current_context() -> DistContext:
+    """The context :func:`initialize` made last (and not yet closed): what DistDGL-style
+    calls without a context use (:mod:`graphrun.distributed.dglnames`)."""
+    ctx = _CURRENT.get()
+    if ctx is None:
+        raise ArgumentError("no graphrun context: call graphrun.distributed.initialize(...) first")
+    return ctx
 
 
 @dataclass(frozen=True)
@@ -113,6 +126,8 @@ class DistContext:
         return self.config.world_size
 
     def close(self) -> None:
+        if _CURRENT.get() is self:
+            _CURRENT.set(None)
         self._caches.clear()
         self.client.close()
 
@@ -134,16 +149,23 @@ def initialize(
     *,
     job: str = "default",
     keys: KeyPair | None = None,
-    rank: int = 0,
-    world_size: int = 1,
+    rank: int | None = None,
+    world_size: int | None = None,
     partition: int | None = None,
     **options: Any,
 ) -> DistContext:
     """Join the store serving ``servers`` (main address of every partition) as one trainer.
 
-    ``options``: ``timeout``, ``heartbeat_interval``, ``use_shm``, ``name``, ``machine``
-    (see :class:`DistConfig`). Returns the context; nothing global is set.
+    ``rank``/``world_size`` default to ``torch.distributed``'s when its process group is
+    initialised, else to 0 and 1. ``options``: ``timeout``, ``heartbeat_interval``,
+    ``use_shm``, ``name``, ``machine`` (see :class:`DistConfig`). Returns the context,
+    which is also the current one (:func:`current_context`) until it is closed: only
+    DistDGL-style calls read that.
     """
+    if rank is None or world_size is None:
+        group_rank, group_size = _process_group()
+        rank = group_rank if rank is None else rank
+        world_size = group_size if world_size is None else world_size
     config = DistConfig(
         tuple(servers),
         job=job,
@@ -153,4 +175,15 @@ def initialize(
         partition=partition,
         **options,
     )
-    return DistContext(config)
+    ctx = DistContext(config)
+    _CURRENT.set(ctx)
+    return ctx
+
+
+def _process_group() -> tuple[int, int]:
+    """``(rank, world_size)`` of torch.distributed's default group, or ``(0, 1)``."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1

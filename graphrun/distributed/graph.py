@@ -25,7 +25,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graphrun.distributed.context import DistContext
+from graphrun.distributed.context import DistContext, current_context
+from graphrun.distributed.dglnames import DistTensor
 from graphrun.errors import ArgumentError
 from graphrun.graph.graph import CanonicalEtype, etype_key
 from graphrun.partition.book import PartitionBook
@@ -34,7 +35,6 @@ from graphrun.sampling.distributed import DistOneHopSampler
 from graphrun.sampling.fanout import normalize_fanouts
 from graphrun.sampling.mfg import Seed, draw_seed, make_generator
 from graphrun.sampling.partitioned import BookTypeMap
-from graphrun.store.dist_tensor import DistTensor
 from graphrun.store.policy import TensorKey
 
 
@@ -45,8 +45,35 @@ class TypeView:
     data: Mapping[str, DistTensor]
 
 
+class PartitionBookView:
+    """A :class:`PartitionBook` as DistDGL's ``GraphPartitionBook`` reads (everything
+    else is the book's own)."""
+
+    def __init__(self, book: PartitionBook, partid: int) -> None:
+        self.book = book
+        self.partid = partid
+
+    def num_partitions(self) -> int:
+        return int(self.book.num_parts)
+
+    def partid2nids(self, partid: int, ntype: str | None = None) -> Tensor:
+        return torch.from_numpy(self.book.partid2nids(partid, ntype))
+
+    def partid2eids(self, partid: int, etype: CanonicalEtype | str | None = None) -> Tensor:
+        return torch.from_numpy(self.book.partid2eids(partid, etype))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.book, name)
+
+
 class DistGraph:
-    def __init__(self, ctx: DistContext) -> None:
+    """The store's graph seen from ``ctx``; DistDGL's ``DistGraph(graph_name)`` (or no
+    argument) takes the current context (:func:`~graphrun.distributed.current_context`)."""
+
+    def __init__(self, ctx: DistContext | str | None = None, **dgl_options: Any) -> None:
+        del dgl_options  # DistDGL's part_config: the store already serves the partitions
+        if not isinstance(ctx, DistContext):
+            ctx = current_context()
         self.ctx = ctx
         self.book: PartitionBook = ctx.book
         self.types = BookTypeMap(self.book)
@@ -68,9 +95,31 @@ class DistGraph:
     def partition_book(self) -> PartitionBook:
         return self.book
 
+    def get_partition_book(self) -> PartitionBookView:
+        """DistDGL's view of the book: ``partid`` (this trainer's partition),
+        ``partid2nids``/``partid2eids`` as tensors, ``num_partitions()``."""
+        return PartitionBookView(self.book, self.ctx.partition)
+
     @property
     def local_partition(self) -> int:
         return self.ctx.partition
+
+    def rank(self) -> int:
+        """This trainer's rank (DistDGL's ``g.rank()``)."""
+        return self.ctx.rank
+
+    def barrier(self) -> None:
+        """Wait for every trainer (``torch.distributed``'s barrier; nothing to wait for
+        with one trainer)."""
+        import torch.distributed as dist
+
+        if self.ctx.world_size == 1:
+            return
+        if not (dist.is_available() and dist.is_initialized()):
+            raise ArgumentError(
+                "barrier: torch.distributed is not initialised (init_process_group first)"
+            )
+        dist.barrier()
 
     @property
     def node_types(self) -> tuple[str, ...]:

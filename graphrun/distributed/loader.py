@@ -12,7 +12,12 @@
 
 Composition: a loader holds a :class:`~graphrun.distributed.batches.BatchSpec` and either
 builds batches in this process (``num_workers=0``) or hands them to a
-:class:`~graphrun.distributed.workers.WorkerPool` with a prefetch window. The order of
+:class:`~graphrun.distributed.workers.WorkerPool` with a prefetch window (``prefetch``
+batches in all, or torch's ``prefetch_factor`` per worker). As torch's loaders:
+``persistent_workers`` (default True here: a worker joins the store once),
+``pin_memory`` (when CUDA is there); iterating again starts a new epoch's run, and
+breaking out, dropping the iterator or :meth:`close` leave no worker behind (a
+persistent pool stops at ``close``, ``with`` or garbage collection). The order of
 seeds per epoch and every batch's sampling seed derive from ``(seed, epoch,
 index)``, so results do not depend on the number of workers.
 """
@@ -33,11 +38,12 @@ from graphrun.distributed.batches import (
     BatchCost,
     BatchSpec,
     Kind,
-    batch_seed,
     check_spec,
 )
 from graphrun.distributed.cache import CachePlan, plan_cache
+from graphrun.distributed.dglnames import NeighborSampler as NeighborSamplerSpec
 from graphrun.distributed.graph import DistGraph
+from graphrun.distributed.minibatch import epoch_seed, shuffled
 from graphrun.distributed.workers import WorkerPool
 from graphrun.errors import ArgumentError
 from graphrun.sampling.edgesplit import EdgeSplit
@@ -65,6 +71,9 @@ class _DistLoader:
         num_workers: int,
         prefetch: int,
         seed: int,
+        persistent_workers: bool = True,
+        pin_memory: bool = False,
+        prefetch_factor: int | None = None,
     ) -> None:
         self.graph = graph
         self.spec = spec
@@ -73,6 +82,12 @@ class _DistLoader:
         self.batch_size = _check_count(batch_size, "batch_size", 1)
         self.num_workers = _check_count(num_workers, "num_workers", 0)
         self.prefetch = _check_count(prefetch, "prefetch", 1)
+        if prefetch_factor is not None:
+            if self.num_workers == 0:
+                raise ArgumentError("prefetch_factor: only with num_workers > 0 (as in torch)")
+            self.prefetch = _check_count(prefetch_factor, "prefetch_factor", 1) * num_workers
+        self.persistent_workers = bool(persistent_workers)
+        self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self.shuffle = shuffle
         self.drop_last = drop_last
         self.seed = int(seed)
@@ -89,16 +104,10 @@ class _DistLoader:
         self.epoch = int(epoch)
 
     def _tasks(self) -> list[tuple[Tensor, int]]:
-        order = self.ids
-        if self.shuffle:
-            gen = torch.Generator().manual_seed(batch_seed(self.seed, self.epoch, -1))
-            order = order[torch.randperm(order.numel(), generator=gen)]
+        order = shuffled(self.ids, self.seed, self.epoch) if self.shuffle else self.ids
+        base = epoch_seed(self.seed, self.epoch)
         return [
-            (
-                order[i * self.batch_size : (i + 1) * self.batch_size],
-                batch_seed(self.seed, self.epoch, i),
-            )
-            for i in range(len(self))
+            (order[i * self.batch_size : (i + 1) * self.batch_size], base) for i in range(len(self))
         ]
 
     def start(self) -> None:
@@ -111,18 +120,28 @@ class _DistLoader:
             self._pool = WorkerPool(self.graph.ctx.config, self.spec, self.num_workers)
 
     def __iter__(self) -> Iterator[Data | HeteroData]:
+        """One epoch's batches. Without ``persistent_workers`` the worker processes stop
+        when the iteration ends, is broken out of or is dropped; with it (the default:
+        a worker joins the store, which is worth doing once) at :meth:`close`."""
         tasks = self._tasks()
         self.start()
         if self._builder is not None:
             for ids, s in tasks:
                 batch = self._builder.build(ids, s)
                 self.last_cost = self._builder.last_cost
-                yield batch
+                yield self._pinned(batch)
             return
         assert self._pool is not None
-        for batch, cost in self._pool.run(tasks, self.prefetch):
-            self.last_cost = cost
-            yield batch
+        try:
+            for batch, cost in self._pool.run(tasks, self.prefetch):
+                self.last_cost = cost
+                yield self._pinned(batch)
+        finally:
+            if not self.persistent_workers:
+                self.close()
+
+    def _pinned(self, batch: Data | HeteroData) -> Data | HeteroData:
+        return batch.pin_memory() if self.pin_memory else batch
 
     @property
     def worker_pids(self) -> list[int | None]:
@@ -144,12 +163,33 @@ class _DistLoader:
             self.close()
 
 
+def _fanouts(fanouts: Any, replace: bool) -> tuple[Any, bool]:
+    """Fanouts per hop, or DistDGL's ``NeighborSampler(fanouts)`` (per layer, reversed)."""
+    if isinstance(fanouts, NeighborSamplerSpec):
+        return fanouts.hops, fanouts.replace or replace
+    return fanouts, replace
+
+
+def _dgl_triple(batch: Data | HeteroData, ntype: str | None) -> tuple[Any, Any, list[Any]]:
+    """DistDGL's ``(input_nodes, seeds, blocks)`` of a batch; ``blocks`` = ``[batch]``."""
+    if isinstance(batch, HeteroData):
+        assert ntype is not None
+        size = int(batch[ntype].batch_size)
+        inputs = {t: batch[t].n_id for t in batch.node_types}
+        return inputs, {ntype: batch[ntype].n_id[:size]}, [batch]
+    return batch.n_id, batch.n_id[: batch.batch_size], [batch]
+
+
 def _output(graph: DistGraph, output: Output | None) -> Output:
     return output or ("hetero" if graph.is_hetero else "data")
 
 
 class DistNodeDataLoader(_DistLoader):
-    """Mini-batches around seed nodes (per-type ids of ``ntype`` on a heterograph)."""
+    """Mini-batches around seed nodes (per-type ids of ``ntype`` on a heterograph).
+
+    ``fanouts``: per hop (the hop next to the seeds first), or DistDGL's
+    ``NeighborSampler(fanouts)`` (per model layer, input layer first), which also makes
+    the loader yield DistDGL's ``(input_nodes, seeds, blocks)``."""
 
     def __init__(
         self,
@@ -163,6 +203,9 @@ class DistNodeDataLoader(_DistLoader):
         drop_last: bool = False,
         num_workers: int = 0,
         prefetch: int = 2,
+        persistent_workers: bool = True,
+        pin_memory: bool = False,
+        prefetch_factor: int | None = None,
         output: Output | None = None,
         x: str = "feat",
         y: str = "label",
@@ -173,6 +216,8 @@ class DistNodeDataLoader(_DistLoader):
     ) -> None:
         if ntype is None and graph.is_hetero:
             raise ArgumentError(f"ntype: required on a heterograph ({list(graph.node_types)})")
+        self.dgl_style = isinstance(fanouts, NeighborSamplerSpec)
+        fanouts, replace = _fanouts(fanouts, replace)
         spec = BatchSpec(
             kind="node",
             fanouts=fanouts,
@@ -194,7 +239,16 @@ class DistNodeDataLoader(_DistLoader):
             num_workers=num_workers,
             prefetch=prefetch,
             seed=seed,
+            persistent_workers=persistent_workers,
+            pin_memory=pin_memory,
+            prefetch_factor=prefetch_factor,
         )
+
+    def __iter__(self) -> Iterator[Any]:
+        """PyG batches; DistDGL's ``(input_nodes, seeds, blocks)`` when the loader was
+        given a ``NeighborSampler`` (see :class:`~graphrun.distributed.NeighborSampler`)."""
+        for batch in super().__iter__():
+            yield _dgl_triple(batch, self.spec.ntype) if self.dgl_style else batch
 
 
 class DistLinkDataLoader(_DistLoader):
@@ -221,6 +275,9 @@ class DistLinkDataLoader(_DistLoader):
         drop_last: bool = False,
         num_workers: int = 0,
         prefetch: int = 2,
+        persistent_workers: bool = True,
+        pin_memory: bool = False,
+        prefetch_factor: int | None = None,
         output: Output | None = None,
         x: str = "feat",
         y: str = "label",
@@ -235,6 +292,7 @@ class DistLinkDataLoader(_DistLoader):
         if etype is not None:
             canonical = tuple(graph.book.edge_types[graph.book.etype_id(etype)])
         _check_count(neg_k, "neg_k", 1)
+        fanouts, replace = _fanouts(fanouts, replace)
         kind: Kind = "link"
         spec = BatchSpec(
             kind=kind,
@@ -260,7 +318,13 @@ class DistLinkDataLoader(_DistLoader):
             num_workers=num_workers,
             prefetch=prefetch,
             seed=seed,
+            persistent_workers=persistent_workers,
+            pin_memory=pin_memory,
+            prefetch_factor=prefetch_factor,
         )
+
+
+DistEdgeDataLoader = DistLinkDataLoader  # DistDGL's name
 
 
 def plan_feature_cache(

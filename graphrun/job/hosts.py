@@ -17,6 +17,7 @@ backend: nothing listens for it, only the job's user can reach it).
 from __future__ import annotations
 
 import json
+import random
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -109,17 +110,37 @@ def split_endpoint(ep: str) -> tuple[str, int]:
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """``n`` distinct TCP ports that are free on ``host`` right now."""
-    socks = []
+    """``n`` distinct TCP ports that are free on ``host`` right now, outside the kernel's
+    ephemeral range: a port the kernel hands out for ``bind(0)`` is also one it hands to
+    outgoing connections, so between this check and the server's bind any client on the
+    machine could take it (a store failed with "Address already in use" that way)."""
+    low, _ = _ephemeral_range()
+    first = min(_PORTS_FROM, max(1024, low - 4096))
+    picked: list[int] = []
+    for port in random.sample(range(first, low), low - first):
+        if len(picked) == n:
+            break
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        picked.append(port)
+    if len(picked) < n:
+        raise SpecError(f"{host}: fewer than {n} free ports in [{first}, {low})")
+    return picked
+
+
+_PORTS_FROM = 20000
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's ephemeral port range (Linux), or the IANA one elsewhere."""
     try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 49152, 65535
 
 
 def tcp_ready(host: str, port: int, timeout: float = 0.5) -> bool:

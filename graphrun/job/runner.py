@@ -166,9 +166,8 @@ class LocalJob:
         from graphrun.store.shm import start_ms
 
         launcher = {"pid": os.getpid(), "start": start_ms()}
-        write_atomic(
-            path, json.dumps({**self.state.to_dict(), "launcher": launcher}, indent=2) + "\n"
-        )
+        state = {**self.state.to_dict(), "launcher": launcher, "jobFile": str(self.paths.job_file)}
+        write_atomic(path, json.dumps(state, indent=2) + "\n")
 
     def _after_a_lost_run(self) -> None:
         """A previous ``graphrun run`` of this job that was killed (-9) left its state

@@ -395,6 +395,11 @@ class TrainingSpec(_Model):
     checkpoint_dir: str | None = Field(
         default=None, description="checkpoints (default: the run directory)"
     )
+    tensorboard: bool = Field(
+        default=True,
+        description="trainer 0 writes TensorBoard scalars (loss, metrics, step breakdown, "
+        "memory) under RUN/tensorboard/",
+    )
     seed: int = 0
 
     @model_validator(mode="after")

@@ -105,7 +105,17 @@ def train_config(job: GraphJob, args: argparse.Namespace, run_dir: Path, ckpt: P
         resume=args.resume,
         metrics_file=run_dir / "metrics.jsonl",
         profile_file=args.profile,
+        tensorboard_dir=run_dir / "tensorboard" if t.tensorboard else None,
+        machines=trainer_machines(job, args.job),
     )
+
+
+def trainer_machines(job: GraphJob, job_file: Path) -> tuple[str, ...]:
+    """The machine of each trainer rank, as the job's placement gives it."""
+    from graphrun.job.roles import job_placement
+
+    roles = job_placement(job, job_paths(job, job_file))
+    return tuple(roles[str(RoleName.trainer(r))].machine for r in range(job.spec.num_trainers))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

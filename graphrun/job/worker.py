@@ -7,7 +7,8 @@ person or a Kubernetes probe can read::
 
     {"machine": "m0", "state": "starting|serving|training|done|failed|stopped",
      "roles": {"store:0": {"pid": 123, "exit_code": null}, ...},
-     "failure": {"role": "trainer:0", "machine": "m0", "exit_code": 1, "reason": "..."} | null}
+     "failure": {"role": "trainer:0", "machine": "m0", "exit_code": 1, "reason": "..."} | null,
+     "usage": {"roles": {"store:0": {"cpu_s": 3.1, "peak_rss_mb": 412.0}, ...}, ...}}
 
 States: ``serving`` — this machine's store servers accept connections;
 ``training`` — every store server of the job is up and the trainers run; ``done`` —
@@ -40,6 +41,7 @@ from graphrun.files import write_atomic
 from graphrun.job.launch import MachineLaunch, RoleLaunch
 from graphrun.job.probe import Probe, store_probe
 from graphrun.job.process import RoleExit, Supervisor
+from graphrun.job.usage import RoleUsage
 from graphrun.names import RoleName
 
 
@@ -60,12 +62,14 @@ class StatusFile:
         self.state = "starting"
         self.roles: dict[str, dict[str, Any]] = {}
         self.failure: dict[str, Any] | None = None
+        self.usage = RoleUsage()  # the roles' CPU seconds and peak memory (job.usage)
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def update(self, sup: Supervisor, state: str | None = None) -> None:
         if state is not None:
             self.state = state
+        self.usage.sample(_running(sup), force=True)
         exits = sup.exits()
         self.roles = {
             role: {"pid": pid, "exit_code": exits[role].exit_code if role in exits else None}
@@ -91,9 +95,15 @@ class StatusFile:
             "state": self.state,
             "roles": self.roles,
             "failure": self.failure,
+            "usage": self.usage.to_dict(),
             "time": time.time(),
         }
         write_atomic(self.path, json.dumps(data) + "\n")
+
+
+def _running(sup: Supervisor) -> dict[str, int]:
+    live = set(sup.running())
+    return {role: pid for role, pid in sup.pids().items() if role in live}
 
 
 def read_status(path: Path) -> dict[str, Any] | None:
@@ -191,6 +201,7 @@ def run_machine(
 
     def check() -> None:
         stalls.check(sup, launch.machine)
+        status.usage.sample(_running(sup))
         for ex in sup.poll():
             clean = ex.exit_code == 0 and kinds[ex.role] == "store"
             if clean and status.state in ("training", "done"):

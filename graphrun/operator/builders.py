@@ -369,7 +369,7 @@ def build_worker(
         {"name": "MACHINE_INDEX", "value": str(index)},
         {"name": "MACHINE_NAME", "value": machine},
     ]
-    args = [*L.WORKER_ARGS, "--resume"] if resume else list(L.WORKER_ARGS)
+    args = [*L.WORKER_ARGS, "--run-dir", L.run_dir(job), *(["--resume"] if resume else [])]
     tpl = _pod_template(job, owner, config, "worker", index, ["graphrun"], args, env)
     spec = tpl["spec"]
     spec["hostname"] = L.worker_name(owner.name, index)

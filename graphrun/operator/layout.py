@@ -193,6 +193,12 @@ def partition_dir(job: GraphJob) -> str:
     return _abs(job, job.partition_dir())
 
 
+def run_dir(job: GraphJob) -> str:
+    """The trainers' run directory on the shared volume (metrics.jsonl, tensorboard/): the
+    job file's own directory is the read-only ConfigMap."""
+    return _abs(job, f"runs/{job.name}")
+
+
 def checkpoint_dir(job: GraphJob) -> str:
     return _abs(job, job.spec.training.checkpoint_dir or f"runs/{job.name}/checkpoints")
 

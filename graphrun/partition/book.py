@@ -291,6 +291,14 @@ class PartitionBook:
 
     # ---- node lookups ---------------------------------------------------------------
 
+    def partid2nids(self, part: int, ntype: str | None = None) -> np.ndarray:
+        """The node ids ``part`` owns (per-type ids with ``ntype``), DistDGL's name."""
+        return np.arange(*self.owned_nodes(part, ntype), dtype=np.int64)
+
+    def partid2eids(self, part: int, etype: CanonicalEtype | str | None = None) -> np.ndarray:
+        """The edge ids ``part`` owns (per-type ids with ``etype``), DistDGL's name."""
+        return np.arange(*self.owned_edges(part, etype), dtype=np.int64)
+
     def _node_ids(self, ids: Any, ntype: str | None) -> tuple[np.ndarray, np.ndarray]:
         if ntype is None:
             return check_ids(ids, "ids", self.num_nodes), self.node_offsets

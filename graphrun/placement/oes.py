@@ -25,7 +25,9 @@ Policies:
 This is the inner loop of ETP: the event loop lives in :mod:`graphrun.placement._kernel`
 over flat arrays (compiled with numba when installed); :func:`simulate` takes a
 :class:`~graphrun.placement.dag.Dag`, :func:`simulate_arrays` the arrays ETP builds
-directly from a placed :class:`~graphrun.placement.workload.Template`.
+directly from a placed :class:`~graphrun.placement.workload.Template`, and
+:func:`simulate_times` every node's start and finish (what
+:mod:`graphrun.placement.schedule` turns into tasks per machine and flows per link).
 """
 
 from __future__ import annotations
@@ -102,6 +104,18 @@ def simulate_arrays(a: DagArrays, policy: Policy | str = Policy.PRIORITY) -> tup
     """The makespan and event count of ``a`` under ``policy`` (no finish times kept)."""
     finish, events, _ = _run(a, _policy(policy))
     return float(finish.max(initial=0.0)), events
+
+
+def simulate_times(
+    a: DagArrays, policy: Policy | str = Policy.PRIORITY
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every node's ``(start, finish)``: a node starts when its last predecessor
+    finishes (a flow may then wait for bandwidth, a CPU step for cores, until its end)."""
+    finish, _, _ = _run(a, _policy(policy))
+    start = np.zeros_like(finish)
+    counts = np.diff(a.succ_ptr)
+    np.maximum.at(start, a.succ_idx, np.repeat(finish, counts))
+    return start, finish
 
 
 def _run(a: DagArrays, policy: Policy) -> tuple[np.ndarray, int, int]:

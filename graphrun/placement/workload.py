@@ -67,6 +67,12 @@ from graphrun.placement.profile import SERVE
 # machine's cores, through the task's threads alone (a store's reply, at a core's speed),
 # or through its machine's cores alone (the reply's CPU seconds charged to the machine)
 ROUTE_SHARED, ROUTE_THREADS, ROUTE_CORES = 0, 1, 2
+# what each node of a template is (``Template.stage``), for schedules and timelines
+STAGES = (
+    "sync", "structure", "sample", "batch", "feature", "train", "serve", "serve-charge",
+    "gradient", "update", "parameters", "allreduce",
+)  # fmt: skip
+_STAGE = {name: i for i, name in enumerate(STAGES)}
 _UNLIMITED = 1e18  # the capacity of the port a one-sided CPU step's other end uses
 
 
@@ -180,6 +186,8 @@ class Template:
     cpu_route: np.ndarray  # int64 ROUTE_* of a CPU step (ROUTE_SHARED for the others)
     cpu_seconds: bool = False  # durations are CPU seconds, scaled per placement
     threads: float = 1.0
+    owner: np.ndarray | None = None  # int64 the task a compute step runs on, -1 for none
+    stage: np.ndarray | None = None  # int64 index into STAGES
 
     @property
     def num_nodes(self) -> int:
@@ -339,6 +347,8 @@ class _Unroll:
         self.preds: list[tuple[int, ...]] = []
         self.cpu_task: list[int] = []
         self.cpu_route: list[int] = []
+        self.owner: list[int] = []
+        self.stage: list[int] = []
         self.serve_of: dict[int, int] = {}  # serving step -> its flow
         self.groups = 0
 
@@ -353,7 +363,11 @@ class _Unroll:
         deps: tuple,
         cpu: int = -1,
         route: int = ROUTE_SHARED,
+        stage: str = "sync",
+        owner: int = -1,
     ) -> int:
+        self.owner.append(owner if owner >= 0 else cpu)
+        self.stage.append(_STAGE[stage])
         self.cpu_task.append(cpu)
         self.cpu_route.append(route)
         self.dur.append(dur)
@@ -366,28 +380,39 @@ class _Unroll:
         return len(self.dur) - 1
 
     def compute(
-        self, dur: float, i: int, deps: tuple[int, ...], task: int = -1, route: int = ROUTE_SHARED
+        self,
+        dur: float,
+        i: int,
+        deps: tuple[int, ...],
+        task: int = -1,
+        route: int = ROUTE_SHARED,
+        stage: str = "sync",
+        owner: int = -1,
     ) -> int:
-        """A compute step; ``task`` runs it (its duration scales with that task's CPU)."""
-        return self._node(dur, 0.0, -1, -1, -1, i, deps, task, route)
+        """A compute step; ``task`` runs it (its duration scales with that task's CPU);
+        ``owner`` runs one whose duration does not scale (a PS update)."""
+        return self._node(dur, 0.0, -1, -1, -1, i, deps, task, route, stage, owner)
 
-    def flow(self, size: float, s: int, d: int, i: int, deps: tuple[int, ...]) -> int:
-        return self._node(0.0, size, s, d, -1, i, deps)
+    def flow(self, size: float, s: int, d: int, i: int, deps: tuple[int, ...], stage: str) -> int:
+        return self._node(0.0, size, s, d, -1, i, deps, stage=stage)
 
-    def store_flows(self, sizes: np.ndarray, d: int, i: int, deps: tuple[int, ...]) -> list[int]:
+    def store_flows(
+        self, sizes: np.ndarray, d: int, i: int, deps: tuple[int, ...], stage: str
+    ) -> list[int]:
         """One flow per store to task ``d``, merged by machine when placed, and with a
         serving cost, each store's reply beside its flow (and the reply's charge to the
         store's machine, which nothing waits for)."""
         self.groups += 1
         flows = [
-            self._node(0.0, b, q, d, self.groups - 1, i, deps) for q, b in enumerate(sizes.tolist())
+            self._node(0.0, b, q, d, self.groups - 1, i, deps, stage=stage)
+            for q, b in enumerate(sizes.tolist())
         ]
         cost = self.sc.serve_cpu_per_byte
         replies = []
         for q, (f, b) in enumerate(zip(flows, sizes.tolist(), strict=True)):
             if cost > 0 and b > 0:
-                reply = self.compute(b * cost, i, deps, task=q, route=ROUTE_THREADS)
-                charge = self.compute(b * cost, i, deps, task=q, route=ROUTE_CORES)
+                reply = self.compute(b * cost, i, deps, q, ROUTE_THREADS, "serve")
+                charge = self.compute(b * cost, i, deps, q, ROUTE_CORES, "serve-charge")
                 self.serve_of[reply] = self.serve_of[charge] = f
                 replies.append(reply)
         return flows + replies
@@ -403,17 +428,19 @@ class _Unroll:
             # a trainer that samples for itself does one thing at a time (its compute is
             # serial, which the busiest-task bound counts on)
             prev += (self.last_train[t_task],)
-        fetch = self.store_flows(sc.structure[i, r], s_task, i, gate + prev)
-        sample = self.compute(float(sc.sample_s[i, r]), i, (*fetch, *gate, *prev), s_task)
+        fetch = self.store_flows(sc.structure[i, r], s_task, i, gate + prev, "structure")
+        sample = self.compute(
+            float(sc.sample_s[i, r]), i, (*fetch, *gate, *prev), s_task, stage="sample"
+        )
         self.busy[s_task] += float(sc.sample_s[i, r])
         self.last_sample[s_task] = sample
-        inputs = [self.flow(float(sc.batch_bytes[i, r]), s_task, t_task, i, (sample,))]
-        inputs += self.store_flows(sc.feature[i, r], t_task, i, (sample,))
+        inputs = [self.flow(float(sc.batch_bytes[i, r]), s_task, t_task, i, (sample,), "batch")]
+        inputs += self.store_flows(sc.feature[i, r], t_task, i, (sample,), "feature")
         ready = self.params_ready[r]
         if ready is not None:
             inputs.append(ready)
         self.busy[t_task] += float(sc.compute_s[i, r])
-        train = self.compute(float(sc.compute_s[i, r]), i, tuple(inputs), t_task)
+        train = self.compute(float(sc.compute_s[i, r]), i, tuple(inputs), t_task, stage="train")
         self.last_train[t_task] = train
         return train
 
@@ -425,12 +452,13 @@ class _Unroll:
         for j in range(nps):
             ps = self.ps0 + j
             grads = tuple(
-                self.flow(share, self.np + r, ps, i, (trains[r],)) for r in range(self.nt)
+                self.flow(share, self.np + r, ps, i, (trains[r],), "gradient")
+                for r in range(self.nt)
             )
-            upd = self.compute(float(self.sc.ps_update_s[i, j]), i, grads)
+            upd = self.compute(float(self.sc.ps_update_s[i, j]), i, grads, stage="update", owner=ps)
             self.busy[ps] += float(self.sc.ps_update_s[i, j])
             for r in range(self.nt):
-                back[r].append(self.flow(share, ps, self.np + r, i, (upd,)))
+                back[r].append(self.flow(share, ps, self.np + r, i, (upd,), "parameters"))
         ready = [self.compute(0.0, i, tuple(back[r])) for r in range(self.nt)]
         self.params_ready = list(ready)
         self.end.append(self.compute(0.0, i, tuple(ready)))
@@ -441,7 +469,8 @@ class _Unroll:
         allt = self.compute(0.0, i, tuple(trains))
         ring = 2 * (nt - 1) / nt * self.sc.grad_bytes
         flows = [
-            self.flow(ring, self.np + r, self.np + (r + 1) % nt, i, (allt,)) for r in range(nt)
+            self.flow(ring, self.np + r, self.np + (r + 1) % nt, i, (allt,), "allreduce")
+            for r in range(nt)
         ]
         self.end.append(self.compute(0.0, i, (allt, *flows)))
         self.params_ready = [self.end[-1]] * nt
@@ -474,4 +503,6 @@ class _Unroll:
             cpu_route=np.asarray(self.cpu_route, dtype=np.int64),
             cpu_seconds=self.sc.cpu_seconds,
             threads=self.sc.threads,
+            owner=np.asarray(self.owner, dtype=np.int64),
+            stage=np.asarray(self.stage, dtype=np.int64),
         )

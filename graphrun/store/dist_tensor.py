@@ -92,12 +92,29 @@ class DistTensor:
                 )
 
     @property
-    def shape(self) -> tuple[int, ...]:
-        return self.info.shape
+    def shape(self) -> torch.Size:
+        return torch.Size(self.info.shape)
 
     @property
-    def dtype(self) -> np.dtype:
+    def dtype(self) -> torch.dtype:
+        """The torch dtype of the rows ``t[ids]`` returns (``np_dtype``: numpy's)."""
+        return torch.from_numpy(np.empty(0, self.np_dtype)).dtype
+
+    @property
+    def np_dtype(self) -> np.dtype:
         return np.dtype(self.info.dtype)
+
+    @property
+    def device(self) -> torch.device:
+        """Where ``t[ids]`` puts the rows: the CPU (move them with ``.to(device)``)."""
+        return torch.device("cpu")
+
+    @property
+    def ndim(self) -> int:
+        return len(self.info.shape)
+
+    def size(self, dim: int | None = None) -> Any:
+        return self.shape if dim is None else self.shape[dim]
 
     @property
     def policy(self) -> str:
@@ -119,7 +136,7 @@ class DistTensor:
     def __setitem__(self, ids: Any, value: Any) -> None:
         if isinstance(value, torch.Tensor):
             value = value.detach().cpu().numpy()
-        arr = np.asarray(value, dtype=self.dtype)
+        arr = np.asarray(value, dtype=self.np_dtype)
         ids_np = to_numpy_ids(ids)
         if arr.shape != (len(ids_np), *self.info.row_shape):
             arr = np.broadcast_to(arr, (len(ids_np), *self.info.row_shape))

@@ -136,7 +136,7 @@ class _SparseOptimizer:
             if not grads:
                 continue
             ids = np.concatenate([i for i, _ in grads])
-            g = torch.cat([gr.reshape(len(i), -1) for i, gr in grads]).numpy()
+            g = torch.cat([gr.reshape(len(i), *emb.weight.shape[1:]) for i, gr in grads]).numpy()
             emb.client.push(
                 emb.name,
                 ids,

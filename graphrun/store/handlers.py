@@ -246,7 +246,7 @@ def reduce_op(state: ServerState, req: Request) -> Response:
     arr = state.find(req.job, req.str_param("name")).array
     how = req.str_param("how")
     if how == "nonzero":
-        flat = arr.reshape(len(arr), -1)
+        flat = arr.reshape(len(arr), int(np.prod(arr.shape[1:])))  # -1 fails on no rows
         return Response({}, (np.flatnonzero(flat.any(axis=1)).astype(np.int64),))
     if how not in REDUCTIONS:
         raise ArgumentError(f"reduce: field 'how' must be 'nonzero' or one of {list(REDUCTIONS)}")

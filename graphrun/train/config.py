@@ -50,6 +50,8 @@ class TrainConfig:
     resume: bool = False
     metrics_file: Path | None = None
     profile_file: Path | None = None
+    tensorboard_dir: Path | None = None  # trainer 0 writes TensorBoard scalars there
+    machines: tuple[str, ...] = ()  # the machine of each rank (metrics and TensorBoard)
     edges_per_epoch: int | None = None  # link prediction: positives per epoch (default: all)
     val_edges: float = 0.05  # link prediction: fraction of edges held out for validation
     test_edges: float = 0.05  # ... and for test

@@ -10,8 +10,11 @@ from the environment; :class:`DDPConfig` carries rank, world size and address.
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -95,6 +98,70 @@ def all_min(value: int, cfg: DDPConfig) -> int:
     if cfg.world_size > 1:
         dist.all_reduce(t, op=dist.ReduceOp.MIN)
     return int(t.item())
+
+
+def all_gather_rows(values: list[float], cfg: DDPConfig) -> list[list[float]]:
+    """Every trainer's ``values`` (one list of the same length each), in rank order."""
+    t = torch.tensor(values, dtype=torch.float64, device=cfg.collective_device)
+    if cfg.world_size == 1:
+        return [t.tolist()]
+    out = [torch.empty_like(t) for _ in range(cfg.world_size)]
+    dist.all_gather(out, t)
+    return [o.tolist() for o in out]
+
+
+class AllreduceTimer:
+    """The wall time of DDP's gradient all-reduces (a communication hook): per step, from
+    the first bucket's all-reduce starting to the last one finishing, which overlaps the
+    backward pass. :meth:`take` returns the seconds since the last call."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._first: float | None = None
+        self._last = 0.0
+        self.seconds = 0.0
+
+    @classmethod
+    def attach(cls, model: torch.nn.Module) -> AllreduceTimer | None:
+        """A timer on ``model``'s all-reduces, or None when it is not DDP."""
+        if not isinstance(model, DistributedDataParallel):
+            return None
+        timer = cls()
+        model.register_comm_hook(timer, _timed_allreduce)
+        return timer
+
+    def _start(self) -> float:
+        now = time.perf_counter()
+        with self._lock:
+            if self._first is None:
+                self._first = now
+        return now
+
+    def _end(self) -> None:
+        with self._lock:
+            self._last = time.perf_counter()
+
+    def take(self) -> float:
+        """The step's all-reduce span (call after the step; 0 without all-reduces)."""
+        with self._lock:
+            span = self._last - self._first if self._first is not None else 0.0
+            self._first = None
+        self.seconds += max(span, 0.0)
+        return max(span, 0.0)
+
+
+def _timed_allreduce(timer, bucket):
+    # no annotations: DDP checks them, and postponed ones are strings it refuses
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    timer._start()
+    fut = allreduce_hook(None, bucket)  # type: ignore[arg-type]
+
+    def done(f: Any) -> torch.Tensor:
+        timer._end()
+        return f.value()
+
+    return fut.then(done)
 
 
 def barrier() -> None:

@@ -92,6 +92,8 @@ class DistGraphData:
         self.book = graph.partition_book
         self.rank, self.world_size = rank, world_size
         self.partition = graph.local_partition
+        # partitions read from shared memory: the rest is remote (the feature cache's)
+        self.local_parts = tuple(graph.ctx.client.local_parts)
         self.node_types = tuple(graph.node_types)
         self.edge_types: tuple[tuple[str, str, str], ...] = tuple(
             (e[0], e[1], e[2]) for e in graph.edge_types

@@ -12,7 +12,12 @@ Rank 0 prints one JSON line per epoch::
     {"epoch": 0, "loss": 1.2, "train_acc": 0.61, "val_acc": 0.70, "test_acc": 0.69,
      "epoch_s": 12.3, "seeds_per_s": 8130.0, "steps": 49}
 
-(link prediction: ``train_auc``/``val_auc``/``test_auc``) and writes the checkpoint.
+(link prediction: ``train_auc``/``val_auc``/``test_auc``, ``val_mrr``, ...), then the
+breakdown gathered from every trainer (:func:`breakdown`: ``world_size``, ``step``
+seconds per step of sampling, fetching, compute and the all-reduce within it,
+``cache_hit_rate``, ``trainers`` with each one's epoch, CPU seconds, peak RSS and
+machine) and writes the checkpoint; with ``tensorboard_dir`` the metrics log writes the
+same record as TensorBoard scalars (:mod:`graphrun.train.tensorboard`).
 With ``profile_file`` every trainer appends one :class:`~graphrun.placement.profile.BatchRecord`
 JSON line per step.
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import resource
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
@@ -36,7 +42,16 @@ from graphrun.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoi
 from graphrun.train.config import TrainConfig
 from graphrun.train.context import TrainContext
 from graphrun.train.data import Batch, GraphData
-from graphrun.train.ddp import DDPConfig, all_min, all_sum, barrier, process_group, unwrap
+from graphrun.train.ddp import (
+    AllreduceTimer,
+    DDPConfig,
+    all_gather_rows,
+    all_min,
+    all_sum,
+    barrier,
+    process_group,
+    unwrap,
+)
 from graphrun.train.metrics import MetricsLog, Progress
 from graphrun.train.tasks import Task, describe, make_task
 
@@ -117,7 +132,18 @@ def epoch_seed(seed: int, epoch: int, rank: int) -> int:
     return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0] >> 2)
 
 
-def train_epoch(task: Task, ctx: TrainContext, epoch: int, prof: Profiler) -> dict[str, float]:
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+# one trainer's epoch as ``fit`` gathers it (all_gather_rows), in this order
+_PARTS = ("epoch_s", "sample_s", "fetch_s", "compute_s", "allreduce_s", "cpu_s",
+          "peak_rss_mb", "cache_bytes", "remote_bytes")  # fmt: skip
+
+
+def train_epoch(
+    task: Task, ctx: TrainContext, epoch: int, prof: Profiler, timer: AllreduceTimer | None = None
+) -> dict[str, Any]:
     # Every random draw of an epoch (dropout masks; the loaders seed their own generators
     # from (seed, epoch, batch)) follows from (seed, epoch, rank), not from the epochs
     # before: a run resumed from the checkpoint of epoch e - 1 trains epoch e exactly as
@@ -127,6 +153,10 @@ def train_epoch(task: Task, ctx: TrainContext, epoch: int, prof: Profiler) -> di
     it: Iterator[Batch] = task.epoch_batches(epoch)  # loaders start (workers) off the clock
     progress = Progress(steps, f"epoch {epoch}", enabled=ctx.is_main, trainers=ctx.world_size)
     loss_sum, correct, counted, seeds = 0.0, 0.0, 0, 0
+    # this trainer's breakdown: seconds per part, CPU, cache and remote feature bytes
+    own = dict.fromkeys(_PARTS, 0.0)
+    local = set(getattr(ctx.data, "local_parts", (ctx.data.partition,)))
+    cpu0 = time.process_time()
     for _ in range(steps):
         c0 = time.process_time()
         batch = next(it, None)
@@ -139,21 +169,62 @@ def train_epoch(task: Task, ctx: TrainContext, epoch: int, prof: Profiler) -> di
                 f"epoch {epoch}: the training loss became {loss} (trainer {ctx.rank}); "
                 "lower training.lr or check the features"
             )
-        prof.record(batch, time.perf_counter() - t0, (c1 - c0, time.process_time() - c1))
+        compute_s = time.perf_counter() - t0
+        prof.record(batch, compute_s, (c1 - c0, time.process_time() - c1))
         if prof.iteration == 1 and ctx.is_main:
             print(json.dumps({"event": "first_step", "time": time.time()}), flush=True)
         loss_sum, correct, counted, seeds = loss_sum + loss, correct + c, counted + n, seeds + n
+        own["sample_s"] += batch.sample_s
+        own["fetch_s"] += batch.fetch_s
+        own["compute_s"] += compute_s
+        own["allreduce_s"] += timer.take() if timer is not None else 0.0
+        own["cache_bytes"] += batch.cache_bytes
+        own["remote_bytes"] += sum(b for q, b in batch.feature_bytes.items() if q not in local)
         progress.update(batch.seeds)
     elapsed = progress.elapsed
     device_stats = task.path.end_epoch(elapsed)  # stops the feed; GPU idle share, cache hits
+    own.update(epoch_s=elapsed, cpu_s=time.process_time() - cpu0, peak_rss_mb=_peak_rss_mb())
     tot = all_sum([loss_sum, float(steps), correct, float(counted), float(seeds)], ctx.ddp)
+    rows = all_gather_rows([own[k] for k in _PARTS], ctx.ddp)
     return {
         "loss": tot[0] / max(tot[1], 1.0),
         "train": tot[2] / max(tot[3], 1.0),
         "seeds_per_s": tot[4] / max(elapsed, 1e-9),
         "epoch_s": elapsed,
         "steps": steps,
+        "trainers": [dict(zip(_PARTS, row, strict=True)) for row in rows],
         **device_stats,
+    }
+
+
+def breakdown(
+    trainers: list[dict[str, float]], steps: int, machines: tuple[str, ...]
+) -> dict[str, Any]:
+    """The metrics record's ``world_size``, ``step`` (seconds per step, the trainers'
+    mean), ``cache_hit_rate`` (of the remote feature bytes, what the cache served) and
+    ``trainers`` (each one's epoch: seconds per part, CPU seconds, peak RSS in MiB)."""
+    w = max(len(trainers), 1)
+    per_step = {
+        f"{part}_s": round(sum(t[f"{part}_s"] for t in trainers) / w / max(steps, 1), 6)
+        for part in ("sample", "fetch", "compute", "allreduce")
+    }
+    cached = sum(t["cache_bytes"] for t in trainers)
+    remote = cached + sum(t["remote_bytes"] for t in trainers)
+    out: list[dict[str, Any]] = []
+    for r, t in enumerate(trainers):
+        row: dict[str, Any] = {"rank": r}
+        if r < len(machines):
+            row["machine"] = machines[r]
+        row.update({k: round(t[k], 4) for k in _PARTS[:6]})
+        row["peak_rss_mb"] = round(t["peak_rss_mb"], 1)
+        mine = t["cache_bytes"] + t["remote_bytes"]
+        row["cache_hit_rate"] = round(t["cache_bytes"] / mine, 4) if mine else None
+        out.append(row)
+    return {
+        "world_size": len(trainers),
+        "step": per_step,
+        "cache_hit_rate": round(cached / remote, 4) if remote else None,
+        "trainers": out,
     }
 
 
@@ -178,11 +249,12 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
     if ctx.world_size > 1:
         barrier()  # rank 0 restores shared embeddings before anyone reads them
     prof = Profiler(ctx, task.model)
+    timer = AllreduceTimer.attach(task.model)
     metric = "auc" if ctx.config.task == "link-prediction" else "acc"
     record: dict[str, Any] = {}
     try:
         for epoch in range(start, ctx.config.epochs):
-            tr = train_epoch(task, ctx, epoch, prof)
+            tr = train_epoch(task, ctx, epoch, prof, timer)
             record = {"epoch": epoch, "loss": round(tr["loss"], 5)}
             record[f"train_{metric}"] = round(tr["train"], 5)
             last = epoch == ctx.config.epochs - 1
@@ -194,6 +266,7 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
                 epoch_s=round(tr["epoch_s"], 4), seeds_per_s=round(tr["seeds_per_s"], 1),
                 steps=int(tr["steps"]),
             )  # fmt: skip
+            record.update(breakdown(tr["trainers"], int(tr["steps"]), ctx.config.machines))
             record.update({k: v for k, v in tr.items() if k.startswith(("gpu_", "h2d_"))})
             ctx.metrics.write(record)
             _save(task, ctx, epoch, record)
@@ -226,14 +299,19 @@ def run_training(
     ``on_done`` runs on rank 0 once every trainer has finished (after a barrier), e.g.
     to stop the job's store servers.
     """
-    metrics = metrics or MetricsLog(config.metrics_file, enabled=ddp.rank == 0)
+    metrics = metrics or MetricsLog(
+        config.metrics_file, enabled=ddp.rank == 0, tensorboard_dir=config.tensorboard_dir
+    )
     group = process_group(ddp) if ddp.world_size > 1 else nullcontext()
     with group:
         ctx = TrainContext(config, data, ddp, metrics, graph)
-        if config.entry_point is not None:
-            result = load_entry_point(config.entry_point)(ctx)
-        else:
-            result = fit(ctx)
+        try:
+            if config.entry_point is not None:
+                result = load_entry_point(config.entry_point)(ctx)
+            else:
+                result = fit(ctx)
+        finally:
+            metrics.close()
         if ddp.world_size > 1:
             barrier()
         if on_done is not None and ddp.rank == 0:

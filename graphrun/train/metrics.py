@@ -3,7 +3,9 @@
 * :class:`Progress` — rank 0 prints a progress line (batches done, seeds/s) at most
   every ``interval`` seconds; plain lines, so they survive the launcher's log prefix.
 * :class:`MetricsLog` — one JSON object per epoch, on stdout (``{"metrics": ...}``)
-  and appended to a ``.jsonl`` file.
+  and appended to a ``.jsonl`` file; with ``tensorboard_dir``, epoch records (those with
+  an ``epoch``) also become TensorBoard scalars (:mod:`graphrun.train.tensorboard`), from
+  a built-in task or a user's entry point alike.
 """
 
 from __future__ import annotations
@@ -62,10 +64,16 @@ def _finite(record: dict[str, Any]) -> dict[str, Any]:
 
 
 class MetricsLog:
-    def __init__(self, path: Path | None, enabled: bool = True, out: IO[str] | None = None):
+    def __init__(
+        self, path: Path | None, enabled: bool = True, out: IO[str] | None = None,
+        tensorboard_dir: Path | None = None,
+    ) -> None:  # fmt: skip
+        from graphrun.train.tensorboard import TensorBoardLog
+
         self.path = Path(path) if path is not None else None
         self.enabled = enabled
         self.out = out or sys.stdout
+        self.board = TensorBoardLog(tensorboard_dir if enabled else None)
         if self.path is not None and enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -78,3 +86,9 @@ class MetricsLog:
         if self.path is not None:
             with self.path.open("a") as f:
                 f.write(line + "\n")
+        if isinstance(record.get("epoch"), int):
+            self.board.write(_finite(record))
+
+    def close(self) -> None:
+        """Flush and close the TensorBoard writer (the JSON lines are written at once)."""
+        self.board.close()

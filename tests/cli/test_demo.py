@@ -31,3 +31,6 @@ def test_demo_trains_and_compares_with_an_mlp(tmp_path):
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     assert "test accuracy: GraphSAGE" in out.stdout and "MLP" in out.stdout
+    report = tmp_path / "runs" / "demo" / "report.html"
+    assert f"[demo] report: {report} (open it in a browser)" in out.stdout
+    assert "<h1>graphrun report: demo</h1>" in report.read_text()

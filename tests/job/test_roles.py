@@ -132,3 +132,14 @@ def test_trainer_threads_share_the_machine_with_its_other_roles():
     on_store = make_job(graph={"store": {"addresses": ["tcp://h:1", "tcp://h:2"],
                                          "keyFile": "k"}})  # fmt: skip
     assert default_threads(on_store, cores=32) == 32  # a running store is not on our machines
+
+
+def test_free_ports_are_outside_the_ephemeral_range() -> None:
+    """A port from the ephemeral range can be taken by any outgoing connection between
+    the check and the server's bind ("Address already in use" in a job's first attempt)."""
+    from graphrun.job.hosts import _ephemeral_range, free_ports
+
+    low, high = _ephemeral_range()
+    ports = free_ports(50)
+    assert len(set(ports)) == 50
+    assert all(1024 <= p < low for p in ports), (low, high, ports)

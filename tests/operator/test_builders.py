@@ -155,6 +155,7 @@ def test_key_file_is_what_the_rpc_layer_reads(tmp_path: Path) -> None:
     auth = pytest.importorskip("graphrun.rpc.auth")
     data = built(example())["secret"]["data"][L.KEY_FILE_NAME]
     (tmp_path / "job.key").write_bytes(base64.b64decode(data))
+    (tmp_path / "job.key").chmod(0o400)  # as the pod mounts it (the Secret volume's mode)
     keys = auth.load_keys(tmp_path / "job.key")
     assert (keys.public, keys.secret) == (KEYS.public, KEYS.secret)
 
@@ -195,6 +196,8 @@ def test_worker_pod_runs_the_agreed_command() -> None:
     assert c["command"] + c["args"] == [
         "graphrun", "worker", "--job", "/etc/graphrun/job.yaml", "--machine", "$(MACHINE_INDEX)",
         "--hosts-file", "/etc/graphrun/hosts.json", "--keys", "/etc/graphrun/keys",
+        # metrics.jsonl and tensorboard/ on the shared volume, not in the read-only ConfigMap
+        "--run-dir", "/data/runs/graphsage",
     ]  # fmt: skip
     assert {"name": "MACHINE_INDEX", "value": "0"} in c["env"]
     assert c["resources"]["limits"]["memory"] == "4Gi"  # the user's template is kept
@@ -335,6 +338,18 @@ def test_the_worker_can_load_what_the_operator_mounts(tmp_path: Path) -> None:
             f"graphsage-worker-{index}.graphsage-workers.ml.svc.cluster.local:3000{index}" in text
         )
         assert "/data/graphsage/parts" in text
+    # the pod's own arguments, with the mounts moved here: trainers write metrics.jsonl
+    # and tensorboard/ to the run directory on the shared volume
+    from graphrun.cli import build_parser
+    from graphrun.cli.worker import _launch
+
+    (c,) = built(example())["worker-0"]["spec"]["containers"]
+    argv = [a.replace("/etc/graphrun", str(tmp_path)) for a in c["args"]]
+    argv = [a.replace("$(MACHINE_INDEX)", "0") for a in argv]
+    launch = _launch(build_parser().parse_args(argv))
+    (trainer,) = launch.of_kind("trainer")
+    i = trainer.command.argv.index("--run-dir")
+    assert trainer.command.argv[i + 1] == "/data/runs/graphsage"
 
 
 def test_generator_parameters_become_generate_flags() -> None:

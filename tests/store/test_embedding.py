@@ -100,3 +100,16 @@ def test_no_grad_lookup_is_not_recorded(stores, keys):
         with torch.no_grad():
             emb([1, 2])
         assert emb.take_trace() == []
+
+
+def test_a_lookup_of_no_ids_beside_others_steps(stores, keys):
+    """A batch may look up no row of an embedding (a node type absent from it) beside
+    lookups that have rows: the empty lookup's gradient has shape (0, d)."""
+    with connect(stores, keys, job="emb-empty") as c:
+        emb = DistEmbedding(c, 600, 4, "e", init="zeros")
+        opt = SparseAdagrad([emb], lr=0.1)
+        loss = emb(torch.tensor([], dtype=torch.int64)).sum() + emb(torch.tensor([3])).sum()
+        loss.backward()
+        opt.step()
+        assert (c.pull("e", np.array([3])) != 0).all()
+        assert (c.pull("e", np.array([4])) == 0).all()

@@ -341,3 +341,19 @@ def test_a_big_push_keeps_a_window_of_pieces_in_flight(stores, keys, rng, monkey
         monkeypatch.setattr(c, "request", send)
         assert len(seen) > 5 and max(seen) <= 2  # 5 kB pieces, a 12 kB window
         np.testing.assert_array_equal(c.pull("w", np.arange(600)), values[600:])
+
+
+def test_nonzero_of_a_type_a_partition_holds_no_row_of(tmp_path, keys):
+    """A partition may own no node of a type (one paper, two partitions): its server
+    answers ``nonzero`` with no rows instead of failing to reshape an empty array."""
+    from graphrun.partition import partition_graph
+    from graphrun.testing.graphs import hetero_graph
+    from graphrun.testing.store import store_threads
+
+    graph = hetero_graph(num_papers=1, seed=0)
+    graph.ndata["paper"]["train_mask"][:] = True
+    partition_graph(graph, tmp_path / "parts", 2, method="random", seed=0)
+    cfg = ServerConfig(tmp_path / "parts", 0, keys=keys, heartbeat_timeout=30)
+    with store_threads(cfg, 2) as s, connect(s, keys, job="one-paper") as c:
+        assert c.meta("node/paper/train_mask").num_rows == 1
+        np.testing.assert_array_equal(c.reduce("node/paper/train_mask", "nonzero"), [0])

@@ -1,0 +1,151 @@
+"""The sampling half of a mini-batch, shared by graphrun's loaders and PyG's.
+
+A :class:`MiniBatchSampler` turns a batch of seeds — nodes, or positive edges given
+by their ends — into a :class:`~graphrun.sampling.mfg.SampledSubgraph` through the
+distributed sampler (on the stores' servers, or from shared memory when co-located).
+:class:`~graphrun.distributed.batches.BatchBuilder` adds the features and collates;
+:class:`~graphrun.distributed.pyg_remote.RemoteNeighborSampler` hands the same
+subgraph to PyG's loaders, which fetch the features from the
+:class:`~graphrun.distributed.pyg_stores.RemoteFeatureStore`.
+
+Randomness: a batch is sampled with :func:`content_seed` of the epoch's seed and the
+batch's own seeds, so the same batch comes out whichever loader, process or position
+in the epoch builds it (what makes PyG's loaders and graphrun's agree batch for batch).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from graphrun.distributed.context import DistContext
+from graphrun.sampling.edgesplit import EdgeSplit
+from graphrun.sampling.mfg import SampledSubgraph, make_generator
+from graphrun.sampling.negative import NegativeSampler
+from graphrun.sampling.partitioned import BookTypeMap
+from graphrun.sampling.sampler import NeighborSampler
+
+NegMode = Literal["uniform", "degree"]
+
+
+def batch_seed(seed: int, epoch: int, index: int) -> int:
+    """A well-mixed generator seed for batch ``index`` (>= -1) of ``epoch``."""
+    entropy = [seed & (2**63 - 1), epoch & (2**63 - 1), index + 1]
+    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0] >> 2)
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The seed every batch of ``epoch`` mixes with its content (:func:`content_seed`)."""
+    return batch_seed(seed, epoch, 0)
+
+
+def shuffled(ids: Tensor, seed: int, epoch: int) -> Tensor:
+    """``ids`` in the order graphrun's loaders deal them in ``epoch`` with ``shuffle=True``
+    (give it to a PyG loader with ``shuffle=False`` to get graphrun's batches)."""
+    gen = torch.Generator().manual_seed(batch_seed(seed, epoch, -1))
+    return (
+        ids[torch.randperm(ids.shape[-1], generator=gen)]
+        if ids.dim() == 1
+        else (ids[:, torch.randperm(ids.shape[-1], generator=gen)])
+    )
+
+
+def content_seed(base: int, *ids: Tensor) -> int:
+    """A generator seed from ``base`` and the batch's seed ids (homogeneous ids)."""
+    h = hashlib.blake2b(digest_size=8)
+    for t in ids:
+        h.update(np.ascontiguousarray(t.numpy(), dtype=np.int64).tobytes())
+        h.update(b"|")
+    digest = int.from_bytes(h.digest(), "little")
+    entropy = [base & (2**63 - 1), digest]
+    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0] >> 2)
+
+
+@dataclass(frozen=True)
+class LinkSample:
+    """A link batch's subgraph and its labelled pairs: ``label_index`` holds local ids
+    (into ``sub.node``) of the positives, then ``neg_k`` negatives per positive."""
+
+    sub: SampledSubgraph
+    label_index: Tensor
+    num_pos: int
+    num_neg: int
+
+
+class MiniBatchSampler:
+    """Multi-hop sampling of one batch on the store (see the module docstring)."""
+
+    def __init__(
+        self,
+        ctx: DistContext,
+        fanouts: object,
+        *,
+        replace: bool = False,
+        num_layers: int | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.book = ctx.book
+        self.types = BookTypeMap(self.book)
+        self.sampler = NeighborSampler(
+            ctx.sampler,
+            self.types,
+            self.book.num_nodes,
+            fanouts,  # type: ignore[arg-type]
+            num_layers=num_layers,
+            replace=replace,
+            generator=0,
+        )
+        self._negatives: dict[tuple[str, int, str], NegativeSampler] = {}
+
+    def to_homo(self, ntype: str | None, ids: Tensor) -> Tensor:
+        if ntype is None:
+            return ids
+        return torch.from_numpy(self.book.to_homo(ntype, ids.numpy()))
+
+    def nodes(self, homo: Tensor, base: int) -> SampledSubgraph:
+        """The subgraph around homogeneous seed ids ``homo``."""
+        return self.sampler.sample(homo, generator=content_seed(base, homo))
+
+    def negative_sampler(self, dst_type: str, k: int, mode: NegMode) -> NegativeSampler:
+        key = (dst_type, k, mode)
+        if key not in self._negatives:
+            n = self.book.num_nodes_of(dst_type)
+            deg = None
+            if mode == "degree":
+                deg = self.ctx.sampler.in_degrees(self.to_homo(dst_type, torch.arange(n)))
+            self._negatives[key] = NegativeSampler(n, k, mode, deg)
+        return self._negatives[key]
+
+    def links(
+        self,
+        src: Tensor,
+        dst: Tensor,
+        base: int,
+        etype: tuple[str, str, str],
+        *,
+        neg_k: int,
+        neg_mode: NegMode = "uniform",
+        edge_split: EdgeSplit | None = None,
+    ) -> LinkSample:
+        """Positive pairs ``src -> dst`` (homogeneous ids) of ``etype`` plus ``neg_k``
+        negatives each (``neg_k=0``: none); with ``edge_split`` the sampled edges
+        exclude held-out ones and those joining a positive pair."""
+        gen = make_generator(content_seed(base, src, dst))
+        if neg_k > 0:
+            neg_src, neg_dst_t = self.negative_sampler(etype[2], neg_k, neg_mode).sample(src, gen)
+            neg_dst = self.to_homo(etype[2], neg_dst_t)
+        else:
+            neg_src = neg_dst = src[:0]
+        ends = torch.cat([src, neg_src, dst, neg_dst])
+        nodes, inverse = torch.unique(ends, return_inverse=True)
+        sub = self.sampler.sample(nodes, generator=gen)
+        if edge_split is not None:
+            sub = edge_split.exclude(sub, src, dst, self.book.num_nodes)
+        m = src.numel() + neg_src.numel()
+        label_index = torch.stack([inverse[:m], inverse[m:]])
+        return LinkSample(sub, label_index, int(src.numel()), int(neg_src.numel()))

@@ -1,0 +1,81 @@
+"""graphrun's loaders behave like torch's: persistent_workers, prefetch_factor, pin_memory;
+iterating twice, breaking out and closing leave no worker process behind."""
+
+import os
+import time
+
+import pytest
+import torch
+
+from graphrun.distributed import DistGraph, DistNodeDataLoader, initialize
+from graphrun.errors import ArgumentError
+
+pytestmark = pytest.mark.integration
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def gone(pids, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while any(alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_torch_options_are_checked(served) -> None:
+    with initialize(served.servers, heartbeat_interval=0) as ctx:
+        dg = DistGraph(ctx)
+        with pytest.raises(ArgumentError, match="prefetch_factor: only with num_workers > 0"):
+            DistNodeDataLoader(dg, torch.arange(10), [2], batch_size=5, prefetch_factor=2)
+        loader = DistNodeDataLoader(
+            dg, torch.arange(10), [2], batch_size=5, num_workers=2, prefetch_factor=3
+        )
+        assert loader.prefetch == 6 and loader.worker_pids == []  # nothing started yet
+        pinned = DistNodeDataLoader(dg, torch.arange(10), [2], batch_size=5, pin_memory=True)
+        plain = DistNodeDataLoader(dg, torch.arange(10), [2], batch_size=5)
+        for a, b in zip(pinned, plain, strict=True):
+            assert torch.equal(a.x, b.x)
+            assert a.x.is_pinned() == torch.cuda.is_available()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_workers_stop_after_each_epoch_unless_persistent(served) -> None:
+    with initialize(served.servers, heartbeat_interval=0) as ctx:
+        dg = DistGraph(ctx)
+        ids = torch.arange(40)
+        kw = {"batch_size": 10, "seed": 3, "num_workers": 2}
+        inline = list(DistNodeDataLoader(dg, ids, [2], batch_size=10, seed=3))
+
+        loader = DistNodeDataLoader(dg, ids, [2], persistent_workers=False, **kw)
+        pids = []
+        for _ in loader:  # break out after one batch: the workers stop
+            pids = list(loader.worker_pids)
+            break
+        assert len(pids) == 2 and gone(pids) and loader.worker_pids == []
+        got = []
+        for b in loader:  # a whole epoch: new workers, stopped at its end
+            pids = list(loader.worker_pids)
+            got.append(b)
+        assert gone(pids) and loader.worker_pids == []
+        assert all(torch.equal(a.n_id, b.n_id) for a, b in zip(inline, got, strict=True))
+
+        with DistNodeDataLoader(dg, ids, [2], **kw) as persistent:
+            first = list(persistent)
+            pids = list(persistent.worker_pids)
+            for _ in persistent:  # break out: the persistent workers stay
+                break
+            assert persistent.worker_pids == pids and not gone(pids, timeout=0.5)
+            second = list(persistent)  # iterate again: the same workers, the same batches
+            assert persistent.worker_pids == pids
+            for a, b in zip(first, second, strict=True):
+                assert torch.equal(a.n_id, b.n_id) and torch.equal(a.x, b.x)
+        assert gone(pids) and persistent.worker_pids == []  # closed by the with block
