@@ -80,8 +80,9 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--sampler-workers",
         type=int,
-        default=0,
-        help="sampler worker processes per trainer (samplerWorkersPerTrainer; default 0)",
+        default=None,
+        help="sampler worker processes per trainer (samplerWorkersPerTrainer; default: the "
+        "spec's, 0 for CPU trainers and 4 for GPU trainers)",
     )
     p.add_argument("--bandwidth-mbit", type=float, help="with --hosts netns: link rate")
     p.add_argument("--no-pyg", action="store_true", help="skip the single-process PyG baseline")
@@ -104,6 +105,14 @@ def register(subparsers: Any) -> None:
         "(KaMinPar) or distributed (2 ranks over a 2-chunk copy of the dataset)",
     )
     p.add_argument("--workdir", type=Path, help="keep partitions and logs here")
+    p.add_argument("--eval-last", action="store_true", help="evaluate after the last epoch only")
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cuda: the job with GPU trainers and, in the same run, with CPU trainers on the "
+        "same machine (graphrun.bench.gpu; no PyG or single-process baselines)",
+    )
     p.set_defaults(func=run)
 
 
@@ -180,7 +189,10 @@ def run_sampled(path: Path, opts: Any, log: Path) -> tuple[str, RssSampler]:
     return sink.getvalue(), rss
 
 
-def _job_yaml(workdir: Path, args: argparse.Namespace) -> Path:
+def _job_yaml(
+    workdir: Path, args: argparse.Namespace, gpus: int = 0, name: str = "job.yaml"
+) -> Path:
+    """The benchmark's GraphJob; ``gpus``: ``runtime.gpusPerMachine`` (0: CPU trainers)."""
     import yaml
 
     fanouts = [int(f) for f in args.fanouts.split(",")]
@@ -190,20 +202,25 @@ def _job_yaml(workdir: Path, args: argparse.Namespace) -> Path:
         "spec": {
             "graph": {"dataset": str(args.dataset.resolve())},
             "partition": {"parts": 2, "output": str(workdir / "parts")},
-            "runtime": {"machines": 2, "hosts": args.hosts,
-                        "samplerWorkersPerTrainer": args.sampler_workers},
+            "runtime": {"machines": 2, "hosts": args.hosts},
             "training": {"task": "node-classification", "epochs": args.epochs,
                          "batchSize": args.batch_size, "fanouts": fanouts,
                          "hidden": args.hidden, "lr": 0.003, "dropout": 0.5},
         },
     }  # fmt: skip
+    if args.sampler_workers is not None:
+        job["spec"]["runtime"]["samplerWorkersPerTrainer"] = args.sampler_workers  # type: ignore[index]
+    if gpus:
+        job["spec"]["runtime"]["gpusPerMachine"] = gpus  # type: ignore[index]
+    if args.eval_last:
+        job["spec"]["training"]["evalEvery"] = args.epochs  # type: ignore[index]
     if args.evaluation is not None:
         job["spec"]["training"]["evaluation"] = args.evaluation  # type: ignore[index]
     if args.precision is not None:
         job["spec"]["training"]["precision"] = args.precision  # type: ignore[index]
     if args.feature_cache_mb is not None:
         job["spec"]["runtime"]["featureCacheMb"] = args.feature_cache_mb  # type: ignore[index]
-    path = workdir / "job.yaml"
+    path = workdir / name
     path.write_text(yaml.safe_dump(job))
     return path
 
@@ -217,19 +234,30 @@ def _time_to(accs: list[float], times: list[float], target: float) -> float | No
     return None
 
 
-def run_distributed(args: argparse.Namespace, workdir: Path, aggr: str) -> dict[str, Any]:
+def run_distributed(
+    args: argparse.Namespace,
+    workdir: Path,
+    aggr: str,
+    tag: str = "",
+    gpus: int = 0,
+    trainer_args: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """The 2-machine job (``gpus`` per machine; ``tag`` names its run directory and
+    log); its median epoch, accuracy, start-up, memory and per-stage breakdown."""
     from graphrun.job.runner import RunOptions
 
-    path = _job_yaml(workdir, args)
-    run_dir = workdir / f"run-{aggr}"
+    name = f"{aggr}-{tag}" if tag else aggr
+    path = _job_yaml(workdir, args, gpus, f"job-{name}.yaml")
+    run_dir = workdir / f"run-{name}"
     shutil.rmtree(run_dir, ignore_errors=True)
+    threads = ("--threads", str(args.threads)) if args.threads else ()
     opts = RunOptions(
         run_dir=run_dir, hosts=args.hosts, bandwidth_mbit=args.bandwidth_mbit,
-        trainer_args=("--aggr", aggr, *(("--threads", str(args.threads)) if args.threads else ())),
+        trainer_args=("--aggr", aggr, *threads, *trainer_args),
         profile_dir=run_dir / "profile",
     )  # fmt: skip
     t0 = time.time()
-    out, sampler = run_sampled(path, opts, workdir / f"job-{aggr}.log")
+    out, sampler = run_sampled(path, opts, workdir / f"job-{name}.log")
     first, precision = None, None
     for line in out.splitlines():
         if '"first_step"' in line and first is None:
@@ -248,6 +276,8 @@ def run_distributed(args: argparse.Namespace, workdir: Path, aggr: str) -> dict[
         "time_to_first_step_s": round(first - t0, 2) if first else None,
         "peak_rss_mb": {m: round(v, 1) for m, v in sorted(sampler.peak.items())},
         "step": step_breakdown(run_dir / "profile"),
+        "steps": recs[-1].get("steps"),
+        "device_stats": {k: v for k, v in recs[-1].items() if k.startswith(("gpu_", "h2d_"))},
     }
 
 
@@ -372,12 +402,32 @@ def run(args: argparse.Namespace) -> int:
         if args.hosts != "netns":
             raise ArgumentError("--peer distdgl: needs --hosts netns (one DistDGL server per host)")
         check_peer_python(args.peer_python)
+    if args.device == "cuda":
+        from graphrun.bench.gpu import require_cuda
+
+        if args.peer is not None:
+            raise ArgumentError("--device cuda: runs no --peer")
+        require_cuda()
     keep = args.workdir is not None
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="graphrun-bench-")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     try:
         graph = load_dataset(args.dataset)
+        t_part = time.perf_counter()
         edge_cut = make_partitions(graph, workdir, args.partition_mode)
+        if args.device == "cuda":
+            from graphrun.bench.gpu import compare
+
+            base = {
+                "bench": "train", "dataset": str(args.dataset), "nodes": graph.num_nodes,
+                "edges": graph.num_edges, "hosts": args.hosts, "epochs": args.epochs,
+                "partition_mode": args.partition_mode, "edge_cut": round(edge_cut, 4),
+                "partition_s": round(time.perf_counter() - t_part, 2),
+            }  # fmt: skip
+            aggr = "csr" if args.aggr == "both" else args.aggr
+            got = compare(args, workdir, aggr, run_distributed)
+            print(json.dumps({**base, **got}), flush=True)
+            return 0
         pyg = {} if args.no_pyg else run_pyg(args)
         single = {} if args.no_single else run_single(args)
         aggrs = ["scatter", "csr"] if args.aggr == "both" else [args.aggr]

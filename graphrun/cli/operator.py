@@ -40,6 +40,12 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--cluster-domain", default="cluster.local", help="DNS domain of the cluster")
     p.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=8,
+        help="GPUs of a node: splits a GraphJob's runtime.gpus total into machines (default 8)",
+    )
+    p.add_argument(
         "--resync", type=float, default=10.0, metavar="SECONDS",
         help="look at every GraphJob at least this often (deadlines, TTL); default 10",
     )  # fmt: skip
@@ -92,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
     from graphrun.operator.kube import Kube
     from graphrun.operator.layout import OperatorConfig
 
+    if args.gpus_per_node < 1:
+        raise ArgumentError(f"--gpus-per-node: must be >= 1, got {args.gpus_per_node}")
     if not args.resync > 0:  # NaN fails too
         raise ArgumentError(f"--resync: must be > 0, got {args.resync}")
     logging.basicConfig(
@@ -103,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         image=args.image or defaults.image,
         image_pull_policy=args.image_pull_policy,
         cluster_domain=args.cluster_domain,
+        gpus_per_node=args.gpus_per_node,
     )
     ctx = OperatorContext(
         kube=Kube(api_client(args.kubeconfig)), config=config, resync_seconds=args.resync

@@ -42,6 +42,22 @@ def check_before_start(job: GraphJob, paths: JobPaths) -> None:
     _check_writable(paths.checkpoints, f"{where}.checkpointDir")
 
 
+def check_gpus_here(job: GraphJob, count: int | None = None) -> None:
+    """The local backend's machines run on this host: each needs the job's
+    ``runtime.gpusPerMachine`` of the GPUs CUDA sees here (``count``; asked of torch
+    when None, only for GPU jobs). One line naming the machine and what it has."""
+    gpus = job.spec.runtime.machine_gpus
+    if gpus <= 0:
+        return
+    if count is None:
+        from graphrun.train.device import cuda_count
+
+        count = cuda_count()
+    from graphrun.train.device import check_gpus
+
+    check_gpus(f"{job.spec.machine_names[0]} (this host)", gpus, count)
+
+
 def _check_entry_point(spec: str, base_dir: Path, field: str) -> None:
     """The module of ``module:function`` can be found (beside the job file or installed)."""
     module = spec.partition(":")[0]

@@ -148,6 +148,18 @@ def trainer_argv(
     return (*argv, *extra)
 
 
+def trainer_gpu(job: GraphJob, roles: Mapping[str, Role], role: Role) -> int | None:
+    """The machine's GPU a trainer is pinned to: its local rank (its place among the
+    machine's trainers, by rank) modulo ``runtime.gpusPerMachine``; None for CPU jobs."""
+    gpus = job.spec.runtime.machine_gpus
+    if gpus <= 0:
+        return None
+    ranks = sorted(
+        r.id.index for r in roles.values() if r.kind == "trainer" and r.machine == role.machine
+    )
+    return ranks.index(role.id.index) % gpus
+
+
 def machine_launches(
     job: GraphJob,
     roles: Mapping[str, Role],
@@ -177,6 +189,9 @@ def machine_launches(
             elif r.kind == "trainer":
                 prof = profile_dir / f"trainer-{r.rank}.jsonl" if profile_dir else None
                 argv = trainer_argv(r, paths, python, resume, prof, trainer_args)
+                gpu = trainer_gpu(job, roles, r)
+                if gpu is not None:
+                    argv = (*argv, "--gpu", str(gpu))
                 launches.append(RoleLaunch("trainer", RoleCommand(r.name, m, argv, env)))
             # sampler:<rank>:<w> roles run inside their trainer's data loader (worker
             # processes it starts and stops); they are not separate launches yet.

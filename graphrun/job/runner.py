@@ -47,7 +47,12 @@ from graphrun.files import write_atomic
 from graphrun.job.hosts import Hosts
 from graphrun.job.launch import MachineLaunch
 from graphrun.job.local import LocalMachines, Wrap, package_env
-from graphrun.job.preflight import check_before_start, check_partitions, check_store
+from graphrun.job.preflight import (
+    check_before_start,
+    check_gpus_here,
+    check_partitions,
+    check_store,
+)
 from graphrun.job.process import RoleCommand, Sink, Supervisor, log_name, lost_a_peer
 from graphrun.job.roles import (
     JobPaths,
@@ -270,6 +275,7 @@ class LocalJob:
                     f"{self.job.spec.num_parts} machines that partition it"
                 )
         check_before_start(self.job, self.paths)
+        check_gpus_here(self.job)
         if g.store is not None:
             check_store(self.job, self.paths)
         if self.opts.cluster is not None:

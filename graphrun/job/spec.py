@@ -54,6 +54,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from graphrun.errors import SpecError
+from graphrun.job.gpus import gpu_defaults
 from graphrun.names import RoleName
 from graphrun.placement._io import parse_yaml, read_yaml
 from graphrun.placement.plan import PlacementPlan, load_plan
@@ -294,6 +295,34 @@ class RuntimeSpec(_Model):
     )
     hosts: Literal["local", "netns"] = "local"
     machine_names: list[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]] | None = None
+    gpus_per_machine: int | None = Field(
+        default=None,
+        ge=0,
+        le=64,
+        description="GPUs of each machine: one trainer per GPU unless trainersPerMachine says "
+        "otherwise, each pinned to its GPU, NCCL between them (docs/gpu.md)",
+    )
+    gpus: int | None = Field(
+        default=None,
+        gt=0,
+        le=8192,
+        description="GPUs in all: with gpusPerMachine or machines, the other follows; alone, "
+        "the operator splits it into machines x GPUs (docs/gpu.md)",
+    )
+    gpu_feature_cache_mb: int | None = Field(
+        default=None,
+        ge=0,
+        le=1 << 22,
+        description="MiB of node features each GPU trainer keeps on its GPU (default: a "
+        "quarter of its free memory)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _trainer_per_gpu(cls, data: Any) -> Any:
+        """``gpusPerMachine`` (or ``gpus``) without ``trainersPerMachine``: one trainer per
+        GPU; ``gpus`` with ``gpusPerMachine`` sets ``machines``."""
+        return gpu_defaults(data)
 
     @model_validator(mode="after")
     def _names_match(self) -> RuntimeSpec:
@@ -306,6 +335,13 @@ class RuntimeSpec(_Model):
             if len(set(names)) != len(names):
                 raise ValueError("machineNames: names must be unique")
         return self
+
+    @property
+    def machine_gpus(self) -> int:
+        """GPUs per machine the job uses (0: CPU trainers)."""
+        if self.gpus_per_machine is not None:
+            return self.gpus_per_machine
+        return self.gpus // self.machines if self.gpus else 0
 
 
 # --- training ---------------------------------------------------------------------------

@@ -54,6 +54,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--threads", type=int, help="torch intra-op threads (default: default_threads(job))"
     )
+    p.add_argument(
+        "--gpu", type=int, help="compute on this GPU of the machine (its local rank; docs/gpu.md)"
+    )
+    p.add_argument(
+        "--device-feed",
+        choices=("auto", "cpu"),
+        default="auto",
+        help="cpu: a CPU trainer takes the GPU feature path with its CPU transfer (tests)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("nccl", "gloo"),
+        help="torch.distributed backend (default: nccl on a GPU, gloo on CPU; gloo where "
+        "trainers share one GPU)",
+    )
     return p.parse_args(argv)
 
 
@@ -91,6 +106,8 @@ def train_config(job: GraphJob, args: argparse.Namespace, run_dir: Path, ckpt: P
         seed=t.seed,
         aggr_path=args.aggr,
         precision=t.precision,
+        gpu_cache_mb=job.spec.runtime.gpu_feature_cache_mb,
+        feed=args.device_feed,
         checkpoint_dir=ckpt,
         resume=args.resume,
         metrics_file=run_dir / "metrics.jsonl",
@@ -126,6 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads or default_threads(job))
+    accelerator = trainer_device(job, args)
     paths = job_paths(job, args.job, args.run_dir)
     hosts = Hosts.read(args.hosts_file)
     world, parts = job.spec.num_trainers, job.spec.num_parts
@@ -152,7 +170,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         # a TCP rendezvous (machines apart) is the job key's CURVE store, not torch's
-        ddp = DDPConfig(args.rank, world, hosts.rendezvous, timeout_s=args.timeout, keys=keys)
+        ddp = DDPConfig(
+            args.rank, world, hosts.rendezvous, backend=args.backend, timeout_s=args.timeout,
+            keys=keys, accelerator=accelerator,
+        )  # fmt: skip
         # the job's own store servers are stopped by trainer 0 once all trainers finished;
         # a running store the job joined (graph.store) is shared and keeps serving
         own = job.spec.graph.store is None
@@ -178,6 +199,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         data.close()
         ctx.close()
     return 0
+
+
+def trainer_device(job: GraphJob, args: argparse.Namespace) -> str:
+    """``"cpu"``, or ``"cuda:<gpu>"`` for ``--gpu``, after checking that this machine
+    has the GPUs the job asks for (one line naming it and what it has, before any work)."""
+    if args.gpu is None:
+        return "cpu"
+    import torch
+
+    from graphrun.train.device import check_gpus, cuda_count
+
+    have = cuda_count()
+    names = [torch.cuda.get_device_name(i) for i in range(have)]
+    check_gpus(args.machine, max(job.spec.runtime.machine_gpus, args.gpu + 1), have, names)
+    torch.cuda.set_device(args.gpu)
+    return f"cuda:{args.gpu}"
 
 
 def default_threads(job: GraphJob, cores: int | None = None) -> int:

@@ -25,6 +25,7 @@ import kopf
 import urllib3
 
 from graphrun.errors import SpecError
+from graphrun.job.gpus import split_document
 from graphrun.job.spec import parse_job
 from graphrun.operator import crd
 from graphrun.operator import layout as L
@@ -154,7 +155,8 @@ def reconcile_job(ctx: OperatorContext, namespace: str, name: str) -> Plan | Non
     status = obj.get("status") or {}
     owner = L.Owner(name, namespace, obj["metadata"]["uid"])
     try:
-        job = parse_job(_job_document(obj), source=f"GraphJob {namespace}/{name}")
+        doc = split_document(_job_document(obj), ctx.config.gpus_per_node)
+        job = parse_job(doc, source=f"GraphJob {namespace}/{name}")
         check_supported(job)
     except SpecError as exc:
         plan = reject(status, "InvalidSpec", str(exc), now)

@@ -86,6 +86,7 @@ class OperatorConfig:
     cluster_domain: str = "cluster.local"
     scheduler_plugins_name: str = "scheduler-plugins-scheduler"
     volcano_scheduler_name: str = "volcano"
+    gpus_per_node: int = 8  # splits a GraphJob's runtime.gpus total (graphrun.job.gpus)
 
 
 @dataclass(frozen=True)
@@ -265,10 +266,21 @@ def host_plan(job: GraphJob, owner: Owner, config: OperatorConfig) -> dict[str, 
     return {
         "format": HOSTS_FORMAT,
         "version": 1,
-        "machines": [{"name": m, "address": address[m]} for m in names],
+        "machines": [{"name": m, "address": address[m], **_slots(job, m)} for m in names],
         "endpoints": endpoints,
         "rendezvous": f"{address[rdv_machine]}:{BASE_PORT + len(stores)}",
     }
+
+
+def _slots(job: GraphJob, machine: str) -> dict[str, int]:
+    """A machine's trainer slots and GPUs in the hosts file (as an MPI hostfile's
+    ``slots``); GPUs only when the job uses them."""
+    placement = resolve_placement(job)
+    trainers = sum(
+        1 for r in job_roles(job.spec) if r.kind == "trainer" and placement[r.name] == machine
+    )
+    gpus = job.spec.runtime.machine_gpus
+    return {"slots": trainers, **({"gpus": gpus} if gpus else {})}
 
 
 def machine_ports(job: GraphJob, machine_index: int) -> list[tuple[str, int]]:

@@ -11,10 +11,11 @@ built in three layers, each overriding the one before it per resource name:
    GPUs, requests and limits of :data:`GPU` (Kubernetes does not overcommit them);
 3. ``spec.placement.resources.<machine>``: requests and limits as written.
 
-Refused, one line naming the field: a request above its limit; a cpu, memory or GPU
-request above the plan machine's ``spec.placement.plan.capacity``; a fraction of a GPU;
-``resources`` for a machine that gets no pod. Without a plan the template's resources
-are used unchanged and nothing here is checked.
+Without a plan the template's resources are used, plus ``runtime.gpusPerMachine``
+GPUs (:func:`with_gpus`). Refused, one line naming the field: a request above its
+limit; a cpu, memory or GPU request above the plan machine's
+``spec.placement.plan.capacity``; a fraction of a GPU; ``resources`` for a machine that
+gets no pod.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def worker_resources(
     Raises SpecError for what is refused."""
     plan = job.spec.placement.plan
     if plan is None:
-        return copy.deepcopy(template) if template is not None else None
+        return with_gpus(job, copy.deepcopy(template) if template is not None else None, where)
     machine = plan.machines[index]
     out = _Layered()
     base = copy.deepcopy(template or {})
@@ -102,6 +103,24 @@ def worker_resources(
         if not out.values[kind]:
             resources.pop(kind, None)
     return resources or None
+
+
+def with_gpus(job: GraphJob, resources: dict[str, Any] | None, where: str) -> dict[str, Any] | None:
+    """``resources`` asking for the machine's ``runtime.gpusPerMachine`` GPUs (requests
+    and limits of :data:`GPU`; Kubernetes does not overcommit them). A template that
+    names another GPU count is refused in one line."""
+    gpus = job.spec.runtime.machine_gpus
+    if gpus <= 0:
+        return resources
+    out = resources or {}
+    for kind in KINDS:
+        given = (out.get(kind) or {}).get(GPU)
+        if given is not None and str(given) != str(gpus):
+            raise SpecError(
+                f"{where}.{kind}.{GPU}: {given} disagrees with spec.runtime.gpusPerMachine ({gpus})"
+            )
+        out.setdefault(kind, {})[GPU] = str(gpus)
+    return out
 
 
 def machine_demands(job: GraphJob) -> list[Demand] | None:

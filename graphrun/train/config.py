@@ -44,6 +44,8 @@ class TrainConfig:
     seed: int = 0
     aggr_path: AggrPath = "csr"
     precision: str = "auto"  # auto | fp32 | bf16 (graphrun.train.models.resolve_precision)
+    gpu_cache_mb: int | None = None  # GPU feature cache (None: a share of free memory)
+    feed: str = "auto"  # "cpu": CPU trainers take the device path too (its CPU transfer)
     checkpoint_dir: Path | None = None
     resume: bool = False
     metrics_file: Path | None = None

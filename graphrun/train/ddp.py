@@ -5,8 +5,9 @@ Trainers rendezvous at the job's address (``hosts.rendezvous``): with the job's 
 served by trainer 0 (:mod:`graphrun.train.rendezvous`) instead of torch's TCPStore, which
 answers anyone; without one a TCP store trainer 0 opens on its machine's address only, or
 a file on one host (:mod:`graphrun.partition.rendezvous`). gloo on CPU, NCCL when the
-trainer has a CUDA device. Nothing is read from the environment; :class:`DDPConfig`
-carries rank, world size, address and key.
+trainer computes on a CUDA device (``accelerator``, :mod:`graphrun.train.device`).
+Nothing is read from the environment; :class:`DDPConfig` carries rank, world size,
+address, key and device.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 from graphrun.errors import ArgumentError
 from graphrun.partition.rendezvous import join, parse_rendezvous
 from graphrun.rpc.auth import KeyPair
+from graphrun.train.device import backend_for
 
 
 @dataclass(frozen=True)
@@ -33,9 +35,10 @@ class DDPConfig:
     rank: int
     world_size: int
     rendezvous: str  # "host:port" (a TCP store on trainer 0), or "file:///path" (one host)
-    backend: str | None = None  # None: nccl with CUDA, else gloo
+    backend: str | None = None  # None: nccl on a CUDA accelerator, else gloo
     timeout_s: float = 300.0
     keys: KeyPair | None = None  # the job's: a CURVE rendezvous at a "host:port" address
+    accelerator: str | None = None  # "cpu", "cuda:i" (graphrun.train.device); None: cpu
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world_size:
@@ -43,6 +46,8 @@ class DDPConfig:
 
     @property
     def device(self) -> torch.device:
+        if self.accelerator is not None:
+            return torch.device(self.accelerator)
         if self.resolved_backend == "nccl":
             return torch.device("cuda", self.rank % torch.cuda.device_count())
         return torch.device("cpu")
@@ -51,7 +56,12 @@ class DDPConfig:
     def resolved_backend(self) -> str:
         if self.backend:
             return self.backend
-        return "nccl" if torch.cuda.is_available() else "gloo"
+        return backend_for(self.accelerator or "cpu")  # a GPU only where the job asks for one
+
+    @property
+    def collective_device(self) -> torch.device:
+        """Where the loop's small all-reduces live: NCCL reduces CUDA tensors only."""
+        return self.device if self.resolved_backend == "nccl" else torch.device("cpu")
 
 
 @contextlib.contextmanager
@@ -93,7 +103,7 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 def all_sum(values: list[float], cfg: DDPConfig) -> list[float]:
     """Element-wise sum over all trainers (identity with one trainer)."""
-    t = torch.tensor(values, dtype=torch.float64)
+    t = torch.tensor(values, dtype=torch.float64, device=cfg.collective_device)
     if cfg.world_size > 1:
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return [float(v) for v in t]
@@ -101,7 +111,7 @@ def all_sum(values: list[float], cfg: DDPConfig) -> list[float]:
 
 def all_min(value: int, cfg: DDPConfig) -> int:
     """The minimum over all trainers (used to give every trainer the same batch count)."""
-    t = torch.tensor([value], dtype=torch.int64)
+    t = torch.tensor([value], dtype=torch.int64, device=cfg.collective_device)
     if cfg.world_size > 1:
         dist.all_reduce(t, op=dist.ReduceOp.MIN)
     return int(t.item())
@@ -109,7 +119,7 @@ def all_min(value: int, cfg: DDPConfig) -> int:
 
 def all_gather_rows(values: list[float], cfg: DDPConfig) -> list[list[float]]:
     """Every trainer's ``values`` (one list of the same length each), in rank order."""
-    t = torch.tensor(values, dtype=torch.float64)
+    t = torch.tensor(values, dtype=torch.float64, device=cfg.collective_device)
     if cfg.world_size == 1:
         return [t.tolist()]
     out = [torch.empty_like(t) for _ in range(cfg.world_size)]

@@ -38,9 +38,16 @@ def supports(model: torch.nn.Module, data: GraphData) -> bool:
     return hasattr(model, "layer") and hasattr(model, "convs") and len(data.edge_types) == 1
 
 
-def _batch(model: torch.nn.Module, i: int, h: NodeTable, dst: Tensor, data: GraphData) -> Tensor:
+def _batch(
+    model: torch.nn.Module,
+    i: int,
+    h: NodeTable,
+    dst: Tensor,
+    data: GraphData,
+    device: torch.device | None = None,
+) -> Tensor:
     """Layer ``i``'s outputs for the nodes ``dst`` from the states ``h`` of their whole
-    in-neighbourhoods."""
+    in-neighbourhoods (computed on ``device``, returned on the host)."""
     src, index = data.in_edges(dst)
     nodes, inverse = torch.unique(torch.cat([dst, src]), return_inverse=True)
     # local ids: the targets first (the layer computes the first n_dst rows), then the rest
@@ -52,14 +59,33 @@ def _batch(model: torch.nn.Module, i: int, h: NodeTable, dst: Tensor, data: Grap
     order[local] = nodes
     x = h[order].float()
     edge_index = torch.stack([local[inverse[dst.numel() :]], index])
+    if device is not None and device.type != "cpu":
+        x, edge_index = x.to(device, non_blocking=True), edge_index.to(device, non_blocking=True)
+        return model.layer(i, x, edge_index, dst.numel()).cpu()  # type: ignore[operator]
     out: Tensor = model.layer(i, x, edge_index, dst.numel())  # type: ignore[operator]
     return out
 
 
+def chunk_targets(
+    batch_size: int, free_bytes: int | None, width: int, avg_degree: float, fraction: float = 0.5
+) -> int:
+    """Targets per batch of one layer: at least ``max(batch_size, MIN_BATCH)``; on a GPU
+    (``free_bytes`` known) as many as ``fraction`` of its free memory holds, counting each
+    target's input rows (itself and its in-neighbours), the messages and the output
+    (four bytes a column, three times over for the layer's temporaries)."""
+    floor = max(batch_size, MIN_BATCH)
+    if free_bytes is None:
+        return floor
+    per_target = int((1.0 + avg_degree) * max(width, 1) * 4 * 3) + 64
+    return max(floor, int(free_bytes * fraction) // per_target)
+
+
 def _width(model: torch.nn.Module, i: int, in_width: int) -> int:
     """Output columns of layer ``i`` (run on one node without edges)."""
-    empty = torch.empty((2, 0), dtype=torch.long)
-    out: Tensor = model.layer(i, torch.zeros(1, in_width), empty, 1)  # type: ignore[operator]
+    device = next(model.parameters()).device
+    empty = torch.empty((2, 0), dtype=torch.long, device=device)
+    x = torch.zeros(1, in_width, device=device)
+    out: Tensor = model.layer(i, x, empty, 1)  # type: ignore[operator]
     return int(out.size(1))
 
 
@@ -72,9 +98,12 @@ def layerwise(
     targets: Tensor,
     batch_size: int,
     sync: Callable[[], None],
+    device: torch.device | None = None,
 ) -> Tensor:
     """The model's outputs for ``targets`` (per-type ids of ``ntype``), input feature
-    ``x``; every trainer of the job calls it together (``sync`` is their barrier)."""
+    ``x``; every trainer of the job calls it together (``sync`` is their barrier). On a
+    GPU ``device`` each batch of targets is as large as half its free memory holds
+    (:func:`chunk_targets`); the tables stay on the host."""
     model.eval()
     convs: torch.nn.ModuleList = model.convs  # type: ignore[assignment]
     layers = len(convs)
@@ -84,16 +113,21 @@ def layerwise(
     for i in range(layers):
         last = i == layers - 1
         ids = targets if last else nodes
-        width = _width(model, i, width)
+        in_width, width = width, _width(model, i, width)
         out: NodeTable
         if last:
             out = torch.empty(ids.numel(), width)
         else:  # two tables, alternating: a layer never writes the table it reads
             out = data.node_table(ntype, f"layerwise{i % 2}", width)
-        step = max(batch_size, MIN_BATCH)
+        free, degree = None, 0.0
+        if device is not None and device.type == "cuda" and ids.numel():
+            free = torch.cuda.mem_get_info(device)[0]
+            probe = ids[:1024]  # the in-degree of a sample of the targets
+            degree = data.in_edges(probe)[0].numel() / probe.numel()
+        step = chunk_targets(batch_size, free, max(in_width, width), degree)
         for lo in range(0, ids.numel(), step):
             dst = ids[lo : lo + step]
-            y = _batch(model, i, h, dst, data)
+            y = _batch(model, i, h, dst, data, device)
             if last:
                 out[torch.arange(lo, lo + dst.numel())] = y
             else:

@@ -215,6 +215,7 @@ def train_epoch(
         own["remote_bytes"] += sum(b for q, b in batch.feature_bytes.items() if q not in local)
         progress.update(batch.seeds)
     elapsed = progress.elapsed
+    device_stats = task.path.end_epoch(elapsed)  # stops the feed; GPU idle share, cache hits
     own.update(epoch_s=elapsed, cpu_s=time.process_time() - cpu0, peak_rss_mb=_peak_rss_mb())
     tot = all_sum([loss_sum, float(steps), correct, float(counted), float(seeds)], ctx.ddp)
     rows = all_gather_rows([own[k] for k in _PARTS], ctx.ddp)
@@ -225,6 +226,7 @@ def train_epoch(
         "epoch_s": elapsed,
         "steps": steps,
         "trainers": [dict(zip(_PARTS, row, strict=True)) for row in rows],
+        **device_stats,
     }
 
 
@@ -301,6 +303,7 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
                 steps=int(tr["steps"]),
             )  # fmt: skip
             record.update(breakdown(tr["trainers"], int(tr["steps"]), ctx.config.machines))
+            record.update({k: v for k, v in tr.items() if k.startswith(("gpu_", "h2d_"))})
             ctx.metrics.write(record)
             _save(task, ctx, epoch, record)
     finally:

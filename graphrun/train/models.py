@@ -72,7 +72,7 @@ def as_adj(edge_index: Tensor, num_src: int, num_dst: int, path: AggrPath) -> Te
         order = torch.argsort(dst, stable=True)
         src, dst = src[order], dst[order]
     deg = torch.bincount(dst, minlength=num_dst)
-    crow = torch.zeros(num_dst + 1, dtype=torch.int64)
+    crow = torch.zeros(num_dst + 1, dtype=torch.int64, device=dst.device)
     torch.cumsum(deg, 0, out=crow[1:])
     values = (1.0 / deg.clamp_min(1).to(torch.float32))[dst]
     with warnings.catch_warnings():  # "sparse CSR support is in beta"
@@ -92,6 +92,8 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
         return x
     if p >= 1.0:
         return torch.zeros_like(x)
+    if x.device.type != "cpu":  # the device's own kernel: no mask crosses from the host
+        return F.dropout(x, p, training=True)
     seed = int(torch.randint(0, 2**62, (1,)))
     width, dtype = (1, np.uint8) if float(p * 256).is_integer() else (2, np.uint16)
     bits = np.frombuffer(np.random.default_rng(seed).bytes(width * x.numel()), dtype)

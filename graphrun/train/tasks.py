@@ -23,12 +23,23 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from graphrun.distributed.devicefeed import CpuTransfer
 from graphrun.errors import ArgumentError
 from graphrun.train import inference
 from graphrun.train.context import TrainContext
 from graphrun.train.data import Batch, Embedding
 from graphrun.train.ddp import barrier, unwrap, wrap
-from graphrun.train.models import GAT, GCN, SAGE, HeteroGNN, LinkPredictor, resolve_precision
+from graphrun.train.device import precision_for
+from graphrun.train.gpu import DevicePath
+from graphrun.train.models import (
+    GAT,
+    GCN,
+    SAGE,
+    HeteroGNN,
+    LinkPredictor,
+    Precision,
+    resolve_precision,
+)
 from graphrun.train.names import model_name
 
 
@@ -57,15 +68,27 @@ class Task:
         self.opt = torch.optim.Adam(
             self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay
         )
+        d, c = self.ctx.data, self.cfg
+        # feed "cpu": a CPU trainer takes the device path with its CPU transfer, the cache
+        # sized by gpu_cache_mb (what tests run of the GPU path without a GPU)
+        forced = c.feed == "cpu" and self.ctx.device.type == "cpu"
+        self.path = DevicePath(
+            d, self.ctx.device, self.ntype or d.node_types[0], c.feature,
+            f"trainer:{self.ctx.rank}", c.batch_size, c.gpu_cache_mb,
+            transfer=CpuTransfer() if forced else None,
+            free_bytes=(c.gpu_cache_mb or 0) << 20 if forced else None,
+        )  # fmt: skip
 
     def train_seeds(self) -> Tensor:
         return self.ctx.data.seeds("train", self.ntype)
 
     def batches(self, split: str, epoch: int, shuffle: bool) -> Iterator[Batch]:
         d = self.ctx.data
-        return d.loader(
-            split, self.ntype, self.cfg.fanout_spec(d.edge_types), self.cfg.batch_size,
-            shuffle, epoch, self.cfg.feature, self.cfg.label,
+        return self.path.batches(
+            d.loader(
+                split, self.ntype, self.cfg.fanout_spec(d.edge_types), self.cfg.batch_size,
+                shuffle, epoch, self.path.loader_feature, self.cfg.label,
+            )
         )  # fmt: skip
 
     def step(self, batch: Batch) -> tuple[float, float, int]:
@@ -74,9 +97,10 @@ class Task:
         self.opt.zero_grad()
         if self.embedding is not None:
             self.embedding.zero_grad()
-        loss, correct, counted = self.loss(self.model, batch)
-        loss.backward()
-        self.opt.step()
+        with self.path.guard():
+            loss, correct, counted = self.loss(self.model, batch)
+            loss.backward()
+            self.opt.step()
         if self.embedding is not None:
             self.embedding.step()
         return float(loss.detach()), correct, counted
@@ -113,6 +137,15 @@ class Task:
         return self.batches("train", epoch, shuffle=True)
 
 
+def device_precision(precision: str, device: torch.device) -> Precision:
+    """``training.precision`` on ``device``: ``auto`` is bf16 on a GPU that supports it
+    (:func:`graphrun.train.device.precision_for`), the CPU rule on a CPU."""
+    if device.type != "cuda":
+        return resolve_precision(precision)
+    got = precision_for(precision, "cuda", torch.cuda.is_bf16_supported(), cpu_native=False)
+    return "bf16" if got == "bf16" else "fp32"
+
+
 def _model(task: str | None, model: str | None) -> str:
     """The model name the task runs (see :mod:`graphrun.train.names`)."""
     try:
@@ -143,7 +176,7 @@ class NodeClassification(Task):
         elif name == "gat":
             model = GAT(in_dim, c.hidden, classes, layers, c.dropout)
         else:
-            precision = resolve_precision(c.precision)
+            precision = device_precision(c.precision, ctx.device)
             model = SAGE(in_dim, c.hidden, classes, layers, c.dropout, c.aggr_path, precision)
         self.layerwise = c.evaluation != "sampled" and inference.supports(model, d)
         if c.evaluation == "layerwise" and not self.layerwise:
@@ -164,7 +197,7 @@ class NodeClassification(Task):
         targets = torch.cat(ids)
         sync = barrier if self.ctx.world_size > 1 else lambda: None
         logits = inference.layerwise(
-            unwrap(self.model), d, nt, c.feature, targets, c.batch_size, sync
+            unwrap(self.model), d, nt, c.feature, targets, c.batch_size, sync, self.ctx.device
         )
         hit = logits.argmax(-1) == d.node_table(nt, c.label)[targets].long()
         out, lo = {}, 0
@@ -224,6 +257,8 @@ class LinkPrediction(Task):
         d, c = ctx.data, self.cfg
         if len(d.node_types) != 1:
             raise ArgumentError("link-prediction: needs a homogeneous graph")
+        if ctx.device.type != "cpu":
+            raise ArgumentError("link-prediction: runs on CPU trainers (no gpusPerMachine)")
         nt = d.node_types[0]
         dim = c.embedding_dim or c.hidden
         self.feat_dim = d.feature_dim(nt, c.feature) or 0

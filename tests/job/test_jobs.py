@@ -71,6 +71,22 @@ def test_two_machines_train_to_accuracy(tmp_path):
     nothing_left(job)
 
 
+def test_the_gpu_feature_path_in_a_real_job_with_its_cpu_transfer(tmp_path):
+    """Store loaders, sampler workers, the whole table read from the store into the
+    device cache, loaders that then gather no features, the feed thread: as a GPU
+    trainer runs them, with the CPU transfer (``--device-feed cpu``)."""
+    runtime = {"samplerWorkersPerTrainer": 1, "gpuFeatureCacheMb": 1}  # 2000 x 64 B: all
+    path = small_job(tmp_path, epochs=3, lr=0.03, runtime=runtime)
+    job, _ = run(path, trainer_args=("--device-feed", "cpu"))
+    report = job.run()
+    assert report.exits["trainer:0"] == 0 and report.exits["trainer:1"] == 0
+    got = metrics(path)
+    assert got[-1]["test_acc"] > 0.5  # as test_two_machines_train_to_accuracy
+    assert [m["gpu_cache_hit_rate"] for m in got] == [1.0, 1.0, 1.0]
+    assert all(0.0 <= m["gpu_idle_share"] <= 1.0 for m in got)
+    nothing_left(job)
+
+
 def test_raising_trainer_fails_the_job_and_leaves_nothing(tmp_path):
     path = small_job(tmp_path, entryPoint="graphrun.testing.jobs:raise_on_rank_1")
     job, _ = run(path)

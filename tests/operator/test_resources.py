@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -235,3 +236,32 @@ def test_demands_count_the_roles_the_pod_runs() -> None:
     B.check_supported(job)
     # trainer:2 and its sampler worker run in the pod; a parameter server is no GraphJob role
     assert container(job, 2)["resources"]["requests"] == {"cpu": "6", "memory": "9G"}
+
+
+def _gpu_job(per_machine: int, resources: dict[str, Any] | None = None) -> GraphJob:
+    d = graphsage()
+    d["spec"]["runtime"]["gpusPerMachine"] = per_machine
+    del d["spec"]["runtime"]["trainersPerMachine"]  # one trainer per GPU
+    c = d["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["containers"][0]
+    if resources is not None:
+        c["resources"] = resources
+    return parse_job(d)
+
+
+def test_gpus_per_machine_are_requested_by_every_worker() -> None:
+    job = _gpu_job(2)
+    for i in range(job.spec.runtime.machines):
+        res = container(job, i)["resources"]
+        assert res["requests"][GPU] == "2" and res["limits"][GPU] == "2"
+    # a template that names another count is refused, naming the field
+    job = _gpu_job(2, {"limits": {GPU: "1"}})
+    with pytest.raises(SpecError, match=re.escape(f"{TEMPLATE}.limits.{GPU}: 1 disagrees")):
+        container(job, 0)
+
+
+def test_the_hosts_file_carries_slots_and_gpus() -> None:
+    job = _gpu_job(2)
+    hosts = L.host_plan(job, OWNER, CONFIG)
+    assert [(m["slots"], m["gpus"]) for m in hosts["machines"]] == [(2, 2), (2, 2)]
+    cpu = L.host_plan(parse_job(graphsage()), OWNER, CONFIG)
+    assert all("gpus" not in m and m["slots"] == 1 for m in cpu["machines"])
