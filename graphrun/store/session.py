@@ -4,6 +4,15 @@
 announces (one session id for all), keeps the session alive with a heartbeat thread
 (its own sockets), sends requests (load-balanced over main and backups) and, when a
 backup is gone, drops it and sends the request again to the partition's main server.
+
+With replicated partitions (:mod:`graphrun.store.replicas`) it also joins the replicas
+each primary announces. When a primary stops answering (a request times out or its
+connection is lost) the partition **fails over**: its replica becomes the server of
+every later request (reads and writes), the primary's backups and shared memory are no
+longer used (they would serve the dead primary's stale rows), and the requests still
+waiting on the primary are sent to the replica at once. Writes (``push``, ``init``,
+``delete``) carry a write id per session (``w``), so a write the primary had already
+forwarded is not applied twice.
 ``traffic`` counts the tensor bytes of every reply, by ``(partition, op)``.
 """
 
@@ -28,6 +37,7 @@ from graphrun.partition.book import PartitionBook
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import Message
 from graphrun.rpc.transport import RpcClient
+from graphrun.store.replicas import WRITE_OPS, is_fenced
 from graphrun.store.shm import same_host
 from graphrun.store.state import PartitionInfo
 
@@ -63,6 +73,8 @@ class PartServers:
     info: PartitionInfo  # the main server's join reply
     rr: itertools.count = field(default_factory=itertools.count)
     local: bool = False  # on this machine: its shared memory can be mapped
+    replicas: list[RpcClient] = field(default_factory=list)  # joined, in failover order
+    dead: list[RpcClient] = field(default_factory=list)  # primaries given up on
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,11 @@ class Pending:
     op: str = ""
     body: Mapping[str, Any] = field(default_factory=dict)
     tensors: Sequence[np.ndarray] = ()
+
+
+def _lost(exc: BaseException) -> bool:
+    """``exc`` means the server is gone (timeout, lost connection) or fenced."""
+    return type(exc) in (RpcError, RpcTimeout) or is_fenced(exc)
 
 
 class _Heartbeat(threading.Thread):
@@ -119,6 +136,8 @@ class Session:
         self._ctx = zmq.Context()  # one zmq I/O thread for all of this client's connections
         self._heartbeat: _Heartbeat | None = None
         self._stopped = False
+        self._writes = itertools.count()
+        self.failovers: list[tuple[int, str, str]] = []  # (partition, lost, took over)
         try:
             self._join()
         except BaseException:
@@ -161,6 +180,15 @@ class Session:
                     bc.close()
                     continue
                 entry.conns.append(bc)
+            for r in info.replicas:
+                rc = self._open(r)
+                try:  # a replica that does not answer is skipped: the primary serves alone
+                    rc.call("join", join, timeout=min(self.cfg.timeout, BACKUP_JOIN_S))
+                except RpcError as exc:
+                    log.warning("replica %s of partition %d skipped: %s", r, info.part, exc)
+                    rc.close()
+                    continue
+                entry.replicas.append(rc)
             if self.cfg.use_shm is not False:
                 entry.local = same_host(info.host, info.shm_dir)
         first = next(iter(self.parts.values())).info
@@ -170,7 +198,7 @@ class Session:
                 f"servers: got partitions {sorted(self.parts)}, the graph has {self.book.num_parts}"
             )
         if self.cfg.heartbeat_interval > 0:
-            addresses = [c.address for p in self.parts.values() for c in p.conns]
+            addresses = [c.address for p in self.parts.values() for c in p.conns + p.replicas]
             self._heartbeat = _Heartbeat(addresses, self.base(), self.cfg)
             self._heartbeat.start()
 
@@ -195,27 +223,66 @@ class Session:
         main_only: bool = False,
     ) -> Pending:
         """Send ``op`` to a server of ``part`` (load-balanced unless ``main_only``)."""
-        conn = self.part(part).main if main_only else self._pick(part)
+        conn = self.part(part).main if main_only or op in WRITE_OPS else self._pick(part)
         full = {**(body or {}), **self.base()}
+        if op in WRITE_OPS:
+            full["w"] = next(self._writes)
         return Pending(conn, conn.send(op, full, tensors), part, op, full, tensors)
 
     def wait(self, pending: Pending, timeout: float | None = None) -> Message:
         """The reply; a backup that is gone (timeout, lost connection) is dropped from the
-        rotation and the request is sent again to the partition's main server."""
-        try:
-            msg = pending.conn.wait(pending.request_id, timeout)
-        except RpcError as exc:
-            e = self.parts.get(pending.part)
-            if type(exc) not in (RpcError, RpcTimeout) or e is None or pending.conn is e.main:
-                raise
-            log.warning("backup %s failed (%s); using the main server", pending.conn.address, exc)
-            if pending.conn in e.conns:
-                e.conns.remove(pending.conn)
-                pending.conn.close()
-            rid = e.main.send(pending.op, pending.body, pending.tensors)
-            msg = e.main.wait(rid, timeout)
+        rotation and the request is sent again to the partition's main server; a primary
+        that is gone fails over to its replica (see the module docstring)."""
+        e = self.parts.get(pending.part)
+        if e is not None and pending.conn in e.dead:  # sent before the failover
+            msg = self._resend(e, pending, timeout)
+        else:
+            try:
+                msg = pending.conn.wait(pending.request_id, timeout)
+            except GraphrunError as exc:
+                if e is None or not _lost(exc):
+                    raise
+                if pending.conn is e.main:
+                    if not e.replicas:
+                        raise
+                    self._fail_over(pending.part, e, exc)
+                else:
+                    log.warning(
+                        "backup %s failed (%s); using the main server", pending.conn.address, exc
+                    )
+                    if pending.conn in e.conns:
+                        e.conns.remove(pending.conn)
+                        pending.conn.close()
+                msg = self._resend(e, pending, timeout)
         self.traffic[pending.part, pending.op] += sum(t.nbytes for t in msg.tensors)
         return msg
+
+    def _resend(self, e: PartServers, pending: Pending, timeout: float | None) -> Message:
+        while True:
+            main = e.main
+            try:
+                return main.wait(main.send(pending.op, pending.body, pending.tensors), timeout)
+            except GraphrunError as exc:
+                if not _lost(exc) or not e.replicas:
+                    raise
+                self._fail_over(pending.part, e, exc)
+
+    def _fail_over(self, part: int, e: PartServers, exc: Exception) -> None:
+        """Partition ``part``'s server ``e.main`` is gone: its next replica serves."""
+        lost, e.main = e.main, e.replicas.pop(0)
+        for c in e.conns:
+            if c is not lost:
+                c.close()  # the lost primary's backups: its shared memory has stale rows
+        e.dead.append(lost)
+        e.conns, e.local = [e.main], False
+        self.failovers.append((part, lost.address, e.main.address))
+        log.warning(
+            "partition %d: server %s lost (%s); replica %s took over",
+            part,
+            lost.address,
+            exc,
+            e.main.address,
+        )
 
     def call(self, part: int, op: str, body: Mapping[str, Any] | None = None, **kw: Any) -> Message:
         return self.wait(self.request(part, op, body, **kw))
@@ -241,7 +308,7 @@ class Session:
         answers is fine; one that refuses (a job key: only the store's admin key may stop
         it) raises AuthError."""
         for p in self.parts.values():
-            for c in p.conns[::-1]:
+            for c in p.replicas + p.conns[::-1]:
                 try:
                     c.call("stop", self.base(), timeout=5)
                 except AuthError:
@@ -257,7 +324,9 @@ class Session:
             self._heartbeat.join(5)
             self._heartbeat = None
         for e in self.parts.values():
-            for c in e.conns:
+            for c in e.dead:
+                c.close()
+            for c in e.conns + e.replicas:
                 if not self._stopped:
                     with contextlib.suppress(GraphrunError):
                         c.call("leave", self.base(), timeout=2)

@@ -1,0 +1,151 @@
+"""Replicated partitions: a replica server per partition, failover, writes to both.
+
+The chaos tests kill (SIGKILL) or stop (SIGSTOP) a server while a client pushes, at a
+seeded moment, and check that every acknowledged push is in the surviving copy exactly
+once (an ``add`` of ones: a lost update or one applied twice changes the sum).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from graphrun.job.stores import StoreProcess, start_store
+from graphrun.rpc.transport import RpcClient
+from graphrun.store.client import ClientConfig, KVClient
+from graphrun.store.registry import Request, Response
+from graphrun.store.replicas import apply_write
+from graphrun.store.state import ServerState
+from graphrun.testing.store import make_partition_dir
+
+FEAT = "node/_N/feat"
+
+
+def test_a_write_id_is_applied_once_per_session():
+    state = ServerState.__new__(ServerState)
+    state.applied = {}
+    calls = []
+
+    def apply(req: Request) -> Response:
+        calls.append(req.body["w"])
+        return Response({})
+
+    for w in (0, 1, 1, 0, 2):
+        apply_write(state, Request("push", {"w": w}, session="s"), apply)
+    apply_write(state, Request("push", {"w": 1}, session="t"), apply)
+    assert calls == [0, 1, 2, 1]
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    return make_partition_dir(tmp_path_factory.mktemp("rep") / "parts", 2)[1]
+
+
+def _wait_replicas(primary: StoreProcess, key_file, n: int = 1) -> None:
+    from graphrun.rpc.auth import load_keys
+
+    with RpcClient(primary.address, keys=load_keys(key_file), timeout=10) as c:
+        deadline = time.monotonic() + 30
+        while len(c.call("stats").body["replicas"]) < n:
+            primary.check()
+            assert time.monotonic() < deadline, "replica never registered"
+            time.sleep(0.1)
+
+
+@pytest.fixture
+def replicated(parts, key_file, tmp_path):
+    """Partition 0 and 1 primaries, each with a replica (its own shared memory)."""
+    procs: list[StoreProcess] = []
+    try:
+        primaries = [start_store(parts, p, key_file=key_file, log_dir=tmp_path) for p in (0, 1)]
+        procs += primaries
+        for sp in primaries:
+            replica = start_store(
+                parts,
+                sp.part,
+                key_file=key_file,
+                log_dir=tmp_path,
+                extra_args=["--replica-of", sp.address],
+            )
+            procs.append(replica)
+            _wait_replicas(sp, key_file)
+        yield procs[:2], procs[2:]
+    finally:
+        for sp in procs:
+            if sp.alive():
+                os.kill(sp.pid, signal.SIGCONT)
+            sp.stop()
+
+
+def _client(primaries, keys, **kw) -> KVClient:
+    return KVClient(ClientConfig([p.address for p in primaries], keys=keys, **kw))
+
+
+def _push_until(c: KVClient, n: int, rng: np.random.Generator, stop: threading.Event):
+    """Pushes of ones to random rows until ``stop`` (and at least 20): the expected
+    counts of the acknowledged ones."""
+    expected = np.zeros(n)
+    i = 0
+    while not stop.is_set() or i < 20:
+        ids = rng.choice(n, size=int(rng.integers(1, 200)), replace=False)
+        c.push("acc", ids, np.ones((len(ids), 1)), reducer="add")
+        expected[ids] += 1  # acknowledged: push returned
+        i += 1
+    return expected
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("victim", ["primary", "replica"])
+def test_a_killed_server_loses_no_acknowledged_push(replicated, keys, seed, victim):
+    primaries, replicas = replicated
+    rng = np.random.default_rng(seed)
+    with _client(primaries, keys, timeout=20, use_shm=seed == 0) as c:
+        assert all(len(c.part(p).replicas) == 1 for p in (0, 1))
+        n = c.meta(FEAT).num_rows
+        c.init_tensor("acc", "node:_N", (1,), "float64")
+        feats = c.pull(FEAT, np.arange(n))
+        stop = threading.Event()
+        target = (primaries if victim == "primary" else replicas)[0]
+        killer = threading.Timer(float(rng.uniform(0.2, 1.0)), lambda: (target.kill(), stop.set()))
+        killer.start()
+        try:
+            expected = _push_until(c, n, rng, stop)
+        finally:
+            killer.join()
+        assert not target.alive()
+        np.testing.assert_array_equal(c.pull("acc", np.arange(n))[:, 0], expected)
+        np.testing.assert_array_equal(c.pull(FEAT, np.arange(n)), feats)  # reads go on
+        if victim == "primary":
+            assert c.failovers == [(0, primaries[0].address, replicas[0].address)]
+        else:
+            assert c.failovers == []
+
+
+@pytest.mark.integration
+def test_a_stopped_primary_is_fenced_and_nothing_acknowledged_is_lost(replicated, keys):
+    """SIGSTOP the primary: one client fails over after its request timeout; the other
+    client's writes to the resumed primary are refused (fenced) and go to the replica."""
+    primaries, replicas = replicated
+    rng = np.random.default_rng(2)
+    with _client(primaries, keys, timeout=3) as a, _client(primaries, keys, timeout=60) as b:
+        n = a.meta(FEAT).num_rows
+        a.init_tensor("acc", "node:_N", (1,), "float64")
+        ids = np.arange(n)
+        ones = np.ones((n, 1))
+        b.push("acc", ids, ones, reducer="add")
+        os.kill(primaries[0].pid, signal.SIGSTOP)
+        try:
+            a.push("acc", ids, ones, reducer="add")  # times out on partition 0, fails over
+        finally:
+            os.kill(primaries[0].pid, signal.SIGCONT)
+        assert [f[0] for f in a.failovers] == [0]
+        b.push("acc", ids, ones, reducer="add")  # refused by the fenced primary: fails over
+        assert [f[0] for f in b.failovers] == [0]
+        for c in (a, b):
+            np.testing.assert_array_equal(c.pull("acc", ids), 3 * ones)
