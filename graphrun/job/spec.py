@@ -78,7 +78,7 @@ LABEL_KEY_PATTERN = (
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 ENTRY_POINT_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
-ROLE_PATTERN = re.compile(r"^(store:\d+(:\d+)?|trainer:\d+|sampler:\d+:\d+|ps:\d+)$")
+ROLE_PATTERN = re.compile(r"^(store:\d+(:\d+|:r([1-9]\d*)?)?|trainer:\d+|sampler:\d+:\d+|ps:\d+)$")
 
 PRESERVE = {"x-kubernetes-preserve-unknown-fields": True}
 FreeForm = Annotated[dict[str, Any], Field(json_schema_extra=PRESERVE)]
@@ -855,8 +855,7 @@ def _replicas_away_from_their_primary(
         if role.name not in explicit:
             placement[role.name] = replica_machine(spec.machine_names, primary, role.id.replica)
         copies = [
-            placement[str(RoleName.store(role.id.index, replica=k))]
-            for k in range(role.id.replica)
+            placement[str(RoleName.store(role.id.index, replica=k))] for k in range(role.id.replica)
         ]
         if placement[role.name] in copies:
             raise SpecError(

@@ -42,7 +42,7 @@ from graphrun.errors import SpecError
 from graphrun.placement._io import read_yaml, validate, write_file
 from graphrun.placement.job import RESOURCES, Demand
 
-ROLE_RE = re.compile(r"^(store:\d+(:[1-9]\d*)?|trainer:\d+|sampler:\d+:\d+|ps:\d+)$")
+ROLE_RE = re.compile(r"^(store:\d+(:[1-9]\d*|:r([1-9]\d*)?)?|trainer:\d+|sampler:\d+:\d+|ps:\d+)$")
 
 
 class PlacementPlan(BaseModel):

@@ -37,9 +37,9 @@ from typing import Any
 import numpy as np
 
 from graphrun.errors import ArgumentError, AuthError, StoreError
-from graphrun.store.replicas import replica_state_fields
 from graphrun.store.reducers import STATE_SPECS, get_reducer
 from graphrun.store.registry import Registry, Request, Response
+from graphrun.store.replicas import replica_state_fields
 from graphrun.store.shm import host_digest
 from graphrun.store.state import GRAPH_JOB, PartitionInfo, ServerState, StoredTensor
 

@@ -104,7 +104,7 @@ class Replication:
     def forward(self, part: int, req: Request) -> None:
         """Send write ``req`` (applied here) to every replica and wait for each; a
         replica that fails is dropped from the write set and logged."""
-        body = {"op": req.op, "job": req.job, "s": "", "session": req.session}
+        body: dict[str, Any] = {"op": req.op, "job": req.job, "s": "", "session": req.session}
         body["admin"], body["body"] = req.admin, dict(req.body)
         sent = []
         for address, link in list(self.links.items()):
@@ -123,9 +123,7 @@ class Replication:
             raise StoreError(f"{FENCED} partition {part} is served by replica {fenced} now")
 
     def _drop(self, part: int, address: str, exc: Exception) -> None:
-        log.warning(
-            "replica %s of partition %d dropped from the write set: %s", address, part, exc
-        )
+        log.warning("replica %s of partition %d dropped from the write set: %s", address, part, exc)
         self.dropped.append(address)
         self.remove(address)
 
@@ -144,9 +142,7 @@ def write_id(req: Request) -> int | None:
     return w
 
 
-def apply_write(
-    state: ServerState, req: Request, apply: Callable[[Request], Response]
-) -> Response:
+def apply_write(state: ServerState, req: Request, apply: Callable[[Request], Response]) -> Response:
     """Apply write ``req`` once per write id (see the module docstring); a duplicate is
     answered as its first application was, without changing anything."""
     w = write_id(req)
