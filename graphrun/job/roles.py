@@ -186,7 +186,14 @@ def machine_launches(
             # sampler:<rank>:<w> roles run inside their trainer's data loader (worker
             # processes it starts and stops); they are not separate launches yet.
         key = str(paths.key_file)
-        out.append(MachineLaunch(m, tuple(launches), all_stores, ready_timeout_s, key))
+        replicated = tuple(
+            r.role for r in launches if r.kind == "store" and job.spec.runtime.replicas > 1
+        )
+        out.append(
+            MachineLaunch(
+                m, tuple(launches), all_stores, ready_timeout_s, key, replicated=replicated
+            )
+        )
     return out
 
 

@@ -113,6 +113,14 @@ def failure_of(ex: RoleExit, kind: str) -> JobFailed | None:
     return None
 
 
+def store_lost(machine: str, ex: RoleExit) -> None:
+    """Say that a replicated store died and the job goes on (its replica serves)."""
+    event: dict[str, Any] = {"event": "store_lost", "role": ex.role, "machine": machine}
+    event.update(exit_code=ex.exit_code, reason=ex.reason(), time=round(time.time(), 3))
+    event["took_over"] = "its replica (clients fail over)"
+    print(json.dumps(event), flush=True)
+
+
 class StallWatch:
     """Roles whose process has been stopped (SIGSTOP, SIGTSTP, a debugger) too long.
 
@@ -187,6 +195,7 @@ def run_machine(
     failure: JobFailed | None = None
 
     stopped_by_job: list[str] = []
+    lost: list[str] = []  # replicated stores that died while the job trained
     stalls = StallWatch(launch.stall_timeout_s)
 
     def check() -> None:
@@ -196,13 +205,17 @@ def run_machine(
             if clean and status.state in ("training", "done"):
                 stopped_by_job.append(ex.role)  # trainer 0 stops the stores at the end
                 continue
+            if ex.role in launch.replicated and status.state in ("training", "done"):
+                lost.append(ex.role)
+                store_lost(launch.machine, ex)
+                continue
             f = failure_of(ex, kinds[ex.role])
             if f is not None:
                 raise f
         # Done machines keep serving until the job stops their stores; a machine without
         # stores (a placement plan may leave it only trainers, or nothing) is needed by
         # no one once its trainers are done.
-        served = stopped_by_job or not launch.of_kind("store")
+        served = stopped_by_job or all(r.role in lost for r in launch.of_kind("store"))
         if stop.is_set() or (served and status.state == "done"):
             raise _Stopped
 

@@ -38,7 +38,7 @@ from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import Message
 from graphrun.rpc.transport import RpcClient
 from graphrun.store.replicas import WRITE_OPS, is_fenced
-from graphrun.store.shm import same_host
+from graphrun.store.shm import OwnerWatch, same_host
 from graphrun.store.state import PartitionInfo
 
 log = logging.getLogger("graphrun.store")
@@ -75,6 +75,7 @@ class PartServers:
     local: bool = False  # on this machine: its shared memory can be mapped
     replicas: list[RpcClient] = field(default_factory=list)  # joined, in failover order
     dead: list[RpcClient] = field(default_factory=list)  # primaries given up on
+    watch: OwnerWatch | None = None  # a co-located replicated primary's process
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,8 @@ class Session:
                 entry.replicas.append(rc)
             if self.cfg.use_shm is not False:
                 entry.local = same_host(info.host, info.shm_dir)
+            if entry.local and entry.replicas and info.deletions is not None:
+                entry.watch = OwnerWatch(info.deletions.segment)
         first = next(iter(self.parts.values())).info
         self.book = PartitionBook.from_config(first.book, source="store server")
         if sorted(self.parts) != list(range(self.book.num_parts)):
@@ -207,6 +210,16 @@ class Session:
             return self.parts[int(part)]
         except (KeyError, ValueError, TypeError):
             raise ArgumentError(f"part: {part!r} is not a partition of this store") from None
+
+    def local_ok(self, part: int) -> bool:
+        """Whether partition ``part``'s rows may be read from shared memory. A replicated
+        partition's co-located primary may have died without this client sending it
+        anything yet: its memory would serve rows the replica has since changed, so its
+        process is looked at (a pidfd poll) and, if it is gone, the partition fails over."""
+        e = self.part(part)
+        if e.local and e.watch is not None and e.watch.gone():
+            self._fail_over(part, e, RpcError("its process is gone", address=e.main.address))
+        return e.local
 
     def _pick(self, part: int) -> RpcClient:
         e = self.part(part)
@@ -275,6 +288,9 @@ class Session:
                 c.close()  # the lost primary's backups: its shared memory has stale rows
         e.dead.append(lost)
         e.conns, e.local = [e.main], False
+        if e.watch is not None:
+            e.watch.close()
+            e.watch = None
         self.failovers.append((part, lost.address, e.main.address))
         log.warning(
             "partition %d: server %s lost (%s); replica %s took over",
@@ -324,6 +340,8 @@ class Session:
             self._heartbeat.join(5)
             self._heartbeat = None
         for e in self.parts.values():
+            if e.watch is not None:
+                e.watch.close()
             for c in e.dead:
                 c.close()
             for c in e.conns + e.replicas:

@@ -188,3 +188,21 @@ def test_dist_embedding_training_through_a_failover_equals_an_undisturbed_run(re
         got = _train_embedding(c, "b", 15, chaos)
         assert [f[0] for f in c.failovers] == [1]
     np.testing.assert_array_equal(got, undisturbed)
+
+
+@pytest.mark.integration
+def test_a_co_located_reader_notices_its_dead_primary_before_reading_stale_memory(replicated, keys):
+    """Client ``a`` reads partition 0 from the primary's shared memory; the primary is
+    killed while ``a`` sends it nothing, ``b`` writes through the replica: ``a``'s next
+    pull must see the write (the dead primary's memory still maps the old rows)."""
+    primaries, replicas = replicated
+    with _client(primaries, keys) as a, _client(primaries, keys, use_shm=False) as b:
+        assert a.local_parts == [0, 1]
+        n = a.meta(FEAT).num_rows
+        a.init_tensor("acc", "node:_N", (1,), "float64")
+        ids = np.arange(n)
+        np.testing.assert_array_equal(a.pull("acc", ids), 0.0)
+        primaries[0].kill()
+        b.push("acc", ids, np.ones((n, 1)), reducer="add")
+        np.testing.assert_array_equal(a.pull("acc", ids), 1.0)
+        assert a.failovers == [(0, primaries[0].address, replicas[0].address)]
