@@ -26,9 +26,9 @@ import json
 import logging
 import mmap
 import os
-import select
 import re
 import secrets
+import select
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
