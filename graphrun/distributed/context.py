@@ -47,6 +47,7 @@ class DistConfig:
     use_shm: bool | None = None
     name: str = "trainer"
     machine: str = ""  # the job's name for this machine (failures name it); "" = host name
+    replicas: tuple[tuple[str, ...], ...] = ()  # per server: its replicas (store/replicas.py)
 
     def __post_init__(self) -> None:
         if not self.servers:
@@ -65,6 +66,7 @@ class DistConfig:
             heartbeat_interval=self.heartbeat_interval,
             use_shm=self.use_shm,
             name=name or f"{self.name}:{self.rank}",
+            replicas=self.replicas,
         )
 
     def for_worker(self, worker: int) -> DistConfig:
@@ -141,8 +143,8 @@ def initialize(
 ) -> DistContext:
     """Join the store serving ``servers`` (main address of every partition) as one trainer.
 
-    ``options``: ``timeout``, ``heartbeat_interval``, ``use_shm``, ``name``, ``machine``
-    (see :class:`DistConfig`). Returns the context; nothing global is set.
+    ``options``: ``timeout``, ``heartbeat_interval``, ``use_shm``, ``name``, ``machine``,
+    ``replicas`` (see :class:`DistConfig`). Returns the context; nothing global is set.
     """
     config = DistConfig(
         tuple(servers),

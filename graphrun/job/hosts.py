@@ -63,6 +63,15 @@ class Hosts:
                 out.setdefault(name.index, []).append(((name.replica, name.sub), ep))
         return {p: [ep for _, ep in sorted(v)] for p, v in sorted(out.items())}
 
+    def replica_endpoints(self) -> dict[int, list[str]]:
+        """Partition -> endpoints of its replicas (``store:P:r``), in replica order."""
+        out: dict[int, list[tuple[int, str]]] = {}
+        for role, ep in self.endpoints.items():
+            name = RoleName.parse(role)
+            if name.kind == "store" and name.replica:
+                out.setdefault(name.index, []).append((name.replica, ep))
+        return {p: [ep for _, ep in sorted(v)] for p, v in sorted(out.items())}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": FORMAT,

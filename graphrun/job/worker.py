@@ -41,6 +41,7 @@ from graphrun.job.launch import MachineLaunch, RoleLaunch
 from graphrun.job.probe import Probe, store_probe
 from graphrun.job.process import RoleExit, Supervisor
 from graphrun.names import RoleName
+from graphrun.store.shm import clean_stale
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ def store_lost(machine: str, ex: RoleExit) -> None:
     event.update(exit_code=ex.exit_code, reason=ex.reason(), time=round(time.time(), 3))
     event["took_over"] = "its replica (clients fail over)"
     print(json.dumps(event), flush=True)
+    clean_stale()  # the dead server's segments (its readers keep their mappings)
 
 
 class StallWatch:

@@ -62,6 +62,9 @@ class ClientConfig:
     pull_chunk_bytes: int | None = None
     max_chunks: int = 16
     name: str = ""
+    # servers[i]'s replicas, joined in its place when servers[i] does not answer the join
+    # (a primary that died before this client started); later replicas come from the join
+    replicas: Sequence[Sequence[str]] = ()
 
 
 @dataclass
@@ -154,13 +157,9 @@ class Session:
 
     def _join(self) -> None:
         join = {**self.base(), "client": self.cfg.name}
-        for address in self.cfg.servers:
-            conn = self._open(address)
-            try:
-                info = PartitionInfo.from_wire(conn.call("join", join).body)
-            except BaseException:
-                conn.close()
-                raise
+        for i, address in enumerate(self.cfg.servers):
+            fallbacks = self.cfg.replicas[i] if i < len(self.cfg.replicas) else ()
+            conn, info = self._join_one(address, fallbacks, join)
             if info.index != 0:
                 conn.close()
                 raise ArgumentError(
@@ -204,6 +203,27 @@ class Session:
             addresses = [c.address for p in self.parts.values() for c in p.conns + p.replicas]
             self._heartbeat = _Heartbeat(addresses, self.base(), self.cfg)
             self._heartbeat.start()
+
+    def _join_one(
+        self, address: str, fallbacks: Sequence[str], join: dict[str, Any]
+    ) -> tuple[RpcClient, PartitionInfo]:
+        """Join ``address``, or the first of its replicas that answers when it is gone."""
+        candidates = [address, *fallbacks]
+        for n, candidate in enumerate(candidates):
+            conn = self._open(candidate)
+            try:
+                info = PartitionInfo.from_wire(conn.call("join", join).body)
+            except BaseException as exc:
+                conn.close()
+                if n + 1 == len(candidates) or not _lost(exc):
+                    raise
+                log.warning("store server %s did not answer the join (%s)", candidate, exc)
+                continue
+            if n:
+                self.failovers.append((info.part, address, candidate))
+                log.warning("partition %d: its replica %s serves it", info.part, candidate)
+            return conn, info
+        raise ArgumentError("servers: no address to join")  # candidates is never empty
 
     def part(self, part: int) -> PartServers:
         try:

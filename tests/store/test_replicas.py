@@ -15,6 +15,7 @@ import time
 import numpy as np
 import pytest
 
+from graphrun.errors import RpcTimeout
 from graphrun.job.stores import StoreProcess, start_store
 from graphrun.rpc.transport import RpcClient
 from graphrun.store.client import ClientConfig, KVClient
@@ -206,3 +207,17 @@ def test_a_co_located_reader_notices_its_dead_primary_before_reading_stale_memor
         b.push("acc", ids, np.ones((n, 1)), reducer="add")
         np.testing.assert_array_equal(a.pull("acc", ids), 1.0)
         assert a.failovers == [(0, primaries[0].address, replicas[0].address)]
+
+
+@pytest.mark.integration
+def test_a_client_started_after_its_primary_died_joins_the_replica(replicated, keys):
+    primaries, replicas = replicated
+    primaries[1].kill()
+    servers = [p.address for p in primaries]
+    cfg = ClientConfig(servers, keys=keys, timeout=3, replicas=[[], [replicas[1].address]])
+    with KVClient(cfg) as c:
+        assert c.failovers == [(1, primaries[1].address, replicas[1].address)]
+        n = c.meta(FEAT).num_rows
+        assert c.pull(FEAT, np.arange(n)).shape[0] == n
+    with pytest.raises(RpcTimeout):  # without the hosts file's replicas: no way around it
+        KVClient(ClientConfig(servers, keys=keys, timeout=3))
