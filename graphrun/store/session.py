@@ -44,6 +44,7 @@ from graphrun.store.state import PartitionInfo
 log = logging.getLogger("graphrun.store")
 
 BACKUP_JOIN_S = 3.0  # a backup that does not answer a join in this long is skipped
+PRIMARY_JOIN_S = 5.0  # a primary with replicas that does not answer a join in this long
 
 
 @dataclass(frozen=True)
@@ -212,10 +213,14 @@ class Session:
         for n, candidate in enumerate(candidates):
             conn = self._open(candidate)
             try:
-                info = PartitionInfo.from_wire(conn.call("join", join).body)
+                # with a replica to go to, a silent primary is given up on quickly: the
+                # sessions already joined must not time out before the heartbeat starts
+                last = n + 1 == len(candidates)
+                wait = self.cfg.timeout if last else min(self.cfg.timeout, PRIMARY_JOIN_S)
+                info = PartitionInfo.from_wire(conn.call("join", join, timeout=wait).body)
             except BaseException as exc:
                 conn.close()
-                if n + 1 == len(candidates) or not _lost(exc):
+                if last or not _lost(exc):
                     raise
                 log.warning("store server %s did not answer the join (%s)", candidate, exc)
                 continue

@@ -38,13 +38,14 @@ def kill_when_training(status_file: Path, role: str, delay: float, hit: list[int
 
 
 @pytest.mark.timeout(300)
-def test_a_killed_primary_store_is_replaced_by_its_replica_without_a_restart(tmp_path):
+@pytest.mark.parametrize("delay", [0.5, 6.0])  # before the trainers joined; while they train
+def test_a_killed_primary_store_is_replaced_by_its_replica_without_a_restart(tmp_path, delay):
     path = small_job(tmp_path, epochs=4, runtime={"replicas": 2})
     sink = io.StringIO()
     job = LocalJob(load_job(path), path, RunOptions(grace_s=2.0), sink=sink)
     status = tmp_path / "runs" / "small" / "status" / "m1.json"
     hit: list[int] = []
-    chaos = threading.Thread(target=kill_when_training, args=(status, "store:1", 0.5, hit))
+    chaos = threading.Thread(target=kill_when_training, args=(status, "store:1", delay, hit))
     chaos.start()
     try:
         report = job.run()
@@ -55,5 +56,6 @@ def test_a_killed_primary_store_is_replaced_by_its_replica_without_a_restart(tmp
     lines = sink.getvalue().splitlines()
     lost = [json.loads(x[x.index("{") :]) for x in lines if '"store_lost"' in x]
     assert [(e["role"], e["machine"]) for e in lost] == [("store:1", "m1")]
-    assert any("replica" in x and "took over" in x for x in lines), "no failover logged"
+    took_over = [x for x in lines if x.startswith("[trainer:") and "replica" in x]
+    assert took_over and all("partition 1:" in x for x in took_over), lines
     nothing_left(job)
