@@ -221,3 +221,25 @@ def test_a_client_started_after_its_primary_died_joins_the_replica(replicated, k
         assert c.pull(FEAT, np.arange(n)).shape[0] == n
     with pytest.raises(RpcTimeout):  # without the hosts file's replicas: no way around it
         KVClient(ClientConfig(servers, keys=keys, timeout=3))
+
+
+@pytest.mark.integration
+def test_a_stopped_replica_leaves_the_write_set_and_the_primary_goes_on(replicated, keys):
+    """SIGSTOP partition 0's replica: the primary's forward times out, drops it (logged,
+    ``stats``) and acknowledges; nothing is lost on the primary, the client never fails
+    over, and the replica, resumed, takes no more writes."""
+    primaries, replicas = replicated
+    with _client(primaries, keys, timeout=30) as c:
+        n = c.meta(FEAT).num_rows
+        c.init_tensor("acc", "node:_N", (1,), "float64")
+        ids, ones = np.arange(n), np.ones((n, 1))
+        os.kill(replicas[0].pid, signal.SIGSTOP)
+        try:
+            c.push("acc", ids, ones, reducer="add")
+        finally:
+            os.kill(replicas[0].pid, signal.SIGCONT)
+        c.push("acc", ids, ones, reducer="add")
+        np.testing.assert_array_equal(c.pull("acc", ids), 2 * ones)
+        assert c.failovers == []
+        assert c.stats(0)["dropped_replicas"] == [replicas[0].address]
+        assert c.stats(1)["dropped_replicas"] == []
