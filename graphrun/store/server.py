@@ -37,7 +37,7 @@ from graphrun.rpc.codec import Message, MsgKind
 from graphrun.rpc.transport import RpcClient, RpcServer
 from graphrun.store import handlers, replicas
 from graphrun.store.policy import TensorKey, policies_from_book
-from graphrun.store.registry import Registry, Request, load_extensions
+from graphrun.store.registry import Registry, Request, Response, load_extensions
 from graphrun.store.shm import (
     DEFAULT_SHM_DIR,
     SegmentStore,
@@ -233,6 +233,10 @@ def make_handler(
                 except StoreError:  # the replica was promoted: this primary is fenced
                     state.fenced = True
                     raise
+            if state.replication is not None:  # the write set now: clients forget the rest
+                resp = Response(
+                    {**resp.body, "replicas": state.replication.addresses}, resp.tensors
+                )
         else:
             resp = entry.handler(state, req)
         state.served[msg.op] = state.served.get(msg.op, 0) + 1

@@ -292,8 +292,19 @@ class Session:
                         e.conns.remove(pending.conn)
                         pending.conn.close()
                 msg = self._resend(e, pending, timeout)
+        if e is not None and e.replicas and "replicas" in msg.body:
+            self._prune(pending.part, e, msg.body["replicas"])
         self.traffic[pending.part, pending.op] += sum(t.nbytes for t in msg.tensors)
         return msg
+
+    def _prune(self, part: int, e: PartServers, write_set: Any) -> None:
+        """Forget the replicas the primary dropped from its write set: they miss writes,
+        and failing over to one would lose them."""
+        keep = set(write_set) if isinstance(write_set, list) else set()
+        for r in [r for r in e.replicas if r.address not in keep]:
+            log.warning("partition %d: replica %s left the write set; not used", part, r.address)
+            e.replicas.remove(r)
+            r.close()
 
     def _resend(self, e: PartServers, pending: Pending, timeout: float | None) -> Message:
         while True:

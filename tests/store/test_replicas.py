@@ -241,5 +241,6 @@ def test_a_stopped_replica_leaves_the_write_set_and_the_primary_goes_on(replicat
         c.push("acc", ids, ones, reducer="add")
         np.testing.assert_array_equal(c.pull("acc", ids), 2 * ones)
         assert c.failovers == []
+        assert c.part(0).replicas == [] and len(c.part(1).replicas) == 1  # never failed over to
         assert c.stats(0)["dropped_replicas"] == [replicas[0].address]
         assert c.stats(1)["dropped_replicas"] == []
