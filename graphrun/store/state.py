@@ -346,6 +346,7 @@ class ServerState:
 
     def leave(self, session: str) -> None:
         s = self.sessions.pop(session, None)
+        self.applied.pop(session, None)
         if s is not None:
             self._maybe_free_job(s.job)
 
@@ -361,6 +362,7 @@ class ServerState:
                 now - s.last_seen,
             )
             del self.sessions[s.id]
+            self.applied.pop(s.id, None)
         for job in {s.job for s in dead}:
             self._maybe_free_job(job)
         return dead
