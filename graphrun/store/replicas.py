@@ -6,14 +6,15 @@ serves reads like the primary and takes the primary's writes. It registers with 
 primary (``register_replica``, retried until ``request_timeout``); clients that join
 the primary learn its replicas from the join reply (``PartitionInfo.replicas``).
 
-**Writes in one order.** The primary applies every write (``push``, ``init``,
-``delete``) and then forwards it, before it answers, to each replica as a
-``replicate`` request (the store's admin key only), in the order it applied them: one
-server process handles one request at a time, so every replica sees the primary's
-order whichever clients wrote. A replica that does not answer within the request
-timeout (or refuses the write) is dropped from the primary's write set and logged; the
-primary goes on alone. So when the client's ``push`` returns (the write is
-*acknowledged*), every copy still in the write set holds it.
+**Writes in one order.** The primary sends every write (``push``, ``init``,
+``delete``) to each replica as a ``replicate`` request (the store's admin key only),
+applies it while the replica does, and waits for the replica before it answers. One
+server process handles one request at a time, so every replica gets the writes in the
+primary's order, whichever clients wrote them. A replica that does not answer within
+:data:`REPLICA_WRITE_TIMEOUT`, or refuses a write the primary applied, is dropped from
+the primary's write set and logged; the primary goes on alone. So when the client's
+``push`` returns (the write is *acknowledged*), every copy still in the write set
+holds it.
 
 **Exactly once across a failover.** Each write of a client session carries a write id
 (``w``, increasing per session); a server remembers the last it applied per session
@@ -101,9 +102,10 @@ class Replication:
     def addresses(self) -> list[str]:
         return list(self.links)
 
-    def forward(self, part: int, req: Request) -> None:
-        """Send write ``req`` (applied here) to every replica and wait for each; a
-        replica that fails is dropped from the write set and logged."""
+    def send(self, part: int, req: Request) -> list[tuple[str, RpcClient, int]]:
+        """Send write ``req`` to every replica (before it is applied here, so that the
+        replicas apply it while this server does: the forward costs one round trip less
+        than it would after); :meth:`collect` waits for them."""
         body: dict[str, Any] = {"op": req.op, "job": req.job, "s": "", "session": req.session}
         body["admin"], body["body"] = req.admin, dict(req.body)
         sent = []
@@ -112,12 +114,22 @@ class Replication:
                 sent.append((address, link, link.send("replicate", body, req.tensors)))
             except GraphrunError as exc:
                 self._drop(part, address, exc)
+        return sent
+
+    def collect(self, part: int, sent: list[tuple[str, RpcClient, int]], applied: bool) -> None:
+        """Wait for the replicas' answers to a write this server ``applied`` (or refused).
+        A replica that is gone, or that refused a write applied here, is dropped from the
+        write set and logged; one that refused a write refused here too stays (the same
+        check failed on both). A promoted replica's refusal raises :data:`FENCED`."""
         fenced = None
         for address, link, rid in sent:
             try:
                 link.wait(rid)
             except GraphrunError as exc:
-                fenced = fenced or (address if is_fenced(exc) else None)
+                if is_fenced(exc):
+                    fenced = fenced or address
+                elif not applied and type(exc) not in (RpcError, RpcTimeout):
+                    continue
                 self._drop(part, address, exc)
         if fenced is not None:
             raise StoreError(f"{FENCED} partition {part} is served by replica {fenced} now")

@@ -223,16 +223,23 @@ def make_handler(
         if msg.op not in ("stats", "stop", "leave", "heartbeat"):
             replicas.check_serving(state)
         if msg.op in replicas.WRITE_OPS:
-            resp = replicas.apply_write(state, req, lambda r: entry.handler(state, r))
+            rep = state.replication if state.replication and state.replication.links else None
+            sent = rep.send(state.part, req) if rep is not None else []
+            applied = False
+            try:
+                resp = replicas.apply_write(state, req, lambda r: entry.handler(state, r))
+                applied = True
+            finally:
+                if rep is not None:
+                    try:
+                        rep.collect(state.part, sent, applied)
+                    except StoreError:  # the replica was promoted: this primary is fenced
+                        state.fenced = True
+                        if applied:
+                            raise
             if state.replica and not state.promoted:
                 state.promoted = True
                 log.warning("replica of partition %d took a client's write: promoted", state.part)
-            if state.replication is not None and state.replication.links:
-                try:
-                    state.replication.forward(state.part, req)
-                except StoreError:  # the replica was promoted: this primary is fenced
-                    state.fenced = True
-                    raise
             if state.replication is not None:  # the write set now: clients forget the rest
                 resp = Response(
                     {**resp.body, "replicas": state.replication.addresses}, resp.tensors

@@ -244,3 +244,18 @@ def test_a_stopped_replica_leaves_the_write_set_and_the_primary_goes_on(replicat
         assert c.part(0).replicas == [] and len(c.part(1).replicas) == 1  # never failed over to
         assert c.stats(0)["dropped_replicas"] == [replicas[0].address]
         assert c.stats(1)["dropped_replicas"] == []
+
+
+@pytest.mark.integration
+def test_a_write_refused_by_both_copies_keeps_the_replica(replicated, keys):
+    from graphrun.errors import ArgumentError, StoreError
+
+    primaries, _ = replicated
+    with _client(primaries, keys) as c:
+        c.init_tensor("acc", "node:_N", (1,), "float64")
+        with pytest.raises(StoreError, match="does not exist"):
+            c.call(0, "push", {"name": "nope"}, tensors=(np.zeros(1, np.int64), np.ones((1, 1))))
+        with pytest.raises(ArgumentError):
+            c.push("acc", [0], np.ones((1, 1)), reducer="no-such-reducer")
+        assert c.stats(0)["replicas"] and c.stats(0)["dropped_replicas"] == []
+        assert len(c.part(0).replicas) == 1
