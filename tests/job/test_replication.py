@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,12 +22,12 @@ from tests.job.test_jobs import nothing_left
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def kill_when_training(status_file: Path, role: str, delay: float, hit: list[int]) -> None:
+def kill_when(status_file: Path, role: str, ready: Callable[[], bool], hit: list[int]) -> None:
+    """SIGKILL ``role`` once its machine trains and ``ready()``."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         st = read_status(status_file)
-        if st and st["state"] == "training" and role in st["roles"]:
-            time.sleep(delay)
+        if st and st["state"] == "training" and role in st["roles"] and ready():
             pid = st["roles"][role]["pid"]
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -38,14 +39,20 @@ def kill_when_training(status_file: Path, role: str, delay: float, hit: list[int
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("delay", [0.5, 6.0])  # before the trainers joined; while they train
-def test_a_killed_primary_store_is_replaced_by_its_replica_without_a_restart(tmp_path, delay):
-    path = small_job(tmp_path, epochs=4, runtime={"replicas": 2})
+@pytest.mark.parametrize("when", ["trainers_start", "first_step"])
+def test_a_killed_primary_store_is_replaced_by_its_replica_without_a_restart(tmp_path, when):
+    """Killed as the trainers start (they join its replica) or once they train (they
+    fail over to it); the job ends Succeeded without a restart either way."""
+    path = small_job(tmp_path, epochs=6, runtime={"replicas": 2})
     sink = io.StringIO()
+
+    def ready() -> bool:
+        return when == "trainers_start" or '"first_step"' in sink.getvalue()
+
     job = LocalJob(load_job(path), path, RunOptions(grace_s=2.0), sink=sink)
     status = tmp_path / "runs" / "small" / "status" / "m1.json"
     hit: list[int] = []
-    chaos = threading.Thread(target=kill_when_training, args=(status, "store:1", delay, hit))
+    chaos = threading.Thread(target=kill_when, args=(status, "store:1", ready, hit))
     chaos.start()
     try:
         report = job.run()
