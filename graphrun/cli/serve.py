@@ -88,6 +88,13 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--backup-of", metavar="MAIN_ADDRESS", help="run as a backup of this main")
     p.add_argument("--backup-index", type=int, default=1, help="index of this backup (>= 1)")
+    p.add_argument(
+        "--replica-of",
+        metavar="PRIMARY_ADDRESS",
+        help="run as a replica of this partition's primary (usually on another machine): "
+        "load the partition from the files, take the primary's writes",
+    )
+    p.add_argument("--replica-index", type=int, default=1, help="index of this replica (>= 1)")
     p.add_argument("--shm-dir", type=Path, default=Path("/dev/shm"), help="shared-memory dir")
     p.add_argument(
         "--heartbeat-timeout", type=float, default=30.0, help="drop silent clients (seconds)"
@@ -168,8 +175,8 @@ def _job_keys(args: argparse.Namespace) -> tuple[Any, Path | None]:
 
     if args.key_file:
         return load_keys(args.key_file), None
-    if args.backup_of:
-        raise ArgumentError("--key-file: a backup needs its main server's key file")
+    if args.backup_of or args.replica_of:
+        raise ArgumentError("--key-file: a backup or replica needs its primary's key file")
     path = args.partition_dir / "store.key"
     keys, made = ensure_keys(path)
     args.key_file = path  # backups started by this server use it too
@@ -185,6 +192,10 @@ def _check_args(args: argparse.Namespace) -> None:
 
     if args.key_file and args.insecure:
         raise ArgumentError("--insecure: cannot be given with --key-file")
+    if args.replica_of and args.backup_of:
+        raise ArgumentError("--replica-of: a replica is a main server, not a --backup-of")
+    if args.replica_index < 1:
+        raise ArgumentError("--replica-index: must be >= 1")
     if args.backups < 0:
         raise ArgumentError("--backups: must be >= 0")
     if args.backup_restarts < 0:
@@ -232,6 +243,8 @@ def run(args: argparse.Namespace) -> int:
         keys=keys,
         main_address=args.backup_of,
         backup_index=args.backup_index if args.backup_of else 0,
+        replica_of=args.replica_of,
+        replica_index=args.replica_index,
         advertise_host=args.advertise,
         shm_dir=args.shm_dir,
         heartbeat_timeout=args.heartbeat_timeout,

@@ -60,6 +60,7 @@ class DistConfig:
     use_shm: bool | None = None
     name: str = "trainer"
     machine: str = ""  # the job's name for this machine (failures name it); "" = host name
+    replicas: tuple[tuple[str, ...], ...] = ()  # per server: its replicas (store/replicas.py)
 
     def __post_init__(self) -> None:
         if not self.servers:
@@ -78,6 +79,7 @@ class DistConfig:
             heartbeat_interval=self.heartbeat_interval,
             use_shm=self.use_shm,
             name=name or f"{self.name}:{self.rank}",
+            replicas=self.replicas,
         )
 
     def for_worker(self, worker: int) -> DistConfig:
@@ -158,9 +160,9 @@ def initialize(
 
     ``rank``/``world_size`` default to ``torch.distributed``'s when its process group is
     initialised, else to 0 and 1. ``options``: ``timeout``, ``heartbeat_interval``,
-    ``use_shm``, ``name``, ``machine`` (see :class:`DistConfig`). Returns the context,
-    which is also the current one (:func:`current_context`) until it is closed: only
-    DistDGL-style calls read that.
+    ``use_shm``, ``name``, ``machine``, ``replicas`` (see :class:`DistConfig`). Returns
+    the context, which is also the current one (:func:`current_context`) until it is
+    closed: only DistDGL-style calls read that.
     """
     if rank is None or world_size is None:
         group_rank, group_size = _process_group()

@@ -55,12 +55,22 @@ class Hosts:
             raise SpecError(f"hosts: no endpoint for role {role!r}") from None
 
     def store_endpoints(self) -> dict[int, list[str]]:
-        """Partition -> endpoints of its store servers (main first, then backups)."""
-        out: dict[int, list[tuple[int, str]]] = {}
+        """Partition -> endpoints of its store servers (primary first, then its backups,
+        then its replicas)."""
+        out: dict[int, list[tuple[tuple[int, int], str]]] = {}
         for role, ep in self.endpoints.items():
             name = RoleName.parse(role)
             if name.kind == "store":
-                out.setdefault(name.index, []).append((name.sub, ep))
+                out.setdefault(name.index, []).append(((name.replica, name.sub), ep))
+        return {p: [ep for _, ep in sorted(v)] for p, v in sorted(out.items())}
+
+    def replica_endpoints(self) -> dict[int, list[str]]:
+        """Partition -> endpoints of its replicas (``store:P:r``), in replica order."""
+        out: dict[int, list[tuple[int, str]]] = {}
+        for role, ep in self.endpoints.items():
+            name = RoleName.parse(role)
+            if name.kind == "store" and name.replica:
+                out.setdefault(name.index, []).append((name.replica, ep))
         return {p: [ep for _, ep in sorted(v)] for p, v in sorted(out.items())}
 
     def to_dict(self) -> dict[str, Any]:

@@ -43,6 +43,9 @@ class MachineLaunch:
     ready_timeout_s: float = 120.0
     key_file: str | None = None  # the job's key: store servers are probed with it
     stall_timeout_s: float = 30.0  # a role stopped (SIGSTOP) this long fails the machine
+    # store roles whose partition has another copy (runtime.replicas): once the job
+    # trains, the machine survives their exit (the clients fail over to the other copy)
+    replicated: tuple[str, ...] = ()
 
     def of_kind(self, kind: RoleKind) -> list[RoleLaunch]:
         return [r for r in self.roles if r.kind == kind]
@@ -54,6 +57,7 @@ class MachineLaunch:
             "ready_timeout_s": self.ready_timeout_s,
             "key_file": self.key_file,
             "stall_timeout_s": self.stall_timeout_s,
+            "replicated": list(self.replicated),
             "roles": [
                 {
                     "kind": r.kind,
@@ -90,6 +94,7 @@ class MachineLaunch:
                 float(data.get("ready_timeout_s", 120.0)),
                 data.get("key_file"),
                 float(data.get("stall_timeout_s", 30.0)),
+                tuple(str(r) for r in data.get("replicated", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SpecError(f"{source}: malformed machine launch plan ({exc!r})") from None

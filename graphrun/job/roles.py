@@ -113,7 +113,8 @@ def plan_hosts(
 def store_argv(
     role: Role, hosts: Hosts, paths: JobPaths, python: str, profile: Path | None = None
 ) -> tuple[str, ...]:
-    """``graphrun serve``: the main server of a partition, or one of its backups."""
+    """``graphrun serve``: the main server of a partition, one of its backups, or its
+    replica on another machine."""
     host, port = hosts.endpoint(role.name)
     argv = [
         python, "-m", "graphrun", "serve", str(paths.parts), "--part", str(role.part),
@@ -122,6 +123,10 @@ def store_argv(
     if role.backup:
         mhost, mport = hosts.endpoint(str(RoleName.store(role.id.index)))
         argv += ["--backup-of", f"tcp://{mhost}:{mport}", "--backup-index", str(role.backup)]
+    if role.id.replica:  # loads the partition itself and takes its primary's writes
+        phost, pport = hosts.endpoint(str(RoleName.store(role.id.index)))
+        argv += ["--replica-of", f"tcp://{phost}:{pport}"]
+        argv += ["--replica-index", str(role.id.replica)]
     if profile is not None:
         argv += ["--profile", str(profile)]
     return tuple(argv)
@@ -182,7 +187,7 @@ def machine_launches(
             if r.machine != m:
                 continue
             if r.kind == "store":
-                name = r.name.replace(":", "-")  # store-0, or store-0-1 for a backup
+                name = r.name.replace(":", "-")  # store-0, store-0-1 (backup), store-0-r
                 prof = profile_dir / f"{name}.jsonl" if profile_dir else None
                 cmd = RoleCommand(r.name, m, store_argv(r, hosts, paths, python, prof), env)
                 launches.append(RoleLaunch("store", cmd, hosts.endpoints[r.name]))
@@ -196,7 +201,14 @@ def machine_launches(
             # sampler:<rank>:<w> roles run inside their trainer's data loader (worker
             # processes it starts and stops); they are not separate launches yet.
         key = str(paths.key_file)
-        out.append(MachineLaunch(m, tuple(launches), all_stores, ready_timeout_s, key))
+        replicated = tuple(
+            r.role for r in launches if r.kind == "store" and job.spec.runtime.replicas > 1
+        )
+        out.append(
+            MachineLaunch(
+                m, tuple(launches), all_stores, ready_timeout_s, key, replicated=replicated
+            )
+        )
     return out
 
 

@@ -78,7 +78,7 @@ LABEL_KEY_PATTERN = (
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 ENTRY_POINT_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
-ROLE_PATTERN = re.compile(r"^(store:\d+(:\d+)?|trainer:\d+|sampler:\d+:\d+|ps:\d+)$")
+ROLE_PATTERN = re.compile(r"^(store:\d+(:\d+|:r([1-9]\d*)?)?|trainer:\d+|sampler:\d+:\d+|ps:\d+)$")
 
 # Upper bounds of the counts a spec gives. Each sizes memory (model layers, a mini-batch,
 # a number of processes, ...) or a loop; they are far above what a job needs and far
@@ -293,6 +293,14 @@ class RuntimeSpec(_Model):
         description="MiB of remote node features each trainer (and sampler worker) keeps: "
         "those its mini-batches reach most often (0: no cache)",
     )
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        le=2,
+        description="servers of every partition on distinct machines: 1 (its home machine "
+        "only) or 2 (also a replica on the next machine, loaded from the partition files; "
+        "clients fail over to it and every write goes to both; see docs/replication.md)",
+    )
     hosts: Literal["local", "netns"] = "local"
     machine_names: list[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]] | None = None
     gpus_per_machine: int | None = Field(
@@ -326,6 +334,11 @@ class RuntimeSpec(_Model):
 
     @model_validator(mode="after")
     def _names_match(self) -> RuntimeSpec:
+        if self.replicas > self.machines:
+            raise ValueError(
+                f"replicas: {self.replicas} copies of each partition need as many machines "
+                f"(machines is {self.machines})"
+            )
         names = self.machine_names
         if names is not None:
             if len(names) != self.machines:
@@ -902,10 +915,18 @@ class Role:
         return self.id.sub if self.id.kind == "sampler" else None
 
 
+def replica_machine(machines: list[str], primary: str, k: int = 1) -> str:
+    """The default machine of replica ``k`` of a partition whose primary is on
+    ``primary``: the ``k``-th machine after it, in the job's machine order (a plan may
+    assign it elsewhere, never beside its primary)."""
+    return machines[(machines.index(primary) + k) % len(machines)]
+
+
 def job_roles(spec: GraphJobSpec) -> list[Role]:
     """Every role of the job, with its co-located default machine, in start order:
-    store servers (partition order, main before backups), then trainers with their
-    samplers. Partition k's stores default to machine ``k % machines``."""
+    store servers (partition order, main before backups), the partitions' replicas
+    (``runtime.replicas``: on the next machine), then trainers with their samplers.
+    Partition k's stores default to machine ``k % machines``."""
     names = spec.machine_names
     r = spec.runtime
     roles: list[Role] = []
@@ -913,6 +934,10 @@ def job_roles(spec: GraphJobSpec) -> list[Role]:
         m = names[part % len(names)]
         for b in range(r.store_servers_per_machine):
             roles.append(Role(RoleName.store(part, b), m))
+    for part in range(spec.num_parts if spec.graph.store is None else 0):
+        for k in range(1, r.replicas):
+            m = replica_machine(names, names[part % len(names)], k)
+            roles.append(Role(RoleName.store(part, replica=k), m))
     for rank in range(spec.num_trainers):
         m = names[rank // r.trainers_per_machine]
         roles.append(Role(RoleName.trainer(rank), m))
@@ -951,6 +976,7 @@ def resolve_placement(job: GraphJob, base_dir: str | Path = ".") -> dict[str, st
             )
         placement[role] = machine
     _backups_beside_their_main(spec, placement, explicit or {}, where)
+    _replicas_away_from_their_primary(spec, placement, explicit or {}, where)
     _samplers_beside_their_trainer(spec, placement, explicit or {}, where)
     return placement
 
@@ -973,6 +999,28 @@ def _samplers_beside_their_trainer(
                 f"{where}{role.name}: sampler workers run on their trainer's machine "
                 f"({trainer_name} is on {trainer}); running them elsewhere is not "
                 "supported yet"
+            )
+
+
+def _replicas_away_from_their_primary(
+    spec: GraphJobSpec, placement: dict[str, str], explicit: dict[str, str], where: str
+) -> None:
+    """A replica is there to outlive its primary's machine: when the primary is placed
+    and the replica is not, it moves to the machine after the primary's; assigned
+    beside its primary (or beside another copy of its partition), it is refused."""
+    for role in job_roles(spec):
+        if role.kind != "store" or not role.id.replica:
+            continue
+        primary = placement[str(RoleName.store(role.id.index))]
+        if role.name not in explicit:
+            placement[role.name] = replica_machine(spec.machine_names, primary, role.id.replica)
+        copies = [
+            placement[str(RoleName.store(role.id.index, replica=k))] for k in range(role.id.replica)
+        ]
+        if placement[role.name] in copies:
+            raise SpecError(
+                f"{where}{role.name}: a replica must run on another machine than the other "
+                f"copies of partition {role.part} ({', '.join(copies)})"
             )
 
 

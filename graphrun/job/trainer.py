@@ -156,10 +156,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.path.insert(0, str(paths.base_dir))  # the user's modules beside the job file
     servers = [f"tcp://{eps[0]}" for _, eps in sorted(hosts.store_endpoints().items())]
     keys = load_keys(args.keys / "job.key")
+    copies = hosts.replica_endpoints()  # joined in its place when a primary is gone
+    replicas = tuple(tuple(f"tcp://{e}" for e in copies.get(p, ())) for p in range(parts))
     ctx = initialize(
         servers, job=job.name, keys=keys, rank=args.rank,
         world_size=world, partition=home_partition(args.rank, world, parts),
-        name=str(RoleName.trainer(args.rank)), machine=args.machine,
+        name=str(RoleName.trainer(args.rank)), machine=args.machine, replicas=replicas,
     )  # fmt: skip
     local = ctx.client.local_parts  # partitions read through shared memory (co-located)
     print(json.dumps({"event": "joined", "rank": args.rank, "local_parts": local}), flush=True)

@@ -47,6 +47,7 @@ from graphrun.job.probe import Probe, store_probe
 from graphrun.job.process import RoleExit, Supervisor
 from graphrun.job.usage import RoleUsage
 from graphrun.names import RoleName
+from graphrun.store.shm import clean_stale
 
 SHM_DIR = Path("/dev/shm")
 
@@ -127,6 +128,15 @@ def failure_of(ex: RoleExit, kind: str) -> JobFailed | None:
     if kind != "trainer":
         return JobFailed(ex.role, ex.machine, 0, f"{kind} exited while the job was running")
     return None
+
+
+def store_lost(machine: str, ex: RoleExit) -> None:
+    """Say that a replicated store died and the job goes on (its replica serves)."""
+    event: dict[str, Any] = {"event": "store_lost", "role": ex.role, "machine": machine}
+    event.update(exit_code=ex.exit_code, reason=ex.reason(), time=round(time.time(), 3))
+    event["took_over"] = "its replica (clients fail over)"
+    print(json.dumps(event), flush=True)
+    clean_stale()  # the dead server's segments (its readers keep their mappings)
 
 
 class StallWatch:
@@ -237,6 +247,7 @@ def run_machine(
     failure: JobFailed | None = None
 
     stopped_by_job: list[str] = []
+    lost: list[str] = []  # replicated stores that died while the job trained
     stalls = StallWatch(launch.stall_timeout_s)
 
     def check() -> None:
@@ -247,13 +258,17 @@ def run_machine(
             if clean and status.state in ("training", "done"):
                 stopped_by_job.append(ex.role)  # trainer 0 stops the stores at the end
                 continue
+            if ex.role in launch.replicated and status.state in ("training", "done"):
+                lost.append(ex.role)
+                store_lost(launch.machine, ex)
+                continue
             f = failure_of(ex, kinds[ex.role])
             if f is not None:
                 raise f
         # Done machines keep serving until the job stops their stores; a machine without
         # stores (a placement plan may leave it only trainers, or nothing) is needed by
         # no one once its trainers are done.
-        served = stopped_by_job or not launch.of_kind("store")
+        served = stopped_by_job or all(r.role in lost for r in launch.of_kind("store"))
         if stop.is_set() or (served and status.state == "done"):
             raise _Stopped
 

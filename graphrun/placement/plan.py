@@ -43,7 +43,7 @@ from graphrun.placement._io import read_yaml, validate, write_file
 from graphrun.placement.cluster import MAX_MACHINES
 from graphrun.placement.job import MAX_TASKS, RESOURCES, Demand
 
-ROLE_RE = re.compile(r"^(store:\d+(:[1-9]\d*)?|trainer:\d+|sampler:\d+:\d+|ps:\d+)$")
+ROLE_RE = re.compile(r"^(store:\d+(:[1-9]\d*|:r([1-9]\d*)?)?|trainer:\d+|sampler:\d+:\d+|ps:\d+)$")
 
 
 class PlacementPlan(BaseModel):

@@ -196,7 +196,7 @@ class KVClient(Session):
         local: dict[int, np.ndarray] = {}
         groups: list[routing.Group] = []
         for g in routing.by_owner(pol.ranges, ids):
-            arr = self.catalog.local_array(ti, g.part) if self.parts[g.part].local else None
+            arr = self.catalog.local_array(ti, g.part) if self.local_ok(g.part) else None
             if arr is None:
                 groups += self._pull_pieces(ti, g)
             else:

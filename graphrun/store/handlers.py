@@ -39,6 +39,7 @@ import numpy as np
 from graphrun.errors import ArgumentError, AuthError, StoreError
 from graphrun.store.reducers import STATE_SPECS, get_reducer
 from graphrun.store.registry import Registry, Request, Response
+from graphrun.store.replicas import replica_state_fields
 from graphrun.store.shm import host_digest
 from graphrun.store.state import GRAPH_JOB, PartitionInfo, ServerState, StoredTensor
 
@@ -82,6 +83,8 @@ def info(state: ServerState, req: Request) -> Response:
             tensors=tuple(state.visible(req.job)),
             structure=state.structure_segments,
             deletions=state.deletions_segment,
+            replica=state.replica,
+            replicas=tuple(state.replication.addresses) if state.replication else (),
         ).to_wire()
     )
 
@@ -273,6 +276,7 @@ def stats(state: ServerState, req: Request) -> Response:
             "served": dict(state.served) if req.admin else {},
             "reply_bytes": dict(state.reply_bytes) if req.admin else {},
             "backups": list(state.backups),
+            **replica_state_fields(state),
         }
     )
 

@@ -35,9 +35,9 @@ from graphrun.rpc.access import Access, ClientKeys
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import Message, MsgKind
 from graphrun.rpc.transport import RpcClient, RpcServer
-from graphrun.store import handlers
+from graphrun.store import handlers, replicas
 from graphrun.store.policy import TensorKey, policies_from_book
-from graphrun.store.registry import Registry, Request, load_extensions
+from graphrun.store.registry import Registry, Request, Response, load_extensions
 from graphrun.store.shm import (
     DEFAULT_SHM_DIR,
     SegmentStore,
@@ -67,6 +67,8 @@ class ServerConfig:
     address: str = "tcp://127.0.0.1:0"
     keys: KeyPair | None = None
     main_address: str | None = None  # set for a backup server
+    replica_of: str | None = None  # set for a replica: its primary's address (replicas.py)
+    replica_index: int = 1  # which replica of the partition (with replica_of)
     backup_index: int = 0
     advertise_host: str | None = None
     shm_dir: Path = DEFAULT_SHM_DIR
@@ -85,6 +87,10 @@ def _check_config(cfg: ServerConfig) -> None:
             raise ArgumentError(f"clients_dir: {cfg.clients_dir} is not a directory")
     if not Path(cfg.shm_dir).is_dir():
         raise ArgumentError(f"shm_dir: {cfg.shm_dir} is not a directory")
+    if cfg.replica_of and cfg.main_address:
+        raise ArgumentError("replica_of: a replica is a main server, not a backup")
+    if cfg.replica_of and cfg.replica_index < 1:
+        raise ArgumentError("replica_index: a replica needs an index >= 1")
     for name in ("heartbeat_timeout", "request_timeout"):
         val = getattr(cfg, name)
         if not isinstance(val, int | float) or not val > 0:  # NaN fails too
@@ -183,6 +189,7 @@ def build_registry(extensions: Iterable[str] = ()) -> Registry:
     """The core store operations plus the given extensions."""
     registry = Registry()
     handlers.register(registry)
+    replicas.register_ops(registry)
     load_extensions(registry, extensions)
     return registry
 
@@ -213,7 +220,32 @@ def make_handler(
         req = Request(
             msg.op, msg.body, msg.tensors, job=job, session=session, admin=admin, user=key
         )
-        resp = entry.handler(state, req)
+        if msg.op not in ("stats", "stop", "leave", "heartbeat"):
+            replicas.check_serving(state)
+        if msg.op in replicas.WRITE_OPS:
+            rep = state.replication if state.replication and state.replication.links else None
+            sent = rep.send(state.part, req) if rep is not None else []
+            applied = False
+            try:
+                resp = replicas.apply_write(state, req, lambda r: entry.handler(state, r))
+                applied = True
+            finally:
+                if rep is not None:
+                    try:
+                        rep.collect(state.part, sent, applied)
+                    except StoreError:  # the replica was promoted: this primary is fenced
+                        state.fenced = True
+                        if applied:
+                            raise
+            if state.replica and not state.promoted:
+                state.promoted = True
+                log.warning("replica of partition %d took a client's write: promoted", state.part)
+            if state.replication is not None:  # the write set now: clients forget the rest
+                resp = Response(
+                    {**resp.body, "replicas": state.replication.addresses}, resp.tensors
+                )
+        else:
+            resp = entry.handler(state, req)
         state.served[msg.op] = state.served.get(msg.op, 0) + 1
         sent = sum(t.nbytes for t in resp.tensors)
         state.reply_bytes[msg.op] = state.reply_bytes.get(msg.op, 0) + sent
@@ -262,10 +294,16 @@ def run_server(
         state = attach_backup_state(cfg, main)
     else:
         state = load_main_state(cfg)
+    primary: RpcClient | None = None
+    if cfg.replica_of:
+        state.replica = cfg.replica_index
+        primary = RpcClient(cfg.replica_of, keys=cfg.keys, timeout=cfg.request_timeout)
+    elif main is None:
+        state.replication = replicas.Replication(cfg.keys, cfg.request_timeout)
     server: RpcServer | None = None
     address = ""
     try:
-        name = str(RoleName.store(state.part, state.index))
+        name = str(RoleName.store(state.part, state.index, replica=state.replica))
         clients = ClientKeys(cfg.clients_dir) if cfg.clients_dir is not None else None
         access = Access(cfg.keys.public if cfg.keys else None, clients)
         box: list[RpcServer] = []
@@ -277,6 +315,8 @@ def run_server(
         if main is not None:
             me = {"address": address, "pid": os.getpid(), "start": start_ms()}
             main.call("register_backup", me)
+        if primary is not None:
+            replicas.register_with_primary(primary, address, cfg.request_timeout)
         log.info("%s serving %s on %s", name, cfg.partition_dir, address)
         if on_ready is not None:
             on_ready(address)
@@ -296,6 +336,16 @@ def run_server(
             with open(cfg.profile_file, "a") as f:
                 f.write(rec.to_json() + "\n")
     finally:
+        if primary is not None:
+            try:
+                if address:
+                    body = {"address": address, "remove": True}
+                    primary.call("register_replica", body, timeout=2)
+            except Exception as exc:  # the primary may be gone already
+                log.info("could not unregister from the primary: %s", exc)
+            primary.close()
+        if state.replication is not None:
+            state.replication.close()
         if main is not None:
             try:
                 if address:

@@ -4,6 +4,15 @@
 announces (one session id for all), keeps the session alive with a heartbeat thread
 (its own sockets), sends requests (load-balanced over main and backups) and, when a
 backup is gone, drops it and sends the request again to the partition's main server.
+
+With replicated partitions (:mod:`graphrun.store.replicas`) it also joins the replicas
+each primary announces. When a primary stops answering (a request times out or its
+connection is lost) the partition **fails over**: its replica becomes the server of
+every later request (reads and writes), the primary's backups and shared memory are no
+longer used (they would serve the dead primary's stale rows), and the requests still
+waiting on the primary are sent to the replica at once. Writes (``push``, ``init``,
+``delete``) carry a write id per session (``w``), so a write the primary had already
+forwarded is not applied twice.
 ``traffic`` counts the tensor bytes of every reply, by ``(partition, op)``.
 """
 
@@ -28,12 +37,14 @@ from graphrun.partition.book import PartitionBook
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import Message
 from graphrun.rpc.transport import RpcClient
-from graphrun.store.shm import same_host
+from graphrun.store.replicas import WRITE_OPS, is_fenced
+from graphrun.store.shm import OwnerWatch, same_host
 from graphrun.store.state import PartitionInfo
 
 log = logging.getLogger("graphrun.store")
 
 BACKUP_JOIN_S = 3.0  # a backup that does not answer a join in this long is skipped
+PRIMARY_JOIN_S = 5.0  # a primary with replicas that does not answer a join in this long
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,9 @@ class ClientConfig:
     pull_chunk_bytes: int | None = None
     max_chunks: int = 16
     name: str = ""
+    # servers[i]'s replicas, joined in its place when servers[i] does not answer the join
+    # (a primary that died before this client started); later replicas come from the join
+    replicas: Sequence[Sequence[str]] = ()
 
 
 @dataclass
@@ -63,6 +77,9 @@ class PartServers:
     info: PartitionInfo  # the main server's join reply
     rr: itertools.count = field(default_factory=itertools.count)
     local: bool = False  # on this machine: its shared memory can be mapped
+    replicas: list[RpcClient] = field(default_factory=list)  # joined, in failover order
+    dead: list[RpcClient] = field(default_factory=list)  # primaries given up on
+    watch: OwnerWatch | None = None  # a co-located replicated primary's process
 
 
 @dataclass(frozen=True)
@@ -75,6 +92,11 @@ class Pending:
     op: str = ""
     body: Mapping[str, Any] = field(default_factory=dict)
     tensors: Sequence[np.ndarray] = ()
+
+
+def _lost(exc: BaseException) -> bool:
+    """``exc`` means the server is gone (timeout, lost connection) or fenced."""
+    return type(exc) in (RpcError, RpcTimeout) or is_fenced(exc)
 
 
 class _Heartbeat(threading.Thread):
@@ -119,6 +141,8 @@ class Session:
         self._ctx = zmq.Context()  # one zmq I/O thread for all of this client's connections
         self._heartbeat: _Heartbeat | None = None
         self._stopped = False
+        self._writes = itertools.count()
+        self.failovers: list[tuple[int, str, str]] = []  # (partition, lost, took over)
         try:
             self._join()
         except BaseException:
@@ -134,13 +158,9 @@ class Session:
 
     def _join(self) -> None:
         join = {**self.base(), "client": self.cfg.name}
-        for address in self.cfg.servers:
-            conn = self._open(address)
-            try:
-                info = PartitionInfo.from_wire(conn.call("join", join).body)
-            except BaseException:
-                conn.close()
-                raise
+        for i, address in enumerate(self.cfg.servers):
+            fallbacks = self.cfg.replicas[i] if i < len(self.cfg.replicas) else ()
+            conn, info = self._join_one(address, fallbacks, join)
             if info.index != 0:
                 conn.close()
                 raise ArgumentError(
@@ -161,8 +181,19 @@ class Session:
                     bc.close()
                     continue
                 entry.conns.append(bc)
+            for r in info.replicas:
+                rc = self._open(r)
+                try:  # a replica that does not answer is skipped: the primary serves alone
+                    rc.call("join", join, timeout=min(self.cfg.timeout, BACKUP_JOIN_S))
+                except RpcError as exc:
+                    log.warning("replica %s of partition %d skipped: %s", r, info.part, exc)
+                    rc.close()
+                    continue
+                entry.replicas.append(rc)
             if self.cfg.use_shm is not False:
                 entry.local = same_host(info.host, info.shm_dir)
+            if entry.local and entry.replicas and info.deletions is not None:
+                entry.watch = OwnerWatch(info.deletions.segment)
         first = next(iter(self.parts.values())).info
         self.book = PartitionBook.from_config(first.book, source="store server")
         if sorted(self.parts) != list(range(self.book.num_parts)):
@@ -170,15 +201,50 @@ class Session:
                 f"servers: got partitions {sorted(self.parts)}, the graph has {self.book.num_parts}"
             )
         if self.cfg.heartbeat_interval > 0:
-            addresses = [c.address for p in self.parts.values() for c in p.conns]
+            addresses = [c.address for p in self.parts.values() for c in p.conns + p.replicas]
             self._heartbeat = _Heartbeat(addresses, self.base(), self.cfg)
             self._heartbeat.start()
+
+    def _join_one(
+        self, address: str, fallbacks: Sequence[str], join: dict[str, Any]
+    ) -> tuple[RpcClient, PartitionInfo]:
+        """Join ``address``, or the first of its replicas that answers when it is gone."""
+        candidates = [address, *fallbacks]
+        for n, candidate in enumerate(candidates):
+            conn = self._open(candidate)
+            try:
+                # with a replica to go to, a silent primary is given up on quickly: the
+                # sessions already joined must not time out before the heartbeat starts
+                last = n + 1 == len(candidates)
+                wait = self.cfg.timeout if last else min(self.cfg.timeout, PRIMARY_JOIN_S)
+                info = PartitionInfo.from_wire(conn.call("join", join, timeout=wait).body)
+            except BaseException as exc:
+                conn.close()
+                if last or not _lost(exc):
+                    raise
+                log.warning("store server %s did not answer the join (%s)", candidate, exc)
+                continue
+            if n:
+                self.failovers.append((info.part, address, candidate))
+                log.warning("partition %d: its replica %s serves it", info.part, candidate)
+            return conn, info
+        raise ArgumentError("servers: no address to join")  # candidates is never empty
 
     def part(self, part: int) -> PartServers:
         try:
             return self.parts[int(part)]
         except (KeyError, ValueError, TypeError):
             raise ArgumentError(f"part: {part!r} is not a partition of this store") from None
+
+    def local_ok(self, part: int) -> bool:
+        """Whether partition ``part``'s rows may be read from shared memory. A replicated
+        partition's co-located primary may have died without this client sending it
+        anything yet: its memory would serve rows the replica has since changed, so its
+        process is looked at (a pidfd poll) and, if it is gone, the partition fails over."""
+        e = self.part(part)
+        if e.local and e.watch is not None and e.watch.gone():
+            self._fail_over(part, e, RpcError("its process is gone", address=e.main.address))
+        return e.local
 
     def _pick(self, part: int) -> RpcClient:
         e = self.part(part)
@@ -195,27 +261,80 @@ class Session:
         main_only: bool = False,
     ) -> Pending:
         """Send ``op`` to a server of ``part`` (load-balanced unless ``main_only``)."""
-        conn = self.part(part).main if main_only else self._pick(part)
+        conn = self.part(part).main if main_only or op in WRITE_OPS else self._pick(part)
         full = {**(body or {}), **self.base()}
+        if op in WRITE_OPS:
+            full["w"] = next(self._writes)
         return Pending(conn, conn.send(op, full, tensors), part, op, full, tensors)
 
     def wait(self, pending: Pending, timeout: float | None = None) -> Message:
         """The reply; a backup that is gone (timeout, lost connection) is dropped from the
-        rotation and the request is sent again to the partition's main server."""
-        try:
-            msg = pending.conn.wait(pending.request_id, timeout)
-        except RpcError as exc:
-            e = self.parts.get(pending.part)
-            if type(exc) not in (RpcError, RpcTimeout) or e is None or pending.conn is e.main:
-                raise
-            log.warning("backup %s failed (%s); using the main server", pending.conn.address, exc)
-            if pending.conn in e.conns:
-                e.conns.remove(pending.conn)
-                pending.conn.close()
-            rid = e.main.send(pending.op, pending.body, pending.tensors)
-            msg = e.main.wait(rid, timeout)
+        rotation and the request is sent again to the partition's main server; a primary
+        that is gone fails over to its replica (see the module docstring)."""
+        e = self.parts.get(pending.part)
+        if e is not None and pending.conn in e.dead:  # sent before the failover
+            msg = self._resend(e, pending, timeout)
+        else:
+            try:
+                msg = pending.conn.wait(pending.request_id, timeout)
+            except GraphrunError as exc:
+                if e is None or not _lost(exc):
+                    raise
+                if pending.conn is e.main:
+                    if not e.replicas:
+                        raise
+                    self._fail_over(pending.part, e, exc)
+                else:
+                    log.warning(
+                        "backup %s failed (%s); using the main server", pending.conn.address, exc
+                    )
+                    if pending.conn in e.conns:
+                        e.conns.remove(pending.conn)
+                        pending.conn.close()
+                msg = self._resend(e, pending, timeout)
+        if e is not None and e.replicas and "replicas" in msg.body:
+            self._prune(pending.part, e, msg.body["replicas"])
         self.traffic[pending.part, pending.op] += sum(t.nbytes for t in msg.tensors)
         return msg
+
+    def _prune(self, part: int, e: PartServers, write_set: Any) -> None:
+        """Forget the replicas the primary dropped from its write set: they miss writes,
+        and failing over to one would lose them."""
+        keep = set(write_set) if isinstance(write_set, list) else set()
+        for r in [r for r in e.replicas if r.address not in keep]:
+            log.warning("partition %d: replica %s left the write set; not used", part, r.address)
+            e.replicas.remove(r)
+            r.close()
+
+    def _resend(self, e: PartServers, pending: Pending, timeout: float | None) -> Message:
+        while True:
+            main = e.main
+            try:
+                return main.wait(main.send(pending.op, pending.body, pending.tensors), timeout)
+            except GraphrunError as exc:
+                if not _lost(exc) or not e.replicas:
+                    raise
+                self._fail_over(pending.part, e, exc)
+
+    def _fail_over(self, part: int, e: PartServers, exc: Exception) -> None:
+        """Partition ``part``'s server ``e.main`` is gone: its next replica serves."""
+        lost, e.main = e.main, e.replicas.pop(0)
+        for c in e.conns:
+            if c is not lost:
+                c.close()  # the lost primary's backups: its shared memory has stale rows
+        e.dead.append(lost)
+        e.conns, e.local = [e.main], False
+        if e.watch is not None:
+            e.watch.close()
+            e.watch = None
+        self.failovers.append((part, lost.address, e.main.address))
+        log.warning(
+            "partition %d: server %s lost (%s); replica %s took over",
+            part,
+            lost.address,
+            exc,
+            e.main.address,
+        )
 
     def call(self, part: int, op: str, body: Mapping[str, Any] | None = None, **kw: Any) -> Message:
         return self.wait(self.request(part, op, body, **kw))
@@ -241,7 +360,7 @@ class Session:
         answers is fine; one that refuses (a job key: only the store's admin key may stop
         it) raises AuthError."""
         for p in self.parts.values():
-            for c in p.conns[::-1]:
+            for c in p.replicas + p.conns[::-1]:
                 try:
                     c.call("stop", self.base(), timeout=5)
                 except AuthError:
@@ -262,7 +381,11 @@ class Session:
         """Leave every server (frees this job's tensors if it was the last client)."""
         self.stop_heartbeat()
         for e in self.parts.values():
-            for c in e.conns:
+            if e.watch is not None:
+                e.watch.close()
+            for c in e.dead:
+                c.close()
+            for c in e.conns + e.replicas:
                 if not self._stopped:
                     with contextlib.suppress(GraphrunError):
                         c.call("leave", self.base(), timeout=2)

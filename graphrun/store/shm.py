@@ -28,6 +28,7 @@ import mmap
 import os
 import re
 import secrets
+import select
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +74,34 @@ def owner_alive(segment: str) -> bool:
     if not m:
         return True  # not ours: never touch it
     return process_alive(int(m.group(1)), int(m.group(2)))
+
+
+class OwnerWatch:
+    """Whether the process that owns a segment has exited, answered by one ``poll`` of a
+    pidfd (about 2 us; reading ``/proc`` costs ~100x more), cheap enough for every pull."""
+
+    def __init__(self, segment: str) -> None:
+        self._fd: int | None = None
+        self._poll: select.poll | None = None
+        m = _NAME.match(segment)
+        if not m or not owner_alive(segment):
+            return
+        try:
+            self._fd = os.pidfd_open(int(m.group(1)))
+        except (OSError, AttributeError):  # no pidfds here: never report it gone
+            return
+        self._poll = select.poll()
+        self._poll.register(self._fd, select.POLLIN)
+        if not owner_alive(segment):  # the pid was reused between the check and the open
+            self.close()
+
+    def gone(self) -> bool:
+        return self._poll is not None and bool(self._poll.poll(0))
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd, self._poll = None, None
 
 
 def clean_stale(shm_dir: Path = DEFAULT_SHM_DIR) -> list[str]:

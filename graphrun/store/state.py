@@ -126,6 +126,8 @@ class PartitionInfo:
     tensors: tuple[TensorInfo, ...]  # those visible to the asking job
     structure: dict[str, Segment]  # the partition's CSC arrays
     deletions: Segment | None = None  # the main server's tensor-deletion counter
+    replica: int = 0  # 0: the partition's primary; r > 0: its replica r (another machine)
+    replicas: tuple[str, ...] = ()  # the primary's replicas (store/replicas.py)
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -139,6 +141,8 @@ class PartitionInfo:
             "tensors": [t.to_wire() for t in self.tensors],
             "structure": {k: s.to_wire() for k, s in self.structure.items()},
             "deletions": None if self.deletions is None else self.deletions.to_wire(),
+            "replica": self.replica,
+            "replicas": list(self.replicas),
         }
 
     @classmethod
@@ -155,6 +159,8 @@ class PartitionInfo:
                 tensors=tuple(TensorInfo.from_wire(t) for t in d["tensors"]),
                 structure={str(k): Segment.from_wire(s) for k, s in d["structure"].items()},
                 deletions=None if d.get("deletions") is None else Segment.from_wire(d["deletions"]),
+                replica=int(d.get("replica", 0)),
+                replicas=tuple(str(a) for a in d.get("replicas", ())),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ArgumentError(f"partition info is malformed ({exc!r})") from None
@@ -198,6 +204,11 @@ class ServerState:
     backups: list[str] = field(default_factory=list)
     backup_owners: dict[str, tuple[int, int]] = field(default_factory=dict)  # pid, start ms
     resolver: Callable[[str, str], TensorInfo | None] | None = None
+    replica: int = 0  # 0: the primary; r > 0: replica r of the partition (store/replicas.py)
+    replication: Any = None  # a primary's store.replicas.Replication (its replicas' links)
+    applied: dict[str, int] = field(default_factory=dict)  # session -> last write id applied
+    promoted: bool = False  # a replica that took a client's write: the partition's server now
+    fenced: bool = False  # a primary whose replica was promoted: refuses every request
     extension_data: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     stop_requested: bool = False
@@ -335,6 +346,7 @@ class ServerState:
 
     def leave(self, session: str) -> None:
         s = self.sessions.pop(session, None)
+        self.applied.pop(session, None)
         if s is not None:
             self._maybe_free_job(s.job)
 
@@ -350,6 +362,7 @@ class ServerState:
                 now - s.last_seen,
             )
             del self.sessions[s.id]
+            self.applied.pop(s.id, None)
         for job in {s.job for s in dead}:
             self._maybe_free_job(job)
         return dead

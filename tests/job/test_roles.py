@@ -65,6 +65,21 @@ def test_hosts_and_launches_for_co_located_roles(tmp_path):
     assert again.store_endpoints() == hosts.store_endpoints()
 
 
+def test_a_replica_runs_on_the_next_machine_with_its_primary_s_address(tmp_path):
+    job = make_job(runtime={"machines": 2, "storeServersPerMachine": 2, "replicas": 2})
+    paths = job_paths(job, tmp_path / "job.yaml")
+    roles = job_placement(job, paths)
+    hosts = plan_hosts(job, roles, {"m0": "10.0.0.1", "m1": "10.0.0.2"})
+    ep = hosts.endpoints
+    assert ep["store:0:r"].startswith("10.0.0.2:") and ep["store:1:r"].startswith("10.0.0.1:")
+    assert hosts.store_endpoints()[0] == [ep["store:0"], ep["store:0:1"], ep["store:0:r"]]
+    m1 = machine_launches(job, roles, hosts, paths, python=PY)[1]
+    assert [r.role for r in m1.roles] == ["store:1", "store:1:1", "store:0:r", "trainer:1"]
+    argv = m1.roles[2].command.argv
+    assert argv[argv.index("--replica-of") + 1] == f"tcp://{ep['store:0']}"
+    assert argv[argv.index("--part") + 1] == "0" and "--backup-of" not in argv
+
+
 def test_a_hosts_file_with_an_endpoint_of_no_role_is_refused_naming_it():
     endpoints = {"store:0": "10.0.0.1:1", "stor:1": "10.0.0.1:2"}
     data = Hosts({"m0": "10.0.0.1"}, endpoints, "").to_dict()

@@ -484,3 +484,22 @@ def test_a_job_on_a_running_store_has_no_store_roles() -> None:
     spec = parse_job(d).spec
     assert spec.num_parts == 2
     assert [r.kind for r in job_roles(spec)] == ["trainer"]
+
+
+def test_replicas_go_to_the_next_machine_and_never_beside_their_primary() -> None:
+    runtime = {"machines": 3, "replicas": 2}
+    j = parse_job(job(runtime=runtime, placement={"assignments": {"store:0": "m1"}}))
+    placement = resolve_placement(j)
+    assert [placement[f"store:{p}:r"] for p in range(3)] == ["m2", "m2", "m0"]
+    bad = {"store:1:r": "m1"}
+    with pytest.raises(SpecError) as info:
+        resolve_placement(parse_job(job(runtime=runtime, placement={"assignments": bad})))
+    assert str(info.value) == (
+        "spec.placement.assignments.store:1:r: a replica must run on another machine than "
+        "the other copies of partition 1 (m1)"
+    )
+
+
+def test_replicas_need_as_many_machines() -> None:
+    with pytest.raises(SpecError, match="replicas: 2 copies of each partition need as many"):
+        parse_job(job(runtime={"machines": 1, "replicas": 2}))

@@ -126,3 +126,15 @@ def test_serve_help_gives_the_job_key_recipe(capsys):
         main(["serve", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "graphrun keygen JOB.key --store STORE.key --clients clients/" in text
+
+
+def test_a_job_key_cannot_register_a_replica_or_forward_writes(shared_store):
+    """A job key that registered a replica would receive every job's writes; one that
+    sent `replicate` would write as the primary."""
+    with shared_store.client(shared_store.job_key("jobA"), "jobA") as a:
+        with pytest.raises(AuthError):
+            a.call(0, "register_replica", {"address": "tcp://127.0.0.1:9"})
+        body = {"op": "push", "job": "jobA", "admin": True, "body": {"name": FEAT}}
+        with pytest.raises(AuthError):
+            a.call(0, "replicate", body)
+        assert a.stats(0)["replicas"] == []

@@ -1,0 +1,244 @@
+"""Replicated partitions: a second main server of a partition on another machine.
+
+A **replica** of partition K is a store server that loads ``part-K`` from the partition
+files into its own shared memory (``ServerConfig.replica_of``: the primary's address),
+serves reads like the primary and takes the primary's writes. It registers with the
+primary (``register_replica``, retried until ``request_timeout``); clients that join
+the primary learn its replicas from the join reply (``PartitionInfo.replicas``).
+
+**Writes in one order.** The primary sends every write (``push``, ``init``,
+``delete``) to each replica as a ``replicate`` request (the store's admin key only),
+applies it while the replica does, and waits for the replica before it answers. One
+server process handles one request at a time, so every replica gets the writes in the
+primary's order, whichever clients wrote them. A replica that does not answer within
+:data:`REPLICA_WRITE_TIMEOUT`, or refuses a write the primary applied, is dropped from
+the primary's write set and logged; the primary goes on alone. So when the client's
+``push`` returns (the write is *acknowledged*), every copy still in the write set
+holds it.
+
+**Exactly once across a failover.** Each write of a client session carries a write id
+(``w``, increasing per session); a server remembers the last it applied per session
+(``ServerState.applied``) and answers a write it has already applied without applying
+it again. When the primary dies with writes in flight, the client sends the writes
+that got no answer to the replica (:mod:`graphrun.store.session`): the ones the primary
+had forwarded are skipped, the others applied — none twice, none lost.
+
+**Fencing.** A replica that takes a write from a client (not forwarded: a client
+failed over to it) is *promoted* and refuses the old primary's forwarded writes from
+then on; a primary refused so is *fenced*: it answers that write and every later
+request with a :data:`FENCED` StoreError, which sends its clients to the replica too.
+So a primary that was only paused (SIGSTOP, a cut link) cannot go on acknowledging
+writes its replica never saw.
+
+A replica holds the graph's tensors from the files and every job tensor created after
+it registered; the launcher starts all stores before any client, so a job's tensors
+are all replicated.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphrun.errors import (
+    ArgumentError,
+    AuthError,
+    GraphrunError,
+    RpcError,
+    RpcTimeout,
+    StoreError,
+)
+from graphrun.rpc.auth import KeyPair
+from graphrun.rpc.transport import RpcClient
+from graphrun.store.registry import Registry, Request, Response
+from graphrun.store.state import ServerState
+
+log = logging.getLogger("graphrun.store")
+
+#: the operations that change a partition, forwarded to its replicas
+WRITE_OPS = frozenset({"push", "init", "delete"})
+#: how a fenced primary's refusals begin (the client fails over on them)
+FENCED = "fenced:"
+#: a replica that does not take a forwarded write in this long leaves the write set (a
+#: client waits longer than this for its write: it must not give up on a primary that is
+#: only waiting for a replica)
+REPLICA_WRITE_TIMEOUT = 5.0
+
+
+def is_fenced(exc: BaseException) -> bool:
+    """``exc`` is a fenced primary's refusal."""
+    return isinstance(exc, StoreError) and FENCED in str(exc)
+
+
+def check_serving(state: ServerState) -> None:
+    """Refuse every request on a fenced primary."""
+    if state.fenced:
+        raise StoreError(f"{FENCED} partition {state.part} is served by its replica now")
+
+
+@dataclass
+class Replication:
+    """A primary's links to its replicas (its write set)."""
+
+    keys: KeyPair | None
+    timeout: float
+    links: dict[str, RpcClient] = field(default_factory=dict)
+    dropped: list[str] = field(default_factory=list)
+
+    def add(self, address: str) -> None:
+        if address not in self.links:
+            timeout = min(self.timeout, REPLICA_WRITE_TIMEOUT)
+            self.links[address] = RpcClient(address, keys=self.keys, timeout=timeout)
+
+    def remove(self, address: str) -> None:
+        link = self.links.pop(address, None)
+        if link is not None:
+            link.close()
+
+    @property
+    def addresses(self) -> list[str]:
+        return list(self.links)
+
+    def send(self, part: int, req: Request) -> list[tuple[str, RpcClient, int]]:
+        """Send write ``req`` to every replica (before it is applied here, so that the
+        replicas apply it while this server does: the forward costs one round trip less
+        than it would after); :meth:`collect` waits for them."""
+        body: dict[str, Any] = {"op": req.op, "job": req.job, "s": "", "session": req.session}
+        body["admin"], body["body"] = req.admin, dict(req.body)
+        sent = []
+        for address, link in list(self.links.items()):
+            try:
+                sent.append((address, link, link.send("replicate", body, req.tensors)))
+            except GraphrunError as exc:
+                self._drop(part, address, exc)
+        return sent
+
+    def collect(self, part: int, sent: list[tuple[str, RpcClient, int]], applied: bool) -> None:
+        """Wait for the replicas' answers to a write this server ``applied`` (or refused).
+        A replica that is gone, or that refused a write applied here, is dropped from the
+        write set and logged; one that refused a write refused here too stays (the same
+        check failed on both). A promoted replica's refusal raises :data:`FENCED`."""
+        fenced = None
+        for address, link, rid in sent:
+            try:
+                link.wait(rid)
+            except GraphrunError as exc:
+                if is_fenced(exc):
+                    fenced = fenced or address
+                elif not applied and type(exc) not in (RpcError, RpcTimeout):
+                    continue
+                self._drop(part, address, exc)
+        if fenced is not None:
+            raise StoreError(f"{FENCED} partition {part} is served by replica {fenced} now")
+
+    def _drop(self, part: int, address: str, exc: Exception) -> None:
+        log.warning("replica %s of partition %d dropped from the write set: %s", address, part, exc)
+        self.dropped.append(address)
+        self.remove(address)
+
+    def close(self) -> None:
+        for address in list(self.links):
+            self.remove(address)
+
+
+def write_id(req: Request) -> int | None:
+    """The write id ``w`` of a client's write, None when it has none."""
+    w = req.body.get("w")
+    if w is None:
+        return None
+    if not isinstance(w, int) or isinstance(w, bool) or w < 0:
+        raise ArgumentError(f"{req.op}: field 'w' must be an integer >= 0")
+    return w
+
+
+def apply_write(state: ServerState, req: Request, apply: Callable[[Request], Response]) -> Response:
+    """Apply write ``req`` once per write id (see the module docstring); a duplicate is
+    answered as its first application was, without changing anything."""
+    w = write_id(req)
+    if w is not None and req.session and state.applied.get(req.session, -1) >= w:
+        return _duplicate_reply(state, req)
+    resp = apply(req)
+    if w is not None and req.session:
+        state.applied[req.session] = w
+    return resp
+
+
+def _duplicate_reply(state: ServerState, req: Request) -> Response:
+    if req.op == "init":
+        info = state.find(req.job, req.str_param("name")).info
+        return Response({"info": info.to_wire(), "created": False})
+    if req.op == "delete":
+        return Response({"deleted": True})
+    return Response({})
+
+
+def register_ops(registry: Registry) -> None:
+    """``replicate`` (the primary's forwarded write) and ``register_replica``."""
+
+    def replicate(state: ServerState, req: Request) -> Response:
+        if not req.admin:
+            raise AuthError("replicate: only the store's own key forwards writes")
+        if state.replica == 0:
+            raise ArgumentError("replicate: this server is a primary, not a replica")
+        if state.promoted:
+            raise StoreError(f"{FENCED} this replica serves partition {state.part} now")
+        op = req.str_param("op")
+        if op not in WRITE_OPS:
+            raise ArgumentError(f"replicate: {op!r} is not a write ({sorted(WRITE_OPS)})")
+        inner = Request(
+            op,
+            req.param("body", dict),
+            req.tensors,
+            job=req.str_param("job"),
+            session=req.str_param("session", ""),
+            admin=req.param("admin", bool),
+            user=req.user,
+        )
+        handler = registry.get(op).handler
+        return apply_write(state, inner, lambda r: handler(state, r))
+
+    def register_replica(state: ServerState, req: Request) -> Response:
+        if not req.admin:
+            raise AuthError("register_replica: only the store's own key registers replicas")
+        if state.replica != 0 or state.replication is None:
+            raise ArgumentError("register_replica: this server is not a partition's primary")
+        address = req.str_param("address")
+        if req.param("remove", bool, False):
+            state.replication.remove(address)
+        else:
+            state.replication.add(address)
+            log.info("partition %d: replica %s registered", state.part, address)
+        return Response({})
+
+    registry.add("replicate", replicate, needs_session=False)
+    registry.add("register_replica", register_replica, needs_session=False)
+
+
+def register_with_primary(primary: RpcClient, address: str, deadline_s: float) -> None:
+    """Announce replica ``address`` to its primary, retrying while the primary is not up
+    yet (it may start after this machine's stores) until ``deadline_s`` seconds."""
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            primary.call("register_replica", {"address": address}, timeout=5)
+            return
+        except RpcError as exc:
+            if type(exc) not in (RpcError, RpcTimeout):  # refused: not a lost connection
+                raise
+            if time.monotonic() > end:
+                raise
+            log.info("primary %s not answering yet (%s); retrying", primary.address, exc)
+            time.sleep(0.5)
+
+
+def replica_state_fields(state: ServerState) -> dict[str, Any]:
+    """What ``stats`` reports about replication."""
+    rep = state.replication
+    return {
+        "replica": state.replica,
+        "replicas": rep.addresses if rep is not None else [],
+        "dropped_replicas": list(rep.dropped) if rep is not None else [],
+    }

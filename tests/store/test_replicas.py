@@ -1,0 +1,261 @@
+"""Replicated partitions: a replica server per partition, failover, writes to both.
+
+The chaos tests kill (SIGKILL) or stop (SIGSTOP) a server while a client pushes, at a
+seeded moment, and check that every acknowledged push is in the surviving copy exactly
+once (an ``add`` of ones: a lost update or one applied twice changes the sum).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from graphrun.errors import RpcTimeout
+from graphrun.job.stores import StoreProcess, start_store
+from graphrun.rpc.transport import RpcClient
+from graphrun.store.client import ClientConfig, KVClient
+from graphrun.store.registry import Request, Response
+from graphrun.store.replicas import apply_write
+from graphrun.store.shm import DEFAULT_SHM_DIR, clean_stale
+from graphrun.store.state import ServerState
+from graphrun.testing.store import make_partition_dir
+
+FEAT = "node/_N/feat"
+
+
+def test_a_write_id_is_applied_once_per_session():
+    state = ServerState.__new__(ServerState)
+    state.applied = {}
+    calls = []
+
+    def apply(req: Request) -> Response:
+        calls.append(req.body["w"])
+        return Response({})
+
+    for w in (0, 1, 1, 0, 2):
+        apply_write(state, Request("push", {"w": w}, session="s"), apply)
+    apply_write(state, Request("push", {"w": 1}, session="t"), apply)
+    assert calls == [0, 1, 2, 1]
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    return make_partition_dir(tmp_path_factory.mktemp("rep") / "parts", 2)[1]
+
+
+def _wait_replicas(primary: StoreProcess, key_file, n: int = 1) -> None:
+    from graphrun.rpc.auth import load_keys
+
+    with RpcClient(primary.address, keys=load_keys(key_file), timeout=10) as c:
+        deadline = time.monotonic() + 30
+        while len(c.call("stats").body["replicas"]) < n:
+            primary.check()
+            assert time.monotonic() < deadline, "replica never registered"
+            time.sleep(0.1)
+
+
+@pytest.fixture
+def replicated(parts, key_file, tmp_path):
+    """Partition 0 and 1 primaries, each with a replica (its own shared memory)."""
+    procs: list[StoreProcess] = []
+    try:
+        primaries = [start_store(parts, p, key_file=key_file, log_dir=tmp_path) for p in (0, 1)]
+        procs += primaries
+        for sp in primaries:
+            replica = start_store(
+                parts,
+                sp.part,
+                key_file=key_file,
+                log_dir=tmp_path,
+                extra_args=["--replica-of", sp.address],
+            )
+            procs.append(replica)
+            _wait_replicas(sp, key_file)
+        yield procs[:2], procs[2:]
+    finally:
+        for sp in procs:
+            if sp.alive():
+                os.kill(sp.pid, signal.SIGCONT)
+            sp.stop()
+        clean_stale(DEFAULT_SHM_DIR)  # the segments of the servers a test killed
+
+
+def _client(primaries, keys, **kw) -> KVClient:
+    return KVClient(ClientConfig([p.address for p in primaries], keys=keys, **kw))
+
+
+def _push_until(c: KVClient, n: int, rng: np.random.Generator, stop: threading.Event):
+    """Pushes of ones to random rows until ``stop`` (and at least 20): the expected
+    counts of the acknowledged ones."""
+    expected = np.zeros(n)
+    i = 0
+    while not stop.is_set() or i < 20:
+        ids = rng.choice(n, size=int(rng.integers(1, 200)), replace=False)
+        c.push("acc", ids, np.ones((len(ids), 1)), reducer="add")
+        expected[ids] += 1  # acknowledged: push returned
+        i += 1
+    return expected
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("victim", ["primary", "replica"])
+def test_a_killed_server_loses_no_acknowledged_push(replicated, keys, seed, victim):
+    primaries, replicas = replicated
+    rng = np.random.default_rng(seed)
+    with _client(primaries, keys, timeout=20, use_shm=seed == 0) as c:
+        assert all(len(c.part(p).replicas) == 1 for p in (0, 1))
+        n = c.meta(FEAT).num_rows
+        c.init_tensor("acc", "node:_N", (1,), "float64")
+        feats = c.pull(FEAT, np.arange(n))
+        stop = threading.Event()
+        target = (primaries if victim == "primary" else replicas)[0]
+        killer = threading.Timer(float(rng.uniform(0.2, 1.0)), lambda: (target.kill(), stop.set()))
+        killer.start()
+        try:
+            expected = _push_until(c, n, rng, stop)
+        finally:
+            killer.join()
+        assert not target.alive()
+        np.testing.assert_array_equal(c.pull("acc", np.arange(n))[:, 0], expected)
+        np.testing.assert_array_equal(c.pull(FEAT, np.arange(n)), feats)  # reads go on
+        if victim == "primary":
+            assert c.failovers == [(0, primaries[0].address, replicas[0].address)]
+        else:
+            assert c.failovers == []
+
+
+@pytest.mark.integration
+def test_a_stopped_primary_is_fenced_and_nothing_acknowledged_is_lost(replicated, keys):
+    """SIGSTOP the primary: one client fails over after its request timeout; the other
+    client's writes to the resumed primary are refused (fenced) and go to the replica."""
+    primaries, replicas = replicated
+    with _client(primaries, keys, timeout=3) as a, _client(primaries, keys, timeout=60) as b:
+        n = a.meta(FEAT).num_rows
+        a.init_tensor("acc", "node:_N", (1,), "float64")
+        ids = np.arange(n)
+        ones = np.ones((n, 1))
+        b.push("acc", ids, ones, reducer="add")
+        os.kill(primaries[0].pid, signal.SIGSTOP)
+        try:
+            a.push("acc", ids, ones, reducer="add")  # times out on partition 0, fails over
+        finally:
+            os.kill(primaries[0].pid, signal.SIGCONT)
+        assert [f[0] for f in a.failovers] == [0]
+        b.push("acc", ids, ones, reducer="add")  # refused by the fenced primary: fails over
+        assert b.failovers == [(0, primaries[0].address, replicas[0].address)]
+        for c in (a, b):
+            np.testing.assert_array_equal(c.pull("acc", ids), 3 * ones)
+
+
+def _train_embedding(c: KVClient, name: str, steps: int, on_step=lambda i: None) -> np.ndarray:
+    """DistEmbedding + SparseAdam steps towards a fixed target: the final table."""
+    import torch
+
+    from graphrun.store.embedding import DistEmbedding, SparseAdam
+
+    n, d = c.meta(FEAT).num_rows, 4
+    emb = DistEmbedding(c, n, d, name, init="normal", init_args={"std": 0.1, "seed": 3})
+    opt = SparseAdam([emb], lr=0.05)
+    gen = torch.Generator().manual_seed(0)
+    target = torch.randn(n, d, generator=gen)
+    for i in range(steps):
+        on_step(i)
+        ids = torch.randint(0, n, (64,), generator=gen)
+        opt.zero_grad()
+        ((emb(ids) - target[ids]) ** 2).sum().backward()
+        opt.step()  # returns once the store acknowledged every row's update
+    return c.pull(name, np.arange(n)).copy()
+
+
+@pytest.mark.integration
+def test_dist_embedding_training_through_a_failover_equals_an_undisturbed_run(replicated, keys):
+    """SparseAdam's rows and states move in the primary's order on both copies, each
+    update once: the table after the primary of partition 1 is killed at step 7 equals
+    the table of a run where nothing happened (bit for bit)."""
+    primaries, _ = replicated
+    with _client(primaries, keys, timeout=20) as c:
+        undisturbed = _train_embedding(c, "a", 15)
+
+        def chaos(i: int) -> None:
+            if i == 7:
+                primaries[1].kill()
+
+        got = _train_embedding(c, "b", 15, chaos)
+        assert [f[0] for f in c.failovers] == [1]
+    np.testing.assert_array_equal(got, undisturbed)
+
+
+@pytest.mark.integration
+def test_a_co_located_reader_notices_its_dead_primary_before_reading_stale_memory(replicated, keys):
+    """Client ``a`` reads partition 0 from the primary's shared memory; the primary is
+    killed while ``a`` sends it nothing, ``b`` writes through the replica: ``a``'s next
+    pull must see the write (the dead primary's memory still maps the old rows)."""
+    primaries, replicas = replicated
+    with _client(primaries, keys) as a, _client(primaries, keys, use_shm=False) as b:
+        assert a.local_parts == [0, 1]
+        n = a.meta(FEAT).num_rows
+        a.init_tensor("acc", "node:_N", (1,), "float64")
+        ids = np.arange(n)
+        np.testing.assert_array_equal(a.pull("acc", ids), 0.0)
+        primaries[0].kill()
+        b.push("acc", ids, np.ones((n, 1)), reducer="add")
+        np.testing.assert_array_equal(a.pull("acc", ids), 1.0)
+        assert a.failovers == [(0, primaries[0].address, replicas[0].address)]
+
+
+@pytest.mark.integration
+def test_a_client_started_after_its_primary_died_joins_the_replica(replicated, keys):
+    primaries, replicas = replicated
+    primaries[1].kill()
+    servers = [p.address for p in primaries]
+    cfg = ClientConfig(servers, keys=keys, timeout=3, replicas=[[], [replicas[1].address]])
+    with KVClient(cfg) as c:
+        assert c.failovers == [(1, primaries[1].address, replicas[1].address)]
+        n = c.meta(FEAT).num_rows
+        assert c.pull(FEAT, np.arange(n)).shape[0] == n
+    with pytest.raises(RpcTimeout):  # without the hosts file's replicas: no way around it
+        KVClient(ClientConfig(servers, keys=keys, timeout=3))
+
+
+@pytest.mark.integration
+def test_a_stopped_replica_leaves_the_write_set_and_the_primary_goes_on(replicated, keys):
+    """SIGSTOP partition 0's replica: the primary's forward times out, drops it (logged,
+    ``stats``) and acknowledges; nothing is lost on the primary, the client never fails
+    over, and the replica, resumed, takes no more writes."""
+    primaries, replicas = replicated
+    with _client(primaries, keys, timeout=30) as c:
+        n = c.meta(FEAT).num_rows
+        c.init_tensor("acc", "node:_N", (1,), "float64")
+        ids, ones = np.arange(n), np.ones((n, 1))
+        os.kill(replicas[0].pid, signal.SIGSTOP)
+        try:
+            c.push("acc", ids, ones, reducer="add")
+        finally:
+            os.kill(replicas[0].pid, signal.SIGCONT)
+        c.push("acc", ids, ones, reducer="add")
+        np.testing.assert_array_equal(c.pull("acc", ids), 2 * ones)
+        assert c.failovers == []
+        assert c.part(0).replicas == [] and len(c.part(1).replicas) == 1  # never failed over to
+        assert c.stats(0)["dropped_replicas"] == [replicas[0].address]
+        assert c.stats(1)["dropped_replicas"] == []
+
+
+@pytest.mark.integration
+def test_a_write_refused_by_both_copies_keeps_the_replica(replicated, keys):
+    from graphrun.errors import ArgumentError, StoreError
+
+    primaries, _ = replicated
+    with _client(primaries, keys) as c:
+        c.init_tensor("acc", "node:_N", (1,), "float64")
+        with pytest.raises(StoreError, match="does not exist"):
+            c.call(0, "push", {"name": "nope"}, tensors=(np.zeros(1, np.int64), np.ones((1, 1))))
+        with pytest.raises(ArgumentError):
+            c.push("acc", [0], np.ones((1, 1)), reducer="no-such-reducer")
+        assert c.stats(0)["replicas"] and c.stats(0)["dropped_replicas"] == []
+        assert len(c.part(0).replicas) == 1
