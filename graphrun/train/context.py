@@ -27,6 +27,7 @@ class TrainContext:
     ddp: DDPConfig
     metrics: MetricsLog
     graph: Any = None  # the distributed graph handle (graphrun.distributed.DistGraph) if any
+    ps: Any = None  # graphrun.train.ps.PSSettings: dense parameters on parameter servers
 
     @property
     def rank(self) -> int:

@@ -217,16 +217,18 @@ def run_training(
     metrics: MetricsLog | None = None,
     graph: Any = None,
     on_done: Callable[[], None] | None = None,
+    ps: Any = None,
 ) -> Any:
     """Join the process group, then run the task or the entry point. Returns its result.
 
     ``on_done`` runs on rank 0 once every trainer has finished (after a barrier), e.g.
-    to stop the job's store servers.
+    to stop the job's store servers. ``ps`` (:class:`graphrun.train.ps.PSSettings`):
+    the dense parameters live on parameter servers instead of being all-reduced.
     """
     metrics = metrics or MetricsLog(config.metrics_file, enabled=ddp.rank == 0)
     group = process_group(ddp) if ddp.world_size > 1 else nullcontext()
     with group:
-        ctx = TrainContext(config, data, ddp, metrics, graph)
+        ctx = TrainContext(config, data, ddp, metrics, graph, ps)
         if config.entry_point is not None:
             result = load_entry_point(config.entry_point)(ctx)
         else:
