@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from graphrun.errors import JobFailed
+from graphrun.job.netns import unavailable_reason
 from graphrun.job.runner import LocalJob, RunOptions
 from graphrun.job.spec import load_job
 from graphrun.job.worker import read_status
@@ -105,3 +107,20 @@ def test_resume_restores_the_parameter_servers_exactly(tmp_path):
     assert [m["epoch"] for m in metrics(first)] == [0, 1]
     assert metrics(first)[1]["loss"] == metrics(path)[1]["loss"]
     assert metrics(first)[1]["test_acc"] == metrics(path)[1]["test_acc"]
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
+@pytest.mark.parametrize("staleness", [0, 2])
+def test_parameter_servers_on_netns_hosts(tmp_path, staleness):
+    """Both modes across real network stacks, ps:0 placed away from trainer 0."""
+    path = small_job(tmp_path, epochs=2, lr=0.03, sync="ps", staleness=staleness,
+                     runtime={"parameterServers": 2},
+                     placement={"assignments": {"ps:0": "m1", "ps:1": "m0"}})  # fmt: skip
+    job, sink = run(path, hosts="netns")
+    report = job.run()
+    out = sink.getvalue()
+    assert report.exits["ps:0"] == 0 and report.exits["ps:1"] == 0
+    assert re.search(r"\[ps:0@m1\] .*ps:0 ready on tcp://10\.77\.", out), out[-2000:]
+    assert metrics(path)[-1]["test_acc"] > 0.4
+    no_children()
