@@ -1,5 +1,10 @@
 """``graphrun bench train``: distributed GraphSAGE against single-process PyG, JSON out.
 
+With ``--sync allreduce,ps,ps-async`` the job runs once per mode (DDP's all-reduce,
+synchronous parameter servers, bounded-staleness asynchronous ones) on the same
+partitions; each line then has ``sync`` and, beside an all-reduce run,
+``test_acc_minus_allreduce`` and ``epoch_ratio_to_allreduce``.
+
 Partitions ``--dataset`` in 2 (METIS by default, ``--partition-mode``; training nodes
 balanced), runs a 2-machine job (1 store server + 1 trainer each; ``--hosts local`` on
 loopback or ``netns`` as network-namespace hosts) training GraphSAGE (hidden 128, fanout
@@ -103,8 +108,35 @@ def register(subparsers: Any) -> None:
         help="how the 2 partitions are made: single (METIS, the default), parallel "
         "(KaMinPar) or distributed (2 ranks over a 2-chunk copy of the dataset)",
     )
+    p.add_argument(
+        "--sync",
+        default="allreduce",
+        help="comma-separated, each run in turn on the same partitions: allreduce (DDP), "
+        "ps (synchronous parameter servers), ps-async (bounded staleness, --staleness); "
+        "e.g. allreduce,ps,ps-async (default allreduce)",
+    )
+    p.add_argument("--staleness", type=int, default=2, help="ps-async: training.staleness")
+    p.add_argument(
+        "--parameter-servers", type=int, default=1, help="ps modes: runtime.parameterServers"
+    )
     p.add_argument("--workdir", type=Path, help="keep partitions and logs here")
     p.set_defaults(func=run)
+
+
+SYNCS = ("allreduce", "ps", "ps-async")
+
+
+def sync_modes(text: str, staleness: int, servers: int) -> list[str]:
+    """The ``--sync`` list, checked (one line naming the flag when wrong)."""
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in modes if m not in SYNCS]
+    if not modes or bad or len(set(modes)) != len(modes):
+        raise ArgumentError(f"--sync: expected distinct modes of {', '.join(SYNCS)}, got {text!r}")
+    if "ps-async" in modes and not 1 <= staleness <= 1000:
+        raise ArgumentError(f"--staleness: expected 1..1000, got {staleness}")
+    if not 1 <= servers <= 64:
+        raise ArgumentError(f"--parameter-servers: expected 1..64, got {servers}")
+    return modes
 
 
 def make_partitions(graph: Any, workdir: Path, mode: str) -> float:
@@ -180,7 +212,7 @@ def run_sampled(path: Path, opts: Any, log: Path) -> tuple[str, RssSampler]:
     return sink.getvalue(), rss
 
 
-def _job_yaml(workdir: Path, args: argparse.Namespace) -> Path:
+def _job_yaml(workdir: Path, args: argparse.Namespace, sync: str = "allreduce") -> Path:
     import yaml
 
     fanouts = [int(f) for f in args.fanouts.split(",")]
@@ -197,13 +229,18 @@ def _job_yaml(workdir: Path, args: argparse.Namespace) -> Path:
                          "hidden": args.hidden, "lr": 0.003, "dropout": 0.5},
         },
     }  # fmt: skip
+    if sync != "allreduce":
+        job["spec"]["training"]["sync"] = "ps"  # type: ignore[index]
+        job["spec"]["runtime"]["parameterServers"] = args.parameter_servers  # type: ignore[index]
+        if sync == "ps-async":
+            job["spec"]["training"]["staleness"] = args.staleness  # type: ignore[index]
     if args.evaluation is not None:
         job["spec"]["training"]["evaluation"] = args.evaluation  # type: ignore[index]
     if args.precision is not None:
         job["spec"]["training"]["precision"] = args.precision  # type: ignore[index]
     if args.feature_cache_mb is not None:
         job["spec"]["runtime"]["featureCacheMb"] = args.feature_cache_mb  # type: ignore[index]
-    path = workdir / "job.yaml"
+    path = workdir / f"job-{sync}.yaml"
     path.write_text(yaml.safe_dump(job))
     return path
 
@@ -217,11 +254,13 @@ def _time_to(accs: list[float], times: list[float], target: float) -> float | No
     return None
 
 
-def run_distributed(args: argparse.Namespace, workdir: Path, aggr: str) -> dict[str, Any]:
+def run_distributed(
+    args: argparse.Namespace, workdir: Path, aggr: str, sync: str = "allreduce"
+) -> dict[str, Any]:
     from graphrun.job.runner import RunOptions
 
-    path = _job_yaml(workdir, args)
-    run_dir = workdir / f"run-{aggr}"
+    path = _job_yaml(workdir, args, sync)
+    run_dir = workdir / (f"run-{aggr}" if sync == "allreduce" else f"run-{aggr}-{sync}")
     shutil.rmtree(run_dir, ignore_errors=True)
     opts = RunOptions(
         run_dir=run_dir, hosts=args.hosts, bandwidth_mbit=args.bandwidth_mbit,
@@ -229,7 +268,8 @@ def run_distributed(args: argparse.Namespace, workdir: Path, aggr: str) -> dict[
         profile_dir=run_dir / "profile",
     )  # fmt: skip
     t0 = time.time()
-    out, sampler = run_sampled(path, opts, workdir / f"job-{aggr}.log")
+    log = f"job-{aggr}.log" if sync == "allreduce" else f"job-{aggr}-{sync}.log"
+    out, sampler = run_sampled(path, opts, workdir / log)
     first, precision = None, None
     for line in out.splitlines():
         if '"first_step"' in line and first is None:
@@ -363,8 +403,25 @@ def run_single(args: argparse.Namespace) -> dict[str, Any]:
             "single_test_acc": recs[-1]["test_acc"], "single_epoch_s_all": times}  # fmt: skip
 
 
+def sync_fields(
+    sync: str, args: argparse.Namespace, dist: dict[str, Any], allreduce: dict[str, Any] | None
+) -> dict[str, Any]:
+    """``sync``, the parameter servers and staleness, and beside an allreduce run of the
+    same invocation: the accuracy difference and the epoch ratio to it."""
+    out: dict[str, Any] = {"sync": sync}
+    if sync != "allreduce":
+        out["parameter_servers"] = args.parameter_servers
+        out["staleness"] = args.staleness if sync == "ps-async" else 0
+        if allreduce is not None:
+            out["test_acc_minus_allreduce"] = round(dist["test_acc"] - allreduce["test_acc"], 4)
+            out["epoch_ratio_to_allreduce"] = round(dist["epoch_s"] / allreduce["epoch_s"], 3)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     from graphrun.graph import load_dataset
+
+    sync_modes(args.sync, args.staleness, args.parameter_servers)  # before any work
 
     if args.peer == "distdgl":
         from graphrun.bench.distdgl import check_peer_python
@@ -378,11 +435,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         graph = load_dataset(args.dataset)
         edge_cut = make_partitions(graph, workdir, args.partition_mode)
+        base: dict[str, dict[str, Any]] = {}  # per aggr: the allreduce run, if any
         pyg = {} if args.no_pyg else run_pyg(args)
         single = {} if args.no_single else run_single(args)
         aggrs = ["scatter", "csr"] if args.aggr == "both" else [args.aggr]
-        for aggr in aggrs:
-            dist = run_distributed(args, workdir, aggr)
+        syncs = sync_modes(args.sync, args.staleness, args.parameter_servers)
+        for aggr, sync in [(a, m) for a in aggrs for m in syncs]:
+            dist = run_distributed(args, workdir, aggr, sync)
+            dist |= sync_fields(sync, args, dist, base.get(aggr))
+            if sync == "allreduce":
+                base[aggr] = dist
             peer: dict[str, Any] = {}
             if args.peer == "distdgl":
                 from graphrun.bench.distdgl import run_distdgl

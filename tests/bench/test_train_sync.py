@@ -1,0 +1,31 @@
+"""``graphrun bench train --sync``: the modes it takes and what each line adds."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from graphrun.bench.train import sync_fields, sync_modes
+from graphrun.errors import ArgumentError
+
+
+def test_sync_modes_are_checked():
+    assert sync_modes("allreduce, ps,ps-async", 2, 1) == ["allreduce", "ps", "ps-async"]
+    for text, flag in [("ps,ps", "--sync"), ("nccl", "--sync"), ("", "--sync")]:
+        with pytest.raises(ArgumentError, match=flag):
+            sync_modes(text, 2, 1)
+    with pytest.raises(ArgumentError, match="--staleness"):
+        sync_modes("ps-async", 0, 1)
+    with pytest.raises(ArgumentError, match="--parameter-servers"):
+        sync_modes("ps", 2, 0)
+
+
+def test_ps_lines_compare_with_the_allreduce_run():
+    args = argparse.Namespace(parameter_servers=2, staleness=3)
+    base = {"test_acc": 0.70, "epoch_s": 2.0}
+    out = sync_fields("ps-async", args, {"test_acc": 0.695, "epoch_s": 1.5}, base)
+    assert out == {"sync": "ps-async", "parameter_servers": 2, "staleness": 3,
+                   "test_acc_minus_allreduce": -0.005, "epoch_ratio_to_allreduce": 0.75}  # fmt: skip
+    assert sync_fields("ps", args, base, None)["staleness"] == 0
+    assert sync_fields("allreduce", args, base, None) == {"sync": "allreduce"}
