@@ -25,7 +25,9 @@ def test_ps_lines_compare_with_the_allreduce_run():
     args = argparse.Namespace(parameter_servers=2, staleness=3)
     base = {"test_acc": 0.70, "epoch_s": 2.0}
     out = sync_fields("ps-async", args, {"test_acc": 0.695, "epoch_s": 1.5}, base)
-    assert out == {"sync": "ps-async", "parameter_servers": 2, "staleness": 3,
-                   "test_acc_minus_allreduce": -0.005, "epoch_ratio_to_allreduce": 0.75}  # fmt: skip
+    assert out == {
+        "sync": "ps-async", "parameter_servers": 2, "staleness": 3,
+        "test_acc_minus_allreduce": -0.005, "epoch_ratio_to_allreduce": 0.75,
+    }  # fmt: skip
     assert sync_fields("ps", args, base, None)["staleness"] == 0
     assert sync_fields("allreduce", args, base, None) == {"sync": "allreduce"}
