@@ -31,3 +31,14 @@ def test_ps_lines_compare_with_the_allreduce_run():
     }  # fmt: skip
     assert sync_fields("ps", args, base, None)["staleness"] == 0
     assert sync_fields("allreduce", args, base, None) == {"sync": "allreduce"}
+
+
+def test_placement_real_job_with_parameter_servers_is_a_valid_graphjob(tmp_path):
+    from graphrun.bench.placement_real import job_data
+    from graphrun.job.spec import job_roles, parse_job
+
+    data = job_data(tmp_path, ["m0", "m1", "m2"], tmp_path / "parts", 4, 1000, 2)
+    roles = [r.name for r in job_roles(parse_job(data).spec)]
+    assert "ps:1" in roles and "ps:2" not in roles
+    plain = parse_job(job_data(tmp_path, ["m0", "m1"], tmp_path / "parts", 4)).spec
+    assert plain.training.sync == "allreduce" and plain.num_ps == 0
