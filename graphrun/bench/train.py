@@ -89,6 +89,11 @@ def register(subparsers: Any) -> None:
         help="sampler worker processes per trainer (samplerWorkersPerTrainer; default 0)",
     )
     p.add_argument("--bandwidth-mbit", type=float, help="with --hosts netns: link rate")
+    p.add_argument(
+        "--cluster", type=Path,
+        help="with --hosts netns: a cluster file shaping each host (machines m0, m1: CPU "
+        "share, memory, link rate), e.g. one link at 1 Gbit/s",
+    )  # fmt: skip
     p.add_argument("--no-pyg", action="store_true", help="skip the single-process PyG baseline")
     p.add_argument(
         "--peer",
@@ -264,6 +269,7 @@ def run_distributed(
     shutil.rmtree(run_dir, ignore_errors=True)
     opts = RunOptions(
         run_dir=run_dir, hosts=args.hosts, bandwidth_mbit=args.bandwidth_mbit,
+        cluster=args.cluster,
         trainer_args=("--aggr", aggr, *(("--threads", str(args.threads)) if args.threads else ())),
         profile_dir=run_dir / "profile",
     )  # fmt: skip
