@@ -18,6 +18,7 @@ import numpy as np
 
 from graphrun.errors import ArgumentError
 from graphrun.rpc.auth import KeyPair
+from graphrun.rpc.codec import DEFAULT_LIMITS
 from graphrun.rpc.transport import RpcClient
 from graphrun.store.ps_state import AdamConfig, Mode, shard_params
 
@@ -38,6 +39,13 @@ class PSClient:
         self.shapes = {n: tuple(int(x) for x in s) for n, s in shapes.items()}
         sizes = {n: 4 * int(np.prod(s, dtype=np.int64)) for n, s in self.shapes.items()}
         self.shards = shard_params(sizes, len(addresses))
+        limit = DEFAULT_LIMITS.max_request_frame_bytes  # a push is one frame per server
+        biggest = max(sum(sizes[n] for n in names) for names in self.shards)
+        if biggest > limit:
+            raise ArgumentError(
+                f"parameter servers: a shard of {biggest} bytes exceeds a request frame's "
+                f"{limit}; raise runtime.parameterServers"
+            )
         self.timeout = timeout
         own = replace(keys, server=None) if keys is not None else None  # the job's own key
         self.clients = [RpcClient(a, keys=own, timeout=timeout) for a in addresses]

@@ -124,3 +124,29 @@ def test_parameter_servers_on_netns_hosts(tmp_path, staleness):
     assert re.search(r"\[ps:0@m1\] .*ps:0 ready on tcp://10\.77\.", out), out[-2000:]
     assert metrics(path)[-1]["test_acc"] > 0.4
     no_children()
+
+
+def test_a_killed_parameter_server_restarts_from_the_checkpoint(tmp_path):
+    path = small_job(tmp_path, epochs=40, sync="ps", runtime={"parameterServers": 2},
+                     run_policy={"backoffLimit": 1})  # fmt: skip
+    job, sink = run(path)
+    run_dir = tmp_path / "runs" / "small"
+
+    def kill_ps_after_two_epochs() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            done = (run_dir / "metrics.jsonl").read_text().count("\n") if (
+                run_dir / "metrics.jsonl").exists() else 0  # fmt: skip
+            st = read_status(run_dir / "status" / "m1.json")
+            if done >= 2 and st and st["state"] == "training":
+                os.kill(st["roles"]["ps:1"]["pid"], signal.SIGKILL)
+                return
+            time.sleep(0.05)
+
+    threading.Thread(target=kill_ps_after_two_epochs, daemon=True).start()
+    report = job.run()
+    out = sink.getvalue()
+    assert report.state.restarts == 1, out[-3000:]
+    assert "ps:1" in out and '"event": "resumed"' in out
+    assert metrics(path)[-1]["epoch"] == 39
+    no_children()

@@ -146,6 +146,11 @@ def test_two_trainers_in_sync_get_what_one_optimizer_gives(servers):
     stop_parameter_servers(addresses, keys)
 
 
+def test_a_shard_larger_than_a_request_frame_is_refused_before_training():
+    with pytest.raises(ArgumentError, match="raise runtime.parameterServers"):
+        PSClient(["tcp://127.0.0.1:1"], {"huge": (1 << 25,)}, None)  # 128 MiB of float32
+
+
 def test_a_parameter_server_refuses_another_key(servers):
     addresses, _ = servers
     c = PSClient(addresses, {"a": (1,)}, new_keypair(), timeout=3)
