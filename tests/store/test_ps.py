@@ -147,7 +147,7 @@ def test_two_trainers_in_sync_get_what_one_optimizer_gives(servers):
 
 
 def test_a_shard_larger_than_a_request_frame_is_refused_before_training():
-    with pytest.raises(ArgumentError, match="raise runtime.parameterServers"):
+    with pytest.raises(ArgumentError, match=r"raise runtime\.parameterServers"):
         PSClient(["tcp://127.0.0.1:1"], {"huge": (1 << 25,)}, None)  # 128 MiB of float32
 
 
