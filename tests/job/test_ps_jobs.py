@@ -150,3 +150,19 @@ def test_a_killed_parameter_server_restarts_from_the_checkpoint(tmp_path):
     assert "ps:1" in out and '"event": "resumed"' in out
     assert metrics(path)[-1]["epoch"] == 39
     no_children()
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        {"task": "hetero-node-classification", "hetero": True, "targetNodeType": "paper"},
+        {"task": "link-prediction", "embeddingDim": 8, "batchSize": 200},
+    ],
+    ids=["hetero", "link-prediction"],
+)
+def test_other_tasks_train_on_parameter_servers(tmp_path, task):
+    hetero = bool(task.pop("hetero", False))
+    path = small_job(tmp_path, hetero=hetero, sync="ps", staleness=1, **task)
+    report = run(path)[0].run()
+    assert report.exits["ps:0"] == 0 and report.exits["trainer:1"] == 0
+    assert metrics(path)[-1]["epoch"] == 0
