@@ -159,3 +159,12 @@ def test_a_parameter_server_refuses_another_key(servers):
             c.pull(0)
     finally:
         c.close()
+
+
+def test_graphrun_ps_refuses_bad_flags_in_one_line(capsys):
+    from graphrun.cli import main
+
+    assert main(["ps", "--index", "0"]) == 2
+    assert "--key-file: give the job's key file" in capsys.readouterr().err
+    assert main(["ps", "--index", "-1", "--insecure"]) == 2
+    assert "--index: must be >= 0" in capsys.readouterr().err
