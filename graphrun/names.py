@@ -1,6 +1,7 @@
 """The name of each process of a job: ``store:P`` (``store:P:B`` for backup B),
-``trainer:R``, ``sampler:R:W`` and ``ps:J`` (a parameter server, ``training.sync: ps``). :class:`RoleName` formats (``str()``) and parses (:meth:`parse`) them;
-nothing else spells them out. :func:`home_partition` is the one definition of the
+``trainer:R``, ``sampler:R:W`` and ``ps:J`` (a parameter server, ``training.sync: ps``).
+:class:`RoleName` formats (``str()``) and parses (:meth:`parse`) them; nothing else
+spells them out. :func:`home_partition` is the one definition of the
 partition a trainer trains on, for the runtime and the placement model alike.
 """
 
