@@ -1,9 +1,9 @@
 """The name of each process of a job: ``store:P`` (``store:P:B`` for backup B,
 ``store:P:r`` for the replica of partition P on another machine, ``store:P:rK`` for
-replica K > 1),
-``trainer:R``, ``sampler:R:W`` — and ``ps:J`` for the parameter servers of the
-placement model. :class:`RoleName` formats (``str()``) and parses (:meth:`parse`) them;
-nothing else spells them out. :func:`home_partition` is the one definition of the
+replica K > 1), ``trainer:R``, ``sampler:R:W`` and ``ps:J`` (a parameter server,
+``training.sync: ps``). :class:`RoleName` formats (``str()``) and parses
+(:meth:`parse`) them; nothing else spells them out. :func:`home_partition` is the one
+definition of the
 partition a trainer trains on, for the runtime and the placement model alike.
 """
 

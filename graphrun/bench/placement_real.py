@@ -17,7 +17,10 @@ of 0.6 CPU and 1 Gbit/s, two slow ones of 0.2 CPU and 0.3 Gbit/s):
    (``trainer_cpu_s_per_step``: the machine's speed drifts between runs, and this tells a
    run that got faster CPU from a model that is wrong).
 
-``--seconds`` is the plan's search budget, as without ``--real``.
+``--seconds`` is the plan's search budget, as without ``--real``. ``--sync ps`` runs the
+job with parameter servers (``--parameter-servers``): the model's ``ps:J`` tasks are
+placed and their gradient and parameter flows predicted (its PS update time is 0: Adam
+over the model's ~40k parameters takes well under a millisecond).
 
 Prints one JSON object::
 
@@ -77,6 +80,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-size", type=int, default=1000, help="--real: seeds per trainer batch")
     g.add_argument("--no-probe", action="store_true", help="--real: plan on --cluster as written")
     g.add_argument("--workdir", type=Path, help="--real: keep partitions, runs and plans here")
+    g.add_argument(
+        "--sync", choices=("allreduce", "ps"), default="allreduce",
+        help="--real: training.sync of the job (ps: parameter servers, placed by the plan)",
+    )  # fmt: skip
+    g.add_argument("--parameter-servers", type=int, default=1, help="--real, --sync ps: how many")
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise ArgumentError(f"--dataset: {args.dataset} is not a dataset directory")
     if args.epochs < 2:
         raise ArgumentError("--epochs: must be >= 2 (the first epoch warms up)")
+    if args.sync == "ps" and not 1 <= args.parameter_servers <= 64:
+        raise ArgumentError("--parameter-servers: expected 1..64")
     if args.random < 0 or args.iterations < 1 or args.batch_size < 1:
         raise ArgumentError("--random must be >= 0, --iterations and --batch-size >= 1")
     if args.cluster is not None:
@@ -108,10 +118,22 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def job_data(
-    dataset: Path, machines: list[str], parts_dir: Path, epochs: int, batch_size: int = 1000
-) -> dict[str, Any]:
+    dataset: Path, machines: list[str], parts_dir: Path, epochs: int, batch_size: int = 1000,
+    parameter_servers: int = 0,
+) -> dict[str, Any]:  # fmt: skip
     """The benchmark's GraphJob: ``graphrun bench train``'s GraphSAGE, a partition, a
-    store server and a trainer per machine; evaluated only after the last epoch."""
+    store server and a trainer per machine; evaluated only after the last epoch. With
+    ``parameter_servers``: ``training.sync: ps`` with that many ``ps:J`` roles."""
+    data = _job_data(dataset, machines, parts_dir, epochs, batch_size)
+    if parameter_servers:
+        data["spec"]["training"]["sync"] = "ps"
+        data["spec"]["runtime"]["parameterServers"] = parameter_servers
+    return data
+
+
+def _job_data(
+    dataset: Path, machines: list[str], parts_dir: Path, epochs: int, batch_size: int
+) -> dict[str, Any]:
     return {
         "apiVersion": "graphrun.io/v1alpha1", "kind": "GraphJob",
         "metadata": {"name": "placement"},
@@ -210,7 +232,10 @@ def run(args: argparse.Namespace) -> int:
         cluster_file.write_text(yaml.safe_dump(DEFAULT_CLUSTER, sort_keys=False))
     written = load_cluster(cluster_file)
     machines = list(written.names)
-    data = job_data(args.dataset, machines, workdir / "parts", args.epochs, args.batch_size)
+    servers = args.parameter_servers if args.sync == "ps" else 0
+    data = job_data(
+        args.dataset, machines, workdir / "parts", args.epochs, args.batch_size, servers
+    )
 
     probe_report: dict[str, Any] | None = None
     planned_on = cluster_file
@@ -238,6 +263,7 @@ def run(args: argparse.Namespace) -> int:
     job = gp.job.with_demands({
         "store": Demand(cpu=0, memory_gb=peak_gb("store")),
         "trainer": Demand(cpu=0, memory_gb=peak_gb("trainer")),
+        "ps": Demand(cpu=0, memory_gb=peak_gb("ps")),
     })  # fmt: skip
     ev = Evaluator(cluster, make_scenario(job, 0, args.iterations))
 
@@ -281,6 +307,8 @@ def run(args: argparse.Namespace) -> int:
     report = {
         "bench": "placement-real",
         "dataset": str(args.dataset),
+        "sync": args.sync,
+        "parameter_servers": servers,
         "cluster": {
             m: {"cpu": written.cpu[i], "memory_gb": written.memory_gb[i],
                 "gbps": round(written.egress[i] * 8 / 1e9, 4)}

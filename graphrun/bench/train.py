@@ -1,5 +1,10 @@
 """``graphrun bench train``: distributed GraphSAGE against single-process PyG, JSON out.
 
+With ``--sync allreduce,ps,ps-async`` the job runs once per mode (DDP's all-reduce,
+synchronous parameter servers, bounded-staleness asynchronous ones) on the same
+partitions; each line then has ``sync`` and, beside an all-reduce run,
+``test_acc_minus_allreduce`` and ``epoch_ratio_to_allreduce``.
+
 Partitions ``--dataset`` in 2 (METIS by default, ``--partition-mode``; training nodes
 balanced), runs a 2-machine job (1 store server + 1 trainer each; ``--hosts local`` on
 loopback or ``netns`` as network-namespace hosts) training GraphSAGE (hidden 128, fanout
@@ -85,6 +90,11 @@ def register(subparsers: Any) -> None:
         "spec's, 0 for CPU trainers and 4 for GPU trainers)",
     )
     p.add_argument("--bandwidth-mbit", type=float, help="with --hosts netns: link rate")
+    p.add_argument(
+        "--cluster", type=Path,
+        help="with --hosts netns: a cluster file shaping each host (machines m0, m1: CPU "
+        "share, memory, link rate), e.g. one link at 1 Gbit/s",
+    )  # fmt: skip
     p.add_argument("--no-pyg", action="store_true", help="skip the single-process PyG baseline")
     p.add_argument(
         "--peer",
@@ -104,6 +114,17 @@ def register(subparsers: Any) -> None:
         help="how the 2 partitions are made: single (METIS, the default), parallel "
         "(KaMinPar) or distributed (2 ranks over a 2-chunk copy of the dataset)",
     )
+    p.add_argument(
+        "--sync",
+        default="allreduce",
+        help="comma-separated, each run in turn on the same partitions: allreduce (DDP), "
+        "ps (synchronous parameter servers), ps-async (bounded staleness, --staleness); "
+        "e.g. allreduce,ps,ps-async (default allreduce)",
+    )
+    p.add_argument("--staleness", type=int, default=2, help="ps-async: training.staleness")
+    p.add_argument(
+        "--parameter-servers", type=int, default=1, help="ps modes: runtime.parameterServers"
+    )
     p.add_argument("--workdir", type=Path, help="keep partitions and logs here")
     p.add_argument("--eval-last", action="store_true", help="evaluate after the last epoch only")
     p.add_argument(
@@ -114,6 +135,22 @@ def register(subparsers: Any) -> None:
         "same machine (graphrun.bench.gpu; no PyG or single-process baselines)",
     )
     p.set_defaults(func=run)
+
+
+SYNCS = ("allreduce", "ps", "ps-async")
+
+
+def sync_modes(text: str, staleness: int, servers: int) -> list[str]:
+    """The ``--sync`` list, checked (one line naming the flag when wrong)."""
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in modes if m not in SYNCS]
+    if not modes or bad or len(set(modes)) != len(modes):
+        raise ArgumentError(f"--sync: expected distinct modes of {', '.join(SYNCS)}, got {text!r}")
+    if "ps-async" in modes and not 1 <= staleness <= 1000:
+        raise ArgumentError(f"--staleness: expected 1..1000, got {staleness}")
+    if not 1 <= servers <= 64:
+        raise ArgumentError(f"--parameter-servers: expected 1..64, got {servers}")
+    return modes
 
 
 def make_partitions(graph: Any, workdir: Path, mode: str) -> float:
@@ -190,9 +227,14 @@ def run_sampled(path: Path, opts: Any, log: Path) -> tuple[str, RssSampler]:
 
 
 def _job_yaml(
-    workdir: Path, args: argparse.Namespace, gpus: int = 0, name: str = "job.yaml"
+    workdir: Path,
+    args: argparse.Namespace,
+    gpus: int = 0,
+    name: str = "job.yaml",
+    sync: str = "allreduce",
 ) -> Path:
-    """The benchmark's GraphJob; ``gpus``: ``runtime.gpusPerMachine`` (0: CPU trainers)."""
+    """The benchmark's GraphJob; ``gpus``: ``runtime.gpusPerMachine`` (0: CPU trainers);
+    ``sync``: allreduce, ps or ps-async."""
     import yaml
 
     fanouts = [int(f) for f in args.fanouts.split(",")]
@@ -214,6 +256,11 @@ def _job_yaml(
         job["spec"]["runtime"]["gpusPerMachine"] = gpus  # type: ignore[index]
     if args.eval_last:
         job["spec"]["training"]["evalEvery"] = args.epochs  # type: ignore[index]
+    if sync != "allreduce":
+        job["spec"]["training"]["sync"] = "ps"  # type: ignore[index]
+        job["spec"]["runtime"]["parameterServers"] = args.parameter_servers  # type: ignore[index]
+        if sync == "ps-async":
+            job["spec"]["training"]["staleness"] = args.staleness  # type: ignore[index]
     if args.evaluation is not None:
         job["spec"]["training"]["evaluation"] = args.evaluation  # type: ignore[index]
     if args.precision is not None:
@@ -238,21 +285,24 @@ def run_distributed(
     args: argparse.Namespace,
     workdir: Path,
     aggr: str,
+    sync: str = "allreduce",
     tag: str = "",
     gpus: int = 0,
     trainer_args: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """The 2-machine job (``gpus`` per machine; ``tag`` names its run directory and
-    log); its median epoch, accuracy, start-up, memory and per-stage breakdown."""
+    """The 2-machine job (``gpus`` per machine, dense gradients by ``sync``; ``tag``
+    names its run directory and log); its median epoch, accuracy, start-up, memory and
+    per-stage breakdown."""
     from graphrun.job.runner import RunOptions
 
-    name = f"{aggr}-{tag}" if tag else aggr
-    path = _job_yaml(workdir, args, gpus, f"job-{name}.yaml")
+    name = "-".join(x for x in (aggr, "" if sync == "allreduce" else sync, tag) if x)
+    path = _job_yaml(workdir, args, gpus, f"job-{name}.yaml", sync)
     run_dir = workdir / f"run-{name}"
     shutil.rmtree(run_dir, ignore_errors=True)
     threads = ("--threads", str(args.threads)) if args.threads else ()
     opts = RunOptions(
         run_dir=run_dir, hosts=args.hosts, bandwidth_mbit=args.bandwidth_mbit,
+        cluster=args.cluster,
         trainer_args=("--aggr", aggr, *threads, *trainer_args),
         profile_dir=run_dir / "profile",
     )  # fmt: skip
@@ -393,8 +443,25 @@ def run_single(args: argparse.Namespace) -> dict[str, Any]:
             "single_test_acc": recs[-1]["test_acc"], "single_epoch_s_all": times}  # fmt: skip
 
 
+def sync_fields(
+    sync: str, args: argparse.Namespace, dist: dict[str, Any], allreduce: dict[str, Any] | None
+) -> dict[str, Any]:
+    """``sync``, the parameter servers and staleness, and beside an allreduce run of the
+    same invocation: the accuracy difference and the epoch ratio to it."""
+    out: dict[str, Any] = {"sync": sync}
+    if sync != "allreduce":
+        out["parameter_servers"] = args.parameter_servers
+        out["staleness"] = args.staleness if sync == "ps-async" else 0
+        if allreduce is not None:
+            out["test_acc_minus_allreduce"] = round(dist["test_acc"] - allreduce["test_acc"], 4)
+            out["epoch_ratio_to_allreduce"] = round(dist["epoch_s"] / allreduce["epoch_s"], 3)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     from graphrun.graph import load_dataset
+
+    sync_modes(args.sync, args.staleness, args.parameter_servers)  # before any work
 
     if args.peer == "distdgl":
         from graphrun.bench.distdgl import check_peer_python
@@ -428,11 +495,16 @@ def run(args: argparse.Namespace) -> int:
             got = compare(args, workdir, aggr, run_distributed)
             print(json.dumps({**base, **got}), flush=True)
             return 0
+        base: dict[str, dict[str, Any]] = {}  # per aggr: the allreduce run, if any
         pyg = {} if args.no_pyg else run_pyg(args)
         single = {} if args.no_single else run_single(args)
         aggrs = ["scatter", "csr"] if args.aggr == "both" else [args.aggr]
-        for aggr in aggrs:
-            dist = run_distributed(args, workdir, aggr)
+        syncs = sync_modes(args.sync, args.staleness, args.parameter_servers)
+        for aggr, sync in [(a, m) for a in aggrs for m in syncs]:
+            dist = run_distributed(args, workdir, aggr, sync)
+            dist |= sync_fields(sync, args, dist, base.get(aggr))
+            if sync == "allreduce":
+                base[aggr] = dist
             peer: dict[str, Any] = {}
             if args.peer == "distdgl":
                 from graphrun.bench.distdgl import run_distdgl

@@ -27,6 +27,7 @@ SUBCOMMANDS = (
     "import_",
     "partition",
     "serve",
+    "ps",
     "keygen",
     "run",
     "report",

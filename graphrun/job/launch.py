@@ -1,11 +1,11 @@
 """What one machine of a job runs: typed launch plans, written as JSON for the worker.
 
 A :class:`MachineLaunch` lists the role processes of one machine (store servers,
-sampler workers, trainers — each a :class:`~graphrun.job.process.RoleCommand`), the
-endpoint at which each listening role is ready, and the endpoints of *every* store
-server of the job, which must accept connections before this machine starts its
-samplers and trainers. The worker (``graphrun worker``) runs one; the local
-backend runs one worker per machine.
+parameter servers, sampler workers, trainers — each a
+:class:`~graphrun.job.process.RoleCommand`), the endpoint at which each listening role
+is ready, and the endpoints of *every* store and parameter server of the job, which
+must accept connections before this machine starts its samplers and trainers. The
+worker (``graphrun worker``) runs one; the local backend runs one worker per machine.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from graphrun.files import write_atomic
 from graphrun.graph.format import read_json
 from graphrun.job.process import RoleCommand
 
-RoleKind = Literal["store", "sampler", "trainer"]
-KINDS: tuple[RoleKind, ...] = ("store", "sampler", "trainer")
+RoleKind = Literal["store", "ps", "sampler", "trainer"]
+KINDS: tuple[RoleKind, ...] = ("store", "ps", "sampler", "trainer")
 
 
 @dataclass(frozen=True)

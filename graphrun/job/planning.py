@@ -16,7 +16,10 @@ The conversion, role for role with :func:`graphrun.job.spec.job_roles`:
   trainer task (their CPU and memory added to its demand): the runtime runs them in
   their trainer's process tree, on its machine, and refuses plans that move them, so
   the planner must not place them apart;
-* gradients are synchronised by allreduce (the runtime's DDP): no ``ps:<i>`` roles;
+* gradients are synchronised as ``training.sync`` says: allreduce (the runtime's DDP,
+  no ``ps:<i>`` roles) or ``ps``, one ``ps:<i>`` task per ``runtime.parameterServers``
+  (the model's synchronous PS: the runtime's asynchronous mode is planned as if it
+  were synchronous, an upper bound on its epoch);
 * ``features_cached`` when the node features and labels the trainers read (the
   ``part-<p>/node/*/`` arrays of ``training.feature`` and ``training.label``, all
   partitions together) fit ``runtime.featureCacheMb``: each trainer's cache then holds
@@ -192,8 +195,8 @@ def graphjob_to_placement(
         partitions=spec.num_parts,
         trainers=spec.num_trainers,
         samplers_per_trainer=0,  # they are part of their trainer (see the docstring)
-        sync="allreduce",
-        parameter_servers=0,
+        sync="ps" if spec.num_ps else "allreduce",
+        parameter_servers=spec.num_ps,
         iterations=iterations,
         features_cached=features_cached(gj, base, where),
         profile=profile,

@@ -94,7 +94,7 @@ def plan_hosts(
 ) -> Hosts:
     """Addresses and ports: loopback with free ports, or given machine addresses (netns)."""
     machines = job.spec.machine_names
-    stores = [r for r in roles.values() if r.kind == "store"]
+    stores = [r for r in roles.values() if r.kind in ("store", "ps")]  # what listens
     trainer0 = roles.get(str(RoleName.trainer(0)))
     if addresses is None:
         addr = dict.fromkeys(machines, "127.0.0.1")
@@ -130,6 +130,15 @@ def store_argv(
     if profile is not None:
         argv += ["--profile", str(profile)]
     return tuple(argv)
+
+
+def ps_argv(role: Role, hosts: Hosts, paths: JobPaths, python: str) -> tuple[str, ...]:
+    """``graphrun ps``: parameter server ``ps:J`` of the job, with the job's key."""
+    host, port = hosts.endpoint(role.name)
+    return (
+        python, "-m", "graphrun", "ps", "--index", str(role.id.index),
+        "--address", f"tcp://{host}:{port}", "--key-file", str(paths.key_file),
+    )  # fmt: skip
 
 
 def trainer_argv(
@@ -180,6 +189,7 @@ def machine_launches(
     """What every machine runs, in machine order."""
     env = dict(env or {})
     all_stores = tuple(ep for eps in hosts.store_endpoints().values() for ep in eps)
+    all_stores += tuple(hosts.endpoints[r.name] for r in roles.values() if r.kind == "ps")
     out = []
     for m in job.spec.machine_names:
         launches: list[RoleLaunch] = []
@@ -191,6 +201,9 @@ def machine_launches(
                 prof = profile_dir / f"{name}.jsonl" if profile_dir else None
                 cmd = RoleCommand(r.name, m, store_argv(r, hosts, paths, python, prof), env)
                 launches.append(RoleLaunch("store", cmd, hosts.endpoints[r.name]))
+            elif r.kind == "ps":
+                cmd = RoleCommand(r.name, m, ps_argv(r, hosts, paths, python), env)
+                launches.append(RoleLaunch("ps", cmd, hosts.endpoints[r.name]))
             elif r.kind == "trainer":
                 prof = profile_dir / f"trainer-{r.rank}.jsonl" if profile_dir else None
                 argv = trainer_argv(r, paths, python, resume, prof, trainer_args)

@@ -32,7 +32,8 @@ Input should be greater than 0``. :func:`graphjob_json_schema` exports the JSON 
 
 Roles (see ``job_roles``) follow the shared naming: ``store:<part>`` (main store server of a
 partition), ``store:<part>:<b>`` (its backup b >= 1), ``trainer:<rank>``,
-``sampler:<rank>:<w>``. Machines are named ``m0``, ``m1``, ... unless
+``sampler:<rank>:<w>``, ``ps:<j>`` (parameter server j, ``training.sync: ps``).
+Machines are named ``m0``, ``m1``, ... unless
 ``runtime.machineNames`` says otherwise.
 """
 
@@ -301,6 +302,11 @@ class RuntimeSpec(_Model):
         "only) or 2 (also a replica on the next machine, loaded from the partition files; "
         "clients fail over to it and every write goes to both; see docs/replication.md)",
     )
+    parameter_servers: int | None = Field(
+        default=None, ge=1, le=64,
+        description="parameter-server processes (roles ps:0..N-1) holding the dense "
+        "parameters when training.sync is ps (default 1 then); sharded by bytes",
+    )  # fmt: skip
     hosts: Literal["local", "netns"] = "local"
     machine_names: list[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]] | None = None
     gpus_per_machine: int | None = Field(
@@ -466,6 +472,16 @@ class TrainingSpec(_Model):
         "memory) under RUN/tensorboard/",
     )
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
+    sync: Literal["allreduce", "ps"] = Field(
+        default="allreduce",
+        description="how dense gradients meet: allreduce (DDP) or ps (parameter servers, "
+        "runtime.parameterServers, own the parameters and Adam's state)",
+    )
+    staleness: int = Field(
+        default=0, ge=0, le=1000,
+        description="sync ps: 0 waits for every trainer's gradients each step (the result of "
+        "allreduce); k >= 1 is asynchronous, a trainer at most k steps ahead of the slowest",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _one_kind(self) -> TrainingSpec:
@@ -486,6 +502,8 @@ class TrainingSpec(_Model):
             )
         if self.task is not None:
             model_name(self.task, self.model)  # "model: 'x' is not a model of <task> (known: ..)"
+        if self.staleness and self.sync != "ps":
+            raise ValueError("staleness: only parameter servers (sync: ps) train asynchronously")
         return self
 
     def _kinds(self) -> dict[str, str | None]:
@@ -765,6 +783,10 @@ class GraphJobSpec(_Model):
                     f"partition.parts: {self.partition.parts}, but graph.store has {n} partitions"
                 )
             return self
+        if self.runtime.parameter_servers is not None and self.training.sync != "ps":
+            raise ValueError(
+                "runtime.parameterServers: only used with training.sync: ps (allreduce has none)"
+            )
         parts = self.partition.parts
         if self.partition.mode == "distributed" and parts not in (None, self.runtime.machines):
             raise ValueError(
@@ -788,6 +810,13 @@ class GraphJobSpec(_Model):
         if self.graph.store is not None:
             return len(self.graph.store.addresses)
         return self.partition.parts or self.runtime.machines
+
+    @property
+    def num_ps(self) -> int:
+        """Parameter servers: ``runtime.parameterServers`` (default 1) with ``sync: ps``."""
+        if self.training.sync != "ps":
+            return 0
+        return self.runtime.parameter_servers or 1
 
     @property
     def num_trainers(self) -> int:
@@ -925,8 +954,9 @@ def replica_machine(machines: list[str], primary: str, k: int = 1) -> str:
 def job_roles(spec: GraphJobSpec) -> list[Role]:
     """Every role of the job, with its co-located default machine, in start order:
     store servers (partition order, main before backups), the partitions' replicas
-    (``runtime.replicas``: on the next machine), then trainers with their samplers.
-    Partition k's stores default to machine ``k % machines``."""
+    (``runtime.replicas``: on the next machine), parameter servers (``ps:j`` on machine
+    ``j % machines``), then trainers with their samplers. Partition k's stores default to
+    machine ``k % machines``."""
     names = spec.machine_names
     r = spec.runtime
     roles: list[Role] = []
@@ -938,6 +968,8 @@ def job_roles(spec: GraphJobSpec) -> list[Role]:
         for k in range(1, r.replicas):
             m = replica_machine(names, names[part % len(names)], k)
             roles.append(Role(RoleName.store(part, replica=k), m))
+    for j in range(spec.num_ps):
+        roles.append(Role(RoleName.ps(j), names[j % len(names)]))
     for rank in range(spec.num_trainers):
         m = names[rank // r.trainers_per_machine]
         roles.append(Role(RoleName.trainer(rank), m))
@@ -966,8 +998,11 @@ def resolve_placement(job: GraphJob, base_dir: str | Path = ".") -> dict[str, st
         explicit = plan_assignments(spec.placement.plan, machines, "spec.placement.plan.")
         where = "spec.placement.plan.assignments."
     for role, machine in (explicit or {}).items():
-        if RoleName.parse(role).kind == "ps":
-            continue  # parameter servers exist in the placement model only
+        if role not in placement and RoleName.parse(role).kind == "ps":
+            raise SpecError(
+                f"{where}{role}: the plan places a parameter server; run it with "
+                "training.sync: ps and runtime.parameterServers (the plan's count)"
+            )
         if role not in placement:
             raise SpecError(f"{where}{role}: the job has no such role")
         if machine not in machines:

@@ -23,7 +23,7 @@ import runpy
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from graphrun.errors import (
     SUSPENDED_EXIT,
@@ -179,7 +179,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the job's own store servers are stopped by trainer 0 once all trainers finished;
         # a running store the job joined (graph.store) is shared and keeps serving
         own = job.spec.graph.store is None
-        done = ctx.client.stop_servers if own else None
+        ps = ps_settings(job, hosts, keys, args.timeout)
+
+        def done() -> None:
+            if ps is not None:
+                from graphrun.store.ps_client import stop_parameter_servers
+
+                stop_parameter_servers(ps.addresses, ps.keys)
+            if own:
+                ctx.client.stop_servers()
 
         def finished() -> None:
             # every session leaves (the loader workers' too) or stops its heartbeats before
@@ -192,7 +200,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ctx.close()
 
         run_training(
-            cfg, data, ddp, graph=data.graph, on_done=done, on_finished=finished, stop=stop
+            cfg,
+            data,
+            ddp,
+            graph=data.graph,
+            on_done=done,
+            on_finished=finished,
+            stop=stop,
+            ps=ps,
         )
         print(
             json.dumps({"event": "traffic", "rank": args.rank, **traffic(ctx.client)}), flush=True
@@ -217,6 +232,23 @@ def trainer_device(job: GraphJob, args: argparse.Namespace) -> str:
     check_gpus(args.machine, max(job.spec.runtime.machine_gpus, args.gpu + 1), have, names)
     torch.cuda.set_device(args.gpu)
     return f"cuda:{args.gpu}"
+
+
+def ps_settings(job: GraphJob, hosts: Hosts, keys: Any, timeout_s: float) -> Any:
+    """The parameter servers of a ``training.sync: ps`` job (None for allreduce):
+    ``ps:J``'s endpoint from the hosts file, the job's key, the mode."""
+    n = job.spec.num_ps
+    if n == 0:
+        return None
+    from graphrun.train.ps import PSSettings
+
+    t = job.spec.training
+    addresses = []
+    for j in range(n):
+        host, port = hosts.endpoint(str(RoleName.ps(j)))
+        addresses.append(f"tcp://{host}:{port}")
+    mode: Literal["sync", "async"] = "async" if t.staleness else "sync"
+    return PSSettings(tuple(addresses), keys, mode, t.staleness, timeout_s)
 
 
 def default_threads(job: GraphJob, cores: int | None = None) -> int:

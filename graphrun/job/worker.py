@@ -14,8 +14,9 @@ States: ``serving`` — this machine's store servers accept connections;
 ``training`` — every store server of the job is up and the trainers run; ``done`` —
 this machine's trainers all exited 0. Its store servers keep serving the other
 machines until the job's trainers stop them (trainer 0 asks every store to stop once
-all trainers finished; a store that then exits 0 ends the worker with exit code 0) or
-the worker is told to stop (SIGTERM): then its trainers first, which write an exact
+all trainers finished, and the parameter servers of ``training.sync: ps``; a store that
+then exits 0 ends the worker with exit code 0) or the worker is told to stop (SIGTERM):
+then its trainers first, which write an exact
 checkpoint (:mod:`graphrun.train.suspend`) while the stores still serve. A machine
 without store servers (placement may give a machine only trainers, or no role at all)
 ends with exit code 0 once its trainers are done. A store that exits before this machine's
@@ -182,9 +183,10 @@ def all_up(endpoints: Sequence[str], probe: Probe) -> Callable[[], bool]:
 
 
 def store_waves(launch: MachineLaunch) -> list[list[RoleLaunch]]:
-    """Store roles in start order: main servers (``store:<p>``), then backups."""
+    """Server roles in start order: main servers (``store:<p>``) and parameter servers
+    (``ps:<j>``), then backups."""
     stores = launch.of_kind("store")
-    mains = [r for r in stores if RoleName.parse(r.role).sub == 0]
+    mains = [r for r in stores if RoleName.parse(r.role).sub == 0] + launch.of_kind("ps")
     backups = [r for r in stores if RoleName.parse(r.role).sub > 0]
     return [w for w in (mains, backups) if w]
 
@@ -254,7 +256,7 @@ def run_machine(
         stalls.check(sup, launch.machine)
         status.usage.sample(_running(sup))
         for ex in sup.poll():
-            clean = ex.exit_code == 0 and kinds[ex.role] == "store"
+            clean = ex.exit_code == 0 and kinds[ex.role] in ("store", "ps")
             if clean and status.state in ("training", "done"):
                 stopped_by_job.append(ex.role)  # trainer 0 stops the stores at the end
                 continue
@@ -268,7 +270,10 @@ def run_machine(
         # Done machines keep serving until the job stops their stores; a machine without
         # stores (a placement plan may leave it only trainers, or nothing) is needed by
         # no one once its trainers are done.
-        served = stopped_by_job or all(r.role in lost for r in launch.of_kind("store"))
+        # Parameter servers are stopped by trainer 0 too: wait for theirs to exit as well.
+        ps_done = {r.role for r in launch.of_kind("ps")} <= set(stopped_by_job)
+        lost_all = all(r.role in lost for r in launch.of_kind("store"))
+        served = (stopped_by_job or lost_all) and ps_done
         if stop.is_set() or (served and status.state == "done"):
             raise _Stopped
 

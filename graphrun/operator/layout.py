@@ -255,7 +255,7 @@ def host_plan(job: GraphJob, owner: Owner, config: OperatorConfig) -> dict[str, 
     names = job.spec.machine_names
     address = {m: worker_dns(owner, i, config) for i, m in enumerate(names)}
     placement = resolve_placement(job)
-    stores = [r.name for r in job_roles(job.spec) if r.kind == "store"]
+    stores = listening_roles(job)
     endpoints = {
         role: f"{address[placement[role]]}:{BASE_PORT + i}" for i, role in enumerate(stores)
     }
@@ -284,31 +284,44 @@ def _slots(job: GraphJob, machine: str) -> dict[str, int]:
 
 
 def machine_ports(job: GraphJob, machine_index: int) -> list[tuple[str, int]]:
-    """(port name, port) of what listens on a machine: its store servers, the rendezvous."""
+    """(port name, port) of what listens on a machine: its store and parameter servers,
+    the rendezvous."""
     machine = job.spec.machine_names[machine_index]
     placement = resolve_placement(job)
-    stores = [r.name for r in job_roles(job.spec) if r.kind == "store"]
-    out = [
-        (f"store-{i}", BASE_PORT + i) for i, role in enumerate(stores) if placement[role] == machine
-    ]
+    stores = listening_roles(job)
+    out = [(_port_name(role, i), BASE_PORT + i) for i, role in enumerate(stores)
+           if placement[role] == machine]  # fmt: skip
     if placement.get("trainer:0", job.spec.machine_names[0]) == machine:
         out.append(("rendezvous", BASE_PORT + len(stores)))
     return out
 
 
+def _port_name(role: str, i: int) -> str:
+    """``store-<i>`` (the i-th listening role), ``ps-<j>`` (parameter server j)."""
+    name = RoleName.parse(role)
+    return f"ps-{name.index}" if name.kind == "ps" else f"store-{i}"
+
+
+def listening_roles(job: GraphJob) -> list[str]:
+    """The roles that listen, in port order: store servers, then parameter servers."""
+    return [r.name for r in job_roles(job.spec) if r.kind in ("store", "ps")]
+
+
 def machine_roles(job: GraphJob) -> list[list[str]]:
-    """Per machine (in machine order), the store and trainer roles its worker runs."""
+    """Per machine (in machine order), the store, parameter-server and trainer roles its
+    worker runs."""
     placement = resolve_placement(job)
     index = {m: i for i, m in enumerate(job.spec.machine_names)}
     out: list[list[str]] = [[] for _ in index]
     for role in job_roles(job.spec):
-        if role.kind in ("store", "trainer"):
+        if role.kind in ("store", "ps", "trainer"):
             out[index[placement[role.name]]].append(role.name)
     return out
 
 
 def worker_indices(job: GraphJob) -> list[int]:
-    """The machines that get a worker pod: those running a store server or a trainer."""
+    """The machines that get a worker pod: those running a store or parameter server or a
+    trainer."""
     return [i for i, roles in enumerate(machine_roles(job)) if roles]
 
 

@@ -126,7 +126,8 @@ def with_gpus(job: GraphJob, resources: dict[str, Any] | None, where: str) -> di
 def machine_demands(job: GraphJob) -> list[Demand] | None:
     """Per job machine, the plan's demands of the roles its worker runs, added up; None
     without a plan or when the plan records no demands. (A plan's parameter servers
-    are not roles of a GraphJob: their demands do not count.)"""
+    count with ``training.sync: ps``; a job without them refuses a plan that places
+    them.)"""
     plan = job.spec.placement.plan
     if plan is None or plan.demands is None:
         return None

@@ -234,6 +234,11 @@ class RpcServer:
         if reply is not None:
             self._reply(peer, reply)
 
+    def reply(self, peer: bytes, msg: Message) -> None:
+        """Send ``msg`` to ``peer`` outside a handler call: the answer to a request the
+        handler parked (returned None for), e.g. a parameter server's waiting pull."""
+        self._reply(peer, msg)
+
     def _reply(self, peer: bytes, msg: Message) -> None:
         try:
             send_frames(self._sock, encode(msg), prefix=(peer,))

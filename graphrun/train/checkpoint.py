@@ -5,7 +5,8 @@ when the trainers are told to stop mid-epoch.
 and renamed; mode 0600: the model is the job's, not every local user's)::
 
     {"format": "graphrun-checkpoint", "version": 2, "epoch": E (last finished),
-     "model": state_dict, "optimizer": state_dict,
+     "model": state_dict, "optimizer": state_dict (with training.sync ps: the parameter
+     servers' parameters and Adam state, graphrun.train.ps.PSOptimizer.state_dict),
      "sparse": {name: state} (DistEmbedding tables and their sparse optimizer),
      "metrics": {...} (the epoch's metrics),
      "position": None | {"epoch": E + 1, "step": S, "rng": [per-trainer RNG state],

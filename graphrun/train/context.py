@@ -31,6 +31,7 @@ class TrainContext:
     # set once the trainer is told to stop (SIGTERM): an entry point may check it between
     # steps, write its checkpoint and raise graphrun.errors.Suspended (built-in tasks do)
     stop: StopFlag | None = None
+    ps: Any = None  # graphrun.train.ps.PSSettings: dense parameters on parameter servers
 
     @property
     def rank(self) -> int:

@@ -343,6 +343,7 @@ def run_training(
     on_done: Callable[[], None] | None = None,
     stop: StopFlag | None = None,
     on_finished: Callable[[], None] | None = None,
+    ps: Any = None,
 ) -> Any:
     """Join the process group, then run the task or the entry point. Returns its result.
 
@@ -350,14 +351,15 @@ def run_training(
     barrier (e.g. to leave the store); ``on_done`` runs on rank 0 once every trainer has
     finished (after that barrier), e.g. to stop the job's store servers, and also once
     they stopped on ``stop`` (raising :class:`~graphrun.errors.Suspended` after their
-    checkpoint).
+    checkpoint). ``ps`` (:class:`graphrun.train.ps.PSSettings`): the dense parameters
+    live on parameter servers instead of being all-reduced.
     """
     metrics = metrics or MetricsLog(
         config.metrics_file, enabled=ddp.rank == 0, tensorboard_dir=config.tensorboard_dir
     )
     group = process_group(ddp) if ddp.world_size > 1 else nullcontext()
     with group:
-        ctx = TrainContext(config, data, ddp, metrics, graph, stop)
+        ctx = TrainContext(config, data, ddp, metrics, graph, stop, ps)
         try:
             if config.entry_point is not None:
                 result = load_entry_point(config.entry_point)(ctx)

@@ -41,6 +41,7 @@ from graphrun.train.models import (
     resolve_precision,
 )
 from graphrun.train.names import model_name
+from graphrun.train.ps import PSOptimizer
 
 
 class Scores(NamedTuple):
@@ -56,7 +57,7 @@ class Task:
 
     ntype: str | None = None
     model: torch.nn.Module
-    opt: torch.optim.Optimizer
+    opt: torch.optim.Optimizer | PSOptimizer
     embedding: Embedding | None = None
 
     def __init__(self, ctx: TrainContext) -> None:
@@ -64,7 +65,14 @@ class Task:
         self.cfg = ctx.config
 
     def _finish(self, model: torch.nn.Module) -> None:
-        self.model = wrap(model, self.ctx.ddp)
+        ddp = self.ctx.ddp
+        if self.ctx.ps is not None:  # training.sync: ps (graphrun.train.ps): no all-reduce
+            self.model = model.to(ddp.device)
+            self.opt = self.ctx.ps.optimizer(
+                self.model, ddp.rank, ddp.world_size, self.cfg.lr, self.cfg.weight_decay, barrier
+            )
+            return
+        self.model = wrap(model, ddp)
         self.opt = torch.optim.Adam(
             self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay
         )

@@ -232,3 +232,18 @@ def test_the_search_says_where_it_stands(tmp_path: Path, capsys: pytest.CaptureF
     err = capsys.readouterr().err
     assert "graphrun plan: simulating the first placements, then searching for 1 s" in err
     assert re.search(r"graphrun plan: [\d.]+ s left: best makespan so far [\d.]+ s", err), err
+
+
+def test_a_parameter_server_job_is_planned_with_its_ps_roles(tmp_path: Path):
+    training = {"task": "node-classification", "sync": "ps"}
+    runtime = {"machines": 3, "trainersPerMachine": 1, "parameterServers": 2}
+    c, j = write(tmp_path, graphjob(training=training, runtime=runtime), cluster())
+    out = tmp_path / "plan.yaml"
+    assert main(["plan", str(c), str(j), "-o", str(out), "--steps", "40"]) == 0
+    job = load_job(j)
+    roles = [r.name for r in job_roles(job.spec)]
+    assert "ps:1" in roles
+    plan = load_plan(out, machines=NAMES, roles=roles, require_all=True)  # ps:0, ps:1 too
+    placement = resolve_placement(job, tmp_path)  # applies as is
+    rename = dict(zip(NAMES, job.spec.machine_names, strict=True))
+    assert placement["ps:1"] == rename[plan.assignments["ps:1"]]

@@ -313,9 +313,14 @@ def _write_plan(
 def test_plan_file(tmp_path: Path) -> None:
     _write_plan(tmp_path / "plan.yaml", ["h0", "h1"], {"trainer:0": "h1", "ps:0": "h0"})
     j = parse_job(job(runtime={"machines": 2}, placement={"planFile": "plan.yaml"}))
+    with pytest.raises(SpecError, match=r"plan\.yaml: assignments\.ps:0: the plan places a "):
+        resolve_placement(j, tmp_path)  # an allreduce job has no parameter server to place
+    training = {**MINIMAL["spec"]["training"], "sync": "ps"}
+    j = parse_job(job(runtime={"machines": 2}, placement={"planFile": "plan.yaml"},
+                      training=training))  # fmt: skip
     placement = resolve_placement(j, tmp_path)
     assert placement["trainer:0"] == "m1"  # plan machines map to job machines by position
-    assert "ps:0" not in placement
+    assert placement["ps:0"] == "m0"
 
 
 def test_plan_file_errors(tmp_path: Path) -> None:
@@ -367,12 +372,14 @@ def _inline(machines: list[str], roles: dict[str, str], **more: Any) -> dict[str
 
 def test_inline_plan_maps_plan_machines_to_job_machines_by_position() -> None:
     plan = {"store:0": "node-b", "store:1": "node-b", "trainer:0": "node-a", "ps:0": "node-a"}
-    j = parse_job(_inline(["node-a", "node-b"], plan, nodeLabel="graphrun.io/machine"))
+    data = _inline(["node-a", "node-b"], plan, nodeLabel="graphrun.io/machine")
+    data["spec"]["training"] = {**data["spec"]["training"], "sync": "ps"}
+    j = parse_job(data)
     placement = resolve_placement(j)
     assert placement["store:0"] == placement["store:1"] == "m1"
     assert placement["trainer:0"] == "m0"
     assert placement["trainer:3"] == "m1"  # left out: its co-located machine
-    assert "ps:0" not in placement
+    assert placement["ps:0"] == "m0"
     assert j.spec.placement.node_label == "graphrun.io/machine"
     # the plan survives the round trip through YAML data (the ConfigMap's job.yaml)
     assert parse_job(j.to_dict()).spec.placement == j.spec.placement

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import json
 import os
 import signal
 import sys
@@ -757,3 +758,26 @@ async def test_kueue_admission_eviction_and_requeue(cluster: Cluster) -> None:
     reasons = [e["reason"] for e in await c.items("Event")]
     for reason in ("Queued", "Admitted", "Evicted", "Requeued"):
         assert reason in reasons, reasons
+
+
+async def test_parameter_servers_get_their_planned_worker_pod(cluster: Cluster) -> None:
+    """training.sync ps: the plan puts ps:0 on the machine that would otherwise be idle,
+    so it gets a worker pod of its own (running `graphrun worker`, which starts ps:0)."""
+    c = cluster
+    doc = planned(nodeLabel="graphrun.io/machine")
+    doc["spec"]["training"] = {**doc["spec"]["training"], "sync": "ps", "staleness": 2}
+    doc["spec"]["placement"]["plan"]["assignments"]["ps:0"] = "node-idle"
+    await c.create_graphjob(doc)
+    await eventually(lambda: c.names("Pod", "partitioner"))
+    await c.finish_partitioner()
+    workers = await eventually(n_workers(c, 3))
+    pods = {p["metadata"]["name"]: p for p in await c.items("Pod")}
+    assert pods["graphsage-worker-2"]["metadata"]["annotations"][L.ANNOTATION_ROLES] == "ps:0"
+    hosts = json.loads((await c.items("ConfigMap"))[0]["data"]["hosts.json"])
+    assert hosts["endpoints"]["ps:0"].startswith("graphsage-worker-2.")
+    for w in workers:
+        await c.set_pod(w, "Running", ready=True)
+    await eventually(phase_is(c, "Training"))
+    for w in workers:
+        await c.set_pod(w, "Succeeded")
+    await eventually(phase_is(c, "Succeeded"))

@@ -232,10 +232,11 @@ def test_demands_count_the_roles_the_pod_runs() -> None:
     plan["assignments"].update({"sampler:2:0": "node-gpu-1", "ps:0": "node-gpu-1"})
     plan["demands"].update({"sampler:2:0": {"cpu": 2, "memory_gb": 1}, "ps:0": {"cpu": 8}})
     plan["capacity"]["node-gpu-1"]["cpu"] = 16
+    d["spec"]["training"]["sync"] = "ps"
     job = parse_job(d)
     B.check_supported(job)
-    # trainer:2 and its sampler worker run in the pod; a parameter server is no GraphJob role
-    assert container(job, 2)["resources"]["requests"] == {"cpu": "6", "memory": "9G"}
+    # trainer:2, its sampler worker and the parameter server ps:0 run in the pod
+    assert container(job, 2)["resources"]["requests"] == {"cpu": "14", "memory": "9G"}
 
 
 def _gpu_job(per_machine: int, resources: dict[str, Any] | None = None) -> GraphJob:

@@ -1,0 +1,192 @@
+"""A parameter server process (``graphrun ps``): one shard of a job's dense parameters.
+
+It is a store server without a partition: the same ROUTER loop, wire codec, ``Limits``
+and CURVE with the job's key (only the job's own processes get in: a parameter server
+serves one job), and its state is :class:`~graphrun.store.ps_state.ShardState`.
+
+=========  ==============================================================================
+op         body; tensors -> reply
+=========  ==============================================================================
+stats      -> {"role", "ready", "clock"}   (readiness probe, as a store's stats)
+ps_init    names, shapes, trainers, mode, staleness, optimizer; (param,) -> {}
+ps_push    rank, clock; (grad,) -> {}
+ps_pull    step -> {"clock"}; (param,), answered once the step's parameters exist
+ps_save    -> {"names", "step", "clock"}; (param, exp_avg, exp_avg_sq)
+ps_load    names, step; (param, exp_avg, exp_avg_sq) -> {}
+stop       -> {} and the server shuts down
+=========  ==============================================================================
+
+``ps_pull`` is the one request answered late: a pull for a step whose parameters are
+not there yet (sync: not every trainer pushed; async: a trainer more than ``staleness``
+steps behind; or ``ps_init`` not received) is parked and answered when a push makes it
+ready. Parked pulls cost a reply envelope each; the trainer's wait has its timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from graphrun.errors import ArgumentError, StoreError
+from graphrun.names import RoleName
+from graphrun.rpc.auth import KeyPair
+from graphrun.rpc.codec import Message, MsgKind
+from graphrun.rpc.transport import RpcServer
+from graphrun.store.ps_state import AdamConfig, DenseAdam, ShardState
+
+log = logging.getLogger("graphrun.ps")
+
+
+@dataclass(frozen=True)
+class PSConfig:
+    index: int
+    address: str = "tcp://127.0.0.1:0"
+    keys: KeyPair | None = None
+
+
+def _int(body: Any, key: str, op: str) -> int:
+    val = body.get(key)
+    if not isinstance(val, int) or isinstance(val, bool):
+        raise ArgumentError(f"{op}: field {key!r} must be an integer")
+    return val
+
+
+def _tensor(msg: Message, i: int, what: str) -> np.ndarray:
+    if i >= len(msg.tensors):
+        raise ArgumentError(f"{msg.op}: tensor {i} ({what}) is missing")
+    return msg.tensors[i]
+
+
+def init_shard(body: Any, tensors: tuple[np.ndarray, ...]) -> ShardState:
+    """The shard a ``ps_init`` request describes (ArgumentError naming a bad field)."""
+    names, shapes = body.get("names"), body.get("shapes")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ArgumentError("ps_init: field 'names' must be a list of strings")
+    if not isinstance(shapes, list) or len(shapes) != len(names):
+        raise ArgumentError("ps_init: field 'shapes' must be a list, one shape per name")
+    for s in shapes:
+        if not isinstance(s, list) or not all(isinstance(x, int) and x >= 0 for x in s):
+            raise ArgumentError("ps_init: every shape must be a list of sizes >= 0")
+    opt = body.get("optimizer", {})
+    if not isinstance(opt, dict) or set(opt) - {"lr", "beta1", "beta2", "eps", "weight_decay"}:
+        raise ArgumentError("ps_init: field 'optimizer' has unknown keys")
+    if not tensors:
+        raise ArgumentError("ps_init: tensor 0 (parameters) is missing")
+    param = np.array(tensors[0], dtype=np.float32, copy=True)  # a frame is read-only
+    mode = body.get("mode", "sync")
+    return ShardState(
+        names=tuple(names),
+        shapes=tuple(tuple(s) for s in shapes),
+        param=param,
+        opt=DenseAdam(AdamConfig(**opt), param.size),
+        trainers=_int(body, "trainers", "ps_init"),
+        mode=mode if mode in ("sync", "async") else _bad_mode(mode),
+        staleness=_int(body, "staleness", "ps_init"),
+    )
+
+
+def _bad_mode(mode: Any) -> Any:
+    raise ArgumentError(f"ps_init: mode {mode!r} is not 'sync' or 'async'")
+
+
+class ParameterServer:
+    """The request handler and the parked pulls of one parameter server."""
+
+    def __init__(self, index: int) -> None:
+        self.name = str(RoleName.ps(index))
+        self.shard: ShardState | None = None
+        self.parked: list[tuple[bytes, Message]] = []
+        self.stop_requested = False
+        self.reply: Callable[[bytes, Message], None] = lambda peer, msg: None
+
+    def handle(self, peer: bytes, msg: Message) -> Message | None:
+        body, op = msg.body, msg.op
+        if op == "stats":
+            clock = self.shard.clock if self.shard else None
+            return self._ok(msg, {"role": self.name, "ready": self.shard is not None,
+                                  "clock": clock})  # fmt: skip
+        if op == "stop":
+            self.stop_requested = True
+            return self._ok(msg)
+        if op == "ps_init":
+            self.shard = init_shard(body, msg.tensors)
+            log.info("%s: %d parameters (%d values), %s, %d trainers, staleness %d",
+                     self.name, len(self.shard.names), self.shard.param.size,
+                     self.shard.mode, self.shard.trainers, self.shard.staleness)  # fmt: skip
+            self._release()
+            return self._ok(msg)
+        if op == "ps_pull":
+            _int(body, "step", op)
+            if self.shard is None or not self.shard.ready(body["step"]):
+                self.parked.append((peer, msg))
+                return None
+            return self._params(msg)
+        shard = self._shard(op)
+        if op == "ps_push":
+            rank, clock = _int(body, "rank", op), _int(body, "clock", op)
+            if shard.push(rank, clock, _tensor(msg, 0, "gradient")):
+                self._release()
+            return self._ok(msg)
+        if op == "ps_save":
+            saved, arrays = shard.save()
+            return Message(MsgKind.REPLY, op, msg.request_id, saved, arrays)
+        if op == "ps_load":
+            names = body.get("names")
+            if not isinstance(names, list):
+                raise ArgumentError("ps_load: field 'names' must be a list")
+            shard.load(names, _int(body, "step", op), msg.tensors)
+            return self._ok(msg)
+        raise ArgumentError(f"unknown operation {op!r}")
+
+    def _shard(self, op: str) -> ShardState:
+        if self.shard is None:
+            raise StoreError(f"{op}: {self.name} has no parameters yet (no ps_init)")
+        return self.shard
+
+    @staticmethod
+    def _ok(msg: Message, body: dict[str, Any] | None = None) -> Message:
+        return Message(MsgKind.REPLY, msg.op, msg.request_id, body or {})
+
+    def _params(self, msg: Message) -> Message:
+        shard = self._shard(msg.op)
+        body = {"clock": shard.clock}
+        return Message(MsgKind.REPLY, msg.op, msg.request_id, body, (shard.param.copy(),))
+
+    def _release(self) -> None:
+        """Answer the parked pulls that are ready now."""
+        shard = self.shard
+        if shard is None or not self.parked:
+            return
+        keep = []
+        for peer, msg in self.parked:
+            if shard.ready(msg.body["step"]):
+                self.reply(peer, self._params(msg))
+            else:
+                keep.append((peer, msg))
+        self.parked = keep
+
+
+def run_ps(
+    cfg: PSConfig,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve one parameter-server shard until a ``stop`` request or ``should_stop()``."""
+    ps = ParameterServer(cfg.index)
+    server = RpcServer(cfg.address, ps.handle, keys=cfg.keys, name=ps.name)
+    ps.reply = server.reply
+    try:
+        log.info("%s serving on %s", ps.name, server.address)
+        if on_ready is not None:
+            on_ready(server.address)
+        t0 = time.process_time()
+        server.serve_forever(lambda: ps.stop_requested or should_stop())
+        log.info("%s stopping; clock %s, cpu %.2fs", ps.name,
+                 ps.shard.clock if ps.shard else None, time.process_time() - t0)  # fmt: skip
+    finally:
+        server.close()
