@@ -485,7 +485,7 @@ def run(args: argparse.Namespace) -> int:
         if args.device == "cuda":
             from graphrun.bench.gpu import compare
 
-            base = {
+            head = {
                 "bench": "train", "dataset": str(args.dataset), "nodes": graph.num_nodes,
                 "edges": graph.num_edges, "hosts": args.hosts, "epochs": args.epochs,
                 "partition_mode": args.partition_mode, "edge_cut": round(edge_cut, 4),
@@ -493,7 +493,7 @@ def run(args: argparse.Namespace) -> int:
             }  # fmt: skip
             aggr = "csr" if args.aggr == "both" else args.aggr
             got = compare(args, workdir, aggr, run_distributed)
-            print(json.dumps({**base, **got}), flush=True)
+            print(json.dumps({**head, **got}), flush=True)
             return 0
         base: dict[str, dict[str, Any]] = {}  # per aggr: the allreduce run, if any
         pyg = {} if args.no_pyg else run_pyg(args)
