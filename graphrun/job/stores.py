@@ -19,8 +19,9 @@
 * ``extensions=["graphrun.sampling.server:register"]`` passes ``--extension``;
   ``launcher=["ip", "netns", "exec", "ns1"]`` prefixes the command (it must exec it).
 
-Every child's stdout/stderr goes to a log file in a temporary directory
-(``StoreProcess.log_path``), shown in failures.
+Every child's stdout/stderr goes to a log file (``StoreProcess.log_path``), shown in
+failures; without ``log_dir`` it is in a temporary directory of its own, removed once
+the server is stopped or killed.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -51,6 +53,7 @@ class StoreProcess:
     address: str
     part: int
     log_path: Path
+    own_dir: Path | None = None  # the temporary directory of its log, removed when it ends
 
     @property
     def pid(self) -> int:
@@ -79,16 +82,23 @@ class StoreProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout)
+            code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            return self.proc.wait(5)
+            code = self.proc.wait(5)
+        self._remove_own_dir()
+        return code
 
     def kill(self) -> None:
         """SIGKILL: the server gets no chance to clean up."""
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(10)
+        self._remove_own_dir()
+
+    def _remove_own_dir(self) -> None:
+        if self.own_dir is not None:
+            shutil.rmtree(self.own_dir, ignore_errors=True)
 
 
 def start_store(
@@ -107,7 +117,8 @@ def start_store(
     launcher: Sequence[str] = (),
 ) -> StoreProcess:
     """Start ``graphrun serve`` for one partition and wait until it serves."""
-    tmp = Path(log_dir or tempfile.mkdtemp(prefix="graphrun-store-"))
+    tmp = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="graphrun-store-"))
+    own_dir = None if log_dir else tmp
     ready = tmp / f"ready-{part}-{time.monotonic_ns()}.json"
     log_path = tmp / f"store-{part}-{time.monotonic_ns()}.log"
     cmd = [*launcher, sys.executable, "-m", "graphrun", "serve", str(partition_dir)]
@@ -124,7 +135,7 @@ def start_store(
         proc = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **package_env()}
         )
-    sp = StoreProcess(proc, "", part, log_path)
+    sp = StoreProcess(proc, "", part, log_path, own_dir)
     deadline = time.monotonic() + ready_timeout
     while not ready.exists():
         sp.check()

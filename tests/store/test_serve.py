@@ -450,3 +450,19 @@ def test_job_keys_of_a_shared_store_reach_their_own_job_only(homo, key_file, key
             assert "tensors" in admin.call(0, "manifest").body
         for s in stores:
             s.check()
+
+
+def test_a_store_started_without_a_log_dir_removes_its_own(homo, key_file, tmp_path):
+    """Each start_store made a /tmp/graphrun-store-* directory for its log and left it:
+    a suite run left hundreds."""
+    _, parts = homo
+    stopped = start_store(parts, 0, key_file=key_file, shm_dir=tmp_path)
+    killed = start_store(parts, 1, key_file=key_file, shm_dir=tmp_path)
+    dirs = [stopped.log_path.parent, killed.log_path.parent]
+    assert all(d.is_dir() for d in dirs)
+    stopped.stop()
+    killed.kill()
+    assert not any(d.exists() for d in dirs)
+    kept = start_store(parts, 0, key_file=key_file, shm_dir=tmp_path, log_dir=tmp_path)
+    kept.stop()
+    assert kept.log_path.exists()  # a directory the caller gave is the caller's
