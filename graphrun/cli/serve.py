@@ -225,6 +225,7 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from graphrun.files import write_atomic
+    from graphrun.rpc.transport import Waker
     from graphrun.rpc.tuning import keep_large_allocations
     from graphrun.store.server import ServerConfig, run_server
 
@@ -256,9 +257,11 @@ def run(args: argparse.Namespace) -> int:
     # single-threaded; importing torch here only to set its threads cost a second of CPU)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     stop = {"flag": False}
+    waker = Waker()  # a signal ends the server's wait at once, not at its next tick
 
     def on_signal(signum: int, frame: Any) -> None:
         stop["flag"] = True
+        waker.wake()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -301,7 +304,10 @@ def run(args: argparse.Namespace) -> int:
 
     made_key_box = [made_key] if made_key is not None else []
     try:
-        run_server(cfg, should_stop=lambda: stop["flag"], on_ready=on_ready, on_tick=on_tick)
+        run_server(
+            cfg, should_stop=lambda: stop["flag"], on_ready=on_ready, on_tick=on_tick,
+            waker=waker,
+        )  # fmt: skip
     except BaseException:
         for path in made_key_box:  # never served: leave no fresh key behind
             path.unlink(missing_ok=True)

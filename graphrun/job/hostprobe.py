@@ -5,7 +5,10 @@ of a fixed kernel (:mod:`graphrun.job.measure` ``cpu``), the memory its processe
 (``memory``); for every ordered pair of hosts: the rate one sends to the other
 (``sink``/``send``, 1 MiB writes for ``seconds``) and the latency (``echo``/``ping``).
 A host's egress is the fastest it sent to anyone, its ingress the fastest it received
-(one host alone is measured to itself).
+(one host alone is measured to itself). Every probe makes a fresh key
+(:mod:`graphrun.job.probeauth`) and hands it to both ends of every measurement in their
+environment (``$GRAPHRUN_PROBE_KEY``, never on a command line), each measurement a step of
+its own: the servers measure only the client that shows the key, for that step.
 
 The result is a ``Cluster`` YAML (:mod:`graphrun.placement.cluster`) plus the raw
 measurements (every pair's rate and latency) as JSON. Hosts are :class:`ProbeHost`
@@ -18,6 +21,7 @@ Kubernetes probe's members report theirs in their pods' termination messages).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -25,8 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphrun.errors import HostError
+from graphrun.job.probeauth import KEY_ENV, new_key
 
 GBIT = 1e9 / 8  # bytes per second in one Gbit/s
+SERVE_SECONDS = 60.0  # a measuring server's deadline
 
 
 @dataclass(frozen=True)
@@ -37,10 +43,17 @@ class ProbeHost:
     memory_prefix: tuple[str, ...] | None = None  # where its memory limit is visible
 
 
-def _measure(prefix: Sequence[str], *args: str, python: str, timeout: float = 120) -> Any:
+def _env(key: bytes | None) -> dict[str, str] | None:
+    return None if key is None else os.environ | {KEY_ENV: key.hex()}
+
+
+def _measure(
+    prefix: Sequence[str], *args: str, python: str, timeout: float = 120,
+    key: bytes | None = None,
+) -> Any:  # fmt: skip
     cmd = [*prefix, python, "-m", "graphrun.job.measure", *args]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(key))
     except subprocess.TimeoutExpired:
         raise HostError(f"probe {args[0]}: no answer within {timeout:g}s") from None
     if out.returncode != 0:
@@ -50,18 +63,28 @@ def _measure(prefix: Sequence[str], *args: str, python: str, timeout: float = 12
 
 
 def _pair(a: ProbeHost, b: ProbeHost, server: str, client: list[str], python: str,
-          port: int) -> Any:  # fmt: skip
-    """Run ``server`` on ``b`` and ``client`` on ``a`` against it; the server's JSON."""
-    cmd = [*b.prefix, python, "-m", "graphrun.job.measure", server]
+          port: int, key: bytes, step: int) -> Any:  # fmt: skip
+    """Run ``server`` on ``b`` and ``client`` on ``a`` against it, as measurement ``step``
+    of the probe whose key is ``key``; the server's JSON and the client's."""
+    where = ["--step", str(step)]
+    cmd = [*b.prefix, python, "-m", "graphrun.job.measure", server, *where]
     srv = subprocess.Popen(
-        [*cmd, "--bind", b.address, "--port", str(port)], stdout=subprocess.PIPE, text=True
-    )
+        [*cmd, "--bind", b.address, "--port", str(port), "--timeout", str(SERVE_SECONDS)],
+        stdout=subprocess.PIPE, text=True, env=_env(key),
+    )  # fmt: skip
     try:
         assert srv.stdout is not None
         if '"up"' not in srv.stdout.readline():
             raise HostError(f"probe {server} on {b.name}: did not start")
-        client_out = _measure(a.prefix, *client, "--to", f"{b.address}:{port}", python=python)
-        server_out = json.loads(srv.communicate(timeout=60)[0].strip().splitlines()[-1])
+        to = ["--to", f"{b.address}:{port}"]
+        client_out = _measure(a.prefix, *client, *to, *where, python=python, key=key)
+        try:
+            text = srv.communicate(timeout=SERVE_SECONDS)[0]
+        except subprocess.TimeoutExpired:
+            raise HostError(f"probe {server} on {b.name}: no answer") from None
+        if srv.returncode != 0 or not text.strip():
+            raise HostError(f"probe {server} on {b.name} failed (exit code {srv.returncode})")
+        server_out = json.loads(text.strip().splitlines()[-1])
         return server_out | client_out
     finally:
         if srv.poll() is None:
@@ -97,18 +120,21 @@ def probe(
 ) -> dict[str, Any]:
     """Measure ``hosts``; returns ``{"cluster": <Cluster YAML data>, "measured": {...}}``."""
     measured = []
+    key = new_key()
     for h in hosts:
         cpu = _measure(h.prefix, "cpu", "--seconds", str(seconds), python=python)
         mem_prefix = h.prefix if h.memory_prefix is None else h.memory_prefix
         mem = _measure(mem_prefix, "memory", python=python)
         measured.append(HostMeasure(h.name, cpu["cores"], cpu["kernel_s"], mem["bytes"]))
-    links = []
+    links: list[LinkMeasure] = []
     for a in hosts:
         for b in hosts:
             if a is b and len(hosts) > 1:
                 continue
-            bw = _pair(a, b, "sink", ["send", "--seconds", str(seconds)], python, port)
-            lat = _pair(a, b, "echo", ["ping"], python, port + 1)
+            step = 2 * len(links)
+            send = ["send", "--seconds", str(seconds)]
+            bw = _pair(a, b, "sink", send, python, port, key, step)
+            lat = _pair(a, b, "echo", ["ping"], python, port + 1, key, step + 1)
             links.append(
                 LinkMeasure(a.name, b.name, float(bw["bytes_per_s"]), float(lat["latency_s"]))
             )

@@ -11,11 +11,18 @@ prefix, e.g. its network namespace), each printing one JSON line:
     as such.
 ``memory``
     bytes the host may use: the smallest of ``MemTotal`` and the memory cgroup's limit.
-``sink --bind ADDR --port P`` / ``send --to ADDR:P [--seconds S]``
+``sink --bind ADDR --port P --step K`` / ``send --to ADDR:P --step K [--seconds S]``
     bandwidth: the sender streams 1 MiB writes for ``S`` seconds, the sink reports the
     steady rate it received at (after the first 30 % of the transfer's time).
-``echo --bind ADDR --port P`` / ``ping --to ADDR:P [--count N]``
+``echo --bind ADDR --port P --step K`` / ``ping --to ADDR:P --step K [--count N]``
     latency: the median round trip of 64-byte messages, halved.
+
+The servers (``sink``, ``echo``) listen on ``ADDR`` only and measure one connection: the
+client's that opens with a header of step ``K`` tagged with the probe's key
+(``$GRAPHRUN_PROBE_KEY``, hex: :mod:`graphrun.job.probeauth`), and they answer it with a
+tagged go. Connections are accepted and their headers read all at once, each within its
+own few seconds, anything else closed unanswered: a stranger on the port neither holds
+a server up nor takes the client's place. Every wait ends at ``--timeout``.
 
 The same pieces work on a connection already open (``receive_stream``/``send_stream``,
 ``echo_back``/``ping_peer``): the Kubernetes probe's members (:mod:`graphrun.job.probemember`)
@@ -36,6 +43,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from graphrun.job.probeauth import BACKLOG, KEY_ENV, Acceptor, hello, left, parse_key, say_go
 
 CHUNK = 1 << 20
 PING_BYTES = 64
@@ -124,14 +133,46 @@ def memory_bytes(own_limit: bool = True) -> int:
     return min(limits)
 
 
-def sink(bind: str, port: int) -> dict[str, float]:
-    with socket.create_server((bind, port)) as srv:
+SERVE_SECONDS = 60.0  # a server's deadline: the client's header, and the measurement
+
+
+class ProbeAuthError(ConnectionError):
+    """The other side of a measuring connection did not show the probe's key (or never came)."""
+
+
+def _serve(bind: str, port: int, key: bytes, step: int, timeout: float) -> socket.socket:
+    """Listen on ``bind``; the connection whose header is ``step``'s, tagged with ``key``,
+    after saying go, with ``timeout``'s deadline on it (strangers closed unanswered)."""
+    deadline = time.monotonic() + timeout
+    with socket.create_server((bind, port), backlog=BACKLOG) as srv:
         print(json.dumps({"up": True}), flush=True)
-        srv.settimeout(60)
-        conn, _ = srv.accept()
-        with conn:
-            conn.settimeout(60)
-            return receive_stream(conn)
+        with Acceptor(srv, key) as acceptor:
+            got = acceptor.take(step, deadline)
+    if got is None:
+        raise ProbeAuthError(f"no client with the probe's key came within {timeout:g}s")
+    got.conn.settimeout(left(deadline))
+    say_go(got.conn, key, got.header)
+    return got.conn
+
+
+def _open(to: str, key: bytes, step: int, count: int) -> socket.socket:
+    """Connect to the server at ``to`` and show the key; ProbeAuthError if its go lacks it."""
+    host, port = to.rsplit(":", 1)
+    conn = socket.create_connection((host, int(port)), timeout=30)
+    try:
+        if hello(conn, key, step, 0, count) is None:
+            raise ProbeAuthError(f"{to} did not say go with the probe's key")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def sink(
+    bind: str, port: int, key: bytes, step: int = 0, timeout: float = SERVE_SECONDS
+) -> dict[str, float]:
+    with _serve(bind, port, key, step, timeout) as conn:
+        return receive_stream(conn)
 
 
 def receive_stream(conn: socket.socket) -> dict[str, float]:
@@ -162,9 +203,8 @@ def steady_rate(marks: Sequence[tuple[float, int]], warmup: float = 0.3) -> floa
     return (marks[-1][1] - marks[i][1]) / dt if dt > 0 else 0.0
 
 
-def send(to: str, seconds: float) -> dict[str, float]:
-    host, port = to.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=30) as c:
+def send(to: str, seconds: float, key: bytes, step: int = 0) -> dict[str, float]:
+    with _open(to, key, step, 0) as c:
         return {"bytes": send_stream(c, seconds)}
 
 
@@ -179,13 +219,11 @@ def send_stream(conn: socket.socket, seconds: float) -> int:
     return n
 
 
-def echo(bind: str, port: int) -> dict[str, bool]:
-    with socket.create_server((bind, port)) as srv:
-        print(json.dumps({"up": True}), flush=True)
-        srv.settimeout(60)
-        conn, _ = srv.accept()
-        with conn:
-            echo_back(conn)
+def echo(
+    bind: str, port: int, key: bytes, step: int = 0, timeout: float = SERVE_SECONDS
+) -> dict[str, bool]:
+    with _serve(bind, port, key, step, timeout) as conn:
+        echo_back(conn)
     return {"done": True}
 
 
@@ -201,9 +239,8 @@ def echo_back(conn: socket.socket, total: int | None = None) -> None:
         left -= len(msg)
 
 
-def ping(to: str, count: int) -> dict[str, float]:
-    host, port = to.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=30) as c:
+def ping(to: str, count: int, key: bytes, step: int = 0) -> dict[str, float]:
+    with _open(to, key, step, count) as c:
         return {"latency_s": ping_peer(c, count)}
 
 
@@ -234,26 +271,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         s = sub.add_parser(name)
         s.add_argument("--bind", required=True)
         s.add_argument("--port", type=int, required=True)
+        s.add_argument("--step", type=int, default=0)
+        s.add_argument("--timeout", type=float, default=SERVE_SECONDS)
     snd = sub.add_parser("send")
     snd.add_argument("--to", required=True)
+    snd.add_argument("--step", type=int, default=0)
     snd.add_argument("--seconds", type=float, default=1.0)
     png = sub.add_parser("ping")
     png.add_argument("--to", required=True)
+    png.add_argument("--step", type=int, default=0)
     png.add_argument("--count", type=int, default=50)
     a = p.parse_args(argv)
+    key = b""
+    if a.what in ("sink", "echo", "send", "ping"):
+        try:
+            key = parse_key(os.environ.get(KEY_ENV, ""))
+        except ValueError as exc:
+            print(f"measure {a.what}: {exc} (the probe's key, hex)", file=sys.stderr)
+            return 2
     out: dict[str, Any]
-    if a.what == "cpu":
-        out = {"cores": effective_cores(a.seconds), "kernel_s": kernel_seconds()}
-    elif a.what == "memory":
-        out = {"bytes": memory_bytes()}
-    elif a.what == "sink":
-        out = sink(a.bind, a.port)
-    elif a.what == "send":
-        out = send(a.to, a.seconds)
-    elif a.what == "echo":
-        out = echo(a.bind, a.port)
-    else:
-        out = ping(a.to, a.count)
+    try:
+        if a.what == "cpu":
+            out = {"cores": effective_cores(a.seconds), "kernel_s": kernel_seconds()}
+        elif a.what == "memory":
+            out = {"bytes": memory_bytes()}
+        elif a.what == "sink":
+            out = sink(a.bind, a.port, key, a.step, a.timeout)
+        elif a.what == "send":
+            out = send(a.to, a.seconds, key, a.step)
+        elif a.what == "echo":
+            out = echo(a.bind, a.port, key, a.step, a.timeout)
+        else:
+            out = ping(a.to, a.count, key, a.step)
+    except OSError as exc:  # a timeout, a refused connection, a peer without the key
+        print(f"measure {a.what}: {exc or type(exc).__name__}", file=sys.stderr)
+        return 1
     print(json.dumps(out), flush=True)
     return 0
 

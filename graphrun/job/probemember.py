@@ -24,9 +24,10 @@ the pods read it from ``$GRAPHRUN_PROBE_KEY``) of the message's role, the header
 message, so no one without the key can take a member's place, answer for one, or
 replay another step's messages; a connection whose header does not verify is closed
 unanswered. Connections are accepted and their headers read all at once, each within its
-own :data:`HEADER_SECONDS` (at most :data:`MAX_PENDING` waiting, the oldest closed
-first), so idle strangers on the port never hold up a member. The measuring bytes
-(pings, the stream) are not tagged: they carry nothing.
+own :data:`~graphrun.job.probeauth.HEADER_SECONDS` (at most
+:data:`~graphrun.job.probeauth.MAX_PENDING` waiting, the oldest closed first), so idle
+strangers on the port never hold up a member (:mod:`graphrun.job.probeauth`). The
+measuring bytes (pings, the stream) are not tagged: they carry nothing.
 
 Every wait (a peer's pod starting, its DNS name resolving, the go, the answer) ends at
 the member's deadline; a member that gives up on a peer raises :class:`PeerLost` (the
@@ -37,47 +38,35 @@ termination message (at most :data:`MESSAGE_LIMIT` bytes, checked).
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
-import selectors
 import socket
-import struct
 import threading
 import time
 from dataclasses import dataclass
 
 from graphrun.errors import GraphrunError, HostError
 from graphrun.job import measure
+from graphrun.job.probeauth import (  # noqa: F401 (the members' names for the shared ones)
+    BACKLOG,
+    HEADER,
+    KEY_BYTES,
+    KEY_ENV,
+    MAGIC,
+    MAX_PENDING,
+    TAG,
+    Acceptor,
+    hello,
+    left,
+    parse_key,
+    recv_exactly,
+    say_go,
+    tag,
+)
 
 MESSAGE_LIMIT = 4096  # bytes Kubernetes keeps of a termination message
-MAGIC = b"GRPB"
-HEADER = struct.Struct("!4sIII")  # magic, step, sender, ping count
-GO = b"G"
-HEADER_SECONDS = 10.0  # a member sends its header as soon as it connects
-MAX_PENDING = 128  # connections waiting for their header (strangers past it: oldest closed)
-BACKLOG = 128
 REPORT_VERSION = 1
-KEY_ENV = "GRAPHRUN_PROBE_KEY"  # the probe's key, hex
-KEY_BYTES = 32
-TAG = 32  # bytes of an HMAC-SHA256 tag
 ANSWER_LIMIT = 4096  # bytes of a receiver's answer, tag included
-
-
-def tag(key: bytes, role: bytes, *parts: bytes) -> bytes:
-    """HMAC-SHA256 under ``key`` of ``role`` (b"hdr", b"go", b"ans") and ``parts``."""
-    return hmac.new(key, b"|".join((role, *parts)), hashlib.sha256).digest()
-
-
-def parse_key(text: str, where: str = KEY_ENV) -> bytes:
-    """The probe's key from its hex form; ValueError naming ``where``."""
-    try:
-        key = bytes.fromhex(text.strip())
-    except ValueError:
-        raise ValueError(f"{where}: not hex") from None
-    if len(key) < KEY_BYTES:
-        raise ValueError(f"{where}: {len(key)} bytes, a probe key has at least {KEY_BYTES}")
-    return key
 
 
 class PeerLost(HostError):
@@ -178,7 +167,7 @@ def run_member(cfg: MemberConfig) -> MemberReport:
         kernel_s = measure.kernel_seconds()
         memory = measure.memory_bytes(own_limit=False)
         links = []
-        with _Acceptor(srv, cfg.key) as acceptor:
+        with Acceptor(srv, cfg.key) as acceptor:
             for step, pairs in enumerate(schedule(n)):
                 for a, b in pairs:
                     if a == b == cfg.index:
@@ -190,10 +179,6 @@ def run_member(cfg: MemberConfig) -> MemberReport:
     return MemberReport(cfg.index, cores, kernel_s, memory, tuple(links))
 
 
-def _left(deadline: float) -> float:
-    return max(deadline - time.monotonic(), 0.001)
-
-
 def _send(cfg: MemberConfig, step: int, peer: int, deadline: float) -> tuple[int, float, float]:
     """Measure the link to ``peer``: latency, then rate (the receiver's)."""
     host, port = cfg.peers[peer]
@@ -201,13 +186,11 @@ def _send(cfg: MemberConfig, step: int, peer: int, deadline: float) -> tuple[int
     conn = _connect(host, port, deadline, what)
     try:
         with conn:
-            conn.settimeout(_left(deadline))
-            header = HEADER.pack(MAGIC, step, cfg.index, cfg.ping_count)
-            conn.sendall(header + tag(cfg.key, b"hdr", header))
-            go = _recv_exactly(conn, 1 + TAG)
-            if not hmac.compare_digest(go, GO + tag(cfg.key, b"go", header)):
+            conn.settimeout(left(deadline))
+            header = hello(conn, cfg.key, step, cfg.index, cfg.ping_count)
+            if header is None:
                 raise PeerLost(f"{what} did not say go with the probe's key in step {step}")
-            conn.settimeout(_left(deadline))
+            conn.settimeout(left(deadline))
             latency = measure.ping_peer(conn, cfg.ping_count)
             measure.send_stream(conn, cfg.seconds)
             conn.shutdown(socket.SHUT_WR)
@@ -227,134 +210,15 @@ def _connect(host: str, port: int, deadline: float, what: str) -> socket.socket:
     """Connect, retrying while the peer's pod starts (refused, or its name not there yet)."""
     while True:
         try:
-            return socket.create_connection((host, port), timeout=min(5.0, _left(deadline)))
+            return socket.create_connection((host, port), timeout=min(5.0, left(deadline)))
         except OSError as exc:
             if time.monotonic() >= deadline:
                 raise PeerLost(f"{what}: no connection ({exc})") from None
-            time.sleep(min(0.5, _left(deadline)))
-
-
-@dataclass
-class _Parked:
-    """A sender's connection that waits for its step (the header already read)."""
-
-    conn: socket.socket
-    sender: int
-    count: int
-    header: bytes
-
-
-class _Acceptor:
-    """Accepts connections on ``srv`` in a thread, reading every header at once (a
-    selector), each connection within its own :data:`HEADER_SECONDS`: a connection whose
-    header carries the probe's tag is parked by its step until :meth:`take`, anything
-    else (a port scan, a health check, a stranger, one of a step already served) is
-    closed unanswered. At most :data:`MAX_PENDING` connections wait for their header;
-    past that the oldest is closed (a member sends its header as soon as it connects,
-    so only strangers linger), and idle strangers never hold up a member."""
-
-    def __init__(self, srv: socket.socket, key: bytes) -> None:
-        self._srv, self._key = srv, key
-        self._cond = threading.Condition()
-        self._parked: dict[int, _Parked] = {}
-        self._below = 0  # headers of earlier steps are refused: those steps are served
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="probe-accept", daemon=True)
-        self._sel = selectors.DefaultSelector()
-        self._pending: dict[socket.socket, tuple[float, bytearray]] = {}  # oldest first
-
-    def __enter__(self) -> _Acceptor:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        with self._cond:
-            for waiting in self._parked.values():
-                waiting.conn.close()
-            self._parked.clear()
-
-    def take(self, step: int, deadline: float) -> _Parked | None:
-        """The connection of ``step`` once its sender came, or None at ``deadline``."""
-        with self._cond:
-            self._below = max(self._below, step)
-            self._cond.wait_for(lambda: step in self._parked, timeout=_left(deadline))
-            got = self._parked.pop(step, None)
-            if got is not None:
-                self._below = step + 1
-            return got
-
-    def _run(self) -> None:
-        self._srv.setblocking(False)
-        self._sel.register(self._srv, selectors.EVENT_READ)
-        try:
-            while not self._stop.is_set():
-                for ready, _ in self._sel.select(timeout=0.1):
-                    if ready.fileobj is self._srv:
-                        self._accept()
-                    else:
-                        self._read(ready.fileobj)  # type: ignore[arg-type]
-                now = time.monotonic()
-                for conn in [c for c, (end, _) in self._pending.items() if end < now]:
-                    self._drop(conn)
-        finally:
-            for conn in list(self._pending):
-                self._drop(conn)
-            self._sel.close()
-
-    def _accept(self) -> None:
-        for _ in range(MAX_PENDING):  # then the pending connections' turn
-            try:
-                conn, _ = self._srv.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:  # out of descriptors: make room, the backlog holds the rest
-                if self._pending:
-                    self._drop(next(iter(self._pending)))
-                return
-            conn.setblocking(False)
-            self._pending[conn] = (time.monotonic() + HEADER_SECONDS, bytearray())
-            self._sel.register(conn, selectors.EVENT_READ)
-            self._read(conn)  # a member's header is usually there already
-            if len(self._pending) > MAX_PENDING:
-                self._drop(next(iter(self._pending)))
-
-    def _drop(self, conn: socket.socket) -> None:
-        self._sel.unregister(conn)
-        del self._pending[conn]
-        conn.close()
-
-    def _read(self, conn: socket.socket) -> None:
-        _, buf = self._pending[conn]
-        try:
-            chunk = conn.recv(HEADER.size + TAG - len(buf))
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            chunk = b""
-        if not chunk:
-            self._drop(conn)
-            return
-        buf += chunk
-        if len(buf) < HEADER.size + TAG:
-            return
-        self._sel.unregister(conn)
-        del self._pending[conn]
-        header, mac = bytes(buf[: HEADER.size]), bytes(buf[HEADER.size :])
-        magic, step, who, count = HEADER.unpack(header)
-        signed = hmac.compare_digest(mac, tag(self._key, b"hdr", header))
-        with self._cond:
-            if signed and magic == MAGIC and step >= self._below and step not in self._parked:
-                conn.setblocking(True)
-                self._parked[step] = _Parked(conn, who, count, header)
-                self._cond.notify_all()
-                return
-        conn.close()
+            time.sleep(min(0.5, left(deadline)))
 
 
 def _receive(
-    cfg: MemberConfig, acceptor: _Acceptor, step: int, sender: int, deadline: float
+    cfg: MemberConfig, acceptor: Acceptor, step: int, sender: int, deadline: float
 ) -> None:
     """Serve ``sender``'s connection of ``step`` (parked by ``acceptor``)."""
     what = f"probe member {cfg.index}: member {sender}"
@@ -365,8 +229,8 @@ def _receive(
         if got.sender != sender:
             raise HostError(f"{what} was expected in step {step}, member {got.sender} came")
         try:
-            conn.settimeout(_left(deadline))
-            conn.sendall(GO + tag(cfg.key, b"go", got.header))
+            conn.settimeout(left(deadline))
+            say_go(conn, cfg.key, got.header)
             measure.echo_back(conn, got.count * measure.PING_BYTES)
             rate = measure.receive_stream(conn)
             body = json.dumps(rate).encode()
@@ -376,7 +240,7 @@ def _receive(
 
 
 def _to_self(
-    cfg: MemberConfig, acceptor: _Acceptor, step: int, deadline: float
+    cfg: MemberConfig, acceptor: Acceptor, step: int, deadline: float
 ) -> tuple[int, float, float]:
     """A member alone: its receiving side in a thread, its sending side here."""
     errors: list[BaseException] = []
@@ -390,20 +254,10 @@ def _to_self(
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     link = _send(cfg, step, cfg.index, deadline)
-    thread.join(_left(deadline))
+    thread.join(left(deadline))
     if errors:
         raise errors[0]
     return link
-
-
-def _recv_exactly(conn: socket.socket, size: int) -> bytes:
-    out = b""
-    while len(out) < size:
-        chunk = conn.recv(size - len(out))
-        if not chunk:
-            raise ConnectionError("the peer closed the connection")
-        out += chunk
-    return out
 
 
 def _recv_all(conn: socket.socket, limit: int) -> bytes:

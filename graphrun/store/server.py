@@ -34,7 +34,7 @@ from graphrun.partition.format import load_partition
 from graphrun.rpc.access import Access, ClientKeys
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import Message, MsgKind
-from graphrun.rpc.transport import RpcClient, RpcServer
+from graphrun.rpc.transport import RpcClient, RpcServer, Waker
 from graphrun.store import handlers, replicas
 from graphrun.store.policy import TensorKey, policies_from_book
 from graphrun.store.registry import Registry, Request, Response, load_extensions
@@ -281,9 +281,11 @@ def run_server(
     on_ready: Callable[[str], None] | None = None,
     registry: Registry | None = None,
     on_tick: Callable[[], None] | None = None,
+    waker: Waker | None = None,
 ) -> None:
     """Load or attach, serve until stopped, clean up. ``on_ready(address)`` once serving;
-    ``on_tick()`` about every 200 ms while serving."""
+    ``on_tick()`` about every 200 ms while serving; ``waker.wake()`` (after ``should_stop``
+    turned true) stops it without waiting for the tick."""
     _check_config(cfg)
     registry = registry or build_registry(cfg.extensions)
     main: RpcClient | None = None
@@ -309,7 +311,7 @@ def run_server(
         box: list[RpcServer] = []
         handler = make_handler(state, registry, access, lambda: box[0].current_user)
         admit = clients.__contains__ if clients is not None else None
-        server = RpcServer(cfg.address, handler, keys=cfg.keys, name=name, admit=admit)
+        server = RpcServer(cfg.address, handler, keys=cfg.keys, name=name, admit=admit, waker=waker)
         box.append(server)
         address = _advertised(server.address, cfg.advertise_host)
         if main is not None:

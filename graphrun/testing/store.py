@@ -25,7 +25,7 @@ from graphrun.graph import Graph
 from graphrun.partition import partition_graph
 from graphrun.store.server import ServerConfig, run_server
 from graphrun.testing.graphs import community_graph, hetero_graph
-from graphrun.testing.threads import BackgroundLoop
+from graphrun.testing.threads import BackgroundLoop, stop_all
 
 
 def make_partition_dir(
@@ -65,7 +65,7 @@ class StoreThread(BackgroundLoop):
             self.address = address
             self._ready.set()
 
-        run_server(self.cfg, should_stop=self._stop.is_set, on_ready=ready)
+        run_server(self.cfg, should_stop=self._stop.is_set, on_ready=ready, waker=self.waker)
 
     def _failed(self) -> None:
         self._ready.set()
@@ -81,6 +81,11 @@ class StoreThread(BackgroundLoop):
 
 @contextlib.contextmanager
 def store_threads(cfg: ServerConfig, num_parts: int) -> Iterator[list[StoreThread]]:
-    """One :class:`StoreThread` per partition (``cfg.part`` is replaced)."""
-    with contextlib.ExitStack() as stack:
-        yield [stack.enter_context(StoreThread(replace(cfg, part=p))) for p in range(num_parts)]
+    """One :class:`StoreThread` per partition (``cfg.part`` is replaced), stopped together."""
+    threads: list[StoreThread] = []
+    try:
+        for p in range(num_parts):
+            threads.append(StoreThread(replace(cfg, part=p)).start())
+        yield threads
+    finally:
+        stop_all(threads)

@@ -12,18 +12,22 @@ the block. :class:`ServerThread` runs an :class:`~graphrun.rpc.RpcServer`;
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any, Self
 
-from graphrun.rpc.transport import Handler, RpcServer
+from graphrun.rpc.transport import Handler, RpcServer, Waker
 
 
 class BackgroundLoop:
-    """Run ``_loop()`` in a daemon thread; ``stop()`` sets ``_stop``, joins, re-raises."""
+    """Run ``_loop()`` in a daemon thread; ``stop()`` sets ``_stop``, wakes the loop
+    (``self.waker``, which a server polls beside its socket: no wait for its tick), joins,
+    re-raises. :func:`stop_all` stops several at once (their close-downs overlap)."""
 
     join_timeout = 10.0
 
     def __init__(self, name: str) -> None:
         self._stop = threading.Event()
+        self.waker = Waker()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
@@ -44,9 +48,16 @@ class BackgroundLoop:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def signal_stop(self) -> None:
+        """Tell the loop to stop; :meth:`stop` waits for it."""
         self._stop.set()
+        self.waker.wake()
+
+    def stop(self) -> None:
+        self.signal_stop()
         self._thread.join(self.join_timeout)
+        if not self._thread.is_alive():
+            self.waker.close()
         if self._error is not None:
             raise self._error
 
@@ -59,12 +70,31 @@ class BackgroundLoop:
 
 class ServerThread(BackgroundLoop):
     def __init__(self, address: str, handler: Handler, **server_kwargs: Any) -> None:
-        self.server = RpcServer(address, handler, **server_kwargs)
-        self.address = self.server.address
         super().__init__("rpc-server")
+        try:
+            self.server = RpcServer(address, handler, waker=self.waker, **server_kwargs)
+        except BaseException:
+            self.waker.close()
+            raise
+        self.address = self.server.address
 
     def _loop(self) -> None:
         try:
             self.server.serve_forever(self._stop.is_set, tick_ms=20)
         finally:
             self.server.close()
+
+
+def stop_all(loops: Sequence[BackgroundLoop]) -> None:
+    """Stop ``loops`` together: all told first, then each waited for; the first error
+    re-raised once all stopped."""
+    for loop in loops:
+        loop.signal_stop()
+    errors = []
+    for loop in loops:
+        try:
+            loop.stop()
+        except BaseException as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]

@@ -23,6 +23,7 @@ def test_bench_partition_prints_json(capsys: pytest.CaptureFixture[str]) -> None
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_bench_partition_distributed_reports_every_rank(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

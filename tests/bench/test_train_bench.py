@@ -28,7 +28,12 @@ def test_step_breakdown_is_the_median_over_every_trainers_records(tmp_path) -> N
 
 @pytest.mark.integration
 @pytest.mark.parametrize(
-    ("mode", "method"), [("single", "metis"), ("parallel", "kaminpar"), ("distributed", "xtrapulp")]
+    ("mode", "method"),
+    [
+        ("single", "metis"),
+        ("parallel", "kaminpar"),
+        pytest.param("distributed", "xtrapulp", marks=pytest.mark.slow),  # rank processes
+    ],
 )
 def test_the_partitions_trained_on_come_from_the_mode_asked(tmp_path, mode, method) -> None:
     from graphrun.partition import load_partition_config

@@ -57,6 +57,7 @@ def write(tmp_path: Path, job: dict[str, Any], clus: dict[str, Any]) -> tuple[Pa
     return c, j
 
 
+@pytest.mark.slow
 def test_a_graphjob_plan_is_its_plan_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     c, j = write(tmp_path, graphjob(), cluster())
     out = tmp_path / "plan.yaml"

@@ -6,6 +6,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,9 @@ from graphrun.cli import main
 from graphrun.job import measure
 from graphrun.job.hostprobe import HostMeasure, LinkMeasure, assemble
 from graphrun.job.netns import unavailable_reason
+from graphrun.job.probeauth import HEADER, KEY_ENV, MAGIC, new_key, tag
 from graphrun.placement.cluster import cluster_from_dict, load_cluster
+from graphrun.testing.procs import child_env
 
 
 def test_effective_cores_are_bounded_by_the_workers() -> None:
@@ -27,16 +30,87 @@ def test_memory_is_at_most_the_machine_total() -> None:
     assert 0 < measure.memory_bytes() <= total
 
 
-def test_sink_measures_what_send_sent() -> None:
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "graphrun.job.measure", "sink", "--bind", "127.0.0.1"]
-    sink = subprocess.Popen([*cmd, "--port", str(port)], stdout=subprocess.PIPE, text=True)
-    assert sink.stdout is not None and '"up"' in sink.stdout.readline()
-    sent = measure.send(f"127.0.0.1:{port}", 0.2)
+        return int(s.getsockname()[1])
+
+
+def _server(what: str, port: int, key: bytes, step: int = 3) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "graphrun.job.measure", what, "--bind", "127.0.0.1"]
+    env = child_env() | {KEY_ENV: key.hex()}
+    srv = subprocess.Popen(
+        [*cmd, "--port", str(port), "--step", str(step), "--timeout", "30"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    assert srv.stdout is not None and '"up"' in srv.stdout.readline()
+    return srv
+
+
+def test_sink_measures_what_send_sent() -> None:
+    key, port = new_key(), _free_port()
+    sink = _server("sink", port, key)
+    sent = measure.send(f"127.0.0.1:{port}", 0.2, key, step=3)
     got = json.loads(sink.communicate(timeout=30)[0])
     assert got["bytes"] == sent["bytes"] and got["bytes_per_s"] > 0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("what", ["sink", "echo"])
+def test_a_stranger_first_neither_stalls_nor_spoils_a_measuring_server(what: str) -> None:
+    """Idle strangers connect first, one shows a header tagged with another key, one the
+    right key's header of another step: they are closed unanswered, and the client with
+    the key is measured well within the server's deadline (before: the server took the
+    first connection, the idle stranger's, and waited on it for 60 s)."""
+    key, port = new_key(), _free_port()
+    srv = _server(what, port, key)
+    try:
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
+        forged = socket.create_connection(("127.0.0.1", port), timeout=10)
+        header = HEADER.pack(MAGIC, 3, 0, 5)
+        forged.sendall(header + tag(new_key(), b"hdr", header))
+        other_step = socket.create_connection(("127.0.0.1", port), timeout=10)
+        header = HEADER.pack(MAGIC, 4, 0, 5)
+        other_step.sendall(header + tag(key, b"hdr", header))
+        assert forged.recv(64) == b""  # closed, no go
+        t0 = time.monotonic()
+        if what == "sink":
+            sent = measure.send(f"127.0.0.1:{port}", 0.2, key, step=3)
+        else:
+            assert measure.ping(f"127.0.0.1:{port}", 5, key, step=3)["latency_s"] > 0
+        out, err = srv.communicate(timeout=20)
+        assert srv.returncode == 0, err
+        assert time.monotonic() - t0 < 20  # not the idle stranger's 30 s
+        if what == "sink":
+            assert json.loads(out.splitlines()[-1])["bytes"] == sent["bytes"]
+        assert other_step.recv(64) == b""
+        for c in [*idle, forged, other_step]:
+            c.close()
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+            srv.communicate()
+
+
+def test_a_client_without_the_key_is_not_answered_and_the_server_not_taken() -> None:
+    key, port = new_key(), _free_port()
+    srv = _server("sink", port, key)
+    try:
+        with pytest.raises(ConnectionError):  # the server closes it, no go
+            measure.send(f"127.0.0.1:{port}", 0.1, new_key(), step=3)
+        sent = measure.send(f"127.0.0.1:{port}", 0.1, key, step=3)  # the real one still
+        assert json.loads(srv.communicate(timeout=30)[0])["bytes"] == sent["bytes"]
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+            srv.communicate()
+
+
+def test_measuring_servers_need_the_key(tmp_path) -> None:
+    env = {k: v for k, v in child_env().items() if k != KEY_ENV}
+    cmd = [sys.executable, "-m", "graphrun.job.measure", "sink", "--bind", "127.0.0.1"]
+    out = subprocess.run([*cmd, "--port", "1"], capture_output=True, text=True, env=env)
+    assert out.returncode == 2 and KEY_ENV in out.stderr and "Traceback" not in out.stderr
 
 
 def test_probe_refuses_bad_arguments(tmp_path, capsys) -> None:

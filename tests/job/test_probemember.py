@@ -107,6 +107,7 @@ def _stranger(port: int, header: bytes) -> bytes:
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_three_members_on_loopback_measure_every_link(tmp_path) -> None:
     ports = _free_ports(3)
@@ -159,6 +160,7 @@ def test_tags_bind_role_header_and_message() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_member_whose_peer_never_comes_exits_peer_lost(tmp_path) -> None:
     peers = ",".join(f"127.0.0.1:{p}" for p in _free_ports(2))
@@ -171,6 +173,7 @@ def test_a_member_whose_peer_never_comes_exits_peer_lost(tmp_path) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_idle_strangers_do_not_hold_up_the_members(tmp_path) -> None:
     """Each idle connection held the accept loop for 10 s: 60 strangers on a member's

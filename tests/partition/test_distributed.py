@@ -34,7 +34,7 @@ from graphrun.testing.graphs import community_graph, hetero_graph
 from graphrun.testing.procs import child_env, run_graphrun
 from tests.partition.test_roundtrip import check_round_trip
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # rank processes each
 
 
 def assignment(out: Path, graph: Graph) -> np.ndarray:

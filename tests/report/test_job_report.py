@@ -85,6 +85,7 @@ def test_the_report_of_the_job_holds_the_numbers_of_its_metrics(run_dir):
     assert all(float(r[2]) > 0 and float(r[3]) > 0 for r in roles[1:])
 
 
+@pytest.mark.slow  # a whole job
 def test_training_tensorboard_false_turns_it_off(tmp_path):
     (tmp_path / "off").mkdir()
     (tmp_path / "on").mkdir()

@@ -236,3 +236,30 @@ def test_the_reply_to_a_request_that_stops_the_server_arrives(keys):
         with RpcClient(server.address, keys=keys, timeout=5) as c:
             assert c.call("echo", {"bye": 1}).body == {"bye": 1}
         t.join(10)
+
+
+@pytest.mark.timeout(60)
+def test_a_wake_ends_the_wait_for_requests_at_once(keys):
+    """A server waiting out a long tick stops as soon as it is woken (tests stop their
+    store threads this way instead of waiting a tick each)."""
+    import threading
+
+    from graphrun.rpc.transport import Waker
+
+    waker, stop = Waker(), threading.Event()
+    srv = RpcServer("tcp://127.0.0.1:0", handler, keys=keys, waker=waker)
+    t = threading.Thread(target=srv.serve_forever, args=(stop.is_set,), kwargs={"tick_ms": 600_000})
+    try:
+        t.start()
+        with RpcClient(srv.address, keys=keys, timeout=10) as c:  # it serves while waiting
+            assert c.call("echo", {"a": 1}).body == {"a": 1}
+        stop.set()
+        waker.wake()
+        t.join(30)  # the tick is 10 minutes
+        assert not t.is_alive()
+    finally:
+        stop.set()
+        waker.wake()
+        t.join(30)
+        srv.close()
+        waker.close()

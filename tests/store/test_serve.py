@@ -14,7 +14,7 @@ from graphrun.rpc.transport import RpcClient
 from graphrun.store.client import ClientConfig, KVClient
 from graphrun.testing.procs import child_env
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # store processes each
 FEAT = "node/_N/feat"
 
 

@@ -53,6 +53,7 @@ def test_resume_continues_after_the_checkpoint(small, tmp_path):
     assert epochs == [0, 1]
 
 
+@pytest.mark.slow
 def test_link_prediction_learns_and_reports_ranking_metrics(small, tmp_path):
     c, _ = ctx(
         small, tmp_path, task="link-prediction", embedding_dim=8, edges_per_epoch=4000,
