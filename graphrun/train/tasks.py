@@ -71,11 +71,11 @@ class Task:
             self.opt = self.ctx.ps.optimizer(
                 self.model, ddp.rank, ddp.world_size, self.cfg.lr, self.cfg.weight_decay, barrier
             )
-            return
-        self.model = wrap(model, ddp)
-        self.opt = torch.optim.Adam(
-            self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay
-        )
+        else:
+            self.model = wrap(model, ddp)
+            self.opt = torch.optim.Adam(
+                self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay
+            )
         d, c = self.ctx.data, self.cfg
         # feed "cpu": a CPU trainer takes the device path with its CPU transfer, the cache
         # sized by gpu_cache_mb (what tests run of the GPU path without a GPU)
