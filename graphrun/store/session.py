@@ -152,6 +152,22 @@ class Session:
     def _open(self, address: str) -> RpcClient:
         return RpcClient(address, keys=self.cfg.keys, timeout=self.cfg.timeout, context=self._ctx)
 
+    def _join_others(
+        self, what: str, addresses: Sequence[str], part: int, join: dict[str, Any]
+    ) -> list[RpcClient]:
+        """Connections to a partition's backups or replicas that answered ``join``."""
+        joined = []
+        for address in addresses:
+            conn = self._open(address)
+            try:
+                conn.call("join", join, timeout=min(self.cfg.timeout, BACKUP_JOIN_S))
+            except RpcError as exc:
+                log.warning("%s %s of partition %d skipped: %s", what, address, part, exc)
+                conn.close()
+                continue
+            joined.append(conn)
+        return joined
+
     def base(self) -> dict[str, Any]:
         """The fields every request of this session carries."""
         return {"s": self.id, "job": self.cfg.job}
@@ -172,24 +188,10 @@ class Session:
                 raise ArgumentError(f"servers: two addresses serve partition {info.part}")
             entry = PartServers(conn, [conn], info)
             self.parts[info.part] = entry
-            for b in info.backups:
-                bc = self._open(b)
-                try:  # a backup that does not answer is skipped, never fatal
-                    bc.call("join", join, timeout=min(self.cfg.timeout, BACKUP_JOIN_S))
-                except RpcError as exc:
-                    log.warning("backup %s of partition %d skipped: %s", b, info.part, exc)
-                    bc.close()
-                    continue
-                entry.conns.append(bc)
-            for r in info.replicas:
-                rc = self._open(r)
-                try:  # a replica that does not answer is skipped: the primary serves alone
-                    rc.call("join", join, timeout=min(self.cfg.timeout, BACKUP_JOIN_S))
-                except RpcError as exc:
-                    log.warning("replica %s of partition %d skipped: %s", r, info.part, exc)
-                    rc.close()
-                    continue
-                entry.replicas.append(rc)
+            # a backup or replica that does not answer is skipped, never fatal (the main
+            # server, or the primary, serves alone)
+            entry.conns += self._join_others("backup", info.backups, info.part, join)
+            entry.replicas += self._join_others("replica", info.replicas, info.part, join)
             if self.cfg.use_shm is not False:
                 entry.local = same_host(info.host, info.shm_dir)
             if entry.local and entry.replicas and info.deletions is not None:
