@@ -3,12 +3,17 @@
 ``fake_store(port)`` is a TCP server that accepts connections until killed;
 ``fake_trainer(code)`` runs a snippet of Python. Both are plain ``python -c``
 processes, so the launcher's process handling is tested with real processes.
+``kill_when_training(status_file, role)`` SIGKILLs a role of a running job.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -165,3 +170,22 @@ def fail_unless_resumed(ctx: Any) -> dict[str, bool]:
     if ctx.rank == 1 and not ctx.config.resume:
         raise RuntimeError("first attempt fails on purpose")
     return {"resumed": ctx.config.resume}
+
+
+def kill_when_training(status_file: Path, role: str, timeout: float = 60.0) -> threading.Thread:
+    """A daemon thread that SIGKILLs ``role`` once its machine's worker status file says
+    ``training`` (gives up after ``timeout`` s)."""
+    from graphrun.job.worker import read_status
+
+    def kill() -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            st = read_status(status_file)
+            if st and st["state"] == "training":
+                os.kill(st["roles"][role]["pid"], signal.SIGKILL)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.start()
+    return thread

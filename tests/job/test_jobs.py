@@ -23,7 +23,7 @@ from graphrun.job.runner import LocalJob, RunOptions
 from graphrun.job.spec import load_job
 from graphrun.job.worker import read_status
 from graphrun.placement.profile import read_records
-from graphrun.testing.jobs import small_job
+from graphrun.testing.jobs import kill_when_training, small_job
 from graphrun.testing.procs import live_children
 from graphrun.train.checkpoint import load_checkpoint
 
@@ -100,18 +100,7 @@ def test_raising_trainer_fails_the_job_and_leaves_nothing(tmp_path):
 def test_killed_store_fails_the_job(tmp_path):
     path = small_job(tmp_path, entryPoint="graphrun.testing.jobs:wait")
     job, _ = run(path)
-    status = tmp_path / "runs" / "small" / "status" / "m1.json"
-
-    def kill_store() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            st = read_status(status)
-            if st and st["state"] == "training":
-                os.kill(st["roles"]["store:1"]["pid"], signal.SIGKILL)
-                return
-            time.sleep(0.1)
-
-    threading.Thread(target=kill_store, daemon=True).start()
+    kill_when_training(tmp_path / "runs" / "small" / "status" / "m1.json", "store:1")
     with pytest.raises(JobFailed) as info:
         job.run()
     assert (info.value.role, info.value.host, info.value.exit_code) == ("store:1", "m1", -9)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
 import signal
 import threading
 import time
@@ -12,8 +11,7 @@ import pytest
 
 from graphrun.errors import JobFailed
 from graphrun.job.local import LocalMachines
-from graphrun.job.worker import read_status
-from graphrun.testing.jobs import two_machines
+from graphrun.testing.jobs import kill_when_training, two_machines
 from graphrun.testing.procs import live_children
 
 pytestmark = pytest.mark.integration
@@ -56,16 +54,7 @@ def test_killed_store_fails_the_job(tmp_path):
     launches = two_machines({0: "import time; time.sleep(60)", 1: "import time; time.sleep(60)"})
     lm = machines(tmp_path)
 
-    def kill_store() -> None:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            st = read_status(tmp_path / "status" / "m1.json")
-            if st and st["state"] == "training":
-                os.kill(st["roles"]["store:1"]["pid"], signal.SIGKILL)
-                return
-            time.sleep(0.05)
-
-    threading.Thread(target=kill_store, daemon=True).start()
+    kill_when_training(tmp_path / "status" / "m1.json", "store:1", timeout=30)
     with pytest.raises(JobFailed) as info:
         lm.run(launches)
     assert (info.value.role, info.value.host, info.value.exit_code) == ("store:1", "m1", -9)

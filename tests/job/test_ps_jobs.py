@@ -19,7 +19,7 @@ from graphrun.job.netns import unavailable_reason
 from graphrun.job.runner import LocalJob, RunOptions
 from graphrun.job.spec import load_job
 from graphrun.job.worker import read_status
-from graphrun.testing.jobs import small_job
+from graphrun.testing.jobs import kill_when_training, small_job
 from graphrun.testing.procs import live_children
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -74,18 +74,7 @@ def test_killed_parameter_server_fails_the_job_by_name(tmp_path):
     path = small_job(tmp_path, entryPoint="graphrun.testing.jobs:wait", sync="ps",
                      runtime={"parameterServers": 2})  # fmt: skip
     job, _ = run(path)
-    status = tmp_path / "runs" / "small" / "status" / "m1.json"
-
-    def kill_ps() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            st = read_status(status)
-            if st and st["state"] == "training":
-                os.kill(st["roles"]["ps:1"]["pid"], signal.SIGKILL)
-                return
-            time.sleep(0.1)
-
-    threading.Thread(target=kill_ps, daemon=True).start()
+    kill_when_training(tmp_path / "runs" / "small" / "status" / "m1.json", "ps:1")
     with pytest.raises(JobFailed) as info:
         job.run()
     assert (info.value.role, info.value.host, info.value.exit_code) == ("ps:1", "m1", -9)
