@@ -20,9 +20,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Self
 
+import numpy as np
+
 from graphrun.errors import GraphrunError
 from graphrun.graph import Graph
 from graphrun.partition import partition_graph
+from graphrun.partition.book import PartitionBook
 from graphrun.store.server import ServerConfig, run_server
 from graphrun.testing.graphs import community_graph, hetero_graph
 from graphrun.testing.threads import BackgroundLoop, stop_all
@@ -46,6 +49,23 @@ def make_partition_dir(
     path = Path(out)
     partition_graph(graph, path, num_parts, method=method, seed=seed)
     return graph, path
+
+
+def range_book(sizes: list[int]) -> PartitionBook:
+    """A homogeneous partition book whose partition ``k`` owns ``sizes[k]`` nodes (and as
+    many edges), in order."""
+    off = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+    return PartitionBook.from_config(
+        {
+            "num_parts": len(sizes),
+            "node_types": ["_N"],
+            "edge_types": [["_N", "_E", "_N"]],
+            "node_offsets": off,
+            "edge_offsets": off,
+            "node_ranges": {"_N": off},
+            "edge_ranges": {"_N:_E:_N": off},
+        }
+    )
 
 
 class StoreThread(BackgroundLoop):

@@ -6,22 +6,7 @@ from hypothesis import strategies as st
 
 from graphrun.distributed.split import edge_split, node_split, split_even, trainer_partitions
 from graphrun.errors import ArgumentError
-from graphrun.partition.book import PartitionBook
-
-
-def book(sizes: list[int]) -> PartitionBook:
-    off = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-    return PartitionBook.from_config(
-        {
-            "num_parts": len(sizes),
-            "node_types": ["_N"],
-            "edge_types": [["_N", "_E", "_N"]],
-            "node_offsets": off,
-            "edge_offsets": off,
-            "node_ranges": {"_N": off},
-            "edge_ranges": {"_N:_E:_N": off},
-        }
-    )
+from graphrun.testing.store import range_book as book
 
 
 @settings(max_examples=60, deadline=None)

@@ -17,30 +17,15 @@ from graphrun.distributed.split import node_split
 from graphrun.job.planning import graphjob_to_placement
 from graphrun.job.spec import job_roles, load_job
 from graphrun.names import RoleName
-from graphrun.partition.book import PartitionBook
 from graphrun.placement.baselines import colocation
 from graphrun.placement.cluster import make_cluster
 from graphrun.placement.cost import expected_traffic
 from graphrun.placement.profile import QUANTITIES
 from graphrun.placement.workload import make_scenario
+from graphrun.testing.store import range_book as _book
 
 ROOT = Path(__file__).resolve().parents[2]
 OWN, OTHER = 1000.0, 1.0
-
-
-def _book(sizes: list[int]) -> PartitionBook:
-    off = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-    return PartitionBook.from_config(
-        {
-            "num_parts": len(sizes),
-            "node_types": ["_N"],
-            "edge_types": [["_N", "_E", "_N"]],
-            "node_offsets": off,
-            "edge_offsets": off,
-            "node_ranges": {"_N": off},
-            "edge_ranges": {"_N:_E:_N": off},
-        }
-    )
 
 
 def _profile(path: Path) -> Path:
