@@ -279,16 +279,17 @@ class Supervisor:
             _signal_group(r.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
-            if all(r.proc.poll() is not None for r in targets) and not _alive(others):
+            if all(r.proc.poll() is not None for r in targets) and not still_running(others):
                 break
             time.sleep(0.05)
         for r in targets:
             if r.proc.poll() is None:
                 _signal_group(r.proc.pid, signal.SIGKILL)
-        for p in _alive(others):
+        for p in still_running(others):
             with contextlib.suppress(psutil.Error):
                 p.kill()
-        psutil.wait_procs(_alive(others), timeout=2.0)  # not our children: polled, not reaped
+        # not our children: polled, not reaped
+        psutil.wait_procs(still_running(others), timeout=2.0)
         for r in targets:
             r.proc.wait(timeout=5.0)
         self.poll()
@@ -315,7 +316,8 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
             os.kill(pid, sig)
 
 
-def _alive(procs: Sequence[psutil.Process]) -> list[psutil.Process]:
+def still_running(procs: Sequence[psutil.Process]) -> list[psutil.Process]:
+    """Those of ``procs`` that still run (not gone, not a zombie)."""
     out = []
     for p in procs:
         try:

@@ -17,22 +17,12 @@ from pathlib import Path
 import psutil
 import pytest
 
+from graphrun.job.process import still_running
 from graphrun.job.worker import read_status
 from graphrun.testing.jobs import small_job
 from graphrun.testing.procs import child_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
-    out = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.Error:
-            continue
-    return out
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
@@ -79,14 +69,14 @@ def test_sigkill_of_graphrun_run_leaves_no_process_and_no_segment(tmp_path: Path
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         deadline = time.monotonic() + 15
-        while _alive(procs) and time.monotonic() < deadline:
+        while still_running(procs) and time.monotonic() < deadline:
             time.sleep(0.1)
-        left = _alive(procs)
+        left = still_running(procs)
         segments = [p for p in os.listdir("/dev/shm") if p.startswith(_prefixes(store_pids))]
         assert left == [], [(p.pid, p.cmdline()[:6]) for p in left]
         assert segments == []
     finally:
-        for p in _alive(procs):
+        for p in still_running(procs):
             p.kill()
         if proc.poll() is None:
             proc.kill()
