@@ -111,9 +111,18 @@ def all_sum(values: list[float], cfg: DDPConfig) -> list[float]:
 
 def all_min(value: int, cfg: DDPConfig) -> int:
     """The minimum over all trainers (used to give every trainer the same batch count)."""
+    return _all_reduce_int(value, cfg, dist.ReduceOp.MIN)
+
+
+def all_max(value: int, cfg: DDPConfig) -> int:
+    """The maximum over all trainers (e.g. whether any of them was told to stop)."""
+    return _all_reduce_int(value, cfg, dist.ReduceOp.MAX)
+
+
+def _all_reduce_int(value: int, cfg: DDPConfig, op: Any) -> int:
     t = torch.tensor([value], dtype=torch.int64, device=cfg.collective_device)
     if cfg.world_size > 1:
-        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        dist.all_reduce(t, op=op)
     return int(t.item())
 
 

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from graphrun.errors import ArgumentError
-from graphrun.train.ddp import DDPConfig
+from graphrun.train.ddp import DDPConfig, all_gather_rows, all_max
 
 
 class StopFlag:
@@ -54,12 +54,7 @@ class StopFlag:
 
 def stop_agreed(flag: StopFlag | None, ddp: DDPConfig) -> bool:
     """Whether any trainer was told to stop: the same answer on every trainer."""
-    mine = 1 if flag is not None and flag.is_set() else 0
-    if ddp.world_size == 1:
-        return bool(mine)
-    t = torch.tensor([mine], dtype=torch.int64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
+    return bool(all_max(1 if flag is not None and flag.is_set() else 0, ddp))
 
 
 @dataclass
@@ -97,11 +92,10 @@ class Position:
 def gather_position(epoch: int, step: int, sums: list[float], ddp: DDPConfig) -> Position:
     """Every trainer's RNG state and sums, on every trainer (rank 0 writes them)."""
     rng = torch.get_rng_state()
-    mine = torch.tensor(sums, dtype=torch.float64)
+    all_sums = torch.tensor(all_gather_rows(sums, ddp), dtype=torch.float64)
     if ddp.world_size == 1:
-        return Position(epoch, step, [rng], mine.unsqueeze(0))
-    rngs = [torch.empty_like(rng) for _ in range(ddp.world_size)]
-    dist.all_gather(rngs, rng)
-    all_sums = [torch.empty_like(mine) for _ in range(ddp.world_size)]
-    dist.all_gather(all_sums, mine)
-    return Position(epoch, step, rngs, torch.stack(all_sums))
+        return Position(epoch, step, [rng], all_sums)
+    mine = rng.to(ddp.collective_device)  # NCCL gathers CUDA tensors only
+    rngs = [torch.empty_like(mine) for _ in range(ddp.world_size)]
+    dist.all_gather(rngs, mine)
+    return Position(epoch, step, [r.cpu() for r in rngs], all_sums)
