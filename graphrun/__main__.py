@@ -4,7 +4,7 @@ from graphrun.cli import main
 
 code = main()
 if sys.argv[1:2] in (["serve"], ["worker"]):  # long-lived roles: skip the slow finalisation
-    from graphrun.job.process import exit_now
+    from graphrun.machine.process import exit_now
 
     exit_now(code)
 raise SystemExit(code)

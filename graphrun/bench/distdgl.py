@@ -76,7 +76,7 @@ class TreeRss(threading.Thread):
 
 def run_distdgl(args: Any, workdir: Path) -> dict[str, Any]:
     """Partition with DGL and train with DistDGL on two netns hosts; JSON-ready fields."""
-    from graphrun.job.netns import NetnsNetwork
+    from graphrun.local.netns import NetnsNetwork
 
     python = check_peer_python(args.peer_python)
     parts = workdir / "distdgl-parts"

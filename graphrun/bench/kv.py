@@ -170,9 +170,9 @@ def _make_partition(tmp: Path, rows: int, dim: int) -> Path:
 
 def _netns_numbers(parts: Path, key_file: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Server in namespace A, client in namespace B, joined by one veth pair."""
-    from graphrun.job.local import package_env
-    from graphrun.job.netns import NetnsNetwork
-    from graphrun.job.stores import start_store
+    from graphrun.local.machines import package_env
+    from graphrun.local.netns import NetnsNetwork
+    from graphrun.local.stores import start_store
 
     with NetnsNetwork(["a", "b"], own_hostnames=False) as net:
         address = f"tcp://{net.address('a')}:0"
@@ -201,8 +201,8 @@ def run(args: argparse.Namespace) -> int:
     if args.client_only:
         print(json.dumps(_remote(args.client_only, args.key_file, args)))
         return 0
-    from graphrun.job.netns import unavailable_reason
-    from graphrun.job.stores import start_store
+    from graphrun.local.netns import unavailable_reason
+    from graphrun.local.stores import start_store
     from graphrun.rpc.auth import generate_keys
 
     rows, dim = args.rows, args.dim

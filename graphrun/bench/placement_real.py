@@ -97,7 +97,7 @@ class Measured:
 
 def check_args(args: argparse.Namespace) -> None:
     """Everything checkable before a host is made."""
-    from graphrun.job.netns import unavailable_reason
+    from graphrun.local.netns import unavailable_reason
     from graphrun.placement.cluster import load_cluster
 
     if args.dataset is None:
@@ -157,7 +157,7 @@ def run_job(
     import yaml
 
     from graphrun.bench.train import run_sampled
-    from graphrun.job.runner import RunOptions
+    from graphrun.local.runner import RunOptions
     from graphrun.placement.profile import read_metrics
 
     path = workdir / f"job-{name}.yaml"
@@ -186,8 +186,8 @@ def probe_cluster(cluster_file: Path, out: Path) -> dict[str, Any]:
     import yaml
 
     from graphrun.files import write_atomic
-    from graphrun.job.hostprobe import GBIT, ProbeHost, probe
-    from graphrun.job.netns import NetnsNetwork, shapes_from_cluster
+    from graphrun.local.netns import NetnsNetwork, shapes_from_cluster
+    from graphrun.measure.probe import GBIT, ProbeHost, probe
     from graphrun.placement.cluster import load_cluster
 
     cluster = load_cluster(cluster_file)

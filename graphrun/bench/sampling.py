@@ -170,7 +170,7 @@ def bench_dist(
         initialize,
         remote_backend,
     )
-    from graphrun.job.stores import start_stores
+    from graphrun.local.stores import start_stores
     from graphrun.partition import load_id_mapping, partition_graph
     from graphrun.sampling import NeighborSampler
     from graphrun.sampling.partitioned import BookTypeMap

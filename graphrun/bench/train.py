@@ -187,7 +187,7 @@ class RssSampler(threading.Thread):
     def run(self) -> None:
         import psutil
 
-        from graphrun.job.worker import read_status
+        from graphrun.machine.worker import read_status
 
         while not self.stop.wait(self.interval):
             for f in self.status_dir.glob("*.json"):
@@ -211,8 +211,8 @@ def run_sampled(path: Path, opts: Any, log: Path) -> tuple[str, RssSampler]:
     fails (JobFailed then propagates). Returns the output and the sampler."""
     import io
 
-    from graphrun.job.runner import LocalJob
     from graphrun.job.spec import load_job
+    from graphrun.local.runner import LocalJob
 
     sink = io.StringIO()
     rss = RssSampler(opts.run_dir / "status")
@@ -293,7 +293,7 @@ def run_distributed(
     """The 2-machine job (``gpus`` per machine, dense gradients by ``sync``; ``tag``
     names its run directory and log); its median epoch, accuracy, start-up, memory and
     per-stage breakdown."""
-    from graphrun.job.runner import RunOptions
+    from graphrun.local.runner import RunOptions
 
     name = "-".join(x for x in (aggr, "" if sync == "allreduce" else sync, tag) if x)
     path = _job_yaml(workdir, args, gpus, f"job-{name}.yaml", sync)

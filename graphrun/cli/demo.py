@@ -75,9 +75,9 @@ def train_job(job_file: Path) -> tuple[float, Path]:
     import threading
 
     from graphrun.cli.run import install_stop_handlers
-    from graphrun.job.console import Console
-    from graphrun.job.runner import LocalJob, RunOptions
     from graphrun.job.spec import load_job
+    from graphrun.local.console import Console
+    from graphrun.local.runner import LocalJob, RunOptions
 
     stop = threading.Event()
     install_stop_handlers(stop)

@@ -96,11 +96,11 @@ def _here(args: argparse.Namespace) -> dict[str, Any]:
     """This machine as one host, or emulated netns hosts."""
     import socket
 
-    from graphrun.job.hostprobe import ProbeHost, probe
+    from graphrun.measure.probe import ProbeHost, probe
 
     if args.hosts == "local":
         return probe([ProbeHost(socket.gethostname(), "127.0.0.1")], args.seconds)
-    from graphrun.job.netns import NetnsNetwork, shapes_from_cluster
+    from graphrun.local.netns import NetnsNetwork, shapes_from_cluster
     from graphrun.placement.cluster import load_cluster
 
     names = list(load_cluster(args.cluster).names)
@@ -155,7 +155,7 @@ def _context_namespace(kubeconfig: str | None) -> str:
 def _member(args: argparse.Namespace) -> int:
     """One probe pod: measure, write the report (or the error) to --message-file."""
     from graphrun.errors import PEER_LOST_EXIT, ArgumentError, GraphrunError
-    from graphrun.job.probemember import (
+    from graphrun.measure.member import (
         KEY_ENV,
         MESSAGE_LIMIT,
         MemberConfig,

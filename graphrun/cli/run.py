@@ -77,9 +77,9 @@ def install_stop_handlers(stop: threading.Event) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphrun.job.console import Console
-    from graphrun.job.runner import LocalJob, RunOptions
     from graphrun.job.spec import load_job
+    from graphrun.local.console import Console
+    from graphrun.local.runner import LocalJob, RunOptions
 
     job = load_job(args.job)
     opts = RunOptions(

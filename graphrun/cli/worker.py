@@ -50,13 +50,13 @@ def register(subparsers: Any) -> None:
 
 
 def _launch(args: argparse.Namespace) -> Any:
-    from graphrun.job.launch import MachineLaunch
+    from graphrun.machine.launch import MachineLaunch
 
     if args.plan is not None:
         return MachineLaunch.read(args.plan)
     if args.job is None or args.machine is None or args.hosts_file is None:
         raise ArgumentError("worker: give --plan, or --job with --machine and --hosts-file")
-    from graphrun.job.roles import load_job_launch
+    from graphrun.machine.roles import load_job_launch
 
     return load_job_launch(
         args.job, args.machine, args.hosts_file, args.keys, resume=args.resume,
@@ -65,8 +65,8 @@ def _launch(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphrun.job.process import Supervisor
-    from graphrun.job.worker import run_machine
+    from graphrun.machine.process import Supervisor
+    from graphrun.machine.worker import run_machine
 
     launch = _launch(args)
     stop = threading.Event()

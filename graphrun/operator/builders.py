@@ -385,7 +385,7 @@ def build_worker(
     spec = tpl["spec"]
     # SIGTERM (suspend, a Kueue eviction, a drained node): the trainers agree on a step
     # and write an exact checkpoint, then the stores stop; the worker splits the pod's
-    # grace period between the two (graphrun.job.worker)
+    # grace period between the two (graphrun.machine.worker)
     grace = int(spec.setdefault("terminationGracePeriodSeconds", STOP_GRACE_SECONDS))
     stop = ["--grace", str(max(1, (grace - 5) // 2))]
     _main_container(tpl)["args"] = [*args, *stop, *again]

@@ -4,13 +4,13 @@ For ``graphrun probe --hosts kubernetes --job JOB`` the CLI creates, in the job'
 three objects named ``P = <job>-probe-<5 hex>`` (labelled ``graphrun.io/probe: P``)::
 
     Secret   P   the probe's key (32 random bytes, hex): the members tag every message
-                 with it (:mod:`graphrun.job.probemember`); read by the pods as an
+                 with it (:mod:`graphrun.measure.member`); read by the pods as an
                  environment variable, never written into the Job
     Service  P   headless: member i is P-i.P (published before it is ready)
     Job      P   Indexed, completions = parallelism = N (the job's runtime.machines or
                  --members), backoffLimit 0, activeDeadlineSeconds, ttlSecondsAfterFinished;
                  pod i runs `graphrun probe --member i --peers P-0.P:PORT,...`
-                 (:mod:`graphrun.job.probemember`) and writes its report to its
+                 (:mod:`graphrun.measure.member`) and writes its report to its
                  termination message
 
 The pods go where the job's worker pods may go — the worker template's node selector,
@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graphrun.errors import PEER_LOST_EXIT, HostError
-from graphrun.job.hostprobe import HostMeasure, LinkMeasure, assemble
-from graphrun.job.probemember import KEY_BYTES, KEY_ENV, MemberReport
 from graphrun.job.spec import GraphJob
+from graphrun.measure.member import KEY_BYTES, KEY_ENV, MemberReport
+from graphrun.measure.probe import HostMeasure, LinkMeasure, assemble
 from graphrun.operator.kube import Kube, KubeError
 from graphrun.operator.layout import OperatorConfig
 
@@ -333,7 +333,7 @@ def run_probe(
 ) -> dict[str, Any]:
     """Create the probe's Service and Job, wait (up to ``spec.timeout``) for every member,
     delete both whatever happens (an error deleting is raised only when nothing else
-    went wrong first); the :func:`graphrun.job.hostprobe.assemble` result."""
+    went wrong first); the :func:`graphrun.measure.probe.assemble` result."""
     try:
         result = _create_and_wait(kube, spec, poll, clock, sleep)
     except BaseException:  # an interrupt too: leave nothing behind

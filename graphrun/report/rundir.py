@@ -1,6 +1,6 @@
 """A run directory as the report reads it: one typed :class:`Run`.
 
-What ``graphrun run`` leaves in ``RUN/`` (:mod:`graphrun.job.roles`) and what each
+What ``graphrun run`` leaves in ``RUN/`` (:mod:`graphrun.machine.roles`) and what each
 part gives the report:
 
 =========================  ==========================================================
@@ -8,9 +8,9 @@ part gives the report:
                            and ``jobFile``: the spec, whose plan the report compares with
 ``metrics.jsonl``          one record per epoch (:mod:`graphrun.train.loop`): loss,
                            metrics, epoch time, the step breakdown per trainer
-``launch/<m>.json``        which roles machine ``m`` ran (:mod:`graphrun.job.launch`)
+``launch/<m>.json``        which roles machine ``m`` ran (:mod:`graphrun.machine.launch`)
 ``status/<m>.json``        its state, failure and the roles' CPU seconds and peak memory
-                           (:mod:`graphrun.job.worker`, :mod:`graphrun.job.usage`)
+                           (:mod:`graphrun.machine.worker`, :mod:`graphrun.machine.usage`)
 ``<plan>.schedule.json``   beside a ``placement.planFile``: the simulated schedules
                            ``graphrun plan`` wrote (:mod:`graphrun.placement.schedule`)
 =========================  ==========================================================

@@ -1,9 +1,9 @@
 """graphrun.testing: reusable helpers for tests of every layer.
 
 Nothing in the library imports it (an import-linter contract). Real ``graphrun
-serve`` processes come from the library itself: :mod:`graphrun.job.stores`
+serve`` processes come from the library itself: :mod:`graphrun.local.stores`
 (``start_store``, ``start_stores``, ``StoreProcess.stop/kill/check``), and hosts
-from :class:`graphrun.job.netns.NetnsNetwork` (network namespaces, root).
+from :class:`graphrun.local.netns.NetnsNetwork` (network namespaces, root).
 
 * :mod:`~graphrun.testing.graphs` — seeded synthetic graphs (homogeneous, heterogeneous; larger
   ``community_graph``, smaller ``random_graph``/``random_hetero_graph`` for sampling).

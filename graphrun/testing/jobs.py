@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 
 from graphrun.job.hosts import free_ports
-from graphrun.job.launch import MachineLaunch, RoleLaunch
-from graphrun.job.process import RoleCommand
+from graphrun.machine.launch import MachineLaunch, RoleLaunch
+from graphrun.machine.process import RoleCommand
 from graphrun.names import RoleName
 
 STORE_CODE = """
@@ -175,7 +175,7 @@ def fail_unless_resumed(ctx: Any) -> dict[str, bool]:
 def kill_when_training(status_file: Path, role: str, timeout: float = 60.0) -> threading.Thread:
     """A daemon thread that SIGKILLs ``role`` once its machine's worker status file says
     ``training`` (gives up after ``timeout`` s)."""
-    from graphrun.job.worker import read_status
+    from graphrun.machine.worker import read_status
 
     def kill() -> None:
         deadline = time.monotonic() + timeout

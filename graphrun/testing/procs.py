@@ -1,6 +1,6 @@
 """Child processes for tests: the ``graphrun`` command run from this checkout.
 
-Store server processes are started with :mod:`graphrun.job.stores` (the library's
+Store server processes are started with :mod:`graphrun.local.stores` (the library's
 one way, also used by the benchmarks).
 """
 

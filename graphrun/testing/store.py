@@ -6,7 +6,7 @@
 * :class:`StoreThread` — run :func:`~graphrun.store.server.run_server` for one
   partition in a thread of this process (real sockets and shared memory, no process
   start-up cost); ``with StoreThread(cfg) as s: s.address``. A failure in the server
-  is re-raised on exit. Use :mod:`graphrun.job.stores` when a test must kill a
+  is re-raised on exit. Use :mod:`graphrun.local.stores` when a test must kill a
   server process.
 * :func:`store_threads` — one per partition, as a context manager.
 """

@@ -114,7 +114,7 @@ class PSOptimizer:
 @dataclass(frozen=True)
 class PSSettings:
     """Where a trainer's parameter servers are and how it trains with them (built at
-    the edge, :mod:`graphrun.job.trainer`, and carried by the TrainContext)."""
+    the edge, :mod:`graphrun.machine.trainer`, and carried by the TrainContext)."""
 
     addresses: tuple[str, ...]
     keys: KeyPair | None

@@ -15,7 +15,7 @@ They then gather what rank 0 needs for an exact checkpoint (:func:`gather_positi
 The model, the dense optimiser and the store's embedding tables with their sparse
 optimiser state are saved as at an epoch end (``graphrun.train.checkpoint``); a run
 resumed from it takes the remaining steps of the epoch exactly as the uninterrupted run
-did (tested loss for loss: ``tests/job/test_suspend.py``).
+did (tested loss for loss: ``tests/local/test_suspend.py``).
 """
 
 from __future__ import annotations

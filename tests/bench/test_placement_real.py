@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from graphrun.cli import main
-from graphrun.job.netns import unavailable_reason
+from graphrun.local.netns import unavailable_reason
 
 
 def test_bad_arguments_are_one_line_before_any_host(tmp_path, capsys):

@@ -18,7 +18,7 @@ import yaml
 
 from graphrun.cli import main
 from graphrun.errors import PEER_LOST_EXIT
-from graphrun.job.probemember import MemberReport
+from graphrun.measure.member import MemberReport
 from graphrun.operator import probe as P
 from graphrun.placement.cluster import load_cluster
 

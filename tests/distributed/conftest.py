@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from graphrun.graph import Graph
-from graphrun.job.stores import start_stores
+from graphrun.local.stores import start_stores
 from graphrun.partition import IdMapping, load_id_mapping, partition_graph
 from graphrun.testing.graphs import random_graph, random_hetero_graph
 

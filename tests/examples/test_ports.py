@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from graphrun.distributed import write_store_file
-from graphrun.job.stores import start_stores
+from graphrun.local.stores import start_stores
 from graphrun.partition import partition_graph
 from graphrun.testing.graphs import community_graph
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from graphrun.errors import SpecError
-from graphrun.job.roles import job_paths, job_placement, machine_launches, plan_hosts
 from graphrun.job.spec import job_roles, parse_job, resolve_placement
+from graphrun.machine.roles import job_paths, job_placement, machine_launches, plan_hosts
 
 PY = "/usr/bin/python3"
 

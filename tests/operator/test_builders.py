@@ -339,8 +339,8 @@ def test_unsupported_specs_are_refused_naming_the_field(change: dict[str, Any], 
 
 def test_the_worker_can_load_what_the_operator_mounts(tmp_path: Path) -> None:
     """The ConfigMap and Secret laid out as in /etc/graphrun, read by `graphrun worker`'s
-    loader (graphrun.job.roles, from the launcher's side of the contract)."""
-    roles = pytest.importorskip("graphrun.job.roles")
+    loader (graphrun.machine.roles, from the launcher's side of the contract)."""
+    roles = pytest.importorskip("graphrun.machine.roles")
     job = example()
     owner = L.Owner(job.name, "ml", "u")
     for name, text in B.build_configmap(job, owner, CONFIG)["data"].items():
@@ -537,7 +537,7 @@ def test_planned_hosts_resolve_every_store_and_trainer(tmp_path: Path) -> None:
     """Every worker pod's launch, as `graphrun worker` builds it from the mounted ConfigMap,
     runs exactly the roles of its annotation, and every store endpoint and the rendezvous
     are DNS names of pods that exist."""
-    roles_mod = pytest.importorskip("graphrun.job.roles")
+    roles_mod = pytest.importorskip("graphrun.machine.roles")
     job = planned_job()
     owner = L.Owner(job.name, "ml", "u")
     objs = built(job)

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from graphrun.errors import PEER_LOST_EXIT, HostError
-from graphrun.job.probemember import MemberReport
 from graphrun.job.spec import GraphJob, parse_job
+from graphrun.measure.member import MemberReport
 from graphrun.operator import probe as P
 
 ROOT = Path(__file__).resolve().parents[2]

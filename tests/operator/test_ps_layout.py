@@ -7,8 +7,8 @@ import json
 import kubernetes_validate
 
 from graphrun.job.hosts import Hosts
-from graphrun.job.roles import job_paths, job_placement, machine_launches
 from graphrun.job.spec import parse_job
+from graphrun.machine.roles import job_paths, job_placement, machine_launches
 from graphrun.operator import builders as B
 from graphrun.operator import layout as L
 

@@ -9,9 +9,9 @@ import json
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from graphrun.job.runner import LocalJob, RunOptions
 from graphrun.job.spec import load_job
-from graphrun.job.trainer import parse_args, train_config
+from graphrun.local.runner import LocalJob, RunOptions
+from graphrun.machine.trainer import parse_args, train_config
 from graphrun.report import write_report
 from graphrun.report.render import cell
 from graphrun.testing.jobs import small_job

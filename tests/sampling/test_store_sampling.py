@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from graphrun.errors import ArgumentError
-from graphrun.job.stores import start_stores
+from graphrun.local.stores import start_stores
 from graphrun.partition import load_id_mapping, partition_graph
 from graphrun.sampling import NeighborSampler
 from graphrun.sampling.csc import csc_from_structure

@@ -14,7 +14,7 @@ import psutil
 import pytest
 import zmq
 
-from graphrun.job.stores import start_stores
+from graphrun.local.stores import start_stores
 from graphrun.rpc.auth import secure_client
 from graphrun.rpc.codec import Message, MsgKind, encode
 from graphrun.store.client import ClientConfig, KVClient

@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from graphrun.job.netns import NetnsNetwork, unavailable_reason
-from graphrun.job.stores import start_store
+from graphrun.local.netns import NetnsNetwork, unavailable_reason
+from graphrun.local.stores import start_store
 from graphrun.testing.procs import child_env
 from tests.store.conftest import reference_rows
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from graphrun.errors import RpcTimeout
-from graphrun.job.stores import StoreProcess, start_store
+from graphrun.local.stores import StoreProcess, start_store
 from graphrun.rpc.transport import RpcClient
 from graphrun.store.client import ClientConfig, KVClient
 from graphrun.store.registry import Request, Response

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from graphrun.errors import ArgumentError, RpcError, StoreError
-from graphrun.job.stores import StoreFailed, start_store, start_stores
+from graphrun.local.stores import StoreFailed, start_store, start_stores
 from graphrun.rpc.transport import RpcClient
 from graphrun.store.client import ClientConfig, KVClient
 from graphrun.testing.procs import child_env

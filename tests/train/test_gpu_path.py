@@ -12,10 +12,10 @@ import torch
 from graphrun.distributed.devicefeed import CpuTransfer
 from graphrun.errors import UserError
 from graphrun.graph.generate import GenParams, community
-from graphrun.job.preflight import check_gpus_here
-from graphrun.job.roles import trainer_gpu
 from graphrun.job.spec import job_roles, parse_job, resolve_placement
-from graphrun.job.trainer import trainer_device
+from graphrun.local.preflight import check_gpus_here
+from graphrun.machine.roles import trainer_gpu
+from graphrun.machine.trainer import trainer_device
 from graphrun.train.config import TrainConfig
 from graphrun.train.context import TrainContext
 from graphrun.train.data import LocalData

@@ -1,0 +1,1 @@
+"""The local backend: a job's machines as processes on this host."""

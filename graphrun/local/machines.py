@@ -1,0 +1,212 @@
+"""The local backend: every machine of a job is a ``graphrun worker`` process on this host.
+
+:class:`LocalMachines` runs one attempt of a job: it writes each machine's launch
+plan, starts one worker per machine (optionally inside that machine's network
+namespace, see :mod:`graphrun.local.netns`), and watches the workers' status files
+and exit codes. The attempt
+
+* succeeds when every machine reports ``done`` (all trainers exited 0): the workers
+  are then told to stop, which stops the store servers;
+* fails with :class:`~graphrun.errors.JobFailed` naming the role, machine and exit
+  code as soon as any worker reports a failure or dies, when the deadline passes,
+  or when the caller's ``stop`` event is set (Ctrl-C / SIGTERM).
+
+Whatever happens, every worker (and through it every role) is stopped — SIGTERM,
+then SIGKILL after the grace period — before :meth:`LocalMachines.run` returns or
+raises; if this process is killed (SIGKILL), the kernel sends every worker SIGTERM
+(``PR_SET_PDEATHSIG``) and the workers stop their roles themselves. Deciding what an
+attempt means for the job (restart, phases) is the workflow's business
+(:mod:`graphrun.local.runner`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import graphrun
+from graphrun.errors import JobFailed
+from graphrun.machine.launch import MachineLaunch
+from graphrun.machine.process import RoleCommand, RoleExit, Sink, Supervisor, lost_a_peer
+from graphrun.machine.worker import read_status
+
+Wrap = Callable[[str], Sequence[str]]  # machine -> command prefix (e.g. ip netns exec NS)
+
+
+def package_env() -> dict[str, str]:
+    """Environment for child processes so they import this very graphrun."""
+    import os
+
+    root = str(Path(graphrun.__file__).resolve().parents[1])
+    path = os.environ.get("PYTHONPATH", "")
+    return {"PYTHONPATH": root + (os.pathsep + path if path else "")}
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    """A successful attempt: every role's exit code (``None``: never started)."""
+
+    exits: dict[str, int | None]
+    states: dict[str, str]
+
+
+class LocalMachines:
+    """Runs the machines of one job attempt as worker processes."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        sink: Sink | None = None,
+        grace_s: float = 5.0,
+        wrap: Wrap | None = None,
+        python: str = sys.executable,
+        interval: float = 0.1,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.sink = sink if sink is not None else sys.stdout
+        self.grace_s = grace_s
+        self.wrap = wrap or (lambda machine: ())
+        self.python = python
+        self.interval = interval
+        self.last_exits: dict[str, int | None] = {}
+        self.last_pids: dict[str, int] = {}
+
+    def _worker_command(self, launch: MachineLaunch, status_dir: Path) -> RoleCommand:
+        plan = launch.write(self.run_dir / "launch" / f"{launch.machine}.json")
+        argv = (
+            *self.wrap(launch.machine),
+            self.python, "-m", "graphrun", "worker",
+            "--plan", str(plan),
+            "--status-dir", str(status_dir),
+            "--log-dir", str(self.run_dir / "logs" / launch.machine),
+            "--grace", str(self.grace_s),
+        )  # fmt: skip
+        return RoleCommand(f"worker:{launch.machine}", launch.machine, argv, package_env())
+
+    def run(
+        self,
+        launches: Sequence[MachineLaunch],
+        stop: threading.Event | None = None,
+        deadline: float | None = None,
+        on_states: Callable[[Mapping[str, str]], None] | None = None,
+    ) -> AttemptResult:
+        """Run every machine until all are done; raise JobFailed otherwise.
+
+        ``deadline`` is a ``time.monotonic()`` value; ``on_states`` is called with
+        machine -> state whenever a machine's state changes.
+        """
+        stop = stop or threading.Event()
+        status_dir = self.run_dir / "status"
+        shutil.rmtree(status_dir, ignore_errors=True)
+        status_dir.mkdir(parents=True)
+        (self.run_dir / "launch").mkdir(parents=True, exist_ok=True)
+        machines = [m.machine for m in launches]
+        states = dict.fromkeys(machines, "pending")
+        # Workers print their roles' lines already prefixed with [role@machine]. A worker
+        # told to stop may take a grace period for its trainers' checkpoint and then one for
+        # its stores; one whose launcher dies (kill -9) gets SIGTERM and stops its roles and
+        # segments.
+        sup = Supervisor(
+            self.run_dir / "logs", self.sink, 2 * self.grace_s + 3, prefix=False,
+            death_signal=signal.SIGTERM,
+        )  # fmt: skip
+        failure: JobFailed | None = None
+        try:
+            for launch in launches:
+                sup.start(self._worker_command(launch, status_dir))
+            while True:
+                changed = self._read_states(status_dir, states)
+                if changed and on_states is not None:
+                    on_states(dict(states))
+                failure = self._failure(status_dir, sup.poll())
+                if failure is not None:
+                    raise failure
+                if all(s == "done" for s in states.values()):
+                    break
+                if stop.is_set():
+                    raise JobFailed("job", "local", None, "stopped by a signal (SIGTERM/Ctrl-C)")
+                if deadline is not None and time.monotonic() > deadline:
+                    raise JobFailed("job", "local", None, "activeDeadlineSeconds exceeded")
+                time.sleep(self.interval)
+        except JobFailed as exc:
+            failure = exc
+        finally:
+            sup.close()
+        # A worker may have reported a failure while being stopped for another reason.
+        self._read_states(status_dir, states)
+        exits = self._role_exits(status_dir, launches)
+        self.last_exits = exits
+        self.last_pids = self._role_pids(status_dir, launches)
+        if failure is not None:
+            first = self._failure(status_dir, [], only_status=True)
+            if first is not None and not (failure.role == "job" and stop.is_set()):
+                failure = first
+            raise failure
+        return AttemptResult(exits, dict(states))
+
+    @staticmethod
+    def _read_states(status_dir: Path, states: dict[str, str]) -> bool:
+        changed = False
+        for machine in states:
+            st = read_status(status_dir / f"{machine}.json")
+            if st is not None and st.get("state") != states[machine]:
+                states[machine] = str(st.get("state"))
+                changed = True
+        return changed
+
+    @staticmethod
+    def _failure(
+        status_dir: Path, ended: Sequence[RoleExit], only_status: bool = False
+    ) -> JobFailed | None:
+        reported = []
+        for path in sorted(status_dir.glob("*.json")):
+            st = read_status(path)
+            f = st.get("failure") if st else None
+            if f:
+                reported.append(f)
+        if reported:  # the earliest failure is the cause, later ones are its consequences;
+            # a role that only lost a peer is blamed last, however fast it noticed
+            f = min(
+                reported,
+                key=lambda f: (
+                    lost_a_peer(f.get("exit_code"), str(f.get("reason", ""))),
+                    float(f.get("time", 0.0)),
+                ),
+            )
+            return JobFailed(
+                str(f["role"]), str(f["machine"]), f.get("exit_code"), str(f.get("reason", ""))
+            )
+        if only_status:
+            return None
+        for ex in ended:  # a worker that died without writing a failure
+            machine = ex.role.removeprefix("worker:")
+            st = read_status(status_dir / f"{machine}.json")
+            if ex.exit_code != 0 or st is None or st.get("state") != "done":
+                return JobFailed(ex.role, machine, ex.exit_code, ex.reason() or "worker exited")
+        return None
+
+    @staticmethod
+    def _role_pids(status_dir: Path, launches: Sequence[MachineLaunch]) -> dict[str, int]:
+        pids: dict[str, int] = {}
+        for launch in launches:
+            st = read_status(status_dir / f"{launch.machine}.json") or {}
+            for role, info in st.get("roles", {}).items():
+                if info.get("pid"):
+                    pids[role] = int(info["pid"])
+        return pids
+
+    @staticmethod
+    def _role_exits(status_dir: Path, launches: Sequence[MachineLaunch]) -> dict[str, int | None]:
+        exits: dict[str, int | None] = {}
+        for launch in launches:
+            st = read_status(status_dir / f"{launch.machine}.json") or {}
+            roles = st.get("roles", {})
+            for r in launch.roles:
+                exits[r.role] = roles.get(r.role, {}).get("exit_code")
+        return exits

@@ -1,0 +1,1 @@
+"""What runs on one machine of a job, whichever backend started it."""

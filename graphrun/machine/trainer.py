@@ -1,0 +1,310 @@
+"""The trainer role: ``python -m graphrun.machine.trainer --job JOB --rank R --hosts-file F ...``.
+
+The edge where a trainer process turns its command line, the job spec and the hosts
+file into typed values (:class:`~graphrun.train.config.TrainConfig`, the store
+client, :class:`~graphrun.train.ddp.DDPConfig`) and hands them to
+:func:`graphrun.train.loop.run_training`. Nothing below reads the environment.
+
+Trainer ``r`` of ``W`` trains on partition ``r * P // W`` (co-located placement puts
+it on that partition's machine; a placement plan may move it elsewhere).
+
+``training.script`` jobs: the script is run as a module named ``__graphrun__`` and
+its ``main(ctx)`` is called with the same context a built-in task gets.
+``training.entryPoint`` modules are imported from the job file's directory first, then
+from the installed packages (as ``python script.py`` puts the script's directory first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from graphrun.errors import (
+    SUSPENDED_EXIT,
+    USER_ERROR_EXIT,
+    ArgumentError,
+    GraphrunError,
+    Suspended,
+    UserError,
+)
+from graphrun.job.hosts import Hosts
+from graphrun.job.spec import GraphJob, load_job
+from graphrun.machine.roles import job_paths
+from graphrun.names import RoleName
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="graphrun-trainer", description=__doc__)
+    p.add_argument("--job", type=Path, required=True)
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--hosts-file", type=Path, required=True)
+    p.add_argument("--keys", type=Path, required=True, help="directory with job.key")
+    p.add_argument("--run-dir", type=Path)
+    p.add_argument("--machine", default="", help="the job's name for this machine")
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--profile", type=Path, help="append per-batch records (JSON lines) here")
+    p.add_argument("--aggr", choices=("scatter", "csr"), default="csr")
+    p.add_argument("--timeout", type=float, default=300.0, help="rendezvous timeout (s)")
+    p.add_argument(
+        "--threads", type=int, help="torch intra-op threads (default: default_threads(job))"
+    )
+    p.add_argument(
+        "--gpu", type=int, help="compute on this GPU of the machine (its local rank; docs/gpu.md)"
+    )
+    p.add_argument(
+        "--device-feed",
+        choices=("auto", "cpu"),
+        default="auto",
+        help="cpu: a CPU trainer takes the GPU feature path with its CPU transfer (tests)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("nccl", "gloo"),
+        help="torch.distributed backend (default: nccl on a GPU, gloo on CPU; gloo where "
+        "trainers share one GPU)",
+    )
+    return p.parse_args(argv)
+
+
+def train_config(job: GraphJob, args: argparse.Namespace, run_dir: Path, ckpt: Path) -> Any:
+    from graphrun.train.config import TrainConfig
+
+    t = job.spec.training
+    return TrainConfig(
+        task=t.task if t.task is not None else None,
+        entry_point=t.entry_point or ("__script__" if t.script else None),
+        args=tuple(t.args),
+        model=t.model,
+        epochs=t.epochs,
+        batch_size=t.batch_size,
+        fanouts=tuple(t.fanouts),
+        fanouts_per_etype=dict(t.fanouts_per_etype) if t.fanouts_per_etype else None,
+        hidden=t.hidden,
+        lr=t.lr,
+        dropout=t.dropout,
+        weight_decay=t.weight_decay,
+        negative_samples=t.negative_samples,
+        edges_per_epoch=t.edges_per_epoch,
+        val_edges=t.val_edges,
+        test_edges=t.test_edges,
+        eval_negatives=t.eval_negatives,
+        embedding_dim=t.embedding_dim,
+        sparse_lr=t.sparse_lr,
+        target_node_type=t.target_node_type,
+        num_bases=t.num_bases,
+        feature=t.feature,
+        label=t.label,
+        eval_every=t.eval_every,
+        evaluation=t.evaluation,
+        eval_subset=t.eval_subset,
+        seed=t.seed,
+        aggr_path=args.aggr,
+        precision=t.precision,
+        gpu_cache_mb=job.spec.runtime.gpu_feature_cache_mb,
+        feed=args.device_feed,
+        checkpoint_dir=ckpt,
+        resume=args.resume,
+        metrics_file=run_dir / "metrics.jsonl",
+        profile_file=args.profile,
+        tensorboard_dir=run_dir / "tensorboard" if t.tensorboard else None,
+        machines=trainer_machines(job, args.job),
+    )
+
+
+def trainer_machines(job: GraphJob, job_file: Path) -> tuple[str, ...]:
+    """The machine of each trainer rank, as the job's placement gives it."""
+    from graphrun.machine.roles import job_placement
+
+    roles = job_placement(job, job_paths(job, job_file))
+    return tuple(roles[str(RoleName.trainer(r))].machine for r in range(job.spec.num_trainers))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    from graphrun.distributed import DistGraph, initialize
+    from graphrun.names import home_partition
+    from graphrun.rpc.auth import load_keys
+    from graphrun.rpc.tuning import keep_large_allocations
+    from graphrun.train.ddp import DDPConfig
+    from graphrun.train.distdata import DistGraphData
+    from graphrun.train.loop import run_training
+    from graphrun.train.suspend import StopFlag
+
+    stop = StopFlag().install()  # first: a SIGTERM from now on is a request to checkpoint
+
+    keep_large_allocations()  # mini-batches and pulled features are fresh buffers of MBs
+    job = load_job(args.job)
+    import torch
+
+    torch.set_num_threads(args.threads or default_threads(job))
+    accelerator = trainer_device(job, args)
+    paths = job_paths(job, args.job, args.run_dir)
+    hosts = Hosts.read(args.hosts_file)
+    world, parts = job.spec.num_trainers, job.spec.num_parts
+    if not 0 <= args.rank < world:
+        raise ArgumentError(f"--rank: {args.rank} is not in [0, {world})")
+    cfg = train_config(job, args, paths.run_dir, paths.checkpoints)
+    if cfg.entry_point == "__script__":
+        cfg = _script_entry(cfg, paths.base_dir / str(job.spec.training.script))
+    elif cfg.entry_point is not None:
+        sys.path.insert(0, str(paths.base_dir))  # the user's modules beside the job file
+    servers = [f"tcp://{eps[0]}" for _, eps in sorted(hosts.store_endpoints().items())]
+    keys = load_keys(args.keys / "job.key")
+    copies = hosts.replica_endpoints()  # joined in its place when a primary is gone
+    replicas = tuple(tuple(f"tcp://{e}" for e in copies.get(p, ())) for p in range(parts))
+    ctx = initialize(
+        servers, job=job.name, keys=keys, rank=args.rank,
+        world_size=world, partition=home_partition(args.rank, world, parts),
+        name=str(RoleName.trainer(args.rank)), machine=args.machine, replicas=replicas,
+    )  # fmt: skip
+    local = ctx.client.local_parts  # partitions read through shared memory (co-located)
+    print(json.dumps({"event": "joined", "rank": args.rank, "local_parts": local}), flush=True)
+    workers = job.spec.runtime.sampler_workers_per_trainer
+    cache_mb = job.spec.runtime.feature_cache_mb
+    data = DistGraphData(
+        DistGraph(ctx), args.rank, world, workers, seed=cfg.seed, cache_mb=cache_mb
+    )
+    try:
+        # a TCP rendezvous (machines apart) is the job key's CURVE store, not torch's
+        ddp = DDPConfig(
+            args.rank, world, hosts.rendezvous, backend=args.backend, timeout_s=args.timeout,
+            keys=keys, accelerator=accelerator,
+        )  # fmt: skip
+        # the job's own store servers are stopped by trainer 0 once all trainers finished;
+        # a running store the job joined (graph.store) is shared and keeps serving
+        own = job.spec.graph.store is None
+        ps = ps_settings(job, hosts, keys, args.timeout)
+
+        def done() -> None:
+            if ps is not None:
+                from graphrun.store.ps_client import stop_parameter_servers
+
+                stop_parameter_servers(ps.addresses, ps.keys)
+            if own:
+                ctx.client.stop_servers()
+
+        def finished() -> None:
+            # every session leaves (the loader workers' too) or stops its heartbeats before
+            # trainer 0 stops the stores: a job that succeeded ended with one "heartbeat ...
+            # connection lost" warning per worker and store
+            data.close()
+            if args.rank == 0 and own:
+                ctx.client.stop_heartbeat()  # it still needs its connections to stop them
+            else:
+                ctx.close()
+
+        run_training(
+            cfg,
+            data,
+            ddp,
+            graph=data.graph,
+            on_done=done,
+            on_finished=finished,
+            stop=stop,
+            ps=ps,
+        )
+        print(
+            json.dumps({"event": "traffic", "rank": args.rank, **traffic(ctx.client)}), flush=True
+        )
+    finally:
+        data.close()
+        ctx.close()
+    return 0
+
+
+def trainer_device(job: GraphJob, args: argparse.Namespace) -> str:
+    """``"cpu"``, or ``"cuda:<gpu>"`` for ``--gpu``, after checking that this machine
+    has the GPUs the job asks for (one line naming it and what it has, before any work)."""
+    if args.gpu is None:
+        return "cpu"
+    import torch
+
+    from graphrun.train.device import check_gpus, cuda_count
+
+    have = cuda_count()
+    names = [torch.cuda.get_device_name(i) for i in range(have)]
+    check_gpus(args.machine, max(job.spec.runtime.machine_gpus, args.gpu + 1), have, names)
+    torch.cuda.set_device(args.gpu)
+    return f"cuda:{args.gpu}"
+
+
+def ps_settings(job: GraphJob, hosts: Hosts, keys: Any, timeout_s: float) -> Any:
+    """The parameter servers of a ``training.sync: ps`` job (None for allreduce):
+    ``ps:J``'s endpoint from the hosts file, the job's key, the mode."""
+    n = job.spec.num_ps
+    if n == 0:
+        return None
+    from graphrun.train.ps import PSSettings
+
+    t = job.spec.training
+    addresses = []
+    for j in range(n):
+        host, port = hosts.endpoint(str(RoleName.ps(j)))
+        addresses.append(f"tcp://{host}:{port}")
+    mode: Literal["sync", "async"] = "async" if t.staleness else "sync"
+    return PSSettings(tuple(addresses), keys, mode, t.staleness, timeout_s)
+
+
+def default_threads(job: GraphJob, cores: int | None = None) -> int:
+    """A trainer's torch intra-op threads: the machine's cores shared by the processes the
+    job puts on each machine (its trainers and store servers), at least one. torch's own
+    default, every core, oversubscribes a machine that also runs a store server: on the
+    200k/8M power-law graph, two netns hosts on 2 cores, the epoch went from 1.74–1.90 s
+    to 1.50–1.66 s with one thread per trainer (benchmarks/README.md)."""
+    if cores is None:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # not on Linux
+            cores = os.cpu_count() or 1
+    rt = job.spec.runtime
+    stores = rt.store_servers_per_machine if job.spec.graph.store is None else 0
+    return max(1, cores // (rt.trainers_per_machine + stores))
+
+
+def traffic(client: Any) -> dict[str, Any]:
+    """Bytes this trainer's client got from the servers of each partition, by operation
+    (its sampler workers, if any, have their own clients)."""
+    received: dict[str, dict[str, int]] = {}
+    for (part, op), n in sorted(client.traffic.items()):
+        if not op.endswith(":shm"):
+            received.setdefault(str(part), {})[op] = n
+    return {"received": received}
+
+
+def _script_entry(cfg: Any, script: Path) -> Any:
+    """Run the user's script as a module and use its ``main(ctx)`` as the entry point."""
+    import dataclasses
+
+    if not script.is_file():
+        raise ArgumentError(f"spec.training.script: {script} does not exist")
+    namespace = runpy.run_path(str(script), run_name="__graphrun__")
+    fn = namespace.get("main")
+    if not callable(fn):
+        raise ArgumentError(f"spec.training.script: {script} defines no main(ctx)")
+    module = type(sys)("graphrun_user_script")
+    module.main = fn  # type: ignore[attr-defined]
+    sys.modules["graphrun_user_script"] = module
+    return dataclasses.replace(cfg, entry_point="graphrun_user_script:main")
+
+
+if __name__ == "__main__":
+    from graphrun.machine.process import exit_now
+
+    try:
+        code = main()
+    except Suspended as exc:  # told to stop (SIGTERM), checkpoint written
+        print(f"graphrun trainer: {exc}", file=sys.stderr, flush=True)
+        exit_now(SUSPENDED_EXIT)
+    except UserError as exc:  # its input is wrong: one line, and no restart will help
+        print(f"graphrun trainer: error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(USER_ERROR_EXIT)
+    except GraphrunError as exc:
+        print(f"graphrun trainer: error: {exc}", file=sys.stderr, flush=True)
+        raise
+    exit_now(code)  # done: every file is closed, the loaders' workers are gone

@@ -1,0 +1,330 @@
+"""One machine of a job: start its store servers, wait for every store, start its trainers.
+
+:func:`run_machine` runs a :class:`~graphrun.machine.launch.MachineLaunch` under a
+:class:`~graphrun.machine.process.Supervisor` and reports progress in a status file
+(``STATUS_DIR/<machine>.json``, replaced atomically) that the local backend, a
+person or a Kubernetes probe can read::
+
+    {"machine": "m0", "state": "starting|serving|training|done|failed|stopped",
+     "roles": {"store:0": {"pid": 123, "exit_code": null}, ...},
+     "failure": {"role": "trainer:0", "machine": "m0", "exit_code": 1, "reason": "..."} | null,
+     "usage": {"roles": {"store:0": {"cpu_s": 3.1, "peak_rss_mb": 412.0}, ...}, ...}}
+
+States: ``serving`` — this machine's store servers accept connections;
+``training`` — every store server of the job is up and the trainers run; ``done`` —
+this machine's trainers all exited 0. Its store servers keep serving the other
+machines until the job's trainers stop them (trainer 0 asks every store to stop once
+all trainers finished, and the parameter servers of ``training.sync: ps``; a store that
+then exits 0 ends the worker with exit code 0) or the worker is told to stop (SIGTERM):
+then its trainers first, which write an exact
+checkpoint (:mod:`graphrun.train.suspend`) while the stores still serve. A machine
+without store servers (placement may give a machine only trainers, or no role at all)
+ends with exit code 0 once its trainers are done. A store that exits before this machine's
+trainers are done, or any role that exits non-zero, fails the machine: every other
+role is stopped and the worker returns the failure. So does a role whose process stays
+stopped (SIGSTOP) for ``stall_timeout_s`` (:class:`StallWatch`): it is named, rather than
+the trainer whose all-reduce would time out minutes later. Whenever it stops, the
+worker removes the shared-memory segments its (killed) store servers left; a worker
+whose launcher died gets SIGTERM (``PR_SET_PDEATHSIG``) and stops the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from graphrun.errors import JobFailed
+from graphrun.files import write_atomic
+from graphrun.machine.launch import MachineLaunch, RoleLaunch
+from graphrun.machine.process import RoleExit, Supervisor
+from graphrun.machine.readiness import IsReady, store_is_ready
+from graphrun.machine.usage import RoleUsage
+from graphrun.names import RoleName
+from graphrun.store.shm import clean_stale
+
+SHM_DIR = Path("/dev/shm")
+
+
+@dataclass(frozen=True)
+class MachineResult:
+    machine: str
+    state: str  # done | stopped | failed
+    exits: dict[str, int | None]
+    failure: JobFailed | None = None
+
+
+class StatusFile:
+    """The machine's status file, rewritten atomically on every change."""
+
+    def __init__(self, status_dir: Path | None, machine: str) -> None:
+        self.path = Path(status_dir) / f"{machine}.json" if status_dir is not None else None
+        self.machine = machine
+        self.state = "starting"
+        self.roles: dict[str, dict[str, Any]] = {}
+        self.failure: dict[str, Any] | None = None
+        self.usage = RoleUsage()  # the roles' CPU seconds and peak memory (job.usage)
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def update(self, sup: Supervisor, state: str | None = None) -> None:
+        if state is not None:
+            self.state = state
+        self.usage.sample(_running(sup), force=True)
+        exits = sup.exits()
+        self.roles = {
+            role: {"pid": pid, "exit_code": exits[role].exit_code if role in exits else None}
+            for role, pid in sup.pids().items()
+        }
+        self._write()
+
+    def fail(self, sup: Supervisor, exc: JobFailed) -> None:
+        self.failure = {
+            "role": exc.role,
+            "machine": exc.host,
+            "exit_code": exc.exit_code,
+            "reason": exc.reason,
+            "time": time.time(),
+        }
+        self.update(sup, "failed")
+
+    def _write(self) -> None:
+        if self.path is None:
+            return
+        data = {
+            "machine": self.machine,
+            "state": self.state,
+            "roles": self.roles,
+            "failure": self.failure,
+            "usage": self.usage.to_dict(),
+            "time": time.time(),
+        }
+        write_atomic(self.path, json.dumps(data) + "\n")
+
+
+def _running(sup: Supervisor) -> dict[str, int]:
+    live = set(sup.running())
+    return {role: pid for role, pid in sup.pids().items() if role in live}
+
+
+def read_status(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def failure_of(ex: RoleExit, kind: str) -> JobFailed | None:
+    """The failure a role's exit means, if any: non-zero, or a server that quit."""
+    if ex.exit_code != 0:
+        return JobFailed(ex.role, ex.machine, ex.exit_code, ex.reason())
+    if kind != "trainer":
+        return JobFailed(ex.role, ex.machine, 0, f"{kind} exited while the job was running")
+    return None
+
+
+def store_lost(machine: str, ex: RoleExit) -> None:
+    """Say that a replicated store died and the job goes on (its replica serves)."""
+    event: dict[str, Any] = {"event": "store_lost", "role": ex.role, "machine": machine}
+    event.update(exit_code=ex.exit_code, reason=ex.reason(), time=round(time.time(), 3))
+    event["took_over"] = "its replica (clients fail over)"
+    print(json.dumps(event), flush=True)
+    clean_stale()  # the dead server's segments (its readers keep their mappings)
+
+
+class StallWatch:
+    """Roles whose process has been stopped (SIGSTOP, SIGTSTP, a debugger) too long.
+
+    A stopped trainer blocks every other trainer in its next all-reduce, and gloo would
+    only time out there minutes later, blaming a trainer that is fine; the worker that
+    started the stopped process names it instead.
+    """
+
+    STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+
+    def __init__(self, timeout_s: float, every_s: float = 1.0) -> None:
+        self.timeout_s = timeout_s
+        self.every_s = every_s
+        self.since: dict[str, float] = {}
+        self.last = 0.0
+
+    def check(self, sup: Supervisor, machine: str) -> None:
+        now = time.monotonic()
+        if now - self.last < self.every_s:
+            return
+        self.last = now
+        running = set(sup.running())
+        for role, pid in sup.pids().items():
+            try:
+                stopped = role in running and psutil.Process(pid).status() in self.STOPPED
+            except psutil.Error:
+                stopped = False
+            if not stopped:
+                self.since.pop(role, None)
+                continue
+            first = self.since.setdefault(role, now)
+            if now - first >= self.timeout_s:
+                raise JobFailed(
+                    role, machine, None,
+                    f"stopped (SIGSTOP) for {now - first:.0f}s: the job cannot go on without it",
+                )  # fmt: skip
+
+
+def all_up(endpoints: Sequence[str], is_ready: IsReady) -> Callable[[], bool]:
+    return lambda: all(is_ready(e) for e in endpoints)
+
+
+def store_waves(launch: MachineLaunch) -> list[list[RoleLaunch]]:
+    """Server roles in start order: main servers (``store:<p>``) and parameter servers
+    (``ps:<j>``), then backups."""
+    stores = launch.of_kind("store")
+    mains = [r for r in stores if RoleName.parse(r.role).sub == 0] + launch.of_kind("ps")
+    backups = [r for r in stores if RoleName.parse(r.role).sub > 0]
+    return [w for w in (mains, backups) if w]
+
+
+def remove_shm(pids: Mapping[str, int], shm_dir: Path | None = None) -> list[str]:
+    """Unlink the shared-memory segments left by the given (dead) role processes.
+
+    Store segments are named ``graphrun-<pid>-<start>-<token>.<seq>``
+    (:mod:`graphrun.store.shm`); only those of our roles whose process is gone are removed.
+    """
+    from graphrun.store.shm import owner_alive
+
+    shm_dir = SHM_DIR if shm_dir is None else shm_dir
+    removed: list[str] = []
+    prefixes = tuple(f"graphrun-{pid}-" for pid in pids.values())
+    if not prefixes or not shm_dir.is_dir():
+        return removed
+    for p in shm_dir.iterdir():
+        if p.name.startswith(prefixes) and not owner_alive(p.name):
+            with contextlib.suppress(OSError):
+                p.unlink()
+                removed.append(p.name)
+    return removed
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _stop_trainers_first(launch: MachineLaunch, sup: Supervisor, interval: float) -> None:
+    """Told to stop while training: SIGTERM the trainers (and samplers) first — they
+    agree on a step, write an exact checkpoint, including the embedding state on the
+    store servers, and trainer 0 then stops the job's stores — and give this machine's
+    stores until the grace period ends to be stopped so, before SIGTERM."""
+    deadline = time.monotonic() + sup.grace_s
+    sup.stop([r.role for r in launch.roles if r.kind in ("trainer", "sampler")])
+    stores = {r.role for r in launch.of_kind("store")}
+    while time.monotonic() < deadline and not stores <= set(sup.exits()):
+        sup.poll()
+        time.sleep(interval)
+
+
+def run_machine(
+    launch: MachineLaunch,
+    sup: Supervisor,
+    stop: threading.Event,
+    status_dir: Path | None = None,
+    is_ready: IsReady | None = None,
+    interval: float = 0.05,
+) -> MachineResult:
+    """Run one machine's roles until its trainers finish and ``stop`` is set, or a role fails.
+
+    Returns instead of raising, so the caller can report and exit; every role is
+    stopped before this returns.
+    """
+    is_ready = is_ready or store_is_ready(Path(launch.key_file) if launch.key_file else None)
+    status = StatusFile(status_dir, launch.machine)
+    kinds = {r.role: r.kind for r in launch.roles}
+    state = "stopped"
+    failure: JobFailed | None = None
+
+    stopped_by_job: list[str] = []
+    lost: list[str] = []  # replicated stores that died while the job trained
+    stalls = StallWatch(launch.stall_timeout_s)
+
+    def check() -> None:
+        stalls.check(sup, launch.machine)
+        status.usage.sample(_running(sup))
+        for ex in sup.poll():
+            clean = ex.exit_code == 0 and kinds[ex.role] in ("store", "ps")
+            if clean and status.state in ("training", "done"):
+                stopped_by_job.append(ex.role)  # trainer 0 stops the stores at the end
+                continue
+            if ex.role in launch.replicated and status.state in ("training", "done"):
+                lost.append(ex.role)
+                store_lost(launch.machine, ex)
+                continue
+            f = failure_of(ex, kinds[ex.role])
+            if f is not None:
+                raise f
+        # Done machines keep serving until the job stops their stores; a machine without
+        # stores (a placement plan may leave it only trainers, or nothing) is needed by
+        # no one once its trainers are done.
+        # Parameter servers are stopped by trainer 0 too: wait for theirs to exit as well.
+        ps_done = {r.role for r in launch.of_kind("ps")} <= set(stopped_by_job)
+        lost_all = all(r.role in lost for r in launch.of_kind("store"))
+        served = (stopped_by_job or lost_all) and ps_done
+        if stop.is_set() or (served and status.state == "done"):
+            raise _Stopped
+
+    def wait_until(cond: Callable[[], bool], what: str, timeout: float | None = None) -> None:
+        deadline = time.monotonic() + (launch.ready_timeout_s if timeout is None else timeout)
+        while not cond():
+            check()
+            if time.monotonic() > deadline:
+                raise JobFailed(
+                    f"worker:{launch.machine}",
+                    launch.machine,
+                    None,
+                    f"timed out after {launch.ready_timeout_s:g}s waiting for {what}",
+                )
+            time.sleep(interval)
+
+    try:
+        status.update(sup, "starting")
+        own: list[str] = []
+        for wave in store_waves(launch):  # main servers first: backups attach to them
+            for r in wave:
+                sup.start(r.command)
+            status.update(sup)
+            up = [r.ready for r in wave if r.ready is not None]
+            own += up
+            wait_until(all_up(up, is_ready), "this machine's store servers")
+        status.update(sup, "serving")
+        pending = [e for e in launch.wait_for if e not in own]
+        wait_until(all_up(pending, is_ready), "the store servers of other machines")
+        for kind in ("sampler", "trainer"):
+            for r in launch.of_kind(kind):
+                sup.start(r.command)
+        status.update(sup, "training")
+        trainers = {r.role for r in launch.of_kind("trainer")}
+        wait_until(lambda: trainers <= set(sup.exits()), "the trainers", float("inf"))
+        status.update(sup, "done")
+        while True:
+            check()
+            time.sleep(interval * 2)
+    except _Stopped:
+        state = "done" if status.state == "done" else "stopped"
+        if status.state in ("training", "done"):
+            _stop_trainers_first(launch, sup, interval)
+    except JobFailed as exc:
+        failure, state = exc, "failed"
+        status.fail(sup, exc)  # reported before the (slow) stop, so the launcher sees it first
+    sup.stop()
+    # stores stopped by SIGKILL left their segments: nobody else may be left to remove them
+    # (the launcher killed with -9 is why this worker stops)
+    remove_shm({r: p for r, p in sup.pids().items() if kinds.get(r) == "store"})
+    status.update(sup, state)
+    exits: dict[str, int | None] = {role: None for role in kinds}
+    exits.update({role: ex.exit_code for role, ex in sup.exits().items()})
+    return MachineResult(launch.machine, state, exits, failure)

@@ -1,0 +1,1 @@
+"""Cluster measurement: what hosts and the links between them can do."""

@@ -1,0 +1,157 @@
+"""Real jobs with parameter servers (``training.sync: ps``): local processes, gloo only for
+the loop's counters, the dense parameters and Adam on ``ps:J`` processes."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from graphrun.errors import JobFailed
+from graphrun.job.spec import load_job
+from graphrun.local.netns import unavailable_reason
+from graphrun.local.runner import LocalJob, RunOptions
+from graphrun.machine.worker import read_status
+from graphrun.testing.jobs import kill_when_training, small_job
+from graphrun.testing.procs import live_children
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def run(path: Path, **opts) -> tuple[LocalJob, io.StringIO]:
+    sink = io.StringIO()
+    job = LocalJob(load_job(path), path, RunOptions(grace_s=3.0, **opts), sink=sink)
+    return job, sink
+
+
+def metrics(path: Path) -> list[dict]:
+    lines = (path.parent / "runs" / "small" / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(x) for x in lines]
+
+
+def no_children() -> None:
+    deadline = time.monotonic() + 5
+    while live_children():
+        assert time.monotonic() < deadline, live_children()
+        time.sleep(0.1)
+
+
+def test_sync_ps_trains_as_allreduce_does(tmp_path):
+    losses = {}
+    for sync in ("allreduce", "ps"):
+        d = tmp_path / sync
+        d.mkdir()
+        runtime = {"parameterServers": 2} if sync == "ps" else {}
+        path = small_job(d, epochs=2, sync=sync, runtime=runtime)
+        job, sink = run(path)
+        report = job.run()
+        assert report.exits["trainer:0"] == 0 and report.exits["trainer:1"] == 0
+        if sync == "ps":
+            assert report.exits["ps:0"] == 0 and report.exits["ps:1"] == 0
+            assert "[ps:1@m1]" in sink.getvalue()
+        losses[sync] = [(m["loss"], m["test_acc"]) for m in metrics(path)]
+    for (la, aa), (lp, ap) in zip(losses["allreduce"], losses["ps"], strict=True):
+        assert lp == pytest.approx(la, rel=1e-3, abs=1e-4)
+        assert abs(ap - aa) <= 0.01
+    no_children()
+
+
+def test_async_ps_learns(tmp_path):
+    path = small_job(tmp_path, epochs=3, lr=0.03, sync="ps", staleness=2)
+    run(path)[0].run()
+    last = metrics(path)[-1]
+    assert last["epoch"] == 2 and last["test_acc"] > 0.5  # 4 classes: chance is 0.25
+
+
+def test_killed_parameter_server_fails_the_job_by_name(tmp_path):
+    path = small_job(tmp_path, entryPoint="graphrun.testing.jobs:wait", sync="ps",
+                     runtime={"parameterServers": 2})  # fmt: skip
+    job, _ = run(path)
+    kill_when_training(tmp_path / "runs" / "small" / "status" / "m1.json", "ps:1")
+    with pytest.raises(JobFailed) as info:
+        job.run()
+    assert (info.value.role, info.value.host, info.value.exit_code) == ("ps:1", "m1", -9)
+    no_children()
+
+
+def test_resume_restores_the_parameter_servers_exactly(tmp_path):
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    for d in (whole, parts):
+        d.mkdir()
+    path = small_job(whole, epochs=2, sync="ps")
+    run(path)[0].run()
+    first = small_job(parts, epochs=1, sync="ps")
+    run(first)[0].run()
+    first.write_text(first.read_text().replace("epochs: 1", "epochs: 2"))
+    job, sink = run(first, resume=True)
+    job.run()
+    assert '"event": "resumed", "from_epoch": 0' in sink.getvalue()
+    assert [m["epoch"] for m in metrics(first)] == [0, 1]
+    assert metrics(first)[1]["loss"] == metrics(path)[1]["loss"]
+    assert metrics(first)[1]["test_acc"] == metrics(path)[1]["test_acc"]
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
+@pytest.mark.parametrize("staleness", [0, 2])
+def test_parameter_servers_on_netns_hosts(tmp_path, staleness):
+    """Both modes across real network stacks, ps:0 placed away from trainer 0."""
+    path = small_job(tmp_path, epochs=2, lr=0.03, sync="ps", staleness=staleness,
+                     runtime={"parameterServers": 2},
+                     placement={"assignments": {"ps:0": "m1", "ps:1": "m0"}})  # fmt: skip
+    job, sink = run(path, hosts="netns")
+    report = job.run()
+    out = sink.getvalue()
+    assert report.exits["ps:0"] == 0 and report.exits["ps:1"] == 0
+    assert re.search(r"\[ps:0@m1\] .*ps:0 ready on tcp://10\.77\.", out), out[-2000:]
+    assert metrics(path)[-1]["test_acc"] > 0.4
+    no_children()
+
+
+def test_a_killed_parameter_server_restarts_from_the_checkpoint(tmp_path):
+    path = small_job(tmp_path, epochs=40, sync="ps", runtime={"parameterServers": 2},
+                     run_policy={"backoffLimit": 1})  # fmt: skip
+    job, sink = run(path)
+    run_dir = tmp_path / "runs" / "small"
+
+    def kill_ps_after_two_epochs() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            done = (run_dir / "metrics.jsonl").read_text().count("\n") if (
+                run_dir / "metrics.jsonl").exists() else 0  # fmt: skip
+            st = read_status(run_dir / "status" / "m1.json")
+            if done >= 2 and st and st["state"] == "training":
+                os.kill(st["roles"]["ps:1"]["pid"], signal.SIGKILL)
+                return
+            time.sleep(0.05)
+
+    threading.Thread(target=kill_ps_after_two_epochs, daemon=True).start()
+    report = job.run()
+    out = sink.getvalue()
+    assert report.state.restarts == 1, out[-3000:]
+    assert "ps:1" in out and '"event": "resumed"' in out
+    assert metrics(path)[-1]["epoch"] == 39
+    no_children()
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        {"task": "hetero-node-classification", "hetero": True, "targetNodeType": "paper"},
+        {"task": "link-prediction", "embeddingDim": 8, "batchSize": 200},
+    ],
+    ids=["hetero", "link-prediction"],
+)
+def test_other_tasks_train_on_parameter_servers(tmp_path, task):
+    hetero = bool(task.pop("hetero", False))
+    path = small_job(tmp_path, hetero=hetero, sync="ps", staleness=1, **task)
+    report = run(path)[0].run()
+    assert report.exits["ps:0"] == 0 and report.exits["trainer:1"] == 0
+    assert metrics(path)[-1]["epoch"] == 0

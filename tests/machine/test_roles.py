@@ -1,0 +1,160 @@
+"""Pure builders: paths, hosts, role command lines, placement applied, launch plans."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from graphrun.errors import SpecError
+from graphrun.job.hosts import Hosts
+from graphrun.job.spec import parse_job
+from graphrun.machine.launch import MachineLaunch
+from graphrun.machine.roles import (
+    job_paths,
+    job_placement,
+    load_job_launch,
+    machine_launches,
+    machine_name,
+    plan_hosts,
+)
+
+PY = "/usr/bin/python3"
+
+
+def make_job(**spec):
+    base = {
+        "graph": {"dataset": "data"},
+        "partition": {"parts": 2, "output": "parts"},
+        "runtime": {"machines": 2, "storeServersPerMachine": 2},
+        "training": {"task": "node-classification"},
+    }
+    base.update(spec)
+    return parse_job(
+        {"apiVersion": "graphrun.io/v1alpha1", "kind": "GraphJob", "metadata": {"name": "j"},
+         "spec": base}
+    )  # fmt: skip
+
+
+def test_paths_are_relative_to_the_job_file(tmp_path):
+    job = make_job()
+    paths = job_paths(job, tmp_path / "sub" / "job.yaml")
+    assert paths.dataset == tmp_path / "sub" / "data"
+    assert paths.parts == tmp_path / "sub" / "parts"
+    assert paths.run_dir == tmp_path / "sub" / "runs" / "j"
+    assert paths.checkpoints == paths.run_dir / "checkpoints"
+
+
+def test_hosts_and_launches_for_co_located_roles(tmp_path):
+    job = make_job()
+    paths = job_paths(job, tmp_path / "job.yaml")
+    roles = job_placement(job, paths)
+    hosts = plan_hosts(job, roles, {"m0": "10.0.0.1", "m1": "10.0.0.2"})
+    assert hosts.endpoints["store:1:1"].startswith("10.0.0.2:")
+    assert hosts.rendezvous.startswith("10.0.0.1:")  # trainer 0's machine
+    assert hosts.store_endpoints()[0] == [hosts.endpoints["store:0"], hosts.endpoints["store:0:1"]]
+    launches = machine_launches(job, roles, hosts, paths, resume=True, python=PY)
+    m1 = launches[1]
+    assert [r.role for r in m1.roles] == ["store:1", "store:1:1", "trainer:1"]
+    backup = m1.roles[1].command.argv
+    assert "--backup-of" in backup and f"tcp://{hosts.endpoints['store:1']}" in backup
+    assert "--resume" in m1.roles[2].command.argv
+    assert set(m1.wait_for) == set(hosts.endpoints.values())
+    again = Hosts.from_dict(hosts.to_dict(), "hosts.json")
+    assert again.store_endpoints() == hosts.store_endpoints()
+
+
+def test_a_replica_runs_on_the_next_machine_with_its_primary_s_address(tmp_path):
+    job = make_job(runtime={"machines": 2, "storeServersPerMachine": 2, "replicas": 2})
+    paths = job_paths(job, tmp_path / "job.yaml")
+    roles = job_placement(job, paths)
+    hosts = plan_hosts(job, roles, {"m0": "10.0.0.1", "m1": "10.0.0.2"})
+    ep = hosts.endpoints
+    assert ep["store:0:r"].startswith("10.0.0.2:") and ep["store:1:r"].startswith("10.0.0.1:")
+    assert hosts.store_endpoints()[0] == [ep["store:0"], ep["store:0:1"], ep["store:0:r"]]
+    m1 = machine_launches(job, roles, hosts, paths, python=PY)[1]
+    assert [r.role for r in m1.roles] == ["store:1", "store:1:1", "store:0:r", "trainer:1"]
+    argv = m1.roles[2].command.argv
+    assert argv[argv.index("--replica-of") + 1] == f"tcp://{ep['store:0']}"
+    assert argv[argv.index("--part") + 1] == "0" and "--backup-of" not in argv
+
+
+def test_a_hosts_file_with_an_endpoint_of_no_role_is_refused_naming_it():
+    endpoints = {"store:0": "10.0.0.1:1", "stor:1": "10.0.0.1:2"}
+    data = Hosts({"m0": "10.0.0.1"}, endpoints, "").to_dict()
+    with pytest.raises(SpecError, match=r"hosts.json: endpoints.stor:1: 'stor:1' is not a role"):
+        Hosts.from_dict(data, "hosts.json")
+
+
+def test_placement_plan_moves_roles(tmp_path):
+    job = make_job(placement={"assignments": {"trainer:0": "m1", "store:1": "m0"}},
+                   runtime={"machines": 2})  # fmt: skip
+    paths = job_paths(job, tmp_path / "job.yaml")
+    launches = machine_launches(job, job_placement(job, paths), plan_hosts(job, job_placement(
+        job, paths)), paths, python=PY)  # fmt: skip
+    assert [r.role for r in launches[0].roles] == ["store:0", "store:1"]
+    assert [r.role for r in launches[1].roles] == ["trainer:0", "trainer:1"]
+
+
+def test_launch_plan_round_trips_through_json(tmp_path):
+    job = make_job()
+    paths = job_paths(job, tmp_path / "job.yaml")
+    roles = job_placement(job, paths)
+    launch = machine_launches(job, roles, plan_hosts(job, roles), paths, python=PY)[0]
+    assert MachineLaunch.read(launch.write(tmp_path / "m0.json")) == launch
+
+
+def test_worker_builds_the_same_launch_from_the_job(tmp_path):
+    job = make_job()
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(json.dumps(job.to_dict()))
+    paths = job_paths(job, job_file)
+    roles = job_placement(job, paths)
+    hosts = plan_hosts(job, roles)
+    hosts_file = hosts.write(tmp_path / "hosts.json")
+    mine = machine_launches(job, roles, hosts, paths, python=PY)[1]
+    again = load_job_launch(job_file, "1", hosts_file, paths.keys_dir, python=PY)
+    assert again.roles[0].command.argv == mine.roles[0].command.argv
+    assert again.wait_for == mine.wait_for
+
+
+def test_machine_names_and_bad_hosts_files(tmp_path):
+    job = make_job()
+    assert machine_name(job, "1") == "m1" and machine_name(job, "m0") == "m0"
+    with pytest.raises(SpecError, match="--machine"):
+        machine_name(job, "m7")
+    bad = tmp_path / "hosts.json"
+    bad.write_text('{"format": "graphrun-hosts", "version": 1, "machines": [], '
+                   '"endpoints": {"store:0": "nohost"}}')  # fmt: skip
+    with pytest.raises(SpecError, match=r"endpoints\.store:0"):
+        Hosts.read(bad)
+    with pytest.raises(SpecError, match=r"missing\.json: missing \(the hosts file\)"):
+        Hosts.read(Path(tmp_path / "missing.json"))
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(b"\xff\xfe{")
+    with pytest.raises(SpecError, match=r"latin\.json: not valid JSON"):
+        Hosts.read(latin)
+
+
+def test_trainer_threads_share_the_machine_with_its_other_roles():
+    from graphrun.machine.trainer import default_threads
+
+    job = make_job()  # one trainer and store:P + store:P:1 per machine
+    per = 1 + job.spec.runtime.store_servers_per_machine
+    assert default_threads(job, cores=2) == 1  # torch's default was 2: oversubscribed
+    assert default_threads(job, cores=32) == 32 // per
+    on_store = make_job(graph={"store": {"addresses": ["tcp://h:1", "tcp://h:2"],
+                                         "keyFile": "k"}})  # fmt: skip
+    assert default_threads(on_store, cores=32) == 32  # a running store is not on our machines
+
+
+def test_free_ports_are_outside_the_ephemeral_range() -> None:
+    """A port from the ephemeral range can be taken by any outgoing connection between
+    the check and the server's bind ("Address already in use" in a job's first attempt)."""
+    from graphrun.job.hosts import _ephemeral_range, free_ports
+
+    low, high = _ephemeral_range()
+    ports = free_ports(50)
+    assert len(set(ports)) == 50
+    assert all(1024 <= p < low for p in ports), (low, high, ports)

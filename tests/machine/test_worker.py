@@ -1,0 +1,111 @@
+"""``graphrun worker`` as a process, for machines a placement plan leaves without stores."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from graphrun.job.hosts import free_ports
+from graphrun.machine.launch import MachineLaunch
+from graphrun.machine.worker import read_status
+from graphrun.testing.jobs import fake_store, fake_trainer
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_worker(tmp_path: Path, launch: MachineLaunch) -> subprocess.CompletedProcess[str]:
+    plan = launch.write(tmp_path / f"{launch.machine}.json")
+    argv = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan)]
+    argv += ["--status-dir", str(tmp_path / "status"), "--grace", "1"]
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_trainer_only_machine_exits_0_when_its_trainers_are_done(tmp_path: Path) -> None:
+    (port,) = free_ports(1)
+    store = fake_store("store:0", "m0", port)  # machine m0's store, run here as a stand-in
+    with subprocess.Popen(store.command.argv, stdout=subprocess.DEVNULL) as server:
+        try:
+            trainer = fake_trainer("trainer:0", "m1", "print('trained')")
+            launch = MachineLaunch("m1", (trainer,), wait_for=(store.ready or "",))
+            out = run_worker(tmp_path, launch)
+        finally:
+            server.kill()
+    assert out.returncode == 0, out.stderr
+    assert "trained" in out.stdout
+    status = read_status(tmp_path / "status" / "m1.json")
+    assert status is not None and status["state"] == "done"
+    assert status["roles"]["trainer:0"]["exit_code"] == 0
+
+
+def test_machine_without_roles_exits_0(tmp_path: Path) -> None:
+    out = run_worker(tmp_path, MachineLaunch("m2", ()))
+    assert out.returncode == 0, out.stderr
+    status = read_status(tmp_path / "status" / "m2.json")
+    assert status is not None and status["state"] == "done"
+
+
+def test_a_stopped_trainer_is_named_within_the_stall_timeout(tmp_path: Path) -> None:
+    # SIGSTOP: the process is alive but the job cannot go on; gloo would time out in the
+    # *other* trainer minutes later, so the worker that started it names it
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGSTOP)"
+    trainers = (fake_trainer("trainer:0", "m0", "import time; time.sleep(30)"),
+                fake_trainer("trainer:1", "m0", code))  # fmt: skip
+    out = run_worker(tmp_path, MachineLaunch("m0", trainers, stall_timeout_s=2.0))
+    assert out.returncode != 0
+    status = read_status(tmp_path / "status" / "m0.json")
+    assert status is not None and status["state"] == "failed"
+    assert status["failure"]["role"] == "trainer:1" and status["failure"]["machine"] == "m0"
+    assert "stopped (SIGSTOP)" in status["failure"]["reason"]
+
+
+def test_stall_timeout_travels_in_the_launch_file(tmp_path: Path) -> None:
+    launch = MachineLaunch("m0", (), stall_timeout_s=7.5)
+    assert MachineLaunch.read(launch.write(tmp_path / "m0.json")).stall_timeout_s == 7.5
+
+
+TRAINER_CHECKPOINTS_ON_SIGTERM = """
+import signal, socket, sys, time
+port, out = int(sys.argv[1]), sys.argv[2]
+def on_term(*_):
+    time.sleep(0.5)  # writing the checkpoint takes a while; the store must still serve
+    with socket.create_connection(("127.0.0.1", port), timeout=2):
+        pass
+    open(out, "w").write("checkpoint written while the store served")
+    sys.exit(143)
+signal.signal(signal.SIGTERM, on_term)
+print("training", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_told_to_stop_the_worker_stops_its_trainers_before_its_stores(tmp_path: Path) -> None:
+    """The trainers' checkpoint on SIGTERM reads the store (embedding state): the worker
+    used to SIGTERM every role at once, and the store was gone before the trainer got
+    to it."""
+    (port,) = free_ports(1)
+    done = tmp_path / "checkpoint"
+    store = fake_store("store:0", "m0", port)
+    trainer = fake_trainer("trainer:0", "m0", "")
+    trainer = type(trainer)(
+        "trainer",
+        type(trainer.command)(
+            "trainer:0", "m0",
+            (sys.executable, "-c", TRAINER_CHECKPOINTS_ON_SIGTERM, str(port), str(done)),
+        ),
+    )  # fmt: skip
+    launch = MachineLaunch("m0", (store, trainer), wait_for=(store.ready or "",))
+    plan = launch.write(tmp_path / "m0.json")
+    argv = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan), "--grace", "10"]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "training" in line:
+            break
+    proc.terminate()
+    proc.communicate(timeout=60)
+    assert done.read_text() == "checkpoint written while the store served"
