@@ -1,0 +1,107 @@
+"""The spec's runtime section: how many processes of each kind run, on what hosts."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from graphrun.job.gpus import gpu_defaults
+from graphrun.job.spec.base import MAX_MACHINES, NAME_PATTERN, SpecModel
+
+
+class RuntimeSpec(SpecModel):
+    """How many processes of each kind run, and on what kind of hosts."""
+
+    machines: int = Field(
+        default=1,
+        gt=0,
+        le=MAX_MACHINES,
+        description="machines (hosts, or worker pods on Kubernetes)",
+    )
+    store_servers_per_machine: int = Field(
+        default=1, gt=0, le=16, description="main server plus backups, per partition"
+    )
+    trainers_per_machine: int = Field(
+        default=1, gt=0, le=64, description="data-parallel trainer processes per machine"
+    )
+    sampler_workers_per_trainer: int = Field(
+        default=0,
+        ge=0,
+        le=64,
+        description="sampling worker processes of each trainer (0: sample in the trainer)",
+    )
+    feature_cache_mb: int = Field(
+        default=256,
+        ge=0,
+        le=1 << 20,
+        description="MiB of remote node features each trainer (and sampler worker) keeps: "
+        "those its mini-batches reach most often (0: no cache)",
+    )
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        le=2,
+        description="servers of every partition on distinct machines: 1 (its home machine "
+        "only) or 2 (also a replica on the next machine, loaded from the partition files; "
+        "clients fail over to it and every write goes to both; see docs/replication.md)",
+    )
+    parameter_servers: int | None = Field(
+        default=None, ge=1, le=64,
+        description="parameter-server processes (roles ps:0..N-1) holding the dense "
+        "parameters when training.sync is ps (default 1 then); sharded by bytes",
+    )  # fmt: skip
+    hosts: Literal["local", "netns"] = "local"
+    machine_names: list[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]] | None = None
+    gpus_per_machine: int | None = Field(
+        default=None,
+        ge=0,
+        le=64,
+        description="GPUs of each machine: one trainer per GPU unless trainersPerMachine says "
+        "otherwise, each pinned to its GPU, NCCL between them (docs/gpu.md)",
+    )
+    gpus: int | None = Field(
+        default=None,
+        gt=0,
+        le=8192,
+        description="GPUs in all: with gpusPerMachine or machines, the other follows; alone, "
+        "the operator splits it into machines x GPUs (docs/gpu.md)",
+    )
+    gpu_feature_cache_mb: int | None = Field(
+        default=None,
+        ge=0,
+        le=1 << 22,
+        description="MiB of node features each GPU trainer keeps on its GPU (default: a "
+        "quarter of its free memory)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _trainer_per_gpu(cls, data: Any) -> Any:
+        """``gpusPerMachine`` (or ``gpus``) without ``trainersPerMachine``: one trainer per
+        GPU; ``gpus`` with ``gpusPerMachine`` sets ``machines``."""
+        return gpu_defaults(data)
+
+    @model_validator(mode="after")
+    def _names_match(self) -> RuntimeSpec:
+        if self.replicas > self.machines:
+            raise ValueError(
+                f"replicas: {self.replicas} copies of each partition need as many machines "
+                f"(machines is {self.machines})"
+            )
+        names = self.machine_names
+        if names is not None:
+            if len(names) != self.machines:
+                raise ValueError(
+                    f"machineNames: has {len(names)} names for {self.machines} machines"
+                )
+            if len(set(names)) != len(names):
+                raise ValueError("machineNames: names must be unique")
+        return self
+
+    @property
+    def machine_gpus(self) -> int:
+        """GPUs per machine the job uses (0: CPU trainers)."""
+        if self.gpus_per_machine is not None:
+            return self.gpus_per_machine
+        return self.gpus // self.machines if self.gpus else 0
