@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,13 +43,12 @@ from typing import Any
 import numpy as np
 
 from graphrun.errors import DatasetError
+from graphrun.files import atomic_dir
 from graphrun.graph.format import (
     _check_id_map,
     _field,
     _schema,
-    atomic_dir,
     check_header,
-    commit_dir,
     describe_graph,
     load_npy,
     read_json,
@@ -97,27 +95,22 @@ def save_chunked(
     nb = even_bounds(graph.num_nodes, num_chunks)
     eb = even_bounds(graph.num_edges, num_chunks)
     dataset_id = secrets.token_hex(8)
-    tmp = atomic_dir(final)
     try:
-        for k in range(num_chunks):
-            _write_chunk(tmp / chunk_dir(k), graph, id_maps, k, num_chunks, nb, eb, dataset_id)
-        meta = {
-            "format": FORMAT,
-            "version": VERSION,
-            **describe_graph(graph, id_maps),
-            "num_chunks": num_chunks,
-            "node_bounds": nb.tolist(),
-            "edge_bounds": eb.tolist(),
-            "dataset_id": dataset_id,
-        }
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        commit_dir(tmp, final)
+        with atomic_dir(final, DatasetError) as tmp:
+            for k in range(num_chunks):
+                _write_chunk(tmp / chunk_dir(k), graph, id_maps, k, num_chunks, nb, eb, dataset_id)
+            meta = {
+                "format": FORMAT,
+                "version": VERSION,
+                **describe_graph(graph, id_maps),
+                "num_chunks": num_chunks,
+                "node_bounds": nb.tolist(),
+                "edge_bounds": eb.tolist(),
+                "dataset_id": dataset_id,
+            }
+            (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
         raise write_failed(final, exc) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return final
 
 

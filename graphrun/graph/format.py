@@ -22,15 +22,15 @@ A dataset is a directory::
      "id_maps": {"paper": {"dtype": "int64"}}}          # optional, see ids/ above
 
 Every ``.npy`` is memory-mapped on load, so a graph larger than memory can be
-partitioned. The directory is written to ``DATASET.tmp-<pid>`` and renamed when
-complete: a crash never leaves a half-written dataset behind.
+partitioned. The directory is written to a staging directory beside it and renamed
+when complete (:func:`graphrun.files.atomic_dir`): a crash never leaves a half-written
+dataset behind.
 """
 
 from __future__ import annotations
 
 import errno
 import json
-import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from graphrun.errors import DatasetError, HostError, UserError
+from graphrun.files import atomic_dir, dir_is_free
 from graphrun.graph.graph import Graph, etype_key, parse_etype_key
 
 FORMAT = "graphrun-dataset"
@@ -55,25 +56,11 @@ def feature_schema(data: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
     }
 
 
-def ensure_free(final: Path) -> None:
-    """Raise unless ``final`` can be created (absent, or an empty directory)."""
-    final = Path(final)
-    if final.exists() and (not final.is_dir() or any(final.iterdir())):
+def ensure_free(final: str | Path) -> None:
+    """Raise unless ``final`` can be created (absent, or an empty directory): checked
+    before minutes of work, and again by :func:`graphrun.files.atomic_dir`."""
+    if not dir_is_free(final):
         raise DatasetError(f"{final}: already exists and is not empty")
-
-
-def atomic_dir(final: Path) -> Path:
-    """A fresh temporary directory next to ``final``; rename it with :func:`commit_dir`."""
-    final = Path(final)
-    ensure_free(final)
-    tmp = final.parent / f".{final.name}.tmp-{os.getpid()}"
-    try:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-    except OSError as exc:
-        raise DatasetError(f"{final}: cannot create ({exc.strerror or exc})") from None
-    return tmp
 
 
 def write_failed(path: Path, exc: OSError) -> HostError:
@@ -86,12 +73,6 @@ def write_failed(path: Path, exc: OSError) -> HostError:
     full = exc.errno == errno.ENOSPC or 0 <= free < 1 << 20
     reason = "no space left on device" if full else (exc.strerror or str(exc))
     return HostError(f"{path}: cannot write: {reason}" + (f" ({free} bytes free)" if full else ""))
-
-
-def commit_dir(tmp: Path, final: Path) -> None:
-    if final.exists():
-        final.rmdir()  # empty, checked by atomic_dir
-    os.replace(tmp, final)
 
 
 def describe_graph(graph: Graph, id_maps: Mapping[str, np.ndarray]) -> dict[str, Any]:
@@ -143,28 +124,23 @@ def save_dataset(
     id_maps = dict(id_maps or {})
     for ntype, ids in id_maps.items():
         _check_id_map(graph, ntype, ids)
-    tmp = atomic_dir(final)
     try:
-        for ntype, ids in id_maps.items():
-            (tmp / "ids").mkdir(exist_ok=True)
-            np.save(tmp / "ids" / f"{ntype}.npy", np.ascontiguousarray(ids), allow_pickle=False)
-        np.save(tmp / "src.npy", np.ascontiguousarray(graph.src))
-        np.save(tmp / "dst.npy", np.ascontiguousarray(graph.dst))
-        for kind, data in (("node", graph.ndata), ("edge", graph.edata)):
-            for key, feats in data.items():
-                d = tmp / kind / key
-                d.mkdir(parents=True, exist_ok=True)
-                for name, arr in feats.items():
-                    np.save(d / f"{name}.npy", np.ascontiguousarray(arr))
-        meta = {"format": FORMAT, "version": VERSION, **describe_graph(graph, id_maps)}
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        commit_dir(tmp, final)
+        with atomic_dir(final, DatasetError) as tmp:
+            for ntype, ids in id_maps.items():
+                (tmp / "ids").mkdir(exist_ok=True)
+                np.save(tmp / "ids" / f"{ntype}.npy", np.ascontiguousarray(ids), allow_pickle=False)
+            np.save(tmp / "src.npy", np.ascontiguousarray(graph.src))
+            np.save(tmp / "dst.npy", np.ascontiguousarray(graph.dst))
+            for kind, data in (("node", graph.ndata), ("edge", graph.edata)):
+                for key, feats in data.items():
+                    d = tmp / kind / key
+                    d.mkdir(parents=True, exist_ok=True)
+                    for name, arr in feats.items():
+                        np.save(d / f"{name}.npy", np.ascontiguousarray(arr))
+            meta = {"format": FORMAT, "version": VERSION, **describe_graph(graph, id_maps)}
+            (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
         raise write_failed(final, exc) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return final
 
 

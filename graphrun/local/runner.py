@@ -42,8 +42,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from graphrun.errors import JobFailed, SpecError, UserError
-from graphrun.files import write_atomic
+from graphrun.errors import DatasetError, JobFailed, SpecError, UserError
+from graphrun.files import atomic_dir, write_atomic
 from graphrun.job.hosts import Hosts
 from graphrun.job.spec import GraphJob
 from graphrun.job.workflow import Event, EventKind, JobState, Phase, initial_state, transition
@@ -374,30 +374,22 @@ class LocalJob:
         the dataset and writes its part; they meet in a rendezvous file and talk over
         gloo. The staging directory becomes the partition directory only when every
         rank has exited 0; a failed rank fails the step naming it and leaves nothing."""
-        from graphrun.partition.format import abandon_output, finish_output, start_output
-
         spec = self.job.spec
         machines = spec.machine_names
         p = spec.partition
-        staging = start_output(self.paths.parts)
         env = self._role_env()
-        base = [
-            self.opts.python, "-m", "graphrun", "partition", str(self.paths.dataset),
-            str(self.paths.parts), "--parts", str(spec.num_parts), *p.cli_args(),
-            "--into", str(staging), "--rendezvous", self._file_rendezvous(),
-        ]  # fmt: skip
-
-        try:
+        with atomic_dir(self.paths.parts, DatasetError) as staging:
+            base = [
+                self.opts.python, "-m", "graphrun", "partition", str(self.paths.dataset),
+                str(self.paths.parts), "--parts", str(spec.num_parts), *p.cli_args(),
+                "--into", str(staging), "--rendezvous", self._file_rendezvous(),
+            ]  # fmt: skip
             with self._machines() as (wrap, _):
                 prefix = wrap or (lambda m: ())
                 self._run_steps([
                     RoleCommand(f"partitioner:{r}", m, (*prefix(m), *base, "--rank", str(r)), env)
                     for r, m in enumerate(machines)
                 ])  # fmt: skip
-            finish_output(staging, self.paths.parts)
-        except BaseException:
-            abandon_output(staging)
-            raise
 
     def _run_step(self, cmd: RoleCommand) -> None:
         self._run_steps([cmd])

@@ -36,6 +36,7 @@ import math
 import multiprocessing as mp
 import os
 import resource
+import shutil
 import signal
 import time
 import traceback
@@ -53,16 +54,14 @@ from graphrun.errors import (
     PartitionFormatError,
     UserError,
 )
+from graphrun.files import atomic_dir, commit_dir
 from graphrun.graph.chunked import check_chunks, load_chunked_meta, rank_chunks, read_chunks
 from graphrun.partition import balance, shuffle
 from graphrun.partition.arrays import unique_counts
 from graphrun.partition.comm import Comm, PeerLost, by_rank
 from graphrun.partition.format import (
     WriteOptions,
-    abandon_output,
-    finish_output,
     shared_output,
-    start_output,
     start_shared_output,
     write_config,
 )
@@ -330,8 +329,8 @@ def run_rank(
     """One rank, in a process of its own: join the others at ``init_method`` (gloo;
     ``tcp://HOST:PORT`` of rank 0, or ``file://`` on one host, :mod:`.rendezvous`) and
     write part ``rank``
-    into ``staging``, the directory its launcher made with ``start_output`` and renames
-    when every rank has succeeded (or removes if one fails). The launchers:
+    into ``staging``, the directory its launcher made (:func:`graphrun.files.atomic_dir`)
+    and renames when every rank has succeeded (or removes if one fails). The launchers:
     :func:`run_local` and ``graphrun run``'s ``partitioner:<r>`` roles."""
     if not Path(staging).is_dir():
         raise ArgumentError(f"--into: {staging} is not a directory")
@@ -364,10 +363,10 @@ def run_rank_to_output(
             comm.barrier()  # nobody writes before rank 0 has made the directory
             report = partition_rank(comm, dataset, staging, opts, on_phase)
             if rank == 0:
-                finish_output(staging, out)
+                commit_dir(staging, out)
         except BaseException:
             if rank == 0:
-                abandon_output(staging)
+                shutil.rmtree(staging, ignore_errors=True)
             raise
         return report
 
@@ -431,37 +430,35 @@ def run_local(
         cores = len(os.sched_getaffinity(0))
         opts = replace(opts, lp=replace(opts.lp, threads=max(1, cores // parts)))
     start = time.perf_counter()
-    tmp = start_output(out)
     ctx = mp.get_context("spawn")
     events = ctx.SimpleQueue()  # put() writes to the pipe at once: a phase is known before
     # a rank that is killed in it dies
-    args = (str(dataset), str(tmp), opts, float(timeout))
     procs: list[Any] = []
-    try:
-        # the ranks meet in a file only this user can open: nothing listens (a TCP
-        # rendezvous store listens on every interface, unauthenticated)
-        with private_rendezvous() as rendezvous:
-            procs += [
-                ctx.Process(
-                    target=_rank_main,
-                    args=(r, parts, rendezvous, args, events, on_phase),
-                    daemon=True,
-                )
-                for r in range(parts)
-            ]
-            for p in procs:
-                p.start()
-            reports = _supervise(procs, events)
-        finish_output(tmp, out)
-    except BaseException:
-        started = [p for p in procs if p.pid is not None]  # a failed start() stops the loop
-        for p in started:
-            if p.is_alive():
-                p.kill()
-        for p in started:
-            p.join(timeout=10)
-        abandon_output(tmp)
-        raise
+    with atomic_dir(out, DatasetError) as tmp:
+        args = (str(dataset), str(tmp), opts, float(timeout))
+        try:
+            # the ranks meet in a file only this user can open: nothing listens (a TCP
+            # rendezvous store listens on every interface, unauthenticated)
+            with private_rendezvous() as rendezvous:
+                procs += [
+                    ctx.Process(
+                        target=_rank_main,
+                        args=(r, parts, rendezvous, args, events, on_phase),
+                        daemon=True,
+                    )
+                    for r in range(parts)
+                ]
+                for p in procs:
+                    p.start()
+                reports = _supervise(procs, events)
+        except BaseException:
+            started = [p for p in procs if p.pid is not None]  # a failed start() stops the loop
+            for p in started:
+                if p.is_alive():
+                    p.kill()
+            for p in started:
+                p.join(timeout=10)
+            raise
     quality = reports[0]["quality"]
     return DistResult(
         path=Path(out),

@@ -84,9 +84,7 @@ import numpy as np
 from graphrun.errors import ArgumentError, PartitionFormatError
 from graphrun.graph import Graph, etype_key
 from graphrun.graph.format import (
-    atomic_dir,
     check_header,
-    commit_dir,
     ensure_free,
     feature_schema,
     load_npy,
@@ -225,11 +223,6 @@ def write_config(
     return cfg
 
 
-def start_output(out: str | Path) -> Path:
-    """Reserve the temporary directory for ``out`` (fails if ``out`` is not empty)."""
-    return atomic_dir(Path(out))
-
-
 def start_shared_output(out: str | Path) -> Path:
     """The staging directory of ``out`` that ranks no launcher watches all know by name
     (``.OUT.tmp-ranks``, beside it), made empty: one rank calls it before any writes (a
@@ -248,14 +241,6 @@ def start_shared_output(out: str | Path) -> Path:
 def shared_output(out: str | Path) -> Path:
     final = Path(out)
     return final.parent / f".{final.name}.tmp-ranks"
-
-
-def finish_output(tmp: Path, out: str | Path) -> None:
-    commit_dir(tmp, Path(out))
-
-
-def abandon_output(tmp: Path) -> None:
-    shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---- readers -----------------------------------------------------------------------------

@@ -26,16 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
-from graphrun.errors import ArgumentError
+from graphrun.errors import ArgumentError, DatasetError
+from graphrun.files import atomic_dir
 from graphrun.graph import Graph
 from graphrun.graph.format import write_failed
 from graphrun.partition import balance
 from graphrun.partition.book import PartitionBook
 from graphrun.partition.format import (
     WriteOptions,
-    abandon_output,
-    finish_output,
-    start_output,
     write_partition,
 )
 from graphrun.partition.kaminpar import kaminpar_assign
@@ -140,36 +138,33 @@ def partition_graph(
             raise ArgumentError(f"id_maps[{ntype!r}]: expected one id per {ntype!r} node")
     start = time.perf_counter()
     phases: dict[str, float] = {}
-    tmp = start_output(out)
     try:
-        t = time.perf_counter()
-        part = assign(
-            graph,
-            parts,
-            method,
-            balance_train=balance_train,
-            balance_edges=balance_edges,
-            tolerance=tolerance,
-            seed=seed,
-            threads=threads,
-        )
-        phases["assign"] = time.perf_counter() - t
-        t = time.perf_counter()
-        quality = measure(graph, part, parts)
-        rl = relabel(graph, part, parts)
-        del part
-        phases["relabel"] = time.perf_counter() - t
-        t = time.perf_counter()
-        opts = WriteOptions(method, int(halo_hops), balance_train, balance_edges, tolerance, seed)
-        write_partition(graph, rl, tmp, opts, quality, id_maps)
-        finish_output(tmp, out)
+        with atomic_dir(out, DatasetError) as tmp:
+            t = time.perf_counter()
+            part = assign(
+                graph,
+                parts,
+                method,
+                balance_train=balance_train,
+                balance_edges=balance_edges,
+                tolerance=tolerance,
+                seed=seed,
+                threads=threads,
+            )
+            phases["assign"] = time.perf_counter() - t
+            t = time.perf_counter()
+            quality = measure(graph, part, parts)
+            rl = relabel(graph, part, parts)
+            del part
+            phases["relabel"] = time.perf_counter() - t
+            t = time.perf_counter()
+            opts = WriteOptions(
+                method, int(halo_hops), balance_train, balance_edges, tolerance, seed
+            )
+            write_partition(graph, rl, tmp, opts, quality, id_maps)
         phases["write"] = time.perf_counter() - t
     except OSError as exc:
-        abandon_output(tmp)
         raise write_failed(Path(out), exc) from None
-    except BaseException:
-        abandon_output(tmp)
-        raise
     return PartitionResult(
         path=Path(out),
         book=rl.book,
