@@ -1,1 +1,3 @@
-"""graphrun.job"""
+"""The core both backends share: the GraphJob spec, the workflow state machine, the hosts
+file, GPUs and the spec as a placement job. The backends (:mod:`graphrun.local`,
+:mod:`graphrun.operator`) sit beside each other above it and :mod:`graphrun.machine`."""

@@ -1,1 +1,2 @@
-"""The local backend: a job's machines as processes on this host."""
+"""The local backend (``graphrun run``): a job's machines as ``graphrun worker`` processes
+on this host, optionally in network namespaces; and store processes outside a job."""
