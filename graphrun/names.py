@@ -1,23 +1,60 @@
-"""The name of each process of a job: ``store:P`` (``store:P:B`` for backup B,
-``store:P:r`` for the replica of partition P on another machine, ``store:P:rK`` for
-replica K > 1), ``trainer:R``, ``sampler:R:W`` and ``ps:J`` (a parameter server,
-``training.sync: ps``). :class:`RoleName` formats (``str()``) and parses
-(:meth:`parse`) them; nothing else spells them out. :func:`home_partition` is the one
-definition of the
-partition a trainer trains on, for the runtime and the placement model alike.
+"""The identities every layer names things by, each formatted and parsed here only.
+
+* **Roles** — the processes of a job: ``store:P`` (``store:P:B`` for backup B,
+  ``store:P:r`` for the replica of partition P on another machine, ``store:P:rK`` for
+  replica K > 1), ``trainer:R``, ``sampler:R:W`` and ``ps:J`` (a parameter server,
+  ``training.sync: ps``). A :class:`RoleName` is the value dicts are keyed by;
+  ``str()`` formats it and :meth:`RoleName.parse` reads it back, at the file and wire
+  boundaries only (the hosts file, a plan's assignments, the launch file, logs).
+  :data:`MAIN_TRAINER` is the trainer whose machine hosts the rendezvous.
+* **Edge types** — a :data:`CanonicalEtype` ``(src_type, relation, dst_type)``, written
+  ``"src:rel:dst"`` by :func:`etype_key` and read by :func:`parse_etype_key`;
+  :func:`resolve_etype` is the one resolver of an edge type given by a person (a
+  triple, ``"src:rel:dst"`` or a relation no other edge type has).
+* **Tensor keys and policies** — a graph feature's tensor in the store is named by a
+  :class:`TensorKey` (``node/<ntype>/<name>``, ``edge/<src:rel:dst>/<name>``); its rows
+  are split over the partitions by the id space its :class:`PolicyName` names
+  (``node:<ntype>``, ``edge:<src:rel:dst>``).
+* **Partitions** — :func:`home_partition`, the partition a trainer trains on (for the
+  runtime and the placement model alike), and :func:`owners`, the owner of each id of a
+  space split into contiguous blocks.
+
+This module imports only numpy and :mod:`graphrun.errors`: every layer can use it.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+import numpy as np
+
+from graphrun.errors import ArgumentError, DatasetError
+
+# --- roles ------------------------------------------------------------------------------
 
 Kind = Literal["store", "trainer", "sampler", "ps"]
 KINDS: tuple[Kind, ...] = ("store", "trainer", "sampler", "ps")
 
+#: The role grammar, as error messages spell it.
+ROLE_GRAMMAR = "store:P[:B], store:P:r[K], trainer:R, sampler:R:W, ps:J"
+
+_N = r"(0|[1-9][0-9]*)"  # a number as str() writes it: no sign, no leading zero
+_POS = r"[1-9][0-9]*"
+_ROLE = re.compile(  # replica 1 is "store:P:r", replica K > 1 "store:P:rK"
+    rf"(?P<kind>store):(?P<index>{_N})(?::(?P<sub>{_POS})|:r(?P<replica>[2-9]|[1-9][0-9]+)?(?P<r>))?"
+    rf"|(?P<kind2>trainer|ps):(?P<index2>{_N})"
+    rf"|(?P<kind3>sampler):(?P<index3>{_N}):(?P<sub3>{_N})",
+    re.ASCII,
+)
+
 
 @dataclass(frozen=True, order=True)
 class RoleName:
+    """One process of a job; hashable and ordered (kind, then numbers), a dict key."""
+
     kind: Kind
     index: int  # the partition of a store, the rank of a trainer or sampler, a ps number
     sub: int = 0  # the backup of a store (0: the main server), the worker of a sampler
@@ -41,19 +78,28 @@ class RoleName:
 
     @classmethod
     def parse(cls, text: str) -> RoleName:
-        """The role named ``text``; ValueError naming it when it is no role's name."""
-        kind, *numbers = str(text).split(":")
-        if kind == "store" and len(numbers) == 2 and numbers[1].startswith("r"):
-            k = numbers[1][1:] or "1"
-            if numbers[0].isdigit() and k.isdigit() and int(k) >= 1:
-                return cls("store", int(numbers[0]), 0, int(k))
-        arity = {"store": (1, 2), "trainer": (1,), "sampler": (2,), "ps": (1,)}.get(kind, ())
-        if len(numbers) not in arity or not all(n.isdigit() for n in numbers):
-            raise ValueError(
-                f"{text!r} is not a role name (store:P[:B], store:P:r[K], trainer:R, "
-                "sampler:R:W, ps:J)"
-            )
-        return cls(kind, *(int(n) for n in numbers))  # type: ignore[arg-type]
+        """The role named ``text``, which must be written as ``str()`` writes it (so a
+        parsed name formats back to the same text); an ArgumentError (a ValueError)
+        naming ``text`` and the grammar otherwise."""
+        m = _ROLE.fullmatch(text) if isinstance(text, str) else None
+        if m is None:
+            raise ArgumentError(f"{text!r} is not a role name ({ROLE_GRAMMAR})")
+        g = m.groupdict()
+        if g["kind"]:
+            replica = int(g["replica"] or 1) if g["r"] is not None else 0
+            return cls("store", int(g["index"]), int(g["sub"] or 0), replica)
+        if g["kind2"]:
+            return cls(g["kind2"], int(g["index2"]))  # type: ignore[arg-type]
+        return cls("sampler", int(g["index3"]), int(g["sub3"]))
+
+    @classmethod
+    def is_valid(cls, text: str) -> bool:
+        return isinstance(text, str) and _ROLE.fullmatch(text) is not None
+
+    @property
+    def is_primary_store(self) -> bool:
+        """The main server of a partition (no backup, no replica)."""
+        return self.kind == "store" and not self.sub and not self.replica
 
     def __str__(self) -> str:
         if self.kind == "store" and self.replica:
@@ -63,6 +109,15 @@ class RoleName:
         return f"{self.kind}:{self.index}"
 
 
+#: Trainer 0: its machine hosts the rendezvous; its output is the job's console.
+MAIN_TRAINER = RoleName.trainer(0)
+
+
+def role_kind(text: str) -> Kind:
+    """The kind of the role named ``text`` (an ArgumentError when it is no role name)."""
+    return RoleName.parse(text).kind
+
+
 def home_partition(rank: int, world_size: int, num_parts: int) -> int:
     """Trainer ``rank``'s home partition of ``num_parts``: ``rank * num_parts //
     world_size`` (consecutive ranks share a partition when there are more trainers than
@@ -70,3 +125,129 @@ def home_partition(rank: int, world_size: int, num_parts: int) -> int:
     ids by it (:func:`graphrun.distributed.split.node_split`) and the placement model
     charges a trainer's "own" bytes to that partition's store."""
     return rank * num_parts // world_size
+
+
+# --- edge types -------------------------------------------------------------------------
+
+CanonicalEtype = tuple[str, str, str]
+
+
+def etype_key(etype: Sequence[str]) -> str:
+    """The string key of a canonical edge type: ``"src:rel:dst"``."""
+    return ":".join(etype)
+
+
+def parse_etype_key(key: str) -> CanonicalEtype:
+    """The edge type of an ``"src:rel:dst"`` key; a DatasetError naming it otherwise."""
+    parts = key.split(":")
+    if len(parts) != 3 or not all(parts):
+        raise DatasetError(f"edge type {key!r}: expected 'src_type:relation:dst_type'")
+    return (parts[0], parts[1], parts[2])
+
+
+def resolve_etype(
+    etype: Any,
+    edge_types: Sequence[Sequence[str]],
+    arg: str = "etype",
+    error: type[Exception] = ArgumentError,
+) -> int:
+    """The position in ``edge_types`` of an edge type given as a triple, ``"src:rel:dst"``
+    or a relation name that exactly one edge type has. ``error`` (an ArgumentError by
+    default) names ``arg`` when it is unknown, or a relation several edge types share."""
+    if isinstance(etype, str) and ":" not in etype:
+        hits = [i for i, et in enumerate(edge_types) if et[1] == etype]
+        if len(hits) == 1:
+            return hits[0]
+        if len(hits) > 1:
+            shared = [etype_key(edge_types[i]) for i in hits]
+            raise error(f"{arg}: relation {etype!r} is ambiguous ({shared}); use 'src:rel:dst'")
+    else:
+        key = tuple(etype.split(":")) if isinstance(etype, str) else _triple(etype)
+        for i, et in enumerate(edge_types):
+            if tuple(et) == key:
+                return i
+    known = [etype_key(e) for e in edge_types]
+    raise error(f"{arg}: unknown edge type {etype!r}; known: {known}")
+
+
+def _triple(etype: Any) -> tuple[Any, ...] | None:
+    return tuple(etype) if isinstance(etype, tuple | list) else None
+
+
+# --- tensor keys and partition policies -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PolicyName:
+    """The id space a tensor's rows belong to: ``node:<ntype>`` or ``edge:<src:rel:dst>``.
+    ``str()`` formats it (the store's wire and the user's ``init_tensor`` spell it so),
+    :meth:`parse` reads it."""
+
+    kind: Literal["node", "edge"]
+    type: str  # a node type, or an edge type's "src:rel:dst" key
+
+    @classmethod
+    def node(cls, ntype: str) -> PolicyName:
+        return cls("node", ntype)
+
+    @classmethod
+    def edge(cls, etype: str | Sequence[str]) -> PolicyName:
+        return cls("edge", etype if isinstance(etype, str) else etype_key(etype))
+
+    @classmethod
+    def parse(cls, text: str) -> PolicyName:
+        """The policy named ``text``; an ArgumentError naming it otherwise."""
+        kind, sep, type_ = text.partition(":") if isinstance(text, str) else ("", "", "")
+        if not sep or kind not in ("node", "edge") or not type_:
+            raise ArgumentError(
+                f"policy: {text!r} is not a policy name ('node:<ntype>' or 'edge:<src:rel:dst>')"
+            )
+        return cls(kind, type_)  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.type}"
+
+
+@dataclass(frozen=True)
+class TensorKey:
+    """The store name of one graph feature: ``node/<ntype>/<name>`` or
+    ``edge/<src:rel:dst>/<name>`` (str() formats it, :meth:`parse` reads it)."""
+
+    kind: Literal["node", "edge"]
+    type: str  # a node type, or an edge type's "src:rel:dst" key
+    name: str
+
+    @classmethod
+    def node(cls, ntype: str, name: str) -> TensorKey:
+        return cls("node", ntype, name)
+
+    @classmethod
+    def edge(cls, etype: str | Sequence[str], name: str) -> TensorKey:
+        return cls("edge", etype if isinstance(etype, str) else etype_key(etype), name)
+
+    @classmethod
+    def parse(cls, text: str) -> TensorKey | None:
+        """The key of a graph feature's tensor name; None for any other tensor."""
+        kind, _, rest = text.partition("/")
+        type_, _, name = rest.rpartition("/")
+        if kind not in ("node", "edge") or not type_ or not name:
+            return None
+        return cls(kind, type_, name)  # type: ignore[arg-type]
+
+    @property
+    def policy(self) -> PolicyName:
+        return PolicyName(self.kind, self.type)
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.type}/{self.name}"
+
+
+# --- owners -----------------------------------------------------------------------------
+
+
+def owners(bounds: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The block of each id, int64: ``p`` with ``bounds[p] <= id < bounds[p+1]`` for
+    non-decreasing ``bounds`` (a partition's ids, a type's ids). ``side="right"`` skips
+    empty blocks (equal bounds) to the non-empty one. Ids are not checked: one below
+    ``bounds[0]`` gives -1, one at or past ``bounds[-1]`` gives ``len(bounds) - 1``."""
+    return np.searchsorted(bounds, ids, side="right").astype(np.int64) - 1

@@ -1,8 +1,23 @@
-"""Role names: one type formats and parses them."""
+"""The identity module: roles, edge types, tensor keys and policies, owners."""
 
+import numpy as np
 import pytest
 
-from graphrun.names import RoleName
+from graphrun.errors import ArgumentError, DatasetError
+from graphrun.names import (
+    MAIN_TRAINER,
+    PolicyName,
+    RoleName,
+    TensorKey,
+    etype_key,
+    home_partition,
+    owners,
+    parse_etype_key,
+    resolve_etype,
+    role_kind,
+)
+
+# --- roles ------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -13,30 +28,46 @@ from graphrun.names import RoleName
         ("store:3:r", RoleName.store(3, replica=1)),
         ("store:3:r2", RoleName.store(3, replica=2)),
         ("trainer:0", RoleName.trainer(0)),
+        ("trainer:10", RoleName.trainer(10)),
         ("sampler:2:1", RoleName.sampler(2, 1)),
+        ("sampler:2:0", RoleName.sampler(2, 0)),
         ("ps:4", RoleName.ps(4)),
     ],
 )
 def test_role_names_round_trip(text, name):
     assert str(name) == text and RoleName.parse(text) == name
+    assert RoleName.is_valid(text) and role_kind(text) == name.kind
 
 
 def test_the_main_store_server_has_no_backup_suffix():
     assert str(RoleName.store(1, 0)) == "store:1"
-    assert RoleName.parse("store:1:0") == RoleName.parse("store:1")
+    assert RoleName.store(1).is_primary_store and not RoleName.store(1, 1).is_primary_store
 
 
 @pytest.mark.parametrize(
-    "bad", ["store", "trainer:1:2", "sampler:1", "gpu:0", "store:-1", "ps:x", "store:1:r0"]
-)
+    "bad",
+    [
+        "store", "trainer:1:2", "sampler:1", "gpu:0", "store:-1", "ps:x", "store:1:r0",
+        "store:1:0",  # the main server is store:1: one spelling per role
+        "trainer:01", "trainer: 1", "trainer:1 ", "ps:²", "", "trainer:", "store:1:r1",
+    ],
+)  # fmt: skip
 def test_what_is_no_role_name_is_refused_naming_it(bad):
-    with pytest.raises(ValueError, match="is not a role name"):
+    with pytest.raises(ArgumentError, match=r"is not a role name \(store:P\[:B\]"):
         RoleName.parse(bad)
+    assert not RoleName.is_valid(bad)
+
+
+def test_role_names_are_dict_keys_and_sort_by_kind_then_numbers():
+    placement = {RoleName.trainer(0): "m1", RoleName.store(0): "m0"}
+    assert placement[RoleName.parse("trainer:0")] == "m1" and MAIN_TRAINER in placement
+    assert "trainer:0" not in placement  # a string is not a role: parse it first
+    names = [RoleName.trainer(2), RoleName.trainer(10), RoleName.store(1, 1), RoleName.store(1)]
+    assert sorted(names) == [RoleName.store(1), RoleName.store(1, 1), *names[:2]]
 
 
 def test_home_partition_is_one_function_for_runtime_and_model() -> None:
     from graphrun.distributed import split
-    from graphrun.names import home_partition
 
     assert split.home_partition is home_partition  # re-exported where it used to live
     assert [home_partition(r, 4, 2) for r in range(4)] == [0, 0, 1, 1]
@@ -46,3 +77,90 @@ def test_home_partition_is_one_function_for_runtime_and_model() -> None:
 def test_a_replica_is_not_a_backup():
     assert RoleName.store(1, replica=1) != RoleName.store(1, 1)
     assert RoleName.parse("store:1:r").sub == 0
+
+
+# --- edge types -------------------------------------------------------------------------
+
+ETYPES = [("author", "writes", "paper"), ("paper", "cites", "paper"), ("user", "cites", "paper")]
+
+
+def test_etype_keys_round_trip():
+    assert etype_key(ETYPES[0]) == "author:writes:paper"
+    assert parse_etype_key("author:writes:paper") == ETYPES[0]
+    for bad in ("author:writes", "a::b", "a:b:c:d", ""):
+        with pytest.raises(DatasetError, match="expected 'src_type:relation:dst_type'"):
+            parse_etype_key(bad)
+
+
+@pytest.mark.parametrize(
+    "given, index",
+    [(ETYPES[1], 1), (list(ETYPES[2]), 2), ("user:cites:paper", 2), ("writes", 0)],
+)
+def test_one_resolver_takes_a_triple_a_key_or_a_unique_relation(given, index):
+    assert resolve_etype(given, ETYPES) == index
+
+
+def test_a_shared_relation_is_ambiguous_and_an_unknown_type_names_the_known_ones():
+    with pytest.raises(ArgumentError, match=r"fanouts: relation 'cites' is ambiguous"):
+        resolve_etype("cites", ETYPES, "fanouts")
+    with pytest.raises(ArgumentError, match=r"etype: unknown edge type 'likes'; known: \["):
+        resolve_etype("likes", ETYPES)
+    with pytest.raises(DatasetError, match="unknown edge type 'a:b:c'"):
+        resolve_etype("a:b:c", ETYPES, error=DatasetError)
+    with pytest.raises(ArgumentError, match="unknown edge type 3"):
+        resolve_etype(3, ETYPES)
+
+
+def test_the_graph_the_book_and_the_fanouts_resolve_alike():
+    from graphrun.sampling.fanout import normalize_fanouts
+    from graphrun.testing.graphs import hetero_graph
+
+    g = hetero_graph()
+    rel = next(e[1] for e in g.edge_types if [x[1] for x in g.edge_types].count(e[1]) == 1)
+    assert g.num_edges_of(rel) == g.num_edges_of(next(e for e in g.edge_types if e[1] == rel))
+    layer = normalize_fanouts([{rel: 3}], g.edge_types)[0]
+    assert layer.tolist()[resolve_etype(rel, g.edge_types)] == 3
+
+
+# --- tensor keys and policies -----------------------------------------------------------
+
+
+def test_node_and_edge_keys_format_parse_and_name_their_policy() -> None:
+    node = TensorKey.node("paper", "feat")
+    edge = TensorKey.edge(("author", "writes", "paper"), "weight")
+    assert str(node) == "node/paper/feat" and str(edge) == "edge/author:writes:paper/weight"
+    assert TensorKey.parse(str(node)) == node and TensorKey.parse(str(edge)) == edge
+    assert node.policy == PolicyName.node("paper") and str(node.policy) == "node:paper"
+    assert edge.policy == PolicyName.edge(("author", "writes", "paper"))
+    assert str(edge.policy) == "edge:author:writes:paper"
+
+
+def test_other_tensor_names_are_not_graph_features() -> None:
+    for name in ("emb", "node/feat", "node//x", "node/paper/", "job/x/y"):
+        assert TensorKey.parse(name) is None, name
+
+
+def test_policy_names_round_trip_and_bad_ones_are_refused() -> None:
+    for text in ("node:_N", "edge:author:writes:paper"):
+        assert str(PolicyName.parse(text)) == text
+    assert PolicyName.parse("edge:a:b:c") == PolicyName.edge("a:b:c")
+    for bad in ("node", "node:", "vertex:x", ":x"):
+        with pytest.raises(ArgumentError, match="is not a policy name"):
+            PolicyName.parse(bad)
+
+
+# --- owners -----------------------------------------------------------------------------
+
+
+def test_owners_of_contiguous_blocks_skip_empty_ones():
+    bounds = np.array([0, 3, 3, 10])  # block 1 is empty
+    got = owners(bounds, np.array([0, 2, 3, 9]))
+    assert got.dtype == np.int64 and got.tolist() == [0, 0, 2, 2]
+
+
+def test_owners_at_the_edges():
+    bounds = np.array([0, 5, 10])
+    assert owners(bounds, np.array([4, 5, 0, 9])).tolist() == [0, 1, 0, 1]
+    assert owners(bounds, np.array([], np.int64)).tolist() == []
+    assert owners(bounds, np.array([-1, 10])).tolist() == [-1, 2]  # unchecked ids
+    assert owners(np.array([0, 0, 7]), np.array([0, 6])).tolist() == [1, 1]

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from graphrun.errors import ArgumentError
+from graphrun.names import RoleName
 
 # the issue's heterogeneous cluster: two fast hosts and two slow ones
 DEFAULT_CLUSTER: dict[str, Any] = {
@@ -150,7 +151,7 @@ def _job_data(
 
 def run_job(
     data: dict[str, Any], workdir: Path, name: str, cluster_file: Path
-) -> tuple[Measured, dict[str, float], Path]:
+) -> tuple[Measured, dict[RoleName, float], Path]:
     """Run the job of ``data`` as ``name``, profiled (``run-<name>/profile/``); its
     measured epochs, its roles' peak memory (MiB) and its run directory. Raises JobFailed
     (naming the role) when it fails."""
@@ -256,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
     gp = graphjob_to_placement(parse_job(data, str(job_file)), job_file, str(profile_file), 8)
 
     def peak_gb(kind: str) -> float:
-        values = [v for role, v in peaks.items() if role.split(":")[0] == kind]
+        values = [v for role, v in peaks.items() if role.kind == kind]
         return MEMORY_MARGIN * max(values, default=0.0) * 2**20 / 1e9
 
     # the CPU model shares each host's cores among its roles: no CPU reservation
@@ -287,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
     by: dict[str, float] = {}  # measured epoch per placement
     errors = []
     for name, x in placements:
-        assignments = {role: machines[m] for role, m in zip(job.roles, x, strict=True)}
+        assignments = {str(role): machines[m] for role, m in zip(job.roles, x, strict=True)}
         if name == "co-location":
             measured = co_run
         else:

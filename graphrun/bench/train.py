@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from graphrun.errors import ArgumentError
+from graphrun.names import RoleName
 
 
 def register(subparsers: Any) -> None:
@@ -181,7 +182,7 @@ class RssSampler(threading.Thread):
         super().__init__(daemon=True)
         self.status_dir, self.interval = status_dir, interval
         self.peak: dict[str, float] = {}
-        self.role_peak: dict[str, float] = {}
+        self.role_peak: dict[RoleName, float] = {}
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -200,7 +201,8 @@ class RssSampler(threading.Thread):
                         continue
                     size = getattr(mem, "pss", mem.rss)
                     total += size
-                    self.role_peak[role] = max(self.role_peak.get(role, 0.0), size / 2**20)
+                    name = RoleName.parse(role)  # the status file's role names
+                    self.role_peak[name] = max(self.role_peak.get(name, 0.0), size / 2**20)
                 m = str(st.get("machine", f.stem))
                 self.peak[m] = max(self.peak.get(m, 0.0), total / 2**20)
 

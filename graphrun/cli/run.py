@@ -9,6 +9,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from graphrun.names import role_kind
+
 EPILOG = """\
 Every role is a process: per machine one worker, its store servers and trainers.
 Output lines carry a [role@machine] prefix; per-role logs are in RUN/logs/<machine>/.
@@ -96,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     sink = sys.stdout if args.verbose else Console(sys.stdout)
     local = LocalJob(job, args.job, opts, sink=sink, stop=stop)
     report = local.run()
-    codes = ", ".join(f"{r}={c}" for r, c in report.exits.items() if r.startswith("trainer"))
+    codes = ", ".join(f"{r}={c}" for r, c in report.exits.items() if role_kind(r) == "trainer")
     print(
         f"[graphrun] job {job.name} {report.state.phase.value} in {report.elapsed_s:.1f}s "
         f"(trainers: {codes}; logs: {report.paths.run_dir / 'logs'})"

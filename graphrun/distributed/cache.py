@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from graphrun.names import TensorKey
 from graphrun.partition.book import PartitionBook
 from graphrun.sampling.sampler import NeighborSampler
 from graphrun.store.client import KVClient
-from graphrun.store.policy import TensorKey
 
 #: Id spaces up to this size map ids to cache slots with one dense int32 array
 #: (4 bytes per id); bigger ones search the sorted cached ids instead.

@@ -30,6 +30,7 @@ from graphrun.distributed.split import Mode
 from graphrun.distributed.split import edge_split as _edge_split
 from graphrun.distributed.split import node_split as _node_split
 from graphrun.errors import ArgumentError
+from graphrun.names import PolicyName
 from graphrun.partition.book import PartitionBook
 from graphrun.store import dist_tensor, embedding
 from graphrun.store.client import KVClient
@@ -133,15 +134,15 @@ def edge_split(
     )  # fmt: skip
 
 
-def _default_policy(client: KVClient, rows: int) -> str | None:
+def _default_policy(client: KVClient, rows: int) -> PolicyName | None:
     """DistDGL's choice: the one node type, or the one edge type, with ``rows`` ids."""
     book = client.book
     nodes = [t for t in book.node_types if book.num_nodes_of(t) == rows]
     if len(nodes) == 1:
-        return f"node:{nodes[0]}"
+        return PolicyName.node(nodes[0])
     edges = [e for e in book.edge_types if book.num_edges_of(e) == rows]
     if not nodes and len(edges) == 1:
-        return f"edge:{':'.join(edges[0])}"
+        return PolicyName.edge(edges[0])
     return None
 
 
@@ -175,7 +176,7 @@ class DistTensor(dist_tensor.DistTensor):
         dtype: Any,
         name: str | None = None,
         init_func: Callable[..., Any] | None = None,
-        part_policy: str | None = None,
+        part_policy: PolicyName | str | None = None,
         persistent: bool = False,
         is_gdata: bool = True,
         attach: bool = True,
@@ -207,7 +208,7 @@ class DistEmbedding(embedding.DistEmbedding):
         embedding_dim: int,
         name: str | None = None,
         init_func: Callable[..., Any] | None = None,
-        part_policy: str | None = None,
+        part_policy: PolicyName | str | None = None,
     ) -> None:
         client = current_context().client
         if name is None:

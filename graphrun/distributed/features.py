@@ -8,9 +8,9 @@ import numpy as np
 from torch import Tensor
 
 from graphrun.distributed.cache import FeatureCache
+from graphrun.names import TensorKey
 from graphrun.store.client import KVClient
 from graphrun.store.dist_tensor import as_torch
-from graphrun.store.policy import TensorKey
 from graphrun.store.routing import take_into
 
 

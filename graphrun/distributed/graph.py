@@ -28,14 +28,13 @@ from torch import Tensor
 from graphrun.distributed.context import DistContext, current_context
 from graphrun.distributed.dglnames import DistTensor
 from graphrun.errors import ArgumentError
-from graphrun.graph.graph import CanonicalEtype, etype_key
+from graphrun.names import CanonicalEtype, TensorKey, etype_key
 from graphrun.partition.book import PartitionBook
 from graphrun.sampling.csc import SampledEdges
 from graphrun.sampling.distributed import DistOneHopSampler
 from graphrun.sampling.fanout import normalize_fanouts
 from graphrun.sampling.mfg import Seed, draw_seed, make_generator
 from graphrun.sampling.partitioned import BookTypeMap
-from graphrun.store.policy import TensorKey
 
 
 @dataclass(frozen=True)

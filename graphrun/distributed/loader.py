@@ -46,10 +46,10 @@ from graphrun.distributed.graph import DistGraph
 from graphrun.distributed.minibatch import epoch_seed, shuffled
 from graphrun.distributed.workers import WorkerPool
 from graphrun.errors import ArgumentError
+from graphrun.names import TensorKey
 from graphrun.sampling.edgesplit import EdgeSplit
 from graphrun.sampling.partitioned import BookTypeMap
 from graphrun.sampling.sampler import NeighborSampler, Output
-from graphrun.store.policy import TensorKey
 
 
 def _check_count(value: Any, name: str, low: int) -> int:

@@ -39,9 +39,9 @@ from graphrun.distributed.dglnames import DistTensor
 from graphrun.distributed.pyg_stores import RemoteBackend, RemoteFeatureStore, RemoteGraphStore
 from graphrun.errors import ArgumentError, DatasetError
 from graphrun.files import write_atomic
+from graphrun.names import TensorKey
 from graphrun.rpc.auth import load_keys
 from graphrun.store.dist_tensor import as_torch
-from graphrun.store.policy import TensorKey
 
 STORE_FILE = "store.json"
 STORE_FILE_VERSION = 1

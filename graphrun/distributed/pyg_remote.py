@@ -38,7 +38,7 @@ from torch_geometric.sampler import (
 from graphrun.distributed.minibatch import MiniBatchSampler, NegMode, epoch_seed
 from graphrun.distributed.pyg_stores import RemoteGraphStore, _node_type
 from graphrun.errors import ArgumentError
-from graphrun.graph.graph import CanonicalEtype
+from graphrun.names import CanonicalEtype
 from graphrun.partition.book import PartitionBook
 from graphrun.sampling.edgesplit import EdgeSplit
 from graphrun.sampling.mfg import SampledSubgraph

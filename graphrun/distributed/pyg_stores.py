@@ -32,9 +32,9 @@ from torch_geometric.data import EdgeAttr, EdgeLayout, FeatureStore, GraphStore,
 
 from graphrun.distributed.context import DistConfig, DistContext
 from graphrun.errors import ArgumentError
+from graphrun.names import TensorKey
 from graphrun.partition.book import PartitionBook
 from graphrun.store.dist_tensor import as_torch, to_numpy_ids
-from graphrun.store.policy import TensorKey
 
 DEFAULT_FIELDS: Mapping[str, str] = {"x": "feat", "y": "label"}
 

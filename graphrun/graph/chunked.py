@@ -55,7 +55,8 @@ from graphrun.graph.format import (
     read_types,
     write_failed,
 )
-from graphrun.graph.graph import CanonicalEtype, Graph, _check_rows, etype_key, parse_etype_key
+from graphrun.graph.graph import Graph, _check_rows
+from graphrun.names import CanonicalEtype, etype_key, parse_etype_key
 
 FORMAT = "graphrun-chunked-dataset"
 CHUNK_FORMAT = "graphrun-chunk"

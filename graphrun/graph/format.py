@@ -40,7 +40,8 @@ import numpy as np
 
 from graphrun.errors import DatasetError, HostError, UserError
 from graphrun.files import atomic_dir, dir_is_free
-from graphrun.graph.graph import Graph, etype_key, parse_etype_key
+from graphrun.graph.graph import Graph
+from graphrun.names import etype_key, parse_etype_key
 
 FORMAT = "graphrun-dataset"
 VERSION = 1

@@ -28,30 +28,16 @@ index in a :class:`~graphrun.errors.DatasetError`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
 from graphrun.errors import DatasetError
+from graphrun.names import CanonicalEtype, etype_key, parse_etype_key, resolve_etype
 
 DEFAULT_NTYPE = "_N"
 DEFAULT_ETYPE = ("_N", "_E", "_N")
-
-CanonicalEtype = tuple[str, str, str]
-
-
-def etype_key(etype: Sequence[str]) -> str:
-    """The string key of a canonical edge type: ``"src:rel:dst"``."""
-    return ":".join(etype)
-
-
-def parse_etype_key(key: str) -> CanonicalEtype:
-    parts = key.split(":")
-    if len(parts) != 3 or not all(parts):
-        raise DatasetError(f"edge type {key!r}: expected 'src_type:relation:dst_type'")
-    return (parts[0], parts[1], parts[2])
 
 
 def _first_bad(mask: np.ndarray) -> int:
@@ -227,12 +213,7 @@ class Graph:
             ) from None
 
     def _etype_index(self, etype: CanonicalEtype | str) -> int:
-        et = parse_etype_key(etype) if isinstance(etype, str) else tuple(etype)
-        try:
-            return self.edge_types.index(et)
-        except ValueError:
-            known = [etype_key(e) for e in self.edge_types]
-            raise DatasetError(f"unknown edge type {etype!r}; known: {known}") from None
+        return resolve_etype(etype, self.edge_types, "etype", DatasetError)
 
     def node_type_ids(self) -> np.ndarray:
         """Node type id of every node (int32)."""

@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from graphrun.errors import DatasetError
-from graphrun.graph.graph import DEFAULT_ETYPE, DEFAULT_NTYPE, Graph, etype_key
+from graphrun.graph.graph import DEFAULT_ETYPE, DEFAULT_NTYPE, Graph
+from graphrun.names import etype_key
 
 NODE_TO_PYG = {"feat": "x", "label": "y"}
 EDGE_TO_PYG = {"feat": "edge_attr"}

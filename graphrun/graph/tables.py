@@ -47,8 +47,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphrun.errors import DatasetError
-from graphrun.graph.graph import DEFAULT_NTYPE, CanonicalEtype, Graph, etype_key
+from graphrun.graph.graph import DEFAULT_NTYPE, Graph
 from graphrun.graph.imported import FORMATS, Imported, detect_table_format
+from graphrun.names import CanonicalEtype, etype_key, parse_etype_key
 
 MASKS = ("train_mask", "val_mask", "test_mask")
 _NUMBERED = re.compile(r"^(.+)_(\d+)$")
@@ -120,28 +121,27 @@ def check_name(f: Path, what: str, name: str) -> str:
     return name
 
 
+def _checked_etype(f: Path, src: str, rel: str, dst: str) -> CanonicalEtype:
+    return (check_name(f, "type", src), check_name(f, "relation", rel), check_name(f, "type", dst))
+
+
 def _parse_file_etype(f: Path, name: str) -> CanonicalEtype:
     parts = name.split("__")
     if len(parts) != 3 or not all(parts):
         raise DatasetError(f"{f}: file name must be SRCTYPE__RELATION__DSTTYPE.<ext>")
-    return (
-        check_name(f, "type", parts[0]),
-        check_name(f, "relation", parts[1]),
-        check_name(f, "type", parts[2]),
-    )
+    return _checked_etype(f, *parts)
 
 
 def _parse_etype_value(f: Path, value: str, hetero_nodes: bool) -> CanonicalEtype:
-    parts = value.split(":")
-    if len(parts) == 3 and all(parts):
-        return (
-            check_name(f, "type", parts[0]),
-            check_name(f, "relation", parts[1]),
-            check_name(f, "type", parts[2]),
-        )
-    if len(parts) == 1 and value and not hetero_nodes:
+    if value and ":" not in value and not hetero_nodes:
         return (DEFAULT_NTYPE, check_name(f, "relation", value), DEFAULT_NTYPE)
-    raise DatasetError(f"{f}: column 'etype' value {value!r} is not 'src_type:relation:dst_type'")
+    try:
+        etype = parse_etype_key(value)
+    except DatasetError:
+        raise DatasetError(
+            f"{f}: column 'etype' value {value!r} is not 'src_type:relation:dst_type'"
+        ) from None
+    return _checked_etype(f, *etype)
 
 
 def _require(part: _Part, columns: Iterable[str]) -> None:

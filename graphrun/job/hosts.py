@@ -47,10 +47,10 @@ class Hosts:
         except KeyError:
             raise SpecError(f"hosts: no machine named {machine!r}") from None
 
-    def endpoint(self, role: str) -> tuple[str, int]:
+    def endpoint(self, role: RoleName) -> tuple[str, int]:
         """``(host, port)`` of a listening role."""
         try:
-            return split_endpoint(self.endpoints[role])
+            return split_endpoint(self.endpoints[str(role)])  # keyed as in the file
         except KeyError:
             raise SpecError(f"hosts: no endpoint for role {role!r}") from None
 

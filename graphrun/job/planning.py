@@ -59,8 +59,8 @@ class GraphJobPlacement:
 
     job: Job
     machines: int  # spec.runtime.machines
-    backups: dict[str, tuple[str, ...]]  # store:<p> -> its backup roles
-    samplers: dict[str, tuple[str, ...]]  # trainer:<r> -> its sampler worker roles
+    backups: dict[RoleName, tuple[RoleName, ...]]  # store:<p> -> its backup roles
+    samplers: dict[RoleName, tuple[RoleName, ...]]  # trainer:<r> -> its sampler worker roles
     store_memory_from: str  # "partition directory <dir>" or "estimate from spec.graph"
 
     def check_cluster(self, cluster: Cluster, where: str) -> None:
@@ -81,11 +81,11 @@ class GraphJobPlacement:
     def complete(self, plan: PlacementPlan) -> PlacementPlan:
         """The plan with every store backup on its main server's machine and every
         sampler worker on its trainer's (a sampler worker's demand is part of its trainer's)."""
-        out = dict(plan.assignments)
+        out = dict(plan.assignments)  # the plan file's role names
         for main, backups in self.backups.items():
-            out.update({b: plan.assignments[main] for b in backups})
+            out.update({str(b): plan.assignments[str(main)] for b in backups})
         for trainer, samplers in self.samplers.items():
-            out.update({w: plan.assignments[trainer] for w in samplers})
+            out.update({str(w): plan.assignments[str(trainer)] for w in samplers})
         return PlacementPlan(
             machines=plan.machines, assignments=out, capacity=plan.capacity, demands=plan.demands
         )
@@ -215,18 +215,16 @@ def graphjob_to_placement(
     )
     roles = job_roles(spec)
     backups = {
-        str(RoleName.store(p)): tuple(
-            r.name for r in roles if r.kind == "store" and r.part == p and r.backup
+        RoleName.store(p): tuple(
+            r.id for r in roles if r.kind == "store" and r.part == p and r.backup
         )
         for p in range(spec.num_parts)
     }
     samplers = {
-        str(RoleName.trainer(t)): tuple(
-            r.name for r in roles if r.kind == "sampler" and r.rank == t
-        )
+        RoleName.trainer(t): tuple(r.id for r in roles if r.kind == "sampler" and r.rank == t)
         for t in range(spec.num_trainers)
     }
-    wanted = {r.name for r in roles}
+    wanted = {r.id for r in roles}
     missing = [t.role for t in tasks if t.role not in wanted]
     if missing:  # the two role conventions drifted apart: a bug, not bad input
         raise RuntimeError(f"placement roles {missing} are not roles of the GraphJob")

@@ -20,12 +20,13 @@ import re
 import threading
 from typing import IO, Any
 
+from graphrun.names import MAIN_TRAINER
+
 _ROLE_LINE = re.compile(r"^\[(?P<role>[^@\]]+)@(?P<machine>[^\]]+)\] (?P<text>.*)$")
 _LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ ")
 _PROGRESS = re.compile(r"^epoch \d+: ")
 _TRACEBACK = "Traceback (most recent call last):"
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:")  # torch.distributed's copy of an error
-MAIN_TRAINER = "trainer:0"
 
 
 def epoch_line(rec: dict[str, Any]) -> str:
@@ -87,7 +88,7 @@ class Console:
 
     @staticmethod
     def _shown(role: str, text: str) -> str | None:
-        if role != MAIN_TRAINER:
+        if role != str(MAIN_TRAINER):  # the log line's prefix, as written
             return None  # in RUN/logs/<role>.log
         if text.startswith("{"):
             try:

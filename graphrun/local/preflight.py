@@ -26,7 +26,7 @@ import numpy as np
 from graphrun.errors import SpecError
 from graphrun.job.spec import GraphJob
 from graphrun.machine.roles import JobPaths
-from graphrun.store.policy import TensorKey
+from graphrun.names import TensorKey
 
 SPLITS = ("train_mask", "val_mask", "test_mask")
 

@@ -27,7 +27,7 @@ from graphrun.job.hosts import Hosts, free_ports
 from graphrun.job.spec import GraphJob, Role, job_roles, load_job, resolve_placement
 from graphrun.machine.launch import MachineLaunch, RoleLaunch
 from graphrun.machine.process import RoleCommand
-from graphrun.names import RoleName
+from graphrun.names import MAIN_TRAINER, RoleName
 
 NETNS_BASE_PORT = 30000
 
@@ -80,34 +80,32 @@ def job_paths(job: GraphJob, job_file: Path, run_dir: Path | None = None) -> Job
     )
 
 
-def job_placement(job: GraphJob, paths: JobPaths) -> dict[str, Role]:
+def job_placement(job: GraphJob, paths: JobPaths) -> dict[RoleName, Role]:
     """Every role of the job with the machine the placement (plan) gives it."""
     where = resolve_placement(job, paths.base_dir)
-    out = {}
-    for role in job_roles(job.spec):
-        out[role.name] = Role(role.id, where[role.name])
-    return out
+    return {role.id: Role(role.id, where[role.id]) for role in job_roles(job.spec)}
 
 
 def plan_hosts(
-    job: GraphJob, roles: Mapping[str, Role], addresses: Mapping[str, str] | None = None
+    job: GraphJob, roles: Mapping[RoleName, Role], addresses: Mapping[str, str] | None = None
 ) -> Hosts:
     """Addresses and ports: loopback with free ports, or given machine addresses (netns)."""
     machines = job.spec.machine_names
     stores = [r for r in roles.values() if r.kind in ("store", "ps")]  # what listens
-    trainer0 = roles.get(str(RoleName.trainer(0)))
+    trainer0 = roles.get(MAIN_TRAINER)
     if addresses is None:
         addr = dict.fromkeys(machines, "127.0.0.1")
         ports = free_ports(len(stores) + 1)
     else:
         addr = {m: addresses[m] for m in machines}
         ports = [NETNS_BASE_PORT + i for i in range(len(stores) + 1)]
-    endpoints = {r.name: f"{addr[r.machine]}:{ports[i]}" for i, r in enumerate(stores)}
+    endpoints = {r.id: f"{addr[r.machine]}:{ports[i]}" for i, r in enumerate(stores)}
     if job.spec.graph.store is not None:  # a running store: its servers, not the job's
         for part, address in enumerate(job.spec.graph.store.addresses):
-            endpoints[str(RoleName.store(part))] = address.removeprefix("tcp://")
+            endpoints[RoleName.store(part)] = address.removeprefix("tcp://")
     rdv_machine = trainer0.machine if trainer0 else machines[0]
-    return Hosts(addr, endpoints, f"{addr[rdv_machine]}:{ports[-1]}")
+    named = {str(role): ep for role, ep in endpoints.items()}  # as the hosts file keys them
+    return Hosts(addr, named, f"{addr[rdv_machine]}:{ports[-1]}")
 
 
 def store_argv(
@@ -115,16 +113,16 @@ def store_argv(
 ) -> tuple[str, ...]:
     """``graphrun serve``: the main server of a partition, one of its backups, or its
     replica on another machine."""
-    host, port = hosts.endpoint(role.name)
+    host, port = hosts.endpoint(role.id)
     argv = [
         python, "-m", "graphrun", "serve", str(paths.parts), "--part", str(role.part),
         "--address", f"tcp://{host}:{port}", "--key-file", str(paths.key_file),
     ]  # fmt: skip
     if role.backup:
-        mhost, mport = hosts.endpoint(str(RoleName.store(role.id.index)))
+        mhost, mport = hosts.endpoint(RoleName.store(role.id.index))
         argv += ["--backup-of", f"tcp://{mhost}:{mport}", "--backup-index", str(role.backup)]
     if role.id.replica:  # loads the partition itself and takes its primary's writes
-        phost, pport = hosts.endpoint(str(RoleName.store(role.id.index)))
+        phost, pport = hosts.endpoint(RoleName.store(role.id.index))
         argv += ["--replica-of", f"tcp://{phost}:{pport}"]
         argv += ["--replica-index", str(role.id.replica)]
     if profile is not None:
@@ -134,7 +132,7 @@ def store_argv(
 
 def ps_argv(role: Role, hosts: Hosts, paths: JobPaths, python: str) -> tuple[str, ...]:
     """``graphrun ps``: parameter server ``ps:J`` of the job, with the job's key."""
-    host, port = hosts.endpoint(role.name)
+    host, port = hosts.endpoint(role.id)
     return (
         python, "-m", "graphrun", "ps", "--index", str(role.id.index),
         "--address", f"tcp://{host}:{port}", "--key-file", str(paths.key_file),
@@ -162,7 +160,7 @@ def trainer_argv(
     return (*argv, *extra)
 
 
-def trainer_gpu(job: GraphJob, roles: Mapping[str, Role], role: Role) -> int | None:
+def trainer_gpu(job: GraphJob, roles: Mapping[RoleName, Role], role: Role) -> int | None:
     """The machine's GPU a trainer is pinned to: its local rank (its place among the
     machine's trainers, by rank) modulo ``runtime.gpusPerMachine``; None for CPU jobs."""
     gpus = job.spec.runtime.machine_gpus
@@ -176,7 +174,7 @@ def trainer_gpu(job: GraphJob, roles: Mapping[str, Role], role: Role) -> int | N
 
 def machine_launches(
     job: GraphJob,
-    roles: Mapping[str, Role],
+    roles: Mapping[RoleName, Role],
     hosts: Hosts,
     paths: JobPaths,
     resume: bool = False,
@@ -256,5 +254,5 @@ def load_job_launch(
     return next(m for m in launches if m.machine == name)
 
 
-def roles_of_kind(roles: Mapping[str, Role], kind: str) -> Sequence[Role]:
+def roles_of_kind(roles: Mapping[RoleName, Role], kind: str) -> Sequence[Role]:
     return [r for r in roles.values() if r.kind == kind]

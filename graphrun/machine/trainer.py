@@ -122,7 +122,7 @@ def trainer_machines(job: GraphJob, job_file: Path) -> tuple[str, ...]:
     from graphrun.machine.roles import job_placement
 
     roles = job_placement(job, job_paths(job, job_file))
-    return tuple(roles[str(RoleName.trainer(r))].machine for r in range(job.spec.num_trainers))
+    return tuple(roles[RoleName.trainer(r)].machine for r in range(job.spec.num_trainers))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -245,7 +245,7 @@ def ps_settings(job: GraphJob, hosts: Hosts, keys: Any, timeout_s: float) -> Any
     t = job.spec.training
     addresses = []
     for j in range(n):
-        host, port = hosts.endpoint(str(RoleName.ps(j)))
+        host, port = hosts.endpoint(RoleName.ps(j))
         addresses.append(f"tcp://{host}:{port}")
     mode: Literal["sync", "async"] = "async" if t.staleness else "sync"
     return PSSettings(tuple(addresses), keys, mode, t.staleness, timeout_s)

@@ -394,7 +394,7 @@ def build_worker(
     node = L.node_requirement(job, index)
     if node is not None:
         _require_node(spec, *node)
-    tpl["metadata"].setdefault("annotations", {})[L.ANNOTATION_ROLES] = ",".join(roles)
+    tpl["metadata"].setdefault("annotations", {})[L.ANNOTATION_ROLES] = ",".join(map(str, roles))
     Q.mark_pod(job, len(L.worker_indices(job)), tpl["metadata"], spec)
     main = _main_container(tpl)
     resources = _worker_resources(job, index, R.machine_demands(job))

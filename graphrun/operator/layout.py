@@ -42,7 +42,7 @@ import yaml
 
 from graphrun.errors import SpecError
 from graphrun.job.spec import GraphJob, SharedVolume, job_roles, resolve_placement
-from graphrun.names import RoleName
+from graphrun.names import MAIN_TRAINER, RoleName
 
 CONFIG_DIR = "/etc/graphrun"
 JOB_FILE = f"{CONFIG_DIR}/job.yaml"
@@ -261,13 +261,13 @@ def host_plan(job: GraphJob, owner: Owner, config: OperatorConfig) -> dict[str, 
     }
     if job.spec.graph.store is not None:  # a running store: its servers, not the job's
         for part, a in enumerate(job.spec.graph.store.addresses):
-            endpoints[str(RoleName.store(part))] = a.removeprefix("tcp://")
-    rdv_machine = placement.get("trainer:0", names[0])
+            endpoints[RoleName.store(part)] = a.removeprefix("tcp://")
+    rdv_machine = placement.get(MAIN_TRAINER, names[0])
     return {
         "format": HOSTS_FORMAT,
         "version": 1,
         "machines": [{"name": m, "address": address[m], **_slots(job, m)} for m in names],
-        "endpoints": endpoints,
+        "endpoints": {str(role): ep for role, ep in endpoints.items()},
         "rendezvous": f"{address[rdv_machine]}:{BASE_PORT + len(stores)}",
     }
 
@@ -277,7 +277,7 @@ def _slots(job: GraphJob, machine: str) -> dict[str, int]:
     ``slots``); GPUs only when the job uses them."""
     placement = resolve_placement(job)
     trainers = sum(
-        1 for r in job_roles(job.spec) if r.kind == "trainer" and placement[r.name] == machine
+        1 for r in job_roles(job.spec) if r.kind == "trainer" and placement[r.id] == machine
     )
     gpus = job.spec.runtime.machine_gpus
     return {"slots": trainers, **({"gpus": gpus} if gpus else {})}
@@ -291,31 +291,30 @@ def machine_ports(job: GraphJob, machine_index: int) -> list[tuple[str, int]]:
     stores = listening_roles(job)
     out = [(_port_name(role, i), BASE_PORT + i) for i, role in enumerate(stores)
            if placement[role] == machine]  # fmt: skip
-    if placement.get("trainer:0", job.spec.machine_names[0]) == machine:
+    if placement.get(MAIN_TRAINER, job.spec.machine_names[0]) == machine:
         out.append(("rendezvous", BASE_PORT + len(stores)))
     return out
 
 
-def _port_name(role: str, i: int) -> str:
+def _port_name(role: RoleName, i: int) -> str:
     """``store-<i>`` (the i-th listening role), ``ps-<j>`` (parameter server j)."""
-    name = RoleName.parse(role)
-    return f"ps-{name.index}" if name.kind == "ps" else f"store-{i}"
+    return f"ps-{role.index}" if role.kind == "ps" else f"store-{i}"
 
 
-def listening_roles(job: GraphJob) -> list[str]:
+def listening_roles(job: GraphJob) -> list[RoleName]:
     """The roles that listen, in port order: store servers, then parameter servers."""
-    return [r.name for r in job_roles(job.spec) if r.kind in ("store", "ps")]
+    return [r.id for r in job_roles(job.spec) if r.kind in ("store", "ps")]
 
 
-def machine_roles(job: GraphJob) -> list[list[str]]:
+def machine_roles(job: GraphJob) -> list[list[RoleName]]:
     """Per machine (in machine order), the store, parameter-server and trainer roles its
     worker runs."""
     placement = resolve_placement(job)
     index = {m: i for i, m in enumerate(job.spec.machine_names)}
-    out: list[list[str]] = [[] for _ in index]
+    out: list[list[RoleName]] = [[] for _ in index]
     for role in job_roles(job.spec):
         if role.kind in ("store", "ps", "trainer"):
-            out[index[placement[role.name]]].append(role.name)
+            out[index[placement[role.id]]].append(role.id)
     return out
 
 

@@ -134,9 +134,10 @@ def machine_demands(job: GraphJob) -> list[Demand] | None:
     index = {m: i for i, m in enumerate(job.spec.machine_names)}
     totals = [dict.fromkeys(RESOURCES, 0.0) for _ in index]
     for role, machine in resolve_placement(job).items():
-        if role in plan.demands:
+        demand = plan.demands.get(str(role))  # the plan file's keys are role names
+        if demand is not None:
             for res in RESOURCES:
-                totals[index[machine]][res] += getattr(plan.demands[role], res)
+                totals[index[machine]][res] += getattr(demand, res)
     return [Demand(**t) for t in totals]
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from graphrun.errors import ArgumentError, PartitionFormatError
-from graphrun.graph.graph import CanonicalEtype, etype_key
+from graphrun.names import CanonicalEtype, etype_key, owners, resolve_etype
 
 CONFIG_FILE = "partition.json"
 
@@ -45,14 +45,6 @@ def check_ids(ids: Any, arg: str, upper: int, of: str = "") -> np.ndarray:
             where = f" of {of}" if of else ""
             raise ArgumentError(f"{arg}[{i}] = {int(flat[i])} is out of range [0, {upper}){where}")
     return arr
-
-
-def _locate(bounds: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Index ``i`` of the half-open block ``[bounds[i], bounds[i+1])`` holding each id.
-
-    ``side="right"`` skips empty blocks (equal boundaries) to the non-empty one.
-    """
-    return np.searchsorted(bounds, ids, side="right").astype(np.int64) - 1
 
 
 def _check_bounds(arr: np.ndarray, name: str, parts: int, total: int | None, src: str) -> None:
@@ -85,11 +77,11 @@ class _Layout:
         return int(self.ranges.shape[0])
 
     def to_homo(self, t: int, ids: np.ndarray) -> np.ndarray:
-        p = _locate(self.ranges[t], ids)
+        p = owners(self.ranges[t], ids)
         return self.block_starts[p * self.num_types + t] + (ids - self.ranges[t][p])
 
     def to_per_type(self, homo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        block = _locate(self.block_starts, homo)
+        block = owners(self.block_starts, homo)
         t = block % self.num_types
         p = block // self.num_types
         per_type = self.ranges[t, p] + (homo - self.block_starts[block])
@@ -232,19 +224,7 @@ class PartitionBook:
 
     def etype_id(self, etype: CanonicalEtype | str) -> int:
         """Index of an edge type given as a triple, ``"src:rel:dst"`` or a unique relation."""
-        if isinstance(etype, str):
-            parts = tuple(etype.split(":"))
-            if len(parts) == 1:
-                hits = [i for i, e in enumerate(self.edge_types) if e[1] == etype]
-                if len(hits) == 1:
-                    return hits[0]
-        else:
-            parts = tuple(etype)
-        try:
-            return self.edge_types.index(parts)
-        except ValueError:
-            known = [etype_key(e) for e in self.edge_types]
-            raise ArgumentError(f"etype: unknown edge type {etype!r}; known: {known}") from None
+        return resolve_etype(etype, self.edge_types)
 
     def num_nodes_of(self, ntype: str) -> int:
         return int(self.node_ranges_all[self.ntype_id(ntype)][-1])
@@ -308,7 +288,7 @@ class PartitionBook:
     def nid2part(self, ids: Any, ntype: str | None = None) -> np.ndarray:
         """Partition of each node id (homogeneous new ids when ``ntype`` is None)."""
         arr, bounds = self._node_ids(ids, ntype)
-        return _locate(bounds, arr)
+        return owners(bounds, arr)
 
     def nid2local(self, ids: Any, ntype: str | None = None) -> np.ndarray:
         """Row of each node in its owner's arrays.
@@ -317,7 +297,7 @@ class PartitionBook:
         among the owner's inner nodes (= the row in ``part-K/nodes.npy``).
         """
         arr, bounds = self._node_ids(ids, ntype)
-        return arr - bounds[_locate(bounds, arr)]
+        return arr - bounds[owners(bounds, arr)]
 
     def to_homo(self, ntype: str, per_type_ids: Any) -> np.ndarray:
         """Homogeneous new ids of per-type new ids of ``ntype``."""
@@ -341,12 +321,12 @@ class PartitionBook:
 
     def eid2part(self, ids: Any, etype: CanonicalEtype | str | None = None) -> np.ndarray:
         arr, bounds = self._edge_ids(ids, etype)
-        return _locate(bounds, arr)
+        return owners(bounds, arr)
 
     def eid2local(self, ids: Any, etype: CanonicalEtype | str | None = None) -> np.ndarray:
         """Row of each edge in ``part-K/edge/<etype>/*.npy`` (or among the owner's edges)."""
         arr, bounds = self._edge_ids(ids, etype)
-        return arr - bounds[_locate(bounds, arr)]
+        return arr - bounds[owners(bounds, arr)]
 
     def etype_to_homo(self, etype: CanonicalEtype | str, ids: Any) -> np.ndarray:
         r = self.etype_id(etype)

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from graphrun.errors import GraphrunError
+from graphrun.names import owners
 from graphrun.partition.arrays import stable_argsort
 
 
@@ -31,11 +32,6 @@ def _tensor(arr: np.ndarray) -> torch.Tensor:
     if not flat.flags.writeable:
         flat = flat.copy()
     return torch.from_numpy(flat)
-
-
-def owner_of(bounds: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """The rank owning each global id, for block boundaries ``bounds`` (world+1)."""
-    return np.searchsorted(bounds, ids, side="right").astype(np.int64) - 1
 
 
 def rank_order(dest: np.ndarray, world: int) -> tuple[np.ndarray, np.ndarray]:
@@ -151,7 +147,7 @@ class Comm:
     def fetch(self, bounds: np.ndarray, ids: np.ndarray, table: np.ndarray) -> np.ndarray:
         """``table`` values of global ``ids``, each answered by its owner (``bounds``:
         rank ``q`` owns ``bounds[q] .. bounds[q+1]-1`` and holds them as ``table``)."""
-        dest = owner_of(bounds, ids)
+        dest = owners(bounds, ids)
         grouping = rank_order(dest, self.world)
         asks = self.exchange(by_rank(dest, self.world, ids, grouping=grouping))
         lo = int(bounds[self.rank])

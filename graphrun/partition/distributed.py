@@ -56,6 +56,7 @@ from graphrun.errors import (
 )
 from graphrun.files import atomic_dir, commit_dir
 from graphrun.graph.chunked import check_chunks, load_chunked_meta, rank_chunks, read_chunks
+from graphrun.names import owners
 from graphrun.partition import balance, shuffle
 from graphrun.partition.arrays import unique_counts
 from graphrun.partition.comm import Comm, PeerLost, by_rank
@@ -145,7 +146,7 @@ def _train_mask(share: shuffle.Share) -> np.ndarray | None:
 def _in_degrees(comm: Comm, share: shuffle.Share) -> np.ndarray:
     """In-degree of every node of this share (its edges may be anywhere)."""
     ids, counts = unique_counts(np.asarray(share.chunk.dst), share.meta.num_nodes)
-    dest = np.searchsorted(share.node_bounds, ids, side="right") - 1
+    dest = owners(share.node_bounds, ids)
     got = np.concatenate(comm.exchange(by_rank(dest, comm.world, ids, counts)))
     a, b = share.chunk.nodes
     return np.bincount(got[:, 0] - a, weights=got[:, 1], minlength=b - a)

@@ -82,7 +82,7 @@ from typing import Any
 import numpy as np
 
 from graphrun.errors import ArgumentError, PartitionFormatError
-from graphrun.graph import Graph, etype_key
+from graphrun.graph import Graph
 from graphrun.graph.format import (
     check_header,
     ensure_free,
@@ -90,6 +90,7 @@ from graphrun.graph.format import (
     load_npy,
     read_json,
 )
+from graphrun.names import etype_key, owners
 from graphrun.partition.book import PartitionBook, check_ids
 from graphrun.partition.quality import Quality
 from graphrun.partition.relabel import Relabelling, local_structure
@@ -124,7 +125,7 @@ def _write_part(tmp: Path, graph: Graph, rl: Relabelling, part: int, halo: int) 
     if graph.is_hetero:
         eto = graph.edge_type_offsets
         assert eto is not None
-        etypes = np.searchsorted(eto, loc.orig_eids, side="right") - 1
+        etypes = owners(eto, loc.orig_eids)
         np.save(d / "etypes.npy", etypes.astype(np.int32))
     nto, eto = graph.node_type_offsets, graph.edge_type_offsets
     assert nto is not None and eto is not None
@@ -445,7 +446,7 @@ class IdMapping:
         ids = check_ids(new_ids, "new_ids", len(self.orig_nids))
         orig = np.asarray(self.orig_nids[ids])
         offs = self.orig_type_offsets
-        t = np.searchsorted(offs, orig, side="right") - 1
+        t = owners(offs, orig)
         return t.astype(np.int32), orig - offs[t]
 
 

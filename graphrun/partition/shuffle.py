@@ -29,11 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from graphrun.graph import etype_key
 from graphrun.graph.chunked import Chunk, ChunkedMeta
+from graphrun.names import etype_key, owners
 from graphrun.partition.arrays import stable_argsort, unique
 from graphrun.partition.book import PartitionBook
-from graphrun.partition.comm import Comm, by_rank, owner_of, rank_order
+from graphrun.partition.comm import Comm, by_rank, rank_order
 from graphrun.partition.format import MAPPING_DIR
 from graphrun.partition.quality import Quality, max_over_mean
 
@@ -51,11 +51,11 @@ class Share:
     def node_types(self) -> np.ndarray:
         """Type id of every node of this share."""
         a, b = self.chunk.nodes
-        return np.searchsorted(self.meta.node_type_offsets, np.arange(a, b), "right") - 1
+        return owners(self.meta.node_type_offsets, np.arange(a, b))
 
     def edge_types(self) -> np.ndarray:
         c, e = self.chunk.edges
-        return np.searchsorted(self.meta.edge_type_offsets, np.arange(c, e), "right") - 1
+        return owners(self.meta.edge_type_offsets, np.arange(c, e))
 
 
 def _number(
@@ -97,7 +97,7 @@ def relabel_share(comm: Comm, share: Share, part: np.ndarray, parts: int) -> Rel
     src, dst = np.asarray(share.chunk.src), np.asarray(share.chunk.dst)
     new_src = comm.fetch(share.node_bounds, src, new_nids)
     new_dst = comm.fetch(share.node_bounds, dst, new_nids)
-    owner = owner_of(noffsets, new_dst)
+    owner = owners(noffsets, new_dst)
     new_eids, eoffsets, eranges = _number(
         comm, owner, share.edge_types(), len(meta.edge_types), parts
     )
@@ -119,7 +119,7 @@ def measure_share(
     """Edge cut and balance over all ranks (as :func:`graphrun.partition.quality.measure`)."""
     book = rl.book
     local_cut = np.count_nonzero(
-        owner_of(book.node_offsets, rl.new_src) != owner_of(book.node_offsets, rl.new_dst)
+        owners(book.node_offsets, rl.new_src) != owners(book.node_offsets, rl.new_dst)
     )
     trains = np.bincount(part[train], minlength=book.num_parts) if train is not None else None
     sums = comm.allreduce_sum(
@@ -185,7 +185,7 @@ def shuffle_share(comm: Comm, share: Share, rl: Relabelled, part: np.ndarray) ->
     orig_nids = nodes[np.argsort(nodes[:, 0]), 1]
     del nodes
     node_feats = _send_features(comm, part, a, meta.node_type_offsets, meta.node_types, chunk.ndata)
-    owner = owner_of(book.node_offsets, rl.new_dst)
+    owner = owners(book.node_offsets, rl.new_dst)
     orig = np.arange(c, e, dtype=np.int64)
     edges = comm.exchange_rows(owner, rl.new_dst, rl.new_src, rl.new_eids, orig)
     del orig
@@ -237,7 +237,7 @@ def local_structure(comm: Comm, book: PartitionBook, got: Received, halo_hops: i
         seen[fresh] = True
         node_chunks.append(fresh)
         if hop < halo_hops:  # these halo rows carry their in-edges
-            asks = comm.exchange(by_rank(owner_of(book.node_offsets, fresh), comm.world, fresh))
+            asks = comm.exchange(by_rank(owners(book.node_offsets, fresh), comm.world, fresh))
             answers = [got.edges[_segments(inner_ptr, q[:, 0] - a)] for q in asks]
             fetched = np.concatenate(comm.exchange(answers))
             edge_chunks.append(fetched)

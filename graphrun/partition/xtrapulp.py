@@ -43,9 +43,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from graphrun.errors import ArgumentError
+from graphrun.names import owners
 from graphrun.partition import balance
 from graphrun.partition.arrays import unique_inverse
-from graphrun.partition.comm import Comm, by_rank, owner_of
+from graphrun.partition.comm import Comm, by_rank
 from graphrun.partition.kaminpar import kaminpar_assign
 from graphrun.partition.metis import symmetric_csr
 
@@ -87,8 +88,8 @@ def build_local_graph(
     if not keep.all():
         src, dst = src[keep], dst[keep]
     del keep
-    out_edges = comm.exchange_rows(owner_of(bounds, src), src, dst)  # (mine, other)
-    in_edges = comm.exchange_rows(owner_of(bounds, dst), dst, src)
+    out_edges = comm.exchange_rows(owners(bounds, src), src, dst)  # (mine, other)
+    in_edges = comm.exchange_rows(owners(bounds, dst), dst, src)
     rows = np.concatenate([out_edges[:, 0], in_edges[:, 0]])
     rows -= lo
     cols = np.concatenate([out_edges[:, 1], in_edges[:, 1]])
@@ -102,7 +103,7 @@ def build_local_graph(
     ones = np.ones(len(rows), dtype=np.float32)  # exact: a weight is far below 2**24
     adj = sp.coo_matrix((ones, (rows, cols)), shape=shape).tocsr()  # sums repeated pairs
     del rows, cols, ones
-    requests = by_rank(owner_of(bounds, ghosts), comm.world, ghosts)
+    requests = by_rank(owners(bounds, ghosts), comm.world, ghosts)
     send = [r[:, 0] - lo for r in comm.exchange(requests)]
     return LocalGraph(lo, hi, adj.indptr, adj.indices, adj.data, ghosts, send)
 

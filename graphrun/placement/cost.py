@@ -68,8 +68,8 @@ def expected_traffic(job: Job) -> np.ndarray:
     ns = spec.samplers_per_trainer
 
     def add(a: RoleName, b: RoleName, v: float) -> None:
-        tr[idx[str(a)], idx[str(b)]] += v
-        tr[idx[str(b)], idx[str(a)]] += v
+        tr[idx[a], idx[b]] += v
+        tr[idx[b], idx[a]] += v
 
     for r in range(spec.trainers):
         own = home_partition(r, spec.trainers, spec.partitions)

@@ -124,11 +124,20 @@ def check_size(tasks: int, iterations: int) -> None:
 
 @dataclass(frozen=True)
 class Task:
-    role: str  # a RoleName: store:<p> | trainer:<r> | sampler:<r>:<w> | ps:<i>
-    kind: str  # store | trainer | sampler | ps
-    index: int  # p, r, or i
-    worker: int  # w for samplers, else 0
+    role: RoleName  # store:<p> | trainer:<r> | sampler:<r>:<w> | ps:<i>
     demand: tuple[float, float, float]  # in RESOURCES order
+
+    @property
+    def kind(self) -> str:  # store | trainer | sampler | ps
+        return self.role.kind
+
+    @property
+    def index(self) -> int:  # p, r, or i
+        return self.role.index
+
+    @property
+    def worker(self) -> int:  # w for samplers, else 0
+        return self.role.sub if self.role.kind == "sampler" else 0
 
 
 @dataclass(frozen=True)
@@ -141,10 +150,10 @@ class Job:
     source: str = "job"  # the file it came from, for error messages
 
     @property
-    def roles(self) -> tuple[str, ...]:
+    def roles(self) -> tuple[RoleName, ...]:
         return tuple(t.role for t in self.tasks)
 
-    def index(self, role: str) -> int:
+    def index(self, role: RoleName) -> int:
         return self.roles.index(role)
 
     def with_demands(self, demands: dict[str, Demand]) -> Job:
@@ -171,8 +180,7 @@ def _tasks(spec: JobSpec) -> tuple[Task, ...]:
     ]
     if spec.sync == "ps":
         names += [(RoleName.ps(i), d.ps) for i in range(spec.parameter_servers)]
-    out = [Task(str(n), n.kind, n.index, n.sub, _triple(x)) for n, x in names]
-    return tuple(out)
+    return tuple(Task(n, _triple(x)) for n, x in names)
 
 
 def job_from_spec(spec: JobSpec, profile: Profile, source: str = "job") -> Job:

@@ -30,7 +30,6 @@ rejected with one line naming the field.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -39,11 +38,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from graphrun.errors import SpecError
+from graphrun.names import ROLE_GRAMMAR, RoleName
 from graphrun.placement._io import read_yaml, validate, write_file
 from graphrun.placement.cluster import MAX_MACHINES
 from graphrun.placement.job import MAX_TASKS, RESOURCES, Demand
-
-ROLE_RE = re.compile(r"^(store:\d+(:[1-9]\d*|:r([1-9]\d*)?)?|trainer:\d+|sampler:\d+:\d+|ps:\d+)$")
 
 
 class PlacementPlan(BaseModel):
@@ -74,10 +72,9 @@ class PlacementPlan(BaseModel):
     @model_validator(mode="after")
     def _known(self) -> PlacementPlan:
         for role, machine in self.assignments.items():
-            if not ROLE_RE.match(role):
+            if not RoleName.is_valid(role):
                 raise ValueError(
-                    f"assignments.{role}: {role!r} is not a role name "
-                    "(store:<p>[:<b>], trainer:<r>, sampler:<r>:<w>, ps:<i>)"
+                    f"assignments.{role}: {role!r} is not a role name ({ROLE_GRAMMAR})"
                 )
             if machine not in self.machines:
                 raise ValueError(f"assignments.{role}: machine {machine!r} is not in machines")
@@ -127,7 +124,7 @@ def plan_from_dict(
     where: str = "plan",
     *,
     machines: Sequence[str] | None = None,
-    roles: Iterable[str] | None = None,
+    roles: Iterable[RoleName] | None = None,
     require_all: bool = False,
 ) -> PlacementPlan:
     """Validate a plan; with ``machines``/``roles`` also check it names only those."""
@@ -140,12 +137,12 @@ def plan_from_dict(
     if roles is not None:
         wanted = list(roles)
         allowed = set(wanted)
-        for role in plan.assignments:
-            if role not in allowed:
-                raise SpecError(f"{where}: assignments.{role}: not a role of this job")
+        for text in plan.assignments:  # role names, validated with the plan
+            if RoleName.parse(text) not in allowed:
+                raise SpecError(f"{where}: assignments.{text}: not a role of this job")
         if require_all:
             for role in wanted:
-                if role not in plan.assignments:
+                if str(role) not in plan.assignments:
                     raise SpecError(f"{where}: assignments.{role}: missing")
     return plan
 
@@ -154,7 +151,7 @@ def load_plan(
     path: str | Path,
     *,
     machines: Sequence[str] | None = None,
-    roles: Iterable[str] | None = None,
+    roles: Iterable[RoleName] | None = None,
     require_all: bool = False,
 ) -> PlacementPlan:
     """Read a plan file (see the module docstring) and check it."""
@@ -181,7 +178,7 @@ def write_plan(plan: PlacementPlan, path: str | Path, comments: Sequence[str] = 
 
 def make_plan(
     machine_names: Sequence[str],
-    roles: Sequence[str],
+    roles: Sequence[RoleName],
     placement: Sequence[int],
     *,
     capacity: Mapping[str, Demand] | None = None,
@@ -193,20 +190,20 @@ def make_plan(
         raise SpecError(f"plan: {len(placement)} machines for {len(roles)} roles")
     return PlacementPlan(
         machines=list(machine_names),
-        assignments={r: machine_names[m] for r, m in zip(roles, placement, strict=True)},
+        assignments={str(r): machine_names[m] for r, m in zip(roles, placement, strict=True)},
         capacity=dict(capacity) if capacity is not None else None,
         demands=dict(demands) if demands is not None else None,
     )
 
 
 def placement_of(
-    plan: PlacementPlan, machine_names: Sequence[str], roles: Sequence[str]
+    plan: PlacementPlan, machine_names: Sequence[str], roles: Sequence[RoleName]
 ) -> tuple[int, ...]:
     """Machine indices per role (the inverse of :func:`make_plan`); every role must be assigned."""
     index = {m: i for i, m in enumerate(machine_names)}
     out = []
     for role in roles:
-        m = plan.assignments.get(role)
+        m = plan.assignments.get(str(role))
         if m is None:
             raise SpecError(f"plan: assignments.{role}: missing")
         if m not in index:

@@ -71,7 +71,8 @@ def optimize(cluster: Cluster, job: Job, options: PlanOptions = PlanOptions()) -
         for i, m in enumerate(cluster.names)
     }
     demands = {
-        t.role: Demand(cpu=t.demand[0], memory_gb=t.demand[1], gpus=t.demand[2]) for t in job.tasks
+        str(t.role): Demand(cpu=t.demand[0], memory_gb=t.demand[1], gpus=t.demand[2])
+        for t in job.tasks
     }
     return PlanOutcome(
         plan=make_plan(

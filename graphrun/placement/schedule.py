@@ -128,7 +128,7 @@ def schedule(
     x = np.asarray(placement, dtype=np.int64)
     a = tpl.place(cluster, x.tolist())
     start, finish = simulate_times(a, policy)
-    roles = scenario.job.roles
+    roles = [str(r) for r in scenario.job.roles]  # as the schedule file names them
     names = cluster.names
     network = tpl.src_task >= 0
     # a CPU step's work is its duration, or its CPU seconds when it became a fluid

@@ -17,6 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from graphrun.names import RoleName
 from graphrun.placement.schedule import Schedule
 from graphrun.report.rundir import Machine
 
@@ -144,7 +145,7 @@ def machine_usage(machines: Sequence[Machine]) -> bytes:
         shown: set[str] = set()
         for m_i, m in enumerate(machines):
             for role, u in sorted(m.usage.items()):
-                kind = role.split(":")[0]
+                kind = RoleName.parse(role).kind if RoleName.is_valid(role) else role
                 v = float(u.get(key, 0.0))
                 label = kind if kind not in shown else None
                 shown.add(kind)

@@ -30,7 +30,8 @@ import numpy as np
 import numpy.typing as npt
 
 from graphrun.errors import ArgumentError
-from graphrun.graph.graph import Graph, etype_key
+from graphrun.graph.graph import Graph
+from graphrun.names import etype_key
 from graphrun.partition.book import PartitionBook
 from graphrun.sampling.kernels import make_rng, sample_segments
 

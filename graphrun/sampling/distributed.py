@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from graphrun.errors import ArgumentError, ProtocolError
+from graphrun.names import TensorKey
 from graphrun.partition.book import PartitionBook
 from graphrun.rpc.codec import Message
 from graphrun.sampling.csc import (
@@ -44,7 +45,6 @@ from graphrun.sampling.kernels import make_rng
 from graphrun.sampling.server import OP, OP_FIND_EDGES, OP_IN_DEGREES, OP_OUT_DEGREES
 from graphrun.store import routing
 from graphrun.store.client import KVClient
-from graphrun.store.policy import TensorKey
 
 
 def encode_request(

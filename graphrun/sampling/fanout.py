@@ -23,31 +23,12 @@ import torch
 from torch import Tensor
 
 from graphrun.errors import ArgumentError
-from graphrun.graph.graph import CanonicalEtype, etype_key
+from graphrun.names import CanonicalEtype, resolve_etype
 
 #: Every neighbour: a fanout no degree reaches (what -1 normalises to).
 ALL = 2**31 - 1
 
 FanoutSpec = Sequence[int | Mapping[Any, int]] | Mapping[Any, Sequence[int]]
-
-
-def etype_index(etype: Any, edge_types: Sequence[CanonicalEtype], arg: str = "fanouts") -> int:
-    """The position of an edge type given as a triple, ``"s:r:d"`` or a unique relation."""
-    if isinstance(etype, str) and ":" in etype:
-        etype = tuple(etype.split(":"))
-    if isinstance(etype, tuple | list):
-        key = tuple(etype)
-        for i, et in enumerate(edge_types):
-            if tuple(et) == key:
-                return i
-    elif isinstance(etype, str):
-        hits = [i for i, et in enumerate(edge_types) if et[1] == etype]
-        if len(hits) == 1:
-            return hits[0]
-        if len(hits) > 1:
-            raise ArgumentError(f"{arg}: relation {etype!r} is ambiguous; use 'src:rel:dst'")
-    known = [etype_key(e) for e in edge_types]
-    raise ArgumentError(f"{arg}: unknown edge type {etype!r}; known: {known}")
 
 
 def _check_int(value: Any, where: str) -> int:
@@ -89,7 +70,7 @@ def normalize_fanouts(
         vec = torch.zeros(num_r, dtype=torch.long)
         if isinstance(f, Mapping):
             for et, k in f.items():
-                idx = etype_index(et, edge_types, arg)
+                idx = resolve_etype(et, edge_types, arg)
                 vec[idx] = _check_int(k, f"{arg}[{layer}][{et!r}]")
         else:
             vec[:] = _check_int(f, f"{arg}[{layer}]")

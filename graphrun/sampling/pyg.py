@@ -28,7 +28,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from graphrun.graph.graph import CanonicalEtype, Graph
+from graphrun.graph.graph import Graph
+from graphrun.names import CanonicalEtype
 from graphrun.sampling.mfg import SampledSubgraph
 
 

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from graphrun.errors import ArgumentError
+from graphrun.names import TensorKey
 from graphrun.sampling.csc import CSCGraph, SampledEdges, csc_from_structure, owned_edge_weights
-from graphrun.store.policy import TensorKey
 
 if TYPE_CHECKING:
     from graphrun.store.registry import Registry, Request, Response

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from graphrun.errors import ArgumentError, GraphrunError
+from graphrun.names import PolicyName
 from graphrun.rpc.codec import DEFAULT_LIMITS
 from graphrun.store import routing
 from graphrun.store.catalog import Catalog
@@ -139,7 +140,7 @@ class KVClient(Session):
     def init_tensor(
         self,
         name: str,
-        policy: str,
+        policy: PolicyName | str,
         row_shape: Sequence[int] = (),
         dtype: str = "float32",
         *,
@@ -152,7 +153,7 @@ class KVClient(Session):
         lookup_policy(self.policies, policy)
         body = {
             "name": name,
-            "policy": policy,
+            "policy": str(policy),
             "dtype": str(np.dtype(dtype)),
             "row_shape": [int(x) for x in row_shape],
             "init": init,

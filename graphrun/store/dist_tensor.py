@@ -24,7 +24,9 @@ import numpy as np
 import torch
 
 from graphrun.errors import ArgumentError
+from graphrun.names import PolicyName
 from graphrun.store.client import KVClient
+from graphrun.store.policy import lookup_policy
 from graphrun.store.state import TensorInfo
 
 
@@ -53,7 +55,7 @@ class DistTensor:
         name: str,
         shape: Sequence[int] | None = None,
         dtype: Any = "float32",
-        policy: str | None = None,
+        policy: PolicyName | str | None = None,
         *,
         init: str = "zeros",
         init_args: Mapping[str, Any] | None = None,
@@ -68,9 +70,9 @@ class DistTensor:
                 ntypes = client.book.node_types
                 if len(ntypes) != 1:
                     raise ArgumentError(f"policy: needed for {name!r} on a heterograph")
-                policy = f"node:{ntypes[0]}"
+                policy = PolicyName.node(ntypes[0])
             np_dtype = np.dtype(str(dtype).replace("torch.", ""))
-            rows = client.policies[policy].num_rows if policy in client.policies else -1
+            rows = lookup_policy(client.policies, policy).num_rows
             if len(shape) < 1 or shape[0] != rows:
                 raise ArgumentError(
                     f"shape: first dimension {list(shape)[:1]} must be the {rows} ids of {policy}"

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from graphrun.errors import ArgumentError
+from graphrun.names import PolicyName
 from graphrun.store.client import KVClient
 from graphrun.store.dist_tensor import DistTensor, as_torch, to_numpy_ids
 from graphrun.store.reducers import STATE_SPECS
@@ -39,7 +40,7 @@ class DistEmbedding:
         embedding_dim: int,
         name: str,
         *,
-        policy: str | None = None,
+        policy: PolicyName | str | None = None,
         init: str = "uniform",
         init_args: Mapping[str, Any] | None = None,
         persistent: bool = False,

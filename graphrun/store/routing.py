@@ -3,9 +3,10 @@
 Every operation on the rows of a partitioned id space goes through here: the store
 client's ``pull``/``push`` and the distributed sampler's neighbour sampling and
 structure queries. The caller checks its ids once (range and dtype); :func:`by_owner`
-then looks up each id's owner once (one ``searchsorted`` over the partition bounds),
-and :func:`remote_first` sends the requests of the remote owners before it computes
-the co-located ones in this process, so the network and the local work overlap.
+then looks up each id's owner once (:func:`graphrun.names.owners`: one ``searchsorted``
+over the partition bounds), and :func:`remote_first` sends the requests of the remote
+owners before it computes the co-located ones in this process, so the network and the
+local work overlap.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
+
+from graphrun.names import owners
 
 T = TypeVar("T")
 P = TypeVar("P")
@@ -53,12 +56,6 @@ class Group:
                 pos = self.pos[a:b]
             out.append(Group(self.part, pos, self.ids[a:b], self.start))
         return out
-
-
-def owners(bounds: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Owner partition of each id: the block ``[bounds[p], bounds[p+1])`` holding it
-    (``side="right"`` skips empty partitions, whose bounds are equal)."""
-    return np.searchsorted(bounds, ids, side="right").astype(np.int64) - 1
 
 
 def by_owner(bounds: np.ndarray, ids: np.ndarray) -> list[Group]:

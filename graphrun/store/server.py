@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graphrun.errors import ArgumentError, StoreError
-from graphrun.names import RoleName
+from graphrun.names import RoleName, TensorKey
 from graphrun.partition.book import PartitionBook
 from graphrun.partition.format import load_partition
 from graphrun.rpc.access import Access, ClientKeys
@@ -36,7 +36,7 @@ from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import Message, MsgKind
 from graphrun.rpc.transport import RpcClient, RpcServer, Waker
 from graphrun.store import handlers, replicas
-from graphrun.store.policy import TensorKey, policies_from_book
+from graphrun.store.policy import policies_from_book
 from graphrun.store.registry import Registry, Request, Response, load_extensions
 from graphrun.store.shm import (
     DEFAULT_SHM_DIR,
@@ -138,7 +138,7 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
             info = TensorInfo(
                 str(key),
                 GRAPH_JOB,
-                key.policy,
+                str(key.policy),
                 str(arr.dtype),
                 tuple(arr.shape[1:]),
                 pol.num_rows,

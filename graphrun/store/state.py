@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from graphrun.errors import ArgumentError, AuthError, StoreError
+from graphrun.names import PolicyName
 from graphrun.partition.book import PartitionBook
 from graphrun.rpc.codec import wire_dtype
 from graphrun.store.policy import PartitionPolicy, lookup_policy
@@ -188,7 +189,7 @@ class ServerState:
     part: int
     index: int
     book: PartitionBook
-    policies: dict[str, PartitionPolicy]
+    policies: dict[PolicyName, PartitionPolicy]
     shm_dir: Path
     host: dict[str, str]
     heartbeat_timeout: float

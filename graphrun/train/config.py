@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from graphrun.errors import ArgumentError
-from graphrun.graph.graph import etype_key
+from graphrun.names import etype_key
 from graphrun.sampling.edgesplit import EdgeSplit
 from graphrun.train.models import AggrPath
 

@@ -40,6 +40,7 @@ from graphrun.distributed import (
 )
 from graphrun.distributed import edge_split as edge_split_ids
 from graphrun.errors import ArgumentError
+from graphrun.names import PolicyName
 from graphrun.sampling.edgesplit import EdgeSplit, split_edges
 from graphrun.sampling.fanout import ALL
 from graphrun.store.client import KVClient
@@ -235,7 +236,7 @@ class DistGraphData:
         if key not in self._tables:
             self._tables[key] = DistTensor(
                 self.graph.ctx.client, key, shape=(self.graph.num_nodes(ntype), width),
-                policy=f"node:{ntype}",
+                policy=PolicyName.node(ntype),
             )  # fmt: skip
         return self._tables[key]
 

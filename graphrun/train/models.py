@@ -33,7 +33,7 @@ from torch import Tensor
 from torch_geometric.nn import GATConv, GCNConv, HeteroConv, SAGEConv
 
 from graphrun.errors import ArgumentError
-from graphrun.graph.graph import CanonicalEtype
+from graphrun.names import CanonicalEtype
 from graphrun.train.rgcn import RGCNLayer
 
 AggrPath = Literal["scatter", "csr"]

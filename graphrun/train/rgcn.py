@@ -31,7 +31,7 @@ from torch_geometric.nn.inits import glorot, zeros
 from torch_geometric.utils import scatter
 
 from graphrun.errors import ArgumentError
-from graphrun.graph.graph import CanonicalEtype
+from graphrun.names import CanonicalEtype
 
 
 class RGCNLayer(torch.nn.Module):

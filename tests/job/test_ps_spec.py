@@ -7,6 +7,7 @@ import pytest
 from graphrun.errors import SpecError
 from graphrun.job.spec import job_roles, parse_job, resolve_placement
 from graphrun.machine.roles import job_paths, job_placement, machine_launches, plan_hosts
+from graphrun.names import RoleName
 
 PY = "/usr/bin/python3"
 
@@ -57,7 +58,7 @@ def test_a_plan_places_parameter_servers(tmp_path):
     job = make_job({"sync": "ps"}, {"parameterServers": 2},
                    {"assignments": {"ps:0": "m1", "trainer:1": "m0"}})  # fmt: skip
     where = resolve_placement(job)
-    assert where["ps:0"] == "m1" and where["ps:1"] == "m1"
+    assert where[RoleName.ps(0)] == "m1" and where[RoleName.ps(1)] == "m1"
     bad = make_job(placement={"assignments": {"ps:0": "m1"}})  # an allreduce job
     with pytest.raises(SpecError, match="ps:0: the plan places a parameter server; run it with"):
         resolve_placement(bad)

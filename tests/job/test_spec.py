@@ -17,6 +17,7 @@ from graphrun.job.spec import (
     parse_job,
     resolve_placement,
 )
+from graphrun.names import RoleName
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 
@@ -267,8 +268,8 @@ def test_roles_with_machine_names() -> None:
 
 def test_inline_assignments_override_defaults() -> None:
     j = parse_job(job(runtime={"machines": 2}, placement={"assignments": {"trainer:0": "m1"}}))
-    assert resolve_placement(j)["trainer:0"] == "m1"
-    assert resolve_placement(j)["trainer:1"] == "m1"
+    assert resolve_placement(j)[RoleName.parse("trainer:0")] == "m1"
+    assert resolve_placement(j)[RoleName.parse("trainer:1")] == "m1"
 
 
 @pytest.mark.parametrize(
@@ -293,8 +294,8 @@ def test_parts_may_differ_from_machines_with_a_plan() -> None:
         )
     )
     placement = resolve_placement(j)
-    assert [k for k in placement if k.startswith("store")] == [f"store:{i}" for i in range(4)]
-    assert placement["store:2"] == "m1"
+    assert [k for k in placement if k.kind == "store"] == [RoleName.store(i) for i in range(4)]
+    assert placement[RoleName.parse("store:2")] == "m1"
 
 
 def _write_plan(
@@ -319,8 +320,10 @@ def test_plan_file(tmp_path: Path) -> None:
     j = parse_job(job(runtime={"machines": 2}, placement={"planFile": "plan.yaml"},
                       training=training))  # fmt: skip
     placement = resolve_placement(j, tmp_path)
-    assert placement["trainer:0"] == "m1"  # plan machines map to job machines by position
-    assert placement["ps:0"] == "m0"
+    assert (
+        placement[RoleName.parse("trainer:0")] == "m1"
+    )  # plan machines map to job machines by position
+    assert placement[RoleName.parse("ps:0")] == "m0"
 
 
 def test_plan_file_errors(tmp_path: Path) -> None:
@@ -376,10 +379,10 @@ def test_inline_plan_maps_plan_machines_to_job_machines_by_position() -> None:
     data["spec"]["training"] = {**data["spec"]["training"], "sync": "ps"}
     j = parse_job(data)
     placement = resolve_placement(j)
-    assert placement["store:0"] == placement["store:1"] == "m1"
-    assert placement["trainer:0"] == "m0"
-    assert placement["trainer:3"] == "m1"  # left out: its co-located machine
-    assert placement["ps:0"] == "m0"
+    assert placement[RoleName.parse("store:0")] == placement[RoleName.parse("store:1")] == "m1"
+    assert placement[RoleName.parse("trainer:0")] == "m0"
+    assert placement[RoleName.parse("trainer:3")] == "m1"  # left out: its co-located machine
+    assert placement[RoleName.parse("ps:0")] == "m0"
     assert j.spec.placement.node_label == "graphrun.io/machine"
     # the plan survives the round trip through YAML data (the ConfigMap's job.yaml)
     assert parse_job(j.to_dict()).spec.placement == j.spec.placement
@@ -393,7 +396,7 @@ def test_inline_plan_is_a_plan_file_pasted_verbatim() -> None:
         "assignments": {"trainer:0": "b"},
     }
     j = parse_job(job(runtime={"machines": 2}, placement={"plan": plan}))
-    assert resolve_placement(j)["trainer:0"] == "m1"
+    assert resolve_placement(j)[RoleName.parse("trainer:0")] == "m1"
 
 
 @pytest.mark.parametrize(
@@ -456,8 +459,8 @@ def test_backups_follow_their_main_store_server() -> None:
     runtime = {"machines": 2, "storeServersPerMachine": 2}
     j = parse_job(job(runtime=runtime, placement={"assignments": {"store:0": "m1"}}))
     placement = resolve_placement(j)
-    assert placement["store:0"] == placement["store:0:1"] == "m1"
-    assert placement["store:1"] == placement["store:1:1"] == "m1"
+    assert placement[RoleName.parse("store:0")] == placement[RoleName.parse("store:0:1")] == "m1"
+    assert placement[RoleName.parse("store:1")] == placement[RoleName.parse("store:1:1")] == "m1"
     plan = {"machines": ["a", "b"], "assignments": {"store:1": "a", "store:1:1": "b"}}
     j = parse_job(job(runtime=runtime, placement={"plan": plan}))
     with pytest.raises(SpecError) as info:
@@ -473,7 +476,7 @@ def test_sampler_workers_follow_their_trainer_and_a_plan_cannot_move_them() -> N
     # with their trainer: a plan that moves one is refused, naming the field
     runtime = {"machines": 2, "samplerWorkersPerTrainer": 1}
     j = parse_job(job(runtime=runtime, placement={"assignments": {"trainer:0": "m1"}}))
-    assert resolve_placement(j)["sampler:0:0"] == "m1"
+    assert resolve_placement(j)[RoleName.parse("sampler:0:0")] == "m1"
     plan = {"machines": ["a", "b"], "assignments": {"trainer:0": "a", "sampler:0:0": "b"}}
     j = parse_job(job(runtime=runtime, placement={"plan": plan}))
     with pytest.raises(SpecError) as info:
@@ -497,7 +500,7 @@ def test_replicas_go_to_the_next_machine_and_never_beside_their_primary() -> Non
     runtime = {"machines": 3, "replicas": 2}
     j = parse_job(job(runtime=runtime, placement={"assignments": {"store:0": "m1"}}))
     placement = resolve_placement(j)
-    assert [placement[f"store:{p}:r"] for p in range(3)] == ["m2", "m2", "m0"]
+    assert [placement[RoleName.store(p, replica=1)] for p in range(3)] == ["m2", "m2", "m0"]
     bad = {"store:1:r": "m1"}
     with pytest.raises(SpecError) as info:
         resolve_placement(parse_job(job(runtime=runtime, placement={"assignments": bad})))

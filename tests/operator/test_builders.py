@@ -20,6 +20,7 @@ import yaml
 
 from graphrun.errors import SpecError
 from graphrun.job.spec import GraphJob, load_job, parse_job
+from graphrun.names import RoleName
 from graphrun.operator import builders as B
 from graphrun.operator import layout as L
 from graphrun.operator.keys import CurveKeyPair, curve_public, z85_encode
@@ -528,7 +529,7 @@ def test_machines_without_stores_or_trainers_get_no_pod() -> None:
     plan["assignments"]["sampler:3:0"] = "node-gpu-1"  # samplers run in their trainer's pod
     job = parse_job(d)
     assert L.worker_indices(job) == [0, 1, 2]
-    assert L.machine_roles(job)[2] == ["trainer:2", "trainer:3"]
+    assert L.machine_roles(job)[2] == [RoleName.trainer(2), RoleName.trainer(3)]
     d["spec"]["runPolicy"]["schedulingPolicy"] = {"provider": "volcano"}
     assert B.build_podgroup(parse_job(d), OWNER)["spec"]["minMember"] == 3  # type: ignore[index]
 

@@ -30,7 +30,7 @@ def ps_job():
 
 def test_worker_pods_run_and_expose_the_parameter_servers(tmp_path):
     job = ps_job()
-    assert L.machine_roles(job) == [
+    assert [list(map(str, roles)) for roles in L.machine_roles(job)] == [
         ["store:0", "ps:0", "ps:2", "trainer:0"], ["store:1", "ps:1", "trainer:1"],
     ]  # fmt: skip
     hosts = Hosts.from_dict(json.loads(B.build_configmap(job, OWNER, CONFIG)["data"]["hosts.json"]))

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphrun.graph import Graph, etype_key
+from graphrun.graph import Graph
+from graphrun.names import etype_key
 from graphrun.partition import (
     load_id_mapping,
     load_partition,

@@ -63,15 +63,15 @@ def test_the_model_charges_own_bytes_at_the_runtimes_home_partition(tmp_path: Pa
         charged = scenario.structure[:, rank, :]
         assert (charged[:, home] == OWN).all()
         assert (np.delete(charged, home, axis=1) == OTHER).all()
-        trainer = role[str(RoleName.trainer(rank))]
-        per_store = [traffic[role[str(RoleName.store(q))], trainer] for q in range(parts)]
+        trainer = role[RoleName.trainer(rank)]
+        per_store = [traffic[role[RoleName.store(q)], trainer] for q in range(parts)]
         assert int(np.argmax(per_store)) == home
 
     # co-location: each trainer beside its home partition's store, as graphrun run places it
     cluster = make_cluster([10.0] * gj.spec.runtime.machines)
     placed = colocation(cluster, job)
-    default = {r.name: gj.spec.machine_names.index(r.machine) for r in job_roles(gj.spec)}
+    default = {r.id: gj.spec.machine_names.index(r.machine) for r in job_roles(gj.spec)}
     for rank, home in enumerate(runtime_home):
-        trainer = placed[role[str(RoleName.trainer(rank))]]
-        assert trainer == placed[role[str(RoleName.store(home))]]
-        assert trainer == default[str(RoleName.trainer(rank))]
+        trainer = placed[role[RoleName.trainer(rank)]]
+        assert trainer == placed[role[RoleName.store(home)]]
+        assert trainer == default[RoleName.trainer(rank)]

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from graphrun.names import RoleName
 from graphrun.placement import _kernel
 from graphrun.placement.dag import DagBuilder
 from graphrun.placement.oes import Policy, dag_arrays, simulate
@@ -58,9 +59,9 @@ def test_placing_a_template_merges_the_flows_of_stores_on_one_machine(hetero):
     cluster, job = hetero
     sc = make_scenario(job, seed=0)
     x = [3] * len(job.tasks)  # only the stores on machines 0 and 1, trainer 2 on 2
-    x[job.index("store:0")] = x[job.index("store:1")] = 0
-    x[job.index("store:2")] = x[job.index("store:3")] = 1
-    x[job.index("trainer:2")] = 2
+    x[job.index(RoleName.parse("store:0"))] = x[job.index(RoleName.parse("store:1"))] = 0
+    x[job.index(RoleName.parse("store:2"))] = x[job.index(RoleName.parse("store:3"))] = 1
+    x[job.index(RoleName.parse("trainer:2"))] = 2
     a = make_template(sc).place(cluster, x)
     into = (a.src == 0) & (a.dst == cluster.size + 2)  # machine 0 -> machine 2
     want = sorted(float(sc.feature[i, 2, 0] + sc.feature[i, 2, 1]) for i in range(sc.iterations))

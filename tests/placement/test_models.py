@@ -73,7 +73,7 @@ def test_job_loads_tasks_in_role_order(tmp_path):
         {"kind": "PlacementJob", "partitions": 2, "trainers": 2, "samplers_per_trainer": 1},
     )
     job = load_job(path)
-    assert job.roles == (
+    assert tuple(map(str, job.roles)) == (
         "store:0",
         "store:1",
         "trainer:0",

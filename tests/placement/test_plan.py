@@ -4,6 +4,7 @@ import pytest
 import yaml
 
 from graphrun.errors import SpecError
+from graphrun.names import RoleName
 from graphrun.placement.job import Demand
 from graphrun.placement.plan import (
     PlacementPlan,
@@ -14,7 +15,7 @@ from graphrun.placement.plan import (
     write_plan,
 )
 
-ROLES = ("store:0", "trainer:0", "sampler:0:0", "ps:0")
+ROLES = tuple(map(RoleName.parse, ("store:0", "trainer:0", "sampler:0:0", "ps:0")))
 MACHINES = ("m0", "m1")
 
 
@@ -54,10 +55,10 @@ def test_backup_store_roles_are_valid():
         (plan_dict(machines=["m0", "m0"]), {}, "listed twice"),
         (plan_dict(kind="Plan"), {}, "kind"),
         (plan_dict(), {"machines": ["m0"]}, "machines: 'm1' is not a machine of the cluster"),
-        (plan_dict(), {"roles": ["store:0", "trainer:0"]}, r"assignments\.store:0:1: not a role"),
+        (plan_dict(), {"roles": ROLES[:2]}, r"assignments\.store:0:1: not a role"),
         (
             plan_dict(assignments={"store:0": "m0"}),
-            {"roles": ["store:0", "trainer:0"], "require_all": True},
+            {"roles": ROLES[:2], "require_all": True},
             r"assignments\.trainer:0: missing",
         ),
     ],

@@ -36,7 +36,7 @@ def test_the_schedule_is_the_simulation_of_the_placement(hetero):
     s = schedule(cl, sc, x, "spread")
     assert s.makespan == pytest.approx(Evaluator(cl, sc).makespan(x))
     assert s.iteration_s == pytest.approx(s.makespan / sc.iterations)
-    where = dict(zip(j.roles, (cl.names[m] for m in x), strict=True))
+    where = dict(zip(map(str, j.roles), (cl.names[m] for m in x), strict=True))
     assert s.placement == where
     # every task runs where the placement puts its role; compute takes its duration
     stages = {t.stage for t in s.tasks}

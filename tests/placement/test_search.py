@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 from graphrun.errors import SpecError
+from graphrun.names import RoleName
 from graphrun.placement.baselines import (
     colocation,
     exhaustive,
@@ -158,7 +159,7 @@ def test_colocation_is_what_distdgl_does(hetero):
     cluster, job = hetero
     x = dict(zip(job.roles, colocation(cluster, job), strict=True))
     for p in range(4):
-        assert x[f"store:{p}"] == x[f"trainer:{p}"] == x[f"sampler:{p}:0"] == p
+        assert x[RoleName.store(p)] == x[RoleName.trainer(p)] == x[RoleName.sampler(p, 0)] == p
 
 
 def test_infeasible_cluster_names_the_field():

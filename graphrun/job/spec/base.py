@@ -4,7 +4,6 @@ refused, frozen)."""
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,7 +27,6 @@ LABEL_KEY_PATTERN = (
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 ENTRY_POINT_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
-ROLE_PATTERN = re.compile(r"^(store:\d+(:\d+|:r([1-9]\d*)?)?|trainer:\d+|sampler:\d+:\d+|ps:\d+)$")
 
 # Upper bounds of the counts a spec gives. Each sizes memory (model layers, a mini-batch,
 # a number of processes, ...) or a loop; they are far above what a job needs and far

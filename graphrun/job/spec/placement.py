@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from graphrun.job.spec.base import LABEL_KEY_PATTERN, PRESERVE, ROLE_PATTERN, SpecModel
+from graphrun.job.spec.base import LABEL_KEY_PATTERN, PRESERVE, SpecModel
+from graphrun.names import ROLE_GRAMMAR, RoleName
 from graphrun.placement.plan import PlacementPlan
 
 # A Kubernetes resource quantity ("2", "500m", "8Gi", "1.5e9"): what a Pod accepts.
@@ -106,6 +107,6 @@ class PlacementSpec(SpecModel):
                         f"(plan.machines: {', '.join(self.plan.machines)})"
                     )
         for role in self.assignments or {}:
-            if not ROLE_PATTERN.match(role):
-                raise ValueError(f"assignments: {role!r} is not a role name")
+            if not RoleName.is_valid(role):
+                raise ValueError(f"assignments: {role!r} is not a role name ({ROLE_GRAMMAR})")
         return self

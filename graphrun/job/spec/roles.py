@@ -78,15 +78,15 @@ def job_roles(spec: GraphJobSpec) -> list[Role]:
     return roles
 
 
-def resolve_placement(job: GraphJob, base_dir: str | Path = ".") -> dict[str, str]:
-    """Role name -> machine name for every role of the job (co-located by default).
+def resolve_placement(job: GraphJob, base_dir: str | Path = ".") -> dict[RoleName, str]:
+    """Role -> machine name for every role of the job (co-located by default).
 
     Explicit assignments (inline, from an inline ``placement.plan`` or from
     ``placement.planFile``, relative to ``base_dir``) override the default; they must
     name roles of this job and machines it has. A plan's machines map to the job's
     machines by position."""
     spec = job.spec
-    placement = {role.name: role.machine for role in job_roles(spec)}
+    placement = {role.id: role.machine for role in job_roles(spec)}
     machines = spec.machine_names
     where = "spec.placement.assignments."
     explicit = spec.placement.assignments
@@ -97,8 +97,10 @@ def resolve_placement(job: GraphJob, base_dir: str | Path = ".") -> dict[str, st
     elif spec.placement.plan is not None:
         explicit = plan_assignments(spec.placement.plan, machines, "spec.placement.plan.")
         where = "spec.placement.plan.assignments."
-    for role, machine in (explicit or {}).items():
-        if role not in placement and RoleName.parse(role).kind == "ps":
+    assigned: dict[RoleName, str] = {}
+    for text, machine in (explicit or {}).items():
+        role = RoleName.parse(text)  # validated with the spec or plan
+        if role not in placement and role.kind == "ps":
             raise SpecError(
                 f"{where}{role}: the plan places a parameter server; run it with "
                 "training.sync: ps and runtime.parameterServers (the plan's count)"
@@ -109,15 +111,15 @@ def resolve_placement(job: GraphJob, base_dir: str | Path = ".") -> dict[str, st
             raise SpecError(
                 f"{where}{role}: unknown machine {machine!r} (machines: {', '.join(machines)})"
             )
-        placement[role] = machine
-    _backups_beside_their_main(spec, placement, explicit or {}, where)
-    _replicas_away_from_their_primary(spec, placement, explicit or {}, where)
-    _samplers_beside_their_trainer(spec, placement, explicit or {}, where)
+        placement[role] = assigned[role] = machine
+    _backups_beside_their_main(spec, placement, assigned, where)
+    _replicas_away_from_their_primary(spec, placement, assigned, where)
+    _samplers_beside_their_trainer(spec, placement, assigned, where)
     return placement
 
 
 def _samplers_beside_their_trainer(
-    spec: GraphJobSpec, placement: dict[str, str], explicit: dict[str, str], where: str
+    spec: GraphJobSpec, placement: dict[RoleName, str], explicit: dict[RoleName, str], where: str
 ) -> None:
     """Sampler workers run in their trainer's process tree (its data loader starts them),
     so they run on the trainer's machine: they follow it unless assigned, and a plan that
@@ -125,20 +127,20 @@ def _samplers_beside_their_trainer(
     for role in job_roles(spec):
         if role.kind != "sampler":
             continue
-        trainer_name = str(RoleName.trainer(role.id.index))
-        trainer = placement[trainer_name]
-        if role.name not in explicit:
-            placement[role.name] = trainer
-        elif placement[role.name] != trainer:
+        trainer_role = RoleName.trainer(role.id.index)
+        trainer = placement[trainer_role]
+        if role.id not in explicit:
+            placement[role.id] = trainer
+        elif placement[role.id] != trainer:
             raise SpecError(
                 f"{where}{role.name}: sampler workers run on their trainer's machine "
-                f"({trainer_name} is on {trainer}); running them elsewhere is not "
+                f"({trainer_role} is on {trainer}); running them elsewhere is not "
                 "supported yet"
             )
 
 
 def _replicas_away_from_their_primary(
-    spec: GraphJobSpec, placement: dict[str, str], explicit: dict[str, str], where: str
+    spec: GraphJobSpec, placement: dict[RoleName, str], explicit: dict[RoleName, str], where: str
 ) -> None:
     """A replica is there to outlive its primary's machine: when the primary is placed
     and the replica is not, it moves to the machine after the primary's; assigned
@@ -146,13 +148,13 @@ def _replicas_away_from_their_primary(
     for role in job_roles(spec):
         if role.kind != "store" or not role.id.replica:
             continue
-        primary = placement[str(RoleName.store(role.id.index))]
-        if role.name not in explicit:
-            placement[role.name] = replica_machine(spec.machine_names, primary, role.id.replica)
+        primary = placement[RoleName.store(role.id.index)]
+        if role.id not in explicit:
+            placement[role.id] = replica_machine(spec.machine_names, primary, role.id.replica)
         copies = [
-            placement[str(RoleName.store(role.id.index, replica=k))] for k in range(role.id.replica)
+            placement[RoleName.store(role.id.index, replica=k)] for k in range(role.id.replica)
         ]
-        if placement[role.name] in copies:
+        if placement[role.id] in copies:
             raise SpecError(
                 f"{where}{role.name}: a replica must run on another machine than the other "
                 f"copies of partition {role.part} ({', '.join(copies)})"
@@ -160,17 +162,17 @@ def _replicas_away_from_their_primary(
 
 
 def _backups_beside_their_main(
-    spec: GraphJobSpec, placement: dict[str, str], explicit: dict[str, str], where: str
+    spec: GraphJobSpec, placement: dict[RoleName, str], explicit: dict[RoleName, str], where: str
 ) -> None:
     """A backup store server maps its main server's shared memory, so it runs on the
     main's machine: it follows its main unless assigned, and must not be assigned away."""
     for role in job_roles(spec):
         if role.kind != "store" or not role.backup:
             continue
-        main = placement[str(RoleName.store(role.id.index))]
-        if role.name not in explicit:
-            placement[role.name] = main
-        elif placement[role.name] != main:
+        main = placement[RoleName.store(role.id.index)]
+        if role.id not in explicit:
+            placement[role.id] = main
+        elif placement[role.id] != main:
             raise SpecError(
                 f"{where}{role.name}: a backup store server runs on its main server's "
                 f"machine (store:{role.part} is on {main}): it shares its memory"
