@@ -9,9 +9,8 @@ sampler it trains with, counts how often each node of a remote partition appears
 keeps the most frequent ones that fit the budget (``runtime.featureCacheMb``); what
 budget is left goes to the halo — remote nodes by the number of edges they send into
 the trainer's own partitions, the likeliest to be sampled next — and then to any other
-remote node (a few probes see only part of what an epoch reaches: on the 200k-node
-power-law graph 4 probes found 42k remote nodes and 2.1 MB a batch still crossed the
-network; with the halo 0.26 MB).
+remote node (a few probes see only part of what an epoch reaches; benchmarks/README.md
+records what the halo saves).
 
 The :class:`CachePlan` (ids only) travels in the loader's ``BatchSpec`` to every process
 that builds batches; each materialises it once (:meth:`DistContext.feature_cache`) by

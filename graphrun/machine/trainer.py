@@ -254,9 +254,8 @@ def ps_settings(job: GraphJob, hosts: Hosts, keys: Any, timeout_s: float) -> Any
 def default_threads(job: GraphJob, cores: int | None = None) -> int:
     """A trainer's torch intra-op threads: the machine's cores shared by the processes the
     job puts on each machine (its trainers and store servers), at least one. torch's own
-    default, every core, oversubscribes a machine that also runs a store server: on the
-    200k/8M power-law graph, two netns hosts on 2 cores, the epoch went from 1.74–1.90 s
-    to 1.50–1.66 s with one thread per trainer (benchmarks/README.md)."""
+    default, every core, oversubscribes a machine that also runs a store server (one thread
+    per trainer made the epoch shorter: benchmarks/README.md, "threads")."""
     if cores is None:
         try:
             cores = len(os.sched_getaffinity(0))

@@ -19,8 +19,9 @@ function ``handler(state, request) -> Response`` registered under a name::
 and the server is started with the extension ``"graphrun.sampling.server:register"``
 (``graphrun serve ... --extension MODULE:FUNCTION``, or ``ServerConfig.extensions``);
 :func:`load_extensions` imports it by name, so the store never imports the layers above it.
-A client sends the request with ``KVClient.request(part, "sample_neighbors", body, tensors)``
-(or ``request_many``) and gets the :class:`~graphrun.rpc.codec.Message` reply.
+A client sends it with ``KVClient.call(part, "sample_neighbors", body, tensors=...)`` and
+gets the :class:`~graphrun.rpc.codec.Message` reply; ``KVClient.request`` (which returns at
+once) then ``KVClient.wait`` keeps the requests of several partitions in flight.
 
 What a handler may rely on and must do:
 

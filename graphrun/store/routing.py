@@ -100,8 +100,8 @@ def _runs(at: np.ndarray) -> list[tuple[int, int]] | None:
 
 def take_into(out: np.ndarray, at: np.ndarray | slice, src: np.ndarray, rows: np.ndarray) -> None:
     """``out[at] = src[rows]`` (``rows`` checked: in range), in one pass over the bytes
-    where ``at`` is a slice or a few runs; gather then scatter otherwise. On the 200k-node
-    power-law benchmark's batches the two passes were a sixth of building a batch."""
+    where ``at`` is a slice or a few runs; gather then scatter otherwise (the two passes
+    cost a benchmark batch much of its build time: benchmarks/README.md)."""
     if isinstance(at, slice):
         np.take(src, rows, axis=0, mode="clip", out=out[at])
         return

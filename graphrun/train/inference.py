@@ -28,8 +28,7 @@ from torch import Tensor
 from graphrun.train.data import GraphData, NodeTable
 
 #: Targets per batch at least: a batch's sources are read once however many of its
-#: targets share them (4096 instead of 1000 took a trainer's share of the 200k-node
-#: power-law graph from 2.07 to 1.70 s).
+#: targets share them (benchmarks/README.md measures 4096 against 1000).
 MIN_BATCH = 4096
 
 

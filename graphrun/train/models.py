@@ -8,8 +8,7 @@ edges of hops ``1..L-i`` and computes only their destinations (the seeds and hop
 ``1..L-i-1``, :func:`mfg_targets`), handing ``SAGEConv`` the bipartite pair
 ``(x, x[:targets])`` (per node type in the heterogeneous model). PyG's
 :func:`~torch_geometric.utils.trim_to_layer` drops the same edges but still computes
-every remaining node; on the 200k-node benchmark batch (93.6k nodes, 17.8k targets)
-the message-flow graph cut a training step from 480 to 100 ms.
+every remaining node (benchmarks/README.md, "step", measures the difference).
 
 Aggregation path (``aggr_path``): ``"scatter"`` hands ``edge_index`` to the layer
 (gather + scatter-reduce); ``"csr"`` first turns each layer into a compressed
@@ -61,8 +60,8 @@ def as_adj(edge_index: Tensor, num_src: int, num_dst: int, path: AggrPath) -> Te
 
     ``"csr"``: the ``num_dst x num_src`` adjacency in ``torch.sparse_csr`` layout, each
     row's values ``1 / degree``, so that a plain sparse-dense product is the mean over
-    in-neighbours (``torch.sparse.mm`` with ``reduce="mean"`` took 6.2 ms for layer 0 of
-    the 200k-node benchmark batch, the weighted product 4.2 ms). The samplers emit edges
+    in-neighbours (faster than ``torch.sparse.mm`` with ``reduce="mean"``; see
+    benchmarks/README.md). The samplers emit edges
     grouped by destination in order, so the rows usually need no sort (checked; a
     stable sort otherwise)."""
     if path == "scatter":
@@ -85,9 +84,8 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     ``1 / (1 - p)``), its mask drawn by numpy's PCG64 from a seed drawn from torch's
     generator — so ``torch.manual_seed`` and checkpointed torch RNG states still fix it.
     One byte per element when ``p`` is a multiple of 1/256 (0.5, 0.25, ...: exact), two
-    otherwise (``p`` to 1/65536); the scaled mask is made in one pass. On CPU
-    ``F.dropout``'s ``bernoulli_`` took 30 ms for a 17,800 x 128 hidden layer and
-    ``torch.rand`` 10 ms; this takes under 2 ms (one thread)."""
+    otherwise (``p`` to 1/65536); the scaled mask is made in one pass. On CPU it is
+    several times faster than ``F.dropout``'s ``bernoulli_`` (benchmarks/README.md)."""
     if not training or p == 0.0:
         return x
     if p >= 1.0:
@@ -131,9 +129,8 @@ class SAGE(torch.nn.Module):
     mean of the in-neighbours plus ``lin_r`` of the target itself — so that ``precision``
     ``"bf16"`` can run the two linear layers as one bf16 product (``[mean | x] @ [W_l |
     W_r]^T``: one cast of each side) while the SpMM (no bf16 sparse kernel on CPU), the
-    activations and the parameters stay fp32 (the scatter path is always fp32). A training
-    step on the 200k-node benchmark batch (one thread, a CPU with AMX): 39-42 ms fp32,
-    35-36 ms bf16."""
+    activations and the parameters stay fp32 (the scatter path is always fp32); what bf16
+    saves on a CPU with AMX is in benchmarks/README.md."""
 
     def __init__(
         self,
@@ -181,7 +178,7 @@ class SAGE(torch.nn.Module):
         if self.aggr_path == "csr":  # SAGEConv's forward, the mean a product with 1/degree
             bf16 = self.precision == "bf16"
             # oneDNN builds its bf16 kernels per shape: row counts rounded up to a multiple
-            # of BF16_ROWS (empty rows) let batches share them (12.9 -> 5.8 ms a layer)
+            # of BF16_ROWS (empty rows) let batches share them (benchmarks/README.md)
             rows = min(-(-n_dst // BF16_ROWS) * BF16_ROWS, n_src) if bf16 else n_dst
             mean = torch.sparse.mm(as_adj(edge_index, n_src, rows, "csr"), x)
             if bf16:  # one product of [mean | x] with [W_l | W_r]: one cast of each side

@@ -12,6 +12,7 @@ import yaml
 from graphrun.cli import main
 from graphrun.job.planning import STORE_OVERHEAD_GB, graphjob_to_placement
 from graphrun.job.spec import job_roles, load_job, resolve_placement
+from graphrun.names import RoleName
 from graphrun.placement.plan import load_plan
 
 NAMES = ["h0", "h1", "h2"]
@@ -64,7 +65,7 @@ def test_a_graphjob_plan_is_its_plan_file(tmp_path: Path, capsys: pytest.Capture
     assert main(["plan", str(c), str(j), "-o", str(out), "--steps", "40"]) == 0
     assert "store memory: estimate from spec.graph" in capsys.readouterr().out
     job = load_job(j)
-    roles = [r.name for r in job_roles(job.spec)]
+    roles = [r.id for r in job_roles(job.spec)]
     plan = load_plan(out, machines=NAMES, roles=roles, require_all=True)  # every role, no ps
     for p in range(3):  # a backup server runs beside its main server
         assert plan.assignments[f"store:{p}:1"] == plan.assignments[f"store:{p}"]
@@ -72,7 +73,7 @@ def test_a_graphjob_plan_is_its_plan_file(tmp_path: Path, capsys: pytest.Capture
         assert plan.assignments[f"sampler:{r}:0"] == plan.assignments[f"trainer:{r}"]
     placement = resolve_placement(job, tmp_path)  # the job's placement.planFile
     rename = dict(zip(NAMES, job.spec.machine_names, strict=True))
-    assert placement == {role: rename[m] for role, m in plan.assignments.items()}
+    assert placement == {RoleName.parse(role): rename[m] for role, m in plan.assignments.items()}
     # the plan records what it assumed: the cluster's capacities and each task's demand
     assert plan.capacity is not None and plan.demands is not None
     assert plan.capacity["h1"].cpu == 24 and plan.capacity["h1"].memory_gb == 64
@@ -100,13 +101,13 @@ def test_store_memory_comes_from_the_partition_directory(tmp_path: Path):
     for p in range(2):
         on_disk = sum(f.stat().st_size for f in (parts / f"part-{p}").rglob("*") if f.is_file())
         got = conv.job.tasks[p].demand[1]
-        assert conv.job.tasks[p].role == f"store:{p}"
+        assert conv.job.tasks[p].role == RoleName.store(p)
         assert got == pytest.approx(on_disk / 1e9 + STORE_OVERHEAD_GB)
     assert conv.job.spec.trainers == 2 and conv.job.spec.samplers_per_trainer == 0
-    assert conv.backups == {"store:0": (), "store:1": ()}
+    assert conv.backups == {RoleName.store(0): (), RoleName.store(1): ()}
     out = tmp_path / "plan.yaml"
     assert main(["plan", str(c), str(j), "-o", str(out), "--steps", "20"]) == 0
-    assert set(resolve_placement(load_job(j), tmp_path)) == {
+    assert set(map(str, resolve_placement(load_job(j), tmp_path))) == {
         "store:0",
         "store:1",
         "trainer:0",
@@ -242,9 +243,9 @@ def test_a_parameter_server_job_is_planned_with_its_ps_roles(tmp_path: Path):
     out = tmp_path / "plan.yaml"
     assert main(["plan", str(c), str(j), "-o", str(out), "--steps", "40"]) == 0
     job = load_job(j)
-    roles = [r.name for r in job_roles(job.spec)]
-    assert "ps:1" in roles
+    roles = [r.id for r in job_roles(job.spec)]
+    assert RoleName.ps(1) in roles
     plan = load_plan(out, machines=NAMES, roles=roles, require_all=True)  # ps:0, ps:1 too
     placement = resolve_placement(job, tmp_path)  # applies as is
     rename = dict(zip(NAMES, job.spec.machine_names, strict=True))
-    assert placement["ps:1"] == rename[plan.assignments["ps:1"]]
+    assert placement[RoleName.ps(1)] == rename[plan.assignments["ps:1"]]

@@ -62,7 +62,7 @@ def test_plan_writes_the_schedules_of_the_plan_and_co_location_and_draws_them(
     # the same schedules, simulated again from the files and the plan
     cluster, job = load_cluster(c), job_from_dict(yaml.safe_load(j.read_text()), str(j))
     plan = load_plan(out, machines=list(cluster.names))
-    x = [cluster.names.index(plan.assignments[r]) for r in job.roles]
+    x = [cluster.names.index(plan.assignments[str(r)]) for r in job.roles]
     sc = make_scenario(job, 0)
     assert got == [
         schedule(cluster, sc, x, "plan"),

@@ -115,10 +115,10 @@ def _job(**runtime):
 
 def test_each_trainer_is_pinned_to_its_local_gpu() -> None:
     job = _job(machines=2, gpusPerMachine=2)
-    roles = {str(r.id): r for r in job_roles(job.spec)}
+    roles = {r.id: r for r in job_roles(job.spec)}
     placement = resolve_placement(job)
     got = {
-        name: (placement[name], trainer_gpu(job, roles, r))
+        str(name): (placement[name], trainer_gpu(job, roles, r))
         for name, r in roles.items() if r.kind == "trainer"
     }  # fmt: skip
     assert got == {
