@@ -106,16 +106,16 @@ def check_store(job: GraphJob, paths: JobPaths, timeout_s: float = 10.0) -> None
     except GraphrunError as exc:
         raise SpecError(f"{where}.addresses: cannot join the store ({exc})") from None
     with client:
-        names = {t.name for t in client.list_tensors()}
+        keys = {TensorKey.parse(t.name) for t in client.list_tensors()}
     t = job.spec.training
     if t.task is None or t.task == "link-prediction":
         return
     ntype = t.target_node_type or "_N"
     needed = [("feature", t.feature), ("label", t.label)]
     for field, column in needed:
-        if str(TensorKey.node(ntype, column)) not in names:
-            raise SpecError(f"{where}: the store has no {field} node/{ntype}/{column} "
-                            f"(spec.training.{field})")  # fmt: skip
+        key = TensorKey.node(ntype, column)
+        if key not in keys:
+            raise SpecError(f"{where}: the store has no {field} {key} (spec.training.{field})")
 
 
 def check_partitions(job: GraphJob, paths: JobPaths) -> None:

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from graphrun.distributed.devicefeed import CpuTransfer
 from graphrun.errors import ArgumentError
+from graphrun.names import RoleName
 from graphrun.train import inference
 from graphrun.train.context import TrainContext
 from graphrun.train.data import Batch, Embedding
@@ -82,7 +83,7 @@ class Task:
         forced = c.feed == "cpu" and self.ctx.device.type == "cpu"
         self.path = DevicePath(
             d, self.ctx.device, self.ntype or d.node_types[0], c.feature,
-            f"trainer:{self.ctx.rank}", c.batch_size, c.gpu_cache_mb,
+            str(RoleName.trainer(self.ctx.rank)), c.batch_size, c.gpu_cache_mb,
             transfer=CpuTransfer() if forced else None,
             free_bytes=(c.gpu_cache_mb or 0) << 20 if forced else None,
         )  # fmt: skip

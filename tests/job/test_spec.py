@@ -160,6 +160,14 @@ def test_round_trip_through_yaml() -> None:
             job(placement={"assignments": {"trainr:0": "m0"}}),
             "spec.placement.assignments: 'trainr:0' is not a role name",
         ),
+        (  # the main server is store:0: one spelling per role, refused up front
+            job(placement={"assignments": {"store:0:0": "m0"}}),
+            "spec.placement.assignments: 'store:0:0' is not a role name",
+        ),
+        (
+            job(placement={"assignments": {"trainer:01": "m0"}}),
+            "spec.placement.assignments: 'trainer:01' is not a role name",
+        ),
         (
             job(placement={"assignments": {}, "planFile": "p.yaml"}),
             "spec.placement: give at most one of assignments, planFile",

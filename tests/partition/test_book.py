@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -155,6 +156,13 @@ def test_relation_name_selects_unique_edge_type() -> None:
     book = make_book(1, [[1], [1]], [[1], [2]])
     assert book.etype_id("r1") == 1
     assert book.num_edges_of(("n0", "r1", "n1")) == 2
+
+
+def test_a_relation_two_edge_types_share_is_ambiguous() -> None:
+    book = make_book(1, [[1], [1]], [[1], [2]])
+    shared = replace(book, edge_types=(("n0", "r", "n1"), ("n1", "r", "n1")))
+    with pytest.raises(ArgumentError, match="relation 'r' is ambiguous"):
+        shared.etype_id("r")
 
 
 @pytest.mark.parametrize(

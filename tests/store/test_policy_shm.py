@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 
 from graphrun.errors import ArgumentError
+from graphrun.names import PolicyName
 from graphrun.store.policy import PartitionPolicy
 from graphrun.store.shm import SegmentStore, attach, clean_stale, instance_prefix, owner_alive
 
 
 def test_policy_owner_and_local_rows():
-    pol = PartitionPolicy("node:_N", np.array([0, 3, 3, 10]))
+    pol = PartitionPolicy(PolicyName.node("_N"), np.array([0, 3, 3, 10]))
     ids = pol.check_ids([0, 2, 3, 9])
     np.testing.assert_array_equal(pol.to_part(ids), [0, 0, 2, 2])
     np.testing.assert_array_equal(pol.to_local(np.array([3, 9]), 2), [0, 6])
