@@ -106,7 +106,7 @@ def check_store(job: GraphJob, paths: JobPaths, timeout_s: float = 10.0) -> None
     except GraphrunError as exc:
         raise SpecError(f"{where}.addresses: cannot join the store ({exc})") from None
     with client:
-        keys = {TensorKey.parse(t.name) for t in client.list_tensors()}
+        stored = {TensorKey.parse(t.name) for t in client.list_tensors()}
     t = job.spec.training
     if t.task is None or t.task == "link-prediction":
         return
@@ -114,7 +114,7 @@ def check_store(job: GraphJob, paths: JobPaths, timeout_s: float = 10.0) -> None
     needed = [("feature", t.feature), ("label", t.label)]
     for field, column in needed:
         key = TensorKey.node(ntype, column)
-        if key not in keys:
+        if key not in stored:
             raise SpecError(f"{where}: the store has no {field} {key} (spec.training.{field})")
 
 
