@@ -455,6 +455,12 @@ def test_two_jobs_train_on_one_running_store_and_leave_it_serving(tmp_path):
         (tmp_path / "bad.yaml").write_text(yaml.safe_dump(spec))
         with pytest.raises(SpecError, match=r"spec\.graph\.store\.addresses: cannot join"):
             run(tmp_path / "bad.yaml")[0].run()
+        # a feature the store does not hold, likewise
+        spec["spec"]["graph"]["store"]["keyFile"] = "store.key"
+        spec["spec"]["training"]["feature"] = "nope"
+        (tmp_path / "nofeat.yaml").write_text(yaml.safe_dump(spec))
+        with pytest.raises(SpecError, match=r"store has no feature node/_N/nope \(spec\.train"):
+            run(tmp_path / "nofeat.yaml")[0].run()
 
 
 def test_a_run_killed_with_sigkill_is_reported_lost_by_the_next_and_cleaned(tmp_path):
