@@ -81,13 +81,16 @@ class GraphJobPlacement:
     def complete(self, plan: PlacementPlan) -> PlacementPlan:
         """The plan with every store backup on its main server's machine and every
         sampler worker on its trainer's (a sampler worker's demand is part of its trainer's)."""
-        out = dict(plan.assignments)  # the plan file's role names
+        out = {RoleName.parse(r): m for r, m in plan.assignments.items()}
         for main, backups in self.backups.items():
-            out.update({str(b): plan.assignments[str(main)] for b in backups})
+            out.update(dict.fromkeys(backups, out[main]))
         for trainer, samplers in self.samplers.items():
-            out.update({str(w): plan.assignments[str(trainer)] for w in samplers})
+            out.update(dict.fromkeys(samplers, out[trainer]))
         return PlacementPlan(
-            machines=plan.machines, assignments=out, capacity=plan.capacity, demands=plan.demands
+            machines=plan.machines,
+            assignments={str(r): m for r, m in out.items()},  # the plan file's role names
+            capacity=plan.capacity,
+            demands=plan.demands,
         )
 
 

@@ -134,7 +134,7 @@ def machine_demands(job: GraphJob) -> list[Demand] | None:
     index = {m: i for i, m in enumerate(job.spec.machine_names)}
     totals = [dict.fromkeys(RESOURCES, 0.0) for _ in index]
     for role, machine in resolve_placement(job).items():
-        demand = plan.demands.get(str(role))  # the plan file's keys are role names
+        demand = plan.demand_of(role)
         if demand is not None:
             for res in RESOURCES:
                 totals[index[machine]][res] += getattr(demand, res)

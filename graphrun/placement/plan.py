@@ -112,8 +112,14 @@ class PlacementPlan(BaseModel):
             **{res: sum(getattr(self.demands[r], res) for r in roles) for res in RESOURCES}
         )
 
-    def machine_of(self, role: str) -> str | None:
-        return self.assignments.get(role)
+    def machine_of(self, role: RoleName) -> str | None:
+        """The machine the plan gives ``role`` (None: it gives none); the file's keys are
+        role names, looked up here only."""
+        return self.assignments.get(str(role))
+
+    def demand_of(self, role: RoleName) -> Demand | None:
+        """What the plan says ``role`` needs (None: it does not say)."""
+        return None if self.demands is None else self.demands.get(str(role))
 
     def roles_on(self, machine: str) -> list[str]:
         return [r for r, m in self.assignments.items() if m == machine]
@@ -142,7 +148,7 @@ def plan_from_dict(
                 raise SpecError(f"{where}: assignments.{text}: not a role of this job")
         if require_all:
             for role in wanted:
-                if str(role) not in plan.assignments:
+                if plan.machine_of(role) is None:
                     raise SpecError(f"{where}: assignments.{role}: missing")
     return plan
 
@@ -203,7 +209,7 @@ def placement_of(
     index = {m: i for i, m in enumerate(machine_names)}
     out = []
     for role in roles:
-        m = plan.assignments.get(str(role))
+        m = plan.machine_of(role)
         if m is None:
             raise SpecError(f"plan: assignments.{role}: missing")
         if m not in index:

@@ -44,7 +44,7 @@ def plan_dict(**kw):
 
 
 def test_backup_store_roles_are_valid():
-    assert plan_from_dict(plan_dict()).machine_of("store:0:1") == "m0"
+    assert plan_from_dict(plan_dict()).machine_of(RoleName.store(0, 1)) == "m0"
 
 
 @pytest.mark.parametrize(
