@@ -31,7 +31,7 @@ import numpy.typing as npt
 
 from graphrun.errors import ArgumentError
 from graphrun.graph.graph import Graph
-from graphrun.names import etype_key
+from graphrun.names import etype_key, owners
 from graphrun.partition.book import PartitionBook
 from graphrun.sampling.kernels import make_rng, sample_segments
 
@@ -177,7 +177,7 @@ class CSCGraph:
             j = int(np.flatnonzero(~hit)[0])
             raise ArgumentError(f"eids[{j}] = {int(e[j])} is not an edge of this partition")
         pos = self._eid_order[i]
-        dst = np.searchsorted(self.indptr, pos, side="right") - 1 + self.row_start
+        dst = owners(self.indptr, pos) + self.row_start  # the row holding each position
         return self.indices[pos], dst
 
     def sample_one_hop(
