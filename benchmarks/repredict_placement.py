@@ -3,7 +3,8 @@ with and without the store servers' serving steps (benchmarks/README.md, pr5), w
 the feature flows charged although the trainers' caches hold every row (the model before
 ``features_cached``; pr6), and on the hosts' CPU quotas as written in the run's
 ``cluster.yaml`` instead of the probed shares (what the probe measures since pr8: it
-read 5-15% low before).
+read 5-15% low before), and without the parameter servers' CPU (their records, ``ps-J.jsonl``,
+left out: ``ps_update_s`` 0, the model before issue 32's fix).
 
     python benchmarks/repredict_placement.py WORKDIR RESULT.json
 
@@ -27,7 +28,12 @@ from graphrun.job.spec import parse_job
 from graphrun.placement.cluster import load_cluster
 from graphrun.placement.cost import Evaluator
 from graphrun.placement.job import Demand
-from graphrun.placement.profile import profile_from_records, read_metrics, save_profile
+from graphrun.placement.profile import (
+    PSRecord,
+    profile_from_records,
+    read_metrics,
+    save_profile,
+)
 from graphrun.placement.workload import make_scenario
 
 ITERATIONS = 16
@@ -49,6 +55,7 @@ def main(workdir: Path, result: dict) -> None:
         ("without serving steps", [], None, probed),
         ("features charged", serves, False, probed),
         ("with serving steps, CPU quotas", serves, None, quotas),
+        ("without the PS's CPU", [r for r in serves if not isinstance(r, PSRecord)], None, probed),
     )
     for label, served, cached, cluster in variants:
         with tempfile.TemporaryDirectory() as tmp:

@@ -18,9 +18,10 @@ of 0.6 CPU and 1 Gbit/s, two slow ones of 0.2 CPU and 0.3 Gbit/s):
    run that got faster CPU from a model that is wrong).
 
 ``--seconds`` is the plan's search budget, as without ``--real``. ``--sync ps`` runs the
-job with parameter servers (``--parameter-servers``): the model's ``ps:J`` tasks are
-placed and their gradient and parameter flows predicted (its PS update time is 0: Adam
-over the model's ~40k parameters takes well under a millisecond).
+job with parameter servers (``--parameter-servers``; ``--staleness K`` for the
+asynchronous mode): the model's ``ps:J`` tasks are placed and their gradient and
+parameter flows predicted, and their updates charged to their machines' cores with the
+CPU seconds a step the co-located run's parameter servers measured.
 
 Prints one JSON object::
 
@@ -86,6 +87,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="--real: training.sync of the job (ps: parameter servers, placed by the plan)",
     )  # fmt: skip
     g.add_argument("--parameter-servers", type=int, default=1, help="--real, --sync ps: how many")
+    g.add_argument(
+        "--staleness", type=int, default=0,
+        help="--real, --sync ps: training.staleness (0 synchronous, k >= 1 asynchronous)",
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise ArgumentError("--epochs: must be >= 2 (the first epoch warms up)")
     if args.sync == "ps" and not 1 <= args.parameter_servers <= 64:
         raise ArgumentError("--parameter-servers: expected 1..64")
+    if args.staleness and (args.sync != "ps" or not 0 < args.staleness <= 1000):
+        raise ArgumentError("--staleness: 1..1000, and only with --sync ps")
     if args.random < 0 or args.iterations < 1 or args.batch_size < 1:
         raise ArgumentError("--random must be >= 0, --iterations and --batch-size >= 1")
     if args.cluster is not None:
@@ -120,15 +127,18 @@ def check_args(args: argparse.Namespace) -> None:
 
 def job_data(
     dataset: Path, machines: list[str], parts_dir: Path, epochs: int, batch_size: int = 1000,
-    parameter_servers: int = 0,
+    parameter_servers: int = 0, staleness: int = 0,
 ) -> dict[str, Any]:  # fmt: skip
     """The benchmark's GraphJob: ``graphrun bench train``'s GraphSAGE, a partition, a
     store server and a trainer per machine; evaluated only after the last epoch. With
-    ``parameter_servers``: ``training.sync: ps`` with that many ``ps:J`` roles."""
+    ``parameter_servers``: ``training.sync: ps`` with that many ``ps:J`` roles (and
+    ``training.staleness``)."""
     data = _job_data(dataset, machines, parts_dir, epochs, batch_size)
     if parameter_servers:
         data["spec"]["training"]["sync"] = "ps"
         data["spec"]["runtime"]["parameterServers"] = parameter_servers
+        if staleness:
+            data["spec"]["training"]["staleness"] = staleness
     return data
 
 
@@ -235,8 +245,9 @@ def run(args: argparse.Namespace) -> int:
     machines = list(written.names)
     servers = args.parameter_servers if args.sync == "ps" else 0
     data = job_data(
-        args.dataset, machines, workdir / "parts", args.epochs, args.batch_size, servers
-    )
+        args.dataset, machines, workdir / "parts", args.epochs, args.batch_size, servers,
+        args.staleness if servers else 0,
+    )  # fmt: skip
 
     probe_report: dict[str, Any] | None = None
     planned_on = cluster_file
@@ -310,6 +321,7 @@ def run(args: argparse.Namespace) -> int:
         "dataset": str(args.dataset),
         "sync": args.sync,
         "parameter_servers": servers,
+        "staleness": args.staleness if servers else 0,
         "cluster": {
             m: {"cpu": written.cpu[i], "memory_gb": written.memory_gb[i],
                 "gbps": round(written.egress[i] * 8 / 1e9, 4)}

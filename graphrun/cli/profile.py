@@ -9,9 +9,9 @@ from typing import Any
 DESCRIPTION = """\
 Build a placement profile (empirical distributions of per-iteration compute times
 and data volumes) from the JSON-lines metrics files a training run writes: one
-{"kind": "batch", ...} record per mini-batch, and one {"kind": "serve", ...} record per
-store server (`graphrun run --profile DIR` writes both: DIR/*.jsonl), schema in
-graphrun.placement.profile.
+{"kind": "batch", ...} record per mini-batch, one {"kind": "serve", ...} record per
+store server and one {"kind": "ps", ...} per parameter server (`graphrun run --profile
+DIR` writes them all: DIR/*.jsonl), schema in graphrun.placement.profile.
 Use the result as `profile:` in a PlacementJob for `graphrun plan`.
 """
 

@@ -37,6 +37,10 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--insecure", action="store_true", help="no key: plaintext, unauthenticated (tests)"
     )
+    p.add_argument(
+        "--profile", type=Path, metavar="FILE",
+        help="at stop, append this server's CPU seconds and pushes (a placement profile line)",
+    )  # fmt: skip
     p.add_argument("--log-level", type=str.upper, default="INFO",
                    choices=("DEBUG", "INFO", "WARNING", "ERROR"))  # fmt: skip
     p.set_defaults(func=run)
@@ -70,5 +74,6 @@ def run(args: argparse.Namespace) -> int:
     def on_ready(address: str) -> None:
         print(f"graphrun ps: ps:{args.index} ready on {address}", flush=True)
 
-    run_ps(PSConfig(args.index, args.address, keys), lambda: stop["flag"], on_ready)
+    cfg = PSConfig(args.index, args.address, keys, args.profile)
+    run_ps(cfg, lambda: stop["flag"], on_ready)
     return 0

@@ -17,9 +17,9 @@ The conversion, role for role with :func:`graphrun.job.spec.job_roles`:
   their trainer's process tree, on its machine, and refuses plans that move them, so
   the planner must not place them apart;
 * gradients are synchronised as ``training.sync`` says: allreduce (the runtime's DDP,
-  no ``ps:<i>`` roles) or ``ps``, one ``ps:<i>`` task per ``runtime.parameterServers``
-  (the model's synchronous PS: the runtime's asynchronous mode is planned as if it
-  were synchronous, an upper bound on its epoch);
+  no ``ps:<i>`` roles) or ``ps``, one ``ps:<i>`` task per ``runtime.parameterServers``,
+  synchronous or, with ``training.staleness: k``, asynchronous with that staleness
+  (the placement job's ``staleness``);
 * ``features_cached`` when the node features and labels the trainers read (the
   ``part-<p>/node/*/`` arrays of ``training.feature`` and ``training.label``, all
   partitions together) fit ``runtime.featureCacheMb``: each trainer's cache then holds
@@ -200,6 +200,7 @@ def graphjob_to_placement(
         samplers_per_trainer=0,  # they are part of their trainer (see the docstring)
         sync="ps" if spec.num_ps else "allreduce",
         parameter_servers=spec.num_ps,
+        staleness=spec.training.staleness if spec.num_ps else 0,
         iterations=iterations,
         features_cached=features_cached(gj, base, where),
         profile=profile,

@@ -12,7 +12,8 @@
   ``netem`` delay of ``delay_ms``), so "machines" see a real link speed;
 * optionally a :class:`HostShape` per machine — heterogeneous hosts on one machine: its
   own link rate and delay (``tc`` on its ``eth0``: what it sends), its own CPU share (a
-  cgroup v1 ``cpu`` group with a CFS quota of ``cpus`` cores) and its own memory limit (a
+  cgroup v1 ``cpu`` group with a CFS quota of ``cpus`` cores, weighted far above the
+  box's other processes so that it gets its quota on a loaded box) and its own memory limit (a
   cgroup v1 ``memory`` group: a host that overfills is OOM-killed there, as a real one
   would be). :func:`shapes_from_cluster` reads them from a placement cluster file (the
   one ``graphrun plan`` takes), so a plan can be tried on the hosts it was made for.
@@ -123,6 +124,12 @@ def cleanup_stale() -> list[str]:
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CFS_PERIOD_US = 100_000
+# the weight of a host's cpu group against everything else on the box (cgroup v1's
+# maximum; a process of the root group weighs 1024): the quota caps what the host gets,
+# the weight makes sure it gets that much while other work loads the cores, as a real
+# host of that size would. At the default 1024 a host group weighed as much as one other
+# busy process: on a loaded 2-core box a 0.6-CPU host got 0.35-0.45 (benchmarks/README.md)
+CPU_SHARES = 262_144
 
 
 @dataclass(frozen=True)
@@ -291,7 +298,8 @@ class NetnsNetwork:
         shape = self.shapes[host.machine]
         limits = {
             "cpu": {"cpu.cfs_period_us": CFS_PERIOD_US,
-                    "cpu.cfs_quota_us": int(shape.cpus * CFS_PERIOD_US)} if shape.cpus else None,
+                    "cpu.cfs_quota_us": int(shape.cpus * CFS_PERIOD_US),
+                    "cpu.shares": CPU_SHARES} if shape.cpus else None,
             "memory": {"memory.limit_in_bytes": shape.memory_bytes}
             if shape.memory_bytes else None,
         }  # fmt: skip

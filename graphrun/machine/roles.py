@@ -130,13 +130,16 @@ def store_argv(
     return tuple(argv)
 
 
-def ps_argv(role: Role, hosts: Hosts, paths: JobPaths, python: str) -> tuple[str, ...]:
+def ps_argv(
+    role: Role, hosts: Hosts, paths: JobPaths, python: str, profile: Path | None = None
+) -> tuple[str, ...]:
     """``graphrun ps``: parameter server ``ps:J`` of the job, with the job's key."""
     host, port = hosts.endpoint(role.id)
-    return (
+    argv = (
         python, "-m", "graphrun", "ps", "--index", str(role.id.index),
         "--address", f"tcp://{host}:{port}", "--key-file", str(paths.key_file),
     )  # fmt: skip
+    return (*argv, "--profile", str(profile)) if profile is not None else argv
 
 
 def trainer_argv(
@@ -200,7 +203,8 @@ def machine_launches(
                 cmd = RoleCommand(r.name, m, store_argv(r, hosts, paths, python, prof), env)
                 launches.append(RoleLaunch("store", cmd, hosts.endpoints[r.name]))
             elif r.kind == "ps":
-                cmd = RoleCommand(r.name, m, ps_argv(r, hosts, paths, python), env)
+                prof = profile_dir / f"ps-{r.id.index}.jsonl" if profile_dir else None
+                cmd = RoleCommand(r.name, m, ps_argv(r, hosts, paths, python, prof), env)
                 launches.append(RoleLaunch("ps", cmd, hosts.endpoints[r.name]))
             elif r.kind == "trainer":
                 prof = profile_dir / f"trainer-{r.rank}.jsonl" if profile_dir else None

@@ -10,6 +10,8 @@ Native placement-job file (YAML), what ``graphrun plan`` reads::
     samplers_per_trainer: 2     # sampler:<r>:<w>, worker w samples every w-th batch
     sync: ps                    # ps (parameter servers ps:<i>) or allreduce (ring)
     parameter_servers: 2        # only with sync: ps
+    staleness: 0                # only with sync: ps: 0 synchronous; k >= 1 asynchronous,
+                                # a trainer at most k steps ahead of the slowest
     prefetch: 1                 # batches sampled/fetched ahead of training
     iterations: 8               # iterations simulated to score a placement
     features_cached: false      # every trainer's feature cache holds every partition's
@@ -51,6 +53,7 @@ MAX_TRAINERS = 4096
 MAX_SAMPLERS_PER_TRAINER = 64
 MAX_PARAMETER_SERVERS = 1024
 MAX_PREFETCH = 64
+MAX_STALENESS = 1000
 MAX_ITERATIONS = 1000
 MAX_TASKS = 16384
 MAX_TASK_ITERATIONS = 50_000  # tasks x iterations simulated per placement scored
@@ -88,6 +91,7 @@ class JobSpec(BaseModel):
     samplers_per_trainer: Annotated[int, Field(ge=0, le=MAX_SAMPLERS_PER_TRAINER)] = 1
     sync: Literal["ps", "allreduce"] = "ps"
     parameter_servers: Annotated[int, Field(ge=0, le=MAX_PARAMETER_SERVERS)] = 1
+    staleness: Annotated[int, Field(ge=0, le=MAX_STALENESS)] = 0
     prefetch: Annotated[int, Field(ge=0, le=MAX_PREFETCH)] = 1
     iterations: Annotated[int, Field(ge=1, le=MAX_ITERATIONS)] = 8
     features_cached: bool = False
@@ -98,6 +102,8 @@ class JobSpec(BaseModel):
     def _ps(self) -> JobSpec:
         if self.sync == "ps" and self.parameter_servers < 1:
             raise ValueError("parameter_servers must be >= 1 with sync: ps")
+        if self.staleness and self.sync != "ps":
+            raise ValueError("staleness: only parameter servers (sync: ps) train asynchronously")
         check_size(self.num_tasks, self.iterations)
         return self
 

@@ -30,7 +30,13 @@ metrics. ``BatchRecord.to_json()`` writes exactly this line.
 A store server run with ``--profile FILE`` appends one :class:`ServeRecord` when it
 stops: ``{"kind": "serve", "v": 1, "part": 0, "cpu_s": 1.49, "reply_bytes": 160000000}``
 (CPU seconds spent serving, bytes it sent). Their ratio over every server is the
-profile's ``serve_cpu_s_per_byte``.
+profile's ``serve_cpu_s_per_byte``. A parameter server run with ``--profile FILE``
+appends one :class:`PSRecord`:
+``{"kind": "ps", "v": 1, "index": 0, "cpu_s": 0.44, "pushes": 100, "trainers": 2}``
+(CPU seconds from ready to stop, gradients pushed to it, the job's trainers): each
+server's ``cpu_s * trainers / pushes``, its CPU seconds for one step of every trainer
+(receiving the gradients, the update, sending the parameters), is a sample of the
+profile's ``ps_update_s``, which is 0 without them.
 
 Profile file (JSON)
 -------------------
@@ -268,6 +274,41 @@ class ServeRecord:
         return rec
 
 
+@dataclass(frozen=True)
+class PSRecord:
+    """What a parameter server spent (see the module docstring)."""
+
+    index: int
+    cpu_s: float
+    pushes: int
+    trainers: int
+
+    def to_json(self) -> str:
+        d = {"kind": "ps", "v": RECORD_VERSION, **asdict(self)}
+        return json.dumps(d, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str) -> PSRecord:
+        try:
+            rec = cls(int(d["index"]), float(d["cpu_s"]), int(d["pushes"]), int(d["trainers"]))
+        except KeyError as exc:
+            raise SpecError(f"{where}: {exc.args[0]}: missing") from exc
+        except (TypeError, ValueError) as exc:
+            raise SpecError(f"{where}: malformed ps record: {exc}") from exc
+        if rec.cpu_s < 0 or rec.pushes < 0 or rec.trainers < 1 or not np.isfinite(rec.cpu_s):
+            raise SpecError(f"{where}: a time or count is negative (trainers: at least 1)")
+        return rec
+
+    @property
+    def cpu_s_per_step(self) -> float | None:
+        """CPU seconds for one step of every trainer (None: nothing was pushed)."""
+        return self.cpu_s * self.trainers / self.pushes if self.pushes else None
+
+
+# what a store server or a parameter server writes when it stops
+ServerRecord = ServeRecord | PSRecord
+
+
 def _optional(value: Any) -> float | None:
     return None if value is None else float(value)
 
@@ -293,11 +334,11 @@ def _lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return out
 
 
-def read_metrics(paths: Iterable[str | Path]) -> tuple[list[BatchRecord], list[ServeRecord]]:
-    """The batch records of the trainers' files and the serve records of the store
-    servers' among ``paths``; at least one batch record is needed."""
+def read_metrics(paths: Iterable[str | Path]) -> tuple[list[BatchRecord], list[ServerRecord]]:
+    """The batch records of the trainers' files and the records of the store servers'
+    and the parameter servers' among ``paths``; at least one batch record is needed."""
     batches: list[BatchRecord] = []
-    serves: list[ServeRecord] = []
+    serves: list[ServerRecord] = []
     names = []
     for path in map(Path, paths):
         names.append(str(path))
@@ -306,6 +347,8 @@ def read_metrics(paths: Iterable[str | Path]) -> tuple[list[BatchRecord], list[S
                 batches.append(BatchRecord.from_dict(d, f"{path}:{i}"))
             elif d.get("kind") == "serve":
                 serves.append(ServeRecord.from_dict(d, f"{path}:{i}"))
+            elif d.get("kind") == "ps":
+                serves.append(PSRecord.from_dict(d, f"{path}:{i}"))
     if not batches:
         raise SpecError(f'{", ".join(names)}: no batch records (lines with "kind": "batch")')
     return batches, serves
@@ -317,10 +360,11 @@ def read_records(path: str | Path) -> list[BatchRecord]:
 
 
 def profile_from_records(
-    records: list[BatchRecord], name: str, serves: Iterable[ServeRecord] = ()
+    records: list[BatchRecord], name: str, serves: Iterable[ServerRecord] = ()
 ) -> Profile:
     """Pool the records into empirical distributions (own vs other partitions split);
-    the store servers' records give ``serve_cpu_s_per_byte``."""
+    the store servers' records give ``serve_cpu_s_per_byte``, the parameter servers'
+    ``ps_update_s``."""
     s: dict[str, list[float]] = {q: [] for q in QUANTITIES}
     for r in records:
         s["sample_s"].append(r.sample_s)
@@ -331,13 +375,15 @@ def profile_from_records(
         for kind, per_part in (("structure", r.structure_bytes), ("feature", r.feature_bytes)):
             s[f"{kind}_own"].append(per_part.get(r.partition, 0))
             s[f"{kind}_other"].extend(v for p, v in per_part.items() if p != r.partition)
-    s["ps_update_s"] = [0.0]  # not measured by the runtime; the PS update is negligible
+    servers = list(serves)
+    ps_steps = [p.cpu_s_per_step for p in servers if isinstance(p, PSRecord)]
+    s["ps_update_s"] = [x for x in ps_steps if x is not None] or [0.0]  # 0: not measured
     if all(r.sample_cpu_s is not None and r.compute_cpu_s is not None and r.threads
            for r in records):  # fmt: skip
         s["sample_cpu_s"] = [r.sample_cpu_s or 0.0 for r in records]
         s["compute_cpu_s"] = [r.compute_cpu_s or 0.0 for r in records]
         s["threads"] = [float(r.threads or 1) for r in records]
-    served = list(serves)
+    served = [r for r in servers if isinstance(r, ServeRecord)]
     sent = sum(r.reply_bytes for r in served)
     if sent > 0:
         s[SERVE] = [sum(r.cpu_s for r in served) / sent]

@@ -18,6 +18,19 @@ is::
 Sampling of iteration ``i`` may start once iteration ``i - prefetch - 1`` has ended
 (parameters delivered to every trainer); a trainer without sampler workers samples its
 batch ``i`` only after training batch ``i - 1`` (one process does one thing at a time).
+
+Parameter servers (``sync: ps``): synchronous (``staleness: 0``), each shard's update of
+iteration ``i`` waits for every trainer's gradient and every trainer's parameters for
+its next batch wait for that update. Asynchronous (``staleness: k >= 1``, the runtime's
+stale synchronous parallel): a shard applies every gradient as it comes (an update of
+``ps_update_s / T`` each), and trainer ``r``'s parameters after iteration ``i`` leave
+the shard once its own gradient is applied and every trainer's of iteration ``i - k``
+(a pull waits for the slowest trainer only when it is more than ``k`` steps behind);
+each trainer's sampling then waits for its own parameters of iteration
+``i - prefetch - 1``, not for every trainer's. With CPU seconds in the profile, a
+shard's update is a CPU step of its ``ps:j`` task (``ps_update_s``: the CPU seconds the
+parameter servers measured for one step of every trainer, receiving, applying and
+sending included), shared with the other roles of its machine like theirs.
 Flows of one stage from stores on the same machine are merged; flows inside a machine
 are free. Times and bytes are drawn once per :class:`Scenario` (seeded), so every
 placement is scored on the same draws.
@@ -279,9 +292,10 @@ def make_template(sc: Scenario) -> Template:
     u = _Unroll(sc)
     prefetch = job.spec.prefetch
     for i in range(sc.iterations):
-        gate = (u.end[i - prefetch - 1],) if i - prefetch - 1 >= 0 else ()
-        trains = [u.batch(i, r, gate) for r in range(job.spec.trainers)]
-        if job.spec.sync == "ps":
+        trains = [u.batch(i, r, u.gate(i - prefetch - 1, r)) for r in range(job.spec.trainers)]
+        if job.spec.sync == "ps" and job.spec.staleness:
+            u.async_ps(i, trains, job.spec.staleness)
+        elif job.spec.sync == "ps":
             u.sync_ps(i, trains)
         else:
             u.sync_allreduce(i, trains)
@@ -338,6 +352,11 @@ class _Unroll:
         self.last_sample: dict[int, int] = {}  # sampler task -> its latest sample step
         self.last_train: dict[int, int] = {}  # trainer task -> its latest training step
         self.params_ready: list[int | None] = [None] * self.nt
+        # asynchronous PS: per trainer, its parameters' arrival per iteration (its
+        # sampling gate), and per iteration and shard, the update of each trainer's push
+        self.ready_of: list[list[int]] = [[] for _ in range(self.nt)]
+        self.updates: list[list[tuple[int, ...]]] = []
+        self.asynchronous = spec.sync == "ps" and spec.staleness > 0
         self.dur: list[float] = []
         self.size: list[float] = []
         self.src: list[int] = []
@@ -417,6 +436,13 @@ class _Unroll:
                 replies.append(reply)
         return flows + replies
 
+    def gate(self, i: int, r: int) -> tuple[int, ...]:
+        """What trainer ``r``'s sampling waits for: the end of iteration ``i`` (every
+        trainer's parameters), or with an asynchronous PS its own parameters of ``i``."""
+        if i < 0:
+            return ()
+        return (self.ready_of[r][i],) if self.asynchronous else (self.end[i],)
+
     def batch(self, i: int, r: int, gate: tuple[int, ...]) -> int:
         """Sampling, batch and feature flows, and training of trainer ``r``'s batch ``i``."""
         sc = self.sc
@@ -455,11 +481,45 @@ class _Unroll:
                 self.flow(share, self.np + r, ps, i, (trains[r],), "gradient")
                 for r in range(self.nt)
             )
-            upd = self.compute(float(self.sc.ps_update_s[i, j]), i, grads, stage="update", owner=ps)
-            self.busy[ps] += float(self.sc.ps_update_s[i, j])
+            cost = float(self.sc.ps_update_s[i, j])
+            upd = self.compute(cost, i, grads, self._ps_cpu(ps), stage="update", owner=ps)
+            self.busy[ps] += cost
             for r in range(self.nt):
                 back[r].append(self.flow(share, ps, self.np + r, i, (upd,), "parameters"))
         ready = [self.compute(0.0, i, tuple(back[r])) for r in range(self.nt)]
+        self.params_ready = list(ready)
+        self.end.append(self.compute(0.0, i, tuple(ready)))
+
+    def _ps_cpu(self, ps: int) -> int:
+        """The task whose CPU a PS update uses: the shard's own with CPU seconds, else
+        none (a profile's wall time, as before)."""
+        return ps if self.sc.cpu_seconds else -1
+
+    def async_ps(self, i: int, trains: list[int], staleness: int) -> None:
+        """Every push applied as it comes; trainer ``r``'s parameters of iteration ``i``
+        once its own push is applied and every push of iteration ``i - staleness``."""
+        nps = len(self.sc.job.tasks) - self.ps0
+        share = self.sc.grad_bytes / nps
+        back: list[list[int]] = [[] for _ in range(self.nt)]
+        applied = []
+        for j in range(nps):
+            ps = self.ps0 + j
+            cost = float(self.sc.ps_update_s[i, j]) / self.nt
+            pushes = []
+            for r in range(self.nt):
+                grad = self.flow(share, self.np + r, ps, i, (trains[r],), "gradient")
+                cpu = self._ps_cpu(ps)
+                pushes.append(self.compute(cost, i, (grad,), cpu, stage="update", owner=ps))
+                self.busy[ps] += cost
+            applied.append(tuple(pushes))
+            slowest = self.updates[i - staleness][j] if i >= staleness else ()
+            for r in range(self.nt):
+                deps = (pushes[r], *slowest)
+                back[r].append(self.flow(share, ps, self.np + r, i, deps, "parameters"))
+        self.updates.append(applied)
+        ready = [self.compute(0.0, i, tuple(back[r])) for r in range(self.nt)]
+        for r in range(self.nt):
+            self.ready_of[r].append(ready[r])
         self.params_ready = list(ready)
         self.end.append(self.compute(0.0, i, tuple(ready)))
 

@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,7 @@ class PSConfig:
     index: int
     address: str = "tcp://127.0.0.1:0"
     keys: KeyPair | None = None
+    profile_file: Path | None = None  # at stop, append a PSRecord line (placement profile)
 
 
 def _int(body: Any, key: str, op: str) -> int:
@@ -101,6 +103,7 @@ class ParameterServer:
         self.name = str(RoleName.ps(index))
         self.shard: ShardState | None = None
         self.parked: list[tuple[bytes, Message]] = []
+        self.pushes = 0  # gradients received (the profile's CPU per step divides by them)
         self.stop_requested = False
         self.reply: Callable[[bytes, Message], None] = lambda peer, msg: None
 
@@ -131,6 +134,7 @@ class ParameterServer:
             rank, clock = _int(body, "rank", op), _int(body, "clock", op)
             if shard.push(rank, clock, _tensor(msg, 0, "gradient")):
                 self._release()
+            self.pushes += 1
             return self._ok(msg)
         if op == "ps_save":
             saved, arrays = shard.save()
@@ -186,7 +190,14 @@ def run_ps(
             on_ready(server.address)
         t0 = time.process_time()
         server.serve_forever(lambda: ps.stop_requested or should_stop())
-        log.info("%s stopping; clock %s, cpu %.2fs", ps.name,
-                 ps.shard.clock if ps.shard else None, time.process_time() - t0)  # fmt: skip
+        cpu_s = time.process_time() - t0
+        log.info("%s stopping; clock %s, %d pushes, cpu %.2fs", ps.name,
+                 ps.shard.clock if ps.shard else None, ps.pushes, cpu_s)  # fmt: skip
+        if cfg.profile_file is not None:  # imported here: pydantic stays off start-up
+            from graphrun.placement.profile import PSRecord
+
+            trainers = ps.shard.trainers if ps.shard else 1
+            with open(cfg.profile_file, "a") as f:
+                f.write(PSRecord(cfg.index, cpu_s, ps.pushes, trainers).to_json() + "\n")
     finally:
         server.close()

@@ -142,6 +142,32 @@ def test_hosts_get_their_own_cpu_share_memory_limit_and_link_rate():
     assert not any(g.exists() for g in groups)  # the hosts' cgroups are removed
 
 
+def test_a_host_gets_its_cpu_quota_while_other_processes_load_the_box():
+    # an emulated host is a machine of its own: the box's other work (other sessions'
+    # tests) must not take its quota; at the default weight (1024, one busy process's)
+    # a 0.5-CPU host beside 2 busy processes per core got about 2/5 of a core
+    import os
+
+    from graphrun.job.netns import CPU_SHARES, HostShape
+
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(2 * (os.cpu_count() or 1))
+    ]
+    try:
+        with NetnsNetwork(["h"], shapes={"h": HostShape(cpus=0.5)}) as net:
+            (group,) = net._cgroups["h"]
+            assert int((group / "cpu.shares").read_text()) == CPU_SHARES
+            cmd = [*net.prefix("h"), sys.executable, "-c", BURN]
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+            share = float(out.stdout)
+            assert 0.42 < share < 0.58, share
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait(timeout=10)
+
+
 def test_cluster_file_gives_the_shapes(tmp_path):
     from graphrun.errors import SpecError
     from graphrun.local.netns import shapes_from_cluster

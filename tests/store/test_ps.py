@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 
 import numpy as np
 import pytest
 import torch
 
 from graphrun.errors import ArgumentError, AuthError, StoreError
+from graphrun.placement.profile import PSRecord
 from graphrun.rpc.auth import new_keypair
 from graphrun.store.ps_client import PSClient, stop_parameter_servers
 from graphrun.store.ps_server import PSConfig, run_ps
@@ -103,19 +106,19 @@ def servers(tmp_path):
             addresses.append(a)
             ready.set()
 
-        cfg = PSConfig(j, "tcp://127.0.0.1:0", keys)
+        cfg = PSConfig(j, "tcp://127.0.0.1:0", keys, tmp_path / f"ps-{j}.jsonl")
         t = threading.Thread(target=run_ps, args=(cfg, stop.is_set, on_ready), daemon=True)
         t.start()
         assert ready.wait(10)
         threads.append(t)
-    yield addresses, keys
+    yield addresses, keys, tmp_path
     stop.set()
     for t in threads:
         t.join(10)
 
 
 def test_two_trainers_in_sync_get_what_one_optimizer_gives(servers):
-    addresses, keys = servers
+    addresses, keys, profile_dir = servers
     shapes = {"a": (3, 2), "b": (5,), "c": (1,)}
     rng = np.random.default_rng(1)
     first = {n: rng.normal(size=s).astype(np.float32) for n, s in shapes.items()}
@@ -144,6 +147,16 @@ def test_two_trainers_in_sync_get_what_one_optimizer_gives(servers):
     for c in (c0, c1):
         c.close()
     stop_parameter_servers(addresses, keys)
+    # each server's profile line at stop: its CPU seconds for the 3 steps of 2 trainers
+    # (the placement model's ps_update_s), written once it stopped
+    paths = [profile_dir / f"ps-{j}.jsonl" for j in range(2)]
+    deadline = time.monotonic() + 10
+    while not all(p.exists() and p.read_text().endswith("\n") for p in paths):
+        assert time.monotonic() < deadline, "the parameter servers wrote no profile line"
+        time.sleep(0.05)
+    for j, path in enumerate(paths):
+        rec = PSRecord.from_dict(json.loads(path.read_text()), str(path))
+        assert (rec.index, rec.pushes, rec.trainers) == (j, 6, 2) and rec.cpu_s > 0
 
 
 def test_a_shard_larger_than_a_request_frame_is_refused_before_training():
@@ -152,7 +165,7 @@ def test_a_shard_larger_than_a_request_frame_is_refused_before_training():
 
 
 def test_a_parameter_server_refuses_another_key(servers):
-    addresses, _ = servers
+    addresses = servers[0]
     c = PSClient(addresses, {"a": (1,)}, new_keypair(), timeout=3)
     try:
         with pytest.raises(AuthError):
