@@ -67,6 +67,10 @@ DEFAULT_CLUSTER: dict[str, Any] = {
     ],
 }
 MEMORY_MARGIN = 1.25  # a role's demand over the peak it reached in the profiled run
+# seconds of each probe measurement: a host's CPU is read over a window that does not
+# start at a quota period's start, off by up to one period's quota (60 ms of a 0.6-CPU
+# host's): a 1 s window read a 0.6 host 0.597-0.628, 3 s keep that within ~3%
+PROBE_SECONDS = 3.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -205,7 +209,7 @@ def probe_cluster(cluster_file: Path, out: Path) -> dict[str, Any]:
     names = list(cluster.names)
     with NetnsNetwork(names, shapes=shapes_from_cluster(cluster_file, names)) as net:
         hosts = [ProbeHost(m, net.address(m), net.prefix(m), net.cgroup_prefix(m)) for m in names]
-        result = probe(hosts)
+        result = probe(hosts, seconds=PROBE_SECONDS)
     write_atomic(out, yaml.safe_dump(result["cluster"], sort_keys=False))
     probed = {m["name"]: m for m in result["cluster"]["machines"]}
     report = {}

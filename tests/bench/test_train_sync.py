@@ -42,3 +42,19 @@ def test_placement_real_job_with_parameter_servers_is_a_valid_graphjob(tmp_path)
     assert "ps:1" in roles and "ps:2" not in roles
     plain = parse_job(job_data(tmp_path, ["m0", "m1"], tmp_path / "parts", 4)).spec
     assert plain.training.sync == "allreduce" and plain.num_ps == 0
+
+
+def test_an_asynchronous_ps_job_is_planned_with_its_staleness(tmp_path):
+    # the placement job carries training.staleness (it was planned as a synchronous PS)
+    from graphrun.bench.placement_real import job_data
+    from graphrun.job.planning import graphjob_to_placement
+    from graphrun.job.spec import parse_job
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.npy").write_bytes(b"0" * 1000)
+    data = job_data(tmp_path / "data", ["m0", "m1"], tmp_path / "parts", 4, 1000, 1, 2)
+    job_file = tmp_path / "job.yaml"
+    gp = graphjob_to_placement(parse_job(data, str(job_file)), job_file, "products", 8)
+    assert gp.job.spec.sync == "ps" and gp.job.spec.staleness == 2
+    sync = job_data(tmp_path / "data", ["m0", "m1"], tmp_path / "parts", 4, 1000, 1)
+    assert graphjob_to_placement(parse_job(sync), job_file, "products", 8).job.spec.staleness == 0
