@@ -4,7 +4,8 @@ the feature flows charged although the trainers' caches hold every row (the mode
 ``features_cached``; pr6), and on the hosts' CPU quotas as written in the run's
 ``cluster.yaml`` instead of the probed shares (what the probe measures since pr8: it
 read 5-15% low before), and without the parameter servers' CPU (their records, ``ps-J.jsonl``,
-left out: ``ps_update_s`` 0, the model before issue 32's fix).
+left out: ``ps_update_s`` 0, the model before issue 32's fix), and an asynchronous PS
+(``training.staleness``) simulated as a synchronous one (the model before too).
 
     python benchmarks/repredict_placement.py WORKDIR RESULT.json
 
@@ -50,23 +51,25 @@ def main(workdir: Path, result: dict) -> None:
     job_file = workdir / "job-co-location.yaml"
     data = yaml.safe_load(job_file.read_text())
     tiny = Demand(cpu=0, memory_gb=0.1)  # memory does not change a makespan
+    no_ps = [r for r in serves if not isinstance(r, PSRecord)]
     variants = (
-        ("with serving steps", serves, None, probed),
-        ("without serving steps", [], None, probed),
-        ("features charged", serves, False, probed),
-        ("with serving steps, CPU quotas", serves, None, quotas),
-        ("without the PS's CPU", [r for r in serves if not isinstance(r, PSRecord)], None, probed),
+        ("with serving steps", serves, {}, probed),
+        ("without serving steps", [], {}, probed),
+        ("features charged", serves, {"features_cached": False}, probed),
+        ("with serving steps, CPU quotas", serves, {}, quotas),
+        ("without the PS's CPU", no_ps, {}, probed),
+        ("an asynchronous PS planned as synchronous", serves, {"staleness": 0}, probed),
     )
-    for label, served, cached, cluster in variants:
+    for label, served, update, cluster in variants:
         with tempfile.TemporaryDirectory() as tmp:
             profile_file = Path(tmp) / "profile.json"
             save_profile(profile_from_records(records, "repredict", served), profile_file)
             spec = parse_job(data, str(job_file))
             gp = graphjob_to_placement(spec, job_file, str(profile_file), 8)
         job = gp.job.with_demands({"store": tiny, "trainer": tiny})
-        if cached is not None:
-            job = replace(job, spec=job.spec.model_copy(update={"features_cached": cached}))
-        label += f" (features_cached: {job.spec.features_cached})"
+        if update:
+            job = replace(job, spec=job.spec.model_copy(update=update))
+        label += f" (features_cached: {job.spec.features_cached}, staleness {job.spec.staleness})"
         ev = Evaluator(cluster, make_scenario(job, 0, ITERATIONS))
         cells = []
         for run in result["runs"]:
