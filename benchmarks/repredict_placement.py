@@ -5,7 +5,11 @@ the feature flows charged although the trainers' caches hold every row (the mode
 ``cluster.yaml`` instead of the probed shares (what the probe measures since pr8: it
 read 5-15% low before), and without the parameter servers' CPU (their records, ``ps-J.jsonl``,
 left out: ``ps_update_s`` 0, the model before issue 32's fix), and an asynchronous PS
-(``training.staleness``) simulated as a synchronous one (the model before too).
+(``training.staleness``) simulated as a synchronous one (the model before too). The last
+line predicts every placement from *its own* run's records (its trainers', stores' and
+parameter servers'), not the co-located run's: what is left then is the model's error,
+not the machine's drift between runs (the trainers' CPU seconds a step moved by up to
+25% between the runs of one command on the loaded box, issue 32).
 
     python benchmarks/repredict_placement.py WORKDIR RESULT.json
 
@@ -26,7 +30,7 @@ import yaml
 
 from graphrun.job.planning import graphjob_to_placement
 from graphrun.job.spec import parse_job
-from graphrun.placement.cluster import load_cluster
+from graphrun.placement.cluster import Cluster, load_cluster
 from graphrun.placement.cost import Evaluator
 from graphrun.placement.job import Demand
 from graphrun.placement.profile import (
@@ -60,25 +64,38 @@ def main(workdir: Path, result: dict) -> None:
         ("without the PS's CPU", no_ps, {}, probed),
         ("an asynchronous PS planned as synchronous", serves, {"staleness": 0}, probed),
     )
-    for label, served, update, cluster in variants:
+
+    def evaluator(recs: list, served: list, update: dict, cluster: Cluster) -> Evaluator:
         with tempfile.TemporaryDirectory() as tmp:
             profile_file = Path(tmp) / "profile.json"
-            save_profile(profile_from_records(records, "repredict", served), profile_file)
+            save_profile(profile_from_records(recs, "repredict", served), profile_file)
             spec = parse_job(data, str(job_file))
             gp = graphjob_to_placement(spec, job_file, str(profile_file), 8)
         job = gp.job.with_demands({"store": tiny, "trainer": tiny})
         if update:
             job = replace(job, spec=job.spec.model_copy(update=update))
-        label += f" (features_cached: {job.spec.features_cached}, staleness {job.spec.staleness})"
-        ev = Evaluator(cluster, make_scenario(job, 0, ITERATIONS))
-        cells = []
-        for run in result["runs"]:
-            x = tuple(machines.index(run["assignments"][role]) for role in job.roles)
-            predicted = ev.makespan(x) / ITERATIONS * steps
-            measured = run["measured_epoch_s"]
-            cells.append(f"{run['placement']} {predicted:.2f}/{measured:.2f} "
-                         f"({predicted / measured - 1:+.0%})")  # fmt: skip
-        print(f"{label}: " + "; ".join(cells))
+        return Evaluator(cluster, make_scenario(job, 0, ITERATIONS))
+
+    def cell(ev: Evaluator, run: dict) -> str:
+        x = tuple(machines.index(run["assignments"][role]) for role in ev.job.roles)
+        predicted = ev.makespan(x) / ITERATIONS * steps
+        measured = run["measured_epoch_s"]
+        return (
+            f"{run['placement']} {predicted:.2f}/{measured:.2f} ({predicted / measured - 1:+.0%})"
+        )
+
+    for label, served, update, cluster in variants:
+        ev = evaluator(records, served, update, cluster)
+        spec = ev.job.spec
+        label += f" (features_cached: {spec.features_cached}, staleness {spec.staleness})"
+        print(f"{label}: " + "; ".join(cell(ev, run) for run in result["runs"]))
+    cells = []
+    for run in result["runs"]:
+        own = workdir / f"run-{run['placement']}" / "profile"
+        recs, served = read_metrics(sorted(own.glob("*.jsonl")))
+        cells.append(cell(evaluator([r for r in recs if r.iteration > steps], served, {}, probed),
+                          run))  # fmt: skip
+    print("each placement from its own run's records: " + "; ".join(cells))
 
 
 if __name__ == "__main__":
