@@ -148,7 +148,7 @@ def test_a_host_gets_its_cpu_quota_while_other_processes_load_the_box():
     # a 0.5-CPU host beside 2 busy processes per core got about 2/5 of a core
     import os
 
-    from graphrun.job.netns import CPU_SHARES, HostShape
+    from graphrun.local.netns import CPU_SHARES, HostShape
 
     hogs = [
         subprocess.Popen([sys.executable, "-c", "while True: pass"])
