@@ -19,6 +19,10 @@ Sampling of iteration ``i`` may start once iteration ``i - prefetch - 1`` has en
 (parameters delivered to every trainer); a trainer without sampler workers samples its
 batch ``i`` only after training batch ``i - 1`` (one process does one thing at a time).
 
+Flows of one stage from stores on the same machine are merged; flows inside a machine
+are free. Times and bytes are drawn once per :class:`Scenario` (seeded), so every
+placement is scored on the same draws.
+
 Parameter servers (``sync: ps``): synchronous (``staleness: 0``), each shard's update of
 iteration ``i`` waits for every trainer's gradient and every trainer's parameters for
 its next batch wait for that update. Asynchronous (``staleness: k >= 1``, the runtime's
@@ -31,9 +35,6 @@ each trainer's sampling then waits for its own parameters of iteration
 shard's update is a CPU step of its ``ps:j`` task (``ps_update_s``: the CPU seconds the
 parameter servers measured for one step of every trainer, receiving, applying and
 sending included), shared with the other roles of its machine like theirs.
-Flows of one stage from stores on the same machine are merged; flows inside a machine
-are free. Times and bytes are drawn once per :class:`Scenario` (seeded), so every
-placement is scored on the same draws.
 
 CPU: a profile measured by graphrun's runtime carries the CPU seconds of each batch's
 sampling and compute (``Profile.cpu_seconds``). Then those steps are fluids too: a
