@@ -64,10 +64,18 @@ def test_sync_ps_trains_as_allreduce_does(tmp_path):
 
 
 def test_async_ps_learns(tmp_path):
+    from graphrun.placement.profile import PSRecord, profile_from_records, read_metrics
+
     path = small_job(tmp_path, epochs=3, lr=0.03, sync="ps", staleness=2)
-    run(path)[0].run()
+    run(path, profile_dir=tmp_path / "profile")[0].run()
     last = metrics(path)[-1]
     assert last["epoch"] == 2 and last["test_acc"] > 0.5  # 4 classes: chance is 0.25
+    # profiled, the parameter server says what it spent: the placement model's PS cost
+    batches, servers = read_metrics(sorted((tmp_path / "profile").glob("*.jsonl")))
+    (ps,) = [r for r in servers if isinstance(r, PSRecord)]
+    steps = len([b for b in batches if b.rank == 0])
+    assert (ps.index, ps.trainers, ps.pushes) == (0, 2, 2 * steps) and ps.cpu_s > 0
+    assert profile_from_records(batches, "p", servers)["ps_update_s"].mean > 0
 
 
 def test_killed_parameter_server_fails_the_job_by_name(tmp_path):
