@@ -77,7 +77,7 @@ def main(workdir: Path, result: dict) -> None:
         return Evaluator(cluster, make_scenario(job, 0, ITERATIONS))
 
     def cell(ev: Evaluator, run: dict) -> str:
-        x = tuple(machines.index(run["assignments"][role]) for role in ev.job.roles)
+        x = tuple(machines.index(run["assignments"][str(role)]) for role in ev.job.roles)
         predicted = ev.makespan(x) / ITERATIONS * steps
         measured = run["measured_epoch_s"]
         return (
