@@ -21,6 +21,7 @@ attempt means for the job (restart, phases) is the workflow's business
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import sys
@@ -67,6 +68,7 @@ class LocalMachines:
         wrap: Wrap | None = None,
         python: str = sys.executable,
         interval: float = 0.1,
+        elastic_min: int | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.sink = sink if sink is not None else sys.stdout
@@ -76,6 +78,9 @@ class LocalMachines:
         self.interval = interval
         self.last_exits: dict[str, int | None] = {}
         self.last_pids: dict[str, int] = {}
+        # runtime.elastic.minMachines: a lost machine's trainers are gone, the others go on
+        self.elastic_min = elastic_min
+        self.lost: list[str] = []
 
     def _worker_command(self, launch: MachineLaunch, status_dir: Path) -> RoleCommand:
         plan = launch.write(self.run_dir / "launch" / f"{launch.machine}.json")
@@ -124,10 +129,11 @@ class LocalMachines:
                 changed = self._read_states(status_dir, states)
                 if changed and on_states is not None:
                     on_states(dict(states))
-                failure = self._failure(status_dir, sup.poll())
+                ended = self._survive(launches, states, sup.poll())
+                failure = self._failure(status_dir, ended)
                 if failure is not None:
                     raise failure
-                if all(s == "done" for s in states.values()):
+                if all(s == "done" for m, s in states.items() if m not in self.lost):
                     break
                 if stop.is_set():
                     raise JobFailed("job", "local", None, "stopped by a signal (SIGTERM/Ctrl-C)")
@@ -149,6 +155,27 @@ class LocalMachines:
                 failure = first
             raise failure
         return AttemptResult(exits, dict(states))
+
+    def _survive(
+        self, launches: Sequence[MachineLaunch], states: Mapping[str, str], ended: list[RoleExit]
+    ) -> list[RoleExit]:
+        """The workers' exits that fail the attempt: with ``elastic_min``, a worker that
+        died while its machine trained is a lost machine the others go on without, as
+        long as ``elastic_min`` machines are left (:mod:`graphrun.local.elastic`)."""
+        from graphrun.local.elastic import SURVIVABLE, can_go_on, machine_lost_event
+
+        fatal = []
+        for ex in ended:
+            machine = ex.role.removeprefix("worker:")
+            died = ex.exit_code != 0 and states.get(machine) in SURVIVABLE
+            if died and can_go_on(len(states), len(self.lost) + 1, self.elastic_min):
+                self.lost.append(machine)
+                event = machine_lost_event(machine, launches, ex.exit_code, self.lost)
+                self.sink.write(json.dumps(event) + "\n")
+                self.sink.flush()
+                continue
+            fatal.append(ex)
+        return fatal
 
     @staticmethod
     def _read_states(status_dir: Path, states: dict[str, str]) -> bool:

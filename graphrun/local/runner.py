@@ -490,9 +490,11 @@ class LocalJob:
         hosts = replace(hosts, rendezvous=self._file_rendezvous())
         hosts.write(self.paths.hosts_file)
         launches = self.launches(hosts, resume)
+        elastic = self.job.spec.runtime.elastic
         machines = LocalMachines(
-            self.paths.run_dir, self.sink, self.opts.grace_s, wrap, self.opts.python
-        )
+            self.paths.run_dir, self.sink, self.opts.grace_s, wrap, self.opts.python,
+            elastic_min=elastic.min_machines if elastic is not None else None,
+        )  # fmt: skip
         ready = {"serving", "training", "done"}
 
         def on_states(states: Mapping[str, str]) -> None:

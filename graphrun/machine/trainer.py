@@ -114,7 +114,19 @@ def train_config(job: GraphJob, args: argparse.Namespace, run_dir: Path, ckpt: P
         profile_file=args.profile,
         tensorboard_dir=run_dir / "tensorboard" if t.tensorboard else None,
         machines=trainer_machines(job, args.job),
+        elastic=elastic_config(job),
     )
+
+
+def elastic_config(job: GraphJob) -> Any:
+    """``runtime.elastic`` as the trainer loop takes it (None: a lost machine fails the
+    attempt)."""
+    e = job.spec.runtime.elastic
+    if e is None:
+        return None
+    from graphrun.train.config import ElasticConfig
+
+    return ElasticConfig(min_machines=e.min_machines, timeout_s=e.timeout_seconds)
 
 
 def trainer_machines(job: GraphJob, job_file: Path) -> tuple[str, ...]:
@@ -189,12 +201,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             if own:
                 ctx.client.stop_servers()
 
-        def finished() -> None:
+        def finished(rank: int) -> None:
             # every session leaves (the loader workers' too) or stops its heartbeats before
             # trainer 0 stops the stores: a job that succeeded ended with one "heartbeat ...
-            # connection lost" warning per worker and store
+            # connection lost" warning per worker and store (``rank``: in the group the
+            # trainers ended in, which an elastic job may have re-formed)
             data.close()
-            if args.rank == 0 and own:
+            if rank == 0 and own:
                 ctx.client.stop_heartbeat()  # it still needs its connections to stop them
             else:
                 ctx.close()

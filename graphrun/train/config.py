@@ -18,6 +18,15 @@ TASKS = ("node-classification", "hetero-node-classification", "link-prediction")
 
 
 @dataclass(frozen=True)
+class ElasticConfig:
+    """``runtime.elastic`` as a trainer takes it (:mod:`graphrun.train.elastic`)."""
+
+    min_machines: int
+    timeout_s: float = 30.0  # a collective's wait for a peer before it counts as lost
+    settle_s: float = 3.0  # how long the survivors gather before the new group is fixed
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     task: str | None = "node-classification"
     entry_point: str | None = None  # "module:function", called with a TrainContext
@@ -57,6 +66,7 @@ class TrainConfig:
     test_edges: float = 0.05  # ... and for test
     eval_negatives: int = 50  # link prediction: negatives each held-out positive ranks against
     extra: dict[str, str] = field(default_factory=dict)
+    elastic: ElasticConfig | None = None  # go on without a lost machine (train.elastic)
 
     def __post_init__(self) -> None:
         if (self.task is None) == (self.entry_point is None):

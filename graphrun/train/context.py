@@ -32,6 +32,7 @@ class TrainContext:
     # steps, write its checkpoint and raise graphrun.errors.Suspended (built-in tasks do)
     stop: StopFlag | None = None
     ps: Any = None  # graphrun.train.ps.PSSettings: dense parameters on parameter servers
+    elastic: Any = None  # graphrun.train.elastic.Regroup: re-form without a lost machine
 
     @property
     def rank(self) -> int:

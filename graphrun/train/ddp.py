@@ -65,8 +65,11 @@ class DDPConfig:
 
 
 @contextlib.contextmanager
-def process_group(cfg: DDPConfig) -> Iterator[None]:
-    """Join the trainers' process group for the duration of the block."""
+def process_group(cfg: DDPConfig) -> Iterator[Any]:
+    """Join the trainers' process group for the duration of the block; yields the
+    rendezvous store when it is the job's CURVE store (elastic trainers meet there again),
+    else None."""
+    store: Any = None
     with contextlib.ExitStack() as stack:
         if cfg.keys is not None and "://" not in cfg.rendezvous:
             from graphrun.train.rendezvous import key_store
@@ -83,9 +86,10 @@ def process_group(cfg: DDPConfig) -> Iterator[None]:
             rdv = parse_rendezvous(url, flag="rendezvous")
             join(rdv, cfg.rank, cfg.world_size, cfg.timeout_s, backend=cfg.resolved_backend)
         try:
-            yield
+            yield store
         finally:
-            dist.destroy_process_group()
+            if dist.is_initialized():  # an elastic group may have ended as one trainer
+                dist.destroy_process_group()
 
 
 def wrap(model: torch.nn.Module, cfg: DDPConfig) -> torch.nn.Module:

@@ -243,6 +243,46 @@ class DistGraphData:
     def embedding(self, name: str, num: int, dim: int, lr: float) -> Embedding:
         return StoreEmbedding(self.graph.ctx.client, name, num, dim, lr)
 
+    # ---- elastic trainers (graphrun.train.elastic) ----------------------------------------
+
+    def split_seeds(
+        self, ids: Tensor, rank: int, world: int, parts: list[int], ntype: str | None
+    ) -> Tensor:
+        """Trainer ``rank`` of ``world``'s share of ``ids`` (home partitions ``parts``)."""
+        return node_split(ids, self.book, rank, world, ntype=ntype, trainer_parts=parts, mode="pad")
+
+    def train_orders(self, epoch: int, ntype: str | None) -> list[Tensor]:
+        """Every trainer's training seeds of ``epoch`` in the order its loader deals them."""
+        from graphrun.distributed.minibatch import shuffled
+
+        ids = self.graph.mask_ids("train_mask", ntype)
+        w, parts = self.world_size, list(self._parts)
+        shares = [torch.as_tensor(self.split_seeds(ids, r, w, parts, ntype)) for r in range(w)]
+        return [shuffled(share, self.seed + r, epoch) for r, share in enumerate(shares)]
+
+    def regroup(self, rank: int, world: int, parts: list[int]) -> None:
+        """Be trainer ``rank`` of ``world`` (home partitions ``parts``) from now on: every
+        split is made again for the new group (the feature cache stays)."""
+        self.close()
+        self.rank, self.world_size, self._parts = rank, world, list(parts)
+        self._seeds.clear()
+        self._edges.clear()
+
+    def rest_loader(
+        self, ids: Tensor, ntype: str | None, fanouts: Any, batch_size: int, epoch: int,
+        x: str = "feat", y: str = "label",
+    ) -> Iterator[Batch]:  # fmt: skip
+        """Mini-batches over ``ids`` in their order: the rest of an epoch after a re-form."""
+        loader = DistNodeDataLoader(
+            self.graph, ids, fanouts, batch_size=batch_size, ntype=ntype, shuffle=False,
+            x=x, y=y, seed=self.seed + self.rank, num_workers=0,
+            cache=self.feature_cache(ntype, fanouts, batch_size, x, y),
+        )  # fmt: skip
+        loader.start()
+        loader.set_epoch(epoch)
+        self._loaders[("rest", len(self._loaders))] = loader  # closed with the others
+        return costed(loader, lambda d: int(d[ntype].batch_size if ntype else d.batch_size))
+
     def close(self) -> None:
         for loader in self._loaders.values():
             loader.close()

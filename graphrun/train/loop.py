@@ -28,10 +28,12 @@ import importlib
 import json
 import math
 import resource
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
-from typing import IO, Any
+from dataclasses import replace
+from typing import IO, Any, cast
 
 import numpy as np
 import torch
@@ -46,11 +48,21 @@ from graphrun.train.ddp import (
     AllreduceTimer,
     DDPConfig,
     all_gather_rows,
+    all_max,
     all_min,
     all_sum,
     barrier,
     process_group,
     unwrap,
+    wrap,
+)
+from graphrun.train.elastic import (
+    EpochWork,
+    Regroup,
+    broadcast_optimizer,
+    peer_lost,
+    plan_rest,
+    remaining,
 )
 from graphrun.train.metrics import MetricsLog, Progress
 from graphrun.train.suspend import Position, StopFlag, gather_position, stop_agreed
@@ -164,29 +176,44 @@ def train_epoch(
     prof: Profiler,
     timer: AllreduceTimer | None = None,
     at: Position | None = None,
+    work: EpochWork | None = None,
+    rest: torch.Tensor | None = None,
 ) -> dict[str, Any]:
     """One epoch (from ``at``, a mid-epoch checkpoint's position, if given). Raises
-    :class:`_Stopped` before a step once any trainer was told to stop."""
+    :class:`_Stopped` before a step once any trainer was told to stop.
+
+    ``work`` keeps what the epoch did so far across a re-formed group
+    (:mod:`graphrun.train.elastic`); ``rest`` is then this trainer's seed nodes for the
+    rest of the epoch."""
     # Every random draw of an epoch (dropout masks; the loaders seed their own generators
     # from (seed, epoch, batch)) follows from (seed, epoch, rank), not from the epochs
     # before: a run resumed from the checkpoint of epoch e - 1 trains epoch e exactly as
     # the uninterrupted run did. A mid-epoch checkpoint adds the step and the RNG state.
-    torch.manual_seed(epoch_seed(ctx.config.seed, epoch, ctx.rank))
-    steps = all_min(task.steps_per_epoch(), ctx.ddp)
-    it: Iterator[Batch] = task.epoch_batches(epoch)  # loaders start (workers) off the clock
+    work = work if work is not None else EpochWork()
+    it: Iterator[Batch]
+    if rest is None:
+        torch.manual_seed(epoch_seed(ctx.config.seed, epoch, ctx.rank))
+        steps = all_min(task.steps_per_epoch(), ctx.ddp)
+        it = task.epoch_batches(epoch)  # loaders start (workers) off the clock
+    else:
+        steps = work.done + all_min(-(-int(rest.numel()) // ctx.config.batch_size), ctx.ddp)
+        it = task.rest_batches(rest, epoch)
+    work.note_world(ctx.world_size)
     progress = Progress(steps, f"epoch {epoch}", enabled=ctx.is_main, trainers=ctx.world_size)
-    loss_sum, correct, counted, seeds = 0.0, 0.0, 0, 0
+    progress.done = work.done
     # this trainer's breakdown: seconds per part, CPU, cache and remote feature bytes
-    own = dict.fromkeys(_PARTS, 0.0)
+    own = work.own or dict.fromkeys(_PARTS, 0.0)
+    work.own = own
     local = set(getattr(ctx.data, "local_parts", (ctx.data.partition,)))
-    cpu0 = time.process_time()
-    first = 0
+    first = work.done
     if at is not None:  # the loader's position: its first batches again, dropped
-        rng, (loss_sum, correct, counted_f, seeds_f) = at.of_rank(ctx.rank, ctx.world_size, "")
-        counted, seeds, first = int(counted_f), int(seeds_f), at.step
+        rng, sums = at.of_rank(ctx.rank, ctx.world_size, "")
+        work.sums, first = sums, at.step
         for _ in range(first):
             next(it, None)
         torch.set_rng_state(rng)
+    loss_sum, correct, counted_f, seeds_f = work.sums
+    counted, seeds = int(counted_f), int(seeds_f)
     for i in range(first, steps):
         if stop_agreed(ctx.stop, ctx.ddp):
             sums = [loss_sum, correct, float(counted), float(seeds)]
@@ -207,6 +234,8 @@ def train_epoch(
         if prof.iteration == 1 and ctx.is_main:
             print(json.dumps({"event": "first_step", "time": time.time()}), flush=True)
         loss_sum, correct, counted, seeds = loss_sum + loss, correct + c, counted + n, seeds + n
+        work.done, work.last_step_at = i + 1, time.time()
+        work.sums = [loss_sum, correct, float(counted), float(seeds)]
         own["sample_s"] += batch.sample_s
         own["fetch_s"] += batch.fetch_s
         own["compute_s"] += compute_s
@@ -214,9 +243,9 @@ def train_epoch(
         own["cache_bytes"] += batch.cache_bytes
         own["remote_bytes"] += sum(b for q, b in batch.feature_bytes.items() if q not in local)
         progress.update(batch.seeds)
-    elapsed = progress.elapsed
+    elapsed = time.perf_counter() - work.t0
     device_stats = task.path.end_epoch(elapsed)  # stops the feed; GPU idle share, cache hits
-    own.update(epoch_s=elapsed, cpu_s=time.process_time() - cpu0, peak_rss_mb=_peak_rss_mb())
+    own.update(epoch_s=elapsed, cpu_s=time.process_time() - work.cpu0, peak_rss_mb=_peak_rss_mb())
     tot = all_sum([loss_sum, float(steps), correct, float(counted), float(seeds)], ctx.ddp)
     rows = all_gather_rows([own[k] for k in _PARTS], ctx.ddp)
     return {
@@ -226,8 +255,75 @@ def train_epoch(
         "epoch_s": elapsed,
         "steps": steps,
         "trainers": [dict(zip(_PARTS, row, strict=True)) for row in rows],
+        "world_sizes": work.world_sizes,
+        "reforms": work.reforms,
         **device_stats,
     }
+
+
+def train_epoch_elastic(
+    task: Task,
+    ctx: TrainContext,
+    epoch: int,
+    prof: Profiler,
+    timer: AllreduceTimer | None,
+    at: Position | None,
+) -> tuple[dict[str, Any], TrainContext, AllreduceTimer | None]:
+    """:func:`train_epoch`, re-forming the group without a lost machine and going on
+    (``ctx.elastic``); returns the epoch's result and the context and timer now in use."""
+    work, rest = EpochWork(), None
+    while True:
+        try:
+            return train_epoch(task, ctx, epoch, prof, timer, at, work, rest), ctx, timer
+        except Exception as exc:
+            if ctx.elastic is None or not peer_lost(exc):
+                raise
+            print(f"trainer {ctx.elastic.ident}: a collective failed ({str(exc)[:200]})",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            ctx, timer, rest = _reform(task, ctx, epoch, work)
+            at = None
+
+
+def _reform(
+    task: Task, ctx: TrainContext, epoch: int, work: EpochWork
+) -> tuple[TrainContext, AllreduceTimer | None, torch.Tensor]:
+    """Re-form the group of the survivors, catch up with its rank 0 and re-split the rest
+    of the epoch (:mod:`graphrun.train.elastic`); returns the new context, the timer on
+    the rebuilt DDP model and this trainer's seeds for the rest of the epoch."""
+    reg, data = ctx.elastic, cast(Any, ctx.data)  # a DistGraphData: the store's trainers
+    before = reg.members
+    # each trainer's batch order in the broken group (the lost ones' too), before regroup
+    orders = work.plan if work.plan is not None else data.train_orders(epoch, task.ntype)
+    ddp = reg.reform()
+    ctx = replace(ctx, ddp=ddp)
+    task.ctx = ctx
+    if ctx.is_main:
+        ctx.metrics.enable()
+    done = all_max(work.done if ctx.is_main else 0, ddp)  # rank 0's position for all
+    task.model = wrap(unwrap(task.model), ddp)  # DDP on the new group: rank 0's parameters
+    broadcast_optimizer(task.opt, ddp)  # type: ignore[arg-type]
+    timer = AllreduceTimer.attach(task.model)
+    parts = reg.home_parts(data.book.num_parts)
+    rest = remaining(orders, done - work.plan_from, ctx.config.batch_size)
+    data.regroup(ddp.rank, ddp.world_size, parts)
+
+    def split(ids: torch.Tensor, rank: int, world: int) -> torch.Tensor:
+        return torch.as_tensor(data.split_seeds(ids, rank, world, parts, task.ntype))
+
+    work.plan = plan_rest(rest, ddp.world_size, split)
+    work.plan_from = work.done = done
+    lost = reg.lost_since(before)
+    event = {
+        "event": "reformed", "generation": reg.generation, "epoch": epoch, "step": done,
+        "lost_trainers": lost, "lost_machines": sorted({reg.machine_of(r) for r in lost}),
+        "world_size": ddp.world_size, "machines": sorted({reg.machine_of(r) for r in reg.members}),
+        "paused_s": round(time.time() - work.last_step_at, 3), "time": round(time.time(), 3),
+        "rest_seeds": int(rest.numel()),
+    }  # fmt: skip
+    work.reforms.append(event)
+    if ctx.is_main:
+        print(json.dumps(event), flush=True)
+    return ctx, timer, work.plan[ddp.rank]
 
 
 def breakdown(
@@ -281,6 +377,8 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
     start, at = _resume(task, ctx)
     if ctx.world_size > 1:
         barrier()  # rank 0 restores shared embeddings before anyone reads them
+    if ctx.elastic is not None:
+        ctx.elastic.shorten_timeout()  # from now on a silent trainer counts as lost
     prof = Profiler(ctx, task.model)
     timer = AllreduceTimer.attach(task.model)
     metric = "auc" if ctx.config.task == "link-prediction" else "acc"
@@ -288,7 +386,9 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
     try:
         for epoch in range(start, ctx.config.epochs):
             try:
-                tr = train_epoch(task, ctx, epoch, prof, timer, at if epoch == start else None)
+                tr, ctx, timer = train_epoch_elastic(
+                    task, ctx, epoch, prof, timer, at if epoch == start else None
+                )
             except _Stopped as stopped:
                 _suspend(task, ctx, stopped.position, record)
             record = {"epoch": epoch, "loss": round(tr["loss"], 5)}
@@ -302,7 +402,13 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
                 epoch_s=round(tr["epoch_s"], 4), seeds_per_s=round(tr["seeds_per_s"], 1),
                 steps=int(tr["steps"]),
             )  # fmt: skip
-            record.update(breakdown(tr["trainers"], int(tr["steps"]), ctx.config.machines))
+            machines = ctx.config.machines
+            if ctx.elastic is not None:  # the group's machines now, and how it changed
+                machines = tuple(ctx.elastic.machine_of(r) for r in ctx.elastic.members)
+                record["world_sizes"] = tr["world_sizes"]
+                if tr["reforms"]:
+                    record["reforms"] = tr["reforms"]
+            record.update(breakdown(tr["trainers"], int(tr["steps"]), machines))
             record.update({k: v for k, v in tr.items() if k.startswith(("gpu_", "h2d_"))})
             ctx.metrics.write(record)
             _save(task, ctx, epoch, record)
@@ -342,12 +448,12 @@ def run_training(
     graph: Any = None,
     on_done: Callable[[], None] | None = None,
     stop: StopFlag | None = None,
-    on_finished: Callable[[], None] | None = None,
+    on_finished: Callable[[int], None] | None = None,
     ps: Any = None,
 ) -> Any:
     """Join the process group, then run the task or the entry point. Returns its result.
 
-    ``on_finished`` runs on every rank once its training is over, before the final
+    ``on_finished(rank)`` runs on every rank once its training is over, before the final
     barrier (e.g. to leave the store); ``on_done`` runs on rank 0 once every trainer has
     finished (after that barrier), e.g. to stop the job's store servers, and also once
     they stopped on ``stop`` (raising :class:`~graphrun.errors.Suspended` after their
@@ -358,26 +464,34 @@ def run_training(
         config.metrics_file, enabled=ddp.rank == 0, tensorboard_dir=config.tensorboard_dir
     )
     group = process_group(ddp) if ddp.world_size > 1 else nullcontext()
-    with group:
-        ctx = TrainContext(config, data, ddp, metrics, graph, stop, ps)
+    with group as store:
+        regroup = None
+        if config.elastic is not None and ddp.world_size > 1 and config.entry_point is None:
+            regroup = Regroup(ddp, config.elastic, config.machines, store)
+        ctx = TrainContext(config, data, ddp, metrics, graph, stop, ps, regroup)
         try:
             if config.entry_point is not None:
                 result = load_entry_point(config.entry_point)(ctx)
             else:
                 result = fit(ctx)
         except Suspended:
-            if on_done is not None and ddp.rank == 0:
+            if on_done is not None and _rank_now(ddp, regroup) == 0:
                 on_done()
             raise
         finally:
             metrics.close()
+        now = regroup.ddp if regroup is not None else ddp  # the group it ended in
         if on_finished is not None:
-            on_finished()
-        if ddp.world_size > 1:
+            on_finished(now.rank)
+        if now.world_size > 1:
             barrier()
-        if on_done is not None and ddp.rank == 0:
+        if on_done is not None and now.rank == 0:
             on_done()
         return result
+
+
+def _rank_now(ddp: DDPConfig, regroup: Regroup | None) -> int:
+    return regroup.ddp.rank if regroup is not None else ddp.rank
 
 
 def single_process(config: TrainConfig, data: GraphData) -> dict[str, Any]:

@@ -77,6 +77,13 @@ class MetricsLog:
         if self.path is not None and enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
+    def enable(self) -> None:
+        """Write from now on (a trainer that became rank 0 when its group re-formed; the
+        TensorBoard scalars stay with the first rank 0)."""
+        self.enabled = True
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return

@@ -100,6 +100,17 @@ class Task:
             )
         )  # fmt: skip
 
+    def rest_batches(self, ids: Tensor, epoch: int) -> Iterator[Batch]:
+        """Mini-batches over ``ids`` in their order: this trainer's rest of an epoch after
+        the group re-formed without a lost machine (:mod:`graphrun.train.elastic`)."""
+        d: Any = self.ctx.data
+        return self.path.batches(
+            d.rest_loader(
+                ids, self.ntype, self.cfg.fanout_spec(d.edge_types), self.cfg.batch_size,
+                epoch, self.path.loader_feature, self.cfg.label,
+            )
+        )  # fmt: skip
+
     def step(self, batch: Batch) -> tuple[float, float, int]:
         """One optimisation step: ``(loss, correct, counted)``."""
         self.model.train()

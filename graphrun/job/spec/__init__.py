@@ -122,7 +122,7 @@ from graphrun.job.spec.roles import (
     replica_machine,
     resolve_placement,
 )
-from graphrun.job.spec.runtime import RuntimeSpec
+from graphrun.job.spec.runtime import ElasticSpec, RuntimeSpec
 from graphrun.job.spec.training import Fanout, Task, TrainingSpec
 
 __all__ = [
@@ -174,6 +174,7 @@ __all__ = [
     "ReplicaSpecs",
     "Role",
     "RunPolicy",
+    "ElasticSpec",
     "RuntimeSpec",
     "Scalar",
     "SchedulingPolicy",

@@ -112,6 +112,7 @@ class GraphJobSpec(SpecModel):
                     f"partition.parts: {self.partition.parts}, but graph.store has {n} partitions"
                 )
             return self
+        self._elastic_training()
         if self.runtime.parameter_servers is not None and self.training.sync != "ps":
             raise ValueError(
                 "runtime.parameterServers: only used with training.sync: ps (allreduce has none)"
@@ -129,6 +130,18 @@ class GraphJobSpec(SpecModel):
                 f"({self.runtime.machines}) when placement is co-located"
             )
         return self
+
+    def _elastic_training(self) -> None:
+        if self.runtime.elastic is None:
+            return
+        t = self.training
+        if t.task is None or t.task == "link-prediction":
+            raise ValueError(
+                "runtime.elastic: only for training.task node-classification or "
+                "hetero-node-classification (the loop re-splits the epoch's seed nodes)"
+            )
+        if t.sync != "allreduce":
+            raise ValueError("runtime.elastic: only with training.sync: allreduce")
 
     def _co_located(self) -> bool:
         p = self.placement

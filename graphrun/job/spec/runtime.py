@@ -10,6 +10,25 @@ from graphrun.job.gpus import gpu_defaults
 from graphrun.job.spec.base import MAX_MACHINES, NAME_PATTERN, SpecModel
 
 
+class ElasticSpec(SpecModel):
+    """Trainers that go on without a lost machine (docs/elastic.md)."""
+
+    min_machines: int = Field(
+        ge=1,
+        le=MAX_MACHINES,
+        description="the fewest machines the trainers go on with after losing one; below "
+        "it the job restarts from its last checkpoint (runPolicy), as without elastic",
+    )
+    timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="seconds a trainer waits in a collective for another before it counts "
+        "that trainer's machine as lost (a killed machine is noticed at once; a stopped or "
+        "cut-off one after this)",
+    )
+
+
 class RuntimeSpec(SpecModel):
     """How many processes of each kind run, and on what kind of hosts."""
 
@@ -45,6 +64,11 @@ class RuntimeSpec(SpecModel):
         description="servers of every partition on distinct machines: 1 (its home machine "
         "only) or 2 (also a replica on the next machine, loaded from the partition files; "
         "clients fail over to it and every write goes to both; see docs/replication.md)",
+    )
+    elastic: ElasticSpec | None = Field(
+        default=None,
+        description="when a machine is lost, the surviving trainers re-form without it and "
+        "go on from the step they were at (needs replicas: 2; docs/elastic.md)",
     )
     parameter_servers: int | None = Field(
         default=None, ge=1, le=64,
@@ -89,6 +113,17 @@ class RuntimeSpec(SpecModel):
                 f"replicas: {self.replicas} copies of each partition need as many machines "
                 f"(machines is {self.machines})"
             )
+        if self.elastic is not None:
+            if self.elastic.min_machines > self.machines:
+                raise ValueError(
+                    f"elastic.minMachines: {self.elastic.min_machines} is more than the job's "
+                    f"{self.machines} machines"
+                )
+            if self.replicas < 2:
+                raise ValueError(
+                    "elastic: needs replicas: 2 (a lost machine's partitions must be served "
+                    "by their replicas for the trainers to go on)"
+                )
         names = self.machine_names
         if names is not None:
             if len(names) != self.machines:

@@ -1,0 +1,56 @@
+"""The launcher's side of elastic trainers (``runtime.elastic``, docs/elastic.md).
+
+A machine is *lost* when its worker process ends (killed with every role it ran, or
+its host gone) while the job trains. With ``runtime.elastic`` and at least
+``minMachines`` machines left, the launcher says so (:func:`machine_lost_event`: which
+machine, when, which replicas serve its partitions, which machines' trainers go on)
+and waits for the others; the surviving trainers re-form their group by themselves
+(:mod:`graphrun.train.elastic`). Below ``minMachines`` the loss fails the attempt, and
+the job restarts as without elastic.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from graphrun.machine.launch import MachineLaunch
+from graphrun.names import RoleName
+
+# the states of a machine whose loss the others survive: its trainers started
+SURVIVABLE = ("training", "done")
+
+
+def can_go_on(machines: int, lost: int, min_machines: int | None) -> bool:
+    """Whether ``machines - lost`` machines may go on without the lost ones."""
+    return min_machines is not None and machines - lost >= min_machines
+
+
+def machine_lost_event(
+    machine: str, launches: Sequence[MachineLaunch], exit_code: int | None, lost: Sequence[str]
+) -> dict[str, Any]:
+    """The ``machine_lost`` event: which partitions' replicas take over (and where), and
+    the machines whose trainers go on (``lost``: every machine lost so far)."""
+    primaries = {
+        RoleName.parse(r.role).index
+        for m in launches
+        if m.machine == machine
+        for r in m.of_kind("store")
+        if RoleName.parse(r.role).replica == 0 and RoleName.parse(r.role).sub == 0
+    }
+    replicas = {
+        f"partition {RoleName.parse(r.role).index}": f"{r.role} on {m.machine}"
+        for m in launches
+        if m.machine not in lost
+        for r in m.of_kind("store")
+        if RoleName.parse(r.role).replica > 0 and RoleName.parse(r.role).index in primaries
+    }
+    trainers = sorted(m.machine for m in launches if m.of_kind("trainer") and m.machine not in lost)
+    return {
+        "event": "machine_lost",
+        "machine": machine,
+        "exit_code": exit_code,
+        "time": round(time.time(), 3),
+        "took_over": {"partitions": dict(sorted(replicas.items())), "trainers": trainers},
+    }

@@ -1,0 +1,236 @@
+"""Elastic trainers: the survivors of a lost machine re-form and go on (``runtime.elastic``).
+
+The protocol (docs/elastic.md):
+
+1. **Noticed.** A trainer's collective fails: gloo raises at once when a peer's process
+   died (its connections reset), and after ``timeout_s`` when a peer stopped answering
+   (every group of an elastic job waits that long at most). :func:`peer_lost` tells these
+   errors from the rest. The loop keeps what the epoch did so far (:class:`EpochWork`).
+2. **Re-formed.** Each survivor destroys its process group and meets the others at the
+   job's rendezvous under a new *generation* ``g``: the same file (``<file>.g<g>``, one
+   host) or trainer 0's CURVE store (``g<g>/`` keys): never an unauthenticated listener.
+   It writes ``g<g>/in/<ident>`` (``ident``: its rank in the first group), waits until
+   every member of the last group wrote it or ``settle_s`` passed, and the first to
+   finish waiting fixes the members with a compare-and-set of ``g<g>/members``; everyone
+   reads that one list. A trainer left out of it (too slow to notice) exits with an
+   error. Fewer machines than ``min_machines`` left: every survivor raises
+   :class:`BelowMinimum`, the trainers exit non-zero and the job restarts from its last
+   checkpoint, as without elastic. Then ``init_process_group`` with the new ranks
+   (members in ident order) on the generation's prefix.
+3. **Caught up.** The new rank 0's step count, model and dense optimiser state are
+   broadcast (DDP is rebuilt on the new group, which broadcasts the parameters; the Adam
+   moments follow): a trainer that finished the step the others abandoned is undone.
+   Sparse embeddings live in the replicated store and need nothing.
+4. **Re-split.** Every survivor computes the epoch's remaining seed nodes: each member of
+   the last group's batch order (the loaders' order is a function of seed, epoch and
+   rank) from the steps taken on, the lost trainers' included, and deals them with
+   ``node_split`` to the new group (home partitions first, equal counts). The epoch goes
+   on from its step; the next epochs split the training nodes over the new group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from graphrun.errors import GraphrunError, RpcTimeout
+from graphrun.train.config import ElasticConfig
+from graphrun.train.ddp import DDPConfig
+
+POLL_S = 0.05
+# what gloo's and NCCL's errors say when a peer is gone or silent
+_LOST = ("Connection closed", "Connection reset", "Broken pipe", "Timed out", "timed out",
+         "timeout", "NCCL", "gloo", "Socket Timeout", "recvBytes", "sendBytes")  # fmt: skip
+
+
+class BelowMinimum(GraphrunError):
+    """Too few machines are left to go on: the job falls back to its restart policy."""
+
+
+class LeftOut(GraphrunError):
+    """This trainer was not among the survivors the group re-formed with."""
+
+
+def peer_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` is a collective that failed because a peer died or went silent."""
+    if isinstance(exc, RpcTimeout):
+        return False
+    dist_error = getattr(dist, "DistError", None)
+    if dist_error is not None and isinstance(exc, dist_error):
+        return True
+    return isinstance(exc, RuntimeError) and any(s in str(exc) for s in _LOST)
+
+
+@dataclass
+class EpochWork:
+    """What an epoch did so far on this trainer, kept across a re-form."""
+
+    done: int = 0  # steps taken, the same on every trainer
+    sums: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
+    own: dict[str, float] = field(default_factory=dict)  # this trainer's breakdown parts
+    world_sizes: list[list[int]] = field(default_factory=list)  # [first step, world size]
+    last_step_at: float = field(default_factory=time.time)
+    t0: float = field(default_factory=time.perf_counter)  # the epoch's start
+    cpu0: float = field(default_factory=time.process_time)
+    reforms: list[dict[str, Any]] = field(default_factory=list)  # the "reformed" events
+    # after a re-form: each member's seed nodes for the rest of the epoch (new-rank order)
+    plan: list[Tensor] | None = None
+    plan_from: int = 0  # ``done`` when ``plan`` was made
+
+    def note_world(self, world: int) -> None:
+        if not self.world_sizes or self.world_sizes[-1][1] != world:
+            self.world_sizes.append([self.done, world])
+
+
+def _bytes(value: Any) -> bytes:
+    if isinstance(value, bytes | bytearray):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value)
+
+
+def agree_members(
+    store: Any, gen: int, ident: int, last: Sequence[int], settle_s: float, timeout_s: float
+) -> list[int]:
+    """The members of generation ``gen`` (idents, sorted), the same list on every survivor."""
+    prefix = f"g{gen}/"
+    store.set(f"{prefix}in/{ident}", b"1")
+    deadline = time.monotonic() + settle_s
+    while time.monotonic() < deadline:
+        if store.check([f"{prefix}in/{r}" for r in last]):
+            break
+        time.sleep(POLL_S)
+    present = [r for r in last if store.check([f"{prefix}in/{r}"])]
+    mine = ",".join(str(r) for r in present).encode()
+    fixed = _bytes(store.compare_set(f"{prefix}members", b"", mine))
+    if not fixed:  # an older torch store answers the expected value: read it back
+        fixed = _bytes(store.get(f"{prefix}members"))
+    return [int(x) for x in fixed.decode().split(",") if x]
+
+
+class Regroup:
+    """This trainer's view of the elastic group: who is in it, and how to re-form it.
+
+    ``base``: the CURVE store of a keyed TCP rendezvous (trainer 0 serves it), or None for
+    a file rendezvous (a fresh file per generation)."""
+
+    def __init__(
+        self, ddp: DDPConfig, cfg: ElasticConfig, machines: Sequence[str], base: Any = None
+    ) -> None:
+        self.ddp = ddp
+        self.cfg = cfg
+        self.ident = ddp.rank
+        self.machines = tuple(machines) or tuple(f"trainer{r}" for r in range(ddp.world_size))
+        self.base = base
+        self.members: tuple[int, ...] = tuple(range(ddp.world_size))
+        self.generation = 0
+
+    def home_parts(self, num_parts: int) -> list[int]:
+        """Each member's home partition, in new-rank order (as in the first group)."""
+        from graphrun.names import home_partition
+
+        return [home_partition(r, len(self.machines), num_parts) for r in self.members]
+
+    def machine_of(self, ident: int) -> str:
+        return self.machines[ident] if ident < len(self.machines) else f"trainer{ident}"
+
+    def shorten_timeout(self) -> None:
+        """The first group waits ``cfg.timeout_s`` for a silent peer from now on (it was
+        formed with the rendezvous timeout: trainers start at different times)."""
+        from torch.distributed.distributed_c10d import _set_pg_timeout
+
+        with contextlib.suppress(RuntimeError, ValueError):
+            _set_pg_timeout(timedelta(seconds=self.cfg.timeout_s))
+
+    def _store(self, gen: int) -> Any:
+        if self.base is not None:
+            return dist.PrefixStore("elastic/", self.base)
+        url = self.ddp.rendezvous
+        if not url.startswith("file://"):
+            raise BelowMinimum(
+                f"cannot re-form: rendezvous {url!r} is neither a file nor the job's CURVE store"
+            )
+        store = dist.FileStore(f"{url.removeprefix('file://')}.g{gen}", -1)
+        store.set_timeout(timedelta(seconds=self.ddp.timeout_s))
+        return store
+
+    def reform(self) -> DDPConfig:
+        """Destroy the broken group and form the next one of the survivors; returns the
+        new :class:`DDPConfig` (rank and world size in the new group)."""
+        gen = self.generation + 1
+        if dist.is_initialized():
+            with contextlib.suppress(RuntimeError, ValueError):
+                dist.destroy_process_group()
+        try:
+            store = self._store(gen)
+            members = agree_members(
+                store, gen, self.ident, self.members, self.cfg.settle_s, self.ddp.timeout_s
+            )
+        except RpcTimeout as exc:  # trainer 0's CURVE store went with its machine
+            raise BelowMinimum(f"cannot re-form: the rendezvous is gone ({exc})") from None
+        if self.ident not in members:
+            raise LeftOut(
+                f"trainer {self.ident}: the other trainers re-formed without it "
+                f"(generation {gen}: {members})"
+            )
+        left = {self.machine_of(r) for r in members}
+        if len(left) < self.cfg.min_machines:
+            lost = sorted({self.machine_of(r) for r in self.members} - left)
+            raise BelowMinimum(
+                f"lost machine(s) {', '.join(lost)}: {len(left)} left, fewer than "
+                f"runtime.elastic.minMachines ({self.cfg.min_machines}); restarting instead"
+            )
+        new = replace(self.ddp, rank=members.index(self.ident), world_size=len(members))
+        if new.world_size > 1:
+            dist.init_process_group(
+                new.resolved_backend, store=dist.PrefixStore(f"g{gen}/pg", store),
+                rank=new.rank, world_size=new.world_size,
+                timeout=timedelta(seconds=self.cfg.timeout_s),
+            )  # fmt: skip
+        self.generation, self.members, self.ddp = gen, tuple(members), new
+        return new
+
+    def lost_since(self, before: Sequence[int]) -> list[int]:
+        return [r for r in before if r not in self.members]
+
+
+def broadcast_optimizer(opt: torch.optim.Optimizer, ddp: DDPConfig) -> None:
+    """Every tensor of ``opt``'s state from rank 0 (all trainers took the same steps, so
+    they hold the same keys; a trainer without state yet takes none)."""
+    if ddp.world_size == 1:
+        return
+    from graphrun.train.ddp import all_min
+
+    if not all_min(1 if opt.state else 0, ddp):
+        return
+    for group in opt.param_groups:
+        for p in group["params"]:
+            for v in opt.state.get(p, {}).values():
+                if isinstance(v, Tensor):
+                    t = v.to(ddp.collective_device)
+                    dist.broadcast(t, 0)
+                    if t is not v:
+                        v.copy_(t)
+
+
+def remaining(orders: Sequence[Tensor], steps_taken: int, batch_size: int) -> Tensor:
+    """The seed nodes of every member's batches from step ``steps_taken`` on."""
+    rest = [o[steps_taken * batch_size :] for o in orders]
+    return torch.cat(rest) if rest else torch.empty(0, dtype=torch.int64)
+
+
+def plan_rest(
+    rest: Tensor, world: int, split: Callable[[Tensor, int, int], Tensor]
+) -> list[Tensor]:
+    """``rest`` dealt to the ``world`` trainers of the new group (``split(ids, rank,
+    world)``: node_split with the members' home partitions)."""
+    return [split(rest, r, world) for r in range(world)]

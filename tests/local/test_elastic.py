@@ -1,0 +1,136 @@
+"""Elastic trainers (``runtime.elastic``): a job goes on without a lost machine.
+
+A 3-machine local job with ``replicas: 2``; every process of machine ``m1`` is killed
+(SIGSTOP, then SIGKILL) at a seeded moment of an epoch after the first. The survivors
+re-form and finish the job without a restart; known rows written to a DistEmbedding
+before the kill read back the same after it; the metrics say 3 trainers, then 2.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from graphrun.job.hosts import Hosts
+from graphrun.local.runner import LocalJob, RunOptions
+from graphrun.job.spec import load_job
+from graphrun.testing.jobs import small_job
+from graphrun.testing.procs import kill_machine
+from tests.local.test_jobs import nothing_left
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SEED = 31
+
+
+def events(text: str, name: str) -> list[dict[str, Any]]:
+    return [json.loads(x[x.index("{") :]) for x in text.splitlines() if f'"event": "{name}"' in x]
+
+
+def wait_for(cond, timeout: float = 180.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+class Chaos:
+    """Writes known DistEmbedding rows, kills ``machine`` in epoch ``epoch`` after a seeded
+    delay, and reads the rows back once the trainers re-formed."""
+
+    def __init__(self, run_dir: Path, sink: io.StringIO, machine: str, epoch: int) -> None:
+        self.run_dir, self.sink, self.machine, self.epoch = run_dir, sink, machine, epoch
+        self.killed: list[int] = []
+        self.written: np.ndarray | None = None
+        self.read: np.ndarray | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self._chaos()
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def _client(self) -> Any:
+        from graphrun.distributed import initialize
+        from graphrun.rpc.auth import load_keys
+
+        hosts = Hosts.read(self.run_dir / "hosts.json")
+        parts = sorted(hosts.store_endpoints().items())
+        copies = hosts.replica_endpoints()
+        return initialize(
+            [f"tcp://{eps[0]}" for _, eps in parts], job="chaos",
+            keys=load_keys(self.run_dir / "keys" / "job.key"), rank=0, world_size=1,
+            replicas=tuple(tuple(f"tcp://{e}" for e in copies.get(p, ())) for p, _ in parts),
+            use_shm=False,
+        )  # fmt: skip
+
+    def _chaos(self) -> None:
+        from graphrun.store.embedding import DistEmbedding
+
+        metrics = self.run_dir / "metrics.jsonl"
+        assert wait_for(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) >= 1)
+        ctx = self._client()
+        try:
+            emb = DistEmbedding(ctx.client, 2000, 4, "known", init="zeros")
+            rng = np.random.default_rng(SEED)
+            ids = np.arange(2000, dtype=np.int64)
+            self.written = rng.standard_normal((2000, 4)).astype(np.float32)
+            emb.weight[ids] = self.written  # acknowledged once it returns: on both copies
+            # somewhere in the epoch after the one just written
+            time.sleep(random.Random(SEED).uniform(0.2, 1.0))
+            self.killed = kill_machine(self.machine)
+            assert wait_for(lambda: '"event": "reformed"' in self.sink.getvalue())
+            self.read = emb.weight[ids].numpy()
+        finally:
+            ctx.close()
+
+
+@pytest.mark.timeout(400)
+def test_the_survivors_of_a_lost_machine_go_on_without_a_restart(tmp_path):
+    path = small_job(
+        tmp_path, nodes=4000, machines=3, epochs=6, batchSize=5, evalEvery=100,
+        runtime={"replicas": 2, "elastic": {"minMachines": 2}},
+    )  # fmt: skip
+    sink = io.StringIO()
+    job = LocalJob(load_job(path), path, RunOptions(grace_s=2.0), sink=sink)
+    chaos = Chaos(tmp_path / "runs" / "small", sink, "m1", epoch=1)
+    chaos.thread.start()
+    report = job.run()
+    chaos.thread.join(30)
+    assert chaos.error is None, chaos.error
+    assert chaos.killed, "the job ended before the kill: make it longer"
+    out = sink.getvalue()
+    print(out[-6000:])
+    assert report.state.phase == "Succeeded" and report.state.restarts == 0, out[-3000:]
+    assert events(out, "resumed") == []  # no restart from a checkpoint
+    [lost] = events(out, "machine_lost")
+    assert lost["machine"] == "m1" and lost["took_over"]["trainers"] == ["m0", "m2"]
+    assert lost["took_over"]["partitions"] == {"partition 1": "store:1:r on m2"}
+    [reformed] = events(out, "reformed")
+    assert reformed["lost_machines"] == ["m1"] and reformed["world_size"] == 2
+    assert reformed["lost_trainers"] == [1] and reformed["generation"] == 1
+    # no acknowledged update is lost
+    assert chaos.read is not None and np.array_equal(chaos.read, chaos.written)
+    # the world size per step: 3, then 2 from the step where the group re-formed
+    records = [
+        json.loads(x) for x in (tmp_path / "runs/small/metrics.jsonl").read_text().splitlines()
+    ]
+    assert [r["epoch"] for r in records] == [0, 1, 2, 3, 4, 5]
+    sizes = [r["world_sizes"] for r in records]
+    assert sizes[0] == [[0, 3]] and sizes[-1] == [[0, 2]]
+    flat = [w for s in sizes for _, w in s]
+    assert flat == sorted(flat, reverse=True) and set(flat) == {2, 3}, sizes
+    assert records[-1]["world_size"] == 2 and records[-1]["test_acc"] > 0.5
+    nothing_left(job)
