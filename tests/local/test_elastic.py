@@ -32,7 +32,14 @@ SEED = 31
 
 
 def events(text: str, name: str) -> list[dict[str, Any]]:
-    return [json.loads(x[x.index("{") :]) for x in text.splitlines() if f'"event": "{name}"' in x]
+    """The console's ``{"event": name, ...}`` lines (after their ``[role@machine]``)."""
+    found = []
+    for line in text.splitlines():
+        if line.partition("] ")[2].startswith(f'{{"event": "{name}"') or line.startswith(
+            f'{{"event": "{name}"'
+        ):
+            found.append(json.loads(line[line.index("{") :]))
+    return found
 
 
 def wait_for(cond, timeout: float = 180.0) -> bool:
@@ -63,17 +70,18 @@ class Chaos:
             self.error = exc
 
     def _client(self) -> Any:
-        from graphrun.distributed import initialize
         from graphrun.rpc.auth import load_keys
+        from graphrun.store.client import ClientConfig, KVClient
 
         hosts = Hosts.read(self.run_dir / "hosts.json")
         parts = sorted(hosts.store_endpoints().items())
         copies = hosts.replica_endpoints()
-        return initialize(
-            [f"tcp://{eps[0]}" for _, eps in parts], job="chaos",
-            keys=load_keys(self.run_dir / "keys" / "job.key"), rank=0, world_size=1,
-            replicas=tuple(tuple(f"tcp://{e}" for e in copies.get(p, ())) for p, _ in parts),
-            use_shm=False,
+        return KVClient(
+            ClientConfig(
+                [f"tcp://{eps[0]}" for _, eps in parts], job="chaos", timeout=10,
+                keys=load_keys(self.run_dir / "keys" / "job.key"), name="chaos",
+                replicas=tuple(tuple(f"tcp://{e}" for e in copies.get(p, ())) for p, _ in parts),
+            )
         )  # fmt: skip
 
     def _chaos(self) -> None:
@@ -81,12 +89,12 @@ class Chaos:
 
         metrics = self.run_dir / "metrics.jsonl"
         assert wait_for(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) >= 1)
-        ctx = self._client()
+        client = self._client()
         try:
-            emb = DistEmbedding(ctx.client, 2000, 4, "known", init="zeros")
+            emb = DistEmbedding(client, 4000, 4, "known", init="zeros")
             rng = np.random.default_rng(SEED)
-            ids = np.arange(2000, dtype=np.int64)
-            self.written = rng.standard_normal((2000, 4)).astype(np.float32)
+            ids = np.arange(4000, dtype=np.int64)
+            self.written = rng.standard_normal((4000, 4)).astype(np.float32)
             emb.weight[ids] = self.written  # acknowledged once it returns: on both copies
             # somewhere in the epoch after the one just written
             time.sleep(random.Random(SEED).uniform(0.2, 1.0))
@@ -94,7 +102,7 @@ class Chaos:
             assert wait_for(lambda: '"event": "reformed"' in self.sink.getvalue())
             self.read = emb.weight[ids].numpy()
         finally:
-            ctx.close()
+            client.close()
 
 
 @pytest.mark.timeout(400)
