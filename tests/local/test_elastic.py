@@ -55,8 +55,8 @@ class Chaos:
     """Writes known DistEmbedding rows, kills ``machine`` in epoch ``epoch`` after a seeded
     delay, and reads the rows back once the trainers re-formed."""
 
-    def __init__(self, run_dir: Path, sink: io.StringIO, machine: str, epoch: int) -> None:
-        self.run_dir, self.sink, self.machine, self.epoch = run_dir, sink, machine, epoch
+    def __init__(self, run_dir: Path, sink: io.StringIO, machine: str, rows: bool = True) -> None:
+        self.run_dir, self.sink, self.machine, self.rows = run_dir, sink, machine, rows
         self.killed: list[int] = []
         self.written: np.ndarray | None = None
         self.read: np.ndarray | None = None
@@ -89,6 +89,9 @@ class Chaos:
 
         metrics = self.run_dir / "metrics.jsonl"
         assert wait_for(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) >= 1)
+        if not self.rows:
+            self.killed = kill_machine(self.machine)
+            return
         client = self._client()
         try:
             emb = DistEmbedding(client, 4000, 4, "known", init="zeros")
@@ -96,8 +99,8 @@ class Chaos:
             ids = np.arange(4000, dtype=np.int64)
             self.written = rng.standard_normal((4000, 4)).astype(np.float32)
             emb.weight[ids] = self.written  # acknowledged once it returns: on both copies
-            # somewhere in the epoch after the one just written
-            time.sleep(random.Random(SEED).uniform(0.2, 1.0))
+            # somewhere in the epoch after the one just written (after its checkpoint)
+            time.sleep(random.Random(SEED).uniform(0.8, 1.3))
             self.killed = kill_machine(self.machine)
             assert wait_for(lambda: '"event": "reformed"' in self.sink.getvalue())
             self.read = emb.weight[ids].numpy()
@@ -113,7 +116,7 @@ def test_the_survivors_of_a_lost_machine_go_on_without_a_restart(tmp_path):
     )  # fmt: skip
     sink = io.StringIO()
     job = LocalJob(load_job(path), path, RunOptions(grace_s=2.0), sink=sink)
-    chaos = Chaos(tmp_path / "runs" / "small", sink, "m1", epoch=1)
+    chaos = Chaos(tmp_path / "runs" / "small", sink, "m1")
     chaos.thread.start()
     report = job.run()
     chaos.thread.join(30)
@@ -141,4 +144,26 @@ def test_the_survivors_of_a_lost_machine_go_on_without_a_restart(tmp_path):
     flat = [w for s in sizes for _, w in s]
     assert flat == sorted(flat, reverse=True) and set(flat) == {2, 3}, sizes
     assert records[-1]["world_size"] == 2 and records[-1]["test_acc"] > 0.5
+    nothing_left(job)
+
+
+@pytest.mark.timeout(400)
+def test_below_min_machines_the_job_restarts_from_its_checkpoint(tmp_path):
+    path = small_job(
+        tmp_path, nodes=4000, machines=2, epochs=3, batchSize=5, evalEvery=100,
+        runtime={"replicas": 2, "elastic": {"minMachines": 2}}, run_policy={"backoffLimit": 1},
+    )  # fmt: skip
+    sink = io.StringIO()
+    job = LocalJob(load_job(path), path, RunOptions(grace_s=2.0), sink=sink)
+    chaos = Chaos(tmp_path / "runs" / "small", sink, "m1", rows=False)
+    chaos.thread.start()
+    report = job.run()
+    chaos.thread.join(30)
+    assert chaos.error is None, chaos.error
+    assert chaos.killed, "the job ended before the kill: make it longer"
+    out = sink.getvalue()
+    assert report.state.phase == "Succeeded" and report.state.restarts == 1, out[-3000:]
+    assert events(out, "machine_lost") == [] and events(out, "reformed") == []
+    [resumed] = events(out, "resumed")
+    assert resumed["from_epoch"] >= 0
     nothing_left(job)
