@@ -99,8 +99,11 @@ class Chaos:
             ids = np.arange(4000, dtype=np.int64)
             self.written = rng.standard_normal((4000, 4)).astype(np.float32)
             emb.weight[ids] = self.written  # acknowledged once it returns: on both copies
-            # somewhere in the epoch after the one just written (after its checkpoint)
-            time.sleep(random.Random(SEED).uniform(0.8, 1.3))
+            # at a seeded step of the epoch after the one just written (a line per step)
+            steps = json.loads(metrics.read_text().splitlines()[0])["steps"]
+            at = steps + random.Random(SEED).randint(8, 16)
+            prof = self.run_dir.parent.parent / "profile" / "trainer-0.jsonl"
+            assert wait_for(lambda: len(prof.read_text().splitlines()) >= at)
             self.killed = kill_machine(self.machine)
             assert wait_for(lambda: '"event": "reformed"' in self.sink.getvalue())
             self.read = emb.weight[ids].numpy()
@@ -115,7 +118,8 @@ def test_the_survivors_of_a_lost_machine_go_on_without_a_restart(tmp_path):
         runtime={"replicas": 2, "elastic": {"minMachines": 2}},
     )  # fmt: skip
     sink = io.StringIO()
-    job = LocalJob(load_job(path), path, RunOptions(grace_s=2.0), sink=sink)
+    opts = RunOptions(grace_s=2.0, profile_dir=tmp_path / "profile")
+    job = LocalJob(load_job(path), path, opts, sink=sink)
     chaos = Chaos(tmp_path / "runs" / "small", sink, "m1")
     chaos.thread.start()
     report = job.run()
@@ -123,7 +127,6 @@ def test_the_survivors_of_a_lost_machine_go_on_without_a_restart(tmp_path):
     assert chaos.error is None, chaos.error
     assert chaos.killed, "the job ended before the kill: make it longer"
     out = sink.getvalue()
-    print(out[-6000:])
     assert report.state.phase == "Succeeded" and report.state.restarts == 0, out[-3000:]
     assert events(out, "resumed") == []  # no restart from a checkpoint
     [lost] = events(out, "machine_lost")
@@ -132,6 +135,9 @@ def test_the_survivors_of_a_lost_machine_go_on_without_a_restart(tmp_path):
     [reformed] = events(out, "reformed")
     assert reformed["lost_machines"] == ["m1"] and reformed["world_size"] == 2
     assert reformed["lost_trainers"] == [1] and reformed["generation"] == 1
+    assert reformed["epoch"] == 1 and reformed["step"] > 0  # mid-epoch: no restart of it
+    # the rest of the epoch: every trainer's batches from that step on, the lost one's too
+    assert reformed["rest_seeds"] > 0
     # no acknowledged update is lost
     assert chaos.read is not None and np.array_equal(chaos.read, chaos.written)
     # the world size per step: 3, then 2 from the step where the group re-formed
