@@ -521,3 +521,48 @@ def test_replicas_go_to_the_next_machine_and_never_beside_their_primary() -> Non
 def test_replicas_need_as_many_machines() -> None:
     with pytest.raises(SpecError, match="replicas: 2 copies of each partition need as many"):
         parse_job(job(runtime={"machines": 1, "replicas": 2}))
+
+
+def test_elastic() -> None:
+    runtime = {"machines": 3, "replicas": 2, "elastic": {"minMachines": 2}}
+    e = parse_job(job(runtime=runtime)).spec.runtime.elastic
+    assert e is not None and e.min_machines == 2 and e.timeout_seconds == 30.0
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        (
+            {"runtime": {"machines": 3, "elastic": {"minMachines": 2}}},
+            "elastic: needs replicas: 2",
+        ),
+        (
+            {"runtime": {"machines": 2, "replicas": 2, "elastic": {"minMachines": 3}}},
+            "elastic.minMachines: 3 is more than the job's 2 machines",
+        ),
+        (
+            {"runtime": {"machines": 2, "replicas": 2, "elastic": {"minMachines": 0}}},
+            "spec.runtime.elastic.minMachines",
+        ),
+        (
+            {"runtime": {"machines": 2, "replicas": 2, "elastic": {}}},
+            "spec.runtime.elastic.minMachines",
+        ),
+        (
+            {
+                "runtime": {"machines": 2, "replicas": 2, "elastic": {"minMachines": 1}},
+                "training": {"task": "link-prediction"},
+            },
+            "runtime.elastic: only for training.task node-classification",
+        ),
+        (
+            {
+                "runtime": {"machines": 2, "replicas": 2, "elastic": {"minMachines": 1}},
+                "training": {"task": "node-classification", "sync": "ps"},
+            },
+            "runtime.elastic: only with training.sync: allreduce",
+        ),
+    ],
+)
+def test_elastic_errors(spec: dict[str, Any], expected: str) -> None:
+    assert expected in error_of(job(**spec))

@@ -1,0 +1,69 @@
+"""The pure parts of elastic trainers (the re-form itself runs in tests/job/test_elastic.py)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from graphrun.errors import RpcTimeout
+from graphrun.train.elastic import EpochWork, agree_members, peer_lost, plan_rest, remaining
+
+
+def test_peer_lost_tells_a_lost_peer_from_other_errors():
+    gloo = "[third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer"
+    assert peer_lost(RuntimeError(gloo))
+    assert peer_lost(RuntimeError("[Rank 1]: Timed out waiting 30000ms for recv operation"))
+    assert not peer_lost(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+    assert not peer_lost(ValueError("Connection reset"))
+    assert not peer_lost(RpcTimeout("no answer within 5 s", address="tcp://x:1", kind="pull"))
+
+
+def test_the_rest_of_an_epoch_is_every_trainers_batches_from_the_step_on():
+    orders = [torch.arange(0, 10), torch.arange(10, 20), torch.arange(20, 30)]
+    rest = remaining(orders, 2, 3)  # 2 steps of 3 seeds taken by each of the 3 trainers
+    assert rest.tolist() == [6, 7, 8, 9, 16, 17, 18, 19, 26, 27, 28, 29]
+    plan = plan_rest(rest, 2, lambda ids, r, w: ids[r::w])
+    assert sorted(torch.cat(plan).tolist()) == rest.tolist()
+    assert [len(p) for p in plan] == [6, 6]
+    assert remaining(orders, 4, 3).numel() == 0
+
+
+def test_the_world_size_is_recorded_where_it_changes():
+    work = EpochWork()
+    work.note_world(3)
+    work.done = 5
+    work.note_world(3)
+    work.note_world(2)
+    assert work.world_sizes == [[0, 3], [5, 2]]
+
+
+def _agree(path: str, ident: int, last: list[int], settle_s: float, out: dict) -> None:
+    store = dist.FileStore(path, -1)
+    store.set_timeout(timedelta(seconds=10))
+    out[ident] = agree_members(store, 1, ident, last, settle_s, 10.0)
+
+
+@pytest.mark.parametrize("present", [[0, 2], [1, 2], [0, 1, 2]])
+def test_the_survivors_agree_on_one_member_list(tmp_path, present):
+    out: dict[int, list[int]] = {}
+    threads = [
+        threading.Thread(target=_agree, args=(str(tmp_path / "g1"), r, [0, 1, 2], 0.5, out))
+        for r in present
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert out == {r: present for r in present}
+
+
+def test_a_trainer_that_comes_too_late_is_left_out(tmp_path):
+    out: dict[int, list[int]] = {}
+    path = str(tmp_path / "g1")
+    _agree(path, 0, [0, 1, 2], 0.2, out)  # alone for the settle time: fixes [0]
+    _agree(path, 2, [0, 1, 2], 0.2, out)
+    assert out == {0: [0], 2: [0]}
