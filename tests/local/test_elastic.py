@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from graphrun.job.hosts import Hosts
-from graphrun.local.runner import LocalJob, RunOptions
 from graphrun.job.spec import load_job
+from graphrun.local.runner import LocalJob, RunOptions
 from graphrun.testing.jobs import small_job
 from graphrun.testing.procs import kill_machine
 from tests.local.test_jobs import nothing_left

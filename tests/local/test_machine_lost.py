@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 import json
 
-from graphrun.job.elastic import can_go_on, machine_lost_event
-from graphrun.job.launch import MachineLaunch, RoleKind, RoleLaunch
-from graphrun.job.local import LocalMachines
-from graphrun.job.process import RoleCommand, RoleExit
+from graphrun.local.elastic import can_go_on, machine_lost_event
+from graphrun.local.machines import LocalMachines
+from graphrun.machine.launch import MachineLaunch, RoleKind, RoleLaunch
+from graphrun.machine.process import RoleCommand, RoleExit
 
 
 def _launch(machine: str, *roles: tuple[RoleKind, str]) -> MachineLaunch:
