@@ -11,9 +11,13 @@ the job restarts as without elastic.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import time
 from collections.abc import Sequence
 from typing import Any
+
+import psutil
 
 from graphrun.machine.launch import MachineLaunch
 from graphrun.names import RoleName
@@ -54,3 +58,30 @@ def machine_lost_event(
         "time": round(time.time(), 3),
         "took_over": {"partitions": dict(sorted(replicas.items())), "trainers": trainers},
     }
+
+
+def kill_machine(machine: str) -> list[int]:
+    """SIGKILL every process of a local job's ``machine``: its ``graphrun worker`` (a
+    descendant of this process) and everything the worker started. All are stopped
+    (SIGSTOP) first, so none sees the others die and reacts (a worker reporting its
+    roles' deaths, a trainer told to checkpoint); returns the pids killed."""
+    plan = f"{machine}.json"
+    workers = []
+    for c in psutil.Process().children(recursive=True):
+        try:
+            argv = c.cmdline()
+        except psutil.Error:
+            continue
+        if "worker" in argv and any(a.endswith(f"/launch/{plan}") for a in argv):
+            workers.append(c)
+    procs = []
+    for w in workers:
+        with contextlib.suppress(psutil.Error):
+            procs += [w, *w.children(recursive=True)]
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.send_signal(signal.SIGSTOP)
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.send_signal(signal.SIGKILL)
+    return [p.pid for p in procs]

@@ -30,6 +30,11 @@ DISTDGL = ["train", "--dataset", "{file}", "--peer", "distdgl", "--hosts", "netn
         (["train", "--dataset", "{file}", "--peer", "distdgl"], "--peer distdgl: needs --hosts"),
         (DISTDGL, "--peer-python: the DistDGL peer needs a Python with dgl"),
         ([*DISTDGL, "--peer-python", "{file}"], "is not an executable file"),
+        (["elastic", "--kill-epoch", "0"], "--kill-epoch: 0 is not in [1, 10)"),
+        (["elastic", "--epochs", "3", "--kill-epoch", "3"], "--kill-epoch: 3 is not in [1, 3)"),
+        (["elastic", "--batch-size", "0"], "--batch-size: must be at least 1"),
+        (["elastic", "--nodes", "10"], "--nodes: must be at least 1000"),
+        (["elastic", "--dataset", "{file}"], "is not a directory"),
     ],
 )
 def test_bad_arguments(

@@ -21,9 +21,9 @@ import pytest
 
 from graphrun.job.hosts import Hosts
 from graphrun.job.spec import load_job
+from graphrun.local.elastic import kill_machine
 from graphrun.local.runner import LocalJob, RunOptions
 from graphrun.testing.jobs import small_job
-from graphrun.testing.procs import kill_machine
 from tests.local.test_jobs import nothing_left
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

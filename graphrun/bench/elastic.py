@@ -1,0 +1,253 @@
+"""``graphrun bench elastic``: a machine lost under ``runtime.elastic``, JSON out.
+
+The same 3-machine job (``--hosts netns`` by default: each machine a network namespace
+with its own link) on the same partitions, three times:
+
+1. ``replicas: 1``, undisturbed: the baseline epoch;
+2. ``replicas: 2``, ``elastic: {minMachines: 2}``, undisturbed: ``replica_overhead``
+   (its median epoch over run 1's, minus 1), ``replica_memory_mb`` (the replica servers'
+   peak proportional set size, summed), ``test_acc_undisturbed``;
+3. the same, and once epoch ``--kill-epoch`` started a client writes known rows to a
+   DistEmbedding, then every process of ``m1`` is stopped and killed at a seeded step of
+   that epoch: ``resume_s`` (from the kill to the survivors' re-formed group, the
+   ``reformed`` event), ``paused_s`` (from their last step before it), ``lost_updates``
+   (rows read back different after the re-form), ``test_acc``.
+
+Without ``--dataset`` a community graph of ``--nodes`` nodes is generated. Prints one
+JSON object::
+
+    {"bench": "elastic", "hosts": "netns", "nodes": .., "epochs": .., "kill_epoch": ..,
+     "resume_s": .., "paused_s": .., "lost_updates": 0, "test_acc": ..,
+     "test_acc_undisturbed": .., "replica_overhead": .., "replica_memory_mb": ..,
+     "epoch_s": {"replicas1": .., "replicas2": .., "killed": [...]}, "world_sizes": [...]}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphrun.errors import ArgumentError
+
+SEED = 31
+MACHINES = 3
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "elastic",
+        help="a machine lost under runtime.elastic: resume time, lost updates, accuracy",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--dataset", type=Path, help="dataset directory (default: generate one)")
+    p.add_argument("--nodes", type=int, default=20_000, help="without --dataset: its nodes")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--kill-epoch", type=int, default=4)
+    p.add_argument("--hosts", choices=("local", "netns"), default="netns")
+    p.add_argument("--batch-size", type=int, default=100)
+    p.add_argument("--fanouts", default="25,10", help="comma-separated, one per layer")
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--workdir", type=Path, help="keep the dataset, partitions and logs here")
+    p.set_defaults(func=run)
+
+
+def _job(workdir: Path, dataset: Path, args: argparse.Namespace, replicas: int) -> Path:
+    import yaml
+
+    runtime: dict[str, Any] = {"machines": MACHINES, "hosts": args.hosts, "replicas": replicas}
+    if replicas > 1:
+        runtime["elastic"] = {"minMachines": MACHINES - 1}
+    spec = {
+        "apiVersion": "graphrun.io/v1alpha1", "kind": "GraphJob",
+        "metadata": {"name": "elastic"},
+        "spec": {
+            "graph": {"dataset": str(dataset.resolve())},
+            "partition": {"parts": MACHINES, "output": str(workdir / "parts")},
+            "runtime": runtime,
+            "training": {"task": "node-classification", "epochs": args.epochs,
+                         "batchSize": args.batch_size,
+                         "fanouts": [int(f) for f in args.fanouts.split(",")],
+                         "hidden": args.hidden, "lr": 0.003, "evalEvery": args.epochs},
+        },
+    }  # fmt: skip
+    path = workdir / f"job-r{replicas}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+class Chaos(threading.Thread):
+    """Known DistEmbedding rows written once epoch ``epoch`` started, ``machine`` killed
+    at a seeded step of it, the rows read back once the trainers re-formed."""
+
+    def __init__(self, run_dir: Path, sink: Any, machine: str, epoch: int) -> None:
+        super().__init__(daemon=True)
+        self.run_dir, self.sink, self.machine, self.epoch = run_dir, sink, machine, epoch
+        self.rows = 0
+        self.killed_at: float | None = None
+        self.lost_updates: int | None = None
+        self.error: str | None = None
+
+    def run(self) -> None:
+        try:
+            self._chaos()
+        except Exception as exc:  # reported in the JSON
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def _wait(self, cond: Any, timeout: float = 3600.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not cond():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the job never got there")
+            time.sleep(0.05)
+
+    def _lines(self, path: Path) -> int:
+        return len(path.read_text().splitlines()) if path.is_file() else 0
+
+    def _client(self) -> Any:
+        from graphrun.job.hosts import Hosts
+        from graphrun.rpc.auth import load_keys
+        from graphrun.store.client import ClientConfig, KVClient
+
+        hosts = Hosts.read(self.run_dir / "hosts.json")
+        parts = sorted(hosts.store_endpoints().items())
+        copies = hosts.replica_endpoints()
+        return KVClient(
+            ClientConfig(
+                [f"tcp://{eps[0]}" for _, eps in parts], job="chaos", timeout=10,
+                keys=load_keys(self.run_dir / "keys" / "job.key"), name="chaos",
+                replicas=tuple(tuple(f"tcp://{e}" for e in copies.get(p, ())) for p, _ in parts),
+            )
+        )  # fmt: skip
+
+    def _chaos(self) -> None:
+        from graphrun.local.elastic import kill_machine
+        from graphrun.store.embedding import DistEmbedding
+
+        metrics = self.run_dir / "metrics.jsonl"
+        self._wait(lambda: self._lines(metrics) >= self.epoch)
+        steps = json.loads(metrics.read_text().splitlines()[0])["steps"]
+        client = self._client()
+        try:
+            self.rows = int(client.book.num_nodes)  # a node-policy tensor: a row per node
+            emb = DistEmbedding(client, self.rows, 4, "known", init="zeros")
+            ids = np.arange(self.rows, dtype=np.int64)
+            known = np.random.default_rng(SEED).standard_normal((self.rows, 4)).astype(np.float32)
+            emb.weight[ids] = known
+            at = steps * self.epoch + random.Random(SEED).randint(1, max(1, steps - 1))
+            prof = self.run_dir / "profile" / "trainer-0.jsonl"
+            self._wait(lambda: self._lines(prof) >= at)
+            kill_machine(self.machine)
+            self.killed_at = time.time()
+            self._wait(lambda: '"event": "reformed"' in self.sink.getvalue(), 600)
+            got = emb.weight[ids].numpy()
+            self.lost_updates = int((got != known).any(axis=1).sum())
+        finally:
+            client.close()
+
+
+def _run(
+    path: Path, run_dir: Path, hosts: str, workdir: Path, kill_epoch: int | None = None
+) -> dict[str, Any]:
+    """One run of the job file ``path``; with ``kill_epoch``, :class:`Chaos` in it."""
+    import io
+
+    from graphrun.bench.train import RssSampler
+    from graphrun.job.spec import load_job
+    from graphrun.local.runner import LocalJob, RunOptions
+
+    shutil.rmtree(run_dir, ignore_errors=True)
+    opts = RunOptions(run_dir=run_dir, hosts=hosts, profile_dir=run_dir / "profile")
+    sink = io.StringIO()
+    job = load_job(path)
+    rss = RssSampler(run_dir / "status")
+    rss.start()
+    killer = None
+    if kill_epoch is not None:
+        killer = Chaos(run_dir, sink, "m1", kill_epoch)
+        killer.start()
+    try:
+        LocalJob(job, path, opts, sink=sink).run()
+    finally:
+        rss.stop.set()
+        rss.join()
+        (workdir / f"{run_dir.name}.log").write_text(sink.getvalue())
+    if killer is not None:
+        killer.join(60)
+    recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    out: dict[str, Any] = {
+        "epoch_s": [r["epoch_s"] for r in recs],
+        "test_acc": recs[-1].get("test_acc"),
+        "replica_memory_mb": round(
+            sum(v for r, v in rss.role_peak.items() if r.startswith("store:") and ":r" in r), 1
+        ),
+        "world_sizes": [r.get("world_sizes") for r in recs],
+    }
+    if killer is not None:
+        reformed = [
+            json.loads(x[x.index("{") :])
+            for x in sink.getvalue().splitlines()
+            if x.partition("] ")[2].startswith('{"event": "reformed"')
+        ]
+        out.update(lost_updates=killer.lost_updates, chaos_error=killer.error)
+        if reformed and killer.killed_at is not None:
+            out["resume_s"] = round(reformed[0]["time"] - killer.killed_at, 3)
+            out["paused_s"] = reformed[0]["paused_s"]
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 0 < args.kill_epoch < args.epochs:
+        raise ArgumentError(f"--kill-epoch: {args.kill_epoch} is not in [1, {args.epochs})")
+    if args.batch_size < 1:
+        raise ArgumentError(f"--batch-size: must be at least 1, got {args.batch_size}")
+    if args.dataset is None and args.nodes < 1000:
+        raise ArgumentError(f"--nodes: must be at least 1000, got {args.nodes}")
+    if args.dataset is not None and not args.dataset.is_dir():
+        raise ArgumentError(f"--dataset: {args.dataset} is not a directory")
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="graphrun-bench-elastic-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        dataset = args.dataset
+        nodes = None
+        if dataset is None:
+            from graphrun.graph import save_dataset
+            from graphrun.graph.generate import GenParams, community
+
+            dataset = workdir / "data"
+            nodes = args.nodes
+            if not dataset.is_dir():
+                params = GenParams(nodes=args.nodes, avg_degree=20, feat_dim=32, classes=8)
+                save_dataset(community(params), dataset)
+        base = _run(_job(workdir, dataset, args, 1), workdir / "run-r1", args.hosts, workdir)
+        rep = _job(workdir, dataset, args, 2)
+        calm = _run(rep, workdir / "run-r2", args.hosts, workdir)
+        hit = _run(rep, workdir / "run-killed", args.hosts, workdir, args.kill_epoch)
+        e1, e2 = statistics.median(base["epoch_s"]), statistics.median(calm["epoch_s"])
+        result = {
+            "bench": "elastic", "hosts": args.hosts, "dataset": str(args.dataset or ""),
+            "nodes": nodes, "epochs": args.epochs, "kill_epoch": args.kill_epoch,
+            "resume_s": hit.get("resume_s"), "paused_s": hit.get("paused_s"),
+            "lost_updates": hit.get("lost_updates"), "test_acc": hit["test_acc"],
+            "test_acc_undisturbed": calm["test_acc"], "test_acc_replicas1": base["test_acc"],
+            "replica_overhead": round(e2 / e1 - 1.0, 4),
+            "replica_memory_mb": calm["replica_memory_mb"],
+            "epoch_s": {"replicas1": round(e1, 4), "replicas2": round(e2, 4),
+                        "killed": hit["epoch_s"]},
+            "world_sizes": hit["world_sizes"], "chaos_error": hit.get("chaos_error"),
+        }  # fmt: skip
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps(result), flush=True)
+    return 0
