@@ -22,7 +22,7 @@ class ElasticConfig:
     """``runtime.elastic`` as a trainer takes it (:mod:`graphrun.train.elastic`)."""
 
     min_machines: int
-    timeout_s: float = 30.0  # a collective's wait for a peer before it counts as lost
+    timeout_s: float = 60.0  # a collective's wait for a peer before it counts as lost
     settle_s: float = 3.0  # how long the survivors gather before the new group is fixed
 
 

@@ -10,7 +10,9 @@ The protocol (docs/elastic.md):
    job's rendezvous under a new *generation* ``g``: the same file (``<file>.g<g>``, one
    host) or trainer 0's CURVE store (``g<g>/`` keys): never an unauthenticated listener.
    It writes ``g<g>/in/<ident>`` (``ident``: its rank in the first group), waits until
-   every member of the last group wrote it or ``settle_s`` passed, and the first to
+   every member of the last group wrote it or the settle time passed (``settle_s`` when
+   a peer's connection dropped: every survivor notices that at once; ``timeout_s`` when
+   a collective timed out: a slow but living trainer gets as long to come), and the first to
    finish waiting fixes the members with a compare-and-set of ``g<g>/members``; everyone
    reads that one list. A trainer left out of it (too slow to notice) exits with an
    error. Fewer machines than ``min_machines`` left: every survivor raises
@@ -57,6 +59,11 @@ class BelowMinimum(GraphrunError):
 
 class LeftOut(GraphrunError):
     """This trainer was not among the survivors the group re-formed with."""
+
+
+def dropped(exc: BaseException) -> bool:
+    """Whether a peer's connection dropped (its process died), rather than timed out."""
+    return any(s in str(exc) for s in ("Connection closed", "Connection reset", "Broken pipe"))
 
 
 def peer_lost(exc: BaseException) -> bool:
@@ -163,9 +170,11 @@ class Regroup:
         store.set_timeout(timedelta(seconds=self.ddp.timeout_s))
         return store
 
-    def reform(self) -> DDPConfig:
+    def reform(self, settle_s: float | None = None) -> DDPConfig:
         """Destroy the broken group and form the next one of the survivors; returns the
-        new :class:`DDPConfig` (rank and world size in the new group)."""
+        new :class:`DDPConfig` (rank and world size in the new group). ``settle_s``: how
+        long to wait for the last group's members (default ``cfg.settle_s``)."""
+        settle = self.cfg.settle_s if settle_s is None else settle_s
         gen = self.generation + 1
         if dist.is_initialized():
             with contextlib.suppress(RuntimeError, ValueError):
@@ -173,7 +182,7 @@ class Regroup:
         try:
             store = self._store(gen)
             members = agree_members(
-                store, gen, self.ident, self.members, self.cfg.settle_s, self.ddp.timeout_s
+                store, gen, self.ident, self.members, settle, self.ddp.timeout_s
             )
         except RpcTimeout as exc:  # trainer 0's CURVE store went with its machine
             raise BelowMinimum(f"cannot re-form: the rendezvous is gone ({exc})") from None

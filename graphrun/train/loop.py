@@ -60,6 +60,7 @@ from graphrun.train.elastic import (
     EpochWork,
     Regroup,
     broadcast_optimizer,
+    dropped,
     peer_lost,
     plan_rest,
     remaining,
@@ -280,12 +281,12 @@ def train_epoch_elastic(
                 raise
             print(f"trainer {ctx.elastic.ident}: a collective failed ({str(exc)[:200]})",
                   file=sys.stderr, flush=True)  # fmt: skip
-            ctx, timer, rest = _reform(task, ctx, epoch, work)
+            ctx, timer, rest = _reform(task, ctx, epoch, work, exc)
             at = None
 
 
 def _reform(
-    task: Task, ctx: TrainContext, epoch: int, work: EpochWork
+    task: Task, ctx: TrainContext, epoch: int, work: EpochWork, cause: Exception
 ) -> tuple[TrainContext, AllreduceTimer | None, torch.Tensor]:
     """Re-form the group of the survivors, catch up with its rank 0 and re-split the rest
     of the epoch (:mod:`graphrun.train.elastic`); returns the new context, the timer on
@@ -294,7 +295,11 @@ def _reform(
     before = reg.members
     # each trainer's batch order in the broken group (the lost ones' too), before regroup
     orders = work.plan if work.plan is not None else data.train_orders(epoch, task.ntype)
-    ddp = reg.reform()
+    # a dropped connection is noticed by every survivor at once; a timeout gives a slow
+    # (living) trainer as long again to come
+    ddp = reg.reform(None if dropped(cause) else reg.cfg.timeout_s)
+    if not reg.lost_since(before):  # nobody is gone: the error is not a lost machine's
+        raise cause
     ctx = replace(ctx, ddp=ddp)
     task.ctx = ctx
     if ctx.is_main:

@@ -526,7 +526,7 @@ def test_replicas_need_as_many_machines() -> None:
 def test_elastic() -> None:
     runtime = {"machines": 3, "replicas": 2, "elastic": {"minMachines": 2}}
     e = parse_job(job(runtime=runtime)).spec.runtime.elastic
-    assert e is not None and e.min_machines == 2 and e.timeout_seconds == 30.0
+    assert e is not None and e.min_machines == 2 and e.timeout_seconds == 60.0
 
 
 @pytest.mark.parametrize(

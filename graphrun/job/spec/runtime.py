@@ -20,12 +20,13 @@ class ElasticSpec(SpecModel):
         "it the job restarts from its last checkpoint (runPolicy), as without elastic",
     )
     timeout_seconds: float = Field(
-        default=30.0,
+        default=60.0,
         gt=0,
         le=3600,
         description="seconds a trainer waits in a collective for another before it counts "
         "that trainer's machine as lost (a killed machine is noticed at once; a stopped or "
-        "cut-off one after this)",
+        "cut-off one after this, and as long again for the others to gather): more than "
+        "the longest a trainer waits for another (a checkpoint, an uneven evaluation)",
     )
 
 
