@@ -93,7 +93,6 @@ class Chaos(threading.Thread):
     def __init__(self, run_dir: Path, sink: Any, machine: str, epoch: int) -> None:
         super().__init__(daemon=True)
         self.run_dir, self.sink, self.machine, self.epoch = run_dir, sink, machine, epoch
-        self.rows = 0
         self.killed_at: float | None = None
         self.lost_updates: int | None = None
         self.error: str | None = None
@@ -114,46 +113,79 @@ class Chaos(threading.Thread):
     def _lines(self, path: Path) -> int:
         return len(path.read_text().splitlines()) if path.is_file() else 0
 
-    def _client(self) -> Any:
-        from graphrun.job.hosts import Hosts
-        from graphrun.rpc.auth import load_keys
-        from graphrun.store.client import ClientConfig, KVClient
-
-        hosts = Hosts.read(self.run_dir / "hosts.json")
-        parts = sorted(hosts.store_endpoints().items())
-        copies = hosts.replica_endpoints()
-        return KVClient(
-            ClientConfig(
-                [f"tcp://{eps[0]}" for _, eps in parts], job="chaos", timeout=10,
-                keys=load_keys(self.run_dir / "keys" / "job.key"), name="chaos",
-                replicas=tuple(tuple(f"tcp://{e}" for e in copies.get(p, ())) for p, _ in parts),
-            )
-        )  # fmt: skip
-
     def _chaos(self) -> None:
-        from graphrun.local.elastic import kill_machine
-        from graphrun.store.embedding import DistEmbedding
+        from graphrun.local.elastic import kill_machine, worker_pids
 
         metrics = self.run_dir / "metrics.jsonl"
-        self._wait(lambda: self._lines(metrics) >= self.epoch)
-        steps = json.loads(metrics.read_text().splitlines()[0])["steps"]
-        client = self._client()
+        # the rows are written once the trainers train (every store is up)
+        self._wait(lambda: '"event": "first_step"' in self.sink.getvalue())
+        # the client's sockets live where the stores are reachable: m0's network namespace
+        # (setns moves this thread only; the zmq and heartbeat threads it starts follow)
+        _enter_netns(worker_pids("m0")[0])
+        client = RowsClient(self.run_dir)
         try:
-            self.rows = int(client.book.num_nodes)  # a node-policy tensor: a row per node
-            emb = DistEmbedding(client, self.rows, 4, "known", init="zeros")
-            ids = np.arange(self.rows, dtype=np.int64)
-            known = np.random.default_rng(SEED).standard_normal((self.rows, 4)).astype(np.float32)
-            emb.weight[ids] = known
+            self._wait(lambda: self._lines(metrics) >= self.epoch)
+            steps = json.loads(metrics.read_text().splitlines()[0])["steps"]
             at = steps * self.epoch + random.Random(SEED).randint(1, max(1, steps - 1))
             prof = self.run_dir / "profile" / "trainer-0.jsonl"
             self._wait(lambda: self._lines(prof) >= at)
             kill_machine(self.machine)
             self.killed_at = time.time()
             self._wait(lambda: '"event": "reformed"' in self.sink.getvalue(), 600)
-            got = emb.weight[ids].numpy()
-            self.lost_updates = int((got != known).any(axis=1).sum())
+            self.lost_updates = client.lost()
         finally:
             client.close()
+
+
+def _enter_netns(pid: int) -> None:
+    """Move the calling thread into process ``pid``'s network namespace (if not there)."""
+    import ctypes
+    import os
+
+    mine, theirs = Path("/proc/thread-self/ns/net"), Path(f"/proc/{pid}/ns/net")
+    if os.readlink(mine) == os.readlink(theirs):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(theirs, os.O_RDONLY)
+    try:
+        if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+            raise OSError(ctypes.get_errno(), f"setns into the network namespace of {pid}")
+    finally:
+        os.close(fd)
+
+
+class RowsClient:
+    """Known rows written to a DistEmbedding of the job's store (job ``chaos``)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        from graphrun.job.hosts import Hosts
+        from graphrun.rpc.auth import load_keys
+        from graphrun.store.client import ClientConfig, KVClient
+        from graphrun.store.embedding import DistEmbedding
+
+        hosts = Hosts.read(run_dir / "hosts.json")
+        parts = sorted(hosts.store_endpoints().items())
+        copies = hosts.replica_endpoints()
+        self.client = KVClient(
+            ClientConfig(
+                [f"tcp://{eps[0]}" for _, eps in parts], job="chaos", timeout=10,
+                keys=load_keys(run_dir / "keys" / "job.key"), name="chaos",
+                replicas=tuple(tuple(f"tcp://{e}" for e in copies.get(p, ())) for p, _ in parts),
+            )
+        )  # fmt: skip
+        n = int(self.client.book.num_nodes)  # a node-policy tensor: a row per node
+        self.emb = DistEmbedding(self.client, n, 4, "known", init="zeros")
+        self.ids = np.arange(n, dtype=np.int64)
+        self.known = np.random.default_rng(SEED).standard_normal((n, 4)).astype(np.float32)
+        self.emb.weight[self.ids] = self.known  # acknowledged once it returns: both copies
+
+    def lost(self) -> int:
+        """Rows that read back different."""
+        got = self.emb.weight[self.ids].numpy()
+        return int((got != self.known).any(axis=1).sum())
+
+    def close(self) -> None:
+        self.client.close()
 
 
 def _run(

@@ -60,20 +60,26 @@ def machine_lost_event(
     }
 
 
-def kill_machine(machine: str) -> list[int]:
-    """SIGKILL every process of a local job's ``machine``: its ``graphrun worker`` (a
-    descendant of this process) and everything the worker started. All are stopped
-    (SIGSTOP) first, so none sees the others die and reacts (a worker reporting its
-    roles' deaths, a trainer told to checkpoint); returns the pids killed."""
+def worker_pids(machine: str) -> list[int]:
+    """The ``graphrun worker`` of a local job's ``machine`` (a descendant of this process)."""
     plan = f"{machine}.json"
-    workers = []
+    found = []
     for c in psutil.Process().children(recursive=True):
         try:
             argv = c.cmdline()
         except psutil.Error:
             continue
         if "worker" in argv and any(a.endswith(f"/launch/{plan}") for a in argv):
-            workers.append(c)
+            found.append(c.pid)
+    return found
+
+
+def kill_machine(machine: str) -> list[int]:
+    """SIGKILL every process of a local job's ``machine``: its ``graphrun worker`` (a
+    descendant of this process) and everything the worker started. All are stopped
+    (SIGSTOP) first, so none sees the others die and reacts (a worker reporting its
+    roles' deaths, a trainer told to checkpoint); returns the pids killed."""
+    workers = [psutil.Process(pid) for pid in worker_pids(machine)]
     procs = []
     for w in workers:
         with contextlib.suppress(psutil.Error):
