@@ -221,7 +221,7 @@ def _run(
         "epoch_s": [r["epoch_s"] for r in recs],
         "test_acc": recs[-1].get("test_acc"),
         "replica_memory_mb": round(
-            sum(v for r, v in rss.role_peak.items() if r.startswith("store:") and ":r" in r), 1
+            sum(v for r, v in rss.role_peak.items() if r.kind == "store" and r.replica), 1
         ),
         "world_sizes": [r.get("world_sizes") for r in recs],
     }
