@@ -203,7 +203,8 @@ def _run(
     sink = io.StringIO()
     job = load_job(path)
     rss = RssSampler(run_dir / "status")
-    rss.start()
+    if kill_epoch is None:  # memory is measured undisturbed
+        rss.start()
     killer = None
     if kill_epoch is not None:
         killer = Chaos(run_dir, sink, "m1", kill_epoch)
@@ -212,7 +213,8 @@ def _run(
         LocalJob(job, path, opts, sink=sink).run()
     finally:
         rss.stop.set()
-        rss.join()
+        if rss.is_alive():
+            rss.join()
         (workdir / f"{run_dir.name}.log").write_text(sink.getvalue())
     if killer is not None:
         killer.join(60)
