@@ -117,15 +117,14 @@ class Chaos(threading.Thread):
         from graphrun.local.elastic import kill_machine, worker_pids
 
         metrics = self.run_dir / "metrics.jsonl"
-        # the rows are written once the trainers train (every store is up)
-        self._wait(lambda: '"event": "first_step"' in self.sink.getvalue())
+        # the rows are written once the epoch before the kill's ended
+        self._wait(lambda: self._lines(metrics) >= self.epoch)
+        steps = json.loads(metrics.read_text().splitlines()[0])["steps"]
         # the client's sockets live where the stores are reachable: m0's network namespace
         # (setns moves this thread only; the zmq and heartbeat threads it starts follow)
         _enter_netns(worker_pids("m0")[0])
         client = RowsClient(self.run_dir)
         try:
-            self._wait(lambda: self._lines(metrics) >= self.epoch)
-            steps = json.loads(metrics.read_text().splitlines()[0])["steps"]
             at = steps * self.epoch + random.Random(SEED).randint(1, max(1, steps - 1))
             prof = self.run_dir / "profile" / "trainer-0.jsonl"
             self._wait(lambda: self._lines(prof) >= at)
