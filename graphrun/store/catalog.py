@@ -19,7 +19,7 @@ import numpy as np
 from graphrun.errors import GraphrunError
 from graphrun.store.session import Session
 from graphrun.store.shm import attach
-from graphrun.store.state import TensorInfo
+from graphrun.store.state import TensorInfo, received
 
 log = logging.getLogger("graphrun.store")
 
@@ -57,7 +57,7 @@ class Catalog:
             local = [p for p, e in self.session.parts.items() if e.local] or [0]
             for p in local:
                 wire = self.session.call(p, "meta", {"name": name}).body["info"]
-                self.note(TensorInfo.from_wire(wire), p)
+                self.note(received(TensorInfo, wire), p)
             ti = self._infos[name]
         return ti
 

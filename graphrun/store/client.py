@@ -47,7 +47,7 @@ from graphrun.store import routing
 from graphrun.store.catalog import Catalog
 from graphrun.store.policy import PartitionPolicy, lookup_policy, policies_from_book
 from graphrun.store.session import ClientConfig, Pending, Session
-from graphrun.store.state import TensorInfo
+from graphrun.store.state import TensorInfo, received
 
 DEFAULT_CURVE_CHUNK = 8 << 20
 
@@ -135,7 +135,7 @@ class KVClient(Session):
 
     def list_tensors(self) -> list[TensorInfo]:
         got = self.call(0, "list").body["tensors"]
-        return [TensorInfo.from_wire(t) for t in got]
+        return [received(TensorInfo, t) for t in got]
 
     def init_tensor(
         self,
@@ -162,7 +162,7 @@ class KVClient(Session):
             "exist_ok": exist_ok,
         }
         replies = self.call_all("init", body)
-        infos = {p: TensorInfo.from_wire(r.body["info"]) for p, r in replies.items()}
+        infos = {p: received(TensorInfo, r.body["info"]) for p, r in replies.items()}
         for p, ti in infos.items():
             for backup in self.parts[p].conns[1:]:
                 backup.call("attach", {**self.base(), "name": ti.name})

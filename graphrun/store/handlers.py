@@ -42,6 +42,7 @@ from graphrun.store.registry import Registry, Request, Response
 from graphrun.store.replicas import replica_state_fields
 from graphrun.store.shm import host_digest
 from graphrun.store.state import GRAPH_JOB, PartitionInfo, ServerState, StoredTensor
+from graphrun.wire import to_builtins
 
 INITIALIZERS = ("zeros", "uniform", "normal")
 
@@ -72,20 +73,22 @@ def join(state: ServerState, req: Request) -> Response:
 
 def info(state: ServerState, req: Request) -> Response:
     return Response(
-        PartitionInfo(
-            part=state.part,
-            index=state.index,
-            backups=tuple(state.backups),
-            host=state.host if req.admin else host_digest(state.host),
-            shm_dir=state.shm_dir,
-            book=state.book.to_config(),
-            heartbeat_timeout=state.heartbeat_timeout,
-            tensors=tuple(state.visible(req.job)),
-            structure=state.structure_segments,
-            deletions=state.deletions_segment,
-            replica=state.replica,
-            replicas=tuple(state.replication.addresses) if state.replication else (),
-        ).to_wire()
+        to_builtins(
+            PartitionInfo(
+                part=state.part,
+                index=state.index,
+                backups=tuple(state.backups),
+                host=state.host if req.admin else host_digest(state.host),
+                shm_dir=state.shm_dir,
+                book=state.book.to_config(),
+                heartbeat_timeout=state.heartbeat_timeout,
+                tensors=tuple(state.visible(req.job)),
+                structure=state.structure_segments,
+                deletions=state.deletions_segment,
+                replica=state.replica,
+                replicas=tuple(state.replication.addresses) if state.replication else (),
+            )
+        )
     )
 
 
@@ -172,7 +175,7 @@ def init(state: ServerState, req: Request) -> Response:
     existing = state.tensors.get((req.job, name))
     if existing is not None:
         if req.param("exist_ok", bool, False):
-            return Response({"info": existing.info.to_wire(), "created": False})
+            return Response({"info": to_builtins(existing.info), "created": False})
         raise StoreError(f"init: tensor {name!r} already exists in job {req.job!r}")
     row_shape = req.param("row_shape", list, [])
     if not all(isinstance(x, int) and x >= 0 for x in row_shape) or len(row_shape) > 6:
@@ -193,7 +196,7 @@ def init(state: ServerState, req: Request) -> Response:
     except BaseException:
         state.delete_tensor(req.job, name)
         raise
-    return Response({"info": stored.info.to_wire(), "created": True})
+    return Response({"info": to_builtins(stored.info), "created": True})
 
 
 def attach_op(state: ServerState, req: Request) -> Response:
@@ -212,18 +215,18 @@ def delete(state: ServerState, req: Request) -> Response:
 
 
 def list_op(state: ServerState, req: Request) -> Response:
-    return Response({"tensors": [t.to_wire() for t in state.visible(req.job)]})
+    return Response({"tensors": to_builtins(state.visible(req.job))})
 
 
 def meta(state: ServerState, req: Request) -> Response:
-    return Response({"info": state.find(req.job, req.str_param("name")).info.to_wire()})
+    return Response({"info": to_builtins(state.find(req.job, req.str_param("name")).info)})
 
 
 def manifest(state: ServerState, req: Request) -> Response:
     return Response(
         {
-            "tensors": [t.info.to_wire() for t in state.tensors.values()],
-            "structure": {k: v.to_wire() for k, v in state.structure_segments.items()},
+            "tensors": [to_builtins(t.info) for t in state.tensors.values()],
+            "structure": to_builtins(state.structure_segments),
         }
     )
 

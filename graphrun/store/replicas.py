@@ -55,6 +55,7 @@ from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.transport import RpcClient
 from graphrun.store.registry import Registry, Request, Response
 from graphrun.store.state import ServerState
+from graphrun.wire import to_builtins
 
 log = logging.getLogger("graphrun.store")
 
@@ -169,7 +170,7 @@ def apply_write(state: ServerState, req: Request, apply: Callable[[Request], Res
 def _duplicate_reply(state: ServerState, req: Request) -> Response:
     if req.op == "init":
         info = state.find(req.job, req.str_param("name")).info
-        return Response({"info": info.to_wire(), "created": False})
+        return Response({"info": to_builtins(info), "created": False})
     if req.op == "delete":
         return Response({"deleted": True})
     return Response({})

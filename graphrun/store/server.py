@@ -53,6 +53,7 @@ from graphrun.store.state import (
     ServerState,
     StoredTensor,
     TensorInfo,
+    received,
 )
 
 log = logging.getLogger("graphrun.store")
@@ -154,7 +155,7 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
 
 def attach_backup_state(cfg: ServerConfig, main: RpcClient) -> ServerState:
     """Map the main server's segments (a backup on the same machine)."""
-    info = PartitionInfo.from_wire(main.call("info", {"job": GRAPH_JOB}).body)
+    info = received(PartitionInfo, main.call("info", {"job": GRAPH_JOB}).body)
     if info.host != host_identity(cfg.shm_dir):
         raise StoreError(f"backup of {cfg.main_address}: the main server runs on another machine")
     book = PartitionBook.from_config(info.book, source=f"main server {cfg.main_address}")
@@ -169,15 +170,15 @@ def attach_backup_state(cfg: ServerConfig, main: RpcClient) -> ServerState:
     )
     man = main.call("manifest").body
     for t in man["tensors"]:
-        state.attach_tensor(TensorInfo.from_wire(t))
+        state.attach_tensor(received(TensorInfo, t))
     for name, wire in man["structure"].items():
-        seg = Segment.from_wire(wire)
+        seg = received(Segment, wire)
         state.structure[name] = seg.attach(cfg.shm_dir)
         state.structure_segments[name] = seg
 
     def resolve(job: str, name: str) -> TensorInfo | None:
         try:
-            return TensorInfo.from_wire(main.call("meta", {"job": job, "name": name}).body["info"])
+            return received(TensorInfo, main.call("meta", {"job": job, "name": name}).body["info"])
         except StoreError:
             return None
 

@@ -39,7 +39,7 @@ from graphrun.rpc.codec import Message
 from graphrun.rpc.transport import RpcClient
 from graphrun.store.replicas import WRITE_OPS, is_fenced
 from graphrun.store.shm import OwnerWatch, same_host
-from graphrun.store.state import PartitionInfo
+from graphrun.store.state import PartitionInfo, received
 
 log = logging.getLogger("graphrun.store")
 
@@ -219,7 +219,7 @@ class Session:
                 # sessions already joined must not time out before the heartbeat starts
                 last = n + 1 == len(candidates)
                 wait = self.cfg.timeout if last else min(self.cfg.timeout, PRIMARY_JOIN_S)
-                info = PartitionInfo.from_wire(conn.call("join", join, timeout=wait).body)
+                info = received(PartitionInfo, conn.call("join", join, timeout=wait).body)
             except BaseException as exc:
                 conn.close()
                 if last or not _lost(exc):

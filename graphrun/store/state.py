@@ -20,8 +20,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import msgspec
 import numpy as np
 
 from graphrun.errors import ArgumentError, AuthError, StoreError
@@ -30,91 +31,61 @@ from graphrun.partition.book import PartitionBook
 from graphrun.rpc.codec import wire_dtype
 from graphrun.store.policy import PartitionPolicy, lookup_policy
 from graphrun.store.shm import SegmentStore, attach
+from graphrun.wire import convert
 
 log = logging.getLogger("graphrun.store")
 
 GRAPH_JOB = ""
 
 
-@dataclass(frozen=True)
-class TensorInfo:
-    """What a client needs to use one tensor of one partition."""
+class TensorInfo(msgspec.Struct, frozen=True):
+    """What a client needs to use one tensor of one partition (on the wire as a map of
+    these fields, :mod:`graphrun.wire`)."""
 
     name: str
     job: str
     policy: str
-    dtype: str
+    dtype: str  # a name on the wire allow-list (rpc.codec.wire_dtype)
     row_shape: tuple[int, ...]
     num_rows: int
     part_rows: int
     segment: str
     persistent: bool = True
 
+    def __post_init__(self) -> None:
+        _check_dtype(self.dtype)
+
     @property
     def row_bytes(self) -> int:
         return np.dtype(self.dtype).itemsize * int(np.prod(self.row_shape, dtype=np.int64))
-
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "job": self.job,
-            "policy": self.policy,
-            "dtype": self.dtype,
-            "row_shape": list(self.row_shape),
-            "num_rows": self.num_rows,
-            "part_rows": self.part_rows,
-            "segment": self.segment,
-            "persistent": self.persistent,
-        }
-
-    @classmethod
-    def from_wire(cls, d: Any) -> TensorInfo:
-        try:
-            return cls(
-                name=str(d["name"]),
-                job=str(d["job"]),
-                policy=str(d["policy"]),
-                dtype=wire_dtype(d["dtype"]).name,
-                row_shape=tuple(int(x) for x in d["row_shape"]),
-                num_rows=int(d["num_rows"]),
-                part_rows=int(d["part_rows"]),
-                segment=str(d["segment"]),
-                persistent=bool(d["persistent"]),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ArgumentError(f"tensor info is malformed ({exc!r})") from None
 
     @property
     def shape(self) -> tuple[int, ...]:
         return (self.num_rows, *self.row_shape)
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(msgspec.Struct, frozen=True):
     """One array of a partition's structure in shared memory."""
 
     segment: str
     dtype: str
     shape: tuple[int, ...]
 
+    def __post_init__(self) -> None:
+        _check_dtype(self.dtype)
+
     def attach(self, shm_dir: Path) -> np.ndarray:
         """The array, mapped read-only."""
         return attach(shm_dir, self.segment, self.dtype, self.shape, False)
 
-    def to_wire(self) -> dict[str, Any]:
-        return {"segment": self.segment, "dtype": self.dtype, "shape": list(self.shape)}
 
-    @classmethod
-    def from_wire(cls, d: Any) -> Segment:
-        try:
-            shape = tuple(int(x) for x in d["shape"])
-            return cls(str(d["segment"]), wire_dtype(d["dtype"]).name, shape)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ArgumentError(f"segment info is malformed ({exc!r})") from None
+def _check_dtype(name: str) -> None:
+    """ValueError unless ``name`` is the canonical name of an allowed wire dtype."""
+    if wire_dtype(name).name != name:
+        raise ValueError(f"dtype {name!r} is not {wire_dtype(name).name!r}")
 
 
-@dataclass(frozen=True)
-class PartitionInfo:
+class PartitionInfo(msgspec.Struct, frozen=True):
     """A server's answer to ``join`` (and ``info``): what a client needs to use it."""
 
     part: int
@@ -130,41 +101,14 @@ class PartitionInfo:
     replica: int = 0  # 0: the partition's primary; r > 0: its replica r (another machine)
     replicas: tuple[str, ...] = ()  # the primary's replicas (store/replicas.py)
 
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "part": self.part,
-            "index": self.index,
-            "backups": list(self.backups),
-            "host": dict(self.host),
-            "shm_dir": str(self.shm_dir),
-            "book": self.book,
-            "heartbeat_timeout": self.heartbeat_timeout,
-            "tensors": [t.to_wire() for t in self.tensors],
-            "structure": {k: s.to_wire() for k, s in self.structure.items()},
-            "deletions": None if self.deletions is None else self.deletions.to_wire(),
-            "replica": self.replica,
-            "replicas": list(self.replicas),
-        }
 
-    @classmethod
-    def from_wire(cls, d: Any) -> PartitionInfo:
-        try:
-            return cls(
-                part=int(d["part"]),
-                index=int(d["index"]),
-                backups=tuple(str(a) for a in d["backups"]),
-                host={str(k): str(v) for k, v in d["host"].items()},
-                shm_dir=Path(str(d["shm_dir"])),
-                book=dict(d["book"]),
-                heartbeat_timeout=float(d["heartbeat_timeout"]),
-                tensors=tuple(TensorInfo.from_wire(t) for t in d["tensors"]),
-                structure={str(k): Segment.from_wire(s) for k, s in d["structure"].items()},
-                deletions=None if d.get("deletions") is None else Segment.from_wire(d["deletions"]),
-                replica=int(d.get("replica", 0)),
-                replicas=tuple(str(a) for a in d.get("replicas", ())),
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ArgumentError(f"partition info is malformed ({exc!r})") from None
+W = TypeVar("W", TensorInfo, Segment, PartitionInfo)
+
+
+def received(type_: type[W], data: Any) -> W:
+    """A description a peer sent, checked against its declaration; ArgumentError naming
+    the type and field otherwise (nothing is used before it is checked)."""
+    return convert(type_, data, f"{type_.__name__} from a peer", ArgumentError)
 
 
 @dataclass

@@ -7,7 +7,7 @@ import pytest
 
 from graphrun.errors import ArgumentError
 from graphrun.rpc.codec import ALLOWED_DTYPES, wire_dtype
-from graphrun.store.state import TensorInfo
+from graphrun.store.state import TensorInfo, received
 
 REFUSED = ["object", "O", "U16", "<U16", "M8", "datetime64[s]", "V16", "S8",
            "complex128", ">f4", "float128", "f4,i4", "nope", 3]  # fmt: skip
@@ -24,8 +24,8 @@ def test_other_dtypes_are_refused(name):
         wire_dtype(name)
     info = {"name": "x", "job": "j", "policy": "node:_N", "dtype": name, "row_shape": [],
             "num_rows": 1, "part_rows": 1, "segment": "s", "persistent": False}  # fmt: skip
-    with pytest.raises(ArgumentError, match="tensor info is malformed"):
-        TensorInfo.from_wire(info)
+    with pytest.raises(ArgumentError, match="TensorInfo from a peer: dtype"):
+        received(TensorInfo, info)
 
 
 def test_init_refuses_a_dtype_before_making_its_segment(shared_store):

@@ -7,7 +7,8 @@ import pytest
 
 from graphrun.errors import ArgumentError
 from graphrun.store import routing
-from graphrun.store.state import PartitionInfo, Segment, TensorInfo
+from graphrun.store.state import PartitionInfo, Segment, TensorInfo, received
+from graphrun.wire import to_builtins
 
 BOUNDS = np.array([0, 10, 10, 25, 40])  # partition 1 is empty
 
@@ -68,13 +69,21 @@ def test_partition_info_crosses_the_wire_whole():
         structure={"indptr": Segment("seg.2", "int64", (51,))},
         deletions=Segment("seg.0", "int64", (1,)),
     )  # fmt: skip
-    again = PartitionInfo.from_wire(info.to_wire())
+    again = received(PartitionInfo, to_builtins(info))
     assert again.tensors == (ti,) and again.structure == info.structure
     assert again.deletions == info.deletions and str(again.shm_dir) == "/dev/shm"
-    broken = info.to_wire()
+    broken = to_builtins(info)
     del broken["book"]
-    with pytest.raises(ArgumentError, match="partition info is malformed"):
-        PartitionInfo.from_wire(broken)
+    with pytest.raises(
+        ArgumentError, match="PartitionInfo from a peer: Object missing required field `book`"
+    ):
+        received(PartitionInfo, broken)
+    broken = to_builtins(info)
+    broken["structure"]["indptr"]["shape"] = ["51"]
+    with pytest.raises(
+        ArgumentError, match=r"structure\[...\].shape\[0\]: Expected `int`, got `str`"
+    ):
+        received(PartitionInfo, broken)
 
 
 @pytest.mark.parametrize("shape", [(50,), (50, 3)])

@@ -1,0 +1,61 @@
+"""Wire and file types, declared once: a msgspec ``Struct``'s fields are its format.
+
+A type that crosses a socket (a store's ``join`` reply, a tensor's description) or
+lies in a file (the hosts file, a launch plan, a profile, metrics lines) is a
+``msgspec.Struct``. :func:`to_builtins` turns one into dicts, lists and scalars (for
+the msgpack codec or ``json.dumps``: every field, in declaration order, so a file's
+bytes stay what a hand-written ``to_dict`` wrote); :func:`convert` checks builtins
+against the declaration and builds the value, nested types included. Every problem is
+one error line naming the source and the field::
+
+    hosts.json: machines[0].address: Expected `str`, got `int`
+
+``__post_init__`` checks what a type cannot say (a dtype on the allow-list, a
+non-negative count) with ``ValueError``, and the message lands in the same line.
+The only conversions beyond msgspec's own: a ``Path`` is a string, and integer keys
+of a JSON object are the strings of those integers (``str_keys``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+
+from graphrun.errors import GraphrunError, SpecError
+
+T = TypeVar("T")
+
+
+def _enc(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    raise NotImplementedError(f"cannot encode {type(value).__name__}")
+
+
+def _dec(type_: type, value: Any) -> Any:
+    if type_ is Path and isinstance(value, str):
+        return Path(value)
+    raise NotImplementedError
+
+
+def to_builtins(value: Any) -> Any:
+    """``value`` (a Struct, or containers of them) as dicts, lists and scalars."""
+    return msgspec.to_builtins(value, enc_hook=_enc)
+
+
+def convert(type_: type[T], data: Any, where: str, error: type[GraphrunError] = SpecError) -> T:
+    """``data`` (decoded JSON, YAML or msgpack) as a ``type_``; ``error`` with one line
+    naming ``where`` and the field when it is not one."""
+    try:
+        return msgspec.convert(data, type_, str_keys=True, dec_hook=_dec)
+    except msgspec.ValidationError as exc:
+        raise error(f"{where}: {describe(exc)}") from None
+
+
+def describe(exc: msgspec.ValidationError) -> str:
+    """``field: problem`` from msgspec's ``problem - at `$.field` ``."""
+    msg, _, at = str(exc).partition(" - at `")
+    field = at.rstrip("`").removeprefix("$").removeprefix(".")
+    return f"{field}: {msg}" if field else msg
