@@ -54,8 +54,15 @@ def convert(type_: type[T], data: Any, where: str, error: type[GraphrunError] = 
         raise error(f"{where}: {describe(exc)}") from None
 
 
+_MISSING = "Object missing required field `"
+
+
 def describe(exc: msgspec.ValidationError) -> str:
-    """``field: problem`` from msgspec's ``problem - at `$.field` ``."""
+    """``field: problem`` from msgspec's ``problem - at `$.field` ``; a missing field
+    is ``field: missing``."""
     msg, _, at = str(exc).partition(" - at `")
     field = at.rstrip("`").removeprefix("$").removeprefix(".")
+    if msg.startswith(_MISSING):
+        name = msg.removeprefix(_MISSING).rstrip("`")
+        field, msg = (f"{field}.{name}" if field else name), "missing"
     return f"{field}: {msg}" if field else msg

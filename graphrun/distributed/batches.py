@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -27,6 +27,7 @@ from graphrun.distributed.context import DistContext
 from graphrun.distributed.features import StoreFeatures
 from graphrun.distributed.minibatch import MiniBatchSampler
 from graphrun.errors import ArgumentError
+from graphrun.placement.profile import BatchCost
 from graphrun.sampling.edgesplit import EdgeSplit
 from graphrun.sampling.mfg import SampledSubgraph
 from graphrun.sampling.pyg import split_by_type
@@ -57,20 +58,6 @@ class BatchSpec:
 FEATURE_OPS = ("pull", "pull:shm")
 
 
-@dataclass
-class BatchCost:
-    """Seconds spent sampling (building the batch, feature pulls excepted) and pulling
-    features, and bytes read from each partition: graph structure (sampling, edge and
-    degree queries) and features, remote or from shared memory alike (placement
-    decides which of them cross the network)."""
-
-    sample_s: float = 0.0
-    fetch_s: float = 0.0
-    structure_bytes: dict[int, int] = field(default_factory=dict)
-    feature_bytes: dict[int, int] = field(default_factory=dict)
-    cache_bytes: int = 0  # feature bytes the remote-feature cache served (not in the above)
-
-
 class _Meter:
     """The client's and sampler's byte counters and the feature clock, before a batch."""
 
@@ -84,14 +71,18 @@ class _Meter:
 
     def cost(self) -> BatchCost:
         fetch_s = self.features.seconds - self.fetch_s
-        cost = BatchCost(time.perf_counter() - self.t0 - fetch_s, fetch_s)
-        cost.cache_bytes = self.features.cache_bytes - self.cache_bytes
+        structure: dict[int, int] = {}
+        feature: dict[int, int] = {}
         for (part, op), n in (Counter(self.ctx.client.traffic) - self.traffic).items():
-            d = cost.feature_bytes if op in FEATURE_OPS else cost.structure_bytes
+            d = feature if op in FEATURE_OPS else structure
             d[part] = d.get(part, 0) + n
         for part, n in (Counter(self.ctx.sampler.local_bytes) - self.local).items():
-            cost.structure_bytes[part] = cost.structure_bytes.get(part, 0) + n
-        return cost
+            structure[part] = structure.get(part, 0) + n
+        return BatchCost(
+            sample_s=time.perf_counter() - self.t0 - fetch_s, fetch_s=fetch_s,
+            structure_bytes=structure, feature_bytes=feature,
+            cache_bytes=self.features.cache_bytes - self.cache_bytes,
+        )  # fmt: skip
 
 
 class BatchBuilder:

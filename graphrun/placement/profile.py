@@ -5,25 +5,30 @@ Runtime metrics (what the training layer emits)
 Each trainer appends one JSON object per mini-batch to a metrics file (JSON lines,
 one object per line). The schema, version 1, is :class:`BatchRecord`::
 
-    {"kind": "batch", "v": 1,
-     "rank": 0,                 # trainer rank
-     "partition": 0,            # the partition that trainer trains on (its "own")
-     "iteration": 17,           # iteration number within the run
+    {"kind": "batch",
      "sample_s": 0.021,         # seconds to sample this batch (in the sampler)
      "fetch_s": 0.008,          # seconds the trainer spent pulling features
-     "compute_s": 0.013,        # seconds of forward + backward + optimizer step
      "structure_bytes": {"0": 5200000, "1": 900000},  # graph structure bytes the sampler
                                                        # pulled from each partition
      "feature_bytes": {"0": 41000000, "1": 12000000}, # feature bytes the trainer pulled
                                                        # from each partition
-     "batch_bytes": 7800000,    # bytes of the sampled batch sent sampler -> trainer
-     "grad_bytes": 1600000,     # bytes of dense gradients per step (= parameter bytes)
      "cache_bytes": 9000000,    # feature bytes served by the remote-feature cache (not
                                 # in feature_bytes: they crossed no network)
+     "v": 1,
+     "rank": 0,                 # trainer rank
+     "partition": 0,            # the partition that trainer trains on (its "own")
+     "iteration": 17,           # iteration number within the run
+     "compute_s": 0.013,        # seconds of forward + backward + optimizer step
+     "batch_bytes": 7800000,    # bytes of the sampled batch sent sampler -> trainer
+     "grad_bytes": 1600000,     # bytes of dense gradients per step (= parameter bytes)
      "sample_cpu_s": 0.018,     # CPU seconds of the trainer's process while it sampled and
      "compute_cpu_s": 0.011,    # fetched, and while it computed, and its intra-op threads
      "threads": 1}              # (optional: what a placement on slower or shared CPUs scales)
 
+The first five fields are a :class:`BatchCost`, what building the batch cost (the
+loaders measure it); a reader takes the fields by name, in any order (lines written
+before the record was declared as a ``msgspec.Struct`` put ``v`` second), and ignores
+fields it does not know.
 Lines whose ``kind`` is not ``"batch"`` are ignored, so the same file can carry other
 metrics. ``BatchRecord.to_json()`` writes exactly this line.
 
@@ -51,41 +56,73 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import msgspec
 import numpy as np
 
 from graphrun.errors import SpecError
 from graphrun.placement._io import read_json, write_file
+from graphrun.wire import convert, to_builtins
 
 FORMAT = "graphrun-profile"
 VERSION = 1
 RECORD_VERSION = 1
-QUANTITIES = (
-    "sample_s",
-    "fetch_s",
-    "compute_s",
-    "ps_update_s",
-    "structure_own",
-    "structure_other",
-    "feature_own",
-    "feature_other",
-    "batch_bytes",
-    "grad_bytes",
-)
-# CPU seconds of the trainer's process and its intra-op threads: with them, a placement
-# scales a trainer's sampling and compute to the CPU share its machine gives it
-# (graphrun.placement.workload); profiles without them (the built-ins) are not scaled
-CPU_QUANTITIES = ("sample_cpu_s", "compute_cpu_s", "threads")
-# and a store server's CPU seconds per byte it sends (measured on the stores): with it,
-# a placement charges serving to the store's machine
-SERVE = "serve_cpu_s_per_byte"
-OPTIONAL = (*CPU_QUANTITIES, SERVE)
+
+
+class Quantities(msgspec.Struct, omit_defaults=True):
+    """A profile file's ``quantities``: samples of each, the optional ones None when not
+    measured (see the module docstring)."""
+
+    sample_s: list[float]
+    fetch_s: list[float]
+    compute_s: list[float]
+    ps_update_s: list[float]
+    structure_own: list[float]
+    structure_other: list[float]
+    feature_own: list[float]
+    feature_other: list[float]
+    batch_bytes: list[float]
+    grad_bytes: list[float]
+    # CPU seconds of the trainer's process and its intra-op threads: with them, a placement
+    # scales a trainer's sampling and compute to the CPU share its machine gives it
+    # (graphrun.placement.workload); profiles without them (the built-ins) are not scaled
+    sample_cpu_s: list[float] | None = None
+    compute_cpu_s: list[float] | None = None
+    threads: list[float] | None = None
+    # a store server's CPU seconds per byte it sends (measured on the stores): with it,
+    # a placement charges serving to the store's machine
+    serve_cpu_s_per_byte: list[float] | None = None
+
+    def __post_init__(self) -> None:
+        for q in self.__struct_fields__:
+            v = getattr(self, q)
+            if v is not None and (not v or min(v) < 0):
+                raise ValueError(f"{q}: expected a non-empty list of numbers >= 0")
+
+
+_FIELDS = msgspec.structs.fields(Quantities)
+QUANTITIES = tuple(f.name for f in _FIELDS if f.required)
+OPTIONAL = tuple(f.name for f in _FIELDS if not f.required)
+CPU_QUANTITIES = OPTIONAL[:3]
+SERVE = OPTIONAL[3]
+
+
+class ProfileFile(msgspec.Struct, kw_only=True):
+    """The profile file (see the module docstring)."""
+
+    format: str = FORMAT
+    version: int = VERSION
+    name: str | None = None
+    quantities: Quantities
+
+
 BUILTIN = ("products", "papers100m")
 _MAX_SAMPLES = 256
+R = TypeVar("R", "BatchRecord", "ServeRecord", "PSRecord")
 
 
 @dataclass(frozen=True)
@@ -133,13 +170,8 @@ class Profile:
         return all(q in self.quantities for q in CPU_QUANTITIES)
 
     def to_dict(self) -> dict[str, Any]:
-        names = [q for q in (*QUANTITIES, *OPTIONAL) if q in self.quantities]
-        return {
-            "format": FORMAT,
-            "version": VERSION,
-            "name": self.name,
-            "quantities": {q: list(self.quantities[q].values) for q in names},
-        }
+        qs = {q: list(e.values) for q, e in self.quantities.items()}
+        return to_builtins(ProfileFile(name=self.name, quantities=Quantities(**qs)))
 
 
 def profile_from_dict(data: Any, where: str) -> Profile:
@@ -147,20 +179,9 @@ def profile_from_dict(data: Any, where: str) -> Profile:
         raise SpecError(f"{where}: format: expected {FORMAT!r}")
     if data.get("version") != VERSION:
         raise SpecError(f"{where}: version: {data.get('version')!r} is not {VERSION}")
-    qs = data.get("quantities")
-    if not isinstance(qs, dict):
-        raise SpecError(f"{where}: quantities: expected a mapping")
-    out = {}
-    for q in (*QUANTITIES, *OPTIONAL):
-        v = qs.get(q)
-        if v is None and q in OPTIONAL:
-            continue
-        if not isinstance(v, list) or not v or not all(isinstance(x, int | float) for x in v):
-            raise SpecError(f"{where}: quantities.{q}: expected a non-empty list of numbers")
-        if any(x < 0 for x in v):
-            raise SpecError(f"{where}: quantities.{q}: negative sample")
-        out[q] = Empirical.of(v)
-    return Profile(name=str(data.get("name", Path(where).stem)), quantities=out)
+    f = convert(ProfileFile, data, where)
+    qs = {q: Empirical.of(v) for q in (*QUANTITIES, *OPTIONAL) if (v := getattr(f.quantities, q))}
+    return Profile(name=f.name or Path(where).stem, quantities=qs)
 
 
 def load_profile(path: str | Path) -> Profile:
@@ -189,115 +210,77 @@ def resolve_profile(ref: str, base: Path | None = None) -> Profile:
     return load_profile(path)
 
 
-@dataclass(frozen=True)
-class BatchRecord:
-    """One line of the runtime metrics file (see the module docstring)."""
+class BatchCost(msgspec.Struct, kw_only=True, frozen=True):
+    """What building one mini-batch cost: seconds sampling (feature pulls excepted) and
+    pulling features, and bytes read from each partition — graph structure (sampling,
+    edge and degree queries) and features, remote or from shared memory alike (placement
+    decides which of them cross the network). The batch builder measures it
+    (``graphrun.distributed.batches``), a trainer's :class:`Batch` carries it, and it is
+    the first part of a :class:`BatchRecord`: declared here, once."""
 
+    sample_s: float = 0.0
+    fetch_s: float = 0.0
+    structure_bytes: dict[int, int] = {}
+    feature_bytes: dict[int, int] = {}
+    cache_bytes: int = 0  # feature bytes the remote-feature cache served (not in the above)
+
+
+class BatchRecord(BatchCost, kw_only=True, frozen=True, tag_field="kind", tag="batch"):
+    """One line of the runtime metrics file (see the module docstring): a batch's
+    :class:`BatchCost` and the trainer's step."""
+
+    v: int = RECORD_VERSION
     rank: int
     partition: int
     iteration: int
-    sample_s: float
-    fetch_s: float
     compute_s: float
-    structure_bytes: dict[int, int] = field(default_factory=dict)
-    feature_bytes: dict[int, int] = field(default_factory=dict)
     batch_bytes: int = 0
     grad_bytes: int = 0
-    cache_bytes: int = 0  # feature bytes the trainer's remote-feature cache served
     sample_cpu_s: float | None = None  # process CPU seconds while sampling and fetching
     compute_cpu_s: float | None = None  # process CPU seconds while computing
     threads: int | None = None  # the trainer's intra-op threads
 
     def to_json(self) -> str:
-        d: dict[str, Any] = {"kind": "batch", "v": RECORD_VERSION, **asdict(self)}
-        d["structure_bytes"] = {str(k): v for k, v in self.structure_bytes.items()}
-        d["feature_bytes"] = {str(k): v for k, v in self.feature_bytes.items()}
-        for k in CPU_QUANTITIES:
-            if d[k] is None:
-                del d[k]
-        return json.dumps(d, separators=(",", ":"))
+        """The record's line (the CPU fields left out when not measured)."""
+        return _line(self)
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str) -> BatchRecord:
-        if d.get("v") != RECORD_VERSION:
-            raise SpecError(f"{where}: v: {d.get('v')!r} is not {RECORD_VERSION}")
-        try:
-            rec = cls(
-                rank=int(d["rank"]),
-                partition=int(d["partition"]),
-                iteration=int(d["iteration"]),
-                sample_s=float(d["sample_s"]),
-                fetch_s=float(d["fetch_s"]),
-                compute_s=float(d["compute_s"]),
-                structure_bytes={int(k): int(v) for k, v in d.get("structure_bytes", {}).items()},
-                feature_bytes={int(k): int(v) for k, v in d.get("feature_bytes", {}).items()},
-                batch_bytes=int(d.get("batch_bytes", 0)),
-                grad_bytes=int(d.get("grad_bytes", 0)),
-                cache_bytes=int(d.get("cache_bytes", 0)),
-                sample_cpu_s=_optional(d.get("sample_cpu_s")),
-                compute_cpu_s=_optional(d.get("compute_cpu_s")),
-                threads=None if d.get("threads") is None else int(d["threads"]),
-            )
-        except KeyError as exc:
-            raise SpecError(f"{where}: {exc.args[0]}: missing") from exc
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise SpecError(f"{where}: malformed batch record: {exc}") from exc
-        numbers = (rec.sample_s, rec.fetch_s, rec.compute_s, rec.batch_bytes, rec.grad_bytes,
-                   rec.sample_cpu_s or 0.0, rec.compute_cpu_s or 0.0, rec.threads or 0)  # fmt: skip
-        if min(numbers) < 0:
-            raise SpecError(f"{where}: a time or byte count is negative")
-        return rec
+    def counts(self) -> tuple[float, ...]:
+        """Its times and byte counts (none may be negative)."""
+        return (self.sample_s, self.fetch_s, self.compute_s, self.batch_bytes, self.grad_bytes,
+                self.sample_cpu_s or 0.0, self.compute_cpu_s or 0.0, self.threads or 0)  # fmt: skip
 
 
-@dataclass(frozen=True)
-class ServeRecord:
+class ServeRecord(msgspec.Struct, kw_only=True, frozen=True, tag_field="kind", tag="serve"):
     """What a store server spent serving (see the module docstring)."""
 
+    v: int = RECORD_VERSION
     part: int
     cpu_s: float
     reply_bytes: int
 
     def to_json(self) -> str:
-        d = {"kind": "serve", "v": RECORD_VERSION, **asdict(self)}
-        return json.dumps(d, separators=(",", ":"))
+        return _line(self)
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str) -> ServeRecord:
-        try:
-            rec = cls(int(d["part"]), float(d["cpu_s"]), int(d["reply_bytes"]))
-        except KeyError as exc:
-            raise SpecError(f"{where}: {exc.args[0]}: missing") from exc
-        except (TypeError, ValueError) as exc:
-            raise SpecError(f"{where}: malformed serve record: {exc}") from exc
-        if rec.cpu_s < 0 or rec.reply_bytes < 0:
-            raise SpecError(f"{where}: a time or byte count is negative")
-        return rec
+    def counts(self) -> tuple[float, ...]:
+        return (self.cpu_s, self.reply_bytes)
 
 
-@dataclass(frozen=True)
-class PSRecord:
+class PSRecord(msgspec.Struct, kw_only=True, frozen=True, tag_field="kind", tag="ps"):
     """What a parameter server spent (see the module docstring)."""
 
+    v: int = RECORD_VERSION
     index: int
     cpu_s: float
     pushes: int
     trainers: int
 
     def to_json(self) -> str:
-        d = {"kind": "ps", "v": RECORD_VERSION, **asdict(self)}
-        return json.dumps(d, separators=(",", ":"))
+        return _line(self)
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str) -> PSRecord:
-        try:
-            rec = cls(int(d["index"]), float(d["cpu_s"]), int(d["pushes"]), int(d["trainers"]))
-        except KeyError as exc:
-            raise SpecError(f"{where}: {exc.args[0]}: missing") from exc
-        except (TypeError, ValueError) as exc:
-            raise SpecError(f"{where}: malformed ps record: {exc}") from exc
-        if rec.cpu_s < 0 or rec.pushes < 0 or rec.trainers < 1 or not np.isfinite(rec.cpu_s):
-            raise SpecError(f"{where}: a time or count is negative (trainers: at least 1)")
-        return rec
+    def counts(self) -> tuple[float, ...]:
+        # trainers: at least 1 (it divides); a non-finite cpu_s counts as negative
+        finite = self.cpu_s if np.isfinite(self.cpu_s) else -1.0
+        return (finite, self.pushes, self.trainers - 1)
 
     @property
     def cpu_s_per_step(self) -> float | None:
@@ -309,8 +292,18 @@ class PSRecord:
 ServerRecord = ServeRecord | PSRecord
 
 
-def _optional(value: Any) -> float | None:
-    return None if value is None else float(value)
+def _line(record: msgspec.Struct) -> str:
+    d = {k: v for k, v in to_builtins(record).items() if v is not None}
+    return json.dumps(d, separators=(",", ":"))
+
+
+def _record(kind: type[R], d: dict[str, Any], where: str) -> R:
+    if d.get("v") != RECORD_VERSION:
+        raise SpecError(f"{where}: v: {d.get('v')!r} is not {RECORD_VERSION}")
+    rec = convert(kind, d, where)
+    if min(rec.counts()) < 0:
+        raise SpecError(f"{where}: a time or count is negative (a PS's trainers: at least 1)")
+    return rec
 
 
 def _lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
@@ -344,11 +337,11 @@ def read_metrics(paths: Iterable[str | Path]) -> tuple[list[BatchRecord], list[S
         names.append(str(path))
         for i, d in _lines(path):
             if d.get("kind") == "batch":
-                batches.append(BatchRecord.from_dict(d, f"{path}:{i}"))
+                batches.append(_record(BatchRecord, d, f"{path}:{i}"))
             elif d.get("kind") == "serve":
-                serves.append(ServeRecord.from_dict(d, f"{path}:{i}"))
+                serves.append(_record(ServeRecord, d, f"{path}:{i}"))
             elif d.get("kind") == "ps":
-                serves.append(PSRecord.from_dict(d, f"{path}:{i}"))
+                serves.append(_record(PSRecord, d, f"{path}:{i}"))
     if not batches:
         raise SpecError(f'{", ".join(names)}: no batch records (lines with "kind": "batch")')
     return batches, serves

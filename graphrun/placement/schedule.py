@@ -33,10 +33,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
+import msgspec
 import numpy as np
 
 from graphrun.errors import ArgumentError, SpecError
@@ -44,13 +43,13 @@ from graphrun.files import write_atomic
 from graphrun.placement.cluster import Cluster
 from graphrun.placement.oes import Policy, simulate_times
 from graphrun.placement.workload import STAGES, Scenario, Template, make_template
+from graphrun.wire import convert, to_builtins
 
 FORMAT = "graphrun-schedule"
 VERSION = 1
 
 
-@dataclass(frozen=True)
-class TaskRun:
+class TaskRun(msgspec.Struct, frozen=True):
     role: str
     machine: str
     stage: str
@@ -59,8 +58,7 @@ class TaskRun:
     end: float
 
 
-@dataclass(frozen=True)
-class FlowRun:
+class FlowRun(msgspec.Struct, frozen=True):
     src: str  # machine names
     dst: str
     src_role: str
@@ -72,8 +70,7 @@ class FlowRun:
     end: float
 
 
-@dataclass(frozen=True)
-class Schedule:
+class Schedule(msgspec.Struct, frozen=True):
     label: str  # "plan", "co-location", ...
     machines: tuple[str, ...]
     iterations: int
@@ -92,25 +89,13 @@ class Schedule:
         pairs = {(f.src, f.dst) for f in self.flows}
         return sorted(pairs, key=lambda p: (order[p[0]], order[p[1]]))
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["machines"] = list(self.machines)
-        return d
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str) -> Schedule:
-        try:
-            return cls(
-                label=str(d["label"]),
-                machines=tuple(str(m) for m in d["machines"]),
-                iterations=int(d["iterations"]),
-                makespan=float(d["makespan"]),
-                placement={str(k): str(v) for k, v in d["placement"].items()},
-                tasks=tuple(TaskRun(**t) for t in d["tasks"]),
-                flows=tuple(FlowRun(**f) for f in d["flows"]),
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise SpecError(f"{where}: not a schedule ({type(exc).__name__}: {exc})") from None
+class ScheduleFile(msgspec.Struct):
+    """The file :func:`write_schedules` writes (see the module docstring)."""
+
+    format: str
+    version: int
+    schedules: list[Schedule]
 
 
 def schedule(
@@ -164,7 +149,7 @@ def schedule_file(plan_file: Path) -> Path:
 
 
 def write_schedules(path: Path, schedules: Sequence[Schedule]) -> Path:
-    data = {"format": FORMAT, "version": VERSION, "schedules": [s.to_dict() for s in schedules]}
+    data = to_builtins(ScheduleFile(FORMAT, VERSION, list(schedules)))
     write_atomic(Path(path), json.dumps(data) + "\n")
     return Path(path)
 
@@ -180,7 +165,4 @@ def read_schedules(path: Path) -> list[Schedule]:
         raise SpecError(f"{path}: format: not a {FORMAT} file")
     if data.get("version") != VERSION:
         raise SpecError(f"{path}: version: {data.get('version')!r} is not {VERSION}")
-    items = data.get("schedules")
-    if not isinstance(items, list):
-        raise SpecError(f"{path}: schedules: expected a list")
-    return [Schedule.from_dict(d, f"{path}: schedules[{i}]") for i, d in enumerate(items)]
+    return convert(ScheduleFile, data, str(path)).schedules

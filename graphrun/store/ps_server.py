@@ -198,6 +198,7 @@ def run_ps(
 
             trainers = ps.shard.trainers if ps.shard else 1
             with open(cfg.profile_file, "a") as f:
-                f.write(PSRecord(cfg.index, cpu_s, ps.pushes, trainers).to_json() + "\n")
+                rec = PSRecord(index=cfg.index, cpu_s=cpu_s, pushes=ps.pushes, trainers=trainers)
+                f.write(rec.to_json() + "\n")
     finally:
         server.close()

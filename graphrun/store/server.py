@@ -335,7 +335,8 @@ def run_server(
         if cfg.profile_file is not None:  # imported here: pydantic stays off start-up
             from graphrun.placement.profile import ServeRecord
 
-            rec = ServeRecord(cfg.part, cpu_s, sum(state.reply_bytes.values()))
+            sent = sum(state.reply_bytes.values())
+            rec = ServeRecord(part=cfg.part, cpu_s=cpu_s, reply_bytes=sent)
             with open(cfg.profile_file, "a") as f:
                 f.write(rec.to_json() + "\n")
     finally:

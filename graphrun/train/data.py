@@ -10,7 +10,8 @@ knows whether the graph is in this process or served by the distributed store.
 * the distributed implementation over ``graphrun.distributed`` lives in
   :mod:`graphrun.train.distdata`.
 
-Every loader yields :class:`Batch` values: the PyG mini-batch plus how long sampling
+Every loader yields :class:`Batch` values: the PyG mini-batch and its
+:class:`~graphrun.placement.profile.BatchCost` — how long sampling
 and feature fetching took and how many bytes came from each partition (for the
 per-batch profile records of :mod:`graphrun.placement.profile`).
 """
@@ -28,6 +29,7 @@ from torch import Tensor
 
 from graphrun.errors import ArgumentError
 from graphrun.graph import Graph
+from graphrun.placement.profile import BatchCost
 from graphrun.sampling.edgesplit import EdgeSplit, split_edges
 
 SPLITS = ("train", "val", "test")
@@ -37,11 +39,7 @@ SPLITS = ("train", "val", "test")
 class Batch:
     data: Any  # torch_geometric Data or HeteroData
     seeds: int
-    sample_s: float = 0.0
-    fetch_s: float = 0.0
-    structure_bytes: dict[int, int] = field(default_factory=dict)
-    feature_bytes: dict[int, int] = field(default_factory=dict)
-    cache_bytes: int = 0  # feature bytes served by the remote-feature cache
+    cost: BatchCost = field(default_factory=BatchCost)  # what building it cost
 
 
 class Embedding(Protocol):
@@ -132,6 +130,11 @@ class GraphData(Protocol):
 
 
 EVAL_POSITIVES = 2048  # held-out positives a trainer evaluates (a fixed sample)
+
+
+def _cost(t0: float, t1: float) -> BatchCost:
+    """Sampling from ``t0`` to ``t1``, fetching features from ``t1`` to now."""
+    return BatchCost(sample_s=t1 - t0, fetch_s=time.perf_counter() - t1)
 
 
 def eval_sample(ids: Tensor, split: str, rank: int) -> Tensor:
@@ -276,7 +279,7 @@ class LocalData:
             sub = sampler.sample(chunk + offset)
             t1 = time.perf_counter()
             data = self._collate(sub, x, y)
-            yield Batch(data, int(chunk.numel()), t1 - t0, time.perf_counter() - t1)
+            yield Batch(data, int(chunk.numel()), _cost(t0, t1))
 
     def cover(self, split: str | None, ntype: str | None = None) -> Tensor:
         """A split's share as :meth:`seeds`; every node for None (the scratch tables of
@@ -340,7 +343,7 @@ class LocalData:
             m = src.numel() + neg_src.numel()
             data.edge_label_index = torch.stack([inverse[:m], inverse[m:]])
             data.edge_label = torch.cat([torch.ones(src.numel()), torch.zeros(neg_src.numel())])
-            yield Batch(data, int(src.numel()), t1 - t0, time.perf_counter() - t1)
+            yield Batch(data, int(src.numel()), _cost(t0, t1))
 
     def embedding(self, name: str, num: int, dim: int, lr: float) -> Embedding:
         return LocalEmbedding(num, dim, lr, self.seed)

@@ -51,11 +51,7 @@ from graphrun.train.data import Batch, Embedding, NodeTable, SparseEmbedding, ev
 def costed(loader: Any, count: Any) -> Iterator[Batch]:
     """The loader's batches with what each cost to build (``loader.last_cost``)."""
     for data in loader:
-        c = loader.last_cost
-        yield Batch(
-            data, count(data), c.sample_s, c.fetch_s, c.structure_bytes, c.feature_bytes,
-            c.cache_bytes,
-        )  # fmt: skip
+        yield Batch(data, count(data), loader.last_cost)
 
 
 class StoreEmbedding(SparseEmbedding):

@@ -35,6 +35,7 @@ from contextlib import nullcontext
 from dataclasses import replace
 from typing import IO, Any, cast
 
+import msgspec
 import numpy as np
 import torch
 
@@ -99,12 +100,10 @@ class Profiler:
         if self.out is None:
             return
         rec = BatchRecord(
+            **msgspec.structs.asdict(batch.cost),
             rank=self.ctx.rank, partition=self.ctx.data.partition, iteration=self.iteration,
-            sample_s=batch.sample_s, fetch_s=batch.fetch_s, compute_s=compute_s,
-            structure_bytes=dict(batch.structure_bytes), feature_bytes=dict(batch.feature_bytes),
-            batch_bytes=_nbytes(batch.data), grad_bytes=self.grad_bytes,
-            cache_bytes=batch.cache_bytes, sample_cpu_s=cpu_s[0], compute_cpu_s=cpu_s[1],
-            threads=torch.get_num_threads(),
+            compute_s=compute_s, batch_bytes=_nbytes(batch.data), grad_bytes=self.grad_bytes,
+            sample_cpu_s=cpu_s[0], compute_cpu_s=cpu_s[1], threads=torch.get_num_threads(),
         )  # fmt: skip
         self.out.write(rec.to_json() + "\n")
 
@@ -237,12 +236,12 @@ def train_epoch(
         loss_sum, correct, counted, seeds = loss_sum + loss, correct + c, counted + n, seeds + n
         work.done, work.last_step_at = i + 1, time.time()
         work.sums = [loss_sum, correct, float(counted), float(seeds)]
-        own["sample_s"] += batch.sample_s
-        own["fetch_s"] += batch.fetch_s
+        own["sample_s"] += batch.cost.sample_s
+        own["fetch_s"] += batch.cost.fetch_s
         own["compute_s"] += compute_s
         own["allreduce_s"] += timer.take() if timer is not None else 0.0
-        own["cache_bytes"] += batch.cache_bytes
-        own["remote_bytes"] += sum(b for q, b in batch.feature_bytes.items() if q not in local)
+        own["cache_bytes"] += batch.cost.cache_bytes
+        own["remote_bytes"] += sum(b for q, b in batch.cost.feature_bytes.items() if q not in local)
         progress.update(batch.seeds)
     elapsed = time.perf_counter() - work.t0
     device_stats = task.path.end_epoch(elapsed)  # stops the feed; GPU idle share, cache hits

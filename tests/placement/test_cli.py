@@ -117,12 +117,17 @@ def test_unwritable_plan_output_and_binary_metrics_are_one_line(tmp_path, capsys
     assert err.count("\n") == 1 and "not a UTF-8 text file" in err
 
 
+def rec(r, i, compute_s, structure, feature):
+    return BatchRecord(
+        rank=r, partition=r, iteration=i, sample_s=0.02, fetch_s=0.01, compute_s=compute_s,
+        structure_bytes=structure, feature_bytes=feature, batch_bytes=50, grad_bytes=8,
+    )  # fmt: skip
+
+
 def test_profile_from_a_metrics_file(tmp_path, capsys):
     metrics = tmp_path / "metrics.jsonl"
     recs = [
-        BatchRecord(r, r, i, 0.02, 0.01, 0.03, {0: 10, 1: 5}, {r: 900, 1 - r: 100}, 50, 8)
-        for i in range(5)
-        for r in range(2)
+        rec(r, i, 0.03, {0: 10, 1: 5}, {r: 900, 1 - r: 100}) for i in range(5) for r in range(2)
     ]
     metrics.write_text("".join(x.to_json() + "\n" for x in recs))
     out = tmp_path / "prof.json"
@@ -138,7 +143,7 @@ def test_profile_leaves_out_the_warm_up_batches(tmp_path, capsys):
     over-predicted every later epoch."""
     metrics = tmp_path / "metrics.jsonl"
     recs = [  # iterations 1-2 warm up: 3x the compute time
-        BatchRecord(r, r, i, 0.02, 0.01, 0.09 if i <= 2 else 0.03, {0: 10}, {r: 900}, 50, 8)
+        rec(r, i, 0.09 if i <= 2 else 0.03, {0: 10}, {r: 900})
         for i in range(1, 7)
         for r in range(2)
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -68,8 +69,8 @@ def test_cpu_seconds_survive_records_and_profile_files(tmp_path):
     save_profile(prof, tmp_path / "p.json")
     assert load_profile(tmp_path / "p.json") == prof
     # records of an older runtime carry none: the profile has none, and is not scaled
-    old = [BatchRecord(**{**r.__dict__, "sample_cpu_s": None, "compute_cpu_s": None,
-                          "threads": None}) for r in recs]  # fmt: skip
+    old = [msgspec.structs.replace(r, sample_cpu_s=None, compute_cpu_s=None, threads=None)
+           for r in recs]  # fmt: skip
     assert "compute_cpu_s" not in json.loads(old[0].to_json())
     assert not profile_from_records(old, "p").cpu_seconds
     assert not builtin_profile("products").cpu_seconds
@@ -148,8 +149,9 @@ def test_store_servers_records_give_the_serving_cost(tmp_path):
     from graphrun.placement.profile import SERVE, ServeRecord, read_metrics
 
     (tmp_path / "trainer-0.jsonl").write_text("".join(r.to_json() + "\n" for r in records()))
-    (tmp_path / "store-0.jsonl").write_text(ServeRecord(0, 2.0, 1000).to_json() + "\n")
-    (tmp_path / "store-1.jsonl").write_text(ServeRecord(1, 1.0, 2000).to_json() + "\n")
+    for part, cpu_s, sent in ((0, 2.0, 1000), (1, 1.0, 2000)):
+        serve = ServeRecord(part=part, cpu_s=cpu_s, reply_bytes=sent)
+        (tmp_path / f"store-{part}.jsonl").write_text(serve.to_json() + "\n")
     batches, serves = read_metrics(sorted(tmp_path.glob("*.jsonl")))
     assert len(batches) == 16 and [s.part for s in serves] == [0, 1]
     prof = profile_from_records(batches, "p", serves)

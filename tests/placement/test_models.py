@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from importlib import resources
 
 import pytest
 import yaml
@@ -14,6 +15,7 @@ from graphrun.placement.profile import (
     builtin_profile,
     load_profile,
     profile_from_records,
+    read_metrics,
     read_records,
     save_profile,
 )
@@ -164,3 +166,27 @@ def test_bad_records_name_the_line(tmp_path):
     path.write_text("not json\n")
     with pytest.raises(SpecError, match=r"m\.jsonl:1: not valid JSON"):
         read_records(path)
+
+
+def test_records_and_profiles_written_before_the_structs_still_read(tmp_path):
+    """The batch record became a msgspec Struct (its BatchCost first): a line as the
+    hand-written ``to_json`` wrote it (``v`` second, ``cache_bytes`` late) reads the same,
+    and a shipped profile saves to the very bytes it was read from."""
+    old = (
+        '{"kind":"batch","v":1,"rank":1,"partition":1,"iteration":3,"sample_s":0.5,'
+        '"fetch_s":0.25,"compute_s":0.125,"structure_bytes":{"0":7,"1":2},'
+        '"feature_bytes":{"0":40},"batch_bytes":9,"grad_bytes":8,"cache_bytes":5,"threads":2}\n'
+        '{"kind":"serve","v":1,"part":0,"cpu_s":1.5,"reply_bytes":100}\n'
+    )
+    (tmp_path / "m.jsonl").write_text(old)
+    (rec,), (serve,) = read_metrics([tmp_path / "m.jsonl"])
+    assert rec == BatchRecord(
+        rank=1, partition=1, iteration=3, sample_s=0.5, fetch_s=0.25, compute_s=0.125,
+        structure_bytes={0: 7, 1: 2}, feature_bytes={0: 40}, batch_bytes=9, grad_bytes=8,
+        cache_bytes=5, threads=2,
+    )  # fmt: skip
+    assert json.loads(rec.to_json()) == json.loads(old.splitlines()[0])
+    assert serve.to_json() + "\n" == old.splitlines(keepends=True)[1]  # byte for byte
+    shipped = resources.files("graphrun.placement").joinpath("profiles/products.json")
+    save_profile(builtin_profile("products"), tmp_path / "p.json")
+    assert (tmp_path / "p.json").read_text() == shipped.read_text()

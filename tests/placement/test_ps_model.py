@@ -51,9 +51,14 @@ def test_the_servers_records_give_the_ps_cpu_per_step(tmp_path):
     recs = [record(i, r) for i in range(4) for r in range(2)]
     (tmp_path / "trainer-0.jsonl").write_text("".join(r.to_json() + "\n" for r in recs))
     # two shards: 0.6 s for 40 pushes of 2 trainers (0.03 s a step), 0.2 s for 40 (0.01)
-    lines = [PSRecord(0, 0.6, 40, 2).to_json(), PSRecord(1, 0.2, 40, 2).to_json()]
+    lines = [
+        PSRecord(index=0, cpu_s=0.6, pushes=40, trainers=2).to_json(),
+        PSRecord(index=1, cpu_s=0.2, pushes=40, trainers=2).to_json(),
+    ]
     (tmp_path / "ps-0.jsonl").write_text("\n".join(lines) + "\n")
-    (tmp_path / "store-0.jsonl").write_text(ServeRecord(0, 1.0, 10**8).to_json() + "\n")
+    (tmp_path / "store-0.jsonl").write_text(
+        ServeRecord(part=0, cpu_s=1.0, reply_bytes=10**8).to_json() + "\n"
+    )
     batches, servers = read_metrics(sorted(tmp_path.glob("*.jsonl")))
     prof = profile_from_records(batches, "p", servers)
     assert prof["ps_update_s"].values == pytest.approx((0.01, 0.03))
@@ -61,7 +66,7 @@ def test_the_servers_records_give_the_ps_cpu_per_step(tmp_path):
     # without parameter-server records the update is not measured: 0, as before
     assert profile_from_records(batches, "p")["ps_update_s"].values == (0.0,)
     # a server that got no push says nothing about a step
-    assert PSRecord(0, 0.5, 0, 2).cpu_s_per_step is None
+    assert PSRecord(index=0, cpu_s=0.5, pushes=0, trainers=2).cpu_s_per_step is None
     (tmp_path / "ps-0.jsonl").write_text('{"kind": "ps", "v": 1, "index": 0, "cpu_s": 1}\n')
     with pytest.raises(SpecError, match=r"ps-0\.jsonl:1: pushes: missing"):
         read_metrics(sorted(tmp_path.glob("*.jsonl")))
@@ -71,7 +76,9 @@ def test_the_ps_update_runs_on_its_machine_s_cores():
     """A shard's measured CPU seconds a step take longer on a slow machine; a
     profile's 0 (nothing measured) costs nothing anywhere."""
     recs = [record(i, r) for i in range(8) for r in range(2)]
-    prof = profile_from_records(recs, "p", [PSRecord(0, 0.5, 20, 2)])  # 0.05 s a step
+    prof = profile_from_records(
+        recs, "p", [PSRecord(index=0, cpu_s=0.5, pushes=20, trainers=2)]
+    )  # 0.05 s a step
     job = ps_job(prof)
     cl = cluster([1.0, 1.0, 0.1])  # m2: a tenth of a core
     ev = Evaluator(cl, make_scenario(job, 0))
@@ -90,7 +97,7 @@ def test_an_asynchronous_ps_does_not_wait_for_the_slowest_trainer_every_step():
     the slower of the two; with staleness 2 each trainer runs at its own pace."""
     recs = [record(i, r, compute_cpu=0.5 if (i + r) % 2 else 0.01)
             for i in range(40) for r in range(2)]  # fmt: skip
-    prof = profile_from_records(recs, "p", [PSRecord(0, 0.02, 20, 2)])
+    prof = profile_from_records(recs, "p", [PSRecord(index=0, cpu_s=0.02, pushes=20, trainers=2)])
     cl = cluster([1.0, 1.0, 1.0])
     x = (0, 1, 0, 1, 2)
     sync = Evaluator(cl, make_scenario(ps_job(prof, 0, 16), 3)).makespan(x)

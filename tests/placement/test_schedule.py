@@ -77,7 +77,7 @@ def test_co_location_sends_nothing_on_a_link_it_does_not_use(hetero):
 
 def test_cpu_steps_and_serving_are_tasks_of_their_machine():
     recs = [record(i, r) for i in range(8) for r in range(2)]
-    prof = profile_from_records(recs, "p", [ServeRecord(0, 1.0, 10_000_000)])
+    prof = profile_from_records(recs, "p", [ServeRecord(part=0, cpu_s=1.0, reply_bytes=10_000_000)])
     j = job(prof)
     cl = cluster([1.0, 1.0])
     sc = make_scenario(j, 0)
@@ -102,7 +102,7 @@ def test_schedules_round_trip_and_bad_files_are_named(tmp_path, hetero):
     with pytest.raises(SpecError, match=r"plan\.schedule\.json: version"):
         read_schedules(path)
     path.write_text('{"format": "graphrun-schedule", "version": 1, "schedules": [{}]}')
-    with pytest.raises(SpecError, match=r"schedules\[0\]: not a schedule"):
+    with pytest.raises(SpecError, match=r"plan\.schedule\.json: schedules\[0\]\.label: missing"):
         read_schedules(path)
     with pytest.raises(SpecError, match="cannot read"):
         read_schedules(tmp_path / "missing.json")

@@ -16,6 +16,7 @@ from graphrun.rpc.auth import new_keypair
 from graphrun.store.ps_client import PSClient, stop_parameter_servers
 from graphrun.store.ps_server import PSConfig, run_ps
 from graphrun.store.ps_state import AdamConfig, DenseAdam, ShardState, shard_params
+from graphrun.wire import convert
 
 
 def test_shards_are_balanced_by_bytes_and_deterministic():
@@ -155,7 +156,7 @@ def test_two_trainers_in_sync_get_what_one_optimizer_gives(servers):
         assert time.monotonic() < deadline, "the parameter servers wrote no profile line"
         time.sleep(0.05)
     for j, path in enumerate(paths):
-        rec = PSRecord.from_dict(json.loads(path.read_text()), str(path))
+        rec = convert(PSRecord, json.loads(path.read_text()), str(path))
         assert (rec.index, rec.pushes, rec.trainers) == (j, 6, 2) and rec.cpu_s > 0
 
 

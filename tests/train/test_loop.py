@@ -120,12 +120,11 @@ def test_entry_point_gets_the_context(small, tmp_path):
 
 
 def test_profile_records_follow_the_placement_schema(small, tmp_path):
-    from graphrun.placement.profile import BatchRecord
+    from graphrun.placement.profile import read_records
 
     c, _ = ctx(small, tmp_path, profile_file=tmp_path / "prof.jsonl")
     fit(c)
-    lines = (tmp_path / "prof.jsonl").read_text().splitlines()
-    recs = [BatchRecord.from_dict(json.loads(x), "prof.jsonl") for x in lines]
+    recs = read_records(tmp_path / "prof.jsonl")
     assert [r.iteration for r in recs] == [1]
     assert recs[0].compute_s > 0 and recs[0].batch_bytes > 0 and recs[0].grad_bytes > 0
     # the CPU seconds a placement on slower or shared cores scales
