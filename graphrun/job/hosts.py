@@ -4,7 +4,7 @@ The launcher (or the Kubernetes operator) writes it before any role starts; ever
 worker and role reads it. It is graphrun's "ip config"::
 
     {"format": "graphrun-hosts", "version": 1,
-     "machines": [{"name": "m0", "address": "127.0.0.1"}, ...],
+     "machines": [{"name": "m0", "address": "127.0.0.1"}, ...],  # + "slots", "gpus"
      "endpoints": {"store:0": "127.0.0.1:41001", "store:0:1": "127.0.0.1:41002", ...},
      "rendezvous": "127.0.0.1:41100"}
 
@@ -19,31 +19,61 @@ from __future__ import annotations
 import json
 import random
 import socket
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+
+import msgspec
 
 from graphrun.errors import SpecError
 from graphrun.files import write_atomic
 from graphrun.graph.format import read_json
-from graphrun.names import RoleName
+from graphrun.names import MAIN_TRAINER, RoleName
+from graphrun.wire import convert, to_builtins
 
 FORMAT = "graphrun-hosts"
 VERSION = 1
 
 
-@dataclass(frozen=True)
-class Hosts:
-    """Machine name -> address, listening role -> ``host:port``, and the rendezvous."""
+class Machine(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One machine of the hosts file."""
 
-    machines: Mapping[str, str]
-    endpoints: Mapping[str, str] = field(default_factory=dict)
+    name: str
+    address: str
+    slots: int | None = None  # trainers it runs, as an MPI hostfile's (the operator's)
+    gpus: int | None = None  # its GPUs, when the job uses them (the operator's)
+
+
+class Hosts(msgspec.Struct, frozen=True, kw_only=True):
+    """The hosts file: machines in order, listening role -> ``host:port``, and the
+    rendezvous (see the module docstring; :func:`build_hosts` makes one)."""
+
+    format: str = FORMAT
+    version: int = VERSION
+    machines: tuple[Machine, ...]
+    endpoints: dict[str, str] = {}
     rendezvous: str = ""
+
+    def __post_init__(self) -> None:
+        if self.format != FORMAT:
+            raise ValueError(f"field 'format' must be {FORMAT!r}")
+        if self.version != VERSION:
+            raise ValueError(f"field 'version' is {self.version!r}, not {VERSION}")
+        for role, ep in self.endpoints.items():
+            try:
+                RoleName.parse(role)
+                split_endpoint(ep)
+            except (SpecError, ValueError) as exc:
+                raise ValueError(f"endpoints.{role}: {exc}") from None
+
+    @property
+    def addresses(self) -> dict[str, str]:
+        """Machine name -> address, in machine order."""
+        return {m.name: m.address for m in self.machines}
 
     def address(self, machine: str) -> str:
         try:
-            return self.machines[machine]
+            return self.addresses[machine]
         except KeyError:
             raise SpecError(f"hosts: no machine named {machine!r}") from None
 
@@ -73,43 +103,47 @@ class Hosts:
                 out.setdefault(name.index, []).append((name.replica, ep))
         return {p: [ep for _, ep in sorted(v)] for p, v in sorted(out.items())}
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT,
-            "version": VERSION,
-            "machines": [{"name": n, "address": a} for n, a in self.machines.items()],
-            "endpoints": dict(self.endpoints),
-            "rendezvous": self.rendezvous,
-        }
-
     def write(self, path: str | Path) -> Path:
         p = Path(path)
-        write_atomic(p, json.dumps(self.to_dict(), indent=2) + "\n")
+        write_atomic(p, json.dumps(to_builtins(self), indent=2) + "\n")
         return p
-
-    @classmethod
-    def from_dict(cls, data: Any, source: str = "<hosts>") -> Hosts:
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise SpecError(f"{source}: field 'format' must be {FORMAT!r}")
-        if data.get("version") != VERSION:
-            raise SpecError(f"{source}: field 'version' is {data.get('version')!r}, not {VERSION}")
-        try:
-            machines = {str(m["name"]): str(m["address"]) for m in data["machines"]}
-            endpoints = {str(k): str(v) for k, v in dict(data.get("endpoints", {})).items()}
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SpecError(f"{source}: malformed 'machines' or 'endpoints' ({exc})") from None
-        for role, ep in endpoints.items():
-            try:
-                RoleName.parse(role)
-                split_endpoint(ep)
-            except (SpecError, ValueError) as exc:
-                raise SpecError(f"{source}: endpoints.{role}: {exc}") from None
-        return cls(machines, endpoints, str(data.get("rendezvous", "")))
 
     @classmethod
     def read(cls, path: str | Path) -> Hosts:
         p = Path(path)
-        return cls.from_dict(read_json(p, "the hosts file", SpecError), str(p))
+        return convert(cls, read_json(p, "the hosts file", SpecError), str(p))
+
+
+def build_hosts(
+    address: Mapping[str, str],
+    placement: Mapping[RoleName, str],
+    listening: Sequence[RoleName],
+    ports: Sequence[int],
+    store: Sequence[str] = (),
+    slots: bool = False,
+    gpus: int = 0,
+) -> Hosts:
+    """The hosts file of a job, for either backend.
+
+    ``address``: machine -> address, in machine order; ``placement``: role -> machine;
+    ``listening``: the roles that listen, each on the port at its index in ``ports``,
+    whose next port is the rendezvous's, on trainer 0's machine (the first machine
+    without one). ``store``: the addresses of a running store's servers, which serve
+    the job in place of its own. ``slots``: write each machine's trainer count (and
+    ``gpus``, when not 0)."""
+    own = {role: f"{address[placement[role]]}:{ports[i]}" for i, role in enumerate(listening)}
+    for part, a in enumerate(store):
+        own[RoleName.store(part)] = a.removeprefix("tcp://")
+    endpoints = {str(role): ep for role, ep in own.items()}  # as the file keys them
+    trainers = Counter(m for r, m in placement.items() if r.kind == "trainer")
+    machines = tuple(
+        Machine(m, a, trainers[m] if slots else None, gpus if slots and gpus else None)
+        for m, a in address.items()
+    )
+    rdv = placement.get(MAIN_TRAINER, next(iter(address)))
+    return Hosts(
+        machines=machines, endpoints=endpoints, rendezvous=f"{address[rdv]}:{ports[len(listening)]}"
+    )
 
 
 def split_endpoint(ep: str) -> tuple[str, int]:

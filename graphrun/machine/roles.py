@@ -23,11 +23,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from graphrun.errors import SpecError
-from graphrun.job.hosts import Hosts, free_ports
+from graphrun.job.hosts import Hosts, build_hosts, free_ports
 from graphrun.job.spec import GraphJob, Role, job_roles, load_job, resolve_placement
 from graphrun.machine.launch import MachineLaunch, RoleLaunch
 from graphrun.machine.process import RoleCommand
-from graphrun.names import MAIN_TRAINER, RoleName
+from graphrun.names import RoleName
 
 NETNS_BASE_PORT = 30000
 
@@ -91,21 +91,16 @@ def plan_hosts(
 ) -> Hosts:
     """Addresses and ports: loopback with free ports, or given machine addresses (netns)."""
     machines = job.spec.machine_names
-    stores = [r for r in roles.values() if r.kind in ("store", "ps")]  # what listens
-    trainer0 = roles.get(MAIN_TRAINER)
+    listening = [r.id for r in roles.values() if r.kind in ("store", "ps")]
     if addresses is None:
         addr = dict.fromkeys(machines, "127.0.0.1")
-        ports = free_ports(len(stores) + 1)
+        ports = free_ports(len(listening) + 1)
     else:
         addr = {m: addresses[m] for m in machines}
-        ports = [NETNS_BASE_PORT + i for i in range(len(stores) + 1)]
-    endpoints = {r.id: f"{addr[r.machine]}:{ports[i]}" for i, r in enumerate(stores)}
-    if job.spec.graph.store is not None:  # a running store: its servers, not the job's
-        for part, address in enumerate(job.spec.graph.store.addresses):
-            endpoints[RoleName.store(part)] = address.removeprefix("tcp://")
-    rdv_machine = trainer0.machine if trainer0 else machines[0]
-    named = {str(role): ep for role, ep in endpoints.items()}  # as the hosts file keys them
-    return Hosts(addr, named, f"{addr[rdv_machine]}:{ports[-1]}")
+        ports = [NETNS_BASE_PORT + i for i in range(len(listening) + 1)]
+    store = job.spec.graph.store.addresses if job.spec.graph.store is not None else ()
+    placement = {role: r.machine for role, r in roles.items()}
+    return build_hosts(addr, placement, listening, ports, store)
 
 
 def store_argv(

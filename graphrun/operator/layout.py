@@ -41,8 +41,10 @@ from typing import Any
 import yaml
 
 from graphrun.errors import SpecError
+from graphrun.job.hosts import Hosts, build_hosts
 from graphrun.job.spec import GraphJob, SharedVolume, job_roles, resolve_placement
 from graphrun.names import MAIN_TRAINER, RoleName
+from graphrun.wire import to_builtins
 
 CONFIG_DIR = "/etc/graphrun"
 JOB_FILE = f"{CONFIG_DIR}/job.yaml"
@@ -74,7 +76,7 @@ LABEL_INDEX = "graphrun.io/replica-index"
 ANNOTATION_ROLES = "graphrun.io/roles"  # the store and trainer roles a worker pod runs
 MANAGED_BY = {"app.kubernetes.io/managed-by": "graphrun-operator"}
 CONTROLLER = "graphrun.io/graphrun-operator"  # the value of spec.managedBy that means us
-KEYS_FORMAT, HOSTS_FORMAT = "graphrun-key", "graphrun-hosts"
+KEYS_FORMAT = "graphrun-key"
 
 
 @dataclass(frozen=True)
@@ -249,38 +251,17 @@ def rendered_job(job: GraphJob) -> dict[str, Any]:
     return new.to_dict()
 
 
-def host_plan(job: GraphJob, owner: Owner, config: OperatorConfig) -> dict[str, Any]:
-    """The hosts file (graphrun-hosts v1, see graphrun.job.hosts): machine -> DNS name of
-    its worker pod in machine order, store role -> host:port, and the rendezvous."""
+def host_plan(job: GraphJob, owner: Owner, config: OperatorConfig) -> Hosts:
+    """The hosts file (graphrun.job.hosts): machine -> DNS name of its worker pod in
+    machine order with its trainer slots (and GPUs, when the job uses them), listening
+    role -> host:port, and the rendezvous."""
     names = job.spec.machine_names
     address = {m: worker_dns(owner, i, config) for i, m in enumerate(names)}
-    placement = resolve_placement(job)
     stores = listening_roles(job)
-    endpoints = {
-        role: f"{address[placement[role]]}:{BASE_PORT + i}" for i, role in enumerate(stores)
-    }
-    if job.spec.graph.store is not None:  # a running store: its servers, not the job's
-        for part, a in enumerate(job.spec.graph.store.addresses):
-            endpoints[RoleName.store(part)] = a.removeprefix("tcp://")
-    rdv_machine = placement.get(MAIN_TRAINER, names[0])
-    return {
-        "format": HOSTS_FORMAT,
-        "version": 1,
-        "machines": [{"name": m, "address": address[m], **_slots(job, m)} for m in names],
-        "endpoints": {str(role): ep for role, ep in endpoints.items()},
-        "rendezvous": f"{address[rdv_machine]}:{BASE_PORT + len(stores)}",
-    }
-
-
-def _slots(job: GraphJob, machine: str) -> dict[str, int]:
-    """A machine's trainer slots and GPUs in the hosts file (as an MPI hostfile's
-    ``slots``); GPUs only when the job uses them."""
-    placement = resolve_placement(job)
-    trainers = sum(
-        1 for r in job_roles(job.spec) if r.kind == "trainer" and placement[r.id] == machine
-    )
-    gpus = job.spec.runtime.machine_gpus
-    return {"slots": trainers, **({"gpus": gpus} if gpus else {})}
+    ports = [BASE_PORT + i for i in range(len(stores) + 1)]
+    store = job.spec.graph.store.addresses if job.spec.graph.store is not None else ()
+    gpus = job.spec.runtime.machine_gpus or 0
+    return build_hosts(address, resolve_placement(job), stores, ports, store, True, gpus)
 
 
 def machine_ports(job: GraphJob, machine_index: int) -> list[tuple[str, int]]:
@@ -378,7 +359,7 @@ def config_files(job: GraphJob, owner: Owner, config: OperatorConfig) -> dict[st
     """The ConfigMap's files."""
     return {
         "job.yaml": yaml.safe_dump(rendered_job(job), sort_keys=False),
-        "hosts.json": json.dumps(host_plan(job, owner, config), indent=2) + "\n",
+        "hosts.json": json.dumps(to_builtins(host_plan(job, owner, config)), indent=2) + "\n",
         "partition.json": json.dumps(partition_settings(job), indent=2) + "\n",
     }
 

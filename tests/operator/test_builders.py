@@ -26,6 +26,7 @@ from graphrun.operator import layout as L
 from graphrun.operator.keys import CurveKeyPair, curve_public, z85_encode
 from graphrun.operator.policy import check_pod_policy
 from graphrun.operator.probe import build_probe_job, probe_spec
+from graphrun.wire import convert
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden"
@@ -195,7 +196,7 @@ def test_hosts_in_machine_order_with_stable_dns_names() -> None:
 def test_hosts_file_is_what_the_launcher_reads() -> None:
     hosts_mod = pytest.importorskip("graphrun.job.hosts")
     cm = built(gang_job())["configmap"]["data"]
-    hosts = hosts_mod.Hosts.from_dict(json.loads(cm["hosts.json"]))
+    hosts = convert(hosts_mod.Hosts, json.loads(cm["hosts.json"]), "hosts.json")
     assert hosts.store_endpoints()[0][1].endswith(":30001")
 
 

@@ -11,6 +11,7 @@ from graphrun.job.spec import parse_job
 from graphrun.machine.roles import job_paths, job_placement, machine_launches
 from graphrun.operator import builders as B
 from graphrun.operator import layout as L
+from graphrun.wire import convert
 
 OWNER = L.Owner("psjob", "ml", "0b7e3c2a-0000-4000-8000-000000000002")
 CONFIG = L.OperatorConfig()
@@ -33,7 +34,8 @@ def test_worker_pods_run_and_expose_the_parameter_servers(tmp_path):
     assert [list(map(str, roles)) for roles in L.machine_roles(job)] == [
         ["store:0", "ps:0", "ps:2", "trainer:0"], ["store:1", "ps:1", "trainer:1"],
     ]  # fmt: skip
-    hosts = Hosts.from_dict(json.loads(B.build_configmap(job, OWNER, CONFIG)["data"]["hosts.json"]))
+    data = json.loads(B.build_configmap(job, OWNER, CONFIG)["data"]["hosts.json"])
+    hosts = convert(Hosts, data, "hosts.json")
     assert {r for r in hosts.endpoints if r.startswith("ps")} == {"ps:0", "ps:1", "ps:2"}
     worker = B.build_worker(job, OWNER, CONFIG, 0)
     kubernetes_validate.validate(worker, kubernetes_validate.latest_version(), strict=True)

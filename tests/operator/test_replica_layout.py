@@ -7,7 +7,6 @@ from pathlib import Path
 
 import yaml
 
-from graphrun.job.hosts import Hosts
 from graphrun.job.spec import parse_job
 from graphrun.operator import layout as L
 
@@ -21,7 +20,7 @@ def test_replicas_have_endpoints_and_ports_on_the_next_worker_pod() -> None:
     d["spec"]["runtime"]["replicas"] = 2
     job = parse_job(d)
     machines = job.spec.runtime.machines
-    hosts = Hosts.from_dict(L.host_plan(job, OWNER, L.OperatorConfig()))
+    hosts = L.host_plan(job, OWNER, L.OperatorConfig())
     for p in range(job.spec.num_parts):
         primary = hosts.endpoints[f"store:{p}"].split(":")[0]
         replica = hosts.endpoints[f"store:{p}:r"].split(":")[0]

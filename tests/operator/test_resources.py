@@ -15,6 +15,7 @@ from graphrun.job.spec import GraphJob, parse_job
 from graphrun.operator import builders as B
 from graphrun.operator import layout as L
 from graphrun.operator.resources import GPU, cpu_quantity, memory_quantity
+from graphrun.wire import to_builtins
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = kubernetes_validate.latest_version()
@@ -263,6 +264,6 @@ def test_gpus_per_machine_are_requested_by_every_worker() -> None:
 def test_the_hosts_file_carries_slots_and_gpus() -> None:
     job = _gpu_job(2)
     hosts = L.host_plan(job, OWNER, CONFIG)
-    assert [(m["slots"], m["gpus"]) for m in hosts["machines"]] == [(2, 2), (2, 2)]
-    cpu = L.host_plan(parse_job(graphsage()), OWNER, CONFIG)
+    assert [(m.slots, m.gpus) for m in hosts.machines] == [(2, 2), (2, 2)]
+    cpu = to_builtins(L.host_plan(parse_job(graphsage()), OWNER, CONFIG))
     assert all("gpus" not in m and m["slots"] == 1 for m in cpu["machines"])
