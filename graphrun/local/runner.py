@@ -38,9 +38,11 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+
+from msgspec import structs
 
 from graphrun.errors import DatasetError, JobFailed, SpecError, UserError
 from graphrun.files import atomic_dir, write_atomic
@@ -483,11 +485,11 @@ class LocalJob:
             self.job, self.roles, hosts, self.paths, resume, self.opts.python,
             self.opts.profile_dir, env, self.opts.ready_timeout_s, args,
         )  # fmt: skip
-        return [replace(m, stall_timeout_s=self.opts.stall_timeout_s) for m in launches]
+        return [structs.replace(m, stall_timeout_s=self.opts.stall_timeout_s) for m in launches]
 
     def _attempt(self, hosts: Hosts, resume: bool, wrap: Wrap | None) -> None:
         self._write_key()
-        hosts = replace(hosts, rendezvous=self._file_rendezvous())
+        hosts = structs.replace(hosts, rendezvous=self._file_rendezvous())
         hosts.write(self.paths.hosts_file)
         launches = self.launches(hosts, resume)
         elastic = self.job.spec.runtime.elastic

@@ -11,34 +11,45 @@ worker (``graphrun worker``) runs one; the local backend runs one worker per mac
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
+
+import msgspec
 
 from graphrun.errors import SpecError
 from graphrun.files import write_atomic
 from graphrun.graph.format import read_json
 from graphrun.machine.process import RoleCommand
+from graphrun.wire import convert, to_builtins
 
 RoleKind = Literal["store", "ps", "sampler", "trainer"]
 KINDS: tuple[RoleKind, ...] = ("store", "ps", "sampler", "trainer")
 
 
-@dataclass(frozen=True)
-class RoleLaunch:
+class RoleLaunch(msgspec.Struct, frozen=True):
+    """One role of a machine: its command line (:class:`RoleCommand`, less the machine)
+    and the ``host:port`` that accepts connections once it is up (listening roles)."""
+
     kind: RoleKind
-    command: RoleCommand
-    ready: str | None = None  # "host:port" that accepts connections once the role is up
+    role: str
+    argv: tuple[str, ...]
+    env: dict[str, str] = {}  # added to the inherited environment
+    cwd: str | None = None
+    ready: str | None = None
 
-    @property
-    def role(self) -> str:
-        return self.command.role
+    def __post_init__(self) -> None:
+        if not self.role or not self.argv:
+            raise ValueError(f"role {self.role!r}: role and argv must not be empty")
+
+    @classmethod
+    def of(cls, kind: RoleKind, command: RoleCommand, ready: str | None = None) -> RoleLaunch:
+        return cls(kind, command.role, command.argv, dict(command.env), command.cwd, ready)
 
 
-@dataclass(frozen=True)
-class MachineLaunch:
+class MachineLaunch(msgspec.Struct, frozen=True, kw_only=True):
+    """What one machine runs; its JSON file has these fields, in this order."""
+
     machine: str
-    roles: tuple[RoleLaunch, ...]
     wait_for: tuple[str, ...] = ()  # endpoints that must be up before samplers/trainers start
     ready_timeout_s: float = 120.0
     key_file: str | None = None  # the job's key: store servers are probed with it
@@ -46,65 +57,21 @@ class MachineLaunch:
     # store roles whose partition has another copy (runtime.replicas): once the job
     # trains, the machine survives their exit (the clients fail over to the other copy)
     replicated: tuple[str, ...] = ()
+    roles: tuple[RoleLaunch, ...]
 
     def of_kind(self, kind: RoleKind) -> list[RoleLaunch]:
         return [r for r in self.roles if r.kind == kind]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "machine": self.machine,
-            "wait_for": list(self.wait_for),
-            "ready_timeout_s": self.ready_timeout_s,
-            "key_file": self.key_file,
-            "stall_timeout_s": self.stall_timeout_s,
-            "replicated": list(self.replicated),
-            "roles": [
-                {
-                    "kind": r.kind,
-                    "role": r.command.role,
-                    "argv": list(r.command.argv),
-                    "env": dict(r.command.env),
-                    "cwd": r.command.cwd,
-                    "ready": r.ready,
-                }
-                for r in self.roles
-            ],
-        }
-
-    @classmethod
-    def from_dict(cls, data: Any, source: str = "<launch>") -> MachineLaunch:
-        try:
-            machine = str(data["machine"])
-            roles = []
-            for r in data["roles"]:
-                if r["kind"] not in KINDS:
-                    raise SpecError(f"{source}: role {r.get('role')!r}: unknown kind {r['kind']!r}")
-                cmd = RoleCommand(
-                    str(r["role"]),
-                    machine,
-                    tuple(str(a) for a in r["argv"]),
-                    {str(k): str(v) for k, v in (r.get("env") or {}).items()},
-                    r.get("cwd"),
-                )
-                roles.append(RoleLaunch(r["kind"], cmd, r.get("ready")))
-            return cls(
-                machine,
-                tuple(roles),
-                tuple(str(e) for e in data.get("wait_for", ())),
-                float(data.get("ready_timeout_s", 120.0)),
-                data.get("key_file"),
-                float(data.get("stall_timeout_s", 30.0)),
-                tuple(str(r) for r in data.get("replicated", ())),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SpecError(f"{source}: malformed machine launch plan ({exc!r})") from None
+    def command(self, role: RoleLaunch) -> RoleCommand:
+        """What the supervisor starts for ``role``."""
+        return RoleCommand(role.role, self.machine, role.argv, role.env, role.cwd)
 
     def write(self, path: str | Path) -> Path:
         p = Path(path)
-        write_atomic(p, json.dumps(self.to_dict(), indent=2) + "\n")
+        write_atomic(p, json.dumps(to_builtins(self), indent=2) + "\n")
         return p
 
     @classmethod
     def read(cls, path: str | Path) -> MachineLaunch:
         p = Path(path)
-        return cls.from_dict(read_json(p, "the launch plan", SpecError), str(p))
+        return convert(cls, read_json(p, "the launch plan", SpecError), str(p))

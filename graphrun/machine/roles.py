@@ -196,18 +196,18 @@ def machine_launches(
                 name = r.name.replace(":", "-")  # store-0, store-0-1 (backup), store-0-r
                 prof = profile_dir / f"{name}.jsonl" if profile_dir else None
                 cmd = RoleCommand(r.name, m, store_argv(r, hosts, paths, python, prof), env)
-                launches.append(RoleLaunch("store", cmd, hosts.endpoints[r.name]))
+                launches.append(RoleLaunch.of("store", cmd, hosts.endpoints[r.name]))
             elif r.kind == "ps":
                 prof = profile_dir / f"ps-{r.id.index}.jsonl" if profile_dir else None
                 cmd = RoleCommand(r.name, m, ps_argv(r, hosts, paths, python, prof), env)
-                launches.append(RoleLaunch("ps", cmd, hosts.endpoints[r.name]))
+                launches.append(RoleLaunch.of("ps", cmd, hosts.endpoints[r.name]))
             elif r.kind == "trainer":
                 prof = profile_dir / f"trainer-{r.rank}.jsonl" if profile_dir else None
                 argv = trainer_argv(r, paths, python, resume, prof, trainer_args)
                 gpu = trainer_gpu(job, roles, r)
                 if gpu is not None:
                     argv = (*argv, "--gpu", str(gpu))
-                launches.append(RoleLaunch("trainer", RoleCommand(r.name, m, argv, env)))
+                launches.append(RoleLaunch.of("trainer", RoleCommand(r.name, m, argv, env)))
             # sampler:<rank>:<w> roles run inside their trainer's data loader (worker
             # processes it starts and stops); they are not separate launches yet.
         key = str(paths.key_file)
@@ -216,7 +216,12 @@ def machine_launches(
         )
         out.append(
             MachineLaunch(
-                m, tuple(launches), all_stores, ready_timeout_s, key, replicated=replicated
+                machine=m,
+                roles=tuple(launches),
+                wait_for=all_stores,
+                ready_timeout_s=ready_timeout_s,
+                key_file=key,
+                replicated=replicated,
             )
         )
     return out

@@ -295,7 +295,7 @@ def run_machine(
         own: list[str] = []
         for wave in store_waves(launch):  # main servers first: backups attach to them
             for r in wave:
-                sup.start(r.command)
+                sup.start(launch.command(r))
             status.update(sup)
             up = [r.ready for r in wave if r.ready is not None]
             own += up
@@ -305,7 +305,7 @@ def run_machine(
         wait_until(all_up(pending, is_ready), "the store servers of other machines")
         for kind in ("sampler", "trainer"):
             for r in launch.of_kind(kind):
-                sup.start(r.command)
+                sup.start(launch.command(r))
         status.update(sup, "training")
         trainers = {r.role for r in launch.of_kind("trainer")}
         wait_until(lambda: trainers <= set(sup.exits()), "the trainers", float("inf"))

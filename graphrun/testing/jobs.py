@@ -39,11 +39,11 @@ while True:
 
 def fake_store(role: str, machine: str, port: int, host: str = "127.0.0.1") -> RoleLaunch:
     cmd = RoleCommand(role, machine, (sys.executable, "-c", STORE_CODE, str(port), host))
-    return RoleLaunch("store", cmd, ready=f"{host}:{port}")
+    return RoleLaunch.of("store", cmd, ready=f"{host}:{port}")
 
 
 def fake_trainer(role: str, machine: str, code: str) -> RoleLaunch:
-    return RoleLaunch("trainer", RoleCommand(role, machine, (sys.executable, "-c", code)))
+    return RoleLaunch.of("trainer", RoleCommand(role, machine, (sys.executable, "-c", code)))
 
 
 def two_machines(
@@ -57,8 +57,8 @@ def two_machines(
     stores = [f"{addresses[i]}:{p}" for i, p in enumerate(ports)]
     return [
         MachineLaunch(
-            f"m{i}",
-            (
+            machine=f"m{i}",
+            roles=(
                 fake_store(str(RoleName.store(i)), f"m{i}", ports[i], addresses[i]),
                 fake_trainer(str(RoleName.trainer(i)), f"m{i}", trainer_code.get(i, "pass")),
             ),

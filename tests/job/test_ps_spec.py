@@ -78,7 +78,7 @@ def test_launches_start_the_ps_roles_with_the_job_key(tmp_path):
     ]  # fmt: skip
     ps = m1.roles[1]
     assert ps.ready == hosts.endpoints["ps:1"]
-    argv = ps.command.argv
+    argv = ps.argv
     assert argv[1:4] == ("-m", "graphrun", "ps") and "--index" in argv
     assert argv[argv.index("--key-file") + 1] == str(paths.key_file)
     assert hosts.endpoints["ps:0"] in m1.wait_for  # trainers start once every ps is up

@@ -44,7 +44,14 @@ class FakeRoles(LocalJob):
                 fake_store(f"store:{i}", m, port, h),
                 fake_trainer(f"trainer:{i}", m, code.get(i, "pass")),
             )
-            out.append(MachineLaunch(m, roles, tuple(hosts.endpoints.values()), 30.0))
+            out.append(
+                MachineLaunch(
+                    machine=m,
+                    roles=roles,
+                    wait_for=tuple(hosts.endpoints.values()),
+                    ready_timeout_s=30.0,
+                )
+            )
         return out
 
 

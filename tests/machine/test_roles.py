@@ -58,9 +58,9 @@ def test_hosts_and_launches_for_co_located_roles(tmp_path):
     launches = machine_launches(job, roles, hosts, paths, resume=True, python=PY)
     m1 = launches[1]
     assert [r.role for r in m1.roles] == ["store:1", "store:1:1", "trainer:1"]
-    backup = m1.roles[1].command.argv
+    backup = m1.roles[1].argv
     assert "--backup-of" in backup and f"tcp://{hosts.endpoints['store:1']}" in backup
-    assert "--resume" in m1.roles[2].command.argv
+    assert "--resume" in m1.roles[2].argv
     assert set(m1.wait_for) == set(hosts.endpoints.values())
     again = Hosts.read(hosts.write(tmp_path / "hosts.json"))
     assert again == hosts and again.store_endpoints() == hosts.store_endpoints()
@@ -81,7 +81,7 @@ def test_a_replica_runs_on_the_next_machine_with_its_primary_s_address(tmp_path)
     assert hosts.store_endpoints()[0] == [ep["store:0"], ep["store:0:1"], ep["store:0:r"]]
     m1 = machine_launches(job, roles, hosts, paths, python=PY)[1]
     assert [r.role for r in m1.roles] == ["store:1", "store:1:1", "store:0:r", "trainer:1"]
-    argv = m1.roles[2].command.argv
+    argv = m1.roles[2].argv
     assert argv[argv.index("--replica-of") + 1] == f"tcp://{ep['store:0']}"
     assert argv[argv.index("--part") + 1] == "0" and "--backup-of" not in argv
 
@@ -110,6 +110,20 @@ def test_launch_plan_round_trips_through_json(tmp_path):
     roles = job_placement(job, paths)
     launch = machine_launches(job, roles, plan_hosts(job, roles), paths, python=PY)[0]
     assert MachineLaunch.read(launch.write(tmp_path / "m0.json")) == launch
+    # the file is byte for byte what the hand-written to_dict wrote before the Struct
+    old = {"machine": launch.machine, "wait_for": list(launch.wait_for),
+           "ready_timeout_s": launch.ready_timeout_s, "key_file": launch.key_file,
+           "stall_timeout_s": launch.stall_timeout_s, "replicated": list(launch.replicated),
+           "roles": [{"kind": r.kind, "role": r.role, "argv": list(r.argv), "env": dict(r.env),
+                      "cwd": r.cwd, "ready": r.ready} for r in launch.roles]}  # fmt: skip
+    assert (tmp_path / "m0.json").read_text() == json.dumps(old, indent=2) + "\n"
+    bad = json.loads((tmp_path / "m0.json").read_text())
+    bad["roles"][0]["kind"] = "painter"
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(
+        SpecError, match=r"bad\.json: roles\[0\]\.kind: Invalid enum value 'painter'"
+    ):
+        MachineLaunch.read(tmp_path / "bad.json")
 
 
 def test_worker_builds_the_same_launch_from_the_job(tmp_path):
@@ -122,7 +136,7 @@ def test_worker_builds_the_same_launch_from_the_job(tmp_path):
     hosts_file = hosts.write(tmp_path / "hosts.json")
     mine = machine_launches(job, roles, hosts, paths, python=PY)[1]
     again = load_job_launch(job_file, "1", hosts_file, paths.keys_dir, python=PY)
-    assert again.roles[0].command.argv == mine.roles[0].command.argv
+    assert again.roles[0].argv == mine.roles[0].argv
     assert again.wait_for == mine.wait_for
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from graphrun.job.hosts import free_ports
-from graphrun.machine.launch import MachineLaunch
+from graphrun.machine.launch import MachineLaunch, RoleLaunch
 from graphrun.machine.worker import read_status
 from graphrun.testing.jobs import fake_store, fake_trainer
 
@@ -27,10 +27,10 @@ def run_worker(tmp_path: Path, launch: MachineLaunch) -> subprocess.CompletedPro
 def test_trainer_only_machine_exits_0_when_its_trainers_are_done(tmp_path: Path) -> None:
     (port,) = free_ports(1)
     store = fake_store("store:0", "m0", port)  # machine m0's store, run here as a stand-in
-    with subprocess.Popen(store.command.argv, stdout=subprocess.DEVNULL) as server:
+    with subprocess.Popen(store.argv, stdout=subprocess.DEVNULL) as server:
         try:
             trainer = fake_trainer("trainer:0", "m1", "print('trained')")
-            launch = MachineLaunch("m1", (trainer,), wait_for=(store.ready or "",))
+            launch = MachineLaunch(machine="m1", roles=(trainer,), wait_for=(store.ready or "",))
             out = run_worker(tmp_path, launch)
         finally:
             server.kill()
@@ -42,7 +42,7 @@ def test_trainer_only_machine_exits_0_when_its_trainers_are_done(tmp_path: Path)
 
 
 def test_machine_without_roles_exits_0(tmp_path: Path) -> None:
-    out = run_worker(tmp_path, MachineLaunch("m2", ()))
+    out = run_worker(tmp_path, MachineLaunch(machine="m2", roles=()))
     assert out.returncode == 0, out.stderr
     status = read_status(tmp_path / "status" / "m2.json")
     assert status is not None and status["state"] == "done"
@@ -54,7 +54,7 @@ def test_a_stopped_trainer_is_named_within_the_stall_timeout(tmp_path: Path) -> 
     code = "import os, signal; os.kill(os.getpid(), signal.SIGSTOP)"
     trainers = (fake_trainer("trainer:0", "m0", "import time; time.sleep(30)"),
                 fake_trainer("trainer:1", "m0", code))  # fmt: skip
-    out = run_worker(tmp_path, MachineLaunch("m0", trainers, stall_timeout_s=2.0))
+    out = run_worker(tmp_path, MachineLaunch(machine="m0", roles=trainers, stall_timeout_s=2.0))
     assert out.returncode != 0
     status = read_status(tmp_path / "status" / "m0.json")
     assert status is not None and status["state"] == "failed"
@@ -63,7 +63,7 @@ def test_a_stopped_trainer_is_named_within_the_stall_timeout(tmp_path: Path) -> 
 
 
 def test_stall_timeout_travels_in_the_launch_file(tmp_path: Path) -> None:
-    launch = MachineLaunch("m0", (), stall_timeout_s=7.5)
+    launch = MachineLaunch(machine="m0", roles=(), stall_timeout_s=7.5)
     assert MachineLaunch.read(launch.write(tmp_path / "m0.json")).stall_timeout_s == 7.5
 
 
@@ -90,15 +90,9 @@ def test_told_to_stop_the_worker_stops_its_trainers_before_its_stores(tmp_path: 
     (port,) = free_ports(1)
     done = tmp_path / "checkpoint"
     store = fake_store("store:0", "m0", port)
-    trainer = fake_trainer("trainer:0", "m0", "")
-    trainer = type(trainer)(
-        "trainer",
-        type(trainer.command)(
-            "trainer:0", "m0",
-            (sys.executable, "-c", TRAINER_CHECKPOINTS_ON_SIGTERM, str(port), str(done)),
-        ),
-    )  # fmt: skip
-    launch = MachineLaunch("m0", (store, trainer), wait_for=(store.ready or "",))
+    code = TRAINER_CHECKPOINTS_ON_SIGTERM
+    trainer = RoleLaunch("trainer", "trainer:0", (sys.executable, "-c", code, str(port), str(done)))
+    launch = MachineLaunch(machine="m0", roles=(store, trainer), wait_for=(store.ready or "",))
     plan = launch.write(tmp_path / "m0.json")
     argv = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan), "--grace", "10"]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)

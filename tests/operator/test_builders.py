@@ -370,8 +370,8 @@ def test_the_worker_can_load_what_the_operator_mounts(tmp_path: Path) -> None:
     argv = [a.replace("$(MACHINE_INDEX)", "0") for a in argv]
     launch = _launch(build_parser().parse_args(argv))
     (trainer,) = launch.of_kind("trainer")
-    i = trainer.command.argv.index("--run-dir")
-    assert trainer.command.argv[i + 1] == "/data/runs/graphsage"
+    i = trainer.argv.index("--run-dir")
+    assert trainer.argv[i + 1] == "/data/runs/graphsage"
 
 
 def test_generator_parameters_become_generate_flags() -> None:
