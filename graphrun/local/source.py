@@ -20,30 +20,28 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+import msgspec
+
+from graphrun.errors import SpecError
 from graphrun.files import write_atomic
+from graphrun.wire import convert, to_builtins
 
 SOURCE_FILE = "source.json"
 FORMAT = "graphrun-partition-source"
 VERSION = 1
 
 
-@dataclass(frozen=True)
-class Source:
+class Source(msgspec.Struct, frozen=True, kw_only=True):
+    """``source.json`` (see the module docstring)."""
+
+    format: str = FORMAT
+    version: int = VERSION
     dataset: str
     fingerprint: str
     files: int
     partition: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT, "version": VERSION, "dataset": self.dataset,
-            "fingerprint": self.fingerprint, "files": self.files,
-            "partition": list(self.partition),
-        }  # fmt: skip
 
 
 def fingerprint(dataset: Path) -> tuple[str, int]:
@@ -67,11 +65,12 @@ def fingerprint(dataset: Path) -> tuple[str, int]:
 
 def current(dataset: Path, partition: list[str]) -> Source:
     digest, n = fingerprint(dataset)
-    return Source(str(Path(dataset).resolve()), digest, n, tuple(partition))
+    where = str(Path(dataset).resolve())
+    return Source(dataset=where, fingerprint=digest, files=n, partition=tuple(partition))
 
 
 def write_source(parts: Path, source: Source) -> None:
-    write_atomic(Path(parts) / SOURCE_FILE, json.dumps(source.to_dict(), indent=2) + "\n")
+    write_atomic(Path(parts) / SOURCE_FILE, json.dumps(to_builtins(source), indent=2) + "\n")
 
 
 def read_source(parts: Path) -> Source | None:
@@ -79,14 +78,10 @@ def read_source(parts: Path) -> Source | None:
     ``source.json``."""
     try:
         data = json.loads((Path(parts) / SOURCE_FILE).read_text())
-        if data.get("format") != FORMAT or data.get("version") != VERSION:
-            return None
-        return Source(
-            str(data["dataset"]), str(data["fingerprint"]), int(data["files"]),
-            tuple(str(a) for a in data["partition"]),
-        )  # fmt: skip
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        source = convert(Source, data, SOURCE_FILE)
+    except (OSError, ValueError, SpecError):
         return None
+    return source if (source.format, source.version) == (FORMAT, VERSION) else None
 
 
 def stale_reason(parts: Path, now: Source) -> str | None:
