@@ -18,12 +18,14 @@ of a JSON object are the strings of those integers (``str_keys``).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 
 from graphrun.errors import GraphrunError, SpecError
+from graphrun.files import write_atomic
 
 T = TypeVar("T")
 
@@ -43,6 +45,11 @@ def _dec(type_: type, value: Any) -> Any:
 def to_builtins(value: Any) -> Any:
     """``value`` (a Struct, or containers of them) as dicts, lists and scalars."""
     return msgspec.to_builtins(value, enc_hook=_enc)
+
+
+def write_json(path: str | Path, value: Any, indent: int | None = 2) -> Path:
+    """``value`` as a JSON file (indented, a newline at the end), written atomically."""
+    return write_atomic(Path(path), json.dumps(to_builtins(value), indent=indent) + "\n")
 
 
 def convert(type_: type[T], data: Any, where: str, error: type[GraphrunError] = SpecError) -> T:

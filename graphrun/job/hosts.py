@@ -16,7 +16,6 @@ backend: nothing listens for it, only the job's user can reach it).
 
 from __future__ import annotations
 
-import json
 import random
 import socket
 from collections import Counter
@@ -26,10 +25,9 @@ from pathlib import Path
 import msgspec
 
 from graphrun.errors import SpecError
-from graphrun.files import write_atomic
 from graphrun.graph.format import read_json
 from graphrun.names import MAIN_TRAINER, RoleName
-from graphrun.wire import convert, to_builtins
+from graphrun.wire import convert, write_json
 
 FORMAT = "graphrun-hosts"
 VERSION = 1
@@ -104,14 +102,11 @@ class Hosts(msgspec.Struct, frozen=True, kw_only=True):
         return {p: [ep for _, ep in sorted(v)] for p, v in sorted(out.items())}
 
     def write(self, path: str | Path) -> Path:
-        p = Path(path)
-        write_atomic(p, json.dumps(to_builtins(self), indent=2) + "\n")
-        return p
+        return write_json(path, self)
 
     @classmethod
     def read(cls, path: str | Path) -> Hosts:
-        p = Path(path)
-        return convert(cls, read_json(p, "the hosts file", SpecError), str(p))
+        return convert(cls, read_json(Path(path), "the hosts file", SpecError), str(path))
 
 
 def build_hosts(

@@ -25,8 +25,7 @@ from pathlib import Path
 import msgspec
 
 from graphrun.errors import SpecError
-from graphrun.files import write_atomic
-from graphrun.wire import convert, to_builtins
+from graphrun.wire import convert, write_json
 
 SOURCE_FILE = "source.json"
 FORMAT = "graphrun-partition-source"
@@ -70,7 +69,7 @@ def current(dataset: Path, partition: list[str]) -> Source:
 
 
 def write_source(parts: Path, source: Source) -> None:
-    write_atomic(Path(parts) / SOURCE_FILE, json.dumps(to_builtins(source), indent=2) + "\n")
+    write_json(Path(parts) / SOURCE_FILE, source)
 
 
 def read_source(parts: Path) -> Source | None:

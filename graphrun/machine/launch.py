@@ -10,17 +10,15 @@ worker (``graphrun worker``) runs one; the local backend runs one worker per mac
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Literal
 
 import msgspec
 
 from graphrun.errors import SpecError
-from graphrun.files import write_atomic
 from graphrun.graph.format import read_json
 from graphrun.machine.process import RoleCommand
-from graphrun.wire import convert, to_builtins
+from graphrun.wire import convert, write_json
 
 RoleKind = Literal["store", "ps", "sampler", "trainer"]
 KINDS: tuple[RoleKind, ...] = ("store", "ps", "sampler", "trainer")
@@ -67,11 +65,8 @@ class MachineLaunch(msgspec.Struct, frozen=True, kw_only=True):
         return RoleCommand(role.role, self.machine, role.argv, role.env, role.cwd)
 
     def write(self, path: str | Path) -> Path:
-        p = Path(path)
-        write_atomic(p, json.dumps(to_builtins(self), indent=2) + "\n")
-        return p
+        return write_json(path, self)
 
     @classmethod
     def read(cls, path: str | Path) -> MachineLaunch:
-        p = Path(path)
-        return convert(cls, read_json(p, "the launch plan", SpecError), str(p))
+        return convert(cls, read_json(Path(path), "the launch plan", SpecError), str(path))
