@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal, cast
 
 import numpy as np
@@ -117,6 +117,27 @@ def mfg_edges(
     return edge_index[:, : sum(num_sampled_edges[: num_layers - layer])]
 
 
+def mfg_forward(
+    layer: Callable[[int, Tensor, Tensor, int], Tensor],
+    num_layers: int,
+    x: Tensor,
+    edge_index: Tensor,
+    num_sampled_nodes: Sequence[int] | None = None,
+    num_sampled_edges: Sequence[int] | None = None,
+) -> Tensor:
+    """``layer(i, x, edges, n_dst)`` for ``i`` in ``0..num_layers-1``: over the whole
+    graph, or with PyG's ``num_sampled_nodes``/``num_sampled_edges`` over layer ``i``'s
+    message-flow graph (its edges, its destinations; :func:`mfg_edges`,
+    :func:`mfg_targets`). The forward of every model here that computes by layers."""
+    for i in range(num_layers):
+        n_dst, edges = x.size(0), edge_index
+        if num_sampled_nodes is not None and num_sampled_edges is not None:
+            n_dst = mfg_targets(num_sampled_nodes, num_layers, i)
+            edges = mfg_edges(edge_index, num_sampled_edges, num_layers, i)
+        x = layer(i, x, edges, n_dst)
+    return x
+
+
 def _check_path(path: str) -> None:
     if path not in ("scatter", "csr"):
         raise ArgumentError(f"aggr_path: {path!r} is not 'scatter' or 'csr'")
@@ -161,14 +182,8 @@ class SAGE(torch.nn.Module):
         num_sampled_nodes: Sequence[int] | None = None,
         num_sampled_edges: Sequence[int] | None = None,
     ) -> Tensor:
-        layers = len(self.convs)
-        for i in range(layers):
-            n_dst, edges = x.size(0), edge_index
-            if num_sampled_nodes is not None and num_sampled_edges is not None:
-                n_dst = mfg_targets(num_sampled_nodes, layers, i)
-                edges = mfg_edges(edge_index, num_sampled_edges, layers, i)
-            x = self.layer(i, x, edges, n_dst)
-        return x
+        return mfg_forward(self.layer, len(self.convs), x, edge_index, num_sampled_nodes,
+                           num_sampled_edges)  # fmt: skip
 
     def layer(self, i: int, x: Tensor, edge_index: Tensor, n_dst: int) -> Tensor:
         """Layer ``i`` alone: the states of the first ``n_dst`` nodes of ``x`` from their
@@ -221,15 +236,15 @@ class GCN(torch.nn.Module):
         num_sampled_nodes: Sequence[int] | None = None,
         num_sampled_edges: Sequence[int] | None = None,
     ) -> Tensor:
-        layers = len(self.convs)
-        for i, conv in enumerate(self.convs):
-            n_dst, edges = x.size(0), edge_index
-            if num_sampled_nodes is not None and num_sampled_edges is not None:
-                n_dst = mfg_targets(num_sampled_nodes, layers, i)
-                edges = mfg_edges(edge_index, num_sampled_edges, layers, i)
-            x = conv(x, edges)[:n_dst]
-            if i < layers - 1:
-                x = dropout(F.relu(x), self.dropout, self.training)
+        return mfg_forward(self._layer, len(self.convs), x, edge_index, num_sampled_nodes,
+                           num_sampled_edges)  # fmt: skip
+
+    def _layer(self, i: int, x: Tensor, edge_index: Tensor, n_dst: int) -> Tensor:
+        """Layer ``i`` over every node of ``x``, its first ``n_dst`` kept (not a
+        ``layer``: layer-wise inference computes destinations only)."""
+        x = self.convs[i](x, edge_index)[:n_dst]
+        if i < len(self.convs) - 1:
+            x = dropout(F.relu(x), self.dropout, self.training)
         return x
 
 
@@ -265,14 +280,8 @@ class GAT(torch.nn.Module):
         num_sampled_nodes: Sequence[int] | None = None,
         num_sampled_edges: Sequence[int] | None = None,
     ) -> Tensor:
-        layers = len(self.convs)
-        for i in range(layers):
-            n_dst, edges = x.size(0), edge_index
-            if num_sampled_nodes is not None and num_sampled_edges is not None:
-                n_dst = mfg_targets(num_sampled_nodes, layers, i)
-                edges = mfg_edges(edge_index, num_sampled_edges, layers, i)
-            x = self.layer(i, x, edges, n_dst)
-        return x
+        return mfg_forward(self.layer, len(self.convs), x, edge_index, num_sampled_nodes,
+                           num_sampled_edges)  # fmt: skip
 
     def layer(self, i: int, x: Tensor, edge_index: Tensor, n_dst: int) -> Tensor:
         """Layer ``i`` alone (see :meth:`SAGE.layer`)."""
