@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, Literal
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,7 +38,6 @@ from graphrun.distributed.batches import (
     BatchBuilder,
     BatchCost,
     BatchSpec,
-    Kind,
     check_spec,
 )
 from graphrun.distributed.cache import CachePlan, plan_cache
@@ -47,9 +47,8 @@ from graphrun.distributed.minibatch import epoch_seed, shuffled
 from graphrun.distributed.workers import WorkerPool
 from graphrun.errors import ArgumentError
 from graphrun.names import TensorKey
-from graphrun.sampling.edgesplit import EdgeSplit
 from graphrun.sampling.partitioned import BookTypeMap
-from graphrun.sampling.sampler import NeighborSampler, Output
+from graphrun.sampling.sampler import NeighborSampler
 
 
 def _check_count(value: Any, name: str, low: int) -> int:
@@ -58,66 +57,101 @@ def _check_count(value: Any, name: str, low: int) -> int:
     return value
 
 
-class _DistLoader:
-    def __init__(
-        self,
-        graph: DistGraph,
-        ids: Any,
-        spec: BatchSpec,
-        *,
-        batch_size: int,
-        shuffle: bool,
-        drop_last: bool,
-        num_workers: int,
-        prefetch: int,
-        seed: int,
-        persistent_workers: bool = True,
-        pin_memory: bool = False,
-        prefetch_factor: int | None = None,
-    ) -> None:
-        self.graph = graph
-        self.spec = spec
-        check_spec(spec, graph.book)
-        self.ids = torch.as_tensor(ids).long().reshape(-1)
-        self.batch_size = _check_count(batch_size, "batch_size", 1)
-        self.num_workers = _check_count(num_workers, "num_workers", 0)
-        self.prefetch = _check_count(prefetch, "prefetch", 1)
-        if prefetch_factor is not None:
+@dataclass(frozen=True)
+class LoaderOptions:
+    """How a loader walks its seeds: torch ``DataLoader``'s options, and graphrun's
+    ``prefetch`` (batches in flight in all) and ``seed`` (of the shuffle and of every
+    batch's sampling)."""
+
+    batch_size: int
+    shuffle: bool = False
+    drop_last: bool = False
+    num_workers: int = 0
+    prefetch: int = 2
+    persistent_workers: bool = True
+    pin_memory: bool = False
+    prefetch_factor: int | None = None  # batches in flight per worker (torch's)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_count(self.batch_size, "batch_size", 1)
+        _check_count(self.num_workers, "num_workers", 0)
+        _check_count(self.prefetch, "prefetch", 1)
+        if self.prefetch_factor is not None:
             if self.num_workers == 0:
                 raise ArgumentError("prefetch_factor: only with num_workers > 0 (as in torch)")
-            self.prefetch = _check_count(prefetch_factor, "prefetch_factor", 1) * num_workers
-        self.persistent_workers = bool(persistent_workers)
-        self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
-        self.shuffle = shuffle
-        self.drop_last = drop_last
-        self.seed = int(seed)
+            _check_count(self.prefetch_factor, "prefetch_factor", 1)
+
+    @property
+    def in_flight(self) -> int:
+        """Batches in flight in all."""
+        if self.prefetch_factor is None:
+            return self.prefetch
+        return self.prefetch_factor * self.num_workers
+
+
+_OPTIONS = frozenset(f.name for f in fields(LoaderOptions))
+# BatchSpec fields either loader takes as keywords; the link loader also the negatives'
+_SHARED = frozenset({"output", "x", "y", "replace", "num_layers", "cache"})
+_LINK = frozenset({"neg_k", "neg_mode", "edge_split"})
+
+
+def _split(
+    graph: DistGraph, kwargs: dict[str, Any], spec_names: frozenset[str]
+) -> tuple[dict[str, Any], LoaderOptions]:
+    """A loader's keywords: BatchSpec fields (``output`` and ``cache`` settled) and its
+    LoaderOptions; ArgumentError naming a keyword that is neither."""
+    unknown = sorted(set(kwargs) - spec_names - _OPTIONS)
+    if unknown:
+        raise ArgumentError(f"{unknown[0]}: not an argument of the loader")
+    if "batch_size" not in kwargs:
+        raise ArgumentError("batch_size: required")
+    spec = {k: v for k, v in kwargs.items() if k in spec_names}
+    spec["output"] = spec.get("output") or ("hetero" if graph.is_hetero else "data")
+    cache = spec.get("cache")
+    spec["cache"] = cache if cache is not None and cache.num_rows else None
+    options = LoaderOptions(**{k: v for k, v in kwargs.items() if k in _OPTIONS})
+    return spec, options
+
+
+class _DistLoader:
+    """A loader: a :class:`BatchSpec` (what each batch is) and :class:`LoaderOptions`
+    (how the seeds are walked), over a graph."""
+
+    def __init__(self, graph: DistGraph, ids: Any, spec: BatchSpec, options: LoaderOptions) -> None:
+        self.graph = graph
+        self.spec = spec
+        self.options = options
+        check_spec(spec, graph.book)
+        self.ids = torch.as_tensor(ids).long().reshape(-1)
+        self.prefetch = options.in_flight
+        self.pin_memory = options.pin_memory and torch.cuda.is_available()
         self.epoch = 0
         self._builder: BatchBuilder | None = None
         self._pool: WorkerPool | None = None
         self.last_cost = BatchCost()  # of the batch yielded last
 
     def __len__(self) -> int:
-        n = self.ids.numel()
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        n, size = self.ids.numel(), self.options.batch_size
+        return n // size if self.options.drop_last else -(-n // size)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
 
     def _tasks(self) -> list[tuple[Tensor, int]]:
-        order = shuffled(self.ids, self.seed, self.epoch) if self.shuffle else self.ids
-        base = epoch_seed(self.seed, self.epoch)
-        return [
-            (order[i * self.batch_size : (i + 1) * self.batch_size], base) for i in range(len(self))
-        ]
+        seed, size = self.options.seed, self.options.batch_size
+        order = shuffled(self.ids, seed, self.epoch) if self.options.shuffle else self.ids
+        base = epoch_seed(seed, self.epoch)
+        return [(order[i * size : (i + 1) * size], base) for i in range(len(self))]
 
     def start(self) -> None:
         """Build the batch builder, or start the sampler worker processes, now rather than
         on the first iteration (a trainer does it before its first epoch's clock starts)."""
-        if self.num_workers == 0:
+        if self.options.num_workers == 0:
             if self._builder is None:
                 self._builder = BatchBuilder(self.graph.ctx, self.spec)
         elif self._pool is None:
-            self._pool = WorkerPool(self.graph.ctx.config, self.spec, self.num_workers)
+            self._pool = WorkerPool(self.graph.ctx.config, self.spec, self.options.num_workers)
 
     def __iter__(self) -> Iterator[Data | HeteroData]:
         """One epoch's batches. Without ``persistent_workers`` the worker processes stop
@@ -137,7 +171,7 @@ class _DistLoader:
                 self.last_cost = cost
                 yield self._pinned(batch)
         finally:
-            if not self.persistent_workers:
+            if not self.options.persistent_workers:
                 self.close()
 
     def _pinned(self, batch: Data | HeteroData) -> Data | HeteroData:
@@ -180,69 +214,27 @@ def _dgl_triple(batch: Data | HeteroData, ntype: str | None) -> tuple[Any, Any, 
     return batch.n_id, batch.n_id[: batch.batch_size], [batch]
 
 
-def _output(graph: DistGraph, output: Output | None) -> Output:
-    return output or ("hetero" if graph.is_hetero else "data")
-
-
 class DistNodeDataLoader(_DistLoader):
     """Mini-batches around seed nodes (per-type ids of ``ntype`` on a heterograph).
 
     ``fanouts``: per hop (the hop next to the seeds first), or DistDGL's
     ``NeighborSampler(fanouts)`` (per model layer, input layer first), which also makes
-    the loader yield DistDGL's ``(input_nodes, seeds, blocks)``."""
+    the loader yield DistDGL's ``(input_nodes, seeds, blocks)``. The other keywords:
+    :class:`LoaderOptions` (``batch_size``, ``shuffle``, ``num_workers``, ...) and the
+    :class:`BatchSpec` fields ``output``, ``x``, ``y``, ``replace``, ``num_layers`` and
+    ``cache``."""
 
     def __init__(
-        self,
-        graph: DistGraph,
-        nodes: Any,
-        fanouts: Any,
-        *,
-        batch_size: int,
-        ntype: str | None = None,
-        shuffle: bool = False,
-        drop_last: bool = False,
-        num_workers: int = 0,
-        prefetch: int = 2,
-        persistent_workers: bool = True,
-        pin_memory: bool = False,
-        prefetch_factor: int | None = None,
-        output: Output | None = None,
-        x: str = "feat",
-        y: str = "label",
-        replace: bool = False,
-        num_layers: int | None = None,
-        seed: int = 0,
-        cache: CachePlan | None = None,
-    ) -> None:
+        self, graph: DistGraph, nodes: Any, fanouts: Any, *, ntype: str | None = None,
+        **kwargs: Any,
+    ) -> None:  # fmt: skip
         if ntype is None and graph.is_hetero:
             raise ArgumentError(f"ntype: required on a heterograph ({list(graph.node_types)})")
         self.dgl_style = isinstance(fanouts, NeighborSamplerSpec)
-        fanouts, replace = _fanouts(fanouts, replace)
-        spec = BatchSpec(
-            kind="node",
-            fanouts=fanouts,
-            output=_output(graph, output),
-            ntype=ntype,
-            x=x,
-            y=y,
-            replace=replace,
-            num_layers=num_layers,
-            cache=cache if cache is not None and cache.num_rows else None,
-        )
-        super().__init__(
-            graph,
-            nodes,
-            spec,
-            batch_size=batch_size,
-            shuffle=shuffle,
-            drop_last=drop_last,
-            num_workers=num_workers,
-            prefetch=prefetch,
-            seed=seed,
-            persistent_workers=persistent_workers,
-            pin_memory=pin_memory,
-            prefetch_factor=prefetch_factor,
-        )
+        given, options = _split(graph, kwargs, _SHARED)
+        hops, given["replace"] = _fanouts(fanouts, given.get("replace", False))
+        spec = BatchSpec(kind="node", fanouts=hops, ntype=ntype, **given)
+        super().__init__(graph, nodes, spec, options)
 
     def __iter__(self) -> Iterator[Any]:
         """PyG batches; DistDGL's ``(input_nodes, seeds, blocks)`` when the loader was
@@ -257,71 +249,24 @@ class DistLinkDataLoader(_DistLoader):
     Each batch carries ``edge_label_index`` (local ids; positives first) and
     ``edge_label`` (1 positive, 0 negative); ``neg_k`` negatives per positive,
     ``neg_mode`` ``"uniform"`` or ``"degree"`` (∝ in-degree ** 0.75). With ``edge_split``
-    no held-out edge and no edge joining a positive pair carries messages.
+    no held-out edge and no edge joining a positive pair carries messages. The other
+    keywords are those of :class:`DistNodeDataLoader` (``etype`` in place of ``ntype``).
     """
 
     def __init__(
-        self,
-        graph: DistGraph,
-        edges: Any,
-        fanouts: Any,
-        *,
-        batch_size: int,
-        etype: tuple[str, str, str] | str | None = None,
-        neg_k: int = 1,
-        neg_mode: Literal["uniform", "degree"] = "uniform",
-        edge_split: EdgeSplit | None = None,
-        shuffle: bool = False,
-        drop_last: bool = False,
-        num_workers: int = 0,
-        prefetch: int = 2,
-        persistent_workers: bool = True,
-        pin_memory: bool = False,
-        prefetch_factor: int | None = None,
-        output: Output | None = None,
-        x: str = "feat",
-        y: str = "label",
-        replace: bool = False,
-        num_layers: int | None = None,
-        seed: int = 0,
-        cache: CachePlan | None = None,
-    ) -> None:
+        self, graph: DistGraph, edges: Any, fanouts: Any, *,
+        etype: tuple[str, str, str] | str | None = None, **kwargs: Any,
+    ) -> None:  # fmt: skip
         if etype is None and graph.is_hetero:
             raise ArgumentError("etype: required on a heterograph")
         canonical = None
         if etype is not None:
             canonical = tuple(graph.book.edge_types[graph.book.etype_id(etype)])
-        _check_count(neg_k, "neg_k", 1)
-        fanouts, replace = _fanouts(fanouts, replace)
-        kind: Kind = "link"
-        spec = BatchSpec(
-            kind=kind,
-            fanouts=fanouts,
-            output=_output(graph, output),
-            etype=canonical,  # type: ignore[arg-type]
-            x=x,
-            y=y,
-            replace=replace,
-            num_layers=num_layers,
-            neg_k=neg_k,
-            neg_mode=neg_mode,
-            edge_split=edge_split,
-            cache=cache if cache is not None and cache.num_rows else None,
-        )
-        super().__init__(
-            graph,
-            edges,
-            spec,
-            batch_size=batch_size,
-            shuffle=shuffle,
-            drop_last=drop_last,
-            num_workers=num_workers,
-            prefetch=prefetch,
-            seed=seed,
-            persistent_workers=persistent_workers,
-            pin_memory=pin_memory,
-            prefetch_factor=prefetch_factor,
-        )
+        given, options = _split(graph, kwargs, _SHARED | _LINK)
+        _check_count(given.get("neg_k", 1), "neg_k", 1)
+        hops, given["replace"] = _fanouts(fanouts, given.get("replace", False))
+        spec = BatchSpec(kind="link", fanouts=hops, etype=canonical, **given)  # type: ignore[arg-type]
+        super().__init__(graph, edges, spec, options)
 
 
 DistEdgeDataLoader = DistLinkDataLoader  # DistDGL's name

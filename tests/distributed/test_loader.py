@@ -167,6 +167,15 @@ def test_bad_loader_arguments(served) -> None:
             DistNodeDataLoader(dg, torch.arange(3), [-3], batch_size=2)
         with pytest.raises(ArgumentError, match="seeds"):
             next(iter(DistNodeDataLoader(dg, torch.tensor([10**6]), [2], batch_size=2)))
+        # the keywords are a BatchSpec's and LoaderOptions' fields: others are named
+        with pytest.raises(ArgumentError, match="neg_k: not an argument of the loader"):
+            DistNodeDataLoader(dg, torch.arange(3), [2], batch_size=2, neg_k=2)
+        with pytest.raises(ArgumentError, match="batch_size: required"):
+            DistLinkDataLoader(dg, torch.arange(3), [2])
+        with pytest.raises(ArgumentError, match="prefetch_factor: only with num_workers > 0"):
+            DistNodeDataLoader(dg, torch.arange(3), [2], batch_size=2, prefetch_factor=2)
+        loader = DistNodeDataLoader(dg, torch.arange(3), [2], batch_size=2, x="feat", y="label")
+        assert loader.spec.x == "feat" and loader.options.batch_size == 2 and len(loader) == 2
 
 
 UNGUARDED = """
