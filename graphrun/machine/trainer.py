@@ -199,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
                 stop_parameter_servers(ps.addresses, ps.keys)
             if own:
-                ctx.client.stop_servers()
+                ctx.client.session.stop_servers()
 
         def finished(rank: int) -> None:
             # every session leaves (the loader workers' too) or stops its heartbeats before
@@ -208,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # trainers ended in, which an elastic job may have re-formed)
             data.close()
             if rank == 0 and own:
-                ctx.client.stop_heartbeat()  # it still needs its connections to stop them
+                ctx.client.session.stop_heartbeat()  # it still needs its connections to stop them
             else:
                 ctx.close()
 

@@ -45,6 +45,7 @@ from graphrun.sampling.kernels import make_rng
 from graphrun.sampling.server import OP, OP_FIND_EDGES, OP_IN_DEGREES, OP_OUT_DEGREES
 from graphrun.store import routing
 from graphrun.store.client import KVClient
+from graphrun.store.session import Session
 
 
 def encode_request(
@@ -136,7 +137,7 @@ class DistOneHopSampler:
             body, tensors = encode_request(g.ids, fan, replace, weighted, part_seeds[g.part])
             if weighted:
                 body["weight"] = self._weight_name()
-            return self._client(g.part).request(g.part, OP, body, tensors)
+            return self._session(g.part).request(g.part, OP, body, tensors)
 
         def sample_here(g: routing.Group) -> SampledEdges:
             out = self.local[g.part].sample_one_hop(
@@ -158,14 +159,14 @@ class DistOneHopSampler:
         parts.sort(key=lambda x: x[0].part)  # partition order, wherever it was sampled
         return merge(parts, self.typed)
 
-    def _client(self, part: int) -> KVClient:
+    def _session(self, part: int) -> Session:
         if self.client is None:
             raise ProtocolError(f"partition {part} is not local and there is no store client")
-        return self.client
+        return self.client.session
 
     def _wait(self, pending: Any) -> Message:
         assert self.client is not None
-        reply: Message = self.client.wait(pending)
+        reply: Message = self.client.session.wait(pending)
         return reply
 
     def _weight_name(self) -> str:
@@ -190,7 +191,7 @@ class DistOneHopSampler:
         answers = routing.remote_first(
             routing.by_owner(bounds, ids),
             self.local.__contains__,
-            lambda g: self._client(g.part).request(g.part, op, {}, (g.ids,)),
+            lambda g: self._session(g.part).request(g.part, op, {}, (g.ids,)),
             self._wait,
             here,
         )
@@ -227,12 +228,10 @@ class DistOneHopSampler:
             if p in self.local:
                 total += self.local[p].out_degree_counts(n)[nid]
                 self.local_bytes[p] += total.nbytes
-            elif self.client is not None:
-                pending.append(self.client.request(p, OP_OUT_DEGREES, {}, (nid,)))
             else:
-                raise ProtocolError(f"partition {p} is not local and there is no store client")
+                pending.append(self._session(p).request(p, OP_OUT_DEGREES, {}, (nid,)))
         for pend in pending:
-            total += _one(self.client.wait(pend), len(nid), 1, OP_OUT_DEGREES)[0]  # type: ignore[union-attr]
+            total += _one(self._wait(pend), len(nid), 1, OP_OUT_DEGREES)[0]
         return torch.from_numpy(total)
 
 

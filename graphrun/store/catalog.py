@@ -112,7 +112,7 @@ class Catalog:
             arr = attach(e.info.shm_dir, seg.segment, seg.dtype, shape, False)
         except GraphrunError as exc:  # not visible from here after all: use the network
             log.info("shared memory of partition %d not usable (%s)", part, exc)
-            e.local = False
+            self.session.use_network(part)
             return None
         self._arrays[key] = arr
         return arr

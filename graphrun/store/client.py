@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import atexit
 import weakref
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -89,17 +89,19 @@ REDUCTIONS: dict[str, Callable[[list[Any]], Any]] = {
 }
 
 
-class KVClient(Session):
-    """A client of a running store (see the module docstring). The session's
-    ``request``/``wait``/``call`` are its generic API, for extensions such as sampling."""
+class KVClient:
+    """A client of a running store (see the module docstring). It holds a
+    :class:`~graphrun.store.session.Session` (``client.session``): the session's
+    ``request``/``wait``/``call`` are the generic API, for extensions such as sampling."""
 
     def __init__(self, cfg: ClientConfig) -> None:
         self._closed = False
-        super().__init__(cfg)
+        self.cfg = cfg
         self.job = cfg.job
-        self.session = self.id
+        self.session = Session(cfg)
+        self.book = self.session.book
         self.policies = policies_from_book(self.book)
-        self.catalog = Catalog(self)
+        self.catalog = Catalog(self.session)
         # A process that exits without close() would hold its session (and its job's
         # tensors) on every server until the heartbeat timeout; leave at exit instead.
         ref = weakref.ref(self)
@@ -113,16 +115,21 @@ class KVClient(Session):
         atexit.register(self._at_exit)
 
     @property
+    def traffic(self) -> Counter[tuple[int, str]]:
+        """Bytes got from each partition, by ``(part, op)`` (see the module docstring)."""
+        return self.session.traffic
+
+    @property
     def num_parts(self) -> int:
         return self.book.num_parts
 
     @property
     def local_parts(self) -> list[int]:
         """Partitions whose shared memory this client reads directly."""
-        return sorted(p for p, e in self.parts.items() if e.local)
+        return sorted(p for p, e in self.session.parts.items() if e.local)
 
     def servers_of(self, part: int) -> list[str]:
-        return [c.address for c in self.part(part).conns]
+        return [c.address for c in self.session.part(part).conns]
 
     # ---- tensors --------------------------------------------------------------------
 
@@ -134,7 +141,7 @@ class KVClient(Session):
         return lookup_policy(self.policies, self.meta(name).policy)
 
     def list_tensors(self) -> list[TensorInfo]:
-        got = self.call(0, "list").body["tensors"]
+        got = self.session.call(0, "list").body["tensors"]
         return [received(TensorInfo, t) for t in got]
 
     def init_tensor(
@@ -161,15 +168,15 @@ class KVClient(Session):
             "persistent": persistent,
             "exist_ok": exist_ok,
         }
-        replies = self.call_all("init", body)
+        replies = self.session.call_all("init", body)
         infos = {p: received(TensorInfo, r.body["info"]) for p, r in replies.items()}
         for p, ti in infos.items():
-            for backup in self.parts[p].conns[1:]:
-                backup.call("attach", {**self.base(), "name": ti.name})
+            for backup in self.session.parts[p].conns[1:]:
+                backup.call("attach", {**self.session.base(), "name": ti.name})
         return self.catalog.replace(name, infos)
 
     def delete_tensor(self, name: str) -> None:
-        self.call_all("delete", {"name": name})
+        self.session.call_all("delete", {"name": name})
         self.catalog.forget(name)
 
     def _pull_pieces(self, ti: TensorInfo, group: routing.Group) -> list[routing.Group]:
@@ -197,7 +204,7 @@ class KVClient(Session):
         local: dict[int, np.ndarray] = {}
         groups: list[routing.Group] = []
         for g in routing.by_owner(pol.ranges, ids):
-            arr = self.catalog.local_array(ti, g.part) if self.local_ok(g.part) else None
+            arr = self.catalog.local_array(ti, g.part) if self.session.local_ok(g.part) else None
             if arr is None:
                 groups += self._pull_pieces(ti, g)
             else:
@@ -222,8 +229,8 @@ class KVClient(Session):
         answers = routing.remote_first(
             groups,
             local.__contains__,
-            lambda g: self.request(g.part, "pull", {"name": name}, (g.rows,)),
-            lambda pending: self.wait(pending).tensors[0],
+            lambda g: self.session.request(g.part, "pull", {"name": name}, (g.rows,)),
+            lambda pending: self.session.wait(pending).tensors[0],
             gather,
         )
         if out is None:  # one owner, one piece: the frame or the gather as is
@@ -262,7 +269,7 @@ class KVClient(Session):
         def wait_oldest() -> int:
             request, nbytes = pend.popleft()
             try:
-                self.wait(request)
+                self.session.wait(request)
             except GraphrunError as exc:
                 errors.append(exc)
             return nbytes
@@ -272,7 +279,8 @@ class KVClient(Session):
                 nbytes = piece[0].nbytes + piece[1].nbytes
                 while pend and in_flight + nbytes > PUSH_WINDOW_BYTES:
                     in_flight -= wait_oldest()
-                pend.append((self.request(g.part, "push", body, piece, main_only=True), nbytes))
+                sent = self.session.request(g.part, "push", body, piece, main_only=True)
+                pend.append((sent, nbytes))
                 in_flight += nbytes
         while pend:
             wait_oldest()
@@ -286,7 +294,7 @@ class KVClient(Session):
         if how != "nonzero" and how not in REDUCTIONS:
             raise ArgumentError(f"how: {how!r} is not one of {['nonzero', *REDUCTIONS]}")
         pol = self.policy(name)
-        replies = self.call_all("reduce", {"name": name, "how": how})
+        replies = self.session.call_all("reduce", {"name": name, "how": how})
         if how == "nonzero":
             rows = [replies[p].tensors[0] + pol.ranges[p] for p in sorted(replies)]
             return np.concatenate(rows).astype(np.int64, copy=False)
@@ -300,8 +308,8 @@ class KVClient(Session):
         return self.catalog.local_structure(part)
 
     def stats(self, part: int, index: int = 0) -> dict[str, Any]:
-        conn = self.part(part).conns[index]
-        return dict(conn.call("stats", self.base()).body)
+        conn = self.session.part(part).conns[index]
+        return dict(conn.call("stats", self.session.base()).body)
 
     def close(self) -> None:
         """Leave every server (frees this job's tensors if it was the last client)."""
@@ -312,7 +320,8 @@ class KVClient(Session):
             atexit.unregister(self._at_exit)
         if hasattr(self, "catalog"):
             self.catalog.clear()
-        super().close()
+        if hasattr(self, "session"):
+            self.session.close()
 
     def __enter__(self) -> KVClient:
         return self

@@ -248,6 +248,11 @@ class Session:
             self._fail_over(part, e, RpcError("its process is gone", address=e.main.address))
         return e.local
 
+    def use_network(self, part: int) -> None:
+        """Reach partition ``part`` over the network from now on: its shared memory
+        turned out not to be usable from here (the catalog could not map it)."""
+        self.part(part).local = False
+
     def _pick(self, part: int) -> RpcClient:
         e = self.part(part)
         if not self.cfg.load_balance or len(e.conns) == 1:

@@ -82,7 +82,7 @@ def test_remote_and_shared_memory_sampling_agree(tmp_path: Path, hetero: bool) -
             # a server refuses seeds it does not own, naming them
             p0 = book.owned_nodes(0)
             with pytest.raises(ArgumentError, match="seeds"):
-                remote.call(
+                remote.session.call(
                     1,
                     OP,
                     {"fanout": [1] * len(book.edge_types), "seed": 0},
@@ -104,7 +104,7 @@ def test_sampling_with_replacement_is_capped(tmp_path: Path) -> None:
         seeds = np.arange(10, dtype=np.int64)
         body = {"fanout": [10**6], "replace": True, "weighted": False, "seed": 0}
         with pytest.raises(ArgumentError, match="at most 8388608 per request"):
-            c.wait(c.request(0, OP, body, (seeds,)))
+            c.session.wait(c.session.request(0, OP, body, (seeds,)))
         body["fanout"] = [3]
-        assert 0 < c.wait(c.request(0, OP, body, (seeds,))).body["count"] <= 30
+        assert 0 < c.session.wait(c.session.request(0, OP, body, (seeds,))).body["count"] <= 30
         stores[0].check()

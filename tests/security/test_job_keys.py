@@ -15,7 +15,7 @@ from tests.security.conftest import FEAT
 
 
 def _push(c, name, rows, values, **body):
-    return c.call(0, "push", {"name": name, **body}, tensors=(np.asarray(rows), values))
+    return c.session.call(0, "push", {"name": name, **body}, tensors=(np.asarray(rows), values))
 
 
 def test_a_job_key_cannot_write_the_graph(shared_store):
@@ -33,7 +33,7 @@ def test_a_job_key_cannot_write_the_graph(shared_store):
             _push(a, "emb", np.array([0, 1]), ones, reducer="sparse_adagrad",
                   states=[FEAT], allow_graph=True)  # fmt: skip
         with pytest.raises(StoreError, match="cannot be deleted"):
-            a.call(0, "delete", {"name": FEAT})
+            a.session.call(0, "delete", {"name": FEAT})
         np.testing.assert_array_equal(a.pull(FEAT, [0, 1]), before)
     with shared_store.client(shared_store.admin, "ops") as admin:  # the admin key may
         _push(admin, FEAT, np.array([0]), np.zeros((1, 8), np.float32), allow_graph=True)
@@ -67,7 +67,7 @@ def test_a_removed_job_key_is_refused_on_open_and_new_connections(shared_store):
                 time.sleep(0.05)
             assert not [t for t in admin.stats(0)["tensors"] if t.startswith("jobA/")]
             with pytest.raises(AuthError, match="revoked"):
-                a.call(0, "heartbeat", a.base())
+                a.session.call(0, "heartbeat", a.session.base())
         finally:
             a.close()
         with pytest.raises(AuthError):  # a new connection: refused in the handshake
@@ -81,15 +81,15 @@ def test_a_session_id_belongs_to_the_key_that_made_it(shared_store):
         with RpcClient(shared_store.address, keys=b_key, timeout=10) as b:
             for op in ("join", "heartbeat", "leave", "list"):
                 with pytest.raises(AuthError, match="belongs to another key"):
-                    b.call(op, {"s": a.session, "job": "jobB"})
+                    b.call(op, {"s": a.session.id, "job": "jobB"})
             assert b.call("join", {"s": "b-own", "job": "jobB"}).body["part"] == 0
         with (
             RpcClient(shared_store.address, keys=shared_store.admin, timeout=10) as adm,
             pytest.raises(AuthError, match="belongs to another key"),
         ):
-            adm.call("join", {"s": a.session, "job": "ops"})
+            adm.call("join", {"s": a.session.id, "job": "ops"})
         assert a.pull(FEAT, [0]).shape == (1, 8)  # still a's
-        assert a.call(0, "heartbeat", a.base()).body["known"]
+        assert a.session.call(0, "heartbeat", a.session.base()).body["known"]
 
 
 def test_a_job_key_sees_its_job_only(shared_store):
@@ -101,20 +101,20 @@ def test_a_job_key_sees_its_job_only(shared_store):
         stats = a.stats(0)
         assert stats["served"] == {} and stats["reply_bytes"] == {}
         assert set(stats["jobs"]) == {"jobA"}
-        host = a.parts[0].info.host
+        host = a.session.parts[0].info.host
         assert set(host) == {"digest"}
         assert host_identity(shared_store.shm)["boot_id"] not in str(host)
     with shared_store.client(shared_store.admin, "ops") as admin:
         assert admin.stats(0)["served"]["join"] >= 2
-        assert admin.parts[0].info.host == host_identity(shared_store.shm)
+        assert admin.session.parts[0].info.host == host_identity(shared_store.shm)
 
 
 def test_stop_servers_with_a_job_key_raises(shared_store):
-    """`KVClient.stop_servers()` with a job key returned silently although the servers
+    """`KVClient.session.stop_servers()` with a job key returned silently although the servers
     refused (only the admin key may stop a store)."""
     with shared_store.client(shared_store.job_key("jobA"), "jobA") as a:
         with pytest.raises(AuthError, match="needs the store's admin key"):
-            a.stop_servers()
+            a.session.stop_servers()
         assert a.pull(FEAT, [0]).shape == (1, 8)  # still serving, still joined
 
 
@@ -133,8 +133,8 @@ def test_a_job_key_cannot_register_a_replica_or_forward_writes(shared_store):
     sent `replicate` would write as the primary."""
     with shared_store.client(shared_store.job_key("jobA"), "jobA") as a:
         with pytest.raises(AuthError):
-            a.call(0, "register_replica", {"address": "tcp://127.0.0.1:9"})
+            a.session.call(0, "register_replica", {"address": "tcp://127.0.0.1:9"})
         body = {"op": "push", "job": "jobA", "admin": True, "body": {"name": FEAT}}
         with pytest.raises(AuthError):
-            a.call(0, "replicate", body)
+            a.session.call(0, "replicate", body)
         assert a.stats(0)["replicas"] == []

@@ -74,7 +74,7 @@ def test_fuzzed_frames_leave_the_store_up_and_flat(tmp_path):
         address = store.address
         with KVClient(ClientConfig([address], job="fuzz", keys=keys)) as c:  # warm up
             c.pull(FEAT, np.arange(10))
-            session = c.session
+            session = c.session.id
             rss0, fds0 = proc.memory_info().rss, proc.num_fds()
             ctx = zmq.Context()
             sock = ctx.socket(zmq.DEALER)
@@ -143,7 +143,7 @@ def test_many_frame_messages_leave_the_store_flat(tmp_path):
             secure_client(sock, keys)
             monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
             sock.connect(store.address)
-            header = encode(Message(MsgKind.REQUEST, "pull", 1, {"s": c.session}, ()))[0]
+            header = encode(Message(MsgKind.REQUEST, "pull", 1, {"s": c.session.id}, ()))[0]
             sock.send(header, zmq.SNDMORE)
             for _ in range(319):
                 sock.send(frame, zmq.SNDMORE, copy=False)

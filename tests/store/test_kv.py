@@ -232,17 +232,17 @@ def test_bad_requests_get_typed_errors_and_server_goes_on(stores, keys):
             (lambda: c.push("f", [0], np.zeros((1, 2), np.float32), "max"), ArgumentError, "max"),
             (lambda: c.push(FEAT, [0], np.zeros((1, 8), np.float32)), StoreError, "read-only"),
             (lambda: c.init_tensor("g", "node:nope"), ArgumentError, "policy"),
-            (lambda: c.call(0, "pull", {"name": FEAT}), ArgumentError, "tensor 0"),
-            (lambda: c.call(0, "no_such_op"), ArgumentError, "unknown operation"),
+            (lambda: c.session.call(0, "pull", {"name": FEAT}), ArgumentError, "tensor 0"),
+            (lambda: c.session.call(0, "no_such_op"), ArgumentError, "unknown operation"),
         ]
         for fn, exc, match in cases:
             with pytest.raises(exc, match=match):
                 fn()
         # local rows out of range, sent directly past the client's own checks
         with pytest.raises(ArgumentError, match="out of range"):
-            c.call(0, "pull", {"name": FEAT}, tensors=(np.array([10**6]),))
+            c.session.call(0, "pull", {"name": FEAT}, tensors=(np.array([10**6]),))
         with pytest.raises(ArgumentError, match="int64"):
-            c.call(0, "pull", {"name": FEAT}, tensors=(np.array([0.5]),))
+            c.session.call(0, "pull", {"name": FEAT}, tensors=(np.array([0.5]),))
         assert c.pull(FEAT, [1, 2, 3]).shape == (3, 8)
 
 
@@ -307,12 +307,12 @@ def test_empty_job_name_is_refused(stores, keys):
     with pytest.raises(ArgumentError, match="job"):
         connect(stores, keys, job="")
     with connect(stores, keys) as c, pytest.raises(ArgumentError, match="field 'job'"):
-        c.parts[0].main.call("join", {"s": "x", "job": ""})
+        c.session.parts[0].main.call("join", {"s": "x", "job": ""})
 
 
 def test_request_without_session_is_refused(stores, keys):
     with connect(stores, keys) as c:
-        conn = c.parts[0].main
+        conn = c.session.parts[0].main
         with pytest.raises(StoreError, match="session 'ghost' is unknown"):
             conn.call("pull", {"s": "ghost", "name": FEAT}, (np.array([0]),))
 
@@ -328,17 +328,17 @@ def test_a_big_push_keeps_a_window_of_pieces_in_flight(stores, keys, rng, monkey
     with connect(stores, keys, use_shm=False) as c:
         c.init_tensor("w", "node:_N", (8,))
         seen = []
-        send = c.request
+        send = c.session.request
 
         def request(part, op, *a, **kw):
-            seen.append(sum(conn.in_flight for p in c.parts.values() for conn in p.conns))
+            seen.append(sum(conn.in_flight for p in c.session.parts.values() for conn in p.conns))
             return send(part, op, *a, **kw)
 
-        monkeypatch.setattr(c, "request", request)
+        monkeypatch.setattr(c.session, "request", request)
         ids = np.concatenate([np.arange(600), np.arange(600)])  # repeats: last one wins
         values = rng.random((1200, 8), dtype=np.float32)
         c.push("w", ids, values)
-        monkeypatch.setattr(c, "request", send)
+        monkeypatch.setattr(c.session, "request", send)
         assert len(seen) > 5 and max(seen) <= 2  # 5 kB pieces, a 12 kB window
         np.testing.assert_array_equal(c.pull("w", np.arange(600)), values[600:])
 

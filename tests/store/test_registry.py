@@ -16,7 +16,7 @@ def test_extension_adds_a_request_kind_without_touching_the_server(homo, keys):
     with store_threads(cfg, 2) as s, connect(s, keys) as c:
         start, end = c.book.owned_nodes(1)
         ids = np.arange(start, min(end, start + 20))
-        reply = c.wait(c.request(1, "in_degree", {}, (ids,)))
+        reply = c.session.wait(c.session.request(1, "in_degree", {}, (ids,)))
         assert reply.body == {"calls": 1}
         # reference: in-degree in the original graph of the same nodes
         from graphrun.partition import load_id_mapping
@@ -25,7 +25,7 @@ def test_extension_adds_a_request_kind_without_touching_the_server(homo, keys):
         ref = np.bincount(graph.dst, minlength=graph.num_nodes)[orig]
         np.testing.assert_array_equal(reply.tensors[0], ref)
         with pytest.raises(ArgumentError, match="owned by partition 0"):
-            c.call(0, "in_degree", {}, tensors=(ids,))
+            c.session.call(0, "in_degree", {}, tensors=(ids,))
 
 
 def test_registry_rules():

@@ -109,7 +109,7 @@ def test_a_killed_server_loses_no_acknowledged_push(replicated, keys, seed, vict
     primaries, replicas = replicated
     rng = np.random.default_rng(seed)
     with _client(primaries, keys, timeout=20, use_shm=seed == 0) as c:
-        assert all(len(c.part(p).replicas) == 1 for p in (0, 1))
+        assert all(len(c.session.part(p).replicas) == 1 for p in (0, 1))
         n = c.meta(FEAT).num_rows
         c.init_tensor("acc", "node:_N", (1,), "float64")
         feats = c.pull(FEAT, np.arange(n))
@@ -125,9 +125,9 @@ def test_a_killed_server_loses_no_acknowledged_push(replicated, keys, seed, vict
         np.testing.assert_array_equal(c.pull("acc", np.arange(n))[:, 0], expected)
         np.testing.assert_array_equal(c.pull(FEAT, np.arange(n)), feats)  # reads go on
         if victim == "primary":
-            assert c.failovers == [(0, primaries[0].address, replicas[0].address)]
+            assert c.session.failovers == [(0, primaries[0].address, replicas[0].address)]
         else:
-            assert c.failovers == []
+            assert c.session.failovers == []
 
 
 @pytest.mark.integration
@@ -146,9 +146,9 @@ def test_a_stopped_primary_is_fenced_and_nothing_acknowledged_is_lost(replicated
             a.push("acc", ids, ones, reducer="add")  # times out on partition 0, fails over
         finally:
             os.kill(primaries[0].pid, signal.SIGCONT)
-        assert [f[0] for f in a.failovers] == [0]
+        assert [f[0] for f in a.session.failovers] == [0]
         b.push("acc", ids, ones, reducer="add")  # refused by the fenced primary: fails over
-        assert b.failovers == [(0, primaries[0].address, replicas[0].address)]
+        assert b.session.failovers == [(0, primaries[0].address, replicas[0].address)]
         for c in (a, b):
             np.testing.assert_array_equal(c.pull("acc", ids), 3 * ones)
 
@@ -187,7 +187,7 @@ def test_dist_embedding_training_through_a_failover_equals_an_undisturbed_run(re
                 primaries[1].kill()
 
         got = _train_embedding(c, "b", 15, chaos)
-        assert [f[0] for f in c.failovers] == [1]
+        assert [f[0] for f in c.session.failovers] == [1]
     np.testing.assert_array_equal(got, undisturbed)
 
 
@@ -206,7 +206,7 @@ def test_a_co_located_reader_notices_its_dead_primary_before_reading_stale_memor
         primaries[0].kill()
         b.push("acc", ids, np.ones((n, 1)), reducer="add")
         np.testing.assert_array_equal(a.pull("acc", ids), 1.0)
-        assert a.failovers == [(0, primaries[0].address, replicas[0].address)]
+        assert a.session.failovers == [(0, primaries[0].address, replicas[0].address)]
 
 
 @pytest.mark.integration
@@ -216,7 +216,7 @@ def test_a_client_started_after_its_primary_died_joins_the_replica(replicated, k
     servers = [p.address for p in primaries]
     cfg = ClientConfig(servers, keys=keys, timeout=3, replicas=[[], [replicas[1].address]])
     with KVClient(cfg) as c:
-        assert c.failovers == [(1, primaries[1].address, replicas[1].address)]
+        assert c.session.failovers == [(1, primaries[1].address, replicas[1].address)]
         n = c.meta(FEAT).num_rows
         assert c.pull(FEAT, np.arange(n)).shape[0] == n
     with pytest.raises(RpcTimeout):  # without the hosts file's replicas: no way around it
@@ -240,8 +240,10 @@ def test_a_stopped_replica_leaves_the_write_set_and_the_primary_goes_on(replicat
             os.kill(replicas[0].pid, signal.SIGCONT)
         c.push("acc", ids, ones, reducer="add")
         np.testing.assert_array_equal(c.pull("acc", ids), 2 * ones)
-        assert c.failovers == []
-        assert c.part(0).replicas == [] and len(c.part(1).replicas) == 1  # never failed over to
+        assert c.session.failovers == []
+        assert (
+            c.session.part(0).replicas == [] and len(c.session.part(1).replicas) == 1
+        )  # never failed over to
         assert c.stats(0)["dropped_replicas"] == [replicas[0].address]
         assert c.stats(1)["dropped_replicas"] == []
 
@@ -254,8 +256,10 @@ def test_a_write_refused_by_both_copies_keeps_the_replica(replicated, keys):
     with _client(primaries, keys) as c:
         c.init_tensor("acc", "node:_N", (1,), "float64")
         with pytest.raises(StoreError, match="does not exist"):
-            c.call(0, "push", {"name": "nope"}, tensors=(np.zeros(1, np.int64), np.ones((1, 1))))
+            c.session.call(
+                0, "push", {"name": "nope"}, tensors=(np.zeros(1, np.int64), np.ones((1, 1)))
+            )
         with pytest.raises(ArgumentError):
             c.push("acc", [0], np.ones((1, 1)), reducer="no-such-reducer")
         assert c.stats(0)["replicas"] and c.stats(0)["dropped_replicas"] == []
-        assert len(c.part(0).replicas) == 1
+        assert len(c.session.part(0).replicas) == 1

@@ -75,7 +75,7 @@ def test_partition_info_crosses_the_wire_whole():
     broken = to_builtins(info)
     del broken["book"]
     with pytest.raises(
-        ArgumentError, match="PartitionInfo from a peer: Object missing required field `book`"
+        ArgumentError, match="PartitionInfo from a peer: book: missing"
     ):
         received(PartitionInfo, broken)
     broken = to_builtins(info)

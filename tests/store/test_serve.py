@@ -72,13 +72,13 @@ def test_attach_names_a_tensor_never_a_file(homo, key_file, keys, tmp_path):
         start_stores(parts, 2, key_file=key_file, backups=1, shm_dir=tmp_path) as stores,
         client(stores, keys, use_shm=False) as c,
     ):
-        backup = c.parts[0].conns[1]
+        backup = c.session.parts[0].conns[1]
         info = {"name": "x", "job": c.job, "policy": "node:_N", "dtype": "uint8",
                 "row_shape": [], "num_rows": 4096, "part_rows": 4096,
                 "segment": str(victim), "persistent": False}  # fmt: skip
         for body in ({"name": str(victim)}, {"name": "../victim.bin"}, {"info": info}):
             with pytest.raises((RpcError, StoreError, ArgumentError)):
-                backup.call("attach", {"s": c.session, "job": c.job, **body})
+                backup.call("attach", {"s": c.session.id, "job": c.job, **body})
         with pytest.raises(StoreError, match="does not exist"):
             c.pull(str(victim), [0])
         stores[0].check()
@@ -431,9 +431,9 @@ def test_job_keys_of_a_shared_store_reach_their_own_job_only(homo, key_file, key
             a.init_tensor("emb", "node:_N", (2,))
             assert a.pull(FEAT, [0, 1]).shape == (2, 8)  # the graph: readable
             with pytest.raises(AuthError, match="needs the store's admin key"):
-                a.call(0, "stop", a.base())
+                a.session.call(0, "stop", a.session.base())
             with pytest.raises(AuthError, match="needs the store's admin key"):
-                a.call(0, "register_backup", {"address": "tcp://10.0.0.1:1", "pid": 1})
+                a.session.call(0, "register_backup", {"address": "tcp://10.0.0.1:1", "pid": 1})
             assert all("jobB" not in t for t in a.stats(0)["tensors"])
         with pytest.raises(AuthError, match="acts as job 'jobA', not 'jobB'"):
             KVClient(ClientConfig(addresses, job="jobB", keys=key_a, use_shm=False, timeout=5))
@@ -447,7 +447,7 @@ def test_job_keys_of_a_shared_store_reach_their_own_job_only(homo, key_file, key
         ):
             b.pull("emb", [0])  # jobA's tensor is not jobB's
         with client(stores, keys, use_shm=False) as admin:  # the admin key: everything
-            assert "tensors" in admin.call(0, "manifest").body
+            assert "tensors" in admin.session.call(0, "manifest").body
         for s in stores:
             s.check()
 
