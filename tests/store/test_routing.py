@@ -74,9 +74,7 @@ def test_partition_info_crosses_the_wire_whole():
     assert again.deletions == info.deletions and str(again.shm_dir) == "/dev/shm"
     broken = to_builtins(info)
     del broken["book"]
-    with pytest.raises(
-        ArgumentError, match="PartitionInfo from a peer: book: missing"
-    ):
+    with pytest.raises(ArgumentError, match="PartitionInfo from a peer: book: missing"):
         received(PartitionInfo, broken)
     broken = to_builtins(info)
     broken["structure"]["indptr"]["shape"] = ["51"]
