@@ -138,12 +138,34 @@ def mfg_forward(
     return x
 
 
+class ByLayer(torch.nn.Module):
+    """A model computed layer by layer over message-flow graphs (SAGE, GAT, GCN): its
+    ``convs`` and ``_layer(i, x, edges, n_dst)`` make the one forward,
+    :func:`mfg_forward`. Those that compute destinations only also name it ``layer``,
+    which layer-wise inference calls."""
+
+    convs: torch.nn.ModuleList
+
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        num_sampled_nodes: Sequence[int] | None = None,
+        num_sampled_edges: Sequence[int] | None = None,
+    ) -> Tensor:
+        return mfg_forward(self._layer, len(self.convs), x, edge_index, num_sampled_nodes,
+                           num_sampled_edges)  # fmt: skip
+
+    def _layer(self, i: int, x: Tensor, edge_index: Tensor, n_dst: int) -> Tensor:
+        raise NotImplementedError
+
+
 def _check_path(path: str) -> None:
     if path not in ("scatter", "csr"):
         raise ArgumentError(f"aggr_path: {path!r} is not 'scatter' or 'csr'")
 
 
-class SAGE(torch.nn.Module):
+class SAGE(ByLayer):
     """GraphSAGE (mean aggregation) over message-flow graphs.
 
     On the ``csr`` path a layer is ``SAGEConv``'s forward written out — ``lin_l`` of the
@@ -175,16 +197,6 @@ class SAGE(torch.nn.Module):
         self.dropout = dropout
         self.aggr_path = aggr_path
 
-    def forward(
-        self,
-        x: Tensor,
-        edge_index: Tensor,
-        num_sampled_nodes: Sequence[int] | None = None,
-        num_sampled_edges: Sequence[int] | None = None,
-    ) -> Tensor:
-        return mfg_forward(self.layer, len(self.convs), x, edge_index, num_sampled_nodes,
-                           num_sampled_edges)  # fmt: skip
-
     def layer(self, i: int, x: Tensor, edge_index: Tensor, n_dst: int) -> Tensor:
         """Layer ``i`` alone: the states of the first ``n_dst`` nodes of ``x`` from their
         in-edges ``edge_index`` (local ids; what layer-wise inference calls)."""
@@ -211,8 +223,10 @@ class SAGE(torch.nn.Module):
             x = dropout(F.relu(x), self.dropout, self.training)
         return x
 
+    _layer = layer
 
-class GCN(torch.nn.Module):
+
+class GCN(ByLayer):
     """GCN (``GCNConv``: symmetric normalisation, self loops) over message-flow graphs.
 
     ``GCNConv`` has no bipartite form (its normalisation needs one node set), so each layer
@@ -229,16 +243,6 @@ class GCN(torch.nn.Module):
         self.convs = torch.nn.ModuleList(GCNConv(a, b) for a, b in itertools.pairwise(dims))
         self.dropout = dropout
 
-    def forward(
-        self,
-        x: Tensor,
-        edge_index: Tensor,
-        num_sampled_nodes: Sequence[int] | None = None,
-        num_sampled_edges: Sequence[int] | None = None,
-    ) -> Tensor:
-        return mfg_forward(self._layer, len(self.convs), x, edge_index, num_sampled_nodes,
-                           num_sampled_edges)  # fmt: skip
-
     def _layer(self, i: int, x: Tensor, edge_index: Tensor, n_dst: int) -> Tensor:
         """Layer ``i`` over every node of ``x``, its first ``n_dst`` kept (not a
         ``layer``: layer-wise inference computes destinations only)."""
@@ -248,7 +252,7 @@ class GCN(torch.nn.Module):
         return x
 
 
-class GAT(torch.nn.Module):
+class GAT(ByLayer):
     """GAT (``GATConv``, ``heads`` attention heads concatenated in hidden layers, one head in
     the last) over message-flow graphs: each layer computes only its destinations, given
     the bipartite pair ``(x, x[:targets])`` (self loops for the targets, which are the
@@ -273,22 +277,14 @@ class GAT(torch.nn.Module):
             d = hidden
         self.dropout = dropout
 
-    def forward(
-        self,
-        x: Tensor,
-        edge_index: Tensor,
-        num_sampled_nodes: Sequence[int] | None = None,
-        num_sampled_edges: Sequence[int] | None = None,
-    ) -> Tensor:
-        return mfg_forward(self.layer, len(self.convs), x, edge_index, num_sampled_nodes,
-                           num_sampled_edges)  # fmt: skip
-
     def layer(self, i: int, x: Tensor, edge_index: Tensor, n_dst: int) -> Tensor:
         """Layer ``i`` alone (see :meth:`SAGE.layer`)."""
         x = self.convs[i]((x, x[:n_dst]), edge_index, size=(x.size(0), n_dst))
         if i < len(self.convs) - 1:
             x = dropout(F.elu(x), self.dropout, self.training)
         return x
+
+    _layer = layer
 
 
 class MLP(torch.nn.Module):
