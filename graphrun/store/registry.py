@@ -19,9 +19,10 @@ function ``handler(state, request) -> Response`` registered under a name::
 and the server is started with the extension ``"graphrun.sampling.server:register"``
 (``graphrun serve ... --extension MODULE:FUNCTION``, or ``ServerConfig.extensions``);
 :func:`load_extensions` imports it by name, so the store never imports the layers above it.
-A client sends it with ``KVClient.call(part, "sample_neighbors", body, tensors=...)`` and
-gets the :class:`~graphrun.rpc.codec.Message` reply; ``KVClient.request`` (which returns at
-once) then ``KVClient.wait`` keeps the requests of several partitions in flight.
+A client sends it through its session, ``client.session.call(part, "sample_neighbors",
+body, tensors=...)``, and gets the :class:`~graphrun.rpc.codec.Message` reply;
+``client.session.request`` (which returns at once) then ``client.session.wait`` keeps the
+requests of several partitions in flight.
 
 What a handler may rely on and must do:
 
