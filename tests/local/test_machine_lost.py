@@ -12,9 +12,8 @@ from graphrun.machine.process import RoleCommand, RoleExit
 
 
 def _launch(machine: str, *roles: tuple[RoleKind, str]) -> MachineLaunch:
-    return MachineLaunch(
-        machine, tuple(RoleLaunch(k, RoleCommand(r, machine, ("true",))) for k, r in roles)
-    )
+    launches = tuple(RoleLaunch.of(k, RoleCommand(r, machine, ("true",))) for k, r in roles)
+    return MachineLaunch(machine=machine, roles=launches)
 
 
 LAUNCHES = [
