@@ -65,6 +65,7 @@ from graphrun.job.workflow import (
     transition,
 )
 from graphrun.operator import builders as B
+from graphrun.operator import elastic as E
 from graphrun.operator import layout as L
 from graphrun.operator import queueing as Q
 from graphrun.operator.keys import CurveKeyPair
@@ -133,11 +134,14 @@ class _Run:
     wake: list[float] = field(default_factory=list)
     queue: dict[str, Any] = field(default_factory=dict)  # status.queue (Kueue admission)
     group_restarts: dict[str, int] = field(default_factory=dict)  # status.restartsByReplica
+    lost: list[dict[str, Any]] = field(default_factory=list)  # status.lostMachines (elastic)
 
     def fire(self, event: Event) -> None:
         before = self.state.phase
         event = _within_restart_limit(self, event)
         self.state = transition(self.state, event, self.now)
+        if not self.state.terminal and self.state.phase is not Phase.TRAINING:
+            self.lost = []  # a new attempt starts every machine again
         if self.state.phase is Phase.RESTARTING and before is not Phase.RESTARTING:
             group = _replica_group(event.role)
             self.group_restarts[group] = self.group_restarts.get(group, 0) + 1
@@ -208,6 +212,8 @@ def reconcile(
     run.partition_dir_before = str(status.get("partitionDir", ""))
     run.queue = dict(status.get("queue") or {})
     run.group_restarts = dict(status.get("restartsByReplica") or {})
+    if status.get("phase") in (Phase.TRAINING.value, "Succeeded", "Failed"):
+        run.lost = list(status.get("lostMachines") or [])  # else a new attempt: none
     if status.get("phase") == Phase.PARTITIONING.value:  # else a new attempt: none yet
         run.pod_steps_before = dict(status.get("partitionPods") or {})
     _check_spec_change(run, status.get("specHashes"))
@@ -551,6 +557,7 @@ def _serving(run: _Run) -> None:
 
 
 def _training(run: _Run) -> None:
+    _note_lost_machines(run)
     workers = _ensure_workers(run)
     if workers is None:
         return
@@ -564,7 +571,10 @@ def _training(run: _Run) -> None:
     success = run.job.spec.run_policy.success_policy
     if success is None:
         if all(p.phase == "Succeeded" for p in pods):
-            run.fire(Event(K.TRAINING_DONE, message=f"all {len(workers)} workers finished"))
+            lost = ", ".join(e["machine"] for e in run.lost)
+            left = f" (machines lost: {lost})" if lost else ""
+            message = f"all {len(workers)} workers finished{left}"
+            run.fire(Event(K.TRAINING_DONE, message=message))
         return
     targets = [t for t in success.target_replicas if t == "worker" or need_launcher]
     done = [p for p in pods if p.replica in targets]
@@ -584,13 +594,51 @@ def _restarting(run: _Run) -> None:
 # --- children ---------------------------------------------------------------------------
 
 
+def _lost_indices(run: _Run) -> set[int]:
+    names = run.job.spec.machine_names
+    return {names.index(e["machine"]) for e in run.lost if e.get("machine") in names}
+
+
+def _note_lost_machines(run: _Run) -> None:
+    """runtime.elastic: a worker pod that failed, is being deleted or disappeared while
+    the job trains is a lost machine the others go on without, when :mod:`.elastic`
+    allows it (recorded in ``status.lostMachines``, an event and the Running condition;
+    the pod is not made again). Any other loss is left to fail the attempt."""
+    elastic = run.job.spec.runtime.elastic
+    if elastic is None:
+        return
+    have, lost = run.observed.workers(), _lost_indices(run)
+    indices = L.worker_indices(run.job)
+    for i in indices:
+        pod = have.get(i)
+        if i in lost or (pod is not None and pod.phase != "Failed" and not pod.deleting):
+            continue
+        machine = run.job.spec.machine_names[i]
+        if E.why_not_survived(run.job, machine, len(indices), len(run.lost)) is not None:
+            continue
+        if pod is None:
+            name, how, code = L.worker_name(run.owner.name, i), "disappeared", None
+        else:
+            how = "failed" if pod.phase == "Failed" else "deleted"
+            name, code = pod.name, pod.exit_code
+        gone = [e["machine"] for e in run.lost] + [machine]
+        entry = E.lost_entry(run.job, name, machine, how, code, rfc3339(run.now), gone)
+        run.lost.append(entry)
+        lost.add(i)
+        message = E.describe(entry, len(indices), len(run.lost), elastic.min_machines)
+        run.actions.append(Emit("Warning", "MachineLost", message))
+        run.state = progress(run.state, message)
+
+
 def _ensure_workers(run: _Run) -> dict[int, PodView] | None:
     """The worker pods, creating missing ones. None while some are still being deleted
-    or were created just now."""
-    have = run.observed.workers()
+    or were created just now. Lost machines' pods (:func:`_note_lost_machines`) are left
+    out, and not made again."""
+    lost = _lost_indices(run)
+    have = {i: p for i, p in run.observed.workers().items() if i not in lost}
     if any(p.deleting for p in have.values()):
         return None
-    missing = [i for i in L.worker_indices(run.job) if i not in have]
+    missing = [i for i in L.worker_indices(run.job) if i not in have and i not in lost]
     # A pod lost while training, or while partitioning with the others (they cannot
     # finish without its rank), fails the attempt; elsewhere it is made again.
     partitioning = [i for i in missing if L.worker_name(run.owner.name, i) in run.pod_steps_before]
@@ -710,6 +758,8 @@ def _status(run: _Run) -> dict[str, Any]:
     if run.pod_steps is not None and run.state.phase is Phase.PARTITIONING:
         out["partitionPods"] = run.pod_steps
     out["replicaStatuses"] = replica_statuses(run.observed)
+    if run.lost:
+        out["lostMachines"] = run.lost
     if run.group_restarts:
         out["restartsByReplica"] = run.group_restarts
     if run.queue:

@@ -39,7 +39,8 @@ def k8s_conditions(state: JobState) -> list[dict[str, str]]:
     by_type = {c.type: c for c in state.conditions}
     running = [by_type[t] for t in RUNNING_PHASES if t in by_type]
     if running:
-        latest = max(running, key=lambda c: c.time)
+        # the current phase wins a tie (Serving ends when Training starts)
+        latest = max(running, key=lambda c: (c.time, c.status == "True"))
         status: Literal["True", "False"] = (
             "True" if state.phase.value in RUNNING_PHASES else "False"
         )

@@ -781,3 +781,39 @@ async def test_parameter_servers_get_their_planned_worker_pod(cluster: Cluster) 
     for w in workers:
         await c.set_pod(w, "Succeeded")
     await eventually(phase_is(c, "Succeeded"))
+
+
+async def test_elastic_job_goes_on_without_a_deleted_worker_pod(cluster: Cluster) -> None:
+    """runtime.elastic: worker 1's pod deleted while the job trains is a lost machine:
+    reported, not made again, and the job succeeds once the other workers finish."""
+    c = cluster
+    doc = example()
+    doc["spec"]["partition"]["parts"] = 3
+    doc["spec"]["runtime"].update(machines=3, replicas=2, elastic={"minMachines": 2})
+    await c.create_graphjob(doc)
+    await eventually(lambda: c.names("Pod", "partitioner"))
+    await c.finish_partitioner()
+    workers = await eventually(n_workers(c, 3))
+    for w in workers:
+        await c.set_pod(w, "Running", ready=True)
+    await eventually(phase_is(c, "Training"))
+    await c.delete(f"{PATHS['Pod']}/graphsage-worker-1")
+
+    async def lost() -> list[dict[str, Any]]:
+        return list((await c.status()).get("lostMachines") or [])
+
+    (entry,) = await eventually(lost)
+    assert (entry["machine"], entry["pod"], entry["replaced"]) == ("m1", "graphsage-worker-1", False)
+    assert entry["tookOver"]["partitions"] == {"partition 1": "store:1:r on m2"}
+    event = next(e for e in await c.items("Event") if e["reason"] == "MachineLost")
+    assert event["type"] == "Warning"
+    assert event["message"].startswith("machine m1 lost: pod graphsage-worker-1 ")
+    await asyncio.sleep(1.0)  # a few resyncs (0.3 s): the pod is not made again
+    assert await c.names("Pod", "worker") == ["graphsage-worker-0", "graphsage-worker-2"]
+    status = await c.status()
+    assert status["phase"] == "Training" and status["restarts"] == 0
+    for w in ("graphsage-worker-0", "graphsage-worker-2"):
+        await c.set_pod(w, "Succeeded")
+    await eventually(phase_is(c, "Succeeded"))
+    status = await c.status()
+    assert status["restarts"] == 0 and [e["machine"] for e in status["lostMachines"]] == ["m1"]

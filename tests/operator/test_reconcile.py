@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from graphrun.errors import PEER_LOST_EXIT, USER_ERROR_EXIT
 from graphrun.job.spec import parse_job
+from graphrun.job.workflow import rfc3339
 from graphrun.operator import layout as L
 from graphrun.operator.keys import curve_keypair
 from graphrun.operator.observe import observe
@@ -780,3 +781,93 @@ def test_distributed_random_histories_keep_the_invariants(
                 in (PEER_LOST_EXIT, 0, None)
                 for p in h.ns.pods("worker")
             )
+
+
+# --- runtime.elastic: a lost worker pod (docs/elastic.md) ------------------------------
+
+
+def elastic(min_machines: int = 2, **spec: Any) -> Harness:
+    runtime = {"machines": 3, "replicas": 2, "elastic": {"minMachines": min_machines}}
+    h = Harness(partition={"parts": 3}, runtime=runtime, **spec)
+    h.to_training()
+    assert h.workers() == [f"graphsage-worker-{i}" for i in range(3)]
+    return h
+
+
+def test_elastic_job_goes_on_without_a_deleted_worker_pod_and_succeeds() -> None:
+    h = elastic(runPolicy={"backoffLimit": 0})
+    h.ns.delete("Pod", "graphsage-worker-1")
+    h.step()
+    assert h.phase == "Training" and h.status["restarts"] == 0
+    (lost,) = h.status["lostMachines"]
+    assert lost["machine"] == "m1" and lost["pod"] == "graphsage-worker-1"
+    assert (lost["how"], lost["exitCode"], lost["replaced"]) == ("disappeared", None, False)
+    assert lost["tookOver"] == {
+        "partitions": {"partition 1": "store:1:r on m2"},
+        "trainers": ["m0", "m2"],
+    }
+    (event,) = [e for e in h.ns.events if e.reason == "MachineLost"]
+    assert event.type == "Warning"
+    assert event.message.startswith(
+        "machine m1 lost: pod graphsage-worker-1 disappeared; partition 1 served by "
+        "store:1:r on m2; trainers on m0, m2 go on (2 of 3 machines, minMachines 2)"
+    )
+    assert h.cond("Running")["message"] == event.message
+    for _ in range(3):  # not made again while the job runs, and told once
+        h.step()
+        assert h.workers() == ["graphsage-worker-0", "graphsage-worker-2"]
+    assert sum(e.reason == "MachineLost" for e in h.ns.events) == 1
+    h.ns.set_pod("graphsage-worker-0", "Succeeded")
+    h.ns.set_pod("graphsage-worker-2", "Succeeded")
+    h.step()
+    assert h.phase == "Succeeded"
+    assert h.cond("Succeeded")["message"] == "all 2 workers finished (machines lost: m1)"
+    assert h.status["lostMachines"] == [lost]
+
+
+def test_elastic_failed_pod_then_one_loss_too_many_restarts_with_every_pod() -> None:
+    h = elastic(runPolicy={"backoffLimit": 1})
+    h.ns.set_pod("graphsage-worker-2", "Failed", exit_code=137, message="OOMKilled")
+    h.step()
+    assert h.phase == "Training"
+    (lost,) = h.status["lostMachines"]
+    assert (lost["machine"], lost["how"], lost["exitCode"]) == ("m2", "failed", 137)
+    # m2 served partition 2 and the replica of partition 1; partition 2's is on m0
+    assert lost["tookOver"]["partitions"] == {"partition 2": "store:2:r on m0"}
+    assert h.status["replicaStatuses"]["Worker"]["failed"] == 1
+    h.ns.set_pod("graphsage-worker-1", "Failed", exit_code=1)  # 1 left < minMachines 2
+    h.step()
+    assert h.phase == "Restarting" and h.status["restarts"] == 1
+    assert h.cond("Restarting")["message"].startswith("worker:1 on m1 failed (exit code 1)")
+    assert "lostMachines" not in h.status
+    h.step()
+    assert h.phase == "Serving" and h.workers() == [f"graphsage-worker-{i}" for i in range(3)]
+
+
+@pytest.mark.parametrize("min_machines", [2, 3])
+def test_elastic_losing_trainer_0_or_going_below_min_machines_fails_the_attempt(
+    min_machines: int,
+) -> None:
+    h = elastic(min_machines, runPolicy={"backoffLimit": 0})
+    pod = "graphsage-worker-0" if min_machines == 2 else "graphsage-worker-1"
+    h.ns.delete("Pod", pod)
+    h.step()
+    assert h.phase == "Failed"
+    assert "the worker pod disappeared" in h.cond("Failed")["message"]
+    assert "lostMachines" not in h.status
+    assert not any(e.reason == "MachineLost" for e in h.ns.events)
+
+
+def test_elastic_pod_being_deleted_is_lost_at_once() -> None:
+    h = elastic()
+    h.ns.pod("graphsage-worker-2")["metadata"]["deletionTimestamp"] = rfc3339(h.ns.now)
+    h.step()
+    assert h.phase == "Training"
+    assert [(e["machine"], e["how"]) for e in h.status["lostMachines"]] == [("m2", "deleted")]
+    h.ns.delete("Pod", "graphsage-worker-2")
+    h.ns.set_pod("graphsage-worker-0", "Succeeded")
+    h.step()
+    assert h.phase == "Training"  # worker 1 still trains
+    h.ns.set_pod("graphsage-worker-1", "Succeeded")
+    h.step()
+    assert h.phase == "Succeeded"
