@@ -100,4 +100,3 @@ def describe(entry: dict[str, Any], machines: int, lost: int, min_machines: int)
         f"({machines - lost} of {machines} machines, minMachines {min_machines}); the pod is "
         f"{NOT_REPLACED}"
     )
-
