@@ -38,7 +38,9 @@ failed by itself, not those that exited PEER_LOST_EXIT because they lost it; one
 disappears while partitioning fails the attempt too (the others cannot finish without it);
 a pod that stays Pending (unschedulable, image pull) beyond ``startupDeadlineSeconds``,
 or whose image can never be pulled, fails the job with that reason; so does
-``activeDeadlineSeconds``. A job with a failed worker never becomes Succeeded.
+``activeDeadlineSeconds``. A job with a failed worker never becomes Succeeded, except
+with ``runtime.elastic``: a worker pod lost while training that :mod:`.elastic` lets the
+others go on without is listed in ``status.lostMachines`` and not made again.
 """
 
 from __future__ import annotations
@@ -135,6 +137,7 @@ class _Run:
     queue: dict[str, Any] = field(default_factory=dict)  # status.queue (Kueue admission)
     group_restarts: dict[str, int] = field(default_factory=dict)  # status.restartsByReplica
     lost: list[dict[str, Any]] = field(default_factory=list)  # status.lostMachines (elastic)
+    lost_before: bool = False  # status had lostMachines: a new attempt removes it (null)
 
     def fire(self, event: Event) -> None:
         before = self.state.phase
@@ -212,6 +215,7 @@ def reconcile(
     run.partition_dir_before = str(status.get("partitionDir", ""))
     run.queue = dict(status.get("queue") or {})
     run.group_restarts = dict(status.get("restartsByReplica") or {})
+    run.lost_before = bool(status.get("lostMachines"))
     if status.get("phase") in (Phase.TRAINING.value, "Succeeded", "Failed"):
         run.lost = list(status.get("lostMachines") or [])  # else a new attempt: none
     if status.get("phase") == Phase.PARTITIONING.value:  # else a new attempt: none yet
@@ -758,8 +762,8 @@ def _status(run: _Run) -> dict[str, Any]:
     if run.pod_steps is not None and run.state.phase is Phase.PARTITIONING:
         out["partitionPods"] = run.pod_steps
     out["replicaStatuses"] = replica_statuses(run.observed)
-    if run.lost:
-        out["lostMachines"] = run.lost
+    if run.lost or run.lost_before:  # the status is merge-patched: null removes it
+        out["lostMachines"] = run.lost or None
     if run.group_restarts:
         out["restartsByReplica"] = run.group_restarts
     if run.queue:

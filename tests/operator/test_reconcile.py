@@ -839,7 +839,7 @@ def test_elastic_failed_pod_then_one_loss_too_many_restarts_with_every_pod() -> 
     h.step()
     assert h.phase == "Restarting" and h.status["restarts"] == 1
     assert h.cond("Restarting")["message"].startswith("worker:1 on m1 failed (exit code 1)")
-    assert "lostMachines" not in h.status
+    assert h.status["lostMachines"] is None  # removed from the merge-patched status
     h.step()
     assert h.phase == "Serving" and h.workers() == [f"graphsage-worker-{i}" for i in range(3)]
 
@@ -871,3 +871,31 @@ def test_elastic_pod_being_deleted_is_lost_at_once() -> None:
     h.ns.set_pod("graphsage-worker-1", "Succeeded")
     h.step()
     assert h.phase == "Succeeded"
+
+
+def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The status as the API server keeps it after a merge patch (null removes a key)."""
+    out = {**old, **new}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def test_elastic_lost_machines_are_forgotten_by_the_next_attempt() -> None:
+    h = elastic(runPolicy={"backoffLimit": 1})
+    h.ns.set_pod("graphsage-worker-2", "Failed", exit_code=137)
+    h.step()
+    assert [e["machine"] for e in h.status["lostMachines"]] == ["m2"]
+    h.ns.set_pod("graphsage-worker-1", "Failed", exit_code=1)
+    for _ in range(3):  # Restarting, Serving, Training: statuses merge-patched
+        old = h.status
+        h.step()
+        h.status = merge_patch(old, h.status)
+        for w in h.workers():
+            h.ns.set_pod(w, "Running", ready=True)
+    assert h.phase == "Training" and "lostMachines" not in h.status
+    h.ns.set_pod("graphsage-worker-0", "Succeeded")
+    h.ns.set_pod("graphsage-worker-1", "Succeeded")
+    h.step()
+    assert h.phase == "Training"  # worker 2 of the new attempt still trains
+    h.ns.set_pod("graphsage-worker-2", "Succeeded")
+    h.step()
+    assert h.phase == "Succeeded" and h.cond("Succeeded")["message"] == "all 3 workers finished"
