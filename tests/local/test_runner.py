@@ -67,7 +67,9 @@ def make(tmp_path, codes, **spec_over):
         job = parse_job(data)
     stop = threading.Event()
     sink = io.StringIO()
-    return FakeRoles(job, path, RunOptions(grace_s=2.0), sink=sink, stop=stop, codes=codes), sink
+    # a done machine waits the grace period for its stores to be stopped by trainer 0, which
+    # a fake trainer never does: keep it short
+    return FakeRoles(job, path, RunOptions(grace_s=0.5), sink=sink, stop=stop, codes=codes), sink
 
 
 def test_job_goes_through_the_phases_and_succeeds(tmp_path):
