@@ -37,6 +37,7 @@ def _steps_taken(profile: Path) -> int:
     return len(profile.read_text().splitlines()) if profile.exists() else 0
 
 
+@pytest.mark.timeout(400)  # three jobs in a row: past 120 s on a busy machine
 @pytest.mark.parametrize(
     "training",
     [
