@@ -1,6 +1,20 @@
-"""Tests marked ``cuda`` run only where torch sees a CUDA device (``scripts/gpu-check``)."""
+"""Suite-wide hooks.
+
+- Tests marked ``cuda`` run only where torch sees a CUDA device (``scripts/gpu-check``).
+- The suite runs on two pytest-xdist workers (``-n 2`` in pyproject's ``addopts``). A test
+  that measures time or a CPU share (marked ``exclusive``, and every ``netns`` test: they
+  shape CPU and links) runs alone: it takes a lock every other test shares, through a
+  turnstile so that the other worker cannot starve it. The lock is taken outside the
+  test's timeout (an outer ``pytest_runtest_protocol`` wrapper), so waiting for the other
+  worker's test does not count against this one's.
+"""
 
 from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -16,3 +30,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+def runs_alone(item: pytest.Item) -> bool:
+    return "exclusive" in item.keywords or "netns" in item.keywords
+
+
+def _lock_dir(config: pytest.Config) -> Path:
+    # Each worker's basetemp is <session tmp>/popen-gwN; the session directory is shared.
+    factory: pytest.TempPathFactory = config._tmp_path_factory  # type: ignore[attr-defined]
+    return factory.getbasetemp().parent
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    root = _lock_dir(item.config)
+    with open(root / "turnstile.lock", "a") as turnstile, open(root / "alone.lock", "a") as alone:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        if runs_alone(item):
+            fcntl.flock(alone, fcntl.LOCK_EX)  # the other worker finishes its test first
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        else:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+            fcntl.flock(alone, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(alone, fcntl.LOCK_UN)

@@ -437,6 +437,7 @@ async def test_failure_with_clean_pod_policy_all_then_deletion(cluster: Cluster)
         assert await c.names(kind) == []
 
 
+@pytest.mark.exclusive  # a 3 s deadline: timed
 @pytest.mark.parametrize("cluster", [600.0], indirect=True)
 async def test_deadline_fires_on_time_between_resyncs(cluster: Cluster) -> None:
     # The plan's requeue_after wakes the job at its deadline; the 10-minute resync
