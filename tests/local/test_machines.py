@@ -7,6 +7,7 @@ import signal
 import threading
 import time
 
+import msgspec
 import pytest
 
 from graphrun.errors import JobFailed
@@ -81,9 +82,7 @@ def test_stop_event_stops_everything(tmp_path):
 def test_store_never_ready_times_out(tmp_path):
     launches = two_machines({}, ready_timeout_s=1.0)
     # machine m1 waits for an endpoint nobody serves
-    bad = launches[1].__class__(
-        "m1", launches[1].roles, (*launches[1].wait_for, "127.0.0.1:1"), 1.0
-    )
+    bad = msgspec.structs.replace(launches[1], wait_for=(*launches[1].wait_for, "127.0.0.1:1"))
     with pytest.raises(JobFailed, match="timed out"):
         machines(tmp_path).run([launches[0], bad])
     assert no_children_left()

@@ -87,12 +87,16 @@ def test_sigterm_mid_epoch_then_resume_equals_an_uninterrupted_run(tmp_path, tra
 
     ckpt = load_checkpoint(cut / "checkpoints")
     assert ckpt is not None and ckpt.position is not None, out[-3000:]
-    assert ckpt.epoch == 0 and ckpt.position["epoch"] == 1
+    # SIGTERM goes out a third into epoch 1; on a busy machine the trainers may get to the
+    # stop only in epoch 2 (the signal travels run -> worker -> trainer): either is a stop
+    # mid-epoch, which is what this test is about
+    stopped_in = ckpt.position["epoch"]
+    assert stopped_in in (1, 2) and ckpt.epoch == stopped_in - 1, (ckpt.epoch, stopped_in)
     assert 0 < ckpt.position["step"] < steps  # stopped mid-epoch, not at its end
     assert len(ckpt.position["rng"]) == (1 if "embeddingDim" in training else 2)
     if "embeddingDim" in training:
         assert any(float(v.abs().sum()) > 0 for v in ckpt.sparse["embedding"]["optimizer"].values())
-    assert sorted(_epochs(cut)) == [0]  # epoch 1 was not finished
+    assert sorted(_epochs(cut)) == list(range(stopped_in))  # that epoch was not finished
 
     resumed = subprocess.run([*cli, "--run-dir", str(cut), "--resume"], env=env,
                              capture_output=True, text=True, timeout=600)  # fmt: skip
