@@ -282,7 +282,7 @@ def test_a_timeout_says_whether_the_server_was_ever_reached(keys, server):
     with socket.socket() as mute:
         mute.bind(("127.0.0.1", 0))
         mute.listen()
-        addr = "tcp://127.0.0.1:{}".format(mute.getsockname()[1])
+        addr = f"tcp://127.0.0.1:{mute.getsockname()[1]}"
         with (
             RpcClient(addr, keys=keys, timeout=0.5) as c,
             pytest.raises(RpcTimeout, match="connected, but the server never completed the hand"),
