@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrun.errors import ArgumentError
+from graphrun.errors import ArgumentError, GraphrunError
 
 SEED = 31
 MACHINES = 3
@@ -88,26 +88,36 @@ def _job(workdir: Path, dataset: Path, args: argparse.Namespace, replicas: int) 
 
 class Chaos(threading.Thread):
     """Known DistEmbedding rows written once epoch ``epoch`` started, ``machine`` killed
-    at a seeded step of it, the rows read back once the trainers re-formed."""
+    at a seeded step of it, the rows read back once the trainers re-formed.
+
+    Everything slow is done before the job gets there: the imports (torch: seconds on a
+    loaded machine) at once, the store's join once the trainers train; a client that
+    joined only when the epoch before the kill ended met stores already stopped on a
+    short job (its join timed out and no machine was killed). A wait ends as soon as
+    the job has (``job_done``), with an error saying what never happened."""
 
     def __init__(self, run_dir: Path, sink: Any, machine: str, epoch: int) -> None:
         super().__init__(daemon=True)
         self.run_dir, self.sink, self.machine, self.epoch = run_dir, sink, machine, epoch
+        self.job_done = threading.Event()
         self.killed_at: float | None = None
+        self.killed_step: int | None = None
         self.lost_updates: int | None = None
         self.error: str | None = None
 
     def run(self) -> None:
         try:
             self._chaos()
-        except Exception as exc:  # reported in the JSON
+        except Exception as exc:  # reported in the JSON, and the bench fails
             self.error = f"{type(exc).__name__}: {exc}"
 
-    def _wait(self, cond: Any, timeout: float = 3600.0) -> None:
+    def _wait(self, cond: Any, what: str, timeout: float = 3600.0) -> None:
         deadline = time.monotonic() + timeout
         while not cond():
+            if self.job_done.is_set():
+                raise RuntimeError(f"the job ended before {what}")
             if time.monotonic() > deadline:
-                raise TimeoutError("the job never got there")
+                raise TimeoutError(f"{what}: not within {timeout:g} s")
             time.sleep(0.05)
 
     def _lines(self, path: Path) -> int:
@@ -115,22 +125,27 @@ class Chaos(threading.Thread):
 
     def _chaos(self) -> None:
         from graphrun.local.elastic import kill_machine, worker_pids
+        from graphrun.store.embedding import DistEmbedding  # noqa: F401  (imports torch)
 
         metrics = self.run_dir / "metrics.jsonl"
-        # the rows are written once the epoch before the kill's ended
-        self._wait(lambda: self._lines(metrics) >= self.epoch)
-        steps = json.loads(metrics.read_text().splitlines()[0])["steps"]
+        self._wait(lambda: '"event": "first_step"' in self.sink.getvalue(), "its first step")
         # the client's sockets live where the stores are reachable: m0's network namespace
         # (setns moves this thread only; the zmq and heartbeat threads it starts follow)
         _enter_netns(worker_pids("m0")[0])
         client = RowsClient(self.run_dir)
         try:
+            # the rows are written once the epoch before the kill's ended
+            self._wait(lambda: self._lines(metrics) >= self.epoch, f"epoch {self.epoch}")
+            client.write()
+            steps = json.loads(metrics.read_text().splitlines()[0])["steps"]
             at = steps * self.epoch + random.Random(SEED).randint(1, max(1, steps - 1))
             prof = self.run_dir / "profile" / "trainer-0.jsonl"
-            self._wait(lambda: self._lines(prof) >= at)
-            kill_machine(self.machine)
+            self._wait(lambda: self._lines(prof) >= at, f"step {at} (the kill)")
+            self.killed_step = self._lines(prof)
+            if not kill_machine(self.machine):
+                raise RuntimeError(f"no process of {self.machine} to kill")
             self.killed_at = time.time()
-            self._wait(lambda: '"event": "reformed"' in self.sink.getvalue(), 600)
+            self._wait(lambda: '"event": "reformed"' in self.sink.getvalue(), "the re-form", 600)
             self.lost_updates = client.lost()
         finally:
             client.close()
@@ -176,7 +191,10 @@ class RowsClient:
         self.emb = DistEmbedding(self.client, n, 4, "known", init="zeros")
         self.ids = np.arange(n, dtype=np.int64)
         self.known = np.random.default_rng(SEED).standard_normal((n, 4)).astype(np.float32)
-        self.emb.weight[self.ids] = self.known  # acknowledged once it returns: both copies
+
+    def write(self) -> None:
+        """The known rows; acknowledged once it returns: on both copies."""
+        self.emb.weight[self.ids] = self.known
 
     def lost(self) -> int:
         """Rows that read back different."""
@@ -211,6 +229,8 @@ def _run(
     try:
         LocalJob(job, path, opts, sink=sink).run()
     finally:
+        if killer is not None:
+            killer.job_done.set()
         rss.stop.set()
         if rss.is_alive():
             rss.join()
@@ -233,6 +253,7 @@ def _run(
             if x.partition("] ")[2].startswith('{"event": "reformed"')
         ]
         out.update(lost_updates=killer.lost_updates, chaos_error=killer.error)
+        out["kill_step"] = killer.killed_step
         if reformed and killer.killed_at is not None:
             out["resume_s"] = round(reformed[0]["time"] - killer.killed_at, 3)
             out["paused_s"] = reformed[0]["paused_s"]
@@ -277,10 +298,13 @@ def run(args: argparse.Namespace) -> int:
             "replica_memory_mb": calm["replica_memory_mb"],
             "epoch_s": {"replicas1": round(e1, 4), "replicas2": round(e2, 4),
                         "killed": hit["epoch_s"]},
-            "world_sizes": hit["world_sizes"], "chaos_error": hit.get("chaos_error"),
+            "kill_step": hit.get("kill_step"), "world_sizes": hit["world_sizes"],
+            "chaos_error": hit.get("chaos_error"),
         }  # fmt: skip
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(result), flush=True)
+    if result["chaos_error"] is not None:  # the numbers of the kill are missing: say why
+        raise GraphrunError(f"bench elastic: the kill run failed: {result['chaos_error']}")
     return 0

@@ -98,6 +98,7 @@ _FAIL_EVENTS = (
     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
     | zmq.EVENT_DISCONNECTED
     | zmq.EVENT_HANDSHAKE_SUCCEEDED
+    | zmq.EVENT_CONNECTED
 )
 
 
@@ -408,6 +409,9 @@ class RpcClient:
         self._done: dict[int, Message | GraphrunError] = {}
         self._handshake_ok = False
         self._auth_failed = False
+        # for the message of a timeout (_silence): a connection is up now, was ever up,
+        # and finished its handshake
+        self._connected = self._ever_connected = self._greeted = False
         try:
             self._sock.connect(address)
         except zmq.ZMQError as exc:
@@ -459,8 +463,8 @@ class RpcClient:
             if left <= 0:
                 self._inflight.pop(rid, None)
                 raise RpcTimeout(
-                    f"no answer within {self.timeout if timeout is None else timeout:g} s "
-                    "(server down, overloaded or unreachable?)",
+                    f"no answer within {self.timeout if timeout is None else timeout:g} s"
+                    f"{self._silence()}",
                     address=self.address,
                     kind=op or "",
                 )
@@ -490,15 +494,42 @@ class RpcClient:
         while self._sock.poll(0, zmq.POLLIN):
             self._on_reply(self._sock.recv_multipart(copy=False))
 
+    def _silence(self) -> str:
+        """Why a request got no answer, as far as this client can tell: the server was
+        never reached, was reached but never completed the handshake (a stopped or
+        swamped process: the kernel accepts its connections), or is connected and did
+        not answer."""
+        with contextlib.suppress(zmq.ZMQError):
+            self._on_monitor()  # the connection's latest events
+        if not self._connected and not self._ever_connected:
+            return (
+                ": never connected (no server listens at this address, or it is unreachable "
+                "from here: not started yet, already stopped, another network namespace?)"
+            )
+        if not self._connected:
+            return ": the connection is lost and no server accepts a new one (stopped?)"
+        if not self._greeted:
+            return (
+                ": connected, but the server never completed the handshake (a stopped, "
+                "hung or overloaded process?)"
+            )
+        return " (server overloaded, hung, or the request lost?)"
+
     def _on_monitor(self) -> None:
         while self._monitor.poll(0, zmq.POLLIN):
             event = recv_monitor_message(self._monitor)["event"]
-            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                self._handshake_ok = True
+            if event == zmq.EVENT_CONNECTED:
+                self._connected = self._ever_connected = True
+                self._greeted = False
+            elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._handshake_ok = self._greeted = True
                 self._auth_failed = False
             elif event == zmq.EVENT_DISCONNECTED and self._handshake_ok:
+                self._connected = self._greeted = False
                 self._drain()  # replies that arrived before it (the answer to `stop`)
                 self._fail_all(RpcError, "connection lost (server stopped or crashed?)")
+            elif event == zmq.EVENT_DISCONNECTED:
+                self._connected = self._greeted = False
             elif event & (
                 zmq.EVENT_HANDSHAKE_FAILED_AUTH
                 | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL

@@ -106,18 +106,33 @@ def _bytes(value: Any) -> bytes:
 
 
 def agree_members(
-    store: Any, gen: int, ident: int, last: Sequence[int], settle_s: float, timeout_s: float
+    store: Any,
+    gen: int,
+    ident: int,
+    last: Sequence[int],
+    settle_s: float,
+    timeout_s: float,
+    enough: Callable[[list[int]], bool] | None = None,
 ) -> list[int]:
-    """The members of generation ``gen`` (idents, sorted), the same list on every survivor."""
+    """The members of generation ``gen`` (idents, sorted), the same list on every survivor.
+
+    Waits ``settle_s`` for every member of ``last``; when those present then are not
+    ``enough`` (fewer machines than the job's minimum: fixing them would stop the job),
+    waits on for more up to ``timeout_s``: a survivor that noticed the loss late (busy
+    outside a collective when the peer died) is let in instead of being lost too."""
     prefix = f"g{gen}/"
     store.set(f"{prefix}in/{ident}", b"1")
-    deadline = time.monotonic() + settle_s
-    while time.monotonic() < deadline:
-        if store.check([f"{prefix}in/{r}" for r in last]):
+
+    def present() -> list[int]:
+        return [r for r in last if store.check([f"{prefix}in/{r}"])]
+
+    start = time.monotonic()
+    while not store.check([f"{prefix}in/{r}" for r in last]):
+        waited = time.monotonic() - start
+        if waited >= timeout_s or (waited >= settle_s and (enough is None or enough(present()))):
             break
         time.sleep(POLL_S)
-    present = [r for r in last if store.check([f"{prefix}in/{r}"])]
-    mine = ",".join(str(r) for r in present).encode()
+    mine = ",".join(str(r) for r in present()).encode()
     fixed = _bytes(store.compare_set(f"{prefix}members", b"", mine))
     if not fixed:  # an older torch store answers the expected value: read it back
         fixed = _bytes(store.get(f"{prefix}members"))
@@ -182,8 +197,9 @@ class Regroup:
         try:
             store = self._store(gen)
             members = agree_members(
-                store, gen, self.ident, self.members, settle, self.ddp.timeout_s
-            )
+                store, gen, self.ident, self.members, settle, self.cfg.timeout_s,
+                lambda idents: len({self.machine_of(r) for r in idents}) >= self.cfg.min_machines,
+            )  # fmt: skip
         except RpcTimeout as exc:  # trainer 0's CURVE store went with its machine
             raise BelowMinimum(f"cannot re-form: the rendezvous is gone ({exc})") from None
         if self.ident not in members:

@@ -157,7 +157,9 @@ def test_the_survivors_of_a_lost_machine_go_on_without_a_restart(tmp_path):
 def test_below_min_machines_the_job_restarts_from_its_checkpoint(tmp_path):
     path = small_job(
         tmp_path, nodes=4000, machines=2, epochs=3, batchSize=5, evalEvery=100,
-        runtime={"replicas": 2, "elastic": {"minMachines": 2}}, run_policy={"backoffLimit": 1},
+        # the lone survivor waits timeoutSeconds for a late one before it gives up
+        runtime={"replicas": 2, "elastic": {"minMachines": 2, "timeoutSeconds": 5}},
+        run_policy={"backoffLimit": 1},
     )  # fmt: skip
     sink = io.StringIO()
     job = LocalJob(load_job(path), path, RunOptions(grace_s=2.0), sink=sink)

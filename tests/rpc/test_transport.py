@@ -171,7 +171,7 @@ def test_server_gone_gives_clear_error(keys):
     s.stop()
     with pytest.raises(RpcError, match=r"connection lost|no answer"):
         c.wait(rid)
-    with pytest.raises(RpcTimeout):
+    with pytest.raises(RpcTimeout, match="the connection is lost and no server accepts"):
         c.call("echo", timeout=0.3)
     c.close()
 
@@ -263,3 +263,33 @@ def test_a_wake_ends_the_wait_for_requests_at_once(keys):
         t.join(30)
         srv.close()
         waker.close()
+
+
+def test_a_timeout_says_whether_the_server_was_ever_reached(keys, server):
+    """A join to stores already stopped timed out as "no answer ... (server down,
+    overloaded or unreachable?)" whatever happened: the message says which it was."""
+    import socket
+
+    with socket.socket() as free:  # a port nothing listens on
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    with (
+        RpcClient(f"tcp://127.0.0.1:{port}", keys=keys, timeout=0.5) as c,
+        pytest.raises(RpcTimeout, match=r"join to .*: no answer within 0\.5 s: never connected"),
+    ):
+        c.call("join")
+    # the kernel accepts, nothing speaks: a stopped (SIGSTOP) or hung server
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen()
+        addr = f"tcp://127.0.0.1:{mute.getsockname()[1]}"
+        with (
+            RpcClient(addr, keys=keys, timeout=0.5) as c,
+            pytest.raises(RpcTimeout, match="connected, but the server never completed the hand"),
+        ):
+            c.call("join")
+    # connected and secured, no answer: the handler kept the request
+    with RpcClient(server.address, keys=keys, timeout=5) as c:
+        assert c.call("echo").body == {}
+        with pytest.raises(RpcTimeout, match=r"no answer within 0\.3 s \(server overloaded"):
+            c.call("silent", timeout=0.3)

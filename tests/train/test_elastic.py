@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -67,3 +68,27 @@ def test_a_trainer_that_comes_too_late_is_left_out(tmp_path):
     _agree(path, 0, [0, 1, 2], 0.2, out)  # alone for the settle time: fixes [0]
     _agree(path, 2, [0, 1, 2], 0.2, out)
     assert out == {0: [0], 2: [0]}
+
+
+def test_a_late_survivor_is_waited_for_when_the_others_are_too_few(tmp_path):
+    """On 3 netns machines with m1 killed, trainer 2 noticed the loss more than the settle
+    time after trainer 0 (it was sampling, not in a collective): trainer 0 fixed [0] and
+    stopped the job below minMachines 2. Too few present after the settle time: wait on."""
+    out: dict[int, list[int]] = {}
+    store = dist.FileStore(str(tmp_path / "g1"), -1)
+    store.set_timeout(timedelta(seconds=10))
+
+    def enough(members: list[int]) -> bool:
+        return len(members) >= 2
+
+    first = threading.Thread(
+        target=lambda: out.update({0: agree_members(store, 1, 0, [0, 1, 2], 0.2, 10.0, enough)})
+    )
+    first.start()
+    time.sleep(1.0)  # five settle times later
+    out[2] = agree_members(dist.FileStore(str(tmp_path / "g1"), -1), 1, 2, [0, 1, 2], 0.2, 10.0)
+    first.join(30)
+    assert out == {0: [0, 2], 2: [0, 2]}
+    # never enough: it gives up after timeout_s (the job then restarts from its checkpoint)
+    lone = dist.FileStore(str(tmp_path / "g2"), -1)
+    assert agree_members(lone, 1, 0, [0, 1], 0.1, 0.5, enough) == [0]
