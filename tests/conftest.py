@@ -1,10 +1,10 @@
 """Suite-wide hooks.
 
 - Tests marked ``cuda`` run only where torch sees a CUDA device (``scripts/gpu-check``).
-- The suite runs on two pytest-xdist workers (``-n 2`` in pyproject's ``addopts``). A test
-  that measures time or a CPU share (marked ``exclusive``, and every ``netns`` test: they
-  shape CPU and links) runs alone: it takes a lock every other test shares, through a
-  turnstile so that the other worker cannot starve it. The lock is taken outside the
+- The suite runs on two pytest-xdist workers (``-n 2`` in pyproject's ``addopts``). A
+  test that measures time or a CPU share (marked ``exclusive``) runs alone: it takes a
+  lock every other test shares, through a turnstile so that the other worker cannot
+  starve it. The lock is taken outside the
   test's timeout (an outer ``pytest_runtest_protocol`` wrapper), so waiting for the other
   worker's test does not count against this one's.
 """
@@ -33,7 +33,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def runs_alone(item: pytest.Item) -> bool:
-    return "exclusive" in item.keywords or "netns" in item.keywords
+    return "exclusive" in item.keywords
 
 
 def _lock_dir(config: pytest.Config) -> Path:

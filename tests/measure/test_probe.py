@@ -122,6 +122,7 @@ def test_probe_refuses_bad_arguments(tmp_path, capsys) -> None:
     assert "is not a directory" in capsys.readouterr().err
 
 
+@pytest.mark.exclusive  # measures CPU shares and link rates
 @pytest.mark.integration
 @pytest.mark.netns
 @pytest.mark.timeout(300)
