@@ -101,6 +101,18 @@ class Hosts(msgspec.Struct, frozen=True, kw_only=True):
                 out.setdefault(name.index, []).append((name.replica, ep))
         return {p: [ep for _, ep in sorted(v)] for p, v in sorted(out.items())}
 
+    def probes(self) -> dict[str, str]:
+        """Machine -> the endpoint of one store server on it (the first by role), for a
+        reachability probe (an elastic trainer's, docs/elastic.md); machines without a
+        store server are left out."""
+        out: dict[str, str] = {}
+        for m in self.machines:
+            for role, ep in sorted(self.endpoints.items()):
+                if RoleName.parse(role).kind == "store" and split_endpoint(ep)[0] == m.address:
+                    out[m.name] = ep
+                    break
+        return out
+
     def write(self, path: str | Path) -> Path:
         return write_json(path, self)
 

@@ -7,12 +7,23 @@ machine, when, which replicas serve its partitions, which machines' trainers go 
 and waits for the others; the surviving trainers re-form their group by themselves
 (:mod:`graphrun.train.elastic`). Below ``minMachines`` the loss fails the attempt, and
 the job restarts as without elastic.
+
+A machine whose processes live on but stopped answering (stopped with SIGSTOP, its
+link cut) never ends by itself: it is *fenced* (:class:`Fencing`). Once the surviving
+trainers re-formed without it (their ``reformed`` event names it in ``lost_machines``),
+or once its worker reports a failed role while the job trains (a cut-off trainer gives
+up), the launcher counts it lost as above and kills every process left of it
+(:func:`kill_tree`), so the job ends without waiting for it and none of its store
+servers goes on taking writes the others never see.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
+import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +31,7 @@ from typing import Any
 import psutil
 
 from graphrun.machine.launch import MachineLaunch
+from graphrun.machine.process import Sink
 from graphrun.names import RoleName
 
 # the states of a machine whose loss the others survive: its trainers started
@@ -32,10 +44,15 @@ def can_go_on(machines: int, lost: int, min_machines: int | None) -> bool:
 
 
 def machine_lost_event(
-    machine: str, launches: Sequence[MachineLaunch], exit_code: int | None, lost: Sequence[str]
+    machine: str,
+    launches: Sequence[MachineLaunch],
+    exit_code: int | None,
+    lost: Sequence[str],
+    fenced: str | None = None,
 ) -> dict[str, Any]:
     """The ``machine_lost`` event: which partitions' replicas take over (and where), and
-    the machines whose trainers go on (``lost``: every machine lost so far)."""
+    the machines whose trainers go on (``lost``: every machine lost so far). ``fenced``:
+    why a machine whose processes still ran was declared lost (they were killed)."""
     primaries = {
         RoleName.parse(r.role).index
         for m in launches
@@ -51,13 +68,78 @@ def machine_lost_event(
         if RoleName.parse(r.role).replica > 0 and RoleName.parse(r.role).index in primaries
     }
     trainers = sorted(m.machine for m in launches if m.of_kind("trainer") and m.machine not in lost)
-    return {
+    event: dict[str, Any] = {
         "event": "machine_lost",
         "machine": machine,
         "exit_code": exit_code,
         "time": round(time.time(), 3),
         "took_over": {"partitions": dict(sorted(replicas.items())), "trainers": trainers},
     }
+    if fenced is not None:
+        event["fenced"] = fenced
+    return event
+
+
+def reformed_without(line: str) -> list[str]:
+    """The machines a trainer's ``reformed`` event line (``[trainer:0@m0] {"event":
+    "reformed", ..., "lost_machines": [...]}``) says the group re-formed without."""
+    text = line.partition("] ")[2] if line.startswith("[trainer:") else ""
+    if not text.startswith('{"event": "reformed"'):
+        return []
+    try:
+        lost = json.loads(text).get("lost_machines", [])
+    except (ValueError, AttributeError):
+        return []
+    return [str(m) for m in lost] if isinstance(lost, list) else []
+
+
+class Fencing:
+    """A sink filter between the workers and the console: every line passes unchanged,
+    and the machines named by the trainers' ``reformed`` events are kept for
+    :meth:`take` (the launcher's loop fences them)."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+        self._named: list[str] = []
+        self._lock = threading.Lock()
+
+    def write(self, text: str, /) -> int:
+        for line in text.splitlines():
+            named = reformed_without(line)
+            if named:
+                with self._lock:
+                    self._named += named
+        return self.sink.write(text)
+
+    def flush(self) -> None:
+        self.sink.flush()
+
+    def take(self) -> list[str]:
+        """The machines named since the last call."""
+        with self._lock:
+            named, self._named = self._named, []
+        return named
+
+
+def kill_tree(pid: int) -> list[int]:
+    """SIGKILL process ``pid`` and all its descendants, all stopped (SIGSTOP) first so
+    that none sees another die and reacts (a worker reporting its roles' deaths, a store
+    server answering one more write); returns the pids killed. A stopped process dies of
+    SIGKILL as it is (no SIGCONT needed); so does one inside a network namespace."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.send_signal(signal.SIGSTOP)
+    with contextlib.suppress(psutil.Error):  # a child forked meanwhile: a second look
+        procs += [c for c in root.children(recursive=True) if c not in procs]
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.send_signal(signal.SIGKILL)
+    return [p.pid for p in procs]
 
 
 def worker_pids(machine: str) -> list[int]:
@@ -76,18 +158,39 @@ def worker_pids(machine: str) -> list[int]:
 
 def kill_machine(machine: str) -> list[int]:
     """SIGKILL every process of a local job's ``machine``: its ``graphrun worker`` (a
-    descendant of this process) and everything the worker started. All are stopped
-    (SIGSTOP) first, so none sees the others die and reacts (a worker reporting its
-    roles' deaths, a trainer told to checkpoint); returns the pids killed."""
-    workers = [psutil.Process(pid) for pid in worker_pids(machine)]
-    procs = []
-    for w in workers:
+    descendant of this process) and everything the worker started (:func:`kill_tree`);
+    returns the pids killed."""
+    return [pid for w in worker_pids(machine) for pid in kill_tree(w)]
+
+
+def stop_machine(machine: str) -> list[int]:
+    """SIGSTOP every process of a local job's ``machine`` (chaos: it goes silent, its
+    sockets stay open); returns the pids stopped."""
+    stopped = []
+    for w in worker_pids(machine):
         with contextlib.suppress(psutil.Error):
-            procs += [w, *w.children(recursive=True)]
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            p.send_signal(signal.SIGSTOP)
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            p.send_signal(signal.SIGKILL)
-    return [p.pid for p in procs]
+            root = psutil.Process(w)
+            for p in [root, *root.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    p.send_signal(signal.SIGSTOP)
+                    stopped.append(p.pid)
+    return stopped
+
+
+def cut_link(machine: str) -> str:
+    """Take the link of a netns job's ``machine`` down (chaos: its processes run on but
+    reach no other machine; the file system stays shared); returns its namespace."""
+    from graphrun.errors import HostError
+
+    pids = worker_pids(machine)
+    if not pids:
+        raise HostError(f"cut_link: no worker of machine {machine} runs")
+    argv = ["ip", "netns", "identify", str(pids[0])]
+    ns = subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip()
+    if not ns:
+        raise HostError(f"cut_link: machine {machine} is not in a network namespace")
+    down = ["ip", "-n", ns, "link", "set", "eth0", "down"]
+    out = subprocess.run(down, capture_output=True, text=True, timeout=30)
+    if out.returncode != 0:
+        raise HostError(f"{' '.join(down)}: {out.stderr.strip()}")
+    return ns

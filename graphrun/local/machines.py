@@ -33,11 +33,21 @@ from pathlib import Path
 
 import graphrun
 from graphrun.errors import JobFailed
+from graphrun.local.elastic import SURVIVABLE, Fencing, can_go_on, kill_tree, machine_lost_event
 from graphrun.machine.launch import MachineLaunch
 from graphrun.machine.process import RoleCommand, RoleExit, Sink, Supervisor, lost_a_peer
 from graphrun.machine.worker import read_status
+from graphrun.names import RoleName
 
 Wrap = Callable[[str], Sequence[str]]  # machine -> command prefix (e.g. ip netns exec NS)
+
+
+def _trains(role: str) -> bool:
+    """Whether ``role`` is a trainer or sampler (they start once the machine trains)."""
+    try:
+        return RoleName.parse(role).kind in ("trainer", "sampler")
+    except ValueError:  # worker:m0, job
+        return False
 
 
 def package_env() -> dict[str, str]:
@@ -117,8 +127,9 @@ class LocalMachines:
         # told to stop may take a grace period for its trainers' checkpoint and then one for
         # its stores; one whose launcher dies (kill -9) gets SIGTERM and stops its roles and
         # segments.
+        fencing = Fencing(self.sink) if self.elastic_min is not None else None
         sup = Supervisor(
-            self.run_dir / "logs", self.sink, 2 * self.grace_s + 3, prefix=False,
+            self.run_dir / "logs", fencing or self.sink, 2 * self.grace_s + 3, prefix=False,
             death_signal=signal.SIGTERM,
         )  # fmt: skip
         failure: JobFailed | None = None
@@ -129,8 +140,10 @@ class LocalMachines:
                 changed = self._read_states(status_dir, states)
                 if changed and on_states is not None:
                     on_states(dict(states))
+                if fencing is not None:
+                    self._fence(launches, states, status_dir, fencing.take(), sup.pids())
                 ended = self._survive(launches, states, sup.poll())
-                failure = self._failure(status_dir, ended)
+                failure = self._failure(status_dir, ended, skip=self.lost)
                 if failure is not None:
                     raise failure
                 if all(s == "done" for m, s in states.items() if m not in self.lost):
@@ -150,7 +163,7 @@ class LocalMachines:
         self.last_exits = exits
         self.last_pids = self._role_pids(status_dir, launches)
         if failure is not None:
-            first = self._failure(status_dir, [], only_status=True)
+            first = self._failure(status_dir, [], only_status=True, skip=self.lost)
             if first is not None and not (failure.role == "job" and stop.is_set()):
                 failure = first
             raise failure
@@ -162,11 +175,11 @@ class LocalMachines:
         """The workers' exits that fail the attempt: with ``elastic_min``, a worker that
         died while its machine trained is a lost machine the others go on without, as
         long as ``elastic_min`` machines are left (:mod:`graphrun.local.elastic`)."""
-        from graphrun.local.elastic import SURVIVABLE, can_go_on, machine_lost_event
-
         fatal = []
         for ex in ended:
             machine = ex.role.removeprefix("worker:")
+            if machine in self.lost:  # fenced: counted when it was
+                continue
             died = ex.exit_code != 0 and states.get(machine) in SURVIVABLE
             if died and can_go_on(len(states), len(self.lost) + 1, self.elastic_min):
                 self.lost.append(machine)
@@ -176,6 +189,39 @@ class LocalMachines:
                 continue
             fatal.append(ex)
         return fatal
+
+    def _fence(
+        self,
+        launches: Sequence[MachineLaunch],
+        states: Mapping[str, str],
+        status_dir: Path,
+        named: Sequence[str],
+        pids: Mapping[str, int],
+    ) -> None:
+        """Fence the machines that are lost although their worker still runs: those the
+        trainers re-formed without (``named``), and one whose worker reports a failed role
+        while the job trains (a cut-off trainer that gave up, a crashed one: the others
+        re-form without it) — as long as ``elastic_min`` machines are left; its
+        processes are killed (:mod:`graphrun.local.elastic`)."""
+        trained = [m for m in named if states.get(m) in SURVIVABLE]
+        why = dict.fromkeys(trained, "the trainers re-formed without it")
+        for m, s in states.items():
+            st = read_status(status_dir / f"{m}.json") if s == "failed" else None
+            f = st.get("failure") if st else None
+            if f and m not in why and _trains(str(f.get("role"))):  # so it was training
+                why[m] = f"{f.get('role')} failed: {str(f.get('reason', ''))[:200]}"
+        for machine, reason in why.items():
+            if machine in self.lost:
+                continue
+            if not can_go_on(len(states), len(self.lost) + 1, self.elastic_min):
+                continue  # too few left: its failure fails the attempt
+            self.lost.append(machine)
+            event = machine_lost_event(machine, launches, None, self.lost, fenced=reason)
+            pid = pids.get(f"worker:{machine}")
+            if pid is not None:
+                kill_tree(pid)
+            self.sink.write(json.dumps(event) + "\n")
+            self.sink.flush()
 
     @staticmethod
     def _read_states(status_dir: Path, states: dict[str, str]) -> bool:
@@ -189,10 +235,16 @@ class LocalMachines:
 
     @staticmethod
     def _failure(
-        status_dir: Path, ended: Sequence[RoleExit], only_status: bool = False
+        status_dir: Path,
+        ended: Sequence[RoleExit],
+        only_status: bool = False,
+        skip: Sequence[str] = (),
     ) -> JobFailed | None:
+        """The failure that ends the attempt, if any (``skip``: lost machines)."""
         reported = []
         for path in sorted(status_dir.glob("*.json")):
+            if path.stem in skip:
+                continue
             st = read_status(path)
             f = st.get("failure") if st else None
             if f:

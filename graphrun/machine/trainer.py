@@ -22,6 +22,7 @@ import os
 import runpy
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -129,6 +130,15 @@ def elastic_config(job: GraphJob) -> Any:
     return ElasticConfig(min_machines=e.min_machines, timeout_s=e.timeout_seconds)
 
 
+def store_timeout(job: GraphJob) -> float:
+    """How long a trainer's store request waits before it fails over to a replica: 30 s,
+    and in an elastic job no longer than ``runtime.elastic.timeoutSeconds`` (a survivor
+    stuck on a stopped or cut-off machine's store must come to the re-form in time) but
+    at least 10 s (a write waits up to 5 s for a silent replica, store/replicas.py)."""
+    e = job.spec.runtime.elastic
+    return 30.0 if e is None else min(30.0, max(10.0, e.timeout_seconds))
+
+
 def trainer_machines(job: GraphJob, job_file: Path) -> tuple[str, ...]:
     """The machine of each trainer rank, as the job's placement gives it."""
     from graphrun.machine.roles import job_placement
@@ -162,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 <= args.rank < world:
         raise ArgumentError(f"--rank: {args.rank} is not in [0, {world})")
     cfg = train_config(job, args, paths.run_dir, paths.checkpoints)
+    if cfg.elastic is not None:  # probed when the group re-forms: is it this one cut off?
+        cfg = replace(cfg, elastic=replace(cfg.elastic, probes=tuple(hosts.probes().items())))
     if cfg.entry_point == "__script__":
         cfg = _script_entry(cfg, paths.base_dir / str(job.spec.training.script))
     elif cfg.entry_point is not None:
@@ -174,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         servers, job=job.name, keys=keys, rank=args.rank,
         world_size=world, partition=home_partition(args.rank, world, parts),
         name=str(RoleName.trainer(args.rank)), machine=args.machine, replicas=replicas,
+        timeout=store_timeout(job),
     )  # fmt: skip
     local = ctx.client.local_parts  # partitions read through shared memory (co-located)
     print(json.dumps({"event": "joined", "rank": args.rank, "local_parts": local}), flush=True)

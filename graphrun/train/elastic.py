@@ -6,9 +6,13 @@ The protocol (docs/elastic.md):
    died (its connections reset), and after ``timeout_s`` when a peer stopped answering
    (every group of an elastic job waits that long at most). :func:`peer_lost` tells these
    errors from the rest. The loop keeps what the epoch did so far (:class:`EpochWork`).
-2. **Re-formed.** Each survivor destroys its process group and meets the others at the
-   job's rendezvous under a new *generation* ``g``: the same file (``<file>.g<g>``, one
-   host) or trainer 0's CURVE store (``g<g>/`` keys): never an unauthenticated listener.
+2. **Re-formed.** Each survivor destroys its process group, first checks that it is not
+   the one cut off (it reaches, with a TCP connect, a store server on at least
+   ``min_machines - 1`` of the other machines of the group, ``cfg.probes``; else it raises
+   :class:`CutOff`: on one host the rendezvous file is shared even by a host whose link is
+   down), and meets the others at the job's rendezvous under a new *generation* ``g``:
+   the same file (``<file>.g<g>``, one host) or trainer 0's CURVE store (``g<g>/``
+   keys): never an unauthenticated listener.
    It writes ``g<g>/in/<ident>`` (``ident``: its rank in the first group), waits until
    every member of the last group wrote it or the settle time passed (``settle_s`` when
    a peer's connection dropped: every survivor notices that at once; ``timeout_s`` when
@@ -33,6 +37,7 @@ The protocol (docs/elastic.md):
 from __future__ import annotations
 
 import contextlib
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -48,6 +53,7 @@ from graphrun.train.config import ElasticConfig
 from graphrun.train.ddp import DDPConfig
 
 POLL_S = 0.05
+PROBE_S = 2.0  # how long a reachability probe waits for a TCP connection
 # what gloo's and NCCL's errors say when a peer is gone or silent
 _LOST = ("Connection closed", "Connection reset", "Broken pipe", "Timed out", "timed out",
          "timeout", "NCCL", "gloo", "Socket Timeout", "recvBytes", "sendBytes")  # fmt: skip
@@ -59,6 +65,36 @@ class BelowMinimum(GraphrunError):
 
 class LeftOut(GraphrunError):
     """This trainer was not among the survivors the group re-formed with."""
+
+
+class CutOff(GraphrunError):
+    """This trainer reaches too few of the other machines: it is the one cut off, and
+    leaves the re-form to the others (its machine is fenced by the launcher)."""
+
+
+def reachable(
+    probes: dict[str, str], machines: Sequence[str], timeout_s: float = PROBE_S
+) -> set[str]:
+    """Those of ``machines`` whose probe endpoint (``host:port`` of a store server there)
+    accepts a TCP connection within ``timeout_s``, probed together; nothing is sent. A
+    machine without a probe counts as reached (nothing tells otherwise)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def reach(machine: str) -> bool:
+        ep = probes.get(machine)
+        if ep is None:
+            return True
+        host, _, port = ep.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        except (OSError, ValueError):
+            return False
+        return True
+
+    if not machines:
+        return set()
+    with ThreadPoolExecutor(len(machines)) as pool:
+        return {m for m, ok in zip(machines, pool.map(reach, machines), strict=True) if ok}
 
 
 def dropped(exc: BaseException) -> bool:
@@ -194,10 +230,13 @@ class Regroup:
         if dist.is_initialized():
             with contextlib.suppress(RuntimeError, ValueError):
                 dist.destroy_process_group()
+        self.check_not_cut_off()
         try:
             store = self._store(gen)
+            # fewer than min_machines present after the settle time: a late survivor gets
+            # timeout_s more (it may have been stuck in a store request that long)
             members = agree_members(
-                store, gen, self.ident, self.members, settle, self.cfg.timeout_s,
+                store, gen, self.ident, self.members, settle, settle + self.cfg.timeout_s,
                 lambda idents: len({self.machine_of(r) for r in idents}) >= self.cfg.min_machines,
             )  # fmt: skip
         except RpcTimeout as exc:  # trainer 0's CURVE store went with its machine
@@ -223,6 +262,21 @@ class Regroup:
             )  # fmt: skip
         self.generation, self.members, self.ddp = gen, tuple(members), new
         return new
+
+    def check_not_cut_off(self) -> None:
+        """Raise :class:`CutOff` when this trainer reaches a store server on fewer than
+        ``min_machines - 1`` of the group's other machines (``cfg.probes``)."""
+        own = self.machine_of(self.ident)
+        others = sorted({self.machine_of(r) for r in self.members} - {own})
+        if not self.cfg.probes or not others:
+            return
+        reached = reachable(dict(self.cfg.probes), others)
+        if len(reached) + 1 < self.cfg.min_machines:
+            raise CutOff(
+                f"trainer {self.ident} on {own}: reaches {len(reached)} of the other "
+                f"machines ({', '.join(others)}), fewer than runtime.elastic.minMachines - 1 "
+                f"({self.cfg.min_machines - 1}): this machine is cut off; the others go on"
+            )
 
     def lost_since(self, before: Sequence[int]) -> list[int]:
         return [r for r in before if r not in self.members]

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import io
 import json
+import threading
+import time
 
+import pytest
+
+from graphrun.errors import JobFailed
 from graphrun.local.elastic import can_go_on, machine_lost_event
 from graphrun.local.machines import LocalMachines
 from graphrun.machine.launch import MachineLaunch, RoleKind, RoleLaunch
@@ -56,3 +61,115 @@ def test_a_dead_worker_is_a_lost_machine_only_while_enough_are_left(tmp_path):
         LAUNCHES, starting, [_exit("m1", 1)]
     )
     assert LocalMachines(tmp_path, sink)._survive(LAUNCHES, states, [_exit("m1", -9)])
+
+
+def test_reformed_events_name_the_machines_to_fence():
+    from graphrun.local.elastic import Fencing, reformed_without
+
+    line = '[trainer:0@m0] {"event": "reformed", "generation": 1, "lost_machines": ["m1"]}'
+    assert reformed_without(line) == ["m1"]
+    assert reformed_without('[store:0@m0] {"event": "reformed", "lost_machines": ["m1"]}') == []
+    assert reformed_without('[trainer:0@m0] {"event": "reformed", "lost_m') == []
+    sink = io.StringIO()
+    fencing = Fencing(sink)
+    fencing.write("[trainer:1@m1] step 3\n" + line + "\n")
+    assert sink.getvalue() == "[trainer:1@m1] step 3\n" + line + "\n"  # passed on unchanged
+    assert fencing.take() == ["m1"] and fencing.take() == []
+
+
+def _fake_launches(tmp_path, codes: dict[int, str]) -> list[MachineLaunch]:
+    from graphrun.job.hosts import free_ports
+    from graphrun.testing.jobs import fake_store, fake_trainer
+
+    ports = free_ports(3)
+    stores = tuple(f"127.0.0.1:{p}" for p in ports)
+    return [
+        MachineLaunch(
+            machine=f"m{i}",
+            roles=(
+                fake_store(f"store:{i}", f"m{i}", ports[i]),
+                fake_trainer(f"trainer:{i}", f"m{i}", codes[i]),
+            ),
+            wait_for=stores,
+        )
+        for i in range(3)
+    ]
+
+
+def _alive(pids: list[int]) -> list[int]:
+    import psutil
+
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.Error:
+            continue
+    return out
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_a_stopped_machine_the_trainers_re_formed_without_is_fenced(tmp_path):
+    # m1 stops (SIGSTOP, every process): its worker never ends by itself. Once a trainer
+    # says the group re-formed without m1, the launcher counts m1 lost and kills what is
+    # left of it; the attempt ends when the others are done (it waited for m1 before)
+    go = tmp_path / "go"
+    reformed = json.dumps({"event": "reformed", "generation": 1, "lost_machines": ["m1"]})
+    wait_go = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+    codes = {
+        0: wait_go + f"print({reformed!r}, flush=True)",
+        1: "import time; time.sleep(600)",
+        2: wait_go,
+    }
+    launches = _fake_launches(tmp_path, codes)
+    sink = io.StringIO()
+    machines = LocalMachines(tmp_path / "run", sink, grace_s=2.0, elastic_min=2)
+    stopped: list[int] = []
+
+    def chaos() -> None:
+        from graphrun.local.elastic import stop_machine
+        from graphrun.machine.worker import read_status
+
+        deadline = time.monotonic() + 60
+        status = tmp_path / "run" / "status"
+        while time.monotonic() < deadline:
+            states = [read_status(status / f"m{i}.json") or {} for i in range(3)]
+            if all(s.get("state") == "training" for s in states):
+                break
+            time.sleep(0.05)
+        stopped.extend(stop_machine("m1"))
+        go.write_text("")
+
+    thread = threading.Thread(target=chaos)
+    thread.start()
+    try:
+        result = machines.run(launches, deadline=time.monotonic() + 60)
+    finally:
+        thread.join()
+        go.write_text("")
+    assert stopped, "m1 was never stopped"
+    assert result.states["m0"] == "done" and result.states["m2"] == "done"
+    assert machines.lost == ["m1"]
+    [lost] = [json.loads(x) for x in sink.getvalue().splitlines() if '"machine_lost"' in x]
+    assert lost["machine"] == "m1" and lost["fenced"] == "the trainers re-formed without it"
+    assert lost["took_over"]["trainers"] == ["m0", "m2"]
+    assert _alive(stopped) == []  # fenced: none of m1's processes is left
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_a_failed_trainer_of_an_elastic_job_loses_its_machine_not_the_attempt(tmp_path):
+    # a trainer that gives up (cut off) or crashes: its machine is lost, the others go on
+    # (without elastic, or one loss too many, it fails the attempt as before)
+    codes = {0: "import time; time.sleep(1.5)", 1: "raise SystemExit('cut off')", 2: "pass"}
+    sink = io.StringIO()
+    machines = LocalMachines(tmp_path / "run", sink, grace_s=2.0, elastic_min=2)
+    result = machines.run(_fake_launches(tmp_path, codes), deadline=time.monotonic() + 60)
+    assert result.states["m0"] == "done" and machines.lost == ["m1"]
+    [lost] = [json.loads(x) for x in sink.getvalue().splitlines() if '"machine_lost"' in x]
+    assert lost["fenced"].startswith("trainer:1 failed: cut off"), lost
+    strict = LocalMachines(tmp_path / "run2", io.StringIO(), grace_s=2.0, elastic_min=3)
+    with pytest.raises(JobFailed, match="cut off"):
+        strict.run(_fake_launches(tmp_path, codes), deadline=time.monotonic() + 60)
