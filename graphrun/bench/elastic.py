@@ -8,15 +8,19 @@ with its own link) on the same partitions, three times:
    (its median epoch over run 1's, minus 1), ``replica_memory_mb`` (the replica servers'
    peak proportional set size, summed), ``test_acc_undisturbed``;
 3. the same, and once epoch ``--kill-epoch`` started a client writes known rows to a
-   DistEmbedding, then every process of ``m1`` is stopped and killed at a seeded step of
-   that epoch: ``resume_s`` (from the kill to the survivors' re-formed group, the
+   DistEmbedding, then ``m1`` is hurt at a seeded step of that epoch (``--fault``:
+   ``kill`` every process of it, ``stop`` them all (SIGSTOP), or ``cut`` its link, netns
+   hosts only): ``resume_s`` (from the fault to the survivors' re-formed group, the
    ``reformed`` event), ``paused_s`` (from their last step before it), ``lost_updates``
-   (rows read back different after the re-form), ``test_acc``.
+   (rows read back different after the re-form from what was acknowledged: half of
+   them written again right after the fault), ``test_acc``. A stopped or cut-off
+   machine is fenced by the launcher once the others re-formed (docs/elastic.md).
 
 Without ``--dataset`` a community graph of ``--nodes`` nodes is generated. Prints one
 JSON object::
 
     {"bench": "elastic", "hosts": "netns", "nodes": .., "epochs": .., "kill_epoch": ..,
+     "fault": "kill",
      "resume_s": .., "paused_s": .., "lost_updates": 0, "test_acc": ..,
      "test_acc_undisturbed": .., "replica_overhead": .., "replica_memory_mb": ..,
      "epoch_s": {"replicas1": .., "replicas2": .., "killed": [...]}, "world_sizes": [...]}
@@ -41,6 +45,7 @@ from graphrun.errors import ArgumentError, GraphrunError
 
 SEED = 31
 MACHINES = 3
+FAULTS = ("kill", "stop", "cut")
 
 
 def register(subparsers: Any) -> None:
@@ -54,6 +59,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--nodes", type=int, default=20_000, help="without --dataset: its nodes")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--kill-epoch", type=int, default=4)
+    p.add_argument(
+        "--fault", choices=FAULTS, default="kill",
+        help="what happens to m1: every process killed, stopped (SIGSTOP), or its link cut",
+    )  # fmt: skip
     p.add_argument("--hosts", choices=("local", "netns"), default="netns")
     p.add_argument("--batch-size", type=int, default=100)
     p.add_argument("--fanouts", default="25,10", help="comma-separated, one per layer")
@@ -87,8 +96,9 @@ def _job(workdir: Path, dataset: Path, args: argparse.Namespace, replicas: int) 
 
 
 class Chaos(threading.Thread):
-    """Known DistEmbedding rows written once epoch ``epoch`` started, ``machine`` killed
-    at a seeded step of it, the rows read back once the trainers re-formed.
+    """Known DistEmbedding rows written once epoch ``epoch`` started, ``machine`` hurt
+    (``fault``, one of :data:`FAULTS`) at a step of it that ``seed`` picks, the rows read
+    back once the trainers re-formed (through a client in a surviving machine's network).
 
     Everything slow is done before the job gets there: the imports (torch: seconds on a
     loaded machine) at once, the store's join once the trainers train; a client that
@@ -96,9 +106,15 @@ class Chaos(threading.Thread):
     short job (its join timed out and no machine was killed). A wait ends as soon as
     the job has (``job_done``), with an error saying what never happened."""
 
-    def __init__(self, run_dir: Path, sink: Any, machine: str, epoch: int) -> None:
+    def __init__(
+        self, run_dir: Path, sink: Any, machine: str, epoch: int, fault: str = "kill",
+        seed: int = SEED,
+    ) -> None:  # fmt: skip
         super().__init__(daemon=True)
+        if fault not in FAULTS:
+            raise ArgumentError(f"fault: {fault!r} is not one of {', '.join(FAULTS)}")
         self.run_dir, self.sink, self.machine, self.epoch = run_dir, sink, machine, epoch
+        self.fault, self.seed = fault, seed
         self.job_done = threading.Event()
         self.killed_at: float | None = None
         self.killed_step: int | None = None
@@ -124,27 +140,30 @@ class Chaos(threading.Thread):
         return len(path.read_text().splitlines()) if path.is_file() else 0
 
     def _chaos(self) -> None:
-        from graphrun.local.elastic import kill_machine, worker_pids
+        from graphrun.local.elastic import cut_link, kill_machine, stop_machine, worker_pids
         from graphrun.store.embedding import DistEmbedding  # noqa: F401  (imports torch)
 
+        hurt = {"kill": kill_machine, "stop": stop_machine, "cut": cut_link}[self.fault]
         metrics = self.run_dir / "metrics.jsonl"
         self._wait(lambda: '"event": "first_step"' in self.sink.getvalue(), "its first step")
-        # the client's sockets live where the stores are reachable: m0's network namespace
-        # (setns moves this thread only; the zmq and heartbeat threads it starts follow)
-        _enter_netns(worker_pids("m0")[0])
+        # the client's sockets live where the stores are reachable: a surviving machine's
+        # network namespace (setns moves this thread only; the zmq and heartbeat threads
+        # it starts follow)
+        _enter_netns(worker_pids("m1" if self.machine == "m0" else "m0")[0])
         client = RowsClient(self.run_dir)
         try:
             # the rows are written once the epoch before the kill's ended
             self._wait(lambda: self._lines(metrics) >= self.epoch, f"epoch {self.epoch}")
             client.write()
             steps = json.loads(metrics.read_text().splitlines()[0])["steps"]
-            at = steps * self.epoch + random.Random(SEED).randint(1, max(1, steps - 1))
+            at = steps * self.epoch + random.Random(self.seed).randint(1, max(1, steps - 1))
             prof = self.run_dir / "profile" / "trainer-0.jsonl"
-            self._wait(lambda: self._lines(prof) >= at, f"step {at} (the kill)")
+            self._wait(lambda: self._lines(prof) >= at, f"step {at} (the {self.fault})")
             self.killed_step = self._lines(prof)
-            if not kill_machine(self.machine):
-                raise RuntimeError(f"no process of {self.machine} to kill")
+            if not hurt(self.machine):
+                raise RuntimeError(f"no process of {self.machine} to {self.fault}")
             self.killed_at = time.time()
+            client.write_again()
             self._wait(lambda: '"event": "reformed"' in self.sink.getvalue(), "the re-form", 600)
             self.lost_updates = client.lost()
         finally:
@@ -196,8 +215,17 @@ class RowsClient:
         """The known rows; acknowledged once it returns: on both copies."""
         self.emb.weight[self.ids] = self.known
 
+    def write_again(self) -> None:
+        """New known values for every other row, written while a machine is silent or
+        gone: a write to a partition whose primary does not answer fails over to its
+        replica; one whose replica does not answer is acknowledged by the primary alone."""
+        ids = self.ids[::2]
+        again = np.random.default_rng(SEED + 1).standard_normal((len(ids), 4)).astype(np.float32)
+        self.emb.weight[ids] = again
+        self.known[ids] = again
+
     def lost(self) -> int:
-        """Rows that read back different."""
+        """Rows that read back different from what was last acknowledged."""
         got = self.emb.weight[self.ids].numpy()
         return int((got != self.known).any(axis=1).sum())
 
@@ -206,8 +234,9 @@ class RowsClient:
 
 
 def _run(
-    path: Path, run_dir: Path, hosts: str, workdir: Path, kill_epoch: int | None = None
-) -> dict[str, Any]:
+    path: Path, run_dir: Path, hosts: str, workdir: Path, kill_epoch: int | None = None,
+    fault: str = "kill",
+) -> dict[str, Any]:  # fmt: skip
     """One run of the job file ``path``; with ``kill_epoch``, :class:`Chaos` in it."""
     import io
 
@@ -224,7 +253,7 @@ def _run(
         rss.start()
     killer = None
     if kill_epoch is not None:
-        killer = Chaos(run_dir, sink, "m1", kill_epoch)
+        killer = Chaos(run_dir, sink, "m1", kill_epoch, fault)
         killer.start()
     try:
         LocalJob(job, path, opts, sink=sink).run()
@@ -263,6 +292,8 @@ def _run(
 def run(args: argparse.Namespace) -> int:
     if not 0 < args.kill_epoch < args.epochs:
         raise ArgumentError(f"--kill-epoch: {args.kill_epoch} is not in [1, {args.epochs})")
+    if args.fault == "cut" and args.hosts != "netns":
+        raise ArgumentError("--fault cut: needs --hosts netns (a machine's own link)")
     if args.batch_size < 1:
         raise ArgumentError(f"--batch-size: must be at least 1, got {args.batch_size}")
     if args.dataset is None and args.nodes < 1000:
@@ -286,11 +317,12 @@ def run(args: argparse.Namespace) -> int:
         base = _run(_job(workdir, dataset, args, 1), workdir / "run-r1", args.hosts, workdir)
         rep = _job(workdir, dataset, args, 2)
         calm = _run(rep, workdir / "run-r2", args.hosts, workdir)
-        hit = _run(rep, workdir / "run-killed", args.hosts, workdir, args.kill_epoch)
+        hit = _run(rep, workdir / "run-killed", args.hosts, workdir, args.kill_epoch, args.fault)
         e1, e2 = statistics.median(base["epoch_s"]), statistics.median(calm["epoch_s"])
         result = {
             "bench": "elastic", "hosts": args.hosts, "dataset": str(args.dataset or ""),
             "nodes": nodes, "epochs": args.epochs, "kill_epoch": args.kill_epoch,
+            "fault": args.fault,
             "resume_s": hit.get("resume_s"), "paused_s": hit.get("paused_s"),
             "lost_updates": hit.get("lost_updates"), "test_acc": hit["test_acc"],
             "test_acc_undisturbed": calm["test_acc"], "test_acc_replicas1": base["test_acc"],

@@ -35,6 +35,7 @@ DISTDGL = ["train", "--dataset", "{file}", "--peer", "distdgl", "--hosts", "netn
         (["elastic", "--batch-size", "0"], "--batch-size: must be at least 1"),
         (["elastic", "--nodes", "10"], "--nodes: must be at least 1000"),
         (["elastic", "--dataset", "{file}"], "is not a directory"),
+        (["elastic", "--fault", "cut", "--hosts", "local"], "--fault cut: needs --hosts netns"),
     ],
 )
 def test_bad_arguments(

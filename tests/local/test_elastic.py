@@ -3,7 +3,9 @@
 A 3-machine local job with ``replicas: 2``; every process of machine ``m1`` is killed
 (SIGSTOP, then SIGKILL) at a seeded moment of an epoch after the first. The survivors
 re-form and finish the job without a restart; known rows written to a DistEmbedding
-before the kill read back the same after it; the metrics say 3 trainers, then 2.
+before the kill read back the same after it; the metrics say 3 trainers, then 2. The
+same for a machine that goes silent instead (every process stopped; its link cut on
+netns hosts): the launcher fences it once the others re-formed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pytest
 from graphrun.job.hosts import Hosts
 from graphrun.job.spec import load_job
 from graphrun.local.elastic import kill_machine
+from graphrun.local.netns import unavailable_reason
 from graphrun.local.runner import LocalJob, RunOptions
 from graphrun.testing.jobs import small_job
 from tests.local.test_jobs import nothing_left
@@ -175,3 +178,69 @@ def test_below_min_machines_the_job_restarts_from_its_checkpoint(tmp_path):
     [resumed] = events(out, "resumed")
     assert resumed["from_epoch"] >= 0
     nothing_left(job)
+
+
+# ---- a machine that goes silent: stopped, or its link cut ------------------------------
+
+
+def _silent_machine(tmp_path: Path, fault: str, seed: int, hosts: str) -> None:
+    """A 3-machine job (``replicas: 2``, ``minMachines: 2``, ``timeoutSeconds: 10``) whose
+    machine picked by ``seed`` goes silent (``fault``: every process stopped, or its link
+    cut) at a step of epoch 1 picked by ``seed``, after a client wrote known rows: the
+    survivors re-form after the timeout, the launcher fences the silent machine (kills
+    what is left of it) instead of waiting for it, and the job ends Succeeded without a
+    restart, the rows read back equal."""
+    from graphrun.bench.elastic import Chaos
+
+    machine = random.Random(seed).choice(["m0", "m1", "m2"])
+    path = small_job(
+        tmp_path, nodes=4000, machines=3, epochs=3, batchSize=5, evalEvery=100,
+        runtime={"replicas": 2, "elastic": {"minMachines": 2, "timeoutSeconds": 10}},
+    )  # fmt: skip
+    run_dir = tmp_path / "runs" / "small"
+    sink = io.StringIO()
+    opts = RunOptions(grace_s=2.0, profile_dir=run_dir / "profile", hosts=hosts)
+    job = LocalJob(load_job(path), path, opts, sink=sink)
+    chaos = Chaos(run_dir, sink, machine, 1, fault, seed)
+    chaos.start()
+    try:
+        report = job.run()
+    finally:
+        chaos.job_done.set()
+        chaos.join(60)
+    out = sink.getvalue()
+    assert chaos.error is None, (chaos.error, out[-3000:])
+    assert report.state.phase == "Succeeded" and report.state.restarts == 0, out[-3000:]
+    assert events(out, "resumed") == []  # no restart from a checkpoint
+    others = [m for m in ("m0", "m1", "m2") if m != machine]
+    [lost] = events(out, "machine_lost")
+    assert lost["machine"] == machine and lost["took_over"]["trainers"] == others
+    assert "fenced" in lost, lost  # its processes ran on: the launcher killed them
+    [reformed] = events(out, "reformed")
+    assert reformed["lost_machines"] == [machine] and reformed["world_size"] == 2
+    assert reformed["epoch"] == 1 and reformed["machines"] == others
+    assert chaos.lost_updates == 0  # nothing acknowledged is lost
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [0, 1, 2]
+    sizes = [r["world_sizes"] for r in records]
+    assert sizes[0] == [[0, 3]] and sizes[-1] == [[0, 2]], sizes
+    flat = [w for s in sizes for _, w in s]
+    assert flat == sorted(flat, reverse=True) and set(flat) == {2, 3}, sizes
+    nothing_left(job)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", [5])
+def test_a_stopped_machine_is_fenced_and_the_survivors_go_on(tmp_path, seed):
+    _silent_machine(tmp_path, "stop", seed, "local")
+
+
+NETNS = unavailable_reason()
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(NETNS is not None, reason=f"no network namespaces: {NETNS}")
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", [0])
+def test_a_machine_cut_off_is_fenced_and_the_survivors_go_on(tmp_path, seed):
+    _silent_machine(tmp_path, "cut", seed, "netns")
