@@ -9,7 +9,12 @@ and exit codes. The attempt
   are then told to stop, which stops the store servers;
 * fails with :class:`~graphrun.errors.JobFailed` naming the role, machine and exit
   code as soon as any worker reports a failure or dies, when the deadline passes,
-  or when the caller's ``stop`` event is set (Ctrl-C / SIGTERM).
+  or when the caller's ``stop`` event is set (Ctrl-C / SIGTERM);
+* with ``runtime.elastic`` (``elastic_min``) goes on without a machine lost while the
+  job trains — its worker died, its trainers failed, or the surviving trainers
+  re-formed without it (a stopped or cut-off machine, then *fenced*: every process left
+  of it killed) — as long as ``elastic_min`` machines are left
+  (:mod:`graphrun.local.elastic`).
 
 Whatever happens, every worker (and through it every role) is stopped — SIGTERM,
 then SIGKILL after the grace period — before :meth:`LocalMachines.run` returns or

@@ -209,6 +209,7 @@ def _silent_machine(tmp_path: Path, fault: str, seed: int, hosts: str) -> None:
         chaos.job_done.set()
         chaos.join(60)
     out = sink.getvalue()
+    (run_dir / "console.log").write_text(out)  # for a look after a failure
     assert chaos.error is None, (chaos.error, out[-3000:])
     assert report.state.phase == "Succeeded" and report.state.restarts == 0, out[-3000:]
     assert events(out, "resumed") == []  # no restart from a checkpoint

@@ -92,3 +92,37 @@ def test_a_late_survivor_is_waited_for_when_the_others_are_too_few(tmp_path):
     # never enough: it gives up after timeout_s (the job then restarts from its checkpoint)
     lone = dist.FileStore(str(tmp_path / "g2"), -1)
     assert agree_members(lone, 1, 0, [0, 1], 0.1, 0.5, enough) == [0]
+
+
+def test_a_trainer_that_reaches_too_few_machines_is_the_one_cut_off():
+    """On netns hosts a machine whose link is down still reaches the rendezvous file: its
+    trainer joined the re-form, the others found nobody gone, and every trainer failed.
+    Before it joins, a trainer probes a store server of each other machine."""
+    import socket
+
+    from graphrun.train.config import ElasticConfig
+    from graphrun.train.ddp import DDPConfig
+    from graphrun.train.elastic import CutOff, Regroup, reachable
+
+    up = socket.create_server(("127.0.0.1", 0))
+    down = socket.create_server(("127.0.0.1", 0))
+    live, dead = (f"127.0.0.1:{s.getsockname()[1]}" for s in (up, down))
+    down.close()  # nothing listens there: refused
+    try:
+        probes = {"m0": live, "m1": dead, "m2": dead}
+        assert reachable(probes, ["m0", "m1", "m3"]) == {"m0", "m3"}  # m3: no probe
+        ddp = DDPConfig(1, 3, "file:///nonexistent")
+        machines = ("m0", "m1", "m2")
+
+        def regroup(probes: dict[str, str], min_machines: int) -> Regroup:
+            cfg = ElasticConfig(min_machines, timeout_s=1.0, probes=tuple(probes.items()))
+            return Regroup(ddp, cfg, machines)
+
+        regroup({"m0": live, "m2": dead}, 2).check_not_cut_off()  # reaches m0: 2 machines
+        with pytest.raises(CutOff, match="trainer 1 on m1: reaches 0 of the other machines"):
+            regroup({"m0": dead, "m2": dead}, 2).check_not_cut_off()
+        with pytest.raises(CutOff, match="cut off"):
+            regroup({"m0": live, "m2": dead}, 3).check_not_cut_off()
+        regroup({}, 3).check_not_cut_off()  # nothing to probe: nothing tells
+    finally:
+        up.close()
