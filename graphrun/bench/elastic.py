@@ -20,7 +20,7 @@ Without ``--dataset`` a community graph of ``--nodes`` nodes is generated. Print
 JSON object::
 
     {"bench": "elastic", "hosts": "netns", "nodes": .., "epochs": .., "kill_epoch": ..,
-     "fault": "kill",
+     "fault": "kill", "timeout_seconds": 60.0,
      "resume_s": .., "paused_s": .., "lost_updates": 0, "test_acc": ..,
      "test_acc_undisturbed": .., "replica_overhead": .., "replica_memory_mb": ..,
      "epoch_s": {"replicas1": .., "replicas2": .., "killed": [...]}, "world_sizes": [...]}
@@ -63,6 +63,10 @@ def register(subparsers: Any) -> None:
         "--fault", choices=FAULTS, default="kill",
         help="what happens to m1: every process killed, stopped (SIGSTOP), or its link cut",
     )  # fmt: skip
+    p.add_argument(
+        "--timeout-seconds", type=float, default=60.0,
+        help="runtime.elastic.timeoutSeconds: how soon a stopped or cut-off m1 counts as lost",
+    )  # fmt: skip
     p.add_argument("--hosts", choices=("local", "netns"), default="netns")
     p.add_argument("--batch-size", type=int, default=100)
     p.add_argument("--fanouts", default="25,10", help="comma-separated, one per layer")
@@ -76,7 +80,7 @@ def _job(workdir: Path, dataset: Path, args: argparse.Namespace, replicas: int) 
 
     runtime: dict[str, Any] = {"machines": MACHINES, "hosts": args.hosts, "replicas": replicas}
     if replicas > 1:
-        runtime["elastic"] = {"minMachines": MACHINES - 1}
+        runtime["elastic"] = {"minMachines": MACHINES - 1, "timeoutSeconds": args.timeout_seconds}
     spec = {
         "apiVersion": "graphrun.io/v1alpha1", "kind": "GraphJob",
         "metadata": {"name": "elastic"},
@@ -292,6 +296,8 @@ def _run(
 def run(args: argparse.Namespace) -> int:
     if not 0 < args.kill_epoch < args.epochs:
         raise ArgumentError(f"--kill-epoch: {args.kill_epoch} is not in [1, {args.epochs})")
+    if not 0 < args.timeout_seconds <= 3600:
+        raise ArgumentError(f"--timeout-seconds: {args.timeout_seconds:g} is not in (0, 3600]")
     if args.fault == "cut" and args.hosts != "netns":
         raise ArgumentError("--fault cut: needs --hosts netns (a machine's own link)")
     if args.batch_size < 1:
@@ -322,7 +328,7 @@ def run(args: argparse.Namespace) -> int:
         result = {
             "bench": "elastic", "hosts": args.hosts, "dataset": str(args.dataset or ""),
             "nodes": nodes, "epochs": args.epochs, "kill_epoch": args.kill_epoch,
-            "fault": args.fault,
+            "fault": args.fault, "timeout_seconds": args.timeout_seconds,
             "resume_s": hit.get("resume_s"), "paused_s": hit.get("paused_s"),
             "lost_updates": hit.get("lost_updates"), "test_acc": hit["test_acc"],
             "test_acc_undisturbed": calm["test_acc"], "test_acc_replicas1": base["test_acc"],

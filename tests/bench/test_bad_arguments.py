@@ -36,6 +36,7 @@ DISTDGL = ["train", "--dataset", "{file}", "--peer", "distdgl", "--hosts", "netn
         (["elastic", "--nodes", "10"], "--nodes: must be at least 1000"),
         (["elastic", "--dataset", "{file}"], "is not a directory"),
         (["elastic", "--fault", "cut", "--hosts", "local"], "--fault cut: needs --hosts netns"),
+        (["elastic", "--timeout-seconds", "0"], "--timeout-seconds: 0 is not in (0, 3600]"),
     ],
 )
 def test_bad_arguments(
