@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,19 @@ def register(subparsers: Any) -> None:
     p.add_argument("--status-dir", type=Path, help="write STATUS_DIR/<machine>.json")
     p.add_argument("--log-dir", type=Path, help="write one log file per role here")
     p.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
+    p.add_argument(
+        "--stop-mark",
+        type=Path,
+        help="runtime.elastic: a file that says graphrun.io/stop=\"job\" when the whole job "
+        "stops; a SIGTERM without it is this machine leaving alone (its roles are killed, the "
+        "others go on) rather than a stop that checkpoints (the pods' downward-API file)",
+    )
+    p.add_argument(
+        "--stop-mark-wait",
+        type=float,
+        default=None,
+        help="seconds to wait for the stop mark after SIGTERM (default 10)",
+    )
     p.set_defaults(func=run)
 
 
@@ -64,11 +79,34 @@ def _launch(args: argparse.Namespace) -> Any:
     )  # fmt: skip
 
 
+def _leave_alone(args: argparse.Namespace, elastic: bool) -> Callable[[], bool] | None:
+    """Asked when told to stop while training: does this machine leave the job alone?
+    (:mod:`graphrun.machine.stopmark`; without ``--stop-mark``: never)."""
+    from graphrun.machine import stopmark
+
+    if args.stop_mark is None or not elastic:
+        return None
+    parent = os.getppid()
+    wait = stopmark.MARK_WAIT_S if args.stop_mark_wait is None else args.stop_mark_wait
+
+    def leave_alone() -> bool:
+        orphaned = os.getppid() != parent  # the launcher died: every machine stops
+        marked = orphaned or stopmark.wait_for_mark(args.stop_mark, wait)
+        return stopmark.leaves_alone(elastic, marked, orphaned)
+
+    return leave_alone
+
+
 def run(args: argparse.Namespace) -> int:
     from graphrun.machine.process import Supervisor
     from graphrun.machine.worker import run_machine
 
+    from graphrun.machine.stopmark import JOIN_ENV
+
     launch = _launch(args)
+    # a replacement pod of a lost machine (the operator sets it): its trainers only
+    if os.environ.get(JOIN_ENV) == "1":
+        launch = launch.joining()
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
@@ -78,11 +116,12 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     sup = Supervisor(log_dir=args.log_dir, sink=sys.stdout, grace_s=args.grace)
     with sup:
-        result = run_machine(launch, sup, stop, status_dir=args.status_dir)
+        leave = _leave_alone(args, launch.elastic)
+        result = run_machine(launch, sup, stop, status_dir=args.status_dir, leave_alone=leave)
     if result.failure is not None:
         with contextlib.suppress(OSError):  # the launcher (our stderr) may be gone
             print(
                 f"[worker@{launch.machine}] failed: {result.failure}", file=sys.stderr, flush=True
             )
         return 1
-    return 0 if result.state == "done" else 143
+    return 0 if result.state == "done" else 143  # stopped, or left an elastic job alone

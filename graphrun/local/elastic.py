@@ -34,8 +34,9 @@ from graphrun.machine.launch import MachineLaunch
 from graphrun.machine.process import Sink
 from graphrun.names import RoleName
 
-# the states of a machine whose loss the others survive: its trainers started
-SURVIVABLE = ("training", "done")
+# the states of a machine whose loss the others survive: its trainers started; "left":
+# its worker, told to stop without the job-wide stop mark, killed its roles itself
+SURVIVABLE = ("training", "done", "left")
 
 
 def can_go_on(machines: int, lost: int, min_machines: int | None) -> bool:

@@ -19,7 +19,9 @@ and exit codes. The attempt
 Whatever happens, every worker (and through it every role) is stopped — SIGTERM,
 then SIGKILL after the grace period — before :meth:`LocalMachines.run` returns or
 raises; if this process is killed (SIGKILL), the kernel sends every worker SIGTERM
-(``PR_SET_PDEATHSIG``) and the workers stop their roles themselves. Deciding what an
+(``PR_SET_PDEATHSIG``) and the workers stop their roles themselves. Before it signals
+the workers it writes the job-wide stop mark (:mod:`graphrun.machine.stopmark`), so
+that the workers of an elastic job checkpoint rather than leave alone. Deciding what an
 attempt means for the job (restart, phases) is the workflow's business
 (:mod:`graphrun.local.runner`).
 """
@@ -41,6 +43,7 @@ from graphrun.errors import JobFailed
 from graphrun.local.elastic import SURVIVABLE, Fencing, can_go_on, kill_tree, machine_lost_event
 from graphrun.machine.launch import MachineLaunch
 from graphrun.machine.process import RoleCommand, RoleExit, Sink, Supervisor, lost_a_peer
+from graphrun.machine.stopmark import write_mark
 from graphrun.machine.worker import read_status
 from graphrun.names import RoleName
 
@@ -97,6 +100,13 @@ class LocalMachines:
         self.elastic_min = elastic_min
         self.lost: list[str] = []
 
+    @staticmethod
+    def stop_mark(status_dir: Path) -> Path:
+        """The file that says the whole job stops (:mod:`graphrun.machine.stopmark`),
+        written before the workers are signalled: a worker of an elastic job told to stop
+        without it leaves alone (the others go on), with it checkpoints with the others."""
+        return status_dir / "stop"
+
     def _worker_command(self, launch: MachineLaunch, status_dir: Path) -> RoleCommand:
         plan = launch.write(self.run_dir / "launch" / f"{launch.machine}.json")
         argv = (
@@ -106,6 +116,7 @@ class LocalMachines:
             "--status-dir", str(status_dir),
             "--log-dir", str(self.run_dir / "logs" / launch.machine),
             "--grace", str(self.grace_s),
+            "--stop-mark", str(self.stop_mark(status_dir)),
         )  # fmt: skip
         return RoleCommand(f"worker:{launch.machine}", launch.machine, argv, package_env())
 
@@ -161,6 +172,8 @@ class LocalMachines:
         except JobFailed as exc:
             failure = exc
         finally:
+            if sup.running():  # whatever the reason, every machine stops: say so first
+                write_mark(self.stop_mark(status_dir))
             sup.close()
         # A worker may have reported a failure while being stopped for another reason.
         self._read_states(status_dir, states)

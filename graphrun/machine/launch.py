@@ -55,10 +55,27 @@ class MachineLaunch(msgspec.Struct, frozen=True, kw_only=True):
     # store roles whose partition has another copy (runtime.replicas): once the job
     # trains, the machine survives their exit (the clients fail over to the other copy)
     replicated: tuple[str, ...] = ()
+    # runtime.elastic: a SIGTERM without the job-wide stop mark is this machine leaving
+    # alone (graphrun.machine.stopmark), not a stop of the whole job
+    elastic: bool = False
     roles: tuple[RoleLaunch, ...]
 
     def of_kind(self, kind: RoleKind) -> list[RoleLaunch]:
         return [r for r in self.roles if r.kind == kind]
+
+    def joining(self) -> MachineLaunch:
+        """This machine re-joining a running elastic job (a replacement pod started with
+        ``GRAPHRUN_ELASTIC_JOIN=1``): its trainers only, which ask to be admitted at the
+        next epoch boundary. Its store servers are not started again: their partitions'
+        replicas serve, and a new primary would miss every tensor written since it was
+        lost (docs/elastic.md)."""
+        own = {r.ready for r in self.roles if r.kind in ("store", "ps")}
+        return msgspec.structs.replace(
+            self,
+            roles=tuple(r for r in self.roles if r.kind in ("sampler", "trainer")),
+            wait_for=tuple(e for e in self.wait_for if e not in own),
+            replicated=(),
+        )
 
     def command(self, role: RoleLaunch) -> RoleCommand:
         """What the supervisor starts for ``role``."""

@@ -266,8 +266,14 @@ class Supervisor:
 
     # ---- stopping -------------------------------------------------------------------
 
-    def stop(self, roles: Sequence[str] | None = None, grace_s: float | None = None) -> None:
-        """SIGTERM the roles (default: all running), SIGKILL them after the grace period."""
+    def stop(
+        self,
+        roles: Sequence[str] | None = None,
+        grace_s: float | None = None,
+        first: signal.Signals = signal.SIGTERM,
+    ) -> None:
+        """SIGTERM the roles (default: all running), SIGKILL them after the grace period
+        (``first=SIGKILL``: at once, with nothing to react to)."""
         grace = self.grace_s if grace_s is None else grace_s
         targets = [self._roles[n] for n in (roles or self.running()) if n in self._roles]
         targets = [r for r in targets if r.exit is None]
@@ -276,7 +282,7 @@ class Supervisor:
         own = {r.proc.pid for r in targets}
         others = [p for p in _with_descendants(list(own)) if p.pid not in own]
         for r in targets:
-            _signal_group(r.proc.pid, signal.SIGTERM)
+            _signal_group(r.proc.pid, first)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             if all(r.proc.poll() is not None for r in targets) and not still_running(others):

@@ -222,6 +222,7 @@ def machine_launches(
                 ready_timeout_s=ready_timeout_s,
                 key_file=key,
                 replicated=replicated,
+                elastic=job.spec.runtime.elastic is not None,
             )
         )
     return out

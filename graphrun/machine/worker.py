@@ -5,7 +5,7 @@
 (``STATUS_DIR/<machine>.json``, replaced atomically) that the local backend, a
 person or a Kubernetes probe can read::
 
-    {"machine": "m0", "state": "starting|serving|training|done|failed|stopped",
+    {"machine": "m0", "state": "starting|serving|training|done|failed|stopped|left",
      "roles": {"store:0": {"pid": 123, "exit_code": null}, ...},
      "failure": {"role": "trainer:0", "machine": "m0", "exit_code": 1, "reason": "..."} | null,
      "usage": {"roles": {"store:0": {"cpu_s": 3.1, "peak_rss_mb": 412.0}, ...}, ...}}
@@ -26,12 +26,17 @@ stopped (SIGSTOP) for ``stall_timeout_s`` (:class:`StallWatch`): it is named, ra
 the trainer whose all-reduce would time out minutes later. Whenever it stops, the
 worker removes the shared-memory segments its (killed) store servers left; a worker
 whose launcher died gets SIGTERM (``PR_SET_PDEATHSIG``) and stops the same way.
+
+In an elastic job, a SIGTERM without the job-wide stop mark is this machine leaving
+alone (a pod deleted, evicted, drained: :mod:`graphrun.machine.stopmark`): the worker
+kills its roles at once (state ``left``) and the other machines go on without it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -56,7 +61,7 @@ SHM_DIR = Path("/dev/shm")
 @dataclass(frozen=True)
 class MachineResult:
     machine: str
-    state: str  # done | stopped | failed
+    state: str  # done | stopped | failed | left
     exits: dict[str, int | None]
     failure: JobFailed | None = None
 
@@ -229,6 +234,19 @@ def _stop_trainers_first(launch: MachineLaunch, sup: Supervisor, interval: float
         time.sleep(interval)
 
 
+def _leave(launch: MachineLaunch, sup: Supervisor) -> None:
+    """This machine leaves an elastic job alone (:mod:`graphrun.machine.stopmark`): its
+    roles are killed at once — no trainer enters the stop agreement, so the others do
+    not checkpoint; they see the connections drop and re-form without this machine,
+    and its partitions' replicas serve."""
+    print(
+        json.dumps({"event": "machine_leaving", "machine": launch.machine,
+                    "time": round(time.time(), 3)}),
+        flush=True,
+    )  # fmt: skip
+    sup.stop(grace_s=0.0, first=signal.SIGKILL)
+
+
 def run_machine(
     launch: MachineLaunch,
     sup: Supervisor,
@@ -236,8 +254,14 @@ def run_machine(
     status_dir: Path | None = None,
     is_ready: IsReady | None = None,
     interval: float = 0.05,
+    leave_alone: Callable[[], bool] | None = None,
 ) -> MachineResult:
     """Run one machine's roles until its trainers finish and ``stop`` is set, or a role fails.
+
+    ``stop`` set while the machine trains: its trainers write an exact checkpoint with
+    every other machine's, unless ``leave_alone()`` (asked then; it may wait a moment
+    for the stop mark) says this machine leaves an elastic job alone: its roles are
+    killed at once and the state is ``left``.
 
     Returns instead of raising, so the caller can report and exit; every role is
     stopped before this returns.
@@ -316,7 +340,11 @@ def run_machine(
     except _Stopped:
         state = "done" if status.state == "done" else "stopped"
         if status.state in ("training", "done"):
-            _stop_trainers_first(launch, sup, interval)
+            if leave_alone is not None and leave_alone():
+                state = "left"
+                _leave(launch, sup)
+            else:
+                _stop_trainers_first(launch, sup, interval)
     except JobFailed as exc:
         failure, state = exc, "failed"
         status.fail(sup, exc)  # reported before the (slow) stop, so the launcher sees it first

@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from graphrun.errors import SpecError
 from graphrun.job.spec import API_VERSION, KIND, GraphJob, ReplicaSpec, resolve_placement
+from graphrun.machine.stopmark import JOIN_ENV, PODINFO_ANNOTATIONS
+from graphrun.operator import elastic as E
 from graphrun.operator import layout as L
 from graphrun.operator import queueing as Q
 from graphrun.operator import resources as R
@@ -365,20 +367,32 @@ def build_partitioner(job: GraphJob, owner: L.Owner, config: L.OperatorConfig) -
 
 
 def build_worker(
-    job: GraphJob, owner: L.Owner, config: L.OperatorConfig, index: int, resume: bool = False
+    job: GraphJob,
+    owner: L.Owner,
+    config: L.OperatorConfig,
+    index: int,
+    resume: bool = False,
+    join: bool = False,
 ) -> dict[str, Any]:
     """Worker ``index``: runs machine ``index``'s store servers, samplers and trainers
     (``--resume``: trainers continue from the last checkpoint), after partitioning with
     the other workers in partition.mode distributed. With a placement plan
     it is bound to the plan's machine ``index`` by required node affinity, runs the
     roles the plan gives that machine (listed in the ``graphrun.io/roles`` annotation)
-    and asks for that machine's resources (:mod:`.resources`)."""
+    and asks for that machine's resources (:mod:`.resources`).
+
+    ``join``: the replacement of a lost machine of an elastic job (:mod:`.elastic`):
+    ``GRAPHRUN_ELASTIC_JOIN=1``, so its worker runs only the trainers, which join the
+    running job at the next epoch boundary; no partition step, no readiness probe on a
+    store port (it starts no store server)."""
     machine = job.spec.machine_names[index]
     roles = L.machine_roles(job)[index]
     env = [
         {"name": "MACHINE_INDEX", "value": str(index)},
         {"name": "MACHINE_NAME", "value": machine},
     ]
+    if join:
+        env.append({"name": JOIN_ENV, "value": "1"})
     args = [*L.WORKER_ARGS, "--run-dir", L.run_dir(job)]
     again = ["--resume"] if resume else []
     tpl = _pod_template(job, owner, config, "worker", index, ["graphrun"], [*args, *again], env)
@@ -388,6 +402,9 @@ def build_worker(
     # grace period between the two (graphrun.machine.worker)
     grace = int(spec.setdefault("terminationGracePeriodSeconds", STOP_GRACE_SECONDS))
     stop = ["--grace", str(max(1, (grace - 5) // 2))]
+    if E.uses_stop_mark(job):  # a SIGTERM without the mark: this pod leaves alone
+        stop += ["--stop-mark", PODINFO_ANNOTATIONS]
+        _pod_annotations_file(spec)
     _main_container(tpl)["args"] = [*args, *stop, *again]
     spec["hostname"] = L.worker_name(owner.name, index)
     spec["subdomain"] = L.service_name(owner.name)
@@ -401,7 +418,7 @@ def build_worker(
     if resources is not None:
         main["resources"] = resources
     _shared_memory(spec, main)
-    if L.partitions_on_workers(job):  # after the user's init containers, if any
+    if L.partitions_on_workers(job) and not join:  # after the user's init containers
         init = _partition_container(job, owner, config, index, main)
         spec["initContainers"] = [*spec.get("initContainers", []), init]
     ports = L.machine_ports(job, index)
@@ -411,7 +428,7 @@ def build_worker(
             *({"name": n, "containerPort": p, "protocol": "TCP"} for n, p in ports),
         ]
         first_store = next((p for n, p in ports if n.startswith("store")), None)
-        if first_store is not None:
+        if first_store is not None and not join:
             main.setdefault(
                 "readinessProbe",
                 {"tcpSocket": {"port": first_store}, "periodSeconds": 5, "failureThreshold": 3},
@@ -426,6 +443,16 @@ def build_worker(
         },
         "spec": spec,
     }
+
+
+def _pod_annotations_file(spec: dict[str, Any]) -> None:
+    """The pod's own annotations in a file, ``/etc/graphrun/podinfo/annotations``: a
+    downward-API source of the config volume (the kubelet rewrites it when they change),
+    where the worker looks for the stop mark (:mod:`graphrun.machine.stopmark`)."""
+    config = next(v for v in spec["volumes"] if v.get("name") == CONFIG_VOLUME)
+    path = PODINFO_ANNOTATIONS.removeprefix(L.CONFIG_DIR + "/")
+    item = {"path": path, "fieldRef": {"fieldPath": "metadata.annotations"}}
+    config["projected"]["sources"].append({"downwardAPI": {"items": [item]}})
 
 
 def _shared_memory(spec: dict[str, Any], main: dict[str, Any]) -> None:

@@ -12,10 +12,14 @@ their group by themselves (:mod:`graphrun.train.elastic`). Only if
 
 Otherwise the loss fails the attempt as without elastic (the restart policy applies).
 
-The lost pod is **not made again** while the job runs: a new pod's trainers could not
-join the running group (the trainers do not re-admit a machine), and its store servers
-would load their partitions from the files without the tensors written since
-(docs/replication.md). It comes back with every other pod at the next attempt, if any.
+Once the lost pod is gone (a failed one is deleted first), the operator makes it again
+under the same name — the name is the machine's DNS name in the job's hosts file — with
+``GRAPHRUN_ELASTIC_JOIN=1`` (:func:`graphrun.operator.builders.build_worker`, ``join``):
+its worker runs only the machine's trainers, which ask to be admitted at the next epoch
+boundary. Its store servers are not started again: their partitions' replicas serve,
+and a new primary would miss the tensors written since it was lost (docs/elastic.md).
+A replacement that is lost again is replaced again, up to :data:`MAX_REPLACEMENTS`
+times a machine in an attempt; one loss more fails the attempt (restart policy).
 """
 
 from __future__ import annotations
@@ -24,11 +28,23 @@ from typing import Any
 
 from graphrun.job.spec import GraphJob, job_roles, resolve_placement
 from graphrun.names import MAIN_TRAINER
+from graphrun.operator import queueing as Q
 
-NOT_REPLACED = (
-    "not replaced while the job runs: the trainers do not re-admit a machine, and new "
-    "store servers would miss the tensors written since (docs/elastic.md)"
+MAX_REPLACEMENTS = 3  # a machine's pod is made again at most this often an attempt
+REPLACED = (
+    "made again once gone, with GRAPHRUN_ELASTIC_JOIN=1: its trainers join at the next "
+    "epoch boundary; its store servers are not started again (the replicas serve)"
 )
+
+
+def uses_stop_mark(job: GraphJob) -> bool:
+    """Whether the job's worker pods tell a one-pod deletion from a stop of the whole job
+    (:mod:`graphrun.machine.stopmark`): with ``runtime.elastic``, the operator annotates
+    the pods ``graphrun.io/stop: job`` before it deletes them all (suspend, restart), and
+    a worker whose pod is deleted without it leaves alone, so the others go on. Not for a
+    job queued by Kueue: Kueue deletes the pods of an eviction itself, unannounced, and
+    its trainers must then checkpoint, so every SIGTERM there stops the whole job."""
+    return job.spec.runtime.elastic is not None and Q.queue_name(job) is None
 
 
 def rendezvous_machine(job: GraphJob) -> str:
@@ -37,14 +53,19 @@ def rendezvous_machine(job: GraphJob) -> str:
     return resolve_placement(job).get(MAIN_TRAINER, names[0])
 
 
-def why_not_survived(job: GraphJob, machine: str, machines: int, lost: int) -> str | None:
+def why_not_survived(
+    job: GraphJob, machine: str, machines: int, lost: int, replaced: int = 0
+) -> str | None:
     """Why losing ``machine`` fails the attempt (None: the others go on without it).
-    ``machines``: the job's worker machines; ``lost``: how many were lost before."""
+    ``machines``: the job's worker machines; ``lost``: how many are lost (not replaced)
+    now; ``replaced``: how often this machine's pod was made again in this attempt."""
     elastic = job.spec.runtime.elastic
     if elastic is None:
         return "runtime.elastic is not set"
     if machine == rendezvous_machine(job):
         return f"{machine} runs trainer 0, which serves the rendezvous"
+    if replaced >= MAX_REPLACEMENTS:
+        return f"{machine}'s pod was made again {replaced} times already"
     left = machines - lost - 1
     if left < elastic.min_machines:
         return f"{left} machines would be left, fewer than runtime.elastic.minMachines"
@@ -83,9 +104,18 @@ def lost_entry(
         "exitCode": exit_code,
         "time": time,
         "tookOver": took_over(job, machine, lost),
-        "replaced": False,
-        "note": NOT_REPLACED,
+        "replaced": False,  # True once the replacement pod is made
+        "replacement": None,  # its name
     }
+
+
+def lost_now(entries: list[dict[str, Any]]) -> list[str]:
+    """The machines lost and not (yet) made again, from ``status.lostMachines``."""
+    return [e["machine"] for e in entries if not e.get("replaced")]
+
+
+def replaced_count(entries: list[dict[str, Any]], machine: str) -> int:
+    return sum(1 for e in entries if e["machine"] == machine and e.get("replaced"))
 
 
 def describe(entry: dict[str, Any], machines: int, lost: int, min_machines: int) -> str:
@@ -98,5 +128,14 @@ def describe(entry: dict[str, Any], machines: int, lost: int, min_machines: int)
         f"machine {entry['machine']} lost: pod {entry['pod']} {how}; "
         f"{served or 'it served no primary'}; trainers on {', '.join(over['trainers'])} go on "
         f"({machines - lost} of {machines} machines, minMachines {min_machines}); the pod is "
-        f"{NOT_REPLACED}"
+        f"{REPLACED}"
+    )
+
+
+def describe_replacement(entry: dict[str, Any]) -> str:
+    """The event's and the Running condition's message for a replacement pod made."""
+    return (
+        f"machine {entry['machine']} replaced: pod {entry['replacement']} made again with "
+        f"GRAPHRUN_ELASTIC_JOIN=1; its trainers join at the next epoch boundary; its store "
+        f"servers are not started again (the replicas serve their partitions)"
     )

@@ -27,6 +27,7 @@ import urllib3
 from graphrun.errors import SpecError
 from graphrun.job.gpus import split_document
 from graphrun.job.spec import parse_job
+from graphrun.machine.stopmark import JOB_WIDE, STOP_ANNOTATION
 from graphrun.operator import crd
 from graphrun.operator import layout as L
 from graphrun.operator import queueing as Q
@@ -39,6 +40,7 @@ from graphrun.operator.reconcile import (
     Delete,
     DeleteGraphJob,
     Emit,
+    MarkStop,
     Plan,
     reconcile,
     reject,
@@ -187,6 +189,8 @@ def _carry_out(
             kube.create(ns, action.obj)
         elif isinstance(action, Delete):
             kube.delete(ns, action.kind, action.name)
+        elif isinstance(action, MarkStop):
+            kube.annotate_pod(ns, action.name, {STOP_ANNOTATION: JOB_WIDE})
         elif isinstance(action, Emit):
             kube.event(owner, action.type, action.reason, action.message, now)
     if plan.status != {k: old.get(k) for k in plan.status}:

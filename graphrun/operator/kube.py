@@ -29,6 +29,8 @@ from graphrun.operator import queueing as Q
 # grant exactly these verbs (tests/operator/test_deploy.py). Created with an owner
 # reference, they are removed by the garbage collector, so none is deleted here.
 RIGHTS: dict[tuple[str, str], frozenset[str]] = {
+    # patch: the stop mark on an elastic job's worker pods (annotate_pod)
+    ("", "pods"): frozenset({"get", "list", "watch", "create", "delete", "patch"}),
     ("networking.k8s.io", "networkpolicies"): frozenset({"list", "create"}),  # list_children
     ("scheduling.k8s.io", "workloads"): frozenset({"list", "create"}),  # workload-api gang
     ("scheduling.k8s.io", "podgroups"): frozenset({"list", "create"}),
@@ -249,6 +251,18 @@ class Kube:
             ),
             f"{kind} {namespace}/{name}",
         )
+
+    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        """Merge ``annotations`` into pod ``name``'s (a pod already gone: nothing to do)."""
+        body = {"metadata": {"annotations": annotations}}
+        try:
+            self.core.patch_namespaced_pod(
+                name, namespace, body, _content_type="application/merge-patch+json",
+                _preload_content=False,
+            )  # fmt: skip
+        except ApiException as exc:
+            if exc.status != 404:
+                raise KubeError(f"annotate Pod {namespace}/{name}: {exc.status} {exc.reason}") from exc
 
     def _quiet_delete(self, call: Any, what: str) -> None:
         try:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from graphrun.machine.stopmark import JOB_WIDE, STOP_ANNOTATION
 from graphrun.operator import layout as L
 from graphrun.operator import queueing as Q
 
@@ -50,6 +51,7 @@ class PodView:
     init_finished: datetime | None = None
     gated: bool = False  # Kueue's scheduling gate is on: not admitted yet
     stopped: str = ""  # Kueue stopped it (condition TerminationTarget): its message
+    stop_marked: bool = False  # annotated graphrun.io/stop: job (graphrun.machine.stopmark)
 
     @property
     def finished(self) -> bool:
@@ -165,6 +167,7 @@ def pod_view(pod: dict[str, Any]) -> PodView:
         stopped=(stop.get("message") or stop.get("reason") or Q.STOPPED)
         if stop.get("status") == "True"
         else "",
+        stop_marked=(meta.get("annotations") or {}).get(STOP_ANNOTATION) == JOB_WIDE,
     )
 
 

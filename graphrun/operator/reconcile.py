@@ -40,7 +40,8 @@ a pod that stays Pending (unschedulable, image pull) beyond ``startupDeadlineSec
 or whose image can never be pulled, fails the job with that reason; so does
 ``activeDeadlineSeconds``. A job with a failed worker never becomes Succeeded, except
 with ``runtime.elastic``: a worker pod lost while training that :mod:`.elastic` lets the
-others go on without is listed in ``status.lostMachines`` and not made again.
+others go on without is listed in ``status.lostMachines`` and made again, once gone, in
+join mode (its trainers join at the next epoch boundary).
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ MAX_STEPS = 12
 # A rank that only lost a peer ends about when the one that failed does: wait this long
 # for the culprit's pod to report before blaming a rank that lost it.
 PEER_GRACE = timedelta(seconds=10)
+# a pod annotated graphrun.io/stop: look again this soon if no watch event comes
+MARK_RECHECK = timedelta(seconds=2)
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,15 @@ class Delete:
 
 
 @dataclass(frozen=True)
+class MarkStop:
+    """Annotate pod ``name`` ``graphrun.io/stop: job`` before deleting it with the others
+    (:func:`graphrun.operator.elastic.uses_stop_mark`): its worker then stops with the
+    whole job (exact checkpoint) instead of leaving it alone."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class Emit:
     type: Literal["Normal", "Warning"]
     reason: str
@@ -107,7 +119,7 @@ class DeleteGraphJob:
     """ttlSecondsAfterFinished has passed: delete the GraphJob (children follow)."""
 
 
-Action = Create | Delete | Emit | DeleteGraphJob
+Action = Create | Delete | MarkStop | Emit | DeleteGraphJob
 
 
 @dataclass(frozen=True)
@@ -138,6 +150,7 @@ class _Run:
     group_restarts: dict[str, int] = field(default_factory=dict)  # status.restartsByReplica
     lost: list[dict[str, Any]] = field(default_factory=list)  # status.lostMachines (elastic)
     lost_before: bool = False  # status had lostMachines: a new attempt removes it (null)
+    replacing: set[int] = field(default_factory=set)  # lost machines' pods made this pass
 
     def fire(self, event: Event) -> None:
         before = self.state.phase
@@ -217,7 +230,8 @@ def reconcile(
     run.group_restarts = dict(status.get("restartsByReplica") or {})
     run.lost_before = bool(status.get("lostMachines"))
     if status.get("phase") in (Phase.TRAINING.value, "Succeeded", "Failed"):
-        run.lost = list(status.get("lostMachines") or [])  # else a new attempt: none
+        # copies: an entry changes when its machine is made again (compared with the old)
+        run.lost = [dict(e) for e in status.get("lostMachines") or []]  # else none
     if status.get("phase") == Phase.PARTITIONING.value:  # else a new attempt: none yet
         run.pod_steps_before = dict(status.get("partitionPods") or {})
     _check_spec_change(run, status.get("specHashes"))
@@ -599,15 +613,17 @@ def _restarting(run: _Run) -> None:
 
 
 def _lost_indices(run: _Run) -> set[int]:
+    """The worker indices of machines lost and not made again (yet)."""
     names = run.job.spec.machine_names
-    return {names.index(e["machine"]) for e in run.lost if e.get("machine") in names}
+    return {names.index(m) for m in E.lost_now(run.lost) if m in names}
 
 
 def _note_lost_machines(run: _Run) -> None:
     """runtime.elastic: a worker pod that failed, is being deleted or disappeared while
     the job trains is a lost machine the others go on without, when :mod:`.elastic`
     allows it (recorded in ``status.lostMachines``, an event and the Running condition;
-    the pod is not made again). Any other loss is left to fail the attempt."""
+    the pod is made again once gone: :func:`_replace_lost_machines`). Any other loss is
+    left to fail the attempt."""
     elastic = run.job.spec.runtime.elastic
     if elastic is None:
         return
@@ -618,19 +634,50 @@ def _note_lost_machines(run: _Run) -> None:
         if i in lost or (pod is not None and pod.phase != "Failed" and not pod.deleting):
             continue
         machine = run.job.spec.machine_names[i]
-        if E.why_not_survived(run.job, machine, len(indices), len(run.lost)) is not None:
+        again = E.replaced_count(run.lost, machine)
+        if E.why_not_survived(run.job, machine, len(indices), len(lost), again) is not None:
             continue
         if pod is None:
             name, how, code = L.worker_name(run.owner.name, i), "disappeared", None
         else:
             how = "failed" if pod.phase == "Failed" else "deleted"
             name, code = pod.name, pod.exit_code
-        gone = [e["machine"] for e in run.lost] + [machine]
+        gone = [*E.lost_now(run.lost), machine]
         entry = E.lost_entry(run.job, name, machine, how, code, rfc3339(run.now), gone)
         run.lost.append(entry)
         lost.add(i)
-        message = E.describe(entry, len(indices), len(run.lost), elastic.min_machines)
+        message = E.describe(entry, len(indices), len(lost), elastic.min_machines)
         run.actions.append(Emit("Warning", "MachineLost", message))
+        run.state = progress(run.state, message)
+    _replace_lost_machines(run)
+
+
+def _replace_lost_machines(run: _Run) -> None:
+    """Make a lost machine's pod again once the lost one is gone (a failed pod is
+    deleted first), under the same name (its DNS name in the hosts file), in join mode
+    (:func:`graphrun.operator.builders.build_worker`): its trainers join at the next
+    epoch boundary; its store servers are not started again."""
+    have = run.observed.workers()
+    lost = _lost_indices(run)
+    if any(p.phase == "Failed" for i, p in have.items() if i not in lost):
+        return  # a loss the job does not survive: the attempt fails (_pod_problems)
+    names = run.job.spec.machine_names
+    resume = run.state.restarts > 0 or run.state.condition("Suspended") is not None
+    for entry in run.lost:
+        if entry.get("replaced"):
+            continue
+        i = names.index(entry["machine"])
+        pod = have.get(i)
+        if pod is not None:
+            if not pod.deleting:  # failed: its logs go with it (the event keeps the why)
+                run.actions.append(Delete("v1", "Pod", pod.name))
+            continue
+        obj = B.build_worker(run.job, run.owner, run.config, i, resume, join=True)
+        run.actions.append(Create(obj))
+        entry.update(replaced=True, replacement=obj["metadata"]["name"])
+        run.replacing.add(i)
+        message = E.describe_replacement(entry)
+        run.actions.append(Emit("Normal", "MachineReplaced", message))
         run.state = progress(run.state, message)
 
 
@@ -640,7 +687,7 @@ def _ensure_workers(run: _Run) -> dict[int, PodView] | None:
     out, and not made again."""
     lost = _lost_indices(run)
     have = {i: p for i, p in run.observed.workers().items() if i not in lost}
-    if any(p.deleting for p in have.values()):
+    if any(p.deleting for p in have.values()) or run.replacing:
         return None
     missing = [i for i in L.worker_indices(run.job) if i not in have and i not in lost]
     # A pod lost while training, or while partitioning with the others (they cannot
@@ -672,13 +719,21 @@ def _ensure_launcher(run: _Run) -> PodView | None:
 
 
 def _delete_all_pods(run: _Run, partitioner: bool) -> bool:
-    """Delete worker and launcher pods (and the partitioner Job); True while any remain."""
+    """Delete worker and launcher pods (and the partitioner Job); True while any remain.
+    Worker pods that tell a one-pod deletion from a stop of the whole job are first
+    annotated ``graphrun.io/stop: job`` and deleted once the annotation is seen."""
     left = False
+    marks = E.uses_stop_mark(run.job)
     for p in run.observed.pods:
         if p.replica == "partitioner" and not partitioner:
             continue
         left = True
-        if not p.deleting and p.replica != "partitioner":
+        if p.deleting or p.replica == "partitioner":
+            continue
+        if marks and p.replica == "worker" and not p.stop_marked and not p.finished:
+            run.actions.append(MarkStop(p.name))
+            run.wake_at(run.now + MARK_RECHECK)  # its watch event comes first, as a rule
+        else:
             run.actions.append(Delete("v1", "Pod", p.name))
     part = run.observed.partitioner
     if partitioner and part is not None:

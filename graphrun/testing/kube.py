@@ -17,7 +17,8 @@ from typing import Any
 
 from graphrun.job.workflow import rfc3339
 from graphrun.operator.layout import LABEL_JOB, LABEL_REPLICA, MANAGED_BY, PARTITION_CONTAINER
-from graphrun.operator.reconcile import Create, Delete, DeleteGraphJob, Emit, Plan
+from graphrun.machine.stopmark import JOB_WIDE, STOP_ANNOTATION
+from graphrun.operator.reconcile import Create, Delete, DeleteGraphJob, Emit, MarkStop, Plan
 
 _uids = itertools.count(1)
 
@@ -35,6 +36,10 @@ class FakeNamespace:
                 self.create(action.obj)
             elif isinstance(action, Delete):
                 self.delete(action.kind, action.name)
+            elif isinstance(action, MarkStop):
+                pod = self.objects.get(("Pod", action.name))
+                if pod is not None:
+                    pod["metadata"].setdefault("annotations", {})[STOP_ANNOTATION] = JOB_WIDE
             elif isinstance(action, Emit):
                 self.events.append(action)
             elif isinstance(action, DeleteGraphJob):

@@ -114,6 +114,7 @@ def test_launch_plan_round_trips_through_json(tmp_path):
     old = {"machine": launch.machine, "wait_for": list(launch.wait_for),
            "ready_timeout_s": launch.ready_timeout_s, "key_file": launch.key_file,
            "stall_timeout_s": launch.stall_timeout_s, "replicated": list(launch.replicated),
+           "elastic": launch.elastic,
            "roles": [{"kind": r.kind, "role": r.role, "argv": list(r.argv), "env": dict(r.env),
                       "cwd": r.cwd, "ready": r.ready} for r in launch.roles]}  # fmt: skip
     assert (tmp_path / "m0.json").read_text() == json.dumps(old, indent=2) + "\n"

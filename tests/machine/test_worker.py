@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from graphrun.job.hosts import free_ports
 from graphrun.machine.launch import MachineLaunch, RoleLaunch
+from graphrun.machine.stopmark import write_mark
 from graphrun.machine.worker import read_status
 from graphrun.testing.jobs import fake_store, fake_trainer
 
@@ -103,3 +105,82 @@ def test_told_to_stop_the_worker_stops_its_trainers_before_its_stores(tmp_path: 
     proc.terminate()
     proc.communicate(timeout=60)
     assert done.read_text() == "checkpoint written while the store served"
+
+
+def _start_and_terminate(
+    tmp_path: Path, launch: MachineLaunch, extra: list[str], env: dict[str, str] | None = None
+) -> tuple[int, str]:
+    plan = launch.write(tmp_path / "m0.json")
+    argv = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan), "--grace", "10"]
+    argv += ["--status-dir", str(tmp_path / "status"), *extra]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "training" in line:
+            break
+    proc.terminate()
+    out = proc.communicate(timeout=60)[0]
+    return proc.returncode, out
+
+
+def _elastic_machine(tmp_path: Path, done: Path) -> MachineLaunch:
+    (port,) = free_ports(1)
+    store = fake_store("store:0", "m0", port)
+    code = TRAINER_CHECKPOINTS_ON_SIGTERM
+    trainer = RoleLaunch("trainer", "trainer:0", (sys.executable, "-c", code, str(port), str(done)))
+    return MachineLaunch(
+        machine="m0", roles=(store, trainer), wait_for=(store.ready or "",), elastic=True
+    )
+
+
+def test_elastic_worker_told_to_stop_without_the_mark_leaves_alone(tmp_path: Path) -> None:
+    """A pod deleted alone (no graphrun.io/stop mark): its trainers are killed at once and
+    never enter the stop agreement, so the other machines go on instead of checkpointing."""
+    done = tmp_path / "checkpoint"
+    launch = _elastic_machine(tmp_path, done)
+    mark = tmp_path / "annotations"
+    mark.write_text('graphrun.io/roles="store:0,trainer:0"\n')  # annotations, not the mark
+    code, out = _start_and_terminate(
+        tmp_path, launch, ["--stop-mark", str(mark), "--stop-mark-wait", "0.5"]
+    )
+    assert code == 143
+    assert not done.exists()  # no SIGTERM reached the trainer: killed
+    status = read_status(tmp_path / "status" / "m0.json")
+    assert status is not None and status["state"] == "left"
+    assert status["roles"]["trainer:0"]["exit_code"] == -9
+    assert '"event": "machine_leaving"' in out
+
+
+def test_elastic_worker_told_to_stop_with_the_mark_checkpoints(tmp_path: Path) -> None:
+    done = tmp_path / "checkpoint"
+    launch = _elastic_machine(tmp_path, done)
+    mark = tmp_path / "annotations"
+    write_mark(mark)
+    code, _ = _start_and_terminate(tmp_path, launch, ["--stop-mark", str(mark)])
+    assert code == 143
+    assert done.read_text() == "checkpoint written while the store served"
+    status = read_status(tmp_path / "status" / "m0.json")
+    assert status is not None and status["state"] == "stopped"
+
+
+def test_joining_worker_runs_only_its_trainers(tmp_path: Path) -> None:
+    """A lost machine's replacement (GRAPHRUN_ELASTIC_JOIN=1): its store server is not
+    started again (its replica serves), and its trainers do not wait for it."""
+    (port,) = free_ports(1)
+    store = fake_store("store:0", "m0", port)
+    code = "import os; print('joined', os.environ['GRAPHRUN_ELASTIC_JOIN'])"
+    trainer = fake_trainer("trainer:0", "m0", code)
+    launch = MachineLaunch(
+        machine="m0", roles=(store, trainer), wait_for=(store.ready or "",), elastic=True,
+        ready_timeout_s=5.0,
+    )  # fmt: skip
+    plan = launch.write(tmp_path / "m0.json")
+    argv = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan)]
+    argv += ["--status-dir", str(tmp_path / "status")]
+    env = {**os.environ, "GRAPHRUN_ELASTIC_JOIN": "1"}
+    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "joined 1" in out.stdout
+    status = read_status(tmp_path / "status" / "m0.json")
+    assert status is not None and status["state"] == "done"
+    assert list(status["roles"]) == ["trainer:0"]

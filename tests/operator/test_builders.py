@@ -859,3 +859,51 @@ def test_network_policy_admits_only_the_jobs_own_pods() -> None:
     # a pod of another job is neither
     other = built(gang_job())["worker-0"]["metadata"]["labels"]
     assert not own.items() <= other.items()
+
+
+def elastic_job(queue: str | None = None) -> GraphJob:
+    d = yaml.safe_load((ROOT / "examples" / "kubernetes" / "graphsage.yaml").read_text())
+    d["spec"]["partition"]["parts"] = 3
+    d["spec"]["runtime"].update(machines=3, replicas=2, elastic={"minMachines": 2})
+    if queue is not None:
+        d["metadata"].setdefault("labels", {})["kueue.x-k8s.io/queue-name"] = queue
+    return parse_job(d)
+
+
+def test_elastic_worker_reads_the_stop_mark_from_its_own_annotations() -> None:
+    """runtime.elastic: the worker pod sees its annotations in a downward-API file of the
+    config volume and is told to look there for graphrun.io/stop (a SIGTERM without it:
+    this pod leaves alone); still valid and within the pod policy."""
+    job = elastic_job()
+    pod = B.build_worker(job, OWNER, CONFIG, 1)
+    (c,) = pod["spec"]["containers"]
+    at = c["args"].index("--stop-mark")
+    assert c["args"][at + 1] == "/etc/graphrun/podinfo/annotations"
+    assert {"name": B.CONFIG_VOLUME, "mountPath": "/etc/graphrun", "readOnly": True} in c[
+        "volumeMounts"
+    ]
+    (config,) = [v for v in pod["spec"]["volumes"] if v["name"] == B.CONFIG_VOLUME]
+    assert {
+        "downwardAPI": {
+            "items": [
+                {"path": "podinfo/annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}
+            ]
+        }
+    } in config["projected"]["sources"]
+    check_pod_policy(pod["spec"], "worker pod")
+    kubernetes_validate.validate(pod, K8S, strict=True)
+    # not elastic, or queued by Kueue (which deletes the pods unannounced): no mark
+    for other in (example(), elastic_job(queue="research")):
+        (c,) = B.build_worker(other, OWNER, CONFIG, 1)["spec"]["containers"]
+        assert "--stop-mark" not in c["args"]
+
+
+def test_a_lost_machines_replacement_runs_its_trainers_in_join_mode() -> None:
+    job = distributed_job()
+    pod = B.build_worker(job, OWNER, CONFIG, 1, resume=True, join=True)
+    (c,) = pod["spec"]["containers"]
+    assert {"name": "GRAPHRUN_ELASTIC_JOIN", "value": "1"} in c["env"]
+    assert "initContainers" not in pod["spec"]  # its partition was made
+    assert "readinessProbe" not in c  # no store server of its own
+    assert pod["metadata"]["name"] == "graphsage-worker-1" and c["args"][-1] == "--resume"
+    kubernetes_validate.validate(pod, K8S, strict=True)

@@ -805,17 +805,65 @@ async def test_elastic_job_goes_on_without_a_deleted_worker_pod(cluster: Cluster
 
     (entry,) = await eventually(lost)
     assert (entry["machine"], entry["pod"]) == ("m1", "graphsage-worker-1")
-    assert entry["replaced"] is False
+    assert entry["replaced"] is True and entry["replacement"] == "graphsage-worker-1"
     assert entry["tookOver"]["partitions"] == {"partition 1": "store:1:r on m2"}
     event = next(e for e in await c.items("Event") if e["reason"] == "MachineLost")
     assert event["type"] == "Warning"
     assert event["message"].startswith("machine m1 lost: pod graphsage-worker-1 ")
-    await asyncio.sleep(1.0)  # a few resyncs (0.3 s): the pod is not made again
-    assert await c.names("Pod", "worker") == ["graphsage-worker-0", "graphsage-worker-2"]
+    assert any(e["reason"] == "MachineReplaced" for e in await c.items("Event"))
+    await asyncio.sleep(1.0)  # a few resyncs (0.3 s): the pod is made again, once
+    assert await c.names("Pod", "worker") == [f"graphsage-worker-{i}" for i in range(3)]
+    pod = await c.get(f"{PATHS['Pod']}/graphsage-worker-1")
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["GRAPHRUN_ELASTIC_JOIN"] == "1"  # its trainers join; no store servers
     status = await c.status()
     assert status["phase"] == "Training" and status["restarts"] == 0
+    assert len(status["lostMachines"]) == 1
     for w in ("graphsage-worker-0", "graphsage-worker-2"):
         await c.set_pod(w, "Succeeded")
+    await asyncio.sleep(1.0)
+    assert (await c.status())["phase"] == "Training"  # the replacement still trains
+    await c.set_pod("graphsage-worker-1", "Succeeded")
     await eventually(phase_is(c, "Succeeded"))
     status = await c.status()
     assert status["restarts"] == 0 and [e["machine"] for e in status["lostMachines"]] == ["m1"]
+
+
+async def test_elastic_job_suspended_annotates_its_pods_before_deleting_them(
+    cluster: Cluster,
+) -> None:
+    """A suspend stops the whole job: the worker pods are annotated graphrun.io/stop: job
+    (a merge patch) before they are deleted, so their workers checkpoint rather than
+    leave alone (graphrun.machine.stopmark)."""
+    c = cluster
+    doc = example()
+    doc["spec"]["partition"]["parts"] = 3
+    doc["spec"]["runtime"].update(machines=3, replicas=2, elastic={"minMachines": 2})
+    await c.create_graphjob(doc)
+    await eventually(lambda: c.names("Pod", "partitioner"))
+    await c.finish_partitioner()
+    workers = await eventually(n_workers(c, 3))
+    for w in workers:
+        await c.set_pod(w, "Running", ready=True)
+    await eventually(phase_is(c, "Training"))
+    seen: dict[str, dict[str, str]] = {}  # each pod's annotations when last seen
+    done = threading.Event()
+
+    async def watch() -> None:
+        while not done.is_set():
+            for p in await c.items("Pod"):
+                seen[p["metadata"]["name"]] = dict(p["metadata"].get("annotations") or {})
+            await asyncio.sleep(0.02)
+
+    watcher = asyncio.create_task(watch())
+    await c.patch(f"{GJ}/graphsage", {"spec": {"runPolicy": {"suspend": True}}})
+
+    async def no_workers() -> bool:
+        return await c.names("Pod", "worker") == []
+
+    await eventually(no_workers)
+    done.set()
+    await watcher
+    for w in workers:
+        assert seen[w].get("graphrun.io/stop") == "job", (w, seen[w])
+    assert (await c.status())["phase"] == "Suspended"

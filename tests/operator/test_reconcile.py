@@ -18,10 +18,13 @@ from graphrun.job.workflow import rfc3339
 from graphrun.operator import layout as L
 from graphrun.operator.keys import curve_keypair
 from graphrun.operator.observe import observe
+from graphrun.operator.elastic import MAX_REPLACEMENTS
 from graphrun.operator.reconcile import (
     PEER_GRACE,
+    Create,
     Delete,
     DeleteGraphJob,
+    MarkStop,
     Plan,
     reconcile,
     reject,
@@ -794,14 +797,21 @@ def elastic(min_machines: int = 2, **spec: Any) -> Harness:
     return h
 
 
-def test_elastic_job_goes_on_without_a_deleted_worker_pod_and_succeeds() -> None:
+def env_of(pod: dict[str, Any]) -> dict[str, str]:
+    (main,) = [c for c in pod["spec"]["containers"] if c["name"] == "graphrun"]
+    return {e["name"]: e.get("value", "") for e in main.get("env", [])}
+
+
+def test_elastic_job_goes_on_without_a_deleted_worker_pod_and_replaces_it() -> None:
     h = elastic(runPolicy={"backoffLimit": 0})
     h.ns.delete("Pod", "graphsage-worker-1")
     h.step()
     assert h.phase == "Training" and h.status["restarts"] == 0
     (lost,) = h.status["lostMachines"]
     assert lost["machine"] == "m1" and lost["pod"] == "graphsage-worker-1"
-    assert (lost["how"], lost["exitCode"], lost["replaced"]) == ("disappeared", None, False)
+    assert (lost["how"], lost["exitCode"]) == ("disappeared", None)
+    # gone already: made again at once, same name (its DNS name), in join mode
+    assert (lost["replaced"], lost["replacement"]) == (True, "graphsage-worker-1")
     assert lost["tookOver"] == {
         "partitions": {"partition 1": "store:1:r on m2"},
         "trainers": ["m0", "m2"],
@@ -810,19 +820,97 @@ def test_elastic_job_goes_on_without_a_deleted_worker_pod_and_succeeds() -> None
     assert event.type == "Warning"
     assert event.message.startswith(
         "machine m1 lost: pod graphsage-worker-1 disappeared; partition 1 served by "
-        "store:1:r on m2; trainers on m0, m2 go on (2 of 3 machines, minMachines 2)"
+        "store:1:r on m2; trainers on m0, m2 go on (2 of 3 machines, minMachines 2); the "
+        "pod is made again once gone, with GRAPHRUN_ELASTIC_JOIN=1"
     )
-    assert h.cond("Running")["message"] == event.message
-    for _ in range(3):  # not made again while the job runs, and told once
+    (made,) = [e for e in h.ns.events if e.reason == "MachineReplaced"]
+    assert made.type == "Normal" and made.message.startswith(
+        "machine m1 replaced: pod graphsage-worker-1 made again with GRAPHRUN_ELASTIC_JOIN=1"
+    )
+    assert h.cond("Running")["message"] == made.message
+    assert h.workers() == [f"graphsage-worker-{i}" for i in range(3)]
+    pod = h.ns.pod("graphsage-worker-1")
+    assert env_of(pod)["GRAPHRUN_ELASTIC_JOIN"] == "1"
+    assert "GRAPHRUN_ELASTIC_JOIN" not in env_of(h.ns.pod("graphsage-worker-0"))
+    (main,) = pod["spec"]["containers"]
+    assert "readinessProbe" not in main  # it starts no store server
+    for _ in range(3):  # made once, told once
         h.step()
-        assert h.workers() == ["graphsage-worker-0", "graphsage-worker-2"]
+        assert h.workers() == [f"graphsage-worker-{i}" for i in range(3)]
     assert sum(e.reason == "MachineLost" for e in h.ns.events) == 1
+    assert sum(e.reason == "MachineReplaced" for e in h.ns.events) == 1
+    h.ns.set_pod("graphsage-worker-1", "Running")
     h.ns.set_pod("graphsage-worker-0", "Succeeded")
     h.ns.set_pod("graphsage-worker-2", "Succeeded")
     h.step()
+    assert h.phase == "Training"  # the replacement's trainers still train
+    h.ns.set_pod("graphsage-worker-1", "Succeeded")
+    h.step()
     assert h.phase == "Succeeded"
-    assert h.cond("Succeeded")["message"] == "all 2 workers finished (machines lost: m1)"
+    assert h.cond("Succeeded")["message"] == "all 3 workers finished (machines lost: m1)"
     assert h.status["lostMachines"] == [lost]
+
+
+def test_elastic_failed_pod_is_deleted_then_replaced() -> None:
+    h = elastic(runPolicy={"backoffLimit": 0})
+    h.ns.set_pod("graphsage-worker-2", "Failed", exit_code=137)
+    plan = h.step()
+    (lost,) = h.status["lostMachines"]
+    assert (lost["how"], lost["replaced"], lost["replacement"]) == ("failed", False, None)
+    assert Delete("v1", "Pod", "graphsage-worker-2") in plan.actions
+    assert not any(isinstance(a, Create) for a in plan.actions)  # not before it is gone
+    h.step()
+    (lost,) = h.status["lostMachines"]
+    assert (lost["replaced"], lost["replacement"]) == (True, "graphsage-worker-2")
+    assert h.ns.pod("graphsage-worker-2")["status"]["phase"] == "Pending"
+    assert h.phase == "Training" and h.status["restarts"] == 0
+
+
+def test_elastic_replacement_lost_again_is_replaced_a_bounded_number_of_times() -> None:
+    h = elastic(runPolicy={"backoffLimit": 1})
+    for n in range(MAX_REPLACEMENTS):
+        h.ns.set_pod("graphsage-worker-1", "Failed", exit_code=1)
+        h.step()  # lost, the failed pod deleted
+        h.step()  # made again
+        assert h.phase == "Training" and h.status["restarts"] == 0
+        assert len(h.status["lostMachines"]) == n + 1
+        assert all(e["replaced"] for e in h.status["lostMachines"])
+    h.ns.set_pod("graphsage-worker-1", "Failed", exit_code=1)  # one loss too many
+    h.step()
+    assert h.phase == "Restarting" and h.status["restarts"] == 1
+    assert h.cond("Restarting")["message"].startswith("worker:1 on m1 failed (exit code 1)")
+
+
+def test_elastic_suspend_marks_the_worker_pods_before_deleting_them() -> None:
+    """A whole-job stop says so first (graphrun.io/stop: job), so the workers checkpoint
+    rather than leave alone; a pod is deleted once its mark is seen."""
+    h = elastic()
+    h.set_spec(
+        partition={"parts": 3},
+        runtime={"machines": 3, "replicas": 2, "elastic": {"minMachines": 2}},
+        runPolicy={"suspend": True},
+    )
+    plan = h.step()
+    assert h.phase == "Suspended"
+    workers = [f"graphsage-worker-{i}" for i in range(3)]
+    pods = [a for a in plan.actions if isinstance(a, MarkStop) or getattr(a, "kind", "") == "Pod"]
+    assert pods == [MarkStop(w) for w in workers]
+    assert plan.requeue_after is not None and plan.requeue_after <= 2
+    for w in workers:
+        assert h.ns.pod(w)["metadata"]["annotations"]["graphrun.io/stop"] == "job"
+    plan = h.step()
+    pods = [a for a in plan.actions if isinstance(a, MarkStop) or getattr(a, "kind", "") == "Pod"]
+    assert pods == [Delete("v1", "Pod", w) for w in workers]
+    assert h.workers() == []
+
+
+def test_a_job_that_is_not_elastic_is_suspended_without_marks() -> None:
+    h = Harness()
+    h.to_training()
+    h.set_spec(runPolicy={"suspend": True})
+    plan = h.step()
+    assert not any(isinstance(a, MarkStop) for a in plan.actions)
+    assert h.workers() == []
 
 
 def test_elastic_failed_pod_then_one_loss_too_many_restarts_with_every_pod() -> None:
@@ -840,6 +928,8 @@ def test_elastic_failed_pod_then_one_loss_too_many_restarts_with_every_pod() -> 
     assert h.phase == "Restarting" and h.status["restarts"] == 1
     assert h.cond("Restarting")["message"].startswith("worker:1 on m1 failed (exit code 1)")
     assert h.status["lostMachines"] is None  # removed from the merge-patched status
+    assert h.ns.pod("graphsage-worker-0")["metadata"]["annotations"]["graphrun.io/stop"] == "job"
+    h.step()  # worker 0, marked, deleted: it stops with the job (checkpoint), not alone
     h.step()
     assert h.phase == "Serving" and h.workers() == [f"graphsage-worker-{i}" for i in range(3)]
 
@@ -864,11 +954,14 @@ def test_elastic_pod_being_deleted_is_lost_at_once() -> None:
     h.step()
     assert h.phase == "Training"
     assert [(e["machine"], e["how"]) for e in h.status["lostMachines"]] == [("m2", "deleted")]
+    assert not h.status["lostMachines"][0]["replaced"]  # not before it is gone
     h.ns.delete("Pod", "graphsage-worker-2")
     h.ns.set_pod("graphsage-worker-0", "Succeeded")
     h.step()
-    assert h.phase == "Training"  # worker 1 still trains
+    assert h.phase == "Training"  # worker 1 still trains; worker 2 made again
+    assert h.status["lostMachines"][0]["replaced"]
     h.ns.set_pod("graphsage-worker-1", "Succeeded")
+    h.ns.set_pod("graphsage-worker-2", "Succeeded")
     h.step()
     assert h.phase == "Succeeded"
 
@@ -885,7 +978,7 @@ def test_elastic_lost_machines_are_forgotten_by_the_next_attempt() -> None:
     h.step()
     assert [e["machine"] for e in h.status["lostMachines"]] == ["m2"]
     h.ns.set_pod("graphsage-worker-1", "Failed", exit_code=1)
-    for _ in range(3):  # Restarting, Serving, Training: statuses merge-patched
+    for _ in range(4):  # Restarting (marks, deletes), Serving, Training: merge-patched
         old = h.status
         h.step()
         h.status = merge_patch(old, h.status)
