@@ -51,7 +51,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--stop-mark",
         type=Path,
-        help="runtime.elastic: a file that says graphrun.io/stop=\"job\" when the whole job "
+        help='runtime.elastic: a file that says graphrun.io/stop="job" when the whole job '
         "stops; a SIGTERM without it is this machine leaving alone (its roles are killed, the "
         "others go on) rather than a stop that checkpoints (the pods' downward-API file)",
     )
@@ -99,9 +99,8 @@ def _leave_alone(args: argparse.Namespace, elastic: bool) -> Callable[[], bool] 
 
 def run(args: argparse.Namespace) -> int:
     from graphrun.machine.process import Supervisor
-    from graphrun.machine.worker import run_machine
-
     from graphrun.machine.stopmark import JOIN_ENV
+    from graphrun.machine.worker import run_machine
 
     launch = _launch(args)
     # a replacement pod of a lost machine (the operator sets it): its trainers only

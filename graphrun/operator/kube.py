@@ -262,7 +262,9 @@ class Kube:
             )  # fmt: skip
         except ApiException as exc:
             if exc.status != 404:
-                raise KubeError(f"annotate Pod {namespace}/{name}: {exc.status} {exc.reason}") from exc
+                raise KubeError(
+                    f"annotate Pod {namespace}/{name}: {exc.status} {exc.reason}"
+                ) from exc
 
     def _quiet_delete(self, call: Any, what: str) -> None:
         try:

@@ -16,8 +16,8 @@ from datetime import datetime
 from typing import Any
 
 from graphrun.job.workflow import rfc3339
-from graphrun.operator.layout import LABEL_JOB, LABEL_REPLICA, MANAGED_BY, PARTITION_CONTAINER
 from graphrun.machine.stopmark import JOB_WIDE, STOP_ANNOTATION
+from graphrun.operator.layout import LABEL_JOB, LABEL_REPLICA, MANAGED_BY, PARTITION_CONTAINER
 from graphrun.operator.reconcile import Create, Delete, DeleteGraphJob, Emit, MarkStop, Plan
 
 _uids = itertools.count(1)

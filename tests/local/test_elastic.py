@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import random
+import signal
 import threading
 import time
 from pathlib import Path
@@ -21,12 +23,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from graphrun.errors import JobFailed
 from graphrun.job.hosts import Hosts
 from graphrun.job.spec import load_job
-from graphrun.local.elastic import kill_machine
+from graphrun.local.elastic import kill_machine, worker_pids
 from graphrun.local.netns import unavailable_reason
 from graphrun.local.runner import LocalJob, RunOptions
 from graphrun.testing.jobs import small_job
+from graphrun.train.checkpoint import load_checkpoint
 from tests.local.test_jobs import nothing_left
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -245,3 +249,98 @@ NETNS = unavailable_reason()
 @pytest.mark.parametrize("seed", [0])
 def test_a_machine_cut_off_is_fenced_and_the_survivors_go_on(tmp_path, seed):
     _silent_machine(tmp_path, "cut", seed, "netns")
+
+
+# ---- a machine told to stop alone (a deleted pod) or with the whole job ---------------
+
+
+def sigterm_worker_when(run_dir: Path, machine: str, epochs: int, out: list[int]) -> None:
+    """SIGTERM ``machine``'s ``graphrun worker`` alone (as the kubelet does to a deleted
+    pod) once ``epochs`` epochs are done."""
+    metrics = run_dir / "metrics.jsonl"
+    assert wait_for(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) >= epochs)
+    for pid in worker_pids(machine):
+        os.kill(pid, signal.SIGTERM)
+        out.append(pid)
+
+
+@pytest.mark.timeout(400)
+def test_a_worker_told_to_stop_alone_leaves_and_the_others_go_on(tmp_path):
+    """``kubectl delete pod`` of one machine, played locally: its worker gets SIGTERM
+    without the job-wide stop mark, kills its roles (no stop agreement), and the other
+    machines re-form and finish without a checkpoint or a restart."""
+    path = small_job(
+        tmp_path, nodes=4000, machines=3, epochs=10, batchSize=5, evalEvery=100,
+        runtime={"replicas": 2, "elastic": {"minMachines": 2}},
+    )  # fmt: skip
+    sink = io.StringIO()
+    opts = RunOptions(grace_s=2.0)
+    job = LocalJob(load_job(path), path, opts, sink=sink)
+    run_dir, signalled = tmp_path / "runs" / "small", []
+    errors: list[BaseException] = []
+
+    def chaos() -> None:
+        try:
+            sigterm_worker_when(run_dir, "m1", 2, signalled)
+        except BaseException as exc:  # reported by the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=chaos, daemon=True)
+    thread.start()
+    report = job.run()
+    thread.join(30)
+    assert not errors, errors
+    assert signalled, "the job ended before the SIGTERM: make it longer"
+    out = sink.getvalue()
+    assert report.state.phase == "Succeeded" and report.state.restarts == 0, out[-3000:]
+    assert events(out, "resumed") == []  # no restart from a checkpoint
+    [leaving] = events(out, "machine_leaving")
+    assert leaving["machine"] == "m1"
+    [lost] = events(out, "machine_lost")
+    assert lost["machine"] == "m1" and lost["took_over"]["trainers"] == ["m0", "m2"]
+    [reformed] = events(out, "reformed")
+    assert reformed["lost_machines"] == ["m1"] and reformed["world_size"] == 2
+    ckpt = load_checkpoint(run_dir / "checkpoints")
+    assert ckpt is None or ckpt.position is None  # no one stopped mid-epoch to checkpoint
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == list(range(10))
+    assert records[-1]["world_size"] == 2
+    nothing_left(job)
+
+
+@pytest.mark.timeout(400)
+def test_an_elastic_job_stopped_as_a_whole_still_writes_an_exact_checkpoint(tmp_path):
+    """``graphrun run`` stopped (SIGTERM / Ctrl-C): the launcher writes the job-wide stop
+    mark before it signals the workers, so every trainer agrees on a step and trainer 0
+    writes an exact checkpoint, as without elastic (tests/local/test_suspend.py)."""
+    path = small_job(
+        tmp_path, nodes=4000, machines=3, epochs=4, batchSize=5, evalEvery=100,
+        runtime={"replicas": 2, "elastic": {"minMachines": 2}},
+    )  # fmt: skip
+    sink = io.StringIO()
+    stop = threading.Event()
+    opts = RunOptions(grace_s=30.0, profile_dir=tmp_path / "profile")
+    job = LocalJob(load_job(path), path, opts, sink=sink, stop=stop)
+    run_dir = tmp_path / "runs" / "small"
+
+    def stop_mid_epoch_1() -> None:
+        metrics = run_dir / "metrics.jsonl"
+        if not wait_for(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) >= 1):
+            return
+        steps = json.loads(metrics.read_text().splitlines()[0])["steps"]
+        prof = tmp_path / "profile" / "trainer-0.jsonl"
+        wait_for(lambda: len(prof.read_text().splitlines()) >= steps + steps // 3)
+        stop.set()
+
+    thread = threading.Thread(target=stop_mid_epoch_1, daemon=True)
+    thread.start()
+    with pytest.raises(JobFailed, match="Cancelled: stopped by a signal"):
+        job.run()
+    thread.join(30)
+    out = sink.getvalue()
+    assert events(out, "machine_leaving") == [] and events(out, "machine_lost") == []
+    ckpt = load_checkpoint(run_dir / "checkpoints")
+    assert ckpt is not None and ckpt.position is not None, out[-3000:]
+    assert len(ckpt.position["rng"]) == 3  # every trainer stopped at the same step
+    assert ckpt.position["step"] > 0
+    nothing_left(job)

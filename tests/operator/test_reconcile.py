@@ -16,9 +16,9 @@ from graphrun.errors import PEER_LOST_EXIT, USER_ERROR_EXIT
 from graphrun.job.spec import parse_job
 from graphrun.job.workflow import rfc3339
 from graphrun.operator import layout as L
+from graphrun.operator.elastic import MAX_REPLACEMENTS
 from graphrun.operator.keys import curve_keypair
 from graphrun.operator.observe import observe
-from graphrun.operator.elastic import MAX_REPLACEMENTS
 from graphrun.operator.reconcile import (
     PEER_GRACE,
     Create,
