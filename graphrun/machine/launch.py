@@ -69,11 +69,12 @@ class MachineLaunch(msgspec.Struct, frozen=True, kw_only=True):
         next epoch boundary. Its store servers are not started again: their partitions'
         replicas serve, and a new primary would miss every tensor written since it was
         lost (docs/elastic.md)."""
-        own = {r.ready for r in self.roles if r.kind in ("store", "ps")}
         return msgspec.structs.replace(
             self,
             roles=tuple(r for r in self.roles if r.kind in ("sampler", "trainer")),
-            wait_for=tuple(e for e in self.wait_for if e not in own),
+            # the job runs: its stores serve, or their replicas do for the lost ones
+            # (this machine's among them), which its clients fail over to
+            wait_for=(),
             replicated=(),
         )
 

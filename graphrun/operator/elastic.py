@@ -54,11 +54,14 @@ def rendezvous_machine(job: GraphJob) -> str:
 
 
 def why_not_survived(
-    job: GraphJob, machine: str, machines: int, lost: int, replaced: int = 0
-) -> str | None:
+    job: GraphJob, machine: str, machines: int, lost: int, replaced: int = 0,
+    stores_gone: list[str] | None = None,
+) -> str | None:  # fmt: skip
     """Why losing ``machine`` fails the attempt (None: the others go on without it).
     ``machines``: the job's worker machines; ``lost``: how many are lost (not replaced)
-    now; ``replaced``: how often this machine's pod was made again in this attempt."""
+    now; ``replaced``: how often this machine's pod was made again in this attempt;
+    ``stores_gone``: the machines whose store servers are gone (every machine lost in
+    the attempt: a replacement starts none)."""
     elastic = job.spec.runtime.elastic
     if elastic is None:
         return "runtime.elastic is not set"
@@ -66,44 +69,69 @@ def why_not_survived(
         return f"{machine} runs trainer 0, which serves the rendezvous"
     if replaced >= MAX_REPLACEMENTS:
         return f"{machine}'s pod was made again {replaced} times already"
+    gone = [*(stores_gone or ()), machine]
+    orphans = sorted(set(primaries(job, machine)) - set(replicated_elsewhere(job, gone)))
+    if orphans:
+        return f"partition {orphans[0]} would have no copy left"
     left = machines - lost - 1
     if left < elastic.min_machines:
         return f"{left} machines would be left, fewer than runtime.elastic.minMachines"
     return None
 
 
-def took_over(job: GraphJob, machine: str, lost: list[str]) -> dict[str, Any]:
+def primaries(job: GraphJob, machine: str) -> list[int]:
+    """The partitions whose primary store server runs on ``machine``."""
+    placement = resolve_placement(job)
+    return sorted({
+        r.id.index for r in job_roles(job.spec)
+        if r.id.kind == "store" and r.id.replica == 0 and r.id.sub == 0
+        and placement[r.id] == machine
+    })  # fmt: skip
+
+
+def replicated_elsewhere(job: GraphJob, gone: list[str]) -> list[int]:
+    """The partitions with a replica store server on a machine not in ``gone``."""
+    placement = resolve_placement(job)
+    return sorted({
+        r.id.index for r in job_roles(job.spec)
+        if r.id.kind == "store" and r.id.replica > 0 and placement[r.id] not in gone
+    })  # fmt: skip
+
+
+def took_over(
+    job: GraphJob, machine: str, lost: list[str], back: list[str] | None = None
+) -> dict[str, Any]:
     """What serves the lost machine's partitions (``partition P`` -> ``store:P:r on M``)
-    and which machines' trainers go on (``lost``: every machine lost so far, this one
-    included), as the ``machine_lost`` event of ``graphrun run`` says it."""
+    and which machines' trainers go on (``lost``: every machine lost so far in the
+    attempt, this one included; ``back``: those of them made again, whose trainers are
+    back but not their store servers), as the ``machine_lost`` event of ``graphrun run``
+    says it."""
     placement = resolve_placement(job)
     roles = [r.id for r in job_roles(job.spec)]
-    primaries = {
-        r.index for r in roles
-        if r.kind == "store" and r.replica == 0 and r.sub == 0 and placement[r] == machine
-    }  # fmt: skip
+    served = set(primaries(job, machine))
     partitions = {
         f"partition {r.index}": f"{r} on {placement[r]}"
         for r in roles
-        if r.kind == "store" and r.replica > 0 and r.index in primaries
+        if r.kind == "store" and r.replica > 0 and r.index in served
         and placement[r] not in lost
     }  # fmt: skip
-    trainers = sorted({placement[r] for r in roles if r.kind == "trainer"} - set(lost))
+    away = set(lost) - set(back or ())
+    trainers = sorted({placement[r] for r in roles if r.kind == "trainer"} - away)
     return {"partitions": dict(sorted(partitions.items())), "trainers": trainers}
 
 
 def lost_entry(
     job: GraphJob, pod: str, machine: str, how: str, exit_code: int | None, time: str,
-    lost: list[str],
+    lost: list[str], back: list[str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """One entry of ``status.lostMachines``."""
+    """One entry of ``status.lostMachines`` (``lost``, ``back``: as for :func:`took_over`)."""
     return {
         "machine": machine,
         "pod": pod,
         "how": how,  # "failed", "deleted" (being deleted) or "disappeared"
         "exitCode": exit_code,
         "time": time,
-        "tookOver": took_over(job, machine, lost),
+        "tookOver": took_over(job, machine, lost, back),
         "replaced": False,  # True once the replacement pod is made
         "replacement": None,  # its name
     }

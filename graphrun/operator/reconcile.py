@@ -635,15 +635,18 @@ def _note_lost_machines(run: _Run) -> None:
             continue
         machine = run.job.spec.machine_names[i]
         again = E.replaced_count(run.lost, machine)
-        if E.why_not_survived(run.job, machine, len(indices), len(lost), again) is not None:
+        stores_gone = [e["machine"] for e in run.lost]
+        why = E.why_not_survived(run.job, machine, len(indices), len(lost), again, stores_gone)
+        if why is not None:
             continue
         if pod is None:
             name, how, code = L.worker_name(run.owner.name, i), "disappeared", None
         else:
             how = "failed" if pod.phase == "Failed" else "deleted"
             name, code = pod.name, pod.exit_code
-        gone = [*E.lost_now(run.lost), machine]
-        entry = E.lost_entry(run.job, name, machine, how, code, rfc3339(run.now), gone)
+        gone = [*dict.fromkeys(e["machine"] for e in run.lost), machine]
+        back = [m for m in gone if m not in E.lost_now(run.lost) and m != machine]
+        entry = E.lost_entry(run.job, name, machine, how, code, rfc3339(run.now), gone, back)
         run.lost.append(entry)
         lost.add(i)
         message = E.describe(entry, len(indices), len(lost), elastic.min_machines)

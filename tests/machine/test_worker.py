@@ -166,13 +166,13 @@ def test_elastic_worker_told_to_stop_with_the_mark_checkpoints(tmp_path: Path) -
 def test_joining_worker_runs_only_its_trainers(tmp_path: Path) -> None:
     """A lost machine's replacement (GRAPHRUN_ELASTIC_JOIN=1): its store server is not
     started again (its replica serves), and its trainers do not wait for it."""
-    (port,) = free_ports(1)
+    port, lost = free_ports(2)
     store = fake_store("store:0", "m0", port)
     code = "import os; print('joined', os.environ['GRAPHRUN_ELASTIC_JOIN'])"
     trainer = fake_trainer("trainer:0", "m0", code)
-    launch = MachineLaunch(
-        machine="m0", roles=(store, trainer), wait_for=(store.ready or "",), elastic=True,
-        ready_timeout_s=5.0,
+    launch = MachineLaunch(  # its own store and another lost machine's: neither is up
+        machine="m0", roles=(store, trainer), elastic=True, ready_timeout_s=5.0,
+        wait_for=(store.ready or "", f"127.0.0.1:{lost}"),
     )  # fmt: skip
     plan = launch.write(tmp_path / "m0.json")
     argv = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan)]

@@ -992,3 +992,18 @@ def test_elastic_lost_machines_are_forgotten_by_the_next_attempt() -> None:
     h.ns.set_pod("graphsage-worker-2", "Succeeded")
     h.step()
     assert h.phase == "Succeeded" and h.cond("Succeeded")["message"] == "all 3 workers finished"
+
+
+def test_elastic_a_replaced_machines_replicas_stay_lost() -> None:
+    """m2 lost and made again (trainers only): its replica of partition 1 is gone for the
+    attempt, so losing m1 next would leave partition 1 without a copy: that loss fails
+    the attempt."""
+    h = elastic(min_machines=1, runPolicy={"backoffLimit": 0})
+    h.ns.delete("Pod", "graphsage-worker-2")
+    h.step()
+    (first,) = h.status["lostMachines"]
+    assert first["replaced"] and first["tookOver"]["trainers"] == ["m0", "m1"]
+    h.ns.delete("Pod", "graphsage-worker-1")
+    h.step()
+    assert h.phase == "Failed" and len(h.status["lostMachines"]) == 1
+    assert "worker:1 on m1" in h.cond("Failed")["message"]
