@@ -7,9 +7,11 @@ stop, :mod:`graphrun.train.suspend`); the second must not (the other machines' t
 go on without this one, :mod:`graphrun.train.elastic`). So whoever stops a whole job
 says so *before* signalling, with the *stop mark*:
 
-* the operator annotates the job's pods ``graphrun.io/stop: job`` before it deletes them
-  (suspend, restart, a finished job); the pod reads its annotations in a downward-API
-  volume file (:data:`PODINFO_ANNOTATIONS`), which the kubelet updates while it runs;
+* the operator annotates the job's pods ``graphrun.io/stop: job`` (and when, in
+  ``graphrun.io/stop-at``) and deletes them a few seconds later (suspend, restart), so
+  that the kubelet writes the pod's downward-API volume file
+  (:data:`PODINFO_ANNOTATIONS`) while the pod still runs (a deleted pod's files are no
+  longer updated);
 * the local launcher (``graphrun run`` stopped, a failed attempt) writes the same line to
   the file it passes every worker (``graphrun worker --stop-mark FILE``) before it
   signals them.
@@ -34,6 +36,7 @@ from graphrun.files import write_atomic
 
 STOP_ANNOTATION = "graphrun.io/stop"
 JOB_WIDE = "job"  # the annotation's value: the whole job stops
+STOP_AT_ANNOTATION = "graphrun.io/stop-at"  # when the operator marked it (RFC 3339)
 PODINFO_DIR = "/etc/graphrun/podinfo"  # the worker pods' downward-API volume
 PODINFO_ANNOTATIONS = f"{PODINFO_DIR}/annotations"
 # How long a worker waits for the mark after SIGTERM: the kubelet's update of a

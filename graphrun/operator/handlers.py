@@ -27,7 +27,7 @@ import urllib3
 from graphrun.errors import SpecError
 from graphrun.job.gpus import split_document
 from graphrun.job.spec import parse_job
-from graphrun.machine.stopmark import JOB_WIDE, STOP_ANNOTATION
+from graphrun.machine.stopmark import JOB_WIDE, STOP_ANNOTATION, STOP_AT_ANNOTATION
 from graphrun.operator import crd
 from graphrun.operator import layout as L
 from graphrun.operator import queueing as Q
@@ -190,7 +190,8 @@ def _carry_out(
         elif isinstance(action, Delete):
             kube.delete(ns, action.kind, action.name)
         elif isinstance(action, MarkStop):
-            kube.annotate_pod(ns, action.name, {STOP_ANNOTATION: JOB_WIDE})
+            marks = {STOP_ANNOTATION: JOB_WIDE, STOP_AT_ANNOTATION: action.at}
+            kube.annotate_pod(ns, action.name, marks)
         elif isinstance(action, Emit):
             kube.event(owner, action.type, action.reason, action.message, now)
     if plan.status != {k: old.get(k) for k in plan.status}:

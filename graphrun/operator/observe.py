@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from graphrun.machine.stopmark import JOB_WIDE, STOP_ANNOTATION
+from graphrun.machine.stopmark import JOB_WIDE, STOP_ANNOTATION, STOP_AT_ANNOTATION
 from graphrun.operator import layout as L
 from graphrun.operator import queueing as Q
 
@@ -52,6 +52,7 @@ class PodView:
     gated: bool = False  # Kueue's scheduling gate is on: not admitted yet
     stopped: str = ""  # Kueue stopped it (condition TerminationTarget): its message
     stop_marked: bool = False  # annotated graphrun.io/stop: job (graphrun.machine.stopmark)
+    stop_marked_at: datetime | None = None  # graphrun.io/stop-at: when
 
     @property
     def finished(self) -> bool:
@@ -168,6 +169,7 @@ def pod_view(pod: dict[str, Any]) -> PodView:
         if stop.get("status") == "True"
         else "",
         stop_marked=(meta.get("annotations") or {}).get(STOP_ANNOTATION) == JOB_WIDE,
+        stop_marked_at=_time((meta.get("annotations") or {}).get(STOP_AT_ANNOTATION)),
     )
 
 

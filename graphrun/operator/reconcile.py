@@ -82,8 +82,9 @@ MAX_STEPS = 12
 # A rank that only lost a peer ends about when the one that failed does: wait this long
 # for the culprit's pod to report before blaming a rank that lost it.
 PEER_GRACE = timedelta(seconds=10)
-# a pod annotated graphrun.io/stop: look again this soon if no watch event comes
-MARK_RECHECK = timedelta(seconds=2)
+# a worker pod annotated graphrun.io/stop is deleted this long after: the kubelet writes
+# the annotations file of a running pod (not of a deleted one) within about a second
+MARK_LEAD = timedelta(seconds=5)
 
 
 @dataclass(frozen=True)
@@ -101,10 +102,11 @@ class Delete:
 @dataclass(frozen=True)
 class MarkStop:
     """Annotate pod ``name`` ``graphrun.io/stop: job`` before deleting it with the others
-    (:func:`graphrun.operator.elastic.uses_stop_mark`): its worker then stops with the
-    whole job (exact checkpoint) instead of leaving it alone."""
+    (:func:`graphrun.operator.elastic.uses_stop_mark`), and when (``graphrun.io/stop-at``):
+    its worker then stops with the whole job (exact checkpoint) instead of leaving alone."""
 
     name: str
+    at: str  # RFC 3339
 
 
 @dataclass(frozen=True)
@@ -724,7 +726,8 @@ def _ensure_launcher(run: _Run) -> PodView | None:
 def _delete_all_pods(run: _Run, partitioner: bool) -> bool:
     """Delete worker and launcher pods (and the partitioner Job); True while any remain.
     Worker pods that tell a one-pod deletion from a stop of the whole job are first
-    annotated ``graphrun.io/stop: job`` and deleted once the annotation is seen."""
+    annotated ``graphrun.io/stop: job`` and deleted MARK_LEAD after (the kubelet has
+    then written the mark to the running pod's annotations file)."""
     left = False
     marks = E.uses_stop_mark(run.job)
     for p in run.observed.pods:
@@ -733,11 +736,15 @@ def _delete_all_pods(run: _Run, partitioner: bool) -> bool:
         left = True
         if p.deleting or p.replica == "partitioner":
             continue
-        if marks and p.replica == "worker" and not p.stop_marked and not p.finished:
-            run.actions.append(MarkStop(p.name))
-            run.wake_at(run.now + MARK_RECHECK)  # its watch event comes first, as a rule
-        else:
-            run.actions.append(Delete("v1", "Pod", p.name))
+        if marks and p.replica == "worker" and not p.finished:
+            if not p.stop_marked:
+                run.actions.append(MarkStop(p.name, rfc3339(run.now)))
+                run.wake_at(run.now + MARK_LEAD)
+                continue
+            if p.stop_marked_at is not None and run.now < p.stop_marked_at + MARK_LEAD:
+                run.wake_at(p.stop_marked_at + MARK_LEAD)
+                continue
+        run.actions.append(Delete("v1", "Pod", p.name))
     part = run.observed.partitioner
     if partitioner and part is not None:
         left = True

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from graphrun.job.workflow import rfc3339
-from graphrun.machine.stopmark import JOB_WIDE, STOP_ANNOTATION
+from graphrun.machine.stopmark import JOB_WIDE, STOP_ANNOTATION, STOP_AT_ANNOTATION
 from graphrun.operator.layout import LABEL_JOB, LABEL_REPLICA, MANAGED_BY, PARTITION_CONTAINER
 from graphrun.operator.reconcile import Create, Delete, DeleteGraphJob, Emit, MarkStop, Plan
 
@@ -39,7 +39,8 @@ class FakeNamespace:
             elif isinstance(action, MarkStop):
                 pod = self.objects.get(("Pod", action.name))
                 if pod is not None:
-                    pod["metadata"].setdefault("annotations", {})[STOP_ANNOTATION] = JOB_WIDE
+                    marks = {STOP_ANNOTATION: JOB_WIDE, STOP_AT_ANNOTATION: action.at}
+                    pod["metadata"].setdefault("annotations", {}).update(marks)
             elif isinstance(action, Emit):
                 self.events.append(action)
             elif isinstance(action, DeleteGraphJob):

@@ -866,4 +866,5 @@ async def test_elastic_job_suspended_annotates_its_pods_before_deleting_them(
     await watcher
     for w in workers:
         assert seen[w].get("graphrun.io/stop") == "job", (w, seen[w])
+        assert seen[w].get("graphrun.io/stop-at"), seen[w]  # deleted MARK_LEAD after it
     assert (await c.status())["phase"] == "Suspended"

@@ -20,6 +20,7 @@ from graphrun.operator.elastic import MAX_REPLACEMENTS
 from graphrun.operator.keys import curve_keypair
 from graphrun.operator.observe import observe
 from graphrun.operator.reconcile import (
+    MARK_LEAD,
     PEER_GRACE,
     Create,
     Delete,
@@ -894,11 +895,15 @@ def test_elastic_suspend_marks_the_worker_pods_before_deleting_them() -> None:
     assert h.phase == "Suspended"
     workers = [f"graphsage-worker-{i}" for i in range(3)]
     pods = [a for a in plan.actions if isinstance(a, MarkStop) or getattr(a, "kind", "") == "Pod"]
-    assert pods == [MarkStop(w) for w in workers]
-    assert plan.requeue_after is not None and plan.requeue_after <= 2
+    assert pods == [MarkStop(w, rfc3339(h.ns.now)) for w in workers]
+    assert plan.requeue_after == MARK_LEAD.total_seconds()
     for w in workers:
-        assert h.ns.pod(w)["metadata"]["annotations"]["graphrun.io/stop"] == "job"
-    plan = h.step()
+        marks = h.ns.pod(w)["metadata"]["annotations"]
+        assert marks["graphrun.io/stop"] == "job"
+        assert marks["graphrun.io/stop-at"] == rfc3339(h.ns.now)
+    plan = h.step(seconds=1)  # the kubelet writes the mark into the running pods first
+    assert h.workers() == workers and plan.requeue_after == MARK_LEAD.total_seconds() - 1
+    plan = h.step(seconds=MARK_LEAD.total_seconds() - 1)
     pods = [a for a in plan.actions if isinstance(a, MarkStop) or getattr(a, "kind", "") == "Pod"]
     assert pods == [Delete("v1", "Pod", w) for w in workers]
     assert h.workers() == []
@@ -929,7 +934,7 @@ def test_elastic_failed_pod_then_one_loss_too_many_restarts_with_every_pod() -> 
     assert h.cond("Restarting")["message"].startswith("worker:1 on m1 failed (exit code 1)")
     assert h.status["lostMachines"] is None  # removed from the merge-patched status
     assert h.ns.pod("graphsage-worker-0")["metadata"]["annotations"]["graphrun.io/stop"] == "job"
-    h.step()  # worker 0, marked, deleted: it stops with the job (checkpoint), not alone
+    h.step(seconds=5)  # worker 0 deleted, marked: it stops with the job, not alone
     h.step()
     assert h.phase == "Serving" and h.workers() == [f"graphsage-worker-{i}" for i in range(3)]
 
@@ -980,7 +985,7 @@ def test_elastic_lost_machines_are_forgotten_by_the_next_attempt() -> None:
     h.ns.set_pod("graphsage-worker-1", "Failed", exit_code=1)
     for _ in range(4):  # Restarting (marks, deletes), Serving, Training: merge-patched
         old = h.status
-        h.step()
+        h.step(seconds=5)
         h.status = merge_patch(old, h.status)
         for w in h.workers():
             h.ns.set_pod(w, "Running", ready=True)
