@@ -116,7 +116,8 @@ class LocalMachines:
             "--status-dir", str(status_dir),
             "--log-dir", str(self.run_dir / "logs" / launch.machine),
             "--grace", str(self.grace_s),
-            "--stop-mark", str(self.stop_mark(status_dir)),
+            # written before any worker is signalled: no update lag to wait for
+            "--stop-mark", str(self.stop_mark(status_dir)), "--stop-mark-wait", "0",
         )  # fmt: skip
         return RoleCommand(f"worker:{launch.machine}", launch.machine, argv, package_env())
 

@@ -340,7 +340,8 @@ def run_machine(
     except _Stopped:
         state = "done" if status.state == "done" else "stopped"
         if status.state in ("training", "done"):
-            if leave_alone is not None and leave_alone():
+            # told to stop (not ended by the job stopping its stores): alone, or with all?
+            if stop.is_set() and leave_alone is not None and leave_alone():
                 state = "left"
                 _leave(launch, sup)
             else:

@@ -184,3 +184,36 @@ def test_joining_worker_runs_only_its_trainers(tmp_path: Path) -> None:
     status = read_status(tmp_path / "status" / "m0.json")
     assert status is not None and status["state"] == "done"
     assert list(status["roles"]) == ["trainer:0"]
+
+
+STORE_STOPPED_BY_THE_JOB = """
+import os, socket, sys, time
+port, done = int(sys.argv[1]), sys.argv[2]
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", port))
+s.listen()
+while not os.path.exists(done):  # trainer 0 stops the job's stores once all are done
+    time.sleep(0.05)
+"""
+
+
+def test_elastic_worker_whose_stores_the_job_stopped_ends_done_not_left(tmp_path: Path) -> None:
+    """Only a SIGTERM asks whether the machine leaves alone: a machine that ends because
+    the job stopped its stores (trainers done) exits 0 as ever. It used to take that end
+    for a leave (state left, exit 143) and fail the job."""
+    (port,) = free_ports(1)
+    done = tmp_path / "trained"
+    argv = (sys.executable, "-c", STORE_STOPPED_BY_THE_JOB, str(port), str(done))
+    store = RoleLaunch("store", "store:0", argv, ready=f"127.0.0.1:{port}")
+    trainer = fake_trainer("trainer:0", "m0", f"open({str(done)!r}, 'w').close()")
+    launch = MachineLaunch(
+        machine="m0", roles=(store, trainer), wait_for=(store.ready or "",), elastic=True
+    )
+    plan = launch.write(tmp_path / "m0.json")
+    argv2 = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan)]
+    argv2 += ["--status-dir", str(tmp_path / "status"), "--stop-mark", str(tmp_path / "none")]
+    out = subprocess.run(argv2, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    status = read_status(tmp_path / "status" / "m0.json")
+    assert status is not None and status["state"] == "done"
