@@ -28,7 +28,10 @@ def register(subparsers: Any) -> None:
             "if any role fails. Exit 0 once its trainers succeeded and its store servers "
             "were stopped by the job or it was told to stop (SIGTERM) — at once for a "
             "machine without store servers — 1 if a role failed (the failing role, machine "
-            "and exit code are printed and written to the status file)."
+            "and exit code are printed and written to the status file). In an elastic job "
+            "given --stop-mark, a SIGTERM without the mark is this machine leaving alone: "
+            "its roles are killed at once and the others go on (exit 143). With "
+            "GRAPHRUN_ELASTIC_JOIN=1 only the machine's trainers run (a replacement)."
         ),
     )
     p.add_argument("--job", type=Path, help="the GraphJob YAML")
@@ -102,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
     from graphrun.machine.stopmark import JOIN_ENV
     from graphrun.machine.worker import run_machine
 
+    if args.stop_mark_wait is not None and not args.stop_mark_wait >= 0:
+        raise ArgumentError(f"--stop-mark-wait: {args.stop_mark_wait} is not a number >= 0")
     launch = _launch(args)
     # a replacement pod of a lost machine (the operator sets it): its trainers only
     if os.environ.get(JOIN_ENV) == "1":

@@ -217,3 +217,15 @@ def test_elastic_worker_whose_stores_the_job_stopped_ends_done_not_left(tmp_path
     assert out.returncode == 0, out.stdout + out.stderr
     status = read_status(tmp_path / "status" / "m0.json")
     assert status is not None and status["state"] == "done"
+
+
+@pytest.mark.parametrize("wait", ["-1", "nan"])
+def test_a_bad_stop_mark_wait_is_one_line(tmp_path: Path, wait: str) -> None:
+    plan = MachineLaunch(machine="m0", roles=()).write(tmp_path / "m0.json")
+    argv = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan)]
+    out = subprocess.run([*argv, "--stop-mark-wait", wait], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        f"graphrun: error: --stop-mark-wait: {float(wait)} is not a number >= 0"
+    ]
