@@ -6,9 +6,12 @@ goes on without, as under ``graphrun run`` (:mod:`graphrun.local.elastic`): the
 partitions it served are served by their replicas, the other machines' trainers re-form
 their group by themselves (:mod:`graphrun.train.elastic`). Only if
 
-* at least K worker machines are left after it (lost ones not counted), and
+* at least K worker machines are left after it (lost ones not counted),
 * the pod does not run trainer 0, which serves the job's TCP rendezvous (losing it
-  loses the rendezvous the survivors re-form at).
+  loses the rendezvous the survivors re-form at),
+* every partition whose primary it served has a replica on a machine not lost in the
+  attempt (a replacement starts no store server), and
+* its pod was made again fewer than :data:`MAX_REPLACEMENTS` times in the attempt.
 
 Otherwise the loss fails the attempt as without elastic (the restart policy applies).
 
@@ -18,8 +21,7 @@ under the same name — the name is the machine's DNS name in the job's hosts fi
 its worker runs only the machine's trainers, which ask to be admitted at the next epoch
 boundary. Its store servers are not started again: their partitions' replicas serve,
 and a new primary would miss the tensors written since it was lost (docs/elastic.md).
-A replacement that is lost again is replaced again, up to :data:`MAX_REPLACEMENTS`
-times a machine in an attempt; one loss more fails the attempt (restart policy).
+A replacement that is lost again is a lost machine again, and made again.
 """
 
 from __future__ import annotations
