@@ -4,10 +4,15 @@
 ``fake_trainer(code)`` runs a snippet of Python. Both are plain ``python -c``
 processes, so the launcher's process handling is tested with real processes.
 ``kill_when_training(status_file, role)`` SIGKILLs a role of a running job.
+
+For real jobs on a small generated graph (``small_job``): ``local_job`` makes the
+launcher of one with its console in a string, ``job_metrics`` reads its metrics, and
+``nothing_left`` / ``no_children`` check that it left no process or shared memory.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -15,7 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -23,6 +28,9 @@ from graphrun.job.hosts import free_ports
 from graphrun.machine.launch import MachineLaunch, RoleLaunch
 from graphrun.machine.process import RoleCommand
 from graphrun.names import RoleName
+
+if TYPE_CHECKING:
+    from graphrun.local.runner import LocalJob
 
 STORE_CODE = """
 import socket, sys
@@ -146,6 +154,43 @@ def small_job(
     path = Path(tmp_dir) / "job.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
+
+
+def local_job(path: Path, grace_s: float = 3.0, **opts: Any) -> tuple[LocalJob, io.StringIO]:
+    """The launcher of the job file ``path`` (``RunOptions(**opts)``), its console a
+    string: ``job.run()`` runs it."""
+    from graphrun.job.spec import load_job
+    from graphrun.local.runner import LocalJob, RunOptions
+
+    sink = io.StringIO()
+    job = LocalJob(load_job(path), path, RunOptions(grace_s=grace_s, **opts), sink=sink)
+    return job, sink
+
+
+def job_metrics(path: Path, name: str = "small") -> list[dict[str, Any]]:
+    """The records of ``runs/<name>/metrics.jsonl`` beside the job file ``path``."""
+    lines = (path.parent / "runs" / name / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(x) for x in lines]
+
+
+def no_children(timeout: float = 5.0) -> None:
+    """Waits up to ``timeout`` s for this process to have no living descendant."""
+    from graphrun.testing.procs import live_children
+
+    deadline = time.monotonic() + timeout
+    while live_children():
+        assert time.monotonic() < deadline, live_children()
+        time.sleep(0.1)
+
+
+def nothing_left(job: LocalJob) -> None:
+    """No descendant process of this one left, and no shared memory segment of the job's
+    store servers."""
+    no_children()
+    store_pids = [pid for role, pid in job.pids.items() if role.startswith("store")]
+    assert store_pids
+    prefixes = tuple(f"graphrun-{x}-" for x in store_pids)
+    assert [p for p in os.listdir("/dev/shm") if p.startswith(prefixes)] == []
 
 
 def raise_on_rank_1(ctx: Any) -> None:

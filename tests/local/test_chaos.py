@@ -21,8 +21,7 @@ from graphrun.errors import JobFailed
 from graphrun.job.spec import load_job
 from graphrun.local.runner import LocalJob, RunOptions
 from graphrun.machine.worker import read_status
-from graphrun.testing.jobs import small_job
-from tests.local.test_jobs import nothing_left
+from graphrun.testing.jobs import nothing_left, small_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

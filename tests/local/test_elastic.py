@@ -29,9 +29,8 @@ from graphrun.job.spec import load_job
 from graphrun.local.elastic import kill_machine, worker_pids
 from graphrun.local.netns import unavailable_reason
 from graphrun.local.runner import LocalJob, RunOptions
-from graphrun.testing.jobs import small_job
+from graphrun.testing.jobs import nothing_left, small_job
 from graphrun.train.checkpoint import load_checkpoint
-from tests.local.test_jobs import nothing_left
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -118,22 +117,30 @@ class Chaos:
             client.close()
 
 
+def run_with_chaos(
+    path: Path, opts: RunOptions, machine: str, rows: bool = True
+) -> tuple[LocalJob, Any, Chaos, str]:
+    """Runs the job while ``Chaos`` kills ``machine``: the job, its report, the chaos
+    (checked: no error, the kill done) and the console."""
+    sink = io.StringIO()
+    job = LocalJob(load_job(path), path, opts, sink=sink)
+    chaos = Chaos(path.parent / "runs" / "small", sink, machine, rows=rows)
+    chaos.thread.start()
+    report = job.run()
+    chaos.thread.join(30)
+    assert chaos.error is None, chaos.error
+    assert chaos.killed, "the job ended before the kill: make it longer"
+    return job, report, chaos, sink.getvalue()
+
+
 @pytest.mark.timeout(400)
 def test_the_survivors_of_a_lost_machine_go_on_without_a_restart(tmp_path):
     path = small_job(
         tmp_path, nodes=4000, machines=3, epochs=6, batchSize=5, evalEvery=100,
         runtime={"replicas": 2, "elastic": {"minMachines": 2}},
     )  # fmt: skip
-    sink = io.StringIO()
     opts = RunOptions(grace_s=2.0, profile_dir=tmp_path / "profile")
-    job = LocalJob(load_job(path), path, opts, sink=sink)
-    chaos = Chaos(tmp_path / "runs" / "small", sink, "m1")
-    chaos.thread.start()
-    report = job.run()
-    chaos.thread.join(30)
-    assert chaos.error is None, chaos.error
-    assert chaos.killed, "the job ended before the kill: make it longer"
-    out = sink.getvalue()
+    job, report, chaos, out = run_with_chaos(path, opts, "m1")
     assert report.state.phase == "Succeeded" and report.state.restarts == 0, out[-3000:]
     assert events(out, "resumed") == []  # no restart from a checkpoint
     [lost] = events(out, "machine_lost")
@@ -168,15 +175,7 @@ def test_below_min_machines_the_job_restarts_from_its_checkpoint(tmp_path):
         runtime={"replicas": 2, "elastic": {"minMachines": 2, "timeoutSeconds": 5}},
         run_policy={"backoffLimit": 1},
     )  # fmt: skip
-    sink = io.StringIO()
-    job = LocalJob(load_job(path), path, RunOptions(grace_s=2.0), sink=sink)
-    chaos = Chaos(tmp_path / "runs" / "small", sink, "m1", rows=False)
-    chaos.thread.start()
-    report = job.run()
-    chaos.thread.join(30)
-    assert chaos.error is None, chaos.error
-    assert chaos.killed, "the job ended before the kill: make it longer"
-    out = sink.getvalue()
+    job, report, _, out = run_with_chaos(path, RunOptions(grace_s=2.0), "m1", rows=False)
     assert report.state.phase == "Succeeded" and report.state.restarts == 1, out[-3000:]
     assert events(out, "machine_lost") == [] and events(out, "reformed") == []
     [resumed] = events(out, "resumed")

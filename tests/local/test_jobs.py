@@ -13,6 +13,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -23,38 +24,13 @@ from graphrun.local.netns import unavailable_reason
 from graphrun.local.runner import LocalJob, RunOptions
 from graphrun.machine.worker import read_status
 from graphrun.placement.profile import read_records
-from graphrun.testing.jobs import kill_when_training, small_job
-from graphrun.testing.procs import live_children
+from graphrun.testing.jobs import job_metrics as metrics
+from graphrun.testing.jobs import kill_when_training, nothing_left, small_job
+from graphrun.testing.jobs import local_job as run
+from graphrun.testing.procs import child_env
 from graphrun.train.checkpoint import load_checkpoint
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run(path: Path, **opts) -> tuple[LocalJob, io.StringIO]:
-    sink = io.StringIO()
-    job = LocalJob(load_job(path), path, RunOptions(grace_s=3.0, **opts), sink=sink)
-    return job, sink
-
-
-def metrics(path: Path) -> list[dict]:
-    lines = (path.parent / "runs" / "small" / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(x) for x in lines]
-
-
-def nothing_left(job: LocalJob) -> None:
-    deadline = time.monotonic() + 5
-    while live_children():
-        assert time.monotonic() < deadline, live_children()
-        time.sleep(0.1)
-    store_pids = [pid for role, pid in job.pids.items() if role.startswith("store")]
-    assert store_pids
-    shm = [
-        p
-        for p in os.listdir("/dev/shm")
-        if p.startswith(tuple(f"graphrun-{x}-" for x in store_pids))
-    ]
-    assert shm == []
 
 
 def test_two_machines_train_to_accuracy(tmp_path):
@@ -153,57 +129,50 @@ def test_hetero_job_on_2_machines_with_2_trainers_each(tmp_path):
     assert metrics(path)[-1]["test_acc"] > 0.5  # 4 classes: chance is 0.25
 
 
-def test_a_job_with_sampler_workers_ends_without_heartbeat_warnings(tmp_path):
-    # the workers' sessions heartbeat until their trainer closed them, after trainer 0
-    # had stopped the stores: "heartbeat to tcp://... failed: connection lost" at the end
-    # of every successful hetero job with sampler workers
-    path = small_job(
-        tmp_path, hetero=True, task="hetero-node-classification",
-        targetNodeType="paper", epochs=1, runtime={"samplerWorkersPerTrainer": 1},
-    )  # fmt: skip
-    job, sink = run(path)
-    job.run()
-    out = sink.getvalue()
-    assert "heartbeat to" not in out and "connection lost" not in out, out
-    # deterministic: every session but trainer 0's (it stops them) left every store before
-    # it stopped — 2 loader workers and trainer 1; before, none had
-    served = [json.loads(x.split(" served ", 1)[1]) for x in out.splitlines() if " served {" in x]
-    assert len(served) == 2 and all(s["requests"].get("leave") == 3 for s in served), served
-    nothing_left(job)
-
-
-@pytest.mark.parametrize(("name", "cls"), [("gcn", "GCN"), ("gat", "GAT")])
-def test_the_named_model_is_the_one_trained(tmp_path, name, cls):
-    path = small_job(tmp_path, model=name, epochs=5, lr=0.03)
-    job, sink = run(path)
-    job.run()
-    assert f'"model": "{cls}"' in sink.getvalue()
-    assert metrics(path)[-1]["test_acc"] > 0.4
-
-
-def test_sigterm_to_graphrun_run_stops_everything(tmp_path):
+def waiting_run(tmp_path: Path) -> tuple[Path, subprocess.Popen[str]]:
+    """`graphrun run` of a job whose trainers only wait, started and read until they wait:
+    its job file and its process (stdout and stderr in one pipe)."""
     path = small_job(tmp_path, entryPoint="graphrun.testing.jobs:wait")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "graphrun", "run", str(path), "--grace", "2"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env(),
+    )  # fmt: skip
     assert proc.stdout is not None
     for line in proc.stdout:
         if "waiting" in line:
             break
-    descendants = psutil.Process(proc.pid).children(recursive=True)
-    proc.send_signal(signal.SIGTERM)
-    out = proc.communicate(timeout=60)[0]
-    assert proc.returncode == 1, out
-    # it said "job on - failed (no exit code): Cancelled"
+    return path, proc
+
+
+def test_a_local_job_listens_on_loopback_only_and_sigterm_stops_everything(tmp_path):
+    """One run for two things (each was its own run).
+
+    Loopback: the trainers' TCP rendezvous store listened on every interface,
+    unauthenticated; local jobs meet in a file of the run directory and gloo uses loopback.
+
+    SIGTERM to `graphrun run` stops every process of the job and says so in one line (it
+    said "job on - failed (no exit code): Cancelled")."""
+    _, proc = waiting_run(tmp_path)
+    try:
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+        hosts = json.loads((tmp_path / "runs" / "small" / "hosts.json").read_text())
+        assert hosts["rendezvous"].startswith(f"file://{tmp_path / 'runs' / 'small'}")
+        listening = [
+            (ch.pid, c.laddr)
+            for ch in descendants
+            for c in ch.net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN
+        ]
+        assert listening, "loopback: no listening sockets at all?"
+        assert all(addr.ip in ("127.0.0.1", "::1") for _, addr in listening), listening
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 1, f"sigterm: exit {proc.returncode}: {out}"
     assert "graphrun: job failed: the job ended: Cancelled: stopped by a signal" in out, out
-    assert "job on -" not in out
+    assert "job on -" not in out, out
     _, alive = psutil.wait_procs(descendants, timeout=5)
-    assert alive == []
+    assert alive == [], f"sigterm: left {alive}"
 
 
 CLUSTER = """
@@ -305,7 +274,7 @@ def test_workers_alone_finish_the_job_and_exit_0(tmp_path, placement):
     hosts_file = hosts.write(tmp_path / "hosts.json")
     (tmp_path / "keys").mkdir()
     generate_keys(tmp_path / "keys" / "job.key")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     procs = [
         subprocess.Popen(
             [
@@ -334,15 +303,22 @@ def test_workers_alone_finish_the_job_and_exit_0(tmp_path, placement):
     assert metrics(path)[-1]["epoch"] == 0
 
 
-def test_placement_plan_is_applied(tmp_path):
-    """trainer:0 moved off its partition's machine: m0 runs only store:0, m1 both trainers."""
-    path = small_job(tmp_path, epochs=1, placement={"assignments": {"trainer:0": "m1"}})
+@pytest.mark.parametrize(("name", "cls"), [("gcn", "GCN"), ("gat", "GAT")])
+def test_the_named_model_is_trained_where_the_placement_plan_says(tmp_path, name, cls):
+    """One run for two things (each was its own run): the model the job names is the one
+    trained, and a placement plan is applied — trainer:0 moved off its partition's
+    machine: m0 runs only store:0, m1 both trainers."""
+    path = small_job(
+        tmp_path, model=name, epochs=5, lr=0.03, placement={"assignments": {"trainer:0": "m1"}}
+    )
     job, sink = run(path)
     job.run()
+    assert f'"model": "{cls}"' in sink.getvalue(), "model: not the one named"
+    assert metrics(path)[-1]["test_acc"] > 0.4, f"model: {metrics(path)[-1]}"
     launch = json.loads((tmp_path / "runs" / "small" / "launch" / "m0.json").read_text())
-    assert [r["role"] for r in launch["roles"]] == ["store:0"]
-    assert "[trainer:0@m1]" in sink.getvalue()
-    assert metrics(path)[-1]["epoch"] == 0
+    assert [r["role"] for r in launch["roles"]] == ["store:0"], f"plan: {launch}"
+    assert "[trainer:0@m1]" in sink.getvalue(), "plan: trainer:0 not on m1"
+    assert metrics(path)[-1]["epoch"] == 4, "plan: the job did not train to its end"
 
 
 def test_failed_trainer_restarts_within_the_backoff_limit(tmp_path):
@@ -383,7 +359,7 @@ def test_kill_and_resume_reproduces_an_uninterrupted_run(tmp_path):
     path = small_job(tmp_path, epochs=4, lr=0.03, dropout=0.5)
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     cli = [sys.executable, "-m", "graphrun", "run", str(path), "--grace", "1"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     done = subprocess.run([*cli, "--run-dir", str(whole)], env=env, capture_output=True,
                           timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
@@ -468,16 +444,7 @@ def test_a_run_killed_with_sigkill_is_reported_lost_by_the_next_and_cleaned(tmp_
     shared memory stayed until some other store started on the host."""
     import yaml
 
-    path = small_job(tmp_path, entryPoint="graphrun.testing.jobs:wait")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "graphrun", "run", str(path), "--grace", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if "waiting" in line:
-            break
+    path, proc = waiting_run(tmp_path)
     roles = psutil.Process(proc.pid).children(recursive=True)
     proc.kill()
     proc.wait(10)
@@ -499,57 +466,32 @@ def test_a_run_killed_with_sigkill_is_reported_lost_by_the_next_and_cleaned(tmp_
     assert [p for p in os.listdir("/dev/shm") if p.startswith(dead)] == []
 
 
-def test_a_local_job_listens_on_loopback_only(tmp_path):
-    """The trainers' TCP rendezvous store listened on every interface, unauthenticated:
-    local jobs meet in a file of the run directory and gloo uses loopback."""
-    path = small_job(tmp_path, entryPoint="graphrun.testing.jobs:wait")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "graphrun", "run", str(path), "--grace", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    try:
-        for line in proc.stdout:
-            if "waiting" in line:
-                break
-        hosts = json.loads((tmp_path / "runs" / "small" / "hosts.json").read_text())
-        assert hosts["rendezvous"].startswith(f"file://{tmp_path / 'runs' / 'small'}")
-        listening = [
-            (ch.pid, c.laddr)
-            for ch in psutil.Process(proc.pid).children(recursive=True)
-            for c in ch.net_connections("tcp")
-            if c.status == psutil.CONN_LISTEN
-        ]
-        assert listening, "no listening sockets at all?"
-        assert all(addr.ip in ("127.0.0.1", "::1") for _, addr in listening), listening
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
-
-
-def distributed_job(tmp_path: Path, **training) -> Path:
-    """small_job's graph as a 4-chunk dataset, partitioned by the job's 2 machines."""
+def distributed_job(
+    tmp_path: Path, chunks: int = 4, hetero: bool = False, **training: object
+) -> tuple[Path, Any]:
+    """small_job's graph as a ``chunks``-chunk dataset, partitioned by the job's 2
+    machines: the job file and the graph."""
     import shutil
 
     import yaml
 
     from graphrun.graph.chunked import save_chunked
-    from graphrun.graph.generate import GenParams, community
+    from graphrun.graph.generate import GenParams, academic, community
 
-    path = small_job(tmp_path, **training)
+    path = small_job(tmp_path, hetero=hetero, **training)
     shutil.rmtree(tmp_path / "parts")
     shutil.rmtree(tmp_path / "data")
-    graph = community(GenParams(nodes=2000, avg_degree=8, feat_dim=16, classes=4, seed=0))
-    save_chunked(graph, tmp_path / "data", 4)
+    params = GenParams(nodes=2000, avg_degree=8, feat_dim=16, classes=4, seed=0)
+    graph = academic(params) if hetero else community(params)
+    save_chunked(graph, tmp_path / "data", chunks)
     spec = yaml.safe_load(path.read_text())
     spec["spec"]["partition"].update(mode="distributed", balanceTrain=True)
     path.write_text(yaml.safe_dump(spec))
-    return path
+    return path, graph
 
 
 def test_distributed_partitioning_on_the_jobs_machines(tmp_path):
-    path = distributed_job(tmp_path, epochs=3, lr=0.03)
+    path, _ = distributed_job(tmp_path, epochs=3, lr=0.03)
     job, sink = run(path)
     report = job.run()
     log = sink.getvalue()
@@ -562,35 +504,36 @@ def test_distributed_partitioning_on_the_jobs_machines(tmp_path):
     assert metrics(path)[-1]["test_acc"] > 0.5  # 4 classes: chance is 0.25
 
 
-def test_distributed_partitioning_of_a_heterograph(tmp_path):
-    """partition.mode distributed on a heterograph whose second chunk holds no paper
-    (the labelled type) crashed in every job."""
-    import shutil
+def test_distributed_partitioning_of_a_heterograph_whose_loader_workers_end_quietly(tmp_path):
+    """One run for two things (each was its own run).
 
-    import yaml
+    partition.mode distributed on a heterograph whose second chunk holds no paper (the
+    labelled type) crashed in every job.
 
-    from graphrun.graph.chunked import save_chunked
-    from graphrun.graph.generate import GenParams, academic
-
-    path = small_job(tmp_path, hetero=True, task="hetero-node-classification",
-                     targetNodeType="paper", fanouts=[4, 3])  # fmt: skip
-    shutil.rmtree(tmp_path / "parts")
-    shutil.rmtree(tmp_path / "data")
-    graph = academic(GenParams(nodes=2000, avg_degree=8, feat_dim=16, classes=4, seed=0))
+    The sampler workers' sessions heartbeated until their trainer closed them, after
+    trainer 0 had stopped the stores: "heartbeat to tcp://... failed: connection lost" at
+    the end of every successful hetero job with sampler workers."""
+    path, graph = distributed_job(
+        tmp_path, chunks=2, hetero=True, task="hetero-node-classification",
+        targetNodeType="paper", fanouts=[4, 3], runtime={"samplerWorkersPerTrainer": 1},
+    )  # fmt: skip
     assert graph.node_type_offsets[1] <= 1000  # papers first, all in chunk 0
-    save_chunked(graph, tmp_path / "data", 2)
-    spec = yaml.safe_load(path.read_text())
-    spec["spec"]["partition"].update(mode="distributed", balanceTrain=True)
-    path.write_text(yaml.safe_dump(spec))
-    job, _ = run(path)
+    job, sink = run(path)
     report = job.run()
     meta = json.loads((tmp_path / "parts" / "partition.json").read_text())
     assert meta["method"] == "xtrapulp" and meta["node_types"] == list(graph.node_types)
     assert all(report.exits[f"trainer:{r}"] == 0 for r in range(2))
+    out = sink.getvalue()
+    assert "heartbeat to" not in out and "connection lost" not in out, f"heartbeats: {out}"
+    # deterministic: every session but trainer 0's (it stops them) left every store before
+    # it stopped — 2 loader workers and trainer 1; before, none had
+    served = [json.loads(x.split(" served ", 1)[1]) for x in out.splitlines() if " served {" in x]
+    assert len(served) == 2 and all(s["requests"].get("leave") == 3 for s in served), served
+    nothing_left(job)
 
 
 def test_distributed_partitioning_fails_naming_the_rank(tmp_path):
-    path = distributed_job(tmp_path)
+    path, _ = distributed_job(tmp_path)
     (tmp_path / "data" / "chunk-3" / "src.npy").unlink()  # rank 1 reads chunks 2 and 3
     job, _ = run(path)
     with pytest.raises(JobFailed) as err:
@@ -602,7 +545,7 @@ def test_distributed_partitioning_fails_naming_the_rank(tmp_path):
 def test_distributed_partitioning_refuses_a_missing_chunk_before_starting(tmp_path):
     from graphrun.errors import UserError
 
-    path = distributed_job(tmp_path)
+    path, _ = distributed_job(tmp_path)
     (tmp_path / "data" / "chunk-2" / "chunk.json").unlink()
     job, sink = run(path)
     with pytest.raises(UserError, match=r"chunk-2/chunk\.json"):
@@ -614,7 +557,7 @@ def test_distributed_partitioning_refuses_a_missing_chunk_before_starting(tmp_pa
 @pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
 def test_distributed_partitioning_on_netns_hosts(tmp_path):
     # each rank in its machine's network namespace, gloo over the namespaces' links
-    path = distributed_job(tmp_path, epochs=1)
+    path, _ = distributed_job(tmp_path, epochs=1)
     job, sink = run(path, hosts="netns")
     report = job.run()
     assert "[partitioner:1@m1]" in sink.getvalue()

@@ -3,44 +3,22 @@ the loop's counters, the dense parameters and Adam on ``ps:J`` processes."""
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import re
 import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from graphrun.errors import JobFailed
-from graphrun.job.spec import load_job
 from graphrun.local.netns import unavailable_reason
-from graphrun.local.runner import LocalJob, RunOptions
 from graphrun.machine.worker import read_status
-from graphrun.testing.jobs import kill_when_training, small_job
-from graphrun.testing.procs import live_children
+from graphrun.testing.jobs import job_metrics as metrics
+from graphrun.testing.jobs import kill_when_training, no_children, small_job
+from graphrun.testing.jobs import local_job as run
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def run(path: Path, **opts) -> tuple[LocalJob, io.StringIO]:
-    sink = io.StringIO()
-    job = LocalJob(load_job(path), path, RunOptions(grace_s=3.0, **opts), sink=sink)
-    return job, sink
-
-
-def metrics(path: Path) -> list[dict]:
-    lines = (path.parent / "runs" / "small" / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(x) for x in lines]
-
-
-def no_children() -> None:
-    deadline = time.monotonic() + 5
-    while live_children():
-        assert time.monotonic() < deadline, live_children()
-        time.sleep(0.1)
 
 
 def test_sync_ps_trains_as_allreduce_does(tmp_path):
