@@ -21,13 +21,17 @@ from graphrun.testing.jobs import local_job as run
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def test_sync_ps_trains_as_allreduce_does(tmp_path):
-    losses = {}
+@pytest.mark.timeout(300)  # four jobs in a row
+def test_sync_ps_trains_as_allreduce_does_and_resumes_exactly(tmp_path):
+    """One synchronous PS run (2 parameter servers) for two things (each had its own):
+    it trains as all-reduce does, and a run of its first epoch resumed for the second
+    ends exactly as it did (the parameter servers' state restored)."""
+    losses, paths = {}, {}
     for sync in ("allreduce", "ps"):
         d = tmp_path / sync
         d.mkdir()
         runtime = {"parameterServers": 2} if sync == "ps" else {}
-        path = small_job(d, epochs=2, sync=sync, runtime=runtime)
+        path = paths[sync] = small_job(d, epochs=2, sync=sync, runtime=runtime)
         job, sink = run(path)
         report = job.run()
         assert report.exits["trainer:0"] == 0 and report.exits["trainer:1"] == 0
@@ -36,8 +40,20 @@ def test_sync_ps_trains_as_allreduce_does(tmp_path):
             assert "[ps:1@m1]" in sink.getvalue()
         losses[sync] = [(m["loss"], m["test_acc"]) for m in metrics(path)]
     for (la, aa), (lp, ap) in zip(losses["allreduce"], losses["ps"], strict=True):
-        assert lp == pytest.approx(la, rel=1e-3, abs=1e-4)
-        assert abs(ap - aa) <= 0.01
+        assert lp == pytest.approx(la, rel=1e-3, abs=1e-4), "as all-reduce: loss"
+        assert abs(ap - aa) <= 0.01, "as all-reduce: test_acc"
+    no_children()
+    (tmp_path / "resumed").mkdir()
+    first = small_job(tmp_path / "resumed", epochs=1, sync="ps", runtime={"parameterServers": 2})
+    run(first)[0].run()
+    first.write_text(first.read_text().replace("epochs: 1", "epochs: 2"))
+    job, sink = run(first, resume=True)
+    job.run()
+    assert '"event": "resumed", "from_epoch": 0' in sink.getvalue(), "resume: not resumed"
+    whole, resumed = metrics(paths["ps"]), metrics(first)
+    assert [m["epoch"] for m in resumed] == [0, 1], f"resume: {resumed}"
+    assert resumed[1]["loss"] == whole[1]["loss"], f"resume: {resumed} against {whole}"
+    assert resumed[1]["test_acc"] == whole[1]["test_acc"], f"resume: {resumed} against {whole}"
     no_children()
 
 
@@ -65,23 +81,6 @@ def test_killed_parameter_server_fails_the_job_by_name(tmp_path):
         job.run()
     assert (info.value.role, info.value.host, info.value.exit_code) == ("ps:1", "m1", -9)
     no_children()
-
-
-def test_resume_restores_the_parameter_servers_exactly(tmp_path):
-    whole, parts = tmp_path / "whole", tmp_path / "parts"
-    for d in (whole, parts):
-        d.mkdir()
-    path = small_job(whole, epochs=2, sync="ps")
-    run(path)[0].run()
-    first = small_job(parts, epochs=1, sync="ps")
-    run(first)[0].run()
-    first.write_text(first.read_text().replace("epochs: 1", "epochs: 2"))
-    job, sink = run(first, resume=True)
-    job.run()
-    assert '"event": "resumed", "from_epoch": 0' in sink.getvalue()
-    assert [m["epoch"] for m in metrics(first)] == [0, 1]
-    assert metrics(first)[1]["loss"] == metrics(path)[1]["loss"]
-    assert metrics(first)[1]["test_acc"] == metrics(path)[1]["test_acc"]
 
 
 @pytest.mark.netns
