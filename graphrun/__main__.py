@@ -3,7 +3,7 @@ import sys
 from graphrun.cli import main
 
 code = main()
-if sys.argv[1:2] in (["serve"], ["worker"]):  # long-lived roles: skip the slow finalisation
+if sys.argv[1:2] in (["serve"], ["ps"], ["worker"]):  # roles: skip the slow finalisation
     from graphrun.machine.process import exit_now
 
     exit_now(code)

@@ -318,18 +318,40 @@ def _script_entry(cfg: Any, script: Path) -> Any:
     return dataclasses.replace(cfg, entry_point="graphrun_user_script:main")
 
 
-if __name__ == "__main__":
-    from graphrun.machine.process import exit_now
+def run_main(argv: Sequence[str] | None = None) -> int:
+    """:func:`main`'s exit code, its errors said on stderr: one line for a user error
+    (exit 2, no restart will help), the line and a traceback for any other error (exit 1,
+    as Python's own). The exception and its frames are gone when this returns, so what
+    they held (a user's open file) is closed before the process ends without Python's
+    finalisation."""
+    import traceback
 
     try:
-        code = main()
+        return main(argv)
     except Suspended as exc:  # told to stop (SIGTERM), checkpoint written
         print(f"graphrun trainer: {exc}", file=sys.stderr, flush=True)
-        exit_now(SUSPENDED_EXIT)
-    except UserError as exc:  # its input is wrong: one line, and no restart will help
+        return SUSPENDED_EXIT
+    except UserError as exc:  # its input is wrong
         print(f"graphrun trainer: error: {exc}", file=sys.stderr, flush=True)
-        sys.exit(USER_ERROR_EXIT)
+        return USER_ERROR_EXIT
     except GraphrunError as exc:
         print(f"graphrun trainer: error: {exc}", file=sys.stderr, flush=True)
-        raise
-    exit_now(code)  # done: every file is closed, the loaders' workers are gone
+        traceback.print_exc()
+        return 1
+    except Exception:  # a bug, or the user's entry point raised
+        traceback.print_exc()
+        return 1
+
+
+if __name__ == "__main__":
+    import gc
+
+    from graphrun.machine.process import exit_now
+
+    code = run_main()
+    if code != 0:
+        gc.collect()  # what the failure's frames held in cycles, finalised
+    # done: every file is closed, the loaders' workers are gone. Python's finalisation
+    # (1.5-2.5 s with torch and PyG loaded) ended failed trainers too, before their
+    # machine could see them fail
+    exit_now(code)

@@ -194,10 +194,14 @@ def nothing_left(job: LocalJob) -> None:
 
 
 def raise_on_rank_1(ctx: Any) -> None:
-    """A user entry point: trainer 1 raises, trainer 0 waits (the launcher must stop it)."""
+    """A user entry point: trainer 1 raises, trainer 0 waits (the launcher must stop it).
+    Trainer 1 first writes a line to ``unclosed.txt`` beside the metrics and leaves the
+    file open: it is flushed when the failure is over, as Python's exit would."""
     import time
 
     if ctx.rank == 1:
+        note = open(Path(ctx.config.metrics_file).parent / "unclosed.txt", "w")  # noqa: SIM115
+        note.write("written before the error\n")
         raise RuntimeError("boom on purpose")
     time.sleep(120)
 

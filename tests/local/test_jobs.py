@@ -70,6 +70,9 @@ def test_raising_trainer_fails_the_job_and_leaves_nothing(tmp_path):
         job.run()
     assert (info.value.role, info.value.host, info.value.exit_code) == ("trainer:1", "m1", 1)
     assert "boom on purpose" in str(info.value)
+    # what the failed entry point left open was closed before its process ended
+    unclosed = tmp_path / "runs" / "small" / "unclosed.txt"
+    assert unclosed.read_text() == "written before the error\n"
     nothing_left(job)
 
 
