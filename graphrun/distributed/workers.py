@@ -85,6 +85,20 @@ def _worker_main(
                 results.put(((run, index), None, _describe(exc)))
     finally:
         ctx.close()
+    _end_now(results)
+
+
+def _end_now(results: Any) -> None:
+    """End a worker told to stop without Python's finalisation, as a finished role ends
+    (``graphrun.machine.process.exit_now``): with torch and PyG loaded it took 1.5 s or
+    more, which the trainer waited for in ``close``. What it put on ``results`` is sent
+    first (multiprocessing's own exit would have flushed it)."""
+    results.close()
+    results.join_thread()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
 
 
 def _describe(exc: BaseException) -> tuple[str, str]:
