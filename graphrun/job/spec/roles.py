@@ -3,6 +3,7 @@ default) and :func:`resolve_placement` (assignments or a plan applied, checked).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,19 +125,12 @@ def _samplers_beside_their_trainer(
     """Sampler workers run in their trainer's process tree (its data loader starts them),
     so they run on the trainer's machine: they follow it unless assigned, and a plan that
     puts one elsewhere is refused rather than silently not followed."""
-    for role in job_roles(spec):
-        if role.kind != "sampler":
-            continue
-        trainer_role = RoleName.trainer(role.id.index)
-        trainer = placement[trainer_role]
-        if role.id not in explicit:
-            placement[role.id] = trainer
-        elif placement[role.id] != trainer:
-            raise SpecError(
-                f"{where}{role.name}: sampler workers run on their trainer's machine "
-                f"({trainer_role} is on {trainer}); running them elsewhere is not "
-                "supported yet"
-            )
+    _follow_anchor(
+        spec, placement, explicit, where,
+        lambda role: RoleName.trainer(role.id.index) if role.kind == "sampler" else None,
+        "sampler workers run on their trainer's machine ({anchor} is on {machine}); "
+        "running them elsewhere is not supported yet",
+    )  # fmt: skip
 
 
 def _replicas_away_from_their_primary(
@@ -166,17 +160,33 @@ def _backups_beside_their_main(
 ) -> None:
     """A backup store server maps its main server's shared memory, so it runs on the
     main's machine: it follows its main unless assigned, and must not be assigned away."""
+    _follow_anchor(
+        spec, placement, explicit, where,
+        lambda role: RoleName.store(role.id.index) if role.backup else None,  # store:P:b
+        "a backup store server runs on its main server's machine ({anchor} is on {machine}): "
+        "it shares its memory",
+    )  # fmt: skip
+
+
+def _follow_anchor(
+    spec: GraphJobSpec,
+    placement: dict[RoleName, str],
+    explicit: dict[RoleName, str],
+    where: str,
+    anchor: Callable[[Role], RoleName | None],
+    refusal: str,
+) -> None:
+    """Every role with an ``anchor`` (the role it must run beside) runs on the anchor's
+    machine: it follows the anchor unless assigned, and an assignment elsewhere is
+    refused with ``refusal`` (``{anchor}`` and ``{machine}`` filled in)."""
     for role in job_roles(spec):
-        if role.kind != "store" or not role.backup:
+        if (to := anchor(role)) is None:
             continue
-        main = placement[RoleName.store(role.id.index)]
+        machine = placement[to]
         if role.id not in explicit:
-            placement[role.id] = main
-        elif placement[role.id] != main:
-            raise SpecError(
-                f"{where}{role.name}: a backup store server runs on its main server's "
-                f"machine (store:{role.part} is on {main}): it shares its memory"
-            )
+            placement[role.id] = machine
+        elif placement[role.id] != machine:
+            raise SpecError(f"{where}{role.name}: " + refusal.format(anchor=to, machine=machine))
 
 
 def plan_assignments(plan: PlacementPlan, machines: list[str], where: str) -> dict[str, str]:
