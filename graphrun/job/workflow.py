@@ -31,12 +31,15 @@ Entering a phase sets its condition ``True`` and the condition of the phase it l
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec.structs import replace
 
 from graphrun.errors import USER_ERROR_EXIT, JobFailed, WorkflowError
+from graphrun.wire import convert, to_builtins
 
 
 class Phase(StrEnum):
@@ -107,9 +110,11 @@ def condition_type(phase: Phase) -> str:
     return "Created" if phase is Phase.PENDING else phase.value
 
 
-@dataclass(frozen=True)
-class Event:
-    """Something a backend observed. ``reason`` is CamelCase; ``message`` a sentence."""
+class Event(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """Something a backend observed. ``reason`` is CamelCase; ``message`` a sentence.
+
+    A failed job's status keeps the event that failed it (``failure``): its fields in
+    camelCase, the empty ones left out."""
 
     kind: EventKind
     reason: str = ""
@@ -139,39 +144,76 @@ class Event:
         return self.message
 
 
-@dataclass(frozen=True)
-class Condition:
+# A time in a status: RFC 3339 with its zone (``2026-01-01T00:00:00Z``), kept in UTC to
+# the second, as Kubernetes writes its own.
+Time = Annotated[datetime, msgspec.Meta(tz=True)]
+
+
+def to_second(t: datetime) -> datetime:
+    """``t`` in UTC, to the second (what a status keeps of a time)."""
+    return t.astimezone(UTC).replace(microsecond=0)
+
+
+def rfc3339(t: datetime) -> str:
+    return to_second(t).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+class Condition(msgspec.Struct, frozen=True):
+    """A Kubernetes condition (its ``time`` is ``lastTransitionTime``)."""
+
     type: str
     status: Literal["True", "False", "Unknown"]
     reason: str
     message: str
-    time: datetime
+    time: Time = msgspec.field(name="lastTransitionTime")
 
-    def to_dict(self) -> dict[str, str]:
-        """Kubernetes condition shape (``lastTransitionTime`` in RFC 3339, UTC)."""
-        return {
-            "type": self.type,
-            "status": self.status,
-            "reason": self.reason,
-            "message": self.message,
-            "lastTransitionTime": rfc3339(self.time),
-        }
+    def __post_init__(self) -> None:
+        msgspec.structs.force_setattr(self, "time", to_second(self.time))
 
 
-def rfc3339(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+class JobStatus(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The workflow's status, declared once: the operator keeps it as the GraphJob's
+    ``status.workflow``, ``graphrun run`` in ``RUN/state.json``::
 
+        {"phase": "Failed",
+         "conditions": [{"type": "Created", "status": "True", "reason": "JobCreated",
+                         "message": "job created", "lastTransitionTime": "2026-...Z"}, ...],
+         "restarts": 1,                    # always written
+         "resumePhase": "Serving",         # the others only when set
+         "startTime": "2026-...Z", "completionTime": "2026-...Z",
+         "failure": {"kind": "RoleFailed", "role": "trainer:1", "machine": "m1",
+                     "exitCode": 3, "message": "..."}}
 
-@dataclass(frozen=True)
-class JobState:
+    Times are UTC, to the second. :meth:`JobState.to_dict` writes it and
+    :func:`state_from_dict` reads it back (unknown fields are passed over: a newer
+    operator's status reads)."""
+
     phase: Phase
     conditions: tuple[Condition, ...]
+    restarts: Annotated[int, msgspec.Meta(ge=0)]
+    resume_phase: Phase | None = msgspec.field(default=None, name="resumePhase")
+    started_at: Time | None = msgspec.field(default=None, name="startTime")
+    finished_at: Time | None = msgspec.field(default=None, name="completionTime")
+    failure: Event | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("started_at", "finished_at"):
+            if (t := getattr(self, name)) is not None:
+                msgspec.structs.force_setattr(self, name, to_second(t))
+
+
+_STATUS_FIELDS = JobStatus.__struct_fields__
+
+
+class JobState(JobStatus, frozen=True, kw_only=True):
+    """The state the workflow steps: the status, and the spec's ``backoff_limit``
+    (``runPolicy.backoffLimit``), which the status does not keep."""
+
     backoff_limit: int = 0
-    restarts: int = 0
-    resume_phase: Phase | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    failure: Event | None = field(default=None)
 
     @property
     def terminal(self) -> bool:
@@ -190,82 +232,32 @@ class JobState:
         cond = self.condition("Failed")
         return JobFailed("job", "-", None, f"{cond.reason}: {cond.message}" if cond else "")
 
+    def status(self) -> JobStatus:
+        return JobStatus(**{name: getattr(self, name) for name in _STATUS_FIELDS})
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (times to the second); :func:`state_from_dict` reads it back."""
-        out: dict[str, Any] = {
-            "phase": self.phase.value,
-            "conditions": [c.to_dict() for c in self.conditions],
-            "restarts": self.restarts,
-        }
-        if self.resume_phase:
-            out["resumePhase"] = self.resume_phase.value
-        if self.started_at:
-            out["startTime"] = rfc3339(self.started_at)
-        if self.finished_at:
-            out["completionTime"] = rfc3339(self.finished_at)
-        if self.failure:
-            f = self.failure
-            out["failure"] = {
-                k: v
-                for k, v in {
-                    "kind": f.kind.value,
-                    "reason": f.reason,
-                    "message": f.message,
-                    "role": f.role,
-                    "machine": f.machine,
-                    "exitCode": f.exit_code,
-                }.items()
-                if v not in (None, "")
-            }
+        """The :class:`JobStatus` as JSON-ready builtins."""
+        out: dict[str, Any] = to_builtins(self.status())
         return out
 
 
-def parse_time(text: str) -> datetime:
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+def state_from_dict(
+    data: Any, backoff_limit: int = 0, where: str = "the workflow status"
+) -> JobState:
+    """Read back :meth:`JobState.to_dict` (e.g. a custom resource's ``status.workflow``).
 
-
-def state_from_dict(data: dict[str, Any], backoff_limit: int = 0) -> JobState:
-    """Read back :meth:`JobState.to_dict` (e.g. a custom resource's status).
-
-    Raises WorkflowError when the data is not such a state."""
-    try:
-        conds = tuple(
-            Condition(
-                c["type"],
-                c["status"],
-                c["reason"],
-                c["message"],
-                parse_time(c["lastTransitionTime"]),
-            )
-            for c in data.get("conditions", [])
-        )
-        failure = None
-        if f := data.get("failure"):
-            failure = Event(
-                EventKind(f["kind"]),
-                f.get("reason", ""),
-                f.get("message", ""),
-                f.get("role"),
-                f.get("machine"),
-                f.get("exitCode"),
-            )
-        return JobState(
-            phase=Phase(data["phase"]),
-            conditions=conds,
-            backoff_limit=backoff_limit,
-            restarts=int(data.get("restarts", 0)),
-            resume_phase=Phase(data["resumePhase"]) if data.get("resumePhase") else None,
-            started_at=parse_time(data["startTime"]) if data.get("startTime") else None,
-            finished_at=parse_time(data["completionTime"]) if data.get("completionTime") else None,
-            failure=failure,
-        )
-    except (KeyError, ValueError, TypeError) as exc:
-        raise WorkflowError(f"not a job state ({type(exc).__name__}: {exc})") from None
+    Raises WorkflowError, one line naming ``where`` and the field, when the data is not
+    a :class:`JobStatus`."""
+    status = convert(JobStatus, data, where, WorkflowError)
+    fields = {name: getattr(status, name) for name in _STATUS_FIELDS}
+    return JobState(**fields, backoff_limit=backoff_limit)
 
 
 def initial_state(now: datetime, backoff_limit: int = 0, message: str = "") -> JobState:
     created = Condition("Created", "True", "JobCreated", message or "job created", now)
-    return JobState(Phase.PENDING, (created,), backoff_limit=backoff_limit)
+    return JobState(
+        phase=Phase.PENDING, conditions=(created,), restarts=0, backoff_limit=backoff_limit
+    )
 
 
 def next_phase(state: JobState, kind: EventKind, permanent: bool = False) -> Phase | None:

@@ -209,7 +209,7 @@ def load_state(job: GraphJob, status: dict[str, Any], now: datetime) -> JobState
     saved = (status or {}).get("workflow")
     if not saved:
         return initial_state(now, backoff, "GraphJob accepted by the operator")
-    return replace(state_from_dict(saved), backoff_limit=backoff)
+    return state_from_dict(saved, backoff, "status.workflow")
 
 
 def reconcile(
@@ -251,7 +251,7 @@ def reconcile(
 def reject(status: dict[str, Any], reason: str, message: str, now: datetime) -> Plan:
     """The spec cannot run: Failed with the reason (the field named in the message)."""
     saved = (status or {}).get("workflow")
-    state = state_from_dict(saved) if saved else initial_state(now)
+    state = state_from_dict(saved, where="status.workflow") if saved else initial_state(now)
     if state.terminal:
         return Plan((), status)
     state = transition(state, Event(K.FAIL, reason, message), now)

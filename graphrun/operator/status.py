@@ -15,6 +15,7 @@ from typing import Any, Literal
 from graphrun.job.spec import GraphJob
 from graphrun.job.workflow import Condition, JobState, Phase, rfc3339
 from graphrun.operator.observe import Observed
+from graphrun.wire import to_builtins
 
 
 def condition_type(phase: Phase) -> str:
@@ -47,7 +48,7 @@ def k8s_conditions(state: JobState) -> list[dict[str, str]]:
         by_type["Running"] = Condition(
             "Running", status, latest.reason, latest.message, latest.time
         )
-    return [by_type[t].to_dict() for t in K8S_CONDITIONS if t in by_type]
+    return [to_builtins(by_type[t]) for t in K8S_CONDITIONS if t in by_type]
 
 
 def state_status(state: JobState) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import itertools
-from datetime import UTC, datetime, timedelta
+import json
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -19,6 +21,7 @@ from graphrun.job.workflow import (
     initial_state,
     progress,
     replay,
+    state_from_dict,
     transition,
 )
 
@@ -210,16 +213,113 @@ def test_condition_times_follow_changes() -> None:
 
 
 def test_state_round_trips_through_dict() -> None:
-    from graphrun.job.workflow import state_from_dict
-
     s = reach(Phase.TRAINING, backoff_limit=2)
     s = transition(s, Event.role_failed("trainer:1", "m1", 3, "boom"), at(7))
     assert state_from_dict(s.to_dict(), backoff_limit=2) == s
     s = transition(s, Event(K.RESTARTED), at(8))
     s = transition(s, Event(K.FAIL, reason="ImagePullBackOff", message="no image"), at(9))
     assert state_from_dict(s.to_dict(), backoff_limit=2) == s
-    with pytest.raises(WorkflowError, match="not a job state"):
-        state_from_dict({"phase": "Dancing"})
+
+
+def test_status_is_written_in_the_kubernetes_shape() -> None:
+    """camelCase, empty fields left out (restarts always there), times in UTC to the
+    second, the spec's backoff limit not written: status.workflow as it always was."""
+    east = timezone(timedelta(hours=2))
+    s = initial_state(T0 + timedelta(microseconds=900), backoff_limit=2)
+    s = transition(s, Event(K.START), (at(1) + timedelta(microseconds=5)).astimezone(east))
+    created = {
+        "type": "Created",
+        "status": "True",
+        "reason": "JobCreated",
+        "message": "job created",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    partitioning = {
+        "type": "Partitioning",
+        "status": "True",
+        "reason": "JobStarted",
+        "message": "Pending -> Partitioning",
+        "lastTransitionTime": "2026-01-01T00:00:01Z",
+    }
+    assert json.dumps(s.to_dict()) == json.dumps(
+        {
+            "phase": "Partitioning",
+            "conditions": [created, partitioning],
+            "restarts": 0,
+            "startTime": "2026-01-01T00:00:01Z",
+        }
+    )
+    s = transition(s, Event.role_failed("trainer:1", "m1", 0, "boom"), at(2))
+    s = transition(s, Event(K.RESTARTED), at(3))
+    s = transition(s, Event.role_failed("trainer:1", "m1", 3), at(4))
+    s = transition(s, Event(K.RESTARTED), at(4))
+    s = transition(s, Event.role_failed("trainer:1", "m1", 3), at(5))
+    d = s.to_dict()
+    assert list(d) == [
+        "phase", "conditions", "restarts", "startTime", "completionTime", "failure"
+    ]  # fmt: skip
+    assert d["failure"] == {
+        "kind": "RoleFailed",
+        "role": "trainer:1",
+        "machine": "m1",
+        "exitCode": 3,
+    }
+    assert (d["restarts"], d["completionTime"]) == (2, "2026-01-01T00:00:05Z")
+    restarting = transition(reach(Phase.SERVING, 1), Event.role_failed("a", "m0", 0), at(6))
+    d = restarting.to_dict()
+    assert (d["resumePhase"], d["restarts"]) == ("Serving", 1)
+    assert "failure" not in d and "completionTime" not in d and "backoffLimit" not in d
+
+
+def test_status_read_back_passes_over_unknown_fields() -> None:
+    """A newer operator's status (or state.json's launcher and jobFile) still reads."""
+    s = reach(Phase.SERVING)
+    data = {**s.to_dict(), "launcher": {"pid": 1}, "jobFile": "job.yaml"}
+    data["conditions"] = [{**c, "observedGeneration": 3} for c in data["conditions"]]
+    assert state_from_dict(data, backoff_limit=1) == s
+
+
+def _status(**change: Any) -> dict[str, Any]:
+    d = reach(Phase.FAILED).to_dict()
+    return {k: v for k, v in {**d, **change}.items() if v is not None}
+
+
+@pytest.mark.parametrize(
+    ("data", "line"),
+    [
+        (_status(phase="Dancing"), "status.workflow: phase: Invalid enum value 'Dancing'"),
+        (_status(phase=None), "status.workflow: phase: missing"),
+        (_status(restarts="1"), "status.workflow: restarts: Expected `int`, got `str`"),
+        (_status(restarts=-1), "status.workflow: restarts: Expected `int` >= 0"),
+        (_status(resumePhase="Later"), "status.workflow: resumePhase: Invalid enum value 'Later'"),
+        (
+            _status(conditions=[{"type": "Created", "status": "True"}]),
+            "status.workflow: conditions[0].reason: missing",
+        ),
+        (
+            _status(conditions=[{**_status()["conditions"][0], "status": "Maybe"}]),
+            "status.workflow: conditions[0].status: Invalid enum value 'Maybe'",
+        ),
+        (
+            _status(startTime="2026-01-01T00:00:00"),
+            "status.workflow: startTime: Expected `datetime` with a timezone component",
+        ),
+        (
+            _status(completionTime="yesterday"),
+            "status.workflow: completionTime: Invalid RFC3339 encoded datetime",
+        ),
+        (_status(failure={"kind": "Boom"}), "status.workflow: failure.kind: Invalid enum value"),
+        (
+            _status(failure={"kind": "RoleFailed", "exitCode": "3"}),
+            "status.workflow: failure.exitCode: Expected `int | null`, got `str`",
+        ),
+        (["Failed"], "status.workflow: Expected `object`, got `array`"),
+    ],
+)
+def test_malformed_status_is_one_line_naming_the_field(data: Any, line: str) -> None:
+    with pytest.raises(WorkflowError) as err:
+        state_from_dict(data, where="status.workflow")
+    assert str(err.value).startswith(line) and "\n" not in str(err.value)
 
 
 @given(
@@ -248,6 +348,7 @@ def test_random_event_sequences_keep_the_invariants(kinds: list[EventKind], back
             assert before.phase is Phase.TRAINING
         if s.phase is Phase.FAILED:
             assert s.error() is not None
+        assert state_from_dict(s.to_dict(), backoff_limit=backoff) == s
     assert s.restarts <= failed_roles
 
 
