@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from graphrun.errors import ArgumentError, GraphrunError
+from graphrun.errors import GraphrunError
+from graphrun.partition.metis import trivial_parts
 
 HEADER = 24
 EDGE_WEIGHTS_ABSENT = 1
@@ -61,11 +62,8 @@ def kaminpar_assign(
     """Partition id (int64) of every vertex, by KaMinPar on ``threads`` (default: all) cores."""
     import kaminpar
 
-    n = len(xadj) - 1
-    if num_parts < 1 or num_parts > max(n, 1):
-        raise ArgumentError(f"num_parts: {num_parts} is not in [1, {n}] (the node count)")
-    if num_parts == 1 or n == 0:
-        return np.zeros(n, dtype=np.int64)
+    if (trivial := trivial_parts(xadj, num_parts)) is not None:
+        return trivial
     threads = threads or len(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory(prefix="graphrun-kaminpar-") as tmp:
         path = Path(tmp) / "graph.parhip"

@@ -91,6 +91,18 @@ def symmetric_csr(
     return xadj, adjncy
 
 
+def trivial_parts(xadj: np.ndarray, num_parts: int) -> np.ndarray | None:
+    """Every vertex's part when there is nothing to partition (one part, no vertices),
+    else None; ArgumentError when ``num_parts`` is not in ``[1, n]`` (any partitioner's
+    check, METIS's and KaMinPar's)."""
+    n = len(xadj) - 1
+    if num_parts < 1 or num_parts > max(n, 1):
+        raise ArgumentError(f"num_parts: {num_parts} is not in [1, {n}] (the node count)")
+    if num_parts == 1 or n == 0:
+        return np.zeros(n, dtype=np.int64)
+    return None
+
+
 def metis_assign(
     xadj: np.ndarray,
     adjncy: np.ndarray,
@@ -102,11 +114,8 @@ def metis_assign(
     """Partition id (int64) of every vertex, by METIS (recursive bisection up to 8 parts)."""
     import pymetis
 
-    n = len(xadj) - 1
-    if num_parts < 1 or num_parts > max(n, 1):
-        raise ArgumentError(f"num_parts: {num_parts} is not in [1, {n}] (the node count)")
-    if num_parts == 1 or n == 0:
-        return np.zeros(n, dtype=np.int64)
+    if (trivial := trivial_parts(xadj, num_parts)) is not None:
+        return trivial
     dtype = np.dtype(getattr(pymetis, "zero_copy_dtype", lambda: np.int64)())
     opts = pymetis.Options(seed=int(seed))
     try:

@@ -138,6 +138,21 @@ def test_parhip_file_is_what_kaminpar_reads(tmp_path) -> None:
         assert kg.node_weight(u) == u + 1
 
 
+@pytest.mark.parametrize("partitioner", ["metis", "kaminpar"])
+def test_partitioners_share_the_trivial_cases_and_the_parts_check(partitioner: str) -> None:
+    from graphrun.partition.kaminpar import kaminpar_assign
+
+    assign = metis_assign if partitioner == "metis" else kaminpar_assign
+    g = community_graph(300, 3000, num_communities=3, seed=1)
+    xadj, adj = symmetric_csr(g.src, g.dst, g.num_nodes)
+    assert assign(xadj, adj, 1).tolist() == [0] * 300
+    empty = np.zeros(1, dtype=np.int64)
+    assert assign(empty, empty[:0], 1).dtype == np.int64
+    for parts in (0, 301):
+        with pytest.raises(ArgumentError, match=f"num_parts: {parts} is not in \\[1, 300\\]"):
+            assign(xadj, adj, parts)
+
+
 def test_kaminpar_cuts_about_as_well_as_metis() -> None:
     from graphrun.partition.kaminpar import kaminpar_assign
 
