@@ -26,6 +26,10 @@ everything here is deterministic.
 Conditions: every phase has a condition of the same name (``Pending`` is ``Created``).
 Entering a phase sets its condition ``True`` and the condition of the phase it leaves
 ``False``; each condition keeps its reason, message and last transition time.
+
+The state is kept as :class:`JobStatus` (a ``msgspec.Struct``, declared once: the
+operator's ``status.workflow``, ``graphrun run``'s ``state.json``); :class:`JobState`
+adds the spec's backoff limit, which the status does not keep.
 """
 
 from __future__ import annotations
