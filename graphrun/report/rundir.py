@@ -4,8 +4,9 @@ What ``graphrun run`` leaves in ``RUN/`` (:mod:`graphrun.machine.roles`) and wha
 part gives the report:
 
 =========================  ==========================================================
-``state.json``             the phase, conditions and failure (:mod:`graphrun.job.workflow`),
-                           and ``jobFile``: the spec, whose plan the report compares with
+``state.json``             the phase, conditions and failure (a
+                           :class:`~graphrun.job.workflow.JobStatus`), and ``jobFile``:
+                           the spec, whose plan the report compares with
 ``metrics.jsonl``          one record per epoch (:mod:`graphrun.train.loop`): loss,
                            metrics, epoch time, the step breakdown per trainer
 ``launch/<m>.json``        which roles machine ``m`` ran (:mod:`graphrun.machine.launch`)
@@ -17,8 +18,8 @@ part gives the report:
 
 A directory without ``state.json`` is not a run directory, and a run that has not
 failed and has no epoch record yet has nothing to show: both are a
-:class:`~graphrun.errors.UserError` naming what is missing. A failed run is read with
-what exists.
+:class:`~graphrun.errors.UserError` naming what is missing, and a ``state.json`` that is
+not a job status one naming the field. A failed run is read with what exists.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from graphrun.errors import SpecError, UserError
+from graphrun.errors import SpecError, UserError, WorkflowError
+from graphrun.job.workflow import Event, EventKind, JobStatus, Phase, state_from_dict
 from graphrun.placement.schedule import Schedule, read_schedules, schedule_file
 
 
@@ -119,19 +121,19 @@ def read_epochs(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return [records[e] for e in sorted(records)], notes
 
 
-def _failure(state: dict[str, Any], statuses: list[dict[str, Any]]) -> Failure | None:
-    if state.get("phase") != "Failed":
+def _failure(status: JobStatus, statuses: list[dict[str, Any]]) -> Failure | None:
+    if status.phase is not Phase.FAILED:
         return None
-    f = state.get("failure") or {}
+    f = status.failure or Event(EventKind.FAIL)
     for s in statuses:  # the worker's own words name the role that failed first
         sf = s.get("failure")
-        if isinstance(sf, dict) and f.get("role") in (None, sf.get("role")):
+        if isinstance(sf, dict) and f.role in (None, sf.get("role")):
             return Failure(
                 str(sf.get("role", "?")), str(sf.get("machine", "?")), sf.get("exit_code"),
                 str(sf.get("reason", "")),
             )  # fmt: skip
-    reason = f.get("message") or f.get("reason") or "the job failed"
-    return Failure(str(f.get("role", "job")), str(f.get("machine", "-")), f.get("exitCode"), reason)
+    reason = f.message or f.reason or "the job failed"
+    return Failure(f.role or "job", f.machine or "-", f.exit_code, reason)
 
 
 def _machines(run: Path) -> tuple[list[Machine], list[dict[str, Any]]]:
@@ -191,24 +193,28 @@ def read_run(path: Path) -> Run:
     if not isinstance(state, dict) or "phase" not in state:
         what = "is not a directory" if not path.is_dir() else "has no readable state.json"
         raise UserError(f"{path}: not a run directory ({what}; graphrun run writes one)")
+    try:
+        status = state_from_dict(state, where=str(path / "state.json"))
+    except WorkflowError as exc:
+        raise UserError(str(exc)) from None
     epochs, notes = read_epochs(path / "metrics.jsonl")
     machines, statuses = _machines(path)
-    failure = _failure(state, statuses)
+    failure = _failure(status, statuses)
     if not epochs and failure is None:
         raise UserError(
             f"{path}: no metrics yet ({path / 'metrics.jsonl'} has no epoch record; "
-            f"the job is {state['phase']})"
+            f"the job is {status.phase.value})"
         )
     job_file = Path(state["jobFile"]) if isinstance(state.get("jobFile"), str) else None
     return Run(
         path=path,
         name=path.name,
-        phase=str(state["phase"]),
+        phase=status.phase.value,
         epochs=tuple(epochs),
         machines=tuple(machines),
         failure=failure,
         plan=_plan(job_file),
         job_file=job_file,
-        restarts=int(state.get("restarts", 0) or 0),
+        restarts=status.restarts,
         notes=tuple(notes),
     )

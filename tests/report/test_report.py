@@ -119,6 +119,25 @@ def test_a_directory_that_is_no_run_and_a_run_without_metrics_are_one_line(tmp_p
     assert "Traceback" not in err and not (run / "report.html").exists()
 
 
+@pytest.mark.parametrize(
+    ("change", "line"),
+    [
+        ({"restarts": "x"}, "restarts: Expected `int`, got `str`"),
+        ({"failure": "boom"}, "failure: Expected `object | null`, got `str`"),
+        ({"phase": "Done"}, "phase: Invalid enum value 'Done'"),
+    ],
+)
+def test_a_malformed_state_file_is_one_line_naming_the_field(tmp_path, capsys, change, line):
+    """A state.json that is not a job status was a ValueError or AttributeError traceback."""
+    run = write_run(tmp_path / "run", phase="Failed", records=RECORDS)
+    state = json.loads((run / "state.json").read_text())
+    (run / "state.json").write_text(json.dumps({**state, **change}))
+    assert main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"graphrun: error: {run / 'state.json'}: {line}\n"
+    assert not (run / "report.html").exists()
+
+
 def test_a_failed_run_renders_what_exists_and_says_where_it_failed(tmp_path, capsys):
     run = write_run(
         tmp_path / "run", "Failed", RECORDS[:2],
