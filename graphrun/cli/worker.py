@@ -11,11 +11,12 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from graphrun.errors import ArgumentError
+from graphrun.machine.stopmark import JOIN_ENV  # "1": --join (a replacement pod)
 
 
 def register(subparsers: Any) -> None:
@@ -64,6 +65,13 @@ def register(subparsers: Any) -> None:
         default=None,
         help="seconds to wait for the stop mark after SIGTERM (default 10)",
     )
+    p.add_argument(
+        "--join",
+        action="store_true",
+        help=f"this machine comes back into a running elastic job (also {JOIN_ENV}=1): start "
+        "only its trainers, which join at the next epoch boundary, and no store servers "
+        "(docs/elastic.md)",
+    )
     p.set_defaults(func=run)
 
 
@@ -100,16 +108,22 @@ def _leave_alone(args: argparse.Namespace, elastic: bool) -> Callable[[], bool] 
     return leave_alone
 
 
+def joins(args: argparse.Namespace, environ: Mapping[str, str]) -> bool:
+    """Whether this machine comes back into a running elastic job: ``--join``, or
+    ``GRAPHRUN_ELASTIC_JOIN=1`` (set by the operator on a replacement pod)."""
+    return bool(args.join) or environ.get(JOIN_ENV, "") == "1"
+
+
 def run(args: argparse.Namespace) -> int:
     from graphrun.machine.process import Supervisor
-    from graphrun.machine.stopmark import JOIN_ENV
     from graphrun.machine.worker import run_machine
 
     if args.stop_mark_wait is not None and not args.stop_mark_wait >= 0:
         raise ArgumentError(f"--stop-mark-wait: {args.stop_mark_wait} is not a number >= 0")
     launch = _launch(args)
-    # a replacement pod of a lost machine (the operator sets it): its trainers only
-    if os.environ.get(JOIN_ENV) == "1":
+    # a replacement pod of a lost machine (the operator sets the variable), or a lost
+    # machine started again by graphrun run (--join): its trainers only
+    if joins(args, os.environ):
         launch = launch.joining()
     stop = threading.Event()
 

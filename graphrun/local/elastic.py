@@ -15,6 +15,11 @@ or once its worker reports a failed role while the job trains (a cut-off trainer
 up), the launcher counts it lost as above and kills every process left of it
 (:func:`kill_tree`), so the job ends without waiting for it and none of its store
 servers goes on taking writes the others never see.
+
+A lost machine is then started again (:class:`Rejoins`, ``runtime.elastic.maxRejoins``
+times at most, a moment after its loss): its worker with ``--join`` runs its trainers
+only, which join the others at their next epoch boundary. Its store servers are not
+started again: their replicas serve, and a new primary would miss what was written since.
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Protocol
 
 import psutil
 
@@ -37,6 +42,7 @@ from graphrun.names import RoleName
 # the states of a machine whose loss the others survive: its trainers started; "left":
 # its worker, told to stop without the job-wide stop mark, killed its roles itself
 SURVIVABLE = ("training", "done", "left")
+REJOIN_DELAY_S = 2.0  # from a machine's loss to its start again (its sockets gone)
 
 
 def can_go_on(machines: int, lost: int, min_machines: int | None) -> bool:
@@ -195,3 +201,86 @@ def cut_link(machine: str) -> str:
     if out.returncode != 0:
         raise HostError(f"{' '.join(down)}: {out.stderr.strip()}")
     return ns
+
+
+class _Stopper(Protocol):
+    def stop(self, roles: Sequence[str] | None = None, grace_s: float | None = None) -> None: ...
+
+
+class Rejoins:
+    """The lost machines a local job starts again to join its trainers at an epoch
+    boundary (``runtime.elastic.maxRejoins``): each at most ``max_rejoins`` times,
+    ``delay_s`` after its loss. One that has not come in when every other machine is done
+    gets ``2 * grace_s + 10`` seconds more, then is stopped and counted lost."""
+
+    def __init__(self, max_rejoins: int, grace_s: float, delay_s: float = REJOIN_DELAY_S) -> None:
+        self.max_rejoins, self.delay_s = max_rejoins, delay_s
+        self.wait_s = 2 * grace_s + 10
+        self.count: dict[str, int] = {}
+        self.pending: dict[str, float] = {}  # machine: when to start it (time.monotonic)
+        self.started: set[str] = set()  # machines started again (their worker has --join)
+        # machines the trainers re-formed without (their "reformed" events): one is started
+        # again only once the others no longer count on it (else the fencing of the
+        # re-form would take its new worker for the lost one)
+        self.reformed: set[str] = set()
+        self._others_done: float | None = None
+
+    def lost(self, machine: str) -> None:
+        """``machine`` was lost: start it again after ``delay_s`` if it has rejoins left."""
+        if self.count.get(machine, 0) < self.max_rejoins:
+            self.pending[machine] = time.monotonic() + self.delay_s
+
+    def seen(self, named: Sequence[str]) -> None:
+        """The trainers re-formed without the machines ``named``."""
+        self.reformed.update(named)
+
+    def due(
+        self, launches: Sequence[MachineLaunch], sink: Sink, busy: Collection[str] = ()
+    ) -> list[MachineLaunch]:
+        """The machines to start again now (each said on the console: ``relaunched``):
+        ``delay_s`` after the loss, once the trainers re-formed without it and its old
+        worker (a role in ``busy``, still running) is gone."""
+        now, out = time.monotonic(), []
+        for launch in launches:
+            m = launch.machine
+            ready = m in self.reformed and f"worker:{m}" not in busy
+            if self.pending.get(m, float("inf")) <= now and ready:
+                del self.pending[m]
+                self.reformed.discard(m)
+                self.count[m] = self.count.get(m, 0) + 1
+                self.started.add(m)
+                event = {
+                    "event": "relaunched", "machine": m, "rejoin": self.count[m],
+                    "max_rejoins": self.max_rejoins, "roles": "trainers (no store servers)",
+                    "time": round(time.time(), 3),
+                }  # fmt: skip
+                sink.write(json.dumps(event) + "\n")
+                sink.flush()
+                out.append(launch)
+        return out
+
+    def skip(self, lost: Collection[str]) -> set[str]:
+        """Machines whose reported failure does not fail the attempt: lost ones, and those
+        started again (their worker's exit decides, :meth:`lost`)."""
+        return set(lost) | self.started
+
+    def finished(self, states: Mapping[str, str], lost: list[str], sup: _Stopper) -> bool:
+        """Whether every machine not lost is done; a machine started again that is not when
+        all the others are is stopped after :attr:`wait_s` and added to ``lost``."""
+        going = [m for m in states if m not in lost]
+        if all(states[m] == "done" for m in going):
+            return True
+        if not all(states[m] == "done" for m in going if m not in self.started):
+            self._others_done = None
+            return False
+        self.pending.clear()  # nobody left to join
+        now = time.monotonic()
+        if self._others_done is None:
+            self._others_done = now
+        if now - self._others_done < self.wait_s:
+            return False
+        for m in going:
+            if states[m] != "done":
+                sup.stop([f"worker:{m}"])
+                lost.append(m)
+        return True

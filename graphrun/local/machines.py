@@ -34,13 +34,20 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import graphrun
 from graphrun.errors import JobFailed
-from graphrun.local.elastic import SURVIVABLE, Fencing, can_go_on, kill_tree, machine_lost_event
+from graphrun.local.elastic import (
+    SURVIVABLE,
+    Fencing,
+    Rejoins,
+    can_go_on,
+    kill_tree,
+    machine_lost_event,
+)
 from graphrun.machine.launch import MachineLaunch
 from graphrun.machine.process import RoleCommand, RoleExit, Sink, Supervisor, lost_a_peer
 from graphrun.machine.stopmark import write_mark
@@ -87,6 +94,7 @@ class LocalMachines:
         python: str = sys.executable,
         interval: float = 0.1,
         elastic_min: int | None = None,
+        max_rejoins: int = 0,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.sink = sink if sink is not None else sys.stdout
@@ -99,6 +107,9 @@ class LocalMachines:
         # runtime.elastic.minMachines: a lost machine's trainers are gone, the others go on
         self.elastic_min = elastic_min
         self.lost: list[str] = []
+        # runtime.elastic.maxRejoins: a lost machine is started again to join at an epoch
+        # boundary (graphrun.local.elastic.Rejoins)
+        self.rejoins = Rejoins(max_rejoins, grace_s)
 
     @staticmethod
     def stop_mark(status_dir: Path) -> Path:
@@ -107,7 +118,9 @@ class LocalMachines:
         without it leaves alone (the others go on), with it checkpoints with the others."""
         return status_dir / "stop"
 
-    def _worker_command(self, launch: MachineLaunch, status_dir: Path) -> RoleCommand:
+    def _worker_command(
+        self, launch: MachineLaunch, status_dir: Path, join: bool = False
+    ) -> RoleCommand:
         plan = launch.write(self.run_dir / "launch" / f"{launch.machine}.json")
         argv = (
             *self.wrap(launch.machine),
@@ -118,6 +131,7 @@ class LocalMachines:
             "--grace", str(self.grace_s),
             # written before any worker is signalled: no update lag to wait for
             "--stop-mark", str(self.stop_mark(status_dir)), "--stop-mark-wait", "0",
+            *(("--join",) if join else ()),
         )  # fmt: skip
         return RoleCommand(f"worker:{launch.machine}", launch.machine, argv, package_env())
 
@@ -158,12 +172,17 @@ class LocalMachines:
                 if changed and on_states is not None:
                     on_states(dict(states))
                 if fencing is not None:
-                    self._fence(launches, states, status_dir, fencing.take(), sup.pids())
+                    named = fencing.take()
+                    self._fence(launches, states, status_dir, named, sup.pids())
+                    self.rejoins.seen(named)
                 ended = self._survive(launches, states, sup.poll())
-                failure = self._failure(status_dir, ended, skip=self.lost)
+                failure = self._failure(status_dir, ended, skip=self.rejoins.skip(self.lost))
                 if failure is not None:
                     raise failure
-                if all(s == "done" for m, s in states.items() if m not in self.lost):
+                for launch in self.rejoins.due(launches, self.sink, sup.running()):
+                    self.lost.remove(launch.machine)  # back: its worker's exit matters again
+                    sup.start(self._worker_command(launch, status_dir, join=True))
+                if self.rejoins.finished(states, self.lost, sup):
                     break
                 if stop.is_set():
                     raise JobFailed("job", "local", None, "stopped by a signal (SIGTERM/Ctrl-C)")
@@ -182,7 +201,9 @@ class LocalMachines:
         self.last_exits = exits
         self.last_pids = self._role_pids(status_dir, launches)
         if failure is not None:
-            first = self._failure(status_dir, [], only_status=True, skip=self.lost)
+            first = self._failure(
+                status_dir, [], only_status=True, skip=self.rejoins.skip(self.lost)
+            )
             if first is not None and not (failure.role == "job" and stop.is_set()):
                 failure = first
             raise failure
@@ -199,12 +220,15 @@ class LocalMachines:
             machine = ex.role.removeprefix("worker:")
             if machine in self.lost:  # fenced: counted when it was
                 continue
-            died = ex.exit_code != 0 and states.get(machine) in SURVIVABLE
+            # a machine started again to re-join may die in any state: it is not needed
+            back = machine in self.rejoins.started
+            died = ex.exit_code != 0 and (back or states.get(machine) in SURVIVABLE)
             if died and can_go_on(len(states), len(self.lost) + 1, self.elastic_min):
                 self.lost.append(machine)
                 event = machine_lost_event(machine, launches, ex.exit_code, self.lost)
                 self.sink.write(json.dumps(event) + "\n")
                 self.sink.flush()
+                self.rejoins.lost(machine)
                 continue
             fatal.append(ex)
         return fatal
@@ -235,6 +259,7 @@ class LocalMachines:
             if not can_go_on(len(states), len(self.lost) + 1, self.elastic_min):
                 continue  # too few left: its failure fails the attempt
             self.lost.append(machine)
+            self.rejoins.lost(machine)
             event = machine_lost_event(machine, launches, None, self.lost, fenced=reason)
             pid = pids.get(f"worker:{machine}")
             if pid is not None:
@@ -257,9 +282,10 @@ class LocalMachines:
         status_dir: Path,
         ended: Sequence[RoleExit],
         only_status: bool = False,
-        skip: Sequence[str] = (),
+        skip: Collection[str] = (),
     ) -> JobFailed | None:
-        """The failure that ends the attempt, if any (``skip``: lost machines)."""
+        """The failure that ends the attempt, if any (``skip``: machines whose reported
+        failures do not: lost, or started again to re-join)."""
         reported = []
         for path in sorted(status_dir.glob("*.json")):
             if path.stem in skip:

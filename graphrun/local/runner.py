@@ -496,6 +496,7 @@ class LocalJob:
         machines = LocalMachines(
             self.paths.run_dir, self.sink, self.opts.grace_s, wrap, self.opts.python,
             elastic_min=elastic.min_machines if elastic is not None else None,
+            max_rejoins=elastic.max_rejoins if elastic is not None else 0,
         )  # fmt: skip
         ready = {"serving", "training", "done"}
 

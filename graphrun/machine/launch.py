@@ -65,18 +65,19 @@ class MachineLaunch(msgspec.Struct, frozen=True, kw_only=True):
 
     def joining(self) -> MachineLaunch:
         """This machine re-joining a running elastic job (a replacement pod started with
-        ``GRAPHRUN_ELASTIC_JOIN=1``): its trainers only, which ask to be admitted at the
-        next epoch boundary. Its store servers are not started again: their partitions'
-        replicas serve, and a new primary would miss every tensor written since it was
-        lost (docs/elastic.md)."""
-        return msgspec.structs.replace(
-            self,
-            roles=tuple(r for r in self.roles if r.kind in ("sampler", "trainer")),
-            # the job runs: its stores serve, or their replicas do for the lost ones
-            # (this machine's among them), which its clients fail over to
-            wait_for=(),
-            replicated=(),
+        ``GRAPHRUN_ELASTIC_JOIN=1``, or ``graphrun worker --join``: a lost machine the
+        local launcher starts again): its samplers and trainers only, the trainers with
+        ``--join``, which ask to be admitted at the next epoch boundary. Its store servers
+        are not started again: their partitions' replicas serve, and a new primary would
+        miss every tensor written since it was lost (docs/elastic.md)."""
+        roles = tuple(
+            msgspec.structs.replace(r, argv=(*r.argv, "--join")) if r.kind == "trainer" else r
+            for r in self.roles
+            if r.kind in ("sampler", "trainer")
         )
+        # the job runs: its stores serve, or their replicas do for the lost ones (this
+        # machine's among them), which its clients fail over to
+        return msgspec.structs.replace(self, roles=roles, wait_for=(), replicated=())
 
     def command(self, role: RoleLaunch) -> RoleCommand:
         """What the supervisor starts for ``role``."""

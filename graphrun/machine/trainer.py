@@ -49,6 +49,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--run-dir", type=Path)
     p.add_argument("--machine", default="", help="the job's name for this machine")
     p.add_argument("--resume", action="store_true")
+    p.add_argument(
+        "--join",
+        action="store_true",
+        help="come into the running trainers' group at their next epoch boundary (a machine "
+        "back after its loss, runtime.elastic; docs/elastic.md)",
+    )
     p.add_argument("--profile", type=Path, help="append per-batch records (JSON lines) here")
     p.add_argument("--aggr", choices=("scatter", "csr"), default="csr")
     p.add_argument("--timeout", type=float, default=300.0, help="rendezvous timeout (s)")
@@ -234,6 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             on_finished=finished,
             stop=stop,
             ps=ps,
+            join=args.join,
         )
         print(
             json.dumps({"event": "traffic", "rank": args.rank, **traffic(ctx.client)}), flush=True

@@ -65,23 +65,27 @@ class DDPConfig:
 
 
 @contextlib.contextmanager
-def process_group(cfg: DDPConfig) -> Iterator[Any]:
+def process_group(cfg: DDPConfig, joining: bool = False) -> Iterator[Any]:
     """Join the trainers' process group for the duration of the block; yields the
     rendezvous store when it is the job's CURVE store (elastic trainers meet there again),
-    else None."""
+    else None. ``joining``: an elastic trainer that comes in later
+    (:meth:`graphrun.train.elastic.Regroup.join`) only gets the store: it neither serves it
+    nor forms the first group."""
     store: Any = None
     with contextlib.ExitStack() as stack:
         if cfg.keys is not None and "://" not in cfg.rendezvous:
             from graphrun.train.rendezvous import key_store
 
+            serve = cfg.rank == 0 and not joining
             store = stack.enter_context(
-                key_store(cfg.rendezvous, cfg.rank, cfg.keys, cfg.timeout_s)
+                key_store(cfg.rendezvous, cfg.rank, cfg.keys, cfg.timeout_s, serve=serve)
             )
-            dist.init_process_group(
-                cfg.resolved_backend, store=store, rank=cfg.rank, world_size=cfg.world_size,
-                timeout=timedelta(seconds=cfg.timeout_s),
-            )  # fmt: skip
-        else:  # torch's own TCP rendezvous would listen on every interface: not here
+            if not joining:
+                dist.init_process_group(
+                    cfg.resolved_backend, store=store, rank=cfg.rank, world_size=cfg.world_size,
+                    timeout=timedelta(seconds=cfg.timeout_s),
+                )  # fmt: skip
+        elif not joining:  # torch's own TCP rendezvous would listen on every interface: not here
             url = cfg.rendezvous if "://" in cfg.rendezvous else f"tcp://{cfg.rendezvous}"
             rdv = parse_rendezvous(url, flag="rendezvous")
             join(rdv, cfg.rank, cfg.world_size, cfg.timeout_s, backend=cfg.resolved_backend)

@@ -32,12 +32,29 @@ The protocol (docs/elastic.md):
    rank) from the steps taken on, the lost trainers' included, and deals them with
    ``node_split`` to the new group (home partitions first, equal counts). The epoch goes
    on from its step; the next epochs split the training nodes over the new group.
+
+**Re-join.** A trainer started in *join mode* (``graphrun worker --join``, or
+``GRAPHRUN_ELASTIC_JOIN=1``: a machine relaunched after its loss, or its replacement)
+takes no part in the first group's rendezvous. It posts ``req/<ident> = "<time> <token>"``
+at the job's *join door* (``<file>.join``, or ``elastic/join/`` keys of the CURVE store)
+and waits. At every epoch boundary the group's rank 0 looks for requests of idents not
+in the group and broadcasts them (one small broadcast); with any, every trainer forms
+generation ``g + 1`` of the members followed by the joiners (same layout as a re-form:
+``g<g>/members`` fixed with a compare-and-set, ``init_process_group`` on ``g<g>/pg``),
+rank 0 answers ``ans/<ident> = "<g>,<epoch>,<token>"`` and the joiner comes in at that
+epoch. The old rank 0 stays rank 0 (joiners come last), so everything is brought over
+from it: the parameters (DDP on the new group), the optimiser's state (its layout first,
+:func:`share_optimizer_layout`: a joiner has none). Once training is over rank 0 writes
+``closed``: a joiner then ends without training.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import socket
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -124,6 +141,7 @@ class EpochWork:
     t0: float = field(default_factory=time.perf_counter)  # the epoch's start
     cpu0: float = field(default_factory=time.process_time)
     reforms: list[dict[str, Any]] = field(default_factory=list)  # the "reformed" events
+    rejoins: list[dict[str, Any]] = field(default_factory=list)  # the "rejoined" events
     # after a re-form: each member's seed nodes for the rest of the epoch (new-rank order)
     plan: list[Tensor] | None = None
     plan_from: int = 0  # ``done`` when ``plan`` was made
@@ -179,11 +197,13 @@ class Regroup:
     """This trainer's view of the elastic group: who is in it, and how to re-form it.
 
     ``base``: the CURVE store of a keyed TCP rendezvous (trainer 0 serves it), or None for
-    a file rendezvous (a fresh file per generation)."""
+    a file rendezvous (a fresh file per generation). ``joining``: this trainer was not in
+    the first group and comes in at an epoch boundary (:meth:`join`)."""
 
     def __init__(
-        self, ddp: DDPConfig, cfg: ElasticConfig, machines: Sequence[str], base: Any = None
-    ) -> None:
+        self, ddp: DDPConfig, cfg: ElasticConfig, machines: Sequence[str], base: Any = None,
+        joining: bool = False,
+    ) -> None:  # fmt: skip
         self.ddp = ddp
         self.cfg = cfg
         self.ident = ddp.rank
@@ -191,6 +211,12 @@ class Regroup:
         self.base = base
         self.members: tuple[int, ...] = tuple(range(ddp.world_size))
         self.generation = 0
+        self.first_world = ddp.world_size  # idents are ranks of the first group
+        self.joining = joining
+        self.joined = False
+        self._door: Any = None
+        self._tokens: dict[int, str] = {}  # rank 0: the pending requests' tokens
+        self._boundary = ""
 
     def home_parts(self, num_parts: int) -> list[int]:
         """Each member's home partition, in new-rank order (as in the first group)."""
@@ -253,14 +279,153 @@ class Regroup:
                 f"lost machine(s) {', '.join(lost)}: {len(left)} left, fewer than "
                 f"runtime.elastic.minMachines ({self.cfg.min_machines}); restarting instead"
             )
-        new = replace(self.ddp, rank=members.index(self.ident), world_size=len(members))
+        self.generation, self.members = gen, tuple(members)
+        self.ddp = self._init(gen, store)
+        return self.ddp
+
+    def lost_since(self, before: Sequence[int]) -> list[int]:
+        return [r for r in before if r not in self.members]
+
+    # ---- re-join at an epoch boundary ---------------------------------------------------
+
+    def door(self) -> Any:
+        """Where joiners ask to come in: the CURVE store's ``elastic/join/`` keys, or the
+        file ``<rendezvous file>.join`` (in the run directory's 0700 rendezvous folder)."""
+        if self._door is None:
+            if self.base is not None:
+                self._door = dist.PrefixStore("elastic/join/", self.base)
+            else:
+                url = self.ddp.rendezvous
+                if not url.startswith("file://"):
+                    raise GraphrunError(
+                        f"cannot join: rendezvous {url!r} is neither a file nor the job's "
+                        "CURVE store"
+                    )
+                self._door = dist.FileStore(f"{url.removeprefix('file://')}.join", -1)
+                self._door.set_timeout(timedelta(seconds=self.ddp.timeout_s))
+        return self._door
+
+    def pending(self, epoch: int) -> dict[int, float]:
+        """Rank 0: the trainers waiting to join (ident: when each asked), at the boundary
+        before ``epoch`` (which is marked, so a waiting joiner knows the group lives).
+        A request is ``"<time> <token>"`` (empty: taken back); it is answered once
+        ``ans/<ident>`` carries its token. Nothing is ever deleted: the CURVE store's
+        keys are reached through a ``PrefixStore``, which cannot delete them."""
+        door = self.door()
+        door.set("boundary", str(epoch).encode())
+        out = {}
+        for r in range(self.first_world):
+            if r in self.members or not door.check([f"req/{r}"]):
+                continue
+            when, _, token = _bytes(door.get(f"req/{r}")).decode().partition(" ")
+            if token and _answer(door, r)[2] != token:
+                out[r] = float(when)
+                self._tokens[r] = token
+        return out
+
+    def agree_joiners(self, epoch: int) -> dict[int, float]:
+        """The joiners every trainer lets in before ``epoch``: rank 0's :meth:`pending`,
+        broadcast (ident: when it asked)."""
+        asked: dict[int, float] = {}
+        if self.ddp.rank == 0:
+            try:
+                asked = self.pending(epoch)
+            except (RuntimeError, ValueError, RpcTimeout) as exc:  # the group goes on as is
+                print(f"elastic: cannot read the join requests ({exc})", file=sys.stderr)
+        t = torch.zeros(self.first_world, dtype=torch.float64)
+        for r, when in asked.items():
+            t[r] = max(when, 1e-9)
+        t = t.to(self.ddp.collective_device)
+        dist.broadcast(t, 0)
+        return {r: float(v) for r, v in enumerate(t.tolist()) if v > 0}
+
+    def grow(self, joiners: Sequence[int], epoch: int) -> DDPConfig:
+        """Form generation ``g + 1`` of the members and ``joiners`` (:meth:`admit`);
+        returns the new config."""
+        gen, store = self.admit(joiners, epoch)
+        with contextlib.suppress(RuntimeError, ValueError):
+            dist.destroy_process_group()
+        self.ddp = self._init(gen, store)
+        return self.ddp
+
+    def admit(self, joiners: Sequence[int], epoch: int) -> tuple[int, Any]:
+        """Fix generation ``g + 1``'s members: the members, then ``joiners`` (new ranks in
+        that order: rank 0 stays rank 0); rank 0 answers the joiners. Returns the new
+        generation and its store; from now on this is the group a re-form starts from."""
+        gen = self.generation + 1
+        store = self._store(gen)
+        members = [*self.members, *sorted(joiners)]
+        mine = ",".join(str(r) for r in members).encode()
+        fixed = _bytes(store.compare_set(f"g{gen}/members", b"", mine)) or mine
+        members = [int(x) for x in fixed.decode().split(",") if x]
+        if self.ddp.rank == 0:
+            door = self.door()
+            for r in joiners:
+                door.set(f"ans/{r}", f"{gen},{epoch},{self._tokens.get(r, '')}".encode())
+        self.generation, self.members = gen, tuple(members)
+        return gen, store
+
+    def join(self, stopped: Callable[[], bool] = lambda: False) -> tuple[DDPConfig, int] | None:
+        """A joiner: ask to come in and wait for the epoch boundary that lets it in
+        (:meth:`admission`); returns its config in the grown group and the epoch it starts
+        with, or None when the trainers finished first or it was told to stop."""
+        got = self.admission(stopped)
+        if got is None:
+            return None
+        gen, epoch, store = got
+        self.ddp = self._init(gen, store)
+        self.joined = True
+        return self.ddp, epoch
+
+    def admission(self, stopped: Callable[[], bool] = lambda: False) -> tuple[int, int, Any] | None:
+        """Ask to come in (``req/<ident>``) and wait for the answer: ``(generation, epoch,
+        its store)`` with the members set, or None once the door is closed or ``stopped()``
+        (SIGTERM: its request is taken back). Raises when no epoch boundary passed for the
+        rendezvous timeout (``ddp.timeout_s``)."""
+        door, me = self.door(), self.ident
+        token = f"{os.getpid()}-{time.time_ns()}"  # tells its answer from an earlier one's
+        door.set(f"req/{me}", f"{time.time()} {token}".encode())
+        deadline = time.monotonic() + self.ddp.timeout_s
+        while _answer(door, me)[2] != token:
+            if door.check(["closed"]):
+                return None
+            if stopped():
+                door.set(f"req/{me}", b"")  # taken back
+                if _answer(door, me)[2] != token:  # unless let in meanwhile: then it comes
+                    return None
+                break
+            if door.check(["boundary"]):
+                mark = _bytes(door.get("boundary")).decode()
+                if mark != self._boundary:  # the group lives: wait on
+                    self._boundary, deadline = mark, time.monotonic() + self.ddp.timeout_s
+            if time.monotonic() > deadline:
+                raise GraphrunError(
+                    f"trainer {me}: asked to join, but the trainers passed no epoch boundary "
+                    f"in {self.ddp.timeout_s:g}s (the rendezvous timeout)"
+                )
+            time.sleep(4 * POLL_S)
+        gen, epoch, _ = _answer(door, me)
+        store = self._store(gen)
+        members = [int(x) for x in _bytes(store.get(f"g{gen}/members")).decode().split(",") if x]
+        if me not in members:
+            raise LeftOut(f"trainer {me}: generation {gen} ({members}) does not include it")
+        self.generation, self.members = gen, tuple(members)
+        return gen, epoch, store
+
+    def close_door(self) -> None:
+        """Rank 0, once training is over: a waiting (or later) joiner ends at once."""
+        with contextlib.suppress(RuntimeError, ValueError, RpcTimeout):
+            self.door().set("closed", b"1")
+
+    def _init(self, gen: int, store: Any) -> DDPConfig:
+        """``init_process_group`` for this trainer in generation ``gen`` (``self.members``)."""
+        new = replace(self.ddp, rank=self.members.index(self.ident), world_size=len(self.members))
         if new.world_size > 1:
             dist.init_process_group(
                 new.resolved_backend, store=dist.PrefixStore(f"g{gen}/pg", store),
                 rank=new.rank, world_size=new.world_size,
                 timeout=timedelta(seconds=self.cfg.timeout_s),
             )  # fmt: skip
-        self.generation, self.members, self.ddp = gen, tuple(members), new
         return new
 
     def check_not_cut_off(self) -> None:
@@ -278,8 +443,13 @@ class Regroup:
                 f"({self.cfg.min_machines - 1}): this machine is cut off; the others go on"
             )
 
-    def lost_since(self, before: Sequence[int]) -> list[int]:
-        return [r for r in before if r not in self.members]
+
+def _answer(door: Any, ident: int) -> tuple[int, int, str]:
+    """``ans/<ident>``: ``(generation, epoch, token)``, or ``(0, 0, "")`` when unset."""
+    if not door.check([f"ans/{ident}"]):
+        return 0, 0, ""
+    gen, epoch, token = _bytes(door.get(f"ans/{ident}")).decode().split(",")
+    return int(gen), int(epoch), token
 
 
 def broadcast_optimizer(opt: torch.optim.Optimizer, ddp: DDPConfig) -> None:
@@ -299,6 +469,61 @@ def broadcast_optimizer(opt: torch.optim.Optimizer, ddp: DDPConfig) -> None:
                     dist.broadcast(t, 0)
                     if t is not v:
                         v.copy_(t)
+
+
+def share_optimizer_layout(opt: torch.optim.Optimizer, ddp: DDPConfig) -> None:
+    """Rank 0's optimiser state layout on every trainer that has no state yet (a joiner):
+    zero tensors of rank 0's shapes and dtypes (Adam's ``step`` included), and rank 0's
+    group settings (``lr``, ...), so that :func:`broadcast_optimizer` then fills them.
+    Two broadcasts (the layout's length, then its JSON bytes); no pickle."""
+    if ddp.world_size == 1:
+        return
+    params = [p for g in opt.param_groups for p in g["params"]]
+    layout = b""
+    if ddp.rank == 0:
+        state = []
+        for i, p in enumerate(params):
+            entry: dict[str, dict[str, Any]] = {}
+            for k, v in opt.state.get(p, {}).items():
+                if isinstance(v, Tensor):
+                    dtype = str(v.dtype).removeprefix("torch.")
+                    entry[k] = {
+                        "shape": list(v.shape),
+                        "dtype": dtype,
+                        "on_param": v.device == p.device,
+                    }
+                elif isinstance(v, int | float | bool):
+                    entry[k] = {"value": v}
+            if entry:
+                state.append([i, entry])
+        groups = [
+            {k: v for k, v in g.items() if k != "params" and isinstance(v, int | float | bool)}
+            for g in opt.param_groups
+        ]
+        layout = json.dumps({"state": state, "groups": groups}).encode()
+    dev = ddp.collective_device
+    n = torch.tensor([len(layout)], dtype=torch.int64, device=dev)
+    dist.broadcast(n, 0)
+    buf = torch.zeros(int(n.item()), dtype=torch.uint8, device=dev)
+    if ddp.rank == 0:
+        buf.copy_(torch.frombuffer(bytearray(layout), dtype=torch.uint8))
+    dist.broadcast(buf, 0)
+    if ddp.rank == 0 or opt.state:
+        return
+    got = json.loads(bytes(buf.cpu().numpy().tobytes()).decode())
+    for group, settings in zip(opt.param_groups, got["groups"], strict=True):
+        group.update(settings)
+    for i, entry in got["state"]:
+        p = params[i]
+        opt.state[p] = {k: _zeros_like_entry(e, p.device) for k, e in entry.items()}
+
+
+def _zeros_like_entry(e: dict[str, Any], device: torch.device) -> Any:
+    """A state value of :func:`share_optimizer_layout`'s layout: zeros, or the value."""
+    if "shape" not in e:
+        return e["value"]
+    where = device if e["on_param"] else torch.device("cpu")
+    return torch.zeros(e["shape"], dtype=getattr(torch, e["dtype"]), device=where)
 
 
 def remaining(orders: Sequence[Tensor], steps_taken: int, batch_size: int) -> Tensor:

@@ -65,6 +65,7 @@ from graphrun.train.elastic import (
     peer_lost,
     plan_rest,
     remaining,
+    share_optimizer_layout,
 )
 from graphrun.train.metrics import MetricsLog, Progress
 from graphrun.train.suspend import Position, StopFlag, gather_position, stop_agreed
@@ -257,6 +258,7 @@ def train_epoch(
         "trainers": [dict(zip(_PARTS, row, strict=True)) for row in rows],
         "world_sizes": work.world_sizes,
         "reforms": work.reforms,
+        "rejoins": work.rejoins,
         **device_stats,
     }
 
@@ -268,12 +270,17 @@ def train_epoch_elastic(
     prof: Profiler,
     timer: AllreduceTimer | None,
     at: Position | None,
+    admit: bool = False,
 ) -> tuple[dict[str, Any], TrainContext, AllreduceTimer | None]:
     """:func:`train_epoch`, re-forming the group without a lost machine and going on
-    (``ctx.elastic``); returns the epoch's result and the context and timer now in use."""
+    (``ctx.elastic``); returns the epoch's result and the context and timer now in use.
+    ``admit``: first let in the trainers waiting to join (an epoch boundary)."""
     work, rest = EpochWork(), None
     while True:
         try:
+            if admit:
+                admit = False  # once: after a failed admission the group re-forms and goes on
+                ctx, timer = _admit(task, ctx, epoch, timer, work)
             return train_epoch(task, ctx, epoch, prof, timer, at, work, rest), ctx, timer
         except Exception as exc:
             if ctx.elastic is None or not peer_lost(exc):
@@ -330,6 +337,67 @@ def _reform(
     return ctx, timer, work.plan[ddp.rank]
 
 
+def _admit(
+    task: Task, ctx: TrainContext, epoch: int, timer: AllreduceTimer | None, work: EpochWork
+) -> tuple[TrainContext, AllreduceTimer | None]:
+    """At the boundary before ``epoch``: let in the trainers waiting to join, if any
+    (:mod:`graphrun.train.elastic`, "Re-join"); returns the context and timer now in use."""
+    reg = ctx.elastic
+    asked = reg.agree_joiners(epoch)
+    if not asked:
+        return ctx, timer
+    ddp = reg.grow(sorted(asked), epoch)
+    ctx = _catch_up(task, replace(ctx, ddp=ddp), wrapped=False)
+    timer = AllreduceTimer.attach(task.model)
+    now = time.time()
+    by_machine: dict[str, list[int]] = {}
+    for r in sorted(asked):
+        by_machine.setdefault(reg.machine_of(r), []).append(r)
+    for machine, idents in sorted(by_machine.items()):
+        event = {
+            "event": "rejoined", "machine": machine, "trainers": idents,
+            "generation": reg.generation, "epoch": epoch, "world_size": ddp.world_size,
+            "machines": sorted({reg.machine_of(r) for r in reg.members}),
+            "waited_s": round(now - min(asked[r] for r in idents), 3), "time": round(now, 3),
+        }  # fmt: skip
+        work.rejoins.append(event)
+        if ctx.is_main:
+            print(json.dumps(event), flush=True)
+    return ctx, timer
+
+
+def _catch_up(task: Task, ctx: TrainContext, wrapped: bool) -> TrainContext:
+    """Every trainer of a group that joiners came into: rank 0's parameters (DDP on the
+    new group broadcasts them; a joiner's ``make_task`` did, ``wrapped``) and optimiser
+    state, and the training nodes split over the new group from the next epoch on."""
+    reg, data = ctx.elastic, cast(Any, ctx.data)
+    task.ctx = ctx
+    if not wrapped:
+        task.model = wrap(unwrap(task.model), ctx.ddp)
+    share_optimizer_layout(task.opt, ctx.ddp)  # type: ignore[arg-type]
+    broadcast_optimizer(task.opt, ctx.ddp)  # type: ignore[arg-type]
+    data.regroup(ctx.rank, ctx.world_size, reg.home_parts(data.book.num_parts))
+    return ctx
+
+
+def _join(ctx: TrainContext) -> tuple[Task, TrainContext, int] | None:
+    """A joiner (``ctx.elastic.joining``): wait to be let in at an epoch boundary, then
+    make the task in the grown group and catch up; returns the task, the context and the
+    epoch to start, or None when the trainers finished first."""
+    reg, stop = ctx.elastic, ctx.stop
+    joined = reg.join(stop.is_set if stop is not None else lambda: False)
+    if joined is None:
+        why = "told to stop" if stop is not None and stop.is_set() else "the trainers finished"
+        print(json.dumps({"event": "join_closed", "trainer": reg.ident, "reason": why}),
+              flush=True)  # fmt: skip
+        return None
+    ddp, epoch = joined
+    ctx = replace(ctx, ddp=ddp)
+    task = make_task(ctx)  # its DDP (on the grown group) takes rank 0's parameters
+    ctx = _catch_up(task, ctx, wrapped=True)
+    return task, ctx, epoch
+
+
 def breakdown(
     trainers: list[dict[str, float]], steps: int, machines: tuple[str, ...]
 ) -> dict[str, Any]:
@@ -375,23 +443,36 @@ def evaluate(task: Task, ctx: TrainContext, final: bool = True) -> dict[str, flo
 def fit(ctx: TrainContext) -> dict[str, Any]:
     """Train a built-in task for ``config.epochs``; returns the last epoch's metrics."""
     torch.manual_seed(ctx.config.seed)
-    task = make_task(ctx)
-    if ctx.is_main:
-        print(json.dumps({"event": "model", **describe(task)}), flush=True)
-    start, at = _resume(task, ctx)
-    if ctx.world_size > 1:
-        barrier()  # rank 0 restores shared embeddings before anyone reads them
-    if ctx.elastic is not None:
-        ctx.elastic.shorten_timeout()  # from now on a silent trainer counts as lost
+    if ctx.elastic is not None and ctx.elastic.joining:
+        joined = _join(ctx)
+        if joined is None:
+            return {}
+        task, ctx, start = joined
+        at: Position | None = None
+    else:
+        task = make_task(ctx)
+        if ctx.is_main:
+            print(json.dumps({"event": "model", **describe(task)}), flush=True)
+        start, at = _resume(task, ctx)
+        if ctx.world_size > 1:
+            barrier()  # rank 0 restores shared embeddings before anyone reads them
+        if ctx.elastic is not None:
+            ctx.elastic.shorten_timeout()  # from now on a silent trainer counts as lost
     prof = Profiler(ctx, task.model)
-    timer = AllreduceTimer.attach(task.model)
+    timer = AllreduceTimer.attach(task.model)  # a joiner's DDP got none yet either
     metric = "auc" if ctx.config.task == "link-prediction" else "acc"
     record: dict[str, Any] = {}
     try:
         for epoch in range(start, ctx.config.epochs):
             try:
                 tr, ctx, timer = train_epoch_elastic(
-                    task, ctx, epoch, prof, timer, at if epoch == start else None
+                    task,
+                    ctx,
+                    epoch,
+                    prof,
+                    timer,
+                    at if epoch == start else None,
+                    admit=ctx.elastic is not None and epoch > start,
                 )
             except _Stopped as stopped:
                 _suspend(task, ctx, stopped.position, record)
@@ -412,12 +493,16 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
                 record["world_sizes"] = tr["world_sizes"]
                 if tr["reforms"]:
                     record["reforms"] = tr["reforms"]
+                if tr["rejoins"]:
+                    record["rejoins"] = tr["rejoins"]
             record.update(breakdown(tr["trainers"], int(tr["steps"]), machines))
             record.update({k: v for k, v in tr.items() if k.startswith(("gpu_", "h2d_"))})
             ctx.metrics.write(record)
             _save(task, ctx, epoch, record)
     finally:
         prof.close()
+        if ctx.elastic is not None and ctx.elastic.ddp.rank == 0:
+            ctx.elastic.close_door()  # a trainer still waiting to join ends at once
     return record
 
 
@@ -454,6 +539,7 @@ def run_training(
     stop: StopFlag | None = None,
     on_finished: Callable[[int], None] | None = None,
     ps: Any = None,
+    join: bool = False,
 ) -> Any:
     """Join the process group, then run the task or the entry point. Returns its result.
 
@@ -462,16 +548,24 @@ def run_training(
     finished (after that barrier), e.g. to stop the job's store servers, and also once
     they stopped on ``stop`` (raising :class:`~graphrun.errors.Suspended` after their
     checkpoint). ``ps`` (:class:`graphrun.train.ps.PSSettings`): the dense parameters
-    live on parameter servers instead of being all-reduced.
+    live on parameter servers instead of being all-reduced. ``join``: this trainer comes
+    into a running elastic group at an epoch boundary instead of forming the first one
+    (:mod:`graphrun.train.elastic`, "Re-join"); ``on_finished(-1)`` if it never came in.
     """
+    if join and (config.elastic is None or config.entry_point is not None or ddp.world_size < 2):
+        raise ArgumentError(
+            "--join: only a built-in task of a job with runtime.elastic and more than one "
+            "trainer joins a running group"
+        )
     metrics = metrics or MetricsLog(
-        config.metrics_file, enabled=ddp.rank == 0, tensorboard_dir=config.tensorboard_dir
-    )
-    group = process_group(ddp) if ddp.world_size > 1 else nullcontext()
+        config.metrics_file, enabled=ddp.rank == 0 and not join,
+        tensorboard_dir=config.tensorboard_dir,
+    )  # fmt: skip
+    group = process_group(ddp, joining=join) if ddp.world_size > 1 else nullcontext()
     with group as store:
         regroup = None
         if config.elastic is not None and ddp.world_size > 1 and config.entry_point is None:
-            regroup = Regroup(ddp, config.elastic, config.machines, store)
+            regroup = Regroup(ddp, config.elastic, config.machines, store, joining=join)
         ctx = TrainContext(config, data, ddp, metrics, graph, stop, ps, regroup)
         try:
             if config.entry_point is not None:
@@ -484,6 +578,10 @@ def run_training(
             raise
         finally:
             metrics.close()
+        if regroup is not None and regroup.joining and not regroup.joined:
+            if on_finished is not None:
+                on_finished(-1)  # it never came in: in no group
+            return result
         now = regroup.ddp if regroup is not None else ddp  # the group it ended in
         if on_finished is not None:
             on_finished(now.rank)

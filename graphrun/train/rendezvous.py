@@ -189,12 +189,16 @@ def _bytes(value: Any) -> bytes:
 
 
 @contextlib.contextmanager
-def key_store(rendezvous: str, rank: int, keys: KeyPair, timeout_s: float) -> Iterator[KeyStore]:
+def key_store(
+    rendezvous: str, rank: int, keys: KeyPair, timeout_s: float, serve: bool | None = None
+) -> Iterator[KeyStore]:
     """The trainers' store at ``host:port``: trainer 0 serves it on that port (every
-    interface: CURVE, not the address, keeps strangers out), every trainer joins it."""
+    interface: CURVE, not the address, keeps strangers out), every trainer joins it.
+    ``serve``: whether this trainer serves it (default: rank 0; never a joiner)."""
     host, _, port = rendezvous.rpartition(":")
     own = KeyPair(keys.public, keys.secret)  # the job's pair, never a shared store's server
-    server = RendezvousServer(f"tcp://*:{port}", own) if rank == 0 else None
+    serving = rank == 0 if serve is None else serve
+    server = RendezvousServer(f"tcp://*:{port}", own) if serving else None
     store = KeyStore(f"tcp://{host}:{port}", own, timeout_s)
     try:
         yield store

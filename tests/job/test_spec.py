@@ -527,6 +527,7 @@ def test_elastic() -> None:
     runtime = {"machines": 3, "replicas": 2, "elastic": {"minMachines": 2}}
     e = parse_job(job(runtime=runtime)).spec.runtime.elastic
     assert e is not None and e.min_machines == 2 and e.timeout_seconds == 60.0
+    assert e.max_rejoins == 2  # a lost machine is started again to re-join, twice at most
 
 
 @pytest.mark.parametrize(
@@ -547,6 +548,16 @@ def test_elastic() -> None:
         (
             {"runtime": {"machines": 2, "replicas": 2, "elastic": {}}},
             "spec.runtime.elastic.minMachines",
+        ),
+        (
+            {
+                "runtime": {
+                    "machines": 2,
+                    "replicas": 2,
+                    "elastic": {"minMachines": 1, "maxRejoins": -1},
+                }
+            },
+            "spec.runtime.elastic.maxRejoins",
         ),
         (
             {

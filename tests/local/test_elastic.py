@@ -137,7 +137,8 @@ def run_with_chaos(
 def test_the_survivors_of_a_lost_machine_go_on_without_a_restart(tmp_path):
     path = small_job(
         tmp_path, nodes=4000, machines=3, epochs=6, batchSize=5, evalEvery=100,
-        runtime={"replicas": 2, "elastic": {"minMachines": 2}},
+        # m1 is not started again (it would join at an epoch boundary: the next test)
+        runtime={"replicas": 2, "elastic": {"minMachines": 2, "maxRejoins": 0}},
     )  # fmt: skip
     opts = RunOptions(grace_s=2.0, profile_dir=tmp_path / "profile")
     job, report, chaos, out = run_with_chaos(path, opts, "m1")
@@ -342,4 +343,53 @@ def test_an_elastic_job_stopped_as_a_whole_still_writes_an_exact_checkpoint(tmp_
     assert ckpt is not None and ckpt.position is not None, out[-3000:]
     assert len(ckpt.position["rng"]) == 3  # every trainer stopped at the same step
     assert ckpt.position["step"] > 0
+
+
+# long enough for m1's trainer to start again (python, torch, the store) before the end:
+# the survivors' epochs of this small graph take about 1.5 s, m1 took 15 s to come back
+# (an idle machine), so it joins near epoch 11: the rest is margin for a busy machine
+EPOCHS = 32
+
+
+@pytest.mark.timeout(500)
+def test_a_lost_machine_comes_back_and_joins_at_an_epoch_boundary(tmp_path):
+    path = small_job(
+        tmp_path, nodes=4000, machines=3, epochs=EPOCHS, batchSize=2, evalEvery=100,
+        runtime={"replicas": 2, "elastic": {"minMachines": 2}},
+    )  # fmt: skip
+    sink = io.StringIO()
+    opts = RunOptions(grace_s=2.0, profile_dir=tmp_path / "profile")
+    job = LocalJob(load_job(path), path, opts, sink=sink)
+    chaos = Chaos(tmp_path / "runs" / "small", sink, "m1")
+    chaos.thread.start()
+    report = job.run()
+    chaos.thread.join(30)
+    assert chaos.error is None, chaos.error
+    assert chaos.killed, "the job ended before the kill: make it longer"
+    out = sink.getvalue()
+    assert report.state.phase == "Succeeded" and report.state.restarts == 0, out[-3000:]
+    assert events(out, "resumed") == []
+    [lost] = events(out, "machine_lost")
+    assert lost["machine"] == "m1"
+    [relaunched] = events(out, "relaunched")
+    assert relaunched["machine"] == "m1" and relaunched["rejoin"] == 1
+    [reformed] = events(out, "reformed")
+    assert reformed["epoch"] == 1 and reformed["world_size"] == 2
+    [rejoined] = events(out, "rejoined")
+    assert events(out, "join_closed") == [], "m1 came back after the last epoch: make it longer"
+    assert rejoined["machine"] == "m1" and rejoined["trainers"] == [1]
+    assert rejoined["epoch"] >= 2 and rejoined["world_size"] == 3
+    assert rejoined["generation"] == 2 and rejoined["machines"] == ["m0", "m1", "m2"]
+    assert chaos.read is not None and np.array_equal(chaos.read, chaos.written)
+    records = [
+        json.loads(x) for x in (tmp_path / "runs/small/metrics.jsonl").read_text().splitlines()
+    ]
+    assert [r["epoch"] for r in records] == list(range(EPOCHS))
+    sizes = [w for r in records for _, w in r["world_sizes"]]
+    # 3, then 2 from the step the group re-formed, then 3 from the epoch m1 came in at
+    came = rejoined["epoch"]
+    assert sizes == [3, 3, 2] + [2] * (came - 2) + [3] * (EPOCHS - came), sizes
+    assert records[came]["rejoins"][0]["machine"] == "m1"
+    assert records[-1]["world_size"] == 3 and records[-1]["test_acc"] > 0.5
+    assert [t["machine"] for t in records[-1]["trainers"]] == ["m0", "m2", "m1"]
     nothing_left(job)

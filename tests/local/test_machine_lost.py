@@ -173,3 +173,64 @@ def test_a_failed_trainer_of_an_elastic_job_loses_its_machine_not_the_attempt(tm
     strict = LocalMachines(tmp_path / "run2", io.StringIO(), grace_s=2.0, elastic_min=3)
     with pytest.raises(JobFailed, match="cut off"):
         strict.run(_fake_launches(tmp_path, codes), deadline=time.monotonic() + 60)
+
+
+def test_a_lost_machine_is_started_again_to_rejoin_at_most_max_rejoins_times(tmp_path):
+    sink = io.StringIO()
+    machines = LocalMachines(tmp_path, sink, elastic_min=2, max_rejoins=2)
+    machines.rejoins.delay_s = 0.0
+    states = {"m0": "training", "m1": "training", "m2": "training"}
+    for n in (1, 2):
+        assert machines._survive(LAUNCHES, states, [_exit("m1", -9)]) == []
+        [back] = machines.rejoins.due(LAUNCHES, sink)
+        assert back.machine == "m1"
+        machines.lost.remove("m1")  # as run() does: its worker's exit matters again
+        event = json.loads(sink.getvalue().splitlines()[-1])
+        assert event["event"] == "relaunched" and event["rejoin"] == n
+        # started again, it may die before its trainers start: still a lost machine
+        states["m1"] = "starting"
+    assert machines._survive(LAUNCHES, states, [_exit("m1", 1)]) == []
+    assert machines.rejoins.due(LAUNCHES, sink) == []  # twice is the most
+    assert machines.rejoins.skip(machines.lost) == {"m1"}  # its reported failure: no end
+    # without rejoins a lost machine stays lost
+    alone = LocalMachines(tmp_path, sink, elastic_min=2)
+    alone.rejoins.delay_s = 0.0
+    assert alone._survive(LAUNCHES, states | {"m1": "training"}, [_exit("m1", -9)]) == []
+    assert alone.rejoins.due(LAUNCHES, sink) == []
+
+
+def test_a_machine_back_runs_its_trainers_only_in_join_mode():
+    back = LAUNCHES[1].joining()
+    assert [r.role for r in back.roles] == ["trainer:1"]
+    assert back.roles[0].argv[-1] == "--join" and back.wait_for == ()
+
+
+def test_a_machine_back_that_never_came_in_is_stopped_once_the_others_are_done(tmp_path):
+    from graphrun.local.elastic import Rejoins
+    from graphrun.machine.process import Supervisor
+
+    rejoins = Rejoins(max_rejoins=1, grace_s=0.0)
+    rejoins.started.add("m1")
+    with Supervisor(tmp_path / "logs", io.StringIO(), grace_s=1.0) as sup:
+        sup.start(RoleCommand("worker:m1", "m1", ("sleep", "60")))
+        states = {"m0": "training", "m1": "training", "m2": "done"}
+        lost: list[str] = []
+        assert not rejoins.finished(states, lost, sup)  # m0 still trains
+        states["m0"] = "done"
+        assert not rejoins.finished(states, lost, sup)  # m1 gets wait_s more
+        rejoins.wait_s = 0.0
+        assert rejoins.finished(states, lost, sup)
+        assert lost == ["m1"] and "worker:m1" in sup.exits()
+        # every machine done: finished at once
+        assert Rejoins(1, 0.0).finished(dict.fromkeys(states, "done"), [], sup)
+
+
+def test_a_worker_joins_with_join_or_the_environment_variable():
+    from graphrun.cli import build_parser
+    from graphrun.cli.worker import JOIN_ENV, joins
+
+    plain = build_parser().parse_args(["worker", "--plan", "m1.json"])
+    flag = build_parser().parse_args(["worker", "--plan", "m1.json", "--join"])
+    assert JOIN_ENV == "GRAPHRUN_ELASTIC_JOIN"  # what the operator sets on a replacement pod
+    assert not joins(plain, {}) and joins(flag, {})
+    assert joins(plain, {JOIN_ENV: "1"}) and not joins(plain, {JOIN_ENV: "0"})

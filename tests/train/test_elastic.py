@@ -126,3 +126,120 @@ def test_a_trainer_that_reaches_too_few_machines_is_the_one_cut_off():
         regroup({}, 3).check_not_cut_off()  # nothing to probe: nothing tells
     finally:
         up.close()
+
+
+def _regroup(rdv: str, ident: int, world: int, joining: bool = False, timeout_s: float = 10.0):
+    from graphrun.train.config import ElasticConfig
+    from graphrun.train.ddp import DDPConfig
+    from graphrun.train.elastic import Regroup
+
+    ddp = DDPConfig(ident, world, rdv, timeout_s=timeout_s)
+    machines = tuple(f"m{r}" for r in range(world))
+    return Regroup(ddp, ElasticConfig(min_machines=1), machines, None, joining=joining)
+
+
+def test_a_joiner_is_let_in_at_an_epoch_boundary_after_the_members(tmp_path):
+    """The join door over a real FileStore: trainer 1 of 3 was lost (the group is 0, 2 in
+    generation 1) and comes back; rank 0 sees its request at the next boundary, fixes
+    generation 2 as the members then the joiner (rank 0 stays rank 0) and answers it."""
+    rdv = f"file://{tmp_path / 'rdv'}"
+    lead = _regroup(rdv, 0, 3)
+    lead.members, lead.generation = (0, 2), 1
+    other = _regroup(rdv, 2, 3)
+    other.members, other.generation = (0, 2), 1
+    lead.ddp = type(lead.ddp)(0, 2, rdv, timeout_s=10.0)
+    other.ddp = type(lead.ddp)(1, 2, rdv, timeout_s=10.0)
+    assert lead.pending(epoch=2) == {}  # nobody asked yet
+    joiner = _regroup(rdv, 1, 3, joining=True)
+    got: dict[str, object] = {}
+    t = threading.Thread(target=lambda: got.update(answer=joiner.admission()))
+    t.start()
+    assert _until(lambda: lead.pending(epoch=2) != {})
+    asked = lead.pending(epoch=2)
+    assert list(asked) == [1] and 0 < time.time() - asked[1] < 30
+    gen, _ = lead.admit(sorted(asked), epoch=2)
+    gen_other, _ = other.admit(sorted(asked), epoch=2)
+    t.join(30)
+    assert gen == gen_other == 2
+    assert lead.members == other.members == (0, 2, 1)  # the joiner last: new rank 2
+    answer = got["answer"]
+    assert isinstance(answer, tuple) and answer[:2] == (2, 2)  # generation 2, from epoch 2
+    assert joiner.members == (0, 2, 1) and joiner.generation == 2
+    assert lead.pending(epoch=3) == {}  # answered: the request is gone
+
+
+def test_a_joiner_ends_at_once_when_the_trainers_finished(tmp_path):
+    rdv = f"file://{tmp_path / 'rdv'}"
+    _regroup(rdv, 0, 2).close_door()
+    joiner = _regroup(rdv, 1, 2, joining=True)
+    assert joiner.admission() is None
+    # an answer left from an earlier admission is not taken for a new one
+    again = _regroup(rdv, 1, 2, joining=True)
+    again.door().set("ans/1", b"1,1,an-earlier-token")
+    assert again.admission() is None
+
+
+def test_a_joiner_told_to_stop_takes_its_request_back(tmp_path):
+    rdv = f"file://{tmp_path / 'rdv'}"
+    lead = _regroup(rdv, 0, 2)
+    lead.members = (0,)
+    assert _regroup(rdv, 1, 2, joining=True).admission(lambda: True) is None
+    assert lead.pending(epoch=1) == {}
+
+
+def test_a_joiner_gives_up_when_no_boundary_passes(tmp_path):
+    from graphrun.errors import GraphrunError
+
+    joiner = _regroup(f"file://{tmp_path / 'rdv'}", 1, 2, joining=True, timeout_s=0.5)
+    with pytest.raises(GraphrunError, match=r"passed no epoch boundary in 0\.5s"):
+        joiner.admission()
+
+
+def _until(cond, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_the_join_door_on_the_jobs_curve_store():
+    """With a TCP rendezvous (Kubernetes) joiners ask at trainer 0's CURVE store."""
+    from graphrun.rpc.auth import new_keypair
+    from graphrun.train.config import ElasticConfig
+    from graphrun.train.ddp import DDPConfig
+    from graphrun.train.elastic import Regroup
+    from graphrun.train.rendezvous import KeyStore, RendezvousServer
+
+    keys = new_keypair()
+    server = RendezvousServer("tcp://127.0.0.1:*", keys)
+    stores = [KeyStore(server.endpoint, keys, timeout_s=10) for _ in range(2)]
+    try:
+        cfg, machines = ElasticConfig(min_machines=1), ("m0", "m1")
+        lead = Regroup(DDPConfig(0, 2, "127.0.0.1:1", timeout_s=10), cfg, machines, stores[0])
+        lead.members = (0,)
+        joiner = Regroup(
+            DDPConfig(1, 2, "127.0.0.1:1", timeout_s=10), cfg, machines, stores[1], joining=True
+        )
+        got: dict[str, object] = {}
+        t = threading.Thread(target=lambda: got.update(answer=joiner.admission()))
+        t.start()
+        assert _until(lambda: lead.pending(epoch=3) != {})
+        lead.ddp = DDPConfig(0, 1, "127.0.0.1:1", timeout_s=10)
+        assert lead.admit([1], epoch=3)[0] == 1
+        t.join(30)
+        answer = got["answer"]
+        assert isinstance(answer, tuple) and answer[:2] == (1, 3)
+        assert joiner.members == (0, 1) and lead.pending(epoch=4) == {}
+        lead.close_door()
+        assert (
+            Regroup(
+                DDPConfig(1, 2, "127.0.0.1:1", timeout_s=10), cfg, machines, stores[1], joining=True
+            ).admission()
+            is None
+        )
+    finally:
+        for s in stores:
+            s.close()
+        server.close()

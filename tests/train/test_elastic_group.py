@@ -72,3 +72,192 @@ def test_below_min_machines_nobody_re_forms(tmp_path):
     got = _run(tmp_path, die=True)
     assert set(got) == {0, 1}
     assert all(str(v).startswith("below: lost machine(s) m2: 2 left") for v in got.values())
+
+
+def _member(rank: int, rdv: str, out: mp.Queue) -> None:
+    try:
+        _member_run(rank, rdv, out)
+    except BaseException as exc:
+        out.put((rank, repr(exc)))
+        raise
+
+
+def _member_run(rank: int, rdv: str, out: mp.Queue) -> None:
+    """Trainer 0 or 2 of a group that lost trainer 1: both took an Adam step; at the
+    boundaries before epochs 1, 2, ... they look for joiners and let trainer 1 back in."""
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    import torch
+
+    from graphrun.train.config import ElasticConfig
+    from graphrun.train.ddp import DDPConfig, all_sum, process_group, wrap
+    from graphrun.train.elastic import Regroup, broadcast_optimizer, share_optimizer_layout
+
+    torch.set_num_threads(1)
+    ddp = DDPConfig(rank, 3, rdv, timeout_s=240)  # processes start far apart when busy
+    cfg = ElasticConfig(min_machines=2, timeout_s=240, settle_s=1.0)
+    with process_group(ddp, joining=True) as store:  # the group of 0 and 2 as generation 0
+        reg = Regroup(ddp, cfg, ("m0", "m1", "m2"), store)
+        reg.members, reg.ddp = (0, 2), DDPConfig(rank // 2, 2, rdv, timeout_s=240)
+        reg._init(0, reg._store(0))
+        model, opt = _model_and_opt(torch, seed=rank)
+        model = wrap(model, reg.ddp)
+        model(torch.ones(1, 4)).sum().backward()
+        opt.step()
+        asked, epoch = {}, 0
+        deadline = time.monotonic() + 240  # the joiner's start (spawn, torch) on a busy machine
+        while not asked and time.monotonic() < deadline:
+            epoch += 1  # an epoch boundary
+            asked = reg.agree_joiners(epoch)
+            time.sleep(0.05)
+        new = reg.grow(sorted(asked), epoch)
+        model = wrap(model.module, new)
+        share_optimizer_layout(opt, new)
+        broadcast_optimizer(opt, new)
+        total = all_sum([float(reg.ident)], new)[0]
+        if new.rank == 0:
+            reg.close_door()
+        out.put((rank, (new.rank, new.world_size, total, reg.members, _opt_state(opt))))
+        torch.distributed.barrier()  # as run_training ends
+
+
+def _joiner(rdv: str, out: mp.Queue) -> None:
+    try:
+        _joiner_run(rdv, out)
+    except BaseException as exc:
+        out.put((1, repr(exc)))
+        raise
+
+
+def _joiner_run(rdv: str, out: mp.Queue) -> None:
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    import torch
+
+    from graphrun.train.config import ElasticConfig
+    from graphrun.train.ddp import DDPConfig, all_sum, process_group, wrap
+    from graphrun.train.elastic import Regroup, broadcast_optimizer, share_optimizer_layout
+
+    torch.set_num_threads(1)
+    time.sleep(1.0)  # the others are in their epochs
+    ddp = DDPConfig(1, 3, rdv, timeout_s=240)
+    cfg = ElasticConfig(min_machines=2, timeout_s=240, settle_s=1.0)
+    with process_group(ddp, joining=True) as store:
+        reg = Regroup(ddp, cfg, ("m0", "m1", "m2"), store, joining=True)
+        joined = reg.join()
+        assert joined is not None
+        new, epoch = joined
+        model, opt = _model_and_opt(torch, seed=99)
+        model = wrap(model, new)
+        assert not opt.state  # a newcomer has none
+        share_optimizer_layout(opt, new)
+        broadcast_optimizer(opt, new)
+        total = all_sum([float(reg.ident)], new)[0]
+        params = [round(float(p.detach().sum()), 5) for p in model.parameters()]
+        out.put((1, (new.rank, new.world_size, total, reg.members, _opt_state(opt), epoch > 0)))
+        out.put(("params", params))
+        torch.distributed.barrier()
+
+
+def _model_and_opt(torch, seed: int):
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(4, 2)
+    return model, torch.optim.Adam(model.parameters(), lr=0.1)
+
+
+def _opt_state(opt) -> list:
+    """Every state value, rounded (tensors as sums), and the groups' lr."""
+    out = []
+    for group in opt.param_groups:
+        out.append(group["lr"])
+        for p in group["params"]:
+            for k, v in opt.state.get(p, {}).items():
+                out.append((k, round(float(v.sum()), 6) if hasattr(v, "sum") else v))
+    return out
+
+
+@pytest.mark.timeout(400)
+def test_a_trainer_joins_at_an_epoch_boundary_with_rank_0s_state(tmp_path):
+    ctx = mp.get_context("spawn")
+    out: mp.Queue = ctx.Queue()
+    rdv = f"file://{tmp_path / 'rdv'}"
+    procs = [ctx.Process(target=_member, args=(r, rdv, out)) for r in (0, 2)]
+    procs.append(ctx.Process(target=_joiner, args=(rdv, out)))
+    for p in procs:
+        p.start()
+    got = dict(out.get(timeout=300) for _ in range(4))
+    for p in procs:
+        p.join(30)
+    # new ranks: the members as they were, the joiner last; the sum of the idents
+    assert got[0][:4] == (0, 3, 3.0, (0, 2, 1)) and got[2][:4] == (1, 3, 3.0, (0, 2, 1))
+    assert got[1][:4] == (2, 3, 3.0, (0, 2, 1)) and got[1][5]
+    # the joiner holds rank 0's Adam state (step included), as the other member does
+    assert got[1][4] == got[0][4] == got[2][4] and ("step", 1.0) in got[0][4]
+
+
+def _member_of_a_failed_growth(rank: int, rdv: str, out: mp.Queue) -> None:
+    try:
+        os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+        import torch
+
+        from graphrun.train.config import ElasticConfig
+        from graphrun.train.ddp import DDPConfig, all_sum, process_group
+        from graphrun.train.elastic import Regroup, peer_lost
+
+        torch.set_num_threads(1)
+        ddp = DDPConfig(rank, 3, rdv, timeout_s=120)
+        cfg = ElasticConfig(min_machines=2, timeout_s=120, settle_s=1.0)
+        with process_group(ddp, joining=True) as store:
+            reg = Regroup(ddp, cfg, ("m0", "m1", "m2"), store)
+            reg.members, reg.ddp = (0, 2), DDPConfig(rank // 2, 2, rdv, timeout_s=120)
+            reg._init(0, reg._store(0))  # the processes start far apart on a busy machine
+            # from now on a missing trainer is waited for 5 s
+            reg.ddp = DDPConfig(rank // 2, 2, rdv, timeout_s=5)
+            reg.cfg = ElasticConfig(min_machines=2, timeout_s=5, settle_s=1.0)
+            asked, epoch = {}, 0
+            deadline = time.monotonic() + 240  # the joiner's start (spawn, torch) on a busy machine
+            while not asked and time.monotonic() < deadline:
+                epoch += 1  # an epoch boundary
+                asked = reg.agree_joiners(epoch)
+                time.sleep(0.05)
+            try:
+                reg.grow(sorted(asked), epoch)
+                out.put((rank, "grew without the joiner"))
+                return
+            except Exception as exc:
+                if not peer_lost(exc):
+                    out.put((rank, f"not a lost peer: {exc!r}"))
+                    return
+            before = reg.members
+            new = reg.reform()  # as the loop does: the members without the missing joiner
+            total = all_sum([float(reg.ident)], new)[0]
+            out.put((rank, (before, reg.members, reg.generation, new.world_size, total)))
+    except BaseException as exc:
+        out.put((rank, repr(exc)))
+        raise
+
+
+def _joiner_that_dies(rdv: str) -> None:
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    from graphrun.train.config import ElasticConfig
+    from graphrun.train.ddp import DDPConfig
+    from graphrun.train.elastic import Regroup
+
+    ddp = DDPConfig(1, 3, rdv, timeout_s=240)
+    reg = Regroup(ddp, ElasticConfig(min_machines=2), ("m0", "m1", "m2"), None, joining=True)
+    reg.admission()  # let in: then gone before the grown group forms
+    os._exit(0)
+
+
+@pytest.mark.timeout(400)
+def test_a_joiner_lost_while_the_group_grows_is_left_out_again(tmp_path):
+    ctx = mp.get_context("spawn")
+    out: mp.Queue = ctx.Queue()
+    rdv = f"file://{tmp_path / 'rdv'}"
+    procs = [ctx.Process(target=_member_of_a_failed_growth, args=(r, rdv, out)) for r in (0, 2)]
+    procs.append(ctx.Process(target=_joiner_that_dies, args=(rdv,)))
+    for p in procs:
+        p.start()
+    got = dict(out.get(timeout=300) for _ in range(2))
+    for p in procs:
+        p.join(30)
+    # generation 1 was to be (0, 2, 1); without trainer 1 the members form generation 2
+    assert got == {r: ((0, 2, 1), (0, 2), 2, 2, 2.0) for r in (0, 2)}, got

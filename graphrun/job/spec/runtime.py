@@ -28,6 +28,15 @@ class ElasticSpec(SpecModel):
         "cut-off one after this, and as long again for the others to gather): more than "
         "the longest a trainer waits for another (a checkpoint, an uneven evaluation)",
     )
+    max_rejoins: int = Field(
+        default=2,
+        ge=0,
+        le=100,
+        description="times graphrun run starts a lost machine again, its trainers only, to "
+        "join the others at their next epoch boundary (0: never; the operator replaces a "
+        "lost pod the same way); its store servers are not started again (their replicas "
+        "serve)",
+    )
 
 
 class RuntimeSpec(SpecModel):
