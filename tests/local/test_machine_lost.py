@@ -182,6 +182,11 @@ def test_a_lost_machine_is_started_again_to_rejoin_at_most_max_rejoins_times(tmp
     states = {"m0": "training", "m1": "training", "m2": "training"}
     for n in (1, 2):
         assert machines._survive(LAUNCHES, states, [_exit("m1", -9)]) == []
+        # not before the trainers re-formed without it (their re-form's fencing would
+        # take its new worker for the lost one), nor while its old worker runs
+        assert machines.rejoins.due(LAUNCHES, sink) == []
+        machines.rejoins.seen(["m1"])
+        assert machines.rejoins.due(LAUNCHES, sink, busy=["worker:m1"]) == []
         [back] = machines.rejoins.due(LAUNCHES, sink)
         assert back.machine == "m1"
         machines.lost.remove("m1")  # as run() does: its worker's exit matters again
@@ -190,12 +195,14 @@ def test_a_lost_machine_is_started_again_to_rejoin_at_most_max_rejoins_times(tmp
         # started again, it may die before its trainers start: still a lost machine
         states["m1"] = "starting"
     assert machines._survive(LAUNCHES, states, [_exit("m1", 1)]) == []
+    machines.rejoins.seen(["m1"])
     assert machines.rejoins.due(LAUNCHES, sink) == []  # twice is the most
     assert machines.rejoins.skip(machines.lost) == {"m1"}  # its reported failure: no end
     # without rejoins a lost machine stays lost
     alone = LocalMachines(tmp_path, sink, elastic_min=2)
     alone.rejoins.delay_s = 0.0
     assert alone._survive(LAUNCHES, states | {"m1": "training"}, [_exit("m1", -9)]) == []
+    alone.rejoins.seen(["m1"])
     assert alone.rejoins.due(LAUNCHES, sink) == []
 
 
