@@ -17,8 +17,8 @@ up), the launcher counts it lost as above and kills every process left of it
 servers goes on taking writes the others never see.
 
 A lost machine is then started again (:class:`Rejoins`, ``runtime.elastic.maxRejoins``
-times at most, a moment after its loss): its worker with ``--join`` runs its trainers
-only, which join the others at their next epoch boundary. Its store servers are not
+times at most, once the trainers re-formed without it): its worker with ``--join`` runs
+its trainers only, which join the others at their next epoch boundary. Its store servers are not
 started again: their replicas serve, and a new primary would miss what was written since.
 """
 
@@ -210,7 +210,7 @@ class _Stopper(Protocol):
 class Rejoins:
     """The lost machines a local job starts again to join its trainers at an epoch
     boundary (``runtime.elastic.maxRejoins``): each at most ``max_rejoins`` times,
-    ``delay_s`` after its loss. One that has not come in when every other machine is done
+    ``delay_s`` after its loss at the earliest, once the trainers re-formed without it. One that has not come in when every other machine is done
     gets ``2 * grace_s + 10`` seconds more, then is stopped and counted lost."""
 
     def __init__(self, max_rejoins: int, grace_s: float, delay_s: float = REJOIN_DELAY_S) -> None:

@@ -199,7 +199,10 @@ def _silent_machine(tmp_path: Path, fault: str, seed: int, hosts: str) -> None:
     machine = random.Random(seed).choice(["m0", "m1", "m2"])
     path = small_job(
         tmp_path, nodes=4000, machines=3, epochs=3, batchSize=5, evalEvery=100,
-        runtime={"replicas": 2, "elastic": {"minMachines": 2, "timeoutSeconds": 10}},
+        # the machine is not started again (it would re-join: its own test, below)
+        runtime={
+            "replicas": 2, "elastic": {"minMachines": 2, "timeoutSeconds": 10, "maxRejoins": 0}
+        },
     )  # fmt: skip
     run_dir = tmp_path / "runs" / "small"
     sink = io.StringIO()
@@ -271,7 +274,8 @@ def test_a_worker_told_to_stop_alone_leaves_and_the_others_go_on(tmp_path):
     machines re-form and finish without a checkpoint or a restart."""
     path = small_job(
         tmp_path, nodes=4000, machines=3, epochs=10, batchSize=5, evalEvery=100,
-        runtime={"replicas": 2, "elastic": {"minMachines": 2}},
+        # m1 is not started again (it would re-join: a test of its own, below)
+        runtime={"replicas": 2, "elastic": {"minMachines": 2, "maxRejoins": 0}},
     )  # fmt: skip
     sink = io.StringIO()
     opts = RunOptions(grace_s=2.0)
