@@ -210,8 +210,9 @@ class _Stopper(Protocol):
 class Rejoins:
     """The lost machines a local job starts again to join its trainers at an epoch
     boundary (``runtime.elastic.maxRejoins``): each at most ``max_rejoins`` times,
-    ``delay_s`` after its loss at the earliest, once the trainers re-formed without it. One that has not come in when every other machine is done
-    gets ``2 * grace_s + 10`` seconds more, then is stopped and counted lost."""
+    ``delay_s`` after its loss at the earliest, once the trainers re-formed without it.
+    One that has not come in when every other machine is done gets ``2 * grace_s + 10``
+    seconds more, then is stopped and counted lost."""
 
     def __init__(self, max_rejoins: int, grace_s: float, delay_s: float = REJOIN_DELAY_S) -> None:
         self.max_rejoins, self.delay_s = max_rejoins, delay_s
