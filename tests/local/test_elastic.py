@@ -361,16 +361,8 @@ def test_a_lost_machine_comes_back_and_joins_at_an_epoch_boundary(tmp_path):
         tmp_path, nodes=4000, machines=3, epochs=EPOCHS, batchSize=2, evalEvery=100,
         runtime={"replicas": 2, "elastic": {"minMachines": 2}},
     )  # fmt: skip
-    sink = io.StringIO()
     opts = RunOptions(grace_s=2.0, profile_dir=tmp_path / "profile")
-    job = LocalJob(load_job(path), path, opts, sink=sink)
-    chaos = Chaos(tmp_path / "runs" / "small", sink, "m1")
-    chaos.thread.start()
-    report = job.run()
-    chaos.thread.join(30)
-    assert chaos.error is None, chaos.error
-    assert chaos.killed, "the job ended before the kill: make it longer"
-    out = sink.getvalue()
+    job, report, chaos, out = run_with_chaos(path, opts, "m1")
     assert report.state.phase == "Succeeded" and report.state.restarts == 0, out[-3000:]
     assert events(out, "resumed") == []
     [lost] = events(out, "machine_lost")
