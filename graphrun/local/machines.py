@@ -53,6 +53,7 @@ from graphrun.machine.process import RoleCommand, RoleExit, Sink, Supervisor, lo
 from graphrun.machine.stopmark import write_mark
 from graphrun.machine.worker import read_status
 from graphrun.names import RoleName
+from graphrun.store.shm import clean_stale
 
 Wrap = Callable[[str], Sequence[str]]  # machine -> command prefix (e.g. ip netns exec NS)
 
@@ -195,6 +196,8 @@ class LocalMachines:
             if sup.running():  # whatever the reason, every machine stops: say so first
                 write_mark(self.stop_mark(status_dir))
             sup.close()
+            if self.lost:  # a lost machine's stores were killed: their segments stay
+                clean_stale()
         # A worker may have reported a failure while being stopped for another reason.
         self._read_states(status_dir, states)
         exits = self._role_exits(status_dir, launches)
