@@ -32,6 +32,7 @@ SUBCOMMANDS = (
     "run",
     "report",
     "worker",
+    "rendezvous",
     "plan",
     "profile",
     "probe",

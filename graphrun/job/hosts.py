@@ -6,12 +6,15 @@ worker and role reads it. It is graphrun's "ip config"::
     {"format": "graphrun-hosts", "version": 1,
      "machines": [{"name": "m0", "address": "127.0.0.1"}, ...],  # + "slots", "gpus"
      "endpoints": {"store:0": "127.0.0.1:41001", "store:0:1": "127.0.0.1:41002", ...},
-     "rendezvous": "127.0.0.1:41100"}
+     "rendezvous": "127.0.0.1:41100"}               # + "rendezvous_external": true
 
 ``endpoints`` maps every listening role to ``host:port``; ``rendezvous`` is where the
 trainers meet (``torch.distributed``): a TCP store on trainer 0's machine (Kubernetes),
 or ``file:///RUN/rendezvous/<attempt>`` when every machine is on this host (the local
 backend: nothing listens for it, only the job's user can reach it).
+``rendezvous_external`` (written only when true): a ``graphrun rendezvous`` process
+serves that TCP store apart (the operator's ``<job>-rendezvous`` pod of an elastic job),
+so no trainer serves it and trainer 0 joins it like the others.
 """
 
 from __future__ import annotations
@@ -42,15 +45,17 @@ class Machine(msgspec.Struct, frozen=True, omit_defaults=True):
     gpus: int | None = None  # its GPUs, when the job uses them (the operator's)
 
 
-class Hosts(msgspec.Struct, frozen=True, kw_only=True):
+class Hosts(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The hosts file: machines in order, listening role -> ``host:port``, and the
-    rendezvous (see the module docstring; :func:`build_hosts` makes one)."""
+    rendezvous (see the module docstring; :func:`build_hosts` makes one). ``format``
+    and ``version`` have no default, so they are always written."""
 
-    format: str = FORMAT
-    version: int = VERSION
+    format: str
+    version: int
     machines: tuple[Machine, ...]
     endpoints: dict[str, str] = {}
     rendezvous: str = ""
+    rendezvous_external: bool = False
 
     def __post_init__(self) -> None:
         if self.format != FORMAT:
@@ -129,6 +134,7 @@ def build_hosts(
     store: Sequence[str] = (),
     slots: bool = False,
     gpus: int = 0,
+    rendezvous: str | None = None,
 ) -> Hosts:
     """The hosts file of a job, for either backend.
 
@@ -147,10 +153,11 @@ def build_hosts(
         Machine(m, a, trainers[m] if slots else None, gpus if slots and gpus else None)
         for m, a in address.items()
     )
-    rdv = placement.get(MAIN_TRAINER, next(iter(address)))
+    rdv = rendezvous or address[placement.get(MAIN_TRAINER, next(iter(address)))]
     return Hosts(
-        machines=machines, endpoints=endpoints, rendezvous=f"{address[rdv]}:{ports[len(listening)]}"
-    )
+        format=FORMAT, version=VERSION, machines=machines, endpoints=endpoints,
+        rendezvous=f"{rdv}:{ports[len(listening)]}", rendezvous_external=rendezvous is not None,
+    )  # fmt: skip
 
 
 def split_endpoint(ep: str) -> tuple[str, int]:

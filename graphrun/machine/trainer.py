@@ -205,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a TCP rendezvous (machines apart) is the job key's CURVE store, not torch's
         ddp = DDPConfig(
             args.rank, world, hosts.rendezvous, backend=args.backend, timeout_s=args.timeout,
-            keys=keys, accelerator=accelerator,
+            keys=keys, accelerator=accelerator, serve_rendezvous=not hosts.rendezvous_external,
         )  # fmt: skip
         # the job's own store servers are stopped by trainer 0 once all trainers finished;
         # a running store the job joined (graph.store) is shared and keeps serving

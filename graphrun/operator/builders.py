@@ -135,9 +135,14 @@ def build_configmap(job: GraphJob, owner: L.Owner, config: L.OperatorConfig) -> 
     }
 
 
-def build_service(owner: L.Owner) -> dict[str, Any]:
+def build_service(owner: L.Owner, rendezvous: bool = False) -> dict[str, Any]:
     """Headless: DNS names for the worker pods, published before they are ready (the
-    workers find each other while starting)."""
+    workers find each other while starting). ``rendezvous``: and for the rendezvous pod
+    of an elastic job (:mod:`.rendezvous`): it selects every pod of the job (a Service
+    selects by equality only; a pod without hostname and subdomain gets no name)."""
+    selector = {L.LABEL_JOB: owner.name}
+    if not rendezvous:
+        selector[L.LABEL_REPLICA] = "worker"
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -145,7 +150,7 @@ def build_service(owner: L.Owner) -> dict[str, Any]:
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": {L.LABEL_JOB: owner.name, L.LABEL_REPLICA: "worker"},
+            "selector": selector,
         },
     }
 

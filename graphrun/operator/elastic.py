@@ -7,13 +7,14 @@ partitions it served are served by their replicas, the other machines' trainers 
 their group by themselves (:mod:`graphrun.train.elastic`). Only if
 
 * at least K worker machines are left after it (lost ones not counted),
-* the pod does not run trainer 0, which serves the job's TCP rendezvous (losing it
-  loses the rendezvous the survivors re-form at),
 * every partition whose primary it served has a replica on a machine not lost in the
   attempt (a replacement starts no store server), and
 * its pod was made again fewer than :data:`MAX_REPLACEMENTS` times in the attempt.
 
 Otherwise the loss fails the attempt as without elastic (the restart policy applies).
+Trainer 0's machine is lost like any other: the job's rendezvous, where the survivors
+re-form, is served by its own pod (:mod:`.rendezvous`), not by trainer 0; losing that
+pod fails the attempt.
 
 Once the lost pod is gone (a failed one is deleted first), the operator makes it again
 under the same name — the name is the machine's DNS name in the job's hosts file — with
@@ -29,7 +30,6 @@ from __future__ import annotations
 from typing import Any
 
 from graphrun.job.spec import GraphJob, job_roles, resolve_placement
-from graphrun.names import MAIN_TRAINER
 from graphrun.operator import queueing as Q
 
 MAX_REPLACEMENTS = 3  # a machine's pod is made again at most this often an attempt
@@ -49,12 +49,6 @@ def uses_stop_mark(job: GraphJob) -> bool:
     return job.spec.runtime.elastic is not None and Q.queue_name(job) is None
 
 
-def rendezvous_machine(job: GraphJob) -> str:
-    """The machine of trainer 0, which serves the job's TCP rendezvous."""
-    names = job.spec.machine_names
-    return resolve_placement(job).get(MAIN_TRAINER, names[0])
-
-
 def why_not_survived(
     job: GraphJob, machine: str, machines: int, lost: int, replaced: int = 0,
     stores_gone: list[str] | None = None,
@@ -67,8 +61,6 @@ def why_not_survived(
     elastic = job.spec.runtime.elastic
     if elastic is None:
         return "runtime.elastic is not set"
-    if machine == rendezvous_machine(job):
-        return f"{machine} runs trainer 0, which serves the rendezvous"
     if replaced >= MAX_REPLACEMENTS:
         return f"{machine}'s pod was made again {replaced} times already"
     gone = [*(stores_gone or ()), machine]

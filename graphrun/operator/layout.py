@@ -14,6 +14,9 @@ For a GraphJob ``NAME`` in namespace ``NS`` the operator owns::
                                   partition rank i, meeting the others at worker 0
                                   (PARTITION_PORT), writing part i to the shared volume
     Pod         NAME-launcher     optional: the user's launcher container
+    Pod         NAME-rendezvous   runtime.elastic only: `graphrun rendezvous`, the trainers'
+                                  CURVE rendezvous served apart from trainer 0, at
+                                  NAME-rendezvous.NAME-workers.NS.svc.<cluster domain>
     PodGroup    NAME              optional: gang scheduling (Volcano / scheduler-plugins)
 
 Relative paths of the spec are taken relative to the shared volume's mount path (the
@@ -131,6 +134,31 @@ def worker_name(job: str, index: int) -> str:
 
 def launcher_name(job: str) -> str:
     return f"{job}-launcher"
+
+
+def rendezvous_name(job: str) -> str:
+    """The pod serving an elastic job's rendezvous apart (``graphrun rendezvous``)."""
+    return f"{job}-rendezvous"
+
+
+def rendezvous_apart(job: GraphJob) -> bool:
+    """Whether the job's rendezvous is served by its own pod (:func:`rendezvous_name`)
+    rather than by trainer 0: an elastic job's (``runtime.elastic``), whose survivors
+    re-form there after a lost machine, trainer 0's included."""
+    return job.spec.runtime.elastic is not None
+
+
+def rendezvous_port(job: GraphJob) -> int:
+    """Where the rendezvous listens: the port after the listening roles'."""
+    return BASE_PORT + len(listening_roles(job))
+
+
+def rendezvous_dns(owner: Owner, config: OperatorConfig) -> str:
+    """The rendezvous pod's DNS name (hostname and subdomain as the worker pods')."""
+    return (
+        f"{rendezvous_name(owner.name)}.{service_name(owner.name)}.{owner.namespace}"
+        f".svc.{config.cluster_domain}"
+    )
 
 
 def network_policy_name(job: str) -> str:
@@ -254,26 +282,29 @@ def rendered_job(job: GraphJob) -> dict[str, Any]:
 def host_plan(job: GraphJob, owner: Owner, config: OperatorConfig) -> Hosts:
     """The hosts file (graphrun.job.hosts): machine -> DNS name of its worker pod in
     machine order with its trainer slots (and GPUs, when the job uses them), listening
-    role -> host:port, and the rendezvous."""
+    role -> host:port, and the rendezvous (the rendezvous pod's, said to be served
+    apart, for an elastic job: :func:`rendezvous_apart`)."""
     names = job.spec.machine_names
     address = {m: worker_dns(owner, i, config) for i, m in enumerate(names)}
     stores = listening_roles(job)
     ports = [BASE_PORT + i for i in range(len(stores) + 1)]
     store = job.spec.graph.store.addresses if job.spec.graph.store is not None else ()
     gpus = job.spec.runtime.machine_gpus or 0
-    return build_hosts(address, resolve_placement(job), stores, ports, store, True, gpus)
+    rdv = rendezvous_dns(owner, config) if rendezvous_apart(job) else None
+    return build_hosts(address, resolve_placement(job), stores, ports, store, True, gpus, rdv)
 
 
 def machine_ports(job: GraphJob, machine_index: int) -> list[tuple[str, int]]:
     """(port name, port) of what listens on a machine: its store and parameter servers,
-    the rendezvous."""
+    the rendezvous (unless its own pod serves it)."""
     machine = job.spec.machine_names[machine_index]
     placement = resolve_placement(job)
     stores = listening_roles(job)
     out = [(_port_name(role, i), BASE_PORT + i) for i, role in enumerate(stores)
            if placement[role] == machine]  # fmt: skip
-    if placement.get(MAIN_TRAINER, job.spec.machine_names[0]) == machine:
-        out.append(("rendezvous", BASE_PORT + len(stores)))
+    main = placement.get(MAIN_TRAINER, job.spec.machine_names[0]) == machine
+    if main and not rendezvous_apart(job):
+        out.append(("rendezvous", rendezvous_port(job)))
     return out
 
 

@@ -71,6 +71,7 @@ from graphrun.operator import builders as B
 from graphrun.operator import elastic as E
 from graphrun.operator import layout as L
 from graphrun.operator import queueing as Q
+from graphrun.operator import rendezvous as RZ
 from graphrun.operator.keys import CurveKeyPair
 from graphrun.operator.observe import Observed, PodView
 from graphrun.operator.status import condition_type, replica_statuses, state_status
@@ -441,7 +442,7 @@ def _ensure_base(run: _Run, keys: CurveKeyPair) -> None:
     builders: dict[str, Any] = {
         "Secret": lambda: B.build_secret(owner, keys) if own_store else None,
         "ConfigMap": lambda: B.build_configmap(job, owner, run.config),
-        "Service": lambda: B.build_service(owner),
+        "Service": lambda: B.build_service(owner, L.rendezvous_apart(job)),
         "NetworkPolicy": lambda: B.build_network_policy(owner),
         "PodGroup": lambda: B.build_podgroup(job, owner),
         "Workload": lambda: B.build_workload(job, owner),
@@ -568,9 +569,12 @@ def _distributing(run: _Run) -> None:
 
 
 def _serving(run: _Run) -> None:
+    rdv = _ensure_rendezvous(run)
     workers = _ensure_workers(run)
-    if workers is None or _pod_problems(run, list(workers.values())):
+    if workers is None or _pod_problems(run, [*workers.values(), *rdv]):
         return
+    if L.rendezvous_apart(run.job) and not any(p.ready for p in rdv):
+        return  # its pod is made with the workers: ready before the trainers need it
     if all(p.ready or p.phase == "Succeeded" for p in workers.values()):
         n = len(workers)
         run.fire(Event(K.SERVERS_READY, message=f"all {n} workers are serving"))
@@ -578,6 +582,8 @@ def _serving(run: _Run) -> None:
 
 def _training(run: _Run) -> None:
     _note_lost_machines(run)
+    if _rendezvous_lost(run):
+        return
     workers = _ensure_workers(run)
     if workers is None:
         return
@@ -712,6 +718,40 @@ def _ensure_workers(run: _Run) -> dict[int, PodView] | None:
     return None if missing else have
 
 
+def _ensure_rendezvous(run: _Run) -> list[PodView]:
+    """The rendezvous pod of an elastic job (:mod:`.rendezvous`), made if missing, as
+    the worker pods are (never while training: losing it then fails the attempt,
+    :func:`_rendezvous_lost`); [] while there is none, or none being kept."""
+    if not L.rendezvous_apart(run.job):
+        return []
+    pods = run.observed.of(RZ.REPLICA)
+    if not pods and run.state.phase is not Phase.TRAINING:
+        run.actions.append(Create(RZ.build_rendezvous(run.job, run.owner, run.config)))
+    return [p for p in pods if not p.deleting]
+
+
+def _rendezvous_lost(run: _Run) -> bool:
+    """While training, a rendezvous pod that failed, ended, is being deleted or
+    disappeared is a failed role ``rendezvous`` (the restart policy applies, as for
+    trainer 0's machine when trainer 0 serves it): the trainers could not re-form."""
+    if not L.rendezvous_apart(run.job):
+        return False
+    pod = next(iter(run.observed.of(RZ.REPLICA)), None)
+    if pod is not None and pod.phase in ("Pending", "Running") and not pod.deleting:
+        return False
+    name = L.rendezvous_name(run.owner.name)
+    code = None
+    if pod is None:
+        message = f"the rendezvous pod {name} disappeared"
+    elif pod.deleting:
+        message = f"the rendezvous pod {name} is being deleted"
+    else:
+        _, _, code, last = pod.failure()
+        message = f"the rendezvous pod {name} {pod.phase.lower()}" + (f": {last}" if last else "")
+    run.fire(Event.role_failed(RZ.REPLICA, name, code, message))
+    return True
+
+
 def _ensure_launcher(run: _Run) -> PodView | None:
     if run.job.spec.replica_specs.launcher is None:
         return None
@@ -724,17 +764,20 @@ def _ensure_launcher(run: _Run) -> PodView | None:
 
 
 def _delete_all_pods(run: _Run, partitioner: bool) -> bool:
-    """Delete worker and launcher pods (and the partitioner Job); True while any remain.
+    """Delete worker and launcher pods, then the rendezvous pod (and the partitioner
+    Job); True while any remain.
     Worker pods that tell a one-pod deletion from a stop of the whole job are first
     annotated ``graphrun.io/stop: job`` and deleted MARK_LEAD after (the kubelet has
     then written the mark to the running pod's annotations file)."""
     left = False
     marks = E.uses_stop_mark(run.job)
+    # the rendezvous pod goes last: the trainers stopping with the job may still meet there
+    others = any(p.replica in ("worker", "launcher") for p in run.observed.pods)
     for p in run.observed.pods:
         if p.replica == "partitioner" and not partitioner:
             continue
         left = True
-        if p.deleting or p.replica == "partitioner":
+        if p.deleting or p.replica == "partitioner" or (p.replica == RZ.REPLICA and others):
             continue
         if marks and p.replica == "worker" and not p.finished:
             if not p.stop_marked:
@@ -797,15 +840,18 @@ def _machine(run: _Run, pod: PodView) -> str:
 
 def _finished(run: _Run) -> None:
     policy = run.job.spec.run_policy
-    if policy.clean_pod_policy != "None":
-        for p in run.observed.pods:
-            if p.deleting:
-                continue
-            if policy.clean_pod_policy == "All" or not p.finished:
-                run.actions.append(Delete("v1", "Pod", p.name))
-        part = run.observed.partitioner
-        if policy.clean_pod_policy == "All" and part is not None and not part.deleting:
-            run.actions.append(Delete("batch/v1", "Job", part.name))
+    for p in run.observed.pods:
+        if p.deleting:
+            continue
+        if p.replica == RZ.REPLICA and not p.finished:  # it never ends by itself
+            run.actions.append(Delete("v1", "Pod", p.name))
+        elif policy.clean_pod_policy == "All" or (
+            policy.clean_pod_policy != "None" and not p.finished
+        ):
+            run.actions.append(Delete("v1", "Pod", p.name))
+    part = run.observed.partitioner
+    if policy.clean_pod_policy == "All" and part is not None and not part.deleting:
+        run.actions.append(Delete("batch/v1", "Job", part.name))
     ttl, done = policy.ttl_seconds_after_finished, run.state.finished_at
     if ttl is not None and done is not None:
         expiry = done + timedelta(seconds=ttl)

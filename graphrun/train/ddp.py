@@ -2,7 +2,8 @@
 
 Trainers rendezvous at the job's address (``hosts.rendezvous``): with the job's key pair
 (``DDPConfig.keys``, what the trainers get on Kubernetes) a CURVE-authenticated store
-served by trainer 0 (:mod:`graphrun.train.rendezvous`) instead of torch's TCPStore, which
+served by trainer 0 or, ``serve_rendezvous=False``, by ``graphrun rendezvous`` apart
+(:mod:`graphrun.train.rendezvous`) instead of torch's TCPStore, which
 answers anyone; without one a TCP store trainer 0 opens on its machine's address only, or
 a file on one host (:mod:`graphrun.partition.rendezvous`). gloo on CPU, NCCL when the
 trainer computes on a CUDA device (``accelerator``, :mod:`graphrun.train.device`).
@@ -39,6 +40,9 @@ class DDPConfig:
     timeout_s: float = 300.0
     keys: KeyPair | None = None  # the job's: a CURVE rendezvous at a "host:port" address
     accelerator: str | None = None  # "cpu", "cuda:i" (graphrun.train.device); None: cpu
+    # trainer 0 serves the CURVE rendezvous; False: `graphrun rendezvous` serves it apart
+    # (hosts.rendezvous_external, the operator's rendezvous pod) and trainer 0 only joins
+    serve_rendezvous: bool = True
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world_size:
@@ -76,7 +80,7 @@ def process_group(cfg: DDPConfig, joining: bool = False) -> Iterator[Any]:
         if cfg.keys is not None and "://" not in cfg.rendezvous:
             from graphrun.train.rendezvous import key_store
 
-            serve = cfg.rank == 0 and not joining
+            serve = cfg.rank == 0 and cfg.serve_rendezvous and not joining
             store = stack.enter_context(
                 key_store(cfg.rendezvous, cfg.rank, cfg.keys, cfg.timeout_s, serve=serve)
             )

@@ -3,15 +3,17 @@
 ``torch.distributed``'s own TCPStore accepts anyone who can connect: a stranger on the
 pod network could read the trainers' addresses, add keys or stall the rendezvous. Here
 trainer 0 serves the store (:class:`RendezvousServer`, a ZeroMQ ROUTER socket made a
-CURVE server with the job's key pair, :func:`graphrun.rpc.auth.secure_server`) and every
-trainer talks to it through :class:`KeyStore`, a ``torch.distributed.Store`` whose
-requests go over a CURVE client socket with the same pair. A peer without the job's
+CURVE server with the job's key pair, :mod:`graphrun.rpc.rendezvous`), or
+``graphrun rendezvous`` serves it apart and no trainer does (``hosts.rendezvous_external``:
+the operator's rendezvous pod of an elastic job). Every trainer talks to it through
+:class:`KeyStore`, a ``torch.distributed.Store`` whose requests go over a CURVE client
+socket with the same pair. A peer without the job's
 secret key fails the CURVE handshake: it gets no answer and changes nothing.
 
 Wire (every message is raw byte frames; nothing is unpickled)::
 
     request  [op, key, arg...]        op: set | get | add | cas | check | del | count
-    reply    [status, value]          status: ok | missing
+    reply    [status, value]          status: ok | missing | error (raised: RemoteError)
 
 ``get`` and ``wait`` poll (the server never blocks on a key), until the store's timeout.
 """
@@ -28,75 +30,13 @@ from typing import Any
 import torch.distributed as dist
 import zmq
 
-from graphrun.errors import RpcTimeout
-from graphrun.rpc.auth import KeyPair, secure_client, secure_server
+from graphrun.errors import RemoteError, RpcTimeout
+from graphrun.rpc.auth import KeyPair, secure_client
+from graphrun.rpc.rendezvous import RendezvousServer
+
+__all__ = ["KeyStore", "RendezvousServer", "key_store"]
 
 POLL_S = 0.02
-
-
-class RendezvousServer:
-    """The key-value table the trainers meet at, served by trainer 0 in a thread."""
-
-    def __init__(self, bind: str, keys: KeyPair) -> None:
-        self._ctx = zmq.Context()
-        self._sock = self._ctx.socket(zmq.ROUTER)
-        self._sock.linger = 0
-        self._auth = secure_server(self._ctx, self._sock, keys, name="rendezvous")
-        self._sock.bind(bind)
-        self.endpoint = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._data: dict[bytes, bytes] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name="rendezvous", daemon=True)
-        self._thread.start()
-
-    def _answer(self, op: bytes, args: list[bytes]) -> list[bytes]:
-        d = self._data
-        if op == b"set":
-            d[args[0]] = args[1]
-        elif op == b"get":
-            return [b"ok", d[args[0]]] if args[0] in d else [b"missing", b""]
-        elif op == b"add":
-            value = int(d.get(args[0], b"0")) + int(args[1])
-            d[args[0]] = str(value).encode()
-            return [b"ok", d[args[0]]]
-        elif op == b"cas":  # compare_set: set to args[2] if it is args[1] (or absent and "")
-            current = d.get(args[0])
-            if (current is None and args[1] == b"") or current == args[1]:
-                d[args[0]] = args[2]
-            return [b"ok", d.get(args[0], args[1])]
-        elif op == b"check":
-            return [b"ok" if all(k in d for k in args) else b"missing", b""]
-        elif op == b"del":
-            return [b"ok" if d.pop(args[0], None) is not None else b"missing", b""]
-        elif op == b"count":
-            return [b"ok", str(len(d)).encode()]
-        else:
-            return [b"error", b"unknown op"]
-        return [b"ok", b""]
-
-    def _serve(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._sock, zmq.POLLIN)
-        while not self._stop.is_set():
-            if not poller.poll(100):
-                continue
-            frames = self._sock.recv_multipart()
-            # [identity, b"", op, args...] from a REQ socket
-            if len(frames) < 3:
-                continue
-            head, op, args = frames[:2], frames[2], frames[3:]
-            try:
-                reply = self._answer(op, args)
-            except (IndexError, ValueError):
-                reply = [b"error", b"malformed request"]
-            self._sock.send_multipart([*head, *reply])
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self._sock.close()
-        self._auth.stop()
-        self._ctx.term()
 
 
 class KeyStore(dist.Store):
@@ -123,6 +63,9 @@ class KeyStore(dist.Store):
                 self._sock.send_multipart(list(frames))
                 if self._sock.poll(int(min(1.0, self._timeout_s) * 1000), zmq.POLLIN):
                     status, value = self._sock.recv_multipart()
+                    if status == b"error":  # malformed, or beyond the table's limits
+                        raise RemoteError(value.decode(errors="replace"),
+                                          address=self._address, kind="rendezvous")  # fmt: skip
                     return status, value
                 self._sock.close()  # a REQ socket waits for its answer: start afresh
                 self._sock = self._connect()

@@ -87,10 +87,16 @@ class Harness:
         self.partitioner_done()
         self.step()
         assert self.phase == "Serving"
-        for w in self.workers():
-            self.ns.set_pod(w, "Running", ready=True)
+        self.all_ready()
         self.step()
         assert self.phase == "Training"
+
+    def all_ready(self) -> None:
+        """Every worker pod (and an elastic job's rendezvous pod) runs and is ready."""
+        for w in self.workers():
+            self.ns.set_pod(w, "Running", ready=True)
+        for p in self.ns.pods("rendezvous"):
+            self.ns.set_pod(p["metadata"]["name"], "Running", ready=True)
 
 
 def test_happy_path() -> None:
@@ -935,22 +941,93 @@ def test_elastic_failed_pod_then_one_loss_too_many_restarts_with_every_pod() -> 
     assert h.status["lostMachines"] is None  # removed from the merge-patched status
     assert h.ns.pod("graphsage-worker-0")["metadata"]["annotations"]["graphrun.io/stop"] == "job"
     h.step(seconds=5)  # worker 0 deleted, marked: it stops with the job, not alone
+    h.step()  # the rendezvous pod goes last, once the workers are gone
+    assert h.ns.pods("rendezvous") == [] and h.phase == "Restarting"
     h.step()
     assert h.phase == "Serving" and h.workers() == [f"graphsage-worker-{i}" for i in range(3)]
 
 
-@pytest.mark.parametrize("min_machines", [2, 3])
-def test_elastic_losing_trainer_0_or_going_below_min_machines_fails_the_attempt(
-    min_machines: int,
-) -> None:
-    h = elastic(min_machines, runPolicy={"backoffLimit": 0})
-    pod = "graphsage-worker-0" if min_machines == 2 else "graphsage-worker-1"
-    h.ns.delete("Pod", pod)
+def test_elastic_going_below_min_machines_fails_the_attempt() -> None:
+    h = elastic(3, runPolicy={"backoffLimit": 0})
+    h.ns.delete("Pod", "graphsage-worker-1")
     h.step()
     assert h.phase == "Failed"
     assert "the worker pod disappeared" in h.cond("Failed")["message"]
     assert "lostMachines" not in h.status
     assert not any(e.reason == "MachineLost" for e in h.ns.events)
+
+
+def test_elastic_losing_trainer_0s_machine_goes_on_and_replaces_it() -> None:
+    """Trainer 0 no longer serves the rendezvous (its own pod does): its machine is lost
+    like any other, the job goes on, and its pod is made again in join mode."""
+    h = elastic(runPolicy={"backoffLimit": 0})
+    assert L.rendezvous_name("graphsage") == "graphsage-rendezvous"
+    h.ns.delete("Pod", "graphsage-worker-0")  # m0 runs trainer 0
+    h.step()
+    assert h.phase == "Training" and h.status["restarts"] == 0
+    (lost,) = h.status["lostMachines"]
+    assert (lost["machine"], lost["replaced"]) == ("m0", True)
+    assert env_of(h.ns.pod("graphsage-worker-0"))["GRAPHRUN_ELASTIC_JOIN"] == "1"
+    assert [p["metadata"]["name"] for p in h.ns.pods("rendezvous")] == ["graphsage-rendezvous"]
+
+
+@pytest.mark.parametrize("how", ["deleted", "deleting", "failed"])
+def test_elastic_losing_the_rendezvous_pod_fails_the_attempt(how: str) -> None:
+    h = elastic(runPolicy={"backoffLimit": 1})
+    name = "graphsage-rendezvous"
+    if how == "deleted":
+        h.ns.delete("Pod", name)
+    elif how == "deleting":
+        h.ns.pod(name)["metadata"]["deletionTimestamp"] = rfc3339(h.ns.now)
+    else:
+        h.ns.set_pod(name, "Failed", exit_code=137, message="OOMKilled")
+    h.step()
+    assert h.phase == "Restarting" and h.status["restarts"] == 1
+    message = h.cond("Restarting")["message"]
+    assert message.startswith("rendezvous on graphsage-rendezvous failed"), message
+    assert "lostMachines" not in h.status or not h.status["lostMachines"]
+    if how == "deleting":
+        h.ns.delete("Pod", name)  # the kubelet is done with it
+    for _ in range(3):  # every pod deleted (workers marked first), then made again
+        h.step(seconds=5)
+    assert h.phase == "Serving"
+    assert [p["metadata"]["name"] for p in h.ns.pods("rendezvous")] == [name]
+    assert h.ns.pod(name)["status"]["phase"] == "Pending"  # a fresh one
+    h.all_ready()
+    h.step()
+    assert h.phase == "Training"
+
+
+def test_elastic_rendezvous_pod_made_with_the_workers_and_waited_for() -> None:
+    runtime = {"machines": 3, "replicas": 2, "elastic": {"minMachines": 2}}
+    h = Harness(partition={"parts": 3}, runtime=runtime)
+    h.step()
+    h.partitioner_done()
+    h.step()
+    assert h.phase == "Serving"
+    (pod,) = h.ns.pods("rendezvous")
+    assert pod["metadata"]["name"] == "graphsage-rendezvous"
+    for w in h.workers():
+        h.ns.set_pod(w, "Running", ready=True)
+    h.step()
+    assert h.phase == "Serving"  # the rendezvous pod is not ready yet
+    h.ns.set_pod("graphsage-rendezvous", "Running", ready=True)
+    h.step()
+    assert h.phase == "Training"
+    for w in h.workers():
+        h.ns.set_pod(w, "Succeeded")
+    h.step()
+    assert h.phase == "Succeeded"  # the rendezvous pod never ends by itself ...
+    assert h.ns.pods("rendezvous") == []  # ... so it is deleted, whatever cleanPodPolicy
+    assert h.workers() == [f"graphsage-worker-{i}" for i in range(3)]  # policy Running
+
+
+def test_a_job_that_is_not_elastic_gets_no_rendezvous_pod() -> None:
+    h = Harness()
+    h.to_training()
+    assert h.ns.pods("rendezvous") == []
+    svc = next(o for o in h.ns.children() if o["kind"] == "Service")
+    assert svc["spec"]["selector"]["graphrun.io/replica-type"] == "worker"
 
 
 def test_elastic_pod_being_deleted_is_lost_at_once() -> None:
@@ -983,12 +1060,13 @@ def test_elastic_lost_machines_are_forgotten_by_the_next_attempt() -> None:
     h.step()
     assert [e["machine"] for e in h.status["lostMachines"]] == ["m2"]
     h.ns.set_pod("graphsage-worker-1", "Failed", exit_code=1)
-    for _ in range(4):  # Restarting (marks, deletes), Serving, Training: merge-patched
+    # Restarting (marks, deletes the workers, then the rendezvous pod), Serving, Training:
+    # merge-patched
+    for _ in range(5):
         old = h.status
         h.step(seconds=5)
         h.status = merge_patch(old, h.status)
-        for w in h.workers():
-            h.ns.set_pod(w, "Running", ready=True)
+        h.all_ready()
     assert h.phase == "Training" and "lostMachines" not in h.status
     h.ns.set_pod("graphsage-worker-0", "Succeeded")
     h.ns.set_pod("graphsage-worker-1", "Succeeded")
