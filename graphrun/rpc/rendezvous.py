@@ -17,7 +17,7 @@ Wire (every message is raw byte frames; nothing is unpickled)::
 Memory is bounded (:class:`Limits`): a key of at most ``max_key`` bytes, a value of at
 most ``max_value``, at most ``max_keys`` keys and ``max_bytes`` of keys and values in
 all; a request beyond them is answered ``error`` and changes nothing, and ZeroMQ drops a
-frame larger than a key and a value (``MAXMSGSIZE``) before it is read.
+frame much larger than a key and a value (``MAXMSGSIZE``) before it is read.
 """
 
 from __future__ import annotations
@@ -60,8 +60,9 @@ class RendezvousServer:
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.linger = 0
-        # a frame larger than a key and a value (and the op) is never read into memory
-        self._sock.maxmsgsize = self.limits.max_key + self.limits.max_value + 64
+        # a frame larger than a key and a value is never read into memory (the margin:
+        # the CURVE handshake's own messages, a few hundred bytes, pass the same check)
+        self._sock.maxmsgsize = self.limits.max_key + self.limits.max_value + 4096
         self._auth = secure_server(self._ctx, self._sock, keys, name="rendezvous")
         try:
             self._sock.bind(bind)

@@ -23,6 +23,7 @@ from graphrun.job.spec import GraphJob, load_job, parse_job
 from graphrun.names import RoleName
 from graphrun.operator import builders as B
 from graphrun.operator import layout as L
+from graphrun.operator import rendezvous as RZ
 from graphrun.operator.keys import CurveKeyPair, curve_public, z85_encode
 from graphrun.operator.policy import check_pod_policy
 from graphrun.operator.probe import build_probe_job, probe_spec
@@ -92,12 +93,24 @@ def queued_job() -> GraphJob:
     return parse_job(d)
 
 
+def rendezvous_job() -> GraphJob:
+    """runtime.elastic: a rendezvous pod serves the trainers' rendezvous apart."""
+    d = yaml.safe_load((ROOT / "examples" / "kubernetes" / "graphsage.yaml").read_text())
+    d["metadata"]["name"] = "elastic"
+    d["spec"]["partition"]["parts"] = 3
+    d["spec"]["runtime"] = {"machines": 3, "replicas": 2, "elastic": {"minMachines": 2}}
+    d["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["tolerations"] = [
+        {"key": "preemptible", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    return parse_job(d)
+
+
 def built(job: GraphJob) -> dict[str, dict[str, Any]]:
     owner = L.Owner(job.name, OWNER.namespace, OWNER.uid)
     out = {
         "secret": B.build_secret(owner, KEYS),
         "configmap": B.build_configmap(job, owner, CONFIG),
-        "service": B.build_service(owner),
+        "service": B.build_service(owner, L.rendezvous_apart(job)),
         "networkpolicy": B.build_network_policy(owner),
         "partitioner": B.build_partitioner(job, owner, CONFIG),
         "worker-0": B.build_worker(job, owner, CONFIG, 0),
@@ -107,6 +120,8 @@ def built(job: GraphJob) -> dict[str, dict[str, Any]]:
         del out["partitioner"]  # never made: the worker pods partition
     if job.spec.replica_specs.launcher:
         out["launcher"] = B.build_launcher(job, owner, CONFIG)
+    if L.rendezvous_apart(job):
+        out["rendezvous"] = RZ.build_rendezvous(job, owner, CONFIG)
     podgroup = B.build_podgroup(job, owner)
     if podgroup:
         out["podgroup"] = podgroup
@@ -121,6 +136,7 @@ JOBS = {
     "planned": planned_job,
     "distributed": distributed_job,
     "queued": queued_job,
+    "elastic": rendezvous_job,
 }
 CASES = [
     (f"{job_name}-{obj}", job_name, obj)
@@ -907,3 +923,60 @@ def test_a_lost_machines_replacement_runs_its_trainers_in_join_mode() -> None:
     assert "readinessProbe" not in c  # no store server of its own
     assert pod["metadata"]["name"] == "graphsage-worker-1" and c["args"][-1] == "--resume"
     kubernetes_validate.validate(pod, K8S, strict=True)
+
+
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+                      "persistentVolumeClaim", "projected", "secret"}  # fmt: skip
+
+
+def test_the_rendezvous_pod_meets_the_restricted_pod_security_standard() -> None:
+    """Pod Security Standards, restricted: non-root, no privilege escalation, every
+    capability dropped, a RuntimeDefault seccomp profile, restricted volume types only."""
+    objs = built(rendezvous_job())
+    pod = objs["rendezvous"]
+    spec = pod["spec"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert spec["securityContext"]["runAsUser"] != 0
+    for c in [*spec["containers"], *spec.get("initContainers", [])]:
+        sc = c["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert "privileged" not in sc and "ports" not in c or all(
+            "hostPort" not in p for p in c["ports"]
+        )
+    for v in spec["volumes"]:
+        assert set(v) - {"name"} <= RESTRICTED_VOLUMES, v
+    assert not any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
+    # only the job's key, read-only; nothing of the shared volume
+    (mount,) = spec["containers"][0]["volumeMounts"]
+    assert mount == {"mountPath": L.KEYS_DIR, "name": "graphrun-keys", "readOnly": True}
+    # the job's NetworkPolicy admits it and admits it only from the job's pods
+    own = objs["networkpolicy"]["spec"]["podSelector"]["matchLabels"]
+    assert own.items() <= pod["metadata"]["labels"].items()
+    # the headless Service gives it a DNS name, which the hosts file points the trainers at
+    selector = objs["service"]["spec"]["selector"]
+    assert selector.items() <= pod["metadata"]["labels"].items()
+    assert spec["subdomain"] == objs["service"]["metadata"]["name"]
+    hosts = json.loads(objs["configmap"]["data"]["hosts.json"])
+    host, port = hosts["rendezvous"].rsplit(":", 1)
+    assert host == f"{spec['hostname']}.{spec['subdomain']}.ml.svc.cluster.local"
+    assert hosts["rendezvous_external"] is True
+    assert spec["containers"][0]["ports"][0]["containerPort"] == int(port)
+    assert f"tcp://*:{port}" in spec["containers"][0]["command"]
+    # no worker pod listens on the rendezvous port any more
+    for name in ("worker-0", "worker-1-resume"):
+        (main,) = objs[name]["spec"]["containers"]
+        assert int(port) not in [p["containerPort"] for p in main.get("ports", [])]
+    # the user's tolerations (where the workers may run) are kept
+    assert spec["tolerations"] == [
+        {"key": "preemptible", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+
+
+def test_a_job_that_is_not_elastic_keeps_trainer_0_serving_the_rendezvous() -> None:
+    objs = built(example())
+    hosts = json.loads(objs["configmap"]["data"]["hosts.json"])
+    assert "rendezvous_external" not in hosts
+    assert hosts["rendezvous"].startswith("graphsage-worker-0.")
+    assert "rendezvous" not in objs
