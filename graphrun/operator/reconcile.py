@@ -843,11 +843,10 @@ def _finished(run: _Run) -> None:
     for p in run.observed.pods:
         if p.deleting:
             continue
-        if p.replica == RZ.REPLICA and not p.finished:  # it never ends by itself
-            run.actions.append(Delete("v1", "Pod", p.name))
-        elif policy.clean_pod_policy == "All" or (
+        cleaned = policy.clean_pod_policy == "All" or (
             policy.clean_pod_policy != "None" and not p.finished
-        ):
+        )
+        if cleaned or (p.replica == RZ.REPLICA and not p.finished):  # it never ends itself
             run.actions.append(Delete("v1", "Pod", p.name))
     part = run.observed.partitioner
     if policy.clean_pod_policy == "All" and part is not None and not part.deleting:
