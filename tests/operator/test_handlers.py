@@ -784,6 +784,19 @@ async def test_parameter_servers_get_their_planned_worker_pod(cluster: Cluster) 
     await eventually(phase_is(c, "Succeeded"))
 
 
+async def elastic_training(c: Cluster) -> list[str]:
+    """An elastic job to Training: partitioned, its 3 worker pods and its rendezvous pod
+    running and ready; returns the worker pods' names."""
+    await eventually(lambda: c.names("Pod", "partitioner"))
+    await c.finish_partitioner()
+    workers = await eventually(n_workers(c, 3))
+    (rdv,) = await eventually(lambda: c.names("Pod", "rendezvous"))
+    for w in [*workers, rdv]:
+        await c.set_pod(w, "Running", ready=True)
+    await eventually(phase_is(c, "Training"))
+    return list(workers)
+
+
 async def test_elastic_job_goes_on_without_a_deleted_worker_pod(cluster: Cluster) -> None:
     """runtime.elastic: worker 1's pod deleted while the job trains is a lost machine:
     reported, not made again, and the job succeeds once the other workers finish."""
@@ -792,12 +805,7 @@ async def test_elastic_job_goes_on_without_a_deleted_worker_pod(cluster: Cluster
     doc["spec"]["partition"]["parts"] = 3
     doc["spec"]["runtime"].update(machines=3, replicas=2, elastic={"minMachines": 2})
     await c.create_graphjob(doc)
-    await eventually(lambda: c.names("Pod", "partitioner"))
-    await c.finish_partitioner()
-    workers = await eventually(n_workers(c, 3))
-    for w in workers:
-        await c.set_pod(w, "Running", ready=True)
-    await eventually(phase_is(c, "Training"))
+    workers = await elastic_training(c)
     await c.delete(f"{PATHS['Pod']}/graphsage-worker-1")
 
     async def lost() -> list[dict[str, Any]]:
@@ -840,12 +848,7 @@ async def test_elastic_job_suspended_annotates_its_pods_before_deleting_them(
     doc["spec"]["partition"]["parts"] = 3
     doc["spec"]["runtime"].update(machines=3, replicas=2, elastic={"minMachines": 2})
     await c.create_graphjob(doc)
-    await eventually(lambda: c.names("Pod", "partitioner"))
-    await c.finish_partitioner()
-    workers = await eventually(n_workers(c, 3))
-    for w in workers:
-        await c.set_pod(w, "Running", ready=True)
-    await eventually(phase_is(c, "Training"))
+    workers = await elastic_training(c)
     seen: dict[str, dict[str, str]] = {}  # each pod's annotations when last seen
     done = threading.Event()
 
@@ -868,3 +871,43 @@ async def test_elastic_job_suspended_annotates_its_pods_before_deleting_them(
         assert seen[w].get("graphrun.io/stop") == "job", (w, seen[w])
         assert seen[w].get("graphrun.io/stop-at"), seen[w]  # deleted MARK_LEAD after it
     assert (await c.status())["phase"] == "Suspended"
+
+
+async def test_elastic_job_survives_trainer_0s_pod_not_its_rendezvous_pod(
+    cluster: Cluster,
+) -> None:
+    """The rendezvous is served by its own pod: losing trainer 0's worker pod is a lost
+    machine the job goes on without (made again, in join mode); losing the rendezvous
+    pod fails the attempt (backoffLimit 0: the job)."""
+    c = cluster
+    doc = example()
+    doc["spec"]["partition"]["parts"] = 3
+    doc["spec"]["runtime"].update(machines=3, replicas=2, elastic={"minMachines": 2})
+    await c.create_graphjob(doc)
+    await elastic_training(c)
+    svc = await c.get(f"{PATHS['Service']}/graphsage-workers")
+    assert svc["spec"]["selector"] == {L.LABEL_JOB: "graphsage"}  # its DNS name too
+    config = await c.get(f"{PATHS['ConfigMap']}/graphsage-config")
+    hosts = json.loads(config["data"]["hosts.json"])
+    assert hosts["rendezvous"].startswith("graphsage-rendezvous.graphsage-workers.ml.svc.")
+    assert hosts["rendezvous_external"] is True
+    await c.delete(f"{PATHS['Pod']}/graphsage-worker-0")  # m0 runs trainer 0
+
+    async def lost() -> list[dict[str, Any]]:
+        return list((await c.status()).get("lostMachines") or [])
+
+    (entry,) = await eventually(lost)
+    assert (entry["machine"], entry["replaced"]) == ("m0", True)
+    await eventually(n_workers(c, 3))
+    status = await c.status()
+    assert status["phase"] == "Training" and status["restarts"] == 0
+    await c.delete(f"{PATHS['Pod']}/graphsage-rendezvous")
+    await eventually(phase_is(c, "Failed"))
+    failed = next(x for x in (await c.status())["conditions"] if x["type"] == "Failed")
+    assert "rendezvous on graphsage-rendezvous failed" in failed["message"]
+    assert "the rendezvous pod graphsage-rendezvous disappeared" in failed["message"]
+
+    async def pods_gone() -> bool:  # cleanPodPolicy Running: the workers and it go
+        return await c.names("Pod", "worker") == [] and await c.names("Pod", "rendezvous") == []
+
+    await eventually(pods_gone)
