@@ -62,6 +62,11 @@ class Hosts(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             raise ValueError(f"field 'format' must be {FORMAT!r}")
         if self.version != VERSION:
             raise ValueError(f"field 'version' is {self.version!r}, not {VERSION}")
+        if self.rendezvous_external and ("://" in self.rendezvous or ":" not in self.rendezvous):
+            raise ValueError(
+                f"field 'rendezvous_external': true needs a host:port rendezvous served "
+                f"apart, not {self.rendezvous!r}"
+            )
         for role, ep in self.endpoints.items():
             try:
                 RoleName.parse(role)
