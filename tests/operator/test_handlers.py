@@ -805,7 +805,7 @@ async def test_elastic_job_goes_on_without_a_deleted_worker_pod(cluster: Cluster
     doc["spec"]["partition"]["parts"] = 3
     doc["spec"]["runtime"].update(machines=3, replicas=2, elastic={"minMachines": 2})
     await c.create_graphjob(doc)
-    workers = await elastic_training(c)
+    await elastic_training(c)
     await c.delete(f"{PATHS['Pod']}/graphsage-worker-1")
 
     async def lost() -> list[dict[str, Any]]:
