@@ -501,6 +501,7 @@ def _partition_on_workers(run: _Run) -> None:
     """partition.mode distributed: every worker pod runs its partition rank first (its
     init container), then serves; partitioned once every pod's rank has finished."""
     workers = _ensure_workers(run)
+    _ensure_rendezvous(run)  # made with the worker pods, watched once they serve
     if workers is None:
         return
     pods = list(workers.values())
@@ -570,6 +571,8 @@ def _distributing(run: _Run) -> None:
 
 def _serving(run: _Run) -> None:
     rdv = _ensure_rendezvous(run)
+    if _rendezvous_lost(run, missing_ok=True):
+        return
     workers = _ensure_workers(run)
     if workers is None or _pod_problems(run, [*workers.values(), *rdv]):
         return
@@ -730,13 +733,15 @@ def _ensure_rendezvous(run: _Run) -> list[PodView]:
     return [p for p in pods if not p.deleting]
 
 
-def _rendezvous_lost(run: _Run) -> bool:
-    """While training, a rendezvous pod that failed, ended, is being deleted or
-    disappeared is a failed role ``rendezvous`` (the restart policy applies, as for
-    trainer 0's machine when trainer 0 serves it): the trainers could not re-form."""
+def _rendezvous_lost(run: _Run, missing_ok: bool = False) -> bool:
+    """A rendezvous pod that failed, ended, is being deleted or disappeared (``missing_ok``:
+    not made yet is fine) is a failed role ``rendezvous`` (the restart policy applies, as
+    for trainer 0's machine when trainer 0 serves it): the trainers could not re-form."""
     if not L.rendezvous_apart(run.job):
         return False
     pod = next(iter(run.observed.of(RZ.REPLICA)), None)
+    if pod is None and missing_ok:
+        return False
     if pod is not None and pod.phase in ("Pending", "Running") and not pod.deleting:
         return False
     name = L.rendezvous_name(run.owner.name)
@@ -747,7 +752,7 @@ def _rendezvous_lost(run: _Run) -> bool:
         message = f"the rendezvous pod {name} is being deleted"
     else:
         _, _, code, last = pod.failure()
-        message = f"the rendezvous pod {name} {pod.phase.lower()}" + (f": {last}" if last else "")
+        message = f"the rendezvous pod {name} ended ({pod.phase})" + (f": {last}" if last else "")
     run.fire(Event.role_failed(RZ.REPLICA, name, code, message))
     return True
 

@@ -17,7 +17,10 @@ Wire (every message is raw byte frames; nothing is unpickled)::
 Memory is bounded (:class:`Limits`): a key of at most ``max_key`` bytes, a value of at
 most ``max_value``, at most ``max_keys`` keys and ``max_bytes`` of keys and values in
 all; a request beyond them is answered ``error`` and changes nothing, and ZeroMQ drops a
-frame much larger than a key and a value (``MAXMSGSIZE``) before it is read.
+frame much larger than a key and a value (``MAXMSGSIZE``) before it is read. Requests
+waiting to be read are bounded by ZeroMQ's receive high-water mark (:data:`RCVHWM` a
+peer), and a peer that does not finish the CURVE handshake within 5 s is dropped (as by
+the store servers, :data:`graphrun.rpc.transport.HANDSHAKE_MS`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ import zmq
 
 from graphrun.errors import ArgumentError
 from graphrun.rpc.auth import KeyPair, secure_server
+from graphrun.rpc.transport import HANDSHAKE_MS
+
+RCVHWM = 1000  # requests queued a peer, at most
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,8 @@ class RendezvousServer:
         # a frame larger than a key and a value is never read into memory (the margin:
         # the CURVE handshake's own messages, a few hundred bytes, pass the same check)
         self._sock.maxmsgsize = self.limits.max_key + self.limits.max_value + 4096
+        self._sock.rcvhwm = RCVHWM
+        self._sock.handshake_ivl = HANDSHAKE_MS
         self._auth = secure_server(self._ctx, self._sock, keys, name="rendezvous")
         try:
             self._sock.bind(bind)

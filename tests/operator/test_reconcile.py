@@ -1022,6 +1022,19 @@ def test_elastic_rendezvous_pod_made_with_the_workers_and_waited_for() -> None:
     assert h.workers() == [f"graphsage-worker-{i}" for i in range(3)]  # policy Running
 
 
+def test_elastic_rendezvous_pod_that_ended_while_serving_fails_the_attempt() -> None:
+    runtime = {"machines": 3, "replicas": 2, "elastic": {"minMachines": 2}}
+    h = Harness(partition={"parts": 3}, runtime=runtime, runPolicy={"backoffLimit": 0})
+    h.step()
+    h.partitioner_done()
+    h.step()
+    h.ns.set_pod("graphsage-rendezvous", "Succeeded")  # it never ends by itself
+    h.step()
+    assert h.phase == "Failed"
+    message = h.cond("Failed")["message"]
+    assert "the rendezvous pod graphsage-rendezvous ended (Succeeded)" in message, message
+
+
 def test_a_job_that_is_not_elastic_gets_no_rendezvous_pod() -> None:
     h = Harness()
     h.to_training()
