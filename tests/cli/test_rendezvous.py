@@ -193,3 +193,19 @@ def test_trainers_form_and_re_form_without_trainer_0_through_it(tmp_path: Path) 
         if server.poll() is None:
             server.kill()
             server.communicate()
+
+
+def test_a_port_in_use_is_one_line(tmp_path: Path, capsys) -> None:
+    import socket
+
+    key = tmp_path / "job.key"
+    generate_keys(key)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = ["rendezvous", "--bind", f"tcp://127.0.0.1:{port}", "--key-file", str(key)]
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"graphrun: error: --bind: cannot bind 'tcp://127.0.0.1:{port}'")
+    assert err.count("\n") == 1
