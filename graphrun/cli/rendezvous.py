@@ -66,7 +66,10 @@ def run(args: argparse.Namespace) -> int:
     keys = load_keys(args.key_file)
     limits = Limits(args.max_keys, args.max_key, args.max_value, args.max_mb << 20)
     # the job's own pair, never a running store's server key (as the trainers' key_store)
-    server = RendezvousServer(args.bind, KeyPair(keys.public, keys.secret), limits)
+    try:
+        server = RendezvousServer(args.bind, KeyPair(keys.public, keys.secret), limits)
+    except ArgumentError as exc:  # the port is taken, the address is not this host's
+        raise ArgumentError(f"--bind: {exc}") from None
     stop = {"signal": 0}
 
     def on_signal(signum: int, frame: Any) -> None:

@@ -78,7 +78,7 @@ class RendezvousServer:
             self._sock.close()
             self._auth.stop()
             self._ctx.term()
-            raise ArgumentError(f"--bind: cannot bind {bind!r} ({exc})") from None
+            raise ArgumentError(f"cannot bind {bind!r} ({exc})") from None
         self.endpoint = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._data: dict[bytes, bytes] = {}
         self._bytes = 0
