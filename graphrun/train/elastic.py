@@ -196,9 +196,10 @@ def agree_members(
 class Regroup:
     """This trainer's view of the elastic group: who is in it, and how to re-form it.
 
-    ``base``: the CURVE store of a keyed TCP rendezvous (trainer 0 serves it), or None for
-    a file rendezvous (a fresh file per generation). ``joining``: this trainer was not in
-    the first group and comes in at an epoch boundary (:meth:`join`)."""
+    ``base``: the CURVE store of a keyed TCP rendezvous (trainer 0 or ``graphrun
+    rendezvous`` serves it), or None for a file rendezvous (a fresh file per generation).
+    ``joining``: this trainer was not in the first group and comes in at an epoch
+    boundary (:meth:`join`)."""
 
     def __init__(
         self, ddp: DDPConfig, cfg: ElasticConfig, machines: Sequence[str], base: Any = None,
