@@ -45,8 +45,13 @@ _NAME = re.compile(r"^graphrun-(\d+)-(\d+)-[0-9a-f]+\.\d+$")
 
 
 def _start_ms(pid: int) -> int | None:
+    """When ``pid`` started (ms), or None if it is gone or a zombie: a store killed with
+    its machine stays one until reaped, and its parent died too (PID 1 may never do it)."""
     try:
-        return int(psutil.Process(pid).create_time() * 1000)
+        p = psutil.Process(pid)
+        if p.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return int(p.create_time() * 1000)
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return None
 

@@ -68,7 +68,8 @@ def test_raising_trainer_fails_the_job_and_leaves_nothing(tmp_path):
     job, _ = run(path)
     with pytest.raises(JobFailed) as info:
         job.run()
-    assert (info.value.role, info.value.host, info.value.exit_code) == ("trainer:1", "m1", 1)
+    blamed = (info.value.role, info.value.host, info.value.exit_code)
+    assert blamed == ("trainer:1", "m1", 1), str(info.value)
     assert "boom on purpose" in str(info.value)
     # what the failed entry point left open was closed before its process ended
     unclosed = tmp_path / "runs" / "small" / "unclosed.txt"

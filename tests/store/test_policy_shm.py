@@ -1,8 +1,10 @@
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
+import psutil
 import pytest
 
 from graphrun.errors import ArgumentError
@@ -78,3 +80,30 @@ def test_mapped_segments_hold_no_file_descriptor(tmp_path):
     gc.collect()
     store.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_dead_owner_not_yet_reaped_is_dead(tmp_path):
+    """A store killed with its machine is a zombie until someone reaps it (its parent
+    died too: PID 1 may never do it); its segments are stale all the same."""
+    code = (
+        "import sys; from graphrun.store.shm import SegmentStore; from pathlib import Path;"
+        "s = SegmentStore(Path(sys.argv[1])); print(s.create('int8', (4,))[0], flush=True);"
+        "sys.stdin.read()"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path)], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert child.stdout is not None and child.stdin is not None
+    seg = child.stdout.readline().strip()
+    assert owner_alive(seg)
+    child.stdin.close()  # it exits; not waited for, so a zombie
+    deadline = time.monotonic() + 30
+    while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    try:
+        assert not owner_alive(seg)
+        assert clean_stale(tmp_path) == [seg]
+    finally:
+        child.wait()
