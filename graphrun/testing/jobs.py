@@ -199,10 +199,17 @@ def raise_on_rank_1(ctx: Any) -> None:
     file open: it is flushed when the failure is over, as Python's exit would."""
     import time
 
+    here = Path(ctx.config.metrics_file).parent
     if ctx.rank == 1:
-        note = open(Path(ctx.config.metrics_file).parent / "unclosed.txt", "w")  # noqa: SIM115
+        # trainer 0 in its entry point first: a peer still forming the process group
+        # when this one dies may blame its own failure on it (a race of its own)
+        deadline = time.monotonic() + 60
+        while not (here / "rank0-waiting").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        note = open(here / "unclosed.txt", "w")  # noqa: SIM115
         note.write("written before the error\n")
         raise RuntimeError("boom on purpose")
+    (here / "rank0-waiting").touch()
     time.sleep(120)
 
 
