@@ -60,3 +60,21 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
             yield
         finally:
             fcntl.flock(alone, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def _children_before_the_test() -> Iterator[None]:
+    """The descendants alive when a test begins are not its own (``no_children``)."""
+    import psutil
+
+    from graphrun.testing import jobs
+
+    before = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            before.add((p.pid, p.create_time()))
+        except psutil.Error:
+            continue
+    jobs.BEFORE_TEST.clear()
+    jobs.BEFORE_TEST.update(before)
+    yield
