@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -172,6 +173,16 @@ def job_metrics(path: Path, name: str = "small") -> list[dict[str, Any]]:
     """The records of ``runs/<name>/metrics.jsonl`` beside the job file ``path``."""
     lines = (path.parent / "runs" / name / "metrics.jsonl").read_text().splitlines()
     return [json.loads(x) for x in lines]
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 180.0) -> bool:
+    """Whether ``cond()`` came true within ``timeout`` s (polled every 50 ms)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
 
 
 # descendants alive when the running test began (tests/conftest.py): another test's, so

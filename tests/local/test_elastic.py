@@ -16,7 +16,6 @@ import os
 import random
 import signal
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from graphrun.job.spec import load_job
 from graphrun.local.elastic import kill_machine, worker_pids
 from graphrun.local.netns import unavailable_reason
 from graphrun.local.runner import LocalJob, RunOptions
-from graphrun.testing.jobs import nothing_left, small_job
+from graphrun.testing.jobs import nothing_left, small_job, wait_for
 from graphrun.train.checkpoint import load_checkpoint
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -46,15 +45,6 @@ def events(text: str, name: str) -> list[dict[str, Any]]:
         ):
             found.append(json.loads(line[line.index("{") :]))
     return found
-
-
-def wait_for(cond, timeout: float = 180.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 class Chaos:

@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from graphrun.errors import RpcTimeout
+from graphrun.testing.jobs import wait_for
 from graphrun.train.elastic import EpochWork, agree_members, peer_lost, plan_rest, remaining
 
 
@@ -154,7 +155,7 @@ def test_a_joiner_is_let_in_at_an_epoch_boundary_after_the_members(tmp_path):
     got: dict[str, object] = {}
     t = threading.Thread(target=lambda: got.update(answer=joiner.admission()))
     t.start()
-    assert _until(lambda: lead.pending(epoch=2) != {})
+    assert wait_for(lambda: lead.pending(epoch=2) != {}, 20.0)
     asked = lead.pending(epoch=2)
     assert list(asked) == [1] and 0 < time.time() - asked[1] < 30
     gen, _ = lead.admit(sorted(asked), epoch=2)
@@ -195,15 +196,6 @@ def test_a_joiner_gives_up_when_no_boundary_passes(tmp_path):
         joiner.admission()
 
 
-def _until(cond, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_the_join_door_on_the_jobs_curve_store():
     """With a TCP rendezvous (Kubernetes) joiners ask at trainer 0's CURVE store."""
     from graphrun.rpc.auth import new_keypair
@@ -225,7 +217,7 @@ def test_the_join_door_on_the_jobs_curve_store():
         got: dict[str, object] = {}
         t = threading.Thread(target=lambda: got.update(answer=joiner.admission()))
         t.start()
-        assert _until(lambda: lead.pending(epoch=3) != {})
+        assert wait_for(lambda: lead.pending(epoch=3) != {}, 20.0)
         lead.ddp = DDPConfig(0, 1, "127.0.0.1:1", timeout_s=10)
         assert lead.admit([1], epoch=3)[0] == 1
         t.join(30)
