@@ -785,8 +785,13 @@ async def test_parameter_servers_get_their_planned_worker_pod(cluster: Cluster) 
 
 
 async def elastic_training(c: Cluster) -> list[str]:
-    """An elastic job to Training: partitioned, its 3 worker pods and its rendezvous pod
-    running and ready; returns the worker pods' names."""
+    """An elastic job (3 machines, replicas 2, minMachines 2) created and brought to
+    Training: partitioned, its 3 worker pods and its rendezvous pod running and ready;
+    returns the worker pods' names."""
+    doc = example()
+    doc["spec"]["partition"]["parts"] = 3
+    doc["spec"]["runtime"].update(machines=3, replicas=2, elastic={"minMachines": 2})
+    await c.create_graphjob(doc)
     await eventually(lambda: c.names("Pod", "partitioner"))
     await c.finish_partitioner()
     workers = await eventually(n_workers(c, 3))
@@ -801,10 +806,6 @@ async def test_elastic_job_goes_on_without_a_deleted_worker_pod(cluster: Cluster
     """runtime.elastic: worker 1's pod deleted while the job trains is a lost machine:
     reported, not made again, and the job succeeds once the other workers finish."""
     c = cluster
-    doc = example()
-    doc["spec"]["partition"]["parts"] = 3
-    doc["spec"]["runtime"].update(machines=3, replicas=2, elastic={"minMachines": 2})
-    await c.create_graphjob(doc)
     await elastic_training(c)
     await c.delete(f"{PATHS['Pod']}/graphsage-worker-1")
 
@@ -844,10 +845,6 @@ async def test_elastic_job_suspended_annotates_its_pods_before_deleting_them(
     (a merge patch) before they are deleted, so their workers checkpoint rather than
     leave alone (graphrun.machine.stopmark)."""
     c = cluster
-    doc = example()
-    doc["spec"]["partition"]["parts"] = 3
-    doc["spec"]["runtime"].update(machines=3, replicas=2, elastic={"minMachines": 2})
-    await c.create_graphjob(doc)
     workers = await elastic_training(c)
     seen: dict[str, dict[str, str]] = {}  # each pod's annotations when last seen
     done = threading.Event()
@@ -880,10 +877,6 @@ async def test_elastic_job_survives_trainer_0s_pod_not_its_rendezvous_pod(
     machine the job goes on without (made again, in join mode); losing the rendezvous
     pod fails the attempt (backoffLimit 0: the job)."""
     c = cluster
-    doc = example()
-    doc["spec"]["partition"]["parts"] = 3
-    doc["spec"]["runtime"].update(machines=3, replicas=2, elastic={"minMachines": 2})
-    await c.create_graphjob(doc)
     await elastic_training(c)
     svc = await c.get(f"{PATHS['Service']}/graphsage-workers")
     assert svc["spec"]["selector"] == {L.LABEL_JOB: "graphsage"}  # its DNS name too
