@@ -33,15 +33,19 @@ def run_graphrun(
     return subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=timeout)
 
 
+_HELPERS = ("resource_tracker", "forkserver")
+
+
 def live_children() -> list[psutil.Process]:
     """This process's living descendants, except Python's own multiprocessing resource
-    tracker (started by the first spawned loader worker, alive until this process ends)."""
+    tracker and fork server (started by the first loader workers, alive until this
+    process ends)."""
     out = []
     for c in psutil.Process().children(recursive=True):
         try:
             if c.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if "multiprocessing.resource_tracker" in " ".join(c.cmdline()):
+            if any(f"multiprocessing.{h}" in " ".join(c.cmdline()) for h in _HELPERS):
                 continue
         except psutil.NoSuchProcess:
             continue

@@ -81,3 +81,60 @@ def test_workers_stop_after_each_epoch_unless_persistent(served) -> None:
             for a, b in zip(first, second, strict=True):
                 assert torch.equal(a.n_id, b.n_id) and torch.equal(a.x, b.x)
         assert gone(pids) and persistent.worker_pids == []  # closed by the with block
+
+
+TRAINER = """
+import signal, sys, time
+import torch
+from graphrun.distributed import DistGraph, DistNodeDataLoader, initialize
+
+terms = []
+signal.signal(signal.SIGTERM, lambda *_: terms.append(1))
+ctx = initialize(sys.argv[1:], heartbeat_interval=0)
+loader = DistNodeDataLoader(DistGraph(ctx), torch.arange(40), [2], batch_size=10, num_workers=2)
+print("batches", sum(1 for _ in loader), *loader.worker_pids, flush=True)
+while not terms:
+    time.sleep(0.05)
+print("batches after SIGTERM", sum(1 for _ in loader), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_workers_outlive_a_sigterm_to_the_trainers_group_and_end_with_the_trainer(
+    served, tmp_path
+) -> None:
+    """A SIGTERM to a trainer's process group is the trainer's to handle (it checkpoints
+    with batches from its workers): the workers and their fork server stay. A trainer
+    killed with SIGKILL takes its workers and their fork server with it."""
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    from graphrun.testing.procs import child_env
+
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), *served.servers],
+        stdout=subprocess.PIPE, text=True, env=child_env(), start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        words = proc.stdout.readline().split()
+        assert words[:2] == ["batches", "4"], words
+        tree = psutil.Process(proc.pid).children(recursive=True)
+        assert {int(w) for w in words[2:]} <= {p.pid for p in tree} and len(words) == 4
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.stdout.readline().split() == ["batches", "after", "SIGTERM", "4"]
+        # the fork server too (a dead one is a zombie: the trainer does not reap it)
+        assert all(p.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) for p in tree)
+        proc.kill()
+        proc.wait(10)
+        assert gone([p.pid for p in tree], timeout=10)
+    finally:
+        proc.kill()
+        proc.wait(10)
