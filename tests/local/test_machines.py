@@ -12,19 +12,9 @@ import pytest
 
 from graphrun.errors import JobFailed
 from graphrun.local.machines import LocalMachines
-from graphrun.testing.jobs import kill_when_training, two_machines
-from graphrun.testing.procs import live_children
+from graphrun.testing.jobs import kill_when_training, no_children, two_machines
 
 pytestmark = pytest.mark.integration
-
-
-def no_children_left() -> bool:
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        if not live_children():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def machines(tmp_path, sink=None):
@@ -40,7 +30,7 @@ def test_two_machines_succeed_and_report_role_exits(tmp_path):
     assert res.exits["store:0"] == -signal.SIGTERM  # stopped at the end, as asked
     assert "[trainer:0@m0] trained" in sink.getvalue()
     assert (tmp_path / "logs" / "m0" / "trainer-0.log").read_text() == "trained\n"
-    assert no_children_left()
+    no_children()
 
 
 def test_raising_trainer_fails_the_job_naming_it(tmp_path):
@@ -50,7 +40,7 @@ def test_raising_trainer_fails_the_job_naming_it(tmp_path):
     exc = info.value
     assert (exc.role, exc.host, exc.exit_code) == ("trainer:1", "m1", 1)
     assert "RuntimeError: boom" in str(exc)
-    assert no_children_left()
+    no_children()
 
 
 def test_killed_store_fails_the_job(tmp_path):
@@ -61,14 +51,14 @@ def test_killed_store_fails_the_job(tmp_path):
     with pytest.raises(JobFailed) as info:
         lm.run(launches)
     assert (info.value.role, info.value.host, info.value.exit_code) == ("store:1", "m1", -9)
-    assert no_children_left()
+    no_children()
 
 
 def test_deadline_stops_everything(tmp_path):
     launches = two_machines({0: "import time; time.sleep(60)"})
     with pytest.raises(JobFailed, match="activeDeadlineSeconds"):
         machines(tmp_path).run(launches, deadline=time.monotonic() + 3)
-    assert no_children_left()
+    no_children()
 
 
 def test_stop_event_stops_everything(tmp_path):
@@ -76,7 +66,7 @@ def test_stop_event_stops_everything(tmp_path):
     threading.Timer(3.0, stop.set).start()
     with pytest.raises(JobFailed, match="stopped by a signal"):
         machines(tmp_path).run(two_machines({1: "import time; time.sleep(60)"}), stop=stop)
-    assert no_children_left()
+    no_children()
 
 
 def test_store_never_ready_times_out(tmp_path):
@@ -85,7 +75,7 @@ def test_store_never_ready_times_out(tmp_path):
     bad = msgspec.structs.replace(launches[1], wait_for=(*launches[1].wait_for, "127.0.0.1:1"))
     with pytest.raises(JobFailed, match="timed out"):
         machines(tmp_path).run([launches[0], bad])
-    assert no_children_left()
+    no_children()
 
 
 def test_a_role_that_only_lost_a_peer_is_blamed_last(tmp_path) -> None:
