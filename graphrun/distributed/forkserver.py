@@ -3,10 +3,11 @@
 :mod:`graphrun.distributed.workers` (with torch and PyG) is imported once, here, in the
 fork server (``multiprocessing``'s ``forkserver``, started by the trainer's first
 :class:`~graphrun.distributed.workers.WorkerPool`) instead of in every worker. The fork
-server also ignores SIGTERM, as its workers do: a SIGTERM to the trainer's process group
+server also ignores SIGTERM, as the workers do: a SIGTERM to the trainer's process group
 is the trainer's to handle (it checkpoints between steps with batches from the workers),
-and a fork server gone would make every worker look dead to the trainer. It ends when
-the trainer does (its pipe from the trainer closes), or with SIGKILL.
+and with the fork server gone every worker would look dead to the trainer. It ends when
+the trainer does (its pipe from the trainer closes), or with SIGKILL. The processes it
+forks start with SIGTERM's default action again (a worker ignores it by itself).
 
 Only the fork server imports this module.
 """
@@ -14,7 +15,19 @@ Only the fork server imports this module.
 from __future__ import annotations
 
 import signal
+from multiprocessing import util
 
 import graphrun.distributed.workers  # noqa: F401  (imported for the workers)
 
+
+class _Hook:
+    """The object an after-fork callback is registered under (held weakly)."""
+
+    @staticmethod
+    def default_sigterm(_: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+_HOOK = _Hook()
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
+util.register_after_fork(_HOOK, _Hook.default_sigterm)
