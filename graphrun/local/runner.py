@@ -67,6 +67,7 @@ from graphrun.machine.roles import (
     plan_hosts,
     store_key_file,
 )
+from graphrun.machine.trainer import default_threads
 from graphrun.machine.worker import SHM_DIR, remove_shm
 
 
@@ -476,8 +477,8 @@ class LocalJob:
 
     def launches(self, hosts: Hosts, resume: bool) -> list[MachineLaunch]:
         env = self._role_env()
-        # all "machines" share this host's cores: one share per trainer, not all each
-        threads = max(1, (os.cpu_count() or 1) // self.job.spec.num_trainers)
+        # all "machines" share this host's cores: one share per trainer and store server
+        threads = default_threads(self.job, machines=self.job.spec.runtime.machines)
         args = ("--threads", str(threads), *self.opts.trainer_args)
         if self.opts.profile_dir is not None:  # the store servers write there from the start
             self.opts.profile_dir.mkdir(parents=True, exist_ok=True)

@@ -284,11 +284,14 @@ def ps_settings(job: GraphJob, hosts: Hosts, keys: Any, timeout_s: float) -> Any
     return PSSettings(tuple(addresses), keys, mode, t.staleness, timeout_s)
 
 
-def default_threads(job: GraphJob, cores: int | None = None) -> int:
-    """A trainer's torch intra-op threads: the machine's cores shared by the processes the
-    job puts on each machine (its trainers and store servers), at least one. torch's own
+def default_threads(job: GraphJob, cores: int | None = None, machines: int = 1) -> int:
+    """A trainer's torch intra-op threads: the cores shared by the processes the job puts
+    on ``machines`` of its machines (its trainers and store servers), at least one: one
+    machine's on a cluster, every machine's in a local job (all on one host). torch's own
     default, every core, oversubscribes a machine that also runs a store server (one thread
-    per trainer made the epoch shorter: benchmarks/README.md, "threads")."""
+    per trainer made the epoch shorter: benchmarks/README.md, "threads"); and a thread
+    more than its share spins in OpenMP's barriers while the other processes have the
+    cores (a step's CPU time grew up to 20 times)."""
     if cores is None:
         try:
             cores = len(os.sched_getaffinity(0))
@@ -296,7 +299,7 @@ def default_threads(job: GraphJob, cores: int | None = None) -> int:
             cores = os.cpu_count() or 1
     rt = job.spec.runtime
     stores = rt.store_servers_per_machine if job.spec.graph.store is None else 0
-    return max(1, cores // (rt.trainers_per_machine + stores))
+    return max(1, cores // (machines * (rt.trainers_per_machine + stores)))
 
 
 def traffic(client: Any) -> dict[str, Any]:

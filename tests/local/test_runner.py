@@ -150,3 +150,32 @@ def test_a_role_refusing_its_input_is_not_restarted(tmp_path):
     assert (info.value.role, info.value.exit_code) == ("trainer:1", 2)
     assert lj.state.restarts == 0 and lj.attempts == [False]
     assert lj.state.condition("Failed").reason == "NotRetriable"
+
+
+@pytest.mark.parametrize("machines", [1, 2])
+def test_the_trainers_of_a_local_job_share_the_hosts_cores_with_its_store_servers(
+    tmp_path, machines
+):
+    """Every machine of a local job runs on this host: a trainer gets its share of the
+    cores beside every other trainer and store server (it got cores // trainers: with a
+    store server beside it, a thread too many, spinning in OpenMP's barriers)."""
+    import os
+
+    from graphrun.machine.roles import plan_hosts
+
+    path = job_yaml(tmp_path, entryPoint="graphrun.testing.jobs:wait")
+    fake_partition(tmp_path, parts=machines)
+    fake_dataset(tmp_path)
+    data = load_job(path).model_dump(by_alias=True, exclude_none=True)
+    data["spec"]["runtime"]["machines"] = data["spec"]["partition"]["parts"] = machines
+    job = parse_job(data)
+    local = LocalJob(job, path, RunOptions(), sink=io.StringIO())
+    launches = local.launches(plan_hosts(job, local.roles), resume=False)
+    rt = job.spec.runtime
+    processes = rt.machines * (rt.trainers_per_machine + rt.store_servers_per_machine)
+    want = max(1, len(os.sched_getaffinity(0)) // processes)
+    for m in launches:
+        for role in m.roles:
+            if role.kind == "trainer":
+                argv = list(role.argv)
+                assert argv[argv.index("--threads") + 1] == str(want), argv

@@ -166,6 +166,7 @@ def test_trainer_threads_share_the_machine_with_its_other_roles():
     per = 1 + job.spec.runtime.store_servers_per_machine
     assert default_threads(job, cores=2) == 1  # torch's default was 2: oversubscribed
     assert default_threads(job, cores=32) == 32 // per
+    assert default_threads(job, cores=32, machines=2) == 32 // (2 * per)  # a local job
     on_store = make_job(graph={"store": {"addresses": ["tcp://h:1", "tcp://h:2"],
                                          "keyFile": "k"}})  # fmt: skip
     assert default_threads(on_store, cores=32) == 32  # a running store is not on our machines
