@@ -7,6 +7,9 @@
   starve it. The lock is taken outside the
   test's timeout (an outer ``pytest_runtest_protocol`` wrapper), so waiting for the other
   worker's test does not count against this one's.
+- Each worker has one core's share: torch (in the worker and in the processes it starts
+  that do not size their threads themselves) gets one OpenMP thread, not one per core,
+  which spin in OpenMP's barriers while the other worker has the cores.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before any test module imports torch
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
