@@ -1,6 +1,8 @@
 """PyG's own loaders over graphrun's FeatureStore / GraphStore / sampler: the same
 batches as graphrun's loaders, batch for batch, homogeneous and heterogeneous."""
 
+import gc
+
 import pytest
 import torch
 from torch_geometric.data import HeteroData
@@ -11,6 +13,7 @@ from graphrun.distributed.minibatch import shuffled
 from graphrun.distributed.pyg_remote import RemoteNeighborSampler
 from graphrun.distributed.pyg_stores import remote_backend
 from graphrun.errors import ArgumentError
+from graphrun.testing.jobs import no_children
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +86,11 @@ def test_workers_fork_their_own_clients_and_give_the_same_batches(served) -> Non
         for _ in range(2):  # the workers and their store clients serve both epochs
             for a, b in zip(ours, persistent, strict=True):
                 same(a, b, NODE_KEYS)
+        # torch stops persistent workers when their loader is collected: PyG's loader is
+        # in a reference cycle, so not at `del` (the forked workers outlived the test)
         del persistent
+        gc.collect()
+        no_children(timeout=15)
 
 
 def test_hetero_neighbor_loader_equals_graphrun_loader(served_hetero) -> None:
