@@ -101,6 +101,18 @@ _FAIL_EVENTS = (
     | zmq.EVENT_CONNECTED
 )
 
+# A connect that failed at once (the host answered with a reset: nothing listens there; or
+# no route): libzmq closes the attempt and retries every ~100 ms, each time this event.
+# Watched only by a client that asked (RpcClient(give_up_if_refused=True)) and only until
+# its first handshake: a monitor nobody reads fills up (2000 events) and then blocks the
+# context's I/O thread, every socket of it (pyzmq 27 / libzmq 4.3.5, tried here).
+_RETRIED_EVENTS = _FAIL_EVENTS | zmq.EVENT_CONNECT_RETRIED
+_MONITORS = itertools.count()  # inproc names of re-armed monitors
+_REFUSED_TEXT = (
+    "connection refused (no server listens at this address: its host answered with a "
+    "reset, or there is no route to it)"
+)
+
 
 class Waker:
     """Wakes a server waiting for requests, from any thread: ``wake()`` after setting what
@@ -390,7 +402,13 @@ class RpcClient:
         limits: Limits = DEFAULT_LIMITS,
         timeout: float = 30.0,
         context: zmq.Context | None = None,
+        give_up_if_refused: bool = False,
     ) -> None:
+        """``give_up_if_refused``: for a caller with somewhere else to go (a primary with
+        replicas, an optional backup): a connect the server's host refuses (nothing listens)
+        fails the requests at once with RpcError instead of waiting out their timeout. A
+        host that does not answer at all still takes the timeout. Only until the first
+        handshake succeeds (the server is there); see ``_RETRIED_EVENTS``."""
         self.address = address
         self.limits = limits
         self.timeout = timeout
@@ -400,7 +418,11 @@ class RpcClient:
         self._sock.linger = 0
         if keys is not None:
             secure_client(self._sock, keys)
-        self._monitor = self._sock.get_monitor_socket(_FAIL_EVENTS)
+        self._watch_refused = give_up_if_refused
+        self._refused = False  # the last connect failed at once (see give_up_if_refused)
+        self._monitor = self._sock.get_monitor_socket(
+            _RETRIED_EVENTS if give_up_if_refused else _FAIL_EVENTS
+        )
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
         self._poller.register(self._monitor, zmq.POLLIN)
@@ -459,6 +481,9 @@ class RpcClient:
             raise ArgumentError(f"request id {rid}: not in flight on {self.address}")
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while rid not in self._done:
+            if self._refused:
+                self._fail_all(RpcError, _REFUSED_TEXT)
+                continue
             left = deadline - time.monotonic()
             if left <= 0:
                 self._inflight.pop(rid, None)
@@ -469,6 +494,8 @@ class RpcClient:
                     kind=op or "",
                 )
             self._pump(left)
+        if self._watch_refused and self._greeted:
+            self._unwatch_refused()
         got = self._done.pop(rid)
         if isinstance(got, GraphrunError):
             raise got
@@ -515,10 +542,28 @@ class RpcClient:
             )
         return " (server overloaded, hung, or the request lost?)"
 
+    def _unwatch_refused(self) -> None:
+        """The server answered a handshake: stop watching for refused connects (a dead
+        server's retries would fill the monitor; ``_RETRIED_EVENTS``). The monitor is
+        armed again without them, after the events so far are taken in."""
+        self._on_monitor()
+        self._watch_refused = self._refused = False
+        self._poller.unregister(self._monitor)
+        self._sock.disable_monitor()
+        self._monitor.close(0)
+        addr = f"inproc://graphrun-rpc-monitor-{os.getpid()}-{next(_MONITORS)}"
+        self._monitor = self._sock.get_monitor_socket(_FAIL_EVENTS, addr)
+        self._poller.register(self._monitor, zmq.POLLIN)
+
     def _on_monitor(self) -> None:
         while self._monitor.poll(0, zmq.POLLIN):
             event = recv_monitor_message(self._monitor)["event"]
-            if event == zmq.EVENT_CONNECTED:
+            if event == zmq.EVENT_CONNECT_RETRIED:
+                if self._watch_refused and not self._connected:
+                    self._refused = True
+                    self._fail_all(RpcError, _REFUSED_TEXT)
+            elif event == zmq.EVENT_CONNECTED:
+                self._refused = False
                 self._connected = self._ever_connected = True
                 self._greeted = False
             elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:

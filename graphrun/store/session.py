@@ -43,8 +43,11 @@ from graphrun.store.state import PartitionInfo, received
 
 log = logging.getLogger("graphrun.store")
 
-BACKUP_JOIN_S = 3.0  # a backup that does not answer a join in this long is skipped
-PRIMARY_JOIN_S = 5.0  # a primary with replicas that does not answer a join in this long
+# a backup (or replica) that does not answer a join in this long is skipped, and a
+# primary with replicas given up on; one whose host refuses the connect (nothing listens
+# there: a dead process on a live machine) at once
+BACKUP_JOIN_S = 3.0
+PRIMARY_JOIN_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -149,8 +152,16 @@ class Session:
             self.close()
             raise
 
-    def _open(self, address: str) -> RpcClient:
-        return RpcClient(address, keys=self.cfg.keys, timeout=self.cfg.timeout, context=self._ctx)
+    def _open(self, address: str, optional: bool = False) -> RpcClient:
+        """A connection to ``address``; ``optional``: its join has somewhere else to go, so
+        a refused connect (nothing listens there) gives up at once (RpcClient)."""
+        return RpcClient(
+            address,
+            keys=self.cfg.keys,
+            timeout=self.cfg.timeout,
+            context=self._ctx,
+            give_up_if_refused=optional,
+        )
 
     def _join_others(
         self, what: str, addresses: Sequence[str], part: int, join: dict[str, Any]
@@ -158,7 +169,7 @@ class Session:
         """Connections to a partition's backups or replicas that answered ``join``."""
         joined = []
         for address in addresses:
-            conn = self._open(address)
+            conn = self._open(address, optional=True)
             try:
                 conn.call("join", join, timeout=min(self.cfg.timeout, BACKUP_JOIN_S))
             except RpcError as exc:
@@ -213,11 +224,12 @@ class Session:
         """Join ``address``, or the first of its replicas that answers when it is gone."""
         candidates = [address, *fallbacks]
         for n, candidate in enumerate(candidates):
-            conn = self._open(candidate)
+            last = n + 1 == len(candidates)
+            conn = self._open(candidate, optional=not last)
             try:
-                # with a replica to go to, a silent primary is given up on quickly: the
-                # sessions already joined must not time out before the heartbeat starts
-                last = n + 1 == len(candidates)
+                # with a replica to go to, a silent primary is given up on quickly (a
+                # refused one at once): the sessions already joined must not time out
+                # before the heartbeat starts
                 wait = self.cfg.timeout if last else min(self.cfg.timeout, PRIMARY_JOIN_S)
                 info = received(PartitionInfo, conn.call("join", join, timeout=wait).body)
             except BaseException as exc:

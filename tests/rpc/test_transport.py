@@ -293,3 +293,76 @@ def test_a_timeout_says_whether_the_server_was_ever_reached(keys, server):
         assert c.call("echo").body == {}
         with pytest.raises(RpcTimeout, match=r"no answer within 0\.3 s \(server overloaded"):
             c.call("silent", timeout=0.3)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as free:  # closed again: nothing listens on it
+        free.bind(("127.0.0.1", 0))
+        return int(free.getsockname()[1])
+
+
+@pytest.mark.timeout(60)  # a hang detector: the calls below would wait 600 s
+def test_a_refused_connect_with_somewhere_else_to_go_gives_up_at_once(keys):
+    """A re-joining trainer waited 5 s for its own machine's dead primary and 3 s for a dead
+    replica, one after the other, although their host refused the connects. A client
+    with somewhere else to go (``give_up_if_refused``) takes the refusal as the answer."""
+    addr = f"tcp://127.0.0.1:{_free_port()}"
+    with RpcClient(addr, keys=keys, timeout=600, give_up_if_refused=True) as c:
+        for _ in range(2):  # the refusal stands for the next request too
+            with pytest.raises(RpcError, match=f"join to {addr}: connection refused") as err:
+                c.call("join")
+            assert type(err.value) is RpcError  # not a timeout
+    # with nowhere else to go a refusal changes nothing: the timeout, "never connected"
+    with (
+        RpcClient(addr, keys=keys, timeout=0.5) as c,
+        pytest.raises(RpcTimeout, match=r"join to .*: no answer within 0\.5 s: never connected"),
+    ):
+        c.call("join")
+
+
+def test_a_silent_host_still_takes_the_timeout_with_somewhere_else_to_go(keys):
+    """No reset, no answer (a full accept queue drops the SYNs, as a host that is off or
+    cut off does): not a refusal, so the wait is the timeout as before."""
+    import socket
+
+    with socket.socket() as full:
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        port = full.getsockname()[1]
+        queued = []
+        try:
+            for _ in range(4):  # fill the accept queue (never accepted)
+                s = socket.socket()
+                s.setblocking(False)
+                s.connect_ex(("127.0.0.1", port))
+                queued.append(s)
+            addr = f"tcp://127.0.0.1:{port}"
+            with (
+                RpcClient(addr, keys=keys, timeout=0.5, give_up_if_refused=True) as c,
+                pytest.raises(RpcTimeout, match=r"no answer within 0\.5 s: never connected"),
+            ):
+                c.call("join")
+        finally:
+            for s in queued:
+                s.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_client_that_got_through_stops_watching_for_refusals(keys):
+    """Once the server answered, a refused reconnect is not taken as the answer: the
+    watch ends (a monitor of every ~100 ms retry that nobody reads would fill up and stop
+    the context's I/O thread) and a lost server is told as before."""
+    srv = ServerThread("tcp://127.0.0.1:0", handler, keys=keys).start()
+    try:
+        c = RpcClient(srv.address, keys=keys, timeout=0.5, give_up_if_refused=True)
+        assert c.call("echo", {"a": 1}).body == {"a": 1}
+    finally:
+        srv.stop()
+    with c:
+        with pytest.raises(RpcError) as err:  # lost in flight, or timed out
+            c.call("echo")
+        assert "refused" not in str(err.value)
+        with pytest.raises(RpcTimeout, match=r"no answer within 0\.5 s: the connection is lost"):
+            c.call("echo")

@@ -224,6 +224,29 @@ def test_a_client_started_after_its_primary_died_joins_the_replica(replicated, k
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(120)  # a hang detector: each join below would wait 600 s for an answer
+def test_a_client_does_not_wait_for_dead_servers_whose_host_refuses(replicated, keys, monkeypatch):
+    """A re-joining trainer found its own machine's servers dead: the primary of partition
+    1 and the replica of partition 0 (which partition 0's primary still announces). Their
+    host refused the connects; the join waited 5 s and 3 s for them all the same. A
+    refusal is the answer when there is somewhere else to go."""
+    from graphrun.store import session
+
+    monkeypatch.setattr(session, "PRIMARY_JOIN_S", 600.0)
+    monkeypatch.setattr(session, "BACKUP_JOIN_S", 600.0)
+    primaries, replicas = replicated
+    primaries[1].kill()
+    replicas[0].kill()
+    servers = [p.address for p in primaries]
+    cfg = ClientConfig(servers, keys=keys, timeout=600, replicas=[[], [replicas[1].address]])
+    with KVClient(cfg) as c:
+        assert c.session.failovers == [(1, primaries[1].address, replicas[1].address)]
+        assert c.session.part(0).replicas == []  # skipped
+        n = c.meta(FEAT).num_rows
+        assert c.pull(FEAT, np.arange(n)).shape[0] == n
+
+
+@pytest.mark.integration
 def test_a_stopped_replica_leaves_the_write_set_and_the_primary_goes_on(replicated, keys):
     """SIGSTOP partition 0's replica: the primary's forward times out, drops it (logged,
     ``stats``) and acknowledges; nothing is lost on the primary, the client never fails
