@@ -8,7 +8,9 @@ id at once, :meth:`RpcClient.wait` collects that reply (other replies that arriv
 meanwhile are kept), so any number of requests can be in flight. Every wait has a
 deadline. Failures raise the :mod:`graphrun.errors` tree with the server address and
 the operation name; a handshake refused for a wrong key raises ``AuthError`` and a
-lost connection fails the requests in flight instead of letting them hang.
+lost connection fails the requests in flight instead of letting them hang. A client
+with somewhere else to go (``give_up_if_refused``) takes a refused connect as the
+answer instead of waiting out the timeout.
 
 Sockets are not thread-safe: use one client per thread (or process).
 """
@@ -101,16 +103,17 @@ _FAIL_EVENTS = (
     | zmq.EVENT_CONNECTED
 )
 
-# A connect that failed at once (the host answered with a reset: nothing listens there; or
-# no route): libzmq closes the attempt and retries every ~100 ms, each time this event.
+# A connect that failed at once (the host answered with a reset: nothing listens there; no
+# route; a name that does not resolve): libzmq retries every ~100 ms, each time this event.
+# A host that does not answer at all leaves the connect pending (CONNECT_DELAYED only).
 # Watched only by a client that asked (RpcClient(give_up_if_refused=True)) and only until
 # its first handshake: a monitor nobody reads fills up (2000 events) and then blocks the
 # context's I/O thread, every socket of it (pyzmq 27 / libzmq 4.3.5, tried here).
 _RETRIED_EVENTS = _FAIL_EVENTS | zmq.EVENT_CONNECT_RETRIED
 _MONITORS = itertools.count()  # inproc names of re-armed monitors
 _REFUSED_TEXT = (
-    "connection refused (no server listens at this address: its host answered with a "
-    "reset, or there is no route to it)"
+    "connection refused (no server listens at this address: the connect failed at once, "
+    "a reset from its host, no route to it or a name that does not resolve)"
 )
 
 
@@ -494,9 +497,9 @@ class RpcClient:
                     kind=op or "",
                 )
             self._pump(left)
-        if self._watch_refused and self._greeted:
-            self._unwatch_refused()
         got = self._done.pop(rid)
+        if self._watch_refused and (self._greeted or isinstance(got, Message)):
+            self._unwatch_refused()  # the server is there
         if isinstance(got, GraphrunError):
             raise got
         return got
