@@ -145,9 +145,12 @@ def test_frame_beyond_hard_limit_drops_only_that_connection(keys):
             assert good.call("echo", {"n": 1}).body == {"n": 1}
 
 
-def test_wrong_key_is_refused_and_server_goes_on(server, client):
+@pytest.mark.parametrize("give_up_if_refused", [False, True])
+def test_wrong_key_is_refused_and_server_goes_on(server, client, give_up_if_refused):
     with (
-        RpcClient(server.address, keys=new_keypair(), timeout=5) as intruder,
+        RpcClient(
+            server.address, keys=new_keypair(), timeout=5, give_up_if_refused=give_up_if_refused
+        ) as intruder,
         pytest.raises(AuthError, match="does not hold the job key"),
     ):
         intruder.call("echo")
