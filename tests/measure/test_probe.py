@@ -22,7 +22,9 @@ from graphrun.testing.procs import child_env
 
 def test_effective_cores_are_bounded_by_the_workers() -> None:
     cores = measure.effective_cores(0.3, workers=1)
-    assert 0.3 < cores <= 1.05
+    # at most one core for one worker; at least a little of one on a busy machine (the
+    # other xdist worker's jobs and more: 0.24 read at a load of 8 on 2 cores)
+    assert 0.05 < cores <= 1.05
 
 
 def test_memory_is_at_most_the_machine_total() -> None:
