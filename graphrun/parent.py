@@ -5,14 +5,19 @@ SIGKILL cannot stop anything. The kernel sends a chosen signal to a process when
 thread that started it ends; SIGKILL for processes with nothing to clean up, SIGTERM
 for those that must (a store server unlinks its shared-memory segments, a worker stops
 its roles). Elsewhere (no ``prctl``) these functions do nothing and return False.
+A process that is not its parent's child (a loader worker from a fork server) watches
+the process instead (:func:`exit_with`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import select
 import signal
 import sys
+import threading
+import time
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
@@ -63,3 +68,34 @@ def graceful_with_parent() -> bool:
     SIGTERM handler is installed. (A parent that died before this call already killed
     this process: the signal was set before ``exec``.) Returns whether it was changed."""
     return death_signal() != 0 and set_death_signal(signal.SIGTERM)
+
+
+def exit_with(pid: int, every_s: float = 0.5) -> None:
+    """End this process (``os._exit(1)``) once process ``pid`` has ended, from a daemon
+    thread: through a pidfd, or where there is none (Linux before 5.3) by looking for
+    the pid every ``every_s``. Unlike :func:`set_death_signal` it watches any process,
+    not only the parent, and not the thread that started this one."""
+
+    def watch() -> None:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:  # gone already
+            pass
+        except OSError:  # no pidfd
+            while _exists(pid):
+                time.sleep(every_s)
+        else:
+            select.select([fd], [], [])  # readable when the process has ended
+        os._exit(1)
+
+    threading.Thread(target=watch, name=f"exit-with-{pid}", daemon=True).start()
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True

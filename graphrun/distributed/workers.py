@@ -26,11 +26,9 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import select
 import signal
 import socket
 import sys
-import threading
 import time
 import types
 from collections.abc import Iterator, Sequence
@@ -43,6 +41,7 @@ from graphrun.distributed.batches import BatchBuilder, BatchSpec
 from graphrun.distributed.context import DistConfig, DistContext
 from graphrun.errors import GraphrunError, JobFailed
 from graphrun.names import RoleName
+from graphrun.parent import exit_with
 
 POLL_S = 0.5
 READY = -1
@@ -50,25 +49,6 @@ READY = -1
 
 #: what a worker needs, imported once by the fork server (which only imports it)
 PRELOAD = ["graphrun.distributed.forkserver"]
-
-
-def _watch_parent(parent: int, every_s: float = POLL_S) -> None:
-    """End this worker once the trainer that started it is gone (killed with SIGKILL, it
-    could not stop its workers). A thread, not ``PR_SET_PDEATHSIG``, which fires when the
-    starting *thread* ends: a loader built in a short-lived thread would lose its workers.
-    The trainer is watched through a pidfd: a worker from the fork server is not its child."""
-
-    def watch() -> None:
-        try:
-            fd = os.pidfd_open(parent)
-        except OSError:  # gone already (or no pidfd): our parent is the trainer
-            while os.getppid() == parent:
-                time.sleep(every_s)
-        else:
-            select.select([fd], [], [])  # readable when the trainer has ended
-        os._exit(1)
-
-    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
 
 
 def _context(name: str) -> Any:
@@ -81,7 +61,10 @@ def _context(name: str) -> Any:
 def _worker_main(
     config: DistConfig, worker: int, spec: BatchSpec, tasks: Any, results: Any, parent: int
 ) -> None:
-    _watch_parent(parent)
+    # the end of the trainer that started it (killed with SIGKILL, it could not stop its
+    # workers): a worker from the fork server is not its child, and PR_SET_PDEATHSIG
+    # fires when the starting *thread* ends (a loader built in a short-lived thread)
+    exit_with(parent, every_s=POLL_S)
     torch.set_num_threads(1)
     # a SIGTERM to the trainer's process group is the trainer's to handle (it checkpoints
     # between steps, with batches from this worker): its worker ends when told (None) or
