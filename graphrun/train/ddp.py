@@ -29,6 +29,7 @@ from graphrun.errors import ArgumentError
 from graphrun.partition.rendezvous import join, parse_rendezvous
 from graphrun.rpc.auth import KeyPair
 from graphrun.train.device import backend_for
+from graphrun.train.sockets import opened
 
 
 @dataclass(frozen=True)
@@ -69,13 +70,18 @@ class DDPConfig:
 
 
 @contextlib.contextmanager
-def process_group(cfg: DDPConfig, joining: bool = False) -> Iterator[Any]:
+def process_group(
+    cfg: DDPConfig, joining: bool = False, sockets: set[tuple[int, int]] | None = None
+) -> Iterator[Any]:
     """Join the trainers' process group for the duration of the block; yields the
     rendezvous store when it is the job's CURVE store (elastic trainers meet there again),
     else None. ``joining``: an elastic trainer that comes in later
     (:meth:`graphrun.train.elastic.Regroup.join`) only gets the store: it neither serves it
-    nor forms the first group."""
+    nor forms the first group. ``sockets``: gets the group's connections
+    (:func:`graphrun.train.sockets.opened`; with a CURVE or file rendezvous, those an
+    elastic trainer re-forms at), which a re-form shuts."""
     store: Any = None
+    noted = opened(sockets) if sockets is not None else contextlib.nullcontext()
     with contextlib.ExitStack() as stack:
         if cfg.keys is not None and "://" not in cfg.rendezvous:
             from graphrun.train.rendezvous import key_store
@@ -85,14 +91,17 @@ def process_group(cfg: DDPConfig, joining: bool = False) -> Iterator[Any]:
                 key_store(cfg.rendezvous, cfg.rank, cfg.keys, cfg.timeout_s, serve=serve)
             )
             if not joining:
-                dist.init_process_group(
-                    cfg.resolved_backend, store=store, rank=cfg.rank, world_size=cfg.world_size,
-                    timeout=timedelta(seconds=cfg.timeout_s),
-                )  # fmt: skip
+                with noted:
+                    dist.init_process_group(
+                        cfg.resolved_backend, store=store, rank=cfg.rank,
+                        world_size=cfg.world_size, timeout=timedelta(seconds=cfg.timeout_s),
+                    )  # fmt: skip
         elif not joining:  # torch's own TCP rendezvous would listen on every interface: not here
             url = cfg.rendezvous if "://" in cfg.rendezvous else f"tcp://{cfg.rendezvous}"
             rdv = parse_rendezvous(url, flag="rendezvous")
-            join(rdv, cfg.rank, cfg.world_size, cfg.timeout_s, backend=cfg.resolved_backend)
+            # a tcp:// rendezvous opens its store's connections here too: not noted
+            with noted if rdv.scheme == "file" else contextlib.nullcontext():
+                join(rdv, cfg.rank, cfg.world_size, cfg.timeout_s, backend=cfg.resolved_backend)
         try:
             yield store
         finally:

@@ -68,6 +68,7 @@ from torch import Tensor
 from graphrun.errors import GraphrunError, RpcTimeout
 from graphrun.train.config import ElasticConfig
 from graphrun.train.ddp import DDPConfig
+from graphrun.train.sockets import opened, shut
 
 POLL_S = 0.05
 PROBE_S = 2.0  # how long a reachability probe waits for a TCP connection
@@ -173,17 +174,35 @@ def agree_members(
     Waits ``settle_s`` for every member of ``last``; when those present then are not
     ``enough`` (fewer machines than the job's minimum: fixing them would stop the job),
     waits on for more up to ``timeout_s``: a survivor that noticed the loss late (busy
-    outside a collective when the peer died) is let in instead of being lost too."""
+    outside a collective when the peer died) is let in instead of being lost too.
+
+    Each survivor writes the settle time it asks for (``g<g>/in/<ident>``) and each waits
+    the longest asked by those present: one that noticed a timeout (a silent peer) gives
+    a slow trainer as long to come, even where another only saw a connection close (the
+    first one shut its connections). Once someone fixed the list, everyone takes it at
+    once instead of waiting out its own settle time."""
     prefix = f"g{gen}/"
-    store.set(f"{prefix}in/{ident}", b"1")
+    store.set(f"{prefix}in/{ident}", f"{settle_s:g}".encode())
+    asked: dict[int, float] = {}
 
     def present() -> list[int]:
         return [r for r in last if store.check([f"{prefix}in/{r}"])]
 
+    def settle(now: list[int]) -> float:
+        for r in now:
+            if r not in asked:
+                try:
+                    asked[r] = float(_bytes(store.get(f"{prefix}in/{r}")).decode())
+                except ValueError:  # not a number: asks for nothing more
+                    asked[r] = 0.0
+        return max([settle_s, *(asked[r] for r in now)])
+
     start = time.monotonic()
     while not store.check([f"{prefix}in/{r}" for r in last]):
-        waited = time.monotonic() - start
-        if waited >= timeout_s or (waited >= settle_s and (enough is None or enough(present()))):
+        if store.check([f"{prefix}members"]):
+            break  # fixed by someone else: the list is final
+        waited, now = time.monotonic() - start, present()
+        if waited >= timeout_s or (waited >= settle(now) and (enough is None or enough(now))):
             break
         time.sleep(POLL_S)
     mine = ",".join(str(r) for r in present()).encode()
@@ -199,11 +218,12 @@ class Regroup:
     ``base``: the CURVE store of a keyed TCP rendezvous (trainer 0 or ``graphrun
     rendezvous`` serves it), or None for a file rendezvous (a fresh file per generation).
     ``joining``: this trainer was not in the first group and comes in at an epoch
-    boundary (:meth:`join`)."""
+    boundary (:meth:`join`). ``sockets``: the first group's connections
+    (:func:`graphrun.train.ddp.process_group` notes them), shut by :meth:`reform`."""
 
     def __init__(
         self, ddp: DDPConfig, cfg: ElasticConfig, machines: Sequence[str], base: Any = None,
-        joining: bool = False,
+        joining: bool = False, sockets: set[tuple[int, int]] | None = None,
     ) -> None:  # fmt: skip
         self.ddp = ddp
         self.cfg = cfg
@@ -218,6 +238,8 @@ class Regroup:
         self._door: Any = None
         self._tokens: dict[int, str] = {}  # rank 0: the pending requests' tokens
         self._boundary = ""
+        # the current group's connections (graphrun.train.sockets), shut when it breaks
+        self.sockets: set[tuple[int, int]] = set(sockets or ())
 
     def home_parts(self, num_parts: int) -> list[int]:
         """Each member's home partition, in new-rank order (as in the first group)."""
@@ -254,9 +276,7 @@ class Regroup:
         long to wait for the last group's members (default ``cfg.settle_s``)."""
         settle = self.cfg.settle_s if settle_s is None else settle_s
         gen = self.generation + 1
-        if dist.is_initialized():
-            with contextlib.suppress(RuntimeError, ValueError):
-                dist.destroy_process_group()
+        self.abandon()
         self.check_not_cut_off()
         try:
             store = self._store(gen)
@@ -283,6 +303,17 @@ class Regroup:
         self.generation, self.members = gen, tuple(members)
         self.ddp = self._init(gen, store)
         return self.ddp
+
+    def abandon(self) -> None:
+        """Leave the broken group: shut its connections first, so that a survivor blocked
+        in a receive from this trainer fails at once (and comes to the re-form) instead of
+        waiting out the collective timeout (:mod:`graphrun.train.sockets`), then destroy
+        it."""
+        shut(self.sockets)
+        self.sockets = set()
+        if dist.is_initialized():
+            with contextlib.suppress(RuntimeError, ValueError):
+                dist.destroy_process_group()
 
     def lost_since(self, before: Sequence[int]) -> list[int]:
         return [r for r in before if r not in self.members]
@@ -421,12 +452,14 @@ class Regroup:
     def _init(self, gen: int, store: Any) -> DDPConfig:
         """``init_process_group`` for this trainer in generation ``gen`` (``self.members``)."""
         new = replace(self.ddp, rank=self.members.index(self.ident), world_size=len(self.members))
+        self.sockets = set()
         if new.world_size > 1:
-            dist.init_process_group(
-                new.resolved_backend, store=dist.PrefixStore(f"g{gen}/pg", store),
-                rank=new.rank, world_size=new.world_size,
-                timeout=timedelta(seconds=self.cfg.timeout_s),
-            )  # fmt: skip
+            with opened(self.sockets):
+                dist.init_process_group(
+                    new.resolved_backend, store=dist.PrefixStore(f"g{gen}/pg", store),
+                    rank=new.rank, world_size=new.world_size,
+                    timeout=timedelta(seconds=self.cfg.timeout_s),
+                )  # fmt: skip
         return new
 
     def check_not_cut_off(self) -> None:

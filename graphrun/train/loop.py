@@ -561,11 +561,12 @@ def run_training(
         config.metrics_file, enabled=ddp.rank == 0 and not join,
         tensorboard_dir=config.tensorboard_dir,
     )  # fmt: skip
-    group = process_group(ddp, joining=join) if ddp.world_size > 1 else nullcontext()
+    sockets: set[tuple[int, int]] = set()  # the first group's connections: a re-form shuts them
+    group = process_group(ddp, join, sockets) if ddp.world_size > 1 else nullcontext()
     with group as store:
         regroup = None
         if config.elastic is not None and ddp.world_size > 1 and config.entry_point is None:
-            regroup = Regroup(ddp, config.elastic, config.machines, store, joining=join)
+            regroup = Regroup(ddp, config.elastic, config.machines, store, join, sockets)
         ctx = TrainContext(config, data, ddp, metrics, graph, stop, ps, regroup)
         try:
             if config.entry_point is not None:

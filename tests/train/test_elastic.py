@@ -95,6 +95,39 @@ def test_a_late_survivor_is_waited_for_when_the_others_are_too_few(tmp_path):
     assert agree_members(lone, 1, 0, [0, 1], 0.1, 0.5, enough) == [0]
 
 
+def test_a_survivor_takes_the_member_list_fixed_meanwhile(tmp_path):
+    """A survivor whose collective timed out (settle time: the collective timeout) came to
+    the re-form after the others had fixed the members: it waited its whole settle time
+    anyway (60 s of a 120 s pause) while the others waited for it in the new group."""
+    store = dist.FileStore(str(tmp_path / "g1"), -1)
+    store.set_timeout(timedelta(seconds=10))
+    store.set("g1/in/0", b"3")  # trainer 0, as it left it: present, members fixed
+    store.set("g1/members", b"0,2")
+    t0 = time.monotonic()
+    assert agree_members(store, 1, 2, [0, 1, 2], 30.0, 60.0) == [0, 2]
+    assert time.monotonic() - t0 < 10  # a hang detector: it waited 30 s (settle_s)
+
+
+def test_the_longest_settle_time_asked_by_those_present_is_waited(tmp_path):
+    """A survivor that saw only a connection close (the first one shut its connections)
+    waits as long as one that saw a collective time out asks: a slow but living trainer
+    gets that long to come."""
+    store = dist.FileStore(str(tmp_path / "g1"), -1)
+    store.set_timeout(timedelta(seconds=10))
+    store.set("g1/in/2", b"6")  # trainer 2 timed out: it asks for 6 s
+
+    def late() -> None:
+        time.sleep(1.0)
+        dist.FileStore(str(tmp_path / "g1"), -1).set("g1/in/1", b"6")
+
+    slow = threading.Thread(target=late)
+    slow.start()
+    # trainer 0 saw a connection close: 0.2 s of its own, 2 machines present are enough
+    members = agree_members(store, 1, 0, [0, 1, 2], 0.2, 10.0, lambda m: len(m) >= 2)
+    slow.join(30)
+    assert members == [0, 1, 2]
+
+
 def test_a_trainer_that_reaches_too_few_machines_is_the_one_cut_off():
     """On netns hosts a machine whose link is down still reaches the rendezvous file: its
     trainer joined the re-form, the others found nobody gone, and every trainer failed.
