@@ -6,6 +6,9 @@ The protocol (docs/elastic.md):
    died (its connections reset), and after ``timeout_s`` when a peer stopped answering
    (every group of an elastic job waits that long at most). :func:`peer_lost` tells these
    errors from the rest. The loop keeps what the epoch did so far (:class:`EpochWork`).
+   A survivor shuts its connections of the broken group before anything else
+   (:meth:`Regroup.abandon`, :mod:`graphrun.train.sockets`): one blocked in a receive
+   from it fails at once instead of after ``timeout_s``.
 2. **Re-formed.** Each survivor destroys its process group, first checks that it is not
    the one cut off (it reaches, with a TCP connect, a store server on at least
    ``min_machines - 1`` of the other machines of the group, ``cfg.probes``; else it raises
@@ -13,13 +16,14 @@ The protocol (docs/elastic.md):
    down), and meets the others at the job's rendezvous under a new *generation* ``g``:
    the same file (``<file>.g<g>``, one host) or trainer 0's CURVE store (``g<g>/``
    keys): never an unauthenticated listener.
-   It writes ``g<g>/in/<ident>`` (``ident``: its rank in the first group), waits until
-   every member of the last group wrote it or the settle time passed (``settle_s`` when
-   a peer's connection dropped: every survivor notices that at once; ``timeout_s`` when
-   a collective timed out: a slow but living trainer gets as long to come), and the first to
-   finish waiting fixes the members with a compare-and-set of ``g<g>/members``; everyone
-   reads that one list. A trainer left out of it (too slow to notice) exits with an
-   error. Fewer machines than ``min_machines`` left: every survivor raises
+   It writes ``g<g>/in/<ident>`` (``ident``: its rank in the first group; the value: its
+   settle time), waits until every member of the last group wrote it or the longest
+   settle time asked by those present passed (``settle_s`` when a peer's connection
+   dropped: every survivor notices that at once; ``timeout_s`` when a collective timed
+   out: a slow but living trainer gets as long to come), and the first to finish
+   waiting fixes the members with a compare-and-set of ``g<g>/members``; everyone reads
+   that one list, as soon as it is set. A trainer left out of it (too slow to notice)
+   exits with an error. Fewer machines than ``min_machines`` left: every survivor raises
    :class:`BelowMinimum`, the trainers exit non-zero and the job restarts from its last
    checkpoint, as without elastic. Then ``init_process_group`` with the new ranks
    (members in ident order) on the generation's prefix.

@@ -13,6 +13,9 @@ descriptor and inode, so a number reused later is never taken for one of them);
 :func:`shut` shuts the connected ones down (``SHUT_RDWR``: the peer reads the end of
 the stream at once, its pending operations fail with "Connection closed"). The
 descriptors stay gloo's: only the connection ends. Listening sockets are left alone.
+A socket another thread opened during the init (a ZeroMQ client reconnecting) is noted
+too; shut, it is connected again (ZeroMQ does that by itself; the rendezvous store's
+client retries an unanswered request on a fresh socket).
 """
 
 from __future__ import annotations
