@@ -29,7 +29,7 @@ from graphrun.errors import ArgumentError
 from graphrun.partition.rendezvous import join, parse_rendezvous
 from graphrun.rpc.auth import KeyPair
 from graphrun.train.device import backend_for
-from graphrun.train.sockets import opened
+from graphrun.train.sockets import opened, port_of
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,8 @@ def process_group(
     (:func:`graphrun.train.sockets.opened`; with a CURVE or file rendezvous, those an
     elastic trainer re-forms at), which a re-form shuts."""
     store: Any = None
-    noted = opened(sockets) if sockets is not None else contextlib.nullcontext()
+    port = port_of(cfg.rendezvous) if cfg.keys is not None else None
+    noted = opened(sockets, port) if sockets is not None else contextlib.nullcontext()
     with contextlib.ExitStack() as stack:
         if cfg.keys is not None and "://" not in cfg.rendezvous:
             from graphrun.train.rendezvous import key_store

@@ -72,7 +72,7 @@ from torch import Tensor
 from graphrun.errors import GraphrunError, RpcTimeout
 from graphrun.train.config import ElasticConfig
 from graphrun.train.ddp import DDPConfig
-from graphrun.train.sockets import opened, shut
+from graphrun.train.sockets import opened, port_of, shut
 
 POLL_S = 0.05
 PROBE_S = 2.0  # how long a reachability probe waits for a TCP connection
@@ -458,7 +458,7 @@ class Regroup:
         new = replace(self.ddp, rank=self.members.index(self.ident), world_size=len(self.members))
         self.sockets = set()
         if new.world_size > 1:
-            with opened(self.sockets):
+            with opened(self.sockets, port_of(self.ddp.rendezvous) if self.base else None):
                 dist.init_process_group(
                     new.resolved_backend, store=dist.PrefixStore(f"g{gen}/pg", store),
                     rank=new.rank, world_size=new.world_size,

@@ -13,9 +13,9 @@ descriptor and inode, so a number reused later is never taken for one of them);
 :func:`shut` shuts the connected ones down (``SHUT_RDWR``: the peer reads the end of
 the stream at once, its pending operations fail with "Connection closed"). The
 descriptors stay gloo's: only the connection ends. Listening sockets are left alone.
-A socket another thread opened during the init (a ZeroMQ client reconnecting) is noted
-too; shut, it is connected again (ZeroMQ does that by itself; the rendezvous store's
-client retries an unanswered request on a fresh socket).
+A socket another thread opened during the init (a store client reconnecting) is noted
+too; shut, it is connected again (ZeroMQ does that by itself). The rendezvous store's
+are not noted (its port is known).
 """
 
 from __future__ import annotations
@@ -43,15 +43,40 @@ def _sockets() -> set[tuple[int, int]]:
     return out
 
 
+def port_of(address: str) -> int | None:
+    """The port of a ``host:port`` rendezvous (the CURVE store's); None for a URL."""
+    port = address.rpartition(":")[2]
+    return int(port) if "://" not in address and port.isdigit() else None
+
+
+def _ports(fd: int) -> set[int]:
+    """The local and the remote port of socket ``fd`` (none that it has not)."""
+    out = set()
+    try:
+        sock = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return out
+    with sock:
+        for name in (sock.getsockname, sock.getpeername):
+            with contextlib.suppress(OSError, TypeError, IndexError, ValueError):
+                out.add(int(name()[1]))
+    return out
+
+
 @contextlib.contextmanager
-def opened(into: set[tuple[int, int]]) -> Iterator[None]:
+def opened(into: set[tuple[int, int]], rendezvous_port: int | None = None) -> Iterator[None]:
     """Add to ``into`` the sockets opened while the block runs (a group's init: gloo
-    connects every pair of ranks there)."""
+    connects every pair of ranks there), but none on ``rendezvous_port``: the CURVE
+    rendezvous's connections (a trainer reconnecting to it, trainer 0 serving it) stay
+    up, and with them its requests, which are not all safe to send twice."""
     before = _sockets()
     try:
         yield
     finally:
-        into.update(_sockets() - before)
+        new = _sockets() - before
+        if rendezvous_port is not None:
+            new = {(fd, ino) for fd, ino in new if rendezvous_port not in _ports(fd)}
+        into.update(new)
 
 
 def shut(sockets: Iterable[tuple[int, int]]) -> int:

@@ -46,3 +46,24 @@ def test_a_socket_closed_since_is_left_alone_even_where_its_number_is_reused():
     finally:
         for s in (other, peer, peer_of_gone, listener):
             s.close()
+
+
+def test_the_rendezvous_connections_are_not_noted():
+    """The CURVE rendezvous's requests are not all safe to send twice: a connection to
+    its port (a trainer reconnecting) or from it (trainer 0 serving) is never shut."""
+    from graphrun.train.sockets import port_of
+
+    rendezvous = socket.create_server(("127.0.0.1", 0))
+    gloo = socket.create_server(("127.0.0.1", 0))
+    port = rendezvous.getsockname()[1]
+    assert port_of(f"127.0.0.1:{port}") == port and port_of("file:///tmp/x:1") is None
+    noted: set[tuple[int, int]] = set()
+    with opened(noted, port):
+        client = socket.create_connection(rendezvous.getsockname(), timeout=10)
+        served, _ = rendezvous.accept()
+        pair = socket.create_connection(gloo.getsockname(), timeout=10)
+    try:
+        assert {fd for fd, _ in noted} == {pair.fileno()}
+    finally:
+        for s in (client, served, pair, rendezvous, gloo):
+            s.close()
