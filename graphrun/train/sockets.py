@@ -51,7 +51,7 @@ def port_of(address: str) -> int | None:
 
 def _ports(fd: int) -> set[int]:
     """The local and the remote port of socket ``fd`` (none that it has not)."""
-    out = set()
+    out: set[int] = set()
     try:
         sock = socket.socket(fileno=os.dup(fd))
     except OSError:
