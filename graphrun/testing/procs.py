@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
 import psutil
 
@@ -51,3 +52,31 @@ def live_children() -> list[psutil.Process]:
             continue
         out.append(c)
     return out
+
+
+def sent_then_exit(*queues: Any, code: int = 0) -> NoReturn:
+    """End this process as graphrun's trainers end (``os._exit``), once what it put on
+    ``queues`` (multiprocessing queues) is sent. A test trainer that ran DDP over gloo
+    ends with it before returning: DDP's teardown as its frame is freed, or Python's
+    finalisation, could deadlock with a gloo thread waiting for the interpreter lock,
+    and the process outlived its test."""
+    for q in queues:
+        q.close()
+        q.join_thread()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
+
+
+def run_then_exit(target: Callable[..., object], *args: object) -> NoReturn:
+    """A process target: ``target(*args)``, then :func:`sent_then_exit` with the queues
+    among ``args`` (exit code 1, the traceback on stderr, if ``target`` raised)."""
+    import traceback
+
+    code = 0
+    try:
+        target(*args)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sent_then_exit(*(a for a in args if callable(getattr(a, "join_thread", None))), code=code)

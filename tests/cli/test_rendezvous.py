@@ -20,6 +20,7 @@ from graphrun.errors import RemoteError, RpcTimeout
 from graphrun.job.hosts import free_ports
 from graphrun.rpc.auth import generate_keys, load_keys, new_keypair
 from graphrun.rpc.rendezvous import Limits, RendezvousServer
+from graphrun.testing.procs import run_then_exit
 from graphrun.train.rendezvous import KeyStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,7 +152,10 @@ def test_trainers_form_and_re_form_without_trainer_0_through_it(tmp_path: Path) 
         ctx = mp.get_context("spawn")
         out: mp.Queue = ctx.Queue()
         rdv = f"127.0.0.1:{port}"
-        procs = [ctx.Process(target=_trainer, args=(r, rdv, str(key), out)) for r in range(3)]
+        procs = [
+            ctx.Process(target=run_then_exit, args=(_trainer, r, rdv, str(key), out))
+            for r in range(3)
+        ]
         for p in procs:
             p.start()
         got: dict[int, list] = {}

@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from graphrun.testing.procs import run_then_exit, sent_then_exit
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
@@ -51,7 +53,7 @@ def _run(tmp_path, die: bool) -> dict[int, object]:
     ctx = mp.get_context("spawn")
     out: mp.Queue = ctx.Queue()
     rdv = f"file://{tmp_path / 'rdv'}"
-    procs = [ctx.Process(target=_trainer, args=(r, rdv, die, out)) for r in range(3)]
+    procs = [ctx.Process(target=run_then_exit, args=(_trainer, r, rdv, die, out)) for r in range(3)]
     for p in procs:
         p.start()
     got = dict(out.get(timeout=120) for _ in range(2))
@@ -118,6 +120,7 @@ def _member_run(rank: int, rdv: str, out: mp.Queue) -> None:
             reg.close_door()
         out.put((rank, (new.rank, new.world_size, total, reg.members, _opt_state(opt))))
         torch.distributed.barrier()  # as run_training ends
+        sent_then_exit(out)  # not through DDP's teardown
 
 
 def _joiner(rdv: str, out: mp.Queue) -> None:
@@ -155,6 +158,7 @@ def _joiner_run(rdv: str, out: mp.Queue) -> None:
         out.put((1, (new.rank, new.world_size, total, reg.members, _opt_state(opt), epoch > 0)))
         out.put(("params", params))
         torch.distributed.barrier()
+        sent_then_exit(out)  # not through DDP's teardown
 
 
 def _model_and_opt(torch, seed: int):
@@ -179,8 +183,8 @@ def test_a_trainer_joins_at_an_epoch_boundary_with_rank_0s_state(tmp_path):
     ctx = mp.get_context("spawn")
     out: mp.Queue = ctx.Queue()
     rdv = f"file://{tmp_path / 'rdv'}"
-    procs = [ctx.Process(target=_member, args=(r, rdv, out)) for r in (0, 2)]
-    procs.append(ctx.Process(target=_joiner, args=(rdv, out)))
+    procs = [ctx.Process(target=run_then_exit, args=(_member, r, rdv, out)) for r in (0, 2)]
+    procs.append(ctx.Process(target=run_then_exit, args=(_joiner, rdv, out)))
     for p in procs:
         p.start()
     got = dict(out.get(timeout=300) for _ in range(4))
@@ -230,6 +234,7 @@ def _member_of_a_failed_growth(rank: int, rdv: str, out: mp.Queue) -> None:
             new = reg.reform()  # as the loop does: the members without the missing joiner
             total = all_sum([float(reg.ident)], new)[0]
             out.put((rank, (before, reg.members, reg.generation, new.world_size, total)))
+            sent_then_exit(out)  # not through DDP's teardown
     except BaseException as exc:
         out.put((rank, repr(exc)))
         raise
@@ -252,8 +257,19 @@ def test_a_joiner_lost_while_the_group_grows_is_left_out_again(tmp_path):
     ctx = mp.get_context("spawn")
     out: mp.Queue = ctx.Queue()
     rdv = f"file://{tmp_path / 'rdv'}"
-    procs = [ctx.Process(target=_member_of_a_failed_growth, args=(r, rdv, out)) for r in (0, 2)]
-    procs.append(ctx.Process(target=_joiner_that_dies, args=(rdv,)))
+    procs = [
+        ctx.Process(target=run_then_exit, args=(_member_of_a_failed_growth, r, rdv, out))
+        for r in (0, 2)
+    ]
+    procs.append(
+        ctx.Process(
+            target=run_then_exit,
+            args=(
+                _joiner_that_dies,
+                rdv,
+            ),
+        )
+    )
     for p in procs:
         p.start()
     got = dict(out.get(timeout=300) for _ in range(2))
@@ -310,6 +326,7 @@ def _blocked_run(rank: int, rdv: str, out: mp.Queue) -> None:
         new = reg.reform(None if dropped(cause) else cfg.timeout_s)  # as the loop does
         total = all_sum([float(reg.ident)], new)[0]
         out.put((rank, (new.world_size, total, reg.members, time.monotonic() - t0)))
+        sent_then_exit(out)  # not through DDP's teardown
 
 
 @pytest.mark.timeout(400)
@@ -321,7 +338,7 @@ def test_a_survivor_blocked_on_a_survivor_re_forms_at_once(tmp_path):
     ctx = mp.get_context("spawn")
     out: mp.Queue = ctx.Queue()
     rdv = f"file://{tmp_path / 'rdv'}"
-    procs = [ctx.Process(target=_blocked, args=(r, rdv, out)) for r in range(3)]
+    procs = [ctx.Process(target=run_then_exit, args=(_blocked, r, rdv, out)) for r in range(3)]
     for p in procs:
         p.start()
     try:
