@@ -38,6 +38,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 import graphrun
 from graphrun.errors import JobFailed
 from graphrun.local.elastic import (
@@ -49,7 +51,14 @@ from graphrun.local.elastic import (
     machine_lost_event,
 )
 from graphrun.machine.launch import MachineLaunch
-from graphrun.machine.process import RoleCommand, RoleExit, Sink, Supervisor, lost_a_peer
+from graphrun.machine.process import (
+    RoleCommand,
+    RoleExit,
+    Sink,
+    Supervisor,
+    lost_a_peer,
+    still_running,
+)
 from graphrun.machine.stopmark import write_mark
 from graphrun.machine.worker import read_status
 from graphrun.names import RoleName
@@ -111,6 +120,22 @@ class LocalMachines:
         # runtime.elastic.maxRejoins: a lost machine is started again to join at an epoch
         # boundary (graphrun.local.elastic.Rejoins)
         self.rejoins = Rejoins(max_rejoins, grace_s)
+
+    @staticmethod
+    def workers_of(run_dir: Path) -> list[psutil.Process]:
+        """The living machine workers of a run in ``run_dir`` (whoever started them: a
+        ``graphrun run`` killed with -9 leaves its workers stopping their roles for a
+        while, writing into the run's status directory as they go)."""
+        status = str(Path(run_dir) / "status")
+        out = []
+        for p in psutil.process_iter(["cmdline"]):
+            argv = p.info["cmdline"] or []
+            try:
+                if argv[argv.index("--status-dir") + 1] == status and "worker" in argv:
+                    out.append(p)
+            except (ValueError, IndexError):
+                continue
+        return still_running(out)
 
     @staticmethod
     def stop_mark(status_dir: Path) -> Path:

@@ -70,6 +70,10 @@ from graphrun.machine.roles import (
 from graphrun.machine.trainer import default_threads
 from graphrun.machine.worker import SHM_DIR, remove_shm
 
+#: how long a run waits for the workers of a killed run in its directory to end (each
+#: takes up to two grace periods to stop its roles)
+LOST_RUN_WAIT_S = 60.0
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -184,11 +188,28 @@ class LocalJob:
                 f"(graphrun run, pid {pid}; its state is {path})"
             )
         lost = f"the previous run (graphrun run, pid {pid}) was lost in phase {phase}"
+        self._wait_for_workers_of_a_lost_run(pid)
         removed = clean_stale(SHM_DIR)
         if removed:
             lost += f"; removed {len(removed)} shared-memory segments it left"
         self._say(lost)
         self.state = initial_state(self._now(), self.job.spec.run_policy.backoff_limit, lost)
+
+    def _wait_for_workers_of_a_lost_run(self, pid: int) -> None:
+        """A killed ``graphrun run``'s workers got SIGTERM and stop their roles (a grace
+        period each for trainers and stores) while writing into the run's status
+        directory: the next run starts once they are gone, or refuses after
+        ``LOST_RUN_WAIT_S``."""
+        deadline = time.monotonic() + LOST_RUN_WAIT_S
+        while left := LocalMachines.workers_of(self.paths.run_dir):
+            if time.monotonic() > deadline:
+                pids = ", ".join(str(p.pid) for p in left)
+                raise SpecError(
+                    f"{self.paths.run_dir}: the workers of the previous run (graphrun run, "
+                    f"pid {pid}) are still running after {LOST_RUN_WAIT_S:.0f} s "
+                    f"(pids {pids}); stop them first"
+                )
+            time.sleep(0.1)
 
     def run(self) -> JobReport:
         """Run the job to its end; raises JobFailed if it fails."""
