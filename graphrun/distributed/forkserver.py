@@ -20,14 +20,10 @@ from multiprocessing import util
 import graphrun.distributed.workers  # noqa: F401  (imported for the workers)
 
 
-class _Hook:
-    """The object an after-fork callback is registered under (held weakly)."""
-
-    @staticmethod
-    def default_sigterm(_: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+def _default_sigterm(_: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-_HOOK = _Hook()
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
-util.register_after_fork(_HOOK, _Hook.default_sigterm)
+# multiprocessing holds the key object weakly: this module's function lives as long as it
+util.register_after_fork(_default_sigterm, _default_sigterm)
