@@ -181,7 +181,9 @@ def test_the_trainers_of_a_local_job_share_the_hosts_cores_with_its_store_server
                 assert argv[argv.index("--threads") + 1] == str(want), argv
 
 
-def test_a_run_after_a_killed_one_starts_once_the_killed_runs_workers_are_gone(tmp_path):
+def test_a_run_after_a_killed_one_starts_once_the_killed_runs_workers_are_gone(
+    tmp_path, monkeypatch
+):
     """`graphrun run` killed with -9 leaves its workers stopping their roles and writing
     into the run's status directory: the next run used to start beside them (`--resume`
     once failed with "status: File exists")."""
@@ -199,31 +201,25 @@ def test_a_run_after_a_killed_one_starts_once_the_killed_runs_workers_are_gone(t
     run_dir.mkdir(parents=True, exist_ok=True)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait(10)
-    local.paths.state_file.write_text(
-        json.dumps({"phase": "Training", "launcher": {"pid": dead.pid, "start": 1}})
-    )
+    lost = json.dumps({"phase": "Training", "launcher": {"pid": dead.pid, "start": 1}})
     # a worker of the killed run, still stopping: its command line names the status dir
     code = "import time; time.sleep(float(__import__('sys').argv[-1]))"
     argv = [sys.executable, "-c", code, "worker", "--status-dir", str(run_dir / "status")]
     lingering = subprocess.Popen([*argv, "1.5"], env=child_env())
+    stuck = None
     try:
+        local.paths.state_file.write_text(lost)
         local._after_a_lost_run()
         assert lingering.poll() is not None  # waited for it
         assert "was lost in phase Training" in local.state.conditions[-1].message
+
         stuck = subprocess.Popen([*argv, "60"], env=child_env())
-        try:
-            local.paths.state_file.write_text(
-                json.dumps({"phase": "Training", "launcher": {"pid": dead.pid, "start": 1}})
-            )
-            wait, runner.LOST_RUN_WAIT_S = runner.LOST_RUN_WAIT_S, 0.5
-            try:
-                with pytest.raises(SpecError, match=rf"pids {stuck.pid}\); stop them first"):
-                    local._after_a_lost_run()
-            finally:
-                runner.LOST_RUN_WAIT_S = wait
-        finally:
-            stuck.kill()
-            stuck.wait(10)
+        local.paths.state_file.write_text(lost)
+        monkeypatch.setattr(runner, "LOST_RUN_WAIT_S", 0.5)
+        with pytest.raises(SpecError, match=rf"pids {stuck.pid}\); stop them first"):
+            local._after_a_lost_run()
     finally:
-        lingering.kill()
-        lingering.wait(10)
+        for p in (lingering, stuck):
+            if p is not None:
+                p.kill()
+                p.wait(10)
