@@ -20,6 +20,7 @@ from graphrun.errors import RemoteError, RpcTimeout
 from graphrun.job.hosts import free_ports
 from graphrun.rpc.auth import generate_keys, load_keys, new_keypair
 from graphrun.rpc.rendezvous import Limits, RendezvousServer
+from graphrun.testing.elastic import until_a_peer_is_lost
 from graphrun.testing.procs import run_then_exit
 from graphrun.train.rendezvous import KeyStore
 
@@ -108,7 +109,7 @@ def _trainer(rank: int, rdv: str, key: str, out: mp.Queue) -> None:
 
     from graphrun.train.config import ElasticConfig
     from graphrun.train.ddp import DDPConfig, all_sum, process_group
-    from graphrun.train.elastic import Regroup, peer_lost
+    from graphrun.train.elastic import Regroup
 
     torch.set_num_threads(1)
     # served apart: no trainer serves it, trainer 0 joins like the others
@@ -121,16 +122,8 @@ def _trainer(rank: int, rdv: str, key: str, out: mp.Queue) -> None:
         if rank == 0:
             time.sleep(0.5)  # the others' first sums are in
             os._exit(0)  # trainer 0's machine is lost
-        try:
-            for _ in range(1000):
-                all_sum([1.0], ddp)
-                time.sleep(0.01)
-            out.put((rank, "no error"))
+        if not until_a_peer_is_lost(ddp, lambda what: out.put((rank, what))):
             return
-        except RuntimeError as exc:
-            if not peer_lost(exc):
-                out.put((rank, f"not a lost peer: {exc}"))
-                return
         new = reg.reform()
         total = all_sum([float(reg.ident)], new)[0]
         out.put((rank, ("re-formed", new.rank, new.world_size, total, reg.generation)))

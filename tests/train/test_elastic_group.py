@@ -5,12 +5,26 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
+from graphrun.testing.elastic import until_a_peer_is_lost
 from graphrun.testing.procs import run_then_exit, sent_then_exit
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _reported(ident: int, body: Callable[..., None], *args: Any) -> None:
+    """Run a test trainer's ``body(*args)``; an error is put on its queue (the last of
+    ``args``, where the test waits for every trainer) as ``(ident, repr(error))`` before it
+    propagates."""
+    try:
+        body(*args)
+    except BaseException as exc:
+        args[-1].put((ident, repr(exc)))
+        raise
 
 
 def _trainer(rank: int, rdv: str, die: bool, out: mp.Queue) -> None:
@@ -19,7 +33,7 @@ def _trainer(rank: int, rdv: str, die: bool, out: mp.Queue) -> None:
 
     from graphrun.train.config import ElasticConfig
     from graphrun.train.ddp import DDPConfig, all_sum, process_group
-    from graphrun.train.elastic import BelowMinimum, Regroup, peer_lost
+    from graphrun.train.elastic import BelowMinimum, Regroup
 
     torch.set_num_threads(1)
     ddp = DDPConfig(rank, 3, rdv, timeout_s=60)
@@ -30,16 +44,8 @@ def _trainer(rank: int, rdv: str, die: bool, out: mp.Queue) -> None:
         all_sum([1.0], ddp)
         if rank == 2:
             os._exit(0)  # the lost machine
-        try:
-            for _ in range(1000):
-                all_sum([1.0], ddp)
-                time.sleep(0.01)
-            out.put((rank, "no error"))
+        if not until_a_peer_is_lost(ddp, lambda what: out.put((rank, what))):
             return
-        except RuntimeError as exc:
-            if not peer_lost(exc):
-                out.put((rank, f"not a lost peer: {exc}"))
-                return
         try:
             new = reg.reform()
         except BelowMinimum as exc:
@@ -77,14 +83,6 @@ def test_below_min_machines_nobody_re_forms(tmp_path):
 
 
 def _member(rank: int, rdv: str, out: mp.Queue) -> None:
-    try:
-        _member_run(rank, rdv, out)
-    except BaseException as exc:
-        out.put((rank, repr(exc)))
-        raise
-
-
-def _member_run(rank: int, rdv: str, out: mp.Queue) -> None:
     """Trainer 0 or 2 of a group that lost trainer 1: both took an Adam step; at the
     boundaries before epochs 1, 2, ... they look for joiners and let trainer 1 back in."""
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
@@ -124,14 +122,6 @@ def _member_run(rank: int, rdv: str, out: mp.Queue) -> None:
 
 
 def _joiner(rdv: str, out: mp.Queue) -> None:
-    try:
-        _joiner_run(rdv, out)
-    except BaseException as exc:
-        out.put((1, repr(exc)))
-        raise
-
-
-def _joiner_run(rdv: str, out: mp.Queue) -> None:
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     import torch
 
@@ -183,8 +173,10 @@ def test_a_trainer_joins_at_an_epoch_boundary_with_rank_0s_state(tmp_path):
     ctx = mp.get_context("spawn")
     out: mp.Queue = ctx.Queue()
     rdv = f"file://{tmp_path / 'rdv'}"
-    procs = [ctx.Process(target=run_then_exit, args=(_member, r, rdv, out)) for r in (0, 2)]
-    procs.append(ctx.Process(target=run_then_exit, args=(_joiner, rdv, out)))
+    procs = [
+        ctx.Process(target=run_then_exit, args=(_reported, r, _member, r, rdv, out)) for r in (0, 2)
+    ]
+    procs.append(ctx.Process(target=run_then_exit, args=(_reported, 1, _joiner, rdv, out)))
     for p in procs:
         p.start()
     got = dict(out.get(timeout=300) for _ in range(4))
@@ -198,46 +190,42 @@ def test_a_trainer_joins_at_an_epoch_boundary_with_rank_0s_state(tmp_path):
 
 
 def _member_of_a_failed_growth(rank: int, rdv: str, out: mp.Queue) -> None:
-    try:
-        os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-        import torch
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    import torch
 
-        from graphrun.train.config import ElasticConfig
-        from graphrun.train.ddp import DDPConfig, all_sum, process_group
-        from graphrun.train.elastic import Regroup, peer_lost
+    from graphrun.train.config import ElasticConfig
+    from graphrun.train.ddp import DDPConfig, all_sum, process_group
+    from graphrun.train.elastic import Regroup, peer_lost
 
-        torch.set_num_threads(1)
-        ddp = DDPConfig(rank, 3, rdv, timeout_s=120)
-        cfg = ElasticConfig(min_machines=2, timeout_s=120, settle_s=1.0)
-        with process_group(ddp, joining=True) as store:
-            reg = Regroup(ddp, cfg, ("m0", "m1", "m2"), store)
-            reg.members, reg.ddp = (0, 2), DDPConfig(rank // 2, 2, rdv, timeout_s=120)
-            reg._init(0, reg._store(0))  # the processes start far apart on a busy machine
-            # from now on a missing trainer is waited for 5 s
-            reg.ddp = DDPConfig(rank // 2, 2, rdv, timeout_s=5)
-            reg.cfg = ElasticConfig(min_machines=2, timeout_s=5, settle_s=1.0)
-            asked, epoch = {}, 0
-            deadline = time.monotonic() + 240  # the joiner's start (spawn, torch) on a busy machine
-            while not asked and time.monotonic() < deadline:
-                epoch += 1  # an epoch boundary
-                asked = reg.agree_joiners(epoch)
-                time.sleep(0.05)
-            try:
-                reg.grow(sorted(asked), epoch)
-                out.put((rank, "grew without the joiner"))
+    torch.set_num_threads(1)
+    ddp = DDPConfig(rank, 3, rdv, timeout_s=120)
+    cfg = ElasticConfig(min_machines=2, timeout_s=120, settle_s=1.0)
+    with process_group(ddp, joining=True) as store:
+        reg = Regroup(ddp, cfg, ("m0", "m1", "m2"), store)
+        reg.members, reg.ddp = (0, 2), DDPConfig(rank // 2, 2, rdv, timeout_s=120)
+        reg._init(0, reg._store(0))  # the processes start far apart on a busy machine
+        # from now on a missing trainer is waited for 5 s
+        reg.ddp = DDPConfig(rank // 2, 2, rdv, timeout_s=5)
+        reg.cfg = ElasticConfig(min_machines=2, timeout_s=5, settle_s=1.0)
+        asked, epoch = {}, 0
+        deadline = time.monotonic() + 240  # the joiner's start (spawn, torch) on a busy machine
+        while not asked and time.monotonic() < deadline:
+            epoch += 1  # an epoch boundary
+            asked = reg.agree_joiners(epoch)
+            time.sleep(0.05)
+        try:
+            reg.grow(sorted(asked), epoch)
+            out.put((rank, "grew without the joiner"))
+            return
+        except Exception as exc:
+            if not peer_lost(exc):
+                out.put((rank, f"not a lost peer: {exc!r}"))
                 return
-            except Exception as exc:
-                if not peer_lost(exc):
-                    out.put((rank, f"not a lost peer: {exc!r}"))
-                    return
-            before = reg.members
-            new = reg.reform()  # as the loop does: the members without the missing joiner
-            total = all_sum([float(reg.ident)], new)[0]
-            out.put((rank, (before, reg.members, reg.generation, new.world_size, total)))
-            sent_then_exit(out)  # not through DDP's teardown
-    except BaseException as exc:
-        out.put((rank, repr(exc)))
-        raise
+        before = reg.members
+        new = reg.reform()  # as the loop does: the members without the missing joiner
+        total = all_sum([float(reg.ident)], new)[0]
+        out.put((rank, (before, reg.members, reg.generation, new.world_size, total)))
+        sent_then_exit(out)  # not through DDP's teardown
 
 
 def _joiner_that_dies(rdv: str) -> None:
@@ -258,7 +246,9 @@ def test_a_joiner_lost_while_the_group_grows_is_left_out_again(tmp_path):
     out: mp.Queue = ctx.Queue()
     rdv = f"file://{tmp_path / 'rdv'}"
     procs = [
-        ctx.Process(target=run_then_exit, args=(_member_of_a_failed_growth, r, rdv, out))
+        ctx.Process(
+            target=run_then_exit, args=(_reported, r, _member_of_a_failed_growth, r, rdv, out)
+        )
         for r in (0, 2)
     ]
     procs.append(
@@ -280,14 +270,6 @@ def test_a_joiner_lost_while_the_group_grows_is_left_out_again(tmp_path):
 
 
 def _blocked(rank: int, rdv: str, out: mp.Queue) -> None:
-    try:
-        _blocked_run(rank, rdv, out)
-    except BaseException as exc:
-        out.put((rank, repr(exc)))
-        raise
-
-
-def _blocked_run(rank: int, rdv: str, out: mp.Queue) -> None:
     """Trainer ``rank`` of 3, with a DDP model as the loop's (DDP keeps every group it was
     built on alive): trainer 1 dies while trainer 0 waits for it and trainer 2 waits in a
     receive from trainer 0, a survivor. Reports how long it took to be in the new group."""
@@ -338,7 +320,10 @@ def test_a_survivor_blocked_on_a_survivor_re_forms_at_once(tmp_path):
     ctx = mp.get_context("spawn")
     out: mp.Queue = ctx.Queue()
     rdv = f"file://{tmp_path / 'rdv'}"
-    procs = [ctx.Process(target=run_then_exit, args=(_blocked, r, rdv, out)) for r in range(3)]
+    procs = [
+        ctx.Process(target=run_then_exit, args=(_reported, r, _blocked, r, rdv, out))
+        for r in range(3)
+    ]
     for p in procs:
         p.start()
     try:
