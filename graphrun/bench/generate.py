@@ -84,9 +84,10 @@ def run(a: argparse.Namespace) -> int:
             sizes.append((int(nodes), float(degree)))
         except ValueError:
             raise ArgumentError(f"--sizes: {size!r} is not NODES:AVG_DEGREE") from None
-    workdir = Path(a.workdir or tempfile.mkdtemp(prefix="graphrun-gen-"))
-    for nodes, degree in sizes:
-        # RUSAGE_CHILDREN is a maximum over all children so far: run settings in
-        # increasing size, or one per invocation, to read each one's own peak.
-        print(json.dumps(run_one(a.kind, nodes, degree, a.feat_dim, workdir)), flush=True)
+    with tempfile.TemporaryDirectory(prefix="graphrun-gen-") as tmp:
+        workdir = a.workdir or Path(tmp)
+        for nodes, degree in sizes:
+            # RUSAGE_CHILDREN is a maximum over all children so far: run settings in
+            # increasing size, or one per invocation, to read each one's own peak.
+            print(json.dumps(run_one(a.kind, nodes, degree, a.feat_dim, workdir)), flush=True)
     return 0

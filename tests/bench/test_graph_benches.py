@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from graphrun.cli import main
 
 
-def test_generate_bench_reports_time_memory_and_size(capsys: pytest.CaptureFixture[str]) -> None:
+def test_generate_bench_reports_time_memory_and_size(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert main(["bench", "generate", "--sizes", "2000:4", "--feat-dim", "8"]) == 0
+    assert list(tmp_path.iterdir()) == []  # its default work directory is gone with it
     out = json.loads(capsys.readouterr().out)
     assert (out["bench"], out["nodes"], out["feat_dim"]) == ("generate", 2000, 8)
     assert out["edges"] > 0 and out["dataset_mb"] >= 0 and out["peak_rss_mb"] > 0
