@@ -72,6 +72,13 @@ def register(subparsers: Any) -> None:
         "only its trainers, which join at the next epoch boundary, and no store servers "
         "(docs/elastic.md)",
     )
+    p.add_argument(
+        "--warm-socket",
+        type=Path,
+        help="fork CPU trainers from the warm server listening here (started by graphrun run "
+        "for the machines of one host: graphrun.machine.warm); without it, or where it cannot, "
+        "each trainer is a new interpreter",
+    )
     p.set_defaults(func=run)
 
 
@@ -116,6 +123,7 @@ def joins(args: argparse.Namespace, environ: Mapping[str, str]) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from graphrun.machine.process import Supervisor
+    from graphrun.machine.warm import WarmStarter
     from graphrun.machine.worker import run_machine
 
     if args.stop_mark_wait is not None and not args.stop_mark_wait >= 0:
@@ -132,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    sup = Supervisor(log_dir=args.log_dir, sink=sys.stdout, grace_s=args.grace)
+    warm = WarmStarter(args.warm_socket) if args.warm_socket is not None else None
+    sup = Supervisor(log_dir=args.log_dir, sink=sys.stdout, grace_s=args.grace, warm=warm)
     with sup:
         leave = _leave_alone(args, launch.elastic)
         result = run_machine(launch, sup, stop, status_dir=args.status_dir, leave_alone=leave)

@@ -37,6 +37,7 @@ import psutil
 
 from graphrun.machine.launch import MachineLaunch
 from graphrun.machine.process import Sink
+from graphrun.machine.warm import machine_processes
 from graphrun.names import RoleName
 
 # the states of a machine whose loss the others survive: its trainers started; "left":
@@ -129,20 +130,18 @@ class Fencing:
 
 
 def kill_tree(pid: int) -> list[int]:
-    """SIGKILL process ``pid`` and all its descendants, all stopped (SIGSTOP) first so
-    that none sees another die and reacts (a worker reporting its roles' deaths, a store
-    server answering one more write); returns the pids killed. A stopped process dies of
-    SIGKILL as it is (no SIGCONT needed); so does one inside a network namespace."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return []
+    """SIGKILL machine worker ``pid`` and all its processes (its descendants and its
+    warm-started trainers: :func:`~graphrun.machine.warm.machine_processes`), all stopped
+    (SIGSTOP) first so that none sees another die and reacts (a worker reporting its
+    roles' deaths, a store server answering one more write); returns the pids killed. A
+    stopped process dies of SIGKILL as it is (no SIGCONT needed); so does one inside a
+    network namespace."""
+    procs = machine_processes(pid)
     for p in procs:
         with contextlib.suppress(psutil.Error):
             p.send_signal(signal.SIGSTOP)
-    with contextlib.suppress(psutil.Error):  # a child forked meanwhile: a second look
-        procs += [c for c in root.children(recursive=True) if c not in procs]
+    # a child forked meanwhile: a second look
+    procs += [c for c in machine_processes(pid) if c not in procs]
     for p in procs:
         with contextlib.suppress(psutil.Error):
             p.send_signal(signal.SIGKILL)
@@ -175,12 +174,10 @@ def stop_machine(machine: str) -> list[int]:
     sockets stay open); returns the pids stopped."""
     stopped = []
     for w in worker_pids(machine):
-        with contextlib.suppress(psutil.Error):
-            root = psutil.Process(w)
-            for p in [root, *root.children(recursive=True)]:
-                with contextlib.suppress(psutil.Error):
-                    p.send_signal(signal.SIGSTOP)
-                    stopped.append(p.pid)
+        for p in machine_processes(w):
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(signal.SIGSTOP)
+                stopped.append(p.pid)
     return stopped
 
 

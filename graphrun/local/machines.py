@@ -32,6 +32,7 @@ import json
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -60,6 +61,7 @@ from graphrun.machine.process import (
     still_running,
 )
 from graphrun.machine.stopmark import write_mark
+from graphrun.machine.warm import READY_TIMEOUT_S, WarmStarter
 from graphrun.machine.worker import read_status
 from graphrun.names import RoleName
 from graphrun.store.shm import clean_stale
@@ -105,6 +107,7 @@ class LocalMachines:
         interval: float = 0.1,
         elastic_min: int | None = None,
         max_rejoins: int = 0,
+        warm: bool = True,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.sink = sink if sink is not None else sys.stdout
@@ -117,6 +120,10 @@ class LocalMachines:
         # runtime.elastic.minMachines: a lost machine's trainers are gone, the others go on
         self.elastic_min = elastic_min
         self.lost: list[str] = []
+        # one warm server per host that runs two or more CPU trainers (graphrun.machine.warm)
+        self.warm = warm
+        self._warm_sockets: dict[tuple[str, ...], Path] = {}
+        self._warm_dir: Path | None = None
         # runtime.elastic.maxRejoins: a lost machine is started again to join at an epoch
         # boundary (graphrun.local.elastic.Rejoins)
         self.rejoins = Rejoins(max_rejoins, grace_s)
@@ -159,6 +166,9 @@ class LocalMachines:
             "--stop-mark", str(self.stop_mark(status_dir)), "--stop-mark-wait", "0",
             *(("--join",) if join else ()),
         )  # fmt: skip
+        sock = self._warm_sockets.get(tuple(self.wrap(launch.machine)))
+        if sock is not None:
+            argv = (*argv, "--warm-socket", str(sock))
         return RoleCommand(f"worker:{launch.machine}", launch.machine, argv, package_env())
 
     def run(
@@ -190,7 +200,9 @@ class LocalMachines:
             death_signal=signal.SIGTERM,
         )  # fmt: skip
         failure: JobFailed | None = None
+        warm_sup = Supervisor(self.run_dir / "logs", self.sink, grace_s=2.0)
         try:
+            self._start_warm(launches, warm_sup)
             for launch in launches:
                 sup.start(self._worker_command(launch, status_dir))
             while True:
@@ -221,6 +233,7 @@ class LocalMachines:
             if sup.running():  # whatever the reason, every machine stops: say so first
                 write_mark(self.stop_mark(status_dir))
             sup.close()
+            self._stop_warm(warm_sup)
             if self.lost:  # a lost machine's stores were killed: their segments stay
                 clean_stale()
         # A worker may have reported a failure while being stopped for another reason.
@@ -236,6 +249,44 @@ class LocalMachines:
                 failure = first
             raise failure
         return AttemptResult(exits, dict(states))
+
+    def _start_warm(self, launches: Sequence[MachineLaunch], sup: Supervisor) -> None:
+        """Start a warm server for each host (each distinct command prefix) that runs two
+        or more CPU trainers, and wait until it listens; a host whose server does not
+        listen within :data:`~graphrun.machine.warm.READY_TIMEOUT_S` starts its trainers
+        cold."""
+        self._warm_sockets = {}
+        if not self.warm:
+            return
+        trainers: dict[tuple[str, ...], int] = {}
+        for launch in launches:
+            host = tuple(self.wrap(launch.machine))
+            n = sum(WarmStarter.takes(r.argv) is not None for r in launch.roles)
+            trainers[host] = trainers.get(host, 0) + n
+        hosts = [host for host, n in trainers.items() if n >= 2]
+        if not hosts:
+            return
+        # a short path (AF_UNIX allows 108 bytes) in a directory only this user enters
+        self._warm_dir = Path(tempfile.mkdtemp(prefix="graphrun-warm-"))
+        sockets = {}
+        for i, host in enumerate(hosts):
+            path = self._warm_dir / f"{i}.sock"
+            argv = (*host, self.python, "-m", "graphrun.machine.warm", "--socket", str(path))
+            sup.start(RoleCommand(f"warm:{i}", "local", argv, package_env()))
+            sockets[host] = path
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not all(p.exists() for p in sockets.values()) and time.monotonic() < deadline:
+            if sup.poll():  # one ended at once
+                break
+            time.sleep(0.01)
+        self._warm_sockets = {host: p for host, p in sockets.items() if p.exists()}
+
+    def _stop_warm(self, sup: Supervisor) -> None:
+        sup.close()
+        self._warm_sockets = {}
+        if self._warm_dir is not None:
+            shutil.rmtree(self._warm_dir, ignore_errors=True)
+            self._warm_dir = None
 
     def _survive(
         self, launches: Sequence[MachineLaunch], states: Mapping[str, str], ended: list[RoleExit]

@@ -39,6 +39,7 @@ from typing import IO, NoReturn, Protocol
 import psutil
 
 from graphrun.errors import PEER_LOST_EXIT, ArgumentError
+from graphrun.machine.warm import WarmProcess, WarmStarter
 from graphrun.parent import set_death_signal
 
 TAIL_LINES = 20
@@ -175,7 +176,7 @@ class _Pump(threading.Thread):
 @dataclass
 class _Running:
     cmd: RoleCommand
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | WarmProcess
     pump: _Pump
     exit: RoleExit | None = None
 
@@ -190,8 +191,10 @@ class Supervisor:
         grace_s: float = 5.0,
         prefix: bool = True,
         death_signal: int = signal.SIGKILL,
+        warm: WarmStarter | None = None,
     ) -> None:
         self.log_dir = Path(log_dir) if log_dir is not None else None
+        self.warm = warm  # CPU trainers fork from this host's warm server (graphrun.machine.warm)
         self.death_signal = death_signal  # what a role gets when this process dies
         self.sink = sink if sink is not None else sys.stdout
         self.grace_s = grace_s
@@ -208,8 +211,9 @@ class Supervisor:
         if cmd.role in self._roles and self._roles[cmd.role].exit is None:
             raise ArgumentError(f"role {cmd.role!r} is already running")
         env = {**os.environ, **cmd.env, "PYTHONUNBUFFERED": "1"}
+        warm = self.warm.start(cmd.argv, env, cmd.cwd) if self.warm is not None else None
         try:
-            proc = subprocess.Popen(
+            proc = warm or subprocess.Popen(
                 list(cmd.argv),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -244,6 +248,7 @@ class Supervisor:
     def _exit_of(self, r: _Running) -> RoleExit:
         r.pump.join(timeout=2.0)  # the pipe closes when the process (group) is gone
         code = r.proc.returncode
+        assert code is not None  # it was polled
         return RoleExit(r.cmd.role, r.cmd.machine, int(code), tuple(r.pump.tail))
 
     def wait_any(self, timeout: float, interval: float = 0.05) -> list[RoleExit]:
@@ -263,6 +268,10 @@ class Supervisor:
 
     def pids(self) -> dict[str, int]:
         return {name: r.proc.pid for name, r in self._roles.items()}
+
+    def warm_started(self) -> set[str]:
+        """The roles forked by the warm server (:mod:`graphrun.machine.warm`)."""
+        return {name for name, r in self._roles.items() if isinstance(r.proc, WarmProcess)}
 
     # ---- stopping -------------------------------------------------------------------
 

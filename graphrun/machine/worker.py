@@ -84,8 +84,13 @@ class StatusFile:
             self.state = state
         self.usage.sample(_running(sup), force=True)
         exits = sup.exits()
+        warm = sup.warm_started()
         self.roles = {
-            role: {"pid": pid, "exit_code": exits[role].exit_code if role in exits else None}
+            role: {
+                "pid": pid,
+                "exit_code": exits[role].exit_code if role in exits else None,
+                "warm": role in warm,  # forked by the host's warm server, not a new interpreter
+            }
             for role, pid in sup.pids().items()
         }
         self._write()

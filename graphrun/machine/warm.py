@@ -1,0 +1,431 @@
+"""Warm starts: trainers forked from one process that imported torch and PyG already.
+
+A trainer spends 3.5 CPU-s of its start importing torch, ``torch._dynamo`` (PyG and
+every optimizer step pull it in) and PyG. Where several machines share one host (the
+local backend: every machine of a job on this host, or on one network-namespace host)
+those imports are the same for all of them. The local backend starts one
+:class:`WarmServer` per host before the machines; it imports what a trainer imports,
+once, and forks a trainer for each request from a machine worker. A machine's trainers
+then start in milliseconds, and the host pays the imports once per attempt instead of
+once per trainer (the suite's jobs: half their CPU was trainers importing).
+
+What a forked trainer gets is what ``subprocess.Popen`` gave it: its own session
+(``setsid``), the worker's output pipe as stdout and stderr, ``/dev/null`` as stdin, the
+request's environment, working directory and arguments (run as ``__main__`` by
+``runpy``, as ``python -m`` does), signal handlers at their defaults, fresh random
+seeds (numpy's global one would otherwise be the server's in every trainer) and a
+fresh ``multiprocessing`` key. It is the server's child, not the worker's: it watches its
+worker (:func:`~graphrun.parent.exit_with`, the worker's death kills it as
+``PR_SET_PDEATHSIG`` did), the worker learns its exit code from the server (a negative
+one for a signal, as ``Popen.returncode``), and the machine's processes are its worker's
+descendants and the roles its status file lists (:func:`machine_processes`).
+
+Not warm-started (``Popen`` as before): GPU trainers (the server must not touch CUDA
+before it forks), other roles, a request whose import-time environment (``PYTHON*``,
+``*_NUM_THREADS``) differs from the server's, and any worker whose server is gone.
+
+Protocol: one ``AF_UNIX`` ``SOCK_SEQPACKET`` connection per trainer, in a directory only
+this user can enter, peers of another uid refused. The worker sends one JSON request
+(at most :data:`MAX_REQUEST` bytes) with its pipe's write end attached
+(``SCM_RIGHTS``); the server answers ``{"pid": N}`` (or ``{"error": "..."}``), then
+``{"exit": code}`` once it has reaped the trainer.
+
+    python -m graphrun.machine.warm --socket PATH     # what the local backend starts
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import select
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import psutil
+
+from graphrun.errors import ArgumentError
+from graphrun.parent import exit_with, set_death_signal
+
+#: what the server forks, and what it imports before it listens for requests
+MODULES = ("graphrun.machine.trainer",)
+PRELOAD = (
+    "graphrun.machine.trainer",
+    "graphrun.train.loop",
+    "graphrun.train.tasks",
+    "graphrun.train.models",
+    "graphrun.distributed.loader",
+    "torch.distributed",
+    "torch.nn.parallel",
+    "torch.optim",
+)
+MAX_REQUEST = 1 << 20  # bytes of one request (arguments and environment)
+REPLY_TIMEOUT_S = 120.0  # a request's answer (the server may still be importing)
+READY_TIMEOUT_S = 10.0  # until the server's socket exists
+
+
+def _import_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables read while torch and PyG are imported: a trainer that would see
+    other values than the server did is started on its own."""
+    return {k: v for k, v in env.items() if k.startswith("PYTHON") or k.endswith("_NUM_THREADS")}
+
+
+# ---- the server (one per host) ------------------------------------------------------
+
+
+class WarmServer:
+    """Forks trainers for the machine workers that connect to ``path``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.env = _import_env(os.environ)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        self.listener.bind(str(self.path))
+        os.chmod(self.path, 0o600)
+        self.listener.listen(64)
+        self.children: dict[int, socket.socket | None] = {}  # pid -> its worker's connection
+        self.stopping = False
+
+    def preload(self) -> None:
+        for name in PRELOAD:
+            importlib.import_module(name)
+        _build_pyg_templates()
+
+    def serve(self) -> None:
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+        sel = selectors.DefaultSelector()
+        sel.register(self.listener, selectors.EVENT_READ)
+        sel.register(wake_r, selectors.EVENT_READ)
+        try:
+            while not self.stopping:
+                for key, _ in sel.select(timeout=1.0):
+                    if key.fileobj is self.listener:
+                        conn, _ = self.listener.accept()
+                        self._answer(conn, [sel, wake_r, wake_w])
+                    else:
+                        with contextlib.suppress(BlockingIOError):
+                            os.read(wake_r, 512)
+                self._reap()
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            self.listener.close()
+
+    def _stop(self, *_: object) -> None:
+        self.stopping = True
+
+    def _answer(self, conn: socket.socket, keep_out: list[Any]) -> None:
+        fds: list[int] = []
+        try:
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            _, uid, _ = struct.unpack("3i", creds)
+            if uid != os.getuid():
+                raise ValueError(f"a peer of uid {uid}")
+            conn.settimeout(5.0)
+            data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 1)
+            req = json.loads(data)
+            if req.get("module") not in MODULES or len(fds) != 1:
+                raise ValueError("not a trainer request")
+            if _import_env(req["env"]) != self.env:
+                raise ValueError("its environment differs from the warm server's")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            with contextlib.suppress(OSError):
+                conn.send(json.dumps({"error": str(exc)[:200]}).encode())
+            conn.close()
+            for fd in fds:
+                os.close(fd)
+            return
+        pid = os.fork()
+        if pid == 0:  # the trainer
+            _become_trainer(req, fds[0], [self.listener, conn, *self.children.values()], keep_out)
+        os.close(fds[0])
+        self.children[pid] = conn
+        try:
+            conn.send(json.dumps({"pid": pid}).encode())
+        except OSError:  # the worker is gone: its trainer sees that itself
+            self._forget(pid)
+
+    def _forget(self, pid: int) -> None:
+        conn = self.children.get(pid)
+        if conn is not None:
+            conn.close()
+            self.children[pid] = None
+
+    def _reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn = self.children.pop(pid, None)
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    conn.send(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
+                conn.close()
+
+
+def _build_pyg_templates() -> None:
+    """PyG writes each message-passing class's ``propagate`` from a template into a new
+    file in the temporary directory (and imports it) the first time it is built in a
+    process: built here, once, the trainers inherit them."""
+    from torch_geometric.nn import GATConv, GCNConv, SAGEConv
+
+    SAGEConv(4, 4)
+    GATConv(4, 4)
+    GCNConv(4, 4)
+
+
+def _become_trainer(
+    req: dict[str, Any], out: int, close: Sequence[Any], keep_out: list[Any]
+) -> None:
+    code = 1
+    try:
+        sel, wake_r, wake_w = keep_out
+        signal.set_wakeup_fd(-1)
+        for fd in (wake_r, wake_w):
+            os.close(fd)
+        sel.close()
+        for s in close:
+            if s is not None:
+                s.close()
+        for sig in (signal.SIGCHLD, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(null)
+        os.close(out)
+        if req.get("cwd"):
+            os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        exit_with(int(req["watch"]))  # the worker's death ends it, as PDEATHSIG did
+        _fresh_state()
+        sys.argv = [req["module"], *req["argv"]]
+        sys.path[0] = os.getcwd()  # what ``python -m`` puts first
+        import runpy
+
+        runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        if exc.code is None:
+            code = 0
+        elif isinstance(exc.code, int):
+            code = exc.code
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+
+def _fresh_state() -> None:
+    """What a new interpreter would not share with its siblings."""
+    import multiprocessing
+    import random
+
+    import numpy as np
+    import torch
+
+    random.seed()
+    np.random.seed()
+    torch.seed()
+    multiprocessing.current_process().authkey = os.urandom(32)
+
+
+# ---- the client (a machine worker) --------------------------------------------------
+
+
+class WarmProcess:
+    """A warm-started trainer, seen as much like ``subprocess.Popen`` as the
+    :class:`~graphrun.machine.process.Supervisor` needs (``pid``, ``stdout``,
+    ``poll``, ``wait``, ``returncode``)."""
+
+    def __init__(self, conn: socket.socket, pid: int, stdout: IO[bytes]) -> None:
+        self.conn, self.pid, self.stdout = conn, pid, stdout
+        self.returncode: int | None = None
+        self._orphaned = False  # the server is gone: the pid is watched instead
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._check(0.0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
+            if left < 0:
+                raise subprocess.TimeoutExpired(f"trainer {self.pid}", timeout or 0.0)
+            self._check(left)
+        return self.returncode
+
+    def _check(self, timeout: float) -> None:
+        if self._orphaned:
+            if not _alive(self.pid):
+                self.returncode = -signal.SIGKILL  # its code went with the server
+            else:
+                time.sleep(timeout)
+            return
+        ready, _, _ = select.select([self.conn], [], [], timeout)
+        if not ready:
+            return
+        try:
+            data = self.conn.recv(4096)
+        except OSError:
+            data = b""
+        if not data:
+            self._orphaned = True
+            self.conn.close()
+            return
+        self.returncode = int(json.loads(data)["exit"])
+        self.conn.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+class WarmStarter:
+    """A machine worker's side: forks trainers through the server at ``path``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    @staticmethod
+    def takes(argv: Sequence[str]) -> str | None:
+        """The module a warm start of ``argv`` would run, or None (not a CPU trainer of
+        this interpreter)."""
+        if len(argv) < 3 or argv[1] != "-m" or argv[2] not in MODULES or "--gpu" in argv:
+            return None
+        if os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
+            return None
+        return argv[2]
+
+    def start(
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None
+    ) -> WarmProcess | None:
+        """Fork ``argv`` (a :meth:`takes` command) in the server; None where the server
+        cannot (then ``Popen`` it)."""
+        module = self.takes(argv)
+        if module is None:
+            return None
+        req = {
+            "module": module,
+            "argv": list(argv[3:]),
+            "env": dict(env),
+            "cwd": cwd,
+            "watch": os.getpid(),
+        }
+        data = json.dumps(req).encode()
+        if len(data) > MAX_REQUEST:
+            return None
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        read, write = os.pipe()
+        try:
+            conn.connect(str(self.path))
+            socket.send_fds(conn, [data], [write])
+            os.close(write)
+            write = -1
+            conn.settimeout(REPLY_TIMEOUT_S)
+            reply = json.loads(conn.recv(4096) or b"{}")
+        except (OSError, ValueError):
+            reply = {}
+        finally:
+            if write >= 0:
+                os.close(write)
+        if "pid" not in reply:
+            conn.close()
+            os.close(read)
+            return None
+        conn.settimeout(None)
+        return WarmProcess(conn, int(reply["pid"]), os.fdopen(read, "rb"))
+
+
+# ---- the machine's processes --------------------------------------------------------
+
+
+def machine_processes(worker: int) -> list[psutil.Process]:
+    """A machine's processes: its worker ``worker``, the worker's descendants, and the
+    roles its status file lists (warm-started trainers are the warm server's children)
+    with their descendants."""
+    try:
+        root = psutil.Process(worker)
+        procs = {p.pid: p for p in [root, *root.children(recursive=True)]}
+    except psutil.Error:
+        return []
+    try:
+        argv = root.cmdline()
+        plan = Path(argv[argv.index("--plan") + 1])
+        status = Path(argv[argv.index("--status-dir") + 1]) / plan.with_suffix(".json").name
+        roles = json.loads(status.read_text()).get("roles", {})
+    except (psutil.Error, ValueError, IndexError, OSError, AttributeError):
+        return list(procs.values())  # no status file yet: no role started
+    for info in roles.values():
+        with contextlib.suppress(psutil.Error, TypeError, KeyError):
+            p = psutil.Process(int(info["pid"]))
+            if p.pid not in procs and p.create_time() >= root.create_time():
+                for q in [p, *p.children(recursive=True)]:
+                    procs[q.pid] = q
+    return list(procs.values())
+
+
+# ---- the server's command line ------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="graphrun-warm", description=__doc__)
+    p.add_argument("--socket", type=Path, required=True)
+    p.add_argument("--death-signal", type=int, default=int(signal.SIGKILL))
+    args = p.parse_args(argv)
+    set_death_signal(args.death_signal)
+    if not args.socket.parent.is_dir():
+        raise ArgumentError(f"--socket: {args.socket.parent} is not a directory")
+    server = WarmServer(args.socket)  # listens at once: requests wait for the imports
+    server.preload()
+    server.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    from graphrun.machine.process import exit_now
+
+    try:
+        code = main()
+    except ArgumentError as exc:
+        print(f"graphrun-warm: error: {exc}", file=sys.stderr)
+        code = 2
+    exit_now(code)
