@@ -76,6 +76,9 @@ class RoleExit:
     machine: str
     exit_code: int
     tail: tuple[str, ...] = ()
+    # CPU seconds and peak RSS (MiB) over its whole life, where known: a warm-started
+    # role's, from its server's wait4 (a short-lived one may end between two samples)
+    usage: tuple[float, float] | None = None
 
     @property
     def ok(self) -> bool:
@@ -249,7 +252,8 @@ class Supervisor:
         r.pump.join(timeout=2.0)  # the pipe closes when the process (group) is gone
         code = r.proc.returncode
         assert code is not None  # it was polled
-        return RoleExit(r.cmd.role, r.cmd.machine, int(code), tuple(r.pump.tail))
+        usage = r.proc.usage if isinstance(r.proc, WarmProcess) else None
+        return RoleExit(r.cmd.role, r.cmd.machine, int(code), tuple(r.pump.tail), usage)
 
     def wait_any(self, timeout: float, interval: float = 0.05) -> list[RoleExit]:
         """Wait until at least one role ends or ``timeout`` passes; returns the ended roles."""

@@ -59,6 +59,12 @@ class RoleUsage:
             if peak is not None:
                 mine["peak_rss_mb"] = max(mine["peak_rss_mb"], round(peak, 1))
 
+    def ended(self, role: str, cpu_s: float, peak_rss_mb: float) -> None:
+        """What ``role`` used in all, known when it ended (a warm-started role's)."""
+        mine = self.roles.setdefault(role, {"cpu_s": 0.0, "peak_rss_mb": 0.0})
+        mine["cpu_s"] = max(mine["cpu_s"], round(cpu_s, 3))
+        mine["peak_rss_mb"] = max(mine["peak_rss_mb"], round(peak_rss_mb, 1))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "roles": {r: dict(v) for r, v in sorted(self.roles.items())},

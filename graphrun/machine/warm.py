@@ -28,7 +28,8 @@ Protocol: one ``AF_UNIX`` ``SOCK_SEQPACKET`` connection per trainer, in a direct
 this user can enter, peers of another uid refused. The worker sends one JSON request
 (at most :data:`MAX_REQUEST` bytes) with its pipe's write end attached
 (``SCM_RIGHTS``); the server answers ``{"pid": N}`` (or ``{"error": "..."}``), then
-``{"exit": code}`` once it has reaped the trainer.
+``{"exit": code, "cpu_s": ..., "peak_rss_mb": ...}`` once it has reaped the trainer
+(``wait4``: what it used in all, however short it ran).
 
     python -m graphrun.machine.warm --socket PATH     # what the local backend starts
 """
@@ -152,9 +153,17 @@ class WarmServer:
             for fd in fds:
                 os.close(fd)
             return
+        # answered once the trainer has its session, streams and directory (as Popen
+        # returns after the exec): a signal to its group right away reaches it
+        settled_r, settled_w = os.pipe()
         pid = os.fork()
         if pid == 0:  # the trainer
-            _become_trainer(req, fds[0], [self.listener, conn, *self.children.values()], keep_out)
+            os.close(settled_r)
+            close = [self.listener, conn, *self.children.values()]
+            _become_trainer(req, fds[0], settled_w, close, keep_out)
+        os.close(settled_w)
+        os.read(settled_r, 1)  # EOF: the trainer closed its end
+        os.close(settled_r)
         os.close(fds[0])
         self.children[pid] = conn
         try:
@@ -171,15 +180,20 @@ class WarmServer:
     def _reap(self) -> None:
         while self.children:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, ru = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
             conn = self.children.pop(pid, None)
             if conn is not None:
+                ended = {
+                    "exit": os.waitstatus_to_exitcode(status),
+                    "cpu_s": round(ru.ru_utime + ru.ru_stime, 3),
+                    "peak_rss_mb": round(ru.ru_maxrss / 1024, 1),  # kB
+                }
                 with contextlib.suppress(OSError):
-                    conn.send(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
+                    conn.send(json.dumps(ended).encode())
                 conn.close()
 
 
@@ -195,7 +209,7 @@ def _build_pyg_templates() -> None:
 
 
 def _become_trainer(
-    req: dict[str, Any], out: int, close: Sequence[Any], keep_out: list[Any]
+    req: dict[str, Any], out: int, settled: int, close: Sequence[Any], keep_out: list[Any]
 ) -> None:
     code = 1
     try:
@@ -221,12 +235,15 @@ def _become_trainer(
             os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
+        os.close(settled)
         exit_with(int(req["watch"]))  # the worker's death ends it, as PDEATHSIG did
         _fresh_state()
         sys.argv = [req["module"], *req["argv"]]
         sys.path[0] = os.getcwd()  # what ``python -m`` puts first
         import runpy
 
+        # as ``python -m`` runs it: as ``__main__`` only (preloaded, it would be both)
+        sys.modules.pop(req["module"], None)
         runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exc:
@@ -274,6 +291,7 @@ class WarmProcess:
     def __init__(self, conn: socket.socket, pid: int, stdout: IO[bytes]) -> None:
         self.conn, self.pid, self.stdout = conn, pid, stdout
         self.returncode: int | None = None
+        self.usage: tuple[float, float] | None = None  # CPU seconds, peak RSS MiB
         self._orphaned = False  # the server is gone: the pid is watched instead
 
     def poll(self) -> int | None:
@@ -308,7 +326,9 @@ class WarmProcess:
             self._orphaned = True
             self.conn.close()
             return
-        self.returncode = int(json.loads(data)["exit"])
+        ended = json.loads(data)
+        self.returncode = int(ended["exit"])
+        self.usage = (float(ended["cpu_s"]), float(ended["peak_rss_mb"]))
         self.conn.close()
 
 
@@ -421,11 +441,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from graphrun.machine.process import exit_now
-
     try:
         code = main()
     except ArgumentError as exc:
         print(f"graphrun-warm: error: {exc}", file=sys.stderr)
         code = 2
-    exit_now(code)
+    sys.stdout.flush()
+    os._exit(code)  # without Python's finalisation of torch and PyG (1.5 s)

@@ -84,6 +84,9 @@ class StatusFile:
             self.state = state
         self.usage.sample(_running(sup), force=True)
         exits = sup.exits()
+        for role, ex in exits.items():
+            if ex.usage is not None:
+                self.usage.ended(role, *ex.usage)
         warm = sup.warm_started()
         self.roles = {
             role: {

@@ -26,6 +26,9 @@ from graphrun.testing.jobs import nothing_left, small_job
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROLES = ("store:0", "store:1", "trainer:0", "trainer:1")
+# long enough to still train 1.5 s after the trainers start: warm-started (forked from
+# the host's warm server) they are training within 0.3 s, and 4 epochs took 0.5 s
+EPOCHS = 60
 
 
 def hurt(
@@ -63,7 +66,7 @@ def hurt(
 def test_chaos(tmp_path: Path, seed: int, action: str, backoff: int) -> None:
     rng = random.Random(seed)
     role, delay = rng.choice(ROLES), rng.uniform(0.0, 1.5)
-    path = small_job(tmp_path, epochs=4, run_policy={"backoffLimit": backoff})
+    path = small_job(tmp_path, epochs=EPOCHS, run_policy={"backoffLimit": backoff})
     opts = RunOptions(grace_s=2.0, stall_timeout_s=3.0)
     job = LocalJob(load_job(path), path, opts, sink=io.StringIO())
     done = threading.Event()

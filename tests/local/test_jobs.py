@@ -44,6 +44,13 @@ def test_two_machines_train_to_accuracy(tmp_path):
     assert last["epoch"] == 2 and last["test_acc"] > 0.5
     assert "[store:1@m1]" in sink.getvalue() and "[trainer:0@m0]" in sink.getvalue()
     assert '"rank": 0, "local_parts": [0, 1]' in sink.getvalue()  # one host: both co-located
+    # both machines on this host: their trainers forked from its warm server
+    roles = {}
+    for m in ("m0", "m1"):
+        roles.update(read_status(path.parent / "runs" / "small" / "status" / f"{m}.json")["roles"])
+    assert {r: v["warm"] for r, v in roles.items()} == {
+        "trainer:0": True, "trainer:1": True, "store:0": False, "store:1": False
+    }  # fmt: skip
     nothing_left(job)
 
 

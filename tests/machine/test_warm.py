@@ -1,0 +1,149 @@
+"""Warm starts (graphrun.machine.warm) with a real warm server and real trainer processes.
+
+A trainer whose ``--job`` is a FIFO nobody writes blocks in ``open``: a trainer that
+runs until it is signalled, without a job.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from graphrun.machine.process import RoleCommand, Supervisor
+from graphrun.machine.warm import WarmStarter
+from graphrun.testing.procs import child_env
+
+pytestmark = pytest.mark.integration
+
+TRAINER = (sys.executable, "-m", "graphrun.machine.trainer")
+
+
+def _until(cond, timeout: float = 30.0, what: str = "") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[Path, int]]:
+    """A warm server (imports once for the module's tests): its socket and pid."""
+    with tempfile.TemporaryDirectory(prefix="graphrun-warm-test-") as d:
+        sock = Path(d) / "0.sock"
+        argv = [sys.executable, "-m", "graphrun.machine.warm", "--socket", str(sock)]
+        proc = subprocess.Popen(argv, env={**child_env(), "PYTHONUNBUFFERED": "1"})
+        try:
+            _until(sock.exists, what="the warm server's socket")
+            yield sock, proc.pid
+        finally:
+            proc.terminate()
+            assert proc.wait(timeout=30) == 0
+        assert not sock.exists()
+
+
+def _blocked_trainer(tmp_path: Path) -> tuple[str, ...]:
+    fifo = tmp_path / "job.yaml"
+    os.mkfifo(fifo)
+    return (*TRAINER, "--job", str(fifo), "--rank", "0", "--hosts-file", "h", "--keys", "k")
+
+
+def _trainer(argv: tuple[str, ...]) -> RoleCommand:
+    return RoleCommand("trainer:0", "m0", argv, child_env())
+
+
+def _run(sup: Supervisor, argv: tuple[str, ...]):  # type: ignore[no-untyped-def]
+    sup.start(_trainer(argv))
+    (ended,) = sup.wait_any(timeout=120)
+    return ended
+
+
+def test_a_warm_trainer_says_and_exits_what_a_new_interpreter_does(server):
+    sock, _ = server
+    for argv in [(*TRAINER, "--help"), (*TRAINER, "--rank", "x")]:
+        with Supervisor(sink=io.StringIO(), warm=WarmStarter(sock)) as warm:
+            got = _run(warm, argv)
+            assert warm.warm_started() == {"trainer:0"}
+        with Supervisor(sink=io.StringIO()) as cold:
+            want = _run(cold, argv)
+            assert cold.warm_started() == set()
+        assert got.exit_code == want.exit_code and got.tail == want.tail
+    assert want.exit_code == 2 and "argument --rank: invalid int value: 'x'" in want.tail[-1]
+
+
+def test_a_warm_trainer_runs_in_its_own_session_and_a_signal_is_its_exit_code(server, tmp_path):
+    sock, server_pid = server
+    sup = Supervisor(sink=io.StringIO(), grace_s=5.0, warm=WarmStarter(sock))
+    with sup:
+        sup.start(_trainer(_blocked_trainer(tmp_path)))
+        pid = sup.pids()["trainer:0"]
+        p = psutil.Process(pid)
+        assert p.ppid() == server_pid and os.getpgid(pid) == pid and os.getsid(pid) == pid
+        assert p.cwd() == os.getcwd()
+        sup.stop(first=signal.SIGHUP)  # which it does not handle (SIGTERM it does)
+    assert sup.exits()["trainer:0"].exit_code == -signal.SIGHUP  # as Popen's returncode
+
+
+def test_a_warm_trainer_ends_with_the_worker_that_started_it(server, tmp_path):
+    sock, _ = server
+    worker = (
+        "import sys, time\n"
+        "from graphrun.machine.warm import WarmStarter\n"
+        f"proc = WarmStarter({str(sock)!r}).start({_blocked_trainer(tmp_path)!r}, "
+        "dict(__import__('os').environ), None)\n"
+        "print(proc.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    client = subprocess.Popen(
+        [sys.executable, "-c", worker], stdout=subprocess.PIPE, text=True, env=child_env()
+    )
+    try:
+        assert client.stdout is not None
+        trainer = psutil.Process(int(client.stdout.readline()))
+        client.kill()  # SIGKILL: the worker cannot stop it
+        client.wait(timeout=10)
+        trainer.wait(timeout=10)  # raises if it is still running
+    finally:
+        client.kill()
+
+
+def test_a_trainer_whose_server_is_gone_is_still_seen_to_end(tmp_path):
+    with tempfile.TemporaryDirectory(prefix="graphrun-warm-test-") as d:
+        sock = Path(d) / "0.sock"
+        argv = [sys.executable, "-m", "graphrun.machine.warm", "--socket", str(sock)]
+        server = subprocess.Popen(argv, env={**child_env(), "PYTHONUNBUFFERED": "1"})
+        try:
+            _until(sock.exists, what="the warm server's socket")
+            sup = Supervisor(sink=io.StringIO(), grace_s=5.0, warm=WarmStarter(sock))
+            sup.start(_trainer(_blocked_trainer(tmp_path)))
+            server.kill()
+            server.wait(timeout=10)
+            assert sup.poll() == [] and sup.running() == ["trainer:0"]  # it runs on
+            sup.stop(first=signal.SIGKILL)
+            assert sup.exits()["trainer:0"].exit_code == -signal.SIGKILL
+        finally:
+            server.kill()
+
+
+def test_what_the_server_cannot_fork_is_left_to_popen(server, tmp_path):
+    sock, _ = server
+    starter = WarmStarter(sock)
+    other_threads = {**child_env(), "OMP_NUM_THREADS": "7"}  # read when torch is imported
+    assert starter.start((*TRAINER, "--help"), other_threads, None) is None
+    assert starter.start((*TRAINER, "--help", "--gpu", "0"), child_env(), None) is None
+    assert starter.start((sys.executable, "-m", "graphrun", "serve"), child_env(), None) is None
+    assert (
+        WarmStarter(tmp_path / "none.sock").start((*TRAINER, "--help"), child_env(), None) is None
+    )
+    with Supervisor(sink=io.StringIO(), warm=WarmStarter(tmp_path / "none.sock")) as sup:
+        assert _run(sup, (*TRAINER, "--help")).exit_code == 0  # a new interpreter
+        assert sup.warm_started() == set()
