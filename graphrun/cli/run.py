@@ -58,6 +58,13 @@ def register(subparsers: Any) -> None:
         "--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL on stop"
     )
     p.add_argument(
+        "--no-warm-start",
+        dest="warm_start",
+        action="store_false",
+        help="start every trainer as a new interpreter (by default, where a host runs two or "
+        "more CPU trainers, they fork from one warm server that imported torch and PyG once)",
+    )
+    p.add_argument(
         "--verbose",
         action="store_true",
         help="show every role's raw output (default: phases, trainer 0's progress and one "
@@ -92,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         bandwidth_mbit=args.bandwidth_mbit,
         cluster=args.cluster,
         profile_dir=args.profile.resolve() if args.profile else None,
+        warm_start=args.warm_start,
     )
     stop = threading.Event()
     install_stop_handlers(stop)

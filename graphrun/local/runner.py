@@ -89,6 +89,7 @@ class RunOptions:
     stall_timeout_s: float = 30.0  # a role stopped (SIGSTOP) this long fails its machine
     env: Mapping[str, str] = field(default_factory=dict)  # added to every role's environment
     trainer_args: tuple[str, ...] = ()  # extra trainer flags, e.g. ("--aggr", "csr")
+    warm_start: bool = True  # CPU trainers fork from their host's warm server (machine.warm)
 
 
 @dataclass(frozen=True)
@@ -519,6 +520,7 @@ class LocalJob:
             self.paths.run_dir, self.sink, self.opts.grace_s, wrap, self.opts.python,
             elastic_min=elastic.min_machines if elastic is not None else None,
             max_rejoins=elastic.max_rejoins if elastic is not None else 0,
+            warm=self.opts.warm_start,
         )  # fmt: skip
         ready = {"serving", "training", "done"}
 

@@ -12,9 +12,10 @@ once per trainer (the suite's jobs: half their CPU was trainers importing).
 What a forked trainer gets is what ``subprocess.Popen`` gave it: its own session
 (``setsid``), the worker's output pipe as stdout and stderr, ``/dev/null`` as stdin, the
 request's environment, working directory and arguments (run as ``__main__`` by
-``runpy``, as ``python -m`` does), signal handlers at their defaults, fresh random
-seeds (numpy's global one would otherwise be the server's in every trainer) and a
-fresh ``multiprocessing`` key. It is the server's child, not the worker's: it watches its
+``runpy``, as ``python -m`` does), signal handlers at their defaults, random generators
+as a new interpreter has them (torch's at its fixed initial seed, Python's and numpy's
+global ones seeded from the OS: numpy's would otherwise be the server's in every trainer)
+and a fresh ``multiprocessing`` key. It is the server's child, not the worker's: it watches its
 worker (:func:`~graphrun.parent.exit_with`, the worker's death kills it as
 ``PR_SET_PDEATHSIG`` did), the worker learns its exit code from the server (a negative
 one for a signal, as ``Popen.returncode``), and the machine's processes are its worker's
@@ -156,7 +157,15 @@ class WarmServer:
         # answered once the trainer has its session, streams and directory (as Popen
         # returns after the exec): a signal to its group right away reaches it
         settled_r, settled_w = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:  # no memory, too many processes: the worker starts it cold
+            for fd in (settled_r, settled_w, fds[0]):
+                os.close(fd)
+            with contextlib.suppress(OSError):
+                conn.send(json.dumps({"error": f"fork: {exc}"[:200]}).encode())
+            conn.close()
+            return
         if pid == 0:  # the trainer
             os.close(settled_r)
             close = [self.listener, conn, *self.children.values()]
@@ -275,8 +284,10 @@ def _fresh_state() -> None:
     import torch
 
     random.seed()
-    np.random.seed()
-    torch.seed()
+    np.random.seed()  # a new interpreter's are seeded from the OS
+    # torch's default generator starts at the same seed in every new interpreter: back to
+    # it (building PyG's layers here drew from it)
+    torch.default_generator.manual_seed(torch.default_generator.initial_seed())
     multiprocessing.current_process().authkey = os.urandom(32)
 
 

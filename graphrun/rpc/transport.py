@@ -434,6 +434,8 @@ class RpcClient:
         self._done: dict[int, Message | GraphrunError] = {}
         self._handshake_ok = False
         self._auth_failed = False
+        self._handshake_resets = 0  # handshakes closed under it since the last that ended
+        self._retry_after_reset = False
         # for the message of a timeout (_silence): a connection is up now, was ever up,
         # and finished its handshake
         self._connected = self._ever_connected = self._greeted = False
@@ -562,7 +564,9 @@ class RpcClient:
         while self._monitor.poll(0, zmq.POLLIN):
             event = recv_monitor_message(self._monitor)["event"]
             if event == zmq.EVENT_CONNECT_RETRIED:
-                if self._watch_refused and not self._connected:
+                if self._retry_after_reset:
+                    self._retry_after_reset = False
+                elif self._watch_refused and not self._connected:
                     self._refused = True
                     self._fail_all(RpcError, _REFUSED_TEXT)
             elif event == zmq.EVENT_CONNECTED:
@@ -572,20 +576,23 @@ class RpcClient:
             elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self._handshake_ok = self._greeted = True
                 self._auth_failed = False
+                self._handshake_resets = 0
             elif event == zmq.EVENT_DISCONNECTED and self._handshake_ok:
                 self._connected = self._greeted = False
                 self._drain()  # replies that arrived before it (the answer to `stop`)
                 self._fail_all(RpcError, "connection lost (server stopped or crashed?)")
             elif event == zmq.EVENT_DISCONNECTED:
                 self._connected = self._greeted = False
-            elif event & (
-                zmq.EVENT_HANDSHAKE_FAILED_AUTH
-                | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-                | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-            ):
-                self._fail_all(
-                    AuthError, "handshake refused: this client does not hold the job key"
-                )
+            elif event & (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL):
+                self._fail_all(AuthError, _AUTH_TEXT)  # a wrong key: a protocol error
+            elif event & zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                # the connection closed before the handshake ended: a server refusing our
+                # key may close it so (then every attempt does), or a server killed as we
+                # joined (then the next attempt is refused: its clients fail over)
+                if self._handshake_resets:
+                    self._fail_all(AuthError, _AUTH_TEXT)
+                self._handshake_resets += 1
+                self._retry_after_reset = True  # the retry it schedules is no refusal
 
     def _fail_all(self, cls: type[RpcError], text: str) -> None:
         for rid, op in self._inflight.items():

@@ -360,9 +360,12 @@ def test_kill_and_resume_reproduces_an_uninterrupted_run(tmp_path):
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     cli = [sys.executable, "-m", "graphrun", "run", str(path), "--grace", "1"]
     env = child_env()
-    done = subprocess.run([*cli, "--run-dir", str(whole)], env=env, capture_output=True,
-                          timeout=300)  # fmt: skip
+    # the uninterrupted run's trainers are new interpreters, the cut one's are forked
+    # warm: the same losses (a warm trainer's random generators are a new interpreter's)
+    done = subprocess.run([*cli, "--run-dir", str(whole), "--no-warm-start"], env=env,
+                          capture_output=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
+    assert not read_status(whole / "status" / "m0.json")["roles"]["trainer:0"]["warm"]
     proc = subprocess.Popen([*cli, "--run-dir", str(cut)], env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     ckpt = cut / "checkpoints" / "checkpoint.pt"
@@ -373,6 +376,7 @@ def test_kill_and_resume_reproduces_an_uninterrupted_run(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every role, mid-epoch 2
     proc.wait()
     assert load_checkpoint(cut / "checkpoints") is not None
+    assert read_status(cut / "status" / "m0.json")["roles"]["trainer:0"]["warm"]
     resumed = subprocess.run([*cli, "--run-dir", str(cut), "--resume"], env=env,
                              capture_output=True, timeout=300)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-2000:]

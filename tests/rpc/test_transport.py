@@ -157,6 +157,35 @@ def test_wrong_key_is_refused_and_server_goes_on(server, client, give_up_if_refu
     assert client.call("echo", {"x": 1}).body == {"x": 1}
 
 
+def test_a_connection_reset_in_the_handshake_is_lost_not_refused():
+    """A server killed while a client joined looked like a refusal of the client's key
+    (an AuthError, which no client fails over on): a trainer joining a primary store
+    killed at that moment failed instead of joining its replica. One reset, then the
+    port refuses (the server is gone): a lost connection; every handshake reset (a server
+    closing on a key it refuses) stays a refusal (test_wrong_key_is_refused...)."""
+    import socket
+    import struct
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+
+    def reset_one_connection_and_go() -> None:
+        conn, _ = listener.accept()
+        conn.recv(10)  # the client's greeting has begun
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        listener.close()  # gone: the next attempt is refused
+        conn.close()  # RST
+
+    threading.Thread(target=reset_one_connection_and_go, daemon=True).start()
+    address = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    with RpcClient(address, keys=new_keypair(), timeout=5, give_up_if_refused=True) as c:
+        with pytest.raises(RpcError, match="refused") as got:
+            c.call("echo")
+        assert not isinstance(got.value, AuthError)
+
+
 def test_client_without_curve_is_refused(server, client):
     with (
         RpcClient(server.address, keys=None, timeout=1) as plain,
