@@ -212,7 +212,10 @@ def test_ranks_without_a_launcher_write_the_output_themselves(tmp_path: Path) ->
         assert said.startswith(f"partition rank {r} of 2: part-{r} written in"), said
         assert "assign " in said and "shuffle " in said and " MiB)" in said, said
     check_round_trip(g, out, 2, 1)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["chunks", "parts"]  # no staging
+    # no staging (the rendezvous file is the caller's: torch's file store removes it with
+    # its last user, which may end first)
+    left = {p.name for p in tmp_path.iterdir()} - {"rendezvous"}
+    assert left == {"chunks", "parts"}
 
 
 def test_ranks_without_a_launcher_leave_nothing_when_one_fails(tmp_path: Path) -> None:
