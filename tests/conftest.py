@@ -1,15 +1,15 @@
 """Suite-wide hooks.
 
 - Tests marked ``cuda`` run only where torch sees a CUDA device (``scripts/gpu-check``).
-- The suite runs on two pytest-xdist workers (``-n 2`` in pyproject's ``addopts``). A
+- The suite runs on three pytest-xdist workers (``-n 3`` in pyproject's ``addopts``). A
   test that measures time or a CPU share (marked ``exclusive``) runs alone: it takes a
-  lock every other test shares, through a turnstile so that the other worker cannot
+  lock every other test shares, through a turnstile so that the other workers cannot
   starve it. The lock is taken outside the
   test's timeout (an outer ``pytest_runtest_protocol`` wrapper), so waiting for the other
-  worker's test does not count against this one's.
+  workers' tests does not count against this one's.
 - Each worker has one core's share: torch (in the worker and in the processes it starts
   that do not size their threads themselves) gets one OpenMP thread, not one per core,
-  which spin in OpenMP's barriers while the other worker has the cores.
+  which spin in OpenMP's barriers while the other workers have the cores.
 """
 
 from __future__ import annotations

@@ -79,7 +79,10 @@ def test_sigterm_mid_epoch_then_resume_equals_an_uninterrupted_run(tmp_path, tra
         text=True,
     )
     deadline = time.monotonic() + 300
-    while _steps_taken(prof / "trainer-0.jsonl") < steps + steps // 3:  # a third into epoch 1
+    # just into epoch 1: the SIGTERM travels run -> worker -> trainer; on a busy machine
+    # (3 test workers on 2 cores) it took over 20 of link prediction's 30 steps, and a
+    # stop sent a third into epoch 1 fell on epoch 2's first step
+    while _steps_taken(prof / "trainer-0.jsonl") < steps + 3:
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
         time.sleep(0.02)
     proc.send_signal(signal.SIGTERM)
@@ -89,7 +92,7 @@ def test_sigterm_mid_epoch_then_resume_equals_an_uninterrupted_run(tmp_path, tra
 
     ckpt = load_checkpoint(cut / "checkpoints")
     assert ckpt is not None and ckpt.position is not None, out[-3000:]
-    # SIGTERM goes out a third into epoch 1; on a busy machine the trainers may get to the
+    # SIGTERM goes out 3 steps into epoch 1; on a busy machine the trainers may get to the
     # stop only in epoch 2 (the signal travels run -> worker -> trainer): either is a stop
     # mid-epoch, which is what this test is about
     stopped_in = ckpt.position["epoch"]
