@@ -6,6 +6,7 @@ runs until it is signalled, without a job.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import signal
@@ -35,20 +36,29 @@ def _until(cond, timeout: float = 30.0, what: str = "") -> None:  # type: ignore
         time.sleep(0.02)
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[tuple[Path, int]]:
-    """A warm server (imports once for the module's tests): its socket and pid."""
+@contextlib.contextmanager
+def warm_server() -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
+    """A warm server, listening: its socket and process (stopped with SIGTERM after)."""
     with tempfile.TemporaryDirectory(prefix="graphrun-warm-test-") as d:
         sock = Path(d) / "0.sock"
         argv = [sys.executable, "-m", "graphrun.machine.warm", "--socket", str(sock)]
         proc = subprocess.Popen(argv, env={**child_env(), "PYTHONUNBUFFERED": "1"})
         try:
             _until(sock.exists, what="the warm server's socket")
-            yield sock, proc.pid
+            yield sock, proc
         finally:
             proc.terminate()
-            assert proc.wait(timeout=30) == 0
-        assert not sock.exists()
+            proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[Path, int]]:
+    """One warm server for the module's tests (it imports once): its socket and pid."""
+    with warm_server() as (sock, proc):
+        yield sock, proc.pid
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0  # a SIGTERM ends it cleanly
+        assert not sock.exists()  # its socket with it
 
 
 def _blocked_trainer(tmp_path: Path) -> tuple[str, ...]:
@@ -117,21 +127,14 @@ def test_a_warm_trainer_ends_with_the_worker_that_started_it(server, tmp_path):
 
 
 def test_a_trainer_whose_server_is_gone_is_still_seen_to_end(tmp_path):
-    with tempfile.TemporaryDirectory(prefix="graphrun-warm-test-") as d:
-        sock = Path(d) / "0.sock"
-        argv = [sys.executable, "-m", "graphrun.machine.warm", "--socket", str(sock)]
-        server = subprocess.Popen(argv, env={**child_env(), "PYTHONUNBUFFERED": "1"})
-        try:
-            _until(sock.exists, what="the warm server's socket")
-            sup = Supervisor(sink=io.StringIO(), grace_s=5.0, warm=WarmStarter(sock))
-            sup.start(_trainer(_blocked_trainer(tmp_path)))
-            server.kill()
-            server.wait(timeout=10)
-            assert sup.poll() == [] and sup.running() == ["trainer:0"]  # it runs on
-            sup.stop(first=signal.SIGKILL)
-            assert sup.exits()["trainer:0"].exit_code == -signal.SIGKILL
-        finally:
-            server.kill()
+    with warm_server() as (sock, server):
+        sup = Supervisor(sink=io.StringIO(), grace_s=5.0, warm=WarmStarter(sock))
+        sup.start(_trainer(_blocked_trainer(tmp_path)))
+        server.kill()
+        server.wait(timeout=10)
+        assert sup.poll() == [] and sup.running() == ["trainer:0"]  # it runs on
+        sup.stop(first=signal.SIGKILL)
+        assert sup.exits()["trainer:0"].exit_code == -signal.SIGKILL
 
 
 def test_what_the_server_cannot_fork_is_left_to_popen(server, tmp_path):
