@@ -1,4 +1,4 @@
-"""``graphrun demo``: the whole pipeline on one machine in about two minutes.
+"""``graphrun demo``: the whole pipeline on one machine in about 15 seconds (2 cores).
 
 1. generate a community graph (100k nodes, 2M edges, 64 noisy features, 10 classes);
 2. partition it in 2 with METIS and print the partition quality;
@@ -24,7 +24,7 @@ import yaml
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "demo",
-        help="generate, partition and train on 2 local machines (about two minutes)",
+        help="generate, partition and train on 2 local machines (about 15 seconds)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
