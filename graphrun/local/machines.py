@@ -61,7 +61,7 @@ from graphrun.machine.process import (
     still_running,
 )
 from graphrun.machine.stopmark import write_mark
-from graphrun.machine.warm import READY_TIMEOUT_S, WarmStarter
+from graphrun.machine.warm import READY_TIMEOUT_S, SOCKET_DIR_PREFIX, WarmStarter
 from graphrun.machine.worker import read_status
 from graphrun.names import RoleName
 from graphrun.store.shm import clean_stale
@@ -200,7 +200,10 @@ class LocalMachines:
             death_signal=signal.SIGTERM,
         )  # fmt: skip
         failure: JobFailed | None = None
-        warm_sup = Supervisor(self.run_dir / "logs", self.sink, grace_s=2.0)
+        # a launcher killed with -9: its warm servers get SIGTERM, remove their sockets, end
+        warm_sup = Supervisor(
+            self.run_dir / "logs", self.sink, grace_s=2.0, death_signal=signal.SIGTERM
+        )
         try:
             self._start_warm(launches, warm_sup)
             for launch in launches:
@@ -267,7 +270,7 @@ class LocalMachines:
         if not hosts:
             return
         # a short path (AF_UNIX allows 108 bytes) in a directory only this user enters
-        self._warm_dir = Path(tempfile.mkdtemp(prefix="graphrun-warm-"))
+        self._warm_dir = Path(tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX))
         sockets = {}
         for i, host in enumerate(hosts):
             path = self._warm_dir / f"{i}.sock"

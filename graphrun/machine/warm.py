@@ -57,7 +57,7 @@ from typing import IO, Any
 import psutil
 
 from graphrun.errors import ArgumentError
-from graphrun.parent import exit_with, set_death_signal
+from graphrun.parent import exit_with
 
 #: what the server forks, and what it imports before it listens for requests
 MODULES = ("graphrun.machine.trainer",)
@@ -74,6 +74,7 @@ PRELOAD = (
 MAX_REQUEST = 1 << 20  # bytes of one request (arguments and environment)
 REPLY_TIMEOUT_S = 120.0  # a request's answer (the server may still be importing)
 READY_TIMEOUT_S = 10.0  # until the server's socket exists
+SOCKET_DIR_PREFIX = "graphrun-warm-"  # the local backend's directory of a host's sockets
 
 
 def _import_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -99,9 +100,15 @@ class WarmServer:
         self.listener.listen(64)
         self.children: dict[int, socket.socket | None] = {}  # pid -> its worker's connection
         self.stopping = False
+        # told to stop while it imports (a launcher killed with -9 sends SIGTERM, its death
+        # signal): it still removes its socket and directory
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
 
     def preload(self) -> None:
         for name in PRELOAD:
+            if self.stopping:
+                return
             importlib.import_module(name)
         _build_pyg_templates()
 
@@ -126,9 +133,17 @@ class WarmServer:
                             os.read(wake_r, 512)
                 self._reap()
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
-            self.listener.close()
+            self.close()
+
+    def close(self) -> None:
+        """Remove the socket, and its directory if the local backend made it for this
+        server (``graphrun-warm-*``) and nothing else is in it."""
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        self.listener.close()
+        if self.path.parent.name.startswith(SOCKET_DIR_PREFIX):
+            with contextlib.suppress(OSError):
+                self.path.parent.rmdir()
 
     def _stop(self, *_: object) -> None:
         self.stopping = True
@@ -440,9 +455,7 @@ def machine_processes(worker: int) -> list[psutil.Process]:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="graphrun-warm", description=__doc__)
     p.add_argument("--socket", type=Path, required=True)
-    p.add_argument("--death-signal", type=int, default=int(signal.SIGKILL))
     args = p.parse_args(argv)
-    set_death_signal(args.death_signal)
     if not args.socket.parent.is_dir():
         raise ArgumentError(f"--socket: {args.socket.parent} is not a directory")
     server = WarmServer(args.socket)  # listens at once: requests wait for the imports

@@ -65,6 +65,11 @@ def test_sigkill_of_graphrun_run_leaves_no_process_and_no_segment(tmp_path: Path
         time.sleep(1.0)  # mid-training
         procs = _descendants(proc.pid)
         assert len(store_pids) == 2
+        # the warm server (its trainers, forked from it, show its command line too)
+        [warm] = [
+            p for p in procs if "graphrun.machine.warm" in p.cmdline() and p.ppid() == proc.pid
+        ]
+        warm_dir = Path(warm.cmdline()[-1]).parent  # --socket DIR/0.sock
         assert [p for p in os.listdir("/dev/shm") if p.startswith(_prefixes(store_pids))]
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
@@ -75,6 +80,7 @@ def test_sigkill_of_graphrun_run_leaves_no_process_and_no_segment(tmp_path: Path
         segments = [p for p in os.listdir("/dev/shm") if p.startswith(_prefixes(store_pids))]
         assert left == [], [(p.pid, p.cmdline()[:6]) for p in left]
         assert segments == []
+        assert not warm_dir.exists()  # the warm server's socket and directory
     finally:
         for p in still_running(procs):
             p.kill()

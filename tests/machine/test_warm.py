@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import psutil
 import pytest
 
 from graphrun.machine.process import RoleCommand, Supervisor
-from graphrun.machine.warm import WarmStarter
+from graphrun.machine.warm import SOCKET_DIR_PREFIX, WarmStarter
 from graphrun.testing.procs import child_env
 
 pytestmark = pytest.mark.integration
@@ -39,7 +40,7 @@ def _until(cond, timeout: float = 30.0, what: str = "") -> None:  # type: ignore
 @contextlib.contextmanager
 def warm_server() -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
     """A warm server, listening: its socket and process (stopped with SIGTERM after)."""
-    with tempfile.TemporaryDirectory(prefix="graphrun-warm-test-") as d:
+    with tempfile.TemporaryDirectory(prefix="warm-test-") as d:
         sock = Path(d) / "0.sock"
         argv = [sys.executable, "-m", "graphrun.machine.warm", "--socket", str(sock)]
         proc = subprocess.Popen(argv, env={**child_env(), "PYTHONUNBUFFERED": "1"})
@@ -107,7 +108,7 @@ def test_a_warm_trainer_ends_with_the_worker_that_started_it(server, tmp_path):
     sock, _ = server
     worker = (
         "import sys, time\n"
-        "from graphrun.machine.warm import WarmStarter\n"
+        "from graphrun.machine.warm import SOCKET_DIR_PREFIX, WarmStarter\n"
         f"proc = WarmStarter({str(sock)!r}).start({_blocked_trainer(tmp_path)!r}, "
         "dict(__import__('os').environ), None)\n"
         "print(proc.pid, flush=True)\n"
@@ -124,6 +125,25 @@ def test_a_warm_trainer_ends_with_the_worker_that_started_it(server, tmp_path):
         trainer.wait(timeout=10)  # raises if it is still running
     finally:
         client.kill()
+
+
+def test_a_server_told_to_stop_as_it_imports_removes_its_socket_and_directory():
+    """The local backend's directory of a host's socket (``graphrun-warm-*``) went with
+    nothing when its launcher was killed with -9 (the server died of SIGKILL, its death
+    signal then): 26 were left in /tmp after six suite runs."""
+    d = Path(tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX))
+    sock = d / "0.sock"
+    argv = [sys.executable, "-m", "graphrun.machine.warm", "--socket", str(sock)]
+    proc = subprocess.Popen(argv, env={**child_env(), "PYTHONUNBUFFERED": "1"})
+    try:
+        _until(sock.exists, what="the warm server's socket")
+        proc.terminate()  # long before torch and PyG are imported
+        assert proc.wait(timeout=30) == 0
+        assert not d.exists()
+    finally:
+        proc.kill()
+        if d.exists():
+            shutil.rmtree(d)
 
 
 def test_a_trainer_whose_server_is_gone_is_still_seen_to_end(tmp_path):
