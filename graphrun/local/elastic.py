@@ -31,13 +31,14 @@ import subprocess
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import psutil
 
 from graphrun.machine.launch import MachineLaunch
 from graphrun.machine.process import Sink
-from graphrun.machine.warm import machine_processes
+from graphrun.machine.worker import read_status
 from graphrun.names import RoleName
 
 # the states of a machine whose loss the others survive: its trainers started; "left":
@@ -129,9 +130,36 @@ class Fencing:
         return named
 
 
+def machine_processes(worker: int) -> list[psutil.Process]:
+    """A machine's processes: its worker ``worker``, the worker's descendants, and the
+    roles its status file lists (warm-started trainers are the warm server's children)
+    with their descendants."""
+    try:
+        root = psutil.Process(worker)
+        procs = {p.pid: p for p in [root, *root.children(recursive=True)]}
+    except psutil.Error:
+        return []
+    try:
+        argv = root.cmdline()
+        plan = Path(argv[argv.index("--plan") + 1])
+        status = read_status(Path(argv[argv.index("--status-dir") + 1]) / f"{plan.stem}.json")
+    except (psutil.Error, ValueError, IndexError):
+        return list(procs.values())
+    roles = status.get("roles") if status is not None else None
+    if not isinstance(roles, dict):  # no status yet: no role started
+        return list(procs.values())
+    for info in roles.values():
+        with contextlib.suppress(psutil.Error, TypeError, KeyError, ValueError):
+            p = psutil.Process(int(info["pid"]))
+            if p.pid not in procs and p.create_time() >= root.create_time():
+                for q in [p, *p.children(recursive=True)]:
+                    procs[q.pid] = q
+    return list(procs.values())
+
+
 def kill_tree(pid: int) -> list[int]:
     """SIGKILL machine worker ``pid`` and all its processes (its descendants and its
-    warm-started trainers: :func:`~graphrun.machine.warm.machine_processes`), all stopped
+    warm-started trainers: :func:`machine_processes`), all stopped
     (SIGSTOP) first so that none sees another die and reacts (a worker reporting its
     roles' deaths, a store server answering one more write); returns the pids killed. A
     stopped process dies of SIGKILL as it is (no SIGCONT needed); so does one inside a

@@ -53,17 +53,15 @@ class RoleUsage:
             except psutil.Error:
                 continue
             cpu = t.user + t.system + t.children_user + t.children_system
-            peak = peak_rss_mb(pid)
-            mine = self.roles.setdefault(role, {"cpu_s": 0.0, "peak_rss_mb": 0.0})
-            mine["cpu_s"] = max(mine["cpu_s"], round(cpu, 3))
-            if peak is not None:
-                mine["peak_rss_mb"] = max(mine["peak_rss_mb"], round(peak, 1))
+            self.record(role, cpu, peak_rss_mb(pid))
 
-    def ended(self, role: str, cpu_s: float, peak_rss_mb: float) -> None:
-        """What ``role`` used in all, known when it ended (a warm-started role's)."""
+    def record(self, role: str, cpu_s: float, peak_rss_mb: float | None) -> None:
+        """What ``role`` used so far (a sample), or in all (known when it ended: a
+        warm-started role's); the most seen is kept."""
         mine = self.roles.setdefault(role, {"cpu_s": 0.0, "peak_rss_mb": 0.0})
         mine["cpu_s"] = max(mine["cpu_s"], round(cpu_s, 3))
-        mine["peak_rss_mb"] = max(mine["peak_rss_mb"], round(peak_rss_mb, 1))
+        if peak_rss_mb is not None:
+            mine["peak_rss_mb"] = max(mine["peak_rss_mb"], round(peak_rss_mb, 1))
 
     def to_dict(self) -> dict[str, Any]:
         return {

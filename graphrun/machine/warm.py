@@ -19,7 +19,8 @@ and a fresh ``multiprocessing`` key. It is the server's child, not the worker's:
 worker (:func:`~graphrun.parent.exit_with`, the worker's death kills it as
 ``PR_SET_PDEATHSIG`` did), the worker learns its exit code from the server (a negative
 one for a signal, as ``Popen.returncode``), and the machine's processes are its worker's
-descendants and the roles its status file lists (:func:`machine_processes`).
+descendants and the roles its status file lists
+(:func:`graphrun.local.elastic.machine_processes`).
 
 Not warm-started (``Popen`` as before): GPU trainers (the server must not touch CUDA
 before it forks), other roles, a request whose import-time environment (``PYTHON*``,
@@ -116,9 +117,7 @@ class WarmServer:
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
-        signal.signal(signal.SIGTERM, self._stop)
-        signal.signal(signal.SIGINT, self._stop)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # SIGTERM and SIGINT: __init__
         sel = selectors.DefaultSelector()
         sel.register(self.listener, selectors.EVENT_READ)
         sel.register(wake_r, selectors.EVENT_READ)
@@ -419,34 +418,6 @@ class WarmStarter:
             return None
         conn.settimeout(None)
         return WarmProcess(conn, int(reply["pid"]), os.fdopen(read, "rb"))
-
-
-# ---- the machine's processes --------------------------------------------------------
-
-
-def machine_processes(worker: int) -> list[psutil.Process]:
-    """A machine's processes: its worker ``worker``, the worker's descendants, and the
-    roles its status file lists (warm-started trainers are the warm server's children)
-    with their descendants."""
-    try:
-        root = psutil.Process(worker)
-        procs = {p.pid: p for p in [root, *root.children(recursive=True)]}
-    except psutil.Error:
-        return []
-    try:
-        argv = root.cmdline()
-        plan = Path(argv[argv.index("--plan") + 1])
-        status = Path(argv[argv.index("--status-dir") + 1]) / plan.with_suffix(".json").name
-        roles = json.loads(status.read_text()).get("roles", {})
-    except (psutil.Error, ValueError, IndexError, OSError, AttributeError):
-        return list(procs.values())  # no status file yet: no role started
-    for info in roles.values():
-        with contextlib.suppress(psutil.Error, TypeError, KeyError):
-            p = psutil.Process(int(info["pid"]))
-            if p.pid not in procs and p.create_time() >= root.create_time():
-                for q in [p, *p.children(recursive=True)]:
-                    procs[q.pid] = q
-    return list(procs.values())
 
 
 # ---- the server's command line ------------------------------------------------------

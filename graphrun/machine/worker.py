@@ -86,7 +86,7 @@ class StatusFile:
         exits = sup.exits()
         for role, ex in exits.items():
             if ex.usage is not None:
-                self.usage.ended(role, *ex.usage)
+                self.usage.record(role, *ex.usage)
         warm = sup.warm_started()
         self.roles = {
             role: {

@@ -82,6 +82,19 @@ def test_below_min_machines_nobody_re_forms(tmp_path):
     assert all(str(v).startswith("below: lost machine(s) m2: 2 left") for v in got.values())
 
 
+def _joiners_asked(reg: Any) -> tuple[dict[int, float], int]:
+    """Epoch boundaries, one after another, until a joiner asks to come in (the joiner's
+    start, spawn and torch, takes long on a busy machine): who asked, and at which one."""
+    asked: dict[int, float] = {}
+    epoch = 0
+    deadline = time.monotonic() + 240
+    while not asked and time.monotonic() < deadline:
+        epoch += 1  # an epoch boundary
+        asked = reg.agree_joiners(epoch)
+        time.sleep(0.05)
+    return asked, epoch
+
+
 def _member(rank: int, rdv: str, out: mp.Queue) -> None:
     """Trainer 0 or 2 of a group that lost trainer 1: both took an Adam step; at the
     boundaries before epochs 1, 2, ... they look for joiners and let trainer 1 back in."""
@@ -103,12 +116,7 @@ def _member(rank: int, rdv: str, out: mp.Queue) -> None:
         model = wrap(model, reg.ddp)
         model(torch.ones(1, 4)).sum().backward()
         opt.step()
-        asked, epoch = {}, 0
-        deadline = time.monotonic() + 240  # the joiner's start (spawn, torch) on a busy machine
-        while not asked and time.monotonic() < deadline:
-            epoch += 1  # an epoch boundary
-            asked = reg.agree_joiners(epoch)
-            time.sleep(0.05)
+        asked, epoch = _joiners_asked(reg)
         new = reg.grow(sorted(asked), epoch)
         model = wrap(model.module, new)
         share_optimizer_layout(opt, new)
@@ -207,12 +215,7 @@ def _member_of_a_failed_growth(rank: int, rdv: str, out: mp.Queue) -> None:
         # from now on a missing trainer is waited for 5 s
         reg.ddp = DDPConfig(rank // 2, 2, rdv, timeout_s=5)
         reg.cfg = ElasticConfig(min_machines=2, timeout_s=5, settle_s=1.0)
-        asked, epoch = {}, 0
-        deadline = time.monotonic() + 240  # the joiner's start (spawn, torch) on a busy machine
-        while not asked and time.monotonic() < deadline:
-            epoch += 1  # an epoch boundary
-            asked = reg.agree_joiners(epoch)
-            time.sleep(0.05)
+        asked, epoch = _joiners_asked(reg)
         try:
             reg.grow(sorted(asked), epoch)
             out.put((rank, "grew without the joiner"))
