@@ -161,7 +161,8 @@ class WarmServer:
                 raise ValueError("not a trainer request")
             if _import_env(req["env"]) != self.env:
                 raise ValueError("its environment differs from the warm server's")
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            # refused (a request that is not a JSON object of strings, too): it goes on
             with contextlib.suppress(OSError):
                 conn.send(json.dumps({"error": str(exc)[:200]}).encode())
             conn.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import shutil
 import signal
@@ -155,6 +156,31 @@ def test_a_trainer_whose_server_is_gone_is_still_seen_to_end(tmp_path):
         assert sup.poll() == [] and sup.running() == ["trainer:0"]  # it runs on
         sup.stop(first=signal.SIGKILL)
         assert sup.exits()["trainer:0"].exit_code == -signal.SIGKILL
+
+
+@pytest.mark.parametrize(
+    "request_", [b"[1, 2]", b'{"module": "graphrun.machine.trainer", "env": []}']
+)
+def test_a_request_that_is_not_a_json_object_is_refused_and_the_server_goes_on(server, request_):
+    """A JSON array (or an environment that is one) ended the server with an
+    AttributeError: every later trainer of the host started cold."""
+    import socket
+
+    sock, _ = server
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    read, write = os.pipe()
+    try:
+        conn.connect(str(sock))
+        socket.send_fds(conn, [request_], [write])
+        conn.settimeout(120)
+        assert "error" in json.loads(conn.recv(4096))
+    finally:
+        conn.close()
+        os.close(read)
+        os.close(write)
+    with Supervisor(sink=io.StringIO(), warm=WarmStarter(sock)) as sup:
+        assert _run(sup, (*TRAINER, "--help")).exit_code == 0
+        assert sup.warm_started() == {"trainer:0"}
 
 
 def test_what_the_server_cannot_fork_is_left_to_popen(server, tmp_path):
