@@ -13,12 +13,13 @@ Write a new CURVE key pair to PATH (mode 0600; an existing file is kept and refu
 A store's admin key:
   graphrun keygen store.key
   graphrun serve parts/ --part 0 --key-file store.key
-A job key of a shared store (the secret stays with the job, the store gets the public key):
-  graphrun keygen jobA.key --store store.key --clients clients/
+A job key of a shared store (the secret stays with the job, the store gets the public key;
+the file's name is the job's, metadata.name of its GraphJob; clients/ is made, mode 0700):
+  graphrun keygen job-a.key --store store.key --clients clients/
   graphrun serve parts/ --part 0 --key-file store.key --clients clients/
-  # the job names jobA.key in spec.graph.store.keyFile, or on Kubernetes:
-  kubectl create secret generic jobA-key --from-file=job.key=jobA.key
-Remove clients/jobA.key to revoke it (the store refuses the key within a second).
+  # the job names job-a.key in spec.graph.store.keyFile, or on Kubernetes:
+  kubectl create secret generic job-a-key --from-file=job.key=job-a.key
+Remove clients/job-a.key to revoke it (the store refuses the key within a second).
 """
 
 
@@ -41,7 +42,7 @@ def register(subparsers: Any) -> None:
         type=Path,
         metavar="DIR",
         help="with --store: also write the public key to DIR/<job>.key, the store's "
-        "--clients directory (the store needs no secret)",
+        "--clients directory (the store needs no secret; DIR is made, mode 0700)",
     )
     p.set_defaults(func=run)
 
@@ -66,8 +67,11 @@ def run(args: argparse.Namespace) -> int:
     if args.clients is not None:
         if args.store is None:
             raise ArgumentError("--clients: needs --store (the clients hold job keys)")
-        if not args.clients.is_dir():
+        _check_job_name(args.path)
+        if args.clients.exists() and not args.clients.is_dir():
             raise ArgumentError(f"--clients: {args.clients} is not a directory")
+        if not args.clients.parent.is_dir():
+            raise ArgumentError(f"--clients: directory {args.clients.parent} does not exist")
         public_file = args.clients / f"{args.path.stem}.key"
         if public_file.resolve() == args.path.resolve():
             raise ArgumentError(
@@ -78,6 +82,10 @@ def run(args: argparse.Namespace) -> int:
     keys = new_keypair()
     if args.store is not None:
         keys = KeyPair(keys.public, keys.secret, server=load_keys(args.store).public)
+    if args.path.exists():
+        raise ArgumentError(f"{args.path}: already exists (a key is never overwritten)")
+    if args.clients is not None:
+        args.clients.mkdir(mode=0o700, exist_ok=True)
     try:
         write_atomic(args.path, key_file_text(keys), mode=0o600, replace=False)
     except FileExistsError:
@@ -93,6 +101,22 @@ def run(args: argparse.Namespace) -> int:
             ) from None
         print(f"graphrun keygen: wrote {public_file} (public key: job {args.path.stem!r})")
     return 0
+
+
+def _check_job_name(path: Path) -> None:
+    """A job key's file is named after its job: refuse a name no GraphJob can have."""
+    import re
+
+    from graphrun.errors import ArgumentError
+    from graphrun.job.spec.base import JOB_NAME_MAX, JOB_NAME_PATTERN
+
+    job = path.stem
+    if not re.match(JOB_NAME_PATTERN, job) or len(job) > JOB_NAME_MAX:
+        raise ArgumentError(
+            f"PATH: {path.name!r} names job {job!r}, which no job can be named (a job's "
+            f"name: lower-case letters, digits and '-', a letter first and a letter or "
+            f"digit last, at most {JOB_NAME_MAX} characters; e.g. job-a.key)"
+        )
 
 
 def _key_path(flag: str, text: str | None) -> Path | None:

@@ -1,5 +1,6 @@
 """graphrun.distributed: the user-facing distributed API.
 
+    keys = load_keys("parts/store.key")   # the store's key file (or the job's own job key)
     ctx = initialize(servers, rank=r, world_size=w, job="j", keys=keys)   # -> DistContext
     g = DistGraph(ctx)
     ids = node_split(g.mask_ids("train_mask"), g.partition_book, r, w)
@@ -48,6 +49,7 @@ from graphrun.distributed.pyg_remote import (
 )
 from graphrun.distributed.pyg_stores import RemoteFeatureStore, RemoteGraphStore, remote_backend
 from graphrun.distributed.split import trainer_partitions
+from graphrun.rpc.auth import load_keys
 
 __all__ = [
     "CachePlan",
@@ -72,6 +74,7 @@ __all__ = [
     "current_context",
     "edge_split",
     "initialize",
+    "load_keys",
     "node_split",
     "plan_feature_cache",
     "read_store_file",

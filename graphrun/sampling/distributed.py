@@ -148,9 +148,7 @@ class DistOneHopSampler:
 
         groups = routing.by_owner(self.book.node_offsets, ids)
         answers: Iterator[tuple[routing.Group, SampledEdges | Message]]
-        answers = routing.remote_first(
-            groups, self.local.__contains__, send, self._wait, sample_here
-        )
+        answers = routing.remote_first(groups, self._here, send, self._wait, sample_here)
         parts = []
         for g, got in answers:
             if not isinstance(got, SampledEdges):
@@ -158,6 +156,15 @@ class DistOneHopSampler:
             parts.append((g, got))
         parts.sort(key=lambda x: x[0].part)  # partition order, wherever it was sampled
         return merge(parts, self.typed)
+
+    def _here(self, part: int) -> bool:
+        """Whether partition ``part`` is sampled in this process; AuthError once the
+        client's key is revoked (its shared memory is no longer read: store/session.py)."""
+        if part not in self.local:
+            return False
+        if self.client is not None:
+            self.client.session.check_revoked(part)
+        return True
 
     def _session(self, part: int) -> Session:
         if self.client is None:
@@ -190,7 +197,7 @@ class DistOneHopSampler:
         answers: Iterator[tuple[routing.Group, tuple[np.ndarray, ...] | Message]]
         answers = routing.remote_first(
             routing.by_owner(bounds, ids),
-            self.local.__contains__,
+            self._here,
             lambda g: self._session(g.part).request(g.part, op, {}, (g.ids,)),
             self._wait,
             here,
@@ -225,7 +232,7 @@ class DistOneHopSampler:
         total = np.zeros(len(nid), dtype=np.int64)
         pending = []
         for p in range(self.book.num_parts):
-            if p in self.local:
+            if self._here(p):
                 total += self.local[p].out_degree_counts(n)[nid]
                 self.local_bytes[p] += total.nbytes
             else:

@@ -122,6 +122,7 @@ class Catalog:
         e = self.session.part(part)
         if not e.local:
             return None
+        self.session.check_revoked(part)
         return {k: s.attach(e.info.shm_dir) for k, s in e.info.structure.items()}
 
     def clear(self) -> None:

@@ -120,9 +120,9 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
         config=p.config,
     )
     try:
-        seg, state.deletions = segments.create("int64", (1,))
-        state.deletions[0] = 0
-        state.deletions_segment = Segment(seg, "int64", (1,))
+        seg, state.deletions = segments.create("int64", (2,))
+        state.deletions[:] = 0
+        state.deletions_segment = Segment(seg, "int64", (2,))
         arrays = {"nodes": p.nodes, "indptr": p.indptr, "indices": p.indices, "eids": p.eids}
         if p.etypes is not None:
             arrays["etypes"] = p.etypes
@@ -260,6 +260,8 @@ def _tick(state: ServerState, access: Access, then: Callable[[], None] | None) -
     revoked = access.take_revoked()
     if revoked:
         state.drop_sessions_of(revoked, "its job key was revoked")
+        if state.deletions is not None:  # co-located clients ask whether it was theirs
+            state.deletions[1] += 1
     for address in state.drop_dead_backups():
         log.warning("backup %s of partition %d died; unregistered", address, state.part)
     if then is not None:

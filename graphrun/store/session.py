@@ -14,6 +14,18 @@ waiting on the primary are sent to the replica at once. Writes (``push``, ``init
 ``delete``) carry a write id per session (``w``), so a write the primary had already
 forwarded is not applied twice.
 ``traffic`` counts the tensor bytes of every reply, by ``(partition, op)``.
+
+**Revocation.** A client on the store's machine reads its partitions' shared memory with
+no request, so a store that refuses a revoked key's requests would not stop it. The main
+server therefore counts its revocations in shared memory (``PartitionInfo.deletions[1]``)
+and the session looks at that count before every read of a co-located partition (one
+memory read: :meth:`Session.check_revoked`); when it moved, the session asks the server
+whether its own key is still admitted (a ``heartbeat``) and, refused, raises the
+:class:`AuthError` naming the revocation for that read and every later one, as the
+heartbeat thread does when its own heartbeat is refused. The store sees a removed key
+file within 0.2 s and counts it at its next tick (0.2 s): a co-located client stops
+within :data:`REVOCATION_BOUND_S`. This is the library's own promise, not a wall: a
+process of the store's user can map the segments itself (SECURITY.md).
 """
 
 from __future__ import annotations
@@ -25,7 +37,7 @@ import os
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +60,9 @@ log = logging.getLogger("graphrun.store")
 # there: a dead process on a live machine) at once
 BACKUP_JOIN_S = 3.0
 PRIMARY_JOIN_S = 5.0
+# a co-located client of a revoked key stops reading shared memory within this long
+# (the store's directory check and tick, 0.2 s each, and one request; see the docstring)
+REVOCATION_BOUND_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -83,6 +98,8 @@ class PartServers:
     replicas: list[RpcClient] = field(default_factory=list)  # joined, in failover order
     dead: list[RpcClient] = field(default_factory=list)  # primaries given up on
     watch: OwnerWatch | None = None  # a co-located replicated primary's process
+    revocations: np.ndarray | None = None  # a co-located main server's counters, mapped
+    revocations_seen: int = 0  # revocations[1] when this session last asked
 
 
 @dataclass(frozen=True)
@@ -102,10 +119,29 @@ def _lost(exc: BaseException) -> bool:
     return type(exc) in (RpcError, RpcTimeout) or is_fenced(exc)
 
 
+def _revocation_counter(info: PartitionInfo) -> np.ndarray | None:
+    """A co-located main server's deletion and revocation counters, mapped (None: it has
+    no revocation counter, or its memory is not visible from here)."""
+    seg = info.deletions
+    if seg is None or seg.shape != (2,):
+        return None
+    try:
+        return seg.attach(info.shm_dir)
+    except GraphrunError:
+        return None
+
+
 class _Heartbeat(threading.Thread):
-    def __init__(self, addresses: list[str], body: dict[str, Any], cfg: ClientConfig) -> None:
+    def __init__(
+        self,
+        addresses: list[str],
+        body: dict[str, Any],
+        cfg: ClientConfig,
+        on_revoked: Callable[[AuthError], None],
+    ) -> None:
         super().__init__(name="graphrun-heartbeat", daemon=True)
         self._addresses, self._body, self._cfg = addresses, body, cfg
+        self._on_revoked = on_revoked
         self.stopped = threading.Event()
 
     def run(self) -> None:
@@ -121,6 +157,9 @@ class _Heartbeat(threading.Thread):
                     try:
                         if not c.call("heartbeat", self._body).body.get("known", False):
                             log.warning("store %s no longer knows this client", c.address)
+                    except AuthError as exc:
+                        log.warning("heartbeat to %s refused: %s", c.address, exc)
+                        self._on_revoked(exc)
                     except GraphrunError as exc:
                         log.warning("heartbeat to %s failed: %s", c.address, exc)
         finally:
@@ -146,6 +185,7 @@ class Session:
         self._stopped = False
         self._writes = itertools.count()
         self.failovers: list[tuple[int, str, str]] = []  # (partition, lost, took over)
+        self.revoked: AuthError | None = None  # this session's key, refused by a server
         try:
             self._join()
         except BaseException:
@@ -205,6 +245,10 @@ class Session:
             entry.replicas += self._join_others("replica", info.replicas, info.part, join)
             if self.cfg.use_shm is not False:
                 entry.local = same_host(info.host, info.shm_dir)
+            if entry.local:
+                entry.revocations = _revocation_counter(info)
+                if entry.revocations is not None:
+                    entry.revocations_seen = int(entry.revocations[1])
             if entry.local and entry.replicas and info.deletions is not None:
                 entry.watch = OwnerWatch(info.deletions.segment)
         first = next(iter(self.parts.values())).info
@@ -215,7 +259,7 @@ class Session:
             )
         if self.cfg.heartbeat_interval > 0:
             addresses = [c.address for p in self.parts.values() for c in p.conns + p.replicas]
-            self._heartbeat = _Heartbeat(addresses, self.base(), self.cfg)
+            self._heartbeat = _Heartbeat(addresses, self.base(), self.cfg, self._refused)
             self._heartbeat.start()
 
     def _join_one(
@@ -256,9 +300,34 @@ class Session:
         anything yet: its memory would serve rows the replica has since changed, so its
         process is looked at (a pidfd poll) and, if it is gone, the partition fails over."""
         e = self.part(part)
+        self.check_revoked(part)
         if e.local and e.watch is not None and e.watch.gone():
             self._fail_over(part, e, RpcError("its process is gone", address=e.main.address))
         return e.local
+
+    def check_revoked(self, part: int) -> None:
+        """Raise the :class:`AuthError` of this session's key once a server refused it; a
+        co-located partition's shared memory is read only after this check (see the
+        module docstring: one memory read, a request only after some key was revoked)."""
+        if self.revoked is not None:
+            raise self.revoked
+        e = self.parts.get(part)
+        counter = e.revocations if e is not None and e.local else None
+        if e is None or counter is None or int(counter[1]) == e.revocations_seen:
+            return
+        now = int(counter[1])
+        try:
+            e.main.call("heartbeat", self.base(), timeout=min(self.cfg.timeout, 5.0))
+        except AuthError as exc:
+            self._refused(exc)
+            raise
+        e.revocations_seen = now
+
+    def _refused(self, exc: AuthError) -> None:
+        """A server refused this session's key: no shared memory is read from now on."""
+        if self.revoked is None:
+            log.warning("this job's key is refused (%s): its shared memory is not read", exc)
+            self.revoked = exc
 
     def use_network(self, part: int) -> None:
         """Reach partition ``part`` over the network from now on: its shared memory

@@ -97,7 +97,7 @@ class PartitionInfo(msgspec.Struct, frozen=True):
     heartbeat_timeout: float
     tensors: tuple[TensorInfo, ...]  # those visible to the asking job
     structure: dict[str, Segment]  # the partition's CSC arrays
-    deletions: Segment | None = None  # the main server's tensor-deletion counter
+    deletions: Segment | None = None  # the main server's deletion and revocation counters
     replica: int = 0  # 0: the partition's primary; r > 0: its replica r (another machine)
     replicas: tuple[str, ...] = ()  # the primary's replicas (store/replicas.py)
 
@@ -141,8 +141,10 @@ class ServerState:
     tensors: dict[tuple[str, str], StoredTensor] = field(default_factory=dict)
     structure: dict[str, np.ndarray] = field(default_factory=dict)
     structure_segments: dict[str, Segment] = field(default_factory=dict)
-    # main only: int64[1] in shared memory, +1 after every tensor deletion, so that
-    # co-located clients notice an unlinked segment without a stat per pull
+    # main only: int64[2] in shared memory, [0] +1 after every tensor deletion, so that
+    # co-located clients notice an unlinked segment without a stat per pull; [1] +1
+    # after every revocation of job keys, so that they ask whether theirs was revoked
+    # (graphrun.store.session) without a request per pull
     deletions: np.ndarray | None = None
     deletions_segment: Segment | None = None
     sessions: dict[str, Session] = field(default_factory=dict)

@@ -14,6 +14,7 @@ import pytest
 from graphrun.distributed import write_store_file
 from graphrun.local.stores import start_stores
 from graphrun.partition import partition_graph
+from graphrun.rpc.auth import generate_keys
 from graphrun.testing.graphs import community_graph
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,8 +62,11 @@ def test_pyg_reddit_port_trains_on_the_store(tmp_path) -> None:
     assert "num_workers': 6" in script.read_text()  # the workers, as shipped
     graph = community_graph(600, 3000, seed=0, feat_dim=8)
     partition_graph(graph, tmp_path / "parts", 2, method="metis", seed=0)
-    with start_stores(tmp_path / "parts", 2) as stores:
-        write_store_file(tmp_path / "data" / "Reddit", [s.address for s in stores])
+    key = tmp_path / "parts" / "store.key"
+    generate_keys(key)  # as `graphrun serve parts/` makes it: a default, keyed store
+    with start_stores(tmp_path / "parts", 2, key_file=key) as stores:
+        servers = [s.address for s in stores]
+        write_store_file(tmp_path / "data" / "Reddit", servers, keys=str(key))
         run = subprocess.run(
             [sys.executable, str(script)], capture_output=True, text=True, timeout=600
         )
@@ -81,6 +85,7 @@ def test_dgl_graphsage_port_changes_little_besides_the_model() -> None:
     assert upstream[DGL_MODEL[0] - 1].startswith("class DistSAGE")
     assert upstream[DGL_MODEL[1]].startswith("def compute_acc")
     assert changed_lines(patch, skip=DGL_MODEL) <= 15
+    assert "keys=keys" in patch.read_text()  # a default store admits no client without
 
 
 def free_port() -> int:
@@ -103,8 +108,11 @@ def test_dgl_graphsage_port_trains_two_trainers_on_the_store(tmp_path) -> None:
         "--graph_name", "community", "--num_epochs", "20", "--n_classes", "0",
         "--fan_out", "5,10", "--batch_size", "64", "--batch_size_eval", "1000",
         "--eval_every", "5", "--lr", "0.01",
+        "--key_file", str(tmp_path / "parts" / "store.key"),
     ]  # fmt: skip
-    with start_stores(tmp_path / "parts", 2) as stores:
+    key = tmp_path / "parts" / "store.key"
+    generate_keys(key)  # as `graphrun serve parts/` makes it: a default, keyed store
+    with start_stores(tmp_path / "parts", 2, key_file=key) as stores:
         ip_config = tmp_path / "ip_config.txt"
         ip_config.write_text("\n".join(s.address for s in stores) + "\n")
         env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}

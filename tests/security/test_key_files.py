@@ -20,16 +20,16 @@ def test_keygen_puts_only_the_public_key_in_the_clients_dir(tmp_path, capsys):
     store = generate_keys(tmp_path / "store.key")
     clients = tmp_path / "clients"
     clients.mkdir()
-    secret = tmp_path / "jobA.key"
+    secret = tmp_path / "job-a.key"
     assert main(["keygen", str(secret), "--store", str(tmp_path / "store.key"),
                  "--clients", str(clients)]) == 0  # fmt: skip
-    public = json.loads((clients / "jobA.key").read_text())
+    public = json.loads((clients / "job-a.key").read_text())
     keys = load_keys(secret)
     assert public == {"format": "graphrun-key", "version": 1, "public": keys.public}
     assert keys.server == store.public and os.stat(secret).st_mode & 0o777 == 0o600
-    assert ClientKeys(clients).job_of(keys.public) == "jobA"
+    assert ClientKeys(clients).job_of(keys.public) == "job-a"
     with pytest.raises(ArgumentError, match="public key only"):
-        load_keys(clients / "jobA.key")
+        load_keys(clients / "job-a.key")
     capsys.readouterr()
     assert main(["keygen", str(tmp_path / "x.key"), "--clients", str(clients)]) == 2
     assert "--clients: needs --store" in capsys.readouterr().err
