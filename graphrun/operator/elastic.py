@@ -4,39 +4,41 @@ With ``runtime.replicas: 2`` and ``runtime.elastic.minMachines: K``, a worker po
 fails, is being deleted or disappears while the job trains is a *lost machine* the job
 goes on without, as under ``graphrun run`` (:mod:`graphrun.local.elastic`): the
 partitions it served are served by their replicas, the other machines' trainers re-form
-their group by themselves (:mod:`graphrun.train.elastic`). Only if
-
-* at least K worker machines are left after it (lost ones not counted),
-* every partition whose primary it served has a replica on a machine not lost in the
-  attempt (a replacement starts no store server), and
-* its pod was made again fewer than :data:`MAX_REPLACEMENTS` times in the attempt.
-
-Otherwise the loss fails the attempt as without elastic (the restart policy applies).
+their group by themselves (:mod:`graphrun.train.elastic`). Whether it may is the job
+core's rule, the same for both backends (:func:`graphrun.job.elastic.why_not_survived`:
+``minMachines`` left, every partition with a copy on a machine whose store servers are
+not gone); otherwise the loss fails the attempt as without elastic (the restart policy
+applies).
 Trainer 0's machine is lost like any other: the job's rendezvous, where the survivors
 re-form, is served by its own pod (:mod:`.rendezvous`), not by trainer 0; losing that
 pod fails the attempt.
 
-Once the lost pod is gone (a failed one is deleted first), the operator makes it again
+Once the lost pod is gone (a failed one is deleted first), the operator makes it again,
+``runtime.elastic.maxRejoins`` times an attempt at most
+(:func:`graphrun.job.elastic.may_rejoin`; past that it stays lost),
 under the same name — the name is the machine's DNS name in the job's hosts file — with
 ``GRAPHRUN_ELASTIC_JOIN=1`` (:func:`graphrun.operator.builders.build_worker`, ``join``):
 its worker runs only the machine's trainers, which ask to be admitted at the next epoch
 boundary. Its store servers are not started again: their partitions' replicas serve,
 and a new primary would miss the tensors written since it was lost (docs/elastic.md).
-A replacement that is lost again is a lost machine again, and made again.
+A replacement that is lost again is a lost machine again, and made again while it
+has re-joins left.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from graphrun.job import elastic as rule
 from graphrun.job.spec import GraphJob, job_roles, resolve_placement
+from graphrun.names import RoleName
 from graphrun.operator import queueing as Q
 
-MAX_REPLACEMENTS = 3  # a machine's pod is made again at most this often an attempt
 REPLACED = (
     "made again once gone, with GRAPHRUN_ELASTIC_JOIN=1: its trainers join at the next "
     "epoch boundary; its store servers are not started again (the replicas serve)"
 )
+NOT_REPLACED = "not made again (runtime.elastic.maxRejoins reached): the job goes on without it"
 
 
 def uses_stop_mark(job: GraphJob) -> bool:
@@ -50,45 +52,29 @@ def uses_stop_mark(job: GraphJob) -> bool:
 
 
 def why_not_survived(
-    job: GraphJob, machine: str, machines: int, lost: int, replaced: int = 0,
-    stores_gone: list[str] | None = None,
-) -> str | None:  # fmt: skip
-    """Why losing ``machine`` fails the attempt (None: the others go on without it).
-    ``machines``: the job's worker machines; ``lost``: how many are lost (not replaced)
-    now; ``replaced``: how often this machine's pod was made again in this attempt;
-    ``stores_gone``: the machines whose store servers are gone (every machine lost in
-    the attempt: a replacement starts none)."""
-    elastic = job.spec.runtime.elastic
-    if elastic is None:
-        return "runtime.elastic is not set"
-    if replaced >= MAX_REPLACEMENTS:
-        return f"{machine}'s pod was made again {replaced} times already"
-    gone = [*(stores_gone or ()), machine]
-    orphans = sorted(set(primaries(job, machine)) - set(replicated_elsewhere(job, gone)))
-    if orphans:
-        return f"partition {orphans[0]} would have no copy left"
-    left = machines - lost - 1
-    if left < elastic.min_machines:
-        return f"{left} machines would be left, fewer than runtime.elastic.minMachines"
-    return None
+    job: GraphJob, machine: str, machines: int, lost: int, stores_gone: list[str]
+) -> str | None:
+    """Why losing ``machine`` fails the attempt (None: the others go on without it), by
+    the job core's rule (:func:`graphrun.job.elastic.why_not_survived`). ``machines``:
+    the job's worker machines; ``lost``: how many are lost (not replaced) now;
+    ``stores_gone``: the machines lost in the attempt (a replacement starts no store
+    server)."""
+    return rule.why_not_survived(
+        job.spec.runtime.elastic, machine, machines, lost, store_machines(job), stores_gone
+    )
+
+
+def store_machines(job: GraphJob) -> dict[RoleName, str]:
+    """Every store server role of the job and its machine."""
+    placement = resolve_placement(job)
+    return {r.id: placement[r.id] for r in job_roles(job.spec) if r.id.kind == "store"}
 
 
 def primaries(job: GraphJob, machine: str) -> list[int]:
     """The partitions whose primary store server runs on ``machine``."""
-    placement = resolve_placement(job)
     return sorted({
-        r.id.index for r in job_roles(job.spec)
-        if r.id.kind == "store" and r.id.replica == 0 and r.id.sub == 0
-        and placement[r.id] == machine
-    })  # fmt: skip
-
-
-def replicated_elsewhere(job: GraphJob, gone: list[str]) -> list[int]:
-    """The partitions with a replica store server on a machine not in ``gone``."""
-    placement = resolve_placement(job)
-    return sorted({
-        r.id.index for r in job_roles(job.spec)
-        if r.id.kind == "store" and r.id.replica > 0 and placement[r.id] not in gone
+        r.index for r, m in store_machines(job).items()
+        if r.replica == 0 and r.sub == 0 and m == machine
     })  # fmt: skip
 
 
@@ -140,8 +126,11 @@ def replaced_count(entries: list[dict[str, Any]], machine: str) -> int:
     return sum(1 for e in entries if e["machine"] == machine and e.get("replaced"))
 
 
-def describe(entry: dict[str, Any], machines: int, lost: int, min_machines: int) -> str:
-    """The event's and the Running condition's message for a lost machine."""
+def describe(
+    entry: dict[str, Any], machines: int, lost: int, min_machines: int, rejoin: bool
+) -> str:
+    """The event's and the Running condition's message for a lost machine (``rejoin``:
+    whether its pod is made again, :func:`graphrun.job.elastic.may_rejoin`)."""
     code = entry["exitCode"]
     how = entry["how"] + (f" (exit code {code})" if code is not None else "")
     over = entry["tookOver"]
@@ -150,7 +139,7 @@ def describe(entry: dict[str, Any], machines: int, lost: int, min_machines: int)
         f"machine {entry['machine']} lost: pod {entry['pod']} {how}; "
         f"{served or 'it served no primary'}; trainers on {', '.join(over['trainers'])} go on "
         f"({machines - lost} of {machines} machines, minMachines {min_machines}); the pod is "
-        f"{REPLACED}"
+        f"{REPLACED if rejoin else NOT_REPLACED}"
     )
 
 

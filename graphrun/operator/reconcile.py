@@ -53,6 +53,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from graphrun.errors import PEER_LOST_EXIT
+from graphrun.job.elastic import may_rejoin
 from graphrun.job.spec import GraphJob
 from graphrun.job.workflow import (
     ACTIVE,
@@ -645,9 +646,8 @@ def _note_lost_machines(run: _Run) -> None:
         if i in lost or (pod is not None and pod.phase != "Failed" and not pod.deleting):
             continue
         machine = run.job.spec.machine_names[i]
-        again = E.replaced_count(run.lost, machine)
         stores_gone = [e["machine"] for e in run.lost]
-        why = E.why_not_survived(run.job, machine, len(indices), len(lost), again, stores_gone)
+        why = E.why_not_survived(run.job, machine, len(indices), len(lost), stores_gone)
         if why is not None:
             continue
         if pod is None:
@@ -658,9 +658,10 @@ def _note_lost_machines(run: _Run) -> None:
         gone = [*dict.fromkeys(e["machine"] for e in run.lost), machine]
         back = [m for m in gone if m not in E.lost_now(run.lost) and m != machine]
         entry = E.lost_entry(run.job, name, machine, how, code, rfc3339(run.now), gone, back)
+        rejoin = may_rejoin(elastic, E.replaced_count(run.lost, machine))
         run.lost.append(entry)
         lost.add(i)
-        message = E.describe(entry, len(indices), len(lost), elastic.min_machines)
+        message = E.describe(entry, len(indices), len(lost), elastic.min_machines, rejoin)
         run.actions.append(Emit("Warning", "MachineLost", message))
         run.state = progress(run.state, message)
     _replace_lost_machines(run)
@@ -677,9 +678,12 @@ def _replace_lost_machines(run: _Run) -> None:
         return  # a loss the job does not survive: the attempt fails (_pod_problems)
     names = run.job.spec.machine_names
     resume = run.state.restarts > 0 or run.state.condition("Suspended") is not None
-    for entry in run.lost:
+    elastic = run.job.spec.runtime.elastic
+    for n, entry in enumerate(run.lost):
         if entry.get("replaced"):
             continue
+        if not may_rejoin(elastic, E.replaced_count(run.lost[:n], entry["machine"])):
+            continue  # runtime.elastic.maxRejoins reached: it stays lost
         i = names.index(entry["machine"])
         pod = have.get(i)
         if pod is not None:
