@@ -27,12 +27,11 @@ has re-joins left.
 
 from __future__ import annotations
 
-from typing import Any
-
 from graphrun.job import elastic as rule
 from graphrun.job.spec import GraphJob, job_roles, resolve_placement
 from graphrun.names import RoleName
 from graphrun.operator import queueing as Q
+from graphrun.operator.status import LostHow, LostMachine, TookOver
 
 REPLACED = (
     "made again once gone, with GRAPHRUN_ELASTIC_JOIN=1: its trainers join at the next "
@@ -80,7 +79,7 @@ def primaries(job: GraphJob, machine: str) -> list[int]:
 
 def took_over(
     job: GraphJob, machine: str, lost: list[str], back: list[str] | None = None
-) -> dict[str, Any]:
+) -> TookOver:
     """What serves the lost machine's partitions (``partition P`` -> ``store:P:r on M``)
     and which machines' trainers go on (``lost``: every machine lost so far in the
     attempt, this one included; ``back``: those of them made again, whose trainers are
@@ -97,56 +96,48 @@ def took_over(
     }  # fmt: skip
     away = set(lost) - set(back or ())
     trainers = sorted({placement[r] for r in roles if r.kind == "trainer"} - away)
-    return {"partitions": dict(sorted(partitions.items())), "trainers": trainers}
+    return TookOver(dict(sorted(partitions.items())), trainers)
 
 
 def lost_entry(
-    job: GraphJob, pod: str, machine: str, how: str, exit_code: int | None, time: str,
+    job: GraphJob, pod: str, machine: str, how: LostHow, exit_code: int | None, time: str,
     lost: list[str], back: list[str] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> LostMachine:  # fmt: skip
     """One entry of ``status.lostMachines`` (``lost``, ``back``: as for :func:`took_over`)."""
-    return {
-        "machine": machine,
-        "pod": pod,
-        "how": how,  # "failed", "deleted" (being deleted) or "disappeared"
-        "exitCode": exit_code,
-        "time": time,
-        "tookOver": took_over(job, machine, lost, back),
-        "replaced": False,  # True once the replacement pod is made
-        "replacement": None,  # its name
-    }
+    over = took_over(job, machine, lost, back)
+    return LostMachine(
+        machine=machine, pod=pod, how=how, exit_code=exit_code, time=time, took_over=over
+    )
 
 
-def lost_now(entries: list[dict[str, Any]]) -> list[str]:
+def lost_now(entries: list[LostMachine]) -> list[str]:
     """The machines lost and not (yet) made again, from ``status.lostMachines``."""
-    return [e["machine"] for e in entries if not e.get("replaced")]
+    return [e.machine for e in entries if not e.replaced]
 
 
-def replaced_count(entries: list[dict[str, Any]], machine: str) -> int:
-    return sum(1 for e in entries if e["machine"] == machine and e.get("replaced"))
+def replaced_count(entries: list[LostMachine], machine: str) -> int:
+    return sum(1 for e in entries if e.machine == machine and e.replaced)
 
 
-def describe(
-    entry: dict[str, Any], machines: int, lost: int, min_machines: int, rejoin: bool
-) -> str:
+def describe(entry: LostMachine, machines: int, lost: int, min_machines: int, rejoin: bool) -> str:
     """The event's and the Running condition's message for a lost machine (``rejoin``:
     whether its pod is made again, :func:`graphrun.job.elastic.may_rejoin`)."""
-    code = entry["exitCode"]
-    how = entry["how"] + (f" (exit code {code})" if code is not None else "")
-    over = entry["tookOver"]
-    served = "; ".join(f"{p} served by {by}" for p, by in over["partitions"].items())
+    code = entry.exit_code
+    how = entry.how + (f" (exit code {code})" if code is not None else "")
+    over = entry.took_over
+    served = "; ".join(f"{p} served by {by}" for p, by in over.partitions.items())
     return (
-        f"machine {entry['machine']} lost: pod {entry['pod']} {how}; "
-        f"{served or 'it served no primary'}; trainers on {', '.join(over['trainers'])} go on "
+        f"machine {entry.machine} lost: pod {entry.pod} {how}; "
+        f"{served or 'it served no primary'}; trainers on {', '.join(over.trainers)} go on "
         f"({machines - lost} of {machines} machines, minMachines {min_machines}); the pod is "
         f"{REPLACED if rejoin else NOT_REPLACED}"
     )
 
 
-def describe_replacement(entry: dict[str, Any]) -> str:
+def describe_replacement(entry: LostMachine) -> str:
     """The event's and the Running condition's message for a replacement pod made."""
     return (
-        f"machine {entry['machine']} replaced: pod {entry['replacement']} made again with "
+        f"machine {entry.machine} replaced: pod {entry.replacement} made again with "
         f"GRAPHRUN_ELASTIC_JOIN=1; its trainers join at the next epoch boundary; its store "
         f"servers are not started again (the replicas serve their partitions)"
     )

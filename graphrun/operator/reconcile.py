@@ -52,6 +52,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+import msgspec
+
 from graphrun.errors import PEER_LOST_EXIT
 from graphrun.job.elastic import may_rejoin
 from graphrun.job.spec import GraphJob
@@ -65,7 +67,6 @@ from graphrun.job.workflow import (
     parse_time,
     progress,
     rfc3339,
-    state_from_dict,
     transition,
 )
 from graphrun.operator import builders as B
@@ -74,8 +75,18 @@ from graphrun.operator import layout as L
 from graphrun.operator import queueing as Q
 from graphrun.operator import rendezvous as RZ
 from graphrun.operator.keys import CurveKeyPair
-from graphrun.operator.observe import Observed, PodView
-from graphrun.operator.status import condition_type, replica_statuses, state_status
+from graphrun.operator.observe import Observed, PartitionStep, PodView
+from graphrun.operator.status import (
+    FROM_STATE,
+    GraphJobStatus,
+    LostHow,
+    LostMachine,
+    QueueState,
+    condition_type,
+    replica_statuses,
+    state_status,
+    status_patch,
+)
 
 K = EventKind
 NEVER_PULLS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
@@ -129,7 +140,7 @@ Action = Create | Delete | MarkStop | Emit | DeleteGraphJob
 @dataclass(frozen=True)
 class Plan:
     actions: tuple[Action, ...]
-    status: dict[str, Any]
+    status: dict[str, Any]  # the merge patch of the GraphJob's status (status_patch)
     requeue_after: float | None = None
 
 
@@ -146,13 +157,13 @@ class _Run:
     partitioned: bool
     spec_hashes: dict[str, str] = field(default_factory=dict)
     partition_dir_before: str = ""
-    pod_steps_before: dict[str, str] = field(default_factory=dict)  # status.partitionPods
-    pod_steps: dict[str, str] | None = None
+    pod_steps_before: dict[str, PartitionStep] = field(default_factory=dict)  # partitionPods
+    pod_steps: dict[str, PartitionStep] | None = None
     actions: list[Action] = field(default_factory=list)
     wake: list[float] = field(default_factory=list)
-    queue: dict[str, Any] = field(default_factory=dict)  # status.queue (Kueue admission)
+    queue: QueueState | None = None  # status.queue (Kueue admission)
     group_restarts: dict[str, int] = field(default_factory=dict)  # status.restartsByReplica
-    lost: list[dict[str, Any]] = field(default_factory=list)  # status.lostMachines (elastic)
+    lost: list[LostMachine] = field(default_factory=list)  # status.lostMachines (elastic)
     lost_before: bool = False  # status had lostMachines: a new attempt removes it (null)
     replacing: set[int] = field(default_factory=set)  # lost machines' pods made this pass
 
@@ -206,39 +217,38 @@ def _within_restart_limit(run: _Run, event: Event) -> Event:
     return Event(K.FAIL, "RestartLimitExceeded", message, event.role, event.machine)
 
 
-def load_state(job: GraphJob, status: dict[str, Any], now: datetime) -> JobState:
+def load_state(job: GraphJob, status: GraphJobStatus, now: datetime) -> JobState:
     backoff = job.spec.run_policy.backoff_limit
-    saved = (status or {}).get("workflow")
-    if not saved:
+    saved = status.workflow
+    if saved is None:
         return initial_state(now, backoff, "GraphJob accepted by the operator")
-    return state_from_dict(saved, backoff, "status.workflow")
+    return JobState(**msgspec.structs.asdict(saved), backoff_limit=backoff)
 
 
 def reconcile(
     job: GraphJob,
     owner: L.Owner,
     config: L.OperatorConfig,
-    status: dict[str, Any],
+    status: GraphJobStatus,
     observed: Observed,
     now: datetime,
     keys: CurveKeyPair,
 ) -> Plan:
     """One step of control: what to do now for ``job`` (pure)."""
-    status = status or {}
     state = load_state(job, status, now)
-    run = _Run(job, owner, config, observed, now, state, bool(status.get("partitioned")))
-    if not status.get("workflow"):
+    run = _Run(job, owner, config, observed, now, state, status.partitioned)
+    if status.workflow is None:
         run.actions.append(Emit("Normal", "JobCreated", "GraphJob accepted by the operator"))
-    run.partition_dir_before = str(status.get("partitionDir", ""))
-    run.queue = dict(status.get("queue") or {})
-    run.group_restarts = dict(status.get("restartsByReplica") or {})
-    run.lost_before = bool(status.get("lostMachines"))
-    if status.get("phase") in (Phase.TRAINING.value, "Succeeded", "Failed"):
+    run.partition_dir_before = status.partition_dir or ""
+    run.queue = msgspec.structs.replace(status.queue) if status.queue else None
+    run.group_restarts = dict(status.restarts_by_replica or {})
+    run.lost_before = bool(status.lost_machines)
+    if status.phase in (Phase.TRAINING, Phase.SUCCEEDED, Phase.FAILED):
         # copies: an entry changes when its machine is made again (compared with the old)
-        run.lost = [dict(e) for e in status.get("lostMachines") or []]  # else none
-    if status.get("phase") == Phase.PARTITIONING.value:  # else a new attempt: none yet
-        run.pod_steps_before = dict(status.get("partitionPods") or {})
-    _check_spec_change(run, status.get("specHashes"))
+        run.lost = [msgspec.structs.replace(e) for e in status.lost_machines or []]
+    if status.phase is Phase.PARTITIONING:  # else a new attempt: none yet
+        run.pod_steps_before = dict(status.partition_pods or {})
+    _check_spec_change(run, status.spec_hashes)
     for _ in range(MAX_STEPS):
         phase = run.state.phase
         _step(run, keys)
@@ -250,15 +260,17 @@ def reconcile(
     return Plan(tuple(run.actions), _status(run), requeue)
 
 
-def reject(status: dict[str, Any], reason: str, message: str, now: datetime) -> Plan:
+def reject(status: GraphJobStatus, reason: str, message: str, now: datetime) -> Plan:
     """The spec cannot run: Failed with the reason (the field named in the message)."""
-    saved = (status or {}).get("workflow")
-    state = state_from_dict(saved, where="status.workflow") if saved else initial_state(now)
+    saved = status.workflow
+    state = JobState(**msgspec.structs.asdict(saved)) if saved else initial_state(now)
     if state.terminal:
-        return Plan((), status)
+        return Plan((), status_patch(status))
     state = transition(state, Event(K.FAIL, reason, message), now)
-    new = {**(status or {}), **state_status(state)}
-    return Plan((Emit("Warning", reason, message),), new)
+    failed = state_status(state)
+    set_ = {f: v for f in FROM_STATE if (v := getattr(failed, f)) is not None}
+    new = msgspec.structs.replace(status, **set_)
+    return Plan((Emit("Warning", reason, message),), status_patch(new))
 
 
 # --- spec changes -----------------------------------------------------------------------
@@ -280,7 +292,7 @@ def spec_hashes(job: GraphJob) -> dict[str, str]:
     }
 
 
-def _check_spec_change(run: _Run, saved: dict[str, str] | None) -> None:
+def _check_spec_change(run: _Run, saved: dict[str, str]) -> None:
     new = spec_hashes(run.job)
     run.spec_hashes = dict(saved) if saved else new
     changed = [k for k in PINNED if saved and saved.get(k) != new[k]]
@@ -373,7 +385,8 @@ def _stopped_by_kueue(run: _Run) -> bool:
     p = stopped[0]
     why = p.stopped or "deleted"
     run.fire(Event(K.SUSPEND, "Evicted", f"Kueue stopped pod {p.name}: {why}"))
-    run.queue.update(queued=False, admittedAt=None)
+    if run.queue is not None:
+        run.queue.queued, run.queue.admitted_at = False, None
     return True
 
 
@@ -398,14 +411,15 @@ def _track_admission(run: _Run) -> None:
     if gated:
         reason, message = run.observed.admission or Q.kueue_reason(None)
         message = f"{len(gated)} of {len(pods)} pods wait for admission in {queue}: {message}"
-        if not run.queue.get("queued"):
+        if run.queue is None or not run.queue.queued:
             run.actions.append(Emit("Normal", "Queued", message))
-            run.queue = {"queued": True, "queuedAt": now, "admittedAt": None}
-        run.queue.update(reason=reason, message=message)
-    elif pods and run.queue.get("queued"):
+            run.queue = QueueState(queued=True, queued_at=now)
+        run.queue.reason, run.queue.message = reason, message
+    elif pods and run.queue is not None and run.queue.queued:
         message = f"admitted by Kueue in {queue}: {len(pods)} pods may be scheduled"
         run.actions.append(Emit("Normal", "Admitted", message))
-        run.queue.update(queued=False, admittedAt=now, reason="Admitted", message=message)
+        run.queue.queued, run.queue.admitted_at = False, now
+        run.queue.reason, run.queue.message = "Admitted", message
 
 
 def _admitted_at(run: _Run) -> datetime | None:
@@ -413,7 +427,7 @@ def _admitted_at(run: _Run) -> datetime | None:
     queued by Kueue, when it started: deadlines count from there."""
     if Q.queue_name(run.job) is None:
         return run.state.started_at
-    at = run.queue.get("admittedAt")
+    at = run.queue.admitted_at if run.queue else None
     return parse_time(at) if at else None
 
 
@@ -601,7 +615,7 @@ def _training(run: _Run) -> None:
     success = run.job.spec.run_policy.success_policy
     if success is None:
         if all(p.phase == "Succeeded" for p in pods):
-            lost = ", ".join(e["machine"] for e in run.lost)
+            lost = ", ".join(e.machine for e in run.lost)
             left = f" (machines lost: {lost})" if lost else ""
             message = f"all {len(workers)} workers finished{left}"
             run.fire(Event(K.TRAINING_DONE, message=message))
@@ -646,16 +660,17 @@ def _note_lost_machines(run: _Run) -> None:
         if i in lost or (pod is not None and pod.phase != "Failed" and not pod.deleting):
             continue
         machine = run.job.spec.machine_names[i]
-        stores_gone = [e["machine"] for e in run.lost]
+        stores_gone = [e.machine for e in run.lost]
         why = E.why_not_survived(run.job, machine, len(indices), len(lost), stores_gone)
         if why is not None:
             continue
+        how: LostHow
         if pod is None:
             name, how, code = L.worker_name(run.owner.name, i), "disappeared", None
         else:
             how = "failed" if pod.phase == "Failed" else "deleted"
             name, code = pod.name, pod.exit_code
-        gone = [*dict.fromkeys(e["machine"] for e in run.lost), machine]
+        gone = [*dict.fromkeys(e.machine for e in run.lost), machine]
         back = [m for m in gone if m not in E.lost_now(run.lost) and m != machine]
         entry = E.lost_entry(run.job, name, machine, how, code, rfc3339(run.now), gone, back)
         rejoin = may_rejoin(elastic, E.replaced_count(run.lost, machine))
@@ -680,11 +695,11 @@ def _replace_lost_machines(run: _Run) -> None:
     resume = run.state.restarts > 0 or run.state.condition("Suspended") is not None
     elastic = run.job.spec.runtime.elastic
     for n, entry in enumerate(run.lost):
-        if entry.get("replaced"):
+        if entry.replaced:
             continue
-        if not may_rejoin(elastic, E.replaced_count(run.lost[:n], entry["machine"])):
+        if not may_rejoin(elastic, E.replaced_count(run.lost[:n], entry.machine)):
             continue  # runtime.elastic.maxRejoins reached: it stays lost
-        i = names.index(entry["machine"])
+        i = names.index(entry.machine)
         pod = have.get(i)
         if pod is not None:
             if not pod.deleting:  # failed: its logs go with it (the event keeps the why)
@@ -692,7 +707,7 @@ def _replace_lost_machines(run: _Run) -> None:
             continue
         obj = B.build_worker(run.job, run.owner, run.config, i, resume, join=True)
         run.actions.append(Create(obj))
-        entry.update(replaced=True, replacement=obj["metadata"]["name"])
+        entry.replaced, entry.replacement = True, obj["metadata"]["name"]
         run.replacing.add(i)
         message = E.describe_replacement(entry)
         run.actions.append(Emit("Normal", "MachineReplaced", message))
@@ -873,33 +888,23 @@ def _finished(run: _Run) -> None:
 
 
 def _status(run: _Run) -> dict[str, Any]:
+    """The next status, as the merge patch the handlers write."""
     out = state_status(run.state)
-    out["partitioned"] = run.partitioned
-    out["specHashes"] = run.spec_hashes
+    out.partitioned = run.partitioned
+    out.spec_hashes = run.spec_hashes
     if run.partitioned:
-        out["partitionDir"] = L.partition_dir(run.job)
+        out.partition_dir = L.partition_dir(run.job)
     if run.pod_steps is not None and run.state.phase is Phase.PARTITIONING:
-        out["partitionPods"] = run.pod_steps
-    out["replicaStatuses"] = replica_statuses(run.observed)
-    if run.lost or run.lost_before:  # the status is merge-patched: null removes it
-        out["lostMachines"] = run.lost or None
-    if run.group_restarts:
-        out["restartsByReplica"] = run.group_restarts
-    if run.queue:
-        out["queue"] = run.queue
-        q = run.queue
-        queued = bool(q.get("queued"))
-        out["conditions"].append(
-            {
-                "type": "Queued",
-                "status": "True" if queued else "False",
-                "reason": q.get("reason") or ("WaitingForAdmission" if queued else "Admitted"),
-                "message": q.get("message") or "",
-                "lastTransitionTime": (q.get("queuedAt") if queued else q.get("admittedAt"))
-                or rfc3339(run.now),
-            }
-        )
+        out.partition_pods = run.pod_steps
+    out.replica_statuses = replica_statuses(run.observed)
+    out.lost_machines = run.lost or None
+    out.restarts_by_replica = run.group_restarts or None
+    if run.queue is not None:
+        out.queue = run.queue
+        out.conditions.append(run.queue.condition(run.now))
     if run.state.terminal:
         # Nothing left to clean up: later passes need not look at the children.
-        out["cleanedUp"] = not any(isinstance(a, Delete) for a in run.actions)
-    return out
+        out.cleaned_up = not any(isinstance(a, Delete) for a in run.actions)
+    # the status is merge-patched: null removes what a new attempt no longer has
+    cleared = ("lostMachines",) if run.lost_before and not run.lost else ()
+    return status_patch(out, cleared)

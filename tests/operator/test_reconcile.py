@@ -29,6 +29,7 @@ from graphrun.operator.reconcile import (
     reconcile,
     reject,
 )
+from graphrun.operator.status import read_status
 from graphrun.testing.kube import FakeNamespace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +61,13 @@ class Harness:
         self.ns.now += timedelta(seconds=seconds)
         seen = observe(self.ns.children(), self.owner.name, self.owner.uid)
         plan = reconcile(
-            self.job, self.owner, L.OperatorConfig(), self.status, seen, self.ns.now, KEYS
+            self.job,
+            self.owner,
+            L.OperatorConfig(),
+            read_status(self.status),
+            seen,
+            self.ns.now,
+            KEYS,
         )
         self.ns.apply(plan)
         self.status = plan.status
@@ -325,11 +332,13 @@ def test_terminal_jobs_stay_terminal() -> None:
 
 
 def test_reject_invalid_spec() -> None:
-    plan = reject({}, "InvalidSpec", "spec.partition.method: 'parallel' is not supported", T0)
+    plan = reject(
+        read_status({}), "InvalidSpec", "spec.partition.method: 'parallel' is not supported", T0
+    )
     assert plan.status["phase"] == "Failed"
     failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "InvalidSpec" and "spec.partition.method" in failed["message"]
-    assert reject(plan.status, "InvalidSpec", "again", T0).actions == ()
+    assert reject(read_status(plan.status), "InvalidSpec", "again", T0).actions == ()
 
 
 def test_gang_podgroup_created() -> None:
@@ -348,12 +357,12 @@ def test_settled_jobs_need_no_more_passes() -> None:
     h.ns.set_pod("graphsage-worker-0", "Failed", exit_code=1)
     h.step()
     assert h.phase == "Failed" and h.status["cleanedUp"] is False  # worker 1 being stopped
-    assert not settled(h.job, h.status)
+    assert not settled(h.job, read_status(h.status))
     h.step()
     assert h.status["cleanedUp"] is True
-    assert settled(h.job, h.status)
+    assert settled(h.job, read_status(h.status))
     h.set_spec(runPolicy={"ttlSecondsAfterFinished": 60})
-    assert not settled(h.job, h.status)  # the TTL still has to delete it
+    assert not settled(h.job, read_status(h.status))  # the TTL still has to delete it
 
 
 @given(
