@@ -29,8 +29,11 @@ from __future__ import annotations
 
 from graphrun.job import elastic as rule
 from graphrun.job.spec import GraphJob, job_roles, resolve_placement
+from graphrun.job.workflow import Phase, progress, rfc3339
 from graphrun.names import RoleName
-from graphrun.operator import queueing as Q
+from graphrun.operator import builders as B
+from graphrun.operator import layout as L
+from graphrun.operator.plan import Create, Delete, Emit, Run
 from graphrun.operator.status import LostHow, LostMachine, TookOver
 
 REPLACED = (
@@ -38,16 +41,6 @@ REPLACED = (
     "epoch boundary; its store servers are not started again (the replicas serve)"
 )
 NOT_REPLACED = "not made again (runtime.elastic.maxRejoins reached): the job goes on without it"
-
-
-def uses_stop_mark(job: GraphJob) -> bool:
-    """Whether the job's worker pods tell a one-pod deletion from a stop of the whole job
-    (:mod:`graphrun.machine.stopmark`): with ``runtime.elastic``, the operator annotates
-    the pods ``graphrun.io/stop: job`` before it deletes them all (suspend, restart), and
-    a worker whose pod is deleted without it leaves alone, so the others go on. Not for a
-    job queued by Kueue: Kueue deletes the pods of an eviction itself, unannounced, and
-    its trainers must then checkpoint, so every SIGTERM there stops the whole job."""
-    return job.spec.runtime.elastic is not None and Q.queue_name(job) is None
 
 
 def why_not_survived(
@@ -141,3 +134,95 @@ def describe_replacement(entry: LostMachine) -> str:
         f"GRAPHRUN_ELASTIC_JOIN=1; its trainers join at the next epoch boundary; its store "
         f"servers are not started again (the replicas serve their partitions)"
     )
+
+
+class Elastic:
+    """The elastic hook: while the job trains, a lost worker pod the job survives is
+    noted (:func:`note_lost_machines`) and made again (:func:`replace_lost_machines`)
+    before the phase's handler looks at the pods."""
+
+    def stops(self, run: Run) -> bool:
+        return False
+
+    def before(self, run: Run) -> None:
+        if run.state.phase is Phase.TRAINING:
+            note_lost_machines(run)
+
+    def after(self, run: Run) -> None:
+        pass
+
+
+def lost_indices(run: Run) -> set[int]:
+    """The worker indices of machines lost and not made again (yet)."""
+    names = run.job.spec.machine_names
+    return {names.index(m) for m in lost_now(run.lost) if m in names}
+
+
+def note_lost_machines(run: Run) -> None:
+    """runtime.elastic: a worker pod that failed, is being deleted or disappeared while
+    the job trains is a lost machine the others go on without, when :mod:`.elastic`
+    allows it (recorded in ``status.lostMachines``, an event and the Running condition;
+    the pod is made again once gone: :func:`replace_lost_machines`). Any other loss is
+    left to fail the attempt."""
+    elastic = run.job.spec.runtime.elastic
+    if elastic is None:
+        return
+    have, lost = run.observed.workers(), lost_indices(run)
+    indices = L.worker_indices(run.job)
+    for i in indices:
+        pod = have.get(i)
+        if i in lost or (pod is not None and pod.phase != "Failed" and not pod.deleting):
+            continue
+        machine = run.job.spec.machine_names[i]
+        stores_gone = [e.machine for e in run.lost]
+        why = why_not_survived(run.job, machine, len(indices), len(lost), stores_gone)
+        if why is not None:
+            continue
+        how: LostHow
+        if pod is None:
+            name, how, code = L.worker_name(run.owner.name, i), "disappeared", None
+        else:
+            how = "failed" if pod.phase == "Failed" else "deleted"
+            name, code = pod.name, pod.exit_code
+        gone = [*dict.fromkeys(e.machine for e in run.lost), machine]
+        back = [m for m in gone if m not in lost_now(run.lost) and m != machine]
+        entry = lost_entry(run.job, name, machine, how, code, rfc3339(run.now), gone, back)
+        rejoin = rule.may_rejoin(elastic, replaced_count(run.lost, machine))
+        run.lost.append(entry)
+        lost.add(i)
+        message = describe(entry, len(indices), len(lost), elastic.min_machines, rejoin)
+        run.actions.append(Emit("Warning", "MachineLost", message))
+        run.state = progress(run.state, message)
+    replace_lost_machines(run)
+
+
+def replace_lost_machines(run: Run) -> None:
+    """Make a lost machine's pod again once the lost one is gone (a failed pod is
+    deleted first), under the same name (its DNS name in the hosts file), in join mode
+    (:func:`graphrun.operator.builders.build_worker`): its trainers join at the next
+    epoch boundary; its store servers are not started again."""
+    have = run.observed.workers()
+    lost = lost_indices(run)
+    if any(p.phase == "Failed" for i, p in have.items() if i not in lost):
+        return  # a loss the job does not survive: the attempt fails (_pod_problems)
+    names = run.job.spec.machine_names
+    resume = run.state.restarts > 0 or run.state.condition("Suspended") is not None
+    elastic = run.job.spec.runtime.elastic
+    for n, entry in enumerate(run.lost):
+        if entry.replaced:
+            continue
+        if not rule.may_rejoin(elastic, replaced_count(run.lost[:n], entry.machine)):
+            continue  # runtime.elastic.maxRejoins reached: it stays lost
+        i = names.index(entry.machine)
+        pod = have.get(i)
+        if pod is not None:
+            if not pod.deleting:  # failed: its logs go with it (the event keeps the why)
+                run.actions.append(Delete("v1", "Pod", pod.name))
+            continue
+        obj = B.build_worker(run.job, run.owner, run.config, i, resume, join=True)
+        run.actions.append(Create(obj))
+        entry.replaced, entry.replacement = True, obj["metadata"]["name"]
+        run.replacing.add(i)
+        message = describe_replacement(entry)
+        run.actions.append(Emit("Normal", "MachineReplaced", message))
+        run.state = progress(run.state, message)

@@ -35,16 +35,8 @@ from graphrun.operator.builders import check_supported
 from graphrun.operator.keys import curve_keypair
 from graphrun.operator.kube import Kube, KubeError
 from graphrun.operator.observe import observe
-from graphrun.operator.reconcile import (
-    Create,
-    Delete,
-    DeleteGraphJob,
-    Emit,
-    MarkStop,
-    Plan,
-    reconcile,
-    reject,
-)
+from graphrun.operator.plan import Create, Delete, DeleteGraphJob, Emit, MarkStop, Plan
+from graphrun.operator.reconcile import reconcile, reject
 from graphrun.operator.status import read_status, settled
 
 log = logging.getLogger("graphrun.operator")

@@ -18,17 +18,9 @@ from graphrun.job.workflow import rfc3339
 from graphrun.operator import layout as L
 from graphrun.operator.keys import curve_keypair
 from graphrun.operator.observe import observe
-from graphrun.operator.reconcile import (
-    MARK_LEAD,
-    PEER_GRACE,
-    Create,
-    Delete,
-    DeleteGraphJob,
-    MarkStop,
-    Plan,
-    reconcile,
-    reject,
-)
+from graphrun.operator.plan import Create, Delete, DeleteGraphJob, MarkStop, Plan
+from graphrun.operator.pods import MARK_LEAD
+from graphrun.operator.reconcile import PEER_GRACE, reconcile, reject
 from graphrun.operator.status import read_status
 from graphrun.testing.kube import FakeNamespace
 
