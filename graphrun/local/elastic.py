@@ -36,6 +36,8 @@ from typing import Any, Protocol
 
 import psutil
 
+from graphrun.job.elastic import may_rejoin
+from graphrun.job.spec.runtime import ElasticSpec
 from graphrun.machine.launch import MachineLaunch
 from graphrun.machine.process import Sink
 from graphrun.machine.worker import read_status
@@ -47,9 +49,9 @@ SURVIVABLE = ("training", "done", "left")
 REJOIN_DELAY_S = 2.0  # from a machine's loss to its start again (its sockets gone)
 
 
-def can_go_on(machines: int, lost: int, min_machines: int | None) -> bool:
-    """Whether ``machines - lost`` machines may go on without the lost ones."""
-    return min_machines is not None and machines - lost >= min_machines
+def store_machines(launches: Sequence[MachineLaunch]) -> dict[RoleName, str]:
+    """Every store server role of the job and its machine."""
+    return {RoleName.parse(r.role): m.machine for m in launches for r in m.of_kind("store")}
 
 
 def machine_lost_event(
@@ -62,19 +64,12 @@ def machine_lost_event(
     """The ``machine_lost`` event: which partitions' replicas take over (and where), and
     the machines whose trainers go on (``lost``: every machine lost so far). ``fenced``:
     why a machine whose processes still ran was declared lost (they were killed)."""
-    primaries = {
-        RoleName.parse(r.role).index
-        for m in launches
-        if m.machine == machine
-        for r in m.of_kind("store")
-        if RoleName.parse(r.role).replica == 0 and RoleName.parse(r.role).sub == 0
-    }
+    stores = store_machines(launches)
+    primaries = {r.index for r, m in stores.items() if m == machine and r.replica == r.sub == 0}
     replicas = {
-        f"partition {RoleName.parse(r.role).index}": f"{r.role} on {m.machine}"
-        for m in launches
-        if m.machine not in lost
-        for r in m.of_kind("store")
-        if RoleName.parse(r.role).replica > 0 and RoleName.parse(r.role).index in primaries
+        f"partition {r.index}": f"{r} on {m}"
+        for r, m in stores.items()
+        if m not in lost and r.replica > 0 and r.index in primaries
     }
     trainers = sorted(m.machine for m in launches if m.of_kind("trainer") and m.machine not in lost)
     event: dict[str, Any] = {
@@ -234,13 +229,16 @@ class _Stopper(Protocol):
 
 class Rejoins:
     """The lost machines a local job starts again to join its trainers at an epoch
-    boundary (``runtime.elastic.maxRejoins``): each at most ``max_rejoins`` times,
-    ``delay_s`` after its loss at the earliest, once the trainers re-formed without it.
+    boundary: each at most ``runtime.elastic.maxRejoins`` times (the job core's
+    :func:`graphrun.job.elastic.may_rejoin`), ``delay_s`` after its loss at the earliest,
+    once the trainers re-formed without it.
     One that has not come in when every other machine is done gets ``2 * grace_s + 10``
     seconds more, then is stopped and counted lost."""
 
-    def __init__(self, max_rejoins: int, grace_s: float, delay_s: float = REJOIN_DELAY_S) -> None:
-        self.max_rejoins, self.delay_s = max_rejoins, delay_s
+    def __init__(
+        self, elastic: ElasticSpec | None, grace_s: float, delay_s: float = REJOIN_DELAY_S
+    ) -> None:
+        self.elastic, self.delay_s = elastic, delay_s
         self.wait_s = 2 * grace_s + 10
         self.count: dict[str, int] = {}
         self.pending: dict[str, float] = {}  # machine: when to start it (time.monotonic)
@@ -253,7 +251,7 @@ class Rejoins:
 
     def lost(self, machine: str) -> None:
         """``machine`` was lost: start it again after ``delay_s`` if it has rejoins left."""
-        if self.count.get(machine, 0) < self.max_rejoins:
+        if may_rejoin(self.elastic, self.count.get(machine, 0)):
             self.pending[machine] = time.monotonic() + self.delay_s
 
     def seen(self, named: Sequence[str]) -> None:
@@ -277,7 +275,8 @@ class Rejoins:
                 self.started.add(m)
                 event = {
                     "event": "relaunched", "machine": m, "rejoin": self.count[m],
-                    "max_rejoins": self.max_rejoins, "roles": "trainers (no store servers)",
+                    "max_rejoins": self.elastic.max_rejoins if self.elastic else 0,
+                    "roles": "trainers (no store servers)",
                     "time": round(time.time(), 3),
                 }  # fmt: skip
                 sink.write(json.dumps(event) + "\n")

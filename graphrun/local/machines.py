@@ -10,11 +10,11 @@ and exit codes. The attempt
 * fails with :class:`~graphrun.errors.JobFailed` naming the role, machine and exit
   code as soon as any worker reports a failure or dies, when the deadline passes,
   or when the caller's ``stop`` event is set (Ctrl-C / SIGTERM);
-* with ``runtime.elastic`` (``elastic_min``) goes on without a machine lost while the
-  job trains — its worker died, its trainers failed, or the surviving trainers
-  re-formed without it (a stopped or cut-off machine, then *fenced*: every process left
-  of it killed) — as long as ``elastic_min`` machines are left
-  (:mod:`graphrun.local.elastic`).
+* with ``runtime.elastic`` goes on without a machine lost while the job trains — its
+  worker died, its trainers failed, or the surviving trainers re-formed without it (a
+  stopped or cut-off machine, then *fenced*: every process left of it killed) — as long
+  as the job core's rule allows (:func:`graphrun.job.elastic.why_not_survived`:
+  ``minMachines`` left, every partition with a copy; :mod:`graphrun.local.elastic`).
 
 Whatever happens, every worker (and through it every role) is stopped — SIGTERM,
 then SIGKILL after the grace period — before :meth:`LocalMachines.run` returns or
@@ -43,13 +43,15 @@ import psutil
 
 import graphrun
 from graphrun.errors import JobFailed
+from graphrun.job.elastic import why_not_survived
+from graphrun.job.spec.runtime import ElasticSpec
 from graphrun.local.elastic import (
     SURVIVABLE,
     Fencing,
     Rejoins,
-    can_go_on,
     kill_tree,
     machine_lost_event,
+    store_machines,
 )
 from graphrun.machine.launch import MachineLaunch
 from graphrun.machine.process import (
@@ -105,8 +107,7 @@ class LocalMachines:
         wrap: Wrap | None = None,
         python: str = sys.executable,
         interval: float = 0.1,
-        elastic_min: int | None = None,
-        max_rejoins: int = 0,
+        elastic: ElasticSpec | None = None,
         warm: bool = True,
     ) -> None:
         self.run_dir = Path(run_dir)
@@ -117,8 +118,8 @@ class LocalMachines:
         self.interval = interval
         self.last_exits: dict[str, int | None] = {}
         self.last_pids: dict[str, int] = {}
-        # runtime.elastic.minMachines: a lost machine's trainers are gone, the others go on
-        self.elastic_min = elastic_min
+        # runtime.elastic: a lost machine's trainers are gone, the others go on
+        self.elastic = elastic
         self.lost: list[str] = []
         # one warm server per host that runs two or more CPU trainers (graphrun.machine.warm)
         self.warm = warm
@@ -126,7 +127,7 @@ class LocalMachines:
         self._warm_dir: Path | None = None
         # runtime.elastic.maxRejoins: a lost machine is started again to join at an epoch
         # boundary (graphrun.local.elastic.Rejoins)
-        self.rejoins = Rejoins(max_rejoins, grace_s)
+        self.rejoins = Rejoins(elastic, grace_s)
 
     @staticmethod
     def workers_of(run_dir: Path) -> list[psutil.Process]:
@@ -194,7 +195,7 @@ class LocalMachines:
         # told to stop may take a grace period for its trainers' checkpoint and then one for
         # its stores; one whose launcher dies (kill -9) gets SIGTERM and stops its roles and
         # segments.
-        fencing = Fencing(self.sink) if self.elastic_min is not None else None
+        fencing = Fencing(self.sink) if self.elastic is not None else None
         sup = Supervisor(
             self.run_dir / "logs", fencing or self.sink, 2 * self.grace_s + 3, prefix=False,
             death_signal=signal.SIGTERM,
@@ -294,9 +295,9 @@ class LocalMachines:
     def _survive(
         self, launches: Sequence[MachineLaunch], states: Mapping[str, str], ended: list[RoleExit]
     ) -> list[RoleExit]:
-        """The workers' exits that fail the attempt: with ``elastic_min``, a worker that
-        died while its machine trained is a lost machine the others go on without, as
-        long as ``elastic_min`` machines are left (:mod:`graphrun.local.elastic`)."""
+        """The workers' exits that fail the attempt: with ``runtime.elastic``, a worker
+        that died while its machine trained is a lost machine the others go on without,
+        as long as the job core's rule allows (:meth:`_survivable`)."""
         fatal = []
         for ex in ended:
             machine = ex.role.removeprefix("worker:")
@@ -305,7 +306,7 @@ class LocalMachines:
             # a machine started again to re-join may die in any state: it is not needed
             back = machine in self.rejoins.started
             died = ex.exit_code != 0 and (back or states.get(machine) in SURVIVABLE)
-            if died and can_go_on(len(states), len(self.lost) + 1, self.elastic_min):
+            if died and self._survivable(machine, launches, len(states)):
                 self.lost.append(machine)
                 event = machine_lost_event(machine, launches, ex.exit_code, self.lost)
                 self.sink.write(json.dumps(event) + "\n")
@@ -314,6 +315,14 @@ class LocalMachines:
                 continue
             fatal.append(ex)
         return fatal
+
+    def _survivable(self, machine: str, launches: Sequence[MachineLaunch], machines: int) -> bool:
+        """Whether the others go on without ``machine`` (:mod:`graphrun.job.elastic`): the
+        store servers of every machine lost in the attempt are gone, also of those back."""
+        gone = {*self.lost, *self.rejoins.started}
+        stores = store_machines(launches)
+        why = why_not_survived(self.elastic, machine, machines, len(self.lost), stores, gone)
+        return why is None
 
     def _fence(
         self,
@@ -326,7 +335,7 @@ class LocalMachines:
         """Fence the machines that are lost although their worker still runs: those the
         trainers re-formed without (``named``), and one whose worker reports a failed role
         while the job trains (a cut-off trainer that gave up, a crashed one: the others
-        re-form without it) — as long as ``elastic_min`` machines are left; its
+        re-form without it) — as long as :meth:`_survivable`; its
         processes are killed (:mod:`graphrun.local.elastic`)."""
         trained = [m for m in named if states.get(m) in SURVIVABLE]
         why = dict.fromkeys(trained, "the trainers re-formed without it")
@@ -338,8 +347,8 @@ class LocalMachines:
         for machine, reason in why.items():
             if machine in self.lost:
                 continue
-            if not can_go_on(len(states), len(self.lost) + 1, self.elastic_min):
-                continue  # too few left: its failure fails the attempt
+            if not self._survivable(machine, launches, len(states)):
+                continue  # too few left, or a partition's last copy: it fails the attempt
             self.lost.append(machine)
             self.rejoins.lost(machine)
             event = machine_lost_event(machine, launches, None, self.lost, fenced=reason)

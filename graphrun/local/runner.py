@@ -515,12 +515,9 @@ class LocalJob:
         hosts = structs.replace(hosts, rendezvous=self._file_rendezvous())
         hosts.write(self.paths.hosts_file)
         launches = self.launches(hosts, resume)
-        elastic = self.job.spec.runtime.elastic
         machines = LocalMachines(
             self.paths.run_dir, self.sink, self.opts.grace_s, wrap, self.opts.python,
-            elastic_min=elastic.min_machines if elastic is not None else None,
-            max_rejoins=elastic.max_rejoins if elastic is not None else 0,
-            warm=self.opts.warm_start,
+            elastic=self.job.spec.runtime.elastic, warm=self.opts.warm_start,
         )  # fmt: skip
         ready = {"serving", "training", "done"}
 

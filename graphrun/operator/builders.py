@@ -18,7 +18,6 @@ from typing import Any, Literal
 from graphrun.errors import SpecError
 from graphrun.job.spec import API_VERSION, KIND, GraphJob, ReplicaSpec, resolve_placement
 from graphrun.machine.stopmark import JOIN_ENV, PODINFO_ANNOTATIONS
-from graphrun.operator import elastic as E
 from graphrun.operator import layout as L
 from graphrun.operator import queueing as Q
 from graphrun.operator import resources as R
@@ -407,7 +406,7 @@ def build_worker(
     # grace period between the two (graphrun.machine.worker)
     grace = int(spec.setdefault("terminationGracePeriodSeconds", STOP_GRACE_SECONDS))
     stop = ["--grace", str(max(1, (grace - 5) // 2))]
-    if E.uses_stop_mark(job):  # a SIGTERM without the mark: this pod leaves alone
+    if L.uses_stop_mark(job):  # a SIGTERM without the mark: this pod leaves alone
         stop += ["--stop-mark", PODINFO_ANNOTATIONS]
         _pod_annotations_file(spec)
     _main_container(tpl)["args"] = [*args, *stop, *again]

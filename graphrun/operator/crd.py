@@ -1,7 +1,9 @@
 """The ``graphjobs.graphrun.io`` CustomResourceDefinition, generated from the spec models.
 
-The pydantic models of :mod:`graphrun.job.spec` are the one source of truth: their JSON
-Schema is rewritten into a Kubernetes *structural* OpenAPI v3 schema (every node typed,
+The pydantic models of :mod:`graphrun.job.spec` are the one source of truth for the
+spec, and :class:`graphrun.operator.status.GraphJobStatus` (a msgspec Struct) for the
+status: their JSON Schemas are rewritten into a Kubernetes *structural* OpenAPI v3 schema
+(every node typed, an ``enum`` of strings typed ``string``,
 ``$ref`` inlined, ``anyOf: [X, null]`` turned into ``nullable``, JSON-Schema-2020
 ``exclusiveMinimum: n`` into OpenAPI's ``minimum: n, exclusiveMinimum: true``, free-form
 objects such as PodTemplateSpecs marked ``x-kubernetes-preserve-unknown-fields``).
@@ -15,6 +17,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import msgspec
 import yaml
 
 from graphrun.job.spec import (
@@ -24,6 +27,7 @@ from graphrun.job.spec import (
     KIND,
     graphjob_json_schema,
 )
+from graphrun.operator.status import GraphJobStatus
 
 GROUP, VERSION = API_VERSION.split("/")
 PLURAL = "graphjobs"
@@ -74,7 +78,10 @@ def structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             return {PRESERVE: True, **({"nullable": True} if nullable else {})}
         inner = structural({**_resolve(options[0], defs), **extra}, defs)
         return {**inner, "nullable": True} if nullable else inner
-    out = {k: v for k, v in node.items() if k in _KEEP}
+    # copies: a definition used twice must not become a YAML alias
+    out = {k: list(v) if isinstance(v, list) else v for k, v in node.items() if k in _KEEP}
+    if "enum" in node and "type" not in node and all(isinstance(v, str) for v in node["enum"]):
+        out["type"] = "string"  # msgspec writes an Enum or a Literal untyped
     if "const" in node:
         out["enum"] = [node["const"]]
     for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
@@ -118,13 +125,18 @@ def openapi_schema() -> dict[str, Any]:
                 },
             },
             "spec": spec,
-            "status": {
-                "type": "object",
-                "description": "Written by the operator: phase, conditions, replica counts.",
-                PRESERVE: True,
-            },
+            "status": status_schema(),
         },
     }
+
+
+def status_schema() -> dict[str, Any]:
+    """The ``status`` schema, from :class:`GraphJobStatus`."""
+    schema = msgspec.json.schema(GraphJobStatus)
+    defs = schema["$defs"]
+    out = structural(defs["GraphJobStatus"], defs)
+    out["description"] = "Written by the operator (graphrun/operator/status.py)."
+    return out
 
 
 # spec.managedBy is fixed at creation, as in batch/v1 Job and JobSet: a job handed to

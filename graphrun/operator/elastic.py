@@ -4,97 +4,75 @@ With ``runtime.replicas: 2`` and ``runtime.elastic.minMachines: K``, a worker po
 fails, is being deleted or disappears while the job trains is a *lost machine* the job
 goes on without, as under ``graphrun run`` (:mod:`graphrun.local.elastic`): the
 partitions it served are served by their replicas, the other machines' trainers re-form
-their group by themselves (:mod:`graphrun.train.elastic`). Only if
-
-* at least K worker machines are left after it (lost ones not counted),
-* every partition whose primary it served has a replica on a machine not lost in the
-  attempt (a replacement starts no store server), and
-* its pod was made again fewer than :data:`MAX_REPLACEMENTS` times in the attempt.
-
-Otherwise the loss fails the attempt as without elastic (the restart policy applies).
+their group by themselves (:mod:`graphrun.train.elastic`). Whether it may is the job
+core's rule, the same for both backends (:func:`graphrun.job.elastic.why_not_survived`:
+``minMachines`` left, every partition with a copy on a machine whose store servers are
+not gone); otherwise the loss fails the attempt as without elastic (the restart policy
+applies).
 Trainer 0's machine is lost like any other: the job's rendezvous, where the survivors
 re-form, is served by its own pod (:mod:`.rendezvous`), not by trainer 0; losing that
 pod fails the attempt.
 
-Once the lost pod is gone (a failed one is deleted first), the operator makes it again
+Once the lost pod is gone (a failed one is deleted first), the operator makes it again,
+``runtime.elastic.maxRejoins`` times an attempt at most
+(:func:`graphrun.job.elastic.may_rejoin`; past that it stays lost),
 under the same name — the name is the machine's DNS name in the job's hosts file — with
 ``GRAPHRUN_ELASTIC_JOIN=1`` (:func:`graphrun.operator.builders.build_worker`, ``join``):
 its worker runs only the machine's trainers, which ask to be admitted at the next epoch
 boundary. Its store servers are not started again: their partitions' replicas serve,
 and a new primary would miss the tensors written since it was lost (docs/elastic.md).
-A replacement that is lost again is a lost machine again, and made again.
+A replacement that is lost again is a lost machine again, and made again while it
+has re-joins left.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
+from graphrun.job import elastic as rule
 from graphrun.job.spec import GraphJob, job_roles, resolve_placement
-from graphrun.operator import queueing as Q
+from graphrun.job.workflow import Phase, progress, rfc3339
+from graphrun.names import RoleName
+from graphrun.operator import builders as B
+from graphrun.operator import layout as L
+from graphrun.operator.plan import Create, Delete, Emit, Run
+from graphrun.operator.status import LostHow, LostMachine, TookOver
 
-MAX_REPLACEMENTS = 3  # a machine's pod is made again at most this often an attempt
 REPLACED = (
     "made again once gone, with GRAPHRUN_ELASTIC_JOIN=1: its trainers join at the next "
     "epoch boundary; its store servers are not started again (the replicas serve)"
 )
-
-
-def uses_stop_mark(job: GraphJob) -> bool:
-    """Whether the job's worker pods tell a one-pod deletion from a stop of the whole job
-    (:mod:`graphrun.machine.stopmark`): with ``runtime.elastic``, the operator annotates
-    the pods ``graphrun.io/stop: job`` before it deletes them all (suspend, restart), and
-    a worker whose pod is deleted without it leaves alone, so the others go on. Not for a
-    job queued by Kueue: Kueue deletes the pods of an eviction itself, unannounced, and
-    its trainers must then checkpoint, so every SIGTERM there stops the whole job."""
-    return job.spec.runtime.elastic is not None and Q.queue_name(job) is None
+NOT_REPLACED = "not made again (runtime.elastic.maxRejoins reached): the job goes on without it"
 
 
 def why_not_survived(
-    job: GraphJob, machine: str, machines: int, lost: int, replaced: int = 0,
-    stores_gone: list[str] | None = None,
-) -> str | None:  # fmt: skip
-    """Why losing ``machine`` fails the attempt (None: the others go on without it).
-    ``machines``: the job's worker machines; ``lost``: how many are lost (not replaced)
-    now; ``replaced``: how often this machine's pod was made again in this attempt;
-    ``stores_gone``: the machines whose store servers are gone (every machine lost in
-    the attempt: a replacement starts none)."""
-    elastic = job.spec.runtime.elastic
-    if elastic is None:
-        return "runtime.elastic is not set"
-    if replaced >= MAX_REPLACEMENTS:
-        return f"{machine}'s pod was made again {replaced} times already"
-    gone = [*(stores_gone or ()), machine]
-    orphans = sorted(set(primaries(job, machine)) - set(replicated_elsewhere(job, gone)))
-    if orphans:
-        return f"partition {orphans[0]} would have no copy left"
-    left = machines - lost - 1
-    if left < elastic.min_machines:
-        return f"{left} machines would be left, fewer than runtime.elastic.minMachines"
-    return None
+    job: GraphJob, machine: str, machines: int, lost: int, stores_gone: list[str]
+) -> str | None:
+    """Why losing ``machine`` fails the attempt (None: the others go on without it), by
+    the job core's rule (:func:`graphrun.job.elastic.why_not_survived`). ``machines``:
+    the job's worker machines; ``lost``: how many are lost (not replaced) now;
+    ``stores_gone``: the machines lost in the attempt (a replacement starts no store
+    server)."""
+    return rule.why_not_survived(
+        job.spec.runtime.elastic, machine, machines, lost, store_machines(job), stores_gone
+    )
+
+
+def store_machines(job: GraphJob) -> dict[RoleName, str]:
+    """Every store server role of the job and its machine."""
+    placement = resolve_placement(job)
+    return {r.id: placement[r.id] for r in job_roles(job.spec) if r.id.kind == "store"}
 
 
 def primaries(job: GraphJob, machine: str) -> list[int]:
     """The partitions whose primary store server runs on ``machine``."""
-    placement = resolve_placement(job)
     return sorted({
-        r.id.index for r in job_roles(job.spec)
-        if r.id.kind == "store" and r.id.replica == 0 and r.id.sub == 0
-        and placement[r.id] == machine
-    })  # fmt: skip
-
-
-def replicated_elsewhere(job: GraphJob, gone: list[str]) -> list[int]:
-    """The partitions with a replica store server on a machine not in ``gone``."""
-    placement = resolve_placement(job)
-    return sorted({
-        r.id.index for r in job_roles(job.spec)
-        if r.id.kind == "store" and r.id.replica > 0 and placement[r.id] not in gone
+        r.index for r, m in store_machines(job).items()
+        if r.replica == 0 and r.sub == 0 and m == machine
     })  # fmt: skip
 
 
 def took_over(
     job: GraphJob, machine: str, lost: list[str], back: list[str] | None = None
-) -> dict[str, Any]:
+) -> TookOver:
     """What serves the lost machine's partitions (``partition P`` -> ``store:P:r on M``)
     and which machines' trainers go on (``lost``: every machine lost so far in the
     attempt, this one included; ``back``: those of them made again, whose trainers are
@@ -111,53 +89,140 @@ def took_over(
     }  # fmt: skip
     away = set(lost) - set(back or ())
     trainers = sorted({placement[r] for r in roles if r.kind == "trainer"} - away)
-    return {"partitions": dict(sorted(partitions.items())), "trainers": trainers}
+    return TookOver(dict(sorted(partitions.items())), trainers)
 
 
 def lost_entry(
-    job: GraphJob, pod: str, machine: str, how: str, exit_code: int | None, time: str,
+    job: GraphJob, pod: str, machine: str, how: LostHow, exit_code: int | None, time: str,
     lost: list[str], back: list[str] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> LostMachine:  # fmt: skip
     """One entry of ``status.lostMachines`` (``lost``, ``back``: as for :func:`took_over`)."""
-    return {
-        "machine": machine,
-        "pod": pod,
-        "how": how,  # "failed", "deleted" (being deleted) or "disappeared"
-        "exitCode": exit_code,
-        "time": time,
-        "tookOver": took_over(job, machine, lost, back),
-        "replaced": False,  # True once the replacement pod is made
-        "replacement": None,  # its name
-    }
-
-
-def lost_now(entries: list[dict[str, Any]]) -> list[str]:
-    """The machines lost and not (yet) made again, from ``status.lostMachines``."""
-    return [e["machine"] for e in entries if not e.get("replaced")]
-
-
-def replaced_count(entries: list[dict[str, Any]], machine: str) -> int:
-    return sum(1 for e in entries if e["machine"] == machine and e.get("replaced"))
-
-
-def describe(entry: dict[str, Any], machines: int, lost: int, min_machines: int) -> str:
-    """The event's and the Running condition's message for a lost machine."""
-    code = entry["exitCode"]
-    how = entry["how"] + (f" (exit code {code})" if code is not None else "")
-    over = entry["tookOver"]
-    served = "; ".join(f"{p} served by {by}" for p, by in over["partitions"].items())
-    return (
-        f"machine {entry['machine']} lost: pod {entry['pod']} {how}; "
-        f"{served or 'it served no primary'}; trainers on {', '.join(over['trainers'])} go on "
-        f"({machines - lost} of {machines} machines, minMachines {min_machines}); the pod is "
-        f"{REPLACED}"
+    over = took_over(job, machine, lost, back)
+    return LostMachine(
+        machine=machine, pod=pod, how=how, exit_code=exit_code, time=time, took_over=over
     )
 
 
-def describe_replacement(entry: dict[str, Any]) -> str:
+def lost_now(entries: list[LostMachine]) -> list[str]:
+    """The machines lost and not (yet) made again, from ``status.lostMachines``."""
+    return [e.machine for e in entries if not e.replaced]
+
+
+def replaced_count(entries: list[LostMachine], machine: str) -> int:
+    return sum(1 for e in entries if e.machine == machine and e.replaced)
+
+
+def describe(entry: LostMachine, machines: int, lost: int, min_machines: int, rejoin: bool) -> str:
+    """The event's and the Running condition's message for a lost machine (``rejoin``:
+    whether its pod is made again, :func:`graphrun.job.elastic.may_rejoin`)."""
+    code = entry.exit_code
+    how = entry.how + (f" (exit code {code})" if code is not None else "")
+    over = entry.took_over
+    served = "; ".join(f"{p} served by {by}" for p, by in over.partitions.items())
+    return (
+        f"machine {entry.machine} lost: pod {entry.pod} {how}; "
+        f"{served or 'it served no primary'}; trainers on {', '.join(over.trainers)} go on "
+        f"({machines - lost} of {machines} machines, minMachines {min_machines}); the pod is "
+        f"{REPLACED if rejoin else NOT_REPLACED}"
+    )
+
+
+def describe_replacement(entry: LostMachine) -> str:
     """The event's and the Running condition's message for a replacement pod made."""
     return (
-        f"machine {entry['machine']} replaced: pod {entry['replacement']} made again with "
+        f"machine {entry.machine} replaced: pod {entry.replacement} made again with "
         f"GRAPHRUN_ELASTIC_JOIN=1; its trainers join at the next epoch boundary; its store "
         f"servers are not started again (the replicas serve their partitions)"
     )
+
+
+class Elastic:
+    """The elastic hook: while the job trains, a lost worker pod the job survives is
+    noted (:func:`note_lost_machines`) and made again (:func:`replace_lost_machines`)
+    before the phase's handler looks at the pods."""
+
+    def stops(self, run: Run) -> bool:
+        return False
+
+    def before(self, run: Run) -> None:
+        if run.state.phase is Phase.TRAINING:
+            note_lost_machines(run)
+
+    def after(self, run: Run) -> None:
+        pass
+
+
+def lost_indices(run: Run) -> set[int]:
+    """The worker indices of machines lost and not made again (yet)."""
+    names = run.job.spec.machine_names
+    return {names.index(m) for m in lost_now(run.lost) if m in names}
+
+
+def note_lost_machines(run: Run) -> None:
+    """runtime.elastic: a worker pod that failed, is being deleted or disappeared while
+    the job trains is a lost machine the others go on without, when :mod:`.elastic`
+    allows it (recorded in ``status.lostMachines``, an event and the Running condition;
+    the pod is made again once gone: :func:`replace_lost_machines`). Any other loss is
+    left to fail the attempt."""
+    elastic = run.job.spec.runtime.elastic
+    if elastic is None:
+        return
+    have, lost = run.observed.workers(), lost_indices(run)
+    indices = L.worker_indices(run.job)
+    for i in indices:
+        pod = have.get(i)
+        if i in lost or (pod is not None and pod.phase != "Failed" and not pod.deleting):
+            continue
+        machine = run.job.spec.machine_names[i]
+        stores_gone = [e.machine for e in run.lost]
+        why = why_not_survived(run.job, machine, len(indices), len(lost), stores_gone)
+        if why is not None:
+            continue
+        how: LostHow
+        if pod is None:
+            name, how, code = L.worker_name(run.owner.name, i), "disappeared", None
+        else:
+            how = "failed" if pod.phase == "Failed" else "deleted"
+            name, code = pod.name, pod.exit_code
+        gone = [*dict.fromkeys(e.machine for e in run.lost), machine]
+        back = [m for m in gone if m not in lost_now(run.lost) and m != machine]
+        entry = lost_entry(run.job, name, machine, how, code, rfc3339(run.now), gone, back)
+        rejoin = rule.may_rejoin(elastic, replaced_count(run.lost, machine))
+        run.lost.append(entry)
+        lost.add(i)
+        message = describe(entry, len(indices), len(lost), elastic.min_machines, rejoin)
+        run.actions.append(Emit("Warning", "MachineLost", message))
+        run.state = progress(run.state, message)
+    replace_lost_machines(run)
+
+
+def replace_lost_machines(run: Run) -> None:
+    """Make a lost machine's pod again once the lost one is gone (a failed pod is
+    deleted first), under the same name (its DNS name in the hosts file), in join mode
+    (:func:`graphrun.operator.builders.build_worker`): its trainers join at the next
+    epoch boundary; its store servers are not started again."""
+    have = run.observed.workers()
+    lost = lost_indices(run)
+    if any(p.phase == "Failed" for i, p in have.items() if i not in lost):
+        return  # a loss the job does not survive: the attempt fails (_pod_problems)
+    names = run.job.spec.machine_names
+    resume = run.state.restarts > 0 or run.state.condition("Suspended") is not None
+    elastic = run.job.spec.runtime.elastic
+    for n, entry in enumerate(run.lost):
+        if entry.replaced:
+            continue
+        if not rule.may_rejoin(elastic, replaced_count(run.lost[:n], entry.machine)):
+            continue  # runtime.elastic.maxRejoins reached: it stays lost
+        i = names.index(entry.machine)
+        pod = have.get(i)
+        if pod is not None:
+            if not pod.deleting:  # failed: its logs go with it (the event keeps the why)
+                run.actions.append(Delete("v1", "Pod", pod.name))
+            continue
+        obj = B.build_worker(run.job, run.owner, run.config, i, resume, join=True)
+        run.actions.append(Create(obj))
+        entry.replaced, entry.replacement = True, obj["metadata"]["name"]
+        run.replacing.add(i)
+        message = describe_replacement(entry)
+        run.actions.append(Emit("Normal", "MachineReplaced", message))
+        run.state = progress(run.state, message)

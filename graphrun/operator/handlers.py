@@ -35,17 +35,9 @@ from graphrun.operator.builders import check_supported
 from graphrun.operator.keys import curve_keypair
 from graphrun.operator.kube import Kube, KubeError
 from graphrun.operator.observe import observe
-from graphrun.operator.reconcile import (
-    Create,
-    Delete,
-    DeleteGraphJob,
-    Emit,
-    MarkStop,
-    Plan,
-    reconcile,
-    reject,
-)
-from graphrun.operator.status import settled
+from graphrun.operator.plan import Create, Delete, DeleteGraphJob, Emit, MarkStop, Plan
+from graphrun.operator.reconcile import reconcile, reject
+from graphrun.operator.status import read_status, settled
 
 log = logging.getLogger("graphrun.operator")
 
@@ -154,7 +146,8 @@ def reconcile_job(ctx: OperatorContext, namespace: str, name: str) -> Plan | Non
     if obj is None or obj.get("metadata", {}).get("deletionTimestamp"):
         return None
     now = ctx.clock()
-    status = obj.get("status") or {}
+    raw = obj.get("status") or {}
+    status = read_status(raw)
     owner = L.Owner(name, namespace, obj["metadata"]["uid"])
     try:
         doc = split_document(_job_document(obj), ctx.config.gpus_per_node)
@@ -162,7 +155,7 @@ def reconcile_job(ctx: OperatorContext, namespace: str, name: str) -> Plan | Non
         check_supported(job)
     except SpecError as exc:
         plan = reject(status, "InvalidSpec", str(exc), now)
-        _carry_out(ctx, owner, status, plan, now)
+        _carry_out(ctx, owner, raw, plan, now)
         raise
     if settled(job, status) or not L.managed_here(job):
         return None  # finished and clean, or another controller's (spec.managedBy)
@@ -171,7 +164,7 @@ def reconcile_job(ctx: OperatorContext, namespace: str, name: str) -> Plan | Non
     children = ctx.kube.list_children(namespace, name, gang.provider if gang else None, queued)
     seen = observe(children, name, owner.uid)
     plan = reconcile(job, owner, ctx.config, status, seen, now, curve_keypair())
-    _carry_out(ctx, owner, status, plan, now)
+    _carry_out(ctx, owner, raw, plan, now)
     return plan
 
 

@@ -47,6 +47,7 @@ from graphrun.errors import SpecError
 from graphrun.job.hosts import Hosts, build_hosts
 from graphrun.job.spec import GraphJob, SharedVolume, job_roles, resolve_placement
 from graphrun.names import MAIN_TRAINER, RoleName
+from graphrun.operator.queueing import queue_name
 from graphrun.wire import to_builtins
 
 CONFIG_DIR = "/etc/graphrun"
@@ -400,3 +401,13 @@ def managed_here(job: GraphJob) -> bool:
     managed by another controller (e.g. ``kueue.x-k8s.io/multikueue``, which copies it
     to a worker cluster) is left alone: no children, no status."""
     return job.spec.managed_by in (None, CONTROLLER)
+
+
+def uses_stop_mark(job: GraphJob) -> bool:
+    """Whether the job's worker pods tell a one-pod deletion from a stop of the whole job
+    (:mod:`graphrun.machine.stopmark`): with ``runtime.elastic``, the operator annotates
+    the pods ``graphrun.io/stop: job`` before it deletes them all (suspend, restart), and
+    a worker whose pod is deleted without it leaves alone, so the others go on. Not for a
+    job queued by Kueue: Kueue deletes the pods of an eviction itself, unannounced, and
+    its trainers must then checkpoint, so every SIGTERM there stops the whole job."""
+    return job.spec.runtime.elastic is not None and queue_name(job) is None

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from graphrun.machine.stopmark import JOB_WIDE, STOP_ANNOTATION, STOP_AT_ANNOTATION
 from graphrun.operator import layout as L
@@ -23,6 +23,9 @@ FAILED_LINE = re.compile(
     r"(?:: (?P<reason>.*))?$"
 )
 CONTAINER = "graphrun"
+
+# where a worker pod of partition.mode distributed is (status.partitionPods)
+PartitionStep = Literal["Waiting", "Partitioning", "Partitioned", "Failed"]
 
 
 def _time(text: str | None) -> datetime | None:
@@ -64,7 +67,7 @@ class PodView:
         return self.phase != "Pending" or self.init in ("running", "terminated")
 
     @property
-    def partition_step(self) -> str:
+    def partition_step(self) -> PartitionStep:
         """Where a worker pod of partition.mode distributed is: Waiting (not started),
         Partitioning (its rank runs), Partitioned (done) or Failed."""
         if self.init == "terminated":

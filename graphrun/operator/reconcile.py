@@ -48,196 +48,82 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any
+
+import msgspec
 
 from graphrun.errors import PEER_LOST_EXIT
 from graphrun.job.spec import GraphJob
 from graphrun.job.workflow import (
-    ACTIVE,
     Event,
     EventKind,
     JobState,
     Phase,
     initial_state,
-    parse_time,
     progress,
-    rfc3339,
-    state_from_dict,
     transition,
 )
 from graphrun.operator import builders as B
-from graphrun.operator import elastic as E
 from graphrun.operator import layout as L
+from graphrun.operator import pods as P
 from graphrun.operator import queueing as Q
 from graphrun.operator import rendezvous as RZ
+from graphrun.operator.admission import Admission, deadline_passed, evicted
+from graphrun.operator.elastic import Elastic
 from graphrun.operator.keys import CurveKeyPair
 from graphrun.operator.observe import Observed, PodView
-from graphrun.operator.status import condition_type, replica_statuses, state_status
+from graphrun.operator.plan import Create, Delete, DeleteGraphJob, Emit, Hook, Plan, Run
+from graphrun.operator.status import (
+    FROM_STATE,
+    GraphJobStatus,
+    replica_statuses,
+    state_status,
+    status_patch,
+)
 
 K = EventKind
-NEVER_PULLS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
-WAITING_FAILURES = frozenset({"ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError"})
 MAX_STEPS = 12
 # A rank that only lost a peer ends about when the one that failed does: wait this long
 # for the culprit's pod to report before blaming a rank that lost it.
 PEER_GRACE = timedelta(seconds=10)
-# a worker pod annotated graphrun.io/stop is deleted this long after: the kubelet writes
-# the annotations file of a running pod (not of a deleted one) within about a second
-MARK_LEAD = timedelta(seconds=5)
+# the concerns that join every step (plan.Hook): Kueue admission, elastic membership
+HOOKS: tuple[Hook, ...] = (Admission(), Elastic())
 
 
-@dataclass(frozen=True)
-class Create:
-    obj: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Delete:
-    api_version: str
-    kind: str
-    name: str
-
-
-@dataclass(frozen=True)
-class MarkStop:
-    """Annotate pod ``name`` ``graphrun.io/stop: job`` before deleting it with the others
-    (:func:`graphrun.operator.elastic.uses_stop_mark`), and when (``graphrun.io/stop-at``):
-    its worker then stops with the whole job (exact checkpoint) instead of leaving alone."""
-
-    name: str
-    at: str  # RFC 3339
-
-
-@dataclass(frozen=True)
-class Emit:
-    type: Literal["Normal", "Warning"]
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
-class DeleteGraphJob:
-    """ttlSecondsAfterFinished has passed: delete the GraphJob (children follow)."""
-
-
-Action = Create | Delete | MarkStop | Emit | DeleteGraphJob
-
-
-@dataclass(frozen=True)
-class Plan:
-    actions: tuple[Action, ...]
-    status: dict[str, Any]
-    requeue_after: float | None = None
-
-
-@dataclass
-class _Run:
-    """Mutable scratch of one reconcile pass (never escapes it)."""
-
-    job: GraphJob
-    owner: L.Owner
-    config: L.OperatorConfig
-    observed: Observed
-    now: datetime
-    state: JobState
-    partitioned: bool
-    spec_hashes: dict[str, str] = field(default_factory=dict)
-    partition_dir_before: str = ""
-    pod_steps_before: dict[str, str] = field(default_factory=dict)  # status.partitionPods
-    pod_steps: dict[str, str] | None = None
-    actions: list[Action] = field(default_factory=list)
-    wake: list[float] = field(default_factory=list)
-    queue: dict[str, Any] = field(default_factory=dict)  # status.queue (Kueue admission)
-    group_restarts: dict[str, int] = field(default_factory=dict)  # status.restartsByReplica
-    lost: list[dict[str, Any]] = field(default_factory=list)  # status.lostMachines (elastic)
-    lost_before: bool = False  # status had lostMachines: a new attempt removes it (null)
-    replacing: set[int] = field(default_factory=set)  # lost machines' pods made this pass
-
-    def fire(self, event: Event) -> None:
-        before = self.state.phase
-        event = _within_restart_limit(self, event)
-        self.state = transition(self.state, event, self.now)
-        if not self.state.terminal and self.state.phase is not Phase.TRAINING:
-            self.lost = []  # a new attempt starts every machine again
-        if self.state.phase is Phase.RESTARTING and before is not Phase.RESTARTING:
-            group = _replica_group(event.role)
-            self.group_restarts[group] = self.group_restarts.get(group, 0) + 1
-        cond = self.state.condition(condition_type(self.state.phase))
-        if self.state.phase is Phase.PENDING:  # resumed: Created keeps its first reason
-            cond = None
-        warning = self.state.phase in (Phase.FAILED, Phase.RESTARTING)
-        self.actions.append(
-            Emit(
-                "Warning" if warning else "Normal",
-                cond.reason if cond else (event.reason or event.kind.value),
-                f"{before.value} -> {self.state.phase.value}: "
-                + (cond.message if cond else event.message),
-            )
-        )
-
-    def wake_at(self, when: datetime) -> None:
-        self.wake.append(max(0.0, (when - self.now).total_seconds()))
-
-
-def _replica_group(role: str | None) -> str:
-    """The role group a failed role belongs to: its pods' replica type."""
-    head = (role or "").split(":")[0]
-    return head if head in ("partitioner", "launcher") else "worker"
-
-
-def _within_restart_limit(run: _Run, event: Event) -> Event:
-    """A role failure whose group has spent its restarts (runPolicy.failurePolicy.
-    restartLimits) fails the job instead of restarting it."""
-    policy = run.job.spec.run_policy.failure_policy
-    if event.kind is not K.ROLE_FAILED or policy is None:
-        return event
-    group = _replica_group(event.role)
-    limit = policy.restart_limits.get(group)  # type: ignore[call-overload]
-    used = run.group_restarts.get(group, 0)
-    if limit is None or used < limit:
-        return event
-    message = (
-        f"{event.describe()}; the {group} group has used its {limit} restarts "
-        f"(spec.runPolicy.failurePolicy.restartLimits.{group})"
-    )
-    return Event(K.FAIL, "RestartLimitExceeded", message, event.role, event.machine)
-
-
-def load_state(job: GraphJob, status: dict[str, Any], now: datetime) -> JobState:
+def load_state(job: GraphJob, status: GraphJobStatus, now: datetime) -> JobState:
     backoff = job.spec.run_policy.backoff_limit
-    saved = (status or {}).get("workflow")
-    if not saved:
+    saved = status.workflow
+    if saved is None:
         return initial_state(now, backoff, "GraphJob accepted by the operator")
-    return state_from_dict(saved, backoff, "status.workflow")
+    return JobState(**msgspec.structs.asdict(saved), backoff_limit=backoff)
 
 
 def reconcile(
     job: GraphJob,
     owner: L.Owner,
     config: L.OperatorConfig,
-    status: dict[str, Any],
+    status: GraphJobStatus,
     observed: Observed,
     now: datetime,
     keys: CurveKeyPair,
 ) -> Plan:
     """One step of control: what to do now for ``job`` (pure)."""
-    status = status or {}
     state = load_state(job, status, now)
-    run = _Run(job, owner, config, observed, now, state, bool(status.get("partitioned")))
-    if not status.get("workflow"):
+    run = Run(job, owner, config, observed, now, state, status.partitioned)
+    if status.workflow is None:
         run.actions.append(Emit("Normal", "JobCreated", "GraphJob accepted by the operator"))
-    run.partition_dir_before = str(status.get("partitionDir", ""))
-    run.queue = dict(status.get("queue") or {})
-    run.group_restarts = dict(status.get("restartsByReplica") or {})
-    run.lost_before = bool(status.get("lostMachines"))
-    if status.get("phase") in (Phase.TRAINING.value, "Succeeded", "Failed"):
+    run.partition_dir_before = status.partition_dir or ""
+    run.queue = msgspec.structs.replace(status.queue) if status.queue else None
+    run.group_restarts = dict(status.restarts_by_replica or {})
+    run.lost_before = bool(status.lost_machines)
+    if status.phase in (Phase.TRAINING, Phase.SUCCEEDED, Phase.FAILED):
         # copies: an entry changes when its machine is made again (compared with the old)
-        run.lost = [dict(e) for e in status.get("lostMachines") or []]  # else none
-    if status.get("phase") == Phase.PARTITIONING.value:  # else a new attempt: none yet
-        run.pod_steps_before = dict(status.get("partitionPods") or {})
-    _check_spec_change(run, status.get("specHashes"))
+        run.lost = [msgspec.structs.replace(e) for e in status.lost_machines or []]
+    if status.phase is Phase.PARTITIONING:  # else a new attempt: none yet
+        run.pod_steps_before = dict(status.partition_pods or {})
+    _check_spec_change(run, status.spec_hashes)
     for _ in range(MAX_STEPS):
         phase = run.state.phase
         _step(run, keys)
@@ -249,15 +135,17 @@ def reconcile(
     return Plan(tuple(run.actions), _status(run), requeue)
 
 
-def reject(status: dict[str, Any], reason: str, message: str, now: datetime) -> Plan:
+def reject(status: GraphJobStatus, reason: str, message: str, now: datetime) -> Plan:
     """The spec cannot run: Failed with the reason (the field named in the message)."""
-    saved = (status or {}).get("workflow")
-    state = state_from_dict(saved, where="status.workflow") if saved else initial_state(now)
+    saved = status.workflow
+    state = JobState(**msgspec.structs.asdict(saved)) if saved else initial_state(now)
     if state.terminal:
-        return Plan((), status)
+        return Plan((), status_patch(status))
     state = transition(state, Event(K.FAIL, reason, message), now)
-    new = {**(status or {}), **state_status(state)}
-    return Plan((Emit("Warning", reason, message),), new)
+    failed = state_status(state)
+    set_ = {f: v for f in FROM_STATE if (v := getattr(failed, f)) is not None}
+    new = msgspec.structs.replace(status, **set_)
+    return Plan((Emit("Warning", reason, message),), status_patch(new))
 
 
 # --- spec changes -----------------------------------------------------------------------
@@ -279,7 +167,7 @@ def spec_hashes(job: GraphJob) -> dict[str, str]:
     }
 
 
-def _check_spec_change(run: _Run, saved: dict[str, str] | None) -> None:
+def _check_spec_change(run: Run, saved: dict[str, str]) -> None:
     new = spec_hashes(run.job)
     run.spec_hashes = dict(saved) if saved else new
     changed = [k for k in PINNED if saved and saved.get(k) != new[k]]
@@ -318,7 +206,7 @@ def _check_spec_change(run: _Run, saved: dict[str, str] | None) -> None:
 # --- one step ---------------------------------------------------------------------------
 
 
-def _step(run: _Run, keys: CurveKeyPair) -> None:
+def _step(run: Run, keys: CurveKeyPair) -> None:
     spec = run.job.spec
     phase = run.state.phase
     if run.state.terminal:
@@ -328,17 +216,17 @@ def _step(run: _Run, keys: CurveKeyPair) -> None:
         return
     if phase is Phase.SUSPENDED:
         if spec.run_policy.suspend:
-            _delete_all_pods(run, partitioner=True)
-        elif _evicted(run.state):
-            if not _delete_all_pods(run, partitioner=False):  # their checkpoint is written
+            P.delete_all_pods(run, partitioner=True)
+        elif evicted(run.state):
+            if not P.delete_all_pods(run, partitioner=False):  # their checkpoint is written
                 message = f"evicted by Kueue: queued again in {Q.queue_name(run.job)}"
                 run.fire(Event(K.RESUME, "Requeued", message))
         else:
             run.fire(Event(K.RESUME, message="spec.runPolicy.suspend is false"))
         return
-    if _deadline_passed(run) or _stopped_by_kueue(run):
+    if deadline_passed(run) or any(hook.stops(run) for hook in HOOKS):
         return
-    _ensure_base(run, keys)
+    P.ensure_base(run, keys)
     handler = {
         Phase.PENDING: _pending,
         Phase.PARTITIONING: _partitioning,
@@ -347,117 +235,14 @@ def _step(run: _Run, keys: CurveKeyPair) -> None:
         Phase.TRAINING: _training,
         Phase.RESTARTING: _restarting,
     }[phase]
-    _track_admission(run)  # before: admission starts the deadlines
+    for hook in HOOKS:
+        hook.before(run)
     handler(run)
-    _track_admission(run)  # after: pods created gated now are queued now
+    for hook in HOOKS:
+        hook.after(run)
 
 
-def _evicted(state: JobState) -> bool:
-    cond = state.condition("Suspended")
-    return cond is not None and cond.status == "True" and cond.reason == "Evicted"
-
-
-def _group_pods(run: _Run) -> list[PodView]:
-    return [p for p in run.observed.pods if p.replica in ("worker", "launcher")]
-
-
-def _stopped_by_kueue(run: _Run) -> bool:
-    """Kueue evicted the pod group (it marks the pods TerminationTarget and deletes
-    them): suspend the job; the pods' trainers are writing their checkpoint."""
-    if Q.queue_name(run.job) is None or run.state.phase not in ACTIVE:
-        return False
-    stopped = [p for p in _group_pods(run) if p.stopped or p.deleting]
-    if not stopped:
-        return False
-    p = stopped[0]
-    why = p.stopped or "deleted"
-    run.fire(Event(K.SUSPEND, "Evicted", f"Kueue stopped pod {p.name}: {why}"))
-    run.queue.update(queued=False, admittedAt=None)
-    return True
-
-
-def _track_admission(run: _Run) -> None:
-    """The ``Queued`` condition of a Kueue job: True while its pods are gated, with
-    Kueue's reason; False (reason ``Admitted``) once Kueue removed the gates."""
-    queue = Q.queue_name(run.job)
-    if queue is None:
-        return
-    # the pod group: the workers (the launcher, made later, is queued alone)
-    pods = [p.gated for p in run.observed.of("worker") if not p.deleting]
-    made = [
-        a.obj
-        for a in run.actions
-        if isinstance(a, Create)
-        and a.obj["kind"] == "Pod"
-        and Q.GROUP_LABEL in a.obj["metadata"].get("labels", {})
-    ]
-    pods += [Q.GATE in {g["name"] for g in o["spec"].get("schedulingGates", [])} for o in made]
-    gated = [g for g in pods if g]
-    now = rfc3339(run.now)
-    if gated:
-        reason, message = run.observed.admission or Q.kueue_reason(None)
-        message = f"{len(gated)} of {len(pods)} pods wait for admission in {queue}: {message}"
-        if not run.queue.get("queued"):
-            run.actions.append(Emit("Normal", "Queued", message))
-            run.queue = {"queued": True, "queuedAt": now, "admittedAt": None}
-        run.queue.update(reason=reason, message=message)
-    elif pods and run.queue.get("queued"):
-        message = f"admitted by Kueue in {queue}: {len(pods)} pods may be scheduled"
-        run.actions.append(Emit("Normal", "Admitted", message))
-        run.queue.update(queued=False, admittedAt=now, reason="Admitted", message=message)
-
-
-def _admitted_at(run: _Run) -> datetime | None:
-    """When Kueue last admitted the job's pods (None while they wait), or, for a job not
-    queued by Kueue, when it started: deadlines count from there."""
-    if Q.queue_name(run.job) is None:
-        return run.state.started_at
-    at = run.queue.get("admittedAt")
-    return parse_time(at) if at else None
-
-
-def _deadline_passed(run: _Run) -> bool:
-    limit = run.job.spec.run_policy.active_deadline_seconds
-    start = _admitted_at(run)
-    if limit is None or start is None:
-        return False
-    end = start + timedelta(seconds=limit)
-    if run.now >= end:
-        run.fire(
-            Event(
-                K.DEADLINE_EXCEEDED,
-                message=f"the job ran longer than spec.runPolicy.activeDeadlineSeconds ({limit}s)",
-            )
-        )
-        return True
-    run.wake_at(end)
-    return False
-
-
-def _ensure_base(run: _Run, keys: CurveKeyPair) -> None:
-    """Create the Secret, ConfigMap, headless Service, NetworkPolicy and the gang
-    scheduler's objects (a PodGroup; or a Workload and its PodGroups) if missing."""
-    job, owner, have = run.job, run.owner, run.observed.kinds
-    own_store = job.spec.graph.store is None  # else the store's key Secret is used
-    builders: dict[str, Any] = {
-        "Secret": lambda: B.build_secret(owner, keys) if own_store else None,
-        "ConfigMap": lambda: B.build_configmap(job, owner, run.config),
-        "Service": lambda: B.build_service(owner, L.rendezvous_apart(job)),
-        "NetworkPolicy": lambda: B.build_network_policy(owner),
-        "PodGroup": lambda: B.build_podgroup(job, owner),
-        "Workload": lambda: B.build_workload(job, owner),
-    }
-    made = set()
-    for kind, build in builders.items():
-        if kind in have or not (objs := build()):
-            continue
-        for obj in objs if isinstance(objs, list) else [objs]:
-            run.actions.append(Create(obj))
-        made.add(kind)
-    run.observed = replace(run.observed, kinds=have | made)
-
-
-def _pending(run: _Run) -> None:
+def _pending(run: Run) -> None:
     if L.partitions_on_workers(run.job):
         message = "creating the worker pods: they partition together, then serve"
     else:
@@ -465,7 +250,7 @@ def _pending(run: _Run) -> None:
     run.fire(Event(K.START, message=message))
 
 
-def _partitioning(run: _Run) -> None:
+def _partitioning(run: Run) -> None:
     store = run.job.spec.graph.store
     if store is not None:
         at = ", ".join(store.addresses)
@@ -479,7 +264,7 @@ def _partitioning(run: _Run) -> None:
         return
     part = run.observed.partitioner
     pods = run.observed.of("partitioner")
-    if _pod_problems(run, [p for p in pods if not p.deleting]):
+    if P.pod_problems(run, [p for p in pods if not p.deleting]):
         return
     if part is None or part.deleting:
         if part is None:
@@ -497,16 +282,16 @@ def _partitioning(run: _Run) -> None:
         run.fire(Event.role_failed("partitioner", where, code, detail or part.message))
 
 
-def _partition_on_workers(run: _Run) -> None:
+def _partition_on_workers(run: Run) -> None:
     """partition.mode distributed: every worker pod runs its partition rank first (its
     init container), then serves; partitioned once every pod's rank has finished."""
-    workers = _ensure_workers(run)
-    _ensure_rendezvous(run)  # made with the worker pods, watched once they serve
+    workers = P.ensure_workers(run)
+    P.ensure_rendezvous(run)  # made with the worker pods, watched once they serve
     if workers is None:
         return
     pods = list(workers.values())
     _report_pod_steps(run, pods)
-    if _partition_failure(run, pods) or _pod_problems(run, pods):
+    if _partition_failure(run, pods) or P.pod_problems(run, pods):
         return
     if all(p.partition_step == "Partitioned" for p in pods):
         run.partitioned = True
@@ -515,7 +300,7 @@ def _partition_on_workers(run: _Run) -> None:
         run.fire(Event(K.PARTITIONED, message=message))
 
 
-def _report_pod_steps(run: _Run, pods: list[PodView]) -> None:
+def _report_pod_steps(run: Run, pods: list[PodView]) -> None:
     """Each pod's partition step: in ``status.partitionPods`` and the Partitioning
     condition's message, and an event when it moves on."""
     n = len(pods)
@@ -524,7 +309,7 @@ def _report_pod_steps(run: _Run, pods: list[PodView]) -> None:
         step = steps[p.name]
         if step == run.pod_steps_before.get(p.name) or step == "Waiting":
             continue
-        where = f"pod {p.name} (machine {_machine(run, p)}, rank {p.index} of {n})"
+        where = f"pod {p.name} (machine {run.machine(p)}, rank {p.index} of {n})"
         if step == "Partitioning":
             run.actions.append(Emit("Normal", "PodPartitioning", f"{where} is partitioning"))
         elif step == "Partitioned":
@@ -540,7 +325,7 @@ def _report_pod_steps(run: _Run, pods: list[PodView]) -> None:
     run.state = progress(run.state, f"{n} worker pods partition together: {listing}")
 
 
-def _partition_failure(run: _Run, pods: list[PodView]) -> bool:
+def _partition_failure(run: Run, pods: list[PodView]) -> bool:
     """Fire the failure of the rank that failed by itself (True), as ``graphrun run``
     does: ranks that exited PEER_LOST_EXIT only lost it. While only such ranks have
     failed, wait PEER_GRACE for the culprit's pod to report (True: nothing else to do)."""
@@ -557,24 +342,24 @@ def _partition_failure(run: _Run, pods: list[PodView]) -> bool:
         culprit = failed[0]
     _, _, code, message = culprit.failure()
     message = message or f"pod {culprit.name} failed while partitioning"
-    role, machine = f"partitioner:{culprit.index}", _machine(run, culprit)
+    role, machine = f"partitioner:{culprit.index}", run.machine(culprit)
     run.fire(Event.role_failed(role, machine, code, message))
     return True
 
 
-def _distributing(run: _Run) -> None:
+def _distributing(run: Run) -> None:
     claim = L.shared_volume(run.job).claim_name
     run.fire(
         Event(K.DISTRIBUTED, "SharedVolume", f"workers read the partitions from volume {claim}")
     )
 
 
-def _serving(run: _Run) -> None:
-    rdv = _ensure_rendezvous(run)
-    if _rendezvous_lost(run, missing_ok=True):
+def _serving(run: Run) -> None:
+    rdv = P.ensure_rendezvous(run)
+    if P.rendezvous_lost(run, missing_ok=True):
         return
-    workers = _ensure_workers(run)
-    if workers is None or _pod_problems(run, [*workers.values(), *rdv]):
+    workers = P.ensure_workers(run)
+    if workers is None or P.pod_problems(run, [*workers.values(), *rdv]):
         return
     if L.rendezvous_apart(run.job) and not any(p.ready for p in rdv):
         return  # its pod is made with the workers: ready before the trainers need it
@@ -583,16 +368,15 @@ def _serving(run: _Run) -> None:
         run.fire(Event(K.SERVERS_READY, message=f"all {n} workers are serving"))
 
 
-def _training(run: _Run) -> None:
-    _note_lost_machines(run)
-    if _rendezvous_lost(run):
+def _training(run: Run) -> None:
+    if P.rendezvous_lost(run):
         return
-    workers = _ensure_workers(run)
+    workers = P.ensure_workers(run)
     if workers is None:
         return
-    launcher = _ensure_launcher(run)
+    launcher = P.ensure_launcher(run)
     pods = list(workers.values()) + ([launcher] if launcher else [])
-    if _pod_problems(run, pods):
+    if P.pod_problems(run, pods):
         return
     need_launcher = run.job.spec.replica_specs.launcher is not None
     if need_launcher and launcher is None:
@@ -600,7 +384,7 @@ def _training(run: _Run) -> None:
     success = run.job.spec.run_policy.success_policy
     if success is None:
         if all(p.phase == "Succeeded" for p in pods):
-            lost = ", ".join(e["machine"] for e in run.lost)
+            lost = ", ".join(e.machine for e in run.lost)
             left = f" (machines lost: {lost})" if lost else ""
             message = f"all {len(workers)} workers finished{left}"
             run.fire(Event(K.TRAINING_DONE, message=message))
@@ -613,237 +397,17 @@ def _training(run: _Run) -> None:
         run.fire(Event(K.TRAINING_DONE, "SuccessPolicyMet", message))
 
 
-def _restarting(run: _Run) -> None:
+def _restarting(run: Run) -> None:
     again_from = run.state.resume_phase
-    left = _delete_all_pods(run, partitioner=again_from is Phase.PARTITIONING)
+    left = P.delete_all_pods(run, partitioner=again_from is Phase.PARTITIONING)
     if not left:
         run.fire(Event(K.RESTARTED, message=f"restart {run.state.restarts}: roles start again"))
 
 
-# --- children ---------------------------------------------------------------------------
+# --- the end ----------------------------------------------------------------------------
 
 
-def _lost_indices(run: _Run) -> set[int]:
-    """The worker indices of machines lost and not made again (yet)."""
-    names = run.job.spec.machine_names
-    return {names.index(m) for m in E.lost_now(run.lost) if m in names}
-
-
-def _note_lost_machines(run: _Run) -> None:
-    """runtime.elastic: a worker pod that failed, is being deleted or disappeared while
-    the job trains is a lost machine the others go on without, when :mod:`.elastic`
-    allows it (recorded in ``status.lostMachines``, an event and the Running condition;
-    the pod is made again once gone: :func:`_replace_lost_machines`). Any other loss is
-    left to fail the attempt."""
-    elastic = run.job.spec.runtime.elastic
-    if elastic is None:
-        return
-    have, lost = run.observed.workers(), _lost_indices(run)
-    indices = L.worker_indices(run.job)
-    for i in indices:
-        pod = have.get(i)
-        if i in lost or (pod is not None and pod.phase != "Failed" and not pod.deleting):
-            continue
-        machine = run.job.spec.machine_names[i]
-        again = E.replaced_count(run.lost, machine)
-        stores_gone = [e["machine"] for e in run.lost]
-        why = E.why_not_survived(run.job, machine, len(indices), len(lost), again, stores_gone)
-        if why is not None:
-            continue
-        if pod is None:
-            name, how, code = L.worker_name(run.owner.name, i), "disappeared", None
-        else:
-            how = "failed" if pod.phase == "Failed" else "deleted"
-            name, code = pod.name, pod.exit_code
-        gone = [*dict.fromkeys(e["machine"] for e in run.lost), machine]
-        back = [m for m in gone if m not in E.lost_now(run.lost) and m != machine]
-        entry = E.lost_entry(run.job, name, machine, how, code, rfc3339(run.now), gone, back)
-        run.lost.append(entry)
-        lost.add(i)
-        message = E.describe(entry, len(indices), len(lost), elastic.min_machines)
-        run.actions.append(Emit("Warning", "MachineLost", message))
-        run.state = progress(run.state, message)
-    _replace_lost_machines(run)
-
-
-def _replace_lost_machines(run: _Run) -> None:
-    """Make a lost machine's pod again once the lost one is gone (a failed pod is
-    deleted first), under the same name (its DNS name in the hosts file), in join mode
-    (:func:`graphrun.operator.builders.build_worker`): its trainers join at the next
-    epoch boundary; its store servers are not started again."""
-    have = run.observed.workers()
-    lost = _lost_indices(run)
-    if any(p.phase == "Failed" for i, p in have.items() if i not in lost):
-        return  # a loss the job does not survive: the attempt fails (_pod_problems)
-    names = run.job.spec.machine_names
-    resume = run.state.restarts > 0 or run.state.condition("Suspended") is not None
-    for entry in run.lost:
-        if entry.get("replaced"):
-            continue
-        i = names.index(entry["machine"])
-        pod = have.get(i)
-        if pod is not None:
-            if not pod.deleting:  # failed: its logs go with it (the event keeps the why)
-                run.actions.append(Delete("v1", "Pod", pod.name))
-            continue
-        obj = B.build_worker(run.job, run.owner, run.config, i, resume, join=True)
-        run.actions.append(Create(obj))
-        entry.update(replaced=True, replacement=obj["metadata"]["name"])
-        run.replacing.add(i)
-        message = E.describe_replacement(entry)
-        run.actions.append(Emit("Normal", "MachineReplaced", message))
-        run.state = progress(run.state, message)
-
-
-def _ensure_workers(run: _Run) -> dict[int, PodView] | None:
-    """The worker pods, creating missing ones. None while some are still being deleted
-    or were created just now. Lost machines' pods (:func:`_note_lost_machines`) are left
-    out, and not made again."""
-    lost = _lost_indices(run)
-    have = {i: p for i, p in run.observed.workers().items() if i not in lost}
-    if any(p.deleting for p in have.values()) or run.replacing:
-        return None
-    missing = [i for i in L.worker_indices(run.job) if i not in have and i not in lost]
-    # A pod lost while training, or while partitioning with the others (they cannot
-    # finish without its rank), fails the attempt; elsewhere it is made again.
-    partitioning = [i for i in missing if L.worker_name(run.owner.name, i) in run.pod_steps_before]
-    if (missing and run.state.phase is Phase.TRAINING) or partitioning:
-        i = (partitioning or missing)[0]
-        machine = run.job.spec.machine_names[i]
-        role, during = ("partitioner", " while partitioning") if partitioning else ("worker", "")
-        message = f"the worker pod disappeared{during}"
-        run.fire(Event.role_failed(f"{role}:{i}", machine, None, message))
-        return None
-    # After a restart or a suspension, trainers continue from the last checkpoint.
-    resume = run.state.restarts > 0 or run.state.condition("Suspended") is not None
-    for i in missing:
-        run.actions.append(Create(B.build_worker(run.job, run.owner, run.config, i, resume)))
-    return None if missing else have
-
-
-def _ensure_rendezvous(run: _Run) -> list[PodView]:
-    """The rendezvous pod of an elastic job (:mod:`.rendezvous`), made if missing, as
-    the worker pods are (never while training: losing it then fails the attempt,
-    :func:`_rendezvous_lost`); [] while there is none, or none being kept."""
-    if not L.rendezvous_apart(run.job):
-        return []
-    pods = run.observed.of(RZ.REPLICA)
-    if not pods and run.state.phase is not Phase.TRAINING:
-        run.actions.append(Create(RZ.build_rendezvous(run.job, run.owner, run.config)))
-    return [p for p in pods if not p.deleting]
-
-
-def _rendezvous_lost(run: _Run, missing_ok: bool = False) -> bool:
-    """A rendezvous pod that failed, ended, is being deleted or disappeared (``missing_ok``:
-    not made yet is fine) is a failed role ``rendezvous`` (the restart policy applies, as
-    for trainer 0's machine when trainer 0 serves it): the trainers could not re-form."""
-    if not L.rendezvous_apart(run.job):
-        return False
-    pod = next(iter(run.observed.of(RZ.REPLICA)), None)
-    if pod is None and missing_ok:
-        return False
-    if pod is not None and pod.phase in ("Pending", "Running") and not pod.deleting:
-        return False
-    name = L.rendezvous_name(run.owner.name)
-    code = None
-    if pod is None:
-        message = f"the rendezvous pod {name} disappeared"
-    elif pod.deleting:
-        message = f"the rendezvous pod {name} is being deleted"
-    else:
-        _, _, code, last = pod.failure()
-        message = f"the rendezvous pod {name} ended ({pod.phase})" + (f": {last}" if last else "")
-    run.fire(Event.role_failed(RZ.REPLICA, name, code, message))
-    return True
-
-
-def _ensure_launcher(run: _Run) -> PodView | None:
-    if run.job.spec.replica_specs.launcher is None:
-        return None
-    pods = [p for p in run.observed.of("launcher") if not p.deleting]
-    if pods:
-        return pods[0]
-    if not run.observed.of("launcher"):
-        run.actions.append(Create(B.build_launcher(run.job, run.owner, run.config)))
-    return None
-
-
-def _delete_all_pods(run: _Run, partitioner: bool) -> bool:
-    """Delete worker and launcher pods, then the rendezvous pod (and the partitioner
-    Job); True while any remain.
-    Worker pods that tell a one-pod deletion from a stop of the whole job are first
-    annotated ``graphrun.io/stop: job`` and deleted MARK_LEAD after (the kubelet has
-    then written the mark to the running pod's annotations file)."""
-    left = False
-    marks = E.uses_stop_mark(run.job)
-    # the rendezvous pod goes last: the trainers stopping with the job may still meet there
-    others = any(p.replica in ("worker", "launcher") for p in run.observed.pods)
-    for p in run.observed.pods:
-        if p.replica == "partitioner" and not partitioner:
-            continue
-        left = True
-        if p.deleting or p.replica == "partitioner" or (p.replica == RZ.REPLICA and others):
-            continue
-        if marks and p.replica == "worker" and not p.finished:
-            if not p.stop_marked:
-                run.actions.append(MarkStop(p.name, rfc3339(run.now)))
-                run.wake_at(run.now + MARK_LEAD)
-                continue
-            if p.stop_marked_at is not None and run.now < p.stop_marked_at + MARK_LEAD:
-                run.wake_at(p.stop_marked_at + MARK_LEAD)
-                continue
-        run.actions.append(Delete("v1", "Pod", p.name))
-    part = run.observed.partitioner
-    if partitioner and part is not None:
-        left = True
-        if not part.deleting:
-            run.actions.append(Delete("batch/v1", "Job", part.name))
-    return left
-
-
-def _pod_problems(run: _Run, pods: list[PodView]) -> bool:
-    """Fire the first failure among ``pods``; True if one was fired."""
-    for p in pods:
-        if p.phase == "Failed":
-            role, machine, code, msg = p.failure()
-            if role is None:
-                role = f"{p.replica}:{p.index}" if p.index is not None else p.replica
-                machine = _machine(run, p)
-            where = machine or _machine(run, p)
-            run.fire(Event.role_failed(role, where, code, msg or f"pod {p.name} failed"))
-            return True
-    startup = timedelta(seconds=run.job.spec.run_policy.startup_deadline_seconds)
-    admitted = _admitted_at(run) if Q.queue_name(run.job) else None
-    for p in pods:
-        if p.started or p.gated:  # a rank may run in its init container; gated: queued
-            continue
-        if admitted is not None and p.created is not None and p.created < admitted:
-            p = replace(p, created=admitted)  # pending since its admission, not creation
-        if p.waiting_reason in NEVER_PULLS:
-            run.fire(Event(K.FAIL, p.waiting_reason, f"pod {p.name}: {p.waiting_message}"))
-            return True
-        if p.created is None:
-            continue
-        if run.now >= p.created + startup:
-            reason = p.waiting_reason if p.waiting_reason in WAITING_FAILURES else ""
-            reason = reason or ("Unschedulable" if p.unschedulable else "StartupDeadlineExceeded")
-            detail = p.waiting_message or p.unschedulable or "still pending"
-            limit = int(startup.total_seconds())
-            run.fire(Event(K.FAIL, reason, f"pod {p.name} not running after {limit}s: {detail}"))
-            return True
-        run.wake_at(p.created + startup)
-    return False
-
-
-def _machine(run: _Run, pod: PodView) -> str:
-    """The machine of a worker pod; the pod's name for the others."""
-    names = run.job.spec.machine_names
-    if pod.replica == "worker" and pod.index is not None and pod.index < len(names):
-        return names[pod.index]
-    return pod.name
-
-
-def _finished(run: _Run) -> None:
+def _finished(run: Run) -> None:
     policy = run.job.spec.run_policy
     for p in run.observed.pods:
         if p.deleting:
@@ -868,34 +432,24 @@ def _finished(run: _Run) -> None:
 # --- status -----------------------------------------------------------------------------
 
 
-def _status(run: _Run) -> dict[str, Any]:
+def _status(run: Run) -> dict[str, Any]:
+    """The next status, as the merge patch the handlers write."""
     out = state_status(run.state)
-    out["partitioned"] = run.partitioned
-    out["specHashes"] = run.spec_hashes
+    out.partitioned = run.partitioned
+    out.spec_hashes = run.spec_hashes
     if run.partitioned:
-        out["partitionDir"] = L.partition_dir(run.job)
+        out.partition_dir = L.partition_dir(run.job)
     if run.pod_steps is not None and run.state.phase is Phase.PARTITIONING:
-        out["partitionPods"] = run.pod_steps
-    out["replicaStatuses"] = replica_statuses(run.observed)
-    if run.lost or run.lost_before:  # the status is merge-patched: null removes it
-        out["lostMachines"] = run.lost or None
-    if run.group_restarts:
-        out["restartsByReplica"] = run.group_restarts
-    if run.queue:
-        out["queue"] = run.queue
-        q = run.queue
-        queued = bool(q.get("queued"))
-        out["conditions"].append(
-            {
-                "type": "Queued",
-                "status": "True" if queued else "False",
-                "reason": q.get("reason") or ("WaitingForAdmission" if queued else "Admitted"),
-                "message": q.get("message") or "",
-                "lastTransitionTime": (q.get("queuedAt") if queued else q.get("admittedAt"))
-                or rfc3339(run.now),
-            }
-        )
+        out.partition_pods = run.pod_steps
+    out.replica_statuses = replica_statuses(run.observed)
+    out.lost_machines = run.lost or None
+    out.restarts_by_replica = run.group_restarts or None
+    if run.queue is not None:
+        out.queue = run.queue
+        out.conditions.append(run.queue.condition(run.now))
     if run.state.terminal:
         # Nothing left to clean up: later passes need not look at the children.
-        out["cleanedUp"] = not any(isinstance(a, Delete) for a in run.actions)
-    return out
+        out.cleaned_up = not any(isinstance(a, Delete) for a in run.actions)
+    # the status is merge-patched: null removes what a new attempt no longer has
+    cleared = ("lostMachines",) if run.lost_before and not run.lost else ()
+    return status_patch(out, cleared)

@@ -1,6 +1,6 @@
 """An in-memory namespace for driving the operator's pure reconcile through lifecycles.
 
-It applies a :class:`graphrun.operator.reconcile.Plan` the way the API server would
+It applies a :class:`graphrun.operator.plan.Plan` the way the API server would
 (objects get a creation time, a uid; a batch Job gets its pod, as the Job controller
 would make it; deleting a Job deletes its pods), and lets a test play the kubelet:
 set a pod's phase, readiness, waiting reason, exit code and termination message.
@@ -18,7 +18,7 @@ from typing import Any
 from graphrun.job.workflow import rfc3339
 from graphrun.machine.stopmark import JOB_WIDE, STOP_ANNOTATION, STOP_AT_ANNOTATION
 from graphrun.operator.layout import LABEL_JOB, LABEL_REPLICA, MANAGED_BY, PARTITION_CONTAINER
-from graphrun.operator.reconcile import Create, Delete, DeleteGraphJob, Emit, MarkStop, Plan
+from graphrun.operator.plan import Create, Delete, DeleteGraphJob, Emit, MarkStop, Plan
 
 _uids = itertools.count(1)
 

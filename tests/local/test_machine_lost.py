@@ -10,7 +10,8 @@ import time
 import pytest
 
 from graphrun.errors import JobFailed
-from graphrun.local.elastic import can_go_on, machine_lost_event
+from graphrun.job.spec.runtime import ElasticSpec
+from graphrun.local.elastic import machine_lost_event
 from graphrun.local.machines import LocalMachines
 from graphrun.machine.launch import MachineLaunch, RoleKind, RoleLaunch
 from graphrun.machine.process import RoleCommand, RoleExit
@@ -28,8 +29,8 @@ LAUNCHES = [
 ]
 
 
-def test_a_job_goes_on_while_min_machines_are_left():
-    assert can_go_on(3, 1, 2) and not can_go_on(3, 2, 2) and not can_go_on(3, 1, None)
+def _elastic(min_machines: int, max_rejoins: int = 0) -> ElasticSpec:
+    return ElasticSpec(min_machines=min_machines, max_rejoins=max_rejoins)
 
 
 def test_the_event_names_what_took_over():
@@ -47,7 +48,7 @@ def _exit(machine: str, code: int) -> RoleExit:
 
 def test_a_dead_worker_is_a_lost_machine_only_while_enough_are_left(tmp_path):
     sink = io.StringIO()
-    machines = LocalMachines(tmp_path, sink, elastic_min=2)
+    machines = LocalMachines(tmp_path, sink, elastic=_elastic(2))
     states = {"m0": "training", "m1": "training", "m2": "training"}
     assert machines._survive(LAUNCHES, states, [_exit("m1", -9)]) == []
     assert machines.lost == ["m1"]
@@ -57,7 +58,7 @@ def test_a_dead_worker_is_a_lost_machine_only_while_enough_are_left(tmp_path):
     # a worker that ends before its trainers start fails the attempt; so does any without
     # elastic
     starting = {"m0": "serving", "m1": "serving", "m2": "serving"}
-    assert LocalMachines(tmp_path, sink, elastic_min=2)._survive(
+    assert LocalMachines(tmp_path, sink, elastic=_elastic(2))._survive(
         LAUNCHES, starting, [_exit("m1", 1)]
     )
     assert LocalMachines(tmp_path, sink)._survive(LAUNCHES, states, [_exit("m1", -9)])
@@ -81,13 +82,14 @@ def _fake_launches(tmp_path, codes: dict[int, str]) -> list[MachineLaunch]:
     from graphrun.job.hosts import free_ports
     from graphrun.testing.jobs import fake_store, fake_trainer
 
-    ports = free_ports(3)
+    ports = free_ports(6)  # a primary and the previous partition's replica on each
     stores = tuple(f"127.0.0.1:{p}" for p in ports)
     return [
         MachineLaunch(
             machine=f"m{i}",
             roles=(
                 fake_store(f"store:{i}", f"m{i}", ports[i]),
+                fake_store(f"store:{(i - 1) % 3}:r", f"m{i}", ports[3 + i]),
                 fake_trainer(f"trainer:{i}", f"m{i}", codes[i]),
             ),
             wait_for=stores,
@@ -125,7 +127,7 @@ def test_a_stopped_machine_the_trainers_re_formed_without_is_fenced(tmp_path):
     }
     launches = _fake_launches(tmp_path, codes)
     sink = io.StringIO()
-    machines = LocalMachines(tmp_path / "run", sink, grace_s=2.0, elastic_min=2)
+    machines = LocalMachines(tmp_path / "run", sink, grace_s=2.0, elastic=_elastic(2))
     stopped: list[int] = []
 
     def chaos() -> None:
@@ -165,19 +167,19 @@ def test_a_failed_trainer_of_an_elastic_job_loses_its_machine_not_the_attempt(tm
     # (without elastic, or one loss too many, it fails the attempt as before)
     codes = {0: "import time; time.sleep(1.5)", 1: "raise SystemExit('cut off')", 2: "pass"}
     sink = io.StringIO()
-    machines = LocalMachines(tmp_path / "run", sink, grace_s=2.0, elastic_min=2)
+    machines = LocalMachines(tmp_path / "run", sink, grace_s=2.0, elastic=_elastic(2))
     result = machines.run(_fake_launches(tmp_path, codes), deadline=time.monotonic() + 60)
     assert result.states["m0"] == "done" and machines.lost == ["m1"]
     [lost] = [json.loads(x) for x in sink.getvalue().splitlines() if '"machine_lost"' in x]
     assert lost["fenced"].startswith("trainer:1 failed: cut off"), lost
-    strict = LocalMachines(tmp_path / "run2", io.StringIO(), grace_s=2.0, elastic_min=3)
+    strict = LocalMachines(tmp_path / "run2", io.StringIO(), grace_s=2.0, elastic=_elastic(3))
     with pytest.raises(JobFailed, match="cut off"):
         strict.run(_fake_launches(tmp_path, codes), deadline=time.monotonic() + 60)
 
 
 def test_a_lost_machine_is_started_again_to_rejoin_at_most_max_rejoins_times(tmp_path):
     sink = io.StringIO()
-    machines = LocalMachines(tmp_path, sink, elastic_min=2, max_rejoins=2)
+    machines = LocalMachines(tmp_path, sink, elastic=_elastic(2, max_rejoins=2))
     machines.rejoins.delay_s = 0.0
     states = {"m0": "training", "m1": "training", "m2": "training"}
     for n in (1, 2):
@@ -199,7 +201,7 @@ def test_a_lost_machine_is_started_again_to_rejoin_at_most_max_rejoins_times(tmp
     assert machines.rejoins.due(LAUNCHES, sink) == []  # twice is the most
     assert machines.rejoins.skip(machines.lost) == {"m1"}  # its reported failure: no end
     # without rejoins a lost machine stays lost
-    alone = LocalMachines(tmp_path, sink, elastic_min=2)
+    alone = LocalMachines(tmp_path, sink, elastic=_elastic(2))
     alone.rejoins.delay_s = 0.0
     assert alone._survive(LAUNCHES, states | {"m1": "training"}, [_exit("m1", -9)]) == []
     alone.rejoins.seen(["m1"])
@@ -216,7 +218,7 @@ def test_a_machine_back_that_never_came_in_is_stopped_once_the_others_are_done(t
     from graphrun.local.elastic import Rejoins
     from graphrun.machine.process import Supervisor
 
-    rejoins = Rejoins(max_rejoins=1, grace_s=0.0)
+    rejoins = Rejoins(_elastic(1, max_rejoins=1), grace_s=0.0)
     rejoins.started.add("m1")
     with Supervisor(tmp_path / "logs", io.StringIO(), grace_s=1.0) as sup:
         sup.start(RoleCommand("worker:m1", "m1", ("sleep", "60")))
@@ -229,7 +231,9 @@ def test_a_machine_back_that_never_came_in_is_stopped_once_the_others_are_done(t
         assert rejoins.finished(states, lost, sup)
         assert lost == ["m1"] and "worker:m1" in sup.exits()
         # every machine done: finished at once
-        assert Rejoins(1, 0.0).finished(dict.fromkeys(states, "done"), [], sup)
+        assert Rejoins(_elastic(1, max_rejoins=1), 0.0).finished(
+            dict.fromkeys(states, "done"), [], sup
+        )
 
 
 def test_a_worker_joins_with_join_or_the_environment_variable():
@@ -241,3 +245,27 @@ def test_a_worker_joins_with_join_or_the_environment_variable():
     assert JOIN_ENV == "GRAPHRUN_ELASTIC_JOIN"  # what the operator sets on a replacement pod
     assert not joins(plain, {}) and joins(flag, {})
     assert joins(plain, {JOIN_ENV: "1"}) and not joins(plain, {JOIN_ENV: "0"})
+
+
+def test_a_loss_that_takes_a_partitions_last_copy_fails_the_attempt(tmp_path):
+    # partition 0: primary on m0, replica on m1. Losing m1 and then m0 leaves it no copy;
+    # minMachines 1 allowed both (the launcher counted machines only)
+    machines = LocalMachines(tmp_path, io.StringIO(), elastic=_elastic(1))
+    states = {"m0": "training", "m1": "training", "m2": "training"}
+    assert machines._survive(LAUNCHES, states, [_exit("m1", -9)]) == []
+    fatal = machines._survive(LAUNCHES, states, [_exit("m0", -9)])
+    assert [ex.role for ex in fatal] == ["worker:m0"] and machines.lost == ["m1"]
+
+
+def test_a_machine_back_from_a_loss_holds_no_copy(tmp_path):
+    # m1 lost and started again runs its trainers only: partition 1 (primary on m1) lives
+    # on m2's replica alone, so losing m2 then fails the attempt
+    machines = LocalMachines(tmp_path, io.StringIO(), elastic=_elastic(1, max_rejoins=1))
+    machines.rejoins.delay_s = 0.0
+    states = {"m0": "training", "m1": "training", "m2": "training"}
+    assert machines._survive(LAUNCHES, states, [_exit("m1", -9)]) == []
+    machines.rejoins.seen(["m1"])
+    [back] = machines.rejoins.due(LAUNCHES, io.StringIO())
+    machines.lost.remove(back.machine)
+    fatal = machines._survive(LAUNCHES, states, [_exit("m2", -9)])
+    assert [ex.role for ex in fatal] == ["worker:m2"]

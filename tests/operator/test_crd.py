@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -145,3 +146,99 @@ def test_the_store_manifest_is_valid_kubernetes() -> None:
     pod = doc["items"][1]["spec"]["template"]["spec"]
     shm = next(v for v in pod["volumes"] if v["name"] == "shm")
     assert shm["emptyDir"]["medium"] == "Memory"  # not the container's 64 MiB /dev/shm
+
+
+# --- status -----------------------------------------------------------------------------
+
+
+def _as_json_schema(node: dict[str, Any]) -> dict[str, Any]:
+    """A structural OpenAPI v3 node as draft-4 JSON Schema that, like the API server's
+    pruning, keeps no field the schema does not declare: ``nullable`` as a null type, an
+    object with properties closed."""
+    out = dict(node)
+    if out.pop("nullable", False):
+        out["type"] = [out["type"], "null"]
+        if "enum" in out:
+            out["enum"] = [*out["enum"], None]
+    if "properties" in out:
+        out["properties"] = {k: _as_json_schema(v) for k, v in out["properties"].items()}
+        out["additionalProperties"] = False
+    elif isinstance(out.get("additionalProperties"), dict):
+        out["additionalProperties"] = _as_json_schema(out["additionalProperties"])
+    if "items" in out:
+        out["items"] = _as_json_schema(out["items"])
+    return out
+
+
+def _statuses() -> list[dict[str, Any]]:
+    """Statuses the reconciler writes: elastic (a lost machine, replaced), partitioning
+    on the worker pods, queued by Kueue, failed."""
+    from tests.operator.test_kueue import queued_harness, to_queued
+    from tests.operator.test_reconcile import distributed, elastic
+
+    out = []
+    h = elastic(runPolicy={"backoffLimit": 0})
+    h.ns.set_pod("graphsage-worker-2", "Failed", exit_code=137)
+    h.step()
+    out.append(h.status)
+    h.step()
+    out.append(h.status)
+    h = distributed()
+    h.step()
+    h.step()
+    out.append(h.status)
+    h = queued_harness()
+    to_queued(h)
+    out.append(h.status)
+    h = elastic(3, runPolicy={"backoffLimit": 0})
+    h.ns.delete("Pod", "graphsage-worker-1")
+    h.step()
+    out.append(h.status)
+    return [json.loads(json.dumps(s)) for s in out]  # as the API server keeps it
+
+
+def test_the_status_schema_is_declared() -> None:
+    status = openapi_schema()["properties"]["status"]
+    assert structural_problems(status) == []
+    assert PRESERVE not in yaml.safe_dump(status)  # every field declared, nothing open
+    lost = status["properties"]["lostMachines"]["items"]["properties"]
+    assert lost["how"]["enum"] == ["deleted", "disappeared", "failed"]
+    assert lost["tookOver"]["properties"]["partitions"]["additionalProperties"] == {
+        "type": "string"
+    }
+
+
+def test_every_status_the_operator_writes_matches_the_crd() -> None:
+    schema = _as_json_schema(openapi_schema()["properties"]["status"])
+    statuses = _statuses()
+    assert {"lostMachines", "partitionPods", "queue", "workflow"} <= {
+        k for s in statuses for k in s
+    }  # the cases cover what is there to cover
+    for status in statuses:
+        jsonschema.Draft4Validator(schema).validate(status)
+
+
+def test_a_status_reads_back_as_it_was_written() -> None:
+    from graphrun.operator.status import read_status, status_patch
+
+    for status in _statuses():
+        again = json.loads(json.dumps(status_patch(read_status(status))))
+        assert again == {k: v for k, v in status.items() if v is not None}
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ({"lostMachines": [{"machine": 3}]}, "lostMachines[0].machine"),
+        ({"queue": {"queued": "yes"}}, "queue.queued"),
+        ({"partitionPods": {"w": "Sleeping"}}, "partitionPods[...]"),
+        ({"workflow": {"phase": "Training", "conditions": [], "restarts": -1}}, "restarts"),
+    ],
+)
+def test_a_malformed_status_is_one_line_naming_the_field(raw: dict[str, Any], field: str) -> None:
+    from graphrun.errors import WorkflowError
+    from graphrun.operator.status import read_status
+
+    with pytest.raises(WorkflowError, match=rf"^status: [^\n]*{re.escape(field)}") as info:
+        read_status(raw)
+    assert "\n" not in str(info.value)

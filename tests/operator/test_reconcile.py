@@ -16,20 +16,12 @@ from graphrun.errors import PEER_LOST_EXIT, USER_ERROR_EXIT
 from graphrun.job.spec import parse_job
 from graphrun.job.workflow import rfc3339
 from graphrun.operator import layout as L
-from graphrun.operator.elastic import MAX_REPLACEMENTS
 from graphrun.operator.keys import curve_keypair
 from graphrun.operator.observe import observe
-from graphrun.operator.reconcile import (
-    MARK_LEAD,
-    PEER_GRACE,
-    Create,
-    Delete,
-    DeleteGraphJob,
-    MarkStop,
-    Plan,
-    reconcile,
-    reject,
-)
+from graphrun.operator.plan import Create, Delete, DeleteGraphJob, MarkStop, Plan
+from graphrun.operator.pods import MARK_LEAD
+from graphrun.operator.reconcile import PEER_GRACE, reconcile, reject
+from graphrun.operator.status import read_status
 from graphrun.testing.kube import FakeNamespace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,7 +53,13 @@ class Harness:
         self.ns.now += timedelta(seconds=seconds)
         seen = observe(self.ns.children(), self.owner.name, self.owner.uid)
         plan = reconcile(
-            self.job, self.owner, L.OperatorConfig(), self.status, seen, self.ns.now, KEYS
+            self.job,
+            self.owner,
+            L.OperatorConfig(),
+            read_status(self.status),
+            seen,
+            self.ns.now,
+            KEYS,
         )
         self.ns.apply(plan)
         self.status = plan.status
@@ -326,11 +324,13 @@ def test_terminal_jobs_stay_terminal() -> None:
 
 
 def test_reject_invalid_spec() -> None:
-    plan = reject({}, "InvalidSpec", "spec.partition.method: 'parallel' is not supported", T0)
+    plan = reject(
+        read_status({}), "InvalidSpec", "spec.partition.method: 'parallel' is not supported", T0
+    )
     assert plan.status["phase"] == "Failed"
     failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "InvalidSpec" and "spec.partition.method" in failed["message"]
-    assert reject(plan.status, "InvalidSpec", "again", T0).actions == ()
+    assert reject(read_status(plan.status), "InvalidSpec", "again", T0).actions == ()
 
 
 def test_gang_podgroup_created() -> None:
@@ -349,12 +349,12 @@ def test_settled_jobs_need_no_more_passes() -> None:
     h.ns.set_pod("graphsage-worker-0", "Failed", exit_code=1)
     h.step()
     assert h.phase == "Failed" and h.status["cleanedUp"] is False  # worker 1 being stopped
-    assert not settled(h.job, h.status)
+    assert not settled(h.job, read_status(h.status))
     h.step()
     assert h.status["cleanedUp"] is True
-    assert settled(h.job, h.status)
+    assert settled(h.job, read_status(h.status))
     h.set_spec(runPolicy={"ttlSecondsAfterFinished": 60})
-    assert not settled(h.job, h.status)  # the TTL still has to delete it
+    assert not settled(h.job, read_status(h.status))  # the TTL still has to delete it
 
 
 @given(
@@ -873,19 +873,61 @@ def test_elastic_failed_pod_is_deleted_then_replaced() -> None:
     assert h.phase == "Training" and h.status["restarts"] == 0
 
 
-def test_elastic_replacement_lost_again_is_replaced_a_bounded_number_of_times() -> None:
-    h = elastic(runPolicy={"backoffLimit": 1})
-    for n in range(MAX_REPLACEMENTS):
+def test_elastic_replacement_lost_again_is_replaced_max_rejoins_times() -> None:
+    h = elastic(runPolicy={"backoffLimit": 1})  # runtime.elastic.maxRejoins: 2 by default
+    for n in range(2):
         h.ns.set_pod("graphsage-worker-1", "Failed", exit_code=1)
         h.step()  # lost, the failed pod deleted
         h.step()  # made again
         assert h.phase == "Training" and h.status["restarts"] == 0
         assert len(h.status["lostMachines"]) == n + 1
         assert all(e["replaced"] for e in h.status["lostMachines"])
-    h.ns.set_pod("graphsage-worker-1", "Failed", exit_code=1)  # one loss too many
+    h.ns.set_pod("graphsage-worker-1", "Failed", exit_code=1)  # no re-join left
+    for _ in range(3):
+        h.step()
+    assert h.phase == "Training" and h.status["restarts"] == 0  # it goes on without m1
+    *_, last = h.status["lostMachines"]
+    assert (last["machine"], last["replaced"]) == ("m1", False)
+    (told,) = [e for e in h.ns.events if e.reason == "MachineLost"][2:]
+    assert told.message.endswith(
+        "not made again (runtime.elastic.maxRejoins reached): the job goes on without it"
+    )
+    assert sum(e.reason == "MachineReplaced" for e in h.ns.events) == 2
+
+
+def test_elastic_max_rejoins_0_never_makes_a_lost_pod_again() -> None:
+    """``maxRejoins: 0`` means what it means under ``graphrun run``: the job goes on
+    without the lost machine, and its pod is not made again (it was, three times)."""
+    runtime = {"machines": 3, "replicas": 2, "elastic": {"minMachines": 2, "maxRejoins": 0}}
+    h = Harness(partition={"parts": 3}, runtime=runtime, runPolicy={"backoffLimit": 0})
+    h.to_training()
+    h.ns.delete("Pod", "graphsage-worker-1")
+    for _ in range(3):
+        h.step()
+    assert h.phase == "Training"
+    (lost,) = h.status["lostMachines"]
+    assert (lost["machine"], lost["replaced"]) == ("m1", False)
+    assert h.workers() == ["graphsage-worker-0", "graphsage-worker-2"]
+    assert not any(e.reason == "MachineReplaced" for e in h.ns.events)
+    h.ns.set_pod("graphsage-worker-0", "Succeeded")
+    h.ns.set_pod("graphsage-worker-2", "Succeeded")
     h.step()
-    assert h.phase == "Restarting" and h.status["restarts"] == 1
-    assert h.cond("Restarting")["message"].startswith("worker:1 on m1 failed (exit code 1)")
+    assert h.cond("Succeeded")["message"] == "all 2 workers finished (machines lost: m1)"
+
+
+def test_elastic_losing_a_partitions_last_copy_fails_the_attempt() -> None:
+    """Two losses that take both copies of partition 2 (its primary on m2, its replica
+    on m0): the second fails the attempt, whatever minMachines allows (the rule asked
+    only after the lost machine's own primaries)."""
+    h = elastic(1, runPolicy={"backoffLimit": 0})
+    h.ns.set_pod("graphsage-worker-2", "Failed", exit_code=137)
+    h.step()
+    assert h.phase == "Training"
+    h.ns.set_pod("graphsage-worker-0", "Failed", exit_code=137)
+    h.step()
+    assert h.phase == "Failed"
+    assert h.cond("Failed")["message"].startswith("worker:0 on m0 failed (exit code 137)")
+    assert sum(e.reason == "MachineLost" for e in h.ns.events) == 1
 
 
 def test_elastic_suspend_marks_the_worker_pods_before_deleting_them() -> None:
