@@ -150,3 +150,12 @@ class RuntimeSpec(SpecModel):
         if self.gpus_per_machine is not None:
             return self.gpus_per_machine
         return self.gpus // self.machines if self.gpus else 0
+
+    @property
+    def gpus_field(self) -> str:
+        """The field :attr:`machine_gpus` comes from, as the user wrote it (errors name it)."""
+        if self.gpus_per_machine is not None or not self.gpus:
+            return "runtime.gpusPerMachine"
+        if self.machines == 1:
+            return "runtime.gpus"
+        return f"runtime.gpus: {self.gpus} over {self.machines} machines"
