@@ -74,6 +74,7 @@ from graphrun.operator import queueing as Q
 from graphrun.operator import rendezvous as RZ
 from graphrun.operator.keys import CurveKeyPair
 from graphrun.operator.observe import Observed, PodView
+from graphrun.operator.render import base_builders
 from graphrun.operator.status import condition_type, replica_statuses, state_status
 
 K = EventKind
@@ -437,18 +438,9 @@ def _deadline_passed(run: _Run) -> bool:
 def _ensure_base(run: _Run, keys: CurveKeyPair) -> None:
     """Create the Secret, ConfigMap, headless Service, NetworkPolicy and the gang
     scheduler's objects (a PodGroup; or a Workload and its PodGroups) if missing."""
-    job, owner, have = run.job, run.owner, run.observed.kinds
-    own_store = job.spec.graph.store is None  # else the store's key Secret is used
-    builders: dict[str, Any] = {
-        "Secret": lambda: B.build_secret(owner, keys) if own_store else None,
-        "ConfigMap": lambda: B.build_configmap(job, owner, run.config),
-        "Service": lambda: B.build_service(owner, L.rendezvous_apart(job)),
-        "NetworkPolicy": lambda: B.build_network_policy(owner),
-        "PodGroup": lambda: B.build_podgroup(job, owner),
-        "Workload": lambda: B.build_workload(job, owner),
-    }
+    have = run.observed.kinds
     made = set()
-    for kind, build in builders.items():
+    for kind, build in base_builders(run.job, run.owner, run.config, keys).items():
         if kind in have or not (objs := build()):
             continue
         for obj in objs if isinstance(objs, list) else [objs]:
