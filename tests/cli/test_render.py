@@ -67,7 +67,9 @@ def _variants(tmp_path: Path) -> list[Path]:
             tmp_path, "gang", replicaSpecs={"launcher": launcher},
             runPolicy={"schedulingPolicy": {"provider": "volcano", "queue": "research"}},
         ),
-        _variant(tmp_path, "workload", runPolicy={"schedulingPolicy": {"provider": "workload-api"}}),
+        _variant(
+            tmp_path, "workload", runPolicy={"schedulingPolicy": {"provider": "workload-api"}}
+        ),
     ]  # fmt: skip
 
 
