@@ -640,4 +640,7 @@ def test_a_job_with_sampler_workers_announces_their_start(tmp_path):
     assert re.fullmatch(r"\[trainer:0@m0\] sampler workers ready in \d+\.\d s", lines[ready])
     first_epoch = next(i for i, x in enumerate(lines) if x.startswith("[trainer:0@m0] epoch 0"))
     assert starting < ready < first_epoch, lines
+    # their start is not the epoch's time (the epoch of 1 batch read 13.9 s, 14 seeds/s)
+    took = float(lines[ready].split(" in ")[1].removesuffix(" s"))
+    assert metrics(path)[0]["epoch_s"] < took
     nothing_left(job)
