@@ -233,6 +233,7 @@ def test_a_bad_spec_is_one_line_naming_the_field(
     ("argv", "named"),
     [
         (["--gpus-per-node", "0"], "--gpus-per-node"),
+        (["--gpus-per-node", "65"], "--gpus-per-node"),  # gpusPerMachine is at most 64
         (["-n", "Not_A_Namespace"], "--namespace"),
         (["-n", "other"], "--namespace"),  # the file says ml
         (["-o", ""], "-o"),

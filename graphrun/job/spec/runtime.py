@@ -85,8 +85,14 @@ class RuntimeSpec(SpecModel):
         description="parameter-server processes (roles ps:0..N-1) holding the dense "
         "parameters when training.sync is ps (default 1 then); sharded by bytes",
     )  # fmt: skip
-    hosts: Literal["local", "netns"] = "local"
-    machine_names: list[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]] | None = None
+    hosts: Literal["local", "netns"] = Field(
+        default="local",
+        description="graphrun run: machines as process groups on this host (local) or one "
+        "network namespace each, with its own address (netns; root)",
+    )
+    machine_names: list[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]] | None = Field(
+        default=None, description="the machines' names, one each (default m0, m1, ...)"
+    )
     gpus_per_machine: int | None = Field(
         default=None,
         ge=0,
