@@ -4,6 +4,7 @@ cluster (as ``helm template`` does)."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _is_name(name: str, pattern: str) -> bool:
-    import re
-
     return len(name) <= 63 and re.fullmatch(pattern, name) is not None
