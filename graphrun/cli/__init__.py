@@ -37,6 +37,7 @@ SUBCOMMANDS = (
     "profile",
     "probe",
     "operator",
+    "render",
     "bench",
 )
 

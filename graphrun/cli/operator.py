@@ -34,17 +34,7 @@ def register(subparsers: Any) -> None:
     where.add_argument(
         "-A", "--all-namespaces", action="store_true", help="watch every namespace (default)"
     )
-    p.add_argument("--image", help="graphrun image for pods whose spec gives none")
-    p.add_argument(
-        "--image-pull-policy", choices=("Always", "IfNotPresent", "Never"), default="IfNotPresent"
-    )
-    p.add_argument("--cluster-domain", default="cluster.local", help="DNS domain of the cluster")
-    p.add_argument(
-        "--gpus-per-node",
-        type=int,
-        default=8,
-        help="GPUs of a node: splits a GraphJob's runtime.gpus total into machines (default 8)",
-    )
+    add_config_arguments(p)
     p.add_argument(
         "--resync", type=float, default=10.0, metavar="SECONDS",
         help="look at every GraphJob at least this often (deadlines, TTL); default 10",
@@ -56,6 +46,37 @@ def register(subparsers: Any) -> None:
     p.add_argument("--print-crd", action="store_true", help="print the CRD as YAML and exit")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=run)
+
+
+def add_config_arguments(p: argparse.ArgumentParser) -> None:
+    """The settings of an operator deployment that shape what it makes (also `render`'s)."""
+    p.add_argument("--image", help="graphrun image for pods whose spec gives none")
+    p.add_argument(
+        "--image-pull-policy", choices=("Always", "IfNotPresent", "Never"), default="IfNotPresent"
+    )
+    p.add_argument("--cluster-domain", default="cluster.local", help="DNS domain of the cluster")
+    p.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=8,
+        help="GPUs of a node: splits a GraphJob's runtime.gpus total into machines (default 8)",
+    )
+
+
+def operator_config(args: argparse.Namespace) -> Any:
+    """The :class:`~graphrun.operator.layout.OperatorConfig` of :func:`add_config_arguments`'
+    flags, checked (an ArgumentError line naming the flag)."""
+    from graphrun.errors import ArgumentError
+    from graphrun.operator.layout import OperatorConfig
+
+    if not 1 <= args.gpus_per_node <= 64:
+        raise ArgumentError(f"--gpus-per-node: must be in 1..64, got {args.gpus_per_node}")
+    return OperatorConfig(
+        image=args.image or OperatorConfig().image,
+        image_pull_policy=args.image_pull_policy,
+        cluster_domain=args.cluster_domain,
+        gpus_per_node=args.gpus_per_node,
+    )
 
 
 def api_client(kubeconfig: str | None) -> Any:
@@ -96,22 +117,13 @@ def run(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
     from graphrun.operator.handlers import OperatorContext, register
     from graphrun.operator.kube import Kube
-    from graphrun.operator.layout import OperatorConfig
 
-    if args.gpus_per_node < 1:
-        raise ArgumentError(f"--gpus-per-node: must be >= 1, got {args.gpus_per_node}")
+    config = operator_config(args)
     if not args.resync > 0:  # NaN fails too
         raise ArgumentError(f"--resync: must be > 0, got {args.resync}")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    defaults = OperatorConfig()
-    config = OperatorConfig(
-        image=args.image or defaults.image,
-        image_pull_policy=args.image_pull_policy,
-        cluster_domain=args.cluster_domain,
-        gpus_per_node=args.gpus_per_node,
     )
     ctx = OperatorContext(
         kube=Kube(api_client(args.kubeconfig)), config=config, resync_seconds=args.resync

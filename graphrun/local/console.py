@@ -1,5 +1,6 @@
 """What a person sees of a running job: its phases, trainer 0's progress and output, and
-one line of results per epoch.
+one line of results per epoch, and what keeps it waiting (sampler workers starting, and
+ready with the seconds they took: ``samplers_starting``/``samplers_ready`` events).
 
 Roles write ``[role@machine] text`` lines (JSON events, logger lines with timestamps,
 progress); all of them stay in ``RUN/logs/<role>.log`` and the epoch records in
@@ -42,6 +43,23 @@ def epoch_line(rec: dict[str, Any]) -> str:
     if "seeds_per_s" in rec:
         tail.append(f"{rec['seeds_per_s']:,.0f} seeds/s")
     return "  ".join(parts) + (f"  ({', '.join(tail)})" if tail else "")
+
+
+def _samplers_starting(rec: dict[str, Any]) -> str:
+    return (
+        f"starting {rec.get('workers')} sampler worker(s) per trainer "
+        "(runtime.samplerWorkersPerTrainer): the first epoch waits for them"
+    )
+
+
+def _samplers_ready(rec: dict[str, Any]) -> str:
+    took = rec.get("start_s")
+    after = f" in {took:.1f} s" if isinstance(took, int | float) else ""
+    return f"sampler workers ready{after}"
+
+
+# the events of trainer 0 a person sees (the others are in its log), as a line each
+_ANNOUNCED = {"samplers_starting": _samplers_starting, "samplers_ready": _samplers_ready}
 
 
 class Console:
@@ -97,6 +115,8 @@ class Console:
                 return text
             if isinstance(rec, dict) and "epoch" in rec and "loss" in rec:
                 return epoch_line(rec)
+            if isinstance(rec, dict) and rec.get("event") in _ANNOUNCED:
+                return _ANNOUNCED[rec["event"]](rec)
             return None  # events (joined, first_step, model, ...) and other records
         if _LOG_LINE.match(text):
             return None

@@ -44,8 +44,9 @@ def check_before_start(job: GraphJob, paths: JobPaths) -> None:
 
 def check_gpus_here(job: GraphJob, count: int | None = None) -> None:
     """The local backend's machines run on this host: each needs the job's
-    ``runtime.gpusPerMachine`` of the GPUs CUDA sees here (``count``; asked of torch
-    when None, only for GPU jobs). One line naming the machine and what it has."""
+    ``runtime.gpusPerMachine`` (or ``gpus``) of the GPUs CUDA sees here (``count``; asked of
+    torch when None, only for GPU jobs). One line naming the machine, what it has and the
+    field the user wrote."""
     gpus = job.spec.runtime.machine_gpus
     if gpus <= 0:
         return
@@ -55,7 +56,9 @@ def check_gpus_here(job: GraphJob, count: int | None = None) -> None:
         count = cuda_count()
     from graphrun.train.device import check_gpus
 
-    check_gpus(f"{job.spec.machine_names[0]} (this host)", gpus, count)
+    check_gpus(
+        f"{job.spec.machine_names[0]} (this host)", gpus, count, field=job.spec.runtime.gpus_field
+    )
 
 
 def _check_entry_point(spec: str, base_dir: Path, field: str) -> None:

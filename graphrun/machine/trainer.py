@@ -262,7 +262,8 @@ def trainer_device(job: GraphJob, args: argparse.Namespace) -> str:
 
     have = cuda_count()
     names = [torch.cuda.get_device_name(i) for i in range(have)]
-    check_gpus(args.machine, max(job.spec.runtime.machine_gpus, args.gpu + 1), have, names)
+    r = job.spec.runtime
+    check_gpus(args.machine, max(r.machine_gpus, args.gpu + 1), have, names, r.gpus_field)
     torch.cuda.set_device(args.gpu)
     return f"cuda:{args.gpu}"
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
 
 from graphrun.job.workflow import Event, EventKind, Phase, rfc3339
 from graphrun.operator import builders as B
@@ -23,6 +22,7 @@ from graphrun.operator.admission import admitted_at
 from graphrun.operator.keys import CurveKeyPair
 from graphrun.operator.observe import PodView
 from graphrun.operator.plan import Create, Delete, MarkStop, Run
+from graphrun.operator.render import base_builders
 
 K = EventKind
 NEVER_PULLS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
@@ -35,18 +35,9 @@ MARK_LEAD = timedelta(seconds=5)
 def ensure_base(run: Run, keys: CurveKeyPair) -> None:
     """Create the Secret, ConfigMap, headless Service, NetworkPolicy and the gang
     scheduler's objects (a PodGroup; or a Workload and its PodGroups) if missing."""
-    job, owner, have = run.job, run.owner, run.observed.kinds
-    own_store = job.spec.graph.store is None  # else the store's key Secret is used
-    builders: dict[str, Any] = {
-        "Secret": lambda: B.build_secret(owner, keys) if own_store else None,
-        "ConfigMap": lambda: B.build_configmap(job, owner, run.config),
-        "Service": lambda: B.build_service(owner, L.rendezvous_apart(job)),
-        "NetworkPolicy": lambda: B.build_network_policy(owner),
-        "PodGroup": lambda: B.build_podgroup(job, owner),
-        "Workload": lambda: B.build_workload(job, owner),
-    }
+    have = run.observed.kinds
     made = set()
-    for kind, build in builders.items():
+    for kind, build in base_builders(run.job, run.owner, run.config, keys).items():
         if kind in have or not (objs := build()):
             continue
         for obj in objs if isinstance(objs, list) else [objs]:
@@ -57,7 +48,7 @@ def ensure_base(run: Run, keys: CurveKeyPair) -> None:
 
 def ensure_workers(run: Run) -> dict[int, PodView] | None:
     """The worker pods, creating missing ones. None while some are still being deleted
-    or were created just now. Lost machines' pods (:func:`_note_lost_machines`) are left
+    or were created just now. Lost machines' pods (:func:`.elastic.note_lost_machines`) are left
     out, and not made again."""
     lost = E.lost_indices(run)
     have = {i: p for i, p in run.observed.workers().items() if i not in lost}

@@ -68,9 +68,9 @@ KINDS = ("store", "trainer", "sampler", "ps")
 
 class Demand(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-    cpu: Annotated[float, Field(ge=0, le=MAX_CPU)] = 0
-    memory_gb: Annotated[float, Field(ge=0, le=MAX_MEMORY_GB)] = 0
-    gpus: Annotated[float, Field(ge=0, le=MAX_GPUS)] = 0
+    cpu: Annotated[float, Field(ge=0, le=MAX_CPU, description="CPU cores")] = 0
+    memory_gb: Annotated[float, Field(ge=0, le=MAX_MEMORY_GB, description="memory, GB")] = 0
+    gpus: Annotated[float, Field(ge=0, le=MAX_GPUS, description="GPUs")] = 0
 
 
 class Demands(BaseModel):

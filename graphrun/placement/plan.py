@@ -46,10 +46,18 @@ from graphrun.placement.job import MAX_TASKS, RESOURCES, Demand
 
 class PlacementPlan(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    apiVersion: Literal["graphrun.io/v1alpha1"] = "graphrun.io/v1alpha1"
-    kind: Literal["PlacementPlan"] = "PlacementPlan"
-    machines: list[str] = Field(min_length=1, max_length=MAX_MACHINES)
-    assignments: dict[str, str] = Field(max_length=MAX_TASKS)
+    apiVersion: Literal["graphrun.io/v1alpha1"] = Field(
+        default="graphrun.io/v1alpha1", description="the API version of placement plans"
+    )
+    kind: Literal["PlacementPlan"] = Field(default="PlacementPlan", description="the kind")
+    machines: list[str] = Field(
+        min_length=1, max_length=MAX_MACHINES,
+        description="the plan's machines, in the job's machine order (node names on "
+        "Kubernetes, or values of placement.nodeLabel)",
+    )  # fmt: skip
+    assignments: dict[str, str] = Field(
+        max_length=MAX_TASKS, description="role (store:0, trainer:1, ...) -> plan machine"
+    )
     capacity: dict[str, Demand] | None = Field(
         default=None, description="machine -> its cpu (cores), memory_gb and gpus"
     )

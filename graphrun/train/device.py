@@ -77,15 +77,17 @@ def cuda_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def check_gpus(machine: str, asked: int, have: int, names: list[str] | None = None) -> None:
-    """Fail up front, in one line naming the machine and what it has, when a job asks
-    for more GPUs per machine than CUDA sees there."""
+def check_gpus(
+    machine: str, asked: int, have: int, names: list[str] | None = None,
+    field: str = "runtime.gpusPerMachine",
+) -> None:  # fmt: skip
+    """Fail up front, in one line naming the machine, what it has and the job's ``field``
+    that asks (``runtime.gpus`` where the user wrote that), when a job asks for more GPUs
+    per machine than CUDA sees there."""
     if asked <= have:
         return
     what = f"{have} CUDA device(s)" + (f" ({', '.join(names)})" if names else "")
-    raise UserError(
-        f"machine {machine or '?'}: has {what}; the job asks for {asked} (runtime.gpusPerMachine)"
-    )
+    raise UserError(f"machine {machine or '?'}: has {what}; the job asks for {asked} ({field})")
 
 
 def oom_message(role: str, batch_size: int, setting: str, detail: str = "") -> str:

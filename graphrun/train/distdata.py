@@ -143,7 +143,7 @@ class DistGraphData:
                 num_workers=self.num_workers if split == "train" else 0,
                 cache=self.feature_cache(ntype, fanouts, batch_size, x, y),
             )  # fmt: skip
-            self._loaders[key].start()
+            self._start(self._loaders[key])
         loader = self._loaders[key]
         loader.set_epoch(epoch)
         t = ntype
@@ -197,10 +197,29 @@ class DistGraphData:
                 seed=self.seed + self.rank,
                 num_workers=self.num_workers if split == "train" else 0,
             )  # fmt: skip
-            self._loaders[key].start()
+            self._start(self._loaders[key])
         loader = self._loaders[key]
         loader.set_epoch(epoch)
         return costed(loader, lambda d: int((d.edge_label > 0).sum()))
+
+    def _start(self, loader: Any) -> None:
+        """Start ``loader`` now; its sampler worker processes, which take seconds to start
+        (the fork server imports torch and PyG, each worker joins the store) before the
+        first epoch's first step, are announced as ``samplers_starting`` and
+        ``samplers_ready`` event lines, the second with the seconds it took (the console
+        shows trainer 0's)."""
+        workers = loader.options.num_workers
+        if workers:
+            event = {"event": "samplers_starting", "rank": self.rank, "workers": workers}
+            print(json.dumps(event), flush=True)
+        t0 = time.perf_counter()
+        loader.start()
+        if workers:
+            event = {
+                "event": "samplers_ready", "rank": self.rank, "workers": workers,
+                "start_s": round(time.perf_counter() - t0, 2),
+            }  # fmt: skip
+            print(json.dumps(event), flush=True)
 
     def cover(self, split: str | None, ntype: str | None = None) -> Tensor:
         t = ntype or self.node_types[0]

@@ -195,7 +195,10 @@ def train_epoch(
     if rest is None:
         torch.manual_seed(epoch_seed(ctx.config.seed, epoch, ctx.rank))
         steps = all_min(task.steps_per_epoch(), ctx.ddp)
-        it = task.epoch_batches(epoch)  # loaders start (workers) off the clock
+        t0, c0 = time.perf_counter(), time.process_time()
+        it = task.epoch_batches(epoch)  # loaders start (sampler workers: seconds) off the clock
+        work.t0 += time.perf_counter() - t0
+        work.cpu0 += time.process_time() - c0
     else:
         steps = work.done + all_min(-(-int(rest.numel()) // ctx.config.batch_size), ctx.ddp)
         it = task.rest_batches(rest, epoch)

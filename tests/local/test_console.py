@@ -57,3 +57,18 @@ def test_a_dying_roles_traceback_stays_in_its_log() -> None:
         "[trainer:0@m0] epoch 1: 100% 4/4 batches, 8,000 seeds/s",
         "[graphrun] trainer:1 on m1 failed first (killed by SIGKILL); its log: x.log",
     ]
+
+
+def test_sampler_workers_starting_and_ready_are_announced() -> None:
+    out = io.StringIO()
+    c = Console(out)
+    for role in ("trainer:1@m1", "trainer:0@m0"):
+        c.write(f'[{role}] {{"event": "samplers_starting", "rank": 0, "workers": 4}}\n')
+    c.write(
+        '[trainer:0@m0] {"event": "samplers_ready", "rank": 0, "workers": 4, "start_s": 9.84}\n'
+    )
+    assert out.getvalue().splitlines() == [
+        "[trainer:0@m0] starting 4 sampler worker(s) per trainer "
+        "(runtime.samplerWorkersPerTrainer): the first epoch waits for them",
+        "[trainer:0@m0] sampler workers ready in 9.8 s",
+    ]

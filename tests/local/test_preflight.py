@@ -103,3 +103,26 @@ def test_a_failed_check_marks_the_job_failed(tmp_path: Path) -> None:
     assert state["phase"] == "Failed"
     assert any(c["reason"] == "InvalidInput" for c in state["conditions"])
     assert USER_ERROR_EXIT == 2
+
+
+@pytest.mark.parametrize(
+    ("machines", "runtime", "named"),
+    [
+        (1, {"gpus": 64}, "(runtime.gpus)"),
+        (2, {"gpus": 128}, "(runtime.gpus: 128 over 2 machines)"),
+        (2, {"gpusPerMachine": 64}, "(runtime.gpusPerMachine)"),
+    ],
+)
+def test_gpus_this_host_lacks_name_the_field_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], machines: int, runtime: dict[str, int],
+    named: str,
+) -> None:  # fmt: skip
+    """`gpus: N` on a host without N GPUs names `runtime.gpus`, the field the user wrote
+    (it named `runtime.gpusPerMachine`, which the job file does not have)."""
+    from graphrun.cli import main
+
+    path = small_job(tmp_path, machines=machines, runtime=runtime)
+    assert main(["run", str(path)]) == USER_ERROR_EXIT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith(f"; the job asks for 64 {named}"), err
+    assert "CUDA device(s)" in err[0]

@@ -65,7 +65,7 @@ def test_crd_shape() -> None:
     assert cols["Phase"] == ".status.phase"
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     template = spec["properties"]["replicaSpecs"]["properties"]["worker"]["properties"]["template"]
-    assert template == {"type": "object", PRESERVE: True}
+    assert template == {"type": "object", PRESERVE: True, "description": template["description"]}
     tpm = spec["properties"]["runtime"]["properties"]["trainersPerMachine"]
     assert tpm["minimum"] == 0 and tpm["exclusiveMinimum"] is True
     parts = spec["properties"]["partition"]["properties"]["parts"]

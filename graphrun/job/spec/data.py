@@ -18,7 +18,10 @@ GENERATOR_BOUNDS: dict[str, float] = {
 class GeneratorSpec(SpecModel):
     """A synthetic graph made by ``graphrun generate <name>`` with these parameters."""
 
-    name: Literal["community", "academic"]
+    name: Literal["community", "academic"] = Field(
+        description="the generator: community (homogeneous, classes as communities) or "
+        "academic (heterogeneous: papers, authors, institutions)"
+    )
     params: dict[str, Scalar] = Field(
         default_factory=dict,
         description="generator flags, e.g. {nodes: 100000, avgDegree: 20, seed: 0}",
@@ -96,8 +99,10 @@ class PartitionSpec(SpecModel):
         default=None, gt=0, le=MAX_PARTS,
         description="number of partitions (default: runtime.machines)",
     )  # fmt: skip
-    balance_train: bool = False
-    balance_edges: bool = False
+    balance_train: bool = Field(
+        default=False, description="balance training nodes (train_mask) across parts too"
+    )
+    balance_edges: bool = Field(default=False, description="balance owned edges across parts too")
     halo_hops: int = Field(
         default=1, ge=0, le=4, description="hops of halo nodes stored with each partition"
     )

@@ -33,10 +33,17 @@ class Metadata(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    name: str = Field(min_length=1, max_length=JOB_NAME_MAX, pattern=JOB_NAME_PATTERN)
-    namespace: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    name: str = Field(
+        min_length=1, max_length=JOB_NAME_MAX, pattern=JOB_NAME_PATTERN,
+        description="the job's name (a DNS-1035 label: its objects and run directory are "
+        "named after it)",
+    )  # fmt: skip
+    namespace: str | None = Field(default=None, description="Kubernetes: the job's namespace")
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Kubernetes labels (kueue.x-k8s.io/queue-name queues the job with Kueue)",
+    )
+    annotations: dict[str, str] = Field(default_factory=dict, description="Kubernetes annotations")
 
 
 # --- Kubernetes only --------------------------------------------------------------------
@@ -45,10 +52,16 @@ class Metadata(BaseModel):
 class ReplicaSpec(SpecModel):
     """A free-form PodTemplateSpec; the operator adds graphrun's command, config and volume."""
 
-    template: FreeForm = Field(default_factory=dict)
+    template: FreeForm = Field(
+        default_factory=dict,
+        description="a PodTemplateSpec (metadata, spec): resources, node selectors, "
+        "tolerations, sidecars ...",
+    )
 
 
 class ReplicaSpecs(SpecModel):
+    """Kubernetes: the pod templates of the job's pods, by replica."""
+
     partitioner: ReplicaSpec | None = None
     worker: ReplicaSpec | None = None
     launcher: ReplicaSpec | None = None
@@ -57,8 +70,13 @@ class ReplicaSpecs(SpecModel):
 class SharedVolume(SpecModel):
     """A volume every pod mounts (e.g. a ReadWriteMany PVC): datasets and partitions."""
 
-    claim_name: str = Field(min_length=1, max_length=253)
-    mount_path: str = Field(default="/data", pattern=r"^/")
+    claim_name: str = Field(
+        min_length=1, max_length=253, description="the PersistentVolumeClaim in the job's namespace"
+    )
+    mount_path: str = Field(
+        default="/data", pattern=r"^/",
+        description="where every pod mounts it; relative paths in the spec are relative to it",
+    )  # fmt: skip
 
 
 # --- the job ----------------------------------------------------------------------------
@@ -74,7 +92,9 @@ class GraphJobSpec(SpecModel):
     image: str | None = Field(
         default=None, description="graphrun image of the pods (Kubernetes; default: the operator's)"
     )
-    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        default=None, description="the pods' imagePullPolicy (Kubernetes; default: the operator's)"
+    )
     shared_volume: SharedVolume | None = Field(
         default=None,
         description="the volume that carries datasets, partitions and checkpoints to every pod",
@@ -173,8 +193,10 @@ class GraphJobSpec(SpecModel):
 class GraphJob(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    api_version: Literal["graphrun.io/v1alpha1"] = Field(alias="apiVersion")
-    kind: Literal["GraphJob"]
+    api_version: Literal["graphrun.io/v1alpha1"] = Field(
+        alias="apiVersion", description="the API version of GraphJobs"
+    )
+    kind: Literal["GraphJob"] = Field(description="the kind")
     metadata: Metadata
     spec: GraphJobSpec
 

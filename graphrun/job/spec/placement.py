@@ -33,8 +33,12 @@ Quantity = Annotated[str, BeforeValidator(_quantity), Field(json_schema_extra=PR
 class MachineResources(SpecModel):
     """A container's resources as in a Pod, e.g. {requests: {cpu: 4}, limits: {memory: 20Gi}}."""
 
-    requests: dict[str, Quantity] = Field(default_factory=dict)
-    limits: dict[str, Quantity] = Field(default_factory=dict)
+    requests: dict[str, Quantity] = Field(
+        default_factory=dict, description="resource name -> quantity the pod requests"
+    )
+    limits: dict[str, Quantity] = Field(
+        default_factory=dict, description="resource name -> quantity the pod may use at most"
+    )
 
     @model_validator(mode="after")
     def _names(self) -> MachineResources:

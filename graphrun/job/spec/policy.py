@@ -14,14 +14,21 @@ class SchedulingPolicy(SpecModel):
     """Gang scheduling: the operator emits a PodGroup for Volcano or scheduler-plugins, or
     a Workload and its PodGroups (scheduling.k8s.io/v1alpha2, Kubernetes 1.35+)."""
 
-    provider: Literal["volcano", "scheduler-plugins", "workload-api"] = "volcano"
+    provider: Literal["volcano", "scheduler-plugins", "workload-api"] = Field(
+        default="volcano", description="the gang scheduler"
+    )
     min_available: int | None = Field(
         default=None, gt=0, le=MAX_ROLES,
         description="pods that must be scheduled together (default: all)",
     )  # fmt: skip
     queue: str | None = Field(default=None, description="Volcano queue")
-    priority_class: str | None = None
-    schedule_timeout_seconds: int | None = Field(default=None, gt=0, le=MAX_SECONDS)
+    priority_class: str | None = Field(
+        default=None, description="the pods' PriorityClass (not a system one)"
+    )
+    schedule_timeout_seconds: int | None = Field(
+        default=None, gt=0, le=MAX_SECONDS,
+        description="scheduler-plugins: seconds the group may wait to be scheduled",
+    )  # fmt: skip
 
 
 ReplicaGroup = Literal["partitioner", "worker", "launcher"]

@@ -85,8 +85,14 @@ class RuntimeSpec(SpecModel):
         description="parameter-server processes (roles ps:0..N-1) holding the dense "
         "parameters when training.sync is ps (default 1 then); sharded by bytes",
     )  # fmt: skip
-    hosts: Literal["local", "netns"] = "local"
-    machine_names: list[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]] | None = None
+    hosts: Literal["local", "netns"] = Field(
+        default="local",
+        description="graphrun run: machines as process groups on this host (local) or one "
+        "network namespace each, with its own address (netns; root)",
+    )
+    machine_names: list[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]] | None = Field(
+        default=None, description="the machines' names, one each (default m0, m1, ...)"
+    )
     gpus_per_machine: int | None = Field(
         default=None,
         ge=0,
@@ -150,3 +156,12 @@ class RuntimeSpec(SpecModel):
         if self.gpus_per_machine is not None:
             return self.gpus_per_machine
         return self.gpus // self.machines if self.gpus else 0
+
+    @property
+    def gpus_field(self) -> str:
+        """The field :attr:`machine_gpus` comes from, as the user wrote it (errors name it)."""
+        if self.gpus_per_machine is not None or not self.gpus:
+            return "runtime.gpusPerMachine"
+        if self.machines == 1:
+            return "runtime.gpus"
+        return f"runtime.gpus: {self.gpus} over {self.machines} machines"

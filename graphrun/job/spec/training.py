@@ -34,11 +34,17 @@ Fanout = Annotated[
 class TrainingSpec(SpecModel):
     """A built-in task with hyper-parameters, or a user entry point / script with arguments."""
 
-    task: Task | None = None
+    task: Task | None = Field(
+        default=None, description="a built-in task (or give entryPoint or script instead)"
+    )
     entry_point: str | None = Field(
         default=None, pattern=ENTRY_POINT_PATTERN, description="module:function"
     )
-    script: str | None = Field(default=None, min_length=1)
+    script: str | None = Field(
+        default=None,
+        min_length=1,
+        description="a Python file run as trainer (relative to the job file)",
+    )
     args: list[str] = Field(
         default_factory=list, max_length=MAX_ARGS,
         description="arguments of the entry point or script",
@@ -68,8 +74,10 @@ class TrainingSpec(SpecModel):
         default=128, gt=0, le=MAX_HIDDEN, description="hidden channels of the model"
     )
     lr: float = Field(default=0.003, gt=0, description="learning rate of the dense parameters")
-    dropout: float = Field(default=0.5, ge=0, lt=1)
-    weight_decay: float = Field(default=0.0, ge=0)
+    dropout: float = Field(default=0.5, ge=0, lt=1, description="dropout rate of the model")
+    weight_decay: float = Field(
+        default=0.0, ge=0, description="L2 weight decay of the dense parameters"
+    )
     negative_samples: int = Field(default=1, gt=0, le=MAX_NEGATIVES, description="link prediction")
     edges_per_epoch: int | None = Field(
         default=None, gt=0, le=MAX_EDGE_COUNT,
@@ -131,7 +139,10 @@ class TrainingSpec(SpecModel):
         description="trainer 0 writes TensorBoard scalars (loss, metrics, step breakdown, "
         "memory) under RUN/tensorboard/",
     )
-    seed: int = Field(default=0, ge=0, le=MAX_SEED)
+    seed: int = Field(
+        default=0, ge=0, le=MAX_SEED,
+        description="seed of the model's initialisation, the shuffles and the sampling",
+    )  # fmt: skip
     sync: Literal["allreduce", "ps"] = Field(
         default="allreduce",
         description="how dense gradients meet: allreduce (DDP) or ps (parameter servers, "
