@@ -29,7 +29,11 @@ def drop_pyg_templates() -> int:
         if not name.startswith("torch_geometric.") or not isinstance(file, str):
             continue
         path = Path(file)
-        if path.name.startswith(f"{name}_") and path.suffix == ".py" and path.parent == tmp:
+        if (
+            path.name.startswith(f"{name}_")
+            and path.suffix == ".py"
+            and path.parent.resolve() == tmp
+        ):
             with contextlib.suppress(FileNotFoundError):  # a warm server's: it went first
                 path.unlink()
                 dropped += 1
