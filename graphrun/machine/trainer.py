@@ -358,8 +358,10 @@ if __name__ == "__main__":
     import gc
 
     from graphrun.machine.process import exit_now
+    from graphrun.machine.templates import drop_pyg_templates
 
     code = run_main()
+    drop_pyg_templates()
     if code != 0:
         gc.collect()  # what the failure's frames held in cycles, finalised
     # done: every file is closed, the loaders' workers are gone. Python's finalisation

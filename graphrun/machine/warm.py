@@ -224,12 +224,15 @@ class WarmServer:
 def _build_pyg_templates() -> None:
     """PyG writes each message-passing class's ``propagate`` from a template into a new
     file in the temporary directory (and imports it) the first time it is built in a
-    process: built here, once, the trainers inherit them."""
+    process: built here, once, the trainers inherit them, and the files are removed."""
     from torch_geometric.nn import GATConv, GCNConv, SAGEConv
+
+    from graphrun.machine.templates import drop_pyg_templates
 
     SAGEConv(4, 4)
     GATConv(4, 4)
     GCNConv(4, 4)
+    drop_pyg_templates()
 
 
 def _become_trainer(

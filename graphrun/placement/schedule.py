@@ -158,9 +158,20 @@ def read_schedules(path: Path) -> list[Schedule]:
     """The schedules of a file :func:`write_schedules` wrote; SpecError naming the file
     and field otherwise."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
+        text = Path(path).read_bytes()
+    except OSError as exc:
         raise SpecError(f"{path}: cannot read the schedule ({exc})") from None
+    return parse_schedules(text, str(path))
+
+
+def parse_schedules(text: bytes | str, path: str) -> list[Schedule]:
+    """The schedules of a schedule file's content; SpecError naming ``path`` and the
+    field when it is not one (nested too deep to decode, too)."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        why = "nested too deep" if isinstance(exc, RecursionError) else exc
+        raise SpecError(f"{path}: cannot read the schedule ({why})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise SpecError(f"{path}: format: not a {FORMAT} file")
     if data.get("version") != VERSION:

@@ -1,17 +1,21 @@
 """The report's pictures, drawn with matplotlib's Agg canvas (no display, no pyplot state).
 
 Every function takes plain data (epoch records, machines, schedules) and returns PNG
-bytes; :func:`timeline_bars` is the pure part of the timeline (which bar goes on which
-row), so a test can hold the drawing to the simulator's schedule.
+bytes, drawing text from the run's files (machine and role names) as written: ``$`` is
+not mathtext there, nor anything LaTeX (:func:`plain`). :func:`timeline_bars` is the
+pure part of the timeline (which bar goes on which row), so a test can hold the drawing
+to the simulator's schedule.
 """
 
 from __future__ import annotations
 
+import functools
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec
 
+from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -20,6 +24,8 @@ from matplotlib.ticker import MaxNLocator
 from graphrun.names import RoleName
 from graphrun.placement.schedule import Schedule
 from graphrun.report.rundir import Machine
+
+P = ParamSpec("P")
 
 PARTS = ("sample", "fetch", "compute", "allreduce", "other")
 COLORS = {
@@ -35,8 +41,29 @@ def _num(v: Any) -> float:
     return float("nan") if v is None else float(v)
 
 
+def short(name: str, width: int = 16) -> str:
+    """A name as a tick label: at most ``width`` characters (the tables have it whole)."""
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
 def _epoch_axis(ax: Axes) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+MAX_MARKERS = 200  # epochs drawn with a marker each (beyond, lines only)
+MAX_LEGEND = 16  # trainers named in a legend
+
+
+def plain(draw: Callable[P, bytes]) -> Callable[P, bytes]:
+    """``draw`` with text drawn as written, neither mathtext nor LaTeX (a machine named
+    ``$\\frac{$`` was a mathtext error). Tick labels are made as :func:`png` saves."""
+
+    @functools.wraps(draw)
+    def drawn(*args: P.args, **kwargs: P.kwargs) -> bytes:
+        with rc_context({"text.parse_math": False, "text.usetex": False}):
+            return draw(*args, **kwargs)
+
+    return drawn
 
 
 def png(fig: Figure) -> bytes:
@@ -47,6 +74,7 @@ def png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
+@plain
 def curves(epochs: Sequence[dict[str, Any]]) -> bytes:
     """The loss, and each metric per split, per epoch."""
     fig = Figure(figsize=(10, 3.6))
@@ -82,25 +110,25 @@ def trainer_parts(t: dict[str, Any]) -> dict[str, float]:
     }  # fmt: skip
 
 
+@plain
 def epoch_times(epochs: Sequence[dict[str, Any]]) -> bytes:
     """Epoch time per trainer per epoch, and each trainer's mean epoch in parts."""
     fig = Figure(figsize=(10, 3.6))
     ax = fig.add_subplot(1, 2, 1)
     x = [r["epoch"] for r in epochs]
-    ranks = sorted({t["rank"] for r in epochs for t in r.get("trainers") or []})
-    for rank in ranks:
-        pts = [
-            (r["epoch"], t["epoch_s"])
-            for r in epochs
-            for t in r.get("trainers") or []
-            if t["rank"] == rank
-        ]
-        ax.plot(*zip(*pts, strict=True), marker="o", label=f"trainer {rank}")
-    if not ranks:
-        ax.plot(x, [_num(r.get("epoch_s")) for r in epochs], marker="o", label="job")
+    marker = "o" if len(epochs) <= MAX_MARKERS else None
+    lines: dict[int, list[tuple[int, float]]] = {}
+    for r in epochs:
+        for t in r.get("trainers") or []:
+            lines.setdefault(t["rank"], []).append((r["epoch"], _num(t.get("epoch_s"))))
+    for rank, pts in sorted(lines.items()):
+        ax.plot(*zip(*pts, strict=True), marker=marker, label=f"trainer {rank}")
+    if not lines:
+        ax.plot(x, [_num(r.get("epoch_s")) for r in epochs], marker=marker, label="job")
     ax.set(title="epoch time", xlabel="epoch", ylabel="seconds")
     _epoch_axis(ax)
-    ax.legend(fontsize=8)
+    if len(ax.lines) <= MAX_LEGEND:
+        ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     ax = fig.add_subplot(1, 2, 2)
     means = breakdown_means(epochs)
@@ -132,28 +160,29 @@ def breakdown_means(epochs: Sequence[dict[str, Any]]) -> dict[int, dict[str, flo
     }
 
 
+@plain
 def machine_usage(machines: Sequence[Machine]) -> bytes:
-    """CPU seconds and peak memory per machine, stacked by role."""
+    """CPU seconds and peak memory per machine, stacked by kind of role."""
     fig = Figure(figsize=(10, 3.2))
-    names = [m.name for m in machines]
+    names = [short(m.name) for m in machines]
     for i, (key, title, unit) in enumerate(
         (("cpu_s", "CPU per machine", "CPU seconds"),
          ("peak_rss_mb", "peak memory per machine", "MiB (roles' peaks added)"))
     ):  # fmt: skip
         ax = fig.add_subplot(1, 2, i + 1)
-        bottom = [0.0] * len(machines)
-        shown: set[str] = set()
+        by_kind: dict[str, list[float]] = {}  # kind -> its roles' sum on each machine
         for m_i, m in enumerate(machines):
-            for role, u in sorted(m.usage.items()):
-                kind = RoleName.parse(role).kind if RoleName.is_valid(role) else role
-                v = float(u.get(key, 0.0))
-                label = kind if kind not in shown else None
-                shown.add(kind)
-                ax.bar(m.name, v, bottom=bottom[m_i], color=COLORS.get(kind, "#888"), label=label)
-                bottom[m_i] += v
+            for role, u in m.usage.items():
+                kind: str = RoleName.parse(role).kind if RoleName.is_valid(role) else "other"
+                by_kind.setdefault(kind, [0.0] * len(machines))[m_i] += float(u.get(key, 0.0))
+        bottom = [0.0] * len(machines)
+        for kind, vals in sorted(by_kind.items()):
+            ax.bar(range(len(machines)), vals, bottom=bottom, color=COLORS.get(kind, "#888"),
+                   label=kind)  # fmt: skip
+            bottom = [a + b for a, b in zip(bottom, vals, strict=True)]
         ax.set(title=title, ylabel=unit)
         ax.set_xticks(range(len(names)), names)
-        if shown:
+        if by_kind:
             ax.legend(fontsize=8)
     return png(fig)
 
@@ -209,6 +238,7 @@ def draw_timeline(ax: Axes, s: Schedule, xlabel: bool = True) -> list[Bar]:
     return bars
 
 
+@plain
 def timeline(schedules: Sequence[Schedule]) -> bytes:
     """The schedules one above the other, on one time axis (tasks per machine, flows per
     link)."""
@@ -220,6 +250,7 @@ def timeline(schedules: Sequence[Schedule]) -> bytes:
     return png(fig)
 
 
+@plain
 def predicted_vs_measured(rows: Sequence[tuple[str, float]]) -> bytes:
     """Bars of epoch seconds: the plan's prediction(s) and the measured epoch."""
     fig = Figure(figsize=(6, 2.6))

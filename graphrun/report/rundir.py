@@ -20,18 +20,106 @@ A directory without ``state.json`` is not a run directory, and a run that has no
 failed and has no epoch record yet has nothing to show: both are a
 :class:`~graphrun.errors.UserError` naming what is missing, and a ``state.json`` that is
 not a job status one naming the field. A failed run is read with what exists.
+
+Every file is read as :mod:`.files` reads them (regular files inside the directory,
+bounded) and decoded into the types below, which declare what the report reads of
+each (a launch file is a :class:`~graphrun.machine.launch.MachineLaunch`). A file or a
+``metrics.jsonl`` line that is not what it should be is skipped with a note naming it
+and the field, and the rest is rendered: never a traceback, never a hang.
 """
 
 from __future__ import annotations
 
-import json
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from graphrun.errors import SpecError, UserError, WorkflowError
 from graphrun.job.workflow import Event, EventKind, JobStatus, Phase, state_from_dict
-from graphrun.placement.schedule import Schedule, read_schedules, schedule_file
+from graphrun.machine.launch import MachineLaunch
+from graphrun.placement.schedule import Schedule, parse_schedules, schedule_file
+from graphrun.report import files
+from graphrun.report.files import BadFile, decode_json, read_file
+from graphrun.wire import convert
+
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=files.MAX_NAME)]
+MAX_LINE_NOTES = 20  # notes of skipped lines of metrics.jsonl; the rest are counted
+Number = float | None  # a loss or metric: NaN (a diverged loss) and inf are shown as such
+# seconds, CPU seconds, MiB: bounded, so that the plots' sums and axes stay finite
+Amount = Annotated[float, msgspec.Meta(ge=0, le=1e9)] | None
+Count = Annotated[int, msgspec.Meta(ge=0, le=1_000_000_000)]
+
+
+class TrainerRecord(msgspec.Struct):
+    """What the report reads of a trainer's part of an epoch record."""
+
+    rank: Annotated[int, msgspec.Meta(ge=0, lt=files.MAX_TRAINERS)]
+    machine: Name | None = None
+    epoch_s: Amount = None
+    sample_s: Amount = None
+    fetch_s: Amount = None
+    compute_s: Amount = None
+    allreduce_s: Amount = None
+    cpu_s: Amount = None
+    peak_rss_mb: Amount = None
+    cache_hit_rate: Number = None
+
+
+def _metric(name: str) -> Any:
+    return msgspec.field(default=None, name=name)
+
+
+class EpochRecord(msgspec.Struct):
+    """What the report reads of a ``metrics.jsonl`` record (:mod:`graphrun.train.loop`
+    writes more; the rest is shown as written)."""
+
+    epoch: Count
+    loss: Number
+    train_acc: Number = None
+    val_acc: Number = None
+    test_acc: Number = None
+    train_auc: Number = None
+    val_auc: Number = None
+    test_auc: Number = None
+    val_mrr: Number = None
+    test_mrr: Number = None
+    val_hits10: Number = _metric("val_hits@10")
+    test_hits10: Number = _metric("test_hits@10")
+    epoch_s: Amount = None
+    eval_s: Amount = None
+    seeds_per_s: Amount = None
+    steps: Count | None = None
+    cache_hit_rate: Number = None
+    trainers: Annotated[list[TrainerRecord], msgspec.Meta(max_length=files.MAX_TRAINERS)] = []
+
+
+class RoleUsage(msgspec.Struct):
+    cpu_s: Amount = None
+    peak_rss_mb: Amount = None
+
+
+class Usage(msgspec.Struct):
+    roles: Annotated[dict[Name, RoleUsage], msgspec.Meta(max_length=files.MAX_ROLES)] = {}
+
+
+class RoleFailure(msgspec.Struct):
+    role: str = "?"
+    machine: str = "?"
+    exit_code: int | None = None
+    reason: str = ""
+
+
+class MachineStatus(msgspec.Struct):
+    """What the report reads of a ``status/<m>.json`` (:mod:`graphrun.machine.worker`)."""
+
+    machine: Name | None = None
+    state: str | None = None
+    roles: dict[Name, Any] | list[Name] = []
+    failure: RoleFailure | None = None
+    usage: Usage | None = None
 
 
 @dataclass(frozen=True)
@@ -90,69 +178,106 @@ class Run:
         return {r: m.name for m in self.machines for r in m.roles}
 
 
-def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+def _skipped(exc: BadFile) -> str:
+    msg = str(exc)
+    return msg if msg.endswith("(not read)") else f"{msg} (skipped)"
 
 
-def read_epochs(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+def _json(path: Path, run: Path) -> Any:
+    """The JSON of ``path`` in the run directory ``run`` (None when there is none)."""
+    data = read_file(path, files.JSON_CAP, inside=run)
+    return None if data is None else decode_json(data, str(path))
+
+
+def read_epochs(path: Path, run: Path | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """The epoch records of ``metrics.jsonl`` (its last record per epoch: a resumed run
-    appends the epochs it ran again) and a note per line that is not one."""
+    appends the epochs it ran again) and a note per line that is not one. BadFile when
+    the file cannot be read at all."""
     records: dict[int, dict[str, Any]] = {}
     notes: list[str] = []
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return [], []
-    for i, line in enumerate(lines, 1):
+    rows, dropped, skipped = 0, False, 0
+    data = read_file(path, files.METRICS_CAP, inside=run or path.parent)
+    lines = [] if data is None else data.decode("utf-8", "replace").splitlines()
+    if len(lines) > files.MAX_RECORDS:
+        notes.append(f"{path}: over {files.MAX_RECORDS} lines (the first {files.MAX_RECORDS} read)")
+    for i, line in enumerate(lines[: files.MAX_RECORDS], 1):
         if not line.strip():
             continue
+        where = f"{path}: line {i}"
         try:
-            rec = json.loads(line)
-        except ValueError:
-            notes.append(f"{path}: line {i}: not JSON (skipped)")
+            rec = decode_json(line, where)
+            if not isinstance(rec, dict):
+                raise BadFile(f"{where}: not an epoch record")
+            epoch = convert(EpochRecord, rec, where, BadFile)
+        except BadFile as exc:
+            skipped += 1
+            if skipped <= MAX_LINE_NOTES:
+                notes.append(_skipped(exc))
             continue
-        if isinstance(rec, dict) and isinstance(rec.get("epoch"), int) and "loss" in rec:
-            records[rec["epoch"]] = rec
-        else:
-            notes.append(f"{path}: line {i}: not an epoch record (skipped)")
+        rows += len(epoch.trainers)
+        if rows > files.MAX_TRAINER_ROWS and epoch.trainers:
+            if not dropped:
+                notes.append(f"{where}: over {files.MAX_TRAINER_ROWS} trainer rows in all "
+                             "(the trainers' part of this and later epochs not read)")  # fmt: skip
+            rec, dropped = {k: v for k, v in rec.items() if k != "trainers"}, True
+        records[epoch.epoch] = rec
+    if skipped > MAX_LINE_NOTES:
+        notes.append(f"{path}: {skipped - MAX_LINE_NOTES} more lines skipped")
     return [records[e] for e in sorted(records)], notes
 
 
-def _failure(status: JobStatus, statuses: list[dict[str, Any]]) -> Failure | None:
+def _failure(status: JobStatus, statuses: list[MachineStatus]) -> Failure | None:
     if status.phase is not Phase.FAILED:
         return None
     f = status.failure or Event(EventKind.FAIL)
     for s in statuses:  # the worker's own words name the role that failed first
-        sf = s.get("failure")
-        if isinstance(sf, dict) and f.role in (None, sf.get("role")):
-            return Failure(
-                str(sf.get("role", "?")), str(sf.get("machine", "?")), sf.get("exit_code"),
-                str(sf.get("reason", "")),
-            )  # fmt: skip
+        sf = s.failure
+        if sf is not None and f.role in (None, sf.role):
+            return Failure(sf.role, sf.machine, sf.exit_code, sf.reason)
     reason = f.message or f.reason or "the job failed"
     return Failure(f.role or "job", f.machine or "-", f.exit_code, reason)
 
 
-def _machines(run: Path) -> tuple[list[Machine], list[dict[str, Any]]]:
+def _files(run: Path, sub: str, notes: list[str]) -> list[Path]:
+    cap = files.MAX_FILES
+    found = sorted(itertools.islice((run / sub).glob("*.json"), cap + 1))
+    if len(found) > cap:
+        notes.append(f"{run / sub}: over {cap} files ({cap} of them read)")
+    return found[:cap]
+
+
+def _launch(p: Path, run: Path) -> MachineLaunch:
+    launch = convert(MachineLaunch, _json(p, run), str(p), BadFile)
+    for name in (launch.machine, *(r.role for r in launch.roles)):
+        if not 0 < len(name) <= files.MAX_NAME:
+            raise BadFile(f"{p}: {name[:40]!r}...: not a name of 1 to {files.MAX_NAME} characters")
+    return launch
+
+
+def _machines(run: Path, notes: list[str]) -> tuple[list[Machine], list[MachineStatus]]:
     machines: dict[str, Machine] = {}
     statuses = []
-    for p in sorted((run / "launch").glob("*.json")):
-        d = _json(p)
-        if isinstance(d, dict) and isinstance(d.get("roles"), list):
-            roles = tuple(str(r.get("role")) for r in d["roles"] if isinstance(r, dict))
-            machines[str(d.get("machine", p.stem))] = Machine(str(d.get("machine", p.stem)), roles)
-    for p in sorted((run / "status").glob("*.json")):
-        d = _json(p)
-        if not isinstance(d, dict):
+    for p in _files(run, "launch", notes):
+        try:
+            launch = _launch(p, run)
+        except BadFile as exc:
+            notes.append(_skipped(exc))
             continue
-        statuses.append(d)
-        name = str(d.get("machine", p.stem))
-        usage = (d.get("usage") or {}).get("roles") or {}
-        roles = machines[name].roles if name in machines else tuple(d.get("roles") or ())
-        machines[name] = Machine(name, roles, d.get("state"), dict(usage))
+        machines[launch.machine] = Machine(launch.machine, tuple(r.role for r in launch.roles))
+    for p in _files(run, "status", notes):
+        try:
+            st = convert(MachineStatus, _json(p, run), str(p), BadFile)
+        except BadFile as exc:
+            notes.append(_skipped(exc))
+            continue
+        statuses.append(st)
+        name = st.machine or p.stem
+        roles = machines[name].roles if name in machines else tuple(st.roles)
+        usage = {
+            role: {k: v for k, v in msgspec.structs.asdict(u).items() if v is not None}
+            for role, u in (st.usage.roles if st.usage else {}).items()
+        }
+        machines[name] = Machine(name, roles, st.state, usage)
     return sorted(machines.values(), key=lambda m: _natural(m.name)), statuses
 
 
@@ -161,14 +286,18 @@ def _natural(name: str) -> tuple:
     return (name.rstrip("0123456789"), int(digits) if digits else -1, name)
 
 
-def _plan(job_file: Path | None) -> Plan | None:
+def _plan(job_file: Path | None, notes: list[str]) -> Plan | None:
     """The plan of the job, if it is planned (and the spec can be read)."""
-    if job_file is None or not job_file.is_file():
-        return None
-    from graphrun.job.spec import load_job
+    from graphrun.job.spec import loads_job
 
     try:
-        job = load_job(job_file)
+        text = None if job_file is None else read_file(job_file, files.JSON_CAP)
+        if job_file is None or text is None:
+            return None
+        job = loads_job(text.decode("utf-8", "replace"), str(job_file))
+    except BadFile as exc:
+        notes.append(f"the job file: {exc}")
+        return None
     except UserError:
         return None
     p = job.spec.placement
@@ -178,18 +307,20 @@ def _plan(job_file: Path | None) -> Plan | None:
         return None
     plan_file = job_file.parent / p.plan_file
     sched = schedule_file(plan_file)
-    if not sched.is_file():
-        return Plan(str(plan_file), note=f"{sched.name} is missing (run graphrun plan again)")
     try:
-        return Plan(str(plan_file), tuple(read_schedules(sched)))
-    except SpecError as exc:
+        data = read_file(sched, files.JSON_CAP)
+        if data is None:
+            return Plan(str(plan_file), note=f"{sched.name} is missing (run graphrun plan again)")
+        return Plan(str(plan_file), tuple(parse_schedules(data, str(sched))))
+    except SpecError as exc:  # a BadFile too
         return Plan(str(plan_file), note=str(exc))
 
 
 def read_run(path: Path) -> Run:
-    """The run in ``path``; UserError naming what is missing when there is nothing to show."""
+    """The run in ``path``; UserError naming what is missing when there is nothing to show
+    (or, one line, what is wrong with its ``state.json``)."""
     path = Path(path)
-    state = _json(path / "state.json")
+    state = _json(path / "state.json", path) if path.is_dir() else None
     if not isinstance(state, dict) or "phase" not in state:
         what = "is not a directory" if not path.is_dir() else "has no readable state.json"
         raise UserError(f"{path}: not a run directory ({what}; graphrun run writes one)")
@@ -197,14 +328,19 @@ def read_run(path: Path) -> Run:
         status = state_from_dict(state, where=str(path / "state.json"))
     except WorkflowError as exc:
         raise UserError(str(exc)) from None
-    epochs, notes = read_epochs(path / "metrics.jsonl")
-    machines, statuses = _machines(path)
+    try:
+        epochs, notes = read_epochs(path / "metrics.jsonl", path)
+    except BadFile as exc:
+        epochs, notes = [], [str(exc)]
+    machines, statuses = _machines(path, notes)
     failure = _failure(status, statuses)
     if not epochs and failure is None:
+        unread = next((n for n in notes if n.startswith(str(path / "metrics.jsonl"))), None)
         raise UserError(
+            unread if unread and unread.endswith("(not read)") else
             f"{path}: no metrics yet ({path / 'metrics.jsonl'} has no epoch record; "
             f"the job is {status.phase.value})"
-        )
+        )  # fmt: skip
     job_file = Path(state["jobFile"]) if isinstance(state.get("jobFile"), str) else None
     return Run(
         path=path,
@@ -213,7 +349,7 @@ def read_run(path: Path) -> Run:
         epochs=tuple(epochs),
         machines=tuple(machines),
         failure=failure,
-        plan=_plan(job_file),
+        plan=_plan(job_file, notes),
         job_file=job_file,
         restarts=status.restarts,
         notes=tuple(notes),

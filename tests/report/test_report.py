@@ -91,7 +91,10 @@ def write_run(run: Path, phase: str = "Succeeded", records=(), failure=None, job
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     (run / "launch").mkdir(exist_ok=True)
     for m, roles in (("m0", ["store:0", "trainer:0"]), ("m1", ["store:1", "trainer:1"])):
-        launch = {"machine": m, "roles": [{"role": r, "kind": r.split(":")[0]} for r in roles]}
+        launch = {
+            "machine": m,
+            "roles": [{"role": r, "kind": r.split(":")[0], "argv": ["x"]} for r in roles],
+        }
         (run / "launch" / f"{m}.json").write_text(json.dumps(launch))
     return run
 
