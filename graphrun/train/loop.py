@@ -281,16 +281,22 @@ def train_epoch_elastic(
 
 
 def breakdown(
-    trainers: list[dict[str, float]], steps: int, machines: tuple[str, ...]
-) -> dict[str, Any]:
+    trainers: list[dict[str, float]], steps: int, machines: tuple[str, ...],
+    allreduce: bool = True,
+) -> dict[str, Any]:  # fmt: skip
     """The metrics record's ``world_size``, ``step`` (seconds per step, the trainers'
     mean), ``cache_hit_rate`` (of the remote feature bytes, what the cache served) and
-    ``trainers`` (each one's epoch: seconds per part, CPU seconds, peak RSS in MiB)."""
+    ``trainers`` (each one's epoch: seconds per part, CPU seconds, peak RSS in MiB).
+    Without ``allreduce`` (``training.sync: ps``: the parameter servers' pulls and pushes
+    are not timed apart, they are in compute) ``allreduce_s`` is None, not a 0 that
+    reads as no synchronisation at all."""
     w = max(len(trainers), 1)
     per_step = {
         f"{part}_s": round(sum(t[f"{part}_s"] for t in trainers) / w / max(steps, 1), 6)
         for part in ("sample", "fetch", "compute", "allreduce")
     }
+    none = {} if allreduce else {"allreduce_s": None}
+    per_step.update(none)
     cached = sum(t["cache_bytes"] for t in trainers)
     remote = cached + sum(t["remote_bytes"] for t in trainers)
     out: list[dict[str, Any]] = []
@@ -302,7 +308,7 @@ def breakdown(
         row["peak_rss_mb"] = round(t["peak_rss_mb"], 1)
         mine = t["cache_bytes"] + t["remote_bytes"]
         row["cache_hit_rate"] = round(t["cache_bytes"] / mine, 4) if mine else None
-        out.append(row)
+        out.append({**row, **none})
     return {
         "world_size": len(trainers),
         "step": per_step,
@@ -405,7 +411,9 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
                     record["reforms"] = tr["reforms"]
                 if tr["rejoins"]:
                     record["rejoins"] = tr["rejoins"]
-            record.update(breakdown(tr["trainers"], int(tr["steps"]), machines))
+            record.update(
+                breakdown(tr["trainers"], int(tr["steps"]), machines, allreduce=ctx.ps is None)
+            )
             record.update({k: v for k, v in tr.items() if k.startswith(("gpu_", "h2d_"))})
             ctx.metrics.write(record)
             _save(task, ctx, epoch, record)
