@@ -291,7 +291,7 @@ def breakdown(
     are not timed apart, they are in compute) ``allreduce_s`` is None, not a 0 that
     reads as no synchronisation at all."""
     w = max(len(trainers), 1)
-    per_step = {
+    per_step: dict[str, float | None] = {
         f"{part}_s": round(sum(t[f"{part}_s"] for t in trainers) / w / max(steps, 1), 6)
         for part in ("sample", "fetch", "compute", "allreduce")
     }
