@@ -1,9 +1,9 @@
 """Elastic trainers where a loss used to break them (issue 40, item 7).
 
-A 3-machine local job (``replicas: 2``, ``minMachines: 2``) loses ``m1`` (or ``m0``, trainer 0's) during an
-evaluation: the survivors re-form there and evaluate again, and the job goes on without
-a restart. A loss early in an epoch: the epoch's accuracy is a fault-free epoch's, not a
-model drawn to one class after another.
+A 3-machine local job (``replicas: 2``, ``minMachines: 2``) loses ``m1`` (or ``m0``,
+trainer 0's) during an evaluation: the survivors re-form there and evaluate again, and
+the job goes on without a restart. A loss early in an epoch: the epoch's accuracy is a
+fault-free epoch's, not a model drawn to one class after another.
 """
 
 from __future__ import annotations
