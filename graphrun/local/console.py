@@ -70,6 +70,9 @@ class Console:
         self._lock = threading.Lock()
         self._partial = ""
         self._failing: set[str] = set()  # roles that printed a traceback: they are ending
+        # the trainer shown: trainer 0, until an elastic group re-forms without it (the
+        # new rank 0 prints the "reformed" event and the epoch records from then on)
+        self.main = str(MAIN_TRAINER)
 
     def write(self, text: str) -> int:
         with self._lock:
@@ -92,22 +95,23 @@ class Console:
                 self._failing.add(m["role"])
             if m["role"] in self._failing:
                 return None  # the rest of a dying role's output: in its log
+            if text.startswith('{"event": "reformed"') and m["role"].startswith("trainer:"):
+                self.main = m["role"]
         return self.show(line)
 
-    @staticmethod
-    def show(line: str) -> str | None:
+    def show(self, line: str) -> str | None:
         """What of ``line`` a person sees, or None; a role's line keeps its
         ``[role@machine]`` prefix."""
         m = _ROLE_LINE.match(line)
         if m is None:
             return line  # the launcher's own lines ([graphrun] phase ...)
-        shown = Console._shown(m["role"], m["text"])
+        if m["role"] != self.main:  # the log line's prefix, as written
+            return None  # in RUN/logs/<role>.log
+        shown = Console._shown(m["text"])
         return None if shown is None else f"[{m['role']}@{m['machine']}] {shown}"
 
     @staticmethod
-    def _shown(role: str, text: str) -> str | None:
-        if role != str(MAIN_TRAINER):  # the log line's prefix, as written
-            return None  # in RUN/logs/<role>.log
+    def _shown(text: str) -> str | None:
         if text.startswith("{"):
             try:
                 rec = json.loads(text)

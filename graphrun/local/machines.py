@@ -121,6 +121,7 @@ class LocalMachines:
         # runtime.elastic: a lost machine's trainers are gone, the others go on
         self.elastic = elastic
         self.lost: list[str] = []
+        self.lost_codes: dict[str, int | None] = {}  # each lost machine's worker's exit code
         # one warm server per host that runs two or more CPU trainers (graphrun.machine.warm)
         self.warm = warm
         self._warm_sockets: dict[tuple[str, ...], Path] = {}
@@ -218,7 +219,9 @@ class LocalMachines:
                     self._fence(launches, states, status_dir, named, sup.pids())
                     self.rejoins.seen(named)
                 ended = self._survive(launches, states, sup.poll())
-                failure = self._failure(status_dir, ended, skip=self.rejoins.skip(self.lost))
+                failure = self._failure(
+                    status_dir, ended, skip=self.rejoins.skip(self.lost), lost=self._lost()
+                )
                 if failure is not None:
                     raise failure
                 for launch in self.rejoins.due(launches, self.sink, sup.running()):
@@ -247,8 +250,15 @@ class LocalMachines:
         self.last_pids = self._role_pids(status_dir, launches)
         if failure is not None:
             first = self._failure(
-                status_dir, [], only_status=True, skip=self.rejoins.skip(self.lost)
+                status_dir,
+                [],
+                only_status=True,
+                skip=self.rejoins.skip(self.lost),
+                lost=self._lost(),
             )
+            bystander = first is not None and lost_a_peer(first.exit_code, first.reason)
+            if bystander and not lost_a_peer(failure.exit_code, failure.reason):
+                first = None  # a survivor that lost the machine which died: not the cause
             if first is not None and not (failure.role == "job" and stop.is_set()):
                 failure = first
             raise failure
@@ -308,6 +318,7 @@ class LocalMachines:
             died = ex.exit_code != 0 and (back or states.get(machine) in SURVIVABLE)
             if died and self._survivable(machine, launches, len(states)):
                 self.lost.append(machine)
+                self.lost_codes[machine] = ex.exit_code
                 event = machine_lost_event(machine, launches, ex.exit_code, self.lost)
                 self.sink.write(json.dumps(event) + "\n")
                 self.sink.flush()
@@ -374,9 +385,13 @@ class LocalMachines:
         ended: Sequence[RoleExit],
         only_status: bool = False,
         skip: Collection[str] = (),
+        lost: Mapping[str, int | None] | None = None,
     ) -> JobFailed | None:
         """The failure that ends the attempt, if any (``skip``: machines whose reported
-        failures do not: lost, or started again to re-join)."""
+        failures do not: lost, or started again to re-join). When every reported failure
+        only lost a peer, a machine that died (a worker ``ended`` without reporting one,
+        or a ``lost`` machine) is the cause: not the survivor that noticed it first."""
+        died = LocalMachines._died(status_dir, ended)
         reported = []
         for path in sorted(status_dir.glob("*.json")):
             if path.stem in skip:
@@ -385,6 +400,11 @@ class LocalMachines:
             f = st.get("failure") if st else None
             if f:
                 reported.append(f)
+        bystanders = all(
+            lost_a_peer(f.get("exit_code"), str(f.get("reason", ""))) for f in reported
+        )
+        if reported and bystanders and (died or lost):
+            return died or LocalMachines._lost_first(lost or {})
         if reported:  # the earliest failure is the cause, later ones are its consequences;
             # a role that only lost a peer is blamed last, however fast it noticed
             f = min(
@@ -397,14 +417,26 @@ class LocalMachines:
             return JobFailed(
                 str(f["role"]), str(f["machine"]), f.get("exit_code"), str(f.get("reason", ""))
             )
-        if only_status:
-            return None
-        for ex in ended:  # a worker that died without writing a failure
+        return None if only_status else died
+
+    @staticmethod
+    def _died(status_dir: Path, ended: Sequence[RoleExit]) -> JobFailed | None:
+        """A worker that died without writing a failure."""
+        for ex in ended:
             machine = ex.role.removeprefix("worker:")
             st = read_status(status_dir / f"{machine}.json")
             if ex.exit_code != 0 or st is None or st.get("state") != "done":
                 return JobFailed(ex.role, machine, ex.exit_code, ex.reason() or "worker exited")
         return None
+
+    @staticmethod
+    def _lost_first(lost: Mapping[str, int | None]) -> JobFailed:
+        machine, code = next(iter(lost.items()))
+        reason = "its machine was lost; the trainers could not go on without it"
+        return JobFailed(f"worker:{machine}", machine, code, reason)
+
+    def _lost(self) -> dict[str, int | None]:
+        return {m: self.lost_codes.get(m) for m in self.lost}
 
     @staticmethod
     def _role_pids(status_dir: Path, launches: Sequence[MachineLaunch]) -> dict[str, int]:

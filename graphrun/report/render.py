@@ -112,6 +112,46 @@ def _epochs(run: Run) -> list[str]:
     return out
 
 
+def _events(record: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    """An epoch record's ``reforms`` or ``rejoins`` (only its mappings)."""
+    got = record.get(key)
+    return [e for e in got if isinstance(e, dict)] if isinstance(got, list) else []
+
+
+def _names(value: Any) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def _elastic(run: Run) -> list[str]:
+    """An elastic job's story: each re-form (machines lost, where in the epoch: a step or
+    its evaluation, the group left, the pause) and each re-join, from the epoch records'
+    ``reforms`` and ``rejoins``."""
+    rows, lost = [], set()
+    for r in run.epochs:
+        for e in _events(r, "reforms"):
+            names = _names(e.get("lost_machines"))
+            lost.update(names)
+            where = f"{e.get('phase') or 'training'}, step {e.get('step')}"
+            what = f"{', '.join(names) or '-'} lost"
+            rows.append([cell(r.get("epoch")), "re-formed", esc(what), esc(where),
+                         cell(e.get("world_size")), cell(e.get("paused_s"))])  # fmt: skip
+        for e in _events(r, "rejoins"):
+            what = f"{e.get('machine')} back"
+            rows.append([cell(r.get("epoch")), "re-joined", esc(what), "epoch boundary",
+                         cell(e.get("world_size")), cell(e.get("waited_s"))])  # fmt: skip
+    if not rows:
+        return []
+    head = ["epoch", "event", "machines", "where", "world_size", "paused_s"]
+    return [
+        "<h2>Machines lost and re-joined</h2>",
+        f"<p>Lost: {esc(', '.join(sorted(lost)) or 'none')}; the trainers re-formed without "
+        "them and went on, without a restart.</p>",
+        table(head, rows, "elastic"),
+        '<p class="note">paused_s: from the last progress before the loss to the re-formed '
+        "group; for a re-join, how long the machine's trainers waited to be let in.</p>",
+    ]
+
+
 def _machines(run: Run) -> list[str]:
     if not run.machines:
         return []
@@ -171,6 +211,7 @@ def render(run: Run) -> str:
         + "</p>",
         _outcome(run),
         *_epochs(run),
+        *_elastic(run),
         *_machines(run),
         *_plan(run),
     ]

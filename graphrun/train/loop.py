@@ -32,8 +32,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
-from dataclasses import replace
-from typing import IO, Any, cast
+from typing import IO, Any
 
 import msgspec
 import numpy as np
@@ -49,25 +48,15 @@ from graphrun.train.ddp import (
     AllreduceTimer,
     DDPConfig,
     all_gather_rows,
-    all_max,
     all_min,
     all_sum,
     barrier,
     process_group,
     unwrap,
-    wrap,
 )
-from graphrun.train.elastic import (
-    EpochWork,
-    Regroup,
-    broadcast_optimizer,
-    dropped,
-    peer_lost,
-    plan_rest,
-    remaining,
-    share_optimizer_layout,
-)
+from graphrun.train.elastic import EpochWork, Regroup, peer_lost
 from graphrun.train.metrics import MetricsLog, Progress
+from graphrun.train.reform import admit_joiners, join_group, reform, reform_training, reformed_event
 from graphrun.train.suspend import Position, StopFlag, gather_position, stop_agreed
 from graphrun.train.tasks import Task, describe, make_task
 
@@ -283,135 +272,34 @@ def train_epoch_elastic(
         try:
             if admit:
                 admit = False  # once: after a failed admission the group re-forms and goes on
-                ctx, timer = _admit(task, ctx, epoch, timer, work)
+                ctx, timer = admit_joiners(task, ctx, epoch, timer, work)
             return train_epoch(task, ctx, epoch, prof, timer, at, work, rest), ctx, timer
         except Exception as exc:
             if ctx.elastic is None or not peer_lost(exc):
                 raise
             print(f"trainer {ctx.elastic.ident}: a collective failed ({str(exc)[:200]})",
                   file=sys.stderr, flush=True)  # fmt: skip
-            ctx, timer, rest = _reform(task, ctx, epoch, work, exc)
+            ctx, timer, rest = reform_training(task, ctx, epoch, work, exc)
             at = None
 
 
-def _reform(
-    task: Task, ctx: TrainContext, epoch: int, work: EpochWork, cause: Exception
-) -> tuple[TrainContext, AllreduceTimer | None, torch.Tensor]:
-    """Re-form the group of the survivors, catch up with its rank 0 and re-split the rest
-    of the epoch (:mod:`graphrun.train.elastic`); returns the new context, the timer on
-    the rebuilt DDP model and this trainer's seeds for the rest of the epoch."""
-    reg, data = ctx.elastic, cast(Any, ctx.data)  # a DistGraphData: the store's trainers
-    before = reg.members
-    # each trainer's batch order in the broken group (the lost ones' too), before regroup
-    orders = work.plan if work.plan is not None else data.train_orders(epoch, task.ntype)
-    # a dropped connection is noticed by every survivor at once; a timeout gives a slow
-    # (living) trainer as long again to come
-    ddp = reg.reform(None if dropped(cause) else reg.cfg.timeout_s)
-    if not reg.lost_since(before):  # nobody is gone: the error is not a lost machine's
-        raise cause
-    ctx = replace(ctx, ddp=ddp)
-    task.ctx = ctx
-    if ctx.is_main:
-        ctx.metrics.enable()
-    done = all_max(work.done if ctx.is_main else 0, ddp)  # rank 0's position for all
-    task.model = wrap(unwrap(task.model), ddp)  # DDP on the new group: rank 0's parameters
-    broadcast_optimizer(task.opt, ddp)  # type: ignore[arg-type]
-    timer = AllreduceTimer.attach(task.model)
-    parts = reg.home_parts(data.book.num_parts)
-    rest = remaining(orders, done - work.plan_from, ctx.config.batch_size)
-    data.regroup(ddp.rank, ddp.world_size, parts)
-
-    def split(ids: torch.Tensor, rank: int, world: int) -> torch.Tensor:
-        return torch.as_tensor(data.split_seeds(ids, rank, world, parts, task.ntype))
-
-    work.plan = plan_rest(rest, ddp.world_size, split)
-    work.plan_from = work.done = done
-    lost = reg.lost_since(before)
-    event = {
-        "event": "reformed", "generation": reg.generation, "epoch": epoch, "step": done,
-        "lost_trainers": lost, "lost_machines": sorted({reg.machine_of(r) for r in lost}),
-        "world_size": ddp.world_size, "machines": sorted({reg.machine_of(r) for r in reg.members}),
-        "paused_s": round(time.time() - work.last_step_at, 3), "time": round(time.time(), 3),
-        "rest_seeds": int(rest.numel()),
-    }  # fmt: skip
-    work.reforms.append(event)
-    if ctx.is_main:
-        print(json.dumps(event), flush=True)
-    return ctx, timer, work.plan[ddp.rank]
-
-
-def _admit(
-    task: Task, ctx: TrainContext, epoch: int, timer: AllreduceTimer | None, work: EpochWork
-) -> tuple[TrainContext, AllreduceTimer | None]:
-    """At the boundary before ``epoch``: let in the trainers waiting to join, if any
-    (:mod:`graphrun.train.elastic`, "Re-join"); returns the context and timer now in use."""
-    reg = ctx.elastic
-    asked = reg.agree_joiners(epoch)
-    if not asked:
-        return ctx, timer
-    ddp = reg.grow(sorted(asked), epoch)
-    ctx = _catch_up(task, replace(ctx, ddp=ddp), wrapped=False)
-    timer = AllreduceTimer.attach(task.model)
-    now = time.time()
-    by_machine: dict[str, list[int]] = {}
-    for r in sorted(asked):
-        by_machine.setdefault(reg.machine_of(r), []).append(r)
-    for machine, idents in sorted(by_machine.items()):
-        event = {
-            "event": "rejoined", "machine": machine, "trainers": idents,
-            "generation": reg.generation, "epoch": epoch, "world_size": ddp.world_size,
-            "machines": sorted({reg.machine_of(r) for r in reg.members}),
-            "waited_s": round(now - min(asked[r] for r in idents), 3), "time": round(now, 3),
-        }  # fmt: skip
-        work.rejoins.append(event)
-        if ctx.is_main:
-            print(json.dumps(event), flush=True)
-    return ctx, timer
-
-
-def _catch_up(task: Task, ctx: TrainContext, wrapped: bool) -> TrainContext:
-    """Every trainer of a group that joiners came into: rank 0's parameters (DDP on the
-    new group broadcasts them; a joiner's ``make_task`` did, ``wrapped``) and optimiser
-    state, and the training nodes split over the new group from the next epoch on."""
-    reg, data = ctx.elastic, cast(Any, ctx.data)
-    task.ctx = ctx
-    if not wrapped:
-        task.model = wrap(unwrap(task.model), ctx.ddp)
-    share_optimizer_layout(task.opt, ctx.ddp)  # type: ignore[arg-type]
-    broadcast_optimizer(task.opt, ctx.ddp)  # type: ignore[arg-type]
-    data.regroup(ctx.rank, ctx.world_size, reg.home_parts(data.book.num_parts))
-    return ctx
-
-
-def _join(ctx: TrainContext) -> tuple[Task, TrainContext, int] | None:
-    """A joiner (``ctx.elastic.joining``): wait to be let in at an epoch boundary, then
-    make the task in the grown group and catch up; returns the task, the context and the
-    epoch to start, or None when the trainers finished first."""
-    reg, stop = ctx.elastic, ctx.stop
-    joined = reg.join(stop.is_set if stop is not None else lambda: False)
-    if joined is None:
-        why = "told to stop" if stop is not None and stop.is_set() else "the trainers finished"
-        print(json.dumps({"event": "join_closed", "trainer": reg.ident, "reason": why}),
-              flush=True)  # fmt: skip
-        return None
-    ddp, epoch = joined
-    ctx = replace(ctx, ddp=ddp)
-    task = make_task(ctx)  # its DDP (on the grown group) takes rank 0's parameters
-    ctx = _catch_up(task, ctx, wrapped=True)
-    return task, ctx, epoch
-
-
 def breakdown(
-    trainers: list[dict[str, float]], steps: int, machines: tuple[str, ...]
-) -> dict[str, Any]:
+    trainers: list[dict[str, float]], steps: int, machines: tuple[str, ...],
+    allreduce: bool = True,
+) -> dict[str, Any]:  # fmt: skip
     """The metrics record's ``world_size``, ``step`` (seconds per step, the trainers'
     mean), ``cache_hit_rate`` (of the remote feature bytes, what the cache served) and
-    ``trainers`` (each one's epoch: seconds per part, CPU seconds, peak RSS in MiB)."""
+    ``trainers`` (each one's epoch: seconds per part, CPU seconds, peak RSS in MiB).
+    Without ``allreduce`` (``training.sync: ps``: the parameter servers' pulls and pushes
+    are not timed apart, they are in compute) ``allreduce_s`` is None, not a 0 that
+    reads as no synchronisation at all."""
     w = max(len(trainers), 1)
-    per_step = {
+    per_step: dict[str, float | None] = {
         f"{part}_s": round(sum(t[f"{part}_s"] for t in trainers) / w / max(steps, 1), 6)
         for part in ("sample", "fetch", "compute", "allreduce")
     }
+    none = {} if allreduce else {"allreduce_s": None}
+    per_step.update(none)
     cached = sum(t["cache_bytes"] for t in trainers)
     remote = cached + sum(t["remote_bytes"] for t in trainers)
     out: list[dict[str, Any]] = []
@@ -423,13 +311,39 @@ def breakdown(
         row["peak_rss_mb"] = round(t["peak_rss_mb"], 1)
         mine = t["cache_bytes"] + t["remote_bytes"]
         row["cache_hit_rate"] = round(t["cache_bytes"] / mine, 4) if mine else None
-        out.append(row)
+        out.append({**row, **none})
     return {
         "world_size": len(trainers),
         "step": per_step,
         "cache_hit_rate": round(cached / remote, 4) if remote else None,
         "trainers": out,
     }
+
+
+def evaluate_elastic(
+    task: Task, ctx: TrainContext, epoch: int, final: bool, tr: dict[str, Any]
+) -> tuple[dict[str, float], TrainContext, AllreduceTimer | None]:
+    """:func:`evaluate`; when a machine is lost during it (``ctx.elastic``), the survivors
+    re-form and evaluate again, over the new group's split of every node (the lost
+    machine's served by its replicas). Returns the scores, the context now in use and
+    the timer on the rebuilt model (None: unchanged). A re-form is noted in the epoch's
+    ``reforms`` and ``world_sizes`` (from its last step)."""
+    timer = None
+    while True:
+        since = time.time()
+        try:
+            return evaluate(task, ctx, final), ctx, timer
+        except Exception as exc:
+            if ctx.elastic is None or not peer_lost(exc):
+                raise
+            print(f"trainer {ctx.elastic.ident}: a collective failed in evaluation "
+                  f"({str(exc)[:200]})", file=sys.stderr, flush=True)  # fmt: skip
+            ctx, timer, lost = reform(task, ctx, exc)
+            event = reformed_event(ctx, epoch, int(tr["steps"]), lost, since, "evaluation")
+            tr["reforms"].append(event)
+            tr["world_sizes"].append([int(tr["steps"]), ctx.world_size])
+            if ctx.is_main:
+                print(json.dumps(event), flush=True)
 
 
 def evaluate(task: Task, ctx: TrainContext, final: bool = True) -> dict[str, float]:
@@ -447,7 +361,7 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
     """Train a built-in task for ``config.epochs``; returns the last epoch's metrics."""
     torch.manual_seed(ctx.config.seed)
     if ctx.elastic is not None and ctx.elastic.joining:
-        joined = _join(ctx)
+        joined = join_group(ctx)
         if joined is None:
             return {}
         task, ctx, start = joined
@@ -484,7 +398,9 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
             last = epoch == ctx.config.epochs - 1
             if epoch % ctx.config.eval_every == 0 or last:
                 t0 = time.perf_counter()
-                record.update({k: round(v, 5) for k, v in evaluate(task, ctx, last).items()})
+                scores, ctx, again = evaluate_elastic(task, ctx, epoch, last, tr)
+                timer = again or timer
+                record.update({k: round(v, 5) for k, v in scores.items()})
                 record["eval_s"] = round(time.perf_counter() - t0, 3)
             record.update(
                 epoch_s=round(tr["epoch_s"], 4), seeds_per_s=round(tr["seeds_per_s"], 1),
@@ -498,7 +414,9 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
                     record["reforms"] = tr["reforms"]
                 if tr["rejoins"]:
                     record["rejoins"] = tr["rejoins"]
-            record.update(breakdown(tr["trainers"], int(tr["steps"]), machines))
+            record.update(
+                breakdown(tr["trainers"], int(tr["steps"]), machines, allreduce=ctx.ps is None)
+            )
             record.update({k: v for k, v in tr.items() if k.startswith(("gpu_", "h2d_"))})
             ctx.metrics.write(record)
             _save(task, ctx, epoch, record)

@@ -48,3 +48,16 @@ def test_a_file_rendezvous_cannot_be_served_apart(tmp_path: Path) -> None:
     path.write_text(json.dumps(doc))
     with pytest.raises(SpecError, match="rendezvous_external"):
         Hosts.read(path)
+
+
+def test_machines_that_share_an_address_are_not_probed():
+    # local hosts: every machine is 127.0.0.1; an endpoint found by address is any
+    # machine's (m2 was probed at m0's store: with m0 lost, the survivors each found
+    # themselves cut off and the job restarted instead of going on; issue 40, item 7)
+    hosts = Hosts(
+        format=FORMAT, version=VERSION,
+        machines=tuple(Machine(f"m{i}", "127.0.0.1") for i in range(3)),
+        endpoints={"store:0": "127.0.0.1:30000", "store:1": "127.0.0.1:30001",
+                   "store:2": "127.0.0.1:30002"},
+    )  # fmt: skip
+    assert hosts.probes() == {}

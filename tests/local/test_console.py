@@ -72,3 +72,16 @@ def test_sampler_workers_starting_and_ready_are_announced() -> None:
         "(runtime.samplerWorkersPerTrainer): the first epoch waits for them",
         "[trainer:0@m0] sampler workers ready in 9.8 s",
     ]
+
+
+def test_after_trainer_0s_machine_is_lost_the_new_rank_0_is_shown() -> None:
+    # an elastic group re-formed without m0: its new rank 0 (trainer 1) prints the
+    # "reformed" event and the epoch records from then on (issue 40, item 7)
+    out = io.StringIO()
+    c = Console(out)
+    rec = {"epoch": 2, "loss": 0.5, "train_acc": 0.8, "epoch_s": 1.0}
+    c.write('[trainer:1@m1] {"event": "reformed", "generation": 1, "lost_machines": ["m0"]}\n')
+    c.write(f"[trainer:1@m1] {json.dumps(rec)}\n[trainer:2@m2] {json.dumps(rec)}\n")
+    assert out.getvalue().splitlines() == [
+        "[trainer:1@m1] epoch 2: loss 0.5000  train 0.800  (1.00 s)"
+    ]

@@ -6,6 +6,7 @@ import io
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -269,3 +270,36 @@ def test_a_machine_back_from_a_loss_holds_no_copy(tmp_path):
     machines.lost.remove(back.machine)
     fatal = machines._survive(LAUNCHES, states, [_exit("m2", -9)])
     assert [ex.role for ex in fatal] == ["worker:m2"]
+
+
+def _survivor_failed(status: Path, machine: str, rank: int) -> None:
+    failure = {
+        "role": f"trainer:{rank}", "machine": machine, "exit_code": 1, "time": time.time(),
+        "reason": "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:6049",
+    }  # fmt: skip
+    (status / f"{machine}.json").write_text(
+        json.dumps({"machine": machine, "state": "failed", "failure": failure})
+    )
+
+
+def test_the_machine_that_died_is_blamed_not_a_survivor_that_noticed_it(tmp_path):
+    # every process of m1 killed: its worker writes no failure; the survivors' trainers
+    # fail on "Connection closed by peer" and report it (issue 40, item 7a)
+    _survivor_failed(tmp_path, "m2", 2)
+    _survivor_failed(tmp_path, "m0", 0)
+    dead = RoleExit("worker:m1", "m1", -9)
+    got = LocalMachines._failure(tmp_path, [dead])
+    assert (got.role, got.host, got.exit_code) == ("worker:m1", "m1", -9)
+    # a machine the others first went on without (elastic), then could not
+    got = LocalMachines._failure(tmp_path, [], lost={"m1": -9})
+    assert (got.role, got.host, got.exit_code) == ("worker:m1", "m1", -9)
+    assert "machine was lost" in got.reason
+    # a survivor that failed by itself is still the cause
+    (tmp_path / "m0.json").write_text(json.dumps({"machine": "m0", "state": "failed",
+        "failure": {"role": "trainer:0", "machine": "m0", "exit_code": 1, "time": 1.0,
+                    "reason": "ValueError: bad feature"}}))  # fmt: skip
+    assert LocalMachines._failure(tmp_path, [dead]).role == "trainer:0"
+    # nothing reported: a lost machine the others go on without fails nothing
+    for p in tmp_path.glob("*.json"):
+        p.unlink()
+    assert LocalMachines._failure(tmp_path, [], lost={"m1": -9}) is None

@@ -64,6 +64,9 @@ def test_async_ps_learns(tmp_path):
     run(path, profile_dir=tmp_path / "profile")[0].run()
     last = metrics(path)[-1]
     assert last["epoch"] == 2 and last["test_acc"] > 0.5  # 4 classes: chance is 0.25
+    # no all-reduce runs: its time is absent, not a 0 (the pulls and pushes are in compute)
+    assert last["step"]["allreduce_s"] is None and last["step"]["compute_s"] > 0
+    assert [t["allreduce_s"] for t in last["trainers"]] == [None, None]
     # profiled, the parameter server says what it spent: the placement model's PS cost
     batches, servers = read_metrics(sorted((tmp_path / "profile").glob("*.jsonl")))
     (ps,) = [r for r in servers if isinstance(r, PSRecord)]

@@ -28,10 +28,29 @@ def test_the_rest_of_an_epoch_is_every_trainers_batches_from_the_step_on():
     orders = [torch.arange(0, 10), torch.arange(10, 20), torch.arange(20, 30)]
     rest = remaining(orders, 2, 3)  # 2 steps of 3 seeds taken by each of the 3 trainers
     assert rest.tolist() == [6, 7, 8, 9, 16, 17, 18, 19, 26, 27, 28, 29]
-    plan = plan_rest(rest, 2, lambda ids, r, w: ids[r::w])
+    plan = plan_rest(rest, 2, lambda ids, r, w: ids[r::w], 7, 1)
     assert sorted(torch.cat(plan).tolist()) == rest.tolist()
     assert [len(p) for p in plan] == [6, 6]
     assert remaining(orders, 4, 3).numel() == 0
+
+
+def test_the_rest_of_an_epoch_is_trained_shuffled_not_in_node_id_order():
+    # node_split sorts the ids it deals: a share trained in that order is, on a graph
+    # whose ids follow its communities, one class after another (issue 40, item 7b)
+    rest = torch.randperm(2000, generator=torch.Generator().manual_seed(0))
+
+    def split(ids: torch.Tensor, r: int, w: int) -> torch.Tensor:
+        return ids.sort().values[r::w]
+
+    plan = plan_rest(rest, 2, split, 7, 1)
+    for share, dealt in zip(plan, [split(rest, r, 2) for r in range(2)], strict=True):
+        assert sorted(share.tolist()) == dealt.tolist()  # the same seeds
+        assert not torch.equal(share, dealt)  # in a shuffled order
+        first = share[:100]  # the first batches reach over the whole id range
+        assert first.max() - first.min() > 1500
+    assert all(
+        torch.equal(a, b) for a, b in zip(plan, plan_rest(rest, 2, split, 7, 1), strict=True)
+    )
 
 
 def test_the_world_size_is_recorded_where_it_changes():
