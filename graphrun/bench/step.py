@@ -12,9 +12,18 @@ go through four models, forward + backward + Adam step, one process:
   destinations of its message-flow graph, aggregating by scatter or by one CSR SpMM
   (``graphrun.train.models``), with its ``torch.rand`` dropout.
 
+Then the step's roofline (:mod:`graphrun.bench.roofline`): graphrun's model on the
+``csr`` path in ``--precision``, phase by phase — sampling, feature fetch, each layer's
+aggregation and dense product, backward, Adam, the gradients' all-reduce — each with its
+time, flops and bytes, and its rate against this core's matrix-product and memory peaks
+measured in the same command.
+
 Prints one JSON object: ``step_ms`` (median per variant), ``step_ms_all``, the batch's
-``nodes_per_hop`` / ``edges_per_hop``, ``torch_threads`` and ``load_avg``. Hidden size,
-fanouts and batch size default to the ``graphrun bench train`` configuration.
+``nodes_per_hop`` / ``edges_per_hop``, ``phases`` (one row each: ``phase``, ``ms``,
+``gflop``, ``mb``, ``gflops``, ``gbps``, ``bound`` and ``of_peak``; ``sample`` its
+``items_per_s``: sampled edges a second), ``peak`` (``fp32_gflops``, ``bf16_gflops``,
+``read_gbps``, ``copy_gbps``), ``precision``, ``torch_threads`` and ``load_avg``. Hidden
+size, fanouts and batch size default to the ``graphrun bench train`` configuration.
 """
 
 from __future__ import annotations
@@ -28,8 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from graphrun.bench import check_at_least, int_list
+from graphrun.errors import ArgumentError
 
 VARIANTS = ("pyg_full", "pyg_trim", "mfg_scatter", "mfg_csr")
+Costs = list[tuple[float, float]]  # each batch's (sampling, fetching) seconds
 
 
 def register(subparsers: Any) -> None:
@@ -45,6 +56,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--batches", type=int, default=10, help="timed batches (after 2 warm-up)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    p.add_argument(
+        "--precision",
+        choices=("auto", "fp32", "bf16"),
+        default="auto",
+        help="the roofline model's dense products (auto: bf16 where the CPU has it natively)",
+    )
+    p.add_argument(
+        "--no-allreduce", action="store_true", help="leave out the all-reduce phase (2 processes)"
+    )
     p.set_defaults(func=run)
 
 
@@ -92,26 +112,51 @@ def _time_variant(variant: str, model: Any, batches: list[Any]) -> list[float]:
     return times
 
 
+def _batches(
+    data: Any, fanouts: list[int], batch_size: int, n: int
+) -> tuple[list[Any], list[tuple[float, float]]]:
+    """``n`` training batches, and each one's (sampling, fetching) seconds."""
+    it = data.loader("train", None, fanouts, batch_size, True, 0)
+    batches: list[Any] = []
+    costs: Costs = []
+    for _ in range(n):
+        t = time.perf_counter()
+        b = next(it, None)
+        if b is None:
+            raise ArgumentError(
+                f"--batches: the training split makes {len(batches)} batches of "
+                f"--batch-size {batch_size}; {n} are needed (2 of them warm-up)"
+            )
+        total = time.perf_counter() - t
+        batches.append(b.data)
+        costs.append((b.cost.sample_s, total - b.cost.sample_s))
+    return batches, costs
+
+
 def run(args: argparse.Namespace) -> int:
     fanouts = int_list("--fanouts", args.fanouts, minimum=0)
     check_at_least(args, 1, "--batch-size", "--hidden", "--batches", "--threads")
     import torch
 
+    from graphrun.bench.roofline import roofline
     from graphrun.graph.importers import load_graph
     from graphrun.train.data import LocalData
+    from graphrun.train.models import SAGE, resolve_precision
 
     torch.set_num_threads(args.threads)
     data = LocalData(load_graph(args.dataset))
     nt = data.node_types[0]
     in_dim = data.feature_dim(nt, "feat")
     if in_dim is None:
-        from graphrun.errors import ArgumentError
-
         raise ArgumentError(f"--dataset: node type {nt!r} has no 'feat' feature")
-    it = data.loader("train", None, fanouts, args.batch_size, True, 0)
-    batches = [b.data for _, b in zip(range(args.batches + 2), it, strict=False)]
-    models = _models(in_dim, args.hidden, data.num_classes(nt, "label"), len(fanouts))
+    batches, costs = _batches(data, fanouts, args.batch_size, args.batches + 2)
+    classes = data.num_classes(nt, "label")
+    models = _models(in_dim, args.hidden, classes, len(fanouts))
     times = {v: _time_variant(v, models[v], batches) for v in VARIANTS}
+    precision = resolve_precision(args.precision)
+    torch.manual_seed(0)
+    model = SAGE(in_dim, args.hidden, classes, len(fanouts), 0.5, "csr", precision)
+    phases, peak = roofline(model, batches, costs, allreduce=not args.no_allreduce)
     ms = {v: round(statistics.median(t) * 1000, 2) for v, t in times.items()}
     first = batches[0]
     out = {
@@ -121,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
         "edges_per_hop": [int(e) for e in first.num_sampled_edges],
         "step_ms": ms,
         "step_ms_all": {v: [round(x * 1000, 2) for x in t] for v, t in times.items()},
+        "precision": precision, "phases": [ph.row(peak) for ph in phases], "peak": peak,
         "torch_threads": torch.get_num_threads(),
         "load_avg": [round(x, 2) for x in os.getloadavg()],
     }  # fmt: skip

@@ -21,3 +21,55 @@ def test_step_bench_times_every_variant(tmp_path: Path, capsys: pytest.CaptureFi
     assert set(out["step_ms"]) == {"pyg_full", "pyg_trim", "mfg_scatter", "mfg_csr"}
     assert all(len(v) == 2 and min(v) > 0 for v in out["step_ms_all"].values())
     assert out["nodes_per_hop"][0] == 50 and len(out["edges_per_hop"]) == 2
+
+
+def test_step_bench_prints_the_roofline_of_each_phase(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from graphrun.bench import roofline
+
+    monkeypatch.setattr(roofline, "MATMUL_SHAPES", ((64, 64, 64),))  # small peaks: a test
+    monkeypatch.setattr(roofline, "STREAM_MB", 8)
+    graph = community(GenParams(nodes=2000, avg_degree=10, feat_dim=16, classes=4, seed=0))
+    save_dataset(graph, tmp_path / "g")
+    argv = ["bench", "step", "--dataset", str(tmp_path / "g"), "--batches", "2"]
+    argv += ["--batch-size", "50", "--fanouts", "5,3", "--hidden", "16", "--precision", "fp32"]
+    assert main([*argv, "--no-allreduce"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["phase"]: r for r in out["phases"]}
+    assert list(rows) == [
+        "sample", "fetch", "aggregate[0]", "dense[0]", "aggregate[1]", "dense[1]",
+        "backward", "optimizer",
+    ]  # fmt: skip
+    assert all(r["ms"] > 0 for r in rows.values())
+    nodes, edges = out["nodes_per_hop"], out["edges_per_hop"]
+    # layer 0 computes the seeds and hop 1 from the edges of hops 1 and 2 (16 -> 16)
+    n_dst, nnz = nodes[0] + nodes[1], edges[0] + edges[1]
+    assert rows["dense[0]"]["gflop"] == round(2 * n_dst * 2 * 16 * 16 / 1e9, 4)
+    assert rows["aggregate[0]"]["gflop"] == round(2 * nnz * 16 / 1e9, 4)
+    assert rows["aggregate[0]"]["gathered_mb"] == round(4 * 16 * nnz / 1e6, 3)
+    assert rows["sample"]["items"] == sum(edges) and rows["sample"]["items_per_s"] > 0
+    assert out["precision"] == "fp32" and out["peak"]["fp32_gflops"] > 0
+    assert out["peak"]["read_gbps"] > 0 and out["peak"]["copy_gbps"] > 0
+    for name in ("aggregate[0]", "dense[0]", "backward"):
+        assert rows[name]["of_peak"] > 0, name
+    assert rows["optimizer"]["of_peak"] is not None and rows["fetch"]["of_peak"] is not None
+
+
+@pytest.mark.integration
+def test_the_allreduce_phase_is_two_gloo_processes() -> None:
+    from graphrun.bench.roofline import allreduce_phase
+
+    phase = allreduce_phase(1000, repeats=3)
+    assert phase.name == "allreduce" and phase.seconds > 0 and phase.bytes == 8000
+
+
+def test_step_bench_with_too_few_batches_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    graph = community(GenParams(nodes=2000, avg_degree=10, feat_dim=16, classes=4, seed=0))
+    save_dataset(graph, tmp_path / "g")
+    argv = ["bench", "step", "--dataset", str(tmp_path / "g"), "--batches", "50"]
+    assert main([*argv, "--batch-size", "500"]) == 2  # it was a traceback (an empty median)
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "--batches: the training split makes" in line
