@@ -33,7 +33,9 @@ store should get job keys of their own (`graphrun keygen JOB.key --store STORE.k
 clients/JOB.key; serve with --clients clients/): a job key reads the graph and its own
 job's tensors only, and cannot write the graph, stop the store or register backups.
 Removing clients/JOB.key revokes it within a second.
---insecure serves in plaintext, to anyone who can reach the port (tests on loopback only).
+--insecure serves in plaintext, to anyone who can reach the port: for tests, on a loopback
+address only (127.0.0.1, ::1, ipc://); another address is refused unless
+--insecure-non-loopback asks for it by name.
 
 Examples:
   graphrun serve parts/ --part 0 --address tcp://0.0.0.0:7000 --key-file store.key
@@ -67,8 +69,14 @@ def register(subparsers: Any) -> None:
         help="the store's admin key file (CURVE; default PARTITION_DIR/store.key)",
     )
     p.add_argument(
-        "--insecure", action="store_true", help="no key: plaintext, unauthenticated (tests)"
-    )
+        "--insecure", action="store_true",
+        help="no key: plaintext, unauthenticated (tests; a loopback --address only)",
+    )  # fmt: skip
+    p.add_argument(
+        "--insecure-non-loopback", action="store_true",
+        help="with --insecure: serve plaintext on a non-loopback --address too, to anyone "
+        "who reaches it (SECURITY.md)",
+    )  # fmt: skip
     p.add_argument(
         "--clients",
         type=Path,
@@ -155,6 +163,7 @@ def _backup_cmd(args: argparse.Namespace, main_address: str, index: int) -> list
     cmd += ["--shm-dir", str(args.shm_dir), "--heartbeat-timeout", str(args.heartbeat_timeout)]
     cmd += ["--log-level", args.log_level, "--threads", str(args.threads)]
     cmd += ["--key-file", str(args.key_file)] if args.key_file else ["--insecure"]
+    cmd += ["--insecure-non-loopback"] if args.insecure_non_loopback else []
     if args.clients:
         cmd += ["--clients", str(args.clients)]
     for ext in args.extension or []:
@@ -186,6 +195,7 @@ def _job_keys(args: argparse.Namespace) -> tuple[Any, Path | None]:
 
 def _check_args(args: argparse.Namespace) -> None:
     """Everything that can be checked before a key is made or a partition loaded."""
+    from graphrun.arguments import check_plaintext_address
     from graphrun.errors import ArgumentError
     from graphrun.partition.format import load_partition_config
     from graphrun.rpc.transport import check_address
@@ -214,6 +224,7 @@ def _check_args(args: argparse.Namespace) -> None:
     if not args.shm_dir.is_dir():
         raise ArgumentError(f"--shm-dir: {args.shm_dir} is not a directory")
     check_address(args.address)
+    check_plaintext_address("--address", args.address, args.insecure, args.insecure_non_loopback)
     if not args.backup_of:
         num_parts = load_partition_config(args.partition_dir).get("num_parts")
         if isinstance(num_parts, int) and not 0 <= args.part < num_parts:
