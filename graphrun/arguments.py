@@ -88,7 +88,7 @@ def output_file(text: str) -> Path:
         raise argparse.ArgumentTypeError(f"{text} is a directory; name the file to write")
     parent = path.parent
     if not parent.is_dir():
-        raise argparse.ArgumentTypeError(f"{text}: directory {parent} does not exist")
+        raise argparse.ArgumentTypeError(f"{text}: {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise argparse.ArgumentTypeError(f"{text}: cannot write there (permission denied)")
     return path

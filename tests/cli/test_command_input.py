@@ -41,16 +41,20 @@ PS = ["ps", "--index", "0", "--key-file", "{tmp}/k.key"]
 PS_PLAIN = ["ps", "--index", "0", "--insecure"]
 ELASTIC = ["bench", "elastic", "--hosts", "local", "--dataset", "{tmp}"]
 STEP = ["bench", "step", "--dataset", "{tmp}"]
+TRAIN = ["bench", "train", "--dataset", "{tmp}"]
 WORKER = ["worker", "--plan", "{tmp}/a-file"]
 RUN = ["run", "{tmp}/a-file"]
 SERVE = ["serve", "{tmp}/missing", "--part", "0", "--shm-dir", "{tmp}", "--insecure"]
 
 CASES = [
-    ([*PLAN, "--timeline", "{tmp}/no/t.png"], r"--timeline: .*/no/t\.png: directory .* not exist"),
+    (
+        [*PLAN, "--timeline", "{tmp}/no/t.png"],
+        r"--timeline: .*/no/t\.png: .*/no is not a directory",
+    ),
     ([*PLAN, "--timeline", ""], r"--timeline: '' names no file"),
     ([*PLAN, "--timeline", "{tmp}"], r"--timeline: .* is a directory"),
     ([*PLAN, "--timeline", "{tmp}/p.yaml"], r"--timeline: .*p\.yaml is also -o"),
-    ([*PLAN, "--inline", "{tmp}/no/j.yaml"], r"--inline: .*directory .* not exist"),
+    ([*PLAN, "--inline", "{tmp}/no/j.yaml"], r"--inline: .*/no is not a directory"),
     ([*PLAN[:3], "-o", "{tmp}/j.yaml"], r"-o: .*j\.yaml is also JOB"),
     (
         [*PLAN, "--timeline", "{tmp}/p.schedule.json"],
@@ -64,7 +68,7 @@ CASES = [
     ([*PS, "--index", HUGE], r"--index: 10{30} is not in \[0, 63\]"),
     ([*PS, "--index", "1e30"], r"--index: '1e30' is not a whole number"),
     ([*PS, "--index", "-1"], r"--index: -1 is not in"),
-    ([*PS, "--profile", "{tmp}/no/x"], r"--profile: .*/no/x: directory .* not exist"),
+    ([*PS, "--profile", "{tmp}/no/x"], r"--profile: .*/no/x: .*/no is not a directory"),
     ([*PS, "--profile", ""], r"--profile: '' names no file"),
     ([*PS, "--profile", "{tmp}"], r"--profile: .* is a directory"),
     ([*ELASTIC, "--fanouts", "a,b"], r"--fanouts: 'a' is not a whole number"),
@@ -78,6 +82,13 @@ CASES = [
     ([*STEP, "--fanouts", str(10**9)], r"--fanouts: 10{9} is not in \[0, 100000\]"),
     ([*STEP, "--batch-size", str(10**13)], r"--batch-size: 10{13} is not in \[1, "),
     ([*STEP, "--threads", "100000"], r"--threads: 100000 is not in \[1, 1024\]"),
+    ([*TRAIN, "--fanouts", "10,x"], r"--fanouts: 'x' is not a whole number"),
+    ([*TRAIN, "--epochs", "0"], r"--epochs: 0 is not in \[1, "),
+    ([*TRAIN, "--hidden", str(10**11)], r"--hidden: 10{11} is not in \[1, 65536\]"),
+    ([*TRAIN, "--feature-cache-mb", HUGE], r"--feature-cache-mb: 10{30} is not in \[0, "),
+    ([*TRAIN, "--sampler-workers", "65"], r"--sampler-workers: 65 is not in \[0, 64\]"),
+    ([*TRAIN, "--peer-timeout", "nan"], r"--peer-timeout: nan is not in"),
+    ([*TRAIN, "--workdir", "{tmp}/a-file"], r"--workdir: .* exists and is not a directory"),
     ([*WORKER, "--grace", "-1"], r"--grace: -1 is not in \[0, 3600\]"),
     ([*WORKER, "--grace", "nan"], r"--grace: nan is not in"),
     ([*WORKER, "--stop-mark-wait", "1e300"], r"--stop-mark-wait: 1e300 is not in"),
@@ -88,6 +99,13 @@ CASES = [
     ([*RUN, "--profile", "{tmp}/a-file"], r"--profile: .* exists and is not a directory"),
     ([*RUN, "--run-dir", "{tmp}/a-file"], r"--run-dir: .* exists and is not a directory"),
     ([*RUN, "--run-dir", ""], r"--run-dir: '' names no directory"),
+    (["probe", "-o", ""], r"-o/--output: '' names no file"),
+    (["probe", "-o", "{tmp}/no/c.yaml"], r"-o/--output: .*/no is not a directory"),
+    (
+        ["probe", "-o", "{tmp}/c.out", "--seconds", "1e300"],
+        r"--seconds: 1e300 is not in \(0, 3600\]",
+    ),
+    (["probe", "-o", "{tmp}/c.out", "--timeout", "-1"], r"--timeout: -1 is not in \(0, "),
     # item 6: plaintext on an address others reach only when asked for by name
     ([*SERVE, "--address", "tcp://0.0.0.0:0"], r"--address: .* not a loopback address"),
     ([*SERVE, "--address", "tcp://*:7000"], r"--address: .* not a loopback address"),
