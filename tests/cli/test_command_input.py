@@ -106,6 +106,12 @@ CASES = [
         r"--seconds: 1e300 is not in \(0, 3600\]",
     ),
     (["probe", "-o", "{tmp}/c.out", "--timeout", "-1"], r"--timeout: -1 is not in \(0, "),
+    ([*SERVE, "--backups", "100000"], r"--backups: 100000 is not in \[0, 15\]"),
+    ([*SERVE, "--ready-file", ""], r"--ready-file: '' names no file"),
+    ([*SERVE, "--profile", "{tmp}"], r"--profile: .* is a directory"),
+    ([*SERVE, "--threads", "100000"], r"--threads: 100000 is not in \[1, 1024\]"),
+    ([*SERVE, "--heartbeat-timeout", "1e300"], r"--heartbeat-timeout: 1e300 is not in \(0, "),
+    ([*SERVE, "--part", HUGE], r"--part: 10{30} is not in \[0, 4095\]"),
     # item 6: plaintext on an address others reach only when asked for by name
     ([*SERVE, "--address", "tcp://0.0.0.0:0"], r"--address: .* not a loopback address"),
     ([*SERVE, "--address", "tcp://*:7000"], r"--address: .* not a loopback address"),
