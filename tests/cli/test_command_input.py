@@ -112,6 +112,11 @@ CASES = [
     ([*SERVE, "--threads", "100000"], r"--threads: 100000 is not in \[1, 1024\]"),
     ([*SERVE, "--heartbeat-timeout", "1e300"], r"--heartbeat-timeout: 1e300 is not in \(0, "),
     ([*SERVE, "--part", HUGE], r"--part: 10{30} is not in \[0, 4095\]"),
+    (
+        ["profile", "{tmp}/a-file", "-o", "{tmp}/no/p.json"],
+        r"-o/--output: .*/no is not a directory",
+    ),
+    (["profile", "{tmp}/a-file", "-o", ""], r"-o/--output: '' names no file"),
     # item 6: plaintext on an address others reach only when asked for by name
     ([*SERVE, "--address", "tcp://0.0.0.0:0"], r"--address: .* not a loopback address"),
     ([*SERVE, "--address", "tcp://*:7000"], r"--address: .* not a loopback address"),
