@@ -11,6 +11,7 @@ at the boundary where they occur, with ``raise ... from``.
     │   ├── DatasetError          a dataset directory or importer input is wrong
     │   ├── PartitionFormatError  a partition directory is missing, corrupt or of another version
     │   ├── SpecError             a job spec, cluster or plan file is invalid
+    │   ├── CheckpointError       a checkpoint file is unreadable or malformed
     │   └── ArgumentError         an argument to an API call is invalid (ids, fanouts, ...)
     ├── RpcError                  anything that went wrong talking to a store server
     │   ├── RpcTimeout            no answer within the deadline
@@ -61,6 +62,10 @@ class PartitionFormatError(UserError):
 
 class SpecError(UserError):
     """A job spec, cluster description or placement plan is invalid."""
+
+
+class CheckpointError(UserError):
+    """A checkpoint file is unreadable, of another format, or malformed (one field named)."""
 
 
 class ArgumentError(UserError, ValueError):

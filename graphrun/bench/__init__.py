@@ -6,6 +6,16 @@ import argparse
 
 from graphrun.errors import ArgumentError
 
+# The job spec's bounds (graphrun.job.spec.base), for the benchmarks' own flags: not
+# imported from there, since `graphrun --help` builds every benchmark's parser and the
+# spec imports pydantic; tests/cli/test_command_input.py checks that they agree.
+MAX_EPOCHS = 1_000_000
+MAX_BATCH_SIZE = 1 << 20
+MAX_FANOUT = 100_000
+MAX_LAYERS = 16
+MAX_HIDDEN = 1 << 16
+MAX_THREADS = 1024  # torch intra-op threads
+
 
 def check_at_least(args: argparse.Namespace, minimum: float, *flags: str) -> None:
     """Raise an :class:`ArgumentError` naming the first ``--flag`` below ``minimum``.

@@ -97,7 +97,7 @@ def run_distdgl(args: Any, workdir: Path) -> dict[str, Any]:
         train = [
             "--ip-config", str(ip_config), "--part-config", str(parts / "graph.json"),
             "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
-            "--fanouts", args.fanouts, "--hidden", str(args.hidden),
+            "--fanouts", ",".join(map(str, args.fanouts)), "--hidden", str(args.hidden),
         ]  # fmt: skip
         procs: dict[str, subprocess.Popen[bytes]] = {}
         logs = {m: (workdir / f"distdgl-{m}.log").open("wb") for m in machines}

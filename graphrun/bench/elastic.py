@@ -41,9 +41,12 @@ from typing import Any
 
 import numpy as np
 
+from graphrun.arguments import integer, integers, number, output_dir
+from graphrun.bench import MAX_BATCH_SIZE, MAX_EPOCHS, MAX_FANOUT, MAX_HIDDEN, MAX_LAYERS
 from graphrun.errors import ArgumentError, GraphrunError
 
 SEED = 31
+MAX_NODES = 10_000_000  # of the generated graph
 MACHINES = 3
 FAULTS = ("kill", "stop", "cut")
 
@@ -56,22 +59,25 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--dataset", type=Path, help="dataset directory (default: generate one)")
-    p.add_argument("--nodes", type=int, default=20_000, help="without --dataset: its nodes")
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--kill-epoch", type=int, default=4)
+    p.add_argument("--nodes", type=integer(1000, MAX_NODES), default=20_000,
+                   help="without --dataset: its nodes")  # fmt: skip
+    p.add_argument("--epochs", type=integer(2, MAX_EPOCHS), default=10)
+    p.add_argument("--kill-epoch", type=integer(1, MAX_EPOCHS), default=4)
     p.add_argument(
         "--fault", choices=FAULTS, default="kill",
         help="what happens to m1: every process killed, stopped (SIGSTOP), or its link cut",
     )  # fmt: skip
     p.add_argument(
-        "--timeout-seconds", type=float, default=60.0,
+        "--timeout-seconds", type=number(0, 3600, above=True), default=60.0,
         help="runtime.elastic.timeoutSeconds: how soon a stopped or cut-off m1 counts as lost",
     )  # fmt: skip
     p.add_argument("--hosts", choices=("local", "netns"), default="netns")
-    p.add_argument("--batch-size", type=int, default=100)
-    p.add_argument("--fanouts", default="25,10", help="comma-separated, one per layer")
-    p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--workdir", type=Path, help="keep the dataset, partitions and logs here")
+    p.add_argument("--batch-size", type=integer(1, MAX_BATCH_SIZE), default=100)
+    p.add_argument("--fanouts", type=integers(-1, MAX_FANOUT, MAX_LAYERS), default=[25, 10],
+                   help="comma-separated, one per layer (-1: all)")  # fmt: skip
+    p.add_argument("--hidden", type=integer(1, MAX_HIDDEN), default=128)
+    p.add_argument("--workdir", type=output_dir,
+                   help="keep the dataset, partitions and logs here")  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -90,7 +96,7 @@ def _job(workdir: Path, dataset: Path, args: argparse.Namespace, replicas: int) 
             "runtime": runtime,
             "training": {"task": "node-classification", "epochs": args.epochs,
                          "batchSize": args.batch_size,
-                         "fanouts": [int(f) for f in args.fanouts.split(",")],
+                         "fanouts": args.fanouts,
                          "hidden": args.hidden, "lr": 0.003, "evalEvery": args.epochs},
         },
     }  # fmt: skip
@@ -296,14 +302,8 @@ def _run(
 def run(args: argparse.Namespace) -> int:
     if not 0 < args.kill_epoch < args.epochs:
         raise ArgumentError(f"--kill-epoch: {args.kill_epoch} is not in [1, {args.epochs})")
-    if not 0 < args.timeout_seconds <= 3600:
-        raise ArgumentError(f"--timeout-seconds: {args.timeout_seconds:g} is not in (0, 3600]")
     if args.fault == "cut" and args.hosts != "netns":
         raise ArgumentError("--fault cut: needs --hosts netns (a machine's own link)")
-    if args.batch_size < 1:
-        raise ArgumentError(f"--batch-size: must be at least 1, got {args.batch_size}")
-    if args.dataset is None and args.nodes < 1000:
-        raise ArgumentError(f"--nodes: must be at least 1000, got {args.nodes}")
     if args.dataset is not None and not args.dataset.is_dir():
         raise ArgumentError(f"--dataset: {args.dataset} is not a directory")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="graphrun-bench-elastic-"))

@@ -36,9 +36,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from graphrun.bench import check_at_least, int_list
+from graphrun.arguments import integer, integers
+from graphrun.bench import MAX_BATCH_SIZE, MAX_FANOUT, MAX_HIDDEN, MAX_LAYERS, MAX_THREADS
 from graphrun.errors import ArgumentError
 
+MAX_BATCHES = 100_000
 VARIANTS = ("pyg_full", "pyg_trim", "mfg_scatter", "mfg_csr")
 Costs = list[tuple[float, float]]  # each batch's (sampling, fetching) seconds
 
@@ -51,11 +53,14 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--dataset", type=Path, required=True, help="any importable dataset")
-    p.add_argument("--fanouts", default="25,10", help="comma-separated, one per layer")
-    p.add_argument("--batch-size", type=int, default=1000)
-    p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--batches", type=int, default=10, help="timed batches (after 2 warm-up)")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    p.add_argument("--fanouts", type=integers(0, MAX_FANOUT, MAX_LAYERS), default=[25, 10],
+                   help="comma-separated, one per layer")  # fmt: skip
+    p.add_argument("--batch-size", type=integer(1, MAX_BATCH_SIZE), default=1000)
+    p.add_argument("--hidden", type=integer(1, MAX_HIDDEN), default=128)
+    p.add_argument("--batches", type=integer(1, MAX_BATCHES), default=10,
+                   help="timed batches (after 2 warm-up)")  # fmt: skip
+    p.add_argument("--threads", type=integer(1, MAX_THREADS), default=1,
+                   help="torch intra-op threads (default 1)")  # fmt: skip
     p.add_argument(
         "--precision",
         choices=("auto", "fp32", "bf16"),
@@ -134,8 +139,7 @@ def _batches(
 
 
 def run(args: argparse.Namespace) -> int:
-    fanouts = int_list("--fanouts", args.fanouts, minimum=0)
-    check_at_least(args, 1, "--batch-size", "--hidden", "--batches", "--threads")
+    fanouts = args.fanouts
     import torch
 
     from graphrun.bench.roofline import roofline

@@ -42,6 +42,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from graphrun.arguments import integer, integers, number, output_dir
+from graphrun.bench import (
+    MAX_BATCH_SIZE,
+    MAX_EPOCHS,
+    MAX_FANOUT,
+    MAX_HIDDEN,
+    MAX_LAYERS,
+    MAX_THREADS,
+)
 from graphrun.errors import ArgumentError
 from graphrun.names import RoleName
 
@@ -54,15 +63,16 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--dataset", type=Path, required=True, help="dataset directory")
-    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--epochs", type=integer(1, MAX_EPOCHS), default=10)
     p.add_argument("--hosts", choices=("local", "netns"), default="local")
     p.add_argument("--aggr", choices=("scatter", "csr", "both"), default="csr")
-    p.add_argument("--batch-size", type=int, default=1000)
-    p.add_argument("--fanouts", default="25,10", help="comma-separated, one per layer")
-    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--batch-size", type=integer(1, MAX_BATCH_SIZE), default=1000)
+    p.add_argument("--fanouts", type=integers(-1, MAX_FANOUT, MAX_LAYERS), default=[25, 10],
+                   help="comma-separated, one per layer (-1: all)")  # fmt: skip
+    p.add_argument("--hidden", type=integer(1, MAX_HIDDEN), default=128)
     p.add_argument(
         "--threads",
-        type=int,
+        type=integer(1, MAX_THREADS),
         default=None,
         help="torch intra-op threads of each trainer (default: torch's, the machine's cores)",
     )
@@ -79,18 +89,19 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--feature-cache-mb",
-        type=int,
+        type=integer(0, 1 << 20),
         default=None,
         help="runtime.featureCacheMb of the job (default: the spec's default)",
     )
     p.add_argument(
         "--sampler-workers",
-        type=int,
+        type=integer(0, 64),
         default=None,
         help="sampler worker processes per trainer (samplerWorkersPerTrainer; default: the "
         "spec's, 0 for CPU trainers and 4 for GPU trainers)",
     )
-    p.add_argument("--bandwidth-mbit", type=float, help="with --hosts netns: link rate")
+    p.add_argument("--bandwidth-mbit", type=number(0, 1e6, above=True),
+                   help="with --hosts netns: link rate")  # fmt: skip
     p.add_argument(
         "--cluster", type=Path,
         help="with --hosts netns: a cluster file shaping each host (machines m0, m1: CPU "
@@ -104,7 +115,8 @@ def register(subparsers: Any) -> None:
         "(distdgl: needs --hosts netns and --peer-python; see graphrun.bench.distdgl)",
     )
     p.add_argument("--peer-python", type=Path, help="the peer's Python (a venv with dgl 2.1)")
-    p.add_argument("--peer-timeout", type=float, default=7200.0, help="seconds (default 7200)")
+    p.add_argument("--peer-timeout", type=number(0, 7 * 86400, above=True), default=7200.0,
+                   help="seconds (default 7200)")  # fmt: skip
     p.add_argument(
         "--no-single", action="store_true", help="skip graphrun's own single-process baseline"
     )
@@ -126,7 +138,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--parameter-servers", type=int, default=1, help="ps modes: runtime.parameterServers"
     )
-    p.add_argument("--workdir", type=Path, help="keep partitions and logs here")
+    p.add_argument("--workdir", type=output_dir, help="keep partitions and logs here")
     p.add_argument("--eval-last", action="store_true", help="evaluate after the last epoch only")
     p.add_argument(
         "--device",
@@ -239,7 +251,7 @@ def _job_yaml(
     ``sync``: allreduce, ps or ps-async."""
     import yaml
 
-    fanouts = [int(f) for f in args.fanouts.split(",")]
+    fanouts = args.fanouts
     job = {
         "apiVersion": "graphrun.io/v1alpha1", "kind": "GraphJob",
         "metadata": {"name": "bench"},
@@ -388,7 +400,7 @@ def run_pyg(args: argparse.Namespace) -> dict[str, Any]:
     from graphrun.graph.pyg import to_pyg
 
     data = to_pyg(load_dataset(args.dataset, mmap=False))
-    fanouts = [int(f) for f in args.fanouts.split(",")]
+    fanouts = list(args.fanouts)
     classes = int(data.y.max()) + 1
     # PyG's own model, as a PyG user writes it (not graphrun's SAGE)
     model = GraphSAGE(data.x.size(1), args.hidden, len(fanouts), classes, dropout=0.5)
@@ -431,7 +443,7 @@ def run_single(args: argparse.Namespace) -> dict[str, Any]:
     from graphrun.train.loop import fit
     from graphrun.train.metrics import MetricsLog
 
-    fanouts = tuple(int(f) for f in args.fanouts.split(","))
+    fanouts = tuple(args.fanouts)
     cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, fanouts=fanouts,
                       hidden=args.hidden)  # fmt: skip
     out = io.StringIO()

@@ -6,7 +6,9 @@ Each subcommand lives in its own module of this package and exposes
 that ``graphrun --help`` stays instant.
 
 A :class:`graphrun.errors.UserError` reaching here is printed as one line,
-``graphrun: error: <message>``, and the exit code is 2. Anything else is a bug
+``graphrun: error: <message>``, and the exit code is 2; so is an argument argparse
+refuses (:class:`graphrun.arguments.OneLineParser`, whose bounded types check every
+number and output path before any work). Anything else is a bug
 and keeps its traceback.
 """
 
@@ -18,6 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from graphrun import __version__
+from graphrun.arguments import OneLineParser
 from graphrun.errors import USER_ERROR_EXIT, GraphrunError, JobFailed, UserError
 
 # Order is the order shown in --help: the workflow from data to a trained model.
@@ -43,7 +46,7 @@ SUBCOMMANDS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="graphrun",
         description=(
             "Distributed GNN training: generate or import a graph, partition it, serve the "
@@ -68,7 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or an argument refused (its line printed)
+        return exc.code if isinstance(exc.code, int) else USER_ERROR_EXIT
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

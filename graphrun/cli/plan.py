@@ -9,6 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from graphrun.arguments import output_file
+
 DESCRIPTION = """\
 Place the graph stores, samplers, trainers and parameter servers of a job on the
 machines of a cluster: an initial feasible placement (IFS), then a Markov-chain
@@ -45,17 +47,17 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("cluster", type=Path, help="cluster YAML: machines, capacities, bandwidths")
     p.add_argument("job", type=Path, help="job YAML (kind: PlacementJob or GraphJob)")
-    p.add_argument("-o", "--output", type=Path, required=True, help="plan YAML to write")
+    p.add_argument("-o", "--output", type=output_file, required=True, help="plan YAML to write")
     p.add_argument(
         "--inline",
-        type=Path,
+        type=output_file,
         metavar="JOB_OUT",
         help="GraphJob only: also write the job with the plan inline in spec.placement.plan "
         "(what the Kubernetes operator takes); relative paths in it are kept as written",
     )
     p.add_argument(
         "--timeline",
-        type=Path,
+        type=output_file,
         metavar="PNG",
         help="also draw the simulated schedule of the plan and of co-location (tasks per "
         "machine, flows per link) to this PNG file",
@@ -156,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(f"--seconds: at most {MAX_SECONDS} (a day), got {args.seconds:g}")
     if len(args.tempering or []) > MAX_REPLICAS:
         raise ArgumentError(f"--tempering: at most {MAX_REPLICAS} betas, got {len(args.tempering)}")
+    _check_outputs(args)
     demands = dict(parse_demand(d) for d in args.demand)
     cluster = load_cluster(args.cluster)
     job = load_job_for_plan(args.job, args.profile, args.iterations)
@@ -169,9 +172,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         job = job.with_demands(demands)
     check_demands(cluster, job)
-    for out_path in (args.output, args.inline):  # before the search, not after it
-        if out_path is not None:
-            _check_writable(out_path)
     options = PlanOptions(
         seed=args.seed,
         max_seconds=None if args.steps is not None else args.seconds,
@@ -197,16 +197,20 @@ def run(args: argparse.Namespace) -> int:
     if graphjob is not None:
         lines.append(f"store memory: {graphjob.store_memory_from}")
         plan = graphjob.complete(plan)
-    write_plan(plan, args.output, comments=lines)
-    print(f"{args.output}: " + "; ".join(lines[1:]))
     schedules = plan_schedules(cluster, job, out, options.seed)
-    sched = write_schedules(schedule_file(args.output), schedules)
-    print(f"{sched}: the simulated schedules ({', '.join(s.label for s in schedules)})")
-    if args.timeline is not None:
-        from graphrun.files import write_atomic
+    png = None
+    if args.timeline is not None:  # drawn before any file is written
         from graphrun.report.plots import timeline
 
-        write_atomic(args.timeline, timeline(schedules))
+        png = timeline(schedules)
+    write_plan(plan, args.output, comments=lines)
+    print(f"{args.output}: " + "; ".join(lines[1:]))
+    sched = write_schedules(schedule_file(args.output), schedules)
+    print(f"{sched}: the simulated schedules ({', '.join(s.label for s in schedules)})")
+    if png is not None:
+        from graphrun.files import write_atomic
+
+        write_atomic(args.timeline, png)
         print(f"{args.timeline}: the simulated schedules drawn")
     if args.inline is not None:
         write_inline(args.job, plan, args.inline)
@@ -229,16 +233,21 @@ def plan_schedules(cluster: Any, job: Any, out: Any, seed: int) -> list[Any]:
     return out_s
 
 
-def _check_writable(path: Path) -> None:
-    import os
+def _check_outputs(args: argparse.Namespace) -> None:
+    """The files written (each checked writable by :func:`output_file` as it was
+    parsed) are distinct, and none is an input: one would overwrite another."""
+    from graphrun.errors import ArgumentError
+    from graphrun.placement.schedule import schedule_file
 
-    from graphrun.errors import SpecError
-
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise SpecError(f"{path}: cannot write: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise SpecError(f"{path}: cannot write: permission denied")
+    seen = {args.cluster.resolve(): "CLUSTER", args.job.resolve(): "JOB"}
+    outs = [("-o", args.output), ("-o (its schedules)", schedule_file(args.output))]
+    outs += [("--inline", args.inline), ("--timeline", args.timeline)]
+    for flag, path in outs:
+        if path is None:
+            continue
+        if path.resolve() in seen:
+            raise ArgumentError(f"{flag}: {path} is also {seen[path.resolve()]}")
+        seen[path.resolve()] = flag
 
 
 def _say(text: str) -> None:

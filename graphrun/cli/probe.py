@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from graphrun.arguments import number, output_file
+
 DESCRIPTION = """\
 Measure hosts — effective CPU cores and kernel speed, memory, the rate and latency of
 every link — and write the Cluster YAML `graphrun plan` takes (-o), printing every
@@ -37,10 +39,11 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("-o", "--output", type=Path, help="cluster YAML to write")
+    p.add_argument("-o", "--output", type=output_file, help="cluster YAML to write")
     p.add_argument("--hosts", choices=("local", "netns", "kubernetes"), default="local")
     p.add_argument("--cluster", type=Path, help="with --hosts netns: the hosts to emulate")
-    p.add_argument("--seconds", type=float, default=1.0, help="per measurement (default 1)")
+    p.add_argument("--seconds", type=number(0, 3600, above=True), default=1.0,
+                   help="per measurement (default 1)")  # fmt: skip
     k8s = p.add_argument_group("--hosts kubernetes")
     k8s.add_argument("--job", type=Path, help="the GraphJob whose worker nodes to measure")
     k8s.add_argument("-n", "--namespace", help="default: the job's, else the kubeconfig's")
@@ -48,7 +51,7 @@ def register(subparsers: Any) -> None:
     k8s.add_argument("--image", help="graphrun image (default: the job's worker image)")
     k8s.add_argument("--kubeconfig", help="kubeconfig file (default: ~/.kube/config)")
     k8s.add_argument(
-        "--timeout", type=float, default=600.0, metavar="SECONDS",
+        "--timeout", type=number(0, 86400, above=True), default=600.0, metavar="SECONDS",
         help="longest the probe may take, pods starting included (default 600)",
     )  # fmt: skip
     member = p.add_argument_group("a probe pod (run by the probe Job)")
@@ -67,10 +70,6 @@ def run(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
     from graphrun.files import write_atomic
 
-    if not math.isfinite(args.seconds) or args.seconds <= 0:
-        raise ArgumentError(f"--seconds: must be a positive number, got {args.seconds}")
-    if not math.isfinite(args.timeout) or args.timeout <= 0:
-        raise ArgumentError(f"--timeout: must be a positive number, got {args.timeout}")
     if args.member is not None:
         return _member(args)
     if args.peers is not None:
@@ -81,8 +80,6 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError("--cluster: give it exactly with --hosts netns")
     if (args.hosts == "kubernetes") != (args.job is not None):
         raise ArgumentError("--job: give it exactly with --hosts kubernetes")
-    if not args.output.parent.is_dir():
-        raise ArgumentError(f"-o: {args.output.parent} is not a directory")
     result = _kubernetes(args) if args.hosts == "kubernetes" else _here(args)
     try:
         write_atomic(args.output, yaml.safe_dump(result["cluster"], sort_keys=False))

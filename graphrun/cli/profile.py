@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from graphrun.arguments import output_file
+
 DESCRIPTION = """\
 Build a placement profile (empirical distributions of per-iteration compute times
 and data volumes) from the JSON-lines metrics files a training run writes: one
@@ -24,7 +26,7 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("metrics", type=Path, nargs="+", help="JSON-lines metrics file(s)")
-    p.add_argument("-o", "--output", type=Path, required=True, help="profile JSON to write")
+    p.add_argument("-o", "--output", type=output_file, required=True, help="profile JSON to write")
     p.add_argument("--name", default=None, help="profile name (default: output file stem)")
     p.add_argument(
         "--skip",

@@ -9,6 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from graphrun.arguments import integer, output_file
+
+MAX_INDEX = 63  # runtime.parameterServers is at most 64 (graphrun.job.spec.runtime)
+
 DESCRIPTION = """\
 Serve shard J of a job's dense parameters until stopped (a `stop` request from the
 job's trainer 0, SIGTERM or Ctrl-C). The trainers of a job with `training.sync: ps`
@@ -31,14 +35,19 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--index", type=int, required=True, help="shard J (role ps:J)")
+    p.add_argument("--index", type=integer(0, MAX_INDEX), required=True, help="shard J (role ps:J)")
     p.add_argument("--address", default="tcp://127.0.0.1:0", help="ZeroMQ address to bind")
     p.add_argument("--key-file", type=Path, help="the job's key file (CURVE)")
     p.add_argument(
-        "--insecure", action="store_true", help="no key: plaintext, unauthenticated (tests)"
-    )
+        "--insecure", action="store_true",
+        help="no key: plaintext, unauthenticated (tests; a loopback --address only)",
+    )  # fmt: skip
     p.add_argument(
-        "--profile", type=Path, metavar="FILE",
+        "--insecure-non-loopback", action="store_true",
+        help="with --insecure: serve plaintext on a non-loopback --address too (SECURITY.md)",
+    )  # fmt: skip
+    p.add_argument(
+        "--profile", type=output_file, metavar="FILE",
         help="at stop, append this server's CPU seconds and pushes (a placement profile line)",
     )  # fmt: skip
     p.add_argument("--log-level", type=str.upper, default="INFO",
@@ -47,6 +56,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from graphrun.arguments import check_plaintext_address
     from graphrun.errors import ArgumentError
     from graphrun.rpc.auth import load_keys
     from graphrun.rpc.transport import check_address
@@ -57,11 +67,10 @@ def run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
-    if args.index < 0:
-        raise ArgumentError(f"--index: must be >= 0, got {args.index}")
     if (args.key_file is None) == (not args.insecure):
         raise ArgumentError("--key-file: give the job's key file (or --insecure, for tests)")
     check_address(args.address)
+    check_plaintext_address("--address", args.address, args.insecure, args.insecure_non_loopback)
     keys = load_keys(args.key_file) if args.key_file else None
     stop = {"flag": False}
 

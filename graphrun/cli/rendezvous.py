@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from graphrun.arguments import integer
+
 DESCRIPTION = """\
 Serve the table a job's trainers meet at (their torch.distributed store) until SIGTERM
 or Ctrl-C. Trainer 0 serves it itself unless the hosts file says it is served apart
@@ -27,6 +29,9 @@ Example:
 # graphrun.rpc.rendezvous.Limits' defaults (not imported here: `graphrun --help` imports
 # no zmq); tests/cli/test_rendezvous.py checks they agree
 MAX_KEYS, MAX_KEY, MAX_VALUE, MAX_MB = 100_000, 1024, 64 * 1024, 64
+# what the flags may raise them to: far above a job's need, far below a failed allocation
+# (--max-value 1e20 was an OverflowError from ZeroMQ, --max-mb 1e15 was taken)
+CAP_KEYS, CAP_KEY, CAP_VALUE, CAP_MB = 10_000_000, 64 * 1024, 16 << 20, 16 * 1024
 
 
 def register(subparsers: Any) -> None:
@@ -39,12 +44,16 @@ def register(subparsers: Any) -> None:
     p.add_argument("--bind", required=True, metavar="tcp://HOST:PORT",
                    help="ZeroMQ address to listen on, e.g. tcp://*:30002")  # fmt: skip
     p.add_argument("--key-file", type=Path, required=True, help="the job's key file (CURVE)")
-    p.add_argument("--max-keys", type=int, default=MAX_KEYS, help="keys held at most")
-    p.add_argument("--max-key", type=int, default=MAX_KEY, help="bytes of one key at most")
-    p.add_argument("--max-value", type=int, default=MAX_VALUE,
-                   help="bytes of one value at most")  # fmt: skip
-    p.add_argument("--max-mb", type=int, default=MAX_MB,
-                   help="MiB of keys and values in all, at most")  # fmt: skip
+    for flag, default, cap, what in (
+        ("--max-keys", MAX_KEYS, CAP_KEYS, "keys held"),
+        ("--max-key", MAX_KEY, CAP_KEY, "bytes of one key"),
+        ("--max-value", MAX_VALUE, CAP_VALUE, "bytes of one value"),
+        ("--max-mb", MAX_MB, CAP_MB, "MiB of keys and values in all,"),
+    ):
+        p.add_argument(
+            flag, type=integer(1, cap), default=default,
+            help=f"{what} at most (default {default}; {cap} at most)",
+        )  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -60,9 +69,6 @@ def run(args: argparse.Namespace) -> int:
         check_address(args.bind)
     except ArgumentError as exc:
         raise ArgumentError(f"--bind: {exc}") from None
-    for flag in ("max_keys", "max_key", "max_value", "max_mb"):
-        if getattr(args, flag) < 1:
-            raise ArgumentError(f"--{flag.replace('_', '-')}: must be >= 1")
     keys = load_keys(args.key_file)
     limits = Limits(args.max_keys, args.max_key, args.max_value, args.max_mb << 20)
     # the job's own pair, never a running store's server key (as the trainers' key_store)

@@ -9,7 +9,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from graphrun.arguments import number, output_dir
 from graphrun.names import role_kind
+
+MAX_GRACE_S = 3600.0  # between SIGTERM and SIGKILL
+MAX_MBIT = 1e6  # a link's rate: 1 Tbit/s
 
 EPILOG = """\
 Every role is a process: per machine one worker, its store servers and trainers.
@@ -31,7 +35,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("job", type=Path, help="the GraphJob YAML file")
     p.add_argument("--resume", action="store_true", help="trainers resume from the checkpoint")
     p.add_argument(
-        "--run-dir", type=Path, help="working directory of the job (default <job dir>/runs/<name>)"
+        "--run-dir",
+        type=output_dir,
+        help="working directory of the job (default <job dir>/runs/<name>)",
     )
     p.add_argument(
         "--hosts",
@@ -40,7 +46,9 @@ def register(subparsers: Any) -> None:
         "(root; default: the job's runtime.hosts)",
     )
     p.add_argument(
-        "--bandwidth-mbit", type=float, help="with --hosts netns: shape every link to this rate"
+        "--bandwidth-mbit",
+        type=number(0, MAX_MBIT, above=True),
+        help="with --hosts netns: shape every link to this rate",
     )
     p.add_argument(
         "--cluster",
@@ -50,12 +58,15 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--profile",
-        type=Path,
+        type=output_dir,
         metavar="DIR",
         help="trainers write per-batch timing records (JSON lines) to DIR/trainer-<rank>.jsonl",
     )
     p.add_argument(
-        "--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL on stop"
+        "--grace",
+        type=number(0, MAX_GRACE_S),
+        default=5.0,
+        help="seconds between SIGTERM and SIGKILL on stop",
     )
     p.add_argument(
         "--no-warm-start",

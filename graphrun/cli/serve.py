@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from graphrun.arguments import integer, number, output_file
 from graphrun.parent import graceful_with_parent, set_death_signal
 
 DESCRIPTION = """\
@@ -33,7 +34,9 @@ store should get job keys of their own (`graphrun keygen JOB.key --store STORE.k
 clients/JOB.key; serve with --clients clients/): a job key reads the graph and its own
 job's tensors only, and cannot write the graph, stop the store or register backups.
 Removing clients/JOB.key revokes it within a second.
---insecure serves in plaintext, to anyone who can reach the port (tests on loopback only).
+--insecure serves in plaintext, to anyone who can reach the port: for tests, on a loopback
+address only (127.0.0.1, ::1, ipc://); another address is refused unless
+--insecure-non-loopback asks for it by name.
 
 Examples:
   graphrun serve parts/ --part 0 --address tcp://0.0.0.0:7000 --key-file store.key
@@ -44,6 +47,10 @@ Examples:
 #: extensions loaded when importable (the sampling layer registers its operations here)
 DEFAULT_EXTENSIONS = ("graphrun.sampling.server:register",)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# what the flags may ask at most (a job's spec: 4096 partitions, 16 store servers per
+# machine); --backups 100000 started processes until the host ran out
+MAX_PART, MAX_BACKUPS, MAX_REPLICAS, MAX_RESTARTS, MAX_THREADS = 4095, 15, 16, 1000, 1024
+MAX_HEARTBEAT_S = 86_400.0
 
 
 def register(subparsers: Any) -> None:
@@ -54,7 +61,9 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("partition_dir", type=Path, help="partition directory (partition.json)")
-    p.add_argument("--part", type=int, required=True, help="partition id K to serve")
+    p.add_argument(
+        "--part", type=integer(0, MAX_PART), required=True, help="partition id K to serve"
+    )
     p.add_argument(
         "--address",
         default="tcp://127.0.0.1:0",
@@ -67,8 +76,14 @@ def register(subparsers: Any) -> None:
         help="the store's admin key file (CURVE; default PARTITION_DIR/store.key)",
     )
     p.add_argument(
-        "--insecure", action="store_true", help="no key: plaintext, unauthenticated (tests)"
-    )
+        "--insecure", action="store_true",
+        help="no key: plaintext, unauthenticated (tests; a loopback --address only)",
+    )  # fmt: skip
+    p.add_argument(
+        "--insecure-non-loopback", action="store_true",
+        help="with --insecure: serve plaintext on a non-loopback --address too, to anyone "
+        "who reaches it (SECURITY.md)",
+    )  # fmt: skip
     p.add_argument(
         "--clients",
         type=Path,
@@ -78,26 +93,34 @@ def register(subparsers: Any) -> None:
         "every 0.2 s, so removing a file revokes its key. A job key acts only as its job: "
         "its own tensors and the graph (read-only), never stop or backups",
     )
-    p.add_argument("--backups", type=int, default=0, help="backup servers to start (default 0)")
+    p.add_argument(
+        "--backups", type=integer(0, MAX_BACKUPS), default=0,
+        help=f"backup servers to start (default 0, at most {MAX_BACKUPS})",
+    )  # fmt: skip
     p.add_argument(
         "--backup-restarts",
-        type=int,
+        type=integer(0, MAX_RESTARTS),
         default=3,
         help="restart a backup this server started that died, at most N times each "
         "(default 3); a dead backup is unregistered at once either way",
     )
     p.add_argument("--backup-of", metavar="MAIN_ADDRESS", help="run as a backup of this main")
-    p.add_argument("--backup-index", type=int, default=1, help="index of this backup (>= 1)")
+    p.add_argument("--backup-index", type=integer(1, MAX_BACKUPS), default=1,
+                   help="index of this backup (>= 1)")  # fmt: skip
     p.add_argument(
         "--replica-of",
         metavar="PRIMARY_ADDRESS",
         help="run as a replica of this partition's primary (usually on another machine): "
         "load the partition from the files, take the primary's writes",
     )
-    p.add_argument("--replica-index", type=int, default=1, help="index of this replica (>= 1)")
+    p.add_argument("--replica-index", type=integer(1, MAX_REPLICAS), default=1,
+                   help="index of this replica (>= 1)")  # fmt: skip
     p.add_argument("--shm-dir", type=Path, default=Path("/dev/shm"), help="shared-memory dir")
     p.add_argument(
-        "--heartbeat-timeout", type=float, default=30.0, help="drop silent clients (seconds)"
+        "--heartbeat-timeout",
+        type=number(0, MAX_HEARTBEAT_S, above=True),
+        default=30.0,
+        help="drop silent clients (seconds)",
     )
     p.add_argument(
         "--extension",
@@ -108,17 +131,19 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--threads",
-        type=int,
+        type=integer(1, MAX_THREADS),
         default=1,
         help="OpenMP threads (OMP_NUM_THREADS) for extensions that import torch (default 1:"
         " a server runs one request at a time)",
     )
     p.add_argument(
-        "--ready-file", type=Path, help="write {address, pid, part} JSON here when ready"
+        "--ready-file",
+        type=output_file,
+        help="write {address, pid, part} JSON here when ready",
     )
     p.add_argument(
         "--profile",
-        type=Path,
+        type=output_file,
         metavar="FILE",
         help="at stop, append the CPU seconds spent serving and the bytes sent (a JSON line "
         "`graphrun profile` reads, see graphrun.placement.profile)",
@@ -155,6 +180,7 @@ def _backup_cmd(args: argparse.Namespace, main_address: str, index: int) -> list
     cmd += ["--shm-dir", str(args.shm_dir), "--heartbeat-timeout", str(args.heartbeat_timeout)]
     cmd += ["--log-level", args.log_level, "--threads", str(args.threads)]
     cmd += ["--key-file", str(args.key_file)] if args.key_file else ["--insecure"]
+    cmd += ["--insecure-non-loopback"] if args.insecure_non_loopback else []
     if args.clients:
         cmd += ["--clients", str(args.clients)]
     for ext in args.extension or []:
@@ -186,6 +212,7 @@ def _job_keys(args: argparse.Namespace) -> tuple[Any, Path | None]:
 
 def _check_args(args: argparse.Namespace) -> None:
     """Everything that can be checked before a key is made or a partition loaded."""
+    from graphrun.arguments import check_plaintext_address
     from graphrun.errors import ArgumentError
     from graphrun.partition.format import load_partition_config
     from graphrun.rpc.transport import check_address
@@ -194,26 +221,12 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ArgumentError("--insecure: cannot be given with --key-file")
     if args.replica_of and args.backup_of:
         raise ArgumentError("--replica-of: a replica is a main server, not a --backup-of")
-    if args.replica_index < 1:
-        raise ArgumentError("--replica-index: must be >= 1")
-    if args.backups < 0:
-        raise ArgumentError("--backups: must be >= 0")
-    if args.backup_restarts < 0:
-        raise ArgumentError("--backup-restarts: must be >= 0")
-    if args.threads < 1:
-        raise ArgumentError(f"--threads: must be >= 1, got {args.threads}")
-    for flag, path in (("--ready-file", args.ready_file), ("--profile", args.profile)):
-        if path and not path.parent.is_dir():
-            raise ArgumentError(f"{flag}: directory {path.parent} does not exist")
     if args.clients is not None and not args.clients.is_dir():
         raise ArgumentError(f"--clients: {args.clients} is not a directory")
-    if not args.heartbeat_timeout > 0:  # NaN fails too
-        raise ArgumentError(
-            f"--heartbeat-timeout: expected seconds > 0, got {args.heartbeat_timeout}"
-        )
     if not args.shm_dir.is_dir():
         raise ArgumentError(f"--shm-dir: {args.shm_dir} is not a directory")
     check_address(args.address)
+    check_plaintext_address("--address", args.address, args.insecure, args.insecure_non_loopback)
     if not args.backup_of:
         num_parts = load_partition_config(args.partition_dir).get("num_parts")
         if isinstance(num_parts, int) and not 0 <= args.part < num_parts:

@@ -15,8 +15,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from graphrun.arguments import number, output_dir
 from graphrun.errors import ArgumentError
 from graphrun.machine.stopmark import JOIN_ENV  # "1": --join (a replacement pod)
+
+MAX_WAIT_S = 3600.0  # --grace, --stop-mark-wait
 
 
 def register(subparsers: Any) -> None:
@@ -49,9 +52,12 @@ def register(subparsers: Any) -> None:
         help="the job's run directory: metrics.jsonl and tensorboard/ (default: runs/<name> "
         "beside the job file)",
     )
-    p.add_argument("--status-dir", type=Path, help="write STATUS_DIR/<machine>.json")
-    p.add_argument("--log-dir", type=Path, help="write one log file per role here")
-    p.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
+    p.add_argument("--status-dir", type=output_dir, help="write STATUS_DIR/<machine>.json")
+    p.add_argument("--log-dir", type=output_dir, help="write one log file per role here")
+    p.add_argument(
+        "--grace", type=number(0, MAX_WAIT_S), default=5.0,
+        help="seconds between SIGTERM and SIGKILL",
+    )  # fmt: skip
     p.add_argument(
         "--stop-mark",
         type=Path,
@@ -61,7 +67,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--stop-mark-wait",
-        type=float,
+        type=number(0, MAX_WAIT_S),
         default=None,
         help="seconds to wait for the stop mark after SIGTERM (default 10)",
     )
@@ -126,8 +132,6 @@ def run(args: argparse.Namespace) -> int:
     from graphrun.machine.warm import WarmStarter
     from graphrun.machine.worker import run_machine
 
-    if args.stop_mark_wait is not None and not args.stop_mark_wait >= 0:
-        raise ArgumentError(f"--stop-mark-wait: {args.stop_mark_wait} is not a number >= 0")
     launch = _launch(args)
     # a replacement pod of a lost machine (the operator sets the variable), or a lost
     # machine started again by graphrun run (--join): its trainers only

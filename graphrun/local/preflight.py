@@ -42,6 +42,15 @@ def check_before_start(job: GraphJob, paths: JobPaths) -> None:
     _check_writable(paths.checkpoints, f"{where}.checkpointDir")
 
 
+def check_checkpoint(paths: JobPaths) -> None:
+    """``--resume``: the checkpoint the trainers will load, checked whole now (one line
+    naming its field) rather than by every trainer once the stores are up."""
+    from graphrun.train.checkpoint import FILE, load_checkpoint
+
+    if (paths.checkpoints / FILE).is_file():
+        load_checkpoint(paths.checkpoints)
+
+
 def check_gpus_here(job: GraphJob, count: int | None = None) -> None:
     """The local backend's machines run on this host: each needs the job's
     ``runtime.gpusPerMachine`` (or ``gpus``) of the GPUs CUDA sees here (``count``; asked of

@@ -52,6 +52,7 @@ from graphrun.job.workflow import Event, EventKind, JobState, Phase, initial_sta
 from graphrun.local.machines import LocalMachines, Wrap, package_env
 from graphrun.local.preflight import (
     check_before_start,
+    check_checkpoint,
     check_gpus_here,
     check_partitions,
     check_store,
@@ -272,6 +273,8 @@ class LocalJob:
     def check_inputs(self) -> None:
         """Refuse up front what cannot work: a missing dataset, a mismatching partition,
         what the trainers will need (:mod:`graphrun.local.preflight`)."""
+        if self.opts.resume:
+            check_checkpoint(self.paths)
         g = self.job.spec.graph
         have_parts = (self.paths.parts / "partition.json").is_file()
         has_data = (self.paths.dataset / "graph.json").is_file()

@@ -31,18 +31,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Protocol
 
+import msgspec
 import torch
 
-from graphrun.errors import ArgumentError
+from graphrun.errors import CheckpointError
 from graphrun.files import write_atomic
 from graphrun.graph.format import write_failed
+from graphrun.wire import describe
 
 FORMAT = "graphrun-checkpoint"
 VERSION = 2
 READ_VERSIONS = (1, 2)
 FILE = "checkpoint.pt"
+MAX_TRAINERS = 4096  # the job spec's bound: one RNG state each in a position
+RNG_SHAPE = tuple(torch.get_rng_state().shape)  # torch's CPU generator (uint8)
 
 
 @dataclass
@@ -72,6 +76,57 @@ def save_checkpoint(ckpt_dir: str | Path, ckpt: Checkpoint) -> Path:
         raise write_failed(final, OSError(str(exc).splitlines()[0])) from None
 
 
+class PositionFile(msgspec.Struct):
+    """``position`` as written (graphrun.train.suspend.Position.to_dict)."""
+
+    epoch: Annotated[int, msgspec.Meta(ge=0)]
+    step: Annotated[int, msgspec.Meta(ge=0)]
+    rng: Annotated[list[torch.Tensor], msgspec.Meta(min_length=1, max_length=MAX_TRAINERS)]
+    sums: torch.Tensor
+
+    def __post_init__(self) -> None:
+        for i, state in enumerate(self.rng):
+            if state.dtype != torch.uint8 or tuple(state.shape) != RNG_SHAPE:
+                raise ValueError(
+                    f"rng[{i}] is a {state.dtype} tensor of shape {tuple(state.shape)}, not "
+                    f"torch's RNG state (uint8, {RNG_SHAPE})"
+                )
+        want = (len(self.rng), 4)
+        if self.sums.dtype != torch.float64 or tuple(self.sums.shape) != want:
+            raise ValueError(f"sums is not a float64 tensor of shape {want} (trainers, 4)")
+        if not bool(torch.isfinite(self.sums).all()):
+            raise ValueError("sums holds a NaN or an infinity")
+
+
+class CheckpointFile(msgspec.Struct):
+    """What :func:`save_checkpoint` writes, declared: :func:`load_checkpoint` checks a
+    file against it whole, so a malformed one is one line naming the field, never a
+    trainer's traceback (``epoch: "x"``, no ``model``, ``position.step: -5``)."""
+
+    format: Literal["graphrun-checkpoint"]
+    version: Literal[1, 2]
+    epoch: Annotated[int, msgspec.Meta(ge=-1)]  # -1: stopped in epoch 0 (a position)
+    model: Annotated[dict[str, torch.Tensor], msgspec.Meta(min_length=1)]
+    optimizer: dict[str, Any]
+    sparse: dict[str, Any] = {}
+    metrics: dict[str, Any] = {}
+    position: PositionFile | None = None
+
+    def __post_init__(self) -> None:
+        if self.position is not None and self.position.epoch != self.epoch + 1:
+            raise ValueError(
+                f"position.epoch is {self.position.epoch}, not the epoch after epoch ({self.epoch})"
+            )
+        if self.position is None and self.epoch < 0:
+            raise ValueError("epoch is -1 without a position")
+
+
+def _tensor(type_: type, value: Any) -> Any:
+    if type_ is torch.Tensor and isinstance(value, torch.Tensor):
+        return value
+    raise TypeError(f"expected a tensor, got {type(value).__name__}")
+
+
 def load_checkpoint(ckpt_dir: str | Path) -> Checkpoint | None:
     """The last checkpoint in ``ckpt_dir``, or None if there is none."""
     path = Path(ckpt_dir) / FILE
@@ -81,14 +136,36 @@ def load_checkpoint(ckpt_dir: str | Path) -> Checkpoint | None:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many kinds for a corrupt file
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ArgumentError(f"{path}: not a readable checkpoint ({first})") from exc
+        raise CheckpointError(f"{path}: not a readable checkpoint ({first})") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ArgumentError(f"{path}: field 'format' is not {FORMAT!r}")
+        raise CheckpointError(f"{path}: field 'format' is not {FORMAT!r}")
     if data.get("version") not in READ_VERSIONS:
-        raise ArgumentError(
+        raise CheckpointError(
             f"{path}: field 'version' is {data.get('version')!r}, not one of {READ_VERSIONS}"
         )
+    try:
+        msgspec.convert(data, CheckpointFile, dec_hook=_tensor)
+    except msgspec.ValidationError as exc:
+        raise CheckpointError(f"{path}: {describe(exc)}") from None
     return Checkpoint(
-        int(data["epoch"]), data["model"], data["optimizer"], data.get("sparse", {}),
+        data["epoch"], data["model"], data["optimizer"], data.get("sparse", {}),
         data.get("metrics", {}), data.get("position"),
     )  # fmt: skip
+
+
+class _Stateful(Protocol):
+    def load_state_dict(self, state: Any) -> Any: ...
+
+
+def load_states(ckpt: Checkpoint, where: str, **into: _Stateful) -> None:
+    """The checkpoint's states into the objects named by field (``model=``,
+    ``optimizer=``); the state of another model (its layers, sizes) or optimizer is one
+    line naming the field, not torch's traceback."""
+    for name, obj in into.items():
+        try:
+            obj.load_state_dict(getattr(ckpt, name))
+        except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise CheckpointError(
+                f"{where}: {name}: does not fit this job's {name} ({first})"
+            ) from None

@@ -40,7 +40,7 @@ import torch
 
 from graphrun.errors import ArgumentError, Suspended, UserError
 from graphrun.placement.profile import BatchRecord
-from graphrun.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from graphrun.train.checkpoint import Checkpoint, load_checkpoint, load_states, save_checkpoint
 from graphrun.train.config import TrainConfig
 from graphrun.train.context import TrainContext
 from graphrun.train.data import Batch, GraphData
@@ -115,8 +115,7 @@ def _resume(task: Task, ctx: TrainContext) -> tuple[int, Position | None]:
     pos = Position.from_dict(ckpt.position, where) if ckpt.position is not None else None
     if pos is not None:
         pos.of_rank(ctx.rank, ctx.world_size, where)  # the same trainers, or one clear line
-    unwrap(task.model).load_state_dict(ckpt.model)
-    task.opt.load_state_dict(ckpt.optimizer)
+    load_states(ckpt, where, model=unwrap(task.model), optimizer=task.opt)
     if task.embedding is not None and "embedding" in ckpt.sparse and ctx.is_main:
         task.embedding.load_state(ckpt.sparse["embedding"])
     if ctx.is_main:

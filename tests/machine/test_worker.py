@@ -226,6 +226,5 @@ def test_a_bad_stop_mark_wait_is_one_line(tmp_path: Path, wait: str) -> None:
     out = subprocess.run([*argv, "--stop-mark-wait", wait], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)  # fmt: skip
     assert out.returncode == 2
-    assert out.stderr.strip().splitlines() == [
-        f"graphrun: error: --stop-mark-wait: {float(wait)} is not a number >= 0"
-    ]
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith(f"graphrun: error: argument --stop-mark-wait: {wait} is not in [0, ")

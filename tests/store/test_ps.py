@@ -181,4 +181,4 @@ def test_graphrun_ps_refuses_bad_flags_in_one_line(capsys):
     assert main(["ps", "--index", "0"]) == 2
     assert "--key-file: give the job's key file" in capsys.readouterr().err
     assert main(["ps", "--index", "-1", "--insecure"]) == 2
-    assert "--index: must be >= 0" in capsys.readouterr().err
+    assert "argument --index: -1 is not in [0, 63]" in capsys.readouterr().err

@@ -222,7 +222,7 @@ def test_a_profile_in_a_missing_directory_is_one_line(homo, key_file, tmp_path):
     )
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
-    assert f"--profile: directory {bad.parent} does not exist" in lines[0]
+    assert f"--profile: {bad}: {bad.parent} is not a directory" in lines[0]
 
 
 def test_dead_backup_fails_over_to_the_main(homo, key_file, keys, tmp_path):

@@ -1,0 +1,142 @@
+"""Argument types shared by the ``graphrun`` commands and benchmarks: every number with
+its bounds and every output path checked while the command line is parsed, before any
+work starts (``ps --profile no/dir/x`` failed only at stop, ``plan --timeline`` only
+after the search, ``rendezvous --max-value 1e20`` deep in ZeroMQ).
+
+A ``type=`` function here raises :class:`argparse.ArgumentTypeError`; argparse names the
+flag, and :class:`OneLineParser` prints it as the CLI prints a
+:class:`graphrun.errors.UserError`: one line, exit 2. No heavy imports: ``graphrun
+--help`` builds every parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+from graphrun.errors import ArgumentError
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``graphrun: error: argument --x:
+    ...``, exit 2) rather than the usage and the error; its subparsers are too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"graphrun: error: {message} (`{self.prog} --help` lists the arguments)\n")
+
+
+def integer(lo: int, hi: int) -> Callable[[str], int]:
+    """A whole number in ``[lo, hi]`` (``1e30`` is not one)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{text} is not in [{lo}, {hi}]")
+        return value
+
+    return parse
+
+
+def number(lo: float, hi: float, *, above: bool = False) -> Callable[[str], float]:
+    """A finite number in ``[lo, hi]``, or ``(lo, hi]`` with ``above`` (NaN is none)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        low_ok = value > lo if above else value >= lo
+        if not (low_ok and value <= hi and math.isfinite(value)):
+            raise argparse.ArgumentTypeError(
+                f"{text} is not in {'(' if above else '['}{lo:g}, {hi:g}]"
+            )
+        return value
+
+    return parse
+
+
+def integers(lo: int, hi: int, most: int) -> Callable[[str], list[int]]:
+    """Comma-separated whole numbers (``25,10``), each in ``[lo, hi]``, one to ``most``."""
+    one = integer(lo, hi)
+
+    def parse(text: str) -> list[int]:
+        items = [t for t in text.split(",") if t.strip()]
+        if not 1 <= len(items) <= most:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: give 1 to {most} comma-separated whole numbers"
+            )
+        return [one(t.strip()) for t in items]
+
+    return parse
+
+
+def output_file(text: str) -> Path:
+    """A file to write: it names a file (not ``""``, not a directory) in a directory that
+    exists and can be written, and is not an existing file that cannot be."""
+    path = Path(text)
+    if not text or text.endswith("/") or path.name in ("", ".", ".."):
+        raise argparse.ArgumentTypeError(f"{text!r} names no file")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; name the file to write")
+    parent = path.parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"{text}: cannot write there (permission denied)")
+    return path
+
+
+def output_dir(text: str) -> Path:
+    """A directory to write into: an existing one that can be written, or one that can
+    be made (its nearest existing ancestor is a writable directory)."""
+    path = Path(text)
+    if not text:
+        raise argparse.ArgumentTypeError("'' names no directory")
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a directory")
+    have = path
+    while not have.exists():
+        have = have.parent
+    if not have.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: {have} is not a directory")
+    if not os.access(have, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text}: cannot write in {have} (permission denied)")
+    return path
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a ZeroMQ address can only be reached from this host: ``ipc://``,
+    ``inproc://``, or TCP on a loopback address (``127.0.0.0/8``, ``::1``, ``localhost``).
+    ``*``, ``0.0.0.0``, an interface or a host name are not."""
+    scheme, _, rest = address.partition("://")
+    if scheme in ("ipc", "inproc"):
+        return True
+    host = rest.rsplit(":", 1)[0].removeprefix("[").removesuffix("]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_plaintext_address(flag: str, address: str, insecure: bool, anywhere: bool) -> None:
+    """``--insecure`` serves plaintext to whoever reaches the port: on a loopback address
+    only, unless ``--insecure-non-loopback`` asks for it by name (it was served on every
+    interface without a word)."""
+    if anywhere and not insecure:
+        raise ArgumentError("--insecure-non-loopback: only with --insecure")
+    if insecure and not anywhere and not is_loopback(address):
+        raise ArgumentError(
+            f"{flag}: {address!r} is not a loopback address, and --insecure serves "
+            "unauthenticated plaintext to anyone who reaches it; give a key, bind "
+            "127.0.0.1, or add --insecure-non-loopback"
+        )
