@@ -43,7 +43,7 @@ import numpy as np
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import RoleName
 from graphrun.rpc.auth import KeyPair
-from graphrun.rpc.codec import Message, MsgKind, error_message
+from graphrun.rpc.codec import DEFAULT_LIMITS, Limits, Message, MsgKind, error_message
 from graphrun.rpc.transport import RpcServer
 from graphrun.store.ps_state import AdamConfig, DenseAdam, ShardState
 
@@ -72,6 +72,7 @@ class PSConfig:
     address: str = "tcp://127.0.0.1:0"
     keys: KeyPair | None = None
     profile_file: Path | None = None  # at stop, append a PSRecord line (placement profile)
+    limits: Limits = DEFAULT_LIMITS  # what one request may be (graphrun.rpc.codec)
 
 
 def _int(body: Any, key: str, op: str, top: int = MAX_STEP) -> int:
@@ -227,7 +228,7 @@ def run_ps(
 ) -> None:
     """Serve one parameter-server shard until a ``stop`` request or ``should_stop()``."""
     ps = ParameterServer(cfg.index)
-    server = RpcServer(cfg.address, ps.handle, keys=cfg.keys, name=ps.name)
+    server = RpcServer(cfg.address, ps.handle, keys=cfg.keys, limits=cfg.limits, name=ps.name)
     ps.reply = server.reply
     try:
         log.info("%s serving on %s", ps.name, server.address)
