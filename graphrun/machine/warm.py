@@ -139,9 +139,9 @@ class WarmServer:
                         for conn in pending.accept(self.listener):
                             self._admit(conn, pending)
                     elif key.data is pending:
-                        conn = key.fileobj
-                        assert isinstance(conn, socket.socket)
-                        self._answer(conn, pending, [sel, wake_r, wake_w])
+                        ready = key.fileobj
+                        assert isinstance(ready, socket.socket)
+                        self._answer(ready, pending, [sel, wake_r, wake_w])
                     else:
                         with contextlib.suppress(BlockingIOError):
                             os.read(wake_r, 512)
