@@ -77,7 +77,7 @@ from pathlib import Path
 from graphrun.rpc.auth import load_keys
 from graphrun.rpc.codec import Limits
 from graphrun.store.server import ServerConfig, run_server
-lim = Limits(max_request_bytes={limit}, max_request_frame_bytes=1 << 17)
+lim = Limits(max_request_bytes={limit}, max_request_frame_bytes={limit})
 cfg = ServerConfig(Path(sys.argv[1]), 0, keys=load_keys(sys.argv[2]), shm_dir=Path(sys.argv[3]),
                    limits=lim)
 run_server(cfg, on_ready=lambda a: print("ready", a, flush=True))
@@ -88,7 +88,7 @@ import sys
 from graphrun.rpc.auth import load_keys
 from graphrun.rpc.codec import Limits
 from graphrun.store.ps_server import PSConfig, run_ps
-lim = Limits(max_request_bytes={limit}, max_request_frame_bytes=1 << 17)
+lim = Limits(max_request_bytes={limit}, max_request_frame_bytes={limit})
 run_ps(PSConfig(0, keys=load_keys(sys.argv[1]), limits=lim),
        on_ready=lambda a: print("ready", a, flush=True))
 """
@@ -334,13 +334,23 @@ def parked(s: Server) -> list[socket.socket]:
                 raw.send([head, big])
                 time.sleep(0.005)
             answers = [raw.answer() for _ in range(36)]  # all of them handled by now
-            assert all(_refused_rpc(a) for a in answers), answers[:1]
+            assert all(a != "cut" and _refused_rpc(a) for a in answers), answers[:1]
+            assert _ps_parked(s) == 4
         finally:
             raw.close()
+        end = time.monotonic() + ANSWER_S  # the peer gone, its parked pulls go too
+        while _ps_parked(s) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert _ps_parked(s) == 0
         return []
     conns = [_signed(s, s.step + 1 + k, sender=3 + k, count=1) for k in range(40)]
     assert all(_closed(c) for c in conns)
     return conns
+
+
+def _ps_parked(s: Server) -> int:
+    with RpcClient(s.address, keys=s.keys, timeout=ANSWER_S) as c:
+        return int(c.call("stats").body["parked"])
 
 
 def idle(s: Server) -> list[socket.socket]:
