@@ -158,9 +158,11 @@ class Acceptor:
                 for ready, _ in self._sel.select(timeout=0.1):
                     conn = ready.fileobj
                     assert isinstance(conn, socket.socket)
-                    for new in [conn] if conn is not self._srv else self._pending.accept(conn):
-                        if new in self._pending:  # a member's header is usually there already
-                            self._read(new)
+                    if conn is self._srv:
+                        for new in self._pending.accept(conn):
+                            self._read(new)  # a member's header is usually there already
+                    elif conn in self._pending:
+                        self._read(conn)
                 self._pending.expire()
         finally:
             self._pending.close()
