@@ -52,7 +52,7 @@ from graphrun.rpc.codec import (
     peek_request,
 )
 from graphrun.rpc.guard import CHECK_S as GUARD_CHECK_S
-from graphrun.rpc.guard import GuardedRouter, RouterLimits
+from graphrun.rpc.guard import GuardedRouter, RouterLimits, srcfd
 
 log = logging.getLogger("graphrun.rpc")
 
@@ -166,6 +166,10 @@ class RpcServer:
         self.name = name
         # the Z85 public key of the request being handled (None without CURVE)
         self.current_user: str | None = None
+        # the connection (its fd, -1 for none) the request being handled came on, and who
+        # wants to hear that a connection closed (a handler that parks requests)
+        self.current_conn = -1
+        self.on_disconnect: Callable[[int], None] | None = None
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.linger = 0
@@ -195,13 +199,16 @@ class RpcServer:
         self.handled = 0
 
     def _log_refused(self, event: int, value: int) -> None:
-        """Failed handshakes (monitor events). A wrong or missing key is logged by the ZAP
+        """A closed connection (for ``on_disconnect``) and failed handshakes (monitor
+        events). A wrong or missing key is logged by the ZAP
         handler, which knows the peer's address (:func:`~graphrun.rpc.auth.secure_server`);
         a peer that closes before any greeting — a plain TCP connect, as readiness probes
         and Kubernetes ``tcpSocket`` probes do — is no attack and logged at DEBUG only; a
         garbled greeting is a (rate-limited) warning. The monitor knows only this server's
         own endpoint, not the peer's."""
-        if event & zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+        if event & zmq.EVENT_DISCONNECTED and self.on_disconnect is not None:
+            self.on_disconnect(value)
+        elif event & zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
             REFUSED.warning("%s: refused a connection: protocol error in the handshake",
                             self.name)  # fmt: skip
         elif event & zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
@@ -217,7 +224,10 @@ class RpcServer:
         while True:
             left_ms = 0 if n else max(0, int((end - time.monotonic()) * 1000))
             if self._wait(min(left_ms, int(GUARD_CHECK_S * 1000))):
-                self._serve_one(*self._router.recv())
+                frames, too_big = self._router.recv()
+                if self.on_disconnect is not None:  # a closed connection's fd is reused:
+                    self._router.drain_events()  # its end is told before the new one's request
+                self._serve_one(frames, too_big)
                 n += 1
             elif n or self._woken or time.monotonic() >= end:
                 self._router.tick()
@@ -242,6 +252,7 @@ class RpcServer:
             self._reply(peer, error_message(rid, op, "ProtocolError", too_big))
             return
         self.current_user = _user_id(frames[-1]) if self._auth is not None else None
+        self.current_conn = srcfd(frames[-1])
         try:
             msg = decode(payload, self.limits)
         except ProtocolError as exc:

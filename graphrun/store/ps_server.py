@@ -7,7 +7,7 @@ serves one job), and its state is :class:`~graphrun.store.ps_state.ShardState`.
 =========  ==============================================================================
 op         body; tensors -> reply
 =========  ==============================================================================
-stats      -> {"role", "ready", "clock"}   (readiness probe, as a store's stats)
+stats      -> {"role", "ready", "clock", "parked"}   (readiness probe, as a store's stats)
 ps_init    names, shapes, trainers, mode, staleness, optimizer; (param,) -> {}
 ps_push    rank, clock; (grad,) -> {}
 ps_pull    step -> {"clock"}; (param,), answered once the step's parameters exist
@@ -22,7 +22,7 @@ steps behind; or ``ps_init`` not received) is parked and answered when a push ma
 ready. A parked pull keeps its peer, request id and step, never its request's frames; at
 most :data:`PARKED_PER_PEER` a peer and :data:`PARKED` in all wait (a pull past them is
 refused with an error), and one parked longer than :data:`PARK_S` (the trainer's own wait)
-is answered with an error and forgotten: a peer that went away costs nothing after that.
+is answered with an error and forgotten; one whose connection closes is forgotten then.
 Every count in a request is bounded: ``trainers`` by :data:`MAX_TRAINERS`, ``staleness``
 and every step and clock by :data:`MAX_STEP`, a shape's sizes by what the parameters
 frame can hold. (Before: 12 parked pulls kept +384 MiB, and ``trainers`` 2^27 took 1 GiB.)
@@ -64,6 +64,7 @@ class Parked:
     request_id: int
     step: int
     until: float  # time.monotonic() deadline
+    conn: int  # the connection it came on (its fd; -1: none known)
 
 
 @dataclass(frozen=True)
@@ -134,13 +135,14 @@ class ParameterServer:
         self.pushes = 0  # gradients received (the profile's CPU per step divides by them)
         self.stop_requested = False
         self.reply: Callable[[bytes, Message], None] = lambda peer, msg: None
+        self.conn: Callable[[], int] = lambda: -1  # the current request's connection
 
     def handle(self, peer: bytes, msg: Message) -> Message | None:
         body, op = msg.body, msg.op
         if op == "stats":
             clock = self.shard.clock if self.shard else None
             return self._ok(msg, {"role": self.name, "ready": self.shard is not None,
-                                  "clock": clock})  # fmt: skip
+                                  "clock": clock, "parked": len(self.parked)})  # fmt: skip
         if op == "stop":
             self.stop_requested = True
             return self._ok(msg)
@@ -194,7 +196,12 @@ class ParameterServer:
         if mine >= PARKED_PER_PEER or len(self.parked) >= PARKED:
             limit = f"{PARKED_PER_PEER} a peer" if mine >= PARKED_PER_PEER else f"{PARKED} in all"
             raise StoreError(f"ps_pull: too many pulls wait for their step ({limit})")
-        self.parked.append(Parked(peer, request_id, step, time.monotonic() + PARK_S))
+        until = time.monotonic() + PARK_S
+        self.parked.append(Parked(peer, request_id, step, until, self.conn()))
+
+    def disconnected(self, conn: int) -> None:
+        """Forget the pulls parked on connection ``conn``, closed (no one to answer)."""
+        self.parked = [p for p in self.parked if p.conn != conn]
 
     def _release(self) -> None:
         """Answer the parked pulls that are ready now."""
@@ -230,6 +237,8 @@ def run_ps(
     ps = ParameterServer(cfg.index)
     server = RpcServer(cfg.address, ps.handle, keys=cfg.keys, limits=cfg.limits, name=ps.name)
     ps.reply = server.reply
+    ps.conn = lambda: server.current_conn
+    server.on_disconnect = ps.disconnected
     try:
         log.info("%s serving on %s", ps.name, server.address)
         if on_ready is not None:
