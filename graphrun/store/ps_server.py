@@ -51,6 +51,7 @@ log = logging.getLogger("graphrun.ps")
 
 MAX_TRAINERS = 4096  # trainers of one job (a clock each)
 MAX_STEP = 1 << 62  # steps, clocks, staleness
+MAX_NDIM = DEFAULT_LIMITS.max_ndim  # dimensions of a parameter
 PARKED_PER_PEER = 4  # pulls waiting for one trainer (one per step it is ahead, a retry)
 PARKED = 4 * MAX_TRAINERS  # pulls waiting in all
 PARK_S = 300.0  # a parked pull's deadline (the trainers' PSClient timeout)
@@ -101,8 +102,8 @@ def init_shard(body: Any, tensors: tuple[np.ndarray, ...]) -> ShardState:
     for s in shapes:
         if not isinstance(s, list) or not all(isinstance(x, int) and x >= 0 for x in s):
             raise ArgumentError("ps_init: every shape must be a list of sizes >= 0")
-        if math.prod(s) > MAX_STEP:  # a size that overflows int64 could match any frame
-            raise ArgumentError(f"ps_init: shape {s} holds more values than any frame")
+        if len(s) > MAX_NDIM or math.prod(s) > MAX_STEP:  # int64 overflow could match
+            raise ArgumentError(f"ps_init: shape {s[: MAX_NDIM + 1]} is not a tensor's")
     opt = body.get("optimizer", {})
     if not isinstance(opt, dict) or set(opt) - {"lr", "beta1", "beta2", "eps", "weight_decay"}:
         raise ArgumentError("ps_init: field 'optimizer' has unknown keys")
