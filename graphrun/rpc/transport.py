@@ -166,10 +166,8 @@ class RpcServer:
         self.name = name
         # the Z85 public key of the request being handled (None without CURVE)
         self.current_user: str | None = None
-        # the connection (its fd, -1 for none) the request being handled came on, and who
-        # wants to hear that a connection closed (a handler that parks requests)
-        self.current_conn = -1
-        self.on_disconnect: Callable[[int], None] | None = None
+        self.current_conn = -1  # the fd of the connection it came on (-1: none)
+        self.on_disconnect: Callable[[int], None] | None = None  # a closed connection's fd
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.linger = 0
@@ -199,13 +197,11 @@ class RpcServer:
         self.handled = 0
 
     def _log_refused(self, event: int, value: int) -> None:
-        """A closed connection (for ``on_disconnect``) and failed handshakes (monitor
-        events). A wrong or missing key is logged by the ZAP
-        handler, which knows the peer's address (:func:`~graphrun.rpc.auth.secure_server`);
-        a peer that closes before any greeting — a plain TCP connect, as readiness probes
-        and Kubernetes ``tcpSocket`` probes do — is no attack and logged at DEBUG only; a
-        garbled greeting is a (rate-limited) warning. The monitor knows only this server's
-        own endpoint, not the peer's."""
+        """Monitor events: a closed connection (``on_disconnect``), failed handshakes. A
+        wrong or missing key is logged by the ZAP handler, which knows the peer's address
+        (:func:`~graphrun.rpc.auth.secure_server`); a peer that closes before any greeting
+        (a plain TCP connect, as readiness and Kubernetes ``tcpSocket`` probes do) is no
+        attack, logged at DEBUG only; a garbled greeting is a (rate-limited) warning."""
         if event & zmq.EVENT_DISCONNECTED and self.on_disconnect is not None:
             self.on_disconnect(value)
         elif event & zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
@@ -225,8 +221,8 @@ class RpcServer:
             left_ms = 0 if n else max(0, int((end - time.monotonic()) * 1000))
             if self._wait(min(left_ms, int(GUARD_CHECK_S * 1000))):
                 frames, too_big = self._router.recv()
-                if self.on_disconnect is not None:  # a closed connection's fd is reused:
-                    self._router.drain_events()  # its end is told before the new one's request
+                if self.on_disconnect is not None:  # a closed fd's end before a new one's use
+                    self._router.drain_events()
                 self._serve_one(frames, too_big)
                 n += 1
             elif n or self._woken or time.monotonic() >= end:
