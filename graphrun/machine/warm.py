@@ -29,7 +29,12 @@ before it forks), other roles, a request whose import-time environment (``PYTHON
 Protocol: one ``AF_UNIX`` ``SOCK_SEQPACKET`` connection per trainer, in a directory only
 this user can enter, peers of another uid refused. The worker sends one JSON request
 (at most :data:`MAX_REQUEST` bytes) with its pipe's write end attached
-(``SCM_RIGHTS``); the server answers ``{"pid": N}`` (or ``{"error": "..."}``), then
+(``SCM_RIGHTS``). Requests are read as :mod:`graphrun.streams` reads them
+(:data:`REQUESTS`): every connection at once, each within its own
+:data:`REQUEST_TIMEOUT_S`, at most :data:`MAX_PENDING` waiting; one that is not a JSON
+object (garbage, brackets nested past the parser's depth, truncated past
+:data:`MAX_REQUEST`) is refused with an error answer, and the server goes on. The server
+answers ``{"pid": N}`` (or ``{"error": "..."}``), then
 ``{"exit": code, "cpu_s": ..., "peak_rss_mb": ...}`` once it has reaped the trainer
 (``wait4``: what it used in all, however short it ran).
 
@@ -59,6 +64,7 @@ import psutil
 
 from graphrun.errors import ArgumentError
 from graphrun.parent import exit_with
+from graphrun.streams import Pending, StreamLimits, json_object
 
 #: what the server forks, and what it imports before it listens for requests
 MODULES = ("graphrun.machine.trainer",)
@@ -73,6 +79,9 @@ PRELOAD = (
     "torch.optim",
 )
 MAX_REQUEST = 1 << 20  # bytes of one request (arguments and environment)
+REQUEST_TIMEOUT_S = 5.0  # from a connection's accept to its request
+MAX_PENDING = 64  # connections waiting for their request (the oldest closed past it)
+REQUESTS = StreamLimits(MAX_REQUEST, REQUEST_TIMEOUT_S, MAX_PENDING)
 REPLY_TIMEOUT_S = 120.0  # a request's answer (the server may still be importing)
 READY_TIMEOUT_S = 10.0  # until the server's socket exists
 SOCKET_DIR_PREFIX = "graphrun-warm-"  # the local backend's directory of a host's sockets
@@ -119,19 +128,27 @@ class WarmServer:
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)  # SIGTERM and SIGINT: __init__
         sel = selectors.DefaultSelector()
+        self.listener.setblocking(False)
         sel.register(self.listener, selectors.EVENT_READ)
         sel.register(wake_r, selectors.EVENT_READ)
+        pending = Pending(sel, REQUESTS)
         try:
             while not self.stopping:
-                for key, _ in sel.select(timeout=1.0):
+                for key, _ in sel.select(timeout=0.2):
                     if key.fileobj is self.listener:
-                        conn, _ = self.listener.accept()
-                        self._answer(conn, [sel, wake_r, wake_w])
+                        for conn in pending.accept(self.listener):
+                            self._admit(conn, pending)
+                    elif key.data is pending:
+                        ready = key.fileobj
+                        assert isinstance(ready, socket.socket)
+                        self._answer(ready, pending, [sel, wake_r, wake_w])
                     else:
                         with contextlib.suppress(BlockingIOError):
                             os.read(wake_r, 512)
+                pending.expire()
                 self._reap()
         finally:
+            pending.close()
             self.close()
 
     def close(self) -> None:
@@ -147,22 +164,37 @@ class WarmServer:
     def _stop(self, *_: object) -> None:
         self.stopping = True
 
-    def _answer(self, conn: socket.socket, keep_out: list[Any]) -> None:
-        fds: list[int] = []
+    @staticmethod
+    def _admit(conn: socket.socket, pending: Pending) -> None:
+        """Refuse a peer of another uid at once."""
         try:
             creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            _, uid, _ = struct.unpack("3i", creds)
-            if uid != os.getuid():
-                raise ValueError(f"a peer of uid {uid}")
+            uid = struct.unpack("3i", creds)[1]
+        except OSError:
+            uid = -1
+        if uid != os.getuid():
+            pending.drop(conn)
+
+    def _answer(self, conn: socket.socket, pending: Pending, keep_out: list[Any]) -> None:
+        fds: list[int] = []
+        try:
+            try:
+                data, fds, flags, _ = socket.recv_fds(conn, MAX_REQUEST, 1)
+            except (BlockingIOError, InterruptedError):
+                return  # not there yet after all
+            pending.take(conn)
             conn.settimeout(5.0)
-            data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 1)
-            req = json.loads(data)
+            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+                raise ValueError(f"a request of more than {MAX_REQUEST} bytes or one pipe")
+            req = json_object(data)
             if req.get("module") not in MODULES or len(fds) != 1:
                 raise ValueError("not a trainer request")
             if _import_env(req["env"]) != self.env:
                 raise ValueError("its environment differs from the warm server's")
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             # refused (a request that is not a JSON object of strings, too): it goes on
+            if conn in pending:
+                pending.take(conn)
             with contextlib.suppress(OSError):
                 conn.send(json.dumps({"error": str(exc)[:200]}).encode())
             conn.close()

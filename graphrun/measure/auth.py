@@ -12,8 +12,11 @@ A tag is HMAC-SHA256 under the probe's key (at least :data:`KEY_BYTES` random by
 fresh for every probe) of the message's role, the header and the message: no one
 without the key can take a client's place or answer for a server, and a header of
 another step is refused. An :class:`Acceptor` accepts and reads headers all at once, each
-connection within its own :data:`HEADER_SECONDS`, and closes anything whose header does
-not verify unanswered, so idle strangers on the port never hold up a probe.
+connection within its own :data:`HEADER_SECONDS` (:mod:`graphrun.streams`, as the warm
+server reads its requests), and closes anything whose header does not verify unanswered,
+so idle strangers on the port never hold up a probe. What a key holder's header may ask
+is bounded too: at most :data:`MAX_PINGS` pings, a step below the probe's count of steps,
+one connection parked a sender and :data:`MAX_PARKED` in all; past them it is closed.
 """
 
 from __future__ import annotations
@@ -28,11 +31,15 @@ import threading
 import time
 from dataclasses import dataclass
 
+from graphrun.streams import Pending, StreamLimits
+
 MAGIC = b"GRPB"
 HEADER = struct.Struct("!4sIII")  # magic, step, sender, ping count
 GO = b"G"
 HEADER_SECONDS = 10.0  # a member sends its header as soon as it connects
 MAX_PENDING = 128  # connections waiting for their header (strangers past it: oldest closed)
+MAX_PARKED = 256  # connections parked for their step (one a sender: a member a peer)
+MAX_PINGS = 100_000  # a header's ping count
 BACKLOG = 128
 KEY_ENV = "GRAPHRUN_PROBE_KEY"  # the probe's key, hex
 KEY_BYTES = 32
@@ -103,20 +110,23 @@ class Acceptor:
     """Accepts connections on ``srv`` in a thread, reading every header at once (a
     selector), each connection within its own :data:`HEADER_SECONDS`: a connection whose
     header carries the probe's tag is parked by its step until :meth:`take`, anything
-    else (a port scan, a health check, a stranger, one of a step already served) is
-    closed unanswered. At most :data:`MAX_PENDING` connections wait for their header;
-    past that the oldest is closed (a member sends its header as soon as it connects,
-    so only strangers linger), and idle strangers never hold up a member."""
+    else (a port scan, a health check, a stranger, one of a step already served or not
+    below ``steps``, a second of one sender, a count past :data:`MAX_PINGS`) is closed
+    unanswered. At most :data:`MAX_PENDING` connections wait for their header; past that
+    the oldest is closed (a member sends its header as soon as it connects, so only
+    strangers linger), and idle strangers never hold up a member. At most
+    :data:`MAX_PARKED` connections are parked."""
 
-    def __init__(self, srv: socket.socket, key: bytes) -> None:
-        self._srv, self._key = srv, key
+    def __init__(self, srv: socket.socket, key: bytes, steps: int = 1 << 32) -> None:
+        self._srv, self._key, self._steps = srv, key, steps
         self._cond = threading.Condition()
         self._parked: dict[int, Parked] = {}
         self._below = 0  # headers of earlier steps are refused: those steps are served
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="probe-accept", daemon=True)
         self._sel = selectors.DefaultSelector()
-        self._pending: dict[socket.socket, tuple[float, bytearray]] = {}  # oldest first
+        self._pending = Pending(self._sel, StreamLimits(HEADER.size + TAG, HEADER_SECONDS,
+                                                        MAX_PENDING))  # fmt: skip
 
     def __enter__(self) -> Acceptor:
         self._thread.start()
@@ -146,63 +156,39 @@ class Acceptor:
         try:
             while not self._stop.is_set():
                 for ready, _ in self._sel.select(timeout=0.1):
-                    if ready.fileobj is self._srv:
-                        self._accept()
-                    else:
-                        self._read(ready.fileobj)  # type: ignore[arg-type]
-                now = time.monotonic()
-                for conn in [c for c, (end, _) in self._pending.items() if end < now]:
-                    self._drop(conn)
+                    conn = ready.fileobj
+                    assert isinstance(conn, socket.socket)
+                    if conn is self._srv:
+                        for new in self._pending.accept(conn):
+                            self._read(new)  # a member's header is usually there already
+                    elif conn in self._pending:
+                        self._read(conn)
+                self._pending.expire()
         finally:
-            for conn in list(self._pending):
-                self._drop(conn)
+            self._pending.close()
             self._sel.close()
 
-    def _accept(self) -> None:
-        for _ in range(MAX_PENDING):  # then the pending connections' turn
-            try:
-                conn, _ = self._srv.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:  # out of descriptors: make room, the backlog holds the rest
-                if self._pending:
-                    self._drop(next(iter(self._pending)))
-                return
-            conn.setblocking(False)
-            self._pending[conn] = (time.monotonic() + HEADER_SECONDS, bytearray())
-            self._sel.register(conn, selectors.EVENT_READ)
-            self._read(conn)  # a member's header is usually there already
-            if len(self._pending) > MAX_PENDING:
-                self._drop(next(iter(self._pending)))
-
-    def _drop(self, conn: socket.socket) -> None:
-        self._sel.unregister(conn)
-        del self._pending[conn]
-        conn.close()
-
     def _read(self, conn: socket.socket) -> None:
-        _, buf = self._pending[conn]
-        try:
-            chunk = conn.recv(HEADER.size + TAG - len(buf))
-        except (BlockingIOError, InterruptedError):
+        got = self._pending.read(conn, HEADER.size + TAG)
+        if got is None:
             return
-        except OSError:
-            chunk = b""
-        if not chunk:
-            self._drop(conn)
-            return
-        buf += chunk
-        if len(buf) < HEADER.size + TAG:
-            return
-        self._sel.unregister(conn)
-        del self._pending[conn]
-        header, mac = bytes(buf[: HEADER.size]), bytes(buf[HEADER.size :])
+        header, mac = got[: HEADER.size], got[HEADER.size :]
         magic, step, who, count = HEADER.unpack(header)
         signed = hmac.compare_digest(mac, tag(self._key, b"hdr", header))
         with self._cond:
-            if signed and magic == MAGIC and step >= self._below and step not in self._parked:
+            if signed and magic == MAGIC and self._admits(step, who, count):
                 conn.setblocking(True)
                 self._parked[step] = Parked(conn, who, count, header)
                 self._cond.notify_all()
                 return
         conn.close()
+
+    def _admits(self, step: int, sender: int, count: int) -> bool:
+        """Whether a signed header may park (under ``_cond``)."""
+        return (
+            self._below <= step < self._steps
+            and step not in self._parked
+            and count <= MAX_PINGS
+            and len(self._parked) < MAX_PARKED
+            and all(p.sender != sender for p in self._parked.values())
+        )

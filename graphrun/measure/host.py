@@ -146,7 +146,7 @@ def _serve(bind: str, port: int, key: bytes, step: int, timeout: float) -> socke
     deadline = time.monotonic() + timeout
     with socket.create_server((bind, port), backlog=BACKLOG) as srv:
         print(json.dumps({"up": True}), flush=True)
-        with Acceptor(srv, key) as acceptor:
+        with Acceptor(srv, key, step + 1) as acceptor:
             got = acceptor.take(step, deadline)
     if got is None:
         raise ProbeAuthError(f"no client with the probe's key came within {timeout:g}s")
@@ -171,21 +171,37 @@ def _open(to: str, key: bytes, step: int, count: int) -> socket.socket:
 def sink(
     bind: str, port: int, key: bytes, step: int = 0, timeout: float = SERVE_SECONDS
 ) -> dict[str, float]:
+    deadline = time.monotonic() + timeout
     with _serve(bind, port, key, step, timeout) as conn:
-        return receive_stream(conn)
+        return receive_stream(conn, deadline)
 
 
-def receive_stream(conn: socket.socket) -> dict[str, float]:
-    """Read ``conn`` until the sender shuts its side; the bytes and the steady rate."""
+MAX_MARKS = 4096  # arrival marks a stream keeps (past it: every other one, twice as sparse)
+
+
+def receive_stream(conn: socket.socket, until: float = math.inf) -> dict[str, float]:
+    """Read ``conn`` until the sender shuts its side; the bytes and the steady rate.
+    TimeoutError past ``until`` (``time.monotonic``): a sender never stops by itself."""
     n = 0
-    marks: list[tuple[float, int]] = []  # (arrival time, bytes so far)
+    marks: list[tuple[float, int]] = []  # (arrival time, bytes so far), at most MAX_MARKS
+    gap = 0.001  # the least time between two marks
+    last = (0.0, 0)
     buf = bytearray(CHUNK)
     while True:
         k = conn.recv_into(buf)
         if not k:
             break
         n += k
-        marks.append((time.monotonic(), n))
+        now = time.monotonic()
+        if now > until:
+            raise TimeoutError("the stream went on past its deadline")
+        last = (now, n)
+        if not marks or now - marks[-1][0] >= gap:
+            marks.append(last)
+        if len(marks) >= MAX_MARKS:
+            marks, gap = marks[::2], 2 * gap
+    if marks and marks[-1] != last:
+        marks.append(last)
     return {"bytes": n, "bytes_per_s": steady_rate(marks)}
 
 
@@ -222,19 +238,23 @@ def send_stream(conn: socket.socket, seconds: float) -> int:
 def echo(
     bind: str, port: int, key: bytes, step: int = 0, timeout: float = SERVE_SECONDS
 ) -> dict[str, bool]:
+    deadline = time.monotonic() + timeout
     with _serve(bind, port, key, step, timeout) as conn:
-        echo_back(conn)
+        echo_back(conn, until=deadline)
     return {"done": True}
 
 
-def echo_back(conn: socket.socket, total: int | None = None) -> None:
-    """Send back what arrives on ``conn``: until the peer closes, or ``total`` bytes."""
+def echo_back(conn: socket.socket, total: int | None = None, until: float = math.inf) -> None:
+    """Send back what arrives on ``conn``: until the peer closes, or ``total`` bytes;
+    TimeoutError past ``until`` (``time.monotonic``)."""
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     left = math.inf if total is None else total
     while left > 0:
         msg = conn.recv(int(min(PING_BYTES, left)))
         if not msg:
             break
+        if time.monotonic() > until:
+            raise TimeoutError("the echo went on past its deadline")
         conn.sendall(msg)
         left -= len(msg)
 

@@ -67,6 +67,7 @@ from graphrun.measure.auth import (  # noqa: F401 (the members' names for the sh
 MESSAGE_LIMIT = 4096  # bytes Kubernetes keeps of a termination message
 REPORT_VERSION = 1
 ANSWER_LIMIT = 4096  # bytes of a receiver's answer, tag included
+STREAM_SLACK_S = 30.0  # a sender's stream may last this longer than --seconds
 
 
 class PeerLost(HostError):
@@ -167,8 +168,9 @@ def run_member(cfg: MemberConfig) -> MemberReport:
         kernel_s = measure.kernel_seconds()
         memory = measure.memory_bytes(own_limit=False)
         links = []
-        with Acceptor(srv, cfg.key) as acceptor:
-            for step, pairs in enumerate(schedule(n)):
+        steps = schedule(n)
+        with Acceptor(srv, cfg.key, len(steps)) as acceptor:
+            for step, pairs in enumerate(steps):
                 for a, b in pairs:
                     if a == b == cfg.index:
                         links.append(_to_self(cfg, acceptor, step, deadline))
@@ -231,8 +233,9 @@ def _receive(
         try:
             conn.settimeout(left(deadline))
             say_go(conn, cfg.key, got.header)
-            measure.echo_back(conn, got.count * measure.PING_BYTES)
-            rate = measure.receive_stream(conn)
+            measure.echo_back(conn, got.count * measure.PING_BYTES, deadline)
+            until = min(deadline, time.monotonic() + cfg.seconds + STREAM_SLACK_S)
+            rate = measure.receive_stream(conn, until)
             body = json.dumps(rate).encode()
             conn.sendall(body + tag(cfg.key, b"ans", got.header, body))
         except OSError as exc:

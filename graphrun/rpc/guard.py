@@ -19,10 +19,18 @@ connection while all of them together hold more than ``4 * limit`` with nothing 
 The check runs every :data:`CHECK_S` seconds (a ``getsockopt`` per connection), so a
 connection can overshoot by what arrives in that time. ``ipc://`` and ``inproc://``
 connections (same machine, no TCP) are not watched.
+
+:class:`GuardedRouter` is the one receiving side of every ROUTER socket a server runs (the
+store's and parameter servers' :class:`~graphrun.rpc.transport.RpcServer`, the trainers'
+:class:`~graphrun.rpc.rendezvous.RendezvousServer`): ``MAXMSGSIZE`` and the handshake's
+deadline on the socket, this guard fed from the socket's monitor, and
+:meth:`GuardedRouter.recv`, which reads a message frame by frame and past ``max_frames``
+frames or ``max_bytes`` bytes throws the rest away, frame by frame, never kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import struct
@@ -32,10 +40,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 log = logging.getLogger("graphrun.rpc")
 
 CHECK_S = 0.05
+HANDSHAKE_MS = 5000  # a peer must finish the CURVE handshake this fast (libzmq: 30 s)
 BUSY_FACTOR = 4
 _BYTES_RECEIVED = 128  # offset of tcpi_bytes_received (u64) in struct tcp_info (Linux >= 4.1)
 _CURVE_BOX = 33  # "\x07MESSAGE" + 8-byte nonce + 16-byte MAC + 1 flags byte
@@ -175,3 +185,87 @@ class ConnectionGuard:
             )  # fmt: skip
             _shutdown(fd)
             self.cut += 1
+
+
+@dataclass(frozen=True)
+class RouterLimits:
+    """What one message to a ROUTER server may be: frames after the routing id, the
+    largest frame (``MAXMSGSIZE``, before the CURVE handshake too) and the bytes of all
+    its frames (whole, or in the making: the guard's limit)."""
+
+    max_frames: int
+    max_frame_bytes: int
+    max_bytes: int
+
+
+class GuardedRouter:
+    """The bounded receiving side of the ROUTER socket ``sock`` (module doc); ``events``:
+    more monitor events the owner wants (handed to ``on_event``)."""
+
+    def __init__(
+        self,
+        sock: zmq.Socket,
+        limits: RouterLimits,
+        curve: bool,
+        name: str,
+        warn: Callable[..., None],
+        events: int = 0,
+        on_event: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.sock, self.limits, self._on_event = sock, limits, on_event
+        sock.setsockopt(zmq.MAXMSGSIZE, limits.max_frame_bytes)
+        sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
+        self.guard = ConnectionGuard(limits.max_bytes, curve, name, warn)
+        self.monitor = sock.get_monitor_socket(events | ConnectionGuard.EVENTS)  # before bind
+
+    def drain_events(self) -> None:
+        """The monitor's events so far: connections for the guard, the rest the owner's."""
+        while self.monitor.poll(0, zmq.POLLIN):
+            ev = recv_monitor_message(self.monitor)
+            event, value = int(ev["event"]), int(ev["value"])
+            self.guard.on_event(event, value)
+            if self._on_event is not None:
+                self._on_event(event, value)
+
+    def tick(self) -> None:
+        """The guard's check, when it is due (call at least every :data:`CHECK_S`)."""
+        if self.guard.due():  # the connections it knows first (monitor events)
+            self.drain_events()
+            self.guard.tick(lambda: bool(self.sock.poll(0, zmq.POLLIN)))
+
+    def recv(self) -> tuple[list[Any], str]:
+        """One message (``frames[0]``: the routing id), frame by frame, and what is wrong
+        with its size ("" if nothing): past ``max_frames`` frames or ``max_bytes`` bytes
+        the rest is received and thrown away frame by frame (never kept)."""
+        sock, lim = self.sock, self.limits
+        frames = [sock.recv(copy=False)]
+        size = 0
+        while frames[-1].more:
+            frame = sock.recv(copy=False)
+            frames.append(frame)
+            size += len(frame)
+            if len(frames) > lim.max_frames + 1 or size > lim.max_bytes:
+                fd = srcfd(frame)
+                while frame.more:  # the rest of it: counted, not kept
+                    frame = sock.recv(copy=False)
+                    self.guard.on_dropped(fd, len(frame))
+                self.guard.on_message(frames)
+                if size > lim.max_bytes:
+                    return frames, f"{size}+ bytes exceed the limit of {lim.max_bytes}"
+                return frames, f"{len(frames) - 1}+ frames exceed the limit of {lim.max_frames}"
+        self.guard.on_message(frames)
+        return frames, ""
+
+    def close(self) -> None:
+        """Stop the monitor (before the socket closes)."""
+        with contextlib.suppress(zmq.ZMQError):
+            self.sock.disable_monitor()
+        self.monitor.close(0)
+
+
+def srcfd(frame: Any) -> int:
+    """The file descriptor of the connection a frame came in on (-1: none, e.g. inproc)."""
+    try:
+        return int(frame.get(zmq.SRCFD))
+    except (zmq.ZMQError, AttributeError, TypeError):
+        return -1

@@ -16,23 +16,32 @@ Wire (every message is raw byte frames; nothing is unpickled)::
 
 Memory is bounded (:class:`Limits`): a key of at most ``max_key`` bytes, a value of at
 most ``max_value``, at most ``max_keys`` keys and ``max_bytes`` of keys and values in
-all; a request beyond them is answered ``error`` and changes nothing, and ZeroMQ drops a
-frame much larger than a key and a value (``MAXMSGSIZE``) before it is read. Requests
-waiting to be read are bounded by ZeroMQ's receive high-water mark (:data:`RCVHWM` a
-peer), and a peer that does not finish the CURVE handshake within 5 s is dropped (as by
-the store servers, :data:`graphrun.rpc.transport.HANDSHAKE_MS`).
+all; a request beyond them is answered ``error`` and changes nothing. A message is
+received as the store's are (:class:`graphrun.rpc.guard.GuardedRouter`): ZeroMQ drops a
+frame much larger than a key and a value (``MAXMSGSIZE``) before it is read, a message
+of more than ``max_frames`` frames or :meth:`Limits.request_bytes` bytes is answered
+``error`` and the rest of it thrown away frame by frame, and a connection holding more
+than that of a message not yet whole is shut down (a key holder's message of 8,192
+frames of 64 KiB took this server from 109 MiB to 1,070 MiB before). Requests waiting to
+be read are bounded by ZeroMQ's receive high-water mark (:data:`RCVHWM` a peer) and by
+that guard, and a peer that does not finish the CURVE handshake within 5 s is dropped
+(:data:`graphrun.rpc.guard.HANDSHAKE_MS`). A request that is not one of the table's is
+answered ``error`` with one (rate-limited) log line, and the server goes on.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 
 import zmq
 
 from graphrun.errors import ArgumentError
-from graphrun.rpc.auth import KeyPair, secure_server
-from graphrun.rpc.transport import HANDSHAKE_MS
+from graphrun.rpc.auth import KeyPair, RateLimitedLog, secure_server
+from graphrun.rpc.guard import CHECK_S, GuardedRouter, RouterLimits
+
+NOISY = RateLimitedLog(logging.getLogger("graphrun.rendezvous"))
 
 RCVHWM = 1000  # requests queued a peer, at most
 
@@ -47,11 +56,23 @@ class Limits:
     max_key: int = 1024  # bytes
     max_value: int = 64 * 1024  # bytes
     max_bytes: int = 64 * 1024 * 1024  # keys and values together
+    max_frames: int = 64  # of one request: torch's wait() names a few keys
 
     def __post_init__(self) -> None:
-        for name in ("max_keys", "max_key", "max_value", "max_bytes"):
+        for name in ("max_keys", "max_key", "max_value", "max_bytes", "max_frames"):
             if getattr(self, name) < 1:
                 raise ArgumentError(f"{name}: must be >= 1, got {getattr(self, name)}")
+
+    def request_bytes(self) -> int:
+        """The most one request may hold: a ``cas`` (a key, two values) or a ``check`` of
+        ``max_frames`` keys, and the frames' few bytes of op and envelope."""
+        return max(self.max_key + 2 * self.max_value, self.max_frames * self.max_key) + 64
+
+    def router(self) -> RouterLimits:
+        # a frame larger than a key and a value is never read into memory (the margin:
+        # the CURVE handshake's own messages, a few hundred bytes, pass the same check)
+        frame = self.max_key + self.max_value + 4096
+        return RouterLimits(self.max_frames + 3, frame, self.request_bytes())
 
 
 class TableFull(Exception):
@@ -66,15 +87,15 @@ class RendezvousServer:
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.linger = 0
-        # a frame larger than a key and a value is never read into memory (the margin:
-        # the CURVE handshake's own messages, a few hundred bytes, pass the same check)
-        self._sock.maxmsgsize = self.limits.max_key + self.limits.max_value + 4096
         self._sock.rcvhwm = RCVHWM
-        self._sock.handshake_ivl = HANDSHAKE_MS
         self._auth = secure_server(self._ctx, self._sock, keys, name="rendezvous")
+        self._router = GuardedRouter(
+            self._sock, self.limits.router(), True, "rendezvous", NOISY.warning
+        )
         try:
             self._sock.bind(bind)
         except zmq.ZMQError as exc:
+            self._router.close()
             self._sock.close()
             self._auth.stop()
             self._ctx.term()
@@ -132,20 +153,29 @@ class RendezvousServer:
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
         while not self._stop.is_set():
-            if not poller.poll(100):
-                continue
-            frames = self._sock.recv_multipart()
-            # [identity, b"", op, args...] from a REQ socket
-            if len(frames) < 3:
-                continue
-            head, op, args = frames[:2], frames[2], frames[3:]
-            try:
-                reply = self._answer(op, args)
-            except (IndexError, ValueError):
-                reply = [b"error", b"malformed request"]
-            except TableFull as exc:
-                reply = [b"error", f"rendezvous full: {exc}".encode()]
-            self._sock.send_multipart([*head, *reply])
+            ready = poller.poll(int(CHECK_S * 1000))
+            self._router.tick()
+            if ready:
+                self._serve_one(*self._router.recv())
+
+    def _serve_one(self, frames: list[zmq.Frame], too_big: str) -> None:
+        # [identity, b"", op, args...] from a REQ socket
+        if len(frames) < 3:
+            return
+        head = [frames[0].bytes, frames[1].bytes]
+        if too_big:
+            NOISY.warning("rendezvous: refused a request from %s: %s", head[0].hex(), too_big)
+            self._sock.send_multipart([*head, b"error", f"refused: {too_big}".encode()])
+            return
+        op, args = frames[2].bytes, [f.bytes for f in frames[3:]]
+        try:
+            reply = self._answer(op, args)
+        except (IndexError, ValueError):
+            NOISY.warning("rendezvous: a malformed %r request from %s", op[:16], head[0].hex())
+            reply = [b"error", b"malformed request"]
+        except TableFull as exc:
+            reply = [b"error", f"rendezvous full: {exc}".encode()]
+        self._sock.send_multipart([*head, *reply])
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the server thread ends (after :meth:`close` from elsewhere) or
@@ -156,6 +186,7 @@ class RendezvousServer:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+        self._router.close()
         self._sock.close()
         self._auth.stop()
         self._ctx.term()

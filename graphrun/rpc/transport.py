@@ -52,7 +52,7 @@ from graphrun.rpc.codec import (
     peek_request,
 )
 from graphrun.rpc.guard import CHECK_S as GUARD_CHECK_S
-from graphrun.rpc.guard import ConnectionGuard
+from graphrun.rpc.guard import GuardedRouter, RouterLimits, srcfd
 
 log = logging.getLogger("graphrun.rpc")
 
@@ -86,7 +86,6 @@ def _error_type(exc: BaseException) -> str:
 
 # Bad or failed requests: at most 10 lines a minute (a fuzzer made 6,248 lines in one run)
 NOISY = RateLimitedLog(log)
-HANDSHAKE_MS = 5000  # a peer must finish the CURVE handshake this fast (libzmq: 30 s)
 
 _REFUSED_EVENTS = (
     zmq.EVENT_HANDSHAKE_FAILED_AUTH
@@ -167,17 +166,20 @@ class RpcServer:
         self.name = name
         # the Z85 public key of the request being handled (None without CURVE)
         self.current_user: str | None = None
+        self.current_conn = -1  # the fd of the connection it came on (-1: none)
+        self.on_disconnect: Callable[[int], None] | None = None  # a closed connection's fd
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.linger = 0
-        self._sock.setsockopt(zmq.MAXMSGSIZE, limits.max_request_frame_bytes)
-        self._sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
         self._auth = secure_server(self._ctx, self._sock, keys, name, admit) if keys else None
-        self.guard = ConnectionGuard(
-            limits.max_request_bytes, keys is not None, name, NOISY.warning
+        bounds = RouterLimits(
+            limits.max_frames, limits.max_request_frame_bytes, limits.max_request_bytes
         )
-        events = _REFUSED_EVENTS | ConnectionGuard.EVENTS
-        self._monitor = self._sock.get_monitor_socket(events)  # before bind: close()
+        self._router = GuardedRouter(
+            self._sock, bounds, keys is not None, name, NOISY.warning, _REFUSED_EVENTS,
+            self._log_refused,
+        )  # fmt: skip
+        self.guard = self._router.guard
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
         if waker is not None:
@@ -194,39 +196,39 @@ class RpcServer:
         self.address: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.handled = 0
 
-    def _log_refused(self) -> None:
-        """Monitor events: connections for the guard, and failed handshakes. A wrong or
-        missing key is logged by the ZAP handler, which knows the peer's address
-        (:func:`~graphrun.rpc.auth.secure_server`); a peer that closes before any
-        greeting — a plain TCP connect, as readiness probes and Kubernetes ``tcpSocket``
-        probes do — is no attack and logged at DEBUG only; a garbled greeting is a
-        (rate-limited) warning. The monitor knows only this server's own endpoint, not
-        the peer's."""
-        while self._monitor.poll(0, zmq.POLLIN):
-            ev = recv_monitor_message(self._monitor)
-            self.guard.on_event(int(ev["event"]), int(ev["value"]))
-            if ev["event"] & zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
-                REFUSED.warning("%s: refused a connection: protocol error in the handshake",
-                                self.name)  # fmt: skip
-            elif ev["event"] & zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-                log.debug("%s: a peer closed before the handshake (a TCP probe?)", self.name)
+    def _log_refused(self, event: int, value: int) -> None:
+        """Monitor events: a closed connection (``on_disconnect``), failed handshakes. A
+        wrong or missing key is logged by the ZAP handler, which knows the peer's address
+        (:func:`~graphrun.rpc.auth.secure_server`); a peer that closes before any greeting
+        (a plain TCP connect, as readiness and Kubernetes ``tcpSocket`` probes do) is no
+        attack, logged at DEBUG only; a garbled greeting is a (rate-limited) warning."""
+        if event & zmq.EVENT_DISCONNECTED and self.on_disconnect is not None:
+            self.on_disconnect(value)
+        elif event & zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+            REFUSED.warning("%s: refused a connection: protocol error in the handshake",
+                            self.name)  # fmt: skip
+        elif event & zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            log.debug("%s: a peer closed before the handshake (a TCP probe?)", self.name)
 
     def poll(self, timeout_ms: int) -> int:
         """Serve the requests that arrive within ``timeout_ms``; returns how many. The
         connection guard (:mod:`graphrun.rpc.guard`) checks in between, while waiting too."""
         n = 0
         end = time.monotonic() + timeout_ms / 1000
-        self._log_refused()
+        self._router.drain_events()
         self._woken = False
         while True:
             left_ms = 0 if n else max(0, int((end - time.monotonic()) * 1000))
             if self._wait(min(left_ms, int(GUARD_CHECK_S * 1000))):
-                self._serve_one(*self._recv())
+                frames, too_big = self._router.recv()
+                if self.on_disconnect is not None:  # a closed fd's end before a new one's use
+                    self._router.drain_events()
+                self._serve_one(frames, too_big)
                 n += 1
             elif n or self._woken or time.monotonic() >= end:
-                self._guard_tick()
+                self._router.tick()
                 return n
-            self._guard_tick()
+            self._router.tick()
 
     def _wait(self, timeout_ms: int) -> bool:
         """Whether a request arrived within ``timeout_ms``; a wake ends the wait early."""
@@ -238,33 +240,6 @@ class RpcServer:
             self._woken = True
         return self._sock in events
 
-    def _guard_tick(self) -> None:
-        if self.guard.due():  # the connections it knows first (monitor events)
-            self._log_refused()
-            self.guard.tick(lambda: bool(self._sock.poll(0, zmq.POLLIN)))
-
-    def _recv(self) -> tuple[list[Any], str]:
-        """One message, frame by frame, and what is wrong with its size ("" if nothing):
-        past ``max_frames`` frames or ``max_request_bytes`` bytes the rest is received
-        and thrown away frame by frame (never kept)."""
-        frames = [self._sock.recv(copy=False)]
-        size, lim = 0, self.limits
-        while frames[-1].more:
-            frame = self._sock.recv(copy=False)
-            frames.append(frame)
-            size += len(frame)
-            if len(frames) > lim.max_frames + 1 or size > lim.max_request_bytes:
-                fd = _srcfd(frame)
-                while frame.more:  # the rest of it: counted, not kept
-                    frame = self._sock.recv(copy=False)
-                    self.guard.on_dropped(fd, len(frame))
-                self.guard.on_message(frames)
-                if size > lim.max_request_bytes:
-                    return frames, f"{size}+ bytes exceed the limit of {lim.max_request_bytes}"
-                return frames, f"{len(frames) - 1}+ frames exceed the limit of {lim.max_frames}"
-        self.guard.on_message(frames)
-        return frames, ""
-
     def _serve_one(self, frames: list[Any], too_big: str = "") -> None:
         peer, payload = frames[0].bytes, frames[1:]
         if too_big:
@@ -273,6 +248,7 @@ class RpcServer:
             self._reply(peer, error_message(rid, op, "ProtocolError", too_big))
             return
         self.current_user = _user_id(frames[-1]) if self._auth is not None else None
+        self.current_conn = srcfd(frames[-1])
         try:
             msg = decode(payload, self.limits)
         except ProtocolError as exc:
@@ -331,19 +307,9 @@ class RpcServer:
         if self._auth is not None:
             self._auth.stop()
             self._auth = None
-        with contextlib.suppress(zmq.ZMQError):
-            self._sock.disable_monitor()
-        self._monitor.close(0)
+        self._router.close()
         self._sock.close(linger=1000)  # let the last replies (e.g. to "stop") go out
         self._ctx.term()
-
-
-def _srcfd(frame: Any) -> int:
-    """The file descriptor of the connection a frame came in on (-1: none, e.g. inproc)."""
-    try:
-        return int(frame.get(zmq.SRCFD))
-    except (zmq.ZMQError, AttributeError, TypeError):
-        return -1
 
 
 def _user_id(frame: Any) -> str | None:

@@ -7,7 +7,7 @@ serves one job), and its state is :class:`~graphrun.store.ps_state.ShardState`.
 =========  ==============================================================================
 op         body; tensors -> reply
 =========  ==============================================================================
-stats      -> {"role", "ready", "clock"}   (readiness probe, as a store's stats)
+stats      -> {"role", "ready", "clock", "parked"}   (readiness probe, as a store's stats)
 ps_init    names, shapes, trainers, mode, staleness, optimizer; (param,) -> {}
 ps_push    rank, clock; (grad,) -> {}
 ps_pull    step -> {"clock"}; (param,), answered once the step's parameters exist
@@ -19,12 +19,19 @@ stop       -> {} and the server shuts down
 ``ps_pull`` is the one request answered late: a pull for a step whose parameters are
 not there yet (sync: not every trainer pushed; async: a trainer more than ``staleness``
 steps behind; or ``ps_init`` not received) is parked and answered when a push makes it
-ready. Parked pulls cost a reply envelope each; the trainer's wait has its timeout.
+ready. A parked pull keeps its peer, request id and step, never its request's frames; at
+most :data:`PARKED_PER_PEER` a peer and :data:`PARKED` in all wait (a pull past them is
+refused with an error), and one parked longer than :data:`PARK_S` (the trainer's own wait)
+is answered with an error and forgotten; one whose connection closes is forgotten then.
+Every count in a request is bounded: ``trainers`` by :data:`MAX_TRAINERS`, ``staleness``
+and every step and clock by :data:`MAX_STEP`, a shape's sizes by what the parameters
+frame can hold. (Before: 12 parked pulls kept +384 MiB, and ``trainers`` 2^27 took 1 GiB.)
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,11 +43,29 @@ import numpy as np
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import RoleName
 from graphrun.rpc.auth import KeyPair
-from graphrun.rpc.codec import Message, MsgKind
+from graphrun.rpc.codec import DEFAULT_LIMITS, Limits, Message, MsgKind, error_message
 from graphrun.rpc.transport import RpcServer
 from graphrun.store.ps_state import AdamConfig, DenseAdam, ShardState
 
 log = logging.getLogger("graphrun.ps")
+
+MAX_TRAINERS = 4096  # trainers of one job (a clock each)
+MAX_STEP = 1 << 62  # steps, clocks, staleness
+MAX_NDIM = DEFAULT_LIMITS.max_ndim  # dimensions of a parameter
+PARKED_PER_PEER = 4  # pulls waiting for one trainer (one per step it is ahead, a retry)
+PARKED = 4 * MAX_TRAINERS  # pulls waiting in all
+PARK_S = 300.0  # a parked pull's deadline (the trainers' PSClient timeout)
+
+
+@dataclass(frozen=True)
+class Parked:
+    """A pull waiting for its step: what its answer needs, nothing of its request."""
+
+    peer: bytes
+    request_id: int
+    step: int
+    until: float  # time.monotonic() deadline
+    conn: int  # the connection it came on (its fd; -1: none known)
 
 
 @dataclass(frozen=True)
@@ -49,12 +74,15 @@ class PSConfig:
     address: str = "tcp://127.0.0.1:0"
     keys: KeyPair | None = None
     profile_file: Path | None = None  # at stop, append a PSRecord line (placement profile)
+    limits: Limits = DEFAULT_LIMITS  # what one request may be (graphrun.rpc.codec)
 
 
-def _int(body: Any, key: str, op: str) -> int:
+def _int(body: Any, key: str, op: str, top: int = MAX_STEP) -> int:
     val = body.get(key)
     if not isinstance(val, int) or isinstance(val, bool):
         raise ArgumentError(f"{op}: field {key!r} must be an integer")
+    if not 0 <= val <= top:
+        raise ArgumentError(f"{op}: field {key!r} is {val}, not in [0, {top}]")
     return val
 
 
@@ -74,6 +102,8 @@ def init_shard(body: Any, tensors: tuple[np.ndarray, ...]) -> ShardState:
     for s in shapes:
         if not isinstance(s, list) or not all(isinstance(x, int) and x >= 0 for x in s):
             raise ArgumentError("ps_init: every shape must be a list of sizes >= 0")
+        if len(s) > MAX_NDIM or math.prod(s) > MAX_STEP:  # int64 overflow could match
+            raise ArgumentError(f"ps_init: shape {s[: MAX_NDIM + 1]} is not a tensor's")
     opt = body.get("optimizer", {})
     if not isinstance(opt, dict) or set(opt) - {"lr", "beta1", "beta2", "eps", "weight_decay"}:
         raise ArgumentError("ps_init: field 'optimizer' has unknown keys")
@@ -86,7 +116,7 @@ def init_shard(body: Any, tensors: tuple[np.ndarray, ...]) -> ShardState:
         shapes=tuple(tuple(s) for s in shapes),
         param=param,
         opt=DenseAdam(AdamConfig(**opt), param.size),
-        trainers=_int(body, "trainers", "ps_init"),
+        trainers=_int(body, "trainers", "ps_init", MAX_TRAINERS),
         mode=mode if mode in ("sync", "async") else _bad_mode(mode),
         staleness=_int(body, "staleness", "ps_init"),
     )
@@ -102,17 +132,18 @@ class ParameterServer:
     def __init__(self, index: int) -> None:
         self.name = str(RoleName.ps(index))
         self.shard: ShardState | None = None
-        self.parked: list[tuple[bytes, Message]] = []
+        self.parked: list[Parked] = []
         self.pushes = 0  # gradients received (the profile's CPU per step divides by them)
         self.stop_requested = False
         self.reply: Callable[[bytes, Message], None] = lambda peer, msg: None
+        self.conn: Callable[[], int] = lambda: -1  # the current request's connection
 
     def handle(self, peer: bytes, msg: Message) -> Message | None:
         body, op = msg.body, msg.op
         if op == "stats":
             clock = self.shard.clock if self.shard else None
             return self._ok(msg, {"role": self.name, "ready": self.shard is not None,
-                                  "clock": clock})  # fmt: skip
+                                  "clock": clock, "parked": len(self.parked)})  # fmt: skip
         if op == "stop":
             self.stop_requested = True
             return self._ok(msg)
@@ -124,11 +155,11 @@ class ParameterServer:
             self._release()
             return self._ok(msg)
         if op == "ps_pull":
-            _int(body, "step", op)
-            if self.shard is None or not self.shard.ready(body["step"]):
-                self.parked.append((peer, msg))
+            step = _int(body, "step", op)
+            if self.shard is None or not self.shard.ready(step):
+                self._park(peer, msg.request_id, step)
                 return None
-            return self._params(msg)
+            return self._params(msg.request_id)
         shard = self._shard(op)
         if op == "ps_push":
             rank, clock = _int(body, "rank", op), _int(body, "clock", op)
@@ -156,10 +187,22 @@ class ParameterServer:
     def _ok(msg: Message, body: dict[str, Any] | None = None) -> Message:
         return Message(MsgKind.REPLY, msg.op, msg.request_id, body or {})
 
-    def _params(self, msg: Message) -> Message:
-        shard = self._shard(msg.op)
+    def _params(self, request_id: int) -> Message:
+        shard = self._shard("ps_pull")
         body = {"clock": shard.clock}
-        return Message(MsgKind.REPLY, msg.op, msg.request_id, body, (shard.param.copy(),))
+        return Message(MsgKind.REPLY, "ps_pull", request_id, body, (shard.param.copy(),))
+
+    def _park(self, peer: bytes, request_id: int, step: int) -> None:
+        mine = sum(p.peer == peer for p in self.parked)
+        if mine >= PARKED_PER_PEER or len(self.parked) >= PARKED:
+            limit = f"{PARKED_PER_PEER} a peer" if mine >= PARKED_PER_PEER else f"{PARKED} in all"
+            raise StoreError(f"ps_pull: too many pulls wait for their step ({limit})")
+        until = time.monotonic() + PARK_S
+        self.parked.append(Parked(peer, request_id, step, until, self.conn()))
+
+    def disconnected(self, conn: int) -> None:
+        """Forget the pulls parked on connection ``conn``, closed (no one to answer)."""
+        self.parked = [p for p in self.parked if p.conn != conn]
 
     def _release(self) -> None:
         """Answer the parked pulls that are ready now."""
@@ -167,12 +210,23 @@ class ParameterServer:
         if shard is None or not self.parked:
             return
         keep = []
-        for peer, msg in self.parked:
-            if shard.ready(msg.body["step"]):
-                self.reply(peer, self._params(msg))
+        for p in self.parked:
+            if shard.ready(p.step):
+                self.reply(p.peer, self._params(p.request_id))
             else:
-                keep.append((peer, msg))
+                keep.append(p)
         self.parked = keep
+
+    def expire(self) -> None:
+        """Answer the parked pulls past their deadline with an error, and forget them."""
+        now = time.monotonic()
+        late = [p for p in self.parked if p.until < now]
+        if not late:
+            return
+        self.parked = [p for p in self.parked if p.until >= now]
+        text = f"step not ready within {PARK_S:g} s (a trainer gone?)"
+        for p in late:
+            self.reply(p.peer, error_message(p.request_id, "ps_pull", "StoreError", text))
 
 
 def run_ps(
@@ -182,14 +236,16 @@ def run_ps(
 ) -> None:
     """Serve one parameter-server shard until a ``stop`` request or ``should_stop()``."""
     ps = ParameterServer(cfg.index)
-    server = RpcServer(cfg.address, ps.handle, keys=cfg.keys, name=ps.name)
+    server = RpcServer(cfg.address, ps.handle, keys=cfg.keys, limits=cfg.limits, name=ps.name)
     ps.reply = server.reply
+    ps.conn = lambda: server.current_conn
+    server.on_disconnect = ps.disconnected
     try:
         log.info("%s serving on %s", ps.name, server.address)
         if on_ready is not None:
             on_ready(server.address)
         t0 = time.process_time()
-        server.serve_forever(lambda: ps.stop_requested or should_stop())
+        server.serve_forever(lambda: ps.stop_requested or should_stop(), ps.expire)
         cpu_s = time.process_time() - t0
         log.info("%s stopping; clock %s, %d pushes, cpu %.2fs", ps.name,
                  ps.shard.clock if ps.shard else None, ps.pushes, cpu_s)  # fmt: skip

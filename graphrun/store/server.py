@@ -33,7 +33,7 @@ from graphrun.partition.book import PartitionBook
 from graphrun.partition.format import load_partition
 from graphrun.rpc.access import Access, ClientKeys
 from graphrun.rpc.auth import KeyPair
-from graphrun.rpc.codec import Message, MsgKind
+from graphrun.rpc.codec import DEFAULT_LIMITS, Limits, Message, MsgKind
 from graphrun.rpc.transport import RpcClient, RpcServer, Waker
 from graphrun.store import handlers, replicas
 from graphrun.store.policy import policies_from_book
@@ -78,6 +78,7 @@ class ServerConfig:
     extensions: Sequence[str] = field(default_factory=tuple)
     clients_dir: Path | None = None  # job keys admitted besides the admin key (rpc/access.py)
     profile_file: Path | None = None  # at stop, append a ServeRecord line (placement profile)
+    limits: Limits = DEFAULT_LIMITS  # what one request may be (graphrun.rpc.codec)
 
 
 def _check_config(cfg: ServerConfig) -> None:
@@ -314,7 +315,10 @@ def run_server(
         box: list[RpcServer] = []
         handler = make_handler(state, registry, access, lambda: box[0].current_user)
         admit = clients.__contains__ if clients is not None else None
-        server = RpcServer(cfg.address, handler, keys=cfg.keys, name=name, admit=admit, waker=waker)
+        server = RpcServer(
+            cfg.address, handler, keys=cfg.keys, limits=cfg.limits, name=name, admit=admit,
+            waker=waker,
+        )  # fmt: skip
         box.append(server)
         address = _advertised(server.address, cfg.advertise_host)
         if main is not None:

@@ -182,3 +182,23 @@ def test_graphrun_ps_refuses_bad_flags_in_one_line(capsys):
     assert "--key-file: give the job's key file" in capsys.readouterr().err
     assert main(["ps", "--index", "-1", "--insecure"]) == 2
     assert "argument --index: -1 is not in [0, 63]" in capsys.readouterr().err
+
+
+def test_a_parked_pull_past_its_deadline_is_answered_with_an_error_and_forgotten(monkeypatch):
+    from graphrun.rpc.codec import Message, MsgKind
+    from graphrun.store import ps_server
+
+    ps = ps_server.ParameterServer(0)
+    sent: list[tuple[bytes, Message]] = []
+    ps.reply = lambda peer, msg: sent.append((peer, msg))
+    pull = Message(MsgKind.REQUEST, "ps_pull", 9, {"step": 3})
+    assert ps.handle(b"peer", pull) is None  # parked: no ps_init yet
+    ps.expire()
+    assert sent == [] and len(ps.parked) == 1
+    monkeypatch.setattr(ps_server, "PARK_S", -1.0)
+    ps.parked.clear()
+    assert ps.handle(b"peer", pull) is None
+    ps.expire()
+    ((peer, msg),) = sent
+    assert (peer, msg.kind, msg.request_id, ps.parked) == (b"peer", MsgKind.ERROR, 9, [])
+    assert "not ready within" in msg.body["message"]
