@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from graphrun.errors import DatasetError
-from graphrun.files import atomic_dir
+from graphrun.files import atomic_dir, read_json, write_failed
 from graphrun.graph.format import (
     _check_id_map,
     _field,
@@ -51,9 +51,7 @@ from graphrun.graph.format import (
     check_header,
     describe_graph,
     load_npy,
-    read_json,
     read_types,
-    write_failed,
 )
 from graphrun.graph.graph import Graph, _check_rows
 from graphrun.names import CanonicalEtype, etype_key, parse_etype_key
@@ -219,7 +217,7 @@ def load_chunked_meta(path: str | Path) -> ChunkedMeta:
             f"{root}: a whole dataset, not a chunked one (write one with "
             "`graphrun generate ... --chunks N` or `graphrun import ... --chunks N`)"
         )
-    meta = read_json(mfile, "chunked dataset metadata")
+    meta = read_json(mfile, "chunked dataset metadata", DatasetError)
     check_header(meta, mfile, FORMAT, VERSION, DatasetError)
     num_nodes = _field(meta, "num_nodes", int, mfile)
     num_edges = _field(meta, "num_edges", int, mfile)
@@ -280,7 +278,7 @@ class Chunk:
 
 def _check_chunk_meta(meta: ChunkedMeta, k: int, d: Path) -> None:
     cfile = d / CHUNK_META
-    cm = read_json(cfile, f"chunk {k} of {meta.path}")
+    cm = read_json(cfile, f"chunk {k} of {meta.path}", DatasetError)
     check_header(cm, cfile, CHUNK_FORMAT, VERSION, DatasetError)
     want = {
         "dataset_id": meta.dataset_id,

@@ -29,17 +29,15 @@ dataset behind.
 
 from __future__ import annotations
 
-import errno
 import json
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from graphrun.errors import DatasetError, HostError, UserError
-from graphrun.files import atomic_dir, dir_is_free
+from graphrun.errors import DatasetError, UserError
+from graphrun.files import atomic_dir, dir_is_free, read_json, write_failed
 from graphrun.graph.graph import Graph
 from graphrun.names import etype_key, parse_etype_key
 
@@ -62,18 +60,6 @@ def ensure_free(final: str | Path) -> None:
     before minutes of work, and again by :func:`graphrun.files.atomic_dir`."""
     if not dir_is_free(final):
         raise DatasetError(f"{final}: already exists and is not empty")
-
-
-def write_failed(path: Path, exc: OSError) -> HostError:
-    """One line for a failed write: the path, and "no space left" when the disk is full
-    (numpy reports a short write as a bare "N requested and M written")."""
-    try:
-        free = shutil.disk_usage(Path(path).parent).free
-    except OSError:
-        free = -1
-    full = exc.errno == errno.ENOSPC or 0 <= free < 1 << 20
-    reason = "no space left on device" if full else (exc.strerror or str(exc))
-    return HostError(f"{path}: cannot write: {reason}" + (f" ({free} bytes free)" if full else ""))
 
 
 def describe_graph(graph: Graph, id_maps: Mapping[str, np.ndarray]) -> dict[str, Any]:
@@ -157,25 +143,10 @@ def load_id_maps(path: str | Path) -> dict[str, np.ndarray]:
     """The original ids stored by an importer: ``{ntype: ids}`` (empty if none)."""
     root = Path(path)
     mfile = root / META_FILE
-    maps = read_json(mfile, "dataset metadata").get("id_maps") or {}
+    maps = read_json(mfile, "dataset metadata", DatasetError).get("id_maps") or {}
     if not isinstance(maps, dict):
         raise DatasetError(f"{mfile}: field 'id_maps' must be an object")
     return {t: load_npy(root / "ids" / f"{t}.npy", mmap=True) for t in maps}
-
-
-def read_json(path: Path, what: str, error: type[UserError] = DatasetError) -> dict[str, Any]:
-    """Read a JSON object, turning every failure into one clear line (an ``error``)."""
-    if not path.is_file():
-        raise error(f"{path}: missing ({what})")
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise error(f"{path}: not valid JSON ({exc})") from None
-    except RecursionError:  # json.loads of 100k nested brackets
-        raise error(f"{path}: nested too deeply to be {what}") from None
-    if not isinstance(meta, dict):
-        raise error(f"{path}: expected a JSON object")
-    return meta
 
 
 def check_header(
@@ -236,7 +207,7 @@ def load_dataset(path: str | Path, mmap: bool = True) -> Graph:
     if not root.is_dir():
         raise DatasetError(f"{root}: no such dataset directory")
     mfile = root / META_FILE
-    meta = read_json(mfile, "dataset metadata")
+    meta = read_json(mfile, "dataset metadata", DatasetError)
     check_header(meta, mfile, FORMAT, VERSION, DatasetError)
     num_nodes = _field(meta, "num_nodes", int, mfile)
     node_types, node_offsets, edge_types, edge_offsets = read_types(meta, mfile)

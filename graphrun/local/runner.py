@@ -101,7 +101,9 @@ class JobReport:
 
 
 class _Ended(Exception):
-    """The attempt ended for a reason that is not a role failure (deadline, stop)."""
+    """The attempt ended for a reason that is not a role failure (deadline, stop).
+    Control flow inside this module, never raised to a caller: outside the error tree
+    on purpose."""
 
     def __init__(self, kind: EventKind, message: str) -> None:
         super().__init__(message)

@@ -52,6 +52,7 @@ from graphrun.errors import (
     DatasetError,
     GraphrunError,
     PartitionFormatError,
+    PeerLost,
     UserError,
 )
 from graphrun.files import atomic_dir, commit_dir
@@ -59,7 +60,7 @@ from graphrun.graph.chunked import check_chunks, load_chunked_meta, rank_chunks,
 from graphrun.names import owners
 from graphrun.partition import balance, shuffle
 from graphrun.partition.arrays import unique_counts
-from graphrun.partition.comm import Comm, PeerLost, by_rank
+from graphrun.partition.comm import Comm, by_rank
 from graphrun.partition.format import (
     WriteOptions,
     shared_output,

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from graphrun.errors import ArgumentError
+from graphrun.errors import ArgumentError, TableFull
 from graphrun.rpc.auth import KeyPair, secure_server
 from graphrun.rpc.transport import HANDSHAKE_MS
 
@@ -52,10 +52,6 @@ class Limits:
         for name in ("max_keys", "max_key", "max_value", "max_bytes"):
             if getattr(self, name) < 1:
                 raise ArgumentError(f"{name}: must be >= 1, got {getattr(self, name)}")
-
-
-class TableFull(Exception):
-    """A request would go beyond :class:`Limits` (its message says which)."""
 
 
 class RendezvousServer:

@@ -36,8 +36,7 @@ from typing import Any
 import torch
 
 from graphrun.errors import ArgumentError
-from graphrun.files import write_atomic
-from graphrun.graph.format import write_failed
+from graphrun.files import write_atomic, write_failed
 
 FORMAT = "graphrun-checkpoint"
 VERSION = 2

@@ -166,6 +166,9 @@ _PARTS = ("epoch_s", "sample_s", "fetch_s", "compute_s", "allreduce_s", "cpu_s",
 
 
 class _Stopped(Exception):
+    """Control flow inside this module (carries where the loop stopped), never raised to
+    a caller: outside the error tree on purpose."""
+
     def __init__(self, position: Position) -> None:
         self.position = position
 
