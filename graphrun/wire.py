@@ -114,6 +114,34 @@ def check_header(
     return Header(format=fmt or "", version=version)
 
 
+KEY_FORMAT = "graphrun-key"
+KEY_VERSION = 1
+
+
+class KeyFile(Header, kw_only=True):
+    """A key file: a job's CURVE key pair (Z85, 40 characters each; ``server``: the
+    public key of the store it opens when that is not its own), or a public key alone
+    (a store's ``--clients`` entry). Declared here, at the bottom, because two layers
+    write it: :mod:`graphrun.rpc.auth` and the operator's Secret, which has no zmq."""
+
+    public: str
+    secret: str | msgspec.UnsetType = msgspec.UNSET
+    server: str | msgspec.UnsetType = msgspec.UNSET
+
+
+def key_file_text(public: str, secret: str | None = None, server: str | None = None) -> str:
+    """The key file's content: one JSON line, fields in declaration order."""
+    unset = msgspec.UNSET
+    keys = KeyFile(
+        KEY_FORMAT,
+        KEY_VERSION,
+        public=public,
+        secret=unset if secret is None else secret,
+        server=unset if server is None else server,
+    )
+    return json.dumps(to_builtins(keys)) + "\n"
+
+
 def read_file(
     type_: type[T],
     path: str | Path,
