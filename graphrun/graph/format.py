@@ -48,9 +48,9 @@ VERSION = 1
 META_FILE = "graph.json"
 
 
-def _count(n: int) -> None:
+def _count(name: str, n: int) -> None:
     if n < 0:
-        raise ValueError(f"must be >= 0, got {n}")
+        raise ValueError(f"{name}: must be >= 0, got {n}")
 
 
 class NodeTypeInfo(msgspec.Struct):
@@ -60,7 +60,7 @@ class NodeTypeInfo(msgspec.Struct):
     count: int
 
     def __post_init__(self) -> None:
-        _count(self.count)
+        _count("count", self.count)
 
 
 class EdgeTypeInfo(msgspec.Struct):
@@ -72,7 +72,7 @@ class EdgeTypeInfo(msgspec.Struct):
     count: int
 
     def __post_init__(self) -> None:
-        _count(self.count)
+        _count("count", self.count)
 
 
 class FeatureInfo(msgspec.Struct):
@@ -106,8 +106,8 @@ class GraphFields(Header, kw_only=True):
     id_maps: dict[str, IdMapInfo] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _count(self.num_nodes)
-        _count(self.num_edges)
+        _count("num_nodes", self.num_nodes)
+        _count("num_edges", self.num_edges)
 
 
 class GraphMeta(GraphFields, kw_only=True):
