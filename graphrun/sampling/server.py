@@ -88,15 +88,15 @@ def sample_neighbors(state: ServerState, req: Request) -> Response:
     seeds = req.tensor(0, "seeds")
     if seeds.ndim != 1 or seeds.dtype != np.int64:
         raise ArgumentError(f"{OP}: seeds must be 1-d int64, got {seeds.dtype} {seeds.shape}")
-    body = req.args(SampleBody)
-    fanout, replace = body.fanout, body.replace
+    args = req.args(SampleBody)
+    fanout, replace = args.fanout, args.replace
     if replace and seeds.size * sum(fanout) > MAX_SAMPLED_EDGES:
         raise ArgumentError(
             f"{OP}: {seeds.size} seeds x fanout {sum(fanout)} with replacement asks for "
             f"{seeds.size * sum(fanout)} edges; at most {MAX_SAMPLED_EDGES} per request"
         )
-    csc = _csc(state, body.weight if body.weighted else None)
-    out = csc.sample_one_hop(seeds, fanout, replace=replace, weighted=body.weighted, seed=body.seed)
+    csc = _csc(state, args.weight if args.weighted else None)
+    out = csc.sample_one_hop(seeds, fanout, replace=replace, weighted=args.weighted, seed=args.seed)
     body, tensors = encode_reply(out)
     return Response(body, tensors)
 

@@ -3,6 +3,7 @@
 The server loop never changes when an operation is added. An operation is a
 function ``handler(state, request) -> Response`` registered under a name::
 
+    import msgspec
     from graphrun.store.registry import Registry, Request, Response
     from graphrun.store.state import ServerState
 
