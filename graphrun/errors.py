@@ -18,17 +18,27 @@ at the boundary where they occur, with ``raise ... from``.
     │   ├── ProtocolError         a frame that is malformed, oversized or of another version
     │   ├── AuthError             the peer is not holding the job's key
     │   └── RemoteError           the server understood the request and refused it
+    ├── TableFull                 a rendezvous request beyond the table's limits (answered as such)
     ├── StoreError                the store cannot do what was asked (unknown tensor, ...)
+    ├── StoreFailed               a store server process died or never became ready (local backend)
+    ├── PeerLost                  a peer of a collective step died or went silent: exit 3
+    ├── ReformFailed              elastic trainers cannot re-form a group with this trainer in it
+    │   ├── BelowMinimum          too few machines are left: the job's restart policy decides
+    │   ├── LeftOut               this trainer is not among the survivors the group re-formed with
+    │   └── CutOff                this trainer reaches too few of the others: it leaves the group
     ├── WorkflowError             an event that is illegal in a job's current phase (a backend bug)
     ├── JobFailed                 a role of a job failed: carries role, host and exit code
     ├── Suspended                 trainers told to stop wrote an exact checkpoint (not a failure)
+    ├── KubeError                 a Kubernetes API call failed (status, reason, object named)
     └── HostError                 this host cannot provide what a job asks (network namespaces)
+        └── ProbeAuthError        a measuring peer without the probe's key (a ConnectionError too)
 
 Rules: a message names the file, field or argument and says what is wrong, in one
 line. Never ``assert`` to validate input. A process that stops on a :class:`UserError`
 exits with :data:`USER_ERROR_EXIT` (2); a job never restarts a role that did (its input
 is wrong, a retry cannot help). A rank of a collective step that stops because another
-rank failed first exits with :data:`PEER_LOST_EXIT` (3), so the launcher blames the other.
+rank failed first (:class:`PeerLost`: a partitioner rank, a probe member) exits with
+:data:`PEER_LOST_EXIT` (3), so the launcher blames the other.
 A trainer that stopped on SIGTERM after its checkpoint exits with :data:`SUSPENDED_EXIT`
 (143, as a shell reports a process ended by SIGTERM).
 """
@@ -98,8 +108,40 @@ class RemoteError(RpcError):
     """The server understood the request and answered with an error."""
 
 
+class TableFull(GraphrunError):
+    """A rendezvous request would go beyond the table's limits (its message says which);
+    the server answers it as an error."""
+
+
 class StoreError(GraphrunError):
     """The store cannot do what was asked (unknown tensor, bad shape, ...)."""
+
+
+class StoreFailed(GraphrunError):
+    """A store server process died or never became ready."""
+
+
+class PeerLost(GraphrunError):
+    """A peer of a collective step died or did not answer in time: a collective of the
+    distributed partitioner failed, or a probe member gave up on another member. The
+    process exits :data:`PEER_LOST_EXIT`, so the peer that failed first is blamed."""
+
+
+class ReformFailed(GraphrunError):
+    """Elastic trainers cannot go on in a group with this trainer in it."""
+
+
+class BelowMinimum(ReformFailed):
+    """Too few machines are left to go on: the job falls back to its restart policy."""
+
+
+class LeftOut(ReformFailed):
+    """This trainer was not among the survivors the group re-formed with."""
+
+
+class CutOff(ReformFailed):
+    """This trainer reaches too few of the other machines: it is the one cut off, and
+    leaves the re-form to the others (its machine is fenced by the launcher)."""
 
 
 class WorkflowError(GraphrunError):
@@ -121,5 +163,14 @@ class JobFailed(GraphrunError):
         self.reason = reason
 
 
+class KubeError(GraphrunError):
+    """A Kubernetes API call failed (status, reason and the object are named)."""
+
+
 class HostError(GraphrunError):
     """This host cannot provide what the job asks (network namespaces, tc, ...)."""
+
+
+class ProbeAuthError(HostError, ConnectionError):
+    """The other side of a measuring connection did not show the probe's key (or never
+    came). Also a ``ConnectionError``: the measuring loops treat it as a lost connection."""

@@ -3,18 +3,24 @@ of it.
 
 The one atomic write of the code base (:func:`write_atomic`: state files, plans, profiles,
 keys, checkpoints) and the one staging directory (:func:`atomic_dir`: datasets, partition
-directories).
+directories). Beside them the two file edges every layer shares: :func:`read_json` (a JSON
+object, or one line naming the file) and :func:`write_failed` (a failed write as one line,
+"no space left" when the disk is full).
 """
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import secrets
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
+
+from graphrun.errors import HostError, UserError
 
 
 def write_atomic(
@@ -99,3 +105,32 @@ def atomic_dir(final: str | Path, error: Callable[[str], Exception] = OSError) -
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def read_json(path: str | Path, what: str, error: type[UserError]) -> dict[str, Any]:
+    """Read a JSON object, turning every failure into one clear line (an ``error``);
+    ``what`` names the file's role ("partition config")."""
+    path = Path(path)
+    if not path.is_file():
+        raise error(f"{path}: missing ({what})")
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise error(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:  # json.loads of 100k nested brackets
+        raise error(f"{path}: nested too deeply to be {what}") from None
+    if not isinstance(meta, dict):
+        raise error(f"{path}: expected a JSON object")
+    return meta
+
+
+def write_failed(path: Path, exc: OSError) -> HostError:
+    """One line for a failed write: the path, and "no space left" when the disk is full
+    (numpy reports a short write as a bare "N requested and M written")."""
+    try:
+        free = shutil.disk_usage(Path(path).parent).free
+    except OSError:
+        free = -1
+    full = exc.errno == errno.ENOSPC or 0 <= free < 1 << 20
+    reason = "no space left on device" if full else (exc.strerror or str(exc))
+    return HostError(f"{path}: cannot write: {reason}" + (f" ({free} bytes free)" if full else ""))

@@ -14,6 +14,15 @@ one error line naming the source and the field::
 non-negative count) with ``ValueError``, and the message lands in the same line.
 The only conversions beyond msgspec's own: a ``Path`` is a string, and integer keys
 of a JSON object are the strings of those integers (``str_keys``).
+
+A file of graphrun's own begins with ``"format"`` (what it is) and ``"version"`` (of
+its layout). :func:`check_header` is the one check of the two, before any other field
+is looked at, so a file of another kind or version is refused as such::
+
+    parts/partition.json: field 'version' is 2; this graphrun reads version 1
+
+:func:`read_file` is the one reader of such a file: a JSON object, its header, then its
+declared fields.
 """
 
 from __future__ import annotations
@@ -24,8 +33,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from graphrun.errors import GraphrunError, SpecError
-from graphrun.files import write_atomic
+from graphrun.errors import GraphrunError, SpecError, UserError
+from graphrun.files import read_json, write_atomic
 
 T = TypeVar("T")
 
@@ -73,3 +82,77 @@ def describe(exc: msgspec.ValidationError) -> str:
         name = msg.removeprefix(_MISSING).rstrip("`")
         field, msg = (f"{field}.{name}" if field else name), "missing"
     return f"{field}: {msg}" if field else msg
+
+
+class Header(msgspec.Struct):
+    """The first two fields of every file graphrun writes for itself."""
+
+    format: str
+    version: int
+
+
+def check_header(
+    data: Any,
+    where: str,
+    fmt: str | None,
+    version: int,
+    error: type[GraphrunError] = SpecError,
+) -> Header:
+    """The header of ``data`` (a decoded JSON object), which must be ``fmt`` (``None``:
+    a file with no ``format`` field, such as ``store.json``) at ``version``; otherwise
+    ``error``, one line naming ``where`` and the field."""
+    if not isinstance(data, dict):
+        raise error(f"{where}: expected a JSON object")
+    got = data.get("format")
+    if fmt is not None and got != fmt:
+        raise error(f"{where}: field 'format' is {got!r}, not {fmt!r}")
+    if data.get("version") != version or isinstance(data.get("version"), bool):
+        raise error(
+            f"{where}: field 'version' is {data.get('version')!r}; "
+            f"this graphrun reads version {version}"
+        )
+    return Header(format=fmt or "", version=version)
+
+
+KEY_FORMAT = "graphrun-key"
+KEY_VERSION = 1
+
+
+class KeyFile(Header, kw_only=True):
+    """A key file: a job's CURVE key pair (Z85, 40 characters each; ``server``: the
+    public key of the store it opens when that is not its own), or a public key alone
+    (a store's ``--clients`` entry). Declared here, at the bottom, because two layers
+    write it: :mod:`graphrun.rpc.auth` and the operator's Secret, which has no zmq."""
+
+    public: str
+    secret: str | msgspec.UnsetType = msgspec.UNSET
+    server: str | msgspec.UnsetType = msgspec.UNSET
+
+
+def key_file_text(public: str, secret: str | None = None, server: str | None = None) -> str:
+    """The key file's content: one JSON line, fields in declaration order."""
+    unset = msgspec.UNSET
+    keys = KeyFile(
+        KEY_FORMAT,
+        KEY_VERSION,
+        public=public,
+        secret=unset if secret is None else secret,
+        server=unset if server is None else server,
+    )
+    return json.dumps(to_builtins(keys)) + "\n"
+
+
+def read_file(
+    type_: type[T],
+    path: str | Path,
+    what: str,
+    fmt: str | None,
+    version: int,
+    error: type[UserError] = SpecError,
+) -> T:
+    """The ``type_`` in the JSON file ``path`` (``what`` names it in errors: "partition
+    config"): read, its header checked (:func:`check_header`), its fields converted
+    (:func:`convert`); every problem is one ``error`` line naming the file."""
+    data = read_json(Path(path), what, error)
+    check_header(data, str(path), fmt, version, error)
+    return convert(type_, data, str(path), error)

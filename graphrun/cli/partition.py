@@ -226,8 +226,7 @@ def _run_rank(args: argparse.Namespace, opts: Any) -> int:
     """One rank on its machine: with ``--into`` (``graphrun run``) the launcher renames
     the staging directory once every rank has exited 0; without it (the operator's
     worker pods) rank 0 does, once every rank has written."""
-    from graphrun.errors import PEER_LOST_EXIT
-    from graphrun.partition.comm import PeerLost
+    from graphrun.errors import PEER_LOST_EXIT, PeerLost
     from graphrun.partition.distributed import run_rank, run_rank_to_output
 
     try:

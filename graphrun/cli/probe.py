@@ -151,12 +151,11 @@ def _context_namespace(kubeconfig: str | None) -> str:
 
 def _member(args: argparse.Namespace) -> int:
     """One probe pod: measure, write the report (or the error) to --message-file."""
-    from graphrun.errors import PEER_LOST_EXIT, ArgumentError, GraphrunError
+    from graphrun.errors import PEER_LOST_EXIT, ArgumentError, GraphrunError, PeerLost
     from graphrun.measure.member import (
         KEY_ENV,
         MESSAGE_LIMIT,
         MemberConfig,
-        PeerLost,
         parse_key,
         parse_peers,
         run_member,

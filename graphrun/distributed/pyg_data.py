@@ -32,32 +32,50 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import torch
 
 from graphrun.distributed.context import DistContext, initialize
 from graphrun.distributed.dglnames import DistTensor
 from graphrun.distributed.pyg_stores import RemoteBackend, RemoteFeatureStore, RemoteGraphStore
 from graphrun.errors import ArgumentError, DatasetError
-from graphrun.files import write_atomic
 from graphrun.names import TensorKey
 from graphrun.rpc.auth import load_keys
 from graphrun.store.dist_tensor import as_torch
+from graphrun.wire import check_header, convert, write_json
 
 STORE_FILE = "store.json"
 STORE_FILE_VERSION = 1
+
+
+class StoreFile(msgspec.Struct, kw_only=True):
+    """``store.json`` (the module docstring): a version header only, no ``format`` (the
+    file predates it; :func:`graphrun.wire.check_header` is told so)."""
+
+    version: int
+    servers: list[str]
+    job: str = "default"
+    keys: str | msgspec.UnsetType = msgspec.UNSET  # a key file, relative to the directory
+
+    def __post_init__(self) -> None:
+        if not self.servers:
+            raise ValueError("servers: must name at least one server address")
 
 
 def write_store_file(
     directory: str | Path, servers: list[str], job: str = "default", keys: str | None = None
 ) -> Path:
     """Write ``<directory>/store.json`` naming the store's servers (see module docstring)."""
-    body: dict[str, Any] = {"version": STORE_FILE_VERSION, "servers": list(servers), "job": job}
-    if keys is not None:
-        body["keys"] = keys
+    unset = msgspec.UNSET
+    body = StoreFile(
+        version=STORE_FILE_VERSION,
+        servers=list(servers),
+        job=job,
+        keys=unset if keys is None else keys,
+    )
     path = Path(directory) / STORE_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(body, indent=1) + "\n")
-    return path
+    return write_json(path, body, indent=1)
 
 
 def read_store_file(directory: str | Path, **options: Any) -> DistContext:
@@ -69,19 +87,10 @@ def read_store_file(directory: str | Path, **options: Any) -> DistContext:
         raise DatasetError(f"{path}: no store file (write it with write_store_file)") from None
     except (OSError, ValueError) as exc:
         raise DatasetError(f"{path}: not a readable JSON store file ({exc})") from None
-    if not isinstance(body, dict) or body.get("version") != STORE_FILE_VERSION:
-        raise DatasetError(f"{path}: field 'version' must be {STORE_FILE_VERSION}")
-    servers = body.get("servers")
-    if not isinstance(servers, list) or not servers or not all(isinstance(s, str) for s in servers):
-        raise DatasetError(f"{path}: field 'servers' must be a non-empty list of addresses")
-    job = body.get("job", "default")
-    if not isinstance(job, str):
-        raise DatasetError(f"{path}: field 'job' must be a string")
-    keys = body.get("keys")
-    if keys is not None and not isinstance(keys, str):
-        raise DatasetError(f"{path}: field 'keys' must be the path of a key file")
-    pair = load_keys(path.parent / keys) if keys else None
-    return initialize(servers, job=job, keys=pair, **options)
+    check_header(body, str(path), None, STORE_FILE_VERSION, DatasetError)
+    f = convert(StoreFile, body, str(path), DatasetError)
+    pair = load_keys(path.parent / f.keys) if f.keys else None
+    return initialize(f.servers, job=f.job, keys=pair, **options)
 
 
 class RemoteData(tuple):

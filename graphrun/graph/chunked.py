@@ -15,13 +15,13 @@ read the whole graph. A chunked dataset lets rank ``r`` read only its chunks::
       chunk-K/edge/<s:r:d>/<name>.npy   rows of the edges of that type among c .. d-1
       chunk-K/ids/<ntype>.npy       optional: the importer's raw id of those nodes
 
-``chunks.json`` holds every field of a dataset's ``graph.json`` (see
-:mod:`graphrun.graph.format`) with ``"format": "graphrun-chunked-dataset"``, plus
+``chunks.json`` (:class:`ChunksFile`) holds every field of a dataset's ``graph.json``
+(:class:`~graphrun.graph.format.GraphFields`) with ``"format": "graphrun-chunked-dataset"``, plus
 ``"num_chunks": N``, ``"node_bounds"`` and ``"edge_bounds"`` (N+1 ints each: chunk K
 holds the nodes ``node_bounds[K] ..`` and the edges ``edge_bounds[K] ..``; both split
 evenly) and ``"dataset_id"`` (random, written into every ``chunk.json`` so chunks of
 two datasets are never mixed). Node and edge chunks are cut independently: the edges
-of chunk K need not touch the nodes of chunk K.
+of chunk K need not touch the nodes of chunk K. ``chunk.json`` is :class:`ChunkFile`.
 
 Readers check one chunk at a time (:func:`read_chunks`): its ``chunk.json`` must agree
 with ``chunks.json`` (id, index, ranges), arrays must have the dtype, width and row
@@ -33,36 +33,60 @@ when complete, like a dataset.
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+import msgspec
 import numpy as np
 
 from graphrun.errors import DatasetError
-from graphrun.files import atomic_dir
+from graphrun.files import atomic_dir, write_failed
 from graphrun.graph.format import (
+    FeatureInfo,
+    GraphFields,
+    IdMapInfo,
+    Schema,
     _check_id_map,
-    _field,
     _schema,
-    check_header,
     describe_graph,
     load_npy,
-    read_json,
     read_types,
-    write_failed,
 )
 from graphrun.graph.graph import Graph, _check_rows
 from graphrun.names import CanonicalEtype, etype_key, parse_etype_key
+from graphrun.wire import Header, read_file, write_json
 
 FORMAT = "graphrun-chunked-dataset"
 CHUNK_FORMAT = "graphrun-chunk"
 VERSION = 1
 META_FILE = "chunks.json"
 CHUNK_META = "chunk.json"
+
+
+class ChunksFile(GraphFields, kw_only=True):
+    """``chunks.json``: a dataset's ``graph.json`` fields, then how it is cut."""
+
+    num_chunks: int
+    node_bounds: list[int]
+    edge_bounds: list[int]
+    dataset_id: str
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.num_chunks < 1:
+            raise ValueError(f"num_chunks: must be at least 1, got {self.num_chunks}")
+
+
+class ChunkFile(Header, kw_only=True):
+    """``chunk-K/chunk.json``: which dataset and which ranges chunk K holds."""
+
+    dataset_id: str
+    chunk: int
+    num_chunks: int
+    nodes: list[int]
+    edges: list[int]
 
 
 def even_bounds(total: int, pieces: int) -> np.ndarray:
@@ -100,16 +124,15 @@ def save_chunked(
         with atomic_dir(final, DatasetError) as tmp:
             for k in range(num_chunks):
                 _write_chunk(tmp / chunk_dir(k), graph, id_maps, k, num_chunks, nb, eb, dataset_id)
-            meta = {
-                "format": FORMAT,
-                "version": VERSION,
-                **describe_graph(graph, id_maps),
-                "num_chunks": num_chunks,
-                "node_bounds": nb.tolist(),
-                "edge_bounds": eb.tolist(),
-                "dataset_id": dataset_id,
-            }
-            (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+            fields = msgspec.structs.asdict(describe_graph(graph, id_maps))
+            meta = ChunksFile(
+                **{**fields, "format": FORMAT},
+                num_chunks=num_chunks,
+                node_bounds=nb.tolist(),
+                edge_bounds=eb.tolist(),
+                dataset_id=dataset_id,
+            )
+            write_json(tmp / META_FILE, meta)
     except OSError as exc:
         raise write_failed(final, exc) from None
     return final
@@ -151,16 +174,11 @@ def _write_chunk(
         for name, arr in graph.edata.get(etype_key(et), {}).items():
             (d / "edge" / etype_key(et)).mkdir(parents=True, exist_ok=True)
             np.save(d / "edge" / etype_key(et) / f"{name}.npy", np.ascontiguousarray(arr[lo:hi]))
-    meta = {
-        "format": CHUNK_FORMAT,
-        "version": VERSION,
-        "dataset_id": dataset_id,
-        "chunk": k,
-        "num_chunks": num_chunks,
-        "nodes": [a, b],
-        "edges": [c, e],
-    }
-    (d / CHUNK_META).write_text(json.dumps(meta) + "\n")
+    meta = ChunkFile(
+        CHUNK_FORMAT, VERSION, dataset_id=dataset_id, chunk=k, num_chunks=num_chunks,
+        nodes=[a, b], edges=[c, e],
+    )  # fmt: skip
+    write_json(d / CHUNK_META, meta, indent=None)
 
 
 # ---- readers -----------------------------------------------------------------------------
@@ -178,9 +196,9 @@ class ChunkedMeta:
     edge_types: tuple[CanonicalEtype, ...]
     node_type_offsets: np.ndarray
     edge_type_offsets: np.ndarray
-    node_features: dict[str, dict[str, Any]]
-    edge_features: dict[str, dict[str, Any]]
-    id_maps: dict[str, dict[str, Any]]
+    node_features: Schema
+    edge_features: Schema
+    id_maps: dict[str, IdMapInfo]
     num_chunks: int
     node_bounds: np.ndarray
     edge_bounds: np.ndarray
@@ -195,12 +213,8 @@ def is_chunked_dir(path: str | Path) -> bool:
     return (Path(path) / META_FILE).is_file()
 
 
-def _bounds(meta: dict[str, Any], key: str, n: int, total: int, mfile: Path) -> np.ndarray:
-    val = _field(meta, key, list, mfile)
-    try:
-        arr = np.asarray(val, dtype=np.int64)
-    except (TypeError, ValueError):
-        raise DatasetError(f"{mfile}: field {key!r} must be a list of integers") from None
+def _bounds(val: list[int], key: str, n: int, total: int, mfile: Path) -> np.ndarray:
+    arr = np.asarray(val, dtype=np.int64)
     if arr.shape != (n + 1,) or arr[0] != 0 or arr[-1] != total or (np.diff(arr) < 0).any():
         raise DatasetError(
             f"{mfile}: field {key!r} must hold {n + 1} non-decreasing integers from 0 to {total}"
@@ -219,34 +233,29 @@ def load_chunked_meta(path: str | Path) -> ChunkedMeta:
             f"{root}: a whole dataset, not a chunked one (write one with "
             "`graphrun generate ... --chunks N` or `graphrun import ... --chunks N`)"
         )
-    meta = read_json(mfile, "chunked dataset metadata")
-    check_header(meta, mfile, FORMAT, VERSION, DatasetError)
-    num_nodes = _field(meta, "num_nodes", int, mfile)
-    num_edges = _field(meta, "num_edges", int, mfile)
-    num_chunks = _field(meta, "num_chunks", int, mfile)
-    if num_chunks < 1:
-        raise DatasetError(f"{mfile}: field 'num_chunks' must be at least 1")
-    node_types, node_offsets, edge_types, edge_offsets = read_types(meta, mfile)
+    meta = read_file(ChunksFile, mfile, "chunked dataset metadata", FORMAT, VERSION, DatasetError)
+    num_nodes, num_edges, num_chunks = meta.num_nodes, meta.num_edges, meta.num_chunks
+    node_types, node_offsets, edge_types, edge_offsets = read_types(meta)
     if node_offsets[-1] != num_nodes or edge_offsets[-1] != num_edges:
         raise DatasetError(f"{mfile}: the type counts do not add up to num_nodes/num_edges")
     for et in edge_types:
         for t in (et[0], et[2]):
             if t not in node_types:
                 raise DatasetError(f"{mfile}: edge type {etype_key(et)} names unknown {t!r}")
-    edge_features = _schema(meta, "edge_features", mfile)
+    edge_features = _schema(meta.edge_features, "edge_features", mfile)
     for key in edge_features:
         if parse_etype_key(key) not in edge_types:
             raise DatasetError(f"{mfile}: field 'edge_features' names unknown edge type {key!r}")
-    node_features = _schema(meta, "node_features", mfile)
+    node_features = _schema(meta.node_features, "node_features", mfile)
     for key in node_features:
         if key not in node_types:
             raise DatasetError(f"{mfile}: field 'node_features' names unknown node type {key!r}")
-    id_maps = meta.get("id_maps") or {}
-    if not isinstance(id_maps, dict) or not set(id_maps) <= set(node_types):
-        raise DatasetError(f"{mfile}: field 'id_maps' must map node types to objects")
+    id_maps = meta.id_maps
+    if not set(id_maps) <= set(node_types):
+        raise DatasetError(f"{mfile}: field 'id_maps' names unknown node types")
     return ChunkedMeta(
         path=root,
-        name=str(meta.get("name", root.name)),
+        name=root.name if meta.name is None else meta.name,
         num_nodes=num_nodes,
         num_edges=num_edges,
         node_types=node_types,
@@ -257,9 +266,9 @@ def load_chunked_meta(path: str | Path) -> ChunkedMeta:
         edge_features=edge_features,
         id_maps=id_maps,
         num_chunks=num_chunks,
-        node_bounds=_bounds(meta, "node_bounds", num_chunks, num_nodes, mfile),
-        edge_bounds=_bounds(meta, "edge_bounds", num_chunks, num_edges, mfile),
-        dataset_id=str(_field(meta, "dataset_id", str, mfile)),
+        node_bounds=_bounds(meta.node_bounds, "node_bounds", num_chunks, num_nodes, mfile),
+        edge_bounds=_bounds(meta.edge_bounds, "edge_bounds", num_chunks, num_edges, mfile),
+        dataset_id=meta.dataset_id,
     )
 
 
@@ -280,8 +289,9 @@ class Chunk:
 
 def _check_chunk_meta(meta: ChunkedMeta, k: int, d: Path) -> None:
     cfile = d / CHUNK_META
-    cm = read_json(cfile, f"chunk {k} of {meta.path}")
-    check_header(cm, cfile, CHUNK_FORMAT, VERSION, DatasetError)
+    cm = read_file(
+        ChunkFile, cfile, f"chunk {k} of {meta.path}", CHUNK_FORMAT, VERSION, DatasetError
+    )
     want = {
         "dataset_id": meta.dataset_id,
         "chunk": k,
@@ -290,9 +300,9 @@ def _check_chunk_meta(meta: ChunkedMeta, k: int, d: Path) -> None:
         "edges": [int(meta.edge_bounds[k]), int(meta.edge_bounds[k + 1])],
     }
     for key, val in want.items():
-        if cm.get(key) != val:
+        if getattr(cm, key) != val:
             raise DatasetError(
-                f"{cfile}: field {key!r} is {cm.get(key)!r}, but {meta.path / META_FILE} "
+                f"{cfile}: field {key!r} is {getattr(cm, key)!r}, but {meta.path / META_FILE} "
                 f"says {val!r} (chunks of different datasets or versions mixed?)"
             )
 
@@ -307,11 +317,11 @@ def check_chunks(meta: ChunkedMeta) -> None:
         _check_chunk_meta(meta, k, d)
 
 
-def _load_rows(f: Path, spec: dict[str, Any], rows: int, mfile: Path, mmap: bool) -> np.ndarray:
+def _load_rows(f: Path, spec: FeatureInfo, rows: int, mfile: Path, mmap: bool) -> np.ndarray:
     arr = load_npy(f, mmap)
     try:
-        dtype, shape = np.dtype(spec["dtype"]), tuple(spec["shape"])
-    except (KeyError, TypeError) as exc:
+        dtype, shape = np.dtype(spec.dtype), tuple(spec.shape)
+    except TypeError as exc:
         raise DatasetError(f"{mfile}: malformed feature entry for {f.name} ({exc})") from None
     if arr.dtype != dtype or arr.shape != (rows, *shape[1:]):
         raise DatasetError(

@@ -21,37 +21,103 @@ A dataset is a directory::
      "edge_features": {"author:writes:paper": {...}},
      "id_maps": {"paper": {"dtype": "int64"}}}          # optional, see ids/ above
 
-Every ``.npy`` is memory-mapped on load, so a graph larger than memory can be
-partitioned. The directory is written to a staging directory beside it and renamed
-when complete (:func:`graphrun.files.atomic_dir`): a crash never leaves a half-written
-dataset behind.
+The file's fields are declared once, as :class:`GraphMeta` (a msgspec ``Struct``):
+:func:`save_dataset` writes one, :func:`read_meta` reads and checks one (its header by
+:func:`graphrun.wire.check_header`). Every ``.npy`` is memory-mapped on load, so a
+graph larger than memory can be partitioned. The directory is written to a staging
+directory beside it and renamed when complete (:func:`graphrun.files.atomic_dir`): a
+crash never leaves a half-written dataset behind.
 """
 
 from __future__ import annotations
 
-import errno
-import json
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
+import msgspec
 import numpy as np
 
-from graphrun.errors import DatasetError, HostError, UserError
-from graphrun.files import atomic_dir, dir_is_free
+from graphrun.errors import DatasetError, UserError
+from graphrun.files import atomic_dir, dir_is_free, write_failed
 from graphrun.graph.graph import Graph
 from graphrun.names import etype_key, parse_etype_key
+from graphrun.wire import Header, read_file, write_json
 
 FORMAT = "graphrun-dataset"
 VERSION = 1
 META_FILE = "graph.json"
 
 
-def feature_schema(data: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
-    """``{type: {name: {"dtype": ..., "shape": [...]}}}`` of non-empty feature groups."""
+def _count(name: str, n: int) -> None:
+    if n < 0:
+        raise ValueError(f"{name}: must be >= 0, got {n}")
+
+
+class NodeTypeInfo(msgspec.Struct):
+    """A node type and how many nodes it has (``node_types``, in global id order)."""
+
+    name: str
+    count: int
+
+    def __post_init__(self) -> None:
+        _count("count", self.count)
+
+
+class EdgeTypeInfo(msgspec.Struct):
+    """An edge type ``(src, rel, dst)`` and how many edges it has."""
+
+    src: str
+    rel: str
+    dst: str
+    count: int
+
+    def __post_init__(self) -> None:
+        _count("count", self.count)
+
+
+class FeatureInfo(msgspec.Struct):
+    """One feature column: its dtype and its shape (rows first)."""
+
+    dtype: str
+    shape: list[int]
+
+
+class IdMapInfo(msgspec.Struct):
+    """The dtype of an importer's raw ids of one node type (``ids/<ntype>.npy``)."""
+
+    dtype: str
+
+
+Schema = dict[str, dict[str, FeatureInfo]]  # {type: {feature: info}}
+
+
+class GraphFields(Header, kw_only=True):
+    """The fields of ``graph.json`` that describe the graph; shared with the chunked
+    format's ``chunks.json`` (:mod:`graphrun.graph.chunked`). Declaration order is the
+    order written."""
+
+    name: str | None = None
+    num_nodes: int
+    num_edges: int
+    node_types: list[NodeTypeInfo]
+    edge_types: list[EdgeTypeInfo]
+    node_features: Schema = msgspec.field(default_factory=dict)
+    edge_features: Schema = msgspec.field(default_factory=dict)
+    id_maps: dict[str, IdMapInfo] = msgspec.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _count("num_nodes", self.num_nodes)
+        _count("num_edges", self.num_edges)
+
+
+class GraphMeta(GraphFields, kw_only=True):
+    """``graph.json`` of a dataset directory (the layout in the module docstring)."""
+
+
+def feature_schema(data: dict[str, dict[str, np.ndarray]]) -> Schema:
+    """``{type: {name: FeatureInfo}}`` of non-empty feature groups."""
     return {
-        key: {name: {"dtype": str(a.dtype), "shape": list(a.shape)} for name, a in feats.items()}
+        key: {name: FeatureInfo(str(a.dtype), list(a.shape)) for name, a in feats.items()}
         for key, feats in data.items()
         if feats
     }
@@ -64,50 +130,32 @@ def ensure_free(final: str | Path) -> None:
         raise DatasetError(f"{final}: already exists and is not empty")
 
 
-def write_failed(path: Path, exc: OSError) -> HostError:
-    """One line for a failed write: the path, and "no space left" when the disk is full
-    (numpy reports a short write as a bare "N requested and M written")."""
-    try:
-        free = shutil.disk_usage(Path(path).parent).free
-    except OSError:
-        free = -1
-    full = exc.errno == errno.ENOSPC or 0 <= free < 1 << 20
-    reason = "no space left on device" if full else (exc.strerror or str(exc))
-    return HostError(f"{path}: cannot write: {reason}" + (f" ({free} bytes free)" if full else ""))
-
-
-def describe_graph(graph: Graph, id_maps: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """The metadata fields of a dataset (whole or chunked) that describe ``graph``: name,
-    counts, node and edge types with their counts, feature schemas, id-map dtypes."""
-    return {
-        "name": graph.name,
-        "num_nodes": int(graph.num_nodes),
-        "num_edges": int(graph.num_edges),
-        "node_types": [{"name": t, "count": graph.num_nodes_of(t)} for t in graph.node_types],
-        "edge_types": [
-            {"src": e[0], "rel": e[1], "dst": e[2], "count": graph.num_edges_of(e)}
-            for e in graph.edge_types
-        ],
-        "node_features": feature_schema(graph.ndata),
-        "edge_features": feature_schema(graph.edata),
-        "id_maps": {t: {"dtype": str(ids.dtype)} for t, ids in id_maps.items()},
-    }
+def describe_graph(graph: Graph, id_maps: Mapping[str, np.ndarray]) -> GraphMeta:
+    """``graph.json`` of ``graph``: name, counts, node and edge types with their counts,
+    feature schemas, id-map dtypes (the chunked format's metadata starts from it)."""
+    return GraphMeta(
+        FORMAT,
+        VERSION,
+        name=graph.name,
+        num_nodes=int(graph.num_nodes),
+        num_edges=int(graph.num_edges),
+        node_types=[NodeTypeInfo(t, graph.num_nodes_of(t)) for t in graph.node_types],
+        edge_types=[EdgeTypeInfo(*e, graph.num_edges_of(e)) for e in graph.edge_types],
+        node_features=feature_schema(graph.ndata),
+        edge_features=feature_schema(graph.edata),
+        id_maps={t: IdMapInfo(str(ids.dtype)) for t, ids in id_maps.items()},
+    )
 
 
 def read_types(
-    meta: dict[str, Any], mfile: Path
+    meta: GraphFields,
 ) -> tuple[tuple[str, ...], np.ndarray, tuple[tuple[str, str, str], ...], np.ndarray]:
-    """``(node_types, node_type_offsets, edge_types, edge_type_offsets)`` from the
-    metadata's ``node_types``/``edge_types`` lists (one DatasetError naming the file)."""
-    ntypes = _field(meta, "node_types", list, mfile)
-    etypes = _field(meta, "edge_types", list, mfile)
-    try:
-        node_types = tuple(str(t["name"]) for t in ntypes)
-        ncounts = [int(t["count"]) for t in ntypes]
-        edge_types = tuple((str(e["src"]), str(e["rel"]), str(e["dst"])) for e in etypes)
-        ecounts = [int(e["count"]) for e in etypes]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DatasetError(f"{mfile}: malformed 'node_types'/'edge_types' ({exc})") from None
+    """``(node_types, node_type_offsets, edge_types, edge_type_offsets)`` of the
+    metadata's ``node_types``/``edge_types`` lists."""
+    node_types = tuple(t.name for t in meta.node_types)
+    edge_types = tuple((e.src, e.rel, e.dst) for e in meta.edge_types)
+    ncounts = [t.count for t in meta.node_types]
+    ecounts = [e.count for e in meta.edge_types]
     node_offsets = np.concatenate([[0], np.cumsum(ncounts)]).astype(np.int64)
     edge_offsets = np.concatenate([[0], np.cumsum(ecounts)]).astype(np.int64)
     return node_types, node_offsets, edge_types, edge_offsets
@@ -138,8 +186,7 @@ def save_dataset(
                     d.mkdir(parents=True, exist_ok=True)
                     for name, arr in feats.items():
                         np.save(d / f"{name}.npy", np.ascontiguousarray(arr))
-            meta = {"format": FORMAT, "version": VERSION, **describe_graph(graph, id_maps)}
-            (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+            write_json(tmp / META_FILE, describe_graph(graph, id_maps))
     except OSError as exc:
         raise write_failed(final, exc) from None
     return final
@@ -156,48 +203,15 @@ def _check_id_map(graph: Graph, ntype: str, ids: np.ndarray) -> None:
 def load_id_maps(path: str | Path) -> dict[str, np.ndarray]:
     """The original ids stored by an importer: ``{ntype: ids}`` (empty if none)."""
     root = Path(path)
-    mfile = root / META_FILE
-    maps = read_json(mfile, "dataset metadata").get("id_maps") or {}
-    if not isinstance(maps, dict):
-        raise DatasetError(f"{mfile}: field 'id_maps' must be an object")
+    maps = read_meta(root).id_maps
     return {t: load_npy(root / "ids" / f"{t}.npy", mmap=True) for t in maps}
 
 
-def read_json(path: Path, what: str, error: type[UserError] = DatasetError) -> dict[str, Any]:
-    """Read a JSON object, turning every failure into one clear line (an ``error``)."""
-    if not path.is_file():
-        raise error(f"{path}: missing ({what})")
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise error(f"{path}: not valid JSON ({exc})") from None
-    except RecursionError:  # json.loads of 100k nested brackets
-        raise error(f"{path}: nested too deeply to be {what}") from None
-    if not isinstance(meta, dict):
-        raise error(f"{path}: expected a JSON object")
-    return meta
-
-
-def check_header(
-    meta: dict[str, Any], path: Path, fmt: str, version: int, error: type[UserError]
-) -> None:
-    """Reject a metadata file whose ``format`` or ``version`` field is not ours."""
-    if meta.get("format") != fmt:
-        raise error(f"{path}: field 'format' is {meta.get('format')!r}, not {fmt!r}")
-    if meta.get("version") != version:
-        raise error(
-            f"{path}: field 'version' is {meta.get('version')!r}; "
-            f"this graphrun reads version {version}"
-        )
-
-
-def _field(meta: dict[str, Any], key: str, typ: type | tuple[type, ...], file: Path) -> Any:
-    if key not in meta:
-        raise DatasetError(f"{file}: field {key!r} is missing")
-    val = meta[key]
-    if not isinstance(val, typ) or isinstance(val, bool):
-        raise DatasetError(f"{file}: field {key!r} has the wrong type ({type(val).__name__})")
-    return val
+def read_meta(path: str | Path) -> GraphMeta:
+    """``graph.json`` of the dataset directory ``path``, read and checked."""
+    return read_file(
+        GraphMeta, Path(path) / META_FILE, "dataset metadata", FORMAT, VERSION, DatasetError
+    )
 
 
 def load_npy(path: Path, mmap: bool = True, error: type[UserError] = DatasetError) -> np.ndarray:
@@ -214,11 +228,8 @@ def _safe_name(name: object) -> bool:
     return isinstance(name, str) and bool(name) and "/" not in name and name not in (".", "..")
 
 
-def _schema(meta: dict[str, Any], key: str, file: Path) -> dict[str, dict[str, Any]]:
-    """``meta[key]``, checked to be ``{type: {feature: ...}}`` with safe names."""
-    val = meta.get(key) or {}
-    if not isinstance(val, dict) or not all(isinstance(f, dict) for f in val.values()):
-        raise DatasetError(f"{file}: field {key!r} must map type names to feature objects")
+def _schema(val: Schema, key: str, file: Path) -> Schema:
+    """``val`` (the field ``key``), checked to hold safe type and feature names."""
     for t, feats in val.items():
         for name in (t, *feats):
             if not _safe_name(name):
@@ -236,22 +247,20 @@ def load_dataset(path: str | Path, mmap: bool = True) -> Graph:
     if not root.is_dir():
         raise DatasetError(f"{root}: no such dataset directory")
     mfile = root / META_FILE
-    meta = read_json(mfile, "dataset metadata")
-    check_header(meta, mfile, FORMAT, VERSION, DatasetError)
-    num_nodes = _field(meta, "num_nodes", int, mfile)
-    node_types, node_offsets, edge_types, edge_offsets = read_types(meta, mfile)
+    meta = read_meta(root)
+    node_types, node_offsets, edge_types, edge_offsets = read_types(meta)
     src = load_npy(root / "src.npy", mmap)
     dst = load_npy(root / "dst.npy", mmap)
     ndata: dict[str, dict[str, np.ndarray]] = {}
-    for ntype, feats in _schema(meta, "node_features", mfile).items():
+    for ntype, feats in _schema(meta.node_features, "node_features", mfile).items():
         ndata[ntype] = {n: load_npy(root / "node" / ntype / f"{n}.npy", mmap) for n in feats}
     edata: dict[str, dict[str, np.ndarray]] = {}
-    for ekey, feats in _schema(meta, "edge_features", mfile).items():
+    for ekey, feats in _schema(meta.edge_features, "edge_features", mfile).items():
         parse_etype_key(ekey)
         edata[ekey] = {n: load_npy(root / "edge" / ekey / f"{n}.npy", mmap) for n in feats}
     try:
         graph = Graph(
-            num_nodes=num_nodes,
+            num_nodes=meta.num_nodes,
             src=src,
             dst=dst,
             node_types=node_types,
@@ -260,7 +269,7 @@ def load_dataset(path: str | Path, mmap: bool = True) -> Graph:
             edge_type_offsets=edge_offsets,
             ndata=ndata,
             edata=edata,
-            name=str(meta.get("name", root.name)),
+            name=root.name if meta.name is None else meta.name,
         )
     except DatasetError as exc:
         raise DatasetError(f"{root}: {exc}") from None

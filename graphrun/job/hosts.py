@@ -28,7 +28,7 @@ from pathlib import Path
 import msgspec
 
 from graphrun.errors import SpecError
-from graphrun.graph.format import read_json
+from graphrun.files import read_json
 from graphrun.names import MAIN_TRAINER, RoleName
 from graphrun.wire import convert, write_json
 

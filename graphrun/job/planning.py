@@ -33,13 +33,13 @@ machines map to the job's by position (:func:`graphrun.job.spec.resolve_placemen
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from graphrun.errors import SpecError
 from graphrun.job.spec import GraphJob, job_roles
 from graphrun.names import RoleName
+from graphrun.partition.format import CONFIG_FILE, load_partition_config
 from graphrun.placement.cluster import Cluster
 from graphrun.placement.job import Demand, Demands, Job, JobSpec, check_size, job_from_spec
 from graphrun.placement.plan import PlacementPlan
@@ -99,13 +99,9 @@ def _dir_bytes(path: Path) -> int:
 
 
 def _partition_bytes(parts_dir: Path, parts: int, where: str) -> list[float] | None:
-    meta = parts_dir / "partition.json"
-    if not meta.is_file():
+    if not (parts_dir / CONFIG_FILE).is_file():
         return None
-    try:
-        num = json.loads(meta.read_text())["num_parts"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise SpecError(f"{meta}: not a partition.json ({exc})") from exc
+    num = load_partition_config(parts_dir)["num_parts"]
     if num != parts:
         raise SpecError(
             f"{where}: spec.partition.parts: the job has {parts} partitions, {parts_dir} "

@@ -15,7 +15,6 @@ the trainers keep their own checks.
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -27,6 +26,7 @@ from graphrun.errors import SpecError
 from graphrun.job.spec import GraphJob
 from graphrun.machine.roles import JobPaths
 from graphrun.names import TensorKey
+from graphrun.partition.format import load_partition_config
 
 SPLITS = ("train_mask", "val_mask", "test_mask")
 
@@ -135,7 +135,7 @@ def check_partitions(job: GraphJob, paths: JobPaths) -> None:
     t = job.spec.training
     if t.task is None:  # the user's code decides what it reads
         return
-    meta = json.loads((paths.parts / "partition.json").read_text())
+    meta = load_partition_config(paths.parts)
     where = f"{paths.job_file}: spec.training"
     ntypes: list[str] = list(meta.get("node_types", []))
     ntype = t.target_node_type or (ntypes[0] if ntypes else "_N")

@@ -70,6 +70,7 @@ from graphrun.machine.roles import (
 )
 from graphrun.machine.trainer import default_threads
 from graphrun.machine.worker import SHM_DIR, remove_shm
+from graphrun.partition.format import load_partition_config
 
 #: how long a run waits for the workers of a killed run in its directory to end (each
 #: takes up to two grace periods to stop its roles)
@@ -102,7 +103,9 @@ class JobReport:
 
 
 class _Ended(Exception):
-    """The attempt ended for a reason that is not a role failure (deadline, stop)."""
+    """The attempt ended for a reason that is not a role failure (deadline, stop).
+    Control flow inside this module, never raised to a caller: outside the error tree
+    on purpose."""
 
     def __init__(self, kind: EventKind, message: str) -> None:
         super().__init__(message)
@@ -318,16 +321,12 @@ class LocalJob:
     def _check_partition(self) -> None:
         if self.job.spec.graph.store is not None:
             return  # a running store's partitions were checked in check_inputs
-        meta_file = self.paths.parts / "partition.json"
-        try:
-            meta = json.loads(meta_file.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise SpecError(f"{meta_file}: cannot read the partition metadata ({exc})") from None
+        meta = load_partition_config(self.paths.parts)
         want = self.job.spec.num_parts
-        if meta.get("num_parts") != want:
+        if meta["num_parts"] != want:
             raise SpecError(
                 f"{self.paths.job_file}: spec.partition.output: {self.paths.parts} has "
-                f"{meta.get('num_parts')} parts, the job needs {want}"
+                f"{meta['num_parts']} parts, the job needs {want}"
             )
         check_partitions(self.job, self.paths)
 

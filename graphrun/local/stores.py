@@ -39,12 +39,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from graphrun.errors import GraphrunError
+from graphrun.errors import StoreFailed
 from graphrun.local.machines import package_env
-
-
-class StoreFailed(GraphrunError):
-    """A store server process died or never became ready."""
 
 
 @dataclass

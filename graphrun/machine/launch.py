@@ -16,7 +16,7 @@ from typing import Literal
 import msgspec
 
 from graphrun.errors import SpecError
-from graphrun.graph.format import read_json
+from graphrun.files import read_json
 from graphrun.machine.process import RoleCommand
 from graphrun.wire import convert, write_json
 

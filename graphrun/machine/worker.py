@@ -226,7 +226,8 @@ def remove_shm(pids: Mapping[str, int], shm_dir: Path | None = None) -> list[str
 
 
 class _Stopped(Exception):
-    pass
+    """Control flow inside this module (a stop signal ends the wait), never raised to a
+    caller: outside the error tree on purpose."""
 
 
 def _stop_trainers_first(launch: MachineLaunch, sup: Supervisor, interval: float) -> None:

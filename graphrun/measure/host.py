@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from graphrun.errors import ProbeAuthError
 from graphrun.measure.auth import BACKLOG, KEY_ENV, Acceptor, hello, left, parse_key, say_go
 
 CHUNK = 1 << 20
@@ -134,10 +135,6 @@ def memory_bytes(own_limit: bool = True) -> int:
 
 
 SERVE_SECONDS = 60.0  # a server's deadline: the client's header, and the measurement
-
-
-class ProbeAuthError(ConnectionError):
-    """The other side of a measuring connection did not show the probe's key (or never came)."""
 
 
 def _serve(bind: str, port: int, key: bytes, step: int, timeout: float) -> socket.socket:

@@ -45,7 +45,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from graphrun.errors import GraphrunError, HostError
+from graphrun.errors import GraphrunError, HostError, PeerLost
 from graphrun.measure import host as measure
 from graphrun.measure.auth import (  # noqa: F401 (the members' names for the shared ones)
     BACKLOG,
@@ -68,10 +68,6 @@ MESSAGE_LIMIT = 4096  # bytes Kubernetes keeps of a termination message
 REPORT_VERSION = 1
 ANSWER_LIMIT = 4096  # bytes of a receiver's answer, tag included
 STREAM_SLACK_S = 30.0  # a sender's stream may last this longer than --seconds
-
-
-class PeerLost(HostError):
-    """A peer did not connect, answer or finish within the member's deadline."""
 
 
 def schedule(n: int) -> list[list[tuple[int, int]]]:

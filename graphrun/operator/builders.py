@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import json
 import shlex
 from typing import Any, Literal
 
@@ -24,6 +23,7 @@ from graphrun.operator import resources as R
 from graphrun.operator.keys import CurveKeyPair
 from graphrun.operator.policy import SYSTEM_PRIORITY, check_pod_policy
 from graphrun.placement.job import Demand
+from graphrun.wire import key_file_text
 
 Replica = Literal["partitioner", "worker", "launcher"]
 CONTAINER = "graphrun"
@@ -114,8 +114,7 @@ def _metadata(
 
 def build_secret(owner: L.Owner, keys: CurveKeyPair) -> dict[str, Any]:
     """The job's key pair as ``job.key`` (the graphrun-key JSON file of graphrun.rpc.auth)."""
-    content = {"format": L.KEYS_FORMAT, "version": 1, "public": keys.public, "secret": keys.secret}
-    encoded = base64.b64encode((json.dumps(content) + "\n").encode()).decode()
+    encoded = base64.b64encode(key_file_text(keys.public, keys.secret).encode()).decode()
     return {
         "apiVersion": "v1",
         "kind": "Secret",

@@ -24,7 +24,7 @@ from typing import Any
 import kopf
 import urllib3
 
-from graphrun.errors import SpecError
+from graphrun.errors import KubeError, SpecError
 from graphrun.job.gpus import split_document
 from graphrun.job.spec import parse_job
 from graphrun.machine.stopmark import JOB_WIDE, STOP_ANNOTATION, STOP_AT_ANNOTATION
@@ -33,7 +33,7 @@ from graphrun.operator import layout as L
 from graphrun.operator import queueing as Q
 from graphrun.operator.builders import check_supported
 from graphrun.operator.keys import curve_keypair
-from graphrun.operator.kube import Kube, KubeError
+from graphrun.operator.kube import Kube
 from graphrun.operator.observe import observe
 from graphrun.operator.plan import Create, Delete, DeleteGraphJob, Emit, MarkStop, Plan
 from graphrun.operator.reconcile import reconcile, reject

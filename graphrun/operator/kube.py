@@ -18,7 +18,7 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from graphrun.errors import GraphrunError
+from graphrun.errors import KubeError
 from graphrun.job.workflow import rfc3339
 from graphrun.operator import crd
 from graphrun.operator import layout as L
@@ -53,10 +53,6 @@ GANG_OBJECTS = {
         ("scheduling.k8s.io/v1alpha2", "PodGroup"),
     ],
 }
-
-
-class KubeError(GraphrunError):
-    """A Kubernetes API call failed (status, reason and the object are named)."""
 
 
 def _body(resp: Any) -> Any:

@@ -80,7 +80,6 @@ LABEL_INDEX = "graphrun.io/replica-index"
 ANNOTATION_ROLES = "graphrun.io/roles"  # the store and trainer roles a worker pod runs
 MANAGED_BY = {"app.kubernetes.io/managed-by": "graphrun-operator"}
 CONTROLLER = "graphrun.io/graphrun-operator"  # the value of spec.managedBy that means us
-KEYS_FORMAT = "graphrun-key"
 
 
 @dataclass(frozen=True)

@@ -37,11 +37,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphrun.errors import PEER_LOST_EXIT, HostError
+from graphrun.errors import PEER_LOST_EXIT, HostError, KubeError
 from graphrun.job.spec import GraphJob
 from graphrun.measure.member import KEY_BYTES, KEY_ENV, MemberReport
 from graphrun.measure.probe import HostMeasure, LinkMeasure, assemble
-from graphrun.operator.kube import Kube, KubeError
+from graphrun.operator.kube import Kube
 from graphrun.operator.layout import OperatorConfig
 
 LABEL_PROBE = "graphrun.io/probe"

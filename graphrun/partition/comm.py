@@ -17,13 +17,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from graphrun.errors import GraphrunError
+from graphrun.errors import PeerLost
 from graphrun.names import owners
 from graphrun.partition.arrays import stable_argsort
-
-
-class PeerLost(GraphrunError):
-    """A collective failed: a peer rank died, or did not answer within the timeout."""
 
 
 def _tensor(arr: np.ndarray) -> torch.Tensor:

@@ -52,6 +52,7 @@ from graphrun.errors import (
     DatasetError,
     GraphrunError,
     PartitionFormatError,
+    PeerLost,
     UserError,
 )
 from graphrun.files import atomic_dir, commit_dir
@@ -59,14 +60,17 @@ from graphrun.graph.chunked import check_chunks, load_chunked_meta, rank_chunks,
 from graphrun.names import owners
 from graphrun.partition import balance, shuffle
 from graphrun.partition.arrays import unique_counts
-from graphrun.partition.comm import Comm, PeerLost, by_rank
+from graphrun.partition.comm import Comm, by_rank
 from graphrun.partition.format import (
+    DistributedInfo,
+    MappingLayout,
+    PartInfo,
     WriteOptions,
     shared_output,
     start_shared_output,
     write_config,
 )
-from graphrun.partition.quality import row_flags
+from graphrun.partition.quality import Quality, row_flags
 from graphrun.partition.rendezvous import join, parse_rendezvous, private_rendezvous
 from graphrun.partition.xtrapulp import INITS, LPOptions, build_local_graph, propagate
 
@@ -226,9 +230,9 @@ def partition_rank(
     counts = comm.allgather(np.array([info[k] for k in list(info)[1:]], dtype=np.int64))
     if comm.rank == 0:
         keys = list(info)[1:]
-        parts = [{"dir": f"part-{q}", **dict(zip(keys, map(int, counts[q]), strict=True))}
+        parts = [PartInfo(dir=f"part-{q}", **dict(zip(keys, map(int, counts[q]), strict=True)))
                  for q in range(world)]  # fmt: skip
-        _write_config(tmp, share, rl, opts, quality.to_dict(), parts)
+        _write_config(tmp, share, rl, opts, quality, parts)
     comm.barrier()
     phase("")
     return report
@@ -239,8 +243,8 @@ def _write_config(
     share: shuffle.Share,
     rl: shuffle.Relabelled,
     opts: DistOptions,
-    quality: dict[str, Any],
-    parts: list[dict[str, Any]],
+    quality: Quality,
+    parts: list[PartInfo],
 ) -> None:
     meta = share.meta
     options = WriteOptions(
@@ -250,13 +254,13 @@ def _write_config(
         tmp, options, rl.book, graph_name=meta.name, num_nodes=meta.num_nodes,
         num_edges=meta.num_edges, node_features=meta.node_features,
         edge_features=meta.edge_features, quality=quality, parts=parts,
-        id_map_dtypes={t: str(v.get("dtype")) for t, v in meta.id_maps.items()},
-        mapping={
-            "layout": "sharded",
-            "node_bounds": share.node_bounds.tolist(),
-            "edge_bounds": share.edge_bounds.tolist(),
-        },
-        distributed={"ranks": len(parts), "init": opts.lp.init},
+        id_map_dtypes={t: v.dtype for t, v in meta.id_maps.items()},
+        mapping=MappingLayout(
+            layout="sharded",
+            node_bounds=share.node_bounds.tolist(),
+            edge_bounds=share.edge_bounds.tolist(),
+        ),
+        distributed=DistributedInfo(len(parts), opts.lp.init),
     )  # fmt: skip
 
 

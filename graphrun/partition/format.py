@@ -62,7 +62,11 @@ H-1 their in-edges too (structure only; features stay with their owner).
      "parts": [{"dir": "part-0", "num_inner_nodes": .., "num_local_nodes": ..,
                 "num_inner_edges": .., "num_local_edges": ..}, ...]}
 
-(feature ``shape[0]`` is the total number of rows over all partitions). Every
+(feature ``shape[0]`` is the total number of rows over all partitions). The fields
+are declared once, as :class:`PartitionFile`: :func:`write_config` writes one,
+:func:`load_partition_config` is the one reader (the header by
+:func:`graphrun.wire.check_header`, the book's fields by
+:meth:`PartitionBook.from_config`, every other field by the declaration). Every
 ``.npy`` loads with ``mmap_mode="r"``. The directory is written to a temporary
 sibling and renamed when complete. Readers reject another ``format``/``version``,
 corrupt JSON and missing or inconsistent files with a
@@ -72,33 +76,102 @@ corrupt JSON and missing or inconsistent files with a
 from __future__ import annotations
 
 import itertools
-import json
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import msgspec
 import numpy as np
 
 from graphrun.errors import ArgumentError, PartitionFormatError
+from graphrun.files import read_json
 from graphrun.graph import Graph
-from graphrun.graph.format import (
-    check_header,
-    ensure_free,
-    feature_schema,
-    load_npy,
-    read_json,
-)
+from graphrun.graph.format import IdMapInfo, Schema, ensure_free, feature_schema, load_npy
 from graphrun.names import etype_key, owners
 from graphrun.partition.book import PartitionBook, check_ids
 from graphrun.partition.quality import Quality
 from graphrun.partition.relabel import Relabelling, local_structure
+from graphrun.wire import Header, check_header, convert, write_json
 
 FORMAT = "graphrun-partition"
 VERSION = 1
 CONFIG_FILE = "partition.json"
 MAPPING_DIR = "mapping"
+
+
+class Balance(msgspec.Struct):
+    """What the partitioner balanced, and within which tolerance."""
+
+    train: bool
+    edges: bool
+    tolerance: float
+
+
+class PartInfo(msgspec.Struct, kw_only=True):
+    """One partition's directory (a plain name under the partition directory) and sizes."""
+
+    dir: str
+    num_inner_nodes: int
+    num_local_nodes: int
+    num_inner_edges: int
+    num_local_edges: int | msgspec.UnsetType = msgspec.UNSET
+
+    def __post_init__(self) -> None:
+        if "/" in self.dir or self.dir in ("", ".", ".."):
+            raise ValueError(f"dir: {self.dir!r} is not a plain name")
+        for name in ("num_inner_nodes", "num_local_nodes", "num_inner_edges"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be >= 0")
+
+
+class MappingLayout(msgspec.Struct, kw_only=True):
+    """How ``mapping/`` is laid out: global arrays, or one shard per rank cut at the
+    bounds (the distributed mode)."""
+
+    layout: Literal["global", "sharded"]
+    node_bounds: list[int] = msgspec.field(default_factory=list)
+    edge_bounds: list[int] = msgspec.field(default_factory=list)
+
+
+class DistributedInfo(msgspec.Struct):
+    """How the distributed mode ran: its ranks and its initial assignment."""
+
+    ranks: int
+    init: str
+
+
+class PartitionFile(Header, kw_only=True):
+    """``partition.json`` (the layout in the module docstring), fields in the order
+    written. The book's fields (``num_parts`` .. ``edge_ranges``) are checked further by
+    :meth:`PartitionBook.from_config`; fields a writer may leave out are ``UNSET``."""
+
+    graph_name: str | msgspec.UnsetType = msgspec.UNSET
+    method: str | msgspec.UnsetType = msgspec.UNSET
+    halo_hops: int = 1
+    seed: int | msgspec.UnsetType | None = msgspec.UNSET
+    balance: Balance | msgspec.UnsetType = msgspec.UNSET
+    num_nodes: int | msgspec.UnsetType = msgspec.UNSET
+    num_edges: int | msgspec.UnsetType = msgspec.UNSET
+    num_parts: int
+    node_types: list[str]
+    edge_types: list[tuple[str, str, str]]
+    node_offsets: list[int]
+    edge_offsets: list[int]
+    node_ranges: dict[str, list[int]]
+    edge_ranges: dict[str, list[int]]
+    node_features: Schema = msgspec.field(default_factory=dict)
+    edge_features: Schema = msgspec.field(default_factory=dict)
+    quality: Quality | msgspec.UnsetType = msgspec.UNSET
+    parts: list[PartInfo]
+    id_maps: dict[str, IdMapInfo] = msgspec.field(default_factory=dict)
+    mapping: MappingLayout | msgspec.UnsetType = msgspec.UNSET
+    distributed: DistributedInfo | msgspec.UnsetType = msgspec.UNSET
+
+    def __post_init__(self) -> None:
+        if self.halo_hops < 0:
+            raise ValueError(f"halo_hops: must be >= 0, got {self.halo_hops}")
 
 
 # ---- writer ------------------------------------------------------------------------------
@@ -114,7 +187,7 @@ class WriteOptions:
     seed: int
 
 
-def _write_part(tmp: Path, graph: Graph, rl: Relabelling, part: int, halo: int) -> dict[str, Any]:
+def _write_part(tmp: Path, graph: Graph, rl: Relabelling, part: int, halo: int) -> PartInfo:
     d = tmp / f"part-{part}"
     d.mkdir()
     loc = local_structure(graph, rl, part, halo)
@@ -139,13 +212,13 @@ def _write_part(tmp: Path, graph: Graph, rl: Relabelling, part: int, halo: int) 
         _write_features(d / "edge" / etype_key(et), graph.edata.get(etype_key(et), {}), rows)
     lo, hi = rl.book.owned_nodes(part)
     elo, ehi = rl.book.owned_edges(part)
-    return {
-        "dir": d.name,
-        "num_inner_nodes": hi - lo,
-        "num_local_nodes": len(loc.nodes),
-        "num_inner_edges": ehi - elo,
-        "num_local_edges": len(loc.orig_eids),
-    }
+    return PartInfo(
+        dir=d.name,
+        num_inner_nodes=hi - lo,
+        num_local_nodes=len(loc.nodes),
+        num_inner_edges=ehi - elo,
+        num_local_edges=len(loc.orig_eids),
+    )
 
 
 def _write_features(d: Path, feats: dict[str, np.ndarray], rows: np.ndarray) -> None:
@@ -163,7 +236,7 @@ def write_partition(
     opts: WriteOptions,
     quality: Quality,
     id_maps: Mapping[str, np.ndarray] | None = None,
-) -> dict[str, Any]:
+) -> PartitionFile:
     """Write the partition directory's content into ``tmp``; returns the config."""
     parts = [_write_part(tmp, graph, rl, p, opts.halo_hops) for p in range(rl.book.num_parts)]
     m = tmp / MAPPING_DIR
@@ -176,7 +249,7 @@ def write_partition(
     return write_config(
         tmp, opts, rl.book, graph_name=graph.name, num_nodes=int(graph.num_nodes),
         num_edges=int(graph.num_edges), node_features=feature_schema(graph.ndata),
-        edge_features=feature_schema(graph.edata), quality=quality.to_dict(), parts=parts,
+        edge_features=feature_schema(graph.edata), quality=quality, parts=parts,
         id_map_dtypes={t: str(ids.dtype) for t, ids in (id_maps or {}).items()},
     )  # fmt: skip
 
@@ -189,38 +262,36 @@ def write_config(
     graph_name: str,
     num_nodes: int,
     num_edges: int,
-    node_features: dict[str, Any],
-    edge_features: dict[str, Any],
-    quality: dict[str, Any],
-    parts: list[dict[str, Any]],
+    node_features: Schema,
+    edge_features: Schema,
+    quality: Quality,
+    parts: list[PartInfo],
     id_map_dtypes: Mapping[str, str],
-    **extra: Any,
-) -> dict[str, Any]:
-    """Write ``tmp/partition.json`` (the layout in the module docstring; ``extra``: more
-    top-level fields, e.g. the distributed mode's sharded ``mapping``); returns it."""
-    cfg: dict[str, Any] = {
-        "format": FORMAT,
-        "version": VERSION,
-        "graph_name": graph_name,
-        "method": opts.method,
-        "halo_hops": opts.halo_hops,
-        "seed": opts.seed,
-        "balance": {
-            "train": opts.balance_train,
-            "edges": opts.balance_edges,
-            "tolerance": opts.tolerance,
-        },
-        "num_nodes": num_nodes,
-        "num_edges": num_edges,
+    mapping: MappingLayout | msgspec.UnsetType = msgspec.UNSET,
+    distributed: DistributedInfo | msgspec.UnsetType = msgspec.UNSET,
+) -> PartitionFile:
+    """Write ``tmp/partition.json`` (the layout in the module docstring; ``mapping`` and
+    ``distributed``: the distributed mode's sharded mapping and ranks); returns it."""
+    cfg = PartitionFile(
+        FORMAT,
+        VERSION,
+        graph_name=graph_name,
+        method=opts.method,
+        halo_hops=opts.halo_hops,
+        seed=opts.seed,
+        balance=Balance(opts.balance_train, opts.balance_edges, opts.tolerance),
+        num_nodes=num_nodes,
+        num_edges=num_edges,
         **book.to_config(),
-        "node_features": node_features,
-        "edge_features": edge_features,
-        "quality": quality,
-        "parts": parts,
-        "id_maps": {t: {"dtype": d} for t, d in id_map_dtypes.items()},
-        **extra,
-    }
-    (tmp / CONFIG_FILE).write_text(json.dumps(cfg, indent=2) + "\n")
+        node_features=node_features,
+        edge_features=edge_features,
+        quality=quality,
+        parts=parts,
+        id_maps={t: IdMapInfo(d) for t, d in id_map_dtypes.items()},
+        mapping=mapping,
+        distributed=distributed,
+    )
+    write_json(tmp / CONFIG_FILE, cfg)
     return cfg
 
 
@@ -257,12 +328,13 @@ def load_partition_config(path: str | Path) -> dict[str, Any]:
     if not cfile.parent.is_dir():
         raise PartitionFormatError(f"{cfile.parent}: no such partition directory")
     cfg = read_json(cfile, "partition config", PartitionFormatError)
-    check_header(cfg, cfile, FORMAT, VERSION, PartitionFormatError)
-    PartitionBook.from_config(cfg, source=str(cfile))  # checks the book's fields
-    _check_parts(cfg, cfile)
-    for kind in ("node_features", "edge_features"):
-        if not isinstance(cfg.get(kind, {}), dict):
-            raise PartitionFormatError(f"{cfile}: field {kind!r} must be an object")
+    check_header(cfg, str(cfile), FORMAT, VERSION, PartitionFormatError)
+    PartitionBook.from_config(cfg, source=str(cfile))  # the book's fields, its messages
+    declared = convert(PartitionFile, cfg, str(cfile), PartitionFormatError)
+    if len(declared.parts) != declared.num_parts:
+        raise PartitionFormatError(
+            f"{cfile}: field 'parts' must list {declared.num_parts} partitions"
+        )
     return cfg
 
 
@@ -271,23 +343,6 @@ def load_partition_book(path: str | Path) -> PartitionBook:
     return PartitionBook.from_config(
         load_partition_config(path), source=str(_config_file(Path(path)))
     )
-
-
-def _check_parts(cfg: dict[str, Any], cfile: Path) -> None:
-    parts = cfg.get("parts")
-    if not isinstance(parts, list) or len(parts) != cfg["num_parts"]:
-        raise PartitionFormatError(
-            f"{cfile}: field 'parts' must list {cfg['num_parts']} partitions"
-        )
-    for k, info in enumerate(parts):
-        if not isinstance(info, dict):
-            raise PartitionFormatError(f"{cfile}: field 'parts[{k}]' must be an object")
-        for key in ("dir", "num_inner_nodes", "num_local_nodes", "num_inner_edges"):
-            typ = str if key == "dir" else int
-            if not isinstance(info.get(key), typ) or isinstance(info.get(key), bool):
-                raise PartitionFormatError(f"{cfile}: field 'parts[{k}].{key}' is missing or wrong")
-        if "/" in info["dir"] or info["dir"] in ("", ".", ".."):
-            raise PartitionFormatError(f"{cfile}: field 'parts[{k}].dir' is not a plain name")
 
 
 def _load(path: Path, dtype: np.dtype | None = None, length: int | None = None) -> np.ndarray:
@@ -398,7 +453,7 @@ def _load_features(
             try:
                 shape = tuple(spec["shape"])
                 dtype = np.dtype(spec["dtype"])
-            except (KeyError, TypeError) as exc:
+            except TypeError as exc:
                 raise PartitionFormatError(
                     f"{cfile}: field '{kind}.{key}.{name}' is malformed ({exc})"
                 ) from None

@@ -27,9 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from graphrun.errors import ArgumentError, DatasetError
-from graphrun.files import atomic_dir
+from graphrun.files import atomic_dir, write_failed
 from graphrun.graph import Graph
-from graphrun.graph.format import write_failed
 from graphrun.partition import balance
 from graphrun.partition.book import PartitionBook
 from graphrun.partition.format import (

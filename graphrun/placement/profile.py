@@ -66,7 +66,7 @@ import numpy as np
 
 from graphrun.errors import SpecError
 from graphrun.placement._io import read_json, write_file
-from graphrun.wire import convert, to_builtins
+from graphrun.wire import check_header, convert, to_builtins
 
 FORMAT = "graphrun-profile"
 VERSION = 1
@@ -175,10 +175,7 @@ class Profile:
 
 
 def profile_from_dict(data: Any, where: str) -> Profile:
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise SpecError(f"{where}: format: expected {FORMAT!r}")
-    if data.get("version") != VERSION:
-        raise SpecError(f"{where}: version: {data.get('version')!r} is not {VERSION}")
+    check_header(data, where, FORMAT, VERSION)
     f = convert(ProfileFile, data, where)
     qs = {q: Empirical.of(v) for q in (*QUANTITIES, *OPTIONAL) if (v := getattr(f.quantities, q))}
     return Profile(name=f.name or Path(where).stem, quantities=qs)

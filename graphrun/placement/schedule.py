@@ -43,7 +43,7 @@ from graphrun.files import write_atomic
 from graphrun.placement.cluster import Cluster
 from graphrun.placement.oes import Policy, simulate_times
 from graphrun.placement.workload import STAGES, Scenario, Template, make_template
-from graphrun.wire import convert, to_builtins
+from graphrun.wire import Header, check_header, convert, to_builtins
 
 FORMAT = "graphrun-schedule"
 VERSION = 1
@@ -90,11 +90,9 @@ class Schedule(msgspec.Struct, frozen=True):
         return sorted(pairs, key=lambda p: (order[p[0]], order[p[1]]))
 
 
-class ScheduleFile(msgspec.Struct):
+class ScheduleFile(Header):
     """The file :func:`write_schedules` writes (see the module docstring)."""
 
-    format: str
-    version: int
     schedules: list[Schedule]
 
 
@@ -172,8 +170,5 @@ def parse_schedules(text: bytes | str, path: str) -> list[Schedule]:
     except (ValueError, RecursionError) as exc:
         why = "nested too deep" if isinstance(exc, RecursionError) else exc
         raise SpecError(f"{path}: cannot read the schedule ({why})") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise SpecError(f"{path}: format: not a {FORMAT} file")
-    if data.get("version") != VERSION:
-        raise SpecError(f"{path}: version: {data.get('version')!r} is not {VERSION}")
+    check_header(data, str(path), FORMAT, VERSION)
     return convert(ScheduleFile, data, str(path)).schedules

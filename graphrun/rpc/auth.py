@@ -29,17 +29,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
+from graphrun import wire
 from graphrun.errors import ArgumentError
 from graphrun.files import write_atomic
 
 log = logging.getLogger("graphrun.rpc")
 
-KEY_FORMAT = "graphrun-key"
-KEY_VERSION = 1
+KEY_FORMAT = wire.KEY_FORMAT
+KEY_VERSION = wire.KEY_VERSION
 ZAP_DOMAIN = "graphrun"
 
 
@@ -78,17 +80,14 @@ def new_keypair() -> KeyPair:
 
 
 def key_file_text(keys: KeyPair) -> str:
-    """The key file's content (JSON: format, version, public, secret[, server])."""
-    data = {"format": KEY_FORMAT, "version": KEY_VERSION, "public": keys.public}
-    data["secret"] = keys.secret
-    if keys.server is not None:
-        data["server"] = keys.server
-    return json.dumps(data) + "\n"
+    """The key file's content (:class:`graphrun.wire.KeyFile`: format, version, public,
+    secret[, server])."""
+    return wire.key_file_text(keys.public, keys.secret, keys.server)
 
 
 def public_key_file_text(public: str) -> str:
     """A public key file (a store's ``--clients`` entry): the key file without its secret."""
-    return json.dumps({"format": KEY_FORMAT, "version": KEY_VERSION, "public": public}) + "\n"
+    return wire.key_file_text(public)
 
 
 def generate_keys(path: str | Path) -> KeyPair:
@@ -138,20 +137,15 @@ def load_keys(path: str | Path) -> KeyPair:
         data: Any = json.loads(p.read_text())
     except (OSError, ValueError) as exc:
         raise ArgumentError(f"{p}: cannot read key file ({exc})") from None
-    if not isinstance(data, dict) or data.get("format") != KEY_FORMAT:
-        raise ArgumentError(f"{p}: field 'format' is not {KEY_FORMAT!r}")
-    if data.get("version") != KEY_VERSION:
-        raise ArgumentError(f"{p}: field 'version' is {data.get('version')!r}, not {KEY_VERSION}")
-    public = data.get("public")
-    if "secret" not in data and isinstance(public, str) and len(public) == 40:
+    wire.check_header(data, str(p), KEY_FORMAT, KEY_VERSION, ArgumentError)
+    f = wire.convert(wire.KeyFile, data, str(p), ArgumentError)
+    if f.secret is msgspec.UNSET and len(f.public) == 40:
         raise ArgumentError(
             f"{p}: holds a public key only (a store's --clients entry), not a key pair"
         )
+    secret = "" if f.secret is msgspec.UNSET else f.secret
     try:
-        server = data.get("server")
-        keys = KeyPair(
-            str(public), str(data.get("secret")), None if server is None else str(server)
-        )
+        keys = KeyPair(f.public, secret, None if f.server is msgspec.UNSET else f.server)
     except ArgumentError as exc:
         raise ArgumentError(f"{p}: {exc}") from None
     _check_private(p)

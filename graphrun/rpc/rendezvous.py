@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from graphrun.errors import ArgumentError
+from graphrun.errors import ArgumentError, TableFull
 from graphrun.rpc.auth import KeyPair, RateLimitedLog, secure_server
 from graphrun.rpc.guard import CHECK_S, GuardedRouter, RouterLimits
 
@@ -73,10 +73,6 @@ class Limits:
         # the CURVE handshake's own messages, a few hundred bytes, pass the same check)
         frame = self.max_key + self.max_value + 4096
         return RouterLimits(self.max_frames + 3, frame, self.request_bytes())
-
-
-class TableFull(Exception):
-    """A request would go beyond :class:`Limits` (its message says which)."""
 
 
 class RendezvousServer:

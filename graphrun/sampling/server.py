@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import numpy as np
 
 from graphrun.errors import ArgumentError
@@ -64,26 +65,38 @@ def _csc(state: ServerState, weight: str | None = None) -> CSCGraph:
     return csc
 
 
+class SampleBody(msgspec.Struct, frozen=True, kw_only=True):
+    """The body of ``sample_neighbors``: one hop's fanout per edge type (or one), whether
+    with replacement, weighted by which edge tensor, and the seed of the draw."""
+
+    fanout: list[int]
+    seed: int
+    replace: bool = False
+    weighted: bool = False
+    weight: str | None = None
+
+    def __post_init__(self) -> None:
+        if any(k < 0 for k in self.fanout):
+            raise ValueError("fanout: must hold non-negative ints")
+        if self.weighted and self.weight is None:
+            raise ValueError("weight: missing (weighted sampling names its edge weight)")
+
+
 def sample_neighbors(state: ServerState, req: Request) -> Response:
     from graphrun.store.registry import Response
 
     seeds = req.tensor(0, "seeds")
     if seeds.ndim != 1 or seeds.dtype != np.int64:
         raise ArgumentError(f"{OP}: seeds must be 1-d int64, got {seeds.dtype} {seeds.shape}")
-    fanout = req.param("fanout", list)
-    if not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in fanout):
-        raise ArgumentError(f"{OP}: field 'fanout' must hold non-negative ints")
-    replace = bool(req.param("replace", bool, False))
+    args = req.args(SampleBody)
+    fanout, replace = args.fanout, args.replace
     if replace and seeds.size * sum(fanout) > MAX_SAMPLED_EDGES:
         raise ArgumentError(
             f"{OP}: {seeds.size} seeds x fanout {sum(fanout)} with replacement asks for "
             f"{seeds.size * sum(fanout)} edges; at most {MAX_SAMPLED_EDGES} per request"
         )
-    weighted = bool(req.param("weighted", bool, False))
-    csc = _csc(state, req.str_param("weight") if weighted else None)
-    out = csc.sample_one_hop(
-        seeds, fanout, replace=replace, weighted=weighted, seed=req.int_param("seed")
-    )
+    csc = _csc(state, args.weight if args.weighted else None)
+    out = csc.sample_one_hop(seeds, fanout, replace=replace, weighted=args.weighted, seed=args.seed)
     body, tensors = encode_reply(out)
     return Response(body, tensors)
 

@@ -40,6 +40,7 @@ from graphrun.errors import ArgumentError, AuthError, StoreError
 from graphrun.store.reducers import STATE_SPECS, get_reducer
 from graphrun.store.registry import Registry, Request, Response
 from graphrun.store.replicas import replica_state_fields
+from graphrun.store.requests import BackupBody, InitBody, JoinBody, Named, PushBody, ReduceBody
 from graphrun.store.shm import host_digest
 from graphrun.store.state import GRAPH_JOB, PartitionInfo, ServerState, StoredTensor
 from graphrun.wire import to_builtins
@@ -62,7 +63,7 @@ def _rows(req: Request, stored: StoredTensor, i: int = 0) -> np.ndarray:
 
 
 def join(state: ServerState, req: Request) -> Response:
-    client = req.str_param("client", "")
+    client = req.args(JoinBody).client
     if not req.session:
         raise ArgumentError("join: field 's' (session id) is missing")
     if req.job == GRAPH_JOB:
@@ -105,12 +106,12 @@ def heartbeat(state: ServerState, req: Request) -> Response:
 
 
 def pull(state: ServerState, req: Request) -> Response:
-    stored = state.find(req.job, req.str_param("name"))
+    stored = state.find(req.job, req.args(Named).name)
     rows = _rows(req, stored)
     return Response({}, (np.take(stored.array, rows, axis=0),))
 
 
-def _writable(req: Request, stored: StoredTensor) -> StoredTensor:
+def _writable(req: Request, stored: StoredTensor, allow_graph: bool) -> StoredTensor:
     """``stored`` if this request may write it: the graph's own tensors (namespace ``""``)
     are read-only to a job key, and to the admin key unless it sets ``allow_graph``."""
     if stored.info.job != GRAPH_JOB:
@@ -119,7 +120,7 @@ def _writable(req: Request, stored: StoredTensor) -> StoredTensor:
         raise AuthError(
             f"{req.op} {stored.info.name!r}: the graph's tensors are read-only to a job key"
         )
-    if not req.param("allow_graph", bool, False):
+    if not allow_graph:
         raise StoreError(
             f"{req.op} {stored.info.name!r}: graph data is read-only unless allow_graph is set"
         )
@@ -127,14 +128,15 @@ def _writable(req: Request, stored: StoredTensor) -> StoredTensor:
 
 
 def push(state: ServerState, req: Request) -> Response:
-    name = req.str_param("name")
-    stored = _writable(req, state.find(req.job, name))
+    body = req.args(PushBody)
+    name = body.name
+    stored = _writable(req, state.find(req.job, name), body.allow_graph)
     rows = _rows(req, stored)
     values = req.tensor(1, "values")
     want = (len(rows), *stored.info.row_shape)
     if values.shape != want:
         raise ArgumentError(f"push {name!r}: values have shape {values.shape}, expected {want}")
-    reducer_name = req.str_param("reducer", "assign")
+    reducer_name = body.reducer
     reducer = get_reducer(reducer_name)
     is_opt = bool(STATE_SPECS.get(reducer_name))
     if not is_opt and values.dtype != stored.array.dtype:
@@ -143,12 +145,12 @@ def push(state: ServerState, req: Request) -> Response:
         )
     if is_opt and values.dtype.kind != "f":
         raise ArgumentError(f"push {name!r}: gradients must be floating point, got {values.dtype}")
-    state_names = req.param("states", list, [])
+    state_names = body.states
     specs = STATE_SPECS.get(reducer_name, ())
     if len(state_names) != len(specs):
         raise ArgumentError(f"push {name!r}: reducer {reducer_name} needs {len(specs)} states")
-    states = [_writable(req, state.find(req.job, str(s))).array for s in state_names]
-    reducer(stored.array, rows, values, states, req.param("params", dict, {}))
+    states = [_writable(req, state.find(req.job, s), body.allow_graph).array for s in state_names]
+    reducer(stored.array, rows, values, states, body.params)
     return Response({})
 
 
@@ -169,30 +171,28 @@ def _fill(arr: np.ndarray, how: str, args: dict[str, Any], part: int) -> None:
 
 
 def init(state: ServerState, req: Request) -> Response:
-    name = req.str_param("name")
+    body = req.args(InitBody)
+    name = body.name
     if not name or name.startswith(("node/", "edge/")):
         raise ArgumentError(f"init: name {name!r} is empty or in the graph's node/ edge/ space")
     existing = state.tensors.get((req.job, name))
     if existing is not None:
-        if req.param("exist_ok", bool, False):
+        if body.exist_ok:
             return Response({"info": to_builtins(existing.info), "created": False})
         raise StoreError(f"init: tensor {name!r} already exists in job {req.job!r}")
-    row_shape = req.param("row_shape", list, [])
-    if not all(isinstance(x, int) and x >= 0 for x in row_shape) or len(row_shape) > 6:
-        raise ArgumentError(f"init: row_shape {row_shape!r} is not a short list of sizes >= 0")
-    how = req.str_param("init", "zeros")
+    how = body.init
     if how not in INITIALIZERS:
         raise ArgumentError(f"init: initializer {how!r} is unknown; known: {list(INITIALIZERS)}")
     stored = state.create_tensor(
         req.job,
         name,
-        req.str_param("policy"),
-        req.str_param("dtype", "float32"),
-        tuple(row_shape),
-        req.param("persistent", bool, False),
+        body.policy,
+        body.dtype,
+        tuple(body.row_shape),
+        body.persistent,
     )
     try:
-        _fill(stored.array, how, req.param("init_args", dict, {}), state.part)
+        _fill(stored.array, how, body.init_args, state.part)
     except BaseException:
         state.delete_tensor(req.job, name)
         raise
@@ -203,12 +203,12 @@ def attach_op(state: ServerState, req: Request) -> Response:
     """A backup maps the job's tensor ``name`` as its main server describes it: the client
     names the tensor, never a segment or a path (a client-given segment name once mapped
     any file on the host writable)."""
-    state.find(req.job, req.str_param("name"))
+    state.find(req.job, req.args(Named).name)
     return Response({})
 
 
 def delete(state: ServerState, req: Request) -> Response:
-    name = req.str_param("name")
+    name = req.args(Named).name
     if (req.job, name) not in state.tensors and (GRAPH_JOB, name) in state.tensors:
         raise StoreError(f"delete {name!r}: graph data cannot be deleted")
     return Response({"deleted": state.delete_tensor(req.job, name)})
@@ -219,7 +219,7 @@ def list_op(state: ServerState, req: Request) -> Response:
 
 
 def meta(state: ServerState, req: Request) -> Response:
-    return Response({"info": to_builtins(state.find(req.job, req.str_param("name")).info)})
+    return Response({"info": to_builtins(state.find(req.job, req.args(Named).name).info)})
 
 
 def manifest(state: ServerState, req: Request) -> Response:
@@ -234,11 +234,11 @@ def manifest(state: ServerState, req: Request) -> Response:
 def register_backup(state: ServerState, req: Request) -> Response:
     """A backup on this machine announces (or withdraws) itself; with its process id and
     start time the main server notices when it dies (:meth:`ServerState.drop_dead_backups`)."""
-    address = req.str_param("address")
-    if req.param("remove", bool, False):
-        state.unregister_backup(address)
+    body = req.args(BackupBody)
+    if body.remove:
+        state.unregister_backup(body.address)
     else:
-        state.register_backup(address, req.param("pid", int, 0), req.param("start", int, 0))
+        state.register_backup(body.address, body.pid, body.start)
     return Response({})
 
 
@@ -249,8 +249,9 @@ def reduce_op(state: ServerState, req: Request) -> Response:
     """A reduction of this partition's rows of a tensor (the client combines them):
     ``{"value": number or None}``, or for ``nonzero`` the local rows with a non-zero
     element as ``(rows int64,)``."""
-    arr = state.find(req.job, req.str_param("name")).array
-    how = req.str_param("how")
+    body = req.args(ReduceBody)
+    arr = state.find(req.job, body.name).array
+    how = body.how
     if how == "nonzero":
         flat = arr.reshape(len(arr), int(np.prod(arr.shape[1:])))  # -1 fails on no rows
         return Response({}, (np.flatnonzero(flat.any(axis=1)).astype(np.int64),))

@@ -3,12 +3,16 @@
 The server loop never changes when an operation is added. An operation is a
 function ``handler(state, request) -> Response`` registered under a name::
 
+    import msgspec
     from graphrun.store.registry import Registry, Request, Response
     from graphrun.store.state import ServerState
 
+    class SampleBody(msgspec.Struct):              # the request's body, declared
+        fanout: int
+
     def sample_neighbors(state: ServerState, req: Request) -> Response:
         seeds = req.tensors[0]                     # read-only numpy views on the frames
-        fanout = req.int_param("fanout")           # validated scalar from the body
+        fanout = req.args(SampleBody).fanout       # the body, checked at once
         indptr = state.structure["indptr"]         # the partition's CSC in shared memory
         ...
         return Response({"count": n}, (src, dst, eids))
@@ -31,6 +35,8 @@ What a handler may rely on and must do:
   ``state.extension_data`` — a dict for the extension's own caches, keyed by its name).
 * ``request.job`` / ``request.session`` are the caller's job namespace and session id
   (checked: the session has joined, unless registered with ``needs_session=False``).
+* The body is read as a declared type, once (:meth:`Request.args`; the store's own in
+  :mod:`graphrun.store.requests`); :meth:`Request.param` checks one field at a time.
 * Raise :class:`~graphrun.errors.ArgumentError` / :class:`~graphrun.errors.StoreError` for
   bad input: the client receives that error type with its message, the server logs one
   line and goes on. Any other exception is logged with its traceback and reaches the
@@ -45,14 +51,17 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from graphrun.errors import ArgumentError
+from graphrun.wire import convert
 
 if TYPE_CHECKING:
     from graphrun.store.state import ServerState
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,11 @@ class Request:
     session: str = ""
     admin: bool = True  # the store's admin key (or no CURVE); False: a job key
     user: str | None = None  # the sender's public key (None without CURVE)
+
+    def args(self, type_: type[T]) -> T:
+        """The body as ``type_`` (a msgspec ``Struct`` declaring the operation's fields),
+        every field checked at once; ArgumentError naming the operation and the field."""
+        return convert(type_, self.body, self.op, ArgumentError)
 
     def param(self, key: str, typ: type | tuple[type, ...], default: Any = ...) -> Any:
         """Body field ``key`` checked against ``typ`` (ArgumentError naming it if wrong)."""

@@ -54,6 +54,7 @@ from graphrun.errors import (
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.transport import RpcClient
 from graphrun.store.registry import Registry, Request, Response
+from graphrun.store.requests import BackupBody, Named, ReplicateBody
 from graphrun.store.state import ServerState
 from graphrun.wire import to_builtins
 
@@ -169,7 +170,7 @@ def apply_write(state: ServerState, req: Request, apply: Callable[[Request], Res
 
 def _duplicate_reply(state: ServerState, req: Request) -> Response:
     if req.op == "init":
-        info = state.find(req.job, req.str_param("name")).info
+        info = state.find(req.job, req.args(Named).name).info
         return Response({"info": to_builtins(info), "created": False})
     if req.op == "delete":
         return Response({"deleted": True})
@@ -186,18 +187,14 @@ def register_ops(registry: Registry) -> None:
             raise ArgumentError("replicate: this server is a primary, not a replica")
         if state.promoted:
             raise StoreError(f"{FENCED} this replica serves partition {state.part} now")
-        op = req.str_param("op")
+        fwd = req.args(ReplicateBody)
+        op = fwd.op
         if op not in WRITE_OPS:
             raise ArgumentError(f"replicate: {op!r} is not a write ({sorted(WRITE_OPS)})")
         inner = Request(
-            op,
-            req.param("body", dict),
-            req.tensors,
-            job=req.str_param("job"),
-            session=req.str_param("session", ""),
-            admin=req.param("admin", bool),
+            op, fwd.body, req.tensors, job=fwd.job, session=fwd.session, admin=fwd.admin,
             user=req.user,
-        )
+        )  # fmt: skip
         handler = registry.get(op).handler
         return apply_write(state, inner, lambda r: handler(state, r))
 
@@ -206,12 +203,12 @@ def register_ops(registry: Registry) -> None:
             raise AuthError("register_replica: only the store's own key registers replicas")
         if state.replica != 0 or state.replication is None:
             raise ArgumentError("register_replica: this server is not a partition's primary")
-        address = req.str_param("address")
-        if req.param("remove", bool, False):
-            state.replication.remove(address)
+        body = req.args(BackupBody)
+        if body.remove:
+            state.replication.remove(body.address)
         else:
-            state.replication.add(address)
-            log.info("partition %d: replica %s registered", state.part, address)
+            state.replication.add(body.address)
+            log.info("partition %d: replica %s registered", state.part, body.address)
         return Response({})
 
     registry.add("replicate", replicate, needs_session=False)

@@ -101,10 +101,23 @@ def job_yaml(tmp_dir: Path, name: str = "t", **training: object) -> Path:
 
 
 def fake_partition(tmp_dir: Path, parts: int = 2) -> Path:
-    """A partition directory whose metadata says ``parts`` parts (no data: fake stores)."""
+    """A partition directory whose metadata says ``parts`` empty parts of an empty graph
+    (a valid ``partition.json``, no arrays: fake stores)."""
+    import numpy as np
+
+    from graphrun.partition.book import PartitionBook
+
     out = Path(tmp_dir) / "parts"
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"format": "graphrun-partition", "version": 1, "num_parts": parts}
+    zeros = np.zeros((1, parts + 1), dtype=np.int64)
+    book = PartitionBook(parts, ("_N",), (("_N", "_E", "_N"),), zeros[0], zeros[0], zeros, zeros)
+    empty = {"num_inner_nodes": 0, "num_local_nodes": 0, "num_inner_edges": 0}
+    meta = {
+        "format": "graphrun-partition",
+        "version": 1,
+        **book.to_config(),
+        "parts": [{"dir": f"part-{k}", **empty} for k in range(parts)],
+    }
     (out / "partition.json").write_text(json.dumps(meta))
     return out
 

@@ -37,8 +37,7 @@ import msgspec
 import torch
 
 from graphrun.errors import CheckpointError
-from graphrun.files import write_atomic
-from graphrun.graph.format import write_failed
+from graphrun.files import write_atomic, write_failed
 from graphrun.wire import describe
 
 FORMAT = "graphrun-checkpoint"

@@ -25,7 +25,7 @@ class ElasticConfig:
     timeout_s: float = 60.0  # a collective's wait for a peer before it counts as lost
     settle_s: float = 3.0  # how long the survivors gather before the new group is fixed
     # machine -> "host:port" of a store server there: a re-forming trainer that reaches
-    # too few of the others' is the one cut off (graphrun.train.elastic.CutOff)
+    # too few of the others' is the one cut off (graphrun.errors.CutOff)
     probes: tuple[tuple[str, str], ...] = ()
 
 

@@ -69,7 +69,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from graphrun.errors import GraphrunError, RpcTimeout
+from graphrun.errors import BelowMinimum, CutOff, GraphrunError, LeftOut, RpcTimeout
 from graphrun.train.config import ElasticConfig
 from graphrun.train.ddp import DDPConfig
 from graphrun.train.sockets import opened, port_of, shut
@@ -79,19 +79,6 @@ PROBE_S = 2.0  # how long a reachability probe waits for a TCP connection
 # what gloo's and NCCL's errors say when a peer is gone or silent
 _LOST = ("Connection closed", "Connection reset", "Broken pipe", "Timed out", "timed out",
          "timeout", "NCCL", "gloo", "Socket Timeout", "recvBytes", "sendBytes")  # fmt: skip
-
-
-class BelowMinimum(GraphrunError):
-    """Too few machines are left to go on: the job falls back to its restart policy."""
-
-
-class LeftOut(GraphrunError):
-    """This trainer was not among the survivors the group re-formed with."""
-
-
-class CutOff(GraphrunError):
-    """This trainer reaches too few of the other machines: it is the one cut off, and
-    leaves the re-form to the others (its machine is fenced by the launcher)."""
 
 
 def reachable(

@@ -153,7 +153,7 @@ _PARTS = ("epoch_s", "sample_s", "fetch_s", "compute_s", "allreduce_s", "cpu_s",
           "peak_rss_mb", "cache_bytes", "remote_bytes")  # fmt: skip
 
 
-class _Stopped(Exception):
+class _Stopped(Exception):  # control flow in this module only: outside the error tree
     def __init__(self, position: Position) -> None:
         self.position = position
 

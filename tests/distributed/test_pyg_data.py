@@ -22,10 +22,10 @@ from graphrun.errors import DatasetError
     [
         (None, "no store file"),
         ("{not json", "not a readable JSON store file"),
-        ({"version": 2, "servers": ["tcp://a:1"]}, "field 'version' must be 1"),
-        ({"version": 1, "servers": []}, "field 'servers'"),
-        ({"version": 1, "servers": ["tcp://a:1"], "job": 3}, "field 'job'"),
-        ({"version": 1, "servers": ["tcp://a:1"], "keys": 1}, "field 'keys'"),
+        ({"version": 2, "servers": ["tcp://a:1"]}, "field 'version' is 2; this graphrun reads"),
+        ({"version": 1, "servers": []}, "servers: must name at least one"),
+        ({"version": 1, "servers": ["tcp://a:1"], "job": 3}, "job: Expected `str`"),
+        ({"version": 1, "servers": ["tcp://a:1"], "keys": 1}, "keys: Expected `str`"),
     ],
 )
 def test_a_bad_store_file_is_one_line_naming_file_and_field(tmp_path, body, field) -> None:

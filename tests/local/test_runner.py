@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from graphrun.errors import JobFailed, SpecError
+from graphrun.errors import JobFailed, SpecError, UserError
 from graphrun.job.hosts import Hosts
 from graphrun.job.spec import load_job, parse_job
 from graphrun.job.workflow import Phase
@@ -134,6 +134,15 @@ def test_partition_of_another_size_is_refused(tmp_path):
     fake_partition(tmp_path, parts=3)
     fake_dataset(tmp_path)
     with pytest.raises(SpecError, match="has 3 parts, the job needs 2"):
+        LocalJob(load_job(path), path, sink=io.StringIO()).run()
+
+
+def test_partition_of_another_version_is_refused(tmp_path):
+    path = job_yaml(tmp_path)
+    meta = fake_partition(tmp_path) / "partition.json"
+    meta.write_text(meta.read_text().replace('"version": 1', '"version": 2'))
+    fake_dataset(tmp_path)
+    with pytest.raises(UserError, match=r"partition\.json: field 'version' is 2; this graphrun"):
         LocalJob(load_job(path), path, sink=io.StringIO()).run()
 
 

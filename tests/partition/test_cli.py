@@ -206,6 +206,11 @@ def copy_tree(src: Path, dst: Path) -> Path:
         (lambda c: c.update(node_offsets=[0, 1, 2]), "node_offsets"),
         (lambda c: c.update(parts=[]), "field 'parts'"),
         (lambda c: c["parts"][0].update(num_local_nodes="x"), r"parts\[0\].num_local_nodes"),
+        (lambda c: c["parts"][0].update(dir="../x"), r"parts\[0\]: dir: '\.\./x' is not a plain"),
+        (lambda c: c.update(halo_hops="x"), "halo_hops: Expected `int`, got `str`"),
+        (lambda c: c.update(halo_hops=-1), "halo_hops: must be >= 0"),
+        (lambda c: c["quality"].update(edge_cut="x"), r"quality\.edge_cut: Expected `float`"),
+        (lambda c: c.update(node_features={"_N": {"f": {"shape": [1]}}}), "dtype: missing"),
     ],
 )
 def test_bad_partition_config(parted: Path, tmp_path: Path, edit, match: str) -> None:  # type: ignore[no-untyped-def]

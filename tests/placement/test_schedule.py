@@ -99,7 +99,10 @@ def test_schedules_round_trip_and_bad_files_are_named(tmp_path, hetero):
     write_schedules(path, s)
     assert read_schedules(path) == s
     path.write_text('{"format": "graphrun-schedule", "version": 9, "schedules": []}')
-    with pytest.raises(SpecError, match=r"plan\.schedule\.json: version"):
+    with pytest.raises(
+        SpecError,
+        match=r"schedule\.json: field 'version' is 9; this graphrun reads",
+    ):
         read_schedules(path)
     path.write_text('{"format": "graphrun-schedule", "version": 1, "schedules": [{}]}')
     with pytest.raises(SpecError, match=r"plan\.schedule\.json: schedules\[0\]\.label: missing"):

@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from graphrun.errors import ArgumentError, RpcError, StoreError
-from graphrun.local.stores import StoreFailed, start_store, start_stores
+from graphrun.errors import ArgumentError, RpcError, StoreError, StoreFailed
+from graphrun.local.stores import start_store, start_stores
 from graphrun.rpc.transport import RpcClient
 from graphrun.store.client import ClientConfig, KVClient
 from graphrun.testing.procs import child_env

@@ -153,9 +153,10 @@ def test_a_trainer_that_reaches_too_few_machines_is_the_one_cut_off():
     Before it joins, a trainer probes a store server of each other machine."""
     import socket
 
+    from graphrun.errors import CutOff
     from graphrun.train.config import ElasticConfig
     from graphrun.train.ddp import DDPConfig
-    from graphrun.train.elastic import CutOff, Regroup, reachable
+    from graphrun.train.elastic import Regroup, reachable
 
     up = socket.create_server(("127.0.0.1", 0))
     down = socket.create_server(("127.0.0.1", 0))

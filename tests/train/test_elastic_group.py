@@ -31,9 +31,10 @@ def _trainer(rank: int, rdv: str, die: bool, out: mp.Queue) -> None:
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     import torch
 
+    from graphrun.errors import BelowMinimum
     from graphrun.train.config import ElasticConfig
     from graphrun.train.ddp import DDPConfig, all_sum, process_group
-    from graphrun.train.elastic import BelowMinimum, Regroup
+    from graphrun.train.elastic import Regroup
 
     torch.set_num_threads(1)
     ddp = DDPConfig(rank, 3, rdv, timeout_s=60)
