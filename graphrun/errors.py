@@ -12,6 +12,7 @@ at the boundary where they occur, with ``raise ... from``.
     │   ├── PartitionFormatError  a partition directory is missing, corrupt or of another version
     │   ├── SpecError             a job spec, cluster or plan file is invalid
     │   ├── CheckpointError       a checkpoint file is unreadable or malformed
+    │   ├── RunFileError          a run directory's file is irregular, outside, too big or malformed
     │   └── ArgumentError         an argument to an API call is invalid (ids, fanouts, ...)
     ├── RpcError                  anything that went wrong talking to a store server
     │   ├── RpcTimeout            no answer within the deadline
@@ -76,6 +77,11 @@ class SpecError(UserError):
 
 class CheckpointError(UserError):
     """A checkpoint file is unreadable, of another format, or malformed (one field named)."""
+
+
+class RunFileError(UserError):
+    """A file of a run directory that is not read (not a regular file, outside the run
+    directory, over its cap), or not what it should hold (``graphrun report``)."""
 
 
 class ArgumentError(UserError, ValueError):

@@ -37,12 +37,12 @@ from typing import Annotated, Any
 
 import msgspec
 
-from graphrun.errors import SpecError, UserError, WorkflowError
+from graphrun.errors import RunFileError, SpecError, UserError, WorkflowError
 from graphrun.job.workflow import Event, EventKind, JobStatus, Phase, state_from_dict
 from graphrun.machine.launch import MachineLaunch
 from graphrun.placement.schedule import Schedule, parse_schedules, schedule_file
 from graphrun.report import files
-from graphrun.report.files import BadFile, decode_json, read_file
+from graphrun.report.files import decode_json, read_file
 from graphrun.wire import convert
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=files.MAX_NAME)]
@@ -178,7 +178,7 @@ class Run:
         return {r: m.name for m in self.machines for r in m.roles}
 
 
-def _skipped(exc: BadFile) -> str:
+def _skipped(exc: RunFileError) -> str:
     msg = str(exc)
     return msg if msg.endswith("(not read)") else f"{msg} (skipped)"
 
@@ -191,7 +191,7 @@ def _json(path: Path, run: Path) -> Any:
 
 def read_epochs(path: Path, run: Path | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """The epoch records of ``metrics.jsonl`` (its last record per epoch: a resumed run
-    appends the epochs it ran again) and a note per line that is not one. BadFile when
+    appends the epochs it ran again) and a note per line that is not one. RunFileError when
     the file cannot be read at all."""
     records: dict[int, dict[str, Any]] = {}
     notes: list[str] = []
@@ -207,9 +207,9 @@ def read_epochs(path: Path, run: Path | None = None) -> tuple[list[dict[str, Any
         try:
             rec = decode_json(line, where)
             if not isinstance(rec, dict):
-                raise BadFile(f"{where}: not an epoch record")
-            epoch = convert(EpochRecord, rec, where, BadFile)
-        except BadFile as exc:
+                raise RunFileError(f"{where}: not an epoch record")
+            epoch = convert(EpochRecord, rec, where, RunFileError)
+        except RunFileError as exc:
             skipped += 1
             if skipped <= MAX_LINE_NOTES:
                 notes.append(_skipped(exc))
@@ -247,10 +247,12 @@ def _files(run: Path, sub: str, notes: list[str]) -> list[Path]:
 
 
 def _launch(p: Path, run: Path) -> MachineLaunch:
-    launch = convert(MachineLaunch, _json(p, run), str(p), BadFile)
+    launch = convert(MachineLaunch, _json(p, run), str(p), RunFileError)
     for name in (launch.machine, *(r.role for r in launch.roles)):
         if not 0 < len(name) <= files.MAX_NAME:
-            raise BadFile(f"{p}: {name[:40]!r}...: not a name of 1 to {files.MAX_NAME} characters")
+            raise RunFileError(
+                f"{p}: {name[:40]!r}...: not a name of 1 to {files.MAX_NAME} characters"
+            )
     return launch
 
 
@@ -260,14 +262,14 @@ def _machines(run: Path, notes: list[str]) -> tuple[list[Machine], list[MachineS
     for p in _files(run, "launch", notes):
         try:
             launch = _launch(p, run)
-        except BadFile as exc:
+        except RunFileError as exc:
             notes.append(_skipped(exc))
             continue
         machines[launch.machine] = Machine(launch.machine, tuple(r.role for r in launch.roles))
     for p in _files(run, "status", notes):
         try:
-            st = convert(MachineStatus, _json(p, run), str(p), BadFile)
-        except BadFile as exc:
+            st = convert(MachineStatus, _json(p, run), str(p), RunFileError)
+        except RunFileError as exc:
             notes.append(_skipped(exc))
             continue
         statuses.append(st)
@@ -295,7 +297,7 @@ def _plan(job_file: Path | None, notes: list[str]) -> Plan | None:
         if job_file is None or text is None:
             return None
         job = loads_job(text.decode("utf-8", "replace"), str(job_file))
-    except BadFile as exc:
+    except RunFileError as exc:
         notes.append(f"the job file: {exc}")
         return None
     except UserError:
@@ -312,7 +314,7 @@ def _plan(job_file: Path | None, notes: list[str]) -> Plan | None:
         if data is None:
             return Plan(str(plan_file), note=f"{sched.name} is missing (run graphrun plan again)")
         return Plan(str(plan_file), tuple(parse_schedules(data, str(sched))))
-    except SpecError as exc:  # a BadFile too
+    except SpecError as exc:  # a RunFileError too
         return Plan(str(plan_file), note=str(exc))
 
 
@@ -330,7 +332,7 @@ def read_run(path: Path) -> Run:
         raise UserError(str(exc)) from None
     try:
         epochs, notes = read_epochs(path / "metrics.jsonl", path)
-    except BadFile as exc:
+    except RunFileError as exc:
         epochs, notes = [], [str(exc)]
     machines, statuses = _machines(path, notes)
     failure = _failure(status, statuses)
