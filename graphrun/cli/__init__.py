@@ -31,6 +31,7 @@ SUBCOMMANDS = (
     "keygen",
     "run",
     "report",
+    "infer",
     "worker",
     "rendezvous",
     "plan",
