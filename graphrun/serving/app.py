@@ -167,6 +167,8 @@ class Server:
 
     async def check_ready(self) -> bool:
         ok = await asyncio.get_running_loop().run_in_executor(None, self.probe)
+        if not ok and self.engine.connected:  # its sessions end with the servers: join again
+            await self.run_in_worker(self.engine.close)
         if ok and not self.engine.connected:
             try:
                 await self.run_in_worker(self.engine.connect)
@@ -214,6 +216,8 @@ def build_app(server: Server) -> Starlette:
         except (ValueError, RecursionError) as exc:
             raise BadRequest(f"request: not JSON ({type(exc).__name__})") from None
         query = parse(decoded, server.engine.graph, s.bounds, s.mode, s.seed)
+        if not server.ready:
+            raise StoreUnavailable("the store is not reachable (/v2/health/ready is false)")
         rows = await server.submit(query)
         rid = decoded.get("id") if isinstance(decoded, dict) else None
         return JSONResponse(answer(s.name, query, rows, rid))

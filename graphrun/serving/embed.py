@@ -55,8 +55,11 @@ class Layers(torch.nn.Module):
 class WithTable:
     """``data`` whose node table ``name`` is ``table`` (the embeddings the last layer reads)."""
 
-    def __init__(self, data: GraphData, name: str, table: NodeTable) -> None:
-        self.data, self.name, self.table = data, name, table
+    def __init__(self, data: GraphData, name: str, table: NodeTable, width: int) -> None:
+        self.data, self.name, self.table, self.width = data, name, table, width
+
+    def feature_dim(self, ntype: str, name: str) -> int | None:
+        return self.width if name == self.name else self.data.feature_dim(ntype, name)
 
     def node_table(self, ntype: str, name: str, width: int | None = None) -> NodeTable:
         if name == self.name and width is None:
@@ -96,7 +99,7 @@ def embed(
         emb = data.node_table(ntype, feature)[every].float()
     _write(client, table_name(ntype, "embeddings"), emb.contiguous(), ntype)
     stored = DistTensor(client, table_name(ntype, "embeddings"))
-    tail = WithTable(data, "serving-embeddings", stored)
+    tail = WithTable(data, "serving-embeddings", stored, int(emb.size(1)))
     logits = inference.layerwise(Layers(model, layers - 1, layers), tail, ntype,
                                  "serving-embeddings", every, batch_size, none)  # fmt: skip
     _write(client, table_name(ntype, "logits"), logits.contiguous(), ntype)
