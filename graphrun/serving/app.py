@@ -15,8 +15,9 @@ within ``window_s`` (up to ``max_batch_ids`` ids) and runs it as one forward in 
 engine's one worker thread, then answers each. A full queue is HTTP 503, a bad request
 400 ``{"error": ...}``; an unexpected failure is 500 with one line, and the server goes on.
 
-With a token every route but ``/v2/health/live`` wants ``Authorization: Bearer <token>``
-(compared in constant time, :func:`hmac.compare_digest`).
+With a token every route but ``/v2/health/live`` and ``/v2/health/ready`` (:data:`OPEN`:
+a kubelet's probes send no secret) wants ``Authorization: Bearer <token>`` (compared in
+constant time, :func:`hmac.compare_digest`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ from graphrun.serving.protocol import BadRequest, Bounds, Mode, Query, answer, p
 
 log = logging.getLogger("graphrun.serving")
 
+#: routes that need no token: liveness, and readiness for a kubelet's probe (one bit, from
+#: the last store probe: no request reaches the store or the model)
+OPEN = frozenset({"/v2/health/live", "/v2/health/ready"})
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 
@@ -251,7 +255,7 @@ def build_app(server: Server) -> Starlette:
     async def guard(request: Request, call_next: Callable[[Request], Any]) -> Response:
         route = request.url.path if request.url.path in known else "other"
         t0 = time.perf_counter()
-        if token is not None and request.url.path != "/v2/health/live":
+        if token is not None and request.url.path not in OPEN:
             got = request.headers.get("authorization", "")
             if not hmac.compare_digest(got.encode(), b"Bearer " + token):
                 m.errors.labels("unauthorized").inc()

@@ -120,8 +120,9 @@ class Target:
 
     @property
     def job_name(self) -> str:
-        """The job the key acts as: a job key file is named after its job."""
-        return self.key_file.stem
+        """The job the endpoint acts as on the store: the job's own (its key must be that
+        job's: the store refuses a key acting as another job)."""
+        return self.job.name
 
 
 def target(job_file: Path, store: list[str] | None, key_file: Path | None,

@@ -74,12 +74,16 @@ def trainer(served: Served) -> Iterator[Trainer]:
 
 def test_health_metadata_and_the_token(served: Served) -> None:
     with served.client(token=None) as c:
-        assert c.get("/v2/health/live").status_code == 200  # liveness needs no token
-        for path in ("/v2/health/ready", "/v2/models/small", "/metrics"):
+        # liveness and readiness need no token (a kubelet's probes carry no secret)
+        assert c.get("/v2/health/live").status_code == 200
+        assert c.get("/v2/health/ready").json() == {"ready": True}
+        for path in ("/v2/models/small", "/v2/models/small/ready", "/metrics"):
             r = c.get(path)
             assert r.status_code == 401 and "Bearer" in r.json()["error"], path
+        body = {"inputs": [{"name": "node_ids", "shape": [1], "datatype": "INT64", "data": [1]}]}
+        assert c.post("/v2/models/small/infer", json=body).status_code == 401
     with served.client(token=TOKEN[:-1] + "x") as c:
-        assert c.get("/v2/health/ready").status_code == 401
+        assert c.get("/v2/models/small").status_code == 401
     with served.client() as c:
         assert c.get("/v2/health/ready").json() == {"ready": True}
         assert c.get("/v2/models/small/ready").status_code == 200
