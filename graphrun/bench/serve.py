@@ -27,12 +27,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from graphrun.bench import check_at_least, int_list
 from graphrun.errors import ArgumentError, GraphrunError
+
+if TYPE_CHECKING:
+    from graphrun.graph import Graph
 
 
 def register(subparsers: Any) -> None:
@@ -69,7 +72,7 @@ def _check(args: argparse.Namespace) -> None:
         raise ArgumentError(f"--dataset: {args.dataset} is not a dataset directory")
 
 
-def _graph(args: argparse.Namespace) -> Any:
+def _graph(args: argparse.Namespace) -> Graph:
     from graphrun.graph import GenParams, community, load_dataset
 
     if args.dataset is not None:

@@ -31,7 +31,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -51,6 +51,7 @@ from graphrun.serving.engine import Engine, Stats, StoreUnavailable
 from graphrun.serving.protocol import BadRequest, Bounds, Mode, Query, answer, parse
 
 log = logging.getLogger("graphrun.serving")
+T = TypeVar("T")
 
 #: routes that need no token: liveness, and readiness for a kubelet's probe (one bit, from
 #: the last store probe: no request reaches the store or the model)
@@ -101,7 +102,7 @@ class Server:
         self.ready = engine.connected
         self.pending = 0
 
-    async def run_in_worker(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def run_in_worker(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
     # ---- micro-batching ----------------------------------------------------------------

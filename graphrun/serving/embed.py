@@ -19,7 +19,7 @@ read them, other jobs do not see them; they stay until deleted or the store stop
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -48,8 +48,7 @@ class Layers(torch.nn.Module):
         self.convs = torch.nn.ModuleList(model.convs[lo:hi])
 
     def layer(self, i: int, x: Tensor, edge_index: Tensor, n_dst: int) -> Tensor:
-        out: Tensor = self.model.layer(self.lo + i, x, edge_index, n_dst)  # type: ignore[operator]
-        return out
+        return self.model._layer(self.lo + i, x, edge_index, n_dst)
 
 
 class WithTable:
@@ -66,7 +65,7 @@ class WithTable:
             return self.table
         return self.data.node_table(ntype, name, width)
 
-    def __getattr__(self, attr: str) -> Any:
+    def __getattr__(self, attr: str) -> object:
         return getattr(self.data, attr)
 
 
@@ -99,7 +98,7 @@ def embed(
         emb = data.node_table(ntype, feature)[every].float()
     _write(client, table_name(ntype, "embeddings"), emb.contiguous(), ntype)
     stored = DistTensor(client, table_name(ntype, "embeddings"))
-    tail = WithTable(data, "serving-embeddings", stored, int(emb.size(1)))
+    tail = cast(GraphData, WithTable(data, "serving-embeddings", stored, int(emb.size(1))))
     logits = inference.layerwise(Layers(model, layers - 1, layers), tail, ntype,
                                  "serving-embeddings", every, batch_size, none)  # fmt: skip
     _write(client, table_name(ntype, "logits"), logits.contiguous(), ntype)

@@ -208,11 +208,11 @@ class Engine:
         rows: list[dict[str, np.ndarray] | None] = [None] * len(queries)
         parts: list[Part] = []
         where: list[tuple[int, int, np.ndarray | None]] = []  # query, part, rows of its seeds
-        full = [i for i, q in enumerate(queries) if q.mode == "full" and q.ids is not None]
+        full = [(i, q.ids) for i, q in enumerate(queries) if q.mode == "full" and q.ids is not None]
         if full:
-            union = np.unique(np.concatenate([queries[i].ids for i in full]))  # type: ignore[misc]
+            union = np.unique(np.concatenate([ids for _, ids in full]))
             parts.append(self._build("full", union, 0, stats))
-            where += [(i, 0, np.searchsorted(union, queries[i].ids)) for i in full]  # type: ignore[arg-type]
+            where += [(i, 0, np.searchsorted(union, ids)) for i, ids in full]
         for i, q in enumerate(queries):
             if q.mode == "precomputed":
                 rows[i] = self._stored(q)
