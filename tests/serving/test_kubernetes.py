@@ -3,6 +3,7 @@ routes, a command the CLI takes, and the job it serves a job the endpoint answer
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -42,3 +43,14 @@ def test_it_serves_the_on_store_job_whose_addresses_name_the_store() -> None:
     assert job.spec.graph.store is not None and len(job.spec.graph.store.addresses) == 2
     (c,) = _doc()["items"][1]["spec"]["template"]["spec"]["containers"]
     assert f"--checkpoint=/data/{job.spec.training.checkpoint_dir}" in c["command"]
+
+
+def test_the_kserve_predictor_in_the_docs_runs_a_command_the_cli_takes() -> None:
+    text = (ROOT / "docs/serving.md").read_text()
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "InferenceService" in b)
+    (c,) = yaml.safe_load(block)["spec"]["predictor"]["containers"]
+    args = build_parser().parse_args(c["command"][1:])
+    assert args.port == c["ports"][0]["containerPort"] == 8080  # KServe's port
+    assert (
+        args.token_file is not None and c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    )
