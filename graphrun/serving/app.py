@@ -160,7 +160,11 @@ class Server:
         m.store.labels("fetch").observe(stats.fetch_s)
         m.forward.observe(stats.forward_s)
         for (_, fut), rows in zip(batch, stats.rows, strict=True):
-            if not fut.done():
+            if fut.done():
+                continue
+            if isinstance(rows, BadRequest):
+                fut.set_exception(rows)
+            else:
                 fut.set_result(rows)
 
     # ---- readiness ---------------------------------------------------------------------

@@ -69,7 +69,8 @@ class Stats:
     fetch_s: float = 0.0
     forward_s: float = 0.0
     ids: int = 0
-    rows: list[dict[str, np.ndarray]] = field(default_factory=list)
+    # per query: its output rows, or the BadRequest that query alone gets
+    rows: list[dict[str, np.ndarray] | BadRequest] = field(default_factory=list)
 
 
 def merge(parts: Sequence[Part]) -> tuple[Part, list[int]]:
@@ -205,7 +206,7 @@ class Engine:
 
     def _answer(self, queries: Sequence[Query]) -> Stats:
         stats = Stats(ids=sum(q.size for q in queries))
-        rows: list[dict[str, np.ndarray] | None] = [None] * len(queries)
+        rows: list[dict[str, np.ndarray] | BadRequest | None] = [None] * len(queries)
         parts: list[Part] = []
         where: list[tuple[int, int, np.ndarray | None]] = []  # query, part, rows of its seeds
         full = [(i, q.ids) for i, q in enumerate(queries) if q.mode == "full" and q.ids is not None]
@@ -215,7 +216,10 @@ class Engine:
             where += [(i, 0, np.searchsorted(union, ids)) for i, ids in full]
         for i, q in enumerate(queries):
             if q.mode == "precomputed":
-                rows[i] = self._stored(q)
+                try:
+                    rows[i] = self._stored(q)
+                except BadRequest as exc:  # this query's alone: the others are answered
+                    rows[i] = exc
             elif q.ids is None:
                 where.append((i, len(parts), None))
                 parts.append(self._new_node(q, stats))
@@ -278,13 +282,12 @@ class Engine:
         for what in TABLES:
             name = table_name(self.ntype, what)
             if name not in self._tables:
-                try:
-                    self._tables[name] = DistTensor(self.ctx.client, name)
-                except GraphrunError:
+                if name not in {t.name for t in self.ctx.client.list_tensors()}:
                     raise BadRequest(
                         "parameters.mode: precomputed, but the store holds no embeddings of "
                         "this job (run `graphrun infer embed` first)"
-                    ) from None
+                    )
+                self._tables[name] = DistTensor(self.ctx.client, name)
             got[what] = self._tables[name][q.ids].numpy()
         return {"logits": got["logits"], "embeddings": got["embeddings"],
                 "predictions": got["predictions"].astype(np.int64)}  # fmt: skip
