@@ -4,8 +4,7 @@ over a real served graph and a real trained job's checkpoint."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -207,38 +206,6 @@ def test_precomputed_answers_are_the_stored_full_pass(served) -> None:
     got, want = infer(served, ids, mode="precomputed"), infer(served, ids, mode="full")
     for k in ("logits", "predictions", "embeddings"):
         np.testing.assert_allclose(got[k], want[k], atol=1e-5)
-
-
-def _ready(served: Served) -> bool:
-    with served.client() as c:
-        return bool(c.get("/v2/health/ready").json()["ready"])
-
-
-def _wait(cond: Callable[[], bool], timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.1)
-    return False
-
-
-def test_readiness_follows_the_store_away_and_back(served) -> None:
-    before = infer(served, [5, 6], mode="full")["logits"]
-    served.stores[1].stop()
-    assert _wait(lambda: not _ready(served), 20), "ready while a store server is gone"
-    with served.client() as c:
-        r = c.get("/v2/health/ready")
-        assert r.status_code == 503
-        body = {"inputs": [{"name": "node_ids", "shape": [1], "datatype": "INT64", "data": [5]}]}
-        r = c.post("/v2/models/small/infer", json=body)
-        assert r.status_code == 503 and "store" in r.json()["error"]
-    served.restart_store(1)
-    assert _wait(lambda: _ready(served), 60), "not ready after the store came back"
-    np.testing.assert_allclose(infer(served, [5, 6], mode="full")["logits"], before, atol=1e-6)
-    with served.client() as c:
-        metrics = c.get("/metrics").text
-    assert 'graphrun_serving_errors_total{type="store_unavailable"}' in metrics
 
 
 def test_metrics_count_requests_errors_batches_and_store_time(served) -> None:
