@@ -88,3 +88,16 @@ def test_embed_refuses_bad_arguments(job, capsys) -> None:
 )  # fmt: skip
 def test_loopback_is_127_0_0_0_8_and_ipv6_1_and_localhost(host, loopback) -> None:
     assert is_loopback(host) is loopback
+
+
+def test_accepted_connections_send_without_waiting_for_acks() -> None:
+    """TCP_NODELAY: uvicorn writes a response's head and body apart; with Nagle's algorithm
+    the body waited for the client's delayed ACK, 40 ms every request on a kept-alive
+    connection (measured: GET /v2/health/ready 44 ms, then 2 ms)."""
+    from graphrun.serving.config import bind
+
+    with bind("127.0.0.1", 0) as listening, socket.socket() as client:
+        client.connect(listening.getsockname())
+        accepted, _ = listening.accept()
+        with accepted:
+            assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
