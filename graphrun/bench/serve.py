@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 import tempfile
@@ -118,7 +119,10 @@ async def _load(url: str, token: str, mode: str, clients: int, n: int, seconds: 
     deadline = time.perf_counter() + seconds
     headers = {"Authorization": f"Bearer {token}"}
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=30) as c:
+    nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]  # as curl: no wait for ACKs
+    transport = httpx.AsyncHTTPTransport(limits=limits, socket_options=nodelay)
+    async with httpx.AsyncClient(base_url=url, headers=headers, transport=transport,
+                                 timeout=30) as c:  # fmt: skip
 
         async def one() -> None:
             nonlocal left, errors
