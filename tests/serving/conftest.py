@@ -52,9 +52,11 @@ class Served:
         )  # fmt: skip
 
 
-def serve_endpoint(d: Path, args: list[str]) -> tuple[subprocess.Popen[bytes], str, Path]:
+def serve_endpoint(
+    d: Path, args: list[str], prefix: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[bytes], str, Path]:
     ready, log = d / f"ready-{time.monotonic_ns()}.json", d / f"endpoint-{time.monotonic_ns()}.log"
-    cmd = [sys.executable, "-m", "graphrun", "infer", "serve", *args, "--port", "0",
+    cmd = [*prefix, sys.executable, "-m", "graphrun", "infer", "serve", *args, "--port", "0",
            "--ready-file", str(ready)]  # fmt: skip
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
