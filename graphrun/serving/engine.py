@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graphrun.distributed import DistGraph, initialize
+from graphrun.distributed import DistContext, DistGraph, initialize
 from graphrun.distributed.batches import BatchBuilder, BatchSpec
 from graphrun.distributed.minibatch import epoch_seed
 from graphrun.errors import ArgumentError, GraphrunError
@@ -132,7 +132,7 @@ class Engine:
         self.spec, self.checkpoint = spec, checkpoint
         self.servers, self.keys, self.job, self.timeout = tuple(servers), keys, job, timeout
         self.model: ByLayer | None = None
-        self.ctx: Any = None
+        self.ctx: DistContext | None = None
         self.graph = Graph(0, 0)
         self.connect()
 
@@ -277,17 +277,18 @@ class Engine:
         )  # fmt: skip
 
     def _stored(self, q: Query) -> dict[str, np.ndarray]:
-        assert q.ids is not None
+        assert q.ids is not None and self.ctx is not None
+        client = self.ctx.client
         got = {}
         for what in TABLES:
             name = table_name(self.ntype, what)
             if name not in self._tables:
-                if name not in {t.name for t in self.ctx.client.list_tensors()}:
+                if name not in {t.name for t in client.list_tensors()}:
                     raise BadRequest(
                         "parameters.mode: precomputed, but the store holds no embeddings of "
                         "this job (run `graphrun infer embed` first)"
                     )
-                self._tables[name] = DistTensor(self.ctx.client, name)
+                self._tables[name] = DistTensor(client, name)
             got[what] = self._tables[name][q.ids].numpy()
         return {"logits": got["logits"], "embeddings": got["embeddings"],
                 "predictions": got["predictions"].astype(np.int64)}  # fmt: skip
