@@ -31,6 +31,7 @@ from graphrun.train.data import GraphData, NodeTable
 from graphrun.train.models import ByLayer
 
 TABLES = ("embeddings", "logits", "predictions")
+EMBEDDINGS = "serving-embeddings"  # the node table the last layer reads
 CHUNK = 65536  # rows per push
 
 
@@ -51,19 +52,35 @@ class Layers(torch.nn.Module):
         return self.model._layer(self.lo + i, x, edge_index, n_dst)
 
 
-class WithTable:
-    """``data`` whose node table ``name`` is ``table`` (the embeddings the last layer reads)."""
+class Own:
+    """``data`` as the embedding pass reads it: its scratch tables under names of its own
+    (``serving-...``: never those of the job's trainers, whose evaluation may run at the
+    same time in the same namespace), kept to be deleted when the pass is done; and, for the
+    last layer, the stored embeddings as the node table ``EMBEDDINGS``."""
 
-    def __init__(self, data: GraphData, name: str, table: NodeTable, width: int) -> None:
-        self.data, self.name, self.table, self.width = data, name, table, width
+    def __init__(self, data: GraphData, table: NodeTable | None = None, width: int = 0) -> None:
+        self.data, self.table, self.width = data, table, width
+        self.scratch: list[NodeTable] = []
 
     def feature_dim(self, ntype: str, name: str) -> int | None:
-        return self.width if name == self.name else self.data.feature_dim(ntype, name)
+        if name == EMBEDDINGS and self.table is not None:
+            return self.width
+        return self.data.feature_dim(ntype, name)
 
     def node_table(self, ntype: str, name: str, width: int | None = None) -> NodeTable:
-        if name == self.name and width is None:
+        if width is not None:
+            table = self.data.node_table(ntype, f"serving-{name}", width)
+            self.scratch.append(table)
+            return table
+        if name == EMBEDDINGS and self.table is not None:
             return self.table
-        return self.data.node_table(ntype, name, width)
+        return self.data.node_table(ntype, name)
+
+    def delete_scratch(self) -> None:
+        for t in self.scratch:
+            if isinstance(t, DistTensor):
+                t.delete()
+        self.scratch.clear()
 
     def __getattr__(self, attr: str) -> object:
         return getattr(self.data, attr)
@@ -91,16 +108,20 @@ def embed(
     layers = len(model.convs)
     none = lambda: None  # noqa: E731  (one process: no other trainer to meet)
     client = data.graph.ctx.client
-    if layers > 1:
-        emb = inference.layerwise(Layers(model, 0, layers - 1), data, ntype, feature, every,
-                                  batch_size, none)  # fmt: skip
-    else:
-        emb = data.node_table(ntype, feature)[every].float()
+    head = Own(data)
+    try:
+        if layers > 1:
+            emb = inference.layerwise(Layers(model, 0, layers - 1), cast(GraphData, head), ntype,
+                                      feature, every, batch_size, none)  # fmt: skip
+        else:
+            emb = data.node_table(ntype, feature)[every].float()
+    finally:
+        head.delete_scratch()
     _write(client, table_name(ntype, "embeddings"), emb.contiguous(), ntype)
     stored = DistTensor(client, table_name(ntype, "embeddings"))
-    tail = cast(GraphData, WithTable(data, "serving-embeddings", stored, int(emb.size(1))))
-    logits = inference.layerwise(Layers(model, layers - 1, layers), tail, ntype,
-                                 "serving-embeddings", every, batch_size, none)  # fmt: skip
+    tail = cast(GraphData, Own(data, stored, int(emb.size(1))))
+    logits = inference.layerwise(Layers(model, layers - 1, layers), tail, ntype, EMBEDDINGS,
+                                 every, batch_size, none)  # fmt: skip
     _write(client, table_name(ntype, "logits"), logits.contiguous(), ntype)
     _write(client, table_name(ntype, "predictions"), logits.argmax(-1).long(), ntype)
     return {"nodes": n, "embedding_dim": int(emb.size(1)), "classes": int(logits.size(1)),

@@ -37,3 +37,37 @@ def test_a_precomputed_query_without_embeddings_fails_alone_in_its_micro_batch(
         assert stats.ids == 6
     finally:
         engine.close()
+
+
+def test_embed_of_a_three_layer_model_equals_layerwise_and_leaves_no_scratch(
+    served: Served,
+) -> None:
+    """Three layers: the first two run layer-wise through scratch tables of the pass's own
+    (deleted when done), the last from the stored embeddings."""
+    import torch
+
+    from graphrun.distributed import DistGraph, initialize
+    from graphrun.serving.embed import embed, table_name
+    from graphrun.store.dist_tensor import DistTensor
+    from graphrun.train import inference
+    from graphrun.train.distdata import DistGraphData
+    from graphrun.train.models import SAGE
+
+    torch.manual_seed(0)
+    model = SAGE(16, 8, 4, 3, 0.5, "csr", "fp32").eval()
+    keys = load_keys(served.store_key)
+    with initialize(served.servers, job="deep", keys=keys, heartbeat_interval=0) as ctx:
+        data = DistGraphData(DistGraph(ctx), 0, 1)
+        got = embed(model, data, "_N", "feat", batch_size=256)
+        assert got["nodes"] == 1000 and got["embedding_dim"] == 8 and got["classes"] == 4
+        left = [t.name for t in ctx.client.list_tensors() if t.name.startswith("scratch/")]
+        assert left == []
+        every = torch.arange(1000)
+        want = inference.layerwise(model, data, "_N", "feat", every, 256, lambda: None)
+        stored = DistTensor(ctx.client, table_name("_N", "logits"))[every]
+        torch.testing.assert_close(stored, want, atol=1e-5, rtol=1e-5)
+        for name in [
+            t.name for t in ctx.client.list_tensors()
+        ]:  # this test's job leaves nothing behind
+            if name.startswith(("scratch/", "serving/")):
+                ctx.client.delete_tensor(name)
