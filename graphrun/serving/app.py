@@ -52,6 +52,7 @@ from graphrun.serving.protocol import BadRequest, Bounds, Mode, Query, answer, p
 
 log = logging.getLogger("graphrun.serving")
 T = TypeVar("T")
+Item = tuple[Query, "asyncio.Future[dict[str, Any]]"]  # a request waiting for its answer
 
 #: routes that need no token: liveness, and readiness for a kubelet's probe (one bit, from
 #: the last store probe: no request reaches the store or the model)
@@ -98,7 +99,7 @@ class Server:
         self.engine, self.settings, self.probe = engine, settings, probe
         self.metrics = Metrics()
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="graphrun-serving")
-        self.queue: asyncio.Queue[tuple[Query, asyncio.Future[dict[str, Any]]]] | None = None
+        self.queue: asyncio.Queue[Item] | None = None
         self.ready = engine.connected
         self.pending = 0
 
@@ -122,10 +123,14 @@ class Server:
             self.pending -= 1
 
     async def batches(self) -> None:
+        """Forever: a micro-batch of what arrives within the window, at most
+        ``max_batch_ids`` ids (a request that would pass it starts the next one)."""
         assert self.queue is not None
         limit, window = self.settings.bounds.max_batch_ids, self.settings.window_s
+        carry: Item | None = None
         while True:
-            first = await self.queue.get()
+            first = carry if carry is not None else await self.queue.get()
+            carry = None
             batch, ids = [first], first[0].size
             deadline = time.perf_counter() + window
             while ids < limit:
@@ -138,11 +143,14 @@ class Server:
                     )
                 except (TimeoutError, asyncio.QueueEmpty):
                     break
+                if ids + item[0].size > limit:
+                    carry = item
+                    break
                 batch.append(item)
                 ids += item[0].size
             await self.run_batch(batch)
 
-    async def run_batch(self, batch: list[tuple[Query, asyncio.Future[dict[str, Any]]]]) -> None:
+    async def run_batch(self, batch: list[Item]) -> None:
         try:
             stats: Stats = await self.run_in_worker(self.engine.answer, [q for q, _ in batch])
         except BaseException as exc:

@@ -71,3 +71,41 @@ def test_embed_of_a_three_layer_model_equals_layerwise_and_leaves_no_scratch(
         ]:  # this test's job leaves nothing behind
             if name.startswith(("scratch/", "serving/")):
                 ctx.client.delete_tensor(name)
+
+
+def test_a_micro_batch_never_passes_max_batch_ids(served: Served) -> None:
+    """The app in this process (its lifespan, a real engine): six requests of three ids
+    within one long window, four ids a forward at most: six forwards, none larger."""
+    import asyncio
+
+    import httpx
+
+    from graphrun.serving.app import Server, Settings, build_app
+    from graphrun.serving.protocol import Bounds
+
+    spec = ModelSpec.of(load_job(served.job_file))
+    ckpt = served.job_file.parent / "runs" / "small" / "checkpoints"
+    engine = Engine(spec, ckpt, served.servers, load_keys(served.key), "small")
+    settings = Settings("small", Bounds(max_batch_ids=4), window_s=0.2, probe_s=60)
+    server = Server(engine, settings, lambda: True)
+    app = build_app(server)
+
+    async def run() -> list[int]:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+
+                async def ask(i: int) -> int:
+                    ids = [3 * i, 3 * i + 1, 3 * i + 2]
+                    node_ids = {"name": "node_ids", "shape": [3], "datatype": "INT64", "data": ids}
+                    body = {"inputs": [node_ids]}
+                    return (await c.post("/v2/models/small/infer", json=body)).status_code
+
+                return await asyncio.gather(*(ask(i) for i in range(6)))
+
+    assert asyncio.run(run()) == [200] * 6
+    metric = server.metrics.batch
+    values = {(s.name, s.labels.get("le")): s.value for s in metric.collect()[0].samples}
+    assert values[("graphrun_serving_batch_ids_count", None)] == 6
+    assert values[("graphrun_serving_batch_ids_sum", None)] == 18
+    assert values[("graphrun_serving_batch_ids_bucket", "4.0")] == 6
