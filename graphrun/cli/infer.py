@@ -99,6 +99,11 @@ def _check(args: argparse.Namespace) -> None:
     for flag, (v, lo, hi) in bounds.items():
         if not lo <= v <= hi:
             raise ArgumentError(f"{flag}: {v} is not in [{lo}, {hi}]")
+    if args.func is serve and args.max_ids > args.max_batch_ids:
+        raise ArgumentError(
+            f"--max-ids: {args.max_ids} is more than --max-batch-ids {args.max_batch_ids} "
+            f"(a request is answered in one forward)"
+        )
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -42,6 +42,7 @@ def refused(capsys: pytest.CaptureFixture[str], args: list[str], says: str) -> N
         (["--token-file", "{d}/short"], "--token-file"),
         (["--token-file", "{d}/none"], "--token-file: cannot read"),
         (["--max-ids", "0"], "--max-ids: 0 is not in"),
+        (["--max-ids", "5000"], "--max-ids: 5000 is more than --max-batch-ids 4096"),
         (["--max-body-bytes", "1"], "--max-body-bytes"),
         (["--window-ms", "-1"], "--window-ms"),
         (["--seed", "-3"], "--seed"),
