@@ -28,7 +28,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -41,8 +41,6 @@ from prometheus_client import (
     generate_latest,
 )
 from starlette.applications import Starlette
-from starlette.middleware import Middleware
-from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -52,6 +50,7 @@ from graphrun.serving.protocol import BadRequest, Bounds, Mode, Query, answer, p
 
 log = logging.getLogger("graphrun.serving")
 T = TypeVar("T")
+Handler = Callable[[Request], Awaitable[Response]]
 Item = tuple[Query, "asyncio.Future[dict[str, Any]]"]  # a request waiting for its answer
 
 #: routes that need no token: liveness, and readiness for a kubelet's probe (one bit, from
@@ -242,12 +241,6 @@ def build_app(server: Server) -> Starlette:
     async def metrics(_: Request) -> Response:
         return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
 
-    routes = [
-        Route("/v2/health/live", live), Route("/v2/health/ready", ready),
-        Route(base, metadata), Route(f"{base}/ready", ready),
-        Route(f"{base}/infer", infer, methods=["POST"]), Route("/metrics", metrics),
-    ]  # fmt: skip
-
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         server.queue = asyncio.Queue()
@@ -261,21 +254,28 @@ def build_app(server: Server) -> Starlette:
             server.pool.shutdown(wait=True)
             server.engine.close()
 
-    known = {"/v2/health/live", "/v2/health/ready", base, f"{base}/ready", f"{base}/infer",
-             "/metrics"}  # fmt: skip
     token = s.token.encode() if s.token is not None else None
 
-    async def guard(request: Request, call_next: Callable[[Request], Any]) -> Response:
-        route = request.url.path if request.url.path in known else "other"
+    def guarded(route: str, handler: Handler) -> Handler:
+        """``handler`` behind the token, its errors as protocol answers, counted and timed
+        (a wrapper per route, not a middleware: Starlette's runs each request in a task
+        of its own)."""
+
+        async def guard(request: Request) -> Response:
+            return await _guard(route, request, handler)
+
+        return guard
+
+    async def _guard(route: str, request: Request, handler: Handler) -> Response:
         t0 = time.perf_counter()
-        if token is not None and request.url.path not in OPEN:
+        if token is not None and route not in OPEN:
             got = request.headers.get("authorization", "")
             if not hmac.compare_digest(got.encode(), b"Bearer " + token):
                 m.errors.labels("unauthorized").inc()
                 m.requests.labels(route, "401").inc()
                 return error("unauthorized: send Authorization: Bearer <token>", 401)
         try:
-            response: Response = await call_next(request)
+            response: Response = await handler(request)
         except BadRequest as exc:
             m.errors.labels("bad_request").inc()
             response = error(str(exc))
@@ -293,11 +293,15 @@ def build_app(server: Server) -> Starlette:
         m.latency.labels(route).observe(time.perf_counter() - t0)
         return response
 
-    return Starlette(
-        routes=routes,
-        lifespan=lifespan,
-        middleware=[Middleware(BaseHTTPMiddleware, dispatch=guard)],
-    )
+    routes = [
+        Route(path, guarded(path, fn), methods=[method])
+        for path, fn, method in (
+            ("/v2/health/live", live, "GET"), ("/v2/health/ready", ready, "GET"),
+            (base, metadata, "GET"), (f"{base}/ready", ready, "GET"),
+            (f"{base}/infer", infer, "POST"), ("/metrics", metrics, "GET"),
+        )
+    ]  # fmt: skip
+    return Starlette(routes=routes, lifespan=lifespan)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
