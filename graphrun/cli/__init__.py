@@ -34,6 +34,7 @@ SUBCOMMANDS = (
     "keygen",
     "run",
     "report",
+    "infer",
     "worker",
     "rendezvous",
     "plan",

@@ -1,0 +1,101 @@
+"""A real small trained job, its graph served by two store servers (a job key of their
+own), and a real endpoint process (`graphrun infer serve`, uvicorn) with a bearer token:
+shared by the tests of this package."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from graphrun.cli import main
+from graphrun.local.stores import StoreProcess, start_store
+from graphrun.testing.jobs import local_job, small_job
+
+TOKEN = "a-test-token-of-32-characters-00"
+
+
+@dataclass
+class Served:
+    job_file: Path
+    parts: Path
+    key: Path  # the job key
+    store_key: Path
+    clients: Path
+    stores: list[StoreProcess]
+    url: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def servers(self) -> list[str]:
+        return [s.address for s in self.stores]
+
+    def client(self, token: str | None = TOKEN) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def restart_store(self, part: int) -> None:
+        """Start partition ``part``'s server again at its old address."""
+        old = self.stores[part]
+        self.stores[part] = start_store(
+            self.parts, part, key_file=self.store_key, address=old.address,
+            extra_args=["--clients", str(self.clients)],
+        )  # fmt: skip
+
+
+def serve_endpoint(
+    d: Path, args: list[str], prefix: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[bytes], str, Path]:
+    ready, log = d / f"ready-{time.monotonic_ns()}.json", d / f"endpoint-{time.monotonic_ns()}.log"
+    cmd = [*prefix, sys.executable, "-m", "graphrun", "infer", "serve", *args, "--port", "0",
+           "--ready-file", str(ready)]  # fmt: skip
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
+    deadline = time.monotonic() + 120
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"endpoint did not start:\n{log.read_text()}")
+        time.sleep(0.1)
+    return proc, json.loads(ready.read_text())["url"], log
+
+
+@pytest.fixture(scope="package")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    d = tmp_path_factory.mktemp("serving")
+    job_file = small_job(d, nodes=1000, epochs=1, lr=0.03, precision="fp32")
+    job, _ = local_job(job_file)
+    assert job.run().exits["trainer:0"] == 0
+    assert main(["keygen", str(d / "store.key")]) == 0
+    clients = d / "clients"
+    assert main(["keygen", str(d / "small.key"), "--store", str(d / "store.key"),
+                 "--clients", str(clients)]) == 0  # fmt: skip
+    stores = []
+    try:
+        for p in range(2):
+            stores.append(start_store(d / "parts", p, key_file=d / "store.key",
+                                      extra_args=["--clients", str(clients)]))  # fmt: skip
+        (d / "token").write_text(TOKEN + "\n")
+        args = [str(job_file), "--key-file", str(d / "small.key"), "--token-file", str(d / "token"),
+                "--probe-s", "0.2"]  # fmt: skip
+        for s in stores:
+            args += ["--store", s.address]
+        proc, url, log = serve_endpoint(d, args)
+        try:
+            yield Served(job_file, d / "parts", d / "small.key", d / "store.key", clients,
+                         stores, url, proc, log)  # fmt: skip
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    finally:
+        for s in stores:
+            s.stop()
