@@ -13,6 +13,7 @@ at the boundary where they occur, with ``raise ... from``.
     │   ├── SpecError             a job spec, cluster or plan file is invalid
     │   ├── CheckpointError       a checkpoint file is unreadable or malformed
     │   ├── RunFileError          a run directory's file is irregular, outside, too big or malformed
+    │   ├── BadRequest            an inference request the protocol or its bounds refuse (HTTP 400)
     │   └── ArgumentError         an argument to an API call is invalid (ids, fanouts, ...)
     ├── RpcError                  anything that went wrong talking to a store server
     │   ├── RpcTimeout            no answer within the deadline
@@ -21,6 +22,8 @@ at the boundary where they occur, with ``raise ... from``.
     │   └── RemoteError           the server understood the request and refused it
     ├── TableFull                 a rendezvous request beyond the table's limits (answered as such)
     ├── StoreError                the store cannot do what was asked (unknown tensor, ...)
+    │   └── StoreUnavailable      the store did not answer an inference micro-batch (HTTP 503)
+    ├── ServerBusy                a server's queue of requests is full (HTTP 503)
     ├── StoreFailed               a store server process died or never became ready (local backend)
     ├── PeerLost                  a peer of a collective step died or went silent: exit 3
     ├── ReformFailed              elastic trainers cannot re-form a group with this trainer in it
@@ -77,6 +80,10 @@ class SpecError(UserError):
 
 class CheckpointError(UserError):
     """A checkpoint file is unreadable, of another format, or malformed (one field named)."""
+
+
+class BadRequest(UserError):
+    """An inference request the protocol or the endpoint's bounds refuse (HTTP 400)."""
 
 
 class RunFileError(UserError):
@@ -180,3 +187,12 @@ class HostError(GraphrunError):
 class ProbeAuthError(HostError, ConnectionError):
     """The other side of a measuring connection did not show the probe's key (or never
     came). Also a ``ConnectionError``: the measuring loops treat it as a lost connection."""
+
+
+class StoreUnavailable(StoreError):
+    """The store did not answer an inference micro-batch (HTTP 503; the endpoint joins it
+    again)."""
+
+
+class ServerBusy(GraphrunError):
+    """A server's queue of requests is full (HTTP 503)."""

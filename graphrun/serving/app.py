@@ -45,8 +45,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from graphrun.serving.engine import Engine, Stats, StoreUnavailable
-from graphrun.serving.protocol import BadRequest, Bounds, Mode, Query, answer, parse
+from graphrun.errors import BadRequest, ServerBusy, StoreUnavailable
+from graphrun.serving.engine import Engine, Stats
+from graphrun.serving.protocol import Bounds, Mode, Query, answer, parse
 
 log = logging.getLogger("graphrun.serving")
 T = TypeVar("T")
@@ -110,7 +111,7 @@ class Server:
     async def submit(self, query: Query) -> dict[str, Any]:
         assert self.queue is not None
         if self.pending >= self.settings.bounds.max_queue:
-            raise StoreBusy(
+            raise ServerBusy(
                 f"{self.pending} requests in flight, at most {self.settings.bounds.max_queue}"
             )
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
@@ -194,10 +195,6 @@ class Server:
         return self.ready
 
 
-class StoreBusy(Exception):
-    """The queue is full (HTTP 503)."""
-
-
 def build_app(server: Server) -> Starlette:
     s = server.settings
     m = server.metrics
@@ -279,7 +276,7 @@ def build_app(server: Server) -> Starlette:
         except BadRequest as exc:
             m.errors.labels("bad_request").inc()
             response = error(str(exc))
-        except StoreBusy as exc:
+        except ServerBusy as exc:
             m.errors.labels("busy").inc()
             response = error(f"busy: {exc}", 503)
         except StoreUnavailable as exc:

@@ -36,18 +36,14 @@ from torch import Tensor
 from graphrun.distributed import DistContext, DistGraph, initialize
 from graphrun.distributed.batches import BatchBuilder, BatchSpec
 from graphrun.distributed.minibatch import epoch_seed
-from graphrun.errors import ArgumentError, GraphrunError
+from graphrun.errors import ArgumentError, BadRequest, GraphrunError, StoreUnavailable
 from graphrun.rpc.auth import KeyPair
 from graphrun.serving.embed import TABLES, table_name
 from graphrun.serving.model import ModelSpec, load_model
-from graphrun.serving.protocol import BadRequest, Graph, Query
+from graphrun.serving.protocol import Graph, Query
 from graphrun.store.dist_tensor import DistTensor
 from graphrun.train.distdata import DistGraphData
 from graphrun.train.models import ByLayer, mfg_edges, mfg_targets
-
-
-class StoreUnavailable(GraphrunError):
-    """The store did not answer a micro-batch (HTTP 503; the endpoint reconnects)."""
 
 
 @dataclass

@@ -28,17 +28,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from graphrun.errors import GraphrunError
+from graphrun.errors import BadRequest
 
 Mode = Literal["sampled", "full", "precomputed"]
 MODES: tuple[Mode, ...] = ("sampled", "full", "precomputed")
 OUTPUTS = ("logits", "predictions", "embeddings")
 DEFAULT_OUTPUTS = ("logits", "predictions")
 MAX_SEED = 2**62
-
-
-class BadRequest(GraphrunError):
-    """A request the protocol or the endpoint's bounds refuse (HTTP 400)."""
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from graphrun.errors import BadRequest
 from graphrun.job.spec import load_job
 from graphrun.rpc.auth import load_keys
 from graphrun.serving.engine import Engine
 from graphrun.serving.model import ModelSpec
-from graphrun.serving.protocol import BadRequest, Query
+from graphrun.serving.protocol import Query
 
 from .conftest import Served
 
