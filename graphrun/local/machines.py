@@ -421,10 +421,13 @@ class LocalMachines:
 
     @staticmethod
     def _died(status_dir: Path, ended: Sequence[RoleExit]) -> JobFailed | None:
-        """A worker that died without writing a failure."""
+        """A worker that died without writing a failure (one that wrote one ended
+        because of it: its failure is the report)."""
         for ex in ended:
             machine = ex.role.removeprefix("worker:")
             st = read_status(status_dir / f"{machine}.json")
+            if st is not None and st.get("failure"):
+                continue
             if ex.exit_code != 0 or st is None or st.get("state") != "done":
                 return JobFailed(ex.role, machine, ex.exit_code, ex.reason() or "worker exited")
         return None
