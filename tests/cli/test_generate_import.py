@@ -221,15 +221,21 @@ BAD_IMPORTS = {
     "dataset no num_nodes": (
         dataset(meta_edit(lambda m: m.pop("num_nodes"))),
         [],
-        "'num_nodes' is missing",
+        "graph.json: num_nodes: missing",
     ),
     "dataset features": (
         dataset(meta_edit(lambda m: m.update(node_features=[1]))),
         [],
-        "field 'node_features'",
+        "graph.json: node_features: Expected `object`, got `array`",
     ),
     "dataset traversal": (
-        dataset(meta_edit(lambda m: m.update(node_features={"_N": {"../x": {}}}))),
+        dataset(
+            meta_edit(
+                lambda m: m.update(
+                    node_features={"_N": {"../x": {"dtype": "float32", "shape": [50, 2]}}}
+                )
+            )
+        ),
         [],
         "invalid name '../x'",
     ),

@@ -26,6 +26,7 @@ from graphrun.operator.reconcile import reconcile
 from graphrun.operator.render import MADE_BY_OPERATOR, UID
 from graphrun.operator.status import read_status
 from graphrun.testing.kube import FakeNamespace
+from graphrun.wire import KEY_FORMAT
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = kubernetes_validate.latest_version()
@@ -184,7 +185,7 @@ def test_the_secret_has_its_shape_and_no_key(capsys: pytest.CaptureFixture[str])
     (content,) = secret["stringData"].values()
     key = yaml.safe_load(content)
     assert key["public"] == key["secret"] == MADE_BY_OPERATOR
-    assert key["format"] == L.KEYS_FORMAT
+    assert key["format"] == KEY_FORMAT
 
 
 def test_output_directory_gets_one_file_per_object(
