@@ -239,7 +239,9 @@ def step_phases(model: Any, batch: Any, inputs: list[LayerInput]) -> list[Phase]
     agg = sum(2 * li.edge_index.size(1) * li.x.size(1) for li in inputs[1:])
     params = sum(p.numel() for p in model.parameters())
     return [
-        Phase("backward", statistics.median(back[2:]), 2 * dense + agg, 0.0, "flops"),
+        Phase(
+            "backward", statistics.median(back[2:]), 2 * dense + agg, 0.0, "flops", model.precision
+        ),  # its products' gradients in the forward's precision
         Phase("optimizer", statistics.median(step[2:]), 12 * params, 28 * params, "bytes"),
     ]
 
