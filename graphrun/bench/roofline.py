@@ -85,26 +85,25 @@ def _share(rate: float | None, limit: float | None) -> float | None:
     return round(rate / limit, 3) if rate is not None and limit else None
 
 
-def best_of(fn: Callable[[], object], repeats: int = 5) -> float:
-    """The fastest of ``repeats`` timed calls (after one untimed): for peaks."""
+def _times(fn: Callable[[], object], repeats: int) -> list[float]:
+    """Seconds of ``repeats`` timed calls of ``fn``, after one untimed."""
     fn()
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)
-    return min(times)
+    return times
+
+
+def best_of(fn: Callable[[], object], repeats: int = 5) -> float:
+    """The fastest of ``repeats`` timed calls: for peaks."""
+    return min(_times(fn, repeats))
 
 
 def median_of(fn: Callable[[], object], repeats: int = 9) -> float:
-    """The median of ``repeats`` timed calls (after one untimed): for phases."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    """The median of ``repeats`` timed calls: for phases."""
+    return statistics.median(_times(fn, repeats))
 
 
 def bf16_native() -> bool:
