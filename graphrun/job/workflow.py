@@ -252,7 +252,12 @@ def state_from_dict(
 
     Raises WorkflowError, one line naming ``where`` and the field, when the data is not
     a :class:`JobStatus`."""
-    status = convert(JobStatus, data, where, WorkflowError)
+    return state_of(convert(JobStatus, data, where, WorkflowError), backoff_limit)
+
+
+def state_of(status: JobStatus, backoff_limit: int = 0) -> JobState:
+    """The :class:`JobState` of a :class:`JobStatus` already read (a GraphJob's
+    ``status.workflow``) and the spec's backoff limit."""
     fields = {name: getattr(status, name) for name in _STATUS_FIELDS}
     return JobState(**fields, backoff_limit=backoff_limit)
 

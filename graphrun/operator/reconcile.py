@@ -63,6 +63,7 @@ from graphrun.job.workflow import (
     Phase,
     initial_state,
     progress,
+    state_of,
     transition,
 )
 from graphrun.operator import builders as B
@@ -97,7 +98,7 @@ def load_state(job: GraphJob, status: GraphJobStatus, now: datetime) -> JobState
     saved = status.workflow
     if saved is None:
         return initial_state(now, backoff, "GraphJob accepted by the operator")
-    return JobState(**msgspec.structs.asdict(saved), backoff_limit=backoff)
+    return state_of(saved, backoff)
 
 
 def reconcile(
@@ -138,7 +139,7 @@ def reconcile(
 def reject(status: GraphJobStatus, reason: str, message: str, now: datetime) -> Plan:
     """The spec cannot run: Failed with the reason (the field named in the message)."""
     saved = status.workflow
-    state = JobState(**msgspec.structs.asdict(saved)) if saved else initial_state(now)
+    state = state_of(saved) if saved else initial_state(now)
     if state.terminal:
         return Plan((), status_patch(status))
     state = transition(state, Event(K.FAIL, reason, message), now)
