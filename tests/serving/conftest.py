@@ -69,17 +69,17 @@ def serve_endpoint(
     return proc, json.loads(ready.read_text())["url"], log
 
 
-@pytest.fixture(scope="package")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    d = tmp_path_factory.mktemp("serving")
-    job_file = small_job(d, nodes=1000, epochs=1, lr=0.03, precision="fp32")
+def start_served(d: Path, nodes: int = 1000) -> Served:
+    """Train a small job in ``d``, serve its graph on two store servers with a job key of
+    its own, and start an endpoint on it with :data:`TOKEN` (:func:`stop_served` ends it)."""
+    job_file = small_job(d, nodes=nodes, epochs=1, lr=0.03, precision="fp32")
     job, _ = local_job(job_file)
     assert job.run().exits["trainer:0"] == 0
     assert main(["keygen", str(d / "store.key")]) == 0
     clients = d / "clients"
     assert main(["keygen", str(d / "small.key"), "--store", str(d / "store.key"),
                  "--clients", str(clients)]) == 0  # fmt: skip
-    stores = []
+    stores: list[StoreProcess] = []
     try:
         for p in range(2):
             stores.append(start_store(d / "parts", p, key_file=d / "store.key",
@@ -90,12 +90,25 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         for s in stores:
             args += ["--store", s.address]
         proc, url, log = serve_endpoint(d, args)
-        try:
-            yield Served(job_file, d / "parts", d / "small.key", d / "store.key", clients,
-                         stores, url, proc, log)  # fmt: skip
-        finally:
-            proc.terminate()
-            proc.wait(30)
-    finally:
+    except BaseException:
         for s in stores:
             s.stop()
+        raise
+    return Served(job_file, d / "parts", d / "small.key", d / "store.key", clients, stores,
+                  url, proc, log)  # fmt: skip
+
+
+def stop_served(served: Served) -> None:
+    served.proc.terminate()
+    served.proc.wait(30)
+    for s in served.stores:
+        s.stop()
+
+
+@pytest.fixture(scope="package")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    s = start_served(tmp_path_factory.mktemp("serving"))
+    try:
+        yield s
+    finally:
+        stop_served(s)
