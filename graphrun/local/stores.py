@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,6 +133,8 @@ def start_store(
             cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **package_env()}
         )
     sp = StoreProcess(proc, "", part, log_path, own_dir)
+    if own_dir is not None:  # also when a caller drops a store it never stopped (a crash test)
+        weakref.finalize(sp, shutil.rmtree, own_dir, True)
     deadline = time.monotonic() + ready_timeout
     while not ready.exists():
         sp.check()

@@ -31,7 +31,6 @@ measure both over one connection to each peer.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import multiprocessing as mp
@@ -44,6 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from graphrun.arguments import OneLineParser, integer, number
 from graphrun.errors import ProbeAuthError
 from graphrun.measure.auth import BACKLOG, KEY_ENV, Acceptor, hello, left, parse_key, say_go
 
@@ -278,26 +278,31 @@ def ping_peer(conn: socket.socket, count: int) -> float:
     return statistics.median(rtts) / 2
 
 
+#: bounds of the command line (a probe's longest phase is minutes, never days)
+SECONDS = number(0, 3600, above=True)
+STEP = integer(0, 1 << 20)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m graphrun.measure.host", description=__doc__)
+    p = OneLineParser(prog="python -m graphrun.measure.host", description=__doc__)
     sub = p.add_subparsers(dest="what", required=True)
     cpu = sub.add_parser("cpu")
-    cpu.add_argument("--seconds", type=float, default=1.0)
+    cpu.add_argument("--seconds", type=SECONDS, default=1.0)
     sub.add_parser("memory")
     for name in ("sink", "echo"):
         s = sub.add_parser(name)
         s.add_argument("--bind", required=True)
-        s.add_argument("--port", type=int, required=True)
-        s.add_argument("--step", type=int, default=0)
-        s.add_argument("--timeout", type=float, default=SERVE_SECONDS)
+        s.add_argument("--port", type=integer(0, 65535), required=True)
+        s.add_argument("--step", type=STEP, default=0)
+        s.add_argument("--timeout", type=SECONDS, default=SERVE_SECONDS)
     snd = sub.add_parser("send")
     snd.add_argument("--to", required=True)
-    snd.add_argument("--step", type=int, default=0)
-    snd.add_argument("--seconds", type=float, default=1.0)
+    snd.add_argument("--step", type=STEP, default=0)
+    snd.add_argument("--seconds", type=SECONDS, default=1.0)
     png = sub.add_parser("ping")
     png.add_argument("--to", required=True)
-    png.add_argument("--step", type=int, default=0)
-    png.add_argument("--count", type=int, default=50)
+    png.add_argument("--step", type=STEP, default=0)
+    png.add_argument("--count", type=integer(1, 10_000), default=50)
     a = p.parse_args(argv)
     key = b""
     if a.what in ("sink", "echo", "send", "ping"):

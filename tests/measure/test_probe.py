@@ -174,3 +174,22 @@ def test_assemble_takes_the_fastest_link_each_way() -> None:
         "b->a": {"gbps": 0.5, "latency_ms": 0.2},
     }
     assert out["measured"]["hosts"]["b"]["kernel_s"] == 0.02
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["cpu", "--seconds", "1e300"],
+        ["cpu", "--seconds", "nan"],
+        ["send", "--to", "127.0.0.1:1", "--seconds", "-1"],
+        ["sink", "--bind", "127.0.0.1", "--port", "70000"],
+        ["ping", "--to", "127.0.0.1:1", "--count", "0"],
+    ],
+)
+def test_bad_command_lines_get_one_line_before_any_work(argv, capsys):
+    """`cpu --seconds 1e300` was accepted and spun two processes for ever."""
+    with pytest.raises(SystemExit) as exc:
+        measure.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "graphrun: error: argument" in err

@@ -1,6 +1,8 @@
 """Real ``graphrun serve`` processes: backups, long-running serving, failures."""
 
+import gc
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -466,3 +468,16 @@ def test_a_store_started_without_a_log_dir_removes_its_own(homo, key_file, tmp_p
     kept = start_store(parts, 0, key_file=key_file, shm_dir=tmp_path, log_dir=tmp_path)
     kept.stop()
     assert kept.log_path.exists()  # a directory the caller gave is the caller's
+
+
+def test_a_store_dropped_without_stop_removes_its_log_dir(homo, key_file, tmp_path):
+    """A store that died (or was killed by a fault test) and was never stopped left its
+    /tmp/graphrun-store-* directory: 23 were left on this machine by one day of runs."""
+    _, parts = homo
+    sp = start_store(parts, 0, key_file=key_file, shm_dir=tmp_path)
+    d = sp.log_path.parent
+    os.kill(sp.pid, signal.SIGKILL)
+    sp.proc.wait(10)
+    del sp
+    gc.collect()
+    assert not d.exists()
