@@ -83,6 +83,7 @@ class RendezvousServer:
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.linger = 0
+        self._sock.ipv6 = "[" in bind  # tcp://[::1]:P; off, IPv4 endpoints stay IPv4
         self._sock.rcvhwm = RCVHWM
         self._auth = secure_server(self._ctx, self._sock, keys, name="rendezvous")
         self._router = GuardedRouter(

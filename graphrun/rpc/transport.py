@@ -171,6 +171,7 @@ class RpcServer:
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.linger = 0
+        self._sock.ipv6 = "[" in address  # tcp://[::1]:P; off, IPv4 endpoints stay IPv4
         self._auth = secure_server(self._ctx, self._sock, keys, name, admit) if keys else None
         bounds = RouterLimits(
             limits.max_frames, limits.max_request_frame_bytes, limits.max_request_bytes
@@ -385,6 +386,7 @@ class RpcClient:
         self._ctx = context or zmq.Context()
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.linger = 0
+        self._sock.ipv6 = "[" in address  # tcp://[::1]:P; off, IPv4 endpoints stay IPv4
         if keys is not None:
             secure_client(self._sock, keys)
         self._watch_refused = give_up_if_refused

@@ -52,6 +52,7 @@ class KeyStore(dist.Store):
     def _connect(self) -> zmq.Socket:
         sock = self._ctx.socket(zmq.REQ)
         sock.linger = 0
+        sock.ipv6 = "[" in self._address
         secure_client(sock, self._keys)
         sock.connect(self._address)
         return sock

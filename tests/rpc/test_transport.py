@@ -71,6 +71,17 @@ def test_many_requests_in_flight_answered_in_any_order(client):
         np.testing.assert_array_equal(client.wait(rid).tensors[0], np.full(4, 2 * i))
 
 
+def test_ipv6_loopback_binds_and_answers(keys):
+    """The CLI takes tcp://[::1] as loopback, but no socket had ZMQ_IPV6 set: `graphrun ps
+    --insecure --address tcp://[::1]:P` failed to bind (No such device)."""
+    with (
+        ServerThread("tcp://[::1]:0", handler, keys=keys) as s,
+        RpcClient(s.address, keys=keys, timeout=5) as c,
+    ):
+        assert s.address.startswith("tcp://[::1]:")
+        assert c.call("echo", {"a": 1}).body == {"a": 1}
+
+
 def test_inproc_transport(keys):
     # inproc needs a shared context: the test client borrows the server's
     with (
