@@ -74,6 +74,14 @@ class Neighbours:
         return cls(indptr, item[order])
 
     @classmethod
+    def from_lists(cls, lists: list[np.ndarray]) -> Neighbours:
+        """From one array per node."""
+        indptr = np.zeros(len(lists) + 1, dtype=np.int64)
+        np.cumsum([len(a) for a in lists], out=indptr[1:])
+        items = np.concatenate(lists).astype(np.int64) if lists else np.zeros(0, np.int64)
+        return cls(indptr, items)
+
+    @classmethod
     def empty(cls, n: int) -> Neighbours:
         return cls(np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
 

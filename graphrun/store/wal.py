@@ -104,13 +104,18 @@ class WriteAheadLog:
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._fd = self._open()
-        scan = self._scan()
-        if scan.cut:
-            log.warning(
-                "%s: %s; cut off at offset %d (never acknowledged)", self.path, scan.cut, scan.end
-            )
-            os.ftruncate(self._fd, scan.end)
-            os.fsync(self._fd)
+        try:
+            scan = self._scan()
+            if scan.cut:
+                log.warning(
+                    "%s: %s; cut off at offset %d (never acknowledged)",
+                    self.path, scan.cut, scan.end,
+                )  # fmt: skip
+                os.ftruncate(self._fd, scan.end)
+                os.fsync(self._fd)
+        except BaseException:
+            os.close(self._fd)
+            raise
         self._size = scan.end
         self.count = scan.count
 
@@ -119,8 +124,11 @@ class WriteAheadLog:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
             raise StoreError(f"{self.path}: cannot open the log ({exc.strerror or exc})") from None
-        if os.fstat(fd).st_size == 0:
-            os.write(fd, HEADER.pack(MAGIC, FORMAT_VERSION, 0))
+        header = HEADER.pack(MAGIC, FORMAT_VERSION, 0)
+        size = os.fstat(fd).st_size
+        if size < HEADER.size and header.startswith(os.pread(fd, size, 0)):  # new, or torn
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, header, 0)
             os.fsync(fd)
             _fsync_dir(self.path)
         return fd
@@ -226,6 +234,8 @@ class WriteAheadLog:
     def _flush(self) -> None:
         if not self._pending:
             return
+        if self._fd < 0:
+            raise StoreError(f"{self.path}: the log is closed")
         data = b"".join(self._pending)
         written = 0
         while written < len(data):  # pwrite: the file's end is ours alone

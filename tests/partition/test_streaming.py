@@ -24,6 +24,9 @@ def test_a_node_goes_where_most_of_its_neighbours_are():
     parts = assign(placed, sizes, capacity=20)
     assert parts.tolist() == [2, 0, 3, 1]  # 1: a tie, the lower index; 3: the smallest part
     assert sizes.tolist() == [10, 10, 10, 10]  # not changed
+    lists = [np.array([2, 2, 1]), np.array([0, 3]), np.array([3]), np.array([], np.int64)]
+    again = Neighbours.from_lists(lists)
+    assert (again.indptr == placed.indptr).all() and (again.items == placed.items).all()
 
 
 def test_capacity_is_a_hard_bound_and_the_penalty_prefers_room():

@@ -15,7 +15,7 @@ import zlib
 import pytest
 
 from graphrun.errors import StoreError
-from graphrun.store.wal import FRAME, HEADER, Record, WriteAheadLog
+from graphrun.store.wal import FORMAT_VERSION, FRAME, HEADER, MAGIC, Record, WriteAheadLog
 
 
 def payload(v: int, n: int = 100) -> bytes:
@@ -123,6 +123,18 @@ def test_header_and_format_version_checked(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(StoreError, match="log format version 2; this graphrun reads 1"):
         WriteAheadLog(path)
+
+
+def test_a_torn_header_is_a_new_log_and_a_closed_log_refuses(tmp_path):
+    path = tmp_path / "wal"
+    path.write_bytes(HEADER.pack(MAGIC, FORMAT_VERSION, 0)[:5])
+    wal = WriteAheadLog(path)  # a crash while the header was written: begun again
+    wal.append(1, b"x", sync=True)
+    wal.close()
+    assert [r.data for r in replayed(path)] == [b"x"]
+    wal.append(2, b"y")
+    with pytest.raises(StoreError, match="wal: the log is closed"):
+        wal.sync()
 
 
 def test_frame_is_length_crc_payload(tmp_path):
