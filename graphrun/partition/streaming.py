@@ -43,6 +43,7 @@ METHODS = ("ldg", "fennel")
 ORDERS = ("random", "id")
 DEFAULT_SLACK = 0.05
 DEFAULT_GAMMA = 1.5
+BLOCK = 4096  # nodes whose neighbour counts are held at once (BLOCK x P floats)
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,25 +147,66 @@ def assign(
         raise ArgumentError(
             f"alpha, gamma: expected alpha >= 0 and gamma >= 1, got {alpha}, {gamma}"
         )
-    parts = len(sizes)
     load = sizes.astype(np.float64)
     out = np.full(neighbour_parts.n, -1, dtype=np.int64)
-    pp, pi = neighbour_parts.indptr, neighbour_parts.items
-    wp, wi = within.indptr, within.items
-    for i in range(neighbour_parts.n):
-        earlier = out[wi[wp[i] : wp[i + 1]]]
-        seen = np.concatenate([pi[pp[i] : pp[i + 1]], earlier[earlier >= 0]])
-        counts = np.bincount(seen, minlength=parts).astype(np.float64)
-        if method == "ldg":
-            score = counts * (1.0 - load / capacity)
-        else:
-            score = counts - alpha * gamma * load ** (gamma - 1.0)
-        score[load >= capacity] = -np.inf
-        best = np.flatnonzero(score == score.max())
-        p = int(best[np.argmin(load[best])])
-        out[i] = p
-        load[p] += 1
+    rows = np.repeat(np.arange(within.n), np.diff(within.indptr))
+    earlier = within.items < rows  # node rows[k] counts node items[k] once that is placed
+    push = Neighbours.from_pairs(within.items[earlier], rows[earlier], within.n)
+    score = _Score(method, load, capacity, alpha, gamma)
+    for lo in range(0, neighbour_parts.n, BLOCK):
+        hi = min(lo + BLOCK, neighbour_parts.n)
+        counts = _block_counts(lo, hi, neighbour_parts, within, out, len(sizes))
+        for i in range(lo, hi):
+            p = score.best(counts[i - lo])
+            out[i] = p
+            later = push.items[push.indptr[i] : push.indptr[i + 1]]
+            later = later[later < hi]
+            if len(later):
+                np.add.at(counts[:, p], later - lo, 1.0)
     return out
+
+
+class _Score:
+    """Each partition's score for a node's neighbour counts, kept up to date as nodes are
+    placed (only the placed node's partition changes)."""
+
+    def __init__(self, method: str, load: np.ndarray, capacity: int, alpha: float, gamma: float):
+        self.ldg = method == "ldg"
+        self.load, self.capacity, self.alpha, self.gamma = load, capacity, alpha, gamma
+        self.weight = np.empty_like(load)  # ldg: times the count; fennel: minus
+        self.closed = np.empty_like(load)  # 0, or -inf once full
+        for p in range(len(load)):
+            self._update(p)
+
+    def _update(self, p: int) -> None:
+        x = self.load[p]
+        self.weight[p] = 1.0 - x / self.capacity if self.ldg else (
+            self.alpha * self.gamma * x ** (self.gamma - 1.0))  # fmt: skip
+        self.closed[p] = -np.inf if x >= self.capacity else 0.0
+
+    def best(self, counts: np.ndarray) -> int:
+        """The partition a node with these neighbour counts goes to; counted there."""
+        s = counts * self.weight if self.ldg else counts - self.weight
+        s += self.closed
+        p = int(np.argmin(np.where(s == s.max(), self.load, np.inf)))
+        self.load[p] += 1
+        self._update(p)
+        return p
+
+
+def _block_counts(
+    lo: int, hi: int, placed: Neighbours, within: Neighbours, out: np.ndarray, parts: int
+) -> np.ndarray:
+    """Nodes ``lo..hi``'s neighbours per partition: the placed ones, and those of the
+    batch placed before node ``lo``."""
+    flat = []
+    for nb, of in ((placed, None), (within, out)):
+        a, b = nb.indptr[lo], nb.indptr[hi]
+        rows = np.repeat(np.arange(hi - lo), np.diff(nb.indptr[lo : hi + 1]))
+        part = nb.items[a:b] if of is None else of[nb.items[a:b]]
+        flat.append(rows[part >= 0] * parts + part[part >= 0])
+    counts = np.bincount(np.concatenate(flat), minlength=(hi - lo) * parts)
+    return counts.reshape(hi - lo, parts).astype(np.float64)
 
 
 @dataclass(frozen=True)

@@ -125,3 +125,20 @@ def test_measure_arguments_checked(graph):
         measure_streamed(graph, 4, scratch="parmetis")
     with pytest.raises(ArgumentError, match="parts"):
         measure_streamed(graph, 0)
+
+
+def test_blocks_and_one_way_within_lists_place_the_same(graph, monkeypatch):
+    from graphrun.partition import streaming
+
+    whole, _ = _stream(graph, 3)
+    monkeypatch.setattr(streaming, "BLOCK", 7)  # counts held for 7 nodes at a time
+    small, _ = _stream(graph, 3)
+    assert (small == whole).all()
+    n = 6  # a path given only as "i lists i - 1": the same as both ways
+    placed = Neighbours.from_pairs(np.array([0]), np.array([1]), n)
+    i = np.arange(1, n)
+    one_way = Neighbours.from_pairs(i, i - 1, n)
+    both = Neighbours.from_pairs(np.r_[i, i - 1], np.r_[i - 1, i], n)
+    zeros = np.zeros(3, dtype=np.int64)
+    a = assign(placed, zeros, capacity=10, within=one_way)
+    assert a.tolist() == assign(placed, zeros, capacity=10, within=both).tolist() == [1] * n
