@@ -57,7 +57,7 @@ from graphrun.names import CanonicalEtype
 
 MAX_CHUNK_ROWS = 1 << 21  # the store's rows of one piece (store/live.py MAX_PIECE_ROWS)
 DEFAULT_CHUNK_ROWS = 10_000
-MAX_CHUNK_BYTES = 256 << 20
+MAX_CHUNK_BYTES = 128 << 20  # half a store request's bound (256 MiB): a piece fits
 CSV_BLOCK_BYTES = 4 << 20
 Kind = Literal["nodes", "edges"]
 ID_COLUMNS: dict[Kind, tuple[str, ...]] = {"nodes": ("id",), "edges": ("src", "dst")}

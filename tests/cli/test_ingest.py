@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -108,10 +109,10 @@ class RefusingWriter:
 
 def test_a_refused_chunk_names_its_rows():
     rows = np.arange(10, 13)
-    nodes = NodeChunk(ingest_tables.Path("n.csv"), rows, "paper", np.arange(3), {})
+    nodes = NodeChunk(Path("n.csv"), rows, "paper", np.arange(3), {})
     with pytest.raises(DatasetError, match=r"^n.csv: rows 10..12: features: \['feat'\] of node"):
         send(RefusingWriter(), nodes)
-    edges = EdgeChunk(ingest_tables.Path("e.csv"), rows, "cites", np.arange(3), np.arange(3))
+    edges = EdgeChunk(Path("e.csv"), rows, "cites", np.arange(3), np.arange(3))
     assert send(RefusingWriter(), edges) == 7
     with pytest.raises(StoreError, match=r"^e.csv: rows 10..12: not committed: live_prepare"):
         send(RefusingWriter(refuse_commit=True), edges)
@@ -122,7 +123,7 @@ def test_progress_counts_versions():
 
     out = io.StringIO()
     p = Progress(every=3600.0, out=out)
-    edges = EdgeChunk(ingest_tables.Path("e"), np.arange(2), "r", np.arange(2), np.arange(2))
+    edges = EdgeChunk(Path("e"), np.arange(2), "r", np.arange(2), np.arange(2))
     p.add(edges, 4)
     p.add(edges, 5)
     assert out.getvalue().count("\n") == 1  # the first, then not before an hour

@@ -80,6 +80,8 @@ def test_etype_column_triple_or_relation(tmp_path):
     (tmp_path / "edges.csv").write_text("src,dst,etype\n1,2,a:r:b\n3,4,cites\n5,6,a:r:b\n")
     got = chunks(tmp_path, rows=10)
     assert [(c.etype, c.rows.tolist()) for c in got] == [(("a", "r", "b"), [0, 2]), ("cites", [1])]
+    alone = chunks(tmp_path / "edges.csv", rows=10)  # SRC may be one edges file
+    assert [c.src.tolist() for c in alone] == [[1, 5], [3]]
 
 
 def test_npy_folder(tmp_path):
