@@ -28,6 +28,7 @@ SUBCOMMANDS = (
     "demo",
     "generate",
     "import_",
+    "ingest",
     "partition",
     "serve",
     "ps",

@@ -56,7 +56,7 @@ _NUMBERED = re.compile(r"^(.+)_(\d+)$")
 
 
 @dataclass(eq=False)
-class _Part:
+class TablePart:
     """One node or edge table restricted to one type."""
 
     file: Path
@@ -84,7 +84,7 @@ def read_table(path: Path, fmt: str) -> pa.Table:
         raise DatasetError(f"{path}: cannot read as {fmt} ({first})") from None
 
 
-def _split(part: _Part, column: str) -> list[tuple[str, _Part]]:
+def split_by(part: TablePart, column: str) -> list[tuple[str, TablePart]]:
     """Split a table by the values of ``column`` (first-appearance order)."""
     col = part.table.column(column)
     if col.null_count:
@@ -97,11 +97,11 @@ def _split(part: _Part, column: str) -> list[tuple[str, _Part]]:
         rows = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
         if part.rows is not None:
             rows = part.rows[rows]
-        out.append((str(value), _Part(part.file, rest.filter(mask), rows)))
+        out.append((str(value), TablePart(part.file, rest.filter(mask), rows)))
     return out
 
 
-def _files(root: Path, stem: str, fmt: str) -> list[tuple[str, Path]] | None:
+def table_files(root: Path, stem: str, fmt: str) -> list[tuple[str, Path]] | None:
     """``[(type_name, file)]`` from ``stem/*.fmt`` or ``[("", stem.fmt)]``; None if neither."""
     single, folder = root / f"{stem}.{fmt}", root / stem
     if single.is_file():
@@ -125,14 +125,14 @@ def _checked_etype(f: Path, src: str, rel: str, dst: str) -> CanonicalEtype:
     return (check_name(f, "type", src), check_name(f, "relation", rel), check_name(f, "type", dst))
 
 
-def _parse_file_etype(f: Path, name: str) -> CanonicalEtype:
+def parse_file_etype(f: Path, name: str) -> CanonicalEtype:
     parts = name.split("__")
     if len(parts) != 3 or not all(parts):
         raise DatasetError(f"{f}: file name must be SRCTYPE__RELATION__DSTTYPE.<ext>")
     return _checked_etype(f, *parts)
 
 
-def _parse_etype_value(f: Path, value: str, hetero_nodes: bool) -> CanonicalEtype:
+def parse_etype_value(f: Path, value: str, hetero_nodes: bool) -> CanonicalEtype:
     if value and ":" not in value and not hetero_nodes:
         return (DEFAULT_NTYPE, check_name(f, "relation", value), DEFAULT_NTYPE)
     try:
@@ -144,13 +144,13 @@ def _parse_etype_value(f: Path, value: str, hetero_nodes: bool) -> CanonicalEtyp
     return _checked_etype(f, *etype)
 
 
-def _require(part: _Part, columns: Iterable[str]) -> None:
+def _require(part: TablePart, columns: Iterable[str]) -> None:
     for c in columns:
         if c not in part.table.column_names:
             raise DatasetError(f"{part.file}: column {c!r} is missing")
 
 
-def _check_id_column(part: _Part, column: str) -> pa.ChunkedArray:
+def _check_id_column(part: TablePart, column: str) -> pa.ChunkedArray:
     col = part.table.column(column)
     if col.null_count:
         i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
@@ -181,7 +181,7 @@ def _unify(cols: list[pa.ChunkedArray]) -> list[pa.ChunkedArray]:
     return [c.cast(pa.string()) for c in cols]
 
 
-def _column_numpy(part: _Part, name: str) -> np.ndarray:
+def _column_numpy(part: TablePart, name: str) -> np.ndarray:
     col = part.table.column(name)
     where = f"{part.file}: column {name!r}"
     if col.null_count:
@@ -209,7 +209,7 @@ def _scalar_numpy(where: str, t: pa.DataType, col: Any) -> np.ndarray:
     raise DatasetError(f"{where} has type {t}; feature columns must be numeric or boolean")
 
 
-def features(part: _Part, skip: set[str]) -> dict[str, np.ndarray]:
+def features(part: TablePart, skip: set[str]) -> dict[str, np.ndarray]:
     """Feature arrays of one table (see the module docstring for the naming rules)."""
     names = [c for c in part.table.column_names if c not in skip]
     present = set()
@@ -248,36 +248,36 @@ def features(part: _Part, skip: set[str]) -> dict[str, np.ndarray]:
     return out
 
 
-def _read_nodes(root: Path, fmt: str) -> dict[str, _Part]:
-    nodes: dict[str, _Part] = {}
-    for tname, f in _files(root, "nodes", fmt) or []:
-        part = _Part(f, read_table(f, fmt))
+def _read_nodes(root: Path, fmt: str) -> dict[str, TablePart]:
+    nodes: dict[str, TablePart] = {}
+    for tname, f in table_files(root, "nodes", fmt) or []:
+        part = TablePart(f, read_table(f, fmt))
         _require(part, ["id"])
         if tname:
             nodes[check_name(f, "node type", tname)] = part
         elif "type" in part.table.column_names:
-            nodes.update((check_name(f, "node type", t), p) for t, p in _split(part, "type"))
+            nodes.update((check_name(f, "node type", t), p) for t, p in split_by(part, "type"))
         else:
             nodes[DEFAULT_NTYPE] = part
     return nodes
 
 
 def _read_edges(
-    root: Path, fmt: str, nodes: dict[str, _Part]
-) -> list[tuple[CanonicalEtype, _Part]]:
-    files = [("", root)] if root.is_file() else _files(root, "edges", fmt)
+    root: Path, fmt: str, nodes: dict[str, TablePart]
+) -> list[tuple[CanonicalEtype, TablePart]]:
+    files = [("", root)] if root.is_file() else table_files(root, "edges", fmt)
     if files is None:
         raise DatasetError(f"{root}: no edges.{fmt} and no edges/ folder of .{fmt} files")
     only = next(iter(nodes)) if len(nodes) == 1 else DEFAULT_NTYPE
-    edges: list[tuple[CanonicalEtype, _Part]] = []
+    edges: list[tuple[CanonicalEtype, TablePart]] = []
     for tname, f in files:
-        part = _Part(f, read_table(f, fmt))
+        part = TablePart(f, read_table(f, fmt))
         _require(part, ["src", "dst"])
         if tname:
-            edges.append((_parse_file_etype(f, tname), part))
+            edges.append((parse_file_etype(f, tname), part))
         elif "etype" in part.table.column_names:
-            for value, p in _split(part, "etype"):
-                et = _parse_etype_value(f, value, len(nodes) > 1)
+            for value, p in split_by(part, "etype"):
+                et = parse_etype_value(f, value, len(nodes) > 1)
                 if et[0] == DEFAULT_NTYPE and et[2] == DEFAULT_NTYPE:
                     et = (only, et[1], only)
                 edges.append((et, p))
@@ -288,7 +288,9 @@ def _read_edges(
     return edges
 
 
-def _node_ids(ntype: str, nodes: dict[str, _Part], ends: list[tuple[_Part, str]]) -> pa.Array:
+def _node_ids(
+    ntype: str, nodes: dict[str, TablePart], ends: list[tuple[TablePart, str]]
+) -> pa.Array:
     """The original ids of one node type in dense-id order."""
     if ntype in nodes:
         part = nodes[ntype]
@@ -308,7 +310,7 @@ def _node_ids(ntype: str, nodes: dict[str, _Part], ends: list[tuple[_Part, str]]
     return pa.array(np.unique(_to_numpy_ids(merged)))
 
 
-def _dense(part: _Part, column: str, ids: pa.Array, ntype: str) -> np.ndarray:
+def _dense(part: TablePart, column: str, ids: pa.Array, ntype: str) -> np.ndarray:
     col = _check_id_column(part, column)
     if pa.types.is_integer(col.type) != pa.types.is_integer(ids.type):
         col, ids = col.cast(pa.string()), ids.cast(pa.string())

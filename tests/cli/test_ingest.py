@@ -1,0 +1,130 @@
+"""``graphrun ingest``: arguments checked before anything is read or connected, a dry run
+that reads and checks every chunk with progress, one line for a bad chunk.
+
+The call through ``GraphWriter`` into a live store is tested where the writer lives
+(the live-store branch of issue 42), not here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphrun.cli import main
+from graphrun.cli.ingest import MAX_CHUNK_ROWS, Progress, send
+from graphrun.errors import ArgumentError, DatasetError, StoreError
+from graphrun.graph import ingest_tables
+from graphrun.graph.ingest_tables import EdgeChunk, NodeChunk
+
+
+@pytest.fixture
+def src(tmp_path):
+    (tmp_path / "nodes.csv").write_text("id,label\n" + "".join(f"{i},{i % 2}\n" for i in range(5)))
+    (tmp_path / "edges.csv").write_text("src,dst\n0,1\n1,2\n2,3\n")
+    return tmp_path
+
+
+def test_dry_run_reads_every_chunk_with_progress(src, capsys):
+    assert main(["ingest", str(src), "--dry-run", "--chunk-rows", "2", "--progress-s", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert len(err.splitlines()) == 5  # one progress line a chunk: 3 of nodes, 2 of edges
+    assert err.splitlines()[-1].startswith("ingest: 8 rows (5 nodes, 3 edges) in 5 chunks, ")
+    assert out.startswith(f"ingested {src}: 8 rows (5 nodes, 3 edges) in 5 chunks, ")
+    assert out.rstrip().endswith("rows/s checked (dry run, nothing sent)")
+
+
+def test_a_bad_chunk_is_one_line_and_exit_2(src, capsys):
+    (src / "edges.csv").write_text("src,dst\n0,1\n1,2\n2,x\n")
+    assert main(["ingest", str(src), "--dry-run", "--chunk-rows", "2"]) == 2
+    *progress, err = capsys.readouterr().err.splitlines()
+    assert all(line.startswith("ingest: ") for line in progress)
+    assert err.startswith(f"graphrun: error: {src / 'edges.csv'}: column 'dst' has type string")
+    assert "before it: 5 rows (5 nodes, 0 edges) in 3 chunks" in err  # csv typed 'dst' a string
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["--chunk-rows", "0"], "argument --chunk-rows: 0 is not in [1, 2097152]"),
+        (["--chunk-rows", "3000000"], "argument --chunk-rows: 3000000 is not in"),
+        (["--timeout", "0"], "argument --timeout: 0 is not in (0, 3600]"),
+        (["--store", "host"], "argument --store: 'host' is not host:port"),
+        ([], "--store: give the main server of every partition"),
+        (["--store", "127.0.0.1:7000"], "--key-file: give a key with the write_graph grant"),
+    ],
+)
+def test_arguments_checked_before_anything(src, capsys, argv, line):
+    assert main(["ingest", str(src), *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and line in err
+
+
+def test_key_and_layout_checked_before_connecting(src, tmp_path, capsys):
+    store = ["--store", "127.0.0.1:9"]  # nothing listens: a connection would time out
+    assert main(["ingest", str(src), *store, "--key-file", str(tmp_path / "no.key")]) == 2
+    assert "no.key: cannot read key file" in capsys.readouterr().err
+    key = tmp_path / "w.key"
+    assert main(["keygen", str(key)]) == 0
+    (src / "edges.csv").write_text("from,to\n1,2\n")
+    assert main(["ingest", str(src), *store, "--key-file", str(key), "--timeout", "1"]) == 2
+    assert "edges.csv: column 'src' is missing" in capsys.readouterr().err
+
+
+def test_the_command_bound_is_the_reader_bound():
+    assert MAX_CHUNK_ROWS == ingest_tables.MAX_CHUNK_ROWS
+
+
+def test_help_does_not_import_pyarrow():
+    code = "import sys; from graphrun.cli import build_parser; build_parser(); "
+    code += "print('pyarrow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+class RefusingWriter:
+    """The GraphWriter's refusals as the API states them: a bad add is an ArgumentError
+    (nothing of it kept), a refused commit a store error."""
+
+    def __init__(self, refuse_commit: bool = False) -> None:
+        self.refuse_commit = refuse_commit
+        self.added: list[str] = []
+
+    def add_nodes(self, ntype, orig_ids, features):
+        if "feat" not in features:
+            raise ArgumentError(f"features: ['feat'] of node type {ntype!r} are missing")
+        self.added.append(ntype)
+
+    def add_edges(self, etype, src, dst, features=None, orig=False):
+        assert orig
+        self.added.append(str(etype))
+
+    def commit(self):
+        if self.refuse_commit:
+            raise StoreError("live_prepare: partition 1 refused the piece")
+        return 7
+
+
+def test_a_refused_chunk_names_its_rows():
+    rows = np.arange(10, 13)
+    nodes = NodeChunk(Path("n.csv"), rows, "paper", np.arange(3), {})
+    with pytest.raises(DatasetError, match=r"^n.csv: rows 10..12: features: \['feat'\] of node"):
+        send(RefusingWriter(), nodes)
+    edges = EdgeChunk(Path("e.csv"), rows, "cites", np.arange(3), np.arange(3))
+    assert send(RefusingWriter(), edges) == 7
+    with pytest.raises(StoreError, match=r"^e.csv: rows 10..12: not committed: live_prepare"):
+        send(RefusingWriter(refuse_commit=True), edges)
+
+
+def test_progress_counts_versions():
+    import io
+
+    out = io.StringIO()
+    p = Progress(every=3600.0, out=out)
+    edges = EdgeChunk(Path("e"), np.arange(2), "r", np.arange(2), np.arange(2))
+    p.add(edges, 4)
+    p.add(edges, 5)
+    assert out.getvalue().count("\n") == 1  # the first, then not before an hour
+    assert p.line().startswith("4 rows (0 nodes, 4 edges) in 2 chunks, versions 4..5, ")
