@@ -36,6 +36,7 @@ from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import DEFAULT_LIMITS, Limits, Message, MsgKind
 from graphrun.rpc.transport import RpcClient, RpcServer, Waker
 from graphrun.store import handlers, replicas
+from graphrun.store.disk import open_node_features
 from graphrun.store.policy import policies_from_book
 from graphrun.store.registry import Registry, Request, Response, load_extensions
 from graphrun.store.shm import (
@@ -79,6 +80,13 @@ class ServerConfig:
     clients_dir: Path | None = None  # job keys admitted besides the admin key (rpc/access.py)
     profile_file: Path | None = None  # at stop, append a ServeRecord line (placement profile)
     limits: Limits = DEFAULT_LIMITS  # what one request may be (graphrun.rpc.codec)
+    features: str = "memory"  # node features in shared memory, or "disk" (store/disk.py)
+    disk_cache_bytes: int = 0  # with features "disk": this server's cache of hot rows
+
+
+#: where a server keeps node features (``ServerConfig.features``)
+FEATURE_STORAGE = ("memory", "disk")
+MAX_DISK_CACHE_BYTES = 1 << 50
 
 
 def _check_config(cfg: ServerConfig) -> None:
@@ -93,6 +101,13 @@ def _check_config(cfg: ServerConfig) -> None:
         raise ArgumentError("replica_of: a replica is a main server, not a backup")
     if cfg.replica_of and cfg.replica_index < 1:
         raise ArgumentError("replica_index: a replica needs an index >= 1")
+    if cfg.features not in FEATURE_STORAGE:
+        raise ArgumentError(f"features: {cfg.features!r} is not one of {list(FEATURE_STORAGE)}")
+    cache = cfg.disk_cache_bytes
+    if not isinstance(cache, int) or not 0 <= cache <= MAX_DISK_CACHE_BYTES:
+        raise ArgumentError(
+            f"disk_cache_bytes: expected an integer in [0, {MAX_DISK_CACHE_BYTES}], got {cache!r}"
+        )
     for name in ("heartbeat_timeout", "request_timeout"):
         val = getattr(cfg, name)
         if not isinstance(val, int | float) or not val > 0:  # NaN fails too
@@ -103,10 +118,12 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
     """Load partition ``cfg.part`` into fresh shared-memory segments."""
     clean_stale(cfg.shm_dir)
     p = load_partition(cfg.partition_dir, cfg.part)
+    disk = open_node_features(p, cfg.disk_cache_bytes) if cfg.features == "disk" else {}
     whole = [p.nodes, p.indptr, p.indices, p.eids, p.etypes]
     whole += [
-        a for named in (*p.node_feats.values(), *p.edge_feats.values()) for a in named.values()
+        a for t, named in p.node_feats.items() for n, a in named.items() if (t, n) not in disk
     ]
+    whole += [a for named in p.edge_feats.values() for a in named.values()]
     check_space(cfg.shm_dir, sum(int(a.nbytes) for a in whole if a is not None))
     segments = SegmentStore(cfg.shm_dir)
     state = ServerState(
@@ -119,6 +136,7 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
         heartbeat_timeout=cfg.heartbeat_timeout,
         segments=segments,
         config=p.config,
+        disk={str(TensorKey.node(t, n)): rows for (t, n), rows in disk.items()},
     )
     try:
         seg, state.deletions = segments.create("int64", (2,))
@@ -135,7 +153,8 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
         feats += [TensorKey.edge(k, n) for k, named in p.edge_feats.items() for n in named]
         for key in feats:
             arr = (p.node_feats if key.kind == "node" else p.edge_feats)[key.type][key.name]
-            seg, shared = segments.copy_in(arr)
+            rows = state.disk.get(str(key))
+            seg, shared = ("", arr) if rows is not None else segments.copy_in(arr)
             pol = state.policies[key.policy]
             info = TensorInfo(
                 str(key),
@@ -146,8 +165,9 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
                 pol.num_rows,
                 pol.part_rows(cfg.part),
                 seg,
+                disk=rows is not None,
             )
-            state.tensors[(GRAPH_JOB, info.name)] = StoredTensor(info, shared)
+            state.tensors[(GRAPH_JOB, info.name)] = StoredTensor(info, shared, rows)
     except BaseException:
         state.close()
         raise
@@ -170,6 +190,10 @@ def attach_backup_state(cfg: ServerConfig, main: RpcClient) -> ServerState:
         heartbeat_timeout=cfg.heartbeat_timeout,
     )
     man = main.call("manifest").body
+    if any(received(TensorInfo, t).disk for t in man["tensors"]):  # read the files too
+        p = load_partition(cfg.partition_dir, info.part)
+        disk = open_node_features(p, cfg.disk_cache_bytes)
+        state.disk = {str(TensorKey.node(t, n)): rows for (t, n), rows in disk.items()}
     for t in man["tensors"]:
         state.attach_tensor(received(TensorInfo, t))
     for name, wire in man["structure"].items():

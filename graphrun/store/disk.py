@@ -1,0 +1,131 @@
+"""Node features served from the partition's files on local disk, through a bounded cache.
+
+With ``features: disk`` (``graphrun serve --features disk``) a store server does not copy
+the partition's node features into shared memory: it maps each ``part-K/node/<ntype>/
+<name>.npy`` read-only and answers pulls from the mapping, with the hottest rows kept in
+memory. The table may be larger than the host's memory; the page cache holds what the
+kernel can spare, the server holds the cache and nothing else.
+
+The cache is a **static hot set**: at start, the rows of the partition's nodes with the
+most in-edges (ties: the lower row) are read once into one array, as many as fit
+``cache_bytes``. In a power-law graph sampling reaches a node about as often as it has
+edges, so degree ranks rows by how often they are pulled, with no bookkeeping on the read
+path: a pull is a ``searchsorted`` over the cached rows, one gather from the cache and one
+from the mapping (the misses, in ascending row order). The hit rate is the same on every
+run of a job, which makes it measurable and the losses reproducible.
+
+Bounds: the cache of every tensor is its rows plus an int64 row index (``row_bytes + 8``
+a row); the server's ``cache_bytes`` is split over its disk tensors by their size, so the
+sum never exceeds it. ``disk_bytes`` counts the bytes of the rows read from the mapping
+(the misses): what a cold page cache reads from disk, at most.
+
+Edge features, structure and tensors jobs create stay in shared memory. A disk tensor is
+read-only (no ``push``); co-located clients pull it through the server (they cannot read
+another process's cache; see :mod:`graphrun.store.catalog`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from graphrun.errors import PartitionFormatError
+from graphrun.partition.format import Partition
+
+#: what one cached row costs besides its data: its entry in the sorted row index
+INDEX_BYTES = 8
+
+
+@dataclass
+class DiskCounters:
+    """What the cache of one server did since it started."""
+
+    hits: int = 0
+    misses: int = 0
+    disk_bytes: int = 0
+
+
+class DiskRows:
+    """One tensor's rows: a read-only mapping of its file and a bounded cache of hot rows."""
+
+    def __init__(self, path: Path, mapping: np.ndarray, hot: np.ndarray, budget: int) -> None:
+        self.path = path
+        self.mapping = mapping
+        per_row = _row_bytes(mapping) + INDEX_BYTES
+        keep = min(len(hot), max(budget, 0) // per_row)
+        self.rows = np.sort(np.asarray(hot[:keep], dtype=np.int64))
+        try:
+            self.cache = np.ascontiguousarray(mapping[self.rows])
+        except (OSError, ValueError) as exc:  # a file cut short after it was mapped
+            raise PartitionFormatError(f"{path}: cannot be read ({exc})") from None
+        self.counters = DiskCounters()
+
+    @property
+    def cache_bytes(self) -> int:
+        """Memory the cache holds (rows and their index)."""
+        return int(self.cache.nbytes + self.rows.nbytes)
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """Rows ``rows`` (local, checked) in the given order."""
+        out = np.empty((len(rows), *self.mapping.shape[1:]), dtype=self.mapping.dtype)
+        slot = np.searchsorted(self.rows, rows)
+        np.minimum(slot, max(len(self.rows) - 1, 0), out=slot)
+        hit = self.rows[slot] == rows if len(self.rows) else np.zeros(len(rows), dtype=bool)
+        out[hit] = self.cache[slot[hit]]
+        missed = np.flatnonzero(~hit)
+        if len(missed):
+            order = missed[np.argsort(rows[missed], kind="stable")]  # the file in order
+            out[order] = self.mapping[rows[order]]
+        c = self.counters
+        c.hits += len(rows) - len(missed)
+        c.misses += len(missed)
+        c.disk_bytes += len(missed) * _row_bytes(self.mapping)
+        return out
+
+
+def _row_bytes(arr: np.ndarray) -> int:
+    return int(arr.dtype.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64)))
+
+
+def hot_rows(p: Partition, ntype: str) -> np.ndarray:
+    """The rows of ``ntype``'s features in partition ``p``, most in-edges first."""
+    inner = p.num_inner_nodes
+    degree = np.diff(p.indptr[: inner + 1])
+    if p.book.is_hetero:
+        types, per_type = p.local_node_types()
+        t = p.book.ntype_id(ntype)
+        mine = np.flatnonzero(types[:inner] == t)
+        rows = per_type[mine] - p.book.node_ranges(ntype)[p.part]
+        degree = degree[mine]
+    else:
+        rows = np.arange(inner, dtype=np.int64)
+    return rows[np.argsort(-degree, kind="stable")]
+
+
+def open_node_features(p: Partition, cache_bytes: int) -> dict[tuple[str, str], DiskRows]:
+    """Every node feature of ``p`` served from its file, ``cache_bytes`` split over them by
+    size (``load_partition`` checked each file's header and length already)."""
+    feats = [(t, n, a) for t, named in p.node_feats.items() for n, a in named.items()]
+    total = sum(int(a.nbytes) for _, _, a in feats)
+    out = {}
+    hot: dict[str, np.ndarray] = {}
+    for t, n, arr in feats:
+        if t not in hot:
+            hot[t] = hot_rows(p, t)
+        share = cache_bytes * int(arr.nbytes) // total if total else 0
+        path = p.path / p.config["parts"][p.part]["dir"] / "node" / t / f"{n}.npy"
+        out[(t, n)] = DiskRows(path, arr, hot[t], share)
+    return out
+
+
+def disk_stats(tensors: list[DiskRows]) -> dict[str, int]:
+    """A server's disk counters, summed over its disk tensors (the ``stats`` reply)."""
+    return {
+        "tensors": len(tensors),
+        "hits": sum(d.counters.hits for d in tensors),
+        "misses": sum(d.counters.misses for d in tensors),
+        "disk_bytes": sum(d.counters.disk_bytes for d in tensors),
+        "cache_bytes": sum(d.cache_bytes for d in tensors),
+    }

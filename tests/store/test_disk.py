@@ -1,0 +1,154 @@
+"""Node features served from the partition's files through a bounded cache (store/disk.py)."""
+
+import shutil
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from graphrun.errors import PartitionFormatError, StoreError
+from graphrun.partition.format import load_partition
+from graphrun.store.disk import INDEX_BYTES, DiskRows, hot_rows, open_node_features
+from graphrun.store.server import ServerConfig, load_main_state
+from graphrun.testing.store import store_threads
+from tests.store.conftest import connect, reference_rows
+
+FEAT = "node/_N/feat"
+
+
+def disk_config(parts, keys, cache_bytes, **kw):
+    return ServerConfig(
+        parts, 0, keys=keys, heartbeat_timeout=30, features="disk",
+        disk_cache_bytes=cache_bytes, **kw,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("cache_bytes", [0, 2000, 1 << 20])
+def test_disk_pulls_equal_the_graph_and_count_hits(homo, keys, rng, cache_bytes, tmp_path):
+    graph, parts = homo
+    ids = rng.integers(0, graph.num_nodes, 1500)
+    with store_threads(disk_config(parts, keys, cache_bytes), 2) as s, connect(s, keys) as c:
+        assert c.meta(FEAT).disk and c.meta("node/_N/label").disk
+        got = c.pull(FEAT, ids)
+        np.testing.assert_array_equal(got, reference_rows(graph, parts, "node", "_N", "feat", ids))
+        labels = c.pull("node/_N/label", ids)
+        ref = reference_rows(graph, parts, "node", "_N", "label", ids)
+        np.testing.assert_array_equal(labels, ref)
+        disk = [c.stats(p)["disk"] for p in (0, 1)]
+        assert sum(d["hits"] + d["misses"] for d in disk) == 2 * len(ids)
+        assert all(d["cache_bytes"] <= cache_bytes for d in disk)
+        hits = sum(d["hits"] for d in disk)
+        if cache_bytes == 0:
+            assert hits == 0
+        elif cache_bytes == 1 << 20:  # the whole partition fits: nothing read from the file
+            assert sum(d["disk_bytes"] for d in disk) == 0
+        else:
+            assert 0 < hits < 2 * len(ids)
+        row_bytes = {FEAT: 32, "node/_N/label": 8}
+        want = sum(d["misses"] for d in disk)  # every miss read one row of its tensor
+        assert sum(d["disk_bytes"] for d in disk) >= want * min(row_bytes.values())
+
+
+def test_cache_never_exceeds_its_bytes(homo):
+    _, parts = homo
+    p = load_partition(parts, 0)
+    for budget in (0, 1, 39, 40, 41, 1000, 5000, 10**9):
+        disk = open_node_features(p, budget)
+        held = sum(d.cache_bytes for d in disk.values())
+        assert held <= budget
+        if budget >= 10**6:  # room for all: every row cached
+            assert all(len(d.rows) == len(d.mapping) for d in disk.values())
+
+
+def test_the_hot_set_is_the_rows_with_most_in_edges(homo):
+    _, parts = homo
+    p = load_partition(parts, 1)
+    order = hot_rows(p, "_N")
+    deg = np.diff(p.indptr[: p.num_inner_nodes + 1])
+    assert sorted(order.tolist()) == list(range(p.num_inner_nodes))
+    assert (np.diff(deg[order]) <= 0).all()
+    feat = p.node_feats["_N"]["feat"]
+    per_row = feat.dtype.itemsize * feat.shape[1] + INDEX_BYTES
+    d = DiskRows(parts / "part-1/node/_N/feat.npy", feat, order, 10 * per_row)
+    assert sorted(d.rows.tolist()) == sorted(order[:10].tolist())
+    rows = np.array([order[0], order[-1], order[0]])
+    np.testing.assert_array_equal(d.take(rows), feat[rows])
+    assert (d.counters.hits, d.counters.misses) == (2, 1)
+    assert d.counters.disk_bytes == feat.dtype.itemsize * feat.shape[1]
+
+
+def test_disk_features_take_no_shared_memory_and_are_read_only(homo, keys, tmp_path):
+    _, parts = homo
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    mem = load_main_state(ServerConfig(parts, 0, shm_dir=shm))
+    used_mem = sum(f.stat().st_size for f in shm.iterdir())
+    mem.close()
+    disk = load_main_state(disk_config(parts, None, 0, shm_dir=shm))
+    try:
+        used_disk = sum(f.stat().st_size for f in shm.iterdir())
+        node_bytes = sum(
+            a.nbytes
+            for named in load_partition(parts, 0).node_feats.values()
+            for a in named.values()
+        )
+        assert used_mem - used_disk == node_bytes
+    finally:
+        disk.close()
+    with (
+        store_threads(disk_config(parts, keys, 0), 2) as s,
+        connect(s, keys) as c,
+        pytest.raises(StoreError, match="served from disk, read-only"),
+    ):
+        c.push(FEAT, [0], np.zeros((1, 8), np.float32))
+
+
+def copy_parts(parts, tmp_path):
+    out = tmp_path / "parts"
+    shutil.copytree(parts, out)
+    return out
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated"])
+def test_a_missing_or_truncated_file_is_one_clear_error(homo, tmp_path, damage):
+    _, parts = homo
+    out = copy_parts(parts, tmp_path)
+    f = out / "part-0" / "node" / "_N" / "feat.npy"
+    if damage == "missing":
+        f.unlink()
+    else:
+        with open(f, "r+b") as fh:
+            fh.truncate(f.stat().st_size - 40)
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    with pytest.raises(PartitionFormatError, match=str(f)):
+        load_main_state(disk_config(out, None, 1000, shm_dir=shm))
+    assert list(shm.iterdir()) == []  # nothing made before the check
+
+
+def test_backups_serve_disk_tensors_from_the_files(homo, keys, rng):
+    graph, parts = homo
+    from graphrun.testing.store import StoreThread
+
+    ids = rng.integers(0, graph.num_nodes, 400)
+    with store_threads(disk_config(parts, keys, 4000), 2) as s:
+        backup = StoreThread(
+            replace(s[0].cfg, main_address=s[0].address, backup_index=1, part=0)
+        ).start()
+        try:
+            with connect(s, keys) as c:
+                got = (
+                    c.session.part(0)
+                    .conns[1]
+                    .call(
+                        "pull", {**c.session.base(), "name": FEAT}, (np.arange(5, dtype=np.int64),)
+                    )
+                )
+                ref = c.pull(FEAT, np.arange(5))
+                np.testing.assert_array_equal(got.tensors[0], ref)
+                assert c.stats(0, 1)["disk"]["hits"] + c.stats(0, 1)["disk"]["misses"] == 5
+                np.testing.assert_array_equal(
+                    c.pull(FEAT, ids), reference_rows(graph, parts, "node", "_N", "feat", ids)
+                )
+        finally:
+            backup.stop()
