@@ -28,11 +28,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from graphrun.errors import PartitionFormatError
-from graphrun.partition.format import Partition
 
 #: what one cached row costs besides its data: its entry in the sorted row index
 INDEX_BYTES = 8
@@ -53,7 +53,7 @@ class DiskRows:
     def __init__(self, path: Path, mapping: np.ndarray, hot: np.ndarray, budget: int) -> None:
         self.path = path
         self.mapping = mapping
-        per_row = _row_bytes(mapping) + INDEX_BYTES
+        per_row = row_bytes(mapping) + INDEX_BYTES
         keep = min(len(hot), max(budget, 0) // per_row)
         self.rows = np.sort(np.asarray(hot[:keep], dtype=np.int64))
         try:
@@ -81,43 +81,30 @@ class DiskRows:
         c = self.counters
         c.hits += len(rows) - len(missed)
         c.misses += len(missed)
-        c.disk_bytes += len(missed) * _row_bytes(self.mapping)
+        c.disk_bytes += len(missed) * row_bytes(self.mapping)
         return out
 
 
-def _row_bytes(arr: np.ndarray) -> int:
+def row_bytes(arr: np.ndarray) -> int:
     return int(arr.dtype.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64)))
 
 
-def hot_rows(p: Partition, ntype: str) -> np.ndarray:
-    """The rows of ``ntype``'s features in partition ``p``, most in-edges first."""
-    inner = p.num_inner_nodes
-    degree = np.diff(p.indptr[: inner + 1])
-    if p.book.is_hetero:
-        types, per_type = p.local_node_types()
-        t = p.book.ntype_id(ntype)
-        mine = np.flatnonzero(types[:inner] == t)
-        rows = per_type[mine] - p.book.node_ranges(ntype)[p.part]
-        degree = degree[mine]
-    else:
-        rows = np.arange(inner, dtype=np.int64)
-    return rows[np.argsort(-degree, kind="stable")]
+#: the counters a server reports in ``stats`` (``disk``), summed over its disk tensors
+DISK_COUNTERS = ("hits", "misses", "disk_bytes", "cache_bytes")
 
 
-def open_node_features(p: Partition, cache_bytes: int) -> dict[tuple[str, str], DiskRows]:
-    """Every node feature of ``p`` served from its file, ``cache_bytes`` split over them by
-    size (``load_partition`` checked each file's header and length already)."""
-    feats = [(t, n, a) for t, named in p.node_feats.items() for n, a in named.items()]
-    total = sum(int(a.nbytes) for _, _, a in feats)
-    out = {}
-    hot: dict[str, np.ndarray] = {}
-    for t, n, arr in feats:
-        if t not in hot:
-            hot[t] = hot_rows(p, t)
-        share = cache_bytes * int(arr.nbytes) // total if total else 0
-        path = p.path / p.config["parts"][p.part]["dir"] / "node" / t / f"{n}.npy"
-        out[(t, n)] = DiskRows(path, arr, hot[t], share)
-    return out
+def epoch_fields(before: dict[str, int] | None, after: dict[str, int] | None) -> dict[str, Any]:
+    """The epoch metrics of the store's disk features, from the servers' counters at the
+    epoch's start and end: ``disk_hit_rate`` (of the rows pulled, the cache's share; None
+    without a pull) and ``disk_bytes`` (read from the files). Nothing without disk features."""
+    if before is None or after is None:
+        return {}
+    hits = after["hits"] - before["hits"]
+    rows = hits + after["misses"] - before["misses"]
+    return {
+        "disk_hit_rate": round(hits / rows, 4) if rows else None,
+        "disk_bytes": after["disk_bytes"] - before["disk_bytes"],
+    }
 
 
 def disk_stats(tensors: list[DiskRows]) -> dict[str, int]:

@@ -5,7 +5,10 @@ stale segments of dead stores, memory-maps ``part-K`` of the partition directory
 copies its structure (``nodes``, ``indptr``, ``indices``, ``eids``, ``etypes``) and
 every node/edge feature into shared memory, then serves. Graph features are the
 tensors ``node/<ntype>/<name>`` (policy ``node:<ntype>``) and
-``edge/<src:rel:dst>/<name>`` (policy ``edge:<src:rel:dst>``).
+``edge/<src:rel:dst>/<name>`` (policy ``edge:<src:rel:dst>``). With ``features="disk"``
+the node features are not copied: :func:`open_node_features` maps their files read-only
+and keeps the rows of the nodes with the most in-edges in a cache of
+``disk_cache_bytes`` (:mod:`graphrun.store.disk`); a backup opens the same files.
 
 A **backup** (``main_address`` set) asks the main for its manifest, maps the same
 segments (same machine only), registers its own address with the main — clients
@@ -27,16 +30,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import RoleName, TensorKey
 from graphrun.partition.book import PartitionBook
-from graphrun.partition.format import load_partition
+from graphrun.partition.format import Partition, load_partition
 from graphrun.rpc.access import Access, ClientKeys
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import DEFAULT_LIMITS, Limits, Message, MsgKind
 from graphrun.rpc.transport import RpcClient, RpcServer, Waker
 from graphrun.store import handlers, replicas
-from graphrun.store.disk import open_node_features
+from graphrun.store.disk import DiskRows
 from graphrun.store.policy import policies_from_book
 from graphrun.store.registry import Registry, Request, Response, load_extensions
 from graphrun.store.shm import (
@@ -112,6 +117,37 @@ def _check_config(cfg: ServerConfig) -> None:
         val = getattr(cfg, name)
         if not isinstance(val, int | float) or not val > 0:  # NaN fails too
             raise ArgumentError(f"{name}: expected a number of seconds > 0, got {val!r}")
+
+
+def hot_rows(p: Partition, ntype: str) -> np.ndarray:
+    """The rows of ``ntype``'s features in partition ``p``, most in-edges first."""
+    inner = p.num_inner_nodes
+    degree = np.diff(p.indptr[: inner + 1])
+    if p.book.is_hetero:
+        types, per_type = p.local_node_types()
+        t = p.book.ntype_id(ntype)
+        mine = np.flatnonzero(types[:inner] == t)
+        rows = per_type[mine] - p.book.node_ranges(ntype)[p.part]
+        degree = degree[mine]
+    else:
+        rows = np.arange(inner, dtype=np.int64)
+    return rows[np.argsort(-degree, kind="stable")]
+
+
+def open_node_features(p: Partition, cache_bytes: int) -> dict[tuple[str, str], DiskRows]:
+    """Every node feature of ``p`` served from its file, ``cache_bytes`` split over them by
+    size (``load_partition`` checked each file's header and length already)."""
+    feats = [(t, n, a) for t, named in p.node_feats.items() for n, a in named.items()]
+    total = sum(int(a.nbytes) for _, _, a in feats)
+    out = {}
+    hot: dict[str, np.ndarray] = {}
+    for t, n, arr in feats:
+        if t not in hot:
+            hot[t] = hot_rows(p, t)
+        share = cache_bytes * int(arr.nbytes) // total if total else 0
+        path = p.path / p.config["parts"][p.part]["dir"] / "node" / t / f"{n}.npy"
+        out[(t, n)] = DiskRows(path, arr, hot[t], share)
+    return out
 
 
 def load_main_state(cfg: ServerConfig) -> ServerState:

@@ -8,8 +8,8 @@ import pytest
 
 from graphrun.errors import PartitionFormatError, StoreError
 from graphrun.partition.format import load_partition
-from graphrun.store.disk import INDEX_BYTES, DiskRows, hot_rows, open_node_features
-from graphrun.store.server import ServerConfig, load_main_state
+from graphrun.store.disk import INDEX_BYTES, DiskRows
+from graphrun.store.server import ServerConfig, hot_rows, load_main_state, open_node_features
 from graphrun.testing.store import store_threads
 from tests.store.conftest import connect, reference_rows
 
