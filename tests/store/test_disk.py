@@ -152,3 +152,38 @@ def test_backups_serve_disk_tensors_from_the_files(homo, keys, rng):
                 )
         finally:
             backup.stop()
+
+
+def test_graphrun_serve_says_which_file_is_truncated_in_one_line(homo, tmp_path):
+    from graphrun.testing.procs import run_graphrun
+
+    _, parts = homo
+    out = copy_parts(parts, tmp_path)
+    f = out / "part-1" / "node" / "_N" / "label.npy"
+    with open(f, "r+b") as fh:
+        fh.truncate(f.stat().st_size - 8)
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    proc = run_graphrun(
+        "serve", str(out), "--part", "1", "--insecure", "--shm-dir", str(shm),
+        "--features", "disk", "--disk-cache-mb", "1",
+    )  # fmt: skip
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1, proc.stderr
+    assert f"{f}: not a readable .npy array" in lines[0]
+    assert list(shm.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "text"),
+    [("features", "ssd", "features: 'ssd' is not one of"),
+     ("disk_cache_bytes", -1, "disk_cache_bytes: expected an integer"),
+     ("disk_cache_bytes", 1.5, "disk_cache_bytes: expected an integer")],
+)  # fmt: skip
+def test_a_bad_feature_setting_is_refused_before_loading(homo, field, value, text):
+    from graphrun.errors import ArgumentError
+    from graphrun.store.server import run_server
+
+    _, parts = homo
+    with pytest.raises(ArgumentError, match=text):
+        run_server(replace(ServerConfig(parts, 0), **{field: value}))
