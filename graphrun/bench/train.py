@@ -305,11 +305,12 @@ def _job_yaml(
     return path
 
 
-def _time_to(accs: list[float], times: list[float], target: float) -> float | None:
+def _time_to(accs: list[float | None], times: list[float], target: float) -> float | None:
+    """Seconds of training until the first evaluation at ``target`` (None: not evaluated)."""
     elapsed = 0.0
     for acc, t in zip(accs, times, strict=True):
         elapsed += t
-        if acc >= target:
+        if acc is not None and acc >= target:
             return round(elapsed, 3)
     return None
 
@@ -356,7 +357,7 @@ def run_distributed(
         "epoch_s": round(statistics.median(times), 4),
         "epoch_s_all": times,
         "test_acc": recs[-1]["test_acc"],
-        "test_acc_all": [r["test_acc"] for r in recs],
+        "test_acc_all": [r.get("test_acc") for r in recs],  # --eval-last: the last only
         "eval_s": recs[-1].get("eval_s"),
         "time_to_first_step_s": round(first - t0, 2) if first else None,
         "peak_rss_mb": {m: round(v, 1) for m, v in sorted(sampler.peak.items())},
