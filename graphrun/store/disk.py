@@ -10,13 +10,14 @@ The cache is a **static hot set**: at start, the rows of the partition's nodes w
 most in-edges (ties: the lower row) are read once into one array, as many as fit
 ``cache_bytes``. In a power-law graph sampling reaches a node about as often as it has
 edges, so degree ranks rows by how often they are pulled, with no bookkeeping on the read
-path: a pull is a ``searchsorted`` over the cached rows, one gather from the cache and one
-from the mapping (the misses, in ascending row order). The hit rate is the same on every
-run of a job, which makes it measurable and the losses reproducible.
+path: a pull looks its rows up in a slot index (int32, one entry per row of the
+partition), gathers the hits from the cache and the misses from the mapping. The hit rate
+is the same on every run of a job, which makes it measurable.
 
-Bounds: the cache of every tensor is its rows plus an int64 row index (``row_bytes + 8``
-a row); the server's ``cache_bytes`` is split over its disk tensors by their size, so the
-sum never exceeds it. ``disk_bytes`` counts the bytes of the rows read from the mapping
+Bounds: the cache of every tensor is its slot index (4 bytes a row of the partition,
+taken from its share first; a share smaller than the index gets no cache) and its rows;
+the server's ``cache_bytes`` is split over its disk tensors by their size, so the sum
+never exceeds it. ``disk_bytes`` counts the bytes of the rows read from the mapping
 (the misses): what a cold page cache reads from disk, at most.
 
 Edge features, structure and tensors jobs create stay in shared memory. A disk tensor is
@@ -34,9 +35,6 @@ import numpy as np
 
 from graphrun.errors import PartitionFormatError
 
-#: what one cached row costs besides its data: its entry in the sorted row index
-INDEX_BYTES = 8
-
 
 @dataclass
 class DiskCounters:
@@ -53,9 +51,13 @@ class DiskRows:
     def __init__(self, path: Path, mapping: np.ndarray, hot: np.ndarray, budget: int) -> None:
         self.path = path
         self.mapping = mapping
-        per_row = row_bytes(mapping) + INDEX_BYTES
-        keep = min(len(hot), max(budget, 0) // per_row)
+        n = len(mapping)
+        index = np.dtype(np.int32 if n < 2**31 else np.int64)
+        room = max(budget, 0) - n * index.itemsize  # the slot index first, then rows
+        keep = min(len(hot), max(room, 0) // max(row_bytes(mapping), 1)) if room > 0 else 0
         self.rows = np.sort(np.asarray(hot[:keep], dtype=np.int64))
+        self.slot = np.full(n if keep else 0, -1, dtype=index)  # local row -> cache row
+        self.slot[self.rows] = np.arange(keep)
         try:
             self.cache = np.ascontiguousarray(mapping[self.rows])
         except (OSError, ValueError) as exc:  # a file cut short after it was mapped
@@ -64,20 +66,21 @@ class DiskRows:
 
     @property
     def cache_bytes(self) -> int:
-        """Memory the cache holds (rows and their index)."""
-        return int(self.cache.nbytes + self.rows.nbytes)
+        """Memory the cache holds (its rows and the slot index)."""
+        return int(self.cache.nbytes + self.slot.nbytes)
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """Rows ``rows`` (local, checked) in the given order."""
-        out = np.empty((len(rows), *self.mapping.shape[1:]), dtype=self.mapping.dtype)
-        slot = np.searchsorted(self.rows, rows)
-        np.minimum(slot, max(len(self.rows) - 1, 0), out=slot)
-        hit = self.rows[slot] == rows if len(self.rows) else np.zeros(len(rows), dtype=bool)
-        out[hit] = self.cache[slot[hit]]
-        missed = np.flatnonzero(~hit)
-        if len(missed):
-            order = missed[np.argsort(rows[missed], kind="stable")]  # the file in order
-            out[order] = self.mapping[rows[order]]
+        if not len(self.slot):
+            missed = rows
+            out = np.take(self.mapping, rows, axis=0, mode="clip")
+        else:
+            out = np.empty((len(rows), *self.mapping.shape[1:]), dtype=self.mapping.dtype)
+            slot = self.slot[rows]
+            hit, miss = np.flatnonzero(slot >= 0), np.flatnonzero(slot < 0)
+            out[hit] = np.take(self.cache, slot[hit], axis=0, mode="clip")
+            out[miss] = np.take(self.mapping, rows[miss], axis=0, mode="clip")
+            missed = miss
         c = self.counters
         c.hits += len(rows) - len(missed)
         c.misses += len(missed)

@@ -8,7 +8,7 @@ import pytest
 
 from graphrun.errors import PartitionFormatError, StoreError
 from graphrun.partition.format import load_partition
-from graphrun.store.disk import INDEX_BYTES, DiskRows
+from graphrun.store.disk import DiskRows
 from graphrun.store.server import ServerConfig, hot_rows, load_main_state, open_node_features
 from graphrun.testing.store import store_threads
 from tests.store.conftest import connect, reference_rows
@@ -68,9 +68,12 @@ def test_the_hot_set_is_the_rows_with_most_in_edges(homo):
     assert sorted(order.tolist()) == list(range(p.num_inner_nodes))
     assert (np.diff(deg[order]) <= 0).all()
     feat = p.node_feats["_N"]["feat"]
-    per_row = feat.dtype.itemsize * feat.shape[1] + INDEX_BYTES
-    d = DiskRows(parts / "part-1/node/_N/feat.npy", feat, order, 10 * per_row)
+    index = 4 * len(feat)  # the slot index comes first
+    per_row = feat.dtype.itemsize * feat.shape[1]
+    d = DiskRows(parts / "part-1/node/_N/feat.npy", feat, order, index + 10 * per_row + 5)
     assert sorted(d.rows.tolist()) == sorted(order[:10].tolist())
+    assert d.cache_bytes == index + 10 * per_row
+    assert len(DiskRows(parts / "f", feat, order, index).rows) == 0  # the index alone: none
     rows = np.array([order[0], order[-1], order[0]])
     np.testing.assert_array_equal(d.take(rows), feat[rows])
     assert (d.counters.hits, d.counters.misses) == (2, 1)
