@@ -40,9 +40,10 @@ from graphrun.errors import PartitionFormatError
 class DiskCounters:
     """What the cache of one server did since it started."""
 
-    hits: int = 0
+    hits: int = 0  # rows
     misses: int = 0
-    disk_bytes: int = 0
+    hit_bytes: int = 0  # bytes of the rows the cache served
+    disk_bytes: int = 0  # ... and of those read from the file
 
 
 class DiskRows:
@@ -81,10 +82,11 @@ class DiskRows:
             out[hit] = np.take(self.cache, slot[hit], axis=0, mode="clip")
             out[miss] = np.take(self.mapping, rows[miss], axis=0, mode="clip")
             missed = miss
-        c = self.counters
+        c, size = self.counters, row_bytes(self.mapping)
         c.hits += len(rows) - len(missed)
         c.misses += len(missed)
-        c.disk_bytes += len(missed) * row_bytes(self.mapping)
+        c.hit_bytes += (len(rows) - len(missed)) * size
+        c.disk_bytes += len(missed) * size
         return out
 
 
@@ -93,21 +95,20 @@ def row_bytes(arr: np.ndarray) -> int:
 
 
 #: the counters a server reports in ``stats`` (``disk``), summed over its disk tensors
-DISK_COUNTERS = ("hits", "misses", "disk_bytes", "cache_bytes")
+DISK_COUNTERS = ("hits", "misses", "hit_bytes", "disk_bytes", "cache_bytes")
 
 
 def epoch_fields(before: dict[str, int] | None, after: dict[str, int] | None) -> dict[str, Any]:
     """The epoch metrics of the store's disk features, from the servers' counters at the
-    epoch's start and end: ``disk_hit_rate`` (of the rows pulled, the cache's share; None
-    without a pull) and ``disk_bytes`` (read from the files). Nothing without disk features."""
+    epoch's start and end: ``disk_hit_rate`` (of the bytes pulled, the cache's share, as the
+    trainers' ``cache_hit_rate``; None without a pull) and ``disk_bytes`` (read from the
+    files). Nothing without disk features."""
     if before is None or after is None:
         return {}
-    hits = after["hits"] - before["hits"]
-    rows = hits + after["misses"] - before["misses"]
-    return {
-        "disk_hit_rate": round(hits / rows, 4) if rows else None,
-        "disk_bytes": after["disk_bytes"] - before["disk_bytes"],
-    }
+    hit = after["hit_bytes"] - before["hit_bytes"]
+    read = after["disk_bytes"] - before["disk_bytes"]
+    return {"disk_hit_rate": round(hit / (hit + read), 4) if hit + read else None,
+            "disk_bytes": read}  # fmt: skip
 
 
 def disk_stats(tensors: list[DiskRows]) -> dict[str, int]:
@@ -116,6 +117,7 @@ def disk_stats(tensors: list[DiskRows]) -> dict[str, int]:
         "tensors": len(tensors),
         "hits": sum(d.counters.hits for d in tensors),
         "misses": sum(d.counters.misses for d in tensors),
+        "hit_bytes": sum(d.counters.hit_bytes for d in tensors),
         "disk_bytes": sum(d.counters.disk_bytes for d in tensors),
         "cache_bytes": sum(d.cache_bytes for d in tensors),
     }

@@ -229,7 +229,9 @@ class ServerState:
         if info.disk:
             rows = self.disk.get(info.name)
             if rows is None:
-                raise StoreError(f"tensor {info.name!r} is served from disk; this server is not")
+                raise StoreError(
+                    f"tensor {info.name!r}: served from disk; this server did not open the files"
+                )
             stored = StoredTensor(info, rows.mapping, rows)
             self.tensors[(info.job, info.name)] = stored
             return stored
