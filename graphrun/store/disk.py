@@ -8,11 +8,12 @@ kernel can spare, the server holds the cache and nothing else.
 
 The cache is a **static hot set**: at start, the rows of the partition's nodes with the
 most in-edges (ties: the lower row) are read once into one array, as many as fit
-``cache_bytes``. In a power-law graph sampling reaches a node about as often as it has
-edges, so degree ranks rows by how often they are pulled, with no bookkeeping on the read
-path: a pull looks its rows up in a slot index (int32, one entry per row of the
-partition), gathers the hits from the cache and the misses from the mapping. The hit rate
-is the same on every run of a job, which makes it measurable.
+``cache_bytes``. Sampling reaches a node the more often the more edges it has (less than
+in proportion: a batch reads a node once), so degree ranks rows by how often they are
+pulled, with no bookkeeping on the read path: a pull looks its rows up in a slot index
+(int32, one entry per row of the partition), gathers the hits from the cache and the
+misses from the mapping. The hit rate is the same on every run of a job, which makes it
+measurable.
 
 Bounds: the cache of every tensor is its slot index (4 bytes a row of the partition,
 taken from its share first; a share smaller than the index gets no cache) and its rows;
