@@ -94,6 +94,21 @@ def register(subparsers: Any) -> None:
         help="runtime.featureCacheMb of the job (default: the spec's default)",
     )
     p.add_argument(
+        "--store-features",
+        choices=("memory", "disk", "both"),
+        default="memory",
+        help="runtime.storeFeatures.storage of the job; both: each in turn on the same "
+        "partitions, the disk run's record with its epoch's ratio to memory's and whether "
+        "the losses are equal (docs/disk-features.md)",
+    )
+    p.add_argument(
+        "--disk-cache-mb",
+        type=number(0, float(1 << 30)),
+        default=0.0,
+        help="with --store-features disk or both: runtime.storeFeatures.cacheMb, each "
+        "server's cache",
+    )
+    p.add_argument(
         "--sampler-workers",
         type=integer(0, 64),
         default=None,
@@ -246,6 +261,7 @@ def _job_yaml(
     gpus: int = 0,
     name: str = "job.yaml",
     sync: str = "allreduce",
+    storage: str = "memory",
 ) -> Path:
     """The benchmark's GraphJob; ``gpus``: ``runtime.gpusPerMachine`` (0: CPU trainers);
     ``sync``: allreduce, ps or ps-async."""
@@ -281,16 +297,20 @@ def _job_yaml(
         job["spec"]["training"]["precision"] = args.precision  # type: ignore[index]
     if args.feature_cache_mb is not None:
         job["spec"]["runtime"]["featureCacheMb"] = args.feature_cache_mb  # type: ignore[index]
+    if storage != "memory":
+        feats = {"storage": storage, "cacheMb": args.disk_cache_mb}
+        job["spec"]["runtime"]["storeFeatures"] = feats  # type: ignore[index]
     path = workdir / name
     path.write_text(yaml.safe_dump(job))
     return path
 
 
-def _time_to(accs: list[float], times: list[float], target: float) -> float | None:
+def _time_to(accs: list[float | None], times: list[float], target: float) -> float | None:
+    """Seconds of training until the first evaluation at ``target`` (None: not evaluated)."""
     elapsed = 0.0
     for acc, t in zip(accs, times, strict=True):
         elapsed += t
-        if acc >= target:
+        if acc is not None and acc >= target:
             return round(elapsed, 3)
     return None
 
@@ -303,14 +323,16 @@ def run_distributed(
     tag: str = "",
     gpus: int = 0,
     trainer_args: tuple[str, ...] = (),
+    storage: str = "memory",
 ) -> dict[str, Any]:
     """The 2-machine job (``gpus`` per machine, dense gradients by ``sync``; ``tag``
     names its run directory and log); its median epoch, accuracy, start-up, memory and
     per-stage breakdown."""
     from graphrun.local.runner import RunOptions
 
-    name = "-".join(x for x in (aggr, "" if sync == "allreduce" else sync, tag) if x)
-    path = _job_yaml(workdir, args, gpus, f"job-{name}.yaml", sync)
+    parts = (aggr, "" if sync == "allreduce" else sync, "" if storage == "memory" else storage)
+    name = "-".join(x for x in (*parts, tag) if x)
+    path = _job_yaml(workdir, args, gpus, f"job-{name}.yaml", sync, storage)
     run_dir = workdir / f"run-{name}"
     shutil.rmtree(run_dir, ignore_errors=True)
     threads = ("--threads", str(args.threads)) if args.threads else ()
@@ -335,14 +357,31 @@ def run_distributed(
         "epoch_s": round(statistics.median(times), 4),
         "epoch_s_all": times,
         "test_acc": recs[-1]["test_acc"],
-        "test_acc_all": [r["test_acc"] for r in recs],
+        "test_acc_all": [r.get("test_acc") for r in recs],  # --eval-last: the last only
         "eval_s": recs[-1].get("eval_s"),
         "time_to_first_step_s": round(first - t0, 2) if first else None,
         "peak_rss_mb": {m: round(v, 1) for m, v in sorted(sampler.peak.items())},
         "step": step_breakdown(run_dir / "profile"),
         "steps": recs[-1].get("steps"),
         "device_stats": {k: v for k, v in recs[-1].items() if k.startswith(("gpu_", "h2d_"))},
-    }
+        "loss_all": [r["loss"] for r in recs],
+        **{f"{k}_all": [r[k] for r in recs] for k in ("disk_hit_rate", "disk_bytes")
+           if k in recs[-1]},  # features on disk: the cache's hits, the bytes read
+    }  # fmt: skip
+
+
+def storage_fields(storage: str, args: argparse.Namespace, dist: dict[str, Any],
+                   memory: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
+    """The record's store-feature fields; a disk run after a memory run of the same
+    partitions also gets its epoch's ratio to memory's and whether the losses are equal."""
+    out: dict[str, Any] = {"store_features": storage}
+    if storage == "memory":
+        return out
+    out["disk_cache_mb"] = args.disk_cache_mb
+    if memory is not None:
+        out["epoch_ratio_to_memory"] = round(dist["epoch_s"] / memory["epoch_s"], 3)
+        out["same_losses"] = dist["loss_all"] == memory["loss_all"]
+    return out
 
 
 def step_breakdown(profile_dir: Path) -> dict[str, Any]:
@@ -514,10 +553,17 @@ def run(args: argparse.Namespace) -> int:
         single = {} if args.no_single else run_single(args)
         aggrs = ["scatter", "csr"] if args.aggr == "both" else [args.aggr]
         syncs = sync_modes(args.sync, args.staleness, args.parameter_servers)
-        for aggr, sync in [(a, m) for a in aggrs for m in syncs]:
-            dist = run_distributed(args, workdir, aggr, sync)
+        both = args.store_features == "both"
+        storages = ["memory", "disk"] if both else [args.store_features]
+        runs = [(a, m, f) for a in aggrs for m in syncs for f in storages]
+        memory: dict[tuple[str, str], dict[str, Any]] = {}  # per aggr, sync: the memory run
+        for aggr, sync, storage in runs:
+            dist = run_distributed(args, workdir, aggr, sync, storage=storage)
+            dist |= storage_fields(storage, args, dist, memory.get((aggr, sync)))
+            if storage == "memory":
+                memory[(aggr, sync)] = dist
             dist |= sync_fields(sync, args, dist, base.get(aggr))
-            if sync == "allreduce":
+            if sync == "allreduce" and storage == "memory":
                 base[aggr] = dist
             peer: dict[str, Any] = {}
             if args.peer == "distdgl":

@@ -42,6 +42,7 @@ Examples:
   graphrun serve parts/ --part 0 --address tcp://0.0.0.0:7000 --key-file store.key
   graphrun serve parts/ --part 0 --key-file store.key --clients clients/
   graphrun serve parts/ --part 0 --backups 1 --ready-file /tmp/store0.json
+  graphrun serve parts/ --part 0 --features disk --disk-cache-mb 2048
 """
 
 #: extensions loaded when importable (the sampling layer registers its operations here)
@@ -51,6 +52,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 # machine); --backups 100000 started processes until the host ran out
 MAX_PART, MAX_BACKUPS, MAX_REPLICAS, MAX_RESTARTS, MAX_THREADS = 4095, 15, 16, 1000, 1024
 MAX_HEARTBEAT_S = 86_400.0
+MAX_DISK_CACHE_MB = float(1 << 30)
 
 
 def register(subparsers: Any) -> None:
@@ -117,6 +119,22 @@ def register(subparsers: Any) -> None:
                    help="index of this replica (>= 1)")  # fmt: skip
     p.add_argument("--shm-dir", type=Path, default=Path("/dev/shm"), help="shared-memory dir")
     p.add_argument(
+        "--features",
+        choices=("memory", "disk"),
+        default="memory",
+        help="where node features are served from: memory (copied into shared memory, the "
+        "default) or disk (the partition's .npy files, memory-mapped read-only, with the "
+        "hottest rows in a cache of --disk-cache-mb; for tables larger than the host's "
+        "memory, docs/disk-features.md)",
+    )
+    p.add_argument(
+        "--disk-cache-mb",
+        type=number(0, MAX_DISK_CACHE_MB),
+        default=0.0,
+        help="with --features disk: MiB of node feature rows this server keeps in memory, "
+        "those of the nodes with the most edges (default 0: every row read from the file)",
+    )
+    p.add_argument(
         "--heartbeat-timeout",
         type=number(0, MAX_HEARTBEAT_S, above=True),
         default=30.0,
@@ -179,6 +197,7 @@ def _backup_cmd(args: argparse.Namespace, main_address: str, index: int) -> list
     cmd += ["--backup-of", main_address, "--backup-index", str(index)]
     cmd += ["--shm-dir", str(args.shm_dir), "--heartbeat-timeout", str(args.heartbeat_timeout)]
     cmd += ["--log-level", args.log_level, "--threads", str(args.threads)]
+    cmd += ["--features", args.features, "--disk-cache-mb", str(args.disk_cache_mb)]
     cmd += ["--key-file", str(args.key_file)] if args.key_file else ["--insecure"]
     cmd += ["--insecure-non-loopback"] if args.insecure_non_loopback else []
     if args.clients:
@@ -265,6 +284,8 @@ def run(args: argparse.Namespace) -> int:
         extensions=tuple(args.extension if args.extension is not None else _default_extensions()),
         clients_dir=args.clients,
         profile_file=args.profile,
+        features=args.features,
+        disk_cache_bytes=int(args.disk_cache_mb * 2**20),
     )
     # read by torch when an extension imports it (sampling's kernels are numpy and
     # single-threaded; importing torch here only to set its threads cost a second of CPU)

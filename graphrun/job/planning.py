@@ -9,8 +9,10 @@ The conversion, role for role with :func:`graphrun.job.spec.job_roles`:
   relative to the job file) holds a ``partition.json``, else an estimate from
   ``spec.graph`` (a dataset directory's bytes, or the generator's nodes, degree and
   feature size) split evenly, times :data:`HALO_FACTOR`; plus :data:`STORE_OVERHEAD_GB`
-  for the server process. Backups ``store:<p>:<b>`` are not placed on their own: the
-  plan puts them on their main server's machine;
+  for the server process. With ``runtime.storeFeatures.storage: disk`` the node features
+  (``part-<p>/node/``, a dataset's ``node/``) count as their cache, ``cacheMb``, instead.
+  Backups ``store:<p>:<b>`` are not placed on their own: the plan puts them on their main
+  server's machine;
 * ``trainer:<r>`` for every trainer (``machines * trainersPerMachine``; CPU training,
   no GPU demand). Its ``samplerWorkersPerTrainer`` sampler workers are part of the
   trainer task (their CPU and memory added to its demand): the runtime runs them in
@@ -98,7 +100,9 @@ def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def _partition_bytes(parts_dir: Path, parts: int, where: str) -> list[float] | None:
+def _partition_bytes(
+    parts_dir: Path, parts: int, where: str, disk: bool = False
+) -> list[float] | None:
     if not (parts_dir / CONFIG_FILE).is_file():
         return None
     num = load_partition_config(parts_dir)["num_parts"]
@@ -107,10 +111,13 @@ def _partition_bytes(parts_dir: Path, parts: int, where: str) -> list[float] | N
             f"{where}: spec.partition.parts: the job has {parts} partitions, {parts_dir} "
             f"holds {num}"
         )
-    return [float(_dir_bytes(parts_dir / f"part-{p}")) for p in range(parts)]
+    sizes = [_dir_bytes(parts_dir / f"part-{p}") for p in range(parts)]
+    if disk:  # node features stay in their files
+        sizes = [b - _dir_bytes(parts_dir / f"part-{p}" / "node") for p, b in enumerate(sizes)]
+    return [float(b) for b in sizes]
 
 
-def _graph_bytes(gj: GraphJob, base: Path, where: str) -> float:
+def _graph_bytes(gj: GraphJob, base: Path, where: str, disk: bool = False) -> float:
     g = gj.spec.graph
     if g.generator is None:
         data = base / (g.dataset or "")
@@ -120,7 +127,7 @@ def _graph_bytes(gj: GraphJob, base: Path, where: str) -> float:
                 f"directory {base / gj.partition_dir()} neither, so store memory cannot be "
                 "estimated"
             )
-        return float(_dir_bytes(data))
+        return float(_dir_bytes(data) - (_dir_bytes(data / "node") if disk else 0))
     params = g.generator.params
 
     def num(key: str, default: float) -> float:
@@ -132,19 +139,23 @@ def _graph_bytes(gj: GraphJob, base: Path, where: str) -> float:
     nodes = num("nodes", 10_000)
     edges = nodes * num("avgDegree", 20.0)
     # float32 features, label, masks and id maps per node; CSC index, edge ids and id maps
-    return nodes * (4 * num("featDim", 64) + 8 + 3 + 16) + edges * (8 + 8 + 16)
+    per_node = (0 if disk else 4 * num("featDim", 64) + 8 + 3) + 16
+    return nodes * per_node + edges * (8 + 8 + 16)
 
 
 def store_memory_gb(gj: GraphJob, base: Path, where: str) -> tuple[list[float], str]:
     """Memory per store task (GB) and where the number came from (see the module doc)."""
     parts = gj.spec.num_parts
     parts_dir = base / gj.partition_dir()
-    sizes = _partition_bytes(parts_dir, parts, where)
+    feats = gj.spec.runtime.store_features
+    disk = feats.storage == "disk"
+    sizes = _partition_bytes(parts_dir, parts, where, disk)
     source = f"partition directory {parts_dir}"
     if sizes is None:
-        sizes = [_graph_bytes(gj, base, where) / parts * HALO_FACTOR] * parts
+        sizes = [_graph_bytes(gj, base, where, disk) / parts * HALO_FACTOR] * parts
         source = "estimate from spec.graph"
-    return [b / GB + STORE_OVERHEAD_GB for b in sizes], source
+    cache = feats.cache_mb * 2**20 if disk else 0.0
+    return [(b + cache) / GB + STORE_OVERHEAD_GB for b in sizes], source
 
 
 def _feature_table_bytes(gj: GraphJob, base: Path) -> float | None:

@@ -24,7 +24,14 @@ from pathlib import Path
 
 from graphrun.errors import SpecError
 from graphrun.job.hosts import Hosts, build_hosts, free_ports
-from graphrun.job.spec import GraphJob, Role, job_roles, load_job, resolve_placement
+from graphrun.job.spec import (
+    GraphJob,
+    Role,
+    StoreFeatures,
+    job_roles,
+    load_job,
+    resolve_placement,
+)
 from graphrun.machine.launch import MachineLaunch, RoleLaunch
 from graphrun.machine.process import RoleCommand
 from graphrun.names import RoleName
@@ -104,7 +111,12 @@ def plan_hosts(
 
 
 def store_argv(
-    role: Role, hosts: Hosts, paths: JobPaths, python: str, profile: Path | None = None
+    role: Role,
+    hosts: Hosts,
+    paths: JobPaths,
+    python: str,
+    profile: Path | None = None,
+    features: StoreFeatures | None = None,
 ) -> tuple[str, ...]:
     """``graphrun serve``: the main server of a partition, one of its backups, or its
     replica on another machine."""
@@ -122,6 +134,7 @@ def store_argv(
         argv += ["--replica-index", str(role.id.replica)]
     if profile is not None:
         argv += ["--profile", str(profile)]
+    argv += features.serve_args() if features is not None else []
     return tuple(argv)
 
 
@@ -195,7 +208,9 @@ def machine_launches(
             if r.kind == "store":
                 name = r.name.replace(":", "-")  # store-0, store-0-1 (backup), store-0-r
                 prof = profile_dir / f"{name}.jsonl" if profile_dir else None
-                cmd = RoleCommand(r.name, m, store_argv(r, hosts, paths, python, prof), env)
+                feats = job.spec.runtime.store_features
+                argv = store_argv(r, hosts, paths, python, prof, feats)
+                cmd = RoleCommand(r.name, m, argv, env)
                 launches.append(RoleLaunch.of("store", cmd, hosts.endpoints[r.name]))
             elif r.kind == "ps":
                 prof = profile_dir / f"ps-{r.id.index}.jsonl" if profile_dir else None

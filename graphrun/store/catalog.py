@@ -8,6 +8,12 @@ server counts its deletions in a shared-memory int64 (``PartitionInfo.deletions`
 and only when that count has moved since the last look does the catalog ``stat``
 its mapped segments to find the ones that are gone. A pull costs one memory read,
 not a system call.
+
+A tensor served from disk (``TensorInfo.disk``, :mod:`graphrun.store.disk`) has no
+segment: co-located clients pull it from the server like remote ones. Mapping the file
+here too would give every trainer a cache of its own (the memory bound times the
+trainers of the host) and counters nobody sums; through the server the host has one
+cache, one bound and one hit rate.
 """
 
 from __future__ import annotations
@@ -103,7 +109,7 @@ class Catalog:
         if arr is not None:
             return arr
         seg = self._local_seg.get(key)
-        if seg is None:
+        if seg is None or seg.disk:  # another process's cache: the server answers
             return None
         e = self.session.parts[part]
         try:

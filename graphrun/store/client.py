@@ -45,6 +45,7 @@ from graphrun.names import PolicyName
 from graphrun.rpc.codec import DEFAULT_LIMITS
 from graphrun.store import routing
 from graphrun.store.catalog import Catalog
+from graphrun.store.disk import DISK_COUNTERS
 from graphrun.store.policy import PartitionPolicy, lookup_policy, policies_from_book
 from graphrun.store.session import ClientConfig, Pending, Session
 from graphrun.store.state import TensorInfo, received
@@ -310,6 +311,15 @@ class KVClient:
     def stats(self, part: int, index: int = 0) -> dict[str, Any]:
         conn = self.session.part(part).conns[index]
         return dict(conn.call("stats", self.session.base()).body)
+
+    def disk_counters(self) -> dict[str, int] | None:
+        """The disk counters (:mod:`graphrun.store.disk`) of every partition's main server,
+        summed; None when no server serves features from disk (or a job key asks: ``stats``
+        shows them to the admin key only)."""
+        got = [self.stats(p).get("disk") or {} for p in range(self.num_parts)]
+        if not any(d.get("tensors") for d in got):
+            return None
+        return {k: sum(int(d.get(k, 0)) for d in got) for k in DISK_COUNTERS}
 
     def close(self) -> None:
         """Leave every server (frees this job's tensors if it was the last client)."""

@@ -16,7 +16,7 @@ list               job -> {"tensors": [info, ...]}
 meta               job, name -> {"info"}            (no session needed: used by backups)
 manifest           -> every tensor and structure segment   (no session needed)
 register_backup    address, pid, start [, remove] -> {}   (no session needed)
-stats              -> sessions, jobs, tensors, requests served   (no session needed)
+stats              -> sessions, jobs, tensors, requests served, disk counters (no session)
 stop               -> {} and the server shuts down cleanly
 =================  ===========================================================================
 
@@ -24,8 +24,8 @@ Rows in ``pull``/``push`` are local rows of this partition (the client converts 
 ids with the tensor's partition policy); they are checked against the partition size.
 
 A job key (``request.admin`` False) writes none of the graph's own tensors (``push``
-target or optimizer state: AuthError), sees its own job's sessions and no request counts
-in ``stats``, and gets a digest of the server's host identity in ``join``/``info``
+target or optimizer state: AuthError), sees its own job's sessions and no request or
+disk counts in ``stats``, and gets a digest of the server's host identity in ``join``/``info``
 (:func:`~graphrun.store.shm.host_digest`: enough to find co-located shared memory).
 """
 
@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from graphrun.errors import ArgumentError, AuthError, StoreError
+from graphrun.store.disk import disk_stats
 from graphrun.store.reducers import STATE_SPECS, get_reducer
 from graphrun.store.registry import Registry, Request, Response
 from graphrun.store.replicas import replica_state_fields
@@ -108,7 +109,7 @@ def heartbeat(state: ServerState, req: Request) -> Response:
 def pull(state: ServerState, req: Request) -> Response:
     stored = state.find(req.job, req.args(Named).name)
     rows = _rows(req, stored)
-    return Response({}, (np.take(stored.array, rows, axis=0),))
+    return Response({}, (stored.take(rows),))
 
 
 def _writable(req: Request, stored: StoredTensor, allow_graph: bool) -> StoredTensor:
@@ -116,6 +117,8 @@ def _writable(req: Request, stored: StoredTensor, allow_graph: bool) -> StoredTe
     are read-only to a job key, and to the admin key unless it sets ``allow_graph``."""
     if stored.info.job != GRAPH_JOB:
         return stored
+    if stored.disk is not None:
+        raise StoreError(f"{req.op} {stored.info.name!r}: served from disk, read-only")
     if not req.admin:
         raise AuthError(
             f"{req.op} {stored.info.name!r}: the graph's tensors are read-only to a job key"
@@ -280,6 +283,7 @@ def stats(state: ServerState, req: Request) -> Response:
             "served": dict(state.served) if req.admin else {},
             "reply_bytes": dict(state.reply_bytes) if req.admin else {},
             "backups": list(state.backups),
+            "disk": disk_stats(list(state.disk.values())) if req.admin else {},
             **replica_state_fields(state),
         }
     )

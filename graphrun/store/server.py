@@ -5,7 +5,10 @@ stale segments of dead stores, memory-maps ``part-K`` of the partition directory
 copies its structure (``nodes``, ``indptr``, ``indices``, ``eids``, ``etypes``) and
 every node/edge feature into shared memory, then serves. Graph features are the
 tensors ``node/<ntype>/<name>`` (policy ``node:<ntype>``) and
-``edge/<src:rel:dst>/<name>`` (policy ``edge:<src:rel:dst>``).
+``edge/<src:rel:dst>/<name>`` (policy ``edge:<src:rel:dst>``). With ``features="disk"``
+the node features are not copied: :func:`open_node_features` maps their files read-only
+and keeps the rows of the nodes with the most in-edges in a cache of
+``disk_cache_bytes`` (:mod:`graphrun.store.disk`); a backup opens the same files.
 
 A **backup** (``main_address`` set) asks the main for its manifest, maps the same
 segments (same machine only), registers its own address with the main — clients
@@ -27,15 +30,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import RoleName, TensorKey
 from graphrun.partition.book import PartitionBook
-from graphrun.partition.format import load_partition
+from graphrun.partition.format import Partition, load_partition
 from graphrun.rpc.access import Access, ClientKeys
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import DEFAULT_LIMITS, Limits, Message, MsgKind
 from graphrun.rpc.transport import RpcClient, RpcServer, Waker
 from graphrun.store import handlers, replicas
+from graphrun.store.disk import DiskRows
 from graphrun.store.policy import policies_from_book
 from graphrun.store.registry import Registry, Request, Response, load_extensions
 from graphrun.store.shm import (
@@ -79,6 +85,13 @@ class ServerConfig:
     clients_dir: Path | None = None  # job keys admitted besides the admin key (rpc/access.py)
     profile_file: Path | None = None  # at stop, append a ServeRecord line (placement profile)
     limits: Limits = DEFAULT_LIMITS  # what one request may be (graphrun.rpc.codec)
+    features: str = "memory"  # node features in shared memory, or "disk" (store/disk.py)
+    disk_cache_bytes: int = 0  # with features "disk": this server's cache of hot rows
+
+
+#: where a server keeps node features (``ServerConfig.features``)
+FEATURE_STORAGE = ("memory", "disk")
+MAX_DISK_CACHE_BYTES = 1 << 50
 
 
 def _check_config(cfg: ServerConfig) -> None:
@@ -93,20 +106,60 @@ def _check_config(cfg: ServerConfig) -> None:
         raise ArgumentError("replica_of: a replica is a main server, not a backup")
     if cfg.replica_of and cfg.replica_index < 1:
         raise ArgumentError("replica_index: a replica needs an index >= 1")
+    if cfg.features not in FEATURE_STORAGE:
+        raise ArgumentError(f"features: {cfg.features!r} is not one of {list(FEATURE_STORAGE)}")
+    cache = cfg.disk_cache_bytes
+    if not isinstance(cache, int) or not 0 <= cache <= MAX_DISK_CACHE_BYTES:
+        raise ArgumentError(
+            f"disk_cache_bytes: expected an integer in [0, {MAX_DISK_CACHE_BYTES}], got {cache!r}"
+        )
     for name in ("heartbeat_timeout", "request_timeout"):
         val = getattr(cfg, name)
         if not isinstance(val, int | float) or not val > 0:  # NaN fails too
             raise ArgumentError(f"{name}: expected a number of seconds > 0, got {val!r}")
 
 
+def hot_rows(p: Partition, ntype: str) -> np.ndarray:
+    """The rows of ``ntype``'s features in partition ``p``, most in-edges first."""
+    inner = p.num_inner_nodes
+    degree = np.diff(p.indptr[: inner + 1])
+    if p.book.is_hetero:
+        types, per_type = p.local_node_types()
+        t = p.book.ntype_id(ntype)
+        mine = np.flatnonzero(types[:inner] == t)
+        rows = per_type[mine] - p.book.node_ranges(ntype)[p.part]
+        degree = degree[mine]
+    else:
+        rows = np.arange(inner, dtype=np.int64)
+    return rows[np.argsort(-degree, kind="stable")]
+
+
+def open_node_features(p: Partition, cache_bytes: int) -> dict[tuple[str, str], DiskRows]:
+    """Every node feature of ``p`` served from its file, ``cache_bytes`` split over them by
+    size (``load_partition`` checked each file's header and length already)."""
+    feats = [(t, n, a) for t, named in p.node_feats.items() for n, a in named.items()]
+    total = sum(int(a.nbytes) for _, _, a in feats)
+    out = {}
+    hot: dict[str, np.ndarray] = {}
+    for t, n, arr in feats:
+        if t not in hot:
+            hot[t] = hot_rows(p, t)
+        share = cache_bytes * int(arr.nbytes) // total if total else 0
+        path = p.path / p.config["parts"][p.part]["dir"] / "node" / t / f"{n}.npy"
+        out[(t, n)] = DiskRows(path, arr, hot[t], share)
+    return out
+
+
 def load_main_state(cfg: ServerConfig) -> ServerState:
     """Load partition ``cfg.part`` into fresh shared-memory segments."""
     clean_stale(cfg.shm_dir)
     p = load_partition(cfg.partition_dir, cfg.part)
+    disk = open_node_features(p, cfg.disk_cache_bytes) if cfg.features == "disk" else {}
     whole = [p.nodes, p.indptr, p.indices, p.eids, p.etypes]
     whole += [
-        a for named in (*p.node_feats.values(), *p.edge_feats.values()) for a in named.values()
+        a for t, named in p.node_feats.items() for n, a in named.items() if (t, n) not in disk
     ]
+    whole += [a for named in p.edge_feats.values() for a in named.values()]
     check_space(cfg.shm_dir, sum(int(a.nbytes) for a in whole if a is not None))
     segments = SegmentStore(cfg.shm_dir)
     state = ServerState(
@@ -119,6 +172,7 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
         heartbeat_timeout=cfg.heartbeat_timeout,
         segments=segments,
         config=p.config,
+        disk={str(TensorKey.node(t, n)): rows for (t, n), rows in disk.items()},
     )
     try:
         seg, state.deletions = segments.create("int64", (2,))
@@ -135,7 +189,8 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
         feats += [TensorKey.edge(k, n) for k, named in p.edge_feats.items() for n in named]
         for key in feats:
             arr = (p.node_feats if key.kind == "node" else p.edge_feats)[key.type][key.name]
-            seg, shared = segments.copy_in(arr)
+            rows = state.disk.get(str(key))
+            seg, shared = ("", arr) if rows is not None else segments.copy_in(arr)
             pol = state.policies[key.policy]
             info = TensorInfo(
                 str(key),
@@ -146,8 +201,9 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
                 pol.num_rows,
                 pol.part_rows(cfg.part),
                 seg,
+                disk=rows is not None,
             )
-            state.tensors[(GRAPH_JOB, info.name)] = StoredTensor(info, shared)
+            state.tensors[(GRAPH_JOB, info.name)] = StoredTensor(info, shared, rows)
     except BaseException:
         state.close()
         raise
@@ -170,6 +226,10 @@ def attach_backup_state(cfg: ServerConfig, main: RpcClient) -> ServerState:
         heartbeat_timeout=cfg.heartbeat_timeout,
     )
     man = main.call("manifest").body
+    if any(received(TensorInfo, t).disk for t in man["tensors"]):  # read the files too
+        p = load_partition(cfg.partition_dir, info.part)
+        disk = open_node_features(p, cfg.disk_cache_bytes)
+        state.disk = {str(TensorKey.node(t, n)): rows for (t, n), rows in disk.items()}
     for t in man["tensors"]:
         state.attach_tensor(received(TensorInfo, t))
     for name, wire in man["structure"].items():

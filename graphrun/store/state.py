@@ -29,6 +29,7 @@ from graphrun.errors import ArgumentError, AuthError, StoreError
 from graphrun.names import PolicyName
 from graphrun.partition.book import PartitionBook
 from graphrun.rpc.codec import wire_dtype
+from graphrun.store.disk import DiskRows
 from graphrun.store.policy import PartitionPolicy, lookup_policy
 from graphrun.store.shm import SegmentStore, attach
 from graphrun.wire import convert
@@ -49,8 +50,9 @@ class TensorInfo(msgspec.Struct, frozen=True):
     row_shape: tuple[int, ...]
     num_rows: int
     part_rows: int
-    segment: str
+    segment: str  # "" for a tensor served from disk
     persistent: bool = True
+    disk: bool = False  # served from the partition's file (graphrun.store.disk): pull it
 
     def __post_init__(self) -> None:
         _check_dtype(self.dtype)
@@ -114,7 +116,14 @@ def received(type_: type[W], data: Any) -> W:
 @dataclass
 class StoredTensor:
     info: TensorInfo
-    array: np.ndarray  # this partition's rows, in shared memory
+    array: np.ndarray  # this partition's rows, in shared memory (or mapped read-only from disk)
+    disk: DiskRows | None = None  # served from disk through a bounded cache
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """Rows ``rows`` (local, checked) in the given order."""
+        if self.disk is not None:
+            return self.disk.take(rows)
+        return np.take(self.array, rows, axis=0)
 
 
 @dataclass
@@ -157,6 +166,7 @@ class ServerState:
     promoted: bool = False  # a replica that took a client's write: the partition's server now
     fenced: bool = False  # a primary whose replica was promoted: refuses every request
     extension_data: dict[str, Any] = field(default_factory=dict)
+    disk: dict[str, DiskRows] = field(default_factory=dict)  # features served from disk
     config: dict[str, Any] = field(default_factory=dict)
     stop_requested: bool = False
     served: dict[str, int] = field(default_factory=dict)
@@ -215,7 +225,16 @@ class ServerState:
         return stored
 
     def attach_tensor(self, info: TensorInfo) -> StoredTensor:
-        """Map a segment the main created (backups)."""
+        """Map a segment the main created, or open the file of a disk tensor (backups)."""
+        if info.disk:
+            rows = self.disk.get(info.name)
+            if rows is None:
+                raise StoreError(
+                    f"tensor {info.name!r}: served from disk; this server did not open the files"
+                )
+            stored = StoredTensor(info, rows.mapping, rows)
+            self.tensors[(info.job, info.name)] = stored
+            return stored
         arr = attach(
             self.shm_dir, info.segment, info.dtype, (info.part_rows, *info.row_shape), True
         )
@@ -328,5 +347,6 @@ class ServerState:
     def close(self) -> None:
         self.tensors.clear()
         self.structure.clear()
+        self.disk.clear()
         if self.segments is not None:
             self.segments.close()

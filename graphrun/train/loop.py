@@ -40,6 +40,7 @@ import torch
 
 from graphrun.errors import ArgumentError, Suspended, UserError
 from graphrun.placement.profile import BatchRecord
+from graphrun.store.disk import epoch_fields
 from graphrun.train.checkpoint import Checkpoint, load_checkpoint, load_states, save_checkpoint
 from graphrun.train.config import TrainConfig
 from graphrun.train.context import TrainContext
@@ -380,6 +381,7 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
     record: dict[str, Any] = {}
     try:
         for epoch in range(start, ctx.config.epochs):
+            disk0 = _disk_counters(ctx)
             try:
                 tr, ctx, timer = train_epoch_elastic(
                     task,
@@ -393,6 +395,7 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
             except _Stopped as stopped:
                 _suspend(task, ctx, stopped.position, record)
             record = {"epoch": epoch, "loss": round(tr["loss"], 5)}
+            record.update(epoch_fields(disk0, _disk_counters(ctx)))
             record[f"train_{metric}"] = round(tr["train"], 5)
             last = epoch == ctx.config.epochs - 1
             if epoch % ctx.config.eval_every == 0 or last:
@@ -424,6 +427,13 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
         if ctx.elastic is not None and ctx.elastic.ddp.rank == 0:
             ctx.elastic.close_door()  # a trainer still waiting to join ends at once
     return record
+
+
+def _disk_counters(ctx: TrainContext) -> dict[str, int] | None:
+    """The store's disk counters (rank 0, a distributed job whose store serves features
+    from disk; else None): the epoch record's ``disk_hit_rate`` and ``disk_bytes``."""
+    client = getattr(getattr(ctx.graph, "ctx", None), "client", None)
+    return client.disk_counters() if client is not None and ctx.is_main else None
 
 
 def _suspend(task: Task, ctx: TrainContext, pos: Position, record: dict[str, Any]) -> None:

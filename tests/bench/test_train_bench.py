@@ -43,3 +43,42 @@ def test_the_partitions_trained_on_come_from_the_mode_asked(tmp_path, mode, meth
     cfg = load_partition_config(tmp_path / "parts")
     assert cfg["method"] == method and cfg["num_parts"] == 2
     assert cut == cfg["quality"]["edge_cut"] and 0 < cut < 0.5
+
+
+def test_the_disk_run_is_compared_with_the_memory_run(tmp_path) -> None:
+    """``--store-features both``: the disk job's spec asks for disk features with the
+    cache given, and its record says how its epoch and losses compare with memory's."""
+    import argparse
+
+    import yaml
+
+    from graphrun.bench.train import _job_yaml, register, storage_fields
+    from graphrun.job.spec import load_job
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    ns = parser.parse_args(
+        ["train", "--dataset", str(tmp_path), "--store-features", "both", "--disk-cache-mb", "2.5"]
+    )
+    path = _job_yaml(tmp_path, ns, storage="disk")
+    feats = yaml.safe_load(path.read_text())["spec"]["runtime"]["storeFeatures"]
+    assert feats == {"storage": "disk", "cacheMb": 2.5}
+    assert load_job(path).spec.runtime.store_features.serve_args() == [
+        "--features", "disk", "--disk-cache-mb", "2.5"
+    ]  # fmt: skip
+    memory = {"epoch_s": 2.0, "loss_all": [1.5, 1.25]}
+    disk = {"epoch_s": 2.5, "loss_all": [1.5, 1.25]}
+    assert storage_fields("memory", ns, memory, None) == {"store_features": "memory"}
+    assert storage_fields("disk", ns, disk, memory) == {
+        "store_features": "disk", "disk_cache_mb": 2.5, "epoch_ratio_to_memory": 1.25,
+        "same_losses": True,
+    }  # fmt: skip
+
+
+def test_time_to_accuracy_skips_the_epochs_not_evaluated() -> None:
+    """``--eval-last`` leaves epochs without ``test_acc``: the run used to end in a
+    KeyError after training."""
+    from graphrun.bench.train import _time_to
+
+    assert _time_to([0.5, None, None, 0.9], [1.0, 2.0, 3.0, 4.0], 0.8) == 10.0
+    assert _time_to([0.5, None], [1.0, 2.0], 0.8) is None

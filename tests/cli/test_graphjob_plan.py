@@ -115,6 +115,23 @@ def test_store_memory_comes_from_the_partition_directory(tmp_path: Path):
     }
 
 
+def test_a_store_serving_features_from_disk_needs_its_cache_not_its_features(tmp_path: Path):
+    data, parts = tmp_path / "data", tmp_path / "parts"
+    assert main(["generate", "community", str(data), "--nodes", "3000", "--feat-dim", "16"]) == 0
+    assert main(["partition", str(data), str(parts), "--parts", "2", "--method", "random"]) == 0
+    disk = {"machines": 2, "storeFeatures": {"storage": "disk", "cacheMb": 0.1}}
+    got = {}
+    for name, runtime in (("memory", {"machines": 2}), ("disk", disk)):
+        spec = graphjob(graph={"dataset": "data"}, partition={"parts": 2, "output": "parts"},
+                        runtime=runtime)  # fmt: skip
+        _, j = write(tmp_path, spec, cluster(NAMES[:2]))
+        got[name] = graphjob_to_placement(load_job(j), j, "products", 4).job.tasks
+    for p in range(2):
+        feats = sum(f.stat().st_size for f in (parts / f"part-{p}" / "node").rglob("*.npy"))
+        want = got["memory"][p].demand[1] - feats / 1e9 + 0.1 * 2**20 / 1e9
+        assert got["disk"][p].demand[1] == pytest.approx(want)
+
+
 def test_features_a_trainer_caches_whole_move_in_no_placement(tmp_path: Path) -> None:
     from graphrun.placement.workload import make_scenario
 

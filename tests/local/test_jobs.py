@@ -644,3 +644,26 @@ def test_a_job_with_sampler_workers_announces_their_start(tmp_path):
     took = float(lines[ready].split(" in ")[1].removesuffix(" s"))
     assert metrics(path)[0]["epoch_s"] < took
     nothing_left(job)
+
+
+def test_disk_features_train_to_the_losses_of_shared_memory(tmp_path):
+    """``runtime.storeFeatures.storage: disk``: the stores read node features from the
+    partition files through a cache of about a quarter of them; the losses are those of
+    the job with features in shared memory, and the epoch records the cache's hit rate
+    and the bytes read from the files."""
+    runs = {}
+    for storage in ("memory", "disk"):
+        feats = {"storage": storage, "cacheMb": 0.02}
+        d = tmp_path / storage
+        d.mkdir()
+        path = small_job(d, epochs=2, lr=0.03, runtime={"storeFeatures": feats})
+        job, _ = run(path)
+        report = job.run()
+        assert report.exits["trainer:0"] == 0 and report.exits["trainer:1"] == 0
+        runs[storage] = metrics(path)
+        nothing_left(job)
+    mem, disk = runs["memory"], runs["disk"]
+    assert [r["loss"] for r in disk] == pytest.approx([r["loss"] for r in mem], rel=1e-6)
+    assert all("disk_hit_rate" not in r for r in mem)
+    for r in disk:
+        assert 0 < r["disk_hit_rate"] < 1 and r["disk_bytes"] > 0

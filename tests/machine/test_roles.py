@@ -86,6 +86,26 @@ def test_a_replica_runs_on_the_next_machine_with_its_primary_s_address(tmp_path)
     assert argv[argv.index("--part") + 1] == "0" and "--backup-of" not in argv
 
 
+def test_every_store_server_of_a_disk_features_job_serves_from_disk(tmp_path):
+    feats = {"storage": "disk", "cacheMb": 64}
+    job = make_job(runtime={"machines": 2, "storeServersPerMachine": 2, "replicas": 2,
+                            "storeFeatures": feats})  # fmt: skip
+    paths = job_paths(job, tmp_path / "job.yaml")
+    roles = job_placement(job, paths)
+    hosts = plan_hosts(job, roles, {"m0": "10.0.0.1", "m1": "10.0.0.2"})
+    stores = [r for m in machine_launches(job, roles, hosts, paths, python=PY) for r in m.roles
+              if r.role.startswith("store")]  # fmt: skip
+    assert len(stores) == 6  # main, backup and replica of each partition
+    for r in stores:
+        argv = list(r.argv)
+        assert argv[argv.index("--features") + 1] == "disk"
+        assert argv[argv.index("--disk-cache-mb") + 1] == "64"
+    plain = make_job()
+    roles = job_placement(plain, paths)
+    launches = machine_launches(plain, roles, plan_hosts(plain, roles), paths, python=PY)
+    assert all("--features" not in r.argv for m in launches for r in m.roles)
+
+
 def test_a_hosts_file_with_an_endpoint_of_no_role_is_refused_naming_it():
     endpoints = {"store:0": "10.0.0.1:1", "stor:1": "10.0.0.1:2"}
     data = {"format": "graphrun-hosts", "version": 1, "endpoints": endpoints,

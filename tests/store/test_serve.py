@@ -62,6 +62,26 @@ def test_backups_serve_the_same_memory(homo, key_file, keys, tmp_path, rng):
             KVClient(ClientConfig([backup, stores[1].address], keys=keys, timeout=5))
 
 
+def test_backups_of_a_disk_store_serve_the_files_with_a_cache_each(homo, key_file, keys, tmp_path):
+    """``graphrun serve --features disk --backups 1``: the backup is started with the same
+    flags and answers pulls of the disk features from the files, its own cache counting."""
+    _, parts = homo
+    disk = ("--features", "disk", "--disk-cache-mb", "0.01")
+    with (
+        start_stores(parts, 2, key_file=key_file, backups=1, shm_dir=tmp_path,
+                     extra_args=disk) as stores,
+        client(stores, keys) as c,
+    ):  # fmt: skip
+        assert len(c.servers_of(0)) == 2 and c.meta(FEAT).disk
+        ref = c.pull(FEAT, np.arange(300))
+        for _ in range(6):  # spread over the main and its backup
+            assert c.pull(FEAT, np.arange(300)).tobytes() == ref.tobytes()
+        for index in (0, 1):
+            counts = c.stats(0, index)["disk"]
+            assert counts["hits"] > 0 and counts["misses"] > 0
+            assert 0 < counts["cache_bytes"] <= 0.01 * 2**20
+
+
 def test_attach_names_a_tensor_never_a_file(homo, key_file, keys, tmp_path):
     """A key holder's `attach` once mapped any path (absolute or ../..) writable."""
     from graphrun.errors import StoreError

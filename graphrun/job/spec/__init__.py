@@ -122,7 +122,7 @@ from graphrun.job.spec.roles import (
     replica_machine,
     resolve_placement,
 )
-from graphrun.job.spec.runtime import ElasticSpec, RuntimeSpec
+from graphrun.job.spec.runtime import ElasticSpec, RuntimeSpec, StoreFeatures
 from graphrun.job.spec.training import Fanout, Task, TrainingSpec
 
 __all__ = [
@@ -180,6 +180,7 @@ __all__ = [
     "SchedulingPolicy",
     "SharedVolume",
     "SpecModel",
+    "StoreFeatures",
     "StoreRef",
     "SuccessPolicy",
     "TargetGroup",

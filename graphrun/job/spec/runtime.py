@@ -39,6 +39,30 @@ class ElasticSpec(SpecModel):
     )
 
 
+class StoreFeatures(SpecModel):
+    """Where the store servers keep the graph's node features (docs/disk-features.md)."""
+
+    storage: Literal["memory", "disk"] = Field(
+        default="memory",
+        description="memory: copied into shared memory at start; disk: read from the "
+        "partition's files (memory-mapped, read-only) through a cache of the rows of the "
+        "nodes with the most edges, for tables larger than a machine's memory",
+    )
+    cache_mb: float = Field(
+        default=0.0,
+        ge=0,
+        le=1 << 30,
+        description="with storage disk: MiB of feature rows each store server keeps in memory "
+        "(its cache; 0: every pull reads the file)",
+    )
+
+    def serve_args(self) -> list[str]:
+        """``graphrun serve`` flags for this spec."""
+        if self.storage == "memory":
+            return []
+        return ["--features", self.storage, "--disk-cache-mb", f"{self.cache_mb:g}"]
+
+
 class RuntimeSpec(SpecModel):
     """How many processes of each kind run, and on what kind of hosts."""
 
@@ -67,6 +91,7 @@ class RuntimeSpec(SpecModel):
         description="MiB of remote node features each trainer (and sampler worker) keeps: "
         "those its mini-batches reach most often (0: no cache)",
     )
+    store_features: StoreFeatures = Field(default_factory=StoreFeatures)
     replicas: int = Field(
         default=1,
         ge=1,
