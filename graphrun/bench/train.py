@@ -200,22 +200,21 @@ class RssSampler(threading.Thread):
     def run(self) -> None:
         import psutil
 
-        from graphrun.machine.worker import read_status
+        from graphrun.record import read_status
 
         while not self.stop.wait(self.interval):
             for f in self.status_dir.glob("*.json"):
-                st = read_status(f) or {}
+                st = read_status(f)
                 total = 0
-                for role, info in st.get("roles", {}).items():
+                for name, pid in (st.pids() if st is not None else {}).items():
                     try:
-                        mem = psutil.Process(int(info["pid"])).memory_full_info()
-                    except (psutil.Error, KeyError, TypeError, ValueError):
+                        mem = psutil.Process(pid).memory_full_info()
+                    except psutil.Error:
                         continue
                     size = getattr(mem, "pss", mem.rss)
                     total += size
-                    name = RoleName.parse(role)  # the status file's role names
                     self.role_peak[name] = max(self.role_peak.get(name, 0.0), size / 2**20)
-                m = str(st.get("machine", f.stem))
+                m = st.machine if st is not None else f.stem
                 self.peak[m] = max(self.peak.get(m, 0.0), total / 2**20)
 
 
