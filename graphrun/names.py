@@ -44,11 +44,11 @@ KINDS: tuple[Kind, ...] = (
     "store", "trainer", "sampler", "ps", "worker", "partitioner", "generator", "launcher"
 )  # fmt: skip
 
-#: The role grammar, as error messages spell it.
-ROLE_GRAMMAR = (
-    "store:P[:B], store:P:r[K], trainer:R, sampler:R:W, ps:J, worker:<machine>, "
-    "partitioner[:I], generator, launcher"
-)
+#: The roles a placement places (a plan's assignments, the hosts file's endpoints).
+PLACED: tuple[Kind, ...] = ("store", "trainer", "sampler", "ps")
+#: The grammar of placed roles, and of every role, as error messages spell them.
+ROLE_GRAMMAR = "store:P[:B], store:P:r[K], trainer:R, sampler:R:W, ps:J"
+ANY_ROLE_GRAMMAR = f"{ROLE_GRAMMAR}, worker:<machine>, partitioner[:I], generator, launcher"
 
 _N = r"(0|[1-9][0-9]*)"  # a number as str() writes it: no sign, no leading zero
 _POS = r"[1-9][0-9]*"
@@ -149,7 +149,7 @@ class RoleName:
         naming ``text`` and the grammar otherwise."""
         m = _ROLE.fullmatch(text) if isinstance(text, str) else None
         if m is None:
-            raise ArgumentError(f"{text!r} is not a role name ({ROLE_GRAMMAR})")
+            raise ArgumentError(f"{text!r} is not a role name ({ANY_ROLE_GRAMMAR})")
         g = m.groupdict()
         if g["kind"]:
             replica = int(g["replica"] or 1) if g["r"] is not None else 0
@@ -167,6 +167,21 @@ class RoleName:
     @classmethod
     def is_valid(cls, text: str) -> bool:
         return isinstance(text, str) and _ROLE.fullmatch(text) is not None
+
+    @classmethod
+    def is_placed(cls, text: str) -> bool:
+        """Whether ``text`` names a role a placement places (:data:`PLACED`)."""
+        return cls.is_valid(text) and cls.parse(text).kind in PLACED
+
+    @classmethod
+    def generator(cls) -> RoleName:
+        """The step that generates a job's dataset (``graph.generator``)."""
+        return cls("generator", 0)
+
+    @classmethod
+    def launcher(cls) -> RoleName:
+        """``graphrun run`` itself, or the operator's launcher pod."""
+        return cls("launcher", 0)
 
     @property
     def is_primary_store(self) -> bool:

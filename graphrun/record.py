@@ -42,7 +42,7 @@ import msgspec
 from graphrun.errors import GraphrunError
 from graphrun.files import write_atomic
 from graphrun.names import RoleName
-from graphrun.wire import decoder, describe, to_builtins
+from graphrun.wire import dec_hook, decoder, describe, to_builtins
 
 T = TypeVar("T")
 
@@ -221,7 +221,7 @@ Event = (
     | StoreLost | MachineLeaving | MachineLost | Relaunched
 )  # fmt: skip
 
-_EVENTS = decoder(Event)  # type: ignore[arg-type]
+_EVENTS: msgspec.json.Decoder[Event] = msgspec.json.Decoder(Event, dec_hook=dec_hook)
 
 
 def event_text(event: Event) -> str:
@@ -264,6 +264,11 @@ def role_event(line: str) -> tuple[RoleName, str, Event] | None:
     role, at, machine = head.partition("@")
     event = parse_event(text) if sep and at and RoleName.is_valid(role) else None
     return None if event is None else (RoleName.parse(role), machine, event)
+
+
+def console_events(text: str) -> list[Event]:
+    """The events of the launcher's console ``text`` (``[role@machine]`` lines)."""
+    return [got[2] for line in text.splitlines() if (got := role_event(line)) is not None]
 
 
 def read_events(lines: Iterable[str]) -> Iterator[Event]:

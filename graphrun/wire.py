@@ -48,7 +48,8 @@ def _enc(value: Any) -> Any:
     raise NotImplementedError(f"cannot encode {type(value).__name__}")
 
 
-def _dec(type_: type, value: Any) -> Any:
+def dec_hook(type_: type, value: Any) -> Any:
+    """msgspec's ``dec_hook``: a ``Path`` or a ``RoleName`` from its text."""
     if type_ is Path and isinstance(value, str):
         return Path(value)
     if type_ is RoleName and isinstance(value, str):
@@ -62,7 +63,7 @@ def _dec(type_: type, value: Any) -> Any:
 def decoder(type_: type[T]) -> msgspec.json.Decoder[T]:
     """A JSON decoder of ``type_`` that reads a ``Path`` or a ``RoleName`` (a field or
     a dict key) from its text."""
-    return msgspec.json.Decoder(type_, dec_hook=_dec)
+    return msgspec.json.Decoder(type_, dec_hook=dec_hook)
 
 
 def to_builtins(value: Any) -> Any:
@@ -79,7 +80,7 @@ def convert(type_: type[T], data: Any, where: str, error: type[GraphrunError] = 
     """``data`` (decoded JSON, YAML or msgpack) as a ``type_``; ``error`` with one line
     naming ``where`` and the field when it is not one."""
     try:
-        return msgspec.convert(data, type_, str_keys=True, dec_hook=_dec)
+        return msgspec.convert(data, type_, str_keys=True, dec_hook=dec_hook)
     except msgspec.ValidationError as exc:
         raise error(f"{where}: {describe(exc)}") from None
 

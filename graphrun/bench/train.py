@@ -53,6 +53,7 @@ from graphrun.bench import (
 )
 from graphrun.errors import ArgumentError
 from graphrun.names import RoleName
+from graphrun.record import FirstStep, Model, console_events
 
 
 def register(subparsers: Any) -> None:
@@ -321,12 +322,9 @@ def run_distributed(
     )  # fmt: skip
     t0 = time.time()
     out, sampler = run_sampled(path, opts, workdir / f"job-{name}.log")
-    first, precision = None, None
-    for line in out.splitlines():
-        if '"first_step"' in line and first is None:
-            first = json.loads(line.split("] ", 1)[1])["time"]
-        if '"event": "model"' in line and precision is None:
-            precision = json.loads(line.split("] ", 1)[1]).get("precision")
+    events = console_events(out)
+    first = next((e.time for e in events if isinstance(e, FirstStep)), None)
+    precision = next((e.precision for e in events if isinstance(e, Model)), None)
     recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     times = [r["epoch_s"] for r in recs]
     return {

@@ -5,7 +5,7 @@ part gives the report:
 
 =========================  ==========================================================
 ``state.json``             the phase, conditions and failure (a
-                           :class:`~graphrun.job.workflow.JobStatus`), and ``jobFile``:
+                           :class:`~graphrun.job.workflow.RunState`), and ``jobFile``:
                            the spec, whose plan the report compares with
 ``metrics.jsonl``          one record per epoch (:mod:`graphrun.train.loop`): loss,
                            metrics, epoch time, the step breakdown per trainer
@@ -38,7 +38,7 @@ from typing import Any
 import msgspec
 
 from graphrun.errors import RunFileError, SpecError, UserError, WorkflowError
-from graphrun.job.workflow import Event, EventKind, JobStatus, Phase, state_from_dict
+from graphrun.job.workflow import Event, EventKind, JobStatus, Phase, read_run_state
 from graphrun.machine.launch import MachineLaunch
 from graphrun.placement.schedule import Schedule, parse_schedules, schedule_file
 from graphrun.record import EpochRecord, MachineStatus, decode_status, parse_epoch
@@ -261,7 +261,7 @@ def read_run(path: Path) -> Run:
         what = "is not a directory" if not path.is_dir() else "has no readable state.json"
         raise UserError(f"{path}: not a run directory ({what}; graphrun run writes one)")
     try:
-        status = state_from_dict(state, where=str(path / "state.json"))
+        status = read_run_state(state, where=str(path / "state.json"))
     except WorkflowError as exc:
         raise UserError(str(exc)) from None
     try:
@@ -278,7 +278,7 @@ def read_run(path: Path) -> Run:
             f"{path}: no metrics yet ({path / 'metrics.jsonl'} has no epoch record; "
             f"the job is {status.phase.value})"
         )  # fmt: skip
-    job_file = Path(state["jobFile"]) if isinstance(state.get("jobFile"), str) else None
+    job_file = Path(status.job_file) if status.job_file is not None else None
     return Run(
         path=path,
         name=path.name,
