@@ -59,8 +59,9 @@ Unset = msgspec.UnsetType
 UNSET = msgspec.UNSET
 
 
-class _Event(msgspec.Struct, tag_field="event", omit_defaults=True, kw_only=True):
-    """An event line; its class's tag (the snake-case kind) is the ``event`` field."""
+class _Event(msgspec.Struct, tag_field="event", kw_only=True):
+    """An event line; its class's tag (the snake-case kind) is the ``event`` field. Every
+    field is written, defaults too; an optional one (``UNSET``) only when it is set."""
 
 
 # --- a trainer's -------------------------------------------------------------------------

@@ -116,6 +116,10 @@ def test_optional_fields_are_left_out_when_unset():
     assert event_text(Resumed(from_epoch=3)) == '{"event": "resumed", "from_epoch": 3}'
     assert "fenced" not in event_text(EVENTS[-3]) and "fenced" in event_text(EVENTS[-2])
     assert Resumed(from_epoch=1).at_step is UNSET
+    # a default is written: readers of the line (and older ones) find every field
+    training = msgspec.structs.replace(REFORMED, phase="training")
+    assert json.loads(event_text(training))["phase"] == "training"
+    assert json.loads(event_text(Model(task="t", model="m", params=1)))["precision"] == "fp32"
 
 
 @pytest.mark.parametrize(
