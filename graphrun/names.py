@@ -162,7 +162,7 @@ class RoleName:
             return cls.worker(g["machine"])
         if g["kind5"]:
             return cls.partitioner(None if g["index5"] is None else int(g["index5"]))
-        return cls(g["kind6"], 0)  # type: ignore[arg-type]
+        return cls.generator() if g["kind6"] == "generator" else cls.launcher()
 
     @classmethod
     def is_valid(cls, text: str) -> bool:
