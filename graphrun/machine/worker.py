@@ -107,7 +107,9 @@ class StatusFile:
         self._write()
 
     def fail(self, sup: Supervisor, exc: JobFailed) -> None:
-        role = RoleName.parse(exc.role)
+        # a role of this machine's launch, or its worker (a wait that timed out)
+        ok = RoleName.is_valid(exc.role)
+        role = RoleName.parse(exc.role) if ok else RoleName.worker(self.machine)
         self.failure = RoleFailure(role, exc.host, exc.exit_code, exc.reason, time.time())
         self.update(sup, "failed")
 
