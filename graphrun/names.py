@@ -3,7 +3,9 @@
 * **Roles** — the processes of a job: ``store:P`` (``store:P:B`` for backup B,
   ``store:P:r`` for the replica of partition P on another machine, ``store:P:rK`` for
   replica K > 1), ``trainer:R``, ``sampler:R:W`` and ``ps:J`` (a parameter server,
-  ``training.sync: ps``). A :class:`RoleName` is the value dicts are keyed by;
+  ``training.sync: ps``); and the processes that run them: ``worker:<machine>`` (one
+  machine's ``graphrun worker``), ``partitioner`` (``partitioner:I``, one of several),
+  ``generator`` and ``launcher``. A :class:`RoleName` is the value dicts are keyed by;
   ``str()`` formats it and :meth:`RoleName.parse` reads it back, at the file and wire
   boundaries only (the hosts file, a plan's assignments, the launch file, logs).
   :data:`MAIN_TRAINER` is the trainer whose machine hosts the rendezvous.
@@ -35,30 +37,84 @@ from graphrun.errors import ArgumentError, DatasetError
 
 # --- roles ------------------------------------------------------------------------------
 
-Kind = Literal["store", "trainer", "sampler", "ps"]
-KINDS: tuple[Kind, ...] = ("store", "trainer", "sampler", "ps")
+Kind = Literal[
+    "store", "trainer", "sampler", "ps", "worker", "partitioner", "generator", "launcher"
+]
+KINDS: tuple[Kind, ...] = (
+    "store", "trainer", "sampler", "ps", "worker", "partitioner", "generator", "launcher"
+)  # fmt: skip
 
-#: The role grammar, as error messages spell it.
+#: The roles a placement places (a plan's assignments, the hosts file's endpoints).
+PLACED: tuple[Kind, ...] = ("store", "trainer", "sampler", "ps")
+#: The grammar of placed roles, and of every role, as error messages spell them.
 ROLE_GRAMMAR = "store:P[:B], store:P:r[K], trainer:R, sampler:R:W, ps:J"
+ANY_ROLE_GRAMMAR = f"{ROLE_GRAMMAR}, worker:<machine>, partitioner[:I], generator, launcher"
 
 _N = r"(0|[1-9][0-9]*)"  # a number as str() writes it: no sign, no leading zero
 _POS = r"[1-9][0-9]*"
+_MACHINE = r"[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?"  # a machine: a DNS-like name
 _ROLE = re.compile(  # replica 1 is "store:P:r", replica K > 1 "store:P:rK"
     rf"(?P<kind>store):(?P<index>{_N})(?::(?P<sub>{_POS})|:r(?P<replica>[2-9]|[1-9][0-9]+)?(?P<r>))?"
     rf"|(?P<kind2>trainer|ps):(?P<index2>{_N})"
-    rf"|(?P<kind3>sampler):(?P<index3>{_N}):(?P<sub3>{_N})",
+    rf"|(?P<kind3>sampler):(?P<index3>{_N}):(?P<sub3>{_N})"
+    rf"|(?P<kind4>worker):(?P<machine>{_MACHINE})"
+    rf"|(?P<kind5>partitioner)(?::(?P<index5>{_N}))?"
+    rf"|(?P<kind6>generator|launcher)",
     re.ASCII,
 )
 
 
-@dataclass(frozen=True, order=True)
 class RoleName:
-    """One process of a job; hashable and ordered (kind, then numbers), a dict key."""
+    """One process of a job; immutable, hashable and ordered (kind, then numbers), a dict
+    key. Not a dataclass, so that a msgspec field typed ``RoleName`` is its text on the
+    wire (:mod:`graphrun.wire` converts it), not an object."""
 
+    __slots__ = ("index", "kind", "machine", "replica", "sub")
     kind: Kind
     index: int  # the partition of a store, the rank of a trainer or sampler, a ps number
-    sub: int = 0  # the backup of a store (0: the main server), the worker of a sampler
-    replica: int = 0  # a store's replica (0: the partition's primary), see store/replicas.py
+    sub: int  # the backup of a store (0: the main server), the worker of a sampler
+    replica: int  # a store's replica (0: the partition's primary), see store/replicas.py
+    machine: str  # the machine of a worker
+
+    def __init__(
+        self, kind: Kind, index: int, sub: int = 0, replica: int = 0, machine: str = ""
+    ) -> None:
+        put = object.__setattr__
+        put(self, "kind", kind)
+        put(self, "index", index)
+        put(self, "sub", sub)
+        put(self, "replica", replica)
+        put(self, "machine", machine)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"RoleName is immutable: cannot set {name}")
+
+    def _key(self) -> tuple[str, int, int, int, str]:
+        return (self.kind, self.index, self.sub, self.replica, self.machine)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RoleName) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __lt__(self, other: RoleName) -> bool:
+        return self._key() < other._key()
+
+    def __le__(self, other: RoleName) -> bool:
+        return self._key() <= other._key()
+
+    def __gt__(self, other: RoleName) -> bool:
+        return self._key() > other._key()
+
+    def __ge__(self, other: RoleName) -> bool:
+        return self._key() >= other._key()
+
+    def __repr__(self) -> str:
+        return f"RoleName({str(self)!r})"
+
+    def __reduce__(self) -> tuple[type, tuple[str, int, int, int, str]]:
+        return (RoleName, self._key())
 
     @classmethod
     def store(cls, part: int, backup: int = 0, replica: int = 0) -> RoleName:
@@ -77,24 +133,55 @@ class RoleName:
         return cls("ps", index)
 
     @classmethod
+    def worker(cls, machine: str) -> RoleName:
+        """Machine ``machine``'s ``graphrun worker``, which runs its roles."""
+        return cls("worker", 0, machine=machine)
+
+    @classmethod
+    def partitioner(cls, index: int | None = None) -> RoleName:
+        """The partitioner (``index``: one of several, each on its machine)."""
+        return cls("partitioner", -1 if index is None else index)
+
+    @classmethod
     def parse(cls, text: str) -> RoleName:
         """The role named ``text``, which must be written as ``str()`` writes it (so a
         parsed name formats back to the same text); an ArgumentError (a ValueError)
         naming ``text`` and the grammar otherwise."""
         m = _ROLE.fullmatch(text) if isinstance(text, str) else None
         if m is None:
-            raise ArgumentError(f"{text!r} is not a role name ({ROLE_GRAMMAR})")
+            raise ArgumentError(f"{text!r} is not a role name ({ANY_ROLE_GRAMMAR})")
         g = m.groupdict()
         if g["kind"]:
             replica = int(g["replica"] or 1) if g["r"] is not None else 0
             return cls("store", int(g["index"]), int(g["sub"] or 0), replica)
         if g["kind2"]:
             return cls(g["kind2"], int(g["index2"]))  # type: ignore[arg-type]
-        return cls("sampler", int(g["index3"]), int(g["sub3"]))
+        if g["kind3"]:
+            return cls("sampler", int(g["index3"]), int(g["sub3"]))
+        if g["kind4"]:
+            return cls.worker(g["machine"])
+        if g["kind5"]:
+            return cls.partitioner(None if g["index5"] is None else int(g["index5"]))
+        return cls.generator() if g["kind6"] == "generator" else cls.launcher()
 
     @classmethod
     def is_valid(cls, text: str) -> bool:
         return isinstance(text, str) and _ROLE.fullmatch(text) is not None
+
+    @classmethod
+    def is_placed(cls, text: str) -> bool:
+        """Whether ``text`` names a role a placement places (:data:`PLACED`)."""
+        return cls.is_valid(text) and cls.parse(text).kind in PLACED
+
+    @classmethod
+    def generator(cls) -> RoleName:
+        """The step that generates a job's dataset (``graph.generator``)."""
+        return cls("generator", 0)
+
+    @classmethod
+    def launcher(cls) -> RoleName:
+        """``graphrun run`` itself, or the operator's launcher pod."""
+        return cls("launcher", 0)
 
     @property
     def is_primary_store(self) -> bool:
@@ -102,6 +189,12 @@ class RoleName:
         return self.kind == "store" and not self.sub and not self.replica
 
     def __str__(self) -> str:
+        if self.kind == "worker":
+            return f"worker:{self.machine}"
+        if self.kind in ("generator", "launcher") or (
+            self.kind == "partitioner" and self.index < 0
+        ):
+            return self.kind
         if self.kind == "store" and self.replica:
             return f"store:{self.index}:r" + (str(self.replica) if self.replica > 1 else "")
         if self.kind == "sampler" or (self.kind == "store" and self.sub):

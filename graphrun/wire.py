@@ -12,8 +12,10 @@ one error line naming the source and the field::
 
 ``__post_init__`` checks what a type cannot say (a dtype on the allow-list, a
 non-negative count) with ``ValueError``, and the message lands in the same line.
-The only conversions beyond msgspec's own: a ``Path`` is a string, and integer keys
-of a JSON object are the strings of those integers (``str_keys``).
+The only conversions beyond msgspec's own: a ``Path`` and a
+:class:`~graphrun.names.RoleName` are strings, and integer keys of a JSON object are
+the strings of those integers (``str_keys``). A ``RoleName`` as a dict key is read by
+:func:`decoder` (JSON text), not by :func:`convert`.
 
 A file of graphrun's own begins with ``"format"`` (what it is) and ``"version"`` (of
 its layout). :func:`check_header` is the one check of the two, before any other field
@@ -35,20 +37,33 @@ import msgspec
 
 from graphrun.errors import GraphrunError, SpecError, UserError
 from graphrun.files import read_json, write_atomic
+from graphrun.names import RoleName
 
 T = TypeVar("T")
 
 
 def _enc(value: Any) -> Any:
-    if isinstance(value, Path):
+    if isinstance(value, Path | RoleName):
         return str(value)
     raise NotImplementedError(f"cannot encode {type(value).__name__}")
 
 
-def _dec(type_: type, value: Any) -> Any:
+def dec_hook(type_: type, value: Any) -> Any:
+    """msgspec's ``dec_hook``: a ``Path`` or a ``RoleName`` from its text."""
     if type_ is Path and isinstance(value, str):
         return Path(value)
+    if type_ is RoleName and isinstance(value, str):
+        try:
+            return RoleName.parse(value)
+        except ValueError as exc:
+            raise msgspec.ValidationError(str(exc)) from None
     raise NotImplementedError
+
+
+def decoder(type_: type[T]) -> msgspec.json.Decoder[T]:
+    """A JSON decoder of ``type_`` that reads a ``Path`` or a ``RoleName`` (a field or
+    a dict key) from its text."""
+    return msgspec.json.Decoder(type_, dec_hook=dec_hook)
 
 
 def to_builtins(value: Any) -> Any:
@@ -65,7 +80,7 @@ def convert(type_: type[T], data: Any, where: str, error: type[GraphrunError] = 
     """``data`` (decoded JSON, YAML or msgpack) as a ``type_``; ``error`` with one line
     naming ``where`` and the field when it is not one."""
     try:
-        return msgspec.convert(data, type_, str_keys=True, dec_hook=_dec)
+        return msgspec.convert(data, type_, str_keys=True, dec_hook=dec_hook)
     except msgspec.ValidationError as exc:
         raise error(f"{where}: {describe(exc)}") from None
 

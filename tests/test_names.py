@@ -164,3 +164,38 @@ def test_owners_at_the_edges():
     assert owners(bounds, np.array([], np.int64)).tolist() == []
     assert owners(bounds, np.array([-1, 10])).tolist() == [-1, 2]  # unchecked ids
     assert owners(np.array([0, 0, 7]), np.array([0, 6])).tolist() == [1, 1]
+
+
+@pytest.mark.parametrize(
+    ("text", "role"),
+    [
+        ("worker:m0", RoleName.worker("m0")),
+        ("worker:node-1.example", RoleName.worker("node-1.example")),
+        ("partitioner", RoleName.partitioner()),
+        ("partitioner:2", RoleName.partitioner(2)),
+        ("generator", RoleName.generator()),
+        ("launcher", RoleName.launcher()),
+    ],
+)
+def test_the_processes_that_run_roles_are_roles_too(text, role):
+    assert RoleName.parse(text) == role and str(role) == text
+    assert RoleName.is_valid(text) and not RoleName.is_placed(text)
+    assert role != RoleName.trainer(0) and hash(role) == hash(RoleName.parse(text))
+
+
+@pytest.mark.parametrize(
+    "text", ["worker:", "worker:-m0", "worker:m 0", "partitioner:01", "launcher:0"]
+)
+def test_a_misspelled_process_role_is_refused(text):
+    with pytest.raises(ArgumentError, match="worker:<machine>, partitioner"):
+        RoleName.parse(text)
+
+
+def test_a_role_name_is_immutable_and_ordered():
+    role = RoleName.trainer(1)
+    with pytest.raises(AttributeError):
+        role.index = 2
+    assert sorted([RoleName.worker("m1"), RoleName.trainer(1), RoleName.store(0)]) == [
+        RoleName.store(0), RoleName.trainer(1), RoleName.worker("m1")
+    ]  # fmt: skip
+    assert RoleName.is_placed("trainer:1") and repr(role) == "RoleName('trainer:1')"

@@ -44,6 +44,7 @@ import numpy as np
 from graphrun.arguments import integer, integers, number, output_dir
 from graphrun.bench import MAX_BATCH_SIZE, MAX_EPOCHS, MAX_FANOUT, MAX_HIDDEN, MAX_LAYERS
 from graphrun.errors import ArgumentError, GraphrunError
+from graphrun.record import Event, FirstStep, Reformed, console_events
 
 SEED = 31
 MAX_NODES = 10_000_000  # of the generated graph
@@ -146,6 +147,9 @@ class Chaos(threading.Thread):
                 raise TimeoutError(f"{what}: not within {timeout:g} s")
             time.sleep(0.05)
 
+    def _events(self, kind: type) -> list[Event]:
+        return [e for e in console_events(self.sink.getvalue()) if isinstance(e, kind)]
+
     def _lines(self, path: Path) -> int:
         return len(path.read_text().splitlines()) if path.is_file() else 0
 
@@ -155,7 +159,7 @@ class Chaos(threading.Thread):
 
         hurt = {"kill": kill_machine, "stop": stop_machine, "cut": cut_link}[self.fault]
         metrics = self.run_dir / "metrics.jsonl"
-        self._wait(lambda: '"event": "first_step"' in self.sink.getvalue(), "its first step")
+        self._wait(lambda: bool(self._events(FirstStep)), "its first step")
         # the client's sockets live where the stores are reachable: a surviving machine's
         # network namespace (setns moves this thread only; the zmq and heartbeat threads
         # it starts follow)
@@ -174,7 +178,7 @@ class Chaos(threading.Thread):
                 raise RuntimeError(f"no process of {self.machine} to {self.fault}")
             self.killed_at = time.time()
             client.write_again()
-            self._wait(lambda: '"event": "reformed"' in self.sink.getvalue(), "the re-form", 600)
+            self._wait(lambda: bool(self._events(Reformed)), "the re-form", 600)
             self.lost_updates = client.lost()
         finally:
             client.close()
@@ -286,16 +290,12 @@ def _run(
         "world_sizes": [r.get("world_sizes") for r in recs],
     }
     if killer is not None:
-        reformed = [
-            json.loads(x[x.index("{") :])
-            for x in sink.getvalue().splitlines()
-            if x.partition("] ")[2].startswith('{"event": "reformed"')
-        ]
+        reformed = [e for e in console_events(sink.getvalue()) if isinstance(e, Reformed)]
         out.update(lost_updates=killer.lost_updates, chaos_error=killer.error)
         out["kill_step"] = killer.killed_step
         if reformed and killer.killed_at is not None:
-            out["resume_s"] = round(reformed[0]["time"] - killer.killed_at, 3)
-            out["paused_s"] = reformed[0]["paused_s"]
+            out["resume_s"] = round(reformed[0].time - killer.killed_at, 3)
+            out["paused_s"] = reformed[0].paused_s
     return out
 
 

@@ -53,6 +53,7 @@ from graphrun.bench import (
 )
 from graphrun.errors import ArgumentError
 from graphrun.names import RoleName
+from graphrun.record import FirstStep, Model, console_events
 
 
 def register(subparsers: Any) -> None:
@@ -215,22 +216,21 @@ class RssSampler(threading.Thread):
     def run(self) -> None:
         import psutil
 
-        from graphrun.machine.worker import read_status
+        from graphrun.record import read_status
 
         while not self.stop.wait(self.interval):
             for f in self.status_dir.glob("*.json"):
-                st = read_status(f) or {}
+                st = read_status(f)
                 total = 0
-                for role, info in st.get("roles", {}).items():
+                for name, pid in (st.pids() if st is not None else {}).items():
                     try:
-                        mem = psutil.Process(int(info["pid"])).memory_full_info()
-                    except (psutil.Error, KeyError, TypeError, ValueError):
+                        mem = psutil.Process(pid).memory_full_info()
+                    except psutil.Error:
                         continue
                     size = getattr(mem, "pss", mem.rss)
                     total += size
-                    name = RoleName.parse(role)  # the status file's role names
                     self.role_peak[name] = max(self.role_peak.get(name, 0.0), size / 2**20)
-                m = str(st.get("machine", f.stem))
+                m = st.machine if st is not None else f.stem
                 self.peak[m] = max(self.peak.get(m, 0.0), total / 2**20)
 
 
@@ -344,12 +344,9 @@ def run_distributed(
     )  # fmt: skip
     t0 = time.time()
     out, sampler = run_sampled(path, opts, workdir / f"job-{name}.log")
-    first, precision = None, None
-    for line in out.splitlines():
-        if '"first_step"' in line and first is None:
-            first = json.loads(line.split("] ", 1)[1])["time"]
-        if '"event": "model"' in line and precision is None:
-            precision = json.loads(line.split("] ", 1)[1]).get("precision")
+    events = console_events(out)
+    first = next((e.time for e in events if isinstance(e, FirstStep)), None)
+    precision = next((e.precision for e in events if isinstance(e, Model)), None)
     recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     times = [r["epoch_s"] for r in recs]
     return {

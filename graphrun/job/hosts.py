@@ -29,7 +29,7 @@ import msgspec
 
 from graphrun.errors import SpecError
 from graphrun.files import read_json
-from graphrun.names import MAIN_TRAINER, RoleName
+from graphrun.names import MAIN_TRAINER, PLACED, ROLE_GRAMMAR, RoleName
 from graphrun.wire import convert, write_json
 
 FORMAT = "graphrun-hosts"
@@ -69,7 +69,8 @@ class Hosts(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             )
         for role, ep in self.endpoints.items():
             try:
-                RoleName.parse(role)
+                if RoleName.parse(role).kind not in PLACED:
+                    raise ValueError(f"{role!r} is not a role name ({ROLE_GRAMMAR})")
                 split_endpoint(ep)
             except (SpecError, ValueError) as exc:
                 raise ValueError(f"endpoints.{role}: {exc}") from None

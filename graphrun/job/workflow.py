@@ -34,15 +34,18 @@ adds the spec's backoff limit, which the status does not keep.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec.structs import replace
 
 from graphrun.errors import USER_ERROR_EXIT, JobFailed, WorkflowError
+from graphrun.files import write_atomic
 from graphrun.wire import convert, to_builtins
 
 
@@ -260,6 +263,40 @@ def state_of(status: JobStatus, backoff_limit: int = 0) -> JobState:
     ``status.workflow``) and the spec's backoff limit."""
     fields = {name: getattr(status, name) for name in _STATUS_FIELDS}
     return JobState(**fields, backoff_limit=backoff_limit)
+
+
+class Launcher(msgspec.Struct, frozen=True):
+    """The process of ``graphrun run`` that writes a run's state: its pid and start time
+    (ms since the epoch, as :func:`graphrun.store.shm.start_ms` reads it), so that the
+    next run tells a live run from a lost one."""
+
+    pid: int
+    start: int
+
+
+class RunState(JobStatus, frozen=True, kw_only=True, omit_defaults=True):
+    """``RUN/state.json`` of ``graphrun run``: the :class:`JobStatus`, the launcher
+    writing it, and the job file (``jobFile``) the report reads the spec of. Written by
+    :meth:`write`, read by :func:`read_run_state`; one of an older graphrun without the
+    last two reads as well."""
+
+    launcher: Launcher | None = None
+    job_file: str | None = msgspec.field(default=None, name="jobFile")
+
+    @classmethod
+    def of(cls, status: JobStatus, launcher: Launcher, job_file: Path) -> RunState:
+        fields = {name: getattr(status, name) for name in _STATUS_FIELDS}
+        return cls(**fields, launcher=launcher, job_file=str(job_file))
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(to_builtins(self), indent=2) + "\n")
+
+
+def read_run_state(data: Any, where: str) -> RunState:
+    """The run state of ``data`` (a decoded ``state.json``); WorkflowError, one line
+    naming ``where`` and the field, when it is not one."""
+    return convert(RunState, data, where, WorkflowError)
 
 
 def initial_state(now: datetime, backoff_limit: int = 0, message: str = "") -> JobState:

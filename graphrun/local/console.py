@@ -22,6 +22,14 @@ import threading
 from typing import IO, Any
 
 from graphrun.names import MAIN_TRAINER
+from graphrun.record import (
+    Event,
+    Reformed,
+    SamplersReady,
+    SamplersStarting,
+    parse_event,
+    role_event,
+)
 
 _ROLE_LINE = re.compile(r"^\[(?P<role>[^@\]]+)@(?P<machine>[^\]]+)\] (?P<text>.*)$")
 _LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ ")
@@ -45,21 +53,16 @@ def epoch_line(rec: dict[str, Any]) -> str:
     return "  ".join(parts) + (f"  ({', '.join(tail)})" if tail else "")
 
 
-def _samplers_starting(rec: dict[str, Any]) -> str:
-    return (
-        f"starting {rec.get('workers')} sampler worker(s) per trainer "
-        "(runtime.samplerWorkersPerTrainer): the first epoch waits for them"
-    )
-
-
-def _samplers_ready(rec: dict[str, Any]) -> str:
-    took = rec.get("start_s")
-    after = f" in {took:.1f} s" if isinstance(took, int | float) else ""
-    return f"sampler workers ready{after}"
-
-
-# the events of trainer 0 a person sees (the others are in its log), as a line each
-_ANNOUNCED = {"samplers_starting": _samplers_starting, "samplers_ready": _samplers_ready}
+def announced(event: Event) -> str | None:
+    """The line a person sees of one of trainer 0's events (the others are in its log)."""
+    if isinstance(event, SamplersStarting):
+        return (
+            f"starting {event.workers} sampler worker(s) per trainer "
+            "(runtime.samplerWorkersPerTrainer): the first epoch waits for them"
+        )
+    if isinstance(event, SamplersReady):
+        return f"sampler workers ready in {event.start_s:.1f} s"
+    return None
 
 
 class Console:
@@ -95,7 +98,8 @@ class Console:
                 self._failing.add(m["role"])
             if m["role"] in self._failing:
                 return None  # the rest of a dying role's output: in its log
-            if text.startswith('{"event": "reformed"') and m["role"].startswith("trainer:"):
+            got = role_event(line)
+            if got is not None and got[0].kind == "trainer" and isinstance(got[2], Reformed):
                 self.main = m["role"]
         return self.show(line)
 
@@ -112,6 +116,9 @@ class Console:
 
     @staticmethod
     def _shown(text: str) -> str | None:
+        event = parse_event(text)
+        if event is not None:
+            return announced(event)  # the others (joined, first_step, model, ...): no line
         if text.startswith("{"):
             try:
                 rec = json.loads(text)
@@ -119,9 +126,7 @@ class Console:
                 return text
             if isinstance(rec, dict) and "epoch" in rec and "loss" in rec:
                 return epoch_line(rec)
-            if isinstance(rec, dict) and rec.get("event") in _ANNOUNCED:
-                return _ANNOUNCED[rec["event"]](rec)
-            return None  # events (joined, first_step, model, ...) and other records
+            return None  # other records
         if _LOG_LINE.match(text):
             return None
         return text if _PROGRESS.match(text) or text.strip() else None

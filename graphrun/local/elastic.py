@@ -25,14 +25,13 @@ started again: their replicas serve, and a new primary would miss what was writt
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import psutil
 
@@ -40,8 +39,17 @@ from graphrun.job.elastic import may_rejoin
 from graphrun.job.spec.runtime import ElasticSpec
 from graphrun.machine.launch import MachineLaunch
 from graphrun.machine.process import Sink
-from graphrun.machine.worker import read_status
 from graphrun.names import RoleName
+from graphrun.record import (
+    UNSET,
+    MachineLost,
+    Reformed,
+    Relaunched,
+    TookOver,
+    emit,
+    read_status,
+    role_event,
+)
 
 # the states of a machine whose loss the others survive: its trainers started; "left":
 # its worker, told to stop without the job-wide stop mark, killed its roles itself
@@ -60,7 +68,7 @@ def machine_lost_event(
     exit_code: int | None,
     lost: Sequence[str],
     fenced: str | None = None,
-) -> dict[str, Any]:
+) -> MachineLost:
     """The ``machine_lost`` event: which partitions' replicas take over (and where), and
     the machines whose trainers go on (``lost``: every machine lost so far). ``fenced``:
     why a machine whose processes still ran was declared lost (they were killed)."""
@@ -72,29 +80,23 @@ def machine_lost_event(
         if m not in lost and r.replica > 0 and r.index in primaries
     }
     trainers = sorted(m.machine for m in launches if m.of_kind("trainer") and m.machine not in lost)
-    event: dict[str, Any] = {
-        "event": "machine_lost",
-        "machine": machine,
-        "exit_code": exit_code,
-        "time": round(time.time(), 3),
-        "took_over": {"partitions": dict(sorted(replicas.items())), "trainers": trainers},
-    }
-    if fenced is not None:
-        event["fenced"] = fenced
-    return event
+    return MachineLost(
+        machine=machine,
+        exit_code=exit_code,
+        time=round(time.time(), 3),
+        took_over=TookOver(dict(sorted(replicas.items())), trainers),
+        fenced=UNSET if fenced is None else fenced,
+    )
 
 
 def reformed_without(line: str) -> list[str]:
     """The machines a trainer's ``reformed`` event line (``[trainer:0@m0] {"event":
-    "reformed", ..., "lost_machines": [...]}``) says the group re-formed without."""
-    text = line.partition("] ")[2] if line.startswith("[trainer:") else ""
-    if not text.startswith('{"event": "reformed"'):
+    "reformed", ..., "lost_machines": [...]}``, read as a
+    :class:`~graphrun.record.Reformed`) says the group re-formed without."""
+    got = role_event(line)
+    if got is None or got[0].kind != "trainer" or not isinstance(got[2], Reformed):
         return []
-    try:
-        lost = json.loads(text).get("lost_machines", [])
-    except (ValueError, AttributeError):
-        return []
-    return [str(m) for m in lost] if isinstance(lost, list) else []
+    return got[2].lost_machines
 
 
 class Fencing:
@@ -140,12 +142,11 @@ def machine_processes(worker: int) -> list[psutil.Process]:
         status = read_status(Path(argv[argv.index("--status-dir") + 1]) / f"{plan.stem}.json")
     except (psutil.Error, ValueError, IndexError):
         return list(procs.values())
-    roles = status.get("roles") if status is not None else None
-    if not isinstance(roles, dict):  # no status yet: no role started
+    if status is None:  # no status yet: no role started
         return list(procs.values())
-    for info in roles.values():
-        with contextlib.suppress(psutil.Error, TypeError, KeyError, ValueError):
-            p = psutil.Process(int(info["pid"]))
+    for pid in status.pids().values():
+        with contextlib.suppress(psutil.Error):
+            p = psutil.Process(pid)
             if p.pid not in procs and p.create_time() >= root.create_time():
                 for q in [p, *p.children(recursive=True)]:
                     procs[q.pid] = q
@@ -267,20 +268,18 @@ class Rejoins:
         now, out = time.monotonic(), []
         for launch in launches:
             m = launch.machine
-            ready = m in self.reformed and f"worker:{m}" not in busy
+            ready = m in self.reformed and str(RoleName.worker(m)) not in busy
             if self.pending.get(m, float("inf")) <= now and ready:
                 del self.pending[m]
                 self.reformed.discard(m)
                 self.count[m] = self.count.get(m, 0) + 1
                 self.started.add(m)
-                event = {
-                    "event": "relaunched", "machine": m, "rejoin": self.count[m],
-                    "max_rejoins": self.elastic.max_rejoins if self.elastic else 0,
-                    "roles": "trainers (no store servers)",
-                    "time": round(time.time(), 3),
-                }  # fmt: skip
-                sink.write(json.dumps(event) + "\n")
-                sink.flush()
+                event = Relaunched(
+                    machine=m, rejoin=self.count[m],
+                    max_rejoins=self.elastic.max_rejoins if self.elastic else 0,
+                    roles="trainers (no store servers)", time=round(time.time(), 3),
+                )  # fmt: skip
+                emit(event, sink)
                 out.append(launch)
         return out
 
@@ -306,6 +305,6 @@ class Rejoins:
             return False
         for m in going:
             if states[m] != "done":
-                sup.stop([f"worker:{m}"])
+                sup.stop([str(RoleName.worker(m))])
                 lost.append(m)
         return True

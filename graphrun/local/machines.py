@@ -28,7 +28,6 @@ attempt means for the job (restart, phases) is the workflow's business
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import sys
@@ -64,19 +63,16 @@ from graphrun.machine.process import (
 )
 from graphrun.machine.stopmark import write_mark
 from graphrun.machine.warm import READY_TIMEOUT_S, SOCKET_DIR_PREFIX, WarmStarter
-from graphrun.machine.worker import read_status
 from graphrun.names import RoleName
+from graphrun.record import RoleFailure, emit, read_status
 from graphrun.store.shm import clean_stale
 
 Wrap = Callable[[str], Sequence[str]]  # machine -> command prefix (e.g. ip netns exec NS)
 
 
-def _trains(role: str) -> bool:
+def _trains(role: RoleName) -> bool:
     """Whether ``role`` is a trainer or sampler (they start once the machine trains)."""
-    try:
-        return RoleName.parse(role).kind in ("trainer", "sampler")
-    except ValueError:  # worker:m0, job
-        return False
+    return role.kind in ("trainer", "sampler")
 
 
 def package_env() -> dict[str, str]:
@@ -171,7 +167,8 @@ class LocalMachines:
         sock = self._warm_sockets.get(tuple(self.wrap(launch.machine)))
         if sock is not None:
             argv = (*argv, "--warm-socket", str(sock))
-        return RoleCommand(f"worker:{launch.machine}", launch.machine, argv, package_env())
+        worker = str(RoleName.worker(launch.machine))
+        return RoleCommand(worker, launch.machine, argv, package_env())
 
     def run(
         self,
@@ -310,7 +307,7 @@ class LocalMachines:
         as long as the job core's rule allows (:meth:`_survivable`)."""
         fatal = []
         for ex in ended:
-            machine = ex.role.removeprefix("worker:")
+            machine = ex.machine  # a worker's exit: its machine's
             if machine in self.lost:  # fenced: counted when it was
                 continue
             # a machine started again to re-join may die in any state: it is not needed
@@ -319,9 +316,7 @@ class LocalMachines:
             if died and self._survivable(machine, launches, len(states)):
                 self.lost.append(machine)
                 self.lost_codes[machine] = ex.exit_code
-                event = machine_lost_event(machine, launches, ex.exit_code, self.lost)
-                self.sink.write(json.dumps(event) + "\n")
-                self.sink.flush()
+                emit(machine_lost_event(machine, launches, ex.exit_code, self.lost), self.sink)
                 self.rejoins.lost(machine)
                 continue
             fatal.append(ex)
@@ -352,9 +347,9 @@ class LocalMachines:
         why = dict.fromkeys(trained, "the trainers re-formed without it")
         for m, s in states.items():
             st = read_status(status_dir / f"{m}.json") if s == "failed" else None
-            f = st.get("failure") if st else None
-            if f and m not in why and _trains(str(f.get("role"))):  # so it was training
-                why[m] = f"{f.get('role')} failed: {str(f.get('reason', ''))[:200]}"
+            f = st.failure if st else None
+            if f and m not in why and _trains(f.role):  # so it was training
+                why[m] = f"{f.role} failed: {f.reason[:200]}"
         for machine, reason in why.items():
             if machine in self.lost:
                 continue
@@ -363,19 +358,18 @@ class LocalMachines:
             self.lost.append(machine)
             self.rejoins.lost(machine)
             event = machine_lost_event(machine, launches, None, self.lost, fenced=reason)
-            pid = pids.get(f"worker:{machine}")
+            pid = pids.get(str(RoleName.worker(machine)))
             if pid is not None:
                 kill_tree(pid)
-            self.sink.write(json.dumps(event) + "\n")
-            self.sink.flush()
+            emit(event, self.sink)
 
     @staticmethod
     def _read_states(status_dir: Path, states: dict[str, str]) -> bool:
         changed = False
         for machine in states:
             st = read_status(status_dir / f"{machine}.json")
-            if st is not None and st.get("state") != states[machine]:
-                states[machine] = str(st.get("state"))
+            if st is not None and st.state != states[machine]:
+                states[machine] = st.state
                 changed = True
         return changed
 
@@ -392,31 +386,20 @@ class LocalMachines:
         only lost a peer, a machine that died (a worker ``ended`` without reporting one,
         or a ``lost`` machine) is the cause: not the survivor that noticed it first."""
         died = LocalMachines._died(status_dir, ended)
-        reported = []
+        reported: list[RoleFailure] = []
         for path in sorted(status_dir.glob("*.json")):
             if path.stem in skip:
                 continue
             st = read_status(path)
-            f = st.get("failure") if st else None
-            if f:
-                reported.append(f)
-        bystanders = all(
-            lost_a_peer(f.get("exit_code"), str(f.get("reason", ""))) for f in reported
-        )
+            if st is not None and st.failure is not None:
+                reported.append(st.failure)
+        bystanders = all(lost_a_peer(f.exit_code, f.reason) for f in reported)
         if reported and bystanders and (died or lost):
             return died or LocalMachines._lost_first(lost or {})
         if reported:  # the earliest failure is the cause, later ones are its consequences;
             # a role that only lost a peer is blamed last, however fast it noticed
-            f = min(
-                reported,
-                key=lambda f: (
-                    lost_a_peer(f.get("exit_code"), str(f.get("reason", ""))),
-                    float(f.get("time", 0.0)),
-                ),
-            )
-            return JobFailed(
-                str(f["role"]), str(f["machine"]), f.get("exit_code"), str(f.get("reason", ""))
-            )
+            f = min(reported, key=lambda f: (lost_a_peer(f.exit_code, f.reason), f.time))
+            return JobFailed(str(f.role), f.machine, f.exit_code, f.reason)
         return None if only_status else died
 
     @staticmethod
@@ -424,11 +407,11 @@ class LocalMachines:
         """A worker that died without writing a failure (one that wrote one ended
         because of it: its failure is the report)."""
         for ex in ended:
-            machine = ex.role.removeprefix("worker:")
+            machine = ex.machine
             st = read_status(status_dir / f"{machine}.json")
-            if st is not None and st.get("failure"):
+            if st is not None and st.failure is not None:
                 continue
-            if ex.exit_code != 0 or st is None or st.get("state") != "done":
+            if ex.exit_code != 0 or st is None or st.state != "done":
                 return JobFailed(ex.role, machine, ex.exit_code, ex.reason() or "worker exited")
         return None
 
@@ -436,7 +419,7 @@ class LocalMachines:
     def _lost_first(lost: Mapping[str, int | None]) -> JobFailed:
         machine, code = next(iter(lost.items()))
         reason = "its machine was lost; the trainers could not go on without it"
-        return JobFailed(f"worker:{machine}", machine, code, reason)
+        return JobFailed(str(RoleName.worker(machine)), machine, code, reason)
 
     def _lost(self) -> dict[str, int | None]:
         return {m: self.lost_codes.get(m) for m in self.lost}
@@ -445,18 +428,18 @@ class LocalMachines:
     def _role_pids(status_dir: Path, launches: Sequence[MachineLaunch]) -> dict[str, int]:
         pids: dict[str, int] = {}
         for launch in launches:
-            st = read_status(status_dir / f"{launch.machine}.json") or {}
-            for role, info in st.get("roles", {}).items():
-                if info.get("pid"):
-                    pids[role] = int(info["pid"])
+            st = read_status(status_dir / f"{launch.machine}.json")
+            if st is not None:
+                pids.update({str(role): pid for role, pid in st.pids().items()})
         return pids
 
     @staticmethod
     def _role_exits(status_dir: Path, launches: Sequence[MachineLaunch]) -> dict[str, int | None]:
         exits: dict[str, int | None] = {}
         for launch in launches:
-            st = read_status(status_dir / f"{launch.machine}.json") or {}
-            roles = st.get("roles", {})
+            st = read_status(status_dir / f"{launch.machine}.json")
+            roles = {str(r): s for r, s in st.roles.items()} if st is not None else {}
             for r in launch.roles:
-                exits[r.role] = roles.get(r.role, {}).get("exit_code")
+                got = roles.get(r.role)
+                exits[r.role] = got.exit_code if got is not None else None
         return exits

@@ -44,11 +44,22 @@ from pathlib import Path
 
 from msgspec import structs
 
-from graphrun.errors import DatasetError, JobFailed, SpecError, UserError
+from graphrun.errors import DatasetError, JobFailed, SpecError, UserError, WorkflowError
 from graphrun.files import atomic_dir, write_atomic
 from graphrun.job.hosts import Hosts
 from graphrun.job.spec import GraphJob
-from graphrun.job.workflow import Event, EventKind, JobState, Phase, initial_state, transition
+from graphrun.job.workflow import (
+    TERMINAL,
+    Event,
+    EventKind,
+    JobState,
+    Launcher,
+    Phase,
+    RunState,
+    initial_state,
+    read_run_state,
+    transition,
+)
 from graphrun.local.machines import LocalMachines, Wrap, package_env
 from graphrun.local.preflight import (
     check_before_start,
@@ -70,6 +81,7 @@ from graphrun.machine.roles import (
 )
 from graphrun.machine.trainer import default_threads
 from graphrun.machine.worker import SHM_DIR, remove_shm
+from graphrun.names import RoleName
 from graphrun.partition.format import load_partition_config
 
 #: how long a run waits for the workers of a killed run in its directory to end (each
@@ -164,13 +176,11 @@ class LocalJob:
         self.sink.flush()
 
     def _write_state(self) -> None:
-        path = self.paths.state_file
-        path.parent.mkdir(parents=True, exist_ok=True)
         from graphrun.store.shm import start_ms
 
-        launcher = {"pid": os.getpid(), "start": start_ms()}
-        state = {**self.state.to_dict(), "launcher": launcher, "jobFile": str(self.paths.job_file)}
-        write_atomic(path, json.dumps(state, indent=2) + "\n")
+        launcher = Launcher(os.getpid(), start_ms())
+        state = RunState.of(self.state.status(), launcher, self.paths.job_file)
+        state.write(self.paths.state_file)
 
     def _after_a_lost_run(self) -> None:
         """A previous ``graphrun run`` of this job that was killed (-9) left its state
@@ -180,13 +190,13 @@ class LocalJob:
 
         path = self.paths.state_file
         try:
-            before = json.loads(path.read_text())
-        except (OSError, ValueError):
+            before = read_run_state(json.loads(path.read_text()), str(path))
+        except (OSError, ValueError, WorkflowError):
             return
-        phase, launcher = before.get("phase"), before.get("launcher") or {}
-        if phase in ("Succeeded", "Failed") or not launcher:
+        phase, launcher = before.phase.value, before.launcher
+        if before.phase in TERMINAL or launcher is None:
             return
-        pid, start = int(launcher.get("pid", 0)), int(launcher.get("start", 0))
+        pid, start = launcher.pid, launcher.start
         if process_alive(pid, start):
             raise SpecError(
                 f"{self.paths.job_file}: job {self.job.name} is running already "
@@ -383,7 +393,8 @@ class LocalJob:
                 argv += [f"--{_kebab(k)}", str(v)]
             if distributed:  # in pieces, one share per machine
                 argv += ["--chunks", str(self.job.spec.num_parts)]
-            self._run_step(RoleCommand("generator", "local", tuple(argv), package_env()))
+            generator = str(RoleName.generator())
+            self._run_step(RoleCommand(generator, "local", tuple(argv), package_env()))
         source = self._source()  # before partitioning: a dataset changed meanwhile is stale
         if distributed:
             self._partition_distributed()
@@ -392,7 +403,8 @@ class LocalJob:
                 py, "-m", "graphrun", "partition", str(self.paths.dataset), str(self.paths.parts),
                 "--parts", str(self.job.spec.num_parts), *self.job.spec.partition.cli_args(),
             ]  # fmt: skip
-            self._run_step(RoleCommand("partitioner", "local", tuple(argv), package_env()))
+            partitioner = str(RoleName.partitioner())
+            self._run_step(RoleCommand(partitioner, "local", tuple(argv), package_env()))
         write_source(self.paths.parts, source)
 
     def _partition_distributed(self) -> None:
@@ -414,7 +426,9 @@ class LocalJob:
             with self._machines() as (wrap, _):
                 prefix = wrap or (lambda m: ())
                 self._run_steps([
-                    RoleCommand(f"partitioner:{r}", m, (*prefix(m), *base, "--rank", str(r)), env)
+                    RoleCommand(
+                        str(RoleName.partitioner(r)), m, (*prefix(m), *base, "--rank", str(r)), env
+                    )
                     for r, m in enumerate(machines)
                 ])  # fmt: skip
 

@@ -17,7 +17,6 @@ from the installed packages (as ``python script.py`` puts the script's directory
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import runpy
 import sys
@@ -38,6 +37,7 @@ from graphrun.job.hosts import Hosts
 from graphrun.job.spec import GraphJob, load_job
 from graphrun.machine.roles import job_paths
 from graphrun.names import RoleName
+from graphrun.record import Joined, Traffic, emit
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -195,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         timeout=store_timeout(job),
     )  # fmt: skip
     local = ctx.client.local_parts  # partitions read through shared memory (co-located)
-    print(json.dumps({"event": "joined", "rank": args.rank, "local_parts": local}), flush=True)
+    emit(Joined(rank=args.rank, local_parts=list(local)))
     workers = job.spec.runtime.sampler_workers_per_trainer
     cache_mb = job.spec.runtime.feature_cache_mb
     data = DistGraphData(
@@ -242,9 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ps=ps,
             join=args.join,
         )
-        print(
-            json.dumps({"event": "traffic", "rank": args.rank, **traffic(ctx.client)}), flush=True
-        )
+        emit(Traffic(rank=args.rank, received=traffic(ctx.client)))
     finally:
         data.close()
         ctx.close()
@@ -303,14 +301,14 @@ def default_threads(job: GraphJob, cores: int | None = None, machines: int = 1) 
     return max(1, cores // (machines * (rt.trainers_per_machine + stores)))
 
 
-def traffic(client: Any) -> dict[str, Any]:
+def traffic(client: Any) -> dict[str, dict[str, int]]:
     """Bytes this trainer's client got from the servers of each partition, by operation
     (its sampler workers, if any, have their own clients)."""
     received: dict[str, dict[str, int]] = {}
     for (part, op), n in sorted(client.traffic.items()):
         if not op.endswith(":shm"):
             received.setdefault(str(part), {})[op] = n
-    return {"received": received}
+    return received
 
 
 def _script_entry(cfg: Any, script: Path) -> Any:

@@ -35,25 +35,34 @@ kills its roles at once (state ``left``) and the other machines go on without it
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 from graphrun.errors import JobFailed
-from graphrun.files import write_atomic
 from graphrun.machine.launch import MachineLaunch, RoleLaunch
 from graphrun.machine.process import RoleExit, Supervisor
 from graphrun.machine.readiness import IsReady, store_is_ready
 from graphrun.machine.usage import RoleUsage
 from graphrun.names import RoleName
+from graphrun.record import (
+    MachineLeaving,
+    MachineStatus,
+    RoleFailure,
+    RoleStatus,
+    State,
+    StoreLost,
+    Usage,
+    emit,
+    write_status,
+)
 from graphrun.store.shm import clean_stale
+from graphrun.wire import convert
 
 SHM_DIR = Path("/dev/shm")
 
@@ -67,19 +76,20 @@ class MachineResult:
 
 
 class StatusFile:
-    """The machine's status file, rewritten atomically on every change."""
+    """The machine's status file (:class:`~graphrun.record.MachineStatus`), rewritten
+    atomically on every change."""
 
     def __init__(self, status_dir: Path | None, machine: str) -> None:
         self.path = Path(status_dir) / f"{machine}.json" if status_dir is not None else None
         self.machine = machine
-        self.state = "starting"
-        self.roles: dict[str, dict[str, Any]] = {}
-        self.failure: dict[str, Any] | None = None
+        self.state: State = "starting"
+        self.roles: dict[RoleName, RoleStatus] = {}
+        self.failure: RoleFailure | None = None
         self.usage = RoleUsage()  # the roles' CPU seconds and peak memory (job.usage)
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
-    def update(self, sup: Supervisor, state: str | None = None) -> None:
+    def update(self, sup: Supervisor, state: State | None = None) -> None:
         if state is not None:
             self.state = state
         self.usage.sample(_running(sup), force=True)
@@ -89,50 +99,33 @@ class StatusFile:
                 self.usage.record(role, *ex.usage)
         warm = sup.warm_started()
         self.roles = {
-            role: {
-                "pid": pid,
-                "exit_code": exits[role].exit_code if role in exits else None,
-                "warm": role in warm,  # forked by the host's warm server, not a new interpreter
-            }
+            RoleName.parse(role): RoleStatus(
+                pid, exits[role].exit_code if role in exits else None, role in warm
+            )
             for role, pid in sup.pids().items()
         }
         self._write()
 
     def fail(self, sup: Supervisor, exc: JobFailed) -> None:
-        self.failure = {
-            "role": exc.role,
-            "machine": exc.host,
-            "exit_code": exc.exit_code,
-            "reason": exc.reason,
-            "time": time.time(),
-        }
+        # a role of this machine's launch, or its worker (a wait that timed out)
+        ok = RoleName.is_valid(exc.role)
+        role = RoleName.parse(exc.role) if ok else RoleName.worker(self.machine)
+        self.failure = RoleFailure(role, exc.host, exc.exit_code, exc.reason, time.time())
         self.update(sup, "failed")
 
     def _write(self) -> None:
         if self.path is None:
             return
-        data = {
-            "machine": self.machine,
-            "state": self.state,
-            "roles": self.roles,
-            "failure": self.failure,
-            "usage": self.usage.to_dict(),
-            "time": time.time(),
-        }
-        write_atomic(self.path, json.dumps(data) + "\n")
+        usage = convert(Usage, self.usage.to_dict(), str(self.path))
+        status = MachineStatus(
+            self.machine, self.state, self.roles, self.failure, usage, time.time()
+        )
+        write_status(self.path, status)
 
 
 def _running(sup: Supervisor) -> dict[str, int]:
     live = set(sup.running())
     return {role: pid for role, pid in sup.pids().items() if role in live}
-
-
-def read_status(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def failure_of(ex: RoleExit, kind: str) -> JobFailed | None:
@@ -146,10 +139,11 @@ def failure_of(ex: RoleExit, kind: str) -> JobFailed | None:
 
 def store_lost(machine: str, ex: RoleExit) -> None:
     """Say that a replicated store died and the job goes on (its replica serves)."""
-    event: dict[str, Any] = {"event": "store_lost", "role": ex.role, "machine": machine}
-    event.update(exit_code=ex.exit_code, reason=ex.reason(), time=round(time.time(), 3))
-    event["took_over"] = "its replica (clients fail over)"
-    print(json.dumps(event), flush=True)
+    emit(StoreLost(
+        role=RoleName.parse(ex.role), machine=machine, exit_code=ex.exit_code,
+        reason=ex.reason(), time=round(time.time(), 3),
+        took_over="its replica (clients fail over)",
+    ))  # fmt: skip
     clean_stale()  # the dead server's segments (its readers keep their mappings)
 
 
@@ -248,11 +242,7 @@ def _leave(launch: MachineLaunch, sup: Supervisor) -> None:
     roles are killed at once — no trainer enters the stop agreement, so the others do
     not checkpoint; they see the connections drop and re-form without this machine,
     and its partitions' replicas serve."""
-    print(
-        json.dumps({"event": "machine_leaving", "machine": launch.machine,
-                    "time": round(time.time(), 3)}),
-        flush=True,
-    )  # fmt: skip
+    emit(MachineLeaving(machine=launch.machine, time=round(time.time(), 3)))
     sup.stop(grace_s=0.0, first=signal.SIGKILL)
 
 
@@ -278,7 +268,7 @@ def run_machine(
     is_ready = is_ready or store_is_ready(Path(launch.key_file) if launch.key_file else None)
     status = StatusFile(status_dir, launch.machine)
     kinds = {r.role: r.kind for r in launch.roles}
-    state = "stopped"
+    state: State = "stopped"
     failure: JobFailed | None = None
 
     stopped_by_job: list[str] = []
@@ -316,7 +306,7 @@ def run_machine(
             check()
             if time.monotonic() > deadline:
                 raise JobFailed(
-                    f"worker:{launch.machine}",
+                    str(RoleName.worker(launch.machine)),
                     launch.machine,
                     None,
                     f"timed out after {launch.ready_timeout_s:g}s waiting for {what}",

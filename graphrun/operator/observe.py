@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from graphrun.machine.stopmark import JOB_WIDE, STOP_ANNOTATION, STOP_AT_ANNOTATION
+from graphrun.names import RoleName
 from graphrun.operator import layout as L
 from graphrun.operator import queueing as Q
 
@@ -84,7 +85,8 @@ class PodView:
         otherwise."""
         if self.init == "terminated" and self.init_exit_code != 0:
             last = [ln for ln in self.init_message.strip().splitlines() if ln.strip()][-1:]
-            return f"partitioner:{self.index}", None, self.init_exit_code, "".join(last)
+            role = str(RoleName.partitioner(self.index))
+            return role, None, self.init_exit_code, "".join(last)
         lines = [ln for ln in self.termination_message.strip().splitlines() if ln.strip()]
         for line in reversed(lines):
             m = FAILED_LINE.search(line)

@@ -66,6 +66,7 @@ from graphrun.job.workflow import (
     state_of,
     transition,
 )
+from graphrun.names import RoleName
 from graphrun.operator import builders as B
 from graphrun.operator import layout as L
 from graphrun.operator import pods as P
@@ -343,7 +344,7 @@ def _partition_failure(run: Run, pods: list[PodView]) -> bool:
         culprit = failed[0]
     _, _, code, message = culprit.failure()
     message = message or f"pod {culprit.name} failed while partitioning"
-    role, machine = f"partitioner:{culprit.index}", run.machine(culprit)
+    role, machine = str(RoleName.partitioner(culprit.index)), run.machine(culprit)
     run.fire(Event.role_failed(role, machine, code, message))
     return True
 

@@ -80,7 +80,7 @@ class PlacementPlan(BaseModel):
     @model_validator(mode="after")
     def _known(self) -> PlacementPlan:
         for role, machine in self.assignments.items():
-            if not RoleName.is_valid(role):
+            if not RoleName.is_placed(role):
                 raise ValueError(
                     f"assignments.{role}: {role!r} is not a role name ({ROLE_GRAMMAR})"
                 )

@@ -112,33 +112,22 @@ def _epochs(run: Run) -> list[str]:
     return out
 
 
-def _events(record: dict[str, Any], key: str) -> list[dict[str, Any]]:
-    """An epoch record's ``reforms`` or ``rejoins`` (only its mappings)."""
-    got = record.get(key)
-    return [e for e in got if isinstance(e, dict)] if isinstance(got, list) else []
-
-
-def _names(value: Any) -> list[str]:
-    return [str(v) for v in value] if isinstance(value, list) else []
-
-
 def _elastic(run: Run) -> list[str]:
     """An elastic job's story: each re-form (machines lost, where in the epoch: a step or
     its evaluation, the group left, the pause) and each re-join, from the epoch records'
-    ``reforms`` and ``rejoins``."""
+    ``reforms`` and ``rejoins`` (:class:`~graphrun.record.Reformed`,
+    :class:`~graphrun.record.Rejoined`)."""
     rows, lost = [], set()
-    for r in run.epochs:
-        for e in _events(r, "reforms"):
-            names = _names(e.get("lost_machines"))
-            lost.update(names)
-            where = f"{e.get('phase') or 'training'}, step {e.get('step')}"
-            what = f"{', '.join(names) or '-'} lost"
-            rows.append([cell(r.get("epoch")), "re-formed", esc(what), esc(where),
-                         cell(e.get("world_size")), cell(e.get("paused_s"))])  # fmt: skip
-        for e in _events(r, "rejoins"):
-            what = f"{e.get('machine')} back"
-            rows.append([cell(r.get("epoch")), "re-joined", esc(what), "epoch boundary",
-                         cell(e.get("world_size")), cell(e.get("waited_s"))])  # fmt: skip
+    for r in run.records:
+        for e in r.reforms:
+            lost.update(e.lost_machines)
+            where = f"{e.phase}, step {e.step}"
+            what = f"{', '.join(e.lost_machines) or '-'} lost"
+            rows.append([cell(r.epoch), "re-formed", esc(what), esc(where),
+                         cell(e.world_size), cell(e.paused_s)])  # fmt: skip
+        for j in r.rejoins:
+            rows.append([cell(r.epoch), "re-joined", esc(f"{j.machine} back"), "epoch boundary",
+                         cell(j.world_size), cell(j.waited_s)])  # fmt: skip
     if not rows:
         return []
     head = ["epoch", "event", "machines", "where", "world_size", "paused_s"]

@@ -5,7 +5,7 @@ part gives the report:
 
 =========================  ==========================================================
 ``state.json``             the phase, conditions and failure (a
-                           :class:`~graphrun.job.workflow.JobStatus`), and ``jobFile``:
+                           :class:`~graphrun.job.workflow.RunState`), and ``jobFile``:
                            the spec, whose plan the report compares with
 ``metrics.jsonl``          one record per epoch (:mod:`graphrun.train.loop`): loss,
                            metrics, epoch time, the step breakdown per trainer
@@ -33,93 +33,20 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 
 from graphrun.errors import RunFileError, SpecError, UserError, WorkflowError
-from graphrun.job.workflow import Event, EventKind, JobStatus, Phase, state_from_dict
+from graphrun.job.workflow import Event, EventKind, JobStatus, Phase, read_run_state
 from graphrun.machine.launch import MachineLaunch
 from graphrun.placement.schedule import Schedule, parse_schedules, schedule_file
+from graphrun.record import EpochRecord, MachineStatus, decode_status, parse_epoch
 from graphrun.report import files
 from graphrun.report.files import decode_json, read_file
 from graphrun.wire import convert
 
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=files.MAX_NAME)]
 MAX_LINE_NOTES = 20  # notes of skipped lines of metrics.jsonl; the rest are counted
-Number = float | None  # a loss or metric: NaN (a diverged loss) and inf are shown as such
-# seconds, CPU seconds, MiB: bounded, so that the plots' sums and axes stay finite
-Amount = Annotated[float, msgspec.Meta(ge=0, le=1e9)] | None
-Count = Annotated[int, msgspec.Meta(ge=0, le=1_000_000_000)]
-
-
-class TrainerRecord(msgspec.Struct):
-    """What the report reads of a trainer's part of an epoch record."""
-
-    rank: Annotated[int, msgspec.Meta(ge=0, lt=files.MAX_TRAINERS)]
-    machine: Name | None = None
-    epoch_s: Amount = None
-    sample_s: Amount = None
-    fetch_s: Amount = None
-    compute_s: Amount = None
-    allreduce_s: Amount = None
-    cpu_s: Amount = None
-    peak_rss_mb: Amount = None
-    cache_hit_rate: Number = None
-
-
-def _metric(name: str) -> Any:
-    return msgspec.field(default=None, name=name)
-
-
-class EpochRecord(msgspec.Struct):
-    """What the report reads of a ``metrics.jsonl`` record (:mod:`graphrun.train.loop`
-    writes more; the rest is shown as written)."""
-
-    epoch: Count
-    loss: Number
-    train_acc: Number = None
-    val_acc: Number = None
-    test_acc: Number = None
-    train_auc: Number = None
-    val_auc: Number = None
-    test_auc: Number = None
-    val_mrr: Number = None
-    test_mrr: Number = None
-    val_hits10: Number = _metric("val_hits@10")
-    test_hits10: Number = _metric("test_hits@10")
-    epoch_s: Amount = None
-    eval_s: Amount = None
-    seeds_per_s: Amount = None
-    steps: Count | None = None
-    cache_hit_rate: Number = None
-    trainers: Annotated[list[TrainerRecord], msgspec.Meta(max_length=files.MAX_TRAINERS)] = []
-
-
-class RoleUsage(msgspec.Struct):
-    cpu_s: Amount = None
-    peak_rss_mb: Amount = None
-
-
-class Usage(msgspec.Struct):
-    roles: Annotated[dict[Name, RoleUsage], msgspec.Meta(max_length=files.MAX_ROLES)] = {}
-
-
-class RoleFailure(msgspec.Struct):
-    role: str = "?"
-    machine: str = "?"
-    exit_code: int | None = None
-    reason: str = ""
-
-
-class MachineStatus(msgspec.Struct):
-    """What the report reads of a ``status/<m>.json`` (:mod:`graphrun.machine.worker`)."""
-
-    machine: Name | None = None
-    state: str | None = None
-    roles: dict[Name, Any] | list[Name] = []
-    failure: RoleFailure | None = None
-    usage: Usage | None = None
 
 
 @dataclass(frozen=True)
@@ -161,8 +88,9 @@ class Run:
     path: Path
     name: str
     phase: str
-    epochs: tuple[dict[str, Any], ...]
+    epochs: tuple[dict[str, Any], ...]  # as written (a task's metrics are the fields it has)
     machines: tuple[Machine, ...]
+    records: tuple[EpochRecord, ...] = ()  # the same epochs, as declared
     failure: Failure | None = None
     plan: Plan | None = None
     job_file: Path | None = None
@@ -189,11 +117,13 @@ def _json(path: Path, run: Path) -> Any:
     return None if data is None else decode_json(data, str(path))
 
 
-def read_epochs(path: Path, run: Path | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+def read_epochs(
+    path: Path, run: Path | None = None
+) -> tuple[list[tuple[dict[str, Any], EpochRecord]], list[str]]:
     """The epoch records of ``metrics.jsonl`` (its last record per epoch: a resumed run
-    appends the epochs it ran again) and a note per line that is not one. RunFileError when
-    the file cannot be read at all."""
-    records: dict[int, dict[str, Any]] = {}
+    appends the epochs it ran again), each as written and as declared, and a note per line
+    that is not one. RunFileError when the file cannot be read at all."""
+    records: dict[int, tuple[dict[str, Any], EpochRecord]] = {}
     notes: list[str] = []
     rows, dropped, skipped = 0, False, 0
     data = read_file(path, files.METRICS_CAP, inside=run or path.parent)
@@ -206,9 +136,7 @@ def read_epochs(path: Path, run: Path | None = None) -> tuple[list[dict[str, Any
         where = f"{path}: line {i}"
         try:
             rec = decode_json(line, where)
-            if not isinstance(rec, dict):
-                raise RunFileError(f"{where}: not an epoch record")
-            epoch = convert(EpochRecord, rec, where, RunFileError)
+            epoch = parse_epoch(rec, where, RunFileError)
         except RunFileError as exc:
             skipped += 1
             if skipped <= MAX_LINE_NOTES:
@@ -220,7 +148,8 @@ def read_epochs(path: Path, run: Path | None = None) -> tuple[list[dict[str, Any
                 notes.append(f"{where}: over {files.MAX_TRAINER_ROWS} trainer rows in all "
                              "(the trainers' part of this and later epochs not read)")  # fmt: skip
             rec, dropped = {k: v for k, v in rec.items() if k != "trainers"}, True
-        records[epoch.epoch] = rec
+            epoch = msgspec.structs.replace(epoch, trainers=[])
+        records[epoch.epoch] = (rec, epoch)
     if skipped > MAX_LINE_NOTES:
         notes.append(f"{path}: {skipped - MAX_LINE_NOTES} more lines skipped")
     return [records[e] for e in sorted(records)], notes
@@ -232,8 +161,8 @@ def _failure(status: JobStatus, statuses: list[MachineStatus]) -> Failure | None
     f = status.failure or Event(EventKind.FAIL)
     for s in statuses:  # the worker's own words name the role that failed first
         sf = s.failure
-        if sf is not None and f.role in (None, sf.role):
-            return Failure(sf.role, sf.machine, sf.exit_code, sf.reason)
+        if sf is not None and f.role in (None, str(sf.role)):
+            return Failure(str(sf.role), sf.machine, sf.exit_code, sf.reason)
     reason = f.message or f.reason or "the job failed"
     return Failure(f.role or "job", f.machine or "-", f.exit_code, reason)
 
@@ -268,13 +197,18 @@ def _machines(run: Path, notes: list[str]) -> tuple[list[Machine], list[MachineS
         machines[launch.machine] = Machine(launch.machine, tuple(r.role for r in launch.roles))
     for p in _files(run, "status", notes):
         try:
-            st = convert(MachineStatus, _json(p, run), str(p), RunFileError)
+            data = read_file(p, files.JSON_CAP, inside=run)
+            if data is None:
+                continue
+            st = decode_status(data, str(p), RunFileError)
+            if len(st.usage.roles if st.usage else ()) > files.MAX_ROLES:
+                raise RunFileError(f"{p}: usage.roles: over {files.MAX_ROLES} roles")
         except RunFileError as exc:
             notes.append(_skipped(exc))
             continue
         statuses.append(st)
-        name = st.machine or p.stem
-        roles = machines[name].roles if name in machines else tuple(st.roles)
+        name = st.machine
+        roles = machines[name].roles if name in machines else tuple(map(str, st.roles))
         usage = {
             role: {k: v for k, v in msgspec.structs.asdict(u).items() if v is not None}
             for role, u in (st.usage.roles if st.usage else {}).items()
@@ -327,13 +261,14 @@ def read_run(path: Path) -> Run:
         what = "is not a directory" if not path.is_dir() else "has no readable state.json"
         raise UserError(f"{path}: not a run directory ({what}; graphrun run writes one)")
     try:
-        status = state_from_dict(state, where=str(path / "state.json"))
+        status = read_run_state(state, where=str(path / "state.json"))
     except WorkflowError as exc:
         raise UserError(str(exc)) from None
     try:
-        epochs, notes = read_epochs(path / "metrics.jsonl", path)
+        read, notes = read_epochs(path / "metrics.jsonl", path)
     except RunFileError as exc:
-        epochs, notes = [], [str(exc)]
+        read, notes = [], [str(exc)]
+    epochs = [rec for rec, _ in read]
     machines, statuses = _machines(path, notes)
     failure = _failure(status, statuses)
     if not epochs and failure is None:
@@ -343,13 +278,14 @@ def read_run(path: Path) -> Run:
             f"{path}: no metrics yet ({path / 'metrics.jsonl'} has no epoch record; "
             f"the job is {status.phase.value})"
         )  # fmt: skip
-    job_file = Path(state["jobFile"]) if isinstance(state.get("jobFile"), str) else None
+    job_file = Path(status.job_file) if status.job_file is not None else None
     return Run(
         path=path,
         name=path.name,
         phase=status.phase.value,
         epochs=tuple(epochs),
         machines=tuple(machines),
+        records=tuple(epoch for _, epoch in read),
         failure=failure,
         plan=_plan(job_file, notes),
         job_file=job_file,

@@ -281,14 +281,17 @@ def fail_unless_resumed(ctx: Any) -> dict[str, bool]:
 def kill_when_training(status_file: Path, role: str, timeout: float = 60.0) -> threading.Thread:
     """A daemon thread that SIGKILLs ``role`` once its machine's worker status file says
     ``training`` (gives up after ``timeout`` s)."""
-    from graphrun.machine.worker import read_status
+    from graphrun.names import RoleName
+    from graphrun.record import read_status
+
+    name = RoleName.parse(role)
 
     def kill() -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             st = read_status(status_file)
-            if st and st["state"] == "training":
-                os.kill(st["roles"][role]["pid"], signal.SIGKILL)
+            if st and st.state == "training" and name in st.pids():
+                os.kill(st.pids()[name], signal.SIGKILL)
                 return
             time.sleep(0.05)
 

@@ -20,7 +20,6 @@ trainer or in a sampler worker).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from typing import Any, Literal
@@ -41,6 +40,7 @@ from graphrun.distributed import (
 from graphrun.distributed import edge_split as edge_split_ids
 from graphrun.errors import ArgumentError
 from graphrun.names import PolicyName
+from graphrun.record import FeatureCache, SamplersReady, SamplersStarting, emit
 from graphrun.sampling.edgesplit import EdgeSplit, split_edges
 from graphrun.sampling.fanout import ALL
 from graphrun.store.client import KVClient
@@ -161,11 +161,10 @@ class DistGraphData:
                 budget_bytes=self.cache_mb << 20, ntype=ntype, x=x, y=y,
                 seed=self.seed + self.rank,
             )  # fmt: skip
-            event = {
-                "event": "feature_cache", "rank": self.rank, "rows": self._cache.num_rows,
-                "budget_mb": self.cache_mb, "plan_s": round(time.perf_counter() - t0, 3),
-            }  # fmt: skip
-            print(json.dumps(event), flush=True)
+            emit(FeatureCache(
+                rank=self.rank, rows=self._cache.num_rows, budget_mb=self.cache_mb,
+                plan_s=round(time.perf_counter() - t0, 3),
+            ))  # fmt: skip
         return self._cache
 
     def edges(self, split: str, edge_split: EdgeSplit) -> Tensor:
@@ -210,16 +209,13 @@ class DistGraphData:
         shows trainer 0's)."""
         workers = loader.options.num_workers
         if workers:
-            event = {"event": "samplers_starting", "rank": self.rank, "workers": workers}
-            print(json.dumps(event), flush=True)
+            emit(SamplersStarting(rank=self.rank, workers=workers))
         t0 = time.perf_counter()
         loader.start()
         if workers:
-            event = {
-                "event": "samplers_ready", "rank": self.rank, "workers": workers,
-                "start_s": round(time.perf_counter() - t0, 2),
-            }  # fmt: skip
-            print(json.dumps(event), flush=True)
+            emit(SamplersReady(
+                rank=self.rank, workers=workers, start_s=round(time.perf_counter() - t0, 2)
+            ))  # fmt: skip
 
     def cover(self, split: str | None, ntype: str | None = None) -> Tensor:
         t = ntype or self.node_types[0]

@@ -25,7 +25,6 @@ JSON line per step.
 from __future__ import annotations
 
 import importlib
-import json
 import math
 import resource
 import sys
@@ -41,6 +40,8 @@ import torch
 from graphrun.errors import ArgumentError, Suspended, UserError
 from graphrun.placement.profile import BatchRecord
 from graphrun.store.disk import epoch_fields
+from graphrun.record import UNSET, FirstStep, Model, Resumed, emit
+from graphrun.record import Suspended as SuspendedAt
 from graphrun.train.checkpoint import Checkpoint, load_checkpoint, load_states, save_checkpoint
 from graphrun.train.config import TrainConfig
 from graphrun.train.context import TrainContext
@@ -60,6 +61,7 @@ from graphrun.train.metrics import MetricsLog, Progress
 from graphrun.train.reform import admit_joiners, join_group, reform, reform_training, reformed_event
 from graphrun.train.suspend import Position, StopFlag, gather_position, stop_agreed
 from graphrun.train.tasks import Task, describe, make_task
+from graphrun.wire import to_builtins
 
 
 def _nbytes(data: Any) -> int:
@@ -120,8 +122,7 @@ def _resume(task: Task, ctx: TrainContext) -> tuple[int, Position | None]:
     if task.embedding is not None and "embedding" in ckpt.sparse and ctx.is_main:
         task.embedding.load_state(ckpt.sparse["embedding"])
     if ctx.is_main:
-        at = {"at_step": pos.step} if pos is not None else {}
-        print(json.dumps({"event": "resumed", "from_epoch": ckpt.epoch, **at}), flush=True)
+        emit(Resumed(from_epoch=ckpt.epoch, at_step=UNSET if pos is None else pos.step))
     return ckpt.epoch + 1, pos
 
 
@@ -225,7 +226,7 @@ def train_epoch(
         compute_s = time.perf_counter() - t0
         prof.record(batch, compute_s, (c1 - c0, time.process_time() - c1))
         if prof.iteration == 1 and ctx.is_main:
-            print(json.dumps({"event": "first_step", "time": time.time()}), flush=True)
+            emit(FirstStep(time=time.time()))
         loss_sum, correct, counted, seeds = loss_sum + loss, correct + c, counted + n, seeds + n
         work.done, work.last_step_at = i + 1, time.time()
         work.sums = [loss_sum, correct, float(counted), float(seeds)]
@@ -340,10 +341,10 @@ def evaluate_elastic(
                   f"({str(exc)[:200]})", file=sys.stderr, flush=True)  # fmt: skip
             ctx, timer, lost = reform(task, ctx, exc)
             event = reformed_event(ctx, epoch, int(tr["steps"]), lost, since, "evaluation")
-            tr["reforms"].append(event)
+            tr["reforms"].append(to_builtins(event))
             tr["world_sizes"].append([int(tr["steps"]), ctx.world_size])
             if ctx.is_main:
-                print(json.dumps(event), flush=True)
+                emit(event)
 
 
 def evaluate(task: Task, ctx: TrainContext, final: bool = True) -> dict[str, float]:
@@ -369,7 +370,7 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
     else:
         task = make_task(ctx)
         if ctx.is_main:
-            print(json.dumps({"event": "model", **describe(task)}), flush=True)
+            emit(Model(**describe(task)))
         start, at = _resume(task, ctx)
         if ctx.world_size > 1:
             barrier()  # rank 0 restores shared embeddings before anyone reads them
@@ -443,8 +444,7 @@ def _suspend(task: Task, ctx: TrainContext, pos: Position, record: dict[str, Any
     if ctx.world_size > 1:
         barrier()  # nobody leaves (and the stores stay up) until rank 0 has saved
     if ctx.is_main:
-        event = {"event": "suspended", "epoch": pos.epoch, "step": pos.step}
-        print(json.dumps(event), flush=True)
+        emit(SuspendedAt(epoch=pos.epoch, step=pos.step))
     raise Suspended(f"stopped before step {pos.step} of epoch {pos.epoch}; checkpoint written")
 
 

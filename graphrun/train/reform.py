@@ -10,13 +10,13 @@ again on the survivors: ``graphrun.train.loop.evaluate_elastic``).
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import replace
 from typing import Any, cast
 
 import torch
 
+from graphrun.record import JoinClosed, Reformed, Rejoined, emit
 from graphrun.train.context import TrainContext
 from graphrun.train.ddp import AllreduceTimer, all_max, unwrap, wrap
 from graphrun.train.elastic import (
@@ -28,6 +28,7 @@ from graphrun.train.elastic import (
     share_optimizer_layout,
 )
 from graphrun.train.tasks import Task, make_task
+from graphrun.wire import to_builtins
 
 
 def reform(
@@ -58,17 +59,16 @@ def reform(
 
 def reformed_event(
     ctx: TrainContext, epoch: int, step: int, lost: list[int], since: float, phase: str
-) -> dict[str, Any]:
+) -> Reformed:
     """The ``reformed`` event of a re-form in ``phase`` (``training`` or ``evaluation``)
     at ``step`` of ``epoch``; ``since``: the time of the last progress before the loss."""
     reg = ctx.elastic
-    return {
-        "event": "reformed", "generation": reg.generation, "epoch": epoch, "step": step,
-        "phase": phase, "lost_trainers": lost,
-        "lost_machines": sorted({reg.machine_of(r) for r in lost}),
-        "world_size": ctx.world_size, "machines": sorted({reg.machine_of(r) for r in reg.members}),
-        "paused_s": round(time.time() - since, 3), "time": round(time.time(), 3),
-    }  # fmt: skip
+    return Reformed(
+        generation=reg.generation, epoch=epoch, step=step, phase=phase, lost_trainers=lost,
+        lost_machines=sorted({reg.machine_of(r) for r in lost}), world_size=ctx.world_size,
+        machines=sorted({reg.machine_of(r) for r in reg.members}),
+        paused_s=round(time.time() - since, 3), time=round(time.time(), 3),
+    )  # fmt: skip
 
 
 def reform_training(
@@ -92,10 +92,10 @@ def reform_training(
     work.plan = plan_rest(rest, ddp.world_size, split, data.seed, epoch)
     work.plan_from = work.done = done
     event = reformed_event(ctx, epoch, done, lost, work.last_step_at, "training")
-    event["rest_seeds"] = int(rest.numel())
-    work.reforms.append(event)
+    event.rest_seeds = int(rest.numel())
+    work.reforms.append(to_builtins(event))
     if ctx.is_main:
-        print(json.dumps(event), flush=True)
+        emit(event)
     return ctx, timer, work.plan[ddp.rank]
 
 
@@ -116,15 +116,14 @@ def admit_joiners(
     for r in sorted(asked):
         by_machine.setdefault(reg.machine_of(r), []).append(r)
     for machine, idents in sorted(by_machine.items()):
-        event = {
-            "event": "rejoined", "machine": machine, "trainers": idents,
-            "generation": reg.generation, "epoch": epoch, "world_size": ddp.world_size,
-            "machines": sorted({reg.machine_of(r) for r in reg.members}),
-            "waited_s": round(now - min(asked[r] for r in idents), 3), "time": round(now, 3),
-        }  # fmt: skip
-        work.rejoins.append(event)
+        event = Rejoined(
+            machine=machine, trainers=idents, generation=reg.generation, epoch=epoch,
+            world_size=ddp.world_size, machines=sorted({reg.machine_of(r) for r in reg.members}),
+            waited_s=round(now - min(asked[r] for r in idents), 3), time=round(now, 3),
+        )  # fmt: skip
+        work.rejoins.append(to_builtins(event))
         if ctx.is_main:
-            print(json.dumps(event), flush=True)
+            emit(event)
     return ctx, timer
 
 
@@ -150,8 +149,7 @@ def join_group(ctx: TrainContext) -> tuple[Task, TrainContext, int] | None:
     joined = reg.join(stop.is_set if stop is not None else lambda: False)
     if joined is None:
         why = "told to stop" if stop is not None and stop.is_set() else "the trainers finished"
-        print(json.dumps({"event": "join_closed", "trainer": reg.ident, "reason": why}),
-              flush=True)  # fmt: skip
+        emit(JoinClosed(trainer=reg.ident, reason=why))
         return None
     ddp, epoch = joined
     ctx = replace(ctx, ddp=ddp)

@@ -20,7 +20,8 @@ import pytest
 from graphrun.errors import JobFailed
 from graphrun.job.spec import load_job
 from graphrun.local.runner import LocalJob, RunOptions
-from graphrun.machine.worker import read_status
+from graphrun.names import RoleName
+from graphrun.record import read_status
 from graphrun.testing.jobs import nothing_left, small_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -40,9 +41,9 @@ def hurt(
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and not done.is_set():
         st = read_status(status_dir / f"{machine}.json")
-        if st and st["state"] == "training" and role in st["roles"]:
+        if st and st.state == "training" and RoleName.parse(role) in st.pids():
             time.sleep(delay)
-            pid = st["roles"][role]["pid"]
+            pid = st.pids()[RoleName.parse(role)]
             try:
                 os.kill(pid, 0)
                 hit.append(role)

@@ -6,6 +6,7 @@ import io
 import json
 
 from graphrun.local.console import Console
+from graphrun.record import Reformed, event_text
 
 
 def test_people_see_phases_progress_and_one_line_per_epoch() -> None:
@@ -80,8 +81,17 @@ def test_after_trainer_0s_machine_is_lost_the_new_rank_0_is_shown() -> None:
     out = io.StringIO()
     c = Console(out)
     rec = {"epoch": 2, "loss": 0.5, "train_acc": 0.8, "epoch_s": 1.0}
+    reformed = Reformed(
+        generation=1, epoch=2, step=5, lost_trainers=[0], lost_machines=["m0"], world_size=2,
+        machines=["m1", "m2"], paused_s=1.5, time=1e9,
+    )  # fmt: skip
+    # a line that only starts as the event did is not the event: trainer 0 stays shown
     c.write('[trainer:1@m1] {"event": "reformed", "generation": 1, "lost_machines": ["m0"]}\n')
+    c.write(f"[trainer:0@m0] {json.dumps(rec)}\n")
+    c.write(f"[trainer:1@m1] {event_text(reformed)}\n")
     c.write(f"[trainer:1@m1] {json.dumps(rec)}\n[trainer:2@m2] {json.dumps(rec)}\n")
+    c.write(f"[trainer:0@m0] {json.dumps(rec)}\n")
     assert out.getvalue().splitlines() == [
-        "[trainer:1@m1] epoch 2: loss 0.5000  train 0.800  (1.00 s)"
+        "[trainer:0@m0] epoch 2: loss 0.5000  train 0.800  (1.00 s)",
+        "[trainer:1@m1] epoch 2: loss 0.5000  train 0.800  (1.00 s)",
     ]

@@ -22,8 +22,9 @@ from graphrun.errors import CheckpointError, JobFailed
 from graphrun.job.spec import load_job
 from graphrun.local.netns import unavailable_reason
 from graphrun.local.runner import LocalJob, RunOptions
-from graphrun.machine.worker import read_status
+from graphrun.names import RoleName
 from graphrun.placement.profile import read_records
+from graphrun.record import read_status
 from graphrun.testing.jobs import job_metrics as metrics
 from graphrun.testing.jobs import kill_when_training, no_children, nothing_left, small_job
 from graphrun.testing.jobs import local_job as run
@@ -47,8 +48,8 @@ def test_two_machines_train_to_accuracy(tmp_path):
     # both machines on this host: their trainers forked from its warm server
     roles = {}
     for m in ("m0", "m1"):
-        roles.update(read_status(path.parent / "runs" / "small" / "status" / f"{m}.json")["roles"])
-    assert {r: v["warm"] for r, v in roles.items()} == {
+        roles.update(read_status(path.parent / "runs" / "small" / "status" / f"{m}.json").roles)
+    assert {str(r): v.warm for r, v in roles.items()} == {
         "trainer:0": True, "trainer:1": True, "store:0": False, "store:1": False
     }  # fmt: skip
     nothing_left(job)
@@ -365,7 +366,7 @@ def test_kill_and_resume_reproduces_an_uninterrupted_run(tmp_path):
     done = subprocess.run([*cli, "--run-dir", str(whole), "--no-warm-start"], env=env,
                           capture_output=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    assert not read_status(whole / "status" / "m0.json")["roles"]["trainer:0"]["warm"]
+    assert not read_status(whole / "status" / "m0.json").roles[RoleName.parse("trainer:0")].warm
     proc = subprocess.Popen([*cli, "--run-dir", str(cut)], env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     ckpt = cut / "checkpoints" / "checkpoint.pt"
@@ -376,7 +377,7 @@ def test_kill_and_resume_reproduces_an_uninterrupted_run(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every role, mid-epoch 2
     proc.wait()
     assert load_checkpoint(cut / "checkpoints") is not None
-    assert read_status(cut / "status" / "m0.json")["roles"]["trainer:0"]["warm"]
+    assert read_status(cut / "status" / "m0.json").roles[RoleName.parse("trainer:0")].warm
     resumed = subprocess.run([*cli, "--run-dir", str(cut), "--resume"], env=env,
                              capture_output=True, timeout=300)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-2000:]
@@ -599,7 +600,7 @@ def test_a_killed_trainer_is_named_on_the_console_not_the_survivors_traceback(tm
         while time.monotonic() < deadline:
             st = read_status(path.parent / "runs" / "small" / "status" / "m1.json")
             if m.is_file() and m.read_text().count("\n") >= 2 and st:
-                pid = st["roles"]["trainer:1"]["pid"]
+                pid = st.pids()[RoleName.parse("trainer:1")]
                 os.kill(pid, signal.SIGKILL)  # a trainer of this test's job
                 hit.append(pid)
                 return

@@ -16,6 +16,14 @@ from graphrun.local.elastic import machine_lost_event
 from graphrun.local.machines import LocalMachines
 from graphrun.machine.launch import MachineLaunch, RoleKind, RoleLaunch
 from graphrun.machine.process import RoleCommand, RoleExit
+from graphrun.record import Reformed, TookOver, event_text, parse_event
+
+REFORMED = event_text(
+    Reformed(
+        generation=1, epoch=0, step=3, lost_trainers=[1], lost_machines=["m1"], world_size=2,
+        machines=["m0", "m2"], paused_s=0.5, time=1e9,
+    )
+)  # fmt: skip
 
 
 def _launch(machine: str, *roles: tuple[RoleKind, str]) -> MachineLaunch:
@@ -36,11 +44,9 @@ def _elastic(min_machines: int, max_rejoins: int = 0) -> ElasticSpec:
 
 def test_the_event_names_what_took_over():
     event = machine_lost_event("m1", LAUNCHES, -9, ["m1"])
-    assert event["machine"] == "m1" and event["exit_code"] == -9
-    assert event["took_over"] == {
-        "partitions": {"partition 1": "store:1:r on m2"},
-        "trainers": ["m0", "m2"],
-    }
+    assert event.machine == "m1" and event.exit_code == -9
+    assert event.took_over == TookOver({"partition 1": "store:1:r on m2"}, ["m0", "m2"])
+    assert parse_event(event_text(event)) == event
 
 
 def _exit(machine: str, code: int) -> RoleExit:
@@ -68,10 +74,13 @@ def test_a_dead_worker_is_a_lost_machine_only_while_enough_are_left(tmp_path):
 def test_reformed_events_name_the_machines_to_fence():
     from graphrun.local.elastic import Fencing, reformed_without
 
-    line = '[trainer:0@m0] {"event": "reformed", "generation": 1, "lost_machines": ["m1"]}'
+    line = f"[trainer:0@m0] {REFORMED}"
     assert reformed_without(line) == ["m1"]
-    assert reformed_without('[store:0@m0] {"event": "reformed", "lost_machines": ["m1"]}') == []
-    assert reformed_without('[trainer:0@m0] {"event": "reformed", "lost_m') == []
+    assert reformed_without(f"[store:0@m0] {REFORMED}") == []  # only a trainer's counts
+    assert reformed_without(f"[trainer:0@m0] {REFORMED[:-20]}") == []  # cut short
+    # a line that only looks like one: the text, not the event
+    assert reformed_without('[trainer:0@m0] {"event": "reformed", "lost_machines": ["m1"]}') == []
+    assert reformed_without('[trainer:0@m0] step 3 {"event": "reformed"') == []
     sink = io.StringIO()
     fencing = Fencing(sink)
     fencing.write("[trainer:1@m1] step 3\n" + line + "\n")
@@ -119,7 +128,7 @@ def test_a_stopped_machine_the_trainers_re_formed_without_is_fenced(tmp_path):
     # says the group re-formed without m1, the launcher counts m1 lost and kills what is
     # left of it; the attempt ends when the others are done (it waited for m1 before)
     go = tmp_path / "go"
-    reformed = json.dumps({"event": "reformed", "generation": 1, "lost_machines": ["m1"]})
+    reformed = REFORMED
     wait_go = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
     codes = {
         0: wait_go + f"print({reformed!r}, flush=True)",
@@ -133,13 +142,13 @@ def test_a_stopped_machine_the_trainers_re_formed_without_is_fenced(tmp_path):
 
     def chaos() -> None:
         from graphrun.local.elastic import stop_machine
-        from graphrun.machine.worker import read_status
+        from graphrun.record import read_status
 
         deadline = time.monotonic() + 60
         status = tmp_path / "run" / "status"
         while time.monotonic() < deadline:
-            states = [read_status(status / f"m{i}.json") or {} for i in range(3)]
-            if all(s.get("state") == "training" for s in states):
+            states = [read_status(status / f"m{i}.json") for i in range(3)]
+            if all(s is not None and s.state == "training" for s in states):
                 break
             time.sleep(0.05)
         stopped.extend(stop_machine("m1"))

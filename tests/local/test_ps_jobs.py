@@ -13,7 +13,8 @@ import pytest
 
 from graphrun.errors import JobFailed
 from graphrun.local.netns import unavailable_reason
-from graphrun.machine.worker import read_status
+from graphrun.names import RoleName
+from graphrun.record import read_status
 from graphrun.testing.jobs import job_metrics as metrics
 from graphrun.testing.jobs import kill_when_training, no_children, small_job
 from graphrun.testing.jobs import local_job as run
@@ -115,8 +116,8 @@ def test_a_killed_parameter_server_restarts_from_the_checkpoint(tmp_path):
             done = (run_dir / "metrics.jsonl").read_text().count("\n") if (
                 run_dir / "metrics.jsonl").exists() else 0  # fmt: skip
             st = read_status(run_dir / "status" / "m1.json")
-            if done >= 2 and st and st["state"] == "training":
-                os.kill(st["roles"]["ps:1"]["pid"], signal.SIGKILL)
+            if done >= 2 and st and st.state == "training":
+                os.kill(st.pids()[RoleName.parse("ps:1")], signal.SIGKILL)
                 return
             time.sleep(0.05)
 

@@ -15,7 +15,8 @@ import pytest
 
 from graphrun.job.spec import load_job
 from graphrun.local.runner import LocalJob, RunOptions
-from graphrun.machine.worker import read_status
+from graphrun.names import RoleName
+from graphrun.record import read_status
 from graphrun.testing.jobs import nothing_left, small_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -26,8 +27,8 @@ def kill_when(status_file: Path, role: str, ready: Callable[[], bool], hit: list
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         st = read_status(status_file)
-        if st and st["state"] == "training" and role in st["roles"] and ready():
-            pid = st["roles"][role]["pid"]
+        if st and st.state == "training" and RoleName.parse(role) in st.pids() and ready():
+            pid = st.pids()[RoleName.parse(role)]
             try:
                 os.kill(pid, signal.SIGKILL)
                 hit.append(pid)

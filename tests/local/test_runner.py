@@ -210,7 +210,8 @@ def test_a_run_after_a_killed_one_starts_once_the_killed_runs_workers_are_gone(
     run_dir.mkdir(parents=True, exist_ok=True)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait(10)
-    lost = json.dumps({"phase": "Training", "launcher": {"pid": dead.pid, "start": 1}})
+    state = {"phase": "Training", "conditions": [], "restarts": 0}
+    lost = json.dumps({**state, "launcher": {"pid": dead.pid, "start": 1}})
     # a worker of the killed run, still stopping: its command line names the status dir
     code = "import time; time.sleep(float(__import__('sys').argv[-1]))"
     argv = [sys.executable, "-c", code, "worker", "--status-dir", str(run_dir / "status")]

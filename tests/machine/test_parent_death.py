@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from graphrun.machine.process import still_running
-from graphrun.machine.worker import read_status
+from graphrun.record import read_status
 from graphrun.testing.jobs import small_job
 from graphrun.testing.procs import child_env
 
@@ -49,13 +49,13 @@ def test_sigkill_of_graphrun_run_leaves_no_process_and_no_segment(tmp_path: Path
         while time.monotonic() < deadline:
             states = [read_status(status_dir / f"m{i}.json") for i in range(2)]
             procs = _descendants(proc.pid)
-            if all(s and s["state"] == "training" for s in states) and len(procs) >= 8:
+            if all(s and s.state == "training" for s in states) and len(procs) >= 8:
                 store_pids = [
-                    int(info["pid"])
+                    pid
                     for s in states
                     if s is not None
-                    for role, info in s["roles"].items()
-                    if role.startswith("store")
+                    for role, pid in s.pids().items()
+                    if role.kind == "store"
                 ]
                 break
             assert proc.poll() is None, (tmp_path / "run.out").read_text()

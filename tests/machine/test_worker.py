@@ -12,7 +12,8 @@ import pytest
 from graphrun.job.hosts import free_ports
 from graphrun.machine.launch import MachineLaunch, RoleLaunch
 from graphrun.machine.stopmark import write_mark
-from graphrun.machine.worker import read_status
+from graphrun.names import RoleName
+from graphrun.record import read_status
 from graphrun.testing.jobs import fake_store, fake_trainer
 
 pytestmark = pytest.mark.integration
@@ -39,15 +40,15 @@ def test_trainer_only_machine_exits_0_when_its_trainers_are_done(tmp_path: Path)
     assert out.returncode == 0, out.stderr
     assert "trained" in out.stdout
     status = read_status(tmp_path / "status" / "m1.json")
-    assert status is not None and status["state"] == "done"
-    assert status["roles"]["trainer:0"]["exit_code"] == 0
+    assert status is not None and status.state == "done"
+    assert status.roles[RoleName.trainer(0)].exit_code == 0
 
 
 def test_machine_without_roles_exits_0(tmp_path: Path) -> None:
     out = run_worker(tmp_path, MachineLaunch(machine="m2", roles=()))
     assert out.returncode == 0, out.stderr
     status = read_status(tmp_path / "status" / "m2.json")
-    assert status is not None and status["state"] == "done"
+    assert status is not None and status.state == "done"
 
 
 def test_a_stopped_trainer_is_named_within_the_stall_timeout(tmp_path: Path) -> None:
@@ -59,9 +60,9 @@ def test_a_stopped_trainer_is_named_within_the_stall_timeout(tmp_path: Path) -> 
     out = run_worker(tmp_path, MachineLaunch(machine="m0", roles=trainers, stall_timeout_s=2.0))
     assert out.returncode != 0
     status = read_status(tmp_path / "status" / "m0.json")
-    assert status is not None and status["state"] == "failed"
-    assert status["failure"]["role"] == "trainer:1" and status["failure"]["machine"] == "m0"
-    assert "stopped (SIGSTOP)" in status["failure"]["reason"]
+    assert status is not None and status.state == "failed"
+    assert status.failure.role == RoleName.trainer(1) and status.failure.machine == "m0"
+    assert "stopped (SIGSTOP)" in status.failure.reason
 
 
 def test_stall_timeout_travels_in_the_launch_file(tmp_path: Path) -> None:
@@ -146,8 +147,8 @@ def test_elastic_worker_told_to_stop_without_the_mark_leaves_alone(tmp_path: Pat
     assert code == 143
     assert not done.exists()  # no SIGTERM reached the trainer: killed
     status = read_status(tmp_path / "status" / "m0.json")
-    assert status is not None and status["state"] == "left"
-    assert status["roles"]["trainer:0"]["exit_code"] == -9
+    assert status is not None and status.state == "left"
+    assert status.roles[RoleName.trainer(0)].exit_code == -9
     assert '"event": "machine_leaving"' in out
 
 
@@ -160,7 +161,7 @@ def test_elastic_worker_told_to_stop_with_the_mark_checkpoints(tmp_path: Path) -
     assert code == 143
     assert done.read_text() == "checkpoint written while the store served"
     status = read_status(tmp_path / "status" / "m0.json")
-    assert status is not None and status["state"] == "stopped"
+    assert status is not None and status.state == "stopped"
 
 
 def test_joining_worker_runs_only_its_trainers(tmp_path: Path) -> None:
@@ -182,8 +183,8 @@ def test_joining_worker_runs_only_its_trainers(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "joined 1" in out.stdout
     status = read_status(tmp_path / "status" / "m0.json")
-    assert status is not None and status["state"] == "done"
-    assert list(status["roles"]) == ["trainer:0"]
+    assert status is not None and status.state == "done"
+    assert list(status.roles) == [RoleName.trainer(0)]
 
 
 STORE_STOPPED_BY_THE_JOB = """
@@ -216,7 +217,7 @@ def test_elastic_worker_whose_stores_the_job_stopped_ends_done_not_left(tmp_path
     out = subprocess.run(argv2, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     status = read_status(tmp_path / "status" / "m0.json")
-    assert status is not None and status["state"] == "done"
+    assert status is not None and status.state == "done"
 
 
 @pytest.mark.parametrize("wait", ["-1", "nan"])

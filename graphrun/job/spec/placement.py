@@ -111,6 +111,6 @@ class PlacementSpec(SpecModel):
                         f"(plan.machines: {', '.join(self.plan.machines)})"
                     )
         for role in self.assignments or {}:
-            if not RoleName.is_valid(role):
+            if not RoleName.is_placed(role):
                 raise ValueError(f"assignments: {role!r} is not a role name ({ROLE_GRAMMAR})")
         return self
