@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import msgspec
 
@@ -39,19 +39,23 @@ from graphrun.files import read_json, write_atomic
 T = TypeVar("T")
 
 
-def _enc(value: Any) -> Any:
+def _enc(value: object) -> str:
     if isinstance(value, Path):
         return str(value)
     raise NotImplementedError(f"cannot encode {type(value).__name__}")
 
 
-def _dec(type_: type, value: Any) -> Any:
+def _dec(type_: type, value: object) -> Path:
     if type_ is Path and isinstance(value, str):
         return Path(value)
     raise NotImplementedError
 
 
-def to_builtins(value: Any) -> Any:
+@overload
+def to_builtins(value: msgspec.Struct) -> dict[str, Any]: ...
+@overload
+def to_builtins(value: object) -> object: ...
+def to_builtins(value: object) -> object:
     """``value`` (a Struct, or containers of them) as dicts, lists and scalars."""
     return msgspec.to_builtins(value, enc_hook=_enc)
 
