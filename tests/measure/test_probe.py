@@ -174,3 +174,15 @@ def test_assemble_takes_the_fastest_link_each_way() -> None:
         "b->a": {"gbps": 0.5, "latency_ms": 0.2},
     }
     assert out["measured"]["hosts"]["b"]["kernel_s"] == 0.02
+
+
+def test_a_probe_answer_that_is_not_an_object_is_one_host_error(tmp_path) -> None:
+    """`cpu["cores"]` of an answer that was a list failed as a TypeError traceback."""
+    from graphrun.errors import HostError
+    from graphrun.measure.probe import _measure
+
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho '[1, 2]'\n")
+    python.chmod(0o755)
+    with pytest.raises(HostError, match=r"probe cpu: answered \[1, 2\], not a JSON object"):
+        _measure([], "cpu", python=str(python))
