@@ -12,14 +12,20 @@ flag, and :class:`OneLineParser` prints it as the CLI prints a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from graphrun.errors import ArgumentError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    D = TypeVar("D", bound=DataclassInstance)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -28,6 +34,38 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"graphrun: error: {message} (`{self.prog} --help` lists the arguments)\n")
+
+
+def add_fields(
+    parser: argparse.ArgumentParser,
+    model: type[DataclassInstance],
+    only: Collection[str] | None = None,
+    defaults: Mapping[str, object] | None = None,
+) -> None:
+    """One flag per field of the dataclass ``model`` (``feat_dim``: ``--feat-dim``), typed
+    by its default and helped by its ``metadata["help"]``, so that a command restates
+    none of them; ``only`` picks fields, ``defaults`` changes some defaults. The model
+    checks the values (:func:`from_fields` builds it)."""
+    for f in dataclasses.fields(model):
+        if only is not None and f.name not in only:
+            continue
+        default = (defaults or {}).get(f.name, f.default)
+        help_ = f.metadata.get("help")
+        if help_ is not None:
+            shown = f.metadata.get("shown")
+            help_ += f" (default: {shown})" if shown else f" (default {_shown(default)})"
+        flag = "--" + f.name.replace("_", "-")
+        parser.add_argument(flag, type=type(default), default=default, help=help_)
+
+
+def _shown(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def from_fields(model: type[D], args: argparse.Namespace) -> D:
+    """The ``model`` of the flags :func:`add_fields` added (the other fields default)."""
+    names = {f.name for f in dataclasses.fields(model)}
+    return model(**{k: v for k, v in vars(args).items() if k in names})
 
 
 def integer(lo: int, hi: int) -> Callable[[str], int]:

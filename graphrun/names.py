@@ -155,7 +155,7 @@ class RoleName:
             replica = int(g["replica"] or 1) if g["r"] is not None else 0
             return cls("store", int(g["index"]), int(g["sub"] or 0), replica)
         if g["kind2"]:
-            return cls(g["kind2"], int(g["index2"]))  # type: ignore[arg-type]
+            return (cls.trainer if g["kind2"] == "trainer" else cls.ps)(int(g["index2"]))
         if g["kind3"]:
             return cls("sampler", int(g["index3"]), int(g["sub3"]))
         if g["kind4"]:
@@ -295,7 +295,7 @@ class PolicyName:
             raise ArgumentError(
                 f"policy: {text!r} is not a policy name ('node:<ntype>' or 'edge:<src:rel:dst>')"
             )
-        return cls(kind, type_)  # type: ignore[arg-type]
+        return cls("node" if kind == "node" else "edge", type_)
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.type}"
@@ -325,7 +325,7 @@ class TensorKey:
         type_, _, name = rest.rpartition("/")
         if kind not in ("node", "edge") or not type_ or not name:
             return None
-        return cls(kind, type_, name)  # type: ignore[arg-type]
+        return cls("node" if kind == "node" else "edge", type_, name)
 
     @property
     def policy(self) -> PolicyName:

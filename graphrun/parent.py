@@ -18,13 +18,13 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
 
 _PR_SET_PDEATHSIG = 1
 _PR_GET_PDEATHSIG = 2
 
 
-def _prctl() -> Any:
+def _prctl() -> Callable[..., int] | None:
     if sys.platform != "linux":
         return None
     try:

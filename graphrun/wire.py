@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import msgspec
 
@@ -42,13 +42,13 @@ from graphrun.names import RoleName
 T = TypeVar("T")
 
 
-def _enc(value: Any) -> Any:
+def _enc(value: object) -> str:
     if isinstance(value, Path | RoleName):
         return str(value)
     raise NotImplementedError(f"cannot encode {type(value).__name__}")
 
 
-def dec_hook(type_: type, value: Any) -> Any:
+def dec_hook(type_: type, value: object) -> Path | RoleName:
     """msgspec's ``dec_hook``: a ``Path`` or a ``RoleName`` from its text."""
     if type_ is Path and isinstance(value, str):
         return Path(value)
@@ -66,7 +66,11 @@ def decoder(type_: type[T]) -> msgspec.json.Decoder[T]:
     return msgspec.json.Decoder(type_, dec_hook=dec_hook)
 
 
-def to_builtins(value: Any) -> Any:
+@overload
+def to_builtins(value: msgspec.Struct) -> dict[str, Any]: ...
+@overload
+def to_builtins(value: object) -> object: ...
+def to_builtins(value: object) -> object:
     """``value`` (a Struct, or containers of them) as dicts, lists and scalars."""
     return msgspec.to_builtins(value, enc_hook=_enc)
 

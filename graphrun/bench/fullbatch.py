@@ -31,7 +31,7 @@ class SAGE(torch.nn.Module):
         self.conv2 = SAGEConv((-1, -1), d_out)
         self.drop = torch.nn.Dropout(dropout)  # a module, so to_hetero keeps train/eval
 
-    def forward(self, x: Any, edge_index: Any) -> Any:
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
         x = self.drop(F.relu(self.conv1(x, edge_index)))
         return self.conv2(x, edge_index)
 

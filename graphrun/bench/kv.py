@@ -28,12 +28,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from graphrun.bench import check_at_least, int_list
 from graphrun.errors import GraphrunError
+
+if TYPE_CHECKING:
+    from graphrun.store.client import KVClient
 
 FEAT = "node/_N/feat"
 
@@ -140,7 +143,7 @@ def _local_vs_numpy(
     return local, ref
 
 
-def _client(addresses: list[str], keys: Any, use_shm: bool) -> Any:
+def _client(addresses: list[str], keys: Any, use_shm: bool) -> KVClient:
     from graphrun.store.client import ClientConfig, KVClient
 
     return KVClient(ClientConfig(addresses, job="bench", keys=keys, use_shm=use_shm, timeout=60))

@@ -28,6 +28,7 @@ from typing import Any
 
 
 def register(subparsers: Any) -> None:
+    from graphrun.arguments import add_fields
     from graphrun.graph.generate import GenParams
 
     p = subparsers.add_parser(
@@ -36,15 +37,9 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    d = GenParams()
     p.add_argument("--kind", choices=("community", "academic"), default="community")
-    p.add_argument("--nodes", type=int, default=100_000)
-    p.add_argument("--avg-degree", type=float, default=d.avg_degree)
-    p.add_argument("--classes", type=int, default=d.classes)
-    p.add_argument("--feat-dim", type=int, default=d.feat_dim)
-    p.add_argument("--homophily", type=float, default=d.homophily)
-    p.add_argument("--feat-noise", type=float, default=d.feat_noise)
-    p.add_argument("--seed", type=int, default=0)
+    graph = ("nodes", "avg_degree", "classes", "feat_dim", "homophily", "feat_noise", "seed")
+    add_fields(p, GenParams, only=graph, defaults={"nodes": 100_000})
     p.add_argument("--epochs", type=int, default=100)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--lr", type=float, default=0.01)
@@ -56,20 +51,13 @@ def register(subparsers: Any) -> None:
 def run(a: argparse.Namespace) -> int:
     import torch
 
+    from graphrun.arguments import from_fields
     from graphrun.bench.fullbatch import models, train
     from graphrun.graph.generate import GenParams, academic, community
     from graphrun.graph.pyg import to_pyg
 
     torch.set_num_threads(a.threads)
-    params = GenParams(
-        nodes=a.nodes,
-        avg_degree=a.avg_degree,
-        classes=a.classes,
-        feat_dim=a.feat_dim,
-        homophily=a.homophily,
-        feat_noise=a.feat_noise,
-        seed=a.seed,
-    )
+    params = from_fields(GenParams, a)
     t0 = time.perf_counter()
     graph = community(params) if a.kind == "community" else academic(params)
     gen_s = time.perf_counter() - t0

@@ -33,9 +33,12 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphrun.bench import check_at_least, int_list
+
+if TYPE_CHECKING:
+    from graphrun.graph import Graph
 
 DEFAULTS = {"nodes": 200_000, "avg_degree": 40.0, "batch_size": 1000, "batches": 30}
 
@@ -67,7 +70,7 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _load(args: argparse.Namespace) -> Any:
+def _load(args: argparse.Namespace) -> Graph:
     if args.dataset is not None:
         from graphrun.graph.importers import load_graph
 

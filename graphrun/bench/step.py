@@ -34,11 +34,14 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphrun.arguments import integer, integers
 from graphrun.bench import MAX_BATCH_SIZE, MAX_FANOUT, MAX_HIDDEN, MAX_LAYERS, MAX_THREADS
 from graphrun.errors import ArgumentError
+
+if TYPE_CHECKING:
+    import torch
 
 MAX_BATCHES = 100_000
 VARIANTS = ("pyg_full", "pyg_trim", "mfg_scatter", "mfg_csr")
@@ -89,7 +92,7 @@ def _models(in_dim: int, hidden: int, classes: int, layers: int) -> dict[str, An
     }
 
 
-def _forward(variant: str, model: Any, b: Any) -> Any:
+def _forward(variant: str, model: torch.nn.Module, b: Any) -> torch.Tensor:
     from graphrun.bench.train import pyg_forward
 
     if variant == "pyg_full":

@@ -40,7 +40,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphrun.arguments import integer, integers, number, output_dir
 from graphrun.bench import (
@@ -54,6 +54,9 @@ from graphrun.bench import (
 from graphrun.errors import ArgumentError
 from graphrun.names import RoleName
 from graphrun.record import FirstStep, Model, console_events
+
+if TYPE_CHECKING:
+    import torch
 
 
 def register(subparsers: Any) -> None:
@@ -267,39 +270,40 @@ def _job_yaml(
     ``sync``: allreduce, ps or ps-async."""
     import yaml
 
-    fanouts = args.fanouts
+    runtime: dict[str, object] = {"machines": 2, "hosts": args.hosts}
+    training: dict[str, object] = {
+        "task": "node-classification", "epochs": args.epochs, "batchSize": args.batch_size,
+        "fanouts": args.fanouts, "hidden": args.hidden, "lr": 0.003, "dropout": 0.5,
+    }  # fmt: skip
+    if args.sampler_workers is not None:
+        runtime["samplerWorkersPerTrainer"] = args.sampler_workers
+    if gpus:
+        runtime["gpusPerMachine"] = gpus
+    if args.eval_last:
+        training["evalEvery"] = args.epochs
+    if sync != "allreduce":
+        training["sync"] = "ps"
+        runtime["parameterServers"] = args.parameter_servers
+        if sync == "ps-async":
+            training["staleness"] = args.staleness
+    if args.evaluation is not None:
+        training["evaluation"] = args.evaluation
+    if args.precision is not None:
+        training["precision"] = args.precision
+    if args.feature_cache_mb is not None:
+        runtime["featureCacheMb"] = args.feature_cache_mb
+    if storage != "memory":
+        runtime["storeFeatures"] = {"storage": storage, "cacheMb": args.disk_cache_mb}
     job = {
         "apiVersion": "graphrun.io/v1alpha1", "kind": "GraphJob",
         "metadata": {"name": "bench"},
         "spec": {
             "graph": {"dataset": str(args.dataset.resolve())},
             "partition": {"parts": 2, "output": str(workdir / "parts")},
-            "runtime": {"machines": 2, "hosts": args.hosts},
-            "training": {"task": "node-classification", "epochs": args.epochs,
-                         "batchSize": args.batch_size, "fanouts": fanouts,
-                         "hidden": args.hidden, "lr": 0.003, "dropout": 0.5},
+            "runtime": runtime,
+            "training": training,
         },
     }  # fmt: skip
-    if args.sampler_workers is not None:
-        job["spec"]["runtime"]["samplerWorkersPerTrainer"] = args.sampler_workers  # type: ignore[index]
-    if gpus:
-        job["spec"]["runtime"]["gpusPerMachine"] = gpus  # type: ignore[index]
-    if args.eval_last:
-        job["spec"]["training"]["evalEvery"] = args.epochs  # type: ignore[index]
-    if sync != "allreduce":
-        job["spec"]["training"]["sync"] = "ps"  # type: ignore[index]
-        job["spec"]["runtime"]["parameterServers"] = args.parameter_servers  # type: ignore[index]
-        if sync == "ps-async":
-            job["spec"]["training"]["staleness"] = args.staleness  # type: ignore[index]
-    if args.evaluation is not None:
-        job["spec"]["training"]["evaluation"] = args.evaluation  # type: ignore[index]
-    if args.precision is not None:
-        job["spec"]["training"]["precision"] = args.precision  # type: ignore[index]
-    if args.feature_cache_mb is not None:
-        job["spec"]["runtime"]["featureCacheMb"] = args.feature_cache_mb  # type: ignore[index]
-    if storage != "memory":
-        feats = {"storage": storage, "cacheMb": args.disk_cache_mb}
-        job["spec"]["runtime"]["storeFeatures"] = feats  # type: ignore[index]
     path = workdir / name
     path.write_text(yaml.safe_dump(job))
     return path
@@ -407,7 +411,7 @@ def step_breakdown(profile_dir: Path) -> dict[str, Any]:
     }
 
 
-def pyg_forward(model: Any, b: Any) -> Any:
+def pyg_forward(model: torch.nn.Module, b: Any) -> torch.Tensor:
     """PyG's ``GraphSAGE`` on a ``NeighborLoader`` batch, trimmed per layer when the loader
     gives per-hop counts (pyg-lib); its torch-sparse sampler does not, and then every
     layer runs over the whole sampled subgraph."""

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from graphrun.arguments import add_fields, from_fields
 from graphrun.graph.generate import GenParams
 
 KINDS = ("community", "academic")
@@ -29,7 +30,6 @@ Same flags and seed give the same graph. Example:
 
 
 def register(subparsers: Any) -> None:
-    d = GenParams()
     p = subparsers.add_parser(
         "generate",
         help="write a synthetic dataset (community or academic graph)",
@@ -43,65 +43,7 @@ def register(subparsers: Any) -> None:
         metavar="OUT",
         help="output dataset directory (must not exist or be empty)",
     )
-    p.add_argument(
-        "--nodes", type=int, default=d.nodes, help=f"number of nodes (default {d.nodes})"
-    )
-    p.add_argument(
-        "--avg-degree",
-        type=float,
-        default=d.avg_degree,
-        help=f"edges per node, counting both directions (default {d.avg_degree:g})",
-    )
-    p.add_argument(
-        "--classes",
-        type=int,
-        default=d.classes,
-        help=f"communities = label classes (default {d.classes})",
-    )
-    p.add_argument(
-        "--feat-dim",
-        type=int,
-        default=d.feat_dim,
-        help=f"node feature width (default {d.feat_dim})",
-    )
-    p.add_argument(
-        "--homophily",
-        type=float,
-        default=d.homophily,
-        help=f"fraction of edges inside a community (default {d.homophily:g})",
-    )
-    p.add_argument(
-        "--feat-noise",
-        type=float,
-        default=d.feat_noise,
-        help=f"std of the feature noise around unit centroids (default {d.feat_noise:g})",
-    )
-    p.add_argument(
-        "--exponent",
-        type=float,
-        default=d.exponent,
-        help=f"power-law exponent of the degree distribution (default {d.exponent:g})",
-    )
-    p.add_argument(
-        "--train-frac",
-        type=float,
-        default=d.train_frac,
-        help=f"share of (labelled) nodes in train_mask (default {d.train_frac:g})",
-    )
-    p.add_argument(
-        "--val-frac",
-        type=float,
-        default=d.val_frac,
-        help=f"share in val_mask (default {d.val_frac:g})",
-    )
-    p.add_argument(
-        "--test-frac",
-        type=float,
-        default=d.test_frac,
-        help=f"share in test_mask (default {d.test_frac:g})",
-    )
-    p.add_argument("--seed", type=int, default=d.seed, help="random seed (default 0)")
-    p.add_argument("--name", default="", help="dataset name (default: the kind)")
+    add_fields(p, GenParams)  # --nodes, --avg-degree, ... as GenParams declares them
     p.add_argument(
         "--no-reverse", action="store_true", help="academic: do not add rev_* reverse relations"
     )
@@ -120,20 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from graphrun.graph.format import ensure_free, save_dataset
     from graphrun.graph.generate import academic, community
 
-    params = GenParams(
-        nodes=args.nodes,
-        avg_degree=args.avg_degree,
-        classes=args.classes,
-        feat_dim=args.feat_dim,
-        homophily=args.homophily,
-        feat_noise=args.feat_noise,
-        exponent=args.exponent,
-        train_frac=args.train_frac,
-        val_frac=args.val_frac,
-        test_frac=args.test_frac,
-        seed=args.seed,
-        name=args.name,
-    )
+    params = from_fields(GenParams, args)
     params.validate()
     if args.chunks is not None and not 1 <= args.chunks <= params.nodes:
         raise ArgumentError(f"--chunks: must be in [1, --nodes], got {args.chunks}")

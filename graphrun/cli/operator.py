@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+    from graphrun.operator.layout import OperatorConfig
 
 DESCRIPTION = """\
 Run the GraphJob controller: watch graphjobs.graphrun.io and turn each into a key
@@ -63,7 +68,7 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def operator_config(args: argparse.Namespace) -> Any:
+def operator_config(args: argparse.Namespace) -> OperatorConfig:
     """The :class:`~graphrun.operator.layout.OperatorConfig` of :func:`add_config_arguments`'
     flags, checked (an ArgumentError line naming the flag)."""
     from graphrun.errors import ArgumentError
@@ -79,7 +84,7 @@ def operator_config(args: argparse.Namespace) -> Any:
     )
 
 
-def api_client(kubeconfig: str | None) -> Any:
+def api_client(kubeconfig: str | None) -> ApiClient:
     """The Kubernetes API client: in a pod its service account, else the kubeconfig
     (``kubeconfig``, or ~/.kube/config); no configuration is one line (a UserError)."""
     import yaml

@@ -7,7 +7,10 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from graphrun.graph.imported import Imported
 
 DESCRIPTION = """\
 Partition a dataset into N parts and write a self-describing partition directory OUT
@@ -145,7 +148,7 @@ def resolve_mode(mode: str, method: str | None, threads: int | None) -> tuple[st
     return method, threads if threads is not None else (1 if method == "kaminpar" else None)
 
 
-def _load(path: str) -> Any:
+def _load(path: str) -> Imported:
     from graphrun.graph.chunked import is_chunked_dir, load_chunked_whole
     from graphrun.graph.imported import Imported
     from graphrun.graph.importers import import_graph

@@ -5,11 +5,16 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphrun.arguments import output_file
+
+if TYPE_CHECKING:
+    from graphrun.job.planning import GraphJobPlacement
+    from graphrun.placement.job import Job
 
 DESCRIPTION = """\
 Place the graph stores, samplers, trainers and parameter servers of a job on the
@@ -113,7 +118,9 @@ def parse_demand(text: str) -> tuple[str, Any]:
     return kind, Demand(cpu=nums[0], memory_gb=nums[1], gpus=nums[2] if len(nums) > 2 else 0)
 
 
-def load_job_for_plan(path: Path, profile: str = "products", iterations: int = 8) -> Any:
+def load_job_for_plan(
+    path: Path, profile: str = "products", iterations: int = 8
+) -> Job | GraphJobPlacement:
     """The conversion point from job files to the placement model: a native ``kind:
     PlacementJob`` file gives a placement ``Job``; a ``kind: GraphJob`` spec gives a
     ``GraphJobPlacement`` (see ``graphrun.job.planning``)."""
@@ -254,7 +261,7 @@ def _say(text: str) -> None:
     print(f"graphrun plan: {text}", file=sys.stderr, flush=True)
 
 
-def _say_progress(max_steps: int | None) -> Any:
+def _say_progress(max_steps: int | None) -> Callable[[int, float, float | None, float], None]:
     """Where the search stands, on stderr every few seconds (it runs for --seconds)."""
 
     def progress(steps: int, elapsed: float, left: float | None, best: float) -> None:
@@ -298,11 +305,14 @@ def write_inline(job_file: Path, plan: Any, out: Path) -> Path:
     written atomically to ``out`` and checked to load and resolve."""
     import yaml
 
+    from graphrun.errors import SpecError
     from graphrun.job.spec import parse_job, resolve_placement
     from graphrun.placement._io import read_yaml, write_file
     from graphrun.placement.plan import plan_data
 
     data = read_yaml(job_file, "job spec")
+    if not isinstance(data, dict):
+        raise SpecError(f"{job_file}: expected a mapping with apiVersion, kind, metadata, spec")
     placement = dict(data["spec"].get("placement") or {})
     for key in ("assignments", "planFile", "plan"):
         placement.pop(key, None)

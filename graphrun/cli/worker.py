@@ -13,11 +13,14 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphrun.arguments import number, output_dir
 from graphrun.errors import ArgumentError
 from graphrun.machine.stopmark import JOIN_ENV  # "1": --join (a replacement pod)
+
+if TYPE_CHECKING:
+    from graphrun.machine.launch import MachineLaunch
 
 MAX_WAIT_S = 3600.0  # --grace, --stop-mark-wait
 
@@ -88,7 +91,7 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _launch(args: argparse.Namespace) -> Any:
+def _launch(args: argparse.Namespace) -> MachineLaunch:
     from graphrun.machine.launch import MachineLaunch
 
     if args.plan is not None:

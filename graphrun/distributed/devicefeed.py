@@ -24,8 +24,9 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 from torch import Tensor
@@ -49,7 +50,7 @@ class Transfer(Protocol):
     def copy(self, host: Tensor) -> Tensor: ...
     def record(self) -> Event: ...
     def consume(self, event: Event, tensors: list[Tensor]) -> None: ...
-    def context(self) -> Any: ...
+    def context(self) -> AbstractContextManager[object]: ...
 
 
 class _Done:
@@ -75,7 +76,7 @@ class CpuTransfer:
     def consume(self, event: Event, tensors: list[Tensor]) -> None:
         event.synchronize()
 
-    def context(self) -> Any:
+    def context(self) -> AbstractContextManager[object]:
         import contextlib
 
         return contextlib.nullcontext()
@@ -101,11 +102,12 @@ class CudaTransfer:
 
     def consume(self, event: Event, tensors: list[Tensor]) -> None:
         main = torch.cuda.current_stream(self.device)
-        main.wait_event(event)  # type: ignore[arg-type]
+        assert isinstance(event, torch.cuda.Event)  # this transfer's record() made it
+        main.wait_event(event)
         for t in tensors:  # the allocator must not reuse them before the step is done
             t.record_stream(main)
 
-    def context(self) -> Any:
+    def context(self) -> AbstractContextManager[object]:
         return torch.cuda.stream(self.stream)
 
 
@@ -261,7 +263,16 @@ class DeviceFeed:
         self.transfer.consume(event, tensors)
 
 
-class Prefetcher:
+class Staged(Protocol):
+    """A batch the feed moves: its ``data`` (a PyG ``Data``/``HeteroData``) is staged."""
+
+    data: Any
+
+
+B = TypeVar("B", bound=Staged)
+
+
+class Prefetcher(Generic[B]):
     """Iterates ``batches`` (objects with a ``.data``) with up to ``depth`` of them staged
     ahead by a thread; each one it yields has ``.data`` on the device and ready for the
     trainer's stream. Errors of the loader or the feed are raised in the trainer; every
@@ -270,7 +281,7 @@ class Prefetcher:
     _END = object()
 
     def __init__(
-        self, batches: Iterable[Any], feed: DeviceFeed, depth: int = 2, timeout_s: float = 600.0
+        self, batches: Iterable[B], feed: DeviceFeed, depth: int = 2, timeout_s: float = 600.0
     ) -> None:
         self.feed, self.timeout_s = feed, timeout_s
         self.q: queue.Queue[Any] = queue.Queue(maxsize=max(1, depth))
@@ -304,10 +315,10 @@ class Prefetcher:
         except BaseException as exc:  # handed to the trainer
             self._put(exc)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[B]:
         return self
 
-    def __next__(self) -> Any:
+    def __next__(self) -> B:
         t0 = time.perf_counter()
         deadline = t0 + self.timeout_s
         while True:

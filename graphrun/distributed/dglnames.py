@@ -55,7 +55,7 @@ class NeighborSampler:
         return list(reversed(list(self.fanouts)))
 
 
-def _ids(nodes: Any) -> Any:
+def _ids(nodes: object) -> object:
     """A DistTensor mask becomes its non-zero ids, computed where its rows live."""
     if isinstance(nodes, dist_tensor.DistTensor):
         return nodes.reduce("nonzero")

@@ -16,6 +16,7 @@ plain torch and run on CPU tensors in the tests.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -107,18 +108,24 @@ class GpuFeatureCache:
         return x
 
 
+class Rows(Protocol):
+    """A table read by ids: a tensor, or a store ``DistTensor``."""
+
+    def __getitem__(self, ids: Tensor, /) -> Tensor: ...
+
+
 def build_cache(
-    table: object, ids: Tensor, id_space: int, device: torch.device, chunk: int = 1 << 18
+    table: Rows, ids: Tensor, id_space: int, device: torch.device, chunk: int = 1 << 18
 ) -> GpuFeatureCache:
     """Read the rows ``ids`` of ``table`` (``table[ids]``: a tensor or a store
     ``DistTensor``) in chunks and keep them on ``device``."""
     parts = []
     for lo in range(0, ids.numel(), chunk):
-        rows = table[ids[lo : lo + chunk]]  # type: ignore[index]
+        rows = table[ids[lo : lo + chunk]]
         parts.append(torch.as_tensor(rows).to(device))
     if parts:
         rows_all = torch.cat(parts)
     else:
-        probe = torch.as_tensor(table[ids[:0]])  # type: ignore[index]
+        probe = torch.as_tensor(table[ids[:0]])
         rows_all = probe.to(device)
     return GpuFeatureCache(ids, rows_all, id_space)

@@ -61,7 +61,7 @@ class PartitionBookView:
     def partid2eids(self, partid: int, etype: CanonicalEtype | str | None = None) -> Tensor:
         return torch.from_numpy(self.book.partid2eids(partid, etype))
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         return getattr(self.book, name)
 
 

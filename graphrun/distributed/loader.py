@@ -261,11 +261,11 @@ class DistLinkDataLoader(_DistLoader):
             raise ArgumentError("etype: required on a heterograph")
         canonical = None
         if etype is not None:
-            canonical = tuple(graph.book.edge_types[graph.book.etype_id(etype)])
+            canonical = graph.book.edge_types[graph.book.etype_id(etype)]
         given, options = _split(graph, kwargs, _SHARED | _LINK)
         _check_count(given.get("neg_k", 1), "neg_k", 1)
         hops, given["replace"] = _fanouts(fanouts, given.get("replace", False))
-        spec = BatchSpec(kind="link", fanouts=hops, etype=canonical, **given)  # type: ignore[arg-type]
+        spec = BatchSpec(kind="link", fanouts=hops, etype=canonical, **given)
         super().__init__(graph, edges, spec, options)
 
 

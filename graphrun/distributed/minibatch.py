@@ -25,6 +25,7 @@ from torch import Tensor
 
 from graphrun.distributed.context import DistContext
 from graphrun.sampling.edgesplit import EdgeSplit
+from graphrun.sampling.fanout import FanoutSpec
 from graphrun.sampling.mfg import SampledSubgraph, make_generator
 from graphrun.sampling.negative import NegativeSampler
 from graphrun.sampling.partitioned import BookTypeMap
@@ -83,7 +84,7 @@ class MiniBatchSampler:
     def __init__(
         self,
         ctx: DistContext,
-        fanouts: object,
+        fanouts: FanoutSpec,
         *,
         replace: bool = False,
         num_layers: int | None = None,
@@ -95,7 +96,7 @@ class MiniBatchSampler:
             ctx.sampler,
             self.types,
             self.book.num_nodes,
-            fanouts,  # type: ignore[arg-type]
+            fanouts,
             num_layers=num_layers,
             replace=replace,
             generator=0,

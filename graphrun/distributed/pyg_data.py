@@ -30,7 +30,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import msgspec
 import torch
@@ -96,7 +96,7 @@ def read_store_file(directory: str | Path, **options: Any) -> DistContext:
 class RemoteData(tuple):
     """``(feature_store, graph_store)`` with ``Data``'s reads (see the module docstring)."""
 
-    def __new__(cls, feature_store: RemoteFeatureStore, graph_store: RemoteGraphStore) -> Any:
+    def __new__(cls, feature_store: RemoteFeatureStore, graph_store: RemoteGraphStore) -> Self:
         return super().__new__(cls, (feature_store, graph_store))
 
     @property
@@ -114,7 +114,7 @@ class RemoteData(tuple):
             raise ArgumentError(f"data: a heterograph; read features per type ({list(types)})")
         return str(types[0])
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> DistTensor | torch.Tensor | int:
         if name.startswith("__"):
             raise AttributeError(name)
         if name == "num_nodes":
@@ -143,7 +143,7 @@ class RemoteData(tuple):
         out.__dict__.update(self.__dict__)
         return out
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> tuple[type[RemoteData], tuple[RemoteFeatureStore, RemoteGraphStore]]:
         return (RemoteData, (self[0], self[1]))
 
 

@@ -184,8 +184,8 @@ class RemoteNeighborSampler(BaseSampler):
         if input_type is None:
             if self.is_hetero:
                 raise ArgumentError("edge_label_index: an edge type is needed on a heterograph")
-            return tuple(book.edge_types[0])  # type: ignore[return-value]
-        return tuple(book.edge_types[book.etype_id(input_type)])  # type: ignore[return-value]
+            return book.edge_types[0]
+        return book.edge_types[book.etype_id(input_type)]
 
 
 def _neg_ratio(neg: NegativeSampling | None) -> int:
@@ -199,7 +199,9 @@ def _neg_ratio(neg: NegativeSampling | None) -> int:
     return int(amount)
 
 
-def _hetero_output(mb: MiniBatchSampler, sub: SampledSubgraph, metadata: Any) -> Any:
+def _hetero_output(
+    mb: MiniBatchSampler, sub: SampledSubgraph, metadata: Any
+) -> HeteroSamplerOutput:
     """PyG's per-type layout of ``sub`` (as :func:`graphrun.sampling.pyg.to_hetero_data`)."""
     types = mb.types
     split = split_by_type(sub, types)

@@ -23,7 +23,7 @@ import os
 import time
 from collections.abc import Mapping
 from multiprocessing import util as mp_util
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -183,7 +183,7 @@ class RemoteGraphStore(GraphStore):
             for e in book.edge_types
         ]
 
-    def _get_edge_index(self, edge_attr: EdgeAttr) -> Any:
+    def _get_edge_index(self, edge_attr: EdgeAttr) -> NoReturn:
         raise ArgumentError(
             f"{edge_attr.edge_type}: graphrun's graph store does not copy a whole edge type "
             "into the trainer; pass neighbor_sampler=RemoteNeighborSampler(...) to PyG's "

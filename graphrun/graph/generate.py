@@ -37,7 +37,7 @@ the seed, and 2M nodes / 80M edges fit in a few GB.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -50,20 +50,30 @@ FEAT_CHUNK_ROWS = 1 << 16
 
 @dataclass(frozen=True)
 class GenParams:
-    """Parameters shared by both generators (the CLI flags)."""
+    """Parameters shared by both generators. They are the CLI's flags too
+    (:func:`graphrun.arguments.add_fields`: ``feat_dim`` is ``--feat-dim``, its help the
+    field's ``help``); :meth:`validate` checks them, naming the flag."""
 
-    nodes: int = 10_000
-    avg_degree: float = 20.0
-    classes: int = 10
-    feat_dim: int = 64
-    homophily: float = 0.8
-    feat_noise: float = 4.0
-    exponent: float = 2.5
-    train_frac: float = 0.1
-    val_frac: float = 0.1
-    test_frac: float = 0.2
-    seed: int = 0
-    name: str = ""
+    nodes: int = field(default=10_000, metadata={"help": "number of nodes"})
+    avg_degree: float = field(
+        default=20.0, metadata={"help": "edges per node, counting both directions"}
+    )
+    classes: int = field(default=10, metadata={"help": "communities = label classes"})
+    feat_dim: int = field(default=64, metadata={"help": "node feature width"})
+    homophily: float = field(default=0.8, metadata={"help": "fraction of edges inside a community"})
+    feat_noise: float = field(
+        default=4.0, metadata={"help": "std of the feature noise around unit centroids"}
+    )
+    exponent: float = field(
+        default=2.5, metadata={"help": "power-law exponent of the degree distribution"}
+    )
+    train_frac: float = field(
+        default=0.1, metadata={"help": "share of (labelled) nodes in train_mask"}
+    )
+    val_frac: float = field(default=0.1, metadata={"help": "share in val_mask"})
+    test_frac: float = field(default=0.2, metadata={"help": "share in test_mask"})
+    seed: int = field(default=0, metadata={"help": "random seed"})
+    name: str = field(default="", metadata={"help": "dataset name", "shown": "the kind"})
 
     def validate(self) -> None:
         def bad(flag: str, msg: str) -> ArgumentError:

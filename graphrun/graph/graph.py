@@ -166,13 +166,13 @@ class Graph:
                 _check_rows(f"edata[{ekey!r}][{fname!r}]", arr, m)
 
     def _check_edge_endpoint_types(self) -> None:
-        assert self.edge_type_offsets is not None
+        assert self.edge_type_offsets is not None and self.node_type_offsets is not None
         nto = self.node_type_offsets
         for r, et in enumerate(self.edge_types):
             a, b = int(self.edge_type_offsets[r]), int(self.edge_type_offsets[r + 1])
             for end, arr, t in (("src", self.src, et[0]), ("dst", self.dst, et[2])):
                 ti = self.node_types.index(t)
-                lo, hi = int(nto[ti]), int(nto[ti + 1])  # type: ignore[index]
+                lo, hi = int(nto[ti]), int(nto[ti + 1])
                 seg = arr[a:b]
                 bad = (seg < lo) | (seg >= hi)
                 if bad.any():

@@ -21,13 +21,17 @@ else (graph-level scalars, strings) is not carried over. torch is imported lazil
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from graphrun.errors import DatasetError
 from graphrun.graph.graph import DEFAULT_ETYPE, DEFAULT_NTYPE, Graph
 from graphrun.names import etype_key
+
+if TYPE_CHECKING:
+    import torch
+    from torch_geometric.data import Data, HeteroData
 
 NODE_TO_PYG = {"feat": "x", "label": "y"}
 EDGE_TO_PYG = {"feat": "edge_attr"}
@@ -163,7 +167,7 @@ def _from_hetero(data: Any, name: str) -> Graph:
     )
 
 
-def _tensor(arr: np.ndarray) -> Any:
+def _tensor(arr: np.ndarray) -> torch.Tensor:
     import torch
 
     arr = np.ascontiguousarray(arr)
@@ -172,7 +176,7 @@ def _tensor(arr: np.ndarray) -> Any:
     return torch.from_numpy(arr)
 
 
-def to_pyg(graph: Graph) -> Any:
+def to_pyg(graph: Graph) -> Data | HeteroData:
     """Convert a :class:`Graph` to PyG: ``Data`` if homogeneous, else ``HeteroData``.
 
     Contiguous writable arrays are shared with the tensors; read-only (memory-mapped)

@@ -26,7 +26,7 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def gpu_defaults(data: Any) -> Any:
+def gpu_defaults(data: object) -> object:
     """The raw ``runtime`` mapping with what ``gpus``/``gpusPerMachine`` imply filled in
     (``machines``, ``trainersPerMachine``); ValueError for totals that do not divide."""
     if not isinstance(data, dict):
@@ -75,11 +75,13 @@ def split_gpus(total: int, per_node: int) -> tuple[int, int]:
     return total // per_node, per_node
 
 
-def split_document(doc: Any, per_node: int) -> Any:
+def split_document(doc: object, per_node: int) -> object:
     """A GraphJob document (parsed YAML, before validation) whose ``spec.runtime`` gives
     ``gpus`` alone, with ``machines`` and ``gpusPerMachine`` set by :func:`split_gpus`
     (what the operator does, knowing its nodes' GPUs); any other document unchanged."""
-    runtime = doc.get("spec", {}).get("runtime") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict):
+        return doc
+    runtime = doc.get("spec", {}).get("runtime")
     if not isinstance(runtime, dict) or _int(runtime.get("gpus")) is None:
         return doc
     if set(runtime) & {"machines", "gpusPerMachine", "gpus_per_machine"}:

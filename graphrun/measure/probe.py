@@ -50,7 +50,7 @@ def _env(key: bytes | None) -> dict[str, str] | None:
 def _measure(
     prefix: Sequence[str], *args: str, python: str, timeout: float = 120,
     key: bytes | None = None,
-) -> Any:  # fmt: skip
+) -> dict[str, Any]:  # fmt: skip
     cmd = [*prefix, python, "-m", "graphrun.measure.host", *args]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(key))
@@ -59,11 +59,14 @@ def _measure(
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["?"])[-1]
         raise HostError(f"probe {args[0]} failed (exit code {out.returncode}): {last}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    answer = json.loads(out.stdout.strip().splitlines()[-1])
+    if not isinstance(answer, dict):
+        raise HostError(f"probe {args[0]}: answered {answer!r}, not a JSON object")
+    return answer
 
 
 def _pair(a: ProbeHost, b: ProbeHost, server: str, client: list[str], python: str,
-          port: int, key: bytes, step: int) -> Any:  # fmt: skip
+          port: int, key: bytes, step: int) -> dict[str, Any]:  # fmt: skip
     """Run ``server`` on ``b`` and ``client`` on ``a`` against it, as measurement ``step``
     of the probe whose key is ``key``; the server's JSON and the client's."""
     where = ["--step", str(step)]

@@ -55,8 +55,18 @@ GANG_OBJECTS = {
 }
 
 
-def _body(resp: Any) -> Any:
-    return json.loads(resp.data or b"null")
+def _body(resp: Any) -> dict[str, Any] | None:
+    """The JSON object a call answered (None for anything else)."""
+    body = json.loads(resp.data or b"null")
+    return body if isinstance(body, dict) else None
+
+
+def _object(resp: Any, what: str) -> dict[str, Any]:
+    """The object a get answered; a KubeError naming it for any other answer."""
+    body = _body(resp)
+    if body is None:
+        raise KubeError(f"get {what}: the answer is not an object")
+    return body
 
 
 @dataclass
@@ -75,17 +85,11 @@ class Kube:
 
     def get_graphjob(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return dict(
-                _body(
-                    self.custom.get_namespaced_custom_object(
-                        crd.GROUP,
-                        crd.VERSION,
-                        namespace,
-                        crd.PLURAL,
-                        name,
-                        _preload_content=False,
-                    )
-                )
+            return _object(
+                self.custom.get_namespaced_custom_object(
+                    crd.GROUP, crd.VERSION, namespace, crd.PLURAL, name, _preload_content=False
+                ),
+                f"GraphJob {namespace}/{name}",
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -196,8 +200,9 @@ class Kube:
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         """A batch Job, or None when there is none of that name."""
         try:
-            return dict(
-                _body(self.batch.read_namespaced_job(name, namespace, _preload_content=False))
+            return _object(
+                self.batch.read_namespaced_job(name, namespace, _preload_content=False),
+                f"Job {namespace}/{name}",
             )
         except ApiException as exc:
             if exc.status == 404:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
-from graphrun.job.spec import GraphJob
+from graphrun.job.spec import GraphJob, ReplicaGroup
 from graphrun.job.workflow import Event, EventKind, JobState, Phase, transition
 from graphrun.operator import layout as L
 from graphrun.operator.observe import Observed, PartitionStep, PodView
@@ -142,10 +142,12 @@ class Hook(Protocol):
         ...
 
 
-def _replica_group(role: str | None) -> str:
+_GROUPS: dict[str, ReplicaGroup] = {"partitioner": "partitioner", "launcher": "launcher"}
+
+
+def _replica_group(role: str | None) -> ReplicaGroup:
     """The role group a failed role belongs to: its pods' replica type."""
-    head = (role or "").split(":")[0]
-    return head if head in ("partitioner", "launcher") else "worker"
+    return _GROUPS.get((role or "").split(":")[0], "worker")
 
 
 def _within_restart_limit(run: Run, event: Event) -> Event:
@@ -155,7 +157,7 @@ def _within_restart_limit(run: Run, event: Event) -> Event:
     if event.kind is not K.ROLE_FAILED or policy is None:
         return event
     group = _replica_group(event.role)
-    limit = policy.restart_limits.get(group)  # type: ignore[call-overload]
+    limit = policy.restart_limits.get(group)
     used = run.group_restarts.get(group, 0)
     if limit is None or used < limit:
         return event

@@ -18,12 +18,14 @@ of the same shape (type ids are int32). Out-of-range ids raise
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from graphrun.errors import ArgumentError, PartitionFormatError
 from graphrun.names import CanonicalEtype, etype_key, owners, resolve_etype
+
+T = TypeVar("T")
 
 CONFIG_FILE = "partition.json"
 
@@ -340,7 +342,7 @@ class PartitionBook:
 # ---- config parsing helpers -------------------------------------------------------------
 
 
-def _get(cfg: dict[str, Any], key: str, typ: type, source: str) -> Any:
+def _get(cfg: dict[str, Any], key: str, typ: type[T], source: str) -> T:
     if not isinstance(cfg, dict):
         raise PartitionFormatError(f"{source}: expected a JSON object")
     if key not in cfg:

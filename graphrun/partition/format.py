@@ -539,7 +539,9 @@ def load_id_mapping(path: str | Path) -> IdMapping:
     )
 
 
-def _shard_bounds(layout: dict[str, Any], key: str, parts: int, total: int, cfile: Path) -> Any:
+def _shard_bounds(
+    layout: dict[str, Any], key: str, parts: int, total: int, cfile: Path
+) -> list[int]:
     val = layout.get(key)
     val = val if isinstance(val, list) and all(isinstance(x, int) for x in val) else []
     good = len(val) == parts + 1 and val[0] == 0 and val[-1] == total

@@ -27,9 +27,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from graphrun.errors import ArgumentError, GraphrunError
+
+if TYPE_CHECKING:
+    from torch.distributed import Store
 
 FLAG = "--rendezvous"
 
@@ -130,14 +134,15 @@ def join(rdv: Rendezvous, rank: int, world: int, timeout: float, backend: str = 
 
 
 def _init(
-    rdv: Rendezvous, rank: int, world: int, timeout: float, backend: str, **how: object
-) -> None:
+    rdv: Rendezvous, rank: int, world: int, timeout: float, backend: str,
+    init_method: str | None = None, store: Store | None = None,
+) -> None:  # fmt: skip
     import torch.distributed as dist
 
     try:
         dist.init_process_group(
-            backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout),
-            **how,  # type: ignore[arg-type]
+            backend, init_method, rank=rank, world_size=world, store=store,
+            timeout=datetime.timedelta(seconds=timeout),
         )  # fmt: skip
     except (RuntimeError, ValueError) as exc:
         raise _lost(rdv, rank, world, timeout, exc) from None

@@ -20,7 +20,7 @@ MAX_YAML_DEPTH = 64  # nesting of mappings and lists (a GraphJob needs about 10)
 MAX_YAML_NODES = 1_000_000  # values, aliases counted as often as they are used
 
 
-def read_yaml(path: str | Path, what: str = "") -> Any:
+def read_yaml(path: str | Path, what: str = "") -> object:
     """One YAML document; every failure is one SpecError line naming the file (and, for
     bad YAML, the line). ``what`` names the file's role in the message ("job spec").
 
@@ -43,7 +43,7 @@ def read_yaml(path: str | Path, what: str = "") -> Any:
     return parse_yaml(text, str(p))
 
 
-def parse_yaml(text: str, source: str) -> Any:
+def parse_yaml(text: str, source: str) -> object:
     """``yaml.safe_load(text)`` within the bounds of :func:`read_yaml`; ``source`` names
     the text in errors."""
     try:
@@ -99,7 +99,7 @@ def write_file(path: str | Path, text: str) -> Path:
         raise SpecError(f"{path}: cannot write: {exc.strerror or exc}") from exc
 
 
-def read_json(path: str | Path) -> Any:
+def read_json(path: str | Path) -> object:
     """One JSON document (a profile), within the bounds of :func:`read_yaml`."""
     path = Path(path)
     try:

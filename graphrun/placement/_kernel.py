@@ -19,7 +19,7 @@ import numpy as np
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _numba_njit() -> Any:
+def _numba_njit() -> Callable[..., Callable[[Callable[..., Any]], object]] | None:
     try:
         import numba
     except ImportError:  # pragma: no cover - only where numba is missing

@@ -27,16 +27,19 @@ tensor frame holds exactly ``prod(shape) * itemsize`` bytes, all against
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 import numpy as np
 
 from graphrun.errors import ProtocolError
+
+T = TypeVar("T")
 
 PROTOCOL_VERSION = 1
 
@@ -64,10 +67,10 @@ def wire_dtype(name: object) -> np.dtype:
     e.g. ``"float32"``, or any numpy spelling of one, e.g. ``"f4"``); ValueError if not.
     The one check for every dtype a peer names: tensor frames here, tensors a store
     creates (``init``) and tensor descriptions a client receives."""
-    try:
-        dtype = np.dtype(name)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        dtype = None
+    dtype = None
+    if isinstance(name, (str, type, np.dtype)):  # a name, a scalar type or a dtype
+        with contextlib.suppress(TypeError, ValueError):
+            dtype = np.dtype(name)
     if dtype is None or dtype.name not in ALLOWED_DTYPES or dtype.byteorder == ">":
         raise ValueError(f"dtype {name!r} is not one of {sorted(ALLOWED_DTYPES)}")
     return dtype
@@ -169,7 +172,7 @@ def _header(raw: memoryview, limits: Limits) -> dict[str, Any]:
     return header
 
 
-def _field(header: dict[str, Any], key: str, typ: type) -> Any:
+def _field(header: dict[str, Any], key: str, typ: type[T]) -> T:
     val = header.get(key)
     if not isinstance(val, typ) or (typ is int and isinstance(val, bool)):
         raise ProtocolError(f"header field {key!r} is missing or not {typ.__name__}")

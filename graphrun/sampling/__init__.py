@@ -13,7 +13,7 @@ layers above it (multi-hop sampling, PyG batches, negatives) use torch and PyG.
 """
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from graphrun.sampling.csc import CSCGraph, SampledEdges
 from graphrun.sampling.kernels import Picks, make_rng, sample_segments
@@ -50,7 +50,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'graphrun.sampling' has no attribute {name!r}")

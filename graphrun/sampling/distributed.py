@@ -45,7 +45,7 @@ from graphrun.sampling.kernels import make_rng
 from graphrun.sampling.server import OP, OP_FIND_EDGES, OP_IN_DEGREES, OP_OUT_DEGREES
 from graphrun.store import routing
 from graphrun.store.client import KVClient
-from graphrun.store.session import Session
+from graphrun.store.session import Pending, Session
 
 
 def encode_request(
@@ -133,7 +133,7 @@ class DistOneHopSampler:
             self._weight_name()
         part_seeds = make_rng(seed).integers(0, 2**62, self.book.num_parts).tolist()
 
-        def send(g: routing.Group) -> Any:
+        def send(g: routing.Group) -> Pending:
             body, tensors = encode_request(g.ids, fan, replace, weighted, part_seeds[g.part])
             if weighted:
                 body["weight"] = self._weight_name()

@@ -18,7 +18,7 @@ is asked to predict.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -27,13 +27,15 @@ from torch import Tensor
 from graphrun.errors import ArgumentError
 from graphrun.sampling.mfg import SampledSubgraph
 
+U = TypeVar("U", np.ndarray, np.uint64)  # hashed elementwise, or one seed
+
 TRAIN, VAL, TEST = 0, 1, 2
 SPLITS = {"train": TRAIN, "val": VAL, "test": TEST}
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-def _mix(x: Any) -> Any:
+def _mix(x: U) -> U:
     """splitmix64's finaliser: a bijection of uint64 with good avalanche."""
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)

@@ -35,7 +35,7 @@ class BookTypeMap:
 
     @property
     def edge_types(self) -> tuple[tuple[str, str, str], ...]:
-        return tuple(tuple(e) for e in self.book.edge_types)  # type: ignore[misc]
+        return self.book.edge_types  # tuples: the book made them so
 
     def nodes_per_type(self, ids: Tensor) -> tuple[Tensor, Tensor]:
         t, p = self.book.to_per_type(ids.numpy())

@@ -13,12 +13,16 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 from graphrun.store.client import ClientConfig, KVClient, Pending
 from graphrun.store.registry import Registry, Request, Response
 from graphrun.store.server import ServerConfig, run_server
 from graphrun.store.state import GRAPH_JOB, ServerState, TensorInfo
+
+if TYPE_CHECKING:
+    from graphrun.store.dist_tensor import DistTensor
+    from graphrun.store.embedding import DistEmbedding, SparseAdagrad, SparseAdam
 
 _LAZY = {
     "DistTensor": "graphrun.store.dist_tensor",
@@ -28,7 +32,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'graphrun.store' has no attribute {name!r}")

@@ -36,7 +36,7 @@ import atexit
 import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -82,6 +82,9 @@ def _push_pieces(rows: np.ndarray, values: np.ndarray) -> list[tuple[np.ndarray,
 
 
 #: what ``reduce`` computes on the servers, and how the partitions' answers combine
+#: The reductions a tensor's servers compute and the client combines.
+Reduction = Literal["max", "min", "sum", "count_nonzero"]
+
 REDUCTIONS: dict[str, Callable[[list[Any]], Any]] = {
     "max": max,
     "min": min,
@@ -288,7 +291,11 @@ class KVClient:
         if errors:
             raise errors[0]
 
-    def reduce(self, name: str, how: str) -> Any:
+    @overload
+    def reduce(self, name: str, how: Literal["nonzero"]) -> np.ndarray: ...
+    @overload
+    def reduce(self, name: str, how: Reduction) -> float | None: ...
+    def reduce(self, name: str, how: Literal["nonzero"] | Reduction) -> np.ndarray | float | None:
         """A reduction of a whole tensor computed by its servers: ``max``, ``min``,
         ``sum`` or ``count_nonzero`` (a number, None for an empty tensor), or
         ``nonzero``: the ascending global ids of the rows with a non-zero element."""

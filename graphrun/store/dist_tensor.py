@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import torch
 
 from graphrun.errors import ArgumentError
 from graphrun.names import PolicyName
-from graphrun.store.client import KVClient
+from graphrun.store.client import KVClient, Reduction
 from graphrun.store.policy import lookup_policy
 from graphrun.store.state import TensorInfo
 
@@ -115,7 +115,11 @@ class DistTensor:
     def ndim(self) -> int:
         return len(self.info.shape)
 
-    def size(self, dim: int | None = None) -> Any:
+    @overload
+    def size(self, dim: None = None) -> torch.Size: ...
+    @overload
+    def size(self, dim: int) -> int: ...
+    def size(self, dim: int | None = None) -> torch.Size | int:
         return self.shape if dim is None else self.shape[dim]
 
     @property
@@ -128,7 +132,11 @@ class DistTensor:
     def pull_numpy(self, ids: Any) -> np.ndarray:
         return self.client.pull(self.name, to_numpy_ids(ids))
 
-    def reduce(self, how: str) -> Any:
+    @overload
+    def reduce(self, how: Literal["nonzero"]) -> np.ndarray: ...
+    @overload
+    def reduce(self, how: Reduction) -> float | None: ...
+    def reduce(self, how: Literal["nonzero"] | Reduction) -> np.ndarray | float | None:
         """A reduction computed by the servers (see :meth:`KVClient.reduce`)."""
         return self.client.reduce(self.name, how)
 

@@ -51,7 +51,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from types import EllipsisType
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import numpy as np
 
@@ -81,7 +82,11 @@ class Request:
         every field checked at once; ArgumentError naming the operation and the field."""
         return convert(type_, self.body, self.op, ArgumentError)
 
-    def param(self, key: str, typ: type | tuple[type, ...], default: Any = ...) -> Any:
+    @overload
+    def param(self, key: str, typ: type[T], default: T | EllipsisType = ...) -> T: ...
+    @overload
+    def param(self, key: str, typ: tuple[type, ...], default: object = ...) -> object: ...
+    def param(self, key: str, typ: type | tuple[type, ...], default: object = ...) -> object:
         """Body field ``key`` checked against ``typ`` (ArgumentError naming it if wrong)."""
         if key not in self.body:
             if default is ...:

@@ -116,12 +116,11 @@ def take_into(out: np.ndarray, at: np.ndarray | slice, src: np.ndarray, rows: np
 
 def put_into(out: np.ndarray, at: np.ndarray | slice, rows: np.ndarray) -> None:
     """``out[at] = rows``, run by run as slice copies where ``at`` is a few runs."""
-    runs = None if isinstance(at, slice) else _runs(at)
-    if runs is None:
+    if isinstance(at, slice) or (runs := _runs(at)) is None:
         out[at] = rows
         return
     for a, b in runs:
-        start = int(at[a])  # type: ignore[index]
+        start = int(at[a])
         out[start : start + b - a] = rows[a:b]
 
 

@@ -81,6 +81,9 @@ def two_machines(
 
 def job_yaml(tmp_dir: Path, name: str = "t", **training: object) -> Path:
     """A 2-machine GraphJob file over a (possibly absent) dataset ``data/`` in ``tmp_dir``."""
+    train: dict[str, object] = {"task": "node-classification", "epochs": 1, **training}
+    if "entryPoint" in training or "script" in training:
+        del train["task"]
     spec = {
         "apiVersion": "graphrun.io/v1alpha1",
         "kind": "GraphJob",
@@ -89,12 +92,10 @@ def job_yaml(tmp_dir: Path, name: str = "t", **training: object) -> Path:
             "graph": {"dataset": "data"},
             "partition": {"parts": 2, "output": "parts"},
             "runtime": {"machines": 2},
-            "training": {"task": "node-classification", "epochs": 1, **training},
+            "training": train,
             "runPolicy": {"backoffLimit": 0},
         },
     }
-    if "entryPoint" in training or "script" in training:
-        del spec["spec"]["training"]["task"]  # type: ignore[index]
     path = Path(tmp_dir) / "job.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
@@ -148,6 +149,12 @@ def small_job(
     graph = academic(params) if hetero else community(params)
     save_dataset(graph, Path(tmp_dir) / "data")
     partition_graph(graph, Path(tmp_dir) / "parts", machines, "random" if hetero else "metis")
+    train: dict[str, object] = {
+        "task": "node-classification", "epochs": 1, "batchSize": 100,
+        "fanouts": [5, 5], "hidden": 32, "lr": 0.01, **training,
+    }  # fmt: skip
+    if "entryPoint" in training or "script" in training:
+        del train["task"]
     spec = {
         "apiVersion": "graphrun.io/v1alpha1",
         "kind": "GraphJob",
@@ -156,16 +163,11 @@ def small_job(
             "graph": {"dataset": "data"},
             "partition": {"parts": machines, "output": "parts"},
             "runtime": {"machines": machines, **(runtime or {})},
-            "training": {
-                "task": "node-classification", "epochs": 1, "batchSize": 100,
-                "fanouts": [5, 5], "hidden": 32, "lr": 0.01, **training,
-            },
+            "training": train,
             "runPolicy": run_policy or {},
             "placement": placement or {},
         },
     }  # fmt: skip
-    if "entryPoint" in training or "script" in training:
-        del spec["spec"]["training"]["task"]  # type: ignore[index]
     path = Path(tmp_dir) / "job.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path

@@ -120,7 +120,7 @@ class CheckpointFile(msgspec.Struct):
             raise ValueError("epoch is -1 without a position")
 
 
-def _tensor(type_: type, value: Any) -> Any:
+def _tensor(type_: type, value: object) -> torch.Tensor:
     if type_ is torch.Tensor and isinstance(value, torch.Tensor):
         return value
     raise TypeError(f"expected a tensor, got {type(value).__name__}")
@@ -153,7 +153,7 @@ def load_checkpoint(ckpt_dir: str | Path) -> Checkpoint | None:
 
 
 class _Stateful(Protocol):
-    def load_state_dict(self, state: Any) -> Any: ...
+    def load_state_dict(self, state: Any) -> object: ...
 
 
 def load_states(ckpt: Checkpoint, where: str, **into: _Stateful) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 import torch
@@ -31,6 +31,12 @@ from graphrun.errors import ArgumentError
 from graphrun.graph import Graph
 from graphrun.placement.profile import BatchCost
 from graphrun.sampling.edgesplit import EdgeSplit, split_edges
+
+if TYPE_CHECKING:
+    from torch_geometric.data import Data, HeteroData
+
+    from graphrun.sampling.mfg import SampledSubgraph
+    from graphrun.sampling.sampler import NeighborSampler
 
 SPLITS = ("train", "val", "test")
 
@@ -242,14 +248,14 @@ class LocalData:
         ids = torch.from_numpy(np.flatnonzero(np.asarray(mask)).astype(np.int64))
         return split_for_rank(ids, self.rank, self.world_size)
 
-    def _sampler(self, fanouts: Any, gen_seed: int) -> Any:
+    def _sampler(self, fanouts: Any, gen_seed: int) -> NeighborSampler:
         from graphrun.sampling.sampler import NeighborSampler
 
         return NeighborSampler(
             self._csc, self._types, self.graph.num_nodes, fanouts, generator=gen_seed
         )
 
-    def _collate(self, sub: Any, x: str, y: str) -> Any:
+    def _collate(self, sub: SampledSubgraph, x: str, y: str) -> Data | HeteroData:
         from graphrun.sampling.sampler import collate
 
         output: Literal["hetero", "data"] = "hetero" if self.graph.is_hetero else "data"

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from graphrun.errors import ArgumentError, UserError
@@ -118,7 +118,7 @@ class IdleMeter:
     needs (the GPU has nothing queued then); ``share`` is that over the epoch's wall time.
     With ``clock`` injectable it is a pure accounting object."""
 
-    clock: object = time.perf_counter
+    clock: Callable[[], float] = time.perf_counter
     waited_s: float = 0.0
     started: float | None = None
     steps: int = 0
@@ -128,7 +128,7 @@ class IdleMeter:
         self.started = self._now()
 
     def _now(self) -> float:
-        return float(self.clock())  # type: ignore[operator]
+        return float(self.clock())
 
     @contextlib.contextmanager
     def wait(self) -> Iterator[None]:

@@ -543,7 +543,7 @@ def share_optimizer_layout(opt: torch.optim.Optimizer, ddp: DDPConfig) -> None:
         opt.state[p] = {k: _zeros_like_entry(e, p.device) for k, e in entry.items()}
 
 
-def _zeros_like_entry(e: dict[str, Any], device: torch.device) -> Any:
+def _zeros_like_entry(e: dict[str, Any], device: torch.device) -> object:
     """A state value of :func:`share_optimizer_layout`'s layout: zeros, or the value."""
     if "shape" not in e:
         return e["value"]

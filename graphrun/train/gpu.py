@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
 
 import torch
 
@@ -61,7 +60,7 @@ class DevicePath:
         self.counts: torch.Tensor | None = None
         self.budget = 0
         self.row_bytes = 0
-        self._open: Prefetcher | None = None
+        self._open: Prefetcher[Batch] | None = None
         if not self.active:
             self.feed = None
             return
@@ -120,7 +119,7 @@ class DevicePath:
             self._open.close()
             self._open = None
 
-    def guard(self) -> Any:
+    def guard(self) -> contextlib.AbstractContextManager[None]:
         """A CUDA out-of-memory in a step becomes one line naming the role and batch."""
         if self.device.type != "cuda":
             return contextlib.nullcontext()

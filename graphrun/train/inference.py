@@ -20,7 +20,8 @@ edge_index, n_dst)`` method (GraphSAGE and GAT) support it on homogeneous graphs
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Protocol, cast
 
 import torch
 from torch import Tensor
@@ -32,13 +33,23 @@ from graphrun.train.data import GraphData, NodeTable
 MIN_BATCH = 4096
 
 
+class Layered(Protocol):
+    """A model run one layer at a time: GraphSAGE's and GAT's ``layer`` and ``convs``."""
+
+    convs: torch.nn.ModuleList
+
+    def layer(self, i: int, x: Tensor, edge_index: Tensor, n_dst: int) -> Tensor: ...
+
+    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]: ...
+
+
 def supports(model: torch.nn.Module, data: GraphData) -> bool:
     """Whether layer-wise inference can run this model on this graph."""
     return hasattr(model, "layer") and hasattr(model, "convs") and len(data.edge_types) == 1
 
 
 def _batch(
-    model: torch.nn.Module,
+    model: Layered,
     i: int,
     h: NodeTable,
     dst: Tensor,
@@ -60,9 +71,8 @@ def _batch(
     edge_index = torch.stack([local[inverse[dst.numel() :]], index])
     if device is not None and device.type != "cpu":
         x, edge_index = x.to(device, non_blocking=True), edge_index.to(device, non_blocking=True)
-        return model.layer(i, x, edge_index, dst.numel()).cpu()  # type: ignore[operator]
-    out: Tensor = model.layer(i, x, edge_index, dst.numel())  # type: ignore[operator]
-    return out
+        return model.layer(i, x, edge_index, dst.numel()).cpu()
+    return model.layer(i, x, edge_index, dst.numel())
 
 
 def chunk_targets(
@@ -79,13 +89,12 @@ def chunk_targets(
     return max(floor, int(free_bytes * fraction) // per_target)
 
 
-def _width(model: torch.nn.Module, i: int, in_width: int) -> int:
+def _width(model: Layered, i: int, in_width: int) -> int:
     """Output columns of layer ``i`` (run on one node without edges)."""
     device = next(model.parameters()).device
     empty = torch.empty((2, 0), dtype=torch.long, device=device)
     x = torch.zeros(1, in_width, device=device)
-    out: Tensor = model.layer(i, x, empty, 1)  # type: ignore[operator]
-    return int(out.size(1))
+    return int(model.layer(i, x, empty, 1).size(1))
 
 
 @torch.no_grad()
@@ -104,15 +113,15 @@ def layerwise(
     GPU ``device`` each batch of targets is as large as half its free memory holds
     (:func:`chunk_targets`); the tables stay on the host."""
     model.eval()
-    convs: torch.nn.ModuleList = model.convs  # type: ignore[assignment]
-    layers = len(convs)
+    layered = cast(Layered, model)  # supports() held
+    layers = len(layered.convs)
     h: NodeTable = data.node_table(ntype, x)
     width = data.feature_dim(ntype, x) or 1
     nodes = data.cover(None, ntype) if layers > 1 else targets
     for i in range(layers):
         last = i == layers - 1
         ids = targets if last else nodes
-        in_width, width = width, _width(model, i, width)
+        in_width, width = width, _width(layered, i, width)
         out: NodeTable
         if last:
             out = torch.empty(ids.numel(), width)
@@ -126,7 +135,7 @@ def layerwise(
         step = chunk_targets(batch_size, free, max(in_width, width), degree)
         for lo in range(0, ids.numel(), step):
             dst = ids[lo : lo + step]
-            y = _batch(model, i, h, dst, data, device)
+            y = _batch(layered, i, h, dst, data, device)
             if last:
                 out[torch.arange(lo, lo + dst.numel())] = y
             else:

@@ -31,6 +31,13 @@ from graphrun.train.tasks import Task, make_task
 from graphrun.wire import to_builtins
 
 
+def _local(opt: object) -> torch.optim.Optimizer:
+    """The trainer's own optimiser: an elastic job syncs by allreduce (its spec refuses
+    ``training.sync: ps``), so there is no parameter server's."""
+    assert isinstance(opt, torch.optim.Optimizer), "elastic job with a ps optimiser"
+    return opt
+
+
 def reform(
     task: Task, ctx: TrainContext, cause: Exception
 ) -> tuple[TrainContext, AllreduceTimer | None, list[int]]:
@@ -52,7 +59,7 @@ def reform(
     if ctx.is_main:
         ctx.metrics.enable()
     task.model = wrap(unwrap(task.model), ddp)  # DDP on the new group: rank 0's parameters
-    broadcast_optimizer(task.opt, ddp)  # type: ignore[arg-type]
+    broadcast_optimizer(_local(task.opt), ddp)
     data.regroup(ddp.rank, ddp.world_size, reg.home_parts(data.book.num_parts))
     return ctx, AllreduceTimer.attach(task.model), lost
 
@@ -135,8 +142,8 @@ def catch_up(task: Task, ctx: TrainContext, wrapped: bool) -> TrainContext:
     task.ctx = ctx
     if not wrapped:
         task.model = wrap(unwrap(task.model), ctx.ddp)
-    share_optimizer_layout(task.opt, ctx.ddp)  # type: ignore[arg-type]
-    broadcast_optimizer(task.opt, ctx.ddp)  # type: ignore[arg-type]
+    share_optimizer_layout(_local(task.opt), ctx.ddp)
+    broadcast_optimizer(_local(task.opt), ctx.ddp)
     data.regroup(ctx.rank, ctx.world_size, reg.home_parts(data.book.num_parts))
     return ctx
 

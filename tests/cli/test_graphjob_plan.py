@@ -266,3 +266,16 @@ def test_a_parameter_server_job_is_planned_with_its_ps_roles(tmp_path: Path):
     placement = resolve_placement(job, tmp_path)  # applies as is
     rename = dict(zip(NAMES, job.spec.machine_names, strict=True))
     assert placement[RoleName.ps(1)] == rename[plan.assignments["ps:1"]]
+
+
+def test_inline_of_a_file_that_is_not_a_job_is_one_spec_error(tmp_path) -> None:
+    """A job file that changed into a YAML list after it was planned failed as a
+    TypeError (``data["spec"]`` of a list), not as the job file's error."""
+    from graphrun.cli.plan import write_inline
+    from graphrun.errors import SpecError
+
+    job = tmp_path / "job.yaml"
+    job.write_text("- not\n- a job\n")
+    with pytest.raises(SpecError, match=r"job\.yaml: expected a mapping"):
+        write_inline(job, None, tmp_path / "out.yaml")
+    assert not (tmp_path / "out.yaml").exists()

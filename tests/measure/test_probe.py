@@ -193,3 +193,15 @@ def test_bad_command_lines_get_one_line_before_any_work(argv, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "graphrun: error: argument" in err
+
+
+def test_a_probe_answer_that_is_not_an_object_is_one_host_error(tmp_path) -> None:
+    """`cpu["cores"]` of an answer that was a list failed as a TypeError traceback."""
+    from graphrun.errors import HostError
+    from graphrun.measure.probe import _measure
+
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho '[1, 2]'\n")
+    python.chmod(0o755)
+    with pytest.raises(HostError, match=r"probe cpu: answered \[1, 2\], not a JSON object"):
+        _measure([], "cpu", python=str(python))

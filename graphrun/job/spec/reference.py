@@ -63,7 +63,7 @@ class _Walker:
         self.defs: dict[str, Any] = schema.get("$defs", {})
         self.minimal = GraphJob.model_validate(MINIMAL).model_dump(by_alias=True, mode="json")
 
-    def made(self, path: str) -> Any:
+    def made(self, path: str) -> object:
         """The value of ``path`` in the minimal job (None where there is none)."""
         node: Any = self.minimal
         for key in path.split("."):

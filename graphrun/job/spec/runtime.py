@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -142,7 +142,7 @@ class RuntimeSpec(SpecModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _trainer_per_gpu(cls, data: Any) -> Any:
+    def _trainer_per_gpu(cls, data: object) -> object:
         """``gpusPerMachine`` (or ``gpus``) without ``trainersPerMachine``: one trainer per
         GPU; ``gpus`` with ``gpusPerMachine`` sets ``machines``."""
         return gpu_defaults(data)
