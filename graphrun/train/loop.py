@@ -39,9 +39,9 @@ import torch
 
 from graphrun.errors import ArgumentError, Suspended, UserError
 from graphrun.placement.profile import BatchRecord
-from graphrun.store.disk import epoch_fields
 from graphrun.record import UNSET, FirstStep, Model, Resumed, emit
 from graphrun.record import Suspended as SuspendedAt
+from graphrun.store.disk import epoch_fields
 from graphrun.train.checkpoint import Checkpoint, load_checkpoint, load_states, save_checkpoint
 from graphrun.train.config import TrainConfig
 from graphrun.train.context import TrainContext
