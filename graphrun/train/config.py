@@ -1,20 +1,32 @@
 """What a trainer is told: one frozen :class:`TrainConfig`, built at the edge (the job's
-trainer entry point) from the job spec, the hosts file and the command line."""
+trainer entry point) from the job spec, the hosts file and the command line.
+
+The hyper-parameters' defaults are defined here, once: the job spec's ``training``
+section (:class:`graphrun.job.spec.TrainingSpec`, which adds their bounds and
+descriptions) takes each field's default from :data:`DEFAULTS`, and the trainer's entry
+point copies every field the two share from the spec
+(:func:`graphrun.machine.trainer.train_config`). No torch here: the spec (and the
+operator) import this module.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from graphrun.errors import ArgumentError
 from graphrun.names import etype_key
-from graphrun.sampling.edgesplit import EdgeSplit
-from graphrun.train.models import AggrPath
+from graphrun.train.names import TASKS, AggrPath, Task
 
-EVALUATIONS = ("auto", "layerwise", "sampled")
-TASKS = ("node-classification", "hetero-node-classification", "link-prediction")
+if TYPE_CHECKING:
+    from graphrun.sampling.edgesplit import EdgeSplit
+
+Evaluation = Literal["auto", "layerwise", "sampled"]  # graphrun.train.inference
+EVALUATIONS: tuple[Evaluation, ...] = get_args(Evaluation)
+# auto: bf16 where the CPU multiplies it natively (graphrun.train.models.resolve_precision)
+TrainPrecision = Literal["auto", "fp32", "bf16"]
 
 
 @dataclass(frozen=True)
@@ -31,7 +43,7 @@ class ElasticConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    task: str | None = "node-classification"
+    task: Task | None = "node-classification"
     entry_point: str | None = None  # "module:function", called with a TrainContext
     args: tuple[str, ...] = ()
     model: str | None = None
@@ -51,11 +63,11 @@ class TrainConfig:
     feature: str = "feat"
     label: str = "label"
     eval_every: int = 1
-    evaluation: str = "auto"  # auto | layerwise | sampled (graphrun.train.inference)
+    evaluation: Evaluation = "auto"
     eval_subset: int | None = None  # seeds per trainer in evaluations before the last
     seed: int = 0
     aggr_path: AggrPath = "csr"
-    precision: str = "auto"  # auto | fp32 | bf16 (graphrun.train.models.resolve_precision)
+    precision: TrainPrecision = "auto"
     gpu_cache_mb: int | None = None  # GPU feature cache (None: a share of free memory)
     feed: str = "auto"  # "cpu": CPU trainers take the device path too (its CPU transfer)
     checkpoint_dir: Path | None = None
@@ -91,6 +103,8 @@ class TrainConfig:
 
     @property
     def edge_split(self) -> EdgeSplit:
+        from graphrun.sampling.edgesplit import EdgeSplit  # torch: not for the spec
+
         return EdgeSplit(self.val_edges, self.test_edges, self.seed)
 
     def fanout_spec(self, edge_types: Sequence[tuple[str, str, str]]) -> list[Any]:
@@ -106,3 +120,7 @@ class TrainConfig:
             {k: self.fanouts_per_etype.get(k, list(self.fanouts))[i] for k in keys}
             for i in range(len(self.fanouts))
         ]
+
+
+#: The trainer's defaults, which the job spec's training section takes for its own.
+DEFAULTS = TrainConfig()
