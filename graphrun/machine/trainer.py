@@ -83,7 +83,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 # what the trainer's config takes from the spec's training section as it is: every
 # field of both, but these (the spec's form of them is not the trainer's)
-_OWN = frozenset({"entry_point", "args", "fanouts", "fanouts_per_etype", "checkpoint_dir"})
+_OWN = frozenset({"entry_point", "args", "fanouts", "checkpoint_dir"})
 SPEC_FIELDS = tuple(
     f.name
     for f in dataclasses.fields(TrainConfig)
@@ -99,8 +99,7 @@ def train_config(job: GraphJob, args: argparse.Namespace, run_dir: Path, ckpt: P
         **{name: getattr(t, name) for name in SPEC_FIELDS},
         entry_point=t.entry_point or ("__script__" if t.script else None),
         args=tuple(t.args),
-        fanouts=tuple(t.fanouts),
-        fanouts_per_etype=dict(t.fanouts_per_etype) if t.fanouts_per_etype else None,
+        fanouts=t.normalized_fanouts,
         aggr_path=args.aggr,
         gpu_cache_mb=job.spec.runtime.gpu_feature_cache_mb,
         feed=args.device_feed,

@@ -11,7 +11,7 @@ operator) import this module.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -42,6 +42,49 @@ class ElasticConfig:
 
 
 @dataclass(frozen=True)
+class Fanouts:
+    """``training.fanouts`` and ``training.fanoutsPerEtype`` as one value, made and
+    checked once when the spec is read (:meth:`of`): per layer its fanout (-1: every
+    neighbour; the spec bounds each), and per edge type ``"src:rel:dst"`` its own fanout
+    on every layer. What the samplers take is :meth:`for_graph`."""
+
+    layers: tuple[int, ...]
+    per_etype: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.layers:
+            raise ArgumentError("fanouts: empty (one fanout per layer)")
+        for etype, fan in self.per_etype:
+            if len(fan) != len(self.layers):
+                raise ArgumentError(
+                    f"fanoutsPerEtype.{etype}: has {len(fan)} layers, fanouts has "
+                    f"{len(self.layers)}"
+                )
+
+    @classmethod
+    def of(
+        cls, layers: Sequence[int], per_etype: Mapping[str, Sequence[int]] | None = None
+    ) -> Fanouts:
+        return cls(tuple(layers), tuple((k, tuple(v)) for k, v in (per_etype or {}).items()))
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def for_graph(self, edge_types: Sequence[tuple[str, str, str]]) -> list[Any]:
+        """As the samplers take them: one int per layer, or per layer a dict
+        ``"src:rel:dst" -> fanout`` (an edge type's own fanouts overriding the layer's);
+        an edge type the graph lacks is one line naming it."""
+        if not self.per_etype:
+            return list(self.layers)
+        keys = [etype_key(et) for et in edge_types]
+        own = dict(self.per_etype)
+        for k in own:
+            if k not in keys:
+                raise ArgumentError(f"fanoutsPerEtype: the graph has no edge type {k!r}")
+        return [{k: own.get(k, self.layers)[i] for k in keys} for i in range(len(self.layers))]
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     task: Task | None = "node-classification"
     entry_point: str | None = None  # "module:function", called with a TrainContext
@@ -49,8 +92,7 @@ class TrainConfig:
     model: str | None = None
     epochs: int = 10
     batch_size: int = 1000
-    fanouts: tuple[int, ...] = (25, 10)
-    fanouts_per_etype: dict[str, list[int]] | None = None
+    fanouts: Fanouts = Fanouts((25, 10))
     hidden: int = 128
     lr: float = 0.003
     dropout: float = 0.5
@@ -88,8 +130,8 @@ class TrainConfig:
             raise ArgumentError("TrainConfig: give exactly one of task, entry_point")
         if self.task is not None and self.task not in TASKS:
             raise ArgumentError(f"task: {self.task!r} is not one of {', '.join(TASKS)}")
-        if self.epochs < 1 or self.batch_size < 1 or not self.fanouts:
-            raise ArgumentError("TrainConfig: epochs, batch_size and fanouts must be positive")
+        if self.epochs < 1 or self.batch_size < 1:
+            raise ArgumentError("TrainConfig: epochs and batch_size must be positive")
         if self.evaluation not in EVALUATIONS:
             raise ArgumentError(
                 f"evaluation: {self.evaluation!r} is not one of {', '.join(EVALUATIONS)}"
@@ -106,20 +148,6 @@ class TrainConfig:
         from graphrun.sampling.edgesplit import EdgeSplit  # torch: not for the spec
 
         return EdgeSplit(self.val_edges, self.test_edges, self.seed)
-
-    def fanout_spec(self, edge_types: Sequence[tuple[str, str, str]]) -> list[Any]:
-        """Fanouts as the samplers take them: one int per layer, or per layer a dict
-        ``"src:rel:dst" -> fanout`` (``fanouts_per_etype`` overriding ``fanouts``)."""
-        if not self.fanouts_per_etype:
-            return list(self.fanouts)
-        keys = [etype_key(et) for et in edge_types]
-        for k in self.fanouts_per_etype:
-            if k not in keys:
-                raise ArgumentError(f"fanouts_per_etype: the graph has no edge type {k!r}")
-        return [
-            {k: self.fanouts_per_etype.get(k, list(self.fanouts))[i] for k in keys}
-            for i in range(len(self.fanouts))
-        ]
 
 
 #: The trainer's defaults, which the job spec's training section takes for its own.

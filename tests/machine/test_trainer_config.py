@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from graphrun.job.spec import TrainingSpec, load_job
+import pytest
+
+from graphrun.errors import ArgumentError, SpecError
+from graphrun.job.spec import TrainingSpec, load_job, parse_job
 from graphrun.machine.trainer import SPEC_FIELDS, parse_args, train_config
 from graphrun.testing.jobs import small_job
-from graphrun.train.config import DEFAULTS, TrainConfig
+from graphrun.train.config import DEFAULTS, Fanouts, TrainConfig
 from graphrun.train.names import MODELS, TASKS
 
 
@@ -21,7 +24,7 @@ def test_the_spec_and_the_trainer_have_one_default_for_every_shared_field():
             continue  # the spec's own: a task or an entry point; a path of the run
         mine = getattr(DEFAULTS, name)
         theirs = getattr(spec, name)
-        assert (tuple(theirs) if name == "fanouts" else theirs) == mine, name
+        assert (Fanouts.of(theirs) if name == "fanouts" else theirs) == mine, name
 
 
 def test_the_task_list_is_spelled_once():
@@ -46,5 +49,33 @@ def test_every_training_field_reaches_the_trainer(tmp_path):
     cfg = train_config(job, args, tmp_path / "run", tmp_path / "ckpt")
     for name in SPEC_FIELDS:
         assert getattr(cfg, name) == getattr(job.spec.training, name), name
-    assert cfg.batch_size == 77 and cfg.fanouts == (4, 3) and cfg.seed == 7
+    assert cfg.batch_size == 77 and cfg.fanouts == Fanouts((4, 3)) and cfg.seed == 7
     assert cfg.task == "node-classification" and cfg.entry_point is None
+
+
+def test_the_fanouts_are_one_value_made_and_checked_when_the_spec_is_read():
+    spec = TrainingSpec(
+        task="hetero-node-classification",
+        fanouts=[5, -1],
+        fanouts_per_etype={"author:writes:paper": [3, 2]},
+    )
+    fan = spec.normalized_fanouts
+    assert fan == Fanouts((5, -1), (("author:writes:paper", (3, 2)),)) and len(fan) == 2
+    types = [("author", "writes", "paper"), ("paper", "cites", "paper")]
+    assert fan.for_graph(types) == [
+        {"author:writes:paper": 3, "paper:cites:paper": 5},
+        {"author:writes:paper": 2, "paper:cites:paper": -1},
+    ]
+    assert Fanouts((4, 2)).for_graph(types) == [4, 2]
+    with pytest.raises(ArgumentError, match="fanoutsPerEtype: the graph has no edge type"):
+        fan.for_graph([("paper", "cites", "paper")])
+    with pytest.raises(ArgumentError, match="fanouts: empty"):
+        Fanouts(())
+    bad = {"task": "node-classification", "fanouts": [5, 5], "fanoutsPerEtype": {"a:b:c": [1]}}
+    doc = {
+        "apiVersion": "graphrun.io/v1alpha1", "kind": "GraphJob", "metadata": {"name": "x"},
+        "spec": {"graph": {"dataset": "d"}, "partition": {"parts": 1, "output": "p"},
+                 "runtime": {"machines": 1}, "training": bad},
+    }  # fmt: skip
+    with pytest.raises(SpecError, match=r"fanoutsPerEtype\.a:b:c: has 1 layers, fanouts has 2"):
+        parse_job(doc)

@@ -7,7 +7,7 @@ import json
 from dataclasses import replace
 
 from graphrun.graph.generate import GenParams, community
-from graphrun.train.config import ElasticConfig, TrainConfig
+from graphrun.train.config import ElasticConfig, Fanouts, TrainConfig
 from graphrun.train.context import TrainContext
 from graphrun.train.data import LocalData
 from graphrun.train.ddp import DDPConfig
@@ -19,7 +19,7 @@ from graphrun.train.metrics import MetricsLog
 
 def _ctx(tmp_path, world: int = 1, elastic: bool = False) -> TrainContext:
     graph = community(GenParams(nodes=600, avg_degree=6, feat_dim=8, classes=3, seed=0))
-    cfg = TrainConfig(epochs=2, batch_size=100, fanouts=(4, 4), hidden=16,
+    cfg = TrainConfig(epochs=2, batch_size=100, fanouts=Fanouts((4, 4)), hidden=16,
                       machines=tuple(f"m{i}" for i in range(world)))  # fmt: skip
     ddp = DDPConfig(0, world, "x:1")
     reg = Regroup(ddp, ElasticConfig(min_machines=1), cfg.machines) if elastic else None

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from graphrun.errors import ArgumentError
 from graphrun.job.spec.base import (
     ENTRY_POINT_PATTERN,
     MAX_ARGS,
@@ -24,7 +25,7 @@ from graphrun.job.spec.base import (
     SpecModel,
 )
 from graphrun.train.config import DEFAULTS as D
-from graphrun.train.config import Evaluation, TrainPrecision
+from graphrun.train.config import Evaluation, Fanouts, TrainPrecision
 from graphrun.train.names import Task, model_name
 
 Fanout = Annotated[
@@ -62,13 +63,13 @@ class TrainingSpec(SpecModel):
         description="seed nodes (or edges) per mini-batch, per trainer",
     )  # fmt: skip
     fanouts: list[Fanout] = Field(
-        default_factory=lambda: list(D.fanouts),
+        default_factory=lambda: list(D.fanouts.layers),
         min_length=1,
         max_length=MAX_LAYERS,
         description="neighbours sampled per layer, first layer first",
     )
     fanouts_per_etype: dict[str, list[Fanout]] | None = Field(
-        default=D.fanouts_per_etype, max_length=MAX_EDGE_TYPES,
+        default=None, max_length=MAX_EDGE_TYPES,
         description='per edge type ("src:rel:dst") fanouts on heterogeneous graphs',
     )  # fmt: skip
     hidden: int = Field(
@@ -166,13 +167,10 @@ class TrainingSpec(SpecModel):
         given = [n for n, v in self._kinds().items() if v is not None]
         if len(given) != 1:
             raise ValueError("give exactly one of task, entryPoint, script")
-        if self.fanouts_per_etype:
-            for etype, fan in self.fanouts_per_etype.items():
-                if len(fan) != len(self.fanouts):
-                    raise ValueError(
-                        f"fanoutsPerEtype.{etype}: has {len(fan)} layers, fanouts has "
-                        f"{len(self.fanouts)}"
-                    )
+        try:
+            self.normalized_fanouts  # noqa: B018  (its one check)
+        except ArgumentError as exc:
+            raise ValueError(str(exc)) from None
         if self.val_edges + self.test_edges >= 1:
             raise ValueError(
                 f"valEdges + testEdges: {self.val_edges} + {self.test_edges} leaves no "
@@ -183,6 +181,11 @@ class TrainingSpec(SpecModel):
         if self.staleness and self.sync != "ps":
             raise ValueError("staleness: only parameter servers (sync: ps) train asynchronously")
         return self
+
+    @property
+    def normalized_fanouts(self) -> Fanouts:
+        """``fanouts`` and ``fanoutsPerEtype`` as the one value the trainer takes."""
+        return Fanouts.of(self.fanouts, self.fanouts_per_etype)
 
     def _kinds(self) -> dict[str, str | None]:
         return {"task": self.task, "entryPoint": self.entry_point, "script": self.script}
