@@ -114,23 +114,24 @@ def check_header(
     data: Any,
     where: str,
     fmt: str | None,
-    version: int,
+    version: int | tuple[int, ...],
     error: type[GraphrunError] = SpecError,
 ) -> Header:
-    """The header of ``data`` (a decoded JSON object), which must be ``fmt`` (``None``:
-    a file with no ``format`` field, such as ``store.json``) at ``version``; otherwise
+    """The header of ``data`` (a decoded JSON object, or the dict of a ``torch.save``
+    file), which must be ``fmt`` (``None``: a file with no ``format`` field, such as
+    ``store.json``) at ``version`` (or one of several a reader still reads); otherwise
     ``error``, one line naming ``where`` and the field."""
     if not isinstance(data, dict):
         raise error(f"{where}: expected a JSON object")
     got = data.get("format")
     if fmt is not None and got != fmt:
         raise error(f"{where}: field 'format' is {got!r}, not {fmt!r}")
-    if data.get("version") != version or isinstance(data.get("version"), bool):
-        raise error(
-            f"{where}: field 'version' is {data.get('version')!r}; "
-            f"this graphrun reads version {version}"
-        )
-    return Header(format=fmt or "", version=version)
+    versions = version if isinstance(version, tuple) else (version,)
+    have = data.get("version")
+    if isinstance(have, bool) or have not in versions:
+        readable = " or ".join(str(v) for v in versions)
+        raise error(f"{where}: field 'version' is {have!r}; this graphrun reads version {readable}")
+    return Header(format=fmt or "", version=have)
 
 
 KEY_FORMAT = "graphrun-key"

@@ -476,14 +476,14 @@ def run_single(args: argparse.Namespace) -> dict[str, Any]:
     import io
 
     from graphrun.graph import load_dataset
-    from graphrun.train.config import TrainConfig
+    from graphrun.train.config import Fanouts, TrainConfig
     from graphrun.train.context import TrainContext
     from graphrun.train.data import LocalData
     from graphrun.train.ddp import DDPConfig
     from graphrun.train.loop import fit
     from graphrun.train.metrics import MetricsLog
 
-    fanouts = tuple(args.fanouts)
+    fanouts = Fanouts.of(args.fanouts)
     cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, fanouts=fanouts,
                       hidden=args.hidden)  # fmt: skip
     out = io.StringIO()

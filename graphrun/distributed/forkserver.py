@@ -10,6 +10,16 @@ the trainer does (its pipe from the trainer closes), or with SIGKILL. The proces
 forks start with SIGTERM's default action again (a worker ignores it by itself).
 
 Only the fork server imports this module.
+
+Why not the trainers' warm server (:mod:`graphrun.machine.warm`): a loader worker is
+the trainer's own child and talks to it in Python objects — its task and result
+queues, shared-memory tensors, the :class:`~multiprocessing.Process` whose sentinel the
+trainer waits on — which is what ``multiprocessing`` gives and a JSON request over a
+socket does not. This fork server belongs to one trainer, on every backend, and takes
+``multiprocessing``'s pickled requests from that trainer only (its socket lies in a
+directory only this user can enter); the warm server is one per host of the local
+backend, shared by the machine workers, and takes nothing but JSON from them. Two
+mechanisms, for these reasons (ARCHITECTURE.md, "Data plane").
 """
 
 from __future__ import annotations

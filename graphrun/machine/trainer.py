@@ -17,6 +17,7 @@ from the installed packages (as ``python script.py`` puts the script's directory
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import runpy
 import sys
@@ -34,10 +35,11 @@ from graphrun.errors import (
     UserError,
 )
 from graphrun.job.hosts import Hosts
-from graphrun.job.spec import GraphJob, load_job
+from graphrun.job.spec import GraphJob, TrainingSpec, load_job
 from graphrun.machine.roles import job_paths
 from graphrun.names import RoleName
 from graphrun.record import Joined, Traffic, emit
+from graphrun.train.config import ElasticConfig, TrainConfig
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -79,40 +81,26 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def train_config(job: GraphJob, args: argparse.Namespace, run_dir: Path, ckpt: Path) -> Any:
-    from graphrun.train.config import TrainConfig
+# what the trainer's config takes from the spec's training section as it is: every
+# field of both, but these (the spec's form of them is not the trainer's)
+_OWN = frozenset({"entry_point", "args", "fanouts", "checkpoint_dir"})
+SPEC_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(TrainConfig)
+    if f.name in TrainingSpec.model_fields and f.name not in _OWN
+)
 
+
+def train_config(job: GraphJob, args: argparse.Namespace, run_dir: Path, ckpt: Path) -> TrainConfig:
+    """The trainer's config: the spec's training section (:data:`SPEC_FIELDS` as they
+    are), then what this trainer's command line, the runtime and the run add."""
     t = job.spec.training
     return TrainConfig(
-        task=t.task if t.task is not None else None,
+        **{name: getattr(t, name) for name in SPEC_FIELDS},
         entry_point=t.entry_point or ("__script__" if t.script else None),
         args=tuple(t.args),
-        model=t.model,
-        epochs=t.epochs,
-        batch_size=t.batch_size,
-        fanouts=tuple(t.fanouts),
-        fanouts_per_etype=dict(t.fanouts_per_etype) if t.fanouts_per_etype else None,
-        hidden=t.hidden,
-        lr=t.lr,
-        dropout=t.dropout,
-        weight_decay=t.weight_decay,
-        negative_samples=t.negative_samples,
-        edges_per_epoch=t.edges_per_epoch,
-        val_edges=t.val_edges,
-        test_edges=t.test_edges,
-        eval_negatives=t.eval_negatives,
-        embedding_dim=t.embedding_dim,
-        sparse_lr=t.sparse_lr,
-        target_node_type=t.target_node_type,
-        num_bases=t.num_bases,
-        feature=t.feature,
-        label=t.label,
-        eval_every=t.eval_every,
-        evaluation=t.evaluation,
-        eval_subset=t.eval_subset,
-        seed=t.seed,
+        fanouts=t.normalized_fanouts,
         aggr_path=args.aggr,
-        precision=t.precision,
         gpu_cache_mb=job.spec.runtime.gpu_feature_cache_mb,
         feed=args.device_feed,
         checkpoint_dir=ckpt,
@@ -125,14 +113,12 @@ def train_config(job: GraphJob, args: argparse.Namespace, run_dir: Path, ckpt: P
     )
 
 
-def elastic_config(job: GraphJob) -> Any:
+def elastic_config(job: GraphJob) -> ElasticConfig | None:
     """``runtime.elastic`` as the trainer loop takes it (None: a lost machine fails the
     attempt)."""
     e = job.spec.runtime.elastic
     if e is None:
         return None
-    from graphrun.train.config import ElasticConfig
-
     return ElasticConfig(min_machines=e.min_machines, timeout_s=e.timeout_seconds)
 
 

@@ -39,6 +39,14 @@ answers ``{"pid": N}`` (or ``{"error": "..."}``), then
 (``wait4``: what it used in all, however short it ran).
 
     python -m graphrun.machine.warm --socket PATH     # what the local backend starts
+
+Why not ``multiprocessing``'s fork server, as the loader workers have
+(:mod:`graphrun.distributed.forkserver`): that one is private to the process that
+started it and forks that process's children; a trainer here is asked for by another
+process (a machine worker, one of several on the host), must get that worker's output
+pipe, its own session and environment, and hand its exit code back to it, and the
+request crosses a process boundary, where ``multiprocessing`` would unpickle it. So
+the warm server takes a JSON request and a file descriptor over a socket of its own.
 """
 
 from __future__ import annotations

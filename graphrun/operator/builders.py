@@ -15,8 +15,9 @@ import shlex
 from typing import Any, Literal
 
 from graphrun.errors import SpecError
-from graphrun.job.spec import API_VERSION, KIND, GraphJob, ReplicaSpec, resolve_placement
+from graphrun.job.spec import GraphJob, ReplicaSpec, resolve_placement
 from graphrun.machine.stopmark import JOIN_ENV, PODINFO_ANNOTATIONS
+from graphrun.operator import gang as G
 from graphrun.operator import layout as L
 from graphrun.operator import queueing as Q
 from graphrun.operator import resources as R
@@ -90,35 +91,13 @@ def _check_partition_ranks(job: GraphJob) -> None:
         )
 
 
-def owner_reference(owner: L.Owner) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "name": owner.name,
-        "uid": owner.uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def _metadata(
-    owner: L.Owner, name: str, replica: str | None = None, index: int | None = None
-) -> dict[str, Any]:
-    return {
-        "name": name,
-        "namespace": owner.namespace,
-        "labels": L.labels(owner.name, replica, index),
-        "ownerReferences": [owner_reference(owner)],
-    }
-
-
 def build_secret(owner: L.Owner, keys: CurveKeyPair) -> dict[str, Any]:
     """The job's key pair as ``job.key`` (the graphrun-key JSON file of graphrun.rpc.auth)."""
     encoded = base64.b64encode(key_file_text(keys.public, keys.secret).encode()).decode()
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _metadata(owner, L.secret_name(owner.name)),
+        "metadata": L.metadata(owner, L.secret_name(owner.name)),
         "type": "Opaque",
         "data": {L.KEY_FILE_NAME: encoded},
     }
@@ -128,7 +107,7 @@ def build_configmap(job: GraphJob, owner: L.Owner, config: L.OperatorConfig) -> 
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _metadata(owner, L.configmap_name(owner.name)),
+        "metadata": L.metadata(owner, L.configmap_name(owner.name)),
         "data": L.config_files(job, owner, config),
     }
 
@@ -144,7 +123,7 @@ def build_service(owner: L.Owner, rendezvous: bool = False) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(owner, L.service_name(owner.name)),
+        "metadata": L.metadata(owner, L.service_name(owner.name)),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
@@ -243,32 +222,8 @@ def _pod_template(
     spec.setdefault("enableServiceLinks", False)
     # The image runs as uid 10001 (Dockerfile): let it write to the shared volume.
     spec["securityContext"] = {"fsGroup": IMAGE_UID, **(spec.get("securityContext") or {})}
-    _gang(job, owner, config, meta, spec)
+    G.pod_scheduling(job, owner, config, meta, spec)
     return tpl
-
-
-def _gang(
-    job: GraphJob,
-    owner: L.Owner,
-    config: L.OperatorConfig,
-    meta: dict[str, Any],
-    spec: dict[str, Any],
-) -> None:
-    policy = job.spec.run_policy.scheduling_policy
-    if policy is None:
-        return
-    if policy.provider == "workload-api":  # the default scheduler, its PodGroup by name
-        replica = meta["labels"].get(L.LABEL_REPLICA)
-        if replica in ("worker", "launcher"):
-            spec["schedulingGroup"] = {"podGroupName": L.pod_group_name(owner.name, replica)}
-    elif policy.provider == "volcano":
-        spec["schedulerName"] = config.volcano_scheduler_name
-        meta.setdefault("annotations", {})["scheduling.k8s.io/group-name"] = owner.name
-    else:
-        spec["schedulerName"] = config.scheduler_plugins_name
-        meta["labels"]["scheduling.x-k8s.io/pod-group"] = owner.name
-    if policy.priority_class:
-        spec["priorityClassName"] = policy.priority_class
 
 
 def generate_argv(job: GraphJob) -> list[str] | None:
@@ -359,7 +314,7 @@ def build_partitioner(job: GraphJob, owner: L.Owner, config: L.OperatorConfig) -
     tpl = _pod_template(
         job, owner, config, "partitioner", None, ["sh", "-c"], [partitioner_script(job)], []
     )
-    meta = _metadata(owner, L.partitioner_name(owner.name), "partitioner")
+    meta = L.metadata(owner, L.partitioner_name(owner.name), "partitioner")
     Q.mark_job(job, meta)
     return {
         "apiVersion": "batch/v1",
@@ -441,7 +396,7 @@ def build_worker(
         "kind": "Pod",
         "metadata": {
             **tpl.get("metadata", {}),
-            **_metadata(owner, L.worker_name(owner.name, index), "worker", index),
+            **L.metadata(owner, L.worker_name(owner.name, index), "worker", index),
             "labels": tpl["metadata"]["labels"],
         },
         "spec": spec,
@@ -497,16 +452,11 @@ def build_launcher(job: GraphJob, owner: L.Owner, config: L.OperatorConfig) -> d
         "kind": "Pod",
         "metadata": {
             **tpl.get("metadata", {}),
-            **_metadata(owner, L.launcher_name(owner.name), "launcher"),
+            **L.metadata(owner, L.launcher_name(owner.name), "launcher"),
             "labels": tpl["metadata"]["labels"],
         },
         "spec": tpl["spec"],
     }
-
-
-def gang_members(job: GraphJob) -> int:
-    """The pods scheduled as one group: every worker pod and the launcher."""
-    return len(L.worker_indices(job)) + (1 if job.spec.replica_specs.launcher else 0)
 
 
 def build_network_policy(owner: L.Owner) -> dict[str, Any]:
@@ -519,84 +469,10 @@ def build_network_policy(owner: L.Owner) -> dict[str, Any]:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": _metadata(owner, L.network_policy_name(owner.name)),
+        "metadata": L.metadata(owner, L.network_policy_name(owner.name)),
         "spec": {
             "podSelector": own,
             "policyTypes": ["Ingress"],
             "ingress": [{"from": [{"podSelector": own}], "ports": [{"protocol": "TCP"}]}],
         },
-    }
-
-
-WORKLOAD_API = "scheduling.k8s.io/v1alpha2"
-
-
-def build_workload(job: GraphJob, owner: L.Owner) -> list[dict[str, Any]]:
-    """``runPolicy.schedulingPolicy.provider: workload-api`` (Kubernetes 1.35+, the
-    GenericWorkload feature gate): a Workload with one PodGroupTemplate per role group
-    — ``workers`` (``minCount``: ``minAvailable`` or every worker pod) and
-    ``launcher`` — and a gang PodGroup made from each, which the pods name in
-    ``spec.schedulingGroup``; otherwise nothing."""
-    policy = job.spec.run_policy.scheduling_policy
-    if policy is None or policy.provider != "workload-api":
-        return []
-    groups = {"worker": policy.min_available or len(L.worker_indices(job))}
-    if job.spec.replica_specs.launcher is not None:
-        groups["launcher"] = 1
-    templates = [
-        {"name": L.pod_group_template(r), "schedulingPolicy": {"gang": {"minCount": n}}}
-        for r, n in groups.items()
-    ]
-    workload = {
-        "apiVersion": WORKLOAD_API,
-        "kind": "Workload",
-        "metadata": _metadata(owner, owner.name),
-        "spec": {
-            "controllerRef": {"apiGroup": "graphrun.io", "kind": KIND, "name": owner.name},
-            "podGroupTemplates": templates,
-        },
-    }
-    pod_groups = [
-        {
-            "apiVersion": WORKLOAD_API,
-            "kind": "PodGroup",
-            "metadata": _metadata(owner, L.pod_group_name(owner.name, r)),
-            "spec": {
-                "podGroupTemplateRef": {
-                    "workload": {
-                        "workloadName": owner.name,
-                        "podGroupTemplateName": L.pod_group_template(r),
-                    }
-                },
-                "schedulingPolicy": {"gang": {"minCount": n}},
-            },
-        }
-        for r, n in groups.items()
-    ]
-    return [workload, *pod_groups]
-
-
-def build_podgroup(job: GraphJob, owner: L.Owner) -> dict[str, Any] | None:
-    """A gang-scheduling PodGroup for every worker (and the launcher), or None."""
-    policy = job.spec.run_policy.scheduling_policy
-    if policy is None or policy.provider == "workload-api":
-        return None
-    min_member = policy.min_available or gang_members(job)
-    if policy.provider == "volcano":
-        spec: dict[str, Any] = {"minMember": min_member}
-        if policy.queue:
-            spec["queue"] = policy.queue
-        if policy.priority_class:
-            spec["priorityClassName"] = policy.priority_class
-        api = "scheduling.volcano.sh/v1beta1"
-    else:
-        spec = {"minMember": min_member}
-        if policy.schedule_timeout_seconds:
-            spec["scheduleTimeoutSeconds"] = policy.schedule_timeout_seconds
-        api = "scheduling.x-k8s.io/v1alpha1"
-    return {
-        "apiVersion": api,
-        "kind": "PodGroup",
-        "metadata": _metadata(owner, owner.name),
-        "spec": spec,
     }

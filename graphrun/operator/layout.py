@@ -45,7 +45,14 @@ import yaml
 
 from graphrun.errors import SpecError
 from graphrun.job.hosts import Hosts, build_hosts
-from graphrun.job.spec import GraphJob, SharedVolume, job_roles, resolve_placement
+from graphrun.job.spec import (
+    API_VERSION,
+    KIND,
+    GraphJob,
+    SharedVolume,
+    job_roles,
+    resolve_placement,
+)
 from graphrun.names import MAIN_TRAINER, RoleName
 from graphrun.operator.queueing import queue_name
 from graphrun.wire import to_builtins
@@ -182,6 +189,30 @@ def labels(job: str, replica: str | None = None, index: int | None = None) -> di
     if index is not None:
         out[LABEL_INDEX] = str(index)
     return out
+
+
+def owner_reference(owner: Owner) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": owner.name,
+        "uid": owner.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def metadata(
+    owner: Owner, name: str, replica: str | None = None, index: int | None = None
+) -> dict[str, Any]:
+    """An owned object's metadata: its name, namespace, labels and the GraphJob as its
+    controller (so deleting the job deletes it)."""
+    return {
+        "name": name,
+        "namespace": owner.namespace,
+        "labels": labels(owner.name, replica, index),
+        "ownerReferences": [owner_reference(owner)],
+    }
 
 
 def worker_dns(owner: Owner, index: int, config: OperatorConfig) -> str:

@@ -30,6 +30,7 @@ import yaml
 
 from graphrun.job.spec import GraphJob
 from graphrun.operator import builders as B
+from graphrun.operator import gang as G
 from graphrun.operator import layout as L
 from graphrun.operator import rendezvous as RZ
 from graphrun.operator.keys import CurveKeyPair
@@ -50,8 +51,8 @@ def base_builders(
         "ConfigMap": lambda: B.build_configmap(job, owner, config),
         "Service": lambda: B.build_service(owner, L.rendezvous_apart(job)),
         "NetworkPolicy": lambda: B.build_network_policy(owner),
-        "PodGroup": lambda: B.build_podgroup(job, owner),
-        "Workload": lambda: B.build_workload(job, owner),
+        "PodGroup": lambda: G.build_podgroup(job, owner),
+        "Workload": lambda: G.build_workload(job, owner),
     }
 
 

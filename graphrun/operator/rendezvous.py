@@ -120,6 +120,6 @@ def build_rendezvous(job: GraphJob, owner: L.Owner, config: L.OperatorConfig) ->
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": B._metadata(owner, L.rendezvous_name(owner.name), REPLICA),
+        "metadata": L.metadata(owner, L.rendezvous_name(owner.name), REPLICA),
         "spec": spec,
     }

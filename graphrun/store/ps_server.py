@@ -16,6 +16,10 @@ ps_load    names, step; (param, exp_avg, exp_avg_sq) -> {}
 stop       -> {} and the server shuts down
 =========  ==============================================================================
 
+Each body is read as its declared type (:class:`InitBody`, :class:`PushBody`,
+:class:`PullBody`, :class:`LoadBody`, as the store's are in :mod:`.requests`): every
+field checked at once, a bad one refused with one line naming the operation and field.
+
 ``ps_pull`` is the one request answered late: a pull for a step whose parameters are
 not there yet (sync: not every trainer pushed; async: a trainer more than ``staleness``
 steps behind; or ``ps_init`` not received) is parked and answered when a push makes it
@@ -34,10 +38,11 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, TypeVar
 
+import msgspec
 import numpy as np
 
 from graphrun.errors import ArgumentError, StoreError
@@ -46,8 +51,10 @@ from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import DEFAULT_LIMITS, Limits, Message, MsgKind, error_message
 from graphrun.rpc.transport import RpcServer
 from graphrun.store.ps_state import AdamConfig, DenseAdam, ShardState
+from graphrun.wire import convert
 
 log = logging.getLogger("graphrun.ps")
+T = TypeVar("T")
 
 MAX_TRAINERS = 4096  # trainers of one job (a clock each)
 MAX_STEP = 1 << 62  # steps, clocks, staleness
@@ -77,13 +84,55 @@ class PSConfig:
     limits: Limits = DEFAULT_LIMITS  # what one request may be (graphrun.rpc.codec)
 
 
-def _int(body: Any, key: str, op: str, top: int = MAX_STEP) -> int:
-    val = body.get(key)
-    if not isinstance(val, int) or isinstance(val, bool):
-        raise ArgumentError(f"{op}: field {key!r} must be an integer")
-    if not 0 <= val <= top:
-        raise ArgumentError(f"{op}: field {key!r} is {val}, not in [0, {top}]")
-    return val
+Step = Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)]  # a step, clock, rank or staleness
+Size = Annotated[int, msgspec.Meta(ge=0)]
+OPTIMIZER = frozenset(f.name for f in fields(AdamConfig))
+
+
+class InitBody(msgspec.Struct, frozen=True, kw_only=True):
+    """``ps_init``: the shard's parameters (a name and a shape each, in the order of the
+    parameters frame), how many trainers push, and how."""
+
+    names: list[str]
+    shapes: list[Annotated[list[Size], msgspec.Meta(max_length=MAX_NDIM)]]
+    trainers: Annotated[int, msgspec.Meta(ge=0, le=MAX_TRAINERS)]
+    staleness: Step
+    mode: Literal["sync", "async"] = "sync"
+    optimizer: dict[str, float] = msgspec.field(default_factory=dict)  # AdamConfig's fields
+
+    def __post_init__(self) -> None:
+        if len(self.shapes) != len(self.names):
+            raise ValueError(f"shapes: {len(self.shapes)} for {len(self.names)} names")
+        for s in self.shapes:
+            if math.prod(s) > MAX_STEP:  # int64 overflow could match
+                raise ValueError(f"shapes: {s} is not a tensor's")
+        if set(self.optimizer) - OPTIMIZER:
+            raise ValueError(f"optimizer: unknown keys {sorted(set(self.optimizer) - OPTIMIZER)}")
+
+
+class PushBody(msgspec.Struct, frozen=True):
+    """``ps_push``: trainer ``rank``'s gradient of its step ``clock``."""
+
+    rank: Step
+    clock: Step
+
+
+class PullBody(msgspec.Struct, frozen=True):
+    """``ps_pull``: the parameters of ``step`` (answered once they exist)."""
+
+    step: Step
+
+
+class LoadBody(msgspec.Struct, frozen=True):
+    """``ps_load``: a saved shard (its parameter names and step) back in."""
+
+    names: list[str]
+    step: Step
+
+
+def _args(type_: type[T], msg: Message) -> T:
+    """The body of ``msg`` as ``type_``: ArgumentError naming the operation and field."""
+    return convert(type_, msg.body, msg.op, ArgumentError)
 
 
 def _tensor(msg: Message, i: int, what: str) -> np.ndarray:
@@ -92,38 +141,20 @@ def _tensor(msg: Message, i: int, what: str) -> np.ndarray:
     return msg.tensors[i]
 
 
-def init_shard(body: Any, tensors: tuple[np.ndarray, ...]) -> ShardState:
-    """The shard a ``ps_init`` request describes (ArgumentError naming a bad field)."""
-    names, shapes = body.get("names"), body.get("shapes")
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise ArgumentError("ps_init: field 'names' must be a list of strings")
-    if not isinstance(shapes, list) or len(shapes) != len(names):
-        raise ArgumentError("ps_init: field 'shapes' must be a list, one shape per name")
-    for s in shapes:
-        if not isinstance(s, list) or not all(isinstance(x, int) and x >= 0 for x in s):
-            raise ArgumentError("ps_init: every shape must be a list of sizes >= 0")
-        if len(s) > MAX_NDIM or math.prod(s) > MAX_STEP:  # int64 overflow could match
-            raise ArgumentError(f"ps_init: shape {s[: MAX_NDIM + 1]} is not a tensor's")
-    opt = body.get("optimizer", {})
-    if not isinstance(opt, dict) or set(opt) - {"lr", "beta1", "beta2", "eps", "weight_decay"}:
-        raise ArgumentError("ps_init: field 'optimizer' has unknown keys")
+def init_shard(body: InitBody, tensors: tuple[np.ndarray, ...]) -> ShardState:
+    """The shard a ``ps_init`` request describes."""
     if not tensors:
         raise ArgumentError("ps_init: tensor 0 (parameters) is missing")
     param = np.array(tensors[0], dtype=np.float32, copy=True)  # a frame is read-only
-    mode = body.get("mode", "sync")
     return ShardState(
-        names=tuple(names),
-        shapes=tuple(tuple(s) for s in shapes),
+        names=tuple(body.names),
+        shapes=tuple(tuple(s) for s in body.shapes),
         param=param,
-        opt=DenseAdam(AdamConfig(**opt), param.size),
-        trainers=_int(body, "trainers", "ps_init", MAX_TRAINERS),
-        mode=mode if mode in ("sync", "async") else _bad_mode(mode),
-        staleness=_int(body, "staleness", "ps_init"),
+        opt=DenseAdam(AdamConfig(**body.optimizer), param.size),
+        trainers=body.trainers,
+        mode=body.mode,
+        staleness=body.staleness,
     )
-
-
-def _bad_mode(mode: Any) -> Any:
-    raise ArgumentError(f"ps_init: mode {mode!r} is not 'sync' or 'async'")
 
 
 class ParameterServer:
@@ -139,7 +170,7 @@ class ParameterServer:
         self.conn: Callable[[], int] = lambda: -1  # the current request's connection
 
     def handle(self, peer: bytes, msg: Message) -> Message | None:
-        body, op = msg.body, msg.op
+        op = msg.op
         if op == "stats":
             clock = self.shard.clock if self.shard else None
             return self._ok(msg, {"role": self.name, "ready": self.shard is not None,
@@ -148,22 +179,22 @@ class ParameterServer:
             self.stop_requested = True
             return self._ok(msg)
         if op == "ps_init":
-            self.shard = init_shard(body, msg.tensors)
+            self.shard = init_shard(_args(InitBody, msg), msg.tensors)
             log.info("%s: %d parameters (%d values), %s, %d trainers, staleness %d",
                      self.name, len(self.shard.names), self.shard.param.size,
                      self.shard.mode, self.shard.trainers, self.shard.staleness)  # fmt: skip
             self._release()
             return self._ok(msg)
         if op == "ps_pull":
-            step = _int(body, "step", op)
+            step = _args(PullBody, msg).step
             if self.shard is None or not self.shard.ready(step):
                 self._park(peer, msg.request_id, step)
                 return None
             return self._params(msg.request_id)
         shard = self._shard(op)
         if op == "ps_push":
-            rank, clock = _int(body, "rank", op), _int(body, "clock", op)
-            if shard.push(rank, clock, _tensor(msg, 0, "gradient")):
+            push = _args(PushBody, msg)
+            if shard.push(push.rank, push.clock, _tensor(msg, 0, "gradient")):
                 self._release()
             self.pushes += 1
             return self._ok(msg)
@@ -171,10 +202,8 @@ class ParameterServer:
             saved, arrays = shard.save()
             return Message(MsgKind.REPLY, op, msg.request_id, saved, arrays)
         if op == "ps_load":
-            names = body.get("names")
-            if not isinstance(names, list):
-                raise ArgumentError("ps_load: field 'names' must be a list")
-            shard.load(names, _int(body, "step", op), msg.tensors)
+            load = _args(LoadBody, msg)
+            shard.load(load.names, load.step, msg.tensors)
             return self._ok(msg)
         raise ArgumentError(f"unknown operation {op!r}")
 

@@ -38,7 +38,7 @@ import torch
 
 from graphrun.errors import CheckpointError
 from graphrun.files import write_atomic, write_failed
-from graphrun.wire import describe
+from graphrun.wire import check_header, describe
 
 FORMAT = "graphrun-checkpoint"
 VERSION = 2
@@ -136,12 +136,9 @@ def load_checkpoint(ckpt_dir: str | Path) -> Checkpoint | None:
     except Exception as exc:  # torch raises many kinds for a corrupt file
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"{path}: not a readable checkpoint ({first})") from exc
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: field 'format' is not {FORMAT!r}")
-    if data.get("version") not in READ_VERSIONS:
-        raise CheckpointError(
-            f"{path}: field 'version' is {data.get('version')!r}, not one of {READ_VERSIONS}"
-        )
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: not a checkpoint (a {type(data).__name__}, not a dict)")
+    check_header(data, str(path), FORMAT, READ_VERSIONS, CheckpointError)
     try:
         msgspec.convert(data, CheckpointFile, dec_hook=_tensor)
     except msgspec.ValidationError as exc:

@@ -1,20 +1,32 @@
 """What a trainer is told: one frozen :class:`TrainConfig`, built at the edge (the job's
-trainer entry point) from the job spec, the hosts file and the command line."""
+trainer entry point) from the job spec, the hosts file and the command line.
+
+The hyper-parameters' defaults are defined here, once: the job spec's ``training``
+section (:class:`graphrun.job.spec.TrainingSpec`, which adds their bounds and
+descriptions) takes each field's default from :data:`DEFAULTS`, and the trainer's entry
+point copies every field the two share from the spec
+(:func:`graphrun.machine.trainer.train_config`). No torch here: the spec (and the
+operator) import this module.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from graphrun.errors import ArgumentError
 from graphrun.names import etype_key
-from graphrun.sampling.edgesplit import EdgeSplit
-from graphrun.train.models import AggrPath
+from graphrun.train.names import TASKS, AggrPath, Task
 
-EVALUATIONS = ("auto", "layerwise", "sampled")
-TASKS = ("node-classification", "hetero-node-classification", "link-prediction")
+if TYPE_CHECKING:
+    from graphrun.sampling.edgesplit import EdgeSplit
+
+Evaluation = Literal["auto", "layerwise", "sampled"]  # graphrun.train.inference
+EVALUATIONS: tuple[Evaluation, ...] = get_args(Evaluation)
+# auto: bf16 where the CPU multiplies it natively (graphrun.train.models.resolve_precision)
+TrainPrecision = Literal["auto", "fp32", "bf16"]
 
 
 @dataclass(frozen=True)
@@ -30,15 +42,57 @@ class ElasticConfig:
 
 
 @dataclass(frozen=True)
+class Fanouts:
+    """``training.fanouts`` and ``training.fanoutsPerEtype`` as one value, made and
+    checked once when the spec is read (:meth:`of`): per layer its fanout (-1: every
+    neighbour; the spec bounds each), and per edge type ``"src:rel:dst"`` its own fanout
+    on every layer. What the samplers take is :meth:`for_graph`."""
+
+    layers: tuple[int, ...]
+    per_etype: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.layers:
+            raise ArgumentError("fanouts: empty (one fanout per layer)")
+        for etype, fan in self.per_etype:
+            if len(fan) != len(self.layers):
+                raise ArgumentError(
+                    f"fanoutsPerEtype.{etype}: has {len(fan)} layers, fanouts has "
+                    f"{len(self.layers)}"
+                )
+
+    @classmethod
+    def of(
+        cls, layers: Sequence[int], per_etype: Mapping[str, Sequence[int]] | None = None
+    ) -> Fanouts:
+        return cls(tuple(layers), tuple((k, tuple(v)) for k, v in (per_etype or {}).items()))
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def for_graph(self, edge_types: Sequence[tuple[str, str, str]]) -> list[Any]:
+        """As the samplers take them: one int per layer, or per layer a dict
+        ``"src:rel:dst" -> fanout`` (an edge type's own fanouts overriding the layer's);
+        an edge type the graph lacks is one line naming it."""
+        if not self.per_etype:
+            return list(self.layers)
+        keys = [etype_key(et) for et in edge_types]
+        own = dict(self.per_etype)
+        for k in own:
+            if k not in keys:
+                raise ArgumentError(f"fanoutsPerEtype: the graph has no edge type {k!r}")
+        return [{k: own.get(k, self.layers)[i] for k in keys} for i in range(len(self.layers))]
+
+
+@dataclass(frozen=True)
 class TrainConfig:
-    task: str | None = "node-classification"
+    task: Task | None = "node-classification"
     entry_point: str | None = None  # "module:function", called with a TrainContext
     args: tuple[str, ...] = ()
     model: str | None = None
     epochs: int = 10
     batch_size: int = 1000
-    fanouts: tuple[int, ...] = (25, 10)
-    fanouts_per_etype: dict[str, list[int]] | None = None
+    fanouts: Fanouts = Fanouts((25, 10))
     hidden: int = 128
     lr: float = 0.003
     dropout: float = 0.5
@@ -51,11 +105,11 @@ class TrainConfig:
     feature: str = "feat"
     label: str = "label"
     eval_every: int = 1
-    evaluation: str = "auto"  # auto | layerwise | sampled (graphrun.train.inference)
+    evaluation: Evaluation = "auto"
     eval_subset: int | None = None  # seeds per trainer in evaluations before the last
     seed: int = 0
     aggr_path: AggrPath = "csr"
-    precision: str = "auto"  # auto | fp32 | bf16 (graphrun.train.models.resolve_precision)
+    precision: TrainPrecision = "auto"
     gpu_cache_mb: int | None = None  # GPU feature cache (None: a share of free memory)
     feed: str = "auto"  # "cpu": CPU trainers take the device path too (its CPU transfer)
     checkpoint_dir: Path | None = None
@@ -76,8 +130,8 @@ class TrainConfig:
             raise ArgumentError("TrainConfig: give exactly one of task, entry_point")
         if self.task is not None and self.task not in TASKS:
             raise ArgumentError(f"task: {self.task!r} is not one of {', '.join(TASKS)}")
-        if self.epochs < 1 or self.batch_size < 1 or not self.fanouts:
-            raise ArgumentError("TrainConfig: epochs, batch_size and fanouts must be positive")
+        if self.epochs < 1 or self.batch_size < 1:
+            raise ArgumentError("TrainConfig: epochs and batch_size must be positive")
         if self.evaluation not in EVALUATIONS:
             raise ArgumentError(
                 f"evaluation: {self.evaluation!r} is not one of {', '.join(EVALUATIONS)}"
@@ -91,18 +145,10 @@ class TrainConfig:
 
     @property
     def edge_split(self) -> EdgeSplit:
+        from graphrun.sampling.edgesplit import EdgeSplit  # torch: not for the spec
+
         return EdgeSplit(self.val_edges, self.test_edges, self.seed)
 
-    def fanout_spec(self, edge_types: Sequence[tuple[str, str, str]]) -> list[Any]:
-        """Fanouts as the samplers take them: one int per layer, or per layer a dict
-        ``"src:rel:dst" -> fanout`` (``fanouts_per_etype`` overriding ``fanouts``)."""
-        if not self.fanouts_per_etype:
-            return list(self.fanouts)
-        keys = [etype_key(et) for et in edge_types]
-        for k in self.fanouts_per_etype:
-            if k not in keys:
-                raise ArgumentError(f"fanouts_per_etype: the graph has no edge type {k!r}")
-        return [
-            {k: self.fanouts_per_etype.get(k, list(self.fanouts))[i] for k in keys}
-            for i in range(len(self.fanouts))
-        ]
+
+#: The trainer's defaults, which the job spec's training section takes for its own.
+DEFAULTS = TrainConfig()

@@ -128,19 +128,12 @@ class EpochWork:
     done: int = 0  # steps taken, the same on every trainer
     sums: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
     own: dict[str, float] = field(default_factory=dict)  # this trainer's breakdown parts
-    world_sizes: list[list[int]] = field(default_factory=list)  # [first step, world size]
     last_step_at: float = field(default_factory=time.time)
     t0: float = field(default_factory=time.perf_counter)  # the epoch's start
     cpu0: float = field(default_factory=time.process_time)
-    reforms: list[dict[str, Any]] = field(default_factory=list)  # the "reformed" events
-    rejoins: list[dict[str, Any]] = field(default_factory=list)  # the "rejoined" events
     # after a re-form: each member's seed nodes for the rest of the epoch (new-rank order)
     plan: list[Tensor] | None = None
     plan_from: int = 0  # ``done`` when ``plan`` was made
-
-    def note_world(self, world: int) -> None:
-        if not self.world_sizes or self.world_sizes[-1][1] != world:
-            self.world_sizes.append([self.done, world])
 
 
 def _bytes(value: Any) -> bytes:

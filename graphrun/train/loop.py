@@ -27,10 +27,10 @@ from __future__ import annotations
 import importlib
 import math
 import resource
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
+from functools import partial
 from typing import IO, Any
 
 import msgspec
@@ -56,12 +56,11 @@ from graphrun.train.ddp import (
     process_group,
     unwrap,
 )
-from graphrun.train.elastic import EpochWork, Regroup, peer_lost
+from graphrun.train.elastic import EpochWork, Regroup
+from graphrun.train.membership import membership
 from graphrun.train.metrics import MetricsLog, Progress
-from graphrun.train.reform import admit_joiners, join_group, reform, reform_training, reformed_event
 from graphrun.train.suspend import Position, StopFlag, gather_position, stop_agreed
 from graphrun.train.tasks import Task, describe, make_task
-from graphrun.wire import to_builtins
 
 
 def _nbytes(data: Any) -> int:
@@ -174,8 +173,8 @@ def train_epoch(
     :class:`_Stopped` before a step once any trainer was told to stop.
 
     ``work`` keeps what the epoch did so far across a re-formed group
-    (:mod:`graphrun.train.elastic`); ``rest`` is then this trainer's seed nodes for the
-    rest of the epoch."""
+    (:mod:`graphrun.train.membership`); ``rest`` is then this trainer's seed nodes for
+    the rest of the epoch."""
     # Every random draw of an epoch (dropout masks; the loaders seed their own generators
     # from (seed, epoch, batch)) follows from (seed, epoch, rank), not from the epochs
     # before: a run resumed from the checkpoint of epoch e - 1 trains epoch e exactly as
@@ -192,7 +191,6 @@ def train_epoch(
     else:
         steps = work.done + all_min(-(-int(rest.numel()) // ctx.config.batch_size), ctx.ddp)
         it = task.rest_batches(rest, epoch)
-    work.note_world(ctx.world_size)
     progress = Progress(steps, f"epoch {epoch}", enabled=ctx.is_main, trainers=ctx.world_size)
     progress.done = work.done
     # this trainer's breakdown: seconds per part, CPU, cache and remote feature bytes
@@ -249,39 +247,8 @@ def train_epoch(
         "epoch_s": elapsed,
         "steps": steps,
         "trainers": [dict(zip(_PARTS, row, strict=True)) for row in rows],
-        "world_sizes": work.world_sizes,
-        "reforms": work.reforms,
-        "rejoins": work.rejoins,
         **device_stats,
     }
-
-
-def train_epoch_elastic(
-    task: Task,
-    ctx: TrainContext,
-    epoch: int,
-    prof: Profiler,
-    timer: AllreduceTimer | None,
-    at: Position | None,
-    admit: bool = False,
-) -> tuple[dict[str, Any], TrainContext, AllreduceTimer | None]:
-    """:func:`train_epoch`, re-forming the group without a lost machine and going on
-    (``ctx.elastic``); returns the epoch's result and the context and timer now in use.
-    ``admit``: first let in the trainers waiting to join (an epoch boundary)."""
-    work, rest = EpochWork(), None
-    while True:
-        try:
-            if admit:
-                admit = False  # once: after a failed admission the group re-forms and goes on
-                ctx, timer = admit_joiners(task, ctx, epoch, timer, work)
-            return train_epoch(task, ctx, epoch, prof, timer, at, work, rest), ctx, timer
-        except Exception as exc:
-            if ctx.elastic is None or not peer_lost(exc):
-                raise
-            print(f"trainer {ctx.elastic.ident}: a collective failed ({str(exc)[:200]})",
-                  file=sys.stderr, flush=True)  # fmt: skip
-            ctx, timer, rest = reform_training(task, ctx, epoch, work, exc)
-            at = None
 
 
 def breakdown(
@@ -321,32 +288,6 @@ def breakdown(
     }
 
 
-def evaluate_elastic(
-    task: Task, ctx: TrainContext, epoch: int, final: bool, tr: dict[str, Any]
-) -> tuple[dict[str, float], TrainContext, AllreduceTimer | None]:
-    """:func:`evaluate`; when a machine is lost during it (``ctx.elastic``), the survivors
-    re-form and evaluate again, over the new group's split of every node (the lost
-    machine's served by its replicas). Returns the scores, the context now in use and
-    the timer on the rebuilt model (None: unchanged). A re-form is noted in the epoch's
-    ``reforms`` and ``world_sizes`` (from its last step)."""
-    timer = None
-    while True:
-        since = time.time()
-        try:
-            return evaluate(task, ctx, final), ctx, timer
-        except Exception as exc:
-            if ctx.elastic is None or not peer_lost(exc):
-                raise
-            print(f"trainer {ctx.elastic.ident}: a collective failed in evaluation "
-                  f"({str(exc)[:200]})", file=sys.stderr, flush=True)  # fmt: skip
-            ctx, timer, lost = reform(task, ctx, exc)
-            event = reformed_event(ctx, epoch, int(tr["steps"]), lost, since, "evaluation")
-            tr["reforms"].append(to_builtins(event))
-            tr["world_sizes"].append([int(tr["steps"]), ctx.world_size])
-            if ctx.is_main:
-                emit(event)
-
-
 def evaluate(task: Task, ctx: TrainContext, final: bool = True) -> dict[str, float]:
     """``{"val_<metric>": .., "test_<metric>": ..}``, averaged over every trainer's seeds
     (``final``: every seed; before it, ``eval_subset`` may limit them)."""
@@ -361,11 +302,12 @@ def evaluate(task: Task, ctx: TrainContext, final: bool = True) -> dict[str, flo
 def fit(ctx: TrainContext) -> dict[str, Any]:
     """Train a built-in task for ``config.epochs``; returns the last epoch's metrics."""
     torch.manual_seed(ctx.config.seed)
-    if ctx.elastic is not None and ctx.elastic.joining:
-        joined = join_group(ctx)
+    group = membership(ctx)
+    if group.joining:
+        joined = group.join()
         if joined is None:
             return {}
-        task, ctx, start = joined
+        task, start = joined
         at: Position | None = None
     else:
         task = make_task(ctx)
@@ -374,59 +316,45 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
         start, at = _resume(task, ctx)
         if ctx.world_size > 1:
             barrier()  # rank 0 restores shared embeddings before anyone reads them
-        if ctx.elastic is not None:
-            ctx.elastic.shorten_timeout()  # from now on a silent trainer counts as lost
-    prof = Profiler(ctx, task.model)
-    timer = AllreduceTimer.attach(task.model)  # a joiner's DDP got none yet either
+        group.start()
+    group.bind(task)
+    prof = Profiler(group.ctx, task.model)
     metric = "auc" if ctx.config.task == "link-prediction" else "acc"
     record: dict[str, Any] = {}
     try:
         for epoch in range(start, ctx.config.epochs):
-            disk0 = _disk_counters(ctx)
+            disk0 = _disk_counters(group.ctx)
+            attempt = partial(train_epoch, task, epoch=epoch, prof=prof)
             try:
-                tr, ctx, timer = train_epoch_elastic(
-                    task,
-                    ctx,
-                    epoch,
-                    prof,
-                    timer,
-                    at if epoch == start else None,
-                    admit=ctx.elastic is not None and epoch > start,
-                )
+                tr = group.train(epoch, attempt, at if epoch == start else None, epoch > start)
             except _Stopped as stopped:
-                _suspend(task, ctx, stopped.position, record)
+                _suspend(task, group.ctx, stopped.position, record)
             record = {"epoch": epoch, "loss": round(tr["loss"], 5)}
-            record.update(epoch_fields(disk0, _disk_counters(ctx)))
+            record.update(epoch_fields(disk0, _disk_counters(group.ctx)))
             record[f"train_{metric}"] = round(tr["train"], 5)
             last = epoch == ctx.config.epochs - 1
             if epoch % ctx.config.eval_every == 0 or last:
                 t0 = time.perf_counter()
-                scores, ctx, again = evaluate_elastic(task, ctx, epoch, last, tr)
-                timer = again or timer
+                scores = group.evaluate(
+                    epoch, int(tr["steps"]), partial(evaluate, task, final=last)
+                )
                 record.update({k: round(v, 5) for k, v in scores.items()})
                 record["eval_s"] = round(time.perf_counter() - t0, 3)
             record.update(
                 epoch_s=round(tr["epoch_s"], 4), seeds_per_s=round(tr["seeds_per_s"], 1),
                 steps=int(tr["steps"]),
             )  # fmt: skip
-            machines = ctx.config.machines
-            if ctx.elastic is not None:  # the group's machines now, and how it changed
-                machines = tuple(ctx.elastic.machine_of(r) for r in ctx.elastic.members)
-                record["world_sizes"] = tr["world_sizes"]
-                if tr["reforms"]:
-                    record["reforms"] = tr["reforms"]
-                if tr["rejoins"]:
-                    record["rejoins"] = tr["rejoins"]
+            record.update(group.fields())  # elastic: the group's sizes, re-forms, re-joins
             record.update(
-                breakdown(tr["trainers"], int(tr["steps"]), machines, allreduce=ctx.ps is None)
-            )
+                breakdown(tr["trainers"], int(tr["steps"]), group.machines(),
+                          allreduce=ctx.ps is None)
+            )  # fmt: skip
             record.update({k: v for k, v in tr.items() if k.startswith(("gpu_", "h2d_"))})
-            ctx.metrics.write(record)
-            _save(task, ctx, epoch, record)
+            group.ctx.metrics.write(record)
+            _save(task, group.ctx, epoch, record)
     finally:
         prof.close()
-        if ctx.elastic is not None and ctx.elastic.ddp.rank == 0:
-            ctx.elastic.close_door()  # a trainer still waiting to join ends at once
+        group.close()
     return record
 
 

@@ -33,9 +33,9 @@ from torch_geometric.nn import GATConv, GCNConv, HeteroConv, SAGEConv
 
 from graphrun.errors import ArgumentError
 from graphrun.names import CanonicalEtype
+from graphrun.train.names import AggrPath
 from graphrun.train.rgcn import RGCNLayer
 
-AggrPath = Literal["scatter", "csr"]
 Precision = Literal["fp32", "bf16"]
 #: bf16 layers compute a multiple of this many target rows (see ``SAGE.layer``)
 BF16_ROWS = 1024

@@ -14,6 +14,15 @@ The first model of a task is its default. Classes are in :mod:`graphrun.train.mo
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
+#: The built-in tasks: the one spelling of the list (the spec's ``training.task``, the
+#: trainer's config and :data:`MODELS` take it from here).
+Task = Literal["node-classification", "hetero-node-classification", "link-prediction"]
+TASKS: tuple[Task, ...] = get_args(Task)
+#: How a GraphSAGE layer aggregates: a scatter over the edges or a CSR product.
+AggrPath = Literal["scatter", "csr"]
+
 MODELS: dict[str, tuple[str, ...]] = {
     "node-classification": ("sage", "gcn", "gat"),
     "hetero-node-classification": ("rgcn", "hetero-sage"),

@@ -5,7 +5,8 @@ task's model, optimiser and data split over to the group it agreed on. A loss is
 survived wherever the trainers run collectives of a built-in task: in a training step
 or the epoch's closing all-reduces (:func:`reform_training`: the survivors go on from
 the step they were at) and in evaluation (:func:`reform`, then the evaluation runs
-again on the survivors: ``graphrun.train.loop.evaluate_elastic``).
+again on the survivors), both called by
+:class:`graphrun.train.membership.ElasticMembership`.
 """
 
 from __future__ import annotations
@@ -80,11 +81,11 @@ def reformed_event(
 
 def reform_training(
     task: Task, ctx: TrainContext, epoch: int, work: EpochWork, cause: Exception
-) -> tuple[TrainContext, AllreduceTimer | None, torch.Tensor]:
+) -> tuple[TrainContext, AllreduceTimer | None, torch.Tensor, Reformed]:
     """Re-form the group of the survivors (:func:`reform`), agree on its rank 0's step
     and re-split the rest of the epoch (:mod:`graphrun.train.elastic`); returns the new
-    context, the timer on the rebuilt DDP model and this trainer's seeds for the rest of
-    the epoch."""
+    context, the timer on the rebuilt DDP model, this trainer's seeds for the rest of
+    the epoch and the ``reformed`` event."""
     data = cast(Any, ctx.data)
     # each trainer's batch order in the broken group (the lost ones' too), before regroup
     orders = work.plan if work.plan is not None else data.train_orders(epoch, task.ntype)
@@ -100,17 +101,21 @@ def reform_training(
     work.plan_from = work.done = done
     event = reformed_event(ctx, epoch, done, lost, work.last_step_at, "training")
     event.rest_seeds = int(rest.numel())
-    work.reforms.append(to_builtins(event))
     if ctx.is_main:
         emit(event)
-    return ctx, timer, work.plan[ddp.rank]
+    return ctx, timer, work.plan[ddp.rank], event
 
 
 def admit_joiners(
-    task: Task, ctx: TrainContext, epoch: int, timer: AllreduceTimer | None, work: EpochWork
+    task: Task,
+    ctx: TrainContext,
+    epoch: int,
+    timer: AllreduceTimer | None,
+    rejoins: list[dict[str, Any]],
 ) -> tuple[TrainContext, AllreduceTimer | None]:
     """At the boundary before ``epoch``: let in the trainers waiting to join, if any
-    (:mod:`graphrun.train.elastic`, "Re-join"); returns the context and timer now in use."""
+    (:mod:`graphrun.train.elastic`, "Re-join"); returns the context and timer now in use
+    and adds a ``rejoined`` event per machine to ``rejoins``."""
     reg = ctx.elastic
     asked = reg.agree_joiners(epoch)
     if not asked:
@@ -128,7 +133,7 @@ def admit_joiners(
             world_size=ddp.world_size, machines=sorted({reg.machine_of(r) for r in reg.members}),
             waited_s=round(now - min(asked[r] for r in idents), 3), time=round(now, 3),
         )  # fmt: skip
-        work.rejoins.append(to_builtins(event))
+        rejoins.append(to_builtins(event))
         if ctx.is_main:
             emit(event)
     return ctx, timer

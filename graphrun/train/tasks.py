@@ -95,7 +95,7 @@ class Task:
         d = self.ctx.data
         return self.path.batches(
             d.loader(
-                split, self.ntype, self.cfg.fanout_spec(d.edge_types), self.cfg.batch_size,
+                split, self.ntype, self.cfg.fanouts.for_graph(d.edge_types), self.cfg.batch_size,
                 shuffle, epoch, self.path.loader_feature, self.cfg.label,
             )
         )  # fmt: skip
@@ -106,7 +106,7 @@ class Task:
         d: Any = self.ctx.data
         return self.path.batches(
             d.rest_loader(
-                ids, self.ntype, self.cfg.fanout_spec(d.edge_types), self.cfg.batch_size,
+                ids, self.ntype, self.cfg.fanouts.for_graph(d.edge_types), self.cfg.batch_size,
                 epoch, self.path.loader_feature, self.cfg.label,
             )
         )  # fmt: skip
@@ -301,7 +301,7 @@ class LinkPrediction(Task):
     def _loader(self, split: str, epoch: int, shuffle: bool, neg_k: int) -> Iterator[Batch]:
         d = self.ctx.data
         return d.link_loader(
-            split, self.cfg.fanout_spec(d.edge_types), self.cfg.batch_size, neg_k, shuffle,
+            split, self.cfg.fanouts.for_graph(d.edge_types), self.cfg.batch_size, neg_k, shuffle,
             epoch, self.cfg.feature, self.cfg.edge_split,
         )  # fmt: skip
 

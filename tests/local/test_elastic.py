@@ -339,6 +339,50 @@ def test_an_elastic_job_stopped_as_a_whole_still_writes_an_exact_checkpoint(tmp_
     assert ckpt.position["step"] > 0
 
 
+@pytest.mark.timeout(400)
+def test_a_job_stopped_after_losing_trainer_0_mid_epoch_writes_its_checkpoint(tmp_path):
+    """m0 (trainer 0) is lost early in epoch 1 and the job is stopped once the survivors
+    re-formed, in the same epoch: the new group's rank 0 (trainer 1) writes the exact
+    checkpoint. (The loop used to suspend with the group it began the epoch in, where
+    trainer 1 was not rank 0: no checkpoint was written, and "checkpoint written" said.)"""
+    path = small_job(
+        tmp_path, nodes=4000, machines=3, epochs=4, batchSize=2, evalEvery=100,
+        runtime={"replicas": 2, "elastic": {"minMachines": 2, "maxRejoins": 0}},
+    )  # fmt: skip
+    sink = io.StringIO()
+    stop = threading.Event()
+    opts = RunOptions(grace_s=30.0, profile_dir=tmp_path / "profile")
+    job = LocalJob(load_job(path), path, opts, sink=sink, stop=stop)
+    run_dir = tmp_path / "runs" / "small"
+    killed: list[int] = []
+
+    def lose_m0_then_stop() -> None:
+        metrics = run_dir / "metrics.jsonl"
+        if not wait_for(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) >= 1):
+            return
+        steps = json.loads(metrics.read_text().splitlines()[0])["steps"]
+        prof = tmp_path / "profile" / "trainer-1.jsonl"
+        wait_for(lambda: len(prof.read_text().splitlines()) >= steps + steps // 10)
+        killed.extend(kill_machine("m0"))
+        wait_for(lambda: '"event": "reformed"' in sink.getvalue())
+        stop.set()
+
+    thread = threading.Thread(target=lose_m0_then_stop, daemon=True)
+    thread.start()
+    with pytest.raises(JobFailed):
+        job.run()
+    thread.join(30)
+    out = sink.getvalue()
+    assert killed, out[-3000:]
+    [reformed] = events(out, "reformed")
+    assert reformed["epoch"] == 1 and reformed["lost_trainers"] == [0], reformed
+    ckpt = load_checkpoint(run_dir / "checkpoints")
+    assert ckpt is not None and ckpt.position is not None, out[-3000:]
+    assert ckpt.position["epoch"] == 1 and len(ckpt.position["rng"]) == 2
+    [suspended] = events(out, "suspended")
+    assert suspended["epoch"] == 1
+
+
 # long enough for m1's trainer to start again before the end: the survivors' epochs of
 # this small graph take about 1.2-2.5 s; m1's new trainer forks from the host's warm
 # server (graphrun.machine.warm) and joined at epoch 2 (at 7-10 when it imported torch

@@ -22,6 +22,7 @@ from graphrun.errors import SpecError
 from graphrun.job.spec import GraphJob, load_job, parse_job
 from graphrun.names import RoleName
 from graphrun.operator import builders as B
+from graphrun.operator import gang as G
 from graphrun.operator import layout as L
 from graphrun.operator import rendezvous as RZ
 from graphrun.operator.keys import CurveKeyPair, curve_public, z85_encode
@@ -122,10 +123,10 @@ def built(job: GraphJob) -> dict[str, dict[str, Any]]:
         out["launcher"] = B.build_launcher(job, owner, CONFIG)
     if L.rendezvous_apart(job):
         out["rendezvous"] = RZ.build_rendezvous(job, owner, CONFIG)
-    podgroup = B.build_podgroup(job, owner)
+    podgroup = G.build_podgroup(job, owner)
     if podgroup:
         out["podgroup"] = podgroup
-    for obj in B.build_workload(job, owner):
+    for obj in G.build_workload(job, owner):
         out[f"{obj['kind'].lower()}-{obj['metadata']['name']}"] = obj
     return out
 
@@ -293,10 +294,10 @@ def test_gang_scheduling() -> None:
     }
     job = parse_job(d)
     owner = L.Owner("gang", "ml", "u")
-    assert B.build_podgroup(job, owner)["apiVersion"] == "scheduling.x-k8s.io/v1alpha1"  # type: ignore[index]
+    assert G.build_podgroup(job, owner)["apiVersion"] == "scheduling.x-k8s.io/v1alpha1"  # type: ignore[index]
     pod = B.build_worker(job, owner, CONFIG, 0)
     assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "gang"
-    assert B.build_podgroup(example(), owner) is None
+    assert G.build_podgroup(example(), owner) is None
 
 
 @pytest.mark.parametrize(
@@ -548,7 +549,7 @@ def test_machines_without_stores_or_trainers_get_no_pod() -> None:
     assert L.worker_indices(job) == [0, 1, 2]
     assert L.machine_roles(job)[2] == [RoleName.trainer(2), RoleName.trainer(3)]
     d["spec"]["runPolicy"]["schedulingPolicy"] = {"provider": "volcano"}
-    assert B.build_podgroup(parse_job(d), OWNER)["spec"]["minMember"] == 3  # type: ignore[index]
+    assert G.build_podgroup(parse_job(d), OWNER)["spec"]["minMember"] == 3  # type: ignore[index]
 
 
 def test_planned_hosts_resolve_every_store_and_trainer(tmp_path: Path) -> None:

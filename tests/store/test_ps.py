@@ -202,3 +202,35 @@ def test_a_parked_pull_past_its_deadline_is_answered_with_an_error_and_forgotten
     ((peer, msg),) = sent
     assert (peer, msg.kind, msg.request_id, ps.parked) == (b"peer", MsgKind.ERROR, 9, [])
     assert "not ready within" in msg.body["message"]
+
+
+INIT = {"names": ["w", "b"], "shapes": [[2, 2], [2]], "trainers": 2, "staleness": 0}
+
+
+@pytest.mark.parametrize(
+    ("op", "body", "says"),
+    [
+        ("ps_init", {**INIT, "names": "w"}, "names: Expected `array`, got `str`"),
+        ("ps_init", {**INIT, "shapes": [[2, 2]]}, "shapes: 1 for 2 names"),
+        ("ps_init", {**INIT, "shapes": [[2, True], [2]]}, "shapes[0][1]: Expected `int`"),
+        ("ps_init", {**INIT, "shapes": [[-1, 2], [2]]}, "shapes[0][0]: Expected `int` >= 0"),
+        ("ps_init", {**INIT, "shapes": [[1] * 40, [2]]}, "shapes[0]: Expected `array` of length"),
+        ("ps_init", {**INIT, "mode": "lazy"}, "mode: Invalid enum value 'lazy'"),
+        ("ps_init", {**INIT, "optimizer": {"momentum": 0.9}}, "optimizer: unknown keys"),
+        ("ps_init", {k: v for k, v in INIT.items() if k != "trainers"}, "trainers: missing"),
+        ("ps_push", {"rank": 0, "clock": "1"}, "clock: Expected `int`, got `str`"),
+        ("ps_pull", {"step": -1}, "step: Expected `int` >= 0"),
+        ("ps_load", {"names": ["w"], "step": 1 << 63}, "step: Expected `int` <= "),
+    ],
+)  # fmt: skip
+def test_a_malformed_request_body_is_one_line_naming_its_field(op, body, says):
+    from graphrun.rpc.codec import Message, MsgKind
+    from graphrun.store import ps_server
+
+    ps = ps_server.ParameterServer(0)
+    if op in ("ps_push", "ps_load"):
+        init = Message(MsgKind.REQUEST, "ps_init", 1, INIT, (np.zeros(6, np.float32),))
+        ps.handle(b"peer", init)
+    with pytest.raises(ArgumentError) as exc:
+        ps.handle(b"peer", Message(MsgKind.REQUEST, op, 2, body, (np.zeros(6, np.float32),)))
+    assert str(exc.value).startswith(f"{op}: {says}"), str(exc.value)

@@ -105,8 +105,9 @@ CASES = [
         _set("position.sums", torch.full((2, 4), float("nan"), dtype=torch.float64)),
         r"position: sums holds a NaN",
     ),
-    (_set("version", 3), r"field 'version' is 3"),
-    (_set("format", "other"), r"field 'format' is not 'graphrun-checkpoint'"),
+    (_set("version", 3), r"field 'version' is 3; this graphrun reads version 1 or 2"),
+    (_set("version", True), r"field 'version' is True"),
+    (_set("format", "other"), r"field 'format' is 'other', not 'graphrun-checkpoint'"),
 ]
 
 

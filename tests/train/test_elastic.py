@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from graphrun.errors import RpcTimeout
 from graphrun.testing.jobs import wait_for
-from graphrun.train.elastic import EpochWork, agree_members, peer_lost, plan_rest, remaining
+from graphrun.train.elastic import agree_members, peer_lost, plan_rest, remaining
 
 
 def test_peer_lost_tells_a_lost_peer_from_other_errors():
@@ -51,15 +51,6 @@ def test_the_rest_of_an_epoch_is_trained_shuffled_not_in_node_id_order():
     assert all(
         torch.equal(a, b) for a, b in zip(plan, plan_rest(rest, 2, split, 7, 1), strict=True)
     )
-
-
-def test_the_world_size_is_recorded_where_it_changes():
-    work = EpochWork()
-    work.note_world(3)
-    work.done = 5
-    work.note_world(3)
-    work.note_world(2)
-    assert work.world_sizes == [[0, 3], [5, 2]]
 
 
 def _agree(path: str, ident: int, last: list[int], settle_s: float, out: dict) -> None:

@@ -16,7 +16,7 @@ from graphrun.job.spec import job_roles, parse_job, resolve_placement
 from graphrun.local.preflight import check_gpus_here
 from graphrun.machine.roles import trainer_gpu
 from graphrun.machine.trainer import trainer_device
-from graphrun.train.config import TrainConfig
+from graphrun.train.config import Fanouts, TrainConfig
 from graphrun.train.context import TrainContext
 from graphrun.train.data import LocalData
 from graphrun.train.ddp import DDPConfig
@@ -35,7 +35,9 @@ def small():
 
 
 def _ctx(graph, device: str = "cpu") -> TrainContext:
-    cfg = TrainConfig(epochs=2, batch_size=200, fanouts=(5, 5), hidden=32, evaluation="sampled")
+    cfg = TrainConfig(
+        epochs=2, batch_size=200, fanouts=Fanouts((5, 5)), hidden=32, evaluation="sampled"
+    )
     ddp = DDPConfig(0, 1, "x:1", accelerator=device)
     return TrainContext(cfg, LocalData(graph), ddp, MetricsLog(None, out=io.StringIO()))
 
@@ -169,8 +171,8 @@ def test_cuda_training_matches_cpu_accuracy(small) -> None:
     from graphrun.train.loop import fit
 
     def run(device: str) -> float:
-        cfg = TrainConfig(epochs=3, batch_size=200, fanouts=(5, 5), hidden=32, precision="fp32",
-                          lr=0.01)  # fmt: skip
+        cfg = TrainConfig(epochs=3, batch_size=200, fanouts=Fanouts((5, 5)), hidden=32,
+                          precision="fp32", lr=0.01)  # fmt: skip
         ddp = DDPConfig(0, 1, "x:1", accelerator=device)
         c = TrainContext(cfg, LocalData(small), ddp, MetricsLog(None, out=io.StringIO()))
         return float(fit(c)["test_acc"])

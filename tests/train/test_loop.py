@@ -10,7 +10,7 @@ import torch
 
 from graphrun.graph.generate import GenParams, academic, community
 from graphrun.train.checkpoint import load_checkpoint
-from graphrun.train.config import TrainConfig
+from graphrun.train.config import Fanouts, TrainConfig
 from graphrun.train.context import TrainContext
 from graphrun.train.data import LocalData
 from graphrun.train.ddp import DDPConfig
@@ -24,7 +24,8 @@ def small():
 
 
 def ctx(graph, tmp_path, **kw):
-    cfg = TrainConfig(epochs=kw.pop("epochs", 1), batch_size=200, fanouts=(5, 5), hidden=32, **kw)
+    fanouts = kw.pop("fanouts", Fanouts((5, 5)))
+    cfg = TrainConfig(epochs=kw.pop("epochs", 1), batch_size=200, fanouts=fanouts, hidden=32, **kw)
     out = io.StringIO()
     return TrainContext(
         cfg,
@@ -93,7 +94,7 @@ def test_hetero_node_classification_runs(tmp_path):
         tmp_path,
         task="hetero-node-classification",
         target_node_type="paper",
-        fanouts_per_etype={"author:writes:paper": [3, 2]},
+        fanouts=Fanouts.of((5, 5), {"author:writes:paper": [3, 2]}),
     )
     rec = fit(c)
     assert 0.0 <= rec["test_acc"] <= 1.0
