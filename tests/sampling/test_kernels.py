@@ -201,7 +201,7 @@ def test_relabeler_map_dense_and_sorted_paths_agree(monkeypatch: pytest.MonkeyPa
         out.append(r.nodes().numpy())
         return out
 
-    dense = run()  # 3000 candidates: the mark scan; 400 and 20: unique over the map
+    dense = run()  # 3000 and 400 candidates: the mark scan; 20: unique over the map
     monkeypatch.setattr(mfg, "DENSE_FACTOR", 0)
     by_map = run()
     monkeypatch.setattr(mfg, "MAP_LIMIT", 10)
