@@ -104,6 +104,21 @@ class SampledSubgraph:
     def num_layers(self) -> int:
         return len(self.num_sampled_edges)
 
+    def edge_index(self) -> Tensor:
+        """``[row; col]``: the sampler's own ``[2, E]`` tensor when ``row`` and ``col`` are
+        its two rows (:func:`sample_multi_hop` writes them so: no copy), else stacked."""
+        base = self.row._base
+        if (
+            base is not None
+            and base is self.col._base
+            and base.shape == (2, self.row.numel())
+            and base.is_contiguous()
+            and self.row.data_ptr() == base.data_ptr()
+            and self.col.data_ptr() == base[1].data_ptr()
+        ):
+            return base
+        return torch.stack([self.row, self.col])
+
     def layer_edges(self, hop: int) -> slice:
         """The slice of ``row``/``col``/``edge`` sampled on layer ``hop`` (1-based)."""
         start = sum(self.num_sampled_edges[: hop - 1])
@@ -232,10 +247,13 @@ def sample_multi_hop(
         n_edges.append(len(hop))
     node = relabeler.nodes()
     relabeler.reset()
+    pair = torch.empty((2, sum(n_edges)), dtype=torch.long)  # PyG's edge_index, no stack
+    torch.cat(rows, out=pair[0])
+    torch.cat(cols, out=pair[1])
     return SampledSubgraph(
         node=node,
-        row=torch.cat(rows),
-        col=torch.cat(cols),
+        row=pair[0],
+        col=pair[1],
         edge=torch.cat(edges),
         edge_type=torch.cat(etypes) if etypes else None,
         batch_size=int(seeds.numel()),
