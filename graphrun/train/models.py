@@ -65,7 +65,8 @@ def as_adj(edge_index: Tensor, num_src: int, num_dst: int, path: AggrPath) -> Te
     ``"csr"``: the ``num_dst x num_src`` adjacency in ``torch.sparse_csr`` layout, each
     row's values ``1 / degree``, so that a plain sparse-dense product is the mean over
     in-neighbours (faster than ``torch.sparse.mm`` with ``reduce="mean"``; see
-    benchmarks/README.md). The samplers emit edges
+    benchmarks/README.md). The ``csr`` path's kernel until :func:`mean_csr` replaced it;
+    the tests hold that one to this product. The samplers emit edges
     grouped by destination in order, so the rows usually need no sort (checked; a
     stable sort otherwise)."""
     if path == "scatter":
