@@ -398,3 +398,11 @@ def test_fused_mean_equals_the_sparse_product_forward_and_backward(seed):
     old.backward(g)
     new.backward(g)
     assert torch.allclose(b.grad, a.grad, atol=1e-6)
+
+
+def test_fused_mean_of_bf16_rows_sums_in_fp32():
+    x = torch.ones(256, 4, dtype=torch.bfloat16)
+    x[0] = 256.0  # a bf16 running sum would stay 256: 256 + 1 rounds back to it
+    ei = torch.stack([torch.arange(256), torch.zeros(256, dtype=torch.long)])
+    mean = mean_csr(x, *csr_rows(ei, 1))
+    assert mean.dtype == torch.bfloat16 and torch.equal(mean.float(), torch.full((1, 4), 2.0))
