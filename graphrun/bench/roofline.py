@@ -1,14 +1,15 @@
 """The step's roofline for ``graphrun bench step``: each phase against this core's peak.
 
 A GraphSAGE step is cut into the phases the trainer runs — ``sample``, ``fetch``, per
-layer ``aggregate[i]`` (the mean over in-neighbours: one CSR sparse-dense product) and
+layer ``aggregate[i]`` (the mean over in-neighbours: one fused gather-reduce over the
+batch's CSR, :func:`graphrun.train.models.mean_csr`) and
 ``dense[i]`` (``lin_l`` of the mean plus ``lin_r`` of the target, or their one bf16
 product), ``backward``, ``optimizer`` (Adam) and ``allreduce`` (the gradients, two gloo
 processes on loopback) — and each is timed alone on the same batch, with the floating
 point operations and the bytes it must move:
 
 * an aggregation does ``2 * nnz * F`` flops; it must read each of its ``n_src`` source
-  rows once and the CSR (a column index and a ``1/degree`` value per edge) and write
+  rows once (in bf16: after casting them) and the CSR (a column index per edge) and write
   the ``n_dst`` means (``mb``; it gathers a row per edge, ``gathered_mb``, the repeats
   from the caches): it is bound by memory, and its rate is read against the measured
   streaming read bandwidth;
@@ -189,24 +190,28 @@ def _dense(model: Any, conv: Any, mean: Tensor, target: Tensor) -> Callable[[], 
 def layer_phases(model: Any, inputs: list[LayerInput]) -> list[Phase]:
     """``aggregate[i]`` and ``dense[i]`` of each layer, timed alone as the model runs
     them (:meth:`graphrun.train.models.SAGE.layer`, the ``csr`` path)."""
-    from graphrun.train.models import as_adj
+    from graphrun.train.models import csr_rows, mean_csr
 
     out = []
+    bf16 = model.precision == "bf16"
+    word = 2 if bf16 else 4
     for i, li in enumerate(inputs):
         conv = model.convs[i]
         (n_src, f_in), f_out, nnz = li.x.shape, conv.out_channels, li.edge_index.size(1)
 
-        def aggregate(li: LayerInput = li, n_src: int = n_src) -> Tensor:
-            return torch.sparse.mm(as_adj(li.edge_index, n_src, li.n_dst, "csr"), li.x)
+        def aggregate(li: LayerInput = li) -> Tensor:
+            x = li.x.to(torch.bfloat16) if bf16 else li.x  # the layer's one cast
+            return mean_csr(x, *csr_rows(li.edge_index, li.n_dst))
 
-        # what it must move: each source row once, the CSR (column, value, row start),
-        # the means; what it gathers: a row per edge (caches serve the repeats)
-        must = 4 * f_in * (n_src + li.n_dst) + 12 * nnz + 8 * (li.n_dst + 1)
-        gathered = 4 * f_in * nnz
+        # what it must move: each source row once (in bf16 after the cast, which reads
+        # the fp32 rows and writes the bf16 ones), the CSR (column, row start), the means;
+        # what it gathers: a row per edge (caches serve the repeats)
+        must = word * f_in * (n_src + li.n_dst) + 8 * nnz + 8 * (li.n_dst + 1)
+        must += 6 * f_in * n_src if bf16 else 0
+        gathered = word * f_in * nnz
         out.append(Phase(f"aggregate[{i}]", median_of(aggregate), 2 * nnz * f_in, must,
                          "bytes", gathered=gathered))  # fmt: skip
         dense = _dense(model, conv, aggregate(), li.x[: li.n_dst])
-        word = 2 if model.precision == "bf16" else 4
         flops = 2 * li.n_dst * 2 * f_in * f_out
         nbytes = word * (li.n_dst * 2 * f_in + 2 * f_in * f_out) + 4 * li.n_dst * f_out
         out.append(Phase(f"dense[{i}]", median_of(dense), flops, nbytes, "flops",

@@ -9,7 +9,8 @@ go through four models, forward + backward + Adam step, one process:
   with pyg-lib): each layer drops the hops later layers do not read, but still computes
   every node it keeps;
 * ``mfg_scatter`` / ``mfg_csr`` — graphrun's ``SAGE``: each layer computes only the
-  destinations of its message-flow graph, aggregating by scatter or by one CSR SpMM
+  destinations of its message-flow graph, aggregating by scatter or by one fused
+  gather-reduce over the batch's CSR
   (``graphrun.train.models``), with its ``torch.rand`` dropout.
 
 Then the step's roofline (:mod:`graphrun.bench.roofline`): graphrun's model on the

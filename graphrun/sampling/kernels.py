@@ -125,14 +125,13 @@ def _uniform_no_replace(start: np.ndarray, deg: np.ndarray, k: np.ndarray, rng: 
         return Picks(which, pos)
     # a sampling fanout: one [rows, width] table of offsets, the drawn rows' from Floyd
     assert chosen is not None  # width == max(kk) > 0
-    offsets = np.broadcast_to(np.arange(width), (len(deg), width))
-    offsets = np.where(offsets < kk[:, None], offsets, -1)
-    offsets[draw] = chosen
+    ar = np.arange(width)
+    picked = start[:, None] + ar  # rows taking all their edges: them in order
+    picked[draw] = start[draw][:, None] + chosen
     which = np.repeat(np.arange(len(deg)), kk)
-    picked = start[:, None] + offsets
-    if len(which) == offsets.size:  # every row has `width` picks: no mask needed
+    if len(which) == picked.size:  # every row has `width` picks: no mask needed
         return Picks(which, picked.reshape(-1))
-    return Picks(which, picked[offsets >= 0])
+    return Picks(which, picked[ar < kk[:, None]])
 
 
 def _floyd(n: np.ndarray, k: np.ndarray, rng: Rng) -> np.ndarray:
@@ -141,17 +140,28 @@ def _floyd(n: np.ndarray, k: np.ndarray, rng: Rng) -> np.ndarray:
     Requires ``k <= n``. Returns ``[rows, max(k)]``; entries past ``k[r]`` are -1.
     With ``k == n`` it returns every value (in random order), so one code path
     serves rows with fewer neighbours than the fanout too.
+
+    Round ``i`` draws one uniform per row (``rng.random`` into one reused buffer) and
+    compares it with the row's picks so far; the picks are int32 when every ``n`` fits
+    (half the bytes compared), and a batch whose rows all want ``k`` picks skips the
+    mask of finished rows. The values, and the generator's stream, are the same as
+    with int64 and a mask (tested).
     """
     kmax = int(k.max())
-    out = np.full((kmax, len(n)), -1, dtype=np.int64)  # pick-major: rows contiguous
-    base = n - k
+    dtype = np.int32 if int(n.max()) < 2**31 else np.int64
+    out = np.full((kmax, len(n)), -1, dtype=dtype)  # pick-major: rows contiguous
+    base = (n - k).astype(np.float64)
+    u = np.empty(len(n))
+    seen = np.empty((kmax, len(n)), dtype=bool)
+    ragged = int(k.min()) < kmax
     for i in range(kmax):
         j = base + i  # pick from range(j + 1)
-        t = (rng.random(len(n)) * (j + 1)).astype(np.int64)
+        rng.random(out=u)
+        t = np.multiply(u, j + 1, out=u).astype(dtype)
         if i:
-            seen = (out[:i] == t).any(0)
-            t = np.where(seen, j, t)
-        out[i] = np.where(i < k, t, -1)
+            hit = np.equal(out[:i], t, out=seen[:i]).any(0)
+            t = np.where(hit, j.astype(dtype), t)
+        out[i] = np.where(i < k, t, -1) if ragged else t
     return out.T
 
 

@@ -35,8 +35,10 @@ from graphrun.sampling.partitioned import shared_tensor
 # bigger id spaces relabel by sorting instead.
 MAP_LIMIT = 1 << 26
 # New ids are found by scanning a mark array when the id space is at most this many
-# times the candidates (a linear scan beats sorting them), else by sorting.
-DENSE_FACTOR = 8
+# times the candidates (a linear scan beats sorting them), else by sorting. With numpy's
+# scan the crossing is near 200-300 (one thread: 17k candidates of 200k ids 0.39 ms
+# scanned, 0.97 ms sorted; 1k of 2M 0.24 / 0.07 ms; benchmarks/README.md, "Kernels").
+DENSE_FACTOR = 128
 
 
 Seed = int | torch.Generator | np.random.Generator | None
@@ -102,6 +104,21 @@ class SampledSubgraph:
     def num_layers(self) -> int:
         return len(self.num_sampled_edges)
 
+    def edge_index(self) -> Tensor:
+        """``[row; col]``: the sampler's own ``[2, E]`` tensor when ``row`` and ``col`` are
+        its two rows (:func:`sample_multi_hop` writes them so: no copy), else stacked."""
+        base = self.row._base
+        if (
+            base is not None
+            and base is self.col._base
+            and base.shape == (2, self.row.numel())
+            and base.is_contiguous()
+            and self.row.data_ptr() == base.data_ptr()
+            and self.col.data_ptr() == base[1].data_ptr()
+        ):
+            return base
+        return torch.stack([self.row, self.col])
+
     def layer_edges(self, hop: int) -> slice:
         """The slice of ``row``/``col``/``edge`` sampled on layer ``hop`` (1-based)."""
         start = sum(self.num_sampled_edges[: hop - 1])
@@ -113,75 +130,78 @@ class Relabeler:
 
     Owns a scratch map (``-1`` = unseen) over the global id space when that is at
     most ``MAP_LIMIT`` ids, and resets only the entries it touched; above that it
-    keeps the known ids sorted and looks them up with ``searchsorted``.
+    keeps the known ids sorted and looks them up with ``searchsorted``. It works on
+    numpy arrays (tensors in and out share their memory): numpy's ``flatnonzero`` scans
+    a mark array or a mask several times faster than ``torch.nonzero`` on one thread
+    (benchmarks/README.md, "Kernels").
     """
 
     def __init__(self, num_nodes: int) -> None:
         self.num_nodes = int(num_nodes)
-        self._map = (
-            torch.full((self.num_nodes,), -1, dtype=torch.long)
-            if (self.num_nodes <= MAP_LIMIT)
-            else None
-        )
-        self._mark = None if self._map is None else torch.zeros(self.num_nodes, dtype=torch.bool)
-        self._nodes: list[Tensor] = []
+        small = self.num_nodes <= MAP_LIMIT
+        self._map = np.full(self.num_nodes, -1, dtype=np.int64) if small else None
+        self._mark = np.zeros(self.num_nodes, dtype=bool) if small else None
+        self._nodes: list[np.ndarray] = []
         self._count = 0
-        self._sorted = torch.empty(0, dtype=torch.long)
-        self._sorted_local = torch.empty(0, dtype=torch.long)
+        self._sorted = np.empty(0, dtype=np.int64)
+        self._sorted_local = np.empty(0, dtype=np.int64)
 
     def start(self, seeds: Tensor) -> None:
         self.reset()
-        self._insert(seeds)
+        self._insert(seeds.numpy().astype(np.int64, copy=False))
 
-    def _insert(self, new: Tensor) -> None:
-        local = torch.arange(self._count, self._count + new.numel())
+    def _insert(self, new: np.ndarray) -> None:
+        local = np.arange(self._count, self._count + len(new), dtype=np.int64)
         if self._map is not None:
-            self._map.index_copy_(0, new, local)
+            self._map[new] = local
         else:
-            keys = torch.cat([self._sorted, new])
-            vals = torch.cat([self._sorted_local, local])
-            order = torch.argsort(keys)
+            keys = np.concatenate([self._sorted, new])
+            vals = np.concatenate([self._sorted_local, local])
+            order = np.argsort(keys, kind="stable")
             self._sorted, self._sorted_local = keys[order], vals[order]
         self._nodes.append(new)
-        self._count += new.numel()
+        self._count += len(new)
 
-    def _lookup(self, ids: Tensor) -> Tensor:
+    def _lookup(self, ids: np.ndarray) -> np.ndarray:
         if self._map is not None:
-            return self._map.index_select(0, ids)
-        if self._sorted.numel() == 0:
-            return torch.full_like(ids, -1)
-        pos = torch.searchsorted(self._sorted, ids).clamp_max_(self._sorted.numel() - 1)
+            return self._map[ids]
+        if len(self._sorted) == 0:
+            return np.full(len(ids), -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self._sorted, ids), len(self._sorted) - 1)
         hit = self._sorted[pos] == ids
-        return torch.where(hit, self._sorted_local[pos], -1)
+        return np.where(hit, self._sorted_local[pos], -1)
 
     def add(self, ids: Tensor) -> tuple[Tensor, Tensor]:
         """Local ids of ``ids`` (unseen ones appended, sorted by global id) and the new ids."""
-        local = self._lookup(ids)
-        unseen = torch.nonzero(local < 0).squeeze(1)
-        if unseen.numel() == 0:
-            return local, ids[:0]
-        cand = ids.index_select(0, unseen)
-        if self._mark is not None and self.num_nodes <= DENSE_FACTOR * cand.numel():
+        a = ids.numpy().astype(np.int64, copy=False)
+        local = self._lookup(a)
+        unseen = np.flatnonzero(local < 0)
+        if len(unseen) == 0:
+            return torch.from_numpy(local), ids[:0]
+        cand = a[unseen]
+        if self._mark is not None and self.num_nodes <= DENSE_FACTOR * len(cand):
             # dense: mark and scan the id space (no sort; sorted by id, deterministic)
-            self._mark.index_fill_(0, cand, True)
-            new = torch.nonzero(self._mark).squeeze(1)
-            self._mark.index_fill_(0, new, False)
+            self._mark[cand] = True
+            new = np.flatnonzero(self._mark)
+            self._mark[new] = False
             self._insert(new)
             assert self._map is not None
-            local.index_copy_(0, unseen, self._map.index_select(0, cand))
-            return local, new
-        new, inverse = torch.unique(cand, return_inverse=True)
-        local.index_copy_(0, unseen, self._count + inverse)
-        self._insert(new)
-        return local, new
+            local[unseen] = self._map[cand]
+        else:
+            new, inverse = np.unique(cand, return_inverse=True)
+            local[unseen] = self._count + inverse
+            self._insert(new)
+        return torch.from_numpy(local), torch.from_numpy(new)
 
     def nodes(self) -> Tensor:
-        return torch.cat(self._nodes) if self._nodes else torch.empty(0, dtype=torch.long)
+        if not self._nodes:
+            return torch.empty(0, dtype=torch.long)
+        return torch.from_numpy(np.concatenate(self._nodes))
 
     def reset(self) -> None:
         if self._map is not None:
             for n in self._nodes:
-                self._map.index_fill_(0, n, -1)
+                self._map[n] = -1
         self._nodes = []
         self._count = 0
         self._sorted = self._sorted[:0]
@@ -227,10 +247,13 @@ def sample_multi_hop(
         n_edges.append(len(hop))
     node = relabeler.nodes()
     relabeler.reset()
+    pair = torch.empty((2, sum(n_edges)), dtype=torch.long)  # PyG's edge_index, no stack
+    torch.cat(rows, out=pair[0])
+    torch.cat(cols, out=pair[1])
     return SampledSubgraph(
         node=node,
-        row=torch.cat(rows),
-        col=torch.cat(cols),
+        row=pair[0],
+        col=pair[1],
         edge=torch.cat(edges),
         edge_type=torch.cat(etypes) if etypes else None,
         batch_size=int(seeds.numel()),

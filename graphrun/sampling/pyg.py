@@ -89,7 +89,7 @@ def to_data(
 ) -> Data:
     """A homogeneous ``Data`` mini-batch (features already gathered for ``sub.node``)."""
     data = Data(
-        edge_index=torch.stack([sub.row, sub.col]),
+        edge_index=sub.edge_index(),
         n_id=sub.node,
         e_id=sub.edge,
         num_nodes=int(sub.node.numel()),

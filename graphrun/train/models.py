@@ -11,11 +11,15 @@ edges of hops ``1..L-i`` and computes only their destinations (the seeds and hop
 every remaining node (benchmarks/README.md, "step", measures the difference).
 
 Aggregation path (``aggr_path``): ``"scatter"`` hands ``edge_index`` to the layer
-(gather + scatter-reduce); ``"csr"`` first turns each layer into a compressed
-adjacency (a ``torch.sparse_csr`` ``adj_t``, built without a sort because samplers
-emit edges grouped by destination) so the layer runs one sparse-dense product.
-Sampled message-flow graphs have no duplicate edges, so both give the same result;
-``graphrun bench train --aggr`` measures them.
+(gather + scatter-reduce); ``"csr"`` first turns each layer into its compressed rows
+(:func:`csr_rows`: row offsets and source columns, built without a sort because
+samplers emit edges grouped by destination) and takes the mean over each row in one
+fused gather-reduce (:func:`mean_csr`, ``F.embedding_bag``: no atomics, no
+``[edges, F]`` temporary, a dense gradient in backward). It replaced a
+``torch.sparse_csr`` sparse-dense product (:func:`as_adj`, MKL), about half as fast on
+the sampled batches (benchmarks/README.md, "Kernels"). Sampled message-flow graphs
+have no duplicate edges, so every path gives the same result; ``graphrun bench train
+--aggr`` measures them.
 """
 
 from __future__ import annotations
@@ -61,7 +65,8 @@ def as_adj(edge_index: Tensor, num_src: int, num_dst: int, path: AggrPath) -> Te
     ``"csr"``: the ``num_dst x num_src`` adjacency in ``torch.sparse_csr`` layout, each
     row's values ``1 / degree``, so that a plain sparse-dense product is the mean over
     in-neighbours (faster than ``torch.sparse.mm`` with ``reduce="mean"``; see
-    benchmarks/README.md). The samplers emit edges
+    benchmarks/README.md). The ``csr`` path's kernel until :func:`mean_csr` replaced it;
+    the tests hold that one to this product. The samplers emit edges
     grouped by destination in order, so the rows usually need no sort (checked; a
     stable sort otherwise)."""
     if path == "scatter":
@@ -77,6 +82,27 @@ def as_adj(edge_index: Tensor, num_src: int, num_dst: int, path: AggrPath) -> Te
     with warnings.catch_warnings():  # "sparse CSR support is in beta"
         warnings.simplefilter("ignore", UserWarning)
         return torch.sparse_csr_tensor(crow, src, values, size=(num_dst, num_src))
+
+
+def csr_rows(edge_index: Tensor, num_dst: int) -> tuple[Tensor, Tensor]:
+    """The compressed rows of ``edge_index`` (``[src; dst]``, ``dst < num_dst``):
+    ``offsets`` (``num_dst + 1``: row ``r``'s edges are ``offsets[r] .. offsets[r+1]-1``)
+    and their source ``columns``. Edges grouped by destination in order (what the
+    samplers emit) need no sort (checked; a stable sort otherwise)."""
+    src, dst = edge_index[0], edge_index[1]
+    if dst.numel() > 1 and not bool((dst[1:] >= dst[:-1]).all()):
+        order = torch.argsort(dst, stable=True)
+        src, dst = src[order], dst[order]
+    offsets = torch.zeros(num_dst + 1, dtype=torch.int64, device=dst.device)
+    torch.cumsum(torch.bincount(dst, minlength=num_dst), 0, out=offsets[1:])
+    return offsets, src
+
+
+def mean_csr(x: Tensor, offsets: Tensor, columns: Tensor) -> Tensor:
+    """Row ``r``: the mean of ``x[columns[offsets[r]:offsets[r+1]]]`` (zeros for an empty
+    row), in ``x``'s dtype. One fused gather-reduce (``F.embedding_bag``: fbgemm on a CPU,
+    its rows prefetched; fp32 sums for a bf16 ``x``) with a dense gradient for ``x``."""
+    return F.embedding_bag(columns, x, offsets, mode="mean", include_last_offset=True)
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
@@ -171,9 +197,11 @@ class SAGE(ByLayer):
     On the ``csr`` path a layer is ``SAGEConv``'s forward written out — ``lin_l`` of the
     mean of the in-neighbours plus ``lin_r`` of the target itself — so that ``precision``
     ``"bf16"`` can run the two linear layers as one bf16 product (``[mean | x] @ [W_l |
-    W_r]^T``: one cast of each side) while the SpMM (no bf16 sparse kernel on CPU), the
-    activations and the parameters stay fp32 (the scatter path is always fp32); what bf16
-    saves on a CPU with AMX is in benchmarks/README.md."""
+    W_r]^T``: one cast of each side). In bf16 the layer's input is cast once and the mean
+    gathered from the bf16 rows (half the bytes; sums in fp32, the mean rounded to bf16 as
+    the product reads it anyway); the activations between layers, the parameters and
+    their gradients stay fp32 (the scatter path is always fp32). What bf16 saves is in
+    benchmarks/README.md."""
 
     def __init__(
         self,
@@ -207,15 +235,16 @@ class SAGE(ByLayer):
             # oneDNN builds its bf16 kernels per shape: row counts rounded up to a multiple
             # of BF16_ROWS (empty rows) let batches share them (benchmarks/README.md)
             rows = min(-(-n_dst // BF16_ROWS) * BF16_ROWS, n_src) if bf16 else n_dst
-            mean = torch.sparse.mm(as_adj(edge_index, n_src, rows, "csr"), x)
+            offsets, columns = csr_rows(edge_index, rows)
             if bf16:  # one product of [mean | x] with [W_l | W_r]: one cast of each side
+                xb = x.to(torch.bfloat16)  # the mean gathers half the bytes
                 left, right = cast(Tensor, conv.lin_l.weight), cast(Tensor, conv.lin_r.weight)
                 bias = cast(Tensor, conv.lin_l.bias).to(torch.bfloat16)
-                both = torch.cat([mean, x[:rows]], dim=1).to(torch.bfloat16)
+                both = torch.cat([mean_csr(xb, offsets, columns), xb[:rows]], dim=1)
                 w = torch.cat([left, right], dim=1).to(torch.bfloat16)
                 x = torch.addmm(bias, both, w.t()).float()[:n_dst]
             else:
-                x = conv.lin_l(mean) + conv.lin_r(x[:n_dst])
+                x = conv.lin_l(mean_csr(x, offsets, columns)) + conv.lin_r(x[:n_dst])
         else:
             adj = as_adj(edge_index, n_src, n_dst, self.aggr_path)
             x = conv((x, x[:n_dst]), adj, size=(n_src, n_dst))

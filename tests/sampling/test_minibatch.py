@@ -170,3 +170,16 @@ def test_negative_sampling() -> None:
         NegativeSampler(5, k=0)
     with pytest.raises(ArgumentError, match="degrees"):
         NegativeSampler(5, mode="degree")
+
+
+def test_data_edge_index_is_the_samplers_own_pair_without_a_copy() -> None:
+    from dataclasses import replace
+
+    g, sampler = homo_sampler(generator=0)
+    sub = sampler.sample(torch.tensor([5, 17, 42, 99]))
+    data = collate(sub, OffsetTypeMap.from_graph(g), GraphFeatures(g))
+    assert torch.equal(data.edge_index, torch.stack([sub.row, sub.col]))
+    assert data.edge_index.data_ptr() == sub.row.data_ptr()  # the same memory
+    moved = replace(sub, col=sub.col.clone())  # rows of different tensors: stacked
+    assert torch.equal(moved.edge_index(), data.edge_index)
+    assert moved.edge_index().data_ptr() != sub.row.data_ptr()
