@@ -6,9 +6,10 @@ partition it touches a :class:`Piece`: the new nodes the partition owns (with ty
 original id, every node feature of their type), the new edges whose destination it
 owns (with type and every edge feature of that type), the edges it owns that are
 deleted, and feature rows it owns that are overwritten. A piece is checked wholly
-(:func:`check_piece`: one :class:`~graphrun.errors.ArgumentError` naming the field,
-nothing of a bad piece is kept), then held *pending* (invisible) until the sequencer's
-decision commits or aborts its version (:class:`LiveDelta`).
+(:func:`~graphrun.store.live_check.check_piece`: one
+:class:`~graphrun.errors.ArgumentError` naming the field, nothing of a bad piece is
+kept), then held *pending* (invisible) until the sequencer's decision commits or aborts
+its version (:class:`LiveDelta`).
 
 **Ids.** Base ids stay as partitioned. A new node's id is a homogeneous id ``>= N``
 (``N`` the base ``num_nodes``), taken from **growth blocks** of :data:`GROWTH_BLOCK` ids:
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.rpc.codec import wire_dtype
@@ -92,12 +94,12 @@ class Piece(msgspec.Struct, frozen=True, kw_only=True):
     updates: dict[str, tuple[Rows, Rows]] = msgspec.field(default_factory=dict)
 
 
-def growth_row(ids: np.ndarray, base: int, part_rows: int) -> np.ndarray:
+def growth_row(ids: np.ndarray, base: int, part_rows: int | np.ndarray) -> np.ndarray:
     """The local rows of growth ids (``>= base``) on their owner."""
     return part_rows + (ids - base)
 
 
-def growth_ids(rows: np.ndarray, base: int, part_rows: int) -> np.ndarray:
+def growth_ids(rows: np.ndarray, base: int, part_rows: int | np.ndarray) -> np.ndarray:
     """The growth ids of local rows ``>= part_rows`` (inverse of :func:`growth_row`)."""
     return base + (rows - part_rows)
 
@@ -193,8 +195,18 @@ def _at(values: np.ndarray, found: np.ndarray, pos: np.ndarray, fill: int) -> np
     return np.where(found, values[pos], fill)
 
 
-def _cat(parts: list[np.ndarray], dtype: str | np.dtype, tail: tuple[int, ...] = ()) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.empty((0, *tail), dtype=dtype)
+def _cat(parts: list[np.ndarray], dtype: npt.DTypeLike) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
+
+
+def spans(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """int64 ``concat(arange(starts[i], ends[i]))`` without a Python loop."""
+    counts = ends - starts
+    total = int(counts.sum())
+    if total == 0:
+        return np.empty(0, np.int64)
+    offs = np.repeat(starts - np.cumsum(counts) + counts, counts)
+    return np.arange(total, dtype=np.int64) + offs
 
 
 @dataclass
@@ -256,8 +268,8 @@ def _build_index(batches: list[Batch]) -> _Index:
 class LiveDelta:
     """One partition's pending and committed pieces, and reads over them at a version."""
 
-    def __init__(self, max_bytes: int = LIVE_DELTA_MAX_BYTES) -> None:
-        self.max_bytes = max_bytes
+    def __init__(self, max_bytes: int | None = None) -> None:
+        self.max_bytes = LIVE_DELTA_MAX_BYTES if max_bytes is None else max_bytes
         self.pending: dict[int, tuple[Batch, float]] = {}  # version -> (batch, when held)
         self.committed: dict[int, Batch] = {}
         self.nbytes = 0
@@ -376,8 +388,7 @@ class LiveDelta:
         lo = np.searchsorted(e[1], dst, side="left")
         hi = np.searchsorted(e[1], dst, side="right")
         counts = hi - lo
-        take = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi, strict=True)] or [[]])
-        return counts.astype(np.int64), e[:4, take.astype(np.int64)]
+        return counts.astype(np.int64), e[:4, spans(lo, hi)]
 
     def new_edges(self, version: int) -> np.ndarray:
         """int64 [4, m] (src, dst, eid, etype) of new edges visible at ``version``."""

@@ -105,8 +105,8 @@ def _features(
         raise ArgumentError(f"{what}: {len(given)} features, at most {MAX_PIECE_KEYS}")
     present = set(np.unique(types).tolist())
     out = {}
-    for key, spec in schema.features.items():
-        if spec.kind == kind and spec.type_index in present and key not in given:
+    for key, need in schema.features.items():
+        if need.kind == kind and need.type_index in present and key not in given:
             raise ArgumentError(f"{what}: feature {key!r} is missing (every feature is given)")
     for key, rows in given.items():
         spec = schema.features.get(key)
