@@ -49,6 +49,8 @@ LIVE_DECIDE_TIMEOUT_S = 30.0  # an undecided version is aborted after this (writ
 MAX_PIECE_ROWS = 1 << 21  # new nodes, new edges, deletions or updated rows in one piece
 MAX_PIECE_KEYS = 256  # feature tensors named in one piece
 MAX_GROWTH_BLOCKS = 1 << 16  # per id space: 268M new ids before compaction renumbers
+MAX_UNDECIDED = 64  # versions begun and not decided yet (the sequencer's)
+MAX_LIVE_NODES = 1 << 22  # new nodes whose original ids the sequencer keeps (uncompacted)
 
 
 class Rows(msgspec.Struct, frozen=True):

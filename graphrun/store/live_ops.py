@@ -50,7 +50,9 @@ from graphrun.names import TensorKey
 from graphrun.store.live import (
     LIVE_DECIDE_TIMEOUT_S,
     LIVE_RETRY_AFTER_S,
+    MAX_LIVE_NODES,
     MAX_PIECE_ROWS,
+    MAX_UNDECIDED,
     Blocks,
     LiveDelta,
     Piece,
@@ -309,6 +311,13 @@ def live_begin(state: ServerState, req: Request) -> Response:
     if orig.ndim != 1 or orig.dtype != np.int64 or len(orig) != sum(body.nodes):
         raise ArgumentError(f"{req.op}: tensor 0 must be the {sum(body.nodes)} new nodes' "
                             f"original ids (1-d int64), got {orig.dtype} {orig.shape}")  # fmt: skip
+    if len(seq.begun) >= MAX_UNDECIDED:
+        raise StoreError(f"{req.op}: {MAX_UNDECIDED} versions are begun and undecided; "
+                         "decide them first (or wait for their timeout)")  # fmt: skip
+    held = len(seq.orig) + sum(len(m) for m in seq.orig_pending.values())
+    if held + len(orig) > MAX_LIVE_NODES:
+        raise StoreError(f"{req.op}: the live graph would hold more than {MAX_LIVE_NODES} "
+                         "new nodes (MAX_LIVE_NODES): compaction must run first")  # fmt: skip
     _check_new_orig(seq, live_of(state).base_orig, orig, req.op)
     version = seq.next_version
     nodes = [seq.nodes.allocate(p, c) for p, c in enumerate(body.nodes)]

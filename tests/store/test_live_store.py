@@ -266,3 +266,19 @@ def test_a_write_is_wholly_visible_or_not_at_all_under_concurrent_sampling(parts
             writer.join()
             assert not errors, errors
             assert rc.follow() == batches and len(seen_versions) > 2
+
+
+def test_the_sequencer_bounds_undecided_versions(store):
+    from graphrun.store.live import MAX_UNDECIDED
+
+    with store.writer_client() as c:
+        empty = np.empty(0, np.int64)
+        body = {"nodes": [0, 0], "edges": [0, 0]}
+        for _ in range(MAX_UNDECIDED):
+            c.session.call(0, "live_begin", body, tensors=(empty,))
+        with pytest.raises(StoreError, match=f"{MAX_UNDECIDED} versions are begun and undecided"):
+            c.session.call(0, "live_begin", body, tensors=(empty,))
+        c.session.call(0, "live_decide", {"version": 1, "commit": False})
+        c.session.call(0, "live_begin", body, tensors=(empty,))  # room again
+        with pytest.raises(ArgumentError, match="field 'nodes' must give 2 counts"):
+            c.session.call(0, "live_begin", {"nodes": [1], "edges": [0, 0]}, tensors=(empty,))
