@@ -14,6 +14,7 @@ live_fate      version -> fate: committed | aborted | pending                   
 live_head      -> head, num_nodes, num_edges; tensors (node block owners, edge block
                owners)                                                           (sequencer)
 live_lookup    tensors (orig ids,) -> (graph ids,), -1 where unknown at the head (sequencer)
+live_nodes     v -> tensors (the new nodes this partition owns at v, their ntype index)
 =============  ===========================================================================
 
 The **sequencer** is partition 0's main server (a primary): it hands out versions and
@@ -45,7 +46,7 @@ from typing import TYPE_CHECKING
 import msgspec
 import numpy as np
 
-from graphrun.errors import ArgumentError, StoreError
+from graphrun.errors import ArgumentError, RpcError, StoreError
 from graphrun.names import TensorKey
 from graphrun.store.live import (
     LIVE_DECIDE_TIMEOUT_S,
@@ -71,6 +72,8 @@ log = logging.getLogger("graphrun.store")
 
 KEY = "graphrun.live"
 LIVE_COUNTER = 2  # the deletions segment's slot: the lowest version held (0: none)
+FATE_TIMEOUT_S = 2.0  # a partition asking the sequencer a piece's fate waits this long
+SETTLE_EVERY_S = 5.0  # a partition's tick asks about stale pieces at most this often
 
 
 class PieceWire(msgspec.Struct, frozen=True, kw_only=True):
@@ -220,6 +223,7 @@ class LivePart:
     seq: Sequencer | None = None
     seq_address: str = ""
     seq_client: RpcClient | None = None
+    next_settle: float = 0.0  # the tick's next look at stale pending pieces
 
     def close(self) -> None:
         if self.seq_client is not None:
@@ -393,6 +397,14 @@ def live_lookup(state: ServerState, req: Request) -> Response:
 # ---- every partition's ops
 
 
+def live_nodes(state: ServerState, req: Request) -> Response:
+    delta, v = view(state, req)
+    if delta is None:
+        return Response({}, (np.empty(0, np.int64), np.empty(0, np.int32)))
+    ids, types = delta.nodes_upto(v)
+    return Response({}, (ids, types.astype(np.int32)))
+
+
 def live_prepare(state: ServerState, req: Request) -> Response:
     live = live_of(state, req.op)
     body = req.args(PrepareBody)
@@ -424,8 +436,13 @@ def _ask_fate(state: ServerState, live: LivePart, version: int) -> str:
         from graphrun.rpc.transport import RpcClient
 
         live.seq_client = RpcClient(live.seq_address, keys=live.keys, timeout=live.timeout)
-    fate = live.seq_client.call("live_fate", {"version": version}).body.get("fate")
-    return str(fate)
+    ask = min(live.timeout, FATE_TIMEOUT_S)  # the server waits on it: briefly
+    try:
+        reply = live.seq_client.call("live_fate", {"version": version}, timeout=ask)
+    except RpcError as exc:
+        raise StoreError(f"live: the sequencer at {live.seq_address} did not say the fate "
+                         f"of version {version} ({exc})") from exc  # fmt: skip
+    return str(reply.body.get("fate"))
 
 
 def settle(state: ServerState, live: LivePart, versions: list[int]) -> None:
@@ -472,7 +489,8 @@ def tick(state: ServerState, now: float) -> None:
                 log.warning("live: version %d undecided for %.0f s: aborted", v, now - t)
                 seq.decide(v, False)
     stale = live.delta.stale(now, LIVE_DECIDE_TIMEOUT_S)
-    if stale:
+    if stale and now >= live.next_settle:
+        live.next_settle = now + SETTLE_EVERY_S
         try:
             settle(state, live, stale)
         except StoreError as exc:  # the sequencer is away or undecided: next tick
@@ -489,6 +507,7 @@ def register(registry: Registry) -> None:
         ("live_fate", live_fate),
         ("live_head", live_head),
         ("live_lookup", live_lookup),
+        ("live_nodes", live_nodes),
     ):
         registry.add(op, handler, needs_session=False)
 

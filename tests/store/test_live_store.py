@@ -282,3 +282,27 @@ def test_the_sequencer_bounds_undecided_versions(store):
         c.session.call(0, "live_begin", body, tensors=(empty,))  # room again
         with pytest.raises(ArgumentError, match="field 'nodes' must give 2 counts"):
             c.session.call(0, "live_begin", {"nodes": [1], "edges": [0, 0]}, tensors=(empty,))
+
+
+def test_a_read_settles_a_piece_whose_commit_has_not_arrived(store):
+    """The writer decided (acknowledged) but its live_commit never reached partition 1:
+    a read at the head there asks the sequencer the piece's fate and sees it."""
+    from graphrun.distributed import writer as writer_mod
+
+    with store.writer_client() as c, store.client(store.key("job-a"), "job-a") as r:
+        w = GraphWriter(c)
+        w.add_nodes("_N", [10**9], node_rows(c, 1, 4.0))
+        to_500 = load_id_mapping(store.parts).orig_nids[[500]]  # placed on partition 1
+        w.add_edges("_E", to_500, [10**9], orig=True)
+        plan = writer_mod._Plan(w, w._batch, fetch_head(c.session))
+        counts = {"nodes": plan.node_counts(), "edges": plan.edge_counts()}
+        begun = c.session.call(0, "live_begin", counts, tensors=(plan.orig_by_part(),))
+        v = begun.body["version"]
+        plan.give_ids(begun.body["nodes"], begun.body["edges"])
+        assert plan.parts() == [1]
+        w._prepare({1: plan.piece(1, v)})
+        c.session.call(0, "live_decide", {"version": v, "commit": True})  # no live_commit
+        assert r.follow() == v
+        new = int(w.lookup([10**9])[0])
+        assert (r.pull(FEAT, [new]) == 4.0).all()
+        assert len(in_edges(r, np.asarray([new]))[0]) == 1
