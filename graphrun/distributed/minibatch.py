@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from graphrun.distributed.context import DistContext
+from graphrun.distributed.live import LiveTypeMap, id_bound
 from graphrun.sampling.edgesplit import EdgeSplit
 from graphrun.sampling.mfg import SampledSubgraph, make_generator
 from graphrun.sampling.negative import NegativeSampler
@@ -90,11 +91,12 @@ class MiniBatchSampler:
     ) -> None:
         self.ctx = ctx
         self.book = ctx.book
-        self.types = BookTypeMap(self.book)
+        live = ctx.client.live is not None  # a followed live graph (distributed/live.py)
+        self.types = LiveTypeMap(self.book) if live else BookTypeMap(self.book)
         self.sampler = NeighborSampler(
             ctx.sampler,
             self.types,
-            self.book.num_nodes,
+            id_bound(ctx.client),
             fanouts,  # type: ignore[arg-type]
             num_layers=num_layers,
             replace=replace,

@@ -152,6 +152,16 @@ class KVClient:
         self.session.version = v
         return v
 
+    def live_nodes(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(graph ids, ntype index)`` of every new node at the client's version."""
+        if self.version is None:
+            raise ArgumentError("live_nodes: follow() the live graph first")
+        got = [self.session.call(p, "live_nodes", {}) for p in range(self.num_parts)]
+        ids = np.concatenate([np.asarray(m.tensors[0], np.int64) for m in got])
+        types = np.concatenate([np.asarray(m.tensors[1], np.int32) for m in got])
+        order = np.argsort(ids, kind="stable")
+        return ids[order], types[order]
+
     def _pull_live(self, ti: TensorInfo, pol: PartitionPolicy, ids: Any) -> np.ndarray:
         """``pull`` of a live graph: growth ids routed by their blocks, each partition's
         rows read at the version (shared memory while it holds nothing at or below it)."""

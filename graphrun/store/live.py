@@ -375,6 +375,12 @@ class LiveDelta:
         found, pos = _lookup(ix.node_id, ids)
         return found & (_at(ix.node_ver, found, pos, 0) <= version)
 
+    def nodes_upto(self, version: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, ntypes)`` of the growth nodes visible at ``version``, by id."""
+        ix = self.index
+        keep = ix.node_ver <= version
+        return ix.node_id[keep], ix.node_type[keep]
+
     def orig_of(self, ids: np.ndarray) -> np.ndarray:
         """Original ids of committed growth nodes (-1 where unknown)."""
         ix = self.index
