@@ -72,13 +72,26 @@ class LiveTypeMap(BookTypeMap):
         return t, per
 
 
-def new_seeds(client: KVClient, mask: str, known: Tensor) -> Tensor:
-    """The new nodes at the client's version whose feature ``mask`` is true and that are
-    not in ``known`` (graph ids)."""
+def new_seeds(
+    client: KVClient, mask: str, seen: np.ndarray, rank: int = 0, world_size: int = 1
+) -> tuple[Tensor, np.ndarray]:
+    """This trainer's share of the new nodes at the client's version whose feature
+    ``mask`` is true and that are not in ``seen`` (graph ids), and ``seen`` with them:
+    every trainer gets as many (:func:`share`), so that their epochs stay as long."""
     ids, _ = client.live_nodes()
     ntype = client.book.node_types[0]
     if len(ids) == 0:
-        return torch.empty(0, dtype=torch.long)
+        return torch.empty(0, dtype=torch.long), seen
     on = np.asarray(client.pull(f"node/{ntype}/{mask}", ids)).reshape(len(ids), -1).any(axis=1)
-    fresh = ids[on & ~np.isin(ids, known.numpy())]
-    return torch.from_numpy(fresh)
+    fresh = ids[on & ~np.isin(ids, seen)]
+    return torch.from_numpy(share(fresh, rank, world_size)), np.union1d(seen, fresh)
+
+
+def share(fresh: np.ndarray, rank: int, world_size: int) -> np.ndarray:
+    """Trainer ``rank``'s part of ``fresh``: every ``world_size``-th id from its rank, and
+    as many for every trainer (``ceil(n / world_size)``: the shorter parts wrap around)."""
+    n = len(fresh)
+    if n == 0:
+        return fresh
+    per = -(-n // world_size)
+    return fresh[(rank + world_size * np.arange(per)) % n]

@@ -132,6 +132,7 @@ class _DistLoader:
         self._builder: BatchBuilder | None = None
         self._pool: WorkerPool | None = None
         self.last_cost = BatchCost()  # of the batch yielded last
+        self._live_seen: np.ndarray | None = None  # seeds so far (a followed live graph)
 
     def __len__(self) -> int:
         n, size = self.ids.numel(), self.options.batch_size
@@ -188,7 +189,12 @@ class _DistLoader:
                                 "trainer for now (num_workers=0)")  # fmt: skip
         self.graph.refresh("epoch")
         if self.options.live_seeds is not None and self.graph.follow != "pinned":
-            fresh = new_seeds(self.graph.ctx.client, self.options.live_seeds, self.ids)
+            ctx = self.graph.ctx
+            if self._live_seen is None:
+                self._live_seen = np.unique(self.ids.numpy())
+            fresh, self._live_seen = new_seeds(
+                ctx.client, self.options.live_seeds, self._live_seen, ctx.rank, ctx.world_size
+            )
             self.ids = torch.cat([self.ids, fresh])
 
     def _pinned(self, batch: Data | HeteroData) -> Data | HeteroData:

@@ -89,3 +89,14 @@ def test_follow_is_checked(parts):
                                         num_workers=1)  # fmt: skip
             with pytest.raises(ArgumentError, match="num_workers: following a live graph"):
                 next(iter(loader))
+
+
+def test_new_seeds_are_shared_evenly_between_trainers():
+    from graphrun.distributed.live import share
+
+    fresh = np.arange(100, 105)
+    parts = [share(fresh, r, 2).tolist() for r in range(2)]
+    assert parts == [[100, 102, 104], [101, 103, 100]]  # as many each: one wraps around
+    assert sorted(set(parts[0]) | set(parts[1])) == fresh.tolist()
+    assert [share(fresh[:1], r, 3).tolist() for r in range(3)] == [[100]] * 3
+    assert share(fresh[:0], 0, 2).tolist() == []
