@@ -100,3 +100,35 @@ def test_new_seeds_are_shared_evenly_between_trainers():
     assert sorted(set(parts[0]) | set(parts[1])) == fresh.tolist()
     assert [share(fresh[:1], r, 3).tolist() for r in range(3)] == [[100]] * 3
     assert share(fresh[:0], 0, 2).tolist() == []
+
+
+def test_a_trainers_data_follows_the_graph_and_its_epochs_take_the_new_nodes(parts):
+    """The trainer's DistGraphData (what spec.live.follow drives): the second epoch's
+    training batches hold the nodes written after the first."""
+    from graphrun.train.distdata import DistGraphData
+
+    cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        ctx = initialize(addresses, rank=0, world_size=1, heartbeat_interval=0)
+        with ctx:
+            data = DistGraphData(DistGraph(ctx, follow="epoch"), 0, 1, cache_mb=64)
+            n = data.num_nodes()
+            first = [b.data.n_id[: b.data.batch_size] for b in
+                     data.loader("train", None, [4, 4], 64, True, epoch=0)]  # fmt: skip
+            assert int(torch.cat(first).max()) < n
+            feat, _ = write_new_nodes(addresses, parts)
+            second = [b.data for b in data.loader("train", None, [4, 4], 64, True, epoch=1)]
+            seeds = torch.cat([b.n_id[: b.batch_size] for b in second])
+            assert int((seeds >= n).sum()) == 6
+            x = torch.cat([b.x[: b.batch_size] for b in second])[seeds >= n]
+            assert sorted(x[:, 0].tolist()) == sorted(feat[:, 0].tolist())
+
+
+def test_a_cache_knows_no_new_node_and_says_so():
+    """A live graph's new node ids lie past the cache's id space: not cached (-1), not an
+    IndexError of the dense map."""
+    from graphrun.distributed.cache import CachedRows
+
+    rows = CachedRows(np.asarray([1, 5]), np.zeros((2, 3), np.float32), id_space=10)
+    assert rows.slots(np.asarray([5, 1, 12, 3])).tolist() == [1, 0, -1, -1]
