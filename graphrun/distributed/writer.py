@@ -161,10 +161,14 @@ class GraphWriter:
         if sorted(given) != names:
             raise ArgumentError(f"features: edge type {key} has features {names}, "
                                 f"got {sorted(given)}")  # fmt: skip
-        for n in names:
-            k = TensorKey.edge(key, n)
-            rows = self._feature(k, given[n], len(s), f"features[{n!r}]")
-            self._batch.edge_feats.setdefault(str(k), []).append(rows)
+        rows = {
+            str(TensorKey.edge(key, n)): self._feature(
+                TensorKey.edge(key, n), given[n], len(s), f"features[{n!r}]"
+            )
+            for n in names
+        }  # all checked before any is kept
+        for k, got in rows.items():
+            self._batch.edge_feats.setdefault(k, []).append(got)
         self._batch.edges.append((r, s.astype(np.int64), d.astype(np.int64), orig))
 
     def delete_edges(self, etype: Any, eids: Any) -> None:

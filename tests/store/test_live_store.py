@@ -76,7 +76,7 @@ def in_edges(c: KVClient, seeds: np.ndarray) -> list[set[int]]:
     out: list[set[int]] = [set() for _ in seeds]
     for p in np.unique(part).tolist():
         pos = np.flatnonzero(part == p)
-        body = {"fanout": [10_000], "seed": 0}
+        body = {"fanout": [10_000] * len(c.book.edge_types), "seed": 0}
         msg = c.session.call(p, "sample_neighbors", body, tensors=(seeds[pos],))
         _, which, eid = msg.tensors[:3]
         for w, e in zip(which.tolist(), eid.tolist(), strict=True):
@@ -306,3 +306,34 @@ def test_a_read_settles_a_piece_whose_commit_has_not_arrived(store):
         new = int(w.lookup([10**9])[0])
         assert (r.pull(FEAT, [new]) == 4.0).all()
         assert len(in_edges(r, np.asarray([new]))[0]) == 1
+
+
+def test_a_heterograph_takes_typed_nodes_and_edges_with_edge_features(tmp_path):
+    _, hparts = make_partition_dir(tmp_path / "parts", 2, hetero=True)
+    cfg = ServerConfig(hparts, 0, extensions=SAMPLING)
+    with store_threads(cfg, 2) as threads:
+        c = KVClient(ClientConfig([t.address for t in threads], job="w", timeout=20))
+        with c:
+            book = c.book
+            w = GraphWriter(c)
+            paper = book.to_homo("paper", np.asarray([0, 1, 2]))
+            with pytest.raises(ArgumentError, match="features: edge type paper:cites:paper has"):
+                w.add_edges("cites", paper[1:2], paper[2:3])
+            w.add_nodes("author", [10**9], {"feat": np.ones((1, 4), np.float32)})
+            orig_p0 = load_id_mapping(hparts).orig_nids[paper[0]]
+            w.add_edges("writes", [10**9], [orig_p0], orig=True)
+            w.add_edges("cites", paper[1:2], paper[2:3], {"weight": np.asarray([0.5], np.float32)})
+            v = w.commit()
+            bad = GraphWriter(c)
+            bad.add_edges("writes", paper[1:2], paper[2:3])  # a paper cannot write
+            with pytest.raises(ArgumentError, match="has node type 'paper', its edge type needs"):
+                bad.commit()
+            c.follow()
+            assert c.version == v
+            new_e = [e for e in in_edges(c, paper[2:3])[0] if e >= book.num_edges]
+            assert len(new_e) == 1
+            got = c.pull("edge/paper:cites:paper/weight", np.asarray(new_e))
+            assert got.tolist() == [0.5]
+            author = int(w.lookup([10**9])[0])
+            assert c.pull("node/author/feat", [author]).tolist() == [[1.0] * 4]
+            assert any(e >= book.num_edges for e in in_edges(c, paper[:1])[0])
