@@ -410,6 +410,9 @@ def live_prepare(state: ServerState, req: Request) -> Response:
     body = req.args(PrepareBody)
     if body.seq:
         live.seq_address = body.seq
+    version = body.piece.version
+    if version in live.delta.pending or version in live.delta.committed:
+        return Response({"held": True})  # sent again (after a retry_after elsewhere)
     if live.delta.slowed():
         return Response({"retry_after": LIVE_RETRY_AFTER_S})
     batch = check_piece(piece_from_wire(req, body.piece), live.schema, live.delta)
