@@ -391,12 +391,14 @@ class LiveDelta:
         """The new edges into each of ``dst`` visible at ``version`` (not deleted by then):
         ``(counts int64 [len(dst)], edges int64 [4, m]: src, dst, eid, etype)``, grouped
         by ``dst`` in its order."""
-        e = self.index.edges
-        e = e[:, (e[4] <= version) & ~self.deleted(e[2], version)]
+        e = self.index.edges  # sorted by dst: only the seeds' runs are looked at
         lo = np.searchsorted(e[1], dst, side="left")
         hi = np.searchsorted(e[1], dst, side="right")
-        counts = hi - lo
-        return counts.astype(np.int64), e[:4, spans(lo, hi)]
+        pos = spans(lo, hi)
+        seed = np.repeat(np.arange(len(dst)), hi - lo)
+        keep = (e[4, pos] <= version) & ~self.deleted(e[2, pos], version)
+        counts = np.bincount(seed[keep], minlength=len(dst))
+        return counts.astype(np.int64), e[:4, pos[keep]]
 
     def new_edges(self, version: int) -> np.ndarray:
         """int64 [4, m] (src, dst, eid, etype) of new edges visible at ``version``."""
