@@ -462,14 +462,13 @@ def settle(state: ServerState, live: LivePart, versions: list[int]) -> None:
 
 
 def view(state: ServerState, req: Request) -> tuple[LiveDelta | None, int]:
-    """The delta a read sees and its version (``"v"`` in the body; absent: all committed
-    here), pending pieces at or below it settled first; None when nothing is visible."""
+    """The delta a read sees and its version (``"v"`` in the body; absent: 0, the base
+    graph — a client that does not follow the live graph knows no new id, as on a
+    backup), pending pieces at or below it settled first; None when nothing is visible."""
     live = state.extension_data.get(KEY)
     if not isinstance(live, LivePart):
         return None, 0
-    v = req.body.get("v")
-    if v is None:
-        v = max(live.delta.committed, default=0)
+    v = req.body.get("v", 0)
     if not isinstance(v, int) or isinstance(v, bool) or v < 0:
         raise ArgumentError(f"{req.op}: field 'v' must be a version >= 0")
     undecided = live.delta.undecided(v)

@@ -337,3 +337,22 @@ def test_a_heterograph_takes_typed_nodes_and_edges_with_edge_features(tmp_path):
             author = int(w.lookup([10**9])[0])
             assert c.pull("node/author/feat", [author]).tolist() == [[1.0] * 4]
             assert any(e >= book.num_edges for e in in_edges(c, paper[:1])[0])
+
+
+def test_a_client_that_does_not_follow_reads_the_base_graph(store):
+    """A job unaware of the live graph (no version in its requests) never gets a new id:
+    its samples and rows are the base graph's, from the main server as from shared memory."""
+    with store.writer_client() as c, store.client(store.key("job-a"), "job-a") as r:
+        base = in_edges(r, np.asarray([3]))[0]
+        w = GraphWriter(c)
+        w.add_nodes("_N", [10**9], node_rows(c, 1, 1.0))
+        w.add_edges("_E", [10**9], load_id_mapping(store.parts).orig_nids[[3]], orig=True)
+        w.update_features("_N", "feat", [3], np.full((1, 8), 6.0, np.float32))
+        before = r.pull(FEAT, [3]).copy()
+        w.commit()
+        assert r.version is None
+        assert in_edges(r, np.asarray([3]))[0] == base
+        assert (r.pull(FEAT, [3]) == before).all()
+        r.follow()
+        assert len(in_edges(r, np.asarray([3]))[0]) == len(base) + 1
+        assert (r.pull(FEAT, [3]) == 6.0).all()
