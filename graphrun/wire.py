@@ -30,6 +30,7 @@ declared fields.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
@@ -147,9 +148,12 @@ class KeyFile(Header, kw_only=True):
     public: str
     secret: str | msgspec.UnsetType = msgspec.UNSET
     server: str | msgspec.UnsetType = msgspec.UNSET
+    grants: list[str] | msgspec.UnsetType = msgspec.UNSET  # a --clients entry's (access.py)
 
 
-def key_file_text(public: str, secret: str | None = None, server: str | None = None) -> str:
+def key_file_text(
+    public: str, secret: str | None = None, server: str | None = None, grants: Sequence[str] = ()
+) -> str:
     """The key file's content: one JSON line, fields in declaration order."""
     unset = msgspec.UNSET
     keys = KeyFile(
@@ -158,6 +162,7 @@ def key_file_text(public: str, secret: str | None = None, server: str | None = N
         public=public,
         secret=unset if secret is None else secret,
         server=unset if server is None else server,
+        grants=list(grants) if grants else unset,
     )
     return json.dumps(to_builtins(keys)) + "\n"
 

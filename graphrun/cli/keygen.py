@@ -20,6 +20,8 @@ the file's name is the job's, metadata.name of its GraphJob; clients/ is made, m
   # the job names job-a.key in spec.graph.store.keyFile, or on Kubernetes:
   kubectl create secret generic job-a-key --from-file=job.key=job-a.key
 Remove clients/job-a.key to revoke it (the store refuses the key within a second).
+A writer's key of a live store (it may write the graph; a job key may not):
+  graphrun keygen writer.key --store store.key --clients clients/ --grants write_graph
 """
 
 
@@ -44,6 +46,13 @@ def register(subparsers: Any) -> None:
         help="with --store: also write the public key to DIR/<job>.key, the store's "
         "--clients directory (the store needs no secret; DIR is made, mode 0700)",
     )
+    p.add_argument(
+        "--grants",
+        default="",
+        metavar="GRANT[,GRANT]",
+        help="with --clients: what the key may do beyond a job key (write_graph: write the "
+        "live graph, docs/live.md)",
+    )
     p.set_defaults(func=run)
 
 
@@ -64,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.path.parent.is_dir():
         raise ArgumentError(f"{args.path}: directory {args.path.parent} does not exist")
     public_file = None
+    grants = _grants(args.grants, args.clients is not None)
     if args.clients is not None:
         if args.store is None:
             raise ArgumentError("--clients: needs --store (the clients hold job keys)")
@@ -93,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"graphrun keygen: wrote {args.path}")
     if public_file is not None:
         try:
-            write_atomic(public_file, public_key_file_text(keys.public), mode=0o644, replace=False)
+            text = public_key_file_text(keys.public, grants)
+            write_atomic(public_file, text, mode=0o644, replace=False)
         except FileExistsError:
             args.path.unlink()  # no half-made job key
             raise ArgumentError(
@@ -101,6 +112,20 @@ def run(args: argparse.Namespace) -> int:
             ) from None
         print(f"graphrun keygen: wrote {public_file} (public key: job {args.path.stem!r})")
     return 0
+
+
+def _grants(text: str, clients: bool) -> list[str]:
+    """The ``--grants`` list, each one known; refused without ``--clients``."""
+    from graphrun.errors import ArgumentError
+    from graphrun.rpc.access import GRANTS
+
+    grants = [g.strip() for g in text.split(",") if g.strip()]
+    if grants and not clients:
+        raise ArgumentError("--grants: needs --clients (a grant is written to the store's entry)")
+    for g in grants:
+        if g not in GRANTS:
+            raise ArgumentError(f"--grants: {g!r} is not one of {sorted(GRANTS)}")
+    return grants
 
 
 def _check_job_name(path: Path) -> None:

@@ -63,6 +63,11 @@ class CachedRows:
     def slots(self, ids: np.ndarray) -> np.ndarray:
         """The cache slot of every id, -1 where it is not cached."""
         if self._map is not None:
+            if len(ids) and int(ids.max()) >= len(self._map):  # a live graph's new nodes
+                out = np.full(len(ids), -1, np.int32)
+                known = ids < len(self._map)
+                out[known] = self._map[ids[known]]
+                return out
             return self._map[ids]
         pos = np.searchsorted(self.ids, ids).clip(max=max(len(self.ids) - 1, 0))
         hit = self.ids[pos] == ids if len(self.ids) else np.zeros(len(ids), bool)

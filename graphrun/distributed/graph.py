@@ -27,6 +27,7 @@ from torch import Tensor
 
 from graphrun.distributed.context import DistContext, current_context
 from graphrun.distributed.dglnames import DistTensor
+from graphrun.distributed.live import check_follow
 from graphrun.errors import ArgumentError
 from graphrun.names import CanonicalEtype, TensorKey, etype_key
 from graphrun.partition.book import PartitionBook
@@ -69,12 +70,17 @@ class DistGraph:
     """The store's graph seen from ``ctx``; DistDGL's ``DistGraph(graph_name)`` (or no
     argument) takes the current context (:func:`~graphrun.distributed.current_context`)."""
 
-    def __init__(self, ctx: DistContext | str | None = None, **dgl_options: Any) -> None:
+    def __init__(
+        self, ctx: DistContext | str | None = None, follow: str | None = None, **dgl_options: Any
+    ) -> None:
         del dgl_options  # DistDGL's part_config: the store already serves the partitions
         if not isinstance(ctx, DistContext):
             ctx = current_context()
         self.ctx = ctx
         self.book: PartitionBook = ctx.book
+        self.follow = check_follow(follow, self.book)  # a live graph: distributed/live.py
+        if self.follow is not None:
+            ctx.client.follow()
         self.types = BookTypeMap(self.book)
         node_data: dict[str, dict[str, DistTensor]] = {t: {} for t in self.book.node_types}
         edge_data: dict[str, dict[str, DistTensor]] = {
@@ -87,6 +93,19 @@ class DistGraph:
                 target[key.type][key.name] = DistTensor(ctx.client, info.name)
         self._node_data = node_data
         self._edge_data = edge_data
+
+    # ---- a live graph -----------------------------------------------------------------
+
+    @property
+    def version(self) -> int | None:
+        """The live graph's version this trainer reads (None: not following)."""
+        return self.ctx.client.version
+
+    def refresh(self, at: str) -> int | None:
+        """Move to the head if the follow mode moves at ``at`` ("epoch" or "batch")."""
+        if self.follow == "head" or (self.follow == "epoch" and at == "epoch"):
+            return self.ctx.client.follow()
+        return self.version
 
     # ---- shape ----------------------------------------------------------------------
 

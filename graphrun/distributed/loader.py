@@ -43,6 +43,7 @@ from graphrun.distributed.batches import (
 from graphrun.distributed.cache import CachePlan, plan_cache
 from graphrun.distributed.dglnames import NeighborSampler as NeighborSamplerSpec
 from graphrun.distributed.graph import DistGraph
+from graphrun.distributed.live import new_seeds
 from graphrun.distributed.minibatch import epoch_seed, shuffled
 from graphrun.distributed.workers import WorkerPool
 from graphrun.errors import ArgumentError
@@ -72,6 +73,7 @@ class LoaderOptions:
     pin_memory: bool = False
     prefetch_factor: int | None = None  # batches in flight per worker (torch's)
     seed: int = 0
+    live_seeds: str | None = None  # a followed live graph: new nodes with this mask join
 
     def __post_init__(self) -> None:
         _check_count(self.batch_size, "batch_size", 1)
@@ -130,6 +132,7 @@ class _DistLoader:
         self._builder: BatchBuilder | None = None
         self._pool: WorkerPool | None = None
         self.last_cost = BatchCost()  # of the batch yielded last
+        self._live_seen: np.ndarray | None = None  # seeds so far (a followed live graph)
 
     def __len__(self) -> int:
         n, size = self.ids.numel(), self.options.batch_size
@@ -157,10 +160,12 @@ class _DistLoader:
         """One epoch's batches. Without ``persistent_workers`` the worker processes stop
         when the iteration ends, is broken out of or is dropped; with it (the default:
         a worker joins the store, which is worth doing once) at :meth:`close`."""
+        self._follow_epoch()
         tasks = self._tasks()
         self.start()
         if self._builder is not None:
             for ids, s in tasks:
+                self.graph.refresh("batch")
                 batch = self._builder.build(ids, s)
                 self.last_cost = self._builder.last_cost
                 yield self._pinned(batch)
@@ -173,6 +178,24 @@ class _DistLoader:
         finally:
             if not self.options.persistent_workers:
                 self.close()
+
+    def _follow_epoch(self) -> None:
+        """A followed live graph: the head at the epoch's start, and its new nodes whose
+        ``live_seeds`` mask is true join the seeds (distributed/live.py)."""
+        if self.graph.follow is None:
+            return
+        if self.options.num_workers:
+            raise ArgumentError("num_workers: following a live graph samples in the "
+                                "trainer for now (num_workers=0)")  # fmt: skip
+        self.graph.refresh("epoch")
+        if self.options.live_seeds is not None and self.graph.follow != "pinned":
+            ctx = self.graph.ctx
+            if self._live_seen is None:
+                self._live_seen = np.unique(self.ids.numpy())
+            fresh, self._live_seen = new_seeds(
+                ctx.client, self.options.live_seeds, self._live_seen, ctx.rank, ctx.world_size
+            )
+            self.ids = torch.cat([self.ids, fresh])
 
     def _pinned(self, batch: Data | HeteroData) -> Data | HeteroData:
         return batch.pin_memory() if self.pin_memory else batch

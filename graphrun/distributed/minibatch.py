@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from graphrun.distributed.context import DistContext
+from graphrun.distributed.live import LiveTypeMap, id_bound
 from graphrun.sampling.edgesplit import EdgeSplit
 from graphrun.sampling.fanout import FanoutSpec
 from graphrun.sampling.mfg import SampledSubgraph, make_generator
@@ -91,11 +92,12 @@ class MiniBatchSampler:
     ) -> None:
         self.ctx = ctx
         self.book = ctx.book
-        self.types = BookTypeMap(self.book)
+        live = ctx.client.live is not None  # a followed live graph (distributed/live.py)
+        self.types = LiveTypeMap(self.book) if live else BookTypeMap(self.book)
         self.sampler = NeighborSampler(
             ctx.sampler,
             self.types,
-            self.book.num_nodes,
+            id_bound(ctx.client),
             fanouts,
             num_layers=num_layers,
             replace=replace,

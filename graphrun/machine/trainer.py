@@ -184,8 +184,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     emit(Joined(rank=args.rank, local_parts=list(local)))
     workers = job.spec.runtime.sampler_workers_per_trainer
     cache_mb = job.spec.runtime.feature_cache_mb
+    follow = job.spec.live.follow if job.spec.live is not None else None
     data = DistGraphData(
-        DistGraph(ctx), args.rank, world, workers, seed=cfg.seed, cache_mb=cache_mb
+        DistGraph(ctx, follow=follow), args.rank, world, workers, seed=cfg.seed, cache_mb=cache_mb
     )
     try:
         # a TCP rendezvous (machines apart) is the job key's CURVE store, not torch's

@@ -10,7 +10,12 @@ public half there and keeps the secret in ``JOB.key``). A job key holder
 * may join, read the graph, and create, read, write and delete tensors of its own job
   only (requests naming another job are refused; requests naming none act as its job);
   the graph's own tensors (namespace ``""``) are read-only to it;
-* may not ``stop`` the store, register backups, or read the store's ``manifest``.
+* may not ``stop`` the store, register backups, or read the store's ``manifest``;
+* may not write the graph itself (the live graph's write ops, :data:`WRITE_GRAPH_OPS`)
+  unless its public key file grants it: ``"grants": ["write_graph"]`` (made with
+  ``graphrun keygen WRITER.key --store STORE.key --clients DIR --grants write_graph``).
+  A writer's key is a key of its own, not a job's: the admin key is not needed to
+  ingest, and a training job's key cannot change the graph it trains on.
 
 The directory is checked again (file names, sizes and modification times: a ``stat`` per
 file) when an unknown key knocks, and at most every :data:`RESCAN_S` seconds when a known
@@ -34,6 +39,9 @@ from graphrun.errors import AuthError
 log = logging.getLogger("graphrun.rpc")
 
 ADMIN_OPS = frozenset({"stop", "register_backup", "manifest"})
+WRITE_GRAPH = "write_graph"
+GRANTS = frozenset({WRITE_GRAPH})  # what a --clients key file may grant beyond a job's
+WRITE_GRAPH_OPS = frozenset({"live_begin", "live_prepare", "live_decide", "live_commit"})
 RESCAN_S = 0.2
 
 
@@ -43,6 +51,7 @@ class ClientKeys:
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
         self._jobs: dict[str, str] = {}
+        self._grants: dict[str, frozenset[str]] = {}  # public key -> its grants
         self._revoked: dict[str, str] = {}  # public key -> job, of keys since removed
         self._unclaimed: set[str] = set()  # revoked, not yet taken by take_revoked()
         self._signature: object = None
@@ -66,16 +75,22 @@ class ClientKeys:
                 out.append((e.name, st.st_ino, st.st_size, st.st_mtime_ns))
         return tuple(out)
 
-    def _scan(self) -> dict[str, str]:
-        jobs = {}
+    def _scan(self) -> tuple[dict[str, str], dict[str, frozenset[str]]]:
+        jobs, grants = {}, {}
         for path in sorted(self.directory.glob("*.key")):
             try:
                 data = json.loads(path.read_text())
                 public = data.get("public")
+                given = data.get("grants", [])
             except (OSError, ValueError, AttributeError):
                 continue  # not a key file: never admits anyone
+            if not isinstance(given, list) or not set(given) <= GRANTS:
+                log.warning("%s: grants %r are not a list of %s; the key is not admitted",
+                            path, given, sorted(GRANTS))  # fmt: skip
+                continue
             if isinstance(public, str) and len(public) == 40:
                 jobs[public] = path.stem
+                grants[public] = frozenset(given)
                 if "secret" in data and path.name not in self._warned:
                     self._warned.add(path.name)
                     log.warning(
@@ -83,7 +98,7 @@ class ClientKeys:
                         "(graphrun keygen JOB.key --store STORE.key --clients %s)",
                         path, self.directory,
                     )  # fmt: skip
-        return jobs
+        return jobs, grants
 
     def refresh(self, force: bool = False) -> None:
         """Re-read the directory if a file changed (checked at most every ``RESCAN_S``)."""
@@ -96,7 +111,8 @@ class ClientKeys:
             if signature == self._signature:
                 return
             self._signature = signature
-            old, self._jobs = self._jobs, self._scan()
+            old = self._jobs
+            self._jobs, self._grants = self._scan()
             gone = {k: j for k, j in old.items() if k not in self._jobs}
             self._revoked.update(gone)
             for k in self._jobs:
@@ -121,6 +137,10 @@ class ClientKeys:
         if public not in self._jobs:
             self.refresh(force=True)
         return self._jobs.get(public)
+
+    def grants_of(self, public: str) -> frozenset[str]:
+        """What the admitted key ``public`` is granted beyond a job key (after job_of)."""
+        return self._grants.get(public, frozenset())
 
     def revoked_job(self, public: str) -> str | None:
         """The job of a key that was admitted and has been removed since (None: not so)."""
@@ -160,6 +180,12 @@ class Access:
             raise AuthError("this key is not admitted to the store")
         if op in ADMIN_OPS:
             raise AuthError(f"{op}: needs the store's admin key (this key is job {owner!r}'s)")
+        granted = clients.grants_of(user) if (clients and user) else frozenset()
+        if op in WRITE_GRAPH_OPS and WRITE_GRAPH not in granted:
+            raise AuthError(
+                f"{op}: writing the graph needs a key granted {WRITE_GRAPH!r} "
+                f"(graphrun keygen ... --grants {WRITE_GRAPH}); this key is job {owner!r}'s"
+            )
         if job and job != owner:
             raise AuthError(f"{op}: this key acts as job {owner!r}, not {job!r}")
         return owner, False

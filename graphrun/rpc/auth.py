@@ -24,7 +24,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,9 +85,10 @@ def key_file_text(keys: KeyPair) -> str:
     return wire.key_file_text(keys.public, keys.secret, keys.server)
 
 
-def public_key_file_text(public: str) -> str:
-    """A public key file (a store's ``--clients`` entry): the key file without its secret."""
-    return wire.key_file_text(public)
+def public_key_file_text(public: str, grants: Sequence[str] = ()) -> str:
+    """A public key file (a store's ``--clients`` entry): the key file without its secret,
+    with the key's grants beyond a job key's (:data:`graphrun.rpc.access.GRANTS`)."""
+    return wire.key_file_text(public, grants=grants)
 
 
 def generate_keys(path: str | Path) -> KeyPair:

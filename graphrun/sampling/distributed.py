@@ -45,6 +45,8 @@ from graphrun.sampling.kernels import make_rng
 from graphrun.sampling.server import OP, OP_FIND_EDGES, OP_IN_DEGREES, OP_OUT_DEGREES
 from graphrun.store import routing
 from graphrun.store.client import KVClient
+from graphrun.store.live_client import route as live_route
+from graphrun.store.live_client import shm_ok
 from graphrun.store.session import Pending, Session
 
 
@@ -127,7 +129,7 @@ class DistOneHopSampler:
         weighted: bool = False,
         seed: int,
     ) -> SampledEdges:
-        ids = check_seeds(seeds, 0, self.book.num_nodes)
+        _, groups = self._groups(seeds, "seeds")
         fan = np.asarray(fanout, dtype=np.int64).reshape(-1)
         if weighted:
             self._weight_name()
@@ -146,7 +148,6 @@ class DistOneHopSampler:
             self.local_bytes[g.part] += out.nbytes
             return out
 
-        groups = routing.by_owner(self.book.node_offsets, ids)
         answers: Iterator[tuple[routing.Group, SampledEdges | Message]]
         answers = routing.remote_first(groups, self._here, send, self._wait, sample_here)
         parts = []
@@ -157,13 +158,27 @@ class DistOneHopSampler:
         parts.sort(key=lambda x: x[0].part)  # partition order, wherever it was sampled
         return merge(parts, self.typed)
 
+    def _groups(self, seeds: object, arg: str) -> tuple[np.ndarray, list[routing.Group]]:
+        """Checked node ids grouped by owner; a client following a live graph routes its
+        new nodes by their growth blocks (store/live_client.py)."""
+        view = self.client.live if self.client is not None else None
+        if view is None:
+            ids = check_seeds(seeds, 0, self.book.num_nodes, arg)
+            return ids, routing.by_owner(self.book.node_offsets, ids)
+        offsets = self.book.node_offsets
+        ids, part, _ = live_route(view, offsets, view.num_nodes, view.node_owner, seeds, arg)
+        return ids, routing.by_part(part, ids, offsets)
+
     def _here(self, part: int) -> bool:
-        """Whether partition ``part`` is sampled in this process; AuthError once the
-        client's key is revoked (its shared memory is no longer read: store/session.py)."""
+        """Whether partition ``part`` is sampled in this process: its shared memory is the
+        graph at the client's version (a live partition holding a piece at or below it
+        is asked instead); AuthError once the client's key is revoked (its shared memory
+        is no longer read: store/session.py)."""
         if part not in self.local:
             return False
         if self.client is not None:
             self.client.session.check_revoked(part)
+            return shm_ok(self.client.session, part, self.client.version)
         return True
 
     def _session(self, part: int) -> Session:
@@ -184,7 +199,7 @@ class DistOneHopSampler:
     # ---- structure queries (same split: local partitions in-process, others by request)
 
     def _by_owner(
-        self, ids: np.ndarray, bounds: np.ndarray, op: str, count: int, local_fn: Any
+        self, ids: np.ndarray, groups: list[routing.Group], op: str, count: int, local_fn: Any
     ) -> list[np.ndarray]:
         """``count`` int64 answers per id, each asked of the id's owner."""
         outs = [np.empty(len(ids), dtype=np.int64) for _ in range(count)]
@@ -196,7 +211,7 @@ class DistOneHopSampler:
 
         answers: Iterator[tuple[routing.Group, tuple[np.ndarray, ...] | Message]]
         answers = routing.remote_first(
-            routing.by_owner(bounds, ids),
+            groups,
             self._here,
             lambda g: self._session(g.part).request(g.part, op, {}, (g.ids,)),
             self._wait,
@@ -211,28 +226,25 @@ class DistOneHopSampler:
 
     def in_degrees(self, ids: Tensor) -> Tensor:
         """In-degree of global node ids (asked of each node's owner)."""
-        nid = check_seeds(ids, 0, self.book.num_nodes, "ids")
-        deg = self._by_owner(
-            nid, self.book.node_offsets, OP_IN_DEGREES, 1, lambda c, x: (c.in_degrees(x),)
-        )[0]
+        nid, groups = self._groups(ids, "ids")
+        deg = self._by_owner(nid, groups, OP_IN_DEGREES, 1, lambda c, x: (c.in_degrees(x),))[0]
         return torch.from_numpy(deg)
 
     def find_edges(self, eids: Tensor) -> tuple[Tensor, Tensor]:
         """``(src, dst)`` global node ids of global edge ids (asked of each edge's owner)."""
         e = check_seeds(eids, 0, self.book.num_edges, "eids")
-        src, dst = self._by_owner(
-            e, self.book.edge_offsets, OP_FIND_EDGES, 2, lambda c, x: c.find_edges(x)
-        )
+        groups = routing.by_owner(self.book.edge_offsets, e)
+        src, dst = self._by_owner(e, groups, OP_FIND_EDGES, 2, lambda c, x: c.find_edges(x))
         return torch.from_numpy(src), torch.from_numpy(dst)
 
     def out_degrees(self, ids: Tensor) -> Tensor:
         """Out-degree of global node ids: every partition counts the edges it owns."""
-        nid = check_seeds(ids, 0, self.book.num_nodes, "ids")
+        nid, _ = self._groups(ids, "ids")
         n = self.book.num_nodes
         total = np.zeros(len(nid), dtype=np.int64)
         pending = []
         for p in range(self.book.num_parts):
-            if self._here(p):
+            if self._here(p) and bool((nid < n).all()):
                 total += self.local[p].out_degree_counts(n)[nid]
                 self.local_bytes[p] += total.nbytes
             else:

@@ -30,7 +30,9 @@ import numpy as np
 
 from graphrun.errors import ArgumentError
 from graphrun.names import TensorKey
+from graphrun.sampling import live
 from graphrun.sampling.csc import CSCGraph, SampledEdges, csc_from_structure, owned_edge_weights
+from graphrun.store import live_ops
 
 if TYPE_CHECKING:
     from graphrun.store.registry import Registry, Request, Response
@@ -96,6 +98,13 @@ def sample_neighbors(state: ServerState, req: Request) -> Response:
             f"{seeds.size * sum(fanout)} edges; at most {MAX_SAMPLED_EDGES} per request"
         )
     csc = _csc(state, args.weight if args.weighted else None)
+    delta, v = live_ops.view(state, req)
+    if delta is not None:  # a live graph: the seeds' in-edges at the request's version
+        if args.weighted:
+            raise ArgumentError(f"{OP}: weighted sampling of a live graph's delta is not "
+                                "supported yet (docs/live.md)")  # fmt: skip
+        csc = live.merged_csc(csc, delta, v, np.asarray(seeds))
+        seeds = np.arange(len(seeds), dtype=np.int64)
     out = csc.sample_one_hop(seeds, fanout, replace=replace, weighted=args.weighted, seed=args.seed)
     body, tensors = encode_reply(out)
     return Response(body, tensors)
@@ -118,7 +127,12 @@ def _ids(req: Request) -> np.ndarray:
 def in_degrees(state: ServerState, req: Request) -> Response:
     from graphrun.store.registry import Response
 
-    return Response({}, (_csc(state).in_degrees(_ids(req)),))
+    ids = _ids(req)
+    delta, v = live_ops.view(state, req)
+    if delta is not None:
+        merged = live.merged_csc(_csc(state), delta, v, ids)
+        return Response({}, (np.diff(merged.indptr),))
+    return Response({}, (_csc(state).in_degrees(ids),))
 
 
 def out_degrees(state: ServerState, req: Request) -> Response:
@@ -127,6 +141,11 @@ def out_degrees(state: ServerState, req: Request) -> Response:
 
     ids = _ids(req)
     n = state.book.num_nodes
+    delta, v = live_ops.view(state, req)
+    if delta is not None:
+        if len(ids) and int(ids.min()) < 0:
+            raise ArgumentError(f"{req.op}: ids must be >= 0")
+        return Response({}, (live.out_degree_counts(_csc(state), delta, v, ids, n),))
     if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= n):
         raise ArgumentError(f"{req.op}: ids out of range [0, {n})")
     counts = _csc(state).out_degree_counts(n)

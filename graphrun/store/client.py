@@ -46,6 +46,8 @@ from graphrun.rpc.codec import DEFAULT_LIMITS
 from graphrun.store import routing
 from graphrun.store.catalog import Catalog
 from graphrun.store.disk import DISK_COUNTERS
+from graphrun.store.live_client import LiveView, fetch_head, shm_ok
+from graphrun.store.live_client import route as live_route
 from graphrun.store.policy import PartitionPolicy, lookup_policy, policies_from_book
 from graphrun.store.session import ClientConfig, Pending, Session
 from graphrun.store.state import TensorInfo, received
@@ -106,6 +108,7 @@ class KVClient:
         self.book = self.session.book
         self.policies = policies_from_book(self.book)
         self.catalog = Catalog(self.session)
+        self.live: LiveView | None = None  # set by follow(): a live graph's head and blocks
         # A process that exits without close() would hold its session (and its job's
         # tensors) on every server until the heartbeat timeout; leave at exit instead.
         ref = weakref.ref(self)
@@ -134,6 +137,60 @@ class KVClient:
 
     def servers_of(self, part: int) -> list[str]:
         return [c.address for c in self.session.part(part).conns]
+
+    # ---- a live graph (docs/live.md) --------------------------------------------------
+
+    @property
+    def version(self) -> int | None:
+        """The live graph's version every read is at (None: the base graph)."""
+        return self.session.version
+
+    def follow(self, version: int | None = None) -> int:
+        """Read the live graph at ``version`` (default: the head, asked now) from here on;
+        returns it. Call again to move to a newer head."""
+        view = fetch_head(self.session)
+        v = view.head if version is None else int(version)
+        if not 0 <= v <= view.head:
+            raise ArgumentError(f"version: {v} is not in [0, head {view.head}]")
+        self.live = view
+        self.session.version = v
+        return v
+
+    def live_nodes(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(graph ids, ntype index)`` of every new node at the client's version."""
+        if self.version is None:
+            raise ArgumentError("live_nodes: follow() the live graph first")
+        got = [self.session.call(p, "live_nodes", {}) for p in range(self.num_parts)]
+        ids = np.concatenate([np.asarray(m.tensors[0], np.int64) for m in got])
+        types = np.concatenate([np.asarray(m.tensors[1], np.int32) for m in got])
+        order = np.argsort(ids, kind="stable")
+        return ids[order], types[order]
+
+    def _pull_live(self, ti: TensorInfo, pol: PartitionPolicy, ids: Any) -> np.ndarray:
+        """``pull`` of a live graph: growth ids routed by their blocks, each partition's
+        rows read at the version (shared memory while it holds nothing at or below it)."""
+        view = self.live
+        assert view is not None
+        node = pol.name.kind == "node"
+        first = view.num_nodes if node else view.num_edges
+        blocks = view.node_owner if node else view.edge_owner
+        ids, part, rows = live_route(view, pol.ranges, first, blocks, ids, "ids")
+        out = np.empty((len(ids), *ti.row_shape), dtype=ti.dtype)
+        pending = []
+        for p in np.unique(part).tolist():
+            pos = np.flatnonzero(part == p)
+            arr: np.ndarray | None = None
+            if self.session.local_ok(p) and shm_ok(self.session, p, self.version):
+                arr = self.catalog.local_array(ti, p)
+            if arr is not None and int(rows[pos].max()) < ti.part_rows:
+                out[pos] = np.take(arr, rows[pos], axis=0)
+                self.traffic[p, "pull:shm"] += len(pos) * ti.row_bytes
+            else:
+                body = {"name": ti.name}
+                pending.append((pos, self.session.request(p, "pull", body, (rows[pos],))))
+        for pos, pend in pending:
+            out[pos] = self.session.wait(pend).tensors[0]
+        return out
 
     # ---- tensors --------------------------------------------------------------------
 
@@ -204,6 +261,12 @@ class KVClient:
         copy."""
         ti = self.meta(name)
         pol = lookup_policy(self.policies, ti.policy)
+        if self.live is not None and ti.job == "" and pol.name.kind in ("node", "edge"):
+            got = self._pull_live(ti, pol, ids)
+            if out is None:
+                return got
+            out[at if at is not None else slice(None)] = got
+            return out
         ids = pol.check_ids(ids)
         local: dict[int, np.ndarray] = {}
         groups: list[routing.Group] = []

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from graphrun.errors import ArgumentError, AuthError, StoreError
+from graphrun.store import live_ops
 from graphrun.store.disk import disk_stats
 from graphrun.store.reducers import STATE_SPECS, get_reducer
 from graphrun.store.registry import Registry, Request, Response
@@ -108,6 +109,10 @@ def heartbeat(state: ServerState, req: Request) -> Response:
 
 def pull(state: ServerState, req: Request) -> Response:
     stored = state.find(req.job, req.args(Named).name)
+    if stored.info.job == GRAPH_JOB:  # a live graph's rows at the request's version
+        live = live_ops.pull_at(state, req, stored)
+        if live is not None:
+            return Response({}, (live,))
     rows = _rows(req, stored)
     return Response({}, (stored.take(rows),))
 

@@ -60,8 +60,9 @@ from graphrun.wire import to_builtins
 
 log = logging.getLogger("graphrun.store")
 
-#: the operations that change a partition, forwarded to its replicas
-WRITE_OPS = frozenset({"push", "init", "delete"})
+#: the operations that change a partition, forwarded to its replicas (a live graph's
+#: pieces and their decisions too: store/live_ops.py)
+WRITE_OPS = frozenset({"push", "init", "delete", "live_prepare", "live_commit"})
 #: how a fenced primary's refusals begin (the client fails over on them)
 FENCED = "fenced:"
 #: a replica that does not take a forwarded write in this long leaves the write set (a

@@ -65,7 +65,15 @@ def by_owner(bounds: np.ndarray, ids: np.ndarray) -> list[Group]:
     num_parts = len(bounds) - 1
     if num_parts == 1 or len(ids) == 0:
         return [Group(0, slice(0, len(ids)), ids, int(bounds[0]))]
-    part = owners(bounds, ids)
+    return by_part(owners(bounds, ids), ids, bounds)
+
+
+def by_part(part: np.ndarray, ids: np.ndarray, bounds: np.ndarray) -> list[Group]:
+    """``ids`` grouped by the given owner of each (a live graph's growth ids have owners
+    no bounds give); ``start`` of a group is its partition's first base id."""
+    num_parts = len(bounds) - 1
+    if len(ids) == 0:
+        return [Group(0, slice(0, 0), ids, int(bounds[0]))]
     lo, hi = int(part.min()), int(part.max())
     if lo == hi:
         return [Group(lo, slice(0, len(ids)), ids, int(bounds[lo]))]

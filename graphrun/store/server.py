@@ -35,12 +35,12 @@ import numpy as np
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import RoleName, TensorKey
 from graphrun.partition.book import PartitionBook
-from graphrun.partition.format import Partition, load_partition
+from graphrun.partition.format import Partition, load_id_mapping, load_partition
 from graphrun.rpc.access import Access, ClientKeys
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import DEFAULT_LIMITS, Limits, Message, MsgKind
 from graphrun.rpc.transport import RpcClient, RpcServer, Waker
-from graphrun.store import handlers, replicas
+from graphrun.store import handlers, live_ops, replicas
 from graphrun.store.disk import DiskRows
 from graphrun.store.policy import policies_from_book
 from graphrun.store.registry import Registry, Request, Response, load_extensions
@@ -175,9 +175,9 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
         disk={str(TensorKey.node(t, n)): rows for (t, n), rows in disk.items()},
     )
     try:
-        seg, state.deletions = segments.create("int64", (2,))
+        seg, state.deletions = segments.create("int64", (3,))  # [2]: live_ops.LIVE_COUNTER
         state.deletions[:] = 0
-        state.deletions_segment = Segment(seg, "int64", (2,))
+        state.deletions_segment = Segment(seg, "int64", (3,))
         arrays = {"nodes": p.nodes, "indptr": p.indptr, "indices": p.indices, "eids": p.eids}
         if p.etypes is not None:
             arrays["etypes"] = p.etypes
@@ -252,6 +252,7 @@ def build_registry(extensions: Iterable[str] = ()) -> Registry:
     registry = Registry()
     handlers.register(registry)
     replicas.register_ops(registry)
+    live_ops.register(registry)
     load_extensions(registry, extensions)
     return registry
 
@@ -318,6 +319,7 @@ def make_handler(
 
 def _tick(state: ServerState, access: Access, then: Callable[[], None] | None) -> None:
     state.expire(time.monotonic())
+    live_ops.tick(state, time.monotonic())
     revoked = access.take_revoked()
     if revoked:
         state.drop_sessions_of(revoked, "its job key was revoked")
@@ -366,6 +368,9 @@ def run_server(
         primary = RpcClient(cfg.replica_of, keys=cfg.keys, timeout=cfg.request_timeout)
     elif main is None:
         state.replication = replicas.Replication(cfg.keys, cfg.request_timeout)
+    if main is None:
+        orig = lambda: load_id_mapping(cfg.partition_dir).orig_nids  # noqa: E731
+        live_ops.attach(state, orig, cfg.keys, cfg.request_timeout)
     server: RpcServer | None = None
     address = ""
     try:
@@ -416,6 +421,7 @@ def run_server(
             primary.close()
         if state.replication is not None:
             state.replication.close()
+        live_ops.close(state)
         if main is not None:
             try:
                 if address:

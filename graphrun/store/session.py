@@ -120,10 +120,10 @@ def _lost(exc: BaseException) -> bool:
 
 
 def _revocation_counter(info: PartitionInfo) -> np.ndarray | None:
-    """A co-located main server's deletion and revocation counters, mapped (None: it has
-    no revocation counter, or its memory is not visible from here)."""
+    """A co-located main server's deletion, revocation (and live graph) counters, mapped
+    (None: it has no revocation counter, or its memory is not visible from here)."""
     seg = info.deletions
-    if seg is None or seg.shape != (2,):
+    if seg is None or len(seg.shape) != 1 or not 2 <= seg.shape[0] <= 3:
         return None
     try:
         return seg.attach(info.shm_dir)
@@ -186,6 +186,8 @@ class Session:
         self._writes = itertools.count()
         self.failovers: list[tuple[int, str, str]] = []  # (partition, lost, took over)
         self.revoked: AuthError | None = None  # this session's key, refused by a server
+        # a live graph's version every read carries ("v"; store/live_client.py); None: base
+        self.version: int | None = None
         try:
             self._join()
         except BaseException:
@@ -349,8 +351,11 @@ class Session:
         main_only: bool = False,
     ) -> Pending:
         """Send ``op`` to a server of ``part`` (load-balanced unless ``main_only``)."""
-        conn = self.part(part).main if main_only or op in WRITE_OPS else self._pick(part)
         full = {**(body or {}), **self.base()}
+        if self.version is not None and op not in WRITE_OPS and "v" not in full:
+            full["v"] = self.version  # the delta is the main server's: a read goes there
+            main_only = True
+        conn = self.part(part).main if main_only or op in WRITE_OPS else self._pick(part)
         if op in WRITE_OPS:
             full["w"] = next(self._writes)
         return Pending(conn, conn.send(op, full, tensors), part, op, full, tensors)

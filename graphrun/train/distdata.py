@@ -136,12 +136,15 @@ class DistGraphData:
         epoch: int, x: str = "feat", y: str = "label",
     ) -> Iterator[Batch]:  # fmt: skip
         key = ("node", split, ntype, batch_size, shuffle)
+        live = self.graph.follow is not None
         if key not in self._loaders:
             self._loaders[key] = DistNodeDataLoader(
                 self.graph, self.seeds(split, ntype), fanouts, batch_size=batch_size,
                 ntype=ntype, shuffle=shuffle, x=x, y=y, seed=self.seed + self.rank,
                 num_workers=self.num_workers if split == "train" else 0,
-                cache=self.feature_cache(ntype, fanouts, batch_size, x, y),
+                # a followed live graph's rows change: no cache of them (docs/live.md)
+                cache=None if live else self.feature_cache(ntype, fanouts, batch_size, x, y),
+                live_seeds=f"{split}_mask" if live and split == "train" else None,
             )  # fmt: skip
             self._start(self._loaders[key])
         loader = self._loaders[key]

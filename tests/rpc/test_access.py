@@ -28,3 +28,25 @@ def test_job_keys_act_only_as_their_job(tmp_path) -> None:
     with pytest.raises(AuthError, match="not admitted"):
         access.check(b, "join", "jobB")
     assert Access(None).check(None, "stop", "x") == ("x", True)  # no CURVE: no keys
+
+
+def test_only_a_key_granted_write_graph_writes_the_graph(tmp_path) -> None:
+    from graphrun.rpc.access import WRITE_GRAPH_OPS
+    from graphrun.rpc.auth import new_keypair, public_key_file_text
+
+    admin = generate_keys(tmp_path / "admin.key").public
+    clients = tmp_path / "clients"
+    clients.mkdir()
+    job, writer, odd = (new_keypair().public for _ in range(3))
+    (clients / "job-a.key").write_text(public_key_file_text(job))
+    (clients / "ingest.key").write_text(public_key_file_text(writer, ["write_graph"]))
+    (clients / "odd.key").write_text(public_key_file_text(odd, ["root"]))  # never admitted
+    access = Access(admin, ClientKeys(clients))
+    for op in sorted(WRITE_GRAPH_OPS):
+        with pytest.raises(AuthError, match=f"{op}: writing the graph needs a key granted"):
+            access.check(job, op, "")
+        assert access.check(writer, op, "") == ("ingest", False)
+        assert access.check(admin, op, "") == ("", True)
+    assert access.check(job, "live_head", "") == ("job-a", False)  # reading the head: any key
+    with pytest.raises(AuthError, match="not admitted"):
+        access.check(odd, "join", "odd")

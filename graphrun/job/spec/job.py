@@ -46,6 +46,18 @@ class Metadata(BaseModel):
     annotations: dict[str, str] = Field(default_factory=dict, description="Kubernetes annotations")
 
 
+class LiveSpec(SpecModel):
+    """Training on a live graph: a store that takes writes while the job runs
+    (docs/live.md)."""
+
+    follow: Literal["head", "epoch", "pinned"] = Field(
+        default="epoch",
+        description="which version of the graph the trainers read: the head before every "
+        "batch, the head at each epoch's start (new nodes with train_mask true join the "
+        "seeds then, as in head), or the version the job started on",
+    )
+
+
 # --- Kubernetes only --------------------------------------------------------------------
 
 
@@ -100,6 +112,11 @@ class GraphJobSpec(SpecModel):
         description="the volume that carries datasets, partitions and checkpoints to every pod",
     )
     replica_specs: ReplicaSpecs = Field(default_factory=ReplicaSpecs)
+    live: LiveSpec | None = Field(
+        default=None,
+        description="follow a live graph (a store that takes writes: docs/live.md); "
+        "homogeneous graphs, sampling in the trainers (samplerWorkersPerTrainer 0)",
+    )
     managed_by: str | None = Field(
         default=None,
         max_length=63,
@@ -125,6 +142,7 @@ class GraphJobSpec(SpecModel):
                 f"runtime: {roles} processes (store servers, trainers and sampler workers), "
                 f"more than {MAX_ROLES}"
             )
+        self._live()
         if self.graph.store is not None:
             n = len(self.graph.store.addresses)
             if self.partition.parts not in (None, n):
@@ -150,6 +168,15 @@ class GraphJobSpec(SpecModel):
                 f"({self.runtime.machines}) when placement is co-located"
             )
         return self
+
+    def _live(self) -> None:
+        if self.live is None:
+            return
+        if self.runtime.sampler_workers_per_trainer:
+            raise ValueError("live: the trainers sample a live graph themselves for now "
+                             "(runtime.samplerWorkersPerTrainer: 0)")  # fmt: skip
+        if self.training.task == "hetero-node-classification":
+            raise ValueError("live: following a live heterograph is not supported yet")
 
     def _elastic_training(self) -> None:
         if self.runtime.elastic is None:

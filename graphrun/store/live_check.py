@@ -1,0 +1,230 @@
+"""Checking a live write's piece on the partition that receives it (see
+:mod:`graphrun.store.live`): every field against the graph's types, features and
+the ids this partition owns, before anything is kept; one
+:class:`~graphrun.errors.ArgumentError` naming the field otherwise."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphrun.errors import ArgumentError
+from graphrun.store.live import (
+    GROWTH_BLOCK,
+    MAX_GROWTH_BLOCKS,
+    MAX_PIECE_KEYS,
+    MAX_PIECE_ROWS,
+    Batch,
+    LiveDelta,
+    Piece,
+    Rows,
+)
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """One graph feature a piece may carry: ``node/<t>/<n>`` or ``edge/<key>/<n>``."""
+
+    kind: str  # "node" or "edge"
+    type_index: int  # the ntype or etype index
+    dtype: np.dtype
+    row_shape: tuple[int, ...]
+    lo: int  # the per-type base rows this partition owns: [lo, hi)
+    hi: int
+
+
+@dataclass(frozen=True)
+class Schema:
+    """What a partition checks a piece against (built from the server's state)."""
+
+    part: int
+    num_nodes: int  # N: growth node ids start here
+    num_edges: int  # E: growth edge ids start here
+    node_types: tuple[str, ...]
+    edge_types: tuple[tuple[str, str, str], ...]
+    owned_nodes: tuple[int, int]  # homogeneous base ids owned here
+    owned_edges: tuple[int, int]
+    features: Mapping[str, FeatureSpec]
+    base_node_type: Callable[[np.ndarray], np.ndarray]  # base ids -> int32 ntype index
+
+    def etype_ends(self) -> np.ndarray:
+        """int32 [R, 2]: the src and dst ntype index of each edge type."""
+        ix = {t: i for i, t in enumerate(self.node_types)}
+        return np.asarray([[ix[s], ix[d]] for s, _, d in self.edge_types], dtype=np.int32)
+
+    def node_type_of(self, ids: np.ndarray, delta: LiveDelta, extra: Batch | None) -> np.ndarray:
+        """ntype of each node id (base, committed growth, or new in ``extra``); -1 unknown."""
+        out = np.full(len(ids), -1, dtype=np.int32)
+        base = (ids >= 0) & (ids < self.num_nodes)
+        if base.any():
+            out[base] = self.base_node_type(ids[base])
+        grow = ids >= self.num_nodes
+        if grow.any():
+            out[grow] = delta.node_types_of(ids[grow], extra)
+        return out
+
+
+def _ids(rows: Rows | None, what: str, dtype: str = "int64", ndim: int = 1) -> np.ndarray:
+    if rows is None:
+        shape = (3, 0) if ndim == 2 else (0,)
+        return np.empty(shape, dtype=dtype)
+    a = rows.array(what)
+    if a.dtype != np.dtype(dtype) or a.ndim != ndim or (ndim == 2 and a.shape[0] != 3):
+        want = f"{dtype} [3, m]" if ndim == 2 else f"1-d {dtype}"
+        raise ArgumentError(f"{what}: expected {want}, got {a.dtype} {a.shape}")
+    if a.shape[-1] > MAX_PIECE_ROWS:
+        raise ArgumentError(f"{what}: {a.shape[-1]} rows, at most {MAX_PIECE_ROWS} per piece")
+    return a
+
+
+def _in(ids: np.ndarray, lo: int, hi: int, what: str) -> None:
+    bad = (ids < lo) | (ids >= hi)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ArgumentError(f"{what}[{i}] = {int(ids[i])} is out of range [{lo}, {hi})")
+
+
+def _unique(ids: np.ndarray, what: str) -> None:
+    if len(np.unique(ids)) != len(ids):
+        raise ArgumentError(f"{what}: ids repeat")
+
+
+def _features(
+    given: Mapping[str, Rows],
+    schema: Schema,
+    kind: str,
+    items: np.ndarray,
+    types: np.ndarray,
+    what: str,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The feature rows of new nodes/edges: every feature of every type present, rows in
+    the order of that type's new items; ArgumentError naming the first wrong key."""
+    if len(given) > MAX_PIECE_KEYS:
+        raise ArgumentError(f"{what}: {len(given)} features, at most {MAX_PIECE_KEYS}")
+    present = set(np.unique(types).tolist())
+    out = {}
+    for key, need in schema.features.items():
+        if need.kind == kind and need.type_index in present and key not in given:
+            raise ArgumentError(f"{what}: feature {key!r} is missing (every feature is given)")
+    for key, rows in given.items():
+        spec = schema.features.get(key)
+        if spec is None or spec.kind != kind or spec.type_index not in present:
+            raise ArgumentError(f"{what}: {key!r} is not a {kind} feature of a type written")
+        a = rows.array(f"{what}[{key!r}]")
+        ids = items[types == spec.type_index]
+        want = (len(ids), *spec.row_shape)
+        if a.dtype != spec.dtype or a.shape != want:
+            raise ArgumentError(
+                f"{what}[{key!r}]: got {a.dtype} {a.shape}, expected {spec.dtype} {want}"
+            )
+        out[key] = (ids, a)
+    return out
+
+
+def check_piece(piece: Piece, schema: Schema, delta: LiveDelta) -> Batch:
+    """The piece as a :class:`Batch`, checked wholly against ``schema`` and what
+    ``delta`` holds; one ArgumentError naming the field otherwise (nothing kept)."""
+    if piece.version <= 0:
+        raise ArgumentError(f"piece: version {piece.version} is not > 0")
+    n, e = schema.num_nodes, schema.num_edges
+    nodes = _ids(piece.new_nodes, "new_nodes")
+    ntypes = _ids(piece.node_types, "node_types", "int32")
+    orig = _ids(piece.node_orig, "node_orig")
+    if len(ntypes) != len(nodes) or len(orig) != len(nodes):
+        raise ArgumentError(f"node_types, node_orig: need {len(nodes)} each (one per new node)")
+    _in(nodes, n, n + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_nodes")
+    _in(ntypes, 0, len(schema.node_types), "node_types")
+    _unique(nodes, "new_nodes")
+    if delta.has_nodes(nodes).any():
+        raise ArgumentError("new_nodes: an id is taken already")
+    new_rows = _features(piece.node_features, schema, "node", nodes, ntypes, "node_features")
+    edges = _ids(piece.new_edges, "new_edges", ndim=2)
+    etypes = _ids(piece.edge_types, "edge_types", "int32")
+    if len(etypes) != edges.shape[1]:
+        raise ArgumentError(f"edge_types: need {edges.shape[1]} (one per new edge)")
+    _in(etypes, 0, len(schema.edge_types), "edge_types")
+    _in(edges[2], e, e + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_edges eid")
+    _unique(edges[2], "new_edges eid")
+    if delta.has_edges(edges[2]).any():
+        raise ArgumentError("new_edges: an edge id is taken already")
+    _in(edges[0], 0, n + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_edges src")
+    batch = Batch(piece.version, nodes, ntypes, orig, edges, etypes, np.empty(0, np.int64),
+                  new_rows, {})  # fmt: skip
+    _check_ends(edges, etypes, schema, delta, batch)
+    edge_rows = _features(piece.edge_features, schema, "edge", edges[2], etypes, "edge_features")
+    batch.new_rows.update(edge_rows)
+    batch.deleted = _check_deleted(piece.deleted_edges, schema, delta)
+    batch.updates = _check_updates(piece.updates, schema, delta, batch)
+    return batch
+
+
+def _check_ends(
+    edges: np.ndarray, etypes: np.ndarray, schema: Schema, delta: LiveDelta, batch: Batch
+) -> None:
+    """Each new edge's destination is a node owned here (base, committed, or new in this
+    piece) and both ends have the edge type's node types (where this partition knows
+    them: a source on another partition is checked by the writer)."""
+    dst_t = schema.node_type_of(edges[1], delta, batch)
+    lo, hi = schema.owned_nodes
+    owned = ((edges[1] >= lo) & (edges[1] < hi)) | ((edges[1] >= schema.num_nodes) & (dst_t >= 0))
+    if not owned.all():
+        i = int(np.flatnonzero(~owned)[0])
+        raise ArgumentError(f"new_edges dst[{i}] = {int(edges[1][i])} is not a node owned here")
+    ends = schema.etype_ends()[etypes] if len(etypes) else np.empty((0, 2), np.int32)
+    src_t = schema.node_type_of(edges[0], delta, batch)
+    for col, got, what in ((0, src_t, "src"), (1, dst_t, "dst")):
+        bad = (got >= 0) & (got != ends[:, col])
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ArgumentError(
+                f"new_edges {what}[{i}] = {int(edges[col][i])} has node type "
+                f"{schema.node_types[got[i]]!r}, edge type {schema.edge_types[etypes[i]]} "
+                f"needs {schema.node_types[ends[i, col]]!r}"
+            )
+
+
+def _check_deleted(rows: Rows | None, schema: Schema, delta: LiveDelta) -> np.ndarray:
+    eids = _ids(rows, "deleted_edges")
+    _unique(eids, "deleted_edges")
+    lo, hi = schema.owned_edges
+    ok = ((eids >= lo) & (eids < hi)) | delta.has_edges(eids, committed_only=True)
+    if not ok.all():
+        i = int(np.flatnonzero(~ok)[0])
+        raise ArgumentError(f"deleted_edges[{i}] = {int(eids[i])} is not an edge owned here")
+    return eids
+
+
+def _check_updates(
+    given: Mapping[str, tuple[Rows, Rows]], schema: Schema, delta: LiveDelta, batch: Batch
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    if len(given) > MAX_PIECE_KEYS:
+        raise ArgumentError(f"updates: {len(given)} features, at most {MAX_PIECE_KEYS}")
+    out = {}
+    for key, (id_rows, value_rows) in given.items():
+        spec = schema.features.get(key)
+        if spec is None:
+            raise ArgumentError(f"updates: {key!r} is not a feature of the graph")
+        ids = _ids(id_rows, f"updates[{key!r}] ids")
+        _unique(ids, f"updates[{key!r}] ids")
+        grow = schema.num_nodes if spec.kind == "node" else schema.num_edges
+        if spec.kind == "node":
+            t = schema.node_type_of(ids, delta, None)
+        else:
+            t = delta.edge_types_of(ids, None)
+        ok = ((ids >= spec.lo) & (ids < spec.hi)) | ((ids >= grow) & (t == spec.type_index))
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            raise ArgumentError(
+                f"updates[{key!r}] ids[{i}] = {int(ids[i])} is not a row of it owned here"
+            )
+        vals = value_rows.array(f"updates[{key!r}] rows")
+        want = (len(ids), *spec.row_shape)
+        if vals.dtype != spec.dtype or vals.shape != want:
+            raise ArgumentError(
+                f"updates[{key!r}] rows: got {vals.dtype} {vals.shape}, "
+                f"expected {spec.dtype} {want}"
+            )
+        out[key] = (ids, vals)
+    return out

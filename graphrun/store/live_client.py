@@ -1,0 +1,82 @@
+"""A client's side of the live graph: the head, routing growth ids, reads at a version.
+
+A client that follows a live store sets its session's ``version`` (every read request
+then carries ``"v"`` and goes to the partition's main server, which holds the delta;
+see :mod:`graphrun.store.live_ops`) and keeps a :class:`LiveView` from ``live_head``:
+the head version and the growth blocks' owners, so that a new node's (or edge's) id is
+routed to its owner and turned into its local row there
+(:func:`graphrun.store.live.growth_row`). A co-located partition's shared memory is
+read only while it holds nothing at or below the version (:func:`shm_ok`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphrun.errors import ArgumentError, ProtocolError
+from graphrun.names import owners
+from graphrun.store.live import block_owner_of, growth_row
+from graphrun.store.session import Session
+
+LIVE_COUNTER = 2  # the deletions segment's slot (graphrun.store.live_ops.LIVE_COUNTER)
+
+
+@dataclass(frozen=True)
+class LiveView:
+    """What ``live_head`` said: the head and who owns each growth block."""
+
+    head: int
+    num_nodes: int
+    num_edges: int
+    node_owner: np.ndarray
+    edge_owner: np.ndarray
+
+
+def fetch_head(session: Session) -> LiveView:
+    """Ask the sequencer (partition 0's main server) for the head."""
+    msg = session.call(0, "live_head", main_only=True)
+    b = msg.body
+    if len(msg.tensors) != 2 or not all(isinstance(b.get(k), int) for k in
+                                         ("head", "num_nodes", "num_edges")):  # fmt: skip
+        raise ProtocolError("live_head: the reply is not a head and two block tables")
+    node_owner, edge_owner = (np.asarray(t, dtype=np.int64) for t in msg.tensors)
+    return LiveView(b["head"], b["num_nodes"], b["num_edges"], node_owner, edge_owner)
+
+
+def route(
+    view: LiveView, ranges: np.ndarray, first: int, owner: np.ndarray, ids: object, arg: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(ids, owner part, local row)`` of ids of one id space: base ids below
+    ``ranges[-1]``, growth ids from ``first`` (owned per ``owner``'s blocks)."""
+    a = np.asarray(ids)
+    if a.ndim != 1 or a.dtype.kind not in "iu":
+        raise ArgumentError(f"{arg}: expected a 1-d array of integer ids, got {a.dtype} {a.shape}")
+    a = a.astype(np.int64, copy=False)
+    base = (a >= 0) & (a < ranges[-1])
+    part = np.full(len(a), -1, np.int64)
+    part[base] = owners(ranges, a[base]) if len(ranges) > 2 else 0
+    grow = a >= first
+    part[grow] = block_owner_of(a[grow], first, owner)
+    if (part < 0).any():
+        i = int(np.flatnonzero(part < 0)[0])
+        raise ArgumentError(f"{arg}[{i}] = {int(a[i])} is not an id of the graph "
+                            f"(at head {view.head})")  # fmt: skip
+    rows = np.empty(len(a), np.int64)
+    rows[base] = a[base] - ranges[part[base]]
+    part_rows = np.diff(ranges)
+    rows[grow] = growth_row(a[grow], first, part_rows[part[grow]])
+    return a, part, rows
+
+
+def shm_ok(session: Session, part: int, version: int | None) -> bool:
+    """Whether a co-located partition's shared memory is the graph at ``version``: it
+    holds no live piece at or below it (the server's counter)."""
+    if version is None:
+        return True
+    counter = session.part(part).revocations
+    if counter is None or len(counter) <= LIVE_COUNTER:
+        return True
+    lowest = int(counter[LIVE_COUNTER])
+    return lowest == 0 or lowest > version

@@ -1,0 +1,549 @@
+"""The live graph's store operations: the sequencer and each partition's pieces.
+
+=============  ===========================================================================
+op             body -> reply
+=============  ===========================================================================
+live_begin     nodes [count per part], edges [count per part]; tensors (orig ids of the
+               new nodes, in part order,) -> version, nodes, edges ([[start, count]] runs
+               per part)                                           (sequencer; write_graph)
+live_prepare   piece (a :class:`PieceWire`), seq (the sequencer's address); the piece's
+               arrays as tensors -> {"held": true} or {"retry_after": s}       (write_graph)
+live_decide    version, commit -> head, committed                  (sequencer; write_graph)
+live_commit    version, commit -> {"applied": bool}                                (write_graph)
+live_fate      version -> fate: committed | aborted | pending                    (sequencer)
+live_head      -> head, num_nodes, num_edges; tensors (node block owners, edge block
+               owners)                                                           (sequencer)
+live_lookup    tensors (orig ids,) -> (graph ids,), -1 where unknown at the head (sequencer)
+live_nodes     v -> tensors (the new nodes this partition owns at v, their ntype index)
+=============  ===========================================================================
+
+The **sequencer** is partition 0's main server (a primary): it hands out versions and
+growth ids (:class:`~graphrun.store.live.Blocks`), keeps the new nodes' original ids,
+records each version's decision and the **head** — the highest version such that every
+version up to it is decided. A version left undecided for
+:data:`~graphrun.store.live.LIVE_DECIDE_TIMEOUT_S` is aborted (its writer died).
+
+Every main server keeps its :class:`~graphrun.store.live.LiveDelta`. ``live_prepare``
+checks a piece wholly (:func:`~graphrun.store.live_check.check_piece`) and holds it
+pending; past 3/4 of the delta's bound it answers ``retry_after`` instead (the writer
+waits: slowed, never dropped). A read at version ``V`` (:func:`view`) first settles the
+pending pieces ``<= V`` by asking the sequencer their fate (the writer's ``live_commit``
+may not have arrived yet: ``V <= head`` means they are decided). The lowest version held
+is published in the shared ``deletions`` segment (``[2]``), so co-located clients read
+shared memory only while nothing is held at their version.
+
+Who may call what is :mod:`graphrun.rpc.access`'s rule (``WRITE_GRAPH_OPS``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import msgspec
+import numpy as np
+
+from graphrun.errors import ArgumentError, RpcError, StoreError
+from graphrun.names import TensorKey
+from graphrun.store.live import (
+    LIVE_DECIDE_TIMEOUT_S,
+    LIVE_RETRY_AFTER_S,
+    MAX_LIVE_NODES,
+    MAX_PIECE_ROWS,
+    MAX_UNDECIDED,
+    Blocks,
+    LiveDelta,
+    Piece,
+    Rows,
+    growth_ids,
+)
+from graphrun.store.live_check import FeatureSpec, Schema, check_piece
+from graphrun.store.registry import Registry, Request, Response
+from graphrun.store.state import GRAPH_JOB, ServerState, StoredTensor
+
+if TYPE_CHECKING:
+    from graphrun.rpc.auth import KeyPair
+    from graphrun.rpc.transport import RpcClient
+
+log = logging.getLogger("graphrun.store")
+
+KEY = "graphrun.live"
+LIVE_COUNTER = 2  # the deletions segment's slot: the lowest version held (0: none)
+FATE_TIMEOUT_S = 2.0  # a partition asking the sequencer a piece's fate waits this long
+SETTLE_EVERY_S = 5.0  # a partition's tick asks about stale pieces at most this often
+
+
+class PieceWire(msgspec.Struct, frozen=True, kw_only=True):
+    """A :class:`~graphrun.store.live.Piece` on the wire: each array is the request's
+    tensor at the given index (no bytes in the body)."""
+
+    version: int
+    new_nodes: int | None = None
+    node_types: int | None = None
+    node_orig: int | None = None
+    node_features: dict[str, int] = msgspec.field(default_factory=dict)
+    new_edges: int | None = None
+    edge_types: int | None = None
+    edge_features: dict[str, int] = msgspec.field(default_factory=dict)
+    deleted_edges: int | None = None
+    updates: dict[str, tuple[int, int]] = msgspec.field(default_factory=dict)
+
+
+def piece_to_wire(piece: Piece) -> tuple[dict[str, object], list[np.ndarray]]:
+    """``(body, tensors)`` of a piece for ``live_prepare``."""
+    tensors: list[np.ndarray] = []
+
+    def put_one(r: Rows) -> int:
+        tensors.append(r.array("piece"))
+        return len(tensors) - 1
+
+    def put(r: Rows | None) -> int | None:
+        return None if r is None else put_one(r)
+
+    def put_all(d: dict[str, Rows]) -> dict[str, int]:
+        return {k: put_one(r) for k, r in d.items()}
+
+    wire = PieceWire(
+        version=piece.version,
+        new_nodes=put(piece.new_nodes),
+        node_types=put(piece.node_types),
+        node_orig=put(piece.node_orig),
+        node_features=put_all(piece.node_features),
+        new_edges=put(piece.new_edges),
+        edge_types=put(piece.edge_types),
+        edge_features=put_all(piece.edge_features),
+        deleted_edges=put(piece.deleted_edges),
+        updates={k: (put_one(i), put_one(r)) for k, (i, r) in piece.updates.items()},
+    )
+    return msgspec.to_builtins(wire), tensors
+
+
+def piece_from_wire(req: Request, wire: PieceWire) -> Piece:
+    def get(i: int | None, what: str) -> Rows | None:
+        return None if i is None else Rows.of(np.asarray(req.tensor(i, what)))
+
+    def get_all(d: dict[str, int], what: str) -> dict[str, Rows]:
+        return {k: Rows.of(np.asarray(req.tensor(i, f"{what}[{k!r}]"))) for k, i in d.items()}
+
+    return Piece(
+        version=wire.version,
+        new_nodes=get(wire.new_nodes, "new_nodes"),
+        node_types=get(wire.node_types, "node_types"),
+        node_orig=get(wire.node_orig, "node_orig"),
+        node_features=get_all(wire.node_features, "node_features"),
+        new_edges=get(wire.new_edges, "new_edges"),
+        edge_types=get(wire.edge_types, "edge_types"),
+        edge_features=get_all(wire.edge_features, "edge_features"),
+        deleted_edges=get(wire.deleted_edges, "deleted_edges"),
+        updates={
+            k: (
+                Rows.of(np.asarray(req.tensor(i, f"updates[{k!r}] ids"))),
+                Rows.of(np.asarray(req.tensor(j, f"updates[{k!r}] rows"))),
+            )
+            for k, (i, j) in wire.updates.items()
+        },
+    )
+
+
+# ---- request bodies
+
+
+class BeginBody(msgspec.Struct, frozen=True):
+    nodes: list[int]  # new nodes per partition
+    edges: list[int]  # new edges per partition
+
+
+class PrepareBody(msgspec.Struct, frozen=True):
+    piece: PieceWire
+    seq: str = ""  # the sequencer's address (a partition asks it the fate of a piece)
+
+
+class DecideBody(msgspec.Struct, frozen=True):
+    version: int
+    commit: bool
+
+
+class FateBody(msgspec.Struct, frozen=True):
+    version: int
+
+
+# ---- the state
+
+
+@dataclass
+class Sequencer:
+    """Partition 0's: versions, growth ids, original ids, decisions and the head."""
+
+    nodes: Blocks
+    edges: Blocks
+    next_version: int = 1
+    head: int = 0
+    begun: dict[int, float] = field(default_factory=dict)  # undecided -> when begun
+    decided: dict[int, bool] = field(default_factory=dict)  # above the head: committed?
+    aborted: set[int] = field(default_factory=set)
+    orig: dict[int, int] = field(default_factory=dict)  # orig id -> graph id (committed)
+    orig_pending: dict[int, dict[int, int]] = field(default_factory=dict)  # version -> map
+    base_orig: tuple[np.ndarray, np.ndarray] | None = None  # sorted orig ids, their ids
+
+    def decide(self, version: int, commit: bool) -> bool:
+        """Record the decision (the first one stands); whether the version committed."""
+        if version in self.begun:
+            del self.begun[version]
+            self.decided[version] = commit
+            mapping = self.orig_pending.pop(version, {})
+            if commit:
+                self.orig.update(mapping)
+            else:
+                self.aborted.add(version)
+            while self.decided.get(self.head + 1) is not None:
+                self.head += 1
+                del self.decided[self.head]
+        return version not in self.aborted and version < self.next_version
+
+    def fate(self, version: int) -> str:
+        if version in self.begun:
+            return "pending"
+        if version in self.aborted or version >= self.next_version:
+            return "aborted"
+        return "committed"
+
+
+@dataclass
+class LivePart:
+    """One main server's live state (``state.extension_data[KEY]``)."""
+
+    delta: LiveDelta
+    schema: Schema
+    base_orig: Callable[[], np.ndarray]  # the base nodes' original ids (mapping/ files)
+    keys: KeyPair | None = None
+    timeout: float = 30.0
+    seq: Sequencer | None = None
+    seq_address: str = ""
+    seq_client: RpcClient | None = None
+    next_settle: float = 0.0  # the tick's next look at stale pending pieces
+
+    def close(self) -> None:
+        if self.seq_client is not None:
+            self.seq_client.close()
+
+
+def schema_of(state: ServerState) -> Schema:
+    book, part = state.book, state.part
+    features = {}
+    for (job, name), t in state.tensors.items():
+        key = TensorKey.parse(name)
+        if job != GRAPH_JOB or key is None:
+            continue
+        if key.kind == "node":
+            idx, (lo, hi) = book.ntype_id(key.type), book.owned_nodes(part, key.type)
+        else:
+            idx, (lo, hi) = book.etype_id(key.type), book.owned_edges(part, key.type)
+        spec = FeatureSpec(key.kind, idx, np.dtype(t.info.dtype), t.info.row_shape, lo, hi)
+        features[name] = spec
+    return Schema(
+        part=part,
+        num_nodes=book.num_nodes,
+        num_edges=book.num_edges,
+        node_types=book.node_types,
+        edge_types=book.edge_types,
+        owned_nodes=book.owned_nodes(part),
+        owned_edges=book.owned_edges(part),
+        features=features,
+        base_node_type=lambda ids: book.to_per_type(ids)[0],
+    )
+
+
+def attach(
+    state: ServerState,
+    base_orig: Callable[[], np.ndarray],
+    keys: KeyPair | None,
+    timeout: float,
+) -> LivePart:
+    """Give a main server its live state (partition 0's primary: the sequencer too);
+    ``base_orig()`` reads the base nodes' original ids when first needed."""
+    live = LivePart(LiveDelta(), schema_of(state), base_orig, keys, timeout)
+    if state.part == 0 and state.is_main and not state.replica:
+        n = state.book.num_parts
+        live.seq = Sequencer(Blocks(state.book.num_nodes, n), Blocks(state.book.num_edges, n))
+    state.extension_data[KEY] = live
+    return live
+
+
+def close(state: ServerState) -> None:
+    live = state.extension_data.pop(KEY, None)
+    if isinstance(live, LivePart):
+        live.close()
+
+
+def live_of(state: ServerState, op: str = "live") -> LivePart:
+    live = state.extension_data.get(KEY)
+    if not isinstance(live, LivePart):
+        raise StoreError(f"{op}: this server holds no live graph (a backup, or not a main)")
+    return live
+
+
+def sequencer_of(state: ServerState, op: str) -> Sequencer:
+    seq = live_of(state, op).seq
+    if seq is None:
+        raise StoreError(f"{op}: the sequencer is partition 0's primary, not partition "
+                         f"{state.part}")  # fmt: skip
+    return seq
+
+
+def publish(state: ServerState, live: LivePart) -> None:
+    """The lowest version held, for co-located readers (``deletions[LIVE_COUNTER]``)."""
+    if state.deletions is not None and len(state.deletions) > LIVE_COUNTER:
+        state.deletions[LIVE_COUNTER] = live.delta.lowest()
+
+
+# ---- the sequencer's ops
+
+
+def live_begin(state: ServerState, req: Request) -> Response:
+    seq = sequencer_of(state, req.op)
+    body = req.args(BeginBody)
+    parts = state.book.num_parts
+    for name, counts in (("nodes", body.nodes), ("edges", body.edges)):
+        if len(counts) != parts or any(c < 0 or c > MAX_PIECE_ROWS for c in counts):
+            raise ArgumentError(
+                f"{req.op}: field {name!r} must give {parts} counts in [0, {MAX_PIECE_ROWS}]"
+            )
+    orig = req.tensors[0] if req.tensors else np.empty(0, np.int64)
+    if orig.ndim != 1 or orig.dtype != np.int64 or len(orig) != sum(body.nodes):
+        raise ArgumentError(f"{req.op}: tensor 0 must be the {sum(body.nodes)} new nodes' "
+                            f"original ids (1-d int64), got {orig.dtype} {orig.shape}")  # fmt: skip
+    if len(seq.begun) >= MAX_UNDECIDED:
+        raise StoreError(f"{req.op}: {MAX_UNDECIDED} versions are begun and undecided; "
+                         "decide them first (or wait for their timeout)")  # fmt: skip
+    held = len(seq.orig) + sum(len(m) for m in seq.orig_pending.values())
+    if held + len(orig) > MAX_LIVE_NODES:
+        raise StoreError(f"{req.op}: the live graph would hold more than {MAX_LIVE_NODES} "
+                         "new nodes (MAX_LIVE_NODES): compaction must run first")  # fmt: skip
+    _check_new_orig(seq, live_of(state).base_orig, orig, req.op)
+    version = seq.next_version
+    nodes = [seq.nodes.allocate(p, c) for p, c in enumerate(body.nodes)]
+    edges = [seq.edges.allocate(p, c) for p, c in enumerate(body.edges)]
+    seq.next_version += 1
+    seq.begun[version] = time.monotonic()
+    ids = [s + k for runs in nodes for s, c in runs for k in range(c)]
+    seq.orig_pending[version] = dict(zip(orig.tolist(), ids, strict=True))
+    return Response({"version": version, "nodes": nodes, "edges": edges})
+
+
+def _check_new_orig(
+    seq: Sequencer, base_orig: Callable[[], np.ndarray], orig: np.ndarray, op: str
+) -> None:
+    """ArgumentError if an original id repeats, is a base node's or is taken already."""
+    if len(np.unique(orig)) != len(orig):
+        raise ArgumentError(f"{op}: the new nodes' original ids repeat")
+    taken = {o for m in seq.orig_pending.values() for o in m} | seq.orig.keys()
+    found, _ = _base_lookup(seq, base_orig, orig)
+    for i, o in enumerate(orig.tolist()):
+        if o in taken or found[i]:
+            raise ArgumentError(f"{op}: original id {o} is a node of the graph already")
+
+
+def _base_lookup(
+    seq: Sequencer, base_orig: Callable[[], np.ndarray], orig: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(found, graph ids)`` of original ids among the base nodes (mapping/ files)."""
+    if seq.base_orig is None:
+        m = np.asarray(base_orig(), dtype=np.int64)
+        order = np.argsort(m, kind="stable")
+        seq.base_orig = (m[order], order.astype(np.int64))
+    keys, ids = seq.base_orig
+    pos = np.minimum(np.searchsorted(keys, orig), max(len(keys) - 1, 0))
+    found = keys[pos] == orig if len(keys) else np.zeros(len(orig), bool)
+    return found, np.where(found, ids[pos], -1)
+
+
+def live_decide(state: ServerState, req: Request) -> Response:
+    seq = sequencer_of(state, req.op)
+    body = req.args(DecideBody)
+    if not 0 < body.version < seq.next_version:
+        raise ArgumentError(f"{req.op}: version {body.version} was never begun")
+    committed = seq.decide(body.version, body.commit)
+    if body.commit and not committed:
+        raise StoreError(f"{req.op}: version {body.version} was aborted (undecided for "
+                         f"{LIVE_DECIDE_TIMEOUT_S} s, or by its writer)")  # fmt: skip
+    return Response({"head": seq.head, "committed": committed})
+
+
+def live_fate(state: ServerState, req: Request) -> Response:
+    seq = sequencer_of(state, req.op)
+    return Response({"fate": seq.fate(req.args(FateBody).version)})
+
+
+def live_head(state: ServerState, req: Request) -> Response:
+    seq = sequencer_of(state, req.op)
+    book = state.book
+    body = {"head": seq.head, "num_nodes": book.num_nodes, "num_edges": book.num_edges}
+    return Response(body, (seq.nodes.owner_array(), seq.edges.owner_array()))
+
+
+def live_lookup(state: ServerState, req: Request) -> Response:
+    seq = sequencer_of(state, req.op)
+    orig = req.tensor(0, "orig ids")
+    if orig.ndim != 1 or orig.dtype != np.int64 or len(orig) > MAX_PIECE_ROWS:
+        raise ArgumentError(f"{req.op}: orig ids must be 1-d int64, at most {MAX_PIECE_ROWS}")
+    found, ids = _base_lookup(seq, live_of(state).base_orig, orig)
+    new = np.fromiter((seq.orig.get(o, -1) for o in orig.tolist()), np.int64, len(orig))
+    return Response({}, (np.where(found, ids, new),))
+
+
+# ---- every partition's ops
+
+
+def live_nodes(state: ServerState, req: Request) -> Response:
+    delta, v = view(state, req)
+    if delta is None:
+        return Response({}, (np.empty(0, np.int64), np.empty(0, np.int32)))
+    ids, types = delta.nodes_upto(v)
+    return Response({}, (ids, types.astype(np.int32)))
+
+
+def live_prepare(state: ServerState, req: Request) -> Response:
+    live = live_of(state, req.op)
+    body = req.args(PrepareBody)
+    if body.seq:
+        live.seq_address = body.seq
+    version = body.piece.version
+    if version in live.delta.pending or version in live.delta.committed:
+        return Response({"held": True})  # sent again (after a retry_after elsewhere)
+    if live.delta.slowed():
+        return Response({"retry_after": LIVE_RETRY_AFTER_S})
+    batch = check_piece(piece_from_wire(req, body.piece), live.schema, live.delta)
+    live.delta.hold(batch, time.monotonic())
+    publish(state, live)
+    return Response({"held": True})
+
+
+def live_commit(state: ServerState, req: Request) -> Response:
+    live = live_of(state, req.op)
+    body = req.args(DecideBody)
+    delta = live.delta
+    applied = delta.commit(body.version) if body.commit else delta.abort(body.version)
+    publish(state, live)
+    return Response({"applied": applied})
+
+
+def _ask_fate(state: ServerState, live: LivePart, version: int) -> str:
+    if live.seq is not None:
+        return live.seq.fate(version)
+    if live.seq_client is None:
+        if not live.seq_address:
+            raise StoreError(f"live: version {version} is pending and the sequencer is unknown")
+        from graphrun.rpc.transport import RpcClient
+
+        live.seq_client = RpcClient(live.seq_address, keys=live.keys, timeout=live.timeout)
+    ask = min(live.timeout, FATE_TIMEOUT_S)  # the server waits on it: briefly
+    try:
+        reply = live.seq_client.call("live_fate", {"version": version}, timeout=ask)
+    except RpcError as exc:
+        raise StoreError(f"live: the sequencer at {live.seq_address} did not say the fate "
+                         f"of version {version} ({exc})") from exc  # fmt: skip
+    return str(reply.body.get("fate"))
+
+
+def settle(state: ServerState, live: LivePart, versions: list[int]) -> None:
+    """Commit or abort the pending ``versions`` as the sequencer decided them."""
+    for v in versions:
+        fate = _ask_fate(state, live, v)
+        if fate == "committed":
+            live.delta.commit(v)
+        elif fate == "aborted":
+            live.delta.abort(v)
+        else:
+            raise StoreError(f"live: version {v} is not decided yet; read at a lower version")
+    publish(state, live)
+
+
+def view(state: ServerState, req: Request) -> tuple[LiveDelta | None, int]:
+    """The delta a read sees and its version (``"v"`` in the body; absent: 0, the base
+    graph — a client that does not follow the live graph knows no new id, as on a
+    backup), pending pieces at or below it settled first; None when nothing is visible."""
+    live = state.extension_data.get(KEY)
+    if not isinstance(live, LivePart):
+        return None, 0
+    v = req.body.get("v", 0)
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise ArgumentError(f"{req.op}: field 'v' must be a version >= 0")
+    undecided = live.delta.undecided(v)
+    if undecided:
+        settle(state, live, undecided)
+    lowest = min(live.delta.committed, default=0)
+    return (live.delta if lowest and lowest <= v else None), v
+
+
+def tick(state: ServerState, now: float) -> None:
+    """The sequencer aborts versions undecided for too long; a partition settles pieces
+    pending for too long (their writer's ``live_commit`` never came)."""
+    live = state.extension_data.get(KEY)
+    if not isinstance(live, LivePart):
+        return
+    seq = live.seq
+    if seq is not None:
+        for v, t in list(seq.begun.items()):
+            if now - t > LIVE_DECIDE_TIMEOUT_S:
+                log.warning("live: version %d undecided for %.0f s: aborted", v, now - t)
+                seq.decide(v, False)
+    stale = live.delta.stale(now, LIVE_DECIDE_TIMEOUT_S)
+    if stale and now >= live.next_settle:
+        live.next_settle = now + SETTLE_EVERY_S
+        try:
+            settle(state, live, stale)
+        except StoreError as exc:  # the sequencer is away or undecided: next tick
+            log.info("live: pending pieces %s not settled yet: %s", stale, exc)
+
+
+def register(registry: Registry) -> None:
+    """Add the live graph's ops (the store's own; see the module docstring)."""
+    for op, handler in (
+        ("live_begin", live_begin),
+        ("live_prepare", live_prepare),
+        ("live_decide", live_decide),
+        ("live_commit", live_commit),
+        ("live_fate", live_fate),
+        ("live_head", live_head),
+        ("live_lookup", live_lookup),
+        ("live_nodes", live_nodes),
+    ):
+        registry.add(op, handler, needs_session=False)
+
+
+# ---- reads at a version
+
+
+def pull_at(state: ServerState, req: Request, stored: StoredTensor) -> np.ndarray | None:
+    """The rows of a graph tensor's ``pull`` at the request's version when a delta is
+    visible there (None: read the base as always). Local rows ``>= part_rows`` are
+    growth ids (:func:`~graphrun.store.live.growth_row`); a row updated at or below the
+    version reads its latest update."""
+    delta, v = view(state, req)
+    if delta is None:
+        return None
+    key = TensorKey.parse(stored.info.name)
+    spec = live_of(state).schema.features.get(stored.info.name)
+    if key is None or spec is None:
+        return None
+    rows = req.tensor(0, "rows")
+    if rows.ndim != 1 or rows.dtype != np.int64:
+        raise ArgumentError(f"{req.op}: rows must be 1-d int64, got {rows.dtype} {rows.shape}")
+    n = stored.info.part_rows
+    grow = rows >= n
+    first = state.book.num_nodes if key.kind == "node" else state.book.num_edges
+    if rows.size and int(rows.min()) < 0:
+        raise ArgumentError(f"{req.op} {stored.info.name!r}: a local row is negative")
+    out = np.empty((len(rows), *stored.info.row_shape), dtype=stored.array.dtype)
+    out[~grow] = stored.take(rows[~grow])  # through the disk cache when served from disk
+    ids = np.where(grow, growth_ids(rows, first, n), rows + spec.lo)
+    found = delta.rows(stored.info.name, ids, v, out)
+    missing = grow & ~found
+    if missing.any():
+        i = int(np.flatnonzero(missing)[0])
+        raise ArgumentError(f"{req.op} {stored.info.name!r}: id {int(ids[i])} is not a "
+                            f"{key.kind} of this partition at version {v}")  # fmt: skip
+    return out

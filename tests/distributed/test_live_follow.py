@@ -1,0 +1,134 @@
+"""A job that follows a live graph trains on nodes that arrived during it (issue 42)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch_geometric.nn import GraphSAGE
+
+from graphrun.distributed import DistGraph, DistNodeDataLoader, initialize
+from graphrun.distributed.writer import GraphWriter
+from graphrun.errors import ArgumentError
+from graphrun.partition import load_id_mapping
+from graphrun.store.client import ClientConfig, KVClient
+from graphrun.store.server import ServerConfig
+from graphrun.testing.store import make_partition_dir, store_threads
+
+pytestmark = pytest.mark.integration
+
+NEW = 10**9 + np.arange(6)
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    return make_partition_dir(tmp_path_factory.mktemp("follow") / "parts", 2)[1]
+
+
+def write_new_nodes(addresses, parts) -> tuple[np.ndarray, np.ndarray]:
+    """Six new labelled training nodes, each with edges from base nodes of both partitions."""
+    feat = np.arange(6 * 8, dtype=np.float32).reshape(6, 8) + 1000
+    label = np.arange(6, dtype=np.int64) % 4
+    orig = load_id_mapping(parts).orig_nids
+    with KVClient(ClientConfig(addresses, job="writer", timeout=20)) as c:
+        w = GraphWriter(c)
+        flags = {m: np.full(6, m == "train_mask") for m in ("train_mask", "val_mask", "test_mask")}
+        w.add_nodes("_N", NEW, {"feat": feat, **flags}, label=label)
+        src = np.repeat(orig[[3, 500]], 6)
+        w.add_edges("_E", src, np.tile(NEW, 2), orig=True)
+        w.commit()
+    return feat, label
+
+
+@pytest.mark.parametrize("follow", ["epoch", "head", "pinned"])
+def test_new_labelled_nodes_join_the_seeds_at_the_next_epoch(parts, follow):
+    cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
+            dg = DistGraph(ctx, follow=follow)
+            assert dg.version == 0
+            train = dg.mask_ids("train_mask")
+            loader = DistNodeDataLoader(dg, train, [4, 4], batch_size=64, shuffle=True,
+                                        live_seeds="train_mask")  # fmt: skip
+            first = torch.cat([b.n_id[: b.batch_size] for b in loader])
+            assert sorted(first.tolist()) == sorted(train.tolist())
+            feat, label = write_new_nodes(addresses, parts)
+            model = GraphSAGE(8, 16, num_layers=2, out_channels=16)  # more than the labels
+            seen = []
+            for b in loader:  # the next epoch
+                seeds = b.n_id[: b.batch_size]
+                new = seeds >= dg.num_nodes()
+                seen += seeds[new].tolist()
+                if new.any():
+                    k = (seeds[new] - seeds[new].min()).numpy()
+                    assert b.x[: b.batch_size][new].numpy().tolist() == feat[k].tolist()
+                    assert b.y[: b.batch_size][new].numpy().tolist() == label[k].tolist()
+                    out = model(b.x, b.edge_index)[: b.batch_size]
+                    loss = torch.nn.functional.cross_entropy(out, b.y[: b.batch_size])
+                    loss.backward()
+                    assert torch.isfinite(loss)
+                    # their in-edges from the base nodes were sampled too
+                    dst = b.edge_index[1][: b.num_sampled_edges[0]]
+                    assert set(torch.nonzero(new).squeeze(1).tolist()) <= set(dst.tolist())
+            if follow == "pinned":
+                assert seen == [] and dg.version == 0
+            else:
+                assert len(seen) == 6 and dg.version == 1
+
+
+def test_follow_is_checked(parts):
+    cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
+    with store_threads(cfg, 2) as threads:
+        ctx = initialize([t.address for t in threads], rank=0, world_size=1, heartbeat_interval=0)
+        with ctx:
+            with pytest.raises(ArgumentError, match="follow: 'always' is not one of"):
+                DistGraph(ctx, follow="always")
+            dg = DistGraph(ctx, follow="epoch")
+            loader = DistNodeDataLoader(dg, dg.mask_ids("train_mask"), [2], batch_size=8,
+                                        num_workers=1)  # fmt: skip
+            with pytest.raises(ArgumentError, match="num_workers: following a live graph"):
+                next(iter(loader))
+
+
+def test_new_seeds_are_shared_evenly_between_trainers():
+    from graphrun.distributed.live import share
+
+    fresh = np.arange(100, 105)
+    parts = [share(fresh, r, 2).tolist() for r in range(2)]
+    assert parts == [[100, 102, 104], [101, 103, 100]]  # as many each: one wraps around
+    assert sorted(set(parts[0]) | set(parts[1])) == fresh.tolist()
+    assert [share(fresh[:1], r, 3).tolist() for r in range(3)] == [[100]] * 3
+    assert share(fresh[:0], 0, 2).tolist() == []
+
+
+def test_a_trainers_data_follows_the_graph_and_its_epochs_take_the_new_nodes(parts):
+    """The trainer's DistGraphData (what spec.live.follow drives): the second epoch's
+    training batches hold the nodes written after the first."""
+    from graphrun.train.distdata import DistGraphData
+
+    cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        ctx = initialize(addresses, rank=0, world_size=1, heartbeat_interval=0)
+        with ctx:
+            data = DistGraphData(DistGraph(ctx, follow="epoch"), 0, 1, cache_mb=64)
+            n = data.num_nodes()
+            first = [b.data.n_id[: b.data.batch_size] for b in
+                     data.loader("train", None, [4, 4], 64, True, epoch=0)]  # fmt: skip
+            assert int(torch.cat(first).max()) < n
+            feat, _ = write_new_nodes(addresses, parts)
+            second = [b.data for b in data.loader("train", None, [4, 4], 64, True, epoch=1)]
+            seeds = torch.cat([b.n_id[: b.batch_size] for b in second])
+            assert int((seeds >= n).sum()) == 6
+            x = torch.cat([b.x[: b.batch_size] for b in second])[seeds >= n]
+            assert sorted(x[:, 0].tolist()) == sorted(feat[:, 0].tolist())
+
+
+def test_a_cache_knows_no_new_node_and_says_so():
+    """A live graph's new node ids lie past the cache's id space: not cached (-1), not an
+    IndexError of the dense map."""
+    from graphrun.distributed.cache import CachedRows
+
+    rows = CachedRows(np.asarray([1, 5]), np.zeros((2, 3), np.float32), id_space=10)
+    assert rows.slots(np.asarray([5, 1, 12, 3])).tolist() == [1, 0, -1, -1]

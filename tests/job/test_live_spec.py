@@ -1,0 +1,30 @@
+"""``spec.live``: a job that follows a live graph (issue 42, docs/live.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from graphrun.job.spec import parse_job
+from tests.job.test_spec import error_of, job
+
+
+def test_live_follow_defaults_to_epoch_and_is_optional() -> None:
+    assert parse_job(job()).spec.live is None
+    assert parse_job(job(live={})).spec.live.follow == "epoch"
+    assert parse_job(job(live={"follow": "pinned"})).spec.live.follow == "pinned"
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"live": {"follow": "always"}}, "spec.live.follow"),
+        ({"live": {}, "runtime": {"samplerWorkersPerTrainer": 2}},
+         "live: the trainers sample a live graph themselves for now"),
+        ({"live": {}, "training": {"task": "hetero-node-classification"}},
+         "live: following a live heterograph is not supported yet"),
+    ],
+)  # fmt: skip
+def test_live_errors(spec: dict[str, Any], expected: str) -> None:
+    assert expected in error_of(job(**spec))

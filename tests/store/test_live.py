@@ -1,0 +1,184 @@
+"""The live delta on its own: pieces checked wholly, versions, reads at a version."""
+
+import numpy as np
+import pytest
+
+from graphrun.errors import ArgumentError, StoreError
+from graphrun.store.live import (
+    GROWTH_BLOCK,
+    Blocks,
+    LiveDelta,
+    Piece,
+    Rows,
+    block_owner_of,
+    growth_ids,
+    growth_row,
+    run_ids,
+)
+from graphrun.store.live_check import FeatureSpec, Schema, check_piece
+
+N, E = 10, 20
+FEAT = "node/_N/feat"
+
+
+def schema(part=0):
+    return Schema(
+        part=part,
+        num_nodes=N,
+        num_edges=E,
+        node_types=("_N",),
+        edge_types=(("_N", "_E", "_N"),),
+        owned_nodes=(0, 5),
+        owned_edges=(0, 10),
+        features={FEAT: FeatureSpec("node", 0, np.dtype("float32"), (4,), 0, 5)},
+        base_node_type=lambda ids: np.zeros(len(ids), np.int32),
+    )
+
+
+def nodes_piece(version, ids, feat=None, **kw):
+    ids = np.asarray(ids, np.int64)
+    feat = np.full((len(ids), 4), version, np.float32) if feat is None else feat
+    fields = {
+        "new_nodes": Rows.of(ids),
+        "node_types": Rows.of(np.zeros(len(ids), np.int32)),
+        "node_orig": Rows.of(ids + 1000),
+        "node_features": {FEAT: Rows.of(feat)},
+    }
+    return Piece(version=version, **{**fields, **kw})
+
+
+def edges_rows(src, dst, eid):
+    return Rows.of(np.asarray([src, dst, eid], np.int64))
+
+
+def held(delta, piece, commit=True):
+    b = check_piece(piece, schema(), delta)
+    delta.hold(b, 0.0)
+    if commit:
+        delta.commit(piece.version)
+    return b
+
+
+def test_rows_round_trip_and_bad_bytes():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert (Rows.of(a).array("x") == a).all()
+    with pytest.raises(ArgumentError, match="x: 4 bytes do not hold"):
+        Rows("float32", (2, 3), b"1234").array("x")
+    with pytest.raises(ArgumentError, match="x: dtype"):
+        Rows("object", (1,), b"12345678").array("x")
+
+
+def test_blocks_hand_out_runs_per_partition():
+    b = Blocks(N, 2)
+    assert b.allocate(1, 3) == [(N, 3)]
+    assert b.allocate(0, 2) == [(N + GROWTH_BLOCK, 2)]
+    runs = b.allocate(1, GROWTH_BLOCK)  # fills block 0, opens block 2
+    assert runs == [(N + 3, GROWTH_BLOCK - 3), (N + 2 * GROWTH_BLOCK, 3)]
+    owners = b.owner_array()
+    assert owners.tolist() == [1, 0, 1]
+    ids = run_ids(runs)
+    assert (block_owner_of(ids, N, owners) == 1).all()
+    assert block_owner_of(np.asarray([N + 3 * GROWTH_BLOCK]), N, owners).tolist() == [-1]
+    rows = growth_row(ids, N, 5)
+    assert (growth_ids(rows, N, 5) == ids).all()
+
+
+def test_pending_is_invisible_until_committed_then_at_its_version():
+    d = LiveDelta()
+    p1 = nodes_piece(1, [N, N + 1], new_edges=edges_rows([N, 7], [1, N + 1], [E, E + 1]),
+                     edge_types=Rows.of(np.zeros(2, np.int32)))  # fmt: skip
+    held(d, p1, commit=False)
+    assert not d.nodes_at(np.asarray([N]), 5).any()
+    assert d.lowest() == 1 and d.undecided(3) == [1]
+    assert d.commit(1)
+    assert d.nodes_at(np.asarray([N, N + 1]), 1).all()
+    assert not d.nodes_at(np.asarray([N]), 0).any()
+    counts, e = d.in_edges(np.asarray([1, N + 1, 2]), 1)
+    assert counts.tolist() == [1, 1, 0]
+    assert e[0].tolist() == [N, 7] and e[2].tolist() == [E, E + 1]
+    assert d.in_edges(np.asarray([1]), 0)[0].tolist() == [0]
+    out = np.zeros((2, 4), np.float32)
+    assert d.rows(FEAT, np.asarray([N, 3]), 1, out).tolist() == [True, False]
+    assert out[0].tolist() == [1.0] * 4
+
+
+def test_updates_latest_wins_at_each_version_and_deletions():
+    d = LiveDelta()
+    for v in (1, 2):
+        rows = np.full((1, 4), 10 * v, np.float32)
+        held(d, Piece(version=v, updates={FEAT: (Rows.of(np.asarray([3])), Rows.of(rows))}))
+    held(d, Piece(version=3, deleted_edges=Rows.of(np.asarray([4], np.int64))))
+    out = np.zeros((1, 4), np.float32)
+    for v, want in ((1, 10), (2, 20), (5, 20)):
+        d.rows(FEAT, np.asarray([3]), v, out)
+        assert out[0, 0] == want
+    assert d.deleted(np.asarray([4, 5]), 3).tolist() == [True, False]
+    assert not d.deleted(np.asarray([4]), 2).any()
+
+
+def test_abort_drops_a_piece_and_its_bytes():
+    d = LiveDelta()
+    b = held(d, nodes_piece(1, [N]), commit=False)
+    assert d.nbytes == 2 * b.nbytes
+    assert d.abort(1)
+    assert d.nbytes == 0 and d.lowest() == 0
+    assert not d.has_nodes(np.asarray([N])).any()
+
+
+@pytest.mark.parametrize(
+    ("piece", "message"),
+    [
+        (lambda: nodes_piece(1, [3]), r"new_nodes\[0\] = 3 is out of range"),
+        (lambda: nodes_piece(1, [N, N]), "new_nodes: ids repeat"),
+        (lambda: nodes_piece(1, [N], feat=np.zeros((1, 4), np.float64)),
+         r"node_features\['node/_N/feat'\]: got float64"),
+        (lambda: nodes_piece(1, [N], feat=np.zeros((1, 3), np.float32)),
+         r"expected float32 \(1, 4\)"),
+        (lambda: Piece(version=1, new_nodes=Rows.of(np.asarray([N])),
+                       node_types=Rows.of(np.zeros(1, np.int32)),
+                       node_orig=Rows.of(np.asarray([1]))), "feature 'node/_N/feat' is missing"),
+        (lambda: nodes_piece(1, [N], node_types=None), "need 1 each"),
+        (lambda: Piece(version=1, new_edges=edges_rows([1], [7], [E]),
+                       edge_types=Rows.of(np.zeros(1, np.int32))),
+         r"dst\[0\] = 7 is not a node owned here"),
+        (lambda: Piece(version=1, new_edges=edges_rows([1], [2], [5]),
+                       edge_types=Rows.of(np.zeros(1, np.int32))), "eid"),
+        (lambda: Piece(version=1, new_edges=edges_rows([1], [2], [E]),
+                       edge_types=Rows.of(np.ones(1, np.int32))), r"edge_types\[0\] = 1"),
+        (lambda: Piece(version=1, deleted_edges=Rows.of(np.asarray([15]))),
+         r"deleted_edges\[0\] = 15 is not an edge owned here"),
+        (lambda: Piece(version=1, updates={FEAT: (Rows.of(np.asarray([7])),
+                                                  Rows.of(np.zeros((1, 4), np.float32)))}),
+         r"ids\[0\] = 7 is not a row of it owned here"),
+        (lambda: Piece(version=1, updates={"node/_N/nope": (Rows.of(np.asarray([1])),
+                                                           Rows.of(np.zeros(1, np.float32)))}),
+         "is not a feature of the graph"),
+        (lambda: Piece(version=0), "version 0 is not > 0"),
+    ],
+)  # fmt: skip
+def test_a_bad_piece_gets_one_error_and_nothing_is_kept(piece, message):
+    d = LiveDelta()
+    with pytest.raises(ArgumentError, match=message):
+        held(d, piece())
+    assert d.nbytes == 0 and not d.pending and not d.committed
+
+
+def test_new_edge_needs_its_new_destination_in_the_piece_or_committed():
+    d = LiveDelta()
+    edge = {"new_edges": edges_rows([1], [N], [E]), "edge_types": Rows.of(np.zeros(1, np.int32))}
+    with pytest.raises(ArgumentError, match=r"dst\[0\]"):
+        held(d, Piece(version=1, **edge))
+    held(d, nodes_piece(1, [N]))
+    held(d, Piece(version=2, **edge))
+    assert d.in_edges(np.asarray([N]), 2)[0].tolist() == [1]
+
+
+def test_the_delta_bound_refuses_and_slows():
+    d = LiveDelta(max_bytes=400)
+    b = check_piece(nodes_piece(1, [N, N + 1]), schema(), d)
+    d.hold(b, 0.0)
+    assert d.nbytes == 2 * b.nbytes and d.slowed() == (d.nbytes > 300)
+    big = check_piece(nodes_piece(2, list(range(N + 2, N + 12))), schema(), d)
+    with pytest.raises(StoreError, match="over its bound"):
+        d.hold(big, 0.0)
+    assert 2 not in d.pending

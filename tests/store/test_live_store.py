@@ -1,0 +1,358 @@
+"""The live graph on real store servers: the write_graph grant, the two-phase commit,
+reads at a version, bad writes and the delta bound (issue 42)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphrun.distributed.writer import GraphWriter
+from graphrun.errors import ArgumentError, AuthError, StoreError
+from graphrun.partition import load_id_mapping
+from graphrun.rpc.auth import KeyPair, generate_keys, new_keypair, public_key_file_text
+from graphrun.store import live
+from graphrun.store.client import ClientConfig, KVClient
+from graphrun.store.live_client import fetch_head
+from graphrun.store.live_client import route as live_route
+from graphrun.store.server import ServerConfig
+from graphrun.testing.store import make_partition_dir, store_threads
+
+FEAT = "node/_N/feat"
+SAMPLING = ("graphrun.sampling.server:register",)
+
+
+@dataclass
+class LiveStore:
+    addresses: list[str]
+    admin: KeyPair
+    clients: Path
+    parts: Path
+
+    def key(self, name: str, grants: tuple[str, ...] = ()) -> KeyPair:
+        pair = new_keypair()
+        keys = KeyPair(pair.public, pair.secret, server=self.admin.public)
+        (self.clients / f"{name}.key").write_text(public_key_file_text(keys.public, grants))
+        return keys
+
+    def client(self, keys: KeyPair, job: str) -> KVClient:
+        return KVClient(ClientConfig(self.addresses, job=job, keys=keys, timeout=20))
+
+    def writer_client(self) -> KVClient:
+        return self.client(self.key("writer", ("write_graph",)), "writer")
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory) -> Path:
+    return make_partition_dir(tmp_path_factory.mktemp("live") / "parts", 2)[1]
+
+
+@pytest.fixture
+def store(parts, tmp_path) -> Iterator[LiveStore]:
+    admin = generate_keys(tmp_path / "store.key")
+    clients = tmp_path / "clients"
+    clients.mkdir()
+    cfg = ServerConfig(parts, 0, keys=admin, clients_dir=clients, extensions=SAMPLING)
+    with store_threads(cfg, 2) as threads:
+        yield LiveStore([t.address for t in threads], admin, clients, parts)
+
+
+def node_rows(c: KVClient, n: int, value: float) -> dict[str, np.ndarray]:
+    out = {}
+    for t in c.list_tensors():
+        if t.name.startswith("node/_N/"):
+            out[t.name.rsplit("/", 1)[1]] = np.full((n, *t.row_shape), value, t.dtype)
+    return out
+
+
+def in_edges(c: KVClient, seeds: np.ndarray) -> list[set[int]]:
+    """Every in-edge (its eid) of each seed at the client's version, asked of the owners."""
+    view = c.live or fetch_head(c.session)
+    _, part, _ = live_route(view, c.book.node_offsets, view.num_nodes, view.node_owner,
+                            seeds, "seeds")  # fmt: skip
+    out: list[set[int]] = [set() for _ in seeds]
+    for p in np.unique(part).tolist():
+        pos = np.flatnonzero(part == p)
+        body = {"fanout": [10_000] * len(c.book.edge_types), "seed": 0}
+        msg = c.session.call(p, "sample_neighbors", body, tensors=(seeds[pos],))
+        _, which, eid = msg.tensors[:3]
+        for w, e in zip(which.tolist(), eid.tolist(), strict=True):
+            out[pos[w]].add(e)
+    return out
+
+
+def test_a_job_key_cannot_write_the_graph_a_granted_key_and_the_admin_can(store):
+    with store.client(store.key("job-a"), "job-a") as job:
+        w = GraphWriter(job)
+        w.add_nodes("_N", [10**9], node_rows(job, 1, 1.0))
+        with pytest.raises(AuthError, match="live_begin: writing the graph needs a key granted"):
+            w.commit()
+        job.follow()
+        assert job.version == 0  # nothing was begun
+        with pytest.raises(AuthError, match="live_prepare"):
+            job.session.call(0, "live_prepare", {"piece": {"version": 1}})
+    with store.writer_client() as c:
+        w = GraphWriter(c)
+        w.add_nodes("_N", [10**9], node_rows(c, 1, 1.0))
+        assert w.commit() == 1
+    with store.client(store.admin, "ops") as admin:
+        w = GraphWriter(admin)
+        w.add_nodes("_N", [10**9 + 1], node_rows(admin, 1, 2.0))
+        assert w.commit() == 2
+        assert (w.lookup([10**9, 10**9 + 1]) >= admin.book.num_nodes).all()
+
+
+def test_reads_see_exactly_the_versions_at_or_below_theirs(store):
+    with store.writer_client() as c:
+        n = c.book.num_nodes
+        w = GraphWriter(c)
+        base_in = in_edges(c, np.asarray([3], np.int64))[0]
+        gone = min(base_in)
+        w.add_nodes("_N", [10**9], node_rows(c, 1, 7.0))
+        dst_orig = load_id_mapping(store.parts).orig_nids[[3, 500]]  # both partitions
+        w.add_edges("_E", [10**9, 10**9], dst_orig, orig=True)
+        w.delete_edges("_E", [gone])
+        w.update_features("_N", "feat", [3], np.full((1, 8), 5.0, np.float32))
+        v1 = w.commit()
+        new = int(w.lookup([10**9])[0])
+        assert new >= n
+        w.update_features("_N", "feat", [3, new], np.full((2, 8), 9.0, np.float32))
+        w.add_edges("_E", [3], [new])
+        v2 = w.commit()
+        base_row = c.pull(FEAT, [3]).copy()
+        for v, row3, row_new in ((0, None, None), (v1, 5.0, 7.0), (v2, 9.0, 9.0)):
+            c.follow(v)
+            if row3 is None:
+                assert (c.pull(FEAT, [3]) == base_row).all()
+                with pytest.raises(ArgumentError, match="out of range"):
+                    c.pull(FEAT, [new])
+                with pytest.raises(ArgumentError, match="out of range"):
+                    in_edges(c, np.asarray([new]))
+                continue
+            got = c.pull(FEAT, np.asarray([3, new]))
+            assert (got[0] == row3).all() and (got[1] == row_new).all()
+        c.follow(0)
+        assert in_edges(c, np.asarray([3]))[0] == base_in
+        c.follow(v1)
+        seen = in_edges(c, np.asarray([3, 500, new]))
+        assert gone not in seen[0] and len(seen[0]) == len(base_in)  # one gone, one new
+        assert any(e >= c.book.num_edges for e in seen[0]) and len(seen[2]) == 0
+        c.follow(v2)
+        assert len(in_edges(c, np.asarray([new]))[0]) == 1
+        deg = c.session.call(0, "graph_in_degrees", {}, tensors=(np.asarray([3]),))
+        assert int(deg.tensors[0][0]) == len(base_in)
+
+
+def test_a_refused_piece_aborts_the_whole_batch(store):
+    with store.writer_client() as c:
+        w = GraphWriter(c)
+        w.add_nodes("_N", [10**9], node_rows(c, 1, 1.0))
+        w.commit()
+        new = int(w.lookup([10**9])[0])
+        w.add_nodes("_N", [10**9 + 1], node_rows(c, 1, 2.0))
+        w.add_edges("_E", [10**9 + 1], [3], orig=True)
+        w.update_features("_N", "feat", [new + 1], np.zeros((1, 8), np.float32))  # no node
+        with pytest.raises(ArgumentError, match=r"updates\['node/_N/feat'\] ids\[0\]"):
+            w.commit()
+        assert w.lookup([10**9 + 1]).tolist() == [-1]
+        c.follow()
+        assert c.version == 2  # version 2 was decided: aborted
+        assert all(e < c.book.num_edges for e in in_edges(c, np.asarray([3]))[0])
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda w, c: w.add_nodes("paper", [1], {}), "unknown node type 'paper'"),
+        (lambda w, c: w.add_nodes("_N", [10**9], {"feat": np.zeros((1, 8), np.float32)}),
+         "are missing"),
+        (lambda w, c: w.add_nodes("_N", [10**9], {**node_rows(c, 1, 0.0),
+                                                  "feat": np.zeros((1, 8), np.float64)}),
+         r"features\['feat'\]: got float64 \(1, 8\), expected float32"),
+        (lambda w, c: w.add_nodes("_N", np.arange(live.MAX_PIECE_ROWS + 1), {}),
+         "more than .* rows; commit"),
+        (lambda w, c: w.add_edges("_E", [0], [c.book.num_nodes + 5]), "dst: graph id"),
+        (lambda w, c: w.add_edges("_E", [0.5], [1]), "integer"),
+        (lambda w, c: w.update_features("_N", "feat", [1], np.zeros((1, 7), np.float32)),
+         r"expected float32 \(1, 8\)"),
+        (lambda w, c: w.delete_edges("_E", [c.book.num_edges + 1]), "is not an edge"),
+    ],
+)  # fmt: skip
+def test_a_bad_write_is_one_error_and_nothing_is_applied(store, call, message):
+    with store.writer_client() as c:
+        w = GraphWriter(c)
+        with pytest.raises(ArgumentError, match=message):
+            call(w, c)
+            w.commit()
+        c.follow()
+        assert c.version == 0
+
+
+def test_past_three_quarters_of_the_delta_bound_writes_are_slowed(parts, tmp_path, monkeypatch):
+    monkeypatch.setattr(live, "LIVE_DELTA_MAX_BYTES", 64 << 10)
+    cfg = ServerConfig(parts, 0, extensions=SAMPLING)
+    with store_threads(cfg, 2) as threads:
+        c = KVClient(ClientConfig([t.address for t in threads], job="w", timeout=20))
+        with c:
+            w = GraphWriter(c, retry_timeout=0.5)
+            done = 0
+            with pytest.raises(StoreError, match="stayed past 3/4 of their delta bound"):
+                for i in range(100):
+                    w.add_nodes("_N", np.arange(10) + 10**9 + 10 * i, node_rows(c, 10, 1.0))
+                    w.commit()
+                    done += 1
+            assert w.waited_s > 0 and 0 < done < 100
+            c.follow()
+            assert c.version == done + 1  # the slowed batch was aborted, nothing of it kept
+            assert (w.lookup(np.arange(10) + 10**9 + 10 * done) == -1).all()
+
+
+def test_a_write_is_wholly_visible_or_not_at_all_under_concurrent_sampling(parts):
+    """A writer thread adds batches (a new node, its features, edges from it into both
+    partitions and one into it) while this thread samples at the head again and again,
+    co-located (shared memory while nothing is visible, requests otherwise): never an
+    edge whose endpoint is missing, never a node without features or its in-edge."""
+    import threading
+
+    from graphrun.sampling.distributed import DistOneHopSampler
+
+    cfg = ServerConfig(parts, 0, extensions=SAMPLING)
+    orig = load_id_mapping(parts).orig_nids
+    batches = 25
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        wc = KVClient(ClientConfig(addresses, job="w", timeout=20))
+        rc = KVClient(ClientConfig(addresses, job="r", timeout=20))
+        errors: list[BaseException] = []
+
+        def write() -> None:
+            try:
+                w = GraphWriter(wc)
+                for i in range(batches):
+                    new = 10**9 + i
+                    w.add_nodes("_N", [new], node_rows(wc, 1, float(i + 1)))
+                    w.add_edges("_E", [new, new, orig[7]], [orig[3], orig[500], new], orig=True)
+                    w.commit()
+            except BaseException as exc:
+                errors.append(exc)
+
+        with wc, rc:
+            n = rc.book.num_nodes
+            sampler = DistOneHopSampler(rc, rc.book)
+            assert sampler.local.keys() == {0, 1}  # co-located: both partitions
+            writer = threading.Thread(target=write)
+            writer.start()
+            seen_versions = set()
+            while writer.is_alive() or len(seen_versions) < 2:
+                v = rc.follow()
+                seen_versions.add(v)
+                out = sampler.sample_one_hop(np.asarray([3, 500]), [10_000], seed=v)
+                src, which = np.asarray(out.src), np.asarray(out.seed_index)
+                new_into = [set(src[(which == k) & (src >= n)].tolist()) for k in (0, 1)]
+                assert new_into[0] == new_into[1], f"half a write visible at version {v}"
+                assert len(new_into[0]) == v  # one new node per version
+                if new_into[0]:
+                    ids = np.asarray(sorted(new_into[0]), np.int64)
+                    rows = rc.pull(FEAT, ids)
+                    assert (rows > 0).all() and (rows == rows[:, :1]).all()
+                    into = sampler.sample_one_hop(ids, [10_000], seed=v)
+                    assert np.bincount(np.asarray(into.seed_index), minlength=len(ids)).tolist() \
+                        == [1] * len(ids)  # fmt: skip
+                if not writer.is_alive() and v == batches:
+                    break
+            writer.join()
+            assert not errors, errors
+            assert rc.follow() == batches and len(seen_versions) > 2
+
+
+def test_the_sequencer_bounds_undecided_versions(store):
+    from graphrun.store.live import MAX_UNDECIDED
+
+    with store.writer_client() as c:
+        empty = np.empty(0, np.int64)
+        body = {"nodes": [0, 0], "edges": [0, 0]}
+        for _ in range(MAX_UNDECIDED):
+            c.session.call(0, "live_begin", body, tensors=(empty,))
+        with pytest.raises(StoreError, match=f"{MAX_UNDECIDED} versions are begun and undecided"):
+            c.session.call(0, "live_begin", body, tensors=(empty,))
+        c.session.call(0, "live_decide", {"version": 1, "commit": False})
+        c.session.call(0, "live_begin", body, tensors=(empty,))  # room again
+        with pytest.raises(ArgumentError, match="field 'nodes' must give 2 counts"):
+            c.session.call(0, "live_begin", {"nodes": [1], "edges": [0, 0]}, tensors=(empty,))
+
+
+def test_a_read_settles_a_piece_whose_commit_has_not_arrived(store):
+    """The writer decided (acknowledged) but its live_commit never reached partition 1:
+    a read at the head there asks the sequencer the piece's fate and sees it."""
+    from graphrun.distributed import writer as writer_mod
+
+    with store.writer_client() as c, store.client(store.key("job-a"), "job-a") as r:
+        w = GraphWriter(c)
+        w.add_nodes("_N", [10**9], node_rows(c, 1, 4.0))
+        to_500 = load_id_mapping(store.parts).orig_nids[[500]]  # placed on partition 1
+        w.add_edges("_E", to_500, [10**9], orig=True)
+        plan = writer_mod._Plan(w, w._batch, fetch_head(c.session))
+        counts = {"nodes": plan.node_counts(), "edges": plan.edge_counts()}
+        begun = c.session.call(0, "live_begin", counts, tensors=(plan.orig_by_part(),))
+        v = begun.body["version"]
+        plan.give_ids(begun.body["nodes"], begun.body["edges"])
+        assert plan.parts() == [1]
+        w._prepare({1: plan.piece(1, v)})
+        c.session.call(0, "live_decide", {"version": v, "commit": True})  # no live_commit
+        assert r.follow() == v
+        new = int(w.lookup([10**9])[0])
+        assert (r.pull(FEAT, [new]) == 4.0).all()
+        assert len(in_edges(r, np.asarray([new]))[0]) == 1
+
+
+def test_a_heterograph_takes_typed_nodes_and_edges_with_edge_features(tmp_path):
+    _, hparts = make_partition_dir(tmp_path / "parts", 2, hetero=True)
+    cfg = ServerConfig(hparts, 0, extensions=SAMPLING)
+    with store_threads(cfg, 2) as threads:
+        c = KVClient(ClientConfig([t.address for t in threads], job="w", timeout=20))
+        with c:
+            book = c.book
+            w = GraphWriter(c)
+            paper = book.to_homo("paper", np.asarray([0, 1, 2]))
+            with pytest.raises(ArgumentError, match="features: edge type paper:cites:paper has"):
+                w.add_edges("cites", paper[1:2], paper[2:3])
+            w.add_nodes("author", [10**9], {"feat": np.ones((1, 4), np.float32)})
+            orig_p0 = load_id_mapping(hparts).orig_nids[paper[0]]
+            w.add_edges("writes", [10**9], [orig_p0], orig=True)
+            w.add_edges("cites", paper[1:2], paper[2:3], {"weight": np.asarray([0.5], np.float32)})
+            v = w.commit()
+            bad = GraphWriter(c)
+            bad.add_edges("writes", paper[1:2], paper[2:3])  # a paper cannot write
+            with pytest.raises(ArgumentError, match="has node type 'paper', its edge type needs"):
+                bad.commit()
+            c.follow()
+            assert c.version == v
+            new_e = [e for e in in_edges(c, paper[2:3])[0] if e >= book.num_edges]
+            assert len(new_e) == 1
+            got = c.pull("edge/paper:cites:paper/weight", np.asarray(new_e))
+            assert got.tolist() == [0.5]
+            author = int(w.lookup([10**9])[0])
+            assert c.pull("node/author/feat", [author]).tolist() == [[1.0] * 4]
+            assert any(e >= book.num_edges for e in in_edges(c, paper[:1])[0])
+
+
+def test_a_client_that_does_not_follow_reads_the_base_graph(store):
+    """A job unaware of the live graph (no version in its requests) never gets a new id:
+    its samples and rows are the base graph's, from the main server as from shared memory."""
+    with store.writer_client() as c, store.client(store.key("job-a"), "job-a") as r:
+        base = in_edges(r, np.asarray([3]))[0]
+        w = GraphWriter(c)
+        w.add_nodes("_N", [10**9], node_rows(c, 1, 1.0))
+        w.add_edges("_E", [10**9], load_id_mapping(store.parts).orig_nids[[3]], orig=True)
+        w.update_features("_N", "feat", [3], np.full((1, 8), 6.0, np.float32))
+        before = r.pull(FEAT, [3]).copy()
+        w.commit()
+        assert r.version is None
+        assert in_edges(r, np.asarray([3]))[0] == base
+        assert (r.pull(FEAT, [3]) == before).all()
+        r.follow()
+        assert len(in_edges(r, np.asarray([3]))[0]) == len(base) + 1
+        assert (r.pull(FEAT, [3]) == 6.0).all()
