@@ -29,7 +29,9 @@ import numpy as np
 from graphrun.errors import ArgumentError, DatasetError
 from graphrun.files import atomic_dir, write_failed
 from graphrun.graph import Graph
+from graphrun.graph.graph import release
 from graphrun.partition import balance
+from graphrun.partition.arrays import pieces
 from graphrun.partition.book import PartitionBook
 from graphrun.partition.format import (
     WriteOptions,
@@ -95,7 +97,7 @@ def assign(
             f"balance_train: graph {graph.name!r} has no training nodes "
             "(no node type has a non-empty 'train_mask')"
         )
-    in_degree = np.bincount(graph.dst, minlength=graph.num_nodes) if balance_edges else None
+    in_degree = in_degrees(graph) if balance_edges else None
     if method == "random":
         return balance.random_assign(
             graph.num_nodes, parts, train_mask=train, in_degree=in_degree, seed=seed
@@ -118,6 +120,23 @@ def assign(
     if parts > 1:  # also repairs parts METIS left (nearly) empty
         part = balance.rebalance(part, crit, xadj, adjncy, parts, tolerance=tolerance, seed=seed)
     return part
+
+
+def in_degrees(graph: Graph) -> np.ndarray:
+    degree = np.zeros(graph.num_nodes, dtype=np.int64)
+    for _, d in pieces(graph.dst):
+        degree += np.bincount(d, minlength=graph.num_nodes)
+    return degree
+
+
+def let_go(graph: Graph) -> None:
+    """Unmap the pages of a memory-mapped graph that reading it touched (its checks
+    read every id and feature): later phases read it again slice by slice."""
+    for arr in (graph.src, graph.dst):
+        release(arr)
+    for feats in (*graph.ndata.values(), *graph.edata.values()):
+        for arr in feats.values():
+            release(arr)
 
 
 def partition_graph(
@@ -148,6 +167,7 @@ def partition_graph(
             raise ArgumentError(f"id_maps[{ntype!r}]: expected one id per {ntype!r} node")
     start = time.perf_counter()
     clock = phases if phases is not None else Phases()
+    let_go(graph)
     try:
         with atomic_dir(out, DatasetError) as tmp:
             clock.start("graph" if method != "random" else "assign")

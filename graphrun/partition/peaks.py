@@ -70,7 +70,7 @@ class Phases:
     t: float = 0.0
 
     def __post_init__(self) -> None:
-        self.peak_mb = peak_rss_mb()
+        self.peak_mb = round(peak_rss_mb(), 1)
 
     def start(self, name: str) -> None:
         now = time.perf_counter()

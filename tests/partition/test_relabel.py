@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphrun.graph import Graph
-from graphrun.partition.relabel import local_structure, relabel
+from graphrun.partition.relabel import local_structure, relabel, write_edge_maps
 
 
 @st.composite
@@ -69,7 +69,10 @@ def test_relabel_matches_reference(case: tuple[Graph, np.ndarray, int, int]) -> 
     owner = part[g.dst]
     etype_of = g.edge_type_ids()
     ref_edges = sorted(range(g.num_edges), key=lambda e: (owner[e], etype_of[e], e))
-    assert rl.orig_eids.tolist() == ref_edges
+    orig_eids, new_eids = np.empty(g.num_edges, np.int64), np.empty(g.num_edges, np.int64)
+    write_edge_maps(g, rl, orig_eids, new_eids)
+    assert orig_eids.tolist() == ref_edges
+    assert (orig_eids[new_eids] == np.arange(g.num_edges)).all()
     for p in range(parts):
         a, b = rl.book.owned_nodes(p)
         assert (part[rl.orig_nids[a:b]] == p).all()
@@ -90,6 +93,10 @@ def test_relabel_matches_reference(case: tuple[Graph, np.ndarray, int, int]) -> 
             frontier = nxt
         expected = list(range(a, b)) + [v for lvl in levels for v in lvl]
         assert loc.nodes.tolist() == expected
+        indices = np.concatenate([np.zeros(0, np.int64), *loc.column("src")])
+        eids = np.concatenate([np.zeros(0, np.int64), *loc.column("eids")])
+        assert indices.tolist() == rl.new_nids[g.src[loc.orig_eids]].tolist()
+        assert eids.tolist() == new_eids[loc.orig_eids].tolist()
         with_edges = set(range(a, b)).union(*[set(lvl) for lvl in levels[: max(halo - 1, 0)]])
         for i, v in enumerate(loc.nodes.tolist()):
             got = sorted(loc.orig_eids[loc.indptr[i] : loc.indptr[i + 1]].tolist())
