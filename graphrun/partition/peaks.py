@@ -75,12 +75,9 @@ class Phases:
     def start(self, name: str) -> None:
         now = time.perf_counter()
         if self.name:
-            peak = peak_rss_mb()
+            peak = round(peak_rss_mb(), 1)
             self.peak_mb = max(self.peak_mb, peak)
-            self.phases[self.name] = {
-                "seconds": round(now - self.t, 3),
-                "peak_rss_mb": round(peak, 1),
-            }
+            self.phases[self.name] = {"seconds": round(now - self.t, 3), "peak_rss_mb": peak}
         if name:
             self.per_phase = _reset_hwm() and self.per_phase
         self.name, self.t = name, time.perf_counter()
