@@ -200,6 +200,7 @@ def partition_rank(
     report.quality = quality.to_dict()
     phase("shuffle")
     got = shuffle.shuffle_share(comm, share, rl, part)
+    share = replace(share, chunk=replace(share.chunk, ndata={}, edata={}))  # sent: let go
     structure = shuffle.local_structure(comm, rl.book, got, opts.halo_hops)
     phase("write")
     info = shuffle.write_part(tmp, comm, share, rl, got, structure)

@@ -99,19 +99,28 @@ def relabel(graph: Graph, part: np.ndarray, num_parts: int) -> Relabelling:
     return Relabelling(book, orig_nids, new_nids, part, in_degree[orig_nids])
 
 
+FEW_PARTS = 16  # up to this many parts, edges are numbered part by part (no sort)
+
+
 def edge_numbers(graph: Graph, rl: Relabelling) -> Iterator[tuple[int, np.ndarray]]:
     """``(start, new ids)`` of the edges ``start ..``, slice by slice in original order:
     an edge's new id is its owner's first plus the number of the owner's edges before
     it."""
-    offsets = rl.book.edge_offsets
-    fill = np.zeros(rl.book.num_parts, dtype=np.int64)
+    offsets, parts = rl.book.edge_offsets, rl.book.num_parts
+    fill = np.zeros(parts, dtype=np.int64)
     for i, d in pieces(graph.dst):
         owner = rl.part[d]
-        order = stable_argsort(owner, rl.book.num_parts)
-        k = owner[order]
         new = np.empty(len(d), dtype=np.int64)
-        new[order] = offsets[k] + fill[k] + group_ranks(k)
-        fill += np.bincount(owner, minlength=rl.book.num_parts)
+        if parts <= FEW_PARTS:
+            for q in range(parts):
+                mine = np.flatnonzero(owner == q)
+                new[mine] = np.arange(len(mine)) + (offsets[q] + fill[q])
+                fill[q] += len(mine)
+        else:
+            order = stable_argsort(owner, parts)
+            k = owner[order]
+            new[order] = offsets[k] + fill[k] + group_ranks(k)
+            fill += np.bincount(owner, minlength=parts)
         yield i, new
 
 
@@ -133,48 +142,72 @@ def write_edge_maps(
 class EdgeRows:
     """The in-edges of some rows, gathered in original order: position ``order[j]``
     of ``src`` / ``eids`` / ``orig`` (new source id, new edge id, original id) is the
-    ``j``-th edge in CSC order (by row, then original id)."""
+    ``j``-th edge in CSC order (by row, then original id). The in-edges of a part's
+    own nodes are its edges in new id order: ``eids`` is None, position ``k`` is new
+    id ``first_eid + k``."""
 
     order: np.ndarray
     src: np.ndarray
-    eids: np.ndarray
     orig: np.ndarray
+    eids: np.ndarray | None = None
+    first_eid: int = 0
 
     def csc(self, name: str, lo: int = 0, hi: int | None = None) -> np.ndarray:
         """Entries ``lo .. hi`` of the column ``name`` in CSC order (int64)."""
-        return np.asarray(getattr(self, name)[self.order[lo:hi]], dtype=np.int64)
+        pos = self.order[lo:hi]
+        if name == "eids" and self.eids is None:
+            return pos + self.first_eid
+        return np.asarray(getattr(self, name)[pos], dtype=np.int64)
 
 
-def in_edges(graph: Graph, rl: Relabelling, rows: np.ndarray) -> tuple[np.ndarray, EdgeRows]:
-    """``(counts, edges)``: the in-edges of the new ids ``rows`` (increasing), from one
-    pass over the edges that keeps theirs only."""
+def _gather(
+    graph: Graph, rl: Relabelling, rows: np.ndarray, part: int | None
+) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]]:
+    """``(start, positions, row of each, new ids or None)`` of the edges ``start ..``
+    whose destination is one of ``rows`` (``part``: they are that part's own nodes)."""
+    if part is not None:
+        a = rl.book.owned_nodes(part)[0]
+        for i, d in pieces(graph.dst):
+            sel = np.flatnonzero(rl.part[d] == part)
+            yield i, sel, rl.new_nids[d[sel]] - a, None
+        return
+    slot = np.full(graph.num_nodes, -1, dtype=np.int64)
+    slot[rows] = np.arange(len(rows))
+    for i, new in edge_numbers(graph, rl):
+        row = slot[rl.new_nids[graph.dst[i : i + len(new)]]]
+        sel = np.flatnonzero(row >= 0)
+        yield i, sel, row[sel], new[sel]
+
+
+def in_edges(
+    graph: Graph, rl: Relabelling, rows: np.ndarray, part: int | None = None
+) -> tuple[np.ndarray, EdgeRows]:
+    """``(counts, edges)``: the in-edges of the new ids ``rows`` (increasing; with
+    ``part``, that part's own nodes), from one pass over the edges keeping theirs."""
     n, e = graph.num_nodes, graph.num_edges
     node_t = np.int32 if n < 1 << 31 else np.int64
     edge_t = np.int32 if e < 1 << 31 else np.int64
-    slot = np.full(n, -1, dtype=np.int64)
-    slot[rows] = np.arange(len(rows))
     total = int(rl.in_degree[rows].sum())
     shift = _bits(total)
     keys = np.empty(total, dtype=np.int64)  # row << shift | position: < 2**62 (ids < 2**31)
     src = np.empty(total, dtype=node_t)
-    eids = np.empty(total, dtype=edge_t)
     orig = np.empty(total, dtype=edge_t)
+    eids = None if part is not None else np.empty(total, dtype=edge_t)
     filled = 0
-    for i, new in edge_numbers(graph, rl):
-        row = slot[rl.new_nids[graph.dst[i : i + len(new)]]]
-        sel = np.flatnonzero(row >= 0)
+    for i, sel, row, new in _gather(graph, rl, rows, part):
         end = filled + len(sel)
-        keys[filled:end] = (row[sel] << shift) | np.arange(filled, end)
-        src[filled:end] = rl.new_nids[graph.src[i : i + len(new)][sel]]
+        keys[filled:end] = (row << shift) | np.arange(filled, end)
+        src[filled:end] = rl.new_nids[graph.src[i : i + SLICE][sel]]
         release(graph.src)
-        eids[filled:end] = new[sel]
         orig[filled:end] = sel + i
+        if eids is not None and new is not None:
+            eids[filled:end] = new
         filled = end
-    del slot
     keys.sort()
     counts = np.bincount(keys >> shift, minlength=len(rows))
     keys &= (1 << shift) - 1  # now the positions, in CSC order
-    return counts, EdgeRows(keys, src, eids, orig)
+    first = rl.book.owned_edges(part)[0] if part is not None else 0
+    return counts, EdgeRows(keys, src, orig, eids, first)
 
 
 @dataclass(frozen=True, eq=False)
@@ -205,7 +238,7 @@ class LocalStructure:
 
 def local_structure(graph: Graph, rl: Relabelling, part: int, halo_hops: int) -> LocalStructure:
     a, b = rl.book.owned_nodes(part)
-    counts, inner = in_edges(graph, rl, np.arange(a, b, dtype=np.int64))
+    counts, inner = in_edges(graph, rl, np.arange(a, b, dtype=np.int64), part)
     edge_chunks, count_chunks = [inner], [counts]
     node_chunks = [np.arange(a, b, dtype=np.int64)]
     if halo_hops >= 1:
