@@ -19,10 +19,12 @@ from graphrun.graph.graph import release
 SLICE = 1 << 23  # entries per slice where a kernel avoids full-length temporaries
 
 
-def pieces(arr: np.ndarray, step: int = SLICE) -> Iterator[tuple[int, np.ndarray]]:
-    """``(start, arr[start : start + step])`` in order; a memory-mapped ``arr`` lets go
-    of its pages after each slice (:func:`graphrun.graph.graph.release`), so a pass
-    over a mapped file holds one slice of it, not the file."""
+def pieces(arr: np.ndarray, step: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+    """``(start, arr[start : start + step])`` in order (``step``: ``SLICE``); a
+    memory-mapped ``arr`` lets go of its pages after each slice
+    (:func:`graphrun.graph.graph.release`), so a pass over a mapped file holds one
+    slice of it, not the file."""
+    step = step or SLICE
     for start in range(0, len(arr), step):
         yield start, arr[start : start + step]
         release(arr)
@@ -38,18 +40,6 @@ def group_ranks(sorted_keys: np.ndarray) -> np.ndarray:
         first[new] = new
         np.maximum.accumulate(first, out=first)
     return np.arange(n, dtype=np.int64) - first
-
-
-def scatter_by_key(
-    out: np.ndarray, keys: np.ndarray, values: np.ndarray, start: np.ndarray, fill: np.ndarray
-) -> None:
-    """Counting-sort step: ``values[i]`` to ``out[start[k] + fill[k] + j]`` for ``k =
-    keys[i]`` and ``j`` its rank among the entries of ``k`` here (stable), then ``fill``
-    advanced: calls over consecutive slices of an input place it stably by key."""
-    order = stable_argsort(keys, len(start))
-    k = keys[order]
-    out[start[k] + fill[k] + group_ranks(k)] = values[order]
-    fill += np.bincount(keys, minlength=len(fill))
 
 
 def _digits(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:

@@ -162,21 +162,23 @@ class EdgeRows:
 
 def _gather(
     graph: Graph, rl: Relabelling, rows: np.ndarray, part: int | None
-) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]]:
-    """``(start, positions, row of each, new ids or None)`` of the edges ``start ..``
-    whose destination is one of ``rows`` (``part``: they are that part's own nodes)."""
+) -> Iterator[tuple[slice, np.ndarray, np.ndarray, np.ndarray | None]]:
+    """``(edges, positions in them, row of each, new ids or None)`` of the edges of
+    every slice whose destination is one of ``rows`` (``part``: that part's own
+    nodes)."""
     if part is not None:
         a = rl.book.owned_nodes(part)[0]
         for i, d in pieces(graph.dst):
             sel = np.flatnonzero(rl.part[d] == part)
-            yield i, sel, rl.new_nids[d[sel]] - a, None
+            yield slice(i, i + len(d)), sel, rl.new_nids[d[sel]] - a, None
         return
     slot = np.full(graph.num_nodes, -1, dtype=np.int64)
     slot[rows] = np.arange(len(rows))
     for i, new in edge_numbers(graph, rl):
-        row = slot[rl.new_nids[graph.dst[i : i + len(new)]]]
+        edges = slice(i, i + len(new))
+        row = slot[rl.new_nids[graph.dst[edges]]]
         sel = np.flatnonzero(row >= 0)
-        yield i, sel, row[sel], new[sel]
+        yield edges, sel, row[sel], new[sel]
 
 
 def in_edges(
@@ -194,12 +196,12 @@ def in_edges(
     orig = np.empty(total, dtype=edge_t)
     eids = None if part is not None else np.empty(total, dtype=edge_t)
     filled = 0
-    for i, sel, row, new in _gather(graph, rl, rows, part):
+    for edges, sel, row, new in _gather(graph, rl, rows, part):
         end = filled + len(sel)
         keys[filled:end] = (row << shift) | np.arange(filled, end)
-        src[filled:end] = rl.new_nids[graph.src[i : i + SLICE][sel]]
+        src[filled:end] = rl.new_nids[graph.src[edges][sel]]
         release(graph.src)
-        orig[filled:end] = sel + i
+        orig[filled:end] = sel + edges.start
         if eids is not None and new is not None:
             eids[filled:end] = new
         filled = end
