@@ -6,18 +6,25 @@ alone on the same graph (undirected, simple: built with scipy, default options),
 prints one JSON object per run::
 
     {"parts", "method", "nodes", "edges", "edge_cut", "node_balance", "edge_balance",
-     "train_balance", "seconds", "cpu_seconds", "peak_rss_mb", "pymetis_edge_cut",
-     "pymetis_seconds", "cut_vs_pymetis", "load_avg", ...}
+     "train_balance", "seconds", "cpu_seconds", "peak_rss_mb", "phases",
+     "phase_peak_mb", "pymetis_edge_cut", "pymetis_seconds", "cut_vs_pymetis",
+     "load_avg", ...}
 
-``seconds`` is the child's wall time, ``cpu_seconds`` its user + system CPU time (the
-command is single-threaded, so on a quiet machine the two agree; on a loaded one
-``cpu_seconds`` is the better guide). ``pymetis_seconds`` times the METIS call only.
+``phases`` are the seconds of each phase of the command (``read``, ``graph``: the
+symmetric adjacency, ``assign``, ``relabel``, ``write``; the distributed mode adds
+``shuffle``) and ``phase_peak_mb`` the peak RSS (MiB) inside each phase: the command
+resets Linux's high-water mark as a phase starts (:mod:`graphrun.partition.peaks`).
+``peak_rss_mb`` is the largest, the command's peak. ``seconds`` is the child's wall
+time, ``cpu_seconds`` its user + system CPU time (``--mode single`` is single-threaded,
+so on a quiet machine the two agree; on a loaded one ``cpu_seconds`` is the better
+guide). ``pymetis_seconds`` times the METIS call only.
 
 ``--mode distributed`` first writes the dataset as a chunked one (``--chunks``, default
 the largest ``--parts``), runs ``graphrun partition --mode distributed`` on it (P rank
 processes) and also ``graphrun partition --method metis`` with the same balance flags
 on the whole dataset; the row adds ``peak_rss_mb_per_rank`` (each rank's peak RSS),
-``phases`` (the slowest rank's seconds per phase), ``metis_edge_cut``,
+``phases`` (the slowest rank's seconds per phase), ``phase_peak_mb`` (the largest
+rank's peak per phase), ``metis_edge_cut``,
 ``metis_seconds`` and ``cut_vs_metis``. ``peak_rss_mb`` is then the largest process.
 
 Without ``--dataset`` it first generates the community graph of ``graphrun generate
@@ -87,7 +94,10 @@ def run_partition_command(dataset: Path, out: Path, parts: int, extra: list[str]
     result["seconds_inside"] = result.pop("seconds")
     result["seconds"] = round(seconds, 3)
     result["cpu_seconds"] = round(usage.ru_utime + usage.ru_stime, 3)  # robust to load
-    result["peak_rss_mb"] = round(usage.ru_maxrss / 1024, 1)  # Linux: KiB
+    # the child resets its peak at each phase (graphrun.partition.peaks), so wait4's is
+    # the peak since its last phase began: the child's own figure is the process's
+    own = result.pop("peak_rss_mb", 0.0)
+    result["peak_rss_mb"] = round(max(usage.ru_maxrss / 1024, own), 1)  # Linux: KiB
     result.pop("out", None)
     return result
 
@@ -185,10 +195,14 @@ def _versus_metis(
     ranks = row.pop("ranks")
     metis = run_partition_command(dataset, out, parts, ["--method", "metis", *balance])
     _remove(out)
+    phases = list(ranks[0]["phases"])
     return {
         "peak_rss_mb_per_rank": [
             max(p["peak_rss_mb"] for p in r["phases"].values()) for r in ranks
         ],
+        "phase_peak_mb": {
+            name: max(r["phases"][name]["peak_rss_mb"] for r in ranks) for name in phases
+        },
         "metis_edge_cut": metis["edge_cut"],
         "metis_seconds": metis["seconds"],
         "metis_peak_rss_mb": metis["peak_rss_mb"],

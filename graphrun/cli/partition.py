@@ -187,6 +187,10 @@ def run(args: argparse.Namespace) -> int:
     method, threads = resolve_mode(args.mode, args.method, args.threads)
     if args.mode == "distributed":
         return _run_distributed(args)
+    from graphrun.partition.peaks import Phases
+
+    phases = Phases()
+    phases.start("read")
     imported = _load(args.dataset)
     graph = imported.graph
     result = partition_graph(
@@ -201,6 +205,7 @@ def run(args: argparse.Namespace) -> int:
         tolerance=args.tolerance,
         id_maps=imported.id_maps,
         threads=threads,
+        phases=phases,
     )
     if args.json:
         print(
@@ -212,6 +217,8 @@ def run(args: argparse.Namespace) -> int:
                     "seconds": round(result.seconds, 3),
                     **result.quality.to_dict(),
                     "phases": {k: round(v, 3) for k, v in result.phases.items()},
+                    "phase_peak_mb": result.peaks,
+                    "peak_rss_mb": round(result.peak_mb, 1),
                 }
             )
         )

@@ -28,6 +28,8 @@ index in a :class:`~graphrun.errors.DatasetError`.
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -38,6 +40,20 @@ from graphrun.names import CanonicalEtype, etype_key, parse_etype_key, resolve_e
 
 DEFAULT_NTYPE = "_N"
 DEFAULT_ETYPE = ("_N", "_E", "_N")
+SLICE = 1 << 23  # entries a check reads before it lets go of the pages it mapped
+
+
+def release(arr: np.ndarray) -> None:
+    """Unmap the resident pages of a memory-mapped ``arr`` (its whole file) from this
+    process: they stay in the page cache and a later read maps them again, but they
+    stop counting in its RSS. A pass over a large mapped array calls it slice by slice
+    so that the pass holds one slice, not the file. No-op for an array in memory."""
+    base = arr.base
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if isinstance(base, mmap.mmap):
+        with contextlib.suppress(ValueError, OSError):  # closed, or no madvise here
+            base.madvise(mmap.MADV_DONTNEED)
 
 
 def _first_bad(mask: np.ndarray) -> int:
@@ -54,12 +70,13 @@ def _check_int_array(name: str, arr: np.ndarray) -> None:
 
 
 def _check_ids(name: str, ids: np.ndarray, n: int) -> None:
-    if len(ids) == 0:
-        return
-    lo, hi = int(ids.min()), int(ids.max())
-    if lo < 0 or hi >= n:
-        i = _first_bad((ids < 0) | (ids >= n))
-        raise DatasetError(f"{name}[{i}] = {int(ids[i])} is out of range [0, {n})")
+    for start in range(0, len(ids), SLICE):  # in slices: a mapped file is not all held
+        piece = ids[start : start + SLICE]
+        lo, hi = int(piece.min()), int(piece.max())
+        if lo < 0 or hi >= n:
+            i = start + _first_bad((piece < 0) | (piece >= n))
+            raise DatasetError(f"{name}[{i}] = {int(ids[i])} is out of range [0, {n})")
+        release(ids)
 
 
 def _check_offsets(name: str, offsets: np.ndarray, total: int, count: int) -> None:

@@ -10,10 +10,36 @@ what the sorting version returns.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 
 import numpy as np
 
+from graphrun.graph.graph import release
+
 SLICE = 1 << 23  # entries per slice where a kernel avoids full-length temporaries
+
+
+def pieces(arr: np.ndarray, step: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+    """``(start, arr[start : start + step])`` in order (``step``: ``SLICE``); a
+    memory-mapped ``arr`` lets go of its pages after each slice
+    (:func:`graphrun.graph.graph.release`), so a pass over a mapped file holds one
+    slice of it, not the file."""
+    step = step or SLICE
+    for start in range(0, len(arr), step):
+        yield start, arr[start : start + step]
+        release(arr)
+
+
+def group_ranks(sorted_keys: np.ndarray) -> np.ndarray:
+    """Position of every entry of sorted ``sorted_keys`` among the entries of its key
+    (0 for the first of each key)."""
+    n = len(sorted_keys)
+    first = np.zeros(n, dtype=np.int64)
+    if n > 1:
+        new = np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1
+        first[new] = new
+        np.maximum.accumulate(first, out=first)
+    return np.arange(n, dtype=np.int64) - first
 
 
 def _digits(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:

@@ -21,7 +21,7 @@ writes into the same temporary directory (``tmp``), which the launcher renames t
 the output when every rank has finished (:func:`run_rank`) — or, where no launcher
 watches the ranks (the operator's worker pods), rank 0 does once the others have
 written (:func:`run_rank_to_output`). Each phase reports its seconds and the rank's
-peak RSS so far.
+peak RSS in that phase (:mod:`.peaks`).
 
 :func:`run_local` is the launcher for one machine: P spawned processes meeting in a
 private rendezvous file (:mod:`.rendezvous`: nothing listens but gloo, on loopback),
@@ -35,7 +35,6 @@ import contextlib
 import math
 import multiprocessing as mp
 import os
-import resource
 import shutil
 import signal
 import time
@@ -70,6 +69,7 @@ from graphrun.partition.format import (
     start_shared_output,
     write_config,
 )
+from graphrun.partition.peaks import Phases
 from graphrun.partition.quality import Quality, row_flags
 from graphrun.partition.rendezvous import join, parse_rendezvous, private_rendezvous
 from graphrun.partition.xtrapulp import INITS, LPOptions, build_local_graph, propagate
@@ -104,31 +104,6 @@ class RankReport:
     phases: dict[str, dict[str, float]] = field(default_factory=dict)  # seconds, peak_rss_mb
     stats: dict[str, float] = field(default_factory=dict)
     quality: dict[str, Any] = field(default_factory=dict)
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-
-
-@dataclass
-class _Clock:
-    """Ends the running phase (its seconds and the peak RSS so far) and starts the next."""
-
-    report: RankReport
-    on_phase: Callable[[int, str], None] | None
-    name: str = ""
-    t: float = 0.0
-
-    def start(self, name: str) -> None:
-        now = time.perf_counter()
-        if self.name:
-            self.report.phases[self.name] = {
-                "seconds": round(now - self.t, 3),
-                "peak_rss_mb": round(peak_rss_mb(), 1),
-            }
-        self.name, self.t = name, now
-        if name and self.on_phase is not None:
-            self.on_phase(self.report.rank, name)
 
 
 def _train_mask(share: shuffle.Share) -> np.ndarray | None:
@@ -187,7 +162,8 @@ def partition_rank(
     ``tmp`` (rank 0 also writes ``partition.json``). Collective: every rank calls it."""
     opts.check()
     report = RankReport(comm.rank)
-    phase = _Clock(report, on_phase).start
+    clock = Phases(None if on_phase is None else lambda name: on_phase(comm.rank, name))
+    phase = clock.start
 
     phase("read")
     meta = load_chunked_meta(dataset)
@@ -224,6 +200,7 @@ def partition_rank(
     report.quality = quality.to_dict()
     phase("shuffle")
     got = shuffle.shuffle_share(comm, share, rl, part)
+    share = replace(share, chunk=replace(share.chunk, ndata={}, edata={}))  # sent: let go
     structure = shuffle.local_structure(comm, rl.book, got, opts.halo_hops)
     phase("write")
     info = shuffle.write_part(tmp, comm, share, rl, got, structure)
@@ -235,6 +212,7 @@ def partition_rank(
         _write_config(tmp, share, rl, opts, quality, parts)
     comm.barrier()
     phase("")
+    report.phases = clock.phases
     return report
 
 

@@ -91,8 +91,9 @@ from graphrun.graph import Graph
 from graphrun.graph.format import IdMapInfo, Schema, ensure_free, feature_schema, load_npy
 from graphrun.names import etype_key, owners
 from graphrun.partition.book import PartitionBook, check_ids
+from graphrun.partition.npyout import flushed, open_npy, save_column, save_rows
 from graphrun.partition.quality import Quality
-from graphrun.partition.relabel import Relabelling, local_structure
+from graphrun.partition.relabel import Relabelling, local_structure, write_edge_maps
 from graphrun.wire import Header, check_header, convert, write_json
 
 FORMAT = "graphrun-partition"
@@ -193,31 +194,35 @@ def _write_part(tmp: Path, graph: Graph, rl: Relabelling, part: int, halo: int) 
     loc = local_structure(graph, rl, part, halo)
     np.save(d / "nodes.npy", loc.nodes)
     np.save(d / "indptr.npy", loc.indptr)
-    np.save(d / "indices.npy", rl.new_nids[graph.src[loc.orig_eids]])
-    np.save(d / "eids.npy", rl.new_eids[loc.orig_eids])
-    if graph.is_hetero:
-        eto = graph.edge_type_offsets
-        assert eto is not None
-        etypes = owners(eto, loc.orig_eids)
-        np.save(d / "etypes.npy", etypes.astype(np.int32))
+    save_column(d / "indices.npy", loc, "src")
+    save_column(d / "eids.npy", loc, "eids")
     nto, eto = graph.node_type_offsets, graph.edge_type_offsets
     assert nto is not None and eto is not None
+    if graph.is_hetero:
+        out = open_npy(d / "etypes.npy", np.dtype(np.int32), (loc.num_edges,))
+        at = 0
+        for piece in loc.column("orig"):
+            out[at : at + len(piece)] = owners(eto, piece)
+            at += len(piece)
+        flushed(out)
     for t, ntype in enumerate(graph.node_types):
         a, b = rl.node_block(part, t)
         rows = rl.orig_nids[a:b] - nto[t]
         _write_features(d / "node" / ntype, graph.ndata.get(ntype, {}), rows)
+    elo = rl.book.owned_edges(part)[0]
+    owned = loc.edges[0].orig  # the inner rows' in-edges in original order: by new id
     for r, et in enumerate(graph.edge_types):
         a, b = rl.edge_block(part, r)
-        rows = rl.orig_eids[a:b] - eto[r]
+        rows = owned[a - elo : b - elo].astype(np.int64) - eto[r]
         _write_features(d / "edge" / etype_key(et), graph.edata.get(etype_key(et), {}), rows)
     lo, hi = rl.book.owned_nodes(part)
-    elo, ehi = rl.book.owned_edges(part)
+    ehi = rl.book.owned_edges(part)[1]
     return PartInfo(
         dir=d.name,
         num_inner_nodes=hi - lo,
         num_local_nodes=len(loc.nodes),
         num_inner_edges=ehi - elo,
-        num_local_edges=len(loc.orig_eids),
+        num_local_edges=loc.num_edges,
     )
 
 
@@ -226,7 +231,7 @@ def _write_features(d: Path, feats: dict[str, np.ndarray], rows: np.ndarray) -> 
         return
     d.mkdir(parents=True, exist_ok=True)
     for name, arr in feats.items():
-        np.save(d / f"{name}.npy", np.ascontiguousarray(arr[rows]))
+        save_rows(d / f"{name}.npy", arr, rows)
 
 
 def write_partition(
@@ -241,8 +246,13 @@ def write_partition(
     parts = [_write_part(tmp, graph, rl, p, opts.halo_hops) for p in range(rl.book.num_parts)]
     m = tmp / MAPPING_DIR
     m.mkdir()
-    for name in ("orig_nids", "new_nids", "orig_eids", "new_eids"):
-        np.save(m / f"{name}.npy", getattr(rl, name).astype(np.int64, copy=False))
+    np.save(m / "orig_nids.npy", rl.orig_nids.astype(np.int64, copy=False))
+    np.save(m / "new_nids.npy", rl.new_nids.astype(np.int64, copy=False))
+    e = (graph.num_edges,)
+    orig_eids = open_npy(m / "orig_eids.npy", np.dtype(np.int64), e)
+    new_eids = open_npy(m / "new_eids.npy", np.dtype(np.int64), e)
+    write_edge_maps(graph, rl, orig_eids, new_eids)
+    del orig_eids, new_eids
     for ntype, ids in (id_maps or {}).items():
         (m / "ids").mkdir(exist_ok=True)
         np.save(m / "ids" / f"{ntype}.npy", np.ascontiguousarray(ids), allow_pickle=False)

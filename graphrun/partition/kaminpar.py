@@ -12,7 +12,8 @@ ParHiP binary format (KaMinPar's ``docs/graph_file_format.md``) to a temporary f
   neighbour;
 * ``m`` uint64 neighbour ids, then ``n`` int64 node weights when present.
 
-The binding is built with 64-bit ids (``kaminpar.__64bit__``), so nothing is narrowed.
+The binding is built with 64-bit ids (``kaminpar.__64bit__``): the (int32) adjacency
+is widened as it is written, slice by slice.
 KaMinPar balances one weight per node; training nodes and edges are balanced as with
 METIS, through combined weights and :func:`graphrun.partition.balance.rebalance`.
 """
@@ -26,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from graphrun.errors import GraphrunError
+from graphrun.partition.arrays import SLICE
 from graphrun.partition.metis import trivial_parts
 
 HEADER = 24
@@ -44,7 +46,8 @@ def write_parhip(
         offsets += np.uint64(HEADER + 8 * (n + 1))
         offsets.tofile(f)
         del offsets
-        np.asarray(adjncy, dtype=np.uint64).tofile(f)
+        for i in range(0, m, SLICE):  # widened slice by slice: no 8-byte copy of it all
+            np.asarray(adjncy[i : i + SLICE], dtype=np.uint64).tofile(f)
         if vweights is not None:
             np.asarray(vweights, dtype=np.int64).tofile(f)
 

@@ -1,7 +1,8 @@
 """METIS through pymetis, on the symmetrised graph, in one process.
 
 :func:`symmetric_csr` builds the undirected adjacency METIS needs (both directions,
-no self loops, no duplicate edges) with numpy only: sorts of ``min << b | max`` keys.
+no self loops, no duplicate edges) with numpy only: counting sorts over the edges
+read slice by slice.
 :func:`metis_assign` calls ``pymetis.part_graph`` with int64 buffers, which pymetis
 passes to METIS without copying (its ``idx_t`` is 64 bits wide here). pymetis fixes
 the number of balance constraints at one (``ncon = 1``), so balance of training
@@ -11,83 +12,129 @@ nodes and edges is reached through combined vertex weights plus a rebalancing pa
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from graphrun.errors import ArgumentError, GraphrunError
-from graphrun.partition.arrays import SLICE
+from graphrun.graph.graph import release
+from graphrun.partition.arrays import SLICE, pieces
+
+BLOCK = 1 << 24  # sort keys held at once (int64): rows are sorted a block at a time
 
 
-def _sorted_unique(keys: np.ndarray) -> np.ndarray:
-    keys.sort()
-    if len(keys) < 2:
-        return keys
-    fresh = np.empty(len(keys), dtype=bool)
-    fresh[0] = True
-    np.not_equal(keys[1:], keys[:-1], out=fresh[1:])
-    return keys[fresh]
+def _blocks(counts: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive row ranges holding at most ``BLOCK`` entries each (or one row)."""
+    ends = np.append(0, np.cumsum(counts))
+    out, row = [], 0
+    while row < len(counts):
+        last = int(np.searchsorted(ends, ends[row] + BLOCK, side="right")) - 1
+        last = max(last, row + 1)
+        out.append((row, last))
+        row = last
+    return out
 
 
-def _row_starts(rows: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Degree of every row and the index of its first entry, for entries sorted by row."""
-    deg = np.bincount(rows, minlength=num_nodes)
-    return deg, np.cumsum(deg) - deg
+def _edge_ends(
+    src: np.ndarray, dst: np.ndarray, narrow: type[np.signedinteger]
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The smaller and larger end of every edge that is not a self loop, slice by slice
+    (a mapped file is let go of after each)."""
+    for i, s in pieces(src, SLICE):
+        d = dst[i : i + len(s)]
+        lo = np.minimum(s, d).astype(narrow)
+        hi = np.maximum(s, d).astype(narrow)
+        release(dst)
+        keep = lo != hi
+        yield (lo, hi) if keep.all() else (lo[keep], hi[keep])
 
 
-def _scatter(out: np.ndarray, rows: np.ndarray, cols: np.ndarray, base: np.ndarray) -> None:
-    for i in range(0, len(rows), SLICE):
-        r = rows[i : i + SLICE]
-        out[np.arange(i, i + len(r), dtype=np.int64) + base[r]] = cols[i : i + SLICE]
+def _larger_neighbours(
+    src: np.ndarray, dst: np.ndarray, num_nodes: int, narrow: type[np.signedinteger]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(deg, cols)``: every row's distinct larger neighbours, ascending, rows after
+    rows. Rows are sorted a block at a time: ``row << bits | col`` keys of the edges in
+    the block, gathered by a pass over the edges, sorted and deduplicated."""
+    counts = np.zeros(num_nodes, dtype=np.int64)
+    for lo, _ in _edge_ends(src, dst, narrow):
+        counts += np.bincount(lo, minlength=num_nodes)
+    bits = max(int(num_nodes - 1).bit_length(), 1)
+    deg = np.zeros(num_nodes, dtype=np.int64)
+    cols = np.empty(int(counts.sum()), dtype=narrow)  # shrunk to the distinct pairs
+    written = 0
+    for a, b in _blocks(counts):
+        keys = np.empty(int(counts[a:b].sum()), dtype=np.int64)
+        filled = 0
+        for lo, hi in _edge_ends(src, dst, narrow):
+            sel = (lo >= a) & (lo < b)
+            k = (lo[sel].astype(np.int64) - a) << bits
+            k |= hi[sel]
+            keys[filled : filled + len(k)] = k
+            filled += len(k)
+        keys.sort()
+        if len(keys) > 1:  # np.unique hashes: 6x slower here
+            keys = keys[np.append(True, keys[1:] != keys[:-1])]
+        deg[a:b] = np.bincount(keys >> bits, minlength=b - a)
+        cols[written : written + len(keys)] = keys & ((1 << bits) - 1)
+        written += len(keys)
+    cols.resize(written, refcheck=False)  # shrinks in place: no copy held beside it
+    return deg, cols
+
+
+def _place(out: np.ndarray, keys: np.ndarray, bits: int, base: np.ndarray, row0: int) -> None:
+    """Sorted ``row << bits | col`` keys (rows from ``row0``): the cols to
+    ``out[base[row] + j]``, ``j`` the key's rank in its row."""
+    rows = keys >> bits
+    first = np.searchsorted(rows, np.arange(int(rows[-1]) + 1 if len(rows) else 0))
+    pos = np.arange(len(keys), dtype=np.int64) - first[rows]
+    pos += base[row0 + rows]
+    out[pos] = keys & ((1 << bits) - 1)
 
 
 def symmetric_csr(
     src: np.ndarray, dst: np.ndarray, num_nodes: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(xadj int64[N+1], adjncy int64[2M])`` of the simple undirected graph.
+    """``(xadj int64[N+1], adjncy[2M])`` of the simple undirected graph (``adjncy``
+    int32 when node ids fit, else int64).
 
-    Every edge becomes the key ``min << b | max`` (``b`` bits hold a node id; self
-    loops dropped); one sort and a diff remove duplicates, which also merges the two
-    directions of a graph stored both ways, so the sort is over E keys, not 2E. The
-    same pairs sorted by ``max << b | min`` give every row's smaller neighbours; a
-    row's adjacency is its smaller neighbours, then its larger ones, placed by
-    vectorised scatters.
+    Every edge ``(s, d)`` counts once as the pair ``(min, max)`` (self loops dropped),
+    so the two directions of a graph stored both ways merge; the pairs' keys ``min <<
+    b | max`` are sorted and deduplicated a block of rows at a time (the edges read in
+    slices, once per block): every row's larger neighbours. A row's smaller
+    neighbours are the rows whose larger neighbours hold it: the keys ``max << b |
+    min``, sorted a block at a time too. Nothing E-long but the distinct pairs' larger
+    ends and the result is held.
     """
     bits = max(int(num_nodes - 1).bit_length(), 1)
     if 2 * bits > 62:
         raise ArgumentError(f"num_nodes: {num_nodes} nodes are too many for METIS input keys")
-    shift, mask = np.int64(bits), np.int64((1 << bits) - 1)
-    keys = np.empty(len(src), dtype=np.int64)  # min << bits | max, built in slices
-    loops, step = 0, SLICE
-    for i in range(0, len(src), step):
-        s = np.asarray(src[i : i + step], dtype=np.int64)
-        d = np.asarray(dst[i : i + step], dtype=np.int64)
-        np.left_shift(np.minimum(s, d), shift, out=keys[i : i + len(s)])
-        keys[i : i + len(s)] |= np.maximum(s, d)
-        loops += int(np.count_nonzero(s == d))
-    if loops:
-        keys = keys[(keys >> shift) != (keys & mask)]
-    fwd = _sorted_unique(keys)  # keys lo << bits | hi, sorted by (lo, hi)
-    del keys
-    m = len(fwd)
-    narrow = np.int32 if bits <= 31 else np.int64  # rows and columns: half the memory
-    f_row = (fwd >> shift).astype(narrow)
-    f_col = (fwd & mask).astype(narrow)
-    del fwd
-    rev = f_col.astype(np.int64) << shift  # keys hi << bits | lo
-    np.bitwise_or(rev, f_row, out=rev)
-    rev.sort()
-    r_row = (rev >> shift).astype(narrow)
-    r_col = (rev & mask).astype(narrow)
-    del rev
-    f_deg, f_first = _row_starts(f_row, num_nodes)
-    r_deg, r_first = _row_starts(r_row, num_nodes)
+    narrow = np.int32 if num_nodes < 1 << 31 else np.int64
+    f_deg, f_col = _larger_neighbours(src, dst, num_nodes, narrow)
+    r_deg = np.bincount(f_col, minlength=num_nodes)
     xadj = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(f_deg + r_deg, out=xadj[1:])
-    adjncy = np.empty(2 * m, dtype=np.int64)
-    # a row's smaller neighbours first, then its larger ones; entry i of a row-sorted
-    # list goes to i + base[row] (scattered in slices: no full-length temporaries)
-    _scatter(adjncy, r_row, r_col, xadj[:-1] - r_first)
-    del r_row, r_col
-    _scatter(adjncy, f_row, f_col, xadj[:-1] + r_deg - f_first)
+    adjncy = np.empty(int(xadj[-1]), dtype=narrow)
+    f_ptr = np.append(0, np.cumsum(f_deg))
+    # a row's larger neighbours after its smaller ones, in their order
+    for i in range(0, len(f_col), SLICE):
+        cols = f_col[i : i + SLICE]
+        entries = np.arange(i, i + len(cols), dtype=np.int64)
+        rows = np.searchsorted(f_ptr, entries, side="right") - 1
+        entries += (xadj[:-1] + r_deg - f_ptr[:-1])[rows]
+        adjncy[entries] = cols
+    for a, b in _blocks(r_deg):
+        keys = np.empty(int(r_deg[a:b].sum()), dtype=np.int64)
+        filled = 0
+        for i in range(0, len(f_col), SLICE):
+            cols = f_col[i : i + SLICE]
+            sel = np.flatnonzero((cols >= a) & (cols < b))
+            rows = np.searchsorted(f_ptr[1:], i + sel, side="right")
+            k = (cols[sel].astype(np.int64) - a) << bits
+            k |= rows
+            keys[filled : filled + len(k)] = k
+            filled += len(k)
+        keys.sort()
+        _place(adjncy, keys, bits, xadj, a)
     return xadj, adjncy
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +29,9 @@ import numpy as np
 from graphrun.errors import ArgumentError, DatasetError
 from graphrun.files import atomic_dir, write_failed
 from graphrun.graph import Graph
+from graphrun.graph.graph import release
 from graphrun.partition import balance
+from graphrun.partition.arrays import pieces
 from graphrun.partition.book import PartitionBook
 from graphrun.partition.format import (
     WriteOptions,
@@ -37,6 +39,7 @@ from graphrun.partition.format import (
 )
 from graphrun.partition.kaminpar import kaminpar_assign
 from graphrun.partition.metis import metis_assign, symmetric_csr
+from graphrun.partition.peaks import Phases
 from graphrun.partition.quality import Quality, measure, train_mask_of
 from graphrun.partition.relabel import relabel
 
@@ -52,6 +55,8 @@ class PartitionResult:
     num_parts: int
     seconds: float
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase
+    peaks: dict[str, float] = field(default_factory=dict)  # peak RSS (MiB) per phase
+    peak_mb: float = 0.0  # of the process, up to the end of the write
 
 
 def check_arguments(
@@ -81,8 +86,10 @@ def assign(
     tolerance: float = balance.DEFAULT_TOLERANCE,
     seed: int = 0,
     threads: int | None = None,
+    phase: Callable[[str], None] | None = None,
 ) -> np.ndarray:
-    """Partition id (int64) of every node (``threads``: KaMinPar's, default every core)."""
+    """Partition id (int64) of every node (``threads``: KaMinPar's, default every core;
+    ``phase("assign")`` is called once the symmetric graph is built)."""
     check_arguments(graph, parts, method, 0, tolerance)
     train = train_mask_of(graph) if balance_train else None
     if balance_train and train is None:
@@ -90,7 +97,7 @@ def assign(
             f"balance_train: graph {graph.name!r} has no training nodes "
             "(no node type has a non-empty 'train_mask')"
         )
-    in_degree = np.bincount(graph.dst, minlength=graph.num_nodes) if balance_edges else None
+    in_degree = in_degrees(graph) if balance_edges else None
     if method == "random":
         return balance.random_assign(
             graph.num_nodes, parts, train_mask=train, in_degree=in_degree, seed=seed
@@ -104,6 +111,8 @@ def assign(
         balance_edges,
     )
     weights = balance.combined_weights(crit) if crit.shape[1] > 1 else None
+    if phase is not None:
+        phase("assign")
     if method == "kaminpar":
         part = kaminpar_assign(xadj, adjncy, parts, vweights=weights, seed=seed, threads=threads)
     else:
@@ -111,6 +120,23 @@ def assign(
     if parts > 1:  # also repairs parts METIS left (nearly) empty
         part = balance.rebalance(part, crit, xadj, adjncy, parts, tolerance=tolerance, seed=seed)
     return part
+
+
+def in_degrees(graph: Graph) -> np.ndarray:
+    degree = np.zeros(graph.num_nodes, dtype=np.int64)
+    for _, d in pieces(graph.dst):
+        degree += np.bincount(d, minlength=graph.num_nodes)
+    return degree
+
+
+def let_go(graph: Graph) -> None:
+    """Unmap the pages of a memory-mapped graph that reading it touched (its checks
+    read every id and feature): later phases read it again slice by slice."""
+    for arr in (graph.src, graph.dst):
+        release(arr)
+    for feats in (*graph.ndata.values(), *graph.edata.values()):
+        for arr in feats.values():
+            release(arr)
 
 
 def partition_graph(
@@ -125,21 +151,26 @@ def partition_graph(
     tolerance: float = balance.DEFAULT_TOLERANCE,
     id_maps: Mapping[str, np.ndarray] | None = None,
     threads: int | None = None,
+    phases: Phases | None = None,
 ) -> PartitionResult:
     """Partition ``graph`` into ``parts`` and write the partition directory ``out``.
 
     ``id_maps`` (``{ntype: raw ids}``, as an importer returns them) are copied to
     ``out/mapping/ids/`` so new ids can be traced back to the raw input ids.
+    ``phases`` (a caller's, which may have timed reading the graph) gets the seconds
+    and peak memory of ``graph`` (the symmetric adjacency), ``assign``, ``relabel``
+    and ``write``.
     """
     check_arguments(graph, parts, method, halo_hops, tolerance)
     for ntype, ids in (id_maps or {}).items():
         if ntype not in graph.node_types or len(ids) != graph.num_nodes_of(ntype):
             raise ArgumentError(f"id_maps[{ntype!r}]: expected one id per {ntype!r} node")
     start = time.perf_counter()
-    phases: dict[str, float] = {}
+    clock = phases if phases is not None else Phases()
+    let_go(graph)
     try:
         with atomic_dir(out, DatasetError) as tmp:
-            t = time.perf_counter()
+            clock.start("graph" if method != "random" else "assign")
             part = assign(
                 graph,
                 parts,
@@ -149,27 +180,30 @@ def partition_graph(
                 tolerance=tolerance,
                 seed=seed,
                 threads=threads,
+                phase=clock.start,
             )
-            phases["assign"] = time.perf_counter() - t
-            t = time.perf_counter()
+            clock.start("relabel")
             quality = measure(graph, part, parts)
             rl = relabel(graph, part, parts)
             del part
-            phases["relabel"] = time.perf_counter() - t
-            t = time.perf_counter()
+            clock.start("write")
             opts = WriteOptions(
                 method, int(halo_hops), balance_train, balance_edges, tolerance, seed
             )
             write_partition(graph, rl, tmp, opts, quality, id_maps)
-        phases["write"] = time.perf_counter() - t
+            book = rl.book
+            del rl
+        clock.start("")
     except OSError as exc:
         raise write_failed(Path(out), exc) from None
     return PartitionResult(
         path=Path(out),
-        book=rl.book,
+        book=book,
         quality=quality,
         method=method,
         num_parts=parts,
         seconds=time.perf_counter() - start,
-        phases=phases,
+        phases=clock.seconds(),
+        peaks=clock.peaks(),
+        peak_mb=clock.peak_mb,
     )

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from graphrun.graph import Graph
-
-CHUNK = 1 << 24
+from graphrun.graph.graph import release
+from graphrun.partition.arrays import pieces
 
 
 @dataclass(frozen=True)
@@ -68,10 +68,12 @@ def train_mask_of(graph: Graph) -> np.ndarray | None:
 
 
 def cut_edges(part: np.ndarray, src: np.ndarray, dst: np.ndarray) -> int:
-    """Edges whose endpoints are in different parts, counted in chunks (little memory)."""
+    """Edges whose endpoints are in different parts, counted in slices (little memory;
+    a memory-mapped graph lets go of each slice)."""
     total = 0
-    for i in range(0, len(src), CHUNK):
-        total += int(np.count_nonzero(part[src[i : i + CHUNK]] != part[dst[i : i + CHUNK]]))
+    for i, s in pieces(src):
+        total += int(np.count_nonzero(part[s] != part[dst[i : i + len(s)]]))
+        release(dst)
     return total
 
 
@@ -79,8 +81,8 @@ def measure(graph: Graph, part: np.ndarray, num_parts: int) -> Quality:
     cut = cut_edges(part, graph.src, graph.dst)
     nodes = np.bincount(part, minlength=num_parts)
     edges = np.zeros(num_parts, dtype=np.int64)
-    for i in range(0, graph.num_edges, CHUNK):
-        edges += np.bincount(part[graph.dst[i : i + CHUNK]], minlength=num_parts)
+    for _, d in pieces(graph.dst):
+        edges += np.bincount(part[d], minlength=num_parts)
     train = train_mask_of(graph)
     return Quality(
         edge_cut=cut / graph.num_edges if graph.num_edges else 0.0,

@@ -10,8 +10,9 @@ Rank ``r`` read the original nodes ``node_bounds[r] ..`` and edges ``edge_bounds
    their new ids from the nodes' owners (:meth:`Comm.fetch`); an edge belongs to the
    part of its destination and is numbered the same way.
 2. **Shuffle** (:func:`shuffle_share`): node ids, node feature rows, edges and edge
-   feature rows go to the rank of their part in one exchange each. Rows arrive in
-   rank order, which is new id order inside every (part, type) block.
+   feature rows go to the rank of their part, ids in one exchange each, feature rows
+   in rounds of bounded bytes. Rows arrive in rank order, which is new id order inside
+   every (part, type) block. Ids travel as int32 where every id fits.
 3. **Structure** (:func:`local_structure`): rank ``p`` sorts its edges into the CSC of
    its inner nodes; halo nodes are found hop by hop, and for ``halo_hops >= 2`` their
    in-edges are asked of their owners (the same rows and order as the one-machine
@@ -30,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from graphrun.graph.chunked import Chunk, ChunkedMeta
+from graphrun.graph.graph import release
 from graphrun.names import etype_key, owners
 from graphrun.partition.arrays import stable_argsort, unique
 from graphrun.partition.book import PartitionBook
@@ -89,18 +91,26 @@ class Relabelled:
     new_eids: np.ndarray
 
 
+def id_type(meta: ChunkedMeta) -> type[np.signedinteger]:
+    """int32 where every node and edge id fits (half the bytes of the E-long arrays and
+    of the edge rows shuffled), else int64; the files hold int64 either way."""
+    return np.int32 if max(meta.num_nodes, meta.num_edges) < 1 << 31 else np.int64
+
+
 def relabel_share(comm: Comm, share: Share, part: np.ndarray, parts: int) -> Relabelled:
     meta = share.meta
     ntypes = share.node_types()
     new_nids, noffsets, nranges = _number(comm, part, ntypes, len(meta.node_types), parts)
+    new_nids = new_nids.astype(id_type(meta))
     del ntypes
-    src, dst = np.asarray(share.chunk.src), np.asarray(share.chunk.dst)
-    new_src = comm.fetch(share.node_bounds, src, new_nids)
-    new_dst = comm.fetch(share.node_bounds, dst, new_nids)
+    # asked as int32 where ids fit: half the bytes of every ask sent and received
+    new_src = comm.fetch(share.node_bounds, share.chunk.src.astype(new_nids.dtype), new_nids)
+    new_dst = comm.fetch(share.node_bounds, share.chunk.dst.astype(new_nids.dtype), new_nids)
     owner = owners(noffsets, new_dst)
     new_eids, eoffsets, eranges = _number(
         comm, owner, share.edge_types(), len(meta.edge_types), parts
     )
+    new_eids = new_eids.astype(id_type(meta))
     book = PartitionBook(
         num_parts=parts,
         node_types=meta.node_types,
@@ -144,17 +154,38 @@ class Received:
 
     orig_nids: np.ndarray  # original id of every owned node, by new id
     orig_eids: np.ndarray  # original id of every owned edge, by new id
-    edges: np.ndarray  # [e, 3] (dst, src, eid) new ids, sorted by (dst, eid)
+    edges: np.ndarray  # [e, 3] (dst, src, eid) new ids (int32 where they fit), CSC order
     node_feats: dict[str, dict[str, np.ndarray]]
     edge_feats: dict[str, dict[str, np.ndarray]]
 
 
+ROUND_BYTES = 1 << 26  # feature bytes a rank sends in one round of an exchange
+
+
 def _send_rows(comm: Comm, dest: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``rows`` to rank ``dest`` (stable inside a destination); all received, in rank order."""
+    """``rows`` to rank ``dest`` (stable inside a destination); all received, in rank
+    order. In rounds of at most ``ROUND_BYTES`` sent, each round's rows gathered from
+    ``rows`` (memory-mapped: let go of after each) and placed in the result as they
+    arrive, so no sorted copy of the rows and no second copy of what arrives is held."""
     order, cuts = rank_order(dest, comm.world)
-    sorted_rows = np.asarray(rows)[order]
-    got = comm.exchange([sorted_rows[cuts[q] : cuts[q + 1]] for q in range(comm.world)])
-    return np.concatenate(got)
+    counts = np.diff(cuts)
+    every = comm.allgather(counts)  # [from, to]: the same rounds on every rank
+    mine = every[:, comm.rank]
+    out = np.empty((int(mine.sum()), *rows.shape[1:]), dtype=rows.dtype)
+    starts = np.cumsum(mine) - mine
+    row_bytes = max(int(np.prod(rows.shape[1:], dtype=np.int64)) * rows.dtype.itemsize, 1)
+    step = max(1, ROUND_BYTES // (row_bytes * comm.world))
+    rounds = -(-int(every.max()) // step) if every.size else 0
+    for k in range(max(rounds, 1)):  # one round at least: empty rows still meet
+        lo, hi = np.minimum(k * step, counts), np.minimum((k + 1) * step, counts)
+        sends = [
+            np.asarray(rows[order[cuts[q] + lo[q] : cuts[q] + hi[q]]]) for q in range(comm.world)
+        ]
+        release(rows)
+        for q, got in enumerate(comm.exchange(sends)):
+            at = int(starts[q]) + k * step
+            out[at : at + len(got)] = got
+    return out
 
 
 def _send_features(
@@ -181,12 +212,13 @@ def shuffle_share(comm: Comm, share: Share, rl: Relabelled, part: np.ndarray) ->
     meta, chunk, book = share.meta, share.chunk, rl.book
     a, b = chunk.nodes
     c, e = chunk.edges
-    nodes = comm.exchange_rows(part, rl.new_nids, np.arange(a, b, dtype=np.int64))
-    orig_nids = nodes[np.argsort(nodes[:, 0]), 1]
+    ids = rl.new_nids.dtype
+    nodes = comm.exchange_rows(part, rl.new_nids, np.arange(a, b, dtype=ids))
+    orig_nids = nodes[np.argsort(nodes[:, 0]), 1].astype(np.int64)
     del nodes
     node_feats = _send_features(comm, part, a, meta.node_type_offsets, meta.node_types, chunk.ndata)
     owner = owners(book.node_offsets, rl.new_dst)
-    orig = np.arange(c, e, dtype=np.int64)
+    orig = np.arange(c, e, dtype=ids)
     edges = comm.exchange_rows(owner, rl.new_dst, rl.new_src, rl.new_eids, orig)
     del orig
     # sent: the endpoints are not read again, and the sort below is the shuffle's peak
@@ -196,7 +228,7 @@ def shuffle_share(comm: Comm, share: Share, rl: Relabelled, part: np.ndarray) ->
     orig_eids[edges[:, 2] - elo] = edges[:, 3]
     # CSC order: by destination, then edge id (one int64 key: both are small here)
     span = int(book.edge_offsets[comm.rank + 1]) - elo + 1
-    key = (edges[:, 0] - book.node_offsets[comm.rank]) * span + (edges[:, 2] - elo)
+    key = (edges[:, 0] - book.node_offsets[comm.rank]).astype(np.int64) * span + (edges[:, 2] - elo)
     edges = edges[np.argsort(key), :3]
     del key
     ekeys = [etype_key(et) for et in meta.edge_types]
@@ -261,10 +293,11 @@ def write_part(
     d.mkdir()
     np.save(d / "nodes.npy", st.nodes)
     np.save(d / "indptr.npy", st.indptr)
-    np.save(d / "indices.npy", np.ascontiguousarray(st.edges[:, 1]))
-    np.save(d / "eids.npy", np.ascontiguousarray(st.edges[:, 2]))
+    np.save(d / "indices.npy", st.edges[:, 1].astype(np.int64))
+    np.save(d / "eids.npy", st.edges[:, 2].astype(np.int64))
     if meta.is_hetero:
-        np.save(d / "etypes.npy", book.eid_to_per_type(st.edges[:, 2])[0].astype(np.int32))
+        etypes = book.eid_to_per_type(st.edges[:, 2].astype(np.int64))[0]
+        np.save(d / "etypes.npy", etypes.astype(np.int32))
     for kind, feats in (("node", got.node_feats), ("edge", got.edge_feats)):
         for key, group in feats.items():
             for name, arr in group.items():
@@ -274,8 +307,8 @@ def write_part(
     m.mkdir(parents=True)
     np.save(m / "orig_nids.npy", got.orig_nids)
     np.save(m / "orig_eids.npy", got.orig_eids)
-    np.save(m / "new_nids.npy", rl.new_nids)
-    np.save(m / "new_eids.npy", rl.new_eids)
+    np.save(m / "new_nids.npy", rl.new_nids.astype(np.int64))
+    np.save(m / "new_eids.npy", rl.new_eids.astype(np.int64))
     for ntype, ids in share.chunk.ids.items():
         (m / "ids").mkdir(exist_ok=True)
         np.save(m / "ids" / f"{ntype}.npy", np.ascontiguousarray(ids), allow_pickle=False)

@@ -88,6 +88,8 @@ def build_local_graph(
     if not keep.all():
         src, dst = src[keep], dst[keep]
     del keep
+    ids = np.int32 if int(bounds[-1]) < 1 << 31 else np.int64  # half the rows sent and held
+    src, dst = src.astype(ids, copy=False), dst.astype(ids, copy=False)
     out_edges = comm.exchange_rows(owners(bounds, src), src, dst)  # (mine, other)
     in_edges = comm.exchange_rows(owners(bounds, dst), dst, src)
     rows = np.concatenate([out_edges[:, 0], in_edges[:, 0]])

@@ -20,6 +20,9 @@ def test_bench_partition_prints_json(capsys: pytest.CaptureFixture[str]) -> None
             assert key in r
         assert 0 < r["edge_cut"] < 1 and r["peak_rss_mb"] > 0 and r["pymetis_seconds"] >= 0
         assert r["edge_cut"] <= 1.25 * r["pymetis_edge_cut"]
+        phases = ["read", "graph", "assign", "relabel", "write"]
+        assert list(r["phase_peak_mb"]) == phases and list(r["phases"]) == phases
+        assert r["peak_rss_mb"] >= max(r["phase_peak_mb"].values()) > 0
 
 
 @pytest.mark.integration
@@ -33,5 +36,7 @@ def test_bench_partition_distributed_reports_every_rank(
     assert row["method"] == "xtrapulp" and row["parts"] == 2
     assert len(row["peak_rss_mb_per_rank"]) == 2 and min(row["peak_rss_mb_per_rank"]) > 0
     assert set(row["phases"]) == {"read", "graph", "assign", "relabel", "shuffle", "write"}
+    assert list(row["phase_peak_mb"]) == list(row["phases"])
+    assert max(row["phase_peak_mb"].values()) == max(row["peak_rss_mb_per_rank"])
     assert 0 < row["metis_edge_cut"] < 1
     assert row["cut_vs_metis"] == pytest.approx(row["edge_cut"] / row["metis_edge_cut"], 1e-3)

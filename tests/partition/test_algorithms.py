@@ -20,9 +20,13 @@ from graphrun.partition.quality import max_over_mean, measure
 from graphrun.testing.graphs import community_graph
 
 
-@pytest.mark.parametrize("slice_", [1 << 23, 7])  # one slice; many, and a short last one
-def test_symmetric_csr_matches_scipy(slice_: int, monkeypatch: pytest.MonkeyPatch) -> None:
+# one slice and block; many, a short last one, rows sorted in blocks of 16 keys
+@pytest.mark.parametrize(("slice_", "block"), [(1 << 23, 1 << 24), (7, 16)])
+def test_symmetric_csr_matches_scipy(
+    slice_: int, block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr("graphrun.partition.metis.SLICE", slice_)
+    monkeypatch.setattr("graphrun.partition.metis.BLOCK", block)
     rng = np.random.default_rng(0)
     n = 50
     src = rng.integers(0, n, 400)

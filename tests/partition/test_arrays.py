@@ -45,3 +45,21 @@ def test_stable_argsort_of_32_bit_keys_either_width(dtype: type) -> None:
     strided = keys[::2]  # not contiguous: the arithmetic digits
     want = np.argsort(strided, kind="stable").tolist()
     assert arrays.stable_argsort(strided, 1 << 31).tolist() == want
+
+
+def test_a_pass_over_a_mapped_array_holds_one_slice(tmp_path) -> None:
+    from graphrun.partition.arrays import pieces
+    from graphrun.partition.peaks import Phases
+
+    np.save(tmp_path / "a.npy", np.arange(16 << 20, dtype=np.int64))  # 128 MiB
+    arr = np.load(tmp_path / "a.npy", mmap_mode="r")
+    clock = Phases()
+    clock.start("pass")
+    total = sum(int(s.sum()) for _, s in pieces(arr, 1 << 20))  # 8 MiB slices
+    clock.start("")
+    assert total == (16 << 20) * ((16 << 20) - 1) // 2
+    before = clock.phases["pass"]["peak_rss_mb"]
+    clock.start("whole")
+    assert int(arr.sum()) == total  # touches every page: the whole file resident
+    clock.start("")
+    assert clock.per_phase and clock.phases["whole"]["peak_rss_mb"] - before > 64

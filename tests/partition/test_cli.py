@@ -67,7 +67,10 @@ def test_cli_parallel_mode_runs_kaminpar(
     argv = ["partition", str(dataset), str(tmp_path / "o"), "--parts", "2", "--mode", "parallel"]
     assert main([*argv, "--json", "--balance-train"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert res["method"] == "kaminpar" and set(res["phases"]) == {"assign", "relabel", "write"}
+    phases = ["read", "graph", "assign", "relabel", "write"]
+    assert res["method"] == "kaminpar" and list(res["phases"]) == phases
+    assert list(res["phase_peak_mb"]) == phases
+    assert res["peak_rss_mb"] == max(res["phase_peak_mb"].values()) > 0
     assert load_partition_config(tmp_path / "o")["method"] == "kaminpar"
     assert res["edge_cut"] < 0.5 and res["train_balance"] <= 1.05 + 1e-9
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphrun.graph import Graph
-from graphrun.partition.relabel import local_structure, relabel
+from graphrun.partition.relabel import edge_numbers, local_structure, relabel, write_edge_maps
 
 
 @st.composite
@@ -69,7 +70,10 @@ def test_relabel_matches_reference(case: tuple[Graph, np.ndarray, int, int]) -> 
     owner = part[g.dst]
     etype_of = g.edge_type_ids()
     ref_edges = sorted(range(g.num_edges), key=lambda e: (owner[e], etype_of[e], e))
-    assert rl.orig_eids.tolist() == ref_edges
+    orig_eids, new_eids = np.empty(g.num_edges, np.int64), np.empty(g.num_edges, np.int64)
+    write_edge_maps(g, rl, orig_eids, new_eids)
+    assert orig_eids.tolist() == ref_edges
+    assert (orig_eids[new_eids] == np.arange(g.num_edges)).all()
     for p in range(parts):
         a, b = rl.book.owned_nodes(p)
         assert (part[rl.orig_nids[a:b]] == p).all()
@@ -90,8 +94,38 @@ def test_relabel_matches_reference(case: tuple[Graph, np.ndarray, int, int]) -> 
             frontier = nxt
         expected = list(range(a, b)) + [v for lvl in levels for v in lvl]
         assert loc.nodes.tolist() == expected
+        indices = np.concatenate([np.zeros(0, np.int64), *loc.column("src")])
+        eids = np.concatenate([np.zeros(0, np.int64), *loc.column("eids")])
+        assert indices.tolist() == rl.new_nids[g.src[loc.orig_eids]].tolist()
+        assert eids.tolist() == new_eids[loc.orig_eids].tolist()
         with_edges = set(range(a, b)).union(*[set(lvl) for lvl in levels[: max(halo - 1, 0)]])
         for i, v in enumerate(loc.nodes.tolist()):
             got = sorted(loc.orig_eids[loc.indptr[i] : loc.indptr[i + 1]].tolist())
             want = sorted(e for e in range(g.num_edges) if int(rl.new_nids[g.dst[e]]) == v)
             assert got == (want if v in with_edges else [])
+
+
+@pytest.mark.parametrize("few", [16, 0])  # parts numbered one by one; by a sort
+def test_many_slices_number_and_gather_as_one(few: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(3)
+    n, e, parts = 40, 300, 5
+    g = Graph(num_nodes=n, src=rng.integers(0, n, e), dst=rng.integers(0, n, e))
+    part = rng.integers(0, parts, n)
+    whole = relabel(g, part, parts)
+    want = [local_structure(g, whole, p, 2) for p in range(parts)]
+    monkeypatch.setattr("graphrun.partition.relabel.FEW_PARTS", few)
+    monkeypatch.setattr("graphrun.partition.arrays.SLICE", 7)  # 43 slices, a short last
+    rl = relabel(g, part, parts)
+    assert (rl.in_degree == whole.in_degree).all()
+    new = np.concatenate([new for _, new in edge_numbers(g, rl)])
+    owner = part[g.dst]
+    order = sorted(range(e), key=lambda i: (owner[i], i))
+    assert (new[order] == np.arange(e)).all()
+    for p in range(parts):
+        got = local_structure(g, rl, p, 2)
+        assert got.nodes.tolist() == want[p].nodes.tolist()
+        assert got.indptr.tolist() == want[p].indptr.tolist()
+        for name in ("src", "eids", "orig"):
+            a = np.concatenate([np.zeros(0, np.int64), *got.column(name)])
+            b = np.concatenate([np.zeros(0, np.int64), *want[p].column(name)])
+            assert a.tolist() == b.tolist()
