@@ -72,10 +72,13 @@ def test_workers_fork_their_own_clients_and_give_the_same_batches(served) -> Non
         ours = list(DistNodeDataLoader(dg, ids, [3, 2], batch_size=10, seed=SEED))
         fs, gs = remote_backend(ctx)
         sampler = RemoteNeighborSampler(gs, [3, 2], seed=SEED)
-        for ctx_name in ("fork", "spawn"):
+        # two forked workers would share this process's store client; a spawned worker
+        # has nothing to share, so one shows that it connects by itself (each spawned
+        # worker is a new interpreter importing torch and PyG)
+        for ctx_name, workers in (("fork", 2), ("spawn", 1)):
             loader = NeighborLoader(
                 (fs, gs), [3, 2], input_nodes=ids, neighbor_sampler=sampler, batch_size=10,
-                num_workers=2, multiprocessing_context=ctx_name,
+                num_workers=workers, multiprocessing_context=ctx_name,
             )  # fmt: skip
             for a, b in zip(ours, loader, strict=True):
                 same(a, b, NODE_KEYS)

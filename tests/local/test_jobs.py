@@ -34,10 +34,30 @@ from graphrun.train.checkpoint import load_checkpoint
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
+class _Tee:
+    """A launcher's sink that writes the raw lines to ``raw`` and to ``console``."""
+
+    def __init__(self, raw: io.StringIO, console: Any) -> None:
+        self.raw, self.console = raw, console
+
+    def write(self, text: str) -> int:
+        self.console.write(text)
+        return self.raw.write(text)
+
+    def flush(self) -> None:
+        self.console.flush()
+
+
 def test_two_machines_train_to_accuracy(tmp_path):
+    """Also what a person sees of it: sampler workers take seconds to start before the
+    first epoch's first step (9-15 s on a loaded box), so the console says so when they
+    start and when they are ready (one job for both: each is a whole job's processes)."""
+    from graphrun.local.console import Console
+
     # one sampler worker process per trainer (spawned by its loader, stopped with it)
     path = small_job(tmp_path, epochs=3, lr=0.03, runtime={"samplerWorkersPerTrainer": 1})
-    job, sink = run(path)
+    sink, shown = io.StringIO(), io.StringIO()
+    job = LocalJob(load_job(path), path, RunOptions(grace_s=3.0), sink=_Tee(sink, Console(shown)))
     report = job.run()
     assert report.exits["trainer:0"] == 0 and report.exits["trainer:1"] == 0
     last = metrics(path)[-1]
@@ -52,6 +72,18 @@ def test_two_machines_train_to_accuracy(tmp_path):
     assert {str(r): v.warm for r, v in roles.items()} == {
         "trainer:0": True, "trainer:1": True, "store:0": False, "store:1": False
     }  # fmt: skip
+    lines = [x for x in shown.getvalue().splitlines() if x.startswith("[trainer:0@m0] ")]
+    starting = lines.index(
+        "[trainer:0@m0] starting 1 sampler worker(s) per trainer "
+        "(runtime.samplerWorkersPerTrainer): the first epoch waits for them"
+    )
+    ready = next(i for i, x in enumerate(lines) if x.startswith("[trainer:0@m0] sampler workers"))
+    assert re.fullmatch(r"\[trainer:0@m0\] sampler workers ready in \d+\.\d s", lines[ready])
+    first_epoch = next(i for i, x in enumerate(lines) if x.startswith("[trainer:0@m0] epoch 0"))
+    assert starting < ready < first_epoch, lines
+    # their start is not the epoch's time (the epoch of 1 batch read 13.9 s, 14 seeds/s)
+    took = float(lines[ready].split(" in ")[1].removesuffix(" s"))
+    assert metrics(path)[0]["epoch_s"] < took
     nothing_left(job)
 
 
@@ -619,31 +651,6 @@ def test_a_killed_trainer_is_named_on_the_console_not_the_survivors_traceback(tm
     log = tmp_path / "runs" / "small" / "logs" / "m1" / "trainer-1.log"
     assert f"trainer:1 on m1 failed first (killed by SIGKILL); its log: {log}" in console
     assert log.is_file()
-    nothing_left(job)
-
-
-def test_a_job_with_sampler_workers_announces_their_start(tmp_path):
-    """Sampler workers take seconds to start before the first epoch's first step (9-15 s
-    on a loaded box): the console says so when they start and when they are ready."""
-    from graphrun.local.console import Console
-
-    path = small_job(tmp_path, epochs=1, runtime={"samplerWorkersPerTrainer": 1})
-    shown = io.StringIO()
-    job = LocalJob(load_job(path), path, RunOptions(grace_s=3.0), sink=Console(shown))
-    report = job.run()
-    assert report.exits["trainer:0"] == 0
-    lines = [x for x in shown.getvalue().splitlines() if x.startswith("[trainer:0@m0] ")]
-    starting = lines.index(
-        "[trainer:0@m0] starting 1 sampler worker(s) per trainer "
-        "(runtime.samplerWorkersPerTrainer): the first epoch waits for them"
-    )
-    ready = next(i for i, x in enumerate(lines) if x.startswith("[trainer:0@m0] sampler workers"))
-    assert re.fullmatch(r"\[trainer:0@m0\] sampler workers ready in \d+\.\d s", lines[ready])
-    first_epoch = next(i for i, x in enumerate(lines) if x.startswith("[trainer:0@m0] epoch 0"))
-    assert starting < ready < first_epoch, lines
-    # their start is not the epoch's time (the epoch of 1 batch read 13.9 s, 14 seeds/s)
-    took = float(lines[ready].split(" in ")[1].removesuffix(" s"))
-    assert metrics(path)[0]["epoch_s"] < took
     nothing_left(job)
 
 

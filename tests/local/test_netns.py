@@ -107,7 +107,8 @@ c.close()
 """
 
 
-@pytest.mark.exclusive  # measures CPU shares and link rates
+# not `exclusive`: a host's quota is its own under any load (its cgroup's weight,
+# CPU_SHARES); passed at a box load of 13-18 and failed there with a weight of 2
 def test_hosts_get_their_own_cpu_share_memory_limit_and_link_rate():
     from graphrun.local.netns import HostShape
 
@@ -143,7 +144,6 @@ def test_hosts_get_their_own_cpu_share_memory_limit_and_link_rate():
     assert not any(g.exists() for g in groups)  # the hosts' cgroups are removed
 
 
-@pytest.mark.exclusive  # measures a CPU share
 def test_a_host_gets_its_cpu_quota_while_other_processes_load_the_box():
     # an emulated host is a machine of its own: the box's other work (other sessions'
     # tests) must not take its quota; at the default weight (1024, one busy process's)

@@ -4,8 +4,10 @@ shared by the tests of this package."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -69,12 +71,50 @@ def serve_endpoint(
     return proc, json.loads(ready.read_text())["url"], log
 
 
-def start_served(d: Path, nodes: int = 1000) -> Served:
-    """Train a small job in ``d``, serve its graph on two store servers with a job key of
-    its own, and start an endpoint on it with :data:`TOKEN` (:func:`stop_served` ends it)."""
+def _train(d: Path, nodes: int) -> Path:
     job_file = small_job(d, nodes=nodes, epochs=1, lr=0.03, precision="fp32")
     job, _ = local_job(job_file)
     assert job.run().exits["trainer:0"] == 0
+    return job_file
+
+
+def _session_dir(d: Path) -> Path | None:
+    """The directory of this test session that every xdist worker's temporary
+    directories are in (``<session>/popen-gwN/...``); None outside xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return next((p.parent for p in d.parents if p.name == f"popen-{worker}"), None)
+
+
+def _not_files(where: str, names: list[str]) -> list[str]:
+    return [n for n in names if not (os.path.isfile(os.path.join(where, n)) or
+                                     os.path.isdir(os.path.join(where, n)))]  # fmt: skip
+
+
+def trained(d: Path, nodes: int) -> Path:
+    """A small job of ``nodes`` nodes trained for one epoch in ``d``: its job file. Under
+    xdist the job is trained once a session, by the first worker that asks (the others
+    wait on a lock), and copied: a job's run (stores, trainers) took a minute of a loaded
+    box on every worker that ran a test of this package or the endpoint's bounds."""
+    session = _session_dir(d)
+    if session is None:
+        return _train(d, nodes)
+    shared = session / f"trained-{nodes}"
+    with open(session / f"trained-{nodes}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (shared / "done").exists():
+            shutil.rmtree(shared, ignore_errors=True)
+            (shared / "job").mkdir(parents=True)
+            _train(shared / "job", nodes)
+            (shared / "done").touch()
+    shutil.copytree(shared / "job", d, symlinks=True, ignore=_not_files, dirs_exist_ok=True)
+    return d / "job.yaml"
+
+
+def start_served(d: Path, nodes: int = 1000) -> Served:
+    """Train a small job in ``d`` (:func:`trained`), serve its graph on two store servers
+    with a job key of its own, and start an endpoint on it with :data:`TOKEN`
+    (:func:`stop_served` ends it)."""
+    job_file = trained(d, nodes)
     assert main(["keygen", str(d / "store.key")]) == 0
     clients = d / "clients"
     assert main(["keygen", str(d / "small.key"), "--store", str(d / "store.key"),
