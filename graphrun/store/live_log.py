@@ -43,18 +43,15 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
 
 from graphrun.errors import ArgumentError, StoreError
-from graphrun.store.live import Piece
-from graphrun.store.live_check import check_piece
+from graphrun.store.live import LiveDelta, Piece
+from graphrun.store.live_check import Schema, check_piece
+from graphrun.store.live_seq import Sequencer
 from graphrun.store.wal import FRAME, VERSION, WriteAheadLog
-
-if TYPE_CHECKING:
-    from graphrun.store.live_ops import LivePart, Sequencer
 
 log = logging.getLogger("graphrun.store")
 
@@ -164,66 +161,61 @@ def open_log(live_dir: Path, part: int, replica: int) -> LiveLog:
         raise
 
 
-def decide(live: LivePart, seq: Sequencer, version: int, commit: bool) -> bool:
+def decide(live_log: LiveLog | None, seq: Sequencer, version: int, commit: bool) -> bool:
     """The sequencer's decision, synced to the log before it is taken: a decision a
     partition may act on survives the sequencer's restart."""
-    if version in seq.begun and live.log is not None:
-        live.log.write(DecidedRecord(version, commit))
+    if version in seq.begun and live_log is not None:
+        live_log.write(DecidedRecord(version, commit))
     return seq.decide(version, commit)
 
 
-def apply(live: LivePart, version: int, commit: bool) -> bool:
+def apply(live_log: LiveLog | None, delta: LiveDelta, version: int, commit: bool) -> bool:
     """Commit or abort a held piece; logged unsynced (a lost record is the sequencer's
     decision, asked again after a restart)."""
-    delta = live.delta
     done = delta.commit(version) if commit else delta.abort(version)
-    if done and live.log is not None:
+    if done and live_log is not None:
         try:
-            live.log.write(AppliedRecord(version, commit), sync=False)
+            live_log.write(AppliedRecord(version, commit), sync=False)
         except StoreError as exc:
             log.warning("%s (version %d %s stands)", exc, version,
                         "committed" if commit else "aborted")  # fmt: skip
     return done
 
 
-def replay(live: LivePart, live_log: LiveLog) -> int:
-    """Rebuild ``live`` (its delta, and the sequencer's state if it is the sequencer) from
-    the log; returns the number of records. StoreError naming the log and the record on
-    anything that does not replay (the server does not start on it)."""
+def replay(live_log: LiveLog, delta: LiveDelta, schema: Schema, seq: Sequencer | None) -> str:
+    """Rebuild ``delta`` (and the sequencer's state, on partition 0's primary) from the
+    log; returns the sequencer's address the last piece named. StoreError naming the
+    log and the record on anything that does not replay (the server does not start)."""
     now = time.monotonic()
-    count = 0
+    count, seq_address = 0, ""
     for rec in live_log.wal.records():
         try:
             item = _DECODER.decode(rec.data)
-            _apply(live, item, now)
+            if isinstance(item, PieceRecord):
+                delta.hold(check_piece(item.piece, schema, delta), now)
+                seq_address = item.seq or seq_address
+            elif isinstance(item, AppliedRecord):
+                _ = delta.commit(item.version) if item.commit else delta.abort(item.version)
+            else:
+                _sequence(seq, item, now)
         except (msgspec.DecodeError, ArgumentError, StoreError) as exc:
             raise StoreError(f"{live_log.path}: the record at offset {rec.offset} (version "
                              f"{rec.version}) does not replay: {exc}") from exc  # fmt: skip
         count += 1
     if count:
-        seq = live.seq
         head = f", head {seq.head}, next version {seq.next_version}" if seq is not None else ""
         log.info("live: replayed %d records of %s: %d pieces committed, %d pending%s",
-                 count, live_log.path, len(live.delta.committed), len(live.delta.pending),
+                 count, live_log.path, len(delta.committed), len(delta.pending),
                  head)  # fmt: skip
-    return count
+    return seq_address
 
 
-def _apply(live: LivePart, item: LogRecord, now: float) -> None:
-    if isinstance(item, PieceRecord):
-        live.delta.hold(check_piece(item.piece, live.schema, live.delta), now)
-        live.seq_address = item.seq or live.seq_address
-    elif isinstance(item, AppliedRecord):
-        delta = live.delta
-        _ = delta.commit(item.version) if item.commit else delta.abort(item.version)
-    else:
-        if live.seq is None:
-            raise StoreError("a sequencer's record in the log of a server that is not one")
-        if isinstance(item, BegunRecord):
-            if item.version != live.seq.next_version:
-                raise StoreError(f"version {item.version} begun; {live.seq.next_version} "
-                                 "was next")  # fmt: skip
-            orig = np.frombuffer(item.orig, dtype=np.int64)
-            live.seq.begin(item.nodes, item.edges, orig, now)
-        else:
-            live.seq.decide(item.version, item.commit)
+def _sequence(seq: Sequencer | None, item: BegunRecord | DecidedRecord, now: float) -> None:
+    if seq is None:
+        raise StoreError("a sequencer's record in the log of a server that is not one")
+    if isinstance(item, DecidedRecord):
+        seq.decide(item.version, item.commit)
+        return
+    if item.version != seq.next_version:
+        raise StoreError(f"version {item.version} begun; {seq.next_version} was next")
+    seq.begin(item.nodes, item.edges, np.frombuffer(item.orig, dtype=np.int64), now)

@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -61,15 +61,10 @@ from graphrun.store.live import (
     growth_ids,
 )
 from graphrun.store.live_check import FeatureSpec, Schema, check_piece
-from graphrun.store.live_log import (
-    BegunRecord,
-    LiveLog,
-    PieceRecord,
-    apply,
-    decide,
-    open_log,
-    replay,
-)
+from graphrun.store.live_log import BegunRecord, LiveLog, PieceRecord, open_log, replay
+from graphrun.store.live_log import apply as log_apply
+from graphrun.store.live_log import decide as log_decide
+from graphrun.store.live_seq import Sequencer
 from graphrun.store.registry import Registry, Request, Response
 from graphrun.store.state import GRAPH_JOB, ServerState, StoredTensor
 
@@ -185,57 +180,6 @@ class FateBody(msgspec.Struct, frozen=True):
 
 
 @dataclass
-class Sequencer:
-    """Partition 0's: versions, growth ids, original ids, decisions and the head."""
-
-    nodes: Blocks
-    edges: Blocks
-    next_version: int = 1
-    head: int = 0
-    begun: dict[int, float] = field(default_factory=dict)  # undecided -> when begun
-    decided: dict[int, bool] = field(default_factory=dict)  # above the head: committed?
-    aborted: set[int] = field(default_factory=set)
-    orig: dict[int, int] = field(default_factory=dict)  # orig id -> graph id (committed)
-    orig_pending: dict[int, dict[int, int]] = field(default_factory=dict)  # version -> map
-    base_orig: tuple[np.ndarray, np.ndarray] | None = None  # sorted orig ids, their ids
-
-    def begin(
-        self, nodes: list[int], edges: list[int], orig: np.ndarray, now: float
-    ) -> tuple[int, list[list[tuple[int, int]]], list[list[tuple[int, int]]]]:
-        """A new version and its ids: ``(version, node runs, edge runs)`` per partition."""
-        version = self.next_version
-        node_runs = [self.nodes.allocate(p, c) for p, c in enumerate(nodes)]
-        edge_runs = [self.edges.allocate(p, c) for p, c in enumerate(edges)]
-        self.next_version += 1
-        self.begun[version] = now
-        ids = [s + k for runs in node_runs for s, c in runs for k in range(c)]
-        self.orig_pending[version] = dict(zip(orig.tolist(), ids, strict=True))
-        return version, node_runs, edge_runs
-
-    def decide(self, version: int, commit: bool) -> bool:
-        """Record the decision (the first one stands); whether the version committed."""
-        if version in self.begun:
-            del self.begun[version]
-            self.decided[version] = commit
-            mapping = self.orig_pending.pop(version, {})
-            if commit:
-                self.orig.update(mapping)
-            else:
-                self.aborted.add(version)
-            while self.decided.get(self.head + 1) is not None:
-                self.head += 1
-                del self.decided[self.head]
-        return version not in self.aborted and version < self.next_version
-
-    def fate(self, version: int) -> str:
-        if version in self.begun:
-            return "pending"
-        if version in self.aborted or version >= self.next_version:
-            return "aborted"
-        return "committed"
-
-
-@dataclass
 class LivePart:
     """One main server's live state (``state.extension_data[KEY]``)."""
 
@@ -301,7 +245,7 @@ def attach(
     if live_dir is not None:
         live.log = open_log(live_dir, state.part, state.replica)
         try:
-            replay(live, live.log)
+            live.seq_address = replay(live.log, live.delta, live.schema, live.seq)
         except BaseException:
             live.close()
             raise
@@ -403,7 +347,7 @@ def live_decide(state: ServerState, req: Request) -> Response:
     body = req.args(DecideBody)
     if not 0 < body.version < seq.next_version:
         raise ArgumentError(f"{req.op}: version {body.version} was never begun")
-    committed = decide(live_of(state), seq, body.version, body.commit)
+    committed = log_decide(live_of(state).log, seq, body.version, body.commit)
     if body.commit and not committed:
         raise StoreError(f"{req.op}: version {body.version} was aborted (undecided for "
                          f"{LIVE_DECIDE_TIMEOUT_S} s, or by its writer)")  # fmt: skip
@@ -469,7 +413,7 @@ def live_prepare(state: ServerState, req: Request) -> Response:
 def live_commit(state: ServerState, req: Request) -> Response:
     live = live_of(state, req.op)
     body = req.args(DecideBody)
-    applied = apply(live, body.version, body.commit)
+    applied = log_apply(live.log, live.delta, body.version, body.commit)
     publish(state, live)
     return Response({"applied": applied})
 
@@ -497,7 +441,7 @@ def settle(state: ServerState, live: LivePart, versions: list[int]) -> None:
     for v in versions:
         fate = _ask_fate(state, live, v)
         if fate in ("committed", "aborted"):
-            apply(live, v, fate == "committed")
+            log_apply(live.log, live.delta, v, fate == "committed")
         else:
             raise StoreError(f"live: version {v} is not decided yet; read at a lower version")
     publish(state, live)
@@ -532,7 +476,7 @@ def tick(state: ServerState, now: float) -> None:
             if now - t > LIVE_DECIDE_TIMEOUT_S:
                 log.warning("live: version %d undecided for %.0f s: aborted", v, now - t)
                 try:
-                    decide(live, seq, v, False)
+                    log_decide(live.log, seq, v, False)
                 except StoreError as exc:  # not logged: aborted again after a restart
                     log.warning("live: %s", exc)
     stale = live.delta.stale(now, LIVE_DECIDE_TIMEOUT_S)
