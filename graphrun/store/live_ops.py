@@ -32,6 +32,10 @@ may not have arrived yet: ``V <= head`` means they are decided). The lowest vers
 is published in the shared ``deletions`` segment (``[2]``), so co-located clients read
 shared memory only while nothing is held at their version.
 
+With ``--live-dir`` every piece, and the sequencer's versions and decisions, are synced
+to the server's write-ahead log before they are answered, and replayed at start
+(:mod:`graphrun.store.live_log`; the sequencer's state is :mod:`graphrun.store.live_seq`).
+
 Who may call what is :mod:`graphrun.rpc.access`'s rule (``WRITE_GRAPH_OPS``).
 """
 
