@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 from graphrun.distributed.writer import GraphWriter
 from graphrun.local.stores import StoreProcess, start_store
 from graphrun.partition import load_id_mapping
+from graphrun.rpc.transport import RpcClient
 from graphrun.store.client import ClientConfig, KVClient
 from graphrun.store.live_log import log_name
 from graphrun.store.shm import DEFAULT_SHM_DIR, clean_stale
@@ -159,3 +161,36 @@ def test_a_log_is_one_servers_and_a_bad_live_dir_is_refused(cluster, tmp_path, k
     assert taken.returncode != 0
     assert "another server is using this log" in taken.stderr
     assert "Traceback" not in taken.stderr
+
+
+def test_a_restarted_replica_replays_its_own_log(cluster, keys, key_file):
+    """The replica logs the pieces its primary forwards: killed and restarted, it still
+    holds them, and serves them when the primary is lost."""
+
+    def replica() -> StoreProcess:
+        args = ["--replica-of", cluster.addresses[1], "--live-dir", str(cluster.live)]
+        sp = start_store(cluster.parts, 1, key_file=key_file, log_dir=cluster.tmp,
+                         extra_args=args)  # fmt: skip
+        with RpcClient(cluster.addresses[1], keys=keys, timeout=10) as c:
+            deadline = time.monotonic() + 30
+            while sp.address not in c.call("stats").body["replicas"]:
+                assert time.monotonic() < deadline, "the replica never registered"
+                time.sleep(0.1)
+        return sp
+
+    rep = replica()
+    try:
+        with cluster.client(keys) as c:
+            base_in = in_edges(c, np.asarray([3, 500], np.int64))
+            written = write_batches(c, cluster.parts, 3)
+            head = c.follow()
+        assert (cluster.live / log_name(1, 1)).stat().st_size > 16
+        rep.kill()
+        rep = replica()
+        cluster.kill(1)
+        cfg = ClientConfig(cluster.addresses, keys=keys, timeout=5, replicas=[[], [rep.address]])
+        with KVClient(cfg) as r:
+            assert r.follow() == head
+            check_all_visible(r, written, base_in)
+    finally:
+        rep.stop()
