@@ -51,7 +51,7 @@ from graphrun.errors import ArgumentError, StoreError
 from graphrun.store.live import LiveDelta, Piece
 from graphrun.store.live_check import Schema, check_piece
 from graphrun.store.live_seq import Sequencer
-from graphrun.store.wal import FRAME, VERSION, WriteAheadLog
+from graphrun.store.wal import FRAME, VERSION, WAL_MAX_BYTES, WriteAheadLog
 
 log = logging.getLogger("graphrun.store")
 
@@ -155,7 +155,7 @@ def open_log(live_dir: Path, part: int, replica: int) -> LiveLog:
         os.close(fd)
         raise StoreError(f"{path}: another server is using this log (locked)") from None
     try:
-        return LiveLog(WriteAheadLog(path), fd)
+        return LiveLog(WriteAheadLog(path, max_bytes=WAL_MAX_BYTES), fd)
     except BaseException:
         os.close(fd)
         raise

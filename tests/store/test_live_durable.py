@@ -13,14 +13,17 @@ import numpy as np
 import pytest
 
 from graphrun.distributed.writer import GraphWriter
+from graphrun.errors import StoreError
 from graphrun.local.stores import StoreProcess, start_store
 from graphrun.partition import load_id_mapping
 from graphrun.rpc.transport import RpcClient
+from graphrun.store import live_log
 from graphrun.store.client import ClientConfig, KVClient
 from graphrun.store.live_log import log_name
+from graphrun.store.server import ServerConfig
 from graphrun.store.shm import DEFAULT_SHM_DIR, clean_stale
-from graphrun.testing.store import make_partition_dir
-from tests.store.test_live_store import FEAT, in_edges, node_rows
+from graphrun.testing.store import make_partition_dir, store_threads
+from tests.store.test_live_store import FEAT, SAMPLING, in_edges, node_rows
 
 pytestmark = pytest.mark.integration
 BASE_ORIG = 10**9
@@ -194,3 +197,33 @@ def test_a_restarted_replica_replays_its_own_log(cluster, keys, key_file):
             check_all_visible(r, written, base_in)
     finally:
         rep.stop()
+
+
+def test_a_full_log_refuses_a_batch_whole_and_what_it_acknowledged_replays(tmp_path, monkeypatch):
+    """Past the log's bound a batch is refused before anything of it is acknowledged or
+    visible; the servers restarted on the logs hold exactly the acknowledged batches."""
+    parts = make_partition_dir(tmp_path / "parts", 2)[1]
+    live_dir = tmp_path / "live"
+    live_dir.mkdir()
+    monkeypatch.setattr(live_log, "WAL_MAX_BYTES", 8 << 10)
+    cfg = ServerConfig(parts, 0, live_dir=live_dir, extensions=SAMPLING)
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        with KVClient(ClientConfig(addresses, job="w", timeout=20)) as c:
+            written: dict[int, int] = {}
+            with pytest.raises(StoreError, match=r"\.wal: the log is full"):
+                for k in range(100):
+                    written |= write_batches(c, parts, 1, first=k)
+            head = c.follow()
+            assert 0 < len(written) < 100
+            assert head - len(written) in (0, 1)  # the refused version: aborted, if begun
+            assert GraphWriter(c).lookup([BASE_ORIG + len(written)])[0] == -1
+    monkeypatch.setattr(live_log, "WAL_MAX_BYTES", 1 << 20)
+    with (
+        store_threads(cfg, 2) as threads,
+        KVClient(ClientConfig([t.address for t in threads], job="r", timeout=20)) as c,
+    ):
+        assert c.follow() >= head  # the refused version may be decided later (aborted)
+        ids = GraphWriter(c).lookup([BASE_ORIG + k for k in range(len(written) + 1)])
+        assert (ids[:-1] >= c.book.num_nodes).all() and ids[-1] == -1
+        assert (c.pull(FEAT, ids[:-1])[:, 0] == np.arange(len(written))).all()
