@@ -196,6 +196,7 @@ class LivePart:
     seq_address: str = ""
     seq_client: RpcClient | None = None
     next_settle: float = 0.0  # the tick's next look at stale pending pieces
+    next_abort: float = 0.0  # the sequencer's next abort of stale versions (a full log)
     log: LiveLog | None = None  # the write-ahead log (``--live-dir``; store/live_log.py)
 
     def close(self) -> None:
@@ -475,14 +476,18 @@ def tick(state: ServerState, now: float) -> None:
     if not isinstance(live, LivePart):
         return
     seq = live.seq
-    if seq is not None:
+    if seq is not None and now >= live.next_abort:
         for v, t in list(seq.begun.items()):
-            if now - t > LIVE_DECIDE_TIMEOUT_S:
-                log.warning("live: version %d undecided for %.0f s: aborted", v, now - t)
-                try:
-                    log_decide(live.log, seq, v, False)
-                except StoreError as exc:  # not logged: aborted again after a restart
-                    log.warning("live: %s", exc)
+            if now - t <= LIVE_DECIDE_TIMEOUT_S:
+                continue
+            try:
+                log_decide(live.log, seq, v, False)
+            except StoreError as exc:  # the log refused it: still undecided, tried again later
+                live.next_abort = now + SETTLE_EVERY_S
+                log.warning("live: version %d undecided for %.0f s, not aborted: %s",
+                            v, now - t, exc)  # fmt: skip
+                break
+            log.warning("live: version %d undecided for %.0f s: aborted", v, now - t)
     stale = live.delta.stale(now, LIVE_DECIDE_TIMEOUT_S)
     if stale and now >= live.next_settle:
         live.next_settle = now + SETTLE_EVERY_S
