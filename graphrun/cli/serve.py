@@ -43,6 +43,7 @@ Examples:
   graphrun serve parts/ --part 0 --key-file store.key --clients clients/
   graphrun serve parts/ --part 0 --backups 1 --ready-file /tmp/store0.json
   graphrun serve parts/ --part 0 --features disk --disk-cache-mb 2048
+  graphrun serve parts/ --part 0 --key-file store.key --live-dir /var/lib/graphrun
 """
 
 #: extensions loaded when importable (the sampling layer registers its operations here)
@@ -133,6 +134,15 @@ def register(subparsers: Any) -> None:
         default=0.0,
         help="with --features disk: MiB of node feature rows this server keeps in memory, "
         "those of the nodes with the most edges (default 0: every row read from the file)",
+    )
+    p.add_argument(
+        "--live-dir",
+        type=Path,
+        metavar="DIR",
+        help="keep the live graph's write-ahead log in DIR (an existing, writable directory "
+        "on this machine's disk; DIR/part-K.wal): a write is acknowledged only once it is "
+        "synced there, and a restarted server replays it (docs/live.md). Default: none, "
+        "live writes are held in memory only and lost with the server",
     )
     p.add_argument(
         "--heartbeat-timeout",
@@ -235,6 +245,7 @@ def _check_args(args: argparse.Namespace) -> None:
     from graphrun.errors import ArgumentError
     from graphrun.partition.format import load_partition_config
     from graphrun.rpc.transport import check_address
+    from graphrun.store.live_log import check_live_dir
 
     if args.key_file and args.insecure:
         raise ArgumentError("--insecure: cannot be given with --key-file")
@@ -244,6 +255,10 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ArgumentError(f"--clients: {args.clients} is not a directory")
     if not args.shm_dir.is_dir():
         raise ArgumentError(f"--shm-dir: {args.shm_dir} is not a directory")
+    if args.live_dir is not None:
+        if args.backup_of:
+            raise ArgumentError("--live-dir: a backup holds no live state (its main logs)")
+        check_live_dir(args.live_dir, "--live-dir")
     check_address(args.address)
     check_plaintext_address("--address", args.address, args.insecure, args.insecure_non_loopback)
     if not args.backup_of:
@@ -286,6 +301,7 @@ def run(args: argparse.Namespace) -> int:
         profile_file=args.profile,
         features=args.features,
         disk_cache_bytes=int(args.disk_cache_mb * 2**20),
+        live_dir=args.live_dir,
     )
     # read by torch when an extension imports it (sampling's kernels are numpy and
     # single-threaded; importing torch here only to set its threads cost a second of CPU)

@@ -22,9 +22,10 @@ acknowledgement) and ``live_commit`` to the partitions. Any refusal aborts the v
 nothing of the batch is applied, and the error is raised. Bad arguments are refused
 when given (one ArgumentError naming the field), before anything is sent.
 
-Where a new node goes: :func:`place`, the partition holding most of its batch's
-neighbours, kept within a balance bound (one small function, to be replaced by
-``graphrun.partition.streaming``'s LDG/Fennel rule).
+Where a new node goes: LDG (:func:`graphrun.partition.streaming.assign`) from the
+partitions of its batch's placed neighbours and of the batch's earlier new nodes, under
+the capacity rule ``ceil(1.05 n / P)`` (:func:`~graphrun.partition.streaming.capacity_for`;
+a partition's size counts its base nodes and its growth blocks whole).
 """
 
 from __future__ import annotations
@@ -38,29 +39,13 @@ import numpy as np
 
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import TensorKey, etype_key
+from graphrun.partition.streaming import Neighbours, assign, capacity_for
 from graphrun.store.client import KVClient
 from graphrun.store.live import LIVE_DECIDE_TIMEOUT_S, MAX_PIECE_ROWS, Piece, Rows, run_ids
 from graphrun.store.live_client import LiveView, fetch_head
 from graphrun.store.live_ops import piece_to_wire
 
 log = logging.getLogger("graphrun.distributed")
-
-BALANCE = 1.05  # a new node's partition holds at most this times the mean size
-
-
-def place(neighbour_parts: list[np.ndarray], sizes: np.ndarray) -> np.ndarray:
-    """A partition per new node: the one holding most of its neighbours (``neighbour_parts
-    [i]``: their partitions), among those under ``BALANCE`` x the mean size; the smallest
-    when it has no placed neighbour. ``sizes`` (int64 per partition) is updated."""
-    out = np.empty(len(neighbour_parts), np.int64)
-    for i, parts in enumerate(neighbour_parts):
-        cap = BALANCE * (sizes.sum() + 1) / len(sizes)
-        votes = np.bincount(parts, minlength=len(sizes)).astype(np.float64)
-        votes[sizes + 1 > cap] = -1
-        p = int(np.argmax(votes)) if votes.max() > 0 else int(np.argmin(sizes))
-        out[i] = p
-        sizes[p] += 1
-    return out
 
 
 @dataclass
@@ -295,7 +280,9 @@ class _Plan:
         from graphrun.store.live import GROWTH_BLOCK
 
         sizes += np.bincount(view.node_owner, minlength=self.num_parts) * GROWTH_BLOCK
-        self.node_part = place(self._neighbour_parts(), sizes)
+        placed = Neighbours.from_lists(self._neighbour_parts())
+        capacity = capacity_for(sizes, len(self.orig))
+        self.node_part = assign(placed, sizes, capacity, within=self._within())
         self.edge_part = self._owner(self.dst)
         self.deleted = _cat(b.deleted, np.int64)
         self.deleted_part = self._edge_owner(self.deleted)
@@ -387,6 +374,13 @@ class _Plan:
         order = np.argsort(node, kind="stable")
         cuts = np.searchsorted(node[order], np.arange(len(self.orig) + 1))
         return [other[order[cuts[i] : cuts[i + 1]]] for i in range(len(self.orig))]
+
+    def _within(self) -> Neighbours:
+        """Each new node's neighbours among the batch's new nodes (batch indices)."""
+        a = np.concatenate([self.src, self.dst])
+        b = np.concatenate([self.dst, self.src])
+        keep = (a < 0) & (b < 0) & (a != b)
+        return Neighbours.from_pairs(-a[keep] - 1, -b[keep] - 1, len(self.orig))
 
     def node_counts(self) -> list[int]:
         return np.bincount(self.node_part, minlength=self.num_parts).tolist()

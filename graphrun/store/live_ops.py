@@ -32,6 +32,10 @@ may not have arrived yet: ``V <= head`` means they are decided). The lowest vers
 is published in the shared ``deletions`` segment (``[2]``), so co-located clients read
 shared memory only while nothing is held at their version.
 
+With ``--live-dir`` every piece, and the sequencer's versions and decisions, are synced
+to the server's write-ahead log before they are answered, and replayed at start
+(:mod:`graphrun.store.live_log`; the sequencer's state is :mod:`graphrun.store.live_seq`).
+
 Who may call what is :mod:`graphrun.rpc.access`'s rule (``WRITE_GRAPH_OPS``).
 """
 
@@ -40,7 +44,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -61,10 +65,16 @@ from graphrun.store.live import (
     growth_ids,
 )
 from graphrun.store.live_check import FeatureSpec, Schema, check_piece
+from graphrun.store.live_log import BegunRecord, LiveLog, PieceRecord, open_log, replay
+from graphrun.store.live_log import apply as log_apply
+from graphrun.store.live_log import decide as log_decide
+from graphrun.store.live_seq import Sequencer
 from graphrun.store.registry import Registry, Request, Response
 from graphrun.store.state import GRAPH_JOB, ServerState, StoredTensor
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from graphrun.rpc.auth import KeyPair
     from graphrun.rpc.transport import RpcClient
 
@@ -174,44 +184,6 @@ class FateBody(msgspec.Struct, frozen=True):
 
 
 @dataclass
-class Sequencer:
-    """Partition 0's: versions, growth ids, original ids, decisions and the head."""
-
-    nodes: Blocks
-    edges: Blocks
-    next_version: int = 1
-    head: int = 0
-    begun: dict[int, float] = field(default_factory=dict)  # undecided -> when begun
-    decided: dict[int, bool] = field(default_factory=dict)  # above the head: committed?
-    aborted: set[int] = field(default_factory=set)
-    orig: dict[int, int] = field(default_factory=dict)  # orig id -> graph id (committed)
-    orig_pending: dict[int, dict[int, int]] = field(default_factory=dict)  # version -> map
-    base_orig: tuple[np.ndarray, np.ndarray] | None = None  # sorted orig ids, their ids
-
-    def decide(self, version: int, commit: bool) -> bool:
-        """Record the decision (the first one stands); whether the version committed."""
-        if version in self.begun:
-            del self.begun[version]
-            self.decided[version] = commit
-            mapping = self.orig_pending.pop(version, {})
-            if commit:
-                self.orig.update(mapping)
-            else:
-                self.aborted.add(version)
-            while self.decided.get(self.head + 1) is not None:
-                self.head += 1
-                del self.decided[self.head]
-        return version not in self.aborted and version < self.next_version
-
-    def fate(self, version: int) -> str:
-        if version in self.begun:
-            return "pending"
-        if version in self.aborted or version >= self.next_version:
-            return "aborted"
-        return "committed"
-
-
-@dataclass
 class LivePart:
     """One main server's live state (``state.extension_data[KEY]``)."""
 
@@ -224,10 +196,14 @@ class LivePart:
     seq_address: str = ""
     seq_client: RpcClient | None = None
     next_settle: float = 0.0  # the tick's next look at stale pending pieces
+    next_abort: float = 0.0  # the sequencer's next abort of stale versions (a full log)
+    log: LiveLog | None = None  # the write-ahead log (``--live-dir``; store/live_log.py)
 
     def close(self) -> None:
         if self.seq_client is not None:
             self.seq_client.close()
+        if self.log is not None:
+            self.log.close()
 
 
 def schema_of(state: ServerState) -> Schema:
@@ -261,14 +237,25 @@ def attach(
     base_orig: Callable[[], np.ndarray],
     keys: KeyPair | None,
     timeout: float,
+    live_dir: Path | None = None,
 ) -> LivePart:
     """Give a main server its live state (partition 0's primary: the sequencer too);
-    ``base_orig()`` reads the base nodes' original ids when first needed."""
+    ``base_orig()`` reads the base nodes' original ids when first needed. With
+    ``live_dir`` the state is replayed from the server's log there, which then takes
+    every write (:mod:`graphrun.store.live_log`)."""
     live = LivePart(LiveDelta(), schema_of(state), base_orig, keys, timeout)
     if state.part == 0 and state.is_main and not state.replica:
         n = state.book.num_parts
         live.seq = Sequencer(Blocks(state.book.num_nodes, n), Blocks(state.book.num_edges, n))
+    if live_dir is not None:
+        live.log = open_log(live_dir, state.part, state.replica)
+        try:
+            live.seq_address = replay(live.log, live.delta, live.schema, live.seq)
+        except BaseException:
+            live.close()
+            raise
     state.extension_data[KEY] = live
+    publish(state, live)
     return live
 
 
@@ -322,14 +309,14 @@ def live_begin(state: ServerState, req: Request) -> Response:
     if held + len(orig) > MAX_LIVE_NODES:
         raise StoreError(f"{req.op}: the live graph would hold more than {MAX_LIVE_NODES} "
                          "new nodes (MAX_LIVE_NODES): compaction must run first")  # fmt: skip
-    _check_new_orig(seq, live_of(state).base_orig, orig, req.op)
-    version = seq.next_version
-    nodes = [seq.nodes.allocate(p, c) for p, c in enumerate(body.nodes)]
-    edges = [seq.edges.allocate(p, c) for p, c in enumerate(body.edges)]
-    seq.next_version += 1
-    seq.begun[version] = time.monotonic()
-    ids = [s + k for runs in nodes for s, c in runs for k in range(c)]
-    seq.orig_pending[version] = dict(zip(orig.tolist(), ids, strict=True))
+    live = live_of(state)
+    _check_new_orig(seq, live.base_orig, orig, req.op)
+    record = BegunRecord(seq.next_version, body.nodes, body.edges, orig.tobytes())
+    if live.log is not None:
+        live.log.room(record)  # a full log refuses before anything is handed out
+    version, nodes, edges = seq.begin(body.nodes, body.edges, orig, time.monotonic())
+    if live.log is not None:
+        live.log.write(record)  # durable before the writer hears of the version
     return Response({"version": version, "nodes": nodes, "edges": edges})
 
 
@@ -365,7 +352,7 @@ def live_decide(state: ServerState, req: Request) -> Response:
     body = req.args(DecideBody)
     if not 0 < body.version < seq.next_version:
         raise ArgumentError(f"{req.op}: version {body.version} was never begun")
-    committed = seq.decide(body.version, body.commit)
+    committed = log_decide(live_of(state).log, seq, body.version, body.commit)
     if body.commit and not committed:
         raise StoreError(f"{req.op}: version {body.version} was aborted (undecided for "
                          f"{LIVE_DECIDE_TIMEOUT_S} s, or by its writer)")  # fmt: skip
@@ -415,8 +402,15 @@ def live_prepare(state: ServerState, req: Request) -> Response:
         return Response({"held": True})  # sent again (after a retry_after elsewhere)
     if live.delta.slowed():
         return Response({"retry_after": LIVE_RETRY_AFTER_S})
-    batch = check_piece(piece_from_wire(req, body.piece), live.schema, live.delta)
+    piece = piece_from_wire(req, body.piece)
+    batch = check_piece(piece, live.schema, live.delta)
     live.delta.hold(batch, time.monotonic())
+    if live.log is not None:
+        try:
+            live.log.write(PieceRecord(piece, live.seq_address))  # synced before "held"
+        except StoreError:
+            live.delta.abort(version)
+            raise
     publish(state, live)
     return Response({"held": True})
 
@@ -424,8 +418,7 @@ def live_prepare(state: ServerState, req: Request) -> Response:
 def live_commit(state: ServerState, req: Request) -> Response:
     live = live_of(state, req.op)
     body = req.args(DecideBody)
-    delta = live.delta
-    applied = delta.commit(body.version) if body.commit else delta.abort(body.version)
+    applied = log_apply(live.log, live.delta, body.version, body.commit)
     publish(state, live)
     return Response({"applied": applied})
 
@@ -452,10 +445,8 @@ def settle(state: ServerState, live: LivePart, versions: list[int]) -> None:
     """Commit or abort the pending ``versions`` as the sequencer decided them."""
     for v in versions:
         fate = _ask_fate(state, live, v)
-        if fate == "committed":
-            live.delta.commit(v)
-        elif fate == "aborted":
-            live.delta.abort(v)
+        if fate in ("committed", "aborted"):
+            log_apply(live.log, live.delta, v, fate == "committed")
         else:
             raise StoreError(f"live: version {v} is not decided yet; read at a lower version")
     publish(state, live)
@@ -485,11 +476,18 @@ def tick(state: ServerState, now: float) -> None:
     if not isinstance(live, LivePart):
         return
     seq = live.seq
-    if seq is not None:
+    if seq is not None and now >= live.next_abort:
         for v, t in list(seq.begun.items()):
-            if now - t > LIVE_DECIDE_TIMEOUT_S:
-                log.warning("live: version %d undecided for %.0f s: aborted", v, now - t)
-                seq.decide(v, False)
+            if now - t <= LIVE_DECIDE_TIMEOUT_S:
+                continue
+            try:
+                log_decide(live.log, seq, v, False)
+            except StoreError as exc:  # the log refused it: still undecided, tried again later
+                live.next_abort = now + SETTLE_EVERY_S
+                log.warning("live: version %d undecided for %.0f s, not aborted: %s",
+                            v, now - t, exc)  # fmt: skip
+                break
+            log.warning("live: version %d undecided for %.0f s: aborted", v, now - t)
     stale = live.delta.stale(now, LIVE_DECIDE_TIMEOUT_S)
     if stale and now >= live.next_settle:
         live.next_settle = now + SETTLE_EVERY_S

@@ -42,6 +42,7 @@ from graphrun.rpc.codec import DEFAULT_LIMITS, Limits, Message, MsgKind
 from graphrun.rpc.transport import RpcClient, RpcServer, Waker
 from graphrun.store import handlers, live_ops, replicas
 from graphrun.store.disk import DiskRows
+from graphrun.store.live_log import check_live_dir
 from graphrun.store.policy import policies_from_book
 from graphrun.store.registry import Registry, Request, Response, load_extensions
 from graphrun.store.shm import (
@@ -87,6 +88,7 @@ class ServerConfig:
     limits: Limits = DEFAULT_LIMITS  # what one request may be (graphrun.rpc.codec)
     features: str = "memory"  # node features in shared memory, or "disk" (store/disk.py)
     disk_cache_bytes: int = 0  # with features "disk": this server's cache of hot rows
+    live_dir: Path | None = None  # the live graph's write-ahead log (store/live_log.py)
 
 
 #: where a server keeps node features (``ServerConfig.features``)
@@ -104,6 +106,10 @@ def _check_config(cfg: ServerConfig) -> None:
         raise ArgumentError(f"shm_dir: {cfg.shm_dir} is not a directory")
     if cfg.replica_of and cfg.main_address:
         raise ArgumentError("replica_of: a replica is a main server, not a backup")
+    if cfg.live_dir is not None:
+        if cfg.main_address:
+            raise ArgumentError("live_dir: a backup holds no live state (its main logs)")
+        check_live_dir(Path(cfg.live_dir))
     if cfg.replica_of and cfg.replica_index < 1:
         raise ArgumentError("replica_index: a replica needs an index >= 1")
     if cfg.features not in FEATURE_STORAGE:
@@ -368,12 +374,12 @@ def run_server(
         primary = RpcClient(cfg.replica_of, keys=cfg.keys, timeout=cfg.request_timeout)
     elif main is None:
         state.replication = replicas.Replication(cfg.keys, cfg.request_timeout)
-    if main is None:
-        orig = lambda: load_id_mapping(cfg.partition_dir).orig_nids  # noqa: E731
-        live_ops.attach(state, orig, cfg.keys, cfg.request_timeout)
     server: RpcServer | None = None
     address = ""
     try:
+        if main is None:  # replayed from its log before anything is served
+            orig = lambda: load_id_mapping(cfg.partition_dir).orig_nids  # noqa: E731
+            live_ops.attach(state, orig, cfg.keys, cfg.request_timeout, cfg.live_dir)
         name = str(RoleName.store(state.part, state.index, replica=state.replica))
         clients = ClientKeys(cfg.clients_dir) if cfg.clients_dir is not None else None
         access = Access(cfg.keys.public if cfg.keys else None, clients)

@@ -25,8 +25,9 @@ def parts(tmp_path_factory):
     return make_partition_dir(tmp_path_factory.mktemp("follow") / "parts", 2)[1]
 
 
-def write_new_nodes(addresses, parts) -> tuple[np.ndarray, np.ndarray]:
-    """Six new labelled training nodes, each with edges from base nodes of both partitions."""
+def write_new_nodes(addresses, parts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Six new labelled training nodes, each with edges from base nodes of both partitions
+    (placed on both: LDG breaks the ties to the smaller); their graph ids too."""
     feat = np.arange(6 * 8, dtype=np.float32).reshape(6, 8) + 1000
     label = np.arange(6, dtype=np.int64) % 4
     orig = load_id_mapping(parts).orig_nids
@@ -37,7 +38,8 @@ def write_new_nodes(addresses, parts) -> tuple[np.ndarray, np.ndarray]:
         src = np.repeat(orig[[3, 500]], 6)
         w.add_edges("_E", src, np.tile(NEW, 2), orig=True)
         w.commit()
-    return feat, label
+        ids = w.lookup(NEW)
+    return feat, label, ids
 
 
 @pytest.mark.parametrize("follow", ["epoch", "head", "pinned"])
@@ -53,7 +55,7 @@ def test_new_labelled_nodes_join_the_seeds_at_the_next_epoch(parts, follow):
                                         live_seeds="train_mask")  # fmt: skip
             first = torch.cat([b.n_id[: b.batch_size] for b in loader])
             assert sorted(first.tolist()) == sorted(train.tolist())
-            feat, label = write_new_nodes(addresses, parts)
+            feat, label, ids = write_new_nodes(addresses, parts)
             model = GraphSAGE(8, 16, num_layers=2, out_channels=16)  # more than the labels
             seen = []
             for b in loader:  # the next epoch
@@ -61,7 +63,7 @@ def test_new_labelled_nodes_join_the_seeds_at_the_next_epoch(parts, follow):
                 new = seeds >= dg.num_nodes()
                 seen += seeds[new].tolist()
                 if new.any():
-                    k = (seeds[new] - seeds[new].min()).numpy()
+                    k = [ids.tolist().index(i) for i in seeds[new].tolist()]
                     assert b.x[: b.batch_size][new].numpy().tolist() == feat[k].tolist()
                     assert b.y[: b.batch_size][new].numpy().tolist() == label[k].tolist()
                     out = model(b.x, b.edge_index)[: b.batch_size]
@@ -117,7 +119,7 @@ def test_a_trainers_data_follows_the_graph_and_its_epochs_take_the_new_nodes(par
             first = [b.data.n_id[: b.data.batch_size] for b in
                      data.loader("train", None, [4, 4], 64, True, epoch=0)]  # fmt: skip
             assert int(torch.cat(first).max()) < n
-            feat, _ = write_new_nodes(addresses, parts)
+            feat, _, _ = write_new_nodes(addresses, parts)
             second = [b.data for b in data.loader("train", None, [4, 4], 64, True, epoch=1)]
             seeds = torch.cat([b.n_id[: b.batch_size] for b in second])
             assert int((seeds >= n).sum()) == 6

@@ -3,6 +3,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from graphrun.cli import build_parser
 from graphrun.errors import SpecError
 from graphrun.job.spec import load_job, parse_job
 from graphrun.operator.crd import crd_yaml, graphjob_crd, openapi_schema
@@ -146,6 +148,24 @@ def test_the_store_manifest_is_valid_kubernetes() -> None:
     pod = doc["items"][1]["spec"]["template"]["spec"]
     shm = next(v for v in pod["volumes"] if v["name"] == "shm")
     assert shm["emptyDir"]["medium"] == "Memory"  # not the container's 64 MiB /dev/shm
+
+
+def test_the_live_store_manifest_logs_each_pod_on_a_claim_of_its_own() -> None:
+    text = (ROOT / "examples" / "kubernetes" / "graphstore-live.yaml").read_text()
+    doc = yaml.safe_load(text)
+    assert [i["kind"] for i in doc["items"]] == ["Service", "StatefulSet"]
+    for item in doc["items"]:
+        kubernetes_validate.validate(item, K8S_VERSION, strict=True)
+    sts = doc["items"][1]["spec"]
+    (claim,) = sts["volumeClaimTemplates"]
+    (c,) = sts["template"]["spec"]["containers"]
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    line = c["args"][0].removeprefix("exec graphrun ").replace('"${HOSTNAME##*-}"', "1")
+    args = build_parser().parse_args(shlex.split(line))
+    assert args.func.__module__ == "graphrun.cli.serve" and args.part == 1
+    assert str(args.live_dir) == mounts[claim["metadata"]["name"]]["mountPath"]
+    assert not mounts[claim["metadata"]["name"]].get("readOnly")
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
 
 
 # --- status -----------------------------------------------------------------------------

@@ -356,3 +356,20 @@ def test_a_client_that_does_not_follow_reads_the_base_graph(store):
         r.follow()
         assert len(in_edges(r, np.asarray([3]))[0]) == len(base) + 1
         assert (r.pull(FEAT, [3]) == 6.0).all()
+
+
+def test_a_chain_of_new_nodes_follows_its_placed_end(store):
+    """LDG with the batch's own edges: new nodes linked only to each other go where the
+    first of them has its placed neighbour (the old rule put them on the smallest)."""
+    from graphrun.distributed import writer as writer_mod
+
+    chain = [10**9 + k for k in range(4)]
+    with store.writer_client() as c:
+        for base, part in ((3, 0), (500, 1)):
+            w = GraphWriter(c)
+            w.add_nodes("_N", chain, node_rows(c, 4, 1.0))
+            end = load_id_mapping(store.parts).orig_nids[[base]]
+            w.add_edges("_E", end, chain[:1], orig=True)
+            w.add_edges("_E", chain[:-1], chain[1:], orig=True)
+            plan = writer_mod._Plan(w, w._batch, fetch_head(c.session))
+            assert plan.node_part.tolist() == [part] * 4

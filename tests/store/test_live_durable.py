@@ -1,0 +1,229 @@
+"""An acknowledged live write survives ``kill -9`` of its servers (issue 42, item 5): the
+write-ahead log of ``--live-dir`` is replayed at start."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphrun.distributed.writer import GraphWriter
+from graphrun.errors import StoreError
+from graphrun.local.stores import StoreProcess, start_store
+from graphrun.partition import load_id_mapping
+from graphrun.rpc.transport import RpcClient
+from graphrun.store import live_log
+from graphrun.store.client import ClientConfig, KVClient
+from graphrun.store.live_log import log_name
+from graphrun.store.server import ServerConfig
+from graphrun.store.shm import DEFAULT_SHM_DIR, clean_stale
+from graphrun.testing.store import make_partition_dir, store_threads
+from tests.store.test_live_store import FEAT, SAMPLING, in_edges, node_rows
+
+pytestmark = pytest.mark.integration
+BASE_ORIG = 10**9
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Cluster:
+    """Two partition servers on fixed addresses, logging to ``live``; restartable."""
+
+    def __init__(self, tmp: Path, key_file: Path) -> None:
+        self.tmp, self.key_file = tmp, key_file
+        self.parts = make_partition_dir(tmp / "parts", 2)[1]
+        self.live = tmp / "live"
+        self.live.mkdir()
+        self.addresses = [f"tcp://127.0.0.1:{_port()}" for _ in range(2)]
+        self.procs: list[StoreProcess | None] = [None, None]
+
+    def start(self, p: int) -> None:
+        self.procs[p] = start_store(self.parts, p, key_file=self.key_file, log_dir=self.tmp,
+                                    address=self.addresses[p],
+                                    extra_args=["--live-dir", str(self.live)])  # fmt: skip
+
+    def kill(self, p: int) -> None:
+        proc = self.procs[p]
+        assert proc is not None
+        proc.kill()  # SIGKILL: no clean shutdown, no flush
+
+    def client(self, keys) -> KVClient:
+        return KVClient(ClientConfig(self.addresses, keys=keys, timeout=20))
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc is not None:
+                proc.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path, key_file):
+    c = Cluster(tmp_path, key_file)
+    try:
+        c.start(0)
+        c.start(1)
+        yield c
+    finally:
+        c.stop()
+        clean_stale(DEFAULT_SHM_DIR)
+
+
+def write_batches(c: KVClient, parts: Path, n: int, first: int = 0) -> dict[int, int]:
+    """``n`` acknowledged batches, each a new node (its rows all ``k``) with in-edges on
+    both partitions; ``{orig id: k}``."""
+    dst = load_id_mapping(parts).orig_nids[[3, 500]]  # one node of each partition
+    w = GraphWriter(c)
+    out = {}
+    for k in range(first, first + n):
+        w.add_nodes("_N", [BASE_ORIG + k], node_rows(c, 1, float(k)))
+        w.add_edges("_E", [BASE_ORIG + k] * 2, dst, orig=True)
+        w.add_edges("_E", dst[:1], [BASE_ORIG + k], orig=True)
+        w.commit()
+        out[BASE_ORIG + k] = k
+    return out
+
+
+def check_all_visible(c: KVClient, written: dict[int, int], base_in: list[set[int]]) -> None:
+    """Every acknowledged batch wholly visible at the head: the node, its rows, its
+    in-edge, and its two out-edges on both partitions."""
+    c.follow()
+    ids = GraphWriter(c).lookup(list(written))
+    assert (ids >= c.book.num_nodes).all(), "an acknowledged node was lost"
+    rows = c.pull(FEAT, ids)
+    for (_, k), row in zip(written.items(), rows, strict=True):
+        assert (row == k).all()
+    assert all(len(e) == 1 for e in in_edges(c, ids))
+    seen = in_edges(c, np.asarray([3, 500], np.int64))
+    for s, base in zip(seen, base_in, strict=True):
+        assert len(s - base) == len(written)
+
+
+def test_acknowledged_writes_survive_kill_9_of_a_partition_then_the_sequencer(cluster, keys):
+    with cluster.client(keys) as c:
+        base_in = in_edges(c, np.asarray([3, 500], np.int64))
+        written = write_batches(c, cluster.parts, 6)
+        head = c.follow()
+    for p in (1, 0):  # a partition, then the sequencer (partition 0)
+        cluster.kill(p)
+        cluster.start(p)
+        with cluster.client(keys) as c:
+            assert c.follow() == head
+            check_all_visible(c, written, base_in)
+    with cluster.client(keys) as c:  # the sequencer goes on where it was
+        written |= write_batches(c, cluster.parts, 2, first=6)
+        assert c.follow() == head + 2
+        check_all_visible(c, written, base_in)
+
+
+def test_a_torn_tail_is_cut_and_an_undecided_batch_stays_invisible(cluster, keys):
+    with cluster.client(keys) as c:
+        base_in = in_edges(c, np.asarray([3, 500], np.int64))
+        written = write_batches(c, cluster.parts, 2)
+        head = c.follow()
+        w = GraphWriter(c)
+        w._finish = lambda *a, **k: None  # the writer dies after its prepares
+        w.add_nodes("_N", [BASE_ORIG + 99], node_rows(c, 1, 99.0))
+        w.add_edges("_E", [BASE_ORIG + 99], load_id_mapping(cluster.parts).orig_nids[[500]],
+                    orig=True)  # fmt: skip
+        undecided = w.commit()
+    for p in (0, 1):
+        cluster.kill(p)
+        with open(cluster.live / log_name(p, 0), "ab") as f:
+            f.write(b"\x40\x00\x00\x00\x01\x02\x03\x04torn")  # a record cut by the crash
+    cluster.start(0)
+    cluster.start(1)
+    with cluster.client(keys) as c:
+        assert c.follow() == head
+        check_all_visible(c, written, base_in)
+        assert GraphWriter(c).lookup([BASE_ORIG + 99])[0] == -1
+        fate = c.session.call(0, "live_fate", {"version": undecided}).body["fate"]
+        assert fate == "pending"  # survived the restart; aborted by the tick later
+    for p in (0, 1):
+        assert b"torn" not in (cluster.live / log_name(p, 0)).read_bytes()
+
+
+def test_a_log_is_one_servers_and_a_bad_live_dir_is_refused(cluster, tmp_path, key_file):
+    cmd = [sys.executable, "-m", "graphrun", "serve", str(cluster.parts), "--part", "1",
+           "--key-file", str(key_file), "--live-dir"]  # fmt: skip
+    bad = subprocess.run([*cmd, str(tmp_path / "nope")], capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert bad.returncode != 0
+    assert "--live-dir:" in bad.stderr and "is not a directory" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    taken = subprocess.run([*cmd, str(cluster.live)], capture_output=True, text=True,
+                           timeout=60)  # fmt: skip
+    assert taken.returncode != 0
+    assert "another server is using this log" in taken.stderr
+    assert "Traceback" not in taken.stderr
+
+
+def test_a_restarted_replica_replays_its_own_log(cluster, keys, key_file):
+    """The replica logs the pieces its primary forwards: killed and restarted, it still
+    holds them, and serves them when the primary is lost."""
+
+    def replica() -> StoreProcess:
+        args = ["--replica-of", cluster.addresses[1], "--live-dir", str(cluster.live)]
+        sp = start_store(cluster.parts, 1, key_file=key_file, log_dir=cluster.tmp,
+                         extra_args=args)  # fmt: skip
+        with RpcClient(cluster.addresses[1], keys=keys, timeout=10) as c:
+            deadline = time.monotonic() + 30
+            while sp.address not in c.call("stats").body["replicas"]:
+                assert time.monotonic() < deadline, "the replica never registered"
+                time.sleep(0.1)
+        return sp
+
+    rep = replica()
+    try:
+        with cluster.client(keys) as c:
+            base_in = in_edges(c, np.asarray([3, 500], np.int64))
+            written = write_batches(c, cluster.parts, 3)
+            head = c.follow()
+        assert (cluster.live / log_name(1, 1)).stat().st_size > 16
+        rep.kill()
+        rep = replica()
+        cluster.kill(1)
+        cfg = ClientConfig(cluster.addresses, keys=keys, timeout=5, replicas=[[], [rep.address]])
+        with KVClient(cfg) as r:
+            assert r.follow() == head
+            check_all_visible(r, written, base_in)
+    finally:
+        rep.stop()
+
+
+def test_a_full_log_refuses_a_batch_whole_and_what_it_acknowledged_replays(tmp_path, monkeypatch):
+    """Past the log's bound a batch is refused before anything of it is acknowledged or
+    visible; the servers restarted on the logs hold exactly the acknowledged batches."""
+    parts = make_partition_dir(tmp_path / "parts", 2)[1]
+    live_dir = tmp_path / "live"
+    live_dir.mkdir()
+    monkeypatch.setattr(live_log, "WAL_MAX_BYTES", 8 << 10)
+    cfg = ServerConfig(parts, 0, live_dir=live_dir, extensions=SAMPLING)
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        with KVClient(ClientConfig(addresses, job="w", timeout=20)) as c:
+            written: dict[int, int] = {}
+            with pytest.raises(StoreError, match=r"\.wal: the log is full"):
+                for k in range(100):
+                    written |= write_batches(c, parts, 1, first=k)
+            head = c.follow()
+            assert 0 < len(written) < 100
+            assert head - len(written) in (0, 1)  # the refused version: aborted, if begun
+            assert GraphWriter(c).lookup([BASE_ORIG + len(written)])[0] == -1
+    monkeypatch.setattr(live_log, "WAL_MAX_BYTES", 1 << 20)
+    with (
+        store_threads(cfg, 2) as threads,
+        KVClient(ClientConfig([t.address for t in threads], job="r", timeout=20)) as c,
+    ):
+        assert c.follow() >= head  # the refused version may be decided later (aborted)
+        ids = GraphWriter(c).lookup([BASE_ORIG + k for k in range(len(written) + 1)])
+        assert (ids[:-1] >= c.book.num_nodes).all() and ids[-1] == -1
+        assert (c.pull(FEAT, ids[:-1])[:, 0] == np.arange(len(written))).all()
