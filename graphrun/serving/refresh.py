@@ -27,7 +27,7 @@ pass at ``v1`` computes (a test holds the two within 1e-5, fp32).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -39,6 +39,7 @@ from graphrun.sampling.changes import OP_CHANGES, OP_OUT_NEIGHBORS
 from graphrun.serving.embed import CHUNK, Layers, raise_unsupported, table_name
 from graphrun.store.dist_tensor import DistTensor
 from graphrun.train import inference
+from graphrun.train.data import NodeTable
 from graphrun.train.models import ByLayer
 
 
@@ -174,7 +175,8 @@ def _layers(
     tables = layer_tables(len(model.convs))
     step = max(batch, inference.MIN_BATCH)
     for i, (ids, what) in enumerate(zip(sets, tables, strict=True)):
-        out = [inference._batch(run, i, h, torch.from_numpy(ids[lo : lo + step]), data)
+        read = cast(NodeTable, h)  # _batch only reads it
+        out = [inference._batch(run, i, read, torch.from_numpy(ids[lo : lo + step]), data)
                for lo in range(0, len(ids), step)]  # fmt: skip
         rows = torch.cat(out) if out else torch.empty(0, 1)
         st.write(what, ids, rows)
@@ -237,7 +239,7 @@ def affected(client: Any, since: int, layers: int, feature_key: str) -> list[np.
 def refresh(
     model: ByLayer, data: Any, ntype: str, feature: str, batch_size: int,
     version: int | None = None,
-) -> dict[str, float | int]:  # fmt: skip
+) -> dict[str, float | int | list[int]]:  # fmt: skip
     """Move the kept states from their version to ``version`` (the head), recomputing
     only the nodes whose in-neighbourhood changed; what it took and how many it
     recomputed (``recomputed``: at the last layer, the most of any layer)."""
@@ -255,5 +257,5 @@ def refresh(
     st.save(v)
     total = data.num_nodes(ntype) + len(st.grown)
     return {"version": v, "since": since, "nodes": total, "recomputed": len(sets[-1]),
-            "per_layer": [len(s) for s in sets],  # type: ignore[dict-item]
+            "per_layer": [len(s) for s in sets],
             "refresh_s": round(time.perf_counter() - t0, 3)}  # fmt: skip

@@ -79,6 +79,9 @@ def test_embed_refuses_bad_arguments(job, capsys) -> None:
         capsys, [*base, "--key-file", str(d / "small.key"), "--batch-size", "0"], "--batch-size"
     )
     refused(capsys, [*base, "--key-file", str(d / "store.key")], "admin key")
+    key = ["--key-file", str(d / "small.key")]
+    refused(capsys, [*base, *key, "--version", "1"], "--version: only with --live or --refresh")
+    refused(capsys, [*base, *key, "--refresh", "--version", "-1"], "--version: -1 is not in")
 
 
 @pytest.mark.parametrize(

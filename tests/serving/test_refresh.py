@@ -89,3 +89,28 @@ def test_a_refresh_without_kept_states_says_so(tmp_path):
             data = DistGraphData(DistGraph(ctx), 0, 1)
             with pytest.raises(GraphrunError, match="no kept states"):
                 refresh(model, data, "_N", "feat", 64)
+
+
+def test_the_cli_keeps_states_and_refreshes(served, capsys) -> None:
+    """`graphrun infer embed --live`, then `--refresh` with nothing written: the states
+    are at the head (version 0) and nothing is recomputed; the endpoint's precomputed
+    answers are the kept pass's."""
+    import json
+
+    from graphrun.cli import main
+
+    from .test_endpoint import infer
+
+    args = ["infer", "embed", str(served.job_file), "--key-file", str(served.key)]
+    for s in served.servers:
+        args += ["--store", s]
+    assert main([*args, "--live"]) == 0
+    kept = json.loads(capsys.readouterr().out)
+    assert kept["version"] == 0 and kept["recomputed"] == kept["nodes"] == 1000
+    assert main([*args, "--refresh"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["since"] == 0 and again["recomputed"] == 0
+    ids = [0, 17, 999]
+    got, want = infer(served, ids, mode="precomputed"), infer(served, ids, mode="full")
+    for k in ("logits", "predictions", "embeddings"):
+        np.testing.assert_allclose(got[k], want[k], atol=1e-5)
