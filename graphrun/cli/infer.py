@@ -72,6 +72,10 @@ def register(subparsers: Any) -> None:
     s.add_argument("--max-queue", type=int, default=256, help="requests in flight (more: 503)")
     s.add_argument("--window-ms", type=float, default=2.0, help="micro-batch gathering window")
     s.add_argument("--probe-s", type=float, default=1.0, help="store probe period")
+    s.add_argument("--follow", choices=("head", "pinned"),
+                   help="a live graph: sample the head of each forward, or the head (or "
+                   "--version) when joining (default: the base graph)")  # fmt: skip
+    s.add_argument("--version", type=int, help="with --follow pinned: the version to read")
     s.add_argument("--ready-file", type=Path, help='write {"url": ...} here once listening')
     s.set_defaults(func=serve)
     e = sub.add_parser("embed", help="every node's embeddings and predictions into the store")
@@ -105,6 +109,10 @@ def _check(args: argparse.Namespace) -> None:
             "--probe-s": (args.probe_s, 0.05, 3600),
             "--seed": (args.seed if args.seed is not None else 0, 0, 2**62 - 1),
         }
+        if args.version is not None:
+            if args.follow != "pinned":
+                raise ArgumentError("--version: only with --follow pinned")
+            bounds["--version"] = (args.version, 0, 2**62)
     else:
         bounds["--batch-size"] = (args.batch_size, 1, 1 << 24)
         if args.version is not None:
@@ -153,7 +161,8 @@ def _serve(args: argparse.Namespace, t: Any, token: str | None, sock: Any) -> in
     from graphrun.serving.protocol import Bounds
 
     torch.set_num_threads(args.threads)
-    engine = Engine(t.spec, t.checkpoint, t.servers, t.keys, t.job_name, args.store_timeout)
+    engine = Engine(t.spec, t.checkpoint, t.servers, t.keys, t.job_name, args.store_timeout,
+                    follow=args.follow, version=args.version)  # fmt: skip
     is_ready = store_is_ready(t.key_file, timeout=min(1.0, args.store_timeout))
     endpoints = [s.removeprefix("tcp://") for s in t.servers]
     bounds = Bounds(args.max_body_bytes, args.max_ids, args.max_neighbors, args.max_batch_ids,

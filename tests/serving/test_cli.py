@@ -84,6 +84,13 @@ def test_embed_refuses_bad_arguments(job, capsys) -> None:
     refused(capsys, [*base, *key, "--refresh", "--version", "-1"], "--version: -1 is not in")
 
 
+def test_serve_pins_a_version_only_when_told_to(job, capsys) -> None:
+    args = ["infer", "serve", str(job), "--store", "tcp://127.0.0.1:1", "--key-file",
+            str(job.parent / "small.key"), "--version", "3"]  # fmt: skip
+    refused(capsys, args, "--version: only with --follow pinned")
+    refused(capsys, [*args, "--follow", "pinned", "--version", "-2"], "--version: -2 is not in")
+
+
 @pytest.mark.parametrize(
     "host,loopback",
     [("127.0.0.1", True), ("127.0.0.2", True), ("127.255.0.9", True), ("::1", True),
