@@ -24,6 +24,7 @@ out-neighbours at layer ``l``. ``graph_out_neighbors`` scans the partition's CSC
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -90,13 +91,10 @@ def out_neighbors(
     return np.unique(np.concatenate(dst))
 
 
-def _csc(state: ServerState) -> CSCGraph:
-    from graphrun.sampling.server import _csc as base_csc
-
-    return base_csc(state)
+CscOf = Callable[["ServerState"], CSCGraph]  # the partition's CSC (the sampling server's)
 
 
-def graph_changes(state: ServerState, req: Request) -> Response:
+def graph_changes(state: ServerState, req: Request, csc_of: CscOf) -> Response:
     from graphrun.store.registry import Response
 
     body = req.args(ChangesBody)
@@ -107,10 +105,10 @@ def graph_changes(state: ServerState, req: Request) -> Response:
         raise ArgumentError(f"{req.op}: field 'features' names more than 256 tensors")
     if delta is None:
         return Response({}, (EMPTY, EMPTY))
-    return Response({}, changes(_csc(state), delta, body.since, v, body.features))
+    return Response({}, changes(csc_of(state), delta, body.since, v, body.features))
 
 
-def graph_out_neighbors(state: ServerState, req: Request) -> Response:
+def graph_out_neighbors(state: ServerState, req: Request, csc_of: CscOf) -> Response:
     from graphrun.store.registry import Response
 
     ids = req.tensor(0, "ids")
@@ -118,9 +116,11 @@ def graph_out_neighbors(state: ServerState, req: Request) -> Response:
         raise ArgumentError(f"{req.op}: ids must be 1-d int64, at most {MAX_IDS}, "
                             f"got {ids.dtype} {ids.shape}")  # fmt: skip
     delta, v = live_ops.view(state, req)
-    return Response({}, (out_neighbors(_csc(state), delta, v, np.asarray(ids)),))
+    return Response({}, (out_neighbors(csc_of(state), delta, v, np.asarray(ids)),))
 
 
-def register(registry: Registry) -> None:
-    registry.add(OP_CHANGES, graph_changes)
-    registry.add(OP_OUT_NEIGHBORS, graph_out_neighbors)
+def register(registry: Registry, csc_of: CscOf) -> None:
+    """Add the two ops, reading the partition's CSC through ``csc_of`` (the sampling
+    server's, built once)."""
+    registry.add(OP_CHANGES, lambda state, req: graph_changes(state, req, csc_of))
+    registry.add(OP_OUT_NEIGHBORS, lambda state, req: graph_out_neighbors(state, req, csc_of))

@@ -169,4 +169,4 @@ def register(registry: Registry) -> None:
     registry.add(OP_IN_DEGREES, in_degrees)
     registry.add(OP_OUT_DEGREES, out_degrees)
     registry.add(OP_FIND_EDGES, find_edges)
-    changes.register(registry)  # an embedding refresh's questions (sampling/changes.py)
+    changes.register(registry, _csc)  # an embedding refresh's questions (sampling/changes.py)
