@@ -99,15 +99,16 @@ class States:
 
     def read(self, what: str, ids: np.ndarray) -> Tensor:
         slots = self.slots(ids)
-        base = slots < self.n
-        t = self.tensor(what)
-        rows = t[torch.from_numpy(slots[base])]
+        grow = np.flatnonzero(slots >= self.n)
+        if not len(grow):
+            return self.tensor(what)[torch.from_numpy(slots)]
+        base = np.flatnonzero(slots < self.n)
+        rows = self.tensor(what)[torch.from_numpy(slots[base])]
         out = torch.empty((len(ids), *rows.shape[1:]), dtype=rows.dtype)
         out[torch.from_numpy(base)] = rows
-        if not base.all():
-            out[torch.from_numpy(~base)] = self.tensor(f"grown/{what}")[
-                torch.from_numpy(slots[~base] - self.n)
-            ]
+        out[torch.from_numpy(grow)] = self.tensor(f"grown/{what}")[
+            torch.from_numpy(slots[grow] - self.n)
+        ]
         return out
 
     def write(self, what: str, ids: np.ndarray, rows: Tensor) -> None:
@@ -145,11 +146,14 @@ class Fresh:
             return self.read(a)
         pos = np.minimum(np.searchsorted(self.ids, a), len(self.ids) - 1)
         hit = self.ids[pos] == a
-        if hit.all():
+        found, rest = np.flatnonzero(hit), np.flatnonzero(~hit)
+        if not len(rest):
             return self.rows[torch.from_numpy(pos)]
+        if not len(found):
+            return self.read(a).to(self.rows.dtype)
         out = torch.empty((len(a), self.rows.size(1)), dtype=self.rows.dtype)
-        out[torch.from_numpy(hit)] = self.rows[torch.from_numpy(pos[hit])]
-        out[torch.from_numpy(~hit)] = self.read(a[~hit]).to(self.rows.dtype)
+        out[torch.from_numpy(found)] = self.rows[torch.from_numpy(pos[found])]
+        out[torch.from_numpy(rest)] = self.read(a[rest]).to(self.rows.dtype)
         return out
 
 
