@@ -7,14 +7,15 @@ untrained weights: a forward costs the same), starts a real ``graphrun infer ser
 process and drives it with a bounded load generator of this process (asyncio + httpx,
 ``C`` clients in a closed loop, each request one random node): per mode and concurrency
 at most ``--requests`` requests or ``--seconds`` seconds, after a warm-up. Then
-``graphrun infer embed`` times one whole-graph layer-wise pass::
+``graphrun infer embed`` times one whole-graph layer-wise pass, and the incremental
+refresh (``--live``, 1,000 new random edges written by a writer key, ``--refresh``)
+against a full pass at the new head (``--live`` again; ``refresh_max_abs_diff``: the
+largest difference of their logits)::
 
     {"nodes", "edges", "parts", "fanouts",
      "runs": [{"mode", "concurrency", "requests", "errors", "p50_ms", "p99_ms",
                "requests_per_s"}],
-     "full_pass_s", "refresh_s": null, "refresh_max_abs_diff": null}
-
-``refresh_*`` wait for the live graph (issue 42): there is no incremental refresh yet.
+     "full_pass_s", "refresh_s", "refresh_recomputed", "refresh_max_abs_diff"}
 """
 
 from __future__ import annotations
@@ -183,6 +184,9 @@ def run(args: argparse.Namespace) -> int:
         subprocess.run([sys.executable, "-m", "graphrun", "keygen", str(d / "bench.key"), "--store",
                         str(d / "store.key"), "--clients", str(d / "clients")],
                        check=True, stdout=quiet)  # fmt: skip
+        subprocess.run([sys.executable, "-m", "graphrun", "keygen", str(d / "writer.key"),
+                        "--store", str(d / "store.key"), "--clients", str(d / "clients"),
+                        "--grants", "write_graph"], check=True, stdout=quiet)  # fmt: skip
         token = "bench-" + "0" * 26
         (d / "token").write_text(token)
         with start_stores(d / "parts", args.parts, key_file=d / "store.key",
@@ -211,9 +215,46 @@ def run(args: argparse.Namespace) -> int:
                 check=True, capture_output=True, text=True,
             )  # fmt: skip
             full_pass_s = json.loads(embed.stdout.strip().splitlines()[-1])["full_pass_s"]
+            fresh = _refresh(d, [*common, "--threads", str(args.threads)], graph)
     print(json.dumps({
         "nodes": graph.num_nodes, "edges": graph.num_edges, "parts": args.parts,
-        "fanouts": args.fanout_list, "runs": runs, "full_pass_s": full_pass_s,
-        "refresh_s": None, "refresh_max_abs_diff": None,
+        "fanouts": args.fanout_list, "runs": runs, "full_pass_s": full_pass_s, **fresh,
     }))  # fmt: skip
     return 0
+
+
+def _embed(args: list[str]) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "graphrun", "infer", "embed", *args]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    got: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return got
+
+
+def _refresh(d: Path, common: list[str], graph: Graph) -> dict[str, Any]:
+    """The kept pass, 1,000 new edges, the refresh, and a full pass at the new head."""
+    from graphrun.distributed.writer import GraphWriter
+    from graphrun.partition import load_id_mapping
+    from graphrun.rpc.auth import load_keys
+    from graphrun.serving.refresh import States
+    from graphrun.store.client import ClientConfig, KVClient
+
+    stores = [common[i + 1] for i, a in enumerate(common) if a == "--store"]
+    n, ntype, etype = graph.num_nodes, graph.node_types[0], graph.edge_types[0]
+    _embed([*common, "--live"])
+    rng = np.random.default_rng(0)
+    orig = load_id_mapping(d / "parts").orig_nids
+    with KVClient(ClientConfig(stores, job="writer", keys=load_keys(d / "writer.key"))) as c:
+        w = GraphWriter(c)
+        w.add_edges(etype, orig[rng.integers(0, n, 1000)], orig[rng.integers(0, n, 1000)],
+                    orig=True)  # fmt: skip
+        w.commit()
+    got = _embed([*common, "--refresh"])
+    ids = np.arange(n, dtype=np.int64)
+    with KVClient(ClientConfig(stores, job="bench", keys=load_keys(d / "bench.key"))) as c:
+        st = States(c, ntype)
+        st.load()
+        fresh = st.read("logits", ids)
+        _embed([*common, "--live"])
+        whole = st.read("logits", ids)
+    return {"refresh_s": got["refresh_s"], "refresh_recomputed": got["recomputed"],
+            "refresh_max_abs_diff": float((fresh - whole).abs().max())}  # fmt: skip

@@ -11,7 +11,9 @@ DESCRIPTION = """\
 serve: an Open Inference Protocol (KServe v2 REST) endpoint for a trained job's model;
 each request's neighbourhood is sampled from the running store (graphrun serve) and its
 features pulled as the trainers pull them. embed: every node's embeddings, logits and
-predictions into the store (layer-wise, full neighbourhoods), for `mode: precomputed`.
+predictions into the store (layer-wise, full neighbourhoods), for `mode: precomputed`;
+on a live graph --live keeps every layer's states and --refresh then recomputes only the
+nodes whose in-neighbourhood changed since.
 
 Both join the store with a job key (it cannot write the graph): graphrun keygen
 JOB.key --store STORE.key --clients clients/. See docs/serving.md.
@@ -21,6 +23,7 @@ Examples:
       --key-file small.key --port 8080
   graphrun infer serve job.yaml --host 0.0.0.0 --token-file token.txt   # store from the job
   graphrun infer embed job.yaml --store ... --key-file small.key
+  graphrun infer embed job.yaml --live ...      # then, after writes: --refresh
 """
 
 
@@ -69,11 +72,23 @@ def register(subparsers: Any) -> None:
     s.add_argument("--max-queue", type=int, default=256, help="requests in flight (more: 503)")
     s.add_argument("--window-ms", type=float, default=2.0, help="micro-batch gathering window")
     s.add_argument("--probe-s", type=float, default=1.0, help="store probe period")
+    s.add_argument("--follow", choices=("head", "pinned"),
+                   help="a live graph: sample the head of each forward, or the head (or "
+                   "--version) when joining (default: the base graph)")  # fmt: skip
+    s.add_argument("--version", type=int, help="with --follow pinned: the version to read")
     s.add_argument("--ready-file", type=Path, help='write {"url": ...} here once listening')
     s.set_defaults(func=serve)
     e = sub.add_parser("embed", help="every node's embeddings and predictions into the store")
     _common(e)
     e.add_argument("--batch-size", type=int, default=4096, help="targets per layer-wise batch")
+    how = e.add_mutually_exclusive_group()
+    how.add_argument("--live", action="store_true",
+                     help="a live graph: the pass at the head (or --version), every layer's "
+                     "states kept for --refresh")  # fmt: skip
+    how.add_argument("--refresh", action="store_true",
+                     help="recompute only the nodes whose in-neighbourhood changed since the "
+                     "kept states' version, up to the head (or --version)")  # fmt: skip
+    e.add_argument("--version", type=int, help="the live graph's version (default: the head)")
     e.set_defaults(func=embed)
 
 
@@ -94,8 +109,16 @@ def _check(args: argparse.Namespace) -> None:
             "--probe-s": (args.probe_s, 0.05, 3600),
             "--seed": (args.seed if args.seed is not None else 0, 0, 2**62 - 1),
         }
+        if args.version is not None:
+            if args.follow != "pinned":
+                raise ArgumentError("--version: only with --follow pinned")
+            bounds["--version"] = (args.version, 0, 2**62)
     else:
         bounds["--batch-size"] = (args.batch_size, 1, 1 << 24)
+        if args.version is not None:
+            if not (args.live or args.refresh):
+                raise ArgumentError("--version: only with --live or --refresh")
+            bounds["--version"] = (args.version, 0, 2**62)
     for flag, (v, lo, hi) in bounds.items():
         if not lo <= v <= hi:
             raise ArgumentError(f"{flag}: {v} is not in [{lo}, {hi}]")
@@ -138,7 +161,8 @@ def _serve(args: argparse.Namespace, t: Any, token: str | None, sock: Any) -> in
     from graphrun.serving.protocol import Bounds
 
     torch.set_num_threads(args.threads)
-    engine = Engine(t.spec, t.checkpoint, t.servers, t.keys, t.job_name, args.store_timeout)
+    engine = Engine(t.spec, t.checkpoint, t.servers, t.keys, t.job_name, args.store_timeout,
+                    follow=args.follow, version=args.version)  # fmt: skip
     is_ready = store_is_ready(t.key_file, timeout=min(1.0, args.store_timeout))
     endpoints = [s.removeprefix("tcp://") for s in t.servers]
     bounds = Bounds(args.max_body_bytes, args.max_ids, args.max_neighbors, args.max_batch_ids,
@@ -166,7 +190,7 @@ def _serve(args: argparse.Namespace, t: Any, token: str | None, sock: Any) -> in
 def embed(args: argparse.Namespace) -> int:
     import torch
 
-    from graphrun.serving import config
+    from graphrun.serving import config, refresh
     from graphrun.serving.embed import embed as run_embed
     from graphrun.serving.engine import Engine
 
@@ -176,7 +200,9 @@ def embed(args: argparse.Namespace) -> int:
     engine = Engine(t.spec, t.checkpoint, t.servers, t.keys, t.job_name, args.store_timeout)
     try:
         assert engine.model is not None
-        out = run_embed(engine.model, engine.data, engine.ntype, t.spec.feature, args.batch_size)
+        run = refresh.full if args.live else refresh.refresh if args.refresh else None
+        what = (engine.model, engine.data, engine.ntype, t.spec.feature, args.batch_size)
+        out = run_embed(*what) if run is None else run(*what, version=args.version)
     finally:
         engine.close()
     print(json.dumps({"job": t.job_name, **out}), flush=True)

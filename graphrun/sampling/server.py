@@ -30,7 +30,7 @@ import numpy as np
 
 from graphrun.errors import ArgumentError
 from graphrun.names import TensorKey
-from graphrun.sampling import live
+from graphrun.sampling import changes, live
 from graphrun.sampling.csc import CSCGraph, SampledEdges, csc_from_structure, owned_edge_weights
 from graphrun.store import live_ops
 
@@ -169,3 +169,4 @@ def register(registry: Registry) -> None:
     registry.add(OP_IN_DEGREES, in_degrees)
     registry.add(OP_OUT_DEGREES, out_degrees)
     registry.add(OP_FIND_EDGES, find_edges)
+    changes.register(registry, _csc)  # an embedding refresh's questions (sampling/changes.py)

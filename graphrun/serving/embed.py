@@ -117,6 +117,9 @@ def embed(
             emb = data.node_table(ntype, feature)[every].float()
     finally:
         head.delete_scratch()
+    kept = table_name(ntype, "version")  # a --live pass's states: no longer all at it
+    if any(t.name == kept for t in client.list_tensors()):
+        client.delete_tensor(kept)
     _write(client, table_name(ntype, "embeddings"), emb.contiguous(), ntype)
     stored = DistTensor(client, table_name(ntype, "embeddings"))
     tail = cast(GraphData, Own(data, stored, int(emb.size(1))))

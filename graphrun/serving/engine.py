@@ -123,8 +123,9 @@ class Engine:
 
     def __init__(
         self, spec: ModelSpec, checkpoint: Path, servers: Sequence[str], keys: KeyPair, job: str,
-        timeout: float = 5.0,
+        timeout: float = 5.0, follow: str | None = None, version: int | None = None,
     ) -> None:  # fmt: skip
+        self.follow, self.version = follow, version  # a live graph: the head, or pinned
         self.spec, self.checkpoint = spec, checkpoint
         self.servers, self.keys, self.job, self.timeout = tuple(servers), keys, job, timeout
         self.model: ByLayer | None = None
@@ -144,7 +145,9 @@ class Engine:
             name="serving", timeout=self.timeout,
         )  # fmt: skip
         try:
-            data = DistGraphData(DistGraph(ctx), 0, 1, seed=self.spec.seed)
+            data = DistGraphData(DistGraph(ctx, follow=self.follow), 0, 1, seed=self.spec.seed)
+            if self.version is not None:
+                ctx.client.follow(self.version)
             if len(data.edge_types) != 1 or len(data.node_types) != 1:
                 raise ArgumentError(
                     "the endpoint answers on homogeneous graphs (one node and edge type)"
@@ -201,6 +204,7 @@ class Engine:
             raise StoreUnavailable(f"the store did not answer ({exc})") from exc
 
     def _answer(self, queries: Sequence[Query]) -> Stats:
+        self.data.graph.refresh("batch")  # following the head: the head of each forward
         stats = Stats(ids=sum(q.size for q in queries))
         rows: list[dict[str, np.ndarray] | BadRequest | None] = [None] * len(queries)
         parts: list[Part] = []

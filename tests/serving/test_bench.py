@@ -44,4 +44,5 @@ def test_a_small_run_prints_the_runs_and_the_full_pass(capsys: pytest.CaptureFix
         assert r["errors"] == 0 and r["requests"] == 20
         assert 0 < r["p50_ms"] <= r["p99_ms"] and r["requests_per_s"] > 0
     assert got["nodes"] == 600 and got["full_pass_s"] > 0
-    assert got["refresh_s"] is None  # the live graph (issue 42) is not there yet
+    assert got["refresh_s"] > 0 and 0 < got["refresh_recomputed"] <= 600
+    assert got["refresh_max_abs_diff"] <= 1e-5

@@ -79,6 +79,16 @@ def test_embed_refuses_bad_arguments(job, capsys) -> None:
         capsys, [*base, "--key-file", str(d / "small.key"), "--batch-size", "0"], "--batch-size"
     )
     refused(capsys, [*base, "--key-file", str(d / "store.key")], "admin key")
+    key = ["--key-file", str(d / "small.key")]
+    refused(capsys, [*base, *key, "--version", "1"], "--version: only with --live or --refresh")
+    refused(capsys, [*base, *key, "--refresh", "--version", "-1"], "--version: -1 is not in")
+
+
+def test_serve_pins_a_version_only_when_told_to(job, capsys) -> None:
+    args = ["infer", "serve", str(job), "--store", "tcp://127.0.0.1:1", "--key-file",
+            str(job.parent / "small.key"), "--version", "3"]  # fmt: skip
+    refused(capsys, args, "--version: only with --follow pinned")
+    refused(capsys, [*args, "--follow", "pinned", "--version", "-2"], "--version: -2 is not in")
 
 
 @pytest.mark.parametrize(

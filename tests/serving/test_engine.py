@@ -110,3 +110,26 @@ def test_a_micro_batch_never_passes_max_batch_ids(served: Served) -> None:
     assert values[("graphrun_serving_batch_ids_count", None)] == 6
     assert values[("graphrun_serving_batch_ids_sum", None)] == 18
     assert values[("graphrun_serving_batch_ids_bucket", "4.0")] == 6
+
+
+@pytest.mark.parametrize("follow,version", [("head", None), ("pinned", 0)])
+def test_an_engine_following_the_live_graph_reads_at_its_version(
+    served: Served, follow: str, version: int | None
+) -> None:
+    """Nothing written: the head is version 0, the base graph, and the answers are the
+    base graph's (a graph written to is `tests/serving/test_refresh.py`'s)."""
+    spec = ModelSpec.of(load_job(served.job_file))
+    ckpt = served.job_file.parent / "runs" / "small" / "checkpoints"
+    keys = load_keys(served.key)
+    live = Engine(spec, ckpt, served.servers, keys, "small", follow=follow, version=version)
+    base = Engine(spec, ckpt, served.servers, keys, "small")
+    try:
+        ids = np.array([3, 4, 999], dtype=np.int64)
+        got = live.answer([Query("full", 0, ("logits",), ids=ids)]).rows[0]
+        want = base.answer([Query("full", 0, ("logits",), ids=ids)]).rows[0]
+        assert live.data.graph.version == 0 and base.data.graph.version is None
+        assert not isinstance(got, BadRequest) and not isinstance(want, BadRequest)
+        np.testing.assert_array_equal(got["logits"], want["logits"])
+    finally:
+        live.close()
+        base.close()

@@ -1,0 +1,126 @@
+"""What changed in a live partition between two versions, and who is downstream of it.
+
+Two store ops for an incremental refresh of stored embeddings
+(:mod:`graphrun.serving.refresh`), added by ``graphrun.sampling.server:register``; numpy
+only (the store imports no torch):
+
+==================  ======================================================================
+op                  body -> reply
+==================  ======================================================================
+graph_changes       since, v, features (node tensor names; empty: every node feature)
+                    -> tensors (nodes int64: new nodes and nodes whose named features were
+                    updated in ``(since, v]``; dst int64: destinations of the edges added
+                    or deleted in ``(since, v]``), graph ids owned here, unique
+graph_out_neighbors tensors (ids int64,), v -> tensors (dst int64,): the nodes of this
+                    partition with an in-edge at ``v`` from one of ``ids``, unique
+==================  ======================================================================
+
+A node's layer-``l`` state depends on its in-neighbours' layer ``l-1`` states and its
+in-edges: new nodes and updated features change layer 0, an added or deleted in-edge
+changes its destination at layer 1, and a change at layer ``l-1`` reaches the
+out-neighbours at layer ``l``. ``graph_out_neighbors`` scans the partition's CSC sources
+(``np.isin``: linear in the partition's edges) and its delta's new edges at ``v``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import msgspec
+import numpy as np
+
+from graphrun.errors import ArgumentError
+from graphrun.names import TensorKey
+from graphrun.sampling.csc import CSCGraph
+from graphrun.store import live_ops
+from graphrun.store.live import LiveDelta
+
+if TYPE_CHECKING:
+    from graphrun.store.registry import Registry, Request, Response
+    from graphrun.store.state import ServerState
+
+OP_CHANGES = "graph_changes"
+OP_OUT_NEIGHBORS = "graph_out_neighbors"
+MAX_IDS = 1 << 24  # ids of one graph_out_neighbors request
+EMPTY = np.empty(0, np.int64)
+
+
+class ChangesBody(msgspec.Struct, frozen=True):
+    since: int
+    features: list[str] = msgspec.field(default_factory=list)
+
+
+def _node_key(name: str) -> bool:
+    key = TensorKey.parse(name)
+    return key is not None and key.kind == "node"
+
+
+def changes(
+    csc: CSCGraph, delta: LiveDelta, since: int, version: int, features: list[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(nodes, dst)`` of ``graph_changes`` (see the module docstring)."""
+    nodes, dst = [EMPTY], [EMPTY]
+    for v in sorted(delta.committed):
+        if not since < v <= version:
+            continue
+        b = delta.committed[v]
+        nodes.append(b.nodes)
+        for key, (ids, _) in b.updates.items():
+            if (key in features) if features else _node_key(key):
+                nodes.append(ids)
+        dst.append(b.edges[1])
+        if len(b.deleted):
+            base = np.isin(b.deleted, csc.eids)
+            dst.append(csc.find_edges(b.deleted[base])[1])
+            e = delta.index.edges
+            dst.append(e[1, np.isin(e[2], b.deleted[~base])])
+    return np.unique(np.concatenate(nodes)), np.unique(np.concatenate(dst))
+
+
+def out_neighbors(
+    csc: CSCGraph, delta: LiveDelta | None, version: int, ids: np.ndarray
+) -> np.ndarray:
+    """The nodes of this partition with an in-edge from one of ``ids`` at ``version``."""
+    pos = np.flatnonzero(np.isin(csc.indices[: csc.indptr[-1]], ids))
+    dst = [np.searchsorted(csc.indptr, pos, side="right") - 1 + csc.row_start]
+    if delta is not None:
+        dst[0] = dst[0][~delta.deleted(csc.eids[pos], version)]
+        e = delta.new_edges(version)
+        dst.append(e[1, np.isin(e[0], ids)])
+    return np.unique(np.concatenate(dst))
+
+
+CscOf = Callable[["ServerState"], CSCGraph]  # the partition's CSC (the sampling server's)
+
+
+def graph_changes(state: ServerState, req: Request, csc_of: CscOf) -> Response:
+    from graphrun.store.registry import Response
+
+    body = req.args(ChangesBody)
+    delta, v = live_ops.view(state, req)
+    if not 0 <= body.since <= v:
+        raise ArgumentError(f"{req.op}: field 'since' must be a version in [0, v={v}]")
+    if len(body.features) > 256:
+        raise ArgumentError(f"{req.op}: field 'features' names more than 256 tensors")
+    if delta is None:
+        return Response({}, (EMPTY, EMPTY))
+    return Response({}, changes(csc_of(state), delta, body.since, v, body.features))
+
+
+def graph_out_neighbors(state: ServerState, req: Request, csc_of: CscOf) -> Response:
+    from graphrun.store.registry import Response
+
+    ids = req.tensor(0, "ids")
+    if ids.ndim != 1 or ids.dtype != np.int64 or len(ids) > MAX_IDS:
+        raise ArgumentError(f"{req.op}: ids must be 1-d int64, at most {MAX_IDS}, "
+                            f"got {ids.dtype} {ids.shape}")  # fmt: skip
+    delta, v = live_ops.view(state, req)
+    return Response({}, (out_neighbors(csc_of(state), delta, v, np.asarray(ids)),))
+
+
+def register(registry: Registry, csc_of: CscOf) -> None:
+    """Add the two ops, reading the partition's CSC through ``csc_of`` (the sampling
+    server's, built once)."""
+    registry.add(OP_CHANGES, lambda state, req: graph_changes(state, req, csc_of))
+    registry.add(OP_OUT_NEIGHBORS, lambda state, req: graph_out_neighbors(state, req, csc_of))

@@ -1,0 +1,265 @@
+"""Embeddings that stay fresh: keep every layer's states, recompute only what changed.
+
+:func:`full` is the whole-graph pass of :mod:`graphrun.serving.embed` at a version of a
+live graph (the head by default), keeping what an incremental refresh needs:
+
+* every layer's states as job tensors: ``serving/<ntype>/hidden<l>`` for the hidden
+  layers ``1 .. L-2``, then ``embeddings`` (layer ``L-1``), ``logits`` (layer ``L``) and
+  ``predictions``, as the plain pass writes them;
+* the new nodes' rows (ids ``>=`` the base ``num_nodes``, which a node-policy tensor has
+  no row for): ``serving/<ntype>/grown`` lists them (int64, in the order they were first
+  computed) and ``serving/<ntype>/grown/<table>`` holds row ``j`` of the ``j``-th;
+* ``serving/<ntype>/version`` (int64): ``[0]`` the version the states are at, ``[1]``
+  how many new nodes ``grown`` lists.
+
+:func:`refresh` moves the states from their version ``v0`` to ``v1`` (the head by
+default). It asks each partition what changed in ``(v0, v1]``
+(:mod:`graphrun.sampling.changes`): ``A_0`` the new nodes and nodes whose input feature
+was updated, ``D`` the destinations of added or deleted edges; then ``A_1 = A_0 ∪ D ∪
+out(A_0)`` and ``A_l = A_{l-1} ∪ out(A_{l-1})`` (out-neighbours at ``v1``, asked for
+the frontier only). Layer ``l`` is recomputed for ``A_l`` alone over full in-neighbourhoods
+at ``v1`` (:func:`graphrun.train.inference` 's ``_batch``), reading layer ``l-1``'s fresh
+rows for ``A_{l-1}`` and the stored ones for the rest; a node outside ``A_l`` has the
+same in-edges and in-neighbour states as at ``v0``, so its stored row is what a full
+pass at ``v1`` computes (a test holds the two within 1e-5, fp32).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, cast
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from graphrun.errors import ArgumentError, StoreError
+from graphrun.names import PolicyName, TensorKey
+from graphrun.sampling.changes import OP_CHANGES, OP_OUT_NEIGHBORS
+from graphrun.serving.embed import CHUNK, Layers, raise_unsupported, table_name
+from graphrun.store.dist_tensor import DistTensor
+from graphrun.train import inference
+from graphrun.train.data import NodeTable
+from graphrun.train.models import ByLayer
+
+
+def layer_tables(layers: int) -> list[str]:
+    """The table of each layer's output ``1 .. L`` (index ``l - 1``)."""
+    return [f"hidden{i}" for i in range(1, layers - 1)] + ["embeddings", "logits"]
+
+
+class States:
+    """The stored states of one node type: base rows in node-policy tensors, new nodes'
+    rows in their ``grown/`` twins (see the module docstring)."""
+
+    def __init__(self, client: Any, ntype: str) -> None:
+        self.client, self.ntype = client, ntype
+        self.n = int(client.book.num_nodes)
+        self.grown = np.empty(0, np.int64)
+        self._order = np.empty(0, np.int64)
+
+    def name(self, what: str) -> str:
+        return table_name(self.ntype, what)
+
+    def tensor(self, what: str, width: int | None = None, dtype: str = "float32") -> DistTensor:
+        if width is None:
+            return DistTensor(self.client, self.name(what))
+        shape = (self.n,) if width == 0 else (self.n, width)
+        return DistTensor(self.client, self.name(what), shape=shape, dtype=dtype,
+                          policy=PolicyName.node(self.ntype), persistent=True)  # fmt: skip
+
+    def load(self) -> int:
+        """The stored version (and the new nodes' list); StoreError if none is stored."""
+        try:
+            meta = self.tensor("version")[torch.arange(2)].numpy()
+        except StoreError as exc:
+            raise StoreError(f"refresh: no kept states of {self.ntype!r} in the store "
+                             "(run `graphrun infer embed --live` first)") from exc  # fmt: skip
+        k = int(meta[1])
+        self.grown = self.tensor("grown")[torch.arange(k)].numpy() if k else self.grown
+        self._order = np.argsort(self.grown, kind="stable")
+        return int(meta[0])
+
+    def add_grown(self, ids: np.ndarray) -> None:
+        new = ids[ids >= self.n]
+        new = new[~np.isin(new, self.grown)]
+        if len(self.grown) + len(new) > self.n:
+            raise StoreError(f"refresh: more new nodes than base ones ({self.n}); "
+                             "the graph must be compacted first")  # fmt: skip
+        self.grown = np.concatenate([self.grown, np.sort(new)])
+        self._order = np.argsort(self.grown, kind="stable")
+
+    def slots(self, ids: np.ndarray) -> np.ndarray:
+        """Each id's row: itself for a base node, ``n + j`` for the ``j``-th new node."""
+        out = ids.copy()
+        grow = ids >= self.n
+        pos = np.searchsorted(self.grown[self._order], ids[grow])
+        out[grow] = self.n + self._order[np.minimum(pos, max(len(self.grown) - 1, 0))]
+        return out
+
+    def read(self, what: str, ids: np.ndarray) -> Tensor:
+        slots = self.slots(ids)
+        grow = np.flatnonzero(slots >= self.n)
+        if not len(grow):
+            return self.tensor(what)[torch.from_numpy(slots)]
+        base = np.flatnonzero(slots < self.n)
+        rows = self.tensor(what)[torch.from_numpy(slots[base])]
+        out = torch.empty((len(ids), *rows.shape[1:]), dtype=rows.dtype)
+        out[torch.from_numpy(base)] = rows
+        out[torch.from_numpy(grow)] = self.tensor(f"grown/{what}")[
+            torch.from_numpy(slots[grow] - self.n)
+        ]
+        return out
+
+    def write(self, what: str, ids: np.ndarray, rows: Tensor) -> None:
+        width = 0 if rows.dim() == 1 else int(rows.size(1))
+        dtype = str(rows.dtype).replace("torch.", "")
+        slots = self.slots(ids)
+        for name, pick, off in ((what, slots < self.n, 0), (f"grown/{what}", slots >= self.n,
+                                                            self.n)):  # fmt: skip
+            if not pick.any():
+                continue
+            t = self.tensor(name, width, dtype)
+            s, r = torch.from_numpy(slots[pick] - off), rows[torch.from_numpy(pick)]
+            for lo in range(0, len(s), CHUNK):
+                t[s[lo : lo + CHUNK]] = r[lo : lo + CHUNK]
+
+    def save(self, version: int) -> None:
+        if len(self.grown):
+            t = self.tensor("grown", 0, "int64")
+            t[torch.arange(len(self.grown))] = torch.from_numpy(self.grown)
+        self.tensor("version", 0, "int64")[torch.arange(2)] = torch.tensor(
+            [version, len(self.grown)]
+        )
+
+
+class Fresh:
+    """A layer's input as :func:`inference._batch` reads it: ``fresh`` rows of the nodes
+    just recomputed, the stored table (or the feature) for the rest."""
+
+    def __init__(self, read: Any, ids: np.ndarray, rows: Tensor | None) -> None:
+        self.read, self.ids, self.rows = read, ids, rows  # ids sorted
+
+    def __getitem__(self, ids: Tensor) -> Tensor:
+        a = ids.numpy()
+        if self.rows is None or not len(self.ids):
+            return self.read(a)
+        pos = np.minimum(np.searchsorted(self.ids, a), len(self.ids) - 1)
+        hit = self.ids[pos] == a
+        found, rest = np.flatnonzero(hit), np.flatnonzero(~hit)
+        if not len(rest):
+            return self.rows[torch.from_numpy(pos)]
+        if not len(found):
+            return self.read(a).to(self.rows.dtype)
+        out = torch.empty((len(a), self.rows.size(1)), dtype=self.rows.dtype)
+        out[torch.from_numpy(found)] = self.rows[torch.from_numpy(pos[found])]
+        out[torch.from_numpy(rest)] = self.read(a[rest]).to(self.rows.dtype)
+        return out
+
+
+def _check(model: ByLayer, data: Any) -> int:
+    if not inference.supports(model, data):
+        raise_unsupported()
+    layers = len(model.convs)
+    if layers < 2:
+        raise ArgumentError("refresh: a model of one layer has no states to keep; "
+                            "`graphrun infer embed` recomputes it whole")  # fmt: skip
+    return layers
+
+
+@torch.no_grad()
+def _layers(
+    model: ByLayer, data: Any, st: States, feature: str, sets: list[np.ndarray], batch: int
+) -> None:
+    """Recompute layer ``l`` for ``sets[l-1]`` (sorted ids), ``l = 1 .. L``, and store it."""
+    model.eval()
+    run = Layers(model, 0, len(model.convs))
+    feat = data.node_table(st.ntype, feature)
+    h = Fresh(lambda a: feat[torch.from_numpy(a)].float(), np.empty(0, np.int64), None)
+    tables = layer_tables(len(model.convs))
+    step = max(batch, inference.MIN_BATCH)
+    for i, (ids, what) in enumerate(zip(sets, tables, strict=True)):
+        read = cast(NodeTable, h)  # _batch only reads it
+        out = [inference._batch(run, i, read, torch.from_numpy(ids[lo : lo + step]), data)
+               for lo in range(0, len(ids), step)]  # fmt: skip
+        rows = torch.cat(out) if out else torch.empty(0, 1)
+        st.write(what, ids, rows)
+        if what == "logits":
+            st.write("predictions", ids, rows.argmax(-1).long())
+        h = Fresh(lambda a, w=what: st.read(w, a).float(), ids, rows)
+
+
+def _follow(client: Any, version: int | None) -> int:
+    return int(client.follow(version))
+
+
+def full(
+    model: ByLayer, data: Any, ntype: str, feature: str, batch_size: int,
+    version: int | None = None,
+) -> dict[str, float | int]:  # fmt: skip
+    """Every node's states at ``version`` (the head) into the store, kept for
+    :func:`refresh` (see the module docstring); what it took."""
+    layers = _check(model, data)
+    t0 = time.perf_counter()
+    client = data.graph.ctx.client
+    v = _follow(client, version)
+    st = States(client, ntype)
+    new, _ = client.live_nodes()
+    st.add_grown(new)
+    ids = np.concatenate([np.arange(data.num_nodes(ntype), dtype=np.int64), new])
+    _layers(model, data, st, feature, [ids] * layers, batch_size)
+    st.save(v)
+    return {"version": v, "nodes": len(ids), "recomputed": len(ids),
+            "full_pass_s": round(time.perf_counter() - t0, 3)}  # fmt: skip
+
+
+def _ask(client: Any, op: str, body: dict[str, Any], tensors: tuple[np.ndarray, ...] = ()
+         ) -> list[list[np.ndarray]]:  # fmt: skip
+    s = client.session
+    pending = [s.request(p, op, body, tensors) for p in range(client.book.num_parts)]
+    return [[np.asarray(t, np.int64) for t in s.wait(r).tensors] for r in pending]
+
+
+def _union(arrays: list[np.ndarray]) -> np.ndarray:
+    return np.unique(np.concatenate([np.empty(0, np.int64), *arrays]))
+
+
+def affected(client: Any, since: int, layers: int, feature_key: str) -> list[np.ndarray]:
+    """``A_1 .. A_L`` from ``since`` to the client's version (module docstring)."""
+    got = _ask(client, OP_CHANGES, {"since": since, "features": [feature_key]})
+    changed = _union([g[0] for g in got])
+    dst = _union([g[1] for g in got])
+    sets, asked = [], np.empty(0, np.int64)
+    current = changed
+    for i in range(layers):
+        frontier = np.setdiff1d(current, asked, assume_unique=True)
+        out = _union([g[0] for g in _ask(client, OP_OUT_NEIGHBORS, {}, (frontier,))])
+        asked = current
+        current = _union([current, out] + ([dst] if i == 0 else []))
+        sets.append(current)
+    return sets
+
+
+def refresh(
+    model: ByLayer, data: Any, ntype: str, feature: str, batch_size: int,
+    version: int | None = None,
+) -> dict[str, float | int | list[int]]:  # fmt: skip
+    """Move the kept states from their version to ``version`` (the head), recomputing
+    only the nodes whose in-neighbourhood changed; what it took and how many it
+    recomputed (``recomputed``: at the last layer, the most of any layer)."""
+    layers = _check(model, data)
+    t0 = time.perf_counter()
+    client = data.graph.ctx.client
+    st = States(client, ntype)
+    since = st.load()
+    v = _follow(client, version)
+    if v < since:
+        raise ArgumentError(f"version: {v} is below the kept states' version {since}")
+    sets = affected(client, since, layers, str(TensorKey.node(ntype, feature)))
+    st.add_grown(sets[-1])
+    _layers(model, data, st, feature, sets, batch_size)
+    st.save(v)
+    total = data.num_nodes(ntype) + len(st.grown)
+    return {"version": v, "since": since, "nodes": total, "recomputed": len(sets[-1]),
+            "per_layer": [len(s) for s in sets],
+            "refresh_s": round(time.perf_counter() - t0, 3)}  # fmt: skip

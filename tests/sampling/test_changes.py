@@ -1,0 +1,74 @@
+"""The embedding refresh's store-side questions (graphrun/sampling/changes.py), on a
+partition's CSC and a delta built by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from graphrun.sampling.changes import changes, out_neighbors
+from graphrun.sampling.csc import CSCGraph
+from graphrun.store.live import Batch, LiveDelta
+
+I64 = np.int64
+N = 100  # base nodes: growth ids from here
+
+
+def csc() -> CSCGraph:
+    """Rows 10..13 (row_start 10): 0 -> 10, 11 -> 10, 10 -> 11, 0 -> 12; eids 0..3."""
+    return CSCGraph(np.array([0, 2, 3, 4, 4]), np.array([0, 11, 10, 0]), np.arange(4),
+                    row_start=10)  # fmt: skip
+
+
+def batch(
+    version: int,
+    nodes: np.ndarray | None = None,
+    orig: np.ndarray | None = None,
+    edges: np.ndarray | None = None,
+    deleted: np.ndarray | None = None,
+    updates: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+) -> Batch:
+    e = np.empty(0, I64)
+    nodes = e if nodes is None else nodes
+    edges = np.empty((3, 0), I64) if edges is None else edges
+    return Batch(version, nodes, np.zeros(len(nodes), np.int32), e if orig is None else orig,
+                 edges, np.zeros(edges.shape[1], np.int32), e if deleted is None else deleted,
+                 {}, updates or {})  # fmt: skip
+
+
+def delta(*batches: Batch) -> LiveDelta:
+    d = LiveDelta()
+    for b in batches:
+        d.hold(b, 0.0)
+        d.commit(b.version)
+    return d
+
+
+def test_changes_name_new_nodes_updated_rows_and_the_destinations_of_edge_changes():
+    feat = "node/_N/feat"
+    d = delta(
+        batch(1, nodes=np.array([N]), orig=np.array([7]), edges=np.array([[N], [13], [4000]])),
+        batch(2, deleted=np.array([2, 4000]),
+              updates={feat: (np.array([12]), np.ones((1, 8), np.float32)),
+                       "node/_N/train_mask": (np.array([11]), np.ones(1, bool))}),
+        batch(3, edges=np.array([[0], [10], [4001]])),
+    )  # fmt: skip
+    nodes, dst = changes(csc(), d, 0, 2, [feat])
+    assert nodes.tolist() == [12, N]  # not 11: its train_mask is not the input feature
+    assert dst.tolist() == [11, 13]  # the new edge into 13 (deleted again), base edge 2 into 11
+    nodes, dst = changes(csc(), d, 0, 2, [])
+    assert nodes.tolist() == [11, 12, N]  # every node feature
+    nodes, dst = changes(csc(), d, 1, 3, [feat])
+    assert nodes.tolist() == [12] and dst.tolist() == [10, 11, 13]
+    assert [a.tolist() for a in changes(csc(), d, 3, 3, [])] == [[], []]
+
+
+def test_out_neighbors_at_a_version_see_new_edges_and_not_deleted_ones():
+    d = delta(
+        batch(1, edges=np.array([[11], [13], [4000]])),
+        batch(2, deleted=np.array([0])),
+    )  # fmt: skip
+    g = csc()
+    assert out_neighbors(g, None, 0, np.array([0])).tolist() == [10, 12]
+    assert out_neighbors(g, d, 1, np.array([0, 11])).tolist() == [10, 12, 13]
+    assert out_neighbors(g, d, 2, np.array([0])).tolist() == [12]  # 0 -> 10 deleted at 2
+    assert out_neighbors(g, d, 2, np.array([5, 99])).tolist() == []
