@@ -4,8 +4,10 @@
   ``store:P:r`` for the replica of partition P on another machine, ``store:P:rK`` for
   replica K > 1), ``trainer:R``, ``sampler:R:W`` and ``ps:J`` (a parameter server,
   ``training.sync: ps``); and the processes that run them: ``worker:<machine>`` (one
-  machine's ``graphrun worker``), ``partitioner`` (``partitioner:I``, one of several),
-  ``generator`` and ``launcher``. A :class:`RoleName` is the value dicts are keyed by;
+  machine's ``graphrun worker``; ``<machine>`` is the machine's name, never its index,
+  on both backends: the operator's worker pod ``i`` is ``worker:<machine_names[i]>``,
+  so ``worker:0`` is a machine named ``0``), ``partitioner`` (``partitioner:I``, rank
+  ``I`` of several, each on machine ``I``), ``generator`` and ``launcher``. A :class:`RoleName` is the value dicts are keyed by;
   ``str()`` formats it and :meth:`RoleName.parse` reads it back, at the file and wire
   boundaries only (the hosts file, a plan's assignments, the launch file, logs).
   :data:`MAIN_TRAINER` is the trainer whose machine hosts the rendezvous.
