@@ -18,6 +18,7 @@ import msgspec
 from graphrun.errors import SpecError
 from graphrun.files import read_json
 from graphrun.machine.process import RoleCommand
+from graphrun.names import Endpoint
 from graphrun.wire import convert, write_json
 
 RoleKind = Literal["store", "ps", "sampler", "trainer"]
@@ -33,14 +34,16 @@ class RoleLaunch(msgspec.Struct, frozen=True):
     argv: tuple[str, ...]
     env: dict[str, str] = {}  # added to the inherited environment
     cwd: str | None = None
-    ready: str | None = None
+    ready: Endpoint | None = None
 
     def __post_init__(self) -> None:
         if not self.role or not self.argv:
             raise ValueError(f"role {self.role!r}: role and argv must not be empty")
+        if self.ready is not None and not isinstance(self.ready, Endpoint):
+            raise ValueError(f"role {self.role}: ready {self.ready!r} is not an Endpoint")
 
     @classmethod
-    def of(cls, kind: RoleKind, command: RoleCommand, ready: str | None = None) -> RoleLaunch:
+    def of(cls, kind: RoleKind, command: RoleCommand, ready: Endpoint | None = None) -> RoleLaunch:
         return cls(kind, command.role, command.argv, dict(command.env), command.cwd, ready)
 
 
@@ -48,7 +51,7 @@ class MachineLaunch(msgspec.Struct, frozen=True, kw_only=True):
     """What one machine runs; its JSON file has these fields, in this order."""
 
     machine: str
-    wait_for: tuple[str, ...] = ()  # endpoints that must be up before samplers/trainers start
+    wait_for: tuple[Endpoint, ...] = ()  # must be up before samplers/trainers start
     ready_timeout_s: float = 120.0
     key_file: str | None = None  # the job's key: store servers are probed with it
     stall_timeout_s: float = 30.0  # a role stopped (SIGSTOP) this long fails the machine

@@ -198,7 +198,7 @@ def machine_launches(
     """What every machine runs, in machine order."""
     env = dict(env or {})
     all_stores = tuple(ep for eps in hosts.store_endpoints().values() for ep in eps)
-    all_stores += tuple(hosts.endpoints[r.name] for r in roles.values() if r.kind == "ps")
+    all_stores += tuple(hosts.endpoints[r.id] for r in roles.values() if r.kind == "ps")
     out = []
     for m in job.spec.machine_names:
         launches: list[RoleLaunch] = []
@@ -211,11 +211,11 @@ def machine_launches(
                 feats = job.spec.runtime.store_features
                 argv = store_argv(r, hosts, paths, python, prof, feats)
                 cmd = RoleCommand(r.name, m, argv, env)
-                launches.append(RoleLaunch.of("store", cmd, hosts.endpoints[r.name]))
+                launches.append(RoleLaunch.of("store", cmd, hosts.endpoints[r.id]))
             elif r.kind == "ps":
                 prof = profile_dir / f"ps-{r.id.index}.jsonl" if profile_dir else None
                 cmd = RoleCommand(r.name, m, ps_argv(r, hosts, paths, python, prof), env)
-                launches.append(RoleLaunch.of("ps", cmd, hosts.endpoints[r.name]))
+                launches.append(RoleLaunch.of("ps", cmd, hosts.endpoints[r.id]))
             elif r.kind == "trainer":
                 prof = profile_dir / f"trainer-{r.rank}.jsonl" if profile_dir else None
                 argv = trainer_argv(r, paths, python, resume, prof, trainer_args)

@@ -49,7 +49,7 @@ from graphrun.machine.launch import MachineLaunch, RoleLaunch
 from graphrun.machine.process import RoleExit, Supervisor
 from graphrun.machine.readiness import IsReady, store_is_ready
 from graphrun.machine.usage import RoleUsage
-from graphrun.names import RoleName
+from graphrun.names import Endpoint, RoleName
 from graphrun.record import (
     MachineLeaving,
     MachineStatus,
@@ -185,7 +185,7 @@ class StallWatch:
                 )  # fmt: skip
 
 
-def all_up(endpoints: Sequence[str], is_ready: IsReady) -> Callable[[], bool]:
+def all_up(endpoints: Sequence[Endpoint], is_ready: IsReady) -> Callable[[], bool]:
     return lambda: all(is_ready(e) for e in endpoints)
 
 
@@ -315,7 +315,7 @@ def run_machine(
 
     try:
         status.update(sup, "starting")
-        own: list[str] = []
+        own: list[Endpoint] = []
         for wave in store_waves(launch):  # main servers first: backups attach to them
             for r in wave:
                 sup.start(launch.command(r))

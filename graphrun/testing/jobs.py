@@ -29,7 +29,7 @@ import yaml
 from graphrun.job.hosts import free_ports
 from graphrun.machine.launch import MachineLaunch, RoleLaunch
 from graphrun.machine.process import RoleCommand
-from graphrun.names import RoleName
+from graphrun.names import Endpoint, RoleName
 
 if TYPE_CHECKING:
     from graphrun.local.runner import LocalJob
@@ -49,7 +49,7 @@ while True:
 
 def fake_store(role: str, machine: str, port: int, host: str = "127.0.0.1") -> RoleLaunch:
     cmd = RoleCommand(role, machine, (sys.executable, "-c", STORE_CODE, str(port), host))
-    return RoleLaunch.of("store", cmd, ready=f"{host}:{port}")
+    return RoleLaunch.of("store", cmd, ready=Endpoint(host, port))
 
 
 def fake_trainer(role: str, machine: str, code: str) -> RoleLaunch:
@@ -64,7 +64,7 @@ def two_machines(
 ) -> list[MachineLaunch]:
     """m0 and m1, each with one fake store server and one trainer running the given code."""
     ports = ports or free_ports(2)
-    stores = [f"{addresses[i]}:{p}" for i, p in enumerate(ports)]
+    stores = [Endpoint(addresses[i], p) for i, p in enumerate(ports)]
     return [
         MachineLaunch(
             machine=f"m{i}",

@@ -16,6 +16,7 @@ from graphrun.local.elastic import machine_lost_event
 from graphrun.local.machines import LocalMachines
 from graphrun.machine.launch import MachineLaunch, RoleKind, RoleLaunch
 from graphrun.machine.process import RoleCommand, RoleExit
+from graphrun.names import Endpoint
 from graphrun.record import Reformed, TookOver, event_text, parse_event
 
 REFORMED = event_text(
@@ -93,7 +94,7 @@ def _fake_launches(tmp_path, codes: dict[int, str]) -> list[MachineLaunch]:
     from graphrun.testing.jobs import fake_store, fake_trainer
 
     ports = free_ports(6)  # a primary and the previous partition's replica on each
-    stores = tuple(f"127.0.0.1:{p}" for p in ports)
+    stores = tuple(Endpoint("127.0.0.1", p) for p in ports)
     return [
         MachineLaunch(
             machine=f"m{i}",

@@ -12,12 +12,16 @@ import pytest
 from graphrun.job.hosts import free_ports
 from graphrun.machine.launch import MachineLaunch, RoleLaunch
 from graphrun.machine.stopmark import write_mark
-from graphrun.names import RoleName
+from graphrun.names import Endpoint, RoleName
 from graphrun.record import read_status
 from graphrun.testing.jobs import fake_store, fake_trainer
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def at(port: int) -> Endpoint:
+    return Endpoint("127.0.0.1", port)
 
 
 def run_worker(tmp_path: Path, launch: MachineLaunch) -> subprocess.CompletedProcess[str]:
@@ -33,7 +37,7 @@ def test_trainer_only_machine_exits_0_when_its_trainers_are_done(tmp_path: Path)
     with subprocess.Popen(store.argv, stdout=subprocess.DEVNULL) as server:
         try:
             trainer = fake_trainer("trainer:0", "m1", "print('trained')")
-            launch = MachineLaunch(machine="m1", roles=(trainer,), wait_for=(store.ready or "",))
+            launch = MachineLaunch(machine="m1", roles=(trainer,), wait_for=(at(port),))
             out = run_worker(tmp_path, launch)
         finally:
             server.kill()
@@ -95,7 +99,7 @@ def test_told_to_stop_the_worker_stops_its_trainers_before_its_stores(tmp_path: 
     store = fake_store("store:0", "m0", port)
     code = TRAINER_CHECKPOINTS_ON_SIGTERM
     trainer = RoleLaunch("trainer", "trainer:0", (sys.executable, "-c", code, str(port), str(done)))
-    launch = MachineLaunch(machine="m0", roles=(store, trainer), wait_for=(store.ready or "",))
+    launch = MachineLaunch(machine="m0", roles=(store, trainer), wait_for=(at(port),))
     plan = launch.write(tmp_path / "m0.json")
     argv = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan), "--grace", "10"]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
@@ -129,9 +133,7 @@ def _elastic_machine(tmp_path: Path, done: Path) -> MachineLaunch:
     store = fake_store("store:0", "m0", port)
     code = TRAINER_CHECKPOINTS_ON_SIGTERM
     trainer = RoleLaunch("trainer", "trainer:0", (sys.executable, "-c", code, str(port), str(done)))
-    return MachineLaunch(
-        machine="m0", roles=(store, trainer), wait_for=(store.ready or "",), elastic=True
-    )
+    return MachineLaunch(machine="m0", roles=(store, trainer), wait_for=(at(port),), elastic=True)
 
 
 def test_elastic_worker_told_to_stop_without_the_mark_leaves_alone(tmp_path: Path) -> None:
@@ -173,7 +175,7 @@ def test_joining_worker_runs_only_its_trainers(tmp_path: Path) -> None:
     trainer = fake_trainer("trainer:0", "m0", code)
     launch = MachineLaunch(  # its own store and another lost machine's: neither is up
         machine="m0", roles=(store, trainer), elastic=True, ready_timeout_s=5.0,
-        wait_for=(store.ready or "", f"127.0.0.1:{lost}"),
+        wait_for=(at(port), at(lost)),
     )  # fmt: skip
     plan = launch.write(tmp_path / "m0.json")
     argv = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan)]
@@ -206,11 +208,9 @@ def test_elastic_worker_whose_stores_the_job_stopped_ends_done_not_left(tmp_path
     (port,) = free_ports(1)
     done = tmp_path / "trained"
     argv = (sys.executable, "-c", STORE_STOPPED_BY_THE_JOB, str(port), str(done))
-    store = RoleLaunch("store", "store:0", argv, ready=f"127.0.0.1:{port}")
+    store = RoleLaunch("store", "store:0", argv, ready=at(port))
     trainer = fake_trainer("trainer:0", "m0", f"open({str(done)!r}, 'w').close()")
-    launch = MachineLaunch(
-        machine="m0", roles=(store, trainer), wait_for=(store.ready or "",), elastic=True
-    )
+    launch = MachineLaunch(machine="m0", roles=(store, trainer), wait_for=(at(port),), elastic=True)
     plan = launch.write(tmp_path / "m0.json")
     argv2 = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan)]
     argv2 += ["--status-dir", str(tmp_path / "status"), "--stop-mark", str(tmp_path / "none")]
