@@ -73,7 +73,7 @@ def test_launches_start_the_ps_roles_with_the_job_key(tmp_path):
     assert len(set(hosts.endpoints.values())) == len(hosts.endpoints)  # a port each
     launches = machine_launches(job, roles, hosts, paths, python=PY)
     m1 = launches[1]
-    assert [(r.kind, r.role) for r in m1.roles] == [
+    assert [(r.kind, str(r.role)) for r in m1.roles] == [
         ("store", "store:1"), ("ps", "ps:1"), ("trainer", "trainer:1"),
     ]  # fmt: skip
     ps = m1.roles[1]

@@ -574,7 +574,7 @@ def test_planned_hosts_resolve_every_store_and_trainer(tmp_path: Path) -> None:
         launch = roles_mod.load_job_launch(
             tmp_path / "job.yaml", str(i), tmp_path / "hosts.json", None
         )
-        ran = ",".join(r.role for r in launch.roles)
+        ran = ",".join(str(r.role) for r in launch.roles)
         assert ran == pod["metadata"]["annotations"][L.ANNOTATION_ROLES]
         ports = pod["spec"]["containers"][0].get("ports", [])
         opened = {f"{dns[i]}:{p['containerPort']}" for p in ports if p["name"] != "rendezvous"}

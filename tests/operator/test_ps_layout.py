@@ -46,4 +46,4 @@ def test_worker_pods_run_and_expose_the_parameter_servers(tmp_path):
     # what `graphrun worker` in pod 0 runs from that hosts file
     paths = job_paths(job, tmp_path / "job.yaml")
     launch = machine_launches(job, job_placement(job, paths), hosts, paths)[0]
-    assert [r.role for r in launch.of_kind("ps")] == ["ps:0", "ps:2"]
+    assert [str(r.role) for r in launch.of_kind("ps")] == ["ps:0", "ps:2"]
