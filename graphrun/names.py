@@ -4,11 +4,16 @@
   ``store:P:r`` for the replica of partition P on another machine, ``store:P:rK`` for
   replica K > 1), ``trainer:R``, ``sampler:R:W`` and ``ps:J`` (a parameter server,
   ``training.sync: ps``); and the processes that run them: ``worker:<machine>`` (one
-  machine's ``graphrun worker``), ``partitioner`` (``partitioner:I``, one of several),
-  ``generator`` and ``launcher``. A :class:`RoleName` is the value dicts are keyed by;
-  ``str()`` formats it and :meth:`RoleName.parse` reads it back, at the file and wire
-  boundaries only (the hosts file, a plan's assignments, the launch file, logs).
+  machine's ``graphrun worker``; ``<machine>`` is the machine's name, never its index,
+  on both backends: the operator's worker pod ``i`` is ``worker:<machine_names[i]>``,
+  so ``worker:0`` is a machine named ``0``), ``partitioner`` (``partitioner:I``, rank
+  ``I`` of several, each on machine ``I``), ``generator`` and ``launcher``. A
+  :class:`RoleName` is the value dicts are keyed by; ``str()`` formats it and
+  :meth:`RoleName.parse` reads it back, at the file and wire boundaries only (the hosts
+  file, a plan's assignments, the launch file, logs): fields hold a ``RoleName``, not
+  its text (:mod:`graphrun.wire` reads and writes it).
   :data:`MAIN_TRAINER` is the trainer whose machine hosts the rendezvous.
+* **Endpoints** — an :class:`Endpoint` is where a server listens, ``host:port``.
 * **Edge types** — a :data:`CanonicalEtype` ``(src_type, relation, dst_type)``, written
   ``"src:rel:dst"`` by :func:`etype_key` and read by :func:`parse_etype_key`;
   :func:`resolve_etype` is the one resolver of an edge type given by a person (a
@@ -204,6 +209,55 @@ class RoleName:
 
 #: Trainer 0: its machine hosts the rendezvous; its output is the job's console.
 MAIN_TRAINER = RoleName.trainer(0)
+
+
+class Endpoint:
+    """Where a server listens: ``host:port`` (``str()`` writes it, :meth:`parse` reads
+    it, at the file boundary: the hosts file, a launch plan). Immutable and hashable;
+    not a dataclass, so that a msgspec field typed ``Endpoint`` is its text on the
+    wire, as a :class:`RoleName` is."""
+
+    __slots__ = ("host", "port")
+    host: str
+    port: int
+
+    def __init__(self, host: str, port: int) -> None:
+        if not isinstance(host, str) or not host or isinstance(port, bool):
+            raise ArgumentError(f"endpoint: host {host!r} must be a non-empty name")
+        if not isinstance(port, int) or not 0 < port < 65536:
+            raise ArgumentError(f"endpoint {host}: port {port!r} is not in 1..65535")
+        object.__setattr__(self, "host", host)
+        object.__setattr__(self, "port", port)
+
+    @classmethod
+    def parse(cls, text: str) -> Endpoint:
+        """The endpoint ``text`` names; an ArgumentError (a ValueError) naming it
+        otherwise."""
+        host, sep, port = text.rpartition(":") if isinstance(text, str) else ("", "", "")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ArgumentError(f"{text!r} is not host:port")
+        return cls(host, int(port))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Endpoint is immutable: cannot set {name}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Endpoint) and (self.host, self.port) == (other.host, other.port)
+
+    def __hash__(self) -> int:
+        return hash((self.host, self.port))
+
+    def __lt__(self, other: Endpoint) -> bool:
+        return (self.host, self.port) < (other.host, other.port)
+
+    def __repr__(self) -> str:
+        return f"Endpoint({str(self)!r})"
+
+    def __reduce__(self) -> tuple[type, tuple[str, int]]:
+        return (Endpoint, (self.host, self.port))
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
 
 
 def role_kind(text: str) -> Kind:

@@ -12,10 +12,11 @@ one error line naming the source and the field::
 
 ``__post_init__`` checks what a type cannot say (a dtype on the allow-list, a
 non-negative count) with ``ValueError``, and the message lands in the same line.
-The only conversions beyond msgspec's own: a ``Path`` and a
-:class:`~graphrun.names.RoleName` are strings, and integer keys of a JSON object are
-the strings of those integers (``str_keys``). A ``RoleName`` as a dict key is read by
-:func:`decoder` (JSON text), not by :func:`convert`.
+The only conversions beyond msgspec's own: a ``Path``, a
+:class:`~graphrun.names.RoleName` and an :class:`~graphrun.names.Endpoint` are strings,
+and integer keys of a JSON object are the strings of those integers (``str_keys``). A
+``RoleName`` as a dict key is read by :func:`decoder` (JSON text) or
+:func:`convert_json`, not by :func:`convert`.
 
 A file of graphrun's own begins with ``"format"`` (what it is) and ``"version"`` (of
 its layout). :func:`check_header` is the one check of the two, before any other field
@@ -38,33 +39,48 @@ import msgspec
 
 from graphrun.errors import GraphrunError, SpecError, UserError
 from graphrun.files import read_json, write_atomic
-from graphrun.names import RoleName
+from graphrun.names import Endpoint, RoleName
 
 T = TypeVar("T")
 
 
+_TEXT = (Path, RoleName, Endpoint)  # the types written as their text
+
+
 def _enc(value: object) -> str:
-    if isinstance(value, Path | RoleName):
+    if isinstance(value, _TEXT):
         return str(value)
     raise NotImplementedError(f"cannot encode {type(value).__name__}")
 
 
-def dec_hook(type_: type, value: object) -> Path | RoleName:
-    """msgspec's ``dec_hook``: a ``Path`` or a ``RoleName`` from its text."""
+def dec_hook(type_: type, value: object) -> Path | RoleName | Endpoint:
+    """msgspec's ``dec_hook``: a ``Path``, a ``RoleName`` or an ``Endpoint`` from its
+    text."""
     if type_ is Path and isinstance(value, str):
         return Path(value)
-    if type_ is RoleName and isinstance(value, str):
-        try:
-            return RoleName.parse(value)
-        except ValueError as exc:
-            raise msgspec.ValidationError(str(exc)) from None
+    if type_ is RoleName or type_ is Endpoint:
+        if not isinstance(value, str):
+            raise ValueError(f"Expected `str`, got `{type(value).__name__}`")
+        return type_.parse(value)  # a ValueError: msgspec adds where, a key or a field
     raise NotImplementedError
 
 
 def decoder(type_: type[T]) -> msgspec.json.Decoder[T]:
-    """A JSON decoder of ``type_`` that reads a ``Path`` or a ``RoleName`` (a field or
-    a dict key) from its text."""
+    """A JSON decoder of ``type_`` that reads a ``Path``, a ``RoleName`` or an
+    ``Endpoint`` (a field or a dict key) from its text."""
     return msgspec.json.Decoder(type_, dec_hook=dec_hook)
+
+
+def convert_json(
+    type_: type[T], data: Any, where: str, error: type[GraphrunError] = SpecError
+) -> T:
+    """:func:`convert` for decoded JSON whose ``type_`` keys a dict by ``RoleName``:
+    ``msgspec.convert`` hands a key to no ``dec_hook`` (a key would stay text), so
+    ``data`` goes back through JSON text and :func:`decoder`."""
+    try:
+        return decoder(type_).decode(msgspec.json.encode(data))
+    except msgspec.ValidationError as exc:
+        raise error(f"{where}: {describe(exc)}") from None
 
 
 @overload
@@ -97,7 +113,7 @@ def describe(exc: msgspec.ValidationError) -> str:
     """``field: problem`` from msgspec's ``problem - at `$.field` ``; a missing field
     is ``field: missing``."""
     msg, _, at = str(exc).partition(" - at `")
-    field = at.rstrip("`").removeprefix("$").removeprefix(".")
+    field = at.rstrip("`").removeprefix("key` in `").removeprefix("$").removeprefix(".")
     if msg.startswith(_MISSING):
         name = msg.removeprefix(_MISSING).rstrip("`")
         field, msg = (f"{field}.{name}" if field else name), "missing"

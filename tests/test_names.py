@@ -6,6 +6,7 @@ import pytest
 from graphrun.errors import ArgumentError, DatasetError
 from graphrun.names import (
     MAIN_TRAINER,
+    Endpoint,
     PolicyName,
     RoleName,
     TensorKey,
@@ -199,3 +200,24 @@ def test_a_role_name_is_immutable_and_ordered():
         RoleName.store(0), RoleName.trainer(1), RoleName.worker("m1")
     ]  # fmt: skip
     assert RoleName.is_placed("trainer:1") and repr(role) == "RoleName('trainer:1')"
+
+
+@pytest.mark.parametrize("text", ["10.0.0.1:30000", "store-0.job.svc:1", "[::1]:65535"])
+def test_endpoints_round_trip(text):
+    ep = Endpoint.parse(text)
+    assert str(ep) == text and ep == Endpoint(ep.host, ep.port) and {ep: 1}[Endpoint.parse(text)]
+
+
+@pytest.mark.parametrize("text", ["nohost", ":30000", "a:", "a:0", "a:65536", "a:-1", "a:1x", 5])
+def test_what_is_no_endpoint_is_refused_naming_it(text):
+    with pytest.raises(ArgumentError, match="is not host:port"):
+        Endpoint.parse(text)
+
+
+def test_an_endpoint_is_checked_when_made_and_is_immutable():
+    with pytest.raises(ArgumentError, match=r"port 0 is not in 1\.\.65535"):
+        Endpoint("a", 0)
+    with pytest.raises(ArgumentError, match="host '' must be"):
+        Endpoint("", 1)
+    with pytest.raises(AttributeError):
+        Endpoint("a", 1).port = 2

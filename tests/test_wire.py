@@ -9,7 +9,17 @@ import msgspec
 import pytest
 
 from graphrun.errors import DatasetError, SpecError
-from graphrun.wire import Header, KeyFile, check_header, key_file_text, read_file
+from graphrun.names import Endpoint, RoleName
+from graphrun.wire import (
+    Header,
+    KeyFile,
+    check_header,
+    convert,
+    convert_json,
+    key_file_text,
+    read_file,
+    to_builtins,
+)
 
 
 class Thing(Header, kw_only=True):
@@ -66,3 +76,21 @@ def test_the_key_file_has_one_layout_for_every_writer() -> None:
     assert json.loads(key_file_text(pub)) == {"format": "graphrun-key", "version": 1, "public": pub}
     back = msgspec.convert(json.loads(key_file_text(pub, sec, "v" * 40)), KeyFile)
     assert (back.public, back.secret, back.server) == (pub, sec, "v" * 40)
+
+
+class _Listens(msgspec.Struct):
+    endpoints: dict[RoleName, Endpoint]
+    ready: Endpoint | None = None
+
+
+def test_roles_and_endpoints_are_text_in_a_file_and_typed_once_read() -> None:
+    value = _Listens({RoleName.store(0, replica=1): Endpoint("10.0.0.1", 30000)})
+    data = to_builtins(value)
+    assert data == {"endpoints": {"store:0:r": "10.0.0.1:30000"}, "ready": None}
+    assert convert_json(_Listens, data, "f.json") == value
+    # a key is no role: the line names the file and the field (a dec_hook's own
+    # ValidationError lost where it was)
+    with pytest.raises(SpecError, match=r"^f\.json: endpoints: 'stor:0' is not a role name"):
+        convert_json(_Listens, {"endpoints": {"stor:0": "a:1"}}, "f.json")
+    with pytest.raises(SpecError, match=r"^f\.json: ready: 'a' is not host:port"):
+        convert(_Listens, {"endpoints": {}, "ready": "a"}, "f.json")

@@ -156,6 +156,7 @@ def _serve(args: argparse.Namespace, t: Any, token: str | None, sock: Any) -> in
 
     from graphrun.files import write_atomic
     from graphrun.machine.readiness import store_is_ready
+    from graphrun.names import Endpoint
     from graphrun.serving.app import Server, Settings, build_app
     from graphrun.serving.engine import Engine
     from graphrun.serving.protocol import Bounds
@@ -164,7 +165,7 @@ def _serve(args: argparse.Namespace, t: Any, token: str | None, sock: Any) -> in
     engine = Engine(t.spec, t.checkpoint, t.servers, t.keys, t.job_name, args.store_timeout,
                     follow=args.follow, version=args.version)  # fmt: skip
     is_ready = store_is_ready(t.key_file, timeout=min(1.0, args.store_timeout))
-    endpoints = [s.removeprefix("tcp://") for s in t.servers]
+    endpoints = [Endpoint.parse(s.removeprefix("tcp://")) for s in t.servers]
     bounds = Bounds(args.max_body_bytes, args.max_ids, args.max_neighbors, args.max_batch_ids,
                     args.max_queue)  # fmt: skip
     name = args.model_name or t.job.name

@@ -29,8 +29,8 @@ import msgspec
 
 from graphrun.errors import SpecError
 from graphrun.files import read_json
-from graphrun.names import MAIN_TRAINER, PLACED, ROLE_GRAMMAR, RoleName
-from graphrun.wire import convert, write_json
+from graphrun.names import MAIN_TRAINER, PLACED, ROLE_GRAMMAR, Endpoint, RoleName
+from graphrun.wire import convert_json, write_json
 
 FORMAT = "graphrun-hosts"
 VERSION = 1
@@ -53,7 +53,7 @@ class Hosts(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     format: str
     version: int
     machines: tuple[Machine, ...]
-    endpoints: dict[str, str] = {}
+    endpoints: dict[RoleName, Endpoint] = {}
     rendezvous: str = ""
     rendezvous_external: bool = False
 
@@ -67,13 +67,11 @@ class Hosts(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
                 f"field 'rendezvous_external': true needs a host:port rendezvous served "
                 f"apart, not {self.rendezvous!r}"
             )
-        for role, ep in self.endpoints.items():
-            try:
-                if RoleName.parse(role).kind not in PLACED:
-                    raise ValueError(f"{role!r} is not a role name ({ROLE_GRAMMAR})")
-                split_endpoint(ep)
-            except (SpecError, ValueError) as exc:
-                raise ValueError(f"endpoints.{role}: {exc}") from None
+        for role, ep in self.endpoints.items():  # read once, by Hosts.read: typed here
+            if not isinstance(role, RoleName) or role.kind not in PLACED:
+                raise ValueError(f"endpoints: {str(role)!r} is not a placed role ({ROLE_GRAMMAR})")
+            if not isinstance(ep, Endpoint):
+                raise ValueError(f"endpoints.{role}: {ep!r} is not an Endpoint")
 
     @property
     def addresses(self) -> dict[str, str]:
@@ -89,25 +87,24 @@ class Hosts(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     def endpoint(self, role: RoleName) -> tuple[str, int]:
         """``(host, port)`` of a listening role."""
         try:
-            return split_endpoint(self.endpoints[str(role)])  # keyed as in the file
+            ep = self.endpoints[role]
         except KeyError:
             raise SpecError(f"hosts: no endpoint for role {role!r}") from None
+        return ep.host, ep.port
 
-    def store_endpoints(self) -> dict[int, list[str]]:
+    def store_endpoints(self) -> dict[int, list[Endpoint]]:
         """Partition -> endpoints of its store servers (primary first, then its backups,
         then its replicas)."""
-        out: dict[int, list[tuple[tuple[int, int], str]]] = {}
-        for role, ep in self.endpoints.items():
-            name = RoleName.parse(role)
+        out: dict[int, list[tuple[tuple[int, int], Endpoint]]] = {}
+        for name, ep in self.endpoints.items():
             if name.kind == "store":
                 out.setdefault(name.index, []).append(((name.replica, name.sub), ep))
         return {p: [ep for _, ep in sorted(v)] for p, v in sorted(out.items())}
 
-    def replica_endpoints(self) -> dict[int, list[str]]:
+    def replica_endpoints(self) -> dict[int, list[Endpoint]]:
         """Partition -> endpoints of its replicas (``store:P:r``), in replica order."""
-        out: dict[int, list[tuple[int, str]]] = {}
-        for role, ep in self.endpoints.items():
-            name = RoleName.parse(role)
+        out: dict[int, list[tuple[int, Endpoint]]] = {}
+        for name, ep in self.endpoints.items():
             if name.kind == "store" and name.replica:
                 out.setdefault(name.index, []).append((name.replica, ep))
         return {p: [ep for _, ep in sorted(v)] for p, v in sorted(out.items())}
@@ -122,9 +119,9 @@ class Hosts(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         out: dict[str, str] = {}
         uses = Counter(m.address for m in self.machines)
         for m in (m for m in self.machines if uses[m.address] == 1):
-            for role, ep in sorted(self.endpoints.items()):
-                if RoleName.parse(role).kind == "store" and split_endpoint(ep)[0] == m.address:
-                    out[m.name] = ep
+            for role, ep in sorted(self.endpoints.items(), key=lambda kv: str(kv[0])):
+                if role.kind == "store" and ep.host == m.address:
+                    out[m.name] = str(ep)
                     break
         return out
 
@@ -133,7 +130,8 @@ class Hosts(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
     @classmethod
     def read(cls, path: str | Path) -> Hosts:
-        return convert(cls, read_json(Path(path), "the hosts file", SpecError), str(path))
+        data = read_json(Path(path), "the hosts file", SpecError)
+        return convert_json(cls, data, str(path))
 
 
 def build_hosts(
@@ -154,10 +152,9 @@ def build_hosts(
     without one). ``store``: the addresses of a running store's servers, which serve
     the job in place of its own. ``slots``: write each machine's trainer count (and
     ``gpus``, when not 0)."""
-    own = {role: f"{address[placement[role]]}:{ports[i]}" for i, role in enumerate(listening)}
+    endpoints = {r: Endpoint(address[placement[r]], ports[i]) for i, r in enumerate(listening)}
     for part, a in enumerate(store):
-        own[RoleName.store(part)] = a.removeprefix("tcp://")
-    endpoints = {str(role): ep for role, ep in own.items()}  # as the file keys them
+        endpoints[RoleName.store(part)] = Endpoint.parse(a.removeprefix("tcp://"))
     trainers = Counter(m for r, m in placement.items() if r.kind == "trainer")
     machines = tuple(
         Machine(m, a, trainers[m] if slots else None, gpus if slots and gpus else None)
@@ -168,13 +165,6 @@ def build_hosts(
         format=FORMAT, version=VERSION, machines=machines, endpoints=endpoints,
         rendezvous=f"{rdv}:{ports[len(listening)]}", rendezvous_external=rendezvous is not None,
     )  # fmt: skip
-
-
-def split_endpoint(ep: str) -> tuple[str, int]:
-    host, sep, port = ep.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise SpecError(f"{ep!r} is not host:port")
-    return host, int(port)
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:

@@ -59,7 +59,7 @@ REJOIN_DELAY_S = 2.0  # from a machine's loss to its start again (its sockets go
 
 def store_machines(launches: Sequence[MachineLaunch]) -> dict[RoleName, str]:
     """Every store server role of the job and its machine."""
-    return {RoleName.parse(r.role): m.machine for m in launches for r in m.of_kind("store")}
+    return {r.role: m.machine for m in launches for r in m.of_kind("store")}
 
 
 def machine_lost_event(

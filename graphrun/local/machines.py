@@ -438,8 +438,8 @@ class LocalMachines:
         exits: dict[str, int | None] = {}
         for launch in launches:
             st = read_status(status_dir / f"{launch.machine}.json")
-            roles = {str(r): s for r, s in st.roles.items()} if st is not None else {}
+            roles = st.roles if st is not None else {}
             for r in launch.roles:
                 got = roles.get(r.role)
-                exits[r.role] = got.exit_code if got is not None else None
+                exits[str(r.role)] = got.exit_code if got is not None else None
         return exits

@@ -10,6 +10,7 @@ worker (``graphrun worker``) runs one; the local backend runs one worker per mac
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -18,6 +19,7 @@ import msgspec
 from graphrun.errors import SpecError
 from graphrun.files import read_json
 from graphrun.machine.process import RoleCommand
+from graphrun.names import Endpoint, RoleName
 from graphrun.wire import convert, write_json
 
 RoleKind = Literal["store", "ps", "sampler", "trainer"]
@@ -26,42 +28,63 @@ KINDS: tuple[RoleKind, ...] = ("store", "ps", "sampler", "trainer")
 
 class RoleLaunch(msgspec.Struct, frozen=True):
     """One role of a machine: its command line (:class:`RoleCommand`, less the machine)
-    and the ``host:port`` that accepts connections once it is up (listening roles)."""
+    and the ``host:port`` that accepts connections once it is up (listening roles).
+    ``role`` is read once, with the file; the supervisor names the process by its text."""
 
     kind: RoleKind
-    role: str
+    role: RoleName
     argv: tuple[str, ...]
     env: dict[str, str] = {}  # added to the inherited environment
     cwd: str | None = None
-    ready: str | None = None
+    ready: Endpoint | None = None
 
     def __post_init__(self) -> None:
-        if not self.role or not self.argv:
-            raise ValueError(f"role {self.role!r}: role and argv must not be empty")
+        if not isinstance(self.role, RoleName) or self.role.kind != self.kind:
+            raise ValueError(f"role {self.role!r}: not a {self.kind} role")
+        if not self.argv:
+            raise ValueError(f"role {self.role}: argv must not be empty")
+        if self.ready is not None and not isinstance(self.ready, Endpoint):
+            raise ValueError(f"role {self.role}: ready {self.ready!r} is not an Endpoint")
 
     @classmethod
-    def of(cls, kind: RoleKind, command: RoleCommand, ready: str | None = None) -> RoleLaunch:
-        return cls(kind, command.role, command.argv, dict(command.env), command.cwd, ready)
+    def of(
+        cls,
+        kind: RoleKind,
+        role: RoleName,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        ready: Endpoint | None = None,
+    ) -> RoleLaunch:
+        return cls(kind, role, tuple(argv), dict(env or {}), None, ready)
 
 
 class MachineLaunch(msgspec.Struct, frozen=True, kw_only=True):
     """What one machine runs; its JSON file has these fields, in this order."""
 
     machine: str
-    wait_for: tuple[str, ...] = ()  # endpoints that must be up before samplers/trainers start
+    wait_for: tuple[Endpoint, ...] = ()  # must be up before samplers/trainers start
     ready_timeout_s: float = 120.0
     key_file: str | None = None  # the job's key: store servers are probed with it
     stall_timeout_s: float = 30.0  # a role stopped (SIGSTOP) this long fails the machine
     # store roles whose partition has another copy (runtime.replicas): once the job
     # trains, the machine survives their exit (the clients fail over to the other copy)
-    replicated: tuple[str, ...] = ()
+    replicated: tuple[RoleName, ...] = ()
     # runtime.elastic: a SIGTERM without the job-wide stop mark is this machine leaving
     # alone (graphrun.machine.stopmark), not a stop of the whole job
     elastic: bool = False
     roles: tuple[RoleLaunch, ...]
 
+    def __post_init__(self) -> None:
+        if not all(isinstance(r, RoleName) for r in self.replicated):
+            raise ValueError(f"replicated: {self.replicated!r} are not all RoleNames")
+
     def of_kind(self, kind: RoleKind) -> list[RoleLaunch]:
         return [r for r in self.roles if r.kind == kind]
+
+    def named(self) -> dict[str, RoleLaunch]:
+        """The roles by the name their processes run under (a supervisor's, a
+        :class:`RoleExit`'s): their text, so an exit is matched without parsing it."""
+        return {str(r.role): r for r in self.roles}
 
     def joining(self) -> MachineLaunch:
         """This machine re-joining a running elastic job (a replacement pod started with
@@ -81,7 +104,7 @@ class MachineLaunch(msgspec.Struct, frozen=True, kw_only=True):
 
     def command(self, role: RoleLaunch) -> RoleCommand:
         """What the supervisor starts for ``role``."""
-        return RoleCommand(role.role, self.machine, role.argv, role.env, role.cwd)
+        return RoleCommand(str(role.role), self.machine, role.argv, role.env, role.cwd)
 
     def write(self, path: str | Path) -> Path:
         return write_json(path, self)

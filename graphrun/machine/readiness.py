@@ -13,14 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from graphrun.errors import GraphrunError
-from graphrun.job.hosts import split_endpoint, tcp_ready
+from graphrun.job.hosts import tcp_ready
+from graphrun.names import Endpoint
 
-IsReady = Callable[[str], bool]
+IsReady = Callable[[Endpoint], bool]
 
 
-def tcp_is_ready(endpoint: str) -> bool:
-    host, port = split_endpoint(endpoint)
-    return tcp_ready(host, port)
+def tcp_is_ready(endpoint: Endpoint) -> bool:
+    return tcp_ready(endpoint.host, endpoint.port)
 
 
 def store_is_ready(key_file: Path | None, timeout: float = 1.0) -> IsReady:
@@ -32,7 +32,7 @@ def store_is_ready(key_file: Path | None, timeout: float = 1.0) -> IsReady:
 
     keys = load_keys(key_file)
 
-    def is_ready(endpoint: str) -> bool:
+    def is_ready(endpoint: Endpoint) -> bool:
         # No raw TCP pre-check: a bare TCP connect to a CURVE socket is a refused
         # handshake in the server's log. Nothing listening yet = no answer = not ready.
         client = RpcClient(f"tcp://{endpoint}", keys=keys, timeout=timeout)

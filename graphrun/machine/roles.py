@@ -33,7 +33,6 @@ from graphrun.job.spec import (
     resolve_placement,
 )
 from graphrun.machine.launch import MachineLaunch, RoleLaunch
-from graphrun.machine.process import RoleCommand
 from graphrun.names import RoleName
 
 NETNS_BASE_PORT = 30000
@@ -198,7 +197,7 @@ def machine_launches(
     """What every machine runs, in machine order."""
     env = dict(env or {})
     all_stores = tuple(ep for eps in hosts.store_endpoints().values() for ep in eps)
-    all_stores += tuple(hosts.endpoints[r.name] for r in roles.values() if r.kind == "ps")
+    all_stores += tuple(hosts.endpoints[r.id] for r in roles.values() if r.kind == "ps")
     out = []
     for m in job.spec.machine_names:
         launches: list[RoleLaunch] = []
@@ -210,19 +209,18 @@ def machine_launches(
                 prof = profile_dir / f"{name}.jsonl" if profile_dir else None
                 feats = job.spec.runtime.store_features
                 argv = store_argv(r, hosts, paths, python, prof, feats)
-                cmd = RoleCommand(r.name, m, argv, env)
-                launches.append(RoleLaunch.of("store", cmd, hosts.endpoints[r.name]))
+                launches.append(RoleLaunch.of("store", r.id, argv, env, hosts.endpoints[r.id]))
             elif r.kind == "ps":
                 prof = profile_dir / f"ps-{r.id.index}.jsonl" if profile_dir else None
-                cmd = RoleCommand(r.name, m, ps_argv(r, hosts, paths, python, prof), env)
-                launches.append(RoleLaunch.of("ps", cmd, hosts.endpoints[r.name]))
+                argv = ps_argv(r, hosts, paths, python, prof)
+                launches.append(RoleLaunch.of("ps", r.id, argv, env, hosts.endpoints[r.id]))
             elif r.kind == "trainer":
                 prof = profile_dir / f"trainer-{r.rank}.jsonl" if profile_dir else None
                 argv = trainer_argv(r, paths, python, resume, prof, trainer_args)
                 gpu = trainer_gpu(job, roles, r)
                 if gpu is not None:
                     argv = (*argv, "--gpu", str(gpu))
-                launches.append(RoleLaunch.of("trainer", RoleCommand(r.name, m, argv, env)))
+                launches.append(RoleLaunch.of("trainer", r.id, argv, env))
             # sampler:<rank>:<w> roles run inside their trainer's data loader (worker
             # processes it starts and stops); they are not separate launches yet.
         key = str(paths.key_file)

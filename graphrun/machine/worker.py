@@ -49,7 +49,7 @@ from graphrun.machine.launch import MachineLaunch, RoleLaunch
 from graphrun.machine.process import RoleExit, Supervisor
 from graphrun.machine.readiness import IsReady, store_is_ready
 from graphrun.machine.usage import RoleUsage
-from graphrun.names import RoleName
+from graphrun.names import Endpoint, RoleName
 from graphrun.record import (
     MachineLeaving,
     MachineStatus,
@@ -77,11 +77,15 @@ class MachineResult:
 
 class StatusFile:
     """The machine's status file (:class:`~graphrun.record.MachineStatus`), rewritten
-    atomically on every change."""
+    atomically on every change. ``names``: the launch's roles by their process names
+    (:meth:`MachineLaunch.named`), so the supervisor's names are looked up, not parsed."""
 
-    def __init__(self, status_dir: Path | None, machine: str) -> None:
+    def __init__(
+        self, status_dir: Path | None, machine: str, names: Mapping[str, RoleName]
+    ) -> None:
         self.path = Path(status_dir) / f"{machine}.json" if status_dir is not None else None
         self.machine = machine
+        self.names = names
         self.state: State = "starting"
         self.roles: dict[RoleName, RoleStatus] = {}
         self.failure: RoleFailure | None = None
@@ -99,7 +103,7 @@ class StatusFile:
                 self.usage.record(role, *ex.usage)
         warm = sup.warm_started()
         self.roles = {
-            RoleName.parse(role): RoleStatus(
+            self.names[role]: RoleStatus(
                 pid, exits[role].exit_code if role in exits else None, role in warm
             )
             for role, pid in sup.pids().items()
@@ -108,8 +112,7 @@ class StatusFile:
 
     def fail(self, sup: Supervisor, exc: JobFailed) -> None:
         # a role of this machine's launch, or its worker (a wait that timed out)
-        ok = RoleName.is_valid(exc.role)
-        role = RoleName.parse(exc.role) if ok else RoleName.worker(self.machine)
+        role = self.names.get(exc.role, RoleName.worker(self.machine))
         self.failure = RoleFailure(role, exc.host, exc.exit_code, exc.reason, time.time())
         self.update(sup, "failed")
 
@@ -137,10 +140,10 @@ def failure_of(ex: RoleExit, kind: str) -> JobFailed | None:
     return None
 
 
-def store_lost(machine: str, ex: RoleExit) -> None:
+def store_lost(machine: str, role: RoleName, ex: RoleExit) -> None:
     """Say that a replicated store died and the job goes on (its replica serves)."""
     emit(StoreLost(
-        role=RoleName.parse(ex.role), machine=machine, exit_code=ex.exit_code,
+        role=role, machine=machine, exit_code=ex.exit_code,
         reason=ex.reason(), time=round(time.time(), 3),
         took_over="its replica (clients fail over)",
     ))  # fmt: skip
@@ -185,7 +188,7 @@ class StallWatch:
                 )  # fmt: skip
 
 
-def all_up(endpoints: Sequence[str], is_ready: IsReady) -> Callable[[], bool]:
+def all_up(endpoints: Sequence[Endpoint], is_ready: IsReady) -> Callable[[], bool]:
     return lambda: all(is_ready(e) for e in endpoints)
 
 
@@ -193,8 +196,8 @@ def store_waves(launch: MachineLaunch) -> list[list[RoleLaunch]]:
     """Server roles in start order: main servers (``store:<p>``) and parameter servers
     (``ps:<j>``), then backups."""
     stores = launch.of_kind("store")
-    mains = [r for r in stores if RoleName.parse(r.role).sub == 0] + launch.of_kind("ps")
-    backups = [r for r in stores if RoleName.parse(r.role).sub > 0]
+    mains = [r for r in stores if r.role.sub == 0] + launch.of_kind("ps")
+    backups = [r for r in stores if r.role.sub > 0]
     return [w for w in (mains, backups) if w]
 
 
@@ -230,8 +233,8 @@ def _stop_trainers_first(launch: MachineLaunch, sup: Supervisor, interval: float
     store servers, and trainer 0 then stops the job's stores — and give this machine's
     stores until the grace period ends to be stopped so, before SIGTERM."""
     deadline = time.monotonic() + sup.grace_s
-    sup.stop([r.role for r in launch.roles if r.kind in ("trainer", "sampler")])
-    stores = {r.role for r in launch.of_kind("store")}
+    sup.stop([str(r.role) for r in launch.roles if r.kind in ("trainer", "sampler")])
+    stores = {str(r.role) for r in launch.of_kind("store")}
     while time.monotonic() < deadline and not stores <= set(sup.exits()):
         sup.poll()
         time.sleep(interval)
@@ -266,8 +269,9 @@ def run_machine(
     stopped before this returns.
     """
     is_ready = is_ready or store_is_ready(Path(launch.key_file) if launch.key_file else None)
-    status = StatusFile(status_dir, launch.machine)
-    kinds = {r.role: r.kind for r in launch.roles}
+    named = launch.named()  # the supervisor's names: exits are looked up, not parsed
+    status = StatusFile(status_dir, launch.machine, {n: r.role for n, r in named.items()})
+    kinds = {n: r.kind for n, r in named.items()}
     state: State = "stopped"
     failure: JobFailed | None = None
 
@@ -283,9 +287,10 @@ def run_machine(
             if clean and status.state in ("training", "done"):
                 stopped_by_job.append(ex.role)  # trainer 0 stops the stores at the end
                 continue
-            if ex.role in launch.replicated and status.state in ("training", "done"):
+            role = named[ex.role].role
+            if role in launch.replicated and status.state in ("training", "done"):
                 lost.append(ex.role)
-                store_lost(launch.machine, ex)
+                store_lost(launch.machine, role, ex)
                 continue
             f = failure_of(ex, kinds[ex.role])
             if f is not None:
@@ -294,8 +299,8 @@ def run_machine(
         # stores (a placement plan may leave it only trainers, or nothing) is needed by
         # no one once its trainers are done.
         # Parameter servers are stopped by trainer 0 too: wait for theirs to exit as well.
-        ps_done = {r.role for r in launch.of_kind("ps")} <= set(stopped_by_job)
-        lost_all = all(r.role in lost for r in launch.of_kind("store"))
+        ps_done = {str(r.role) for r in launch.of_kind("ps")} <= set(stopped_by_job)
+        lost_all = all(str(r.role) in lost for r in launch.of_kind("store"))
         served = (stopped_by_job or lost_all) and ps_done
         if stop.is_set() or (served and status.state == "done"):
             raise _Stopped
@@ -315,7 +320,7 @@ def run_machine(
 
     try:
         status.update(sup, "starting")
-        own: list[str] = []
+        own: list[Endpoint] = []
         for wave in store_waves(launch):  # main servers first: backups attach to them
             for r in wave:
                 sup.start(launch.command(r))
@@ -330,7 +335,7 @@ def run_machine(
             for r in launch.of_kind(kind):
                 sup.start(launch.command(r))
         status.update(sup, "training")
-        trainers = {r.role for r in launch.of_kind("trainer")}
+        trainers = {str(r.role) for r in launch.of_kind("trainer")}
         wait_until(lambda: trainers <= set(sup.exits()), "the trainers", float("inf"))
         status.update(sup, "done")
         while True:

@@ -13,6 +13,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 from graphrun.job.workflow import Event, EventKind, Phase, rfc3339
+from graphrun.names import RoleName
 from graphrun.operator import builders as B
 from graphrun.operator import elastic as E
 from graphrun.operator import layout as L
@@ -61,9 +62,9 @@ def ensure_workers(run: Run) -> dict[int, PodView] | None:
     if (missing and run.state.phase is Phase.TRAINING) or partitioning:
         i = (partitioning or missing)[0]
         machine = run.job.spec.machine_names[i]
-        role, during = ("partitioner", " while partitioning") if partitioning else ("worker", "")
-        message = f"the worker pod disappeared{during}"
-        run.fire(Event.role_failed(f"{role}:{i}", machine, None, message))
+        role = RoleName.partitioner(i) if partitioning else RoleName.worker(machine)
+        message = "the worker pod disappeared" + (" while partitioning" if partitioning else "")
+        run.fire(Event.role_failed(str(role), machine, None, message))
         return None
     # After a restart or a suspension, trainers continue from the last checkpoint.
     resume = run.state.restarts > 0 or run.state.condition("Suspended") is not None
@@ -152,14 +153,24 @@ def delete_all_pods(run: Run, partitioner: bool) -> bool:
     return left
 
 
+def pod_role(run: Run, pod: PodView) -> str:
+    """The role a failed pod that named none stands for: a worker pod is its machine's
+    ``worker:<machine>`` (the machine's name, as everywhere), a partitioner pod
+    ``partitioner:<index>``, any other its replica type."""
+    if pod.replica == "worker":
+        return str(RoleName.worker(run.machine(pod)))
+    if pod.replica == "partitioner" and pod.index is not None:
+        return str(RoleName.partitioner(pod.index))
+    return pod.replica
+
+
 def pod_problems(run: Run, pods: list[PodView]) -> bool:
     """Fire the first failure among ``pods``; True if one was fired."""
     for p in pods:
         if p.phase == "Failed":
             role, machine, code, msg = p.failure()
             if role is None:
-                role = f"{p.replica}:{p.index}" if p.index is not None else p.replica
-                machine = run.machine(p)
+                role, machine = pod_role(run, p), run.machine(p)
             where = machine or run.machine(p)
             run.fire(Event.role_failed(role, where, code, msg or f"pod {p.name} failed"))
             return True

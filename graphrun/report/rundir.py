@@ -177,7 +177,7 @@ def _files(run: Path, sub: str, notes: list[str]) -> list[Path]:
 
 def _launch(p: Path, run: Path) -> MachineLaunch:
     launch = convert(MachineLaunch, _json(p, run), str(p), RunFileError)
-    for name in (launch.machine, *(r.role for r in launch.roles)):
+    for name in (launch.machine, *(str(r.role) for r in launch.roles)):
         if not 0 < len(name) <= files.MAX_NAME:
             raise RunFileError(
                 f"{p}: {name[:40]!r}...: not a name of 1 to {files.MAX_NAME} characters"
@@ -194,7 +194,7 @@ def _machines(run: Path, notes: list[str]) -> tuple[list[Machine], list[MachineS
         except RunFileError as exc:
             notes.append(_skipped(exc))
             continue
-        machines[launch.machine] = Machine(launch.machine, tuple(r.role for r in launch.roles))
+        machines[launch.machine] = Machine(launch.machine, tuple(str(r.role) for r in launch.roles))
     for p in _files(run, "status", notes):
         try:
             data = read_file(p, files.JSON_CAP, inside=run)

@@ -28,8 +28,7 @@ import yaml
 
 from graphrun.job.hosts import free_ports
 from graphrun.machine.launch import MachineLaunch, RoleLaunch
-from graphrun.machine.process import RoleCommand
-from graphrun.names import RoleName
+from graphrun.names import Endpoint, RoleName
 
 if TYPE_CHECKING:
     from graphrun.local.runner import LocalJob
@@ -47,13 +46,13 @@ while True:
 """
 
 
-def fake_store(role: str, machine: str, port: int, host: str = "127.0.0.1") -> RoleLaunch:
-    cmd = RoleCommand(role, machine, (sys.executable, "-c", STORE_CODE, str(port), host))
-    return RoleLaunch.of("store", cmd, ready=f"{host}:{port}")
+def fake_store(role: RoleName, machine: str, port: int, host: str = "127.0.0.1") -> RoleLaunch:
+    argv = (sys.executable, "-c", STORE_CODE, str(port), host)
+    return RoleLaunch.of("store", role, argv, ready=Endpoint(host, port))
 
 
-def fake_trainer(role: str, machine: str, code: str) -> RoleLaunch:
-    return RoleLaunch.of("trainer", RoleCommand(role, machine, (sys.executable, "-c", code)))
+def fake_trainer(role: RoleName, machine: str, code: str) -> RoleLaunch:
+    return RoleLaunch.of("trainer", role, (sys.executable, "-c", code))
 
 
 def two_machines(
@@ -64,13 +63,13 @@ def two_machines(
 ) -> list[MachineLaunch]:
     """m0 and m1, each with one fake store server and one trainer running the given code."""
     ports = ports or free_ports(2)
-    stores = [f"{addresses[i]}:{p}" for i, p in enumerate(ports)]
+    stores = [Endpoint(addresses[i], p) for i, p in enumerate(ports)]
     return [
         MachineLaunch(
             machine=f"m{i}",
             roles=(
-                fake_store(str(RoleName.store(i)), f"m{i}", ports[i], addresses[i]),
-                fake_trainer(str(RoleName.trainer(i)), f"m{i}", trainer_code.get(i, "pass")),
+                fake_store(RoleName.store(i), f"m{i}", ports[i], addresses[i]),
+                fake_trainer(RoleName.trainer(i), f"m{i}", trainer_code.get(i, "pass")),
             ),
             wait_for=tuple(stores),
             ready_timeout_s=ready_timeout_s,

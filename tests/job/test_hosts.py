@@ -10,17 +10,21 @@ import pytest
 
 from graphrun.errors import SpecError
 from graphrun.job.hosts import FORMAT, VERSION, Hosts, Machine, build_hosts
-from graphrun.names import RoleName
+from graphrun.names import Endpoint, RoleName
+
+
+def endpoints(text: dict[str, str]) -> dict[RoleName, Endpoint]:
+    return {RoleName.parse(r): Endpoint.parse(e) for r, e in text.items()}
 
 
 def test_every_machine_with_a_store_server_gets_one_probe():
     hosts = Hosts(
         format=FORMAT, version=VERSION,
         machines=tuple(Machine(f"m{i}", f"10.77.0.{i + 1}") for i in range(3)),
-        endpoints={
+        endpoints=endpoints({
             "store:0": "10.77.0.1:30000", "store:1:r": "10.77.0.1:30003",
             "store:1": "10.77.0.2:30001", "trainer:2": "10.77.0.3:29500",
-        },
+        }),
     )  # fmt: skip
     # m2 serves nothing: not probed (it counts as reached)
     assert hosts.probes() == {"m0": "10.77.0.1:30000", "m1": "10.77.0.2:30001"}
@@ -57,7 +61,7 @@ def test_machines_that_share_an_address_are_not_probed():
     hosts = Hosts(
         format=FORMAT, version=VERSION,
         machines=tuple(Machine(f"m{i}", "127.0.0.1") for i in range(3)),
-        endpoints={"store:0": "127.0.0.1:30000", "store:1": "127.0.0.1:30001",
-                   "store:2": "127.0.0.1:30002"},
+        endpoints=endpoints({"store:0": "127.0.0.1:30000", "store:1": "127.0.0.1:30001",
+                             "store:2": "127.0.0.1:30002"}),
     )  # fmt: skip
     assert hosts.probes() == {}

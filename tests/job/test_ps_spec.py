@@ -69,16 +69,16 @@ def test_launches_start_the_ps_roles_with_the_job_key(tmp_path):
     paths = job_paths(job, tmp_path / "job.yaml")
     roles = job_placement(job, paths)
     hosts = plan_hosts(job, roles, {"m0": "10.0.0.1", "m1": "10.0.0.2"})
-    assert hosts.endpoints["ps:1"].startswith("10.0.0.2:")
+    assert hosts.endpoints[RoleName.ps(1)].host == "10.0.0.2"
     assert len(set(hosts.endpoints.values())) == len(hosts.endpoints)  # a port each
     launches = machine_launches(job, roles, hosts, paths, python=PY)
     m1 = launches[1]
-    assert [(r.kind, r.role) for r in m1.roles] == [
+    assert [(r.kind, str(r.role)) for r in m1.roles] == [
         ("store", "store:1"), ("ps", "ps:1"), ("trainer", "trainer:1"),
     ]  # fmt: skip
     ps = m1.roles[1]
-    assert ps.ready == hosts.endpoints["ps:1"]
+    assert ps.ready == hosts.endpoints[RoleName.ps(1)]
     argv = ps.argv
     assert argv[1:4] == ("-m", "graphrun", "ps") and "--index" in argv
     assert argv[argv.index("--key-file") + 1] == str(paths.key_file)
-    assert hosts.endpoints["ps:0"] in m1.wait_for  # trainers start once every ps is up
+    assert hosts.endpoints[RoleName.ps(0)] in m1.wait_for  # trainers start once every ps is up

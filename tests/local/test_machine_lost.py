@@ -16,6 +16,7 @@ from graphrun.local.elastic import machine_lost_event
 from graphrun.local.machines import LocalMachines
 from graphrun.machine.launch import MachineLaunch, RoleKind, RoleLaunch
 from graphrun.machine.process import RoleCommand, RoleExit
+from graphrun.names import Endpoint, RoleName
 from graphrun.record import Reformed, TookOver, event_text, parse_event
 
 REFORMED = event_text(
@@ -27,7 +28,7 @@ REFORMED = event_text(
 
 
 def _launch(machine: str, *roles: tuple[RoleKind, str]) -> MachineLaunch:
-    launches = tuple(RoleLaunch.of(k, RoleCommand(r, machine, ("true",))) for k, r in roles)
+    launches = tuple(RoleLaunch.of(k, RoleName.parse(r), ("true",)) for k, r in roles)
     return MachineLaunch(machine=machine, roles=launches)
 
 
@@ -93,14 +94,14 @@ def _fake_launches(tmp_path, codes: dict[int, str]) -> list[MachineLaunch]:
     from graphrun.testing.jobs import fake_store, fake_trainer
 
     ports = free_ports(6)  # a primary and the previous partition's replica on each
-    stores = tuple(f"127.0.0.1:{p}" for p in ports)
+    stores = tuple(Endpoint("127.0.0.1", p) for p in ports)
     return [
         MachineLaunch(
             machine=f"m{i}",
             roles=(
-                fake_store(f"store:{i}", f"m{i}", ports[i]),
-                fake_store(f"store:{(i - 1) % 3}:r", f"m{i}", ports[3 + i]),
-                fake_trainer(f"trainer:{i}", f"m{i}", codes[i]),
+                fake_store(RoleName.store(i), f"m{i}", ports[i]),
+                fake_store(RoleName.store((i - 1) % 3, replica=1), f"m{i}", ports[3 + i]),
+                fake_trainer(RoleName.trainer(i), f"m{i}", codes[i]),
             ),
             wait_for=stores,
         )
@@ -220,7 +221,7 @@ def test_a_lost_machine_is_started_again_to_rejoin_at_most_max_rejoins_times(tmp
 
 def test_a_machine_back_runs_its_trainers_only_in_join_mode():
     back = LAUNCHES[1].joining()
-    assert [r.role for r in back.roles] == ["trainer:1"]
+    assert [r.role for r in back.roles] == [RoleName.trainer(1)]
     assert back.roles[0].argv[-1] == "--join" and back.wait_for == ()
 
 

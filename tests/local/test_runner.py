@@ -15,6 +15,7 @@ from graphrun.job.spec import load_job, parse_job
 from graphrun.job.workflow import Phase
 from graphrun.local.runner import LocalJob, RunOptions
 from graphrun.machine.launch import MachineLaunch, RoleLaunch
+from graphrun.names import RoleName
 from graphrun.testing.jobs import (
     fake_dataset,
     fake_partition,
@@ -39,10 +40,10 @@ class FakeRoles(LocalJob):
         self.attempts.append(resume)
         out = []
         for i, m in enumerate(self.job.spec.machine_names):
-            h, port = hosts.endpoint(f"store:{i}")
+            h, port = hosts.endpoint(RoleName.store(i))
             roles: tuple[RoleLaunch, ...] = (
-                fake_store(f"store:{i}", m, port, h),
-                fake_trainer(f"trainer:{i}", m, code.get(i, "pass")),
+                fake_store(RoleName.store(i), m, port, h),
+                fake_trainer(RoleName.trainer(i), m, code.get(i, "pass")),
             )
             out.append(
                 MachineLaunch(

@@ -12,12 +12,16 @@ import pytest
 from graphrun.job.hosts import free_ports
 from graphrun.machine.launch import MachineLaunch, RoleLaunch
 from graphrun.machine.stopmark import write_mark
-from graphrun.names import RoleName
+from graphrun.names import Endpoint, RoleName
 from graphrun.record import read_status
 from graphrun.testing.jobs import fake_store, fake_trainer
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def at(port: int) -> Endpoint:
+    return Endpoint("127.0.0.1", port)
 
 
 def run_worker(tmp_path: Path, launch: MachineLaunch) -> subprocess.CompletedProcess[str]:
@@ -29,11 +33,11 @@ def run_worker(tmp_path: Path, launch: MachineLaunch) -> subprocess.CompletedPro
 
 def test_trainer_only_machine_exits_0_when_its_trainers_are_done(tmp_path: Path) -> None:
     (port,) = free_ports(1)
-    store = fake_store("store:0", "m0", port)  # machine m0's store, run here as a stand-in
+    store = fake_store(RoleName.store(0), "m0", port)  # machine m0's store, run here as a stand-in
     with subprocess.Popen(store.argv, stdout=subprocess.DEVNULL) as server:
         try:
-            trainer = fake_trainer("trainer:0", "m1", "print('trained')")
-            launch = MachineLaunch(machine="m1", roles=(trainer,), wait_for=(store.ready or "",))
+            trainer = fake_trainer(RoleName.trainer(0), "m1", "print('trained')")
+            launch = MachineLaunch(machine="m1", roles=(trainer,), wait_for=(at(port),))
             out = run_worker(tmp_path, launch)
         finally:
             server.kill()
@@ -55,8 +59,8 @@ def test_a_stopped_trainer_is_named_within_the_stall_timeout(tmp_path: Path) -> 
     # SIGSTOP: the process is alive but the job cannot go on; gloo would time out in the
     # *other* trainer minutes later, so the worker that started it names it
     code = "import os, signal; os.kill(os.getpid(), signal.SIGSTOP)"
-    trainers = (fake_trainer("trainer:0", "m0", "import time; time.sleep(30)"),
-                fake_trainer("trainer:1", "m0", code))  # fmt: skip
+    trainers = (fake_trainer(RoleName.trainer(0), "m0", "import time; time.sleep(30)"),
+                fake_trainer(RoleName.trainer(1), "m0", code))  # fmt: skip
     out = run_worker(tmp_path, MachineLaunch(machine="m0", roles=trainers, stall_timeout_s=2.0))
     assert out.returncode != 0
     status = read_status(tmp_path / "status" / "m0.json")
@@ -92,10 +96,12 @@ def test_told_to_stop_the_worker_stops_its_trainers_before_its_stores(tmp_path: 
     to it."""
     (port,) = free_ports(1)
     done = tmp_path / "checkpoint"
-    store = fake_store("store:0", "m0", port)
+    store = fake_store(RoleName.store(0), "m0", port)
     code = TRAINER_CHECKPOINTS_ON_SIGTERM
-    trainer = RoleLaunch("trainer", "trainer:0", (sys.executable, "-c", code, str(port), str(done)))
-    launch = MachineLaunch(machine="m0", roles=(store, trainer), wait_for=(store.ready or "",))
+    trainer = RoleLaunch(
+        "trainer", RoleName.trainer(0), (sys.executable, "-c", code, str(port), str(done))
+    )
+    launch = MachineLaunch(machine="m0", roles=(store, trainer), wait_for=(at(port),))
     plan = launch.write(tmp_path / "m0.json")
     argv = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan), "--grace", "10"]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
@@ -126,12 +132,12 @@ def _start_and_terminate(
 
 def _elastic_machine(tmp_path: Path, done: Path) -> MachineLaunch:
     (port,) = free_ports(1)
-    store = fake_store("store:0", "m0", port)
+    store = fake_store(RoleName.store(0), "m0", port)
     code = TRAINER_CHECKPOINTS_ON_SIGTERM
-    trainer = RoleLaunch("trainer", "trainer:0", (sys.executable, "-c", code, str(port), str(done)))
-    return MachineLaunch(
-        machine="m0", roles=(store, trainer), wait_for=(store.ready or "",), elastic=True
+    trainer = RoleLaunch(
+        "trainer", RoleName.trainer(0), (sys.executable, "-c", code, str(port), str(done))
     )
+    return MachineLaunch(machine="m0", roles=(store, trainer), wait_for=(at(port),), elastic=True)
 
 
 def test_elastic_worker_told_to_stop_without_the_mark_leaves_alone(tmp_path: Path) -> None:
@@ -168,12 +174,12 @@ def test_joining_worker_runs_only_its_trainers(tmp_path: Path) -> None:
     """A lost machine's replacement (GRAPHRUN_ELASTIC_JOIN=1): its store server is not
     started again (its replica serves), and its trainers do not wait for it."""
     port, lost = free_ports(2)
-    store = fake_store("store:0", "m0", port)
+    store = fake_store(RoleName.store(0), "m0", port)
     code = "import os; print('joined', os.environ['GRAPHRUN_ELASTIC_JOIN'])"
-    trainer = fake_trainer("trainer:0", "m0", code)
+    trainer = fake_trainer(RoleName.trainer(0), "m0", code)
     launch = MachineLaunch(  # its own store and another lost machine's: neither is up
         machine="m0", roles=(store, trainer), elastic=True, ready_timeout_s=5.0,
-        wait_for=(store.ready or "", f"127.0.0.1:{lost}"),
+        wait_for=(at(port), at(lost)),
     )  # fmt: skip
     plan = launch.write(tmp_path / "m0.json")
     argv = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan)]
@@ -206,11 +212,9 @@ def test_elastic_worker_whose_stores_the_job_stopped_ends_done_not_left(tmp_path
     (port,) = free_ports(1)
     done = tmp_path / "trained"
     argv = (sys.executable, "-c", STORE_STOPPED_BY_THE_JOB, str(port), str(done))
-    store = RoleLaunch("store", "store:0", argv, ready=f"127.0.0.1:{port}")
-    trainer = fake_trainer("trainer:0", "m0", f"open({str(done)!r}, 'w').close()")
-    launch = MachineLaunch(
-        machine="m0", roles=(store, trainer), wait_for=(store.ready or "",), elastic=True
-    )
+    store = RoleLaunch("store", RoleName.store(0), argv, ready=at(port))
+    trainer = fake_trainer(RoleName.trainer(0), "m0", f"open({str(done)!r}, 'w').close()")
+    launch = MachineLaunch(machine="m0", roles=(store, trainer), wait_for=(at(port),), elastic=True)
     plan = launch.write(tmp_path / "m0.json")
     argv2 = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan)]
     argv2 += ["--status-dir", str(tmp_path / "status"), "--stop-mark", str(tmp_path / "none")]

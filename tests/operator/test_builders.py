@@ -28,7 +28,7 @@ from graphrun.operator import rendezvous as RZ
 from graphrun.operator.keys import CurveKeyPair, curve_public, z85_encode
 from graphrun.operator.policy import check_pod_policy
 from graphrun.operator.probe import build_probe_job, probe_spec
-from graphrun.wire import convert
+from graphrun.wire import convert_json
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden"
@@ -213,8 +213,8 @@ def test_hosts_in_machine_order_with_stable_dns_names() -> None:
 def test_hosts_file_is_what_the_launcher_reads() -> None:
     hosts_mod = pytest.importorskip("graphrun.job.hosts")
     cm = built(gang_job())["configmap"]["data"]
-    hosts = convert(hosts_mod.Hosts, json.loads(cm["hosts.json"]), "hosts.json")
-    assert hosts.store_endpoints()[0][1].endswith(":30001")
+    hosts = convert_json(hosts_mod.Hosts, json.loads(cm["hosts.json"]), "hosts.json")
+    assert hosts.store_endpoints()[0][1].port == 30001
 
 
 def test_rendered_job_loads_with_absolute_paths() -> None:
@@ -574,11 +574,11 @@ def test_planned_hosts_resolve_every_store_and_trainer(tmp_path: Path) -> None:
         launch = roles_mod.load_job_launch(
             tmp_path / "job.yaml", str(i), tmp_path / "hosts.json", None
         )
-        ran = ",".join(r.role for r in launch.roles)
+        ran = ",".join(str(r.role) for r in launch.roles)
         assert ran == pod["metadata"]["annotations"][L.ANNOTATION_ROLES]
         ports = pod["spec"]["containers"][0].get("ports", [])
         opened = {f"{dns[i]}:{p['containerPort']}" for p in ports if p["name"] != "rendezvous"}
-        assert opened == {r.ready for r in launch.roles if r.ready}
+        assert opened == {str(r.ready) for r in launch.roles if r.ready}
 
 
 def test_worker_pods_get_a_memory_backed_dev_shm() -> None:

@@ -326,7 +326,7 @@ async def test_worker_failure_restart_then_fail(cluster: Cluster) -> None:
     await eventually(phase_is(c, "Failed"))
     failed = next(x for x in (await c.status())["conditions"] if x["type"] == "Failed")
     assert failed["reason"] == "BackoffLimitExceeded"
-    assert failed["message"] == "worker:0 on m0 failed (exit code 137): OOMKilled"
+    assert failed["message"] == "worker:m0 on m0 failed (exit code 137): OOMKilled"
 
 
 async def test_distributed_partitioning_on_the_worker_pods(cluster: Cluster) -> None:

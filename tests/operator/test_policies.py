@@ -64,7 +64,7 @@ def test_a_group_that_spent_its_restarts_fails_the_job() -> None:
     cond = h.cond("Failed")
     assert cond["reason"] == "RestartLimitExceeded"
     assert cond["message"] == (
-        "worker:0 on m0 failed (exit code 137): OOMKilled; the worker group has used its 1 "
+        "worker:m0 on m0 failed (exit code 137): OOMKilled; the worker group has used its 1 "
         "restarts (spec.runPolicy.failurePolicy.restartLimits.worker)"
     )
 

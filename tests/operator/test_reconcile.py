@@ -177,7 +177,7 @@ def test_worker_failure_restarts_then_fails_naming_the_role() -> None:
     assert h.phase == "Failed"
     failed = h.cond("Failed")
     assert failed["reason"] == "BackoffLimitExceeded"
-    assert failed["message"] == "worker:0 on m0 failed (exit code 137): OOMKilled"
+    assert failed["message"] == "worker:m0 on m0 failed (exit code 137): OOMKilled"
     # cleanPodPolicy Running: the worker still running is stopped
     assert h.workers() == ["graphsage-worker-0"]
 
@@ -305,7 +305,7 @@ def test_worker_pod_deleted_while_training_is_a_failure() -> None:
     h.step()
     assert h.phase == "Failed"
     assert (
-        "worker:1 on m1 failed (no exit code): the worker pod disappeared"
+        "worker:m1 on m1 failed (no exit code): the worker pod disappeared"
         in h.cond("Failed")["message"]
     )
 
@@ -926,7 +926,7 @@ def test_elastic_losing_a_partitions_last_copy_fails_the_attempt() -> None:
     h.ns.set_pod("graphsage-worker-0", "Failed", exit_code=137)
     h.step()
     assert h.phase == "Failed"
-    assert h.cond("Failed")["message"].startswith("worker:0 on m0 failed (exit code 137)")
+    assert h.cond("Failed")["message"].startswith("worker:m0 on m0 failed (exit code 137)")
     assert sum(e.reason == "MachineLost" for e in h.ns.events) == 1
 
 
@@ -979,7 +979,7 @@ def test_elastic_failed_pod_then_one_loss_too_many_restarts_with_every_pod() -> 
     h.ns.set_pod("graphsage-worker-1", "Failed", exit_code=1)  # 1 left < minMachines 2
     h.step()
     assert h.phase == "Restarting" and h.status["restarts"] == 1
-    assert h.cond("Restarting")["message"].startswith("worker:1 on m1 failed (exit code 1)")
+    assert h.cond("Restarting")["message"].startswith("worker:m1 on m1 failed (exit code 1)")
     assert h.status["lostMachines"] is None  # removed from the merge-patched status
     assert h.ns.pod("graphsage-worker-0")["metadata"]["annotations"]["graphrun.io/stop"] == "job"
     h.step(seconds=5)  # worker 0 deleted, marked: it stops with the job, not alone
@@ -1144,4 +1144,4 @@ def test_elastic_a_replaced_machines_replicas_stay_lost() -> None:
     h.ns.delete("Pod", "graphsage-worker-1")
     h.step()
     assert h.phase == "Failed" and len(h.status["lostMachines"]) == 1
-    assert "worker:1 on m1" in h.cond("Failed")["message"]
+    assert "worker:m1 on m1" in h.cond("Failed")["message"]

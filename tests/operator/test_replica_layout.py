@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from graphrun.job.spec import parse_job
+from graphrun.names import RoleName
 from graphrun.operator import layout as L
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,8 +23,8 @@ def test_replicas_have_endpoints_and_ports_on_the_next_worker_pod() -> None:
     machines = job.spec.runtime.machines
     hosts = L.host_plan(job, OWNER, L.OperatorConfig())
     for p in range(job.spec.num_parts):
-        primary = hosts.endpoints[f"store:{p}"].split(":")[0]
-        replica = hosts.endpoints[f"store:{p}:r"].split(":")[0]
+        primary = hosts.endpoints[RoleName.store(p)].host
+        replica = hosts.endpoints[RoleName.store(p, replica=1)].host
         assert replica != primary
         assert replica.startswith(f"rep-worker-{(p + 1) % machines}.")
     ports = [name for i in range(machines) for name, _ in L.machine_ports(job, i)]
