@@ -218,9 +218,10 @@ def test_reads_over_merged_runs_match_one_index_of_everything():
         gone = rng.choice(np.arange(E, eid_next - m) if v > 3 else np.arange(10), 2, False)
         ids = rng.choice(5, 2, replace=False)
         rows = np.full((2, 4), v, np.float32)
-        pieces.append(_edge_piece(v, rng.integers(0, N, m), rng.integers(0, 5, m), eid,
-                                  deleted_edges=Rows.of(gone.astype(np.int64)),
-                                  updates={FEAT: (Rows.of(ids.astype(np.int64)), Rows.of(rows))}))  # fmt: skip
+        update = {FEAT: (Rows.of(ids.astype(np.int64)), Rows.of(rows))}
+        src, dst = rng.integers(0, N, m), rng.integers(0, 5, m)
+        gone = Rows.of(gone.astype(np.int64))
+        pieces.append(_edge_piece(v, src, dst, eid, deleted_edges=gone, updates=update))
     runs, one = LiveDelta(), LiveDelta()
     for p in pieces:
         one.hold(held(runs, p), 0.0)
