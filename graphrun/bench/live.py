@@ -370,7 +370,9 @@ def _netns(cfg: dict[str, Any], d: Path) -> dict[str, Any]:
         (d / "drive.json").write_text(json.dumps(cfg))
         cmd = [*net.prefix("m0"), sys.executable, "-m", "graphrun", "bench", "live",
                "--drive", str(d / "drive.json")]  # fmt: skip
-        got = subprocess.run(cmd, check=True, capture_output=True, text=True)
+        got = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)  # its stderr: ours
+        if got.returncode != 0:
+            raise GraphrunError(f"bench live: the measuring process on m0 exited {got.returncode}")
         return dict(json.loads(got.stdout.strip().splitlines()[-1]))
 
 

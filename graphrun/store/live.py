@@ -32,6 +32,7 @@ No torch here: the store imports none.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -325,6 +326,7 @@ class LiveDelta:
         self.work = 0  # index entries sorted so far (the index's cost, for tests)
         self._runs: list[_Run] = []
         self._fresh: list[Batch] = []  # committed, not indexed yet
+        self._lock = threading.Lock()
         self._pending_nodes = np.empty(0, np.int64)
         self._pending_edges = np.empty(0, np.int64)
 
@@ -354,7 +356,8 @@ class LiveDelta:
         if held is None:
             return False
         self.committed[version] = held[0]
-        self._fresh.append(held[0])
+        with self._lock:
+            self._fresh.append(held[0])
         self._pending_changed()
         return True
 
@@ -390,6 +393,11 @@ class LiveDelta:
     def runs(self) -> list[_Run]:
         """The read index: the fresh commits become a run, merged while the run before
         it is not larger (see :class:`_Run`)."""
+        with self._lock:  # a read may come from another thread than the commit's
+            self._flush()
+            return list(self._runs)
+
+    def _flush(self) -> None:
         if self._fresh:
             run = _build_run(self._fresh)
             self.work += run.size
@@ -400,7 +408,6 @@ class LiveDelta:
                 run = _build_run(older.batches + newer.batches)
                 self.work += run.size
                 self._runs.append(run)
-        return self._runs
 
     def _nodes(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(found, ntype, orig, version)`` of each committed growth node (-1 if none)."""
