@@ -55,16 +55,4 @@ def out_degree_counts(
     base = ids < num_nodes
     out = np.zeros(len(ids), np.int64)
     out[base] = csc.out_degree_counts(num_nodes)[ids[base]]
-    gone = delta.deleted_at(version)
-    lo = csc.eids.min() if csc.num_edges else 0
-    gone = gone[(gone >= lo) & np.isin(gone, csc.eids)]
-    if len(gone):
-        src, _ = csc.find_edges(gone)
-        uniq, cnt = np.unique(src, return_counts=True)
-        hit = np.searchsorted(uniq, ids)
-        ok = hit < len(uniq)
-        ok[ok] = uniq[hit[ok]] == ids[ok]
-        out[ok] -= cnt[hit[ok]]
-    src_new = np.sort(delta.new_edges(version)[0])
-    out += np.searchsorted(src_new, ids, side="right") - np.searchsorted(src_new, ids)
-    return out
+    return out + delta.out_change(ids, version, lambda eids: csc.find_edges(eids)[0])

@@ -32,6 +32,8 @@ No torch here: the store imports none.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -212,37 +214,57 @@ def spans(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class _Index:
-    """The committed pieces as sorted arrays (rebuilt after each commit)."""
+class _Run:
+    """Committed pieces as sorted arrays: one run of the delta's read index.
 
+    The index is a short list of runs (a log-structured merge): a commit adds a run of
+    its own piece, sorted in time linear in the piece, and two runs are merged when the
+    older is not larger than the newer, so ``log2(commits)`` runs at most are read and
+    every entry is re-sorted ``log2(commits)`` times in all (amortised per commit: the
+    batch times a logarithm, never the whole delta)."""
+
+    batches: list[Batch]
+    size: int  # index entries: nodes, edges, deletions, rows
     node_id: np.ndarray  # sorted growth node ids, with their type, orig id and version
     node_type: np.ndarray
     node_orig: np.ndarray
     node_ver: np.ndarray
     # new edges sorted by (dst, version): src, dst, eid, etype, version
     edges: np.ndarray  # int64 [5, m]
-    edge_by_eid: np.ndarray  # positions in ``edges`` sorted by eid
+    edge_by_eid: np.ndarray  # positions in ``edges`` sorted by eid, and those eids
+    edge_eid: np.ndarray
+    edge_by_src: np.ndarray  # positions in ``edges`` sorted by src, and those srcs
+    edge_src: np.ndarray
     del_eid: np.ndarray  # sorted deleted eids, the version that deleted each
     del_ver: np.ndarray
     # key -> (ids sorted by (id, version), versions, rows): new items' rows and updates
     rows: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # the deleted edges' sources, sorted, with the version from which each counts (the
+    # later of the deletion and the edge's own): filled on the first out-degree read
+    del_src: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
-def _build_index(batches: list[Batch]) -> _Index:
+def _entries(b: Batch) -> int:
+    return (
+        len(b.nodes) + len(b.etypes) + len(b.deleted) + sum(len(i) for i, _ in b.updates.values())
+    )
+
+
+def _build_run(batches: list[Batch]) -> _Run:
     def ver(b: Batch, n: int) -> np.ndarray:
         return np.full(n, b.version, dtype=np.int64)
 
     nid = _cat([b.nodes for b in batches], np.int64)
     order = np.argsort(nid, kind="stable")
-    edges = np.empty((5, 0), np.int64)
-    if batches:
-        edges = np.hstack(
-            [np.vstack([b.edges, b.etypes[None], ver(b, len(b.etypes))[None]]) for b in batches]
-        )
+    edges = np.hstack(
+        [np.empty((5, 0), np.int64)]
+        + [np.vstack([b.edges, b.etypes[None], ver(b, len(b.etypes))[None]]) for b in batches]
+    )
     edges = edges[:, np.lexsort((edges[4], edges[1]))]
+    by_eid, by_src = np.argsort(edges[2], kind="stable"), np.argsort(edges[0], kind="stable")
     d_eid = _cat([b.deleted for b in batches], np.int64)
     d_ver = _cat([ver(b, len(b.deleted)) for b in batches], np.int64)
-    d_order = np.argsort(d_eid, kind="stable")  # versions ascending: the first deletion first
+    d_order = np.lexsort((d_ver, d_eid))  # versions ascending: the first deletion first
     rows: dict[str, tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]] = {}
     for b in batches:
         for key, (ids, vals) in (*b.new_rows.items(), *b.updates.items()):
@@ -250,21 +272,47 @@ def _build_index(batches: list[Batch]) -> _Index:
             i.append(ids)
             v.append(ver(b, len(ids)))
             r.append(vals)
-    index = _Index(
+    run = _Run(
+        batches,
+        sum(_entries(b) for b in batches),
         nid[order],
         _cat([b.ntypes for b in batches], np.int32)[order],
         _cat([b.orig for b in batches], np.int64)[order],
         _cat([ver(b, len(b.nodes)) for b in batches], np.int64)[order],
         edges,
-        np.argsort(edges[2], kind="stable"),
+        by_eid,
+        edges[2][by_eid],
+        by_src,
+        edges[0][by_src],
         d_eid[d_order],
         d_ver[d_order],
     )
     for key, (i, v, r) in rows.items():
         ids, vers, vals = np.concatenate(i), np.concatenate(v), np.concatenate(r)
         o = np.lexsort((vers, ids))
-        index.rows[key] = (ids[o], vers[o], vals[o])
-    return index
+        run.rows[key] = (ids[o], vers[o], vals[o])
+    return run
+
+
+def _latest(r_ids: np.ndarray, r_ver: np.ndarray, ids: np.ndarray, version: int) -> np.ndarray:
+    """Per id, the position of its latest entry at a version ``<= version`` in a run
+    sorted by (id, version); -1 where none."""
+    pos = np.searchsorted(r_ids, ids, side="right") - 1
+    live = pos >= 0
+    live[live] = r_ids[pos[live]] == ids[live]
+    pos[~live] = -1
+    late = np.flatnonzero(live & (r_ver[np.maximum(pos, 0)] > version))
+    while len(late):  # step back over later versions of the same id (rare: updates)
+        pos[late] -= 1
+        p = pos[late]
+        gone = (p < 0) | (r_ids[np.maximum(p, 0)] != ids[late])
+        pos[late[gone]] = -1
+        late = late[~gone]
+        late = late[r_ver[pos[late]] > version]
+    return pos
+
+
+Resolver = Callable[[np.ndarray], np.ndarray]  # base eids -> their sources
 
 
 class LiveDelta:
@@ -275,7 +323,10 @@ class LiveDelta:
         self.pending: dict[int, tuple[Batch, float]] = {}  # version -> (batch, when held)
         self.committed: dict[int, Batch] = {}
         self.nbytes = 0
-        self._index: _Index | None = None
+        self.work = 0  # index entries sorted so far (the index's cost, for tests)
+        self._runs: list[_Run] = []
+        self._fresh: list[Batch] = []  # committed, not indexed yet
+        self._lock = threading.Lock()
         self._pending_nodes = np.empty(0, np.int64)
         self._pending_edges = np.empty(0, np.int64)
 
@@ -305,7 +356,8 @@ class LiveDelta:
         if held is None:
             return False
         self.committed[version] = held[0]
-        self._index = None
+        with self._lock:
+            self._fresh.append(held[0])
         self._pending_changed()
         return True
 
@@ -318,7 +370,7 @@ class LiveDelta:
         return True
 
     def _pending_changed(self) -> None:
-        batches = [b for b, _ in self.pending.values()]
+        batches = [b for b, _ in self.pending.values()]  # at most MAX_UNDECIDED-ish
         self._pending_nodes = np.sort(_cat([b.nodes for b in batches], np.int64))
         self._pending_edges = np.sort(_cat([b.edges[2] for b in batches], np.int64))
 
@@ -335,29 +387,62 @@ class LiveDelta:
         """The pending versions held longer than ``after`` seconds."""
         return sorted(v for v, (_, t) in self.pending.items() if now - t > after)
 
-    # ---- reads
+    # ---- the index
 
     @property
-    def index(self) -> _Index:
-        if self._index is None:
-            self._index = _build_index([self.committed[v] for v in sorted(self.committed)])
-        return self._index
+    def runs(self) -> list[_Run]:
+        """The read index: the fresh commits become a run, merged while the run before
+        it is not larger (see :class:`_Run`)."""
+        with self._lock:  # a read may come from another thread than the commit's
+            self._flush()
+            return list(self._runs)
+
+    def _flush(self) -> None:
+        if self._fresh:
+            run = _build_run(self._fresh)
+            self.work += run.size
+            self._fresh = []
+            self._runs.append(run)
+            while len(self._runs) > 1 and self._runs[-2].size <= self._runs[-1].size:
+                newer, older = self._runs.pop(), self._runs.pop()
+                run = _build_run(older.batches + newer.batches)
+                self.work += run.size
+                self._runs.append(run)
+
+    def _nodes(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(found, ntype, orig, version)`` of each committed growth node (-1 if none)."""
+        found = np.zeros(len(ids), dtype=bool)
+        cols = [np.full(len(ids), -1, np.int64) for _ in range(3)]
+        for r in self.runs:
+            hit, pos = _lookup(r.node_id, ids)
+            found |= hit
+            for col, vals in zip(cols, (r.node_type, r.node_orig, r.node_ver), strict=True):
+                col[hit] = vals[pos[hit]]
+        return found, cols[0], cols[1], cols[2]
+
+    def _edges(self, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(found, etype)`` of each committed new edge (-1 if none)."""
+        found = np.zeros(len(eids), dtype=bool)
+        etype = np.full(len(eids), -1, np.int64)
+        for r in self.runs:
+            hit, pos = _lookup(r.edge_eid, eids)
+            found |= hit
+            etype[hit] = r.edges[3][r.edge_by_eid[pos[hit]]]
+        return found, etype
+
+    # ---- reads
 
     def has_nodes(self, ids: np.ndarray) -> np.ndarray:
         """Whether each growth id is held (pending or committed)."""
-        found, _ = _lookup(self.index.node_id, ids)
-        return found | _lookup(self._pending_nodes, ids)[0]
+        return self._nodes(ids)[0] | _lookup(self._pending_nodes, ids)[0]
 
     def has_edges(self, eids: np.ndarray, committed_only: bool = False) -> np.ndarray:
-        ix = self.index
-        found, _ = _lookup(ix.edges[2][ix.edge_by_eid], eids)
+        found = self._edges(eids)[0]
         return found if committed_only else found | _lookup(self._pending_edges, eids)[0]
 
     def node_types_of(self, ids: np.ndarray, extra: Batch | None = None) -> np.ndarray:
         """The ntype of each committed growth node (or new in ``extra``); -1 otherwise."""
-        ix = self.index
-        found, pos = _lookup(ix.node_id, ids)
-        out = _at(ix.node_type, found, pos, -1).astype(np.int32)
+        out = self._nodes(ids)[1].astype(np.int32)
         if extra is not None and len(extra.nodes):
             o = np.argsort(extra.nodes)
             hit, p = _lookup(extra.nodes[o], ids)
@@ -365,71 +450,112 @@ class LiveDelta:
         return out
 
     def edge_types_of(self, eids: np.ndarray, extra: Batch | None = None) -> np.ndarray:
-        ix = self.index
-        found, pos = _lookup(ix.edges[2][ix.edge_by_eid], eids)
-        return _at(ix.edges[3][ix.edge_by_eid], found, pos, -1).astype(np.int32)
+        return self._edges(eids)[1].astype(np.int32)
 
     def nodes_at(self, ids: np.ndarray, version: int) -> np.ndarray:
         """Whether each growth id is a node visible at ``version``."""
-        ix = self.index
-        found, pos = _lookup(ix.node_id, ids)
-        return found & (_at(ix.node_ver, found, pos, 0) <= version)
+        found, _, _, ver = self._nodes(ids)
+        return found & (ver <= version)
 
     def nodes_upto(self, version: int) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, ntypes)`` of the growth nodes visible at ``version``, by id."""
-        ix = self.index
-        keep = ix.node_ver <= version
-        return ix.node_id[keep], ix.node_type[keep]
+        runs = self.runs
+        ids = _cat([r.node_id[r.node_ver <= version] for r in runs], np.int64)
+        types = _cat([r.node_type[r.node_ver <= version] for r in runs], np.int32)
+        o = np.argsort(ids, kind="stable")
+        return ids[o], types[o]
 
     def orig_of(self, ids: np.ndarray) -> np.ndarray:
         """Original ids of committed growth nodes (-1 where unknown)."""
-        ix = self.index
-        found, pos = _lookup(ix.node_id, ids)
-        return _at(ix.node_orig, found, pos, -1)
+        return self._nodes(ids)[2]
 
     def in_edges(self, dst: np.ndarray, version: int) -> tuple[np.ndarray, np.ndarray]:
         """The new edges into each of ``dst`` visible at ``version`` (not deleted by then):
         ``(counts int64 [len(dst)], edges int64 [4, m]: src, dst, eid, etype)``, grouped
         by ``dst`` in its order."""
-        e = self.index.edges  # sorted by dst: only the seeds' runs are looked at
-        lo = np.searchsorted(e[1], dst, side="left")
-        hi = np.searchsorted(e[1], dst, side="right")
-        pos = spans(lo, hi)
-        seed = np.repeat(np.arange(len(dst)), hi - lo)
-        keep = (e[4, pos] <= version) & ~self.deleted(e[2, pos], version)
-        counts = np.bincount(seed[keep], minlength=len(dst))
-        return counts.astype(np.int64), e[:4, pos[keep]]
+        seeds, found = [], []
+        for r in self.runs:  # sorted by dst: only the seeds' runs are looked at
+            e = r.edges
+            lo = np.searchsorted(e[1], dst, side="left")
+            hi = np.searchsorted(e[1], dst, side="right")
+            pos = spans(lo, hi)
+            seeds.append(np.repeat(np.arange(len(dst)), hi - lo))
+            found.append(e[:, pos])
+        seed = _cat(seeds, np.int64)
+        e = np.hstack([np.empty((5, 0), np.int64), *found])
+        keep = (e[4] <= version) & ~self.deleted(e[2], version)
+        seed, e = seed[keep], e[:4, keep]
+        o = np.argsort(seed, kind="stable")
+        return np.bincount(seed, minlength=len(dst)).astype(np.int64), e[:, o]
 
     def new_edges(self, version: int) -> np.ndarray:
         """int64 [4, m] (src, dst, eid, etype) of new edges visible at ``version``."""
-        e = self.index.edges
+        e = np.hstack([np.empty((5, 0), np.int64), *(r.edges for r in self.runs)])
         return e[:4, (e[4] <= version) & ~self.deleted(e[2], version)]
 
     def deleted(self, eids: np.ndarray, version: int) -> np.ndarray:
         """Whether each edge id is deleted at ``version``."""
-        ix = self.index
-        found, pos = _lookup(ix.del_eid, eids)
-        return found & (_at(ix.del_ver, found, pos, 0) <= version)
+        out = np.zeros(len(eids), dtype=bool)
+        for r in self.runs:
+            found, pos = _lookup(r.del_eid, eids)
+            out |= found & (_at(r.del_ver, found, pos, 0) <= version)
+        return out
 
     def deleted_at(self, version: int) -> np.ndarray:
-        ix = self.index
-        return ix.del_eid[ix.del_ver <= version]
+        return _cat([r.del_eid[r.del_ver <= version] for r in self.runs], np.int64)
+
+    def out_change(self, ids: np.ndarray, version: int, resolve: Resolver) -> np.ndarray:
+        """How the delta at ``version`` changes the out-degree of each of ``ids`` on this
+        partition: new edges leaving it minus deleted ones. ``resolve`` gives the sources
+        of base edge ids (asked once per run, for its deletions). Only the ids' own
+        entries are looked at, never the whole delta."""
+        out = np.zeros(len(ids), np.int64)
+        gone_eid = []
+        for r in self.runs:
+            lo, hi = np.searchsorted(r.edge_src, ids), np.searchsorted(r.edge_src, ids, "right")
+            seed = np.repeat(np.arange(len(ids)), hi - lo)
+            keep = r.edges[4][r.edge_by_src[spans(lo, hi)]] <= version
+            out += np.bincount(seed[keep], minlength=len(ids))
+            src, eff, eid = self._deleted_src(r, resolve)
+            lo, hi = np.searchsorted(src, ids), np.searchsorted(src, ids, side="right")
+            pos, seed = spans(lo, hi), np.repeat(np.arange(len(ids)), hi - lo)
+            keep = eff[pos] <= version
+            gone_eid.append(np.vstack([eid[pos[keep]], seed[keep]]))
+        gone = np.unique(np.hstack([np.empty((2, 0), np.int64), *gone_eid]), axis=1)
+        out -= np.bincount(gone[1], minlength=len(ids))  # an edge deleted twice counts once
+        return out
+
+    def _deleted_src(self, r: _Run, resolve: Resolver) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A run's deletions as ``(src, version counted from, eid)``, sorted by src."""
+        if r.del_src is None:
+            src = np.full(len(r.del_eid), -1, np.int64)
+            eff = r.del_ver.copy()
+            new = np.zeros(len(r.del_eid), dtype=bool)
+            for other in self.runs:  # deleted new edges: their source and version here
+                hit, pos = _lookup(other.edge_eid, r.del_eid)
+                at = other.edge_by_eid[pos[hit]]
+                src[hit], new[hit] = other.edges[0][at], True
+                eff[hit] = np.maximum(eff[hit], other.edges[4][at])
+            src[~new] = resolve(r.del_eid[~new])
+            o = np.argsort(src, kind="stable")
+            r.del_src = (src[o], eff[o], r.del_eid[o])
+        return r.del_src
 
     def has_rows(self, key: str) -> bool:
-        return key in self.index.rows
+        return any(key in r.rows for r in self.runs)
 
     def rows(self, key: str, ids: np.ndarray, version: int, out: np.ndarray) -> np.ndarray:
         """Write into ``out[i]`` the latest row of ``ids[i]`` written at a version
         ``<= version`` (a new item's row or an update); returns whether each was found."""
-        entry = self.index.rows.get(key)
-        if entry is None:
-            return np.zeros(len(ids), dtype=bool)
-        r_ids, r_ver, r_vals = entry
-        keep = r_ver <= version
-        r_ids, r_vals = r_ids[keep], r_vals[keep]
-        if len(r_ids) == 0:
-            return np.zeros(len(ids), dtype=bool)
-        pos = np.searchsorted(r_ids, ids, side="right") - 1  # the last (latest) of each id
-        found = (pos >= 0) & (r_ids[np.maximum(pos, 0)] == ids)
-        out[found] = r_vals[pos[found]]
-        return found
+        best = np.full(len(ids), -1, np.int64)  # the version of the row written so far
+        for r in self.runs:
+            entry = r.rows.get(key)
+            if entry is None:
+                continue
+            r_ids, r_ver, r_vals = entry
+            pos = _latest(r_ids, r_ver, ids, version)
+            take = pos >= 0
+            take[take] = r_ver[pos[take]] > best[take]
+            out[take] = r_vals[pos[take]]
+            best[take] = r_ver[pos[take]]
+        return best >= 0

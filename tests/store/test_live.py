@@ -182,3 +182,85 @@ def test_the_delta_bound_refuses_and_slows():
     with pytest.raises(StoreError, match="over its bound"):
         d.hold(big, 0.0)
     assert 2 not in d.pending
+
+
+def _edge_piece(version, src, dst, eid, **kw):
+    return Piece(
+        version=version,
+        new_edges=edges_rows(src, dst, eid),
+        edge_types=Rows.of(np.zeros(len(eid), np.int32)),
+        **kw,
+    )
+
+
+def test_a_commit_indexes_its_batch_not_the_whole_delta():
+    """The read index's work (entries sorted) per commit is the batch times a logarithm:
+    256 commits of 50 edges sort each entry at most log2(256) + 1 times, where rebuilding
+    the index on the first read after every commit sorted 50 * 256 * 257 / 2 entries."""
+    d, batch, commits = LiveDelta(), 50, 256
+    rng = np.random.default_rng(0)
+    for v in range(1, commits + 1):
+        eid = E + (v - 1) * batch + np.arange(batch)
+        held(d, _edge_piece(v, rng.integers(0, N, batch), rng.integers(0, 5, batch), eid))
+        assert d.in_edges(np.asarray([0, 1]), v)[0].sum() > 0 or v == 1
+    assert d.work <= batch * commits * (np.log2(commits) + 1)
+    assert len(d.runs) <= np.log2(commits) + 1
+    assert d.in_edges(np.arange(5), commits)[0].sum() == batch * commits
+
+
+def brute_out_change(pieces, v):
+    """New edges leaving each base node at ``v`` minus its deleted ones (a base edge
+    ``e`` leaves ``e % N``), from the pieces themselves."""
+    new, gone = {}, set()
+    for p in pieces:
+        if p.version <= v:
+            src, _, eid = p.new_edges.array("e")
+            new.update(zip(eid.tolist(), src.tolist(), strict=True))
+            gone.update(p.deleted_edges.array("d").tolist())
+    out = np.zeros(N, np.int64)
+    for e, s in new.items():
+        out[s] += e not in gone
+    for e in gone:
+        out[e % N] -= e < E
+    return out
+
+
+def test_reads_over_merged_runs_match_one_index_of_everything():
+    rng = np.random.default_rng(1)
+    pieces, eid_next = [], E
+    for v in range(1, 41):
+        m = int(rng.integers(1, 30))
+        eid = eid_next + np.arange(m)
+        eid_next += m
+        gone = rng.choice(np.arange(E, eid_next - m) if v > 3 else np.arange(10), 2, False)
+        ids = rng.choice(5, 2, replace=False)
+        rows = np.full((2, 4), v, np.float32)
+        update = {FEAT: (Rows.of(ids.astype(np.int64)), Rows.of(rows))}
+        src, dst = rng.integers(0, N, m), rng.integers(0, 5, m)
+        gone = Rows.of(gone.astype(np.int64))
+        pieces.append(_edge_piece(v, src, dst, eid, deleted_edges=gone, updates=update))
+    runs, one = LiveDelta(), LiveDelta()
+    for p in pieces:
+        one.hold(held(runs, p), 0.0)
+        runs.in_edges(np.asarray([0]), p.version)  # a read after each commit: many runs
+    for p in pieces:
+        one.commit(p.version)  # all before a read: one run
+    assert len(runs.runs) > 1 and len(one.runs) == 1
+
+    def src_of(eids):
+        return eids % N
+
+    dst, everything = np.arange(5), np.arange(N)
+    for v in (0, 3, 17, 40):
+        a, b = runs.in_edges(dst, v), one.in_edges(dst, v)
+        assert a[0].tolist() == b[0].tolist()
+        key = lambda e: sorted(map(tuple, e.T.tolist()))  # noqa: E731
+        assert key(a[1]) == key(b[1])
+        probe = np.arange(E + eid_next)
+        assert (runs.deleted(probe, v) == one.deleted(probe, v)).all()
+        change = runs.out_change(everything, v, src_of)
+        assert (change == one.out_change(everything, v, src_of)).all()
+        assert change.tolist() == brute_out_change(pieces, v).tolist()
+        out_a, out_b = np.zeros((5, 4), np.float32), np.zeros((5, 4), np.float32)
+        assert (runs.rows(FEAT, dst, v, out_a) == one.rows(FEAT, dst, v, out_b)).all()
+        assert (out_a == out_b).all()

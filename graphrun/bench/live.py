@@ -1,0 +1,411 @@
+"""``graphrun bench live``: the live graph's ingest, staleness, training and a crash (JSON).
+
+Generates a power-law graph (``community``; ``--dataset DIR`` takes a dataset instead),
+partitions it in two (metis), and serves each partition with a real ``graphrun serve``
+process: on loopback (``--hosts local``) or one per network-namespace host
+(``--hosts netns``, root: the bench's clients then run as one process on host ``m0``,
+so partition 1 is reached over the hosts' link). A writer key (``--grants
+write_graph``) writes, a job key reads. Measured, in this order:
+
+* **ingest**: ``--batches`` commits of ``--batch`` new edges (random ends among the
+  base nodes) through :class:`~graphrun.distributed.writer.GraphWriter`, back to back;
+  ``ingest_edges_per_s`` is edges committed per second divided by the partition servers
+  (every batch touches both), with each commit's latency;
+* **staleness**: ``--probes`` commits of a batch holding a marker edge into a node of
+  partition 1; from ``commit()`` returning (after the acknowledgement *and* the commits
+  to the partitions) until a second client, following the head, sees the marker in
+  ``graph_in_degrees`` (the sampler's op); ``staleness_p50_s``/``staleness_p99_s``;
+* **a training epoch** (GraphSAGE over :class:`~graphrun.distributed.DistNodeDataLoader`,
+  ``--fanouts``, ``--batch-size``, at most ``--epoch-batches`` batches, following the
+  head; after a 2-batch warm-up) undisturbed, then while another process ingests at
+  ``--rate`` edges/s (``ingest_rate_reached_edges_per_s``: what it managed);
+* **kill -9** of partition 1's server mid-ingest (after ``--kill-after`` acknowledged
+  batches into a fixed set of destinations), the server restarted on its directory, and
+  the acknowledged edges into partition 1 counted missing from its in-degrees at the
+  new head: ``lost_acknowledged_writes`` (per fault);
+* ``streamed_cut_ratio``: :func:`graphrun.partition.streaming.measure_streamed` (LDG,
+  half the nodes streamed onto a metis base) on the same graph.
+
+Output (one object)::
+
+    {"bench": "live", "hosts", "nodes", "edges", "parts", "batch", "ingest_edges_per_s",
+     "commit_p50_s", "commit_p99_s", "staleness_p50_s", "staleness_p99_s",
+     "epoch_s_undisturbed", "epoch_s_ingesting", "ingest_rate_edges_per_s",
+     "ingest_rate_reached_edges_per_s", "epoch_batches", "lost_acknowledged_writes":
+     {"kill9_part1": n}, "acknowledged_before_kill", "streamed_cut_ratio", "streamed",
+     "load_avg", "replicas": 1}
+
+Timings are never asserted in tests; ``load_avg`` says how quiet the box was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from graphrun.bench import check_at_least, int_list
+from graphrun.errors import ArgumentError, GraphrunError
+from graphrun.graph.format import META_FILE
+
+if TYPE_CHECKING:
+    from graphrun.graph import Graph
+    from graphrun.store.client import KVClient
+
+PARTS = 2
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "live", help="live graph: ingest, staleness, epoch while ingesting, kill -9",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=200_000,
+        help="generated nodes (power law, exponent 2.1, 100 features, 47 classes)",
+    )
+    p.add_argument("--degree", type=float, default=40.0, help="generated average degree")
+    p.add_argument("--dataset", type=Path, help="a dataset directory instead of a generated graph")
+    p.add_argument("--hosts", choices=("local", "netns"), default="local")
+    p.add_argument("--batch", type=int, default=10_000, help="new edges per commit")
+    p.add_argument("--batches", type=int, default=100, help="commits timed for the ingest rate")
+    p.add_argument("--probes", type=int, default=50, help="staleness probes")
+    p.add_argument("--rate", type=float, default=100_000.0, help="edges/s while training")
+    p.add_argument("--fanouts", default="10,5")
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--epoch-batches", type=int, default=50, help="batches per timed epoch")
+    p.add_argument("--kill-after", type=int, default=20, help="acknowledged batches, then kill")
+    p.add_argument("--drive", type=Path, help=argparse.SUPPRESS)  # the netns host's half
+    p.set_defaults(func=run)
+
+
+def _check(args: argparse.Namespace) -> None:
+    check_at_least(args, 1, "--batch", "--batches", "--probes", "--batch-size",
+                   "--epoch-batches", "--kill-after")  # fmt: skip
+    check_at_least(args, 100, "--nodes")
+    check_at_least(args, 1.0, "--rate")
+    if args.batch > 1 << 20:
+        raise ArgumentError(f"--batch: at most {1 << 20} edges per commit, got {args.batch}")
+    args.fanout_list = int_list("--fanouts", args.fanouts)
+    if args.dataset is not None and not (args.dataset / META_FILE).is_file():
+        raise ArgumentError(f"--dataset: {args.dataset} is not a dataset directory")
+
+
+def _graph(args: argparse.Namespace) -> Graph:
+    from graphrun.graph import GenParams, community, load_dataset
+
+    if args.dataset is not None:
+        return load_dataset(args.dataset)
+    params = GenParams(nodes=args.nodes, avg_degree=args.degree, exponent=2.1, feat_dim=100,
+                       classes=47)  # fmt: skip
+    return community(params)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ---- the measuring half (in this process, or on host m0) ------------------------------
+
+
+def _client(cfg: dict[str, Any], key: str, timeout: float = 60.0) -> KVClient:
+    """A client with ``key`` (a key acts as the job its file is named after)."""
+    from graphrun.rpc.auth import load_keys
+    from graphrun.store.client import ClientConfig, KVClient
+
+    job = Path(key).stem
+    return KVClient(ClientConfig(cfg["addresses"], job=job, keys=load_keys(key), timeout=timeout))
+
+
+def _edges(rng: np.random.Generator, n: int, dst: np.ndarray | None, m: int) -> tuple[Any, Any]:
+    src = rng.integers(0, n, m)
+    return src, (rng.integers(0, n, m) if dst is None else rng.choice(dst, m))
+
+
+def _commit(w: Any, src: np.ndarray, dst: np.ndarray) -> float:
+    t = time.perf_counter()
+    w.add_edges("_E", src, dst)
+    w.commit()
+    return time.perf_counter() - t
+
+
+def _ingest(cfg: dict[str, Any]) -> dict[str, Any]:
+    from graphrun.distributed.writer import GraphWriter
+
+    rng = np.random.default_rng(1)
+    with _client(cfg, cfg["writer_key"]) as c:
+        w, n = GraphWriter(c), c.book.num_nodes
+        _commit(w, *_edges(rng, n, None, cfg["batch"]))  # warm-up
+        t0 = time.perf_counter()
+        lat = [_commit(w, *_edges(rng, n, None, cfg["batch"])) for _ in range(cfg["batches"])]
+        wall = time.perf_counter() - t0
+    return {
+        "ingest_edges_per_s": round(cfg["batches"] * cfg["batch"] / wall / PARTS, 1),
+        "commit_p50_s": round(float(np.percentile(lat, 50)), 5),
+        "commit_p99_s": round(float(np.percentile(lat, 99)), 5),
+    }
+
+
+def _in_degree(c: KVClient, part: int, ids: np.ndarray) -> np.ndarray:
+    msg = c.session.call(part, "graph_in_degrees", {}, tensors=(ids,))
+    return np.asarray(msg.tensors[0], np.int64)
+
+
+def _staleness(cfg: dict[str, Any]) -> dict[str, Any]:
+    from graphrun.distributed.writer import GraphWriter
+
+    rng = np.random.default_rng(2)
+    waits = []
+    with (
+        _client(cfg, cfg["writer_key"]) as c,
+        _client(cfg, cfg["job_key"]) as r,
+    ):
+        w, n = GraphWriter(c), c.book.num_nodes
+        lo, hi = (int(x) for x in c.book.node_offsets[1:3])  # partition 1's base nodes
+        for _ in range(cfg["probes"]):
+            marker = np.asarray([int(rng.integers(lo, hi))], np.int64)
+            r.follow()
+            before = int(_in_degree(r, 1, marker)[0])
+            src, dst = _edges(rng, n, None, cfg["batch"] - 1)
+            w.add_edges("_E", np.append(src, 0), np.append(dst, marker))
+            w.commit()
+            acked = time.perf_counter()
+            while True:
+                r.follow()
+                if int(_in_degree(r, 1, marker)[0]) > before:
+                    break
+            waits.append(time.perf_counter() - acked)
+    return {
+        "staleness_p50_s": round(float(np.percentile(waits, 50)), 5),
+        "staleness_p99_s": round(float(np.percentile(waits, 99)), 5),
+    }
+
+
+def _epoch(cfg: dict[str, Any], batches: int | None = None) -> float:
+    """One epoch (at most ``batches``, default ``--epoch-batches``) of GraphSAGE training
+    that follows the head."""
+    import torch
+    from torch_geometric.nn import GraphSAGE
+
+    from graphrun.distributed import DistGraph, DistNodeDataLoader, initialize
+    from graphrun.rpc.auth import load_keys
+
+    torch.manual_seed(0)
+    keys = load_keys(cfg["job_key"])
+    with initialize(cfg["addresses"], job="job", keys=keys, rank=0, world_size=1,
+                    heartbeat_interval=0) as ctx:  # fmt: skip
+        dg = DistGraph(ctx, follow="head")
+        train = dg.mask_ids("train_mask")
+        x_dim = int(dg.ndata["feat"].shape[1])
+        classes = int(cfg["classes"])
+        model = GraphSAGE(x_dim, 128, num_layers=len(cfg["fanouts"]), out_channels=classes)
+        opt = torch.optim.Adam(model.parameters(), lr=0.003)
+        loader = DistNodeDataLoader(dg, train, cfg["fanouts"], batch_size=cfg["batch_size"],
+                                    shuffle=True)  # fmt: skip
+        t0 = time.perf_counter()
+        for i, b in enumerate(loader):
+            if i == (cfg["epoch_batches"] if batches is None else batches):
+                break
+            opt.zero_grad()
+            out = model(b.x, b.edge_index)[: b.batch_size]
+            torch.nn.functional.cross_entropy(out, b.y[: b.batch_size]).backward()
+            opt.step()
+        return time.perf_counter() - t0
+
+
+def _ingest_at(cfg: dict[str, Any], ready: Any, stop: Any, done: Any) -> None:
+    """Commit ``cfg["batch"]``-edge batches at ``cfg["rate"]`` edges/s until ``stop``."""
+    from graphrun.distributed.writer import GraphWriter
+
+    rng = np.random.default_rng(3)
+    with _client(cfg, cfg["writer_key"]) as c:
+        w, n = GraphWriter(c), c.book.num_nodes
+        ready.set()
+        t0, sent = time.perf_counter(), 0
+        while not stop.is_set():
+            _commit(w, *_edges(rng, n, None, cfg["batch"]))
+            sent += cfg["batch"]
+            done.value = sent / (time.perf_counter() - t0)  # the rate so far
+            ahead = t0 + sent / cfg["rate"] - time.perf_counter()
+            if ahead > 0:
+                stop.wait(ahead)
+
+
+def _epochs(cfg: dict[str, Any]) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    _epoch(cfg, 2)  # warm-up: the first batches pay for imports and first connections
+    undisturbed = _epoch(cfg)
+    ready, stop, done = ctx.Event(), ctx.Event(), ctx.Value("d", 0.0)
+    proc = ctx.Process(target=_ingest_at, args=(cfg, ready, stop, done))
+    proc.start()
+    try:
+        if not ready.wait(300):
+            raise GraphrunError("bench live: the ingesting process did not start")
+        time.sleep(1.0)  # the ingest is under way
+        ingesting = _epoch(cfg)
+        reached = float(done.value)
+    finally:
+        stop.set()
+        proc.join(120)
+        if proc.is_alive():  # stuck in a commit: it must not write into the next phase
+            proc.kill()
+            proc.join()
+    return {
+        "epoch_s_undisturbed": round(undisturbed, 3),
+        "epoch_s_ingesting": round(ingesting, 3),
+        "ingest_rate_edges_per_s": cfg["rate"],
+        "ingest_rate_reached_edges_per_s": round(reached, 1),
+    }
+
+
+def _part1_edges(c: KVClient) -> int:
+    """Edges into partition 1's base nodes at the client's version (its in-degrees)."""
+    lo, hi = (int(x) for x in c.book.node_offsets[1:3])
+    return int(sum(_in_degree(c, 1, np.arange(a, min(a + 65536, hi))).sum()
+                   for a in range(lo, hi, 65536)))  # fmt: skip
+
+
+def _kill(cfg: dict[str, Any], stores: list[Any]) -> dict[str, Any]:
+    """kill -9 partition 1's server while batches into it are committed; the acknowledged
+    edges it holds (from every phase before, and this one's) missing after its restart."""
+    from graphrun.distributed.writer import GraphWriter
+    from graphrun.local.stores import start_store
+
+    rng = np.random.default_rng(4)
+    acked = 0
+    with _client(cfg, cfg["job_key"]) as c:
+        base = _part1_edges(c)  # not following: the base graph
+    with _client(cfg, cfg["writer_key"], timeout=10) as c:
+        c.follow()
+        before = _part1_edges(c)
+        lo, hi = (int(x) for x in c.book.node_offsets[1:3])
+        w, n = GraphWriter(c), c.book.num_nodes
+        for k in range(cfg["kill_after"] + 1000):
+            if k == cfg["kill_after"]:  # SIGKILL while the next batch is on its way
+                threading.Timer(0.002, stores[1].proc.kill).start()
+            try:
+                _commit(w, *_edges(rng, n, np.arange(lo, hi), cfg["batch"]))
+            except GraphrunError:
+                break  # not acknowledged: the writer is told, the ingest stops
+            acked += cfg["batch"]
+    stores[1].proc.wait()
+    stores[1] = start_store(cfg["parts_dir"], 1, **cfg["store_kwargs"][1])
+    out: dict[str, Any] = {"acknowledged_into_part1": before - base + acked}
+    with _client(cfg, cfg["job_key"]) as c:
+        c.follow()
+        try:
+            lost: int | None = max(before + acked - _part1_edges(c), 0)
+        except GraphrunError as exc:  # the restarted partition cannot answer at the head
+            lost, out["kill9_error"] = None, str(exc)
+    return {"lost_acknowledged_writes": {"kill9_part1": lost}, **out}
+
+
+def drive(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Start the stores, measure, stop them."""
+    from graphrun.local.stores import start_store
+
+    stores = [start_store(cfg["parts_dir"], p, **cfg["store_kwargs"][p]) for p in range(PARTS)]
+    try:
+        out = {**_ingest(cfg), **_staleness(cfg), **_epochs(cfg)}
+        out["epoch_batches"] = cfg["epoch_batches"]
+        out.update(_kill(cfg, stores))
+    finally:
+        for s in stores:
+            s.stop()
+    return out
+
+
+# ---- the whole run ---------------------------------------------------------------------
+
+
+def _keys(d: Path) -> None:
+    quiet = subprocess.DEVNULL
+    keygen = [sys.executable, "-m", "graphrun", "keygen"]
+    subprocess.run([*keygen, str(d / "store.key")], check=True, stdout=quiet)
+    for name, grants in (("writer", ["--grants", "write_graph"]), ("job", [])):
+        cmd = [*keygen, str(d / f"{name}.key"), "--store", str(d / "store.key"),
+               "--clients", str(d / "clients"), *grants]  # fmt: skip
+        subprocess.run(cmd, check=True, stdout=quiet)
+
+
+def _config(
+    args: argparse.Namespace, d: Path, graph: Graph, hosts: Sequence[tuple[str, Any]]
+) -> dict[str, Any]:
+    label = graph.ndata[graph.node_types[0]]["label"]
+    (d / "live").mkdir(exist_ok=True)  # the servers' write-ahead logs (part-K.wal)
+    extra = ["--clients", str(d / "clients"), "--live-dir", str(d / "live")]
+    kwargs = [{"key_file": str(d / "store.key"), "address": addr, "launcher": list(launcher),
+               "extra_args": extra, "log_dir": str(d)}
+              for addr, launcher in hosts]  # fmt: skip
+    return {
+        "addresses": [h[0] for h in hosts], "parts_dir": str(d / "parts"),
+        "store_kwargs": kwargs, "writer_key": str(d / "writer.key"),
+        "job_key": str(d / "job.key"), "batch": args.batch, "batches": args.batches,
+        "probes": args.probes, "rate": args.rate, "fanouts": args.fanout_list,
+        "batch_size": args.batch_size, "epoch_batches": args.epoch_batches,
+        "kill_after": args.kill_after, "classes": int(np.max(label)) + 1,
+    }  # fmt: skip
+
+
+def _netns(cfg: dict[str, Any], d: Path) -> dict[str, Any]:
+    """The measuring half as one process on host m0 (it starts the stores on m0, m1)."""
+    from graphrun.local.netns import NetnsNetwork, unavailable_reason
+
+    why = unavailable_reason()
+    if why:
+        raise ArgumentError(f"--hosts netns: {why}")
+    with NetnsNetwork(["m0", "m1"]) as net:
+        for p in range(PARTS):
+            m = f"m{p}"
+            cfg["addresses"][p] = f"tcp://{net.address(m)}:{_free_port()}"
+            cfg["store_kwargs"][p]["address"] = cfg["addresses"][p]
+            cfg["store_kwargs"][p]["launcher"] = list(net.prefix(m))
+        (d / "drive.json").write_text(json.dumps(cfg))
+        cmd = [*net.prefix("m0"), sys.executable, "-m", "graphrun", "bench", "live",
+               "--drive", str(d / "drive.json")]  # fmt: skip
+        got = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)  # its stderr: ours
+        if got.returncode != 0:
+            raise GraphrunError(f"bench live: the measuring process on m0 exited {got.returncode}")
+        return dict(json.loads(got.stdout.strip().splitlines()[-1]))
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.drive is not None:  # the half that runs on host m0
+        print(json.dumps(drive(json.loads(args.drive.read_text()))))
+        return 0
+    _check(args)
+    from graphrun.partition import partition_graph
+    from graphrun.partition.streaming import measure_streamed
+
+    graph = _graph(args)
+    with tempfile.TemporaryDirectory(prefix="graphrun-bench-live-") as tmp:
+        d = Path(tmp)
+        partition_graph(graph, d / "parts", PARTS, "metis")
+        _keys(d)
+        local = [(f"tcp://127.0.0.1:{_free_port()}", ()) for _ in range(PARTS)]
+        cfg = _config(args, d, graph, local)
+        out = drive(cfg) if args.hosts == "local" else _netns(cfg, d)
+    streamed = measure_streamed(graph, PARTS, method="ldg")
+    print(json.dumps({
+        "bench": "live", "hosts": args.hosts, "nodes": graph.num_nodes,
+        "edges": graph.num_edges, "parts": PARTS, "batch": args.batch, "replicas": 1, **out,
+        "streamed_cut_ratio": round(streamed.streamed_cut_ratio, 4),
+        "streamed": streamed.to_dict(), "load_avg": list(os.getloadavg()),
+    }))  # fmt: skip
+    return 0
