@@ -41,7 +41,7 @@ from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import DEFAULT_LIMITS, Limits, Message, MsgKind
 from graphrun.rpc.transport import RpcClient, RpcServer, Waker
 from graphrun.store import handlers, live_ops, replicas
-from graphrun.store.disk import DiskRows
+from graphrun.store.disk import DiskRows, file_id
 from graphrun.store.policy import policies_from_book
 from graphrun.store.registry import Registry, Request, Response, load_extensions
 from graphrun.store.shm import (
@@ -146,7 +146,7 @@ def open_node_features(p: Partition, cache_bytes: int) -> dict[tuple[str, str], 
             hot[t] = hot_rows(p, t)
         share = cache_bytes * int(arr.nbytes) // total if total else 0
         path = p.path / p.config["parts"][p.part]["dir"] / "node" / t / f"{n}.npy"
-        out[(t, n)] = DiskRows(path, arr, hot[t], share)
+        out[(t, n)] = DiskRows.build(path, arr, hot[t], share)
     return out
 
 
@@ -160,6 +160,7 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
         a for t, named in p.node_feats.items() for n, a in named.items() if (t, n) not in disk
     ]
     whole += [a for named in p.edge_feats.values() for a in named.values()]
+    whole += [a for rows in disk.values() for a in (rows.cache, rows.slot)]  # shared: disk.py
     check_space(cfg.shm_dir, sum(int(a.nbytes) for a in whole if a is not None))
     segments = SegmentStore(cfg.shm_dir)
     state = ServerState(
@@ -191,6 +192,7 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
             arr = (p.node_feats if key.kind == "node" else p.edge_feats)[key.type][key.name]
             rows = state.disk.get(str(key))
             seg, shared = ("", arr) if rows is not None else segments.copy_in(arr)
+            cached = rows.share(segments) if rows is not None else ("", "")
             pol = state.policies[key.policy]
             info = TensorInfo(
                 str(key),
@@ -202,6 +204,10 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
                 pol.part_rows(cfg.part),
                 seg,
                 disk=rows is not None,
+                file=str(rows.path.resolve()) if rows is not None else "",
+                file_id=file_id(rows.path) if rows is not None else (0, 0, 0),
+                cache=cached,
+                cache_rows=len(rows.cache) if rows is not None else 0,
             )
             state.tensors[(GRAPH_JOB, info.name)] = StoredTensor(info, shared, rows)
     except BaseException:

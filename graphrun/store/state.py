@@ -52,7 +52,11 @@ class TensorInfo(msgspec.Struct, frozen=True):
     part_rows: int
     segment: str  # "" for a tensor served from disk
     persistent: bool = True
-    disk: bool = False  # served from the partition's file (graphrun.store.disk): pull it
+    disk: bool = False  # served from the partition's file (graphrun.store.disk)
+    file: str = ""  # a disk tensor's file, which co-located clients map read-only
+    file_id: tuple[int, int, int] = (0, 0, 0)  # ... its graphrun.store.disk.file_id
+    cache: tuple[str, str] = ("", "")  # a disk tensor's cache and slot index segments
+    cache_rows: int = 0  # ... and the rows its cache holds
 
     def __post_init__(self) -> None:
         _check_dtype(self.dtype)

@@ -23,20 +23,29 @@ def disk_config(parts, keys, cache_bytes, **kw):
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("use_shm", [True, False], ids=["co-located", "through-server"])
 @pytest.mark.parametrize("cache_bytes", [0, 2000, 1 << 20])
-def test_disk_pulls_equal_the_graph_and_count_hits(homo, keys, rng, cache_bytes, tmp_path):
+def test_disk_pulls_equal_the_graph_and_count_hits(homo, keys, rng, cache_bytes, use_shm):
+    """Co-located, the client reads the shared cache and the file and counts; through the
+    server (use_shm False, as a remote client) the server reads and counts."""
     graph, parts = homo
     ids = rng.integers(0, graph.num_nodes, 1500)
-    with store_threads(disk_config(parts, keys, cache_bytes), 2) as s, connect(s, keys) as c:
+    with (
+        store_threads(disk_config(parts, keys, cache_bytes), 2) as s,
+        connect(s, keys, use_shm=use_shm) as c,
+    ):
         assert c.meta(FEAT).disk and c.meta("node/_N/label").disk
         got = c.pull(FEAT, ids)
         np.testing.assert_array_equal(got, reference_rows(graph, parts, "node", "_N", "feat", ids))
         labels = c.pull("node/_N/label", ids)
         ref = reference_rows(graph, parts, "node", "_N", "label", ids)
         np.testing.assert_array_equal(labels, ref)
-        disk = [c.stats(p)["disk"] for p in (0, 1)]
-        assert sum(d["hits"] + d["misses"] for d in disk) == 2 * len(ids)
-        assert all(d["cache_bytes"] <= cache_bytes for d in disk)
+        served = [c.stats(p)["disk"] for p in (0, 1)]
+        assert all(d["cache_bytes"] <= cache_bytes for d in served)
+        here = c.catalog.disk_counters()
+        assert sum(d["hits"] + d["misses"] for d in served) == (0 if use_shm else 2 * len(ids))
+        assert here["hits"] + here["misses"] == (2 * len(ids) if use_shm else 0)
+        disk = [here] if use_shm else served
         hits = sum(d["hits"] for d in disk)
         if cache_bytes == 0:
             assert hits == 0
@@ -70,10 +79,10 @@ def test_the_hot_set_is_the_rows_with_most_in_edges(homo):
     feat = p.node_feats["_N"]["feat"]
     index = 4 * len(feat)  # the slot index comes first
     per_row = feat.dtype.itemsize * feat.shape[1]
-    d = DiskRows(parts / "part-1/node/_N/feat.npy", feat, order, index + 10 * per_row + 5)
+    d = DiskRows.build(parts / "part-1/node/_N/feat.npy", feat, order, index + 10 * per_row + 5)
     assert sorted(d.rows.tolist()) == sorted(order[:10].tolist())
     assert d.cache_bytes == index + 10 * per_row
-    assert len(DiskRows(parts / "f", feat, order, index).rows) == 0  # the index alone: none
+    assert len(DiskRows.build(parts / "f", feat, order, index).rows) == 0  # the index alone: none
     rows = np.array([order[0], order[-1], order[0]])
     np.testing.assert_array_equal(d.take(rows), feat[rows])
     assert (d.counters.hits, d.counters.misses) == (2, 1)
