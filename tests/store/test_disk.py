@@ -115,6 +115,43 @@ def test_disk_features_take_no_shared_memory_and_are_read_only(homo, keys, tmp_p
         c.push(FEAT, [0], np.zeros((1, 8), np.float32))
 
 
+def test_the_cache_is_shared_memory_within_its_bytes(homo, tmp_path):
+    """The hot rows and slot index live in shared memory, once per partition, and take no
+    more than the cache's bytes (co-located clients map them, they copy nothing)."""
+    _, parts = homo
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    used = {}
+    for budget in (0, 3000, 6000, 10**6):
+        state = load_main_state(disk_config(parts, None, budget, shm_dir=shm))
+        try:
+            used[budget] = sum(f.stat().st_size for f in shm.iterdir())
+            assert sum(d.cache_bytes for d in state.disk.values()) <= budget
+            for name, d in state.disk.items():
+                info = state.tensors[("", name)].info
+                assert info.cache_rows == len(d.cache) and bool(info.cache[0]) == bool(len(d.cache))
+        finally:
+            state.close()
+    assert used[0] < used[3000] < used[6000] < used[10**6]
+    for budget in (3000, 6000, 10**6):
+        assert used[budget] - used[0] <= budget
+
+
+def test_a_client_that_cannot_map_the_file_pulls_from_the_server(homo, keys, rng, tmp_path):
+    """Another file at the server's path (another mount namespace, a file replaced): the
+    client refuses to read it and the server answers, with the same rows."""
+    graph, parts = homo
+    out = copy_parts(parts, tmp_path)
+    ids = rng.integers(0, graph.num_nodes, 300)
+    with store_threads(disk_config(out, keys, 2000), 2) as s, connect(s, keys) as c:
+        f = out / "part-0" / "node" / "_N" / "feat.npy"
+        f.chmod(0o640)  # the same bytes, but not the file the server opened (its ctime)
+        got = c.pull(FEAT, ids)
+        np.testing.assert_array_equal(got, reference_rows(graph, out, "node", "_N", "feat", ids))
+        assert c.stats(0)["disk"]["hits"] + c.stats(0)["disk"]["misses"] > 0  # the server
+        assert c.stats(1)["disk"]["hits"] + c.stats(1)["disk"]["misses"] == 0  # read here
+
+
 def copy_parts(parts, tmp_path):
     out = tmp_path / "parts"
     shutil.copytree(parts, out)
@@ -209,3 +246,6 @@ def test_the_epoch_hit_rate_is_of_the_bytes_pulled():
     assert epoch_fields(before, after) == {"disk_hit_rate": 0.3333, "disk_bytes": 600}
     assert epoch_fields(after, after) == {"disk_hit_rate": None, "disk_bytes": 0}
     assert epoch_fields(None, after) == {} and epoch_fields(before, None) == {}
+    # what co-located trainers read themselves (their batches' counts) adds to the servers'
+    assert epoch_fields(before, after, 900, 300) == {"disk_hit_rate": 0.5714, "disk_bytes": 900}
+    assert epoch_fields(None, None, 100, 300) == {"disk_hit_rate": 0.25, "disk_bytes": 300}
