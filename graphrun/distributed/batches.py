@@ -80,12 +80,14 @@ class _Meter:
         for part, n in (Counter(self.ctx.sampler.local_bytes) - self.local).items():
             structure[part] = structure.get(part, 0) + n
         disk = self.ctx.client.catalog.disk_counters()
+        hit = disk["hit_bytes"] - self.disk["hit_bytes"]
+        read = disk["disk_bytes"] - self.disk["disk_bytes"]
         return BatchCost(
             sample_s=time.perf_counter() - self.t0 - fetch_s, fetch_s=fetch_s,
             structure_bytes=structure, feature_bytes=feature,
             cache_bytes=self.features.cache_bytes - self.cache_bytes,
-            disk_hit_bytes=disk["hit_bytes"] - self.disk["hit_bytes"],
-            disk_bytes=disk["disk_bytes"] - self.disk["disk_bytes"],
+            disk_hit_bytes=hit if hit or read else None,
+            disk_bytes=read if hit or read else None,
         )  # fmt: skip
 
 

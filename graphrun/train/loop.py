@@ -233,8 +233,8 @@ def train_epoch(
         own["compute_s"] += compute_s
         own["allreduce_s"] += timer.take() if timer is not None else 0.0
         own["cache_bytes"] += batch.cost.cache_bytes
-        own["disk_hit_bytes"] += batch.cost.disk_hit_bytes
-        own["disk_bytes"] += batch.cost.disk_bytes
+        own["disk_hit_bytes"] += batch.cost.disk_hit_bytes or 0
+        own["disk_bytes"] += batch.cost.disk_bytes or 0
         own["remote_bytes"] += sum(b for q, b in batch.cost.feature_bytes.items() if q not in local)
         progress.update(batch.seeds)
     elapsed = time.perf_counter() - work.t0
