@@ -15,7 +15,9 @@ the requests to remote owners are sent first (load-balanced over main and backup
 the co-located partition — when this process can map the server's shared memory — is
 gathered directly from it while they are in flight, and every answer is written back
 in the caller's order. When all ids have one owner the answer is returned without any
-reordering copy (a remote answer is the received frame itself, read-only).
+reordering copy (a remote answer is the received frame itself, read-only). A co-located
+tensor served from disk is read here too: the server's shared cache, then this process's
+mapping of the file (:meth:`Catalog.local_disk`).
 Co-location is only an optimisation: ``use_shm=False`` forces the network path,
 which returns the same bytes.
 

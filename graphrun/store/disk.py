@@ -63,7 +63,9 @@ class DiskRows:
     """One tensor's rows: a read-only mapping of its file and a cache of hot rows (``cache``,
     and ``slot``: local row -> cache row or -1; both empty without a cache)."""
 
-    def __init__(self, path: Path, mapping: np.ndarray, cache: np.ndarray, slot: np.ndarray):
+    def __init__(
+        self, path: Path, mapping: np.ndarray, cache: np.ndarray, slot: np.ndarray
+    ) -> None:
         self.path = path
         self.mapping = mapping
         self.cache = cache
