@@ -19,12 +19,11 @@ has one cache per partition, within the server's bound.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import numpy as np
 
 from graphrun.errors import GraphrunError
-from graphrun.store.disk import DISK_COUNTERS, DiskRows, open_shared, slot_dtype
+from graphrun.store.disk import DISK_COUNTERS, DiskRows, open_info
 from graphrun.store.session import Session
 from graphrun.store.shm import attach
 from graphrun.store.state import TensorInfo, received
@@ -140,17 +139,8 @@ class Catalog:
         seg = self._local_seg.get(key)
         if seg is None or not seg.disk or not seg.file:
             return None
-        e = self.session.parts[part]
-        shm, n = e.info.shm_dir, seg.part_rows
         try:
-            cache_seg, slot_seg = seg.cache
-            cache = np.empty((0, *seg.row_shape), seg.dtype)
-            slot = np.empty(0, slot_dtype(n))
-            if cache_seg:
-                cache = attach(shm, cache_seg, seg.dtype, (seg.cache_rows, *seg.row_shape), False)
-                slot = attach(shm, slot_seg, slot_dtype(n), (n,), False)
-            shape = (n, *seg.row_shape)
-            rows = open_shared(Path(seg.file), seg.file_id, seg.dtype, shape, cache, slot)
+            rows = open_info(seg, self.session.parts[part].info.shm_dir)
         except GraphrunError as exc:
             log.info("disk tensor %s of partition %d not readable here (%s)", ti.name, part, exc)
             self._no_disk.add(key)

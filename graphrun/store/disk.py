@@ -41,12 +41,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from graphrun.errors import PartitionFormatError, StoreError
-from graphrun.store.shm import SegmentStore
+from graphrun.store.shm import SegmentStore, attach
 
 
 @dataclass
@@ -138,6 +138,39 @@ def file_id(path: Path) -> tuple[int, int, int]:
     """What tells one file from another at the same path: device, inode, change time (ns)."""
     st = os.stat(path)
     return st.st_dev, st.st_ino, st.st_ctime_ns
+
+
+class DiskInfo(Protocol):
+    """What :func:`open_info` reads of a disk tensor's ``TensorInfo``."""
+
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def row_shape(self) -> tuple[int, ...]: ...
+    @property
+    def part_rows(self) -> int: ...
+    @property
+    def file(self) -> str: ...
+    @property
+    def file_id(self) -> tuple[int, int, int]: ...
+    @property
+    def cache(self) -> tuple[str, str]: ...
+    @property
+    def cache_rows(self) -> int: ...
+
+
+def open_info(info: DiskInfo, shm_dir: Path) -> DiskRows:
+    """The rows of a disk tensor as its main server describes it (``TensorInfo``): the
+    file and the cache and slot index in shared memory, all mapped read-only."""
+    n = info.part_rows
+    cache = np.empty((0, *info.row_shape), info.dtype)
+    slot = np.empty(0, slot_dtype(n))
+    cache_seg, slot_seg = info.cache
+    if cache_seg:
+        cache = attach(shm_dir, cache_seg, info.dtype, (info.cache_rows, *info.row_shape), False)
+        slot = attach(shm_dir, slot_seg, slot_dtype(n), (n,), False)
+    shape = (n, *info.row_shape)
+    return open_shared(Path(info.file), info.file_id, info.dtype, shape, cache, slot)
 
 
 def open_shared(

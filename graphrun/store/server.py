@@ -8,7 +8,8 @@ tensors ``node/<ntype>/<name>`` (policy ``node:<ntype>``) and
 ``edge/<src:rel:dst>/<name>`` (policy ``edge:<src:rel:dst>``). With ``features="disk"``
 the node features are not copied: :func:`open_node_features` maps their files read-only
 and keeps the rows of the nodes with the most in-edges in a cache of
-``disk_cache_bytes`` (:mod:`graphrun.store.disk`); a backup opens the same files.
+``disk_cache_bytes`` (:mod:`graphrun.store.disk`); a backup maps the same files and the
+main's cache.
 
 A **backup** (``main_address`` set) asks the main for its manifest, maps the same
 segments (same machine only), registers its own address with the main — clients
@@ -232,11 +233,7 @@ def attach_backup_state(cfg: ServerConfig, main: RpcClient) -> ServerState:
         heartbeat_timeout=cfg.heartbeat_timeout,
     )
     man = main.call("manifest").body
-    if any(received(TensorInfo, t).disk for t in man["tensors"]):  # read the files too
-        p = load_partition(cfg.partition_dir, info.part)
-        disk = open_node_features(p, cfg.disk_cache_bytes)
-        state.disk = {str(TensorKey.node(t, n)): rows for (t, n), rows in disk.items()}
-    for t in man["tensors"]:
+    for t in man["tensors"]:  # disk tensors: the main's shared cache and the files
         state.attach_tensor(received(TensorInfo, t))
     for name, wire in man["structure"].items():
         seg = received(Segment, wire)

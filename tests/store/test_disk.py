@@ -203,6 +203,27 @@ def test_backups_serve_disk_tensors_from_the_files(homo, keys, rng):
             backup.stop()
 
 
+def test_a_backup_shares_the_main_servers_cache(homo, keys):
+    """A backup reads the main's cache (shared memory, read-only) and the files: the host
+    holds one cache per partition, not one per server."""
+    from graphrun.rpc.transport import RpcClient
+    from graphrun.store.server import attach_backup_state
+
+    _, parts = homo
+    with store_threads(disk_config(parts, keys, 4000), 2) as s:
+        cfg = replace(s[0].cfg, main_address=s[0].address, backup_index=1)
+        main = RpcClient(s[0].address, keys=keys, timeout=10)
+        state = attach_backup_state(cfg, main)
+        try:
+            rows = state.disk[FEAT]
+            assert len(rows.cache) and not rows.cache.flags.writeable
+            assert not rows.slot.flags.writeable
+            np.testing.assert_array_equal(rows.cache, rows.mapping[rows.rows])
+        finally:
+            state.close()
+            main.close()
+
+
 def test_graphrun_serve_says_which_file_is_truncated_in_one_line(homo, tmp_path):
     from graphrun.testing.procs import run_graphrun
 
