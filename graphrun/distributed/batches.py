@@ -67,6 +67,7 @@ class _Meter:
         self.local = Counter(ctx.sampler.local_bytes)
         self.fetch_s = features.seconds
         self.cache_bytes = features.cache_bytes
+        self.disk = ctx.client.catalog.disk_counters()
         self.t0 = time.perf_counter()
 
     def cost(self) -> BatchCost:
@@ -78,10 +79,15 @@ class _Meter:
             d[part] = d.get(part, 0) + n
         for part, n in (Counter(self.ctx.sampler.local_bytes) - self.local).items():
             structure[part] = structure.get(part, 0) + n
+        disk = self.ctx.client.catalog.disk_counters()
+        hit = disk["hit_bytes"] - self.disk["hit_bytes"]
+        read = disk["disk_bytes"] - self.disk["disk_bytes"]
         return BatchCost(
             sample_s=time.perf_counter() - self.t0 - fetch_s, fetch_s=fetch_s,
             structure_bytes=structure, feature_bytes=feature,
             cache_bytes=self.features.cache_bytes - self.cache_bytes,
+            disk_hit_bytes=hit if hit or read else None,
+            disk_bytes=read if hit or read else None,
         )  # fmt: skip
 
 

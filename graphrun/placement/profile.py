@@ -220,6 +220,10 @@ class BatchCost(msgspec.Struct, kw_only=True, frozen=True):
     structure_bytes: dict[int, int] = {}
     feature_bytes: dict[int, int] = {}
     cache_bytes: int = 0  # feature bytes the remote-feature cache served (not in the above)
+    # features on disk read in this process (co-located partitions; graphrun.store.disk;
+    # None, left out of the line: none read)
+    disk_hit_bytes: int | None = None  # the bytes the server's shared cache served
+    disk_bytes: int | None = None  # ... and those read from the files
 
 
 class BatchRecord(BatchCost, kw_only=True, frozen=True, tag_field="kind", tag="batch"):

@@ -10,10 +10,10 @@ its mapped segments to find the ones that are gone. A pull costs one memory read
 not a system call.
 
 A tensor served from disk (``TensorInfo.disk``, :mod:`graphrun.store.disk`) has no
-segment: co-located clients pull it from the server like remote ones. Mapping the file
-here too would give every trainer a cache of its own (the memory bound times the
-trainers of the host) and counters nobody sums; through the server the host has one
-cache, one bound and one hit rate.
+segment: for a co-located partition :meth:`Catalog.local_disk` maps the server's cache
+and slot index (shared memory, read-only) and the tensor's file, and reads its rows here
+as the server would, counting its own hits and bytes (``disk_counters``). The host still
+has one cache per partition, within the server's bound.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import logging
 import numpy as np
 
 from graphrun.errors import GraphrunError
+from graphrun.store.disk import DISK_COUNTERS, DiskRows, open_info
 from graphrun.store.session import Session
 from graphrun.store.shm import attach
 from graphrun.store.state import TensorInfo, received
@@ -36,6 +37,8 @@ class Catalog:
         self._infos: dict[str, TensorInfo] = {}
         self._local_seg: dict[tuple[str, int], TensorInfo] = {}
         self._arrays: dict[tuple[str, int], np.ndarray] = {}
+        self._disk: dict[tuple[str, int], DiskRows] = {}
+        self._no_disk: set[tuple[str, int]] = set()  # not readable here: pulled
         self._deletions: dict[int, np.ndarray | None] = {}  # part -> the server's counter
         self._seen: dict[int, int] = {}  # part -> the counter at the last look
         for p, e in session.parts.items():
@@ -72,6 +75,7 @@ class Catalog:
         for p in self.session.parts:
             self._local_seg.pop((name, p), None)
             self._arrays.pop((name, p), None)
+            self._disk.pop((name, p), None)
 
     def check_deletions(self) -> None:
         """Forget the mapped tensors whose segment a server has unlinked since the last
@@ -123,6 +127,32 @@ class Catalog:
         self._arrays[key] = arr
         return arr
 
+    def local_disk(self, ti: TensorInfo, part: int) -> DiskRows | None:
+        """Partition ``part``'s rows of the disk tensor ``ti``, read here: the server's
+        cache from shared memory, the misses from this process's mapping of the file.
+        None when the partition is remote, or the cache or file cannot be mapped from here
+        (then the server answers, as it does every later pull of it)."""
+        key = (ti.name, part)
+        rows = self._disk.get(key)
+        if rows is not None or key in self._no_disk:
+            return rows
+        seg = self._local_seg.get(key)
+        if seg is None or not seg.disk or not seg.file:
+            return None
+        try:
+            rows = open_info(seg, self.session.parts[part].info.shm_dir)
+        except GraphrunError as exc:
+            log.info("disk tensor %s of partition %d not readable here (%s)", ti.name, part, exc)
+            self._no_disk.add(key)
+            return None
+        self._disk[key] = rows
+        return rows
+
+    def disk_counters(self) -> dict[str, int]:
+        """The hits and bytes of this process's reads of disk tensors (``local_disk``)."""
+        got = [r.counters for r in self._disk.values()]
+        return {k: sum(getattr(c, k) for c in got) for k in DISK_COUNTERS if k != "cache_bytes"}
+
     def local_structure(self, part: int) -> dict[str, np.ndarray] | None:
         """The CSC arrays of a co-located partition, mapped read-only (None if remote)."""
         e = self.session.part(part)
@@ -133,4 +163,5 @@ class Catalog:
 
     def clear(self) -> None:
         self._arrays.clear()
+        self._disk.clear()
         self._deletions.clear()

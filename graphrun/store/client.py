@@ -15,7 +15,9 @@ the requests to remote owners are sent first (load-balanced over main and backup
 the co-located partition — when this process can map the server's shared memory — is
 gathered directly from it while they are in flight, and every answer is written back
 in the caller's order. When all ids have one owner the answer is returned without any
-reordering copy (a remote answer is the received frame itself, read-only).
+reordering copy (a remote answer is the received frame itself, read-only). A co-located
+tensor served from disk is read here too: the server's shared cache, then this process's
+mapping of the file (:meth:`Catalog.local_disk`).
 Co-location is only an optimisation: ``use_shm=False`` forces the network path,
 which returns the same bytes.
 
@@ -45,7 +47,7 @@ from graphrun.names import PolicyName
 from graphrun.rpc.codec import DEFAULT_LIMITS
 from graphrun.store import routing
 from graphrun.store.catalog import Catalog
-from graphrun.store.disk import DISK_COUNTERS
+from graphrun.store.disk import DISK_COUNTERS, DiskRows
 from graphrun.store.live_client import LiveView, fetch_head, shm_ok
 from graphrun.store.live_client import route as live_route
 from graphrun.store.policy import PartitionPolicy, lookup_policy, policies_from_book
@@ -268,10 +270,10 @@ class KVClient:
             out[at if at is not None else slice(None)] = got
             return out
         ids = pol.check_ids(ids)
-        local: dict[int, np.ndarray] = {}
+        local: dict[int, np.ndarray | DiskRows] = {}
         groups: list[routing.Group] = []
         for g in routing.by_owner(pol.ranges, ids):
-            arr = self.catalog.local_array(ti, g.part) if self.session.local_ok(g.part) else None
+            arr = self._local(ti, g.part) if self.session.local_ok(g.part) else None
             if arr is None:
                 groups += self._pull_pieces(ti, g)
             else:
@@ -287,10 +289,13 @@ class KVClient:
             return g.pos if at is None else at[g.pos]
 
         def gather(g: routing.Group) -> np.ndarray | None:
+            src = local[g.part]
+            if isinstance(src, DiskRows):  # the server's cache, then this process's mapping
+                return src.take(g.rows)
             # ids are checked already; mode="clip" keeps np.take from buffering its output
             if out is None:
-                return np.take(local[g.part], g.rows, axis=0, mode="clip")
-            routing.take_into(out, place(g), local[g.part], g.rows)  # straight into place
+                return np.take(src, g.rows, axis=0, mode="clip")
+            routing.take_into(out, place(g), src, g.rows)  # straight into place
             return None
 
         answers = routing.remote_first(
@@ -308,6 +313,13 @@ class KVClient:
             if rows is not None:
                 routing.put_into(out, place(g), rows)
         return out
+
+    def _local(self, ti: TensorInfo, part: int) -> np.ndarray | DiskRows | None:
+        """A co-located partition's rows of ``ti``: its shared memory, or for a disk tensor
+        the server's cache and the file (:meth:`Catalog.local_disk`); None: pull them."""
+        if ti.disk:
+            return self.catalog.local_disk(ti, part)
+        return self.catalog.local_array(ti, part)
 
     def push(
         self,

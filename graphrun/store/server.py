@@ -8,7 +8,8 @@ tensors ``node/<ntype>/<name>`` (policy ``node:<ntype>``) and
 ``edge/<src:rel:dst>/<name>`` (policy ``edge:<src:rel:dst>``). With ``features="disk"``
 the node features are not copied: :func:`open_node_features` maps their files read-only
 and keeps the rows of the nodes with the most in-edges in a cache of
-``disk_cache_bytes`` (:mod:`graphrun.store.disk`); a backup opens the same files.
+``disk_cache_bytes`` (:mod:`graphrun.store.disk`); a backup maps the same files and the
+main's cache.
 
 A **backup** (``main_address`` set) asks the main for its manifest, maps the same
 segments (same machine only), registers its own address with the main — clients
@@ -41,7 +42,7 @@ from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import DEFAULT_LIMITS, Limits, Message, MsgKind
 from graphrun.rpc.transport import RpcClient, RpcServer, Waker
 from graphrun.store import handlers, live_ops, replicas
-from graphrun.store.disk import DiskRows
+from graphrun.store.disk import DiskRows, file_id
 from graphrun.store.live_log import check_live_dir
 from graphrun.store.policy import policies_from_book
 from graphrun.store.registry import Registry, Request, Response, load_extensions
@@ -152,7 +153,7 @@ def open_node_features(p: Partition, cache_bytes: int) -> dict[tuple[str, str], 
             hot[t] = hot_rows(p, t)
         share = cache_bytes * int(arr.nbytes) // total if total else 0
         path = p.path / p.config["parts"][p.part]["dir"] / "node" / t / f"{n}.npy"
-        out[(t, n)] = DiskRows(path, arr, hot[t], share)
+        out[(t, n)] = DiskRows.build(path, arr, hot[t], share)
     return out
 
 
@@ -166,6 +167,7 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
         a for t, named in p.node_feats.items() for n, a in named.items() if (t, n) not in disk
     ]
     whole += [a for named in p.edge_feats.values() for a in named.values()]
+    whole += [a for rows in disk.values() for a in (rows.cache, rows.slot)]  # shared: disk.py
     check_space(cfg.shm_dir, sum(int(a.nbytes) for a in whole if a is not None))
     segments = SegmentStore(cfg.shm_dir)
     state = ServerState(
@@ -197,6 +199,7 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
             arr = (p.node_feats if key.kind == "node" else p.edge_feats)[key.type][key.name]
             rows = state.disk.get(str(key))
             seg, shared = ("", arr) if rows is not None else segments.copy_in(arr)
+            cached = rows.share(segments) if rows is not None else ("", "")
             pol = state.policies[key.policy]
             info = TensorInfo(
                 str(key),
@@ -208,6 +211,10 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
                 pol.part_rows(cfg.part),
                 seg,
                 disk=rows is not None,
+                file=str(rows.path.resolve()) if rows is not None else "",
+                file_id=file_id(rows.path) if rows is not None else (0, 0, 0),
+                cache=cached,
+                cache_rows=len(rows.cache) if rows is not None else 0,
             )
             state.tensors[(GRAPH_JOB, info.name)] = StoredTensor(info, shared, rows)
     except BaseException:
@@ -232,11 +239,7 @@ def attach_backup_state(cfg: ServerConfig, main: RpcClient) -> ServerState:
         heartbeat_timeout=cfg.heartbeat_timeout,
     )
     man = main.call("manifest").body
-    if any(received(TensorInfo, t).disk for t in man["tensors"]):  # read the files too
-        p = load_partition(cfg.partition_dir, info.part)
-        disk = open_node_features(p, cfg.disk_cache_bytes)
-        state.disk = {str(TensorKey.node(t, n)): rows for (t, n), rows in disk.items()}
-    for t in man["tensors"]:
+    for t in man["tensors"]:  # disk tensors: the main's shared cache and the files
         state.attach_tensor(received(TensorInfo, t))
     for name, wire in man["structure"].items():
         seg = received(Segment, wire)

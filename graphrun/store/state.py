@@ -29,7 +29,7 @@ from graphrun.errors import ArgumentError, AuthError, StoreError
 from graphrun.names import PolicyName
 from graphrun.partition.book import PartitionBook
 from graphrun.rpc.codec import wire_dtype
-from graphrun.store.disk import DiskRows
+from graphrun.store.disk import DiskRows, open_info
 from graphrun.store.policy import PartitionPolicy, lookup_policy
 from graphrun.store.shm import SegmentStore, attach
 from graphrun.wire import convert
@@ -52,7 +52,11 @@ class TensorInfo(msgspec.Struct, frozen=True):
     part_rows: int
     segment: str  # "" for a tensor served from disk
     persistent: bool = True
-    disk: bool = False  # served from the partition's file (graphrun.store.disk): pull it
+    disk: bool = False  # served from the partition's file (graphrun.store.disk)
+    file: str = ""  # a disk tensor's file, which co-located clients map read-only
+    file_id: tuple[int, int, int] = (0, 0, 0)  # ... its graphrun.store.disk.file_id
+    cache: tuple[str, str] = ("", "")  # a disk tensor's cache and slot index segments
+    cache_rows: int = 0  # ... and the rows its cache holds
 
     def __post_init__(self) -> None:
         _check_dtype(self.dtype)
@@ -225,13 +229,12 @@ class ServerState:
         return stored
 
     def attach_tensor(self, info: TensorInfo) -> StoredTensor:
-        """Map a segment the main created, or open the file of a disk tensor (backups)."""
+        """Map a segment the main created, or a disk tensor's file and the main's cache of
+        it (backups; :func:`graphrun.store.disk.open_shared`)."""
         if info.disk:
             rows = self.disk.get(info.name)
             if rows is None:
-                raise StoreError(
-                    f"tensor {info.name!r}: served from disk; this server did not open the files"
-                )
+                rows = self.disk[info.name] = open_info(info, self.shm_dir)
             stored = StoredTensor(info, rows.mapping, rows)
             self.tensors[(info.job, info.name)] = stored
             return stored

@@ -151,7 +151,7 @@ def _peak_rss_mb() -> float:
 
 # one trainer's epoch as ``fit`` gathers it (all_gather_rows), in this order
 _PARTS = ("epoch_s", "sample_s", "fetch_s", "compute_s", "allreduce_s", "cpu_s",
-          "peak_rss_mb", "cache_bytes", "remote_bytes")  # fmt: skip
+          "peak_rss_mb", "cache_bytes", "remote_bytes", "disk_hit_bytes", "disk_bytes")  # fmt: skip
 
 
 class _Stopped(Exception):  # control flow in this module only: outside the error tree
@@ -233,6 +233,8 @@ def train_epoch(
         own["compute_s"] += compute_s
         own["allreduce_s"] += timer.take() if timer is not None else 0.0
         own["cache_bytes"] += batch.cost.cache_bytes
+        own["disk_hit_bytes"] += batch.cost.disk_hit_bytes or 0
+        own["disk_bytes"] += batch.cost.disk_bytes or 0
         own["remote_bytes"] += sum(b for q, b in batch.cost.feature_bytes.items() if q not in local)
         progress.update(batch.seeds)
     elapsed = time.perf_counter() - work.t0
@@ -330,7 +332,8 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
             except _Stopped as stopped:
                 _suspend(task, group.ctx, stopped.position, record)
             record = {"epoch": epoch, "loss": round(tr["loss"], 5)}
-            record.update(epoch_fields(disk0, _disk_counters(group.ctx)))
+            local = [sum(t[k] for t in tr["trainers"]) for k in ("disk_hit_bytes", "disk_bytes")]
+            record.update(epoch_fields(disk0, _disk_counters(group.ctx), *local))
             record[f"train_{metric}"] = round(tr["train"], 5)
             last = epoch == ctx.config.epochs - 1
             if epoch % ctx.config.eval_every == 0 or last:

@@ -660,18 +660,24 @@ def test_disk_features_train_to_the_losses_of_shared_memory(tmp_path):
     the job with features in shared memory, and the epoch records the cache's hit rate
     and the bytes read from the files."""
     runs = {}
-    for storage in ("memory", "disk"):
+    for storage, workers in (("memory", 0), ("disk", 0), ("disk", 1)):
         feats = {"storage": storage, "cacheMb": 0.02}
-        d = tmp_path / storage
+        d = tmp_path / f"{storage}-{workers}"
         d.mkdir()
-        path = small_job(d, epochs=2, lr=0.03, runtime={"storeFeatures": feats})
+        runtime = {"storeFeatures": feats, "samplerWorkersPerTrainer": workers}
+        path = small_job(d, epochs=2, lr=0.03, runtime=runtime)
         job, _ = run(path)
         report = job.run()
         assert report.exits["trainer:0"] == 0 and report.exits["trainer:1"] == 0
-        runs[storage] = metrics(path)
+        runs[storage, workers] = metrics(path)
         nothing_left(job)
-    mem, disk = runs["memory"], runs["disk"]
+    mem, disk, workers = runs["memory", 0], runs["disk", 0], runs["disk", 1]
     assert [r["loss"] for r in disk] == pytest.approx([r["loss"] for r in mem], rel=1e-6)
     assert all("disk_hit_rate" not in r for r in mem)
     for r in disk:
         assert 0 < r["disk_hit_rate"] < 1 and r["disk_bytes"] > 0
+    # co-located trainers read the files themselves and count with their batches: sampler
+    # workers build the same batches, so they read (and count) the same bytes
+    assert [r["loss"] for r in workers] == pytest.approx([r["loss"] for r in mem], rel=1e-6)
+    fields = [(r["disk_hit_rate"], r["disk_bytes"]) for r in disk]
+    assert [(r["disk_hit_rate"], r["disk_bytes"]) for r in workers] == fields

@@ -32,15 +32,18 @@ def _reads(client: KVClient, sampler: DistOneHopSampler) -> None:
     sampler.sample_one_hop([0, 1, 2], [3], seed=0)
 
 
-@pytest.fixture
-def store(tmp_path):
+@pytest.fixture(params=["memory", "disk"])
+def store(tmp_path, request):
+    """One store; with disk features co-located clients read the shared cache and the
+    files themselves (store/disk.py), and the same check must stop them."""
     parts = make_partition_dir(tmp_path / "parts", 1)[1]
     generate_keys(tmp_path / "store.key")
     clients, shm = tmp_path / "clients", tmp_path / "shm"
     clients.mkdir()
     shm.mkdir()
+    args = ["--clients", str(clients), "--features", request.param, "--disk-cache-mb", "0.001"]
     sp = start_store(parts, 0, key_file=tmp_path / "store.key", shm_dir=shm,
-                     extra_args=["--clients", str(clients)], log_dir=tmp_path)  # fmt: skip
+                     extra_args=args, log_dir=tmp_path)  # fmt: skip
     try:
         yield sp, clients
     finally:

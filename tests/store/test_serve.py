@@ -64,13 +64,14 @@ def test_backups_serve_the_same_memory(homo, key_file, keys, tmp_path, rng):
 
 def test_backups_of_a_disk_store_serve_the_files_with_a_cache_each(homo, key_file, keys, tmp_path):
     """``graphrun serve --features disk --backups 1``: the backup is started with the same
-    flags and answers pulls of the disk features from the files, its own cache counting."""
+    flags and answers pulls of the disk features from the files, its own cache counting
+    (a client that pulls: a co-located one reads the files itself, store/disk.py)."""
     _, parts = homo
     disk = ("--features", "disk", "--disk-cache-mb", "0.01")
     with (
         start_stores(parts, 2, key_file=key_file, backups=1, shm_dir=tmp_path,
                      extra_args=disk) as stores,
-        client(stores, keys) as c,
+        client(stores, keys, use_shm=False) as c,
     ):  # fmt: skip
         assert len(c.servers_of(0)) == 2 and c.meta(FEAT).disk
         ref = c.pull(FEAT, np.arange(300))
