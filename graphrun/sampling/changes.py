@@ -73,8 +73,10 @@ def changes(
         if len(b.deleted):
             base = np.isin(b.deleted, csc.eids)
             dst.append(csc.find_edges(b.deleted[base])[1])
-            e = delta.index.edges
-            dst.append(e[1, np.isin(e[2], b.deleted[~base])])
+            e = np.hstack(
+                [np.empty((3, 0), np.int64), *(c.edges for c in delta.committed.values())]
+            )
+            dst.append(e[1, np.isin(e[2], b.deleted[~base])])  # deleted new edges
     return np.unique(np.concatenate(nodes)), np.unique(np.concatenate(dst))
 
 
