@@ -8,6 +8,7 @@ bytes as from ``np.save``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,10 @@ def open_npy(path: Path, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     if not shape[0]:
         np.save(path, np.empty(shape, dtype=dtype))
         return np.empty(shape, dtype=dtype)
-    return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+    with open(path, "r+b") as f:  # the blocks now: a full disk is ENOSPC here, not SIGBUS later
+        os.posix_fallocate(f.fileno(), 0, out.offset + out.nbytes)
+    return out
 
 
 def flushed(out: np.ndarray) -> None:

@@ -166,7 +166,7 @@ def test_keygen_recipe_runs_as_printed(shell: Shell, tmp_path: Path) -> None:
     recipe = [ln.strip() for ln in KEYGEN_HELP.splitlines() if ln.startswith("  graphrun ")]
     keygen = [ln for ln in recipe if ln.startswith("graphrun keygen")]
     serve = [ln for ln in recipe if ln.startswith("graphrun serve") and "--clients" in ln]
-    assert len(keygen) == 2 and len(serve) == 1
+    assert len(keygen) == 3 and len(serve) == 1  # the store's, a job's, a graph writer's
     make_partition_dir(tmp_path / "parts", 1)
     shell.run("\n".join(keygen))  # clients/ does not exist yet: keygen makes it
     job_file = next(re.finditer(r"keygen (\S+)\.key --store", keygen[1])).group(1)
