@@ -248,6 +248,7 @@ class NetnsNetwork:
         reason = unavailable_reason()
         if reason is not None:
             raise NetnsError(f"network-namespace hosts unavailable: {reason}")
+        cleanup_stale()  # those of launchers killed before their close (never called before)
         try:
             self._add(self.switch)
             _ip("link", "set", "lo", "up", netns=self.switch)

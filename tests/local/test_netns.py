@@ -187,3 +187,17 @@ def test_cluster_file_gives_the_shapes(tmp_path):
     ].bandwidth_mbit == pytest.approx(300)
     with pytest.raises(SpecError, match="are not the job's machines"):
         shapes_from_cluster(f, ["a", "b"])
+
+
+def test_opening_a_network_removes_the_namespaces_of_dead_launchers():
+    """`cleanup_stale` existed but nothing called it: a test run killed mid-test left its
+    namespaces (8 here, of two dead pytest workers) until someone deleted them by hand."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = f"graphrun-{dead.pid}-abcdef-m0"
+    subprocess.run(["ip", "netns", "add", stale], check=True)
+    try:
+        with NetnsNetwork(["m0"]):
+            assert stale not in list_namespaces()
+    finally:
+        subprocess.run(["ip", "netns", "del", stale], capture_output=True)
