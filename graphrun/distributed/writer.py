@@ -315,15 +315,9 @@ class _Plan:
 
     def _owner(self, ids: np.ndarray, strict: bool = True) -> np.ndarray:
         """The partition of each node id (new nodes of the batch: -(i+1), once placed)."""
-        from graphrun.names import owners
-        from graphrun.store.live import block_owner_of
+        from graphrun.store.live import id_owners
 
-        n = self.view.num_nodes
-        out = np.full(len(ids), -1, np.int64)
-        base = (ids >= 0) & (ids < n)
-        out[base] = owners(self.book.node_offsets, ids[base])
-        grow = ids >= n
-        out[grow] = block_owner_of(ids[grow], n, self.view.node_owner)
+        out = id_owners(ids, self.book.node_offsets, self.view.num_nodes, self.view.node_owner)
         new = ids < 0
         if new.any() and hasattr(self, "node_part"):
             out[new] = self.node_part[-ids[new] - 1]
@@ -332,15 +326,9 @@ class _Plan:
         return out
 
     def _edge_owner(self, eids: np.ndarray) -> np.ndarray:
-        from graphrun.names import owners
-        from graphrun.store.live import block_owner_of
+        from graphrun.store.live import id_owners
 
-        e = self.view.num_edges
-        out = np.full(len(eids), -1, np.int64)
-        base = (eids >= 0) & (eids < e)
-        out[base] = owners(self.book.edge_offsets, eids[base])
-        grow = eids >= e
-        out[grow] = block_owner_of(eids[grow], e, self.view.edge_owner)
+        out = id_owners(eids, self.book.edge_offsets, self.view.num_edges, self.view.edge_owner)
         if (out < 0).any():
             i = int(np.flatnonzero(out < 0)[0])
             raise ArgumentError(f"delete_edges: eid {int(eids[i])} is not an edge of the graph")

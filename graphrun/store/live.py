@@ -41,6 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from graphrun.errors import ArgumentError, StoreError
+from graphrun.names import owners as base_owners
 from graphrun.rpc.codec import wire_dtype
 
 GROWTH_BLOCK = 4096  # ids per growth block
@@ -114,6 +115,18 @@ def block_owner_of(ids: np.ndarray, base: int, owners: np.ndarray) -> np.ndarray
     out = np.full(len(ids), -1, dtype=np.int64)
     ok = b < len(owners)
     out[ok] = owners[b[ok]]
+    return out
+
+
+def id_owners(ids: np.ndarray, ranges: np.ndarray, first: int, blocks: np.ndarray) -> np.ndarray:
+    """The partition of each id of one id space, -1 for none: base ids (below
+    ``ranges[-1]``) by the partitions' ranges, growth ids (``>= first``) by ``blocks``,
+    the owner of each growth block (the writer's and the clients' one routing rule)."""
+    out = np.full(len(ids), -1, np.int64)
+    base = (ids >= 0) & (ids < ranges[-1])
+    out[base] = base_owners(ranges, ids[base])
+    grow = ids >= first
+    out[grow] = block_owner_of(ids[grow], first, blocks)
     return out
 
 

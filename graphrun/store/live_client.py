@@ -16,8 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphrun.errors import ArgumentError, ProtocolError
-from graphrun.names import owners
-from graphrun.store.live import block_owner_of, growth_row
+from graphrun.store.live import growth_row, id_owners
 from graphrun.store.session import Session
 
 LIVE_COUNTER = 2  # the deletions segment's slot (graphrun.store.live_ops.LIVE_COUNTER)
@@ -54,11 +53,8 @@ def route(
     if a.ndim != 1 or a.dtype.kind not in "iu":
         raise ArgumentError(f"{arg}: expected a 1-d array of integer ids, got {a.dtype} {a.shape}")
     a = a.astype(np.int64, copy=False)
-    base = (a >= 0) & (a < ranges[-1])
-    part = np.full(len(a), -1, np.int64)
-    part[base] = owners(ranges, a[base]) if len(ranges) > 2 else 0
-    grow = a >= first
-    part[grow] = block_owner_of(a[grow], first, owner)
+    part = id_owners(a, ranges, first, owner)
+    base, grow = (a >= 0) & (a < ranges[-1]), a >= first
     if (part < 0).any():
         i = int(np.flatnonzero(part < 0)[0])
         raise ArgumentError(f"{arg}[{i}] = {int(a[i])} is not an id of the graph "
