@@ -407,6 +407,10 @@ class EpochRecord(msgspec.Struct):
     seeds_per_s: Amount = None
     steps: Count | None = None
     cache_hit_rate: Number = None
+    # runtime.storeFeatures disk (graphrun.store.disk.epoch_fields): the share of pulled
+    # feature bytes the hot-row cache served, and the bytes read from the files
+    disk_hit_rate: Number = None
+    disk_bytes: Annotated[int, msgspec.Meta(ge=0)] | None = None
     trainers: Annotated[list[TrainerRecord], msgspec.Meta(max_length=MAX_TRAINERS)] = []
     reforms: list[Reformed] = []
     rejoins: list[Rejoined] = []

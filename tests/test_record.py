@@ -202,3 +202,13 @@ def test_an_epoch_record_carries_its_re_forms_typed():
         parse_epoch(rec, "metrics.jsonl: line 3", RunFileError)
     with pytest.raises(RunFileError, match="not an epoch record"):
         parse_epoch([1], "metrics.jsonl: line 3", RunFileError)
+
+
+def test_an_epoch_record_declares_the_disk_feature_fields():
+    """`disk_hit_rate` and `disk_bytes` were written by the loop but not declared, so the
+    record's one reader passed them through unchecked."""
+    rec = {"epoch": 0, "loss": 0.5, "disk_hit_rate": 0.47, "disk_bytes": 247_000_000_000}
+    epoch = parse_epoch(rec, "metrics.jsonl: line 1", RunFileError)
+    assert (epoch.disk_hit_rate, epoch.disk_bytes) == (0.47, 247_000_000_000)
+    with pytest.raises(RunFileError, match=r"^metrics.jsonl: line 1: disk_bytes: "):
+        parse_epoch({**rec, "disk_bytes": -1}, "metrics.jsonl: line 1", RunFileError)
