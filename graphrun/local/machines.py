@@ -58,6 +58,7 @@ from graphrun.machine.process import (
     RoleExit,
     Sink,
     Supervisor,
+    blame_order,
     lost_a_peer,
     still_running,
 )
@@ -398,7 +399,7 @@ class LocalMachines:
             return died or LocalMachines._lost_first(lost or {})
         if reported:  # the earliest failure is the cause, later ones are its consequences;
             # a role that only lost a peer is blamed last, however fast it noticed
-            f = min(reported, key=lambda f: (lost_a_peer(f.exit_code, f.reason), f.time))
+            f = min(reported, key=lambda f: (blame_order(f.exit_code, f.reason), f.time))
             return JobFailed(str(f.role), f.machine, f.exit_code, f.reason)
         return None if only_status else died
 

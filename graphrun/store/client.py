@@ -390,7 +390,11 @@ class KVClient:
         """The CSC arrays of a co-located partition, mapped read-only (None if remote)."""
         return self.catalog.local_structure(part)
 
-    def stats(self, part: int, index: int = 0) -> dict[str, Any]:
+    def stats(self, part: int, index: int | None = None) -> dict[str, Any]:
+        """Partition ``part``'s server's counters: its main server (its replica once the
+        primary is lost, as any request), or the ``index``-th of its connections."""
+        if index is None:
+            return dict(self.session.call(part, "stats", main_only=True).body)
         conn = self.session.part(part).conns[index]
         return dict(conn.call("stats", self.session.base()).body)
 

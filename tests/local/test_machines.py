@@ -96,3 +96,22 @@ def test_a_role_that_only_lost_a_peer_is_blamed_last(tmp_path) -> None:
         )
     first = LocalMachines._failure(tmp_path, [], only_status=True)
     assert first is not None and (first.role, first.exit_code) == ("trainer:1", -9)
+
+
+def test_a_role_that_lost_a_server_is_blamed_before_one_that_lost_its_rank(tmp_path) -> None:
+    # trainer 0 failed on a request to a killed store; trainer 1's gloo all-reduce then
+    # saw trainer 0 close, and its worker reported first: trainer 0 is nearer the cause
+    import json
+
+    closed = "RuntimeError: [gloo/pair.cc:553] Connection closed by peer [127.0.0.1]:8928."
+    lost = "graphrun.errors.RpcError: stats to tcp://127.0.0.1:1: connection lost"
+    for machine, role, reason, t in (
+        ("m0", "trainer:0", lost, 2.0),
+        ("m1", "trainer:1", closed, 1.0),
+    ):
+        failure = {"role": role, "machine": machine, "exit_code": 1, "reason": reason}
+        (tmp_path / f"{machine}.json").write_text(
+            json.dumps({"machine": machine, "state": "failed", "failure": {**failure, "time": t}})
+        )
+    first = LocalMachines._failure(tmp_path, [], only_status=True)
+    assert first is not None and first.role == "trainer:0"

@@ -210,6 +210,18 @@ def test_a_co_located_reader_notices_its_dead_primary_before_reading_stale_memor
 
 
 @pytest.mark.integration
+def test_a_servers_counters_are_read_from_its_replica_once_the_primary_is_lost(replicated, keys):
+    """A trainer reads the disk counters after each epoch: ``stats`` to a lost primary
+    failed the trainer instead of failing over like every other request (a flaky CI run)."""
+    primaries, replicas = replicated
+    with _client(primaries, keys, use_shm=False) as c:
+        primaries[0].kill()
+        assert "served" in c.stats(0)
+        assert c.disk_counters() is None  # no server serves from disk; none is lost
+        assert c.session.failovers == [(0, primaries[0].address, replicas[0].address)]
+
+
+@pytest.mark.integration
 def test_a_client_started_after_its_primary_died_joins_the_replica(replicated, keys):
     primaries, replicas = replicated
     primaries[1].kill()
