@@ -437,19 +437,30 @@ async def test_failure_with_clean_pod_policy_all_then_deletion(cluster: Cluster)
         assert await c.names(kind) == []
 
 
-@pytest.mark.exclusive  # a 3 s deadline: timed
 @pytest.mark.parametrize("cluster", [600.0], indirect=True)
 async def test_deadline_fires_on_time_between_resyncs(cluster: Cluster) -> None:
     # The plan's requeue_after wakes the job at its deadline; the 10-minute resync
-    # would have failed it 10 minutes late.
+    # would have failed it 10 minutes late. On a busy machine the 3 s may pass before
+    # the job trains (it used to wait for Training then, and time out): it is driven
+    # only while it has not failed, and the deadline is all that is asserted.
     c = cluster
+    t0 = time.monotonic()
     await c.create_graphjob(example(activeDeadlineSeconds=3))
-    await eventually(lambda: c.names("Pod", "partitioner"))
-    await c.finish_partitioner()
-    for w in await eventually(n_workers(c)):
-        await c.set_pod(w, "Running", ready=True)
-    await eventually(phase_is(c, "Training"))
-    await eventually(phase_is(c, "Failed"), timeout=10)
+
+    def or_failed(check: Callable[[], Any]) -> Callable[[], Any]:
+        async def either() -> Any:
+            return "Failed" if await phase_is(c, "Failed")() else await check()
+
+        either.__doc__ = f"{check.__doc__ or check} or phase Failed"
+        return either
+
+    if await eventually(or_failed(lambda: c.names("Pod", "partitioner"))) != "Failed":
+        await c.finish_partitioner()
+        workers = await eventually(or_failed(n_workers(c)))
+        for w in [] if workers == "Failed" else workers:
+            await c.set_pod(w, "Running", ready=True)
+    await eventually(phase_is(c, "Failed"), timeout=30)
+    assert time.monotonic() - t0 < 60  # not the resync's 600 s
     failed = next(x for x in (await c.status())["conditions"] if x["type"] == "Failed")
     assert failed["reason"] == "DeadlineExceeded"
 
