@@ -40,7 +40,7 @@ to the server's write-ahead log before they are answered, and replayed at start
 With replicas, partition 0's replica keeps a copy of the sequencer: ``live_begin`` and
 ``live_decide`` are forwarded to it before they are answered, like every write
 (:mod:`graphrun.store.replicas`), and so are the primary's aborts (:func:`tick`'s
-``decide``). A writer fails over to it as to any replica; a partition asks it the fate
+``abort``). A writer fails over to it as to any replica; a partition asks it the fate
 of a piece when the primary is lost (:class:`~graphrun.store.live_seq.SeqLink`), which
 promotes it. Only the partition's serving sequencer (a primary, or a promoted replica)
 aborts versions left undecided.
@@ -384,8 +384,8 @@ def live_decide(state: ServerState, req: Request) -> Response:
 
 def live_fate(state: ServerState, req: Request) -> Response:
     seq = sequencer_of(state, req.op)
-    if state.replica and not state.promoted:  # a partition lost the primary: we serve
-        state.promoted = True
+    if state.replica and not state.promoted and req.admin:  # a partition lost the primary
+        state.promoted = True  # (the store's own key: a job's key may ask, not promote)
         log.warning("replica of partition 0 asked a version's fate: promoted (sequencer)")
     return Response({"fate": seq.fate(req.args(FateBody).version)})
 

@@ -17,7 +17,7 @@ import pytest
 from graphrun.distributed.writer import GraphWriter
 from graphrun.local.stores import StoreProcess, start_store
 from graphrun.partition import load_id_mapping
-from graphrun.rpc.auth import load_keys
+from graphrun.rpc.auth import KeyPair, load_keys, new_keypair, public_key_file_text
 from graphrun.rpc.transport import RpcClient
 from graphrun.store.client import ClientConfig, KVClient
 from graphrun.store.shm import DEFAULT_SHM_DIR, clean_stale
@@ -39,6 +39,8 @@ class Machines:
         self.live = [tmp / "m0", tmp / "m1"]
         self.primaries: list[StoreProcess] = []
         self.replicas: list[StoreProcess] = []
+        self.clients = tmp / "clients"
+        self.clients.mkdir()
 
     def start(self) -> None:
         for p in (0, 1):
@@ -52,7 +54,7 @@ class Machines:
     def _serve(self, part: int, machine: int, *args: str) -> StoreProcess:
         live = self.live[machine]
         live.mkdir(exist_ok=True)
-        extra = ["--live-dir", str(live), *args]
+        extra = ["--live-dir", str(live), "--clients", str(self.clients), *args]
         return start_store(self.parts, part, key_file=self.key_file, log_dir=self.tmp,
                            extra_args=extra)  # fmt: skip
 
@@ -64,6 +66,13 @@ class Machines:
 
     def serving(self, machine_lost: int) -> list[StoreProcess]:
         return [self.primaries[1 - machine_lost], self.replicas[machine_lost]]
+
+    def job_key(self, name: str) -> KeyPair:
+        """A job's key (no grant): admitted, but it may not write the graph."""
+        pair = new_keypair()
+        keys = KeyPair(pair.public, pair.secret, server=load_keys(self.key_file).public)
+        (self.clients / f"{name}.key").write_text(public_key_file_text(keys.public, ()))
+        return keys
 
     def config(self, keys, **kw) -> ClientConfig:
         reps = [[r.address] for r in self.replicas]
@@ -173,3 +182,15 @@ def test_a_partition_asks_the_fate_of_a_piece_of_the_sequencer_s_replica(machine
     while stats(machines.primaries[1], machines.key_file)["live_pending"]:
         assert time.monotonic() < deadline
         time.sleep(0.1)
+
+
+def test_a_job_key_asking_a_fate_does_not_promote_the_sequencer_s_replica(machines, keys):
+    """``live_fate`` is open to every admitted key; only the store's own key (a
+    partition that lost the primary) promotes partition 0's replica by asking it."""
+    replica = machines.replicas[0].address
+    with RpcClient(replica, keys=machines.job_key("job-a"), timeout=10) as c:
+        assert c.call("live_fate", {"version": 1}).body["fate"] == "aborted"
+    with KVClient(machines.config(keys, timeout=10)) as c:
+        write_batches(c, machines.parts, 1)
+        assert c.session.failovers == []  # the primary was not fenced by its replica
+    assert stats(machines.primaries[0], machines.key_file)["replicas"] == [replica]
