@@ -52,9 +52,9 @@ class JobPaths:
     keys_dir: Path
     live: Path | None = None  # the store servers' logs, a directory per partition
 
-    def live_dir(self, part: int) -> Path | None:
+    def live_dir(self, part: int | None) -> Path | None:
         """Partition ``part``'s log directory (its primary's and replicas' logs)."""
-        return self.live / str(part) if self.live is not None else None
+        return self.live / str(part) if self.live is not None and part is not None else None
 
     @property
     def key_file(self) -> Path:
