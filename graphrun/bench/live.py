@@ -23,6 +23,15 @@ write_graph``) writes, a job key reads. Measured, in this order:
   batches into a fixed set of destinations), the server restarted on its directory, and
   the acknowledged edges into partition 1 counted missing from its in-degrees at the
   new head: ``lost_acknowledged_writes`` (per fault);
+* with ``--replicas 2`` (each partition's replica on the other host, each host its own
+  log directory) the fault is instead **the loss of a machine** (``--lose m0``: partition
+  0's primary, the sequencer, and partition 1's replica; ``--lose m1``: partition 1's
+  primary and partition 0's replica): every store process of the host SIGKILLed and its
+  log directory deleted (its disk) after ``--kill-after`` acknowledged batches; the
+  writer goes on through the replicas for ``--kill-after`` more, and the acknowledged
+  edges missing from both partitions' in-degrees at the new head are
+  ``lost_acknowledged_writes["machine_m0"]`` (or ``m1``). The bench's own process is
+  spared (it counts), on host ``m0`` too;
 * ``streamed_cut_ratio``: :func:`graphrun.partition.streaming.measure_streamed` (LDG,
   half the nodes streamed onto a metis base) on the same graph.
 
@@ -32,8 +41,9 @@ Output (one object)::
      "commit_p50_s", "commit_p99_s", "staleness_p50_s", "staleness_p99_s",
      "epoch_s_undisturbed", "epoch_s_ingesting", "ingest_rate_edges_per_s",
      "ingest_rate_reached_edges_per_s", "epoch_batches", "lost_acknowledged_writes":
-     {"kill9_part1": n}, "acknowledged_before_kill", "streamed_cut_ratio", "streamed",
-     "load_avg", "replicas": 1}
+     {"kill9_part1": n} (or {"machine_m0": n}), "acknowledged_into_part1" (or
+     "acknowledged", "acknowledged_after_loss", "failovers"), "streamed_cut_ratio",
+     "streamed", "load_avg", "replicas"}
 
 Timings are never asserted in tests; ``load_avg`` says how quiet the box was.
 """
@@ -44,6 +54,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -89,6 +100,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--epoch-batches", type=int, default=50, help="batches per timed epoch")
     p.add_argument("--kill-after", type=int, default=20, help="acknowledged batches, then kill")
+    p.add_argument("--replicas", type=int, choices=(1, 2), default=1,
+                   help="2: a replica of each partition on the other host; the fault is "
+                        "then a lost machine")  # fmt: skip
+    p.add_argument(
+        "--lose",
+        choices=("m0", "m1"),
+        help="with --replicas 2: the machine lost (default m0: the sequencer's)",
+    )
     p.add_argument("--drive", type=Path, help=argparse.SUPPRESS)  # the netns host's half
     p.set_defaults(func=run)
 
@@ -101,6 +120,10 @@ def _check(args: argparse.Namespace) -> None:
     if args.batch > 1 << 20:
         raise ArgumentError(f"--batch: at most {1 << 20} edges per commit, got {args.batch}")
     args.fanout_list = int_list("--fanouts", args.fanouts)
+    if args.lose is not None and args.replicas == 1:
+        raise ArgumentError("--lose: a machine is lost only with --replicas 2 (its replicas "
+                            "take over); with 1 the fault is kill -9 of partition 1")  # fmt: skip
+    args.lose = args.lose or "m0"
     if args.dataset is not None and not (args.dataset / META_FILE).is_file():
         raise ArgumentError(f"--dataset: {args.dataset} is not a dataset directory")
 
@@ -129,8 +152,9 @@ def _client(cfg: dict[str, Any], key: str, timeout: float = 60.0) -> KVClient:
     from graphrun.rpc.auth import load_keys
     from graphrun.store.client import ClientConfig, KVClient
 
-    job = Path(key).stem
-    return KVClient(ClientConfig(cfg["addresses"], job=job, keys=load_keys(key), timeout=timeout))
+    job, reps = Path(key).stem, [[k["address"]] for k in cfg.get("replica_kwargs", [])]
+    return KVClient(ClientConfig(cfg["addresses"], job=job, keys=load_keys(key),
+                                 timeout=timeout, replicas=reps))  # fmt: skip
 
 
 def _edges(rng: np.random.Generator, n: int, dst: np.ndarray | None, m: int) -> tuple[Any, Any]:
@@ -316,15 +340,100 @@ def _kill(cfg: dict[str, Any], stores: list[Any]) -> dict[str, Any]:
     return {"lost_acknowledged_writes": {"kill9_part1": lost}, **out}
 
 
+def _edges_into(c: KVClient) -> int:
+    """Edges into every base node at the client's version (both partitions' in-degrees)."""
+    total = 0
+    for p in range(PARTS):
+        lo, hi = (int(x) for x in c.book.node_offsets[p : p + 2])
+        total += sum(int(_in_degree(c, p, np.arange(a, min(a + 65536, hi))).sum())
+                     for a in range(lo, hi, 65536))  # fmt: skip
+    return total
+
+
+def _start_replicas(cfg: dict[str, Any], stores: list[Any]) -> None:
+    """Partition ``p``'s replica on the next host, registered before any client joins."""
+    from graphrun.local.stores import start_store
+    from graphrun.rpc.auth import load_keys
+    from graphrun.rpc.transport import RpcClient
+
+    for p, kw in enumerate(cfg.get("replica_kwargs", [])):
+        extra = [*kw["extra_args"], "--replica-of", cfg["addresses"][p]]
+        stores.append(start_store(cfg["parts_dir"], p, **{**kw, "extra_args": extra}))
+        with RpcClient(cfg["addresses"][p], keys=load_keys(kw["key_file"]), timeout=30) as c:
+            deadline = time.monotonic() + 60
+            while not c.call("stats").body["replicas"]:
+                if time.monotonic() > deadline:
+                    raise GraphrunError(f"bench live: partition {p}'s replica never registered")
+                time.sleep(0.1)
+
+
+def _lose_machine(cfg: dict[str, Any], stores: list[Any]) -> dict[str, Any]:
+    """Every store process of machine ``cfg["lose"]`` SIGKILLed and its log directory
+    deleted mid-ingest; the writer goes on through the replicas; the acknowledged edges
+    missing afterwards (see the module docstring)."""
+    from graphrun.distributed.writer import GraphWriter
+
+    m = int(cfg["lose"][1:])
+    rng = np.random.default_rng(4)
+    acked, after_loss, error = 0, 0, ""
+    with _client(cfg, cfg["job_key"]) as c:
+        base = _edges_into(c)  # not following: the base graph
+    with _client(cfg, cfg["writer_key"], timeout=10) as c:
+        c.follow()
+        before = _edges_into(c)
+        w, n = GraphWriter(c), c.book.num_nodes
+        for k in range(2 * cfg["kill_after"]):
+            if k == cfg["kill_after"]:  # the machine goes while the next batch is on its way
+                threading.Timer(0.002, _kill_machine, (cfg, stores, m)).start()
+            try:
+                _commit(w, *_edges(rng, n, None, cfg["batch"]))
+            except GraphrunError as exc:
+                error = str(exc)  # not acknowledged: the writer is told, the ingest stops
+                break
+            acked += cfg["batch"]
+            after_loss += cfg["batch"] if k >= cfg["kill_after"] else 0
+        failovers = len(c.session.failovers)
+    out: dict[str, Any] = {
+        "acknowledged": before - base + acked,
+        "acknowledged_after_loss": after_loss,
+        "failovers": failovers,
+    }
+    if error:
+        out["machine_error"] = error
+    with _client(cfg, cfg["job_key"], timeout=10) as c:
+        c.follow()
+        try:
+            lost: int | None = max(before + acked - _edges_into(c), 0)
+        except GraphrunError as exc:
+            lost, out["machine_error"] = None, str(exc)
+    return {"lost_acknowledged_writes": {f"machine_m{m}": lost}, **out}
+
+
+def _kill_machine(cfg: dict[str, Any], stores: list[Any], m: int) -> None:
+    """SIGKILL every store process of machine ``m``, then delete its disk (the logs)."""
+    from graphrun.store.shm import DEFAULT_SHM_DIR, clean_stale
+
+    hosts = [*range(PARTS), *((p + 1) % PARTS for p in range(PARTS))]  # primaries, replicas
+    for sp, host in zip(stores, hosts, strict=True):
+        if host == m:
+            sp.proc.kill()
+    for sp, host in zip(stores, hosts, strict=True):
+        if host == m:
+            sp.proc.wait()
+    shutil.rmtree(cfg["live_dirs"][m])
+    clean_stale(DEFAULT_SHM_DIR)  # what the killed servers left in shared memory
+
+
 def drive(cfg: dict[str, Any]) -> dict[str, Any]:
     """Start the stores, measure, stop them."""
     from graphrun.local.stores import start_store
 
     stores = [start_store(cfg["parts_dir"], p, **cfg["store_kwargs"][p]) for p in range(PARTS)]
     try:
+        _start_replicas(cfg, stores)
         out = {**_ingest(cfg), **_staleness(cfg), **_epochs(cfg)}
         out["epoch_batches"] = cfg["epoch_batches"]
-        out.update(_kill(cfg, stores))
+        out.update(_lose_machine(cfg, stores) if "lose" in cfg else _kill(cfg, stores))
     finally:
         for s in stores:
             s.stop()
@@ -347,15 +456,29 @@ def _keys(d: Path) -> None:
 def _config(
     args: argparse.Namespace, d: Path, graph: Graph, hosts: Sequence[tuple[str, Any]]
 ) -> dict[str, Any]:
+    """The measuring half's settings; ``hosts``: each partition's primary (address and
+    launcher); with ``--replicas 2`` partition ``p``'s replica is on host ``p + 1``."""
     label = graph.ndata[graph.node_types[0]]["label"]
-    (d / "live").mkdir(exist_ok=True)  # the servers' write-ahead logs (part-K.wal)
-    extra = ["--clients", str(d / "clients"), "--live-dir", str(d / "live")]
-    kwargs = [{"key_file": str(d / "store.key"), "address": addr, "launcher": list(launcher),
-               "extra_args": extra, "log_dir": str(d)}
-              for addr, launcher in hosts]  # fmt: skip
+    # the servers' write-ahead logs (part-K.wal): one directory, or one per host
+    live = [d / "live"] if args.replicas == 1 else [d / f"live-m{m}" for m in range(PARTS)]
+    for path in live:
+        path.mkdir(exist_ok=True)
+
+    def kwargs(address: str, launcher: Sequence[str], machine: int) -> dict[str, Any]:
+        extra = ["--clients", str(d / "clients"), "--live-dir", str(live[machine % len(live)])]
+        return {"key_file": str(d / "store.key"), "address": address, "launcher": list(launcher),
+                "extra_args": extra, "log_dir": str(d)}  # fmt: skip
+
+    extra: dict[str, Any] = {}
+    if args.replicas == 2:
+        reps = [kwargs(f"tcp://127.0.0.1:{_free_port()}", (), (p + 1) % PARTS)
+                for p in range(PARTS)]  # fmt: skip
+        extra = {"replica_kwargs": reps, "lose": args.lose, "live_dirs": [str(p) for p in live]}
     return {
+        **extra,
+        "store_kwargs": [kwargs(a, launcher, m) for m, (a, launcher) in enumerate(hosts)],
         "addresses": [h[0] for h in hosts], "parts_dir": str(d / "parts"),
-        "store_kwargs": kwargs, "writer_key": str(d / "writer.key"),
+        "writer_key": str(d / "writer.key"),
         "job_key": str(d / "job.key"), "batch": args.batch, "batches": args.batches,
         "probes": args.probes, "rate": args.rate, "fanouts": args.fanout_list,
         "batch_size": args.batch_size, "epoch_batches": args.epoch_batches,
@@ -376,6 +499,10 @@ def _netns(cfg: dict[str, Any], d: Path) -> dict[str, Any]:
             cfg["addresses"][p] = f"tcp://{net.address(m)}:{_free_port()}"
             cfg["store_kwargs"][p]["address"] = cfg["addresses"][p]
             cfg["store_kwargs"][p]["launcher"] = list(net.prefix(m))
+        for p, kw in enumerate(cfg.get("replica_kwargs", [])):  # on the next host
+            m = f"m{(p + 1) % PARTS}"
+            kw["address"] = f"tcp://{net.address(m)}:{_free_port()}"
+            kw["launcher"] = list(net.prefix(m))
         (d / "drive.json").write_text(json.dumps(cfg))
         cmd = [*net.prefix("m0"), sys.executable, "-m", "graphrun", "bench", "live",
                "--drive", str(d / "drive.json")]  # fmt: skip
@@ -404,7 +531,8 @@ def run(args: argparse.Namespace) -> int:
     streamed = measure_streamed(graph, PARTS, method="ldg")
     print(json.dumps({
         "bench": "live", "hosts": args.hosts, "nodes": graph.num_nodes,
-        "edges": graph.num_edges, "parts": PARTS, "batch": args.batch, "replicas": 1, **out,
+        "edges": graph.num_edges, "parts": PARTS, "batch": args.batch,
+        "replicas": args.replicas, **out,
         "streamed_cut_ratio": round(streamed.streamed_cut_ratio, 4),
         "streamed": streamed.to_dict(), "load_avg": list(os.getloadavg()),
     }))  # fmt: skip

@@ -210,14 +210,15 @@ class GraphWriter:
     def _prepare(self, pieces: dict[int, Piece]) -> None:
         """``live_prepare`` every piece at once; again after ``retry_after`` if told."""
         session = self.client.session
-        seq = session.part(0).main.address
+        seq0 = session.part(0)  # the sequencer, then its replicas (a partition fails over)
+        seq = {"seq": seq0.main.address, "seq_replicas": [r.address for r in seq0.replicas]}
         todo = dict(pieces)
         deadline = time.monotonic() + self.retry_timeout
         while todo:
             sent = {}
             for p, piece in todo.items():
                 body, tensors = piece_to_wire(piece)
-                sent[p] = session.request(p, "live_prepare", {"piece": body, "seq": seq},
+                sent[p] = session.request(p, "live_prepare", {"piece": body, **seq},
                                           tensors, main_only=True)  # fmt: skip
             errors, wait = [], 0.0
             for p, pend in sent.items():

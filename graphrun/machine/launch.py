@@ -72,6 +72,8 @@ class MachineLaunch(msgspec.Struct, frozen=True, kw_only=True):
     # runtime.elastic: a SIGTERM without the job-wide stop mark is this machine leaving
     # alone (graphrun.machine.stopmark), not a stop of the whole job
     elastic: bool = False
+    # the store servers' write-ahead log directories (--live-dir), made before they start
+    live_dirs: tuple[str, ...] = ()
     roles: tuple[RoleLaunch, ...]
 
     def __post_init__(self) -> None:

@@ -12,6 +12,8 @@ live in its run directory (default ``<job dir>/runs/<name>``)::
     RUN/status/<m>.json machine <m>'s state and role exit codes (graphrun.machine.worker)
     RUN/logs/<m>/<role>.log
     RUN/checkpoints/    unless training.checkpointDir says otherwise
+    RUN/live/<p>/       partition p's store logs (--live-dir) with spec.live, unless
+                        live.logDir says otherwise
     RUN/state.json      the job's workflow state (phase, conditions)
 """
 
@@ -48,6 +50,11 @@ class JobPaths:
     checkpoints: Path
     hosts_file: Path
     keys_dir: Path
+    live: Path | None = None  # the store servers' logs, a directory per partition
+
+    def live_dir(self, part: int | None) -> Path | None:
+        """Partition ``part``'s log directory (its primary's and replicas' logs)."""
+        return self.live / str(part) if self.live is not None and part is not None else None
 
     @property
     def key_file(self) -> Path:
@@ -74,6 +81,7 @@ def job_paths(job: GraphJob, job_file: Path, run_dir: Path | None = None) -> Job
     g = job.spec.graph
     dataset = base / g.dataset if g.dataset is not None else run / "data"
     ckpt = job.spec.training.checkpoint_dir
+    live = job.spec.live if job.spec.graph.store is None else None
     return JobPaths(
         job_file=Path(job_file).resolve(),
         base_dir=base,
@@ -83,6 +91,7 @@ def job_paths(job: GraphJob, job_file: Path, run_dir: Path | None = None) -> Job
         checkpoints=base / ckpt if ckpt else run / "checkpoints",
         hosts_file=run / "hosts.json",
         keys_dir=run / "keys",
+        live=(base / live.log_dir if live.log_dir else run / "live") if live else None,
     )
 
 
@@ -131,6 +140,9 @@ def store_argv(
         phost, pport = hosts.endpoint(RoleName.store(role.id.index))
         argv += ["--replica-of", f"tcp://{phost}:{pport}"]
         argv += ["--replica-index", str(role.id.replica)]
+    live = paths.live_dir(role.part)
+    if live is not None and not role.backup:  # a backup's main logs
+        argv += ["--live-dir", str(live)]
     if profile is not None:
         argv += ["--profile", str(profile)]
     argv += features.serve_args() if features is not None else []
@@ -227,6 +239,7 @@ def machine_launches(
         replicated = tuple(
             r.role for r in launches if r.kind == "store" and job.spec.runtime.replicas > 1
         )
+        live = {paths.live_dir(roles[r.role].part) for r in launches if r.kind == "store"}
         out.append(
             MachineLaunch(
                 machine=m,
@@ -236,6 +249,7 @@ def machine_launches(
                 key_file=key,
                 replicated=replicated,
                 elastic=job.spec.runtime.elastic is not None,
+                live_dirs=tuple(sorted(str(d) for d in live if d is not None)),
             )
         )
     return out

@@ -201,6 +201,17 @@ def store_waves(launch: MachineLaunch) -> list[list[RoleLaunch]]:
     return [w for w in (mains, backups) if w]
 
 
+def _make_live_dirs(launch: MachineLaunch) -> None:
+    """The store servers' log directories (``graphrun serve --live-dir`` wants them)."""
+    for d in launch.live_dirs:
+        try:
+            Path(d).mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            why = f"{d}: cannot make the store servers' log directory ({exc.strerror or exc})"
+            raise JobFailed(str(RoleName.worker(launch.machine)), launch.machine, None,
+                            why) from None  # fmt: skip
+
+
 def remove_shm(pids: Mapping[str, int], shm_dir: Path | None = None) -> list[str]:
     """Unlink the shared-memory segments left by the given (dead) role processes.
 
@@ -320,6 +331,7 @@ def run_machine(
 
     try:
         status.update(sup, "starting")
+        _make_live_dirs(launch)
         own: list[Endpoint] = []
         for wave in store_waves(launch):  # main servers first: backups attach to them
             for r in wave:

@@ -61,6 +61,7 @@ def check_supported(job: GraphJob) -> None:
             "allowed in a GraphJob (pod policy, docs/kubernetes.md)"
         )
     L.shared_volume(job)
+    L.live_dir(job)
     resolve_placement(job)
     L.check_plan_nodes(job)
     R.check_machines(job)

@@ -279,6 +279,22 @@ def checkpoint_dir(job: GraphJob) -> str:
     return _abs(job, job.spec.training.checkpoint_dir or f"runs/{job.name}/checkpoints")
 
 
+def live_dir(job: GraphJob) -> str | None:
+    """The job's own store servers' logs (``spec.live``; a directory per partition
+    under it): on the shared volume, so a store's log outlives its pod and node."""
+    live = job.spec.live
+    if live is None or job.spec.graph.store is not None:
+        return None
+    path = _abs(job, live.log_dir or f"runs/{job.name}/live")
+    mount = posixpath.normpath(mount_path(job))
+    if not path.startswith(mount.rstrip("/") + "/"):
+        raise SpecError(
+            f"spec.live.logDir: {live.log_dir!r} is not on the shared volume ({mount}): the "
+            "store servers' logs must be on a PersistentVolume to outlive their pods"
+        )
+    return path
+
+
 def rendered_job(job: GraphJob) -> dict[str, Any]:
     """The job as the pods read it: absolute paths, the generated graph as a dataset,
     Kubernetes-only fields left out."""
@@ -302,6 +318,11 @@ def rendered_job(job: GraphJob) -> dict[str, Any]:
                     ),
                     "replica_specs": spec.replica_specs.model_copy(
                         update={"partitioner": None, "worker": None, "launcher": None}
+                    ),
+                    "live": (
+                        spec.live.model_copy(update={"log_dir": live_dir(job)})
+                        if spec.live is not None and spec.graph.store is None
+                        else spec.live
                     ),
                 }
             )

@@ -59,6 +59,7 @@ log = logging.getLogger("graphrun.store")
 class PieceRecord(msgspec.Struct, frozen=True, tag="piece"):
     piece: Piece
     seq: str = ""  # the sequencer's address, to ask the fate of a piece pending at replay
+    seq_replicas: list[str] = msgspec.field(default_factory=list)  # then its replicas'
 
 
 class AppliedRecord(msgspec.Struct, frozen=True, tag="applied"):
@@ -182,18 +183,23 @@ def apply(live_log: LiveLog | None, delta: LiveDelta, version: int, commit: bool
     return done
 
 
-def replay(live_log: LiveLog, delta: LiveDelta, schema: Schema, seq: Sequencer | None) -> str:
-    """Rebuild ``delta`` (and the sequencer's state, on partition 0's primary) from the
-    log; returns the sequencer's address the last piece named. StoreError naming the
-    log and the record on anything that does not replay (the server does not start)."""
+def replay(
+    live_log: LiveLog, delta: LiveDelta, schema: Schema, seq: Sequencer | None
+) -> tuple[str, list[str]]:
+    """Rebuild ``delta`` (and the sequencer's state, on partition 0's primary and its
+    replica) from the log; returns the sequencer's address and its replicas' the last
+    piece named. StoreError naming the log and the record on anything that does not
+    replay (the server does not start)."""
     now = time.monotonic()
     count, seq_address = 0, ""
+    seq_replicas: list[str] = []
     for rec in live_log.wal.records():
         try:
             item = _DECODER.decode(rec.data)
             if isinstance(item, PieceRecord):
                 delta.hold(check_piece(item.piece, schema, delta), now)
-                seq_address = item.seq or seq_address
+                if item.seq:
+                    seq_address, seq_replicas = item.seq, item.seq_replicas
             elif isinstance(item, AppliedRecord):
                 _ = delta.commit(item.version) if item.commit else delta.abort(item.version)
             else:
@@ -207,7 +213,7 @@ def replay(live_log: LiveLog, delta: LiveDelta, schema: Schema, seq: Sequencer |
         log.info("live: replayed %d records of %s: %d pieces committed, %d pending%s",
                  count, live_log.path, len(delta.committed), len(delta.pending),
                  head)  # fmt: skip
-    return seq_address
+    return seq_address, seq_replicas
 
 
 def _sequence(seq: Sequencer | None, item: BegunRecord | DecidedRecord, now: float) -> None:

@@ -6,8 +6,9 @@ op             body -> reply
 live_begin     nodes [count per part], edges [count per part]; tensors (orig ids of the
                new nodes, in part order,) -> version, nodes, edges ([[start, count]] runs
                per part)                                           (sequencer; write_graph)
-live_prepare   piece (a :class:`PieceWire`), seq (the sequencer's address); the piece's
-               arrays as tensors -> {"held": true} or {"retry_after": s}       (write_graph)
+live_prepare   piece (a :class:`PieceWire`), seq (the sequencer's address), seq_replicas
+               (its replicas'); the piece's arrays as tensors -> {"held": true} or
+               {"retry_after": s}                                           (write_graph)
 live_decide    version, commit -> head, committed                  (sequencer; write_graph)
 live_commit    version, commit -> {"applied": bool}                                (write_graph)
 live_fate      version -> fate: committed | aborted | pending                    (sequencer)
@@ -36,6 +37,14 @@ With ``--live-dir`` every piece, and the sequencer's versions and decisions, are
 to the server's write-ahead log before they are answered, and replayed at start
 (:mod:`graphrun.store.live_log`; the sequencer's state is :mod:`graphrun.store.live_seq`).
 
+With replicas, partition 0's replica keeps a copy of the sequencer: ``live_begin`` and
+``live_decide`` are forwarded to it before they are answered, like every write
+(:mod:`graphrun.store.replicas`), and so are the primary's aborts (:func:`tick`'s
+``abort``). A writer fails over to it as to any replica; a partition asks it the fate
+of a piece when the primary is lost (:class:`~graphrun.store.live_seq.SeqLink`), which
+promotes it. Only the partition's serving sequencer (a primary, or a promoted replica)
+aborts versions left undecided.
+
 Who may call what is :mod:`graphrun.rpc.access`'s rule (``WRITE_GRAPH_OPS``).
 """
 
@@ -50,7 +59,7 @@ from typing import TYPE_CHECKING
 import msgspec
 import numpy as np
 
-from graphrun.errors import ArgumentError, RpcError, StoreError
+from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import TensorKey
 from graphrun.store.live import (
     LIVE_DECIDE_TIMEOUT_S,
@@ -68,7 +77,7 @@ from graphrun.store.live_check import FeatureSpec, Schema, check_piece
 from graphrun.store.live_log import BegunRecord, LiveLog, PieceRecord, open_log, replay
 from graphrun.store.live_log import apply as log_apply
 from graphrun.store.live_log import decide as log_decide
-from graphrun.store.live_seq import Sequencer
+from graphrun.store.live_seq import SeqLink, Sequencer, check_addresses
 from graphrun.store.registry import Registry, Request, Response
 from graphrun.store.state import GRAPH_JOB, ServerState, StoredTensor
 
@@ -76,13 +85,11 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from graphrun.rpc.auth import KeyPair
-    from graphrun.rpc.transport import RpcClient
 
 log = logging.getLogger("graphrun.store")
 
 KEY = "graphrun.live"
 LIVE_COUNTER = 2  # the deletions segment's slot: the lowest version held (0: none)
-FATE_TIMEOUT_S = 2.0  # a partition asking the sequencer a piece's fate waits this long
 SETTLE_EVERY_S = 5.0  # a partition's tick asks about stale pieces at most this often
 
 
@@ -169,6 +176,7 @@ class BeginBody(msgspec.Struct, frozen=True):
 class PrepareBody(msgspec.Struct, frozen=True):
     piece: PieceWire
     seq: str = ""  # the sequencer's address (a partition asks it the fate of a piece)
+    seq_replicas: list[str] = msgspec.field(default_factory=list)  # then its replicas'
 
 
 class DecideBody(msgspec.Struct, frozen=True):
@@ -190,18 +198,14 @@ class LivePart:
     delta: LiveDelta
     schema: Schema
     base_orig: Callable[[], np.ndarray]  # the base nodes' original ids (mapping/ files)
-    keys: KeyPair | None = None
-    timeout: float = 30.0
+    seq_link: SeqLink
     seq: Sequencer | None = None
-    seq_address: str = ""
-    seq_client: RpcClient | None = None
     next_settle: float = 0.0  # the tick's next look at stale pending pieces
     next_abort: float = 0.0  # the sequencer's next abort of stale versions (a full log)
     log: LiveLog | None = None  # the write-ahead log (``--live-dir``; store/live_log.py)
 
     def close(self) -> None:
-        if self.seq_client is not None:
-            self.seq_client.close()
+        self.seq_link.close()
         if self.log is not None:
             self.log.close()
 
@@ -239,18 +243,18 @@ def attach(
     timeout: float,
     live_dir: Path | None = None,
 ) -> LivePart:
-    """Give a main server its live state (partition 0's primary: the sequencer too);
-    ``base_orig()`` reads the base nodes' original ids when first needed. With
-    ``live_dir`` the state is replayed from the server's log there, which then takes
-    every write (:mod:`graphrun.store.live_log`)."""
-    live = LivePart(LiveDelta(), schema_of(state), base_orig, keys, timeout)
-    if state.part == 0 and state.is_main and not state.replica:
+    """Give a main server its live state (partition 0's primary and its replicas: the
+    sequencer too); ``base_orig()`` reads the base nodes' original ids when first
+    needed. With ``live_dir`` the state is replayed from the server's log there, which
+    then takes every write (:mod:`graphrun.store.live_log`)."""
+    live = LivePart(LiveDelta(), schema_of(state), base_orig, SeqLink(keys, timeout))
+    if state.part == 0 and state.is_main:
         n = state.book.num_parts
         live.seq = Sequencer(Blocks(state.book.num_nodes, n), Blocks(state.book.num_edges, n))
     if live_dir is not None:
         live.log = open_log(live_dir, state.part, state.replica)
         try:
-            live.seq_address = replay(live.log, live.delta, live.schema, live.seq)
+            live.seq_link.point(*replay(live.log, live.delta, live.schema, live.seq))
         except BaseException:
             live.close()
             raise
@@ -263,6 +267,18 @@ def close(state: ServerState) -> None:
     live = state.extension_data.pop(KEY, None)
     if isinstance(live, LivePart):
         live.close()
+
+
+def stats_fields(state: ServerState) -> dict[str, object]:
+    """What ``stats`` reports of the live graph: pieces held, the sequencer's head."""
+    live = state.extension_data.get(KEY)
+    if not isinstance(live, LivePart):
+        return {}
+    out: dict[str, object] = {"live_pending": len(live.delta.pending),
+                              "live_committed": len(live.delta.committed)}  # fmt: skip
+    if live.seq is not None:
+        out |= {"live_head": live.seq.head, "live_undecided": len(live.seq.begun)}
+    return out
 
 
 def live_of(state: ServerState, op: str = "live") -> LivePart:
@@ -291,6 +307,10 @@ def publish(state: ServerState, live: LivePart) -> None:
 
 def live_begin(state: ServerState, req: Request) -> Response:
     seq = sequencer_of(state, req.op)
+    w = req.body.get("w")
+    again = seq.answers.get(req.session)
+    if again is not None and again[0] == w:  # sent again after a failover: the same ids
+        return Response(again[2])
     body = req.args(BeginBody)
     parts = state.book.num_parts
     for name, counts in (("nodes", body.nodes), ("edges", body.edges)):
@@ -317,7 +337,10 @@ def live_begin(state: ServerState, req: Request) -> Response:
     version, nodes, edges = seq.begin(body.nodes, body.edges, orig, time.monotonic())
     if live.log is not None:
         live.log.write(record)  # durable before the writer hears of the version
-    return Response({"version": version, "nodes": nodes, "edges": edges})
+    answer: dict[str, object] = {"version": version, "nodes": nodes, "edges": edges}
+    if isinstance(w, int) and req.session:
+        seq.answers[req.session] = (w, version, answer)
+    return Response(answer)
 
 
 def _check_new_orig(
@@ -361,6 +384,9 @@ def live_decide(state: ServerState, req: Request) -> Response:
 
 def live_fate(state: ServerState, req: Request) -> Response:
     seq = sequencer_of(state, req.op)
+    if state.replica and not state.promoted and req.admin:  # a partition lost the primary
+        state.promoted = True  # (the store's own key: a job's key may ask, not promote)
+        log.warning("replica of partition 0 asked a version's fate: promoted (sequencer)")
     return Response({"fate": seq.fate(req.args(FateBody).version)})
 
 
@@ -396,7 +422,8 @@ def live_prepare(state: ServerState, req: Request) -> Response:
     live = live_of(state, req.op)
     body = req.args(PrepareBody)
     if body.seq:
-        live.seq_address = body.seq
+        check_addresses(body.seq, body.seq_replicas, req.op)
+        live.seq_link.point(body.seq, body.seq_replicas)
     version = body.piece.version
     if version in live.delta.pending or version in live.delta.committed:
         return Response({"held": True})  # sent again (after a retry_after elsewhere)
@@ -407,7 +434,8 @@ def live_prepare(state: ServerState, req: Request) -> Response:
     live.delta.hold(batch, time.monotonic())
     if live.log is not None:
         try:
-            live.log.write(PieceRecord(piece, live.seq_address))  # synced before "held"
+            link = live.seq_link  # synced before "held":
+            live.log.write(PieceRecord(piece, link.address, link.replicas))
         except StoreError:
             live.delta.abort(version)
             raise
@@ -426,19 +454,7 @@ def live_commit(state: ServerState, req: Request) -> Response:
 def _ask_fate(state: ServerState, live: LivePart, version: int) -> str:
     if live.seq is not None:
         return live.seq.fate(version)
-    if live.seq_client is None:
-        if not live.seq_address:
-            raise StoreError(f"live: version {version} is pending and the sequencer is unknown")
-        from graphrun.rpc.transport import RpcClient
-
-        live.seq_client = RpcClient(live.seq_address, keys=live.keys, timeout=live.timeout)
-    ask = min(live.timeout, FATE_TIMEOUT_S)  # the server waits on it: briefly
-    try:
-        reply = live.seq_client.call("live_fate", {"version": version}, timeout=ask)
-    except RpcError as exc:
-        raise StoreError(f"live: the sequencer at {live.seq_address} did not say the fate "
-                         f"of version {version} ({exc})") from exc  # fmt: skip
-    return str(reply.body.get("fate"))
+    return live.seq_link.fate(version)
 
 
 def settle(state: ServerState, live: LivePart, versions: list[int]) -> None:
@@ -469,19 +485,25 @@ def view(state: ServerState, req: Request) -> tuple[LiveDelta | None, int]:
     return (live.delta if lowest and lowest <= v else None), v
 
 
-def tick(state: ServerState, now: float) -> None:
-    """The sequencer aborts versions undecided for too long; a partition settles pieces
-    pending for too long (their writer's ``live_commit`` never came)."""
+def tick(state: ServerState, now: float, abort: Callable[[int], object] | None = None) -> None:
+    """The serving sequencer (not a replica that was not promoted) aborts versions
+    undecided for too long, through ``abort(version)`` (the server's: a forwarded
+    ``live_decide``); a partition settles pieces pending for too long (their writer's
+    ``live_commit`` never came)."""
     live = state.extension_data.get(KEY)
     if not isinstance(live, LivePart):
         return
     seq = live.seq
-    if seq is not None and now >= live.next_abort:
+    serving = not state.fenced and (not state.replica or state.promoted)
+    if seq is not None and serving and now >= live.next_abort:
         for v, t in list(seq.begun.items()):
             if now - t <= LIVE_DECIDE_TIMEOUT_S:
                 continue
             try:
-                log_decide(live.log, seq, v, False)
+                if abort is not None:
+                    abort(v)
+                else:
+                    log_decide(live.log, seq, v, False)
             except StoreError as exc:  # the log refused it: still undecided, tried again later
                 live.next_abort = now + SETTLE_EVERY_S
                 log.warning("live: version %d undecided for %.0f s, not aborted: %s",

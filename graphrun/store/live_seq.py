@@ -1,15 +1,38 @@
 """The live graph's sequencer state (issue 42): partition 0's primary hands out versions
 and growth ids, keeps the new nodes' original ids and each version's decision. Its
 operations are :mod:`graphrun.store.live_ops`'s; its log and replay
-:mod:`graphrun.store.live_log`'s."""
+:mod:`graphrun.store.live_log`'s. Partition 0's replica keeps a copy (every change is
+a forwarded write: :mod:`graphrun.store.replicas`).
+
+A partition reaches the sequencer through a :class:`SeqLink`: the address and the
+replicas' addresses the last writer named (``live_prepare``), in failover order. When
+the sequencer's connection is lost, or it is fenced, or silent for the store's request
+timeout (a machine gone without a word), the partition asks the next replica, which
+holds every decision the primary acknowledged.
+"""
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from graphrun.errors import ArgumentError, GraphrunError, RpcError, RpcTimeout, StoreError
 from graphrun.store.live import Blocks
+from graphrun.store.replicas import is_fenced
+
+if TYPE_CHECKING:
+    from graphrun.rpc.auth import KeyPair
+    from graphrun.rpc.transport import RpcClient
+
+log = logging.getLogger("graphrun.store")
+
+FATE_TIMEOUT_S = 2.0  # a partition asking the sequencer a piece's fate waits this long
+MAX_SEQ_ADDRESSES = 8  # the sequencer and its replicas, as a writer names them
+MAX_ADDRESS_LEN = 256
 
 
 @dataclass
@@ -26,6 +49,9 @@ class Sequencer:
     orig: dict[int, int] = field(default_factory=dict)  # orig id -> graph id (committed)
     orig_pending: dict[int, dict[int, int]] = field(default_factory=dict)  # version -> map
     base_orig: tuple[np.ndarray, np.ndarray] | None = None  # sorted orig ids, their ids
+    # session -> (write id, version, reply) of its last live_begin still undecided: a
+    # writer that failed over sends it again and gets the same answer (bounded by begun)
+    answers: dict[str, tuple[int, int, dict[str, object]]] = field(default_factory=dict)
 
     def begin(
         self, nodes: list[int], edges: list[int], orig: np.ndarray, now: float
@@ -44,6 +70,7 @@ class Sequencer:
         """Record the decision (the first one stands); whether the version committed."""
         if version in self.begun:
             del self.begun[version]
+            self.answers = {s: a for s, a in self.answers.items() if a[1] != version}
             self.decided[version] = commit
             mapping = self.orig_pending.pop(version, {})
             if commit:
@@ -61,3 +88,80 @@ class Sequencer:
         if version in self.aborted or version >= self.next_version:
             return "aborted"
         return "committed"
+
+
+def check_addresses(seq: str, replicas: list[str], op: str) -> None:
+    """ArgumentError unless the sequencer's addresses a writer gave are within bounds."""
+    if len(replicas) + 1 > MAX_SEQ_ADDRESSES:
+        raise ArgumentError(f"{op}: field 'seq_replicas' names more than "
+                            f"{MAX_SEQ_ADDRESSES - 1} replicas")  # fmt: skip
+    if any(len(a) > MAX_ADDRESS_LEN for a in (seq, *replicas)):
+        raise ArgumentError(f"{op}: a sequencer address is longer than {MAX_ADDRESS_LEN}")
+
+
+@dataclass
+class SeqLink:
+    """A partition's way to the sequencer (see the module docstring)."""
+
+    keys: KeyPair | None
+    timeout: float
+    address: str = ""
+    replicas: list[str] = field(default_factory=list)
+    client: RpcClient | None = None
+    silent_since: float | None = None
+
+    def point(self, address: str, replicas: list[str]) -> None:
+        """The sequencer is at ``address`` now, then at ``replicas`` in turn."""
+        if address != self.address:
+            self.close()
+        self.address, self.replicas = address, list(replicas)
+
+    def fate(self, version: int) -> str:
+        """``live_fate`` of ``version``; StoreError if no sequencer says it."""
+        while True:
+            if not self.address:
+                raise StoreError(f"live: version {version} is pending and the sequencer is unknown")
+            fresh = self.client is None
+            if self.client is None:
+                from graphrun.rpc.transport import RpcClient
+
+                self.client = RpcClient(self.address, keys=self.keys, timeout=self.timeout,
+                                        give_up_if_refused=bool(self.replicas))  # fmt: skip
+            ask = min(self.timeout, FATE_TIMEOUT_S)  # the server waits on it: briefly
+            try:
+                reply = self.client.call("live_fate", {"version": version}, timeout=ask)
+            except GraphrunError as exc:
+                if type(exc) is RpcTimeout and not fresh:
+                    self.close()  # connected before: a new connect is refused if it is gone
+                    continue
+                if self._fail_over(exc):
+                    continue
+                raise StoreError(f"live: the sequencer at {self.address} did not say the "
+                                 f"fate of version {version} ({exc})") from exc  # fmt: skip
+            self.silent_since = None
+            return str(reply.body.get("fate"))
+
+    def _fail_over(self, exc: GraphrunError) -> bool:
+        """Whether the next replica is to be asked (it is then the address): the
+        sequencer refused the connect or lost it, is fenced, or was silent for the
+        store's request timeout."""
+        if type(exc) is RpcTimeout:
+            now = time.monotonic()
+            if self.silent_since is None:
+                self.silent_since = now
+            gone = now - self.silent_since >= self.timeout
+        else:
+            gone = type(exc) is RpcError or is_fenced(exc)
+        if not gone or not self.replicas:
+            return False
+        lost = self.address
+        self.point(self.replicas[0], self.replicas[1:])
+        self.silent_since = None
+        log.warning("live: the sequencer %s is lost (%s); asking its replica %s",
+                    lost, exc, self.address)  # fmt: skip
+        return True
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None

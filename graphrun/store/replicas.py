@@ -30,6 +30,16 @@ request with a :data:`FENCED` StoreError, which sends its clients to the replica
 So a primary that was only paused (SIGSTOP, a cut link) cannot go on acknowledging
 writes its replica never saw.
 
+**The live graph's sequencer** (partition 0's primary, :mod:`graphrun.store.live_ops`)
+has a copy on partition 0's replica: ``live_begin`` and ``live_decide`` are writes like
+any other, forwarded before they are answered, and the primary's own aborts (a version
+undecided too long) are forwarded as ``live_decide`` too. So the replica holds every
+version and id handed out and every decision acknowledged. A writer that fails over
+begins and decides there (a ``live_begin`` sent again gets the same version and ids: the
+handler answers repeats, :data:`ANSWERS_REPEATS`); a partition that asks the replica a
+piece's fate promotes it, as a client's write does, since only the partition's server
+aborts versions left undecided.
+
 A replica holds the graph's tensors from the files and every job tensor created after
 it registered; the launcher starts all stores before any client, so a job's tensors
 are all replicated.
@@ -61,8 +71,14 @@ from graphrun.wire import to_builtins
 log = logging.getLogger("graphrun.store")
 
 #: the operations that change a partition, forwarded to its replicas (a live graph's
-#: pieces and their decisions too: store/live_ops.py)
-WRITE_OPS = frozenset({"push", "init", "delete", "live_prepare", "live_commit"})
+#: pieces and their decisions too, and on partition 0 the sequencer's versions and
+#: decisions: store/live_ops.py)
+WRITE_OPS = frozenset(
+    {"push", "init", "delete", "live_prepare", "live_commit", "live_begin", "live_decide"}
+)
+#: writes whose handler answers a repeat itself (the reply is not empty: ``live_begin``
+#: gives the same version and ids again; ``live_decide`` its decision, which stands)
+ANSWERS_REPEATS = frozenset({"live_begin", "live_decide"})
 #: how a fenced primary's refusals begin (the client fails over on them)
 FENCED = "fenced:"
 #: a replica that does not take a forwarded write in this long leaves the write set (a
@@ -162,7 +178,7 @@ def apply_write(state: ServerState, req: Request, apply: Callable[[Request], Res
     answered as its first application was, without changing anything."""
     w = write_id(req)
     if w is not None and req.session and state.applied.get(req.session, -1) >= w:
-        return _duplicate_reply(state, req)
+        return apply(req) if req.op in ANSWERS_REPEATS else _duplicate_reply(state, req)
     resp = apply(req)
     if w is not None and req.session:
         state.applied[req.session] = w

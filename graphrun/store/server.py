@@ -295,27 +295,7 @@ def make_handler(
         if msg.op not in ("stats", "stop", "leave", "heartbeat"):
             replicas.check_serving(state)
         if msg.op in replicas.WRITE_OPS:
-            rep = state.replication if state.replication and state.replication.links else None
-            sent = rep.send(state.part, req) if rep is not None else []
-            applied = False
-            try:
-                resp = replicas.apply_write(state, req, lambda r: entry.handler(state, r))
-                applied = True
-            finally:
-                if rep is not None:
-                    try:
-                        rep.collect(state.part, sent, applied)
-                    except StoreError:  # the replica was promoted: this primary is fenced
-                        state.fenced = True
-                        if applied:
-                            raise
-            if state.replica and not state.promoted:
-                state.promoted = True
-                log.warning("replica of partition %d took a client's write: promoted", state.part)
-            if state.replication is not None:  # the write set now: clients forget the rest
-                resp = Response(
-                    {**resp.body, "replicas": state.replication.addresses}, resp.tensors
-                )
+            resp = write(state, req, entry.handler)
         else:
             resp = entry.handler(state, req)
         state.served[msg.op] = state.served.get(msg.op, 0) + 1
@@ -326,9 +306,43 @@ def make_handler(
     return handle
 
 
+def write(
+    state: ServerState, req: Request, handler: Callable[[ServerState, Request], Response]
+) -> Response:
+    """Apply write ``req`` here and on the replicas (store/replicas.py): forwarded
+    before it is applied, answered once every replica in the write set applied it."""
+    rep = state.replication if state.replication and state.replication.links else None
+    sent = rep.send(state.part, req) if rep is not None else []
+    applied = False
+    try:
+        resp = replicas.apply_write(state, req, lambda r: handler(state, r))
+        applied = True
+    finally:
+        if rep is not None:
+            try:
+                rep.collect(state.part, sent, applied)
+            except StoreError:  # the replica was promoted: this primary is fenced
+                state.fenced = True
+                if applied:
+                    raise
+    if state.replica and not state.promoted:
+        state.promoted = True
+        log.warning("replica of partition %d took a client's write: promoted", state.part)
+    if state.replication is not None:  # the write set now: clients forget the rest
+        resp = Response({**resp.body, "replicas": state.replication.addresses}, resp.tensors)
+    return resp
+
+
+def _abort(state: ServerState, version: int) -> None:
+    """The sequencer's abort of a version left undecided: a write like the writer's
+    ``live_decide``, so partition 0's replica holds it before anyone hears of it."""
+    req = Request("live_decide", {"version": version, "commit": False}, admin=True)
+    write(state, req, live_ops.live_decide)
+
+
 def _tick(state: ServerState, access: Access, then: Callable[[], None] | None) -> None:
     state.expire(time.monotonic())
-    live_ops.tick(state, time.monotonic())
+    live_ops.tick(state, time.monotonic(), lambda v: _abort(state, v))
     revoked = access.take_revoked()
     if revoked:
         state.drop_sessions_of(revoked, "its job key was revoked")

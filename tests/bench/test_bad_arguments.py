@@ -35,6 +35,7 @@ DISTDGL = ["train", "--dataset", "{file}", "--peer", "distdgl", "--hosts", "netn
         (["live", "--rate", "0"], "--rate: must be at least 1"),
         (["live", "--fanouts", "x"], "--fanouts"),
         (["live", "--dataset", "{file}"], "is not a dataset directory"),
+        (["live", "--lose", "m1"], "--lose: a machine is lost only with --replicas 2"),
         (["elastic", "--kill-epoch", "0"], "--kill-epoch: 0 is not in [1, "),
         (["elastic", "--kill-epoch", "10"], "--kill-epoch: 10 is not in [1, 10)"),
         (["elastic", "--epochs", "3", "--kill-epoch", "3"], "--kill-epoch: 3 is not in [1, 3)"),

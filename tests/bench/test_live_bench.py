@@ -33,3 +33,19 @@ def test_live_bench_reports_every_measure_of_the_issue(capsys: pytest.CaptureFix
     lost = out["lost_acknowledged_writes"]["kill9_part1"]
     assert lost is None or 0 <= lost <= out["acknowledged_into_part1"]
     assert out["streamed_cut_ratio"] > 0
+
+
+@pytest.mark.timeout(900)
+def test_live_bench_loses_the_sequencer_s_machine_with_replicas_2(
+    capsys: pytest.CaptureFixture[str],
+):
+    argv = ["bench", "live", "--nodes", "1000", "--degree", "8", "--batch", "200",
+            "--batches", "2", "--probes", "2", "--rate", "2000", "--epoch-batches", "2",
+            "--batch-size", "32", "--kill-after", "3", "--replicas", "2",
+            "--lose", "m0"]  # fmt: skip
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["replicas"] == 2 and "machine_error" not in out
+    # the writer went on through partition 0's replica (the sequencer's copy)
+    assert out["failovers"] >= 1 and out["acknowledged_after_loss"] == 3 * 200
+    assert out["lost_acknowledged_writes"] == {"machine_m0": 0}

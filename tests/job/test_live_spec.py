@@ -14,6 +14,7 @@ def test_live_follow_defaults_to_epoch_and_is_optional() -> None:
     assert parse_job(job()).spec.live is None
     assert parse_job(job(live={})).spec.live.follow == "epoch"
     assert parse_job(job(live={"follow": "pinned"})).spec.live.follow == "pinned"
+    assert parse_job(job(live={"logDir": "/var/lib/g"})).spec.live.log_dir == "/var/lib/g"
 
 
 @pytest.mark.parametrize(
@@ -24,6 +25,11 @@ def test_live_follow_defaults_to_epoch_and_is_optional() -> None:
          "live: the trainers sample a live graph themselves for now"),
         ({"live": {}, "training": {"task": "hetero-node-classification"}},
          "live: following a live heterograph is not supported yet"),
+        ({"live": {"logDir": ""}}, "spec.live.logDir"),
+        ({"live": {"logDir": "a\x00b"}}, "spec.live.logDir"),
+        ({"live": {"logDir": "logs"},
+          "graph": {"store": {"addresses": ["tcp://h:1"], "keyFile": "k"}}},
+         "live.logDir: the job's own store servers log there"),
     ],
 )  # fmt: skip
 def test_live_errors(spec: dict[str, Any], expected: str) -> None:

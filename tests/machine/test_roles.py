@@ -138,7 +138,7 @@ def test_launch_plan_round_trips_through_json(tmp_path):
            "ready_timeout_s": launch.ready_timeout_s, "key_file": launch.key_file,
            "stall_timeout_s": launch.stall_timeout_s,
            "replicated": list(map(str, launch.replicated)),
-           "elastic": launch.elastic,
+           "elastic": launch.elastic, "live_dirs": list(launch.live_dirs),
            "roles": [{"kind": r.kind, "role": str(r.role), "argv": list(r.argv), "env": dict(r.env),
                       "cwd": r.cwd, "ready": r.ready and str(r.ready)}
                      for r in launch.roles]}  # fmt: skip
@@ -206,3 +206,37 @@ def test_free_ports_are_outside_the_ephemeral_range() -> None:
     ports = free_ports(50)
     assert len(set(ports)) == 50
     assert all(1024 <= p < low for p in ports), (low, high, ports)
+
+
+def _store_args(launches: list[MachineLaunch]) -> dict[str, list[str]]:
+    return {str(r.role): list(r.argv) for m in launches for r in m.roles if r.kind == "store"}
+
+
+def test_a_live_job_s_store_servers_log_to_a_directory_per_partition(tmp_path):
+    """spec.live: every main server and replica of partition p gets --live-dir
+    RUN/live/p (or live.logDir/p), made by its machine's worker; a backup none (its main
+    logs); a job that does not follow a live graph none."""
+    runtime = {"machines": 2, "storeServersPerMachine": 2, "replicas": 2}
+    job = make_job(runtime=runtime, live={})
+    paths = job_paths(job, tmp_path / "job.yaml")
+    roles = job_placement(job, paths)
+    launches = machine_launches(job, roles, plan_hosts(job, roles), paths, python=PY)
+    args = _store_args(launches)
+    live = paths.run_dir / "live"
+    for role, part in (("store:0", 0), ("store:1", 1), ("store:0:r", 0), ("store:1:r", 1)):
+        argv = args[role]
+        assert argv[argv.index("--live-dir") + 1] == str(live / str(part)), role
+    assert "--live-dir" not in args["store:0:1"]  # a backup
+    assert launches[1].live_dirs == (str(live / "0"), str(live / "1"))  # store:1, store:0:r
+    assert MachineLaunch.read(launches[1].write(tmp_path / "m1.json")) == launches[1]
+    for log_dir, where in (("logs", tmp_path / "logs"), ("/var/lib/g", Path("/var/lib/g"))):
+        job = make_job(runtime=runtime, live={"logDir": log_dir})
+        launch = machine_launches(job, roles, plan_hosts(job, roles),
+                                  job_paths(job, tmp_path / "job.yaml"), python=PY)[0]  # fmt: skip
+        argv = _store_args([launch])["store:0"]
+        assert argv[argv.index("--live-dir") + 1] == str(where / "0")
+    plain = make_job(runtime=runtime)
+    paths = job_paths(plain, tmp_path / "job.yaml")
+    launches = machine_launches(plain, roles, plan_hosts(plain, roles), paths, python=PY)
+    assert not any("--live-dir" in a for a in _store_args(launches).values())
+    assert all(m.live_dirs == () for m in launches)

@@ -915,3 +915,44 @@ async def test_elastic_job_survives_trainer_0s_pod_not_its_rendezvous_pod(
         return await c.names("Pod", "worker") == [] and await c.names("Pod", "rendezvous") == []
 
     await eventually(pods_gone)
+
+
+async def test_a_live_job_s_stores_log_on_the_shared_volume(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """spec.live: the ConfigMap's job gives the store servers' log directory on the
+    shared volume (a PersistentVolumeClaim), and the worker pod's launch passes each
+    main server and replica its partition's directory (--live-dir)."""
+    from graphrun.machine.roles import load_job_launch
+
+    c = cluster
+    doc = example()
+    doc["spec"]["live"] = {"follow": "head"}
+    doc["spec"]["runtime"] = {**doc["spec"]["runtime"], "replicas": 2}
+    await c.create_graphjob(doc)
+    await eventually(lambda: c.names("ConfigMap"))
+    (cm,) = await c.items("ConfigMap")
+    job = yaml.safe_load(cm["data"]["job.yaml"])
+    assert job["spec"]["live"]["logDir"] == "/data/runs/graphsage/live"
+    for name, text in cm["data"].items():
+        (tmp_path / name).write_text(text)
+    launch = load_job_launch(tmp_path / "job.yaml", "0", tmp_path / "hosts.json", None)
+    dirs = {}
+    for r in launch.of_kind("store"):
+        if "--backup-of" not in r.argv:
+            dirs[str(r.role)] = r.argv[r.argv.index("--live-dir") + 1]
+    assert dirs == {"store:0": "/data/runs/graphsage/live/0",
+                    "store:1:r": "/data/runs/graphsage/live/1"}  # fmt: skip
+    assert launch.live_dirs == ("/data/runs/graphsage/live/0", "/data/runs/graphsage/live/1")
+
+
+async def test_a_live_log_off_the_shared_volume_is_refused(cluster: Cluster) -> None:
+    c = cluster
+    doc = example()
+    doc["spec"]["live"] = {"logDir": "/var/lib/graphrun"}
+    await c.create_graphjob(doc)
+    await eventually(phase_is(c, "Failed"))
+    failed = next(x for x in (await c.status())["conditions"] if x["type"] == "Failed")
+    assert failed["reason"] == "InvalidSpec"
+    assert "spec.live.logDir: '/var/lib/graphrun' is not on the shared volume" in failed["message"]
+    assert await c.names("Pod") == []

@@ -1,58 +1,196 @@
-"""A live graph's pieces reach a partition's replica before the write is acknowledged
-(issue 42): the replica serves them when its primary is gone."""
+"""A live graph with replicas (issue 42, item 5): a partition's pieces and the
+sequencer's versions and decisions reach the replica before a write is acknowledged, so
+the loss of a machine — its processes and its disk — loses no acknowledged write."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import threading
+import time
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from graphrun.distributed.writer import GraphWriter
 from graphrun.local.stores import StoreProcess, start_store
 from graphrun.partition import load_id_mapping
+from graphrun.rpc.auth import KeyPair, load_keys, new_keypair, public_key_file_text
+from graphrun.rpc.transport import RpcClient
 from graphrun.store.client import ClientConfig, KVClient
 from graphrun.store.shm import DEFAULT_SHM_DIR, clean_stale
 from graphrun.testing.store import make_partition_dir
-from tests.store.test_live_store import FEAT, node_rows
+from tests.store.test_live_durable import BASE_ORIG, check_all_visible, write_batches
+from tests.store.test_live_store import FEAT, in_edges, node_rows
 from tests.store.test_replicas import _wait_replicas
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def replicated_live(tmp_path, key_file):
-    parts = make_partition_dir(tmp_path / "parts", 2)[1]
-    procs: list[StoreProcess] = []
-    try:
-        primaries = [start_store(parts, p, key_file=key_file, log_dir=tmp_path) for p in (0, 1)]
-        procs += primaries
-        replica = start_store(parts, 1, key_file=key_file, log_dir=tmp_path,
-                              extra_args=["--replica-of", primaries[1].address])  # fmt: skip
-        procs.append(replica)
-        _wait_replicas(primaries[1], key_file)
-        yield parts, primaries, replica
-    finally:
-        for sp in procs:
+class Machines:
+    """Two "machines", each a log directory: m0 holds partition 0's primary and
+    partition 1's replica, m1 partition 1's primary and partition 0's replica."""
+
+    def __init__(self, tmp: Path, key_file: Path) -> None:
+        self.tmp, self.key_file = tmp, key_file
+        self.parts = make_partition_dir(tmp / "parts", 2)[1]
+        self.live = [tmp / "m0", tmp / "m1"]
+        self.primaries: list[StoreProcess] = []
+        self.replicas: list[StoreProcess] = []
+        self.clients = tmp / "clients"
+        self.clients.mkdir()
+
+    def start(self) -> None:
+        for p in (0, 1):
+            self.primaries.append(self._serve(p, p))
+        for p in (0, 1):
+            primary = self.primaries[p].address
+            self.replicas.append(self._serve(p, 1 - p, "--replica-of", primary))
+        for p in (0, 1):
+            _wait_replicas(self.primaries[p], self.key_file)
+
+    def _serve(self, part: int, machine: int, *args: str) -> StoreProcess:
+        live = self.live[machine]
+        live.mkdir(exist_ok=True)
+        extra = ["--live-dir", str(live), "--clients", str(self.clients), *args]
+        return start_store(self.parts, part, key_file=self.key_file, log_dir=self.tmp,
+                           extra_args=extra)  # fmt: skip
+
+    def lose(self, machine: int) -> None:
+        """SIGKILL every store process of ``machine`` and delete its disk (the logs)."""
+        self.primaries[machine].kill()
+        self.replicas[1 - machine].kill()
+        shutil.rmtree(self.live[machine])
+
+    def serving(self, machine_lost: int) -> list[StoreProcess]:
+        return [self.primaries[1 - machine_lost], self.replicas[machine_lost]]
+
+    def job_key(self, name: str) -> KeyPair:
+        """A job's key (no grant): admitted, but it may not write the graph."""
+        pair = new_keypair()
+        keys = KeyPair(pair.public, pair.secret, server=load_keys(self.key_file).public)
+        (self.clients / f"{name}.key").write_text(public_key_file_text(keys.public, ()))
+        return keys
+
+    def config(self, keys, **kw) -> ClientConfig:
+        reps = [[r.address] for r in self.replicas]
+        return ClientConfig([p.address for p in self.primaries], keys=keys, replicas=reps, **kw)
+
+    def stop(self) -> None:
+        for sp in self.primaries + self.replicas:
             if sp.alive():
                 os.kill(sp.pid, signal.SIGCONT)
             sp.stop()
+
+
+@pytest.fixture
+def machines(tmp_path, key_file):
+    m = Machines(tmp_path, key_file)
+    try:
+        m.start()
+        yield m
+    finally:
+        m.stop()
         clean_stale(DEFAULT_SHM_DIR)
 
 
-def test_a_replica_holds_the_acknowledged_pieces_of_its_partition(replicated_live, keys):
-    parts, primaries, replica = replicated_live
-    servers = [p.address for p in primaries]
+def stats(sp: StoreProcess, key_file: Path) -> dict:
+    with RpcClient(sp.address, keys=load_keys(key_file), timeout=10) as c:
+        return c.call("stats").body
+
+
+def test_a_replica_holds_the_acknowledged_pieces_of_its_partition(machines, keys):
+    servers = [p.address for p in machines.primaries]
     with KVClient(ClientConfig(servers, keys=keys, timeout=10)) as c:
         w = GraphWriter(c)
         w.add_nodes("_N", [10**9], node_rows(c, 1, 3.0))
-        to_500 = load_id_mapping(parts).orig_nids[[500]]  # the node goes to partition 1
+        to_500 = load_id_mapping(machines.parts).orig_nids[[500]]  # the node goes to part 1
         w.add_edges("_E", to_500, [10**9], orig=True)
         v = w.commit()  # acknowledged: held by partition 1's primary and its replica
         new = int(w.lookup([10**9])[0])
-    primaries[1].kill()
-    cfg = ClientConfig(servers, keys=keys, timeout=5, replicas=[[], [replica.address]])
-    with KVClient(cfg) as r:
+    machines.primaries[1].kill()
+    with KVClient(machines.config(keys, timeout=5)) as r:
         assert r.follow() == v
         assert (r.pull(FEAT, [new]) == 3.0).all()
-        assert r.session.failovers[0][2] == replica.address
+        assert r.session.failovers[0][2] == machines.replicas[1].address
+
+
+@pytest.mark.parametrize("lost", [0, 1], ids=["sequencer-machine", "partition-machine"])
+def test_losing_a_machine_mid_ingest_loses_no_acknowledged_write(machines, keys, lost):
+    """Machine ``lost`` (a primary, the other partition's replica and its disk) goes
+    while a writer commits; the writer goes on through the replicas (partition 0's holds
+    the sequencer), and afterwards every acknowledged batch is wholly visible and no
+    piece or version is left pending."""
+    written: dict[int, int] = {}
+    errors: list[BaseException] = []
+    started = threading.Event()
+    with KVClient(machines.config(keys, timeout=10)) as c:
+        base_in = in_edges(c, np.asarray([3, 500], np.int64))
+
+        def ingest() -> None:
+            try:
+                for k in range(12):
+                    written.update(write_batches(c, machines.parts, 1, first=k))
+                    if k == 3:
+                        started.set()
+            except BaseException as exc:
+                errors.append(exc)
+                started.set()
+
+        writer = threading.Thread(target=ingest)
+        writer.start()
+        assert started.wait(120)
+        machines.lose(lost)
+        writer.join(180)
+        assert not writer.is_alive()
+        assert not errors, errors
+        assert len(written) == 12
+        assert c.session.failovers, "the writer never used a replica"
+    with KVClient(machines.config(keys, timeout=10)) as r:
+        check_all_visible(r, written, base_in)
+    for sp in machines.serving(lost):
+        s = stats(sp, machines.key_file)
+        assert s["live_pending"] == 0, s
+        assert s.get("live_undecided", 0) == 0, s
+
+
+class DiesAfterDeciding(GraphWriter):
+    """A writer that dies between its decision and telling the partitions."""
+
+    def _finish(self, version: int, parts: list[int], commit: bool) -> None:
+        self.client.session.call(0, "live_decide", {"version": version, "commit": commit})
+
+
+def test_a_partition_asks_the_fate_of_a_piece_of_the_sequencer_s_replica(machines, keys):
+    """Partition 1 holds a piece whose ``live_commit`` never came, and the sequencer's
+    machine is gone: the read at the head settles it by asking partition 0's replica."""
+    with KVClient(machines.config(keys, timeout=10)) as c:
+        w = DiesAfterDeciding(c)
+        w.add_nodes("_N", [BASE_ORIG], node_rows(c, 1, 7.0))
+        to_500 = load_id_mapping(machines.parts).orig_nids[[500]]  # the node goes to part 1
+        w.add_edges("_E", to_500, [BASE_ORIG], orig=True)
+        v = w.commit()
+    assert stats(machines.primaries[1], machines.key_file)["live_pending"] == 1
+    machines.lose(0)
+    with KVClient(machines.config(keys, timeout=10)) as r:
+        assert r.follow() == v
+        new = GraphWriter(r).lookup([BASE_ORIG])
+        assert (r.pull(FEAT, new) == 7.0).all()
+    deadline = time.monotonic() + 5
+    while stats(machines.primaries[1], machines.key_file)["live_pending"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def test_a_job_key_asking_a_fate_does_not_promote_the_sequencer_s_replica(machines, keys):
+    """``live_fate`` is open to every admitted key; only the store's own key (a
+    partition that lost the primary) promotes partition 0's replica by asking it."""
+    replica = machines.replicas[0].address
+    with RpcClient(replica, keys=machines.job_key("job-a"), timeout=10) as c:
+        assert c.call("live_fate", {"version": 1}).body["fate"] == "aborted"
+    with KVClient(machines.config(keys, timeout=10)) as c:
+        write_batches(c, machines.parts, 1)
+        assert c.session.failovers == []  # the primary was not fenced by its replica
+    assert stats(machines.primaries[0], machines.key_file)["replicas"] == [replica]

@@ -56,6 +56,14 @@ class LiveSpec(SpecModel):
         "batch, the head at each epoch's start (new nodes with train_mask true join the "
         "seeds then, as in head), or the version the job started on",
     )
+    log_dir: str | None = Field(
+        default=None, min_length=1, max_length=1024, pattern=r"^[^\x00]*$",
+        description="where the job's own store servers keep their write-ahead logs "
+        "(graphrun serve --live-dir), a directory per partition under it: "
+        "<logDir>/<partition> (relative to the job file's directory; on Kubernetes to "
+        "the shared volume, a PersistentVolume, which it must be on); default "
+        "runs/<job>/live. Not with graph.store: a running store is given its own",
+    )  # fmt: skip
 
 
 # --- Kubernetes only --------------------------------------------------------------------
@@ -177,6 +185,9 @@ class GraphJobSpec(SpecModel):
                              "(runtime.samplerWorkersPerTrainer: 0)")  # fmt: skip
         if self.training.task == "hetero-node-classification":
             raise ValueError("live: following a live heterograph is not supported yet")
+        if self.live.log_dir is not None and self.graph.store is not None:
+            raise ValueError("live.logDir: the job's own store servers log there; a running "
+                             "store (graph.store) is started with --live-dir itself")  # fmt: skip
 
     def _elastic_training(self) -> None:
         if self.runtime.elastic is None:
