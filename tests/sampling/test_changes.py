@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphrun.sampling.changes import changes, out_neighbors
+from graphrun.sampling.changes import changes, out_edges
 from graphrun.sampling.csc import CSCGraph
 from graphrun.store.live import Batch, LiveDelta
 
@@ -62,6 +62,10 @@ def test_changes_name_new_nodes_updated_rows_and_the_destinations_of_edge_change
     assert [a.tolist() for a in changes(csc(), d, 3, 3, [])] == [[], []]
 
 
+def out_neighbors(g: CSCGraph, d: LiveDelta | None, v: int, ids: np.ndarray) -> np.ndarray:
+    return np.unique(out_edges(g, d, v, ids)[1])
+
+
 def test_out_neighbors_at_a_version_see_new_edges_and_not_deleted_ones():
     d = delta(
         batch(1, edges=np.array([[11], [13], [4000]])),
@@ -72,3 +76,25 @@ def test_out_neighbors_at_a_version_see_new_edges_and_not_deleted_ones():
     assert out_neighbors(g, d, 1, np.array([0, 11])).tolist() == [10, 12, 13]
     assert out_neighbors(g, d, 2, np.array([0])).tolist() == [12]  # 0 -> 10 deleted at 2
     assert out_neighbors(g, d, 2, np.array([5, 99])).tolist() == []
+    e = out_edges(g, d, 1, np.array([0, 11]))  # the edges themselves, each source's
+    assert sorted(map(tuple, e.T.tolist())) == [(0, 10), (0, 12), (11, 10), (11, 13)]
+
+
+def test_the_out_edge_index_finds_what_a_scan_of_the_csc_finds():
+    """CSCGraph.out_edges (an index built once) against a scan of every edge, with
+    multi-edges, hubs, ids that are no source, negative and past every id."""
+    rng = np.random.default_rng(0)
+    rows, start = 300, 50
+    deg = rng.zipf(2.1, rows).clip(max=200)  # power-law in-degrees
+    indptr = np.concatenate([[0], np.cumsum(deg)])
+    src = (rng.zipf(2.1, int(indptr[-1])) * 7) % 1000  # hubs as sources, repeated
+    g = CSCGraph(indptr, src, np.arange(len(src)) * 3, row_start=start)
+    dst = np.repeat(np.arange(rows) + start, deg)
+    for ids in (np.array([7, 14, 0]), rng.integers(-5, 1200, 60), np.empty(0, I64)):
+        s, t, eid = g.out_edges(ids)
+        pick = np.isin(src, ids)
+        want = sorted(zip(src[pick], dst[pick], np.flatnonzero(pick) * 3, strict=True))
+        assert sorted(zip(s, t, eid, strict=True)) == want
+    assert g.out_edges(np.array([10**9]))[0].tolist() == []
+    empty = CSCGraph(np.zeros(3, I64), np.empty(0, I64), np.empty(0, I64))
+    assert [a.tolist() for a in empty.out_edges(np.array([0, 1]))] == [[], [], []]
