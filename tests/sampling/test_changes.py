@@ -98,3 +98,22 @@ def test_the_out_edge_index_finds_what_a_scan_of_the_csc_finds():
     assert g.out_edges(np.array([10**9]))[0].tolist() == []
     empty = CSCGraph(np.zeros(3, I64), np.empty(0, I64), np.empty(0, I64))
     assert [a.tolist() for a in empty.out_edges(np.array([0, 1]))] == [[], [], []]
+
+
+def test_live_in_degrees_count_what_the_merged_csc_holds():
+    """The refresh's degrees (sampling.live.in_degrees: no base in-edges read) against
+    the rows of the merged CSC that sampling reads, at every version of a delta that adds
+    nodes and edges and deletes base and new edges (one of them twice)."""
+    from graphrun.sampling.live import in_degrees, merged_csc
+
+    d = delta(
+        batch(1, nodes=np.array([N, N + 1]), orig=np.array([7, 8]),
+              edges=np.array([[N, 0, 11, 0], [13, N, 10, 10], [4000, 4001, 4002, 4003]])),
+        batch(2, deleted=np.array([0, 4002])),
+        batch(3, deleted=np.array([0, 3]), edges=np.array([[N + 1], [N + 1], [4004]])),
+    )  # fmt: skip
+    seeds = np.array([10, 11, 12, 13, N, N + 1, 10])
+    for v in (1, 2, 3):
+        want = np.diff(merged_csc(csc(), d, v, seeds).indptr)
+        assert in_degrees(csc(), d, v, seeds).tolist() == want.tolist(), v
+    assert in_degrees(csc(), d, 3, seeds).tolist() == [2, 1, 0, 1, 1, 1, 2]
