@@ -64,6 +64,8 @@ def register(subparsers: Any) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
+    from graphrun.graph.format import META_FILE
+
     check_at_least(args, 1, "--requests", "--parts", "--threads")
     check_at_least(args, 0.1, "--seconds")
     check_at_least(args, 10, "--nodes")
@@ -75,7 +77,7 @@ def _check(args: argparse.Namespace) -> None:
     for m in args.mode_list:
         if m not in ("sampled", "full"):
             raise ArgumentError(f"--modes: {m!r} is not sampled or full")
-    if args.dataset is not None and not (args.dataset / "dataset.json").is_file():
+    if args.dataset is not None and not (args.dataset / META_FILE).is_file():
         raise ArgumentError(f"--dataset: {args.dataset} is not a dataset directory")
 
 

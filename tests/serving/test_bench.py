@@ -29,6 +29,21 @@ def test_bad_arguments(argv: list[str], says: str, capsys: pytest.CaptureFixture
     assert says in line and out.out == ""
 
 
+def test_a_dataset_directory_is_taken(tmp_path) -> None:
+    """`--dataset` takes what `graphrun generate` writes (it looked for a `dataset.json`
+    that no dataset has, and refused every one)."""
+    import argparse
+
+    from graphrun.bench.serve import _check, register
+
+    assert main(["generate", "community", str(tmp_path / "g"), "--nodes", "50"]) == 0
+    p = argparse.ArgumentParser().add_subparsers()
+    register(p)
+    args = p.choices["serve"].parse_args(["--dataset", str(tmp_path / "g")])
+    _check(args)  # no ArgumentError
+    assert args.dataset == tmp_path / "g"
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(300)
