@@ -21,7 +21,21 @@ the frontier only). Layer ``l`` is recomputed for ``A_l`` alone over full in-nei
 at ``v1`` (:func:`graphrun.train.inference` 's ``_batch``), reading layer ``l-1``'s fresh
 rows for ``A_{l-1}`` and the stored ones for the rest; a node outside ``A_l`` has the
 same in-edges and in-neighbour states as at ``v0``, so its stored row is what a full
-pass at ``v1`` computes (a test holds the two within 1e-5, fp32).
+pass at ``v1`` computes (a test holds the two within 1e-5, fp32). The out-neighbours
+are a lookup in each partition's out-edge index (built once, by the kept pass).
+
+On a power-law graph ``out(A_{L-1})`` is large (the new edges' sources reach hubs:
+1,000 random edges' 991 destinations have 13,358 nodes downstream on a 50k-node graph),
+and recomputing each of them reads its whole in-neighbourhood. Where the last layer is
+linear in its inputs (:func:`linear_last`: fp32 GraphSAGE, ``W_l mean(h_in) + b + W_r
+h``, no activation after it) only the *rewired* nodes of ``A_L`` (``D`` and the new
+nodes: their in-edges changed) are recomputed; every other node of ``A_L`` has the same
+in-edges as at ``v0``, so its row moves by ``W_l (sum of its in-neighbours' changes) /
+in-degree + W_r (its own change)`` (:func:`_delta`), from the edges leaving ``A_{L-1}``
+and the old and new rows of ``A_{L-1}``. Its cost is those edges and ``A_L``'s output
+rows, not their in-neighbourhoods. It equals a recompute up to fp32 rounding (a test
+holds two refreshes in a row within 1e-5 of a full pass); rounding adds up over many
+refreshes, which a ``--live`` pass resets.
 """
 
 from __future__ import annotations
