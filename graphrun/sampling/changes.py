@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 OP_CHANGES = "graph_changes"
 OP_OUT_NEIGHBORS = "graph_out_neighbors"
 MAX_IDS = 1 << 24  # ids of one graph_out_neighbors request
+MAX_OUT_EDGES = 1 << 24  # edges of one graph_out_neighbors reply with ``edges`` (256 MB)
 EMPTY = np.empty(0, np.int64)
 
 
@@ -130,6 +131,9 @@ def graph_out_neighbors(state: ServerState, req: Request, csc_of: CscOf) -> Resp
     body = req.args(OutBody)
     delta, v = live_ops.view(state, req)
     e = out_edges(csc_of(state), delta, v, np.asarray(ids))
+    if body.edges and e.shape[1] > MAX_OUT_EDGES:
+        raise ArgumentError(f"{req.op}: the {len(ids)} ids have {e.shape[1]} out-edges here, "
+                            f"more than {MAX_OUT_EDGES} a reply: ask for fewer ids")  # fmt: skip
     return Response({}, (e[0], e[1]) if body.edges else (np.unique(e[1]),))
 
 

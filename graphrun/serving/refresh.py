@@ -59,6 +59,8 @@ from graphrun.train import inference
 from graphrun.train.data import NodeTable
 from graphrun.train.models import SAGE, ByLayer
 
+EDGE_IDS = 1 << 16  # ids of one request for their out-edges (MAX_OUT_EDGES a reply)
+
 
 def layer_tables(layers: int) -> list[str]:
     """The table of each layer's output ``1 .. L`` (index ``l - 1``)."""
@@ -336,7 +338,9 @@ def affected(
     current = changed
     for i in range(layers):
         if edges and i == layers - 1:  # every edge leaving A_{L-1}, not only the frontier's
-            got = _ask(client, OP_OUT_NEIGHBORS, {"edges": True}, (current,))
+            got = [g for lo in range(0, len(current), EDGE_IDS)  # replies are bounded
+                   for g in _ask(client, OP_OUT_NEIGHBORS, {"edges": True},
+                                 (current[lo : lo + EDGE_IDS],))]  # fmt: skip
             out_edges = np.hstack([np.empty((2, 0), np.int64), *(np.vstack(g) for g in got)])
             out = np.unique(out_edges[1])
         else:

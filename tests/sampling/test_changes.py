@@ -117,3 +117,28 @@ def test_live_in_degrees_count_what_the_merged_csc_holds():
         want = np.diff(merged_csc(csc(), d, v, seeds).indptr)
         assert in_degrees(csc(), d, v, seeds).tolist() == want.tolist(), v
     assert in_degrees(csc(), d, 3, seeds).tolist() == [2, 1, 0, 1, 1, 1, 2]
+
+
+def test_a_reply_of_edges_is_bounded(tmp_path, monkeypatch):
+    """graph_out_neighbors with ``edges`` refuses a reply past MAX_OUT_EDGES (one line
+    saying to ask for fewer ids); the unique destinations are still answered."""
+    import pytest
+
+    from graphrun.errors import GraphrunError
+    from graphrun.sampling import changes as mod
+    from graphrun.store.client import ClientConfig, KVClient
+    from graphrun.store.server import ServerConfig
+    from graphrun.testing.store import make_partition_dir, store_threads
+
+    _, parts = make_partition_dir(tmp_path / "parts", 1, num_nodes=200, num_edges=2000)
+    monkeypatch.setattr(mod, "MAX_OUT_EDGES", 5)
+    cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
+    ids = (np.arange(200, dtype=I64),)
+    with store_threads(cfg, 1) as threads, KVClient(ClientConfig([threads[0].address])) as c:
+        (dst,) = c.session.call(0, mod.OP_OUT_NEIGHBORS, {}, tensors=ids).tensors
+        assert 0 < len(dst) <= 200
+        with pytest.raises(GraphrunError, match="more than 5 a reply: ask for fewer ids"):
+            c.session.call(0, mod.OP_OUT_NEIGHBORS, {"edges": True}, tensors=ids)
+        src, _ = c.session.call(0, mod.OP_OUT_NEIGHBORS, {"edges": True},
+                                tensors=(np.array([], I64),)).tensors  # fmt: skip
+        assert len(src) == 0
