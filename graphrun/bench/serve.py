@@ -10,15 +10,13 @@ at most ``--requests`` requests or ``--seconds`` seconds, after a warm-up. Then
 ``graphrun infer embed`` times one whole-graph layer-wise pass, and the incremental
 refresh (``--live``, 1,000 new random edges written by a writer key, ``--refresh``)
 against a full pass at the new head (``--live`` again; ``refresh_max_abs_diff``: the
-largest difference of their logits). Each pass's CPU seconds are counted too (``_cpu_s``:
-the ``graphrun infer embed`` process and the store servers, whatever else the box runs),
-with the load average (1 minute) before and after::
+largest difference of their logits)::
 
     {"nodes", "edges", "parts", "fanouts",
      "runs": [{"mode", "concurrency", "requests", "errors", "p50_ms", "p99_ms",
                "requests_per_s"}],
-     "full_pass_s", "full_pass_cpu_s", "refresh_s", "refresh_cpu_s", "refresh_recomputed",
-     "refresh_updated", "refresh_per_layer", "refresh_max_abs_diff", "load_avg"}
+     "full_pass_s", "refresh_s", "refresh_recomputed", "refresh_updated",
+     "refresh_per_layer", "refresh_max_abs_diff"}
 """
 
 from __future__ import annotations
@@ -26,8 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import resource
 import socket
 import subprocess
 import sys
@@ -179,7 +175,6 @@ def run(args: argparse.Namespace) -> int:
     from graphrun.local.stores import start_stores
     from graphrun.partition import partition_graph
 
-    load = [round(os.getloadavg()[0], 2)]
     with tempfile.TemporaryDirectory(prefix="graphrun-bench-serve-") as tmp:
         d = Path(tmp)
         graph = _graph(args)
@@ -217,40 +212,28 @@ def run(args: argparse.Namespace) -> int:
             finally:
                 proc.terminate()
                 proc.wait(30)
-            pids = [s.pid for s in stores]
-            embed = [*common, "--threads", str(args.threads)]
-            full, full_cpu = _embed(embed, pids)
-            fresh = _refresh(d, embed, graph, pids)
-    load.append(round(os.getloadavg()[0], 2))
+            embed = subprocess.run(
+                [sys.executable, "-m", "graphrun", "infer", "embed", *common,
+                 "--threads", str(args.threads)],
+                check=True, capture_output=True, text=True,
+            )  # fmt: skip
+            full_pass_s = json.loads(embed.stdout.strip().splitlines()[-1])["full_pass_s"]
+            fresh = _refresh(d, [*common, "--threads", str(args.threads)], graph)
     print(json.dumps({
         "nodes": graph.num_nodes, "edges": graph.num_edges, "parts": args.parts,
-        "fanouts": args.fanout_list, "runs": runs, "full_pass_s": full["full_pass_s"],
-        "full_pass_cpu_s": full_cpu, **fresh, "load_avg": load,
+        "fanouts": args.fanout_list, "runs": runs, "full_pass_s": full_pass_s, **fresh,
     }))  # fmt: skip
     return 0
 
 
-def _cpu_s(pids: list[int]) -> float:
-    """CPU seconds so far of this process's finished children and of the processes
-    ``pids`` (the store servers, from ``/proc``)."""
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t = r.ru_utime + r.ru_stime
-    for pid in pids:
-        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        t += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-    return t
-
-
-def _embed(args: list[str], pids: list[int]) -> tuple[dict[str, Any], float]:
-    """``graphrun infer embed ARGS``'s JSON, and the CPU seconds it and the stores took."""
+def _embed(args: list[str]) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "graphrun", "infer", "embed", *args]
-    t0 = _cpu_s(pids)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     got: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    return got, round(_cpu_s(pids) - t0, 3)
+    return got
 
 
-def _refresh(d: Path, common: list[str], graph: Graph, pids: list[int]) -> dict[str, Any]:
+def _refresh(d: Path, common: list[str], graph: Graph) -> dict[str, Any]:
     """The kept pass, 1,000 new edges, the refresh, and a full pass at the new head."""
     from graphrun.distributed.writer import GraphWriter
     from graphrun.partition import load_id_mapping
@@ -260,7 +243,7 @@ def _refresh(d: Path, common: list[str], graph: Graph, pids: list[int]) -> dict[
 
     stores = [common[i + 1] for i, a in enumerate(common) if a == "--store"]
     n, ntype, etype = graph.num_nodes, graph.node_types[0], graph.edge_types[0]
-    _embed([*common, "--live"], pids)
+    _embed([*common, "--live"])
     rng = np.random.default_rng(0)
     orig = load_id_mapping(d / "parts").orig_nids
     with KVClient(ClientConfig(stores, job="writer", keys=load_keys(d / "writer.key"))) as c:
@@ -268,15 +251,14 @@ def _refresh(d: Path, common: list[str], graph: Graph, pids: list[int]) -> dict[
         w.add_edges(etype, orig[rng.integers(0, n, 1000)], orig[rng.integers(0, n, 1000)],
                     orig=True)  # fmt: skip
         w.commit()
-    got, cpu = _embed([*common, "--refresh"], pids)
+    got = _embed([*common, "--refresh"])
     ids = np.arange(n, dtype=np.int64)
     with KVClient(ClientConfig(stores, job="bench", keys=load_keys(d / "bench.key"))) as c:
         st = States(c, ntype)
         st.load()
         fresh = st.read("logits", ids)
-        _embed([*common, "--live"], pids)
+        _embed([*common, "--live"])
         whole = st.read("logits", ids)
-    return {"refresh_s": got["refresh_s"], "refresh_cpu_s": cpu,
-            "refresh_recomputed": got["recomputed"], "refresh_updated": got["updated"],
-            "refresh_per_layer": got["per_layer"],
+    return {"refresh_s": got["refresh_s"], "refresh_recomputed": got["recomputed"],
+            "refresh_updated": got["updated"], "refresh_per_layer": got["per_layer"],
             "refresh_max_abs_diff": float((fresh - whole).abs().max())}  # fmt: skip

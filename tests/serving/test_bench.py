@@ -61,5 +61,4 @@ def test_a_small_run_prints_the_runs_and_the_full_pass(capsys: pytest.CaptureFix
     assert got["nodes"] == 600 and got["full_pass_s"] > 0
     assert got["refresh_s"] > 0 and 0 < got["refresh_recomputed"] <= 600
     assert got["refresh_max_abs_diff"] <= 1e-5
-    assert got["full_pass_cpu_s"] > 0 and got["refresh_cpu_s"] > 0 and len(got["load_avg"]) == 2
     assert got["refresh_per_layer"][-1] == got["refresh_updated"] + got["refresh_recomputed"]
