@@ -16,7 +16,7 @@ from graphrun.store.client import ClientConfig, KVClient
 from graphrun.store.server import ServerConfig
 from graphrun.testing.store import make_partition_dir, store_threads
 from graphrun.train.distdata import DistGraphData
-from graphrun.train.models import SAGE
+from graphrun.train.models import GAT, SAGE
 
 pytestmark = pytest.mark.integration
 
@@ -101,6 +101,28 @@ def test_a_refresh_equals_a_full_pass_at_the_head(tmp_path):
                 for what, rows in whole.items():
                     torch.testing.assert_close(fresh[what], rows, atol=1e-5, rtol=0,
                                                msg=f"{what} at {v}")  # fmt: skip
+
+
+def test_a_model_whose_last_layer_is_not_linear_is_recomputed(tmp_path):
+    """GAT (attention: not linear in its inputs): every node of ``A_2`` is recomputed over
+    its in-neighbourhood, and the states equal a full pass at the head."""
+    _, parts = make_partition_dir(tmp_path / "parts", 2, num_nodes=NODES, num_edges=EDGES)
+    torch.manual_seed(0)
+    model = GAT(8, 16, 4, 2, 0.5, heads=2).eval()
+    cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        with initialize(addresses, job="emb", heartbeat_interval=0) as ctx:
+            data = DistGraphData(DistGraph(ctx), 0, 1)
+            full(model, data, "_N", "feat", 1024)
+            write(addresses, parts)
+            got = refresh(model, data, "_N", "feat", 1024)
+            assert got["recomputed_per_layer"] == got["per_layer"] and got["updated"] == 0
+            grown = ctx.client.live_nodes()[0]
+            fresh = states(ctx.client, 2, NODES, grown)
+            full(model, data, "_N", "feat", 1024)
+            for what, rows in states(ctx.client, 2, NODES, grown).items():
+                torch.testing.assert_close(fresh[what], rows, atol=1e-5, rtol=0, msg=what)
 
 
 def test_a_refresh_without_kept_states_says_so(tmp_path):
