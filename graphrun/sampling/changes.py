@@ -14,7 +14,7 @@ graph_changes       since, v, features (node tensor names; empty: every node fea
 graph_out_neighbors tensors (ids int64,), v, edges -> tensors (dst int64,): the nodes of
                     this partition with an in-edge at ``v`` from one of ``ids``, unique;
                     with ``edges``: (src, dst) of each such edge (a multi-edge as often
-                    as it is there)
+                    as it is there), then those nodes and their in-degrees at ``v``
 ==================  ======================================================================
 
 A node's layer-``l`` state depends on its in-neighbours' layer ``l-1`` states and its
@@ -35,6 +35,7 @@ import numpy as np
 
 from graphrun.errors import ArgumentError
 from graphrun.names import TensorKey
+from graphrun.sampling import live
 from graphrun.sampling.csc import CSCGraph
 from graphrun.store import live_ops
 from graphrun.store.live import LiveDelta, spans
@@ -131,10 +132,15 @@ def graph_out_neighbors(state: ServerState, req: Request, csc_of: CscOf) -> Resp
     body = req.args(OutBody)
     delta, v = live_ops.view(state, req)
     e = out_edges(csc_of(state), delta, v, np.asarray(ids))
-    if body.edges and e.shape[1] > MAX_OUT_EDGES:
+    dst = np.unique(e[1])
+    if not body.edges:
+        return Response({}, (dst,))
+    if e.shape[1] > MAX_OUT_EDGES:
         raise ArgumentError(f"{req.op}: the {len(ids)} ids have {e.shape[1]} out-edges here, "
                             f"more than {MAX_OUT_EDGES} a reply: ask for fewer ids")  # fmt: skip
-    return Response({}, (e[0], e[1]) if body.edges else (np.unique(e[1]),))
+    csc = csc_of(state)
+    deg = csc.in_degrees(dst) if delta is None else live.in_degrees(csc, delta, v, dst)
+    return Response({}, (e[0], e[1], dst, deg))
 
 
 def register(registry: Registry, csc_of: CscOf) -> None:

@@ -199,12 +199,14 @@ class Plan:
     """What a refresh recomputes (module docstring): ``sets`` ``A_1 .. A_L`` (sorted);
     ``rewired`` the nodes whose in-edges changed or that have no stored rows (``D`` and
     the new nodes); ``edges`` (src, dst) of the edges from ``A_{L-1}`` at the new version
-    when the last layer is updated by :func:`_delta` (None: recomputed)."""
+    when the last layer is updated by :func:`_delta` (None: recomputed), with the
+    in-degrees of their heads."""
 
     sets: list[np.ndarray]
     new: np.ndarray  # the nodes added since the stored version: no stored rows
     rewired: np.ndarray
     edges: np.ndarray | None = None
+    degrees: tuple[np.ndarray, np.ndarray] | None = None  # the edges' heads (sorted), in-degrees
 
 
 def linear_last(model: ByLayer) -> bool:
@@ -215,7 +217,7 @@ def linear_last(model: ByLayer) -> bool:
 
 
 def _delta(
-    model: ByLayer, st: States, plan: Plan, prev: Fresh, old: tuple[np.ndarray, Tensor], data: Any
+    model: ByLayer, st: States, plan: Plan, prev: Fresh, old: tuple[np.ndarray, Tensor]
 ) -> tuple[np.ndarray, Tensor]:
     """The last layer's new rows for ``A_L`` minus ``rewired``, from their stored rows:
     ``+ (sum of W_l (an in-neighbour's change)) / in-degree + W_r (own change)`` (their
@@ -231,7 +233,11 @@ def _delta(
     change = prev[torch.from_numpy(moved)] - before[torch.from_numpy(np.searchsorted(had, moved))]
     left = F.linear(change, conv.lin_l.weight)
     rows = st.read("logits", ids).float()
-    deg = data.graph.in_degrees(torch.from_numpy(ids)).clamp(min=1).to(rows.dtype)
+    assert plan.degrees is not None
+    heads, counts = plan.degrees  # a node of ids with no in-edge from A_{L-1}: its sum is 0
+    at = np.minimum(np.searchsorted(heads, ids), max(len(heads) - 1, 0))
+    hit = heads[at] == ids if len(heads) else np.zeros(len(ids), bool)
+    deg = torch.from_numpy(np.where(hit, counts[at] if len(heads) else 1, 1)).clamp(min=1).float()
     agg = torch.zeros_like(rows).index_add_(
         0,
         torch.from_numpy(np.searchsorted(ids, e[1])),
@@ -265,7 +271,7 @@ def _layers(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, bat
                for lo in range(0, len(ids), step)]  # fmt: skip
         rows = torch.cat(out) if out else torch.empty(0, 1)
         if last and plan.edges is not None:
-            more, by = _delta(model, st, plan, h, old, data)
+            more, by = _delta(model, st, plan, h, old)
             ids, rows = _join(ids, rows, more, by)
         if i == len(tables) - 2 and plan.edges is not None:  # what the delta subtracts
             had = np.setdiff1d(ids, plan.new, assume_unique=True)
@@ -334,22 +340,25 @@ def affected(
     dst = _union([g[1] for g in got])
     new = changed[changed >= had.n]
     new = new[~np.isin(new, had.grown)]
-    sets, asked, out_edges = [], np.empty(0, np.int64), None
+    sets, asked, out_edges, degrees = [], np.empty(0, np.int64), None, None
     current = changed
     for i in range(layers):
         if edges and i == layers - 1:  # every edge leaving A_{L-1}, not only the frontier's
             got = [g for lo in range(0, len(current), EDGE_IDS)  # replies are bounded
                    for g in _ask(client, OP_OUT_NEIGHBORS, {"edges": True},
                                  (current[lo : lo + EDGE_IDS],))]  # fmt: skip
-            out_edges = np.hstack([np.empty((2, 0), np.int64), *(np.vstack(g) for g in got)])
-            out = np.unique(out_edges[1])
+            out_edges = np.hstack([np.empty((2, 0), np.int64), *(np.vstack(g[:2]) for g in got)])
+            heads = np.concatenate([np.empty(0, np.int64), *(g[2] for g in got)])
+            counts = np.concatenate([np.empty(0, np.int64), *(g[3] for g in got)])
+            out, first = np.unique(heads, return_index=True)  # again in each request
+            degrees = (out, counts[first])
         else:
             frontier = np.setdiff1d(current, asked, assume_unique=True)
             out = _union([g[0] for g in _ask(client, OP_OUT_NEIGHBORS, {}, (frontier,))])
         asked = current
         current = _union([current, out] + ([dst] if i == 0 else []))
         sets.append(current)
-    return Plan(sets, new, _union([dst, new]), out_edges)
+    return Plan(sets, new, _union([dst, new]), out_edges, degrees)
 
 
 def refresh(
