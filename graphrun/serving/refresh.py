@@ -244,8 +244,8 @@ def _delta(
         left[torch.from_numpy(np.searchsorted(moved, e[0]))],
     )
     rows += agg / deg[:, None]
-    at = torch.from_numpy(np.searchsorted(ids, mine))
-    rows[at] += F.linear(change[torch.from_numpy(np.searchsorted(moved, mine))], conv.lin_r.weight)
+    own = torch.from_numpy(np.searchsorted(ids, mine))
+    rows[own] += F.linear(change[torch.from_numpy(np.searchsorted(moved, mine))], conv.lin_r.weight)
     return ids, rows
 
 
