@@ -15,7 +15,8 @@ largest difference of their logits)::
     {"nodes", "edges", "parts", "fanouts",
      "runs": [{"mode", "concurrency", "requests", "errors", "p50_ms", "p99_ms",
                "requests_per_s"}],
-     "full_pass_s", "refresh_s", "refresh_recomputed", "refresh_max_abs_diff"}
+     "full_pass_s", "refresh_s", "refresh_recomputed", "refresh_updated",
+     "refresh_per_layer", "refresh_max_abs_diff"}
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ def register(subparsers: Any) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
+    from graphrun.graph.format import META_FILE
+
     check_at_least(args, 1, "--requests", "--parts", "--threads")
     check_at_least(args, 0.1, "--seconds")
     check_at_least(args, 10, "--nodes")
@@ -70,7 +73,7 @@ def _check(args: argparse.Namespace) -> None:
     for m in args.mode_list:
         if m not in ("sampled", "full"):
             raise ArgumentError(f"--modes: {m!r} is not sampled or full")
-    if args.dataset is not None and not (args.dataset / "dataset.json").is_file():
+    if args.dataset is not None and not (args.dataset / META_FILE).is_file():
         raise ArgumentError(f"--dataset: {args.dataset} is not a dataset directory")
 
 
@@ -257,4 +260,5 @@ def _refresh(d: Path, common: list[str], graph: Graph) -> dict[str, Any]:
         _embed([*common, "--live"])
         whole = st.read("logits", ids)
     return {"refresh_s": got["refresh_s"], "refresh_recomputed": got["recomputed"],
+            "refresh_updated": got["updated"], "refresh_per_layer": got["per_layer"],
             "refresh_max_abs_diff": float((fresh - whole).abs().max())}  # fmt: skip

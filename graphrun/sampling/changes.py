@@ -11,15 +11,18 @@ graph_changes       since, v, features (node tensor names; empty: every node fea
                     -> tensors (nodes int64: new nodes and nodes whose named features were
                     updated in ``(since, v]``; dst int64: destinations of the edges added
                     or deleted in ``(since, v]``), graph ids owned here, unique
-graph_out_neighbors tensors (ids int64,), v -> tensors (dst int64,): the nodes of this
-                    partition with an in-edge at ``v`` from one of ``ids``, unique
+graph_out_neighbors tensors (ids int64,), v, edges -> tensors (dst int64,): the nodes of
+                    this partition with an in-edge at ``v`` from one of ``ids``, unique;
+                    with ``edges``: (src, dst) of each such edge (a multi-edge as often
+                    as it is there), then those nodes and their in-degrees at ``v``
 ==================  ======================================================================
 
 A node's layer-``l`` state depends on its in-neighbours' layer ``l-1`` states and its
 in-edges: new nodes and updated features change layer 0, an added or deleted in-edge
 changes its destination at layer 1, and a change at layer ``l-1`` reaches the
-out-neighbours at layer ``l``. ``graph_out_neighbors`` scans the partition's CSC sources
-(``np.isin``: linear in the partition's edges) and its delta's new edges at ``v``.
+out-neighbours at layer ``l``. ``graph_out_neighbors`` looks its ids up in the partition's
+out-edge index (:meth:`CSCGraph.out_edges`, built once) and in the delta's runs sorted by
+source: its cost is the out-degrees of the ids asked, not the partition's edges.
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ import numpy as np
 
 from graphrun.errors import ArgumentError
 from graphrun.names import TensorKey
+from graphrun.sampling import live
 from graphrun.sampling.csc import CSCGraph
 from graphrun.store import live_ops
-from graphrun.store.live import LiveDelta
+from graphrun.store.live import LiveDelta, spans
 
 if TYPE_CHECKING:
     from graphrun.store.registry import Registry, Request, Response
@@ -43,12 +47,17 @@ if TYPE_CHECKING:
 OP_CHANGES = "graph_changes"
 OP_OUT_NEIGHBORS = "graph_out_neighbors"
 MAX_IDS = 1 << 24  # ids of one graph_out_neighbors request
+MAX_OUT_EDGES = 1 << 24  # edges of one graph_out_neighbors reply with ``edges`` (256 MB)
 EMPTY = np.empty(0, np.int64)
 
 
 class ChangesBody(msgspec.Struct, frozen=True):
     since: int
     features: list[str] = msgspec.field(default_factory=list)
+
+
+class OutBody(msgspec.Struct, frozen=True):
+    edges: bool = False  # the edges themselves (src, dst), not their unique destinations
 
 
 def _node_key(name: str) -> bool:
@@ -71,7 +80,7 @@ def changes(
                 nodes.append(ids)
         dst.append(b.edges[1])
         if len(b.deleted):
-            base = np.isin(b.deleted, csc.eids)
+            base = ~delta.has_edges(b.deleted, committed_only=True)  # not a scan of csc
             dst.append(csc.find_edges(b.deleted[base])[1])
             e = np.hstack(
                 [np.empty((3, 0), np.int64), *(c.edges for c in delta.committed.values())]
@@ -80,17 +89,20 @@ def changes(
     return np.unique(np.concatenate(nodes)), np.unique(np.concatenate(dst))
 
 
-def out_neighbors(
-    csc: CSCGraph, delta: LiveDelta | None, version: int, ids: np.ndarray
-) -> np.ndarray:
-    """The nodes of this partition with an in-edge from one of ``ids`` at ``version``."""
-    pos = np.flatnonzero(np.isin(csc.indices[: csc.indptr[-1]], ids))
-    dst = [np.searchsorted(csc.indptr, pos, side="right") - 1 + csc.row_start]
-    if delta is not None:
-        dst[0] = dst[0][~delta.deleted(csc.eids[pos], version)]
-        e = delta.new_edges(version)
-        dst.append(e[1, np.isin(e[0], ids)])
-    return np.unique(np.concatenate(dst))
+def out_edges(csc: CSCGraph, delta: LiveDelta | None, version: int, ids: np.ndarray) -> np.ndarray:
+    """int64 ``[2, m]`` (src, dst): this partition's edges from one of ``ids`` at
+    ``version``, the base ones by the CSC's out-edge index, the new ones by the delta's
+    runs sorted by source; each id costs its out-degree."""
+    src, dst, eid = csc.out_edges(ids)
+    if delta is None:
+        return np.vstack([src, dst])
+    keep = ~delta.deleted(eid, version)
+    found = [np.vstack([src[keep], dst[keep]])]
+    for r in delta.runs:
+        lo, hi = np.searchsorted(r.edge_src, ids), np.searchsorted(r.edge_src, ids, "right")
+        e = r.edges[:, r.edge_by_src[spans(lo, hi)]]
+        found.append(e[:2, (e[4] <= version) & ~delta.deleted(e[2], version)])
+    return np.hstack(found)
 
 
 CscOf = Callable[["ServerState"], CSCGraph]  # the partition's CSC (the sampling server's)
@@ -117,8 +129,18 @@ def graph_out_neighbors(state: ServerState, req: Request, csc_of: CscOf) -> Resp
     if ids.ndim != 1 or ids.dtype != np.int64 or len(ids) > MAX_IDS:
         raise ArgumentError(f"{req.op}: ids must be 1-d int64, at most {MAX_IDS}, "
                             f"got {ids.dtype} {ids.shape}")  # fmt: skip
+    body = req.args(OutBody)
     delta, v = live_ops.view(state, req)
-    return Response({}, (out_neighbors(csc_of(state), delta, v, np.asarray(ids)),))
+    e = out_edges(csc_of(state), delta, v, np.asarray(ids))
+    dst = np.unique(e[1])
+    if not body.edges:
+        return Response({}, (dst,))
+    if e.shape[1] > MAX_OUT_EDGES:
+        raise ArgumentError(f"{req.op}: the {len(ids)} ids have {e.shape[1]} out-edges here, "
+                            f"more than {MAX_OUT_EDGES} a reply: ask for fewer ids")  # fmt: skip
+    csc = csc_of(state)
+    deg = csc.in_degrees(dst) if delta is None else live.in_degrees(csc, delta, v, dst)
+    return Response({}, (e[0], e[1], dst, deg))
 
 
 def register(registry: Registry, csc_of: CscOf) -> None:

@@ -111,6 +111,8 @@ class CSCGraph:
         self._out_counts: np.ndarray | None = None
         self._eid_sorted: np.ndarray | None = None
         self._eid_order: np.ndarray | None = None
+        self._out_indptr: np.ndarray | None = None
+        self._out_pos: np.ndarray | None = None
         if self.num_etypes > 1:
             if etypes is None:
                 raise ArgumentError("etypes: required when num_etypes > 1")
@@ -179,6 +181,26 @@ class CSCGraph:
         pos = self._eid_order[i]
         dst = owners(self.indptr, pos) + self.row_start  # the row holding each position
         return self.indices[pos], dst
+
+    def out_edges(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(src, dst, eid)`` of this block's edges leaving ``ids`` (global node ids; one
+        that is no source here has none), grouped by ``ids`` in their order. An out-edge
+        (CSR) index is built on the first call (``8 (N + E)`` bytes); then each id costs
+        its out-degree, never a scan of the block."""
+        if self._out_indptr is None:
+            n = int(self.indices.max()) + 1 if self.num_edges else 0
+            self._out_pos = np.argsort(self.indices, kind="stable")
+            self._out_indptr = np.zeros(n + 2, np.int64)  # n + 1: the empty span of none
+            np.cumsum(np.bincount(self.indices, minlength=n + 1), out=self._out_indptr[1:])
+        assert self._out_pos is not None
+        none = len(self._out_indptr) - 2
+        ids = _int64(ids)
+        ids = np.where((ids >= 0) & (ids < none), ids, none)
+        lo, hi = self._out_indptr[ids], self._out_indptr[ids + 1]
+        counts = hi - lo
+        at = np.repeat(lo - np.cumsum(counts) + counts, counts)
+        pos = self._out_pos[at + np.arange(len(at), dtype=np.int64)]
+        return self.indices[pos], owners(self.indptr, pos) + self.row_start, self.eids[pos]
 
     def sample_one_hop(
         self,

@@ -16,8 +16,9 @@ from graphrun.sampling.csc import CSCGraph
 from graphrun.store.live import LiveDelta, spans
 
 
-def merged_csc(csc: CSCGraph, delta: LiveDelta, version: int, seeds: np.ndarray) -> CSCGraph:
-    """The in-edges of ``seeds`` at ``version`` as a CSC whose row ``i`` is ``seeds[i]``."""
+def _base(csc: CSCGraph, delta: LiveDelta, version: int, seeds: np.ndarray) -> np.ndarray:
+    """Which seeds are base rows of this partition; ArgumentError naming the first that
+    is no node of it at ``version``."""
     if seeds.ndim != 1 or seeds.dtype != np.int64:
         raise ArgumentError(f"seeds must be 1-d int64, got {seeds.dtype} {seeds.shape}")
     lo, hi = csc.row_start, csc.row_start + csc.num_rows
@@ -27,7 +28,29 @@ def merged_csc(csc: CSCGraph, delta: LiveDelta, version: int, seeds: np.ndarray)
         i = int(np.flatnonzero(~(base | new))[0])
         raise ArgumentError(f"seeds[{i}] = {int(seeds[i])} is not a node of this partition "
                             f"at version {version}")  # fmt: skip
-    rows = seeds[base] - lo
+    return base
+
+
+def in_degrees(csc: CSCGraph, delta: LiveDelta, version: int, seeds: np.ndarray) -> np.ndarray:
+    """Each seed's in-degree at ``version``: its base row's, less its base in-edges deleted
+    by then, plus its new in-edges. Only the delta's deletions and the seeds' new edges are
+    looked at, never the seeds' base in-edges (a hub's are many)."""
+    base = _base(csc, delta, version, seeds)
+    rows = seeds[base] - csc.row_start
+    out = np.zeros(len(seeds), np.int64)
+    out[base] = csc.indptr[rows + 1] - csc.indptr[rows]
+    gone = np.unique(delta.deleted_at(version))
+    gone = gone[~delta.has_edges(gone, committed_only=True)]  # base edges (owned here)
+    if len(gone) and base.any():
+        dst = np.sort(csc.find_edges(gone)[1])
+        out[base] -= np.searchsorted(dst, seeds[base], "right") - np.searchsorted(dst, seeds[base])
+    return out + delta.in_edges(seeds, version)[0]
+
+
+def merged_csc(csc: CSCGraph, delta: LiveDelta, version: int, seeds: np.ndarray) -> CSCGraph:
+    """The in-edges of ``seeds`` at ``version`` as a CSC whose row ``i`` is ``seeds[i]``."""
+    base = _base(csc, delta, version, seeds)
+    rows = seeds[base] - csc.row_start
     pos = spans(csc.indptr[rows], csc.indptr[rows + 1])
     seg_b = np.repeat(np.flatnonzero(base), csc.indptr[rows + 1] - csc.indptr[rows])
     eid_b = csc.eids[pos]

@@ -130,8 +130,7 @@ def in_degrees(state: ServerState, req: Request) -> Response:
     ids = _ids(req)
     delta, v = live_ops.view(state, req)
     if delta is not None:
-        merged = live.merged_csc(_csc(state), delta, v, ids)
-        return Response({}, (np.diff(merged.indptr),))
+        return Response({}, (live.in_degrees(_csc(state), delta, v, ids),))
     return Response({}, (_csc(state).in_degrees(ids),))
 
 

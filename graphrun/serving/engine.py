@@ -35,10 +35,12 @@ from torch import Tensor
 
 from graphrun.distributed import DistContext, DistGraph, initialize
 from graphrun.distributed.batches import BatchBuilder, BatchSpec
+from graphrun.distributed.live import id_bound
 from graphrun.distributed.minibatch import epoch_seed
 from graphrun.errors import ArgumentError, BadRequest, GraphrunError, StoreUnavailable
 from graphrun.rpc.auth import KeyPair
 from graphrun.serving.embed import TABLES, table_name
+from graphrun.serving.live_ids import NewNodes, stored
 from graphrun.serving.model import ModelSpec, load_model
 from graphrun.serving.protocol import Graph, Query
 from graphrun.store.dist_tensor import DistTensor
@@ -162,7 +164,8 @@ class Engine:
             if self.model is None:
                 classes = data.num_classes(self.ntype, s.label)
                 self.model = load_model(s, self.checkpoint, in_dim, classes)
-            self.graph = Graph(data.num_nodes(self.ntype), in_dim)
+            self.graph = Graph(id_bound(ctx.client), in_dim)  # new nodes: serving/live_ids.py
+            self.new_nodes = NewNodes(ctx.client)
             layers = s.layers
 
             def builder(fanouts: list[int]) -> BatchBuilder:
@@ -207,14 +210,22 @@ class Engine:
         self.data.graph.refresh("batch")  # following the head: the head of each forward
         stats = Stats(ids=sum(q.size for q in queries))
         rows: list[dict[str, np.ndarray] | BadRequest | None] = [None] * len(queries)
+        for i, q in enumerate(queries):  # a new node's id that is none at this version
+            try:
+                self.new_nodes.check_query(q)
+            except BadRequest as exc:  # this query's alone: the others are answered
+                rows[i] = exc
         parts: list[Part] = []
         where: list[tuple[int, int, np.ndarray | None]] = []  # query, part, rows of its seeds
-        full = [(i, q.ids) for i, q in enumerate(queries) if q.mode == "full" and q.ids is not None]
+        full = [(i, q.ids) for i, q in enumerate(queries)
+                if q.mode == "full" and q.ids is not None and rows[i] is None]  # fmt: skip
         if full:
             union = np.unique(np.concatenate([ids for _, ids in full]))
             parts.append(self._build("full", union, 0, stats))
             where += [(i, 0, np.searchsorted(union, ids)) for i, ids in full]
         for i, q in enumerate(queries):
+            if rows[i] is not None:
+                continue
             if q.mode == "precomputed":
                 try:
                     rows[i] = self._stored(q)
@@ -279,6 +290,10 @@ class Engine:
     def _stored(self, q: Query) -> dict[str, np.ndarray]:
         assert q.ids is not None and self.ctx is not None
         client = self.ctx.client
+        if (q.ids >= self.new_nodes.base).any():  # new nodes: the kept states' grown rows
+            got = stored(client, self.ntype, q.ids)
+            return {"logits": got["logits"], "embeddings": got["embeddings"],
+                    "predictions": got["predictions"].astype(np.int64)}  # fmt: skip
         got = {}
         for what in TABLES:
             name = table_name(self.ntype, what)

@@ -125,7 +125,7 @@ def _ids(name: str, ids: np.ndarray, graph: Graph, limit: int) -> np.ndarray:
     bad = (ids < 0) | (ids >= graph.num_nodes)
     if bad.any():
         raise BadRequest(
-            f"inputs.{name}: id {int(ids[bad][0])} is not a node (the graph has {graph.num_nodes})"
+            f"inputs.{name}: id {int(ids[bad][0])} is not a node (ids are below {graph.num_nodes})"
         )
     uniq, counts = np.unique(ids, return_counts=True)
     if (counts > 1).any():

@@ -29,6 +29,21 @@ def test_bad_arguments(argv: list[str], says: str, capsys: pytest.CaptureFixture
     assert says in line and out.out == ""
 
 
+def test_a_dataset_directory_is_taken(tmp_path) -> None:
+    """`--dataset` takes what `graphrun generate` writes (it looked for a `dataset.json`
+    that no dataset has, and refused every one)."""
+    import argparse
+
+    from graphrun.bench.serve import _check, register
+
+    assert main(["generate", "community", str(tmp_path / "g"), "--nodes", "50"]) == 0
+    p = argparse.ArgumentParser().add_subparsers()
+    register(p)
+    args = p.choices["serve"].parse_args(["--dataset", str(tmp_path / "g")])
+    _check(args)  # no ArgumentError
+    assert args.dataset == tmp_path / "g"
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(300)
@@ -46,3 +61,4 @@ def test_a_small_run_prints_the_runs_and_the_full_pass(capsys: pytest.CaptureFix
     assert got["nodes"] == 600 and got["full_pass_s"] > 0
     assert got["refresh_s"] > 0 and 0 < got["refresh_recomputed"] <= 600
     assert got["refresh_max_abs_diff"] <= 1e-5
+    assert got["refresh_per_layer"][-1] == got["refresh_updated"] + got["refresh_recomputed"]
