@@ -78,7 +78,23 @@ class DecidedRecord(msgspec.Struct, frozen=True, tag="decided"):
     commit: bool
 
 
-LogRecord = PieceRecord | AppliedRecord | BegunRecord | DecidedRecord
+class SequencerRecord(msgspec.Struct, frozen=True, tag="sequencer"):
+    """The sequencer's whole state, written when a compaction is swapped in: the log is
+    then truncated below the folded version, and replay starts the sequencer from the
+    last one of these (its records before it are in it)."""
+
+    version: int  # the next version: a truncation below the folded version keeps it
+    head: int
+    blocks: tuple[list[int], list[int]]  # owner per node block, per edge block
+    open: tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int]]]
+    begun: list[int]
+    decided: dict[int, bool]
+    aborted: list[int]
+    orig: bytes  # int64 [2, n]: original id, graph id (committed new nodes)
+    orig_pending: dict[int, bytes]
+
+
+LogRecord = PieceRecord | AppliedRecord | BegunRecord | DecidedRecord | SequencerRecord
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(LogRecord)
 
@@ -182,26 +198,69 @@ def apply(live_log: LiveLog | None, delta: LiveDelta, version: int, commit: bool
     return done
 
 
+def _pairs(m: dict[int, int]) -> bytes:
+    return np.array([list(m), list(m.values())], np.int64).reshape(2, -1).tobytes()
+
+
+def _unpairs(data: bytes) -> dict[int, int]:
+    a = np.frombuffer(data, np.int64).reshape(2, -1)
+    return dict(zip(a[0].tolist(), a[1].tolist(), strict=True))
+
+
+def snapshot(live_log: LiveLog, seq: Sequencer) -> None:
+    """Log the sequencer's state (compaction truncates its records below it next)."""
+    n, e = seq.nodes, seq.edges
+    live_log.write(SequencerRecord(
+        seq.next_version, seq.head, (list(n.owners), list(e.owners)), (dict(n.open), dict(e.open)),
+        sorted(seq.begun), dict(seq.decided), sorted(seq.aborted), _pairs(seq.orig),
+        {v: _pairs(m) for v, m in seq.orig_pending.items()},
+    ))  # fmt: skip
+
+
+def _restore(seq: Sequencer, rec: SequencerRecord, now: float) -> None:
+    seq.next_version, seq.head = rec.version, rec.head
+    for blocks, owners, opened in zip((seq.nodes, seq.edges), rec.blocks, rec.open, strict=True):
+        blocks.owners, blocks.open = list(owners), {p: (b, u) for p, (b, u) in opened.items()}
+    seq.begun = dict.fromkeys(rec.begun, now)
+    seq.decided, seq.aborted = dict(rec.decided), set(rec.aborted)
+    seq.orig = _unpairs(rec.orig)
+    seq.orig_pending = {v: _unpairs(b) for v, b in rec.orig_pending.items()}
+
+
 def replay(live_log: LiveLog, delta: LiveDelta, schema: Schema, seq: Sequencer | None) -> str:
     """Rebuild ``delta`` (and the sequencer's state, on partition 0's primary) from the
     log; returns the sequencer's address the last piece named. StoreError naming the
-    log and the record on anything that does not replay (the server does not start)."""
+    log and the record on anything that does not replay (the server does not start).
+    Pieces at or below the delta's floor are in the compacted base (store/compact.py)
+    already; the sequencer starts from its last snapshot, if any."""
     now = time.monotonic()
     count, seq_address = 0, ""
+    later: list[tuple[int, int, BegunRecord | DecidedRecord]] = []  # after the snapshot
     for rec in live_log.wal.records():
         try:
             item = _DECODER.decode(rec.data)
-            if isinstance(item, PieceRecord):
+            if isinstance(item, PieceRecord) and item.piece.version > delta.floor:
                 delta.hold(check_piece(item.piece, schema, delta), now)
                 seq_address = item.seq or seq_address
-            elif isinstance(item, AppliedRecord):
+            elif isinstance(item, AppliedRecord) and item.version > delta.floor:
                 _ = delta.commit(item.version) if item.commit else delta.abort(item.version)
-            else:
-                _sequence(seq, item, now)
+            elif isinstance(item, SequencerRecord):
+                if seq is None:
+                    raise StoreError("a sequencer's record in the log of a server that is not one")
+                _restore(seq, item, now)
+                later = []
+            elif isinstance(item, BegunRecord | DecidedRecord):
+                later.append((rec.offset, rec.version, item))
         except (msgspec.DecodeError, ArgumentError, StoreError) as exc:
             raise StoreError(f"{live_log.path}: the record at offset {rec.offset} (version "
                              f"{rec.version}) does not replay: {exc}") from exc  # fmt: skip
         count += 1
+    for offset, version, item in later:
+        try:
+            _sequence(seq, item, now)
+        except StoreError as exc:
+            raise StoreError(f"{live_log.path}: the record at offset {offset} (version "
+                             f"{version}) does not replay: {exc}") from exc  # fmt: skip
     if count:
         head = f", head {seq.head}, next version {seq.next_version}" if seq is not None else ""
         log.info("live: replayed %d records of %s: %d pieces committed, %d pending%s",
