@@ -123,7 +123,8 @@ def test_reads_at_a_version_are_identical_across_compaction_under_concurrent_sam
                 t.join()
             assert not errors, errors
             assert reads[0] > 1
-            assert [s["version"] for s in stats] == [v, v] and all(s["compactions"] == 1 for s in stats)
+            assert [s["version"] for s in stats] == [v, v]
+            assert all(s["compactions"] == 1 for s in stats)
             assert all(s["error"] == "" and s["pause_s"] >= 0 for s in stats)
             assert same(snapshot(rc, seeds), before)
             assert [s["delta_bytes"] for s in stats] == [0, 0]  # all in the base now
@@ -155,9 +156,7 @@ def test_compaction_never_folds_above_a_pinned_version_and_refuses_reads_below_i
                 pc.pull(FEAT, seeds)
 
 
-def test_past_the_delta_bound_writes_are_slowed_and_compaction_makes_room(
-    parts, monkeypatch
-):
+def test_past_the_delta_bound_writes_are_slowed_and_compaction_makes_room(parts, monkeypatch):
     """A writer whose batches fill the delta is told to retry while the servers compact,
     and every batch lands: slowed, never refused."""
     monkeypatch.setattr(live, "LIVE_DELTA_MAX_BYTES", 64 << 10)
