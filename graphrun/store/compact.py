@@ -105,6 +105,13 @@ class Compactor:
     ready: threading.Event = field(default_factory=threading.Event)
     swapped: threading.Event = field(default_factory=threading.Event)
     closing: bool = False  # the server stops: a built fold is not swapped in
+    lock: threading.Lock = field(default_factory=threading.Lock)  # who takes ``built``
+
+    def take(self) -> Fold | None:
+        """The built fold, once: to swap it in (the loop) or to drop it (the thread)."""
+        with self.lock:
+            f, self.built = self.built, None
+            return f
 
     def due(self, delta: LiveDelta, now: float) -> bool:
         if not delta.committed:
@@ -302,7 +309,9 @@ def _head(live: live_ops.LivePart) -> int:
 def _build(comp: Compactor, state: ServerState, live: live_ops.LivePart, pin: int) -> None:
     """The thread: choose C, fold, write, wait for the swap, truncate the log."""
     t0 = time.perf_counter()
-    f: Fold | None = None
+    made: list[str] = []  # new segments, unlinked unless swapped in
+    segments = state.segments
+    assert segments is not None  # a main server's
     try:
         bound = min(pin, _head(live))
         pending = list(live.delta.pending)
@@ -317,9 +326,9 @@ def _build(comp: Compactor, state: ServerState, live: live_ops.LivePart, pin: in
                                book.num_nodes, book.num_edges)  # fmt: skip
         eids, out = base_tables(csc, owned, book.num_nodes, book.num_edges)
         arrays, segs = {}, {}
-        assert state.segments is not None
         for name, arr in csc.items():
-            seg, arrays[name] = state.segments.copy_in(arr)
+            seg, arrays[name] = segments.copy_in(arr)
+            made.append(seg)
             segs[name] = Segment(seg, str(arr.dtype), tuple(arr.shape))
         f = Fold(version, arrays, segs, base, eids, out, rows)
         if comp.partition_dir is not None:
@@ -327,20 +336,18 @@ def _build(comp: Compactor, state: ServerState, live: live_ops.LivePart, pin: in
         comp.stats.build_s = round(time.perf_counter() - t0, 4)
         comp.built = f
         comp.ready.set()
-        swapped = comp.swapped.wait(SWAP_WAIT_S)
-        if comp.built is None:
-            f = None  # swapped in: the server owns its segments now
-        if not swapped or comp.closing:
+        waited = comp.swapped.wait(SWAP_WAIT_S) and not comp.closing
+        if not waited and comp.take() is not None:  # dropped: its segments go
             raise StoreError(f"compaction: the fold at {version} was not swapped in")
+        made = []  # swapped in: the server owns its segments now
         if comp.partition_dir is not None and live.log is not None:
             comp.stats.truncated = live.log.wal.truncate_before(version + 1)
     except (GraphrunError, OSError, ValueError) as exc:
         comp.stats.error = f"compaction: {exc}"
         log.warning("%s", comp.stats.error)
     finally:
-        if f is not None:
-            for seg in f.segments.values():
-                state.segments.unlink(seg.segment)  # type: ignore[union-attr]
+        for name in made:
+            segments.unlink(name)
 
 
 def _swap(state: ServerState, live: live_ops.LivePart, comp: Compactor, f: Fold) -> None:
@@ -383,9 +390,9 @@ def tick(state: ServerState, now: float) -> None:
     if comp.since is None and live.delta.committed:
         comp.since = now
     if comp.thread is not None:
-        if comp.ready.is_set() and not comp.swapped.is_set() and comp.built is not None:
-            _swap(state, live, comp, comp.built)
-            comp.built = None
+        f = comp.take() if comp.ready.is_set() and not comp.swapped.is_set() else None
+        if f is not None:
+            _swap(state, live, comp, f)
             comp.swapped.set()
         if comp.thread.is_alive():
             return
