@@ -155,7 +155,10 @@ class KVClient:
         if not 0 <= v <= view.head:
             raise ArgumentError(f"version: {v} is not in [0, head {view.head}]")
         self.live = view
-        self.session.version = v
+        first, self.session.version = self.session.version is None, v
+        if first:  # the servers learn its version (its pin) before its first read
+            for p in range(self.num_parts):
+                self.session.call(p, "heartbeat")
         return v
 
     def live_nodes(self) -> tuple[np.ndarray, np.ndarray]:

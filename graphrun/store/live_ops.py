@@ -290,9 +290,10 @@ def sequencer_of(state: ServerState, op: str) -> Sequencer:
 def publish(state: ServerState, live: LivePart) -> None:
     """The lowest version held, for co-located readers (``deletions[LIVE_COUNTER]``)."""
     if state.deletions is not None and len(state.deletions) > LIVE_COUNTER:
-        # compacted: the segments a client mapped may be an old base (store/compact.py)
+        # compacted (-1): the segments a client mapped may be an old base, every client
+        # reads by request (store/compact.py, live_client.shm_ok)
         folded = live.delta.floor > 0
-        state.deletions[LIVE_COUNTER] = 1 if folded else live.delta.lowest()
+        state.deletions[LIVE_COUNTER] = -1 if folded else live.delta.lowest()
 
 
 # ---- the sequencer's ops

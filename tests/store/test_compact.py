@@ -173,3 +173,23 @@ def test_past_the_delta_bound_writes_are_slowed_and_compaction_makes_room(parts,
             assert (w.lookup(np.arange(600) + 10**9) >= 0).all()
             stats = [c.session.call(p, "live_compact", {}, main_only=True).body for p in (0, 1)]
             assert sum(s["compactions"] for s in stats) >= 2
+
+
+def test_an_old_delta_is_compacted_without_being_asked(parts, monkeypatch):
+    from graphrun.store import compact as compaction
+
+    monkeypatch.setattr(compaction, "COMPACT_AGE_S", 0.3)
+    monkeypatch.setattr(compaction, "COMPACT_MIN_BYTES", 0)
+    cfg = ServerConfig(parts, 0, extensions=SAMPLING)
+    with store_threads(cfg, 2) as threads:
+        c = KVClient(ClientConfig([t.address for t in threads], job="w", timeout=20))
+        with c:
+            write_batches(c, parts, 0, 2)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                stats = [compact(c, p, start=False) for p in (0, 1)]
+                if all(s["version"] == 2 for s in stats):
+                    break
+                time.sleep(0.1)
+            assert [s["version"] for s in stats] == [2, 2]
+            assert [s["delta_bytes"] for s in stats] == [0, 0]
