@@ -50,8 +50,9 @@ from graphrun.errors import ArgumentError, GraphrunError, StoreError
 from graphrun.names import TensorKey
 from graphrun.partition import compacted
 from graphrun.store import live_ops
-from graphrun.store.live import Batch, LiveDelta, _build_run, _cat, _Run
+from graphrun.store.live import GROWTH_BLOCK, Batch, LiveDelta, _build_run, _cat, _Run
 from graphrun.store.live_log import snapshot
+from graphrun.store.live_seq import Sequencer
 from graphrun.store.registry import Registry, Request, Response
 from graphrun.store.state import GRAPH_JOB, Segment, ServerState
 
@@ -286,6 +287,42 @@ def restore(state: ServerState, delta: LiveDelta, root: Path) -> None:
     log.info("live: partition %d loaded compacted at version %d (%d new nodes, %d new "
              "edges into them)", state.part, man.live_version, len(run.node_id),
              run.edges.shape[1])  # fmt: skip
+
+
+def seed_sequencer(state: ServerState, seq: Sequencer, root: Path) -> None:
+    """A sequencer that logged nothing (a new store, or a new ``--live-dir``) on a
+    compacted directory: its versions, growth blocks and original ids from every
+    partition's compacted directory (new ids come from fresh blocks)."""
+    if seq.next_version != 1:
+        return
+    book, top = state.book, 0
+    nodes: list[tuple[int, np.ndarray]] = []
+    edges: list[tuple[int, np.ndarray]] = []
+    orig: list[np.ndarray] = []
+    for p in range(book.num_parts):
+        ptr = compacted.read_pointer(root, p)  # its files are checked by its own server
+        if ptr is None:
+            continue
+        d, top = root / ptr.dir, max(top, ptr.live_version)
+        ids = np.load(d / "growth/nodes.npy")
+        nodes.append((p, ids))
+        orig.append(np.load(d / "growth/orig.npy"))
+        eids = np.load(d / "eids.npy", mmap_mode="r")
+        grown = np.load(d / "growth/edges.npy").reshape(4, -1)[2]
+        edges.append((p, np.concatenate([eids[eids >= book.num_edges], grown])))
+    if not top:
+        return
+    for blocks, owned in ((seq.nodes, nodes), (seq.edges, edges)):
+        for p, ids in owned:
+            for b in np.unique((ids - blocks.base) // GROWTH_BLOCK).tolist():
+                blocks.owners += [-1] * (b + 1 - len(blocks.owners))
+                blocks.owners[b] = p
+        blocks.open = {}  # every block closed: new ids come from new blocks
+    ids = np.concatenate([i for _, i in nodes])
+    seq.orig = dict(zip(np.concatenate(orig).tolist(), ids.tolist(), strict=True))
+    seq.next_version, seq.head = top + 1, top
+    log.info("live: the sequencer starts at version %d from the compacted directories "
+             "(%d new nodes)", top, len(ids))  # fmt: skip
 
 
 # ---- on the server

@@ -387,8 +387,16 @@ def run_server(
         if main is None:  # replayed from its log before anything is served
             orig = lambda: load_id_mapping(cfg.partition_dir).orig_nids  # noqa: E731
             root = cfg.partition_dir
-            live_ops.attach(state, orig, cfg.keys, cfg.request_timeout, cfg.live_dir,
-                            restore=lambda delta: compact.restore(state, delta, root))  # fmt: skip
+            live = live_ops.attach(
+                state,
+                orig,
+                cfg.keys,
+                cfg.request_timeout,
+                cfg.live_dir,
+                restore=lambda delta: compact.restore(state, delta, root),
+            )
+            if live.seq is not None:  # a new log on a compacted directory
+                compact.seed_sequencer(state, live.seq, root)
             # a durable primary rewrites its partition directory; a replica folds in
             # memory (its log is not truncated)
             durable = cfg.live_dir is not None and not cfg.replica_of

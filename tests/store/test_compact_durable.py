@@ -68,3 +68,24 @@ def test_a_partition_loads_from_its_compacted_directory(tmp_path, cluster, keys)
     p = load_partition(cluster.parts, 1)
     assert int(p.eids.max()) >= p.book.num_edges  # the new in-edges are in its CSC
     assert compacted.read(cluster.parts, 1)[1].live_version == head
+
+
+def test_a_new_store_on_a_compacted_directory_sees_the_live_graph(cluster, keys):  # noqa: F811
+    """Stopped, its logs gone: the compacted directories alone are the live graph (a new
+    store on them), and writes go on from the versions and ids they hold."""
+    with cluster.client(keys) as c:
+        base_in = in_edges(c, np.asarray([3, 500], np.int64))
+        written = write_batches(c, cluster.parts, 4)
+        head = c.follow()
+        assert [compact(c, p)["version"] for p in (0, 1)] == [head, head]
+    cluster.stop()
+    for f in cluster.live.iterdir():
+        f.unlink()
+    for p in (0, 1):
+        cluster.start(p)
+    with cluster.client(keys) as c:
+        assert c.follow() == head
+        check_all_visible(c, written, base_in)
+        written |= write_batches(c, cluster.parts, 2, first=4)
+        assert c.follow() == head + 2
+        check_all_visible(c, written, base_in)
