@@ -368,8 +368,13 @@ def _build(comp: Compactor, state: ServerState, live: live_ops.LivePart, pin: in
             made.append(seg)
             segs[name] = Segment(seg, str(arr.dtype), tuple(arr.shape))
         f = Fold(version, arrays, segs, base, eids, out, rows)
+        durable = comp.partition_dir is not None and live.log is not None
         if comp.partition_dir is not None:
-            write_dir(state, live, comp.partition_dir, f)
+            try:
+                write_dir(state, live, comp.partition_dir, f)
+            except (GraphrunError, OSError) as exc:  # folded in memory all the same
+                durable, comp.stats.error = False, f"compaction: {exc} (the log is kept)"
+                log.warning("%s", comp.stats.error)
         comp.stats.build_s = round(time.perf_counter() - t0, 4)
         comp.built = f
         comp.ready.set()
@@ -377,7 +382,7 @@ def _build(comp: Compactor, state: ServerState, live: live_ops.LivePart, pin: in
         if not waited and comp.take() is not None:  # dropped: its segments go
             raise StoreError(f"compaction: the fold at {version} was not swapped in")
         made = []  # swapped in: the server owns its segments now
-        if comp.partition_dir is not None and live.log is not None:
+        if durable and live.log is not None:
             comp.stats.truncated = live.log.wal.truncate_before(version + 1)
     except (GraphrunError, OSError, ValueError) as exc:
         comp.stats.error = f"compaction: {exc}"

@@ -493,8 +493,8 @@ def note_pin(state: ServerState, session: str, v: object) -> None:
     """A session reads at ``v`` (a read's or a heartbeat's): compaction stays at or
     below it."""
     live = state.extension_data.get(KEY)
-    if session and isinstance(live, LivePart) and isinstance(v, int) and v >= 0:
-        live.pins[session] = v
+    if session in state.sessions and isinstance(live, LivePart) and isinstance(v, int) and v >= 0:
+        live.pins[session] = v  # joined sessions only: as many as the server keeps
 
 
 def tick(state: ServerState, now: float) -> None:

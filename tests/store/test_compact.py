@@ -128,6 +128,10 @@ def test_reads_at_a_version_are_identical_across_compaction_under_concurrent_sam
             assert all(s["error"] == "" and s["pause_s"] >= 0 for s in stats)
             assert same(snapshot(rc, seeds), before)
             assert [s["delta_bytes"] for s in stats] == [0, 0]  # all in the base now
+            with pytest.raises(StoreError, match=f"since 1 is below partition 0's compacted "
+                                                 f"version {v}; refresh every node"):  # fmt: skip
+                rc.session.call(0, "graph_changes", {"since": 1})
+            assert rc.session.call(0, "graph_changes", {"since": v}).tensors[0].size == 0
             # writes go on above it, and are seen at their version only
             more = write_batches(wc, parts, 6, 2)
             assert same(snapshot(rc, seeds), before)
