@@ -51,7 +51,7 @@ from graphrun.names import TensorKey
 from graphrun.partition import compacted
 from graphrun.store import live_ops
 from graphrun.store.live import GROWTH_BLOCK, Batch, LiveDelta, _build_run, _cat, _Run
-from graphrun.store.live_log import snapshot
+from graphrun.store.live_log import frozen, snapshot
 from graphrun.store.live_seq import Sequencer
 from graphrun.store.registry import Registry, Request, Response
 from graphrun.store.state import GRAPH_JOB, Segment, ServerState
@@ -106,6 +106,7 @@ class Compactor:
     ready: threading.Event = field(default_factory=threading.Event)
     swapped: threading.Event = field(default_factory=threading.Event)
     closing: bool = False  # the server stops: a built fold is not swapped in
+    sequencer: Sequencer | None = None  # partition 0's state at the swap, to log
     lock: threading.Lock = field(default_factory=threading.Lock)  # who takes ``built``
 
     def take(self) -> Fold | None:
@@ -382,7 +383,10 @@ def _build(comp: Compactor, state: ServerState, live: live_ops.LivePart, pin: in
         if not waited and comp.take() is not None:  # dropped: its segments go
             raise StoreError(f"compaction: the fold at {version} was not swapped in")
         made = []  # swapped in: the server owns its segments now
+        seq, comp.sequencer = comp.sequencer, None
         if durable and live.log is not None:
+            if seq is not None:
+                snapshot(live.log, seq)
             comp.stats.truncated = live.log.wal.truncate_before(version + 1)
     except (GraphrunError, OSError, ValueError) as exc:
         comp.stats.error = f"compaction: {exc}"
@@ -402,7 +406,7 @@ def _swap(state: ServerState, live: live_ops.LivePart, comp: Compactor, f: Fold)
     _ = live.delta.runs  # the unfolded pieces indexed again: part of the pause
     live_ops.publish(state, live)
     if live.seq is not None and live.log is not None:
-        snapshot(live.log, live.seq)  # before the thread truncates the log below C + 1
+        comp.sequencer = frozen(live.seq)  # logged by the thread, before it truncates
     assert state.segments is not None
     for seg in old:
         state.segments.unlink(seg.segment)

@@ -235,3 +235,41 @@ def test_a_heterograph_reads_the_same_typed_edges_and_edge_rows_after_compaction
             stats = [compact(c, p) for p in (0, 1)]  # a partition without pieces: none
             assert sum(s["compactions"] for s in stats) >= 1 and not any(s["error"] for s in stats)
             assert same(reads(), before)
+
+
+def test_the_sequencer_replays_from_a_snapshot_taken_before_records_it_follows(tmp_path):
+    """The snapshot is taken at the swap and logged later by the compaction's thread: a
+    version begun and one decided in between are in the log before it, not in it."""
+    from graphrun.store.live import Blocks
+    from graphrun.store.live_check import Schema
+    from graphrun.store.live_log import BegunRecord, decide, frozen, open_log, replay, snapshot
+    from graphrun.store.live_seq import Sequencer
+
+    def fresh() -> Sequencer:
+        return Sequencer(Blocks(100, 2), Blocks(1000, 2))
+
+    def begin(seq: Sequencer, log, orig: int) -> None:
+        o = np.asarray([orig], np.int64)
+        log.write(BegunRecord(seq.next_version, [1, 0], [0, 1], o.tobytes()))
+        seq.begin([1, 0], [0, 1], o, 0.0)
+
+    log = open_log(tmp_path, 0, 0)
+    seq = fresh()
+    for v in (1, 2):
+        begin(seq, log, 10 + v)
+    decide(log, seq, 1, True)
+    taken = frozen(seq)  # the swap: 2 still undecided
+    begin(seq, log, 13)
+    decide(log, seq, 2, True)
+    snapshot(log, taken)
+    assert log.wal.truncate_before(2) == 2  # version 1's records
+    log.close()
+    log = open_log(tmp_path, 0, 0)
+    schema = Schema(0, 100, 1000, ("_N",), (("_N", "_E", "_N"),), (0, 50), (0, 500), {},
+                    lambda ids: np.zeros(len(ids), np.int32))  # fmt: skip
+    again = fresh()
+    replay(log, live.LiveDelta(), schema, again)
+    log.close()
+    assert (again.next_version, again.head, set(again.begun)) == (4, 2, {3})
+    assert again.orig == {11: 100, 12: 101} and again.orig_pending[3] == {13: 102}
+    assert again.nodes.owners == seq.nodes.owners and again.nodes.open == seq.nodes.open
