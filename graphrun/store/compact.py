@@ -62,6 +62,7 @@ KEY = "graphrun.compact"
 COMPACT_SHARE = 0.5  # a compaction starts past this share of LIVE_DELTA_MAX_BYTES
 COMPACT_AGE_S = 60.0  # ... or when the oldest unfolded commit is this old
 COMPACT_MIN_BYTES = 1 << 20  # ... and the delta holds this much (a trickle waits)
+COMPACT_RETRY_S = 2.0  # a compaction that folded nothing is tried again after this
 SWAP_WAIT_S = 60.0  # a built fold not swapped in by then (the loop is stuck) is dropped
 _E5 = np.empty((5, 0), np.int64)
 
@@ -107,6 +108,8 @@ class Compactor:
     swapped: threading.Event = field(default_factory=threading.Event)
     closing: bool = False  # the server stops: a built fold is not swapped in
     sequencer: Sequencer | None = None  # partition 0's state at the swap, to log
+    next_try: float = 0.0  # after a compaction that folded nothing (pins, the head)
+    started: int = 0  # compactions done when the running one started
     lock: threading.Lock = field(default_factory=threading.Lock)  # who takes ``built``
 
     def take(self) -> Fold | None:
@@ -118,7 +121,11 @@ class Compactor:
     def due(self, delta: LiveDelta, now: float) -> bool:
         if not delta.committed:
             return False
-        if self.forced or delta.nbytes >= COMPACT_SHARE * delta.max_bytes:
+        if self.forced:
+            return True
+        if now < self.next_try:
+            return False
+        if delta.nbytes >= COMPACT_SHARE * delta.max_bytes:
             return True
         old = self.since is not None and now - self.since >= COMPACT_AGE_S
         return old and delta.nbytes >= COMPACT_MIN_BYTES
@@ -444,7 +451,10 @@ def tick(state: ServerState, now: float) -> None:
             return
         comp.thread = None
         comp.stats.running = False
+        if comp.stats.compactions == comp.started:  # nothing folded: not every tick
+            comp.next_try = now + COMPACT_RETRY_S
     if comp.due(live.delta, now):
+        comp.started = comp.stats.compactions
         comp.forced = False
         comp.stats.running, comp.stats.error = True, ""
         comp.ready.clear()

@@ -53,7 +53,11 @@ def test_a_compacted_directory_is_checked_and_a_crashed_write_left_aside(tmp_pat
     d = compacted.write(root, 0, 3, {"indptr.npy": a}, {"nodes.npy": root / "part-0/nodes.npy"}, {})
     assert compacted.part_dir(root, 0, "part-0") == d == root / "part-0.c3"
     assert not (root / ".part-0.c3.tmp-1-abcd").exists()
+    (root / "part-0.c5").mkdir()  # renamed by a writer killed before its pointer: unused
+    (root / "part-0.c5" / "junk").write_bytes(b"x")
+    assert compacted.part_dir(root, 0, "part-0") == d
     d5 = compacted.write(root, 0, 5, {"indptr.npy": a + 1}, {}, {})
+    assert not (d5 / "junk").exists()
     assert not d.exists() and compacted.read_pointer(root, 0).dir == d5.name
     np.save(d5 / "indptr.npy", a + 2)  # damage no compaction leaves
     with pytest.raises(PartitionFormatError, match=r"indptr.npy: its size or CRC-32"):
