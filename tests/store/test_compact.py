@@ -160,19 +160,38 @@ def test_compaction_never_folds_above_a_pinned_version_and_refuses_reads_below_i
                 pc.pull(FEAT, seeds)
 
 
-def test_past_the_delta_bound_writes_are_slowed_and_compaction_makes_room(parts, monkeypatch):
-    """A writer whose batches fill the delta is told to retry while the servers compact,
-    and every batch lands: slowed, never refused."""
+def test_past_the_delta_bound_writes_are_slowed_until_compaction_makes_room(parts, monkeypatch):
+    """A session pinned at the base holds compaction back: a writer filling the delta is
+    told to retry, and once the pin moves on the servers compact and every batch lands
+    (slowed, never refused)."""
     monkeypatch.setattr(live, "LIVE_DELTA_MAX_BYTES", 64 << 10)
     cfg = ServerConfig(parts, 0, extensions=SAMPLING)
     with store_threads(cfg, 2) as threads:
-        c = KVClient(ClientConfig([t.address for t in threads], job="w", timeout=20))
-        with c:
+        addresses = [t.address for t in threads]
+        with KVClient(ClientConfig(addresses, job="w", timeout=20)) as c, \
+                KVClient(ClientConfig(addresses, job="pin", timeout=20)) as pc:  # fmt: skip
+            assert pc.follow() == 0
             w = GraphWriter(c, retry_timeout=10)
-            for i in range(60):
-                w.add_nodes("_N", np.arange(10) + 10**9 + 10 * i, node_rows(c, 10, 1.0))
-                w.commit()
-            assert w.waited_s > 0
+            errors: list[BaseException] = []
+
+            def write() -> None:
+                try:
+                    for i in range(60):
+                        w.add_nodes("_N", np.arange(10) + 10**9 + 10 * i, node_rows(c, 10, 1.0))
+                        w.commit()
+                except BaseException as exc:
+                    errors.append(exc)
+
+            writer = threading.Thread(target=write)
+            writer.start()
+            deadline = time.monotonic() + 10
+            while w.waited_s == 0 and writer.is_alive() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert w.waited_s > 0, "the writer was never slowed"
+            pc.follow()
+            pc.pull(FEAT, np.asarray([3, 500]))  # the pin moves on with its reads (both parts)
+            writer.join()
+            assert not errors, errors
             assert c.follow() == 60
             assert (w.lookup(np.arange(600) + 10**9) >= 0).all()
             stats = [c.session.call(p, "live_compact", {}, main_only=True).body for p in (0, 1)]
