@@ -19,6 +19,13 @@ write_graph``) writes, a job key reads. Measured, in this order:
   ``--fanouts``, ``--batch-size``, at most ``--epoch-batches`` batches, following the
   head; after a 2-batch warm-up) undisturbed, then while another process ingests at
   ``--rate`` edges/s (``ingest_rate_reached_edges_per_s``: what it managed);
+* **compaction** of both partitions (``live_compact``: everything ingested so far folded
+  into the base, the partition directory rewritten, the logs truncated) while a client
+  reads in-degrees at a pinned version in a loop: ``compaction_s`` (the longest
+  compaction, built off the loop), ``compaction_pause_s`` (the longest time a server's
+  loop stood still to swap a compaction in: what a read waited because of it),
+  ``compaction_read_max_s`` and ``read_max_s_before`` (the slowest read during the
+  compaction and in as many reads before it, as the client saw them);
 * **kill -9** of partition 1's server mid-ingest (after ``--kill-after`` acknowledged
   batches into a fixed set of destinations), the server restarted on its directory, and
   the acknowledged edges into partition 1 counted missing from its in-degrees at the
@@ -43,7 +50,8 @@ Output (one object)::
      "ingest_rate_reached_edges_per_s", "epoch_batches", "lost_acknowledged_writes":
      {"kill9_part1": n} (or {"machine_m0": n}), "acknowledged_into_part1" (or
      "acknowledged", "acknowledged_after_loss", "failovers"), "streamed_cut_ratio",
-     "streamed", "load_avg", "replicas"}
+     "streamed", "compaction_s", "compaction_pause_s", "compaction_read_max_s",
+     "read_max_s_before", "load_avg", "replicas"}
 
 Timings are never asserted in tests; ``load_avg`` says how quiet the box was.
 """
@@ -298,6 +306,44 @@ def _epochs(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _compaction(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Compact both partitions while a reader at a pinned version reads in a loop."""
+    lat: list[float] = []
+    stop = threading.Event()
+    with _client(cfg, cfg["job_key"]) as r, _client(cfg, cfg["writer_key"]) as c:
+        r.follow()
+        lo, hi = (int(x) for x in r.book.node_offsets[1:3])
+        ids = np.arange(lo, min(hi, lo + 1024), dtype=np.int64)
+
+        def read() -> None:
+            while not stop.is_set():
+                t = time.perf_counter()
+                _in_degree(r, 1, ids)
+                lat.append(time.perf_counter() - t)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        while len(lat) < 20:
+            time.sleep(0.01)
+        quiet = len(lat)
+        stats = [c.session.call(p, "live_compact", {"start": True}, main_only=True).body
+                 for p in range(PARTS)]  # fmt: skip
+        while any(s["running"] for s in stats):
+            time.sleep(0.05)
+            stats = [c.session.call(p, "live_compact", {}, main_only=True).body
+                     for p in range(PARTS)]  # fmt: skip
+        stop.set()
+        reader.join()
+    return {
+        "compaction_s": max(s["build_s"] for s in stats),
+        "compaction_pause_s": max(s["max_pause_s"] for s in stats),
+        "compaction_read_max_s": round(max(lat[quiet:], default=0.0), 5),
+        "read_max_s_before": round(max(lat[:quiet]), 5),
+        "compactions": [s["compactions"] for s in stats],
+        "compaction_errors": [s["error"] for s in stats if s["error"]],
+    }
+
+
 def _part1_edges(c: KVClient) -> int:
     """Edges into partition 1's base nodes at the client's version (its in-degrees)."""
     lo, hi = (int(x) for x in c.book.node_offsets[1:3])
@@ -433,6 +479,7 @@ def drive(cfg: dict[str, Any]) -> dict[str, Any]:
         _start_replicas(cfg, stores)
         out = {**_ingest(cfg), **_staleness(cfg), **_epochs(cfg)}
         out["epoch_batches"] = cfg["epoch_batches"]
+        out.update(_compaction(cfg))
         out.update(_lose_machine(cfg, stores) if "lose" in cfg else _kill(cfg, stores))
     finally:
         for s in stores:

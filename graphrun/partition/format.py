@@ -90,6 +90,7 @@ from graphrun.files import read_json
 from graphrun.graph import Graph
 from graphrun.graph.format import IdMapInfo, Schema, ensure_free, feature_schema, load_npy
 from graphrun.names import etype_key, owners
+from graphrun.partition import compacted
 from graphrun.partition.book import PartitionBook, check_ids
 from graphrun.partition.npyout import flushed, open_npy, save_column, save_rows
 from graphrun.partition.quality import Quality
@@ -422,7 +423,7 @@ def load_partition(path: str | Path, part: int) -> Partition:
             f"{cfile}: has no partition {part!r} (num_parts = {book.num_parts})"
         )
     info = cfg["parts"][part]
-    d = root / info["dir"]
+    d = compacted.part_dir(root, int(part), info["dir"])  # a live store's, folded in
     if not d.is_dir():
         raise PartitionFormatError(f"{d}: missing (partition {part})")
     n_local = info["num_local_nodes"]

@@ -41,7 +41,9 @@ log = logging.getLogger("graphrun.rpc")
 ADMIN_OPS = frozenset({"stop", "register_backup", "manifest"})
 WRITE_GRAPH = "write_graph"
 GRANTS = frozenset({WRITE_GRAPH})  # what a --clients key file may grant beyond a job's
-WRITE_GRAPH_OPS = frozenset({"live_begin", "live_prepare", "live_decide", "live_commit"})
+WRITE_GRAPH_OPS = frozenset(
+    {"live_begin", "live_prepare", "live_decide", "live_commit", "live_compact"}
+)
 RESCAN_S = 0.2
 
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import msgspec
 import numpy as np
 
-from graphrun.errors import ArgumentError
+from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import TensorKey
 from graphrun.sampling import live
 from graphrun.sampling.csc import CSCGraph
@@ -119,6 +119,9 @@ def graph_changes(state: ServerState, req: Request, csc_of: CscOf) -> Response:
         raise ArgumentError(f"{req.op}: field 'features' names more than 256 tensors")
     if delta is None:
         return Response({}, (EMPTY, EMPTY))
+    if body.since < delta.floor:  # folded into the base: no longer told apart
+        raise StoreError(f"{req.op}: since {body.since} is below partition {state.part}'s "
+                         f"compacted version {delta.floor}; refresh every node")  # fmt: skip
     return Response({}, changes(csc_of(state), delta, body.since, v, body.features))
 
 

@@ -163,7 +163,8 @@ class CSCGraph:
     def out_degree_counts(self, num_nodes: int) -> np.ndarray:
         """How many of this block's edges leave each of the ``num_nodes`` global nodes."""
         if self._out_counts is None or len(self._out_counts) != num_nodes:
-            self._out_counts = np.bincount(self.indices, minlength=num_nodes)
+            base = self.indices[self.indices < num_nodes]  # a compacted live graph's new
+            self._out_counts = np.bincount(base, minlength=num_nodes)  # sources: its delta
         return self._out_counts
 
     def find_edges(self, eids: object) -> tuple[np.ndarray, np.ndarray]:

@@ -52,6 +52,9 @@ MAX_SAMPLED_EDGES = 1 << 23
 def _csc(state: ServerState, weight: str | None = None) -> CSCGraph:
     """The partition's CSC (with edge feature ``weight`` aligned to it), built once."""
     cache = state.extension_data.setdefault(KEY, {})
+    if cache.get("of") is not state.structure.get("indptr"):  # swapped by a compaction
+        cache.clear()
+        cache["of"] = state.structure.get("indptr")
     key = ("csc", weight)
     if key not in cache:
         w = None

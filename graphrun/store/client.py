@@ -35,6 +35,7 @@ tensors of every reply (``(part, op)``) and the rows gathered from shared memory
 from __future__ import annotations
 
 import atexit
+import logging
 import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
@@ -53,6 +54,8 @@ from graphrun.store.live_client import route as live_route
 from graphrun.store.policy import PartitionPolicy, lookup_policy, policies_from_book
 from graphrun.store.session import ClientConfig, Pending, Session
 from graphrun.store.state import TensorInfo, received
+
+log = logging.getLogger("graphrun.store")
 
 DEFAULT_CURVE_CHUNK = 8 << 20
 
@@ -155,7 +158,13 @@ class KVClient:
         if not 0 <= v <= view.head:
             raise ArgumentError(f"version: {v} is not in [0, head {view.head}]")
         self.live = view
-        self.session.version = v
+        first, self.session.version = self.session.version is None, v
+        if first:  # the servers learn its version (its pin) before its first read
+            for p in range(self.num_parts):
+                try:
+                    self.session.call(p, "heartbeat")
+                except GraphrunError as exc:  # its reads will tell it
+                    log.info("follow: partition %d did not hear the version: %s", p, exc)
         return v
 
     def live_nodes(self) -> tuple[np.ndarray, np.ndarray]:

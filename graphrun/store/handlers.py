@@ -42,7 +42,15 @@ from graphrun.store.disk import disk_stats
 from graphrun.store.reducers import STATE_SPECS, get_reducer
 from graphrun.store.registry import Registry, Request, Response
 from graphrun.store.replicas import replica_state_fields
-from graphrun.store.requests import BackupBody, InitBody, JoinBody, Named, PushBody, ReduceBody
+from graphrun.store.requests import (
+    BackupBody,
+    HeartbeatBody,
+    InitBody,
+    JoinBody,
+    Named,
+    PushBody,
+    ReduceBody,
+)
 from graphrun.store.shm import host_digest
 from graphrun.store.state import GRAPH_JOB, PartitionInfo, ServerState, StoredTensor
 from graphrun.wire import to_builtins
@@ -102,8 +110,11 @@ def leave(state: ServerState, req: Request) -> Response:
 
 def heartbeat(state: ServerState, req: Request) -> Response:
     known = req.session in state.sessions
+    v = req.args(HeartbeatBody).v
     if known:
         state.touch(req.session, time.monotonic())
+        if v is not None:  # a live session's pin (store/compact.py)
+            live_ops.note_pin(state, req.session, v)
     return Response({"known": known})
 
 

@@ -342,6 +342,14 @@ class LiveDelta:
         self._lock = threading.Lock()
         self._pending_nodes = np.empty(0, np.int64)
         self._pending_edges = np.empty(0, np.int64)
+        # compaction (store/compact.py): the versions <= floor are folded into the base;
+        # ``base`` is the folded growth (new nodes, edges into them, rows) at version 0,
+        # ``base_eids`` the (sorted eid, etype) of new edges folded into the base CSC and
+        # ``base_out`` the (sorted growth source, count) of those edges
+        self.floor = 0
+        self.base: _Run | None = None
+        self.base_eids = (np.empty(0, np.int64), np.empty(0, np.int64))
+        self.base_out = (np.empty(0, np.int64), np.empty(0, np.int64))
 
     # ---- holding pieces
 
@@ -408,7 +416,19 @@ class LiveDelta:
         it is not larger (see :class:`_Run`)."""
         with self._lock:  # a read may come from another thread than the commit's
             self._flush()
-            return list(self._runs)
+            return ([self.base] if self.base is not None else []) + self._runs
+
+    def fold(self, version: int, base: _Run, eids: tuple[np.ndarray, np.ndarray],
+             out: tuple[np.ndarray, np.ndarray]) -> None:  # fmt: skip
+        """Drop the committed pieces ``<= version``: compaction folded them into ``base``
+        (and the base CSC); the rest are indexed again on the next read."""
+        with self._lock:
+            for v in [v for v in self.committed if v <= version]:
+                del self.committed[v]
+            self.floor, self.base, self.base_eids, self.base_out = version, base, eids, out
+            self._runs, self._fresh = [], list(self.committed.values())
+            held = [*self.committed.values(), *(b for b, _ in self.pending.values())]
+            self.nbytes = sum(2 * b.nbytes for b in held)
 
     def _flush(self) -> None:
         if self._fresh:
@@ -441,7 +461,9 @@ class LiveDelta:
             hit, pos = _lookup(r.edge_eid, eids)
             found |= hit
             etype[hit] = r.edges[3][r.edge_by_eid[pos[hit]]]
-        return found, etype
+        hit, pos = _lookup(self.base_eids[0], eids)  # folded into the base CSC
+        etype[hit] = self.base_eids[1][pos[hit]]
+        return found | hit, etype
 
     # ---- reads
 
@@ -498,7 +520,7 @@ class LiveDelta:
         e = np.hstack([np.empty((5, 0), np.int64), *found])
         keep = (e[4] <= version) & ~self.deleted(e[2], version)
         seed, e = seed[keep], e[:4, keep]
-        o = np.argsort(seed, kind="stable")
+        o = np.lexsort((e[2], seed))  # by edge id: the order compaction keeps (compact.py)
         return np.bincount(seed, minlength=len(dst)).astype(np.int64), e[:, o]
 
     def new_edges(self, version: int) -> np.ndarray:
@@ -534,6 +556,9 @@ class LiveDelta:
             pos, seed = spans(lo, hi), np.repeat(np.arange(len(ids)), hi - lo)
             keep = eff[pos] <= version
             gone_eid.append(np.vstack([eid[pos[keep]], seed[keep]]))
+        src, count = self.base_out  # new sources of edges folded into the base CSC
+        lo, hi = np.searchsorted(src, ids), np.searchsorted(src, ids, "right")
+        out[hi > lo] += count[lo[hi > lo]]
         gone = np.unique(np.hstack([np.empty((2, 0), np.int64), *gone_eid]), axis=1)
         out -= np.bincount(gone[1], minlength=len(ids))  # an edge deleted twice counts once
         return out

@@ -67,12 +67,11 @@ def route(
 
 
 def shm_ok(session: Session, part: int, version: int | None) -> bool:
-    """Whether a co-located partition's shared memory is the graph at ``version``: it
-    holds no live piece at or below it (the server's counter)."""
-    if version is None:
-        return True
+    """Whether a co-located partition's shared memory is the graph at ``version`` (None:
+    the base): it holds no live piece at or below it (the server's counter) and was never
+    compacted (-1: the segments mapped at join may be an older base than the server's)."""
     counter = session.part(part).revocations
     if counter is None or len(counter) <= LIVE_COUNTER:
         return True
     lowest = int(counter[LIVE_COUNTER])
-    return lowest == 0 or lowest > version
+    return lowest == 0 or lowest > (version or 0)

@@ -48,7 +48,7 @@ import msgspec
 import numpy as np
 
 from graphrun.errors import ArgumentError, StoreError
-from graphrun.store.live import LiveDelta, Piece
+from graphrun.store.live import Blocks, LiveDelta, Piece
 from graphrun.store.live_check import Schema, check_piece
 from graphrun.store.live_seq import Sequencer
 from graphrun.store.wal import FRAME, VERSION, WAL_MAX_BYTES, WriteAheadLog
@@ -79,7 +79,24 @@ class DecidedRecord(msgspec.Struct, frozen=True, tag="decided"):
     commit: bool
 
 
-LogRecord = PieceRecord | AppliedRecord | BegunRecord | DecidedRecord
+class SequencerRecord(msgspec.Struct, frozen=True, tag="sequencer"):
+    """The sequencer's whole state, taken when a compaction is swapped in and written by
+    the compaction's thread before it truncates the log below the folded version. Replay
+    starts the sequencer from the last one and applies the records it does not hold
+    (where they are in the file does not matter: the versions say it)."""
+
+    version: int  # the next version: a truncation below the folded version keeps it
+    head: int
+    blocks: tuple[list[int], list[int]]  # owner per node block, per edge block
+    open: tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int]]]
+    begun: list[int]
+    decided: dict[int, bool]
+    aborted: list[int]
+    orig: bytes  # int64 [2, n]: original id, graph id (committed new nodes)
+    orig_pending: dict[int, bytes]
+
+
+LogRecord = PieceRecord | AppliedRecord | BegunRecord | DecidedRecord | SequencerRecord
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(LogRecord)
 
@@ -183,31 +200,92 @@ def apply(live_log: LiveLog | None, delta: LiveDelta, version: int, commit: bool
     return done
 
 
+def _pairs(m: dict[int, int]) -> bytes:
+    return np.array([list(m), list(m.values())], np.int64).reshape(2, -1).tobytes()
+
+
+def _unpairs(data: bytes) -> dict[int, int]:
+    a = np.frombuffer(data, np.int64).reshape(2, -1)
+    return dict(zip(a[0].tolist(), a[1].tolist(), strict=True))
+
+
+def frozen(seq: Sequencer) -> Sequencer:
+    """A copy of the sequencer's state (taken in the loop: cheap copies, no encoding)."""
+    out = Sequencer(Blocks(seq.nodes.base, seq.nodes.num_parts),
+                    Blocks(seq.edges.base, seq.edges.num_parts))  # fmt: skip
+    for mine, theirs in ((out.nodes, seq.nodes), (out.edges, seq.edges)):
+        mine.owners, mine.open = list(theirs.owners), dict(theirs.open)
+    out.next_version, out.head, out.begun = seq.next_version, seq.head, dict(seq.begun)
+    out.decided, out.aborted, out.orig = dict(seq.decided), set(seq.aborted), dict(seq.orig)
+    out.orig_pending = {v: dict(m) for v, m in seq.orig_pending.items()}
+    return out
+
+
+def snapshot(live_log: LiveLog, seq: Sequencer) -> None:
+    """Log the sequencer's state (a :func:`frozen` copy; compaction truncates its records
+    below it next)."""
+    n, e = seq.nodes, seq.edges
+    live_log.write(SequencerRecord(
+        seq.next_version, seq.head, (list(n.owners), list(e.owners)), (dict(n.open), dict(e.open)),
+        sorted(seq.begun), dict(seq.decided), sorted(seq.aborted), _pairs(seq.orig),
+        {v: _pairs(m) for v, m in seq.orig_pending.items()},
+    ))  # fmt: skip
+
+
+def _restore(seq: Sequencer, rec: SequencerRecord, now: float) -> None:
+    seq.next_version, seq.head = rec.version, rec.head
+    for blocks, owners, opened in zip((seq.nodes, seq.edges), rec.blocks, rec.open, strict=True):
+        blocks.owners, blocks.open = list(owners), {p: (b, u) for p, (b, u) in opened.items()}
+    seq.begun = dict.fromkeys(rec.begun, now)
+    seq.decided, seq.aborted = dict(rec.decided), set(rec.aborted)
+    seq.orig = _unpairs(rec.orig)
+    seq.orig_pending = {v: _unpairs(b) for v, b in rec.orig_pending.items()}
+
+
 def replay(
     live_log: LiveLog, delta: LiveDelta, schema: Schema, seq: Sequencer | None
 ) -> tuple[str, list[str]]:
     """Rebuild ``delta`` (and the sequencer's state, on partition 0's primary and its
     replica) from the log; returns the sequencer's address and its replicas' the last
     piece named. StoreError naming the log and the record on anything that does not
-    replay (the server does not start)."""
+    replay (the server does not start). Pieces at or below the delta's floor are in the
+    compacted base (store/compact.py) already; the sequencer starts from its last
+    snapshot, if any."""
     now = time.monotonic()
     count, seq_address = 0, ""
     seq_replicas: list[str] = []
+    records: list[tuple[int, int, BegunRecord | DecidedRecord]] = []
+    snap: SequencerRecord | None = None
     for rec in live_log.wal.records():
         try:
             item = _DECODER.decode(rec.data)
-            if isinstance(item, PieceRecord):
+            if isinstance(item, PieceRecord) and item.piece.version > delta.floor:
                 delta.hold(check_piece(item.piece, schema, delta), now)
                 if item.seq:
                     seq_address, seq_replicas = item.seq, item.seq_replicas
-            elif isinstance(item, AppliedRecord):
+            elif isinstance(item, AppliedRecord) and item.version > delta.floor:
                 _ = delta.commit(item.version) if item.commit else delta.abort(item.version)
-            else:
-                _sequence(seq, item, now)
+            elif isinstance(item, SequencerRecord):
+                if seq is None:
+                    raise StoreError("a sequencer's record in the log of a server that is not one")
+                snap = item
+            elif isinstance(item, BegunRecord | DecidedRecord):
+                records.append((rec.offset, rec.version, item))
         except (msgspec.DecodeError, ArgumentError, StoreError) as exc:
             raise StoreError(f"{live_log.path}: the record at offset {rec.offset} (version "
                              f"{rec.version}) does not replay: {exc}") from exc  # fmt: skip
         count += 1
+    if snap is not None and seq is not None:
+        _restore(seq, snap, now)
+        undecided = set(snap.begun)  # a decision of these came after the snapshot
+        records = [r for r in records if r[2].version >= snap.version or
+                   (isinstance(r[2], DecidedRecord) and r[2].version in undecided)]  # fmt: skip
+    for offset, version, item in records:
+        try:
+            _sequence(seq, item, now)
+        except StoreError as exc:
+            raise StoreError(f"{live_log.path}: the record at offset {offset} (version "
+                             f"{version}) does not replay: {exc}") from exc  # fmt: skip
     if count:
         head = f", head {seq.head}, next version {seq.next_version}" if seq is not None else ""
         log.info("live: replayed %d records of %s: %d pieces committed, %d pending%s",

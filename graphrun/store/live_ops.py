@@ -53,7 +53,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -203,6 +203,9 @@ class LivePart:
     next_settle: float = 0.0  # the tick's next look at stale pending pieces
     next_abort: float = 0.0  # the sequencer's next abort of stale versions (a full log)
     log: LiveLog | None = None  # the write-ahead log (``--live-dir``; store/live_log.py)
+    # session -> the version it last read at (its reads' and heartbeats' "v"): compaction
+    # folds no version above the lowest (store/compact.py)
+    pins: dict[str, int] = field(default_factory=dict)
 
     def close(self) -> None:
         self.seq_link.close()
@@ -242,12 +245,16 @@ def attach(
     keys: KeyPair | None,
     timeout: float,
     live_dir: Path | None = None,
+    restore: Callable[[LiveDelta], None] | None = None,
 ) -> LivePart:
     """Give a main server its live state (partition 0's primary and its replicas: the
     sequencer too); ``base_orig()`` reads the base nodes' original ids when first
     needed. With ``live_dir`` the state is replayed from the server's log there, which
-    then takes every write (:mod:`graphrun.store.live_log`)."""
+    then takes every write (:mod:`graphrun.store.live_log`); ``restore`` first installs
+    what a compaction folded (:func:`graphrun.store.compact.restore`)."""
     live = LivePart(LiveDelta(), schema_of(state), base_orig, SeqLink(keys, timeout))
+    if restore is not None:
+        restore(live.delta)
     if state.part == 0 and state.is_main:
         n = state.book.num_parts
         live.seq = Sequencer(Blocks(state.book.num_nodes, n), Blocks(state.book.num_edges, n))
@@ -299,7 +306,10 @@ def sequencer_of(state: ServerState, op: str) -> Sequencer:
 def publish(state: ServerState, live: LivePart) -> None:
     """The lowest version held, for co-located readers (``deletions[LIVE_COUNTER]``)."""
     if state.deletions is not None and len(state.deletions) > LIVE_COUNTER:
-        state.deletions[LIVE_COUNTER] = live.delta.lowest()
+        # compacted (-1): the segments a client mapped may be an old base, every client
+        # reads by request (store/compact.py, live_client.shm_ok)
+        folded = live.delta.floor > 0
+        state.deletions[LIVE_COUNTER] = -1 if folded else live.delta.lowest()
 
 
 # ---- the sequencer's ops
@@ -427,6 +437,9 @@ def live_prepare(state: ServerState, req: Request) -> Response:
     version = body.piece.version
     if version in live.delta.pending or version in live.delta.committed:
         return Response({"held": True})  # sent again (after a retry_after elsewhere)
+    if version <= live.delta.floor:  # decided before the compaction: aborted
+        raise StoreError(f"{req.op}: version {version} is at or below the compacted "
+                         f"version {live.delta.floor} of partition {state.part}")  # fmt: skip
     if live.delta.slowed():
         return Response({"retry_after": LIVE_RETRY_AFTER_S})
     piece = piece_from_wire(req, body.piece)
@@ -478,11 +491,26 @@ def view(state: ServerState, req: Request) -> tuple[LiveDelta | None, int]:
     v = req.body.get("v", 0)
     if not isinstance(v, int) or isinstance(v, bool) or v < 0:
         raise ArgumentError(f"{req.op}: field 'v' must be a version >= 0")
+    if "v" in req.body:
+        if v < live.delta.floor:
+            raise StoreError(f"{req.op}: version {v} was compacted into partition "
+                             f"{state.part}'s base at {live.delta.floor}; follow a newer "
+                             "version")  # fmt: skip
+        note_pin(state, req.session, v)
     undecided = live.delta.undecided(v)
     if undecided:
         settle(state, live, undecided)
     lowest = min(live.delta.committed, default=0)
-    return (live.delta if lowest and lowest <= v else None), v
+    seen = (lowest and lowest <= v) or live.delta.floor > 0
+    return (live.delta if seen else None), v
+
+
+def note_pin(state: ServerState, session: str, v: object) -> None:
+    """A session reads at ``v`` (a read's or a heartbeat's): compaction stays at or
+    below it."""
+    live = state.extension_data.get(KEY)
+    if session in state.sessions and isinstance(live, LivePart) and isinstance(v, int) and v >= 0:
+        live.pins[session] = v  # joined sessions only: as many as the server keeps
 
 
 def tick(state: ServerState, now: float, abort: Callable[[int], object] | None = None) -> None:

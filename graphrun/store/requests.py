@@ -31,6 +31,14 @@ class JoinBody(msgspec.Struct, frozen=True):
     client: str = ""  # what the client calls itself in the server's log
 
 
+class HeartbeatBody(msgspec.Struct, frozen=True):
+    v: int | None = msgspec.field(default=None)  # the live version the session reads at
+
+    def __post_init__(self) -> None:
+        if self.v is not None and self.v < 0:
+            raise ValueError("v: a version is >= 0")
+
+
 class PushBody(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     reducer: str = "assign"

@@ -36,12 +36,13 @@ import numpy as np
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import RoleName, TensorKey
 from graphrun.partition.book import PartitionBook
+from graphrun.partition.compacted import current_dir
 from graphrun.partition.format import Partition, load_id_mapping, load_partition
 from graphrun.rpc.access import Access, ClientKeys
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import DEFAULT_LIMITS, Limits, Message, MsgKind
 from graphrun.rpc.transport import RpcClient, RpcServer, Waker
-from graphrun.store import handlers, live_ops, replicas
+from graphrun.store import compact, handlers, live_ops, replicas
 from graphrun.store.disk import DiskRows, file_id
 from graphrun.store.live_log import check_live_dir
 from graphrun.store.policy import policies_from_book
@@ -152,7 +153,8 @@ def open_node_features(p: Partition, cache_bytes: int) -> dict[tuple[str, str], 
         if t not in hot:
             hot[t] = hot_rows(p, t)
         share = cache_bytes * int(arr.nbytes) // total if total else 0
-        path = p.path / p.config["parts"][p.part]["dir"] / "node" / t / f"{n}.npy"
+        d = current_dir(p.path, p.part, p.config["parts"][p.part]["dir"])
+        path = d / "node" / t / f"{n}.npy"
         out[(t, n)] = DiskRows.build(path, arr, hot[t], share)
     return out
 
@@ -262,6 +264,7 @@ def build_registry(extensions: Iterable[str] = ()) -> Registry:
     handlers.register(registry)
     replicas.register_ops(registry)
     live_ops.register(registry)
+    compact.register(registry)
     load_extensions(registry, extensions)
     return registry
 
@@ -343,6 +346,7 @@ def _abort(state: ServerState, version: int) -> None:
 def _tick(state: ServerState, access: Access, then: Callable[[], None] | None) -> None:
     state.expire(time.monotonic())
     live_ops.tick(state, time.monotonic(), lambda v: _abort(state, v))
+    compact.tick(state, time.monotonic())
     revoked = access.take_revoked()
     if revoked:
         state.drop_sessions_of(revoked, "its job key was revoked")
@@ -396,7 +400,21 @@ def run_server(
     try:
         if main is None:  # replayed from its log before anything is served
             orig = lambda: load_id_mapping(cfg.partition_dir).orig_nids  # noqa: E731
-            live_ops.attach(state, orig, cfg.keys, cfg.request_timeout, cfg.live_dir)
+            root = cfg.partition_dir
+            live = live_ops.attach(
+                state,
+                orig,
+                cfg.keys,
+                cfg.request_timeout,
+                cfg.live_dir,
+                restore=lambda delta: compact.restore(state, delta, root),
+            )
+            if live.seq is not None:  # a new log on a compacted directory
+                compact.seed_sequencer(state, live.seq, root)
+            # a durable primary rewrites its partition directory; a replica folds in
+            # memory (its log is not truncated)
+            durable = cfg.live_dir is not None and not cfg.replica_of
+            compact.attach(state, root if durable else None)
         name = str(RoleName.store(state.part, state.index, replica=state.replica))
         clients = ClientKeys(cfg.clients_dir) if cfg.clients_dir is not None else None
         access = Access(cfg.keys.public if cfg.keys else None, clients)
@@ -444,6 +462,7 @@ def run_server(
             primary.close()
         if state.replication is not None:
             state.replication.close()
+        compact.close(state)
         live_ops.close(state)
         if main is not None:
             try:

@@ -135,7 +135,7 @@ class _Heartbeat(threading.Thread):
     def __init__(
         self,
         addresses: list[str],
-        body: dict[str, Any],
+        body: Callable[[], dict[str, Any]],
         cfg: ClientConfig,
         on_revoked: Callable[[AuthError], None],
     ) -> None:
@@ -155,7 +155,7 @@ class _Heartbeat(threading.Thread):
             while not self.stopped.wait(interval):
                 for c in conns:
                     try:
-                        if not c.call("heartbeat", self._body).body.get("known", False):
+                        if not c.call("heartbeat", self._body()).body.get("known", False):
                             log.warning("store %s no longer knows this client", c.address)
                     except AuthError as exc:
                         log.warning("heartbeat to %s refused: %s", c.address, exc)
@@ -225,6 +225,11 @@ class Session:
         """The fields every request of this session carries."""
         return {"s": self.id, "job": self.cfg.job}
 
+    def _beat(self) -> dict[str, Any]:
+        """A heartbeat's body: a live session's version too (its pin: store/compact.py)."""
+        v = self.version
+        return self.base() if v is None else {**self.base(), "v": v}
+
     def _join(self) -> None:
         join = {**self.base(), "client": self.cfg.name}
         for i, address in enumerate(self.cfg.servers):
@@ -261,7 +266,7 @@ class Session:
             )
         if self.cfg.heartbeat_interval > 0:
             addresses = [c.address for p in self.parts.values() for c in p.conns + p.replicas]
-            self._heartbeat = _Heartbeat(addresses, self.base(), self.cfg, self._refused)
+            self._heartbeat = _Heartbeat(addresses, self._beat, self.cfg, self._refused)
             self._heartbeat.start()
 
     def _join_one(

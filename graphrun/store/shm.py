@@ -22,6 +22,7 @@ import ctypes
 import ctypes.util
 import errno
 import hashlib
+import itertools
 import json
 import logging
 import mmap
@@ -30,6 +31,7 @@ import re
 import secrets
 import select
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -212,13 +214,12 @@ class SegmentStore:
     shm_dir: Path = DEFAULT_SHM_DIR
     prefix: str = field(default_factory=instance_prefix)
     created: dict[str, Path] = field(default_factory=dict)
-    _seq: int = 0
+    _seq: Iterator[int] = field(default_factory=itertools.count)  # next(): thread-safe
 
     def create(self, dtype: str | np.dtype, shape: tuple[int, ...]) -> tuple[str, np.ndarray]:
         """A new zero-filled segment; returns its name and a writable array on it."""
         dt = np.dtype(dtype)
-        name = f"{self.prefix}.{self._seq}"
-        self._seq += 1
+        name = f"{self.prefix}.{next(self._seq)}"  # a compaction thread creates too
         path = Path(self.shm_dir) / name
         nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
         try:

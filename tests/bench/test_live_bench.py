@@ -13,6 +13,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 KEYS = (
     "ingest_edges_per_s", "staleness_p50_s", "staleness_p99_s", "epoch_s_ingesting",
     "epoch_s_undisturbed", "lost_acknowledged_writes", "streamed_cut_ratio",
+    "compaction_s", "compaction_pause_s",
 )  # fmt: skip
 
 
@@ -33,6 +34,10 @@ def test_live_bench_reports_every_measure_of_the_issue(capsys: pytest.CaptureFix
     lost = out["lost_acknowledged_writes"]["kill9_part1"]
     assert lost is None or 0 <= lost <= out["acknowledged_into_part1"]
     assert out["streamed_cut_ratio"] > 0
+    # both partitions compacted what was ingested while a reader read (kill -9 after it:
+    # the restart replays the compacted directory and the rest of the log)
+    assert out["compactions"] == [1, 1] and not out["compaction_errors"]
+    assert out["compaction_s"] > 0 and out["compaction_pause_s"] >= 0
 
 
 @pytest.mark.timeout(900)

@@ -191,25 +191,6 @@ def test_a_bad_write_is_one_error_and_nothing_is_applied(store, call, message):
         assert c.version == 0
 
 
-def test_past_three_quarters_of_the_delta_bound_writes_are_slowed(parts, tmp_path, monkeypatch):
-    monkeypatch.setattr(live, "LIVE_DELTA_MAX_BYTES", 64 << 10)
-    cfg = ServerConfig(parts, 0, extensions=SAMPLING)
-    with store_threads(cfg, 2) as threads:
-        c = KVClient(ClientConfig([t.address for t in threads], job="w", timeout=20))
-        with c:
-            w = GraphWriter(c, retry_timeout=0.5)
-            done = 0
-            with pytest.raises(StoreError, match="stayed past 3/4 of their delta bound"):
-                for i in range(100):
-                    w.add_nodes("_N", np.arange(10) + 10**9 + 10 * i, node_rows(c, 10, 1.0))
-                    w.commit()
-                    done += 1
-            assert w.waited_s > 0 and 0 < done < 100
-            c.follow()
-            assert c.version == done + 1  # the slowed batch was aborted, nothing of it kept
-            assert (w.lookup(np.arange(10) + 10**9 + 10 * done) == -1).all()
-
-
 def test_a_write_is_wholly_visible_or_not_at_all_under_concurrent_sampling(parts):
     """A writer thread adds batches (a new node, its features, edges from it into both
     partitions and one into it) while this thread samples at the head again and again,
