@@ -57,12 +57,10 @@ from graphrun.record import (
     RoleStatus,
     State,
     StoreLost,
-    Usage,
     emit,
     write_status,
 )
 from graphrun.store.shm import clean_stale
-from graphrun.wire import convert
 
 SHM_DIR = Path("/dev/shm")
 
@@ -96,11 +94,11 @@ class StatusFile:
     def update(self, sup: Supervisor, state: State | None = None) -> None:
         if state is not None:
             self.state = state
-        self.usage.sample(_running(sup), force=True)
+        self.usage.sample(self.running(sup), force=True)
         exits = sup.exits()
         for role, ex in exits.items():
             if ex.usage is not None:
-                self.usage.record(role, *ex.usage)
+                self.usage.record(self.names[role], *ex.usage)
         warm = sup.warm_started()
         self.roles = {
             self.names[role]: RoleStatus(
@@ -119,16 +117,14 @@ class StatusFile:
     def _write(self) -> None:
         if self.path is None:
             return
-        usage = convert(Usage, self.usage.to_dict(), str(self.path))
         status = MachineStatus(
-            self.machine, self.state, self.roles, self.failure, usage, time.time()
+            self.machine, self.state, self.roles, self.failure, self.usage.usage(), time.time()
         )
         write_status(self.path, status)
 
-
-def _running(sup: Supervisor) -> dict[str, int]:
-    live = set(sup.running())
-    return {role: pid for role, pid in sup.pids().items() if role in live}
+    def running(self, sup: Supervisor) -> dict[RoleName, int]:
+        live = set(sup.running())
+        return {self.names[role]: pid for role, pid in sup.pids().items() if role in live}
 
 
 def failure_of(ex: RoleExit, kind: str) -> JobFailed | None:
@@ -281,7 +277,7 @@ def run_machine(
 
     def check() -> None:
         stalls.check(sup, launch.machine)
-        status.usage.sample(_running(sup))
+        status.usage.sample(status.running(sup))
         for ex in sup.poll():
             clean = ex.exit_code == 0 and kinds[ex.role] in ("store", "ps")
             if clean and status.state in ("training", "done"):
