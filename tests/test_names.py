@@ -176,6 +176,7 @@ def test_owners_at_the_edges():
         ("partitioner:2", RoleName.partitioner(2)),
         ("generator", RoleName.generator()),
         ("launcher", RoleName.launcher()),
+        ("rendezvous", RoleName.rendezvous()),
     ],
 )
 def test_the_processes_that_run_roles_are_roles_too(text, role):
@@ -185,7 +186,7 @@ def test_the_processes_that_run_roles_are_roles_too(text, role):
 
 
 @pytest.mark.parametrize(
-    "text", ["worker:", "worker:-m0", "worker:m 0", "partitioner:01", "launcher:0"]
+    "text", ["worker:", "worker:-m0", "worker:m 0", "partitioner:01", "launcher:0", "rendezvous:0"]
 )
 def test_a_misspelled_process_role_is_refused(text):
     with pytest.raises(ArgumentError, match="worker:<machine>, partitioner"):
