@@ -33,11 +33,11 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
-from graphrun.errors import RunFileError, SpecError, UserError, WorkflowError
+from graphrun.errors import JOB, RunFileError, SpecError, UserError, WorkflowError
 from graphrun.job.workflow import Event, EventKind, JobStatus, Phase, read_run_state
 from graphrun.machine.launch import MachineLaunch
 from graphrun.names import RoleName
@@ -52,7 +52,7 @@ MAX_LINE_NOTES = 20  # notes of skipped lines of metrics.jsonl; the rest are cou
 
 @dataclass(frozen=True)
 class Failure:
-    role: str
+    role: RoleName | Literal["job"]  # the job as a whole (cancelled, deadline): no role
     machine: str
     exit_code: int | None
     reason: str
@@ -162,10 +162,10 @@ def _failure(status: JobStatus, statuses: list[MachineStatus]) -> Failure | None
     f = status.failure or Event(EventKind.FAIL)
     for s in statuses:  # the worker's own words name the role that failed first
         sf = s.failure
-        if sf is not None and f.role in (None, str(sf.role)):
-            return Failure(str(sf.role), sf.machine, sf.exit_code, sf.reason)
+        if sf is not None and f.role in (None, sf.role):
+            return Failure(sf.role, sf.machine, sf.exit_code, sf.reason)
     reason = f.message or f.reason or "the job failed"
-    return Failure(f.role or "job", f.machine or "-", f.exit_code, reason)
+    return Failure(f.role or JOB, f.machine or "-", f.exit_code, reason)
 
 
 def _files(run: Path, sub: str, notes: list[str]) -> list[Path]:

@@ -12,7 +12,7 @@ import pytest
 
 from graphrun.errors import JobFailed
 from graphrun.local.machines import LocalMachines
-from graphrun.names import Endpoint
+from graphrun.names import Endpoint, RoleName
 from graphrun.testing.jobs import kill_when_training, no_children, two_machines
 
 pytestmark = pytest.mark.integration
@@ -27,8 +27,8 @@ def machines(tmp_path, sink=None):
 def test_two_machines_succeed_and_report_role_exits(tmp_path):
     sink = io.StringIO()
     res = machines(tmp_path, sink).run(two_machines({0: "print('trained')"}))
-    assert res.exits["trainer:0"] == 0 and res.exits["trainer:1"] == 0
-    assert res.exits["store:0"] == -signal.SIGTERM  # stopped at the end, as asked
+    assert res.exits[RoleName.trainer(0)] == 0 and res.exits[RoleName.trainer(1)] == 0
+    assert res.exits[RoleName.store(0)] == -signal.SIGTERM  # stopped at the end, as asked
     assert "[trainer:0@m0] trained" in sink.getvalue()
     assert (tmp_path / "logs" / "m0" / "trainer-0.log").read_text() == "trained\n"
     no_children()
@@ -48,7 +48,7 @@ def test_killed_store_fails_the_job(tmp_path):
     launches = two_machines({0: "import time; time.sleep(60)", 1: "import time; time.sleep(60)"})
     lm = machines(tmp_path)
 
-    kill_when_training(tmp_path / "status" / "m1.json", "store:1", timeout=30)
+    kill_when_training(tmp_path / "status" / "m1.json", RoleName.store(1), timeout=30)
     with pytest.raises(JobFailed) as info:
         lm.run(launches)
     assert (info.value.role, info.value.host, info.value.exit_code) == ("store:1", "m1", -9)

@@ -77,7 +77,7 @@ def test_job_goes_through_the_phases_and_succeeds(tmp_path):
     lj, sink = make(tmp_path, [{}])
     report = lj.run()
     assert report.state.phase is Phase.SUCCEEDED
-    assert report.exits["trainer:0"] == 0 and report.exits["trainer:1"] == 0
+    assert report.exits[RoleName.trainer(0)] == 0 and report.exits[RoleName.trainer(1)] == 0
     out = sink.getvalue()
     for phase in ("Partitioning", "Distributing", "Serving", "Training", "Succeeded"):
         assert f"phase {phase}" in out
