@@ -279,11 +279,6 @@ class Endpoint:
         return f"{self.host}:{self.port}"
 
 
-def role_kind(text: str) -> Kind:
-    """The kind of the role named ``text`` (an ArgumentError when it is no role name)."""
-    return RoleName.parse(text).kind
-
-
 def home_partition(rank: int, world_size: int, num_parts: int) -> int:
     """Trainer ``rank``'s home partition of ``num_parts``: ``rank * num_parts //
     world_size`` (consecutive ranks share a partition when there are more trainers than
