@@ -591,7 +591,7 @@ def test_distributed_partitioning_fails_naming_the_rank(tmp_path):
     job, _ = run(path)
     with pytest.raises(JobFailed) as err:
         job.run()
-    assert err.value.role == "partitioner:1" and err.value.host == "m1"
+    assert err.value.role == RoleName.partitioner(1) and err.value.host == "m1"
     assert not (tmp_path / "parts").exists() and not list(tmp_path.glob("parts*"))
 
 

@@ -90,7 +90,11 @@ def test_failed_trainer_fails_the_job(tmp_path):
     lj, _ = make(tmp_path, [{1: "import sys; sys.exit(3)"}])
     with pytest.raises(JobFailed) as info:
         lj.run()
-    assert (info.value.role, info.value.host, info.value.exit_code) == ("trainer:1", "m1", 3)
+    assert (info.value.role, info.value.host, info.value.exit_code) == (
+        RoleName.trainer(1),
+        "m1",
+        3,
+    )
     assert lj.state.phase is Phase.FAILED
 
 
@@ -157,7 +161,7 @@ def test_a_role_refusing_its_input_is_not_restarted(tmp_path):
     lj, _ = make(tmp_path, [{1: "import sys; sys.exit(2)"}, {}], backoffLimit=2)
     with pytest.raises(JobFailed) as info:
         lj.run()
-    assert (info.value.role, info.value.exit_code) == ("trainer:1", 2)
+    assert (info.value.role, info.value.exit_code) == (RoleName.trainer(1), 2)
     assert lj.state.restarts == 0 and lj.attempts == [False]
     assert lj.state.condition("Failed").reason == "NotRetriable"
 
