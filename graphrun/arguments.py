@@ -57,9 +57,8 @@ def add_fields(
             shown = f.metadata.get("shown")
             help_ += f" (default: {shown})" if shown else f" (default {_shown(default)})"
         flag = "--" + f.name.replace("_", "-")
-        choices = f.metadata.get("choices")
-        kind = None if choices is not None else type(default)  # choices: the text itself
-        parser.add_argument(flag, type=kind, default=default, choices=choices, help=help_)
+        choices = f.metadata.get("choices")  # of the default's type
+        parser.add_argument(flag, type=type(default), default=default, choices=choices, help=help_)
 
 
 def _shown(value: object) -> str:
