@@ -109,7 +109,7 @@ def test_raising_trainer_fails_the_job_and_leaves_nothing(tmp_path):
     with pytest.raises(JobFailed) as info:
         job.run()
     blamed = (info.value.role, info.value.host, info.value.exit_code)
-    assert blamed == ("trainer:1", "m1", 1), str(info.value)
+    assert blamed == (RoleName.trainer(1), "m1", 1), str(info.value)
     assert "boom on purpose" in str(info.value)
     # what the failed entry point left open was closed before its process ended
     unclosed = tmp_path / "runs" / "small" / "unclosed.txt"
@@ -123,7 +123,7 @@ def test_killed_store_fails_the_job(tmp_path):
     kill_when_training(tmp_path / "runs" / "small" / "status" / "m1.json", RoleName.store(1))
     with pytest.raises(JobFailed) as info:
         job.run()
-    assert (info.value.role, info.value.host, info.value.exit_code) == ("store:1", "m1", -9)
+    assert (info.value.role, info.value.host, info.value.exit_code) == (RoleName.store(1), "m1", -9)
     nothing_left(job)
 
 
@@ -647,7 +647,11 @@ def test_a_killed_trainer_is_named_on_the_console_not_the_survivors_traceback(tm
         job.run()
     killer.join()
     assert hit
-    assert (info.value.role, info.value.host, info.value.exit_code) == ("trainer:1", "m1", -9)
+    assert (info.value.role, info.value.host, info.value.exit_code) == (
+        RoleName.trainer(1),
+        "m1",
+        -9,
+    )
     console = out.getvalue()
     assert "Traceback" not in console and "[rank0]" not in console, console
     assert "Connection reset" not in console, console

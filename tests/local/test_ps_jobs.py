@@ -83,7 +83,7 @@ def test_killed_parameter_server_fails_the_job_by_name(tmp_path):
     kill_when_training(tmp_path / "runs" / "small" / "status" / "m1.json", RoleName.ps(1))
     with pytest.raises(JobFailed) as info:
         job.run()
-    assert (info.value.role, info.value.host, info.value.exit_code) == ("ps:1", "m1", -9)
+    assert (info.value.role, info.value.host, info.value.exit_code) == (RoleName.ps(1), "m1", -9)
     no_children()
 
 
