@@ -45,17 +45,20 @@ def add_fields(
     """One flag per field of the dataclass ``model`` (``feat_dim``: ``--feat-dim``), typed
     by its default and helped by its ``metadata["help"]``, so that a command restates
     none of them; ``only`` picks fields, ``defaults`` changes some defaults. The model
-    checks the values (:func:`from_fields` builds it)."""
+    checks the values (:func:`from_fields` builds it). A field's help ends with its
+    default (``metadata["shown"]``: how to say it) unless ``metadata["quiet"]``;
+    ``metadata["choices"]``: the values the flag takes."""
     for f in dataclasses.fields(model):
         if only is not None and f.name not in only:
             continue
         default = (defaults or {}).get(f.name, f.default)
         help_ = f.metadata.get("help")
-        if help_ is not None:
+        if help_ is not None and not f.metadata.get("quiet"):
             shown = f.metadata.get("shown")
             help_ += f" (default: {shown})" if shown else f" (default {_shown(default)})"
         flag = "--" + f.name.replace("_", "-")
-        parser.add_argument(flag, type=type(default), default=default, help=help_)
+        choices = f.metadata.get("choices")  # of the default's type
+        parser.add_argument(flag, type=type(default), default=default, choices=choices, help=help_)
 
 
 def _shown(value: object) -> str:

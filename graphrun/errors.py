@@ -49,6 +49,8 @@ A trainer that stopped on SIGTERM after its checkpoint exits with :data:`SUSPEND
 
 from __future__ import annotations
 
+from typing import Final, Literal, Protocol
+
 USER_ERROR_EXIT = 2
 PEER_LOST_EXIT = 3
 SUSPENDED_EXIT = 143
@@ -161,13 +163,28 @@ class WorkflowError(GraphrunError):
     """An event arrived that the job's current phase does not accept (a backend bug)."""
 
 
-class JobFailed(GraphrunError):
-    """A role of a job failed. Names the role, the host and the exit code."""
+class FailedRole(Protocol):
+    """The role a :class:`JobFailed` names: a :class:`graphrun.names.RoleName`, declared
+    above this module (it raises these errors), so named here by what it has."""
 
-    def __init__(self, role: str, host: str, exit_code: int | None, reason: str = "") -> None:
+    @property
+    def kind(self) -> str: ...
+
+
+#: What a :class:`JobFailed` of the job as a whole (cancelled, deadline) names: no role.
+JOB: Final = "job"
+
+
+class JobFailed(GraphrunError):
+    """A role of a job failed. Names the role (a ``RoleName``, or :data:`JOB`), the host
+    and the exit code."""
+
+    def __init__(
+        self, role: FailedRole | Literal["job"], host: str, exit_code: int | None, reason: str = ""
+    ) -> None:
         code = "no exit code" if exit_code is None else f"exit code {exit_code}"
         msg = f"{role} on {host} failed ({code})"
-        if role == "job":  # the job as a whole (cancelled, deadline), no role to blame
+        if role == JOB:  # the job as a whole (cancelled, deadline), no role to blame
             msg = "the job ended"
         super().__init__(f"{msg}: {reason}" if reason else msg)
         self.role = role

@@ -7,7 +7,8 @@
   machine's ``graphrun worker``; ``<machine>`` is the machine's name, never its index,
   on both backends: the operator's worker pod ``i`` is ``worker:<machine_names[i]>``,
   so ``worker:0`` is a machine named ``0``), ``partitioner`` (``partitioner:I``, rank
-  ``I`` of several, each on machine ``I``), ``generator`` and ``launcher``. A
+  ``I`` of several, each on machine ``I``), ``generator``, ``launcher`` and
+  ``rendezvous`` (the operator's rendezvous pod). A
   :class:`RoleName` is the value dicts are keyed by; ``str()`` formats it and
   :meth:`RoleName.parse` reads it back, at the file and wire boundaries only (the hosts
   file, a plan's assignments, the launch file, logs): fields hold a ``RoleName``, not
@@ -43,17 +44,28 @@ from graphrun.errors import ArgumentError, DatasetError
 # --- roles ------------------------------------------------------------------------------
 
 Kind = Literal[
-    "store", "trainer", "sampler", "ps", "worker", "partitioner", "generator", "launcher"
+    "store",
+    "trainer",
+    "sampler",
+    "ps",
+    "worker",
+    "partitioner",
+    "generator",
+    "launcher",
+    "rendezvous",
 ]
 KINDS: tuple[Kind, ...] = (
-    "store", "trainer", "sampler", "ps", "worker", "partitioner", "generator", "launcher"
+    "store", "trainer", "sampler", "ps", "worker", "partitioner", "generator", "launcher",
+    "rendezvous",
 )  # fmt: skip
 
 #: The roles a placement places (a plan's assignments, the hosts file's endpoints).
 PLACED: tuple[Kind, ...] = ("store", "trainer", "sampler", "ps")
 #: The grammar of placed roles, and of every role, as error messages spell them.
 ROLE_GRAMMAR = "store:P[:B], store:P:r[K], trainer:R, sampler:R:W, ps:J"
-ANY_ROLE_GRAMMAR = f"{ROLE_GRAMMAR}, worker:<machine>, partitioner[:I], generator, launcher"
+ANY_ROLE_GRAMMAR = (
+    f"{ROLE_GRAMMAR}, worker:<machine>, partitioner[:I], generator, launcher, rendezvous"
+)
 
 _N = r"(0|[1-9][0-9]*)"  # a number as str() writes it: no sign, no leading zero
 _POS = r"[1-9][0-9]*"
@@ -64,7 +76,7 @@ _ROLE = re.compile(  # replica 1 is "store:P:r", replica K > 1 "store:P:rK"
     rf"|(?P<kind3>sampler):(?P<index3>{_N}):(?P<sub3>{_N})"
     rf"|(?P<kind4>worker):(?P<machine>{_MACHINE})"
     rf"|(?P<kind5>partitioner)(?::(?P<index5>{_N}))?"
-    rf"|(?P<kind6>generator|launcher)",
+    rf"|(?P<kind6>generator|launcher|rendezvous)",
     re.ASCII,
 )
 
@@ -167,7 +179,8 @@ class RoleName:
             return cls.worker(g["machine"])
         if g["kind5"]:
             return cls.partitioner(None if g["index5"] is None else int(g["index5"]))
-        return cls.generator() if g["kind6"] == "generator" else cls.launcher()
+        single = {"generator": cls.generator, "launcher": cls.launcher}
+        return single.get(g["kind6"], cls.rendezvous)()
 
     @classmethod
     def is_valid(cls, text: str) -> bool:
@@ -188,6 +201,12 @@ class RoleName:
         """``graphrun run`` itself, or the operator's launcher pod."""
         return cls("launcher", 0)
 
+    @classmethod
+    def rendezvous(cls) -> RoleName:
+        """The operator's rendezvous pod, when a job's rendezvous is served apart (a
+        local run's is on trainer 0's machine, :data:`MAIN_TRAINER`)."""
+        return cls("rendezvous", 0)
+
     @property
     def is_primary_store(self) -> bool:
         """The main server of a partition (no backup, no replica)."""
@@ -196,7 +215,7 @@ class RoleName:
     def __str__(self) -> str:
         if self.kind == "worker":
             return f"worker:{self.machine}"
-        if self.kind in ("generator", "launcher") or (
+        if self.kind in ("generator", "launcher", "rendezvous") or (
             self.kind == "partitioner" and self.index < 0
         ):
             return self.kind
@@ -258,11 +277,6 @@ class Endpoint:
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
-
-
-def role_kind(text: str) -> Kind:
-    """The kind of the role named ``text`` (an ArgumentError when it is no role name)."""
-    return RoleName.parse(text).kind
 
 
 def home_partition(rank: int, world_size: int, num_parts: int) -> int:

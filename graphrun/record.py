@@ -305,7 +305,7 @@ class RoleUsage(msgspec.Struct):
 
 
 class Usage(msgspec.Struct):
-    roles: dict[Name, RoleUsage] = {}
+    roles: dict[RoleName, RoleUsage] = {}
     cpu_s: Amount = None
     peak_rss_mb: Amount = None
 

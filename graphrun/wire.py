@@ -65,6 +65,14 @@ def dec_hook(type_: type, value: object) -> Path | RoleName | Endpoint:
     raise NotImplementedError
 
 
+def schema_hook(type_: type) -> dict[str, object]:
+    """msgspec's ``schema_hook``: a ``Path``, a ``RoleName`` or an ``Endpoint`` is a
+    string in a JSON Schema (a CRD's), as on the wire."""
+    if type_ in _TEXT:
+        return {"type": "string"}
+    raise NotImplementedError
+
+
 def decoder(type_: type[T]) -> msgspec.json.Decoder[T]:
     """A JSON decoder of ``type_`` that reads a ``Path``, a ``RoleName`` or an
     ``Endpoint`` (a field or a dict key) from its text."""

@@ -15,7 +15,6 @@ from graphrun.names import (
     owners,
     parse_etype_key,
     resolve_etype,
-    role_kind,
 )
 
 # --- roles ------------------------------------------------------------------------------
@@ -37,7 +36,7 @@ from graphrun.names import (
 )
 def test_role_names_round_trip(text, name):
     assert str(name) == text and RoleName.parse(text) == name
-    assert RoleName.is_valid(text) and role_kind(text) == name.kind
+    assert RoleName.is_valid(text) and RoleName.parse(text).kind == name.kind
 
 
 def test_the_main_store_server_has_no_backup_suffix():
@@ -176,6 +175,7 @@ def test_owners_at_the_edges():
         ("partitioner:2", RoleName.partitioner(2)),
         ("generator", RoleName.generator()),
         ("launcher", RoleName.launcher()),
+        ("rendezvous", RoleName.rendezvous()),
     ],
 )
 def test_the_processes_that_run_roles_are_roles_too(text, role):
@@ -185,7 +185,7 @@ def test_the_processes_that_run_roles_are_roles_too(text, role):
 
 
 @pytest.mark.parametrize(
-    "text", ["worker:", "worker:-m0", "worker:m 0", "partitioner:01", "launcher:0"]
+    "text", ["worker:", "worker:-m0", "worker:m 0", "partitioner:01", "launcher:0", "rendezvous:0"]
 )
 def test_a_misspelled_process_role_is_refused(text):
     with pytest.raises(ArgumentError, match="worker:<machine>, partitioner"):

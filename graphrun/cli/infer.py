@@ -7,6 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from graphrun.arguments import add_fields, from_fields
+from graphrun.serving.protocol import Bounds
+
 DESCRIPTION = """\
 serve: an Open Inference Protocol (KServe v2 REST) endpoint for a trained job's model;
 each request's neighbourhood is sampled from the running store (graphrun serve) and its
@@ -65,11 +68,7 @@ def register(subparsers: Any) -> None:
     s.add_argument("--mode", choices=("sampled", "full"), default="sampled",
                    help="default mode of a request (sampled: the job's fanouts)")  # fmt: skip
     s.add_argument("--seed", type=int, help="default sampling seed (default: training.seed)")
-    s.add_argument("--max-body-bytes", type=int, default=1 << 20)
-    s.add_argument("--max-ids", type=int, default=1024, help="node ids of one request")
-    s.add_argument("--max-neighbors", type=int, default=1024, help="edges of a new node")
-    s.add_argument("--max-batch-ids", type=int, default=4096, help="ids of one forward")
-    s.add_argument("--max-queue", type=int, default=256, help="requests in flight (more: 503)")
+    add_fields(s, Bounds)  # --max-body-bytes, --max-ids, ... as Bounds declares them
     s.add_argument("--window-ms", type=float, default=2.0, help="micro-batch gathering window")
     s.add_argument("--probe-s", type=float, default=1.0, help="store probe period")
     s.add_argument("--follow", choices=("head", "pinned"),
@@ -159,15 +158,13 @@ def _serve(args: argparse.Namespace, t: Any, token: str | None, sock: Any) -> in
     from graphrun.names import Endpoint
     from graphrun.serving.app import Server, Settings, build_app
     from graphrun.serving.engine import Engine
-    from graphrun.serving.protocol import Bounds
 
     torch.set_num_threads(args.threads)
     engine = Engine(t.spec, t.checkpoint, t.servers, t.keys, t.job_name, args.store_timeout,
                     follow=args.follow, version=args.version)  # fmt: skip
     is_ready = store_is_ready(t.key_file, timeout=min(1.0, args.store_timeout))
     endpoints = [Endpoint.parse(s.removeprefix("tcp://")) for s in t.servers]
-    bounds = Bounds(args.max_body_bytes, args.max_ids, args.max_neighbors, args.max_batch_ids,
-                    args.max_queue)  # fmt: skip
+    bounds = from_fields(Bounds, args)
     name = args.model_name or t.job.name
     settings = Settings(
         name, bounds, args.window_ms / 1000, args.probe_s, token, args.mode,

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from graphrun.arguments import number, output_dir
-from graphrun.names import role_kind
 
 MAX_GRACE_S = 3600.0  # between SIGTERM and SIGKILL
 MAX_MBIT = 1e6  # a link's rate: 1 Tbit/s
@@ -117,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     sink = sys.stdout if args.verbose else Console(sys.stdout)
     local = LocalJob(job, args.job, opts, sink=sink, stop=stop)
     report = local.run()
-    codes = ", ".join(f"{r}={c}" for r, c in report.exits.items() if role_kind(r) == "trainer")
+    codes = ", ".join(f"{r}={c}" for r, c in report.exits.items() if r.kind == "trainer")
     print(
         f"[graphrun] job {job.name} {report.state.phase.value} in {report.elapsed_s:.1f}s "
         f"(trainers: {codes}; logs: {report.paths.run_dir / 'logs'})"

@@ -134,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
     from graphrun.machine.process import Supervisor
     from graphrun.machine.warm import WarmStarter
     from graphrun.machine.worker import run_machine
+    from graphrun.names import RoleName
 
     launch = _launch(args)
     # a replacement pod of a lost machine (the operator sets the variable), or a lost
@@ -148,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     warm = WarmStarter(args.warm_socket) if args.warm_socket is not None else None
-    sup = Supervisor(log_dir=args.log_dir, sink=sys.stdout, grace_s=args.grace, warm=warm)
+    sup = Supervisor[RoleName](log_dir=args.log_dir, sink=sys.stdout, grace_s=args.grace, warm=warm)
     with sup:
         leave = _leave_alone(args, launch.elastic)
         result = run_machine(launch, sup, stop, status_dir=args.status_dir, leave_alone=leave)

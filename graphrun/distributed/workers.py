@@ -110,7 +110,7 @@ def _describe(exc: BaseException) -> tuple[str, str]:
     return (type(exc).__name__, str(exc))
 
 
-def _reraise(err: tuple[str, str], role: str) -> None:
+def _reraise(err: tuple[str, str], role: RoleName | str) -> None:
     import graphrun.errors as errors
 
     cls = getattr(errors, err[0], None)
@@ -158,7 +158,7 @@ class WorkerPool:
             ctx.Process(
                 target=_worker_main,
                 args=(config, w, spec, self.tasks[w], self.results, os.getpid()),
-                name=self.role(w),
+                name=str(self.role(w)),
                 daemon=True,
             )
             for w in range(num_workers)
@@ -174,8 +174,8 @@ class WorkerPool:
             self.close()
             raise
 
-    def role(self, w: int) -> str:
-        return str(RoleName.sampler(self.config.rank, w))
+    def role(self, w: int) -> RoleName:
+        return RoleName.sampler(self.config.rank, w)
 
     @property
     def pids(self) -> list[int | None]:

@@ -109,19 +109,19 @@ class Hosts(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
                 out.setdefault(name.index, []).append((name.replica, ep))
         return {p: [ep for _, ep in sorted(v)] for p, v in sorted(out.items())}
 
-    def probes(self) -> dict[str, str]:
+    def probes(self) -> dict[str, Endpoint]:
         """Machine -> the endpoint of one store server on it (the first by role), for a
         reachability probe (an elastic trainer's, docs/elastic.md); machines without a
         store server are left out, and so are machines that share their address (local
         hosts: every machine is 127.0.0.1, so an endpoint found by address may be another
         machine's; probing m2 at m0's store server made the survivors of a lost m0 each
         think itself cut off, and the job restarted instead of going on)."""
-        out: dict[str, str] = {}
+        out: dict[str, Endpoint] = {}
         uses = Counter(m.address for m in self.machines)
         for m in (m for m in self.machines if uses[m.address] == 1):
             for role, ep in sorted(self.endpoints.items(), key=lambda kv: str(kv[0])):
                 if role.kind == "store" and ep.host == m.address:
-                    out[m.name] = str(ep)
+                    out[m.name] = ep
                     break
         return out
 

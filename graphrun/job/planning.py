@@ -83,7 +83,7 @@ class GraphJobPlacement:
     def complete(self, plan: PlacementPlan) -> PlacementPlan:
         """The plan with every store backup on its main server's machine and every
         sampler worker on its trainer's (a sampler worker's demand is part of its trainer's)."""
-        out = {RoleName.parse(r): m for r, m in plan.assignments.items()}
+        out = plan.by_role
         for main, backups in self.backups.items():
             out.update(dict.fromkeys(backups, out[main]))
         for trainer, samplers in self.samplers.items():

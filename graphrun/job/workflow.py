@@ -44,8 +44,9 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec.structs import replace
 
-from graphrun.errors import USER_ERROR_EXIT, JobFailed, WorkflowError
+from graphrun.errors import JOB, USER_ERROR_EXIT, JobFailed, WorkflowError
 from graphrun.files import write_atomic
+from graphrun.names import RoleName
 from graphrun.wire import convert, to_builtins
 
 
@@ -126,13 +127,18 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
     kind: EventKind
     reason: str = ""
     message: str = ""
-    role: str | None = None
+    role: RoleName | None = None  # read once with the status (the operator's, state.json)
     machine: str | None = None
     exit_code: int | None = None
 
     @classmethod
     def role_failed(
-        cls, role: str, machine: str, exit_code: int | None, message: str = "", reason: str = ""
+        cls,
+        role: RoleName | None,  # None: the job as a whole
+        machine: str,
+        exit_code: int | None,
+        message: str = "",
+        reason: str = "",
     ) -> Event:
         return cls(EventKind.ROLE_FAILED, reason, message, role, machine, exit_code)
 
@@ -146,7 +152,7 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
         """The message, naming the failed role, machine and exit code when there is one."""
         if self.kind is EventKind.ROLE_FAILED:
             return str(
-                JobFailed(self.role or "?", self.machine or "?", self.exit_code, self.message)
+                JobFailed(self.role or JOB, self.machine or "?", self.exit_code, self.message)
             )
         return self.message
 
@@ -235,9 +241,9 @@ class JobState(JobStatus, frozen=True, kw_only=True):
         if self.phase is not Phase.FAILED or f is None:
             return None
         if f.kind is EventKind.ROLE_FAILED:
-            return JobFailed(f.role or "?", f.machine or "?", f.exit_code, f.message)
+            return JobFailed(f.role or JOB, f.machine or "?", f.exit_code, f.message)
         cond = self.condition("Failed")
-        return JobFailed("job", "-", None, f"{cond.reason}: {cond.message}" if cond else "")
+        return JobFailed(JOB, "-", None, f"{cond.reason}: {cond.message}" if cond else "")
 
     def status(self) -> JobStatus:
         return JobStatus(**{name: getattr(self, name) for name in _STATUS_FIELDS})

@@ -225,7 +225,9 @@ def cut_link(machine: str) -> str:
 
 
 class _Stopper(Protocol):
-    def stop(self, roles: Sequence[str] | None = None, grace_s: float | None = None) -> None: ...
+    def stop(
+        self, roles: Sequence[RoleName] | None = None, grace_s: float | None = None
+    ) -> None: ...
 
 
 class Rejoins:
@@ -260,7 +262,7 @@ class Rejoins:
         self.reformed.update(named)
 
     def due(
-        self, launches: Sequence[MachineLaunch], sink: Sink, busy: Collection[str] = ()
+        self, launches: Sequence[MachineLaunch], sink: Sink, busy: Collection[RoleName] = ()
     ) -> list[MachineLaunch]:
         """The machines to start again now (each said on the console: ``relaunched``):
         ``delay_s`` after the loss, once the trainers re-formed without it and its old
@@ -268,7 +270,7 @@ class Rejoins:
         now, out = time.monotonic(), []
         for launch in launches:
             m = launch.machine
-            ready = m in self.reformed and str(RoleName.worker(m)) not in busy
+            ready = m in self.reformed and RoleName.worker(m) not in busy
             if self.pending.get(m, float("inf")) <= now and ready:
                 del self.pending[m]
                 self.reformed.discard(m)
@@ -305,6 +307,6 @@ class Rejoins:
             return False
         for m in going:
             if states[m] != "done":
-                sup.stop([str(RoleName.worker(m))])
+                sup.stop([RoleName.worker(m)])
                 lost.append(m)
         return True

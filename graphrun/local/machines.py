@@ -41,7 +41,7 @@ from pathlib import Path
 import psutil
 
 import graphrun
-from graphrun.errors import JobFailed
+from graphrun.errors import JOB, JobFailed
 from graphrun.job.elastic import why_not_survived
 from graphrun.job.spec.runtime import ElasticSpec
 from graphrun.local.elastic import (
@@ -89,7 +89,7 @@ def package_env() -> dict[str, str]:
 class AttemptResult:
     """A successful attempt: every role's exit code (``None``: never started)."""
 
-    exits: dict[str, int | None]
+    exits: dict[RoleName, int | None]
     states: dict[str, str]
 
 
@@ -113,8 +113,8 @@ class LocalMachines:
         self.wrap = wrap or (lambda machine: ())
         self.python = python
         self.interval = interval
-        self.last_exits: dict[str, int | None] = {}
-        self.last_pids: dict[str, int] = {}
+        self.last_exits: dict[RoleName, int | None] = {}
+        self.last_pids: dict[RoleName, int] = {}
         # runtime.elastic: a lost machine's trainers are gone, the others go on
         self.elastic = elastic
         self.lost: list[str] = []
@@ -152,7 +152,7 @@ class LocalMachines:
 
     def _worker_command(
         self, launch: MachineLaunch, status_dir: Path, join: bool = False
-    ) -> RoleCommand:
+    ) -> RoleCommand[RoleName]:
         plan = launch.write(self.run_dir / "launch" / f"{launch.machine}.json")
         argv = (
             *self.wrap(launch.machine),
@@ -168,8 +168,7 @@ class LocalMachines:
         sock = self._warm_sockets.get(tuple(self.wrap(launch.machine)))
         if sock is not None:
             argv = (*argv, "--warm-socket", str(sock))
-        worker = str(RoleName.worker(launch.machine))
-        return RoleCommand(worker, launch.machine, argv, package_env())
+        return RoleCommand(RoleName.worker(launch.machine), launch.machine, argv, package_env())
 
     def run(
         self,
@@ -195,13 +194,14 @@ class LocalMachines:
         # its stores; one whose launcher dies (kill -9) gets SIGTERM and stops its roles and
         # segments.
         fencing = Fencing(self.sink) if self.elastic is not None else None
-        sup = Supervisor(
+        sup = Supervisor[RoleName](
             self.run_dir / "logs", fencing or self.sink, 2 * self.grace_s + 3, prefix=False,
             death_signal=signal.SIGTERM,
         )  # fmt: skip
         failure: JobFailed | None = None
-        # a launcher killed with -9: its warm servers get SIGTERM, remove their sockets, end
-        warm_sup = Supervisor(
+        # a launcher killed with -9: its warm servers get SIGTERM, remove their sockets, end;
+        # named by their text: a host's warm server is no role of the job
+        warm_sup = Supervisor[str](
             self.run_dir / "logs", self.sink, grace_s=2.0, death_signal=signal.SIGTERM
         )
         try:
@@ -228,9 +228,9 @@ class LocalMachines:
                 if self.rejoins.finished(states, self.lost, sup):
                     break
                 if stop.is_set():
-                    raise JobFailed("job", "local", None, "stopped by a signal (SIGTERM/Ctrl-C)")
+                    raise JobFailed(JOB, "local", None, "stopped by a signal (SIGTERM/Ctrl-C)")
                 if deadline is not None and time.monotonic() > deadline:
-                    raise JobFailed("job", "local", None, "activeDeadlineSeconds exceeded")
+                    raise JobFailed(JOB, "local", None, "activeDeadlineSeconds exceeded")
                 time.sleep(self.interval)
         except JobFailed as exc:
             failure = exc
@@ -257,12 +257,12 @@ class LocalMachines:
             bystander = first is not None and lost_a_peer(first.exit_code, first.reason)
             if bystander and not lost_a_peer(failure.exit_code, failure.reason):
                 first = None  # a survivor that lost the machine which died: not the cause
-            if first is not None and not (failure.role == "job" and stop.is_set()):
+            if first is not None and not (failure.role == JOB and stop.is_set()):
                 failure = first
             raise failure
         return AttemptResult(exits, dict(states))
 
-    def _start_warm(self, launches: Sequence[MachineLaunch], sup: Supervisor) -> None:
+    def _start_warm(self, launches: Sequence[MachineLaunch], sup: Supervisor[str]) -> None:
         """Start a warm server for each host (each distinct command prefix) that runs two
         or more CPU trainers, and wait until it listens; a host whose server does not
         listen within :data:`~graphrun.machine.warm.READY_TIMEOUT_S` starts its trainers
@@ -293,7 +293,7 @@ class LocalMachines:
             time.sleep(0.01)
         self._warm_sockets = {host: p for host, p in sockets.items() if p.exists()}
 
-    def _stop_warm(self, sup: Supervisor) -> None:
+    def _stop_warm(self, sup: Supervisor[str]) -> None:
         sup.close()
         self._warm_sockets = {}
         if self._warm_dir is not None:
@@ -301,8 +301,11 @@ class LocalMachines:
             self._warm_dir = None
 
     def _survive(
-        self, launches: Sequence[MachineLaunch], states: Mapping[str, str], ended: list[RoleExit]
-    ) -> list[RoleExit]:
+        self,
+        launches: Sequence[MachineLaunch],
+        states: Mapping[str, str],
+        ended: list[RoleExit[RoleName]],
+    ) -> list[RoleExit[RoleName]]:
         """The workers' exits that fail the attempt: with ``runtime.elastic``, a worker
         that died while its machine trained is a lost machine the others go on without,
         as long as the job core's rule allows (:meth:`_survivable`)."""
@@ -337,7 +340,7 @@ class LocalMachines:
         states: Mapping[str, str],
         status_dir: Path,
         named: Sequence[str],
-        pids: Mapping[str, int],
+        pids: Mapping[RoleName, int],
     ) -> None:
         """Fence the machines that are lost although their worker still runs: those the
         trainers re-formed without (``named``), and one whose worker reports a failed role
@@ -359,7 +362,7 @@ class LocalMachines:
             self.lost.append(machine)
             self.rejoins.lost(machine)
             event = machine_lost_event(machine, launches, None, self.lost, fenced=reason)
-            pid = pids.get(str(RoleName.worker(machine)))
+            pid = pids.get(RoleName.worker(machine))
             if pid is not None:
                 kill_tree(pid)
             emit(event, self.sink)
@@ -377,7 +380,7 @@ class LocalMachines:
     @staticmethod
     def _failure(
         status_dir: Path,
-        ended: Sequence[RoleExit],
+        ended: Sequence[RoleExit[RoleName]],
         only_status: bool = False,
         skip: Collection[str] = (),
         lost: Mapping[str, int | None] | None = None,
@@ -400,11 +403,11 @@ class LocalMachines:
         if reported:  # the earliest failure is the cause, later ones are its consequences;
             # a role that only lost a peer is blamed last, however fast it noticed
             f = min(reported, key=lambda f: (blame_order(f.exit_code, f.reason), f.time))
-            return JobFailed(str(f.role), f.machine, f.exit_code, f.reason)
+            return JobFailed(f.role, f.machine, f.exit_code, f.reason)
         return None if only_status else died
 
     @staticmethod
-    def _died(status_dir: Path, ended: Sequence[RoleExit]) -> JobFailed | None:
+    def _died(status_dir: Path, ended: Sequence[RoleExit[RoleName]]) -> JobFailed | None:
         """A worker that died without writing a failure (one that wrote one ended
         because of it: its failure is the report)."""
         for ex in ended:
@@ -420,27 +423,29 @@ class LocalMachines:
     def _lost_first(lost: Mapping[str, int | None]) -> JobFailed:
         machine, code = next(iter(lost.items()))
         reason = "its machine was lost; the trainers could not go on without it"
-        return JobFailed(str(RoleName.worker(machine)), machine, code, reason)
+        return JobFailed(RoleName.worker(machine), machine, code, reason)
 
     def _lost(self) -> dict[str, int | None]:
         return {m: self.lost_codes.get(m) for m in self.lost}
 
     @staticmethod
-    def _role_pids(status_dir: Path, launches: Sequence[MachineLaunch]) -> dict[str, int]:
-        pids: dict[str, int] = {}
+    def _role_pids(status_dir: Path, launches: Sequence[MachineLaunch]) -> dict[RoleName, int]:
+        pids: dict[RoleName, int] = {}
         for launch in launches:
             st = read_status(status_dir / f"{launch.machine}.json")
             if st is not None:
-                pids.update({str(role): pid for role, pid in st.pids().items()})
+                pids.update(st.pids())
         return pids
 
     @staticmethod
-    def _role_exits(status_dir: Path, launches: Sequence[MachineLaunch]) -> dict[str, int | None]:
-        exits: dict[str, int | None] = {}
+    def _role_exits(
+        status_dir: Path, launches: Sequence[MachineLaunch]
+    ) -> dict[RoleName, int | None]:
+        exits: dict[RoleName, int | None] = {}
         for launch in launches:
             st = read_status(status_dir / f"{launch.machine}.json")
             roles = st.roles if st is not None else {}
             for r in launch.roles:
                 got = roles.get(r.role)
-                exits[str(r.role)] = got.exit_code if got is not None else None
+                exits[r.role] = got.exit_code if got is not None else None
         return exits

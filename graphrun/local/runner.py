@@ -44,7 +44,7 @@ from pathlib import Path
 
 from msgspec import structs
 
-from graphrun.errors import DatasetError, JobFailed, SpecError, UserError, WorkflowError
+from graphrun.errors import JOB, DatasetError, JobFailed, SpecError, UserError, WorkflowError
 from graphrun.files import atomic_dir, write_atomic
 from graphrun.job.hosts import Hosts
 from graphrun.job.spec import GraphJob
@@ -109,7 +109,7 @@ class RunOptions:
 @dataclass(frozen=True)
 class JobReport:
     state: JobState
-    exits: dict[str, int | None]
+    exits: dict[RoleName, int | None]
     paths: JobPaths
     elapsed_s: float
 
@@ -146,8 +146,8 @@ class LocalJob:
         self.paths = job_paths(job, job_file, self.opts.run_dir)
         self.roles = job_placement(job, self.paths)  # validates the placement up front
         self.state = initial_state(self._now(), job.spec.run_policy.backoff_limit)
-        self.exits: dict[str, int | None] = {}
-        self.pids: dict[str, int] = {}  # last pid of every role (for tests and reports)
+        self.exits: dict[RoleName, int | None] = {}
+        self.pids: dict[RoleName, int] = {}  # last pid of every role (for tests and reports)
         self._deadline: float | None = None
 
     # ---- the workflow ---------------------------------------------------------------
@@ -252,7 +252,8 @@ class LocalJob:
                     self._event(Event(EventKind.RESTARTED, message="resuming from checkpoint"))
             except JobFailed as exc:
                 self._say_failed(exc)
-                self._event(Event.role_failed(exc.role, exc.host, exc.exit_code, exc.reason))
+                role = exc.role if isinstance(exc.role, RoleName) else None
+                self._event(Event.role_failed(role, exc.host, exc.exit_code, exc.reason))
             except _Ended as exc:
                 self._event(Event(exc.kind, message=str(exc)))
             except UserError as exc:  # e.g. the partitions lack what the trainers need
@@ -267,10 +268,10 @@ class LocalJob:
     def _say_failed(self, exc: JobFailed) -> None:
         """Name the role that failed first, on the console: the others' tracebacks (they
         lost it) stay in their logs (:mod:`graphrun.local.console`)."""
-        if exc.role == "job":
+        if not isinstance(exc.role, RoleName):  # the job as a whole: no role to name
             return
         log = self.paths.run_dir / "logs"  # the launcher's steps and workers log here,
-        if not exc.role.startswith(("worker", "partitioner", "generator")):
+        if exc.role.kind not in ("worker", "partitioner", "generator"):
             log = log / exc.host  # a worker's roles in the folder of their machine
         log = log / f"{log_name(exc.role)}.log"
         how = f"exit code {exc.exit_code}" if exc.exit_code is not None else "no exit code"
@@ -393,7 +394,7 @@ class LocalJob:
                 argv += [f"--{_kebab(k)}", str(v)]
             if distributed:  # in pieces, one share per machine
                 argv += ["--chunks", str(self.job.spec.num_parts)]
-            generator = str(RoleName.generator())
+            generator = RoleName.generator()
             self._run_step(RoleCommand(generator, "local", tuple(argv), package_env()))
         source = self._source()  # before partitioning: a dataset changed meanwhile is stale
         if distributed:
@@ -403,7 +404,7 @@ class LocalJob:
                 py, "-m", "graphrun", "partition", str(self.paths.dataset), str(self.paths.parts),
                 "--parts", str(self.job.spec.num_parts), *self.job.spec.partition.cli_args(),
             ]  # fmt: skip
-            partitioner = str(RoleName.partitioner())
+            partitioner = RoleName.partitioner()
             self._run_step(RoleCommand(partitioner, "local", tuple(argv), package_env()))
         write_source(self.paths.parts, source)
 
@@ -427,18 +428,18 @@ class LocalJob:
                 prefix = wrap or (lambda m: ())
                 self._run_steps([
                     RoleCommand(
-                        str(RoleName.partitioner(r)), m, (*prefix(m), *base, "--rank", str(r)), env
+                        RoleName.partitioner(r), m, (*prefix(m), *base, "--rank", str(r)), env
                     )
                     for r, m in enumerate(machines)
                 ])  # fmt: skip
 
-    def _run_step(self, cmd: RoleCommand) -> None:
+    def _run_step(self, cmd: RoleCommand[RoleName]) -> None:
         self._run_steps([cmd])
 
-    def _run_steps(self, cmds: Sequence[RoleCommand]) -> None:
+    def _run_steps(self, cmds: Sequence[RoleCommand[RoleName]]) -> None:
         """Run the commands together until all have exited 0; the first that fails stops
         the others and fails the step naming its role, machine and exit code."""
-        with Supervisor(self.paths.run_dir / "logs", self.sink, self.opts.grace_s) as sup:
+        with Supervisor[RoleName](self.paths.run_dir / "logs", self.sink, self.opts.grace_s) as sup:
             for cmd in cmds:
                 sup.start(cmd)
             while len(sup.exits()) < len(cmds):
@@ -546,7 +547,7 @@ class LocalJob:
         except JobFailed as exc:
             self.exits.update(machines.last_exits)
             self.pids.update(machines.last_pids)
-            if exc.role == "job":
+            if exc.role == JOB:
                 kind = EventKind.CANCELLED if self.stop.is_set() else EventKind.DEADLINE_EXCEEDED
                 if kind is EventKind.DEADLINE_EXCEEDED:
                     ads = self.job.spec.run_policy.active_deadline_seconds

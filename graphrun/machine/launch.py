@@ -29,7 +29,7 @@ KINDS: tuple[RoleKind, ...] = ("store", "ps", "sampler", "trainer")
 class RoleLaunch(msgspec.Struct, frozen=True):
     """One role of a machine: its command line (:class:`RoleCommand`, less the machine)
     and the ``host:port`` that accepts connections once it is up (listening roles).
-    ``role`` is read once, with the file; the supervisor names the process by its text."""
+    ``role`` is read once, with the file; the supervisor names the process by it."""
 
     kind: RoleKind
     role: RoleName
@@ -83,11 +83,6 @@ class MachineLaunch(msgspec.Struct, frozen=True, kw_only=True):
     def of_kind(self, kind: RoleKind) -> list[RoleLaunch]:
         return [r for r in self.roles if r.kind == kind]
 
-    def named(self) -> dict[str, RoleLaunch]:
-        """The roles by the name their processes run under (a supervisor's, a
-        :class:`RoleExit`'s): their text, so an exit is matched without parsing it."""
-        return {str(r.role): r for r in self.roles}
-
     def joining(self) -> MachineLaunch:
         """This machine re-joining a running elastic job (a replacement pod started with
         ``GRAPHRUN_ELASTIC_JOIN=1``, or ``graphrun worker --join``: a lost machine the
@@ -104,9 +99,9 @@ class MachineLaunch(msgspec.Struct, frozen=True, kw_only=True):
         # machine's among them), which its clients fail over to
         return msgspec.structs.replace(self, roles=roles, wait_for=(), replicated=())
 
-    def command(self, role: RoleLaunch) -> RoleCommand:
+    def command(self, role: RoleLaunch) -> RoleCommand[RoleName]:
         """What the supervisor starts for ``role``."""
-        return RoleCommand(str(role.role), self.machine, role.argv, role.env, role.cwd)
+        return RoleCommand(role.role, self.machine, role.argv, role.env, role.cwd)
 
     def write(self, path: str | Path) -> Path:
         return write_json(path, self)

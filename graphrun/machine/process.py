@@ -16,7 +16,10 @@ killed with SIGKILL leaves no orphans behind: SIGKILL by default, or the supervi
 machine's worker, which then stops its roles). A sink that breaks (the launcher's
 terminal gone) does not stop the logs.
 
-The supervisor knows nothing about jobs or phases: it runs commands.
+The supervisor knows nothing about jobs or phases: it runs commands, named by what its
+user names them by (``N``): a :class:`~graphrun.names.RoleName` for a worker's roles,
+the launcher's workers and its steps; a ``str`` for what is no role of a job (a host's
+warm fork server, :mod:`graphrun.machine.warm`).
 """
 
 from __future__ import annotations
@@ -31,10 +34,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, NoReturn, Protocol
+from typing import IO, Generic, NoReturn, Protocol, TypeVar
 
 import psutil
 
@@ -43,6 +46,8 @@ from graphrun.machine.warm import WarmProcess, WarmStarter
 from graphrun.parent import set_death_signal
 
 TAIL_LINES = 20
+
+N = TypeVar("N", bound=Hashable)  # what a supervisor names its processes by
 
 
 class Sink(Protocol):
@@ -54,10 +59,10 @@ class Sink(Protocol):
 
 
 @dataclass(frozen=True)
-class RoleCommand:
+class RoleCommand(Generic[N]):
     """One role to run: its name, the machine it belongs to, and the command line."""
 
-    role: str
+    role: N
     machine: str
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)  # added to the inherited environment
@@ -65,14 +70,14 @@ class RoleCommand:
 
     def __post_init__(self) -> None:
         if not self.role or not self.argv:
-            raise ArgumentError(f"RoleCommand {self.role!r}: role and argv must not be empty")
+            raise ArgumentError(f"RoleCommand '{self.role}': role and argv must not be empty")
 
 
 @dataclass(frozen=True)
-class RoleExit:
+class RoleExit(Generic[N]):
     """How a role ended. ``exit_code`` is negative for a signal (as in subprocess)."""
 
-    role: str
+    role: N
     machine: str
     exit_code: int
     tail: tuple[str, ...] = ()
@@ -143,9 +148,9 @@ def _last_meaningful(lines: Sequence[str]) -> str:
     return ""
 
 
-def log_name(role: str) -> str:
+def log_name(role: object) -> str:
     """File-name form of a role: ``trainer:1`` -> ``trainer-1``."""
-    return role.replace(":", "-").replace("/", "-")
+    return str(role).replace(":", "-").replace("/", "-")
 
 
 def _die_with_parent(sig: int) -> None:  # runs in the child between fork and exec
@@ -157,7 +162,7 @@ class _Pump(threading.Thread):
 
     def __init__(
         self,
-        cmd: RoleCommand,
+        cmd: RoleCommand[N],
         stream: IO[bytes],
         sink: Sink | None,
         log: IO[str] | None,
@@ -189,14 +194,14 @@ class _Pump(threading.Thread):
 
 
 @dataclass
-class _Running:
-    cmd: RoleCommand
+class _Running(Generic[N]):
+    cmd: RoleCommand[N]
     proc: subprocess.Popen[bytes] | WarmProcess
     pump: _Pump
-    exit: RoleExit | None = None
+    exit: RoleExit[N] | None = None
 
 
-class Supervisor:
+class Supervisor(Generic[N]):
     """Runs role processes; use as a context manager so every role is stopped on exit."""
 
     def __init__(
@@ -214,17 +219,17 @@ class Supervisor:
         self.sink = sink if sink is not None else sys.stdout
         self.grace_s = grace_s
         self.prefix = prefix  # False: the roles prefix their own lines (workers)
-        self._roles: dict[str, _Running] = {}
+        self._roles: dict[N, _Running[N]] = {}
         self._lock = threading.Lock()
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
 
     # ---- starting -------------------------------------------------------------------
 
-    def start(self, cmd: RoleCommand) -> int:
+    def start(self, cmd: RoleCommand[N]) -> int:
         """Start one role; returns its pid."""
         if cmd.role in self._roles and self._roles[cmd.role].exit is None:
-            raise ArgumentError(f"role {cmd.role!r} is already running")
+            raise ArgumentError(f"role '{cmd.role}' is already running")
         env = {**os.environ, **cmd.env, "PYTHONUNBUFFERED": "1"}
         warm = self.warm.start(cmd.argv, env, cmd.cwd) if self.warm is not None else None
         try:
@@ -251,7 +256,7 @@ class Supervisor:
 
     # ---- watching -------------------------------------------------------------------
 
-    def poll(self) -> list[RoleExit]:
+    def poll(self) -> list[RoleExit[N]]:
         """Roles that ended since the last call (in start order)."""
         ended = []
         for r in self._roles.values():
@@ -260,14 +265,14 @@ class Supervisor:
                 ended.append(r.exit)
         return ended
 
-    def _exit_of(self, r: _Running) -> RoleExit:
+    def _exit_of(self, r: _Running[N]) -> RoleExit[N]:
         r.pump.join(timeout=2.0)  # the pipe closes when the process (group) is gone
         code = r.proc.returncode
         assert code is not None  # it was polled
         usage = r.proc.usage if isinstance(r.proc, WarmProcess) else None
         return RoleExit(r.cmd.role, r.cmd.machine, int(code), tuple(r.pump.tail), usage)
 
-    def wait_any(self, timeout: float, interval: float = 0.05) -> list[RoleExit]:
+    def wait_any(self, timeout: float, interval: float = 0.05) -> list[RoleExit[N]]:
         """Wait until at least one role ends or ``timeout`` passes; returns the ended roles."""
         deadline = time.monotonic() + timeout
         while True:
@@ -276,16 +281,16 @@ class Supervisor:
                 return ended
             time.sleep(interval)
 
-    def running(self) -> list[str]:
+    def running(self) -> list[N]:
         return [name for name, r in self._roles.items() if r.exit is None]
 
-    def exits(self) -> dict[str, RoleExit]:
+    def exits(self) -> dict[N, RoleExit[N]]:
         return {name: r.exit for name, r in self._roles.items() if r.exit is not None}
 
-    def pids(self) -> dict[str, int]:
+    def pids(self) -> dict[N, int]:
         return {name: r.proc.pid for name, r in self._roles.items()}
 
-    def warm_started(self) -> set[str]:
+    def warm_started(self) -> set[N]:
         """The roles forked by the warm server (:mod:`graphrun.machine.warm`)."""
         return {name for name, r in self._roles.items() if isinstance(r.proc, WarmProcess)}
 
@@ -293,7 +298,7 @@ class Supervisor:
 
     def stop(
         self,
-        roles: Sequence[str] | None = None,
+        roles: Sequence[N] | None = None,
         grace_s: float | None = None,
         first: signal.Signals = signal.SIGTERM,
     ) -> None:
@@ -330,7 +335,7 @@ class Supervisor:
         for r in self._roles.values():
             r.pump.join(timeout=2.0)
 
-    def __enter__(self) -> Supervisor:
+    def __enter__(self) -> Supervisor[N]:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -4,7 +4,8 @@
 seconds: its CPU seconds (user + system, and those of its reaped children, such as
 sampler workers) and its peak resident set (``VmHWM`` of ``/proc/<pid>/status``, the
 kernel's own high-water mark, so no peak between two samples is missed). The worker
-writes :meth:`RoleUsage.to_dict` into its status file (``usage``)::
+writes :meth:`RoleUsage.usage` (a :class:`graphrun.record.Usage`, keyed by
+:class:`~graphrun.names.RoleName`) into its status file (``usage``)::
 
     {"roles": {"store:0": {"cpu_s": 3.1, "peak_rss_mb": 412.0}, ...},
      "cpu_s": 9.4, "peak_rss_mb": 1210.0}
@@ -19,9 +20,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
 
 import psutil
+
+from graphrun import record as rec
+from graphrun.names import RoleName
 
 
 def peak_rss_mb(pid: int) -> float | None:
@@ -40,9 +43,9 @@ class RoleUsage:
     def __init__(self, every_s: float = 1.0) -> None:
         self.every_s = every_s
         self.last = -float("inf")
-        self.roles: dict[str, dict[str, float]] = {}
+        self.roles: dict[RoleName, dict[str, float]] = {}
 
-    def sample(self, pids: Mapping[str, int], force: bool = False) -> None:
+    def sample(self, pids: Mapping[RoleName, int], force: bool = False) -> None:
         now = time.monotonic()
         if not force and now - self.last < self.every_s:
             return
@@ -55,7 +58,7 @@ class RoleUsage:
             cpu = t.user + t.system + t.children_user + t.children_system
             self.record(role, cpu, peak_rss_mb(pid))
 
-    def record(self, role: str, cpu_s: float, peak_rss_mb: float | None) -> None:
+    def record(self, role: RoleName, cpu_s: float, peak_rss_mb: float | None) -> None:
         """What ``role`` used so far (a sample), or in all (known when it ended: a
         warm-started role's); the most seen is kept."""
         mine = self.roles.setdefault(role, {"cpu_s": 0.0, "peak_rss_mb": 0.0})
@@ -63,9 +66,9 @@ class RoleUsage:
         if peak_rss_mb is not None:
             mine["peak_rss_mb"] = max(mine["peak_rss_mb"], round(peak_rss_mb, 1))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "roles": {r: dict(v) for r, v in sorted(self.roles.items())},
-            "cpu_s": round(sum(v["cpu_s"] for v in self.roles.values()), 3),
-            "peak_rss_mb": round(sum(v["peak_rss_mb"] for v in self.roles.values()), 1),
-        }
+    def usage(self) -> rec.Usage:
+        return rec.Usage(
+            roles={r: rec.RoleUsage(**v) for r, v in sorted(self.roles.items())},
+            cpu_s=round(sum(v["cpu_s"] for v in self.roles.values()), 3),
+            peak_rss_mb=round(sum(v["peak_rss_mb"] for v in self.roles.values()), 1),
+        )

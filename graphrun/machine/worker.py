@@ -57,12 +57,10 @@ from graphrun.record import (
     RoleStatus,
     State,
     StoreLost,
-    Usage,
     emit,
     write_status,
 )
 from graphrun.store.shm import clean_stale
-from graphrun.wire import convert
 
 SHM_DIR = Path("/dev/shm")
 
@@ -71,21 +69,17 @@ SHM_DIR = Path("/dev/shm")
 class MachineResult:
     machine: str
     state: str  # done | stopped | failed | left
-    exits: dict[str, int | None]
+    exits: dict[RoleName, int | None]
     failure: JobFailed | None = None
 
 
 class StatusFile:
     """The machine's status file (:class:`~graphrun.record.MachineStatus`), rewritten
-    atomically on every change. ``names``: the launch's roles by their process names
-    (:meth:`MachineLaunch.named`), so the supervisor's names are looked up, not parsed."""
+    atomically on every change."""
 
-    def __init__(
-        self, status_dir: Path | None, machine: str, names: Mapping[str, RoleName]
-    ) -> None:
+    def __init__(self, status_dir: Path | None, machine: str) -> None:
         self.path = Path(status_dir) / f"{machine}.json" if status_dir is not None else None
         self.machine = machine
-        self.names = names
         self.state: State = "starting"
         self.roles: dict[RoleName, RoleStatus] = {}
         self.failure: RoleFailure | None = None
@@ -93,45 +87,41 @@ class StatusFile:
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
-    def update(self, sup: Supervisor, state: State | None = None) -> None:
+    def update(self, sup: Supervisor[RoleName], state: State | None = None) -> None:
         if state is not None:
             self.state = state
-        self.usage.sample(_running(sup), force=True)
+        self.usage.sample(self.running(sup), force=True)
         exits = sup.exits()
         for role, ex in exits.items():
             if ex.usage is not None:
                 self.usage.record(role, *ex.usage)
         warm = sup.warm_started()
         self.roles = {
-            self.names[role]: RoleStatus(
-                pid, exits[role].exit_code if role in exits else None, role in warm
-            )
+            role: RoleStatus(pid, exits[role].exit_code if role in exits else None, role in warm)
             for role, pid in sup.pids().items()
         }
         self._write()
 
-    def fail(self, sup: Supervisor, exc: JobFailed) -> None:
+    def fail(self, sup: Supervisor[RoleName], exc: JobFailed) -> None:
         # a role of this machine's launch, or its worker (a wait that timed out)
-        role = self.names.get(exc.role, RoleName.worker(self.machine))
+        role = exc.role if isinstance(exc.role, RoleName) else RoleName.worker(self.machine)
         self.failure = RoleFailure(role, exc.host, exc.exit_code, exc.reason, time.time())
         self.update(sup, "failed")
 
     def _write(self) -> None:
         if self.path is None:
             return
-        usage = convert(Usage, self.usage.to_dict(), str(self.path))
         status = MachineStatus(
-            self.machine, self.state, self.roles, self.failure, usage, time.time()
+            self.machine, self.state, self.roles, self.failure, self.usage.usage(), time.time()
         )
         write_status(self.path, status)
 
+    def running(self, sup: Supervisor[RoleName]) -> dict[RoleName, int]:
+        live = set(sup.running())
+        return {role: pid for role, pid in sup.pids().items() if role in live}
 
-def _running(sup: Supervisor) -> dict[str, int]:
-    live = set(sup.running())
-    return {role: pid for role, pid in sup.pids().items() if role in live}
 
-
-def failure_of(ex: RoleExit, kind: str) -> JobFailed | None:
+def failure_of(ex: RoleExit[RoleName], kind: str) -> JobFailed | None:
     """The failure a role's exit means, if any: non-zero, or a server that quit."""
     if ex.exit_code != 0:
         return JobFailed(ex.role, ex.machine, ex.exit_code, ex.reason())
@@ -140,7 +130,7 @@ def failure_of(ex: RoleExit, kind: str) -> JobFailed | None:
     return None
 
 
-def store_lost(machine: str, role: RoleName, ex: RoleExit) -> None:
+def store_lost(machine: str, role: RoleName, ex: RoleExit[RoleName]) -> None:
     """Say that a replicated store died and the job goes on (its replica serves)."""
     emit(StoreLost(
         role=role, machine=machine, exit_code=ex.exit_code,
@@ -163,10 +153,10 @@ class StallWatch:
     def __init__(self, timeout_s: float, every_s: float = 1.0) -> None:
         self.timeout_s = timeout_s
         self.every_s = every_s
-        self.since: dict[str, float] = {}
+        self.since: dict[RoleName, float] = {}
         self.last = 0.0
 
-    def check(self, sup: Supervisor, machine: str) -> None:
+    def check(self, sup: Supervisor[RoleName], machine: str) -> None:
         now = time.monotonic()
         if now - self.last < self.every_s:
             return
@@ -208,11 +198,11 @@ def _make_live_dirs(launch: MachineLaunch) -> None:
             Path(d).mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             why = f"{d}: cannot make the store servers' log directory ({exc.strerror or exc})"
-            raise JobFailed(str(RoleName.worker(launch.machine)), launch.machine, None,
+            raise JobFailed(RoleName.worker(launch.machine), launch.machine, None,
                             why) from None  # fmt: skip
 
 
-def remove_shm(pids: Mapping[str, int], shm_dir: Path | None = None) -> list[str]:
+def remove_shm(pids: Mapping[RoleName, int], shm_dir: Path | None = None) -> list[str]:
     """Unlink the shared-memory segments left by the given (dead) role processes.
 
     Store segments are named ``graphrun-<pid>-<start>-<token>.<seq>``
@@ -238,20 +228,20 @@ class _Stopped(Exception):
     caller: outside the error tree on purpose."""
 
 
-def _stop_trainers_first(launch: MachineLaunch, sup: Supervisor, interval: float) -> None:
+def _stop_trainers_first(launch: MachineLaunch, sup: Supervisor[RoleName], interval: float) -> None:
     """Told to stop while training: SIGTERM the trainers (and samplers) first — they
     agree on a step, write an exact checkpoint, including the embedding state on the
     store servers, and trainer 0 then stops the job's stores — and give this machine's
     stores until the grace period ends to be stopped so, before SIGTERM."""
     deadline = time.monotonic() + sup.grace_s
-    sup.stop([str(r.role) for r in launch.roles if r.kind in ("trainer", "sampler")])
-    stores = {str(r.role) for r in launch.of_kind("store")}
+    sup.stop([r.role for r in launch.roles if r.kind in ("trainer", "sampler")])
+    stores = {r.role for r in launch.of_kind("store")}
     while time.monotonic() < deadline and not stores <= set(sup.exits()):
         sup.poll()
         time.sleep(interval)
 
 
-def _leave(launch: MachineLaunch, sup: Supervisor) -> None:
+def _leave(launch: MachineLaunch, sup: Supervisor[RoleName]) -> None:
     """This machine leaves an elastic job alone (:mod:`graphrun.machine.stopmark`): its
     roles are killed at once — no trainer enters the stop agreement, so the others do
     not checkpoint; they see the connections drop and re-form without this machine,
@@ -262,7 +252,7 @@ def _leave(launch: MachineLaunch, sup: Supervisor) -> None:
 
 def run_machine(
     launch: MachineLaunch,
-    sup: Supervisor,
+    sup: Supervisor[RoleName],
     stop: threading.Event,
     status_dir: Path | None = None,
     is_ready: IsReady | None = None,
@@ -280,28 +270,26 @@ def run_machine(
     stopped before this returns.
     """
     is_ready = is_ready or store_is_ready(Path(launch.key_file) if launch.key_file else None)
-    named = launch.named()  # the supervisor's names: exits are looked up, not parsed
-    status = StatusFile(status_dir, launch.machine, {n: r.role for n, r in named.items()})
-    kinds = {n: r.kind for n, r in named.items()}
+    status = StatusFile(status_dir, launch.machine)
+    kinds = {r.role: r.kind for r in launch.roles}
     state: State = "stopped"
     failure: JobFailed | None = None
 
-    stopped_by_job: list[str] = []
-    lost: list[str] = []  # replicated stores that died while the job trained
+    stopped_by_job: list[RoleName] = []
+    lost: list[RoleName] = []  # replicated stores that died while the job trained
     stalls = StallWatch(launch.stall_timeout_s)
 
     def check() -> None:
         stalls.check(sup, launch.machine)
-        status.usage.sample(_running(sup))
+        status.usage.sample(status.running(sup))
         for ex in sup.poll():
             clean = ex.exit_code == 0 and kinds[ex.role] in ("store", "ps")
             if clean and status.state in ("training", "done"):
                 stopped_by_job.append(ex.role)  # trainer 0 stops the stores at the end
                 continue
-            role = named[ex.role].role
-            if role in launch.replicated and status.state in ("training", "done"):
+            if ex.role in launch.replicated and status.state in ("training", "done"):
                 lost.append(ex.role)
-                store_lost(launch.machine, role, ex)
+                store_lost(launch.machine, ex.role, ex)
                 continue
             f = failure_of(ex, kinds[ex.role])
             if f is not None:
@@ -310,8 +298,8 @@ def run_machine(
         # stores (a placement plan may leave it only trainers, or nothing) is needed by
         # no one once its trainers are done.
         # Parameter servers are stopped by trainer 0 too: wait for theirs to exit as well.
-        ps_done = {str(r.role) for r in launch.of_kind("ps")} <= set(stopped_by_job)
-        lost_all = all(str(r.role) in lost for r in launch.of_kind("store"))
+        ps_done = {r.role for r in launch.of_kind("ps")} <= set(stopped_by_job)
+        lost_all = all(r.role in lost for r in launch.of_kind("store"))
         served = (stopped_by_job or lost_all) and ps_done
         if stop.is_set() or (served and status.state == "done"):
             raise _Stopped
@@ -322,7 +310,7 @@ def run_machine(
             check()
             if time.monotonic() > deadline:
                 raise JobFailed(
-                    str(RoleName.worker(launch.machine)),
+                    RoleName.worker(launch.machine),
                     launch.machine,
                     None,
                     f"timed out after {launch.ready_timeout_s:g}s waiting for {what}",
@@ -347,7 +335,7 @@ def run_machine(
             for r in launch.of_kind(kind):
                 sup.start(launch.command(r))
         status.update(sup, "training")
-        trainers = {str(r.role) for r in launch.of_kind("trainer")}
+        trainers = {r.role for r in launch.of_kind("trainer")}
         wait_until(lambda: trainers <= set(sup.exits()), "the trainers", float("inf"))
         status.update(sup, "done")
         while True:
@@ -370,6 +358,6 @@ def run_machine(
     # (the launcher killed with -9 is why this worker stops)
     remove_shm({r: p for r, p in sup.pids().items() if kinds.get(r) == "store"})
     status.update(sup, state)
-    exits: dict[str, int | None] = {role: None for role in kinds}
+    exits: dict[RoleName, int | None] = {role: None for role in kinds}
     exits.update({role: ex.exit_code for role, ex in sup.exits().items()})
     return MachineResult(launch.machine, state, exits, failure)

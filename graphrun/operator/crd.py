@@ -28,6 +28,7 @@ from graphrun.job.spec import (
     graphjob_json_schema,
 )
 from graphrun.operator.status import GraphJobStatus
+from graphrun.wire import schema_hook
 
 GROUP, VERSION = API_VERSION.split("/")
 PLURAL = "graphjobs"
@@ -132,7 +133,7 @@ def openapi_schema() -> dict[str, Any]:
 
 def status_schema() -> dict[str, Any]:
     """The ``status`` schema, from :class:`GraphJobStatus`."""
-    schema = msgspec.json.schema(GraphJobStatus)
+    schema = msgspec.json.schema(GraphJobStatus, schema_hook=schema_hook)
     defs = schema["$defs"]
     out = structural(defs["GraphJobStatus"], defs)
     out["description"] = "Written by the operator (graphrun/operator/status.py)."

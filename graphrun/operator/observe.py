@@ -79,20 +79,19 @@ class PodView:
             return "Failed"
         return "Partitioning" if self.init == "running" else "Waiting"
 
-    def failure(self) -> tuple[str | None, str | None, int | None, str]:
+    def failure(self) -> tuple[RoleName | None, str | None, int | None, str]:
         """(role, machine, exit code, message) from the termination message: the role the
-        worker named, or ``partitioner:<index>`` if its partition step failed; Nones
-        otherwise."""
+        worker named (read here, the message's one reader), or ``partitioner:<index>`` if
+        its partition step failed; Nones otherwise."""
         if self.init == "terminated" and self.init_exit_code != 0:
             last = [ln for ln in self.init_message.strip().splitlines() if ln.strip()][-1:]
-            role = str(RoleName.partitioner(self.index))
-            return role, None, self.init_exit_code, "".join(last)
+            return RoleName.partitioner(self.index), None, self.init_exit_code, "".join(last)
         lines = [ln for ln in self.termination_message.strip().splitlines() if ln.strip()]
         for line in reversed(lines):
             m = FAILED_LINE.search(line)
-            if m:
+            if m and RoleName.is_valid(m["role"]):
                 code = int(m["code"]) if m["code"] is not None else None
-                return m["role"], m["machine"], code, m["reason"] or ""
+                return RoleName.parse(m["role"]), m["machine"], code, m["reason"] or ""
         return None, None, self.exit_code, lines[-1] if lines else ""
 
 

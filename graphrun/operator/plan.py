@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol
 
 from graphrun.job.spec import GraphJob, ReplicaGroup
 from graphrun.job.workflow import Event, EventKind, JobState, Phase, transition
+from graphrun.names import RoleName
 from graphrun.operator import layout as L
 from graphrun.operator.observe import Observed, PartitionStep, PodView
 from graphrun.operator.status import LostMachine, QueueState, condition_type
@@ -145,9 +146,9 @@ class Hook(Protocol):
 _GROUPS: dict[str, ReplicaGroup] = {"partitioner": "partitioner", "launcher": "launcher"}
 
 
-def _replica_group(role: str | None) -> ReplicaGroup:
+def _replica_group(role: RoleName | None) -> ReplicaGroup:
     """The role group a failed role belongs to: its pods' replica type."""
-    return _GROUPS.get((role or "").split(":")[0], "worker")
+    return _GROUPS.get(role.kind if role is not None else "", "worker")
 
 
 def _within_restart_limit(run: Run, event: Event) -> Event:

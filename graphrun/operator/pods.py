@@ -64,7 +64,7 @@ def ensure_workers(run: Run) -> dict[int, PodView] | None:
         machine = run.job.spec.machine_names[i]
         role = RoleName.partitioner(i) if partitioning else RoleName.worker(machine)
         message = "the worker pod disappeared" + (" while partitioning" if partitioning else "")
-        run.fire(Event.role_failed(str(role), machine, None, message))
+        run.fire(Event.role_failed(role, machine, None, message))
         return None
     # After a restart or a suspension, trainers continue from the last checkpoint.
     resume = run.state.restarts > 0 or run.state.condition("Suspended") is not None
@@ -105,7 +105,7 @@ def rendezvous_lost(run: Run, missing_ok: bool = False) -> bool:
     else:
         _, _, code, last = pod.failure()
         message = f"the rendezvous pod {name} ended ({pod.phase})" + (f": {last}" if last else "")
-    run.fire(Event.role_failed(RZ.REPLICA, name, code, message))
+    run.fire(Event.role_failed(RoleName.rendezvous(), name, code, message))
     return True
 
 
@@ -153,15 +153,17 @@ def delete_all_pods(run: Run, partitioner: bool) -> bool:
     return left
 
 
-def pod_role(run: Run, pod: PodView) -> str:
+def pod_role(run: Run, pod: PodView) -> RoleName | None:
     """The role a failed pod that named none stands for: a worker pod is its machine's
     ``worker:<machine>`` (the machine's name, as everywhere), a partitioner pod
-    ``partitioner:<index>``, any other its replica type."""
+    ``partitioner:<index>`` (``partitioner`` alone without one), the launcher and the
+    rendezvous pods those roles; None for a pod of no replica type graphrun makes."""
     if pod.replica == "worker":
-        return str(RoleName.worker(run.machine(pod)))
-    if pod.replica == "partitioner" and pod.index is not None:
-        return str(RoleName.partitioner(pod.index))
-    return pod.replica
+        return RoleName.worker(run.machine(pod))
+    if pod.replica == "partitioner":
+        return RoleName.partitioner(pod.index)
+    single = {"launcher": RoleName.launcher(), RZ.REPLICA: RoleName.rendezvous()}
+    return single.get(pod.replica)
 
 
 def pod_problems(run: Run, pods: list[PodView]) -> bool:

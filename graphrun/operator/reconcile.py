@@ -281,7 +281,8 @@ def _partitioning(run: Run) -> None:
         code = failed[-1].exit_code if failed else None
         detail = failed[-1].failure()[3] if failed else part.message
         where = failed[-1].name if failed else part.name
-        run.fire(Event.role_failed("partitioner", where, code, detail or part.message))
+        role = RoleName.partitioner()
+        run.fire(Event.role_failed(role, where, code, detail or part.message))
 
 
 def _partition_on_workers(run: Run) -> None:
@@ -344,7 +345,7 @@ def _partition_failure(run: Run, pods: list[PodView]) -> bool:
         culprit = failed[0]
     _, _, code, message = culprit.failure()
     message = message or f"pod {culprit.name} failed while partitioning"
-    role, machine = str(RoleName.partitioner(culprit.index)), run.machine(culprit)
+    role, machine = RoleName.partitioner(culprit.index), run.machine(culprit)
     run.fire(Event.role_failed(role, machine, code, message))
     return True
 

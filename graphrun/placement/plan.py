@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from graphrun.errors import SpecError
-from graphrun.names import ROLE_GRAMMAR, RoleName
+from graphrun.names import PLACED, ROLE_GRAMMAR, RoleName
 from graphrun.placement._io import read_yaml, validate, write_file
 from graphrun.placement.cluster import MAX_MACHINES
 from graphrun.placement.job import MAX_TASKS, RESOURCES, Demand
@@ -64,6 +64,8 @@ class PlacementPlan(BaseModel):
     demands: dict[str, Demand] | None = Field(
         default=None, description="role -> the cpu (cores), memory_gb and gpus it needs"
     )
+    # the assignments by role, read once with the plan (the file's keys stay its text)
+    _by_role: dict[RoleName, str] = PrivateAttr(default_factory=dict)
 
     @field_validator("machines")
     @classmethod
@@ -79,19 +81,23 @@ class PlacementPlan(BaseModel):
 
     @model_validator(mode="after")
     def _known(self) -> PlacementPlan:
-        for role, machine in self.assignments.items():
-            if not RoleName.is_placed(role):
+        by_role = {}
+        for text, machine in self.assignments.items():
+            role = placed_role(text)
+            if role is None:
                 raise ValueError(
-                    f"assignments.{role}: {role!r} is not a role name ({ROLE_GRAMMAR})"
+                    f"assignments.{text}: {text!r} is not a role name ({ROLE_GRAMMAR})"
                 )
             if machine not in self.machines:
-                raise ValueError(f"assignments.{role}: machine {machine!r} is not in machines")
+                raise ValueError(f"assignments.{text}: machine {machine!r} is not in machines")
+            by_role[role] = machine
+        self._by_role = by_role
         for machine in self.capacity or {}:
             if machine not in self.machines:
                 raise ValueError(f"capacity.{machine}: not in machines")
-        for role in self.demands or {}:
-            if role not in self.assignments:
-                raise ValueError(f"demands.{role}: not in assignments")
+        for name in self.demands or {}:
+            if name not in self.assignments:
+                raise ValueError(f"demands.{name}: not in assignments")
         self._fits()
         return self
 
@@ -120,10 +126,14 @@ class PlacementPlan(BaseModel):
             **{res: sum(getattr(self.demands[r], res) for r in roles) for res in RESOURCES}
         )
 
+    @property
+    def by_role(self) -> dict[RoleName, str]:
+        """Role -> plan machine: the assignments, read once with the plan."""
+        return dict(self._by_role)
+
     def machine_of(self, role: RoleName) -> str | None:
-        """The machine the plan gives ``role`` (None: it gives none); the file's keys are
-        role names, looked up here only."""
-        return self.assignments.get(str(role))
+        """The machine the plan gives ``role`` (None: it gives none)."""
+        return self._by_role.get(role)
 
     def demand_of(self, role: RoleName) -> Demand | None:
         """What the plan says ``role`` needs (None: it does not say)."""
@@ -131,6 +141,13 @@ class PlacementPlan(BaseModel):
 
     def roles_on(self, machine: str) -> list[str]:
         return [r for r, m in self.assignments.items() if m == machine]
+
+
+def placed_role(text: str) -> RoleName | None:
+    """The role an assignment's key (a file's text) names, read once, with its file;
+    None when it is no role a placement places."""
+    role = RoleName.parse(text) if RoleName.is_valid(text) else None
+    return role if role is not None and role.kind in PLACED else None
 
 
 def plan_from_dict(
@@ -151,9 +168,9 @@ def plan_from_dict(
     if roles is not None:
         wanted = list(roles)
         allowed = set(wanted)
-        for text in plan.assignments:  # role names, validated with the plan
-            if RoleName.parse(text) not in allowed:
-                raise SpecError(f"{where}: assignments.{text}: not a role of this job")
+        for role in plan.by_role:
+            if role not in allowed:
+                raise SpecError(f"{where}: assignments.{role}: not a role of this job")
         if require_all:
             for role in wanted:
                 if plan.machine_of(role) is None:

@@ -40,17 +40,18 @@ import numpy as np
 
 from graphrun.errors import ArgumentError, SpecError
 from graphrun.files import write_atomic
+from graphrun.names import RoleName
 from graphrun.placement.cluster import Cluster
 from graphrun.placement.oes import Policy, simulate_times
 from graphrun.placement.workload import STAGES, Scenario, Template, make_template
-from graphrun.wire import Header, check_header, convert, to_builtins
+from graphrun.wire import Header, check_header, convert_json, to_builtins
 
 FORMAT = "graphrun-schedule"
 VERSION = 1
 
 
 class TaskRun(msgspec.Struct, frozen=True):
-    role: str
+    role: RoleName
     machine: str
     stage: str
     iteration: int
@@ -61,8 +62,8 @@ class TaskRun(msgspec.Struct, frozen=True):
 class FlowRun(msgspec.Struct, frozen=True):
     src: str  # machine names
     dst: str
-    src_role: str
-    dst_role: str
+    src_role: RoleName
+    dst_role: RoleName
     stage: str
     iteration: int
     bytes: float
@@ -75,7 +76,7 @@ class Schedule(msgspec.Struct, frozen=True):
     machines: tuple[str, ...]
     iterations: int
     makespan: float  # simulated seconds for ``iterations`` iterations
-    placement: dict[str, str]  # role -> machine
+    placement: dict[RoleName, str]  # role -> machine
     tasks: tuple[TaskRun, ...]
     flows: tuple[FlowRun, ...]
 
@@ -111,7 +112,7 @@ def schedule(
     x = np.asarray(placement, dtype=np.int64)
     a = tpl.place(cluster, x.tolist())
     start, finish = simulate_times(a, policy)
-    roles = [str(r) for r in scenario.job.roles]  # as the schedule file names them
+    roles = scenario.job.roles
     names = cluster.names
     network = tpl.src_task >= 0
     # a CPU step's work is its duration, or its CPU seconds when it became a fluid
@@ -171,4 +172,4 @@ def parse_schedules(text: bytes | str, path: str) -> list[Schedule]:
         why = "nested too deep" if isinstance(exc, RecursionError) else exc
         raise SpecError(f"{path}: cannot read the schedule ({why})") from None
     check_header(data, str(path), FORMAT, VERSION)
-    return convert(ScheduleFile, data, str(path)).schedules
+    return convert_json(ScheduleFile, data, str(path)).schedules  # RoleName keys

@@ -21,7 +21,6 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from graphrun.names import RoleName
 from graphrun.placement.schedule import Schedule
 from graphrun.report.rundir import Machine
 
@@ -173,8 +172,7 @@ def machine_usage(machines: Sequence[Machine]) -> bytes:
         by_kind: dict[str, list[float]] = {}  # kind -> its roles' sum on each machine
         for m_i, m in enumerate(machines):
             for role, u in m.usage.items():
-                kind: str = RoleName.parse(role).kind if RoleName.is_valid(role) else "other"
-                by_kind.setdefault(kind, [0.0] * len(machines))[m_i] += float(u.get(key, 0.0))
+                by_kind.setdefault(role.kind, [0.0] * len(machines))[m_i] += float(u.get(key, 0.0))
         bottom = [0.0] * len(machines)
         for kind, vals in sorted(by_kind.items()):
             ax.bar(range(len(machines)), vals, bottom=bottom, color=COLORS.get(kind, "#888"),
@@ -199,7 +197,7 @@ class Bar:
 def timeline_bars(s: Schedule) -> tuple[list[str], list[Bar]]:
     """The rows (machines, then links) and bars of a schedule's timeline."""
     links = [f"{a} → {b}" for a, b in s.links()]
-    bars = [Bar(t.machine, t.start, t.end, t.stage, t.role) for t in s.tasks]
+    bars = [Bar(t.machine, t.start, t.end, t.stage, str(t.role)) for t in s.tasks]
     bars += [
         Bar(f"{f.src} → {f.dst}", f.start, f.end, f.stage, f"{f.src_role} → {f.dst_role}")
         for f in s.flows

@@ -149,7 +149,8 @@ def _machines(run: Run) -> list[str]:
     for m in run.machines:
         for role in m.roles or tuple(m.usage):
             u = m.usage.get(role, {})
-            rows.append([esc(m.name), esc(role), cell(u.get("cpu_s")), cell(u.get("peak_rss_mb"))])
+            cells = [cell(u.get("cpu_s")), cell(u.get("peak_rss_mb"))]
+            rows.append([esc(m.name), esc(str(role)), *cells])
     out.append(table(["machine", "role", "cpu_s", "peak_rss_mb"], rows, "roles"))
     if any(m.usage for m in run.machines):
         out.append(img(plots.machine_usage(run.machines), "CPU and peak memory per machine"))

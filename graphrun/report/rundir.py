@@ -33,13 +33,14 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
-from graphrun.errors import RunFileError, SpecError, UserError, WorkflowError
+from graphrun.errors import JOB, RunFileError, SpecError, UserError, WorkflowError
 from graphrun.job.workflow import Event, EventKind, JobStatus, Phase, read_run_state
 from graphrun.machine.launch import MachineLaunch
+from graphrun.names import RoleName
 from graphrun.placement.schedule import Schedule, parse_schedules, schedule_file
 from graphrun.record import EpochRecord, MachineStatus, decode_status, parse_epoch
 from graphrun.report import files
@@ -51,7 +52,7 @@ MAX_LINE_NOTES = 20  # notes of skipped lines of metrics.jsonl; the rest are cou
 
 @dataclass(frozen=True)
 class Failure:
-    role: str
+    role: RoleName | Literal["job"]  # the job as a whole (cancelled, deadline): no role
     machine: str
     exit_code: int | None
     reason: str
@@ -65,9 +66,9 @@ class Failure:
 @dataclass(frozen=True)
 class Machine:
     name: str
-    roles: tuple[str, ...]  # in launch order
+    roles: tuple[RoleName, ...]  # in launch order
     state: str | None = None  # the worker's last state
-    usage: dict[str, dict[str, float]] = field(default_factory=dict)  # role -> cpu_s, peak
+    usage: dict[RoleName, dict[str, float]] = field(default_factory=dict)  # cpu_s, peak
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ class Run:
         first = self.epochs[0] if self.epochs else {}
         return "link-prediction" if "train_auc" in first else "classification"
 
-    def role_machine(self) -> dict[str, str]:
+    def role_machine(self) -> dict[RoleName, str]:
         return {r: m.name for m in self.machines for r in m.roles}
 
 
@@ -161,10 +162,10 @@ def _failure(status: JobStatus, statuses: list[MachineStatus]) -> Failure | None
     f = status.failure or Event(EventKind.FAIL)
     for s in statuses:  # the worker's own words name the role that failed first
         sf = s.failure
-        if sf is not None and f.role in (None, str(sf.role)):
-            return Failure(str(sf.role), sf.machine, sf.exit_code, sf.reason)
+        if sf is not None and f.role in (None, sf.role):
+            return Failure(sf.role, sf.machine, sf.exit_code, sf.reason)
     reason = f.message or f.reason or "the job failed"
-    return Failure(f.role or "job", f.machine or "-", f.exit_code, reason)
+    return Failure(f.role or JOB, f.machine or "-", f.exit_code, reason)
 
 
 def _files(run: Path, sub: str, notes: list[str]) -> list[Path]:
@@ -194,7 +195,7 @@ def _machines(run: Path, notes: list[str]) -> tuple[list[Machine], list[MachineS
         except RunFileError as exc:
             notes.append(_skipped(exc))
             continue
-        machines[launch.machine] = Machine(launch.machine, tuple(str(r.role) for r in launch.roles))
+        machines[launch.machine] = Machine(launch.machine, tuple(r.role for r in launch.roles))
     for p in _files(run, "status", notes):
         try:
             data = read_file(p, files.JSON_CAP, inside=run)
@@ -208,7 +209,7 @@ def _machines(run: Path, notes: list[str]) -> tuple[list[Machine], list[MachineS
             continue
         statuses.append(st)
         name = st.machine
-        roles = machines[name].roles if name in machines else tuple(map(str, st.roles))
+        roles = machines[name].roles if name in machines else tuple(st.roles)
         usage = {
             role: {k: v for k, v in msgspec.structs.asdict(u).items() if v is not None}
             for role, u in (st.usage.roles if st.usage else {}).items()

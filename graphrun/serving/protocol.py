@@ -23,7 +23,7 @@ request is a :class:`BadRequest`, answered as HTTP 400 ``{"error": "<one line>"}
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -37,15 +37,23 @@ DEFAULT_OUTPUTS = ("logits", "predictions")
 MAX_SEED = 2**62
 
 
+def _flag(help_: str | None) -> dict[str, Any]:
+    """A field's ``graphrun infer serve`` flag (:func:`graphrun.arguments.add_fields`)."""
+    return {"help": help_, "quiet": True}
+
+
 @dataclass(frozen=True)
 class Bounds:
-    """What one request and one micro-batch may ask (the endpoint's ``--max-*`` flags)."""
+    """What one request and one micro-batch may ask: the endpoint's ``--max-*`` flags,
+    taken from these fields (their help in the metadata)."""
 
-    max_body_bytes: int = 1 << 20
-    max_ids: int = 1024  # node ids of one request
-    max_neighbors: int = 1024  # edges of a new node
-    max_batch_ids: int = 4096  # ids of one micro-batch (one forward)
-    max_queue: int = 256  # requests waiting or in a forward; more are refused (HTTP 503)
+    max_body_bytes: int = field(default=1 << 20, metadata=_flag(None))
+    max_ids: int = field(default=1024, metadata=_flag("node ids of one request"))
+    max_neighbors: int = field(default=1024, metadata=_flag("edges of a new node"))
+    # ids of one micro-batch (one forward)
+    max_batch_ids: int = field(default=4096, metadata=_flag("ids of one forward"))
+    # requests waiting or in a forward; more are refused (HTTP 503)
+    max_queue: int = field(default=256, metadata=_flag("requests in flight (more: 503)"))
 
 
 @dataclass(frozen=True)

@@ -238,7 +238,7 @@ def nothing_left(job: LocalJob) -> None:
     """No descendant process of this one left, and no shared memory segment of the job's
     store servers."""
     no_children()
-    store_pids = [pid for role, pid in job.pids.items() if role.startswith("store")]
+    store_pids = [pid for role, pid in job.pids.items() if role.kind == "store"]
     assert store_pids
     prefixes = tuple(f"graphrun-{x}-" for x in store_pids)
     assert [p for p in os.listdir("/dev/shm") if p.startswith(prefixes)] == []
@@ -279,20 +279,19 @@ def fail_unless_resumed(ctx: Any) -> dict[str, bool]:
     return {"resumed": ctx.config.resume}
 
 
-def kill_when_training(status_file: Path, role: str, timeout: float = 60.0) -> threading.Thread:
+def kill_when_training(
+    status_file: Path, role: RoleName, timeout: float = 60.0
+) -> threading.Thread:
     """A daemon thread that SIGKILLs ``role`` once its machine's worker status file says
     ``training`` (gives up after ``timeout`` s)."""
-    from graphrun.names import RoleName
     from graphrun.record import read_status
-
-    name = RoleName.parse(role)
 
     def kill() -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             st = read_status(status_file)
-            if st and st.state == "training" and name in st.pids():
-                os.kill(st.pids()[name], signal.SIGKILL)
+            if st and st.state == "training" and role in st.pids():
+                os.kill(st.pids()[role], signal.SIGKILL)
                 return
             time.sleep(0.05)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from graphrun.errors import ArgumentError
-from graphrun.names import etype_key
+from graphrun.names import Endpoint, etype_key
 from graphrun.train.names import TASKS, AggrPath, Task
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class ElasticConfig:
     settle_s: float = 3.0  # how long the survivors gather before the new group is fixed
     # machine -> "host:port" of a store server there: a re-forming trainer that reaches
     # too few of the others' is the one cut off (graphrun.errors.CutOff)
-    probes: tuple[tuple[str, str], ...] = ()
+    probes: tuple[tuple[str, Endpoint], ...] = ()
 
 
 @dataclass(frozen=True)

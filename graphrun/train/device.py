@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from graphrun.errors import ArgumentError, UserError
+from graphrun.names import RoleName
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -90,7 +91,7 @@ def check_gpus(
     raise UserError(f"machine {machine or '?'}: has {what}; the job asks for {asked} ({field})")
 
 
-def oom_message(role: str, batch_size: int, setting: str, detail: str = "") -> str:
+def oom_message(role: RoleName, batch_size: int, setting: str, detail: str = "") -> str:
     first = detail.strip().splitlines()[0] if detail.strip() else ""
     return (
         f"{role}: CUDA out of memory at batch size {batch_size}"
@@ -100,7 +101,9 @@ def oom_message(role: str, batch_size: int, setting: str, detail: str = "") -> s
 
 
 @contextlib.contextmanager
-def oom_guard(role: str, batch_size: int, setting: str = "training.batchSize") -> Iterator[None]:
+def oom_guard(
+    role: RoleName, batch_size: int, setting: str = "training.batchSize"
+) -> Iterator[None]:
     """Turn a CUDA out-of-memory inside the block into one :class:`UserError` line."""
     import torch
 

@@ -60,7 +60,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
@@ -70,6 +70,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from graphrun.errors import BelowMinimum, CutOff, GraphrunError, LeftOut, RpcTimeout
+from graphrun.names import Endpoint
 from graphrun.train.config import ElasticConfig
 from graphrun.train.ddp import DDPConfig
 from graphrun.train.sockets import opened, port_of, shut
@@ -82,7 +83,7 @@ _LOST = ("Connection closed", "Connection reset", "Broken pipe", "Timed out", "t
 
 
 def reachable(
-    probes: dict[str, str], machines: Sequence[str], timeout_s: float = PROBE_S
+    probes: Mapping[str, Endpoint], machines: Sequence[str], timeout_s: float = PROBE_S
 ) -> set[str]:
     """Those of ``machines`` whose probe endpoint (``host:port`` of a store server there)
     accepts a TCP connection within ``timeout_s``, probed together; nothing is sent. A
@@ -93,9 +94,8 @@ def reachable(
         ep = probes.get(machine)
         if ep is None:
             return True
-        host, _, port = ep.rpartition(":")
         try:
-            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+            socket.create_connection((ep.host.strip("[]"), ep.port), timeout=timeout_s).close()
         except (OSError, ValueError):
             return False
         return True

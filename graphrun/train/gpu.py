@@ -31,6 +31,7 @@ from graphrun.distributed.gpucache import (
     fits_whole,
     hot_rows,
 )
+from graphrun.names import RoleName
 from graphrun.train.data import Batch, GraphData
 from graphrun.train.device import oom_guard
 
@@ -46,7 +47,7 @@ class DevicePath:
         device: torch.device,
         ntype: str,
         feature: str,
-        role: str,
+        role: RoleName,
         batch_size: int,
         cache_mb: int | None = None,
         transfer: Transfer | None = None,

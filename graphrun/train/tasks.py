@@ -83,7 +83,7 @@ class Task:
         forced = c.feed == "cpu" and self.ctx.device.type == "cpu"
         self.path = DevicePath(
             d, self.ctx.device, self.ntype or d.node_types[0], c.feature,
-            str(RoleName.trainer(self.ctx.rank)), c.batch_size, c.gpu_cache_mb,
+            RoleName.trainer(self.ctx.rank), c.batch_size, c.gpu_cache_mb,
             transfer=CpuTransfer() if forced else None,
             free_bytes=(c.gpu_cache_mb or 0) << 20 if forced else None,
         )  # fmt: skip

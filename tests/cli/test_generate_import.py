@@ -388,3 +388,24 @@ def test_type_names_must_be_safe(tmp_path, capsys) -> None:
     (src / "nodes.csv").write_text("id,type\n1,a\n2,b\n3,../x\n")
     rc = main(["import", str(src), str(tmp_path / "out")])
     assert_clean_failure(rc, capsys, tmp_path / "out", "node type name '../x' is not allowed")
+
+
+def test_add_fields_quiet_and_choices() -> None:
+    """``metadata["quiet"]``: no default in the help; ``metadata["choices"]``: the values."""
+    import argparse
+    import dataclasses
+
+    from graphrun.arguments import add_fields, from_fields
+
+    @dataclasses.dataclass(frozen=True)
+    class Params:
+        size: int = dataclasses.field(default=3, metadata={"help": "how many", "quiet": True})
+        mode: str = dataclasses.field(default="a", metadata={"choices": ("a", "b")})
+
+    parser = argparse.ArgumentParser()
+    add_fields(parser, Params)
+    assert from_fields(Params, parser.parse_args(["--mode", "b"])) == Params(mode="b")
+    help_text = " ".join(parser.format_help().split())
+    assert "how many" in help_text and "(default" not in help_text
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--mode", "c"])

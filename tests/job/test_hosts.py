@@ -27,7 +27,9 @@ def test_every_machine_with_a_store_server_gets_one_probe():
         }),
     )  # fmt: skip
     # m2 serves nothing: not probed (it counts as reached)
-    assert hosts.probes() == {"m0": "10.77.0.1:30000", "m1": "10.77.0.2:30001"}
+    assert hosts.probes() == {
+        "m0": Endpoint("10.77.0.1", 30000), "m1": Endpoint("10.77.0.2", 30001)
+    }  # fmt: skip
 
 
 def test_a_rendezvous_served_apart_is_said_so_and_read_back(tmp_path: Path) -> None:

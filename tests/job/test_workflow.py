@@ -24,6 +24,7 @@ from graphrun.job.workflow import (
     state_from_dict,
     transition,
 )
+from graphrun.names import RoleName
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 K = EventKind
@@ -123,14 +124,14 @@ def test_happy_path_conditions_and_times() -> None:
 
 def test_role_failure_without_backoff_fails_naming_the_role() -> None:
     s = reach(Phase.TRAINING, backoff_limit=0)
-    s = transition(s, Event.role_failed("trainer:1", "m1", 3, "ValueError: boom"), at(9))
+    s = transition(s, Event.role_failed(RoleName.trainer(1), "m1", 3, "ValueError: boom"), at(9))
     assert s.phase is Phase.FAILED
     cond = s.condition("Failed")
     assert cond is not None and cond.reason == "RoleFailed"
     assert cond.message == "trainer:1 on m1 failed (exit code 3): ValueError: boom"
     err = s.error()
     assert isinstance(err, JobFailed)
-    assert (err.role, err.host, err.exit_code) == ("trainer:1", "m1", 3)
+    assert (err.role, err.host, err.exit_code) == (RoleName.trainer(1), "m1", 3)
     training = s.condition("Training")
     assert training is not None and training.status == "False"
 
@@ -138,14 +139,14 @@ def test_role_failure_without_backoff_fails_naming_the_role() -> None:
 def test_backoff_restarts_then_fails() -> None:
     s = reach(Phase.TRAINING, backoff_limit=2)
     for n in (1, 2):
-        s = transition(s, Event.role_failed("store:0", "m0", -9), at(10 * n))
+        s = transition(s, Event.role_failed(RoleName.store(0), "m0", -9), at(10 * n))
         assert s.phase is Phase.RESTARTING and s.restarts == n
         s = transition(s, Event(K.RESTARTED), at(10 * n + 1))
         assert s.phase is Phase.SERVING
         restarting = s.condition("Restarting")
         assert restarting is not None and restarting.status == "False"
         s = transition(s, Event(K.SERVERS_READY), at(10 * n + 2))
-    s = transition(s, Event.role_failed("trainer:0", "m0", 1), at(40))
+    s = transition(s, Event.role_failed(RoleName.trainer(0), "m0", 1), at(40))
     assert s.phase is Phase.FAILED
     cond = s.condition("Failed")
     assert cond is not None and cond.reason == "BackoffLimitExceeded"
@@ -163,7 +164,7 @@ def test_backoff_restarts_then_fails() -> None:
 )
 def test_restart_resumes_where_it_failed(failed_in: Phase, resumes_at: Phase) -> None:
     s = reach(failed_in, backoff_limit=1)
-    s = transition(s, Event.role_failed("x", "m0", 1), at(1))
+    s = transition(s, Event.role_failed(RoleName.trainer(0), "m0", 1), at(1))
     s = transition(s, Event(K.RESTARTED), at(2))
     assert s.phase is resumes_at
     assert s.resume_phase is None
@@ -171,7 +172,7 @@ def test_restart_resumes_where_it_failed(failed_in: Phase, resumes_at: Phase) ->
 
 def test_suspend_and_resume_keeps_restart_count() -> None:
     s = reach(Phase.TRAINING, backoff_limit=3)
-    s = transition(s, Event.role_failed("trainer:0", "m0", 1), at(1))
+    s = transition(s, Event.role_failed(RoleName.trainer(0), "m0", 1), at(1))
     s = transition(s, Event(K.SUSPEND, message="by user"), at(2))
     assert s.phase is Phase.SUSPENDED
     s = transition(s, Event(K.RESUME), at(3))
@@ -200,11 +201,11 @@ def test_failing_events_keep_their_reason(kind: EventKind) -> None:
 
 def test_condition_times_follow_changes() -> None:
     s = reach(Phase.SERVING, backoff_limit=5)
-    s = transition(s, Event.role_failed("a", "m0", 1), at(1))
+    s = transition(s, Event.role_failed(RoleName.trainer(0), "m0", 1), at(1))
     s = transition(s, Event(K.RESTARTED), at(2))
     serving = s.condition("Serving")
     assert serving is not None and serving.status == "True" and serving.time == at(2)
-    s = transition(s, Event.role_failed("a", "m0", 1), at(3))
+    s = transition(s, Event.role_failed(RoleName.trainer(0), "m0", 1), at(3))
     serving = s.condition("Serving")
     assert serving is not None and serving.status == "False" and serving.time == at(3)
     created = s.condition("Created")
@@ -214,11 +215,25 @@ def test_condition_times_follow_changes() -> None:
 
 def test_state_round_trips_through_dict() -> None:
     s = reach(Phase.TRAINING, backoff_limit=2)
-    s = transition(s, Event.role_failed("trainer:1", "m1", 3, "boom"), at(7))
+    s = transition(s, Event.role_failed(RoleName.trainer(1), "m1", 3, "boom"), at(7))
     assert state_from_dict(s.to_dict(), backoff_limit=2) == s
     s = transition(s, Event(K.RESTARTED), at(8))
     s = transition(s, Event(K.FAIL, reason="ImagePullBackOff", message="no image"), at(9))
     assert state_from_dict(s.to_dict(), backoff_limit=2) == s
+
+
+def test_a_failure_s_role_is_read_once_with_the_status() -> None:
+    """The failed role is a RoleName when the status is read back (the operator's, a
+    run's state.json); text that names no role is refused there, naming the field."""
+    s = reach(Phase.TRAINING, backoff_limit=0)
+    s = transition(s, Event.role_failed(RoleName.trainer(1), "m1", 3, "boom"), at(7))
+    d = s.to_dict()
+    assert d["failure"]["role"] == "trainer:1"
+    back = state_from_dict(d)
+    assert back.failure is not None and back.failure.role == RoleName.trainer(1)
+    d["failure"]["role"] = "trainer:one"
+    with pytest.raises(WorkflowError, match=r"failure\.role: 'trainer:one' is not a role name"):
+        state_from_dict(d)
 
 
 def test_status_is_written_in_the_kubernetes_shape() -> None:
@@ -249,11 +264,11 @@ def test_status_is_written_in_the_kubernetes_shape() -> None:
             "startTime": "2026-01-01T00:00:01Z",
         }
     )
-    s = transition(s, Event.role_failed("trainer:1", "m1", 0, "boom"), at(2))
+    s = transition(s, Event.role_failed(RoleName.trainer(1), "m1", 0, "boom"), at(2))
     s = transition(s, Event(K.RESTARTED), at(3))
-    s = transition(s, Event.role_failed("trainer:1", "m1", 3), at(4))
+    s = transition(s, Event.role_failed(RoleName.trainer(1), "m1", 3), at(4))
     s = transition(s, Event(K.RESTARTED), at(4))
-    s = transition(s, Event.role_failed("trainer:1", "m1", 3), at(5))
+    s = transition(s, Event.role_failed(RoleName.trainer(1), "m1", 3), at(5))
     d = s.to_dict()
     assert list(d) == [
         "phase", "conditions", "restarts", "startTime", "completionTime", "failure"
@@ -265,7 +280,9 @@ def test_status_is_written_in_the_kubernetes_shape() -> None:
         "exitCode": 3,
     }
     assert (d["restarts"], d["completionTime"]) == (2, "2026-01-01T00:00:05Z")
-    restarting = transition(reach(Phase.SERVING, 1), Event.role_failed("a", "m0", 0), at(6))
+    restarting = transition(
+        reach(Phase.SERVING, 1), Event.role_failed(RoleName.trainer(0), "m0", 0), at(6)
+    )
     d = restarting.to_dict()
     assert (d["resumePhase"], d["restarts"]) == ("Serving", 1)
     assert "failure" not in d and "completionTime" not in d and "backoffLimit" not in d
@@ -357,9 +374,11 @@ def test_permanent_role_failure_is_not_retried() -> None:
 
     now = datetime(2026, 1, 1, tzinfo=UTC)
     s = replay(initial_state(now, backoff_limit=3), [Event(EventKind.START)], now)
-    transient = transition(s, Event.role_failed("trainer:0", "m0", 1, "boom"), now)
+    transient = transition(s, Event.role_failed(RoleName.trainer(0), "m0", 1, "boom"), now)
     assert transient.phase is Phase.RESTARTING
-    failed = transition(s, Event.role_failed("trainer:0", "m0", USER_ERROR_EXIT, "bad"), now)
+    failed = transition(
+        s, Event.role_failed(RoleName.trainer(0), "m0", USER_ERROR_EXIT, "bad"), now
+    )
     assert failed.phase is Phase.FAILED and failed.restarts == 0
     assert failed.condition("Failed").reason == "NotRetriable"
 

@@ -26,24 +26,29 @@ from graphrun.testing.jobs import nothing_left, small_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ROLES = ("store:0", "store:1", "trainer:0", "trainer:1")
+ROLES = (RoleName.store(0), RoleName.store(1), RoleName.trainer(0), RoleName.trainer(1))
 # long enough to still train 1.5 s after the trainers start: warm-started (forked from
 # the host's warm server) they are training within 0.3 s, and 4 epochs took 0.5 s
 EPOCHS = 60
 
 
 def hurt(
-    status_dir: Path, role: str, action: str, delay: float, done: threading.Event, hit: list[str]
+    status_dir: Path,
+    role: RoleName,
+    action: str,
+    delay: float,
+    done: threading.Event,
+    hit: list[RoleName],
 ) -> None:
     """Once ``role`` runs and training started, wait ``delay`` s, then kill/stop/pause it
     (``hit`` gets the role if it was still running)."""
-    machine = f"m{role.split(':')[1]}"
+    machine = f"m{role.index}"
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and not done.is_set():
         st = read_status(status_dir / f"{machine}.json")
-        if st and st.state == "training" and RoleName.parse(role) in st.pids():
+        if st and st.state == "training" and role in st.pids():
             time.sleep(delay)
-            pid = st.pids()[RoleName.parse(role)]
+            pid = st.pids()[role]
             try:
                 os.kill(pid, 0)
                 hit.append(role)
@@ -72,7 +77,7 @@ def test_chaos(tmp_path: Path, seed: int, action: str, backoff: int) -> None:
     job = LocalJob(load_job(path), path, opts, sink=io.StringIO())
     done = threading.Event()
     status_dir = tmp_path / "runs" / "small" / "status"
-    hit: list[str] = []
+    hit: list[RoleName] = []
     chaos = threading.Thread(target=hurt, args=(status_dir, role, action, delay, done, hit))
     chaos.start()
     try:

@@ -59,7 +59,7 @@ def test_two_machines_train_to_accuracy(tmp_path):
     sink, shown = io.StringIO(), io.StringIO()
     job = LocalJob(load_job(path), path, RunOptions(grace_s=3.0), sink=_Tee(sink, Console(shown)))
     report = job.run()
-    assert report.exits["trainer:0"] == 0 and report.exits["trainer:1"] == 0
+    assert report.exits[RoleName.trainer(0)] == 0 and report.exits[RoleName.trainer(1)] == 0
     last = metrics(path)[-1]
     # 4 classes: chance is 0.25; this setting reaches 0.66-0.77 in one process (seeds 0-4)
     assert last["epoch"] == 2 and last["test_acc"] > 0.5
@@ -95,7 +95,7 @@ def test_the_gpu_feature_path_in_a_real_job_with_its_cpu_transfer(tmp_path):
     path = small_job(tmp_path, epochs=3, lr=0.03, runtime=runtime)
     job, _ = run(path, trainer_args=("--device-feed", "cpu"))
     report = job.run()
-    assert report.exits["trainer:0"] == 0 and report.exits["trainer:1"] == 0
+    assert report.exits[RoleName.trainer(0)] == 0 and report.exits[RoleName.trainer(1)] == 0
     got = metrics(path)
     assert got[-1]["test_acc"] > 0.5  # as test_two_machines_train_to_accuracy
     assert [m["gpu_cache_hit_rate"] for m in got] == [1.0, 1.0, 1.0]
@@ -109,7 +109,7 @@ def test_raising_trainer_fails_the_job_and_leaves_nothing(tmp_path):
     with pytest.raises(JobFailed) as info:
         job.run()
     blamed = (info.value.role, info.value.host, info.value.exit_code)
-    assert blamed == ("trainer:1", "m1", 1), str(info.value)
+    assert blamed == (RoleName.trainer(1), "m1", 1), str(info.value)
     assert "boom on purpose" in str(info.value)
     # what the failed entry point left open was closed before its process ended
     unclosed = tmp_path / "runs" / "small" / "unclosed.txt"
@@ -120,10 +120,10 @@ def test_raising_trainer_fails_the_job_and_leaves_nothing(tmp_path):
 def test_killed_store_fails_the_job(tmp_path):
     path = small_job(tmp_path, entryPoint="graphrun.testing.jobs:wait")
     job, _ = run(path)
-    kill_when_training(tmp_path / "runs" / "small" / "status" / "m1.json", "store:1")
+    kill_when_training(tmp_path / "runs" / "small" / "status" / "m1.json", RoleName.store(1))
     with pytest.raises(JobFailed) as info:
         job.run()
-    assert (info.value.role, info.value.host, info.value.exit_code) == ("store:1", "m1", -9)
+    assert (info.value.role, info.value.host, info.value.exit_code) == (RoleName.store(1), "m1", -9)
     nothing_left(job)
 
 
@@ -157,7 +157,7 @@ def test_hetero_job_on_2_machines_with_2_trainers_each(tmp_path):
     )
     job, sink = run(path)
     report = job.run()
-    assert all(report.exits[f"trainer:{r}"] == 0 for r in range(4))
+    assert all(report.exits[RoleName.trainer(r)] == 0 for r in range(4))
     assert '"model": "HeteroGNN"' in sink.getvalue()
     assert metrics(path)[-1]["test_acc"] > 0.5  # 4 classes: chance is 0.25
 
@@ -361,7 +361,7 @@ def test_failed_trainer_restarts_within_the_backoff_limit(tmp_path):
     )  # fmt: skip
     job, sink = run(path)
     report = job.run()
-    assert report.state.restarts == 1 and report.exits["trainer:1"] == 0
+    assert report.state.restarts == 1 and report.exits[RoleName.trainer(1)] == 0
     assert "phase Restarting" in sink.getvalue()
     assert "first attempt fails on purpose" in sink.getvalue()
     nothing_left(job)
@@ -451,7 +451,10 @@ def test_two_jobs_train_on_one_running_store_and_leave_it_serving(tmp_path):
             job_file.write_text(yaml.safe_dump(spec))
             job, sink = run(job_file)
             report = job.run()
-            assert report.exits == {"trainer:0": 0, "trainer:1": 0}  # no store roles
+            assert report.exits == {
+                RoleName.trainer(0): 0,
+                RoleName.trainer(1): 0,
+            }  # no store roles
             assert "using the running store" in sink.getvalue()
             # nothing was partitioned or distributed: those phases are not shown
             assert "phase Partitioning" not in sink.getvalue()
@@ -550,7 +553,7 @@ def test_distributed_partitioning_on_the_jobs_machines(tmp_path):
     meta = json.loads((tmp_path / "parts" / "partition.json").read_text())
     assert meta["method"] == "xtrapulp" and meta["num_parts"] == 2
     assert not list(tmp_path.glob("parts.*"))  # no staging directory left
-    assert all(report.exits[f"trainer:{r}"] == 0 for r in range(2))
+    assert all(report.exits[RoleName.trainer(r)] == 0 for r in range(2))
     assert metrics(path)[-1]["test_acc"] > 0.5  # 4 classes: chance is 0.25
 
 
@@ -572,7 +575,7 @@ def test_distributed_partitioning_of_a_heterograph_whose_loader_workers_end_quie
     report = job.run()
     meta = json.loads((tmp_path / "parts" / "partition.json").read_text())
     assert meta["method"] == "xtrapulp" and meta["node_types"] == list(graph.node_types)
-    assert all(report.exits[f"trainer:{r}"] == 0 for r in range(2))
+    assert all(report.exits[RoleName.trainer(r)] == 0 for r in range(2))
     out = sink.getvalue()
     assert "heartbeat to" not in out and "connection lost" not in out, f"heartbeats: {out}"
     # deterministic: every session but trainer 0's (it stops them) left every store before
@@ -588,7 +591,7 @@ def test_distributed_partitioning_fails_naming_the_rank(tmp_path):
     job, _ = run(path)
     with pytest.raises(JobFailed) as err:
         job.run()
-    assert err.value.role == "partitioner:1" and err.value.host == "m1"
+    assert err.value.role == RoleName.partitioner(1) and err.value.host == "m1"
     assert not (tmp_path / "parts").exists() and not list(tmp_path.glob("parts*"))
 
 
@@ -612,7 +615,7 @@ def test_distributed_partitioning_on_netns_hosts(tmp_path):
     report = job.run()
     assert "[partitioner:1@m1]" in sink.getvalue()
     assert json.loads((tmp_path / "parts" / "partition.json").read_text())["num_parts"] == 2
-    assert all(report.exits[f"trainer:{r}"] == 0 for r in range(2))
+    assert all(report.exits[RoleName.trainer(r)] == 0 for r in range(2))
 
 
 @pytest.mark.timeout(240)
@@ -644,7 +647,11 @@ def test_a_killed_trainer_is_named_on_the_console_not_the_survivors_traceback(tm
         job.run()
     killer.join()
     assert hit
-    assert (info.value.role, info.value.host, info.value.exit_code) == ("trainer:1", "m1", -9)
+    assert (info.value.role, info.value.host, info.value.exit_code) == (
+        RoleName.trainer(1),
+        "m1",
+        -9,
+    )
     console = out.getvalue()
     assert "Traceback" not in console and "[rank0]" not in console, console
     assert "Connection reset" not in console, console
@@ -668,7 +675,7 @@ def test_disk_features_train_to_the_losses_of_shared_memory(tmp_path):
         path = small_job(d, epochs=2, lr=0.03, runtime=runtime)
         job, _ = run(path)
         report = job.run()
-        assert report.exits["trainer:0"] == 0 and report.exits["trainer:1"] == 0
+        assert report.exits[RoleName.trainer(0)] == 0 and report.exits[RoleName.trainer(1)] == 0
         runs[storage, workers] = metrics(path)
         nothing_left(job)
     mem, disk, workers = runs["memory", 0], runs["disk", 0], runs["disk", 1]

@@ -51,7 +51,7 @@ def test_the_event_names_what_took_over():
 
 
 def _exit(machine: str, code: int) -> RoleExit:
-    return RoleExit(f"worker:{machine}", machine, code)
+    return RoleExit(RoleName.worker(machine), machine, code)
 
 
 def test_a_dead_worker_is_a_lost_machine_only_while_enough_are_left(tmp_path):
@@ -62,7 +62,7 @@ def test_a_dead_worker_is_a_lost_machine_only_while_enough_are_left(tmp_path):
     assert machines.lost == ["m1"]
     assert json.loads(sink.getvalue())["event"] == "machine_lost"
     fatal = machines._survive(LAUNCHES, states, [_exit("m2", -9)])  # one left: below 2
-    assert [ex.role for ex in fatal] == ["worker:m2"]
+    assert [ex.role for ex in fatal] == [RoleName.worker("m2")]
     # a worker that ends before its trainers start fails the attempt; so does any without
     # elastic
     starting = {"m0": "serving", "m1": "serving", "m2": "serving"}
@@ -199,7 +199,7 @@ def test_a_lost_machine_is_started_again_to_rejoin_at_most_max_rejoins_times(tmp
         # take its new worker for the lost one), nor while its old worker runs
         assert machines.rejoins.due(LAUNCHES, sink) == []
         machines.rejoins.seen(["m1"])
-        assert machines.rejoins.due(LAUNCHES, sink, busy=["worker:m1"]) == []
+        assert machines.rejoins.due(LAUNCHES, sink, busy=[RoleName.worker("m1")]) == []
         [back] = machines.rejoins.due(LAUNCHES, sink)
         assert back.machine == "m1"
         machines.lost.remove("m1")  # as run() does: its worker's exit matters again
@@ -231,8 +231,8 @@ def test_a_machine_back_that_never_came_in_is_stopped_once_the_others_are_done(t
 
     rejoins = Rejoins(_elastic(1, max_rejoins=1), grace_s=0.0)
     rejoins.started.add("m1")
-    with Supervisor(tmp_path / "logs", io.StringIO(), grace_s=1.0) as sup:
-        sup.start(RoleCommand("worker:m1", "m1", ("sleep", "60")))
+    with Supervisor[RoleName](tmp_path / "logs", io.StringIO(), grace_s=1.0) as sup:
+        sup.start(RoleCommand(RoleName.worker("m1"), "m1", ("sleep", "60")))
         states = {"m0": "training", "m1": "training", "m2": "done"}
         lost: list[str] = []
         assert not rejoins.finished(states, lost, sup)  # m0 still trains
@@ -240,7 +240,7 @@ def test_a_machine_back_that_never_came_in_is_stopped_once_the_others_are_done(t
         assert not rejoins.finished(states, lost, sup)  # m1 gets wait_s more
         rejoins.wait_s = 0.0
         assert rejoins.finished(states, lost, sup)
-        assert lost == ["m1"] and "worker:m1" in sup.exits()
+        assert lost == ["m1"] and RoleName.worker("m1") in sup.exits()
         # every machine done: finished at once
         assert Rejoins(_elastic(1, max_rejoins=1), 0.0).finished(
             dict.fromkeys(states, "done"), [], sup
@@ -265,7 +265,7 @@ def test_a_loss_that_takes_a_partitions_last_copy_fails_the_attempt(tmp_path):
     states = {"m0": "training", "m1": "training", "m2": "training"}
     assert machines._survive(LAUNCHES, states, [_exit("m1", -9)]) == []
     fatal = machines._survive(LAUNCHES, states, [_exit("m0", -9)])
-    assert [ex.role for ex in fatal] == ["worker:m0"] and machines.lost == ["m1"]
+    assert [ex.role for ex in fatal] == [RoleName.worker("m0")] and machines.lost == ["m1"]
 
 
 def test_a_machine_back_from_a_loss_holds_no_copy(tmp_path):
@@ -279,7 +279,7 @@ def test_a_machine_back_from_a_loss_holds_no_copy(tmp_path):
     [back] = machines.rejoins.due(LAUNCHES, io.StringIO())
     machines.lost.remove(back.machine)
     fatal = machines._survive(LAUNCHES, states, [_exit("m2", -9)])
-    assert [ex.role for ex in fatal] == ["worker:m2"]
+    assert [ex.role for ex in fatal] == [RoleName.worker("m2")]
 
 
 def _survivor_failed(status: Path, machine: str, rank: int) -> None:
@@ -297,18 +297,18 @@ def test_the_machine_that_died_is_blamed_not_a_survivor_that_noticed_it(tmp_path
     # fail on "Connection closed by peer" and report it (issue 40, item 7a)
     _survivor_failed(tmp_path, "m2", 2)
     _survivor_failed(tmp_path, "m0", 0)
-    dead = RoleExit("worker:m1", "m1", -9)
+    dead = RoleExit(RoleName.worker("m1"), "m1", -9)
     got = LocalMachines._failure(tmp_path, [dead])
-    assert (got.role, got.host, got.exit_code) == ("worker:m1", "m1", -9)
+    assert (got.role, got.host, got.exit_code) == (RoleName.worker("m1"), "m1", -9)
     # a machine the others first went on without (elastic), then could not
     got = LocalMachines._failure(tmp_path, [], lost={"m1": -9})
-    assert (got.role, got.host, got.exit_code) == ("worker:m1", "m1", -9)
+    assert (got.role, got.host, got.exit_code) == (RoleName.worker("m1"), "m1", -9)
     assert "machine was lost" in got.reason
     # a survivor that failed by itself is still the cause
     (tmp_path / "m0.json").write_text(json.dumps({"machine": "m0", "state": "failed",
         "failure": {"role": "trainer:0", "machine": "m0", "exit_code": 1, "time": 1.0,
                     "reason": "ValueError: bad feature"}}))  # fmt: skip
-    assert LocalMachines._failure(tmp_path, [dead]).role == "trainer:0"
+    assert LocalMachines._failure(tmp_path, [dead]).role == RoleName.trainer(0)
     # nothing reported: a lost machine the others go on without fails nothing
     for p in tmp_path.glob("*.json"):
         p.unlink()

@@ -12,7 +12,7 @@ import pytest
 
 from graphrun.errors import JobFailed
 from graphrun.local.machines import LocalMachines
-from graphrun.names import Endpoint
+from graphrun.names import Endpoint, RoleName
 from graphrun.testing.jobs import kill_when_training, no_children, two_machines
 
 pytestmark = pytest.mark.integration
@@ -27,8 +27,8 @@ def machines(tmp_path, sink=None):
 def test_two_machines_succeed_and_report_role_exits(tmp_path):
     sink = io.StringIO()
     res = machines(tmp_path, sink).run(two_machines({0: "print('trained')"}))
-    assert res.exits["trainer:0"] == 0 and res.exits["trainer:1"] == 0
-    assert res.exits["store:0"] == -signal.SIGTERM  # stopped at the end, as asked
+    assert res.exits[RoleName.trainer(0)] == 0 and res.exits[RoleName.trainer(1)] == 0
+    assert res.exits[RoleName.store(0)] == -signal.SIGTERM  # stopped at the end, as asked
     assert "[trainer:0@m0] trained" in sink.getvalue()
     assert (tmp_path / "logs" / "m0" / "trainer-0.log").read_text() == "trained\n"
     no_children()
@@ -39,7 +39,7 @@ def test_raising_trainer_fails_the_job_naming_it(tmp_path):
     with pytest.raises(JobFailed) as info:
         machines(tmp_path).run(two_machines({1: code, 0: "import time; time.sleep(60)"}))
     exc = info.value
-    assert (exc.role, exc.host, exc.exit_code) == ("trainer:1", "m1", 1)
+    assert (exc.role, exc.host, exc.exit_code) == (RoleName.trainer(1), "m1", 1)
     assert "RuntimeError: boom" in str(exc)
     no_children()
 
@@ -48,10 +48,10 @@ def test_killed_store_fails_the_job(tmp_path):
     launches = two_machines({0: "import time; time.sleep(60)", 1: "import time; time.sleep(60)"})
     lm = machines(tmp_path)
 
-    kill_when_training(tmp_path / "status" / "m1.json", "store:1", timeout=30)
+    kill_when_training(tmp_path / "status" / "m1.json", RoleName.store(1), timeout=30)
     with pytest.raises(JobFailed) as info:
         lm.run(launches)
-    assert (info.value.role, info.value.host, info.value.exit_code) == ("store:1", "m1", -9)
+    assert (info.value.role, info.value.host, info.value.exit_code) == (RoleName.store(1), "m1", -9)
     no_children()
 
 
@@ -95,7 +95,7 @@ def test_a_role_that_only_lost_a_peer_is_blamed_last(tmp_path) -> None:
             json.dumps({"machine": machine, "state": "failed", "failure": {**failure, "time": t}})
         )
     first = LocalMachines._failure(tmp_path, [], only_status=True)
-    assert first is not None and (first.role, first.exit_code) == ("trainer:1", -9)
+    assert first is not None and (first.role, first.exit_code) == (RoleName.trainer(1), -9)
 
 
 def test_a_role_that_lost_a_server_is_blamed_before_one_that_lost_its_rank(tmp_path) -> None:
@@ -114,4 +114,4 @@ def test_a_role_that_lost_a_server_is_blamed_before_one_that_lost_its_rank(tmp_p
             json.dumps({"machine": machine, "state": "failed", "failure": {**failure, "time": t}})
         )
     first = LocalMachines._failure(tmp_path, [], only_status=True)
-    assert first is not None and first.role == "trainer:0"
+    assert first is not None and first.role == RoleName.trainer(0)

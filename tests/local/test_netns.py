@@ -10,6 +10,7 @@ import pytest
 
 from graphrun.local.machines import LocalMachines
 from graphrun.local.netns import NetnsNetwork, list_namespaces, unavailable_reason
+from graphrun.names import RoleName
 from graphrun.testing.jobs import two_machines
 
 REASON = unavailable_reason()
@@ -73,7 +74,7 @@ def test_a_job_runs_with_machines_in_namespaces(tmp_path):
         launches = two_machines({1: other}, addresses=addrs, ports=[7000, 7001])
         sink = io.StringIO()
         res = LocalMachines(tmp_path, sink=sink, grace_s=2.0, wrap=net.prefix).run(launches)
-    assert res.exits["trainer:1"] == 0
+    assert res.exits[RoleName.trainer(1)] == 0
     assert "listening on" in sink.getvalue()
 
 

@@ -35,9 +35,9 @@ def test_sync_ps_trains_as_allreduce_does_and_resumes_exactly(tmp_path):
         path = paths[sync] = small_job(d, epochs=2, sync=sync, runtime=runtime)
         job, sink = run(path)
         report = job.run()
-        assert report.exits["trainer:0"] == 0 and report.exits["trainer:1"] == 0
+        assert report.exits[RoleName.trainer(0)] == 0 and report.exits[RoleName.trainer(1)] == 0
         if sync == "ps":
-            assert report.exits["ps:0"] == 0 and report.exits["ps:1"] == 0
+            assert report.exits[RoleName.ps(0)] == 0 and report.exits[RoleName.ps(1)] == 0
             assert "[ps:1@m1]" in sink.getvalue()
         losses[sync] = [(m["loss"], m["test_acc"]) for m in metrics(path)]
     for (la, aa), (lp, ap) in zip(losses["allreduce"], losses["ps"], strict=True):
@@ -80,10 +80,10 @@ def test_killed_parameter_server_fails_the_job_by_name(tmp_path):
     path = small_job(tmp_path, entryPoint="graphrun.testing.jobs:wait", sync="ps",
                      runtime={"parameterServers": 2})  # fmt: skip
     job, _ = run(path)
-    kill_when_training(tmp_path / "runs" / "small" / "status" / "m1.json", "ps:1")
+    kill_when_training(tmp_path / "runs" / "small" / "status" / "m1.json", RoleName.ps(1))
     with pytest.raises(JobFailed) as info:
         job.run()
-    assert (info.value.role, info.value.host, info.value.exit_code) == ("ps:1", "m1", -9)
+    assert (info.value.role, info.value.host, info.value.exit_code) == (RoleName.ps(1), "m1", -9)
     no_children()
 
 
@@ -98,7 +98,7 @@ def test_parameter_servers_on_netns_hosts(tmp_path, staleness):
     job, sink = run(path, hosts="netns")
     report = job.run()
     out = sink.getvalue()
-    assert report.exits["ps:0"] == 0 and report.exits["ps:1"] == 0
+    assert report.exits[RoleName.ps(0)] == 0 and report.exits[RoleName.ps(1)] == 0
     assert re.search(r"\[ps:0@m1\] .*ps:0 ready on tcp://10\.77\.", out), out[-2000:]
     assert metrics(path)[-1]["test_acc"] > 0.4
     no_children()
@@ -142,5 +142,5 @@ def test_other_tasks_train_on_parameter_servers(tmp_path, task):
     hetero = bool(task.pop("hetero", False))
     path = small_job(tmp_path, hetero=hetero, sync="ps", staleness=1, **task)
     report = run(path)[0].run()
-    assert report.exits["ps:0"] == 0 and report.exits["trainer:1"] == 0
+    assert report.exits[RoleName.ps(0)] == 0 and report.exits[RoleName.trainer(1)] == 0
     assert metrics(path)[-1]["epoch"] == 0

@@ -77,7 +77,7 @@ def test_job_goes_through_the_phases_and_succeeds(tmp_path):
     lj, sink = make(tmp_path, [{}])
     report = lj.run()
     assert report.state.phase is Phase.SUCCEEDED
-    assert report.exits["trainer:0"] == 0 and report.exits["trainer:1"] == 0
+    assert report.exits[RoleName.trainer(0)] == 0 and report.exits[RoleName.trainer(1)] == 0
     out = sink.getvalue()
     for phase in ("Partitioning", "Distributing", "Serving", "Training", "Succeeded"):
         assert f"phase {phase}" in out
@@ -90,7 +90,11 @@ def test_failed_trainer_fails_the_job(tmp_path):
     lj, _ = make(tmp_path, [{1: "import sys; sys.exit(3)"}])
     with pytest.raises(JobFailed) as info:
         lj.run()
-    assert (info.value.role, info.value.host, info.value.exit_code) == ("trainer:1", "m1", 3)
+    assert (info.value.role, info.value.host, info.value.exit_code) == (
+        RoleName.trainer(1),
+        "m1",
+        3,
+    )
     assert lj.state.phase is Phase.FAILED
 
 
@@ -157,7 +161,7 @@ def test_a_role_refusing_its_input_is_not_restarted(tmp_path):
     lj, _ = make(tmp_path, [{1: "import sys; sys.exit(2)"}, {}], backoffLimit=2)
     with pytest.raises(JobFailed) as info:
         lj.run()
-    assert (info.value.role, info.value.exit_code) == ("trainer:1", 2)
+    assert (info.value.role, info.value.exit_code) == (RoleName.trainer(1), 2)
     assert lj.state.restarts == 0 and lj.attempts == [False]
     assert lj.state.condition("Failed").reason == "NotRetriable"
 

@@ -46,6 +46,8 @@ def test_trainer_only_machine_exits_0_when_its_trainers_are_done(tmp_path: Path)
     status = read_status(tmp_path / "status" / "m1.json")
     assert status is not None and status.state == "done"
     assert status.roles[RoleName.trainer(0)].exit_code == 0
+    # what it used is keyed by its RoleName too, read once with the file
+    assert status.usage is not None and list(status.usage.roles) == [RoleName.trainer(0)]
 
 
 def test_machine_without_roles_exits_0(tmp_path: Path) -> None:

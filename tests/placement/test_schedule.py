@@ -36,7 +36,7 @@ def test_the_schedule_is_the_simulation_of_the_placement(hetero):
     s = schedule(cl, sc, x, "spread")
     assert s.makespan == pytest.approx(Evaluator(cl, sc).makespan(x))
     assert s.iteration_s == pytest.approx(s.makespan / sc.iterations)
-    where = dict(zip(map(str, j.roles), (cl.names[m] for m in x), strict=True))
+    where = dict(zip(j.roles, (cl.names[m] for m in x), strict=True))
     assert s.placement == where
     # every task runs where the placement puts its role; compute takes its duration
     stages = {t.stage for t in s.tasks}
@@ -86,7 +86,7 @@ def test_cpu_steps_and_serving_are_tasks_of_their_machine():
     assert s.makespan == pytest.approx(Evaluator(cl, sc).makespan(x))
     assert {t.stage for t in s.tasks} == {"sample", "train", "serve", "serve-charge"}
     serve = [t for t in s.tasks if t.stage.startswith("serve")]
-    assert all(t.role.startswith("store:") and t.machine == s.placement[t.role] for t in serve)
+    assert all(t.role.kind == "store" and t.machine == s.placement[t.role] for t in serve)
     assert {"allreduce"} <= {f.stage for f in s.flows}
 
 

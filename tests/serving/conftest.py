@@ -20,6 +20,7 @@ import pytest
 
 from graphrun.cli import main
 from graphrun.local.stores import StoreProcess, start_store
+from graphrun.names import RoleName
 from graphrun.testing.jobs import local_job, small_job
 
 TOKEN = "a-test-token-of-32-characters-00"
@@ -74,7 +75,7 @@ def serve_endpoint(
 def _train(d: Path, nodes: int) -> Path:
     job_file = small_job(d, nodes=nodes, epochs=1, lr=0.03, precision="fp32")
     job, _ = local_job(job_file)
-    assert job.run().exits["trainer:0"] == 0
+    assert job.run().exits[RoleName.trainer(0)] == 0
     return job_file
 
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from graphrun.errors import ArgumentError, UserError
+from graphrun.names import RoleName
 from graphrun.train.device import (
     IdleMeter,
     backend_for,
@@ -65,17 +66,19 @@ def test_check_gpus_one_line_naming_the_machine() -> None:
 
 
 def test_oom_becomes_one_line_naming_role_batch_and_setting() -> None:
-    msg = oom_message("trainer:3", 4096, "training.batchSize", "CUDA out of memory.\nTried ...")
+    msg = oom_message(
+        RoleName.trainer(3), 4096, "training.batchSize", "CUDA out of memory.\nTried ..."
+    )
     assert msg == (
         "trainer:3: CUDA out of memory at batch size 4096 (CUDA out of memory.); "
         "lower training.batchSize"
     )
     with (
         pytest.raises(UserError, match="trainer:0: CUDA out of memory at batch size 8"),
-        oom_guard("trainer:0", 8),
+        oom_guard(RoleName.trainer(0), 8),
     ):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
-    with pytest.raises(ValueError), oom_guard("trainer:0", 8):  # anything else passes
+    with pytest.raises(ValueError), oom_guard(RoleName.trainer(0), 8):  # anything else passes
         raise ValueError("no")
 
 

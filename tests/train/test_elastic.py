@@ -145,13 +145,14 @@ def test_a_trainer_that_reaches_too_few_machines_is_the_one_cut_off():
     import socket
 
     from graphrun.errors import CutOff
+    from graphrun.names import Endpoint
     from graphrun.train.config import ElasticConfig
     from graphrun.train.ddp import DDPConfig
     from graphrun.train.elastic import Regroup, reachable
 
     up = socket.create_server(("127.0.0.1", 0))
     down = socket.create_server(("127.0.0.1", 0))
-    live, dead = (f"127.0.0.1:{s.getsockname()[1]}" for s in (up, down))
+    live, dead = (Endpoint("127.0.0.1", s.getsockname()[1]) for s in (up, down))
     down.close()  # nothing listens there: refused
     try:
         probes = {"m0": live, "m1": dead, "m2": dead}
@@ -159,7 +160,7 @@ def test_a_trainer_that_reaches_too_few_machines_is_the_one_cut_off():
         ddp = DDPConfig(1, 3, "file:///nonexistent")
         machines = ("m0", "m1", "m2")
 
-        def regroup(probes: dict[str, str], min_machines: int) -> Regroup:
+        def regroup(probes: dict[str, Endpoint], min_machines: int) -> Regroup:
             cfg = ElasticConfig(min_machines, timeout_s=1.0, probes=tuple(probes.items()))
             return Regroup(ddp, cfg, machines)
 

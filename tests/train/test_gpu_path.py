@@ -16,6 +16,7 @@ from graphrun.job.spec import job_roles, parse_job, resolve_placement
 from graphrun.local.preflight import check_gpus_here
 from graphrun.machine.roles import trainer_gpu
 from graphrun.machine.trainer import trainer_device
+from graphrun.names import RoleName
 from graphrun.train.config import Fanouts, TrainConfig
 from graphrun.train.context import TrainContext
 from graphrun.train.data import LocalData
@@ -49,7 +50,7 @@ def _train(graph, budget: int | None) -> tuple[list[dict], dict]:
     task = make_task(c)
     if budget is not None:
         task.path = DevicePath(
-            c.data, torch.device("cpu"), "_N", "feat", "trainer:0", 200,
+            c.data, torch.device("cpu"), "_N", "feat", RoleName.trainer(0), 200,
             transfer=CpuTransfer(), free_bytes=budget * 4,
         )  # fmt: skip
     prof = Profiler(c, task.model)
@@ -76,7 +77,7 @@ def test_the_feed_trains_exactly_as_without_it(small, budget: int) -> None:
 def test_whole_table_on_the_device_means_no_features_from_the_loaders(small) -> None:
     c = _ctx(small)
     path = DevicePath(
-        c.data, torch.device("cpu"), "_N", "feat", "trainer:0", 200,
+        c.data, torch.device("cpu"), "_N", "feat", RoleName.trainer(0), 200,
         transfer=CpuTransfer(), free_bytes=4 * 2000 * ROW,
     )  # fmt: skip
     assert path.cache is not None and path.cache.whole
@@ -87,7 +88,7 @@ def test_whole_table_on_the_device_means_no_features_from_the_loaders(small) -> 
     assert torch.equal(moved.data.x, torch.from_numpy(small.ndata["_N"]["feat"])[moved.data.n_id])
     path.close()
     # CPU trainers: the loaders' batches pass untouched, features gathered as before
-    cpu = DevicePath(c.data, torch.device("cpu"), "_N", "feat", "trainer:0", 200)
+    cpu = DevicePath(c.data, torch.device("cpu"), "_N", "feat", RoleName.trainer(0), 200)
     assert not cpu.active and cpu.loader_feature == "feat" and cpu.end_epoch(1.0) == {}
     batches = iter([raw])
     assert cpu.batches(batches) is batches

@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, PrivateAttr, model_validator
 
 from graphrun.job.spec.base import LABEL_KEY_PATTERN, PRESERVE, SpecModel
 from graphrun.names import ROLE_GRAMMAR, RoleName
-from graphrun.placement.plan import PlacementPlan
+from graphrun.placement.plan import PlacementPlan, placed_role
 
 # A Kubernetes resource quantity ("2", "500m", "8Gi", "1.5e9"): what a Pod accepts.
 QUANTITY_PATTERN = re.compile(r"^(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[mkMGTPE])?$")
@@ -93,6 +93,8 @@ class PlacementSpec(SpecModel):
         description="Kubernetes: plan machine -> the resources of its worker pod's graphrun "
         "container (override what the plan's demands and the worker template give)",
     )
+    # the assignments by role, read once with the spec (the file's keys stay its text)
+    _by_role: dict[RoleName, str] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _one_plan(self) -> PlacementSpec:
@@ -110,7 +112,16 @@ class PlacementSpec(SpecModel):
                         f"resources.{machine}: not a machine of the plan "
                         f"(plan.machines: {', '.join(self.plan.machines)})"
                     )
-        for role in self.assignments or {}:
-            if not RoleName.is_placed(role):
-                raise ValueError(f"assignments: {role!r} is not a role name ({ROLE_GRAMMAR})")
+        by_role = {}
+        for text, machine in (self.assignments or {}).items():
+            role = placed_role(text)
+            if role is None:
+                raise ValueError(f"assignments: {text!r} is not a role name ({ROLE_GRAMMAR})")
+            by_role[role] = machine
+        self._by_role = by_role
         return self
+
+    @property
+    def by_role(self) -> dict[RoleName, str] | None:
+        """Role -> machine: ``assignments``, read once with the spec (None: none given)."""
+        return None if self.assignments is None else dict(self._by_role)

@@ -90,7 +90,7 @@ def resolve_placement(job: GraphJob, base_dir: str | Path = ".") -> dict[RoleNam
     placement = {role.id: role.machine for role in job_roles(spec)}
     machines = spec.machine_names
     where = "spec.placement.assignments."
-    explicit = spec.placement.assignments
+    explicit = spec.placement.by_role
     if spec.placement.plan_file is not None:
         plan_path = Path(base_dir) / spec.placement.plan_file
         explicit = plan_assignments(load_plan(plan_path), machines, f"{plan_path}: ")
@@ -99,8 +99,7 @@ def resolve_placement(job: GraphJob, base_dir: str | Path = ".") -> dict[RoleNam
         explicit = plan_assignments(spec.placement.plan, machines, "spec.placement.plan.")
         where = "spec.placement.plan.assignments."
     assigned: dict[RoleName, str] = {}
-    for text, machine in (explicit or {}).items():
-        role = RoleName.parse(text)  # validated with the spec or plan
+    for role, machine in (explicit or {}).items():
         if role not in placement and role.kind == "ps":
             raise SpecError(
                 f"{where}{role}: the plan places a parameter server; run it with "
@@ -189,7 +188,7 @@ def _follow_anchor(
             raise SpecError(f"{where}{role.name}: " + refusal.format(anchor=to, machine=machine))
 
 
-def plan_assignments(plan: PlacementPlan, machines: list[str], where: str) -> dict[str, str]:
+def plan_assignments(plan: PlacementPlan, machines: list[str], where: str) -> dict[RoleName, str]:
     """A plan's assignments in the job's machine names (``plan.machines[i]`` is machine i).
 
     ``where`` prefixes the field in errors (``"plan.yaml: "`` or ``"spec.placement.plan."``)."""
@@ -199,4 +198,4 @@ def plan_assignments(plan: PlacementPlan, machines: list[str], where: str) -> di
             f"the job has {len(machines)} (spec.runtime.machines)"
         )
     rename = dict(zip(plan.machines, machines, strict=True))
-    return {role: rename[m] for role, m in plan.assignments.items()}
+    return {role: rename[m] for role, m in plan.by_role.items()}
