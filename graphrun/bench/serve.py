@@ -22,7 +22,7 @@ the CPU per request is not. Last, the incremental refresh (``--live``, 1,000 new
 edges written by a writer key, ``--refresh``) against a full pass at the new head
 (``--live`` again; ``refresh_max_abs_diff``: the largest difference of their logits)::
 
-    {"nodes", "edges", "parts", "fanouts", "hosts", "load_avg",
+    {"nodes", "edges", "parts", "fanouts", "hosts", "window_ms", "load_avg",
      "runs": [{"mode", "concurrency", "requests", "errors", "p50_ms", "p99_ms",
                "requests_per_s", "server_cpu_s", "client_cpu_s",
                "requests_per_server_cpu_s", "load_avg"}],
@@ -69,6 +69,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--requests", type=int, default=5000, help="requests per run at most")
     p.add_argument("--seconds", type=float, default=30.0, help="seconds per run at most")
     p.add_argument("--threads", type=int, default=1, help="the endpoint's torch threads")
+    p.add_argument("--window-ms", type=float, default=2.0, help="the endpoint's --window-ms")
     p.add_argument("--hosts", choices=("local", "netns"), default="local",
                    help="netns: the store on one network-namespace host, the endpoint and "
                    "the load generator on another (root)")  # fmt: skip
@@ -83,6 +84,8 @@ def _check(args: argparse.Namespace) -> None:
     check_at_least(args, 1, "--requests", "--parts", "--threads")
     check_at_least(args, 0.1, "--seconds")
     check_at_least(args, 10, "--nodes")
+    if not 0 <= args.window_ms <= 1000:
+        raise ArgumentError(f"--window-ms: {args.window_ms} is not in [0, 1000]")
     args.fanout_list = int_list("--fanouts", args.fanouts)
     args.concurrency_list = int_list("--concurrency", args.concurrency)
     if max(args.concurrency_list) > 1024:
@@ -192,7 +195,8 @@ def drive(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     ready = d / f"ready-{time.monotonic_ns()}.json"
     cmd = [sys.executable, "-m", "graphrun", "infer", "serve", *cfg["common"], "--port", "0",
            "--ready-file", str(ready), "--token-file", str(d / "token"),
-           "--threads", str(cfg["threads"]), "--max-queue", "2048"]  # fmt: skip
+           "--threads", str(cfg["threads"]), "--max-queue", "2048",
+           "--window-ms", str(cfg["window_ms"])]  # fmt: skip
     proc = _start(cmd, ready, d / "endpoint.log")
     try:
         url = urlsplit(json.loads(ready.read_text())["url"])
@@ -275,12 +279,12 @@ def run(args: argparse.Namespace) -> int:
                 "num_nodes": graph.num_nodes, "ntype": graph.node_types[0],
                 "etype": list(graph.edge_types[0]), "modes": args.mode_list,
                 "concurrency": args.concurrency_list, "requests": args.requests,
-                "seconds": args.seconds,
+                "seconds": args.seconds, "window_ms": args.window_ms,
             }  # fmt: skip
             got = measure(cfg) if not prefix else _on_host(cfg, d, prefix)
     print(json.dumps({
         "nodes": graph.num_nodes, "edges": graph.num_edges, "parts": args.parts,
-        "fanouts": args.fanout_list, "hosts": args.hosts,
+        "fanouts": args.fanout_list, "hosts": args.hosts, "window_ms": args.window_ms,
         "load_avg": [round(x, 2) for x in os.getloadavg()], **got,
     }))  # fmt: skip
     return 0

@@ -21,6 +21,7 @@ from graphrun.local.netns import list_namespaces, unavailable_reason
         (["--seconds", "0"], "--seconds: must be at least 0.1"),
         (["--concurrency", "1,x"], "--concurrency: expected comma-separated ints"),
         (["--concurrency", "2000"], "--concurrency: at most 1024"),
+        (["--window-ms", "-1"], "--window-ms: -1.0 is not in [0, 1000]"),
         (["--modes", "fast"], "--modes: 'fast' is not one of sampled, full, precomputed"),
         (["--fanouts", "5,0"], "--fanouts"),
         (["--dataset", "/nonexistent"], "--dataset: /nonexistent is not a dataset directory"),
