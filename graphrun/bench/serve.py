@@ -232,13 +232,12 @@ def _hosts(args: argparse.Namespace, d: Path) -> Iterator[tuple[list[str], tuple
 
     with contextlib.ExitStack() as stack:
         net = stack.enter_context(NetnsNetwork(["m0", "m1"])) if args.hosts == "netns" else None
-        where = {} if net is None else {
-            "address": f"tcp://{net.address('m1')}:0", "launcher": net.prefix("m1"),
-        }  # fmt: skip
-        addresses = []
+        address = "tcp://127.0.0.1:0" if net is None else f"tcp://{net.address('m1')}:0"
+        launcher = () if net is None else net.prefix("m1")
+        addresses, extra = [], ["--clients", str(d / "clients")]
         for part in range(args.parts):
-            sp = start_store(d / "parts", part, key_file=d / "store.key",
-                             extra_args=["--clients", str(d / "clients")], **where)  # fmt: skip
+            sp = start_store(d / "parts", part, key_file=d / "store.key", address=address,
+                             launcher=launcher, extra_args=extra)  # fmt: skip
             stack.callback(sp.stop)
             addresses.append(sp.address)
         yield addresses, (() if net is None else net.prefix("m0"))
