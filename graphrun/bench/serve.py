@@ -1,20 +1,31 @@
 """``graphrun bench serve``: the inference endpoint's latency and throughput (prints JSON).
 
 Generates a power-law graph (``community``; ``--dataset DIR`` takes a dataset instead),
-partitions it (``--parts``), serves it with real ``graphrun serve`` processes on loopback
-(a job key of their own), writes a checkpoint of the job's GraphSAGE (``--fanouts``;
-untrained weights: a forward costs the same), starts a real ``graphrun infer serve``
-process and drives it with a bounded load generator of this process (asyncio + httpx,
-``C`` clients in a closed loop, each request one random node): per mode and concurrency
-at most ``--requests`` requests or ``--seconds`` seconds, after a warm-up. Then
-``graphrun infer embed`` times one whole-graph layer-wise pass, and the incremental
-refresh (``--live``, 1,000 new random edges written by a writer key, ``--refresh``)
-against a full pass at the new head (``--live`` again; ``refresh_max_abs_diff``: the
-largest difference of their logits)::
+partitions it (``--parts``), serves it with real ``graphrun serve`` processes (a job key
+of their own), writes a checkpoint of the job's GraphSAGE (``--fanouts``; untrained
+weights: a forward costs the same) and times ``graphrun infer embed``'s whole-graph
+layer-wise pass (``full_pass_s``; its rows answer ``precomputed`` requests). Then a real
+``graphrun infer serve`` process is driven by a bounded closed-loop load generator on
+loopback (:mod:`graphrun.bench.httpload`: ``C`` kept-alive connections, each request one
+random node): per mode (``--modes``: ``sampled``, ``full``, ``precomputed``) and
+concurrency at most ``--requests`` requests or ``--seconds`` seconds, after a warm-up.
 
-    {"nodes", "edges", "parts", "fanouts",
+``--hosts local``: everything on this host's loopback (the endpoint reads co-located
+partitions from shared memory). ``--hosts netns`` (root): two network-namespace hosts,
+the store's servers on ``m1`` and the endpoint with the load generator on ``m0``
+(:mod:`graphrun.local.netns`), so every sample and feature pull crosses the hosts' link.
+
+Every run also says what it cost: ``server_cpu_s`` (the endpoint process's CPU seconds),
+``client_cpu_s`` (the generator's), ``requests_per_server_cpu_s``, and ``load_avg`` (the
+box's 1-minute load average at its end): on a shared box the latencies are indicative,
+the CPU per request is not. Last, the incremental refresh (``--live``, 1,000 new random
+edges written by a writer key, ``--refresh``) against a full pass at the new head
+(``--live`` again; ``refresh_max_abs_diff``: the largest difference of their logits)::
+
+    {"nodes", "edges", "parts", "fanouts", "hosts", "window_ms", "load_avg",
      "runs": [{"mode", "concurrency", "requests", "errors", "p50_ms", "p99_ms",
-               "requests_per_s"}],
+               "requests_per_s", "server_cpu_s", "client_cpu_s",
+               "requests_per_server_cpu_s", "load_avg"}],
      "full_pass_s", "refresh_s", "refresh_recomputed", "refresh_updated",
      "refresh_per_layer", "refresh_max_abs_diff"}
 """
@@ -23,14 +34,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
-import socket
+import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -52,11 +66,19 @@ def register(subparsers: Any) -> None:
     p.add_argument("--parts", type=int, default=2)
     p.add_argument("--fanouts", default="25,10")
     p.add_argument("--concurrency", default="1,8,64", help="clients in flight, per run")
-    p.add_argument("--modes", default="sampled,full")
+    p.add_argument("--modes", default="sampled,full", help="of sampled, full, precomputed")
     p.add_argument("--requests", type=int, default=5000, help="requests per run at most")
     p.add_argument("--seconds", type=float, default=30.0, help="seconds per run at most")
     p.add_argument("--threads", type=int, default=1, help="the endpoint's torch threads")
+    p.add_argument("--window-ms", type=float, default=2.0, help="the endpoint's --window-ms")
+    p.add_argument("--hosts", choices=("local", "netns"), default="local",
+                   help="netns: the store on one network-namespace host, the endpoint and "
+                   "the load generator on another (root)")  # fmt: skip
+    p.add_argument("--drive", type=Path, help=argparse.SUPPRESS)  # the netns host's half
     p.set_defaults(func=run)
+
+
+MODES = ("sampled", "full", "precomputed")
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -65,16 +87,24 @@ def _check(args: argparse.Namespace) -> None:
     check_at_least(args, 1, "--requests", "--parts", "--threads")
     check_at_least(args, 0.1, "--seconds")
     check_at_least(args, 10, "--nodes")
+    if not 0 <= args.window_ms <= 1000:
+        raise ArgumentError(f"--window-ms: {args.window_ms} is not in [0, 1000]")
     args.fanout_list = int_list("--fanouts", args.fanouts)
     args.concurrency_list = int_list("--concurrency", args.concurrency)
     if max(args.concurrency_list) > 1024:
         raise ArgumentError(f"--concurrency: at most 1024 clients, got {args.concurrency}")
     args.mode_list = [m for m in args.modes.split(",") if m]
     for m in args.mode_list:
-        if m not in ("sampled", "full"):
-            raise ArgumentError(f"--modes: {m!r} is not sampled or full")
+        if m not in MODES:
+            raise ArgumentError(f"--modes: {m!r} is not one of {', '.join(MODES)}")
     if args.dataset is not None and not (args.dataset / META_FILE).is_file():
         raise ArgumentError(f"--dataset: {args.dataset} is not a dataset directory")
+    if args.hosts == "netns":
+        from graphrun.local.netns import unavailable_reason
+
+        why = unavailable_reason()
+        if why:
+            raise ArgumentError(f"--hosts netns: {why}")
 
 
 def _graph(args: argparse.Namespace) -> Graph:
@@ -112,45 +142,29 @@ def _job(d: Path, graph: Any, args: argparse.Namespace) -> Path:
     return path
 
 
-async def _load(url: str, token: str, mode: str, clients: int, n: int, seconds: float,
-                num_nodes: int) -> dict[str, Any]:  # fmt: skip
-    import httpx
+def _body(mode: str) -> Callable[[int], bytes]:
+    head = b'{"parameters": {"mode": "%s"}, "inputs": [{"name": "node_ids", "shape": [1], ' % (
+        mode.encode()
+    )
+    return lambda node: head + b'"datatype": "INT64", "data": [%d]}]}' % node
 
-    rng = np.random.default_rng(clients)
-    lat: list[float] = []
-    errors = 0
-    left = n
-    deadline = time.perf_counter() + seconds
-    headers = {"Authorization": f"Bearer {token}"}
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]  # as curl: no wait for ACKs
-    transport = httpx.AsyncHTTPTransport(limits=limits, socket_options=nodelay)
-    async with httpx.AsyncClient(base_url=url, headers=headers, transport=transport,
-                                 timeout=30) as c:  # fmt: skip
 
-        async def one() -> None:
-            nonlocal left, errors
-            while left > 0 and time.perf_counter() < deadline:
-                left -= 1
-                node = int(rng.integers(num_nodes))
-                ids = {"name": "node_ids", "shape": [1], "datatype": "INT64", "data": [node]}
-                body = {"parameters": {"mode": mode}, "inputs": [ids]}
-                t0 = time.perf_counter()
-                r = await c.post("/v2/models/bench/infer", json=body)
-                if r.status_code == 200:
-                    lat.append(time.perf_counter() - t0)
-                else:
-                    errors += 1
+def _run_one(cfg: dict[str, Any], pid: int, mode: str, clients: int, requests: int,
+             seconds: float) -> dict[str, Any]:  # fmt: skip
+    """One run of the load generator, with the endpoint's CPU seconds over it."""
+    from graphrun.bench.httpload import cpu_seconds, drive
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(one() for _ in range(clients)))
-        wall = time.perf_counter() - t0
-    ms = np.asarray(lat) * 1000 if lat else np.asarray([np.nan])
+    host, port = cfg["host"], cfg["port"]
+    path, n = "/v2/models/bench/infer", cfg["num_nodes"]
+    cpu0 = cpu_seconds(pid)
+    load = asyncio.run(drive(host, port, path, cfg["token"], _body(mode), clients, requests,
+                             seconds, n, seed=clients))  # fmt: skip
+    server = cpu_seconds(pid) - cpu0
     return {
-        "mode": mode, "concurrency": clients, "requests": len(lat), "errors": errors,
-        "p50_ms": round(float(np.percentile(ms, 50)), 3),
-        "p99_ms": round(float(np.percentile(ms, 99)), 3),
-        "requests_per_s": round(len(lat) / wall, 1),
+        "mode": mode, "concurrency": clients, **load.summary(),
+        "server_cpu_s": round(server, 3),
+        "requests_per_server_cpu_s": round(len(load.latencies) / server, 1) if server else None,
+        "load_avg": round(os.getloadavg()[0], 2),
     }  # fmt: skip
 
 
@@ -169,10 +183,87 @@ def _start(
     return proc
 
 
+def measure(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Everything measured, from this host: the full pass, the runs, the refresh."""
+    common = [*cfg["common"], "--threads", str(cfg["threads"])]
+    full_pass_s = _embed(common)["full_pass_s"]
+    runs = drive(cfg)
+    return {"runs": runs, "full_pass_s": full_pass_s, **_refresh(cfg, common)}
+
+
+def drive(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """The endpoint on this host (on the store of ``cfg["common"]``) and every run against
+    it from this process, on loopback."""
+    d = Path(cfg["dir"])
+    ready = d / f"ready-{time.monotonic_ns()}.json"
+    cmd = [sys.executable, "-m", "graphrun", "infer", "serve", *cfg["common"], "--port", "0",
+           "--ready-file", str(ready), "--token-file", str(d / "token"),
+           "--threads", str(cfg["threads"]), "--max-queue", "2048",
+           "--window-ms", str(cfg["window_ms"])]  # fmt: skip
+    proc = _start(cmd, ready, d / "endpoint.log")
+    try:
+        url = urlsplit(json.loads(ready.read_text())["url"])
+        cfg = {**cfg, "host": url.hostname, "port": url.port}
+        runs = []
+        for mode in cfg["modes"]:
+            _run_one(cfg, proc.pid, mode, 4, 50, cfg["seconds"])  # warm-up
+            for c in cfg["concurrency"]:
+                runs.append(_run_one(cfg, proc.pid, mode, c, cfg["requests"], cfg["seconds"]))
+        return runs
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def _keys(d: Path) -> None:
+    quiet = subprocess.DEVNULL
+    keygen = [sys.executable, "-m", "graphrun", "keygen"]
+    subprocess.run([*keygen, str(d / "store.key")], check=True, stdout=quiet)
+    for name, grants in (("bench", []), ("writer", ["--grants", "write_graph"])):
+        cmd = [*keygen, str(d / f"{name}.key"), "--store", str(d / "store.key"),
+               "--clients", str(d / "clients"), *grants]  # fmt: skip
+        subprocess.run(cmd, check=True, stdout=quiet)
+    (d / "token").write_text("bench-" + "0" * 26)
+
+
+@contextlib.contextmanager
+def _hosts(args: argparse.Namespace, d: Path) -> Iterator[tuple[list[str], tuple[str, ...]]]:
+    """The store's servers (on host m1 with ``--hosts netns``), their addresses and the
+    command prefix of the endpoint's host (none: this one)."""
+    from graphrun.local.netns import NetnsNetwork
+    from graphrun.local.stores import start_store
+
+    with contextlib.ExitStack() as stack:
+        net = stack.enter_context(NetnsNetwork(["m0", "m1"])) if args.hosts == "netns" else None
+        address = "tcp://127.0.0.1:0" if net is None else f"tcp://{net.address('m1')}:0"
+        launcher = () if net is None else net.prefix("m1")
+        addresses, extra = [], ["--clients", str(d / "clients")]
+        for part in range(args.parts):
+            sp = start_store(d / "parts", part, key_file=d / "store.key", address=address,
+                             launcher=launcher, extra_args=extra)  # fmt: skip
+            stack.callback(sp.stop)
+            addresses.append(sp.address)
+        yield addresses, (() if net is None else net.prefix("m0"))
+
+
+def _on_host(cfg: dict[str, Any], d: Path, prefix: tuple[str, ...]) -> dict[str, Any]:
+    """:func:`measure` in a process on the host of ``prefix``."""
+    (d / "drive.json").write_text(json.dumps(cfg))
+    cmd = [*prefix, sys.executable, "-m", "graphrun", "bench", "serve", "--drive",
+           str(d / "drive.json")]  # fmt: skip
+    got = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)  # its stderr: ours
+    if got.returncode != 0:
+        raise GraphrunError(f"bench serve: the measuring process on m0 exited {got.returncode}")
+    out: dict[str, Any] = json.loads(got.stdout.strip().splitlines()[-1])
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.drive is not None:  # the half that runs on host m0
+        print(json.dumps(measure(json.loads(args.drive.read_text()))))
+        return 0
     _check(args)
     from graphrun.graph import save_dataset
-    from graphrun.local.stores import start_stores
     from graphrun.partition import partition_graph
 
     with tempfile.TemporaryDirectory(prefix="graphrun-bench-serve-") as tmp:
@@ -181,47 +272,22 @@ def run(args: argparse.Namespace) -> int:
         save_dataset(graph, d / "data")
         partition_graph(graph, d / "parts", args.parts, "metis")
         job = _job(d, graph, args)
-        quiet = subprocess.DEVNULL
-        subprocess.run([sys.executable, "-m", "graphrun", "keygen", str(d / "store.key")],
-                       check=True, stdout=quiet)  # fmt: skip
-        subprocess.run([sys.executable, "-m", "graphrun", "keygen", str(d / "bench.key"), "--store",
-                        str(d / "store.key"), "--clients", str(d / "clients")],
-                       check=True, stdout=quiet)  # fmt: skip
-        subprocess.run([sys.executable, "-m", "graphrun", "keygen", str(d / "writer.key"),
-                        "--store", str(d / "store.key"), "--clients", str(d / "clients"),
-                        "--grants", "write_graph"], check=True, stdout=quiet)  # fmt: skip
-        token = "bench-" + "0" * 26
-        (d / "token").write_text(token)
-        with start_stores(d / "parts", args.parts, key_file=d / "store.key",
-                          extra_args=["--clients", str(d / "clients")]) as stores:  # fmt: skip
-            store_args = [a for s in stores for a in ("--store", s.address)]
-            common = [str(job), *store_args, "--key-file", str(d / "bench.key")]
-            cmd = [sys.executable, "-m", "graphrun", "infer", "serve", *common, "--port", "0",
-                   "--ready-file", str(d / "ready.json"), "--token-file", str(d / "token"),
-                   "--threads", str(args.threads), "--max-queue", "2048"]  # fmt: skip
-            proc = _start(cmd, d / "ready.json", d / "endpoint.log")
-            try:
-                url = json.loads((d / "ready.json").read_text())["url"]
-                runs = []
-                n = graph.num_nodes
-                for mode in args.mode_list:
-                    asyncio.run(_load(url, token, mode, 4, 50, args.seconds, n))  # warm-up
-                    for c in args.concurrency_list:
-                        runs.append(asyncio.run(_load(url, token, mode, c, args.requests,
-                                                      args.seconds, n)))  # fmt: skip
-            finally:
-                proc.terminate()
-                proc.wait(30)
-            embed = subprocess.run(
-                [sys.executable, "-m", "graphrun", "infer", "embed", *common,
-                 "--threads", str(args.threads)],
-                check=True, capture_output=True, text=True,
-            )  # fmt: skip
-            full_pass_s = json.loads(embed.stdout.strip().splitlines()[-1])["full_pass_s"]
-            fresh = _refresh(d, [*common, "--threads", str(args.threads)], graph)
+        _keys(d)
+        with _hosts(args, d) as (addresses, prefix):
+            stores = [a for s in addresses for a in ("--store", s)]
+            cfg = {
+                "dir": str(d), "common": [str(job), *stores, "--key-file", str(d / "bench.key")],
+                "threads": args.threads, "token": (d / "token").read_text(),
+                "num_nodes": graph.num_nodes, "ntype": graph.node_types[0],
+                "etype": list(graph.edge_types[0]), "modes": args.mode_list,
+                "concurrency": args.concurrency_list, "requests": args.requests,
+                "seconds": args.seconds, "window_ms": args.window_ms,
+            }  # fmt: skip
+            got = measure(cfg) if not prefix else _on_host(cfg, d, prefix)
     print(json.dumps({
         "nodes": graph.num_nodes, "edges": graph.num_edges, "parts": args.parts,
-        "fanouts": args.fanout_list, "runs": runs, "full_pass_s": full_pass_s, **fresh,
+        "fanouts": args.fanout_list, "hosts": args.hosts, "window_ms": args.window_ms,
+        "load_avg": [round(x, 2) for x in os.getloadavg()], **got,
     }))  # fmt: skip
     return 0
 
@@ -233,7 +299,7 @@ def _embed(args: list[str]) -> dict[str, Any]:
     return got
 
 
-def _refresh(d: Path, common: list[str], graph: Graph) -> dict[str, Any]:
+def _refresh(cfg: dict[str, Any], common: list[str]) -> dict[str, Any]:
     """The kept pass, 1,000 new edges, the refresh, and a full pass at the new head."""
     from graphrun.distributed.writer import GraphWriter
     from graphrun.partition import load_id_mapping
@@ -241,8 +307,9 @@ def _refresh(d: Path, common: list[str], graph: Graph) -> dict[str, Any]:
     from graphrun.serving.refresh import States
     from graphrun.store.client import ClientConfig, KVClient
 
+    d = Path(cfg["dir"])
     stores = [common[i + 1] for i, a in enumerate(common) if a == "--store"]
-    n, ntype, etype = graph.num_nodes, graph.node_types[0], graph.edge_types[0]
+    n, ntype, etype = cfg["num_nodes"], cfg["ntype"], tuple(cfg["etype"])
     _embed([*common, "--live"])
     rng = np.random.default_rng(0)
     orig = load_id_mapping(d / "parts").orig_nids

@@ -173,9 +173,12 @@ def _serve(args: argparse.Namespace, t: Any, token: str | None, sock: Any) -> in
     server = Server(engine, settings, lambda: all(is_ready(e) for e in endpoints))
     host, port = sock.getsockname()[:2]
     url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+    # h11, not uvicorn's "auto": with httptools installed (uvicorn[standard]) auto takes it,
+    # and it keeps every header a stranger sends (50 MB of them in one request, measured);
+    # h11 refuses a head past 16 KiB with 400
     cfg = uvicorn.Config(
         build_app(server), log_level="warning", access_log=False, lifespan="on",
-        limit_concurrency=args.max_queue + 64, timeout_keep_alive=30,
+        limit_concurrency=args.max_queue + 64, timeout_keep_alive=30, http="h11",
     )  # fmt: skip
     print(f"graphrun infer serve: model {name!r} at {url}/v2/models/{name} "
           f"({len(t.servers)} store partitions, job {t.job_name!r})", flush=True)  # fmt: skip

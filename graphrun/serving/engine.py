@@ -1,8 +1,11 @@
 """One forward for a micro-batch of queries, over the running store.
 
-A query's mini-batch is built as a trainer's evaluation builds its batches: the
-:class:`~graphrun.distributed.batches.BatchBuilder` samples through the distributed
-sampler and pulls features through :class:`~graphrun.distributed.features.StoreFeatures`.
+A query's mini-batch is sampled as a trainer's evaluation samples its batches (the
+:class:`~graphrun.distributed.minibatch.MiniBatchSampler` of a
+:class:`~graphrun.distributed.batches.BatchBuilder`, through the distributed sampler);
+the features of the whole micro-batch are then pulled at once, each distinct id once
+(:class:`~graphrun.distributed.features.StoreFeatures`, the trainers' path): queries'
+neighbourhoods overlap, and one pull costs the same store round trips as one query's.
 
 * ``sampled``: a request's ids (distinct, in their order) are one mini-batch sampled with
   the job's fanouts and generator seed ``content_seed(epoch_seed(seed, 0), ids)`` —
@@ -10,7 +13,8 @@ sampler and pulls features through :class:`~graphrun.distributed.features.StoreF
   its evaluation for those seeds; answers equal its forward.
 * ``full``: every neighbour (fanout -1): no randomness, so the micro-batch's ids are one
   mini-batch; answers equal layer-wise evaluation (:mod:`graphrun.train.inference`).
-* ``precomputed``: the rows ``graphrun infer embed`` wrote (:mod:`graphrun.serving.embed`).
+* ``precomputed``: the rows ``graphrun infer embed`` wrote (:mod:`graphrun.serving.embed`),
+  one pull a table for all of a micro-batch's queries.
 * a new node (``features``, ``neighbors``): its given in-edges are its first hop (all of
   them), the neighbours' hops beyond are sampled as the mode says.
 
@@ -27,18 +31,18 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from graphrun.distributed import DistContext, DistGraph, initialize
-from graphrun.distributed.batches import BatchBuilder, BatchSpec
+from graphrun.distributed.features import StoreFeatures
 from graphrun.distributed.live import id_bound
-from graphrun.distributed.minibatch import epoch_seed
+from graphrun.distributed.minibatch import MiniBatchSampler, epoch_seed
 from graphrun.errors import ArgumentError, BadRequest, GraphrunError, StoreUnavailable
 from graphrun.rpc.auth import KeyPair
+from graphrun.sampling.mfg import SampledSubgraph
 from graphrun.serving.embed import TABLES, table_name
 from graphrun.serving.live_ids import NewNodes, stored
 from graphrun.serving.model import ModelSpec, load_model
@@ -51,12 +55,14 @@ from graphrun.train.models import ByLayer, mfg_edges, mfg_targets
 @dataclass
 class Part:
     """One query's subgraph in PyG's hop layout: ``nsn[h]`` nodes of hop ``h``,
-    ``nse[h]`` edges of hop ``h + 1``."""
+    ``nse[h]`` edges of hop ``h + 1``; ``node`` its nodes' ids, -1 for a new node's row
+    (its features in ``given``: only seeds are new)."""
 
-    x: Tensor
+    node: Tensor
     edge_index: Tensor
     nsn: list[int]
     nse: list[int]
+    given: Tensor | None = None
 
 
 @dataclass
@@ -78,7 +84,7 @@ def merge(parts: Sequence[Part]) -> tuple[Part, list[int]]:
     total = [sum(p.nsn[h] for p in parts) for h in range(hops)]
     base = np.concatenate([[0], np.cumsum(total)]).tolist()
     before = [0] * hops
-    xs: list[list[Tensor]] = [[] for _ in range(hops)]
+    ns: list[list[Tensor]] = [[] for _ in range(hops)]
     es: list[list[Tensor]] = [[] for _ in range(hops - 1)]
     starts = []
     for p in parts:
@@ -87,7 +93,7 @@ def merge(parts: Sequence[Part]) -> tuple[Part, list[int]]:
         for h in range(hops):
             n = p.nsn[h]
             local[lo : lo + n] = torch.arange(n) + base[h] + before[h]
-            xs[h].append(p.x[lo : lo + n])
+            ns[h].append(p.node[lo : lo + n])
             lo += n
         starts.append(base[0] + before[0])
         elo = 0
@@ -95,18 +101,20 @@ def merge(parts: Sequence[Part]) -> tuple[Part, list[int]]:
             es[h].append(local[p.edge_index[:, elo : elo + p.nse[h]]])
             elo += p.nse[h]
         before = [b + n for b, n in zip(before, p.nsn, strict=True)]
-    x = torch.cat([t for hop in xs for t in hop])
+    node = torch.cat([t for hop in ns for t in hop])
     edges = [t for hop in es for t in hop]
     ei = torch.cat(edges, dim=1) if edges else torch.empty((2, 0), dtype=torch.long)
     nse = [sum(p.nse[h] for p in parts) for h in range(hops - 1)]
-    return Part(x, ei, total, nse), starts
+    given = [p.given for p in parts if p.given is not None]  # hop 0's new rows, in order
+    return Part(node, ei, total, nse, torch.cat(given) if given else None), starts
 
 
-def forward(model: ByLayer, g: Part) -> tuple[Tensor, Tensor]:
-    """The model's output for the seeds of ``g`` (the first ``nsn[0]`` nodes) and the
-    seeds' input to the last layer (their embeddings): ``model.forward``'s layers."""
+def forward(model: ByLayer, g: Part, x: Tensor) -> tuple[Tensor, Tensor]:
+    """The model's output for the seeds of ``g`` (the first ``nsn[0]`` nodes; ``x`` the
+    features of its nodes) and the seeds' input to the last layer (their embeddings):
+    ``model.forward``'s layers."""
     layers = len(model.convs)
-    x, emb = g.x, g.x
+    emb = x
     for i in range(layers):
         if i == layers - 1:
             emb = x[: g.nsn[0]]
@@ -115,9 +123,9 @@ def forward(model: ByLayer, g: Part) -> tuple[Tensor, Tensor]:
     return x[: g.nsn[0]], emb
 
 
-def _part(data: object) -> Part:
-    d: Any = data
-    return Part(d.x.float(), d.edge_index, list(d.num_sampled_nodes), list(d.num_sampled_edges))
+def _part(sub: SampledSubgraph) -> Part:
+    return Part(sub.node, sub.edge_index(), list(sub.num_sampled_nodes),
+                list(sub.num_sampled_edges))  # fmt: skip
 
 
 class Engine:
@@ -168,18 +176,16 @@ class Engine:
             self.new_nodes = NewNodes(ctx.client)
             layers = s.layers
 
-            def builder(fanouts: list[int]) -> BatchBuilder:
-                spec = BatchSpec(
-                    "node", fanouts, "data", x=s.feature, y=s.label, num_layers=len(fanouts)
-                )
-                return BatchBuilder(ctx, spec)
+            def sampler(fanouts: list[int]) -> MiniBatchSampler:
+                return MiniBatchSampler(ctx, fanouts, num_layers=len(fanouts))
 
-            self.builders = {"sampled": builder(list(s.fanouts)), "full": builder([-1] * layers)}
+            self.samplers = {"sampled": sampler(list(s.fanouts)), "full": sampler([-1] * layers)}
             if layers > 1:
                 self.tails = {
-                    "sampled": builder(list(s.fanouts[1:])),
-                    "full": builder([-1] * (layers - 1)),
+                    "sampled": sampler(list(s.fanouts[1:])),
+                    "full": sampler([-1] * (layers - 1)),
                 }
+            self.features = StoreFeatures(ctx.client)
             self.data = data
             self._tables: dict[str, DistTensor] = {}
         except BaseException:
@@ -198,7 +204,7 @@ class Engine:
         if self.ctx is None:
             raise StoreUnavailable("not connected to the store (waiting for it to come back)")
         try:
-            with torch.no_grad():
+            with torch.inference_mode():
                 return self._answer(queries)
         except BadRequest:
             raise
@@ -215,33 +221,39 @@ class Engine:
                 self.new_nodes.check_query(q)
             except BadRequest as exc:  # this query's alone: the others are answered
                 rows[i] = exc
+        kept = [i for i, q in enumerate(queries) if q.mode == "precomputed" and rows[i] is None]
+        if kept:
+            for i, got in zip(kept, self._stored([queries[i] for i in kept]), strict=True):
+                rows[i] = got
         parts: list[Part] = []
         where: list[tuple[int, int, np.ndarray | None]] = []  # query, part, rows of its seeds
+        t0 = time.perf_counter()
         full = [(i, q.ids) for i, q in enumerate(queries)
                 if q.mode == "full" and q.ids is not None and rows[i] is None]  # fmt: skip
         if full:
             union = np.unique(np.concatenate([ids for _, ids in full]))
-            parts.append(self._build("full", union, 0, stats))
+            sub = self.samplers["full"].nodes(torch.from_numpy(union), epoch_seed(0, 0))
+            parts.append(_part(sub))
             where += [(i, 0, np.searchsorted(union, ids)) for i, ids in full]
         for i, q in enumerate(queries):
-            if rows[i] is not None:
+            if rows[i] is not None:  # answered already, or refused
                 continue
-            if q.mode == "precomputed":
-                try:
-                    rows[i] = self._stored(q)
-                except BadRequest as exc:  # this query's alone: the others are answered
-                    rows[i] = exc
-            elif q.ids is None:
+            if q.ids is None:
                 where.append((i, len(parts), None))
-                parts.append(self._new_node(q, stats))
+                parts.append(self._new_node(q))
             elif q.mode == "sampled":
                 where.append((i, len(parts), None))
-                parts.append(self._build("sampled", q.ids, q.seed, stats))
+                sub = self.samplers["sampled"].nodes(torch.from_numpy(q.ids), epoch_seed(q.seed, 0))
+                parts.append(_part(sub))
+        stats.sample_s = time.perf_counter() - t0
         if parts:
-            t0 = time.perf_counter()
             merged, starts = merge(parts)
+            t0 = time.perf_counter()
+            x = self._features(merged)
+            stats.fetch_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
             assert self.model is not None
-            logits, emb = forward(self.model, merged)
+            logits, emb = forward(self.model, merged, x)
             stats.forward_s = time.perf_counter() - t0
             for i, p, at in where:
                 n = queries[i].size
@@ -254,59 +266,74 @@ class Engine:
         stats.rows = [r for r in rows if r is not None]
         return stats
 
-    def _build(self, mode: str, ids: np.ndarray, seed: int, stats: Stats) -> Part:
-        b = self.builders[mode]
-        data = b.build(torch.from_numpy(ids), epoch_seed(seed, 0))
-        stats.sample_s += b.last_cost.sample_s
-        stats.fetch_s += b.last_cost.fetch_s
-        return _part(data)
+    def _features(self, g: Part) -> Tensor:
+        """The features of every node of ``g``: each distinct id pulled once for the whole
+        micro-batch (its queries' neighbourhoods overlap: hubs), a new node's as given."""
+        known = g.node >= 0
+        ids = g.node[known] if g.given is not None else g.node
+        uniq, inverse = torch.unique(ids, return_inverse=True)
+        got = self.features.node_feature(self.ntype, self.spec.feature, uniq)
+        assert got is not None  # connect() checked the store holds the feature
+        if g.given is None:
+            return got.float()[inverse]
+        x = torch.empty((g.node.numel(), self.graph.in_dim))
+        x[known] = got.float()[inverse]
+        x[~known] = g.given
+        return x
 
-    def _new_node(self, q: Query, stats: Stats) -> Part:
+    def _new_node(self, q: Query) -> Part:
         assert q.features is not None and q.neighbors is not None
         k = int(q.neighbors.size)
-        feats = torch.from_numpy(q.features).view(1, -1)
+        nbrs = torch.from_numpy(q.neighbors)
         if self.spec.layers == 1:
-            t0 = time.perf_counter()
-            b = self.builders["full"]
-            got = b.features.node_feature(
-                self.ntype, self.spec.feature, torch.from_numpy(q.neighbors)
-            )
-            stats.fetch_s += time.perf_counter() - t0
-            assert got is not None
-            tail = Part(got.float(), torch.empty((2, 0), dtype=torch.long), [k], [])
+            tail = Part(nbrs, torch.empty((2, 0), dtype=torch.long), [k], [])
         else:
             mode = "full" if q.mode == "full" else "sampled"
-            b = self.tails[mode]
-            data = b.build(torch.from_numpy(q.neighbors), epoch_seed(q.seed, 0))
-            stats.sample_s += b.last_cost.sample_s
-            stats.fetch_s += b.last_cost.fetch_s
-            tail = _part(data)
+            tail = _part(self.tails[mode].nodes(nbrs, epoch_seed(q.seed, 0)))
         first = torch.stack([torch.arange(1, k + 1), torch.zeros(k, dtype=torch.long)])
         return Part(
-            torch.cat([feats, tail.x]), torch.cat([first, tail.edge_index + 1], dim=1),
-            [1, *tail.nsn], [k, *tail.nse],
+            torch.cat([torch.tensor([-1]), tail.node]),
+            torch.cat([first, tail.edge_index + 1], dim=1),
+            [1, *tail.nsn], [k, *tail.nse], torch.from_numpy(q.features).view(1, -1),
         )  # fmt: skip
 
-    def _stored(self, q: Query) -> dict[str, np.ndarray]:
-        assert q.ids is not None and self.ctx is not None
+    def _stored(self, queries: Sequence[Query]) -> list[dict[str, np.ndarray] | BadRequest]:
+        """The stored rows of every ``precomputed`` query: one pull a table for all of them."""
+        assert self.ctx is not None
         client = self.ctx.client
-        if (q.ids >= self.new_nodes.base).any():  # new nodes: the kept states' grown rows
-            got = stored(client, self.ntype, q.ids)
-            return {"logits": got["logits"], "embeddings": got["embeddings"],
-                    "predictions": got["predictions"].astype(np.int64)}  # fmt: skip
-        got = {}
+        out: list[dict[str, np.ndarray] | BadRequest | None] = [None] * len(queries)
+        for k, q in enumerate(queries):
+            if q.ids is not None and (q.ids >= self.new_nodes.base).any():
+                try:  # new nodes: the kept states' grown rows
+                    got = stored(client, self.ntype, q.ids)
+                except BadRequest as exc:  # this query's alone: the others are answered
+                    out[k] = exc
+                else:
+                    out[k] = {"logits": got["logits"], "embeddings": got["embeddings"],
+                              "predictions": got["predictions"].astype(np.int64)}  # fmt: skip
+        base = [k for k, q in enumerate(queries) if out[k] is None and q.ids is not None]
+        if not base:
+            return [r for r in out if r is not None]
         for what in TABLES:
             name = table_name(self.ntype, what)
             if name not in self._tables:
                 if name not in {t.name for t in client.list_tensors()}:
-                    raise BadRequest(
+                    bad = BadRequest(
                         "parameters.mode: precomputed, but the store holds no embeddings of "
                         "this job (run `graphrun infer embed` first)"
                     )
+                    return [bad if r is None else r for r in out]  # each query's alone
                 self._tables[name] = DistTensor(client, name)
-            got[what] = self._tables[name][q.ids].numpy()
-        return {"logits": got["logits"], "embeddings": got["embeddings"],
-                "predictions": got["predictions"].astype(np.int64)}  # fmt: skip
+        ids = [q.ids for k, q in enumerate(queries) if k in base and q.ids is not None]
+        union, inverse = np.unique(np.concatenate(ids), return_inverse=True)
+        got = {what: self._tables[table_name(self.ntype, what)][union].numpy() for what in TABLES}
+        lo = 0
+        for k, q_ids in zip(base, ids, strict=True):
+            at = inverse[lo : lo + q_ids.size]
+            lo += q_ids.size
+            out[k] = {"logits": got["logits"][at], "embeddings": got["embeddings"][at],
+                      "predictions": got["predictions"][at].astype(np.int64)}  # fmt: skip
+        return [r for r in out if r is not None]
 
 
 def _rows(logits: Tensor, emb: Tensor) -> dict[str, np.ndarray]:

@@ -1,13 +1,18 @@
-"""`graphrun bench serve`: its bad arguments, and one small run end to end (its JSON's
-shape; no timing is asserted)."""
+"""`graphrun bench serve`: its bad arguments, its load generator's checks, and small runs
+end to end, on loopback and on two netns hosts (its JSON's shape; no timing is asserted)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+from typing import Any
 
 import pytest
 
+from graphrun.bench.httpload import MAX_ANSWER, AnswerError, read_answer
 from graphrun.cli import main
+from graphrun.local.netns import list_namespaces, unavailable_reason
 
 
 @pytest.mark.parametrize(
@@ -17,7 +22,8 @@ from graphrun.cli import main
         (["--seconds", "0"], "--seconds: must be at least 0.1"),
         (["--concurrency", "1,x"], "--concurrency: expected comma-separated ints"),
         (["--concurrency", "2000"], "--concurrency: at most 1024"),
-        (["--modes", "fast"], "--modes: 'fast' is not sampled or full"),
+        (["--window-ms", "-1"], "--window-ms: -1.0 is not in [0, 1000]"),
+        (["--modes", "fast"], "--modes: 'fast' is not one of sampled, full, precomputed"),
         (["--fanouts", "5,0"], "--fanouts"),
         (["--dataset", "/nonexistent"], "--dataset: /nonexistent is not a dataset directory"),
     ],
@@ -44,21 +50,65 @@ def test_a_dataset_directory_is_taken(tmp_path) -> None:
     assert args.dataset == tmp_path / "g"
 
 
+def check_runs(got: dict[str, Any], modes: list[str], clients: list[int], n: int) -> None:
+    assert [(r["mode"], r["concurrency"]) for r in got["runs"]] == [
+        (m, c) for m in modes for c in clients
+    ]
+    for r in got["runs"]:
+        assert r["errors"] == 0 and r["requests"] == n
+        assert 0 < r["p50_ms"] <= r["p99_ms"] and r["requests_per_s"] > 0
+        assert r["client_cpu_s"] > 0 and r["load_avg"] >= 0
+        if r["server_cpu_s"] > 0:  # counted in clock ticks (10 ms): 20 short requests may not
+            assert r["requests_per_server_cpu_s"] == pytest.approx(n / r["server_cpu_s"], 0.01)
+        else:
+            assert r["requests_per_server_cpu_s"] is None
+    assert got["full_pass_s"] > 0 and len(got["load_avg"]) == 3
+    assert got["refresh_s"] > 0 and 0 < got["refresh_recomputed"] <= got["nodes"]
+    assert got["refresh_max_abs_diff"] <= 1e-5
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_small_run_prints_the_runs_and_the_full_pass(capsys: pytest.CaptureFixture[str]) -> None:
+    modes = ["sampled", "full", "precomputed"]
     argv = ["bench", "serve", "--nodes", "600", "--requests", "20", "--seconds", "5",
-            "--concurrency", "1,4", "--fanouts", "5,5"]  # fmt: skip
+            "--concurrency", "1,4", "--fanouts", "5,5", "--modes", ",".join(modes)]  # fmt: skip
     assert main(argv) == 0
     got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert [(r["mode"], r["concurrency"]) for r in got["runs"]] == [
-        ("sampled", 1), ("sampled", 4), ("full", 1), ("full", 4)
-    ]  # fmt: skip
-    for r in got["runs"]:
-        assert r["errors"] == 0 and r["requests"] == 20
-        assert 0 < r["p50_ms"] <= r["p99_ms"] and r["requests_per_s"] > 0
-    assert got["nodes"] == 600 and got["full_pass_s"] > 0
-    assert got["refresh_s"] > 0 and 0 < got["refresh_recomputed"] <= 600
-    assert got["refresh_max_abs_diff"] <= 1e-5
+    assert got["nodes"] == 600 and got["hosts"] == "local"
+    check_runs(got, modes, [1, 4], 20)
     assert got["refresh_per_layer"][-1] == got["refresh_updated"] + got["refresh_recomputed"]
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+@pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
+def test_on_two_netns_hosts_the_store_is_across_the_link(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The store on m1, the endpoint and the generator on m0; no namespace of this
+    process's left after (other tests' and sessions' come and go meanwhile)."""
+    argv = ["bench", "serve", "--nodes", "600", "--requests", "10", "--seconds", "5",
+            "--concurrency", "2", "--fanouts", "5,5", "--hosts", "netns"]  # fmt: skip
+    assert main(argv) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert got["hosts"] == "netns"
+    check_runs(got, ["sampled", "full"], [2], 10)
+    assert [n for n in list_namespaces() if n.startswith(f"graphrun-{os.getpid()}-")] == []
+
+
+def test_the_generator_refuses_an_answer_that_is_not_http() -> None:
+    async def status(raw: bytes) -> int:
+        reader = asyncio.StreamReader()
+        reader.feed_data(raw)
+        reader.feed_eof()
+        return await read_answer(reader)
+
+    ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"
+    assert asyncio.run(status(ok)) == 200
+    for raw in (b"SSH-2.0\r\n\r\n", b"HTTP/1.1 200 OK\r\n\r\n{}",
+                b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (MAX_ANSWER + 1)):  # fmt: skip
+        with pytest.raises(AnswerError):
+            asyncio.run(status(raw))

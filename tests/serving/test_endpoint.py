@@ -229,3 +229,23 @@ def test_metrics_count_requests_errors_batches_and_store_time(served) -> None:
         'graphrun_serving_batch_ids_bucket{le="4.0"}',
     ):
         assert line in metrics, line
+
+
+def test_a_head_past_16_kib_is_refused_without_a_token(served) -> None:
+    """The HTTP parser is h11, which bounds a request's head; uvicorn's "auto" would take
+    httptools where it is installed, which kept 50 MB of a stranger's headers."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(served.url)
+    with socket.create_connection((url.hostname, url.port), timeout=20) as s:
+        s.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n")
+        try:
+            for _ in range(1024):  # 1 MiB of headers at most
+                s.sendall(b"X-Pad: " + b"a" * 1017 + b"\r\n")
+            answer = s.recv(200)  # a parser still waiting for the head: timed out, failed
+        except ConnectionError:
+            answer = b""  # closed on us: refused
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 400")
+    with served.client() as c:
+        assert c.get("/v2/health/ready").status_code == 200  # still serving

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
+import torch
 
 from graphrun.errors import BadRequest
 from graphrun.job.spec import load_job
@@ -133,3 +136,72 @@ def test_an_engine_following_the_live_graph_reads_at_its_version(
     finally:
         live.close()
         base.close()
+
+
+def test_a_micro_batch_pulls_its_features_once_and_answers_each_query_as_alone(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight sampled queries (overlapping neighbourhoods) and a full one: one feature
+    pull for the whole forward, each distinct node once; every answer equals its own
+    query answered alone."""
+    spec = ModelSpec.of(load_job(served.job_file))
+    ckpt = served.job_file.parent / "runs" / "small" / "checkpoints"
+    engine = Engine(spec, ckpt, served.servers, load_keys(served.key), "small")
+    pulls: list[int] = []
+    pull = engine.features.node_feature
+
+    def counted(ntype: str, name: str, ids: torch.Tensor) -> torch.Tensor | None:
+        pulls.append(int(ids.numel()))
+        assert ids.unique().numel() == ids.numel()  # each distinct id once
+        return pull(ntype, name, ids)
+
+    monkeypatch.setattr(engine.features, "node_feature", counted)
+    try:
+        queries = [Query("sampled", s, ("logits",), ids=np.array([s, 500 + s])) for s in range(8)]
+        queries.append(Query("full", 0, ("logits",), ids=np.array([3, 999])))
+        together = engine.answer(queries).rows
+        assert len(pulls) == 1
+        for q, got in zip(queries, together, strict=True):
+            alone = engine.answer([q]).rows[0]
+            assert not isinstance(got, BadRequest) and not isinstance(alone, BadRequest)
+            np.testing.assert_allclose(got["logits"], alone["logits"], atol=1e-6)
+        assert len(pulls) == 1 + len(queries)
+    finally:
+        engine.close()
+
+
+def test_the_precomputed_queries_of_a_micro_batch_share_one_pull_a_table(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Overlapping ids in two queries: three pulls (logits, embeddings, predictions) for
+    both, and each gets its own rows, the full pass's."""
+    from graphrun.cli import main
+
+    args = ["infer", "embed", str(served.job_file), "--key-file", str(served.key)]
+    assert main([*args, *(a for s in served.servers for a in ("--store", s))]) == 0
+    spec = ModelSpec.of(load_job(served.job_file))
+    ckpt = served.job_file.parent / "runs" / "small" / "checkpoints"
+    engine = Engine(spec, ckpt, served.servers, load_keys(served.key), "small")
+    try:
+        engine.answer([Query("precomputed", 0, ("logits",), ids=np.array([1]))])  # tables found
+        assert engine.ctx is not None
+        client, pulls = engine.ctx.client, list[str]()
+        pull = client.pull
+
+        def counted(name: str, ids: np.ndarray, **kw: Any) -> np.ndarray:
+            pulls.append(name)
+            return pull(name, ids, **kw)
+
+        monkeypatch.setattr(client, "pull", counted)
+        a, b = np.array([0, 17]), np.array([17, 5, 999])
+        got = engine.answer([Query("precomputed", 0, ("logits",), ids=a),
+                             Query("precomputed", 0, ("logits",), ids=b)]).rows  # fmt: skip
+        assert len(pulls) == 3
+        for ids, rows in zip((a, b), got, strict=True):
+            want = engine.answer([Query("full", 0, ("logits",), ids=ids)]).rows[0]
+            assert not isinstance(rows, BadRequest) and not isinstance(want, BadRequest)
+            np.testing.assert_allclose(rows["logits"], want["logits"], atol=1e-5)
+            np.testing.assert_array_equal(rows["predictions"], want["predictions"])
+            assert rows["embeddings"].shape == want["embeddings"].shape
+    finally:
+        engine.close()
