@@ -154,7 +154,10 @@ class _DistLoader:
             if self._builder is None:
                 self._builder = BatchBuilder(self.graph.ctx, self.spec)
         elif self._pool is None:
-            self._pool = WorkerPool(self.graph.ctx.config, self.spec, self.options.num_workers)
+            self._pool = WorkerPool(
+                self.graph.ctx.config, self.spec, self.options.num_workers,
+                version=self.graph.version,
+            )  # fmt: skip
 
     def __iter__(self) -> Iterator[Data | HeteroData]:
         """One epoch's batches. Without ``persistent_workers`` the worker processes stop
@@ -172,7 +175,8 @@ class _DistLoader:
             return
         assert self._pool is not None
         try:
-            for batch, cost in self._pool.run(tasks, self.prefetch):
+            batches = self._pool.run(tasks, self.prefetch, lambda: self.graph.refresh("batch"))
+            for batch, cost in batches:
                 self.last_cost = cost
                 yield self._pinned(batch)
         finally:
@@ -184,9 +188,6 @@ class _DistLoader:
         ``live_seeds`` mask is true join the seeds (distributed/live.py)."""
         if self.graph.follow is None:
             return
-        if self.options.num_workers:
-            raise ArgumentError("num_workers: following a live graph samples in the "
-                                "trainer for now (num_workers=0)")  # fmt: skip
         self.graph.refresh("epoch")
         if self.options.live_seeds is not None and self.graph.follow != "pinned":
             ctx = self.graph.ctx

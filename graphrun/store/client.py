@@ -149,7 +149,14 @@ class KVClient:
 
     def follow(self, version: int | None = None) -> int:
         """Read the live graph at ``version`` (default: the head, asked now) from here on;
-        returns it. Call again to move to a newer head."""
+        returns it. Call again to move to a newer head. A version at or below the head
+        last asked is read with that head's growth blocks (every id of the graph at it is
+        in them), without asking the sequencer again: a loader worker moves to each
+        batch's version so."""
+        known = self.live
+        if version is not None and known is not None and 0 <= int(version) <= known.head:
+            self.session.version = int(version)
+            return int(version)
         view = fetch_head(self.session)
         v = view.head if version is None else int(version)
         if not 0 <= v <= view.head:
