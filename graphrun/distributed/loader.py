@@ -43,7 +43,7 @@ from graphrun.distributed.batches import (
 from graphrun.distributed.cache import CachePlan, plan_cache
 from graphrun.distributed.dglnames import NeighborSampler as NeighborSamplerSpec
 from graphrun.distributed.graph import DistGraph
-from graphrun.distributed.live import new_seeds
+from graphrun.distributed.live import LiveTypeMap, id_bound, new_seeds
 from graphrun.distributed.minibatch import epoch_seed, shuffled
 from graphrun.distributed.workers import WorkerPool
 from graphrun.errors import ArgumentError
@@ -315,11 +315,13 @@ def plan_feature_cache(
     book = graph.book
     spec = BatchSpec(kind="node", fanouts=fanouts, output="data", ntype=ntype, x=x, y=y)
     check_spec(spec, book)
-    sampler = NeighborSampler(graph.ctx.sampler, BookTypeMap(book), book.num_nodes, fanouts)
+    client = graph.ctx.client
+    # a followed live graph: the probes may reach new nodes (never cached: cache.py)
+    types = BookTypeMap(book) if client.live is None else LiveTypeMap(book)
+    sampler = NeighborSampler(graph.ctx.sampler, types, id_bound(client), fanouts)
     ids = torch.as_tensor(nodes).long().reshape(-1)
     if ntype is not None:
         ids = torch.from_numpy(book.to_homo(ntype, ids.numpy()))
-    client = graph.ctx.client
     names = {t.name for t in client.list_tensors()}
     row_bytes = {}
     for nt in book.node_types:

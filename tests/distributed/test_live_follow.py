@@ -141,6 +141,34 @@ def test_sampler_workers_read_each_batch_at_the_trainers_version(parts, follow):
                 assert x[at].tolist() == row.tolist() and dg.version == 2
 
 
+@pytest.mark.parametrize("num_workers", [0, pytest.param(1, marks=pytest.mark.slow)])
+def test_a_cached_row_updated_by_a_writer_is_read_fresh_after_the_version_moves(parts, num_workers):
+    """The feature cache stays on while following: at the next epoch's version the rows
+    a writer updated are read again (graph_changes), the others still served cached."""
+    from graphrun.distributed import plan_feature_cache
+
+    cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        # use_shm=False: both partitions are remote to this client, so rows are cached
+        with initialize(addresses, heartbeat_interval=0, use_shm=False) as ctx:
+            dg = DistGraph(ctx, follow="epoch")
+            train = dg.mask_ids("train_mask")
+            plan = plan_feature_cache(dg, train, [4, 4], batch_size=64, budget_bytes=1 << 20)
+            node = int(plan.ids["_N"][0])
+            seeds = torch.tensor([node, *plan.ids["_N"][1:4].tolist()])
+            kw = {"batch_size": 4, "cache": plan, "num_workers": num_workers}
+            with DistNodeDataLoader(dg, seeds, [2], **kw) as loader:
+                (before,) = list(loader)
+                assert loader.last_cost.cache_bytes > 0
+                row = update_row(addresses, node)
+                (after,) = list(loader)
+                assert dg.version == 1 and loader.last_cost.cache_bytes > 0
+            assert before.n_id[0] == after.n_id[0] == node
+            assert before.x[0].tolist() != row.tolist() and after.x[0].tolist() == row.tolist()
+            assert torch.equal(before.x[1:4], after.x[1:4])
+
+
 def test_new_seeds_are_shared_evenly_between_trainers():
     from graphrun.distributed.live import share
 
