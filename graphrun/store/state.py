@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -33,6 +33,9 @@ from graphrun.store.disk import DiskRows, open_info
 from graphrun.store.policy import PartitionPolicy, lookup_policy
 from graphrun.store.shm import SegmentStore, attach
 from graphrun.wire import convert
+
+if TYPE_CHECKING:
+    from graphrun.store.live_rows import GrowthRows
 
 log = logging.getLogger("graphrun.store")
 
@@ -122,6 +125,8 @@ class StoredTensor:
     info: TensorInfo
     array: np.ndarray  # this partition's rows, in shared memory (or mapped read-only from disk)
     disk: DiskRows | None = None  # served from disk through a bounded cache
+    init: tuple[str, dict[str, Any]] = ("zeros", {})  # a job tensor's initialiser and args
+    grown: GrowthRows | None = None  # a job's node tensor's rows of new nodes (live_rows.py)
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """Rows ``rows`` (local, checked) in the given order."""
