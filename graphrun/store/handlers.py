@@ -38,6 +38,7 @@ import numpy as np
 from graphrun.errors import ArgumentError, AuthError, StoreError
 from graphrun.store import live_ops, live_rows
 from graphrun.store.disk import disk_stats
+from graphrun.store.growth import INITIALIZERS, fill
 from graphrun.store.reducers import STATE_SPECS, get_reducer
 from graphrun.store.registry import Registry, Request, Response
 from graphrun.store.replicas import replica_state_fields
@@ -45,8 +46,6 @@ from graphrun.store.requests import BackupBody, InitBody, JoinBody, Named, PushB
 from graphrun.store.shm import host_digest
 from graphrun.store.state import GRAPH_JOB, PartitionInfo, ServerState, StoredTensor
 from graphrun.wire import to_builtins
-
-INITIALIZERS = live_rows.INITIALIZERS
 
 
 def _rows(state: ServerState, req: Request, stored: StoredTensor) -> np.ndarray:
@@ -188,7 +187,7 @@ def init(state: ServerState, req: Request) -> Response:
         body.persistent,
     )
     try:
-        live_rows.fill(stored.array, how, body.init_args, [state.part])
+        fill(stored.array, how, body.init_args, [state.part])
     except BaseException:
         state.delete_tensor(req.job, name)
         raise

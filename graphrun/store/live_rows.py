@@ -6,7 +6,8 @@ docs/live.md), a job that follows it meets new nodes — graph ids ``>= num_node
 by growth blocks, at local rows ``part_rows + (id - num_nodes)``
 (:func:`~graphrun.store.live.growth_row`) — and looks up and trains their rows. Those
 rows are held beside the shared-memory segment, a growth block at a time
-(:class:`GrowthRows`, on the :class:`~graphrun.store.state.StoredTensor`), made on first
+(:class:`~graphrun.store.growth.GrowthRows`, on the
+:class:`~graphrun.store.state.StoredTensor`), made on first
 use by a request at a version where the node exists (a client that does not follow the
 graph, or a request at a version below the node's, is refused as before) and filled by
 the tensor's initialiser with a generator of the block's own (``[seed, 1 + block]``),
@@ -24,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from graphrun.errors import ArgumentError
 from graphrun.store import live_ops
+from graphrun.store.growth import GrowthRows
 from graphrun.store.live import GROWTH_BLOCK
 from graphrun.store.policy import lookup_policy
 from graphrun.store.reducers import Reducer
@@ -33,48 +34,6 @@ from graphrun.store.reducers import Reducer
 if TYPE_CHECKING:
     from graphrun.store.registry import Request
     from graphrun.store.state import ServerState, StoredTensor
-
-INITIALIZERS = ("zeros", "uniform", "normal")
-
-
-def fill(arr: np.ndarray, how: str, args: Mapping[str, Any], key: Sequence[int]) -> None:
-    """``arr`` drawn by initialiser ``how`` from a generator of ``[seed, *key]``."""
-    if how == "zeros" or arr.size == 0:
-        return
-    seed = args.get("seed", 0)
-    if not isinstance(seed, int):
-        raise ArgumentError("init: init_args.seed must be an integer")
-    rng = np.random.default_rng([seed, *key])
-    if how == "uniform":
-        lo, hi = float(args.get("low", -1.0)), float(args.get("high", 1.0))
-        arr[...] = rng.uniform(lo, hi, arr.shape)
-    elif how == "normal":
-        arr[...] = rng.normal(float(args.get("mean", 0.0)), float(args.get("std", 1.0)), arr.shape)
-    else:
-        raise ArgumentError(f"init: initializer {how!r} is unknown; known: {list(INITIALIZERS)}")
-
-
-class GrowthRows:
-    """One tensor's rows of new nodes on one partition, by growth block (in block order,
-    so that two tensors holding the same blocks hold each row at the same place)."""
-
-    def __init__(self, row_shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
-        self.rows: np.ndarray = np.empty((0, *row_shape), dtype)
-        self.blocks = np.empty(0, np.int64)  # sorted
-
-    def index(self, offsets: np.ndarray) -> np.ndarray:
-        """Where growth offsets (``id - num_nodes``) of held blocks stand in ``rows``."""
-        at = np.searchsorted(self.blocks, offsets // GROWTH_BLOCK)
-        return at * GROWTH_BLOCK + offsets % GROWTH_BLOCK
-
-    def ensure(self, blocks: np.ndarray, how: str, args: Mapping[str, Any]) -> None:
-        """Hold ``blocks`` too, each new one filled by initialiser ``how``."""
-        for b in np.setdiff1d(blocks, self.blocks).tolist():
-            new = np.zeros((GROWTH_BLOCK, *self.rows.shape[1:]), self.rows.dtype)
-            fill(new, how, args, [1 + b])
-            at = int(np.searchsorted(self.blocks, b)) * GROWTH_BLOCK
-            self.rows = np.concatenate([self.rows[:at], new, self.rows[at:]])
-            self.blocks = np.insert(self.blocks, at // GROWTH_BLOCK, b)
 
 
 def _blocks(stored: StoredTensor, blocks: np.ndarray) -> GrowthRows:

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -30,12 +30,10 @@ from graphrun.names import PolicyName
 from graphrun.partition.book import PartitionBook
 from graphrun.rpc.codec import wire_dtype
 from graphrun.store.disk import DiskRows, open_info
+from graphrun.store.growth import GrowthRows
 from graphrun.store.policy import PartitionPolicy, lookup_policy
 from graphrun.store.shm import SegmentStore, attach
 from graphrun.wire import convert
-
-if TYPE_CHECKING:
-    from graphrun.store.live_rows import GrowthRows
 
 log = logging.getLogger("graphrun.store")
 
