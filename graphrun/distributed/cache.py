@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from graphrun.errors import StoreError
 from graphrun.names import TensorKey
 from graphrun.partition.book import PartitionBook
 from graphrun.sampling.changes import OP_CHANGES
@@ -109,13 +110,16 @@ class FeatureCache:
 
     def _catch_up(self, key: str, cached: CachedRows) -> None:
         """Read again, at the client's version, the cached rows of ``key`` updated since
-        the version they were read at (all of them if the version went back)."""
+        the version they were read at (all of them if the version went back, or if the
+        store can no longer tell: a compaction folded that version into the base)."""
         v, since = self.client.version, cached.version
-        if v is None or since is None or v < since:
-            stale = np.arange(len(cached.ids))
-        else:
-            slots = cached.slots(updated_since(self.client, since, key))
-            stale = slots[slots >= 0]
+        stale = np.arange(len(cached.ids))
+        if v is not None and since is not None and since <= v:
+            try:
+                slots = cached.slots(updated_since(self.client, since, key))
+                stale = slots[slots >= 0]
+            except StoreError:  # ``since`` was compacted into the base: not told apart
+                pass
         if len(stale):
             cached.rows[stale] = self.client.pull(key, cached.ids[stale])
         cached.version = v
