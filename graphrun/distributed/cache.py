@@ -15,7 +15,12 @@ records what the halo saves).
 The :class:`CachePlan` (ids only) travels in the loader's ``BatchSpec`` to every process
 that builds batches; each materialises it once (:meth:`DistContext.feature_cache`) by
 pulling the rows of every feature it will read, and :class:`StoreFeatures` serves hits
-from it. Graph features are read-only while jobs run, so a cached row never goes stale.
+from it. A base graph's features are read-only while jobs run; a followed live graph's
+are not (a writer overwrites rows, docs/live.md), so a cached feature remembers the
+version its rows were read at, and when the client's version moves, the rows the store
+says were updated in between (``graph_changes``, :mod:`graphrun.sampling.changes`) are
+read again at the new version before the next hit: a cached row is never older than
+the batch that reads it.
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from graphrun.errors import StoreError
 from graphrun.names import TensorKey
 from graphrun.partition.book import PartitionBook
+from graphrun.sampling.changes import OP_CHANGES
 from graphrun.sampling.sampler import NeighborSampler
 from graphrun.store.client import KVClient
 
@@ -52,8 +59,11 @@ class CachePlan:
 class CachedRows:
     """Rows of one feature for a sorted set of ids, with an id -> slot lookup."""
 
-    def __init__(self, ids: np.ndarray, rows: np.ndarray, id_space: int) -> None:
+    def __init__(
+        self, ids: np.ndarray, rows: np.ndarray, id_space: int, version: int | None = None
+    ) -> None:
         self.ids, self.rows = ids, rows
+        self.version = version  # a followed live graph's version the rows were read at
         self.row_bytes = int(rows[:1].nbytes) if len(rows) else 0
         self._map: np.ndarray | None = None
         if id_space <= DENSE_LIMIT:
@@ -82,7 +92,8 @@ class FeatureCache:
         self._rows: dict[str, CachedRows | None] = {}
 
     def rows(self, ntype: str, name: str) -> CachedRows | None:
-        """The cached rows of feature ``name`` of ``ntype`` (pulled on first use)."""
+        """The cached rows of feature ``name`` of ``ntype`` (pulled on first use), at the
+        client's version."""
         key = str(TensorKey.node(ntype, name))
         if key not in self._rows:
             ids = self.plan.ids.get(ntype)
@@ -90,12 +101,42 @@ class FeatureCache:
                 self._rows[key] = None
             else:
                 space = self.client.meta(key).num_rows
-                self._rows[key] = CachedRows(ids, self.client.pull(key, ids), space)
-        return self._rows[key]
+                pulled = self.client.pull(key, ids)
+                self._rows[key] = CachedRows(ids, pulled, space, self.client.version)
+        got = self._rows[key]
+        if got is not None and got.version != self.client.version:
+            self._catch_up(key, got)
+        return got
+
+    def _catch_up(self, key: str, cached: CachedRows) -> None:
+        """Read again, at the client's version, the cached rows of ``key`` updated since
+        the version they were read at (all of them if the version went back, or if the
+        store can no longer tell: a compaction folded that version into the base)."""
+        v, since = self.client.version, cached.version
+        stale = np.arange(len(cached.ids))
+        if v is not None and since is not None and since <= v:
+            try:
+                slots = cached.slots(updated_since(self.client, since, key))
+                stale = slots[slots >= 0]
+            except StoreError:  # ``since`` was compacted into the base: not told apart
+                pass
+        if len(stale):
+            cached.rows[stale] = self.client.pull(key, cached.ids[stale])
+        cached.version = v
 
     @property
     def nbytes(self) -> int:
         return sum(r.rows.nbytes for r in self._rows.values() if r is not None)
+
+
+def updated_since(client: KVClient, since: int, key: str) -> np.ndarray:
+    """Node ids (graph ids) whose feature ``key`` was written in ``(since, the client's
+    version]``, new nodes included: every partition's ``graph_changes``, asked at once."""
+    s = client.session
+    body = {"since": since, "features": [key]}
+    pending = [s.request(p, OP_CHANGES, body) for p in range(client.num_parts)]
+    got = [np.asarray(s.wait(r).tensors[0], np.int64) for r in pending]
+    return np.unique(np.concatenate([np.empty(0, np.int64), *got]))
 
 
 def plan_cache(
@@ -130,7 +171,8 @@ def plan_cache(
         if batch.numel() == 0:
             break
         sub = sampler.sample(batch, generator=seed * 1000 + i)
-        counts[sub.node.numpy()] += 1
+        node = sub.node.numpy()
+        counts[node[node < book.num_nodes]] += 1  # a live graph's new nodes: never planned
     remote = np.ones(book.num_nodes, bool)
     for p in local_parts:
         lo, hi = book.node_offsets[p], book.node_offsets[p + 1]

@@ -43,7 +43,7 @@ from graphrun.distributed.batches import (
 from graphrun.distributed.cache import CachePlan, plan_cache
 from graphrun.distributed.dglnames import NeighborSampler as NeighborSamplerSpec
 from graphrun.distributed.graph import DistGraph
-from graphrun.distributed.live import new_seeds
+from graphrun.distributed.live import LiveTypeMap, id_bound, new_seeds
 from graphrun.distributed.minibatch import epoch_seed, shuffled
 from graphrun.distributed.workers import WorkerPool
 from graphrun.errors import ArgumentError
@@ -154,7 +154,10 @@ class _DistLoader:
             if self._builder is None:
                 self._builder = BatchBuilder(self.graph.ctx, self.spec)
         elif self._pool is None:
-            self._pool = WorkerPool(self.graph.ctx.config, self.spec, self.options.num_workers)
+            self._pool = WorkerPool(
+                self.graph.ctx.config, self.spec, self.options.num_workers,
+                version=self.graph.version,
+            )  # fmt: skip
 
     def __iter__(self) -> Iterator[Data | HeteroData]:
         """One epoch's batches. Without ``persistent_workers`` the worker processes stop
@@ -172,7 +175,8 @@ class _DistLoader:
             return
         assert self._pool is not None
         try:
-            for batch, cost in self._pool.run(tasks, self.prefetch):
+            batches = self._pool.run(tasks, self.prefetch, lambda: self.graph.refresh("batch"))
+            for batch, cost in batches:
                 self.last_cost = cost
                 yield self._pinned(batch)
         finally:
@@ -184,9 +188,6 @@ class _DistLoader:
         ``live_seeds`` mask is true join the seeds (distributed/live.py)."""
         if self.graph.follow is None:
             return
-        if self.options.num_workers:
-            raise ArgumentError("num_workers: following a live graph samples in the "
-                                "trainer for now (num_workers=0)")  # fmt: skip
         self.graph.refresh("epoch")
         if self.options.live_seeds is not None and self.graph.follow != "pinned":
             ctx = self.graph.ctx
@@ -314,11 +315,13 @@ def plan_feature_cache(
     book = graph.book
     spec = BatchSpec(kind="node", fanouts=fanouts, output="data", ntype=ntype, x=x, y=y)
     check_spec(spec, book)
-    sampler = NeighborSampler(graph.ctx.sampler, BookTypeMap(book), book.num_nodes, fanouts)
+    client = graph.ctx.client
+    # a followed live graph: the probes may reach new nodes (never cached: cache.py)
+    types = BookTypeMap(book) if client.live is None else LiveTypeMap(book)
+    sampler = NeighborSampler(graph.ctx.sampler, types, id_bound(client), fanouts)
     ids = torch.as_tensor(nodes).long().reshape(-1)
     if ntype is not None:
         ids = torch.from_numpy(book.to_homo(ntype, ids.numpy()))
-    client = graph.ctx.client
     names = {t.name for t in client.list_tensors()}
     row_bytes = {}
     for nt in book.node_types:

@@ -8,10 +8,13 @@ every epoch at no cost). It is started without the user's ``__main__`` (a script
 a ``__main__`` guard is not run again in it), ends by itself when the trainer dies, and
 joins the store
 with its own client (built from the trainer's :class:`DistConfig`), then loops:
-take ``(index, ids, seed)`` from its task queue, build the batch, put
+take ``(index, ids, seed, version)`` from its task queue, build the batch, put
 ``(index, batch, error)`` on the shared result queue. The trainer keeps up to
 ``prefetch`` batches in flight, hands tasks out round-robin and yields batches in
-index order.
+index order. A trainer following a live graph (docs/live.md) chooses each batch's
+version when it hands the task out (the head then, the epoch's, or the pinned one:
+:meth:`DistGraph.refresh`) and the worker reads the batch at it, so a batch is the one
+the trainer would have built itself at that version.
 
 A worker that dies (killed, out of memory, crashed interpreter) is noticed while
 the trainer waits: :class:`~graphrun.errors.JobFailed` names the worker's role,
@@ -31,7 +34,7 @@ import socket
 import sys
 import time
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -59,8 +62,9 @@ def _context(name: str) -> Any:
 
 
 def _worker_main(
-    config: DistConfig, worker: int, spec: BatchSpec, tasks: Any, results: Any, parent: int
-) -> None:
+    config: DistConfig, worker: int, spec: BatchSpec, tasks: Any, results: Any, parent: int,
+    version: int | None,
+) -> None:  # fmt: skip
     # the end of the trainer that started it (killed with SIGKILL, it could not stop its
     # workers): a worker from the fork server is not its child, and PR_SET_PDEATHSIG
     # fires when the starting *thread* ends (a loader built in a short-lived thread)
@@ -72,6 +76,8 @@ def _worker_main(
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         ctx = DistContext(config.for_worker(worker))
+        if version is not None:  # a followed live graph: read as the trainer does
+            ctx.client.follow(version)
         builder = BatchBuilder(ctx, spec)
     except BaseException as exc:  # report why we could not start, then exit
         results.put((READY, None, _describe(exc)))
@@ -82,8 +88,10 @@ def _worker_main(
             task = tasks.get()
             if task is None:
                 break
-            run, index, ids, seed = task
+            run, index, ids, seed, v = task
             try:
+                if v is not None and v != ctx.client.version:
+                    ctx.client.follow(v)
                 batch = builder.build(ids, seed)
                 results.put(((run, index), (batch, builder.last_cost), None))
             except Exception as exc:
@@ -140,7 +148,8 @@ def _user_main_hidden() -> Iterator[None]:
 
 class WorkerPool:
     """``num_workers`` worker processes sharing one result queue (``mp_context``:
-    ``"forkserver"``, or ``"spawn"`` for a fresh interpreter each)."""
+    ``"forkserver"``, or ``"spawn"`` for a fresh interpreter each); ``version``: the
+    live graph's version the trainer reads (None: not following)."""
 
     def __init__(
         self,
@@ -149,6 +158,7 @@ class WorkerPool:
         num_workers: int,
         start_timeout: float = 300.0,
         mp_context: str = "forkserver",
+        version: int | None = None,
     ) -> None:
         ctx = _context(mp_context)
         self.config = config
@@ -157,7 +167,7 @@ class WorkerPool:
         self.procs = [
             ctx.Process(
                 target=_worker_main,
-                args=(config, w, spec, self.tasks[w], self.results, os.getpid()),
+                args=(config, w, spec, self.tasks[w], self.results, os.getpid(), version),
                 name=str(self.role(w)),
                 daemon=True,
             )
@@ -221,8 +231,12 @@ class WorkerPool:
                 _reraise(err, "loader worker start")
             ready += index == READY
 
-    def run(self, tasks: Sequence[tuple[Any, int]], prefetch: int) -> Iterator[Any]:
-        """Yield the batches of ``tasks`` (``(ids, seed)``) in order.
+    def run(
+        self, tasks: Sequence[tuple[Any, int]], prefetch: int,
+        version: Callable[[], int | None] = lambda: None,
+    ) -> Iterator[Any]:  # fmt: skip
+        """Yield the batches of ``tasks`` (``(ids, seed)``) in order, each read at the
+        live graph's ``version()`` when its task is handed out.
 
         Results of an earlier run that was abandoned half-way are dropped.
         """
@@ -235,7 +249,7 @@ class WorkerPool:
 
         def send() -> None:
             nonlocal sent
-            self.tasks[sent % workers].put((run, sent, *tasks[sent]))
+            self.tasks[sent % workers].put((run, sent, *tasks[sent], version()))
             sent += 1
 
         while sent < min(n, max(1, prefetch)):

@@ -152,7 +152,14 @@ class KVClient:
 
     def follow(self, version: int | None = None) -> int:
         """Read the live graph at ``version`` (default: the head, asked now) from here on;
-        returns it. Call again to move to a newer head."""
+        returns it. Call again to move to a newer head. A version at or below the head
+        last asked is read with that head's growth blocks (every id of the graph at it is
+        in them), without asking the sequencer again: a loader worker moves to each
+        batch's version so."""
+        known = self.live
+        if version is not None and known is not None and 0 <= int(version) <= known.head:
+            self.session.version = int(version)
+            return int(version)
         view = fetch_head(self.session)
         v = view.head if version is None else int(version)
         if not 0 <= v <= view.head:
@@ -177,15 +184,27 @@ class KVClient:
         order = np.argsort(ids, kind="stable")
         return ids[order], types[order]
 
-    def _pull_live(self, ti: TensorInfo, pol: PartitionPolicy, ids: Any) -> np.ndarray:
-        """``pull`` of a live graph: growth ids routed by their blocks, each partition's
-        rows read at the version (shared memory while it holds nothing at or below it)."""
+    def _routes_live(self, ti: TensorInfo, pol: PartitionPolicy) -> bool:
+        """Whether ids of this tensor are routed by the live graph's growth blocks: the
+        graph's tensors, and a job's node tensors (a ``DistEmbedding``: rows of new
+        nodes, store/live_rows.py), while following."""
+        kind = pol.name.kind
+        return self.live is not None and (kind == "node" or (ti.job == "" and kind == "edge"))
+
+    def _route_live(
+        self, pol: PartitionPolicy, ids: Any
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         view = self.live
         assert view is not None
         node = pol.name.kind == "node"
         first = view.num_nodes if node else view.num_edges
         blocks = view.node_owner if node else view.edge_owner
-        ids, part, rows = live_route(view, pol.ranges, first, blocks, ids, "ids")
+        return live_route(view, pol.ranges, first, blocks, ids, "ids")
+
+    def _pull_live(self, ti: TensorInfo, pol: PartitionPolicy, ids: Any) -> np.ndarray:
+        """``pull`` of a live graph: growth ids routed by their blocks, each partition's
+        rows read at the version (shared memory while it holds nothing at or below it)."""
+        ids, part, rows = self._route_live(pol, ids)
         out = np.empty((len(ids), *ti.row_shape), dtype=ti.dtype)
         pending = []
         for p in np.unique(part).tolist():
@@ -272,7 +291,7 @@ class KVClient:
         copy."""
         ti = self.meta(name)
         pol = lookup_policy(self.policies, ti.policy)
-        if self.live is not None and ti.job == "" and pol.name.kind in ("node", "edge"):
+        if self._routes_live(ti, pol):
             got = self._pull_live(ti, pol, ids)
             if out is None:
                 return got
@@ -342,14 +361,23 @@ class KVClient:
         """Apply ``reducer`` to rows ``ids`` with ``values`` on their owners' servers."""
         ti = self.meta(name)
         pol = lookup_policy(self.policies, ti.policy)
-        ids = pol.check_ids(ids)
+        live = self._routes_live(ti, pol)
+        if live:
+            ids, part, rows = self._route_live(pol, ids)
+            groups = [routing.Group(p, np.flatnonzero(part == p), rows[part == p])
+                      for p in np.unique(part).tolist()]  # fmt: skip
+        else:
+            ids = pol.check_ids(ids)
+            groups = list(routing.by_owner(pol.ranges, ids))
         values = np.asarray(values)
         if values.ndim == 0 or len(values) != len(ids):
             raise ArgumentError(
                 f"values: {values.shape[:1] or 'a scalar'} rows for {len(ids)} ids of {name!r}"
             )
-        body = {"name": name, "reducer": reducer, "params": dict(params or {})}
+        body: dict[str, Any] = {"name": name, "reducer": reducer, "params": dict(params or {})}
         body["states"] = list(states)
+        if live:  # new nodes' rows exist at the version (a write carries none by itself)
+            body["v"] = self.version
         pend: deque[tuple[Pending, int]] = deque()
         errors: list[GraphrunError] = []
         in_flight = 0
@@ -362,7 +390,7 @@ class KVClient:
                 errors.append(exc)
             return nbytes
 
-        for g in routing.by_owner(pol.ranges, ids):
+        for g in groups:
             for piece in _push_pieces(g.rows, values[g.pos]):
                 nbytes = piece[0].nbytes + piece[1].nbytes
                 while pend and in_flight + nbytes > PUSH_WINDOW_BYTES:

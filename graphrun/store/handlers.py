@@ -32,13 +32,13 @@ disk counts in ``stats``, and gets a digest of the server's host identity in ``j
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import numpy as np
 
 from graphrun.errors import ArgumentError, AuthError, StoreError
-from graphrun.store import live_ops
+from graphrun.store import live_ops, live_rows
 from graphrun.store.disk import disk_stats
+from graphrun.store.growth import INITIALIZERS, fill
 from graphrun.store.reducers import STATE_SPECS, get_reducer
 from graphrun.store.registry import Registry, Request, Response
 from graphrun.store.replicas import replica_state_fields
@@ -55,16 +55,19 @@ from graphrun.store.shm import host_digest
 from graphrun.store.state import GRAPH_JOB, PartitionInfo, ServerState, StoredTensor
 from graphrun.wire import to_builtins
 
-INITIALIZERS = ("zeros", "uniform", "normal")
 
-
-def _rows(req: Request, stored: StoredTensor, i: int = 0) -> np.ndarray:
-    rows = req.tensor(i, "rows")
+def _rows(state: ServerState, req: Request, stored: StoredTensor) -> np.ndarray:
+    """The request's local rows, checked: the partition's, or (a job's node tensor on a
+    live graph) rows of new nodes visible at the request's version (live_rows.py)."""
+    rows = req.tensor(0, "rows")
     if rows.ndim != 1 or rows.dtype != np.int64:
         raise ArgumentError(f"{req.op}: rows must be 1-d int64, got {rows.dtype} {rows.shape}")
     n = stored.info.part_rows
-    if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= n):
-        i_bad = int(np.flatnonzero((rows < 0) | (rows >= n))[0])
+    bad = (rows < 0) | (rows >= n)
+    if bad.any() and not (rows < 0).any() and live_rows.grow(state, req, stored, rows[rows >= n]):
+        return rows
+    if bad.any():
+        i_bad = int(np.flatnonzero(bad)[0])
         raise ArgumentError(
             f"{req.op} {stored.info.name!r}: local row {int(rows[i_bad])} at position {i_bad} "
             f"is out of range [0, {n}) of partition"
@@ -124,8 +127,8 @@ def pull(state: ServerState, req: Request) -> Response:
         live = live_ops.pull_at(state, req, stored)
         if live is not None:
             return Response({}, (live,))
-    rows = _rows(req, stored)
-    return Response({}, (stored.take(rows),))
+    rows = _rows(state, req, stored)
+    return Response({}, (live_rows.take(stored, rows),))
 
 
 def _writable(req: Request, stored: StoredTensor, allow_graph: bool) -> StoredTensor:
@@ -150,7 +153,7 @@ def push(state: ServerState, req: Request) -> Response:
     body = req.args(PushBody)
     name = body.name
     stored = _writable(req, state.find(req.job, name), body.allow_graph)
-    rows = _rows(req, stored)
+    rows = _rows(state, req, stored)
     values = req.tensor(1, "values")
     want = (len(rows), *stored.info.row_shape)
     if values.shape != want:
@@ -168,25 +171,9 @@ def push(state: ServerState, req: Request) -> Response:
     specs = STATE_SPECS.get(reducer_name, ())
     if len(state_names) != len(specs):
         raise ArgumentError(f"push {name!r}: reducer {reducer_name} needs {len(specs)} states")
-    states = [_writable(req, state.find(req.job, s), body.allow_graph).array for s in state_names]
-    reducer(stored.array, rows, values, states, body.params)
+    states = [_writable(req, state.find(req.job, s), body.allow_graph) for s in state_names]
+    live_rows.reduce(reducer, stored, rows, values, states, body.params)
     return Response({})
-
-
-def _fill(arr: np.ndarray, how: str, args: dict[str, Any], part: int) -> None:
-    if how == "zeros" or arr.size == 0:
-        return
-    seed = args.get("seed", 0)
-    if not isinstance(seed, int):
-        raise ArgumentError("init: init_args.seed must be an integer")
-    rng = np.random.default_rng([seed, part])
-    if how == "uniform":
-        lo, hi = float(args.get("low", -1.0)), float(args.get("high", 1.0))
-        arr[...] = rng.uniform(lo, hi, arr.shape)
-    elif how == "normal":
-        arr[...] = rng.normal(float(args.get("mean", 0.0)), float(args.get("std", 1.0)), arr.shape)
-    else:
-        raise ArgumentError(f"init: initializer {how!r} is unknown; known: {list(INITIALIZERS)}")
 
 
 def init(state: ServerState, req: Request) -> Response:
@@ -211,10 +198,11 @@ def init(state: ServerState, req: Request) -> Response:
         body.persistent,
     )
     try:
-        _fill(stored.array, how, body.init_args, state.part)
+        fill(stored.array, how, body.init_args, [state.part])
     except BaseException:
         state.delete_tensor(req.job, name)
         raise
+    stored.init = (how, dict(body.init_args))
     return Response({"info": to_builtins(stored.info), "created": True})
 
 

@@ -30,6 +30,7 @@ from graphrun.names import PolicyName
 from graphrun.partition.book import PartitionBook
 from graphrun.rpc.codec import wire_dtype
 from graphrun.store.disk import DiskRows, open_info
+from graphrun.store.growth import GrowthRows
 from graphrun.store.policy import PartitionPolicy, lookup_policy
 from graphrun.store.shm import SegmentStore, attach
 from graphrun.wire import convert
@@ -122,6 +123,8 @@ class StoredTensor:
     info: TensorInfo
     array: np.ndarray  # this partition's rows, in shared memory (or mapped read-only from disk)
     disk: DiskRows | None = None  # served from disk through a bounded cache
+    init: tuple[str, dict[str, Any]] = ("zeros", {})  # a job tensor's initialiser and args
+    grown: GrowthRows | None = None  # a job's node tensor's rows of new nodes (live_rows.py)
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """Rows ``rows`` (local, checked) in the given order."""

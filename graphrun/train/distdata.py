@@ -142,8 +142,7 @@ class DistGraphData:
                 self.graph, self.seeds(split, ntype), fanouts, batch_size=batch_size,
                 ntype=ntype, shuffle=shuffle, x=x, y=y, seed=self.seed + self.rank,
                 num_workers=self.num_workers if split == "train" else 0,
-                # a followed live graph's rows change: no cache of them (docs/live.md)
-                cache=None if live else self.feature_cache(ntype, fanouts, batch_size, x, y),
+                cache=self.feature_cache(ntype, fanouts, batch_size, x, y),
                 live_seeds=f"{split}_mask" if live and split == "train" else None,
             )  # fmt: skip
             self._start(self._loaders[key])

@@ -83,14 +83,90 @@ def test_follow_is_checked(parts):
     cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
     with store_threads(cfg, 2) as threads:
         ctx = initialize([t.address for t in threads], rank=0, world_size=1, heartbeat_interval=0)
-        with ctx:
-            with pytest.raises(ArgumentError, match="follow: 'always' is not one of"):
-                DistGraph(ctx, follow="always")
+        with ctx, pytest.raises(ArgumentError, match="follow: 'always' is not one of"):
+            DistGraph(ctx, follow="always")
+
+
+def update_row(addresses, node: int) -> np.ndarray:
+    """Overwrite base node ``node``'s features (a version of its own); the new row."""
+    row = np.full((1, 8), -7.0, np.float32)
+    with KVClient(ClientConfig(addresses, job="writer", timeout=20)) as c:
+        w = GraphWriter(c)
+        w.update_features("_N", "feat", [node], row)
+        w.commit()
+    return row[0]
+
+
+def same_batches(got: list, want: list) -> None:
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        assert a.num_sampled_edges == b.num_sampled_edges
+        for key in ("n_id", "edge_index", "x", "y"):
+            assert torch.equal(a[key], b[key]), key
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("follow", ["epoch", "head", "pinned"])
+def test_sampler_workers_read_each_batch_at_the_trainers_version(parts, follow):
+    """Loader workers (num_workers > 0) sample and pull every batch at the version the
+    trainer chose for it: the new nodes join at the next epoch (not pinned), an updated
+    row is read at the version, and the batches are those the trainer builds itself."""
+    cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
+            dg = DistGraph(ctx, follow=follow)
+            train = dg.mask_ids("train_mask")
+            kw = {"batch_size": 64, "shuffle": True, "live_seeds": "train_mask", "seed": 3}
+            with DistNodeDataLoader(dg, train, [4, 4], num_workers=2, **kw) as loader:
+                first = list(loader)
+                assert int(max(b.n_id[: b.batch_size].max() for b in first)) < dg.num_nodes()
+                feat, _, ids = write_new_nodes(addresses, parts)
+                row = update_row(addresses, int(train[0]))
+                loader.set_epoch(1)
+                got = list(loader)
+            inline = DistNodeDataLoader(dg, train, [4, 4], **kw)
+            inline.set_epoch(1)
+            same_batches(got, list(inline))
+            seeds = torch.cat([b.n_id[: b.batch_size] for b in got])
+            x = torch.cat([b.x[: b.batch_size] for b in got])
+            at = int(torch.nonzero(seeds == train[0])[0])
+            if follow == "pinned":
+                assert int((seeds >= dg.num_nodes()).sum()) == 0 and dg.version == 0
+                assert x[at].tolist() != row.tolist()
+            else:
+                new = seeds >= dg.num_nodes()
+                assert sorted(seeds[new].tolist()) == sorted(ids.tolist())
+                assert sorted(x[new][:, 0].tolist()) == sorted(feat[:, 0].tolist())
+                assert x[at].tolist() == row.tolist() and dg.version == 2
+
+
+@pytest.mark.parametrize("num_workers", [0, pytest.param(1, marks=pytest.mark.slow)])
+def test_a_cached_row_updated_by_a_writer_is_read_fresh_after_the_version_moves(parts, num_workers):
+    """The feature cache stays on while following: at the next epoch's version the rows
+    a writer updated are read again (graph_changes), the others still served cached."""
+    from graphrun.distributed import plan_feature_cache
+
+    cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        # use_shm=False: both partitions are remote to this client, so rows are cached
+        with initialize(addresses, heartbeat_interval=0, use_shm=False) as ctx:
             dg = DistGraph(ctx, follow="epoch")
-            loader = DistNodeDataLoader(dg, dg.mask_ids("train_mask"), [2], batch_size=8,
-                                        num_workers=1)  # fmt: skip
-            with pytest.raises(ArgumentError, match="num_workers: following a live graph"):
-                next(iter(loader))
+            train = dg.mask_ids("train_mask")
+            plan = plan_feature_cache(dg, train, [4, 4], batch_size=64, budget_bytes=1 << 20)
+            node = int(plan.ids["_N"][0])
+            seeds = torch.tensor([node, *plan.ids["_N"][1:4].tolist()])
+            kw = {"batch_size": 4, "cache": plan, "num_workers": num_workers}
+            with DistNodeDataLoader(dg, seeds, [2], **kw) as loader:
+                (before,) = list(loader)
+                assert loader.last_cost.cache_bytes > 0
+                row = update_row(addresses, node)
+                (after,) = list(loader)
+                assert dg.version == 1 and loader.last_cost.cache_bytes > 0
+            assert before.n_id[0] == after.n_id[0] == node
+            assert before.x[0].tolist() != row.tolist() and after.x[0].tolist() == row.tolist()
+            assert torch.equal(before.x[1:4], after.x[1:4])
 
 
 def test_new_seeds_are_shared_evenly_between_trainers():

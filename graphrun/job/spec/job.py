@@ -123,7 +123,7 @@ class GraphJobSpec(SpecModel):
     live: LiveSpec | None = Field(
         default=None,
         description="follow a live graph (a store that takes writes: docs/live.md); "
-        "homogeneous graphs, sampling in the trainers (samplerWorkersPerTrainer 0)",
+        "homogeneous graphs",
     )
     managed_by: str | None = Field(
         default=None,
@@ -180,9 +180,6 @@ class GraphJobSpec(SpecModel):
     def _live(self) -> None:
         if self.live is None:
             return
-        if self.runtime.sampler_workers_per_trainer:
-            raise ValueError("live: the trainers sample a live graph themselves for now "
-                             "(runtime.samplerWorkersPerTrainer: 0)")  # fmt: skip
         if self.training.task == "hetero-node-classification":
             raise ValueError("live: following a live heterograph is not supported yet")
         if self.live.log_dir is not None and self.graph.store is not None:
