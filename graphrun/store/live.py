@@ -34,15 +34,24 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
-import numpy.typing as npt
 
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import owners as base_owners
 from graphrun.rpc.codec import wire_dtype
+from graphrun.store.live_index import (
+    Batch,
+    Run,
+    build_run,
+    concat,
+    latest,
+    lookup_sorted,
+    merge_runs,
+    spans,
+    values_at,
+)
 
 GROWTH_BLOCK = 4096  # ids per growth block
 LIVE_DELTA_MAX_BYTES = 1 << 30  # the uncompacted delta of one partition
@@ -170,159 +179,7 @@ def run_ids(runs: list[tuple[int, int]] | list[list[int]]) -> np.ndarray:
     return np.concatenate([np.arange(s, s + c, dtype=np.int64) for s, c in runs])
 
 
-# ---- a checked piece ------------------------------------------------------------------
-
-
-@dataclass
-class Batch:
-    """A checked piece as arrays (see :class:`Piece`)."""
-
-    version: int
-    nodes: np.ndarray
-    ntypes: np.ndarray
-    orig: np.ndarray
-    edges: np.ndarray  # int64 [3, m]
-    etypes: np.ndarray
-    deleted: np.ndarray
-    new_rows: dict[str, tuple[np.ndarray, np.ndarray]]  # key -> (new ids, their rows)
-    updates: dict[str, tuple[np.ndarray, np.ndarray]]  # key -> (ids, new rows)
-
-    @property
-    def nbytes(self) -> int:
-        arrays = [self.nodes, self.ntypes, self.orig, self.edges, self.etypes, self.deleted]
-        arrays += [a for d in (self.new_rows, self.updates) for pair in d.values() for a in pair]
-        return sum(int(a.nbytes) for a in arrays)
-
-
 # ---- the delta -------------------------------------------------------------------------
-
-
-def _lookup(sorted_ids: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(found, position)`` of each id in a sorted array."""
-    if len(sorted_ids) == 0:
-        return np.zeros(len(ids), dtype=bool), np.zeros(len(ids), dtype=np.int64)
-    pos = np.minimum(np.searchsorted(sorted_ids, ids), len(sorted_ids) - 1)
-    return sorted_ids[pos] == ids, pos
-
-
-def _at(values: np.ndarray, found: np.ndarray, pos: np.ndarray, fill: int) -> np.ndarray:
-    """``values[pos]`` where found, ``fill`` elsewhere (``values`` may be empty)."""
-    if len(values) == 0:
-        return np.full(len(pos), fill, dtype=np.int64)
-    return np.where(found, values[pos], fill)
-
-
-def _cat(parts: list[np.ndarray], dtype: npt.DTypeLike) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
-
-
-def spans(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """int64 ``concat(arange(starts[i], ends[i]))`` without a Python loop."""
-    counts = ends - starts
-    total = int(counts.sum())
-    if total == 0:
-        return np.empty(0, np.int64)
-    offs = np.repeat(starts - np.cumsum(counts) + counts, counts)
-    return np.arange(total, dtype=np.int64) + offs
-
-
-@dataclass
-class _Run:
-    """Committed pieces as sorted arrays: one run of the delta's read index.
-
-    The index is a short list of runs (a log-structured merge): a commit adds a run of
-    its own piece, sorted in time linear in the piece, and two runs are merged when the
-    older is not larger than the newer, so ``log2(commits)`` runs at most are read and
-    every entry is re-sorted ``log2(commits)`` times in all (amortised per commit: the
-    batch times a logarithm, never the whole delta)."""
-
-    batches: list[Batch]
-    size: int  # index entries: nodes, edges, deletions, rows
-    node_id: np.ndarray  # sorted growth node ids, with their type, orig id and version
-    node_type: np.ndarray
-    node_orig: np.ndarray
-    node_ver: np.ndarray
-    # new edges sorted by (dst, version): src, dst, eid, etype, version
-    edges: np.ndarray  # int64 [5, m]
-    edge_by_eid: np.ndarray  # positions in ``edges`` sorted by eid, and those eids
-    edge_eid: np.ndarray
-    edge_by_src: np.ndarray  # positions in ``edges`` sorted by src, and those srcs
-    edge_src: np.ndarray
-    del_eid: np.ndarray  # sorted deleted eids, the version that deleted each
-    del_ver: np.ndarray
-    # key -> (ids sorted by (id, version), versions, rows): new items' rows and updates
-    rows: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
-    # the deleted edges' sources, sorted, with the version from which each counts (the
-    # later of the deletion and the edge's own): filled on the first out-degree read
-    del_src: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-
-
-def _entries(b: Batch) -> int:
-    return (
-        len(b.nodes) + len(b.etypes) + len(b.deleted) + sum(len(i) for i, _ in b.updates.values())
-    )
-
-
-def _build_run(batches: list[Batch]) -> _Run:
-    def ver(b: Batch, n: int) -> np.ndarray:
-        return np.full(n, b.version, dtype=np.int64)
-
-    nid = _cat([b.nodes for b in batches], np.int64)
-    order = np.argsort(nid, kind="stable")
-    edges = np.hstack(
-        [np.empty((5, 0), np.int64)]
-        + [np.vstack([b.edges, b.etypes[None], ver(b, len(b.etypes))[None]]) for b in batches]
-    )
-    edges = edges[:, np.lexsort((edges[4], edges[1]))]
-    by_eid, by_src = np.argsort(edges[2], kind="stable"), np.argsort(edges[0], kind="stable")
-    d_eid = _cat([b.deleted for b in batches], np.int64)
-    d_ver = _cat([ver(b, len(b.deleted)) for b in batches], np.int64)
-    d_order = np.lexsort((d_ver, d_eid))  # versions ascending: the first deletion first
-    rows: dict[str, tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]] = {}
-    for b in batches:
-        for key, (ids, vals) in (*b.new_rows.items(), *b.updates.items()):
-            i, v, r = rows.setdefault(key, ([], [], []))
-            i.append(ids)
-            v.append(ver(b, len(ids)))
-            r.append(vals)
-    run = _Run(
-        batches,
-        sum(_entries(b) for b in batches),
-        nid[order],
-        _cat([b.ntypes for b in batches], np.int32)[order],
-        _cat([b.orig for b in batches], np.int64)[order],
-        _cat([ver(b, len(b.nodes)) for b in batches], np.int64)[order],
-        edges,
-        by_eid,
-        edges[2][by_eid],
-        by_src,
-        edges[0][by_src],
-        d_eid[d_order],
-        d_ver[d_order],
-    )
-    for key, (i, v, r) in rows.items():
-        ids, vers, vals = np.concatenate(i), np.concatenate(v), np.concatenate(r)
-        o = np.lexsort((vers, ids))
-        run.rows[key] = (ids[o], vers[o], vals[o])
-    return run
-
-
-def _latest(r_ids: np.ndarray, r_ver: np.ndarray, ids: np.ndarray, version: int) -> np.ndarray:
-    """Per id, the position of its latest entry at a version ``<= version`` in a run
-    sorted by (id, version); -1 where none."""
-    pos = np.searchsorted(r_ids, ids, side="right") - 1
-    live = pos >= 0
-    live[live] = r_ids[pos[live]] == ids[live]
-    pos[~live] = -1
-    late = np.flatnonzero(live & (r_ver[np.maximum(pos, 0)] > version))
-    while len(late):  # step back over later versions of the same id (rare: updates)
-        pos[late] -= 1
-        p = pos[late]
-        gone = (p < 0) | (r_ids[np.maximum(p, 0)] != ids[late])
-        pos[late[gone]] = -1
-        late = late[~gone]
-        late = late[r_ver[pos[late]] > version]
-    return pos
 
 
 Resolver = Callable[[np.ndarray], np.ndarray]  # base eids -> their sources
@@ -337,7 +194,7 @@ class LiveDelta:
         self.committed: dict[int, Batch] = {}
         self.nbytes = 0
         self.work = 0  # index entries sorted so far (the index's cost, for tests)
-        self._runs: list[_Run] = []
+        self._runs: list[Run] = []
         self._fresh: list[Batch] = []  # committed, not indexed yet
         self._lock = threading.Lock()
         self._pending_nodes = np.empty(0, np.int64)
@@ -384,8 +241,8 @@ class LiveDelta:
 
     def _pending_changed(self) -> None:
         batches = [b for b, _ in self.pending.values()]  # at most MAX_UNDECIDED-ish
-        self._pending_nodes = np.sort(_cat([b.nodes for b in batches], np.int64))
-        self._pending_edges = np.sort(_cat([b.edges[2] for b in batches], np.int64))
+        self._pending_nodes = np.sort(concat([b.nodes for b in batches], np.int64))
+        self._pending_edges = np.sort(concat([b.edges[2] for b in batches], np.int64))
 
     def lowest(self) -> int:
         """The lowest version held (pending or committed); 0: the partition is its base."""
@@ -403,22 +260,22 @@ class LiveDelta:
     # ---- the index
 
     @property
-    def runs(self) -> list[_Run]:
+    def runs(self) -> list[Run]:
         """The read index: the fresh commits become a run, merged while the run before
-        it is not larger (see :class:`_Run`)."""
+        it is not larger (see :class:`Run`)."""
         with self._lock:  # a read may come from another thread than the commit's
             self._flush()
             return list(self._runs)
 
     def _flush(self) -> None:
         if self._fresh:
-            run = _build_run(self._fresh)
+            run = build_run(self._fresh)
             self.work += run.size
             self._fresh = []
             self._runs.append(run)
             while len(self._runs) > 1 and self._runs[-2].size <= self._runs[-1].size:
                 newer, older = self._runs.pop(), self._runs.pop()
-                run = _build_run(older.batches + newer.batches)
+                run = merge_runs(older, newer)
                 self.work += run.size
                 self._runs.append(run)
 
@@ -427,9 +284,9 @@ class LiveDelta:
         found = np.zeros(len(ids), dtype=bool)
         cols = [np.full(len(ids), -1, np.int64) for _ in range(3)]
         for r in self.runs:
-            hit, pos = _lookup(r.node_id, ids)
+            hit, pos = lookup_sorted(r.nodes[0], ids)
             found |= hit
-            for col, vals in zip(cols, (r.node_type, r.node_orig, r.node_ver), strict=True):
+            for col, vals in zip(cols, r.nodes[1:], strict=True):
                 col[hit] = vals[pos[hit]]
         return found, cols[0], cols[1], cols[2]
 
@@ -438,27 +295,27 @@ class LiveDelta:
         found = np.zeros(len(eids), dtype=bool)
         etype = np.full(len(eids), -1, np.int64)
         for r in self.runs:
-            hit, pos = _lookup(r.edge_eid, eids)
+            hit, pos = lookup_sorted(r.by_eid[0], eids)
             found |= hit
-            etype[hit] = r.edges[3][r.edge_by_eid[pos[hit]]]
+            etype[hit] = r.by_eid[1][pos[hit]]
         return found, etype
 
     # ---- reads
 
     def has_nodes(self, ids: np.ndarray) -> np.ndarray:
         """Whether each growth id is held (pending or committed)."""
-        return self._nodes(ids)[0] | _lookup(self._pending_nodes, ids)[0]
+        return self._nodes(ids)[0] | lookup_sorted(self._pending_nodes, ids)[0]
 
     def has_edges(self, eids: np.ndarray, committed_only: bool = False) -> np.ndarray:
         found = self._edges(eids)[0]
-        return found if committed_only else found | _lookup(self._pending_edges, eids)[0]
+        return found if committed_only else found | lookup_sorted(self._pending_edges, eids)[0]
 
     def node_types_of(self, ids: np.ndarray, extra: Batch | None = None) -> np.ndarray:
         """The ntype of each committed growth node (or new in ``extra``); -1 otherwise."""
         out = self._nodes(ids)[1].astype(np.int32)
         if extra is not None and len(extra.nodes):
             o = np.argsort(extra.nodes)
-            hit, p = _lookup(extra.nodes[o], ids)
+            hit, p = lookup_sorted(extra.nodes[o], ids)
             out[hit] = extra.ntypes[o][p[hit]]
         return out
 
@@ -473,10 +330,10 @@ class LiveDelta:
     def nodes_upto(self, version: int) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, ntypes)`` of the growth nodes visible at ``version``, by id."""
         runs = self.runs
-        ids = _cat([r.node_id[r.node_ver <= version] for r in runs], np.int64)
-        types = _cat([r.node_type[r.node_ver <= version] for r in runs], np.int32)
+        ids = concat([r.nodes[0][r.nodes[3] <= version] for r in runs], np.int64)
+        types = concat([r.nodes[1][r.nodes[3] <= version] for r in runs], np.int32)
         o = np.argsort(ids, kind="stable")
-        return ids[o], types[o]
+        return ids[o], types[o].astype(np.int32)
 
     def orig_of(self, ids: np.ndarray) -> np.ndarray:
         """Original ids of committed growth nodes (-1 where unknown)."""
@@ -494,7 +351,7 @@ class LiveDelta:
             pos = spans(lo, hi)
             seeds.append(np.repeat(np.arange(len(dst)), hi - lo))
             found.append(e[:, pos])
-        seed = _cat(seeds, np.int64)
+        seed = concat(seeds, np.int64)
         e = np.hstack([np.empty((5, 0), np.int64), *found])
         keep = (e[4] <= version) & ~self.deleted(e[2], version)
         seed, e = seed[keep], e[:4, keep]
@@ -510,12 +367,12 @@ class LiveDelta:
         """Whether each edge id is deleted at ``version``."""
         out = np.zeros(len(eids), dtype=bool)
         for r in self.runs:
-            found, pos = _lookup(r.del_eid, eids)
-            out |= found & (_at(r.del_ver, found, pos, 0) <= version)
+            found, pos = lookup_sorted(r.deleted[0], eids)
+            out |= found & (values_at(r.deleted[1], found, pos, 0) <= version)
         return out
 
     def deleted_at(self, version: int) -> np.ndarray:
-        return _cat([r.del_eid[r.del_ver <= version] for r in self.runs], np.int64)
+        return concat([r.deleted[0][r.deleted[1] <= version] for r in self.runs], np.int64)
 
     def out_change(self, ids: np.ndarray, version: int, resolve: Resolver) -> np.ndarray:
         """How the delta at ``version`` changes the out-degree of each of ``ids`` on this
@@ -525,9 +382,9 @@ class LiveDelta:
         out = np.zeros(len(ids), np.int64)
         gone_eid = []
         for r in self.runs:
-            lo, hi = np.searchsorted(r.edge_src, ids), np.searchsorted(r.edge_src, ids, "right")
+            lo, hi = np.searchsorted(r.by_src[0], ids), np.searchsorted(r.by_src[0], ids, "right")
             seed = np.repeat(np.arange(len(ids)), hi - lo)
-            keep = r.edges[4][r.edge_by_src[spans(lo, hi)]] <= version
+            keep = r.by_src[1][spans(lo, hi)] <= version
             out += np.bincount(seed[keep], minlength=len(ids))
             src, eff, eid = self._deleted_src(r, resolve)
             lo, hi = np.searchsorted(src, ids), np.searchsorted(src, ids, side="right")
@@ -538,20 +395,20 @@ class LiveDelta:
         out -= np.bincount(gone[1], minlength=len(ids))  # an edge deleted twice counts once
         return out
 
-    def _deleted_src(self, r: _Run, resolve: Resolver) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _deleted_src(self, r: Run, resolve: Resolver) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """A run's deletions as ``(src, version counted from, eid)``, sorted by src."""
         if r.del_src is None:
-            src = np.full(len(r.del_eid), -1, np.int64)
-            eff = r.del_ver.copy()
-            new = np.zeros(len(r.del_eid), dtype=bool)
+            d_eid = r.deleted[0]
+            src = np.full(len(d_eid), -1, np.int64)
+            eff = r.deleted[1].copy()
+            new = np.zeros(len(d_eid), dtype=bool)
             for other in self.runs:  # deleted new edges: their source and version here
-                hit, pos = _lookup(other.edge_eid, r.del_eid)
-                at = other.edge_by_eid[pos[hit]]
-                src[hit], new[hit] = other.edges[0][at], True
-                eff[hit] = np.maximum(eff[hit], other.edges[4][at])
-            src[~new] = resolve(r.del_eid[~new])
+                hit, pos = lookup_sorted(other.by_eid[0], d_eid)
+                src[hit], new[hit] = other.by_eid[2][pos[hit]], True
+                eff[hit] = np.maximum(eff[hit], other.by_eid[3][pos[hit]])
+            src[~new] = resolve(d_eid[~new])
             o = np.argsort(src, kind="stable")
-            r.del_src = (src[o], eff[o], r.del_eid[o])
+            r.del_src = (src[o], eff[o], d_eid[o])
         return r.del_src
 
     def has_rows(self, key: str) -> bool:
@@ -566,7 +423,7 @@ class LiveDelta:
             if entry is None:
                 continue
             r_ids, r_ver, r_vals = entry
-            pos = _latest(r_ids, r_ver, ids, version)
+            pos = latest(r_ids, r_ver, ids, version)
             take = pos >= 0
             take[take] = r_ver[pos[take]] > best[take]
             out[take] = r_vals[pos[take]]

@@ -225,14 +225,19 @@ def brute_out_change(pieces, v):
     return out
 
 
-def test_reads_over_merged_runs_match_one_index_of_everything():
+@pytest.mark.parametrize("swapped", [False, True], ids=["in-version-order", "swapped"])
+def test_reads_over_merged_runs_match_one_index_of_everything(swapped):
+    """Runs merged after each commit read as one index of everything; also when each two
+    versions commit in the opposite order (a merge then sorts by version too: an edge
+    deleted at two versions is deleted from the lower one)."""
     rng = np.random.default_rng(1)
-    pieces, eid_next = [], E
+    pieces, eid_next, starts = [], E, [E]
     for v in range(1, 41):
         m = int(rng.integers(1, 30))
         eid = eid_next + np.arange(m)
         eid_next += m
-        gone = rng.choice(np.arange(E, eid_next - m) if v > 3 else np.arange(10), 2, False)
+        starts.append(eid_next)
+        gone = rng.choice(np.arange(E, starts[-3]) if v > 3 else np.arange(10), 2, False)
         ids = rng.choice(5, 2, replace=False)
         rows = np.full((2, 4), v, np.float32)
         update = {FEAT: (Rows.of(ids.astype(np.int64)), Rows.of(rows))}
@@ -241,8 +246,12 @@ def test_reads_over_merged_runs_match_one_index_of_everything():
         pieces.append(_edge_piece(v, src, dst, eid, deleted_edges=gone, updates=update))
     runs, one = LiveDelta(), LiveDelta()
     for p in pieces:
-        one.hold(held(runs, p), 0.0)
-        runs.in_edges(np.asarray([0]), p.version)  # a read after each commit: many runs
+        one.hold(held(runs, p, commit=False), 0.0)
+        if swapped and p.version % 2:
+            continue  # committed after the next one
+        for v in (p.version, p.version - 1) if swapped else (p.version,):
+            runs.commit(v)
+            runs.in_edges(np.asarray([0]), v)  # a read after each commit: many runs
     for p in pieces:
         one.commit(p.version)  # all before a read: one run
     assert len(runs.runs) > 1 and len(one.runs) == 1
