@@ -130,7 +130,11 @@ def test_a_torn_tail_is_cut_and_an_undecided_batch_stays_invisible(cluster, keys
         written = write_batches(c, cluster.parts, 2)
         head = c.follow()
         w = GraphWriter(c)
-        w._finish = lambda *a, **k: None  # the writer dies after its prepares
+
+        def die(flight, commit):  # the writer dies after its prepares: nothing decided
+            flight.stage = "done"
+
+        w._decide = die
         w.add_nodes("_N", [BASE_ORIG + 99], node_rows(c, 1, 99.0))
         w.add_edges("_E", [BASE_ORIG + 99], load_id_mapping(cluster.parts).orig_nids[[500]],
                     orig=True)  # fmt: skip

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from graphrun.distributed.writer import GraphWriter
+from graphrun.distributed.writer_plan import Plan
 from graphrun.errors import ArgumentError, AuthError, StoreError
 from graphrun.partition import load_id_mapping
 from graphrun.rpc.auth import KeyPair, generate_keys, new_keypair, public_key_file_text
@@ -18,6 +19,7 @@ from graphrun.store import live
 from graphrun.store.client import ClientConfig, KVClient
 from graphrun.store.live_client import fetch_head
 from graphrun.store.live_client import route as live_route
+from graphrun.store.live_ops import piece_to_wire
 from graphrun.store.server import ServerConfig
 from graphrun.testing.store import make_partition_dir, store_threads
 
@@ -287,20 +289,20 @@ def test_the_sequencer_bounds_undecided_versions(store):
 def test_a_read_settles_a_piece_whose_commit_has_not_arrived(store):
     """The writer decided (acknowledged) but its live_commit never reached partition 1:
     a read at the head there asks the sequencer the piece's fate and sees it."""
-    from graphrun.distributed import writer as writer_mod
-
     with store.writer_client() as c, store.client(store.key("job-a"), "job-a") as r:
         w = GraphWriter(c)
         w.add_nodes("_N", [10**9], node_rows(c, 1, 4.0))
         to_500 = load_id_mapping(store.parts).orig_nids[[500]]  # placed on partition 1
         w.add_edges("_E", to_500, [10**9], orig=True)
-        plan = writer_mod._Plan(w, w._batch, fetch_head(c.session))
+        plan = Plan(w, w._batch, fetch_head(c.session))
         counts = {"nodes": plan.node_counts(), "edges": plan.edge_counts()}
         begun = c.session.call(0, "live_begin", counts, tensors=(plan.orig_by_part(),))
         v = begun.body["version"]
         plan.give_ids(begun.body["nodes"], begun.body["edges"])
         assert plan.parts() == [1]
-        w._prepare({1: plan.piece(1, v)})
+        body, tensors = piece_to_wire(plan.piece(1, v))
+        seq = c.session.part(0).main.address
+        c.session.call(1, "live_prepare", {"piece": body, "seq": seq}, tensors=tensors)
         c.session.call(0, "live_decide", {"version": v, "commit": True})  # no live_commit
         assert r.follow() == v
         new = int(w.lookup([10**9])[0])
@@ -361,8 +363,6 @@ def test_a_client_that_does_not_follow_reads_the_base_graph(store):
 def test_a_chain_of_new_nodes_follows_its_placed_end(store):
     """LDG with the batch's own edges: new nodes linked only to each other go where the
     first of them has its placed neighbour (the old rule put them on the smallest)."""
-    from graphrun.distributed import writer as writer_mod
-
     chain = [10**9 + k for k in range(4)]
     with store.writer_client() as c:
         for base, part in ((3, 0), (500, 1)):
@@ -371,5 +371,5 @@ def test_a_chain_of_new_nodes_follows_its_placed_end(store):
             end = load_id_mapping(store.parts).orig_nids[[base]]
             w.add_edges("_E", end, chain[:1], orig=True)
             w.add_edges("_E", chain[:-1], chain[1:], orig=True)
-            plan = writer_mod._Plan(w, w._batch, fetch_head(c.session))
+            plan = Plan(w, w._batch, fetch_head(c.session))
             assert plan.node_part.tolist() == [part] * 4
