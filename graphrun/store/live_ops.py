@@ -65,11 +65,18 @@ from graphrun.store.live import (
     growth_ids,
 )
 from graphrun.store.live_check import FeatureSpec, Schema, check_piece
-from graphrun.store.live_log import BegunRecord, LiveLog, PieceRecord, open_log, replay
+from graphrun.store.live_log import (
+    BegunRecord,
+    DecidedRecord,
+    LiveLog,
+    PieceRecord,
+    open_log,
+    replay,
+)
 from graphrun.store.live_log import apply as log_apply
 from graphrun.store.live_log import decide as log_decide
 from graphrun.store.live_seq import Sequencer
-from graphrun.store.registry import Registry, Request, Response
+from graphrun.store.registry import AfterSync, Registry, Request, Response
 from graphrun.store.state import GRAPH_JOB, ServerState, StoredTensor
 
 if TYPE_CHECKING:
@@ -280,6 +287,25 @@ def sequencer_of(state: ServerState, op: str) -> Sequencer:
     return seq
 
 
+def sync(state: ServerState) -> None:
+    """Sync the server's write-ahead log: the end of a turn of its loop, after which the
+    writes of the turn are answered (a group commit; :class:`graphrun.store.server.Turn`)."""
+    live = state.extension_data.get(KEY)
+    if isinstance(live, LivePart) and live.log is not None:
+        live.log.sync()
+
+
+def stats_fields(state: ServerState) -> dict[str, object]:
+    """``stats``'s ``live``: versions held and the log's records and syncs (groups)."""
+    live = state.extension_data.get(KEY)
+    if not isinstance(live, LivePart):
+        return {}
+    wal = live.log.wal if live.log is not None else None
+    out = {"pending": len(live.delta.pending), "committed": len(live.delta.committed)}
+    out |= {"log_records": wal.count, "log_syncs": wal.syncs} if wal is not None else {}
+    return {"live": out}
+
+
 def publish(state: ServerState, live: LivePart) -> None:
     """The lowest version held, for co-located readers (``deletions[LIVE_COUNTER]``)."""
     if state.deletions is not None and len(state.deletions) > LIVE_COUNTER:
@@ -315,9 +341,11 @@ def live_begin(state: ServerState, req: Request) -> Response:
     if live.log is not None:
         live.log.room(record)  # a full log refuses before anything is handed out
     version, nodes, edges = seq.begin(body.nodes, body.edges, orig, time.monotonic())
-    if live.log is not None:
-        live.log.write(record)  # durable before the writer hears of the version
-    return Response({"version": version, "nodes": nodes, "edges": edges})
+    reply = Response({"version": version, "nodes": nodes, "edges": edges})
+    if live.log is None:
+        return reply
+    live.log.write(record, sync=False)  # durable before the writer hears of the version
+    return Response(after_sync=AfterSync(lambda: reply))
 
 
 def _check_new_orig(
@@ -352,11 +380,20 @@ def live_decide(state: ServerState, req: Request) -> Response:
     body = req.args(DecideBody)
     if not 0 < body.version < seq.next_version:
         raise ArgumentError(f"{req.op}: version {body.version} was never begun")
-    committed = log_decide(live_of(state).log, seq, body.version, body.commit)
-    if body.commit and not committed:
-        raise StoreError(f"{req.op}: version {body.version} was aborted (undecided for "
-                         f"{LIVE_DECIDE_TIMEOUT_S} s, or by its writer)")  # fmt: skip
-    return Response({"head": seq.head, "committed": committed})
+    live_log = live_of(state).log
+
+    def decided() -> Response:
+        committed = seq.decide(body.version, body.commit)
+        if body.commit and not committed:
+            raise StoreError(f"{req.op}: version {body.version} was aborted (undecided "
+                             f"for {LIVE_DECIDE_TIMEOUT_S} s, or by its writer)")  # fmt: skip
+        return Response({"head": seq.head, "committed": committed})
+
+    if live_log is None:
+        return decided()
+    if body.version in seq.begun:  # taken once on the disk: the head moves after the sync
+        live_log.write(DecidedRecord(body.version, body.commit), sync=False)
+    return Response(after_sync=AfterSync(decided))
 
 
 def live_fate(state: ServerState, req: Request) -> Response:
@@ -398,21 +435,30 @@ def live_prepare(state: ServerState, req: Request) -> Response:
     if body.seq:
         live.seq_address = body.seq
     version = body.piece.version
+    held = Response({"held": True})
     if version in live.delta.pending or version in live.delta.committed:
-        return Response({"held": True})  # sent again (after a retry_after elsewhere)
+        # sent again (after a retry_after elsewhere): answered once it is on the disk
+        return held if live.log is None else Response(after_sync=AfterSync(lambda: held))
     if live.delta.slowed():
         return Response({"retry_after": LIVE_RETRY_AFTER_S})
     piece = piece_from_wire(req, body.piece)
     batch = check_piece(piece, live.schema, live.delta)
     live.delta.hold(batch, time.monotonic())
+
+    def drop() -> None:
+        live.delta.abort(version)
+        publish(state, live)
+
     if live.log is not None:
         try:
-            live.log.write(PieceRecord(piece, live.seq_address))  # synced before "held"
+            live.log.write(PieceRecord(piece, live.seq_address), sync=False)
         except StoreError:
-            live.delta.abort(version)
+            drop()
             raise
     publish(state, live)
-    return Response({"held": True})
+    if live.log is None:
+        return held
+    return Response(after_sync=AfterSync(lambda: held, drop))  # synced before "held"
 
 
 def live_commit(state: ServerState, req: Request) -> Response:

@@ -103,6 +103,7 @@ class WriteAheadLog:
         self._lock = threading.Lock()
         self._pending: list[bytes] = []
         self._pending_bytes = 0
+        self.syncs = 0  # fdatasyncs of appended records (groups)
         self._fd = self._open()
         try:
             scan = self._scan()
@@ -241,6 +242,7 @@ class WriteAheadLog:
         while written < len(data):  # pwrite: the file's end is ours alone
             written += os.pwrite(self._fd, memoryview(data)[written:], self._size + written)
         os.fdatasync(self._fd)
+        self.syncs += 1
         self._size += len(data)
         self._pending.clear()
         self._pending_bytes = 0
