@@ -5,7 +5,7 @@ the ids ``live_begin`` gave them, and each partition's :class:`~graphrun.store.l
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -16,7 +16,17 @@ from graphrun.store.live import GROWTH_BLOCK, Piece, Rows, run_ids
 from graphrun.store.live_client import LiveView
 
 if TYPE_CHECKING:
-    from graphrun.distributed.writer import GraphWriter
+    from graphrun.partition.book import PartitionBook
+
+
+class Writer(Protocol):
+    """What a plan asks of its :class:`~graphrun.distributed.writer.GraphWriter`."""
+
+    book: PartitionBook
+
+    def lookup(self, orig_ids: Any) -> np.ndarray: ...
+
+    def view(self, fresh: bool = False) -> LiveView: ...
 
 
 @dataclass
@@ -40,7 +50,7 @@ class Plan:
     """One batch laid out over the partitions: who owns each new node and edge, their
     ids once ``live_begin`` gave them, and each partition's :class:`Piece`."""
 
-    def __init__(self, w: GraphWriter, b: WriteBatch, view: LiveView) -> None:
+    def __init__(self, w: Writer, b: WriteBatch, view: LiveView) -> None:
         book = w.book
         self.writer = w
         self.book, self.view, self.batch = book, view, b
@@ -66,7 +76,7 @@ class Plan:
         self.eid = np.empty(0, np.int64)
 
     def _ends(
-        self, src: np.ndarray, dst: np.ndarray, orig: bool, w: GraphWriter
+        self, src: np.ndarray, dst: np.ndarray, orig: bool, w: Writer
     ) -> tuple[np.ndarray, np.ndarray]:
         both = np.concatenate([src, dst])
         if orig:
