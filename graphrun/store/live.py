@@ -382,9 +382,10 @@ class LiveDelta:
         out = np.zeros(len(ids), np.int64)
         gone_eid = []
         for r in self.runs:
-            lo, hi = np.searchsorted(r.by_src[0], ids), np.searchsorted(r.by_src[0], ids, "right")
+            by_src = r.edges_by_src()
+            lo, hi = np.searchsorted(by_src[0], ids), np.searchsorted(by_src[0], ids, "right")
             seed = np.repeat(np.arange(len(ids)), hi - lo)
-            keep = r.by_src[1][spans(lo, hi)] <= version
+            keep = by_src[1][spans(lo, hi)] <= version
             out += np.bincount(seed[keep], minlength=len(ids))
             src, eff, eid = self._deleted_src(r, resolve)
             lo, hi = np.searchsorted(src, ids), np.searchsorted(src, ids, side="right")

@@ -73,9 +73,9 @@ class Run:
     older is not larger than the newer, so ``log2(commits)`` runs at most are read and
     every entry is merged ``log2(commits)`` times in all (amortised per commit: the batch
     times a logarithm, never the whole delta). Every array is sorted by its key, then by
-    version; a merge concatenates two runs' sorted arrays and sorts them stably, which
-    for two sorted runs in version order (commits in version order, the usual case) is a
-    linear merge (timsort), not a sort (:func:`_order`)."""
+    version. Two runs in version order (the older's versions all below the newer's:
+    commits in version order, the usual case) merge without a sort: each entry's place
+    is its rank in its own run plus its rank in the other (:func:`_merge`)."""
 
     batches: list[Batch]
     size: int  # index entries: nodes, edges, deletions, rows
@@ -84,13 +84,19 @@ class Run:
     nodes: np.ndarray  # int64 [4, n]: growth node id, ntype, orig id, version; by id
     edges: np.ndarray  # int64 [5, m]: src, dst, eid, etype, version; by dst
     by_eid: np.ndarray  # int64 [4, m]: eid, etype, src, version; by eid
-    by_src: np.ndarray  # int64 [2, m]: src, version; by src
     deleted: np.ndarray  # int64 [2, d]: deleted eid, the version that deleted it; by eid
     # key -> (ids, versions, rows) by id: new items' rows and updates
     rows: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
-    # the deleted edges' sources, sorted, with the version from which each counts (the
-    # later of the deletion and the edge's own): filled on the first out-degree read
+    # made on the first out-degree read (no sampling needs them): the new edges by src
+    # (int64 [2, m]: src, version), and the deleted edges' sources, sorted, with the
+    # version from which each counts (the later of the deletion and the edge's own)
+    by_src: np.ndarray | None = None
     del_src: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def edges_by_src(self) -> np.ndarray:
+        if self.by_src is None:
+            self.by_src = self.edges[[0, 4]][:, np.argsort(self.edges[0], kind="stable")]
+        return self.by_src
 
 
 def _entries(b: Batch) -> int:
@@ -99,44 +105,23 @@ def _entries(b: Batch) -> int:
     )
 
 
-def _order(key: np.ndarray, ver: np.ndarray, in_version_order: bool) -> np.ndarray:
-    """The order by (key, version) of entries that come in version order (a stable sort
-    by the key alone: linear for sorted runs) or not (both keys)."""
-    return np.argsort(key, kind="stable") if in_version_order else np.lexsort((ver, key))
-
-
-def _sorted(cols: np.ndarray, key: int, ver: int, in_version_order: bool) -> np.ndarray:
-    return cols[:, _order(cols[key], cols[ver], in_version_order)]
+def _sorted(cols: np.ndarray, key: int, ver: int) -> np.ndarray:
+    """The columns by (row ``key``, row ``ver``)."""
+    return cols[:, np.lexsort((cols[ver], cols[key]))]
 
 
 def _hcat(parts: list[np.ndarray], rows: int) -> np.ndarray:
     return np.hstack([np.empty((rows, 0), np.int64), *parts])
 
 
-def _make_run(
-    batches: list[Batch],
-    cols: tuple[np.ndarray, ...],
-    rows: dict[str, tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]],
-    in_version_order: bool,
-) -> Run:
-    """A run of ``batches`` from their unsorted (or run-wise sorted) columns."""
-    nodes, edges, by_eid, by_src, deleted = cols
+def _run(batches: list[Batch], *arrays: np.ndarray) -> Run:
     versions = [b.version for b in batches]
-    run = Run(
-        batches, sum(_entries(b) for b in batches), min(versions), max(versions),
-        _sorted(nodes, 0, 3, in_version_order), _sorted(edges, 1, 4, in_version_order),
-        by_eid[:, np.argsort(by_eid[0], kind="stable")],  # edge ids are unique
-        _sorted(by_src, 0, 1, in_version_order), _sorted(deleted, 0, 1, in_version_order),
-    )  # fmt: skip
-    for key, (i, v, r) in rows.items():
-        ids, vers = np.concatenate(i), np.concatenate(v)
-        o = _order(ids, vers, in_version_order)
-        run.rows[key] = (ids[o], vers[o], np.concatenate(r)[o])
-    return run
+    size = sum(_entries(b) for b in batches)
+    return Run(batches, size, min(versions), max(versions), *arrays)
 
 
 def build_run(batches: list[Batch]) -> Run:
-    """A run of freshly committed batches (taken in version order)."""
+    """A run of ``batches`` (fresh commits; or two runs out of version order), sorted."""
     batches = sorted(batches, key=lambda b: b.version)
 
     def ver(b: Batch, n: int) -> np.ndarray:
@@ -147,6 +132,9 @@ def build_run(batches: list[Batch]) -> Run:
     edges = _hcat([np.vstack([b.edges, b.etypes[None], ver(b, len(b.etypes))])
                    for b in batches], 5)  # fmt: skip
     deleted = _hcat([np.vstack([b.deleted, ver(b, len(b.deleted))[0]]) for b in batches], 2)
+    by_eid = edges[[2, 3, 0, 4]]
+    run = _run(batches, _sorted(nodes, 0, 3), _sorted(edges, 1, 4),
+               by_eid[:, np.argsort(by_eid[0], kind="stable")], _sorted(deleted, 0, 1))  # fmt: skip
     rows: dict[str, tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]] = {}
     for b in batches:
         for key, (ids, vals) in (*b.new_rows.items(), *b.updates.items()):
@@ -154,28 +142,51 @@ def build_run(batches: list[Batch]) -> Run:
             i.append(ids)
             v.append(ver(b, len(ids))[0])
             r.append(vals)
-    cols = (nodes, edges, edges[[2, 3, 0, 4]], edges[[0, 4]], deleted)
-    return _make_run(batches, cols, rows, True)
+    for key, (i, v, r) in rows.items():
+        ids, vers = np.concatenate(i), np.concatenate(v)
+        o = np.lexsort((vers, ids))
+        run.rows[key] = (ids[o], vers[o], np.concatenate(r)[o])
+    return run
+
+
+def _places(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where the entries of two sorted keys go in their stable merge (``a``'s first
+    among equal keys): each one's rank in its own array plus its rank in the other."""
+    pa = np.searchsorted(b, a, side="left") + np.arange(len(a))
+    pb = np.searchsorted(a, b, side="right") + np.arange(len(b))
+    return pa, pb
+
+
+def _merge(a: np.ndarray, b: np.ndarray, key: int) -> np.ndarray:
+    """Two arrays' columns, each sorted by row ``key`` then version and ``a``'s versions
+    below ``b``'s, as one array sorted so."""
+    pa, pb = _places(a[key], b[key])
+    out = np.empty((a.shape[0], a.shape[1] + b.shape[1]), a.dtype)
+    out[:, pa], out[:, pb] = a, b
+    return out
 
 
 def merge_runs(older: Run, newer: Run) -> Run:
-    """One run of two: their sorted arrays merged (linear when in version order)."""
-    rows: dict[str, tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]] = {}
-    for r in (older, newer):
-        for key, (ids, vers, vals) in r.rows.items():
-            i, v, x = rows.setdefault(key, ([], [], []))
-            i.append(ids)
-            v.append(vers)
-            x.append(vals)
-    cols = tuple(
-        np.hstack([a, b])
-        for a, b in zip(
-            (older.nodes, older.edges, older.by_eid, older.by_src, older.deleted),
-            (newer.nodes, newer.edges, newer.by_eid, newer.by_src, newer.deleted),
-            strict=True,
-        )
-    )
-    return _make_run(older.batches + newer.batches, cols, rows, older.last < newer.first)
+    """One run of two: their sorted arrays merged (sorted again only when out of
+    version order)."""
+    batches = older.batches + newer.batches
+    if older.last >= newer.first:
+        return build_run(batches)
+    run = _run(
+        batches, _merge(older.nodes, newer.nodes, 0), _merge(older.edges, newer.edges, 1),
+        _merge(older.by_eid, newer.by_eid, 0), _merge(older.deleted, newer.deleted, 0),
+    )  # fmt: skip
+    run.rows = {**older.rows, **newer.rows}
+    for key in older.rows.keys() & newer.rows.keys():
+        a, b = older.rows[key], newer.rows[key]
+        pa, pb = _places(a[0], b[0])
+        merged = []
+        for x, y in zip(a, b, strict=True):
+            out = np.empty((len(x) + len(y), *x.shape[1:]), x.dtype)
+            out[pa], out[pb] = x, y
+            merged.append(out)
+        run.rows[key] = (merged[0], merged[1], merged[2])
+    return run
 
 
 def latest(r_ids: np.ndarray, r_ver: np.ndarray, ids: np.ndarray, version: int) -> np.ndarray:
