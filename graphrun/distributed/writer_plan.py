@@ -63,17 +63,22 @@ class Plan:
         ends = [self._ends(e[1], e[2], e[3], w) for e in b.edges]
         self.src = _cat([e[0] for e in ends], np.int64)  # new nodes: -(i + 1)
         self.dst = _cat([e[1] for e in ends], np.int64)
-        self._check_types()
-        sizes = np.diff(book.node_offsets).astype(np.int64)
-        sizes += np.bincount(view.node_owner, minlength=self.num_parts) * GROWTH_BLOCK
-        placed = Neighbours.from_lists(self._neighbour_parts())
-        capacity = capacity_for(sizes, len(self.orig))
-        self.node_part = assign(placed, sizes, capacity, within=self._within())
+        if len(book.node_types) > 1:  # one node type: every end has it
+            self._check_types()
+        self.node_part = self._place() if len(self.orig) else np.empty(0, np.int64)
         self.edge_part = self._owner(self.dst)
         self.deleted = _cat(b.deleted, np.int64)
         self.deleted_part = self._edge_owner(self.deleted)
         self.node_id = np.empty(0, np.int64)
         self.eid = np.empty(0, np.int64)
+
+    def _place(self) -> np.ndarray:
+        """The partition of each new node (LDG under the capacity rule)."""
+        sizes = np.diff(self.book.node_offsets).astype(np.int64)
+        sizes += np.bincount(self.view.node_owner, minlength=self.num_parts) * GROWTH_BLOCK
+        placed = Neighbours.from_lists(self._neighbour_parts())
+        capacity = capacity_for(sizes, len(self.orig))
+        return assign(placed, sizes, capacity, within=self._within())
 
     def _ends(
         self, src: np.ndarray, dst: np.ndarray, orig: bool, w: Writer
