@@ -197,6 +197,7 @@ class LiveDelta:
         self._runs: list[Run] = []
         self._fresh: list[Batch] = []  # committed, not indexed yet
         self._lock = threading.Lock()
+        self._updating: set[int] = set()  # versions held that overwrite rows
         self._pending_nodes = np.empty(0, np.int64)
         self._pending_edges = np.empty(0, np.int64)
 
@@ -217,6 +218,8 @@ class LiveDelta:
                 f"of {self.max_bytes} (LIVE_DELTA_MAX_BYTES): compaction must run first"
             )
         self.pending[batch.version] = (batch, now)
+        if batch.updates:
+            self._updating.add(batch.version)
         self.nbytes += cost
         self._pending_changed()
 
@@ -236,6 +239,7 @@ class LiveDelta:
         if held is None:
             return False
         self.nbytes -= 2 * held[0].nbytes
+        self._updating.discard(version)
         self._pending_changed()
         return True
 
@@ -248,6 +252,10 @@ class LiveDelta:
         """The lowest version held (pending or committed); 0: the partition is its base."""
         held = [*self.pending, *self.committed]
         return min(held) if held else 0
+
+    def lowest_update(self) -> int:
+        """The lowest version held that overwrites rows (updates); 0: none."""
+        return min(self._updating, default=0)
 
     def undecided(self, upto: int) -> list[int]:
         """The pending versions ``<= upto``, lowest first."""

@@ -19,7 +19,8 @@ from graphrun.errors import ArgumentError, ProtocolError
 from graphrun.store.live import growth_row, id_owners
 from graphrun.store.session import Session
 
-LIVE_COUNTER = 2  # the deletions segment's slot (graphrun.store.live_ops.LIVE_COUNTER)
+LIVE_COUNTER = 2  # the deletions segment's slots (graphrun.store.live_ops.LIVE_COUNTER,
+LIVE_ROWS_COUNTER = 3  # LIVE_ROWS_COUNTER)
 
 
 @dataclass(frozen=True)
@@ -66,13 +67,15 @@ def route(
     return a, part, rows
 
 
-def shm_ok(session: Session, part: int, version: int | None) -> bool:
+def shm_ok(session: Session, part: int, version: int | None, rows: bool = False) -> bool:
     """Whether a co-located partition's shared memory is the graph at ``version``: it
-    holds no live piece at or below it (the server's counter)."""
+    holds no live piece at or below it (the server's counter); with ``rows``, whether its
+    base rows are (no piece at or below it overwrites rows: new nodes and edges do not)."""
     if version is None:
         return True
     counter = session.part(part).revocations
+    slot = LIVE_ROWS_COUNTER if rows else LIVE_COUNTER
     if counter is None or len(counter) <= LIVE_COUNTER:
         return True
-    lowest = int(counter[LIVE_COUNTER])
+    lowest = int(counter[slot if len(counter) > slot else LIVE_COUNTER])
     return lowest == 0 or lowest > version

@@ -89,6 +89,7 @@ log = logging.getLogger("graphrun.store")
 
 KEY = "graphrun.live"
 LIVE_COUNTER = 2  # the deletions segment's slot: the lowest version held (0: none)
+LIVE_ROWS_COUNTER = 3  # its slot of the lowest version that overwrites base rows (0: none)
 FATE_TIMEOUT_S = 2.0  # a partition asking the sequencer a piece's fate waits this long
 SETTLE_EVERY_S = 5.0  # a partition's tick asks about stale pieces at most this often
 
@@ -307,9 +308,13 @@ def stats_fields(state: ServerState) -> dict[str, object]:
 
 
 def publish(state: ServerState, live: LivePart) -> None:
-    """The lowest version held, for co-located readers (``deletions[LIVE_COUNTER]``)."""
+    """The lowest version held, for co-located readers (``deletions[LIVE_COUNTER]``), and
+    the lowest that overwrites base rows (``[LIVE_ROWS_COUNTER]``: below it, a pull of
+    base rows reads shared memory even while new edges or nodes are held)."""
     if state.deletions is not None and len(state.deletions) > LIVE_COUNTER:
         state.deletions[LIVE_COUNTER] = live.delta.lowest()
+    if state.deletions is not None and len(state.deletions) > LIVE_ROWS_COUNTER:
+        state.deletions[LIVE_ROWS_COUNTER] = live.delta.lowest_update()
 
 
 # ---- the sequencer's ops

@@ -183,9 +183,10 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
         disk={str(TensorKey.node(t, n)): rows for (t, n), rows in disk.items()},
     )
     try:
-        seg, state.deletions = segments.create("int64", (3,))  # [2]: live_ops.LIVE_COUNTER
+        # [2], [3]: live_ops.LIVE_COUNTER, LIVE_ROWS_COUNTER
+        seg, state.deletions = segments.create("int64", (4,))
         state.deletions[:] = 0
-        state.deletions_segment = Segment(seg, "int64", (3,))
+        state.deletions_segment = Segment(seg, "int64", (4,))
         arrays = {"nodes": p.nodes, "indptr": p.indptr, "indices": p.indices, "eids": p.eids}
         if p.etypes is not None:
             arrays["etypes"] = p.etypes

@@ -373,3 +373,34 @@ def test_a_chain_of_new_nodes_follows_its_placed_end(store):
             w.add_edges("_E", chain[:-1], chain[1:], orig=True)
             plan = Plan(w, w._batch, fetch_head(c.session))
             assert plan.node_part.tolist() == [part] * 4
+
+
+def test_a_co_located_pull_reads_shared_memory_until_a_base_row_is_overwritten(store):
+    """New edges and nodes leave a partition's base rows as they were: a co-located reader
+    at their version pulls base rows from shared memory (and a new node's from the
+    server); from the version that overwrites a base row on, it asks the server."""
+    with store.writer_client() as c:
+        keys = store.key("job-a")
+        cfg = ClientConfig(store.addresses, job="job-a", keys=keys, use_shm=None, timeout=20)
+        with KVClient(cfg) as r:
+            assert r.local_parts == [0, 1]
+            w = GraphWriter(c)
+            w.add_nodes("_N", [10**9], node_rows(c, 1, 7.0))
+            w.add_edges("_E", [3, 500], [500, 3])
+            v1 = w.commit()
+            w.update_features("_N", "feat", [3], np.full((1, 8), 5.0, np.float32))
+            v2 = w.commit()
+            new = int(w.lookup([10**9])[0])
+            base = r.pull(FEAT, [3, 500]).copy()
+            r.follow(v1)
+            before = dict(r.traffic)
+            got = r.pull(FEAT, [3, 500, new])
+            assert (got[:2] == base).all() and (got[2] == 7.0).all()
+            shm = sum(r.traffic[p, "pull:shm"] - before.get((p, "pull:shm"), 0) for p in (0, 1))
+            assert shm == 2 * 8 * 4  # rows 3 and 500 from shared memory, the new one asked
+            r.follow(v2)
+            before = dict(r.traffic)
+            got = r.pull(FEAT, [3, 500])
+            assert (got[0] == 5.0).all() and (got[1] == base[1]).all()
+            owner = int(np.searchsorted(r.book.node_offsets, 3, side="right") - 1)
+            assert r.traffic[owner, "pull:shm"] == before.get((owner, "pull:shm"), 0)
