@@ -32,6 +32,7 @@ No torch here: the store imports none.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
@@ -52,6 +53,8 @@ from graphrun.store.live_index import (
     spans,
     values_at,
 )
+
+log = logging.getLogger("graphrun.store")
 
 GROWTH_BLOCK = 4096  # ids per growth block
 LIVE_DELTA_MAX_BYTES = 1 << 30  # the uncompacted delta of one partition
@@ -188,7 +191,7 @@ Resolver = Callable[[np.ndarray], np.ndarray]  # base eids -> their sources
 class LiveDelta:
     """One partition's pending and committed pieces, and reads over them at a version."""
 
-    def __init__(self, max_bytes: int | None = None) -> None:
+    def __init__(self, max_bytes: int | None = None, background: bool = False) -> None:
         self.max_bytes = LIVE_DELTA_MAX_BYTES if max_bytes is None else max_bytes
         self.pending: dict[int, tuple[Batch, float]] = {}  # version -> (batch, when held)
         self.committed: dict[int, Batch] = {}
@@ -197,6 +200,14 @@ class LiveDelta:
         self._runs: list[Run] = []
         self._fresh: list[Batch] = []  # committed, not indexed yet
         self._lock = threading.Lock()
+        # background: runs are merged by a thread of the delta's own, off the read path
+        self._merger: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._closed = False
+        if background:
+            self._merger = threading.Thread(target=self._merge_loop, name="live-merge",
+                                            daemon=True)  # fmt: skip
+            self._merger.start()
         self._updating: set[int] = set()  # versions held that overwrite rows
         self._pending_nodes = np.empty(0, np.int64)
         self._pending_edges = np.empty(0, np.int64)
@@ -231,6 +242,7 @@ class LiveDelta:
         self.committed[version] = held[0]
         with self._lock:
             self._fresh.append(held[0])
+        self._wake.set()
         self._pending_changed()
         return True
 
@@ -270,18 +282,49 @@ class LiveDelta:
     @property
     def runs(self) -> list[Run]:
         """The read index: the fresh commits become a run, merged while the run before
-        it is not larger (see :class:`Run`)."""
+        it is not larger (see :class:`Run`); with a merging thread, a read only indexes
+        the commits the thread has not taken yet (a run of their size) and merges none."""
         with self._lock:  # a read may come from another thread than the commit's
-            self._flush()
+            self._flush(merge=self._merger is None)
             return list(self._runs)
 
-    def _flush(self) -> None:
+    def close(self) -> None:
+        """Stop the merging thread (a delta made with ``background``)."""
+        self._closed = True
+        self._wake.set()
+        if self._merger is not None:
+            self._merger.join(30)
+
+    def _merge_loop(self) -> None:
+        """The merging thread: fresh commits into a run, then each merge the rule asks
+        for, made outside the lock (reads go on over the runs before it) and swapped in."""
+        while not self._closed:
+            self._wake.wait()
+            self._wake.clear()
+            while not self._closed:
+                with self._lock:
+                    self._flush(merge=False)
+                    runs = self._runs
+                    if len(runs) < 2 or runs[-2].size > runs[-1].size:
+                        break
+                    older, newer = runs[-2], runs[-1]
+                try:
+                    merged = merge_runs(older, newer)
+                except Exception:  # reads go on over more runs; the next commit tries again
+                    log.exception("live: merging the delta's runs failed")
+                    break
+                with self._lock:  # runs only ever grow at the end while it merged
+                    i = next(i for i, r in enumerate(self._runs) if r is older)
+                    self._runs[i : i + 2] = [merged]
+                    self.work += merged.size
+
+    def _flush(self, merge: bool = True) -> None:
         if self._fresh:
             run = build_run(self._fresh)
             self.work += run.size
             self._fresh = []
             self._runs.append(run)
-            while len(self._runs) > 1 and self._runs[-2].size <= self._runs[-1].size:
+            while merge and len(self._runs) > 1 and self._runs[-2].size <= self._runs[-1].size:
                 newer, older = self._runs.pop(), self._runs.pop()
                 run = merge_runs(older, newer)
                 self.work += run.size

@@ -208,6 +208,7 @@ class LivePart:
     log: LiveLog | None = None  # the write-ahead log (``--live-dir``; store/live_log.py)
 
     def close(self) -> None:
+        self.delta.close()
         if self.seq_client is not None:
             self.seq_client.close()
         if self.log is not None:
@@ -251,7 +252,7 @@ def attach(
     ``base_orig()`` reads the base nodes' original ids when first needed. With
     ``live_dir`` the state is replayed from the server's log there, which then takes
     every write (:mod:`graphrun.store.live_log`)."""
-    live = LivePart(LiveDelta(), schema_of(state), base_orig, keys, timeout)
+    live = LivePart(LiveDelta(background=True), schema_of(state), base_orig, keys, timeout)
     if state.part == 0 and state.is_main and not state.replica:
         n = state.book.num_parts
         live.seq = Sequencer(Blocks(state.book.num_nodes, n), Blocks(state.book.num_edges, n))

@@ -1,5 +1,7 @@
 """The live delta on its own: pieces checked wholly, versions, reads at a version."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -273,3 +275,30 @@ def test_reads_over_merged_runs_match_one_index_of_everything(swapped):
         out_a, out_b = np.zeros((5, 4), np.float32), np.zeros((5, 4), np.float32)
         assert (runs.rows(FEAT, dst, v, out_a) == one.rows(FEAT, dst, v, out_b)).all()
         assert (out_a == out_b).all()
+
+
+def test_a_merging_thread_keeps_reads_whole_and_the_runs_few():
+    """With ``background`` the runs are merged by the delta's thread, off the read path:
+    a read after each commit sees exactly what one index of everything sees, and the
+    thread brings the runs down to the rule's ``log2(commits) + 1``."""
+    rng = np.random.default_rng(2)
+    d, one = LiveDelta(background=True), LiveDelta()
+    key = lambda e: sorted(map(tuple, e.T.tolist()))  # noqa: E731
+    dst = np.arange(5)
+    try:
+        for v in range(1, 65):
+            m = int(rng.integers(1, 40))
+            eid = E + 40 * (v - 1) + np.arange(m)
+            p = _edge_piece(v, rng.integers(0, N, m), rng.integers(0, 5, m), eid)
+            one.hold(held(d, p), 0.0)
+            one.commit(v)
+            a, b = d.in_edges(dst, v), one.in_edges(dst, v)
+            assert a[0].tolist() == b[0].tolist() and key(a[1]) == key(b[1])
+        deadline = time.monotonic() + 60
+        while len(d.runs) > np.log2(64) + 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(d.runs) <= np.log2(64) + 1
+        for v in (1, 30, 64):
+            assert key(d.in_edges(dst, v)[1]) == key(one.in_edges(dst, v)[1])
+    finally:
+        d.close()
