@@ -404,3 +404,29 @@ def test_a_co_located_pull_reads_shared_memory_until_a_base_row_is_overwritten(s
             assert (got[0] == 5.0).all() and (got[1] == base[1]).all()
             owner = int(np.searchsorted(r.book.node_offsets, 3, side="right") - 1)
             assert r.traffic[owner, "pull:shm"] == before.get((owner, "pull:shm"), 0)
+
+
+def test_pipelined_batches_are_each_whole_and_a_refusal_is_raised_at_flush(store):
+    """``window`` batches in flight: each is applied whole at its own version, in
+    submission order; a batch a partition refuses is aborted alone and raised by
+    ``flush`` once none is in flight."""
+    with store.writer_client() as c:
+        with pytest.raises(ArgumentError, match=r"window: expected batches in flight in \[1, 16\]"):
+            GraphWriter(c, window=0)
+        base = in_edges(c, np.asarray([500], np.int64))[0]
+        w = GraphWriter(c, window=4)
+        for _ in range(6):
+            w.add_edges("_E", [3], [500])
+            w.submit()
+        w.delete_edges("_E", [c.book.num_edges + 4000])  # in a block handed out, no edge
+        w.submit()
+        for _ in range(2):
+            w.add_edges("_E", [3], [500])
+            w.submit()
+        with pytest.raises(ArgumentError, match=r"deleted_edges.* is not an edge owned here"):
+            w.flush()
+        versions = w.acknowledged
+        assert len(versions) == 8 and versions == sorted(versions)
+        assert w.flush() == versions  # taken now
+        c.follow()
+        assert len(in_edges(c, np.asarray([500], np.int64))[0] - base) == 8
