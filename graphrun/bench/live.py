@@ -160,7 +160,8 @@ def _ingest(cfg: dict[str, Any]) -> dict[str, Any]:
         w, n = GraphWriter(c, window=cfg["window"]), c.book.num_nodes
         _commit(w, *_edges(rng, n, None, cfg["batch"]))  # warm-up
         w.flush()
-        sent, acked = [], []
+        sent: list[float] = []
+        acked: list[float] = []
         t0 = time.perf_counter()
         for _ in range(cfg["batches"]):
             sent.append(time.perf_counter())

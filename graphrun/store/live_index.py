@@ -114,10 +114,13 @@ def _hcat(parts: list[np.ndarray], rows: int) -> np.ndarray:
     return np.hstack([np.empty((rows, 0), np.int64), *parts])
 
 
-def _run(batches: list[Batch], *arrays: np.ndarray) -> Run:
+def _run(
+    batches: list[Batch], nodes: np.ndarray, edges: np.ndarray, by_eid: np.ndarray,
+    deleted: np.ndarray,
+) -> Run:  # fmt: skip
     versions = [b.version for b in batches]
     size = sum(_entries(b) for b in batches)
-    return Run(batches, size, min(versions), max(versions), *arrays)
+    return Run(batches, size, min(versions), max(versions), nodes, edges, by_eid, deleted)
 
 
 def build_run(batches: list[Batch]) -> Run:
