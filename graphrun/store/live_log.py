@@ -136,6 +136,8 @@ class LiveLog:
 
     def close(self) -> None:
         try:
+            if self.failed:  # what did not reach the disk was never acknowledged
+                self.wal.discard()
             self.wal.close()
         finally:
             os.close(self.lock_fd)

@@ -227,6 +227,13 @@ class WriteAheadLog:
             if sync:
                 self._flush()
 
+    def discard(self) -> None:
+        """Forget what was appended and not synced (never acknowledged: a failed log)."""
+        with self._lock:
+            self.count -= len(self._pending)
+            self._pending.clear()
+            self._pending_bytes = 0
+
     def sync(self) -> None:
         """Write and fsync everything appended (a group commit)."""
         with self._lock:

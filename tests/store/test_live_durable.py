@@ -3,6 +3,7 @@ write-ahead log of ``--live-dir`` is replayed at start."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -264,3 +265,44 @@ def test_prepares_of_one_turn_share_one_sync_and_survive_kill_9(cluster, keys):
     with WriteAheadLog(cluster.live / log_name(1, 0)) as wal:
         logged = {r.version for r in wal.records()}
     assert set(range(1000, 1000 + len(sizes))) <= logged
+
+
+def test_a_failed_group_sync_answers_each_write_with_its_error_and_holds_nothing(tmp_path):
+    """The sync at a turn's end fails (the log's file is gone from under it): each
+    prepare parked in the turn is answered with the log's error and its piece dropped,
+    and the log takes no more writes (fail-stop)."""
+    from graphrun.rpc.codec import Message, MsgKind
+    from graphrun.store import live_ops
+    from graphrun.store.registry import Request
+    from graphrun.store.server import Turn, load_main_state
+
+    parts = make_partition_dir(tmp_path / "parts", 2)[1]
+    (tmp_path / "live").mkdir()
+    state = load_main_state(ServerConfig(parts, 1))
+    try:
+        live = live_ops.attach(state, lambda: np.empty(0, np.int64), None, 5.0,
+                               tmp_path / "live")  # fmt: skip
+        turn, answers = Turn(state), []
+        lo, hi = (int(x) for x in state.book.node_offsets[1:3])
+        for k in range(3):
+            eid = state.book.num_edges + 10 * k + np.arange(2)
+            piece = Piece(version=k + 1, new_edges=Rows.of(np.vstack([[0, 1], [lo, hi - 1], eid])),
+                          edge_types=Rows.of(np.zeros(2, np.int32)))  # fmt: skip
+            body, tensors = piece_to_wire(piece)
+            req = Request("live_prepare", {"piece": body}, tuple(tensors))
+            resp = live_ops.live_prepare(state, req)
+            assert resp.after_sync is not None and len(live.delta.pending) == k + 1
+            msg = Message(MsgKind.REQUEST, "live_prepare", k, body, tuple(tensors))
+            turn.parked.append((b"peer", msg, resp.after_sync, {}))
+        read_only = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(read_only, live.log.wal._fd)  # the disk fails under the log
+        os.close(read_only)
+        turn.end(lambda peer, m: answers.append(m))
+        assert [m.kind for m in answers] == [MsgKind.ERROR] * 3
+        assert all("could not be written" in str(m.body) for m in answers)
+        assert not live.delta.pending and turn.syncs == 0
+        with pytest.raises(StoreError, match="live writes stop"):
+            live_ops.live_prepare(state, req)
+    finally:
+        live_ops.close(state)
+        state.close()
