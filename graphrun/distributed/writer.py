@@ -18,9 +18,20 @@ included; :meth:`GraphWriter.lookup` gives graph ids afterwards.
 (a version and ids), ``live_prepare`` of each partition's piece in parallel (checked
 wholly there; a partition past 3/4 of its delta bound answers ``retry_after`` and the
 piece is sent again after that wait: slowed, not dropped), then ``live_decide`` (the
-acknowledgement) and ``live_commit`` to the partitions. Any refusal aborts the version:
-nothing of the batch is applied, and the error is raised. Bad arguments are refused
-when given (one ArgumentError naming the field), before anything is sent.
+acknowledgement) and ``live_commit`` to the partitions (not waited for: their answers
+are collected at the next batch; a partition that misses one asks the sequencer). Any
+refusal aborts the version: nothing of the batch is applied, and the error is raised.
+Bad arguments are refused when given (one ArgumentError naming the field), before
+anything is sent. The head (the growth blocks' owners) and the graph's features are
+asked once, again for a batch with new nodes or an id in a block not heard of.
+
+**Pipelined** (``GraphWriter(client, window=N)``): ``submit()`` sends the batch on its
+way and returns; each later ``submit`` moves every batch in flight one step on (begun ->
+prepared -> decided), at most ``N`` stay in flight, and ``flush()`` waits for them all
+and returns their versions. Each batch is applied whole at its own version (the
+sequencer's order); a refused one is aborted alone and raised by the next ``submit`` or
+``flush`` once none is in flight. A batch naming ends by original id first waits for the
+batches before it (their new nodes must be known). ``commit()`` is ``submit`` + ``flush``.
 
 Where a new node goes: LDG (:func:`graphrun.partition.streaming.assign`) from the
 partitions of its batch's placed neighbours and of the batch's earlier new nodes, under
