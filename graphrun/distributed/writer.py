@@ -289,7 +289,11 @@ class GraphWriter:
             if f.stage == "begin":  # nothing was begun: nothing to decide
                 f.stage = "done"
             elif f.stage == "prepare":
-                self._decide(f, commit=False)
+                try:
+                    self._decide(f, commit=False)
+                except Exception as again:  # the sequencer's tick aborts it in time
+                    log.warning("live_decide (abort) of version %d: %s", f.version, again)
+                    f.stage = "done"
             else:
                 f.stage = "done"
             if not isinstance(exc, Exception):
