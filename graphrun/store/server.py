@@ -271,7 +271,7 @@ def build_registry(extensions: Iterable[str] = ()) -> Registry:
 class Turn:
     """The writes of one turn of the server's loop that wait for its write-ahead log
     (:class:`~graphrun.store.registry.AfterSync`): one sync for them all at the turn's
-    end (``RpcServer.after_turn``), then their answers, in the order they came."""
+    end (``RpcServer.serve_forever``'s ``after_turn``), then their answers, in order."""
 
     state: ServerState
     parked: list[tuple[bytes, Message, AfterSync, dict[str, object]]] = field(default_factory=list)
