@@ -31,7 +31,8 @@ prepared -> decided), at most ``N`` stay in flight, and ``flush()`` waits for th
 and returns their versions. Each batch is applied whole at its own version (the
 sequencer's order); a refused one is aborted alone and raised by the next ``submit`` or
 ``flush`` once none is in flight. A batch naming ends by original id first waits for the
-batches before it (their new nodes must be known). ``commit()`` is ``submit`` + ``flush``.
+batches in flight that add nodes (they must be known). ``commit()`` is ``submit`` +
+``flush``.
 
 Where a new node goes: LDG (:func:`graphrun.partition.streaming.assign`) from the
 partitions of its batch's placed neighbours and of the batch's earlier new nodes, under
@@ -224,8 +225,9 @@ class GraphWriter:
         if batch.rows() == 0:
             raise ArgumentError("commit: the batch is empty")
         self._reap_commits()
-        if any(orig for *_, orig in batch.edges):
-            self._drain(0)  # ends named by original ids: the nodes of earlier batches known
+        adding = any(len(f.plan.orig) for f in self._flights)
+        if adding and any(orig for *_, orig in batch.edges):
+            self._drain(0)  # ends named by original ids: the new nodes in flight known first
         plan = Plan(self, batch, self.view(fresh=bool(batch.orig)))
         counts = {"nodes": plan.node_counts(), "edges": plan.edge_counts()}
         begun = self.client.session.request(0, "live_begin", counts,

@@ -430,3 +430,20 @@ def test_pipelined_batches_are_each_whole_and_a_refusal_is_raised_at_flush(store
         assert w.flush() == versions  # taken now
         c.follow()
         assert len(in_edges(c, np.asarray([500], np.int64))[0] - base) == 8
+
+
+def test_a_pipelined_batch_naming_new_nodes_of_a_batch_in_flight_waits_for_it(store):
+    """Ends named by original id are looked up at the sequencer: a batch naming a node
+    that a batch still in flight adds waits for it (not refused as unknown)."""
+    with store.writer_client() as c:
+        base = in_edges(c, np.asarray([500], np.int64))[0]
+        w = GraphWriter(c, window=4)
+        w.add_nodes("_N", [10**9 + 50], node_rows(c, 1, 3.0))
+        w.submit()
+        to_500 = load_id_mapping(store.parts).orig_nids[[500]]
+        w.add_edges("_E", [10**9 + 50], to_500, orig=True)  # its node is still in flight
+        w.submit()
+        assert len(w.flush()) == 2
+        c.follow()
+        assert int(w.lookup([10**9 + 50])[0]) >= c.book.num_nodes
+        assert len(in_edges(c, np.asarray([500], np.int64))[0] - base) == 1
