@@ -363,7 +363,9 @@ def write(
     state: ServerState, req: Request, handler: Callable[[ServerState, Request], Response]
 ) -> Response:
     """Apply write ``req`` here and on the replicas (store/replicas.py): forwarded
-    before it is applied, answered once every replica in the write set applied it."""
+    before it is applied, answered once every replica in the write set applied it (a
+    replica answers a logged write after its own turn's sync) and, for one that waits
+    for this server's log (``after_sync``), once the turn's sync made it durable here."""
     rep = state.replication if state.replication and state.replication.links else None
     sent = rep.send(state.part, req) if rep is not None else []
     applied = False
