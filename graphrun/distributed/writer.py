@@ -18,9 +18,21 @@ included; :meth:`GraphWriter.lookup` gives graph ids afterwards.
 (a version and ids), ``live_prepare`` of each partition's piece in parallel (checked
 wholly there; a partition past 3/4 of its delta bound answers ``retry_after`` and the
 piece is sent again after that wait: slowed, not dropped), then ``live_decide`` (the
-acknowledgement) and ``live_commit`` to the partitions. Any refusal aborts the version:
-nothing of the batch is applied, and the error is raised. Bad arguments are refused
-when given (one ArgumentError naming the field), before anything is sent.
+acknowledgement) and ``live_commit`` to the partitions (not waited for: their answers
+are collected at the next batch; a partition that misses one asks the sequencer). Any
+refusal aborts the version: nothing of the batch is applied, and the error is raised.
+Bad arguments are refused when given (one ArgumentError naming the field), before
+anything is sent. The head (the growth blocks' owners) and the graph's features are
+asked once, again for a batch with new nodes or an id in a block not heard of.
+
+**Pipelined** (``GraphWriter(client, window=N)``): ``submit()`` sends the batch on its
+way and returns; each later ``submit`` moves every batch in flight one step on (begun ->
+prepared -> decided), at most ``N`` stay in flight, and ``flush()`` waits for them all
+and returns their versions. Each batch is applied whole at its own version (the
+sequencer's order); a refused one is aborted alone and raised by the next ``submit`` or
+``flush`` once none is in flight. A batch naming ends by original id first waits for the
+batches in flight that add nodes (they must be known). ``commit()`` is ``submit`` +
+``flush``.
 
 Where a new node goes: LDG (:func:`graphrun.partition.streaming.assign`) from the
 partitions of its batch's placed neighbours and of the batch's earlier new nodes, under
@@ -32,46 +44,53 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from graphrun.distributed.writer_plan import Plan, WriteBatch
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import TensorKey, etype_key
-from graphrun.partition.streaming import Neighbours, assign, capacity_for
 from graphrun.store.client import KVClient
-from graphrun.store.live import LIVE_DECIDE_TIMEOUT_S, MAX_PIECE_ROWS, Piece, Rows, run_ids
+from graphrun.store.live import (
+    LIVE_DECIDE_TIMEOUT_S,
+    MAX_PIECE_ROWS,
+    Piece,
+)
 from graphrun.store.live_client import LiveView, fetch_head
-from graphrun.store.live_ops import piece_to_wire
+from graphrun.store.live_wire import piece_to_wire
+from graphrun.store.session import Pending
+from graphrun.store.state import TensorInfo
 
 log = logging.getLogger("graphrun.distributed")
 
-
-@dataclass
-class _Batch:
-    orig: list[np.ndarray] = field(default_factory=list)
-    ntype: list[np.ndarray] = field(default_factory=list)
-    feats: dict[str, list[np.ndarray]] = field(default_factory=dict)  # key -> rows per add
-    edges: list[tuple[int, np.ndarray, np.ndarray, bool]] = field(default_factory=list)
-    edge_feats: dict[str, list[np.ndarray]] = field(default_factory=dict)
-    deleted: list[np.ndarray] = field(default_factory=list)
-    updates: list[tuple[str, np.ndarray, np.ndarray]] = field(default_factory=list)
-
-    def rows(self) -> int:
-        n = sum(len(a) for a in self.orig) + sum(len(e[1]) for e in self.edges)
-        return n + sum(len(a) for a in self.deleted) + sum(len(u[1]) for u in self.updates)
+MAX_WINDOW = 16  # batches one writer keeps in flight (the sequencer takes 64 undecided)
 
 
 class GraphWriter:
     """Writes batches to a live store through ``client`` (see the module docstring)."""
 
-    def __init__(self, client: KVClient, retry_timeout: float = LIVE_DECIDE_TIMEOUT_S / 2):
+    def __init__(
+        self, client: KVClient, retry_timeout: float = LIVE_DECIDE_TIMEOUT_S / 2, window: int = 1
+    ) -> None:
+        if not isinstance(window, int) or not 1 <= window <= MAX_WINDOW:
+            raise ArgumentError(f"window: expected batches in flight in [1, {MAX_WINDOW}], "
+                                f"got {window!r}")  # fmt: skip
         self.client = client
         self.book = client.book
         self.retry_timeout = retry_timeout
-        self._batch = _Batch()
+        self.window = window
+        self._batch = WriteBatch()
         self.waited_s = 0.0  # time spent slowed by backpressure
+        self.acknowledged: list[int] = []  # versions acknowledged since the last flush
+        self._last = 0
+        self._flights: deque[_Flight] = deque()
+        self._commits: list[tuple[int, Pending]] = []  # live_commit sent, not answered yet
+        self._error: BaseException | None = None
+        self._view: LiveView | None = None
+        self._tensors: list[TensorInfo] | None = None
 
     # ---- building a batch
 
@@ -84,8 +103,10 @@ class GraphWriter:
         return np.ascontiguousarray(a)
 
     def _features_of(self, kind: str, type_: str) -> list[str]:
+        if self._tensors is None:  # the graph's features are fixed at partition time
+            self._tensors = self.client.list_tensors()
         out = []
-        for ti in self.client.list_tensors():
+        for ti in self._tensors:
             key = TensorKey.parse(ti.name)
             if ti.job == "" and key is not None and key.kind == kind and key.type == type_:
                 out.append(key.name)
@@ -187,283 +208,193 @@ class GraphWriter:
 
     def commit(self) -> int:
         """Apply the batch atomically; returns its version (visible to reads at it and
-        above). On any refusal nothing of it is applied and the error is raised; the
-        batch is cleared either way."""
-        batch, self._batch = self._batch, _Batch()
+        above) once it is acknowledged, with every batch submitted before it. On any
+        refusal nothing of it is applied and the error is raised; the batch is cleared
+        either way."""
+        self.submit()
+        self.flush()
+        return self._last
+
+    def submit(self) -> None:
+        """Send the batch on its way and return (the pipelined ``commit``): at most
+        ``window`` batches are in flight, each further one waits for the oldest.
+        :meth:`flush` waits for them all and returns their versions. A refused batch is
+        raised by the next ``submit`` or ``flush``, once none is in flight (the batches
+        submitted after it are applied or refused on their own: each is atomic)."""
+        batch, self._batch = self._batch, WriteBatch()
         if batch.rows() == 0:
             raise ArgumentError("commit: the batch is empty")
-        plan = _Plan(self, batch, fetch_head(self.client.session))
-        session = self.client.session
+        self._reap_commits()
+        adding = any(len(f.plan.orig) for f in self._flights)
+        if adding and any(orig for *_, orig in batch.edges):
+            self._drain(0)  # ends named by original ids: the new nodes in flight known first
+        plan = Plan(self, batch, self.view(fresh=bool(batch.orig)))
         counts = {"nodes": plan.node_counts(), "edges": plan.edge_counts()}
-        begun = session.call(0, "live_begin", counts, tensors=(plan.orig_by_part(),))
-        version = int(begun.body["version"])
-        plan.give_ids(begun.body["nodes"], begun.body["edges"])
-        pieces = {p: plan.piece(p, version) for p in plan.parts()}
-        try:
-            self._prepare(pieces)
-        except BaseException:
-            self._finish(version, list(pieces), commit=False)
-            raise
-        self._finish(version, list(pieces), commit=True)
-        return version
+        begun = self.client.session.request(0, "live_begin", counts,
+                                            tensors=(plan.orig_by_part(),))  # fmt: skip
+        flying = list(self._flights)
+        self._flights.append(_Flight(plan, begun))
+        for f in flying:  # each one stage on: their answers came while this was planned
+            if f.stage != "done":
+                self._step(f)
+        self._drain(self.window)
 
-    def _prepare(self, pieces: dict[int, Piece]) -> None:
-        """``live_prepare`` every piece at once; again after ``retry_after`` if told."""
+    def flush(self) -> list[int]:
+        """Wait for every batch in flight; the versions acknowledged since the last
+        ``flush``, in submission order. Raises the first refusal (after all answered)."""
+        self._drain(0)
+        done, self.acknowledged = self.acknowledged, []
+        return done
+
+    def view(self, fresh: bool = False) -> LiveView:
+        """The head and the growth blocks' owners: asked once, again when ``fresh`` (a
+        batch with new nodes places them by the partitions' sizes now) or when an id is
+        in a block this writer has not heard of (a block's owner never changes)."""
+        if fresh or self._view is None:
+            self._view = fetch_head(self.client.session)
+        return self._view
+
+    def _drain(self, keep: int) -> None:
+        while self._flights and (len(self._flights) > keep or self._flights[0].stage == "done"):
+            f = self._flights[0]
+            while f.stage != "done":
+                self._step(f)
+            self._flights.popleft()
+            if f.error is None:
+                self.acknowledged.append(f.version)
+                self._last = f.version
+            elif self._error is None:
+                self._error = f.error
+        if self._error is not None and not self._flights:
+            error, self._error = self._error, None
+            raise error
+
+    def _step(self, f: _Flight) -> None:
+        """Move ``f`` one stage on: begun -> prepared -> decided -> done."""
+        session = self.client.session
+        try:
+            if f.stage == "begin":
+                reply = session.wait(f.pending.pop(-1))
+                f.version = int(reply.body["version"])
+                f.plan.give_ids(reply.body["nodes"], reply.body["edges"])
+                f.pieces = {p: f.plan.piece(p, f.version) for p in f.plan.parts()}
+                f.deadline = time.monotonic() + self.retry_timeout
+                self._send_prepares(f, list(f.pieces))
+                f.stage = "prepare"
+            elif f.stage == "prepare":
+                self._collect_prepares(f)
+                self._decide(f, commit=True)
+            else:
+                self._decided(f)
+        except BaseException as exc:
+            f.error = f.error or exc
+            if f.stage == "begin":  # nothing was begun: nothing to decide
+                f.stage = "done"
+            elif f.stage == "prepare":
+                try:
+                    self._decide(f, commit=False)
+                except Exception as again:  # the sequencer's tick aborts it in time
+                    log.warning("live_decide (abort) of version %d: %s", f.version, again)
+                    f.stage = "done"
+            else:
+                f.stage = "done"
+            if not isinstance(exc, Exception):
+                raise
+
+    def _send_prepares(self, f: _Flight, parts: list[int]) -> None:
         session = self.client.session
         seq0 = session.part(0)  # the sequencer, then its replicas (a partition fails over)
         seq = {"seq": seq0.main.address, "seq_replicas": [r.address for r in seq0.replicas]}
-        todo = dict(pieces)
-        deadline = time.monotonic() + self.retry_timeout
-        while todo:
-            sent = {}
-            for p, piece in todo.items():
-                body, tensors = piece_to_wire(piece)
-                sent[p] = session.request(p, "live_prepare", {"piece": body, **seq},
-                                          tensors, main_only=True)  # fmt: skip
-            errors, wait = [], 0.0
-            for p, pend in sent.items():
+        for p in parts:
+            body, tensors = piece_to_wire(f.pieces[p])
+            f.sent[p] = session.request(p, "live_prepare", {"piece": body, **seq},
+                                        tensors, main_only=True)  # fmt: skip
+
+    def _collect_prepares(self, f: _Flight) -> None:
+        """Every prepare's answer; the pieces told ``retry_after`` are sent again after
+        that wait (slowed, never dropped) until ``retry_timeout``."""
+        session = self.client.session
+        while f.sent:
+            errors, again, wait = [], [], 0.0
+            for p, pend in list(f.sent.items()):
+                del f.sent[p]
                 try:
                     reply = session.wait(pend)
                 except Exception as exc:  # every answer first: none is left in flight
                     errors.append(exc)
                     continue
                 if "retry_after" in reply.body:
+                    again.append(p)
                     wait = max(wait, float(reply.body["retry_after"]))
-                else:
-                    del todo[p]
             if errors:
                 raise errors[0]
-            if todo:
-                if time.monotonic() + wait > deadline:
-                    raise StoreError(f"live: partitions {sorted(todo)} stayed past 3/4 of "
+            if again:
+                if time.monotonic() + wait > f.deadline:
+                    raise StoreError(f"live: partitions {sorted(again)} stayed past 3/4 of "
                                      f"their delta bound for {self.retry_timeout} s")  # fmt: skip
                 self.waited_s += wait
                 time.sleep(wait)
+                self._send_prepares(f, again)
 
-    def _finish(self, version: int, parts: list[int], commit: bool) -> None:
-        """Decide ``version`` at the sequencer (the acknowledgement), then tell the
-        partitions (best effort: one that misses it asks the sequencer)."""
-        session = self.client.session
-        refused: StoreError | None = None
-        try:
-            session.call(0, "live_decide", {"version": version, "commit": commit})
-        except StoreError as exc:  # aborted meanwhile (undecided too long): tell them so
-            refused, commit = exc, False
-        body = {"version": version, "commit": commit}
-        pending = [session.request(p, "live_commit", body, main_only=True) for p in parts]
-        for pend in pending:
+    def _decide(self, f: _Flight, commit: bool) -> None:
+        """Send the decision to the sequencer (its answer is the acknowledgement)."""
+        for pend in f.sent.values():  # a refusal: the other prepares' answers first
             try:
-                session.wait(pend)
+                self.client.session.wait(pend)
+            except Exception as exc:
+                log.info("live_prepare of version %d: %s", f.version, exc)
+        f.sent.clear()
+        f.commit = commit
+        body = {"version": f.version, "commit": commit}
+        f.pending.append(self.client.session.request(0, "live_decide", body))
+        f.stage = "decide"
+
+    def _decided(self, f: _Flight) -> None:
+        """The sequencer's answer, then the decision to the partitions (not waited for:
+        a partition that misses it asks the sequencer; :meth:`_reap_commits`)."""
+        session = self.client.session
+        try:
+            session.wait(f.pending.pop(-1))
+        except StoreError as exc:  # aborted meanwhile (undecided too long): tell them so
+            f.error, f.commit = f.error or exc, False
+        body = {"version": f.version, "commit": f.commit}
+        for p in f.pieces:
+            self._commits.append((f.version, session.request(p, "live_commit", body,
+                                                             main_only=True)))  # fmt: skip
+        f.stage = "done"
+
+    def _reap_commits(self) -> None:
+        """The answers of the ``live_commit`` sent before (they came meanwhile)."""
+        commits, self._commits = self._commits, []
+        for version, pend in commits:
+            try:
+                self.client.session.wait(pend)
             except Exception as exc:
                 log.warning("live_commit of version %d not delivered: %s", version, exc)
-        if refused is not None:
-            raise refused
+
+    def close(self) -> None:
+        """Wait for the batches in flight and the last decisions' deliveries."""
+        try:
+            self.flush()
+        finally:
+            self._reap_commits()
 
 
-class _Plan:
-    """One batch laid out over the partitions: who owns each new node and edge, their
-    ids once ``live_begin`` gave them, and each partition's :class:`Piece`."""
+@dataclass
+class _Flight:
+    """One submitted batch on its way: ``begin`` (live_begin sent), ``prepare`` (its
+    pieces sent), ``decide`` (the decision sent), ``done``."""
 
-    def __init__(self, w: GraphWriter, b: _Batch, view: LiveView) -> None:
-        book = w.book
-        self.book, self.view, self.batch = book, view, b
-        self.num_parts = book.num_parts
-        self.orig = _cat(b.orig, np.int64)
-        self.ntype = _cat(b.ntype, np.int32)
-        if len(np.unique(self.orig)) != len(self.orig):
-            raise ArgumentError("add_nodes: the batch's original ids repeat")
-        self.etype = _cat([np.full(len(e[1]), e[0], np.int32) for e in b.edges], np.int32)
-        ends = [self._ends(e[1], e[2], e[3], w) for e in b.edges]
-        self.src = _cat([e[0] for e in ends], np.int64)  # new nodes: -(i + 1)
-        self.dst = _cat([e[1] for e in ends], np.int64)
-        self._check_types()
-        sizes = np.diff(book.node_offsets).astype(np.int64)
-        from graphrun.store.live import GROWTH_BLOCK
+    plan: Plan
+    begun: Pending
+    stage: str = "begin"
+    version: int = 0
+    commit: bool = False
+    pieces: dict[int, Piece] = field(default_factory=dict)
+    sent: dict[int, Pending] = field(default_factory=dict)
+    pending: list[Pending] = field(default_factory=list)
+    error: BaseException | None = None
+    deadline: float = 0.0
 
-        sizes += np.bincount(view.node_owner, minlength=self.num_parts) * GROWTH_BLOCK
-        placed = Neighbours.from_lists(self._neighbour_parts())
-        capacity = capacity_for(sizes, len(self.orig))
-        self.node_part = assign(placed, sizes, capacity, within=self._within())
-        self.edge_part = self._owner(self.dst)
-        self.deleted = _cat(b.deleted, np.int64)
-        self.deleted_part = self._edge_owner(self.deleted)
-        self.node_id = np.empty(0, np.int64)
-        self.eid = np.empty(0, np.int64)
-
-    def _ends(
-        self, src: np.ndarray, dst: np.ndarray, orig: bool, w: GraphWriter
-    ) -> tuple[np.ndarray, np.ndarray]:
-        both = np.concatenate([src, dst])
-        if orig:
-            order = np.argsort(self.orig)
-            pos = np.minimum(np.searchsorted(self.orig[order], both), max(len(order) - 1, 0))
-            new = self.orig[order][pos] == both if len(order) else np.zeros(len(both), bool)
-            out = w.lookup(both)
-            out[new] = -(order[pos[new]] + 1)
-            what = "original id"
-        else:
-            out, what = both.copy(), "graph id"
-        known = (out < 0) | self._owner(np.maximum(out, 0), strict=False) >= 0
-        known &= out >= -len(self.orig) - 1
-        if orig:
-            known &= ~((out == -1) & ~np.isin(both, self.orig))
-        if not known.all():
-            i = int(np.flatnonzero(~known)[0])
-            end = "src" if i < len(src) else "dst"
-            raise ArgumentError(f"add_edges {end}: {what} {int(both[i])} is not a node of the "
-                                "graph or of this batch")  # fmt: skip
-        return out[: len(src)], out[len(src) :]
-
-    def _owner(self, ids: np.ndarray, strict: bool = True) -> np.ndarray:
-        """The partition of each node id (new nodes of the batch: -(i+1), once placed)."""
-        from graphrun.store.live import id_owners
-
-        out = id_owners(ids, self.book.node_offsets, self.view.num_nodes, self.view.node_owner)
-        new = ids < 0
-        if new.any() and hasattr(self, "node_part"):
-            out[new] = self.node_part[-ids[new] - 1]
-        if strict and (out < 0).any():
-            raise ArgumentError(f"id {int(ids[np.flatnonzero(out < 0)[0]])} has no owner")
-        return out
-
-    def _edge_owner(self, eids: np.ndarray) -> np.ndarray:
-        from graphrun.store.live import id_owners
-
-        out = id_owners(eids, self.book.edge_offsets, self.view.num_edges, self.view.edge_owner)
-        if (out < 0).any():
-            i = int(np.flatnonzero(out < 0)[0])
-            raise ArgumentError(f"delete_edges: eid {int(eids[i])} is not an edge of the graph")
-        return out
-
-    def _check_types(self) -> None:
-        """Each end of a new edge has its edge type's node type (new nodes of this batch
-        and base nodes; a node added earlier is checked by its owner)."""
-        ends = [(s, d) for s, _, d in self.book.edge_types]
-        for col, ids in ((0, self.src), (1, self.dst)):
-            want = np.asarray([self.book.ntype_id(e[col]) for e in ends], np.int32)[self.etype]
-            got = np.full(len(ids), -1, np.int32)
-            new = ids < 0
-            got[new] = self.ntype[-ids[new] - 1]
-            base = (ids >= 0) & (ids < self.view.num_nodes)
-            if base.any():
-                got[base] = self.book.to_per_type(ids[base])[0]
-            bad = (got >= 0) & (got != want)
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                raise ArgumentError(f"add_edges: edge {i}'s {('src', 'dst')[col]} has node "
-                                    f"type {self.book.node_types[got[i]]!r}, its edge type "
-                                    f"needs {self.book.node_types[want[i]]!r}")  # fmt: skip
-
-    def _neighbour_parts(self) -> list[np.ndarray]:
-        """The partitions of each new node's neighbours in the batch (placed ones)."""
-        a = np.concatenate([self.src, self.dst])
-        b = np.concatenate([self.dst, self.src])
-        keep = (a < 0) & (b >= 0)
-        node, other = -a[keep] - 1, self._owner(b[keep])
-        order = np.argsort(node, kind="stable")
-        cuts = np.searchsorted(node[order], np.arange(len(self.orig) + 1))
-        return [other[order[cuts[i] : cuts[i + 1]]] for i in range(len(self.orig))]
-
-    def _within(self) -> Neighbours:
-        """Each new node's neighbours among the batch's new nodes (batch indices)."""
-        a = np.concatenate([self.src, self.dst])
-        b = np.concatenate([self.dst, self.src])
-        keep = (a < 0) & (b < 0) & (a != b)
-        return Neighbours.from_pairs(-a[keep] - 1, -b[keep] - 1, len(self.orig))
-
-    def node_counts(self) -> list[int]:
-        return np.bincount(self.node_part, minlength=self.num_parts).tolist()
-
-    def edge_counts(self) -> list[int]:
-        return np.bincount(self.edge_part, minlength=self.num_parts).tolist()
-
-    def orig_by_part(self) -> np.ndarray:
-        return np.ascontiguousarray(self.orig[np.argsort(self.node_part, kind="stable")])
-
-    def give_ids(self, node_runs: list[Any], edge_runs: list[Any]) -> None:
-        """The ids ``live_begin`` handed out, in partition order; then the ends."""
-        self.node_id = _spread(self.node_part, node_runs, self.num_parts)
-        self.eid = _spread(self.edge_part, edge_runs, self.num_parts)
-        for ends in (self.src, self.dst):
-            new = ends < 0
-            ends[new] = self.node_id[-ends[new] - 1]
-
-    def parts(self) -> list[int]:
-        used = [self.node_part, self.edge_part, self.deleted_part]
-        used += [self._update_owner(k, i) for k, i, _ in self.batch.updates]
-        return sorted(set(np.concatenate(used).tolist()))
-
-    def _update_owner(self, key: str, ids: np.ndarray) -> np.ndarray:
-        from graphrun.names import owners
-        from graphrun.store.live import block_owner_of
-
-        k = TensorKey.parse(key)
-        assert k is not None
-        ranges = self.book.node_ranges(k.type)
-        n = self.view.num_nodes
-        out = np.full(len(ids), -1, np.int64)
-        base = (ids >= 0) & (ids < ranges[-1])
-        out[base] = owners(ranges, ids[base])
-        grow = ids >= n
-        out[grow] = block_owner_of(ids[grow], n, self.view.node_owner)
-        if (out < 0).any():
-            i = int(np.flatnonzero(out < 0)[0])
-            raise ArgumentError(f"update_features {key}: id {int(ids[i])} is not a row of it")
-        return out
-
-    def piece(self, p: int, version: int) -> Piece:
-        b = self.batch
-        nodes = self.node_part == p
-        edges = self.edge_part == p
-        node_feats = _rows_of(b.feats, self.ntype, nodes, lambda k: self.book.ntype_id(k.type))
-        edge_feats = _rows_of(b.edge_feats, self.etype, edges, lambda k: self.book.etype_id(k.type))
-        updates = {}
-        for key, ids, vals in b.updates:
-            mine = self._update_owner(key, ids) == p
-            if mine.any():
-                updates[key] = (Rows.of(ids[mine]), Rows.of(vals[mine]))
-        return Piece(
-            version=version,
-            new_nodes=Rows.of(self.node_id[nodes]) if nodes.any() else None,
-            node_types=Rows.of(self.ntype[nodes]) if nodes.any() else None,
-            node_orig=Rows.of(self.orig[nodes]) if nodes.any() else None,
-            node_features=node_feats,
-            new_edges=Rows.of(np.vstack([self.src[edges], self.dst[edges], self.eid[edges]]))
-            if edges.any() else None,
-            edge_types=Rows.of(self.etype[edges]) if edges.any() else None,
-            edge_features=edge_feats,
-            deleted_edges=Rows.of(self.deleted[self.deleted_part == p])
-            if (self.deleted_part == p).any() else None,
-            updates=updates,
-        )  # fmt: skip
-
-
-def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
-    return np.concatenate(parts).astype(dtype) if parts else np.empty(0, dtype)
-
-
-def _spread(part: np.ndarray, runs: list[Any], num_parts: int) -> np.ndarray:
-    """Ids per item: partition ``p``'s items (in order) take ``runs[p]``'s ids."""
-    out = np.empty(len(part), np.int64)
-    for p in range(num_parts):
-        mine = np.flatnonzero(part == p)
-        ids = run_ids(runs[p])
-        if len(ids) != len(mine):
-            raise StoreError(f"live_begin: {len(ids)} ids for partition {p}, asked {len(mine)}")
-        out[mine] = ids
-    return out
-
-
-def _rows_of(
-    feats: dict[str, list[np.ndarray]], types: np.ndarray, mine: np.ndarray, type_of: Any
-) -> dict[str, Rows]:
-    """Each feature's rows of the items in ``mine``, in their order."""
-    out = {}
-    for key, chunks in feats.items():
-        k = TensorKey.parse(key)
-        assert k is not None
-        of_type = types == type_of(k)
-        rows = np.concatenate(chunks)[mine[of_type]]
-        if len(rows):
-            out[key] = Rows.of(rows)
-    return out
+    def __post_init__(self) -> None:
+        self.pending.append(self.begun)

@@ -53,11 +53,13 @@ from graphrun.rpc.codec import (
 )
 from graphrun.rpc.guard import CHECK_S as GUARD_CHECK_S
 from graphrun.rpc.guard import GuardedRouter, RouterLimits, srcfd
+from graphrun.rpc.waker import Waker
 
 log = logging.getLogger("graphrun.rpc")
 
 #: frames below this size are copied into zmq (cheaper than tracking a zero-copy buffer)
 ZERO_COPY_THRESHOLD = 1 << 16
+TURN_MAX = 64  # requests one RpcServer.poll serves back to back at most (a turn)
 
 Handler = Callable[[bytes, Message], Message | None]
 
@@ -77,7 +79,7 @@ def send_frames(
         sock.send(f, more | (flags if i == 0 else 0), copy=nbytes < ZERO_COPY_THRESHOLD)
 
 
-def _error_type(exc: BaseException) -> str:
+def error_type(exc: BaseException) -> str:
     for cls in (ArgumentError, StoreError, ProtocolError, AuthError):
         if isinstance(exc, cls):
             return cls.__name__
@@ -114,34 +116,6 @@ _REFUSED_TEXT = (
     "connection refused (no server listens at this address: the connect failed at once, "
     "a reset from its host, no route to it or a name that does not resolve)"
 )
-
-
-class Waker:
-    """Wakes a server waiting for requests, from any thread: ``wake()`` after setting what
-    its ``should_stop`` reads, and :meth:`RpcServer.serve_forever` returns at once instead
-    of at the end of its tick (a pipe the server polls beside its socket)."""
-
-    def __init__(self) -> None:
-        self._r, self._w = os.pipe()
-        os.set_blocking(self._r, False)
-        os.set_blocking(self._w, False)
-
-    def fileno(self) -> int:
-        return self._r
-
-    def wake(self) -> None:
-        with contextlib.suppress(BlockingIOError, OSError):  # full: already awake; closed
-            os.write(self._w, b"!")
-
-    def drain(self) -> None:
-        with contextlib.suppress(BlockingIOError, OSError):
-            while os.read(self._r, 4096):
-                pass
-
-    def close(self) -> None:
-        for fd in (self._r, self._w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
 
 
 class RpcServer:
@@ -220,7 +194,7 @@ class RpcServer:
         self._woken = False
         while True:
             left_ms = 0 if n else max(0, int((end - time.monotonic()) * 1000))
-            if self._wait(min(left_ms, int(GUARD_CHECK_S * 1000))):
+            if n < TURN_MAX and self._wait(min(left_ms, int(GUARD_CHECK_S * 1000))):
                 frames, too_big = self._router.recv()
                 if self.on_disconnect is not None:  # a closed fd's end before a new one's use
                     self._router.drain_events()
@@ -266,7 +240,7 @@ class RpcServer:
             reply = self.handler(peer, msg)
         except GraphrunError as exc:
             NOISY.warning("%s: %s from peer %s failed: %s", self.name, msg.op, peer.hex(), exc)
-            reply = error_message(msg.request_id, msg.op, _error_type(exc), str(exc))
+            reply = error_message(msg.request_id, msg.op, error_type(exc), str(exc))
         except Exception as exc:  # a bug in a handler must not stop the server
             log.exception("%s: %s from peer %s crashed", self.name, msg.op, peer.hex())
             text = f"internal error: {type(exc).__name__}: {exc}"
@@ -295,11 +269,14 @@ class RpcServer:
         should_stop: Callable[[], bool],
         on_tick: Callable[[], None] | None = None,
         tick_ms: int = 200,
+        after_turn: Callable[[], None] | None = None,
     ) -> None:
-        """Serve until ``should_stop()``; call ``on_tick()`` about every ``tick_ms``."""
+        """Serve until ``should_stop()``; call ``on_tick()`` about every ``tick_ms`` and
+        ``after_turn()`` after each turn that served requests (:meth:`poll`)."""
         next_tick = time.monotonic()
         while not should_stop():
-            self.poll(tick_ms)
+            if self.poll(tick_ms) and after_turn is not None:
+                after_turn()
             if on_tick is not None and time.monotonic() >= next_tick:
                 on_tick()
                 next_tick = time.monotonic() + tick_ms / 1000

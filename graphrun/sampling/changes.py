@@ -99,8 +99,9 @@ def out_edges(csc: CSCGraph, delta: LiveDelta | None, version: int, ids: np.ndar
     keep = ~delta.deleted(eid, version)
     found = [np.vstack([src[keep], dst[keep]])]
     for r in delta.runs:
-        lo, hi = np.searchsorted(r.edge_src, ids), np.searchsorted(r.edge_src, ids, "right")
-        e = r.edges[:, r.edge_by_src[spans(lo, hi)]]
+        by_src = r.edges_by_src()
+        lo, hi = np.searchsorted(by_src[0], ids), np.searchsorted(by_src[0], ids, "right")
+        e = r.edges[:, by_src[2][spans(lo, hi)]]
         found.append(e[:2, (e[4] <= version) & ~delta.deleted(e[2], version)])
     return np.hstack(found)
 

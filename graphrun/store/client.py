@@ -210,12 +210,14 @@ class KVClient:
         for p in np.unique(part).tolist():
             pos = np.flatnonzero(part == p)
             arr: np.ndarray | None = None
-            if self.session.local_ok(p) and shm_ok(self.session, p, self.version):
+            if self.session.local_ok(p) and shm_ok(self.session, p, self.version, rows=True):
                 arr = self.catalog.local_array(ti, p)
-            if arr is not None and int(rows[pos].max()) < ti.part_rows:
-                out[pos] = np.take(arr, rows[pos], axis=0)
-                self.traffic[p, "pull:shm"] += len(pos) * ti.row_bytes
-            else:
+            if arr is not None:  # base rows from shared memory, new ones from the server
+                base = pos[rows[pos] < ti.part_rows]
+                out[base] = np.take(arr, rows[base], axis=0)
+                self.traffic[p, "pull:shm"] += len(base) * ti.row_bytes
+                pos = pos[rows[pos] >= ti.part_rows]
+            if len(pos):
                 body = {"name": ti.name}
                 pending.append((pos, self.session.request(p, "pull", body, (rows[pos],))))
         for pos, pend in pending:

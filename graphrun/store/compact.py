@@ -50,7 +50,8 @@ from graphrun.errors import ArgumentError, GraphrunError, StoreError
 from graphrun.names import TensorKey
 from graphrun.partition import compacted
 from graphrun.store import live_ops
-from graphrun.store.live import GROWTH_BLOCK, Batch, LiveDelta, _build_run, _cat, _Run
+from graphrun.store.live import GROWTH_BLOCK, LiveDelta
+from graphrun.store.live_index import Batch, Run, build_run, concat
 from graphrun.store.live_log import frozen, snapshot
 from graphrun.store.live_seq import Sequencer
 from graphrun.store.registry import Registry, Request, Response
@@ -74,7 +75,7 @@ class Fold:
     version: int
     structure: dict[str, np.ndarray]  # indptr, indices, eids[, etypes] in new segments
     segments: dict[str, Segment]
-    base: _Run
+    base: Run
     eids: tuple[np.ndarray, np.ndarray]
     out: tuple[np.ndarray, np.ndarray]
     rows: dict[str, tuple[np.ndarray, np.ndarray]]  # key -> (ids, latest rows at version)
@@ -134,7 +135,7 @@ class Compactor:
 # ---- the fold (pure arrays)
 
 
-def _latest_rows(runs: list[_Run], version: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _latest_rows(runs: list[Run], version: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per feature, the latest row at ``version`` of every id written (by id)."""
     out: dict[str, tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]] = {}
     for r in runs:
@@ -201,32 +202,32 @@ def base_tables(
 def growth_run(
     nodes: np.ndarray, types: np.ndarray, orig: np.ndarray, edges: np.ndarray,
     rows: dict[str, tuple[np.ndarray, np.ndarray]],
-) -> _Run:  # fmt: skip
+) -> Run:  # fmt: skip
     """The folded growth as the delta's version-0 run."""
     batch = Batch(0, nodes, types.astype(np.int32), orig, edges[:3], edges[3].astype(np.int32),
                   np.empty(0, np.int64), dict(rows), {})  # fmt: skip
-    return _build_run([batch])
+    return build_run([batch])
 
 
 def fold(
-    runs: list[_Run],
+    runs: list[Run],
     version: int,
     structure: dict[str, np.ndarray],
     owned: tuple[int, int],
     num_nodes: int,
     num_edges: int,
-) -> tuple[dict[str, np.ndarray], _Run, dict[str, tuple[np.ndarray, np.ndarray]]]:
+) -> tuple[dict[str, np.ndarray], Run, dict[str, tuple[np.ndarray, np.ndarray]]]:
     """``(new CSC arrays, growth run, latest rows)`` of the delta's ``runs`` at ``version``."""
-    gone = np.unique(_cat([r.del_eid[r.del_ver <= version] for r in runs], np.int64))
+    gone = np.unique(concat([r.deleted[0][r.deleted[1] <= version] for r in runs], np.int64))
     e = np.hstack([_E5, *(r.edges[:, r.edges[4] <= version] for r in runs)])
     e = e[:, ~np.isin(e[2], gone)]
     e = e[:, np.argsort(e[2], kind="stable")]
     into_base = (e[1] >= owned[0]) & (e[1] < owned[1])
     csc = fold_csc(structure, owned, e[[0, 1, 2, 3]][:, into_base], gone)
-    seen = [(r.node_ver <= version) for r in runs]
-    nodes = _cat([r.node_id[s] for r, s in zip(runs, seen, strict=True)], np.int64)
-    types = _cat([r.node_type[s] for r, s in zip(runs, seen, strict=True)], np.int32)
-    orig = _cat([r.node_orig[s] for r, s in zip(runs, seen, strict=True)], np.int64)
+    seen = [(r.nodes[3] <= version) for r in runs]
+    nodes = concat([r.nodes[0][s] for r, s in zip(runs, seen, strict=True)], np.int64)
+    types = concat([r.nodes[1][s] for r, s in zip(runs, seen, strict=True)], np.int32)
+    orig = concat([r.nodes[2][s] for r, s in zip(runs, seen, strict=True)], np.int64)
     rows = _latest_rows(runs, version)
     return csc, growth_run(nodes, types, orig, e[:4, ~into_base], rows), rows
 
@@ -265,8 +266,8 @@ def write_dir(state: ServerState, live: live_ops.LivePart, root: Path, f: Fold) 
             arrays[f"growth/rows/{i}.ids.npy"] = ids[~base]
             arrays[f"growth/rows/{i}.npy"] = vals[~base]
     b = f.base
-    arrays["growth/nodes.npy"], arrays["growth/types.npy"] = b.node_id, b.node_type
-    arrays["growth/orig.npy"], arrays["growth/edges.npy"] = b.node_orig, b.edges[:4]
+    arrays["growth/nodes.npy"], arrays["growth/types.npy"] = b.nodes[0], b.nodes[1].astype(np.int32)
+    arrays["growth/orig.npy"], arrays["growth/edges.npy"] = b.nodes[2], b.edges[:4]
     compacted.write(root, state.part, f.version, arrays, files, names)
 
 
@@ -293,7 +294,7 @@ def restore(state: ServerState, delta: LiveDelta, root: Path) -> None:
                             book.num_edges)  # fmt: skip
     delta.fold(man.live_version, run, eids, out)
     log.info("live: partition %d loaded compacted at version %d (%d new nodes, %d new "
-             "edges into them)", state.part, man.live_version, len(run.node_id),
+             "edges into them)", state.part, man.live_version, run.nodes.shape[1],
              run.edges.shape[1])  # fmt: skip
 
 

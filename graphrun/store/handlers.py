@@ -289,7 +289,7 @@ def stats(state: ServerState, req: Request) -> Response:
             "backups": list(state.backups),
             "disk": disk_stats(list(state.disk.values())) if req.admin else {},
             **replica_state_fields(state),
-            **live_ops.stats_fields(state),
+            **(live_ops.stats_fields(state) if req.admin else {}),
         }
     )
 

@@ -32,17 +32,29 @@ No torch here: the store imports none.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
-import numpy.typing as npt
 
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import owners as base_owners
 from graphrun.rpc.codec import wire_dtype
+from graphrun.store.live_index import (
+    Batch,
+    Run,
+    build_run,
+    concat,
+    latest,
+    lookup_sorted,
+    merge_runs,
+    spans,
+    values_at,
+)
+
+log = logging.getLogger("graphrun.store")
 
 GROWTH_BLOCK = 4096  # ids per growth block
 LIVE_DELTA_MAX_BYTES = 1 << 30  # the uncompacted delta of one partition
@@ -170,159 +182,7 @@ def run_ids(runs: list[tuple[int, int]] | list[list[int]]) -> np.ndarray:
     return np.concatenate([np.arange(s, s + c, dtype=np.int64) for s, c in runs])
 
 
-# ---- a checked piece ------------------------------------------------------------------
-
-
-@dataclass
-class Batch:
-    """A checked piece as arrays (see :class:`Piece`)."""
-
-    version: int
-    nodes: np.ndarray
-    ntypes: np.ndarray
-    orig: np.ndarray
-    edges: np.ndarray  # int64 [3, m]
-    etypes: np.ndarray
-    deleted: np.ndarray
-    new_rows: dict[str, tuple[np.ndarray, np.ndarray]]  # key -> (new ids, their rows)
-    updates: dict[str, tuple[np.ndarray, np.ndarray]]  # key -> (ids, new rows)
-
-    @property
-    def nbytes(self) -> int:
-        arrays = [self.nodes, self.ntypes, self.orig, self.edges, self.etypes, self.deleted]
-        arrays += [a for d in (self.new_rows, self.updates) for pair in d.values() for a in pair]
-        return sum(int(a.nbytes) for a in arrays)
-
-
 # ---- the delta -------------------------------------------------------------------------
-
-
-def _lookup(sorted_ids: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(found, position)`` of each id in a sorted array."""
-    if len(sorted_ids) == 0:
-        return np.zeros(len(ids), dtype=bool), np.zeros(len(ids), dtype=np.int64)
-    pos = np.minimum(np.searchsorted(sorted_ids, ids), len(sorted_ids) - 1)
-    return sorted_ids[pos] == ids, pos
-
-
-def _at(values: np.ndarray, found: np.ndarray, pos: np.ndarray, fill: int) -> np.ndarray:
-    """``values[pos]`` where found, ``fill`` elsewhere (``values`` may be empty)."""
-    if len(values) == 0:
-        return np.full(len(pos), fill, dtype=np.int64)
-    return np.where(found, values[pos], fill)
-
-
-def _cat(parts: list[np.ndarray], dtype: npt.DTypeLike) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
-
-
-def spans(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """int64 ``concat(arange(starts[i], ends[i]))`` without a Python loop."""
-    counts = ends - starts
-    total = int(counts.sum())
-    if total == 0:
-        return np.empty(0, np.int64)
-    offs = np.repeat(starts - np.cumsum(counts) + counts, counts)
-    return np.arange(total, dtype=np.int64) + offs
-
-
-@dataclass
-class _Run:
-    """Committed pieces as sorted arrays: one run of the delta's read index.
-
-    The index is a short list of runs (a log-structured merge): a commit adds a run of
-    its own piece, sorted in time linear in the piece, and two runs are merged when the
-    older is not larger than the newer, so ``log2(commits)`` runs at most are read and
-    every entry is re-sorted ``log2(commits)`` times in all (amortised per commit: the
-    batch times a logarithm, never the whole delta)."""
-
-    batches: list[Batch]
-    size: int  # index entries: nodes, edges, deletions, rows
-    node_id: np.ndarray  # sorted growth node ids, with their type, orig id and version
-    node_type: np.ndarray
-    node_orig: np.ndarray
-    node_ver: np.ndarray
-    # new edges sorted by (dst, version): src, dst, eid, etype, version
-    edges: np.ndarray  # int64 [5, m]
-    edge_by_eid: np.ndarray  # positions in ``edges`` sorted by eid, and those eids
-    edge_eid: np.ndarray
-    edge_by_src: np.ndarray  # positions in ``edges`` sorted by src, and those srcs
-    edge_src: np.ndarray
-    del_eid: np.ndarray  # sorted deleted eids, the version that deleted each
-    del_ver: np.ndarray
-    # key -> (ids sorted by (id, version), versions, rows): new items' rows and updates
-    rows: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
-    # the deleted edges' sources, sorted, with the version from which each counts (the
-    # later of the deletion and the edge's own): filled on the first out-degree read
-    del_src: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-
-
-def _entries(b: Batch) -> int:
-    return (
-        len(b.nodes) + len(b.etypes) + len(b.deleted) + sum(len(i) for i, _ in b.updates.values())
-    )
-
-
-def _build_run(batches: list[Batch]) -> _Run:
-    def ver(b: Batch, n: int) -> np.ndarray:
-        return np.full(n, b.version, dtype=np.int64)
-
-    nid = _cat([b.nodes for b in batches], np.int64)
-    order = np.argsort(nid, kind="stable")
-    edges = np.hstack(
-        [np.empty((5, 0), np.int64)]
-        + [np.vstack([b.edges, b.etypes[None], ver(b, len(b.etypes))[None]]) for b in batches]
-    )
-    edges = edges[:, np.lexsort((edges[4], edges[1]))]
-    by_eid, by_src = np.argsort(edges[2], kind="stable"), np.argsort(edges[0], kind="stable")
-    d_eid = _cat([b.deleted for b in batches], np.int64)
-    d_ver = _cat([ver(b, len(b.deleted)) for b in batches], np.int64)
-    d_order = np.lexsort((d_ver, d_eid))  # versions ascending: the first deletion first
-    rows: dict[str, tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]] = {}
-    for b in batches:
-        for key, (ids, vals) in (*b.new_rows.items(), *b.updates.items()):
-            i, v, r = rows.setdefault(key, ([], [], []))
-            i.append(ids)
-            v.append(ver(b, len(ids)))
-            r.append(vals)
-    run = _Run(
-        batches,
-        sum(_entries(b) for b in batches),
-        nid[order],
-        _cat([b.ntypes for b in batches], np.int32)[order],
-        _cat([b.orig for b in batches], np.int64)[order],
-        _cat([ver(b, len(b.nodes)) for b in batches], np.int64)[order],
-        edges,
-        by_eid,
-        edges[2][by_eid],
-        by_src,
-        edges[0][by_src],
-        d_eid[d_order],
-        d_ver[d_order],
-    )
-    for key, (i, v, r) in rows.items():
-        ids, vers, vals = np.concatenate(i), np.concatenate(v), np.concatenate(r)
-        o = np.lexsort((vers, ids))
-        run.rows[key] = (ids[o], vers[o], vals[o])
-    return run
-
-
-def _latest(r_ids: np.ndarray, r_ver: np.ndarray, ids: np.ndarray, version: int) -> np.ndarray:
-    """Per id, the position of its latest entry at a version ``<= version`` in a run
-    sorted by (id, version); -1 where none."""
-    pos = np.searchsorted(r_ids, ids, side="right") - 1
-    live = pos >= 0
-    live[live] = r_ids[pos[live]] == ids[live]
-    pos[~live] = -1
-    late = np.flatnonzero(live & (r_ver[np.maximum(pos, 0)] > version))
-    while len(late):  # step back over later versions of the same id (rare: updates)
-        pos[late] -= 1
-        p = pos[late]
-        gone = (p < 0) | (r_ids[np.maximum(p, 0)] != ids[late])
-        pos[late[gone]] = -1
-        late = late[~gone]
-        late = late[r_ver[pos[late]] > version]
-    return pos
 
 
 Resolver = Callable[[np.ndarray], np.ndarray]  # base eids -> their sources
@@ -331,15 +191,24 @@ Resolver = Callable[[np.ndarray], np.ndarray]  # base eids -> their sources
 class LiveDelta:
     """One partition's pending and committed pieces, and reads over them at a version."""
 
-    def __init__(self, max_bytes: int | None = None) -> None:
+    def __init__(self, max_bytes: int | None = None, background: bool = False) -> None:
         self.max_bytes = LIVE_DELTA_MAX_BYTES if max_bytes is None else max_bytes
         self.pending: dict[int, tuple[Batch, float]] = {}  # version -> (batch, when held)
         self.committed: dict[int, Batch] = {}
         self.nbytes = 0
         self.work = 0  # index entries sorted so far (the index's cost, for tests)
-        self._runs: list[_Run] = []
+        self._runs: list[Run] = []
         self._fresh: list[Batch] = []  # committed, not indexed yet
         self._lock = threading.Lock()
+        # background: runs are merged by a thread of the delta's own, off the read path
+        self._merger: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._closed = False
+        if background:
+            self._merger = threading.Thread(target=self._merge_loop, name="live-merge",
+                                            daemon=True)  # fmt: skip
+            self._merger.start()
+        self._updating: set[int] = set()  # versions held that overwrite rows
         self._pending_nodes = np.empty(0, np.int64)
         self._pending_edges = np.empty(0, np.int64)
         # compaction (store/compact.py): the versions <= floor are folded into the base;
@@ -347,7 +216,8 @@ class LiveDelta:
         # ``base_eids`` the (sorted eid, etype) of new edges folded into the base CSC and
         # ``base_out`` the (sorted growth source, count) of those edges
         self.floor = 0
-        self.base: _Run | None = None
+        self.base: Run | None = None
+        self._folds = 0  # folds so far: a merge begun before one is dropped
         self.base_eids = (np.empty(0, np.int64), np.empty(0, np.int64))
         self.base_out = (np.empty(0, np.int64), np.empty(0, np.int64))
 
@@ -368,6 +238,8 @@ class LiveDelta:
                 f"of {self.max_bytes} (LIVE_DELTA_MAX_BYTES): compaction must run first"
             )
         self.pending[batch.version] = (batch, now)
+        if batch.updates:
+            self._updating.add(batch.version)
         self.nbytes += cost
         self._pending_changed()
 
@@ -379,6 +251,7 @@ class LiveDelta:
         self.committed[version] = held[0]
         with self._lock:
             self._fresh.append(held[0])
+        self._wake.set()
         self._pending_changed()
         return True
 
@@ -387,18 +260,23 @@ class LiveDelta:
         if held is None:
             return False
         self.nbytes -= 2 * held[0].nbytes
+        self._updating.discard(version)
         self._pending_changed()
         return True
 
     def _pending_changed(self) -> None:
         batches = [b for b, _ in self.pending.values()]  # at most MAX_UNDECIDED-ish
-        self._pending_nodes = np.sort(_cat([b.nodes for b in batches], np.int64))
-        self._pending_edges = np.sort(_cat([b.edges[2] for b in batches], np.int64))
+        self._pending_nodes = np.sort(concat([b.nodes for b in batches], np.int64))
+        self._pending_edges = np.sort(concat([b.edges[2] for b in batches], np.int64))
 
     def lowest(self) -> int:
         """The lowest version held (pending or committed); 0: the partition is its base."""
         held = [*self.pending, *self.committed]
         return min(held) if held else 0
+
+    def lowest_update(self) -> int:
+        """The lowest version held that overwrites rows (updates); 0: none."""
+        return min(self._updating, default=0)
 
     def undecided(self, upto: int) -> list[int]:
         """The pending versions ``<= upto``, lowest first."""
@@ -411,34 +289,72 @@ class LiveDelta:
     # ---- the index
 
     @property
-    def runs(self) -> list[_Run]:
+    def runs(self) -> list[Run]:
         """The read index: the fresh commits become a run, merged while the run before
-        it is not larger (see :class:`_Run`)."""
+        it is not larger (see :class:`Run`); with a merging thread, a read only indexes
+        the commits the thread has not taken yet (a run of their size) and merges none."""
         with self._lock:  # a read may come from another thread than the commit's
-            self._flush()
+            self._flush(merge=self._merger is None)
             return ([self.base] if self.base is not None else []) + self._runs
 
-    def fold(self, version: int, base: _Run, eids: tuple[np.ndarray, np.ndarray],
+    def fold(self, version: int, base: Run, eids: tuple[np.ndarray, np.ndarray],
              out: tuple[np.ndarray, np.ndarray]) -> None:  # fmt: skip
         """Drop the committed pieces ``<= version``: compaction folded them into ``base``
-        (and the base CSC); the rest are indexed again on the next read."""
+        (and the base CSC); the rest are indexed again on the next read. Under the lock
+        the merging thread takes its runs under: a merge in flight over the runs before
+        the fold is not installed (:attr:`_folds` moved on)."""
         with self._lock:
             for v in [v for v in self.committed if v <= version]:
                 del self.committed[v]
+                self._updating.discard(v)
             self.floor, self.base, self.base_eids, self.base_out = version, base, eids, out
             self._runs, self._fresh = [], list(self.committed.values())
+            self._folds += 1
             held = [*self.committed.values(), *(b for b, _ in self.pending.values())]
             self.nbytes = sum(2 * b.nbytes for b in held)
+        self._wake.set()
 
-    def _flush(self) -> None:
+    def close(self) -> None:
+        """Stop the merging thread (a delta made with ``background``)."""
+        self._closed = True
+        self._wake.set()
+        if self._merger is not None:
+            self._merger.join(30)
+
+    def _merge_loop(self) -> None:
+        """The merging thread: fresh commits into a run, then each merge the rule asks
+        for, made outside the lock (reads go on over the runs before it) and swapped in."""
+        while not self._closed:
+            self._wake.wait()
+            self._wake.clear()
+            while not self._closed:
+                with self._lock:
+                    self._flush(merge=False)
+                    runs = self._runs
+                    if len(runs) < 2 or runs[-2].size > runs[-1].size:
+                        break
+                    older, newer, folds = runs[-2], runs[-1], self._folds
+                try:
+                    merged = merge_runs(older, newer)
+                except Exception:  # reads go on over more runs; the next commit tries again
+                    log.exception("live: merging the delta's runs failed")
+                    break
+                with self._lock:  # runs only ever grow at the end while it merged
+                    if self._folds != folds:  # a compaction folded them: index again
+                        continue
+                    i = next(i for i, r in enumerate(self._runs) if r is older)
+                    self._runs[i : i + 2] = [merged]
+                    self.work += merged.size
+
+    def _flush(self, merge: bool = True) -> None:
         if self._fresh:
-            run = _build_run(self._fresh)
+            run = build_run(self._fresh)
             self.work += run.size
             self._fresh = []
             self._runs.append(run)
-            while len(self._runs) > 1 and self._runs[-2].size <= self._runs[-1].size:
+            while merge and len(self._runs) > 1 and self._runs[-2].size <= self._runs[-1].size:
                 newer, older = self._runs.pop(), self._runs.pop()
-                run = _build_run(older.batches + newer.batches)
+                run = merge_runs(older, newer)
                 self.work += run.size
                 self._runs.append(run)
 
@@ -447,9 +363,9 @@ class LiveDelta:
         found = np.zeros(len(ids), dtype=bool)
         cols = [np.full(len(ids), -1, np.int64) for _ in range(3)]
         for r in self.runs:
-            hit, pos = _lookup(r.node_id, ids)
+            hit, pos = lookup_sorted(r.nodes[0], ids)
             found |= hit
-            for col, vals in zip(cols, (r.node_type, r.node_orig, r.node_ver), strict=True):
+            for col, vals in zip(cols, r.nodes[1:], strict=True):
                 col[hit] = vals[pos[hit]]
         return found, cols[0], cols[1], cols[2]
 
@@ -458,10 +374,10 @@ class LiveDelta:
         found = np.zeros(len(eids), dtype=bool)
         etype = np.full(len(eids), -1, np.int64)
         for r in self.runs:
-            hit, pos = _lookup(r.edge_eid, eids)
+            hit, pos = lookup_sorted(r.by_eid[0], eids)
             found |= hit
-            etype[hit] = r.edges[3][r.edge_by_eid[pos[hit]]]
-        hit, pos = _lookup(self.base_eids[0], eids)  # folded into the base CSC
+            etype[hit] = r.by_eid[1][pos[hit]]
+        hit, pos = lookup_sorted(self.base_eids[0], eids)  # folded into the base CSC
         etype[hit] = self.base_eids[1][pos[hit]]
         return found | hit, etype
 
@@ -469,18 +385,18 @@ class LiveDelta:
 
     def has_nodes(self, ids: np.ndarray) -> np.ndarray:
         """Whether each growth id is held (pending or committed)."""
-        return self._nodes(ids)[0] | _lookup(self._pending_nodes, ids)[0]
+        return self._nodes(ids)[0] | lookup_sorted(self._pending_nodes, ids)[0]
 
     def has_edges(self, eids: np.ndarray, committed_only: bool = False) -> np.ndarray:
         found = self._edges(eids)[0]
-        return found if committed_only else found | _lookup(self._pending_edges, eids)[0]
+        return found if committed_only else found | lookup_sorted(self._pending_edges, eids)[0]
 
     def node_types_of(self, ids: np.ndarray, extra: Batch | None = None) -> np.ndarray:
         """The ntype of each committed growth node (or new in ``extra``); -1 otherwise."""
         out = self._nodes(ids)[1].astype(np.int32)
         if extra is not None and len(extra.nodes):
             o = np.argsort(extra.nodes)
-            hit, p = _lookup(extra.nodes[o], ids)
+            hit, p = lookup_sorted(extra.nodes[o], ids)
             out[hit] = extra.ntypes[o][p[hit]]
         return out
 
@@ -495,10 +411,10 @@ class LiveDelta:
     def nodes_upto(self, version: int) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, ntypes)`` of the growth nodes visible at ``version``, by id."""
         runs = self.runs
-        ids = _cat([r.node_id[r.node_ver <= version] for r in runs], np.int64)
-        types = _cat([r.node_type[r.node_ver <= version] for r in runs], np.int32)
+        ids = concat([r.nodes[0][r.nodes[3] <= version] for r in runs], np.int64)
+        types = concat([r.nodes[1][r.nodes[3] <= version] for r in runs], np.int32)
         o = np.argsort(ids, kind="stable")
-        return ids[o], types[o]
+        return ids[o], types[o].astype(np.int32)
 
     def orig_of(self, ids: np.ndarray) -> np.ndarray:
         """Original ids of committed growth nodes (-1 where unknown)."""
@@ -516,7 +432,7 @@ class LiveDelta:
             pos = spans(lo, hi)
             seeds.append(np.repeat(np.arange(len(dst)), hi - lo))
             found.append(e[:, pos])
-        seed = _cat(seeds, np.int64)
+        seed = concat(seeds, np.int64)
         e = np.hstack([np.empty((5, 0), np.int64), *found])
         keep = (e[4] <= version) & ~self.deleted(e[2], version)
         seed, e = seed[keep], e[:4, keep]
@@ -532,12 +448,12 @@ class LiveDelta:
         """Whether each edge id is deleted at ``version``."""
         out = np.zeros(len(eids), dtype=bool)
         for r in self.runs:
-            found, pos = _lookup(r.del_eid, eids)
-            out |= found & (_at(r.del_ver, found, pos, 0) <= version)
+            found, pos = lookup_sorted(r.deleted[0], eids)
+            out |= found & (values_at(r.deleted[1], found, pos, 0) <= version)
         return out
 
     def deleted_at(self, version: int) -> np.ndarray:
-        return _cat([r.del_eid[r.del_ver <= version] for r in self.runs], np.int64)
+        return concat([r.deleted[0][r.deleted[1] <= version] for r in self.runs], np.int64)
 
     def out_change(self, ids: np.ndarray, version: int, resolve: Resolver) -> np.ndarray:
         """How the delta at ``version`` changes the out-degree of each of ``ids`` on this
@@ -547,9 +463,10 @@ class LiveDelta:
         out = np.zeros(len(ids), np.int64)
         gone_eid = []
         for r in self.runs:
-            lo, hi = np.searchsorted(r.edge_src, ids), np.searchsorted(r.edge_src, ids, "right")
+            by_src = r.edges_by_src()
+            lo, hi = np.searchsorted(by_src[0], ids), np.searchsorted(by_src[0], ids, "right")
             seed = np.repeat(np.arange(len(ids)), hi - lo)
-            keep = r.edges[4][r.edge_by_src[spans(lo, hi)]] <= version
+            keep = by_src[1][spans(lo, hi)] <= version
             out += np.bincount(seed[keep], minlength=len(ids))
             src, eff, eid = self._deleted_src(r, resolve)
             lo, hi = np.searchsorted(src, ids), np.searchsorted(src, ids, side="right")
@@ -563,20 +480,20 @@ class LiveDelta:
         out -= np.bincount(gone[1], minlength=len(ids))  # an edge deleted twice counts once
         return out
 
-    def _deleted_src(self, r: _Run, resolve: Resolver) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _deleted_src(self, r: Run, resolve: Resolver) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """A run's deletions as ``(src, version counted from, eid)``, sorted by src."""
         if r.del_src is None:
-            src = np.full(len(r.del_eid), -1, np.int64)
-            eff = r.del_ver.copy()
-            new = np.zeros(len(r.del_eid), dtype=bool)
+            d_eid = r.deleted[0]
+            src = np.full(len(d_eid), -1, np.int64)
+            eff = r.deleted[1].copy()
+            new = np.zeros(len(d_eid), dtype=bool)
             for other in self.runs:  # deleted new edges: their source and version here
-                hit, pos = _lookup(other.edge_eid, r.del_eid)
-                at = other.edge_by_eid[pos[hit]]
-                src[hit], new[hit] = other.edges[0][at], True
-                eff[hit] = np.maximum(eff[hit], other.edges[4][at])
-            src[~new] = resolve(r.del_eid[~new])
+                hit, pos = lookup_sorted(other.by_eid[0], d_eid)
+                src[hit], new[hit] = other.by_eid[2][pos[hit]], True
+                eff[hit] = np.maximum(eff[hit], other.by_eid[3][pos[hit]])
+            src[~new] = resolve(d_eid[~new])
             o = np.argsort(src, kind="stable")
-            r.del_src = (src[o], eff[o], r.del_eid[o])
+            r.del_src = (src[o], eff[o], d_eid[o])
         return r.del_src
 
     def has_rows(self, key: str) -> bool:
@@ -591,7 +508,7 @@ class LiveDelta:
             if entry is None:
                 continue
             r_ids, r_ver, r_vals = entry
-            pos = _latest(r_ids, r_ver, ids, version)
+            pos = latest(r_ids, r_ver, ids, version)
             take = pos >= 0
             take[take] = r_ver[pos[take]] > best[take]
             out[take] = r_vals[pos[take]]

@@ -19,7 +19,8 @@ from graphrun.errors import ArgumentError, ProtocolError
 from graphrun.store.live import growth_row, id_owners
 from graphrun.store.session import Session
 
-LIVE_COUNTER = 2  # the deletions segment's slot (graphrun.store.live_ops.LIVE_COUNTER)
+LIVE_COUNTER = 2  # the deletions segment's slots (graphrun.store.live_ops.LIVE_COUNTER,
+LIVE_ROWS_COUNTER = 3  # LIVE_ROWS_COUNTER)
 
 
 @dataclass(frozen=True)
@@ -66,12 +67,19 @@ def route(
     return a, part, rows
 
 
-def shm_ok(session: Session, part: int, version: int | None) -> bool:
+def shm_ok(session: Session, part: int, version: int | None, rows: bool = False) -> bool:
     """Whether a co-located partition's shared memory is the graph at ``version`` (None:
-    the base): it holds no live piece at or below it (the server's counter) and was never
-    compacted (-1: the segments mapped at join may be an older base than the server's)."""
+    the base): it holds no live piece at or below it (the server's counter); with
+    ``rows``, whether its base rows are (no piece at or below it overwrites rows: new
+    nodes and edges do not). Never once it was compacted (-1: the segments mapped at join
+    may be an older base than the server's), whichever counter is asked."""
     counter = session.part(part).revocations
     if counter is None or len(counter) <= LIVE_COUNTER:
         return True
-    lowest = int(counter[LIVE_COUNTER])
-    return lowest == 0 or lowest > (version or 0)
+    if int(counter[LIVE_COUNTER]) < 0:
+        return False
+    if version is None:
+        return True
+    slot = LIVE_ROWS_COUNTER if rows and len(counter) > LIVE_ROWS_COUNTER else LIVE_COUNTER
+    lowest = int(counter[slot])
+    return lowest == 0 or lowest > version

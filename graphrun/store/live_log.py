@@ -122,12 +122,24 @@ class LiveLog:
         try:
             self.wal.append(version, _ENCODER.encode(record), sync=sync)
         except OSError as exc:
-            self.failed = (
-                f"live: the write-ahead log {self.path} could not be written ({exc}); "
-                "live writes stop until the server is restarted"
-            )
-            log.error("%s", self.failed)
-            raise StoreError(self.failed) from exc
+            self._fail(exc)
+
+    def sync(self) -> None:
+        """Write and ``fdatasync`` every record appended unsynced (a group commit)."""
+        if self.failed:
+            raise StoreError(self.failed)
+        try:
+            self.wal.sync()
+        except OSError as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: OSError) -> None:
+        self.failed = (
+            f"live: the write-ahead log {self.path} could not be written ({exc}); "
+            "live writes stop until the server is restarted"
+        )
+        log.error("%s", self.failed)
+        raise StoreError(self.failed) from exc
 
     def room(self, record: LogRecord) -> None:
         """StoreError (before any state changes) if ``record`` would not fit."""
@@ -142,6 +154,8 @@ class LiveLog:
 
     def close(self) -> None:
         try:
+            if self.failed:  # what did not reach the disk was never acknowledged
+                self.wal.discard()
             self.wal.close()
         finally:
             os.close(self.lock_fd)

@@ -69,16 +69,22 @@ from graphrun.store.live import (
     MAX_UNDECIDED,
     Blocks,
     LiveDelta,
-    Piece,
-    Rows,
     growth_ids,
 )
 from graphrun.store.live_check import FeatureSpec, Schema, check_piece
-from graphrun.store.live_log import BegunRecord, LiveLog, PieceRecord, open_log, replay
+from graphrun.store.live_log import (
+    BegunRecord,
+    DecidedRecord,
+    LiveLog,
+    PieceRecord,
+    open_log,
+    replay,
+)
 from graphrun.store.live_log import apply as log_apply
 from graphrun.store.live_log import decide as log_decide
 from graphrun.store.live_seq import SeqLink, Sequencer, check_addresses
-from graphrun.store.registry import Registry, Request, Response
+from graphrun.store.live_wire import PieceWire, piece_from_wire
+from graphrun.store.registry import AfterSync, Registry, Request, Response
 from graphrun.store.state import GRAPH_JOB, ServerState, StoredTensor
 
 if TYPE_CHECKING:
@@ -90,79 +96,8 @@ log = logging.getLogger("graphrun.store")
 
 KEY = "graphrun.live"
 LIVE_COUNTER = 2  # the deletions segment's slot: the lowest version held (0: none)
+LIVE_ROWS_COUNTER = 3  # its slot of the lowest version that overwrites base rows (0: none)
 SETTLE_EVERY_S = 5.0  # a partition's tick asks about stale pieces at most this often
-
-
-class PieceWire(msgspec.Struct, frozen=True, kw_only=True):
-    """A :class:`~graphrun.store.live.Piece` on the wire: each array is the request's
-    tensor at the given index (no bytes in the body)."""
-
-    version: int
-    new_nodes: int | None = None
-    node_types: int | None = None
-    node_orig: int | None = None
-    node_features: dict[str, int] = msgspec.field(default_factory=dict)
-    new_edges: int | None = None
-    edge_types: int | None = None
-    edge_features: dict[str, int] = msgspec.field(default_factory=dict)
-    deleted_edges: int | None = None
-    updates: dict[str, tuple[int, int]] = msgspec.field(default_factory=dict)
-
-
-def piece_to_wire(piece: Piece) -> tuple[dict[str, object], list[np.ndarray]]:
-    """``(body, tensors)`` of a piece for ``live_prepare``."""
-    tensors: list[np.ndarray] = []
-
-    def put_one(r: Rows) -> int:
-        tensors.append(r.array("piece"))
-        return len(tensors) - 1
-
-    def put(r: Rows | None) -> int | None:
-        return None if r is None else put_one(r)
-
-    def put_all(d: dict[str, Rows]) -> dict[str, int]:
-        return {k: put_one(r) for k, r in d.items()}
-
-    wire = PieceWire(
-        version=piece.version,
-        new_nodes=put(piece.new_nodes),
-        node_types=put(piece.node_types),
-        node_orig=put(piece.node_orig),
-        node_features=put_all(piece.node_features),
-        new_edges=put(piece.new_edges),
-        edge_types=put(piece.edge_types),
-        edge_features=put_all(piece.edge_features),
-        deleted_edges=put(piece.deleted_edges),
-        updates={k: (put_one(i), put_one(r)) for k, (i, r) in piece.updates.items()},
-    )
-    return msgspec.to_builtins(wire), tensors
-
-
-def piece_from_wire(req: Request, wire: PieceWire) -> Piece:
-    def get(i: int | None, what: str) -> Rows | None:
-        return None if i is None else Rows.of(np.asarray(req.tensor(i, what)))
-
-    def get_all(d: dict[str, int], what: str) -> dict[str, Rows]:
-        return {k: Rows.of(np.asarray(req.tensor(i, f"{what}[{k!r}]"))) for k, i in d.items()}
-
-    return Piece(
-        version=wire.version,
-        new_nodes=get(wire.new_nodes, "new_nodes"),
-        node_types=get(wire.node_types, "node_types"),
-        node_orig=get(wire.node_orig, "node_orig"),
-        node_features=get_all(wire.node_features, "node_features"),
-        new_edges=get(wire.new_edges, "new_edges"),
-        edge_types=get(wire.edge_types, "edge_types"),
-        edge_features=get_all(wire.edge_features, "edge_features"),
-        deleted_edges=get(wire.deleted_edges, "deleted_edges"),
-        updates={
-            k: (
-                Rows.of(np.asarray(req.tensor(i, f"updates[{k!r}] ids"))),
-                Rows.of(np.asarray(req.tensor(j, f"updates[{k!r}] rows"))),
-            )
-            for k, (i, j) in wire.updates.items()
-        },
-    )
 
 
 # ---- request bodies
@@ -208,6 +143,7 @@ class LivePart:
     pins: dict[str, int] = field(default_factory=dict)
 
     def close(self) -> None:
+        self.delta.close()
         self.seq_link.close()
         if self.log is not None:
             self.log.close()
@@ -252,7 +188,8 @@ def attach(
     needed. With ``live_dir`` the state is replayed from the server's log there, which
     then takes every write (:mod:`graphrun.store.live_log`); ``restore`` first installs
     what a compaction folded (:func:`graphrun.store.compact.restore`)."""
-    live = LivePart(LiveDelta(), schema_of(state), base_orig, SeqLink(keys, timeout))
+    delta = LiveDelta(background=True)
+    live = LivePart(delta, schema_of(state), base_orig, SeqLink(keys, timeout))
     if restore is not None:
         restore(live.delta)
     if state.part == 0 and state.is_main:
@@ -276,18 +213,6 @@ def close(state: ServerState) -> None:
         live.close()
 
 
-def stats_fields(state: ServerState) -> dict[str, object]:
-    """What ``stats`` reports of the live graph: pieces held, the sequencer's head."""
-    live = state.extension_data.get(KEY)
-    if not isinstance(live, LivePart):
-        return {}
-    out: dict[str, object] = {"live_pending": len(live.delta.pending),
-                              "live_committed": len(live.delta.committed)}  # fmt: skip
-    if live.seq is not None:
-        out |= {"live_head": live.seq.head, "live_undecided": len(live.seq.begun)}
-    return out
-
-
 def live_of(state: ServerState, op: str = "live") -> LivePart:
     live = state.extension_data.get(KEY)
     if not isinstance(live, LivePart):
@@ -303,13 +228,41 @@ def sequencer_of(state: ServerState, op: str) -> Sequencer:
     return seq
 
 
+def sync(state: ServerState) -> None:
+    """Sync the server's write-ahead log: the end of a turn of its loop, after which the
+    writes of the turn are answered (a group commit; :class:`graphrun.store.server.Turn`)."""
+    live = state.extension_data.get(KEY)
+    if isinstance(live, LivePart) and live.log is not None:
+        live.log.sync()
+
+
+def stats_fields(state: ServerState) -> dict[str, object]:
+    """What ``stats`` reports of the live graph: pieces held, the sequencer's head, and
+    (``live``) versions held and the log's records and syncs (groups)."""
+    live = state.extension_data.get(KEY)
+    if not isinstance(live, LivePart):
+        return {}
+    pending, committed = len(live.delta.pending), len(live.delta.committed)
+    out: dict[str, object] = {"live_pending": pending, "live_committed": committed}
+    if live.seq is not None:
+        out |= {"live_head": live.seq.head, "live_undecided": len(live.seq.begun)}
+    wal = live.log.wal if live.log is not None else None
+    inner = {"pending": pending, "committed": committed}
+    inner |= {"log_records": wal.count, "log_syncs": wal.syncs} if wal is not None else {}
+    return {**out, "live": inner}
+
+
 def publish(state: ServerState, live: LivePart) -> None:
-    """The lowest version held, for co-located readers (``deletions[LIVE_COUNTER]``)."""
+    """The lowest version held, for co-located readers (``deletions[LIVE_COUNTER]``), and
+    the lowest that overwrites base rows (``[LIVE_ROWS_COUNTER]``: below it, a pull of
+    base rows reads shared memory even while new edges or nodes are held)."""
     if state.deletions is not None and len(state.deletions) > LIVE_COUNTER:
         # compacted (-1): the segments a client mapped may be an old base, every client
         # reads by request (store/compact.py, live_client.shm_ok)
         folded = live.delta.floor > 0
         state.deletions[LIVE_COUNTER] = -1 if folded else live.delta.lowest()
+    if state.deletions is not None and len(state.deletions) > LIVE_ROWS_COUNTER:
+        state.deletions[LIVE_ROWS_COUNTER] = live.delta.lowest_update()
 
 
 # ---- the sequencer's ops
@@ -318,9 +271,10 @@ def publish(state: ServerState, live: LivePart) -> None:
 def live_begin(state: ServerState, req: Request) -> Response:
     seq = sequencer_of(state, req.op)
     w = req.body.get("w")
-    again = seq.answers.get(req.session)
-    if again is not None and again[0] == w:  # sent again after a failover: the same ids
-        return Response(again[2])
+    again = seq.answers.get((req.session, w)) if isinstance(w, int) else None
+    if again is not None:  # sent again after a failover: the same ids
+        same = Response(again[1])  # answered once the first one's record is on the disk
+        return same if live_of(state).log is None else Response(after_sync=AfterSync(lambda: same))
     body = req.args(BeginBody)
     parts = state.book.num_parts
     for name, counts in (("nodes", body.nodes), ("edges", body.edges)):
@@ -345,12 +299,13 @@ def live_begin(state: ServerState, req: Request) -> Response:
     if live.log is not None:
         live.log.room(record)  # a full log refuses before anything is handed out
     version, nodes, edges = seq.begin(body.nodes, body.edges, orig, time.monotonic())
-    if live.log is not None:
-        live.log.write(record)  # durable before the writer hears of the version
     answer: dict[str, object] = {"version": version, "nodes": nodes, "edges": edges}
     if isinstance(w, int) and req.session:
-        seq.answers[req.session] = (w, version, answer)
-    return Response(answer)
+        seq.answers[(req.session, w)] = (version, answer)
+    if live.log is None:
+        return Response(answer)
+    live.log.write(record, sync=False)  # durable before the writer hears of the version
+    return Response(after_sync=AfterSync(lambda: Response(answer)))
 
 
 def _check_new_orig(
@@ -385,11 +340,20 @@ def live_decide(state: ServerState, req: Request) -> Response:
     body = req.args(DecideBody)
     if not 0 < body.version < seq.next_version:
         raise ArgumentError(f"{req.op}: version {body.version} was never begun")
-    committed = log_decide(live_of(state).log, seq, body.version, body.commit)
-    if body.commit and not committed:
-        raise StoreError(f"{req.op}: version {body.version} was aborted (undecided for "
-                         f"{LIVE_DECIDE_TIMEOUT_S} s, or by its writer)")  # fmt: skip
-    return Response({"head": seq.head, "committed": committed})
+    live_log = live_of(state).log
+
+    def decided() -> Response:
+        committed = seq.decide(body.version, body.commit)
+        if body.commit and not committed:
+            raise StoreError(f"{req.op}: version {body.version} was aborted (undecided "
+                             f"for {LIVE_DECIDE_TIMEOUT_S} s, or by its writer)")  # fmt: skip
+        return Response({"head": seq.head, "committed": committed})
+
+    if live_log is None:
+        return decided()
+    if body.version in seq.begun:  # taken once on the disk: the head moves after the sync
+        live_log.write(DecidedRecord(body.version, body.commit), sync=False)
+    return Response(after_sync=AfterSync(decided))
 
 
 def live_fate(state: ServerState, req: Request) -> Response:
@@ -435,8 +399,10 @@ def live_prepare(state: ServerState, req: Request) -> Response:
         check_addresses(body.seq, body.seq_replicas, req.op)
         live.seq_link.point(body.seq, body.seq_replicas)
     version = body.piece.version
+    held = Response({"held": True})
     if version in live.delta.pending or version in live.delta.committed:
-        return Response({"held": True})  # sent again (after a retry_after elsewhere)
+        # sent again (after a retry_after elsewhere): answered once it is on the disk
+        return held if live.log is None else Response(after_sync=AfterSync(lambda: held))
     if version <= live.delta.floor:  # decided before the compaction: aborted
         raise StoreError(f"{req.op}: version {version} is at or below the compacted "
                          f"version {live.delta.floor} of partition {state.part}")  # fmt: skip
@@ -445,15 +411,22 @@ def live_prepare(state: ServerState, req: Request) -> Response:
     piece = piece_from_wire(req, body.piece)
     batch = check_piece(piece, live.schema, live.delta)
     live.delta.hold(batch, time.monotonic())
+
+    def drop() -> None:
+        live.delta.abort(version)
+        publish(state, live)
+
     if live.log is not None:
         try:
-            link = live.seq_link  # synced before "held":
-            live.log.write(PieceRecord(piece, link.address, link.replicas))
+            link = live.seq_link
+            live.log.write(PieceRecord(piece, link.address, link.replicas), sync=False)
         except StoreError:
-            live.delta.abort(version)
+            drop()
             raise
     publish(state, live)
-    return Response({"held": True})
+    if live.log is None:
+        return held
+    return Response(after_sync=AfterSync(lambda: held, drop))  # synced before "held"
 
 
 def live_commit(state: ServerState, req: Request) -> Response:

@@ -49,9 +49,10 @@ class Sequencer:
     orig: dict[int, int] = field(default_factory=dict)  # orig id -> graph id (committed)
     orig_pending: dict[int, dict[int, int]] = field(default_factory=dict)  # version -> map
     base_orig: tuple[np.ndarray, np.ndarray] | None = None  # sorted orig ids, their ids
-    # session -> (write id, version, reply) of its last live_begin still undecided: a
-    # writer that failed over sends it again and gets the same answer (bounded by begun)
-    answers: dict[str, tuple[int, int, dict[str, object]]] = field(default_factory=dict)
+    # (session, write id) -> (version, reply) of each live_begin still undecided: a
+    # writer that failed over sends the ones in flight (pipelined) again and gets the
+    # same answers (bounded by begun)
+    answers: dict[tuple[str, int], tuple[int, dict[str, object]]] = field(default_factory=dict)
 
     def begin(
         self, nodes: list[int], edges: list[int], orig: np.ndarray, now: float
@@ -70,7 +71,7 @@ class Sequencer:
         """Record the decision (the first one stands); whether the version committed."""
         if version in self.begun:
             del self.begun[version]
-            self.answers = {s: a for s, a in self.answers.items() if a[1] != version}
+            self.answers = {k: a for k, a in self.answers.items() if a[0] != version}
             self.decided[version] = commit
             mapping = self.orig_pending.pop(version, {})
             if commit:

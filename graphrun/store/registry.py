@@ -109,10 +109,27 @@ class Request:
         return self.tensors[i]
 
 
+def _nothing() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class AfterSync:
+    """The rest of a write whose answer waits for the server's write-ahead log: the
+    requests of one loop turn share one ``fdatasync`` (a group commit), then each
+    ``done()`` applies what had to wait for the disk and gives the answer (it may raise
+    the request's error); if the sync fails, ``failed()`` undoes what the request did and
+    it is answered with the sync's error."""
+
+    done: Callable[[], Response]
+    failed: Callable[[], None] = _nothing
+
+
 @dataclass(frozen=True)
 class Response:
     body: Mapping[str, Any] = field(default_factory=dict)
     tensors: tuple[np.ndarray, ...] = ()
+    after_sync: AfterSync | None = None  # answered after the turn's log sync (AfterSync)
 
 
 Handler = Callable[["ServerState", Request], Response]

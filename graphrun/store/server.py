@@ -33,20 +33,20 @@ from pathlib import Path
 
 import numpy as np
 
-from graphrun.errors import ArgumentError, StoreError
+from graphrun.errors import ArgumentError, GraphrunError, StoreError
 from graphrun.names import RoleName, TensorKey
 from graphrun.partition.book import PartitionBook
 from graphrun.partition.compacted import current_dir
 from graphrun.partition.format import Partition, load_id_mapping, load_partition
 from graphrun.rpc.access import Access, ClientKeys
 from graphrun.rpc.auth import KeyPair
-from graphrun.rpc.codec import DEFAULT_LIMITS, Limits, Message, MsgKind
-from graphrun.rpc.transport import RpcClient, RpcServer, Waker
+from graphrun.rpc.codec import DEFAULT_LIMITS, Limits, Message, MsgKind, error_message
+from graphrun.rpc.transport import RpcClient, RpcServer, Waker, error_type
 from graphrun.store import compact, handlers, live_ops, replicas
 from graphrun.store.disk import DiskRows, file_id
 from graphrun.store.live_log import check_live_dir
 from graphrun.store.policy import policies_from_book
-from graphrun.store.registry import Registry, Request, Response, load_extensions
+from graphrun.store.registry import AfterSync, Registry, Request, Response, load_extensions
 from graphrun.store.shm import (
     DEFAULT_SHM_DIR,
     SegmentStore,
@@ -185,9 +185,10 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
         disk={str(TensorKey.node(t, n)): rows for (t, n), rows in disk.items()},
     )
     try:
-        seg, state.deletions = segments.create("int64", (3,))  # [2]: live_ops.LIVE_COUNTER
+        # [2], [3]: live_ops.LIVE_COUNTER, LIVE_ROWS_COUNTER
+        seg, state.deletions = segments.create("int64", (4,))
         state.deletions[:] = 0
-        state.deletions_segment = Segment(seg, "int64", (3,))
+        state.deletions_segment = Segment(seg, "int64", (4,))
         arrays = {"nodes": p.nodes, "indptr": p.indptr, "indices": p.indices, "eids": p.eids}
         if p.etypes is not None:
             arrays["etypes"] = p.etypes
@@ -269,17 +270,59 @@ def build_registry(extensions: Iterable[str] = ()) -> Registry:
     return registry
 
 
+@dataclass
+class Turn:
+    """The writes of one turn of the server's loop that wait for its write-ahead log
+    (:class:`~graphrun.store.registry.AfterSync`): one sync for them all at the turn's
+    end (``RpcServer.serve_forever``'s ``after_turn``), then their answers, in order."""
+
+    state: ServerState
+    parked: list[tuple[bytes, Message, AfterSync, dict[str, object]]] = field(default_factory=list)
+    syncs: int = 0  # group syncs done
+
+    def end(self, reply: Callable[[bytes, Message], None]) -> None:
+        parked, self.parked = self.parked, []
+        if not parked:
+            return
+        failure: Exception | None = None
+        try:
+            live_ops.sync(self.state)
+            self.syncs += 1
+        except GraphrunError as exc:
+            failure = exc
+        for peer, msg, after, extra in parked:
+            err = failure
+            try:
+                if err is not None:
+                    after.failed()
+                else:
+                    resp = after.done()
+            except GraphrunError as exc:
+                err = exc
+            except Exception as exc:  # a bug must not stop the server (as in a handler)
+                log.exception("%s after the log's sync crashed", msg.op)
+                err = exc
+            if err is not None:
+                reply(peer, error_message(msg.request_id, msg.op, error_type(err), str(err)))
+            else:
+                body = {**resp.body, **extra}
+                reply(peer, Message(MsgKind.REPLY, msg.op, msg.request_id, body, resp.tensors))
+
+
 def make_handler(
     state: ServerState,
     registry: Registry,
     access: Access | None = None,
     user: Callable[[], str | None] = lambda: None,
-) -> Callable[[bytes, Message], Message]:
+    turn: Turn | None = None,
+) -> Callable[[bytes, Message], Message | None]:
     """The RPC handler: registry dispatch with session and access checks (``user()``: the
-    public key of the request's sender, see :mod:`graphrun.rpc.access`)."""
+    public key of the request's sender, see :mod:`graphrun.rpc.access`). A write that
+    waits for the log is parked in ``turn`` (answered at the turn's end: None here), or
+    without one synced and answered at once."""
     access = access or Access(None)
 
-    def handle(peer: bytes, msg: Message) -> Message:
+    def handle(peer: bytes, msg: Message) -> Message | None:
         entry = registry.get(msg.op)
         session = msg.body.get("s", "")
         job = msg.body.get("job", "")
@@ -302,6 +345,13 @@ def make_handler(
         else:
             resp = entry.handler(state, req)
         state.served[msg.op] = state.served.get(msg.op, 0) + 1
+        if resp.after_sync is not None:
+            if turn is not None:
+                turn.parked.append((peer, msg, resp.after_sync, dict(resp.body)))
+                return None
+            live_ops.sync(state)
+            done = resp.after_sync.done()
+            resp = Response({**done.body, **resp.body}, done.tensors)
         sent = sum(t.nbytes for t in resp.tensors)
         state.reply_bytes[msg.op] = state.reply_bytes.get(msg.op, 0) + sent
         return Message(MsgKind.REPLY, msg.op, msg.request_id, resp.body, resp.tensors)
@@ -313,7 +363,9 @@ def write(
     state: ServerState, req: Request, handler: Callable[[ServerState, Request], Response]
 ) -> Response:
     """Apply write ``req`` here and on the replicas (store/replicas.py): forwarded
-    before it is applied, answered once every replica in the write set applied it."""
+    before it is applied, answered once every replica in the write set applied it (a
+    replica answers a logged write after its own turn's sync) and, for one that waits
+    for this server's log (``after_sync``), once the turn's sync made it durable here."""
     rep = state.replication if state.replication and state.replication.links else None
     sent = rep.send(state.part, req) if rep is not None else []
     applied = False
@@ -332,7 +384,8 @@ def write(
         state.promoted = True
         log.warning("replica of partition %d took a client's write: promoted", state.part)
     if state.replication is not None:  # the write set now: clients forget the rest
-        resp = Response({**resp.body, "replicas": state.replication.addresses}, resp.tensors)
+        extra = {"replicas": state.replication.addresses}
+        resp = Response({**resp.body, **extra}, resp.tensors, resp.after_sync)
     return resp
 
 
@@ -340,7 +393,14 @@ def _abort(state: ServerState, version: int) -> None:
     """The sequencer's abort of a version left undecided: a write like the writer's
     ``live_decide``, so partition 0's replica holds it before anyone hears of it."""
     req = Request("live_decide", {"version": version, "commit": False}, admin=True)
-    write(state, req, live_ops.live_decide)
+    after = write(state, req, live_ops.live_decide).after_sync
+    if after is not None:  # taken once on the disk (outside a turn: synced here)
+        try:
+            live_ops.sync(state)
+        except StoreError:
+            after.failed()
+            raise
+        after.done()
 
 
 def _tick(state: ServerState, access: Access, then: Callable[[], None] | None) -> None:
@@ -419,7 +479,8 @@ def run_server(
         clients = ClientKeys(cfg.clients_dir) if cfg.clients_dir is not None else None
         access = Access(cfg.keys.public if cfg.keys else None, clients)
         box: list[RpcServer] = []
-        handler = make_handler(state, registry, access, lambda: box[0].current_user)
+        turn = Turn(state)
+        handler = make_handler(state, registry, access, lambda: box[0].current_user, turn)
         admit = clients.__contains__ if clients is not None else None
         server = RpcServer(
             cfg.address, handler, keys=cfg.keys, limits=cfg.limits, name=name, admit=admit,
@@ -439,6 +500,7 @@ def run_server(
         server.serve_forever(
             lambda: state.stop_requested or should_stop(),
             on_tick=lambda: _tick(state, access, on_tick),
+            after_turn=lambda: turn.end(server.reply),
         )
         cpu_s = time.process_time() - cpu_ready  # serving, not loading
         served = {"requests": state.served, "reply_bytes": state.reply_bytes,

@@ -123,7 +123,7 @@ def _revocation_counter(info: PartitionInfo) -> np.ndarray | None:
     """A co-located main server's deletion, revocation (and live graph) counters, mapped
     (None: it has no revocation counter, or its memory is not visible from here)."""
     seg = info.deletions
-    if seg is None or len(seg.shape) != 1 or not 2 <= seg.shape[0] <= 3:
+    if seg is None or len(seg.shape) != 1 or not 2 <= seg.shape[0] <= 4:
         return None
     try:
         return seg.attach(info.shm_dir)

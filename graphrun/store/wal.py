@@ -103,6 +103,7 @@ class WriteAheadLog:
         self._lock = threading.Lock()
         self._pending: list[bytes] = []
         self._pending_bytes = 0
+        self.syncs = 0  # fdatasyncs of appended records (groups)
         self._fd = self._open()
         try:
             scan = self._scan()
@@ -226,6 +227,13 @@ class WriteAheadLog:
             if sync:
                 self._flush()
 
+    def discard(self) -> None:
+        """Forget what was appended and not synced (never acknowledged: a failed log)."""
+        with self._lock:
+            self.count -= len(self._pending)
+            self._pending.clear()
+            self._pending_bytes = 0
+
     def sync(self) -> None:
         """Write and fsync everything appended (a group commit)."""
         with self._lock:
@@ -241,6 +249,7 @@ class WriteAheadLog:
         while written < len(data):  # pwrite: the file's end is ours alone
             written += os.pwrite(self._fd, memoryview(data)[written:], self._size + written)
         os.fdatasync(self._fd)
+        self.syncs += 1
         self._size += len(data)
         self._pending.clear()
         self._pending_bytes = 0

@@ -32,6 +32,8 @@ DISTDGL = ["train", "--dataset", "{file}", "--peer", "distdgl", "--hosts", "netn
         ([*DISTDGL, "--peer-python", "{file}"], "is not an executable file"),
         (["live", "--batch", "0"], "--batch: must be at least 1, got 0"),
         (["live", "--batch", "2000000"], "--batch: at most 1048576 edges per commit"),
+        (["live", "--window", "0"], "--window: must be at least 1, got 0"),
+        (["live", "--window", "17"], "--window: at most 16 batches in flight"),
         (["live", "--rate", "0"], "--rate: must be at least 1"),
         (["live", "--fanouts", "x"], "--fanouts"),
         (["live", "--dataset", "{file}"], "is not a dataset directory"),

@@ -1,5 +1,8 @@
 """The live delta on its own: pieces checked wholly, versions, reads at a version."""
 
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -225,14 +228,19 @@ def brute_out_change(pieces, v):
     return out
 
 
-def test_reads_over_merged_runs_match_one_index_of_everything():
+@pytest.mark.parametrize("swapped", [False, True], ids=["in-version-order", "swapped"])
+def test_reads_over_merged_runs_match_one_index_of_everything(swapped):
+    """Runs merged after each commit read as one index of everything; also when each two
+    versions commit in the opposite order (a merge then sorts by version too: an edge
+    deleted at two versions is deleted from the lower one)."""
     rng = np.random.default_rng(1)
-    pieces, eid_next = [], E
+    pieces, eid_next, starts = [], E, [E]
     for v in range(1, 41):
         m = int(rng.integers(1, 30))
         eid = eid_next + np.arange(m)
         eid_next += m
-        gone = rng.choice(np.arange(E, eid_next - m) if v > 3 else np.arange(10), 2, False)
+        starts.append(eid_next)
+        gone = rng.choice(np.arange(E, starts[-3]) if v > 3 else np.arange(10), 2, False)
         ids = rng.choice(5, 2, replace=False)
         rows = np.full((2, 4), v, np.float32)
         update = {FEAT: (Rows.of(ids.astype(np.int64)), Rows.of(rows))}
@@ -241,8 +249,12 @@ def test_reads_over_merged_runs_match_one_index_of_everything():
         pieces.append(_edge_piece(v, src, dst, eid, deleted_edges=gone, updates=update))
     runs, one = LiveDelta(), LiveDelta()
     for p in pieces:
-        one.hold(held(runs, p), 0.0)
-        runs.in_edges(np.asarray([0]), p.version)  # a read after each commit: many runs
+        one.hold(held(runs, p, commit=False), 0.0)
+        if swapped and p.version % 2:
+            continue  # committed after the next one
+        for v in (p.version, p.version - 1) if swapped else (p.version,):
+            runs.commit(v)
+            runs.in_edges(np.asarray([0]), v)  # a read after each commit: many runs
     for p in pieces:
         one.commit(p.version)  # all before a read: one run
     assert len(runs.runs) > 1 and len(one.runs) == 1
@@ -264,3 +276,68 @@ def test_reads_over_merged_runs_match_one_index_of_everything():
         out_a, out_b = np.zeros((5, 4), np.float32), np.zeros((5, 4), np.float32)
         assert (runs.rows(FEAT, dst, v, out_a) == one.rows(FEAT, dst, v, out_b)).all()
         assert (out_a == out_b).all()
+
+
+def test_a_merging_thread_keeps_reads_whole_and_the_runs_few():
+    """With ``background`` the runs are merged by the delta's thread, off the read path:
+    a read after each commit sees exactly what one index of everything sees, and the
+    thread brings the runs down to the rule's ``log2(commits) + 1``."""
+    rng = np.random.default_rng(2)
+    d, one = LiveDelta(background=True), LiveDelta()
+    key = lambda e: sorted(map(tuple, e.T.tolist()))  # noqa: E731
+    dst = np.arange(5)
+    try:
+        for v in range(1, 65):
+            m = int(rng.integers(1, 40))
+            eid = E + 40 * (v - 1) + np.arange(m)
+            p = _edge_piece(v, rng.integers(0, N, m), rng.integers(0, 5, m), eid)
+            one.hold(held(d, p), 0.0)
+            one.commit(v)
+            a, b = d.in_edges(dst, v), one.in_edges(dst, v)
+            assert a[0].tolist() == b[0].tolist() and key(a[1]) == key(b[1])
+        deadline = time.monotonic() + 60
+        while len(d.runs) > np.log2(64) + 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(d.runs) <= np.log2(64) + 1
+        for v in (1, 30, 64):
+            assert key(d.in_edges(dst, v)[1]) == key(one.in_edges(dst, v)[1])
+    finally:
+        d.close()
+
+
+def test_a_fold_drops_the_merge_in_flight_over_what_it_folded(monkeypatch):
+    """Compaction's swap (``fold``) while the delta's thread merges two runs it folds:
+    the merge is not installed over the folded base, and the thread goes on merging the
+    commits after it (it neither dies nor indexes a folded piece)."""
+    from graphrun.store import live as live_mod
+    from graphrun.store.live_index import build_run
+
+    started, go, real = threading.Event(), threading.Event(), live_mod.merge_runs
+
+    def slow(older, newer):
+        started.set()
+        go.wait(30)
+        return real(older, newer)
+
+    monkeypatch.setattr(live_mod, "merge_runs", slow)
+    d = LiveDelta(background=True)
+    try:
+        for v in (1, 2):
+            held(d, _edge_piece(v, np.array([0]), np.array([1]), np.array([E + v])))
+        assert started.wait(30)  # merging runs of versions 1 and 2, outside the lock
+        base = build_run([d.committed[1], d.committed[2]])
+        empty = (np.empty(0, np.int64), np.empty(0, np.int64))
+        d.fold(2, base, empty, empty)
+        go.set()
+        for v in (3, 4):
+            held(d, _edge_piece(v, np.array([0]), np.array([1]), np.array([E + v])))
+        deadline = time.monotonic() + 30
+        while len(d.runs) > 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        runs = d.runs
+        assert runs[0] is base and len(runs) == 2  # the base, then 3 and 4 merged
+        assert sorted(runs[1].edges[4].tolist()) == [3, 4]
+        assert d.in_edges(np.array([1]), 4)[0].tolist() == [4]
+    finally:
+        go.set()
+        d.close()

@@ -3,6 +3,7 @@ write-ahead log of ``--live-dir`` is replayed at start."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -19,9 +20,12 @@ from graphrun.partition import load_id_mapping
 from graphrun.rpc.transport import RpcClient
 from graphrun.store import live_log
 from graphrun.store.client import ClientConfig, KVClient
+from graphrun.store.live import Piece, Rows
 from graphrun.store.live_log import log_name
+from graphrun.store.live_wire import piece_to_wire
 from graphrun.store.server import ServerConfig
 from graphrun.store.shm import DEFAULT_SHM_DIR, clean_stale
+from graphrun.store.wal import WriteAheadLog
 from graphrun.testing.store import make_partition_dir, store_threads
 from tests.store.test_live_store import FEAT, SAMPLING, in_edges, node_rows
 
@@ -130,7 +134,11 @@ def test_a_torn_tail_is_cut_and_an_undecided_batch_stays_invisible(cluster, keys
         written = write_batches(c, cluster.parts, 2)
         head = c.follow()
         w = GraphWriter(c)
-        w._finish = lambda *a, **k: None  # the writer dies after its prepares
+
+        def die(flight, commit):  # the writer dies after its prepares: nothing decided
+            flight.stage = "done"
+
+        w._decide = die
         w.add_nodes("_N", [BASE_ORIG + 99], node_rows(c, 1, 99.0))
         w.add_edges("_E", [BASE_ORIG + 99], load_id_mapping(cluster.parts).orig_nids[[500]],
                     orig=True)  # fmt: skip
@@ -227,3 +235,107 @@ def test_a_full_log_refuses_a_batch_whole_and_what_it_acknowledged_replays(tmp_p
         ids = GraphWriter(c).lookup([BASE_ORIG + k for k in range(len(written) + 1)])
         assert (ids[:-1] >= c.book.num_nodes).all() and ids[-1] == -1
         assert (c.pull(FEAT, ids[:-1])[:, 0] == np.arange(len(written))).all()
+
+
+def test_prepares_of_one_turn_share_one_sync_and_survive_kill_9(cluster, keys):
+    """Group commit: ``live_prepare``s that wait while the server is busy are synced
+    together at the end of its loop's turn (fewer ``fdatasync``s than prepares), and
+    each is answered only after its sync: every acknowledged one is in the log after a
+    ``kill -9``."""
+    rng = np.random.default_rng(0)
+    with cluster.client(keys) as c:
+        before = c.stats(1)["live"]["log_syncs"]
+        n, eid = c.book.num_nodes, c.book.num_edges
+        lo, hi = (int(x) for x in c.book.node_offsets[1:3])  # partition 1's base nodes
+        seq = c.session.part(0).main.address
+        sizes = [200_000] + [100] * 8  # the first keeps the server busy while the rest wait
+        sent = []
+        for k, m in enumerate(sizes):
+            edges = np.vstack([rng.integers(0, n, m), rng.integers(lo, hi, m),
+                               eid + np.arange(m)])  # fmt: skip
+            eid += m
+            piece = Piece(version=1000 + k, new_edges=Rows.of(edges),
+                          edge_types=Rows.of(np.zeros(m, np.int32)))  # fmt: skip
+            body, tensors = piece_to_wire(piece)
+            sent.append(c.session.request(1, "live_prepare", {"piece": body, "seq": seq},
+                                          tensors, main_only=True))  # fmt: skip
+        assert all(c.session.wait(p).body["held"] for p in sent)
+        assert c.stats(1)["live"]["log_syncs"] - before <= 3  # 9 before group commit
+    cluster.kill(1)
+    with WriteAheadLog(cluster.live / log_name(1, 0)) as wal:
+        logged = {r.version for r in wal.records()}
+    assert set(range(1000, 1000 + len(sizes))) <= logged
+
+
+def test_a_failed_group_sync_answers_each_write_with_its_error_and_holds_nothing(tmp_path):
+    """The sync at a turn's end fails (the log's file is gone from under it): each
+    prepare parked in the turn is answered with the log's error and its piece dropped,
+    and the log takes no more writes (fail-stop)."""
+    from graphrun.rpc.codec import Message, MsgKind
+    from graphrun.store import live_ops
+    from graphrun.store.registry import Request
+    from graphrun.store.server import Turn, load_main_state
+
+    parts = make_partition_dir(tmp_path / "parts", 2)[1]
+    (tmp_path / "live").mkdir()
+    state = load_main_state(ServerConfig(parts, 1))
+    try:
+        live = live_ops.attach(state, lambda: np.empty(0, np.int64), None, 5.0,
+                               tmp_path / "live")  # fmt: skip
+        turn, answers = Turn(state), []
+        lo, hi = (int(x) for x in state.book.node_offsets[1:3])
+        for k in range(3):
+            eid = state.book.num_edges + 10 * k + np.arange(2)
+            piece = Piece(version=k + 1, new_edges=Rows.of(np.vstack([[0, 1], [lo, hi - 1], eid])),
+                          edge_types=Rows.of(np.zeros(2, np.int32)))  # fmt: skip
+            body, tensors = piece_to_wire(piece)
+            req = Request("live_prepare", {"piece": body}, tuple(tensors))
+            resp = live_ops.live_prepare(state, req)
+            assert resp.after_sync is not None and len(live.delta.pending) == k + 1
+            msg = Message(MsgKind.REQUEST, "live_prepare", k, body, tuple(tensors))
+            turn.parked.append((b"peer", msg, resp.after_sync, {}))
+        read_only = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(read_only, live.log.wal._fd)  # the disk fails under the log
+        os.close(read_only)
+        turn.end(lambda peer, m: answers.append(m))
+        assert [m.kind for m in answers] == [MsgKind.ERROR] * 3
+        assert all("could not be written" in str(m.body) for m in answers)
+        assert not live.delta.pending and turn.syncs == 0
+        with pytest.raises(StoreError, match="live writes stop"):
+            live_ops.live_prepare(state, req)
+    finally:
+        live_ops.close(state)
+        state.close()
+
+
+def test_begins_in_flight_sent_again_get_their_first_answers(tmp_path):
+    """A pipelined writer that fails over sends every ``live_begin`` still in flight
+    again (same session, same write ids): each gets the version and ids it got first,
+    not the last one's nor a new version; answered only after the turn's sync."""
+    from graphrun.store import live_ops
+    from graphrun.store.registry import Request
+    from graphrun.store.server import load_main_state
+
+    parts = make_partition_dir(tmp_path / "parts", 2)[1]
+    (tmp_path / "live").mkdir()
+    state = load_main_state(ServerConfig(parts, 0))
+    try:
+        n = state.book.num_nodes
+        live = live_ops.attach(state, lambda: np.arange(n, dtype=np.int64), None, 5.0,
+                               tmp_path / "live")  # fmt: skip
+
+        def begin(w: int) -> dict:
+            body = {"nodes": [1, 0], "edges": [0, 2], "w": w}
+            orig = np.array([n + w], np.int64)  # a new original id
+            resp = live_ops.live_begin(state, Request("live_begin", body, (orig,), session="s"))
+            assert resp.after_sync is not None and not resp.body  # not before the sync
+            live_ops.sync(state)
+            return dict(resp.after_sync.done().body)
+
+        first = [begin(w) for w in (1, 2, 3)]
+        assert [a["version"] for a in first] == [1, 2, 3]
+        again = [begin(w) for w in (1, 2, 3)]
+        assert again == first and live.seq is not None and live.seq.next_version == 4
+    finally:
+        live_ops.close(state)
+        state.close()

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from graphrun.distributed.writer import GraphWriter
+from graphrun.distributed.writer_plan import Plan
 from graphrun.errors import ArgumentError, AuthError, StoreError
 from graphrun.partition import load_id_mapping
 from graphrun.rpc.auth import KeyPair, generate_keys, new_keypair, public_key_file_text
@@ -18,6 +19,7 @@ from graphrun.store import live
 from graphrun.store.client import ClientConfig, KVClient
 from graphrun.store.live_client import fetch_head
 from graphrun.store.live_client import route as live_route
+from graphrun.store.live_wire import piece_to_wire
 from graphrun.store.server import ServerConfig
 from graphrun.testing.store import make_partition_dir, store_threads
 
@@ -268,20 +270,20 @@ def test_the_sequencer_bounds_undecided_versions(store):
 def test_a_read_settles_a_piece_whose_commit_has_not_arrived(store):
     """The writer decided (acknowledged) but its live_commit never reached partition 1:
     a read at the head there asks the sequencer the piece's fate and sees it."""
-    from graphrun.distributed import writer as writer_mod
-
     with store.writer_client() as c, store.client(store.key("job-a"), "job-a") as r:
         w = GraphWriter(c)
         w.add_nodes("_N", [10**9], node_rows(c, 1, 4.0))
         to_500 = load_id_mapping(store.parts).orig_nids[[500]]  # placed on partition 1
         w.add_edges("_E", to_500, [10**9], orig=True)
-        plan = writer_mod._Plan(w, w._batch, fetch_head(c.session))
+        plan = Plan(w, w._batch, fetch_head(c.session))
         counts = {"nodes": plan.node_counts(), "edges": plan.edge_counts()}
         begun = c.session.call(0, "live_begin", counts, tensors=(plan.orig_by_part(),))
         v = begun.body["version"]
         plan.give_ids(begun.body["nodes"], begun.body["edges"])
         assert plan.parts() == [1]
-        w._prepare({1: plan.piece(1, v)})
+        body, tensors = piece_to_wire(plan.piece(1, v))
+        seq = c.session.part(0).main.address
+        c.session.call(1, "live_prepare", {"piece": body, "seq": seq}, tensors=tensors)
         c.session.call(0, "live_decide", {"version": v, "commit": True})  # no live_commit
         assert r.follow() == v
         new = int(w.lookup([10**9])[0])
@@ -342,8 +344,6 @@ def test_a_client_that_does_not_follow_reads_the_base_graph(store):
 def test_a_chain_of_new_nodes_follows_its_placed_end(store):
     """LDG with the batch's own edges: new nodes linked only to each other go where the
     first of them has its placed neighbour (the old rule put them on the smallest)."""
-    from graphrun.distributed import writer as writer_mod
-
     chain = [10**9 + k for k in range(4)]
     with store.writer_client() as c:
         for base, part in ((3, 0), (500, 1)):
@@ -352,5 +352,79 @@ def test_a_chain_of_new_nodes_follows_its_placed_end(store):
             end = load_id_mapping(store.parts).orig_nids[[base]]
             w.add_edges("_E", end, chain[:1], orig=True)
             w.add_edges("_E", chain[:-1], chain[1:], orig=True)
-            plan = writer_mod._Plan(w, w._batch, fetch_head(c.session))
+            plan = Plan(w, w._batch, fetch_head(c.session))
             assert plan.node_part.tolist() == [part] * 4
+
+
+def test_a_co_located_pull_reads_shared_memory_until_a_base_row_is_overwritten(store):
+    """New edges and nodes leave a partition's base rows as they were: a co-located reader
+    at their version pulls base rows from shared memory (and a new node's from the
+    server); from the version that overwrites a base row on, it asks the server."""
+    with store.writer_client() as c:
+        keys = store.key("job-a")
+        cfg = ClientConfig(store.addresses, job="job-a", keys=keys, use_shm=None, timeout=20)
+        with KVClient(cfg) as r:
+            assert r.local_parts == [0, 1]
+            w = GraphWriter(c)
+            w.add_nodes("_N", [10**9], node_rows(c, 1, 7.0))
+            w.add_edges("_E", [3, 500], [500, 3])
+            v1 = w.commit()
+            w.update_features("_N", "feat", [3], np.full((1, 8), 5.0, np.float32))
+            v2 = w.commit()
+            new = int(w.lookup([10**9])[0])
+            base = r.pull(FEAT, [3, 500]).copy()
+            r.follow(v1)
+            before = dict(r.traffic)
+            got = r.pull(FEAT, [3, 500, new])
+            assert (got[:2] == base).all() and (got[2] == 7.0).all()
+            shm = sum(r.traffic[p, "pull:shm"] - before.get((p, "pull:shm"), 0) for p in (0, 1))
+            assert shm == 2 * 8 * 4  # rows 3 and 500 from shared memory, the new one asked
+            r.follow(v2)
+            before = dict(r.traffic)
+            got = r.pull(FEAT, [3, 500])
+            assert (got[0] == 5.0).all() and (got[1] == base[1]).all()
+            owner = int(np.searchsorted(r.book.node_offsets, 3, side="right") - 1)
+            assert r.traffic[owner, "pull:shm"] == before.get((owner, "pull:shm"), 0)
+
+
+def test_pipelined_batches_are_each_whole_and_a_refusal_is_raised_at_flush(store):
+    """``window`` batches in flight: each is applied whole at its own version, in
+    submission order; a batch a partition refuses is aborted alone and raised by
+    ``flush`` once none is in flight."""
+    with store.writer_client() as c:
+        with pytest.raises(ArgumentError, match=r"window: expected batches in flight in \[1, 16\]"):
+            GraphWriter(c, window=0)
+        base = in_edges(c, np.asarray([500], np.int64))[0]
+        w = GraphWriter(c, window=4)
+        for _ in range(6):
+            w.add_edges("_E", [3], [500])
+            w.submit()
+        w.delete_edges("_E", [c.book.num_edges + 4000])  # in a block handed out, no edge
+        w.submit()
+        for _ in range(2):
+            w.add_edges("_E", [3], [500])
+            w.submit()
+        with pytest.raises(ArgumentError, match=r"deleted_edges.* is not an edge owned here"):
+            w.flush()
+        versions = w.acknowledged
+        assert len(versions) == 8 and versions == sorted(versions)
+        assert w.flush() == versions  # taken now
+        c.follow()
+        assert len(in_edges(c, np.asarray([500], np.int64))[0] - base) == 8
+
+
+def test_a_pipelined_batch_naming_new_nodes_of_a_batch_in_flight_waits_for_it(store):
+    """Ends named by original id are looked up at the sequencer: a batch naming a node
+    that a batch still in flight adds waits for it (not refused as unknown)."""
+    with store.writer_client() as c:
+        base = in_edges(c, np.asarray([500], np.int64))[0]
+        w = GraphWriter(c, window=4)
+        w.add_nodes("_N", [10**9 + 50], node_rows(c, 1, 3.0))
+        w.submit()
+        to_500 = load_id_mapping(store.parts).orig_nids[[500]]
+        w.add_edges("_E", [10**9 + 50], to_500, orig=True)  # its node is still in flight
+        w.submit()
+        assert len(w.flush()) == 2
+        c.follow()
+        assert int(w.lookup([10**9 + 50])[0]) >= c.book.num_nodes
+        assert len(in_edges(c, np.asarray([500], np.int64))[0] - base) == 1

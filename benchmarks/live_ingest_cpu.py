@@ -1,0 +1,119 @@
+"""CPU time per write batch of a single writer into a 2-partition live store (issue 42,
+ingest rate): where a batch's time goes, measured as CPU time (a loaded box's wall time
+says little).
+
+    python benchmarks/live_ingest_cpu.py            # BATCHES=150 BATCH=10000 WINDOW=0
+                                                    # (WINDOW=0: commit(), runs on older code)
+    WINDOW=4 python benchmarks/live_ingest_cpu.py   # GraphWriter(window=4): submit/flush
+    PROFILE=1 ...                                   # cProfile of the writer
+    SPY=1 ...                                       # py-spy raw profiles of both servers
+
+A 20k-node power-law graph (``community``), 2 random partitions, one ``graphrun serve``
+per partition with ``--live-dir`` (the write-ahead log), a writer key; ``BATCHES``
+commits of ``BATCH`` new edges between random base nodes after one warm-up batch.
+Prints JSON: the writer's CPU ms per batch (``time.process_time``), each server's
+(``/proc/PID/stat``), the wall time and the load average (benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import cProfile
+import json
+import os
+import pstats
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+BATCHES = int(os.environ.get("BATCHES", "150"))
+BATCH = int(os.environ.get("BATCH", "10000"))
+WINDOW = int(os.environ.get("WINDOW", "0"))
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> None:
+    from graphrun.bench.live import _free_port, _keys
+    from graphrun.distributed.writer import GraphWriter
+    from graphrun.graph import GenParams, community
+    from graphrun.local.stores import start_store
+    from graphrun.partition import partition_graph
+    from graphrun.rpc.auth import load_keys
+    from graphrun.store.client import ClientConfig, KVClient
+
+    d = Path(tempfile.mkdtemp(prefix="graphrun-ingest-cpu-"))
+    graph = community(GenParams(nodes=20000, avg_degree=10, exponent=2.1, feat_dim=16, classes=5))
+    partition_graph(graph, d / "parts", 2, "random")
+    _keys(d)
+    (d / "live").mkdir()
+    extra = ["--clients", str(d / "clients"), "--live-dir", str(d / "live")]
+    addrs = [f"tcp://127.0.0.1:{_free_port()}" for _ in range(2)]
+    stores = [start_store(d / "parts", p, key_file=d / "store.key", address=addrs[p],
+                          extra_args=extra, log_dir=d) for p in range(2)]  # fmt: skip
+    spies = []
+    try:
+        keys = load_keys(d / "writer.key")
+        with KVClient(ClientConfig(addrs, job="writer", keys=keys, timeout=60)) as c:
+            w = GraphWriter(c, window=WINDOW) if WINDOW else GraphWriter(c)  # 0: as before
+            n = c.book.num_nodes
+            rng = np.random.default_rng(1)
+            data = [(rng.integers(0, n, BATCH), rng.integers(0, n, BATCH))
+                    for _ in range(BATCHES + 1)]  # fmt: skip
+
+            def one(src: np.ndarray, dst: np.ndarray) -> None:
+                w.add_edges("_E", src, dst)
+                w.submit() if WINDOW else w.commit()
+
+            one(*data[0])
+            if WINDOW:
+                w.flush()
+            if os.environ.get("SPY"):
+                for s in stores:
+                    out = d.parent / f"spy-{s.proc.pid}.txt"
+                    cmd = ["py-spy", "record", "-r", "200", "-f", "raw", "-o", str(out),
+                           "-p", str(s.proc.pid)]  # fmt: skip
+                    spies.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL))
+                time.sleep(1)
+            s0 = [cpu_s(s.proc.pid) for s in stores]
+            prof = cProfile.Profile() if os.environ.get("PROFILE") else None
+            t0, c0 = time.perf_counter(), time.process_time()
+            if prof is not None:
+                prof.enable()
+            for src, dst in data[1:]:
+                one(src, dst)
+            if WINDOW:
+                w.flush()
+            if prof is not None:
+                prof.disable()
+            wall, wcpu = time.perf_counter() - t0, time.process_time() - c0
+            s1 = [cpu_s(s.proc.pid) for s in stores]
+            if WINDOW:
+                w.close()
+        print(json.dumps({
+            "batches": BATCHES, "batch": BATCH, "window": WINDOW, "wall_s": round(wall, 3),
+            "edges_per_s_per_part": round(BATCHES * BATCH / wall / 2),
+            "writer_cpu_ms_per_batch": round(1000 * wcpu / BATCHES, 2),
+            "server_cpu_ms_per_batch": [round(1000 * (b - a) / BATCHES, 2)
+                                        for a, b in zip(s0, s1, strict=True)],
+            "load_avg": os.getloadavg(),
+        }))  # fmt: skip
+        if prof is not None:
+            pstats.Stats(prof).sort_stats("cumtime").print_stats(30)
+    finally:
+        for spy in spies:
+            spy.send_signal(2)
+            spy.wait(30)
+        for s in stores:
+            s.stop()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

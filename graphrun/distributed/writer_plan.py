@@ -1,0 +1,269 @@
+"""One write batch of :class:`~graphrun.distributed.writer.GraphWriter` laid out over the
+partitions: where its new nodes go (LDG), who owns each new edge, deletion and update,
+the ids ``live_begin`` gave them, and each partition's :class:`~graphrun.store.live.Piece`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from graphrun.errors import ArgumentError, StoreError
+from graphrun.names import TensorKey
+from graphrun.partition.streaming import Neighbours, assign, capacity_for
+from graphrun.store.live import GROWTH_BLOCK, Piece, Rows, run_ids
+from graphrun.store.live_client import LiveView
+
+if TYPE_CHECKING:
+    from graphrun.partition.book import PartitionBook
+
+
+class Writer(Protocol):
+    """What a plan asks of its :class:`~graphrun.distributed.writer.GraphWriter`."""
+
+    book: PartitionBook
+
+    def lookup(self, orig_ids: Any) -> np.ndarray: ...
+
+    def view(self, fresh: bool = False) -> LiveView: ...
+
+
+@dataclass
+class WriteBatch:
+    """What a writer added since its last commit."""
+
+    orig: list[np.ndarray] = field(default_factory=list)
+    ntype: list[np.ndarray] = field(default_factory=list)
+    feats: dict[str, list[np.ndarray]] = field(default_factory=dict)  # key -> rows per add
+    edges: list[tuple[int, np.ndarray, np.ndarray, bool]] = field(default_factory=list)
+    edge_feats: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    deleted: list[np.ndarray] = field(default_factory=list)
+    updates: list[tuple[str, np.ndarray, np.ndarray]] = field(default_factory=list)
+
+    def rows(self) -> int:
+        n = sum(len(a) for a in self.orig) + sum(len(e[1]) for e in self.edges)
+        return n + sum(len(a) for a in self.deleted) + sum(len(u[1]) for u in self.updates)
+
+
+class Plan:
+    """One batch laid out over the partitions: who owns each new node and edge, their
+    ids once ``live_begin`` gave them, and each partition's :class:`Piece`."""
+
+    def __init__(self, w: Writer, b: WriteBatch, view: LiveView) -> None:
+        book = w.book
+        self.writer = w
+        self.book, self.view, self.batch = book, view, b
+        self.num_parts = book.num_parts
+        self.orig = _cat(b.orig, np.int64)
+        self.ntype = _cat(b.ntype, np.int32)
+        if len(np.unique(self.orig)) != len(self.orig):
+            raise ArgumentError("add_nodes: the batch's original ids repeat")
+        self.etype = _cat([np.full(len(e[1]), e[0], np.int32) for e in b.edges], np.int32)
+        ends = [self._ends(e[1], e[2], e[3], w) for e in b.edges]
+        self.src = _cat([e[0] for e in ends], np.int64)  # new nodes: -(i + 1)
+        self.dst = _cat([e[1] for e in ends], np.int64)
+        if len(book.node_types) > 1:  # one node type: every end has it
+            self._check_types()
+        self.node_part = self._place() if len(self.orig) else np.empty(0, np.int64)
+        self.edge_part = self._owner(self.dst)
+        self.deleted = _cat(b.deleted, np.int64)
+        self.deleted_part = self._edge_owner(self.deleted)
+        self.node_id = np.empty(0, np.int64)
+        self.eid = np.empty(0, np.int64)
+
+    def _place(self) -> np.ndarray:
+        """The partition of each new node (LDG under the capacity rule)."""
+        sizes = np.diff(self.book.node_offsets).astype(np.int64)
+        sizes += np.bincount(self.view.node_owner, minlength=self.num_parts) * GROWTH_BLOCK
+        placed = Neighbours.from_lists(self._neighbour_parts())
+        capacity = capacity_for(sizes, len(self.orig))
+        return assign(placed, sizes, capacity, within=self._within())
+
+    def _ends(
+        self, src: np.ndarray, dst: np.ndarray, orig: bool, w: Writer
+    ) -> tuple[np.ndarray, np.ndarray]:
+        both = np.concatenate([src, dst])
+        if orig:
+            order = np.argsort(self.orig)
+            pos = np.minimum(np.searchsorted(self.orig[order], both), max(len(order) - 1, 0))
+            new = self.orig[order][pos] == both if len(order) else np.zeros(len(both), bool)
+            out = w.lookup(both)
+            out[new] = -(order[pos[new]] + 1)
+            what = "original id"
+        else:
+            out, what = both.copy(), "graph id"
+        known = (out < 0) | self._owner(np.maximum(out, 0), strict=False) >= 0
+        known &= out >= -len(self.orig) - 1
+        if orig:
+            known &= ~((out == -1) & ~np.isin(both, self.orig))
+        if not known.all():
+            i = int(np.flatnonzero(~known)[0])
+            end = "src" if i < len(src) else "dst"
+            raise ArgumentError(f"add_edges {end}: {what} {int(both[i])} is not a node of the "
+                                "graph or of this batch")  # fmt: skip
+        return out[: len(src)], out[len(src) :]
+
+    def _owner(self, ids: np.ndarray, strict: bool = True) -> np.ndarray:
+        """The partition of each node id (new nodes of the batch: -(i+1), once placed)."""
+        from graphrun.store.live import id_owners
+
+        self._known(ids, nodes=True)
+        out = id_owners(ids, self.book.node_offsets, self.view.num_nodes, self.view.node_owner)
+        new = ids < 0
+        if new.any() and hasattr(self, "node_part"):
+            out[new] = self.node_part[-ids[new] - 1]
+        if strict and (out < 0).any():
+            raise ArgumentError(f"id {int(ids[np.flatnonzero(out < 0)[0]])} has no owner")
+        return out
+
+    def _edge_owner(self, eids: np.ndarray) -> np.ndarray:
+        from graphrun.store.live import id_owners
+
+        self._known(eids, nodes=False)
+        out = id_owners(eids, self.book.edge_offsets, self.view.num_edges, self.view.edge_owner)
+        if (out < 0).any():
+            i = int(np.flatnonzero(out < 0)[0])
+            raise ArgumentError(f"delete_edges: eid {int(eids[i])} is not an edge of the graph")
+        return out
+
+    def _known(self, ids: np.ndarray, nodes: bool) -> None:
+        """The head again if an id is in a growth block the writer's view predates."""
+        v = self.view
+        first, owner = (v.num_nodes, v.node_owner) if nodes else (v.num_edges, v.edge_owner)
+        if len(ids) and int(ids.max()) >= first + len(owner) * GROWTH_BLOCK:
+            self.view = self.writer.view(fresh=True)
+
+    def _check_types(self) -> None:
+        """Each end of a new edge has its edge type's node type (new nodes of this batch
+        and base nodes; a node added earlier is checked by its owner)."""
+        ends = [(s, d) for s, _, d in self.book.edge_types]
+        for col, ids in ((0, self.src), (1, self.dst)):
+            want = np.asarray([self.book.ntype_id(e[col]) for e in ends], np.int32)[self.etype]
+            got = np.full(len(ids), -1, np.int32)
+            new = ids < 0
+            got[new] = self.ntype[-ids[new] - 1]
+            base = (ids >= 0) & (ids < self.view.num_nodes)
+            if base.any():
+                got[base] = self.book.to_per_type(ids[base])[0]
+            bad = (got >= 0) & (got != want)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise ArgumentError(f"add_edges: edge {i}'s {('src', 'dst')[col]} has node "
+                                    f"type {self.book.node_types[got[i]]!r}, its edge type "
+                                    f"needs {self.book.node_types[want[i]]!r}")  # fmt: skip
+
+    def _neighbour_parts(self) -> list[np.ndarray]:
+        """The partitions of each new node's neighbours in the batch (placed ones)."""
+        a = np.concatenate([self.src, self.dst])
+        b = np.concatenate([self.dst, self.src])
+        keep = (a < 0) & (b >= 0)
+        node, other = -a[keep] - 1, self._owner(b[keep])
+        order = np.argsort(node, kind="stable")
+        cuts = np.searchsorted(node[order], np.arange(len(self.orig) + 1))
+        return [other[order[cuts[i] : cuts[i + 1]]] for i in range(len(self.orig))]
+
+    def _within(self) -> Neighbours:
+        """Each new node's neighbours among the batch's new nodes (batch indices)."""
+        a = np.concatenate([self.src, self.dst])
+        b = np.concatenate([self.dst, self.src])
+        keep = (a < 0) & (b < 0) & (a != b)
+        return Neighbours.from_pairs(-a[keep] - 1, -b[keep] - 1, len(self.orig))
+
+    def node_counts(self) -> list[int]:
+        return np.bincount(self.node_part, minlength=self.num_parts).tolist()
+
+    def edge_counts(self) -> list[int]:
+        return np.bincount(self.edge_part, minlength=self.num_parts).tolist()
+
+    def orig_by_part(self) -> np.ndarray:
+        return np.ascontiguousarray(self.orig[np.argsort(self.node_part, kind="stable")])
+
+    def give_ids(self, node_runs: list[Any], edge_runs: list[Any]) -> None:
+        """The ids ``live_begin`` handed out, in partition order; then the ends."""
+        self.node_id = _spread(self.node_part, node_runs, self.num_parts)
+        self.eid = _spread(self.edge_part, edge_runs, self.num_parts)
+        for ends in (self.src, self.dst):
+            new = ends < 0
+            ends[new] = self.node_id[-ends[new] - 1]
+
+    def parts(self) -> list[int]:
+        used = [self.node_part, self.edge_part, self.deleted_part]
+        used += [self._update_owner(k, i) for k, i, _ in self.batch.updates]
+        return sorted(set(np.concatenate(used).tolist()))
+
+    def _update_owner(self, key: str, ids: np.ndarray) -> np.ndarray:
+        from graphrun.names import owners
+        from graphrun.store.live import block_owner_of
+
+        k = TensorKey.parse(key)
+        assert k is not None
+        ranges = self.book.node_ranges(k.type)
+        self._known(ids, nodes=True)
+        n = self.view.num_nodes
+        out = np.full(len(ids), -1, np.int64)
+        base = (ids >= 0) & (ids < ranges[-1])
+        out[base] = owners(ranges, ids[base])
+        grow = ids >= n
+        out[grow] = block_owner_of(ids[grow], n, self.view.node_owner)
+        if (out < 0).any():
+            i = int(np.flatnonzero(out < 0)[0])
+            raise ArgumentError(f"update_features {key}: id {int(ids[i])} is not a row of it")
+        return out
+
+    def piece(self, p: int, version: int) -> Piece:
+        b = self.batch
+        nodes = self.node_part == p
+        edges = self.edge_part == p
+        node_feats = _rows_of(b.feats, self.ntype, nodes, lambda k: self.book.ntype_id(k.type))
+        edge_feats = _rows_of(b.edge_feats, self.etype, edges, lambda k: self.book.etype_id(k.type))
+        updates = {}
+        for key, ids, vals in b.updates:
+            mine = self._update_owner(key, ids) == p
+            if mine.any():
+                updates[key] = (Rows.of(ids[mine]), Rows.of(vals[mine]))
+        return Piece(
+            version=version,
+            new_nodes=Rows.of(self.node_id[nodes]) if nodes.any() else None,
+            node_types=Rows.of(self.ntype[nodes]) if nodes.any() else None,
+            node_orig=Rows.of(self.orig[nodes]) if nodes.any() else None,
+            node_features=node_feats,
+            new_edges=Rows.of(np.vstack([self.src[edges], self.dst[edges], self.eid[edges]]))
+            if edges.any() else None,
+            edge_types=Rows.of(self.etype[edges]) if edges.any() else None,
+            edge_features=edge_feats,
+            deleted_edges=Rows.of(self.deleted[self.deleted_part == p])
+            if (self.deleted_part == p).any() else None,
+            updates=updates,
+        )  # fmt: skip
+
+
+def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype) if parts else np.empty(0, dtype)
+
+
+def _spread(part: np.ndarray, runs: list[Any], num_parts: int) -> np.ndarray:
+    """Ids per item: partition ``p``'s items (in order) take ``runs[p]``'s ids."""
+    out = np.empty(len(part), np.int64)
+    for p in range(num_parts):
+        mine = np.flatnonzero(part == p)
+        ids = run_ids(runs[p])
+        if len(ids) != len(mine):
+            raise StoreError(f"live_begin: {len(ids)} ids for partition {p}, asked {len(mine)}")
+        out[mine] = ids
+    return out
+
+
+def _rows_of(
+    feats: dict[str, list[np.ndarray]], types: np.ndarray, mine: np.ndarray, type_of: Any
+) -> dict[str, Rows]:
+    """Each feature's rows of the items in ``mine``, in their order."""
+    out = {}
+    for key, chunks in feats.items():
+        k = TensorKey.parse(key)
+        assert k is not None
+        of_type = types == type_of(k)
+        rows = np.concatenate(chunks)[mine[of_type]]
+        if len(rows):
+            out[key] = Rows.of(rows)
+    return out

@@ -1,0 +1,212 @@
+"""The read index of a partition's live delta (:class:`graphrun.store.live.LiveDelta`):
+committed pieces as a short list of sorted runs, merged log-structured (:class:`Run`).
+
+No torch here: the store imports none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+# ---- a checked piece ------------------------------------------------------------------
+
+
+@dataclass
+class Batch:
+    """A checked piece as arrays (see :class:`graphrun.store.live.Piece`)."""
+
+    version: int
+    nodes: np.ndarray
+    ntypes: np.ndarray
+    orig: np.ndarray
+    edges: np.ndarray  # int64 [3, m]
+    etypes: np.ndarray
+    deleted: np.ndarray
+    new_rows: dict[str, tuple[np.ndarray, np.ndarray]]  # key -> (new ids, their rows)
+    updates: dict[str, tuple[np.ndarray, np.ndarray]]  # key -> (ids, new rows)
+
+    @property
+    def nbytes(self) -> int:
+        arrays = [self.nodes, self.ntypes, self.orig, self.edges, self.etypes, self.deleted]
+        arrays += [a for d in (self.new_rows, self.updates) for pair in d.values() for a in pair]
+        return sum(int(a.nbytes) for a in arrays)
+
+
+def lookup_sorted(sorted_ids: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(found, position)`` of each id in a sorted array."""
+    if len(sorted_ids) == 0:
+        return np.zeros(len(ids), dtype=bool), np.zeros(len(ids), dtype=np.int64)
+    pos = np.minimum(np.searchsorted(sorted_ids, ids), len(sorted_ids) - 1)
+    return sorted_ids[pos] == ids, pos
+
+
+def values_at(values: np.ndarray, found: np.ndarray, pos: np.ndarray, fill: int) -> np.ndarray:
+    """``values[pos]`` where found, ``fill`` elsewhere (``values`` may be empty)."""
+    if len(values) == 0:
+        return np.full(len(pos), fill, dtype=np.int64)
+    return np.where(found, values[pos], fill)
+
+
+def concat(parts: list[np.ndarray], dtype: npt.DTypeLike) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
+
+
+def spans(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """int64 ``concat(arange(starts[i], ends[i]))`` without a Python loop."""
+    counts = ends - starts
+    total = int(counts.sum())
+    if total == 0:
+        return np.empty(0, np.int64)
+    offs = np.repeat(starts - np.cumsum(counts) + counts, counts)
+    return np.arange(total, dtype=np.int64) + offs
+
+
+@dataclass
+class Run:
+    """Committed pieces as sorted arrays: one run of the delta's read index.
+
+    The index is a short list of runs (a log-structured merge): a commit adds a run of
+    its own piece, sorted in time linear in the piece, and two runs are merged when the
+    older is not larger than the newer, so ``log2(commits)`` runs at most are read and
+    every entry is merged ``log2(commits)`` times in all (amortised per commit: the batch
+    times a logarithm, never the whole delta). Every array is sorted by its key, then by
+    version. Two runs in version order (the older's versions all below the newer's:
+    commits in version order, the usual case) merge without a sort: each entry's place
+    is its rank in its own run plus its rank in the other (:func:`_merge`)."""
+
+    batches: list[Batch]
+    size: int  # index entries: nodes, edges, deletions, rows
+    first: int  # the lowest and the highest version in it
+    last: int
+    nodes: np.ndarray  # int64 [4, n]: growth node id, ntype, orig id, version; by id
+    edges: np.ndarray  # int64 [5, m]: src, dst, eid, etype, version; by dst
+    by_eid: np.ndarray  # int64 [4, m]: eid, etype, src, version; by eid
+    deleted: np.ndarray  # int64 [2, d]: deleted eid, the version that deleted it; by eid
+    # key -> (ids, versions, rows) by id: new items' rows and updates
+    rows: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # made on the first out-degree or out-edge read (no sampling needs them): the new
+    # edges by src (int64 [3, m]: src, version, position in ``edges``), and the deleted
+    # edges' sources, sorted, with the version from which each counts (the later of the
+    # deletion and the edge's own)
+    by_src: np.ndarray | None = None
+    del_src: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def edges_by_src(self) -> np.ndarray:
+        if self.by_src is None:
+            o = np.argsort(self.edges[0], kind="stable")
+            self.by_src = np.vstack([self.edges[[0, 4]][:, o], o])
+        return self.by_src
+
+
+def _entries(b: Batch) -> int:
+    return (
+        len(b.nodes) + len(b.etypes) + len(b.deleted) + sum(len(i) for i, _ in b.updates.values())
+    )
+
+
+def _sorted(cols: np.ndarray, key: int, ver: int) -> np.ndarray:
+    """The columns by (row ``key``, row ``ver``)."""
+    return cols[:, np.lexsort((cols[ver], cols[key]))]
+
+
+def _hcat(parts: list[np.ndarray], rows: int) -> np.ndarray:
+    return np.hstack([np.empty((rows, 0), np.int64), *parts])
+
+
+def _run(
+    batches: list[Batch], nodes: np.ndarray, edges: np.ndarray, by_eid: np.ndarray,
+    deleted: np.ndarray,
+) -> Run:  # fmt: skip
+    versions = [b.version for b in batches]
+    size = sum(_entries(b) for b in batches)
+    return Run(batches, size, min(versions), max(versions), nodes, edges, by_eid, deleted)
+
+
+def build_run(batches: list[Batch]) -> Run:
+    """A run of ``batches`` (fresh commits; or two runs out of version order), sorted."""
+    batches = sorted(batches, key=lambda b: b.version)
+
+    def ver(b: Batch, n: int) -> np.ndarray:
+        return np.full((1, n), b.version, dtype=np.int64)
+
+    nodes = _hcat([np.vstack([b.nodes, b.ntypes, b.orig, ver(b, len(b.nodes))[0]])
+                   for b in batches], 4)  # fmt: skip
+    edges = _hcat([np.vstack([b.edges, b.etypes[None], ver(b, len(b.etypes))])
+                   for b in batches], 5)  # fmt: skip
+    deleted = _hcat([np.vstack([b.deleted, ver(b, len(b.deleted))[0]]) for b in batches], 2)
+    by_eid = edges[[2, 3, 0, 4]]
+    run = _run(batches, _sorted(nodes, 0, 3), _sorted(edges, 1, 4),
+               by_eid[:, np.argsort(by_eid[0], kind="stable")], _sorted(deleted, 0, 1))  # fmt: skip
+    rows: dict[str, tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]] = {}
+    for b in batches:
+        for key, (ids, vals) in (*b.new_rows.items(), *b.updates.items()):
+            i, v, r = rows.setdefault(key, ([], [], []))
+            i.append(ids)
+            v.append(ver(b, len(ids))[0])
+            r.append(vals)
+    for key, (i, v, r) in rows.items():
+        ids, vers = np.concatenate(i), np.concatenate(v)
+        o = np.lexsort((vers, ids))
+        run.rows[key] = (ids[o], vers[o], np.concatenate(r)[o])
+    return run
+
+
+def _places(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where the entries of two sorted keys go in their stable merge (``a``'s first
+    among equal keys): each one's rank in its own array plus its rank in the other."""
+    pa = np.searchsorted(b, a, side="left") + np.arange(len(a))
+    pb = np.searchsorted(a, b, side="right") + np.arange(len(b))
+    return pa, pb
+
+
+def _merge(a: np.ndarray, b: np.ndarray, key: int) -> np.ndarray:
+    """Two arrays' columns, each sorted by row ``key`` then version and ``a``'s versions
+    below ``b``'s, as one array sorted so."""
+    pa, pb = _places(a[key], b[key])
+    out = np.empty((a.shape[0], a.shape[1] + b.shape[1]), a.dtype)
+    out[:, pa], out[:, pb] = a, b
+    return out
+
+
+def merge_runs(older: Run, newer: Run) -> Run:
+    """One run of two: their sorted arrays merged (sorted again only when out of
+    version order)."""
+    batches = older.batches + newer.batches
+    if older.last >= newer.first:
+        return build_run(batches)
+    run = _run(
+        batches, _merge(older.nodes, newer.nodes, 0), _merge(older.edges, newer.edges, 1),
+        _merge(older.by_eid, newer.by_eid, 0), _merge(older.deleted, newer.deleted, 0),
+    )  # fmt: skip
+    run.rows = {**older.rows, **newer.rows}
+    for key in older.rows.keys() & newer.rows.keys():
+        a, b = older.rows[key], newer.rows[key]
+        pa, pb = _places(a[0], b[0])
+        merged = []
+        for x, y in zip(a, b, strict=True):
+            out = np.empty((len(x) + len(y), *x.shape[1:]), x.dtype)
+            out[pa], out[pb] = x, y
+            merged.append(out)
+        run.rows[key] = (merged[0], merged[1], merged[2])
+    return run
+
+
+def latest(r_ids: np.ndarray, r_ver: np.ndarray, ids: np.ndarray, version: int) -> np.ndarray:
+    """Per id, the position of its latest entry at a version ``<= version`` in a run
+    sorted by (id, version); -1 where none."""
+    pos = np.searchsorted(r_ids, ids, side="right") - 1
+    live = pos >= 0
+    live[live] = r_ids[pos[live]] == ids[live]
+    pos[~live] = -1
+    late = np.flatnonzero(live & (r_ver[np.maximum(pos, 0)] > version))
+    while len(late):  # step back over later versions of the same id (rare: updates)
+        pos[late] -= 1
+        p = pos[late]
+        gone = (p < 0) | (r_ids[np.maximum(p, 0)] != ids[late])
+        pos[late[gone]] = -1
+        late = late[~gone]
+        late = late[r_ver[pos[late]] > version]
+    return pos
