@@ -59,7 +59,7 @@ from graphrun.graph.chunked import check_chunks, load_chunked_meta, rank_chunks,
 from graphrun.names import owners
 from graphrun.partition import balance, shuffle
 from graphrun.partition.arrays import unique_counts
-from graphrun.partition.comm import Comm, by_rank
+from graphrun.partition.comm import ROUND_BYTES, Comm, by_rank
 from graphrun.partition.format import (
     DistributedInfo,
     MappingLayout,
@@ -88,12 +88,17 @@ class DistOptions:
     tolerance: float = balance.DEFAULT_TOLERANCE
     seed: int = 0
     lp: LPOptions = field(default_factory=LPOptions)
+    round_bytes: int = ROUND_BYTES  # bytes a rank sends per round of the large exchanges
 
     def check(self) -> None:
         if not isinstance(self.halo_hops, int) or self.halo_hops < 0:
             raise ArgumentError(f"halo_hops: expected an integer >= 0, got {self.halo_hops!r}")
         if not math.isfinite(self.tolerance) or self.tolerance < 0:
             raise ArgumentError(f"tolerance: expected a finite number >= 0, got {self.tolerance}")
+        if not isinstance(self.round_bytes, int) or not 1 << 10 <= self.round_bytes <= 1 << 30:
+            raise ArgumentError(
+                f"round_bytes: expected an integer in [1 KiB, 1 GiB], got {self.round_bytes!r}"
+            )
         if self.lp.init not in INITS:
             raise ArgumentError(f"init: {self.lp.init!r} is not one of {', '.join(INITS)}")
 
@@ -370,7 +375,7 @@ def _joined(
     load_chunked_meta(dataset)
     join(rdv, rank, parts, timeout)
     try:
-        yield Comm()
+        yield Comm(round_bytes=opts.round_bytes)
     finally:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()

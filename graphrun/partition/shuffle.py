@@ -159,12 +159,9 @@ class Received:
     edge_feats: dict[str, dict[str, np.ndarray]]
 
 
-ROUND_BYTES = 1 << 26  # feature bytes a rank sends in one round of an exchange
-
-
 def _send_rows(comm: Comm, dest: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``rows`` to rank ``dest`` (stable inside a destination); all received, in rank
-    order. In rounds of at most ``ROUND_BYTES`` sent, each round's rows gathered from
+    order. In rounds of at most ``comm.round_bytes`` sent, each round's rows gathered from
     ``rows`` (memory-mapped: let go of after each) and placed in the result as they
     arrive, so no sorted copy of the rows and no second copy of what arrives is held."""
     order, cuts = rank_order(dest, comm.world)
@@ -174,7 +171,7 @@ def _send_rows(comm: Comm, dest: np.ndarray, rows: np.ndarray) -> np.ndarray:
     out = np.empty((int(mine.sum()), *rows.shape[1:]), dtype=rows.dtype)
     starts = np.cumsum(mine) - mine
     row_bytes = max(int(np.prod(rows.shape[1:], dtype=np.int64)) * rows.dtype.itemsize, 1)
-    step = max(1, ROUND_BYTES // (row_bytes * comm.world))
+    step = comm.step(row_bytes * comm.world)
     rounds = -(-int(every.max()) // step) if every.size else 0
     for k in range(max(rounds, 1)):  # one round at least: empty rows still meet
         lo, hi = np.minimum(k * step, counts), np.minimum((k + 1) * step, counts)
