@@ -43,9 +43,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from graphrun.errors import ArgumentError
+from graphrun.graph.graph import release
 from graphrun.names import owners
 from graphrun.partition import balance
-from graphrun.partition.arrays import unique_inverse
+from graphrun.partition.arrays import SLICE, group_ranks, stable_argsort, unique_inverse
 from graphrun.partition.comm import Comm, by_rank
 from graphrun.partition.kaminpar import kaminpar_assign
 from graphrun.partition.metis import symmetric_csr
@@ -79,32 +80,88 @@ class LocalGraph:
         return np.repeat(np.arange(self.n, dtype=np.int64), np.diff(self.indptr))
 
 
+def _ends(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, ids: type) -> tuple[np.ndarray, ...]:
+    """Edges ``lo .. hi-1`` (``src``/``dst`` may be memory-mapped: let go of after the
+    slice) as ``ids``, self loops dropped."""
+    s, d = np.asarray(src[lo:hi]), np.asarray(dst[lo:hi])
+    release(src)
+    release(dst)
+    keep = s != d
+    return s[keep].astype(ids), d[keep].astype(ids)
+
+
+def _pairs(comm: Comm, bounds: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """``[m, 2]`` (mine, other): every edge of this rank's chunk sent to the owners of
+    both ends, in rounds (:meth:`Comm.send_rows`), into one array: the edges received
+    as out-edges, then as in-edges, each in rank order."""
+    ids = np.int32 if int(bounds[-1]) < 1 << 31 else np.int64  # half the rows sent and held
+    n, step = len(src), comm.step(2 * np.dtype(ids).itemsize)
+    sent = np.zeros((2, comm.world), dtype=np.int64)
+    for lo in range(0, n, step):
+        for j, end in enumerate(_ends(src, dst, lo, lo + step, ids)):
+            sent[j] += np.bincount(owners(bounds, end), minlength=comm.world)
+    got = comm.allgather(sent)[:, :, comm.rank]  # [from, out/in]
+    at = np.concatenate([[0], np.cumsum(got.T.reshape(-1))[:-1]]).reshape(2, -1)
+    pairs = np.empty((int(got.sum()), 2), dtype=ids)
+    for j in range(2):  # out-edges (src, dst) to src's owner, then (dst, src) to dst's
+
+        def piece(lo: int, hi: int, j: int = j) -> tuple[np.ndarray, np.ndarray]:
+            ends = _ends(src, dst, lo, hi, ids)
+            mine, other = ends[j], ends[1 - j]
+            return owners(bounds, mine), np.stack([mine, other], axis=1)
+
+        def sink(q: int, rows: np.ndarray, j: int = j) -> None:
+            pairs[at[j, q] : at[j, q] + len(rows)] = rows
+            at[j, q] += len(rows)
+
+        comm.send_rows(n, piece, sink, 2 * np.dtype(ids).itemsize)
+    return pairs
+
+
+def _csr(rows: np.ndarray, cols: np.ndarray, n: int, width: int) -> sp.csr_matrix:
+    """The ``[n, width]`` CSR of the pairs, repeated pairs summed (float32 weights),
+    columns sorted: what ``coo_matrix(...).tocsr()`` gives, built by a counting sort
+    slice by slice (``rows``/``cols`` may be strided views; no full-length copy of them)."""
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+    indices = np.empty(len(rows), dtype=cols.dtype)
+    fill = indptr[:-1].copy()
+    for lo in range(0, len(rows), SLICE):
+        r = rows[lo : lo + SLICE]
+        order = stable_argsort(np.ascontiguousarray(r), n)
+        key = r[order]
+        indices[fill[key] + group_ranks(key)] = cols[lo : lo + SLICE][order]
+        fill += np.bincount(r, minlength=n)
+        del order, key
+    ones = np.ones(len(indices), dtype=np.float32)  # exact: a weight is far below 2**24
+    adj = sp.csr_matrix((ones, indices, indptr), shape=(n, width))
+    adj.sum_duplicates()  # sorts every row's columns, then sums repeated pairs
+    return adj
+
+
 def build_local_graph(
     comm: Comm, bounds: np.ndarray, src: np.ndarray, dst: np.ndarray
 ) -> LocalGraph:
-    """Send every edge of this rank's chunk to the owners of both ends; build the rest."""
+    """Send every edge of this rank's chunk to the owners of both ends; build the rest.
+    ``src``/``dst`` may be memory-mapped (read a round at a time)."""
     lo, hi = int(bounds[comm.rank]), int(bounds[comm.rank + 1])
-    keep = src != dst
-    if not keep.all():
-        src, dst = src[keep], dst[keep]
-    del keep
-    ids = np.int32 if int(bounds[-1]) < 1 << 31 else np.int64  # half the rows sent and held
-    src, dst = src.astype(ids, copy=False), dst.astype(ids, copy=False)
-    out_edges = comm.exchange_rows(owners(bounds, src), src, dst)  # (mine, other)
-    in_edges = comm.exchange_rows(owners(bounds, dst), dst, src)
-    rows = np.concatenate([out_edges[:, 0], in_edges[:, 0]])
+    pairs = _pairs(comm, bounds, src, dst)
+    rows, cols = pairs[:, 0], pairs[:, 1]
     rows -= lo
-    cols = np.concatenate([out_edges[:, 1], in_edges[:, 1]])
-    del out_edges, in_edges
-    outside = (cols < lo) | (cols >= hi)
-    ghosts, inverse = unique_inverse(cols[outside], int(bounds[-1]))
-    cols -= lo
-    cols[outside] = (hi - lo) + inverse
-    del outside, inverse
-    shape = (hi - lo, hi - lo + len(ghosts))
-    ones = np.ones(len(rows), dtype=np.float32)  # exact: a weight is far below 2**24
-    adj = sp.coo_matrix((ones, (rows, cols)), shape=shape).tocsr()  # sums repeated pairs
-    del rows, cols, ones
+    seen = np.zeros(int(bounds[-1]), dtype=bool)  # the ghosts: the columns outside [lo, hi)
+    for a in range(0, len(cols), SLICE):
+        seen[cols[a : a + SLICE]] = True
+    seen[lo:hi] = False
+    ghosts = np.flatnonzero(seen)
+    del seen
+    index = np.full(int(bounds[-1]), -1, dtype=cols.dtype)
+    index[lo:hi] = np.arange(hi - lo, dtype=cols.dtype)
+    index[ghosts] = (hi - lo) + np.arange(len(ghosts), dtype=cols.dtype)
+    for a in range(0, len(cols), SLICE):
+        cols[a : a + SLICE] = index[cols[a : a + SLICE]]
+    del index
+    adj = _csr(rows, cols, hi - lo, hi - lo + len(ghosts))
+    del pairs, rows, cols
     requests = by_rank(owners(bounds, ghosts), comm.world, ghosts)
     send = [r[:, 0] - lo for r in comm.exchange(requests)]
     return LocalGraph(lo, hi, adj.indptr, adj.indices, adj.data, ghosts, send)
