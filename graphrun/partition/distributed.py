@@ -32,6 +32,7 @@ the run with one line naming it (and its phase); the temporary directory is remo
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import multiprocessing as mp
 import os
@@ -55,10 +56,17 @@ from graphrun.errors import (
     UserError,
 )
 from graphrun.files import atomic_dir, commit_dir
-from graphrun.graph.chunked import check_chunks, load_chunked_meta, rank_chunks, read_chunks
+from graphrun.graph.chunked import (
+    Chunk,
+    ChunkedMeta,
+    check_chunks,
+    load_chunked_meta,
+    rank_chunks,
+    read_chunks,
+)
 from graphrun.names import owners
 from graphrun.partition import balance, shuffle
-from graphrun.partition.arrays import unique_counts
+from graphrun.partition.arrays import pieces
 from graphrun.partition.comm import ROUND_BYTES, Comm, by_rank
 from graphrun.partition.format import (
     DistributedInfo,
@@ -69,6 +77,7 @@ from graphrun.partition.format import (
     start_shared_output,
     write_config,
 )
+from graphrun.partition.npyout import concat_npy
 from graphrun.partition.peaks import Phases
 from graphrun.partition.quality import Quality, row_flags
 from graphrun.partition.rendezvous import join, parse_rendezvous, private_rendezvous
@@ -127,9 +136,44 @@ def _train_mask(share: shuffle.Share) -> np.ndarray | None:
     return mask if found else None
 
 
+def _read_share(meta: ChunkedMeta, chunks: range, scratch: Path) -> Chunk:
+    """This rank's chunks as one :class:`Chunk` of memory-mapped arrays: one chunk's
+    files as they are, several concatenated into files under ``scratch`` (never
+    whole in memory: a rank's share is several times the memory it may use)."""
+    if len(chunks) == 1:
+        return read_chunks(meta, chunks)
+    parts = [read_chunks(meta, range(k, k + 1)) for k in chunks]
+    scratch.mkdir()
+    files = itertools.count()
+
+    def cat(arrays: list[np.ndarray]) -> np.ndarray:
+        return concat_npy(scratch / f"{next(files)}.npy", arrays)
+
+    def group(kind: str) -> dict[str, dict[str, np.ndarray]]:
+        first: dict[str, dict[str, np.ndarray]] = getattr(parts[0], kind)
+        return {
+            t: {n: cat([getattr(p, kind)[t][n] for p in parts]) for n in names}
+            for t, names in first.items()
+        }
+
+    return Chunk(
+        nodes=(parts[0].nodes[0], parts[-1].nodes[1]),
+        edges=(parts[0].edges[0], parts[-1].edges[1]),
+        src=cat([p.src for p in parts]),
+        dst=cat([p.dst for p in parts]),
+        ndata=group("ndata"),
+        edata=group("edata"),
+        ids={t: cat([p.ids[t] for p in parts]) for t in parts[0].ids},
+    )
+
+
 def _in_degrees(comm: Comm, share: shuffle.Share) -> np.ndarray:
     """In-degree of every node of this share (its edges may be anywhere)."""
-    ids, counts = unique_counts(np.asarray(share.chunk.dst), share.meta.num_nodes)
+    counts = np.zeros(share.meta.num_nodes, dtype=np.int64)
+    for _, piece in pieces(share.chunk.dst):
+        counts += np.bincount(piece, minlength=len(counts))
+    ids = np.flatnonzero(counts)
+    counts = counts[ids]
     dest = owners(share.node_bounds, ids)
     got = np.concatenate(comm.exchange(by_rank(dest, comm.world, ids, counts)))
     a, b = share.chunk.nodes
@@ -171,6 +215,7 @@ def partition_rank(
     phase = clock.start
 
     phase("read")
+    scratch = tmp / f".share-{comm.rank}"  # removed before the last barrier, or with tmp
     meta = load_chunked_meta(dataset)
     world = comm.world
     if meta.num_chunks < world:
@@ -181,7 +226,7 @@ def partition_rank(
     firsts = [rank_chunks(meta.num_chunks, q, world).start for q in range(world)]
     share = shuffle.Share(
         meta,
-        read_chunks(meta, rank_chunks(meta.num_chunks, comm.rank, world)),
+        _read_share(meta, rank_chunks(meta.num_chunks, comm.rank, world), scratch),
         np.append(meta.node_bounds[firsts], meta.num_nodes),
         np.append(meta.edge_bounds[firsts], meta.num_edges),
     )
@@ -209,6 +254,7 @@ def partition_rank(
     structure = shuffle.local_structure(comm, rl.book, got, opts.halo_hops)
     phase("write")
     info = shuffle.write_part(tmp, comm, share, rl, got, structure)
+    shutil.rmtree(scratch, ignore_errors=True)  # before the output can be renamed
     counts = comm.allgather(np.array([info[k] for k in list(info)[1:]], dtype=np.int64))
     if comm.rank == 0:
         keys = list(info)[1:]

@@ -103,9 +103,9 @@ def relabel_share(comm: Comm, share: Share, part: np.ndarray, parts: int) -> Rel
     new_nids, noffsets, nranges = _number(comm, part, ntypes, len(meta.node_types), parts)
     new_nids = new_nids.astype(id_type(meta))
     del ntypes
-    # asked as int32 where ids fit: half the bytes of every ask sent and received
-    new_src = comm.fetch(share.node_bounds, share.chunk.src.astype(new_nids.dtype), new_nids)
-    new_dst = comm.fetch(share.node_bounds, share.chunk.dst.astype(new_nids.dtype), new_nids)
+    # asked a round at a time (the endpoints may be memory-mapped), as int32 where ids fit
+    new_src = comm.fetch(share.node_bounds, share.chunk.src, new_nids)
+    new_dst = comm.fetch(share.node_bounds, share.chunk.dst, new_nids)
     owner = owners(noffsets, new_dst)
     new_eids, eoffsets, eranges = _number(
         comm, owner, share.edge_types(), len(meta.edge_types), parts
