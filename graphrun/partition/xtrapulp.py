@@ -46,10 +46,9 @@ from graphrun.errors import ArgumentError
 from graphrun.graph.graph import release
 from graphrun.names import owners
 from graphrun.partition import balance
-from graphrun.partition.arrays import SLICE, group_ranks, stable_argsort, unique_inverse
+from graphrun.partition.arrays import SLICE, group_ranks, stable_argsort
 from graphrun.partition.comm import Comm, by_rank
 from graphrun.partition.kaminpar import kaminpar_assign
-from graphrun.partition.metis import symmetric_csr
 
 INITS = ("local", "hash", "block")
 
@@ -75,9 +74,6 @@ class LocalGraph:
     @property
     def n(self) -> int:
         return self.hi - self.lo
-
-    def rows(self) -> np.ndarray:
-        return np.repeat(np.arange(self.n, dtype=np.int64), np.diff(self.indptr))
 
 
 def _ends(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, ids: type) -> tuple[np.ndarray, ...]:
@@ -342,14 +338,41 @@ def block_init(lo: int, hi: int, num_nodes: int, parts: int) -> np.ndarray:
     return (np.arange(lo, hi, dtype=np.int64) * parts) // max(num_nodes, 1)
 
 
+def _block_pairs(g: LocalGraph, block: np.ndarray, blocks: int) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs of different blocks (``block`` of every vertex, ghosts too) an edge
+    joins, as sorted keys ``a * blocks + b``, and the edges' weight between them:
+    summed a slice of rows at a time (the pairs are few, the edges many)."""
+    keys, weights = [np.zeros(0, np.int64)], [np.zeros(0)]
+    for r0, r1 in _row_slices(g.indptr):
+        e0, e1 = int(g.indptr[r0]), int(g.indptr[r1])
+        a = np.repeat(block[r0:r1], np.diff(g.indptr[r0 : r1 + 1]))
+        b = block[g.cols[e0:e1]]
+        cross = a != b
+        key, first = np.unique(a[cross] * blocks + b[cross], return_inverse=True)
+        keys.append(key)
+        weights.append(np.bincount(first.reshape(-1), weights=g.weights[e0:e1][cross]))
+    key, first = np.unique(np.concatenate(keys), return_inverse=True)
+    weight = np.bincount(first.reshape(-1), weights=np.concatenate(weights), minlength=len(key))
+    return key, weight.astype(np.int64)
+
+
+def _row_slices(indptr: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive row ranges of about ``SLICE`` entries each (a row is never split)."""
+    cuts = np.searchsorted(indptr, np.arange(0, int(indptr[-1]), SLICE), side="right") - 1
+    cuts = np.unique(np.append(cuts, len(indptr) - 1))
+    return list(zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True))
+
+
 def local_init(prop: Propagation, blocks: int, seed: int, threads: int = 0) -> np.ndarray:
     """Cut this rank's induced subgraph into ``blocks`` with KaMinPar on ``threads`` cores
     (0: all), partition the graph of all ranks' blocks on rank 0 with METIS, broadcast
     the blocks' parts."""
     comm, g, parts = prop.comm, prop.g, prop.parts
-    inner = g.cols < g.n
-    rows = g.rows()
-    xadj, adjncy = symmetric_csr(rows[inner], g.cols[inner].astype(np.int64), g.n)
+    # the induced subgraph: the owned columns of the symmetric, sorted adjacency
+    inner = sp.csr_matrix((g.weights, g.cols, g.indptr), shape=(g.n, g.n + len(g.ghosts)))
+    inner = inner[:, : g.n]
+    xadj, adjncy = inner.indptr.astype(np.int64), inner.indices
+    del inner
     nb = max(1, min(blocks, g.n))
     if nb > 1:
         block = kaminpar_assign(xadj, adjncy, nb, seed=seed, threads=threads or None)
@@ -359,13 +382,7 @@ def local_init(prop: Propagation, blocks: int, seed: int, threads: int = 0) -> n
     first = comm.allgather(np.array([nb], dtype=np.int64))[:, 0]
     offsets = np.concatenate([[0], np.cumsum(first)])
     prop.set_owned(block + offsets[comm.rank])  # global block ids, ghosts' too
-    gb = prop.labels
-    a, b = gb[rows], gb[g.cols]
-    cross = a != b
-    key = a[cross] * offsets[-1] + b[cross]
-    key, first = unique_inverse(key, int(offsets[-1]) ** 2)
-    weight = np.bincount(first, weights=g.weights[cross]).astype(np.int64)
-    del a, b, cross, first
+    key, weight = _block_pairs(g, prop.labels, int(offsets[-1]))
     edges = np.stack([key // offsets[-1], key % offsets[-1], weight], axis=1)
     load = np.zeros((nb, prop.crit.shape[1]))
     np.add.at(load, block, prop.crit)
