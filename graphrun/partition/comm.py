@@ -22,7 +22,8 @@ from graphrun.graph.graph import release
 from graphrun.names import owners
 from graphrun.partition.arrays import stable_argsort
 
-ROUND_BYTES = 1 << 26  # bytes a rank sends in one round of a large exchange
+ROUND_BYTES = 1 << 24  # bytes a rank sends in one round of a large exchange
+PIECE = 1 << 20  # entries a slice-by-slice pass of the distributed mode takes at once
 
 
 def _tensor(arr: np.ndarray) -> torch.Tensor:
@@ -77,10 +78,15 @@ class Comm:
         """
         if len(sends) != self.world:
             raise ValueError(f"exchange: {len(sends)} arrays for {self.world} ranks")
-        dtype, trail = sends[0].dtype, sends[0].shape[1:]
-        row_bytes = int(np.prod(trail, dtype=np.int64)) * dtype.itemsize
         payload = torch.cat([_tensor(a) for a in sends]) if self.world > 1 else _tensor(sends[0])
-        raw, in_bytes = self._all_to_all(payload, [a.nbytes for a in sends])
+        return self._split(sends[0], *self._all_to_all(payload, [a.nbytes for a in sends]))
+
+    @staticmethod
+    def _split(like: np.ndarray, raw: np.ndarray, in_bytes: list[int]) -> list[np.ndarray]:
+        """The bytes received from every rank as rows of ``like``'s dtype and trailing
+        shape (views of ``raw``)."""
+        dtype, trail = like.dtype, like.shape[1:]
+        row_bytes = int(np.prod(trail, dtype=np.int64)) * dtype.itemsize
         out, start = [], 0
         for n in in_bytes:
             rows = n // row_bytes if row_bytes else 0
@@ -115,10 +121,14 @@ class Comm:
         for k in range(self.rounds(n, step)):
             lo, hi = min(k * step, n), min((k + 1) * step, n)
             dest, rows = piece(lo, hi)
+            like = rows[:0]
             order, cuts = rank_order(dest, self.world)
-            sends = [rows[order[cuts[q] : cuts[q + 1]]] for q in range(self.world)]
-            del dest, rows, order
-            for q, got in enumerate(self.exchange(sends)):
+            rows = np.ascontiguousarray(rows[order])  # the payload itself, sent uncopied
+            del dest, order
+            width = int(np.prod(rows.shape[1:], dtype=np.int64)) * rows.dtype.itemsize
+            raw, in_bytes = self._all_to_all(_tensor(rows), np.diff(cuts) * width)
+            del rows
+            for q, got in enumerate(self._split(like, raw, in_bytes)):
                 sink(q, got)
 
     def exchange_rows(self, dest: np.ndarray, *cols: np.ndarray) -> np.ndarray:

@@ -64,6 +64,7 @@ from graphrun.graph.chunked import (
     rank_chunks,
     read_chunks,
 )
+from graphrun.graph.graph import release
 from graphrun.names import owners
 from graphrun.partition import balance, shuffle
 from graphrun.partition.arrays import pieces
@@ -141,7 +142,10 @@ def _read_share(meta: ChunkedMeta, chunks: range, scratch: Path) -> Chunk:
     files as they are, several concatenated into files under ``scratch`` (never
     whole in memory: a rank's share is several times the memory it may use)."""
     if len(chunks) == 1:
-        return read_chunks(meta, chunks)
+        chunk = read_chunks(meta, chunks)
+        for arr in _arrays(chunk):  # read through to be checked: let go of the pages
+            release(arr)
+        return chunk
     parts = [read_chunks(meta, range(k, k + 1)) for k in chunks]
     scratch.mkdir()
     files = itertools.count()
@@ -165,6 +169,11 @@ def _read_share(meta: ChunkedMeta, chunks: range, scratch: Path) -> Chunk:
         edata=group("edata"),
         ids={t: cat([p.ids[t] for p in parts]) for t in parts[0].ids},
     )
+
+
+def _arrays(chunk: Chunk) -> list[np.ndarray]:
+    feats = [a for kind in (chunk.ndata, chunk.edata) for g in kind.values() for a in g.values()]
+    return [chunk.src, chunk.dst, *feats, *chunk.ids.values()]
 
 
 def _in_degrees(comm: Comm, share: shuffle.Share) -> np.ndarray:

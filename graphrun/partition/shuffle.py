@@ -34,9 +34,9 @@ import numpy as np
 from graphrun.graph.chunked import Chunk, ChunkedMeta
 from graphrun.graph.graph import release
 from graphrun.names import etype_key, owners
-from graphrun.partition.arrays import SLICE, group_ranks, pieces, stable_argsort, unique
+from graphrun.partition.arrays import group_ranks, pieces, stable_argsort, unique
 from graphrun.partition.book import PartitionBook
-from graphrun.partition.comm import Comm, by_rank, rank_order
+from graphrun.partition.comm import PIECE, Comm, by_rank, rank_order
 from graphrun.partition.format import MAPPING_DIR
 from graphrun.partition.npyout import flushed, open_npy
 from graphrun.partition.quality import Quality, max_over_mean
@@ -67,8 +67,8 @@ def _number(
     start plus the items of its block before it, counted as the slices go."""
     blocks = parts * types
     counts = np.zeros(blocks, dtype=np.int64)
-    for lo in range(0, n, SLICE):
-        counts += np.bincount(keys(lo, min(lo + SLICE, n)), minlength=blocks)
+    for lo in range(0, n, PIECE):
+        counts += np.bincount(keys(lo, min(lo + PIECE, n)), minlength=blocks)
     every = comm.allgather(counts.reshape(parts, types))  # [W, P, T]
     total = every.sum(axis=0)
     offsets = np.concatenate([[0], np.cumsum(total.sum(axis=1))]).astype(np.int64)
@@ -77,8 +77,8 @@ def _number(
     start = offsets[:-1, None] + np.cumsum(total, axis=1) - total  # [P, T] block starts
     seen = (start + every[: comm.rank].sum(axis=0)).reshape(-1)
     new = np.empty(n, dtype=dtype)
-    for lo in range(0, n, SLICE):
-        key = keys(lo, min(lo + SLICE, n))
+    for lo in range(0, n, PIECE):
+        key = keys(lo, min(lo + PIECE, n))
         order = stable_argsort(key, blocks)
         sorted_key = key[order]
         new[lo + order] = seen[sorted_key] + group_ranks(sorted_key)
@@ -140,8 +140,8 @@ def measure_share(
     """Edge cut and balance over all ranks (as :func:`graphrun.partition.quality.measure`)."""
     book = rl.book
     local_cut = 0
-    for lo in range(0, len(rl.new_src), SLICE):
-        src, dst = rl.new_src[lo : lo + SLICE], rl.new_dst[lo : lo + SLICE]
+    for lo in range(0, len(rl.new_src), PIECE):
+        src, dst = rl.new_src[lo : lo + PIECE], rl.new_dst[lo : lo + PIECE]
         local_cut += np.count_nonzero(
             owners(book.node_offsets, src) != owners(book.node_offsets, dst)
         )
@@ -251,13 +251,13 @@ def _csc(dst: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
     stable counting sort, slice by slice."""
     n = b - a
     indptr = np.zeros(n + 1, dtype=np.int64)
-    for lo in range(0, len(dst), SLICE):
-        indptr[1:] += np.bincount(dst[lo : lo + SLICE] - a, minlength=n)
+    for lo in range(0, len(dst), PIECE):
+        indptr[1:] += np.bincount(dst[lo : lo + PIECE] - a, minlength=n)
     np.cumsum(indptr, out=indptr)
     fill = indptr[:-1].copy()
     perm = np.empty(len(dst), dtype=dst.dtype)
-    for lo in range(0, len(dst), SLICE):
-        row = dst[lo : lo + SLICE] - a
+    for lo in range(0, len(dst), PIECE):
+        row = dst[lo : lo + PIECE] - a
         order = stable_argsort(row, n)
         key = row[order]
         perm[fill[key] + group_ranks(key)] = lo + order
@@ -360,7 +360,7 @@ def _save(path: Path, chunks: list[np.ndarray], dtype: type = np.int64, fn: Any 
     out = open_npy(path, np.dtype(dtype), (sum(len(c) for c in chunks),))
     at = 0
     for chunk in chunks:
-        for _, piece in pieces(chunk):
+        for _, piece in pieces(chunk, PIECE):
             out[at : at + len(piece)] = piece if fn is None else fn(piece)
             at += len(piece)
             flushed(out)

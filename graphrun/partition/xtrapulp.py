@@ -46,8 +46,8 @@ from graphrun.errors import ArgumentError
 from graphrun.graph.graph import release
 from graphrun.names import owners
 from graphrun.partition import balance
-from graphrun.partition.arrays import SLICE, group_ranks, stable_argsort
-from graphrun.partition.comm import Comm, by_rank
+from graphrun.partition.arrays import group_ranks, stable_argsort
+from graphrun.partition.comm import PIECE, Comm, by_rank
 from graphrun.partition.kaminpar import kaminpar_assign
 
 INITS = ("local", "hash", "block")
@@ -114,25 +114,22 @@ def _pairs(comm: Comm, bounds: np.ndarray, src: np.ndarray, dst: np.ndarray) -> 
     return pairs
 
 
-def _csr(rows: np.ndarray, cols: np.ndarray, n: int, width: int) -> sp.csr_matrix:
-    """The ``[n, width]`` CSR of the pairs, repeated pairs summed (float32 weights),
-    columns sorted: what ``coo_matrix(...).tocsr()`` gives, built by a counting sort
-    slice by slice (``rows``/``cols`` may be strided views; no full-length copy of them)."""
+def _by_row(rows: np.ndarray, cols: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(indptr, indices)``: the pairs' columns grouped by row (a counting sort, slice by
+    slice; ``rows``/``cols`` may be strided views: no full-length copy of them)."""
     indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+    for lo in range(0, len(rows), PIECE):
+        indptr[1:] += np.bincount(rows[lo : lo + PIECE], minlength=n)
+    np.cumsum(indptr, out=indptr)
     indices = np.empty(len(rows), dtype=cols.dtype)
     fill = indptr[:-1].copy()
-    for lo in range(0, len(rows), SLICE):
-        r = rows[lo : lo + SLICE]
+    for lo in range(0, len(rows), PIECE):
+        r = rows[lo : lo + PIECE]
         order = stable_argsort(np.ascontiguousarray(r), n)
         key = r[order]
-        indices[fill[key] + group_ranks(key)] = cols[lo : lo + SLICE][order]
+        indices[fill[key] + group_ranks(key)] = cols[lo : lo + PIECE][order]
         fill += np.bincount(r, minlength=n)
-        del order, key
-    ones = np.ones(len(indices), dtype=np.float32)  # exact: a weight is far below 2**24
-    adj = sp.csr_matrix((ones, indices, indptr), shape=(n, width))
-    adj.sum_duplicates()  # sorts every row's columns, then sums repeated pairs
-    return adj
+    return indptr, indices
 
 
 def build_local_graph(
@@ -145,19 +142,23 @@ def build_local_graph(
     rows, cols = pairs[:, 0], pairs[:, 1]
     rows -= lo
     seen = np.zeros(int(bounds[-1]), dtype=bool)  # the ghosts: the columns outside [lo, hi)
-    for a in range(0, len(cols), SLICE):
-        seen[cols[a : a + SLICE]] = True
+    for a in range(0, len(cols), PIECE):
+        seen[cols[a : a + PIECE]] = True
     seen[lo:hi] = False
     ghosts = np.flatnonzero(seen)
     del seen
     index = np.full(int(bounds[-1]), -1, dtype=cols.dtype)
     index[lo:hi] = np.arange(hi - lo, dtype=cols.dtype)
     index[ghosts] = (hi - lo) + np.arange(len(ghosts), dtype=cols.dtype)
-    for a in range(0, len(cols), SLICE):
-        cols[a : a + SLICE] = index[cols[a : a + SLICE]]
+    for a in range(0, len(cols), PIECE):
+        cols[a : a + PIECE] = index[cols[a : a + PIECE]]
     del index
-    adj = _csr(rows, cols, hi - lo, hi - lo + len(ghosts))
+    indptr, indices = _by_row(rows, cols, hi - lo)
     del pairs, rows, cols
+    ones = np.ones(len(indices), dtype=np.float32)  # exact: a weight is far below 2**24
+    adj = sp.csr_matrix((ones, indices, indptr), shape=(hi - lo, hi - lo + len(ghosts)))
+    del ones, indices, indptr
+    adj.sum_duplicates()  # sorts every row's columns, then sums repeated pairs
     requests = by_rank(owners(bounds, ghosts), comm.world, ghosts)
     send = [r[:, 0] - lo for r in comm.exchange(requests)]
     return LocalGraph(lo, hi, adj.indptr, adj.indices, adj.data, ghosts, send)
@@ -357,8 +358,8 @@ def _block_pairs(g: LocalGraph, block: np.ndarray, blocks: int) -> tuple[np.ndar
 
 
 def _row_slices(indptr: np.ndarray) -> list[tuple[int, int]]:
-    """Consecutive row ranges of about ``SLICE`` entries each (a row is never split)."""
-    cuts = np.searchsorted(indptr, np.arange(0, int(indptr[-1]), SLICE), side="right") - 1
+    """Consecutive row ranges of about ``PIECE`` entries each (a row is never split)."""
+    cuts = np.searchsorted(indptr, np.arange(0, int(indptr[-1]), PIECE), side="right") - 1
     cuts = np.unique(np.append(cuts, len(indptr) - 1))
     return list(zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True))
 
