@@ -6,6 +6,12 @@ collectives (``all_to_all_single``, ``all_reduce``, ``all_gather``, ``broadcast`
 pickle: arrays travel as raw bytes, and every rank knows the dtype and the trailing
 shape of what it receives. Every call waits at most the process group's timeout; a
 peer that died surfaces as a :class:`PeerLost` naming this rank and the collective.
+
+The large exchanges (edges, asks, feature rows) run in rounds of ``round_bytes`` a
+rank sends (:meth:`Comm.send_rows`): a round sorts one slice of rows by destination
+and sends that array itself, and the receiver puts what arrives where it belongs, so
+neither side ever holds all the rows in flight. The result is what one exchange of
+everything gives, row for row.
 """
 
 from __future__ import annotations

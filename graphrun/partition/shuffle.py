@@ -10,13 +10,19 @@ Rank ``r`` read the original nodes ``node_bounds[r] ..`` and edges ``edge_bounds
    their new ids from the nodes' owners (:meth:`Comm.fetch`); an edge belongs to the
    part of its destination and is numbered the same way.
 2. **Shuffle** (:func:`shuffle_share`): node ids, node feature rows, edges and edge
-   feature rows go to the rank of their part, ids in one exchange each, feature rows
-   in rounds of bounded bytes. Rows arrive in rank order, which is new id order inside
-   every (part, type) block. Ids travel as int32 where every id fits.
+   feature rows go to the rank of their part, each in rounds of bounded bytes
+   (:meth:`Comm.send_rows`). Rows arrive in rank order, which is new id order inside
+   every (part, type) block; feature rows are written to the part's files as they
+   arrive, and each round of edges is put in place by its new edge id. Ids travel
+   and are held as int32 where every id fits.
 3. **Structure** (:func:`local_structure`): rank ``p`` sorts its edges into the CSC of
-   its inner nodes; halo nodes are found hop by hop, and for ``halo_hops >= 2`` their
-   in-edges are asked of their owners (the same rows and order as the one-machine
-   writer).
+   its inner nodes (a stable counting sort by destination of the edges in id order);
+   halo nodes are found hop by hop, and for ``halo_hops >= 2`` their in-edges are
+   asked of their owners (the same rows and order as the one-machine writer).
+
+Every pass over E-long arrays takes a slice at a time (``PIECE`` entries), so a
+rank's peak is what it holds plus a slice, not a multiple of its edges:
+``benchmarks/README.md`` has the peaks per phase.
 4. **Write** (:func:`write_part`): ``part-p/`` in the format of
    :mod:`graphrun.partition.format`, plus this rank's id-mapping shards
    (``mapping/part-p/``).
