@@ -148,8 +148,8 @@ def measure_share(
     local_cut = 0
     for lo in range(0, len(rl.new_src), PIECE):
         src, dst = rl.new_src[lo : lo + PIECE], rl.new_dst[lo : lo + PIECE]
-        local_cut += np.count_nonzero(
-            owners(book.node_offsets, src) != owners(book.node_offsets, dst)
+        local_cut += int(
+            np.count_nonzero(owners(book.node_offsets, src) != owners(book.node_offsets, dst))
         )
     trains = np.bincount(part[train], minlength=book.num_parts) if train is not None else None
     sums = comm.allreduce_sum(

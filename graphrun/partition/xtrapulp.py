@@ -343,7 +343,8 @@ def _block_pairs(g: LocalGraph, block: np.ndarray, blocks: int) -> tuple[np.ndar
     """The pairs of different blocks (``block`` of every vertex, ghosts too) an edge
     joins, as sorted keys ``a * blocks + b``, and the edges' weight between them:
     summed a slice of rows at a time (the pairs are few, the edges many)."""
-    keys, weights = [np.zeros(0, np.int64)], [np.zeros(0)]
+    keys: list[np.ndarray] = [np.zeros(0, np.int64)]
+    weights: list[np.ndarray] = [np.zeros(0)]
     for r0, r1 in _row_slices(g.indptr):
         e0, e1 = int(g.indptr[r0]), int(g.indptr[r1])
         a = np.repeat(block[r0:r1], np.diff(g.indptr[r0 : r1 + 1]))
