@@ -24,7 +24,8 @@ the largest ``--parts``), runs ``graphrun partition --mode distributed`` on it (
 processes) and also ``graphrun partition --method metis`` with the same balance flags
 on the whole dataset; the row adds ``peak_rss_mb_per_rank`` (each rank's peak RSS),
 ``phases`` (the slowest rank's seconds per phase), ``phase_peak_mb`` (the largest
-rank's peak per phase), ``metis_edge_cut``,
+rank's peak per phase), ``phase_peak_mb_per_rank`` (every rank's peak per phase),
+``metis_edge_cut``,
 ``metis_seconds`` and ``cut_vs_metis``. ``peak_rss_mb`` is then the largest process.
 
 Without ``--dataset`` it first generates the community graph of ``graphrun generate
@@ -203,6 +204,9 @@ def _versus_metis(
         "phase_peak_mb": {
             name: max(r["phases"][name]["peak_rss_mb"] for r in ranks) for name in phases
         },
+        "phase_peak_mb_per_rank": [
+            {name: p["peak_rss_mb"] for name, p in r["phases"].items()} for r in ranks
+        ],
         "metis_edge_cut": metis["edge_cut"],
         "metis_seconds": metis["seconds"],
         "metis_peak_rss_mb": metis["peak_rss_mb"],

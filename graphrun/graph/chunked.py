@@ -54,7 +54,7 @@ from graphrun.graph.format import (
     load_npy,
     read_types,
 )
-from graphrun.graph.graph import Graph, _check_rows
+from graphrun.graph.graph import Graph, _check_rows, release
 from graphrun.names import CanonicalEtype, etype_key, parse_etype_key
 from graphrun.wire import Header, read_file, write_json
 
@@ -63,6 +63,7 @@ CHUNK_FORMAT = "graphrun-chunk"
 VERSION = 1
 META_FILE = "chunks.json"
 CHUNK_META = "chunk.json"
+CHECK_SLICE = 1 << 20  # endpoints checked at once
 
 
 class ChunksFile(GraphFields, kw_only=True):
@@ -387,14 +388,16 @@ def _check_endpoints(meta: ChunkedMeta, d: Path, c: int, src: np.ndarray, dst: n
         lo, hi = lo + int(eto[r]) - c, hi + int(eto[r]) - c  # positions in the chunk
         for end, arr, t in (("src", src, et[0]), ("dst", dst, et[2])):
             ti = meta.node_types.index(t)
-            seg = arr[lo:hi]
-            bad = (seg < nto[ti]) | (seg >= nto[ti + 1])
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                raise DatasetError(
-                    f"{d / (end + '.npy')}: row {lo + i} = {int(seg[i])} is not a {t!r} node "
-                    f"(edge type {etype_key(et)} needs ids in [{nto[ti]}, {nto[ti + 1]}))"
-                )
+            for at in range(lo, hi, CHECK_SLICE):  # a mapped file: one slice's pages held
+                seg = arr[at : min(hi, at + CHECK_SLICE)]
+                bad = (seg < nto[ti]) | (seg >= nto[ti + 1])
+                if bad.any():
+                    i = int(np.flatnonzero(bad)[0])
+                    raise DatasetError(
+                        f"{d / (end + '.npy')}: row {at + i} = {int(seg[i])} is not a {t!r} "
+                        f"node (edge type {etype_key(et)} needs ids in [{nto[ti]}, {nto[ti + 1]}))"
+                    )
+                release(arr)
 
 
 def read_chunks(meta: ChunkedMeta, chunks: Sequence[int], mmap: bool = True) -> Chunk:

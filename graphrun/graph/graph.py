@@ -318,6 +318,7 @@ def _check_finite(name: str, arr: np.ndarray, rows_per_chunk: int = 1 << 16) -> 
     for lo in range(0, arr.shape[0], rows_per_chunk):
         chunk = arr[lo : lo + rows_per_chunk]
         bad = ~np.isfinite(chunk)
+        release(arr)  # a mapped file: one slice's pages held, not the file's
         if bad.any():
             rows = np.flatnonzero(bad.reshape(len(chunk), -1).any(axis=1))
             total = sum(

@@ -32,6 +32,7 @@ the run with one line naming it (and its phase); the temporary directory is remo
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import multiprocessing as mp
 import os
@@ -55,11 +56,19 @@ from graphrun.errors import (
     UserError,
 )
 from graphrun.files import atomic_dir, commit_dir
-from graphrun.graph.chunked import check_chunks, load_chunked_meta, rank_chunks, read_chunks
+from graphrun.graph.chunked import (
+    Chunk,
+    ChunkedMeta,
+    check_chunks,
+    load_chunked_meta,
+    rank_chunks,
+    read_chunks,
+)
+from graphrun.graph.graph import release
 from graphrun.names import owners
 from graphrun.partition import balance, shuffle
-from graphrun.partition.arrays import unique_counts
-from graphrun.partition.comm import Comm, by_rank
+from graphrun.partition.arrays import pieces
+from graphrun.partition.comm import ROUND_BYTES, Comm, by_rank
 from graphrun.partition.format import (
     DistributedInfo,
     MappingLayout,
@@ -69,6 +78,7 @@ from graphrun.partition.format import (
     start_shared_output,
     write_config,
 )
+from graphrun.partition.npyout import concat_npy
 from graphrun.partition.peaks import Phases
 from graphrun.partition.quality import Quality, row_flags
 from graphrun.partition.rendezvous import join, parse_rendezvous, private_rendezvous
@@ -88,12 +98,17 @@ class DistOptions:
     tolerance: float = balance.DEFAULT_TOLERANCE
     seed: int = 0
     lp: LPOptions = field(default_factory=LPOptions)
+    round_bytes: int = ROUND_BYTES  # bytes a rank sends per round of the large exchanges
 
     def check(self) -> None:
         if not isinstance(self.halo_hops, int) or self.halo_hops < 0:
             raise ArgumentError(f"halo_hops: expected an integer >= 0, got {self.halo_hops!r}")
         if not math.isfinite(self.tolerance) or self.tolerance < 0:
             raise ArgumentError(f"tolerance: expected a finite number >= 0, got {self.tolerance}")
+        if not isinstance(self.round_bytes, int) or not 1 << 10 <= self.round_bytes <= 1 << 30:
+            raise ArgumentError(
+                f"round_bytes: expected an integer in [1 KiB, 1 GiB], got {self.round_bytes!r}"
+            )
         if self.lp.init not in INITS:
             raise ArgumentError(f"init: {self.lp.init!r} is not one of {', '.join(INITS)}")
 
@@ -122,9 +137,52 @@ def _train_mask(share: shuffle.Share) -> np.ndarray | None:
     return mask if found else None
 
 
+def _read_share(meta: ChunkedMeta, chunks: range, scratch: Path) -> Chunk:
+    """This rank's chunks as one :class:`Chunk` of memory-mapped arrays: one chunk's
+    files as they are, several concatenated into files under ``scratch`` (never
+    whole in memory: a rank's share is several times the memory it may use)."""
+    if len(chunks) == 1:
+        chunk = read_chunks(meta, chunks)
+        for arr in _arrays(chunk):  # read through to be checked: let go of the pages
+            release(arr)
+        return chunk
+    parts = [read_chunks(meta, range(k, k + 1)) for k in chunks]
+    scratch.mkdir()
+    files = itertools.count()
+
+    def cat(arrays: list[np.ndarray]) -> np.ndarray:
+        return concat_npy(scratch / f"{next(files)}.npy", arrays)
+
+    def group(kind: str) -> dict[str, dict[str, np.ndarray]]:
+        first: dict[str, dict[str, np.ndarray]] = getattr(parts[0], kind)
+        return {
+            t: {n: cat([getattr(p, kind)[t][n] for p in parts]) for n in names}
+            for t, names in first.items()
+        }
+
+    return Chunk(
+        nodes=(parts[0].nodes[0], parts[-1].nodes[1]),
+        edges=(parts[0].edges[0], parts[-1].edges[1]),
+        src=cat([p.src for p in parts]),
+        dst=cat([p.dst for p in parts]),
+        ndata=group("ndata"),
+        edata=group("edata"),
+        ids={t: cat([p.ids[t] for p in parts]) for t in parts[0].ids},
+    )
+
+
+def _arrays(chunk: Chunk) -> list[np.ndarray]:
+    feats = [a for kind in (chunk.ndata, chunk.edata) for g in kind.values() for a in g.values()]
+    return [chunk.src, chunk.dst, *feats, *chunk.ids.values()]
+
+
 def _in_degrees(comm: Comm, share: shuffle.Share) -> np.ndarray:
     """In-degree of every node of this share (its edges may be anywhere)."""
-    ids, counts = unique_counts(np.asarray(share.chunk.dst), share.meta.num_nodes)
+    counts = np.zeros(share.meta.num_nodes, dtype=np.int64)
+    for _, piece in pieces(share.chunk.dst):
+        counts += np.bincount(piece, minlength=len(counts))
+    ids = np.flatnonzero(counts)
+    counts = counts[ids]
     dest = owners(share.node_bounds, ids)
     got = np.concatenate(comm.exchange(by_rank(dest, comm.world, ids, counts)))
     a, b = share.chunk.nodes
@@ -166,6 +224,7 @@ def partition_rank(
     phase = clock.start
 
     phase("read")
+    scratch = tmp / f".share-{comm.rank}"  # removed before the last barrier, or with tmp
     meta = load_chunked_meta(dataset)
     world = comm.world
     if meta.num_chunks < world:
@@ -176,7 +235,7 @@ def partition_rank(
     firsts = [rank_chunks(meta.num_chunks, q, world).start for q in range(world)]
     share = shuffle.Share(
         meta,
-        read_chunks(meta, rank_chunks(meta.num_chunks, comm.rank, world)),
+        _read_share(meta, rank_chunks(meta.num_chunks, comm.rank, world), scratch),
         np.append(meta.node_bounds[firsts], meta.num_nodes),
         np.append(meta.edge_bounds[firsts], meta.num_edges),
     )
@@ -199,11 +258,12 @@ def partition_rank(
     quality = shuffle.measure_share(comm, rl, part, train)
     report.quality = quality.to_dict()
     phase("shuffle")
-    got = shuffle.shuffle_share(comm, share, rl, part)
+    got = shuffle.shuffle_share(comm, share, rl, part, tmp)
     share = replace(share, chunk=replace(share.chunk, ndata={}, edata={}))  # sent: let go
     structure = shuffle.local_structure(comm, rl.book, got, opts.halo_hops)
     phase("write")
     info = shuffle.write_part(tmp, comm, share, rl, got, structure)
+    shutil.rmtree(scratch, ignore_errors=True)  # before the output can be renamed
     counts = comm.allgather(np.array([info[k] for k in list(info)[1:]], dtype=np.int64))
     if comm.rank == 0:
         keys = list(info)[1:]
@@ -370,7 +430,7 @@ def _joined(
     load_chunked_meta(dataset)
     join(rdv, rank, parts, timeout)
     try:
-        yield Comm()
+        yield Comm(round_bytes=opts.round_bytes)
     finally:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()

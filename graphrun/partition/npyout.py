@@ -9,6 +9,7 @@ bytes as from ``np.save``.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -54,3 +55,25 @@ def save_rows(path: Path, arr: np.ndarray, rows: np.ndarray) -> None:
         out[i : i + step] = arr[rows[i : i + step]]
         release(arr)
         flushed(out)
+
+
+def concat_npy(path: Path, arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """``np.concatenate(arrays)`` written to ``path`` a slice at a time and mapped back
+    read-only: the rows of several memory-mapped files as one array that costs
+    memory only for the pages a reader touches."""
+    first = arrays[0]
+    shape = (sum(len(a) for a in arrays), *first.shape[1:])
+    out = open_npy(path, first.dtype, shape)
+    if not shape[0]:
+        return out
+    step = max(1, ROW_BYTES // max(first[:1].nbytes, 1))
+    at = 0
+    for arr in arrays:
+        for i in range(0, len(arr), step):
+            piece = arr[i : i + step]
+            out[at : at + len(piece)] = piece
+            at += len(piece)
+            release(arr)
+            flushed(out)
+    del out
+    return np.load(path, mmap_mode="r")

@@ -10,13 +10,19 @@ Rank ``r`` read the original nodes ``node_bounds[r] ..`` and edges ``edge_bounds
    their new ids from the nodes' owners (:meth:`Comm.fetch`); an edge belongs to the
    part of its destination and is numbered the same way.
 2. **Shuffle** (:func:`shuffle_share`): node ids, node feature rows, edges and edge
-   feature rows go to the rank of their part, ids in one exchange each, feature rows
-   in rounds of bounded bytes. Rows arrive in rank order, which is new id order inside
-   every (part, type) block. Ids travel as int32 where every id fits.
+   feature rows go to the rank of their part, each in rounds of bounded bytes
+   (:meth:`Comm.send_rows`). Rows arrive in rank order, which is new id order inside
+   every (part, type) block; feature rows are written to the part's files as they
+   arrive, and each round of edges is put in place by its new edge id. Ids travel
+   and are held as int32 where every id fits.
 3. **Structure** (:func:`local_structure`): rank ``p`` sorts its edges into the CSC of
-   its inner nodes; halo nodes are found hop by hop, and for ``halo_hops >= 2`` their
-   in-edges are asked of their owners (the same rows and order as the one-machine
-   writer).
+   its inner nodes (a stable counting sort by destination of the edges in id order);
+   halo nodes are found hop by hop, and for ``halo_hops >= 2`` their in-edges are
+   asked of their owners (the same rows and order as the one-machine writer).
+
+Every pass over E-long arrays takes a slice at a time (``PIECE`` entries), so a
+rank's peak is what it holds plus a slice, not a multiple of its edges:
+``benchmarks/README.md`` has the peaks per phase.
 4. **Write** (:func:`write_part`): ``part-p/`` in the format of
    :mod:`graphrun.partition.format`, plus this rank's id-mapping shards
    (``mapping/part-p/``).
@@ -24,19 +30,21 @@ Rank ``r`` read the original nodes ``node_bounds[r] ..`` and edges ``edge_bounds
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from graphrun.graph.chunked import Chunk, ChunkedMeta
 from graphrun.graph.graph import release
 from graphrun.names import etype_key, owners
-from graphrun.partition.arrays import stable_argsort, unique
+from graphrun.partition.arrays import group_ranks, pieces, stable_argsort, unique
 from graphrun.partition.book import PartitionBook
-from graphrun.partition.comm import Comm, by_rank, rank_order
+from graphrun.partition.comm import PIECE, Comm, by_rank, rank_order
 from graphrun.partition.format import MAPPING_DIR
+from graphrun.partition.npyout import flushed, open_npy
 from graphrun.partition.quality import Quality, max_over_mean
 
 
@@ -50,35 +58,37 @@ class Share:
     node_bounds: np.ndarray  # [world+1]
     edge_bounds: np.ndarray  # [world+1]
 
-    def node_types(self) -> np.ndarray:
-        """Type id of every node of this share."""
-        a, b = self.chunk.nodes
-        return owners(self.meta.node_type_offsets, np.arange(a, b))
-
-    def edge_types(self) -> np.ndarray:
-        c, e = self.chunk.edges
-        return owners(self.meta.edge_type_offsets, np.arange(c, e))
-
 
 def _number(
-    comm: Comm, part: np.ndarray, typ: np.ndarray, types: int, parts: int
+    comm: Comm,
+    n: int,
+    keys: Callable[[int, int], np.ndarray],
+    types: int,
+    parts: int,
+    dtype: type[np.signedinteger],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """New ids of items ordered by (part, type, rank, position), and the book's
-    ``offsets [P+1]`` and ``ranges [T, P+1]``."""
-    key = part * types + typ
-    counts = np.bincount(key, minlength=parts * types).reshape(parts, types)
-    every = comm.allgather(counts)  # [W, P, T]
+    """New ids (``dtype``) of ``n`` items ordered by (part, type, rank, position), and
+    the book's ``offsets [P+1]`` and ``ranges [T, P+1]``; ``keys(lo, hi)`` is ``part *
+    types + type`` of items ``lo .. hi-1``. Slice by slice: an item's id is its block's
+    start plus the items of its block before it, counted as the slices go."""
+    blocks = parts * types
+    counts = np.zeros(blocks, dtype=np.int64)
+    for lo in range(0, n, PIECE):
+        counts += np.bincount(keys(lo, min(lo + PIECE, n)), minlength=blocks)
+    every = comm.allgather(counts.reshape(parts, types))  # [W, P, T]
     total = every.sum(axis=0)
     offsets = np.concatenate([[0], np.cumsum(total.sum(axis=1))]).astype(np.int64)
     ranges = np.zeros((types, parts + 1), dtype=np.int64)
     np.cumsum(total.T, axis=1, out=ranges[:, 1:])
     start = offsets[:-1, None] + np.cumsum(total, axis=1) - total  # [P, T] block starts
-    start = (start + every[: comm.rank].sum(axis=0)).reshape(-1)
-    order = stable_argsort(key, parts * types)
-    sorted_key = key[order]
-    first = np.searchsorted(sorted_key, np.arange(parts * types))
-    new = np.empty(len(key), dtype=np.int64)
-    new[order] = start[sorted_key] + np.arange(len(key)) - first[sorted_key]
+    seen = (start + every[: comm.rank].sum(axis=0)).reshape(-1)
+    new = np.empty(n, dtype=dtype)
+    for lo in range(0, n, PIECE):
+        key = keys(lo, min(lo + PIECE, n))
+        order = stable_argsort(key, blocks)
+        sorted_key = key[order]
+        new[lo + order] = seen[sorted_key] + group_ranks(sorted_key)
+        seen += np.bincount(key, minlength=blocks)
     return new, offsets, ranges
 
 
@@ -99,18 +109,25 @@ def id_type(meta: ChunkedMeta) -> type[np.signedinteger]:
 
 def relabel_share(comm: Comm, share: Share, part: np.ndarray, parts: int) -> Relabelled:
     meta = share.meta
-    ntypes = share.node_types()
-    new_nids, noffsets, nranges = _number(comm, part, ntypes, len(meta.node_types), parts)
-    new_nids = new_nids.astype(id_type(meta))
-    del ntypes
-    # asked as int32 where ids fit: half the bytes of every ask sent and received
-    new_src = comm.fetch(share.node_bounds, share.chunk.src.astype(new_nids.dtype), new_nids)
-    new_dst = comm.fetch(share.node_bounds, share.chunk.dst.astype(new_nids.dtype), new_nids)
-    owner = owners(noffsets, new_dst)
-    new_eids, eoffsets, eranges = _number(
-        comm, owner, share.edge_types(), len(meta.edge_types), parts
-    )
-    new_eids = new_eids.astype(id_type(meta))
+    ids = id_type(meta)
+    a, b = share.chunk.nodes
+    c, e = share.chunk.edges
+    ntypes, etypes = len(meta.node_types), len(meta.edge_types)
+
+    def node_keys(lo: int, hi: int) -> np.ndarray:
+        typ = owners(meta.node_type_offsets, np.arange(a + lo, a + hi))
+        return part[lo:hi] * ntypes + typ
+
+    new_nids, noffsets, nranges = _number(comm, b - a, node_keys, ntypes, parts, ids)
+    # asked a round at a time (the endpoints may be memory-mapped), as int32 where ids fit
+    new_src = comm.fetch(share.node_bounds, share.chunk.src, new_nids)
+    new_dst = comm.fetch(share.node_bounds, share.chunk.dst, new_nids)
+
+    def edge_keys(lo: int, hi: int) -> np.ndarray:
+        typ = owners(meta.edge_type_offsets, np.arange(c + lo, c + hi))
+        return owners(noffsets, new_dst[lo:hi]) * etypes + typ
+
+    new_eids, eoffsets, eranges = _number(comm, e - c, edge_keys, etypes, parts, ids)
     book = PartitionBook(
         num_parts=parts,
         node_types=meta.node_types,
@@ -128,9 +145,12 @@ def measure_share(
 ) -> Quality:
     """Edge cut and balance over all ranks (as :func:`graphrun.partition.quality.measure`)."""
     book = rl.book
-    local_cut = np.count_nonzero(
-        owners(book.node_offsets, rl.new_src) != owners(book.node_offsets, rl.new_dst)
-    )
+    local_cut = 0
+    for lo in range(0, len(rl.new_src), PIECE):
+        src, dst = rl.new_src[lo : lo + PIECE], rl.new_dst[lo : lo + PIECE]
+        local_cut += int(
+            np.count_nonzero(owners(book.node_offsets, src) != owners(book.node_offsets, dst))
+        )
     trains = np.bincount(part[train], minlength=book.num_parts) if train is not None else None
     sums = comm.allreduce_sum(
         np.concatenate(
@@ -150,31 +170,29 @@ def measure_share(
 
 @dataclass(frozen=True, eq=False)
 class Received:
-    """What rank ``p`` holds after the shuffle: its owned nodes and their in-edges."""
+    """What rank ``p`` holds after the shuffle: its owned nodes and their in-edges (ids
+    int32 where they fit); the feature rows are in the part's files already."""
 
     orig_nids: np.ndarray  # original id of every owned node, by new id
     orig_eids: np.ndarray  # original id of every owned edge, by new id
-    edges: np.ndarray  # [e, 3] (dst, src, eid) new ids (int32 where they fit), CSC order
-    node_feats: dict[str, dict[str, np.ndarray]]
-    edge_feats: dict[str, dict[str, np.ndarray]]
+    indptr: np.ndarray  # [owned + 1]: the in-edges of every owned node
+    src: np.ndarray  # new source id of every in-edge, CSC order (destination, edge id)
+    eids: np.ndarray  # new id of every in-edge, CSC order
 
 
-ROUND_BYTES = 1 << 26  # feature bytes a rank sends in one round of an exchange
-
-
-def _send_rows(comm: Comm, dest: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``rows`` to rank ``dest`` (stable inside a destination); all received, in rank
-    order. In rounds of at most ``ROUND_BYTES`` sent, each round's rows gathered from
-    ``rows`` (memory-mapped: let go of after each) and placed in the result as they
-    arrive, so no sorted copy of the rows and no second copy of what arrives is held."""
+def _send_rows(comm: Comm, dest: np.ndarray, rows: np.ndarray, path: Path) -> None:
+    """``rows`` to rank ``dest`` (stable inside a destination); all received written to
+    ``path`` (``.npy``), in rank order. In rounds of at most ``comm.round_bytes`` sent,
+    each round's rows gathered from ``rows`` (memory-mapped: let go of after each) and
+    written as they arrive, so a round's rows are all a rank holds of them."""
     order, cuts = rank_order(dest, comm.world)
     counts = np.diff(cuts)
     every = comm.allgather(counts)  # [from, to]: the same rounds on every rank
     mine = every[:, comm.rank]
-    out = np.empty((int(mine.sum()), *rows.shape[1:]), dtype=rows.dtype)
+    out = open_npy(path, rows.dtype, (int(mine.sum()), *rows.shape[1:]))
     starts = np.cumsum(mine) - mine
     row_bytes = max(int(np.prod(rows.shape[1:], dtype=np.int64)) * rows.dtype.itemsize, 1)
-    step = max(1, ROUND_BYTES // (row_bytes * comm.world))
+    step = comm.step(row_bytes * comm.world)
     rounds = -(-int(every.max()) // step) if every.size else 0
     for k in range(max(rounds, 1)):  # one round at least: empty rows still meet
         lo, hi = np.minimum(k * step, counts), np.minimum((k + 1) * step, counts)
@@ -185,7 +203,7 @@ def _send_rows(comm: Comm, dest: np.ndarray, rows: np.ndarray) -> np.ndarray:
         for q, got in enumerate(comm.exchange(sends)):
             at = int(starts[q]) + k * step
             out[at : at + len(got)] = got
-    return out
+        flushed(out)
 
 
 def _send_features(
@@ -195,52 +213,104 @@ def _send_features(
     type_offsets: np.ndarray,
     keys: Sequence[str],
     data: dict[str, dict[str, np.ndarray]],
-) -> dict[str, dict[str, np.ndarray]]:
+    into: Path,
+) -> None:
     """Every feature row of the chunk's nodes (or edges) ``first .. first+len(dest)-1``
-    to rank ``dest[i]``; type ``keys[t]`` holds the global ids of ``type_offsets[t] ..
-    type_offsets[t+1]-1`` and its rows in ``data[keys[t]]``."""
+    to rank ``dest[i]``, written to ``into/KEY/NAME.npy``; type ``keys[t]`` holds the
+    global ids of ``type_offsets[t] .. type_offsets[t+1]-1`` and its rows in
+    ``data[keys[t]]``."""
     end = first + len(dest)
-    out = {}
     for t, key in enumerate(keys):
         lo, hi = max(first, int(type_offsets[t])), min(end, int(type_offsets[t + 1]))
         rows = dest[lo - first : max(lo, hi) - first]
-        out[key] = {name: _send_rows(comm, rows, arr) for name, arr in data[key].items()}
+        for name, arr in data[key].items():
+            (into / key).mkdir(parents=True, exist_ok=True)
+            _send_rows(comm, rows, arr, into / key / f"{name}.npy")
+
+
+def _receive_edges(comm: Comm, book: PartitionBook, rl: Relabelled, first: int) -> list[np.ndarray]:
+    """``[dst, src, orig]`` of every edge this rank's part owns, by new edge id: the
+    edges of every share sent to the part of their destination in rounds, each round
+    put in place as it arrives (no array of all the edge rows on either side)."""
+    ids = rl.new_dst.dtype
+    elo, ehi = book.owned_edges(comm.rank)
+    out = [np.empty(ehi - elo, dtype=ids) for _ in range(3)]
+
+    def piece(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        dst = rl.new_dst[lo:hi]
+        orig = np.arange(first + lo, first + hi, dtype=ids)
+        rows = np.stack([dst, rl.new_src[lo:hi], rl.new_eids[lo:hi], orig], axis=1)
+        return owners(book.node_offsets, dst), rows
+
+    def sink(q: int, rows: np.ndarray) -> None:
+        at = rows[:, 2] - elo
+        for col, arr in zip((0, 1, 3), out, strict=True):
+            arr[at] = rows[:, col]
+
+    comm.send_rows(len(rl.new_dst), piece, sink, 4 * np.dtype(ids).itemsize)
     return out
 
 
-def shuffle_share(comm: Comm, share: Share, rl: Relabelled, part: np.ndarray) -> Received:
+def _csc(dst: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """``indptr`` of the in-edges of nodes ``a .. b-1`` and the edges (positions in
+    ``dst``, which is in edge id order) in CSC order, by destination then edge id: a
+    stable counting sort, slice by slice."""
+    n = b - a
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    for lo in range(0, len(dst), PIECE):
+        indptr[1:] += np.bincount(dst[lo : lo + PIECE] - a, minlength=n)
+    np.cumsum(indptr, out=indptr)
+    fill = indptr[:-1].copy()
+    perm = np.empty(len(dst), dtype=dst.dtype)
+    for lo in range(0, len(dst), PIECE):
+        row = dst[lo : lo + PIECE] - a
+        order = stable_argsort(row, n)
+        key = row[order]
+        perm[fill[key] + group_ranks(key)] = lo + order
+        fill += np.bincount(row, minlength=n)
+    return indptr, perm
+
+
+def shuffle_share(
+    comm: Comm, share: Share, rl: Relabelled, part: np.ndarray, tmp: Path
+) -> Received:
+    """Nodes, edges and feature rows to their part's rank; the feature rows are written
+    to ``tmp/part-p/`` as they arrive."""
     meta, chunk, book = share.meta, share.chunk, rl.book
+    into = tmp / f"part-{comm.rank}"
+    into.mkdir()
     a, b = chunk.nodes
-    c, e = chunk.edges
+    c = chunk.edges[0]
     ids = rl.new_nids.dtype
     nodes = comm.exchange_rows(part, rl.new_nids, np.arange(a, b, dtype=ids))
     orig_nids = nodes[np.argsort(nodes[:, 0]), 1].astype(np.int64)
     del nodes
-    node_feats = _send_features(comm, part, a, meta.node_type_offsets, meta.node_types, chunk.ndata)
-    owner = owners(book.node_offsets, rl.new_dst)
-    orig = np.arange(c, e, dtype=ids)
-    edges = comm.exchange_rows(owner, rl.new_dst, rl.new_src, rl.new_eids, orig)
-    del orig
-    # sent: the endpoints are not read again, and the sort below is the shuffle's peak
+    _send_features(
+        comm, part, a, meta.node_type_offsets, meta.node_types, chunk.ndata, into / "node"
+    )
+    has_edata = any(chunk.edata.get(etype_key(et)) for et in meta.edge_types)
+    owner = owners(book.node_offsets, rl.new_dst) if has_edata else np.empty(0, np.int64)
+    dst, src, orig_eids = _receive_edges(comm, book, rl, c)
+    # sent: the endpoints are not read again
     rl.new_src = rl.new_dst = np.empty(0, dtype=np.int64)
-    elo = int(book.edge_offsets[comm.rank])
-    orig_eids = np.empty(len(edges), dtype=np.int64)
-    orig_eids[edges[:, 2] - elo] = edges[:, 3]
-    # CSC order: by destination, then edge id (one int64 key: both are small here)
-    span = int(book.edge_offsets[comm.rank + 1]) - elo + 1
-    key = (edges[:, 0] - book.node_offsets[comm.rank]).astype(np.int64) * span + (edges[:, 2] - elo)
-    edges = edges[np.argsort(key), :3]
-    del key
+    lo, hi = book.owned_nodes(comm.rank)
+    indptr, perm = _csc(dst, lo, hi)
+    del dst
+    src = src[perm]
+    eids = perm + np.asarray(book.edge_offsets[comm.rank], dtype=perm.dtype)
+    del perm
     ekeys = [etype_key(et) for et in meta.edge_types]
-    edge_feats = _send_features(comm, owner, c, meta.edge_type_offsets, ekeys, chunk.edata)
-    return Received(orig_nids, orig_eids, edges, node_feats, edge_feats)
+    if has_edata:
+        _send_features(comm, owner, c, meta.edge_type_offsets, ekeys, chunk.edata, into / "edge")
+    return Received(orig_nids, orig_eids, indptr, src, eids)
 
 
 @dataclass(frozen=True, eq=False)
 class Structure:
     nodes: np.ndarray
     indptr: np.ndarray
-    edges: np.ndarray  # [e_local, 3] (dst, src, eid) in CSC order
+    src: list[np.ndarray]  # the local edges' sources, CSC order: the inner ones, then hop by hop
+    eids: list[np.ndarray]  # and their ids
 
 
 def _segments(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -250,19 +320,25 @@ def _segments(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(starts - offs, counts)
 
 
+def _in_edges(got: Received, first: int, asked: np.ndarray) -> np.ndarray:
+    """``[e, 3]`` (dst, src, eid) in-edges of the owned nodes ``asked``, node by node."""
+    rows = asked - first
+    seg = _segments(got.indptr, rows)
+    dst = np.repeat(asked, got.indptr[rows + 1] - got.indptr[rows]).astype(got.src.dtype)
+    return np.stack([dst, got.src[seg], got.eids[seg]], axis=1)
+
+
 def local_structure(comm: Comm, book: PartitionBook, got: Received, halo_hops: int) -> Structure:
     """Inner nodes with their in-edges, then halo nodes hop by hop (collective: every
     rank runs the same ``halo_hops - 1`` in-edge requests)."""
     a, b = book.owned_nodes(comm.rank)
-    inner_ptr = np.zeros(b - a + 1, dtype=np.int64)
-    np.cumsum(np.bincount(got.edges[:, 0] - a, minlength=b - a), out=inner_ptr[1:])
     node_chunks = [np.arange(a, b, dtype=np.int64)]
-    count_chunks = [np.diff(inner_ptr)]
-    edge_chunks = [got.edges]
+    count_chunks = [np.diff(got.indptr)]
+    src, eids = [got.src], [got.eids]
     num_nodes = int(book.node_offsets[-1])
     seen = np.zeros(num_nodes, dtype=bool)
     seen[a:b] = True
-    frontier = got.edges[:, 1]
+    frontier = got.src
     for hop in range(1, halo_hops + 1):
         cand = unique(frontier, num_nodes)
         fresh = cand[~seen[cand]]
@@ -270,9 +346,9 @@ def local_structure(comm: Comm, book: PartitionBook, got: Received, halo_hops: i
         node_chunks.append(fresh)
         if hop < halo_hops:  # these halo rows carry their in-edges
             asks = comm.exchange(by_rank(owners(book.node_offsets, fresh), comm.world, fresh))
-            answers = [got.edges[_segments(inner_ptr, q[:, 0] - a)] for q in asks]
-            fetched = np.concatenate(comm.exchange(answers))
-            edge_chunks.append(fetched)
+            fetched = np.concatenate(comm.exchange([_in_edges(got, a, q[:, 0]) for q in asks]))
+            src.append(fetched[:, 1])
+            eids.append(fetched[:, 2])
             rows = np.searchsorted(fresh, fetched[:, 0])
             count_chunks.append(np.bincount(rows, minlength=len(fresh)))
             frontier = fetched[:, 1]
@@ -281,34 +357,41 @@ def local_structure(comm: Comm, book: PartitionBook, got: Received, halo_hops: i
     counts = np.concatenate(count_chunks)
     indptr = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
-    return Structure(np.concatenate(node_chunks), indptr, np.concatenate(edge_chunks))
+    return Structure(np.concatenate(node_chunks), indptr, src, eids)
+
+
+def _save(path: Path, chunks: list[np.ndarray], dtype: type = np.int64, fn: Any = None) -> None:
+    """The ``chunks`` one after another (each slice through ``fn``) to ``path`` as
+    ``dtype``, a slice at a time: no whole-length copy in memory."""
+    out = open_npy(path, np.dtype(dtype), (sum(len(c) for c in chunks),))
+    at = 0
+    for chunk in chunks:
+        for _, piece in pieces(chunk, PIECE):
+            out[at : at + len(piece)] = piece if fn is None else fn(piece)
+            at += len(piece)
+            flushed(out)
 
 
 def write_part(
     tmp: Path, comm: Comm, share: Share, rl: Relabelled, got: Received, st: Structure
 ) -> dict[str, int | str]:
-    """``tmp/part-p/`` and ``tmp/mapping/part-p/``; returns the ``parts[p]`` config entry."""
+    """``tmp/part-p/`` and ``tmp/mapping/part-p/``; returns the ``parts[p]`` config entry
+    (the feature rows are written by :func:`shuffle_share`)."""
     p, meta, book = comm.rank, share.meta, rl.book
     d = tmp / f"part-{p}"
-    d.mkdir()
     np.save(d / "nodes.npy", st.nodes)
     np.save(d / "indptr.npy", st.indptr)
-    np.save(d / "indices.npy", st.edges[:, 1].astype(np.int64))
-    np.save(d / "eids.npy", st.edges[:, 2].astype(np.int64))
+    _save(d / "indices.npy", st.src)
+    _save(d / "eids.npy", st.eids)
     if meta.is_hetero:
-        etypes = book.eid_to_per_type(st.edges[:, 2].astype(np.int64))[0]
-        np.save(d / "etypes.npy", etypes.astype(np.int32))
-    for kind, feats in (("node", got.node_feats), ("edge", got.edge_feats)):
-        for key, group in feats.items():
-            for name, arr in group.items():
-                (d / kind / key).mkdir(parents=True, exist_ok=True)
-                np.save(d / kind / key / f"{name}.npy", arr)
+        _save(d / "etypes.npy", st.eids, np.int32,
+              lambda x: book.eid_to_per_type(x.astype(np.int64))[0])  # fmt: skip
     m = tmp / MAPPING_DIR / f"part-{p}"
     m.mkdir(parents=True)
     np.save(m / "orig_nids.npy", got.orig_nids)
-    np.save(m / "orig_eids.npy", got.orig_eids)
+    _save(m / "orig_eids.npy", [got.orig_eids])
     np.save(m / "new_nids.npy", rl.new_nids.astype(np.int64))
-    np.save(m / "new_eids.npy", rl.new_eids.astype(np.int64))
+    _save(m / "new_eids.npy", [rl.new_eids])
     for ntype, ids in share.chunk.ids.items():
         (m / "ids").mkdir(exist_ok=True)
         np.save(m / "ids" / f"{ntype}.npy", np.ascontiguousarray(ids), allow_pickle=False)
@@ -319,5 +402,5 @@ def write_part(
         "num_inner_nodes": hi - lo,
         "num_local_nodes": len(st.nodes),
         "num_inner_edges": ehi - elo,
-        "num_local_edges": len(st.edges),
+        "num_local_edges": sum(len(x) for x in st.src),
     }

@@ -43,12 +43,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from graphrun.errors import ArgumentError
+from graphrun.graph.graph import release
 from graphrun.names import owners
 from graphrun.partition import balance
-from graphrun.partition.arrays import unique_inverse
-from graphrun.partition.comm import Comm, by_rank
+from graphrun.partition.arrays import group_ranks, stable_argsort
+from graphrun.partition.comm import PIECE, Comm, by_rank
 from graphrun.partition.kaminpar import kaminpar_assign
-from graphrun.partition.metis import symmetric_csr
 
 INITS = ("local", "hash", "block")
 
@@ -75,36 +75,90 @@ class LocalGraph:
     def n(self) -> int:
         return self.hi - self.lo
 
-    def rows(self) -> np.ndarray:
-        return np.repeat(np.arange(self.n, dtype=np.int64), np.diff(self.indptr))
+
+def _ends(src: np.ndarray, dst: np.ndarray, lo: int, hi: int, ids: type) -> tuple[np.ndarray, ...]:
+    """Edges ``lo .. hi-1`` (``src``/``dst`` may be memory-mapped: let go of after the
+    slice) as ``ids``, self loops dropped."""
+    s, d = np.asarray(src[lo:hi]), np.asarray(dst[lo:hi])
+    release(src)
+    release(dst)
+    keep = s != d
+    return s[keep].astype(ids), d[keep].astype(ids)
+
+
+def _pairs(comm: Comm, bounds: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """``[m, 2]`` (mine, other): every edge of this rank's chunk sent to the owners of
+    both ends, in rounds (:meth:`Comm.send_rows`), into one array: the edges received
+    as out-edges, then as in-edges, each in rank order."""
+    ids = np.int32 if int(bounds[-1]) < 1 << 31 else np.int64  # half the rows sent and held
+    n, step = len(src), comm.step(2 * np.dtype(ids).itemsize)
+    sent = np.zeros((2, comm.world), dtype=np.int64)
+    for lo in range(0, n, step):
+        for j, end in enumerate(_ends(src, dst, lo, lo + step, ids)):
+            sent[j] += np.bincount(owners(bounds, end), minlength=comm.world)
+    got = comm.allgather(sent)[:, :, comm.rank]  # [from, out/in]
+    at = np.concatenate([[0], np.cumsum(got.T.reshape(-1))[:-1]]).reshape(2, -1)
+    pairs = np.empty((int(got.sum()), 2), dtype=ids)
+    for j in range(2):  # out-edges (src, dst) to src's owner, then (dst, src) to dst's
+
+        def piece(lo: int, hi: int, j: int = j) -> tuple[np.ndarray, np.ndarray]:
+            ends = _ends(src, dst, lo, hi, ids)
+            mine, other = ends[j], ends[1 - j]
+            return owners(bounds, mine), np.stack([mine, other], axis=1)
+
+        def sink(q: int, rows: np.ndarray, j: int = j) -> None:
+            pairs[at[j, q] : at[j, q] + len(rows)] = rows
+            at[j, q] += len(rows)
+
+        comm.send_rows(n, piece, sink, 2 * np.dtype(ids).itemsize)
+    return pairs
+
+
+def _by_row(rows: np.ndarray, cols: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(indptr, indices)``: the pairs' columns grouped by row (a counting sort, slice by
+    slice; ``rows``/``cols`` may be strided views: no full-length copy of them)."""
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    for lo in range(0, len(rows), PIECE):
+        indptr[1:] += np.bincount(rows[lo : lo + PIECE], minlength=n)
+    np.cumsum(indptr, out=indptr)
+    indices = np.empty(len(rows), dtype=cols.dtype)
+    fill = indptr[:-1].copy()
+    for lo in range(0, len(rows), PIECE):
+        r = rows[lo : lo + PIECE]
+        order = stable_argsort(np.ascontiguousarray(r), n)
+        key = r[order]
+        indices[fill[key] + group_ranks(key)] = cols[lo : lo + PIECE][order]
+        fill += np.bincount(r, minlength=n)
+    return indptr, indices
 
 
 def build_local_graph(
     comm: Comm, bounds: np.ndarray, src: np.ndarray, dst: np.ndarray
 ) -> LocalGraph:
-    """Send every edge of this rank's chunk to the owners of both ends; build the rest."""
+    """Send every edge of this rank's chunk to the owners of both ends; build the rest.
+    ``src``/``dst`` may be memory-mapped (read a round at a time)."""
     lo, hi = int(bounds[comm.rank]), int(bounds[comm.rank + 1])
-    keep = src != dst
-    if not keep.all():
-        src, dst = src[keep], dst[keep]
-    del keep
-    ids = np.int32 if int(bounds[-1]) < 1 << 31 else np.int64  # half the rows sent and held
-    src, dst = src.astype(ids, copy=False), dst.astype(ids, copy=False)
-    out_edges = comm.exchange_rows(owners(bounds, src), src, dst)  # (mine, other)
-    in_edges = comm.exchange_rows(owners(bounds, dst), dst, src)
-    rows = np.concatenate([out_edges[:, 0], in_edges[:, 0]])
+    pairs = _pairs(comm, bounds, src, dst)
+    rows, cols = pairs[:, 0], pairs[:, 1]
     rows -= lo
-    cols = np.concatenate([out_edges[:, 1], in_edges[:, 1]])
-    del out_edges, in_edges
-    outside = (cols < lo) | (cols >= hi)
-    ghosts, inverse = unique_inverse(cols[outside], int(bounds[-1]))
-    cols -= lo
-    cols[outside] = (hi - lo) + inverse
-    del outside, inverse
-    shape = (hi - lo, hi - lo + len(ghosts))
-    ones = np.ones(len(rows), dtype=np.float32)  # exact: a weight is far below 2**24
-    adj = sp.coo_matrix((ones, (rows, cols)), shape=shape).tocsr()  # sums repeated pairs
-    del rows, cols, ones
+    seen = np.zeros(int(bounds[-1]), dtype=bool)  # the ghosts: the columns outside [lo, hi)
+    for a in range(0, len(cols), PIECE):
+        seen[cols[a : a + PIECE]] = True
+    seen[lo:hi] = False
+    ghosts = np.flatnonzero(seen)
+    del seen
+    index = np.full(int(bounds[-1]), -1, dtype=cols.dtype)
+    index[lo:hi] = np.arange(hi - lo, dtype=cols.dtype)
+    index[ghosts] = (hi - lo) + np.arange(len(ghosts), dtype=cols.dtype)
+    for a in range(0, len(cols), PIECE):
+        cols[a : a + PIECE] = index[cols[a : a + PIECE]]
+    del index
+    indptr, indices = _by_row(rows, cols, hi - lo)
+    del pairs, rows, cols
+    ones = np.ones(len(indices), dtype=np.float32)  # exact: a weight is far below 2**24
+    adj = sp.csr_matrix((ones, indices, indptr), shape=(hi - lo, hi - lo + len(ghosts)))
+    del ones, indices, indptr
+    adj.sum_duplicates()  # sorts every row's columns, then sums repeated pairs
     requests = by_rank(owners(bounds, ghosts), comm.world, ghosts)
     send = [r[:, 0] - lo for r in comm.exchange(requests)]
     return LocalGraph(lo, hi, adj.indptr, adj.indices, adj.data, ghosts, send)
@@ -285,14 +339,42 @@ def block_init(lo: int, hi: int, num_nodes: int, parts: int) -> np.ndarray:
     return (np.arange(lo, hi, dtype=np.int64) * parts) // max(num_nodes, 1)
 
 
+def _block_pairs(g: LocalGraph, block: np.ndarray, blocks: int) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs of different blocks (``block`` of every vertex, ghosts too) an edge
+    joins, as sorted keys ``a * blocks + b``, and the edges' weight between them:
+    summed a slice of rows at a time (the pairs are few, the edges many)."""
+    keys: list[np.ndarray] = [np.zeros(0, np.int64)]
+    weights: list[np.ndarray] = [np.zeros(0)]
+    for r0, r1 in _row_slices(g.indptr):
+        e0, e1 = int(g.indptr[r0]), int(g.indptr[r1])
+        a = np.repeat(block[r0:r1], np.diff(g.indptr[r0 : r1 + 1]))
+        b = block[g.cols[e0:e1]]
+        cross = a != b
+        key, first = np.unique(a[cross] * blocks + b[cross], return_inverse=True)
+        keys.append(key)
+        weights.append(np.bincount(first.reshape(-1), weights=g.weights[e0:e1][cross]))
+    key, first = np.unique(np.concatenate(keys), return_inverse=True)
+    weight = np.bincount(first.reshape(-1), weights=np.concatenate(weights), minlength=len(key))
+    return key, weight.astype(np.int64)
+
+
+def _row_slices(indptr: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive row ranges of about ``PIECE`` entries each (a row is never split)."""
+    cuts = np.searchsorted(indptr, np.arange(0, int(indptr[-1]), PIECE), side="right") - 1
+    cuts = np.unique(np.append(cuts, len(indptr) - 1))
+    return list(zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True))
+
+
 def local_init(prop: Propagation, blocks: int, seed: int, threads: int = 0) -> np.ndarray:
     """Cut this rank's induced subgraph into ``blocks`` with KaMinPar on ``threads`` cores
     (0: all), partition the graph of all ranks' blocks on rank 0 with METIS, broadcast
     the blocks' parts."""
     comm, g, parts = prop.comm, prop.g, prop.parts
-    inner = g.cols < g.n
-    rows = g.rows()
-    xadj, adjncy = symmetric_csr(rows[inner], g.cols[inner].astype(np.int64), g.n)
+    # the induced subgraph: the owned columns of the symmetric, sorted adjacency
+    inner = sp.csr_matrix((g.weights, g.cols, g.indptr), shape=(g.n, g.n + len(g.ghosts)))
+    inner = inner[:, : g.n]
+    xadj, adjncy = inner.indptr.astype(np.int64), inner.indices
+    del inner
     nb = max(1, min(blocks, g.n))
     if nb > 1:
         block = kaminpar_assign(xadj, adjncy, nb, seed=seed, threads=threads or None)
@@ -302,13 +384,7 @@ def local_init(prop: Propagation, blocks: int, seed: int, threads: int = 0) -> n
     first = comm.allgather(np.array([nb], dtype=np.int64))[:, 0]
     offsets = np.concatenate([[0], np.cumsum(first)])
     prop.set_owned(block + offsets[comm.rank])  # global block ids, ghosts' too
-    gb = prop.labels
-    a, b = gb[rows], gb[g.cols]
-    cross = a != b
-    key = a[cross] * offsets[-1] + b[cross]
-    key, first = unique_inverse(key, int(offsets[-1]) ** 2)
-    weight = np.bincount(first, weights=g.weights[cross]).astype(np.int64)
-    del a, b, cross, first
+    key, weight = _block_pairs(g, prop.labels, int(offsets[-1]))
     edges = np.stack([key // offsets[-1], key % offsets[-1], weight], axis=1)
     load = np.zeros((nb, prop.crit.shape[1]))
     np.add.at(load, block, prop.crit)

@@ -38,5 +38,9 @@ def test_bench_partition_distributed_reports_every_rank(
     assert set(row["phases"]) == {"read", "graph", "assign", "relabel", "shuffle", "write"}
     assert list(row["phase_peak_mb"]) == list(row["phases"])
     assert max(row["phase_peak_mb"].values()) == max(row["peak_rss_mb_per_rank"])
+    per_rank = row["phase_peak_mb_per_rank"]
+    assert [max(r.values()) for r in per_rank] == row["peak_rss_mb_per_rank"]
+    for name, peak in row["phase_peak_mb"].items():
+        assert peak == max(r[name] for r in per_rank) > 0
     assert 0 < row["metis_edge_cut"] < 1
     assert row["cut_vs_metis"] == pytest.approx(row["edge_cut"] / row["metis_edge_cut"], 1e-3)

@@ -153,3 +153,30 @@ def test_import_writes_chunks_with_raw_ids(tmp_path: Path) -> None:
     assert raw.keys() == ref.id_maps.keys()
     for ntype, ids in ref.id_maps.items():
         assert np.array_equal(raw[ntype], ids)
+
+
+def test_reading_a_chunk_checks_it_a_slice_at_a_time(tmp_path: Path) -> None:
+    # the checks read every endpoint and feature of a mapped chunk (64 MiB of endpoints,
+    # 32 MiB of features here): they must not leave it all resident
+    from graphrun.graph import Graph
+    from graphrun.partition.peaks import Phases
+
+    n, m = 1 << 17, 1 << 22
+    rng = np.random.default_rng(0)
+    g = Graph(
+        num_nodes=n,
+        src=rng.integers(0, n, m),
+        dst=rng.integers(0, n, m),
+        ndata={"_N": {"feat": rng.random((n, 64), dtype=np.float32)}},
+    )
+    save_chunked(g, tmp_path / "c", 1)
+    del g
+    meta = load_chunked_meta(tmp_path / "c")
+    clock = Phases()
+    with open("/proc/self/status") as f:
+        rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+    clock.start("read")
+    chunk = read_chunks(meta, [0])
+    clock.start("")
+    assert chunk.src.shape == (m,) and chunk.ndata["_N"]["feat"].shape == (n, 64)
+    assert clock.per_phase and clock.phases["read"]["peak_rss_mb"] - rss < 48

@@ -85,6 +85,27 @@ def test_sharded_mapping_problems_name_the_file_and_field(
         load_id_mapping(bad)
 
 
+def same_files(a: Path, b: Path) -> None:
+    """The partitions ``a`` and ``b`` have the same files, byte for byte."""
+    names = sorted(str(f.relative_to(a)) for f in a.rglob("*") if f.is_file())
+    assert names == sorted(str(f.relative_to(b)) for f in b.rglob("*") if f.is_file())
+    for name in names:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def test_exchanges_in_small_rounds_write_the_same_partition(
+    homo: tuple[Graph, Path], tmp_path: Path
+) -> None:
+    # 1 KiB rounds: every large exchange (edges, asks, feature rows) takes many rounds
+    _, out = homo
+    lp = LPOptions(threads=1)
+    opts = DistOptions(
+        halo_hops=2, balance_train=True, balance_edges=True, seed=3, lp=lp, round_bytes=1024
+    )
+    run_local(out.parent / "chunks", tmp_path / "parts", 3, opts, timeout=60)
+    same_files(out, tmp_path / "parts")
+
+
 def test_partition_beats_random_on_communities(homo: tuple[Graph, Path]) -> None:
     g, out = homo
     random_cut = measure(g, np.random.default_rng(0).integers(0, 3, g.num_nodes), 3).edge_cut
@@ -176,6 +197,7 @@ def test_bad_options_are_refused_before_any_rank_starts(tmp_path: Path) -> None:
     for opts, match in (
         (DistOptions(halo_hops=-1), "halo_hops"),
         (DistOptions(lp=LPOptions(init="spectral")), "init: 'spectral'"),
+        (DistOptions(round_bytes=10), "round_bytes"),
     ):
         with pytest.raises(ArgumentError, match=match):
             run_local(tmp_path / "chunks", tmp_path / "parts", 2, opts)
