@@ -21,12 +21,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from graphrun.errors import ProtocolError
+
 MAX_ANSWER = 64 << 20  # bytes of one answer at most
 MAX_HEAD = 64 << 10  # bytes of one answer's status line and headers at most
-
-
-class AnswerError(Exception):
-    """An answer that is not HTTP/1.1 as the endpoint writes it."""
 
 
 @dataclass
@@ -62,18 +60,18 @@ async def read_answer(reader: asyncio.StreamReader) -> int:
     """The status of one answer, its body read and dropped."""
     head = await reader.readuntil(b"\r\n\r\n")
     if len(head) > MAX_HEAD:
-        raise AnswerError(f"a head of {len(head)} bytes")
+        raise ProtocolError(f"a head of {len(head)} bytes")
     lines = head.split(b"\r\n")
     parts = lines[0].split(b" ", 2)
     if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-        raise AnswerError(f"status line {lines[0][:80]!r}")
+        raise ProtocolError(f"status line {lines[0][:80]!r}")
     length = None
     for line in lines[1:]:
         name, _, value = line.partition(b":")
         if name.strip().lower() == b"content-length":
             length = int(value.strip())
     if length is None or not 0 <= length <= MAX_ANSWER:
-        raise AnswerError(f"Content-Length {length}")
+        raise ProtocolError(f"Content-Length {length}")
     await reader.readexactly(length)
     return int(parts[1])
 
@@ -102,7 +100,7 @@ async def drive(
                     load.latencies.append(time.perf_counter() - t0)
                 else:
                     load.errors += 1
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, AnswerError):
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ProtocolError):
             load.errors += 1
         finally:
             writer.close()
