@@ -19,22 +19,12 @@ from graphrun.store.client import ClientConfig, KVClient
 from graphrun.store.live_client import route
 from graphrun.store.server import ServerConfig
 from graphrun.testing.store import make_partition_dir, store_threads
-
-FEAT = "node/_N/feat"
-SAMPLING = ("graphrun.sampling.server:register",)
+from tests.store.test_live_store import FEAT, SAMPLING, hetero_store, node_rows
 
 
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory) -> Path:
     return make_partition_dir(tmp_path_factory.mktemp("compact") / "parts", 2)[1]
-
-
-def node_rows(c: KVClient, n: int, value: float) -> dict[str, np.ndarray]:
-    out = {}
-    for t in c.list_tensors():
-        if t.name.startswith("node/_N/"):
-            out[t.name.rsplit("/", 1)[1]] = np.full((n, *t.row_shape), value, t.dtype)
-    return out
 
 
 def write_batches(c: KVClient, parts: Path, first: int, count: int) -> list[int]:
@@ -219,41 +209,37 @@ def test_an_old_delta_is_compacted_without_being_asked(parts, monkeypatch):
 
 
 def test_a_heterograph_reads_the_same_typed_edges_and_edge_rows_after_compaction(tmp_path):
-    _, hparts = make_partition_dir(tmp_path / "parts", 2, hetero=True)
-    cfg = ServerConfig(hparts, 0, extensions=SAMPLING)
-    with store_threads(cfg, 2) as threads:
-        c = KVClient(ClientConfig([t.address for t in threads], job="w", timeout=20))
-        with c:
-            book = c.book
-            w = GraphWriter(c)
-            paper = book.to_homo("paper", np.asarray([0, 1, 2]))
-            w.add_nodes("author", [10**9], {"feat": np.ones((1, 4), np.float32)})
-            orig_p0 = load_id_mapping(hparts).orig_nids[paper[0]]
-            w.add_edges("writes", [10**9], [orig_p0], orig=True)
-            w.add_edges("cites", paper[1:2], paper[2:3], {"weight": np.asarray([0.5], np.float32)})
-            w.commit()
-            c.follow()
-            fan = [5] * len(book.edge_types)
+    with hetero_store(tmp_path) as (c, hparts):
+        book = c.book
+        w = GraphWriter(c)
+        paper = book.to_homo("paper", np.asarray([0, 1, 2]))
+        w.add_nodes("author", [10**9], {"feat": np.ones((1, 4), np.float32)})
+        orig_p0 = load_id_mapping(hparts).orig_nids[paper[0]]
+        w.add_edges("writes", [10**9], [orig_p0], orig=True)
+        w.add_edges("cites", paper[1:2], paper[2:3], {"weight": np.asarray([0.5], np.float32)})
+        w.commit()
+        c.follow()
+        fan = [5] * len(book.edge_types)
 
-            def reads() -> list[np.ndarray]:
-                view = c.live
-                assert view is not None
-                _, part, _ = route(view, book.node_offsets, view.num_nodes, view.node_owner,
-                                   paper, "s")  # fmt: skip
-                out = []
-                for p in np.unique(part).tolist():
-                    m = c.session.call(p, "sample_neighbors", {"fanout": fan, "seed": 1},
-                                       tensors=(paper[part == p],))  # fmt: skip
-                    out += [np.asarray(t) for t in m.tensors]
-                new_e = out[2][out[2] >= book.num_edges]
-                out.append(c.pull("edge/paper:cites:paper/weight", new_e[-1:]).copy())
-                out.append(c.pull("node/author/feat", w.lookup([10**9])).copy())
-                return out
+        def reads() -> list[np.ndarray]:
+            view = c.live
+            assert view is not None
+            _, part, _ = route(view, book.node_offsets, view.num_nodes, view.node_owner,
+                               paper, "s")  # fmt: skip
+            out = []
+            for p in np.unique(part).tolist():
+                m = c.session.call(p, "sample_neighbors", {"fanout": fan, "seed": 1},
+                                   tensors=(paper[part == p],))  # fmt: skip
+                out += [np.asarray(t) for t in m.tensors]
+            new_e = out[2][out[2] >= book.num_edges]
+            out.append(c.pull("edge/paper:cites:paper/weight", new_e[-1:]).copy())
+            out.append(c.pull("node/author/feat", w.lookup([10**9])).copy())
+            return out
 
-            before = reads()
-            stats = [compact(c, p) for p in (0, 1)]  # a partition without pieces: none
-            assert sum(s["compactions"] for s in stats) >= 1 and not any(s["error"] for s in stats)
-            assert same(reads(), before)
+        before = reads()
+        stats = [compact(c, p) for p in (0, 1)]  # a partition without pieces: none
+        assert sum(s["compactions"] for s in stats) >= 1 and not any(s["error"] for s in stats)
+        assert same(reads(), before)
 
 
 def test_the_sequencer_replays_from_a_snapshot_taken_before_records_it_follows(tmp_path):

@@ -4,6 +4,7 @@ reads at a version, bad writes and the delta bound (issue 42)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +69,18 @@ def node_rows(c: KVClient, n: int, value: float) -> dict[str, np.ndarray]:
         if t.name.startswith("node/_N/"):
             out[t.name.rsplit("/", 1)[1]] = np.full((n, *t.row_shape), value, t.dtype)
     return out
+
+
+@contextmanager
+def hetero_store(tmp_path: Path) -> Iterator[tuple[KVClient, Path]]:
+    """A heterograph's two partitions served (no keys), a client of it, and the
+    partition directory."""
+    _, hparts = make_partition_dir(tmp_path / "parts", 2, hetero=True)
+    cfg = ServerConfig(hparts, 0, extensions=SAMPLING)
+    with store_threads(cfg, 2) as threads:
+        c = KVClient(ClientConfig([t.address for t in threads], job="w", timeout=20))
+        with c:
+            yield c, hparts
 
 
 def in_edges(c: KVClient, seeds: np.ndarray) -> list[set[int]]:
@@ -292,34 +305,30 @@ def test_a_read_settles_a_piece_whose_commit_has_not_arrived(store):
 
 
 def test_a_heterograph_takes_typed_nodes_and_edges_with_edge_features(tmp_path):
-    _, hparts = make_partition_dir(tmp_path / "parts", 2, hetero=True)
-    cfg = ServerConfig(hparts, 0, extensions=SAMPLING)
-    with store_threads(cfg, 2) as threads:
-        c = KVClient(ClientConfig([t.address for t in threads], job="w", timeout=20))
-        with c:
-            book = c.book
-            w = GraphWriter(c)
-            paper = book.to_homo("paper", np.asarray([0, 1, 2]))
-            with pytest.raises(ArgumentError, match="features: edge type paper:cites:paper has"):
-                w.add_edges("cites", paper[1:2], paper[2:3])
-            w.add_nodes("author", [10**9], {"feat": np.ones((1, 4), np.float32)})
-            orig_p0 = load_id_mapping(hparts).orig_nids[paper[0]]
-            w.add_edges("writes", [10**9], [orig_p0], orig=True)
-            w.add_edges("cites", paper[1:2], paper[2:3], {"weight": np.asarray([0.5], np.float32)})
-            v = w.commit()
-            bad = GraphWriter(c)
-            bad.add_edges("writes", paper[1:2], paper[2:3])  # a paper cannot write
-            with pytest.raises(ArgumentError, match="has node type 'paper', its edge type needs"):
-                bad.commit()
-            c.follow()
-            assert c.version == v
-            new_e = [e for e in in_edges(c, paper[2:3])[0] if e >= book.num_edges]
-            assert len(new_e) == 1
-            got = c.pull("edge/paper:cites:paper/weight", np.asarray(new_e))
-            assert got.tolist() == [0.5]
-            author = int(w.lookup([10**9])[0])
-            assert c.pull("node/author/feat", [author]).tolist() == [[1.0] * 4]
-            assert any(e >= book.num_edges for e in in_edges(c, paper[:1])[0])
+    with hetero_store(tmp_path) as (c, hparts):
+        book = c.book
+        w = GraphWriter(c)
+        paper = book.to_homo("paper", np.asarray([0, 1, 2]))
+        with pytest.raises(ArgumentError, match="features: edge type paper:cites:paper has"):
+            w.add_edges("cites", paper[1:2], paper[2:3])
+        w.add_nodes("author", [10**9], {"feat": np.ones((1, 4), np.float32)})
+        orig_p0 = load_id_mapping(hparts).orig_nids[paper[0]]
+        w.add_edges("writes", [10**9], [orig_p0], orig=True)
+        w.add_edges("cites", paper[1:2], paper[2:3], {"weight": np.asarray([0.5], np.float32)})
+        v = w.commit()
+        bad = GraphWriter(c)
+        bad.add_edges("writes", paper[1:2], paper[2:3])  # a paper cannot write
+        with pytest.raises(ArgumentError, match="has node type 'paper', its edge type needs"):
+            bad.commit()
+        c.follow()
+        assert c.version == v
+        new_e = [e for e in in_edges(c, paper[2:3])[0] if e >= book.num_edges]
+        assert len(new_e) == 1
+        got = c.pull("edge/paper:cites:paper/weight", np.asarray(new_e))
+        assert got.tolist() == [0.5]
+        author = int(w.lookup([10**9])[0])
+        assert c.pull("node/author/feat", [author]).tolist() == [[1.0] * 4]
+        assert any(e >= book.num_edges for e in in_edges(c, paper[:1])[0])
 
 
 def test_a_client_that_does_not_follow_reads_the_base_graph(store):
