@@ -3,6 +3,11 @@ a live graph equals a full pass at the head, and recomputes fewer nodes than all
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -64,77 +69,80 @@ def states(client, layers: int, n: int, grown: np.ndarray) -> dict[str, torch.Te
     return {w: st.read(w, ids) for w in [*layer_tables(layers), "predictions"]}
 
 
-def test_a_refresh_equals_a_full_pass_at_the_head(tmp_path):
-    _, parts = make_partition_dir(tmp_path / "parts", 2, num_nodes=NODES, num_edges=EDGES)
-    torch.manual_seed(0)
-    model = SAGE(8, 16, 4, 2, 0.5, "csr", "fp32").eval()
+@contextmanager
+def graph_served(
+    parts_dir: Path, **graph: Any
+) -> Iterator[tuple[list[str], Path, Any, DistGraphData]]:
+    """A graph's two partitions served with the sampling ops, and a job's view of it:
+    ``(addresses, partition dir, context, data)``."""
+    _, parts = make_partition_dir(parts_dir, 2, **graph)
     cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
     with store_threads(cfg, 2) as threads:
         addresses = [t.address for t in threads]
         with initialize(addresses, job="emb", heartbeat_interval=0) as ctx:
-            data = DistGraphData(DistGraph(ctx), 0, 1)
-            assert full(model, data, "_N", "feat", 1024)["version"] == 0
-            write(addresses, parts)
-            got = refresh(model, data, "_N", "feat", 1024)
-            assert got["since"] == 0 and got["version"] == 1
-            assert got["nodes"] == NODES + 5
-            a1, a2 = got["per_layer"]
-            assert a1 > 900  # the 1,000 edges' destinations and more
-            assert a1 < a2 < 0.5 * got["nodes"]
-            # the last layer: only the rewired nodes (D and the new ones) over their
-            # in-neighbourhoods, the rest of A_2 by the linear update
-            r1, r2 = got["recomputed_per_layer"]
-            assert r1 == a1 == got["recomputed"] and r2 < a1
-            assert got["updated"] == a2 - r2
-            grown = ctx.client.live_nodes()[0]
-            first = states(ctx.client, 2, NODES, grown)
-            more(addresses, parts)  # a second refresh starts from updated (not recomputed) rows
-            again = refresh(model, data, "_N", "feat", 1024)
-            assert again["since"] == 1 and again["version"] == 2 and again["updated"] > 0
-            second = states(ctx.client, 2, NODES, grown)
-            # nothing changed since: a refresh recomputes nothing
-            idle = refresh(model, data, "_N", "feat", 1024)
-            assert idle["recomputed"] == idle["updated"] == 0 and idle["since"] == 2
-            for v, fresh in ((2, second), (1, first)):
-                assert full(model, data, "_N", "feat", 1024, version=v)["recomputed"] == NODES + 5
-                whole = states(ctx.client, 2, NODES, grown)
-                for what, rows in whole.items():
-                    torch.testing.assert_close(fresh[what], rows, atol=1e-5, rtol=0,
-                                               msg=f"{what} at {v}")  # fmt: skip
+            yield addresses, parts, ctx, DistGraphData(DistGraph(ctx), 0, 1)
+
+
+def test_a_refresh_equals_a_full_pass_at_the_head(tmp_path):
+    torch.manual_seed(0)
+    model = SAGE(8, 16, 4, 2, 0.5, "csr", "fp32").eval()
+    graph = {"num_nodes": NODES, "num_edges": EDGES}
+    with graph_served(tmp_path / "parts", **graph) as (addresses, parts, ctx, data):
+        assert full(model, data, "_N", "feat", 1024)["version"] == 0
+        write(addresses, parts)
+        got = refresh(model, data, "_N", "feat", 1024)
+        assert got["since"] == 0 and got["version"] == 1
+        assert got["nodes"] == NODES + 5
+        a1, a2 = got["per_layer"]
+        assert a1 > 900  # the 1,000 edges' destinations and more
+        assert a1 < a2 < 0.5 * got["nodes"]
+        # the last layer: only the rewired nodes (D and the new ones) over their
+        # in-neighbourhoods, the rest of A_2 by the linear update
+        r1, r2 = got["recomputed_per_layer"]
+        assert r1 == a1 == got["recomputed"] and r2 < a1
+        assert got["updated"] == a2 - r2
+        grown = ctx.client.live_nodes()[0]
+        first = states(ctx.client, 2, NODES, grown)
+        more(addresses, parts)  # a second refresh starts from updated (not recomputed) rows
+        again = refresh(model, data, "_N", "feat", 1024)
+        assert again["since"] == 1 and again["version"] == 2 and again["updated"] > 0
+        second = states(ctx.client, 2, NODES, grown)
+        # nothing changed since: a refresh recomputes nothing
+        idle = refresh(model, data, "_N", "feat", 1024)
+        assert idle["recomputed"] == idle["updated"] == 0 and idle["since"] == 2
+        for v, fresh in ((2, second), (1, first)):
+            assert full(model, data, "_N", "feat", 1024, version=v)["recomputed"] == NODES + 5
+            whole = states(ctx.client, 2, NODES, grown)
+            for what, rows in whole.items():
+                torch.testing.assert_close(fresh[what], rows, atol=1e-5, rtol=0,
+                                           msg=f"{what} at {v}")  # fmt: skip
 
 
 def test_a_model_whose_last_layer_is_not_linear_is_recomputed(tmp_path):
     """GAT (attention: not linear in its inputs): every node of ``A_2`` is recomputed over
     its in-neighbourhood, and the states equal a full pass at the head."""
-    _, parts = make_partition_dir(tmp_path / "parts", 2, num_nodes=NODES, num_edges=EDGES)
     torch.manual_seed(0)
     model = GAT(8, 16, 4, 2, 0.5, heads=2).eval()
-    cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
-    with store_threads(cfg, 2) as threads:
-        addresses = [t.address for t in threads]
-        with initialize(addresses, job="emb", heartbeat_interval=0) as ctx:
-            data = DistGraphData(DistGraph(ctx), 0, 1)
-            full(model, data, "_N", "feat", 1024)
-            write(addresses, parts)
-            got = refresh(model, data, "_N", "feat", 1024)
-            assert got["recomputed_per_layer"] == got["per_layer"] and got["updated"] == 0
-            grown = ctx.client.live_nodes()[0]
-            fresh = states(ctx.client, 2, NODES, grown)
-            full(model, data, "_N", "feat", 1024)
-            for what, rows in states(ctx.client, 2, NODES, grown).items():
-                torch.testing.assert_close(fresh[what], rows, atol=1e-5, rtol=0, msg=what)
+    graph = {"num_nodes": NODES, "num_edges": EDGES}
+    with graph_served(tmp_path / "parts", **graph) as (addresses, parts, ctx, data):
+        full(model, data, "_N", "feat", 1024)
+        write(addresses, parts)
+        got = refresh(model, data, "_N", "feat", 1024)
+        assert got["recomputed_per_layer"] == got["per_layer"] and got["updated"] == 0
+        grown = ctx.client.live_nodes()[0]
+        fresh = states(ctx.client, 2, NODES, grown)
+        full(model, data, "_N", "feat", 1024)
+        for what, rows in states(ctx.client, 2, NODES, grown).items():
+            torch.testing.assert_close(fresh[what], rows, atol=1e-5, rtol=0, msg=what)
 
 
 def test_a_refresh_without_kept_states_says_so(tmp_path):
-    _, parts = make_partition_dir(tmp_path / "parts", 2)
     model = SAGE(8, 16, 4, 2, 0.5, "csr", "fp32").eval()
-    cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
-    with store_threads(cfg, 2) as threads:
-        addresses = [t.address for t in threads]
-        with initialize(addresses, job="emb", heartbeat_interval=0) as ctx:
-            data = DistGraphData(DistGraph(ctx), 0, 1)
-            with pytest.raises(GraphrunError, match="no kept states"):
-                refresh(model, data, "_N", "feat", 64)
+    with (
+        graph_served(tmp_path / "parts") as (_, _, _, data),
+        pytest.raises(GraphrunError, match="no kept states"),
+    ):
+        refresh(model, data, "_N", "feat", 64)
 
 
 def test_the_cli_keeps_states_and_refreshes(served, capsys) -> None:
