@@ -309,9 +309,8 @@ class Engine:
                 except BadRequest as exc:  # this query's alone: the others are answered
                     out[k] = exc
                 else:
-                    out[k] = {"logits": got["logits"], "embeddings": got["embeddings"],
-                              "predictions": got["predictions"].astype(np.int64)}  # fmt: skip
-        base = [k for k, q in enumerate(queries) if out[k] is None and q.ids is not None]
+                    out[k] = _kept(got)
+        base = [(k, q.ids) for k, q in enumerate(queries) if out[k] is None and q.ids is not None]
         if not base:
             return [r for r in out if r is not None]
         for what in TABLES:
@@ -324,16 +323,22 @@ class Engine:
                     )
                     return [bad if r is None else r for r in out]  # each query's alone
                 self._tables[name] = DistTensor(client, name)
-        ids = [q.ids for k, q in enumerate(queries) if k in base and q.ids is not None]
-        union, inverse = np.unique(np.concatenate(ids), return_inverse=True)
+        union, inverse = np.unique(np.concatenate([ids for _, ids in base]), return_inverse=True)
         got = {what: self._tables[table_name(self.ntype, what)][union].numpy() for what in TABLES}
         lo = 0
-        for k, q_ids in zip(base, ids, strict=True):
+        for k, q_ids in base:
             at = inverse[lo : lo + q_ids.size]
             lo += q_ids.size
-            out[k] = {"logits": got["logits"][at], "embeddings": got["embeddings"][at],
-                      "predictions": got["predictions"][at].astype(np.int64)}  # fmt: skip
+            out[k] = _kept(got, at)
         return [r for r in out if r is not None]
+
+
+def _kept(
+    got: dict[str, np.ndarray], at: np.ndarray | slice = slice(None)
+) -> dict[str, np.ndarray]:
+    """A ``precomputed`` answer: rows ``at`` of the kept tables."""
+    return {"logits": got["logits"][at], "embeddings": got["embeddings"][at],
+            "predictions": got["predictions"][at].astype(np.int64)}  # fmt: skip
 
 
 def _rows(logits: Tensor, emb: Tensor) -> dict[str, np.ndarray]:
