@@ -53,6 +53,9 @@ class KeyStore(dist.Store):
         sock = self._ctx.socket(zmq.REQ)
         sock.linger = 0
         sock.ipv6 = "[" in self._address
+        # a send waits too: with no pipe (a handshake the server refused drops it until
+        # the reconnect) a REQ socket's send blocks for ever
+        sock.sndtimeo = int(min(1.0, self._timeout_s) * 1000)
         secure_client(sock, self._keys)
         sock.connect(self._address)
         return sock
@@ -61,8 +64,12 @@ class KeyStore(dist.Store):
         deadline = time.monotonic() + self._timeout_s
         with self._lock:
             while True:
-                self._sock.send_multipart(list(frames))
-                if self._sock.poll(int(min(1.0, self._timeout_s) * 1000), zmq.POLLIN):
+                try:
+                    self._sock.send_multipart(list(frames))
+                    answered = self._sock.poll(int(min(1.0, self._timeout_s) * 1000), zmq.POLLIN)
+                except zmq.Again:  # not even sent: no answer, as below
+                    answered = 0
+                if answered:
                     status, value = self._sock.recv_multipart()
                     if status == b"error":  # malformed, or beyond the table's limits
                         raise RemoteError(value.decode(errors="replace"),
