@@ -42,6 +42,7 @@ import psutil
 
 import graphrun
 from graphrun.errors import JOB, JobFailed
+from graphrun.job.blame import culprit, lost_a_peer
 from graphrun.job.elastic import why_not_survived
 from graphrun.job.spec.runtime import ElasticSpec
 from graphrun.local.elastic import (
@@ -58,8 +59,6 @@ from graphrun.machine.process import (
     RoleExit,
     Sink,
     Supervisor,
-    blame_order,
-    lost_a_peer,
     still_running,
 )
 from graphrun.machine.stopmark import write_mark
@@ -400,9 +399,8 @@ class LocalMachines:
         bystanders = all(lost_a_peer(f.exit_code, f.reason) for f in reported)
         if reported and bystanders and (died or lost):
             return died or LocalMachines._lost_first(lost or {})
-        if reported:  # the earliest failure is the cause, later ones are its consequences;
-            # a role that only lost a peer is blamed last, however fast it noticed
-            f = min(reported, key=lambda f: (blame_order(f.exit_code, f.reason), f.time))
+        f = culprit(reported, lambda f: (f.exit_code, f.reason, f.time))
+        if f is not None:
             return JobFailed(f.role, f.machine, f.exit_code, f.reason)
         return None if only_status else died
 

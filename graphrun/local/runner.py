@@ -46,6 +46,7 @@ from msgspec import structs
 
 from graphrun.errors import JOB, DatasetError, JobFailed, SpecError, UserError, WorkflowError
 from graphrun.files import atomic_dir, write_atomic
+from graphrun.job.blame import culprit
 from graphrun.job.hosts import Hosts
 from graphrun.job.spec import GraphJob
 from graphrun.job.workflow import (
@@ -70,7 +71,7 @@ from graphrun.local.preflight import (
 )
 from graphrun.local.source import Source, current, read_source, stale_reason, write_source
 from graphrun.machine.launch import MachineLaunch
-from graphrun.machine.process import RoleCommand, Sink, Supervisor, log_name, lost_a_peer
+from graphrun.machine.process import RoleCommand, Sink, Supervisor, log_name
 from graphrun.machine.roles import (
     JobPaths,
     job_paths,
@@ -444,13 +445,14 @@ class LocalJob:
                 sup.start(cmd)
             while len(sup.exits()) < len(cmds):
                 if any(not ex.ok for ex in sup.wait_any(0.2)):
-                    # ranks whose peer failed end too: give them a moment, then blame a
-                    # role that failed by itself
+                    # ranks whose peer failed end too: give them a moment, then blame
+                    # by the jobs' one rule (graphrun.job.blame)
                     until = time.monotonic() + 2.0
                     while len(sup.exits()) < len(cmds) and time.monotonic() < until:
                         sup.wait_any(0.2)
                     bad = [ex for ex in sup.exits().values() if not ex.ok]
-                    ex = next((x for x in bad if not lost_a_peer(x.exit_code, x.reason())), bad[0])
+                    ex = culprit(bad, lambda x: (x.exit_code, x.reason(), None))  # in exit order
+                    assert ex is not None
                     raise JobFailed(ex.role, ex.machine, ex.exit_code, ex.reason())
                 self._check_stop()
 

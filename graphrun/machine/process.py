@@ -28,7 +28,6 @@ import collections
 import contextlib
 import functools
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -41,7 +40,7 @@ from typing import IO, Generic, NoReturn, Protocol, TypeVar
 
 import psutil
 
-from graphrun.errors import PEER_LOST_EXIT, ArgumentError
+from graphrun.errors import ArgumentError
 from graphrun.machine.warm import WarmProcess, WarmStarter
 from graphrun.parent import set_death_signal
 
@@ -99,35 +98,6 @@ class RoleExit(Generic[N]):
             last = _last_meaningful(self.tail)
             return f"killed by {name}" + (f"; last output: {last}" if last else "")
         return _last_meaningful(self.tail)
-
-
-# what a role that only lost a collective peer says (gloo's words for a dead other rank)
-_PEER_LOST = re.compile(
-    r"Connection reset by peer|Connection closed by peer|Broken pipe|peer.*(closed|died|lost)",
-    re.IGNORECASE,
-)
-# what a role that lost a server it called says (ZeroMQ clients, a refused connect)
-_SERVER_LOST = re.compile(r"Connection refused|connection lost", re.IGNORECASE)
-
-
-def blame_order(exit_code: int | None, reason: str) -> int:
-    """How late a role that ended this way is blamed: 0 it failed by itself (or was
-    killed by a signal), 1 it lost a server it called, 2 it lost a peer of a collective
-    step (it exited :data:`~graphrun.errors.PEER_LOST_EXIT`, or gloo's dead other end).
-    A rank's collective peer only ever ends because of something else, so a rank that
-    lost a server is nearer the cause than one that lost that rank, however fast it
-    noticed."""
-    if exit_code is None or exit_code <= 0:
-        return 0
-    if exit_code == PEER_LOST_EXIT or _PEER_LOST.search(reason):
-        return 2
-    return 1 if _SERVER_LOST.search(reason) else 0
-
-
-def lost_a_peer(exit_code: int | None, reason: str) -> bool:
-    """Whether a role that ended this way only lost another role (a bystander: a server
-    or a collective peer) rather than failing by itself (see :func:`blame_order`)."""
-    return blame_order(exit_code, reason) > 0
 
 
 def _last_meaningful(lines: Sequence[str]) -> str:

@@ -49,6 +49,7 @@ class PodView:
     unschedulable: str = ""
     exit_code: int | None = None
     termination_message: str = ""
+    finished_at: datetime | None = None  # when its container terminated
     init: str = ""  # the partition init container: "", "waiting", "running", "terminated"
     init_exit_code: int | None = None
     init_message: str = ""
@@ -164,6 +165,7 @@ def pod_view(pod: dict[str, Any]) -> PodView:
         unschedulable=unsched,
         exit_code=term.get("exitCode"),
         termination_message=term.get("message", ""),
+        finished_at=_time(term.get("finishedAt")),
         init=next((k for k in ("terminated", "running", "waiting") if k in init), ""),
         init_exit_code=init_term.get("exitCode"),
         init_message=init_term.get("message", ""),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+from graphrun.job.blame import culprit, lost_a_peer
 from graphrun.job.workflow import Event, EventKind, Phase, rfc3339
 from graphrun.names import RoleName
 from graphrun.operator import builders as B
@@ -31,6 +32,10 @@ WAITING_FAILURES = frozenset({"ImagePullBackOff", "ErrImagePull", "CreateContain
 # a worker pod annotated graphrun.io/stop is deleted this long after: the kubelet writes
 # the annotations file of a running pod (not of a deleted one) within about a second
 MARK_LEAD = timedelta(seconds=5)
+
+# A role that only lost a peer ends about when the one that failed does: wait this long
+# for the culprit's pod to report before blaming a pod whose role lost it.
+PEER_GRACE = timedelta(seconds=10)
 
 
 def ensure_base(run: Run, keys: CurveKeyPair) -> None:
@@ -166,16 +171,36 @@ def pod_role(run: Run, pod: PodView) -> RoleName | None:
     return single.get(pod.replica)
 
 
+def wait_for_culprit(run: Run, failed: list[PodView], pods: list[PodView]) -> bool:
+    """While every failed pod only lost a peer and another pod still runs, wait up to
+    :data:`PEER_GRACE` after the first ended for the pod that failed by itself to report
+    (True: waiting)."""
+    if all(p.finished for p in pods):
+        return False
+    ends = [t for p in failed for t in (p.init_finished, p.finished_at) if t is not None]
+    until = min(ends) + PEER_GRACE if ends else run.now
+    if run.now < until:
+        run.wake_at(until)
+        return True
+    return False
+
+
 def pod_problems(run: Run, pods: list[PodView]) -> bool:
-    """Fire the first failure among ``pods``; True if one was fired."""
-    for p in pods:
-        if p.phase == "Failed":
-            role, machine, code, msg = p.failure()
-            if role is None:
-                role, machine = pod_role(run, p), run.machine(p)
-            where = machine or run.machine(p)
-            run.fire(Event.role_failed(role, where, code, msg or f"pod {p.name} failed"))
+    """Fire the failure to blame among ``pods`` (True), by the rule ``graphrun run``
+    blames with (:mod:`graphrun.job.blame`): a pod whose role failed by itself before one
+    whose role only lost a server or a collective peer, then the earliest; True too while
+    it waits for such a pod to report (:func:`wait_for_culprit`)."""
+    failed = [p for p in pods if p.phase == "Failed"]
+    first = culprit(failed, lambda p: (*p.failure()[2:], p.finished_at or p.init_finished))
+    if first is not None:
+        role, machine, code, msg = first.failure()
+        if lost_a_peer(code, msg) and wait_for_culprit(run, failed, pods):
             return True
+        if role is None:
+            role, machine = pod_role(run, first), run.machine(first)
+        where = machine or run.machine(first)
+        run.fire(Event.role_failed(role, where, code, msg or f"pod {first.name} failed"))
+        return True
     startup = timedelta(seconds=run.job.spec.run_policy.startup_deadline_seconds)
     admitted = admitted_at(run) if Q.queue_name(run.job) else None
     for p in pods:

@@ -37,7 +37,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphrun.errors import PEER_LOST_EXIT, HostError, KubeError
+from graphrun.errors import HostError, KubeError
+from graphrun.job.blame import culprit
 from graphrun.job.spec import GraphJob
 from graphrun.measure.member import KEY_BYTES, KEY_ENV, MemberReport
 from graphrun.measure.probe import HostMeasure, LinkMeasure, assemble
@@ -267,7 +268,8 @@ def read_members(
     pods: Sequence[dict[str, Any]], spec: ProbeSpec, job: dict[str, Any] | None = None
 ) -> Members:
     """The members' state from the probe's pods (and its Job's conditions). A failed pod
-    is blamed before the members that only lost it (exit PEER_LOST_EXIT)."""
+    is blamed before the members that only lost it (exit PEER_LOST_EXIT), by the rule
+    of :mod:`graphrun.job.blame`."""
     done: dict[int, tuple[str, MemberReport]] = {}
     waiting, failed = [], []
     for pod in pods:
@@ -286,7 +288,7 @@ def read_members(
         else:
             waiting.append(f"{meta['name']} ({_waiting_reason(pod)})")
     if failed:
-        _, line = next((f for f in failed if f[0] != PEER_LOST_EXIT), failed[0])
+        _, line = culprit(failed, lambda f: (f[0], f[1], None)) or failed[0]
         return Members(done, waiting, line)
     for cond in ((job or {}).get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Failed" and cond.get("status") == "True":

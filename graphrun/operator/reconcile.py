@@ -34,7 +34,8 @@ Failed         ttlSecondsAfterFinished after completion
 
 Failures: a pod that fails is a failed role (restart within backoffLimit, else Failed);
 a worker pod whose partition rank fails is ``partitioner:<index>`` — the rank that
-failed by itself, not those that exited PEER_LOST_EXIT because they lost it; one that
+failed by itself, not those that exited PEER_LOST_EXIT because they lost it (one rule,
+:mod:`graphrun.job.blame`, names the culprit among failed pods as ``graphrun run`` does); one that
 disappears while partitioning fails the attempt too (the others cannot finish without it);
 a pod that stays Pending (unschedulable, image pull) beyond ``startupDeadlineSeconds``,
 or whose image can never be pulled, fails the job with that reason; so does
@@ -55,6 +56,7 @@ from typing import Any
 import msgspec
 
 from graphrun.errors import PEER_LOST_EXIT
+from graphrun.job.blame import culprit, lost_a_peer
 from graphrun.job.spec import GraphJob
 from graphrun.job.workflow import (
     Event,
@@ -87,9 +89,6 @@ from graphrun.operator.status import (
 
 K = EventKind
 MAX_STEPS = 12
-# A rank that only lost a peer ends about when the one that failed does: wait this long
-# for the culprit's pod to report before blaming a rank that lost it.
-PEER_GRACE = timedelta(seconds=10)
 # the concerns that join every step (plan.Hook): Kueue admission, elastic membership
 HOOKS: tuple[Hook, ...] = (Admission(), Elastic())
 
@@ -329,23 +328,19 @@ def _report_pod_steps(run: Run, pods: list[PodView]) -> None:
 
 
 def _partition_failure(run: Run, pods: list[PodView]) -> bool:
-    """Fire the failure of the rank that failed by itself (True), as ``graphrun run``
-    does: ranks that exited PEER_LOST_EXIT only lost it. While only such ranks have
-    failed, wait PEER_GRACE for the culprit's pod to report (True: nothing else to do)."""
+    """Fire the failure of the rank to blame (True), by the rule ``graphrun run`` blames
+    with (:mod:`graphrun.job.blame`): ranks that exited PEER_LOST_EXIT only lost it.
+    While only such ranks have failed, wait for the culprit's pod to report
+    (:func:`~graphrun.operator.pods.wait_for_culprit`; True: nothing else to do)."""
     failed = [p for p in pods if p.partition_step == "Failed"]
-    if not failed:
+    first = culprit(failed, lambda p: (*p.failure()[2:], p.init_finished))
+    if first is None:
         return False
-    culprit = next((p for p in failed if p.init_exit_code != PEER_LOST_EXIT), None)
-    if culprit is None:
-        ends = [p.init_finished for p in failed if p.init_finished is not None]
-        until = min(ends) + PEER_GRACE if ends else run.now
-        if run.now < until:
-            run.wake_at(until)
-            return True
-        culprit = failed[0]
-    _, _, code, message = culprit.failure()
-    message = message or f"pod {culprit.name} failed while partitioning"
-    role, machine = RoleName.partitioner(culprit.index), run.machine(culprit)
+    _, _, code, message = first.failure()
+    if lost_a_peer(code, message) and P.wait_for_culprit(run, failed, pods):
+        return True
+    message = message or f"pod {first.name} failed while partitioning"
+    role, machine = RoleName.partitioner(first.index), run.machine(first)
     run.fire(Event.role_failed(role, machine, code, message))
     return True
 

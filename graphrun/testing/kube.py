@@ -115,7 +115,8 @@ class FakeNamespace:
             state = {"waiting": {"reason": waiting[0], "message": waiting[1]}}
         elif phase in ("Succeeded", "Failed"):
             code = exit_code if exit_code is not None else (0 if phase == "Succeeded" else 1)
-            state = {"terminated": {"exitCode": code, "message": message}}
+            end = rfc3339(self.now)
+            state = {"terminated": {"exitCode": code, "message": message, "finishedAt": end}}
         elif phase == "Running":
             state = {"running": {}}
         conds = [{"type": "Ready", "status": "True" if ready else "False"}]

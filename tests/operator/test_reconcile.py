@@ -19,8 +19,8 @@ from graphrun.operator import layout as L
 from graphrun.operator.keys import curve_keypair
 from graphrun.operator.observe import observe
 from graphrun.operator.plan import Create, Delete, DeleteGraphJob, MarkStop, Plan
-from graphrun.operator.pods import MARK_LEAD
-from graphrun.operator.reconcile import PEER_GRACE, reconcile, reject
+from graphrun.operator.pods import MARK_LEAD, PEER_GRACE
+from graphrun.operator.reconcile import reconcile, reject
 from graphrun.operator.status import read_status
 from graphrun.testing.kube import FakeNamespace
 
@@ -153,12 +153,12 @@ def test_happy_path() -> None:
 def test_worker_failure_restarts_then_fails_naming_the_role() -> None:
     h = Harness(runPolicy={"backoffLimit": 1})
     h.to_training()
-    last_line = "graphrun: job failed: trainer:1 on m1 failed (exit code 3): ValueError: boom"
+    last_line = "graphrun: job failed: trainer:1 on m1 failed (exit code 1): ValueError: boom"
     h.ns.set_pod("graphsage-worker-1", "Failed", exit_code=1, message="log line\n" + last_line)
     h.step()
     assert h.phase == "Restarting" and h.status["restarts"] == 1
     assert (
-        h.cond("Restarting")["message"] == "trainer:1 on m1 failed (exit code 3): ValueError: boom"
+        h.cond("Restarting")["message"] == "trainer:1 on m1 failed (exit code 1): ValueError: boom"
     )
     assert h.workers() == []  # all deleted
     assert any(e.type == "Warning" and e.reason == "RoleFailed" for e in h.ns.events)
@@ -180,6 +180,38 @@ def test_worker_failure_restarts_then_fails_naming_the_role() -> None:
     assert failed["message"] == "worker:m0 on m0 failed (exit code 137): OOMKilled"
     # cleanPodPolicy Running: the worker still running is stopped
     assert h.workers() == ["graphsage-worker-0"]
+
+
+def test_a_worker_whose_trainer_only_lost_its_peer_is_not_blamed() -> None:
+    """The bug of the seam: the operator blamed the first failed pod it listed, ``graphrun
+    run`` the role that failed by itself (graphrun.job.blame, one rule for both)."""
+    h = Harness(runPolicy={"backoffLimit": 0})
+    h.to_training()
+    lost = (
+        "graphrun: job failed: trainer:0 on m0 failed (exit code 1): "
+        "RuntimeError: [gloo] Connection closed by peer [10.0.0.2]:4000"
+    )
+    h.ns.set_pod("graphsage-worker-0", "Failed", exit_code=1, message=lost)
+    plan = h.step()
+    assert h.phase == "Training"  # worker 0 only lost its peer: wait for the culprit
+    assert plan.requeue_after == pytest.approx(PEER_GRACE.total_seconds() - 1)
+    boom = "graphrun: job failed: trainer:1 on m1 failed (exit code 1): ValueError: boom"
+    h.ns.set_pod("graphsage-worker-1", "Failed", exit_code=1, message=boom)
+    h.step()
+    assert h.phase == "Failed"
+    assert h.cond("Failed")["message"] == "trainer:1 on m1 failed (exit code 1): ValueError: boom"
+
+
+def test_a_worker_that_lost_its_peer_is_blamed_when_nothing_else_reports() -> None:
+    h = Harness(runPolicy={"backoffLimit": 0})
+    h.to_training()
+    lost = "graphrun: job failed: trainer:0 on m0 failed (exit code 3): rank 1 lost"
+    h.ns.set_pod("graphsage-worker-0", "Failed", exit_code=1, message=lost)
+    h.step()
+    assert h.phase == "Training"
+    h.step(PEER_GRACE.total_seconds())
+    assert h.phase == "Failed"
+    assert h.cond("Failed")["message"] == "trainer:0 on m0 failed (exit code 3): rank 1 lost"
 
 
 def test_one_failed_worker_is_never_success() -> None:
