@@ -75,17 +75,19 @@ def train_job(job_file: Path) -> tuple[float, Path]:
     import threading
 
     from graphrun.cli.run import install_stop_handlers
+    from graphrun.errors import RunFileError
     from graphrun.job.spec import load_job
     from graphrun.local.console import Console
     from graphrun.local.runner import LocalJob, RunOptions
+    from graphrun.record import parse_epoch
 
     stop = threading.Event()
     install_stop_handlers(stop)
     sink = Console(sys.stdout)  # phases, progress, one line per epoch; the rest in logs/
     report = LocalJob(load_job(job_file), job_file, RunOptions(), sink=sink, stop=stop).run()
     lines = (report.paths.run_dir / "metrics.jsonl").read_text().splitlines()
-    final = [json.loads(x) for x in lines if x.strip()]
-    return float(final[-1]["test_acc"]), report.paths.run_dir
+    last = parse_epoch(json.loads(lines[-1]), "metrics.jsonl", RunFileError)
+    return float(last.test_acc or 0.0), report.paths.run_dir
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,14 +19,17 @@ from __future__ import annotations
 import json
 import re
 import threading
-from typing import IO, Any
+from typing import IO
 
+from graphrun.errors import RunFileError
 from graphrun.names import MAIN_TRAINER
 from graphrun.record import (
+    EpochRecord,
     Event,
     Reformed,
     SamplersReady,
     SamplersStarting,
+    parse_epoch,
     parse_event,
     role_event,
 )
@@ -38,18 +41,18 @@ _TRACEBACK = "Traceback (most recent call last):"
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:")  # torch.distributed's copy of an error
 
 
-def epoch_line(rec: dict[str, Any]) -> str:
+def epoch_line(rec: EpochRecord) -> str:
     """``epoch 2: loss 0.1234  train 0.951  val 0.940  test 0.938  (1.23 s, 8,130 seeds/s)``."""
-    parts = [f"epoch {rec['epoch']}: loss {rec['loss']:.4f}"]
+    parts = [f"epoch {rec.epoch}: loss {rec.loss:.4f}"]
     for split in ("train", "val", "test"):
         for metric in ("acc", "auc", "mrr"):
-            v = rec.get(f"{split}_{metric}")
+            v = getattr(rec, f"{split}_{metric}", None)
             if v is not None:
                 name = split if metric == "acc" else f"{split} {metric}"
                 parts.append(f"{name} {v:.3f}")
-    tail = [f"{rec['epoch_s']:.2f} s"] if "epoch_s" in rec else []
-    if "seeds_per_s" in rec:
-        tail.append(f"{rec['seeds_per_s']:,.0f} seeds/s")
+    tail = [f"{rec.epoch_s:.2f} s"] if rec.epoch_s is not None else []
+    if rec.seeds_per_s is not None:
+        tail.append(f"{rec.seeds_per_s:,.0f} seeds/s")
     return "  ".join(parts) + (f"  ({', '.join(tail)})" if tail else "")
 
 
@@ -121,12 +124,13 @@ class Console:
             return announced(event)  # the others (joined, first_step, model, ...): no line
         if text.startswith("{"):
             try:
-                rec = json.loads(text)
+                data = json.loads(text)
             except json.JSONDecodeError:
                 return text
-            if isinstance(rec, dict) and "epoch" in rec and "loss" in rec:
-                return epoch_line(rec)
-            return None  # other records
+            try:  # the epoch record, as declared (graphrun.record)
+                return epoch_line(parse_epoch(data, "epoch record", RunFileError))
+            except RunFileError:
+                return None  # other records
         if _LOG_LINE.match(text):
             return None
         return text if _PROGRESS.match(text) or text.strip() else None
