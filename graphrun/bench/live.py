@@ -363,13 +363,6 @@ def _compaction(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _part1_edges(c: KVClient) -> int:
-    """Edges into partition 1's base nodes at the client's version (its in-degrees)."""
-    lo, hi = (int(x) for x in c.book.node_offsets[1:3])
-    return int(sum(_in_degree(c, 1, np.arange(a, min(a + 65536, hi))).sum()
-                   for a in range(lo, hi, 65536)))  # fmt: skip
-
-
 def _kill(cfg: dict[str, Any], stores: list[Any]) -> dict[str, Any]:
     """kill -9 partition 1's server while batches into it are committed; the acknowledged
     edges it holds (from every phase before, and this one's) missing after its restart."""
@@ -379,10 +372,10 @@ def _kill(cfg: dict[str, Any], stores: list[Any]) -> dict[str, Any]:
     rng = np.random.default_rng(4)
     acked = 0
     with _client(cfg, cfg["job_key"]) as c:
-        base = _part1_edges(c)  # not following: the base graph
+        base = _edges_into(c, (1,))  # not following: the base graph
     with _client(cfg, cfg["writer_key"], timeout=10) as c:
         c.follow()
-        before = _part1_edges(c)
+        before = _edges_into(c, (1,))
         lo, hi = (int(x) for x in c.book.node_offsets[1:3])
         w, n = GraphWriter(c), c.book.num_nodes
         for k in range(cfg["kill_after"] + 1000):
@@ -399,16 +392,16 @@ def _kill(cfg: dict[str, Any], stores: list[Any]) -> dict[str, Any]:
     with _client(cfg, cfg["job_key"]) as c:
         c.follow()
         try:
-            lost: int | None = max(before + acked - _part1_edges(c), 0)
+            lost: int | None = max(before + acked - _edges_into(c, (1,)), 0)
         except GraphrunError as exc:  # the restarted partition cannot answer at the head
             lost, out["kill9_error"] = None, str(exc)
     return {"lost_acknowledged_writes": {"kill9_part1": lost}, **out}
 
 
-def _edges_into(c: KVClient) -> int:
-    """Edges into every base node at the client's version (both partitions' in-degrees)."""
+def _edges_into(c: KVClient, parts: Sequence[int] = range(PARTS)) -> int:
+    """Edges into the base nodes of ``parts`` at the client's version (their in-degrees)."""
     total = 0
-    for p in range(PARTS):
+    for p in parts:
         lo, hi = (int(x) for x in c.book.node_offsets[p : p + 2])
         total += sum(int(_in_degree(c, p, np.arange(a, min(a + 65536, hi))).sum())
                      for a in range(lo, hi, 65536))  # fmt: skip
