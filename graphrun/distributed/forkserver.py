@@ -19,7 +19,7 @@ socket does not. This fork server belongs to one trainer, on every backend, and 
 ``multiprocessing``'s pickled requests from that trainer only (its socket lies in a
 directory only this user can enter); the warm server is one per host of the local
 backend, shared by the machine workers, and takes nothing but JSON from them. Two
-mechanisms, for these reasons (ARCHITECTURE.md, "Data plane").
+mechanisms, for these reasons (:mod:`graphrun.machine.warm` says why from its side).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """graphrun.placement: where a job's tasks run, decided by simulation.
 
-A leaf package: numpy, pydantic, pyyaml and graphrun.errors only (no torch, no zmq,
-nothing of the runtime). The pieces, from input to plan:
+A leaf package: numpy, msgspec, pydantic, pyyaml (numba when installed) and graphrun's
+bottom modules (errors, files, names, wire); no torch, no zmq, nothing of the runtime. The
+pieces, from input to plan:
 
 - :mod:`.cluster` — machines (cpu, memory, gpus, NIC egress/ingress) from YAML;
 - :mod:`.job` — tasks (store per partition, samplers, trainers, PS) and demands;
