@@ -13,10 +13,12 @@ never returns them by itself: a trainer that filled its feature cache through a 
 hundred MB of pulls, or a server that answered them, held those MB for the rest of its
 life (a store server 31 -> 236 MiB of anonymous memory on the 2M-node graph's job,
 every byte of it counted against a host of 1.5 GB). A daemon thread (:class:`Releaser`)
-looks once a second at what the allocator has in use and, when it has fallen more than
-``keep`` bytes below its high-water mark since the last release, gives the freed pages
-back (``malloc_trim``). A steady state of messages (in use moving less than ``keep``)
-keeps its buffers; the memory of a transient peak goes back within a second.
+looks once a second at what the allocator has in use and, when it has stayed more than
+``keep`` bytes below its high-water mark since the last release for ``hold`` looks in a
+row, gives the freed pages back (``malloc_trim``). A steady state of messages or
+training steps (in use moving less than ``keep``, or coming back to its peak every few
+seconds) keeps its buffers; the memory of a transient peak (the feature cache filled, an
+evaluation done) goes back within seconds.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 #: freed bytes a process keeps for reuse before :class:`Releaser` gives them back
 KEEP_FREED_BYTES = 64 << 20
-#: how often the releaser looks at the allocator
+#: how often the releaser looks at the allocator, and how many looks in a row what is in
+#: use must stay low before it releases
 RELEASE_EVERY_S = 1.0
+HOLD_LOOKS = 3
 
 
 class _MallInfo2(ctypes.Structure):
@@ -67,17 +71,21 @@ def in_use_bytes(libc: ctypes.CDLL) -> int | None:
 
 @dataclass
 class Releaser:
-    """When to give freed memory back: once what is in use has fallen more than ``keep``
-    bytes below its high-water mark since the last release (a pure rule: :meth:`due`)."""
+    """When to give freed memory back: once what is in use has stayed more than ``keep``
+    bytes below its high-water mark since the last release for ``hold`` looks in a row
+    (a pure rule: :meth:`due`, called once a look)."""
 
     keep: int = KEEP_FREED_BYTES
+    hold: int = HOLD_LOOKS
     high: int = 0
+    low_for: int = 0  # looks in a row below the mark by more than keep
 
     def due(self, in_use: int) -> bool:
         self.high = max(self.high, in_use)
-        if self.high - in_use <= self.keep:
+        self.low_for = self.low_for + 1 if self.high - in_use > self.keep else 0
+        if self.low_for < self.hold:
             return False
-        self.high = in_use
+        self.high, self.low_for = in_use, 0
         return True
 
 
