@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ KEEP_FREED_BYTES = 64 << 20
 #: use must stay low before it releases
 RELEASE_EVERY_S = 1.0
 HOLD_LOOKS = 3
+RELEASER_THREAD = "graphrun-release-freed"
 
 
 class _MallInfo2(ctypes.Structure):
@@ -89,7 +91,7 @@ class Releaser:
         return True
 
 
-_started: list[threading.Thread] = []  # the one releaser of this process, once started
+_started: dict[int, threading.Thread] = {}  # pid -> its releaser (a forked child has none)
 
 
 def _release_loop(libc: ctypes.CDLL, rule: Releaser, every_s: float) -> None:
@@ -116,11 +118,11 @@ def keep_large_allocations(
         return False
     ok = mallopt(M_MMAP_THRESHOLD, threshold) == 1
     ok = mallopt(M_TRIM_THRESHOLD, 2**31 - 1) == 1 and ok
-    if ok and not _started and in_use_bytes(libc) is not None:
+    if ok and os.getpid() not in _started and in_use_bytes(libc) is not None:
         t = threading.Thread(
             target=_release_loop, args=(libc, Releaser(keep), every_s), daemon=True,
-            name="graphrun-release-freed",
+            name=RELEASER_THREAD,
         )  # fmt: skip
         t.start()
-        _started.append(t)
+        _started[os.getpid()] = t
     return bool(ok)

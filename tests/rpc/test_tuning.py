@@ -55,6 +55,32 @@ def test_freed_buffers_beyond_the_bound_go_back_to_the_kernel():
     assert mb["after"] - mb["base"] <= 64 + 16, mb  # and went back, but for what is kept
 
 
+# a process forked after the releaser started (a warm server's trainer) starts its own
+FORKED = """
+import os, sys, threading
+from graphrun.rpc.tuning import RELEASER_THREAD, keep_large_allocations
+
+def releasers():
+    return sum(t.name == RELEASER_THREAD for t in threading.enumerate())
+
+assert keep_large_allocations() and keep_large_allocations() and releasers() == 1
+pid = os.fork()
+if pid == 0:
+    ok = releasers() == 0 and keep_large_allocations() and releasers() == 1
+    os._exit(0 if ok else 3)
+sys.exit(os.waitpid(pid, 0)[1] >> 8)
+"""
+
+
+@pytest.mark.skipif(not _glibc_233(), reason="glibc 2.33+ only")
+def test_one_releaser_a_process_and_a_forked_child_gets_its_own():
+    out = subprocess.run(
+        [sys.executable, "-c", FORKED], capture_output=True, text=True, timeout=60,
+        env=child_env(),
+    )  # fmt: skip
+    assert out.returncode == 0, (out.returncode, out.stderr)
+
+
 def test_a_steady_state_keeps_its_buffers_and_a_fall_from_a_peak_releases_once():
     rule = Releaser(keep=64 * MB, hold=3)
     # messages come and go: in use moves by less than the bound, nothing is released
