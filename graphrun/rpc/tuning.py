@@ -30,6 +30,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from graphrun.errors import ArgumentError
+
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 #: freed bytes a process keeps for reuse before :class:`Releaser` gives them back
@@ -109,6 +111,10 @@ def keep_large_allocations(
     """Keep freed buffers up to ``threshold`` bytes for reuse, and give back what is
     freed beyond ``keep`` bytes below the peak (checked every ``every_s`` by one daemon
     thread per process); True if glibc accepted it."""
+    if not (isinstance(keep, int) and 0 <= keep < 1 << 50):
+        raise ArgumentError(f"keep: expected a number of bytes in [0, 2**50), got {keep!r}")
+    if not (isinstance(every_s, int | float) and 0 < every_s <= 3600):
+        raise ArgumentError(f"every_s: expected seconds in (0, 3600], got {every_s!r}")
     libc = _libc()
     if libc is None:
         return False

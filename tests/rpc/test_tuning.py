@@ -90,3 +90,14 @@ def test_a_steady_state_keeps_its_buffers_and_a_fall_from_a_peak_releases_once()
     assert [rule.due(200 * MB) for _ in range(3)] == [False, True, False]  # stayed low
     assert not any(rule.due(200 * MB) for _ in range(5))  # once: the mark is 200 now
     assert [rule.due(n * MB) for n in (300, 100, 100, 100)] == [False, False, False, True]
+
+
+@pytest.mark.parametrize(
+    "bad", [{"keep": -1}, {"keep": 1.5}, {"every_s": 0}, {"every_s": float("nan")}]
+)
+def test_bad_settings_are_refused_before_anything_changes(bad):
+    from graphrun.errors import ArgumentError
+    from graphrun.rpc.tuning import keep_large_allocations
+
+    with pytest.raises(ArgumentError, match=next(iter(bad))):
+        keep_large_allocations(**bad)
