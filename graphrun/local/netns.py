@@ -182,6 +182,22 @@ def _own_cgroup(controller: str) -> Path:
 
 
 @dataclass(frozen=True)
+class HostMemory:
+    """What a host with a memory limit used, as its cgroup counts it: the most it held at
+    once (processes, their shared memory and the page cache they filled), its limit, and
+    how often it reached that limit (the kernel took back page cache, or OOM-killed)."""
+
+    peak_bytes: int
+    limit_bytes: int
+    at_limit: int  # memory.failcnt
+
+    def __str__(self) -> str:
+        mib = 2**20
+        text = f"{self.peak_bytes / mib:,.0f} of {self.limit_bytes / mib:,.0f} MiB"
+        return text + (f" (at its limit {self.at_limit:,} times)" if self.at_limit else "")
+
+
+@dataclass(frozen=True)
 class NetnsHost:
     machine: str
     namespace: str
@@ -317,6 +333,23 @@ class NetnsNetwork:
                 raise HostError(
                     f"{group}: cannot set up the host's {controller} limit ({exc})"
                 ) from exc
+
+    def memory_used(self) -> dict[str, HostMemory]:
+        """Every host with a memory limit: what it used so far (read before :meth:`close`,
+        which removes the cgroups; the hosts' processes cannot read them, ``ip netns exec``
+        gives them a /sys without the cgroup file systems)."""
+        out = {}
+        for machine, groups in self._cgroups.items():
+            for g in groups:  # its memory group, if it has one (the cpu group has no such files)
+                try:
+                    peak, limit, failed = (
+                        int((g / f"memory.{name}").read_text())
+                        for name in ("max_usage_in_bytes", "limit_in_bytes", "failcnt")
+                    )
+                except (OSError, ValueError):
+                    continue
+                out[machine] = HostMemory(peak, limit, failed)
+        return out
 
     def _remove_cgroups(self) -> None:
         for groups in self._cgroups.values():

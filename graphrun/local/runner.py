@@ -425,7 +425,7 @@ class LocalJob:
                 str(self.paths.parts), "--parts", str(spec.num_parts), *p.cli_args(),
                 "--into", str(staging), "--rendezvous", self._file_rendezvous(),
             ]  # fmt: skip
-            with self._machines() as (wrap, _):
+            with self._machines("partitioning") as (wrap, _):
                 prefix = wrap or (lambda m: ())
                 self._run_steps([
                     RoleCommand(
@@ -464,10 +464,12 @@ class LocalJob:
             raise _Ended(EventKind.DEADLINE_EXCEEDED, f"activeDeadlineSeconds ({ads}) exceeded")
 
     @contextlib.contextmanager
-    def _machines(self) -> Iterator[tuple[Wrap | None, dict[str, str] | None]]:
-        """The job's machines for one step: ``(command prefix, addresses)`` of network
+    def _machines(self, step: str) -> Iterator[tuple[Wrap | None, dict[str, str] | None]]:
+        """The job's machines for one ``step``: ``(command prefix, addresses)`` of network
         namespaces (netns hosts, shaped by ``--cluster`` / ``--bandwidth-mbit``), removed
-        after it, or ``(None, None)``: processes of this host."""
+        after it, or ``(None, None)``: processes of this host. Hosts with a memory limit
+        are said after the step with the most each held (``host memory (step): m0 1,412
+        of 1,536 MiB, ...``: its cgroup's peak, shared memory and page cache included)."""
         if self._hosts_mode() != "netns":
             yield None, None
             return
@@ -476,10 +478,16 @@ class LocalJob:
         machines = self.job.spec.machine_names
         shapes = shapes_from_cluster(self.opts.cluster, machines) if self.opts.cluster else None
         with NetnsNetwork(machines, self.opts.bandwidth_mbit, shapes=shapes) as net:
-            yield net.prefix, {m: h.address for m, h in net.hosts.items()}
+            try:
+                yield net.prefix, {m: h.address for m, h in net.hosts.items()}
+            finally:
+                used = net.memory_used()
+                if used:  # what each host held at most, as its cgroup counts it
+                    held = ", ".join(f"{m} {u}" for m, u in used.items())
+                    self._say(f"host memory ({step}): {held}")
 
     def _serve_and_train(self, resume: bool) -> None:
-        with self._machines() as (wrap, addrs):
+        with self._machines("serving and training") as (wrap, addrs):
             self._attempt(plan_hosts(self.job, self.roles, addrs), resume, wrap)
 
     def _file_rendezvous(self) -> str:
