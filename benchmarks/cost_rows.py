@@ -1,0 +1,128 @@
+"""The rows `graphrun bench cost` fits, from one graph's measurements (issue 44, item 4).
+
+    python benchmarks/cost_rows.py DATASET GEN_TIME PAR PAR_TIME DIST DIST_TIME RUN >> rows.jsonl
+
+DATASET is the chunked dataset (its ``chunks.json`` gives the nodes, edges and feature
+width), GEN_TIME the ``/usr/bin/time -v`` output of its ``graphrun generate``, PAR and
+DIST the JSON that ``graphrun partition --json`` printed in ``--mode parallel`` and
+``--mode distributed`` (PAR_TIME, DIST_TIME their ``/usr/bin/time -v`` output), RUN the
+run directory of a ``graphrun run`` of one epoch on the parallel mode's partitions.
+Prints one row per stage (benchmarks/README.md, "Cost as the graph grows"):
+
+- ``generate``: the command's peak RSS and CPU seconds (user + system);
+- ``partition-parallel``: its phases' largest peak, CPU seconds of the command;
+- ``partition-distributed``: the largest rank's peak, CPU seconds of the launcher and
+  all its ranks, ``hosts`` the ranks;
+- ``serve``: the largest store server's peak RSS (``VmHWM``, from the workers' status
+  files), the store servers' CPU seconds, ``hosts`` the machines;
+- ``train-epoch``: the largest trainer's peak at the epoch's end and the trainers' CPU
+  seconds in the epoch (``metrics.jsonl``), wall ``epoch_s``;
+- ``evaluate``: the largest trainer's peak over the whole run (evaluation included) and
+  the trainers' CPU seconds outside the epoch (start-up and evaluation), wall ``eval_s``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+
+def timed(path: Path) -> dict[str, float]:
+    """CPU seconds, peak RSS (MiB) and wall seconds from ``/usr/bin/time -v``."""
+    text = path.read_text()
+
+    def field(name: str) -> str:
+        found = re.search(rf"{re.escape(name)}: (\S+)", text)
+        if found is None:
+            sys.exit(f"{path}: no '{name}' line (not /usr/bin/time -v output?)")
+        return found.group(1)
+
+    wall = 0.0
+    for part in field("Elapsed (wall clock) time (h:mm:ss or m:ss)").split(":"):
+        wall = wall * 60 + float(part)
+    return {
+        "cpu_s": round(
+            float(field("User time (seconds)")) + float(field("System time (seconds)")), 2
+        ),
+        "peak_mb": round(int(field("Maximum resident set size (kbytes)")) / 1024, 1),
+        "wall_s": round(wall, 1),
+    }
+
+
+def last_json(path: Path) -> dict:
+    return json.loads(path.read_text().strip().splitlines()[-1])
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 7:
+        sys.exit(__doc__)
+    dataset, gen, par, par_t, dist, dist_t, run = map(Path, argv)
+    meta = json.loads((dataset / "chunks.json").read_text())
+    (feat,) = [
+        f["shape"][1] for f in meta["node_features"]["_N"].values() if f["dtype"] == "float32"
+    ]
+    graph = {"nodes": meta["num_nodes"], "edges": meta["num_edges"], "feat_dim": feat}
+    rows = [{"stage": "generate", "hosts": 1, **timed(gen)}]
+    p = last_json(par)
+    rows.append(
+        {
+            "stage": "partition-parallel",
+            "hosts": 1,
+            **timed(par_t),
+            "peak_mb": p["peak_rss_mb"],
+            "phase_peak_mb": p["phase_peak_mb"],
+        }
+    )
+    d = last_json(dist)
+    peaks = [max(ph["peak_rss_mb"] for ph in r["phases"].values()) for r in d["ranks"]]
+    rows.append(
+        {
+            "stage": "partition-distributed",
+            "hosts": len(peaks),
+            **timed(dist_t),
+            "peak_mb": max(peaks),
+            "peak_mb_per_rank": peaks,
+        }
+    )
+    usage = [
+        json.loads(f.read_text())["usage"]["roles"] for f in sorted((run / "status").glob("*.json"))
+    ]
+    stores = [u for roles in usage for name, u in roles.items() if name.startswith("store")]
+    trainers = [u for roles in usage for name, u in roles.items() if name.startswith("trainer")]
+    rows.append(
+        {
+            "stage": "serve",
+            "hosts": len(usage),
+            "peak_mb": max(s["peak_rss_mb"] for s in stores),
+            "cpu_s": round(sum(s["cpu_s"] for s in stores), 2),
+        }
+    )
+    (m,) = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    epoch_cpu = sum(t["cpu_s"] for t in m["trainers"])
+    rows.append(
+        {
+            "stage": "train-epoch",
+            "hosts": len(usage),
+            "peak_mb": max(t["peak_rss_mb"] for t in m["trainers"]),
+            "cpu_s": round(epoch_cpu, 2),
+            "wall_s": m["epoch_s"],
+        }
+    )
+    rows.append(
+        {
+            "stage": "evaluate",
+            "hosts": len(usage),
+            "peak_mb": max(t["peak_rss_mb"] for t in trainers),
+            "cpu_s": round(sum(t["cpu_s"] for t in trainers) - epoch_cpu, 2),
+            "wall_s": m["eval_s"],
+            "test_acc": m["test_acc"],
+        }
+    )
+    for row in rows:
+        print(json.dumps({"stage": row.pop("stage"), **graph, **row}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
