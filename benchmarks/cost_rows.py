@@ -1,12 +1,16 @@
 """The rows `graphrun bench cost` fits, from one graph's measurements (issue 44, item 4).
 
-    python benchmarks/cost_rows.py DATASET GEN_TIME PAR PAR_TIME DIST DIST_TIME RUN >> rows.jsonl
+    python benchmarks/cost_rows.py DATASET GEN_TIME PAR PAR_TIME DIST DIST_TIME RUN \
+        [TRAINER_PRIVATE_MB] >> rows.jsonl
 
 DATASET is the chunked dataset (its ``chunks.json`` gives the nodes, edges and feature
 width), GEN_TIME the ``/usr/bin/time -v`` output of its ``graphrun generate``, PAR and
 DIST the JSON that ``graphrun partition --json`` printed in ``--mode parallel`` and
 ``--mode distributed`` (PAR_TIME, DIST_TIME their ``/usr/bin/time -v`` output), RUN the
-run directory of a ``graphrun run`` of one epoch on the parallel mode's partitions.
+run directory of a ``graphrun run`` of one epoch on the parallel mode's partitions,
+TRAINER_PRIVATE_MB the largest trainer's peak private memory (RSS less shared pages,
+sampled with psutil while it ran): a job whose machines share one box maps every
+machine's store into every trainer, so a trainer's RSS counts the other host's graph.
 Prints one row per stage (benchmarks/README.md, "Cost as the graph grows"):
 
 - ``generate``: the command's peak RSS and CPU seconds (user + system);
@@ -15,10 +19,13 @@ Prints one row per stage (benchmarks/README.md, "Cost as the graph grows"):
   all its ranks, ``hosts`` the ranks;
 - ``serve``: the largest store server's peak RSS (``VmHWM``, from the workers' status
   files), the store servers' CPU seconds, ``hosts`` the machines;
-- ``train-epoch``: the largest trainer's peak at the epoch's end and the trainers' CPU
-  seconds in the epoch (``metrics.jsonl``), wall ``epoch_s``;
-- ``evaluate``: the largest trainer's peak over the whole run (evaluation included) and
-  the trainers' CPU seconds outside the epoch (start-up and evaluation), wall ``eval_s``.
+- ``train-epoch``: the trainers' CPU seconds in the epoch (``metrics.jsonl``), wall
+  ``epoch_s``;
+- ``evaluate``: the trainers' CPU seconds outside the epoch (start-up and evaluation),
+  wall ``eval_s``;
+
+both with TRAINER_PRIVATE_MB as ``peak_mb`` (without it: the largest trainer's peak RSS,
+at the epoch's end and over the whole run).
 """
 
 from __future__ import annotations
@@ -56,9 +63,10 @@ def last_json(path: Path) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) != 7:
+    if len(argv) not in (7, 8):
         sys.exit(__doc__)
-    dataset, gen, par, par_t, dist, dist_t, run = map(Path, argv)
+    dataset, gen, par, par_t, dist, dist_t, run = map(Path, argv[:7])
+    private = float(argv[7]) if len(argv) == 8 else None
     meta = json.loads((dataset / "chunks.json").read_text())
     (feat,) = [
         f["shape"][1] for f in meta["node_features"]["_N"].values() if f["dtype"] == "float32"
@@ -105,7 +113,7 @@ def main(argv: list[str]) -> None:
         {
             "stage": "train-epoch",
             "hosts": len(usage),
-            "peak_mb": max(t["peak_rss_mb"] for t in m["trainers"]),
+            "peak_mb": private or max(t["peak_rss_mb"] for t in m["trainers"]),
             "cpu_s": round(epoch_cpu, 2),
             "wall_s": m["epoch_s"],
         }
@@ -114,7 +122,7 @@ def main(argv: list[str]) -> None:
         {
             "stage": "evaluate",
             "hosts": len(usage),
-            "peak_mb": max(t["peak_rss_mb"] for t in trainers),
+            "peak_mb": private or max(t["peak_rss_mb"] for t in trainers),
             "cpu_s": round(sum(t["cpu_s"] for t in trainers) - epoch_cpu, 2),
             "wall_s": m["eval_s"],
             "test_acc": m["test_acc"],
