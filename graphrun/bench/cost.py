@@ -45,6 +45,7 @@ from graphrun.wire import convert
 TERMS = ("node", "edge", "feature", "constant")
 FEATURE_BYTES = 4  # float32
 MAX_ROWS = 100_000
+MAX_FILE_BYTES = 64 << 20
 MAX_HOSTS = 1 << 16
 Count = Annotated[int, msgspec.Meta(ge=0, le=1 << 48)]
 
@@ -57,8 +58,8 @@ class CostRow(msgspec.Struct, kw_only=True):
     edges: Count
     feat_dim: Annotated[int, msgspec.Meta(ge=0, le=1 << 20)]
     hosts: Annotated[int, msgspec.Meta(ge=1, le=MAX_HOSTS)]
-    peak_mb: Annotated[float, msgspec.Meta(gt=0)]
-    cpu_s: Annotated[float, msgspec.Meta(ge=0)]
+    peak_mb: Annotated[float, msgspec.Meta(gt=0, le=2.0**40)]  # MiB
+    cpu_s: Annotated[float, msgspec.Meta(ge=0, le=1e12)]
 
 
 class Fit(msgspec.Struct, frozen=True):
@@ -77,6 +78,8 @@ class Fit(msgspec.Struct, frozen=True):
 def read_rows(path: Path) -> list[CostRow]:
     """The rows of ``path``; a UserError naming the file, line and field otherwise."""
     try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise UserError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB")
         lines = path.read_text().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: cannot read: {exc}") from None

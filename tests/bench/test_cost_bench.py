@@ -96,6 +96,8 @@ def test_fewer_terms_fit_rows_that_cannot_tell_four_apart(
         ('{"stage": "x", "nodes": 5, "edges": 1, "feat_dim": 1, "hosts": 1, "peak_mb": '
          '"a lot", "cpu_s": 1}', "rows.jsonl:1: peak_mb: Expected `float`"),
         ("[1, 2]", "rows.jsonl:1: Expected `object`"),
+        ('{"stage": "x", "nodes": 5, "edges": 1, "feat_dim": 1, "hosts": 1, "peak_mb": '
+         'Infinity, "cpu_s": 1}', "rows.jsonl:1: peak_mb: Expected `float` <= "),
     ],
 )  # fmt: skip
 def test_a_bad_row_is_one_line_naming_the_file_and_field(
