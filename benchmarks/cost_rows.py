@@ -2,6 +2,7 @@
 
     python benchmarks/cost_rows.py DATASET GEN_TIME PAR PAR_TIME DIST DIST_TIME RUN \
         [TRAINER_PRIVATE_MB] >> rows.jsonl
+    python benchmarks/cost_rows.py --unchunked DATASET PAR PAR_TIME >> rows.jsonl
 
 DATASET is the chunked dataset (its ``chunks.json`` gives the nodes, edges and feature
 width), GEN_TIME the ``/usr/bin/time -v`` output of its ``graphrun generate``, PAR and
@@ -25,7 +26,9 @@ Prints one row per stage (benchmarks/README.md, "Cost as the graph grows"):
   wall ``eval_s``;
 
 both with TRAINER_PRIVATE_MB as ``peak_mb`` (without it: the largest trainer's peak RSS,
-at the epoch's end and over the whole run).
+at the epoch's end and over the whole run). With ``--unchunked``: one
+``partition-parallel-unchunked`` row, ``--mode parallel`` on the same graph written
+unchunked (``graphrun generate`` without ``--chunks``), which reads its input mapped.
 """
 
 from __future__ import annotations
@@ -62,16 +65,32 @@ def last_json(path: Path) -> dict:
     return json.loads(path.read_text().strip().splitlines()[-1])
 
 
+def shape(dataset: Path) -> dict[str, int]:
+    """Nodes, edges and feature width from ``chunks.json`` or ``graph.json``."""
+    name = "chunks.json" if (dataset / "chunks.json").is_file() else "graph.json"
+    meta = json.loads((dataset / name).read_text())
+    (feat,) = [
+        f["shape"][1] for f in meta["node_features"]["_N"].values() if f["dtype"] == "float32"
+    ]
+    return {"nodes": meta["num_nodes"], "edges": meta["num_edges"], "feat_dim": feat}
+
+
+def unchunked(dataset: Path, par: Path, par_t: Path) -> None:
+    p = last_json(par)
+    row = {"stage": "partition-parallel-unchunked", **shape(dataset), "hosts": 1}
+    row |= {**timed(par_t), "peak_mb": p["peak_rss_mb"], "phase_peak_mb": p["phase_peak_mb"]}
+    print(json.dumps(row))
+
+
 def main(argv: list[str]) -> None:
+    if argv[:1] == ["--unchunked"] and len(argv) == 4:
+        unchunked(*map(Path, argv[1:]))
+        return
     if len(argv) not in (7, 8):
         sys.exit(__doc__)
     dataset, gen, par, par_t, dist, dist_t, run = map(Path, argv[:7])
     private = float(argv[7]) if len(argv) == 8 else None
-    meta = json.loads((dataset / "chunks.json").read_text())
-    (feat,) = [
-        f["shape"][1] for f in meta["node_features"]["_N"].values() if f["dtype"] == "float32"
-    ]
-    graph = {"nodes": meta["num_nodes"], "edges": meta["num_edges"], "feat_dim": feat}
+    graph = shape(dataset)
     rows = [{"stage": "generate", "hosts": 1, **timed(gen)}]
     p = last_json(par)
     rows.append(

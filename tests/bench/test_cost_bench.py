@@ -122,11 +122,11 @@ def test_the_recorded_rows_fit_as_benchmarks_readme_says(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """``benchmarks/cost-rows.jsonl`` stays readable, and the fit that
-    benchmarks/README.md projects papers100M from misses no row by 7% in memory."""
+    benchmarks/README.md projects papers100M from misses no row by 7.5% in memory."""
     rows = Path(__file__).parents[2] / "benchmarks" / "cost-rows.jsonl"
     fits = run_cost(capsys, str(rows), "--terms", "edge,feature,constant")
     assert [f["stage"] for f in fits] == ["generate", "partition-parallel",
                                           "partition-distributed", "serve", "train-epoch",
-                                          "evaluate"]  # fmt: skip
-    assert all(f["rows"] == 4 and f["max_rel_residual"]["memory"] < 0.07 for f in fits)
+                                          "evaluate", "partition-parallel-unchunked"]  # fmt: skip
+    assert all(f["rows"] == 4 and f["max_rel_residual"]["memory"] < 0.075 for f in fits)
     assert [p["hosts"] for p in fits[2]["projection"]] == [8, 16]
