@@ -13,7 +13,7 @@ from typing import Any
 
 BENCHES = (
     "partition", "kv", "sampling", "step", "train", "placement", "generate", "sage_vs_mlp",
-    "elastic", "serve", "live",
+    "elastic", "serve", "live", "cost",
 )  # fmt: skip
 
 

@@ -46,6 +46,9 @@ DISTDGL = ["train", "--dataset", "{file}", "--peer", "distdgl", "--hosts", "netn
         (["elastic", "--dataset", "{file}"], "is not a directory"),
         (["elastic", "--fault", "cut", "--hosts", "local"], "--fault cut: needs --hosts netns"),
         (["elastic", "--timeout-seconds", "0"], "--timeout-seconds: 0 is not in (0, 3600]"),
+        (["cost", "{file}", "--hosts", "8", "0"], "--hosts: expected 1..65536 each"),
+        (["cost", "{file}", "--terms", "node,vertex"], "--terms: expected distinct names"),
+        (["cost", "{file}", "--nodes", "0"], "--nodes: expected 1..2^48"),
     ],
 )
 def test_bad_arguments(
