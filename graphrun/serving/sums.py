@@ -1,0 +1,97 @@
+"""Running sums: what GraphSAGE's first and last layers aggregate, kept per node.
+
+A GraphSAGE layer is ``W_l · mean(h_in) + b + W_r · h``: linear in the sum of its
+in-neighbours' rows. So beside the states (:mod:`graphrun.serving.refresh`) the kept
+pass stores, per node, float64:
+
+* ``serving/<ntype>/insum`` ``[N, F + 1]``: the sum of the in-neighbours' input features
+  and the in-degree (the first layer's aggregation);
+* ``serving/<ntype>/lastsum`` ``[N, 2C + 1]``: the sum of ``W_l · h_u`` over the
+  in-neighbours ``u`` (``h``: the last layer's input), ``W_r · h_v + b``, and the
+  in-degree (the last layer's two parts, ``C`` its width);
+
+new nodes' rows in ``grown/insum`` and ``grown/lastsum``, as the states'. A refresh
+moves a sum by the edges that changed (``graph_changes`` with ``edges``: each added edge
+adds its source's row, each deleted one takes it away) and by the sources whose rows
+changed (the edges leaving them, their old and new rows): the cost is those edges times
+the row's width, never a node's whole in-neighbourhood. The first layer's sums of the
+nodes downstream of an updated or new feature are recomputed over their in-edges (the
+feature's old value is gone from the store). Each state is then computed afresh from
+its sums (:func:`first_layer`, :func:`last_layer`): the float64 sums round at about
+1e-16 of their size an update, so nothing adds up over many refreshes in float32.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch_geometric.nn import SAGEConv
+
+from graphrun.train.models import ByLayer
+
+INSUM, LASTSUM = "insum", "lastsum"
+
+
+def first_layer(model: ByLayer, sums: Tensor, x: Tensor) -> Tensor:
+    """Layer 1 (a hidden layer: ReLU after it) of nodes with ``sums`` (``insum`` rows)
+    and input features ``x``."""
+    conv = cast(SAGEConv, model.convs[0])
+    width = x.size(1)
+    mean = (sums[:, :width] / sums[:, width:].clamp(min=1)).float()
+    return F.relu(conv.lin_l(mean) + conv.lin_r(x))
+
+
+def last_layer(sums: Tensor) -> Tensor:
+    """The last layer's output from ``lastsum`` rows."""
+    c = (sums.size(1) - 1) // 2
+    return (sums[:, :c] / sums[:, 2 * c :].clamp(min=1) + sums[:, c : 2 * c]).float()
+
+
+def project(model: ByLayer, h: Tensor) -> Tensor:
+    """``W_l · h`` of the last layer (what its sum adds up)."""
+    return F.linear(h, cast(SAGEConv, model.convs[-1]).lin_l.weight)
+
+
+def own(model: ByLayer, h: Tensor) -> Tensor:
+    """``W_r · h + b`` of the last layer: a node's own part, float64."""
+    conv = cast(SAGEConv, model.convs[-1])
+    return (conv.lin_r(h) + cast(Tensor, conv.lin_l.bias)).double()
+
+
+def in_sums(rows: Tensor, index: Tensor, n: int) -> Tensor:
+    """``[n, width + 1]`` float64: the sum of ``rows`` (one an edge) by the edges'
+    targets ``index``, and the targets' in-degrees."""
+    out = torch.zeros(n, rows.size(1) + 1, dtype=torch.float64)
+    out[:, :-1].index_add_(0, index, rows.double())
+    out[:, -1] = torch.bincount(index, minlength=n).double()
+    return out
+
+
+def full_sums(model: ByLayer, i: int, data: Any, h: Any, dst: Tensor) -> Tensor | None:
+    """The sums of layer ``i`` (0: ``insum``, the last: ``lastsum``; None for the
+    others) of the nodes ``dst`` from their in-edges (``data.in_edges``) and the layer's
+    input ``h``."""
+    last = i == len(model.convs) - 1
+    if i != 0 and not last:
+        return None
+    src, index = data.in_edges(dst)
+    if not last:
+        return in_sums(h[src].float(), index, dst.numel())
+    got = in_sums(project(model, h[src].float()), index, dst.numel())
+    return torch.cat([got[:, :-1], own(model, h[dst].float()), got[:, -1:]], dim=1)
+
+
+def moved(changed: np.ndarray, ids: np.ndarray, rows: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    """What the changed edges ``changed`` ((src, dst, sign) into ``ids``, sorted) add to
+    the sums of ``ids``: ``sign * rows`` of each edge's source (``rows[j]`` the source of
+    edge ``j``), and the degree's change; ``([len(ids), width], [len(ids)])`` float64."""
+    at = torch.from_numpy(np.searchsorted(ids, changed[1]))
+    sign = torch.from_numpy(changed[2]).double()
+    add = torch.zeros(len(ids), width, dtype=torch.float64)
+    add.index_add_(0, at, rows.double() * sign[:, None])
+    deg = torch.zeros(len(ids), dtype=torch.float64).index_add_(0, at, sign)
+    return add, deg
