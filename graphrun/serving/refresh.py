@@ -40,6 +40,7 @@ refreshes, which a ``--live`` pass resets.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -69,7 +70,7 @@ from graphrun.train.data import NodeTable
 from graphrun.train.models import SAGE, ByLayer
 
 EDGE_IDS = 1 << 16  # ids of one request for their out-edges (MAX_OUT_EDGES a reply)
-EMPTY, EMPTY_T = np.empty(0, np.int64), torch.empty(0, dtype=torch.long)
+EMPTY = np.empty(0, np.int64)
 
 
 def layer_tables(layers: int) -> list[str]:
@@ -104,6 +105,13 @@ class States:
                            policy=PolicyName.node(self.ntype), persistent=True)  # fmt: skip
         self._tensors[what] = t
         return t
+
+    def _attached(self, what: str, width: int, dtype: str) -> DistTensor:
+        """Table ``what`` attached if the store has it (no request), else made."""
+        if what not in self._tensors:
+            with contextlib.suppress(StoreError):
+                self._tensors[what] = DistTensor(self.client, self.name(what))
+        return self.tensor(what, width, dtype)
 
     def load(self) -> int:
         """The stored version (and the new nodes' list); StoreError if none is stored."""
@@ -156,7 +164,7 @@ class States:
                                                             self.n)):  # fmt: skip
             if not pick.any():
                 continue
-            t = self.tensor(name, width, dtype)
+            t = self._attached(name, width, dtype)
             s, r = torch.from_numpy(slots[pick] - off), rows[torch.from_numpy(pick)]
             for lo in range(0, len(s), CHUNK):
                 t[s[lo : lo + CHUNK]] = r[lo : lo + CHUNK]
@@ -226,23 +234,6 @@ def by_sums(model: ByLayer) -> bool:
     return isinstance(model, SAGE) and model.precision == "fp32"
 
 
-class _Seen:
-    """``data`` that keeps its last ``in_edges`` answer: the kept pass sums the edges its
-    layer read, without sampling them again."""
-
-    def __init__(self, data: Any) -> None:
-        self.data, self.got = data, (EMPTY_T, EMPTY_T)
-        self.dst: Tensor | None = None
-
-    def in_edges(self, dst: Tensor) -> tuple[Tensor, Tensor]:
-        if dst is not self.dst:
-            self.dst, self.got = dst, self.data.in_edges(dst)
-        return self.got
-
-    def __getattr__(self, attr: str) -> object:
-        return getattr(self.data, attr)
-
-
 @torch.no_grad()
 def _layers(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, batch: int,
             sums: bool = False) -> list[float]:  # fmt: skip
@@ -254,15 +245,16 @@ def _layers(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, bat
     h = Fresh(lambda a: feat[torch.from_numpy(a)].float(), EMPTY, None)
     tables = layer_tables(len(model.convs))
     step = max(batch, inference.MIN_BATCH)
-    seen, took = _Seen(data), []
+    took = []
     for i, (ids, what) in enumerate(zip(plan.sets, tables, strict=True)):
         t0 = time.perf_counter()
-        read = cast(NodeTable, h)  # _batch only reads it
+        read = cast(NodeTable, h)  # gather only reads it
         out, kept = [], []
         for lo in range(0, len(ids), step):
             dst = torch.from_numpy(ids[lo : lo + step])
-            out.append(inference._batch(run, i, read, dst, seen))
-            got = full_sums(model, i, seen, read, dst) if sums else None
+            x, edge_index = inference.gather(read, dst, data)
+            out.append(run.layer(i, x, edge_index, dst.numel()))
+            got = full_sums(model, i, x, edge_index, dst.numel()) if sums else None
             if got is not None:
                 kept.append(got)
         rows = torch.cat(out) if out else torch.empty(0, 1)

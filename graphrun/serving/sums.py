@@ -23,7 +23,7 @@ its sums (:func:`first_layer`, :func:`last_layer`): the float64 sums round at ab
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import torch
@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import SAGEConv
 
-from graphrun.train.models import ByLayer
+from graphrun.train.models import ByLayer, csr_rows
 
 INSUM, LASTSUM = "insum", "lastsum"
 
@@ -71,18 +71,20 @@ def in_sums(rows: Tensor, index: Tensor, n: int) -> Tensor:
     return out
 
 
-def full_sums(model: ByLayer, i: int, data: Any, h: Any, dst: Tensor) -> Tensor | None:
+def full_sums(model: ByLayer, i: int, x: Tensor, edge_index: Tensor, n: int) -> Tensor | None:
     """The sums of layer ``i`` (0: ``insum``, the last: ``lastsum``; None for the
-    others) of the nodes ``dst`` from their in-edges (``data.in_edges``) and the layer's
-    input ``h``."""
+    others) of the first ``n`` rows of ``x`` from the in-edges ``edge_index`` (local
+    ids: what :func:`graphrun.train.inference.gather` gives the layer): the layer's own
+    gather-reduce (fp32, as its mean sums them) over the rows, projected first for the
+    last layer; kept in float64, where refreshes add to them."""
     last = i == len(model.convs) - 1
     if i != 0 and not last:
         return None
-    src, index = data.in_edges(dst)
-    if not last:
-        return in_sums(h[src].float(), index, dst.numel())
-    got = in_sums(project(model, h[src].float()), index, dst.numel())
-    return torch.cat([got[:, :-1], own(model, h[dst].float()), got[:, -1:]], dim=1)
+    offsets, columns = csr_rows(edge_index, n)
+    rows = project(model, x) if last else x
+    got = F.embedding_bag(columns, rows, offsets, mode="sum", include_last_offset=True).double()
+    deg = (offsets[1:] - offsets[:-1]).double()[:, None]
+    return torch.cat([got, own(model, x[:n]), deg] if last else [got, deg], dim=1)
 
 
 def moved(changed: np.ndarray, ids: np.ndarray, rows: Tensor, width: int) -> tuple[Tensor, Tensor]:
