@@ -40,7 +40,6 @@ refreshes, which a ``--live`` pass resets.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -88,6 +87,7 @@ class States:
         self.grown = np.empty(0, np.int64)
         self._order = np.empty(0, np.int64)
         self._tensors: dict[str, DistTensor] = {}  # attached once
+        self._listed: set[str] | None = None
 
     def name(self, what: str) -> str:
         return table_name(self.ntype, what)
@@ -107,9 +107,12 @@ class States:
         return t
 
     def _attached(self, what: str, width: int, dtype: str) -> DistTensor:
-        """Table ``what`` attached if the store has it (no request), else made."""
+        """Table ``what``: attached if the store has it (the store's list, asked once),
+        else made."""
         if what not in self._tensors:
-            with contextlib.suppress(StoreError):
+            if self._listed is None:
+                self._listed = {t.name for t in self.client.list_tensors()}
+            if self.name(what) in self._listed:
                 self._tensors[what] = DistTensor(self.client, self.name(what))
         return self.tensor(what, width, dtype)
 
