@@ -73,7 +73,7 @@ def changes(
     csc: CSCGraph, delta: LiveDelta, since: int, version: int, features: list[str]
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(nodes, dst)`` of ``graph_changes`` (see the module docstring)."""
-    nodes, dst = [EMPTY], [EMPTY]
+    nodes, dst = [EMPTY], [changed_edges(csc, delta, since, version)[1]]
     for v in sorted(delta.committed):
         if not since < v <= version:
             continue
@@ -82,14 +82,7 @@ def changes(
         for key, (ids, _) in b.updates.items():
             if (key in features) if features else _node_key(key):
                 nodes.append(ids)
-        dst.append(b.edges[1])
-        if len(b.deleted):
-            base = ~delta.has_edges(b.deleted, committed_only=True)  # not a scan of csc
-            dst.append(csc.find_edges(b.deleted[base])[1])
-            e = np.hstack(
-                [np.empty((3, 0), np.int64), *(c.edges for c in delta.committed.values())]
-            )
-            dst.append(e[1, np.isin(e[2], b.deleted[~base])])  # deleted new edges
+        dst.append(b.edges[1])  # an edge deleted again since: its target too
     return np.unique(np.concatenate(nodes)), np.unique(np.concatenate(dst))
 
 

@@ -166,6 +166,42 @@ def test_many_refreshes_keep_the_sums_of_a_full_pass(tmp_path):
             torch.testing.assert_close(rows, whole, atol=1e-5, rtol=1e-6, msg=what)
 
 
+def test_a_refresh_after_compaction_starts_from_a_kept_pass(tmp_path):
+    """Compaction folds the delta into the base: a refresh from below it is refused; a
+    kept pass at the head starts the sums again, and a refresh from there (deleting new
+    edges that were folded into the base, adding edges from a new node) equals a full
+    pass."""
+    from tests.store.test_compact import compact
+
+    torch.manual_seed(0)
+    model = SAGE(8, 16, 4, 2, 0.5, "csr", "fp32").eval()
+    graph = {"num_nodes": NODES, "num_edges": EDGES}
+    with graph_served(tmp_path / "parts", **graph) as (addresses, parts, ctx, data):
+        full(model, data, "_N", "feat", 1024)
+        write(addresses, parts)
+        with KVClient(ClientConfig(addresses, job="writer", timeout=30)) as c:
+            ctx.client.follow()  # a reader's version bounds what compaction folds
+            for p in (0, 1):
+                ctx.client.session.call(p, "heartbeat")
+            assert [compact(c, p)["compactions"] for p in (0, 1)] == [1, 1]
+            with pytest.raises(GraphrunError, match="refresh every node"):
+                refresh(model, data, "_N", "feat", 1024)
+            assert full(model, data, "_N", "feat", 1024)["version"] == 1
+            grown = ctx.client.live_nodes()[0]
+            folded = new_in_edges(ctx, np.concatenate([np.arange(0, NODES, 7), grown]))
+            assert len(folded) > 20
+            w = GraphWriter(c)
+            w.delete_edges("_E", folded[::10])
+            w.add_edges("_E", [grown[0]] * 3, [11, 12, 13])
+            w.commit()
+        got = refresh(model, data, "_N", "feat", 1024)
+        assert got["since"] == 1 and got["version"] == 2
+        fresh = states(ctx.client, 2, NODES, grown)
+        full(model, data, "_N", "feat", 1024)
+        for what, rows in states(ctx.client, 2, NODES, grown).items():
+            torch.testing.assert_close(fresh[what], rows, atol=1e-5, rtol=0, msg=what)
+
+
 def test_states_kept_without_sums_are_refused(tmp_path):
     model = SAGE(8, 16, 4, 2, 0.5, "csr", "fp32").eval()
     with graph_served(tmp_path / "parts") as (_, _, ctx, data):
