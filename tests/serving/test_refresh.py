@@ -202,6 +202,25 @@ def test_a_refresh_after_compaction_starts_from_a_kept_pass(tmp_path):
             torch.testing.assert_close(fresh[what], rows, atol=1e-5, rtol=0, msg=what)
 
 
+def test_a_three_layer_model_recomputes_the_layer_between(tmp_path):
+    """Three layers: the first and the last move by their sums, the hidden layer
+    between is recomputed over its in-neighbourhoods; all equal a full pass."""
+    torch.manual_seed(0)
+    model = SAGE(8, 16, 4, 3, 0.5, "csr", "fp32").eval()
+    graph = {"num_nodes": NODES, "num_edges": EDGES}
+    with graph_served(tmp_path / "parts", **graph) as (addresses, parts, ctx, data):
+        full(model, data, "_N", "feat", 1024)
+        write(addresses, parts)
+        got = refresh(model, data, "_N", "feat", 1024)
+        r1, r2, r3 = got["recomputed_per_layer"]
+        assert r1 < 20 and r2 == got["per_layer"][1] and r3 == 0
+        grown = ctx.client.live_nodes()[0]
+        fresh = states(ctx.client, 3, NODES, grown)
+        full(model, data, "_N", "feat", 1024)
+        for what, rows in states(ctx.client, 3, NODES, grown).items():
+            torch.testing.assert_close(fresh[what], rows, atol=1e-5, rtol=0, msg=what)
+
+
 def test_states_kept_without_sums_are_refused(tmp_path):
     model = SAGE(8, 16, 4, 2, 0.5, "csr", "fp32").eval()
     with graph_served(tmp_path / "parts") as (_, _, ctx, data):
