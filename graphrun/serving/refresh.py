@@ -62,7 +62,6 @@ from graphrun.serving.sums import (
     LASTSUM,
     first_layer,
     full_sums,
-    in_sums,
     last_layer,
     moved,
     own,
@@ -262,9 +261,8 @@ def _layers(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, bat
             dst = torch.from_numpy(ids[lo : lo + step])
             x, edge_index = inference.gather(read, dst, data)
             out.append(run.layer(i, x, edge_index, dst.numel()))
-            got = full_sums(model, i, x, edge_index, dst.numel()) if sums else None
-            if got is not None:
-                kept.append(got)
+            if sums and i in (0, len(tables) - 1):
+                kept.append(full_sums(model, i > 0, x, edge_index, dst.numel()))
         rows = torch.cat(out) if out else torch.empty(0, 1)
         if kept:
             st.write(INSUM if i == 0 else LASTSUM, ids, torch.cat(kept))
@@ -333,10 +331,9 @@ def _first(model: ByLayer, data: Any, st: States, feat: Any, plan: Plan
         old[:, :width] += add
         old[:, width] += deg
         sums[torch.from_numpy(np.searchsorted(a1, rest))] = old
-    for lo in range(0, len(redo), EDGE_IDS):
+    for lo in range(0, len(redo), EDGE_IDS):  # summed again over their in-edges
         dst = torch.from_numpy(redo[lo : lo + EDGE_IDS])
-        src, index = data.in_edges(dst)
-        got = in_sums(feat[src].float(), index, dst.numel())
+        got = full_sums(model, False, *inference.gather(feat, dst, data), dst.numel())
         sums[torch.from_numpy(np.searchsorted(a1, dst.numpy()))] = got
     own_x = x[torch.from_numpy(np.searchsorted(ask, a1))]
     return a1, (first_layer(model, sums, own_x), sums)

@@ -62,24 +62,12 @@ def own(model: ByLayer, h: Tensor) -> Tensor:
     return (conv.lin_r(h) + cast(Tensor, conv.lin_l.bias)).double()
 
 
-def in_sums(rows: Tensor, index: Tensor, n: int) -> Tensor:
-    """``[n, width + 1]`` float64: the sum of ``rows`` (one an edge) by the edges'
-    targets ``index``, and the targets' in-degrees."""
-    out = torch.zeros(n, rows.size(1) + 1, dtype=torch.float64)
-    out[:, :-1].index_add_(0, index, rows.double())
-    out[:, -1] = torch.bincount(index, minlength=n).double()
-    return out
-
-
-def full_sums(model: ByLayer, i: int, x: Tensor, edge_index: Tensor, n: int) -> Tensor | None:
-    """The sums of layer ``i`` (0: ``insum``, the last: ``lastsum``; None for the
-    others) of the first ``n`` rows of ``x`` from the in-edges ``edge_index`` (local
-    ids: what :func:`graphrun.train.inference.gather` gives the layer): the layer's own
+def full_sums(model: ByLayer, last: bool, x: Tensor, edge_index: Tensor, n: int) -> Tensor:
+    """The first layer's (``insum``) or, ``last``, the last layer's (``lastsum``) sums
+    of the first ``n`` rows of ``x`` from the in-edges ``edge_index`` (local ids: what
+    :func:`graphrun.train.inference.gather` gives the layer): the layer's own
     gather-reduce (fp32, as its mean sums them) over the rows, projected first for the
     last layer; kept in float64, where refreshes add to them."""
-    last = i == len(model.convs) - 1
-    if i != 0 and not last:
-        return None
     offsets, columns = csr_rows(edge_index, n)
     rows = project(model, x) if last else x
     got = F.embedding_bag(columns, rows, offsets, mode="sum", include_last_offset=True).double()
