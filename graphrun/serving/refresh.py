@@ -117,7 +117,9 @@ class States:
             if self._listed is None:
                 self._listed = {t.name for t in self.client.list_tensors()}
             if self.name(what) in self._listed:
-                self._tensors[what] = DistTensor(self.client, self.name(what))
+                t = DistTensor(self.client, self.name(what))
+                if t.info.row_shape == ((width,) if width else ()) and t.info.dtype == dtype:
+                    self._tensors[what] = t  # else made: the store says what differs
         return self.tensor(what, width, dtype)
 
     def load(self) -> int:
@@ -175,6 +177,13 @@ class States:
             s, r = torch.from_numpy(slots[pick] - off), rows[torch.from_numpy(pick)]
             for lo in range(0, len(s), CHUNK):
                 t[s[lo : lo + CHUNK]] = r[lo : lo + CHUNK]
+
+    def drop(self, *tables: str) -> None:
+        """Delete ``tables`` (and their ``grown/`` twins) where the store has them."""
+        have = {t.name for t in self.client.list_tensors()}
+        for name in [self.name(w) for t in tables for w in (t, f"grown/{t}")]:
+            if name in have:
+                self.client.delete_tensor(name)
 
     def save(self, version: int) -> None:
         if len(self.grown):
@@ -399,7 +408,10 @@ def full(
     new, _ = client.live_nodes()
     st.add_grown(new)
     ids = np.concatenate([np.arange(data.num_nodes(ntype), dtype=np.int64), new])
-    _layers(model, data, st, feature, Plan([ids] * layers, ids), batch_size, by_sums(model))
+    sums = by_sums(model)
+    if not sums:  # sums an earlier pass kept are not at this version: a refresh refuses them
+        st.drop(INSUM, LASTSUM)
+    _layers(model, data, st, feature, Plan([ids] * layers, ids), batch_size, sums)
     st.save(v)
     _ask(client, OP_OUT_NEIGHBORS, {}, (np.empty(0, np.int64),))  # each builds its index now
     return {"version": v, "nodes": len(ids), "recomputed": len(ids),
