@@ -351,34 +351,37 @@ def _first(model: ByLayer, data: Any, st: States, feat: Any, plan: Plan
 def _last(model: ByLayer, st: States, plan: Plan, what: str, ids: np.ndarray, h: Tensor
           ) -> None:  # fmt: skip
     """The last layer of ``A_L`` from its moved sums, with ``h`` the new rows of
-    ``ids = A_{L-1}`` in table ``what`` (written here, after its old rows are read):
-    an edge leaving ``A_{L-1}`` adds its source's change, a changed edge adds (or takes
-    away) its source's old row (:mod:`graphrun.serving.sums`)."""
+    ``ids = A_{L-1}`` (stored in table ``what``): an edge leaving ``A_{L-1}`` adds its
+    source's change, a changed edge adds (or takes away) its source's old row, both
+    projected (``lastsum`` keeps each node's own, so the old rows are not read)."""
     assert plan.changed is not None and plan.edges is not None
     ch, e1, al = plan.changed, plan.edges, plan.sets[-1]
     need = _union([ids, ch[0]])
-    had = np.setdiff1d(need, plan.new, assume_unique=True)  # rows at the stored version
+    rows = _union([al, need])
+    had = np.setdiff1d(rows, plan.new, assume_unique=True)  # rows at the stored version
     q_new = project(model, h)
-    q_old = torch.zeros(len(need), q_new.size(1))
-    if len(had):
-        q_old[torch.from_numpy(np.searchsorted(need, had))] = project(
-            model, st.read(what, had).float()
-        )
-    st.write(what, ids, h)
     c = q_new.size(1)
-    change = (q_new - q_old[torch.from_numpy(np.searchsorted(need, ids))]).double()
-    add, deg = moved(ch, al, q_old[torch.from_numpy(np.searchsorted(need, ch[0]))], c)
-    add.index_add_(0, torch.from_numpy(np.searchsorted(al, e1[1])),
-                   change[torch.from_numpy(np.searchsorted(ids, e1[0]))])  # fmt: skip
-    sums = torch.zeros(len(al), 2 * c + 1, dtype=torch.float64)
-    known = np.flatnonzero(~np.isin(al, plan.new))
-    if len(known):
-        sums[torch.from_numpy(known)] = st.read(LASTSUM, al[known])
+    old = torch.zeros(len(rows), 3 * c + 1, dtype=torch.float64)
+    if len(had):
+        old[_at(rows, had)] = st.read(LASTSUM, had)
+    q_old = old[_at(rows, need), 2 * c : 3 * c]
+    change = q_new.double() - q_old[_at(need, ids)]
+    add, deg = moved(ch, al, q_old[_at(need, ch[0])], c)
+    add.index_add_(0, _at(al, e1[1]), change[_at(ids, e1[0])])
+    sums = old[_at(rows, al)]
     sums[:, :c] += add
-    sums[:, 2 * c] += deg
-    sums[torch.from_numpy(np.searchsorted(al, ids)), c : 2 * c] = own(model, h)
+    sums[:, 3 * c] += deg
+    mine = _at(al, ids)
+    sums[mine, c : 2 * c] = own(model, h)
+    sums[mine, 2 * c : 3 * c] = q_new.double()
+    st.write(what, ids, h)
     st.write(LASTSUM, al, sums)
     _store(st, "logits", al, last_layer(sums))
+
+
+def _at(ids: np.ndarray, of: np.ndarray) -> Tensor:
+    """The positions of ``of`` in the sorted ``ids`` (each of them there)."""
+    return torch.from_numpy(np.searchsorted(ids, of))
 
 
 def _join(a: np.ndarray, ra: Tensor, b: np.ndarray, rb: Tensor) -> tuple[np.ndarray, Tensor]:

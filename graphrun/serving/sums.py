@@ -6,9 +6,11 @@ pass stores, per node, float64:
 
 * ``serving/<ntype>/insum`` ``[N, F + 1]``: the sum of the in-neighbours' input features
   and the in-degree (the first layer's aggregation);
-* ``serving/<ntype>/lastsum`` ``[N, 2C + 1]``: the sum of ``W_l · h_u`` over the
-  in-neighbours ``u`` (``h``: the last layer's input), ``W_r · h_v + b``, and the
-  in-degree (the last layer's two parts, ``C`` its width);
+* ``serving/<ntype>/lastsum`` ``[N, 3C + 1]``: the sum of ``W_l · h_u`` over the
+  in-neighbours ``u`` (``h``: the last layer's input), ``W_r · h_v + b`` (the last
+  layer's two parts, ``C`` its width), the node's own ``W_l · h_v`` (what it adds to its
+  out-neighbours' sums: a refresh takes the old one away without reading ``h``), and the
+  in-degree;
 
 new nodes' rows in ``grown/insum`` and ``grown/lastsum``, as the states'. A refresh
 moves a sum by the edges that changed (``graph_changes`` with ``edges``: each added edge
@@ -47,8 +49,8 @@ def first_layer(model: ByLayer, sums: Tensor, x: Tensor) -> Tensor:
 
 def last_layer(sums: Tensor) -> Tensor:
     """The last layer's output from ``lastsum`` rows."""
-    c = (sums.size(1) - 1) // 2
-    return (sums[:, :c] / sums[:, 2 * c :].clamp(min=1) + sums[:, c : 2 * c]).float()
+    c = (sums.size(1) - 1) // 3
+    return (sums[:, :c] / sums[:, 3 * c :].clamp(min=1) + sums[:, c : 2 * c]).float()
 
 
 def project(model: ByLayer, h: Tensor) -> Tensor:
@@ -72,7 +74,8 @@ def full_sums(model: ByLayer, last: bool, x: Tensor, edge_index: Tensor, n: int)
     rows = project(model, x) if last else x
     got = F.embedding_bag(columns, rows, offsets, mode="sum", include_last_offset=True).double()
     deg = (offsets[1:] - offsets[:-1]).double()[:, None]
-    return torch.cat([got, own(model, x[:n]), deg] if last else [got, deg], dim=1)
+    parts = [got, own(model, x[:n]), rows[:n].double(), deg] if last else [got, deg]
+    return torch.cat(parts, dim=1)
 
 
 def moved(changed: np.ndarray, ids: np.ndarray, rows: Tensor, width: int) -> tuple[Tensor, Tensor]:
