@@ -7,10 +7,13 @@ only (the store imports no torch):
 ==================  ======================================================================
 op                  body -> reply
 ==================  ======================================================================
-graph_changes       since, v, features (node tensor names; empty: every node feature)
-                    -> tensors (nodes int64: new nodes and nodes whose named features were
-                    updated in ``(since, v]``; dst int64: destinations of the edges added
-                    or deleted in ``(since, v]``), graph ids owned here, unique
+graph_changes       since, v, features (node tensor names; empty: every node feature),
+                    edges -> tensors (nodes int64: new nodes and nodes whose named
+                    features were updated in ``(since, v]``; dst int64: destinations of
+                    the edges added or deleted in ``(since, v]``), graph ids owned here,
+                    unique; with ``edges``, then (src, dst, sign) int64 of each edge into
+                    a node owned here that is at ``v`` and was not at ``since`` (+1) or
+                    was and is not (-1) (:func:`changed_edges`)
 graph_out_neighbors tensors (ids int64,), v, edges -> tensors (dst int64,): the nodes of
                     this partition with an in-edge at ``v`` from one of ``ids``, unique;
                     with ``edges``: (src, dst) of each such edge (a multi-edge as often
@@ -54,6 +57,7 @@ EMPTY = np.empty(0, np.int64)
 class ChangesBody(msgspec.Struct, frozen=True):
     since: int
     features: list[str] = msgspec.field(default_factory=list)
+    edges: bool = False  # the changed edges themselves too
 
 
 class OutBody(msgspec.Struct, frozen=True):
@@ -69,7 +73,7 @@ def changes(
     csc: CSCGraph, delta: LiveDelta, since: int, version: int, features: list[str]
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(nodes, dst)`` of ``graph_changes`` (see the module docstring)."""
-    nodes, dst = [EMPTY], [EMPTY]
+    nodes, dst = [EMPTY], [changed_edges(csc, delta, since, version)[1]]
     for v in sorted(delta.committed):
         if not since < v <= version:
             continue
@@ -78,15 +82,29 @@ def changes(
         for key, (ids, _) in b.updates.items():
             if (key in features) if features else _node_key(key):
                 nodes.append(ids)
-        dst.append(b.edges[1])
-        if len(b.deleted):
-            base = ~delta.has_edges(b.deleted, committed_only=True)  # not a scan of csc
-            dst.append(csc.find_edges(b.deleted[base])[1])
-            e = np.hstack(
-                [np.empty((3, 0), np.int64), *(c.edges for c in delta.committed.values())]
-            )
-            dst.append(e[1, np.isin(e[2], b.deleted[~base])])  # deleted new edges
+        dst.append(b.edges[1])  # an edge deleted again since: its target too
     return np.unique(np.concatenate(nodes)), np.unique(np.concatenate(dst))
+
+
+def changed_edges(csc: CSCGraph, delta: LiveDelta, since: int, version: int) -> np.ndarray:
+    """int64 ``[3, m]`` (src, dst, sign): the edges into this partition's nodes at
+    ``version`` that were not at ``since`` (sign +1) and those at ``since`` that are not
+    at ``version`` (-1); an edge added and deleted in between is neither, each copy of a
+    multi-edge is one. What an incremental sum over in-edges adds and takes away."""
+    runs = delta.runs
+    e = np.hstack([np.empty((5, 0), np.int64), *(r.edges for r in runs)])
+    gone = np.concatenate(
+        [EMPTY, *(r.deleted[0][(r.deleted[1] > since) & (r.deleted[1] <= version)] for r in runs)]
+    )
+    added = e[:2, (e[4] > since) & (e[4] <= version) & ~delta.deleted(e[2], version)]
+    had = e[:, e[4] <= since]
+    new = had[:2, np.isin(had[2], gone)]  # new edges, deleted since
+    base = gone[~np.isin(gone, e[2])]  # base edges, deleted since
+    # the CSC sorts its edge ids on the first find_edges (1M edges: a tenth of a second)
+    src, dst = csc.find_edges(base) if len(base) else (EMPTY, EMPTY)
+    sign = np.concatenate([np.ones(added.shape[1], np.int64),
+                           -np.ones(new.shape[1] + len(src), np.int64)])  # fmt: skip
+    return np.vstack([np.hstack([added, new, np.vstack([src, dst])]), sign])
 
 
 def out_edges(csc: CSCGraph, delta: LiveDelta | None, version: int, ids: np.ndarray) -> np.ndarray:
@@ -119,11 +137,15 @@ def graph_changes(state: ServerState, req: Request, csc_of: CscOf) -> Response:
     if len(body.features) > 256:
         raise ArgumentError(f"{req.op}: field 'features' names more than 256 tensors")
     if delta is None:
-        return Response({}, (EMPTY, EMPTY))
+        return Response({}, (EMPTY, EMPTY) + ((EMPTY, EMPTY, EMPTY) if body.edges else ()))
     if body.since < delta.floor:  # folded into the base: no longer told apart
         raise StoreError(f"{req.op}: since {body.since} is below partition {state.part}'s "
                          f"compacted version {delta.floor}; refresh every node")  # fmt: skip
-    return Response({}, changes(csc_of(state), delta, body.since, v, body.features))
+    csc = csc_of(state)
+    got = changes(csc, delta, body.since, v, body.features)
+    if not body.edges:
+        return Response({}, got)
+    return Response({}, (*got, *changed_edges(csc, delta, body.since, v)))
 
 
 def graph_out_neighbors(state: ServerState, req: Request, csc_of: CscOf) -> Response:

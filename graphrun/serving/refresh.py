@@ -10,7 +10,9 @@ live graph (the head by default), keeping what an incremental refresh needs:
   no row for): ``serving/<ntype>/grown`` lists them (int64, in the order they were first
   computed) and ``serving/<ntype>/grown/<table>`` holds row ``j`` of the ``j``-th;
 * ``serving/<ntype>/version`` (int64): ``[0]`` the version the states are at, ``[1]``
-  how many new nodes ``grown`` lists.
+  how many new nodes ``grown`` lists;
+* for :func:`by_sums` models, ``serving/<ntype>/insum`` and ``lastsum`` (float64, and
+  their ``grown/`` rows): the running sums of :mod:`graphrun.serving.sums`.
 
 :func:`refresh` moves the states from their version ``v0`` to ``v1`` (the head by
 default). It asks each partition what changed in ``(v0, v1]``
@@ -26,40 +28,52 @@ are a lookup in each partition's out-edge index (built once, by the kept pass).
 
 On a power-law graph ``out(A_{L-1})`` is large (the new edges' sources reach hubs:
 1,000 random edges' 991 destinations have 13,358 nodes downstream on a 50k-node graph),
-and recomputing each of them reads its whole in-neighbourhood. Where the last layer is
-linear in its inputs (:func:`linear_last`: fp32 GraphSAGE, ``W_l mean(h_in) + b + W_r
-h``, no activation after it) only the *rewired* nodes of ``A_L`` (``D`` and the new
-nodes: their in-edges changed) are recomputed; every other node of ``A_L`` has the same
-in-edges as at ``v0``, so its row moves by ``W_l (sum of its in-neighbours' changes) /
-in-degree + W_r (its own change)`` (:func:`_delta`), from the edges leaving ``A_{L-1}``
-and the old and new rows of ``A_{L-1}``. Its cost is those edges and ``A_L``'s output
-rows, not their in-neighbourhoods. It equals a recompute up to fp32 rounding (a test
-holds two refreshes in a row within 1e-5 of a full pass); rounding adds up over many
-refreshes, which a ``--live`` pass resets.
+and recomputing a node reads its whole in-neighbourhood. Where the layers are linear in
+the sum of their in-neighbours' rows (:func:`by_sums`: fp32 GraphSAGE) the kept pass also
+stores the first and the last layer's running sums (:mod:`graphrun.serving.sums`), and a
+refresh moves them instead (:func:`_by_sums`): ``graph_changes`` tells the edges that
+changed, ``A_1``'s sums move by the rows of their sources (the nodes downstream of an
+updated or new feature, ``touched``, are summed again over their in-edges), ``A_L``'s
+by the changed edges and by the edges leaving ``A_{L-1}`` (each adds its source's change,
+projected by ``W_l``); each row is then computed from its sums. Its cost is the changed
+edges, the edges leaving ``A_{L-1}`` and the rows of ``A_1`` and ``A_L``, not their
+in-neighbourhoods; the hidden layers between (three layers or more) are recomputed as
+above. The sums are float64 and every state is computed afresh from them, so rounding
+does not add up over refreshes (a test holds thirty in a row within 1e-5 of a full
+pass). GAT and bf16 models are recomputed whole.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
-from torch_geometric.nn import SAGEConv
 
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import PolicyName, TensorKey
 from graphrun.sampling.changes import OP_CHANGES, OP_OUT_NEIGHBORS
 from graphrun.serving.embed import CHUNK, Layers, raise_unsupported, table_name
+from graphrun.serving.sums import (
+    INSUM,
+    LASTSUM,
+    first_layer,
+    full_sums,
+    last_layer,
+    moved,
+    own,
+    project,
+)
 from graphrun.store.dist_tensor import DistTensor
 from graphrun.train import inference
 from graphrun.train.data import NodeTable
 from graphrun.train.models import SAGE, ByLayer
 
 EDGE_IDS = 1 << 16  # ids of one request for their out-edges (MAX_OUT_EDGES a reply)
+EMPTY = np.empty(0, np.int64)
 
 
 def layer_tables(layers: int) -> list[str]:
@@ -77,6 +91,7 @@ class States:
         self.grown = np.empty(0, np.int64)
         self._order = np.empty(0, np.int64)
         self._tensors: dict[str, DistTensor] = {}  # attached once
+        self._listed: set[str] | None = None
 
     def name(self, what: str) -> str:
         return table_name(self.ntype, what)
@@ -94,6 +109,18 @@ class States:
                            policy=PolicyName.node(self.ntype), persistent=True)  # fmt: skip
         self._tensors[what] = t
         return t
+
+    def _attached(self, what: str, width: int, dtype: str) -> DistTensor:
+        """Table ``what``: attached if the store has it (the store's list, asked once),
+        else made."""
+        if what not in self._tensors:
+            if self._listed is None:
+                self._listed = {t.name for t in self.client.list_tensors()}
+            if self.name(what) in self._listed:
+                t = DistTensor(self.client, self.name(what))
+                if t.info.row_shape == ((width,) if width else ()) and t.info.dtype == dtype:
+                    self._tensors[what] = t  # else made: the store says what differs
+        return self.tensor(what, width, dtype)
 
     def load(self) -> int:
         """The stored version (and the new nodes' list); StoreError if none is stored."""
@@ -146,10 +173,17 @@ class States:
                                                             self.n)):  # fmt: skip
             if not pick.any():
                 continue
-            t = self.tensor(name, width, dtype)
+            t = self._attached(name, width, dtype)
             s, r = torch.from_numpy(slots[pick] - off), rows[torch.from_numpy(pick)]
             for lo in range(0, len(s), CHUNK):
                 t[s[lo : lo + CHUNK]] = r[lo : lo + CHUNK]
+
+    def drop(self, *tables: str) -> None:
+        """Delete ``tables`` (and their ``grown/`` twins) where the store has them."""
+        have = {t.name for t in self.client.list_tensors()}
+        for name in [self.name(w) for t in tables for w in (t, f"grown/{t}")]:
+            if name in have:
+                self.client.delete_tensor(name)
 
     def save(self, version: int) -> None:
         if len(self.grown):
@@ -197,91 +231,157 @@ def _check(model: ByLayer, data: Any) -> int:
 @dataclass
 class Plan:
     """What a refresh recomputes (module docstring): ``sets`` ``A_1 .. A_L`` (sorted);
-    ``rewired`` the nodes whose in-edges changed or that have no stored rows (``D`` and
-    the new nodes); ``edges`` (src, dst) of the edges from ``A_{L-1}`` at the new version
-    when the last layer is updated by :func:`_delta` (None: recomputed), with the
-    in-degrees of their heads."""
+    ``new`` the nodes added since the stored version (no stored rows). Where the states
+    move by their sums (:func:`by_sums`): ``changed`` (src, dst, sign) of the edges that
+    changed, ``touched`` the nodes whose first-layer sums are recomputed (downstream of
+    an updated or new feature, and the new nodes), ``edges`` (src, dst) of the edges
+    leaving ``A_{L-1}`` at the new version."""
 
     sets: list[np.ndarray]
-    new: np.ndarray  # the nodes added since the stored version: no stored rows
-    rewired: np.ndarray
+    new: np.ndarray
+    changed: np.ndarray | None = None
+    touched: np.ndarray = field(default_factory=lambda: EMPTY)
     edges: np.ndarray | None = None
-    degrees: tuple[np.ndarray, np.ndarray] | None = None  # the edges' heads (sorted), in-degrees
 
 
-def linear_last(model: ByLayer) -> bool:
-    """Whether the last layer is linear in its inputs' states (fp32 GraphSAGE: ``lin_l``
-    of the in-neighbours' mean plus ``lin_r`` of the node, no activation after it), so
-    that a change of some of them moves it by the layer applied to the change."""
+def by_sums(model: ByLayer) -> bool:
+    """Whether the states move by running sums (:mod:`graphrun.serving.sums`): fp32
+    GraphSAGE, whose layers are linear in the sum of their in-neighbours' rows."""
     return isinstance(model, SAGE) and model.precision == "fp32"
 
 
-def _delta(
-    model: ByLayer, st: States, plan: Plan, prev: Fresh, old: tuple[np.ndarray, Tensor]
-) -> tuple[np.ndarray, Tensor]:
-    """The last layer's new rows for ``A_L`` minus ``rewired``, from their stored rows:
-    ``+ (sum of W_l (an in-neighbour's change)) / in-degree + W_r (own change)`` (their
-    in-edges are those of the stored version, each source has a stored row; the changes
-    of ``A_{L-1}`` are projected first: the product has their rows, not ``A_L``'s)."""
-    assert plan.edges is not None
-    conv = cast(SAGEConv, model.convs[-1])
-    ids = np.setdiff1d(plan.sets[-1], plan.rewired, assume_unique=True)
-    e = plan.edges[:, np.isin(plan.edges[1], ids)]
-    mine = np.intersect1d(ids, plan.sets[-2], assume_unique=True)
-    moved = _union([e[0], mine])
-    had, before = old
-    change = prev[torch.from_numpy(moved)] - before[torch.from_numpy(np.searchsorted(had, moved))]
-    left = F.linear(change, conv.lin_l.weight)
-    rows = st.read("logits", ids).float()
-    assert plan.degrees is not None
-    heads, counts = plan.degrees  # a node of ids with no in-edge from A_{L-1}: its sum is 0
-    at = np.minimum(np.searchsorted(heads, ids), max(len(heads) - 1, 0))
-    hit = heads[at] == ids if len(heads) else np.zeros(len(ids), bool)
-    deg = torch.from_numpy(np.where(hit, counts[at] if len(heads) else 1, 1)).clamp(min=1).float()
-    agg = torch.zeros_like(rows).index_add_(
-        0,
-        torch.from_numpy(np.searchsorted(ids, e[1])),
-        left[torch.from_numpy(np.searchsorted(moved, e[0]))],
-    )
-    rows += agg / deg[:, None]
-    own = torch.from_numpy(np.searchsorted(ids, mine))
-    rows[own] += F.linear(change[torch.from_numpy(np.searchsorted(moved, mine))], conv.lin_r.weight)
-    return ids, rows
-
-
 @torch.no_grad()
-def _layers(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, batch: int
-            ) -> list[float]:  # fmt: skip
-    """Recompute layer ``l`` for ``plan.sets[l-1]``, ``l = 1 .. L`` (the last by
-    :func:`_delta` where ``plan.edges``), and store it; the seconds of each layer."""
+def _layers(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, batch: int,
+            sums: bool = False) -> list[float]:  # fmt: skip
+    """Recompute layer ``l`` for ``plan.sets[l-1]``, ``l = 1 .. L``, and store it (with
+    ``sums``, the first and last layers' sums too); the seconds of each layer."""
     model.eval()
     run = Layers(model, 0, len(model.convs))
     feat = data.node_table(st.ntype, feature)
-    h = Fresh(lambda a: feat[torch.from_numpy(a)].float(), np.empty(0, np.int64), None)
+    h = Fresh(lambda a: feat[torch.from_numpy(a)].float(), EMPTY, None)
     tables = layer_tables(len(model.convs))
     step = max(batch, inference.MIN_BATCH)
-    took, old = [], (np.empty(0, np.int64), torch.empty(0, 1))
+    took = []
     for i, (ids, what) in enumerate(zip(plan.sets, tables, strict=True)):
         t0 = time.perf_counter()
-        last = i == len(tables) - 1
-        if last and plan.edges is not None:
-            ids = np.intersect1d(ids, plan.rewired, assume_unique=True)
-        read = cast(NodeTable, h)  # _batch only reads it
-        out = [inference._batch(run, i, read, torch.from_numpy(ids[lo : lo + step]), data)
-               for lo in range(0, len(ids), step)]  # fmt: skip
+        read = cast(NodeTable, h)  # gather only reads it
+        out, kept = [], []
+        for lo in range(0, len(ids), step):
+            dst = torch.from_numpy(ids[lo : lo + step])
+            x, edge_index = inference.gather(read, dst, data)
+            out.append(run.layer(i, x, edge_index, dst.numel()))
+            if sums and i in (0, len(tables) - 1):
+                kept.append(full_sums(model, i > 0, x, edge_index, dst.numel()))
         rows = torch.cat(out) if out else torch.empty(0, 1)
-        if last and plan.edges is not None:
-            more, by = _delta(model, st, plan, h, old)
-            ids, rows = _join(ids, rows, more, by)
-        if i == len(tables) - 2 and plan.edges is not None:  # what the delta subtracts
-            had = np.setdiff1d(ids, plan.new, assume_unique=True)
-            old = (had, st.read(what, had).float())
-        st.write(what, ids, rows)
-        if what == "logits":
-            st.write("predictions", ids, rows.argmax(-1).long())
+        if kept:
+            st.write(INSUM if i == 0 else LASTSUM, ids, torch.cat(kept))
+        _store(st, what, ids, rows)
         h = Fresh(lambda a, w=what: st.read(w, a).float(), ids, rows)
         took.append(round(time.perf_counter() - t0, 3))
     return took
+
+
+def _store(st: States, what: str, ids: np.ndarray, rows: Tensor) -> None:
+    st.write(what, ids, rows)
+    if what == "logits":
+        st.write("predictions", ids, rows.argmax(-1).long())
+
+
+@torch.no_grad()
+def _by_sums(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, batch: int
+             ) -> list[float]:  # fmt: skip
+    """The refresh of :func:`by_sums` models: the first layer from its moved (or, for
+    ``touched``, recomputed) sums, the hidden layers between recomputed, the last layer
+    from its moved sums; each layer's rows stored; the seconds of each layer."""
+    model.eval()
+    assert plan.changed is not None and plan.edges is not None
+    try:
+        st.tensor(INSUM), st.tensor(LASTSUM)
+    except StoreError as exc:
+        raise StoreError(f"refresh: the kept states of {st.ntype!r} have no running sums "
+                         "(run `graphrun infer embed --live` again)") from exc  # fmt: skip
+    layers, tables = len(model.convs), layer_tables(len(model.convs))
+    feat = data.node_table(st.ntype, feature)
+    t0, took = time.perf_counter(), []
+    ids, rows = _first(model, data, st, feat, plan)
+    st.write(INSUM, ids, rows[1])
+    prev = rows[0]
+    run, step = Layers(model, 0, layers), max(batch, inference.MIN_BATCH)
+    for i in range(1, layers - 1):  # hidden layers between: over their in-neighbourhoods
+        took.append(round(time.perf_counter() - t0, 3))
+        t0 = time.perf_counter()
+        st.write(tables[i - 1], ids, prev)
+        h = Fresh(lambda a, w=tables[i - 1]: st.read(w, a).float(), ids, prev)
+        ids = plan.sets[i]
+        out = [inference._batch(run, i, cast(NodeTable, h), torch.from_numpy(ids[lo : lo + step]),
+                                data) for lo in range(0, len(ids), step)]  # fmt: skip
+        prev = torch.cat(out) if out else torch.empty(0, 1)
+    took.append(round(time.perf_counter() - t0, 3))
+    t0 = time.perf_counter()
+    _last(model, st, plan, tables[-2], ids, prev)
+    took.append(round(time.perf_counter() - t0, 3))
+    return took
+
+
+def _first(model: ByLayer, data: Any, st: States, feat: Any, plan: Plan
+           ) -> tuple[np.ndarray, tuple[Tensor, Tensor]]:  # fmt: skip
+    """Layer 1 of ``A_1``: ``(ids, (rows, their sums))``."""
+    assert plan.changed is not None
+    a1, redo = plan.sets[0], plan.touched
+    rest = np.setdiff1d(a1, redo, assume_unique=True)
+    ch = plan.changed[:, np.isin(plan.changed[1], rest)]  # no source in A_0 (module doc)
+    ask = _union([a1, ch[0]])
+    x = feat[torch.from_numpy(ask)].float()
+    width = x.size(1)
+    sums = torch.empty(len(a1), width + 1, dtype=torch.float64)
+    if len(rest):
+        add, deg = moved(ch, rest, x[torch.from_numpy(np.searchsorted(ask, ch[0]))], width)
+        old = st.read(INSUM, rest)
+        old[:, :width] += add
+        old[:, width] += deg
+        sums[torch.from_numpy(np.searchsorted(a1, rest))] = old
+    for lo in range(0, len(redo), EDGE_IDS):  # summed again over their in-edges
+        dst = torch.from_numpy(redo[lo : lo + EDGE_IDS])
+        got = full_sums(model, False, *inference.gather(feat, dst, data), dst.numel())
+        sums[torch.from_numpy(np.searchsorted(a1, dst.numpy()))] = got
+    own_x = x[torch.from_numpy(np.searchsorted(ask, a1))]
+    return a1, (first_layer(model, sums, own_x), sums)
+
+
+def _last(model: ByLayer, st: States, plan: Plan, what: str, ids: np.ndarray, h: Tensor
+          ) -> None:  # fmt: skip
+    """The last layer of ``A_L`` from its moved sums, with ``h`` the new rows of
+    ``ids = A_{L-1}`` (stored in table ``what``): an edge leaving ``A_{L-1}`` adds its
+    source's change, a changed edge adds (or takes away) its source's old row, both
+    projected (``lastsum`` keeps each node's own, so the old rows are not read)."""
+    assert plan.changed is not None and plan.edges is not None
+    ch, e1, al = plan.changed, plan.edges, plan.sets[-1]
+    need = _union([ids, ch[0]])
+    rows = _union([al, need])
+    had = np.setdiff1d(rows, plan.new, assume_unique=True)  # rows at the stored version
+    q_new = project(model, h)
+    c = q_new.size(1)
+    old = torch.zeros(len(rows), 3 * c + 1, dtype=torch.float64)
+    if len(had):
+        old[_at(rows, had)] = st.read(LASTSUM, had)
+    q_old = old[_at(rows, need), 2 * c : 3 * c]
+    change = q_new.double() - q_old[_at(need, ids)]
+    add, deg = moved(ch, al, q_old[_at(need, ch[0])], c)
+    add.index_add_(0, _at(al, e1[1]), change[_at(ids, e1[0])])
+    sums = old[_at(rows, al)]
+    sums[:, :c] += add
+    sums[:, 3 * c] += deg
+    mine = _at(al, ids)
+    sums[mine, c : 2 * c] = own(model, h)
+    sums[mine, 2 * c : 3 * c] = q_new.double()
+    st.write(what, ids, h)
+    st.write(LASTSUM, al, sums)
+    _store(st, "logits", al, last_layer(sums))
+
+
+def _at(ids: np.ndarray, of: np.ndarray) -> Tensor:
+    """The positions of ``of`` in the sorted ``ids`` (each of them there)."""
+    return torch.from_numpy(np.searchsorted(ids, of))
 
 
 def _join(a: np.ndarray, ra: Tensor, b: np.ndarray, rb: Tensor) -> tuple[np.ndarray, Tensor]:
@@ -311,7 +411,10 @@ def full(
     new, _ = client.live_nodes()
     st.add_grown(new)
     ids = np.concatenate([np.arange(data.num_nodes(ntype), dtype=np.int64), new])
-    _layers(model, data, st, feature, Plan([ids] * layers, ids, ids), batch_size)
+    sums = by_sums(model)
+    if not sums:  # sums an earlier pass kept are not at this version: a refresh refuses them
+        st.drop(INSUM, LASTSUM)
+    _layers(model, data, st, feature, Plan([ids] * layers, ids), batch_size, sums)
     st.save(v)
     _ask(client, OP_OUT_NEIGHBORS, {}, (np.empty(0, np.int64),))  # each builds its index now
     return {"version": v, "nodes": len(ids), "recomputed": len(ids),
@@ -329,36 +432,42 @@ def _union(arrays: list[np.ndarray]) -> np.ndarray:
     return np.unique(np.concatenate([np.empty(0, np.int64), *arrays]))
 
 
+def _out_edges(client: Any, ids: np.ndarray) -> np.ndarray:
+    """(src, dst) of every edge leaving ``ids`` at the client's version."""
+    got = [g for lo in range(0, len(ids), EDGE_IDS)  # replies are bounded
+           for g in _ask(client, OP_OUT_NEIGHBORS, {"edges": True},
+                         (ids[lo : lo + EDGE_IDS],))]  # fmt: skip
+    return np.hstack([np.empty((2, 0), np.int64), *(np.vstack(g[:2]) for g in got)])
+
+
 def affected(
-    client: Any, since: int, layers: int, feature_key: str, had: States, edges: bool = False
+    client: Any, since: int, layers: int, feature_key: str, had: States, sums: bool = False
 ) -> Plan:
     """What to recompute from ``since`` to the client's version (module docstring); with
-    ``edges`` the edges leaving ``A_{L-1}`` too (for :func:`_delta`). ``had``: the stored
-    states, whose ``grown`` nodes have rows."""
-    got = _ask(client, OP_CHANGES, {"since": since, "features": [feature_key]})
+    ``sums`` the changed edges and the edges leaving ``A_{L-1}`` too (for
+    :func:`_by_sums`). ``had``: the stored states, whose ``grown`` nodes have rows."""
+    got = _ask(client, OP_CHANGES, {"since": since, "features": [feature_key], "edges": sums})
     changed = _union([g[0] for g in got])
     dst = _union([g[1] for g in got])
     new = changed[changed >= had.n]
     new = new[~np.isin(new, had.grown)]
-    sets, asked, out_edges, degrees = [], np.empty(0, np.int64), None, None
-    current = changed
+    edits = np.hstack([np.empty((3, 0), np.int64), *(np.vstack(g[2:5]) for g in got if sums)])
+    sets, asked, current = [], EMPTY, changed
+    touched, out_edges = EMPTY, None
     for i in range(layers):
-        if edges and i == layers - 1:  # every edge leaving A_{L-1}, not only the frontier's
-            got = [g for lo in range(0, len(current), EDGE_IDS)  # replies are bounded
-                   for g in _ask(client, OP_OUT_NEIGHBORS, {"edges": True},
-                                 (current[lo : lo + EDGE_IDS],))]  # fmt: skip
-            out_edges = np.hstack([np.empty((2, 0), np.int64), *(np.vstack(g[:2]) for g in got)])
-            heads = np.concatenate([np.empty(0, np.int64), *(g[2] for g in got)])
-            counts = np.concatenate([np.empty(0, np.int64), *(g[3] for g in got)])
-            out, first = np.unique(heads, return_index=True)  # again in each request
-            degrees = (out, counts[first])
+        if sums and i == layers - 1:  # every edge leaving A_{L-1}, not only the frontier's
+            out_edges = _out_edges(client, current)
+            out = np.unique(out_edges[1])
         else:
             frontier = np.setdiff1d(current, asked, assume_unique=True)
-            out = _union([g[0] for g in _ask(client, OP_OUT_NEIGHBORS, {}, (frontier,))])
+            out = EMPTY if not len(frontier) else _union(
+                [g[0] for g in _ask(client, OP_OUT_NEIGHBORS, {}, (frontier,))])  # fmt: skip
+        if i == 0 and sums:  # downstream of A_0: the first layer's sums are recomputed
+            touched = _union([out, new, edits[1, np.isin(edits[0], changed)]])
         asked = current
         current = _union([current, out] + ([dst] if i == 0 else []))
         sets.append(current)
-    return Plan(sets, new, _union([dst, new]), out_edges, degrees)
+    return Plan(sets, new, edits if sums else None, touched, out_edges)
 
 
 def refresh(
@@ -377,17 +486,20 @@ def refresh(
     if v < since:
         raise ArgumentError(f"version: {v} is below the kept states' version {since}")
     key = str(TensorKey.node(ntype, feature))
-    plan = affected(client, since, layers, key, st, edges=linear_last(model))
+    sums = by_sums(model)
+    plan = affected(client, since, layers, key, st, sums)
     found_s = time.perf_counter() - t0
     st.add_grown(plan.sets[-1])
-    took = _layers(model, data, st, feature, plan, batch_size)
+    if sums:
+        took = _by_sums(model, data, st, feature, plan, batch_size)
+        whole = [len(plan.touched), *(len(s) for s in plan.sets[1:-1]), 0]
+    else:
+        took = _layers(model, data, st, feature, plan, batch_size)
+        whole = [len(s) for s in plan.sets]
     st.save(v)
-    total = data.num_nodes(ntype) + len(st.grown)
-    full = [len(s) for s in plan.sets]
-    if plan.edges is not None:
-        full[-1] = len(np.intersect1d(plan.sets[-1], plan.rewired, assume_unique=True))
-    return {"version": v, "since": since, "nodes": total, "recomputed": max(full),
-            "per_layer": [len(s) for s in plan.sets], "recomputed_per_layer": full,
-            "updated": len(plan.sets[-1]) - full[-1],
+    per_layer = [len(s) for s in plan.sets]
+    return {"version": v, "since": since, "nodes": data.num_nodes(ntype) + len(st.grown),
+            "recomputed": max(whole), "per_layer": per_layer, "recomputed_per_layer": whole,
+            "updated": sum(per_layer) - sum(whole),
             "find_s": round(found_s, 3), "layer_s": took,
             "refresh_s": round(time.perf_counter() - t0, 3)}  # fmt: skip

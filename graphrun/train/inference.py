@@ -58,6 +58,17 @@ def _batch(
 ) -> Tensor:
     """Layer ``i``'s outputs for the nodes ``dst`` from the states ``h`` of their whole
     in-neighbourhoods (computed on ``device``, returned on the host)."""
+    x, edge_index = gather(h, dst, data)
+    if device is not None and device.type != "cpu":
+        x, edge_index = x.to(device, non_blocking=True), edge_index.to(device, non_blocking=True)
+        return model.layer(i, x, edge_index, dst.numel()).cpu()
+    return model.layer(i, x, edge_index, dst.numel())
+
+
+def gather(h: NodeTable, dst: Tensor, data: GraphData) -> tuple[Tensor, Tensor]:
+    """The input of a layer for the nodes ``dst``: ``(x, edge_index)``, the rows of
+    ``dst`` (first, in their order) and of their in-neighbours (each once), and their
+    in-edges in those rows' local ids."""
     src, index = data.in_edges(dst)
     nodes, inverse = torch.unique(torch.cat([dst, src]), return_inverse=True)
     # local ids: the targets first (the layer computes the first n_dst rows), then the rest
@@ -67,12 +78,7 @@ def _batch(
     local[rest] = torch.arange(dst.numel(), nodes.numel())
     order = torch.empty_like(nodes)
     order[local] = nodes
-    x = h[order].float()
-    edge_index = torch.stack([local[inverse[dst.numel() :]], index])
-    if device is not None and device.type != "cpu":
-        x, edge_index = x.to(device, non_blocking=True), edge_index.to(device, non_blocking=True)
-        return model.layer(i, x, edge_index, dst.numel()).cpu()
-    return model.layer(i, x, edge_index, dst.numel())
+    return h[order].float(), torch.stack([local[inverse[dst.numel() :]], index])
 
 
 def chunk_targets(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphrun.sampling.changes import changes, out_edges
+from graphrun.sampling.changes import changed_edges, changes, out_edges
 from graphrun.sampling.csc import CSCGraph
 from graphrun.store.live import Batch, LiveDelta
 
@@ -60,6 +60,27 @@ def test_changes_name_new_nodes_updated_rows_and_the_destinations_of_edge_change
     nodes, dst = changes(csc(), d, 1, 3, [feat])
     assert nodes.tolist() == [12] and dst.tolist() == [10, 11, 13]
     assert [a.tolist() for a in changes(csc(), d, 3, 3, [])] == [[], []]
+
+
+def test_changed_edges_are_those_at_one_version_and_not_the_other():
+    """(src, dst, sign): an edge added and deleted in between is neither, a new edge
+    older than ``since`` deleted since is -1, a deleted base edge is found in the CSC,
+    each copy of a multi-edge is one."""
+    d = delta(
+        batch(1, nodes=np.array([N]), orig=np.array([7]), edges=np.array([[N], [13], [4000]])),
+        batch(2, deleted=np.array([2, 4000])),
+        batch(3, edges=np.array([[0], [10], [4001]])),
+        batch(4, edges=np.array([[0, 0], [12, 12], [4002, 4003]])),
+    )  # fmt: skip
+
+    def got(since: int, v: int) -> list[tuple[int, int, int]]:
+        return sorted(map(tuple, changed_edges(csc(), d, since, v).T.tolist()))
+
+    assert got(0, 1) == [(N, 13, 1)]
+    assert got(0, 2) == [(10, 11, -1)]  # base edge 2; edge 4000 came and went
+    assert got(1, 3) == [(0, 10, 1), (10, 11, -1), (N, 13, -1)]
+    assert got(3, 4) == [(0, 12, 1), (0, 12, 1)]
+    assert got(4, 4) == []
 
 
 def out_neighbors(g: CSCGraph, d: LiveDelta | None, v: int, ids: np.ndarray) -> np.ndarray:

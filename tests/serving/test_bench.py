@@ -64,7 +64,7 @@ def check_runs(got: dict[str, Any], modes: list[str], clients: list[int], n: int
         else:
             assert r["requests_per_server_cpu_s"] is None
     assert got["full_pass_s"] > 0 and len(got["load_avg"]) == 3
-    assert got["refresh_s"] > 0 and 0 < got["refresh_recomputed"] <= got["nodes"]
+    assert got["refresh_s"] > 0 and 0 <= got["refresh_recomputed"] <= got["nodes"]
     assert got["refresh_max_abs_diff"] <= 1e-5
 
 
@@ -79,7 +79,9 @@ def test_a_small_run_prints_the_runs_and_the_full_pass(capsys: pytest.CaptureFix
     got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert got["nodes"] == 600 and got["hosts"] == "local"
     check_runs(got, modes, [1, 4], 20)
-    assert got["refresh_per_layer"][-1] == got["refresh_updated"] + got["refresh_recomputed"]
+    # 1,000 new edges, no feature: every row of A_1 and A_2 moves by its running sums
+    assert got["refresh_recomputed"] == 0
+    assert got["refresh_updated"] == sum(got["refresh_per_layer"]) > 0
 
 
 @pytest.mark.integration
