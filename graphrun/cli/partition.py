@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from graphrun.graph.imported import Imported
+    from graphrun.partition.peaks import Phases
 
 DESCRIPTION = """\
 Partition a dataset into N parts and write a self-describing partition directory OUT
@@ -148,15 +152,32 @@ def resolve_mode(mode: str, method: str | None, threads: int | None) -> tuple[st
     return method, threads if threads is not None else (1 if method == "kaminpar" else None)
 
 
-def _load(path: str) -> Imported:
+def _load(path: str, scratch: Path | None = None) -> Imported:
     from graphrun.graph.chunked import is_chunked_dir, load_chunked_whole
     from graphrun.graph.imported import Imported
     from graphrun.graph.importers import import_graph
 
-    if is_chunked_dir(path):  # one machine: every chunk read into one graph
-        graph, id_maps = load_chunked_whole(path)
+    if is_chunked_dir(path):  # one machine: every chunk joined into one graph
+        graph, id_maps = load_chunked_whole(path, scratch)
         return Imported(graph, id_maps)
     return import_graph(path)
+
+
+@contextlib.contextmanager
+def _scratch(dataset: str, out: str) -> Iterator[Path | None]:
+    """Where a chunked dataset's chunks are joined (memory-mapped files) while it is
+    partitioned in one process: a hidden directory beside OUT (on the disk the user chose
+    for the output), removed afterwards however the command ends; None for a dataset
+    that is not chunked."""
+    from graphrun.graph.chunked import is_chunked_dir
+
+    if not is_chunked_dir(dataset):
+        yield None
+        return
+    parent = Path(out).resolve().parent
+    where = parent if parent.is_dir() else None
+    with tempfile.TemporaryDirectory(prefix=".graphrun-chunks-", dir=where) as d:
+        yield Path(d)
 
 
 def check_mode_flags(args: argparse.Namespace) -> None:
@@ -177,7 +198,6 @@ def check_mode_flags(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
-    from graphrun.partition import partition_graph
 
     check_mode_flags(args)
     if not math.isfinite(args.tolerance) or args.tolerance < 0:
@@ -191,7 +211,15 @@ def run(args: argparse.Namespace) -> int:
 
     phases = Phases()
     phases.start("read")
-    imported = _load(args.dataset)
+    with _scratch(args.dataset, args.out) as scratch:
+        return _partition_one(args, method, threads, phases, _load(args.dataset, scratch))
+
+
+def _partition_one(
+    args: argparse.Namespace, method: str, threads: int | None, phases: Phases, imported: Imported
+) -> int:
+    from graphrun.partition import partition_graph
+
     graph = imported.graph
     result = partition_graph(
         graph,

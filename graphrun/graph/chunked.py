@@ -64,6 +64,7 @@ VERSION = 1
 META_FILE = "chunks.json"
 CHUNK_META = "chunk.json"
 CHECK_SLICE = 1 << 20  # endpoints checked at once
+CONCAT_SLICE_BYTES = 16 << 20  # bytes of a chunk joined to the others at once (into a file)
 
 
 class ChunksFile(GraphFields, kw_only=True):
@@ -400,17 +401,50 @@ def _check_endpoints(meta: ChunkedMeta, d: Path, c: int, src: np.ndarray, dst: n
                 release(arr)
 
 
-def read_chunks(meta: ChunkedMeta, chunks: Sequence[int], mmap: bool = True) -> Chunk:
-    """Read consecutive chunks (e.g. a rank's share) as one :class:`Chunk`, each checked."""
+def _concat_into(arrs: list[np.ndarray], out: Path) -> np.ndarray:
+    """``arrs`` end to end in a new ``.npy`` file ``out``, copied in slices of about
+    :data:`CONCAT_SLICE_BYTES` (each mapped input's and the output's pages let go after
+    its slice), and mapped again read-only: the whole never sits in memory."""
+    total = sum(len(a) for a in arrs)
+    if total == 0:
+        return np.concatenate(arrs)
+    dst = np.lib.format.open_memmap(
+        out, mode="w+", dtype=arrs[0].dtype, shape=(total, *arrs[0].shape[1:])
+    )
+    rows = max(1, CONCAT_SLICE_BYTES // max(1, dst.itemsize * int(np.prod(dst.shape[1:]))))
+    at = 0
+    for a in arrs:
+        for i in range(0, len(a), rows):
+            seg = a[i : i + rows]
+            dst[at + i : at + i + len(seg)] = seg
+            release(a)
+            release(dst)  # a shared mapping of the file: its pages stay in the page cache
+        at += len(a)
+    dst.flush()
+    del dst
+    return np.load(out, mmap_mode="r")
+
+
+def read_chunks(
+    meta: ChunkedMeta, chunks: Sequence[int], mmap: bool = True, into: Path | None = None
+) -> Chunk:
+    """Read consecutive chunks (e.g. a rank's share) as one :class:`Chunk`, each checked;
+    with ``into`` (a scratch directory, mapped inputs) several chunks are joined in files
+    there, memory-mapped, instead of in memory."""
     ks = list(chunks)
     if not ks or ks != list(range(ks[0], ks[0] + len(ks))) or ks[-1] >= meta.num_chunks:
         raise DatasetError(f"{meta.path}: chunks {ks} are not consecutive chunks of this dataset")
     parts = [_read_one(meta, k, mmap) for k in ks]
     if len(parts) == 1:
         return parts[0]
+    joined = iter(range(1 << 30))
 
     def cat(arrs: list[np.ndarray]) -> np.ndarray:
-        return np.concatenate(arrs) if arrs else np.zeros(0, np.int64)
+        if not arrs:
+            return np.zeros(0, np.int64)
+        if into is None:
+            return np.concatenate(arrs)
+        return _concat_into(arrs, into / f"{next(joined)}.npy")
 
     def merge(key: str, kind: str) -> dict[str, dict[str, np.ndarray]]:
         groups: list[dict[str, dict[str, np.ndarray]]] = [getattr(p, kind) for p in parts]
@@ -433,10 +467,16 @@ def rank_chunks(num_chunks: int, rank: int, world: int) -> range:
     return range(int(b[rank]), int(b[rank + 1]))
 
 
-def load_chunked_whole(path: str | Path) -> tuple[Graph, dict[str, np.ndarray]]:
-    """Every chunk read into one :class:`Graph` (and the raw id maps): for one machine."""
+def load_chunked_whole(
+    path: str | Path, scratch: Path | None = None
+) -> tuple[Graph, dict[str, np.ndarray]]:
+    """Every chunk read into one :class:`Graph` (and the raw id maps): for one machine.
+    With ``scratch`` (a directory that outlives the graph's use) the chunks are joined in
+    memory-mapped files there, as an unchunked dataset is read: the graph's arrays then
+    cost the page cache, not the process's memory."""
     meta = load_chunked_meta(path)
-    whole = read_chunks(meta, range(meta.num_chunks), mmap=False)
+    mmap = scratch is not None
+    whole = read_chunks(meta, range(meta.num_chunks), mmap=mmap, into=scratch)
     graph = Graph(
         num_nodes=meta.num_nodes,
         src=whole.src,

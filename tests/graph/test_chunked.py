@@ -180,3 +180,46 @@ def test_reading_a_chunk_checks_it_a_slice_at_a_time(tmp_path: Path) -> None:
     clock.start("")
     assert chunk.src.shape == (m,) and chunk.ndata["_N"]["feat"].shape == (n, 64)
     assert clock.per_phase and clock.phases["read"]["peak_rss_mb"] - rss < 48
+
+
+def test_a_whole_chunked_graph_is_joined_in_mapped_files_not_in_memory(tmp_path: Path) -> None:
+    # --mode parallel and single read every chunk into one graph: 4.0 GiB at 2M / 80M
+    # against 1.7 for the same dataset unchunked, whose files are mapped
+    from graphrun.graph import Graph
+    from graphrun.partition.peaks import Phases
+
+    n, m = 1 << 17, 1 << 22
+    rng = np.random.default_rng(0)
+    g = Graph(
+        num_nodes=n,
+        src=rng.integers(0, n, m),
+        dst=rng.integers(0, n, m),
+        ndata={"_N": {"feat": rng.random((n, 64), dtype=np.float32)}},
+    )
+    save_chunked(g, tmp_path / "c", 4)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    clock = Phases()
+    with open("/proc/self/status") as f:
+        rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+    clock.start("read")
+    back, _ = load_chunked_whole(tmp_path / "c", scratch)
+    clock.start("")
+    assert clock.per_phase and clock.phases["read"]["peak_rss_mb"] - rss < 48  # 96 MiB joined
+    same_graph(g, back)
+    assert isinstance(back.src, np.memmap) and not back.src.flags.writeable
+
+
+def test_partitioning_a_chunked_dataset_leaves_no_scratch_and_equals_the_unchunked(
+    tmp_path: Path,
+) -> None:
+    g = community_graph(300, 2400, seed=3)
+    save_chunked(g, tmp_path / "c", 3)
+    save_dataset(g, tmp_path / "d")
+    out = tmp_path / "outs"
+    out.mkdir()
+    for name in ("c", "d"):
+        assert main(["partition", str(tmp_path / name), str(out / name), "--parts", "2"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["c", "d"]  # no scratch left beside OUT
+    for f in (out / "c").rglob("*.npy"):
+        assert np.array_equal(np.load(f), np.load(out / "d" / f.relative_to(out / "c")))
