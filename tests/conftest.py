@@ -10,12 +10,19 @@
 - Each worker has one core's share: torch (in the worker and in the processes it starts
   that do not size their threads themselves) gets one OpenMP thread, not one per core,
   which spin in OpenMP's barriers while the other workers have the cores.
+- ``GRAPHRUN_TEST_CPU=FILE`` (opt-in) appends one JSON line per test to FILE: its wall time
+  and the CPU-seconds of the test's process and of the children it reaped (the processes a
+  job test starts, with their descendants), setup and teardown included. The suite is
+  CPU-bound on two cores, so this, not ``--durations``, says which tests cost it.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import resource
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,6 +52,34 @@ def _lock_dir(config: pytest.Config) -> Path:
     # Each worker's basetemp is <session tmp>/popen-gwN; the session directory is shared.
     factory: pytest.TempPathFactory = config._tmp_path_factory  # type: ignore[attr-defined]
     return factory.getbasetemp().parent
+
+
+def _cpu(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True, specname="pytest_runtest_protocol")
+def pytest_runtest_protocol_cpu(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Records the test's CPU where ``GRAPHRUN_TEST_CPU`` names a file (inside the lock)."""
+    out = os.environ.get("GRAPHRUN_TEST_CPU")
+    if not out:
+        yield
+        return
+    wall, own, children = (
+        time.monotonic(),
+        _cpu(resource.RUSAGE_SELF),
+        _cpu(resource.RUSAGE_CHILDREN),
+    )
+    yield
+    line = {
+        "test": item.nodeid,
+        "wall": round(time.monotonic() - wall, 2),
+        "self": round(_cpu(resource.RUSAGE_SELF) - own, 2),
+        "children": round(_cpu(resource.RUSAGE_CHILDREN) - children, 2),
+    }
+    with open(out, "a") as f:
+        f.write(json.dumps(line) + "\n")
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
