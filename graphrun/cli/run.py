@@ -72,7 +72,8 @@ def register(subparsers: Any) -> None:
         dest="warm_start",
         action="store_false",
         help="start every trainer as a new interpreter (by default, where a host runs two or "
-        "more CPU trainers, they fork from one warm server that imported torch and PyG once)",
+        "more CPU trainers, they fork from one warm server that imported torch and PyG once; "
+        "$GRAPHRUN_WARM_SOCKET names a running one that this host's jobs share)",
     )
     p.add_argument(
         "--verbose",

@@ -21,7 +21,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def child_env() -> dict[str, str]:
     """This process's environment with this checkout first on ``PYTHONPATH``."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    path = env.get("PYTHONPATH", "")
+    if path.split(os.pathsep)[0] != str(REPO_ROOT):
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), path]))
     return env
 
 
