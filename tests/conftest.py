@@ -149,8 +149,12 @@ def _shared_warm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
     finally:
         os.environ.pop(SHARED_ENV, None)
         _WARM_SERVER.clear()
-        server.terminate()
-        server.wait(timeout=30)
+        server.terminate()  # ends between two imports if it still imports
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
         shutil.rmtree(home, ignore_errors=True)
 
 
