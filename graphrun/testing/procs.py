@@ -70,6 +70,20 @@ def sent_then_exit(*queues: Any, code: int = 0) -> NoReturn:
     os._exit(code)
 
 
+def torch_processes() -> Any:
+    """The ``multiprocessing`` context for test processes that import torch: forked from
+    the fork server the loader workers use (:data:`graphrun.distributed.workers.PRELOAD`:
+    torch and PyG imported once per test process), not spawned as new interpreters that
+    import them again (2-3 CPU-s each). Its children start with SIGTERM's default action."""
+    import multiprocessing as mp
+
+    from graphrun.distributed.workers import PRELOAD
+
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)  # the same list, whoever starts it first
+    return ctx
+
+
 def run_then_exit(target: Callable[..., object], *args: object) -> NoReturn:
     """A process target: ``target(*args)``, then :func:`sent_then_exit` with the queues
     among ``args`` (exit code 1, the traceback on stderr, if ``target`` raised)."""
