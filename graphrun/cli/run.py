@@ -72,7 +72,8 @@ def register(subparsers: Any) -> None:
         dest="warm_start",
         action="store_false",
         help="start every trainer as a new interpreter (by default, where a host runs two or "
-        "more CPU trainers, they fork from one warm server that imported torch and PyG once)",
+        "more CPU trainers, they fork from one warm server that imported torch and PyG once; "
+        "$GRAPHRUN_WARM_SOCKET names a running one that this host's jobs share)",
     )
     p.add_argument(
         "--verbose",
@@ -83,12 +84,20 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def install_stop_handlers(stop: threading.Event) -> None:
-    """SIGTERM and Ctrl-C set ``stop``; the job then stops every process cleanly."""
+def install_stop_handlers(stop: threading.Event, say: str | None = "stopping the job") -> None:
+    """SIGTERM and Ctrl-C set ``stop`` (saying ``say`` once); the job then stops every
+    process cleanly. Only the first signal does: a second one that came while the first's
+    handler was inside ``stop.set()`` (holding its lock) set it again in a handler run on
+    top, waited for that lock, and the process hung for ever (a worker whose launcher was
+    killed with -9 still ran 30 minutes later)."""
+    seen: list[int] = []
 
     def on_signal(signum: int, frame: object) -> None:
-        if not stop.is_set():
-            print(f"[graphrun] {signal.Signals(signum).name}: stopping the job", file=sys.stderr)
+        if seen:
+            return
+        seen.append(signum)
+        if say is not None and not stop.is_set():
+            print(f"[graphrun] {signal.Signals(signum).name}: {say}", file=sys.stderr)
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -131,6 +130,7 @@ def joins(args: argparse.Namespace, environ: Mapping[str, str]) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    from graphrun.cli.run import install_stop_handlers
     from graphrun.machine.process import Supervisor
     from graphrun.machine.warm import WarmStarter
     from graphrun.machine.worker import run_machine
@@ -142,12 +142,7 @@ def run(args: argparse.Namespace) -> int:
     if joins(args, os.environ):
         launch = launch.joining()
     stop = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    install_stop_handlers(stop, say=None)
     warm = WarmStarter(args.warm_socket) if args.warm_socket is not None else None
     sup = Supervisor[RoleName](log_dir=args.log_dir, sink=sys.stdout, grace_s=args.grace, warm=warm)
     with sup:

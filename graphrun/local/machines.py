@@ -81,6 +81,8 @@ def package_env() -> dict[str, str]:
 
     root = str(Path(graphrun.__file__).resolve().parents[1])
     path = os.environ.get("PYTHONPATH", "")
+    if path.split(os.pathsep)[0] == root:  # first already (a launcher started with this)
+        return {"PYTHONPATH": path}
     return {"PYTHONPATH": root + (os.pathsep + path if path else "")}
 
 
@@ -105,6 +107,7 @@ class LocalMachines:
         interval: float = 0.1,
         elastic: ElasticSpec | None = None,
         warm: bool = True,
+        shared: Path | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.sink = sink if sink is not None else sys.stdout
@@ -120,6 +123,7 @@ class LocalMachines:
         self.lost_codes: dict[str, int | None] = {}  # each lost machine's worker's exit code
         # one warm server per host that runs two or more CPU trainers (graphrun.machine.warm)
         self.warm = warm
+        self.shared = shared  # a running server this host's trainers fork from (any number)
         self._warm_sockets: dict[tuple[str, ...], Path] = {}
         self._warm_dir: Path | None = None
         # runtime.elastic.maxRejoins: a lost machine is started again to join at an epoch
@@ -265,7 +269,8 @@ class LocalMachines:
         """Start a warm server for each host (each distinct command prefix) that runs two
         or more CPU trainers, and wait until it listens; a host whose server does not
         listen within :data:`~graphrun.machine.warm.READY_TIMEOUT_S` starts its trainers
-        cold."""
+        cold. This host's trainers (no prefix) fork from the shared server if one is
+        given, however few."""
         self._warm_sockets = {}
         if not self.warm:
             return
@@ -274,6 +279,8 @@ class LocalMachines:
             host = tuple(self.wrap(launch.machine))
             n = sum(WarmStarter.takes(r.argv) is not None for r in launch.roles)
             trainers[host] = trainers.get(host, 0) + n
+        if self.shared is not None and trainers.pop((), 0) > 0:
+            self._warm_sockets[()] = self.shared
         hosts = [host for host, n in trainers.items() if n >= 2]
         if not hosts:
             return
@@ -290,7 +297,7 @@ class LocalMachines:
             if sup.poll():  # one ended at once
                 break
             time.sleep(0.01)
-        self._warm_sockets = {host: p for host, p in sockets.items() if p.exists()}
+        self._warm_sockets.update({host: p for host, p in sockets.items() if p.exists()})
 
     def _stop_warm(self, sup: Supervisor[str]) -> None:
         sup.close()

@@ -81,6 +81,7 @@ from graphrun.machine.roles import (
     store_key_file,
 )
 from graphrun.machine.trainer import default_threads
+from graphrun.machine.warm import shared_socket
 from graphrun.machine.worker import SHM_DIR, remove_shm
 from graphrun.names import RoleName
 from graphrun.partition.format import load_partition_config
@@ -150,6 +151,7 @@ class LocalJob:
         self.exits: dict[RoleName, int | None] = {}
         self.pids: dict[RoleName, int] = {}  # last pid of every role (for tests and reports)
         self._deadline: float | None = None
+        self._shared: Path | None = None  # a running warm server (machine.warm.SHARED_ENV)
 
     # ---- the workflow ---------------------------------------------------------------
 
@@ -290,6 +292,8 @@ class LocalJob:
         what the trainers will need (:mod:`graphrun.local.preflight`)."""
         if self.opts.resume:
             check_checkpoint(self.paths)
+        if self.opts.warm_start:
+            self._shared = shared_socket(os.environ)  # opt-in: a server jobs share
         g = self.job.spec.graph
         have_parts = (self.paths.parts / "partition.json").is_file()
         has_data = (self.paths.dataset / "graph.json").is_file()
@@ -545,6 +549,7 @@ class LocalJob:
         machines = LocalMachines(
             self.paths.run_dir, self.sink, self.opts.grace_s, wrap, self.opts.python,
             elastic=self.job.spec.runtime.elastic, warm=self.opts.warm_start,
+            shared=self._shared,
         )  # fmt: skip
         ready = {"serving", "training", "done"}
 

@@ -24,7 +24,22 @@ descendants and the roles its status file lists
 
 Not warm-started (``Popen`` as before): GPU trainers (the server must not touch CUDA
 before it forks), other roles, a request whose import-time environment (``PYTHON*``,
-``*_NUM_THREADS``) differs from the server's, and any worker whose server is gone.
+``*_NUM_THREADS``) or interpreter differs from the server's, a request to a server one of
+whose imported files has changed since it imported it (its code would not be the
+trainer's), and any worker whose server is gone or is not this user's.
+
+A shared server (opt-in, :data:`SHARED_ENV`): a server started by hand outlives jobs, and
+every job of this user on this host whose launcher sees ``GRAPHRUN_WARM_SOCKET=PATH``
+forks its CPU trainers there (even a host's only one: the imports are paid already), the
+way a build daemon serves many builds. That is sound because the server never runs job
+code: it imports, builds PyG's templates and forks; each trainer starts from the same
+state, whichever job asked before. Its directory must be this user's and closed to
+others (checked by the server and the launcher), and the checks above apply to each
+request. Hosts of ``--hosts netns`` start their own (a trainer would otherwise be in the
+server's network namespace).
+
+    python -m graphrun.machine.warm --socket ~/.graphrun-warm/s.sock &   # mkdir -m 700
+    GRAPHRUN_WARM_SOCKET=~/.graphrun-warm/s.sock graphrun run job.yaml
 
 Protocol: one ``AF_UNIX`` ``SOCK_SEQPACKET`` connection per trainer, in a directory only
 this user can enter, peers of another uid refused. The worker sends one JSON request
@@ -60,6 +75,7 @@ import select
 import selectors
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -93,12 +109,62 @@ REQUESTS = StreamLimits(MAX_REQUEST, REQUEST_TIMEOUT_S, MAX_PENDING)
 REPLY_TIMEOUT_S = 120.0  # a request's answer (the server may still be importing)
 READY_TIMEOUT_S = 10.0  # until the server's socket exists
 SOCKET_DIR_PREFIX = "graphrun-warm-"  # the local backend's directory of a host's sockets
+SHARED_ENV = "GRAPHRUN_WARM_SOCKET"  # a running server every job of this host shares
 
 
 def _import_env(env: Mapping[str, str]) -> dict[str, str]:
     """The variables read while torch and PyG are imported: a trainer that would see
     other values than the server did is started on its own."""
     return {k: v for k, v in env.items() if k.startswith("PYTHON") or k.endswith("_NUM_THREADS")}
+
+
+def private_dir(path: Path) -> str | None:
+    """What is wrong with ``path``'s directory as a home for a warm server's socket (this
+    user's, closed to everyone else), or None."""
+    try:
+        st = path.parent.stat()
+    except OSError as exc:
+        return f"{path.parent} cannot be read ({exc.strerror})"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path.parent} is not a directory"
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return f"{path.parent} must be this user's and closed to others (chmod 700)"
+    return None
+
+
+def shared_socket(env: Mapping[str, str]) -> Path | None:
+    """The shared server that ``env`` names (:data:`SHARED_ENV`), checked; None if none."""
+    value = env.get(SHARED_ENV)
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    wrong = private_dir(path) if path.is_absolute() else "is not an absolute path"
+    if wrong is None and not path.is_socket():
+        wrong = "names no running warm server (no socket there)"
+    if wrong is not None:
+        raise ArgumentError(f"${SHARED_ENV}={value}: {wrong}")
+    return path
+
+
+def _imported_files() -> dict[str, int]:
+    """Each imported module's file and its modification time."""
+    out = {}
+    for module in list(sys.modules.values()):
+        name = getattr(module, "__file__", None)
+        if isinstance(name, str):
+            with contextlib.suppress(OSError):
+                out[name] = os.stat(name).st_mtime_ns
+    return out
+
+
+def _changed(files: Mapping[str, int]) -> str | None:
+    for name, mtime in files.items():
+        try:
+            if os.stat(name).st_mtime_ns != mtime:
+                return name
+        except OSError:
+            return name
+    return None
 
 
 # ---- the server (one per host) ------------------------------------------------------
@@ -117,6 +183,8 @@ class WarmServer:
         os.chmod(self.path, 0o600)
         self.listener.listen(64)
         self.children: dict[int, socket.socket | None] = {}  # pid -> its worker's connection
+        self.python = os.path.realpath(sys.executable)
+        self.files: dict[str, int] = {}  # what it imported (preload): a trainer runs that code
         self.stopping = False
         # told to stop while it imports (a launcher killed with -9 sends SIGTERM, its death
         # signal): it still removes its socket and directory
@@ -129,6 +197,7 @@ class WarmServer:
                 return
             importlib.import_module(name)
         _build_pyg_templates()
+        self.files = _imported_files()
 
     def serve(self) -> None:
         wake_r, wake_w = os.pipe()
@@ -175,12 +244,7 @@ class WarmServer:
     @staticmethod
     def _admit(conn: socket.socket, pending: Pending) -> None:
         """Refuse a peer of another uid at once."""
-        try:
-            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            uid = struct.unpack("3i", creds)[1]
-        except OSError:
-            uid = -1
-        if uid != os.getuid():
+        if _peer_uid(conn) != os.getuid():
             pending.drop(conn)
 
     def _answer(self, conn: socket.socket, pending: Pending, keep_out: list[Any]) -> None:
@@ -199,6 +263,11 @@ class WarmServer:
                 raise ValueError("not a trainer request")
             if _import_env(req["env"]) != self.env:
                 raise ValueError("its environment differs from the warm server's")
+            if req.get("python") != self.python:
+                raise ValueError("its interpreter is not the warm server's")
+            changed = _changed(self.files)
+            if changed is not None:
+                raise ValueError(f"{changed} changed since the warm server imported it")
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             # refused (a request that is not a JSON object of strings, too): it goes on
             if conn in pending:
@@ -259,6 +328,14 @@ class WarmServer:
                 with contextlib.suppress(OSError):
                     conn.send(json.dumps(ended).encode())
                 conn.close()
+
+
+def _peer_uid(conn: socket.socket) -> int:
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return -1
+    return int(struct.unpack("3i", creds)[1])
 
 
 def _build_pyg_templates() -> None:
@@ -438,6 +515,7 @@ class WarmStarter:
             "env": dict(env),
             "cwd": cwd,
             "watch": os.getpid(),
+            "python": os.path.realpath(sys.executable),
         }
         data = json.dumps(req).encode()
         if len(data) > MAX_REQUEST:
@@ -446,6 +524,8 @@ class WarmStarter:
         read, write = os.pipe()
         try:
             conn.connect(str(self.path))
+            if _peer_uid(conn) != os.getuid():  # it would see the request's environment
+                raise OSError(f"{self.path}: a server of another user")
             socket.send_fds(conn, [data], [write])
             os.close(write)
             write = -1
@@ -471,8 +551,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="graphrun-warm", description=__doc__)
     p.add_argument("--socket", type=Path, required=True)
     args = p.parse_args(argv)
-    if not args.socket.parent.is_dir():
-        raise ArgumentError(f"--socket: {args.socket.parent} is not a directory")
+    wrong = private_dir(args.socket)
+    if wrong is not None:
+        raise ArgumentError(f"--socket: {wrong}")
     server = WarmServer(args.socket)  # listens at once: requests wait for the imports
     server.preload()
     server.serve()

@@ -21,7 +21,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def child_env() -> dict[str, str]:
     """This process's environment with this checkout first on ``PYTHONPATH``."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    path = env.get("PYTHONPATH", "")
+    if path.split(os.pathsep)[0] != str(REPO_ROOT):
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), path]))
     return env
 
 
@@ -66,6 +68,20 @@ def sent_then_exit(*queues: Any, code: int = 0) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     os._exit(code)
+
+
+def torch_processes() -> Any:
+    """The ``multiprocessing`` context for test processes that import torch: forked from
+    the fork server the loader workers use (:data:`graphrun.distributed.workers.PRELOAD`:
+    torch and PyG imported once per test process), not spawned as new interpreters that
+    import them again (2-3 CPU-s each). Its children start with SIGTERM's default action."""
+    import multiprocessing as mp
+
+    from graphrun.distributed.workers import PRELOAD
+
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)  # the same list, whoever starts it first
+    return ctx
 
 
 def run_then_exit(target: Callable[..., object], *args: object) -> NoReturn:

@@ -21,7 +21,7 @@ from graphrun.job.hosts import free_ports
 from graphrun.rpc.auth import generate_keys, load_keys, new_keypair
 from graphrun.rpc.rendezvous import Limits, RendezvousServer
 from graphrun.testing.elastic import until_a_peer_is_lost
-from graphrun.testing.procs import run_then_exit
+from graphrun.testing.procs import run_then_exit, torch_processes
 from graphrun.train.rendezvous import KeyStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,7 +142,7 @@ def test_trainers_form_and_re_form_without_trainer_0_through_it(tmp_path: Path) 
         maps = Path(f"/proc/{server.pid}/maps")
         if maps.exists():  # no torch in it: its pod's memory limit is 256Mi
             assert "libtorch" not in maps.read_text()
-        ctx = mp.get_context("spawn")
+        ctx = torch_processes()
         out: mp.Queue = ctx.Queue()
         rdv = f"127.0.0.1:{port}"
         procs = [

@@ -18,11 +18,16 @@ import psutil
 import pytest
 
 from graphrun.machine.process import still_running
+from graphrun.machine.warm import SHARED_ENV
 from graphrun.record import read_status
 from graphrun.testing.jobs import small_job
 from graphrun.testing.procs import child_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _without(env: dict[str, str], name: str) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k != name}
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
@@ -39,7 +44,9 @@ def test_sigkill_of_graphrun_run_leaves_no_process_and_no_segment(tmp_path: Path
     log = (tmp_path / "run.out").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "graphrun", "run", str(path), "--verbose"],
-        stdout=log, stderr=subprocess.STDOUT, env=child_env(), start_new_session=True,
+        # its own warm server (not the suite's shared one): it must go with the launcher
+        stdout=log, stderr=subprocess.STDOUT, env=_without(child_env(), SHARED_ENV),
+        start_new_session=True,
     )  # fmt: skip
     procs: list[psutil.Process] = []
     store_pids: list[int] = []

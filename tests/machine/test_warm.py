@@ -196,3 +196,58 @@ def test_what_the_server_cannot_fork_is_left_to_popen(server, tmp_path):
     with Supervisor(sink=io.StringIO(), warm=WarmStarter(tmp_path / "none.sock")) as sup:
         assert _run(sup, (*TRAINER, "--help")).exit_code == 0  # a new interpreter
         assert sup.warm_started() == set()
+
+
+def _ask(sock: Path, request: dict) -> dict:  # type: ignore[type-arg]
+    """The server's first answer to ``request`` (a trainer's output goes to a pipe)."""
+    import socket
+
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    read, write = os.pipe()
+    try:
+        conn.connect(str(sock))
+        socket.send_fds(conn, [json.dumps(request).encode()], [write])
+        conn.settimeout(120)
+        return dict(json.loads(conn.recv(4096)))
+    finally:
+        conn.close()
+        os.close(read)
+        os.close(write)
+
+
+def test_a_server_leaves_to_popen_another_interpreter_and_code_changed_since_its_imports(
+    tmp_path,
+):
+    """A shared server (GRAPHRUN_WARM_SOCKET) outlives jobs: its code, imported once,
+    must still be the code a new interpreter of the request's would run."""
+    (tmp_path / "extra.py").write_text("")
+    server = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import extra\n"
+        "from graphrun.machine.warm import main\n"
+        "main(sys.argv[1:])\n"
+    )
+    with tempfile.TemporaryDirectory(prefix="warm-test-") as d:
+        sock = Path(d) / "0.sock"
+        proc = subprocess.Popen([sys.executable, "-c", server, "--socket", str(sock)],
+                                env=child_env())  # fmt: skip
+        try:
+            _until(sock.exists, what="the warm server's socket")
+            trainer = {"module": "graphrun.machine.trainer", "argv": ["--help"],
+                       "env": child_env(), "cwd": None, "watch": os.getpid()}  # fmt: skip
+            other = _ask(sock, {**trainer, "python": "/usr/bin/python3"})
+            assert other == {"error": "its interpreter is not the warm server's"}
+            with Supervisor(sink=io.StringIO(), warm=WarmStarter(sock)) as sup:
+                assert _run(sup, (*TRAINER, "--help")).exit_code == 0
+                assert sup.warm_started() == {"trainer:0"}
+            later = time.time() + 10
+            os.utime(tmp_path / "extra.py", (later, later))
+            changed = _ask(sock, {**trainer, "python": os.path.realpath(sys.executable)})
+            assert changed == {
+                "error": f"{tmp_path / 'extra.py'} changed since the warm server imported it"
+            }
+            with Supervisor(sink=io.StringIO(), warm=WarmStarter(sock)) as sup:
+                assert _run(sup, (*TRAINER, "--help")).exit_code == 0  # a new interpreter
+                assert sup.warm_started() == set()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)

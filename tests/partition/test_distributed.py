@@ -222,24 +222,6 @@ def _ranks_without_launcher(tmp_path: Path, out: Path) -> list[tuple[int, str, s
     return [(p.returncode, e, o) for p, (o, e) in zip(procs, outs, strict=True)]
 
 
-def test_ranks_without_a_launcher_write_the_output_themselves(tmp_path: Path) -> None:
-    g = community_graph(300, 2000, seed=5)
-    save_chunked(g, tmp_path / "chunks", 2)
-    out = tmp_path / "parts"
-    (tmp_path / ".parts.tmp-ranks" / "part-0").mkdir(parents=True)  # a failed attempt's
-    ranks = _ranks_without_launcher(tmp_path, out)
-    assert [code for code, _, _ in ranks] == [0, 0]
-    # each rank says how long each phase took and its peak memory (all a pod's log has)
-    for r, (_, _, said) in enumerate(ranks):
-        assert said.startswith(f"partition rank {r} of 2: part-{r} written in"), said
-        assert "assign " in said and "shuffle " in said and " MiB)" in said, said
-    check_round_trip(g, out, 2, 1)
-    # no staging (the rendezvous file is the caller's: torch's file store removes it with
-    # its last user, which may end first)
-    left = {p.name for p in tmp_path.iterdir()} - {"rendezvous"}
-    assert left == {"chunks", "parts"}
-
-
 def test_ranks_without_a_launcher_leave_nothing_when_one_fails(tmp_path: Path) -> None:
     save_chunked(community_graph(300, 2000, seed=5), tmp_path / "chunks", 2)
     (tmp_path / "parts").mkdir()
@@ -327,11 +309,18 @@ def test_a_local_run_listens_on_loopback_only(tmp_path: Path) -> None:
     check_round_trip(g, tmp_path / "parts", 2, 1)
 
 
-def test_a_tcp_rendezvous_listens_on_its_address_only(tmp_path: Path) -> None:
+def test_ranks_without_a_launcher_on_a_tcp_rendezvous_listen_there_only_and_write_the_output(
+    tmp_path: Path,
+) -> None:
     """``--rank 0 --rendezvous tcp://HOST:PORT``: rank 0's store listens on HOST's
-    address (here loopback), not on every interface."""
+    address (here loopback), not on every interface. The two ranks, started on their own
+    as the operator's worker pods run them (no ``--into``, no launcher watching), write
+    the output themselves over a failed attempt's staging. (The ``file://`` rendezvous of
+    ranks without a launcher: ``test_ranks_without_a_launcher_leave_nothing_when_one_fails``
+    meets there, and every ``run_local`` here meets in a file.)"""
     g = community_graph(300, 2000, seed=5)
     save_chunked(g, tmp_path / "chunks", 2)
+    (tmp_path / ".parts.tmp-ranks" / "part-0").mkdir(parents=True)  # a failed attempt's
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -355,7 +344,13 @@ def test_a_tcp_rendezvous_listens_on_its_address_only(tmp_path: Path) -> None:
             p.kill()
             p.wait(30)
     assert [p.returncode for p in procs] == [0, 0], outs
+    # each rank says how long each phase took and its peak memory (all a pod's log has)
+    for r, (said, _) in enumerate(outs):
+        assert said.startswith(f"partition rank {r} of 2: part-{r} written in"), said
+        assert "assign " in said and "shuffle " in said and " MiB)" in said, said
     check_round_trip(g, tmp_path / "parts", 2, 1)
+    # no staging left
+    assert {p.name for p in tmp_path.iterdir()} == {"chunks", "parts"}
 
 
 def _ports(p: psutil.Process) -> list[int]:

@@ -454,7 +454,8 @@ def _warm_request(s: Server, data: bytes, fd: int | None = None) -> dict[str, ob
 
 def _good_warm(s: Server) -> None:
     req = {"module": "graphrun.machine.trainer", "argv": ["--help"], "env": dict(os.environ),
-           "cwd": None, "watch": os.getpid()}  # fmt: skip
+           "cwd": None, "watch": os.getpid(),
+           "python": os.path.realpath(sys.executable)}  # fmt: skip
     got = _warm_request(s, json.dumps(req).encode())
     assert "pid" in got, got
     os.kill(int(got["pid"]), 9)  # a trainer's start is not what is tested

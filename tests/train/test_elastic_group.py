@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from graphrun.testing.elastic import until_a_peer_is_lost
-from graphrun.testing.procs import run_then_exit, sent_then_exit
+from graphrun.testing.procs import run_then_exit, sent_then_exit, torch_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -57,7 +57,7 @@ def _trainer(rank: int, rdv: str, die: bool, out: mp.Queue) -> None:
 
 
 def _run(tmp_path, die: bool) -> dict[int, object]:
-    ctx = mp.get_context("spawn")
+    ctx = torch_processes()
     out: mp.Queue = ctx.Queue()
     rdv = f"file://{tmp_path / 'rdv'}"
     procs = [ctx.Process(target=run_then_exit, args=(_trainer, r, rdv, die, out)) for r in range(3)]
@@ -179,7 +179,7 @@ def _opt_state(opt) -> list:
 
 @pytest.mark.timeout(400)
 def test_a_trainer_joins_at_an_epoch_boundary_with_rank_0s_state(tmp_path):
-    ctx = mp.get_context("spawn")
+    ctx = torch_processes()
     out: mp.Queue = ctx.Queue()
     rdv = f"file://{tmp_path / 'rdv'}"
     procs = [
@@ -246,7 +246,7 @@ def _joiner_that_dies(rdv: str) -> None:
 
 @pytest.mark.timeout(400)
 def test_a_joiner_lost_while_the_group_grows_is_left_out_again(tmp_path):
-    ctx = mp.get_context("spawn")
+    ctx = torch_processes()
     out: mp.Queue = ctx.Queue()
     rdv = f"file://{tmp_path / 'rdv'}"
     procs = [
@@ -321,7 +321,7 @@ def test_a_survivor_blocked_on_a_survivor_re_forms_at_once(tmp_path):
     noticed the loss and went to re-form with its connections open, so trainer 2 waited
     the 60 s collective timeout, then 60 s of settle time (a timeout's): 120 s paused
     instead of about 3 (tests/local/test_elastic.py, once in a full run)."""
-    ctx = mp.get_context("spawn")
+    ctx = torch_processes()
     out: mp.Queue = ctx.Queue()
     rdv = f"file://{tmp_path / 'rdv'}"
     procs = [
