@@ -111,7 +111,7 @@ class States:
         return t
 
     def _attached(self, what: str, width: int, dtype: str) -> DistTensor:
-        """Table ``what``: attached if the store has it (the store's list, asked once),
+        """Table ``what``: attached if the store has it (partition 0's list, asked once),
         else made."""
         if what not in self._tensors:
             if self._listed is None:
@@ -173,10 +173,19 @@ class States:
                                                             self.n)):  # fmt: skip
             if not pick.any():
                 continue
-            t = self._attached(name, width, dtype)
             s, r = torch.from_numpy(slots[pick] - off), rows[torch.from_numpy(pick)]
-            for lo in range(0, len(s), CHUNK):
-                t[s[lo : lo + CHUNK]] = r[lo : lo + CHUNK]
+            try:
+                self._push(self._attached(name, width, dtype), s, r)
+            except StoreError:
+                # attached by partition 0's list, but a partition lacks it (its server was
+                # started again since): made where it is missing, then written whole again
+                self._tensors.pop(name, None)
+                self._push(self.tensor(name, width, dtype), s, r)
+
+    @staticmethod
+    def _push(t: DistTensor, slots: Tensor, rows: Tensor) -> None:
+        for lo in range(0, len(slots), CHUNK):
+            t[slots[lo : lo + CHUNK]] = rows[lo : lo + CHUNK]
 
     def drop(self, *tables: str) -> None:
         """Delete ``tables`` (and their ``grown/`` twins) where the store has them."""

@@ -291,3 +291,23 @@ def test_the_cli_keeps_states_and_refreshes(served, capsys) -> None:
     capsys.readouterr()
     assert main([*args, "--refresh"]) == 1
     assert "no kept states" in capsys.readouterr().err
+
+
+def test_a_kept_pass_makes_again_the_tables_a_restarted_server_lost(served, capsys) -> None:
+    """CI found it: the kept pass attached the tables partition 0 listed, and partition
+    1's server, started again since the last pass (test_readiness does), no longer had
+    them: its pushes failed ("tensor ... does not exist")."""
+    from graphrun.cli import main
+
+    from .test_readiness import _ready, _wait
+
+    args = ["infer", "embed", str(served.job_file), "--key-file", str(served.key)]
+    for s in served.servers:
+        args += ["--store", s]
+    assert main(args) == 0  # the tables, on both partitions
+    served.stores[1].stop()  # the endpoint sees it go and come back (for the next tests)
+    assert _wait(lambda: not _ready(served), 20), "ready while a store server is gone"
+    served.restart_store(1)  # its tables are gone, partition 0's are not
+    assert _wait(lambda: _ready(served), 60), "not ready after the store came back"
+    assert main([*args, "--live"]) == 0, capsys.readouterr().err
+    assert main([*args, "--refresh"]) == 0, capsys.readouterr().err
