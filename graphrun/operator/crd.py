@@ -14,6 +14,7 @@ test keeps equal to this output).
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Any
 
@@ -69,7 +70,7 @@ def structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         if node.get("type") == "object":
             out["type"] = "object"
         if "description" in node:
-            out["description"] = node["description"]
+            out["description"] = inspect.cleandoc(node["description"])
         return out
     if "anyOf" in node:
         options = [o for o in node["anyOf"] if o.get("type") != "null"]
@@ -81,6 +82,8 @@ def structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         return {**inner, "nullable": True} if nullable else inner
     # copies: a definition used twice must not become a YAML alias
     out = {k: list(v) if isinstance(v, list) else v for k, v in node.items() if k in _KEEP}
+    if isinstance(out.get("description"), str):  # a docstring as written: msgspec 0.23 no
+        out["description"] = inspect.cleandoc(out["description"])  # longer cleans it
     if "enum" in node and "type" not in node and all(isinstance(v, str) for v in node["enum"]):
         out["type"] = "string"  # msgspec writes an Enum or a Literal untyped
     if "const" in node:
