@@ -297,7 +297,8 @@ def shuffle_share(
     indptr, perm = _csc(dst, lo, hi)
     del dst
     src = src[perm]
-    eids = perm + np.asarray(book.edge_offsets[comm.rank], dtype=perm.dtype)
+    perm += np.asarray(book.edge_offsets[comm.rank], dtype=perm.dtype)  # in place: no copy
+    eids = perm
     del perm
     ekeys = [etype_key(et) for et in meta.edge_types]
     if has_edata:
