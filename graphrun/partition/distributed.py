@@ -258,7 +258,7 @@ def partition_rank(
     quality = shuffle.measure_share(comm, rl, part, train)
     report.quality = quality.to_dict()
     phase("shuffle")
-    got = shuffle.shuffle_share(comm, share, rl, part, tmp)
+    got = shuffle.shuffle_share(comm, share, rl, part, tmp, scratch)
     share = replace(share, chunk=replace(share.chunk, ndata={}, edata={}))  # sent: let go
     structure = shuffle.local_structure(comm, rl.book, got, opts.halo_hops)
     phase("write")

@@ -228,13 +228,17 @@ def _send_features(
             _send_rows(comm, rows, arr, into / key / f"{name}.npy")
 
 
-def _receive_edges(comm: Comm, book: PartitionBook, rl: Relabelled, first: int) -> list[np.ndarray]:
+def _receive_edges(
+    comm: Comm, book: PartitionBook, rl: Relabelled, first: int, into: Path
+) -> list[np.ndarray]:
     """``[dst, src, orig]`` of every edge this rank's part owns, by new edge id: the
     edges of every share sent to the part of their destination in rounds, each round
-    put in place as it arrives (no array of all the edge rows on either side)."""
+    put in place as it arrives (no array of all the edge rows on either side), into
+    memory-mapped files in ``into`` let go of after each round: while the share's own
+    edges are still held, the part's cost the page cache, not the rank's memory."""
     ids = rl.new_dst.dtype
     elo, ehi = book.owned_edges(comm.rank)
-    out = [np.empty(ehi - elo, dtype=ids) for _ in range(3)]
+    out = [open_npy(into / f"edges-{k}.npy", ids, (ehi - elo,)) for k in ("dst", "src", "orig")]
 
     def piece(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         dst = rl.new_dst[lo:hi]
@@ -246,6 +250,7 @@ def _receive_edges(comm: Comm, book: PartitionBook, rl: Relabelled, first: int) 
         at = rows[:, 2] - elo
         for col, arr in zip((0, 1, 3), out, strict=True):
             arr[at] = rows[:, col]
+            release(arr)  # a shared mapping: the pages stay in the page cache
 
     comm.send_rows(len(rl.new_dst), piece, sink, 4 * np.dtype(ids).itemsize)
     return out
@@ -259,6 +264,7 @@ def _csc(dst: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
     indptr = np.zeros(n + 1, dtype=np.int64)
     for lo in range(0, len(dst), PIECE):
         indptr[1:] += np.bincount(dst[lo : lo + PIECE] - a, minlength=n)
+        release(dst)  # memory-mapped: one slice held
     np.cumsum(indptr, out=indptr)
     fill = indptr[:-1].copy()
     perm = np.empty(len(dst), dtype=dst.dtype)
@@ -268,14 +274,16 @@ def _csc(dst: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
         key = row[order]
         perm[fill[key] + group_ranks(key)] = lo + order
         fill += np.bincount(row, minlength=n)
+        release(dst)
     return indptr, perm
 
 
 def shuffle_share(
-    comm: Comm, share: Share, rl: Relabelled, part: np.ndarray, tmp: Path
+    comm: Comm, share: Share, rl: Relabelled, part: np.ndarray, tmp: Path, scratch: Path
 ) -> Received:
     """Nodes, edges and feature rows to their part's rank; the feature rows are written
-    to ``tmp/part-p/`` as they arrive."""
+    to ``tmp/part-p/`` as they arrive, the part's edges to files in ``scratch`` (this
+    rank's own directory, removed before the output is renamed)."""
     meta, chunk, book = share.meta, share.chunk, rl.book
     into = tmp / f"part-{comm.rank}"
     into.mkdir()
@@ -290,13 +298,14 @@ def shuffle_share(
     )
     has_edata = any(chunk.edata.get(etype_key(et)) for et in meta.edge_types)
     owner = owners(book.node_offsets, rl.new_dst) if has_edata else np.empty(0, np.int64)
-    dst, src, orig_eids = _receive_edges(comm, book, rl, c)
+    scratch.mkdir(exist_ok=True)
+    dst, src, orig_eids = _receive_edges(comm, book, rl, c, scratch)
     # sent: the endpoints are not read again
     rl.new_src = rl.new_dst = np.empty(0, dtype=np.int64)
     lo, hi = book.owned_nodes(comm.rank)
     indptr, perm = _csc(dst, lo, hi)
     del dst
-    src = src[perm]
+    src = src[perm]  # in memory: the mapped file's pages are let go of
     perm += np.asarray(book.edge_offsets[comm.rank], dtype=perm.dtype)  # in place: no copy
     eids = perm
     del perm
