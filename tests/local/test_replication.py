@@ -46,8 +46,14 @@ def test_a_killed_primary_store_is_replaced_by_its_replica_without_a_restart(tmp
     path = small_job(tmp_path, epochs=6, runtime={"replicas": 2})
     sink = io.StringIO()
 
+    m0 = tmp_path / "runs" / "small" / "status" / "m0.json"
+
     def ready() -> bool:
-        return when == "trainers_start" or '"first_step"' in sink.getvalue()
+        # every machine past its wait for the others' stores (a store killed while another
+        # machine still waits for it to answer is the start's timeout, not a failover)
+        st = read_status(m0)
+        started = st is not None and st.state == "training"
+        return started and (when == "trainers_start" or '"first_step"' in sink.getvalue())
 
     job = LocalJob(load_job(path), path, RunOptions(grace_s=2.0), sink=sink)
     status = tmp_path / "runs" / "small" / "status" / "m1.json"
