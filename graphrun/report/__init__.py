@@ -17,10 +17,11 @@ def write_report(run_dir: Path, output: Path | None = None) -> Path:
 
     UserError naming what is missing when ``run_dir`` is not a run directory or holds no
     metrics yet (a failed run renders what it has)."""
-    from graphrun.report.render import render
     from graphrun.report.rundir import read_run
 
     run = read_run(Path(run_dir))
+    from graphrun.report.render import render  # matplotlib: not for a run dir refused
+
     page = render(run)
     out = Path(output) if output is not None else Path(run_dir) / "report.html"
     write_atomic(out, page)
