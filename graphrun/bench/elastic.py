@@ -108,8 +108,9 @@ def _job(workdir: Path, dataset: Path, args: argparse.Namespace, replicas: int) 
 
 class Chaos(threading.Thread):
     """Known DistEmbedding rows written once epoch ``epoch`` started, ``machine`` hurt
-    (``fault``, one of :data:`FAULTS`) at a step of it that ``seed`` picks, the rows read
-    back once the trainers re-formed (through a client in a surviving machine's network).
+    (``fault``, one of :data:`FAULTS`) at a step of its first half that ``seed`` picks, the
+    rows read back once the trainers re-formed (through a client in a surviving machine's
+    network).
 
     Everything slow is done before the job gets there: the imports (torch: seconds on a
     loaded machine) at once, the store's join once the trainers train; a client that
@@ -170,7 +171,9 @@ class Chaos(threading.Thread):
             self._wait(lambda: self._lines(metrics) >= self.epoch, f"epoch {self.epoch}")
             client.write()
             steps = json.loads(metrics.read_text().splitlines()[0])["steps"]
-            at = steps * self.epoch + random.Random(self.seed).randint(1, max(1, steps - 1))
+            # a step of the epoch's first half: one near its end may be past (the epoch
+            # over) by the time a loaded box lets this thread see it
+            at = steps * self.epoch + random.Random(self.seed).randint(1, max(1, steps // 2))
             prof = self.run_dir / "profile" / "trainer-0.jsonl"
             self._wait(lambda: self._lines(prof) >= at, f"step {at} (the {self.fault})")
             self.killed_step = self._lines(prof)
