@@ -155,26 +155,37 @@ def test_import_writes_chunks_with_raw_ids(tmp_path: Path) -> None:
         assert np.array_equal(raw[ntype], ids)
 
 
-def test_reading_a_chunk_checks_it_a_slice_at_a_time(tmp_path: Path) -> None:
-    # the checks read every endpoint and feature of a mapped chunk (64 MiB of endpoints,
-    # 32 MiB of features here): they must not leave it all resident
+def big_graph():
+    """64 MiB of endpoints and 32 MiB of features: a read that holds them all shows."""
     from graphrun.graph import Graph
-    from graphrun.partition.peaks import Phases
 
     n, m = 1 << 17, 1 << 22
     rng = np.random.default_rng(0)
-    g = Graph(
+    return Graph(
         num_nodes=n,
         src=rng.integers(0, n, m),
         dst=rng.integers(0, n, m),
         ndata={"_N": {"feat": rng.random((n, 64), dtype=np.float32)}},
     )
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+def test_reading_a_chunk_checks_it_a_slice_at_a_time(tmp_path: Path) -> None:
+    # the checks read every endpoint and feature of a mapped chunk (64 MiB of endpoints,
+    # 32 MiB of features here): they must not leave it all resident
+    from graphrun.partition.peaks import Phases
+
+    g = big_graph()
+    n, m = g.num_nodes, g.num_edges
     save_chunked(g, tmp_path / "c", 1)
     del g
     meta = load_chunked_meta(tmp_path / "c")
     clock = Phases()
-    with open("/proc/self/status") as f:
-        rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+    rss = rss_mb()
     clock.start("read")
     chunk = read_chunks(meta, [0])
     clock.start("")
@@ -185,23 +196,14 @@ def test_reading_a_chunk_checks_it_a_slice_at_a_time(tmp_path: Path) -> None:
 def test_a_whole_chunked_graph_is_joined_in_mapped_files_not_in_memory(tmp_path: Path) -> None:
     # --mode parallel and single read every chunk into one graph: 4.0 GiB at 2M / 80M
     # against 1.7 for the same dataset unchunked, whose files are mapped
-    from graphrun.graph import Graph
     from graphrun.partition.peaks import Phases
 
-    n, m = 1 << 17, 1 << 22
-    rng = np.random.default_rng(0)
-    g = Graph(
-        num_nodes=n,
-        src=rng.integers(0, n, m),
-        dst=rng.integers(0, n, m),
-        ndata={"_N": {"feat": rng.random((n, 64), dtype=np.float32)}},
-    )
+    g = big_graph()
     save_chunked(g, tmp_path / "c", 4)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     clock = Phases()
-    with open("/proc/self/status") as f:
-        rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+    rss = rss_mb()
     clock.start("read")
     back, _ = load_chunked_whole(tmp_path / "c", scratch)
     clock.start("")
