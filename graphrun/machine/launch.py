@@ -3,14 +3,22 @@
 A :class:`MachineLaunch` lists the role processes of one machine (store servers,
 parameter servers, sampler workers, trainers — each a
 :class:`~graphrun.machine.process.RoleCommand`), the endpoint at which each listening role
-is ready, and the endpoints of *every* store and parameter server of the job, which
-must accept connections before this machine starts its samplers and trainers. The
-worker (``graphrun worker``) runs one; the local backend runs one worker per machine.
+is ready, and the servers of *every* partition and parameter server of the job
+(:class:`Servers`), which must be up before this machine starts its samplers and
+trainers. The worker (``graphrun worker``) runs one; the local backend runs one worker
+per machine, each from its file (``RUN/launch/<machine>.json``, written by the
+launcher), the operator's pods each build their own (``graphrun worker --job``).
+
+The file begins with ``"format": "graphrun-launch"`` and ``"version"``
+(:func:`graphrun.wire.check_header`). Version 2 lists what a machine waits for per
+partition; a file of version 1 (``wait_for`` a flat list of endpoints, before a replica
+could stand in for its primary) had no header and is refused for its missing
+``format``, in one line naming the file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -20,7 +28,10 @@ from graphrun.errors import SpecError
 from graphrun.files import read_json
 from graphrun.machine.process import RoleCommand
 from graphrun.names import Endpoint, RoleName
-from graphrun.wire import convert, write_json
+from graphrun.wire import check_header, convert, write_json
+
+FORMAT = "graphrun-launch"
+VERSION = 2
 
 RoleKind = Literal["store", "ps", "sampler", "trainer"]
 KINDS: tuple[RoleKind, ...] = ("store", "ps", "sampler", "trainer")
@@ -58,11 +69,45 @@ class RoleLaunch(msgspec.Struct, frozen=True):
         return cls(kind, role, tuple(argv), dict(env or {}), None, ready)
 
 
-class MachineLaunch(msgspec.Struct, frozen=True, kw_only=True):
-    """What one machine runs; its JSON file has these fields, in this order."""
+class Servers(msgspec.Struct, frozen=True, kw_only=True):
+    """The servers of one partition (or one parameter server) that a machine waits for
+    before it starts its samplers and trainers: ``main``, its main server and then its
+    backups, and ``replicas``, its copies on other machines (``runtime.replicas``).
 
+    They are up (:meth:`up`) when every one of them answers, or, once the main server
+    does not, when one of its replicas does. A replica answers only after its primary
+    has registered it (``graphrun.store.server``), so it holds every write the primary
+    took, and a client that finds the primary gone joins it
+    (:mod:`graphrun.store.session`): a replica stands in for a dead primary. It does not
+    stand in sooner: while the primary is up, clients must wait for its replicas to
+    register, or the tensors they create would never reach the replicas, and for its
+    backups, or they would never learn them."""
+
+    of: str  # what they serve ("partition 1", "ps:0"), named when the wait times out
+    main: tuple[Endpoint, ...]
+    replicas: tuple[Endpoint, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.main:
+            raise ValueError(f"{self.of}: main must name its main server")
+
+    def up(self, is_ready: Callable[[Endpoint], bool]) -> bool:
+        """Whether they are up, asking ``is_ready`` about each server (a store server
+        answers a probe: :mod:`graphrun.machine.readiness`)."""
+        if is_ready(self.main[0]):
+            return all(is_ready(e) for e in (*self.main[1:], *self.replicas))
+        return any(is_ready(e) for e in self.replicas)
+
+
+class MachineLaunch(msgspec.Struct, frozen=True, kw_only=True):
+    """What one machine runs; its JSON file has these fields, in this order (``format``
+    and ``version`` are always written: :func:`graphrun.wire.to_builtins` writes every
+    field)."""
+
+    format: str = FORMAT
+    version: int = VERSION
     machine: str
-    wait_for: tuple[Endpoint, ...] = ()  # must be up before samplers/trainers start
+    wait_for: tuple[Servers, ...] = ()  # must be up before samplers/trainers start
     ready_timeout_s: float = 120.0
     key_file: str | None = None  # the job's key: store servers are probed with it
     stall_timeout_s: float = 30.0  # a role stopped (SIGSTOP) this long fails the machine
@@ -108,4 +153,6 @@ class MachineLaunch(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def read(cls, path: str | Path) -> MachineLaunch:
-        return convert(cls, read_json(Path(path), "the launch plan", SpecError), str(path))
+        data = read_json(Path(path), "the launch plan", SpecError)
+        check_header(data, str(path), FORMAT, VERSION)
+        return convert(cls, data, str(path))

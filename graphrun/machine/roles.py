@@ -34,8 +34,8 @@ from graphrun.job.spec import (
     load_job,
     resolve_placement,
 )
-from graphrun.machine.launch import MachineLaunch, RoleLaunch
-from graphrun.names import RoleName
+from graphrun.machine.launch import MachineLaunch, RoleLaunch, Servers
+from graphrun.names import Endpoint, RoleName
 
 NETNS_BASE_PORT = 30000
 
@@ -208,8 +208,7 @@ def machine_launches(
 ) -> list[MachineLaunch]:
     """What every machine runs, in machine order."""
     env = dict(env or {})
-    all_stores = tuple(ep for eps in hosts.store_endpoints().values() for ep in eps)
-    all_stores += tuple(hosts.endpoints[r.id] for r in roles.values() if r.kind == "ps")
+    all_stores = servers_of_the_job(roles, hosts)
     out = []
     for m in job.spec.machine_names:
         launches: list[RoleLaunch] = []
@@ -253,6 +252,23 @@ def machine_launches(
             )
         )
     return out
+
+
+def servers_of_the_job(roles: Mapping[RoleName, Role], hosts: Hosts) -> tuple[Servers, ...]:
+    """What every machine waits for before its trainers start: each partition's store
+    servers (main, backups, replicas: a replica stands in for a dead primary,
+    :class:`~graphrun.machine.launch.Servers`) and each parameter server."""
+    main: dict[int, list[Endpoint]] = {}
+    copies: dict[int, list[Endpoint]] = {}
+    for name, ep in sorted(hosts.endpoints.items()):  # main before backups, replicas in order
+        if name.kind == "store":
+            (copies if name.replica else main).setdefault(name.index, []).append(ep)
+    out = [
+        Servers(of=f"partition {p}", main=tuple(eps), replicas=tuple(copies.get(p, ())))
+        for p, eps in sorted(main.items())
+    ]
+    ps = sorted(r.id for r in roles.values() if r.kind == "ps")
+    return (*out, *(Servers(of=str(r), main=(hosts.endpoints[r],)) for r in ps))
 
 
 def machine_name(job: GraphJob, machine: str) -> str:

@@ -1,4 +1,4 @@
-"""One machine of a job: start its store servers, wait for every store, start its trainers.
+"""One machine of a job: start its store servers, wait for every partition's, then its trainers.
 
 :func:`run_machine` runs a :class:`~graphrun.machine.launch.MachineLaunch` under a
 :class:`~graphrun.machine.process.Supervisor` and reports progress in a status file
@@ -11,12 +11,13 @@ person or a Kubernetes probe can read::
      "usage": {"roles": {"store:0": {"cpu_s": 3.1, "peak_rss_mb": 412.0}, ...}, ...}}
 
 States: ``serving`` — this machine's store servers accept connections;
-``training`` — every store server of the job is up and the trainers run; ``done`` —
-this machine's trainers all exited 0. Its store servers keep serving the other
-machines until the job's trainers stop them (trainer 0 asks every store to stop once
-all trainers finished, and the parameter servers of ``training.sync: ps``; a store that
-then exits 0 ends the worker with exit code 0) or the worker is told to stop (SIGTERM):
-then its trainers first, which write an exact
+``training`` — every partition's store servers and every parameter server are up
+(a replica standing in for a dead primary: :class:`~graphrun.machine.launch.Servers`)
+and the trainers run; ``done`` — this machine's trainers all exited 0. Its store
+servers keep serving the other machines until the job's trainers stop them (trainer 0
+asks every store to stop once all trainers finished, and the parameter servers of
+``training.sync: ps``; a store that then exits 0 ends the worker with exit code 0) or
+the worker is told to stop (SIGTERM): then its trainers first, which write an exact
 checkpoint (:mod:`graphrun.train.suspend`) while the stores still serve. A machine
 without store servers (placement may give a machine only trainers, or no role at all)
 ends with exit code 0 once its trainers are done. A store that exits before this machine's
@@ -45,7 +46,7 @@ from pathlib import Path
 import psutil
 
 from graphrun.errors import JobFailed
-from graphrun.machine.launch import MachineLaunch, RoleLaunch
+from graphrun.machine.launch import MachineLaunch, RoleLaunch, Servers
 from graphrun.machine.process import RoleExit, Supervisor
 from graphrun.machine.readiness import IsReady, store_is_ready
 from graphrun.machine.usage import RoleUsage
@@ -182,6 +183,25 @@ def all_up(endpoints: Sequence[Endpoint], is_ready: IsReady) -> Callable[[], boo
     return lambda: all(is_ready(e) for e in endpoints)
 
 
+def servers_up(pending: list[Servers], is_ready: IsReady) -> Callable[[], bool]:
+    """A check that drops from ``pending`` the servers that are up (:meth:`Servers.up`:
+    a replica stands in for a dead primary) and says whether none are left."""
+
+    def check() -> bool:
+        pending[:] = [s for s in pending if not s.up(is_ready)]
+        return not pending
+
+    return check
+
+
+def waited_for(pending: Sequence[Servers]) -> str:
+    """The servers waited for, for the timeout's reason: ``partition 1: h:p, replica h:q``."""
+    return "; ".join(
+        f"{s.of}: {', '.join(map(str, s.main))}" + "".join(f", replica {r}" for r in s.replicas)
+        for s in pending
+    )
+
+
 def store_waves(launch: MachineLaunch) -> list[list[RoleLaunch]]:
     """Server roles in start order: main servers (``store:<p>``) and parameter servers
     (``ps:<j>``), then backups."""
@@ -304,7 +324,9 @@ def run_machine(
         if stop.is_set() or (served and status.state == "done"):
             raise _Stopped
 
-    def wait_until(cond: Callable[[], bool], what: str, timeout: float | None = None) -> None:
+    def wait_until(
+        cond: Callable[[], bool], what: str | Callable[[], str], timeout: float | None = None
+    ) -> None:
         deadline = time.monotonic() + (launch.ready_timeout_s if timeout is None else timeout)
         while not cond():
             check()
@@ -313,7 +335,8 @@ def run_machine(
                     RoleName.worker(launch.machine),
                     launch.machine,
                     None,
-                    f"timed out after {launch.ready_timeout_s:g}s waiting for {what}",
+                    f"timed out after {launch.ready_timeout_s:g}s waiting for "
+                    f"{what() if callable(what) else what}",
                 )
             time.sleep(interval)
 
@@ -329,8 +352,9 @@ def run_machine(
             own += up
             wait_until(all_up(up, is_ready), "this machine's store servers")
         status.update(sup, "serving")
-        pending = [e for e in launch.wait_for if e not in own]
-        wait_until(all_up(pending, is_ready), "the store servers of other machines")
+        pending = list(launch.wait_for)
+        others = servers_up(pending, lambda e: e in own or is_ready(e))
+        wait_until(others, lambda: f"the store servers of other machines ({waited_for(pending)})")
         for kind in ("sampler", "trainer"):
             for r in launch.of_kind(kind):
                 sup.start(launch.command(r))

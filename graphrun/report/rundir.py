@@ -23,7 +23,8 @@ not a job status one naming the field. A failed run is read with what exists.
 
 Every file is read as :mod:`.files` reads them (regular files inside the directory,
 bounded) and decoded into the types below, which declare what the report reads of
-each (a launch file is a :class:`~graphrun.machine.launch.MachineLaunch`). A file or a
+each (of a launch file, :class:`Launched`: its machine and roles, which every version of
+:class:`~graphrun.machine.launch.MachineLaunch` has). A file or a
 ``metrics.jsonl`` line that is not what it should be is skipped with a note naming it
 and the field, and the rest is rendered: never a traceback, never a hang.
 """
@@ -39,7 +40,7 @@ import msgspec
 
 from graphrun.errors import JOB, RunFileError, SpecError, UserError, WorkflowError
 from graphrun.job.workflow import Event, EventKind, JobStatus, Phase, read_run_state
-from graphrun.machine.launch import MachineLaunch
+from graphrun.machine.launch import RoleLaunch
 from graphrun.names import RoleName
 from graphrun.placement.schedule import Schedule, parse_schedules, schedule_file
 from graphrun.record import EpochRecord, MachineStatus, decode_status, parse_epoch
@@ -82,6 +83,15 @@ class Plan:
 
     def schedule(self, label: str) -> Schedule | None:
         return next((s for s in self.schedules if s.label == label), None)
+
+
+class Launched(msgspec.Struct, frozen=True):
+    """What the report reads of a launch file: its machine and roles. The rest (what the
+    machine waited for, changed in version 2) is left unread, so an older run's file is
+    read too."""
+
+    machine: str
+    roles: tuple[RoleLaunch, ...]
 
 
 @dataclass(frozen=True)
@@ -176,8 +186,8 @@ def _files(run: Path, sub: str, notes: list[str]) -> list[Path]:
     return found[:cap]
 
 
-def _launch(p: Path, run: Path) -> MachineLaunch:
-    launch = convert(MachineLaunch, _json(p, run), str(p), RunFileError)
+def _launch(p: Path, run: Path) -> Launched:
+    launch = convert(Launched, _json(p, run), str(p), RunFileError)
     for name in (launch.machine, *(str(r.role) for r in launch.roles)):
         if not 0 < len(name) <= files.MAX_NAME:
             raise RunFileError(

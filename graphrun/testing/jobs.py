@@ -27,7 +27,7 @@ import psutil
 import yaml
 
 from graphrun.job.hosts import free_ports
-from graphrun.machine.launch import MachineLaunch, RoleLaunch
+from graphrun.machine.launch import MachineLaunch, RoleLaunch, Servers
 from graphrun.names import Endpoint, RoleName
 
 if TYPE_CHECKING:
@@ -55,6 +55,12 @@ def fake_trainer(role: RoleName, machine: str, code: str) -> RoleLaunch:
     return RoleLaunch.of("trainer", role, (sys.executable, "-c", code))
 
 
+def alone(*endpoints: Endpoint) -> tuple[Servers, ...]:
+    """What a machine waits for, each endpoint a server of its own (no backup, no
+    replica)."""
+    return tuple(Servers(of=str(e), main=(e,)) for e in endpoints)
+
+
 def two_machines(
     trainer_code: dict[int, str],
     ready_timeout_s: float = 30.0,
@@ -71,7 +77,7 @@ def two_machines(
                 fake_store(RoleName.store(i), f"m{i}", ports[i], addresses[i]),
                 fake_trainer(RoleName.trainer(i), f"m{i}", trainer_code.get(i, "pass")),
             ),
-            wait_for=tuple(stores),
+            wait_for=alone(*stores),
             ready_timeout_s=ready_timeout_s,
         )
         for i in range(2)

@@ -6,6 +6,7 @@ import pytest
 
 from graphrun.errors import SpecError
 from graphrun.job.spec import job_roles, parse_job, resolve_placement
+from graphrun.machine.launch import Servers
 from graphrun.machine.roles import job_paths, job_placement, machine_launches, plan_hosts
 from graphrun.names import RoleName
 
@@ -81,4 +82,5 @@ def test_launches_start_the_ps_roles_with_the_job_key(tmp_path):
     argv = ps.argv
     assert argv[1:4] == ("-m", "graphrun", "ps") and "--index" in argv
     assert argv[argv.index("--key-file") + 1] == str(paths.key_file)
-    assert hosts.endpoints[RoleName.ps(0)] in m1.wait_for  # trainers start once every ps is up
+    ps0 = Servers(of="ps:0", main=(hosts.endpoints[RoleName.ps(0)],))
+    assert ps0 in m1.wait_for  # trainers start once every ps is up

@@ -91,7 +91,7 @@ def test_reformed_events_name_the_machines_to_fence():
 
 def _fake_launches(tmp_path, codes: dict[int, str]) -> list[MachineLaunch]:
     from graphrun.job.hosts import free_ports
-    from graphrun.testing.jobs import fake_store, fake_trainer
+    from graphrun.testing.jobs import alone, fake_store, fake_trainer
 
     ports = free_ports(6)  # a primary and the previous partition's replica on each
     stores = tuple(Endpoint("127.0.0.1", p) for p in ports)
@@ -103,7 +103,7 @@ def _fake_launches(tmp_path, codes: dict[int, str]) -> list[MachineLaunch]:
                 fake_store(RoleName.store((i - 1) % 3, replica=1), f"m{i}", ports[3 + i]),
                 fake_trainer(RoleName.trainer(i), f"m{i}", codes[i]),
             ),
-            wait_for=stores,
+            wait_for=alone(*stores),
         )
         for i in range(3)
     ]

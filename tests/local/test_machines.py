@@ -13,7 +13,7 @@ import pytest
 from graphrun.errors import JobFailed
 from graphrun.local.machines import LocalMachines
 from graphrun.names import Endpoint, RoleName
-from graphrun.testing.jobs import kill_when_training, no_children, two_machines
+from graphrun.testing.jobs import alone, kill_when_training, no_children, two_machines
 
 pytestmark = pytest.mark.integration
 
@@ -74,7 +74,7 @@ def test_store_never_ready_times_out(tmp_path):
     launches = two_machines({}, ready_timeout_s=1.0)
     # machine m1 waits for an endpoint nobody serves
     nobody = Endpoint("127.0.0.1", 1)
-    bad = msgspec.structs.replace(launches[1], wait_for=(*launches[1].wait_for, nobody))
+    bad = msgspec.structs.replace(launches[1], wait_for=(*launches[1].wait_for, *alone(nobody)))
     with pytest.raises(JobFailed, match="timed out"):
         machines(tmp_path).run([launches[0], bad])
     no_children()

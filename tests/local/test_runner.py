@@ -17,6 +17,7 @@ from graphrun.local.runner import LocalJob, RunOptions
 from graphrun.machine.launch import MachineLaunch, RoleLaunch
 from graphrun.names import RoleName
 from graphrun.testing.jobs import (
+    alone,
     fake_dataset,
     fake_partition,
     fake_store,
@@ -49,7 +50,7 @@ class FakeRoles(LocalJob):
                 MachineLaunch(
                     machine=m,
                     roles=roles,
-                    wait_for=tuple(hosts.endpoints.values()),
+                    wait_for=alone(*hosts.endpoints.values()),
                     ready_timeout_s=30.0,
                 )
             )

@@ -10,7 +10,7 @@ import pytest
 from graphrun.errors import SpecError
 from graphrun.job.hosts import Hosts
 from graphrun.job.spec import parse_job
-from graphrun.machine.launch import MachineLaunch
+from graphrun.machine.launch import MachineLaunch, Servers
 from graphrun.machine.roles import (
     job_paths,
     job_placement,
@@ -63,7 +63,10 @@ def test_hosts_and_launches_for_co_located_roles(tmp_path):
     backup = m1.roles[1].argv
     assert "--backup-of" in backup and f"tcp://{ep[RoleName.store(1)]}" in backup
     assert "--resume" in m1.roles[2].argv
-    assert set(m1.wait_for) == set(hosts.endpoints.values())
+    assert m1.wait_for == (
+        Servers(of="partition 0", main=(ep[RoleName.store(0)], ep[RoleName.store(0, 1)])),
+        Servers(of="partition 1", main=(ep[RoleName.store(1)], ep[RoleName.store(1, 1)])),
+    )
     again = Hosts.read(hosts.write(tmp_path / "hosts.json"))
     assert again == hosts and again.store_endpoints() == hosts.store_endpoints()
     # the file is byte for byte what the hand-written to_dict wrote before the Struct
@@ -87,6 +90,13 @@ def test_a_replica_runs_on_the_next_machine_with_its_primary_s_address(tmp_path)
     argv = m1.roles[2].argv
     assert argv[argv.index("--replica-of") + 1] == f"tcp://{ep['store:0']}"
     assert argv[argv.index("--part") + 1] == "0" and "--backup-of" not in argv
+    # every machine waits for each partition's servers, a replica able to stand in for
+    # its dead primary
+    assert m1.wait_for == tuple(
+        Servers(of=f"partition {p}", main=(ep[f"store:{p}"], ep[f"store:{p}:1"]),
+                replicas=(ep[f"store:{p}:r"],))
+        for p in (0, 1)
+    )  # fmt: skip
 
 
 def test_every_store_server_of_a_disk_features_job_serves_from_disk(tmp_path):
@@ -133,8 +143,10 @@ def test_launch_plan_round_trips_through_json(tmp_path):
     roles = job_placement(job, paths)
     launch = machine_launches(job, roles, plan_hosts(job, roles), paths, python=PY)[0]
     assert MachineLaunch.read(launch.write(tmp_path / "m0.json")) == launch
-    # the file is byte for byte what the hand-written to_dict wrote before the Struct
-    old = {"machine": launch.machine, "wait_for": [str(e) for e in launch.wait_for],
+    # the file's layout, version 2: what a machine waits for, per partition
+    waits = [{"of": s.of, "main": list(map(str, s.main)), "replicas": list(map(str, s.replicas))}
+             for s in launch.wait_for]  # fmt: skip
+    old = {"format": "graphrun-launch", "version": 2, "machine": launch.machine, "wait_for": waits,
            "ready_timeout_s": launch.ready_timeout_s, "key_file": launch.key_file,
            "stall_timeout_s": launch.stall_timeout_s,
            "replicated": list(map(str, launch.replicated)),

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from graphrun.job.hosts import free_ports
-from graphrun.machine.launch import MachineLaunch, RoleLaunch
+from graphrun.machine.launch import MachineLaunch, RoleLaunch, Servers
 from graphrun.machine.stopmark import write_mark
 from graphrun.names import Endpoint, RoleName
 from graphrun.record import read_status
-from graphrun.testing.jobs import fake_store, fake_trainer
+from graphrun.testing.jobs import alone, fake_store, fake_trainer
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +37,7 @@ def test_trainer_only_machine_exits_0_when_its_trainers_are_done(tmp_path: Path)
     with subprocess.Popen(store.argv, stdout=subprocess.DEVNULL) as server:
         try:
             trainer = fake_trainer(RoleName.trainer(0), "m1", "print('trained')")
-            launch = MachineLaunch(machine="m1", roles=(trainer,), wait_for=(at(port),))
+            launch = MachineLaunch(machine="m1", roles=(trainer,), wait_for=alone(at(port)))
             out = run_worker(tmp_path, launch)
         finally:
             server.kill()
@@ -48,6 +48,35 @@ def test_trainer_only_machine_exits_0_when_its_trainers_are_done(tmp_path: Path)
     assert status.roles[RoleName.trainer(0)].exit_code == 0
     # what it used is keyed by its RoleName too, read once with the file
     assert status.usage is not None and list(status.usage.roles) == [RoleName.trainer(0)]
+
+
+def test_a_replica_stands_in_for_a_primary_that_is_not_up(tmp_path: Path) -> None:
+    """Partition 1's primary is gone (nothing listens) and its replica is up: the
+    trainers start. With neither up, the timeout names the partition and its servers."""
+    port, dead, never = free_ports(3)
+    replica = fake_store(RoleName.store(1, replica=1), "m0", port)
+    with subprocess.Popen(replica.argv, stdout=subprocess.DEVNULL) as server:
+        try:
+            trainer = fake_trainer(RoleName.trainer(0), "m0", "print('trained')")
+            part = Servers(of="partition 1", main=(at(dead),), replicas=(at(port),))
+            launch = MachineLaunch(machine="m0", roles=(trainer,), wait_for=(part,))
+            out = run_worker(tmp_path, launch)
+            assert out.returncode == 0, out.stderr
+            assert "trained" in out.stdout
+            lost = Servers(of="partition 1", main=(at(dead),), replicas=(at(never),))
+            launch = MachineLaunch(
+                machine="m1", roles=(trainer,), wait_for=(part, lost), ready_timeout_s=1.0
+            )
+            out = run_worker(tmp_path, launch)
+        finally:
+            server.kill()
+    assert out.returncode != 0 and "trained" not in out.stdout
+    status = read_status(tmp_path / "status" / "m1.json")
+    assert status is not None and status.failure is not None
+    assert status.failure.reason == (
+        "timed out after 1s waiting for the store servers of other machines "
+        f"(partition 1: 127.0.0.1:{dead}, replica 127.0.0.1:{never})"
+    )
 
 
 def test_machine_without_roles_exits_0(tmp_path: Path) -> None:
@@ -103,7 +132,7 @@ def test_told_to_stop_the_worker_stops_its_trainers_before_its_stores(tmp_path: 
     trainer = RoleLaunch(
         "trainer", RoleName.trainer(0), (sys.executable, "-c", code, str(port), str(done))
     )
-    launch = MachineLaunch(machine="m0", roles=(store, trainer), wait_for=(at(port),))
+    launch = MachineLaunch(machine="m0", roles=(store, trainer), wait_for=alone(at(port)))
     plan = launch.write(tmp_path / "m0.json")
     argv = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan), "--grace", "10"]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
@@ -139,7 +168,9 @@ def _elastic_machine(tmp_path: Path, done: Path) -> MachineLaunch:
     trainer = RoleLaunch(
         "trainer", RoleName.trainer(0), (sys.executable, "-c", code, str(port), str(done))
     )
-    return MachineLaunch(machine="m0", roles=(store, trainer), wait_for=(at(port),), elastic=True)
+    return MachineLaunch(
+        machine="m0", roles=(store, trainer), wait_for=alone(at(port)), elastic=True
+    )
 
 
 def test_elastic_worker_told_to_stop_without_the_mark_leaves_alone(tmp_path: Path) -> None:
@@ -181,7 +212,7 @@ def test_joining_worker_runs_only_its_trainers(tmp_path: Path) -> None:
     trainer = fake_trainer(RoleName.trainer(0), "m0", code)
     launch = MachineLaunch(  # its own store and another lost machine's: neither is up
         machine="m0", roles=(store, trainer), elastic=True, ready_timeout_s=5.0,
-        wait_for=(at(port), at(lost)),
+        wait_for=alone(at(port), at(lost)),
     )  # fmt: skip
     plan = launch.write(tmp_path / "m0.json")
     argv = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan)]
@@ -216,7 +247,9 @@ def test_elastic_worker_whose_stores_the_job_stopped_ends_done_not_left(tmp_path
     argv = (sys.executable, "-c", STORE_STOPPED_BY_THE_JOB, str(port), str(done))
     store = RoleLaunch("store", RoleName.store(0), argv, ready=at(port))
     trainer = fake_trainer(RoleName.trainer(0), "m0", f"open({str(done)!r}, 'w').close()")
-    launch = MachineLaunch(machine="m0", roles=(store, trainer), wait_for=(at(port),), elastic=True)
+    launch = MachineLaunch(
+        machine="m0", roles=(store, trainer), wait_for=alone(at(port)), elastic=True
+    )
     plan = launch.write(tmp_path / "m0.json")
     argv2 = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan)]
     argv2 += ["--status-dir", str(tmp_path / "status"), "--stop-mark", str(tmp_path / "none")]

@@ -106,6 +106,25 @@ RECORDS = [
 ]  # fmt: skip
 
 
+def test_launch_files_of_either_version_give_the_machines_roles(tmp_path):
+    """Version 2 of the launch file changed ``wait_for`` (per partition); the report reads
+    only the machine and its roles, so an older run's files are read as well."""
+    run = write_run(tmp_path / "run", "Succeeded", RECORDS)
+    for m, wait in (
+        ("m0", ["127.0.0.1:1", "127.0.0.1:2"]),
+        ("m1", [{"of": "partition 0", "main": ["127.0.0.1:1"], "replicas": []}]),
+    ):
+        data = json.loads((run / "launch" / f"{m}.json").read_text())
+        if isinstance(wait[0], dict):
+            data.update(format="graphrun-launch", version=2)
+        (run / "launch" / f"{m}.json").write_text(json.dumps({**data, "wait_for": wait}))
+    got = read_run(run)
+    assert got.notes == ()
+    assert [(m.name, list(map(str, m.roles))) for m in got.machines] == [
+        ("m0", ["store:0", "trainer:0"]), ("m1", ["store:1", "trainer:1"]),
+    ]  # fmt: skip
+
+
 def test_a_directory_that_is_no_run_and_a_run_without_metrics_are_one_line(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err.strip()
