@@ -100,9 +100,16 @@ _COMPILED: list[Any] = []
 
 
 def _kernel() -> Any:
-    """:func:`_scatter_mean` compiled by numba (once a process, cached on disk)."""
+    """:func:`_scatter_mean` compiled by numba (once a process), cached on disk where a
+    directory for it can be written (next to this file, ``NUMBA_CACHE_DIR`` or the
+    user's); where none can (a read-only container), compiled in memory."""
     if not _COMPILED:
         import numba
 
-        _COMPILED.append(numba.njit(cache=True, fastmath=True, boundscheck=False)(_scatter_mean))
+        options = {"fastmath": True, "boundscheck": False}
+        try:
+            kernel = numba.njit(cache=True, **options)(_scatter_mean)
+        except RuntimeError:  # "cannot cache function ...: no locator available"
+            kernel = numba.njit(cache=False, **options)(_scatter_mean)
+        _COMPILED.append(kernel)
     return _COMPILED[0]

@@ -77,3 +77,19 @@ def test_a_mean_in_a_chain_of_layers_passes_its_gradient_on():
         assert abs(float(numeric) - float(x.grad[r, c])) < 2e-3
         checked += 1
     assert checked == 3
+
+
+def test_the_kernel_compiles_where_no_cache_directory_can_be_written(monkeypatch):
+    import numba.core.caching
+
+    from graphrun.train import aggregate
+
+    monkeypatch.setattr(numba.core.caching.CacheImpl, "_locator_classes", [])  # read-only
+    monkeypatch.setattr(aggregate, "_COMPILED", [])
+    ei, x, n_dst = graph(7)
+    x.requires_grad_()
+    mean_csr(x, *csr_rows(ei, n_dst)).backward(torch.ones(n_dst, x.size(1)))
+    assert x.grad is not None
+    torch.testing.assert_close(
+        x.grad, reference_grad(ei, x.size(0), n_dst, torch.ones(n_dst, x.size(1)))
+    )
