@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 
 def csr_rows(edge_index: Tensor, num_dst: int) -> tuple[Tensor, Tensor]:
@@ -65,6 +66,7 @@ class _MeanCSR(torch.autograd.Function):
         return F.embedding_bag(columns, x, offsets, mode="mean", include_last_offset=True)
 
     @staticmethod
+    @once_differentiable  # the kernel's gradient has no gradient of its own
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None]:
         if not ctx.needs_input_grad[0]:
             return None, None, None
