@@ -8,11 +8,21 @@ product), ``backward``, ``optimizer`` (Adam) and ``allreduce`` (the gradients, t
 processes on loopback) — and each is timed alone on the same batch, with the floating
 point operations and the bytes it must move:
 
-* an aggregation does ``2 * nnz * F`` flops; it must read each of its ``n_src`` source
-  rows once (in bf16: after casting them) and the CSR (a column index per edge) and write
-  the ``n_dst`` means (``mb``; it gathers a row per edge, ``gathered_mb``, the repeats
-  from the caches): it is bound by memory, and its rate is read against the measured
-  streaming read bandwidth;
+* an aggregation does ``2 * nnz * F`` flops. Its bytes are counted twice over, as two
+  limits: ``mb``, what it must move at the least — each of its ``n_src`` source rows
+  once (in bf16 also the cast that makes them: fp32 read, bf16 written, then read), the
+  CSR (a column index per edge, a row start per row) and the ``n_dst`` means written —
+  read against the streaming read (``of_peak``), reachable only if every row were read
+  in order once; and ``gathered_mb``, a row per edge as the kernel reads it, read against
+  ``gather_gbps`` (``of_gather_peak``), the measured rate of summing rows picked at
+  random from a table beyond the caches. The batch's rows are read in the order of the
+  edges, each about twice (layer 0 of a [25, 10] batch: 141k edges over 64k rows), so the
+  kernel is bound by the gather, not the stream; rows still in the caches (a batch's
+  table is 26 MB, the last-level cache 32 MB) let it beat the random-row rate;
+* ``aggregate_grad[i]`` (layers ``i > 0``, whose input needs a gradient): the mean's
+  backward alone, a row's gradient added into each of its sources (``mb``: the means'
+  gradient read, the fp32 source gradient zeroed and written once; ``gathered_mb``: a
+  row read and written per edge);
 * a dense product does ``2 * n_dst * (2 F_in) * F_out`` flops and is read against the
   measured matrix-product peak of its precision;
 * ``backward`` is the autograd pass of the whole step (the dense products' gradients,
@@ -21,9 +31,10 @@ point operations and the bytes it must move:
 
 The peaks are measured in the same command, on the same threads: :func:`peaks` takes the
 best fp32 and bf16 matrix-product rate over a square product and products of a layer's
-shapes (``torch.addmm``, best of a few), and times a streaming read (``sum``) and a copy
-of a table larger than the caches. Timed on a busy machine, every figure is low and
-the shares noisy: run it alone.
+shapes (``torch.addmm``, best of a few), and times a streaming read (``sum``), a copy
+and a random-row gather (:func:`gather_gbps`, rows as wide as the features, in the
+aggregation's precision) of a table larger than the caches. Timed on a busy machine,
+every figure is low and the shares noisy: run it alone.
 """
 
 from __future__ import annotations
@@ -36,6 +47,7 @@ from functools import partial
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 MATMUL_N = 2048  # the square product's side for the flop peak
@@ -55,7 +67,7 @@ class Phase:
     bound: str | None = None
     precision: str = "fp32"
     items: int | None = None  # sample: the edges it drew
-    gathered: float | None = None  # aggregate: the bytes of a row per edge
+    gathered: float | None = None  # aggregate: the bytes of a row per edge (read or added)
 
     def row(self, peak: dict[str, float | None]) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -67,8 +79,11 @@ class Phase:
             "gbps": round(self.bytes / self.seconds / 1e9, 2) if self.seconds else None,
             "bound": self.bound,
         }
-        if self.gathered is not None:
+        if self.gathered is not None:  # against the measured random-row gather
             out["gathered_mb"] = round(self.gathered / 1e6, 3)
+            rate = round(self.gathered / self.seconds / 1e9, 2) if self.seconds else None
+            out["gathered_gbps"] = rate
+            out["of_gather_peak"] = _share(rate, peak.get("gather_gbps"))
         if self.items is not None:
             out["items"] = self.items
             out["items_per_s"] = round(self.items / self.seconds) if self.seconds else None
@@ -130,19 +145,39 @@ def matmul_gflops(dtype: torch.dtype, shapes: tuple[tuple[int, int, int], ...]) 
 MATMUL_SHAPES = ((MATMUL_N, MATMUL_N, MATMUL_N), (4096, 256, 128), (2048, 256, 256))
 
 
-def peaks() -> dict[str, float | None]:
+def peaks(width: int = 128, dtype: torch.dtype = torch.float32) -> dict[str, float | None]:
     """This process's measured peaks on its torch threads: ``fp32_gflops``,
     ``bf16_gflops`` (None without a native bf16 product: it would be emulated),
-    ``read_gbps`` (a streaming sum) and ``copy_gbps`` (read and write counted)."""
+    ``read_gbps`` (a streaming sum), ``copy_gbps`` (read and write counted) and
+    ``gather_gbps`` (:func:`gather_gbps`: random rows of ``width`` ``dtype`` columns)."""
     out: dict[str, float | None] = {}
     out["fp32_gflops"] = matmul_gflops(torch.float32, MATMUL_SHAPES)
     native = bf16_native()
     out["bf16_gflops"] = matmul_gflops(torch.bfloat16, MATMUL_SHAPES) if native else None
+    out["read_gbps"], out["copy_gbps"] = stream_gbps()
+    out["gather_gbps"] = gather_gbps(width, dtype)
+    return out
+
+
+def stream_gbps() -> tuple[float, float]:
+    """A streaming read (``sum``) and a copy (read and write counted) of a table beyond
+    the caches, in GB/s."""
     big = torch.ones(STREAM_MB * (1 << 20) // 4)
     dst = torch.empty_like(big)
-    out["read_gbps"] = round(big.nbytes / best_of(big.sum, 3) / 1e9, 2)
-    out["copy_gbps"] = round(2 * big.nbytes / best_of(lambda: dst.copy_(big), 3) / 1e9, 2)
-    return out
+    read = round(big.nbytes / best_of(big.sum, 3) / 1e9, 2)
+    return read, round(2 * big.nbytes / best_of(lambda: dst.copy_(big), 3) / 1e9, 2)
+
+
+def gather_gbps(width: int, dtype: torch.dtype, rows: int = 1 << 17) -> float:
+    """The rate at which one core sums rows picked at random from a table beyond the
+    caches (``embedding_bag``, bags of 16, ``rows`` rows of ``width`` columns): the
+    bytes of the rows gathered a second. What an aggregation whose rows are not in the
+    caches can reach; the streaming read is the limit only of rows read in order."""
+    table = torch.ones(STREAM_MB * (1 << 20) // (width * 4), width).to(dtype)
+    picks = torch.randint(0, table.size(0), (rows,))
+    bags = torch.arange(0, rows + 1, 16)
+    gather = partial(F.embedding_bag, picks, table, bags, mode="sum", include_last_offset=True)
+    return round(rows * width * table.element_size() / best_of(gather, 3) / 1e9, 2)
 
 
 @dataclass(frozen=True)
@@ -211,6 +246,8 @@ def layer_phases(model: Any, inputs: list[LayerInput]) -> list[Phase]:
         gathered = word * f_in * nnz
         out.append(Phase(f"aggregate[{i}]", median_of(aggregate), 2 * nnz * f_in, must,
                          "bytes", gathered=gathered))  # fmt: skip
+        if i > 0:  # the layers whose input needs a gradient: the mean's backward
+            out.append(_mean_grad(i, li, bf16))
         dense = _dense(model, conv, aggregate(), li.x[: li.n_dst])
         flops = 2 * li.n_dst * 2 * f_in * f_out
         nbytes = word * (li.n_dst * 2 * f_in + 2 * f_in * f_out) + 4 * li.n_dst * f_out
@@ -219,10 +256,29 @@ def layer_phases(model: Any, inputs: list[LayerInput]) -> list[Phase]:
     return out
 
 
+def _mean_grad(i: int, li: LayerInput, bf16: bool) -> Phase:
+    """``aggregate_grad[i]``: the mean's backward alone (the gradient of layer ``i``'s
+    input rows from its means'), as the step runs it. It must read the means' gradient
+    and the CSR and write a zeroed ``n_src`` x ``F`` fp32 gradient once (``mb``); it adds
+    a row per edge into it (``gathered_mb``: read and written, from the caches or not)."""
+    from graphrun.train.models import csr_rows, mean_csr
+
+    x = (li.x.to(torch.bfloat16) if bf16 else li.x).detach().requires_grad_()
+    (n_src, f_in), nnz = li.x.shape, li.edge_index.size(1)
+    mean = mean_csr(x, *csr_rows(li.edge_index, li.n_dst))
+    grad = torch.ones_like(mean)
+
+    def backward() -> object:
+        return torch.autograd.grad(mean, x, grad, retain_graph=True)
+
+    word = 2 if bf16 else 4
+    must = 2 * 4 * f_in * n_src + word * f_in * li.n_dst + 8 * nnz + 8 * (li.n_dst + 1)
+    return Phase(f"aggregate_grad[{i}]", median_of(backward), 2 * nnz * f_in, must, "bytes",
+                 gathered=2 * 4 * f_in * nnz)  # fmt: skip
+
+
 def step_phases(model: Any, batch: Any, inputs: list[LayerInput]) -> list[Phase]:
     """``backward`` and ``optimizer`` of the real step (forward, loss, backward, Adam)."""
-    import torch.nn.functional as F
-
     opt = torch.optim.Adam(model.parameters(), lr=0.003)
     model.train()
     back, step = [], []
@@ -315,4 +371,5 @@ def roofline(
     out += step_phases(model, b, inputs)
     if allreduce:
         out.append(allreduce_phase(sum(p.numel() for p in model.parameters())))
-    return out, peaks()
+    word = torch.bfloat16 if model.precision == "bf16" else torch.float32
+    return out, peaks(b.x.size(1), word)  # layer 0's rows, as its aggregation gathers them

@@ -22,9 +22,17 @@ measured in the same command.
 Prints one JSON object: ``step_ms`` (median per variant), ``step_ms_all``, the batch's
 ``nodes_per_hop`` / ``edges_per_hop``, ``phases`` (one row each: ``phase``, ``ms``,
 ``gflop``, ``mb``, ``gflops``, ``gbps``, ``bound`` and ``of_peak``; ``sample`` its
-``items_per_s``: sampled edges a second), ``peak`` (``fp32_gflops``, ``bf16_gflops``,
-``read_gbps``, ``copy_gbps``), ``precision``, ``torch_threads`` and ``load_avg``. Hidden
-size, fanouts and batch size default to the ``graphrun bench train`` configuration.
+``items_per_s``: sampled edges a second; ``aggregate[i]`` and ``aggregate_grad[i]`` (the
+mean's backward) also ``gathered_mb``, ``gathered_gbps`` and ``of_gather_peak``),
+``peak`` (``fp32_gflops``, ``bf16_gflops``, ``read_gbps``, ``copy_gbps``,
+``gather_gbps``), ``precision``, ``torch_threads`` and ``load_avg``. Hidden size,
+fanouts and batch size default to the ``graphrun bench train`` configuration.
+
+How the bytes are counted (:mod:`graphrun.bench.roofline`): an aggregation's ``mb`` is
+the least it must move — each source row once, the CSR, the means — read against the
+streaming read (``of_peak``); it reads a row per edge in edge order (``gathered_mb``),
+so its real limit is the measured rate of gathering rows at random (``gather_gbps``,
+``of_gather_peak``). Both are printed; neither is the other's excuse.
 """
 
 from __future__ import annotations

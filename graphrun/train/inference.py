@@ -13,6 +13,13 @@ once per node, over the node's whole in-neighbourhood:
    then all trainers meet (``sync``) before anyone reads the table;
 2. layer ``L-1``: only the nodes being evaluated.
 
+A model with ``layer_from_table`` (GraphSAGE) on a table in this process's memory (one
+machine: :class:`~graphrun.train.data.LocalData`) reads the rows it averages straight from
+the table by id (:meth:`~graphrun.train.models.SAGE.layer_from_table`); otherwise each
+batch's rows are copied out once, relabelled (:func:`gather`). The direct read saves the
+copy of every batch's in-neighbour rows, which dominated a layer over a whole graph
+(benchmarks/README.md, "Kernels").
+
 In eval mode the result equals the model's output on sampled neighbourhoods with every
 fanout -1 (all neighbours); a test holds the two together. Models with a ``layer(i, x,
 edge_index, n_dst)`` method (GraphSAGE and GAT) support it on homogeneous graphs.
@@ -20,13 +27,14 @@ edge_index, n_dst)`` method (GraphSAGE and GAT) support it on homogeneous graphs
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Protocol, cast
 
 import torch
 from torch import Tensor
 
-from graphrun.train.data import GraphData, NodeTable
+from graphrun.train.data import ArrayRows, GraphData, NodeTable
 
 #: Targets per batch at least: a batch's sources are read once however many of its
 #: targets share them (benchmarks/README.md measures 4096 against 1000).
@@ -58,11 +66,30 @@ def _batch(
 ) -> Tensor:
     """Layer ``i``'s outputs for the nodes ``dst`` from the states ``h`` of their whole
     in-neighbourhoods (computed on ``device``, returned on the host)."""
+    table = local_rows(h)
+    direct = getattr(model, "layer_from_table", None)
+    if table is not None and direct is not None and (device is None or device.type == "cpu"):
+        src, index = data.in_edges(dst)
+        out: Tensor = direct(i, table, dst, src, index)
+        return out
     x, edge_index = gather(h, dst, data)
     if device is not None and device.type != "cpu":
         x, edge_index = x.to(device, non_blocking=True), edge_index.to(device, non_blocking=True)
         return model.layer(i, x, edge_index, dst.numel()).cpu()
     return model.layer(i, x, edge_index, dst.numel())
+
+
+def local_rows(h: NodeTable) -> Tensor | None:
+    """``h`` as one float32 tensor of every node's row in this process's memory (a
+    scratch table of :class:`~graphrun.train.data.LocalData`, or the graph's own features),
+    or None (a store table: its rows are fetched by id, :func:`gather`)."""
+    if isinstance(h, ArrayRows):
+        with warnings.catch_warnings():  # a read-only memory map: the layer only reads it
+            warnings.simplefilter("ignore", UserWarning)
+            h = torch.from_numpy(h.arr)
+    if not isinstance(h, Tensor) or h.dtype != torch.float32 or h.dim() != 2:
+        return None
+    return h if h.is_contiguous() else None
 
 
 def gather(h: NodeTable, dst: Tensor, data: GraphData) -> tuple[Tensor, Tensor]:

@@ -12,10 +12,9 @@ every remaining node (benchmarks/README.md, "step", measures the difference).
 
 Aggregation path (``aggr_path``): ``"scatter"`` hands ``edge_index`` to the layer
 (gather + scatter-reduce); ``"csr"`` first turns each layer into its compressed rows
-(:func:`csr_rows`: row offsets and source columns, built without a sort because
-samplers emit edges grouped by destination) and takes the mean over each row in one
-fused gather-reduce (:func:`mean_csr`, ``F.embedding_bag``: no atomics, no
-``[edges, F]`` temporary, a dense gradient in backward). It replaced a
+and takes the mean over each row in one fused kernel each way
+(:mod:`graphrun.train.aggregate`: ``F.embedding_bag`` forward, no atomics, no ``[edges,
+F]`` temporary; its gradient one numba pass over the same CSR). It replaced a
 ``torch.sparse_csr`` sparse-dense product (:func:`as_adj`, MKL), about half as fast on
 the sampled batches (benchmarks/README.md, "Kernels"). Sampled message-flow graphs
 have no duplicate edges, so every path gives the same result; ``graphrun bench train
@@ -37,6 +36,7 @@ from torch_geometric.nn import GATConv, GCNConv, HeteroConv, SAGEConv
 
 from graphrun.errors import ArgumentError
 from graphrun.names import CanonicalEtype
+from graphrun.train.aggregate import csr_rows, mean_csr, offsets_of
 from graphrun.train.names import AggrPath
 from graphrun.train.rgcn import RGCNLayer
 
@@ -82,27 +82,6 @@ def as_adj(edge_index: Tensor, num_src: int, num_dst: int, path: AggrPath) -> Te
     with warnings.catch_warnings():  # "sparse CSR support is in beta"
         warnings.simplefilter("ignore", UserWarning)
         return torch.sparse_csr_tensor(crow, src, values, size=(num_dst, num_src))
-
-
-def csr_rows(edge_index: Tensor, num_dst: int) -> tuple[Tensor, Tensor]:
-    """The compressed rows of ``edge_index`` (``[src; dst]``, ``dst < num_dst``):
-    ``offsets`` (``num_dst + 1``: row ``r``'s edges are ``offsets[r] .. offsets[r+1]-1``)
-    and their source ``columns``. Edges grouped by destination in order (what the
-    samplers emit) need no sort (checked; a stable sort otherwise)."""
-    src, dst = edge_index[0], edge_index[1]
-    if dst.numel() > 1 and not bool((dst[1:] >= dst[:-1]).all()):
-        order = torch.argsort(dst, stable=True)
-        src, dst = src[order], dst[order]
-    offsets = torch.zeros(num_dst + 1, dtype=torch.int64, device=dst.device)
-    torch.cumsum(torch.bincount(dst, minlength=num_dst), 0, out=offsets[1:])
-    return offsets, src
-
-
-def mean_csr(x: Tensor, offsets: Tensor, columns: Tensor) -> Tensor:
-    """Row ``r``: the mean of ``x[columns[offsets[r]:offsets[r+1]]]`` (zeros for an empty
-    row), in ``x``'s dtype. One fused gather-reduce (``F.embedding_bag``: fbgemm on a CPU,
-    its rows prefetched; fp32 sums for a bf16 ``x``) with a dense gradient for ``x``."""
-    return F.embedding_bag(columns, x, offsets, mode="mean", include_last_offset=True)
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
@@ -230,24 +209,49 @@ class SAGE(ByLayer):
         in-edges ``edge_index`` (local ids; what layer-wise inference calls)."""
         n_src = x.size(0)
         conv = cast(SAGEConv, self.convs[i])
-        if self.aggr_path == "csr":  # SAGEConv's forward, the mean a product with 1/degree
+        if self.aggr_path == "csr":  # SAGEConv's forward, the mean one fused kernel
             bf16 = self.precision == "bf16"
             # oneDNN builds its bf16 kernels per shape: row counts rounded up to a multiple
             # of BF16_ROWS (empty rows) let batches share them (benchmarks/README.md)
             rows = min(-(-n_dst // BF16_ROWS) * BF16_ROWS, n_src) if bf16 else n_dst
             offsets, columns = csr_rows(edge_index, rows)
-            if bf16:  # one product of [mean | x] with [W_l | W_r]: one cast of each side
-                xb = x.to(torch.bfloat16)  # the mean gathers half the bytes
-                left, right = cast(Tensor, conv.lin_l.weight), cast(Tensor, conv.lin_r.weight)
-                bias = cast(Tensor, conv.lin_l.bias).to(torch.bfloat16)
-                both = torch.cat([mean_csr(xb, offsets, columns), xb[:rows]], dim=1)
-                w = torch.cat([left, right], dim=1).to(torch.bfloat16)
-                x = torch.addmm(bias, both, w.t()).float()[:n_dst]
-            else:
-                x = conv.lin_l(mean_csr(x, offsets, columns)) + conv.lin_r(x[:n_dst])
+            if bf16:
+                x = x.to(torch.bfloat16)  # once: the mean gathers half the bytes
+            x = self._dense(conv, mean_csr(x, offsets, columns), x[:rows])
+            if rows > n_dst:  # not a slice of every row: its backward copies the gradient
+                x = x[:n_dst]
         else:
             adj = as_adj(edge_index, n_src, n_dst, self.aggr_path)
             x = conv((x, x[:n_dst]), adj, size=(n_src, n_dst))
+        return self._activate(i, x)
+
+    _layer = layer
+
+    def layer_from_table(
+        self, i: int, table: Tensor, dst: Tensor, src: Tensor, index: Tensor
+    ) -> Tensor:
+        """Layer ``i`` for the nodes ``dst`` straight from ``table``, the states of every
+        node (in this process's memory), given their in-edges (``src[j] -> dst[index[j]]``,
+        grouped by ``index``): the mean gathers the rows by id, with no copy of the
+        batch's rows and no relabelling (layer-wise inference on a local table). The same
+        sums as :meth:`layer` on either path; in bf16 the mean is rounded after the fp32
+        sum rather than each row before it."""
+        conv = cast(SAGEConv, self.convs[i])
+        mean = mean_csr(table, offsets_of(index, dst.numel()), src).float()
+        return self._activate(i, self._dense(conv, mean, table[dst].float()))
+
+    def _dense(self, conv: SAGEConv, mean: Tensor, target: Tensor) -> Tensor:
+        """``lin_l(mean) + lin_r(target)``; in bf16 one product of ``[mean | target]`` with
+        ``[W_l | W_r]`` (one cast of each side), its output fp32."""
+        if self.precision != "bf16":
+            return cast(Tensor, conv.lin_l(mean) + conv.lin_r(target))
+        left, right = cast(Tensor, conv.lin_l.weight), cast(Tensor, conv.lin_r.weight)
+        bias = cast(Tensor, conv.lin_l.bias).to(torch.bfloat16)
+        both = torch.cat([mean.to(torch.bfloat16), target.to(torch.bfloat16)], dim=1)
+        w = torch.cat([left, right], dim=1).to(torch.bfloat16)
+        return torch.addmm(bias, both, w.t()).float()
+
+    def _activate(self, i: int, x: Tensor) -> Tensor:
         if i < len(self.convs) - 1:
             x = dropout(F.relu(x), self.dropout, self.training)
         return x

@@ -38,8 +38,8 @@ def test_step_bench_prints_the_roofline_of_each_phase(
     out = json.loads(capsys.readouterr().out)
     rows = {r["phase"]: r for r in out["phases"]}
     assert list(rows) == [
-        "sample", "fetch", "aggregate[0]", "dense[0]", "aggregate[1]", "dense[1]",
-        "backward", "optimizer",
+        "sample", "fetch", "aggregate[0]", "dense[0]", "aggregate[1]", "aggregate_grad[1]",
+        "dense[1]", "backward", "optimizer",
     ]  # fmt: skip
     assert all(r["ms"] > 0 for r in rows.values())
     nodes, edges = out["nodes_per_hop"], out["edges_per_hop"]
@@ -51,6 +51,12 @@ def test_step_bench_prints_the_roofline_of_each_phase(
     assert rows["sample"]["items"] == sum(edges) and rows["sample"]["items_per_s"] > 0
     assert out["precision"] == "fp32" and out["peak"]["fp32_gflops"] > 0
     assert out["peak"]["read_gbps"] > 0 and out["peak"]["copy_gbps"] > 0
+    assert out["peak"]["gather_gbps"] > 0
+    for name in ("aggregate[0]", "aggregate[1]", "aggregate_grad[1]"):
+        assert rows[name]["of_peak"] > 0 and rows[name]["of_gather_peak"] > 0, name
+    # the mean's backward: the fp32 gradient of layer 1's 16-wide input rows written once
+    grad = rows["aggregate_grad[1]"]
+    assert grad["gathered_mb"] == round(2 * 4 * 16 * edges[0] / 1e6, 3)
     for name in ("aggregate[0]", "dense[0]", "backward"):
         assert rows[name]["of_peak"] > 0, name
     assert rows["optimizer"]["of_peak"] is not None and rows["fetch"]["of_peak"] is not None

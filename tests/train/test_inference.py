@@ -58,3 +58,30 @@ def test_supports() -> None:
     data = LocalData(community(GenParams(nodes=100, avg_degree=4, feat_dim=4, classes=2)))
     assert inference.supports(SAGE(4, 8, 2, 2), data)
     assert not inference.supports(GCN(4, 8, 2, 2), data)  # GCN normalises by both degrees
+
+
+@pytest.mark.parametrize(("precision", "tol"), [("fp32", 2e-5), ("bf16", 0.05)])
+def test_sage_reads_a_local_table_directly_and_equals_full_fanout_sampling(
+    graph, precision, tol, monkeypatch
+) -> None:
+    torch.manual_seed(0)
+    model = SAGE(8, 16, 4, 2, 0.5, "csr", precision).eval()
+    data = LocalData(graph)
+    want = sampled_logits(model, data, "test", 2)
+    copied = []
+    gather = inference.gather
+    monkeypatch.setattr(inference, "gather", lambda *a: copied.append(1) or gather(*a))
+    got = inference.layerwise(model, data, "_N", "feat", data.cover("test"), 100, lambda: None)
+    assert not copied  # every batch read the table by id, no rows copied out
+    torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+
+
+def test_a_store_table_keeps_the_copy() -> None:
+    class Remote:  # rows fetched by id, as a DistTensor
+        def __getitem__(self, ids: torch.Tensor) -> torch.Tensor:
+            return torch.zeros(ids.numel(), 2)
+
+    assert inference.local_rows(Remote()) is None
+    assert inference.local_rows(torch.zeros(3, 2, dtype=torch.float64)) is None
+    table = torch.zeros(3, 2)
+    assert inference.local_rows(table) is table
