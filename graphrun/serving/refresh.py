@@ -111,8 +111,8 @@ class States:
         return t
 
     def _attached(self, what: str, width: int, dtype: str) -> DistTensor:
-        """Table ``what``: attached if the store has it (partition 0's list, asked once),
-        else made."""
+        """Table ``what``: attached if every partition has it (the list, asked once), else
+        made (where a partition lacks it: its server was started again since)."""
         if what not in self._tensors:
             if self._listed is None:
                 self._listed = {t.name for t in self.client.list_tensors()}
@@ -174,13 +174,7 @@ class States:
             if not pick.any():
                 continue
             s, r = torch.from_numpy(slots[pick] - off), rows[torch.from_numpy(pick)]
-            try:
-                self._push(self._attached(name, width, dtype), s, r)
-            except StoreError:
-                # attached by partition 0's list, but a partition lacks it (its server was
-                # started again since): made where it is missing, then written whole again
-                self._tensors.pop(name, None)
-                self._push(self.tensor(name, width, dtype), s, r)
+            self._push(self._attached(name, width, dtype), s, r)
 
     @staticmethod
     def _push(t: DistTensor, slots: Tensor, rows: Tensor) -> None:
@@ -189,7 +183,7 @@ class States:
 
     def drop(self, *tables: str) -> None:
         """Delete ``tables`` (and their ``grown/`` twins) where the store has them."""
-        have = {t.name for t in self.client.list_tensors()}
+        have = {t.name for t in self.client.list_tensors(anywhere=True)}
         for name in [self.name(w) for t in tables for w in (t, f"grown/{t}")]:
             if name in have:
                 self.client.delete_tensor(name)

@@ -233,9 +233,21 @@ class KVClient:
     def policy(self, name: str) -> PartitionPolicy:
         return lookup_policy(self.policies, self.meta(name).policy)
 
-    def list_tensors(self) -> list[TensorInfo]:
-        got = self.session.call(0, "list").body["tensors"]
-        return [received(TensorInfo, t) for t in got]
+    def list_tensors(self, *, anywhere: bool = False) -> list[TensorInfo]:
+        """The tensors visible to this job on every partition (each asked, all at once),
+        as the first partition that has one describes it; ``anywhere``: on any partition.
+        They differ where a server was started again since a job tensor was made: the
+        others still have it, the new one does not, and writing it there fails."""
+        pending = [self.session.request(p, "list") for p in range(self.num_parts)]
+        lists = [self.session.wait(r).body["tensors"] for r in pending]
+        first: dict[str, TensorInfo] = {}
+        seen: Counter[str] = Counter()
+        for got in lists:
+            infos = [received(TensorInfo, t) for t in got]
+            seen.update({ti.name for ti in infos})
+            for ti in infos:
+                first.setdefault(ti.name, ti)
+        return [ti for ti in first.values() if anywhere or seen[ti.name] == len(lists)]
 
     def init_tensor(
         self,

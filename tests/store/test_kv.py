@@ -104,6 +104,29 @@ def test_init_list_meta_delete(stores, keys):
             c.pull("h", [0])
 
 
+def test_a_tensor_a_restarted_partition_lost_is_not_listed(homo, keys):
+    """A job tensor is listed only where every partition has it: a server started again
+    since it was made has lost it (the list asked partition 0 alone, and a refresh that
+    attached a listed table failed to write the restarted partition)."""
+    from dataclasses import replace
+
+    from graphrun.testing.store import StoreThread
+
+    _, parts = homo
+    with store_threads(ServerConfig(parts, 0, keys=keys), 2) as s:
+        with connect(s, keys, job="j") as c:
+            c.init_tensor("h", "node:_N", (2,), persistent=True)
+        s[1].stop()
+        s[1] = StoreThread(replace(s[1].cfg, address=s[1].address)).start()
+        with connect(s, keys, job="j") as c:
+            assert "h" not in [t.name for t in c.list_tensors()]
+            assert "h" in [t.name for t in c.list_tensors(anywhere=True)]
+            assert FEAT in [t.name for t in c.list_tensors()]
+            c.init_tensor("h", "node:_N", (2,), persistent=True, exist_ok=True)
+            c.push("h", np.arange(600), np.ones((600, 2), np.float32))
+            assert "h" in [t.name for t in c.list_tensors()]
+
+
 def test_recreated_tensor_is_not_read_from_a_stale_mapping(stores, keys):
     with connect(stores, keys, job="re") as a, connect(stores, keys, job="re") as b:
         a.init_tensor("r", "node:_N", (1,), persistent=True)
