@@ -35,6 +35,7 @@ tensors of every reply (``(part, op)``) and the rows gathered from shared memory
 from __future__ import annotations
 
 import atexit
+import itertools
 import logging
 import weakref
 from collections import Counter, deque
@@ -52,6 +53,7 @@ from graphrun.store.disk import DISK_COUNTERS, DiskRows
 from graphrun.store.live_client import LiveView, fetch_head, shm_ok
 from graphrun.store.live_client import route as live_route
 from graphrun.store.policy import PartitionPolicy, lookup_policy, policies_from_book
+from graphrun.store.requests import MAX_PUSH_TABLES
 from graphrun.store.session import ClientConfig, Pending, Session
 from graphrun.store.state import TensorInfo, received
 
@@ -85,6 +87,23 @@ def _push_pieces(rows: np.ndarray, values: np.ndarray) -> list[tuple[np.ndarray,
             b += 1  # never cut a row's duplicates apart
         out.append((rows[a:b], values[a:b]))
         a = b
+    return out
+
+
+def _table_requests(
+    items: list[tuple[str, np.ndarray, np.ndarray]],
+) -> list[list[tuple[str, np.ndarray, np.ndarray]]]:
+    """One partition's rows of several tensors as ``push_tables`` requests: at most
+    ``MAX_PUSH_TABLES`` tensors and ``PUSH_WINDOW_BYTES`` each."""
+    out: list[list[tuple[str, np.ndarray, np.ndarray]]] = [[]]
+    nbytes = 0
+    for item in items:
+        size = item[1].nbytes + item[2].nbytes
+        if out[-1] and (len(out[-1]) == MAX_PUSH_TABLES or nbytes + size > PUSH_WINDOW_BYTES):
+            out.append([])
+            nbytes = 0
+        out[-1].append(item)
+        nbytes += size
     return out
 
 
@@ -414,6 +433,52 @@ class KVClient:
                 in_flight += nbytes
         while pend:
             wait_oldest()
+        if errors:
+            raise errors[0]
+
+    def push_tables(self, items: Sequence[tuple[str, Any, np.ndarray]]) -> None:
+        """``assign`` rows of several tensors, ``(name, ids, values)`` each: one
+        ``push_tables`` request per owner partition carrying every tensor's rows there
+        (a refresh writes six tables: two requests, not a dozen), all in flight at once;
+        a tensor's rows too big for one request are pushed alone (:meth:`push`)."""
+        batch: dict[int, list[tuple[str, np.ndarray, np.ndarray]]] = {}
+        live = False
+        for name, ids, values in items:
+            values = np.asarray(values)
+            if values.nbytes > REQUEST_FRAME_BYTES // 2:
+                self.push(name, ids, values)
+                continue
+            ti = self.meta(name)
+            pol = lookup_policy(self.policies, ti.policy)
+            if self._routes_live(ti, pol):
+                live, (ids, part, rows) = True, self._route_live(pol, ids)
+                groups = [routing.Group(p, np.flatnonzero(part == p), rows[part == p])
+                          for p in np.unique(part).tolist()]  # fmt: skip
+            else:
+                ids = pol.check_ids(ids)
+                groups = list(routing.by_owner(pol.ranges, ids))
+            if values.ndim == 0 or len(values) != len(ids):
+                raise ArgumentError(f"values: {values.shape[:1] or 'a scalar'} rows for "
+                                    f"{len(ids)} ids of {name!r}")  # fmt: skip
+            for g in groups:
+                batch.setdefault(g.part, []).append((name, g.rows, values[g.pos]))
+        requests = {p: _table_requests(got) for p, got in batch.items()}
+        errors: list[GraphrunError] = []
+        for turn in itertools.zip_longest(*requests.values()):  # one a partition in flight
+            pending = []
+            for part, some in zip(requests, turn, strict=True):
+                if some is None:
+                    continue
+                body: dict[str, Any] = {"names": [n for n, _, _ in some]}
+                if live:
+                    body["v"] = self.version
+                frames = [a for _, r, v in some for a in (r, np.ascontiguousarray(v))]
+                pending.append(self.session.request(part, "push_tables", body, frames))
+            for r in pending:  # every answer before an error is raised
+                try:
+                    self.session.wait(r)
+                except GraphrunError as exc:
+                    errors.append(exc)
         if errors:
             raise errors[0]
 
