@@ -56,7 +56,7 @@ from torch import Tensor
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import PolicyName, TensorKey
 from graphrun.sampling.changes import OP_CHANGES, OP_OUT_NEIGHBORS
-from graphrun.serving.embed import CHUNK, Layers, raise_unsupported, table_name
+from graphrun.serving.embed import Layers, raise_unsupported, table_name
 from graphrun.serving.sums import (
     INSUM,
     LASTSUM,
@@ -92,6 +92,7 @@ class States:
         self._order = np.empty(0, np.int64)
         self._tensors: dict[str, DistTensor] = {}  # attached once
         self._listed: set[str] | None = None
+        self._writes: list[tuple[DistTensor, np.ndarray, Tensor]] = []  # until flush()
 
     def name(self, what: str) -> str:
         return table_name(self.ntype, what)
@@ -152,6 +153,9 @@ class States:
         return out
 
     def read(self, what: str, ids: np.ndarray) -> Tensor:
+        if any(t.name in (self.name(what), self.name(f"grown/{what}")) for t, _, _ in
+               self._writes):  # fmt: skip
+            self.flush()
         slots = self.slots(ids)
         grow = np.flatnonzero(slots >= self.n)
         if not len(grow):
@@ -166,6 +170,8 @@ class States:
         return out
 
     def write(self, what: str, ids: np.ndarray, rows: Tensor) -> None:
+        """Rows of ``ids`` into table ``what`` (made if it is not there), at the next
+        :meth:`flush`: every table's rows in one request a partition."""
         width = 0 if rows.dim() == 1 else int(rows.size(1))
         dtype = str(rows.dtype).replace("torch.", "")
         slots = self.slots(ids)
@@ -173,13 +179,26 @@ class States:
                                                             self.n)):  # fmt: skip
             if not pick.any():
                 continue
-            s, r = torch.from_numpy(slots[pick] - off), rows[torch.from_numpy(pick)]
-            self._push(self._attached(name, width, dtype), s, r)
+            t = self._attached(name, width, dtype)
+            self._writes.append((t, slots[pick] - off, rows[torch.from_numpy(pick)]))
 
-    @staticmethod
-    def _push(t: DistTensor, slots: Tensor, rows: Tensor) -> None:
-        for lo in range(0, len(slots), CHUNK):
-            t[slots[lo : lo + CHUNK]] = rows[lo : lo + CHUNK]
+    def flush(self) -> None:
+        """Send the writes :meth:`write` kept (:meth:`KVClient.push_tables`)."""
+        writes, self._writes = self._writes, []
+        items = [(t.name, s, r.numpy().astype(t.np_dtype, copy=False)) for t, s, r in writes]
+        if items:
+            self.client.push_tables(items)
+
+    def warm(self, feature: NodeTable, layers: int, sums: bool) -> None:
+        """Attach every table a refresh reads and writes, and map the co-located ones
+        (a row of each read): what a refresher that stays up does once, not per refresh."""
+        tables = [*layer_tables(layers), "predictions", *([INSUM, LASTSUM] if sums else [])]
+        pol = self.client.policy(self.name(layer_tables(layers)[-1]))
+        firsts = np.unique(np.minimum(pol.ranges[:-1], self.n - 1)).astype(np.int64)
+        feature[torch.from_numpy(firsts)]  # a row of each partition
+        for what in tables:
+            self.read(what, firsts)
+        self._listed = self._listed or {t.name for t in self.client.list_tensors()}
 
     def drop(self, *tables: str) -> None:
         """Delete ``tables`` (and their ``grown/`` twins) where the store has them."""
@@ -189,9 +208,11 @@ class States:
                 self.client.delete_tensor(name)
 
     def save(self, version: int) -> None:
+        """The kept writes, then (once they are all in) the version they are at."""
         if len(self.grown):
             t = self.tensor("grown", 0, "int64")
-            t[torch.arange(len(self.grown))] = torch.from_numpy(self.grown)
+            self._writes.append((t, np.arange(len(self.grown)), torch.from_numpy(self.grown)))
+        self.flush()
         self.tensor("version", 0, "int64")[torch.arange(2)] = torch.tensor(
             [version, len(self.grown)]
         )
@@ -279,6 +300,7 @@ def _layers(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, bat
         if kept:
             st.write(INSUM if i == 0 else LASTSUM, ids, torch.cat(kept))
         _store(st, what, ids, rows)
+        st.flush()  # a layer's rows at a time (a kept pass holds no more)
         h = Fresh(lambda a, w=what: st.read(w, a).float(), ids, rows)
         took.append(round(time.perf_counter() - t0, 3))
     return took
@@ -475,15 +497,17 @@ def affected(
 
 def refresh(
     model: ByLayer, data: Any, ntype: str, feature: str, batch_size: int,
-    version: int | None = None,
+    version: int | None = None, states: States | None = None,
 ) -> dict[str, float | int | list[int]]:  # fmt: skip
     """Move the kept states from their version to ``version`` (the head), recomputing
     only the nodes whose in-neighbourhood changed; what it took and how many it
-    recomputed (``recomputed``: at the last layer, the most of any layer)."""
+    recomputed (``recomputed``: at the last layer, the most of any layer). ``states``:
+    the :class:`States` of an earlier refresh of this process (:mod:`.follow`), its
+    tables attached and mapped already."""
     layers = _check(model, data)
     t0 = time.perf_counter()
     client = data.graph.ctx.client
-    st = States(client, ntype)
+    st = States(client, ntype) if states is None else states
     since = st.load()
     v = _follow(client, version)
     if v < since:
