@@ -55,6 +55,7 @@ from torch import Tensor
 
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import PolicyName, TensorKey
+from graphrun.partition.arrays import unique_sorted
 from graphrun.sampling.changes import OP_CHANGES, OP_OUT_NEIGHBORS
 from graphrun.serving.embed import Layers, raise_unsupported, table_name
 from graphrun.serving.sums import (
@@ -454,7 +455,7 @@ def _ask(client: Any, op: str, body: dict[str, Any], tensors: tuple[np.ndarray, 
 
 
 def _union(arrays: list[np.ndarray]) -> np.ndarray:
-    return np.unique(np.concatenate([np.empty(0, np.int64), *arrays]))
+    return unique_sorted(np.concatenate([np.empty(0, np.int64), *arrays]))
 
 
 def _out_edges(client: Any, ids: np.ndarray) -> np.ndarray:
@@ -482,7 +483,7 @@ def affected(
     for i in range(layers):
         if sums and i == layers - 1:  # every edge leaving A_{L-1}, not only the frontier's
             out_edges = _out_edges(client, current)
-            out = np.unique(out_edges[1])
+            out = unique_sorted(out_edges[1])
         else:
             frontier = np.setdiff1d(current, asked, assume_unique=True)
             out = EMPTY if not len(frontier) else _union(

@@ -226,7 +226,7 @@ class KVClient:
         ids, part, rows = self._route_live(pol, ids)
         out = np.empty((len(ids), *ti.row_shape), dtype=ti.dtype)
         pending = []
-        for p in np.unique(part).tolist():
+        for p in routing.parts_of(part):
             pos = np.flatnonzero(part == p)
             arr: np.ndarray | None = None
             if self.session.local_ok(p) and shm_ok(self.session, p, self.version, rows=True):
@@ -398,7 +398,7 @@ class KVClient:
         if live:
             ids, part, rows = self._route_live(pol, ids)
             groups = [routing.Group(p, np.flatnonzero(part == p), rows[part == p])
-                      for p in np.unique(part).tolist()]  # fmt: skip
+                      for p in routing.parts_of(part)]  # fmt: skip
         else:
             ids = pol.check_ids(ids)
             groups = list(routing.by_owner(pol.ranges, ids))
@@ -453,7 +453,7 @@ class KVClient:
             if self._routes_live(ti, pol):
                 live, (ids, part, rows) = True, self._route_live(pol, ids)
                 groups = [routing.Group(p, np.flatnonzero(part == p), rows[part == p])
-                          for p in np.unique(part).tolist()]  # fmt: skip
+                          for p in routing.parts_of(part)]  # fmt: skip
             else:
                 ids = pol.check_ids(ids)
                 groups = list(routing.by_owner(pol.ranges, ids))
