@@ -94,6 +94,7 @@ class States:
         self._tensors: dict[str, DistTensor] = {}  # attached once
         self._listed: set[str] | None = None
         self._writes: list[tuple[DistTensor, np.ndarray, Tensor]] = []  # until flush()
+        self._split: tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]] | None = None
 
     def name(self, what: str) -> str:
         return table_name(self.ntype, what)
@@ -134,6 +135,7 @@ class States:
         k = int(meta[1])
         self.grown = self.tensor("grown")[torch.arange(k)].numpy() if k else self.grown
         self._order = np.argsort(self.grown, kind="stable")
+        self._split = None
         return int(meta[0])
 
     def add_grown(self, ids: np.ndarray) -> None:
@@ -144,6 +146,7 @@ class States:
                              "the graph must be compacted first")  # fmt: skip
         self.grown = np.concatenate([self.grown, np.sort(new)])
         self._order = np.argsort(self.grown, kind="stable")
+        self._split = None  # the slots it split are not all the same any more
 
     def slots(self, ids: np.ndarray) -> np.ndarray:
         """Each id's row: itself for a base node, ``n + j`` for the ``j``-th new node."""
@@ -175,13 +178,15 @@ class States:
         :meth:`flush`: every table's rows in one request a partition."""
         width = 0 if rows.dim() == 1 else int(rows.size(1))
         dtype = str(rows.dtype).replace("torch.", "")
-        slots = self.slots(ids)
-        for name, pick, off in ((what, slots < self.n, 0), (f"grown/{what}", slots >= self.n,
-                                                            self.n)):  # fmt: skip
-            if not pick.any():
+        if self._split is None or self._split[0] is not ids:  # tables of one set: split once
+            slots = self.slots(ids)
+            base = slots < self.n
+            self._split = (ids, [(base, slots[base]), (~base, slots[~base] - self.n)])
+        for name, (pick, at) in zip((what, f"grown/{what}"), self._split[1], strict=True):
+            if not len(at):
                 continue
-            t = self._attached(name, width, dtype)
-            self._writes.append((t, slots[pick] - off, rows[torch.from_numpy(pick)]))
+            mine = rows if len(at) == len(ids) else rows[torch.from_numpy(pick)]
+            self._writes.append((self._attached(name, width, dtype), at, mine))
 
     def flush(self) -> None:
         """Send the writes :meth:`write` kept (:meth:`KVClient.push_tables`)."""

@@ -436,12 +436,23 @@ class KVClient:
         if errors:
             raise errors[0]
 
+    def _groups(self, ti: TensorInfo, ids: Any) -> tuple[int, list[routing.Group]]:
+        """How many ``ids`` (of ``ti``'s id space) there are, and their groups by owner."""
+        pol = lookup_policy(self.policies, ti.policy)
+        if self._routes_live(ti, pol):
+            ids, part, rows = self._route_live(pol, ids)
+            return len(ids), [routing.Group(p, np.flatnonzero(part == p), rows[part == p])
+                              for p in routing.parts_of(part)]  # fmt: skip
+        ids = pol.check_ids(ids)
+        return len(ids), list(routing.by_owner(pol.ranges, ids))
+
     def push_tables(self, items: Sequence[tuple[str, Any, np.ndarray]]) -> None:
         """``assign`` rows of several tensors, ``(name, ids, values)`` each: one
         ``push_tables`` request per owner partition carrying every tensor's rows there
         (a refresh writes six tables: two requests, not a dozen), all in flight at once;
         a tensor's rows too big for one request are pushed alone (:meth:`push`)."""
         batch: dict[int, list[tuple[str, np.ndarray, np.ndarray]]] = {}
+        routed: dict[tuple[str, int], tuple[Any, int, list[routing.Group]]] = {}
         live = False
         for name, ids, values in items:
             values = np.asarray(values)
@@ -449,17 +460,14 @@ class KVClient:
                 self.push(name, ids, values)
                 continue
             ti = self.meta(name)
-            pol = lookup_policy(self.policies, ti.policy)
-            if self._routes_live(ti, pol):
-                live, (ids, part, rows) = True, self._route_live(pol, ids)
-                groups = [routing.Group(p, np.flatnonzero(part == p), rows[part == p])
-                          for p in routing.parts_of(part)]  # fmt: skip
-            else:
-                ids = pol.check_ids(ids)
-                groups = list(routing.by_owner(pol.ranges, ids))
-            if values.ndim == 0 or len(values) != len(ids):
+            key = (ti.policy, id(ids))  # tables of the same ids (and policy): routed once
+            if key not in routed or routed[key][0] is not ids:
+                routed[key] = (ids, *self._groups(ti, ids))
+            _, n, groups = routed[key]
+            live = live or self._routes_live(ti, lookup_policy(self.policies, ti.policy))
+            if values.ndim == 0 or len(values) != n:
                 raise ArgumentError(f"values: {values.shape[:1] or 'a scalar'} rows for "
-                                    f"{len(ids)} ids of {name!r}")  # fmt: skip
+                                    f"{n} ids of {name!r}")  # fmt: skip
             for g in groups:
                 batch.setdefault(g.part, []).append((name, g.rows, values[g.pos]))
         requests = {p: _table_requests(got) for p, got in batch.items()}
