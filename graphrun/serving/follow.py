@@ -37,7 +37,6 @@ def follow(
     while not stop.wait(poll_s):
         head = int(client.follow())
         if head > at:
-            got = refresh(*what, version=head, states=st)
-            report(got)
-            at, passes = int(got["version"]), passes + 1
+            report(refresh(*what, version=head, states=st))
+            at, passes = head, passes + 1
     return passes
