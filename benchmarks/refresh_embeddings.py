@@ -11,8 +11,11 @@ plain whole-graph pass (``graphrun infer embed``'s, as ``graphrun bench serve`` 
 it), a kept pass at the head, then ``ROUNDS`` (3) times 1,000 random new edges in one
 write and a refresh to the head in a process of its own (as ``graphrun infer embed
 --refresh`` runs it: every mapping and lazy import is its own), ``ROUNDS`` times more
-in this process (``in_process``: a refresher that stays up), last a kept pass at the
-head to compare the logits with. Prints JSON (benchmarks/README.md): wall seconds, this
+in this process (``in_process``: a refresh called again, its tables attached again),
+``ROUNDS`` times more by the loop of ``graphrun infer embed --follow`` in a thread of
+this process (``following``: a refresher that stays up, tables attached and mapped
+once; its CPU is the process's, ``cpu_s``), last a kept pass at the head to compare the
+logits with. Prints JSON (benchmarks/README.md): wall seconds, this
 process's (or the refresh process's) CPU seconds (``time.thread_time``) and the store
 servers' of each, the refresh's share of the plain pass, with the load average.
 """
@@ -21,8 +24,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -34,6 +39,7 @@ from graphrun.distributed.writer import GraphWriter
 from graphrun.local.stores import start_stores
 from graphrun.partition import load_id_mapping
 from graphrun.serving.embed import embed
+from graphrun.serving.follow import follow
 from graphrun.serving.refresh import States, full, refresh
 from graphrun.store.client import ClientConfig, KVClient
 from graphrun.train.distdata import DistGraphData
@@ -65,6 +71,46 @@ def one_refresh(addrs: list[str]) -> None:
         got = refresh(model, data, "_N", "feat", 8192)
         wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
     print(json.dumps({"refresh_s": round(wall, 4), "refresh_cpu_s": round(cpu, 4), **got}))
+
+
+def write(addrs: list[str], rng: np.random.Generator, orig: np.ndarray, n: int) -> None:
+    with KVClient(ClientConfig(addrs, job="writer", timeout=60)) as c:
+        w = GraphWriter(c)
+        src, dst = rng.integers(0, n, 1000), rng.integers(0, n, 1000)
+        w.add_edges("_E", orig[src], orig[dst], orig=True)
+        w.commit()
+
+
+def follow_rounds(addrs: list[str], pids: list[int], model: SAGE, data: DistGraphData,
+                  rng: np.random.Generator, orig: np.ndarray, n: int, rounds: int,
+                  plain: dict[str, float]) -> list[dict[str, object]]:  # fmt: skip
+    """``rounds`` writes, each refreshed by the loop of ``--follow`` (a thread here)."""
+    got: queue.Queue[dict[str, object]] = queue.Queue()
+    stop = threading.Event()
+    loop = threading.Thread(target=follow, args=(model, data, "_N", "feat", 8192),
+                            kwargs={"live": False, "poll_s": 0.01, "stop": stop,
+                                    "report": got.put})  # fmt: skip
+    loop.start()
+    out = []
+    try:
+        got.get(timeout=600)  # its first refresh: nothing written since
+        time.sleep(1.0)  # its tables mapped
+        for _ in range(rounds):
+            write(addrs, rng, orig, n)
+            load, s0 = os.getloadavg()[0], server_cpu_s(pids)
+            r = got.get(timeout=600)
+            out.append({
+                **{k: r[k] for k in ("refresh_s", "cpu_s", "per_layer", "updated", "find_s",
+                                     "layer_s")},
+                "server_cpu_s": round(server_cpu_s(pids) - s0, 3),
+                "wall_share": round(float(r["refresh_s"]) / plain["full_pass_s"], 4),
+                "cpu_share": round(float(r["cpu_s"]) / plain["full_pass_cpu_s"], 4),
+                "load_avg": round(load, 1),
+            })  # fmt: skip
+    finally:
+        stop.set()
+        loop.join(60)
+    return out
 
 
 def main(parts: str, rounds: int) -> None:
@@ -108,6 +154,7 @@ def main(parts: str, rounds: int) -> None:
                     "cpu_share": round(got["refresh_cpu_s"] / plain["full_pass_cpu_s"], 4),
                     "load_avg": round(load, 1),
                 })  # fmt: skip
+            following = follow_rounds(addrs, pids, model, data, rng, orig, n, rounds, plain)
             ids = np.arange(n, dtype=np.int64)
             st = States(ctx.client, "_N")
             st.load()
@@ -115,7 +162,7 @@ def main(parts: str, rounds: int) -> None:
             full(model, data, "_N", "feat", 8192)
             whole = st.read("logits", ids)
     print(json.dumps({
-        "nodes": n, **plain, "refreshes": runs, "in_process": warm,
+        "nodes": n, **plain, "refreshes": runs, "in_process": warm, "following": following,
         "refresh_max_abs_diff": float((fresh - whole).abs().max()),
         "load_avg": [round(x, 1) for x in os.getloadavg()],
     }))  # fmt: skip

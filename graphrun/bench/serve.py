@@ -26,8 +26,8 @@ edges written by a writer key, ``--refresh``) against a full pass at the new hea
      "runs": [{"mode", "concurrency", "requests", "errors", "p50_ms", "p99_ms",
                "requests_per_s", "server_cpu_s", "client_cpu_s",
                "requests_per_server_cpu_s", "load_avg"}],
-     "full_pass_s", "refresh_s", "refresh_recomputed", "refresh_updated",
-     "refresh_per_layer", "refresh_max_abs_diff"}
+     "full_pass_s", "refresh_s", "refresh_cpu_s", "refresh_own_process_s",
+     "refresh_recomputed", "refresh_updated", "refresh_per_layer", "refresh_max_abs_diff"}
 """
 
 from __future__ import annotations
@@ -300,25 +300,30 @@ def _embed(args: list[str]) -> dict[str, Any]:
 
 
 def _refresh(cfg: dict[str, Any], common: list[str]) -> dict[str, Any]:
-    """The kept pass, 1,000 new edges, the refresh, and a full pass at the new head."""
-    from graphrun.distributed.writer import GraphWriter
-    from graphrun.partition import load_id_mapping
+    """A refresher that stays up (``infer embed --live --follow``): its kept pass, 1,000
+    new edges and its refresh to them (``refresh_s``, ``refresh_cpu_s``); then 1,000 more
+    and a refresh in a process of its own (``--refresh``: ``refresh_own_process_s``);
+    last a full pass at the head, whose logits the refreshed ones are compared with."""
     from graphrun.rpc.auth import load_keys
     from graphrun.serving.refresh import States
     from graphrun.store.client import ClientConfig, KVClient
 
     d = Path(cfg["dir"])
     stores = [common[i + 1] for i, a in enumerate(common) if a == "--store"]
-    n, ntype, etype = cfg["num_nodes"], cfg["ntype"], tuple(cfg["etype"])
-    _embed([*common, "--live"])
+    n, ntype = cfg["num_nodes"], cfg["ntype"]
     rng = np.random.default_rng(0)
-    orig = load_id_mapping(d / "parts").orig_nids
-    with KVClient(ClientConfig(stores, job="writer", keys=load_keys(d / "writer.key"))) as c:
-        w = GraphWriter(c)
-        w.add_edges(etype, orig[rng.integers(0, n, 1000)], orig[rng.integers(0, n, 1000)],
-                    orig=True)  # fmt: skip
-        w.commit()
-    got = _embed([*common, "--refresh"])
+    cmd = [sys.executable, "-m", "graphrun", "infer", "embed", *common, "--live", "--follow",
+           "--poll-s", "0.05"]  # fmt: skip
+    follower = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        _line(follower)  # the kept pass
+        _add_edges(cfg, stores, rng)
+        got = _line(follower)
+    finally:
+        follower.terminate()
+        follower.wait(30)
+    _add_edges(cfg, stores, rng)
+    own = _embed([*common, "--refresh"])
     ids = np.arange(n, dtype=np.int64)
     with KVClient(ClientConfig(stores, job="bench", keys=load_keys(d / "bench.key"))) as c:
         st = States(c, ntype)
@@ -326,6 +331,33 @@ def _refresh(cfg: dict[str, Any], common: list[str]) -> dict[str, Any]:
         fresh = st.read("logits", ids)
         _embed([*common, "--live"])
         whole = st.read("logits", ids)
-    return {"refresh_s": got["refresh_s"], "refresh_recomputed": got["recomputed"],
+    return {"refresh_s": got["refresh_s"], "refresh_cpu_s": got["cpu_s"],
+            "refresh_own_process_s": own["refresh_s"], "refresh_recomputed": got["recomputed"],
             "refresh_updated": got["updated"], "refresh_per_layer": got["per_layer"],
             "refresh_max_abs_diff": float((fresh - whole).abs().max())}  # fmt: skip
+
+
+def _line(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    """The next pass the follower reports."""
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        raise GraphrunError(f"bench serve: the refresher exited ({proc.wait(30)})")
+    got: dict[str, Any] = json.loads(line)
+    return got
+
+
+def _add_edges(cfg: dict[str, Any], stores: list[str], rng: np.random.Generator) -> None:
+    """1,000 new edges between random nodes, written by a writer key in one commit."""
+    from graphrun.distributed.writer import GraphWriter
+    from graphrun.partition import load_id_mapping
+    from graphrun.rpc.auth import load_keys
+    from graphrun.store.client import ClientConfig, KVClient
+
+    d, n = Path(cfg["dir"]), cfg["num_nodes"]
+    orig = load_id_mapping(d / "parts").orig_nids
+    with KVClient(ClientConfig(stores, job="writer", keys=load_keys(d / "writer.key"))) as c:
+        w = GraphWriter(c)
+        w.add_edges(tuple(cfg["etype"]), orig[rng.integers(0, n, 1000)],
+                    orig[rng.integers(0, n, 1000)], orig=True)  # fmt: skip
+        w.commit()

@@ -27,6 +27,7 @@ Examples:
   graphrun infer serve job.yaml --host 0.0.0.0 --token-file token.txt   # store from the job
   graphrun infer embed job.yaml --store ... --key-file small.key
   graphrun infer embed job.yaml --live ...      # then, after writes: --refresh
+  graphrun infer embed job.yaml --live --follow ...   # and refresh as the head moves
 """
 
 
@@ -88,6 +89,10 @@ def register(subparsers: Any) -> None:
                      help="recompute only the nodes whose in-neighbourhood changed since the "
                      "kept states' version, up to the head (or --version)")  # fmt: skip
     e.add_argument("--version", type=int, help="the live graph's version (default: the head)")
+    e.add_argument("--follow", action="store_true",
+                   help="with --live or --refresh: stay up and refresh each time the head "
+                   "moves (one JSON line a pass; SIGTERM or Ctrl-C stops it)")  # fmt: skip
+    e.add_argument("--poll-s", type=float, default=1.0, help="with --follow: head poll period")
     e.set_defaults(func=embed)
 
 
@@ -117,7 +122,12 @@ def _check(args: argparse.Namespace) -> None:
         if args.version is not None:
             if not (args.live or args.refresh):
                 raise ArgumentError("--version: only with --live or --refresh")
+            if args.follow:
+                raise ArgumentError("--version: not with --follow (it follows the head)")
             bounds["--version"] = (args.version, 0, 2**62)
+        if args.follow and not (args.live or args.refresh):
+            raise ArgumentError("--follow: only with --live or --refresh")
+        bounds["--poll-s"] = (args.poll_s, 0.01, 3600)
     for flag, (v, lo, hi) in bounds.items():
         if not lo <= v <= hi:
             raise ArgumentError(f"{flag}: {v} is not in [{lo}, {hi}]")
@@ -203,8 +213,28 @@ def embed(args: argparse.Namespace) -> int:
         assert engine.model is not None
         run = refresh.full if args.live else refresh.refresh if args.refresh else None
         what = (engine.model, engine.data, engine.ntype, t.spec.feature, args.batch_size)
+        if args.follow:
+            return _follow(args, what, t.job_name)
         out = run_embed(*what) if run is None else run(*what, version=args.version)
     finally:
         engine.close()
     print(json.dumps({"job": t.job_name, **out}), flush=True)
+    return 0
+
+
+def _follow(args: argparse.Namespace, what: tuple[Any, ...], job: str) -> int:
+    """``--follow``: refresh as the head moves until SIGTERM or SIGINT (exit 0)."""
+    import signal
+    import threading
+
+    from graphrun.serving.follow import follow
+
+    stop = threading.Event()
+    old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        follow(*what, live=args.live, poll_s=args.poll_s, stop=stop,
+               report=lambda out: print(json.dumps({"job": job, **out}), flush=True))  # fmt: skip
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
     return 0

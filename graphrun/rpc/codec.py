@@ -62,11 +62,16 @@ ALLOWED_DTYPES = frozenset(
 )
 
 
+_WIRE_DTYPES = {n: np.dtype(n) for n in ALLOWED_DTYPES}
+
+
 def wire_dtype(name: object) -> np.dtype:
     """The dtype named ``name`` if it is one of :data:`ALLOWED_DTYPES` (given by its name,
     e.g. ``"float32"``, or any numpy spelling of one, e.g. ``"f4"``); ValueError if not.
     The one check for every dtype a peer names: tensor frames here, tensors a store
     creates (``init``) and tensor descriptions a client receives."""
+    if isinstance(name, str) and name in _WIRE_DTYPES:  # the names frames carry: no lookup
+        return _WIRE_DTYPES[name]
     dtype = None
     if isinstance(name, (str, type, np.dtype)):  # a name, a scalar type or a dtype
         with contextlib.suppress(TypeError, ValueError):

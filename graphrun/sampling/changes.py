@@ -17,7 +17,7 @@ graph_changes       since, v, features (node tensor names; empty: every node fea
 graph_out_neighbors tensors (ids int64,), v, edges -> tensors (dst int64,): the nodes of
                     this partition with an in-edge at ``v`` from one of ``ids``, unique;
                     with ``edges``: (src, dst) of each such edge (a multi-edge as often
-                    as it is there), then those nodes and their in-degrees at ``v``
+                    as it is there) instead
 ==================  ======================================================================
 
 A node's layer-``l`` state depends on its in-neighbours' layer ``l-1`` states and its
@@ -38,7 +38,7 @@ import numpy as np
 
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import TensorKey
-from graphrun.sampling import live
+from graphrun.partition.arrays import unique_sorted
 from graphrun.sampling.csc import CSCGraph
 from graphrun.store import live_ops
 from graphrun.store.live import LiveDelta, spans
@@ -73,7 +73,13 @@ def changes(
     csc: CSCGraph, delta: LiveDelta, since: int, version: int, features: list[str]
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(nodes, dst)`` of ``graph_changes`` (see the module docstring)."""
-    nodes, dst = [EMPTY], [changed_edges(csc, delta, since, version)[1]]
+    return _changes(delta, since, version, features, changed_edges(csc, delta, since, version))
+
+
+def _changes(
+    delta: LiveDelta, since: int, version: int, features: list[str], edges: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    nodes, dst = [EMPTY], [edges[1]]
     for v in sorted(delta.committed):
         if not since < v <= version:
             continue
@@ -83,7 +89,7 @@ def changes(
             if (key in features) if features else _node_key(key):
                 nodes.append(ids)
         dst.append(b.edges[1])  # an edge deleted again since: its target too
-    return np.unique(np.concatenate(nodes)), np.unique(np.concatenate(dst))
+    return unique_sorted(np.concatenate(nodes)), unique_sorted(np.concatenate(dst))
 
 
 def changed_edges(csc: CSCGraph, delta: LiveDelta, since: int, version: int) -> np.ndarray:
@@ -141,11 +147,9 @@ def graph_changes(state: ServerState, req: Request, csc_of: CscOf) -> Response:
     if body.since < delta.floor:  # folded into the base: no longer told apart
         raise StoreError(f"{req.op}: since {body.since} is below partition {state.part}'s "
                          f"compacted version {delta.floor}; refresh every node")  # fmt: skip
-    csc = csc_of(state)
-    got = changes(csc, delta, body.since, v, body.features)
-    if not body.edges:
-        return Response({}, got)
-    return Response({}, (*got, *changed_edges(csc, delta, body.since, v)))
+    edges = changed_edges(csc_of(state), delta, body.since, v)
+    got = _changes(delta, body.since, v, body.features, edges)
+    return Response({}, (*got, *edges) if body.edges else got)
 
 
 def graph_out_neighbors(state: ServerState, req: Request, csc_of: CscOf) -> Response:
@@ -158,15 +162,12 @@ def graph_out_neighbors(state: ServerState, req: Request, csc_of: CscOf) -> Resp
     body = req.args(OutBody)
     delta, v = live_ops.view(state, req)
     e = out_edges(csc_of(state), delta, v, np.asarray(ids))
-    dst = np.unique(e[1])
     if not body.edges:
-        return Response({}, (dst,))
+        return Response({}, (unique_sorted(e[1]),))
     if e.shape[1] > MAX_OUT_EDGES:
         raise ArgumentError(f"{req.op}: the {len(ids)} ids have {e.shape[1]} out-edges here, "
                             f"more than {MAX_OUT_EDGES} a reply: ask for fewer ids")  # fmt: skip
-    csc = csc_of(state)
-    deg = csc.in_degrees(dst) if delta is None else live.in_degrees(csc, delta, v, dst)
-    return Response({}, (e[0], e[1], dst, deg))
+    return Response({}, (e[0], e[1]))
 
 
 def register(registry: Registry, csc_of: CscOf) -> None:

@@ -118,7 +118,7 @@ def embed(
     finally:
         head.delete_scratch()
     kept = table_name(ntype, "version")  # a --live pass's states: no longer all at it
-    if any(t.name == kept for t in client.list_tensors()):
+    if any(t.name == kept for t in client.list_tensors(anywhere=True)):
         client.delete_tensor(kept)
     _write(client, table_name(ntype, "embeddings"), emb.contiguous(), ntype)
     stored = DistTensor(client, table_name(ntype, "embeddings"))

@@ -55,8 +55,9 @@ from torch import Tensor
 
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import PolicyName, TensorKey
+from graphrun.partition.arrays import unique_sorted
 from graphrun.sampling.changes import OP_CHANGES, OP_OUT_NEIGHBORS
-from graphrun.serving.embed import CHUNK, Layers, raise_unsupported, table_name
+from graphrun.serving.embed import Layers, raise_unsupported, table_name
 from graphrun.serving.sums import (
     INSUM,
     LASTSUM,
@@ -92,6 +93,8 @@ class States:
         self._order = np.empty(0, np.int64)
         self._tensors: dict[str, DistTensor] = {}  # attached once
         self._listed: set[str] | None = None
+        self._writes: list[tuple[DistTensor, np.ndarray, Tensor]] = []  # until flush()
+        self._split: tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]] | None = None
 
     def name(self, what: str) -> str:
         return table_name(self.ntype, what)
@@ -111,8 +114,8 @@ class States:
         return t
 
     def _attached(self, what: str, width: int, dtype: str) -> DistTensor:
-        """Table ``what``: attached if the store has it (partition 0's list, asked once),
-        else made."""
+        """Table ``what``: attached if every partition has it (the list, asked once), else
+        made (where a partition lacks it: its server was started again since)."""
         if what not in self._tensors:
             if self._listed is None:
                 self._listed = {t.name for t in self.client.list_tensors()}
@@ -132,6 +135,7 @@ class States:
         k = int(meta[1])
         self.grown = self.tensor("grown")[torch.arange(k)].numpy() if k else self.grown
         self._order = np.argsort(self.grown, kind="stable")
+        self._split = None
         return int(meta[0])
 
     def add_grown(self, ids: np.ndarray) -> None:
@@ -142,6 +146,7 @@ class States:
                              "the graph must be compacted first")  # fmt: skip
         self.grown = np.concatenate([self.grown, np.sort(new)])
         self._order = np.argsort(self.grown, kind="stable")
+        self._split = None  # the slots it split are not all the same any more
 
     def slots(self, ids: np.ndarray) -> np.ndarray:
         """Each id's row: itself for a base node, ``n + j`` for the ``j``-th new node."""
@@ -152,6 +157,9 @@ class States:
         return out
 
     def read(self, what: str, ids: np.ndarray) -> Tensor:
+        if any(t.name in (self.name(what), self.name(f"grown/{what}")) for t, _, _ in
+               self._writes):  # fmt: skip
+            self.flush()
         slots = self.slots(ids)
         grow = np.flatnonzero(slots >= self.n)
         if not len(grow):
@@ -166,38 +174,51 @@ class States:
         return out
 
     def write(self, what: str, ids: np.ndarray, rows: Tensor) -> None:
+        """Rows of ``ids`` into table ``what`` (made if it is not there), at the next
+        :meth:`flush`: every table's rows in one request a partition."""
         width = 0 if rows.dim() == 1 else int(rows.size(1))
         dtype = str(rows.dtype).replace("torch.", "")
-        slots = self.slots(ids)
-        for name, pick, off in ((what, slots < self.n, 0), (f"grown/{what}", slots >= self.n,
-                                                            self.n)):  # fmt: skip
-            if not pick.any():
+        if self._split is None or self._split[0] is not ids:  # tables of one set: split once
+            slots = self.slots(ids)
+            base = slots < self.n
+            self._split = (ids, [(base, slots[base]), (~base, slots[~base] - self.n)])
+        for name, (pick, at) in zip((what, f"grown/{what}"), self._split[1], strict=True):
+            if not len(at):
                 continue
-            s, r = torch.from_numpy(slots[pick] - off), rows[torch.from_numpy(pick)]
-            try:
-                self._push(self._attached(name, width, dtype), s, r)
-            except StoreError:
-                # attached by partition 0's list, but a partition lacks it (its server was
-                # started again since): made where it is missing, then written whole again
-                self._tensors.pop(name, None)
-                self._push(self.tensor(name, width, dtype), s, r)
+            mine = rows if len(at) == len(ids) else rows[torch.from_numpy(pick)]
+            self._writes.append((self._attached(name, width, dtype), at, mine))
 
-    @staticmethod
-    def _push(t: DistTensor, slots: Tensor, rows: Tensor) -> None:
-        for lo in range(0, len(slots), CHUNK):
-            t[slots[lo : lo + CHUNK]] = rows[lo : lo + CHUNK]
+    def flush(self) -> None:
+        """Send the writes :meth:`write` kept (:meth:`KVClient.push_tables`)."""
+        writes, self._writes = self._writes, []
+        items = [(t.name, s, r.numpy().astype(t.np_dtype, copy=False)) for t, s, r in writes]
+        if items:
+            self.client.push_tables(items)
+
+    def warm(self, feature: NodeTable, layers: int, sums: bool) -> None:
+        """Attach every table a refresh reads and writes, and map the co-located ones
+        (a row of each read): what a refresher that stays up does once, not per refresh."""
+        tables = [*layer_tables(layers), "predictions", *([INSUM, LASTSUM] if sums else [])]
+        pol = self.client.policy(self.name(layer_tables(layers)[-1]))
+        firsts = np.unique(np.minimum(pol.ranges[:-1], self.n - 1)).astype(np.int64)
+        feature[torch.from_numpy(firsts)]  # a row of each partition
+        for what in tables:
+            self.read(what, firsts)
+        self._listed = self._listed or {t.name for t in self.client.list_tensors()}
 
     def drop(self, *tables: str) -> None:
         """Delete ``tables`` (and their ``grown/`` twins) where the store has them."""
-        have = {t.name for t in self.client.list_tensors()}
+        have = {t.name for t in self.client.list_tensors(anywhere=True)}
         for name in [self.name(w) for t in tables for w in (t, f"grown/{t}")]:
             if name in have:
                 self.client.delete_tensor(name)
 
     def save(self, version: int) -> None:
+        """The kept writes, then (once they are all in) the version they are at."""
         if len(self.grown):
             t = self.tensor("grown", 0, "int64")
-            t[torch.arange(len(self.grown))] = torch.from_numpy(self.grown)
+            self._writes.append((t, np.arange(len(self.grown)), torch.from_numpy(self.grown)))
+        self.flush()
         self.tensor("version", 0, "int64")[torch.arange(2)] = torch.tensor(
             [version, len(self.grown)]
         )
@@ -285,6 +306,7 @@ def _layers(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, bat
         if kept:
             st.write(INSUM if i == 0 else LASTSUM, ids, torch.cat(kept))
         _store(st, what, ids, rows)
+        st.flush()  # a layer's rows at a time (a kept pass holds no more)
         h = Fresh(lambda a, w=what: st.read(w, a).float(), ids, rows)
         took.append(round(time.perf_counter() - t0, 3))
     return took
@@ -438,7 +460,7 @@ def _ask(client: Any, op: str, body: dict[str, Any], tensors: tuple[np.ndarray, 
 
 
 def _union(arrays: list[np.ndarray]) -> np.ndarray:
-    return np.unique(np.concatenate([np.empty(0, np.int64), *arrays]))
+    return unique_sorted(np.concatenate([np.empty(0, np.int64), *arrays]))
 
 
 def _out_edges(client: Any, ids: np.ndarray) -> np.ndarray:
@@ -466,7 +488,7 @@ def affected(
     for i in range(layers):
         if sums and i == layers - 1:  # every edge leaving A_{L-1}, not only the frontier's
             out_edges = _out_edges(client, current)
-            out = np.unique(out_edges[1])
+            out = unique_sorted(out_edges[1])
         else:
             frontier = np.setdiff1d(current, asked, assume_unique=True)
             out = EMPTY if not len(frontier) else _union(
@@ -481,15 +503,17 @@ def affected(
 
 def refresh(
     model: ByLayer, data: Any, ntype: str, feature: str, batch_size: int,
-    version: int | None = None,
+    version: int | None = None, states: States | None = None,
 ) -> dict[str, float | int | list[int]]:  # fmt: skip
     """Move the kept states from their version to ``version`` (the head), recomputing
     only the nodes whose in-neighbourhood changed; what it took and how many it
-    recomputed (``recomputed``: at the last layer, the most of any layer)."""
+    recomputed (``recomputed``: at the last layer, the most of any layer). ``states``:
+    the :class:`States` of an earlier refresh of this process (:mod:`.follow`), its
+    tables attached and mapped already."""
     layers = _check(model, data)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     client = data.graph.ctx.client
-    st = States(client, ntype)
+    st = States(client, ntype) if states is None else states
     since = st.load()
     v = _follow(client, version)
     if v < since:
@@ -511,4 +535,5 @@ def refresh(
             "recomputed": max(whole), "per_layer": per_layer, "recomputed_per_layer": whole,
             "updated": sum(per_layer) - sum(whole),
             "find_s": round(found_s, 3), "layer_s": took,
-            "refresh_s": round(time.perf_counter() - t0, 3)}  # fmt: skip
+            "refresh_s": round(time.perf_counter() - t0, 4),
+            "cpu_s": round(time.process_time() - cpu0, 4)}  # fmt: skip

@@ -35,6 +35,7 @@ tensors of every reply (``(part, op)``) and the rows gathered from shared memory
 from __future__ import annotations
 
 import atexit
+import itertools
 import logging
 import weakref
 from collections import Counter, deque
@@ -52,6 +53,7 @@ from graphrun.store.disk import DISK_COUNTERS, DiskRows
 from graphrun.store.live_client import LiveView, fetch_head, shm_ok
 from graphrun.store.live_client import route as live_route
 from graphrun.store.policy import PartitionPolicy, lookup_policy, policies_from_book
+from graphrun.store.requests import MAX_PUSH_TABLES
 from graphrun.store.session import ClientConfig, Pending, Session
 from graphrun.store.state import TensorInfo, received
 
@@ -85,6 +87,23 @@ def _push_pieces(rows: np.ndarray, values: np.ndarray) -> list[tuple[np.ndarray,
             b += 1  # never cut a row's duplicates apart
         out.append((rows[a:b], values[a:b]))
         a = b
+    return out
+
+
+def _table_requests(
+    items: list[tuple[str, np.ndarray, np.ndarray]],
+) -> list[list[tuple[str, np.ndarray, np.ndarray]]]:
+    """One partition's rows of several tensors as ``push_tables`` requests: at most
+    ``MAX_PUSH_TABLES`` tensors and ``PUSH_WINDOW_BYTES`` each."""
+    out: list[list[tuple[str, np.ndarray, np.ndarray]]] = [[]]
+    nbytes = 0
+    for item in items:
+        size = item[1].nbytes + item[2].nbytes
+        if out[-1] and (len(out[-1]) == MAX_PUSH_TABLES or nbytes + size > PUSH_WINDOW_BYTES):
+            out.append([])
+            nbytes = 0
+        out[-1].append(item)
+        nbytes += size
     return out
 
 
@@ -207,7 +226,7 @@ class KVClient:
         ids, part, rows = self._route_live(pol, ids)
         out = np.empty((len(ids), *ti.row_shape), dtype=ti.dtype)
         pending = []
-        for p in np.unique(part).tolist():
+        for p in routing.parts_of(part):
             pos = np.flatnonzero(part == p)
             arr: np.ndarray | None = None
             if self.session.local_ok(p) and shm_ok(self.session, p, self.version, rows=True):
@@ -233,9 +252,21 @@ class KVClient:
     def policy(self, name: str) -> PartitionPolicy:
         return lookup_policy(self.policies, self.meta(name).policy)
 
-    def list_tensors(self) -> list[TensorInfo]:
-        got = self.session.call(0, "list").body["tensors"]
-        return [received(TensorInfo, t) for t in got]
+    def list_tensors(self, *, anywhere: bool = False) -> list[TensorInfo]:
+        """The tensors visible to this job on every partition (each asked, all at once),
+        as the first partition that has one describes it; ``anywhere``: on any partition.
+        They differ where a server was started again since a job tensor was made: the
+        others still have it, the new one does not, and writing it there fails."""
+        pending = [self.session.request(p, "list") for p in range(self.num_parts)]
+        lists = [self.session.wait(r).body["tensors"] for r in pending]
+        first: dict[str, TensorInfo] = {}
+        seen: Counter[str] = Counter()
+        for got in lists:
+            infos = [received(TensorInfo, t) for t in got]
+            seen.update({ti.name for ti in infos})
+            for ti in infos:
+                first.setdefault(ti.name, ti)
+        return [ti for ti in first.values() if anywhere or seen[ti.name] == len(lists)]
 
     def init_tensor(
         self,
@@ -367,7 +398,7 @@ class KVClient:
         if live:
             ids, part, rows = self._route_live(pol, ids)
             groups = [routing.Group(p, np.flatnonzero(part == p), rows[part == p])
-                      for p in np.unique(part).tolist()]  # fmt: skip
+                      for p in routing.parts_of(part)]  # fmt: skip
         else:
             ids = pol.check_ids(ids)
             groups = list(routing.by_owner(pol.ranges, ids))
@@ -402,6 +433,60 @@ class KVClient:
                 in_flight += nbytes
         while pend:
             wait_oldest()
+        if errors:
+            raise errors[0]
+
+    def _groups(self, ti: TensorInfo, ids: Any) -> tuple[int, list[routing.Group]]:
+        """How many ``ids`` (of ``ti``'s id space) there are, and their groups by owner."""
+        pol = lookup_policy(self.policies, ti.policy)
+        if self._routes_live(ti, pol):
+            ids, part, rows = self._route_live(pol, ids)
+            return len(ids), [routing.Group(p, np.flatnonzero(part == p), rows[part == p])
+                              for p in routing.parts_of(part)]  # fmt: skip
+        ids = pol.check_ids(ids)
+        return len(ids), list(routing.by_owner(pol.ranges, ids))
+
+    def push_tables(self, items: Sequence[tuple[str, Any, np.ndarray]]) -> None:
+        """``assign`` rows of several tensors, ``(name, ids, values)`` each: one
+        ``push_tables`` request per owner partition carrying every tensor's rows there
+        (a refresh writes six tables: two requests, not a dozen), all in flight at once;
+        a tensor's rows too big for one request are pushed alone (:meth:`push`)."""
+        batch: dict[int, list[tuple[str, np.ndarray, np.ndarray]]] = {}
+        routed: dict[tuple[str, int], tuple[Any, int, list[routing.Group]]] = {}
+        live = False
+        for name, ids, values in items:
+            values = np.asarray(values)
+            if values.nbytes > REQUEST_FRAME_BYTES // 2:
+                self.push(name, ids, values)
+                continue
+            ti = self.meta(name)
+            key = (ti.policy, id(ids))  # tables of the same ids (and policy): routed once
+            if key not in routed or routed[key][0] is not ids:
+                routed[key] = (ids, *self._groups(ti, ids))
+            _, n, groups = routed[key]
+            live = live or self._routes_live(ti, lookup_policy(self.policies, ti.policy))
+            if values.ndim == 0 or len(values) != n:
+                raise ArgumentError(f"values: {values.shape[:1] or 'a scalar'} rows for "
+                                    f"{n} ids of {name!r}")  # fmt: skip
+            for g in groups:
+                batch.setdefault(g.part, []).append((name, g.rows, values[g.pos]))
+        requests = {p: _table_requests(got) for p, got in batch.items()}
+        errors: list[GraphrunError] = []
+        for turn in itertools.zip_longest(*requests.values()):  # one a partition in flight
+            pending = []
+            for part, some in zip(requests, turn, strict=True):
+                if some is None:
+                    continue
+                body: dict[str, Any] = {"names": [n for n, _, _ in some]}
+                if live:
+                    body["v"] = self.version
+                frames = [a for _, r, v in some for a in (r, np.ascontiguousarray(v))]
+                pending.append(self.session.request(part, "push_tables", body, frames))
+            for r in pending:  # every answer before an error is raised
+                try:
+                    self.session.wait(r)
+                except GraphrunError as exc:
+                    errors.append(exc)
         if errors:
             raise errors[0]
 

@@ -9,6 +9,8 @@ leave              ends the session (frees the job's non-persistent tensors if i
 heartbeat          keeps the session alive -> {"known": bool}
 pull               job, name; tensors (rows,) local int64 -> (values,)
 push               job, name, reducer, params, states; tensors (rows, values) -> {}
+push_tables        job, names; tensors (rows, values) per name -> {}  (``assign`` of each,
+                   all checked before any is written: one request for several tables)
 init               job, name, policy, dtype, row_shape, persistent, exist_ok, init -> {"info"}
 attach             job, name (a backup maps a tensor its main created) -> {}
 delete             job, name -> {"deleted": bool}
@@ -49,6 +51,7 @@ from graphrun.store.requests import (
     JoinBody,
     Named,
     PushBody,
+    PushTablesBody,
     ReduceBody,
 )
 from graphrun.store.shm import host_digest
@@ -56,10 +59,11 @@ from graphrun.store.state import GRAPH_JOB, PartitionInfo, ServerState, StoredTe
 from graphrun.wire import to_builtins
 
 
-def _rows(state: ServerState, req: Request, stored: StoredTensor) -> np.ndarray:
-    """The request's local rows, checked: the partition's, or (a job's node tensor on a
-    live graph) rows of new nodes visible at the request's version (live_rows.py)."""
-    rows = req.tensor(0, "rows")
+def _rows(state: ServerState, req: Request, stored: StoredTensor, at: int = 0) -> np.ndarray:
+    """The request's local rows (its tensor ``at``), checked: the partition's, or (a job's
+    node tensor on a live graph) rows of new nodes visible at the request's version
+    (live_rows.py)."""
+    rows = req.tensor(at, "rows")
     if rows.ndim != 1 or rows.dtype != np.int64:
         raise ArgumentError(f"{req.op}: rows must be 1-d int64, got {rows.dtype} {rows.shape}")
     n = stored.info.part_rows
@@ -154,17 +158,10 @@ def push(state: ServerState, req: Request) -> Response:
     name = body.name
     stored = _writable(req, state.find(req.job, name), body.allow_graph)
     rows = _rows(state, req, stored)
-    values = req.tensor(1, "values")
-    want = (len(rows), *stored.info.row_shape)
-    if values.shape != want:
-        raise ArgumentError(f"push {name!r}: values have shape {values.shape}, expected {want}")
     reducer_name = body.reducer
     reducer = get_reducer(reducer_name)
     is_opt = bool(STATE_SPECS.get(reducer_name))
-    if not is_opt and values.dtype != stored.array.dtype:
-        raise ArgumentError(
-            f"push {name!r}: values have dtype {values.dtype}, tensor has {stored.array.dtype}"
-        )
+    values = _values(req, stored, rows, 1, same_dtype=not is_opt)
     if is_opt and values.dtype.kind != "f":
         raise ArgumentError(f"push {name!r}: gradients must be floating point, got {values.dtype}")
     state_names = body.states
@@ -173,6 +170,39 @@ def push(state: ServerState, req: Request) -> Response:
         raise ArgumentError(f"push {name!r}: reducer {reducer_name} needs {len(specs)} states")
     states = [_writable(req, state.find(req.job, s), body.allow_graph) for s in state_names]
     live_rows.reduce(reducer, stored, rows, values, states, body.params)
+    return Response({})
+
+
+def _values(
+    req: Request, stored: StoredTensor, rows: np.ndarray, at: int, same_dtype: bool
+) -> np.ndarray:
+    """The request's values (its tensor ``at``) for ``rows`` of ``stored``, checked."""
+    name, values = stored.info.name, req.tensor(at, "values")
+    want = (len(rows), *stored.info.row_shape)
+    if values.shape != want:
+        raise ArgumentError(f"{req.op} {name!r}: values have shape {values.shape}, expected {want}")
+    if same_dtype and values.dtype != stored.array.dtype:
+        raise ArgumentError(
+            f"{req.op} {name!r}: values have dtype {values.dtype}, tensor has {stored.array.dtype}"
+        )
+    return values
+
+
+def push_tables(state: ServerState, req: Request) -> Response:
+    """``assign`` to several of the job's tensors: every one checked (exists, writable,
+    rows and values) before any is written, so a refused request changes nothing."""
+    names = req.args(PushTablesBody).names
+    if len(req.tensors) != 2 * len(names):
+        raise ArgumentError(f"push_tables: {len(req.tensors)} tensors for {len(names)} names "
+                            "(rows and values of each)")  # fmt: skip
+    checked = []
+    for i, name in enumerate(names):
+        stored = _writable(req, state.find(req.job, name), False)
+        rows = _rows(state, req, stored, 2 * i)
+        checked.append((stored, rows, _values(req, stored, rows, 2 * i + 1, same_dtype=True)))
+    assign = get_reducer("assign")
+    for stored, rows, values in checked:
+        live_rows.reduce(assign, stored, rows, values, [], {})
     return Response({})
 
 
@@ -307,6 +337,7 @@ def register(registry: Registry) -> None:
     registry.add("heartbeat", heartbeat, needs_session=False)
     registry.add("pull", pull)
     registry.add("push", push)
+    registry.add("push_tables", push_tables)
     registry.add("reduce", reduce_op)
     registry.add("init", init)
     registry.add("attach", attach_op)

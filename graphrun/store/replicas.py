@@ -74,7 +74,16 @@ log = logging.getLogger("graphrun.store")
 #: pieces and their decisions too, and on partition 0 the sequencer's versions and
 #: decisions: store/live_ops.py)
 WRITE_OPS = frozenset(
-    {"push", "init", "delete", "live_prepare", "live_commit", "live_begin", "live_decide"}
+    {
+        "push",
+        "push_tables",
+        "init",
+        "delete",
+        "live_prepare",
+        "live_commit",
+        "live_begin",
+        "live_decide",
+    }
 )
 #: writes whose handler answers a repeat itself (the reply is not empty: ``live_begin``
 #: gives the same version and ids again; ``live_decide`` its decision, which stands)

@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 MAX_ROW_DIMS = 6  # a tensor row has at most this many dimensions
+MAX_PUSH_TABLES = 24  # tensors of one push_tables (two frames each: within Limits.max_frames)
 
 
 class Named(msgspec.Struct, frozen=True):
@@ -45,6 +46,17 @@ class PushBody(msgspec.Struct, frozen=True, kw_only=True):
     states: list[str] = msgspec.field(default_factory=list)  # an optimizer's state tensors
     params: dict[str, Any] = msgspec.field(default_factory=dict)  # the reducer's
     allow_graph: bool = False  # the admin key writes the graph's own tensors
+
+
+class PushTablesBody(msgspec.Struct, frozen=True):
+    """``push_tables``: the job's tensors ``names``, the ``i``-th one's rows and values in
+    tensors ``2i`` and ``2i + 1`` (``assign``)."""
+
+    names: list[str]
+
+    def __post_init__(self) -> None:
+        if not 0 < len(self.names) <= MAX_PUSH_TABLES:
+            raise ValueError(f"names: 1 to {MAX_PUSH_TABLES} tensors, got {len(self.names)}")
 
 
 class InitBody(msgspec.Struct, frozen=True, kw_only=True):

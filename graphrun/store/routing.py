@@ -68,6 +68,12 @@ def by_owner(bounds: np.ndarray, ids: np.ndarray) -> list[Group]:
     return by_part(owners(bounds, ids), ids, bounds)
 
 
+def parts_of(part: np.ndarray) -> list[int]:
+    """The partitions in ``part`` (owners, ``>= 0``), ascending: a count, not
+    ``np.unique`` (numpy 2's hashes then sorts ten thousand owners: a millisecond)."""
+    return np.flatnonzero(np.bincount(part)).tolist() if len(part) else []
+
+
 def by_part(part: np.ndarray, ids: np.ndarray, bounds: np.ndarray) -> list[Group]:
     """``ids`` grouped by the given owner of each (a live graph's growth ids have owners
     no bounds give); ``start`` of a group is its partition's first base id."""

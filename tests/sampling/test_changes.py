@@ -161,7 +161,6 @@ def test_a_reply_of_edges_is_bounded(tmp_path, monkeypatch):
         with pytest.raises(GraphrunError, match="more than 5 a reply: ask for fewer ids"):
             c.session.call(0, mod.OP_OUT_NEIGHBORS, {"edges": True}, tensors=ids)
         monkeypatch.setattr(mod, "MAX_OUT_EDGES", 1 << 24)
-        src, dst, heads, deg = c.session.call(0, mod.OP_OUT_NEIGHBORS, {"edges": True},
-                                              tensors=(ids[0][:1],)).tensors  # fmt: skip
-        assert len(src) > 5 and set(src) == {0} and heads.tolist() == sorted(set(dst))
-        assert (deg >= np.bincount(np.searchsorted(heads, dst), minlength=len(heads))).all()
+        src, dst = c.session.call(0, mod.OP_OUT_NEIGHBORS, {"edges": True},
+                                  tensors=(ids[0][:1],)).tensors  # fmt: skip
+        assert len(src) > 5 and set(src) == {0} and len(dst) == len(src)

@@ -65,6 +65,7 @@ def check_runs(got: dict[str, Any], modes: list[str], clients: list[int], n: int
             assert r["requests_per_server_cpu_s"] is None
     assert got["full_pass_s"] > 0 and len(got["load_avg"]) == 3
     assert got["refresh_s"] > 0 and 0 <= got["refresh_recomputed"] <= got["nodes"]
+    assert got["refresh_cpu_s"] > 0 and got["refresh_own_process_s"] > 0  # staying up, not
     assert got["refresh_max_abs_diff"] <= 1e-5
 
 

@@ -82,6 +82,9 @@ def test_embed_refuses_bad_arguments(job, capsys) -> None:
     key = ["--key-file", str(d / "small.key")]
     refused(capsys, [*base, *key, "--version", "1"], "--version: only with --live or --refresh")
     refused(capsys, [*base, *key, "--refresh", "--version", "-1"], "--version: -1 is not in")
+    refused(capsys, [*base, *key, "--follow"], "--follow: only with --live or --refresh")
+    refused(capsys, [*base, *key, "--live", "--follow", "--version", "1"], "not with --follow")
+    refused(capsys, [*base, *key, "--live", "--follow", "--poll-s", "0"], "--poll-s: 0.0 is not")
 
 
 def test_serve_pins_a_version_only_when_told_to(job, capsys) -> None:

@@ -4,6 +4,8 @@ running sums it moves stay those of a full pass over many refreshes."""
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +20,7 @@ from graphrun.distributed.writer import GraphWriter
 from graphrun.errors import GraphrunError
 from graphrun.partition import load_id_mapping
 from graphrun.sampling.fanout import ALL
+from graphrun.serving.follow import follow
 from graphrun.serving.refresh import States, full, layer_tables, refresh
 from graphrun.serving.sums import INSUM, LASTSUM
 from graphrun.store.client import ClientConfig, KVClient
@@ -119,6 +122,46 @@ def test_a_refresh_equals_a_full_pass_at_the_head(tmp_path):
             for what, rows in whole.items():
                 torch.testing.assert_close(fresh[what], rows, atol=1e-5, rtol=0,
                                            msg=f"{what} at {v}")  # fmt: skip
+
+
+def test_a_refresher_that_stays_up_follows_the_head(tmp_path):
+    """`--follow`'s loop: the kept pass, then a refresh each time the head moves (two
+    writes, two refreshes, each from the version the one before left), with the tables
+    and sessions of one process; its states equal a full pass at the head; it stops
+    when told to."""
+    torch.manual_seed(0)
+    model = SAGE(8, 16, 4, 2, 0.5, "csr", "fp32").eval()
+    graph = {"num_nodes": NODES, "num_edges": EDGES}
+    with graph_served(tmp_path / "parts", **graph) as (addresses, parts, ctx, data):
+        got: queue.Queue[Any] = queue.Queue()
+        stop = threading.Event()
+
+        def run() -> None:
+            try:
+                follow(model, data, "_N", "feat", 1024, live=True, poll_s=0.02, stop=stop,
+                       report=got.put)  # fmt: skip
+            except Exception as exc:  # the test's thread raises it
+                got.put(exc)
+
+        loop = threading.Thread(target=run)
+        loop.start()
+        try:
+            assert got.get(timeout=120)["recomputed"] == NODES
+            write(addresses, parts)
+            first = got.get(timeout=120)
+            assert (first["since"], first["version"], first["nodes"]) == (0, 1, NODES + 5)
+            more(addresses, parts)
+            second = got.get(timeout=120)
+            assert (second["since"], second["version"]) == (1, 2) and second["updated"] > 0
+        finally:
+            stop.set()
+            loop.join(60)
+        assert not loop.is_alive() and got.empty()
+        grown = ctx.client.live_nodes()[0]
+        fresh = states(ctx.client, 2, NODES, grown)
+        full(model, data, "_N", "feat", 1024)
+        for what, rows in states(ctx.client, 2, NODES, grown).items():
+            torch.testing.assert_close(fresh[what], rows, atol=1e-5, rtol=0, msg=what)
 
 
 def new_in_edges(ctx, nodes: np.ndarray) -> np.ndarray:

@@ -104,6 +104,53 @@ def test_init_list_meta_delete(stores, keys):
             c.pull("h", [0])
 
 
+def test_a_tensor_a_restarted_partition_lost_is_not_listed(homo, keys):
+    """A job tensor is listed only where every partition has it: a server started again
+    since it was made has lost it (the list asked partition 0 alone, and a refresh that
+    attached a listed table failed to write the restarted partition)."""
+    from dataclasses import replace
+
+    from graphrun.testing.store import StoreThread
+
+    _, parts = homo
+    with store_threads(ServerConfig(parts, 0, keys=keys), 2) as s:
+        with connect(s, keys, job="j") as c:
+            c.init_tensor("h", "node:_N", (2,), persistent=True)
+        s[1].stop()
+        s[1] = StoreThread(replace(s[1].cfg, address=s[1].address)).start()
+        with connect(s, keys, job="j") as c:
+            assert "h" not in [t.name for t in c.list_tensors()]
+            assert "h" in [t.name for t in c.list_tensors(anywhere=True)]
+            assert FEAT in [t.name for t in c.list_tensors()]
+            c.init_tensor("h", "node:_N", (2,), persistent=True, exist_ok=True)
+            c.push("h", np.arange(600), np.ones((600, 2), np.float32))
+            assert "h" in [t.name for t in c.list_tensors()]
+
+
+def test_push_tables_writes_several_tensors_or_none(stores, keys, rng):
+    """One request a partition for several tensors' rows: what separate pushes write; a
+    request with one tensor it may not write (the graph's) writes none of the others."""
+    with connect(stores, keys, job="pt") as c:
+        c.init_tensor("a", "node:_N", (3,), persistent=True)
+        c.init_tensor("b", "node:_N", (), "int64", persistent=True)
+        ids_a, ids_b = rng.permutation(np.arange(100, 300)), np.array([599, 0, 300])
+        va = rng.random((200, 3), dtype=np.float32)
+        c.push_tables([("a", ids_a, va), ("b", ids_b, np.array([7, 8, 9]))])
+        np.testing.assert_array_equal(c.pull("a", ids_a), va)
+        np.testing.assert_array_equal(c.pull("b", ids_b), [7, 8, 9])
+        assert c.pull("b", [1])[0] == 0
+        before = c.stats(0)["served"].get("push_tables", 0)
+        c.push_tables([("a", [0, 599], np.ones((2, 3), np.float32)), ("b", [5], np.array([1]))])
+        assert c.stats(0)["served"]["push_tables"] == before + 1  # one request a partition
+        with pytest.raises(StoreError, match="read-only"):
+            c.push_tables([("a", [1, 598], np.ones((2, 3), np.float32)),
+                           (FEAT, [1, 598], c.pull(FEAT, [1, 598]))])  # fmt: skip
+        assert not c.pull("a", [1, 598]).any()
+        with pytest.raises(ArgumentError, match="dtype"):
+            c.push_tables([("a", [2], np.ones((1, 3), np.float32)), ("b", [2], np.ones(1))])
+        assert not c.pull("a", [2]).any()
+
+
 def test_recreated_tensor_is_not_read_from_a_stale_mapping(stores, keys):
     with connect(stores, keys, job="re") as a, connect(stores, keys, job="re") as b:
         a.init_tensor("r", "node:_N", (1,), persistent=True)

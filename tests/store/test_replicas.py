@@ -131,6 +131,23 @@ def test_a_killed_server_loses_no_acknowledged_push(replicated, keys, seed, vict
 
 
 @pytest.mark.integration
+def test_the_replica_takes_a_push_of_several_tables(replicated, keys):
+    """``push_tables`` is a write the replicas take: once partition 0's primary is killed,
+    its replica answers the rows it wrote."""
+    primaries, replicas = replicated
+    with _client(primaries, keys, timeout=20, use_shm=False) as c:
+        ids = np.arange(c.meta(FEAT).num_rows)
+        c.init_tensor("a", "node:_N", (2,), "float32")
+        c.init_tensor("b", "node:_N", (), "int64")
+        va = np.random.default_rng(0).random((len(ids), 2), dtype=np.float32)
+        c.push_tables([("a", ids, va), ("b", ids, ids * 3)])
+        primaries[0].kill()
+        np.testing.assert_array_equal(c.pull("a", ids), va)
+        np.testing.assert_array_equal(c.pull("b", ids), ids * 3)
+        assert c.session.failovers == [(0, primaries[0].address, replicas[0].address)]
+
+
+@pytest.mark.integration
 def test_a_stopped_primary_is_fenced_and_nothing_acknowledged_is_lost(replicated, keys):
     """SIGSTOP the primary: one client fails over after its request timeout; the other
     client's writes to the resumed primary are refused (fenced) and go to the replica."""
