@@ -4,7 +4,8 @@ Generates a power-law graph (``community``; ``--dataset DIR`` takes a dataset in
 partitions it (``--parts``), serves it with real ``graphrun serve`` processes (a job key
 of their own), writes a checkpoint of the job's GraphSAGE (``--fanouts``; untrained
 weights: a forward costs the same) and times ``graphrun infer embed``'s whole-graph
-layer-wise pass (``full_pass_s``; its rows answer ``precomputed`` requests). Then a real
+layer-wise pass (``full_pass_s``; its rows answer ``precomputed`` requests; the passes
+run in the measuring process: one torch import, not four processes' of 4 CPU-s). Then a real
 ``graphrun infer serve`` process is driven by a bounded closed-loop load generator on
 loopback (:mod:`graphrun.bench.httpload`: ``C`` kept-alive connections, each request one
 random node): per mode (``--modes``: ``sampled``, ``full``, ``precomputed``) and
@@ -43,7 +44,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -185,10 +186,9 @@ def _start(
 
 def measure(cfg: dict[str, Any]) -> dict[str, Any]:
     """Everything measured, from this host: the full pass, the runs, the refresh."""
-    common = [*cfg["common"], "--threads", str(cfg["threads"])]
-    full_pass_s = _embed(common)["full_pass_s"]
+    full_pass_s = _embed(cfg)["full_pass_s"]
     runs = drive(cfg)
-    return {"runs": runs, "full_pass_s": full_pass_s, **_refresh(cfg, common)}
+    return {"runs": runs, "full_pass_s": full_pass_s, **_refresh(cfg)}
 
 
 def drive(cfg: dict[str, Any]) -> list[dict[str, Any]]:
@@ -277,6 +277,7 @@ def run(args: argparse.Namespace) -> int:
             stores = [a for s in addresses for a in ("--store", s)]
             cfg = {
                 "dir": str(d), "common": [str(job), *stores, "--key-file", str(d / "bench.key")],
+                "job": str(job), "stores": addresses, "key_file": str(d / "bench.key"),
                 "threads": args.threads, "token": (d / "token").read_text(),
                 "num_nodes": graph.num_nodes, "ntype": graph.node_types[0],
                 "etype": list(graph.edge_types[0]), "modes": args.mode_list,
@@ -292,14 +293,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _embed(args: list[str]) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "graphrun", "infer", "embed", *args]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    got: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    return got
+def _embed(cfg: dict[str, Any], how: Literal["live", "refresh"] | None = None) -> dict[str, Any]:
+    """``graphrun infer embed`` (``--live``, ``--refresh``) in this process."""
+    from graphrun.serving.config import target
+    from graphrun.serving.engine import embed_job
+
+    t = target(Path(cfg["job"]), cfg["stores"], Path(cfg["key_file"]), None)
+    return embed_job(t, threads=cfg["threads"], how=how)
 
 
-def _refresh(cfg: dict[str, Any], common: list[str]) -> dict[str, Any]:
+def _refresh(cfg: dict[str, Any]) -> dict[str, Any]:
     """The kept pass, 1,000 new edges, the refresh, and a full pass at the new head."""
     from graphrun.distributed.writer import GraphWriter
     from graphrun.partition import load_id_mapping
@@ -308,9 +311,9 @@ def _refresh(cfg: dict[str, Any], common: list[str]) -> dict[str, Any]:
     from graphrun.store.client import ClientConfig, KVClient
 
     d = Path(cfg["dir"])
-    stores = [common[i + 1] for i, a in enumerate(common) if a == "--store"]
+    stores = cfg["stores"]
     n, ntype, etype = cfg["num_nodes"], cfg["ntype"], tuple(cfg["etype"])
-    _embed([*common, "--live"])
+    _embed(cfg, "live")
     rng = np.random.default_rng(0)
     orig = load_id_mapping(d / "parts").orig_nids
     with KVClient(ClientConfig(stores, job="writer", keys=load_keys(d / "writer.key"))) as c:
@@ -318,13 +321,13 @@ def _refresh(cfg: dict[str, Any], common: list[str]) -> dict[str, Any]:
         w.add_edges(etype, orig[rng.integers(0, n, 1000)], orig[rng.integers(0, n, 1000)],
                     orig=True)  # fmt: skip
         w.commit()
-    got = _embed([*common, "--refresh"])
+    got = _embed(cfg, "refresh")
     ids = np.arange(n, dtype=np.int64)
     with KVClient(ClientConfig(stores, job="bench", keys=load_keys(d / "bench.key"))) as c:
         st = States(c, ntype)
         st.load()
         fresh = st.read("logits", ids)
-        _embed([*common, "--live"])
+        _embed(cfg, "live")
         whole = st.read("logits", ids)
     return {"refresh_s": got["refresh_s"], "refresh_recomputed": got["recomputed"],
             "refresh_updated": got["updated"], "refresh_per_layer": got["per_layer"],

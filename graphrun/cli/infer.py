@@ -189,22 +189,14 @@ def _serve(args: argparse.Namespace, t: Any, token: str | None, sock: Any) -> in
 
 
 def embed(args: argparse.Namespace) -> int:
-    import torch
-
-    from graphrun.serving import config, refresh
-    from graphrun.serving.embed import embed as run_embed
-    from graphrun.serving.engine import Engine
+    from graphrun.serving import config
 
     _check(args)
     t = config.target(args.job, args.store, args.key_file, args.checkpoint)
-    torch.set_num_threads(args.threads)
-    engine = Engine(t.spec, t.checkpoint, t.servers, t.keys, t.job_name, args.store_timeout)
-    try:
-        assert engine.model is not None
-        run = refresh.full if args.live else refresh.refresh if args.refresh else None
-        what = (engine.model, engine.data, engine.ntype, t.spec.feature, args.batch_size)
-        out = run_embed(*what) if run is None else run(*what, version=args.version)
-    finally:
-        engine.close()
-    print(json.dumps({"job": t.job_name, **out}), flush=True)
+    from graphrun.serving.engine import embed_job  # torch: after the arguments are checked
+
+    how = "live" if args.live else "refresh" if args.refresh else None
+    out = embed_job(t, threads=args.threads, timeout=args.store_timeout,
+                    batch_size=args.batch_size, how=how, version=args.version)  # fmt: skip
+    print(json.dumps(out), flush=True)
     return 0

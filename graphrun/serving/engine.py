@@ -31,6 +31,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
@@ -43,6 +44,7 @@ from graphrun.distributed.minibatch import MiniBatchSampler, epoch_seed
 from graphrun.errors import ArgumentError, BadRequest, GraphrunError, StoreUnavailable
 from graphrun.rpc.auth import KeyPair
 from graphrun.sampling.mfg import SampledSubgraph
+from graphrun.serving import embed, refresh
 from graphrun.serving.embed import TABLES, table_name
 from graphrun.serving.live_ids import NewNodes, stored
 from graphrun.serving.model import ModelSpec, load_model
@@ -50,6 +52,9 @@ from graphrun.serving.protocol import Graph, Query
 from graphrun.store.dist_tensor import DistTensor
 from graphrun.train.distdata import DistGraphData
 from graphrun.train.models import ByLayer, mfg_edges, mfg_targets
+
+if TYPE_CHECKING:
+    from graphrun.serving.config import Target
 
 
 @dataclass
@@ -347,3 +352,24 @@ def _rows(logits: Tensor, emb: Tensor) -> dict[str, np.ndarray]:
         "predictions": logits.argmax(-1).numpy().astype(np.int64),
         "embeddings": emb.float().numpy(),
     }
+
+
+def embed_job(
+    t: Target, *, threads: int = 1, timeout: float = 5.0, batch_size: int = 4096,
+    how: Literal["live", "refresh"] | None = None, version: int | None = None,
+) -> dict[str, object]:  # fmt: skip
+    """``graphrun infer embed``: every node's embeddings, logits and predictions of the
+    job ``t`` into its store (:mod:`.embed`; ``how``: :mod:`.refresh`'s pass at the head
+    whose states it keeps, or its refresh of them); the job and what it took."""
+    torch.set_num_threads(threads)
+    engine = Engine(t.spec, t.checkpoint, t.servers, t.keys, t.job_name, timeout)
+    try:
+        assert engine.model is not None
+        what = (engine.model, engine.data, engine.ntype, t.spec.feature, batch_size)
+        if how is None:
+            out = embed.embed(*what)
+        else:
+            out = (refresh.full if how == "live" else refresh.refresh)(*what, version=version)
+    finally:
+        engine.close()
+    return {"job": t.job_name, **out}
