@@ -4,6 +4,8 @@ or listens (no store runs in these tests)."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,6 +84,18 @@ def test_embed_refuses_bad_arguments(job, capsys) -> None:
     key = ["--key-file", str(d / "small.key")]
     refused(capsys, [*base, *key, "--version", "1"], "--version: only with --live or --refresh")
     refused(capsys, [*base, *key, "--refresh", "--version", "-1"], "--version: -1 is not in")
+
+
+def test_embed_refuses_before_it_imports_torch(job) -> None:
+    """A refused ``graphrun infer embed`` imported torch first (2 CPU-s for one line)."""
+    d = job.parent
+    code = "import sys; from graphrun.cli import main; code = main(sys.argv[1:]); "
+    code += "print('torch' in sys.modules); sys.exit(code)"
+    argv = ["infer", "embed", str(job), "--store", "tcp://127.0.0.1:1",
+            "--key-file", str(d / "store.key")]  # fmt: skip
+    got = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+    assert got.returncode == 2 and "admin key" in got.stderr, got.stderr
+    assert got.stdout.strip() == "False"
 
 
 def test_serve_pins_a_version_only_when_told_to(job, capsys) -> None:
