@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from graphrun.arguments import add_fields, from_fields
 from graphrun.serving.protocol import Bounds
@@ -195,7 +195,9 @@ def embed(args: argparse.Namespace) -> int:
     t = config.target(args.job, args.store, args.key_file, args.checkpoint)
     from graphrun.serving.engine import embed_job  # torch: after the arguments are checked
 
-    how = "live" if args.live else "refresh" if args.refresh else None
+    how: Literal["live", "refresh"] | None = (
+        "live" if args.live else "refresh" if args.refresh else None
+    )
     out = embed_job(t, threads=args.threads, timeout=args.store_timeout,
                     batch_size=args.batch_size, how=how, version=args.version)  # fmt: skip
     print(json.dumps(out), flush=True)

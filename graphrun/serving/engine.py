@@ -366,10 +366,13 @@ def embed_job(
     try:
         assert engine.model is not None
         what = (engine.model, engine.data, engine.ntype, t.spec.feature, batch_size)
+        out: dict[str, float | int | list[int]]
         if how is None:
-            out = embed.embed(*what)
+            out = {**embed.embed(*what)}
+        elif how == "live":
+            out = {**refresh.full(*what, version=version)}
         else:
-            out = (refresh.full if how == "live" else refresh.refresh)(*what, version=version)
+            out = refresh.refresh(*what, version=version)
     finally:
         engine.close()
     return {"job": t.job_name, **out}
