@@ -27,7 +27,7 @@ the schedules of its plan and of co-location beside the plan file (:func:`write_
                                "end": 0.02}, ...]}, ...]}
 
 The drawing lives above placement (``graphrun.report``): this module has no plotting.
-A report reads the file without the simulator (numba: 0.4 CPU-s to import), which
+A report reads the file without the simulator (numba: 0.3 CPU-s to import), which
 :func:`schedule` imports when it runs.
 """
 

@@ -7,7 +7,7 @@ its cap) is read by ``graphrun report`` in a process of its own, its address spa
 bounded; a malformed value is read by the command's ``main`` in the test's process (the
 same code without a second interpreter importing matplotlib: 1.2 -> 0.15 CPU-s a case),
 where a warning counts as a line on stderr. A report refused in its own process has not
-imported matplotlib or the placement simulator (numba): 0.9 -> 0.4 CPU-s a refusal.
+imported matplotlib or the placement simulator (numba): 0.57 -> 0.26 CPU-s a refusal.
 """
 
 from __future__ import annotations
