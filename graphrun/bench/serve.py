@@ -4,7 +4,8 @@ Generates a power-law graph (``community``; ``--dataset DIR`` takes a dataset in
 partitions it (``--parts``), serves it with real ``graphrun serve`` processes (a job key
 of their own), writes a checkpoint of the job's GraphSAGE (``--fanouts``; untrained
 weights: a forward costs the same) and times ``graphrun infer embed``'s whole-graph
-layer-wise pass (``full_pass_s``; its rows answer ``precomputed`` requests). Then a real
+layer-wise pass (``full_pass_s``; its rows answer ``precomputed`` requests; the passes
+run in the measuring process: one torch import, not four processes' of 4 CPU-s). Then a real
 ``graphrun infer serve`` process is driven by a bounded closed-loop load generator on
 loopback (:mod:`graphrun.bench.httpload`: ``C`` kept-alive connections, each request one
 random node): per mode (``--modes``: ``sampled``, ``full``, ``precomputed``) and
@@ -43,7 +44,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -185,10 +186,9 @@ def _start(
 
 def measure(cfg: dict[str, Any]) -> dict[str, Any]:
     """Everything measured, from this host: the full pass, the runs, the refresh."""
-    common = [*cfg["common"], "--threads", str(cfg["threads"])]
-    full_pass_s = _embed(common)["full_pass_s"]
+    full_pass_s = _embed(cfg)["full_pass_s"]
     runs = drive(cfg)
-    return {"runs": runs, "full_pass_s": full_pass_s, **_refresh(cfg, common)}
+    return {"runs": runs, "full_pass_s": full_pass_s, **_refresh(cfg)}
 
 
 def drive(cfg: dict[str, Any]) -> list[dict[str, Any]]:
@@ -277,6 +277,7 @@ def run(args: argparse.Namespace) -> int:
             stores = [a for s in addresses for a in ("--store", s)]
             cfg = {
                 "dir": str(d), "common": [str(job), *stores, "--key-file", str(d / "bench.key")],
+                "job": str(job), "stores": addresses, "key_file": str(d / "bench.key"),
                 "threads": args.threads, "token": (d / "token").read_text(),
                 "num_nodes": graph.num_nodes, "ntype": graph.node_types[0],
                 "etype": list(graph.edge_types[0]), "modes": args.mode_list,
@@ -292,24 +293,27 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _embed(args: list[str]) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "graphrun", "infer", "embed", *args]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    got: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    return got
+def _embed(cfg: dict[str, Any], how: Literal["live", "refresh"] | None = None) -> dict[str, Any]:
+    """``graphrun infer embed`` (``--live``, ``--refresh``) in this process."""
+    from graphrun.serving.config import target
+    from graphrun.serving.engine import embed_job
+
+    t = target(Path(cfg["job"]), cfg["stores"], Path(cfg["key_file"]), None)
+    return embed_job(t, threads=cfg["threads"], how=how)
 
 
-def _refresh(cfg: dict[str, Any], common: list[str]) -> dict[str, Any]:
+def _refresh(cfg: dict[str, Any]) -> dict[str, Any]:
     """A refresher that stays up (``infer embed --live --follow``): its kept pass, 1,000
     new edges and its refresh to them (``refresh_s``, ``refresh_cpu_s``); then 1,000 more
-    and a refresh in a process of its own (``--refresh``: ``refresh_own_process_s``);
-    last a full pass at the head, whose logits the refreshed ones are compared with."""
+    and a refresh that starts cold, with a store client of its own as a process of its
+    own has (``refresh_own_process_s``); last a full pass at the head, whose logits the
+    refreshed ones are compared with."""
     from graphrun.rpc.auth import load_keys
     from graphrun.serving.refresh import States
     from graphrun.store.client import ClientConfig, KVClient
 
     d = Path(cfg["dir"])
-    stores = [common[i + 1] for i, a in enumerate(common) if a == "--store"]
+    stores, common = cfg["stores"], cfg["common"]
     n, ntype = cfg["num_nodes"], cfg["ntype"]
     rng = np.random.default_rng(0)
     cmd = [sys.executable, "-m", "graphrun", "infer", "embed", *common, "--live", "--follow",
@@ -323,13 +327,13 @@ def _refresh(cfg: dict[str, Any], common: list[str]) -> dict[str, Any]:
         follower.terminate()
         follower.wait(30)
     _add_edges(cfg, stores, rng)
-    own = _embed([*common, "--refresh"])
+    own = _embed(cfg, "refresh")
     ids = np.arange(n, dtype=np.int64)
     with KVClient(ClientConfig(stores, job="bench", keys=load_keys(d / "bench.key"))) as c:
         st = States(c, ntype)
         st.load()
         fresh = st.read("logits", ids)
-        _embed([*common, "--live"])
+        _embed(cfg, "live")
         whole = st.read("logits", ids)
     return {"refresh_s": got["refresh_s"], "refresh_cpu_s": got["cpu_s"],
             "refresh_own_process_s": own["refresh_s"], "refresh_recomputed": got["recomputed"],

@@ -20,6 +20,11 @@ from typing import Any
 
 import yaml
 
+from graphrun.arguments import integer
+
+MAX_EPOCHS = 1_000_000  # the job spec's (graphrun/job/spec/base.py), without pydantic here
+NODES = (100, 10_000_000)  # two parts with training nodes each; a graph that fits a laptop
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -28,8 +33,10 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--nodes", type=int, default=100_000, help="nodes of the generated graph")
-    p.add_argument("--epochs", type=int, default=3, help="GraphSAGE training epochs")
+    p.add_argument("--nodes", type=integer(*NODES), default=100_000,
+                   help="nodes of the generated graph")  # fmt: skip
+    p.add_argument("--epochs", type=integer(1, MAX_EPOCHS), default=3,
+                   help="GraphSAGE training epochs")  # fmt: skip
     p.add_argument("--workdir", type=Path, help="keep dataset, partitions and logs here")
     p.add_argument(
         "--hosts", choices=("local", "netns"), default="local", help="machines as process "

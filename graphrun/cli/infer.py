@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from graphrun.arguments import add_fields, from_fields
 from graphrun.serving.protocol import Bounds
@@ -199,41 +199,41 @@ def _serve(args: argparse.Namespace, t: Any, token: str | None, sock: Any) -> in
 
 
 def embed(args: argparse.Namespace) -> int:
-    import torch
-
-    from graphrun.serving import config, refresh
-    from graphrun.serving.embed import embed as run_embed
-    from graphrun.serving.engine import Engine
+    from graphrun.serving import config
 
     _check(args)
     t = config.target(args.job, args.store, args.key_file, args.checkpoint)
-    torch.set_num_threads(args.threads)
-    engine = Engine(t.spec, t.checkpoint, t.servers, t.keys, t.job_name, args.store_timeout)
-    try:
-        assert engine.model is not None
-        run = refresh.full if args.live else refresh.refresh if args.refresh else None
-        what = (engine.model, engine.data, engine.ntype, t.spec.feature, args.batch_size)
-        if args.follow:
-            return _follow(args, what, t.job_name)
-        out = run_embed(*what) if run is None else run(*what, version=args.version)
-    finally:
-        engine.close()
-    print(json.dumps({"job": t.job_name, **out}), flush=True)
+    if args.follow:
+        return _follow(args, t)
+    from graphrun.serving.engine import embed_job  # torch: after the arguments are checked
+
+    how: Literal["live", "refresh"] | None = (
+        "live" if args.live else "refresh" if args.refresh else None
+    )
+    out = embed_job(t, threads=args.threads, timeout=args.store_timeout,
+                    batch_size=args.batch_size, how=how, version=args.version)  # fmt: skip
+    print(json.dumps(out), flush=True)
     return 0
 
 
-def _follow(args: argparse.Namespace, what: tuple[Any, ...], job: str) -> int:
+def _follow(args: argparse.Namespace, t: Any) -> int:
     """``--follow``: refresh as the head moves until SIGTERM or SIGINT (exit 0)."""
     import signal
     import threading
 
+    from graphrun.serving.engine import job_pass
     from graphrun.serving.follow import follow
 
     stop = threading.Event()
     old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def report(out: dict[str, Any]) -> None:
+        print(json.dumps({"job": t.job_name, **out}), flush=True)
+
     try:
-        follow(*what, live=args.live, poll_s=args.poll_s, stop=stop,
-               report=lambda out: print(json.dumps({"job": job, **out}), flush=True))  # fmt: skip
+        with job_pass(t, threads=args.threads, timeout=args.store_timeout,
+                      batch_size=args.batch_size) as what:  # fmt: skip
+            follow(*what, live=args.live, poll_s=args.poll_s, stop=stop, report=report)
     finally:
         for s, h in old.items():
             signal.signal(s, h)

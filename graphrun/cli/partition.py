@@ -312,6 +312,12 @@ def _rank_environment(rendezvous: str) -> None:
 def _run_distributed(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
 
+    if args.timeout is None:
+        args.timeout = DEFAULT_TIMEOUT
+    if not 0 < args.timeout <= MAX_TIMEOUT:
+        raise ArgumentError(
+            f"--timeout: must be a number of seconds in (0, {MAX_TIMEOUT:g}], got {args.timeout}"
+        )
     if args.rank is not None:
         if args.rendezvous is None:
             raise ArgumentError("--rank: needs --rendezvous (where the ranks meet)")
@@ -320,12 +326,6 @@ def _run_distributed(args: argparse.Namespace) -> int:
     from graphrun.partition.quality import Quality
     from graphrun.partition.xtrapulp import LPOptions
 
-    if args.timeout is None:
-        args.timeout = DEFAULT_TIMEOUT
-    if not 0 < args.timeout <= MAX_TIMEOUT:
-        raise ArgumentError(
-            f"--timeout: must be a number of seconds in (0, {MAX_TIMEOUT:g}], got {args.timeout}"
-        )
     if args.init is None:
         args.init = "local"
     opts = DistOptions(

@@ -26,10 +26,7 @@ import torch.distributed as dist
 from graphrun.errors import PeerLost
 from graphrun.graph.graph import release
 from graphrun.names import owners
-from graphrun.partition.arrays import stable_argsort
-
-ROUND_BYTES = 1 << 24  # bytes a rank sends in one round of a large exchange
-PIECE = 1 << 20  # entries a slice-by-slice pass of the distributed mode takes at once
+from graphrun.partition.arrays import ROUND_BYTES, by_rank, rank_order
 
 
 def _tensor(arr: np.ndarray) -> torch.Tensor:
@@ -38,27 +35,6 @@ def _tensor(arr: np.ndarray) -> torch.Tensor:
     if not flat.flags.writeable:
         flat = flat.copy()
     return torch.from_numpy(flat)
-
-
-def rank_order(dest: np.ndarray, world: int) -> tuple[np.ndarray, np.ndarray]:
-    """The rows' order grouped by destination rank (stable inside a rank), and where
-    each rank's group starts in it (``world + 1`` cuts)."""
-    cuts = np.zeros(world + 1, dtype=np.int64)
-    np.cumsum(np.bincount(dest, minlength=world), out=cuts[1:])
-    return stable_argsort(dest, world), cuts
-
-
-def by_rank(
-    dest: np.ndarray,
-    world: int,
-    *cols: np.ndarray,
-    grouping: tuple[np.ndarray, np.ndarray] | None = None,
-) -> list[np.ndarray]:
-    """Rows (the stacked ``cols``) grouped by destination rank, for :meth:`Comm.exchange`
-    (``grouping``: :func:`rank_order` of ``dest``, when the caller has it already)."""
-    order, cuts = grouping if grouping is not None else rank_order(dest, world)
-    rows = np.stack([c[order] for c in cols], axis=1) if cols else np.zeros((len(dest), 0))
-    return [np.ascontiguousarray(rows[cuts[q] : cuts[q + 1]]) for q in range(world)]
 
 
 class Comm:

@@ -43,7 +43,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -67,8 +67,7 @@ from graphrun.graph.chunked import (
 from graphrun.graph.graph import release
 from graphrun.names import owners
 from graphrun.partition import balance, shuffle
-from graphrun.partition.arrays import pieces
-from graphrun.partition.comm import ROUND_BYTES, Comm, by_rank
+from graphrun.partition.arrays import ROUND_BYTES, by_rank, pieces
 from graphrun.partition.format import (
     DistributedInfo,
     MappingLayout,
@@ -83,6 +82,9 @@ from graphrun.partition.peaks import Phases
 from graphrun.partition.quality import Quality, row_flags
 from graphrun.partition.rendezvous import join, parse_rendezvous, private_rendezvous
 from graphrun.partition.xtrapulp import INITS, LPOptions, build_local_graph, propagate
+
+if TYPE_CHECKING:  # torch: only a rank imports it, not the launcher
+    from graphrun.partition.comm import Comm
 
 PHASES = ("read", "graph", "assign", "relabel", "shuffle", "write")
 METHOD = "xtrapulp"
@@ -422,6 +424,8 @@ def _joined(
     """This rank in the gloo process group of ``parts`` ranks (checked first, so bad
     input is one clear line before joining the others)."""
     import torch.distributed as dist
+
+    from graphrun.partition.comm import Comm
 
     if not 0 <= rank < parts:
         raise ArgumentError(f"--rank: {rank} is not in [0, {parts})")

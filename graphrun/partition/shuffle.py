@@ -33,19 +33,29 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from graphrun.graph.chunked import Chunk, ChunkedMeta
 from graphrun.graph.graph import release
 from graphrun.names import etype_key, owners
-from graphrun.partition.arrays import group_ranks, pieces, stable_argsort, unique
+from graphrun.partition.arrays import (
+    PIECE,
+    by_rank,
+    group_ranks,
+    pieces,
+    rank_order,
+    stable_argsort,
+    unique,
+)
 from graphrun.partition.book import PartitionBook
-from graphrun.partition.comm import PIECE, Comm, by_rank, rank_order
 from graphrun.partition.format import MAPPING_DIR
 from graphrun.partition.npyout import flushed, open_npy
 from graphrun.partition.quality import Quality, max_over_mean
+
+if TYPE_CHECKING:  # torch: only a rank imports it, not the launcher
+    from graphrun.partition.comm import Comm
 
 
 @dataclass(frozen=True, eq=False)

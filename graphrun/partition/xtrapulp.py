@@ -38,6 +38,7 @@ Meyerhenke, Sanders, Schulz, "Parallel Graph Partitioning for Complex Networks",
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
@@ -46,9 +47,11 @@ from graphrun.errors import ArgumentError
 from graphrun.graph.graph import release
 from graphrun.names import owners
 from graphrun.partition import balance
-from graphrun.partition.arrays import group_ranks, stable_argsort
-from graphrun.partition.comm import PIECE, Comm, by_rank
+from graphrun.partition.arrays import PIECE, by_rank, group_ranks, stable_argsort
 from graphrun.partition.kaminpar import kaminpar_assign
+
+if TYPE_CHECKING:  # torch: only a rank imports it, not the launcher
+    from graphrun.partition.comm import Comm
 
 INITS = ("local", "hash", "block")
 

@@ -27,6 +27,8 @@ the schedules of its plan and of co-location beside the plan file (:func:`write_
                                "end": 0.02}, ...]}, ...]}
 
 The drawing lives above placement (``graphrun.report``): this module has no plotting.
+A report reads the file without the simulator (numba: 0.3 CPU-s to import), which
+:func:`schedule` imports when it runs.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
@@ -41,10 +44,12 @@ import numpy as np
 from graphrun.errors import ArgumentError, SpecError
 from graphrun.files import write_atomic
 from graphrun.names import RoleName
-from graphrun.placement.cluster import Cluster
-from graphrun.placement.oes import Policy, simulate_times
-from graphrun.placement.workload import STAGES, Scenario, Template, make_template
 from graphrun.wire import Header, check_header, convert_json, to_builtins
+
+if TYPE_CHECKING:
+    from graphrun.placement.cluster import Cluster
+    from graphrun.placement.oes import Policy
+    from graphrun.placement.workload import Scenario, Template
 
 FORMAT = "graphrun-schedule"
 VERSION = 1
@@ -102,10 +107,13 @@ def schedule(
     scenario: Scenario,
     placement: Sequence[int],
     label: str = "plan",
-    policy: Policy | str = Policy.PRIORITY,
+    policy: Policy | str = "priority",
     template: Template | None = None,
 ) -> Schedule:
     """Simulate ``placement`` (machine index per task) and name its tasks and flows."""
+    from graphrun.placement.oes import simulate_times
+    from graphrun.placement.workload import STAGES, make_template
+
     tpl = template if template is not None else make_template(scenario)
     if tpl.owner is None or tpl.stage is None:
         raise ArgumentError("schedule: the template has no owners (make it with make_template)")

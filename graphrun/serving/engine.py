@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
@@ -43,6 +44,7 @@ from graphrun.distributed.minibatch import MiniBatchSampler, epoch_seed
 from graphrun.errors import ArgumentError, BadRequest, GraphrunError, StoreUnavailable
 from graphrun.rpc.auth import KeyPair
 from graphrun.sampling.mfg import SampledSubgraph
+from graphrun.serving import embed, refresh
 from graphrun.serving.embed import TABLES, table_name
 from graphrun.serving.live_ids import NewNodes, stored
 from graphrun.serving.model import ModelSpec, load_model
@@ -50,6 +52,9 @@ from graphrun.serving.protocol import Graph, Query
 from graphrun.store.dist_tensor import DistTensor
 from graphrun.train.distdata import DistGraphData
 from graphrun.train.models import ByLayer, mfg_edges, mfg_targets
+
+if TYPE_CHECKING:
+    from graphrun.serving.config import Target
 
 
 @dataclass
@@ -347,3 +352,37 @@ def _rows(logits: Tensor, emb: Tensor) -> dict[str, np.ndarray]:
         "predictions": logits.argmax(-1).numpy().astype(np.int64),
         "embeddings": emb.float().numpy(),
     }
+
+
+@contextlib.contextmanager
+def job_pass(
+    t: Target, *, threads: int = 1, timeout: float = 5.0, batch_size: int = 4096
+) -> Iterator[tuple[ByLayer, DistGraphData, str, str, int]]:
+    """What a whole-graph pass of the job ``t`` runs on (:mod:`.embed`, :mod:`.refresh`):
+    its model, its data in the store, node type, feature and batch size, with the store
+    open meanwhile."""
+    torch.set_num_threads(threads)
+    engine = Engine(t.spec, t.checkpoint, t.servers, t.keys, t.job_name, timeout)
+    try:
+        assert engine.model is not None
+        yield engine.model, engine.data, engine.ntype, t.spec.feature, batch_size
+    finally:
+        engine.close()
+
+
+def embed_job(
+    t: Target, *, threads: int = 1, timeout: float = 5.0, batch_size: int = 4096,
+    how: Literal["live", "refresh"] | None = None, version: int | None = None,
+) -> dict[str, object]:  # fmt: skip
+    """``graphrun infer embed``: every node's embeddings, logits and predictions of the
+    job ``t`` into its store (:mod:`.embed`; ``how``: :mod:`.refresh`'s pass at the head
+    whose states it keeps, or its refresh of them); the job and what it took."""
+    out: dict[str, float | int | list[int]]
+    with job_pass(t, threads=threads, timeout=timeout, batch_size=batch_size) as what:
+        if how is None:
+            out = {**embed.embed(*what)}
+        elif how == "live":
+            out = {**refresh.full(*what, version=version)}
+        else:
+            out = refresh.refresh(*what, version=version)
+    return {"job": t.job_name, **out}

@@ -5,18 +5,22 @@ GAT: :class:`~graphrun.train.tasks.NodeClassification`'s models): the same class
 arguments the task gives them (``in_dim`` from the store's feature, the classes from its
 label, layers from the fanouts, the precision resolved as a CPU trainer resolves it), so
 the checkpoint's ``state_dict`` loads strictly and a forward equals the trainer's.
+The models (torch) are imported when one is built: a command that refuses its job or
+its arguments does so without them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from graphrun.errors import ArgumentError
 from graphrun.job.spec import GraphJob
-from graphrun.train.checkpoint import load_checkpoint
-from graphrun.train.models import GAT, GCN, SAGE, ByLayer, resolve_precision
 from graphrun.train.names import model_name
+
+if TYPE_CHECKING:
+    from graphrun.train.models import ByLayer
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,8 @@ class ModelSpec:
 
 def build_model(spec: ModelSpec, in_dim: int, classes: int) -> ByLayer:
     """The model :class:`~graphrun.train.tasks.NodeClassification` builds (CPU, csr path)."""
+    from graphrun.train.models import GAT, GCN, SAGE, resolve_precision
+
     if spec.name == "gcn":
         return GCN(in_dim, spec.hidden, classes, spec.layers, spec.dropout)
     if spec.name == "gat":
@@ -69,6 +75,8 @@ def build_model(spec: ModelSpec, in_dim: int, classes: int) -> ByLayer:
 
 def load_model(spec: ModelSpec, ckpt_dir: Path, in_dim: int, classes: int) -> ByLayer:
     """The model with the weights of ``ckpt_dir``'s checkpoint, in eval mode."""
+    from graphrun.train.checkpoint import load_checkpoint
+
     ckpt = load_checkpoint(ckpt_dir)
     if ckpt is None:
         raise ArgumentError(

@@ -20,6 +20,29 @@ def test_demo_generates_and_partitions(tmp_path, capsys):
     assert "edge cut" in out and (tmp_path / "parts" / "partition.json").is_file()
 
 
+@pytest.mark.parametrize(
+    ("flag", "value", "says"),
+    [("--epochs", "0", "--epochs: 0 is not in [1, 1000000]"),
+     ("--nodes", "5", "--nodes: 5 is not in [100, 10000000]")],
+)  # fmt: skip
+def test_bad_arguments_are_one_line_before_any_work(tmp_path, capsys, flag, value, says):
+    """``--epochs 0`` was refused by the job after the graph was generated and partitioned,
+    ``--nodes 5`` as an ``--avg-degree`` the demo has no flag for."""
+    work = tmp_path / "work"
+    argv = ["demo", "--nodes", "2000", "--workdir", str(work), flag, value]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err
+    assert not work.exists()
+
+
+def test_the_demo_bounds_epochs_as_the_job_spec_does():
+    from graphrun.cli.demo import MAX_EPOCHS
+    from graphrun.job.spec.base import MAX_EPOCHS as SPEC_MAX_EPOCHS
+
+    assert MAX_EPOCHS == SPEC_MAX_EPOCHS
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 def test_demo_trains_and_compares_with_an_mlp(tmp_path):

@@ -162,12 +162,19 @@ def test_a_rank_killed_mid_shuffle_fails_the_run_and_leaves_nothing(tmp_path: Pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chunks"]
 
 
-def test_cli_missing_chunk_is_one_line(tmp_path: Path) -> None:
+def test_cli_missing_chunk_is_one_line_before_torch_is_imported(tmp_path: Path) -> None:
+    """Only the ranks import torch (1.3 CPU-s): the launcher refuses bad input without it."""
     save_chunked(hetero_graph(), tmp_path / "chunks", 2)
     shutil.rmtree(tmp_path / "chunks" / "chunk-1")
-    res = run_graphrun("partition", str(tmp_path / "chunks"), str(tmp_path / "out"),
-                       "--parts", "2", "--mode", "distributed", "--timeout", "30")  # fmt: skip
+    code = "import sys; from graphrun.cli import main; code = main(sys.argv[1:]); "
+    code += "print('torch' in sys.modules); raise SystemExit(code)"
+    res = subprocess.run(
+        [sys.executable, "-c", code, "partition", str(tmp_path / "chunks"), str(tmp_path / "out"),
+         "--parts", "2", "--mode", "distributed", "--timeout", "30"],
+        capture_output=True, text=True, env=child_env(), timeout=60,
+    )  # fmt: skip
     assert res.returncode == 2, res.stderr
+    assert res.stdout.strip() == "False"
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in res.stderr
     assert lines[0].startswith("graphrun: error: ") and "chunk-1: missing" in lines[0]

@@ -4,6 +4,8 @@ or listens (no store runs in these tests)."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,6 +87,18 @@ def test_embed_refuses_bad_arguments(job, capsys) -> None:
     refused(capsys, [*base, *key, "--follow"], "--follow: only with --live or --refresh")
     refused(capsys, [*base, *key, "--live", "--follow", "--version", "1"], "not with --follow")
     refused(capsys, [*base, *key, "--live", "--follow", "--poll-s", "0"], "--poll-s: 0.0 is not")
+
+
+def test_embed_refuses_before_it_imports_torch(job) -> None:
+    """A refused ``graphrun infer embed`` imported torch first (4.4 CPU-s for one line, 0.5 now)."""
+    d = job.parent
+    code = "import sys; from graphrun.cli import main; code = main(sys.argv[1:]); "
+    code += "print('torch' in sys.modules); sys.exit(code)"
+    argv = ["infer", "embed", str(job), "--store", "tcp://127.0.0.1:1",
+            "--key-file", str(d / "store.key")]  # fmt: skip
+    got = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+    assert got.returncode == 2 and "admin key" in got.stderr, got.stderr
+    assert got.stdout.strip() == "False"
 
 
 def test_serve_pins_a_version_only_when_told_to(job, capsys) -> None:
