@@ -39,6 +39,28 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def threads_cpu(pid: int) -> dict[str, list[float]]:
+    """Per thread name: [user s, system s] (threads of one name summed)."""
+    out: dict[str, list[float]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        acc = out.setdefault(name, [0.0, 0.0])
+        acc[0] += int(fields[11]) / tick
+        acc[1] += int(fields[12]) / tick
+    return out
+
+
+def per_batch(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict[str, list[float]]:
+    zero = [0.0, 0.0]
+    return {k: [round(1000 * (a - b) / BATCHES, 2) for a, b in zip(v, before.get(k, zero))]
+            for k, v in after.items() if v != before.get(k, zero)}
+
+
 def main() -> None:
     from graphrun.bench.live import _free_port, _keys
     from graphrun.distributed.writer import GraphWriter
@@ -48,15 +70,20 @@ def main() -> None:
     from graphrun.rpc.auth import load_keys
     from graphrun.store.client import ClientConfig, KVClient
 
+    if os.environ.get("TUNE", "1") == "1":
+        from graphrun.rpc.tuning import keep_large_allocations
+
+        keep_large_allocations()  # as graphrun ingest and graphrun bench do
     d = Path(tempfile.mkdtemp(prefix="graphrun-ingest-cpu-"))
     graph = community(GenParams(nodes=20000, avg_degree=10, exponent=2.1, feat_dim=16, classes=5))
     partition_graph(graph, d / "parts", 2, "random")
     _keys(d)
     (d / "live").mkdir()
     extra = ["--clients", str(d / "clients"), "--live-dir", str(d / "live")]
+    launcher = os.environ.get("LAUNCHER", "").split()
     addrs = [f"tcp://127.0.0.1:{_free_port()}" for _ in range(2)]
     stores = [start_store(d / "parts", p, key_file=d / "store.key", address=addrs[p],
-                          extra_args=extra, log_dir=d) for p in range(2)]  # fmt: skip
+                          extra_args=extra, log_dir=d, launcher=launcher) for p in range(2)]  # fmt: skip
     spies = []
     try:
         keys = load_keys(d / "writer.key")
@@ -79,10 +106,12 @@ def main() -> None:
                     out = d.parent / f"spy-{s.proc.pid}.txt"
                     cmd = ["py-spy", "record", "-r", "200", "-f", "raw", "-o", str(out),
                            "-p", str(s.proc.pid)]  # fmt: skip
+                    cmd += ["--gil"] if os.environ["SPY"] == "gil" else []
                     spies.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL))
                 time.sleep(1)
             s0 = [cpu_s(s.proc.pid) for s in stores]
-            prof = cProfile.Profile() if os.environ.get("PROFILE") else None
+            t_0 = [threads_cpu(s.proc.pid) for s in stores]
+            prof = cProfile.Profile(time.thread_time) if os.environ.get("PROFILE") else None
             t0, c0 = time.perf_counter(), time.process_time()
             if prof is not None:
                 prof.enable()
@@ -94,6 +123,7 @@ def main() -> None:
                 prof.disable()
             wall, wcpu = time.perf_counter() - t0, time.process_time() - c0
             s1 = [cpu_s(s.proc.pid) for s in stores]
+            t_1 = [threads_cpu(s.proc.pid) for s in stores]
             if WINDOW:
                 w.close()
         print(json.dumps({
@@ -103,9 +133,10 @@ def main() -> None:
             "server_cpu_ms_per_batch": [round(1000 * (b - a) / BATCHES, 2)
                                         for a, b in zip(s0, s1, strict=True)],
             "load_avg": os.getloadavg(),
+            "threads_ms_user_sys": [per_batch(a, b) for a, b in zip(t_0, t_1)],
         }))  # fmt: skip
         if prof is not None:
-            pstats.Stats(prof).sort_stats("cumtime").print_stats(30)
+            pstats.Stats(prof).sort_stats(os.environ.get("SORT", "cumtime")).print_stats(40)
     finally:
         for spy in spies:
             spy.send_signal(2)

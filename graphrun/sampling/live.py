@@ -40,7 +40,7 @@ def in_degrees(csc: CSCGraph, delta: LiveDelta, version: int, seeds: np.ndarray)
     out = np.zeros(len(seeds), np.int64)
     out[base] = csc.indptr[rows + 1] - csc.indptr[rows]
     gone = np.unique(delta.deleted_at(version))
-    gone = gone[~delta.has_edges(gone, committed_only=True)]  # base edges (owned here)
+    gone = gone[~delta.has_edges(gone)]  # base edges (owned here)
     if len(gone) and base.any():
         dst = np.sort(csc.find_edges(gone)[1])
         out[base] -= np.searchsorted(dst, seeds[base], "right") - np.searchsorted(dst, seeds[base])

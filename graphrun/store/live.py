@@ -45,6 +45,7 @@ from graphrun.rpc.codec import wire_dtype
 from graphrun.store.live_index import (
     Batch,
     Run,
+    Taken,
     build_run,
     concat,
     latest,
@@ -209,8 +210,8 @@ class LiveDelta:
                                             daemon=True)  # fmt: skip
             self._merger.start()
         self._updating: set[int] = set()  # versions held that overwrite rows
-        self._pending_nodes = np.empty(0, np.int64)
-        self._pending_edges = np.empty(0, np.int64)
+        self.taken_nodes = Taken()  # growth ids held: pending, committed, folded
+        self.taken_edges = Taken()
         # compaction (store/compact.py): the versions <= floor are folded into the base;
         # ``base`` is the folded growth (new nodes, edges into them, rows) at version 0,
         # ``base_eids`` the (sorted eid, etype) of new edges folded into the base CSC and
@@ -241,7 +242,8 @@ class LiveDelta:
         if batch.updates:
             self._updating.add(batch.version)
         self.nbytes += cost
-        self._pending_changed()
+        self.taken_nodes.add(batch.nodes, batch.version)
+        self.taken_edges.add(batch.edges[2], batch.version)
 
     def commit(self, version: int) -> bool:
         """Make a pending piece visible; False if none is held for ``version``."""
@@ -252,7 +254,6 @@ class LiveDelta:
         with self._lock:
             self._fresh.append(held[0])
         self._wake.set()
-        self._pending_changed()
         return True
 
     def abort(self, version: int) -> bool:
@@ -261,13 +262,9 @@ class LiveDelta:
             return False
         self.nbytes -= 2 * held[0].nbytes
         self._updating.discard(version)
-        self._pending_changed()
+        self.taken_nodes.drop(version)
+        self.taken_edges.drop(version)
         return True
-
-    def _pending_changed(self) -> None:
-        batches = [b for b, _ in self.pending.values()]  # at most MAX_UNDECIDED-ish
-        self._pending_nodes = np.sort(concat([b.nodes for b in batches], np.int64))
-        self._pending_edges = np.sort(concat([b.edges[2] for b in batches], np.int64))
 
     def lowest(self) -> int:
         """The lowest version held (pending or committed); 0: the partition is its base."""
@@ -312,6 +309,8 @@ class LiveDelta:
             self._folds += 1
             held = [*self.committed.values(), *(b for b, _ in self.pending.values())]
             self.nbytes = sum(2 * b.nbytes for b in held)
+            self.taken_nodes.fold(version, base.nodes[0])
+            self.taken_edges.fold(version, eids[0])
         self._wake.set()
 
     def close(self) -> None:
@@ -383,13 +382,9 @@ class LiveDelta:
 
     # ---- reads
 
-    def has_nodes(self, ids: np.ndarray) -> np.ndarray:
-        """Whether each growth id is held (pending or committed)."""
-        return self._nodes(ids)[0] | lookup_sorted(self._pending_nodes, ids)[0]
-
-    def has_edges(self, eids: np.ndarray, committed_only: bool = False) -> np.ndarray:
-        found = self._edges(eids)[0]
-        return found if committed_only else found | lookup_sorted(self._pending_edges, eids)[0]
+    def has_edges(self, eids: np.ndarray) -> np.ndarray:
+        """Whether each edge id is a committed new edge (or one folded into the base)."""
+        return self._edges(eids)[0]
 
     def node_types_of(self, ids: np.ndarray, extra: Batch | None = None) -> np.ndarray:
         """The ntype of each committed growth node (or new in ``extra``); -1 otherwise."""

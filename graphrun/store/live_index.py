@@ -210,3 +210,63 @@ def latest(r_ids: np.ndarray, r_ver: np.ndarray, ids: np.ndarray, version: int) 
         late = late[~gone]
         late = late[r_ver[pos[late]] > version]
     return pos
+
+
+# ---- ids taken -------------------------------------------------------------------------
+
+
+def id_runs(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct ids as sorted ``[start, end)`` runs of consecutive ids."""
+    if len(ids) > 1 and not bool((ids[1:] > ids[:-1]).all()):
+        ids = np.unique(ids)
+    if len(ids) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    cut = np.flatnonzero(ids[1:] != ids[:-1] + 1) + 1
+    starts = ids[np.concatenate([[0], cut])]
+    ends = ids[np.concatenate([cut - 1, [len(ids) - 1]])] + 1
+    return starts.astype(np.int64), ends.astype(np.int64)
+
+
+class Taken:
+    """Growth ids a delta holds (pending, committed or folded), as sorted disjoint
+    ``[start, end)`` runs, each with the version that holds it (0: folded). The
+    sequencer hands ids out in runs, so a piece's new ids are a few runs: whether one is
+    taken is a lookup of those runs (:meth:`any_of`), not of each id in every run of the
+    read index."""
+
+    def __init__(self) -> None:
+        self.starts = np.empty(0, np.int64)
+        self.ends = np.empty(0, np.int64)
+        self.versions = np.empty(0, np.int64)
+
+    def any_of(self, ids: np.ndarray) -> bool:
+        """Whether any of ``ids`` is taken."""
+        if len(ids) == 0 or len(self.starts) == 0:
+            return False
+        s, e = id_runs(ids)
+        i = np.searchsorted(self.starts, e, side="left") - 1
+        return bool(((i >= 0) & (self.ends[np.maximum(i, 0)] > s)).any())
+
+    def add(self, ids: np.ndarray, version: int) -> None:
+        """Take ``ids`` (none of them taken: :meth:`any_of` said so) for ``version``."""
+        s, e = id_runs(ids)
+        at = np.searchsorted(self.starts, s)
+        self.starts = np.insert(self.starts, at, s)
+        self.ends = np.insert(self.ends, at, e)
+        self.versions = np.insert(self.versions, at, version)
+
+    def drop(self, version: int) -> None:
+        """Give back the ids ``version`` took (an aborted piece)."""
+        keep = self.versions != version
+        self.starts, self.ends = self.starts[keep], self.ends[keep]
+        self.versions = self.versions[keep]
+
+    def fold(self, version: int, folded: np.ndarray) -> None:
+        """A compaction folded the versions ``<= version`` into the base: their runs stay
+        taken (version 0). Nothing held (a server loading its compacted base at start):
+        the base's growth ids ``folded`` are taken."""
+        if len(self.starts) == 0:
+            self.starts, self.ends = id_runs(folded)
+            self.versions = np.zeros(len(self.starts), np.int64)
+        else:
+            self.versions[self.versions <= version] = 0

@@ -19,6 +19,7 @@ from graphrun.store.live import (
     run_ids,
 )
 from graphrun.store.live_check import FeatureSpec, Schema, check_piece
+from graphrun.store.live_index import Taken, id_runs
 
 N, E = 10, 20
 FEAT = "node/_N/feat"
@@ -125,7 +126,7 @@ def test_abort_drops_a_piece_and_its_bytes():
     assert d.nbytes == 2 * b.nbytes
     assert d.abort(1)
     assert d.nbytes == 0 and d.lowest() == 0
-    assert not d.has_nodes(np.asarray([N])).any()
+    assert not d.taken_nodes.any_of(np.asarray([N]))
 
 
 @pytest.mark.parametrize(
@@ -174,6 +175,57 @@ def test_new_edge_needs_its_new_destination_in_the_piece_or_committed():
     held(d, nodes_piece(1, [N]))
     held(d, Piece(version=2, **edge))
     assert d.in_edges(np.asarray([N]), 2)[0].tolist() == [1]
+
+
+def test_an_id_held_pending_or_committed_is_taken_and_an_aborted_ones_is_free():
+    d = LiveDelta()
+    held(d, nodes_piece(1, [N, N + 1]), commit=False)
+    held(d, _edge_piece(2, [1], [2], [E + 3]))
+    for piece, message in (
+        (nodes_piece(3, [N + 2, N + 1]), "new_nodes: an id is taken"),
+        (_edge_piece(3, [1, 1], [2, 2], [E + 4, E + 3]), "edge id is taken"),
+    ):
+        with pytest.raises(ArgumentError, match=message):
+            held(d, piece)
+    assert d.abort(1)
+    held(d, nodes_piece(3, [N + 2, N + 1]))
+
+
+def test_taken_runs_answer_as_the_set_of_their_ids():
+    """Runs of ids held per version (the sequencer's runs, or ids in any order), some
+    given back, some folded (kept whatever is given back after): every question
+    answered as a set of ids would."""
+    rng = np.random.default_rng(0)
+    t, by_version = Taken(), {}
+    for v in range(1, 200):
+        if rng.random() < 0.5:
+            ids = np.arange(s := int(rng.integers(0, 900)), s + int(rng.integers(1, 40)))
+        else:
+            ids = rng.choice(1000, int(rng.integers(1, 30)), replace=False)
+        held_ids = set().union(*by_version.values()) if by_version else set()
+        assert t.any_of(ids) == bool(held_ids & set(ids.tolist()))
+        if not t.any_of(ids):
+            t.add(ids, v)
+            by_version[v] = set(ids.tolist())
+        if v % 5 == 0 and by_version:
+            gone = int(rng.choice(list(by_version)))
+            t.drop(gone)
+            by_version.pop(gone)
+        if v == 100:
+            t.fold(100, np.empty(0, np.int64))
+            by_version = {0: set().union(*by_version.values()), **{}}
+    t.drop(0 + 1)
+    everything = set().union(*by_version.values())
+    for i in range(1000):
+        assert t.any_of(np.asarray([i])) == (i in everything)
+    s, e = id_runs(np.asarray([7, 3, 4, 5, 9, 8]))
+    assert s.tolist() == [3, 7] and e.tolist() == [6, 10]
+
+
+def test_a_delta_loading_a_compacted_base_takes_its_ids():
+    t = Taken()
+    t.fold(5, np.asarray([N, N + 1, N + 2, N + 7]))
+    assert t.any_of(np.asarray([N + 7])) and not t.any_of(np.asarray([N + 3, N + 6]))
 
 
 def test_the_delta_bound_refuses_and_slows():
