@@ -186,6 +186,16 @@ def run_ids(runs: list[tuple[int, int]] | list[list[int]]) -> np.ndarray:
 # ---- the delta -------------------------------------------------------------------------
 
 
+def _unmerged(runs: list[Run]) -> int:
+    """The last ``i`` whose run is not larger than the next one (-1: none). Not only the
+    last two: runs flushed by reads while the thread merged an older pair can leave a
+    pair before them out of the rule."""
+    for i in range(len(runs) - 2, -1, -1):
+        if runs[i].size <= runs[i + 1].size:
+            return i
+    return -1
+
+
 Resolver = Callable[[np.ndarray], np.ndarray]  # base eids -> their sources
 
 
@@ -329,10 +339,10 @@ class LiveDelta:
             while not self._closed:
                 with self._lock:
                     self._flush(merge=False)
-                    runs = self._runs
-                    if len(runs) < 2 or runs[-2].size > runs[-1].size:
+                    i = _unmerged(self._runs)
+                    if i < 0:
                         break
-                    older, newer, folds = runs[-2], runs[-1], self._folds
+                    older, newer, folds = self._runs[i], self._runs[i + 1], self._folds
                 try:
                     merged = merge_runs(older, newer)
                 except Exception:  # reads go on over more runs; the next commit tries again
