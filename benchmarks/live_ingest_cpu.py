@@ -45,7 +45,7 @@ def threads_cpu(pid: int) -> dict[str, list[float]]:
     tick = os.sysconf("SC_CLK_TCK")
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            name = (task / "comm").read_text().strip()
+            name = (task / "comm").read_text().strip() + ("/" + task.name if os.environ.get("TIDS") else "")
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
@@ -109,6 +109,11 @@ def main() -> None:
                     cmd += ["--gil"] if os.environ["SPY"] == "gil" else []
                     spies.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL))
                 time.sleep(1)
+            if os.environ.get("TIDS"):
+                for s in stores:
+                    dump = subprocess.run(["py-spy", "dump", "-p", str(s.proc.pid)],
+                                          capture_output=True, text=True).stdout
+                    print("\n".join(x for x in dump.splitlines() if x.startswith("Thread")))
             s0 = [cpu_s(s.proc.pid) for s in stores]
             t_0 = [threads_cpu(s.proc.pid) for s in stores]
             prof = cProfile.Profile(time.thread_time) if os.environ.get("PROFILE") else None

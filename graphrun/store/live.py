@@ -382,10 +382,11 @@ class LiveDelta:
         """``(found, etype)`` of each committed new edge (-1 if none)."""
         found = np.zeros(len(eids), dtype=bool)
         etype = np.full(len(eids), -1, np.int64)
-        for r in self.runs:
-            hit, pos = lookup_sorted(r.by_eid[0], eids)
+        for r in self.runs if len(eids) else []:  # no eid asked: no run's eid index made
+            by_eid = r.edges_by_eid()
+            hit, pos = lookup_sorted(by_eid[0], eids)
             found |= hit
-            etype[hit] = r.by_eid[1][pos[hit]]
+            etype[hit] = by_eid[1][pos[hit]]
         hit, pos = lookup_sorted(self.base_eids[0], eids)  # folded into the base CSC
         etype[hit] = self.base_eids[1][pos[hit]]
         return found | hit, etype
@@ -493,9 +494,10 @@ class LiveDelta:
             eff = r.deleted[1].copy()
             new = np.zeros(len(d_eid), dtype=bool)
             for other in self.runs:  # deleted new edges: their source and version here
-                hit, pos = lookup_sorted(other.by_eid[0], d_eid)
-                src[hit], new[hit] = other.by_eid[2][pos[hit]], True
-                eff[hit] = np.maximum(eff[hit], other.by_eid[3][pos[hit]])
+                by_eid = other.edges_by_eid() if len(d_eid) else np.empty((4, 0), np.int64)
+                hit, pos = lookup_sorted(by_eid[0], d_eid)
+                src[hit], new[hit] = by_eid[2][pos[hit]], True
+                eff[hit] = np.maximum(eff[hit], by_eid[3][pos[hit]])
             src[~new] = resolve(d_eid[~new])
             o = np.argsort(src, kind="stable")
             r.del_src = (src[o], eff[o], d_eid[o])

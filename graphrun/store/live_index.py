@@ -83,7 +83,6 @@ class Run:
     last: int
     nodes: np.ndarray  # int64 [4, n]: growth node id, ntype, orig id, version; by id
     edges: np.ndarray  # int64 [5, m]: src, dst, eid, etype, version; by dst
-    by_eid: np.ndarray  # int64 [4, m]: eid, etype, src, version; by eid
     deleted: np.ndarray  # int64 [2, d]: deleted eid, the version that deleted it; by eid
     # key -> (ids, versions, rows) by id: new items' rows and updates
     rows: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
@@ -93,6 +92,17 @@ class Run:
     # deletion and the edge's own)
     by_src: np.ndarray | None = None
     del_src: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    # the new edges by edge id (int64 [4, m]: eid, etype, src, version), made on the
+    # first look-up of an edge id (a deletion, an edge feature's update): an ingest of
+    # new edges alone never pays for it, and a merge keeps it once either run has it
+    by_eid: np.ndarray | None = None
+
+    def edges_by_eid(self) -> np.ndarray:
+        by_eid = self.by_eid
+        if by_eid is None:
+            by_eid = self.edges[[2, 3, 0, 4]]
+            by_eid = self.by_eid = by_eid[:, np.argsort(by_eid[0], kind="stable")]
+        return by_eid
 
     def edges_by_src(self) -> np.ndarray:
         if self.by_src is None:
@@ -116,13 +126,10 @@ def _hcat(parts: list[np.ndarray], rows: int) -> np.ndarray:
     return np.hstack([np.empty((rows, 0), np.int64), *parts])
 
 
-def _run(
-    batches: list[Batch], nodes: np.ndarray, edges: np.ndarray, by_eid: np.ndarray,
-    deleted: np.ndarray,
-) -> Run:  # fmt: skip
+def _run(batches: list[Batch], nodes: np.ndarray, edges: np.ndarray, deleted: np.ndarray) -> Run:
     versions = [b.version for b in batches]
     size = sum(_entries(b) for b in batches)
-    return Run(batches, size, min(versions), max(versions), nodes, edges, by_eid, deleted)
+    return Run(batches, size, min(versions), max(versions), nodes, edges, deleted)
 
 
 def build_run(batches: list[Batch]) -> Run:
@@ -137,9 +144,7 @@ def build_run(batches: list[Batch]) -> Run:
     edges = _hcat([np.vstack([b.edges, b.etypes[None], ver(b, len(b.etypes))])
                    for b in batches], 5)  # fmt: skip
     deleted = _hcat([np.vstack([b.deleted, ver(b, len(b.deleted))[0]]) for b in batches], 2)
-    by_eid = edges[[2, 3, 0, 4]]
-    run = _run(batches, _sorted(nodes, 0, 3), _sorted(edges, 1, 4),
-               by_eid[:, np.argsort(by_eid[0], kind="stable")], _sorted(deleted, 0, 1))  # fmt: skip
+    run = _run(batches, _sorted(nodes, 0, 3), _sorted(edges, 1, 4), _sorted(deleted, 0, 1))
     rows: dict[str, tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]] = {}
     for b in batches:
         for key, (ids, vals) in (*b.new_rows.items(), *b.updates.items()):
@@ -179,8 +184,10 @@ def merge_runs(older: Run, newer: Run) -> Run:
         return build_run(batches)
     run = _run(
         batches, _merge(older.nodes, newer.nodes, 0), _merge(older.edges, newer.edges, 1),
-        _merge(older.by_eid, newer.by_eid, 0), _merge(older.deleted, newer.deleted, 0),
+        _merge(older.deleted, newer.deleted, 0),
     )  # fmt: skip
+    if older.by_eid is not None or newer.by_eid is not None:
+        run.by_eid = _merge(older.edges_by_eid(), newer.edges_by_eid(), 0)
     run.rows = {**older.rows, **newer.rows}
     for key in older.rows.keys() & newer.rows.keys():
         a, b = older.rows[key], newer.rows[key]
