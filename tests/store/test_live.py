@@ -399,6 +399,9 @@ def test_a_fold_drops_the_merge_in_flight_over_what_it_folded(monkeypatch):
     try:
         for v in (1, 2):
             held(d, _edge_piece(v, np.array([0]), np.array([1]), np.array([E + v])))
+            deadline = time.monotonic() + 30
+            while d.work < v and time.monotonic() < deadline:  # a run of its own (the
+                time.sleep(0.001)  # thread took both commits in one run at times)
         assert started.wait(30)  # merging runs of versions 1 and 2, outside the lock
         base = build_run([d.committed[1], d.committed[2]])
         empty = (np.empty(0, np.int64), np.empty(0, np.int64))
