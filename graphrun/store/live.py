@@ -431,10 +431,13 @@ class LiveDelta:
         ``(counts int64 [len(dst)], edges int64 [4, m]: src, dst, eid, etype)``, grouped
         by ``dst`` in its order."""
         seeds, found = [], []
+        order = np.argsort(dst, kind="stable")  # sorted needles: a fraction of the misses
+        in_order = dst[order]
+        lo, hi = np.empty(len(dst), np.int64), np.empty(len(dst), np.int64)
         for r in self.runs:  # sorted by dst: only the seeds' runs are looked at
             e = r.edges
-            lo = np.searchsorted(e[1], dst, side="left")
-            hi = np.searchsorted(e[1], dst, side="right")
+            lo[order] = np.searchsorted(e[1], in_order, side="left")
+            hi[order] = np.searchsorted(e[1], in_order, side="right")
             pos = spans(lo, hi)
             seeds.append(np.repeat(np.arange(len(dst)), hi - lo))
             found.append(e[:, pos])
