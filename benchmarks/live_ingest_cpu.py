@@ -5,14 +5,18 @@ says little).
     python benchmarks/live_ingest_cpu.py            # BATCHES=150 BATCH=10000 WINDOW=0
                                                     # (WINDOW=0: commit(), runs on older code)
     WINDOW=4 python benchmarks/live_ingest_cpu.py   # GraphWriter(window=4): submit/flush
-    PROFILE=1 ...                                   # cProfile of the writer
-    SPY=1 ...                                       # py-spy raw profiles of both servers
+    PROFILE=1 SORT=tottime ...                      # cProfile of the writer (CPU time)
+    SPY=1 ... (SPY=gil: the GIL's holder only)      # py-spy raw profiles of both servers
+    TIDS=1 ...                                      # each server thread's CPU, named
+    TUNE=0 ...                                      # without keep_large_allocations
 
 A 20k-node power-law graph (``community``), 2 random partitions, one ``graphrun serve``
 per partition with ``--live-dir`` (the write-ahead log), a writer key; ``BATCHES``
 commits of ``BATCH`` new edges between random base nodes after one warm-up batch.
 Prints JSON: the writer's CPU ms per batch (``time.process_time``), each server's
-(``/proc/PID/stat``), the wall time and the load average (benchmarks/README.md).
+(``/proc/PID/stat``) and per thread (user, system; ``/proc/PID/task``), edges per CPU
+second (a server's half of each batch; the writer's whole batch), the wall time and the
+load average (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ def threads_cpu(pid: int) -> dict[str, list[float]]:
     tick = os.sysconf("SC_CLK_TCK")
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            name = (task / "comm").read_text().strip() + ("/" + task.name if os.environ.get("TIDS") else "")
+            name = (task / "comm").read_text().strip()
+            name += f"/{task.name}" if os.environ.get("TIDS") else ""
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
@@ -55,10 +60,13 @@ def threads_cpu(pid: int) -> dict[str, list[float]]:
     return out
 
 
-def per_batch(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict[str, list[float]]:
+def per_batch(
+    before: dict[str, list[float]], after: dict[str, list[float]]
+) -> dict[str, list[float]]:
     zero = [0.0, 0.0]
-    return {k: [round(1000 * (a - b) / BATCHES, 2) for a, b in zip(v, before.get(k, zero))]
-            for k, v in after.items() if v != before.get(k, zero)}
+    return {k: [round(1000 * (a - b) / BATCHES, 2)
+                for a, b in zip(v, before.get(k, zero), strict=True)]
+            for k, v in after.items() if v != before.get(k, zero)}  # fmt: skip
 
 
 def main() -> None:
@@ -80,10 +88,9 @@ def main() -> None:
     _keys(d)
     (d / "live").mkdir()
     extra = ["--clients", str(d / "clients"), "--live-dir", str(d / "live")]
-    launcher = os.environ.get("LAUNCHER", "").split()
     addrs = [f"tcp://127.0.0.1:{_free_port()}" for _ in range(2)]
     stores = [start_store(d / "parts", p, key_file=d / "store.key", address=addrs[p],
-                          extra_args=extra, log_dir=d, launcher=launcher) for p in range(2)]  # fmt: skip
+                          extra_args=extra, log_dir=d) for p in range(2)]  # fmt: skip
     spies = []
     try:
         keys = load_keys(d / "writer.key")
@@ -137,8 +144,12 @@ def main() -> None:
             "writer_cpu_ms_per_batch": round(1000 * wcpu / BATCHES, 2),
             "server_cpu_ms_per_batch": [round(1000 * (b - a) / BATCHES, 2)
                                         for a, b in zip(s0, s1, strict=True)],
+            # a server takes its half of each batch; the writer, the whole batch
+            "server_edges_per_cpu_s": [round(BATCHES * BATCH / 2 / (b - a))
+                                       for a, b in zip(s0, s1, strict=True)],
+            "writer_edges_per_cpu_s": round(BATCHES * BATCH / wcpu),
             "load_avg": os.getloadavg(),
-            "threads_ms_user_sys": [per_batch(a, b) for a, b in zip(t_0, t_1)],
+            "threads_ms_user_sys": [per_batch(a, b) for a, b in zip(t_0, t_1, strict=True)],
         }))  # fmt: skip
         if prof is not None:
             pstats.Stats(prof).sort_stats(os.environ.get("SORT", "cumtime")).print_stats(40)
