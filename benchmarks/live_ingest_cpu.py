@@ -43,6 +43,17 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def settled(pids: list[int]) -> list[float]:
+    """The servers' CPU once it stops moving: the delta's merging thread may still be
+    indexing the last commits (their cost is the batches')."""
+    now = [cpu_s(p) for p in pids]
+    while True:
+        time.sleep(0.5)
+        then, now = now, [cpu_s(p) for p in pids]
+        if all(b - a < 0.02 for a, b in zip(then, now, strict=True)):
+            return then
+
+
 def threads_cpu(pid: int) -> dict[str, list[float]]:
     """Per thread name: [user s, system s] (threads of one name summed)."""
     out: dict[str, list[float]] = {}
@@ -134,7 +145,7 @@ def main() -> None:
             if prof is not None:
                 prof.disable()
             wall, wcpu = time.perf_counter() - t0, time.process_time() - c0
-            s1 = [cpu_s(s.proc.pid) for s in stores]
+            s1 = settled([s.proc.pid for s in stores])
             t_1 = [threads_cpu(s.proc.pid) for s in stores]
             if WINDOW:
                 w.close()
