@@ -186,6 +186,18 @@ def run_ids(runs: list[tuple[int, int]] | list[list[int]]) -> np.ndarray:
 # ---- the delta -------------------------------------------------------------------------
 
 
+def _by_seed_and_eid(seed: np.ndarray, eid: np.ndarray) -> np.ndarray:
+    """The order of ``(seed, eid)`` pairs (all distinct): one sort of both packed in an
+    int64 where they fit (30x a ``lexsort`` of 50k pairs), else a ``lexsort``."""
+    if len(eid) == 0:
+        return np.empty(0, np.int64)
+    lo, span = int(eid.min()), int(eid.max()) - int(eid.min()) + 1
+    bits = max(span - 1, 1).bit_length()
+    if (len(seed) and int(seed.max()) >= 1 << (62 - bits)) or bits > 62:
+        return np.lexsort((eid, seed))
+    return np.argsort((seed << bits) | (eid - lo))
+
+
 def _unmerged(runs: list[Run]) -> int:
     """The last ``i`` whose run is not larger than the next one (-1: none). Not only the
     last two: runs flushed by reads while the thread merged an older pair can leave a
@@ -445,7 +457,7 @@ class LiveDelta:
         e = np.hstack([np.empty((5, 0), np.int64), *found])
         keep = (e[4] <= version) & ~self.deleted(e[2], version)
         seed, e = seed[keep], e[:4, keep]
-        o = np.lexsort((e[2], seed))  # by edge id: the order compaction keeps (compact.py)
+        o = _by_seed_and_eid(seed, e[2])  # by edge id: the order compaction keeps
         return np.bincount(seed, minlength=len(dst)).astype(np.int64), e[:, o]
 
     def new_edges(self, version: int) -> np.ndarray:

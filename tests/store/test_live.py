@@ -419,3 +419,22 @@ def test_a_fold_drops_the_merge_in_flight_over_what_it_folded(monkeypatch):
     finally:
         go.set()
         d.close()
+
+
+def test_in_edges_order_packed_or_not_is_by_seed_then_edge_id():
+    """The packed sort of (seed, eid) orders as a lexsort does, and falls back to one
+    where the pair does not fit 62 bits (a wide range of edge ids, many seeds)."""
+    from graphrun.store.live import _by_seed_and_eid
+
+    rng = np.random.default_rng(3)
+    for eid_lo, eid_span, seeds in ((E, 1000, 50), (2**40, 2**30, 40_000), (0, 2**61, 3)):
+        pairs = {
+            (int(s), int(eid_lo + e))
+            for s, e in zip(
+                rng.integers(0, seeds, 3000), rng.integers(0, eid_span, 3000), strict=True
+            )
+        }
+        seed, eid = (np.asarray(x, np.int64) for x in zip(*pairs, strict=True))
+        got = _by_seed_and_eid(seed, eid)
+        assert got.tolist() == np.lexsort((eid, seed)).tolist()
+    assert _by_seed_and_eid(np.empty(0, np.int64), np.empty(0, np.int64)).tolist() == []
