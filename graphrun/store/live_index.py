@@ -246,38 +246,34 @@ class Taken:
     read index."""
 
     def __init__(self) -> None:
-        self.starts = np.empty(0, np.int64)
-        self.ends = np.empty(0, np.int64)
-        self.versions = np.empty(0, np.int64)
+        self.runs = np.empty((3, 0), np.int64)  # start, end, version; by start
 
     def any_of(self, ids: np.ndarray) -> bool:
         """Whether any of ``ids`` is taken."""
-        if len(ids) == 0 or len(self.starts) == 0:
+        if len(ids) == 0 or self.runs.shape[1] == 0:
             return False
         s, e = id_runs(ids)
-        i = np.searchsorted(self.starts, e, side="left") - 1
-        return bool(((i >= 0) & (self.ends[np.maximum(i, 0)] > s)).any())
+        i = np.searchsorted(self.runs[0], e, side="left") - 1
+        return bool(((i >= 0) & (self.runs[1][np.maximum(i, 0)] > s)).any())
 
     def add(self, ids: np.ndarray, version: int) -> None:
         """Take ``ids`` (none of them taken: :meth:`any_of` said so) for ``version``."""
+        if len(ids) == 0:
+            return
         s, e = id_runs(ids)
-        at = np.searchsorted(self.starts, s)
-        self.starts = np.insert(self.starts, at, s)
-        self.ends = np.insert(self.ends, at, e)
-        self.versions = np.insert(self.versions, at, version)
+        at = np.searchsorted(self.runs[0], s)
+        self.runs = np.insert(self.runs, at, np.vstack([s, e, np.full(len(s), version)]), axis=1)
 
     def drop(self, version: int) -> None:
         """Give back the ids ``version`` took (an aborted piece)."""
-        keep = self.versions != version
-        self.starts, self.ends = self.starts[keep], self.ends[keep]
-        self.versions = self.versions[keep]
+        self.runs = self.runs[:, self.runs[2] != version]
 
     def fold(self, version: int, folded: np.ndarray) -> None:
         """A compaction folded the versions ``<= version`` into the base: their runs stay
         taken (version 0). Nothing held (a server loading its compacted base at start):
         the base's growth ids ``folded`` are taken."""
-        if len(self.starts) == 0:
-            self.starts, self.ends = id_runs(folded)
-            self.versions = np.zeros(len(self.starts), np.int64)
+        if self.runs.shape[1] == 0:
+            s, e = id_runs(folded)
+            self.runs = np.vstack([s, e, np.zeros(len(s), np.int64)])
         else:
-            self.versions[self.versions <= version] = 0
+            self.runs[2, self.runs[2] <= version] = 0
