@@ -5,14 +5,18 @@ says little).
     python benchmarks/live_ingest_cpu.py            # BATCHES=150 BATCH=10000 WINDOW=0
                                                     # (WINDOW=0: commit(), runs on older code)
     WINDOW=4 python benchmarks/live_ingest_cpu.py   # GraphWriter(window=4): submit/flush
-    PROFILE=1 ...                                   # cProfile of the writer
-    SPY=1 ...                                       # py-spy raw profiles of both servers
+    PROFILE=1 SORT=tottime ...                      # cProfile of the writer (CPU time)
+    SPY=1 ... (SPY=gil: the GIL's holder only)      # py-spy raw profiles of both servers
+    TIDS=1 ...                                      # each server thread's CPU, named
+    TUNE=0 ...                                      # without keep_large_allocations
 
 A 20k-node power-law graph (``community``), 2 random partitions, one ``graphrun serve``
 per partition with ``--live-dir`` (the write-ahead log), a writer key; ``BATCHES``
 commits of ``BATCH`` new edges between random base nodes after one warm-up batch.
 Prints JSON: the writer's CPU ms per batch (``time.process_time``), each server's
-(``/proc/PID/stat``), the wall time and the load average (benchmarks/README.md).
+(``/proc/PID/stat``) and per thread (user, system; ``/proc/PID/task``), edges per CPU
+second (a server's half of each batch; the writer's whole batch), the wall time and the
+load average (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -39,6 +43,43 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def settled(pids: list[int]) -> list[float]:
+    """The servers' CPU once it stops moving: the delta's merging thread may still be
+    indexing the last commits (their cost is the batches')."""
+    now = [cpu_s(p) for p in pids]
+    while True:
+        time.sleep(0.5)
+        then, now = now, [cpu_s(p) for p in pids]
+        if all(b - a < 0.02 for a, b in zip(then, now, strict=True)):
+            return then
+
+
+def threads_cpu(pid: int) -> dict[str, list[float]]:
+    """Per thread name: [user s, system s] (threads of one name summed)."""
+    out: dict[str, list[float]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            name += f"/{task.name}" if os.environ.get("TIDS") else ""
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        acc = out.setdefault(name, [0.0, 0.0])
+        acc[0] += int(fields[11]) / tick
+        acc[1] += int(fields[12]) / tick
+    return out
+
+
+def per_batch(
+    before: dict[str, list[float]], after: dict[str, list[float]]
+) -> dict[str, list[float]]:
+    zero = [0.0, 0.0]
+    return {k: [round(1000 * (a - b) / BATCHES, 2)
+                for a, b in zip(v, before.get(k, zero), strict=True)]
+            for k, v in after.items() if v != before.get(k, zero)}  # fmt: skip
+
+
 def main() -> None:
     from graphrun.bench.live import _free_port, _keys
     from graphrun.distributed.writer import GraphWriter
@@ -48,6 +89,10 @@ def main() -> None:
     from graphrun.rpc.auth import load_keys
     from graphrun.store.client import ClientConfig, KVClient
 
+    if os.environ.get("TUNE", "1") == "1":
+        from graphrun.rpc.tuning import keep_large_allocations
+
+        keep_large_allocations()  # as graphrun ingest and graphrun bench do
     d = Path(tempfile.mkdtemp(prefix="graphrun-ingest-cpu-"))
     graph = community(GenParams(nodes=20000, avg_degree=10, exponent=2.1, feat_dim=16, classes=5))
     partition_graph(graph, d / "parts", 2, "random")
@@ -79,10 +124,17 @@ def main() -> None:
                     out = d.parent / f"spy-{s.proc.pid}.txt"
                     cmd = ["py-spy", "record", "-r", "200", "-f", "raw", "-o", str(out),
                            "-p", str(s.proc.pid)]  # fmt: skip
+                    cmd += ["--gil"] if os.environ["SPY"] == "gil" else []
                     spies.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL))
                 time.sleep(1)
+            if os.environ.get("TIDS"):
+                for s in stores:
+                    dump = subprocess.run(["py-spy", "dump", "-p", str(s.proc.pid)],
+                                          capture_output=True, text=True).stdout
+                    print("\n".join(x for x in dump.splitlines() if x.startswith("Thread")))
             s0 = [cpu_s(s.proc.pid) for s in stores]
-            prof = cProfile.Profile() if os.environ.get("PROFILE") else None
+            t_0 = [threads_cpu(s.proc.pid) for s in stores]
+            prof = cProfile.Profile(time.thread_time) if os.environ.get("PROFILE") else None
             t0, c0 = time.perf_counter(), time.process_time()
             if prof is not None:
                 prof.enable()
@@ -93,7 +145,8 @@ def main() -> None:
             if prof is not None:
                 prof.disable()
             wall, wcpu = time.perf_counter() - t0, time.process_time() - c0
-            s1 = [cpu_s(s.proc.pid) for s in stores]
+            s1 = settled([s.proc.pid for s in stores])
+            t_1 = [threads_cpu(s.proc.pid) for s in stores]
             if WINDOW:
                 w.close()
         print(json.dumps({
@@ -102,10 +155,15 @@ def main() -> None:
             "writer_cpu_ms_per_batch": round(1000 * wcpu / BATCHES, 2),
             "server_cpu_ms_per_batch": [round(1000 * (b - a) / BATCHES, 2)
                                         for a, b in zip(s0, s1, strict=True)],
+            # a server takes its half of each batch; the writer, the whole batch
+            "server_edges_per_cpu_s": [round(BATCHES * BATCH / 2 / (b - a))
+                                       for a, b in zip(s0, s1, strict=True)],
+            "writer_edges_per_cpu_s": round(BATCHES * BATCH / wcpu),
             "load_avg": os.getloadavg(),
+            "threads_ms_user_sys": [per_batch(a, b) for a, b in zip(t_0, t_1, strict=True)],
         }))  # fmt: skip
         if prof is not None:
-            pstats.Stats(prof).sort_stats("cumtime").print_stats(30)
+            pstats.Stats(prof).sort_stats(os.environ.get("SORT", "cumtime")).print_stats(40)
     finally:
         for spy in spies:
             spy.send_signal(2)

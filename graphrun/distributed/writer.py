@@ -18,7 +18,8 @@ included; :meth:`GraphWriter.lookup` gives graph ids afterwards.
 (a version and ids), ``live_prepare`` of each partition's piece in parallel (checked
 wholly there; a partition past 3/4 of its delta bound answers ``retry_after`` and the
 piece is sent again after that wait: slowed, not dropped), then ``live_decide`` (the
-acknowledgement) and ``live_commit`` to the partitions (not waited for: their answers
+acknowledgement; partition 0's piece is applied there as decided) and ``live_commit``
+to the other partitions (not waited for: their answers
 are collected at the next batch; a partition that misses one asks the sequencer). Any
 refusal aborts the version: nothing of the batch is applied, and the error is raised.
 Bad arguments are refused when given (one ArgumentError naming the field), before
@@ -57,10 +58,8 @@ from graphrun.store.client import KVClient
 from graphrun.store.live import (
     LIVE_DECIDE_TIMEOUT_S,
     MAX_PIECE_ROWS,
-    Piece,
 )
 from graphrun.store.live_client import LiveView, fetch_head
-from graphrun.store.live_wire import piece_to_wire
 from graphrun.store.session import Pending
 from graphrun.store.state import TensorInfo
 
@@ -277,7 +276,7 @@ class GraphWriter:
                 reply = session.wait(f.pending.pop(-1))
                 f.version = int(reply.body["version"])
                 f.plan.give_ids(reply.body["nodes"], reply.body["edges"])
-                f.pieces = {p: f.plan.piece(p, f.version) for p in f.plan.parts()}
+                f.pieces = {p: f.plan.wire(p, f.version) for p in f.plan.parts()}
                 f.deadline = time.monotonic() + self.retry_timeout
                 self._send_prepares(f, list(f.pieces))
                 f.stage = "prepare"
@@ -306,7 +305,7 @@ class GraphWriter:
         seq0 = session.part(0)  # the sequencer, then its replicas (a partition fails over)
         seq = {"seq": seq0.main.address, "seq_replicas": [r.address for r in seq0.replicas]}
         for p in parts:
-            body, tensors = piece_to_wire(f.pieces[p])
+            body, tensors = f.pieces[p]
             f.sent[p] = session.request(p, "live_prepare", {"piece": body, **seq},
                                         tensors, main_only=True)  # fmt: skip
 
@@ -353,12 +352,13 @@ class GraphWriter:
         """The sequencer's answer, then the decision to the partitions (not waited for:
         a partition that misses it asks the sequencer; :meth:`_reap_commits`)."""
         session = self.client.session
+        told = {0}  # the sequencer applied its own partition's piece as it decided
         try:
             session.wait(f.pending.pop(-1))
         except StoreError as exc:  # aborted meanwhile (undecided too long): tell them so
-            f.error, f.commit = f.error or exc, False
+            f.error, f.commit, told = f.error or exc, False, set()
         body = {"version": f.version, "commit": f.commit}
-        for p in f.pieces:
+        for p in (p for p in f.pieces if p not in told):
             self._commits.append((f.version, session.request(p, "live_commit", body,
                                                              main_only=True)))  # fmt: skip
         f.stage = "done"
@@ -390,7 +390,7 @@ class _Flight:
     stage: str = "begin"
     version: int = 0
     commit: bool = False
-    pieces: dict[int, Piece] = field(default_factory=dict)
+    pieces: dict[int, tuple[dict[str, object], list[np.ndarray]]] = field(default_factory=dict)
     sent: dict[int, Pending] = field(default_factory=dict)
     pending: list[Pending] = field(default_factory=list)
     error: BaseException | None = None

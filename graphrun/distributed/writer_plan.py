@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+import msgspec
 import numpy as np
 
 from graphrun.errors import ArgumentError, StoreError
@@ -14,6 +15,7 @@ from graphrun.names import TensorKey
 from graphrun.partition.streaming import Neighbours, assign, capacity_for
 from graphrun.store.live import GROWTH_BLOCK, Piece, Rows, run_ids
 from graphrun.store.live_client import LiveView
+from graphrun.store.live_wire import PieceWire
 
 if TYPE_CHECKING:
     from graphrun.partition.book import PartitionBook
@@ -71,6 +73,8 @@ class Plan:
         self.deleted_part = self._edge_owner(self.deleted)
         self.node_id = np.empty(0, np.int64)
         self.eid = np.empty(0, np.int64)
+        self._by_part: list[list[np.ndarray]] | None = None  # made once ids are given
+        self._edges = np.empty((3, 0), np.int64)
 
     def _place(self) -> np.ndarray:
         """The partition of each new node (LDG under the capacity rule)."""
@@ -181,16 +185,18 @@ class Plan:
 
     def give_ids(self, node_runs: list[Any], edge_runs: list[Any]) -> None:
         """The ids ``live_begin`` handed out, in partition order; then the ends."""
-        self.node_id = _spread(self.node_part, node_runs, self.num_parts)
-        self.eid = _spread(self.edge_part, edge_runs, self.num_parts)
+        nodes, edges, _ = self._split()
+        self.node_id = _spread(nodes, node_runs, len(self.node_part))
+        self.eid = _spread(edges, edge_runs, len(self.edge_part))
         for ends in (self.src, self.dst):
             new = ends < 0
             ends[new] = self.node_id[-ends[new] - 1]
+        self._edges = np.vstack([self.src, self.dst, self.eid])
 
     def parts(self) -> list[int]:
         used = [self.node_part, self.edge_part, self.deleted_part]
         used += [self._update_owner(k, i) for k, i, _ in self.batch.updates]
-        return sorted(set(np.concatenate(used).tolist()))
+        return np.flatnonzero(np.bincount(np.concatenate(used), minlength=1)).tolist()
 
     def _update_owner(self, key: str, ids: np.ndarray) -> np.ndarray:
         from graphrun.names import owners
@@ -212,41 +218,105 @@ class Plan:
         return out
 
     def piece(self, p: int, version: int) -> Piece:
+        """Partition ``p``'s piece of the batch at ``version``."""
+        a = self._arrays(p)
+
+        def rows(x: np.ndarray | None) -> Rows | None:
+            return None if x is None else Rows.of(x)
+
+        return Piece(
+            version=version, new_nodes=rows(a.nodes), node_types=rows(a.ntypes),
+            node_orig=rows(a.orig), new_edges=rows(a.edges), edge_types=rows(a.etypes),
+            deleted_edges=rows(a.deleted),
+            node_features={k: Rows.of(r) for k, r in a.node_feats.items()},
+            edge_features={k: Rows.of(r) for k, r in a.edge_feats.items()},
+            updates={k: (Rows.of(i), Rows.of(r)) for k, (i, r) in a.updates.items()},
+        )  # fmt: skip
+
+    def wire(self, p: int, version: int) -> tuple[dict[str, object], list[np.ndarray]]:
+        """``live_prepare``'s body and tensors of :meth:`piece` (its arrays as they are:
+        no copy into bytes)."""
+        a = self._arrays(p)
+        tensors: list[np.ndarray] = []
+
+        def put(x: np.ndarray) -> int:
+            tensors.append(np.ascontiguousarray(x))
+            return len(tensors) - 1
+
+        def maybe(x: np.ndarray | None) -> int | None:
+            return None if x is None else put(x)
+
+        wire = PieceWire(
+            version=version, new_nodes=maybe(a.nodes), node_types=maybe(a.ntypes),
+            node_orig=maybe(a.orig), new_edges=maybe(a.edges), edge_types=maybe(a.etypes),
+            deleted_edges=maybe(a.deleted),
+            node_features={k: put(r) for k, r in a.node_feats.items()},
+            edge_features={k: put(r) for k, r in a.edge_feats.items()},
+            updates={k: (put(i), put(r)) for k, (i, r) in a.updates.items()},
+        )  # fmt: skip
+        return msgspec.to_builtins(wire), tensors
+
+    def _split(self) -> list[list[np.ndarray]]:
+        """Each partition's new nodes, edges and deletions (positions, in batch order):
+        one stable sort per kind, not a mask per partition."""
+        if self._by_part is None:
+            self._by_part = []
+            for part in (self.node_part, self.edge_part, self.deleted_part):
+                order = np.argsort(part, kind="stable")
+                cuts = np.searchsorted(part[order], np.arange(self.num_parts + 1))
+                self._by_part.append([order[cuts[i] : cuts[i + 1]]
+                                      for i in range(self.num_parts)])  # fmt: skip
+        return self._by_part
+
+    def _arrays(self, p: int) -> _PieceArrays:
+        nodes, edges, deleted = (pos[p] for pos in self._split())
         b = self.batch
-        nodes = self.node_part == p
-        edges = self.edge_part == p
-        node_feats = _rows_of(b.feats, self.ntype, nodes, lambda k: self.book.ntype_id(k.type))
-        edge_feats = _rows_of(b.edge_feats, self.etype, edges, lambda k: self.book.etype_id(k.type))
+        mine = np.zeros(len(self.node_part), bool)
+        mine[nodes] = True
+        node_feats = _rows_of(b.feats, self.ntype, mine, lambda k: self.book.ntype_id(k.type))
+        mine = np.zeros(len(self.edge_part), bool)
+        mine[edges] = True
+        edge_feats = _rows_of(b.edge_feats, self.etype, mine, lambda k: self.book.etype_id(k.type))
         updates = {}
         for key, ids, vals in b.updates:
-            mine = self._update_owner(key, ids) == p
-            if mine.any():
-                updates[key] = (Rows.of(ids[mine]), Rows.of(vals[mine]))
-        return Piece(
-            version=version,
-            new_nodes=Rows.of(self.node_id[nodes]) if nodes.any() else None,
-            node_types=Rows.of(self.ntype[nodes]) if nodes.any() else None,
-            node_orig=Rows.of(self.orig[nodes]) if nodes.any() else None,
-            node_features=node_feats,
-            new_edges=Rows.of(np.vstack([self.src[edges], self.dst[edges], self.eid[edges]]))
-            if edges.any() else None,
-            edge_types=Rows.of(self.etype[edges]) if edges.any() else None,
-            edge_features=edge_feats,
-            deleted_edges=Rows.of(self.deleted[self.deleted_part == p])
-            if (self.deleted_part == p).any() else None,
-            updates=updates,
+            here = self._update_owner(key, ids) == p
+            if here.any():
+                updates[key] = (ids[here], vals[here])
+
+        def some(x: np.ndarray, pos: np.ndarray) -> np.ndarray | None:
+            return x[..., pos] if len(pos) else None
+
+        return _PieceArrays(
+            some(self.node_id, nodes), some(self.ntype, nodes), some(self.orig, nodes),
+            some(self._edges, edges), some(self.etype, edges), some(self.deleted, deleted),
+            node_feats, edge_feats, updates,
         )  # fmt: skip
+
+
+@dataclass
+class _PieceArrays:
+    """One partition's piece as arrays (None: none of that kind)."""
+
+    nodes: np.ndarray | None
+    ntypes: np.ndarray | None
+    orig: np.ndarray | None
+    edges: np.ndarray | None
+    etypes: np.ndarray | None
+    deleted: np.ndarray | None
+    node_feats: dict[str, np.ndarray]
+    edge_feats: dict[str, np.ndarray]
+    updates: dict[str, tuple[np.ndarray, np.ndarray]]
 
 
 def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
     return np.concatenate(parts).astype(dtype) if parts else np.empty(0, dtype)
 
 
-def _spread(part: np.ndarray, runs: list[Any], num_parts: int) -> np.ndarray:
-    """Ids per item: partition ``p``'s items (in order) take ``runs[p]``'s ids."""
-    out = np.empty(len(part), np.int64)
-    for p in range(num_parts):
-        mine = np.flatnonzero(part == p)
+def _spread(by_part: list[np.ndarray], runs: list[Any], n: int) -> np.ndarray:
+    """Ids per item: partition ``p``'s items (positions ``by_part[p]``, in order) take
+    ``runs[p]``'s ids."""
+    out = np.empty(n, np.int64)
+    for p, mine in enumerate(by_part):
         ids = run_ids(runs[p])
         if len(ids) != len(mine):
             raise StoreError(f"live_begin: {len(ids)} ids for partition {p}, asked {len(mine)}")
@@ -256,7 +326,7 @@ def _spread(part: np.ndarray, runs: list[Any], num_parts: int) -> np.ndarray:
 
 def _rows_of(
     feats: dict[str, list[np.ndarray]], types: np.ndarray, mine: np.ndarray, type_of: Any
-) -> dict[str, Rows]:
+) -> dict[str, np.ndarray]:
     """Each feature's rows of the items in ``mine``, in their order."""
     out = {}
     for key, chunks in feats.items():
@@ -265,5 +335,5 @@ def _rows_of(
         of_type = types == type_of(k)
         rows = np.concatenate(chunks)[mine[of_type]]
         if len(rows):
-            out[key] = Rows.of(rows)
+            out[key] = rows
     return out

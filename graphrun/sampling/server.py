@@ -106,9 +106,11 @@ def sample_neighbors(state: ServerState, req: Request) -> Response:
         if args.weighted:
             raise ArgumentError(f"{OP}: weighted sampling of a live graph's delta is not "
                                 "supported yet (docs/live.md)")  # fmt: skip
-        csc = live.merged_csc(csc, delta, v, np.asarray(seeds))
-        seeds = np.arange(len(seeds), dtype=np.int64)
-    out = csc.sample_one_hop(seeds, fanout, replace=replace, weighted=args.weighted, seed=args.seed)
+        out = live.sample_one_hop(csc, delta, v, np.asarray(seeds), fanout, replace=replace,
+                                  seed=args.seed)  # fmt: skip
+    else:
+        out = csc.sample_one_hop(seeds, fanout, replace=replace, weighted=args.weighted,
+                                 seed=args.seed)  # fmt: skip
     body, tensors = encode_reply(out)
     return Response(body, tensors)
 

@@ -45,6 +45,7 @@ from graphrun.rpc.codec import wire_dtype
 from graphrun.store.live_index import (
     Batch,
     Run,
+    Taken,
     build_run,
     concat,
     latest,
@@ -185,6 +186,28 @@ def run_ids(runs: list[tuple[int, int]] | list[list[int]]) -> np.ndarray:
 # ---- the delta -------------------------------------------------------------------------
 
 
+def _by_seed_and_eid(seed: np.ndarray, eid: np.ndarray) -> np.ndarray:
+    """The order of ``(seed, eid)`` pairs (all distinct): one sort of both packed in an
+    int64 where they fit (30x a ``lexsort`` of 50k pairs), else a ``lexsort``."""
+    if len(eid) == 0:
+        return np.empty(0, np.int64)
+    lo, span = int(eid.min()), int(eid.max()) - int(eid.min()) + 1
+    bits = max(span - 1, 1).bit_length()
+    if (len(seed) and int(seed.max()) >= 1 << (62 - bits)) or bits > 62:
+        return np.lexsort((eid, seed))
+    return np.argsort((seed << bits) | (eid - lo))
+
+
+def _unmerged(runs: list[Run]) -> int:
+    """The last ``i`` whose run is not larger than the next one (-1: none). Not only the
+    last two: runs flushed by reads while the thread merged an older pair can leave a
+    pair before them out of the rule."""
+    for i in range(len(runs) - 2, -1, -1):
+        if runs[i].size <= runs[i + 1].size:
+            return i
+    return -1
+
+
 Resolver = Callable[[np.ndarray], np.ndarray]  # base eids -> their sources
 
 
@@ -209,8 +232,8 @@ class LiveDelta:
                                             daemon=True)  # fmt: skip
             self._merger.start()
         self._updating: set[int] = set()  # versions held that overwrite rows
-        self._pending_nodes = np.empty(0, np.int64)
-        self._pending_edges = np.empty(0, np.int64)
+        self.taken_nodes = Taken()  # growth ids held: pending, committed, folded
+        self.taken_edges = Taken()
         # compaction (store/compact.py): the versions <= floor are folded into the base;
         # ``base`` is the folded growth (new nodes, edges into them, rows) at version 0,
         # ``base_eids`` the (sorted eid, etype) of new edges folded into the base CSC and
@@ -241,7 +264,8 @@ class LiveDelta:
         if batch.updates:
             self._updating.add(batch.version)
         self.nbytes += cost
-        self._pending_changed()
+        self.taken_nodes.add(batch.nodes, batch.version)
+        self.taken_edges.add(batch.edges[2], batch.version)
 
     def commit(self, version: int) -> bool:
         """Make a pending piece visible; False if none is held for ``version``."""
@@ -252,7 +276,6 @@ class LiveDelta:
         with self._lock:
             self._fresh.append(held[0])
         self._wake.set()
-        self._pending_changed()
         return True
 
     def abort(self, version: int) -> bool:
@@ -261,13 +284,9 @@ class LiveDelta:
             return False
         self.nbytes -= 2 * held[0].nbytes
         self._updating.discard(version)
-        self._pending_changed()
+        self.taken_nodes.drop(version)
+        self.taken_edges.drop(version)
         return True
-
-    def _pending_changed(self) -> None:
-        batches = [b for b, _ in self.pending.values()]  # at most MAX_UNDECIDED-ish
-        self._pending_nodes = np.sort(concat([b.nodes for b in batches], np.int64))
-        self._pending_edges = np.sort(concat([b.edges[2] for b in batches], np.int64))
 
     def lowest(self) -> int:
         """The lowest version held (pending or committed); 0: the partition is its base."""
@@ -312,6 +331,8 @@ class LiveDelta:
             self._folds += 1
             held = [*self.committed.values(), *(b for b, _ in self.pending.values())]
             self.nbytes = sum(2 * b.nbytes for b in held)
+            self.taken_nodes.fold(version, base.nodes[0])
+            self.taken_edges.fold(version, eids[0])
         self._wake.set()
 
     def close(self) -> None:
@@ -330,10 +351,10 @@ class LiveDelta:
             while not self._closed:
                 with self._lock:
                     self._flush(merge=False)
-                    runs = self._runs
-                    if len(runs) < 2 or runs[-2].size > runs[-1].size:
+                    i = _unmerged(self._runs)
+                    if i < 0:
                         break
-                    older, newer, folds = runs[-2], runs[-1], self._folds
+                    older, newer, folds = self._runs[i], self._runs[i + 1], self._folds
                 try:
                     merged = merge_runs(older, newer)
                 except Exception:  # reads go on over more runs; the next commit tries again
@@ -373,23 +394,20 @@ class LiveDelta:
         """``(found, etype)`` of each committed new edge (-1 if none)."""
         found = np.zeros(len(eids), dtype=bool)
         etype = np.full(len(eids), -1, np.int64)
-        for r in self.runs:
-            hit, pos = lookup_sorted(r.by_eid[0], eids)
+        for r in self.runs if len(eids) else []:  # no eid asked: no run's eid index made
+            by_eid = r.edges_by_eid()
+            hit, pos = lookup_sorted(by_eid[0], eids)
             found |= hit
-            etype[hit] = r.by_eid[1][pos[hit]]
+            etype[hit] = by_eid[1][pos[hit]]
         hit, pos = lookup_sorted(self.base_eids[0], eids)  # folded into the base CSC
         etype[hit] = self.base_eids[1][pos[hit]]
         return found | hit, etype
 
     # ---- reads
 
-    def has_nodes(self, ids: np.ndarray) -> np.ndarray:
-        """Whether each growth id is held (pending or committed)."""
-        return self._nodes(ids)[0] | lookup_sorted(self._pending_nodes, ids)[0]
-
-    def has_edges(self, eids: np.ndarray, committed_only: bool = False) -> np.ndarray:
-        found = self._edges(eids)[0]
-        return found if committed_only else found | lookup_sorted(self._pending_edges, eids)[0]
+    def has_edges(self, eids: np.ndarray) -> np.ndarray:
+        """Whether each edge id is a committed new edge (or one folded into the base)."""
+        return self._edges(eids)[0]
 
     def node_types_of(self, ids: np.ndarray, extra: Batch | None = None) -> np.ndarray:
         """The ntype of each committed growth node (or new in ``extra``); -1 otherwise."""
@@ -425,10 +443,13 @@ class LiveDelta:
         ``(counts int64 [len(dst)], edges int64 [4, m]: src, dst, eid, etype)``, grouped
         by ``dst`` in its order."""
         seeds, found = [], []
+        order = np.argsort(dst, kind="stable")  # sorted needles: a fraction of the misses
+        in_order = dst[order]
+        lo, hi = np.empty(len(dst), np.int64), np.empty(len(dst), np.int64)
         for r in self.runs:  # sorted by dst: only the seeds' runs are looked at
             e = r.edges
-            lo = np.searchsorted(e[1], dst, side="left")
-            hi = np.searchsorted(e[1], dst, side="right")
+            lo[order] = np.searchsorted(e[1], in_order, side="left")
+            hi[order] = np.searchsorted(e[1], in_order, side="right")
             pos = spans(lo, hi)
             seeds.append(np.repeat(np.arange(len(dst)), hi - lo))
             found.append(e[:, pos])
@@ -436,7 +457,7 @@ class LiveDelta:
         e = np.hstack([np.empty((5, 0), np.int64), *found])
         keep = (e[4] <= version) & ~self.deleted(e[2], version)
         seed, e = seed[keep], e[:4, keep]
-        o = np.lexsort((e[2], seed))  # by edge id: the order compaction keeps (compact.py)
+        o = _by_seed_and_eid(seed, e[2])  # by edge id: the order compaction keeps
         return np.bincount(seed, minlength=len(dst)).astype(np.int64), e[:, o]
 
     def new_edges(self, version: int) -> np.ndarray:
@@ -488,9 +509,10 @@ class LiveDelta:
             eff = r.deleted[1].copy()
             new = np.zeros(len(d_eid), dtype=bool)
             for other in self.runs:  # deleted new edges: their source and version here
-                hit, pos = lookup_sorted(other.by_eid[0], d_eid)
-                src[hit], new[hit] = other.by_eid[2][pos[hit]], True
-                eff[hit] = np.maximum(eff[hit], other.by_eid[3][pos[hit]])
+                by_eid = other.edges_by_eid() if len(d_eid) else np.empty((4, 0), np.int64)
+                hit, pos = lookup_sorted(by_eid[0], d_eid)
+                src[hit], new[hit] = by_eid[2][pos[hit]], True
+                eff[hit] = np.maximum(eff[hit], by_eid[3][pos[hit]])
             src[~new] = resolve(d_eid[~new])
             o = np.argsort(src, kind="stable")
             r.del_src = (src[o], eff[o], d_eid[o])

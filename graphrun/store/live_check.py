@@ -138,7 +138,7 @@ def check_piece(piece: Piece, schema: Schema, delta: LiveDelta) -> Batch:
     _in(nodes, n, n + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_nodes")
     _in(ntypes, 0, len(schema.node_types), "node_types")
     _unique(nodes, "new_nodes")
-    if delta.has_nodes(nodes).any():
+    if delta.taken_nodes.any_of(nodes):
         raise ArgumentError("new_nodes: an id is taken already")
     new_rows = _features(piece.node_features, schema, "node", nodes, ntypes, "node_features")
     edges = _ids(piece.new_edges, "new_edges", ndim=2)
@@ -148,7 +148,7 @@ def check_piece(piece: Piece, schema: Schema, delta: LiveDelta) -> Batch:
     _in(etypes, 0, len(schema.edge_types), "edge_types")
     _in(edges[2], e, e + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_edges eid")
     _unique(edges[2], "new_edges eid")
-    if delta.has_edges(edges[2]).any():
+    if delta.taken_edges.any_of(edges[2]):
         raise ArgumentError("new_edges: an edge id is taken already")
     _in(edges[0], 0, n + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_edges src")
     batch = Batch(piece.version, nodes, ntypes, orig, edges, etypes, np.empty(0, np.int64),
@@ -190,7 +190,7 @@ def _check_deleted(rows: Rows | None, schema: Schema, delta: LiveDelta) -> np.nd
     eids = _ids(rows, "deleted_edges")
     _unique(eids, "deleted_edges")
     lo, hi = schema.owned_edges
-    ok = ((eids >= lo) & (eids < hi)) | delta.has_edges(eids, committed_only=True)
+    ok = ((eids >= lo) & (eids < hi)) | delta.has_edges(eids)
     if not ok.all():
         i = int(np.flatnonzero(~ok)[0])
         raise ArgumentError(f"deleted_edges[{i}] = {int(eids[i])} is not an edge owned here")

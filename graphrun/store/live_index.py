@@ -83,7 +83,6 @@ class Run:
     last: int
     nodes: np.ndarray  # int64 [4, n]: growth node id, ntype, orig id, version; by id
     edges: np.ndarray  # int64 [5, m]: src, dst, eid, etype, version; by dst
-    by_eid: np.ndarray  # int64 [4, m]: eid, etype, src, version; by eid
     deleted: np.ndarray  # int64 [2, d]: deleted eid, the version that deleted it; by eid
     # key -> (ids, versions, rows) by id: new items' rows and updates
     rows: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
@@ -93,6 +92,17 @@ class Run:
     # deletion and the edge's own)
     by_src: np.ndarray | None = None
     del_src: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    # the new edges by edge id (int64 [4, m]: eid, etype, src, version), made on the
+    # first look-up of an edge id (a deletion, an edge feature's update): an ingest of
+    # new edges alone never pays for it, and a merge keeps it once either run has it
+    by_eid: np.ndarray | None = None
+
+    def edges_by_eid(self) -> np.ndarray:
+        by_eid = self.by_eid
+        if by_eid is None:
+            by_eid = self.edges[[2, 3, 0, 4]]
+            by_eid = self.by_eid = by_eid[:, np.argsort(by_eid[0], kind="stable")]
+        return by_eid
 
     def edges_by_src(self) -> np.ndarray:
         if self.by_src is None:
@@ -116,13 +126,10 @@ def _hcat(parts: list[np.ndarray], rows: int) -> np.ndarray:
     return np.hstack([np.empty((rows, 0), np.int64), *parts])
 
 
-def _run(
-    batches: list[Batch], nodes: np.ndarray, edges: np.ndarray, by_eid: np.ndarray,
-    deleted: np.ndarray,
-) -> Run:  # fmt: skip
+def _run(batches: list[Batch], nodes: np.ndarray, edges: np.ndarray, deleted: np.ndarray) -> Run:
     versions = [b.version for b in batches]
     size = sum(_entries(b) for b in batches)
-    return Run(batches, size, min(versions), max(versions), nodes, edges, by_eid, deleted)
+    return Run(batches, size, min(versions), max(versions), nodes, edges, deleted)
 
 
 def build_run(batches: list[Batch]) -> Run:
@@ -137,9 +144,7 @@ def build_run(batches: list[Batch]) -> Run:
     edges = _hcat([np.vstack([b.edges, b.etypes[None], ver(b, len(b.etypes))])
                    for b in batches], 5)  # fmt: skip
     deleted = _hcat([np.vstack([b.deleted, ver(b, len(b.deleted))[0]]) for b in batches], 2)
-    by_eid = edges[[2, 3, 0, 4]]
-    run = _run(batches, _sorted(nodes, 0, 3), _sorted(edges, 1, 4),
-               by_eid[:, np.argsort(by_eid[0], kind="stable")], _sorted(deleted, 0, 1))  # fmt: skip
+    run = _run(batches, _sorted(nodes, 0, 3), _sorted(edges, 1, 4), _sorted(deleted, 0, 1))
     rows: dict[str, tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]] = {}
     for b in batches:
         for key, (ids, vals) in (*b.new_rows.items(), *b.updates.items()):
@@ -164,10 +169,14 @@ def _places(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _merge(a: np.ndarray, b: np.ndarray, key: int) -> np.ndarray:
     """Two arrays' columns, each sorted by row ``key`` then version and ``a``'s versions
-    below ``b``'s, as one array sorted so."""
-    pa, pb = _places(a[key], b[key])
+    below ``b``'s, as one array sorted so: a stable sort of the keys of ``a`` then ``b``
+    (numpy's is a timsort for int64: two sorted runs merge in linear time, ``a``'s first
+    among equal keys), then each row gathered (1.6-2x the rank merge of
+    :func:`_places`, a scatter)."""
+    order = np.argsort(np.concatenate([a[key], b[key]]), kind="stable")
     out = np.empty((a.shape[0], a.shape[1] + b.shape[1]), a.dtype)
-    out[:, pa], out[:, pb] = a, b
+    for r in range(a.shape[0]):
+        np.concatenate([a[r], b[r]]).take(order, out=out[r])
     return out
 
 
@@ -179,8 +188,10 @@ def merge_runs(older: Run, newer: Run) -> Run:
         return build_run(batches)
     run = _run(
         batches, _merge(older.nodes, newer.nodes, 0), _merge(older.edges, newer.edges, 1),
-        _merge(older.by_eid, newer.by_eid, 0), _merge(older.deleted, newer.deleted, 0),
+        _merge(older.deleted, newer.deleted, 0),
     )  # fmt: skip
+    if older.by_eid is not None or newer.by_eid is not None:
+        run.by_eid = _merge(older.edges_by_eid(), newer.edges_by_eid(), 0)
     run.rows = {**older.rows, **newer.rows}
     for key in older.rows.keys() & newer.rows.keys():
         a, b = older.rows[key], newer.rows[key]
@@ -210,3 +221,59 @@ def latest(r_ids: np.ndarray, r_ver: np.ndarray, ids: np.ndarray, version: int) 
         late = late[~gone]
         late = late[r_ver[pos[late]] > version]
     return pos
+
+
+# ---- ids taken -------------------------------------------------------------------------
+
+
+def id_runs(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct ids as sorted ``[start, end)`` runs of consecutive ids."""
+    if len(ids) > 1 and not bool((ids[1:] > ids[:-1]).all()):
+        ids = np.unique(ids)
+    if len(ids) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    cut = np.flatnonzero(ids[1:] != ids[:-1] + 1) + 1
+    starts = ids[np.concatenate([[0], cut])]
+    ends = ids[np.concatenate([cut - 1, [len(ids) - 1]])] + 1
+    return starts.astype(np.int64), ends.astype(np.int64)
+
+
+class Taken:
+    """Growth ids a delta holds (pending, committed or folded), as sorted disjoint
+    ``[start, end)`` runs, each with the version that holds it (0: folded). The
+    sequencer hands ids out in runs, so a piece's new ids are a few runs: whether one is
+    taken is a lookup of those runs (:meth:`any_of`), not of each id in every run of the
+    read index."""
+
+    def __init__(self) -> None:
+        self.runs = np.empty((3, 0), np.int64)  # start, end, version; by start
+
+    def any_of(self, ids: np.ndarray) -> bool:
+        """Whether any of ``ids`` is taken."""
+        if len(ids) == 0 or self.runs.shape[1] == 0:
+            return False
+        s, e = id_runs(ids)
+        i = np.searchsorted(self.runs[0], e, side="left") - 1
+        return bool(((i >= 0) & (self.runs[1][np.maximum(i, 0)] > s)).any())
+
+    def add(self, ids: np.ndarray, version: int) -> None:
+        """Take ``ids`` (none of them taken: :meth:`any_of` said so) for ``version``."""
+        if len(ids) == 0:
+            return
+        s, e = id_runs(ids)
+        at = np.searchsorted(self.runs[0], s)
+        self.runs = np.insert(self.runs, at, np.vstack([s, e, np.full(len(s), version)]), axis=1)
+
+    def drop(self, version: int) -> None:
+        """Give back the ids ``version`` took (an aborted piece)."""
+        self.runs = self.runs[:, self.runs[2] != version]
+
+    def fold(self, version: int, folded: np.ndarray) -> None:
+        """A compaction folded the versions ``<= version`` into the base: their runs stay
+        taken (version 0). Nothing held (a server loading its compacted base at start):
+        the base's growth ids ``folded`` are taken."""
+        if self.runs.shape[1] == 0:
+            s, e = id_runs(folded)
+            self.runs = np.vstack([s, e, np.zeros(len(s), np.int64)])
+        else:
+            self.runs[2, self.runs[2] <= version] = 0

@@ -9,8 +9,9 @@ live_begin     nodes [count per part], edges [count per part]; tensors (orig ids
 live_prepare   piece (a :class:`PieceWire`), seq (the sequencer's address), seq_replicas
                (its replicas'); the piece's arrays as tensors -> {"held": true} or
                {"retry_after": s}                                           (write_graph)
-live_decide    version, commit -> head, committed                  (sequencer; write_graph)
-live_commit    version, commit -> {"applied": bool}                                (write_graph)
+live_decide    version, commit -> head, committed; partition 0's own piece is applied
+               as decided                                          (sequencer; write_graph)
+live_commit    version, commit -> {"applied": bool} (the other partitions)          (write_graph)
 live_fate      version -> fate: committed | aborted | pending                    (sequencer)
 live_head      -> head, num_nodes, num_edges; tensors (node block owners, edge block
                owners)                                                           (sequencer)
@@ -90,6 +91,7 @@ from graphrun.store.state import GRAPH_JOB, ServerState, StoredTensor
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from graphrun.partition.book import PartitionBook
     from graphrun.rpc.auth import KeyPair
 
 log = logging.getLogger("graphrun.store")
@@ -171,8 +173,14 @@ def schema_of(state: ServerState) -> Schema:
         owned_nodes=book.owned_nodes(part),
         owned_edges=book.owned_edges(part),
         features=features,
-        base_node_type=lambda ids: book.to_per_type(ids)[0],
+        base_node_type=_base_node_type(book),
     )
+
+
+def _base_node_type(book: PartitionBook) -> Callable[[np.ndarray], np.ndarray]:
+    if len(book.node_types) == 1:  # one type: no lookup
+        return lambda ids: np.zeros(len(ids), np.int32)
+    return lambda ids: book.to_per_type(ids)[0]
 
 
 def attach(
@@ -340,10 +348,13 @@ def live_decide(state: ServerState, req: Request) -> Response:
     body = req.args(DecideBody)
     if not 0 < body.version < seq.next_version:
         raise ArgumentError(f"{req.op}: version {body.version} was never begun")
-    live_log = live_of(state).log
+    live = live_of(state)
+    live_log = live.log
 
     def decided() -> Response:
         committed = seq.decide(body.version, body.commit)
+        if log_apply(live_log, live.delta, body.version, committed):  # its own piece
+            publish(state, live)
         if body.commit and not committed:
             raise StoreError(f"{req.op}: version {body.version} was aborted (undecided "
                              f"for {LIVE_DECIDE_TIMEOUT_S} s, or by its writer)")  # fmt: skip

@@ -11,7 +11,7 @@ Layout of the file (little-endian; the header carries the format version)::
 ``data`` is the caller's bytes (the store logs a ``msgspec.msgpack`` Piece); ``version``
 is the write batch's version (records need not come in version order: pieces of several
 batches are prepared in parallel). Writes are group-committed: :meth:`WriteAheadLog.append`
-buffers, :meth:`WriteAheadLog.sync` writes what was appended with one ``write`` and one
+buffers, :meth:`WriteAheadLog.sync` writes what was appended with one ``pwritev`` and one
 ``fdatasync``; only then may the caller acknowledge (``append(..., sync=True)`` does both).
 
 Replay at start (:meth:`WriteAheadLog.records`) yields the records in file order. What a
@@ -52,6 +52,7 @@ VERSION = struct.Struct("<Q")
 WAL_MAX_BYTES = 8 << 30
 WAL_MAX_RECORD = 512 << 20
 _READ = 1 << 20
+_IOV_MAX = 512  # buffers per pwritev (the kernel takes up to 1024)
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,6 +85,21 @@ def _zeros_to_end(f: BinaryIO, start: int, size: int) -> bool:
         if block.count(0) != len(block):
             return False
     return True
+
+
+def _write_all(fd: int, parts: list[bytes], offset: int) -> None:
+    """``parts`` one after the other at ``offset`` with ``pwritev`` (the file's end is
+    ours alone; no copy of the records into one buffer), short writes resumed."""
+    views = [memoryview(p) for p in parts if len(p)]
+    i = 0
+    while i < len(views):
+        n = os.pwritev(fd, views[i : i + _IOV_MAX], offset)
+        offset += n
+        while i < len(views) and n >= len(views[i]):
+            n -= len(views[i])
+            i += 1
+        if n:
+            views[i] = views[i][n:]
 
 
 class WriteAheadLog:
@@ -214,14 +230,15 @@ class WriteAheadLog:
             raise StoreError(
                 f"{self.path}: a record of {length} bytes is over the bound of {self.max_record}"
             )
-        payload = VERSION.pack(version) + data
+        head = VERSION.pack(version)
+        crc = zlib.crc32(data, zlib.crc32(head))
         with self._lock:
             if self.size + FRAME.size + length > self.max_bytes:
                 raise StoreError(
                     f"{self.path}: the log is full ({self.size} of {self.max_bytes} bytes); "
                     "compact and truncate it first"
                 )
-            self._pending.append(FRAME.pack(length, zlib.crc32(payload)) + payload)
+            self._pending += (FRAME.pack(length, crc) + head, data)  # written as they are
             self._pending_bytes += FRAME.size + length
             self.count += 1
             if sync:
@@ -230,7 +247,7 @@ class WriteAheadLog:
     def discard(self) -> None:
         """Forget what was appended and not synced (never acknowledged: a failed log)."""
         with self._lock:
-            self.count -= len(self._pending)
+            self.count -= len(self._pending) // 2
             self._pending.clear()
             self._pending_bytes = 0
 
@@ -244,13 +261,10 @@ class WriteAheadLog:
             return
         if self._fd < 0:
             raise StoreError(f"{self.path}: the log is closed")
-        data = b"".join(self._pending)
-        written = 0
-        while written < len(data):  # pwrite: the file's end is ours alone
-            written += os.pwrite(self._fd, memoryview(data)[written:], self._size + written)
+        _write_all(self._fd, self._pending, self._size)
         os.fdatasync(self._fd)
         self.syncs += 1
-        self._size += len(data)
+        self._size += self._pending_bytes
         self._pending.clear()
         self._pending_bytes = 0
 

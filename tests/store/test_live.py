@@ -19,6 +19,7 @@ from graphrun.store.live import (
     run_ids,
 )
 from graphrun.store.live_check import FeatureSpec, Schema, check_piece
+from graphrun.store.live_index import Taken, build_run, id_runs
 
 N, E = 10, 20
 FEAT = "node/_N/feat"
@@ -125,7 +126,7 @@ def test_abort_drops_a_piece_and_its_bytes():
     assert d.nbytes == 2 * b.nbytes
     assert d.abort(1)
     assert d.nbytes == 0 and d.lowest() == 0
-    assert not d.has_nodes(np.asarray([N])).any()
+    assert not d.taken_nodes.any_of(np.asarray([N]))
 
 
 @pytest.mark.parametrize(
@@ -174,6 +175,57 @@ def test_new_edge_needs_its_new_destination_in_the_piece_or_committed():
     held(d, nodes_piece(1, [N]))
     held(d, Piece(version=2, **edge))
     assert d.in_edges(np.asarray([N]), 2)[0].tolist() == [1]
+
+
+def test_an_id_held_pending_or_committed_is_taken_and_an_aborted_ones_is_free():
+    d = LiveDelta()
+    held(d, nodes_piece(1, [N, N + 1]), commit=False)
+    held(d, _edge_piece(2, [1], [2], [E + 3]))
+    for piece, message in (
+        (nodes_piece(3, [N + 2, N + 1]), "new_nodes: an id is taken"),
+        (_edge_piece(3, [1, 1], [2, 2], [E + 4, E + 3]), "edge id is taken"),
+    ):
+        with pytest.raises(ArgumentError, match=message):
+            held(d, piece)
+    assert d.abort(1)
+    held(d, nodes_piece(3, [N + 2, N + 1]))
+
+
+def test_taken_runs_answer_as_the_set_of_their_ids():
+    """Runs of ids held per version (the sequencer's runs, or ids in any order), some
+    given back, some folded (kept whatever is given back after): every question
+    answered as a set of ids would."""
+    rng = np.random.default_rng(0)
+    t, by_version = Taken(), {}
+    for v in range(1, 200):
+        if rng.random() < 0.5:
+            ids = np.arange(s := int(rng.integers(0, 900)), s + int(rng.integers(1, 40)))
+        else:
+            ids = rng.choice(1000, int(rng.integers(1, 30)), replace=False)
+        held_ids = set().union(*by_version.values()) if by_version else set()
+        assert t.any_of(ids) == bool(held_ids & set(ids.tolist()))
+        if not t.any_of(ids):
+            t.add(ids, v)
+            by_version[v] = set(ids.tolist())
+        droppable = [k for k in by_version if k]  # folded ones (0) are never given back
+        if v % 5 == 0 and droppable:
+            gone = int(rng.choice(droppable))
+            t.drop(gone)
+            by_version.pop(gone)
+        if v == 100:
+            t.fold(100, np.empty(0, np.int64))
+            by_version = {0: set().union(*by_version.values())}
+    everything = set().union(*by_version.values())
+    for i in range(1000):
+        assert t.any_of(np.asarray([i])) == (i in everything)
+    s, e = id_runs(np.asarray([7, 3, 4, 5, 9, 8]))
+    assert s.tolist() == [3, 7] and e.tolist() == [6, 10]
+
+
+def test_a_delta_loading_a_compacted_base_takes_its_ids():
+    t = Taken()
+    t.fold(5, np.asarray([N, N + 1, N + 2, N + 7]))
+    assert t.any_of(np.asarray([N + 7])) and not t.any_of(np.asarray([N + 3, N + 6]))
 
 
 def test_the_delta_bound_refuses_and_slows():
@@ -305,6 +357,29 @@ def test_a_merging_thread_keeps_reads_whole_and_the_runs_few():
         d.close()
 
 
+def test_the_merging_thread_merges_a_pair_before_the_last_two():
+    """Reads flush fresh commits into runs while the thread merges an older pair: the
+    runs can come to sizes 5, 20, 1, where only the first two break the rule. The thread
+    looked at the last two alone and left them (64 commits kept 14 runs on a loaded
+    box); it merges any pair out of the rule."""
+    plain = LiveDelta()
+    batches = [held(plain, _edge_piece(v, [1] * m, [2] * m, E + 100 * v + np.arange(m)))
+               for v, m in ((1, 5), (2, 20), (3, 1))]  # fmt: skip
+    d = LiveDelta(background=True)
+    try:
+        with d._lock:
+            d._runs = [build_run([b]) for b in batches]
+            d.committed = {b.version: b for b in batches}
+        d._wake.set()
+        deadline = time.monotonic() + 10
+        while len(d.runs) > 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [r.size for r in d.runs] == [25, 1]
+        assert d.in_edges(np.asarray([2]), 3)[0].tolist() == [26]
+    finally:
+        d.close()
+
+
 def test_a_fold_drops_the_merge_in_flight_over_what_it_folded(monkeypatch):
     """Compaction's swap (``fold``) while the delta's thread merges two runs it folds:
     the merge is not installed over the folded base, and the thread goes on merging the
@@ -324,6 +399,9 @@ def test_a_fold_drops_the_merge_in_flight_over_what_it_folded(monkeypatch):
     try:
         for v in (1, 2):
             held(d, _edge_piece(v, np.array([0]), np.array([1]), np.array([E + v])))
+            deadline = time.monotonic() + 30
+            while d.work < v and time.monotonic() < deadline:  # a run of its own (the
+                time.sleep(0.001)  # thread took both commits in one run at times)
         assert started.wait(30)  # merging runs of versions 1 and 2, outside the lock
         base = build_run([d.committed[1], d.committed[2]])
         empty = (np.empty(0, np.int64), np.empty(0, np.int64))
@@ -341,3 +419,22 @@ def test_a_fold_drops_the_merge_in_flight_over_what_it_folded(monkeypatch):
     finally:
         go.set()
         d.close()
+
+
+def test_in_edges_order_packed_or_not_is_by_seed_then_edge_id():
+    """The packed sort of (seed, eid) orders as a lexsort does, and falls back to one
+    where the pair does not fit 62 bits (a wide range of edge ids, many seeds)."""
+    from graphrun.store.live import _by_seed_and_eid
+
+    rng = np.random.default_rng(3)
+    for eid_lo, eid_span, seeds in ((E, 1000, 50), (2**40, 2**30, 40_000), (0, 2**61, 3)):
+        pairs = {
+            (int(s), int(eid_lo + e))
+            for s, e in zip(
+                rng.integers(0, seeds, 3000), rng.integers(0, eid_span, 3000), strict=True
+            )
+        }
+        seed, eid = (np.asarray(x, np.int64) for x in zip(*pairs, strict=True))
+        got = _by_seed_and_eid(seed, eid)
+        assert got.tolist() == np.lexsort((eid, seed)).tolist()
+    assert _by_seed_and_eid(np.empty(0, np.int64), np.empty(0, np.int64)).tolist() == []

@@ -304,6 +304,28 @@ def test_a_read_settles_a_piece_whose_commit_has_not_arrived(store):
         assert len(in_edges(r, np.asarray([new]))[0]) == 1
 
 
+def test_the_sequencer_applies_its_own_partitions_piece_as_it_decides(store):
+    """The writer sends partition 0 no live_commit: the sequencer's decision commits (or
+    aborts) the piece partition 0 holds, before any read asks."""
+    with store.client(store.admin, "ops") as c:  # the admin sees the live counters
+        w = GraphWriter(c)
+        for v_commit in (True, False):
+            w.add_edges("_E", [1], [2])  # base nodes of partition 0
+            plan = Plan(w, w._batch, fetch_head(c.session))
+            w._batch = type(w._batch)()
+            counts = {"nodes": plan.node_counts(), "edges": plan.edge_counts()}
+            begun = c.session.call(0, "live_begin", counts, tensors=(plan.orig_by_part(),))
+            v = begun.body["version"]
+            plan.give_ids(begun.body["nodes"], begun.body["edges"])
+            assert plan.parts() == [0]
+            body, tensors = plan.wire(0, v)
+            c.session.call(0, "live_prepare", {"piece": body}, tensors=tensors)
+            assert c.stats(0)["live_pending"] == 1
+            c.session.call(0, "live_decide", {"version": v, "commit": v_commit})
+            got = c.stats(0)
+            assert (got["live_pending"], got["live_committed"]) == (0, 1), v_commit
+
+
 def test_a_heterograph_takes_typed_nodes_and_edges_with_edge_features(tmp_path):
     with hetero_store(tmp_path) as (c, hparts):
         book = c.book

@@ -47,6 +47,34 @@ def test_round_trip_in_file_order(tmp_path):
     assert [(r.version, r.data) for r in replayed(path)][-2:] == [(7, payload(7)), (9, b"")]
 
 
+def test_one_sync_writes_more_records_than_one_pwritev_takes(tmp_path):
+    """A group of 700 records (1,400 buffers, past the 512 of one ``pwritev``) and empty
+    payloads among them: written in order, every byte, with one ``fdatasync``."""
+    versions = list(range(1, 701))
+    with WriteAheadLog(tmp_path / "wal") as wal:
+        for v in versions:
+            wal.append(v, payload(v, v % 3 * 50))
+        wal.sync()
+        assert wal.syncs == 1 and wal.size == (tmp_path / "wal").stat().st_size
+    recs = replayed(tmp_path / "wal")
+    assert [(r.version, r.data) for r in recs] == [(v, payload(v, v % 3 * 50)) for v in versions]
+
+
+def test_short_writes_are_resumed(tmp_path, monkeypatch):
+    """``pwritev`` may write less than asked (a signal, a full disk's last blocks): the
+    rest follows from where it stopped, mid-buffer too."""
+    real = os.pwritev
+
+    def short(fd, bufs, offset):
+        first = bytes(bufs[0])[:37]  # at most 37 bytes, often mid-record
+        return real(fd, [first], offset)
+
+    monkeypatch.setattr(os, "pwritev", short)
+    path = written(tmp_path / "wal", [4, 2, 9], n=100)
+    monkeypatch.undo()
+    assert [(r.version, r.data) for r in replayed(path)] == [(v, payload(v)) for v in (4, 2, 9)]
+
+
 def test_unsynced_appends_are_not_on_disk(tmp_path):
     wal = WriteAheadLog(tmp_path / "wal")
     wal.append(1, b"a", sync=True)

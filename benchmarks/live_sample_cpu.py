@@ -1,0 +1,90 @@
+"""CPU time of a sampler call on a live partition (issue 42, an epoch while ingesting):
+the seeds' in-edges read through a delta of new edges against the same graph with its
+delta folded into the base (what a compaction leaves), one thread, in-process.
+
+    python benchmarks/live_sample_cpu.py      # NODES=200000 DEGREE=40 EDGES=1000000
+
+A power-law graph (``community``) as one CSC; ``EDGES`` new edges between random nodes
+committed in pieces of 5,000 (a 10k-edge batch's half on one of two partitions) to a
+:class:`~graphrun.store.live.LiveDelta`; then GraphSAGE's two hops (fanouts 10, 5) from
+1,024 random seeds, 20 times: ``sample_one_hop`` on the base CSC alone (the delta
+compacted: the folded CSC has as many edges), and through the delta
+(:func:`graphrun.sampling.live.merged_csc`, what ``sample_neighbors`` does at a version
+with a delta). Prints JSON: CPU ms per call of each hop (``time.thread_time``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+
+NODES = int(os.environ.get("NODES", "200000"))
+DEGREE = float(os.environ.get("DEGREE", "40"))
+EDGES = int(os.environ.get("EDGES", "1000000"))
+PIECE = 5000
+REPEAT = 20
+PROF = None
+if os.environ.get("PROFILE"):
+    import cProfile
+
+    PROF = cProfile.Profile(time.thread_time)
+
+
+def main() -> None:
+    from graphrun.graph import GenParams, community
+    from graphrun.sampling.csc import CSCGraph
+    from graphrun.sampling.live import merged_csc, sample_one_hop
+    from graphrun.store.live import LiveDelta
+    from graphrun.store.live_index import Batch
+
+    g = community(GenParams(nodes=NODES, avg_degree=DEGREE, exponent=2.1, feat_dim=4, classes=5))
+    indptr, indices, eids = g.csc()
+    csc = CSCGraph(indptr, indices, eids)
+    rng = np.random.default_rng(0)
+    delta = LiveDelta()
+    e0, empty = g.num_edges, np.empty(0, np.int64)
+    for v, lo in enumerate(range(0, EDGES, PIECE), start=1):
+        m = min(PIECE, EDGES - lo)
+        edges = np.vstack([rng.integers(0, NODES, m), rng.integers(0, NODES, m),
+                           e0 + lo + np.arange(m)])  # fmt: skip
+        batch = Batch(v, empty, np.empty(0, np.int32), empty, edges, np.zeros(m, np.int32),
+                      empty, {}, {})  # fmt: skip
+        delta.hold(batch, 0.0)
+        delta.commit(v)
+    head = v
+    _ = delta.runs
+    out: dict[str, object] = {"nodes": NODES, "base_edges": g.num_edges, "delta_edges": EDGES,
+                              "runs": len(delta.runs)}  # fmt: skip
+    for name in ("compacted", "merged", "delta"):
+        hops = [0.0, 0.0]
+        for i in range(REPEAT):
+            seeds = rng.integers(0, NODES, 1024)
+            for h, k in enumerate((10, 5)):
+                t = time.thread_time()
+                if name == "delta":
+                    if PROF is not None:
+                        PROF.enable()
+                    got = sample_one_hop(csc, delta, head, seeds, [k], replace=False, seed=i)
+                    if PROF is not None:
+                        PROF.disable()
+                elif name == "merged":  # before: the seeds' whole in-edges merged first
+                    g_ = merged_csc(csc, delta, head, seeds)
+                    got = g_.sample_one_hop(np.arange(len(seeds)), [k], seed=i)
+                else:
+                    got = csc.sample_one_hop(seeds, [k], seed=i)
+                hops[h] += time.thread_time() - t
+                seeds = np.unique(got.src)
+        out[f"{name}_ms_per_call"] = [round(1000 * x / REPEAT, 2) for x in hops]
+    out["load_avg"] = os.getloadavg()
+    print(json.dumps(out))
+    if PROF is not None:
+        import pstats
+
+        pstats.Stats(PROF).sort_stats("tottime").print_stats(15)
+
+
+if __name__ == "__main__":
+    main()
