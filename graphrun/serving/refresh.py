@@ -84,6 +84,7 @@ from graphrun.serving.sums import (
     own,
     project,
     stamped,
+    widths,
 )
 from graphrun.store.dist_tensor import DistTensor
 from graphrun.train import inference
@@ -357,10 +358,16 @@ def _by_sums(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, ba
     model.eval()
     assert plan.changed is not None and plan.edges is not None
     try:
-        st.tensor(INSUM), st.tensor(LASTSUM)
+        kept = {what: st.tensor(what).info.row_shape for what in (INSUM, LASTSUM)}
     except StoreError as exc:
         raise StoreError(f"refresh: the kept states of {st.ntype!r} have no running sums "
                          "(run `graphrun infer embed --live` again)") from exc  # fmt: skip
+    for what, width in widths(model).items():
+        if kept[what] != (width,):  # kept by an earlier layout (no stamps) or model
+            raise StoreError(
+                f"refresh: {st.name(what)} has rows of {kept[what]}, this model "
+                f"keeps ({width},) (run `graphrun infer embed --live` again)"
+            )
     layers, tables = len(model.convs), layer_tables(len(model.convs))
     feat = data.node_table(st.ntype, feature)
     t0, took = time.perf_counter(), []

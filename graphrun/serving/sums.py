@@ -53,6 +53,12 @@ def classes(sums: Tensor) -> int:
     return (sums.size(1) - 2) // 4
 
 
+def widths(model: ByLayer) -> dict[str, int]:
+    """The columns of each table of sums: ``insum`` ``F + 2``, ``lastsum`` ``4C + 2``."""
+    first, last = cast(SAGEConv, model.convs[0]), cast(SAGEConv, model.convs[-1])
+    return {INSUM: first.lin_l.in_channels + 2, LASTSUM: 4 * last.lin_l.out_channels + 2}
+
+
 def stamped(sums: Tensor, version: int) -> Tensor:
     """Which rows (``insum`` or ``lastsum``) were moved to ``version`` already."""
     return sums[:, -1] == float(version)

@@ -117,3 +117,18 @@ def test_the_refresher_that_stays_up_retries_then_says_why_it_stopped(tmp_path, 
         again = refresh(model, data, "_N", "feat", 1024)
         assert (again["since"], again["version"]) == (1, 2)
         assert_full_pass(ctx, data, model, 2)
+
+
+def test_sums_of_another_layout_are_refused(tmp_path):
+    """Sums whose rows are not this model's (kept by another model, or before the rows
+    had their stamps): the refresh says to run `--live` again, not a shape error."""
+    torch.manual_seed(0)
+    with graph_served(tmp_path / "parts") as (_, _, _, data):
+        full(SAGE(8, 16, 4, 2, 0.5, "csr", "fp32").eval(), data, "_N", "feat", 64)
+        other = SAGE(8, 16, 3, 2, 0.5, "csr", "fp32").eval()
+        with pytest.raises(
+            GraphrunError,
+            match=r"lastsum has rows of \(18,\), this model "
+            r"keeps \(14,\) \(run `graphrun infer embed",
+        ):
+            refresh(other, data, "_N", "feat", 64)
