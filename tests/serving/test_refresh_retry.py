@@ -16,7 +16,7 @@ import torch
 from graphrun.errors import GraphrunError
 from graphrun.serving.follow import ATTEMPTS, follow
 from graphrun.serving.refresh import States, full, refresh
-from graphrun.train.models import SAGE
+from graphrun.train.models import GAT, SAGE
 
 from .test_refresh import EDGES, NODES, graph_served, more, states, write
 
@@ -41,7 +41,7 @@ def refuse_partition_1(client: Any, monkeypatch: pytest.MonkeyPatch) -> list[int
     return left
 
 
-def assert_full_pass(ctx: Any, data: Any, model: SAGE, version: int) -> None:
+def assert_full_pass(ctx: Any, data: Any, model: Any, version: int) -> None:
     grown = ctx.client.live_nodes()[0]
     fresh = states(ctx.client, 2, NODES, grown)
     assert full(model, data, "_N", "feat", 1024)["version"] == version
@@ -73,6 +73,23 @@ def test_a_refresh_that_failed_partway_is_retried(tmp_path, monkeypatch, moved):
         assert (got["since"], got["version"]) == ((1, 2) if moved else (0, 1))
         assert got["updated"] > 0
         assert_full_pass(ctx, data, model, 2 if moved else 1)
+
+
+def test_a_model_without_sums_is_retried_too(tmp_path, monkeypatch):
+    """GAT keeps no sums: a retry computes again what the interrupted refresh wrote."""
+    torch.manual_seed(0)
+    model = GAT(8, 16, 4, 2, 0.5, heads=2).eval()
+    graph = {"num_nodes": NODES, "num_edges": EDGES}
+    with graph_served(tmp_path / "parts", **graph) as (addresses, parts, ctx, data):
+        full(model, data, "_N", "feat", 1024)
+        write(addresses, parts)
+        refuse_partition_1(ctx.client, monkeypatch)[0] = 1
+        with pytest.raises(GraphrunError, match="not a table"):
+            refresh(model, data, "_N", "feat", 1024)
+        more(addresses, parts)
+        got = refresh(model, data, "_N", "feat", 1024)
+        assert (got["since"], got["version"]) == (1, 2)
+        assert_full_pass(ctx, data, model, 2)
 
 
 def test_the_refresher_that_stays_up_retries_then_says_why_it_stopped(tmp_path, monkeypatch):
