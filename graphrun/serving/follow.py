@@ -9,16 +9,27 @@ store's sessions and sockets, the attached tables and their shared-memory mappin
 reads at it without asking again), torch's and numpy's first calls. A refresh after
 1,000 new edges then costs the requests that depend on the change (what changed, the
 edges leaving it, one write a partition, the version) and the sums' arithmetic.
+
+A refresh that fails (a partition's server gone, a request timed out) is tried again
+after ``poll_s``, then twice that, and so on: the next refresh finishes the one that
+failed partway (:mod:`graphrun.serving.refresh`). After ``ATTEMPTS`` failures in a row
+the refresher stops with a StoreError carrying the last one; the states stay as they
+were, and a refresh started later finishes them all the same.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from graphrun.errors import GraphrunError, StoreError
 from graphrun.serving.refresh import States, by_sums, full, refresh
 from graphrun.train.models import ByLayer
+
+ATTEMPTS = 5  # refreshes in a row that fail before the refresher stops
+log = logging.getLogger(__name__)
 
 
 def follow(
@@ -33,10 +44,20 @@ def follow(
     report(full(*what) if live else refresh(*what, states=st))
     st.load()
     st.warm(data.node_table(ntype, feature), len(model.convs), by_sums(model))
-    at, passes = st.load(), 1
-    while not stop.wait(poll_s):
-        head = int(client.follow())
-        if head > at:
-            report(refresh(*what, version=head, states=st))
-            at, passes = head, passes + 1
+    at, passes, failed = st.load(), 1, 0
+    while not stop.wait(poll_s * 2**failed):
+        try:
+            head = int(client.follow())
+            if head > at:
+                report(refresh(*what, version=head, states=st))
+                at, passes = head, passes + 1
+            failed = 0
+        except GraphrunError as exc:
+            failed += 1
+            if failed == ATTEMPTS:
+                raise StoreError(f"follow: {ATTEMPTS} refreshes in a row failed, the states "
+                                 f"stay at version {at} (a refresh finishes them); the last: "
+                                 f"{exc}") from exc  # fmt: skip
+            log.warning("follow: refresh to the head failed (%d of %d): %s", failed,
+                        ATTEMPTS, exc)  # fmt: skip
     return passes

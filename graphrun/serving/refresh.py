@@ -10,7 +10,8 @@ live graph (the head by default), keeping what an incremental refresh needs:
   no row for): ``serving/<ntype>/grown`` lists them (int64, in the order they were first
   computed) and ``serving/<ntype>/grown/<table>`` holds row ``j`` of the ``j``-th;
 * ``serving/<ntype>/version`` (int64): ``[0]`` the version the states are at, ``[1]``
-  how many new nodes ``grown`` lists;
+  how many new nodes ``grown`` lists, ``[2]`` the version a refresh is moving them to
+  (``[0]`` once it is done; -1 while a kept pass writes them);
 * for :func:`by_sums` models, ``serving/<ntype>/insum`` and ``lastsum`` (float64, and
   their ``grown/`` rows): the running sums of :mod:`graphrun.serving.sums`.
 
@@ -41,6 +42,21 @@ in-neighbourhoods; the hidden layers between (three layers or more) are recomput
 above. The sums are float64 and every state is computed afresh from them, so rounding
 does not add up over refreshes (a test holds thirty in a row within 1e-5 of a full
 pass). GAT and bf16 models are recomputed whole.
+
+**A refresh that fails partway** (a partition's server dies, a request times out) has
+written some partitions' rows and not the version, which is written last. Before its
+first write a refresh to ``v1`` writes ``version[2] = v1``; a refresh that finds
+``version[2]`` above ``version[0]`` first finishes that one: it refreshes to ``v1``
+again (reading the graph at ``v1``, pinned, even when the head has moved on since; a
+compaction past ``v1`` refuses it, and then only ``--live`` helps), then to where it was
+asked (one below ``v1`` is refused). Doing it again is right because everything a
+refresh writes is computed afresh from the graph at ``v1`` and rows it does not write
+(a layer's rows outside ``A_l``), except the running sums, which it reads and moves:
+their rows carry a stamp (:mod:`graphrun.serving.sums`), and a retry moves only the rows
+not stamped ``v1`` yet. So any number of interrupted tries, then one that completes,
+leave the states a single refresh leaves (a test interrupts one after the first
+partition's write, with and without the graph moving before the retry). A kept pass
+interrupted leaves ``version[2] = -1``, and a refresh says to run ``--live`` again.
 """
 
 from __future__ import annotations
@@ -67,6 +83,8 @@ from graphrun.serving.sums import (
     moved,
     own,
     project,
+    stamped,
+    widths,
 )
 from graphrun.store.dist_tensor import DistTensor
 from graphrun.train import inference
@@ -90,6 +108,7 @@ class States:
         self.client, self.ntype = client, ntype
         self.n = int(client.book.num_nodes)
         self.grown = np.empty(0, np.int64)
+        self.pending = 0  # the version an interrupted refresh was moving to (module doc)
         self._order = np.empty(0, np.int64)
         self._tensors: dict[str, DistTensor] = {}  # attached once
         self._listed: set[str] | None = None
@@ -126,13 +145,18 @@ class States:
         return self.tensor(what, width, dtype)
 
     def load(self) -> int:
-        """The stored version (and the new nodes' list); StoreError if none is stored."""
+        """The stored version (and the new nodes' list, and :attr:`pending`); StoreError
+        if none is stored or a kept pass did not finish them."""
         try:
-            meta = self.tensor("version")[torch.arange(2)].numpy()
+            meta = self.tensor("version")[torch.arange(3)].numpy()
         except StoreError as exc:
             raise StoreError(f"refresh: no kept states of {self.ntype!r} in the store "
                              "(run `graphrun infer embed --live` first)") from exc  # fmt: skip
-        k = int(meta[1])
+        if meta[2] < 0:
+            raise StoreError(f"refresh: the kept pass of {self.ntype!r} did not finish "
+                             "(run `graphrun infer embed --live` again)")  # fmt: skip
+        k, self.pending = int(meta[1]), int(meta[2])
+        self._writes = []  # a failed refresh's, not sent
         self.grown = self.tensor("grown")[torch.arange(k)].numpy() if k else self.grown
         self._order = np.argsort(self.grown, kind="stable")
         self._split = None
@@ -213,15 +237,21 @@ class States:
             if name in have:
                 self.client.delete_tensor(name)
 
+    def begin(self, version: int) -> None:
+        """Say, before any write, the version the states are moving to (-1: a kept pass):
+        what a retry of a refresh that failed partway must finish (module docstring)."""
+        self.tensor("version", 0, "int64")[torch.tensor([2])] = torch.tensor([version])
+
     def save(self, version: int) -> None:
         """The kept writes, then (once they are all in) the version they are at."""
         if len(self.grown):
             t = self.tensor("grown", 0, "int64")
             self._writes.append((t, np.arange(len(self.grown)), torch.from_numpy(self.grown)))
         self.flush()
-        self.tensor("version", 0, "int64")[torch.arange(2)] = torch.tensor(
-            [version, len(self.grown)]
+        self.tensor("version", 0, "int64")[torch.arange(3)] = torch.tensor(
+            [version, len(self.grown), version]
         )
+        self.pending = version
 
 
 class Fresh:
@@ -265,13 +295,14 @@ class Plan:
     move by their sums (:func:`by_sums`): ``changed`` (src, dst, sign) of the edges that
     changed, ``touched`` the nodes whose first-layer sums are recomputed (downstream of
     an updated or new feature, and the new nodes), ``edges`` (src, dst) of the edges
-    leaving ``A_{L-1}`` at the new version."""
+    leaving ``A_{L-1}`` at the new version; ``to`` the new version (the sums' stamp)."""
 
     sets: list[np.ndarray]
     new: np.ndarray
     changed: np.ndarray | None = None
     touched: np.ndarray = field(default_factory=lambda: EMPTY)
     edges: np.ndarray | None = None
+    to: int = 0
 
 
 def by_sums(model: ByLayer) -> bool:
@@ -301,7 +332,7 @@ def _layers(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, bat
             x, edge_index = inference.gather(read, dst, data)
             out.append(run.layer(i, x, edge_index, dst.numel()))
             if sums and i in (0, len(tables) - 1):
-                kept.append(full_sums(model, i > 0, x, edge_index, dst.numel()))
+                kept.append(full_sums(model, i > 0, x, edge_index, dst.numel(), plan.to))
         rows = torch.cat(out) if out else torch.empty(0, 1)
         if kept:
             st.write(INSUM if i == 0 else LASTSUM, ids, torch.cat(kept))
@@ -327,10 +358,16 @@ def _by_sums(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, ba
     model.eval()
     assert plan.changed is not None and plan.edges is not None
     try:
-        st.tensor(INSUM), st.tensor(LASTSUM)
+        kept = {what: st.tensor(what).info.row_shape for what in (INSUM, LASTSUM)}
     except StoreError as exc:
         raise StoreError(f"refresh: the kept states of {st.ntype!r} have no running sums "
                          "(run `graphrun infer embed --live` again)") from exc  # fmt: skip
+    for what, width in widths(model).items():
+        if kept[what] != (width,):  # kept by an earlier layout (no stamps) or model
+            raise StoreError(
+                f"refresh: {st.name(what)} has rows of {kept[what]}, this model "
+                f"keeps ({width},) (run `graphrun infer embed --live` again)"
+            )
     layers, tables = len(model.convs), layer_tables(len(model.convs))
     feat = data.node_table(st.ntype, feature)
     t0, took = time.perf_counter(), []
@@ -364,16 +401,18 @@ def _first(model: ByLayer, data: Any, st: States, feat: Any, plan: Plan
     ask = _union([a1, ch[0]])
     x = feat[torch.from_numpy(ask)].float()
     width = x.size(1)
-    sums = torch.empty(len(a1), width + 1, dtype=torch.float64)
+    sums = torch.empty(len(a1), width + 2, dtype=torch.float64)
     if len(rest):
         add, deg = moved(ch, rest, x[torch.from_numpy(np.searchsorted(ask, ch[0]))], width)
         old = st.read(INSUM, rest)
-        old[:, :width] += add
-        old[:, width] += deg
+        todo = ~stamped(old, plan.to)  # not moved by an interrupted try already
+        old[todo, :width] += add[todo]
+        old[todo, width] += deg[todo]
+        old[:, -1] = plan.to
         sums[torch.from_numpy(np.searchsorted(a1, rest))] = old
     for lo in range(0, len(redo), EDGE_IDS):  # summed again over their in-edges
         dst = torch.from_numpy(redo[lo : lo + EDGE_IDS])
-        got = full_sums(model, False, *inference.gather(feat, dst, data), dst.numel())
+        got = full_sums(model, False, *inference.gather(feat, dst, data), dst.numel(), plan.to)
         sums[torch.from_numpy(np.searchsorted(a1, dst.numpy()))] = got
     own_x = x[torch.from_numpy(np.searchsorted(ask, a1))]
     return a1, (first_layer(model, sums, own_x), sums)
@@ -384,7 +423,9 @@ def _last(model: ByLayer, st: States, plan: Plan, what: str, ids: np.ndarray, h:
     """The last layer of ``A_L`` from its moved sums, with ``h`` the new rows of
     ``ids = A_{L-1}`` (stored in table ``what``): an edge leaving ``A_{L-1}`` adds its
     source's change, a changed edge adds (or takes away) its source's old row, both
-    projected (``lastsum`` keeps each node's own, so the old rows are not read)."""
+    projected (``lastsum`` keeps each node's own, so the old rows are not read). A row
+    an interrupted try moved already keeps its sums, and its own projection at the
+    version before is its earlier copy."""
     assert plan.changed is not None and plan.edges is not None
     ch, e1, al = plan.changed, plan.edges, plan.sets[-1]
     need = _union([ids, ch[0]])
@@ -392,16 +433,20 @@ def _last(model: ByLayer, st: States, plan: Plan, what: str, ids: np.ndarray, h:
     had = np.setdiff1d(rows, plan.new, assume_unique=True)  # rows at the stored version
     q_new = project(model, h)
     c = q_new.size(1)
-    old = torch.zeros(len(rows), 3 * c + 1, dtype=torch.float64)
+    old = torch.zeros(len(rows), 4 * c + 2, dtype=torch.float64)
     if len(had):
         old[_at(rows, had)] = st.read(LASTSUM, had)
-    q_old = old[_at(rows, need), 2 * c : 3 * c]
+    done = stamped(old, plan.to)
+    q = torch.where(done[:, None], old[:, 3 * c + 1 : 4 * c + 1], old[:, 2 * c : 3 * c])
+    q_old = q[_at(rows, need)]
     change = q_new.double() - q_old[_at(need, ids)]
     add, deg = moved(ch, al, q_old[_at(need, ch[0])], c)
     add.index_add_(0, _at(al, e1[1]), change[_at(ids, e1[0])])
-    sums = old[_at(rows, al)]
-    sums[:, :c] += add
-    sums[:, 3 * c] += deg
+    sums, todo = old[_at(rows, al)], ~done[_at(rows, al)]
+    sums[todo, :c] += add[todo]
+    sums[todo, 3 * c] += deg[todo]
+    sums[:, 3 * c + 1 : 4 * c + 1] = q[_at(rows, al)]
+    sums[:, -1] = plan.to
     mine = _at(al, ids)
     sums[mine, c : 2 * c] = own(model, h)
     sums[mine, 2 * c : 3 * c] = q_new.double()
@@ -445,7 +490,8 @@ def full(
     sums = by_sums(model)
     if not sums:  # sums an earlier pass kept are not at this version: a refresh refuses them
         st.drop(INSUM, LASTSUM)
-    _layers(model, data, st, feature, Plan([ids] * layers, ids), batch_size, sums)
+    st.begin(-1)
+    _layers(model, data, st, feature, Plan([ids] * layers, ids, to=v), batch_size, sums)
     st.save(v)
     _ask(client, OP_OUT_NEIGHBORS, {}, (np.empty(0, np.int64),))  # each builds its index now
     return {"version": v, "nodes": len(ids), "recomputed": len(ids),
@@ -509,7 +555,8 @@ def refresh(
     only the nodes whose in-neighbourhood changed; what it took and how many it
     recomputed (``recomputed``: at the last layer, the most of any layer). ``states``:
     the :class:`States` of an earlier refresh of this process (:mod:`.follow`), its
-    tables attached and mapped already."""
+    tables attached and mapped already. A refresh that failed partway is finished first
+    (module docstring): then this is the pass from its version."""
     layers = _check(model, data)
     t0, cpu0 = time.perf_counter(), time.process_time()
     client = data.graph.ctx.client
@@ -518,10 +565,18 @@ def refresh(
     v = _follow(client, version)
     if v < since:
         raise ArgumentError(f"version: {v} is below the kept states' version {since}")
+    if since < st.pending != v:
+        if v < st.pending:
+            raise ArgumentError(f"version: {v} is below {st.pending}, the version an "
+                                f"interrupted refresh of {ntype!r} was moving to")  # fmt: skip
+        refresh(model, data, ntype, feature, batch_size, st.pending, st)
+        return refresh(model, data, ntype, feature, batch_size, v, st)
     key = str(TensorKey.node(ntype, feature))
     sums = by_sums(model)
     plan = affected(client, since, layers, key, st, sums)
+    plan.to = v
     found_s = time.perf_counter() - t0
+    st.begin(v)
     st.add_grown(plan.sets[-1])
     if sums:
         took = _by_sums(model, data, st, feature, plan, batch_size)

@@ -1,0 +1,151 @@
+"""A refresh that fails partway (issue 43, item 4): partition 0 took its writes (states
+and running sums) and partition 1 refused its own, so the version was not written. A
+retry, and the refresher that stays up, finish it: the states equal a full pass at the
+version within 1e-5, also when the graph moved again before the retry. Before the
+stamps, a retry moved partition 0's sums a second time."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any
+
+import pytest
+import torch
+
+from graphrun.errors import GraphrunError
+from graphrun.serving.follow import ATTEMPTS, follow
+from graphrun.serving.refresh import States, full, refresh
+from graphrun.train.models import GAT, SAGE
+
+from .test_refresh import EDGES, NODES, graph_served, more, states, write
+
+pytestmark = pytest.mark.integration
+
+
+def refuse_partition_1(client: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A fault hook: while the list it returns holds a count above 0, each
+    ``push_tables`` to partition 1 names a table its server does not have, so the server
+    refuses the whole request (it checks every table before writing any) and the
+    client raises once partition 0's answer is in. Each refusal counts one down."""
+    left = [0]
+    real = client.session.request
+
+    def request(part: int, op: str, body: Any = None, *args: Any, **kw: Any) -> Any:
+        if op == "push_tables" and part == 1 and left[0] > 0:
+            left[0] -= 1
+            body = {**body, "names": ["serving/_N/not a table", *body["names"][1:]]}
+        return real(part, op, body, *args, **kw)
+
+    monkeypatch.setattr(client.session, "request", request)
+    return left
+
+
+def assert_full_pass(ctx: Any, data: Any, model: Any, version: int) -> None:
+    grown = ctx.client.live_nodes()[0]
+    fresh = states(ctx.client, 2, NODES, grown)
+    assert full(model, data, "_N", "feat", 1024)["version"] == version
+    for what, rows in states(ctx.client, 2, NODES, grown).items():
+        torch.testing.assert_close(fresh[what], rows, atol=1e-5, rtol=0, msg=what)
+
+
+@pytest.mark.parametrize("moved", [False, True], ids=["same head", "graph moved"])
+def test_a_refresh_that_failed_partway_is_retried(tmp_path, monkeypatch, moved):
+    """The retry finishes the refresh to version 1 (moving only the sums partition 0
+    did not take yet); with ``moved`` the graph took another write before the retry,
+    which then refreshes to 1 and from there to 2."""
+    torch.manual_seed(0)
+    model = SAGE(8, 16, 4, 2, 0.5, "csr", "fp32").eval()
+    graph = {"num_nodes": NODES, "num_edges": EDGES}
+    with graph_served(tmp_path / "parts", **graph) as (addresses, parts, ctx, data):
+        full(model, data, "_N", "feat", 1024)
+        write(addresses, parts)
+        fault = refuse_partition_1(ctx.client, monkeypatch)
+        fault[0] = 1
+        with pytest.raises(GraphrunError, match="not a table"):
+            refresh(model, data, "_N", "feat", 1024)
+        assert States(ctx.client, "_N").load() == 0  # partition 0 moved, the version did not
+        if moved:
+            more(addresses, parts)
+            with pytest.raises(GraphrunError, match="interrupted refresh"):
+                refresh(model, data, "_N", "feat", 1024, version=0)
+        got = refresh(model, data, "_N", "feat", 1024)
+        assert (got["since"], got["version"]) == ((1, 2) if moved else (0, 1))
+        assert got["updated"] > 0
+        assert_full_pass(ctx, data, model, 2 if moved else 1)
+
+
+def test_a_model_without_sums_is_retried_too(tmp_path, monkeypatch):
+    """GAT keeps no sums: a retry computes again what the interrupted refresh wrote."""
+    torch.manual_seed(0)
+    model = GAT(8, 16, 4, 2, 0.5, heads=2).eval()
+    graph = {"num_nodes": NODES, "num_edges": EDGES}
+    with graph_served(tmp_path / "parts", **graph) as (addresses, parts, ctx, data):
+        full(model, data, "_N", "feat", 1024)
+        write(addresses, parts)
+        refuse_partition_1(ctx.client, monkeypatch)[0] = 1
+        with pytest.raises(GraphrunError, match="not a table"):
+            refresh(model, data, "_N", "feat", 1024)
+        more(addresses, parts)
+        got = refresh(model, data, "_N", "feat", 1024)
+        assert (got["since"], got["version"]) == (1, 2)
+        assert_full_pass(ctx, data, model, 2)
+
+
+def test_the_refresher_that_stays_up_retries_then_says_why_it_stopped(tmp_path, monkeypatch):
+    """`--follow` after a refresh that failed partway: it tries again (each attempt
+    failing the same way) until one goes through; when every attempt fails it stops
+    after ``ATTEMPTS`` with the last error, and a refresh then finishes the one it gave
+    up: the states equal a full pass."""
+    torch.manual_seed(0)
+    model = SAGE(8, 16, 4, 2, 0.5, "csr", "fp32").eval()
+    graph = {"num_nodes": NODES, "num_edges": EDGES}
+    with graph_served(tmp_path / "parts", **graph) as (addresses, parts, ctx, data):
+        fault = refuse_partition_1(ctx.client, monkeypatch)
+        got: queue.Queue[Any] = queue.Queue()
+        stop = threading.Event()
+
+        def run() -> None:
+            try:
+                follow(model, data, "_N", "feat", 1024, live=True, poll_s=0.02, stop=stop,
+                       report=got.put)  # fmt: skip
+            except Exception as exc:  # the test's thread raises it
+                got.put(exc)
+
+        loop = threading.Thread(target=run)
+        loop.start()
+        try:
+            assert got.get(timeout=120)["recomputed"] == NODES
+            fault[0] = ATTEMPTS - 1
+            write(addresses, parts)
+            first = got.get(timeout=120)
+            assert (first["since"], first["version"]) == (0, 1) and fault[0] == 0
+            fault[0] = 10 * ATTEMPTS
+            more(addresses, parts)
+            err = got.get(timeout=120)
+            assert isinstance(err, GraphrunError), err
+            assert f"{ATTEMPTS} refreshes in a row failed" in str(err)
+            assert "not a table" in str(err) and fault[0] == 9 * ATTEMPTS
+        finally:
+            stop.set()
+            loop.join(60)
+        assert not loop.is_alive() and got.empty()
+        fault[0] = 0  # the store answers again: a refresh finishes the one it gave up
+        again = refresh(model, data, "_N", "feat", 1024)
+        assert (again["since"], again["version"]) == (1, 2)
+        assert_full_pass(ctx, data, model, 2)
+
+
+def test_sums_of_another_layout_are_refused(tmp_path):
+    """Sums whose rows are not this model's (kept by another model, or before the rows
+    had their stamps): the refresh says to run `--live` again, not a shape error."""
+    torch.manual_seed(0)
+    with graph_served(tmp_path / "parts") as (_, _, _, data):
+        full(SAGE(8, 16, 4, 2, 0.5, "csr", "fp32").eval(), data, "_N", "feat", 64)
+        other = SAGE(8, 16, 3, 2, 0.5, "csr", "fp32").eval()
+        with pytest.raises(
+            GraphrunError,
+            match=r"lastsum has rows of \(18,\), this model "
+            r"keeps \(14,\) \(run `graphrun infer embed",
+        ):
+            refresh(other, data, "_N", "feat", 64)
