@@ -166,18 +166,49 @@ def floyd_reference(n: np.ndarray, k: np.ndarray, rng: np.random.Generator) -> n
     return out
 
 
+def picks_reference(
+    indptr: np.ndarray, rows: np.ndarray, k: np.ndarray, rng: np.random.Generator
+) -> tuple[list[int], list[int]]:
+    """``(which, pos)`` row by row: all edges of a row with ``degree <= k`` in order, else
+    Floyd on the rows that draw (the vectorised kernel's use of the generator)."""
+    deg = indptr[rows + 1] - indptr[rows]
+    draw = np.flatnonzero(deg > k)
+    chosen = floyd_reference(deg[draw], k[draw], rng) if len(draw) else None
+    which: list[int] = []
+    pos: list[int] = []
+    d = 0
+    for i, r in enumerate(rows):
+        if deg[i] <= k[i]:
+            got = list(range(int(deg[i])))
+        else:
+            assert chosen is not None
+            got = [int(v) for v in chosen[d, : k[i]]]
+            d += 1
+        which += [i] * len(got)
+        pos += [int(indptr[r]) + v for v in got]
+    return which, pos
+
+
 @pytest.mark.parametrize("ragged", [False, True])
-def test_floyd_matches_the_row_by_row_reference(ragged: bool) -> None:
-    from graphrun.sampling.kernels import _floyd
+def test_uniform_picks_match_the_row_by_row_reference(ragged: bool) -> None:
+    from graphrun.sampling.kernels import uniform_picks
 
     gen = np.random.default_rng(3)
     for trial in range(30):
-        n = gen.integers(1, 400, 60)
-        k = np.minimum(n, gen.integers(1, 26, 60) if ragged else 25)
-        got = _floyd(n, k, np.random.default_rng(trial))
-        want = floyd_reference(n, k, np.random.default_rng(trial))
-        assert np.array_equal(got, want), trial
-        assert all(len(set(row[row >= 0])) == int(c) for row, c in zip(got, k, strict=True))
+        deg = gen.integers(0, 120, 80)
+        indptr = np.concatenate([[0], np.cumsum(deg)])
+        rows = gen.permutation(80)[:60]  # a subset, out of order
+        k = gen.integers(0, 26, 60) if ragged else np.full(60, 25)
+        indices = gen.integers(0, 10**9, int(indptr[-1]))
+        eids = gen.permutation(int(indptr[-1]))
+        which, pos, _ = uniform_picks(indptr, rows, k, np.random.default_rng(trial))
+        want_which, want_pos = picks_reference(indptr, rows, k, np.random.default_rng(trial))
+        assert which.tolist() == want_which and pos.tolist() == want_pos, trial
+        which2, src, eid = uniform_picks(
+            indptr, rows, k, np.random.default_rng(trial), (indices, eids)
+        )
+        assert np.array_equal(which2, which)
+        assert np.array_equal(src, indices[pos]) and np.array_equal(eid, eids[pos])
 
 
 def test_relabeler_map_dense_and_sorted_paths_agree(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -210,3 +241,44 @@ def test_relabeler_map_dense_and_sorted_paths_agree(monkeypatch: pytest.MonkeyPa
     assert len(np.unique(nodes)) == len(nodes) and np.array_equal(nodes[:50], seeds.numpy())
     for a, b, c in zip(dense, by_map, by_sort, strict=True):
         assert np.array_equal(a, b) and np.array_equal(a, c)
+
+
+def relabel_reference(seeds: list[int], hops: list[list[int]]) -> list[list[int]]:
+    """Per hop, the local ids then the new global ids; finally every node: a dict, row by row."""
+    local_of = {g: i for i, g in enumerate(seeds)}
+    out = []
+    for h in hops:
+        new = sorted({g for g in h if g not in local_of})
+        base = len(local_of)
+        local_of.update((g, base + j) for j, g in enumerate(new))
+        out.append([local_of[g] for g in h] + new)
+    return [*out, list(local_of)]
+
+
+@pytest.mark.parametrize("dense", [0, 64, 10**9])
+@pytest.mark.parametrize("sort_keys", [False, True])
+def test_relabeler_matches_the_reference(
+    monkeypatch: pytest.MonkeyPatch, dense: int, sort_keys: bool
+) -> None:
+    """Batch after batch on one relabeler (its map and marks are reused), every path:
+    scanned marks (dense), sorted candidates, sorted keys (ids past MAP_LIMIT)."""
+    import torch
+
+    from graphrun.sampling import mfg
+
+    monkeypatch.setattr(mfg, "DENSE_FACTOR", dense)
+    if sort_keys:
+        monkeypatch.setattr(mfg, "MAP_LIMIT", 10)
+    gen = np.random.default_rng(1)
+    r = mfg.Relabeler(3000)
+    for _ in range(12):
+        seeds = gen.choice(3000, int(gen.integers(1, 60)), replace=False)
+        hops = [gen.integers(0, 3000, int(gen.integers(0, 2000))) for _ in range(3)]
+        r.start(torch.from_numpy(seeds))
+        got = []
+        for h in hops:
+            local, new = r.add(torch.from_numpy(h))
+            got.append(local.tolist() + new.tolist())
+        got.append(r.nodes().tolist())
+        r.reset()
+        assert got == relabel_reference(seeds.tolist(), [h.tolist() for h in hops])
