@@ -140,7 +140,7 @@ class Relabeler:
     def __init__(self, num_nodes: int) -> None:
         self.num_nodes = int(num_nodes)
         small = self.num_nodes <= MAP_LIMIT
-        self._map = np.full(self.num_nodes, -1, dtype=np.int64) if small else None
+        self._map = np.full(self.num_nodes, -1, dtype=np.int32) if small else None
         self._mark = np.zeros(self.num_nodes, dtype=np.uint8) if small else None
         self._nodes: list[np.ndarray] = []
         self._count = 0
