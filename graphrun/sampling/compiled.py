@@ -22,10 +22,9 @@ it); the compiled code is cached on disk (``cache=True``) after the first proces
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-_jit = numba.njit(cache=True, nogil=True)
+from graphrun.store.compiled import jit as _jit
 
 
 @_jit

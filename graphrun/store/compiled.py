@@ -10,11 +10,26 @@ here than ``np.take``, which the client keeps for it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import numba
 import numpy as np
 
+F = TypeVar("F", bound=Callable[..., object])
 
-@numba.njit(cache=True, nogil=True)
+
+def jit(fn: F) -> F:
+    """``numba.njit(nogil=True)``, its machine code cached on disk where numba finds a
+    writable place (beside the source, else the user's cache directory); an image with
+    neither (a read-only root file system) compiles at each start instead of failing."""
+    try:
+        return numba.njit(cache=True, nogil=True)(fn)
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return numba.njit(nogil=True)(fn)
+
+
+@jit
 def take_rows(src: np.ndarray, rows: np.ndarray, out: np.ndarray, at: np.ndarray) -> None:
     """``out[at[i]] = src[rows[i]]`` for ``[n, row bytes]`` uint8 views; an index out of
     range is clipped to the nearest row, as ``np.take(mode="clip")`` does."""

@@ -282,3 +282,23 @@ def test_relabeler_matches_the_reference(
         got.append(r.nodes().tolist())
         r.reset()
         assert got == relabel_reference(seeds.tolist(), [h.tolist() for h in hops])
+
+
+def test_kernels_compile_where_numba_cannot_cache() -> None:
+    # a read-only image (the job's pods run as a user who can write neither beside the
+    # source nor a home cache): numba finds no place for its cache and raised at import
+    code = (
+        "from numba.core import caching\n"
+        "caching.CacheImpl._locator_classes = []  # no writable place anywhere\n"
+        "import numpy as np\n"
+        "from graphrun.sampling import CSCGraph\n"
+        "from graphrun.testing.graphs import random_graph\n"
+        "from graphrun.store.routing import take_into\n"
+        "out = CSCGraph.from_graph(random_graph()).sample_one_hop(np.arange(20), [3], seed=1)\n"
+        "rows = np.zeros((100, 2))\n"
+        "take_into(rows, np.arange(99, 0, -3), np.ones((50, 2)), np.arange(33))\n"
+        "print(len(out) > 0, rows.sum())\n"
+    )
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert got.stdout.split() == ["True", "66.0"]
