@@ -1,8 +1,9 @@
 """The sampler's hot loops compiled with numba: uniform picks with their gathers, relabelling.
 
-:mod:`graphrun.sampling.kernels` imports this module on its first sample, not before (numba
-costs a quarter of a CPU-second to import: a store server that never samples never pays
-it); the compiled code is cached on disk (``cache=True``) after the first process.
+:mod:`graphrun.sampling.kernels` imports this module on its first sample, not before
+(numba's import and loading the cached kernels cost a process 0.5-0.6 CPU-s: a store
+server that never samples never pays it); the machine code is cached on disk where
+numba can write (:func:`graphrun.store.compiled.jit`), else compiled at each start.
 
 * :func:`plan` and :func:`pick` are the uniform without-replacement kernel of
   :mod:`~graphrun.sampling.kernels` row by row: a row with more edges than its fanout
@@ -12,7 +13,7 @@ it); the compiled code is cached on disk (``cache=True``) after the first proces
   a row's together: strided, they cost it 2.5x); a row with no more edges than its
   fanout takes them all, in order. :func:`gather` then reads the picked edges' sources
   and ids in one pass. Gathering inside :func:`pick` was 2.5x slower than the two
-  passes (its branches, mispredicted, cut the loads' overlap).
+  passes (likely its mispredicted branches cut the loads' overlap).
 * :func:`find`, :func:`scan` and :func:`enter` map global ids to local ids through the
   :class:`~graphrun.sampling.mfg.Relabeler`'s scratch map: one pass looks every id up
   and collects the unseen ones, their new local ids follow in increasing global id (a

@@ -1,4 +1,4 @@
-"""One-hop neighbour sampling on a local CSC (a whole graph or one partition), numpy only.
+"""One-hop neighbour sampling on a local CSC (a whole graph or one partition), no torch.
 
 :class:`CSCGraph` holds the in-edges of a contiguous block of *owned* nodes:
 row ``i`` is global node ``row_start + i``; ``indices`` are global source ids and
