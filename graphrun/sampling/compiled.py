@@ -1,9 +1,10 @@
 """The sampler's hot loops compiled with numba: uniform picks with their gathers, relabelling.
 
-:mod:`graphrun.sampling.kernels` imports this module on its first sample, not before
-(numba's import and loading the cached kernels cost a process 0.5-0.6 CPU-s: a store
-server that never samples never pays it); the machine code is cached on disk where
-numba can write (:func:`graphrun.store.compiled.jit`), else compiled at each start.
+Used with ``GRAPHRUN_COMPILED=1`` (:data:`graphrun.store.routing.COMPILED_ENV`), else the
+numpy kernels run: numba's import and its first kernels cost a process 0.5-0.6 CPU-s
+and about 135 MiB, so this module is imported on the first sample that asks for it.
+The machine code is cached on disk where numba can write
+(:func:`graphrun.store.compiled.jit`), else compiled at each start.
 
 * :func:`plan` and :func:`pick` are the uniform without-replacement kernel of
   :mod:`~graphrun.sampling.kernels` row by row: a row with more edges than its fanout

@@ -34,6 +34,7 @@ from graphrun.graph.graph import Graph
 from graphrun.names import etype_key, owners
 from graphrun.partition.book import PartitionBook
 from graphrun.sampling.kernels import fanouts, make_rng, sample_segments, uniform_picks
+from graphrun.store.routing import compiled_kernels
 
 
 @dataclass(frozen=True)
@@ -227,7 +228,7 @@ class CSCGraph:
         w = self.weights if weighted else None
         rng = make_rng(seed)
         if self.typed_indptr is None:
-            if w is None and not replace:  # the common case: picks and gathers in one pass
+            if w is None and not replace and compiled_kernels():  # picks, then one gather
                 k = fanouts(int(fan[0]), len(rows))
                 which, src, eid = uniform_picks(
                     self.indptr, rows, k, rng, (self.indices, self.eids)

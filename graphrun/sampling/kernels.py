@@ -15,18 +15,17 @@ Strategies (chosen by benchmark, see ``benchmarks/README.md``):
   ``fanout``-subset is equally likely. Cost is independent of the degree, which matters
   on power-law graphs where sampled frontiers are full of hubs, and a full neighbourhood
   (``fanout`` >= every degree, layer-wise inference) costs one pass over its edges.
-  Compiled with numba (:mod:`graphrun.sampling.compiled`), row by row, the picked
-  edges' sources and ids gathered in the same pass; the uniforms are drawn as the
-  earlier kernel, vectorised over rows, drew them (round ``i``: one per drawn row), so
-  a seed gives the edges it gave then.
+  Vectorised over rows in numpy; with ``GRAPHRUN_COMPILED=1`` compiled with numba
+  (:func:`uniform_picks`, :mod:`graphrun.sampling.compiled`), row by row, on the same
+  uniforms (round ``i``: one per drawing row): the same edges for the same seed.
 * uniform with replacement: ``floor(u * degree)`` per sample.
 * weighted without replacement: Efraimidis–Spirakis keys ``log(u) / w`` over the
   row's edges, the ``fanout`` largest kept (edges of weight 0 are never picked).
 * weighted with replacement: inverse CDF over the row's cumulative weights.
 
-The kernels use numpy and numba (imported on the first sample) and nothing else: a
-store server samples with them without importing torch (a second of CPU at every
-server's start), and a trainer samples its
+The kernels use numpy (and numba when asked) and nothing else: a store server samples
+with them without importing torch (a second of CPU at every server's start), and a
+trainer samples its
 co-located partitions with the same code and the same seed, so both give the same
 edges. Randomness comes only from the ``numpy.random.Generator`` passed in
 (:func:`make_rng`: PCG64 from an int seed).
@@ -37,6 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from graphrun.store.routing import compiled_kernels
 
 Rng = np.random.Generator
 
@@ -90,7 +91,7 @@ def sample_segments(
     if len(rows) == 0:
         return Picks.empty()
     k = fanouts(fanout, len(rows))
-    if weights is None and not replace:
+    if weights is None and not replace and compiled_kernels():
         which, pos, _ = uniform_picks(indptr, rows, k, rng)
         return Picks(which, pos)
     start = indptr[rows].astype(np.int64, copy=False)
@@ -99,7 +100,9 @@ def sample_segments(
         if replace:
             return _weighted_replace(start, deg, k, weights, rng)
         return _weighted_no_replace(start, deg, k, weights, rng)
-    return _uniform_replace(start, deg, k, rng)
+    if replace:
+        return _uniform_replace(start, deg, k, rng)
+    return _uniform_no_replace(start, deg, k, rng)
 
 
 def fanouts(fanout: int | np.ndarray, n: int) -> np.ndarray:
@@ -132,7 +135,7 @@ def uniform_picks(
     generator's uniforms drawn round-major, the vectorised kernel's sequence (tested
     against a row-by-row reference).
     """
-    from graphrun.sampling import compiled  # numba: imported on the first sample
+    from graphrun.sampling import compiled  # numba: imported when first asked for
 
     indptr = indptr.astype(np.int64, copy=False)
     first, ndraw, kdraw = compiled.plan(indptr, rows, k)
@@ -145,6 +148,63 @@ def uniform_picks(
         return which, pos, pos[:0]
     src, eid = compiled.gather(pos, *gather)
     return which, src, eid
+
+
+def _uniform_no_replace(start: np.ndarray, deg: np.ndarray, k: np.ndarray, rng: Rng) -> Picks:
+    kk = np.minimum(deg, k)
+    if len(kk) == 0 or int(kk.max()) == 0:
+        return Picks.empty()
+    draw = np.flatnonzero(deg > k)  # rows that keep only some of their edges
+    chosen = _floyd(deg[draw], kk[draw], rng) if len(draw) else None
+    width = 0 if chosen is None else chosen.shape[1]
+    if width < int(kk.max()):  # rows taking all their edges have more: list them in order
+        which, pos = _expand(start, kk)
+        if chosen is not None:
+            used = chosen >= 0
+            first = (np.cumsum(kk) - kk)[draw]
+            slots = first[:, None] + np.arange(width)
+            pos[slots[used]] = (start[draw][:, None] + chosen)[used]
+        return Picks(which, pos)
+    # a sampling fanout: one [rows, width] table of offsets, the drawn rows' from Floyd
+    assert chosen is not None  # width == max(kk) > 0
+    ar = np.arange(width)
+    picked = start[:, None] + ar  # rows taking all their edges: them in order
+    picked[draw] = start[draw][:, None] + chosen
+    which = np.repeat(np.arange(len(deg)), kk)
+    if len(which) == picked.size:  # every row has `width` picks: no mask needed
+        return Picks(which, picked.reshape(-1))
+    return Picks(which, picked[ar < kk[:, None]])
+
+
+def _floyd(n: np.ndarray, k: np.ndarray, rng: Rng) -> np.ndarray:
+    """Floyd's algorithm on every row at once: ``k[r]`` distinct values of ``range(n[r])``.
+
+    Requires ``k <= n``. Returns ``[rows, max(k)]``; entries past ``k[r]`` are -1.
+    With ``k == n`` it returns every value (in random order), so one code path
+    serves rows with fewer neighbours than the fanout too.
+
+    Round ``i`` draws one uniform per row (``rng.random`` into one reused buffer) and
+    compares it with the row's picks so far; the picks are int32 when every ``n`` fits
+    (half the bytes compared), and a batch whose rows all want ``k`` picks skips the
+    mask of finished rows. The values, and the generator's stream, are the same as
+    with int64 and a mask (tested).
+    """
+    kmax = int(k.max())
+    dtype = np.int32 if int(n.max()) < 2**31 else np.int64
+    out = np.full((kmax, len(n)), -1, dtype=dtype)  # pick-major: rows contiguous
+    base = (n - k).astype(np.float64)
+    u = np.empty(len(n))
+    seen = np.empty((kmax, len(n)), dtype=bool)
+    ragged = int(k.min()) < kmax
+    for i in range(kmax):
+        j = base + i  # pick from range(j + 1)
+        rng.random(out=u)
+        t = np.multiply(u, j + 1, out=u).astype(dtype)
+        if i:
+            hit = np.equal(out[:i], t, out=seen[:i]).any(0)
+            t = np.where(hit, j.astype(dtype), t)
+        out[i] = np.where(i < k, t, -1) if ragged else t
+    return out.T
 
 
 def _weighted_no_replace(

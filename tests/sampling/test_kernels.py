@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 
@@ -166,6 +167,20 @@ def floyd_reference(n: np.ndarray, k: np.ndarray, rng: np.random.Generator) -> n
     return out
 
 
+@pytest.mark.parametrize("ragged", [False, True])
+def test_floyd_matches_the_row_by_row_reference(ragged: bool) -> None:
+    from graphrun.sampling.kernels import _floyd
+
+    gen = np.random.default_rng(3)
+    for trial in range(30):
+        n = gen.integers(1, 400, 60)
+        k = np.minimum(n, gen.integers(1, 26, 60) if ragged else 25)
+        got = _floyd(n, k, np.random.default_rng(trial))
+        want = floyd_reference(n, k, np.random.default_rng(trial))
+        assert np.array_equal(got, want), trial
+        assert all(len(set(row[row >= 0])) == int(c) for row, c in zip(got, k, strict=True))
+
+
 def picks_reference(
     indptr: np.ndarray, rows: np.ndarray, k: np.ndarray, rng: np.random.Generator
 ) -> tuple[list[int], list[int]]:
@@ -257,15 +272,18 @@ def relabel_reference(seeds: list[int], hops: list[list[int]]) -> list[list[int]
 
 @pytest.mark.parametrize("dense", [0, 64, 10**9])
 @pytest.mark.parametrize("sort_keys", [False, True])
+@pytest.mark.parametrize("compiled", ["", "1"])
 def test_relabeler_matches_the_reference(
-    monkeypatch: pytest.MonkeyPatch, dense: int, sort_keys: bool
+    monkeypatch: pytest.MonkeyPatch, dense: int, sort_keys: bool, compiled: str
 ) -> None:
     """Batch after batch on one relabeler (its map and marks are reused), every path:
-    scanned marks (dense), sorted candidates, sorted keys (ids past MAP_LIMIT)."""
+    scanned marks (dense), sorted candidates, sorted keys (ids past MAP_LIMIT), in numpy
+    and compiled (GRAPHRUN_COMPILED=1)."""
     import torch
 
     from graphrun.sampling import mfg
 
+    monkeypatch.setenv("GRAPHRUN_COMPILED", compiled)
     monkeypatch.setattr(mfg, "DENSE_FACTOR", dense)
     if sort_keys:
         monkeypatch.setattr(mfg, "MAP_LIMIT", 10)
@@ -299,6 +317,40 @@ def test_kernels_compile_where_numba_cannot_cache() -> None:
         "take_into(rows, np.arange(99, 0, -3), np.ones((50, 2)), np.arange(33))\n"
         "print(len(out) > 0, rows.sum())\n"
     )
-    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    env = {**os.environ, "GRAPHRUN_COMPILED": "1"}
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert got.returncode == 0, got.stderr[-2000:]
     assert got.stdout.split() == ["True", "66.0"]
+
+
+def test_the_compiled_kernels_give_the_numpy_kernels_edges(monkeypatch: pytest.MonkeyPatch) -> None:
+    from graphrun.testing.graphs import random_hetero_graph
+
+    for g in (random_graph(), random_hetero_graph()):
+        csc = CSCGraph.from_graph(g)
+        fan = [3] * len(g.edge_types)
+        got = {}
+        for flag in ("", "1"):
+            monkeypatch.setenv("GRAPHRUN_COMPILED", flag)
+            hops = [csc.sample_one_hop(np.arange(g.num_nodes), fan, seed=s) for s in range(5)]
+            got[flag] = [np.concatenate([h.src, h.seed_index, h.eid]) for h in hops]
+        assert all(np.array_equal(a, b) for a, b in zip(got[""], got["1"], strict=True))
+
+
+def test_numba_is_not_loaded_unless_asked() -> None:
+    # numba and its first kernels add ~135 MiB to a process: a store server or a trainer
+    # on a 1.5 GB host has none to spare (the store's fuzz test holds its memory flat)
+    code = (
+        "import sys, numpy as np, torch\n"
+        "from graphrun.sampling import CSCGraph, mfg\n"
+        "from graphrun.testing.graphs import random_graph\n"
+        "from graphrun.store.routing import take_into\n"
+        "CSCGraph.from_graph(random_graph()).sample_one_hop(np.arange(20), [3], seed=1)\n"
+        "r = mfg.Relabeler(1000); r.start(torch.arange(5)); r.add(torch.arange(900))\n"
+        "take_into(np.zeros((100, 2)), np.arange(99, 0, -3), np.ones((50, 2)), np.arange(33))\n"
+        "print('numba' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "GRAPHRUN_COMPILED"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"

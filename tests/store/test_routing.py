@@ -125,12 +125,16 @@ def test_rows_land_where_they_belong_however_the_positions_run(shape, at) -> Non
     ],
 )
 @pytest.mark.parametrize("layout", ["contiguous", "read-only", "strided"])
-def test_scattered_rows_match_numpy_for_every_dtype_and_layout(dtype, row, layout) -> None:
-    """Positions of many runs go through the compiled gather-scatter (any dtype, row shape,
-    read-only shared memory); a strided source falls back to numpy. Both as numpy's
-    ``out[at] = src[rows]``."""
+@pytest.mark.parametrize("compiled", ["", "1"])
+def test_scattered_rows_match_numpy_for_every_dtype_and_layout(
+    dtype, row, layout, compiled, monkeypatch
+) -> None:
+    """Positions of many runs go through the compiled gather-scatter with
+    GRAPHRUN_COMPILED=1 (any dtype, row shape, read-only shared memory; a strided source
+    falls back to numpy), through numpy without: as numpy's ``out[at] = src[rows]``."""
     from graphrun.store.routing import take_into
 
+    monkeypatch.setenv("GRAPHRUN_COMPILED", compiled)
     rng = np.random.default_rng(1)
     src = (rng.random((400, *row)) * 200).astype(dtype)
     if layout == "read-only":
