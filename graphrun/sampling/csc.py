@@ -1,4 +1,4 @@
-"""One-hop neighbour sampling on a local CSC (a whole graph or one partition), numpy only.
+"""One-hop neighbour sampling on a local CSC (a whole graph or one partition), no torch.
 
 :class:`CSCGraph` holds the in-edges of a contiguous block of *owned* nodes:
 row ``i`` is global node ``row_start + i``; ``indices`` are global source ids and
@@ -33,7 +33,8 @@ from graphrun.errors import ArgumentError
 from graphrun.graph.graph import Graph
 from graphrun.names import etype_key, owners
 from graphrun.partition.book import PartitionBook
-from graphrun.sampling.kernels import make_rng, sample_segments
+from graphrun.sampling.kernels import fanouts, make_rng, sample_segments, uniform_picks
+from graphrun.store.routing import compiled_kernels
 
 
 @dataclass(frozen=True)
@@ -227,6 +228,12 @@ class CSCGraph:
         w = self.weights if weighted else None
         rng = make_rng(seed)
         if self.typed_indptr is None:
+            if w is None and not replace and compiled_kernels():  # picks, then one gather
+                k = fanouts(int(fan[0]), len(rows))
+                which, src, eid = uniform_picks(
+                    self.indptr, rows, k, rng, (self.indices, self.eids)
+                )
+                return SampledEdges(src=src, seed_index=which, eid=eid)
             picks = sample_segments(
                 self.indptr, rows, int(fan[0]), replace=replace, weights=w, rng=rng
             )

@@ -9,20 +9,23 @@ order, so the output is a pure function of the inputs and the generator.
 
 Strategies (chosen by benchmark, see ``benchmarks/README.md``):
 
-* uniform without replacement: Robert Floyd's algorithm, vectorised over rows
-  (``fanout`` rounds, each one comparison against the picks so far) on the rows with
-  more edges than the fanout; a row with ``degree <= fanout`` gets all its edges in
-  order, with no draw. Exact: every ``fanout``-subset is equally likely. Cost is
-  independent of the degree, which matters on power-law graphs where sampled
-  frontiers are full of hubs, and a full neighbourhood (``fanout`` >= every degree,
-  layer-wise inference) costs one pass over its edges.
+* uniform without replacement: Robert Floyd's algorithm (``fanout`` rounds, each one
+  comparison against the picks so far) on the rows with more edges than the fanout; a
+  row with ``degree <= fanout`` gets all its edges in order, with no draw. Exact: every
+  ``fanout``-subset is equally likely. Cost is independent of the degree, which matters
+  on power-law graphs where sampled frontiers are full of hubs, and a full neighbourhood
+  (``fanout`` >= every degree, layer-wise inference) costs one pass over its edges.
+  Vectorised over rows in numpy; with ``GRAPHRUN_COMPILED=1`` compiled with numba
+  (:func:`uniform_picks`, :mod:`graphrun.sampling.compiled`), row by row, on the same
+  uniforms (round ``i``: one per drawing row): the same edges for the same seed.
 * uniform with replacement: ``floor(u * degree)`` per sample.
 * weighted without replacement: Efraimidis–Spirakis keys ``log(u) / w`` over the
   row's edges, the ``fanout`` largest kept (edges of weight 0 are never picked).
 * weighted with replacement: inverse CDF over the row's cumulative weights.
 
-The kernels use numpy and nothing else: a store server samples with them without
-importing torch (a second of CPU at every server's start), and a trainer samples its
+The kernels use numpy (and numba when asked) and nothing else: a store server samples
+with them without importing torch (a second of CPU at every server's start), and a
+trainer samples its
 co-located partitions with the same code and the same seed, so both give the same
 edges. Randomness comes only from the ``numpy.random.Generator`` passed in
 (:func:`make_rng`: PCG64 from an int seed).
@@ -33,6 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from graphrun.store.routing import compiled_kernels
 
 Rng = np.random.Generator
 
@@ -85,12 +90,12 @@ def sample_segments(
     rows = np.asarray(rows, dtype=np.int64)
     if len(rows) == 0:
         return Picks.empty()
+    k = fanouts(fanout, len(rows))
+    if weights is None and not replace and compiled_kernels():
+        which, pos, _ = uniform_picks(indptr, rows, k, rng)
+        return Picks(which, pos)
     start = indptr[rows].astype(np.int64, copy=False)
     deg = indptr[rows + 1] - start
-    if isinstance(fanout, np.ndarray):
-        k = fanout.astype(np.int64, copy=False)
-    else:
-        k = np.full(len(rows), int(fanout), dtype=np.int64)
     if weights is not None:
         if replace:
             return _weighted_replace(start, deg, k, weights, rng)
@@ -100,12 +105,49 @@ def sample_segments(
     return _uniform_no_replace(start, deg, k, rng)
 
 
+def fanouts(fanout: int | np.ndarray, n: int) -> np.ndarray:
+    """One int64 fanout per row from one for all or an array."""
+    if isinstance(fanout, np.ndarray):
+        return fanout.astype(np.int64, copy=False)
+    return np.full(n, int(fanout), dtype=np.int64)
+
+
 def _uniform_replace(start: np.ndarray, deg: np.ndarray, k: np.ndarray, rng: Rng) -> Picks:
     count = np.where(deg > 0, k, 0)
     which = np.repeat(np.arange(len(count)), count)
     u = rng.random(len(which))
     pos = start[which] + (u * deg[which]).astype(np.int64)
     return Picks(which, pos)
+
+
+def uniform_picks(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    k: np.ndarray,
+    rng: Rng,
+    gather: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Uniform picks without replacement of ``rows`` (int64), ``k[i]`` for row ``i``:
+    ``(which, pos, empty)``, or with ``gather = (indices, eids)`` (int64) the picked
+    edges' ``(which, indices[pos], eids[pos])``.
+
+    Compiled (:mod:`graphrun.sampling.compiled`): Floyd's algorithm row by row on the
+    generator's uniforms drawn round-major, the vectorised kernel's sequence (tested
+    against a row-by-row reference).
+    """
+    from graphrun.sampling import compiled  # numba: imported when first asked for
+
+    indptr = indptr.astype(np.int64, copy=False)
+    first, ndraw, kdraw = compiled.plan(indptr, rows, k)
+    u = rng.random(ndraw * kdraw).reshape(kdraw, ndraw).T.copy()  # a row's draws together
+    total = int(first[-1])
+    which = np.empty(total, dtype=np.int64)
+    pos = np.empty(total, dtype=np.int64)
+    compiled.pick(indptr, rows, k, first, u, kdraw, which, pos)
+    if gather is None:
+        return which, pos, pos[:0]
+    src, eid = compiled.gather(pos, *gather)
+    return which, src, eid
 
 
 def _uniform_no_replace(start: np.ndarray, deg: np.ndarray, k: np.ndarray, rng: Rng) -> Picks:

@@ -30,6 +30,7 @@ from torch import Tensor
 from graphrun.errors import ArgumentError
 from graphrun.sampling.csc import SampledEdges
 from graphrun.sampling.partitioned import shared_tensor
+from graphrun.store.routing import compiled_kernels
 
 # A scratch map of this many entries (8 bytes each) is the most a Relabeler allocates;
 # bigger id spaces relabel by sorting instead.
@@ -37,7 +38,9 @@ MAP_LIMIT = 1 << 26
 # New ids are found by scanning a mark array when the id space is at most this many
 # times the candidates (a linear scan beats sorting them), else by sorting. With numpy's
 # scan the crossing is near 200-300 (one thread: 17k candidates of 200k ids 0.39 ms
-# scanned, 0.97 ms sorted; 1k of 2M 0.24 / 0.07 ms; benchmarks/README.md, "Kernels").
+# scanned, 0.97 ms sorted; 1k of 2M 0.24 / 0.07 ms; benchmarks/README.md, "Kernels");
+# numba's scan (GRAPHRUN_COMPILED=1) crosses numpy's sort near 60 (2k of 200k: 0.068 /
+# 0.033 ms; 5k: 0.068 / 0.104).
 DENSE_FACTOR = 128
 
 
@@ -133,14 +136,18 @@ class Relabeler:
     keeps the known ids sorted and looks them up with ``searchsorted``. It works on
     numpy arrays (tensors in and out share their memory): numpy's ``flatnonzero`` scans
     a mark array or a mask several times faster than ``torch.nonzero`` on one thread
-    (benchmarks/README.md, "Kernels").
+    (benchmarks/README.md, "Kernels"). With ``GRAPHRUN_COMPILED=1`` the map's path runs
+    compiled (:mod:`graphrun.sampling.compiled`: the same local ids), its map in int32.
     """
 
     def __init__(self, num_nodes: int) -> None:
         self.num_nodes = int(num_nodes)
         small = self.num_nodes <= MAP_LIMIT
-        self._map = np.full(self.num_nodes, -1, dtype=np.int64) if small else None
-        self._mark = np.zeros(self.num_nodes, dtype=bool) if small else None
+        self._compiled = small and compiled_kernels()
+        # compiled: an int32 map (half the bytes looked up), marks counted as bytes
+        ids, marks = (np.int32, np.uint8) if self._compiled else (np.int64, np.bool_)
+        self._map: np.ndarray | None = np.full(self.num_nodes, -1, ids) if small else None
+        self._mark: np.ndarray | None = np.zeros(self.num_nodes, marks) if small else None
         self._nodes: list[np.ndarray] = []
         self._count = 0
         self._sorted = np.empty(0, dtype=np.int64)
@@ -174,6 +181,8 @@ class Relabeler:
     def add(self, ids: Tensor) -> tuple[Tensor, Tensor]:
         """Local ids of ``ids`` (unseen ones appended, sorted by global id) and the new ids."""
         a = ids.numpy().astype(np.int64, copy=False)
+        if self._compiled:
+            return self._add_compiled(a, ids)
         local = self._lookup(a)
         unseen = np.flatnonzero(local < 0)
         if len(unseen) == 0:
@@ -191,6 +200,22 @@ class Relabeler:
             new, inverse = np.unique(cand, return_inverse=True)
             local[unseen] = self._count + inverse
             self._insert(new)
+        return torch.from_numpy(local), torch.from_numpy(new)
+
+    def _add_compiled(self, a: np.ndarray, ids: Tensor) -> tuple[Tensor, Tensor]:
+        assert self._map is not None and self._mark is not None
+        from graphrun.sampling import compiled  # numba, imported when first asked for
+
+        local, cand = compiled.find(a, self._map, self._mark)
+        if len(cand) == 0:
+            return torch.from_numpy(local), ids[:0]
+        if self.num_nodes <= DENSE_FACTOR * len(cand):  # no sort: scan the marks
+            new = compiled.scan(self._mark, len(cand))
+        else:
+            new = np.sort(cand)
+        compiled.enter(a, local, self._map, self._mark, new, self._count)
+        self._nodes.append(new)
+        self._count += len(new)
         return torch.from_numpy(local), torch.from_numpy(new)
 
     def nodes(self) -> Tensor:

@@ -12,6 +12,7 @@ local work overlap.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -93,6 +94,19 @@ def by_part(part: np.ndarray, ids: np.ndarray, bounds: np.ndarray) -> list[Group
     return out
 
 
+#: Set to ``1``, this environment variable runs the sampler's and the client's hot loops
+#: compiled with numba (:mod:`graphrun.sampling.compiled`, :mod:`graphrun.store.compiled`):
+#: a sampled batch in a third less CPU, scattered rows in 27 % less. Off by default: numba's
+#: import and first kernels add about 135 MiB to each process that uses them (a store
+#: server, a trainer), more than a 1.5 GB host has to spare (benchmarks/README.md).
+COMPILED_ENV = "GRAPHRUN_COMPILED"
+
+
+def compiled_kernels() -> bool:
+    """Whether ``GRAPHRUN_COMPILED=1`` asks for the compiled kernels."""
+    return os.environ.get(COMPILED_ENV, "") == "1"
+
+
 #: Rows are written run by run (a gather straight into each slice of the output) when the
 #: positions form at most this many runs of consecutive positions; else gathered, then
 #: scattered. A sampled batch's nodes are seeds then each hop sorted by id, so one owner's
@@ -113,19 +127,36 @@ def _runs(at: np.ndarray) -> list[tuple[int, int]] | None:
 
 
 def take_into(out: np.ndarray, at: np.ndarray | slice, src: np.ndarray, rows: np.ndarray) -> None:
-    """``out[at] = src[rows]`` (``rows`` checked: in range), in one pass over the bytes
-    where ``at`` is a slice or a few runs; gather then scatter otherwise (the two passes
-    cost a benchmark batch much of its build time: benchmarks/README.md)."""
+    """``out[at] = src[rows]`` (``rows`` checked: in range), in one pass over the bytes:
+    ``np.take`` into ``out``'s slices where ``at`` is a slice or a few runs, else (with
+    ``GRAPHRUN_COMPILED=1``) the compiled gather-scatter (:mod:`graphrun.store.compiled`)
+    or numpy's gather, then scatter: two passes, which cost a benchmark batch much of its
+    build time (benchmarks/README.md)."""
     if isinstance(at, slice):
         np.take(src, rows, axis=0, mode="clip", out=out[at])
         return
     runs = _runs(at)
     if runs is None:
-        out[at] = np.take(src, rows, axis=0, mode="clip")
+        src_b, out_b = _row_bytes(src), _row_bytes(out)
+        same = src.dtype == out.dtype and src.shape[1:] == out.shape[1:]
+        if src_b is None or out_b is None or not same or not compiled_kernels():
+            out[at] = np.take(src, rows, axis=0, mode="clip")
+            return
+        from graphrun.store import compiled  # numba: imported on the first such gather
+
+        compiled.take_rows(src_b, np.asarray(rows, np.int64), out_b, np.asarray(at, np.int64))
         return
     for a, b in runs:
         start = int(at[a])
         np.take(src, rows[a:b], axis=0, mode="clip", out=out[start : start + b - a])
+
+
+def _row_bytes(a: np.ndarray) -> np.ndarray | None:
+    """A C-contiguous array of rows as ``[rows, row bytes]`` uint8 (no copy); None when it
+    is not one, or has no bytes."""
+    if a.ndim == 0 or a.size == 0 or not a.flags.c_contiguous:
+        return None
+    return a.reshape(len(a), -1).view(np.uint8)
 
 
 def put_into(out: np.ndarray, at: np.ndarray | slice, rows: np.ndarray) -> None:

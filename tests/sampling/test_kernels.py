@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 
@@ -180,6 +181,51 @@ def test_floyd_matches_the_row_by_row_reference(ragged: bool) -> None:
         assert all(len(set(row[row >= 0])) == int(c) for row, c in zip(got, k, strict=True))
 
 
+def picks_reference(
+    indptr: np.ndarray, rows: np.ndarray, k: np.ndarray, rng: np.random.Generator
+) -> tuple[list[int], list[int]]:
+    """``(which, pos)`` row by row: all edges of a row with ``degree <= k`` in order, else
+    Floyd on the rows that draw (the vectorised kernel's use of the generator)."""
+    deg = indptr[rows + 1] - indptr[rows]
+    draw = np.flatnonzero(deg > k)
+    chosen = floyd_reference(deg[draw], k[draw], rng) if len(draw) else None
+    which: list[int] = []
+    pos: list[int] = []
+    d = 0
+    for i, r in enumerate(rows):
+        if deg[i] <= k[i]:
+            got = list(range(int(deg[i])))
+        else:
+            assert chosen is not None
+            got = [int(v) for v in chosen[d, : k[i]]]
+            d += 1
+        which += [i] * len(got)
+        pos += [int(indptr[r]) + v for v in got]
+    return which, pos
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+def test_uniform_picks_match_the_row_by_row_reference(ragged: bool) -> None:
+    from graphrun.sampling.kernels import uniform_picks
+
+    gen = np.random.default_rng(3)
+    for trial in range(30):
+        deg = gen.integers(0, 120, 80)
+        indptr = np.concatenate([[0], np.cumsum(deg)])
+        rows = gen.permutation(80)[:60]  # a subset, out of order
+        k = gen.integers(0, 26, 60) if ragged else np.full(60, 25)
+        indices = gen.integers(0, 10**9, int(indptr[-1]))
+        eids = gen.permutation(int(indptr[-1]))
+        which, pos, _ = uniform_picks(indptr, rows, k, np.random.default_rng(trial))
+        want_which, want_pos = picks_reference(indptr, rows, k, np.random.default_rng(trial))
+        assert which.tolist() == want_which and pos.tolist() == want_pos, trial
+        which2, src, eid = uniform_picks(
+            indptr, rows, k, np.random.default_rng(trial), (indices, eids)
+        )
+        assert np.array_equal(which2, which)
+        assert np.array_equal(src, indices[pos]) and np.array_equal(eid, eids[pos])
+
+
 def test_relabeler_map_dense_and_sorted_paths_agree(monkeypatch: pytest.MonkeyPatch) -> None:
     """The three ways new ids are found (mark and scan, unique over a map, sorted keys)
     give the same local ids, in order of arrival and by global id within a hop."""
@@ -210,3 +256,101 @@ def test_relabeler_map_dense_and_sorted_paths_agree(monkeypatch: pytest.MonkeyPa
     assert len(np.unique(nodes)) == len(nodes) and np.array_equal(nodes[:50], seeds.numpy())
     for a, b, c in zip(dense, by_map, by_sort, strict=True):
         assert np.array_equal(a, b) and np.array_equal(a, c)
+
+
+def relabel_reference(seeds: list[int], hops: list[list[int]]) -> list[list[int]]:
+    """Per hop, the local ids then the new global ids; finally every node: a dict, row by row."""
+    local_of = {g: i for i, g in enumerate(seeds)}
+    out = []
+    for h in hops:
+        new = sorted({g for g in h if g not in local_of})
+        base = len(local_of)
+        local_of.update((g, base + j) for j, g in enumerate(new))
+        out.append([local_of[g] for g in h] + new)
+    return [*out, list(local_of)]
+
+
+@pytest.mark.parametrize("dense", [0, 64, 10**9])
+@pytest.mark.parametrize("sort_keys", [False, True])
+@pytest.mark.parametrize("compiled", ["", "1"])
+def test_relabeler_matches_the_reference(
+    monkeypatch: pytest.MonkeyPatch, dense: int, sort_keys: bool, compiled: str
+) -> None:
+    """Batch after batch on one relabeler (its map and marks are reused), every path:
+    scanned marks (dense), sorted candidates, sorted keys (ids past MAP_LIMIT), in numpy
+    and compiled (GRAPHRUN_COMPILED=1)."""
+    import torch
+
+    from graphrun.sampling import mfg
+
+    monkeypatch.setenv("GRAPHRUN_COMPILED", compiled)
+    monkeypatch.setattr(mfg, "DENSE_FACTOR", dense)
+    if sort_keys:
+        monkeypatch.setattr(mfg, "MAP_LIMIT", 10)
+    gen = np.random.default_rng(1)
+    r = mfg.Relabeler(3000)
+    for _ in range(12):
+        seeds = gen.choice(3000, int(gen.integers(1, 60)), replace=False)
+        hops = [gen.integers(0, 3000, int(gen.integers(0, 2000))) for _ in range(3)]
+        r.start(torch.from_numpy(seeds))
+        got = []
+        for h in hops:
+            local, new = r.add(torch.from_numpy(h))
+            got.append(local.tolist() + new.tolist())
+        got.append(r.nodes().tolist())
+        r.reset()
+        assert got == relabel_reference(seeds.tolist(), [h.tolist() for h in hops])
+
+
+def test_kernels_compile_where_numba_cannot_cache() -> None:
+    # a read-only image (the job's pods run as a user who can write neither beside the
+    # source nor a home cache): numba finds no place for its cache and raised at import
+    code = (
+        "from numba.core import caching\n"
+        "caching.CacheImpl._locator_classes = []  # no writable place anywhere\n"
+        "import numpy as np\n"
+        "from graphrun.sampling import CSCGraph\n"
+        "from graphrun.testing.graphs import random_graph\n"
+        "from graphrun.store.routing import take_into\n"
+        "out = CSCGraph.from_graph(random_graph()).sample_one_hop(np.arange(20), [3], seed=1)\n"
+        "rows = np.zeros((100, 2))\n"
+        "take_into(rows, np.arange(99, 0, -3), np.ones((50, 2)), np.arange(33))\n"
+        "print(len(out) > 0, rows.sum())\n"
+    )
+    env = {**os.environ, "GRAPHRUN_COMPILED": "1"}
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert got.stdout.split() == ["True", "66.0"]
+
+
+def test_the_compiled_kernels_give_the_numpy_kernels_edges(monkeypatch: pytest.MonkeyPatch) -> None:
+    from graphrun.testing.graphs import random_hetero_graph
+
+    for g in (random_graph(), random_hetero_graph()):
+        csc = CSCGraph.from_graph(g)
+        fan = [3] * len(g.edge_types)
+        got = {}
+        for flag in ("", "1"):
+            monkeypatch.setenv("GRAPHRUN_COMPILED", flag)
+            hops = [csc.sample_one_hop(np.arange(g.num_nodes), fan, seed=s) for s in range(5)]
+            got[flag] = [np.concatenate([h.src, h.seed_index, h.eid]) for h in hops]
+        assert all(np.array_equal(a, b) for a, b in zip(got[""], got["1"], strict=True))
+
+
+def test_numba_is_not_loaded_unless_asked() -> None:
+    # numba and its first kernels add ~135 MiB to a process: a store server or a trainer
+    # on a 1.5 GB host has none to spare (the store's fuzz test holds its memory flat)
+    code = (
+        "import sys, numpy as np, torch\n"
+        "from graphrun.sampling import CSCGraph, mfg\n"
+        "from graphrun.testing.graphs import random_graph\n"
+        "from graphrun.store.routing import take_into\n"
+        "CSCGraph.from_graph(random_graph()).sample_one_hop(np.arange(20), [3], seed=1)\n"
+        "r = mfg.Relabeler(1000); r.start(torch.arange(5)); r.add(torch.arange(900))\n"
+        "take_into(np.zeros((100, 2)), np.arange(99, 0, -3), np.ones((50, 2)), np.arange(33))\n"
+        "print('numba' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "GRAPHRUN_COMPILED"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"

@@ -112,3 +112,40 @@ def test_rows_land_where_they_belong_however_the_positions_run(shape, at) -> Non
     put = np.zeros(shape)
     put_into(put, at, src[rows])
     np.testing.assert_array_equal(put, want)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "row"),
+    [
+        (np.float32, (100,)),
+        (np.int64, ()),
+        (np.bool_, (3,)),
+        (np.uint8, (2, 5)),
+        (np.float64, (7,)),
+    ],
+)
+@pytest.mark.parametrize("layout", ["contiguous", "read-only", "strided"])
+@pytest.mark.parametrize("compiled", ["", "1"])
+def test_scattered_rows_match_numpy_for_every_dtype_and_layout(
+    dtype, row, layout, compiled, monkeypatch
+) -> None:
+    """Positions of many runs go through the compiled gather-scatter with
+    GRAPHRUN_COMPILED=1 (any dtype, row shape, read-only shared memory; a strided source
+    falls back to numpy), through numpy without: as numpy's ``out[at] = src[rows]``."""
+    from graphrun.store.routing import take_into
+
+    monkeypatch.setenv("GRAPHRUN_COMPILED", compiled)
+    rng = np.random.default_rng(1)
+    src = (rng.random((400, *row)) * 200).astype(dtype)
+    if layout == "read-only":
+        src.flags.writeable = False
+    elif layout == "strided":
+        src = np.repeat(src, 2, axis=0)[::2]
+        assert not src.flags.c_contiguous
+    at = rng.permutation(1000)[:600]
+    rows = rng.integers(0, 400, 600)
+    want = np.zeros((1000, *row), dtype)
+    want[at] = src[rows]
+    got = np.zeros((1000, *row), dtype)
+    take_into(got, at, src, rows)
+    np.testing.assert_array_equal(got, want)
