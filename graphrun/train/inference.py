@@ -78,9 +78,9 @@ def _batch(
         src, index = data.in_edges(dst)
         out: Tensor = direct(i, table, dst, src, index)
         return out
-    block = local_block(h, dst)
     by_mean = getattr(model, "layer_from_mean", None)
-    if block is not None and by_mean is not None and cpu:
+    block = local_block(h, dst) if by_mean is not None and cpu else None
+    if by_mean is not None and block is not None:
         mean, target = split_mean(h, block, dst, data)
         out = by_mean(i, mean, target)
         return out
