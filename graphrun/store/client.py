@@ -375,6 +375,26 @@ class KVClient:
                 routing.put_into(out, place(g), rows)
         return out
 
+    def local_block(self, name: str, near: Any = None) -> tuple[int, np.ndarray] | None:
+        """The rows of ``name`` that a co-located partition holds, mapped from its shared
+        memory (read in place: no copy, read-only), and the global id of the first; of
+        several, the one owning most of the ids ``near``. None when no partition's memory
+        is readable here, the tensor is on disk or a live graph routes its ids (then
+        :meth:`pull` the rows)."""
+        ti = self.meta(name)
+        pol = lookup_policy(self.policies, ti.policy)
+        if ti.disk or self._routes_live(ti, pol):
+            return None
+        parts = self.local_parts
+        if len(parts) > 1 and near is not None:
+            owned = np.bincount(pol.to_part(pol.check_ids(near)), minlength=pol.num_parts)
+            parts.sort(key=lambda p: -owned[p])
+        for part in parts:
+            arr = self.catalog.local_array(ti, part) if self.session.local_ok(part) else None
+            if arr is not None:
+                return int(pol.ranges[part]), arr
+        return None
+
     def _local(self, ti: TensorInfo, part: int) -> np.ndarray | DiskRows | None:
         """A co-located partition's rows of ``ti``: its shared memory, or for a disk tensor
         the server's cache and the file (:meth:`Catalog.local_disk`); None: pull them."""

@@ -132,6 +132,15 @@ class DistTensor:
     def pull_numpy(self, ids: Any) -> np.ndarray:
         return self.client.pull(self.name, to_numpy_ids(ids))
 
+    def local_block(self, near: Any = None) -> tuple[int, torch.Tensor] | None:
+        """``(first, rows)``: the rows ``first ..`` of a partition on this machine (the one
+        owning most of the ids ``near``), read in place from its shared memory (never
+        written through: the owner's server writes them); None when there is none
+        (:meth:`KVClient.local_block`)."""
+        near = None if near is None else to_numpy_ids(near)
+        got = self.client.local_block(self.name, near)
+        return None if got is None else (got[0], as_torch(got[1]))
+
     @overload
     def reduce(self, how: Literal["nonzero"]) -> np.ndarray: ...
     @overload

@@ -56,6 +56,23 @@ def mean_csr(x: Tensor, offsets: Tensor, columns: Tensor) -> Tensor:
     return out
 
 
+def mean_split(parts: list[tuple[Tensor, Tensor, Tensor]], num_rows: int) -> Tensor:
+    """Row ``r``'s mean over its in-edges whose source rows lie in several tables:
+    ``parts`` holds ``(table, columns, rows)`` per table (edge ``j`` adds
+    ``table[columns[j]]`` to row ``rows[j]``, ``rows`` in order). The sums of each table's
+    edges (fbgemm's, as :func:`mean_csr`) added, over the degree, fp32; zeros for an empty
+    row. Inference only: no gradient."""
+    width = parts[0][0].size(1)
+    total = torch.zeros(num_rows, width)
+    degree = torch.zeros(num_rows)
+    for table, columns, rows in parts:
+        if columns.numel():
+            offsets = offsets_of(rows, num_rows)
+            total += F.embedding_bag(columns, table, offsets, mode="sum", include_last_offset=True)
+            degree += offsets.diff()
+    return total / degree.clamp_(min=1).unsqueeze(1)
+
+
 class _MeanCSR(torch.autograd.Function):
     """fbgemm's mean forward; the numba scatter of :func:`_scatter_mean` backward."""
 

@@ -18,7 +18,11 @@ machine: :class:`~graphrun.train.data.LocalData`) reads the rows it averages str
 the table by id (:meth:`~graphrun.train.models.SAGE.layer_from_table`); otherwise each
 batch's rows are copied out once, relabelled (:func:`gather`). The direct read saves the
 copy of every batch's in-neighbour rows, which dominated a layer over a whole graph
-(benchmarks/README.md, "Kernels").
+(benchmarks/README.md, "Kernels"). In a distributed job (a store table) GraphSAGE reads
+the rows of the partition on this machine — a trainer's targets and most of their
+in-neighbours — in place from the server's shared memory by id, and pulls only the
+other partitions' rows, each once a batch (:func:`split_mean`,
+``SAGE.layer_from_mean``).
 
 In eval mode the result equals the model's output on sampled neighbourhoods with every
 fanout -1 (all neighbours); a test holds the two together. Models with a ``layer(i, x,
@@ -34,6 +38,7 @@ from typing import Protocol, cast
 import torch
 from torch import Tensor
 
+from graphrun.train.aggregate import mean_split
 from graphrun.train.data import ArrayRows, GraphData, NodeTable
 
 #: Targets per batch at least: a batch's sources are read once however many of its
@@ -66,11 +71,18 @@ def _batch(
 ) -> Tensor:
     """Layer ``i``'s outputs for the nodes ``dst`` from the states ``h`` of their whole
     in-neighbourhoods (computed on ``device``, returned on the host)."""
+    cpu = device is None or device.type == "cpu"
     table = local_rows(h)
     direct = getattr(model, "layer_from_table", None)
-    if table is not None and direct is not None and (device is None or device.type == "cpu"):
+    if table is not None and direct is not None and cpu:
         src, index = data.in_edges(dst)
         out: Tensor = direct(i, table, dst, src, index)
+        return out
+    by_mean = getattr(model, "layer_from_mean", None)
+    block = local_block(h, dst) if by_mean is not None and cpu else None
+    if by_mean is not None and block is not None:
+        mean, target = split_mean(h, block, dst, data)
+        out = by_mean(i, mean, target)
         return out
     x, edge_index = gather(h, dst, data)
     if device is not None and device.type != "cpu":
@@ -90,6 +102,43 @@ def local_rows(h: NodeTable) -> Tensor | None:
     if not isinstance(h, Tensor) or h.dtype != torch.float32 or h.dim() != 2:
         return None
     return h if h.is_contiguous() else None
+
+
+def local_block(h: NodeTable, near: Tensor) -> tuple[int, Tensor] | None:
+    """The float32 rows ``first ..`` of ``h`` (a store table) that a partition on this
+    machine holds (the one owning most of ``near``), in its shared memory, and ``first``;
+    None otherwise."""
+    get = getattr(h, "local_block", None)
+    block: tuple[int, Tensor] | None = get(near) if get is not None else None
+    if block is None or block[1].dtype != torch.float32 or block[1].dim() != 2:
+        return None
+    return block
+
+
+def split_mean(
+    h: NodeTable, block: tuple[int, Tensor], dst: Tensor, data: GraphData
+) -> tuple[Tensor, Tensor]:
+    """The mean over the in-neighbours of ``dst`` and their own rows of ``h``, a store
+    table whose rows ``block`` are in this machine's shared memory: those are read in
+    place by id (:func:`~graphrun.train.aggregate.mean_split`), the others pulled once
+    each (sources and targets together, one request per owner)."""
+    first, rows = block
+    src, index = data.in_edges(dst)
+    if index.numel() > 1 and not bool((index[1:] >= index[:-1]).all()):
+        order = torch.argsort(index, stable=True)  # grouped by owner server, not in order
+        src, index = src[order], index[order]
+    near = (src >= first) & (src < first + rows.size(0))
+    here = (dst >= first) & (dst < first + rows.size(0))
+    far, away = ~near, ~here
+    wanted, inverse = torch.unique(torch.cat([src[far], dst[away]]), return_inverse=True)
+    pulled = h[wanted].float() if wanted.numel() else rows[:0]
+    n_far = int(far.sum())
+    parts = [(rows, src[near] - first, index[near]), (pulled, inverse[:n_far], index[far])]
+    mean = mean_split(parts, dst.numel())
+    target = torch.empty(dst.numel(), rows.size(1))
+    target[here] = rows[dst[here] - first]
+    target[away] = pulled[inverse[n_far:]]
+    return mean, target
 
 
 def gather(h: NodeTable, dst: Tensor, data: GraphData) -> tuple[Tensor, Tensor]:

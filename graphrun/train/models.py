@@ -236,9 +236,14 @@ class SAGE(ByLayer):
         batch's rows and no relabelling (layer-wise inference on a local table). The same
         sums as :meth:`layer` on either path; in bf16 the mean is rounded after the fp32
         sum rather than each row before it."""
-        conv = cast(SAGEConv, self.convs[i])
         mean = mean_csr(table, offsets_of(index, dst.numel()), src).float()
-        return self._activate(i, self._dense(conv, mean, table[dst].float()))
+        return self.layer_from_mean(i, mean, table[dst].float())
+
+    def layer_from_mean(self, i: int, mean: Tensor, target: Tensor) -> Tensor:
+        """Layer ``i`` given its targets' mean over their in-neighbours and their own
+        states (fp32): what a store table's rows split between shared memory and the
+        network feed (:func:`graphrun.train.inference.split_mean`)."""
+        return self._activate(i, self._dense(cast(SAGEConv, self.convs[i]), mean, target))
 
     def _dense(self, conv: SAGEConv, mean: Tensor, target: Tensor) -> Tensor:
         """``lin_l(mean) + lin_r(target)``; in bf16 one product of ``[mean | target]`` with

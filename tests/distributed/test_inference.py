@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
+import pytest
 import torch
 
 from graphrun.distributed import DistGraph, initialize
 from graphrun.train import inference
+from graphrun.train.data import LocalData
 from graphrun.train.distdata import DistGraphData
 from graphrun.train.models import SAGE
 
@@ -54,3 +57,57 @@ def test_two_trainers_layerwise_equals_full_fanout_sampling(served) -> None:
         # the training loader's seeds are the covered ones, padded to equal counts
         assert want.size(0) >= out.size(0) > 0
         torch.testing.assert_close(out, want[: out.size(0)], atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("world", [2, 1])
+def test_sage_reads_the_co_located_partition_in_place_and_equals_one_machine(
+    served, monkeypatch, world
+) -> None:
+    # each trainer reads its home partition's rows from the server's shared memory by id
+    # and pulls only the others: no batch's rows copied out (gather), and the logits those
+    # of the layer-wise pass on one machine over the unpartitioned graph. One trainer
+    # covers both partitions: its batches' in-edges come grouped by server, not in
+    # order, and targets of the other partition are pulled too
+    torch.manual_seed(0)
+    model = SAGE(8, 16, 4, 2, 0.5, "csr").eval()
+    copied: list[int] = []
+    gather = inference.gather
+    monkeypatch.setattr(inference, "gather", lambda *a: copied.append(1) or gather(*a))
+    meet = threading.Barrier(world, timeout=60)
+    got: dict[int, tuple[torch.Tensor, torch.Tensor, int]] = {}
+    errors: list[BaseException] = []
+
+    def trainer(rank: int) -> None:
+        try:
+            with initialize(
+                served.servers, rank=rank, world_size=world, heartbeat_interval=0
+            ) as ctx:
+                data = DistGraphData(DistGraph(ctx), rank, world)
+                ids = data.cover("train")
+                feat = data.node_table("_N", "feat")
+                block = inference.local_block(feat, ids)
+                assert block is not None
+                pol = ctx.client.policy(feat.name)  # the home partition: most of the ids
+                home = int(np.bincount(pol.to_part(ids.numpy())).argmax())
+                assert block[0] == int(pol.ranges[home])
+                out = inference.layerwise(model, data, "_N", "feat", ids, 64, meet.wait)
+                got[rank] = (ids, out, block[1].size(0))
+                data.close()
+        except BaseException as exc:
+            errors.append(exc)
+            meet.abort()
+
+    threads = [threading.Thread(target=trainer, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert not copied
+    assert got[0][2] < served.graph.num_nodes  # a partition's rows, the rest pulled
+    ids = torch.cat([got[r][0] for r in range(world)])
+    local = LocalData(served.graph)
+    orig = torch.as_tensor(served.orig_nodes(ids))
+    want = inference.layerwise(model, local, "_N", "feat", orig, 64, lambda: None)
+    out = torch.cat([got[r][1] for r in range(world)])
+    torch.testing.assert_close(out, want, atol=1e-5, rtol=0)

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from graphrun.train.aggregate import csr_rows, mean_csr
+from graphrun.train.aggregate import csr_rows, mean_csr, mean_split
 
 
 def graph(seed: int, n_src: int = 300, n_dst: int = 120, width: int = 24):
@@ -93,3 +93,22 @@ def test_the_kernel_compiles_where_no_cache_directory_can_be_written(monkeypatch
     torch.testing.assert_close(
         x.grad, reference_grad(ei, x.size(0), n_dst, torch.ones(n_dst, x.size(1)))
     )
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_mean_over_two_tables_equals_the_mean_over_one(seed):
+    # the edges' sources split between two tables (a partition in place, the pulled
+    # rows): the same means as over the one table, the empty rows zero
+    ei, x, n_dst = graph(seed)
+    offsets, columns = csr_rows(ei, n_dst)
+    want = mean_csr(x, offsets, columns)
+    rows = torch.repeat_interleave(torch.arange(n_dst), offsets.diff())
+    near = columns < 200
+    pulled = x[200:].clone()
+    got = mean_split(
+        [(x[:200], columns[near], rows[near]), (pulled, columns[~near] - 200, rows[~near])], n_dst
+    )
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    assert bool((got[-10:] == 0).all())
+    only = mean_split([(x, columns, rows), (pulled[:0], columns[:0], rows[:0])], n_dst)
+    torch.testing.assert_close(only, want, atol=1e-6, rtol=1e-5)
