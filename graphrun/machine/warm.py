@@ -192,11 +192,14 @@ class WarmServer:
         signal.signal(signal.SIGINT, self._stop)
 
     def preload(self) -> None:
+        from graphrun.train.aggregate import warm_up
+
         for name in PRELOAD:
             if self.stopping:
                 return
             importlib.import_module(name)
         _build_pyg_templates()
+        warm_up()  # the mean's backward kernel (numba): loaded once, not once a trainer
         self.files = _imported_files()
 
     def serve(self) -> None:

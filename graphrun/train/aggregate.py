@@ -118,6 +118,15 @@ def _scatter_mean(g: np.ndarray, offsets: np.ndarray, columns: np.ndarray, gx: n
 _COMPILED: list[Any] = []
 
 
+def warm_up() -> None:
+    """The backward's kernel loaded (from numba's cache, or compiled) and run once in this
+    process, as the trainers' warm server does before it forks them
+    (:mod:`graphrun.machine.warm`): each trainer would pay about 0.7 CPU-s for it at its
+    first backward (numba's import, the kernel's load and its first dispatch)."""
+    g = np.zeros((1, 1), dtype=np.float32)
+    _kernel()(g, np.array([0, 1], dtype=np.int64), np.zeros(1, dtype=np.int64), g.copy())
+
+
 def _kernel() -> Any:
     """:func:`_scatter_mean` compiled by numba (once a process), cached on disk where a
     directory for it can be written (next to this file, ``NUMBA_CACHE_DIR`` or the
