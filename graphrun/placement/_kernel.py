@@ -32,10 +32,15 @@ COMPILED = _NJIT is not None
 
 
 def jit(fn: F) -> F:
-    """``numba.njit(cache=True)`` when numba is installed, else ``fn`` unchanged."""
+    """``numba.njit(cache=True)`` when numba is installed, else ``fn`` unchanged; where
+    numba finds no writable place for its cache (a read-only image whose user has no
+    home cache either), compiled at each start instead of failing at import."""
     if _NJIT is None:  # pragma: no cover
         return fn
-    return cast(F, _NJIT(cache=True)(fn))
+    try:
+        return cast(F, _NJIT(cache=True)(fn))
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return cast(F, _NJIT(fn))
 
 
 PRIORITY, FAIR, FIFO = 0, 1, 2
