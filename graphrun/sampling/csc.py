@@ -168,15 +168,25 @@ class CSCGraph:
             self._out_counts = np.bincount(base, minlength=num_nodes)  # sources: its delta
         return self._out_counts
 
-    def find_edges(self, eids: object) -> tuple[np.ndarray, np.ndarray]:
-        """``(src, dst)`` global node ids of edges ``eids`` owned by this block."""
+    def _lookup(self, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(hit, i)``: whether each edge id is this block's, and its place in the block's
+        ids in order (an index built on the first call)."""
         if self._eid_sorted is None:
             self._eid_order = np.argsort(self.eids, kind="stable")
             self._eid_sorted = self.eids[self._eid_order]
-        assert self._eid_order is not None
-        e = _int64(np.asarray(eids))
         i = np.minimum(np.searchsorted(self._eid_sorted, e), max(self.num_edges - 1, 0))
         hit = self._eid_sorted[i] == e if self.num_edges else np.zeros(len(e), dtype=bool)
+        return hit, i
+
+    def has_edges(self, eids: np.ndarray) -> np.ndarray:
+        """Whether each of ``eids`` is an edge of this block."""
+        return self._lookup(_int64(np.asarray(eids)))[0]
+
+    def find_edges(self, eids: object) -> tuple[np.ndarray, np.ndarray]:
+        """``(src, dst)`` global node ids of edges ``eids`` owned by this block."""
+        e = _int64(np.asarray(eids))
+        hit, i = self._lookup(e)
+        assert self._eid_order is not None
         if not hit.all():
             j = int(np.flatnonzero(~hit)[0])
             raise ArgumentError(f"eids[{j}] = {int(e[j])} is not an edge of this partition")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from graphrun.sampling.csc import CSCGraph
-from graphrun.sampling.live import merged_csc, sample_one_hop
+from graphrun.sampling.live import in_degrees, merged_csc, sample_one_hop
 from graphrun.store.live import Batch, LiveDelta
 
 N = 200  # base nodes; growth ids from here
@@ -55,3 +55,26 @@ def test_sampling_through_the_delta_picks_what_the_merged_csc_picks(deleted, rep
                          (got.seed_index, want.seed_index)):  # fmt: skip
                 assert a.tolist() == b.tolist(), (v, k)
             assert got.etype is None and len(got) > 0
+
+
+def test_a_deleted_edge_that_compaction_folded_into_the_base_is_gone():
+    """An edge compaction folded into the base CSC (the delta lists it in ``base_eids``)
+    and deleted after: neither sampled nor counted in the in-degree (the fast path took
+    it for a new edge, not a base one, and sampled it)."""
+    rng = np.random.default_rng(7)
+    g = _graph(rng)
+    hub = int(np.argmax(np.diff(g.indptr)))
+    folded = g.eids[g.indptr[hub] : g.indptr[hub] + 3]  # three of the hub's in-edges
+    d, empty = LiveDelta(), np.empty(0, np.int64)
+    d.base_eids = (np.sort(folded), np.zeros(3, np.int64))  # as a fold leaves it
+    gone = folded[:2]
+    d.hold(Batch(1, empty, np.empty(0, np.int32), empty, np.empty((3, 0), np.int64),
+                 np.empty(0, np.int32), gone, {}, {}), 0.0)  # fmt: skip
+    d.commit(1)
+    seeds = np.array([hub, 0, 1], np.int64)
+    got = sample_one_hop(g, d, 1, seeds, [1000], replace=False, seed=1)  # every in-edge
+    assert not np.isin(gone, got.eid).any()
+    assert np.isin(folded[2:], got.eid).all()
+    want = np.diff(merged_csc(g, d, 1, seeds).indptr)
+    assert in_degrees(g, d, 1, seeds).tolist() == want.tolist()
+    assert want[0] == g.indptr[hub + 1] - g.indptr[hub] - 2
