@@ -105,6 +105,11 @@ def test_stall_timeout_travels_in_the_launch_file(tmp_path: Path) -> None:
     assert MachineLaunch.read(launch.write(tmp_path / "m0.json")).stall_timeout_s == 7.5
 
 
+# a worker told to stop gives its stores the whole grace period to be stopped by trainer 0,
+# which these fake trainers never do: the grace is the test's wait, 4 s (its trainers need
+# ~0.6 s after SIGTERM)
+GRACE = "4"
+
 TRAINER_CHECKPOINTS_ON_SIGTERM = """
 import signal, socket, sys, time
 port, out = int(sys.argv[1]), sys.argv[2]
@@ -134,7 +139,7 @@ def test_told_to_stop_the_worker_stops_its_trainers_before_its_stores(tmp_path: 
     )
     launch = MachineLaunch(machine="m0", roles=(store, trainer), wait_for=alone(at(port)))
     plan = launch.write(tmp_path / "m0.json")
-    argv = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan), "--grace", "10"]
+    argv = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan), "--grace", GRACE]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -149,7 +154,7 @@ def _start_and_terminate(
     tmp_path: Path, launch: MachineLaunch, extra: list[str], env: dict[str, str] | None = None
 ) -> tuple[int, str]:
     plan = launch.write(tmp_path / "m0.json")
-    argv = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan), "--grace", "10"]
+    argv = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan), "--grace", GRACE]
     argv += ["--status-dir", str(tmp_path / "status"), *extra]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None

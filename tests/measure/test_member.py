@@ -164,7 +164,7 @@ def test_tags_bind_role_header_and_message() -> None:
 @pytest.mark.timeout(120)
 def test_a_member_whose_peer_never_comes_exits_peer_lost(tmp_path) -> None:
     peers = ",".join(f"127.0.0.1:{p}" for p in _free_ports(2))
-    p = _member(0, peers, tmp_path, timeout=4)
+    p = _member(0, peers, tmp_path, timeout=2)  # nobody comes: a longer wait shows nothing more
     _, err = p.communicate(timeout=100)
     assert p.returncode == PEER_LOST_EXIT, err
     message = (tmp_path / "member-0").read_text()

@@ -370,10 +370,10 @@ def _ports(p: psutil.Process) -> list[int]:
 @pytest.mark.parametrize(
     ("rank", "rendezvous", "says"),
     [
-        (1, "tcp://127.0.0.1:{port}", "rank 0 did not answer within 2 s (Connection refused"),
+        (1, "tcp://127.0.0.1:{port}", "rank 0 did not answer within 1 s (Connection refused"),
         (0, "tcp://192.0.2.1:{port}", "rank 0 cannot listen on 192.0.2.1 port"),
-        (0, "file://{tmp}/rdv", "rank 0 of 2 did not meet the other ranks within 2 s"),
-        (0, "tcp://127.0.0.1:{port}", "rank 0 of 2 did not meet the other ranks within 2 s"),
+        (0, "file://{tmp}/rdv", "rank 0 of 2 did not meet the other ranks within 1 s"),
+        (0, "tcp://127.0.0.1:{port}", "rank 0 of 2 did not meet the other ranks within 1 s"),
     ],
 )
 def test_a_rendezvous_nobody_else_comes_to_is_one_line(
@@ -387,7 +387,7 @@ def test_a_rendezvous_nobody_else_comes_to_is_one_line(
         port = s.getsockname()[1]
     rdv = rendezvous.format(port=port, tmp=tmp_path)
     res = run_graphrun("partition", str(tmp_path / "chunks"), str(tmp_path / "parts"),
-                       "--parts", "2", "--mode", "distributed", "--timeout", "2",
+                       "--parts", "2", "--mode", "distributed", "--timeout", "1",
                        "--rank", str(rank), "--rendezvous", rdv)  # fmt: skip
     assert res.returncode == 1, res.stderr
     lines = res.stderr.strip().splitlines()

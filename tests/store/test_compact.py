@@ -154,7 +154,12 @@ def test_past_the_delta_bound_writes_are_slowed_until_compaction_makes_room(part
     """A session pinned at the base holds compaction back: a writer filling the delta is
     told to retry, and once the pin moves on the servers compact and every batch lands
     (slowed, never refused)."""
+    from graphrun.store import compact as compaction
+
     monkeypatch.setattr(live, "LIVE_DELTA_MAX_BYTES", 64 << 10)
+    # a compaction the pin held back is tried again 0.2 s later, not 2 s: the test waits
+    # on that retry each time the writer fills the delta
+    monkeypatch.setattr(compaction, "COMPACT_RETRY_S", 0.2)
     cfg = ServerConfig(parts, 0, extensions=SAMPLING)
     with store_threads(cfg, 2) as threads:
         addresses = [t.address for t in threads]
