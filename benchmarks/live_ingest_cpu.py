@@ -15,8 +15,9 @@ per partition with ``--live-dir`` (the write-ahead log), a writer key; ``BATCHES
 commits of ``BATCH`` new edges between random base nodes after one warm-up batch.
 Prints JSON: the writer's CPU ms per batch (``time.process_time``), each server's
 (``/proc/PID/stat``) and per thread (user, system; ``/proc/PID/task``), edges per CPU
-second (a server's half of each batch; the writer's whole batch), the wall time and the
-load average (benchmarks/README.md).
+second (a server's half of each batch; the writer's whole batch), each server's requests
+a batch by op (its ``stats``, asked with the store's key), the wall time and the load
+average (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ def main() -> None:
     spies = []
     try:
         keys = load_keys(d / "writer.key")
+        admin = KVClient(ClientConfig(addrs, job="ops", keys=load_keys(d / "store.key")))
         with KVClient(ClientConfig(addrs, job="writer", keys=keys, timeout=60)) as c:
             w = GraphWriter(c, window=WINDOW) if WINDOW else GraphWriter(c)  # 0: as before
             n = c.book.num_nodes
@@ -132,6 +134,7 @@ def main() -> None:
                     dump = subprocess.run(["py-spy", "dump", "-p", str(s.proc.pid)],
                                           capture_output=True, text=True).stdout
                     print("\n".join(x for x in dump.splitlines() if x.startswith("Thread")))
+            served0 = [admin.stats(p)["served"] for p in range(2)]
             s0 = [cpu_s(s.proc.pid) for s in stores]
             t_0 = [threads_cpu(s.proc.pid) for s in stores]
             prof = cProfile.Profile(time.thread_time) if os.environ.get("PROFILE") else None
@@ -147,6 +150,11 @@ def main() -> None:
             wall, wcpu = time.perf_counter() - t0, time.process_time() - c0
             s1 = settled([s.proc.pid for s in stores])
             t_1 = [threads_cpu(s.proc.pid) for s in stores]
+            served = [{op: round((n - before.get(op, 0)) / BATCHES, 2)
+                       for op, n in admin.stats(p)["served"].items()
+                       if op.startswith("live_") and n > before.get(op, 0)}
+                      for p, before in enumerate(served0)]  # fmt: skip
+            admin.close()
             if WINDOW:
                 w.close()
         print(json.dumps({
@@ -160,6 +168,7 @@ def main() -> None:
                                        for a, b in zip(s0, s1, strict=True)],
             "writer_edges_per_cpu_s": round(BATCHES * BATCH / wcpu),
             "load_avg": os.getloadavg(),
+            "requests_per_batch": served,
             "threads_ms_user_sys": [per_batch(a, b) for a, b in zip(t_0, t_1, strict=True)],
         }))  # fmt: skip
         if prof is not None:

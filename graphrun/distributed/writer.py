@@ -29,7 +29,10 @@ asked once, again for a batch with new nodes or an id in a block not heard of.
 **Pipelined** (``GraphWriter(client, window=N)``): ``submit()`` sends the batch on its
 way and returns; each later ``submit`` moves every batch in flight one step on (begun ->
 prepared -> decided), at most ``N`` stay in flight, and ``flush()`` waits for them all
-and returns their versions. Each batch is applied whole at its own version (the
+and returns their versions. A decision rides to a partition in the next piece sent
+there (``live_prepare``'s ``decided``: one request a batch less for each partition but
+the sequencer's); ``flush()`` sends those left as ``live_commit``, as ``commit()`` does
+each batch. Each batch is applied whole at its own version (the
 sequencer's order); a refused one is aborted alone and raised by the next ``submit`` or
 ``flush`` once none is in flight. A batch naming ends by original id first waits for the
 batches in flight that add nodes (they must be known). ``commit()`` is ``submit`` +
@@ -66,6 +69,7 @@ from graphrun.store.state import TensorInfo
 log = logging.getLogger("graphrun.distributed")
 
 MAX_WINDOW = 16  # batches one writer keeps in flight (the sequencer takes 64 undecided)
+MAX_CARRIED = MAX_WINDOW  # decisions waiting for a piece to a partition (live_prepare's)
 
 
 class GraphWriter:
@@ -87,6 +91,7 @@ class GraphWriter:
         self._last = 0
         self._flights: deque[_Flight] = deque()
         self._commits: list[tuple[int, Pending]] = []  # live_commit sent, not answered yet
+        self._told: dict[int, list[tuple[int, bool]]] = {}  # part -> decisions to carry
         self._error: BaseException | None = None
         self._view: LiveView | None = None
         self._tensors: list[TensorInfo] | None = None
@@ -241,7 +246,11 @@ class GraphWriter:
     def flush(self) -> list[int]:
         """Wait for every batch in flight; the versions acknowledged since the last
         ``flush``, in submission order. Raises the first refusal (after all answered)."""
-        self._drain(0)
+        try:
+            self._drain(0)
+        finally:
+            for p in list(self._told):  # no piece in flight to carry them
+                self._tell(p)
         done, self.acknowledged = self.acknowledged, []
         return done
 
@@ -306,7 +315,8 @@ class GraphWriter:
         seq = {"seq": seq0.main.address, "seq_replicas": [r.address for r in seq0.replicas]}
         for p in parts:
             body, tensors = f.pieces[p]
-            f.sent[p] = session.request(p, "live_prepare", {"piece": body, **seq},
+            told = {"decided": self._told.pop(p)} if p in self._told else {}
+            f.sent[p] = session.request(p, "live_prepare", {"piece": body, **seq, **told},
                                         tensors, main_only=True)  # fmt: skip
 
     def _collect_prepares(self, f: _Flight) -> None:
@@ -349,19 +359,30 @@ class GraphWriter:
         f.stage = "decide"
 
     def _decided(self, f: _Flight) -> None:
-        """The sequencer's answer, then the decision to the partitions (not waited for:
-        a partition that misses it asks the sequencer; :meth:`_reap_commits`)."""
+        """The sequencer's answer, then the decision for the partitions, carried by the
+        next piece sent to each (or :meth:`_tell`; never waited for: a partition that
+        misses it asks the sequencer)."""
         session = self.client.session
         told = {0}  # the sequencer applied its own partition's piece as it decided
         try:
             session.wait(f.pending.pop(-1))
         except StoreError as exc:  # aborted meanwhile (undecided too long): tell them so
             f.error, f.commit, told = f.error or exc, False, set()
-        body = {"version": f.version, "commit": f.commit}
         for p in (p for p in f.pieces if p not in told):
-            self._commits.append((f.version, session.request(p, "live_commit", body,
-                                                             main_only=True)))  # fmt: skip
+            carried = self._told.setdefault(p, [])
+            carried.append((f.version, f.commit))
+            if len(carried) >= MAX_CARRIED:
+                self._tell(p)
         f.stage = "done"
+
+    def _tell(self, p: int) -> None:
+        """The decisions carried for partition ``p`` as ``live_commit`` now (the answers
+        are reaped later: :meth:`_reap_commits`)."""
+        session = self.client.session
+        for version, commit in self._told.pop(p, []):
+            body = {"version": version, "commit": commit}
+            self._commits.append((version, session.request(p, "live_commit", body,
+                                                           main_only=True)))  # fmt: skip
 
     def _reap_commits(self) -> None:
         """The answers of the ``live_commit`` sent before (they came meanwhile)."""

@@ -7,8 +7,9 @@ live_begin     nodes [count per part], edges [count per part]; tensors (orig ids
                new nodes, in part order,) -> version, nodes, edges ([[start, count]] runs
                per part)                                           (sequencer; write_graph)
 live_prepare   piece (a :class:`PieceWire`), seq (the sequencer's address), seq_replicas
-               (its replicas'); the piece's arrays as tensors -> {"held": true} or
-               {"retry_after": s}                                           (write_graph)
+               (its replicas'), decided ([[version, commit]] of earlier pieces: their
+               ``live_commit``, carried); the piece's arrays as tensors -> {"held": true}
+               or {"retry_after": s}                                        (write_graph)
 live_decide    version, commit -> head, committed; partition 0's own piece is applied
                as decided                                          (sequencer; write_graph)
 live_commit    version, commit -> {"applied": bool} (the other partitions)          (write_graph)
@@ -30,9 +31,11 @@ checks a piece wholly (:func:`~graphrun.store.live_check.check_piece`) and holds
 pending; past 3/4 of the delta's bound it answers ``retry_after`` instead (the writer
 waits: slowed, never dropped). A read at version ``V`` (:func:`view`) first settles the
 pending pieces ``<= V`` by asking the sequencer their fate (the writer's ``live_commit``
-may not have arrived yet: ``V <= head`` means they are decided). The lowest version held
-is published in the shared ``deletions`` segment (``[2]``), so co-located clients read
-shared memory only while nothing is held at their version.
+may not have arrived yet: ``V <= head`` means they are decided). A pipelined writer
+carries its decisions to a partition in its next ``live_prepare`` there (``decided``)
+instead of a ``live_commit`` each, and sends the rest as ``live_commit`` when it flushes.
+The lowest version held is published in the shared ``deletions`` segment (``[2]``), so
+co-located clients read shared memory only while nothing is held at their version.
 
 With ``--live-dir`` every piece, and the sequencer's versions and decisions, are synced
 to the server's write-ahead log before they are answered, and replayed at start
@@ -100,6 +103,7 @@ KEY = "graphrun.live"
 LIVE_COUNTER = 2  # the deletions segment's slot: the lowest version held (0: none)
 LIVE_ROWS_COUNTER = 3  # its slot of the lowest version that overwrites base rows (0: none)
 SETTLE_EVERY_S = 5.0  # a partition's tick asks about stale pieces at most this often
+MAX_DECIDED = MAX_UNDECIDED  # earlier pieces' decisions one live_prepare carries
 
 
 # ---- request bodies
@@ -114,6 +118,7 @@ class PrepareBody(msgspec.Struct, frozen=True):
     piece: PieceWire
     seq: str = ""  # the sequencer's address (a partition asks it the fate of a piece)
     seq_replicas: list[str] = msgspec.field(default_factory=list)  # then its replicas'
+    decided: list[tuple[int, bool]] = msgspec.field(default_factory=list)  # live_commit's
 
 
 class DecideBody(msgspec.Struct, frozen=True):
@@ -406,9 +411,16 @@ def live_nodes(state: ServerState, req: Request) -> Response:
 def live_prepare(state: ServerState, req: Request) -> Response:
     live = live_of(state, req.op)
     body = req.args(PrepareBody)
+    if len(body.decided) > MAX_DECIDED:
+        raise ArgumentError(f"{req.op}: field 'decided' carries more than {MAX_DECIDED} "
+                            "decisions")  # fmt: skip
     if body.seq:
         check_addresses(body.seq, body.seq_replicas, req.op)
         live.seq_link.point(body.seq, body.seq_replicas)
+    if body.decided:  # earlier pieces' live_commit, carried: applied whatever this one's fate
+        for v, commit in body.decided:
+            log_apply(live.log, live.delta, v, commit)
+        publish(state, live)
     version = body.piece.version
     held = Response({"held": True})
     if version in live.delta.pending or version in live.delta.committed:

@@ -195,3 +195,20 @@ def test_a_job_key_asking_a_fate_does_not_promote_the_sequencer_s_replica(machin
         write_batches(c, machines.parts, 1)
         assert c.session.failovers == []  # the primary was not fenced by its replica
     assert stats(machines.primaries[0], machines.key_file)["replicas"] == [replica]
+
+
+def test_a_pipelined_writers_carried_decisions_reach_the_replica(machines, keys):
+    """A pipelined writer's decisions ride in its next pieces (no live_commit a batch):
+    forwarded with them, partition 1's replica commits every piece as its primary does."""
+    servers = [p.address for p in machines.primaries]
+    with KVClient(ClientConfig(servers, keys=keys, timeout=10)) as c:
+        w = GraphWriter(c, window=4)
+        for _ in range(12):
+            w.add_edges("_E", [3], [500])  # 500 is partition 1's
+            w.submit()
+        assert len(w.flush()) == 12
+        w.close()
+    primary = stats(machines.primaries[1], machines.key_file)
+    assert primary["served"].get("live_commit", 0) <= 4, primary
+    for s in (primary, stats(machines.replicas[1], machines.key_file)):
+        assert (s["live_pending"], s["live_committed"]) == (0, 12), s

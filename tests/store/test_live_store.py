@@ -459,3 +459,59 @@ def test_a_pipelined_batch_naming_new_nodes_of_a_batch_in_flight_waits_for_it(st
         c.follow()
         assert int(w.lookup([10**9 + 50])[0]) >= c.book.num_nodes
         assert len(in_edges(c, np.asarray([500], np.int64))[0] - base) == 1
+
+
+def begun_piece(c: KVClient, w: GraphWriter, part: int) -> tuple[int, dict, list]:
+    """The batch in ``w`` begun at the sequencer: its version and ``part``'s piece."""
+    plan = Plan(w, w._batch, fetch_head(c.session))
+    w._batch = type(w._batch)()
+    counts = {"nodes": plan.node_counts(), "edges": plan.edge_counts()}
+    begun = c.session.call(0, "live_begin", counts, tensors=(plan.orig_by_part(),))
+    v = begun.body["version"]
+    plan.give_ids(begun.body["nodes"], begun.body["edges"])
+    assert plan.parts() == [part]
+    body, tensors = plan.wire(part, v)
+    return v, body, tensors
+
+
+def test_a_prepare_carries_earlier_decisions_and_is_bounded(store):
+    """``decided`` in a live_prepare commits (or aborts) earlier pieces as their
+    live_commit would, before the new piece is held; more than MAX_DECIDED is refused."""
+    with store.client(store.admin, "ops") as c:
+        w = GraphWriter(c)
+        versions = []
+        for _ in range(3):
+            w.add_edges("_E", [3], [500])  # 500 is placed on partition 1
+            v, body, tensors = begun_piece(c, w, 1)
+            decided = [[x, x == versions[0]] for x in versions[-2:]]  # 1st commit, 2nd abort
+            c.session.call(1, "live_prepare", {"piece": body, "decided": decided}, tensors=tensors)
+            c.session.call(0, "live_decide", {"version": v, "commit": len(versions) != 1})
+            versions.append(v)
+        got = c.stats(1)
+        assert (got["live_pending"], got["live_committed"]) == (1, 1)
+        assert "live_commit" not in got["served"]
+        w.add_edges("_E", [3], [500])
+        v, body, tensors = begun_piece(c, w, 1)
+        too_many = [[versions[-1], True]] * 65
+        with pytest.raises(ArgumentError, match="field 'decided' carries more than 64"):
+            c.session.call(1, "live_prepare", {"piece": body, "decided": too_many},
+                           tensors=tensors)  # fmt: skip
+        assert c.stats(1)["live_pending"] == 1  # nothing of it applied
+
+
+def test_a_pipelined_writer_sends_its_decisions_with_its_next_pieces(store):
+    """A pipelined writer sends a partition no live_commit a batch: each decision rides
+    in the next piece sent there and ``flush`` sends the rest; every piece is committed."""
+    with store.client(store.admin, "ops") as c:
+        base = in_edges(c, np.asarray([500], np.int64))[0]
+        w = GraphWriter(c, window=4)
+        for _ in range(12):
+            w.add_edges("_E", [3], [500])
+            w.submit()
+        assert len(w.flush()) == 12
+        got = c.stats(1)
+        assert (got["live_pending"], got["live_committed"]) == (0, 12)
+        assert got["served"].get("live_commit", 0) <= 4  # 12 before
+        w.close()
+        c.follow()
+        assert len(in_edges(c, np.asarray([500], np.int64))[0] - base) == 12
