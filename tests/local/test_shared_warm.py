@@ -20,9 +20,18 @@ from graphrun.testing.procs import child_env
 pytestmark = pytest.mark.integration
 
 
+def _cmdline(p: psutil.Process) -> list[str]:
+    """Its command line; none for a child gone or a zombie (an earlier test's child this
+    worker has not reaped yet: ``cmdline`` raised ZombieProcess and failed the test)."""
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
 def _server() -> psutil.Process:
     sock = os.environ[SHARED_ENV]
-    [server] = [p for p in psutil.Process().children() if sock in p.cmdline()]
+    [server] = [p for p in psutil.Process().children() if sock in _cmdline(p)]
     return server
 
 
@@ -80,3 +89,19 @@ def test_the_server_refuses_a_socket_directory_others_can_enter(tmp_path):
         "(chmod 700)"
     ]
     assert list(home.iterdir()) == []
+
+
+def test_a_zombie_child_of_the_worker_does_not_hide_the_server():
+    """A child of this process that has exited and is not reaped yet, as an earlier
+    test can leave one: the server is still found."""
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    try:
+        assert _server().is_running()
+    finally:
+        child.wait()
