@@ -43,7 +43,8 @@ def in_degrees(csc: CSCGraph, delta: LiveDelta, version: int, seeds: np.ndarray)
     out = np.zeros(len(seeds), np.int64)
     out[base] = csc.indptr[rows + 1] - csc.indptr[rows]
     gone = np.unique(delta.deleted_at(version))
-    gone = gone[csc.has_edges(gone)]  # base edges, also those compaction folded into it
+    if len(gone):  # base edges, also those compaction folded into it (an eid index)
+        gone = gone[csc.has_edges(gone)]
     if len(gone) and base.any():
         dst = np.sort(csc.find_edges(gone)[1])
         out[base] -= np.searchsorted(dst, seeds[base], "right") - np.searchsorted(dst, seeds[base])
@@ -55,7 +56,8 @@ def _deleted_into(
 ) -> bool:
     """Whether a base in-edge of a base seed is deleted at ``version``."""
     gone = np.unique(delta.deleted_at(version))
-    gone = gone[csc.has_edges(gone)]  # base edges, also those compaction folded into it
+    if len(gone):  # base edges, also those compaction folded into it (an eid index)
+        gone = gone[csc.has_edges(gone)]
     if not len(gone) or not base.any():
         return False
     return bool(np.isin(seeds[base], csc.find_edges(gone)[1]).any())
