@@ -42,25 +42,28 @@ def in_degrees(csc: CSCGraph, delta: LiveDelta, version: int, seeds: np.ndarray)
     rows = seeds[base] - csc.row_start
     out = np.zeros(len(seeds), np.int64)
     out[base] = csc.indptr[rows + 1] - csc.indptr[rows]
-    gone = np.unique(delta.deleted_at(version))
-    if len(gone):  # base edges, also those compaction folded into it (an eid index)
-        gone = gone[csc.has_edges(gone)]
-    if len(gone) and base.any():
-        dst = np.sort(csc.find_edges(gone)[1])
+    dst = _deleted_base_dst(csc, delta, version)
+    if len(dst) and base.any():
         out[base] -= np.searchsorted(dst, seeds[base], "right") - np.searchsorted(dst, seeds[base])
     return out + delta.in_edges(seeds, version)[0]
+
+
+def _deleted_base_dst(csc: CSCGraph, delta: LiveDelta, version: int) -> np.ndarray:
+    """The destinations, sorted, of the base edges deleted by ``version``: edges of the
+    base CSC, also those compaction folded into it (the CSC's edge-id index is built only
+    once an edge was deleted)."""
+    gone = np.unique(delta.deleted_at(version))
+    if not len(gone):
+        return gone
+    return np.sort(csc.find_edges(gone[csc.has_edges(gone)])[1])
 
 
 def _deleted_into(
     csc: CSCGraph, delta: LiveDelta, version: int, seeds: np.ndarray, base: np.ndarray
 ) -> bool:
     """Whether a base in-edge of a base seed is deleted at ``version``."""
-    gone = np.unique(delta.deleted_at(version))
-    if len(gone):  # base edges, also those compaction folded into it (an eid index)
-        gone = gone[csc.has_edges(gone)]
-    if not len(gone) or not base.any():
-        return False
-    return bool(np.isin(seeds[base], csc.find_edges(gone)[1]).any())
+    dst = _deleted_base_dst(csc, delta, version)
+    return bool(len(dst) and base.any() and np.isin(seeds[base], dst).any())
 
 
 def sample_one_hop(
