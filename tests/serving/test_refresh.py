@@ -133,19 +133,7 @@ def test_a_refresher_that_stays_up_follows_the_head(tmp_path):
     model = SAGE(8, 16, 4, 2, 0.5, "csr", "fp32").eval()
     graph = {"num_nodes": NODES, "num_edges": EDGES}
     with graph_served(tmp_path / "parts", **graph) as (addresses, parts, ctx, data):
-        got: queue.Queue[Any] = queue.Queue()
-        stop = threading.Event()
-
-        def run() -> None:
-            try:
-                follow(model, data, "_N", "feat", 1024, live=True, poll_s=0.02, stop=stop,
-                       report=got.put)  # fmt: skip
-            except Exception as exc:  # the test's thread raises it
-                got.put(exc)
-
-        loop = threading.Thread(target=run)
-        loop.start()
-        try:
+        with following(model, data) as got:
             assert got.get(timeout=120)["recomputed"] == NODES
             write(addresses, parts)
             first = got.get(timeout=120)
@@ -153,15 +141,41 @@ def test_a_refresher_that_stays_up_follows_the_head(tmp_path):
             more(addresses, parts)
             second = got.get(timeout=120)
             assert (second["since"], second["version"]) == (1, 2) and second["updated"] > 0
-        finally:
-            stop.set()
-            loop.join(60)
-        assert not loop.is_alive() and got.empty()
-        grown = ctx.client.live_nodes()[0]
-        fresh = states(ctx.client, 2, NODES, grown)
-        full(model, data, "_N", "feat", 1024)
-        for what, rows in states(ctx.client, 2, NODES, grown).items():
-            torch.testing.assert_close(fresh[what], rows, atol=1e-5, rtol=0, msg=what)
+        assert_full_pass(ctx, data, model, 2)
+
+
+@contextmanager
+def following(model: Any, data: Any) -> Iterator[queue.Queue[Any]]:
+    """`--follow --live`'s loop in a thread: what it reports (each pass, or the exception
+    it raised) comes in the queue; told to stop after, it must have stopped with nothing
+    more to report."""
+    got: queue.Queue[Any] = queue.Queue()
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            follow(model, data, "_N", "feat", 1024, live=True, poll_s=0.02, stop=stop,
+                   report=got.put)  # fmt: skip
+        except Exception as exc:  # the test's thread raises it
+            got.put(exc)
+
+    loop = threading.Thread(target=run)
+    loop.start()
+    try:
+        yield got
+    finally:
+        stop.set()
+        loop.join(60)
+    assert not loop.is_alive() and got.empty()
+
+
+def assert_full_pass(ctx: Any, data: Any, model: Any, version: int) -> None:
+    """The kept states equal those of a full pass at the head, which is ``version``."""
+    grown = ctx.client.live_nodes()[0]
+    fresh = states(ctx.client, 2, NODES, grown)
+    assert full(model, data, "_N", "feat", 1024)["version"] == version
+    for what, rows in states(ctx.client, 2, NODES, grown).items():
+        torch.testing.assert_close(fresh[what], rows, atol=1e-5, rtol=0, msg=what)
 
 
 def new_in_edges(ctx, nodes: np.ndarray) -> np.ndarray:
@@ -241,10 +255,7 @@ def test_a_refresh_after_compaction_starts_from_a_kept_pass(tmp_path):
             w.commit()
         got = refresh(model, data, "_N", "feat", 1024)
         assert got["since"] == 1 and got["version"] == 2
-        fresh = states(ctx.client, 2, NODES, grown)
-        full(model, data, "_N", "feat", 1024)
-        for what, rows in states(ctx.client, 2, NODES, grown).items():
-            torch.testing.assert_close(fresh[what], rows, atol=1e-5, rtol=0, msg=what)
+        assert_full_pass(ctx, data, model, 2)
 
 
 def test_a_three_layer_model_recomputes_the_layer_between(tmp_path):

@@ -6,19 +6,17 @@ stamps, a retry moved partition 0's sums a second time."""
 
 from __future__ import annotations
 
-import queue
-import threading
 from typing import Any
 
 import pytest
 import torch
 
 from graphrun.errors import GraphrunError
-from graphrun.serving.follow import ATTEMPTS, follow
+from graphrun.serving.follow import ATTEMPTS
 from graphrun.serving.refresh import States, full, refresh
 from graphrun.train.models import GAT, SAGE
 
-from .test_refresh import EDGES, NODES, graph_served, more, states, write
+from .test_refresh import EDGES, NODES, assert_full_pass, following, graph_served, more, write
 
 pytestmark = pytest.mark.integration
 
@@ -39,14 +37,6 @@ def refuse_partition_1(client: Any, monkeypatch: pytest.MonkeyPatch) -> list[int
 
     monkeypatch.setattr(client.session, "request", request)
     return left
-
-
-def assert_full_pass(ctx: Any, data: Any, model: Any, version: int) -> None:
-    grown = ctx.client.live_nodes()[0]
-    fresh = states(ctx.client, 2, NODES, grown)
-    assert full(model, data, "_N", "feat", 1024)["version"] == version
-    for what, rows in states(ctx.client, 2, NODES, grown).items():
-        torch.testing.assert_close(fresh[what], rows, atol=1e-5, rtol=0, msg=what)
 
 
 @pytest.mark.parametrize("moved", [False, True], ids=["same head", "graph moved"])
@@ -102,19 +92,7 @@ def test_the_refresher_that_stays_up_retries_then_says_why_it_stopped(tmp_path, 
     graph = {"num_nodes": NODES, "num_edges": EDGES}
     with graph_served(tmp_path / "parts", **graph) as (addresses, parts, ctx, data):
         fault = refuse_partition_1(ctx.client, monkeypatch)
-        got: queue.Queue[Any] = queue.Queue()
-        stop = threading.Event()
-
-        def run() -> None:
-            try:
-                follow(model, data, "_N", "feat", 1024, live=True, poll_s=0.02, stop=stop,
-                       report=got.put)  # fmt: skip
-            except Exception as exc:  # the test's thread raises it
-                got.put(exc)
-
-        loop = threading.Thread(target=run)
-        loop.start()
-        try:
+        with following(model, data) as got:
             assert got.get(timeout=120)["recomputed"] == NODES
             fault[0] = ATTEMPTS - 1
             write(addresses, parts)
@@ -126,10 +104,6 @@ def test_the_refresher_that_stays_up_retries_then_says_why_it_stopped(tmp_path, 
             assert isinstance(err, GraphrunError), err
             assert f"{ATTEMPTS} refreshes in a row failed" in str(err)
             assert "not a table" in str(err) and fault[0] == 9 * ATTEMPTS
-        finally:
-            stop.set()
-            loop.join(60)
-        assert not loop.is_alive() and got.empty()
         fault[0] = 0  # the store answers again: a refresh finishes the one it gave up
         again = refresh(model, data, "_N", "feat", 1024)
         assert (again["since"], again["version"]) == (1, 2)

@@ -311,14 +311,7 @@ def test_the_sequencer_applies_its_own_partitions_piece_as_it_decides(store):
         w = GraphWriter(c)
         for v_commit in (True, False):
             w.add_edges("_E", [1], [2])  # base nodes of partition 0
-            plan = Plan(w, w._batch, fetch_head(c.session))
-            w._batch = type(w._batch)()
-            counts = {"nodes": plan.node_counts(), "edges": plan.edge_counts()}
-            begun = c.session.call(0, "live_begin", counts, tensors=(plan.orig_by_part(),))
-            v = begun.body["version"]
-            plan.give_ids(begun.body["nodes"], begun.body["edges"])
-            assert plan.parts() == [0]
-            body, tensors = plan.wire(0, v)
+            v, body, tensors = begun_piece(c, w, 0)
             c.session.call(0, "live_prepare", {"piece": body}, tensors=tensors)
             assert c.stats(0)["live_pending"] == 1
             c.session.call(0, "live_decide", {"version": v, "commit": v_commit})
