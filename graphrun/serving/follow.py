@@ -42,9 +42,8 @@ def follow(
     client = data.graph.ctx.client
     st = States(client, ntype)
     report(full(*what) if live else refresh(*what, states=st))
-    st.load()
-    st.warm(data.node_table(ntype, feature), len(model.convs), by_sums(model))
     at, passes, failed = st.load(), 1, 0
+    st.warm(data.node_table(ntype, feature), len(model.convs), by_sums(model))
     while not stop.wait(poll_s * 2**failed):
         try:
             head = int(client.follow())
