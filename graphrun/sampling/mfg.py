@@ -223,13 +223,12 @@ class Relabeler:
         """The distinct ids of ``cand`` in the order they first occur: each one's first
         position (the least of its positions, a scatter exact in any order; in the map,
         whose entries for unseen ids are free until :meth:`_insert` writes them), then
-        each id written at it. No sort where there is a map: 0.3–0.6 ms more than the
-        scan by id for hop 2 of a [25, 10] batch (benchmarks/README.md)."""
+        each id written at it. No sort where there is a map (benchmarks/README.md, "Aggregation
+        in first-read order": the sampler 0.4–0.5 ms slower for a [25, 10] batch)."""
         if self._map is not None:
             first = self._map
             first[cand] = len(cand)
-            c = torch.from_numpy(cand)  # numpy's minimum.at: 15x slower
-            torch.from_numpy(first).scatter_reduce_(0, c, torch.arange(len(cand)), "amin")
+            np.minimum.at(first, cand, np.arange(len(cand)))
             at = first[cand]
         else:
             _, pos, inverse = np.unique(cand, return_index=True, return_inverse=True)
