@@ -9,16 +9,20 @@ processes on loopback) — and each is timed alone on the same batch, with the f
 point operations and the bytes it must move:
 
 * an aggregation does ``2 * nnz * F`` flops. Its bytes are counted twice over, as two
-  limits: ``mb``, what it must move at the least — each of its ``n_src`` source rows
-  once (in bf16 also the cast that makes them: fp32 read, bf16 written, then read), the
-  CSR (a column index per edge, a row start per row) and the ``n_dst`` means written —
-  read against the streaming read (``of_peak``), reachable only if every row were read
-  in order once; and ``gathered_mb``, a row per edge as the kernel reads it, read against
+  limits: ``mb``, what it must move at the least (:func:`mean_bytes`) — each source row
+  it reads (the distinct columns of its CSR) once, in the dtype the layer is handed, the
+  CSR (a column index per edge, a row start per row) and the ``n_dst`` means written in
+  theirs — read against the streaming read (``of_peak``). One formula for both
+  precisions: a bf16 layer handed fp32 rows must still read them once, and its cast of
+  them is time it spends, not bytes it must move (counted as such, it made a bf16
+  aggregation look 1.8x faster than an fp32 one of the same time).
+  ``gathered_mb`` is a row per edge as the kernel reads it, read against
   ``gather_gbps`` (``of_gather_peak``), the measured rate of summing rows picked at
-  random from a table beyond the caches. The batch's rows are read in the order of the
-  edges, each about twice (layer 0 of a [25, 10] batch: 141k edges over 64k rows), so the
-  kernel is bound by the gather, not the stream; rows still in the caches (a batch's
-  table is 26 MB, the last-level cache 32 MB) let it beat the random-row rate;
+  random from a table beyond the caches. The rows are read in the order of the edges,
+  each about twice (layer 0 of a [25, 10] batch: 141k edges over 64k rows); laid out in
+  the order the edges first read them (the local sampler's relabelling,
+  :class:`graphrun.sampling.mfg.Relabeler`) the first reads stream and the repeats
+  are mostly the hubs, in the caches;
 * ``aggregate_grad[i]`` (layers ``i > 0``, whose input needs a gradient): the mean's
   backward alone, a row's gradient added into each of its sources (``mb``: the means'
   gradient read, the fp32 source gradient zeroed and written once; ``gathered_mb``: a
@@ -232,18 +236,14 @@ def layer_phases(model: Any, inputs: list[LayerInput]) -> list[Phase]:
     word = 2 if bf16 else 4
     for i, li in enumerate(inputs):
         conv = model.convs[i]
-        (n_src, f_in), f_out, nnz = li.x.shape, conv.out_channels, li.edge_index.size(1)
+        f_in, f_out, nnz = li.x.size(1), conv.out_channels, li.edge_index.size(1)
 
         def aggregate(li: LayerInput = li) -> Tensor:
             x = li.x.to(torch.bfloat16) if bf16 else li.x  # the layer's one cast
             return mean_csr(x, *csr_rows(li.edge_index, li.n_dst))
 
-        # what it must move: each source row once (in bf16 after the cast, which reads
-        # the fp32 rows and writes the bf16 ones), the CSR (column, row start), the means;
-        # what it gathers: a row per edge (caches serve the repeats)
-        must = word * f_in * (n_src + li.n_dst) + 8 * nnz + 8 * (li.n_dst + 1)
-        must += 6 * f_in * n_src if bf16 else 0
-        gathered = word * f_in * nnz
+        must = mean_bytes(li, aggregate().dtype)
+        gathered = word * f_in * nnz  # a row per edge (caches serve the repeats)
         out.append(Phase(f"aggregate[{i}]", median_of(aggregate), 2 * nnz * f_in, must,
                          "bytes", gathered=gathered))  # fmt: skip
         if i > 0:  # the layers whose input needs a gradient: the mean's backward
@@ -254,6 +254,19 @@ def layer_phases(model: Any, inputs: list[LayerInput]) -> list[Phase]:
         out.append(Phase(f"dense[{i}]", median_of(dense), flops, nbytes, "flops",
                          model.precision))  # fmt: skip
     return out
+
+
+def mean_bytes(li: LayerInput, out: torch.dtype) -> float:
+    """The bytes layer ``li``'s mean must move at the least: each source row its edges
+    read, once, in the dtype the layer was handed; its CSR (an int64 column per edge, a
+    row start per mean); its ``n_dst`` means written in ``out``. The same in fp32 and
+    bf16 but for the means' word (and the rows', where they come in bf16)."""
+    src = li.edge_index[0]
+    rows = int(torch.unique(src).numel())
+    nnz, width = src.numel(), li.x.size(1)
+    word = torch.empty(0, dtype=out).element_size()
+    return float(li.x.element_size() * width * rows + word * width * li.n_dst
+                 + 8 * nnz + 8 * (li.n_dst + 1))  # fmt: skip
 
 
 def _mean_grad(i: int, li: LayerInput, bf16: bool) -> Phase:

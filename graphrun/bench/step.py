@@ -29,8 +29,9 @@ mean's backward) also ``gathered_mb``, ``gathered_gbps`` and ``of_gather_peak``)
 fanouts and batch size default to the ``graphrun bench train`` configuration.
 
 How the bytes are counted (:mod:`graphrun.bench.roofline`): an aggregation's ``mb`` is
-the least it must move — each source row once, the CSR, the means — read against the
-streaming read (``of_peak``); it reads a row per edge in edge order (``gathered_mb``),
+the least it must move — each source row it reads once (in the dtype the layer is handed,
+the same count in fp32 and bf16), the CSR, the means — read against the streaming read
+(``of_peak``); it reads a row per edge in edge order (``gathered_mb``),
 so its real limit is the measured rate of gathering rows at random (``gather_gbps``,
 ``of_gather_peak``). Both are printed; neither is the other's excuse.
 """

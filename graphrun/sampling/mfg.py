@@ -21,7 +21,7 @@ edges up to layer ``h``, and layer ``L - h`` of a model needs only the first
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
@@ -45,6 +45,7 @@ DENSE_FACTOR = 128
 
 
 Seed = int | torch.Generator | np.random.Generator | None
+RelabelOrder = Literal["id", "first"]
 
 
 def make_generator(seed: Seed = None) -> torch.Generator:
@@ -131,6 +132,15 @@ class SampledSubgraph:
 class Relabeler:
     """Global ids → local ids in order of arrival, for one mini-batch at a time.
 
+    ``order``: how the new ids of a hop are numbered — ``"id"``, by global id (what the
+    distributed fetch wants: one owner's rows in a few runs, :mod:`graphrun.store.routing`)
+    or ``"first"``, in the order the hop's ids first occur. The hop's edges are grouped
+    by destination in the frontier's order, which is the previous hop's new nodes in
+    theirs, so under ``"first"`` a layer's compressed rows read each source row first in
+    the order it lies in the batch's features: the first reads of layer 0's mean stream,
+    and the repeats are mostly hubs, in the caches (:mod:`graphrun.train.aggregate`;
+    benchmarks/README.md, "Aggregation in first-read order").
+
     Owns a scratch map (``-1`` = unseen) over the global id space when that is at
     most ``MAP_LIMIT`` ids, and resets only the entries it touched; above that it
     keeps the known ids sorted and looks them up with ``searchsorted``. It works on
@@ -140,8 +150,11 @@ class Relabeler:
     compiled (:mod:`graphrun.sampling.compiled`: the same local ids), its map in int32.
     """
 
-    def __init__(self, num_nodes: int) -> None:
+    def __init__(self, num_nodes: int, order: RelabelOrder = "id") -> None:
+        if order not in ("id", "first"):
+            raise ArgumentError(f"order: {order!r} is not 'id' or 'first'")
         self.num_nodes = int(num_nodes)
+        self.order = order
         small = self.num_nodes <= MAP_LIMIT
         self._compiled = small and compiled_kernels()
         # compiled: an int32 map (half the bytes looked up), marks counted as bytes
@@ -179,7 +192,7 @@ class Relabeler:
         return np.where(hit, self._sorted_local[pos], -1)
 
     def add(self, ids: Tensor) -> tuple[Tensor, Tensor]:
-        """Local ids of ``ids`` (unseen ones appended, sorted by global id) and the new ids."""
+        """Local ids of ``ids`` (unseen ones appended in ``order``) and the new ids."""
         a = ids.numpy().astype(np.int64, copy=False)
         if self._compiled:
             return self._add_compiled(a, ids)
@@ -188,7 +201,11 @@ class Relabeler:
         if len(unseen) == 0:
             return torch.from_numpy(local), ids[:0]
         cand = a[unseen]
-        if self._mark is not None and self.num_nodes <= DENSE_FACTOR * len(cand):
+        if self.order == "first":
+            new = self._first_seen(cand)
+            self._insert(new)
+            local[unseen] = self._lookup(cand)
+        elif self._mark is not None and self.num_nodes <= DENSE_FACTOR * len(cand):
             # dense: mark and scan the id space (no sort; sorted by id, deterministic)
             self._mark[cand] = True
             new = np.flatnonzero(self._mark)
@@ -202,6 +219,24 @@ class Relabeler:
             self._insert(new)
         return torch.from_numpy(local), torch.from_numpy(new)
 
+    def _first_seen(self, cand: np.ndarray) -> np.ndarray:
+        """The distinct ids of ``cand`` in the order they first occur: each one's first
+        position (the least of its positions, a scatter exact in any order; in the map,
+        whose entries for unseen ids are free until :meth:`_insert` writes them), then
+        each id written at it. No sort where there is a map (benchmarks/README.md, "Aggregation
+        in first-read order": the sampler 0.4–0.5 ms slower for a [25, 10] batch)."""
+        if self._map is not None:
+            first = self._map
+            first[cand] = len(cand)
+            np.minimum.at(first, cand, np.arange(len(cand)))
+            at = first[cand]
+        else:
+            _, pos, inverse = np.unique(cand, return_index=True, return_inverse=True)
+            at = pos[inverse]
+        slot = np.full(len(cand), -1, dtype=np.int64)
+        slot[at] = cand  # an id's every occurrence writes it at the same place
+        return slot[np.flatnonzero(slot >= 0)]
+
     def _add_compiled(self, a: np.ndarray, ids: Tensor) -> tuple[Tensor, Tensor]:
         assert self._map is not None and self._mark is not None
         from graphrun.sampling import compiled  # numba, imported when first asked for
@@ -209,7 +244,9 @@ class Relabeler:
         local, cand = compiled.find(a, self._map, self._mark)
         if len(cand) == 0:
             return torch.from_numpy(local), ids[:0]
-        if self.num_nodes <= DENSE_FACTOR * len(cand):  # no sort: scan the marks
+        if self.order == "first":  # find's order: first sight
+            new = cand
+        elif self.num_nodes <= DENSE_FACTOR * len(cand):  # no sort: scan the marks
             new = compiled.scan(self._mark, len(cand))
         else:
             new = np.sort(cand)

@@ -23,6 +23,7 @@ from graphrun.sampling.fanout import FanoutSpec, normalize_fanouts
 from graphrun.sampling.mfg import (
     OneHopSampler,
     Relabeler,
+    RelabelOrder,
     SampledSubgraph,
     Seed,
     make_generator,
@@ -40,6 +41,8 @@ class NeighborSampler:
     ``num_layers``, when given, must equal the number of fanout layers (a model
     with that many message-passing layers). ``generator`` is an int seed, a torch
     or numpy generator, or None (fresh entropy); it is the only source of randomness.
+    ``order``: each hop's new nodes by global id or as the hop first reads them
+    (:class:`~graphrun.sampling.mfg.Relabeler`).
     """
 
     def __init__(
@@ -53,6 +56,7 @@ class NeighborSampler:
         replace: bool = False,
         weighted: bool = False,
         generator: Seed = None,
+        order: RelabelOrder = "id",
     ) -> None:
         self.graph = graph
         self.types = types
@@ -61,7 +65,7 @@ class NeighborSampler:
         self.replace = replace
         self.weighted = weighted
         self.generator = make_generator(generator)
-        self._relabeler = Relabeler(self.num_nodes)
+        self._relabeler = Relabeler(self.num_nodes, order)
 
     def sample(
         self, seeds: Tensor | np.ndarray | Sequence[int], generator: Seed = None

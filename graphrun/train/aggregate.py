@@ -14,7 +14,11 @@ columns, no sort for edges grouped by destination, as samplers emit them) and
 
 Other devices keep torch's backward. The forward stays fbgemm's: the same loops compiled
 by numba (a gather per row, or by source with the rows' sums in the caches) were no faster
-(benchmarks/README.md).
+(benchmarks/README.md). What moves it is the rows' layout: the local sampler numbers a
+batch's nodes in the order layer 0's rows first read them
+(:class:`graphrun.sampling.mfg.Relabeler`, ``order="first"``), so its first reads
+stream and its repeats are mostly hubs (benchmarks/README.md, "Aggregation in
+first-read order").
 """
 
 from __future__ import annotations

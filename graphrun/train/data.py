@@ -251,9 +251,12 @@ class LocalData:
     def _sampler(self, fanouts: Any, gen_seed: int) -> NeighborSampler:
         from graphrun.sampling.sampler import NeighborSampler
 
+        # each hop's nodes as its edges first read them: layer 0's mean then reads the
+        # batch's features nearly in order (graphrun.sampling.mfg.Relabeler)
         return NeighborSampler(
-            self._csc, self._types, self.graph.num_nodes, fanouts, generator=gen_seed
-        )
+            self._csc, self._types, self.graph.num_nodes, fanouts, generator=gen_seed,
+            order="first",
+        )  # fmt: skip
 
     def _collate(self, sub: SampledSubgraph, x: str, y: str) -> Data | HeteroData:
         from graphrun.sampling.sampler import collate

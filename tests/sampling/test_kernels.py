@@ -258,27 +258,32 @@ def test_relabeler_map_dense_and_sorted_paths_agree(monkeypatch: pytest.MonkeyPa
         assert np.array_equal(a, b) and np.array_equal(a, c)
 
 
-def relabel_reference(seeds: list[int], hops: list[list[int]]) -> list[list[int]]:
-    """Per hop, the local ids then the new global ids; finally every node: a dict, row by row."""
+def relabel_reference(
+    seeds: list[int], hops: list[list[int]], order: str = "id"
+) -> list[list[int]]:
+    """Per hop, the local ids then the new global ids (by id, or in order of first
+    occurrence); finally every node: a dict, row by row."""
     local_of = {g: i for i, g in enumerate(seeds)}
     out = []
     for h in hops:
-        new = sorted({g for g in h if g not in local_of})
+        unseen = [g for g in h if g not in local_of]
+        new = sorted(set(unseen)) if order == "id" else list(dict.fromkeys(unseen))
         base = len(local_of)
         local_of.update((g, base + j) for j, g in enumerate(new))
         out.append([local_of[g] for g in h] + new)
     return [*out, list(local_of)]
 
 
+@pytest.mark.parametrize("order", ["id", "first"])
 @pytest.mark.parametrize("dense", [0, 64, 10**9])
 @pytest.mark.parametrize("sort_keys", [False, True])
 @pytest.mark.parametrize("compiled", ["", "1"])
 def test_relabeler_matches_the_reference(
-    monkeypatch: pytest.MonkeyPatch, dense: int, sort_keys: bool, compiled: str
+    monkeypatch: pytest.MonkeyPatch, dense: int, sort_keys: bool, compiled: str, order: str
 ) -> None:
     """Batch after batch on one relabeler (its map and marks are reused), every path:
     scanned marks (dense), sorted candidates, sorted keys (ids past MAP_LIMIT), in numpy
-    and compiled (GRAPHRUN_COMPILED=1)."""
+    and compiled (GRAPHRUN_COMPILED=1); new ids by global id or in order of first sight."""
     import torch
 
     from graphrun.sampling import mfg
@@ -288,7 +293,7 @@ def test_relabeler_matches_the_reference(
     if sort_keys:
         monkeypatch.setattr(mfg, "MAP_LIMIT", 10)
     gen = np.random.default_rng(1)
-    r = mfg.Relabeler(3000)
+    r = mfg.Relabeler(3000, order)
     for _ in range(12):
         seeds = gen.choice(3000, int(gen.integers(1, 60)), replace=False)
         hops = [gen.integers(0, 3000, int(gen.integers(0, 2000))) for _ in range(3)]
@@ -299,7 +304,14 @@ def test_relabeler_matches_the_reference(
             got.append(local.tolist() + new.tolist())
         got.append(r.nodes().tolist())
         r.reset()
-        assert got == relabel_reference(seeds.tolist(), [h.tolist() for h in hops])
+        assert got == relabel_reference(seeds.tolist(), [h.tolist() for h in hops], order)
+
+
+def test_a_relabeler_order_other_than_id_or_first_is_refused() -> None:
+    from graphrun.sampling import mfg
+
+    with pytest.raises(ArgumentError, match="order: 'sorted' is not 'id' or 'first'"):
+        mfg.Relabeler(10, "sorted")
 
 
 def test_kernels_compile_where_numba_cannot_cache() -> None:

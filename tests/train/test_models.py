@@ -17,6 +17,7 @@ from graphrun.train.models import (
     csr_rows,
     dropout,
     mean_csr,
+    mfg_edges,
     mfg_targets,
     resolve_precision,
 )
@@ -376,6 +377,45 @@ def test_sage_matches_a_plain_pyg_model_on_a_sampled_batch(precision, rtol, atol
     for (name, p), q in zip(ref.named_parameters(), model.parameters(), strict=True):
         assert q.grad is not None and q.grad.dtype == torch.float32, name
         assert float((q.grad - p.grad).norm() / p.grad.norm()) <= grad_err, name
+
+
+def by_id(b: Data) -> Data:
+    """``b`` with each hop's nodes past the seeds renumbered by global id (as the
+    distributed sampler lays a batch out): the same graph, rows and edges permuted."""
+    bounds = list(itertools.accumulate(b.num_sampled_nodes))
+    hops = [lo + torch.argsort(b.n_id[lo:hi]) for lo, hi in itertools.pairwise(bounds)]
+    perm = torch.cat([torch.arange(b.batch_size), *hops])
+    inv = torch.empty_like(perm)
+    inv[perm] = torch.arange(perm.numel())
+    out = b.clone()
+    out.x, out.n_id, out.edge_index = b.x[perm], b.n_id[perm], inv[b.edge_index]
+    return out
+
+
+def test_local_batches_lay_each_hop_out_as_layer_0_first_reads_it():
+    """The mean of layer 0 reads its compressed rows in order; its first read of each
+    node past the seeds is the next row of the batch's features (the local sampler's
+    ``order="first"``), and the model's output is that of the same batch by id."""
+    b = sampled_batch()
+    n = b.batch_size
+    n_dst = mfg_targets(b.num_sampled_nodes, 2, 0)
+    _, columns = csr_rows(mfg_edges(b.edge_index, b.num_sampled_edges, 2, 0), n_dst)
+    seen = torch.zeros(b.num_nodes, dtype=torch.bool)
+    first = []
+    for c in columns.tolist():
+        if not seen[c]:
+            seen[c] = True
+            first.append(c)
+    past_seeds = [c for c in first if c >= n]
+    assert past_seeds == list(range(n, b.num_nodes))
+    old = by_id(b)
+    assert not torch.equal(old.n_id, b.n_id)  # the layouts differ
+    for precision in ("fp32", "bf16"):
+        torch.manual_seed(0)
+        model = SAGE(16, 32, 5, 2, 0.0, "csr", precision)
+        got = model(b.x, b.edge_index, b.num_sampled_nodes, b.num_sampled_edges)[:n]
+        want = model(old.x, old.edge_index, old.num_sampled_nodes, old.num_sampled_edges)[:n]
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-6), precision
 
 
 @pytest.mark.parametrize("seed", range(4))
