@@ -86,7 +86,6 @@ def _stats(prefix: str, xs: list[float]) -> dict[str, float]:
 def run_setting(s: Setting, seeds: int, seconds: float, random_samples: int) -> dict[str, Any]:
     import numpy as np
 
-    from graphrun.placement._kernel import COMPILED
     from graphrun.placement.baselines import (
         MAX_EXHAUSTIVE,
         colocation,
@@ -160,7 +159,6 @@ def run_setting(s: Setting, seeds: int, seconds: float, random_samples: int) -> 
         "iterations": s.iterations,
         "seeds": seeds,
         "budget_seconds": seconds,
-        "compiled_simulator": COMPILED,  # False: numba missing, ~100x fewer simulations
     }
     for key, xs in rows.items():
         out.update(_stats(key, xs))

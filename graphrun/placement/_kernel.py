@@ -1,47 +1,18 @@
-"""The OES event loop over flat arrays, compiled with numba when it is installed.
+"""The OES event loop over flat arrays, compiled with numba (:mod:`graphrun.jit`).
 
 :func:`run` is the inner loop of ETP (thousands of simulations per search). It takes
 the DAG as arrays — node ``v`` is a flow iff ``src[v] >= 0`` — and returns the finish
 time of every node, the number of events and the number of nodes that ran. The
 semantics are those documented in :mod:`graphrun.placement.oes`; ties are broken the
 same way on every run (stable priority order, ports in order of first use), so the
-compiled and the interpreted function give identical results. Without numba the same
-functions run as plain Python (about two orders of magnitude slower).
+compiled function and its Python source (``run.py_func``) give identical results.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
-
 import numpy as np
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _numba_njit() -> Callable[..., Callable[[Callable[..., Any]], object]] | None:
-    try:
-        import numba
-    except ImportError:  # pragma: no cover - only where numba is missing
-        return None
-    return numba.njit
-
-
-_NJIT = _numba_njit()
-COMPILED = _NJIT is not None
-
-
-def jit(fn: F) -> F:
-    """``numba.njit(cache=True)`` when numba is installed, else ``fn`` unchanged; where
-    numba finds no writable place for its cache (a read-only image whose user has no
-    home cache either), compiled at each start instead of failing at import."""
-    if _NJIT is None:  # pragma: no cover
-        return fn
-    try:
-        return cast(F, _NJIT(cache=True)(fn))
-    except RuntimeError:  # "cannot cache function ...: no locator available"
-        return cast(F, _NJIT(fn))
-
+from graphrun.jit import njit as jit
 
 PRIORITY, FAIR, FIFO = 0, 1, 2
 _REL_EPS = 1e-12

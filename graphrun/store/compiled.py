@@ -11,22 +11,18 @@ here than ``np.take``, which the client keeps for it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
-import numba
 import numpy as np
 
-F = TypeVar("F", bound=Callable[..., object])
+from graphrun.jit import njit
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def jit(fn: F) -> F:
-    """``numba.njit(nogil=True)``, its machine code cached on disk where numba finds a
-    writable place (beside the source, else the user's cache directory); an image with
-    neither (a read-only root file system) compiles at each start instead of failing."""
-    try:
-        return numba.njit(cache=True, nogil=True)(fn)
-    except RuntimeError:  # "cannot cache function ...: no locator available"
-        return numba.njit(nogil=True)(fn)
+    """``numba.njit(nogil=True)``, cached on disk where it can be (:mod:`graphrun.jit`)."""
+    return njit(fn, nogil=True)
 
 
 @jit

@@ -31,6 +31,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from graphrun.jit import njit
+
 
 def csr_rows(edge_index: Tensor, num_dst: int) -> tuple[Tensor, Tensor]:
     """The compressed rows of ``edge_index`` (``[src; dst]``, ``dst < num_dst``):
@@ -132,16 +134,8 @@ def warm_up() -> None:
 
 
 def _kernel() -> Any:
-    """:func:`_scatter_mean` compiled by numba (once a process), cached on disk where a
-    directory for it can be written (next to this file, ``NUMBA_CACHE_DIR`` or the
-    user's); where none can (a read-only container), compiled in memory."""
+    """:func:`_scatter_mean` compiled by numba (once a process), cached on disk where it
+    can be (:mod:`graphrun.jit`)."""
     if not _COMPILED:
-        import numba
-
-        options = {"fastmath": True, "boundscheck": False}
-        try:
-            kernel = numba.njit(cache=True, **options)(_scatter_mean)
-        except RuntimeError:  # "cannot cache function ...: no locator available"
-            kernel = numba.njit(cache=False, **options)(_scatter_mean)
-        _COMPILED.append(kernel)
+        _COMPILED.append(njit(_scatter_mean, fastmath=True, boundscheck=False))
     return _COMPILED[0]

@@ -30,4 +30,3 @@ def test_bench_placement_prints_one_json_object_per_setting(capsys):
     assert row["etp_to_optimum"] >= 1 - 1e-9
     assert row["speedup_vs_colocation"] > 0
     assert len(row["etp_to_lower_bound_per_seed"]) == 2
-    assert isinstance(row["compiled_simulator"], bool)

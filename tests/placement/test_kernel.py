@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
@@ -39,7 +36,6 @@ def test_kernel_matches_the_reference_simulator(dag):
         assert got.events == want.events
 
 
-@pytest.mark.skipif(not _kernel.COMPILED, reason="numba is not installed")
 @settings(max_examples=30, deadline=None)
 @given(random_dags())
 def test_compiled_and_interpreted_kernels_agree(dag):
@@ -107,17 +103,3 @@ def test_the_placed_template_simulates_like_the_old_builder(seed, sync, prefetch
     old = reference_workload.build_workload(cluster, sc, x)
     for policy in Policy:
         assert simulate(new, policy).makespan == simulate(old, policy).makespan
-
-
-def test_the_kernel_compiles_where_numba_cannot_cache() -> None:
-    # a read-only image whose user can write neither beside the source nor a home cache:
-    # numba finds no place for its cache, and the import raised
-    code = (
-        "from numba.core import caching\n"
-        "caching.CacheImpl._locator_classes = []  # no writable place anywhere\n"
-        "from graphrun.placement import _kernel\n"
-        "print(_kernel.COMPILED)\n"
-    )
-    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert got.returncode == 0, got.stderr[-2000:]
-    assert got.stdout.split() == ["True"]
