@@ -22,7 +22,7 @@ from graphrun.partition import load_id_mapping
 from graphrun.sampling.fanout import ALL
 from graphrun.serving.follow import follow
 from graphrun.serving.refresh import States, full, layer_tables, refresh
-from graphrun.serving.sums import INSUM, LASTSUM, classes
+from graphrun.serving.sums import LASTOWN, TABLES
 from graphrun.store.client import ClientConfig, KVClient
 from graphrun.store.server import ServerConfig
 from graphrun.testing.store import make_partition_dir, store_threads
@@ -213,14 +213,14 @@ def test_many_refreshes_keep_the_sums_of_a_full_pass(tmp_path):
                 got = refresh(model, data, "_N", "feat", 1024)
                 assert got["recomputed"] == 0 and got["updated"] > 100
         ids = np.arange(NODES, dtype=np.int64)
-        kept = {w: States(ctx.client, "_N").read(w, ids) for w in (INSUM, LASTSUM)}
+        kept = {w: States(ctx.client, "_N").read(w, ids) for w in TABLES}
         fresh = states(ctx.client, 2, NODES, np.empty(0, np.int64))
         full(model, data, "_N", "feat", 1024)
         for what, rows in states(ctx.client, 2, NODES, np.empty(0, np.int64)).items():
             torch.testing.assert_close(fresh[what], rows, atol=1e-5, rtol=0, msg=what)
-        for what, rows in kept.items():  # the sums and degrees (not the rows' stamps)
+        for what, rows in kept.items():  # sums, degrees, own rows (not stamps, earlier rows)
             whole = States(ctx.client, "_N").read(what, ids)
-            cols = whole.size(1) - 1 if what == INSUM else 3 * classes(whole) + 1
+            cols = (whole.size(1) - 1) // 2 if what == LASTOWN else whole.size(1) - 1
             torch.testing.assert_close(rows[:, :cols], whole[:, :cols], atol=1e-5, rtol=1e-6,
                                        msg=what)  # fmt: skip
 

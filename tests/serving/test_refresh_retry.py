@@ -119,7 +119,7 @@ def test_sums_of_another_layout_are_refused(tmp_path):
         other = SAGE(8, 16, 3, 2, 0.5, "csr", "fp32").eval()
         with pytest.raises(
             GraphrunError,
-            match=r"lastsum has rows of \(18,\), this model "
-            r"keeps \(14,\) \(run `graphrun infer embed",
+            match=r"lastsum has rows of \(6,\), this model "
+            r"keeps \(5,\) \(run `graphrun infer embed",
         ):
             refresh(other, data, "_N", "feat", 64)
