@@ -29,8 +29,8 @@ of ``C + 2`` for each node of ``A_L`` (some 27k after 1,000 new edges on a 200k-
 power-law graph) and nothing else of it: the own part changes only where ``h_v`` did
 (``A_{L-1}``), and the in-degree only where an in-edge changed (inside ``A_1``), so
 ``lastown`` is read for ``A_{L-1}`` and the changed edges' sources alone (about 2k).
-Its products are fp32 (the layer's own) and ``d`` at most ``2^29``, so ``max(d, 1)``
-times one is exact in float64.
+The own parts are fp32 products (the layer's own), so ``max(d, 1)`` times one is exact
+in float64 for any in-degree below ``2^29``.
 
 A row's **stamp** (its last column) is the version it was moved (or summed) to. The
 sums are the only states a refresh reads and then overwrites, so they are what a
@@ -113,6 +113,7 @@ def degrees(sums: Tensor) -> Tensor:
 
 
 def with_stamp(rows: Tensor, version: int) -> Tensor:
+    """``rows`` with a last column, their stamp ``version``."""
     return torch.cat([rows, torch.full((len(rows), 1), float(version), dtype=rows.dtype)], 1)
 
 
@@ -143,10 +144,9 @@ def move(sums: Tensor, at: np.ndarray, rows: Tensor, src: np.ndarray, todo: Tens
     """Add ``rows[src]`` (times ``sign``, and ``sign`` to the in-degree: the changed
     edges) to the ``lastsum`` or ``insum`` rows ``sums[at]`` (each edge's destination),
     in place, where ``todo`` (rows an interrupted try moved already keep theirs)."""
-    ones = sign is None
     k = torch.ones(len(at), dtype=torch.float64) if sign is None else sign
     kernels.add_rows(sums.numpy(), at, rows.double().contiguous().numpy(), src, k.numpy(),
-                     not ones, todo.numpy())  # fmt: skip
+                     sign is not None, todo.numpy())  # fmt: skip
 
 
 def signs(changed: np.ndarray) -> Tensor:
