@@ -12,8 +12,8 @@ live graph (the head by default), keeping what an incremental refresh needs:
 * ``serving/<ntype>/version`` (int64): ``[0]`` the version the states are at, ``[1]``
   how many new nodes ``grown`` lists, ``[2]`` the version a refresh is moving them to
   (``[0]`` once it is done; -1 while a kept pass writes them);
-* for :func:`by_sums` models, ``serving/<ntype>/insum`` and ``lastsum`` (float64, and
-  their ``grown/`` rows): the running sums of :mod:`graphrun.serving.sums`.
+* for :func:`by_sums` models, ``serving/<ntype>/insum``, ``lastsum`` and ``lastown``
+  (float64, and their ``grown/`` rows): the running sums of :mod:`graphrun.serving.sums`.
 
 :func:`refresh` moves the states from their version ``v0`` to ``v1`` (the head by
 default). It asks each partition what changed in ``(v0, v1]``
@@ -27,21 +27,17 @@ same in-edges and in-neighbour states as at ``v0``, so its stored row is what a 
 pass at ``v1`` computes (a test holds the two within 1e-5, fp32). The out-neighbours
 are a lookup in each partition's out-edge index (built once, by the kept pass).
 
-On a power-law graph ``out(A_{L-1})`` is large (the new edges' sources reach hubs:
-1,000 random edges' 991 destinations have 13,358 nodes downstream on a 50k-node graph),
-and recomputing a node reads its whole in-neighbourhood. Where the layers are linear in
-the sum of their in-neighbours' rows (:func:`by_sums`: fp32 GraphSAGE) the kept pass also
-stores the first and the last layer's running sums (:mod:`graphrun.serving.sums`), and a
-refresh moves them instead (:func:`_by_sums`): ``graph_changes`` tells the edges that
-changed, ``A_1``'s sums move by the rows of their sources (the nodes downstream of an
-updated or new feature, ``touched``, are summed again over their in-edges), ``A_L``'s
-by the changed edges and by the edges leaving ``A_{L-1}`` (each adds its source's change,
-projected by ``W_l``); each row is then computed from its sums. Its cost is the changed
-edges, the edges leaving ``A_{L-1}`` and the rows of ``A_1`` and ``A_L``, not their
-in-neighbourhoods; the hidden layers between (three layers or more) are recomputed as
-above. The sums are float64 and every state is computed afresh from them, so rounding
-does not add up over refreshes (a test holds thirty in a row within 1e-5 of a full
-pass). GAT and bf16 models are recomputed whole.
+On a power-law graph ``out(A_{L-1})`` is large (1,000 random edges reach 13% of a
+200k-node graph at two hops) and recomputing a node reads its whole in-neighbourhood.
+Where the layers are linear in the sum of their in-neighbours' rows (:func:`by_sums`:
+fp32 GraphSAGE) the kept pass also stores the first and the last layer's running sums
+(:mod:`graphrun.serving.sums`), and a refresh moves them instead (:func:`_by_sums`) by
+the edges that changed (``graph_changes`` tells them) and the edges leaving ``A_{L-1}``
+(each adds its source's change, projected by ``W_l``); the nodes downstream of an
+updated or new feature (``touched``) are summed again over their in-edges, the hidden
+layers between (three layers or more) recomputed as above. Its cost is those edges and
+one row of sums for each node of ``A_1`` and ``A_L``, not their in-neighbourhoods.
+GAT and bf16 models are recomputed whole.
 
 **A refresh that fails partway** (a partition's server dies, a request times out) has
 written some partitions' rows and not the version, which is written last. Before its
@@ -73,24 +69,32 @@ from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import PolicyName, TensorKey
 from graphrun.partition.arrays import unique_sorted
 from graphrun.sampling.changes import OP_CHANGES, OP_OUT_NEIGHBORS
+from graphrun.serving import kernels
 from graphrun.serving.embed import Layers, raise_unsupported, table_name
 from graphrun.serving.sums import (
     INSUM,
+    LASTOWN,
     LASTSUM,
+    TABLES,
+    before,
+    degrees,
     first_layer,
     full_sums,
     last_layer,
-    moved,
+    move,
     own,
     project,
+    signs,
     stamped,
     widths,
+    with_stamp,
 )
 from graphrun.store.dist_tensor import DistTensor
 from graphrun.train import inference
 from graphrun.train.data import NodeTable
 from graphrun.train.models import SAGE, ByLayer
 
+DENSE = 16  # a table of positions (:func:`_pos`) at most this many times the ids looked up
 EDGE_IDS = 1 << 16  # ids of one request for their out-edges (MAX_OUT_EDGES a reply)
 EMPTY = np.empty(0, np.int64)
 
@@ -220,9 +224,12 @@ class States:
             self.client.push_tables(items)
 
     def warm(self, feature: NodeTable, layers: int, sums: bool) -> None:
-        """Attach every table a refresh reads and writes, and map the co-located ones
-        (a row of each read): what a refresher that stays up does once, not per refresh."""
-        tables = [*layer_tables(layers), "predictions", *([INSUM, LASTSUM] if sums else [])]
+        """Attach every table a refresh reads and writes, map the co-located ones (a row
+        of each read) and load the sums' compiled kernels (:mod:`.kernels`): what a
+        refresher that stays up does once, not per refresh."""
+        tables = [*layer_tables(layers), "predictions", *(TABLES if sums else ())]
+        if sums:
+            kernels.warm_up()
         pol = self.client.policy(self.name(layer_tables(layers)[-1]))
         firsts = np.unique(np.minimum(pol.ranges[:-1], self.n - 1)).astype(np.int64)
         feature[torch.from_numpy(firsts)]  # a row of each partition
@@ -230,10 +237,12 @@ class States:
             self.read(what, firsts)
         self._listed = self._listed or {t.name for t in self.client.list_tensors()}
 
-    def drop(self, *tables: str) -> None:
-        """Delete ``tables`` (and their ``grown/`` twins) where the store has them."""
-        have = {t.name for t in self.client.list_tensors(anywhere=True)}
-        for name in [self.name(w) for t in tables for w in (t, f"grown/{t}")]:
+    def drop(self, *tables: str, keep: dict[str, int] | None = None) -> None:
+        """Delete ``tables`` (and their ``grown/`` twins) where the store has them, but
+        those with rows ``keep[table]`` wide."""
+        have = {t.name: t.row_shape for t in self.client.list_tensors(anywhere=True)}
+        gone = [t for t in tables if have.get(self.name(t)) != ((keep or {}).get(t),)]
+        for name in [self.name(w) for t in gone for w in (t, f"grown/{t}")]:
             if name in have:
                 self.client.delete_tensor(name)
 
@@ -334,19 +343,15 @@ def _layers(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, bat
             if sums and i in (0, len(tables) - 1):
                 kept.append(full_sums(model, i > 0, x, edge_index, dst.numel(), plan.to))
         rows = torch.cat(out) if out else torch.empty(0, 1)
-        if kept:
-            st.write(INSUM if i == 0 else LASTSUM, ids, torch.cat(kept))
-        _store(st, what, ids, rows)
+        for name in kept[0] if kept else ():
+            st.write(name, ids, torch.cat([k[name] for k in kept]))
+        st.write(what, ids, rows)
+        if what == "logits":
+            st.write("predictions", ids, rows.argmax(-1).long())
         st.flush()  # a layer's rows at a time (a kept pass holds no more)
         h = Fresh(lambda a, w=what: st.read(w, a).float(), ids, rows)
         took.append(round(time.perf_counter() - t0, 3))
     return took
-
-
-def _store(st: States, what: str, ids: np.ndarray, rows: Tensor) -> None:
-    st.write(what, ids, rows)
-    if what == "logits":
-        st.write("predictions", ids, rows.argmax(-1).long())
 
 
 @torch.no_grad()
@@ -358,12 +363,12 @@ def _by_sums(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, ba
     model.eval()
     assert plan.changed is not None and plan.edges is not None
     try:
-        kept = {what: st.tensor(what).info.row_shape for what in (INSUM, LASTSUM)}
+        kept = {what: st.tensor(what).info.row_shape for what in TABLES}
     except StoreError as exc:
         raise StoreError(f"refresh: the kept states of {st.ntype!r} have no running sums "
                          "(run `graphrun infer embed --live` again)") from exc  # fmt: skip
     for what, width in widths(model).items():
-        if kept[what] != (width,):  # kept by an earlier layout (no stamps) or model
+        if kept[what] != (width,):  # kept by an earlier layout or model
             raise StoreError(
                 f"refresh: {st.name(what)} has rows of {kept[what]}, this model "
                 f"keeps ({width},) (run `graphrun infer embed --live` again)"
@@ -400,22 +405,18 @@ def _first(model: ByLayer, data: Any, st: States, feat: Any, plan: Plan
     ch = plan.changed[:, np.isin(plan.changed[1], rest)]  # no source in A_0 (module doc)
     ask = _union([a1, ch[0]])
     x = feat[torch.from_numpy(ask)].float()
-    width = x.size(1)
-    sums = torch.empty(len(a1), width + 2, dtype=torch.float64)
+    sums = torch.empty(len(a1), x.size(1) + 2, dtype=torch.float64)
     if len(rest):
-        add, deg = moved(ch, rest, x[torch.from_numpy(np.searchsorted(ask, ch[0]))], width)
         old = st.read(INSUM, rest)
         todo = ~stamped(old, plan.to)  # not moved by an interrupted try already
-        old[todo, :width] += add[todo]
-        old[todo, width] += deg[todo]
+        move(old, _pos(rest, ch[1]), x, _pos(ask, ch[0]), todo, signs(ch))
         old[:, -1] = plan.to
-        sums[torch.from_numpy(np.searchsorted(a1, rest))] = old
+        sums[_at(a1, rest)] = old
     for lo in range(0, len(redo), EDGE_IDS):  # summed again over their in-edges
         dst = torch.from_numpy(redo[lo : lo + EDGE_IDS])
         got = full_sums(model, False, *inference.gather(feat, dst, data), dst.numel(), plan.to)
-        sums[torch.from_numpy(np.searchsorted(a1, dst.numpy()))] = got
-    own_x = x[torch.from_numpy(np.searchsorted(ask, a1))]
-    return a1, (first_layer(model, sums, own_x), sums)
+        sums[_at(a1, dst.numpy())] = got[INSUM]
+    return a1, (first_layer(model, sums, x[_at(ask, a1)]), sums)
 
 
 def _last(model: ByLayer, st: States, plan: Plan, what: str, ids: np.ndarray, h: Tensor
@@ -423,54 +424,59 @@ def _last(model: ByLayer, st: States, plan: Plan, what: str, ids: np.ndarray, h:
     """The last layer of ``A_L`` from its moved sums, with ``h`` the new rows of
     ``ids = A_{L-1}`` (stored in table ``what``): an edge leaving ``A_{L-1}`` adds its
     source's change, a changed edge adds (or takes away) its source's old row, both
-    projected (``lastsum`` keeps each node's own, so the old rows are not read). A row
-    an interrupted try moved already keeps its sums, and its own projection at the
-    version before is its earlier copy."""
+    projected; then each node of ``A_{L-1}`` (where the own part and the in-degree
+    changed) trades its old own part, at the old degree, for the new one. The old rows
+    are ``lastown``'s (the old ``h`` is not read), those of ``A_{L-1}`` and the changed
+    edges' sources only; ``A_L``'s ``lastsum`` rows are moved in place (those an
+    interrupted try moved already keep theirs)."""
     assert plan.changed is not None and plan.edges is not None
-    ch, e1, al = plan.changed, plan.edges, plan.sets[-1]
+    ch, e1, al, to = plan.changed, plan.edges, plan.sets[-1], plan.to
     need = _union([ids, ch[0]])
-    rows = _union([al, need])
-    had = np.setdiff1d(rows, plan.new, assume_unique=True)  # rows at the stored version
-    q_new = project(model, h)
-    c = q_new.size(1)
-    old = torch.zeros(len(rows), 4 * c + 2, dtype=torch.float64)
-    if len(had):
-        old[_at(rows, had)] = st.read(LASTSUM, had)
-    done = stamped(old, plan.to)
-    q = torch.where(done[:, None], old[:, 3 * c + 1 : 4 * c + 1], old[:, 2 * c : 3 * c])
-    q_old = q[_at(rows, need)]
-    change = q_new.double() - q_old[_at(need, ids)]
-    add, deg = moved(ch, al, q_old[_at(need, ch[0])], c)
-    add.index_add_(0, _at(al, e1[1]), change[_at(ids, e1[0])])
-    sums, todo = old[_at(rows, al)], ~done[_at(rows, al)]
-    sums[todo, :c] += add[todo]
-    sums[todo, 3 * c] += deg[todo]
-    sums[:, 3 * c + 1 : 4 * c + 1] = q[_at(rows, al)]
-    sums[:, -1] = plan.to
-    mine = _at(al, ids)
-    sums[mine, c : 2 * c] = own(model, h)
-    sums[mine, 2 * c : 3 * c] = q_new.double()
+    old = before(_rows(st, LASTOWN, need, plan.new), to)  # [W_l h, W_r h + b] before
+    new = torch.cat([project(model, h).double(), own(model, h)], dim=1)
+    c = new.size(1) // 2
+    mine = old[_at(need, ids)]
+    sums = _rows(st, LASTSUM, al, plan.new)
+    todo = ~stamped(sums, to)
+    at = _pos(al, ids)
+    was = degrees(sums[torch.from_numpy(at)]) * mine[:, c:]
+    move(sums, _pos(al, ch[1]), old[:, :c], _pos(need, ch[0]), todo, signs(ch))
+    move(sums, _pos(al, e1[1]), new[:, :c] - mine[:, :c], _pos(ids, e1[0]), todo)
+    now = degrees(sums[torch.from_numpy(at)]) * new[:, c:]
+    move(sums, at, now - was, np.arange(len(ids)), todo)
+    sums[:, -1] = to
     st.write(what, ids, h)
+    st.write(LASTOWN, ids, with_stamp(torch.cat([new, mine], dim=1), to))
     st.write(LASTSUM, al, sums)
-    _store(st, "logits", al, last_layer(sums))
+    logits, pred = last_layer(sums, c)
+    st.write("logits", al, logits)
+    st.write("predictions", al, pred)
+
+
+def _rows(st: States, what: str, ids: np.ndarray, new: np.ndarray) -> Tensor:
+    """The stored rows of sorted ``ids`` in ``what``; zeros for the ``new`` nodes."""
+    if not len(new) or not np.isin(new, ids).any():
+        return st.read(what, ids)
+    had = np.setdiff1d(ids, new, assume_unique=True)
+    got = st.read(what, had)
+    out = torch.zeros((len(ids), *got.shape[1:]), dtype=got.dtype)
+    out[_at(ids, had)] = got
+    return out
 
 
 def _at(ids: np.ndarray, of: np.ndarray) -> Tensor:
     """The positions of ``of`` in the sorted ``ids`` (each of them there)."""
-    return torch.from_numpy(np.searchsorted(ids, of))
+    return torch.from_numpy(_pos(ids, of))
 
 
-def _join(a: np.ndarray, ra: Tensor, b: np.ndarray, rb: Tensor) -> tuple[np.ndarray, Tensor]:
-    """Two sets of sorted ids with their rows as one, sorted."""
-    if not len(a):
-        return b, rb
-    ids = np.concatenate([a, b])
-    order = np.argsort(ids, kind="stable")
-    return ids[order], torch.cat([ra, rb])[torch.from_numpy(order)]
-
-
-def _follow(client: Any, version: int | None) -> int:
-    return int(client.follow(version))
+def _pos(ids: np.ndarray, of: np.ndarray) -> np.ndarray:
+    """:func:`_at` as numpy: a table of positions where the largest id is below ``DENSE``
+    times the ids (45k ids in 27k: 0.1 ms, a binary search 4 ms), else a binary search."""
+    if not len(ids) or int(ids[-1]) >= DENSE * (len(ids) + len(of)):
+        return np.searchsorted(ids, of)
+    table = np.empty(int(ids[-1]) + 1, np.int64)
+    table[ids] = np.arange(len(ids))
+    return table[of]
 
 
 def full(
@@ -482,14 +488,13 @@ def full(
     layers = _check(model, data)
     t0 = time.perf_counter()
     client = data.graph.ctx.client
-    v = _follow(client, version)
+    v = int(client.follow(version))
     st = States(client, ntype)
     new, _ = client.live_nodes()
     st.add_grown(new)
     ids = np.concatenate([np.arange(data.num_nodes(ntype), dtype=np.int64), new])
-    sums = by_sums(model)
-    if not sums:  # sums an earlier pass kept are not at this version: a refresh refuses them
-        st.drop(INSUM, LASTSUM)
+    sums = by_sums(model)  # sums not of this version or layout: made again, or refused
+    st.drop(*TABLES, keep=widths(model) if sums else None)
     st.begin(-1)
     _layers(model, data, st, feature, Plan([ids] * layers, ids, to=v), batch_size, sums)
     st.save(v)
@@ -562,7 +567,7 @@ def refresh(
     client = data.graph.ctx.client
     st = States(client, ntype) if states is None else states
     since = st.load()
-    v = _follow(client, version)
+    v = int(client.follow(version))
     if v < since:
         raise ArgumentError(f"version: {v} is below the kept states' version {since}")
     if since < st.pending != v:

@@ -21,8 +21,8 @@ from graphrun.errors import GraphrunError
 from graphrun.partition import load_id_mapping
 from graphrun.sampling.fanout import ALL
 from graphrun.serving.follow import follow
-from graphrun.serving.refresh import States, full, layer_tables, refresh
-from graphrun.serving.sums import INSUM, LASTSUM, classes
+from graphrun.serving.refresh import States, _pos, full, layer_tables, refresh
+from graphrun.serving.sums import LASTOWN, TABLES
 from graphrun.store.client import ClientConfig, KVClient
 from graphrun.store.server import ServerConfig
 from graphrun.testing.store import make_partition_dir, store_threads
@@ -213,14 +213,14 @@ def test_many_refreshes_keep_the_sums_of_a_full_pass(tmp_path):
                 got = refresh(model, data, "_N", "feat", 1024)
                 assert got["recomputed"] == 0 and got["updated"] > 100
         ids = np.arange(NODES, dtype=np.int64)
-        kept = {w: States(ctx.client, "_N").read(w, ids) for w in (INSUM, LASTSUM)}
+        kept = {w: States(ctx.client, "_N").read(w, ids) for w in TABLES}
         fresh = states(ctx.client, 2, NODES, np.empty(0, np.int64))
         full(model, data, "_N", "feat", 1024)
         for what, rows in states(ctx.client, 2, NODES, np.empty(0, np.int64)).items():
             torch.testing.assert_close(fresh[what], rows, atol=1e-5, rtol=0, msg=what)
-        for what, rows in kept.items():  # the sums and degrees (not the rows' stamps)
+        for what, rows in kept.items():  # sums, degrees, own rows (not stamps, earlier rows)
             whole = States(ctx.client, "_N").read(what, ids)
-            cols = whole.size(1) - 1 if what == INSUM else 3 * classes(whole) + 1
+            cols = (whole.size(1) - 1) // 2 if what == LASTOWN else whole.size(1) - 1
             torch.testing.assert_close(rows[:, :cols], whole[:, :cols], atol=1e-5, rtol=1e-6,
                                        msg=what)  # fmt: skip
 
@@ -308,6 +308,17 @@ def test_a_model_whose_last_layer_is_not_linear_is_recomputed(tmp_path):
         full(model, data, "_N", "feat", 1024)
         for what, rows in states(ctx.client, 2, NODES, grown).items():
             torch.testing.assert_close(fresh[what], rows, atol=1e-5, rtol=0, msg=what)
+
+
+def test_positions_by_a_table_and_by_a_search_agree():
+    """A refresh finds rows' positions in a sorted set by a table where the ids are dense
+    and by a binary search where they are not (growth ids far above the base's)."""
+    rng = np.random.default_rng(0)
+    for top in (1000, 10**12):
+        ids = np.unique(rng.integers(0, top, 300))
+        of = rng.choice(ids, 2000)
+        np.testing.assert_array_equal(ids[_pos(ids, of)], of)
+    assert len(_pos(np.empty(0, np.int64), np.empty(0, np.int64))) == 0
 
 
 def test_a_refresh_without_kept_states_says_so(tmp_path):

@@ -14,6 +14,7 @@ import torch
 from graphrun.errors import GraphrunError
 from graphrun.serving.follow import ATTEMPTS
 from graphrun.serving.refresh import States, full, refresh
+from graphrun.serving.sums import LASTSUM
 from graphrun.train.models import GAT, SAGE
 
 from .test_refresh import EDGES, NODES, assert_full_pass, following, graph_served, more, write
@@ -119,7 +120,25 @@ def test_sums_of_another_layout_are_refused(tmp_path):
         other = SAGE(8, 16, 3, 2, 0.5, "csr", "fp32").eval()
         with pytest.raises(
             GraphrunError,
-            match=r"lastsum has rows of \(18,\), this model "
-            r"keeps \(14,\) \(run `graphrun infer embed",
+            match=r"lastsum has rows of \(6,\), this model "
+            r"keeps \(5,\) \(run `graphrun infer embed",
         ):
             refresh(other, data, "_N", "feat", 64)
+
+
+def test_a_kept_pass_replaces_sums_of_another_layout(tmp_path):
+    """Sums kept by an earlier layout (``lastsum`` rows ``4C + 2`` wide before this
+    one): the refresh refuses them and says to run the kept pass, which replaces them
+    (it failed: their table existed with another shape), and a refresh goes on."""
+    torch.manual_seed(0)
+    model = SAGE(8, 16, 4, 2, 0.5, "csr", "fp32").eval()
+    with graph_served(tmp_path / "parts") as (_, _, ctx, data):
+        full(model, data, "_N", "feat", 64)
+        st = States(ctx.client, "_N")
+        ctx.client.delete_tensor(st.name(LASTSUM))
+        st.tensor(LASTSUM, 18, "float64")
+        with pytest.raises(GraphrunError, match=r"lastsum has rows of \(18,\).*--live"):
+            refresh(model, data, "_N", "feat", 64)
+        full(model, data, "_N", "feat", 64)
+        assert States(ctx.client, "_N").tensor(LASTSUM).info.row_shape == (6,)
+        assert refresh(model, data, "_N", "feat", 64)["updated"] == 0
