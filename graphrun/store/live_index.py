@@ -7,6 +7,7 @@ No torch here: the store imports none.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 import numpy.typing as npt
@@ -68,14 +69,15 @@ def spans(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 class Run:
     """Committed pieces as sorted arrays: one run of the delta's read index.
 
-    The index is a short list of runs (a log-structured merge): a commit adds a run of
-    its own piece, sorted in time linear in the piece, and two runs are merged when the
-    older is not larger than the newer, so ``log2(commits)`` runs at most are read and
-    every entry is merged ``log2(commits)`` times in all (amortised per commit: the batch
-    times a logarithm, never the whole delta). Every array is sorted by its key, then by
-    version. Two runs in version order (the older's versions all below the newer's:
-    commits in version order, the usual case) merge without a sort: each entry's place
-    is its rank in its own run plus its rank in the other (:func:`_merge`)."""
+    The index is a short list of runs (a log-structured merge, tiered): a commit adds a
+    run of its own piece, sorted in time linear in the piece, and :data:`MERGE_WAYS`
+    adjacent runs of one size tier are merged into one of the next (:func:`due`), so
+    every entry is rewritten ``log4(commits)`` times in all, not ``log2`` (amortised per
+    commit: the batch times a logarithm, never the whole delta), and at most
+    ``MERGE_WAYS - 1`` runs a tier are read. Every array is sorted by its key, then by
+    version. Runs in version order (each one's versions all below the next one's:
+    commits in version order, the usual case) merge without a full sort
+    (:func:`_merge`)."""
 
     batches: list[Batch]
     size: int  # index entries: nodes, edges, deletions, rows
@@ -117,9 +119,10 @@ def _entries(b: Batch) -> int:
     )
 
 
-def _sorted(cols: np.ndarray, key: int, ver: int) -> np.ndarray:
-    """The columns by (row ``key``, row ``ver``)."""
-    return cols[:, np.lexsort((cols[ver], cols[key]))]
+def _sorted(cols: np.ndarray, key: int) -> np.ndarray:
+    """Columns in version order, by (row ``key``, version): a stable sort of the key
+    (one sort, where a ``lexsort`` of both is two)."""
+    return cols[:, np.argsort(cols[key], kind="stable")]
 
 
 def _hcat(parts: list[np.ndarray], rows: int) -> np.ndarray:
@@ -144,7 +147,7 @@ def build_run(batches: list[Batch]) -> Run:
     edges = _hcat([np.vstack([b.edges, b.etypes[None], ver(b, len(b.etypes))])
                    for b in batches], 5)  # fmt: skip
     deleted = _hcat([np.vstack([b.deleted, ver(b, len(b.deleted))[0]]) for b in batches], 2)
-    run = _run(batches, _sorted(nodes, 0, 3), _sorted(edges, 1, 4), _sorted(deleted, 0, 1))
+    run = _run(batches, _sorted(nodes, 0), _sorted(edges, 1), _sorted(deleted, 0))
     rows: dict[str, tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]] = {}
     for b in batches:
         for key, (ids, vals) in (*b.new_rows.items(), *b.updates.items()):
@@ -154,54 +157,74 @@ def build_run(batches: list[Batch]) -> Run:
             r.append(vals)
     for key, (i, v, r) in rows.items():
         ids, vers = np.concatenate(i), np.concatenate(v)
-        o = np.lexsort((vers, ids))
+        o = np.argsort(ids, kind="stable")  # in version order: then by version
         run.rows[key] = (ids[o], vers[o], np.concatenate(r)[o])
     return run
 
 
-def _places(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Where the entries of two sorted keys go in their stable merge (``a``'s first
-    among equal keys): each one's rank in its own array plus its rank in the other."""
-    pa = np.searchsorted(b, a, side="left") + np.arange(len(a))
-    pb = np.searchsorted(a, b, side="right") + np.arange(len(b))
-    return pa, pb
+MERGE_WAYS = 4  # runs of one tier merged at once (a tier: sizes in [4**t, 4**(t + 1)))
 
 
-def _merge(a: np.ndarray, b: np.ndarray, key: int) -> np.ndarray:
-    """Two arrays' columns, each sorted by row ``key`` then version and ``a``'s versions
-    below ``b``'s, as one array sorted so: a stable sort of the keys of ``a`` then ``b``
-    (numpy's is a timsort for int64: two sorted runs merge in linear time, ``a``'s first
-    among equal keys), then each row gathered (1.6-2x the rank merge of
-    :func:`_places`, a scatter)."""
-    order = np.argsort(np.concatenate([a[key], b[key]]), kind="stable")
-    out = np.empty((a.shape[0], a.shape[1] + b.shape[1]), a.dtype)
-    for r in range(a.shape[0]):
-        np.concatenate([a[r], b[r]]).take(order, out=out[r])
+def tier(size: int) -> int:
+    """A run's size tier: ``t`` for ``4**t <= size < 4**(t + 1)`` (entries)."""
+    return (max(size, 1).bit_length() - 1) // 2
+
+
+def due(sizes: list[int]) -> tuple[int, int] | None:
+    """The runs to merge next, as ``(first, count)``, or None. A run of a lower tier
+    than the next one merges with it (reads may flush small runs while the thread
+    merges, and the thread may then flush a larger one); otherwise the tiers do not grow
+    along the list and the last :data:`MERGE_WAYS` runs of one tier merge (into one of
+    the next tier: their sizes add up below ``4**(t + 2)``). With none due, the tiers
+    fall along the list and each holds fewer than :data:`MERGE_WAYS` runs."""
+    tiers = [tier(s) for s in sizes]
+    for i in range(len(tiers) - 2, -1, -1):
+        if tiers[i] < tiers[i + 1]:
+            return i, 2
+    for i in range(len(tiers) - MERGE_WAYS, -1, -1):
+        if tiers[i] == tiers[i + MERGE_WAYS - 1]:  # not growing: all of one tier between
+            return i, MERGE_WAYS
+    return None
+
+
+def _merge(parts: list[np.ndarray], key: int) -> np.ndarray:
+    """Arrays' columns, each sorted by row ``key`` then version and the versions of each
+    below the next one's, as one array sorted so: a stable sort of the keys of all in
+    turn (numpy's is a timsort for int64: sorted runs merge in time ``n log(runs)``, the
+    earlier run's first among equal keys), then each row gathered."""
+    order = np.argsort(np.concatenate([p[key] for p in parts]), kind="stable")
+    out = np.empty((parts[0].shape[0], len(order)), parts[0].dtype)
+    for r in range(out.shape[0]):
+        np.concatenate([p[r] for p in parts]).take(order, out=out[r])
     return out
 
 
-def merge_runs(older: Run, newer: Run) -> Run:
-    """One run of two: their sorted arrays merged (sorted again only when out of
-    version order)."""
-    batches = older.batches + newer.batches
-    if older.last >= newer.first:
+def _merge_rows(
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One key's ``(ids, versions, rows)`` of runs in version order, as one sorted by
+    (id, version): a stable sort of the ids (see :func:`_merge`)."""
+    if len(parts) == 1:
+        return parts[0]
+    order = np.argsort(np.concatenate([p[0] for p in parts]), kind="stable")
+    ids, vers, vals = (np.concatenate([p[j] for p in parts])[order] for j in range(3))
+    return ids, vers, vals
+
+
+def merge_runs(runs: list[Run]) -> Run:
+    """One run of adjacent runs: their sorted arrays merged (sorted again only when out
+    of version order)."""
+    batches = [b for r in runs for b in r.batches]
+    if any(a.last >= b.first for a, b in pairwise(runs)):
         return build_run(batches)
     run = _run(
-        batches, _merge(older.nodes, newer.nodes, 0), _merge(older.edges, newer.edges, 1),
-        _merge(older.deleted, newer.deleted, 0),
+        batches, _merge([r.nodes for r in runs], 0), _merge([r.edges for r in runs], 1),
+        _merge([r.deleted for r in runs], 0),
     )  # fmt: skip
-    if older.by_eid is not None or newer.by_eid is not None:
-        run.by_eid = _merge(older.edges_by_eid(), newer.edges_by_eid(), 0)
-    run.rows = {**older.rows, **newer.rows}
-    for key in older.rows.keys() & newer.rows.keys():
-        a, b = older.rows[key], newer.rows[key]
-        pa, pb = _places(a[0], b[0])
-        merged = []
-        for x, y in zip(a, b, strict=True):
-            out = np.empty((len(x) + len(y), *x.shape[1:]), x.dtype)
-            out[pa], out[pb] = x, y
-            merged.append(out)
-        run.rows[key] = (merged[0], merged[1], merged[2])
+    if any(r.by_eid is not None for r in runs):
+        run.by_eid = _merge([r.edges_by_eid() for r in runs], 0)
+    keys = dict.fromkeys(k for r in runs for k in r.rows)
+    run.rows = {k: _merge_rows([r.rows[k] for r in runs if k in r.rows]) for k in keys}
     return run
 
 
