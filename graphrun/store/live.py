@@ -255,8 +255,9 @@ class LiveDelta:
         if batch.updates:
             self._updating.add(batch.version)
         self.nbytes += cost
-        self.taken_nodes.add(batch.nodes, batch.version)
-        self.taken_edges.add(batch.edges[2], batch.version)
+        nodes, edges = batch.taken or (None, None)
+        self.taken_nodes.add(batch.nodes, batch.version, nodes)
+        self.taken_edges.add(batch.edges[2], batch.version, edges)
 
     def commit(self, version: int) -> bool:
         """Make a pending piece visible; False if none is held for ``version``."""

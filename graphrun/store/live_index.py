@@ -14,6 +14,8 @@ import numpy.typing as npt
 
 # ---- a checked piece ------------------------------------------------------------------
 
+IdRuns = tuple[np.ndarray, np.ndarray]  # sorted [start, end) runs of ids (:func:`id_runs`)
+
 
 @dataclass
 class Batch:
@@ -28,6 +30,9 @@ class Batch:
     deleted: np.ndarray
     new_rows: dict[str, tuple[np.ndarray, np.ndarray]]  # key -> (new ids, their rows)
     updates: dict[str, tuple[np.ndarray, np.ndarray]]  # key -> (ids, new rows)
+    # the :func:`id_runs` of ``nodes`` and of the edge ids (``check_piece``'s, which
+    # asked whether they are taken; ``LiveDelta.hold`` takes them), or None: found there
+    taken: tuple[IdRuns, IdRuns] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -249,13 +254,15 @@ def latest(r_ids: np.ndarray, r_ver: np.ndarray, ids: np.ndarray, version: int) 
 # ---- ids taken -------------------------------------------------------------------------
 
 
-def id_runs(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def id_runs(ids: np.ndarray) -> IdRuns:
     """Distinct ids as sorted ``[start, end)`` runs of consecutive ids."""
-    if len(ids) > 1 and not bool((ids[1:] > ids[:-1]).all()):
+    step = np.diff(ids)
+    if len(ids) > 1 and not bool((step > 0).all()):
         ids = np.unique(ids)
+        step = np.diff(ids)
     if len(ids) == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    cut = np.flatnonzero(ids[1:] != ids[:-1] + 1) + 1
+    cut = np.flatnonzero(step != 1) + 1
     starts = ids[np.concatenate([[0], cut])]
     ends = ids[np.concatenate([cut - 1, [len(ids) - 1]])] + 1
     return starts.astype(np.int64), ends.astype(np.int64)
@@ -271,19 +278,19 @@ class Taken:
     def __init__(self) -> None:
         self.runs = np.empty((3, 0), np.int64)  # start, end, version; by start
 
-    def any_of(self, ids: np.ndarray) -> bool:
-        """Whether any of ``ids`` is taken."""
+    def any_of(self, ids: np.ndarray, runs: IdRuns | None = None) -> bool:
+        """Whether any of ``ids`` is taken (``runs``: their :func:`id_runs`, if known)."""
         if len(ids) == 0 or self.runs.shape[1] == 0:
             return False
-        s, e = id_runs(ids)
+        s, e = id_runs(ids) if runs is None else runs
         i = np.searchsorted(self.runs[0], e, side="left") - 1
         return bool(((i >= 0) & (self.runs[1][np.maximum(i, 0)] > s)).any())
 
-    def add(self, ids: np.ndarray, version: int) -> None:
+    def add(self, ids: np.ndarray, version: int, runs: IdRuns | None = None) -> None:
         """Take ``ids`` (none of them taken: :meth:`any_of` said so) for ``version``."""
         if len(ids) == 0:
             return
-        s, e = id_runs(ids)
+        s, e = id_runs(ids) if runs is None else runs
         at = np.searchsorted(self.runs[0], s)
         self.runs = np.insert(self.runs, at, np.vstack([s, e, np.full(len(s), version)]), axis=1)
 

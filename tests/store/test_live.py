@@ -433,7 +433,11 @@ def test_a_fold_drops_the_merge_in_flight_over_what_it_folded(monkeypatch):
         go.set()
         after = range(MERGE_WAYS + 1, 2 * MERGE_WAYS + 1)
         for v in after:
+            work = d.work
             held(d, _edge_piece(v, np.array([0]), np.array([1]), np.array([E + v])))
+            deadline = time.monotonic() + 30
+            while d.work == work and time.monotonic() < deadline:  # a run of its own
+                time.sleep(0.001)
         deadline = time.monotonic() + 30
         while len(d.runs) > 2 and time.monotonic() < deadline:
             time.sleep(0.01)
