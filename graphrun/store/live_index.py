@@ -6,6 +6,7 @@ No torch here: the store imports none.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -130,8 +131,19 @@ def _sorted(cols: np.ndarray, key: int) -> np.ndarray:
     return cols[:, np.argsort(cols[key], kind="stable")]
 
 
-def _hcat(parts: list[np.ndarray], rows: int) -> np.ndarray:
-    return np.hstack([np.empty((rows, 0), np.int64), *parts])
+def _table(batches: list[Batch], cols: Callable[[Batch], list[np.ndarray]]) -> np.ndarray:
+    """int64 ``[len(cols(b)) + 1, n]``: the batches' columns side by side and each one's
+    version in the last row, written into one array (no stack made per batch)."""
+    parts = [cols(b) for b in batches]
+    sizes = [len(c[0]) for c in parts]
+    out = np.empty((len(parts[0]) + 1 if parts else 1, sum(sizes)), np.int64)
+    at = 0
+    for b, c, n in zip(batches, parts, sizes, strict=True):
+        for r, a in enumerate(c if n else ()):
+            out[r, at : at + n] = a
+        out[-1, at : at + n] = b.version
+        at += n
+    return out
 
 
 def _run(batches: list[Batch], nodes: np.ndarray, edges: np.ndarray, deleted: np.ndarray) -> Run:
@@ -147,11 +159,9 @@ def build_run(batches: list[Batch]) -> Run:
     def ver(b: Batch, n: int) -> np.ndarray:
         return np.full((1, n), b.version, dtype=np.int64)
 
-    nodes = _hcat([np.vstack([b.nodes, b.ntypes, b.orig, ver(b, len(b.nodes))[0]])
-                   for b in batches], 4)  # fmt: skip
-    edges = _hcat([np.vstack([b.edges, b.etypes[None], ver(b, len(b.etypes))])
-                   for b in batches], 5)  # fmt: skip
-    deleted = _hcat([np.vstack([b.deleted, ver(b, len(b.deleted))[0]]) for b in batches], 2)
+    nodes = _table(batches, lambda b: [b.nodes, b.ntypes, b.orig])
+    edges = _table(batches, lambda b: [*b.edges, b.etypes])
+    deleted = _table(batches, lambda b: [b.deleted])
     run = _run(batches, _sorted(nodes, 0), _sorted(edges, 1), _sorted(deleted, 0))
     rows: dict[str, tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]] = {}
     for b in batches:
