@@ -178,11 +178,12 @@ def build_run(batches: list[Batch]) -> Run:
 
 
 MERGE_WAYS = 4  # runs of one tier merged at once (a tier: sizes in [4**t, 4**(t + 1)))
+_TIER_BITS = MERGE_WAYS.bit_length() - 1  # a power of two
 
 
 def tier(size: int) -> int:
     """A run's size tier: ``t`` for ``4**t <= size < 4**(t + 1)`` (entries)."""
-    return (max(size, 1).bit_length() - 1) // 2
+    return (max(size, 1).bit_length() - 1) // _TIER_BITS
 
 
 def due(sizes: list[int]) -> tuple[int, int] | None:
