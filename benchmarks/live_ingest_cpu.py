@@ -16,8 +16,8 @@ commits of ``BATCH`` new edges between random base nodes after one warm-up batch
 Prints JSON: the writer's CPU ms per batch (``time.process_time``), each server's
 (``/proc/PID/stat``) and per thread (user, system; ``/proc/PID/task``), edges per CPU
 second (a server's half of each batch; the writer's whole batch), each server's requests
-a batch by op and its log's syncs a batch (its ``stats``, asked with the store's key), the wall time and the load
-average (benchmarks/README.md).
+a batch by op and its log's syncs a batch (its ``stats``, asked with the store's key),
+the wall time and the load average (benchmarks/README.md).
 """
 
 from __future__ import annotations

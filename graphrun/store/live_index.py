@@ -208,10 +208,11 @@ def _merge(parts: list[np.ndarray], key: int) -> np.ndarray:
     below the next one's, as one array sorted so: a stable sort of the keys of all in
     turn (numpy's is a timsort for int64: sorted runs merge in time ``n log(runs)``, the
     earlier run's first among equal keys), then each row gathered."""
-    order = np.argsort(np.concatenate([p[key] for p in parts]), kind="stable")
+    row = np.concatenate([p[key] for p in parts])  # the keys, then each row in turn
+    order = np.argsort(row, kind="stable")
     out = np.empty((parts[0].shape[0], len(order)), parts[0].dtype)
     for r in range(out.shape[0]):
-        np.concatenate([p[r] for p in parts]).take(order, out=out[r])
+        np.concatenate([p[r] for p in parts], out=row).take(order, out=out[r])
     return out
 
 
