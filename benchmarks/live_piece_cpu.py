@@ -7,6 +7,7 @@ loaded box, where how many requests a turn of the loop serves varies.
     python benchmarks/live_piece_cpu.py           # PIECES=300 PIECE=5000 GROUP=4
     PYTHONPATH=<a checkout of d7a089f> python benchmarks/live_piece_cpu.py   # before
     THREAD=0 GROUP=1 python benchmarks/live_piece_cpu.py   # merged inline, a read a group
+    TUNE=0 ...                                    # without keep_large_allocations
 
 Prints JSON: CPU ms per piece (and per edge, in microseconds), the loop's and the
 merging thread's user/system CPU ms per piece (``/proc/self/task``), index entries
@@ -45,6 +46,10 @@ def threads_cpu() -> dict[int, tuple[float, float]]:
 
 
 def main() -> None:
+    from graphrun.rpc.tuning import keep_large_allocations
+
+    if os.environ.get("TUNE", "1") == "1":
+        keep_large_allocations()  # as graphrun serve does (TUNE=0: without)
     from graphrun.store.live import LiveDelta, Piece, Rows
     from graphrun.store.live_check import Schema, check_piece
     from graphrun.store.live_log import _ENCODER, PieceRecord

@@ -252,9 +252,9 @@ def _edge_piece(version, src, dst, eid, **kw):
 
 def test_a_commit_indexes_its_batch_not_the_whole_delta():
     """The read index's work (entries sorted) per commit is the batch times a logarithm:
-    256 commits of 50 edges sort each entry at most log4(256) + 1 times (runs of one
-    tier merge four at a time), where rebuilding the index on the first read after
-    every commit sorted 50 * 256 * 257 / 2 entries."""
+    256 commits of 50 edges sort each entry at most log_k(256) + 1 times (runs of one
+    tier merge k = MERGE_WAYS at a time), where rebuilding the index on the first read
+    after every commit sorted 50 * 256 * 257 / 2 entries."""
     d, batch, commits = LiveDelta(), 50, 256
     rng = np.random.default_rng(0)
     for v in range(1, commits + 1):
@@ -312,7 +312,7 @@ def test_reads_over_merged_runs_match_one_index_of_everything(swapped):
             runs.in_edges(np.asarray([0]), v)  # a read after each commit: many runs
     for p in pieces:
         one.commit(p.version)  # all before a read: one run
-    assert len(runs.runs) > 1 and len(one.runs) == 1
+    assert runs.work > one.work and len(one.runs) == 1  # runs merged; one run of all
 
     def src_of(eids):
         return eids % N
@@ -341,23 +341,29 @@ def settled(sizes):
     return falling and max(Counter(tiers).values(), default=0) < MERGE_WAYS
 
 
-def test_the_merge_rule_merges_four_of_a_tier_and_a_smaller_run_before_a_larger():
-    assert [tier(x) for x in (1, 3, 4, 15, 16, 5000)] == [0, 0, 1, 1, 2, 6]
-    assert due([5, 5, 5]) is None
-    assert due([5, 5, 5, 7]) == (0, 4)  # one tier: 4 <= size < 16
-    assert due([100, 5, 5, 5, 7]) == (1, 4)
-    assert due([5, 20, 1]) == (0, 2)  # a lower tier before a higher one
-    assert due([64, 20, 5, 30]) == (2, 2)
-    assert due([64, 5, 5, 5, 20]) == (3, 2)  # the last out of the rule first
-    for sizes in ([16, 5, 5, 5], [300, 80, 80, 80, 20, 20, 20, 5]):
-        assert due(sizes) is None and settled(sizes)
+@pytest.mark.parametrize("k", [2, 4])
+def test_the_merge_rule_merges_a_tier_s_runs_and_a_smaller_run_before_a_larger(k, monkeypatch):
+    from graphrun.store import live_index
+
+    monkeypatch.setattr(live_index, "MERGE_WAYS", k)
+    monkeypatch.setattr(live_index, "_TIER_BITS", k.bit_length() - 1)
+    assert [tier(x) for x in (1, k - 1, k, k * k - 1, k * k)] == [0, 0, 1, 1, 2]
+    assert due([k] * (k - 1)) is None
+    assert due([k] * k) == (0, k)  # k runs of one tier
+    assert due([k**3] + [k] * k) == (1, k)
+    assert due([k, k * k, 1]) == (0, 2)  # a lower tier before a higher one
+    assert due([k**3, k * k, k, k * k]) == (2, 2)  # the last out of the rule first
+    for sizes in ([k * k] + [k] * (k - 1), [k**3, k * k, k, 1]):
+        assert due(sizes) is None
+        tiers = [tier(x) for x in sizes]
+        assert all(a >= b for a, b in pairwise(tiers)) and max(Counter(tiers).values()) < k
 
 
 def test_a_merging_thread_keeps_reads_whole_and_the_runs_few():
     """With ``background`` the runs are merged by the delta's thread, off the read path:
     a read after each commit sees exactly what one index of everything sees, and the
-    thread brings the runs down to what the rule leaves (falling tiers, fewer than four
-    runs a tier)."""
+    thread brings the runs down to what the rule leaves (falling tiers, fewer than
+    MERGE_WAYS runs a tier)."""
     rng = np.random.default_rng(2)
     d, one = LiveDelta(background=True), LiveDelta()
     key = lambda e: sorted(map(tuple, e.T.tolist()))  # noqa: E731
