@@ -75,14 +75,13 @@ def spans(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 class Run:
     """Committed pieces as sorted arrays: one run of the delta's read index.
 
-    The index is a short list of runs (a log-structured merge, tiered): a commit adds a
-    run of its own piece, sorted in time linear in the piece, and :data:`MERGE_WAYS`
-    (``k``) adjacent runs of one size tier are merged into one of the next
-    (:func:`due`), so every entry is rewritten ``log_k(commits)`` times in all
-    (amortised per commit: the batch times a logarithm, never the whole delta), and at
-    most ``k - 1`` runs a tier are read. Every array is sorted by its key, then by
-    version. Runs in version order (each one's versions all below the next one's:
-    commits in version order, the usual case) merge without a full sort
+    The index is a short list of runs (a log-structured merge): a commit adds a run of
+    its own piece, sorted in time linear in the piece, and two runs are merged when the
+    older is not larger than the newer (:func:`due`), so ``log2(commits)`` runs at most
+    are read and every entry is merged ``log2(commits)`` times in all (amortised per
+    commit: the batch times a logarithm, never the whole delta). Every array is sorted
+    by its key, then by version. Runs in version order (each one's versions all below
+    the next one's: commits in version order, the usual case) merge without a full sort
     (:func:`_merge`)."""
 
     batches: list[Batch]
@@ -177,34 +176,17 @@ def build_run(batches: list[Batch]) -> Run:
     return run
 
 
-# Runs of one tier merged at once (a power of two; a tier: sizes in [k**t, k**(t + 1))).
-# 4 writes each entry log4 times, not log2, but a 4-way merge costs more an entry (the
-# stable sort merges 4 runs) and leaves up to 3 runs a tier for reads: measured no
-# cheaper in a store's merging thread (benchmarks/README.md, issue 42 round 4).
-MERGE_WAYS = 2
-_TIER_BITS = MERGE_WAYS.bit_length() - 1
-
-
-def tier(size: int) -> int:
-    """A run's size tier: ``t`` for ``k**t <= size < k**(t + 1)`` (entries), ``k`` being
-    :data:`MERGE_WAYS`."""
-    return (max(size, 1).bit_length() - 1) // _TIER_BITS
-
-
 def due(sizes: list[int]) -> tuple[int, int] | None:
-    """The runs to merge next, as ``(first, count)``, or None. A run of a lower tier
-    than the next one merges with it (reads may flush small runs while the thread
-    merges, and the thread may then flush a larger one); otherwise the tiers do not grow
-    along the list and the last ``k`` (:data:`MERGE_WAYS`) runs of one tier merge (into
-    one of the next tier: their sizes add up below ``k**(t + 2)``). With none due, the
-    tiers fall along the list and each holds fewer than ``k`` runs."""
-    tiers = [tier(s) for s in sizes]
-    for i in range(len(tiers) - 2, -1, -1):
-        if tiers[i] < tiers[i + 1]:
+    """The runs to merge next, as ``(first, count)``, or None: the last run that is not
+    larger than the next one, with it (so every entry is rewritten ``log2(commits)``
+    times). Any adjacent pair, not only the last two: runs flushed by reads while the
+    thread merged an older pair can leave a pair before them out of the rule. (A
+    4-way rule, four runs of one size tier at a time, writes each entry half as often
+    but measured no cheaper in a store's merging thread and leaves more runs for reads:
+    benchmarks/README.md, issue 42 round 4.)"""
+    for i in range(len(sizes) - 2, -1, -1):
+        if sizes[i] <= sizes[i + 1]:
             return i, 2
-    for i in range(len(tiers) - MERGE_WAYS, -1, -1):
-        if tiers[i] == tiers[i + MERGE_WAYS - 1]:  # not growing: all of one tier between
-            return i, MERGE_WAYS
     return None
 
 

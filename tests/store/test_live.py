@@ -2,8 +2,6 @@
 
 import threading
 import time
-from collections import Counter
-from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -21,7 +19,7 @@ from graphrun.store.live import (
     run_ids,
 )
 from graphrun.store.live_check import FeatureSpec, Schema, check_piece
-from graphrun.store.live_index import MERGE_WAYS, Taken, build_run, due, id_runs, tier
+from graphrun.store.live_index import Taken, build_run, due, id_runs
 
 N, E = 10, 20
 FEAT = "node/_N/feat"
@@ -252,16 +250,15 @@ def _edge_piece(version, src, dst, eid, **kw):
 
 def test_a_commit_indexes_its_batch_not_the_whole_delta():
     """The read index's work (entries sorted) per commit is the batch times a logarithm:
-    256 commits of 50 edges sort each entry at most log_k(256) + 1 times (runs of one
-    tier merge k = MERGE_WAYS at a time), where rebuilding the index on the first read
-    after every commit sorted 50 * 256 * 257 / 2 entries."""
+    256 commits of 50 edges sort each entry at most log2(256) + 1 times, where rebuilding
+    the index on the first read after every commit sorted 50 * 256 * 257 / 2 entries."""
     d, batch, commits = LiveDelta(), 50, 256
     rng = np.random.default_rng(0)
     for v in range(1, commits + 1):
         eid = E + (v - 1) * batch + np.arange(batch)
         held(d, _edge_piece(v, rng.integers(0, N, batch), rng.integers(0, 5, batch), eid))
         assert d.in_edges(np.asarray([0, 1]), v)[0].sum() > 0 or v == 1
-    assert d.work <= batch * commits * (np.log(commits) / np.log(MERGE_WAYS) + 1)
+    assert d.work <= batch * commits * (np.log2(commits) + 1)
     assert len(d.runs) <= np.log2(commits) + 1
     assert d.in_edges(np.arange(5), commits)[0].sum() == batch * commits
 
@@ -312,7 +309,7 @@ def test_reads_over_merged_runs_match_one_index_of_everything(swapped):
             runs.in_edges(np.asarray([0]), v)  # a read after each commit: many runs
     for p in pieces:
         one.commit(p.version)  # all before a read: one run
-    assert runs.work > one.work and len(one.runs) == 1  # runs merged; one run of all
+    assert len(runs.runs) > 1 and len(one.runs) == 1
 
     def src_of(eids):
         return eids % N
@@ -333,37 +330,10 @@ def test_reads_over_merged_runs_match_one_index_of_everything(swapped):
         assert (out_a == out_b).all()
 
 
-def settled(sizes):
-    """Whether runs of these sizes are as the merge rule leaves them: tiers falling
-    along the list, fewer than MERGE_WAYS runs in each."""
-    tiers = [tier(x) for x in sizes]
-    falling = all(a >= b for a, b in pairwise(tiers))
-    return falling and max(Counter(tiers).values(), default=0) < MERGE_WAYS
-
-
-@pytest.mark.parametrize("k", [2, 4])
-def test_the_merge_rule_merges_a_tier_s_runs_and_a_smaller_run_before_a_larger(k, monkeypatch):
-    from graphrun.store import live_index
-
-    monkeypatch.setattr(live_index, "MERGE_WAYS", k)
-    monkeypatch.setattr(live_index, "_TIER_BITS", k.bit_length() - 1)
-    assert [tier(x) for x in (1, k - 1, k, k * k - 1, k * k)] == [0, 0, 1, 1, 2]
-    assert due([k] * (k - 1)) is None
-    assert due([k] * k) == (0, k)  # k runs of one tier
-    assert due([k**3] + [k] * k) == (1, k)
-    assert due([k, k * k, 1]) == (0, 2)  # a lower tier before a higher one
-    assert due([k**3, k * k, k, k * k]) == (2, 2)  # the last out of the rule first
-    for sizes in ([k * k] + [k] * (k - 1), [k**3, k * k, k, 1]):
-        assert due(sizes) is None
-        tiers = [tier(x) for x in sizes]
-        assert all(a >= b for a, b in pairwise(tiers)) and max(Counter(tiers).values()) < k
-
-
 def test_a_merging_thread_keeps_reads_whole_and_the_runs_few():
     """With ``background`` the runs are merged by the delta's thread, off the read path:
     a read after each commit sees exactly what one index of everything sees, and the
-    thread brings the runs down to what the rule leaves (falling tiers, fewer than
-    MERGE_WAYS runs a tier)."""
+    thread brings the runs down to the rule's ``log2(commits) + 1``."""
     rng = np.random.default_rng(2)
     d, one = LiveDelta(background=True), LiveDelta()
     key = lambda e: sorted(map(tuple, e.T.tolist()))  # noqa: E731
@@ -378,9 +348,9 @@ def test_a_merging_thread_keeps_reads_whole_and_the_runs_few():
             a, b = d.in_edges(dst, v), one.in_edges(dst, v)
             assert a[0].tolist() == b[0].tolist() and key(a[1]) == key(b[1])
         deadline = time.monotonic() + 60
-        while not settled([r.size for r in d.runs]) and time.monotonic() < deadline:
+        while len(d.runs) > np.log2(64) + 1 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert settled([r.size for r in d.runs])
+        assert len(d.runs) <= np.log2(64) + 1
         for v in (1, 30, 64):
             assert key(d.in_edges(dst, v)[1]) == key(one.in_edges(dst, v)[1])
     finally:
@@ -388,10 +358,10 @@ def test_a_merging_thread_keeps_reads_whole_and_the_runs_few():
 
 
 def test_the_merging_thread_merges_a_pair_before_the_last_two():
-    """Reads flush fresh commits into runs while the thread merges older runs: the
-    runs can come to sizes 5, 20, 1, where only the first two break the rule (a lower
-    tier before a higher one). The thread looked at the last two alone and left them
-    (64 commits kept 14 runs on a loaded box); it merges any runs out of the rule."""
+    """Reads flush fresh commits into runs while the thread merges an older pair: the
+    runs can come to sizes 5, 20, 1, where only the first two break the rule. The thread
+    looked at the last two alone and left them (64 commits kept 14 runs on a loaded
+    box); it merges any pair out of the rule."""
     plain = LiveDelta()
     batches = [held(plain, _edge_piece(v, [1] * m, [2] * m, E + 100 * v + np.arange(m)))
                for v, m in ((1, 5), (2, 20), (3, 1))]  # fmt: skip
@@ -410,8 +380,15 @@ def test_the_merging_thread_merges_a_pair_before_the_last_two():
         d.close()
 
 
+def test_the_merge_rule_takes_the_last_run_not_larger_than_the_next():
+    assert due([20, 5, 1]) is None
+    assert due([5, 20, 1]) == (0, 2)  # before the last two (reads flushed the 1)
+    assert due([20, 5, 5, 1]) == (1, 2)
+    assert due([8, 3, 4]) == (1, 2)
+
+
 def test_a_fold_drops_the_merge_in_flight_over_what_it_folded(monkeypatch):
-    """Compaction's swap (``fold``) while the delta's thread merges runs it folds:
+    """Compaction's swap (``fold``) while the delta's thread merges two runs it folds:
     the merge is not installed over the folded base, and the thread goes on merging the
     commits after it (it neither dies nor indexes a folded piece)."""
     from graphrun.store import live as live_mod
@@ -427,30 +404,25 @@ def test_a_fold_drops_the_merge_in_flight_over_what_it_folded(monkeypatch):
     monkeypatch.setattr(live_mod, "merge_runs", slow)
     d = LiveDelta(background=True)
     try:
-        for v in range(1, MERGE_WAYS + 1):
+        for v in (1, 2):
             held(d, _edge_piece(v, np.array([0]), np.array([1]), np.array([E + v])))
             deadline = time.monotonic() + 30
             while d.work < v and time.monotonic() < deadline:  # a run of its own (the
-                time.sleep(0.001)  # thread took two commits in one run at times)
-        assert started.wait(30)  # merging the runs of versions 1 to 4, outside the lock
-        base = build_run([d.committed[v] for v in range(1, MERGE_WAYS + 1)])
+                time.sleep(0.001)  # thread took both commits in one run at times)
+        assert started.wait(30)  # merging runs of versions 1 and 2, outside the lock
+        base = build_run([d.committed[1], d.committed[2]])
         empty = (np.empty(0, np.int64), np.empty(0, np.int64))
-        d.fold(MERGE_WAYS, base, empty, empty)
+        d.fold(2, base, empty, empty)
         go.set()
-        after = range(MERGE_WAYS + 1, 2 * MERGE_WAYS + 1)
-        for v in after:
-            work = d.work
+        for v in (3, 4):
             held(d, _edge_piece(v, np.array([0]), np.array([1]), np.array([E + v])))
-            deadline = time.monotonic() + 30
-            while d.work == work and time.monotonic() < deadline:  # a run of its own
-                time.sleep(0.001)
         deadline = time.monotonic() + 30
         while len(d.runs) > 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         runs = d.runs
-        assert runs[0] is base and len(runs) == 2  # the base, then 5 to 8 merged
-        assert sorted(runs[1].edges[4].tolist()) == list(after)
-        assert d.in_edges(np.array([1]), after[-1])[0].tolist() == [2 * MERGE_WAYS]
+        assert runs[0] is base and len(runs) == 2  # the base, then 3 and 4 merged
+        assert sorted(runs[1].edges[4].tolist()) == [3, 4]
+        assert d.in_edges(np.array([1]), 4)[0].tolist() == [4]
     finally:
         go.set()
         d.close()
