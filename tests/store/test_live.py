@@ -167,6 +167,27 @@ def test_a_bad_piece_gets_one_error_and_nothing_is_kept(piece, message):
     assert d.nbytes == 0 and not d.pending and not d.committed
 
 
+def test_new_edges_of_a_two_type_graph_have_their_ends_types_checked():
+    """Base ids of two types (even: a, odd: b) and one edge type a -> b: the check
+    looks the ends' types up (a one-type graph skips it: every end has the type)."""
+    two = Schema(part=0, num_nodes=N, num_edges=E, node_types=("a", "b"),
+                 edge_types=(("a", "r", "b"),), owned_nodes=(0, 5), owned_edges=(0, 10),
+                 features={}, base_node_type=lambda ids: (ids % 2).astype(np.int32))  # fmt: skip
+    d = LiveDelta()
+
+    def piece(src, dst):
+        return Piece(version=1, new_edges=edges_rows([src], [dst], [E]),
+                     edge_types=Rows.of(np.zeros(1, np.int32)))  # fmt: skip
+
+    assert check_piece(piece(2, 3), two, d).edges.shape == (3, 1)
+    with pytest.raises(ArgumentError, match=r"dst\[0\] = 4 has node type 'a'"):
+        check_piece(piece(2, 4), two, d)
+    with pytest.raises(ArgumentError, match=r"src\[0\] = 1 has node type 'b'"):
+        check_piece(piece(1, 3), two, d)
+    with pytest.raises(ArgumentError, match=r"dst\[0\] = 7 is not a node owned here"):
+        check_piece(piece(2, 7), two, d)
+
+
 def test_new_edge_needs_its_new_destination_in_the_piece_or_committed():
     d = LiveDelta()
     edge = {"new_edges": edges_rows([1], [N], [E]), "edge_types": Rows.of(np.zeros(1, np.int32))}
