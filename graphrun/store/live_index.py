@@ -299,10 +299,18 @@ class Taken:
 
     def fold(self, version: int, folded: np.ndarray) -> None:
         """A compaction folded the versions ``<= version`` into the base: their runs stay
-        taken (version 0). Nothing held (a server loading its compacted base at start):
-        the base's growth ids ``folded`` are taken."""
+        taken (version 0), joined where they touch (each piece adds a run or two: not
+        joined, a store ingesting for hours made every ``add`` copy hundreds of
+        thousands of runs). Nothing held (a server loading its compacted base at
+        start): the base's growth ids ``folded`` are taken."""
         if self.runs.shape[1] == 0:
             s, e = id_runs(folded)
             self.runs = np.vstack([s, e, np.zeros(len(s), np.int64)])
-        else:
-            self.runs[2, self.runs[2] <= version] = 0
+            return
+        r = self.runs
+        r[2, r[2] <= version] = 0
+        join = (r[2, 1:] == 0) & (r[2, :-1] == 0) & (r[0, 1:] == r[1, :-1])  # onto the last
+        if join.any():
+            first = np.flatnonzero(np.concatenate([[True], ~join]))
+            last = np.concatenate([first[1:] - 1, [r.shape[1] - 1]])
+            self.runs = np.vstack([r[0, first], r[1, last], r[2, first]])

@@ -212,6 +212,21 @@ def test_an_id_held_pending_or_committed_is_taken_and_an_aborted_ones_is_free():
     held(d, nodes_piece(3, [N + 2, N + 1]))
 
 
+def test_a_fold_joins_the_taken_runs_that_touch():
+    """Pieces of a growth block take runs one after the other; folded, they are one run
+    (each ``add`` copies the runs: unjoined, they grew by a run or two a piece forever)."""
+    t = Taken()
+    for v in range(1, 9):
+        t.add(np.arange(N + 10 * v, N + 10 * (v + 1)), v)  # [N + 10, N + 90): touching
+    t.add(np.arange(N + 200, N + 210), 9)
+    t.fold(7, np.empty(0, np.int64))
+    assert t.runs.tolist() == [[N + 10, N + 80, N + 200], [N + 80, N + 90, N + 210],
+                               [0, 8, 9]]  # fmt: skip
+    assert t.any_of(np.asarray([N + 79])) and not t.any_of(np.asarray([N + 95]))
+    t.fold(9, np.empty(0, np.int64))
+    assert t.runs.tolist() == [[N + 10, N + 200], [N + 90, N + 210], [0, 0]]
+
+
 def test_taken_runs_answer_as_the_set_of_their_ids():
     """Runs of ids held per version (the sequencer's runs, or ids in any order), some
     given back, some folded (kept whatever is given back after): every question
