@@ -16,8 +16,8 @@ commits of ``BATCH`` new edges between random base nodes after one warm-up batch
 Prints JSON: the writer's CPU ms per batch (``time.process_time``), each server's
 (``/proc/PID/stat``) and per thread (user, system; ``/proc/PID/task``), edges per CPU
 second (a server's half of each batch; the writer's whole batch), each server's requests
-a batch by op (its ``stats``, asked with the store's key), the wall time and the load
-average (benchmarks/README.md).
+a batch by op and its log's syncs a batch (its ``stats``, asked with the store's key),
+the wall time and the load average (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -135,6 +135,7 @@ def main() -> None:
                                           capture_output=True, text=True).stdout
                     print("\n".join(x for x in dump.splitlines() if x.startswith("Thread")))
             served0 = [admin.stats(p)["served"] for p in range(2)]
+            syncs0 = [admin.stats(p)["live"]["log_syncs"] for p in range(2)]
             s0 = [cpu_s(s.proc.pid) for s in stores]
             t_0 = [threads_cpu(s.proc.pid) for s in stores]
             prof = cProfile.Profile(time.thread_time) if os.environ.get("PROFILE") else None
@@ -154,6 +155,8 @@ def main() -> None:
                        for op, n in admin.stats(p)["served"].items()
                        if op.startswith("live_") and n > before.get(op, 0)}
                       for p, before in enumerate(served0)]  # fmt: skip
+            syncs = [round((admin.stats(p)["live"]["log_syncs"] - n) / BATCHES, 2)
+                     for p, n in enumerate(syncs0)]  # fmt: skip
             admin.close()
             if WINDOW:
                 w.close()
@@ -169,6 +172,7 @@ def main() -> None:
             "writer_edges_per_cpu_s": round(BATCHES * BATCH / wcpu),
             "load_avg": os.getloadavg(),
             "requests_per_batch": served,
+            "log_syncs_per_batch": syncs,
             "threads_ms_user_sys": [per_batch(a, b) for a, b in zip(t_0, t_1, strict=True)],
         }))  # fmt: skip
         if prof is not None:

@@ -6,9 +6,15 @@ loaded box, where how many requests a turn of the loop serves varies.
 
     python benchmarks/live_piece_cpu.py           # PIECES=300 PIECE=5000 GROUP=4
     PYTHONPATH=<a checkout of d7a089f> python benchmarks/live_piece_cpu.py   # before
+    THREAD=0 GROUP=1 python benchmarks/live_piece_cpu.py   # merged inline, a read a group
+    TUNE=0 ...                                    # without keep_large_allocations
 
-Prints JSON: CPU ms per piece (and per edge, in microseconds), the runs left in the
-index, with the load average.
+Prints JSON: CPU ms per piece (and per edge, in microseconds), the loop's and the
+merging thread's user/system CPU ms per piece (``/proc/self/task``), index entries
+written per new edge (``LiveDelta.work``: the fresh run and every merge), the runs left
+in the index, with the load average. ``THREAD=0``: no merging thread, each group's
+commits followed by a read (which indexes and merges them as the rule asks): the same
+merges each run, so the least noisy measure of the rule.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -24,10 +31,25 @@ import numpy as np
 PIECES = int(os.environ.get("PIECES", "300"))
 PIECE = int(os.environ.get("PIECE", "5000"))
 GROUP = int(os.environ.get("GROUP", "4"))
+THREAD = os.environ.get("THREAD", "1") == "1"
 N, E = 200_000, 8_000_000
 
 
+def threads_cpu() -> dict[int, tuple[float, float]]:
+    """Per thread id: (user s, system s)."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path("/proc/self/task").iterdir():
+        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        out[int(task.name)] = (int(fields[11]) / tick, int(fields[12]) / tick)
+    return out
+
+
 def main() -> None:
+    from graphrun.rpc.tuning import keep_large_allocations
+
+    if os.environ.get("TUNE", "1") == "1":
+        keep_large_allocations()  # as graphrun serve does (TUNE=0: without)
     from graphrun.store.live import LiveDelta, Piece, Rows
     from graphrun.store.live_check import Schema, check_piece
     from graphrun.store.live_log import _ENCODER, PieceRecord
@@ -43,10 +65,12 @@ def main() -> None:
         edges = np.vstack([rng.integers(0, N, PIECE), rng.integers(0, N // 2, PIECE),
                            E + PIECE * (v - 1) + np.arange(PIECE)])  # fmt: skip
         pieces.append((v, edges, np.zeros(PIECE, np.int32)))
-    delta = LiveDelta(background=True)
+    delta = LiveDelta(background=THREAD)
+    tids = [threading.get_native_id()]
+    tids += [delta._merger.native_id or 0] if delta._merger is not None else []
     with tempfile.TemporaryDirectory(prefix="graphrun-piece-cpu-") as d:
         wal = WriteAheadLog(Path(d) / "wal")
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, c0, th0 = time.perf_counter(), time.process_time(), threads_cpu()
         for v, edges, types in pieces:
             piece = Piece(version=v, new_edges=Rows.of(edges), edge_types=Rows.of(types))
             delta.hold(check_piece(piece, schema, delta), 0.0)
@@ -55,16 +79,21 @@ def main() -> None:
                 wal.sync()
                 for u in range(v - GROUP + 1, v + 1):
                     delta.commit(u)
+                if not THREAD:
+                    _ = delta.runs  # a read: indexed and merged here
         runs = -1
         while runs != len(delta.runs):  # the thread's merges done
             runs = len(delta.runs)
             time.sleep(0.5)
-        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        cpu, wall, th1 = time.process_time() - c0, time.perf_counter() - t0, threads_cpu()
         wal.close()
     delta.close()
-    print(json.dumps({"pieces": PIECES, "piece": PIECE, "group": GROUP,
+    ms = [[round(1000 * (th1[t][i] - th0[t][i]) / PIECES, 3) for i in (0, 1)] for t in tids]
+    print(json.dumps({"pieces": PIECES, "piece": PIECE, "group": GROUP, "thread": THREAD,
                       "cpu_ms_per_piece": round(1000 * cpu / PIECES, 3),
-                      "cpu_us_per_edge": round(1e6 * cpu / PIECES / PIECE, 3), "runs": runs,
+                      "cpu_us_per_edge": round(1e6 * cpu / PIECES / PIECE, 3),
+                      "loop_ms_user_sys": ms[0], "merging_ms_user_sys": ms[1:],
+                      "written_per_edge": round(delta.work / PIECES / PIECE, 2), "runs": runs,
                       "wall_s": round(wall, 3), "load_avg": os.getloadavg()}))  # fmt: skip
 
 

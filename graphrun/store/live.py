@@ -48,6 +48,7 @@ from graphrun.store.live_index import (
     Taken,
     build_run,
     concat,
+    due,
     latest,
     lookup_sorted,
     merge_runs,
@@ -198,16 +199,6 @@ def _by_seed_and_eid(seed: np.ndarray, eid: np.ndarray) -> np.ndarray:
     return np.argsort((seed << bits) | (eid - lo))
 
 
-def _unmerged(runs: list[Run]) -> int:
-    """The last ``i`` whose run is not larger than the next one (-1: none). Not only the
-    last two: runs flushed by reads while the thread merged an older pair can leave a
-    pair before them out of the rule."""
-    for i in range(len(runs) - 2, -1, -1):
-        if runs[i].size <= runs[i + 1].size:
-            return i
-    return -1
-
-
 Resolver = Callable[[np.ndarray], np.ndarray]  # base eids -> their sources
 
 
@@ -264,8 +255,9 @@ class LiveDelta:
         if batch.updates:
             self._updating.add(batch.version)
         self.nbytes += cost
-        self.taken_nodes.add(batch.nodes, batch.version)
-        self.taken_edges.add(batch.edges[2], batch.version)
+        nodes, edges = batch.taken or (None, None)
+        self.taken_nodes.add(batch.nodes, batch.version, nodes)
+        self.taken_edges.add(batch.edges[2], batch.version, edges)
 
     def commit(self, version: int) -> bool:
         """Make a pending piece visible; False if none is held for ``version``."""
@@ -309,8 +301,8 @@ class LiveDelta:
 
     @property
     def runs(self) -> list[Run]:
-        """The read index: the fresh commits become a run, merged while the run before
-        it is not larger (see :class:`Run`); with a merging thread, a read only indexes
+        """The read index: the fresh commits become a run, merged as the rule asks
+        (:func:`~graphrun.store.live_index.due`); with a merging thread, a read only indexes
         the commits the thread has not taken yet (a run of their size) and merges none."""
         with self._lock:  # a read may come from another thread than the commit's
             self._flush(merge=self._merger is None)
@@ -351,20 +343,20 @@ class LiveDelta:
             while not self._closed:
                 with self._lock:
                     self._flush(merge=False)
-                    i = _unmerged(self._runs)
-                    if i < 0:
+                    at = due([r.size for r in self._runs])
+                    if at is None:
                         break
-                    older, newer, folds = self._runs[i], self._runs[i + 1], self._folds
+                    runs, folds = self._runs[at[0] : at[0] + at[1]], self._folds
                 try:
-                    merged = merge_runs(older, newer)
+                    merged = merge_runs(runs)
                 except Exception:  # reads go on over more runs; the next commit tries again
                     log.exception("live: merging the delta's runs failed")
                     break
                 with self._lock:  # runs only ever grow at the end while it merged
                     if self._folds != folds:  # a compaction folded them: index again
                         continue
-                    i = next(i for i, r in enumerate(self._runs) if r is older)
-                    self._runs[i : i + 2] = [merged]
+                    i = next(i for i, r in enumerate(self._runs) if r is runs[0])
+                    self._runs[i : i + len(runs)] = [merged]
                     self.work += merged.size
 
     def _flush(self, merge: bool = True) -> None:
@@ -373,11 +365,11 @@ class LiveDelta:
             self.work += run.size
             self._fresh = []
             self._runs.append(run)
-            while merge and len(self._runs) > 1 and self._runs[-2].size <= self._runs[-1].size:
-                newer, older = self._runs.pop(), self._runs.pop()
-                run = merge_runs(older, newer)
-                self.work += run.size
-                self._runs.append(run)
+        while merge and (at := due([r.size for r in self._runs])) is not None:
+            i, k = at
+            run = merge_runs(self._runs[i : i + k])
+            self.work += run.size
+            self._runs[i : i + k] = [run]
 
     def _nodes(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(found, ntype, orig, version)`` of each committed growth node (-1 if none)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from graphrun.store.live import (
     Piece,
     Rows,
 )
+from graphrun.store.live_index import id_runs
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class Schema:
     features: Mapping[str, FeatureSpec]
     base_node_type: Callable[[np.ndarray], np.ndarray]  # base ids -> int32 ntype index
 
+    @cached_property
     def etype_ends(self) -> np.ndarray:
         """int32 [R, 2]: the src and dst ntype index of each edge type."""
         ix = {t: i for i, t in enumerate(self.node_types)}
@@ -56,6 +59,8 @@ class Schema:
 
     def node_type_of(self, ids: np.ndarray, delta: LiveDelta, extra: Batch | None) -> np.ndarray:
         """ntype of each node id (base, committed growth, or new in ``extra``); -1 unknown."""
+        if _within(ids, 0, self.num_nodes):  # base ids alone (new edges between base nodes)
+            return self.base_node_type(ids).astype(np.int32, copy=False)
         out = np.full(len(ids), -1, dtype=np.int32)
         base = (ids >= 0) & (ids < self.num_nodes)
         if base.any():
@@ -79,7 +84,14 @@ def _ids(rows: Rows | None, what: str, dtype: str = "int64", ndim: int = 1) -> n
     return a
 
 
+def _within(ids: np.ndarray, lo: int, hi: int) -> bool:
+    """Whether every id is in ``[lo, hi)`` (two reductions, no mask)."""
+    return len(ids) == 0 or (int(ids.min()) >= lo and int(ids.max()) < hi)
+
+
 def _in(ids: np.ndarray, lo: int, hi: int, what: str) -> None:
+    if _within(ids, lo, hi):
+        return
     bad = (ids < lo) | (ids >= hi)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -138,7 +150,8 @@ def check_piece(piece: Piece, schema: Schema, delta: LiveDelta) -> Batch:
     _in(nodes, n, n + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_nodes")
     _in(ntypes, 0, len(schema.node_types), "node_types")
     _unique(nodes, "new_nodes")
-    if delta.taken_nodes.any_of(nodes):
+    node_runs = id_runs(nodes)  # asked here, taken by the delta's hold
+    if delta.taken_nodes.any_of(nodes, node_runs):
         raise ArgumentError("new_nodes: an id is taken already")
     new_rows = _features(piece.node_features, schema, "node", nodes, ntypes, "node_features")
     edges = _ids(piece.new_edges, "new_edges", ndim=2)
@@ -148,11 +161,12 @@ def check_piece(piece: Piece, schema: Schema, delta: LiveDelta) -> Batch:
     _in(etypes, 0, len(schema.edge_types), "edge_types")
     _in(edges[2], e, e + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_edges eid")
     _unique(edges[2], "new_edges eid")
-    if delta.taken_edges.any_of(edges[2]):
+    edge_runs = id_runs(edges[2])
+    if delta.taken_edges.any_of(edges[2], edge_runs):
         raise ArgumentError("new_edges: an edge id is taken already")
     _in(edges[0], 0, n + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_edges src")
     batch = Batch(piece.version, nodes, ntypes, orig, edges, etypes, np.empty(0, np.int64),
-                  new_rows, {})  # fmt: skip
+                  new_rows, {}, (node_runs, edge_runs))  # fmt: skip
     _check_ends(edges, etypes, schema, delta, batch)
     edge_rows = _features(piece.edge_features, schema, "edge", edges[2], etypes, "edge_features")
     batch.new_rows.update(edge_rows)
@@ -167,13 +181,18 @@ def _check_ends(
     """Each new edge's destination is a node owned here (base, committed, or new in this
     piece) and both ends have the edge type's node types (where this partition knows
     them: a source on another partition is checked by the writer)."""
-    dst_t = schema.node_type_of(edges[1], delta, batch)
     lo, hi = schema.owned_nodes
+    one_type = len(schema.node_types) == 1  # every known end has the type edges need
+    if one_type and _within(edges[1], lo, hi):  # base nodes owned here: nothing to look up
+        return
+    dst_t = schema.node_type_of(edges[1], delta, batch)
     owned = ((edges[1] >= lo) & (edges[1] < hi)) | ((edges[1] >= schema.num_nodes) & (dst_t >= 0))
     if not owned.all():
         i = int(np.flatnonzero(~owned)[0])
         raise ArgumentError(f"new_edges dst[{i}] = {int(edges[1][i])} is not a node owned here")
-    ends = schema.etype_ends()[etypes] if len(etypes) else np.empty((0, 2), np.int32)
+    if one_type:
+        return
+    ends = schema.etype_ends[etypes] if len(etypes) else np.empty((0, 2), np.int32)
     src_t = schema.node_type_of(edges[0], delta, batch)
     for col, got, what in ((0, src_t, "src"), (1, dst_t, "dst")):
         bad = (got >= 0) & (got != ends[:, col])

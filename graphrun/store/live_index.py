@@ -6,12 +6,16 @@ No torch here: the store imports none.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 import numpy.typing as npt
 
 # ---- a checked piece ------------------------------------------------------------------
+
+IdRuns = tuple[np.ndarray, np.ndarray]  # sorted [start, end) runs of ids (:func:`id_runs`)
 
 
 @dataclass
@@ -27,6 +31,9 @@ class Batch:
     deleted: np.ndarray
     new_rows: dict[str, tuple[np.ndarray, np.ndarray]]  # key -> (new ids, their rows)
     updates: dict[str, tuple[np.ndarray, np.ndarray]]  # key -> (ids, new rows)
+    # the :func:`id_runs` of ``nodes`` and of the edge ids (``check_piece``'s, which
+    # asked whether they are taken; ``LiveDelta.hold`` takes them), or None: found there
+    taken: tuple[IdRuns, IdRuns] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -70,12 +77,12 @@ class Run:
 
     The index is a short list of runs (a log-structured merge): a commit adds a run of
     its own piece, sorted in time linear in the piece, and two runs are merged when the
-    older is not larger than the newer, so ``log2(commits)`` runs at most are read and
-    every entry is merged ``log2(commits)`` times in all (amortised per commit: the batch
-    times a logarithm, never the whole delta). Every array is sorted by its key, then by
-    version. Two runs in version order (the older's versions all below the newer's:
-    commits in version order, the usual case) merge without a sort: each entry's place
-    is its rank in its own run plus its rank in the other (:func:`_merge`)."""
+    older is not larger than the newer (:func:`due`), so ``log2(commits)`` runs at most
+    are read and every entry is merged ``log2(commits)`` times in all (amortised per
+    commit: the batch times a logarithm, never the whole delta). Every array is sorted
+    by its key, then by version. Runs in version order (each one's versions all below
+    the next one's: commits in version order, the usual case) merge without a full sort
+    (:func:`_merge`)."""
 
     batches: list[Batch]
     size: int  # index entries: nodes, edges, deletions, rows
@@ -117,13 +124,25 @@ def _entries(b: Batch) -> int:
     )
 
 
-def _sorted(cols: np.ndarray, key: int, ver: int) -> np.ndarray:
-    """The columns by (row ``key``, row ``ver``)."""
-    return cols[:, np.lexsort((cols[ver], cols[key]))]
+def _sorted(cols: np.ndarray, key: int) -> np.ndarray:
+    """Columns in version order, by (row ``key``, version): a stable sort of the key
+    (one sort, where a ``lexsort`` of both is two)."""
+    return cols[:, np.argsort(cols[key], kind="stable")]
 
 
-def _hcat(parts: list[np.ndarray], rows: int) -> np.ndarray:
-    return np.hstack([np.empty((rows, 0), np.int64), *parts])
+def _table(batches: list[Batch], cols: Callable[[Batch], list[np.ndarray]]) -> np.ndarray:
+    """int64 ``[len(cols(b)) + 1, n]``: the batches' columns side by side and each one's
+    version in the last row, written into one array (no stack made per batch)."""
+    parts = [cols(b) for b in batches]
+    sizes = [len(c[0]) for c in parts]
+    out = np.empty((len(parts[0]) + 1 if parts else 1, sum(sizes)), np.int64)
+    at = 0
+    for b, c, n in zip(batches, parts, sizes, strict=True):
+        for r, a in enumerate(c if n else ()):
+            out[r, at : at + n] = a
+        out[-1, at : at + n] = b.version
+        at += n
+    return out
 
 
 def _run(batches: list[Batch], nodes: np.ndarray, edges: np.ndarray, deleted: np.ndarray) -> Run:
@@ -139,12 +158,10 @@ def build_run(batches: list[Batch]) -> Run:
     def ver(b: Batch, n: int) -> np.ndarray:
         return np.full((1, n), b.version, dtype=np.int64)
 
-    nodes = _hcat([np.vstack([b.nodes, b.ntypes, b.orig, ver(b, len(b.nodes))[0]])
-                   for b in batches], 4)  # fmt: skip
-    edges = _hcat([np.vstack([b.edges, b.etypes[None], ver(b, len(b.etypes))])
-                   for b in batches], 5)  # fmt: skip
-    deleted = _hcat([np.vstack([b.deleted, ver(b, len(b.deleted))[0]]) for b in batches], 2)
-    run = _run(batches, _sorted(nodes, 0, 3), _sorted(edges, 1, 4), _sorted(deleted, 0, 1))
+    nodes = _table(batches, lambda b: [b.nodes, b.ntypes, b.orig])
+    edges = _table(batches, lambda b: [*b.edges, b.etypes])
+    deleted = _table(batches, lambda b: [b.deleted])
+    run = _run(batches, _sorted(nodes, 0), _sorted(edges, 1), _sorted(deleted, 0))
     rows: dict[str, tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]] = {}
     for b in batches:
         for key, (ids, vals) in (*b.new_rows.items(), *b.updates.items()):
@@ -154,54 +171,64 @@ def build_run(batches: list[Batch]) -> Run:
             r.append(vals)
     for key, (i, v, r) in rows.items():
         ids, vers = np.concatenate(i), np.concatenate(v)
-        o = np.lexsort((vers, ids))
+        o = np.argsort(ids, kind="stable")  # in version order: then by version
         run.rows[key] = (ids[o], vers[o], np.concatenate(r)[o])
     return run
 
 
-def _places(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Where the entries of two sorted keys go in their stable merge (``a``'s first
-    among equal keys): each one's rank in its own array plus its rank in the other."""
-    pa = np.searchsorted(b, a, side="left") + np.arange(len(a))
-    pb = np.searchsorted(a, b, side="right") + np.arange(len(b))
-    return pa, pb
+def due(sizes: list[int]) -> tuple[int, int] | None:
+    """The runs to merge next, as ``(first, count)``, or None: the last run that is not
+    larger than the next one, with it (so every entry is rewritten ``log2(commits)``
+    times). Any adjacent pair, not only the last two: runs flushed by reads while the
+    thread merged an older pair can leave a pair before them out of the rule. (A
+    4-way rule, four runs of one size tier at a time, writes each entry half as often
+    but measured no cheaper in a store's merging thread and leaves more runs for reads:
+    benchmarks/README.md, issue 42 round 4.)"""
+    for i in range(len(sizes) - 2, -1, -1):
+        if sizes[i] <= sizes[i + 1]:
+            return i, 2
+    return None
 
 
-def _merge(a: np.ndarray, b: np.ndarray, key: int) -> np.ndarray:
-    """Two arrays' columns, each sorted by row ``key`` then version and ``a``'s versions
-    below ``b``'s, as one array sorted so: a stable sort of the keys of ``a`` then ``b``
-    (numpy's is a timsort for int64: two sorted runs merge in linear time, ``a``'s first
-    among equal keys), then each row gathered (1.6-2x the rank merge of
-    :func:`_places`, a scatter)."""
-    order = np.argsort(np.concatenate([a[key], b[key]]), kind="stable")
-    out = np.empty((a.shape[0], a.shape[1] + b.shape[1]), a.dtype)
-    for r in range(a.shape[0]):
-        np.concatenate([a[r], b[r]]).take(order, out=out[r])
+def _merge(parts: list[np.ndarray], key: int) -> np.ndarray:
+    """Arrays' columns, each sorted by row ``key`` then version and the versions of each
+    below the next one's, as one array sorted so: a stable sort of the keys of all in
+    turn (numpy's is a timsort for int64: sorted runs merge in time ``n log(runs)``, the
+    earlier run's first among equal keys), then each row gathered."""
+    row = np.concatenate([p[key] for p in parts])  # the keys, then each row in turn
+    order = np.argsort(row, kind="stable")
+    out = np.empty((parts[0].shape[0], len(order)), parts[0].dtype)
+    for r in range(out.shape[0]):
+        np.concatenate([p[r] for p in parts], out=row).take(order, out=out[r])
     return out
 
 
-def merge_runs(older: Run, newer: Run) -> Run:
-    """One run of two: their sorted arrays merged (sorted again only when out of
-    version order)."""
-    batches = older.batches + newer.batches
-    if older.last >= newer.first:
+def _merge_rows(
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One key's ``(ids, versions, rows)`` of runs in version order, as one sorted by
+    (id, version): a stable sort of the ids (see :func:`_merge`)."""
+    if len(parts) == 1:
+        return parts[0]
+    order = np.argsort(np.concatenate([p[0] for p in parts]), kind="stable")
+    ids, vers, vals = (np.concatenate([p[j] for p in parts])[order] for j in range(3))
+    return ids, vers, vals
+
+
+def merge_runs(runs: list[Run]) -> Run:
+    """One run of adjacent runs: their sorted arrays merged (sorted again only when out
+    of version order)."""
+    batches = [b for r in runs for b in r.batches]
+    if any(a.last >= b.first for a, b in pairwise(runs)):
         return build_run(batches)
     run = _run(
-        batches, _merge(older.nodes, newer.nodes, 0), _merge(older.edges, newer.edges, 1),
-        _merge(older.deleted, newer.deleted, 0),
+        batches, _merge([r.nodes for r in runs], 0), _merge([r.edges for r in runs], 1),
+        _merge([r.deleted for r in runs], 0),
     )  # fmt: skip
-    if older.by_eid is not None or newer.by_eid is not None:
-        run.by_eid = _merge(older.edges_by_eid(), newer.edges_by_eid(), 0)
-    run.rows = {**older.rows, **newer.rows}
-    for key in older.rows.keys() & newer.rows.keys():
-        a, b = older.rows[key], newer.rows[key]
-        pa, pb = _places(a[0], b[0])
-        merged = []
-        for x, y in zip(a, b, strict=True):
-            out = np.empty((len(x) + len(y), *x.shape[1:]), x.dtype)
-            out[pa], out[pb] = x, y
-            merged.append(out)
-        run.rows[key] = (merged[0], merged[1], merged[2])
+    if any(r.by_eid is not None for r in runs):
+        run.by_eid = _merge([r.edges_by_eid() for r in runs], 0)
+    keys = dict.fromkeys(k for r in runs for k in r.rows)
+    run.rows = {k: _merge_rows([r.rows[k] for r in runs if k in r.rows]) for k in keys}
     return run
 
 
@@ -226,13 +253,15 @@ def latest(r_ids: np.ndarray, r_ver: np.ndarray, ids: np.ndarray, version: int) 
 # ---- ids taken -------------------------------------------------------------------------
 
 
-def id_runs(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def id_runs(ids: np.ndarray) -> IdRuns:
     """Distinct ids as sorted ``[start, end)`` runs of consecutive ids."""
-    if len(ids) > 1 and not bool((ids[1:] > ids[:-1]).all()):
+    step = np.diff(ids)
+    if len(ids) > 1 and not bool((step > 0).all()):
         ids = np.unique(ids)
+        step = np.diff(ids)
     if len(ids) == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    cut = np.flatnonzero(ids[1:] != ids[:-1] + 1) + 1
+    cut = np.flatnonzero(step != 1) + 1
     starts = ids[np.concatenate([[0], cut])]
     ends = ids[np.concatenate([cut - 1, [len(ids) - 1]])] + 1
     return starts.astype(np.int64), ends.astype(np.int64)
@@ -248,19 +277,19 @@ class Taken:
     def __init__(self) -> None:
         self.runs = np.empty((3, 0), np.int64)  # start, end, version; by start
 
-    def any_of(self, ids: np.ndarray) -> bool:
-        """Whether any of ``ids`` is taken."""
+    def any_of(self, ids: np.ndarray, runs: IdRuns | None = None) -> bool:
+        """Whether any of ``ids`` is taken (``runs``: their :func:`id_runs`, if known)."""
         if len(ids) == 0 or self.runs.shape[1] == 0:
             return False
-        s, e = id_runs(ids)
+        s, e = id_runs(ids) if runs is None else runs
         i = np.searchsorted(self.runs[0], e, side="left") - 1
         return bool(((i >= 0) & (self.runs[1][np.maximum(i, 0)] > s)).any())
 
-    def add(self, ids: np.ndarray, version: int) -> None:
+    def add(self, ids: np.ndarray, version: int, runs: IdRuns | None = None) -> None:
         """Take ``ids`` (none of them taken: :meth:`any_of` said so) for ``version``."""
         if len(ids) == 0:
             return
-        s, e = id_runs(ids)
+        s, e = id_runs(ids) if runs is None else runs
         at = np.searchsorted(self.runs[0], s)
         self.runs = np.insert(self.runs, at, np.vstack([s, e, np.full(len(s), version)]), axis=1)
 
@@ -270,10 +299,18 @@ class Taken:
 
     def fold(self, version: int, folded: np.ndarray) -> None:
         """A compaction folded the versions ``<= version`` into the base: their runs stay
-        taken (version 0). Nothing held (a server loading its compacted base at start):
-        the base's growth ids ``folded`` are taken."""
+        taken (version 0), joined where they touch (each piece adds a run or two: not
+        joined, a store ingesting for hours made every ``add`` copy hundreds of
+        thousands of runs). Nothing held (a server loading its compacted base at
+        start): the base's growth ids ``folded`` are taken."""
         if self.runs.shape[1] == 0:
             s, e = id_runs(folded)
             self.runs = np.vstack([s, e, np.zeros(len(s), np.int64)])
-        else:
-            self.runs[2, self.runs[2] <= version] = 0
+            return
+        r = self.runs
+        r[2, r[2] <= version] = 0
+        join = (r[2, 1:] == 0) & (r[2, :-1] == 0) & (r[0, 1:] == r[1, :-1])  # onto the last
+        if join.any():
+            first = np.flatnonzero(np.concatenate([[True], ~join]))
+            last = np.concatenate([first[1:] - 1, [r.shape[1] - 1]])
+            self.runs = np.vstack([r[0, first], r[1, last], r[2, first]])

@@ -19,7 +19,7 @@ from graphrun.store.live import (
     run_ids,
 )
 from graphrun.store.live_check import FeatureSpec, Schema, check_piece
-from graphrun.store.live_index import Taken, build_run, id_runs
+from graphrun.store.live_index import Taken, build_run, due, id_runs
 
 N, E = 10, 20
 FEAT = "node/_N/feat"
@@ -167,6 +167,27 @@ def test_a_bad_piece_gets_one_error_and_nothing_is_kept(piece, message):
     assert d.nbytes == 0 and not d.pending and not d.committed
 
 
+def test_new_edges_of_a_two_type_graph_have_their_ends_types_checked():
+    """Base ids of two types (even: a, odd: b) and one edge type a -> b: the check
+    looks the ends' types up (a one-type graph skips it: every end has the type)."""
+    two = Schema(part=0, num_nodes=N, num_edges=E, node_types=("a", "b"),
+                 edge_types=(("a", "r", "b"),), owned_nodes=(0, 5), owned_edges=(0, 10),
+                 features={}, base_node_type=lambda ids: (ids % 2).astype(np.int32))  # fmt: skip
+    d = LiveDelta()
+
+    def piece(src, dst):
+        return Piece(version=1, new_edges=edges_rows([src], [dst], [E]),
+                     edge_types=Rows.of(np.zeros(1, np.int32)))  # fmt: skip
+
+    assert check_piece(piece(2, 3), two, d).edges.shape == (3, 1)
+    with pytest.raises(ArgumentError, match=r"dst\[0\] = 4 has node type 'a'"):
+        check_piece(piece(2, 4), two, d)
+    with pytest.raises(ArgumentError, match=r"src\[0\] = 1 has node type 'b'"):
+        check_piece(piece(1, 3), two, d)
+    with pytest.raises(ArgumentError, match=r"dst\[0\] = 7 is not a node owned here"):
+        check_piece(piece(2, 7), two, d)
+
+
 def test_new_edge_needs_its_new_destination_in_the_piece_or_committed():
     d = LiveDelta()
     edge = {"new_edges": edges_rows([1], [N], [E]), "edge_types": Rows.of(np.zeros(1, np.int32))}
@@ -189,6 +210,21 @@ def test_an_id_held_pending_or_committed_is_taken_and_an_aborted_ones_is_free():
             held(d, piece)
     assert d.abort(1)
     held(d, nodes_piece(3, [N + 2, N + 1]))
+
+
+def test_a_fold_joins_the_taken_runs_that_touch():
+    """Pieces of a growth block take runs one after the other; folded, they are one run
+    (each ``add`` copies the runs: unjoined, they grew by a run or two a piece forever)."""
+    t = Taken()
+    for v in range(1, 9):
+        t.add(np.arange(N + 10 * v, N + 10 * (v + 1)), v)  # [N + 10, N + 90): touching
+    t.add(np.arange(N + 200, N + 210), 9)
+    t.fold(7, np.empty(0, np.int64))
+    assert t.runs.tolist() == [[N + 10, N + 80, N + 200], [N + 80, N + 90, N + 210],
+                               [0, 8, 9]]  # fmt: skip
+    assert t.any_of(np.asarray([N + 79])) and not t.any_of(np.asarray([N + 95]))
+    t.fold(9, np.empty(0, np.int64))
+    assert t.runs.tolist() == [[N + 10, N + 200], [N + 90, N + 210], [0, 0]]
 
 
 def test_taken_runs_answer_as_the_set_of_their_ids():
@@ -380,6 +416,13 @@ def test_the_merging_thread_merges_a_pair_before_the_last_two():
         d.close()
 
 
+def test_the_merge_rule_takes_the_last_run_not_larger_than_the_next():
+    assert due([20, 5, 1]) is None
+    assert due([5, 20, 1]) == (0, 2)  # before the last two (reads flushed the 1)
+    assert due([20, 5, 5, 1]) == (1, 2)
+    assert due([8, 3, 4]) == (1, 2)
+
+
 def test_a_fold_drops_the_merge_in_flight_over_what_it_folded(monkeypatch):
     """Compaction's swap (``fold``) while the delta's thread merges two runs it folds:
     the merge is not installed over the folded base, and the thread goes on merging the
@@ -389,10 +432,10 @@ def test_a_fold_drops_the_merge_in_flight_over_what_it_folded(monkeypatch):
 
     started, go, real = threading.Event(), threading.Event(), live_mod.merge_runs
 
-    def slow(older, newer):
+    def slow(runs):
         started.set()
         go.wait(30)
-        return real(older, newer)
+        return real(runs)
 
     monkeypatch.setattr(live_mod, "merge_runs", slow)
     d = LiveDelta(background=True)
