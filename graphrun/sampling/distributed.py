@@ -273,12 +273,41 @@ def _positions(g: routing.Group, index: np.ndarray) -> np.ndarray:
 
 
 def merge(parts: list[tuple[routing.Group, SampledEdges]], typed: bool) -> SampledEdges:
-    """Concatenate per-owner answers; ``seed_index`` back to the caller's positions."""
+    """Concatenate per-owner answers; ``seed_index`` back to the caller's positions, the
+    edges in the caller's seed order. Each owner answers in the order of its seeds; where
+    the owners' seeds interleave (a batch of one partition's seeds but a few of another's)
+    one stable sort puts the edges back in seed order, so a layer's edges stay grouped by
+    destination, as the model's compressed rows take them without a sort of their own
+    (:func:`graphrun.train.aggregate.csr_rows`)."""
     if not parts:
         return SampledEdges.empty(typed)
-    return SampledEdges(
+    out = SampledEdges(
         src=np.concatenate([e.src for _, e in parts]),
         seed_index=np.concatenate([_positions(g, e.seed_index) for g, e in parts]),
         eid=np.concatenate([e.eid for _, e in parts]),
         etype=np.concatenate([e.etype for _, e in parts if e.etype is not None]) if typed else None,
     )
+    if not _in_order([g.pos for g, _ in parts]):
+        order = np.argsort(out.seed_index, kind="stable")  # runs merged: timsort
+        out = SampledEdges(
+            out.src[order], out.seed_index[order], out.eid[order],
+            None if out.etype is None else out.etype[order],
+        )  # fmt: skip
+    return out
+
+
+def _in_order(positions: list[np.ndarray | slice]) -> bool:
+    """Whether groups of increasing positions, taken one after another, are in the
+    caller's order: each group's first position after the last one's last."""
+    last = -1
+    for pos in positions:
+        if isinstance(pos, slice):
+            first, stop = pos.start or 0, pos.stop or 0
+        else:
+            first, stop = (int(pos[0]), int(pos[-1]) + 1) if len(pos) else (0, 0)
+        if stop <= first:  # no seeds
+            continue
+        if first <= last:
+            return False
+        last = stop - 1
+    return True

@@ -70,6 +70,29 @@ def test_seeds_spread_over_both_owners_are_merged_in_place(tmp_path: Path) -> No
         assert got == sorted(csc.eids[a:b].tolist())
 
 
+def test_edges_come_in_seed_order_where_owners_interleave(tmp_path: Path) -> None:
+    """A batch of one partition's seeds with a few of another's among them: the edges
+    are grouped by seed in the seeds' order (a layer's compressed rows then need no
+    sort), each seed's edges those its owner picked."""
+    g = random_graph()
+    book, local, _ = partitioned(tmp_path, g)
+    dist = DistOneHopSampler(None, book, local)
+    owner = book.nid2part(np.arange(book.num_nodes))
+    mine, theirs = np.flatnonzero(owner == 0)[:40], np.flatnonzero(owner == 1)[:3]
+    seeds = np.insert(mine, [5, 17, 30], theirs)
+    out = dist.sample_one_hop(torch.from_numpy(seeds), torch.tensor([4]), seed=3)
+    assert len(out) > 0 and bool(np.all(np.diff(out.seed_index) >= 0))
+    for i, s in enumerate(seeds.tolist()):
+        csc, lo = local[int(owner[s])], book.owned_nodes(int(owner[s]))[0]
+        a, b = int(csc.indptr[s - lo]), int(csc.indptr[s - lo + 1])
+        got = out.eid[out.seed_index == i]
+        assert set(got.tolist()) <= set(csc.eids[a:b].tolist())
+        assert len(got) == min(4, b - a)
+    sampler = NeighborSampler(dist, BookTypeMap(book), book.num_nodes, [4, 3], generator=1)
+    sub = sampler.sample(torch.from_numpy(seeds))
+    assert bool((sub.col[1:] >= sub.col[:-1]).all())  # every layer's edges by destination
+
+
 def test_distributed_and_single_process_same_distribution(tmp_path: Path) -> None:
     g = random_graph(num_nodes=50, num_edges=1500)
     book, local, ids = partitioned(tmp_path, g)
