@@ -53,6 +53,13 @@ class BatchSpec:
     neg_mode: Literal["uniform", "degree"] = "uniform"
     edge_split: EdgeSplit | None = None  # link batches: keep held-out and target edges out
     cache: CachePlan | None = None  # remote node features to keep in every building process
+    # False: node batches of a homogeneous graph without the edges' ids (no ``e_id``): none
+    # gathered, nor sent by a server (a model that reads none; a link batch needs them)
+    edge_ids: bool = True
+
+    @property
+    def without_edge_ids(self) -> bool:
+        return not self.edge_ids and self.kind == "node" and self.output == "data"
 
 
 FEATURE_OPS = ("pull", "pull:shm")
@@ -97,8 +104,9 @@ class BatchBuilder:
         self.spec = spec
         self.book = ctx.book
         self.minibatch = MiniBatchSampler(
-            ctx, spec.fanouts, replace=spec.replace, num_layers=spec.num_layers
-        )
+            ctx, spec.fanouts, replace=spec.replace, num_layers=spec.num_layers,
+            edge_ids=not spec.without_edge_ids,
+        )  # fmt: skip
         self.types = self.minibatch.types
         cache = ctx.feature_cache(spec.cache) if spec.cache is not None else None
         self.features = StoreFeatures(ctx.client, cache)
@@ -125,7 +133,10 @@ class BatchBuilder:
     def node_batch(self, ids: Tensor, seed: int) -> Data | HeteroData:
         """Seeds are per-type ids of ``spec.ntype`` (homogeneous ids when it is None)."""
         homo = self.minibatch.to_homo(self.spec.ntype, ids)
-        return self._collate(self.minibatch.nodes(homo, seed))
+        data = self._collate(self.minibatch.nodes(homo, seed))
+        if self.spec.without_edge_ids:
+            del data.e_id  # NO_EDGE_ID each
+        return data
 
     def link_batch(self, eids: Tensor, seed: int) -> Data | HeteroData:
         """Positive edges ``eids`` (per-type ids of ``spec.etype``) plus ``neg_k`` negatives each.

@@ -10,7 +10,7 @@ from scipy import stats
 from graphrun.errors import ArgumentError
 from graphrun.partition import load_id_mapping, load_partition, partition_graph
 from graphrun.sampling import CSCGraph, NeighborSampler, OffsetTypeMap
-from graphrun.sampling.csc import csc_from_structure
+from graphrun.sampling.csc import NO_EDGE_ID, csc_from_structure
 from graphrun.sampling.distributed import DistOneHopSampler
 from graphrun.sampling.partitioned import BookTypeMap
 from graphrun.testing.graphs import random_graph, random_hetero_graph
@@ -91,6 +91,21 @@ def test_edges_come_in_seed_order_where_owners_interleave(tmp_path: Path) -> Non
     sampler = NeighborSampler(dist, BookTypeMap(book), book.num_nodes, [4, 3], generator=1)
     sub = sampler.sample(torch.from_numpy(seeds))
     assert bool((sub.col[1:] >= sub.col[:-1]).all())  # every layer's edges by destination
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_without_edge_ids_the_same_edges_and_no_ids(tmp_path: Path, monkeypatch, compiled) -> None:
+    if compiled:
+        monkeypatch.setenv("GRAPHRUN_COMPILED", "1")
+    g = random_graph()
+    book, local, _ = partitioned(tmp_path, g)
+    dist = DistOneHopSampler(None, book, local)
+    seeds = torch.arange(0, book.num_nodes, 3)
+    full = dist.sample_one_hop(seeds, torch.tensor([4]), seed=5)
+    bare = dist.without_edge_ids().sample_one_hop(seeds, torch.tensor([4]), seed=5)
+    assert np.array_equal(full.src, bare.src) and np.array_equal(full.seed_index, bare.seed_index)
+    assert len(full) > 0 and bool((full.eid >= 0).all()) and bool((bare.eid == NO_EDGE_ID).all())
+    assert dist.edge_ids  # the sampler it came from still gathers them
 
 
 def test_distributed_and_single_process_same_distribution(tmp_path: Path) -> None:
