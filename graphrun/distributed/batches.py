@@ -30,7 +30,7 @@ from graphrun.errors import ArgumentError
 from graphrun.placement.profile import BatchCost
 from graphrun.sampling.edgesplit import EdgeSplit
 from graphrun.sampling.mfg import SampledSubgraph
-from graphrun.sampling.pyg import split_by_type
+from graphrun.sampling.pyg import split_by_type, to_data
 from graphrun.sampling.sampler import Output, collate
 
 Kind = Literal["node", "link"]
@@ -53,9 +53,11 @@ class BatchSpec:
     neg_mode: Literal["uniform", "degree"] = "uniform"
     edge_split: EdgeSplit | None = None  # link batches: keep held-out and target edges out
     cache: CachePlan | None = None  # remote node features to keep in every building process
-    # False: node batches of a homogeneous graph without the edges' ids (no ``e_id``): none
-    # gathered, nor sent by a server (a model that reads none; a link batch needs them)
+    # node batches of a homogeneous graph, for a model that reads no more: edge_ids False,
+    # no ``e_id`` (none gathered, nor sent by a server); labels "seeds", ``y`` of the seeds
+    # only (the first ``batch_size`` nodes, what a node task's loss reads)
     edge_ids: bool = True
+    labels: Literal["all", "seeds"] = "all"
 
     @property
     def without_edge_ids(self) -> bool:
@@ -133,7 +135,13 @@ class BatchBuilder:
     def node_batch(self, ids: Tensor, seed: int) -> Data | HeteroData:
         """Seeds are per-type ids of ``spec.ntype`` (homogeneous ids when it is None)."""
         homo = self.minibatch.to_homo(self.spec.ntype, ids)
-        data = self._collate(self.minibatch.nodes(homo, seed))
+        sub = self.minibatch.nodes(homo, seed)
+        if self.spec.labels == "seeds" and self.spec.output == "data":
+            nt, f = self.types.node_types[0], self.features
+            x = f.node_feature(nt, self.spec.x, sub.node)
+            data = to_data(sub, x, f.node_feature(nt, self.spec.y, sub.node[: sub.batch_size]))
+        else:
+            data = self._collate(sub)
         if self.spec.without_edge_ids:
             del data.e_id  # NO_EDGE_ID each
         return data
@@ -181,5 +189,7 @@ def check_spec(spec: BatchSpec, book: Any) -> None:
         )
     if spec.etype is not None:
         book.etype_id(spec.etype)
+    if spec.labels not in ("all", "seeds"):
+        raise ArgumentError(f"labels: expected 'all' or 'seeds', got {spec.labels!r}")
     if spec.neg_mode not in ("uniform", "degree"):
         raise ArgumentError(f"neg_mode: expected 'uniform' or 'degree', got {spec.neg_mode!r}")
