@@ -30,7 +30,7 @@ from graphrun.errors import ArgumentError
 from graphrun.placement.profile import BatchCost
 from graphrun.sampling.edgesplit import EdgeSplit
 from graphrun.sampling.mfg import SampledSubgraph
-from graphrun.sampling.pyg import split_by_type
+from graphrun.sampling.pyg import split_by_type, to_data
 from graphrun.sampling.sampler import Output, collate
 
 Kind = Literal["node", "link"]
@@ -53,6 +53,15 @@ class BatchSpec:
     neg_mode: Literal["uniform", "degree"] = "uniform"
     edge_split: EdgeSplit | None = None  # link batches: keep held-out and target edges out
     cache: CachePlan | None = None  # remote node features to keep in every building process
+    # node batches of a homogeneous graph, for a model that reads no more: edge_ids False,
+    # no ``e_id`` (none gathered, nor sent by a server); labels "seeds", ``y`` of the seeds
+    # only (the first ``batch_size`` nodes, what a node task's loss reads)
+    edge_ids: bool = True
+    labels: Literal["all", "seeds"] = "all"
+
+    @property
+    def without_edge_ids(self) -> bool:
+        return not self.edge_ids and self.kind == "node" and self.output == "data"
 
 
 FEATURE_OPS = ("pull", "pull:shm")
@@ -97,8 +106,9 @@ class BatchBuilder:
         self.spec = spec
         self.book = ctx.book
         self.minibatch = MiniBatchSampler(
-            ctx, spec.fanouts, replace=spec.replace, num_layers=spec.num_layers
-        )
+            ctx, spec.fanouts, replace=spec.replace, num_layers=spec.num_layers,
+            edge_ids=not spec.without_edge_ids,
+        )  # fmt: skip
         self.types = self.minibatch.types
         cache = ctx.feature_cache(spec.cache) if spec.cache is not None else None
         self.features = StoreFeatures(ctx.client, cache)
@@ -125,7 +135,16 @@ class BatchBuilder:
     def node_batch(self, ids: Tensor, seed: int) -> Data | HeteroData:
         """Seeds are per-type ids of ``spec.ntype`` (homogeneous ids when it is None)."""
         homo = self.minibatch.to_homo(self.spec.ntype, ids)
-        return self._collate(self.minibatch.nodes(homo, seed))
+        sub = self.minibatch.nodes(homo, seed)
+        if self.spec.labels == "seeds" and self.spec.output == "data":
+            nt, f = self.types.node_types[0], self.features
+            x = f.node_feature(nt, self.spec.x, sub.node)
+            data = to_data(sub, x, f.node_feature(nt, self.spec.y, sub.node[: sub.batch_size]))
+        else:
+            data = self._collate(sub)
+        if self.spec.without_edge_ids:
+            del data.e_id  # NO_EDGE_ID each
+        return data
 
     def link_batch(self, eids: Tensor, seed: int) -> Data | HeteroData:
         """Positive edges ``eids`` (per-type ids of ``spec.etype``) plus ``neg_k`` negatives each.
@@ -170,5 +189,7 @@ def check_spec(spec: BatchSpec, book: Any) -> None:
         )
     if spec.etype is not None:
         book.etype_id(spec.etype)
+    if spec.labels not in ("all", "seeds"):
+        raise ArgumentError(f"labels: expected 'all' or 'seeds', got {spec.labels!r}")
     if spec.neg_mode not in ("uniform", "degree"):
         raise ArgumentError(f"neg_mode: expected 'uniform' or 'degree', got {spec.neg_mode!r}")

@@ -94,7 +94,7 @@ class LoaderOptions:
 
 _OPTIONS = frozenset(f.name for f in fields(LoaderOptions))
 # BatchSpec fields either loader takes as keywords; the link loader also the negatives'
-_SHARED = frozenset({"output", "x", "y", "replace", "num_layers", "cache"})
+_SHARED = frozenset({"output", "x", "y", "replace", "num_layers", "cache", "edge_ids", "labels"})
 _LINK = frozenset({"neg_k", "neg_mode", "edge_split"})
 
 
@@ -245,8 +245,10 @@ class DistNodeDataLoader(_DistLoader):
     ``NeighborSampler(fanouts)`` (per model layer, input layer first), which also makes
     the loader yield DistDGL's ``(input_nodes, seeds, blocks)``. The other keywords:
     :class:`LoaderOptions` (``batch_size``, ``shuffle``, ``num_workers``, ...) and the
-    :class:`BatchSpec` fields ``output``, ``x``, ``y``, ``replace``, ``num_layers`` and
-    ``cache``."""
+    :class:`BatchSpec` fields ``output``, ``x``, ``y``, ``replace``, ``num_layers``,
+    ``cache``, ``edge_ids`` (False: a homogeneous graph's batches without ``e_id``, the
+    edges' ids neither gathered nor sent) and ``labels`` (``"seeds"``: ``y`` of the
+    seeds only, the first ``batch_size`` nodes)."""
 
     def __init__(
         self, graph: DistGraph, nodes: Any, fanouts: Any, *, ntype: str | None = None,

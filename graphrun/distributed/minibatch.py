@@ -89,13 +89,14 @@ class MiniBatchSampler:
         *,
         replace: bool = False,
         num_layers: int | None = None,
+        edge_ids: bool = True,
     ) -> None:
         self.ctx = ctx
         self.book = ctx.book
         live = ctx.client.live is not None  # a followed live graph (distributed/live.py)
         self.types = LiveTypeMap(self.book) if live else BookTypeMap(self.book)
         self.sampler = NeighborSampler(
-            ctx.sampler,
+            ctx.sampler if edge_ids else ctx.sampler.without_edge_ids(),
             self.types,
             id_bound(ctx.client),
             fanouts,

@@ -36,6 +36,9 @@ from graphrun.partition.book import PartitionBook
 from graphrun.sampling.kernels import fanouts, make_rng, sample_segments, uniform_picks
 from graphrun.store.routing import compiled_kernels
 
+#: The edge id of an edge sampled with ``edge_ids=False`` (its id not gathered)
+NO_EDGE_ID = -1
+
 
 @dataclass(frozen=True)
 class SampledEdges:
@@ -54,6 +57,11 @@ class SampledEdges:
     def nbytes(self) -> int:
         arrays = (self.src, self.seed_index, self.eid, self.etype)
         return sum(a.nbytes for a in arrays if a is not None)
+
+    @staticmethod
+    def no_edge_ids(n: int) -> np.ndarray:
+        """The ``eid`` of ``n`` edges sampled without their ids: :data:`NO_EDGE_ID` each."""
+        return np.full(n, NO_EDGE_ID, dtype=np.int64)
 
     @staticmethod
     def empty(typed: bool) -> SampledEdges:
@@ -222,11 +230,14 @@ class CSCGraph:
         replace: bool = False,
         weighted: bool = False,
         seed: int,
+        edge_ids: bool = True,
     ) -> SampledEdges:
         """Sample in-edges of ``seeds`` (global ids owned here); ``fanout``: one per edge type.
 
         ``seed`` seeds the kernels' generator: the same seed gives the same edges here, in
-        a trainer and on a store server."""
+        a trainer and on a store server. ``edge_ids=False``: every ``eid`` is
+        :data:`NO_EDGE_ID`, not gathered (a scattered read per edge: for a model that
+        reads no edge ids, a sixth of the one-hop kernel's time)."""
         rows = check_seeds(seeds, self.row_start, self.row_start + self.num_rows) - self.row_start
         fan = _int64(fanout).reshape(-1)
         if len(fan) != self.num_etypes:
@@ -240,6 +251,10 @@ class CSCGraph:
         if self.typed_indptr is None:
             if w is None and not replace and compiled_kernels():  # picks, then one gather
                 k = fanouts(int(fan[0]), len(rows))
+                if not edge_ids:
+                    which, pos, _ = uniform_picks(self.indptr, rows, k, rng)
+                    src = np.take(self.indices, pos)
+                    return SampledEdges(src, which, SampledEdges.no_edge_ids(len(src)))
                 which, src, eid = uniform_picks(
                     self.indptr, rows, k, rng, (self.indices, self.eids)
                 )
@@ -260,7 +275,7 @@ class CSCGraph:
         return SampledEdges(  # np.take: a sixth faster than indexing here
             src=np.take(self.indices, pos),
             seed_index=seed_index,
-            eid=np.take(self.eids, pos),
+            eid=np.take(self.eids, pos) if edge_ids else SampledEdges.no_edge_ids(len(pos)),
             etype=None if self.etypes is None else self.etypes[pos],
         )
 

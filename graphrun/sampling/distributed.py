@@ -11,7 +11,12 @@ top of it unchanged. For one call:
    :mod:`graphrun.sampling.server`);
 4. co-located partitions sampled in this process from the store's shared memory
    (same kernels, same per-partition seed, so the same answer as the server's);
-5. answers merged, ``seed_index`` mapped back to positions in the caller's seeds.
+5. answers merged, ``seed_index`` mapped back to positions in the caller's seeds, the
+   edges in the seeds' order.
+
+:meth:`DistOneHopSampler.without_edge_ids` samples the same edges with every ``eid``
+:data:`~graphrun.sampling.csc.NO_EDGE_ID`: no edge id is gathered here or on a server,
+nor sent (a node-classification model reads none).
 
 It talks to the store through the client's generic request API (``request``/``wait``),
 its ``local_structure`` and, for edge weights, ``pull``; ids go through
@@ -22,6 +27,7 @@ The bytes of the answers computed in this process are counted per partition in
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -51,33 +57,38 @@ from graphrun.store.session import Pending, Session
 
 
 def encode_request(
-    seeds: np.ndarray, fanout: np.ndarray, replace: bool, weighted: bool, seed: int
-) -> tuple[dict[str, Any], tuple[np.ndarray, ...]]:
-    body = {
+    seeds: np.ndarray, fanout: np.ndarray, replace: bool, weighted: bool, seed: int,
+    edge_ids: bool = True,
+) -> tuple[dict[str, Any], tuple[np.ndarray, ...]]:  # fmt: skip
+    body: dict[str, Any] = {
         "fanout": [int(k) for k in fanout.tolist()],
         "replace": bool(replace),
         "weighted": bool(weighted),
         "seed": int(seed),
     }
+    if not edge_ids:
+        body["eids"] = False
     return body, (seeds.astype(np.int64, copy=False),)
 
 
-def decode_reply(msg: Message, num_seeds: int, typed: bool) -> SampledEdges:
-    """Check an answer's shapes before trusting it (a server of another version, ...)."""
+def decode_reply(msg: Message, num_seeds: int, typed: bool, edge_ids: bool = True) -> SampledEdges:
+    """Check an answer's shapes before trusting it (a server of another version, ...).
+    Asked without edge ids, its ``eid`` may be empty (then :data:`NO_EDGE_ID` each)."""
     want = 4 if typed else 3
     if len(msg.tensors) != want:
         raise ProtocolError(f"expected {want} tensors, got {len(msg.tensors)}", kind=OP)
     n = int(msg.body.get("count", -1))
     for i, a in enumerate(msg.tensors):
-        if a.ndim != 1 or len(a) != n:
+        if a.ndim != 1 or (len(a) != n and not (i == 2 and not edge_ids and len(a) == 0)):
             raise ProtocolError(f"tensor {i} has shape {a.shape}, expected ({n},)", kind=OP)
     idx = np.asarray(msg.tensors[1], dtype=np.int64)
     if n and (int(idx.min()) < 0 or int(idx.max()) >= num_seeds):
         raise ProtocolError("seed_index out of range", kind=OP)
+    eid = msg.tensors[2]
     return SampledEdges(
         src=np.asarray(msg.tensors[0], dtype=np.int64),
         seed_index=idx,
-        eid=np.asarray(msg.tensors[2], dtype=np.int64),
+        eid=np.asarray(eid, dtype=np.int64) if len(eid) == n else SampledEdges.no_edge_ids(n),
         etype=np.asarray(msg.tensors[3], dtype=np.int32) if typed else None,
     )
 
@@ -109,6 +120,14 @@ class DistOneHopSampler:
                     local[p] = csc_from_structure(structure, book, p, weights=w)
         self.local = dict(local)
         self.local_bytes: Counter[int] = Counter()
+        self.edge_ids = True
+
+    def without_edge_ids(self) -> DistOneHopSampler:
+        """This sampler (its partitions, client and byte counts shared) sampling the same
+        edges without their ids (module docstring)."""
+        other = copy.copy(self)
+        other.edge_ids = False
+        return other
 
     def _pull_weights(self, part: int, structure: Mapping[str, np.ndarray]) -> np.ndarray:
         """Edge feature ``weight`` of partition ``part``'s owned edges, in CSC order."""
@@ -136,15 +155,18 @@ class DistOneHopSampler:
         part_seeds = make_rng(seed).integers(0, 2**62, self.book.num_parts).tolist()
 
         def send(g: routing.Group) -> Pending:
-            body, tensors = encode_request(g.ids, fan, replace, weighted, part_seeds[g.part])
+            body, tensors = encode_request(
+                g.ids, fan, replace, weighted, part_seeds[g.part], self.edge_ids
+            )
             if weighted:
                 body["weight"] = self._weight_name()
             return self._session(g.part).request(g.part, OP, body, tensors)
 
         def sample_here(g: routing.Group) -> SampledEdges:
             out = self.local[g.part].sample_one_hop(
-                g.ids, fan, replace=replace, weighted=weighted, seed=part_seeds[g.part]
-            )
+                g.ids, fan, replace=replace, weighted=weighted, seed=part_seeds[g.part],
+                edge_ids=self.edge_ids,
+            )  # fmt: skip
             self.local_bytes[g.part] += out.nbytes
             return out
 
@@ -153,7 +175,7 @@ class DistOneHopSampler:
         parts = []
         for g, got in answers:
             if not isinstance(got, SampledEdges):
-                got = decode_reply(got, len(g.ids), self.typed)
+                got = decode_reply(got, len(g.ids), self.typed, self.edge_ids)
             parts.append((g, got))
         parts.sort(key=lambda x: x[0].part)  # partition order, wherever it was sampled
         return merge(parts, self.typed)
@@ -273,12 +295,41 @@ def _positions(g: routing.Group, index: np.ndarray) -> np.ndarray:
 
 
 def merge(parts: list[tuple[routing.Group, SampledEdges]], typed: bool) -> SampledEdges:
-    """Concatenate per-owner answers; ``seed_index`` back to the caller's positions."""
+    """Concatenate per-owner answers; ``seed_index`` back to the caller's positions, the
+    edges in the caller's seed order. Each owner answers in the order of its seeds; where
+    the owners' seeds interleave (a batch of one partition's seeds but a few of another's)
+    one stable sort puts the edges back in seed order, so a layer's edges stay grouped by
+    destination, as the model's compressed rows take them without a sort of their own
+    (:func:`graphrun.train.aggregate.csr_rows`)."""
     if not parts:
         return SampledEdges.empty(typed)
-    return SampledEdges(
+    out = SampledEdges(
         src=np.concatenate([e.src for _, e in parts]),
         seed_index=np.concatenate([_positions(g, e.seed_index) for g, e in parts]),
         eid=np.concatenate([e.eid for _, e in parts]),
         etype=np.concatenate([e.etype for _, e in parts if e.etype is not None]) if typed else None,
     )
+    if not _in_order([g.pos for g, _ in parts]):
+        order = np.argsort(out.seed_index, kind="stable")  # runs merged: timsort
+        out = SampledEdges(
+            out.src[order], out.seed_index[order], out.eid[order],
+            None if out.etype is None else out.etype[order],
+        )  # fmt: skip
+    return out
+
+
+def _in_order(positions: list[np.ndarray | slice]) -> bool:
+    """Whether groups of increasing positions, taken one after another, are in the
+    caller's order: each group's first position after the last one's last."""
+    last = -1
+    for pos in positions:
+        if isinstance(pos, slice):
+            first, stop = pos.start or 0, pos.stop or 0
+        else:
+            first, stop = (int(pos[0]), int(pos[-1]) + 1) if len(pos) else (0, 0)
+        if stop <= first:  # no seeds
+            continue
+        if first <= last:
+            return False
+        last = stop - 1
+    return True

@@ -4,10 +4,11 @@ Start store servers with the extension ``"graphrun.sampling.server:register"``;
 it adds the op :data:`OP`:
 
     body    {"fanout": [int per edge type], "replace": bool, "weighted": bool, "seed": int,
-             "weight": edge feature name (with weighted)}
+             "weight": edge feature name (with weighted), "eids": bool (default true)}
     tensors (seeds int64 [n],)    global node ids owned by this partition
     reply   {"count": m}; tensors (src int64 [m], seed_index int64 [m], eid int64 [m]
-            [, etype int32 [m]])
+            [, etype int32 [m]]); with "eids": false the eid tensor may be empty [0]
+            (not gathered nor sent)
 
 and the structure queries :mod:`graphrun.distributed` uses (tensors ``(ids int64 [n],)``):
 ``graph_in_degrees`` → ``(deg,)`` of owned nodes; ``graph_out_degrees`` → ``(count,)``
@@ -79,6 +80,7 @@ class SampleBody(msgspec.Struct, frozen=True, kw_only=True):
     replace: bool = False
     weighted: bool = False
     weight: str | None = None
+    eids: bool = True  # false: the picked edges' ids are not wanted (not gathered nor sent)
 
     def __post_init__(self) -> None:
         if any(k < 0 for k in self.fanout):
@@ -110,13 +112,15 @@ def sample_neighbors(state: ServerState, req: Request) -> Response:
                                   seed=args.seed)  # fmt: skip
     else:
         out = csc.sample_one_hop(seeds, fanout, replace=replace, weighted=args.weighted,
-                                 seed=args.seed)  # fmt: skip
-    body, tensors = encode_reply(out)
+                                 seed=args.seed, edge_ids=args.eids)  # fmt: skip
+    body, tensors = encode_reply(out, args.eids)
     return Response(body, tensors)
 
 
-def encode_reply(out: SampledEdges) -> tuple[dict[str, Any], tuple[np.ndarray, ...]]:
-    arrays = [out.src, out.seed_index, out.eid]
+def encode_reply(
+    out: SampledEdges, edge_ids: bool = True
+) -> tuple[dict[str, Any], tuple[np.ndarray, ...]]:
+    arrays = [out.src, out.seed_index, out.eid if edge_ids else out.eid[:0]]
     if out.etype is not None:
         arrays.append(out.etype)
     return {"count": len(out)}, tuple(arrays)

@@ -144,6 +144,8 @@ class DistGraphData:
                 num_workers=self.num_workers if split == "train" else 0,
                 cache=self.feature_cache(ntype, fanouts, batch_size, x, y),
                 live_seeds=f"{split}_mask" if live and split == "train" else None,
+                # what the node tasks' models read: no edge ids, the seeds' labels
+                edge_ids=False, labels="seeds",
             )  # fmt: skip
             self._start(self._loaders[key])
         loader = self._loaders[key]

@@ -59,7 +59,7 @@ from graphrun.train.ddp import (
 from graphrun.train.elastic import EpochWork, Regroup
 from graphrun.train.membership import membership
 from graphrun.train.metrics import MetricsLog, Progress
-from graphrun.train.suspend import Position, StopFlag, gather_position, stop_agreed
+from graphrun.train.suspend import Position, StopFlag, StopVote, gather_position
 from graphrun.train.tasks import Task, describe, make_task
 
 
@@ -206,10 +206,12 @@ def train_epoch(
         torch.set_rng_state(rng)
     loss_sum, correct, counted_f, seeds_f = work.sums
     counted, seeds = int(counted_f), int(seeds_f)
+    vote = StopVote(ctx.stop, ctx.ddp)
     for i in range(first, steps):
-        if stop_agreed(ctx.stop, ctx.ddp):
+        if vote.agreed():
             sums = [loss_sum, correct, float(counted), float(seeds)]
             raise _Stopped(gather_position(epoch, i, sums, ctx.ddp))
+        vote.send()
         c0 = time.process_time()
         batch = next(it, None)
         if batch is None:
@@ -237,6 +239,7 @@ def train_epoch(
         own["disk_bytes"] += batch.cost.disk_bytes or 0
         own["remote_bytes"] += sum(b for q, b in batch.cost.feature_bytes.items() if q not in local)
         progress.update(batch.seeds)
+    vote.close()
     elapsed = time.perf_counter() - work.t0
     device_stats = task.path.end_epoch(elapsed)  # stops the feed; GPU idle share, cache hits
     own.update(epoch_s=elapsed, cpu_s=time.process_time() - work.cpu0, peak_rss_mb=_peak_rss_mb())

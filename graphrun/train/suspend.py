@@ -1,9 +1,11 @@
 """Stopping mid-epoch without losing a step: SIGTERM → an exact checkpoint → resume there.
 
 A trainer told to stop (SIGTERM: a suspended or preempted job, ``graphrun run`` stopped)
-sets :class:`StopFlag`. The training loop asks :func:`stop_agreed` before every step:
-one all-reduce (MAX) of every trainer's flag, so all trainers stop before the same step
-and no DDP gradient all-reduce is left waiting for a trainer that already stopped.
+sets :class:`StopFlag`. The training loop asks before every step (:class:`StopVote`):
+an all-reduce (MAX) of every trainer's flag, so all trainers stop before the same step
+and no DDP gradient all-reduce is left waiting for a trainer that already stopped. The
+vote of a step is sent before it and read before the next (a stop is seen one step
+later), so the step's gradient all-reduce is the one collective a step waits on.
 They then gather what rank 0 needs for an exact checkpoint (:func:`gather_position`):
 
 * ``step``: the steps of the epoch already taken (the loader's position: every loader
@@ -55,6 +57,45 @@ class StopFlag:
 def stop_agreed(flag: StopFlag | None, ddp: DDPConfig) -> bool:
     """Whether any trainer was told to stop: the same answer on every trainer."""
     return bool(all_max(1 if flag is not None and flag.is_set() else 0, ddp))
+
+
+class StopVote:
+    """:func:`stop_agreed` before every step of an epoch, without a wait of its own.
+
+    :meth:`agreed` reads the vote :meth:`send` started before the step before (the
+    first step of a loop votes and waits, as :func:`stop_agreed`). In an all-reduce job
+    every trainer sent it before that step's gradient all-reduce, which met them all, so
+    it is answered by then: a blocking vote made every step wait for the slowest trainer
+    a second time (a median 1.5 ms a step on two netns hosts of a loaded box;
+    benchmarks/README.md, "Issue 45: the epoch"). Every trainer still reads the same
+    answer before the same step; a stop is seen one step later."""
+
+    def __init__(self, flag: StopFlag | None, ddp: DDPConfig) -> None:
+        self.flag, self.ddp = flag, ddp
+        self._sent: tuple[torch.Tensor, Any] | None = None
+
+    def agreed(self) -> bool:
+        """Whether any trainer was told to stop by the last vote (a fresh one if none is out)."""
+        if self._sent is None:
+            return stop_agreed(self.flag, self.ddp)
+        votes, work = self._sent
+        self._sent = None
+        work.wait()
+        return bool(votes.item())
+
+    def send(self) -> None:
+        """Start the vote of this trainer's flag now; :meth:`agreed` reads its answer."""
+        if self.ddp.world_size == 1:
+            return  # alone: the flag is the answer, read when asked
+        mine = 1 if self.flag is not None and self.flag.is_set() else 0
+        votes = torch.tensor([mine], dtype=torch.int64, device=self.ddp.collective_device)
+        self._sent = votes, dist.all_reduce(votes, op=dist.ReduceOp.MAX, async_op=True)
+
+    def close(self) -> None:
+        """Wait for a vote still out (before the collectives that end an epoch)."""
+        if self._sent is not None:
+            self._sent[1].wait()
+            self._sent = None
 
 
 @dataclass

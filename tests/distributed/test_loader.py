@@ -58,6 +58,38 @@ def test_node_loader_equal_batches_and_graphsage(served) -> None:
     assert lengths[0] == lengths[1]
 
 
+@pytest.mark.parametrize("shm", [True, False])
+def test_node_batches_without_edge_ids_are_the_same_batches_without_e_id(served, shm) -> None:
+    with initialize(served.servers, heartbeat_interval=0, use_shm=shm) as ctx:
+        dg = DistGraph(ctx)
+        ids = dg.mask_ids("train_mask")
+        got = [
+            list(DistNodeDataLoader(dg, ids, [4, 3], batch_size=16, seed=2, edge_ids=e))
+            for e in (True, False)
+        ]
+    for a, b in zip(*got, strict=True):
+        assert "e_id" in a and "e_id" not in b
+        for key in ("n_id", "edge_index", "x", "y"):
+            assert torch.equal(a[key], b[key]), key
+
+
+def test_node_batches_with_the_seeds_labels_only(served) -> None:
+    with initialize(served.servers, heartbeat_interval=0) as ctx:
+        dg = DistGraph(ctx)
+        ids = dg.mask_ids("train_mask")
+        got = [
+            list(DistNodeDataLoader(dg, ids, [4, 3], batch_size=16, seed=2, labels=labels))
+            for labels in ("all", "seeds")
+        ]
+        with pytest.raises(ArgumentError, match=r"^labels: expected 'all' or 'seeds'"):
+            DistNodeDataLoader(dg, ids, [4, 3], batch_size=16, labels="some")
+    for a, b in zip(*got, strict=True):
+        assert len(a.y) == a.num_nodes and len(b.y) == b.batch_size
+        assert torch.equal(a.y[: a.batch_size], b.y)
+        for key in ("n_id", "edge_index", "x", "e_id"):
+            assert torch.equal(a[key], b[key]), key
+
+
 @pytest.mark.slow
 def test_workers_give_the_same_batches_and_a_dead_worker_is_an_error(served) -> None:
     with initialize(served.servers, heartbeat_interval=0, machine="m1") as ctx:

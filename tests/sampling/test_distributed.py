@@ -10,7 +10,7 @@ from scipy import stats
 from graphrun.errors import ArgumentError
 from graphrun.partition import load_id_mapping, load_partition, partition_graph
 from graphrun.sampling import CSCGraph, NeighborSampler, OffsetTypeMap
-from graphrun.sampling.csc import csc_from_structure
+from graphrun.sampling.csc import NO_EDGE_ID, csc_from_structure
 from graphrun.sampling.distributed import DistOneHopSampler
 from graphrun.sampling.partitioned import BookTypeMap
 from graphrun.testing.graphs import random_graph, random_hetero_graph
@@ -68,6 +68,44 @@ def test_seeds_spread_over_both_owners_are_merged_in_place(tmp_path: Path) -> No
         a, b = int(csc.indptr[s - lo]), int(csc.indptr[s - lo + 1])
         got = sorted(out.eid[out.seed_index == i].tolist())
         assert got == sorted(csc.eids[a:b].tolist())
+
+
+def test_edges_come_in_seed_order_where_owners_interleave(tmp_path: Path) -> None:
+    """A batch of one partition's seeds with a few of another's among them: the edges
+    are grouped by seed in the seeds' order (a layer's compressed rows then need no
+    sort), each seed's edges those its owner picked."""
+    g = random_graph()
+    book, local, _ = partitioned(tmp_path, g)
+    dist = DistOneHopSampler(None, book, local)
+    owner = book.nid2part(np.arange(book.num_nodes))
+    mine, theirs = np.flatnonzero(owner == 0)[:40], np.flatnonzero(owner == 1)[:3]
+    seeds = np.insert(mine, [5, 17, 30], theirs)
+    out = dist.sample_one_hop(torch.from_numpy(seeds), torch.tensor([4]), seed=3)
+    assert len(out) > 0 and bool(np.all(np.diff(out.seed_index) >= 0))
+    for i, s in enumerate(seeds.tolist()):
+        csc, lo = local[int(owner[s])], book.owned_nodes(int(owner[s]))[0]
+        a, b = int(csc.indptr[s - lo]), int(csc.indptr[s - lo + 1])
+        got = out.eid[out.seed_index == i]
+        assert set(got.tolist()) <= set(csc.eids[a:b].tolist())
+        assert len(got) == min(4, b - a)
+    sampler = NeighborSampler(dist, BookTypeMap(book), book.num_nodes, [4, 3], generator=1)
+    sub = sampler.sample(torch.from_numpy(seeds))
+    assert bool((sub.col[1:] >= sub.col[:-1]).all())  # every layer's edges by destination
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_without_edge_ids_the_same_edges_and_no_ids(tmp_path: Path, monkeypatch, compiled) -> None:
+    if compiled:
+        monkeypatch.setenv("GRAPHRUN_COMPILED", "1")
+    g = random_graph()
+    book, local, _ = partitioned(tmp_path, g)
+    dist = DistOneHopSampler(None, book, local)
+    seeds = torch.arange(0, book.num_nodes, 3)
+    full = dist.sample_one_hop(seeds, torch.tensor([4]), seed=5)
+    bare = dist.without_edge_ids().sample_one_hop(seeds, torch.tensor([4]), seed=5)
+    assert np.array_equal(full.src, bare.src) and np.array_equal(full.seed_index, bare.seed_index)
+    assert len(full) > 0 and bool((full.eid >= 0).all()) and bool((bare.eid == NO_EDGE_ID).all())
+    assert dist.edge_ids  # the sampler it came from still gathers them
 
 
 def test_distributed_and_single_process_same_distribution(tmp_path: Path) -> None:

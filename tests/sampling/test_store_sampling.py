@@ -59,6 +59,17 @@ def test_remote_and_shared_memory_sampling_agree(tmp_path: Path, hetero: bool) -
             )
             for field in ("src", "seed_index", "eid"):
                 assert np.array_equal(getattr(one, field), getattr(mixed, field)), field
+            # without edge ids the servers send none: the same edges, every id NO_EDGE_ID
+            got = []
+            for edge_ids in (True, False):
+                sampler = DistOneHopSampler(remote, book)
+                sampler = sampler if edge_ids else sampler.without_edge_ids()
+                before = remote.traffic[0, OP] + remote.traffic[1, OP]
+                out = sampler.sample_one_hop(seeds, fan, seed=2)
+                got.append((out, remote.traffic[0, OP] + remote.traffic[1, OP] - before))
+            (with_ids, full), (no_ids, bare) = got
+            assert np.array_equal(with_ids.eid, one.eid) and (no_ids.eid == -1).all()
+            assert np.array_equal(no_ids.src, one.src) and bare <= full - 8 * len(one)
             # through the original ids, every sampled edge is in the original graph
             orig_n = torch.from_numpy(np.asarray(ids.orig_nids))
             orig_e = torch.from_numpy(np.asarray(ids.orig_eids))

@@ -116,6 +116,18 @@ def test_dropout_keeps_1_minus_p_scaled_and_is_identity_in_eval():
     assert set(g.grad.tolist()) <= {0.0, 2.0}  # gradient flows through kept units only
 
 
+def test_dropout_of_a_size_not_a_multiple_of_its_words():
+    """The mask's bits come in 64-bit words: a last word only partly used still gives
+    every element its own draw (odd sizes, 8- and 16-bit draws)."""
+    torch.manual_seed(1)
+    for p, n in ((0.5, 100_003), (0.3, 100_001)):
+        out = dropout(torch.ones(n), p, True)
+        assert out.shape == (n,)
+        for part in (out[: n // 2], out[n // 2 :]):  # the tail drawn as the head
+            assert abs(float((part != 0).float().mean()) - (1 - p)) < 0.02
+    assert dropout(torch.ones(3, 1), 0.5, True).shape == (3, 1)
+
+
 def test_dropout_masks_follow_torchs_seed():
     x = torch.ones(64, 8)
     torch.manual_seed(5)
