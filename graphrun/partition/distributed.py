@@ -42,7 +42,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
-from multiprocessing.context import BaseContext
+from multiprocessing.context import ForkServerContext, SpawnContext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -457,7 +457,7 @@ def run_local(
     *,
     timeout: float = 600.0,
     on_phase: Callable[[int, str], None] | None = None,
-    processes: BaseContext | None = None,
+    processes: SpawnContext | ForkServerContext | None = None,
 ) -> DistResult:
     """Partition the chunked ``dataset`` into ``parts`` with ``parts`` local rank
     processes (gloo on loopback) and write the partition directory ``out``.
