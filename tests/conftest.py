@@ -4,9 +4,9 @@
 - The suite runs on three pytest-xdist workers (``-n 3`` in pyproject's ``addopts``). A
   test that measures time or a CPU share (marked ``exclusive``) runs alone: it takes a
   lock every other test shares, through a turnstile so that the other workers cannot
-  starve it. The lock is taken outside the
-  test's timeout (an outer ``pytest_runtest_protocol`` wrapper), so waiting for the other
-  workers' tests does not count against this one's.
+  starve it. Their modules come first in the list (:func:`alone_first`). The lock is
+  taken outside the test's timeout (an outer ``pytest_runtest_protocol`` wrapper), so
+  waiting for the other workers' tests does not count against this one's.
 - Each worker has one core's share: torch (in the worker and in the processes it starts
   that do not size their threads themselves) gets one OpenMP thread, not one per core,
   which spin in OpenMP's barriers while the other workers have the cores.
@@ -37,6 +37,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # before any test module imports 
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items[:] = alone_first(items)
     if not any("cuda" in item.keywords for item in items):
         return
     import torch
@@ -51,6 +52,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def runs_alone(item: pytest.Item) -> bool:
     return "exclusive" in item.keywords
+
+
+def alone_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The modules with a test that runs alone first, in their order, then the rest.
+
+    A test that runs alone waits for the other workers' tests to end while they start no
+    new one; at the session's start (xdist gives each worker a block of the list in its
+    order) they run short ones, and the waits are short: in the middle of the list they
+    were tens of seconds of idle cores each. Whole modules move, so that a module's
+    fixtures are still set up once."""
+    first = {item.module for item in items if runs_alone(item)}
+    return [i for i in items if i.module in first] + [i for i in items if i.module not in first]
 
 
 def _lock_dir(config: pytest.Config) -> Path:

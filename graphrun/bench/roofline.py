@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from multiprocessing.context import ForkServerContext, SpawnContext
 from typing import Any
 
 import torch
@@ -336,16 +337,21 @@ def _allreduce_rank(rank: int, init: str, numel: int, repeats: int, out: Any) ->
     dist.destroy_process_group()
 
 
-def allreduce_phase(numel: int, repeats: int = 9, timeout_s: float = 60.0) -> Phase:
+def allreduce_phase(
+    numel: int, repeats: int = 9, timeout_s: float = 60.0,
+    processes: SpawnContext | ForkServerContext | None = None,
+) -> Phase:  # fmt: skip
     """The gradients' all-reduce: two gloo processes on loopback sum ``numel`` floats
-    (what DDP sends a step, in one bucket); the bytes each rank sends and receives."""
+    (what DDP sends a step, in one bucket); the bytes each rank sends and receives.
+    ``processes``: the ``multiprocessing`` context they start from (``spawn`` by
+    default; the test forks them from its fork server, torch imported once)."""
     import multiprocessing as mp
     import tempfile
     from pathlib import Path
 
     from graphrun.errors import GraphrunError
 
-    ctx = mp.get_context("spawn")
+    ctx = processes if processes is not None else mp.get_context("spawn")
     got = ctx.Queue()
     with tempfile.TemporaryDirectory(prefix="graphrun-roofline-") as tmp:
         init = f"file://{Path(tmp) / 'rendezvous'}"

@@ -42,6 +42,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
+from multiprocessing.context import ForkServerContext, SpawnContext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -456,12 +457,16 @@ def run_local(
     *,
     timeout: float = 600.0,
     on_phase: Callable[[int, str], None] | None = None,
+    processes: SpawnContext | ForkServerContext | None = None,
 ) -> DistResult:
     """Partition the chunked ``dataset`` into ``parts`` with ``parts`` local rank
     processes (gloo on loopback) and write the partition directory ``out``.
 
     ``timeout`` bounds every collective (and the start of every rank); ``on_phase``
     (picklable) is called in a rank at the start of each phase, for tests.
+    ``processes``: the ``multiprocessing`` context the ranks start from, a new
+    interpreter each (``spawn``) by default; the tests fork them from their fork server,
+    which imported torch once (1.6 CPU-s a rank).
     """
     if not isinstance(parts, int) or parts < 1:
         raise ArgumentError(f"--parts: must be a positive integer, got {parts!r}")
@@ -477,7 +482,7 @@ def run_local(
         cores = len(os.sched_getaffinity(0))
         opts = replace(opts, lp=replace(opts.lp, threads=max(1, cores // parts)))
     start = time.perf_counter()
-    ctx = mp.get_context("spawn")
+    ctx = processes if processes is not None else mp.get_context("spawn")
     events = ctx.SimpleQueue()  # put() writes to the pipe at once: a phase is known before
     # a rank that is killed in it dies
     procs: list[Any] = []

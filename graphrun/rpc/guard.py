@@ -8,14 +8,21 @@ help: no frame is readable before the last one has arrived).
 
 :class:`ConnectionGuard` watches each TCP connection of a server from outside libzmq: the
 kernel's count of the bytes received on it (``TCP_INFO``'s ``tcpi_bytes_received``)
-against the wire size of the messages libzmq delivered from it (each message's
-``ZMQ_SRCFD``; a frame's wire size is its length plus its ZMTP header, plus the CURVE box
-under CURVE: exact, see :func:`wire_bytes`). When nothing is left to read, the difference
-is the message in the making (plus the handshake and what the kernel holds, a few MiB at
-most). A connection past ``limit`` then — or past ``4 * limit`` while the server is busy
-and whole messages may wait in its queue — is shut down (libzmq drops its partial message
-and the peer's requests in flight fail), and logged, rate-limited; so is the largest
-connection while all of them together hold more than ``4 * limit`` with nothing to read.
+less those still in its receive queue (``FIONREAD``: not read by libzmq yet, the
+kernel's memory, bounded by ``tcp_rmem``) against the wire size of the messages libzmq
+delivered from it (each message's ``ZMQ_SRCFD``; a frame's wire size is its length plus
+its ZMTP header, plus the CURVE box under CURVE: exact, see :func:`wire_bytes`). When
+nothing is left to read, the difference is the message in the making (plus the
+handshake); whole requests a starved server's I/O thread has not read yet are not. A
+connection's count is kept by its fd and checked against the peer's address and the
+routing id of its messages: libzmq reuses a closed connection's fd at once, and the
+closed one's end, read from the monitor after the next one's first messages were
+counted, took their count with it (a client with four parked 512 KiB pulls was cut at
+a 1 MiB limit under load). A connection past ``limit`` then — or past ``4 * limit``
+while the server is busy and whole messages may wait in its queue — is shut down
+(libzmq drops its partial message and the peer's requests in flight fail), and logged,
+rate-limited; so is the largest connection while all of them together hold more than
+``4 * limit`` with nothing to read.
 The check runs every :data:`CHECK_S` seconds (a ``getsockopt`` per connection), so a
 connection can overshoot by what arrives in that time. ``ipc://`` and ``inproc://``
 connections (same machine, no TCP) are not watched.
@@ -31,9 +38,11 @@ frames or ``max_bytes`` bytes throws the rest away, frame by frame, never kept.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import socket
 import struct
+import termios
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -61,10 +70,12 @@ def wire_bytes(n: int, curve: bool) -> int:
 class _Conn:
     peer: Any
     delivered: int = 0
+    rid: bytes | None = None  # the ROUTER's routing id of its messages, once one came
 
 
 def _tcp_bytes_received(fd: int) -> tuple[int, Any] | None:
-    """(bytes received, peer address) of a TCP socket fd, or None if it is not one."""
+    """(bytes received and read from the kernel, peer address) of a TCP socket fd, or
+    None if it is not one."""
     if fd < 0:
         return None
     try:
@@ -77,7 +88,9 @@ def _tcp_bytes_received(fd: int) -> tuple[int, Any] | None:
         info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
         if len(info) < _BYTES_RECEIVED + 8:
             return None
-        return struct.unpack_from("Q", info, _BYTES_RECEIVED)[0], s.getpeername()
+        unread = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+        received = struct.unpack_from("Q", info, _BYTES_RECEIVED)[0]
+        return received - unread, s.getpeername()
     except OSError:
         return None
     finally:
@@ -122,10 +135,27 @@ class ConnectionGuard:
         return conn
 
     def on_event(self, event: int, value: int) -> None:
+        """A monitor event. The events come after the messages libzmq delivered before
+        them: a closed connection's end may be read after messages of the next one on
+        its fd (whose count it must not take with it), so an end is applied only where
+        the fd no longer carries the connection that the count is of."""
         if event & zmq.EVENT_ACCEPTED:  # (a message may have made it known already)
             self._conn(value)
         elif event & (zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED):
-            self._conns.pop(value, None)
+            conn, got = self._conns.get(value), _tcp_bytes_received(value)
+            if conn is not None and (got is None or got[1] != conn.peer):
+                del self._conns[value]
+
+    def _sender(self, fd: int, rid: bytes) -> _Conn | None:
+        """The record of the connection on ``fd`` that sent routing id ``rid``: a record
+        of another routing id is an earlier connection's on that fd, whose end was not
+        read yet (looked up then, as is a record no message named yet)."""
+        conn = self._conns.get(fd)
+        if conn is None or conn.rid != rid:
+            conn = self._conn(fd)
+            if conn is not None:
+                conn.rid = rid
+        return conn
 
     def on_message(self, frames: Sequence[Any]) -> None:
         """Count a message received from a ROUTER (``frames[0]``: the peer's routing id)."""
@@ -137,13 +167,14 @@ class ConnectionGuard:
             return
         if fd < 0:
             return
-        conn = self._conns.get(fd) if fd in self._conns else self._conn(fd)
+        conn = self._sender(fd, _bytes(frames[0]))
         if conn is not None:
             conn.delivered += sum(wire_bytes(len(f), self.curve) for f in frames[1:])
 
-    def on_dropped(self, fd: int, nbytes: int) -> None:
-        """Count a frame received and thrown away (not part of a delivered message)."""
-        conn = self._conns.get(fd)
+    def on_dropped(self, fd: int, rid: bytes, nbytes: int) -> None:
+        """Count a frame received from ``rid`` and thrown away (not part of a delivered
+        message)."""
+        conn = self._sender(fd, rid) if fd >= 0 else None
         if conn is not None:
             conn.delivered += wire_bytes(nbytes, self.curve)
 
@@ -248,7 +279,7 @@ class GuardedRouter:
                 fd = srcfd(frame)
                 while frame.more:  # the rest of it: counted, not kept
                     frame = sock.recv(copy=False)
-                    self.guard.on_dropped(fd, len(frame))
+                    self.guard.on_dropped(fd, _bytes(frames[0]), len(frame))
                 self.guard.on_message(frames)
                 if size > lim.max_bytes:
                     return frames, f"{size}+ bytes exceed the limit of {lim.max_bytes}"
@@ -261,6 +292,10 @@ class GuardedRouter:
         with contextlib.suppress(zmq.ZMQError):
             self.sock.disable_monitor()
         self.monitor.close(0)
+
+
+def _bytes(frame: Any) -> bytes:
+    return frame.bytes if isinstance(frame, zmq.Frame) else bytes(frame)
 
 
 def srcfd(frame: Any) -> int:

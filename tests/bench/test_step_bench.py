@@ -93,8 +93,9 @@ def test_step_bench_prints_the_roofline_of_each_phase(
 @pytest.mark.integration
 def test_the_allreduce_phase_is_two_gloo_processes() -> None:
     from graphrun.bench.roofline import allreduce_phase
+    from graphrun.testing.procs import torch_processes
 
-    phase = allreduce_phase(1000, repeats=3)
+    phase = allreduce_phase(1000, repeats=3, processes=torch_processes())  # forked, not spawned
     assert phase.name == "allreduce" and phase.seconds > 0 and phase.bytes == 8000
 
 

@@ -14,6 +14,7 @@ from graphrun.distributed.pyg_remote import RemoteNeighborSampler
 from graphrun.distributed.pyg_stores import remote_backend
 from graphrun.errors import ArgumentError
 from graphrun.testing.jobs import no_children
+from graphrun.testing.procs import torch_processes
 
 pytestmark = pytest.mark.integration
 
@@ -72,13 +73,13 @@ def test_workers_fork_their_own_clients_and_give_the_same_batches(served) -> Non
         ours = list(DistNodeDataLoader(dg, ids, [3, 2], batch_size=10, seed=SEED))
         fs, gs = remote_backend(ctx)
         sampler = RemoteNeighborSampler(gs, [3, 2], seed=SEED)
-        # two forked workers would share this process's store client; a spawned worker
-        # has nothing to share, so one shows that it connects by itself (each spawned
-        # worker is a new interpreter importing torch and PyG)
-        for ctx_name, workers in (("fork", 2), ("spawn", 1)):
+        # two forked workers would share this process's store client; a worker from the
+        # fork server (a fresh interpreter that imported torch and PyG once, not this
+        # process's copy) has nothing to share, so one shows that it connects by itself
+        for mp_ctx, workers in (("fork", 2), (torch_processes(), 1)):
             loader = NeighborLoader(
                 (fs, gs), [3, 2], input_nodes=ids, neighbor_sampler=sampler, batch_size=10,
-                num_workers=workers, multiprocessing_context=ctx_name,
+                num_workers=workers, multiprocessing_context=mp_ctx,
             )  # fmt: skip
             for a, b in zip(ours, loader, strict=True):
                 same(a, b, NODE_KEYS)

@@ -219,17 +219,22 @@ def test_a_server_leaves_to_popen_another_interpreter_and_code_changed_since_its
     tmp_path,
 ):
     """A shared server (GRAPHRUN_WARM_SOCKET) outlives jobs: its code, imported once,
-    must still be the code a new interpreter of the request's would run."""
+    must still be the code a new interpreter of the request's would run. And it loaded
+    the mean's backward kernel before it forked (each trainer paid about 0.7 CPU-s for
+    numba and the kernel at its first backward): the server runs no trainer code, so the
+    kernel it holds when it ends is the one its start loaded."""
     (tmp_path / "extra.py").write_text("")
     server = (
         f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import extra\n"
         "from graphrun.machine.warm import main\n"
         "main(sys.argv[1:])\n"
+        "from graphrun.train import aggregate as A\n"
+        "print(len(A._COMPILED), len(A._COMPILED[0].signatures) if A._COMPILED else 0)\n"
     )
     with tempfile.TemporaryDirectory(prefix="warm-test-") as d:
         sock = Path(d) / "0.sock"
         proc = subprocess.Popen([sys.executable, "-c", server, "--socket", str(sock)],
-                                env=child_env())  # fmt: skip
+                                env=child_env(), stdout=subprocess.PIPE, text=True)  # fmt: skip
         try:
             _until(sock.exists, what="the warm server's socket")
             trainer = {"module": "graphrun.machine.trainer", "argv": ["--help"],
@@ -250,20 +255,5 @@ def test_a_server_leaves_to_popen_another_interpreter_and_code_changed_since_its
                 assert sup.warm_started() == set()
         finally:
             proc.terminate()
-            proc.wait(timeout=30)
-
-
-def test_the_server_loads_the_means_backward_kernel_before_it_forks(tmp_path):
-    """A trainer forked from the server finds the mean's backward kernel loaded (each one
-    paid about 0.7 CPU-s for numba and the kernel at its first backward)."""
-    code = (
-        "import sys; from pathlib import Path\n"
-        "from graphrun.machine.warm import WarmServer\n"
-        "s = WarmServer(Path(sys.argv[1])); s.preload()\n"
-        "from graphrun.train import aggregate as A\n"
-        "print(len(A._COMPILED), len(A._COMPILED[0].signatures) if A._COMPILED else 0)\n"
-    )
-    argv = [sys.executable, "-c", code, str(tmp_path / "w.sock")]
-    got = subprocess.run(argv, env=child_env(), capture_output=True, text=True, timeout=120)
-    out = got.stdout if got.returncode == 0 else got.stderr
-    assert out.split() == ["1", "1"]
+            out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and out.split() == ["1", "1"]  # the mean's kernel, loaded

@@ -31,10 +31,13 @@ from graphrun.partition.distributed import DistOptions, run_local
 from graphrun.partition.quality import measure
 from graphrun.partition.xtrapulp import LPOptions
 from graphrun.testing.graphs import community_graph, hetero_graph
-from graphrun.testing.procs import child_env, run_graphrun
+from graphrun.testing.procs import child_env, run_graphrun, torch_processes
 from tests.partition.test_roundtrip import check_round_trip
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # rank processes each
+# run_local's ranks below fork from this process's fork server (torch_processes: torch
+# imported once, 1.6 CPU-s a rank), not new interpreters; the CLI's ranks, the loopback
+# test's and the bench's keep the default's (spawn)
 
 
 def assignment(out: Path, graph: Graph) -> np.ndarray:
@@ -52,7 +55,7 @@ def homo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Graph, Path]:
     # criteria (training nodes, edges) and never balanced (edge balance 1.103)
     lp = LPOptions(threads=1)
     opts = DistOptions(halo_hops=2, balance_train=True, balance_edges=True, seed=3, lp=lp)
-    run_local(root / "chunks", root / "parts", 3, opts, timeout=60)
+    run_local(root / "chunks", root / "parts", 3, opts, timeout=60, processes=torch_processes())
     return g, root / "parts"
 
 
@@ -102,7 +105,9 @@ def test_exchanges_in_small_rounds_write_the_same_partition(
     opts = DistOptions(
         halo_hops=2, balance_train=True, balance_edges=True, seed=3, lp=lp, round_bytes=1024
     )
-    run_local(out.parent / "chunks", tmp_path / "parts", 3, opts, timeout=60)
+    run_local(
+        out.parent / "chunks", tmp_path / "parts", 3, opts, timeout=60, processes=torch_processes()
+    )
     same_files(out, tmp_path / "parts")
 
 
@@ -135,7 +140,10 @@ def test_heterogeneous_with_raw_ids(tmp_path: Path, halo: int) -> None:
     g = hetero_graph(40, 70, seed=2)
     raw = {"paper": np.arange(70, dtype=np.int64) * 7 + 5, "author": np.arange(40) * 2}
     save_chunked(g, tmp_path / "chunks", 2, raw)
-    run_local(tmp_path / "chunks", tmp_path / "parts", 2, DistOptions(halo_hops=halo), timeout=60)
+    opts = DistOptions(halo_hops=halo)
+    run_local(
+        tmp_path / "chunks", tmp_path / "parts", 2, opts, timeout=60, processes=torch_processes()
+    )
     check_round_trip(g, tmp_path / "parts", 2, halo)
     mp = load_id_mapping(tmp_path / "parts")
     for ntype, ids in raw.items():
@@ -157,6 +165,7 @@ def test_a_rank_killed_mid_shuffle_fails_the_run_and_leaves_nothing(tmp_path: Pa
             DistOptions(lp=LPOptions(init="hash", rounds=1)),
             timeout=30,
             on_phase=kill_rank_1_in_shuffle,
+            processes=torch_processes(),
         )
     assert "partition rank 1 died during shuffle (killed by SIGKILL)" in str(info.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chunks"]
@@ -250,7 +259,7 @@ def test_the_rank_that_failed_by_itself_is_blamed_not_its_peer(tmp_path: Path) -
     save_chunked(community_graph(300, 2000, seed=1), tmp_path / "chunks", 2)
     with pytest.raises(GraphrunError) as info:
         run_local(tmp_path / "chunks", tmp_path / "parts", 2, timeout=30,
-                  on_phase=fail_rank_1_in_assign)  # fmt: skip
+                  on_phase=fail_rank_1_in_assign, processes=torch_processes())  # fmt: skip
     assert "partition rank 1 failed during assign: ValueError: a bug of rank 1" in str(info.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chunks"]
 

@@ -3,8 +3,10 @@ libzmq keeps a multipart message whole before the application sees any of it."""
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
+import threading
 import time
 
 import numpy as np
@@ -14,7 +16,7 @@ import zmq
 from graphrun.rpc import Limits, Message, MsgKind, RpcClient, new_keypair
 from graphrun.rpc.auth import secure_client
 from graphrun.rpc.codec import encode
-from graphrun.rpc.guard import wire_bytes
+from graphrun.rpc.guard import ConnectionGuard, wire_bytes
 from graphrun.testing.threads import ServerThread
 
 
@@ -97,3 +99,94 @@ def test_a_message_that_never_ends_is_cut_and_the_server_goes_on():
         _wait_for(lambda: st.server.guard.cut == 1)
         with RpcClient(st.address, timeout=5) as c:  # and it serves on
             assert c.call("echo", {"x": 1}).body == {"x": 1}
+
+
+def _read(s: socket.socket, n: int) -> None:
+    while n:
+        n -= len(s.recv(min(n, 1 << 16)))
+
+
+def test_what_the_kernel_holds_unread_is_not_counted_as_a_message_in_the_making():
+    """Bytes still in the kernel's receive queue (libzmq's I/O thread has not read them: a
+    starved server) are not what the server buffers: whole requests sent back to back
+    counted as a message in the making. What is read counts as before."""
+    cuts: list[object] = []
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)  # the 3 MiB fit
+        with socket.create_connection(listener.getsockname(), timeout=10) as client:
+            server, _ = listener.accept()
+            with server:
+                guard = ConnectionGuard(1 << 20, False, "test", lambda *a: cuts.append(a))
+                guard.on_event(zmq.EVENT_ACCEPTED, server.fileno())
+                client.sendall(b"x" * (3 << 20))
+                _wait_for(lambda: _received(server) == 3 << 20)
+                guard.tick(lambda: False)
+                assert guard.pending() == {server.fileno(): 0} and not cuts
+                _read(server, 3 << 19)  # 1.5 MiB now in the server's hands, never delivered
+                assert guard.pending() == {server.fileno(): 3 << 19}
+                guard.tick(lambda: False)
+                assert guard.cut == 1 and len(cuts) == 1
+
+
+def _received(s: socket.socket) -> int:
+    info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    return struct.unpack_from("Q", info, 128)[0]  # tcpi_bytes_received
+
+
+class _Part(bytes):
+    """A received frame as the guard reads it: its bytes and the fd it came on."""
+
+    fd = -1
+
+    def get(self, option: int) -> int:
+        assert option == zmq.SRCFD
+        return self.fd
+
+
+def _deliver(guard: ConnectionGuard, client: socket.socket, server: socket.socket,
+             rid: bytes, n: int) -> None:  # fmt: skip
+    """A message of one ``n``-byte frame from ``client``, read whole and delivered."""
+    body = _Part(b"m" * n)
+    body.fd = server.fileno()
+    sending = threading.Thread(target=client.sendall, args=(b"h" * wire_bytes(n, False),))
+    sending.start()
+    _read(server, wire_bytes(n, False))
+    sending.join()
+    guard.on_message([rid, body])
+
+
+def _on_fd(listener: socket.socket, fd: int) -> socket.socket:
+    accepted, _ = listener.accept()
+    with accepted:
+        return socket.socket(fileno=os.dup2(accepted.fileno(), fd))
+
+
+def test_a_closed_connections_late_end_keeps_the_count_of_the_next_on_its_fd():
+    """The parameter server's parked pulls were cut under load: the connection before
+    them (a good request) had ended on the same fd, and its end, read from the monitor
+    after their messages had been counted, took their count with it: 1 MiB delivered
+    looked not yet whole. A routing id the record has not seen looks the fd up again, and
+    an end is applied only where the fd no longer carries the record's connection."""
+    cuts: list[object] = []
+    guard = ConnectionGuard(1 << 20, False, "test", lambda *a: cuts.append(a))
+    fd = 1000  # both connections' (libzmq's accepted fds are reused as the kernel's are)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        with socket.create_connection(listener.getsockname(), timeout=10) as first:
+            s1 = _on_fd(listener, fd)
+            guard.on_event(zmq.EVENT_ACCEPTED, fd)
+            _deliver(guard, first, s1, b"r1", 100)
+            s1.close()
+        second = socket.create_connection(listener.getsockname(), timeout=10)
+        with second, _on_fd(listener, fd) as s2:  # the first's fd
+            for _ in range(3):  # delivered before the first's end is read
+                _deliver(guard, second, s2, b"r2", 512 << 10)
+            guard.on_event(zmq.EVENT_DISCONNECTED, fd)  # the first's end, late
+            guard.on_event(zmq.EVENT_ACCEPTED, fd)
+            guard.tick(lambda: False)
+            assert not cuts and guard.pending() == {fd: 0}
+            second.sendall(b"x" * (3 << 19))  # what is read and not delivered counts
+            _read(s2, 3 << 19)
+            guard.tick(lambda: False)
+            assert len(cuts) == 1 and guard.cut == 1
+        guard.on_event(zmq.EVENT_DISCONNECTED, fd)  # its own end, now closed
+        assert guard.pending() == {}

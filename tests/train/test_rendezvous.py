@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
+import multiprocessing as mp
+import os
 import socket
-import subprocess
-import sys
-import textwrap
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,9 +13,8 @@ import pytest
 from graphrun.errors import RpcTimeout
 from graphrun.job.hosts import free_ports
 from graphrun.rpc.auth import generate_keys, new_keypair
+from graphrun.testing.procs import run_then_exit, torch_processes
 from graphrun.train.rendezvous import KeyStore, RendezvousServer
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -81,41 +78,37 @@ def test_a_stranger_is_refused_and_changes_nothing(served) -> None:
         member.close()
 
 
-TRAINER = textwrap.dedent(
-    """
-    import json, sys
-    import torch, torch.distributed as dist
+def _trainer(rank: int, port: int, key: str, out: mp.Queue) -> None:
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    import torch
+    import torch.distributed as dist
+
     from graphrun.rpc.auth import load_keys
     from graphrun.train.ddp import DDPConfig, process_group
-    rank, port, key = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+
     cfg = DDPConfig(rank, 2, f"127.0.0.1:{port}", backend="gloo", timeout_s=60,
-                    keys=load_keys(key))
+                    keys=load_keys(key))  # fmt: skip
     with process_group(cfg):
         t = torch.tensor([rank + 1.0])
         dist.all_reduce(t)
-        print(json.dumps({"rank": rank, "sum": float(t)}))
-    """
-)
+        out.put((rank, float(t)))
 
 
 @pytest.mark.integration
 def test_two_trainers_meet_through_it_and_all_reduce(tmp_path: Path) -> None:
+    """Two trainer processes (forked from the fork server: torch imported once)."""
     key = tmp_path / "job.key"
     generate_keys(key)
     (port,) = free_ports(1)
-    env = {"PYTHONPATH": str(ROOT), "GLOO_SOCKET_IFNAME": "lo", "PATH": "/usr/bin:/bin"}
+    ctx = torch_processes()
+    out: mp.Queue = ctx.Queue()
     procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", TRAINER, str(r), str(port), str(key)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for r in (0, 1)
+        ctx.Process(target=run_then_exit, args=(_trainer, r, port, str(key), out)) for r in (0, 1)
     ]
-    outs = [p.communicate(timeout=120) for p in procs]
-    for p, (_, err) in zip(procs, outs, strict=True):
-        assert p.returncode == 0, err[-2000:]
-    got = sorted(json.loads(out.strip().splitlines()[-1])["sum"] for out, _ in outs)
-    assert got == [3.0, 3.0]
+    for p in procs:
+        p.start()
+    got = sorted(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    assert got == [(0, 3.0), (1, 3.0)]
