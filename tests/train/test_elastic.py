@@ -1,4 +1,5 @@
-"""The pure parts of elastic trainers (the re-form itself runs in tests/job/test_elastic.py)."""
+"""The pure parts of elastic trainers (the re-form itself runs in tests/train/test_elastic_group.py
+and, whole jobs, in tests/local/test_elastic.py)."""
 
 from __future__ import annotations
 
