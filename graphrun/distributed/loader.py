@@ -45,6 +45,7 @@ from graphrun.distributed.dglnames import NeighborSampler as NeighborSamplerSpec
 from graphrun.distributed.graph import DistGraph
 from graphrun.distributed.live import LiveTypeMap, id_bound, new_seeds
 from graphrun.distributed.minibatch import epoch_seed, shuffled
+from graphrun.distributed.split import foreign
 from graphrun.distributed.workers import WorkerPool
 from graphrun.errors import ArgumentError
 from graphrun.names import TensorKey
@@ -62,7 +63,9 @@ def _check_count(value: Any, name: str, low: int) -> int:
 class LoaderOptions:
     """How a loader walks its seeds: torch ``DataLoader``'s options, and graphrun's
     ``prefetch`` (batches in flight in all) and ``seed`` (of the shuffle and of every
-    batch's sampling)."""
+    batch's sampling). ``home``: the trainer's home partition; with ``shuffle`` the
+    seeds it does not own are dealt last, together (:func:`shuffled`), so the batches
+    before them sample their first hop without a round trip to another machine."""
 
     batch_size: int
     shuffle: bool = False
@@ -74,6 +77,7 @@ class LoaderOptions:
     prefetch_factor: int | None = None  # batches in flight per worker (torch's)
     seed: int = 0
     live_seeds: str | None = None  # a followed live graph: new nodes with this mask join
+    home: int | None = None
 
     def __post_init__(self) -> None:
         _check_count(self.batch_size, "batch_size", 1)
@@ -83,6 +87,10 @@ class LoaderOptions:
             if self.num_workers == 0:
                 raise ArgumentError("prefetch_factor: only with num_workers > 0 (as in torch)")
             _check_count(self.prefetch_factor, "prefetch_factor", 1)
+        if self.home is not None:
+            _check_count(self.home, "home", 0)
+            if self.live_seeds is not None:
+                raise ArgumentError("home: not with live_seeds (a new node's owner can change)")
 
     @property
     def in_flight(self) -> int:
@@ -133,6 +141,9 @@ class _DistLoader:
         self._pool: WorkerPool | None = None
         self.last_cost = BatchCost()  # of the batch yielded last
         self._live_seen: np.ndarray | None = None  # seeds so far (a followed live graph)
+        self._last: Tensor | None = None  # the seeds dealt last (``home``)
+        if options.home is not None:
+            self._last = foreign(self.ids, graph.book, options.home, spec.ntype)
 
     def __len__(self) -> int:
         n, size = self.ids.numel(), self.options.batch_size
@@ -143,7 +154,9 @@ class _DistLoader:
 
     def _tasks(self) -> list[tuple[Tensor, int]]:
         seed, size = self.options.seed, self.options.batch_size
-        order = shuffled(self.ids, seed, self.epoch) if self.options.shuffle else self.ids
+        order = self.ids
+        if self.options.shuffle:
+            order = shuffled(self.ids, seed, self.epoch, self._last)
         base = epoch_seed(seed, self.epoch)
         return [(order[i * size : (i + 1) * size], base) for i in range(len(self))]
 

@@ -46,15 +46,22 @@ def epoch_seed(seed: int, epoch: int) -> int:
     return batch_seed(seed, epoch, 0)
 
 
-def shuffled(ids: Tensor, seed: int, epoch: int) -> Tensor:
+def shuffled(ids: Tensor, seed: int, epoch: int, last: Tensor | None = None) -> Tensor:
     """``ids`` in the order graphrun's loaders deal them in ``epoch`` with ``shuffle=True``
-    (give it to a PyG loader with ``shuffle=False`` to get graphrun's batches)."""
+    (give it to a PyG loader with ``shuffle=False`` to get graphrun's batches).
+
+    ``last``: a mask over 1-d ``ids`` of those dealt after all the others, each part in
+    the shuffle's order: a trainer's seeds that its home partition does not own
+    (:func:`~graphrun.distributed.split.foreign`), so that only the epoch's last batch
+    asks another machine for a first hop. An empty mask changes nothing."""
     gen = torch.Generator().manual_seed(batch_seed(seed, epoch, -1))
-    return (
-        ids[torch.randperm(ids.shape[-1], generator=gen)]
-        if ids.dim() == 1
-        else (ids[:, torch.randperm(ids.shape[-1], generator=gen)])
-    )
+    perm = torch.randperm(ids.shape[-1], generator=gen)
+    if ids.dim() != 1:
+        return ids[:, perm]
+    if last is not None:
+        away = last[perm]
+        perm = torch.cat([perm[~away], perm[away]])
+    return ids[perm]
 
 
 def content_seed(base: int, *ids: Tensor) -> int:

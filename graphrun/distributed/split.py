@@ -34,7 +34,14 @@ from graphrun.errors import ArgumentError
 from graphrun.names import home_partition
 from graphrun.partition.book import PartitionBook
 
-__all__ = ["edge_split", "home_partition", "node_split", "split_even", "trainer_partitions"]
+__all__ = [
+    "edge_split",
+    "foreign",
+    "home_partition",
+    "node_split",
+    "split_even",
+    "trainer_partitions",
+]
 
 Mode = Literal["pad", "trim", "cover"]
 
@@ -162,3 +169,14 @@ def edge_split(
         trainer_parts,
         mode,
     )
+
+
+def foreign(ids: Tensor, book: PartitionBook, home: int, ntype: str | None = None) -> Tensor:
+    """Which of ``ids`` partition ``home`` does not own, as a mask: the seeds of a trainer
+    at home there whose first hop another machine samples. ``node_split`` deals a
+    trainer some when its partition holds fewer training nodes than the equal share
+    (pl200k: 40 of trainer 0's 10,000); a loader deals them last
+    (:func:`~graphrun.distributed.minibatch.shuffled`)."""
+    if not 0 <= home < book.num_parts:
+        raise ArgumentError(f"home: partition {home} is not in [0, {book.num_parts})")
+    return torch.from_numpy(book.nid2part(ids.numpy(), ntype) != home)

@@ -38,6 +38,7 @@ from graphrun.distributed import (
     trainer_partitions,
 )
 from graphrun.distributed import edge_split as edge_split_ids
+from graphrun.distributed.split import foreign
 from graphrun.errors import ArgumentError
 from graphrun.names import PolicyName
 from graphrun.record import FeatureCache, SamplersReady, SamplersStarting, emit
@@ -146,6 +147,8 @@ class DistGraphData:
                 live_seeds=f"{split}_mask" if live and split == "train" else None,
                 # what the node tasks' models read: no edge ids, the seeds' labels
                 edge_ids=False, labels="seeds",
+                # seeds of other partitions last: one batch makes their first hop's trip
+                home=self._parts[self.rank] if split == "train" and not live else None,
             )  # fmt: skip
             self._start(self._loaders[key])
         loader = self._loaders[key]
@@ -267,13 +270,17 @@ class DistGraphData:
         return node_split(ids, self.book, rank, world, ntype=ntype, trainer_parts=parts, mode="pad")
 
     def train_orders(self, epoch: int, ntype: str | None) -> list[Tensor]:
-        """Every trainer's training seeds of ``epoch`` in the order its loader deals them."""
+        """Every trainer's training seeds of ``epoch`` in the order its loader deals them
+        (its home partition's first: :meth:`loader`'s ``home``)."""
         from graphrun.distributed.minibatch import shuffled
 
         ids = self.graph.mask_ids("train_mask", ntype)
         w, parts = self.world_size, list(self._parts)
         shares = [torch.as_tensor(self.split_seeds(ids, r, w, parts, ntype)) for r in range(w)]
-        return [shuffled(share, self.seed + r, epoch) for r, share in enumerate(shares)]
+        return [
+            shuffled(share, self.seed + r, epoch, foreign(share, self.book, parts[r], ntype))
+            for r, share in enumerate(shares)
+        ]
 
     def regroup(self, rank: int, world: int, parts: list[int]) -> None:
         """Be trainer ``rank`` of ``world`` (home partitions ``parts``) from now on: every

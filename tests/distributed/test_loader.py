@@ -73,6 +73,62 @@ def test_node_batches_without_edge_ids_are_the_same_batches_without_e_id(served,
             assert torch.equal(a[key], b[key]), key
 
 
+def test_a_trainers_seeds_of_other_partitions_are_dealt_last(served) -> None:
+    # trainer 0's seeds of partition 1 made every batch ask machine 1 for a first hop
+    with initialize(served.servers, heartbeat_interval=0) as ctx:
+        dg = DistGraph(ctx)
+        ids = dg.mask_ids("train_mask")  # both partitions' ids
+        away = dg.partition_book.nid2part(ids.numpy()) != 0
+        assert 16 < away.sum() < len(ids) - 16
+
+        def epoch(loader: DistNodeDataLoader, e: int) -> torch.Tensor:
+            loader.set_epoch(e)
+            return torch.cat([b.n_id[: b.batch_size] for b in loader])
+
+        kw = {"batch_size": 16, "shuffle": True, "seed": 3}
+        homed = [DistNodeDataLoader(dg, ids, [2], home=0, **kw) for _ in range(2)]
+        plain = DistNodeDataLoader(dg, ids, [2], **kw)
+        for e in range(2):
+            got = epoch(homed[0], e)
+            assert torch.equal(got, epoch(homed[1], e))  # deterministic
+            assert sorted(got.tolist()) == sorted(ids.tolist())  # every seed once
+            owner = dg.partition_book.nid2part(got.numpy())
+            n_home = int((owner == 0).sum())
+            assert (owner[:n_home] == 0).all() and (owner[n_home:] == 1).all()
+            # each part in the shuffle's order
+            before = epoch(plain, e)
+            mask = torch.from_numpy(dg.partition_book.nid2part(before.numpy()) == 0)
+            assert torch.equal(got, torch.cat([before[mask], before[~mask]]))
+        with pytest.raises(ArgumentError, match=r"home: partition 2 is not in \[0, 2\)"):
+            DistNodeDataLoader(dg, ids, [2], home=2, **kw)
+        with pytest.raises(ArgumentError, match="home: not with live_seeds"):
+            DistNodeDataLoader(dg, ids, [2], home=0, live_seeds="train_mask", **kw)
+
+
+def test_the_training_loaders_order_is_the_one_elastic_trainers_plan_with(served) -> None:
+    # three trainers on two partitions: partition 1's one trainer gets seeds of partition 0
+    from graphrun.train.distdata import DistGraphData
+
+    foreign = 0
+    for rank in range(3):
+        with initialize(served.servers, rank=rank, world_size=3, heartbeat_interval=0) as ctx:
+            data = DistGraphData(DistGraph(ctx), rank, 3, seed=4)
+            home = data._parts[rank]
+            for e in range(2):
+                want = data.train_orders(e, None)[rank]
+                got = torch.cat([
+                    b.data.n_id[: b.data.batch_size]
+                    for b in data.loader("train", None, [2], 16, True, e)
+                ])  # fmt: skip
+                assert torch.equal(got, want)
+                owner = data.book.nid2part(got.numpy())
+                n_home = int((owner == home).sum())
+                assert (owner[:n_home] == home).all() and (owner[n_home:] != home).all()
+                foreign += len(got) - n_home
+            data.close()
+    assert foreign > 0
+
+
 def test_node_batches_with_the_seeds_labels_only(served) -> None:
     with initialize(served.servers, heartbeat_interval=0) as ctx:
         dg = DistGraph(ctx)
