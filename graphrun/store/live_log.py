@@ -51,7 +51,7 @@ from graphrun.errors import ArgumentError, StoreError
 from graphrun.store.live import Blocks, LiveDelta, Piece
 from graphrun.store.live_check import Schema, check_piece
 from graphrun.store.live_seq import Sequencer
-from graphrun.store.wal import FRAME, VERSION, WAL_MAX_BYTES, WriteAheadLog
+from graphrun.store.wal import RECORD, WAL_MAX_BYTES, WriteAheadLog
 
 log = logging.getLogger("graphrun.store")
 
@@ -145,7 +145,7 @@ class LiveLog:
         """StoreError (before any state changes) if ``record`` would not fit."""
         if self.failed:
             raise StoreError(self.failed)
-        need = FRAME.size + VERSION.size + len(_ENCODER.encode(record))
+        need = RECORD.size + len(_ENCODER.encode(record))
         if self.wal.size + need > self.wal.max_bytes:
             raise StoreError(
                 f"live: the write-ahead log {self.path} is full ({self.wal.size} of "
