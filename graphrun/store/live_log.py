@@ -29,7 +29,8 @@ Replay (:func:`replay`) runs before the server serves: pieces are checked again
 abort them, and the sequencer's versions, ids, original ids, decisions and head are
 rebuilt; versions begun and still undecided are aborted by the tick after
 :data:`~graphrun.store.live.LIVE_DECIDE_TIMEOUT_S` as before. A torn tail (a record cut
-by the crash, never acknowledged) is cut off by :class:`~graphrun.store.wal.WriteAheadLog`.
+by the crash, never acknowledged) ends the log: :class:`~graphrun.store.wal.WriteAheadLog`
+finds the end, and what follows is written over.
 
 A log that cannot be written (an I/O error, not a full log) stops the server's live
 writes until it is restarted: the server cannot tell what reached the disk (fail-stop).
