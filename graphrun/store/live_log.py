@@ -29,7 +29,8 @@ Replay (:func:`replay`) runs before the server serves: pieces are checked again
 abort them, and the sequencer's versions, ids, original ids, decisions and head are
 rebuilt; versions begun and still undecided are aborted by the tick after
 :data:`~graphrun.store.live.LIVE_DECIDE_TIMEOUT_S` as before. A torn tail (a record cut
-by the crash, never acknowledged) is cut off by :class:`~graphrun.store.wal.WriteAheadLog`.
+by the crash, never acknowledged) ends the log: :class:`~graphrun.store.wal.WriteAheadLog`
+finds the end, and what follows is written over.
 
 A log that cannot be written (an I/O error, not a full log) stops the server's live
 writes until it is restarted: the server cannot tell what reached the disk (fail-stop).
@@ -51,7 +52,7 @@ from graphrun.errors import ArgumentError, StoreError
 from graphrun.store.live import Blocks, LiveDelta, Piece
 from graphrun.store.live_check import Schema, check_piece
 from graphrun.store.live_seq import Sequencer
-from graphrun.store.wal import FRAME, VERSION, WAL_MAX_BYTES, WriteAheadLog
+from graphrun.store.wal import RECORD, WAL_MAX_BYTES, WriteAheadLog
 
 log = logging.getLogger("graphrun.store")
 
@@ -145,7 +146,7 @@ class LiveLog:
         """StoreError (before any state changes) if ``record`` would not fit."""
         if self.failed:
             raise StoreError(self.failed)
-        need = FRAME.size + VERSION.size + len(_ENCODER.encode(record))
+        need = RECORD.size + len(_ENCODER.encode(record))
         if self.wal.size + need > self.wal.max_bytes:
             raise StoreError(
                 f"live: the write-ahead log {self.path} is full ({self.wal.size} of "
