@@ -192,6 +192,8 @@ def check_spec(spec: BatchSpec, book: Any) -> None:
         )
     if spec.etype is not None:
         book.etype_id(spec.etype)
+    if not isinstance(spec.x_bf16, bool):
+        raise ArgumentError(f"x_bf16: expected True or False, got {spec.x_bf16!r}")
     if spec.labels not in ("all", "seeds"):
         raise ArgumentError(f"labels: expected 'all' or 'seeds', got {spec.labels!r}")
     if spec.neg_mode not in ("uniform", "degree"):

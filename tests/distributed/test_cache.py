@@ -7,6 +7,7 @@ import torch
 from graphrun.distributed import DistGraph, DistNodeDataLoader, initialize, plan_feature_cache
 from graphrun.distributed import cache as cache_module
 from graphrun.distributed.cache import CachedRows
+from graphrun.errors import ArgumentError
 from tests.distributed.test_loader import check_batch
 
 pytestmark = pytest.mark.integration
@@ -136,6 +137,8 @@ def test_bf16_batches_are_the_fp32_rows_converted(served, shm) -> None:
                 cost = loader.last_cost
                 moved[name] += sum(cost.feature_bytes.values()) + cost.cache_bytes
         assert (moved["half"] < moved["plain"]) == shm
+        with pytest.raises(ArgumentError, match=r"^x_bf16: expected True or False, got 'yes'$"):
+            DistNodeDataLoader(dg, ids, fanouts, x_bf16="yes", **kw)
         with DistNodeDataLoader(dg, ids, fanouts, x_bf16=True, num_workers=1, **kw) as pooled:
             for a, b in zip(DistNodeDataLoader(dg, ids, fanouts, **kw), pooled, strict=True):
                 assert torch.equal(a.x.to(torch.bfloat16), b.x)
