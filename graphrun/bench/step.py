@@ -17,7 +17,8 @@ Then the step's roofline (:mod:`graphrun.bench.roofline`): graphrun's model on t
 ``csr`` path in ``--precision``, phase by phase — sampling, feature fetch, each layer's
 aggregation and dense product, backward, Adam, the gradients' all-reduce — each with its
 time, flops and bytes, and its rate against this core's matrix-product and memory peaks
-measured in the same command.
+measured in the same command. In bf16 its batches are a bf16 trainer's: the fetch brings
+their rows in bf16 (``fetch`` and ``aggregate[0]`` count two bytes a feature).
 
 Prints one JSON object: ``step_ms`` (median per variant), ``step_ms_all``, the batch's
 ``nodes_per_hop`` / ``edges_per_hop``, ``phases`` (one row each: ``phase``, ``ms``,
@@ -131,9 +132,10 @@ def _time_variant(variant: str, model: Any, batches: list[Any]) -> list[float]:
 
 
 def _batches(
-    data: Any, fanouts: list[int], batch_size: int, n: int
+    data: Any, fanouts: list[int], batch_size: int, n: int, x_bf16: bool = False
 ) -> tuple[list[Any], list[tuple[float, float]]]:
-    """``n`` training batches, and each one's (sampling, fetching) seconds.
+    """``n`` training batches, and each one's (sampling, fetching) seconds; with
+    ``x_bf16`` their rows come in bf16, as a bf16 trainer's do.
 
     The seconds come from a first pass that drops each batch before the next, as a
     training loop does; the batches from a second (the same batches: the loader is
@@ -141,7 +143,8 @@ def _batches(
     page by page: 6,300 page faults and 19.6 CPU-ms instead of 5.3 for a 26 MB batch
     (benchmarks/README.md, "Kernels"), which the roofline's 18 ms fetch was."""
     costs: Costs = []
-    it = data.loader("train", None, fanouts, batch_size, True, 0)
+    kw = {"x_bf16": True} if x_bf16 else {}
+    it = data.loader("train", None, fanouts, batch_size, True, 0, **kw)
     for _ in range(n):
         t = time.perf_counter()
         b = next(it, None)
@@ -153,7 +156,7 @@ def _batches(
         total = time.perf_counter() - t
         costs.append((b.cost.sample_s, total - b.cost.sample_s))
         del b
-    it = data.loader("train", None, fanouts, batch_size, True, 0)
+    it = data.loader("train", None, fanouts, batch_size, True, 0, **kw)
     return [next(it).data for _ in range(n)], costs
 
 
@@ -179,6 +182,8 @@ def run(args: argparse.Namespace) -> int:
     precision = resolve_precision(args.precision)
     torch.manual_seed(0)
     model = SAGE(in_dim, args.hidden, classes, len(fanouts), 0.5, "csr", precision)
+    if model.reads_bf16:  # the trainer's fetch: its rows in bf16, gathered as such
+        batches, costs = _batches(data, fanouts, args.batch_size, args.batches + 2, True)
     phases, peak = roofline(model, batches, costs, allreduce=not args.no_allreduce)
     ms = {v: round(statistics.median(t) * 1000, 2) for v, t in times.items()}
     first = batches[0]

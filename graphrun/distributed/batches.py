@@ -58,6 +58,9 @@ class BatchSpec:
     # only (the first ``batch_size`` nodes, what a node task's loss reads)
     edge_ids: bool = True
     labels: Literal["all", "seeds"] = "all"
+    # a float32 ``x`` in bf16, for a model whose first layer reads bf16 rows
+    # (:class:`~graphrun.distributed.features.StoreFeatures`' ``bf16``)
+    x_bf16: bool = False
 
     @property
     def without_edge_ids(self) -> bool:
@@ -111,7 +114,7 @@ class BatchBuilder:
         )  # fmt: skip
         self.types = self.minibatch.types
         cache = ctx.feature_cache(spec.cache) if spec.cache is not None else None
-        self.features = StoreFeatures(ctx.client, cache)
+        self.features = StoreFeatures(ctx.client, cache, bf16=spec.x if spec.x_bf16 else None)
         self.features.warm(spec.x, spec.y)
         self.last_cost = BatchCost()
 
@@ -189,6 +192,8 @@ def check_spec(spec: BatchSpec, book: Any) -> None:
         )
     if spec.etype is not None:
         book.etype_id(spec.etype)
+    if not isinstance(spec.x_bf16, bool):
+        raise ArgumentError(f"x_bf16: expected True or False, got {spec.x_bf16!r}")
     if spec.labels not in ("all", "seeds"):
         raise ArgumentError(f"labels: expected 'all' or 'seeds', got {spec.labels!r}")
     if spec.neg_mode not in ("uniform", "degree"):

@@ -102,7 +102,9 @@ class LoaderOptions:
 
 _OPTIONS = frozenset(f.name for f in fields(LoaderOptions))
 # BatchSpec fields either loader takes as keywords; the link loader also the negatives'
-_SHARED = frozenset({"output", "x", "y", "replace", "num_layers", "cache", "edge_ids", "labels"})
+_SHARED = frozenset(
+    {"output", "x", "y", "replace", "num_layers", "cache", "edge_ids", "labels", "x_bf16"}
+)
 _LINK = frozenset({"neg_k", "neg_mode", "edge_split"})
 
 
@@ -261,7 +263,8 @@ class DistNodeDataLoader(_DistLoader):
     :class:`BatchSpec` fields ``output``, ``x``, ``y``, ``replace``, ``num_layers``,
     ``cache``, ``edge_ids`` (False: a homogeneous graph's batches without ``e_id``, the
     edges' ids neither gathered nor sent) and ``labels`` (``"seeds"``: ``y`` of the
-    seeds only, the first ``batch_size`` nodes)."""
+    seeds only, the first ``batch_size`` nodes) and ``x_bf16`` (True: a float32 ``x`` in
+    bf16, converted as the rows are gathered)."""
 
     def __init__(
         self, graph: DistGraph, nodes: Any, fanouts: Any, *, ntype: str | None = None,

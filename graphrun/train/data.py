@@ -90,8 +90,11 @@ class GraphData(Protocol):
         epoch: int,
         x: str,
         y: str,
+        x_bf16: bool = False,
     ) -> Iterator[Batch]:
-        """Mini-batches over this trainer's seeds of ``split`` (``seeds(split, ntype)``)."""
+        """Mini-batches over this trainer's seeds of ``split`` (``seeds(split, ntype)``);
+        ``x_bf16``: a float32 ``x`` comes in bf16 (the values of ``x.to(torch.bfloat16)``),
+        converted as the fetch copies the rows."""
         ...  # fmt: skip
 
     def edges(self, split: str, edge_split: EdgeSplit) -> Tensor:
@@ -222,6 +225,7 @@ class LocalData:
         self._csc = CSCGraph.from_graph(graph)
         self._types: Any = OffsetTypeMap.from_graph(graph)  # a sampling.pyg.TypeMap
         self._features = GraphFeatures(graph)
+        self._bf16: GraphFeatures | None = None  # x in bf16 (x_bf16), made when asked
         self._tables: dict[tuple[str, str], Tensor] = {}
 
     def _ntype(self, ntype: str | None) -> str:
@@ -258,11 +262,18 @@ class LocalData:
             order="first",
         )  # fmt: skip
 
-    def _collate(self, sub: SampledSubgraph, x: str, y: str) -> Data | HeteroData:
-        from graphrun.sampling.sampler import collate
+    def _collate(
+        self, sub: SampledSubgraph, x: str, y: str, x_bf16: bool = False
+    ) -> Data | HeteroData:
+        from graphrun.sampling.sampler import GraphFeatures, collate
 
         output: Literal["hetero", "data"] = "hetero" if self.graph.is_hetero else "data"
-        return collate(sub, self._types, self._features, output=output, x=x, y=y)
+        features = self._features
+        if x_bf16:
+            if self._bf16 is None or self._bf16.bf16 != x:
+                self._bf16 = GraphFeatures(self.graph, bf16=x)
+            features = self._bf16
+        return collate(sub, self._types, features, output=output, x=x, y=y)
 
     def _order(self, ids: Tensor, shuffle: bool, gen_seed: int) -> Tensor:
         if not shuffle:
@@ -272,7 +283,7 @@ class LocalData:
 
     def loader(
         self, split: str, ntype: str | None, fanouts: Any, batch_size: int, shuffle: bool,
-        epoch: int, x: str = "feat", y: str = "label",
+        epoch: int, x: str = "feat", y: str = "label", x_bf16: bool = False,
     ) -> Iterator[Batch]:  # fmt: skip
         gen_seed = self.seed * 1_000_003 + epoch * 101 + self.rank
         sampler = self._sampler(fanouts, gen_seed)
@@ -287,7 +298,7 @@ class LocalData:
             t0 = time.perf_counter()
             sub = sampler.sample(chunk + offset)
             t1 = time.perf_counter()
-            data = self._collate(sub, x, y)
+            data = self._collate(sub, x, y, x_bf16)
             yield Batch(data, int(chunk.numel()), _cost(t0, t1))
 
     def cover(self, split: str | None, ntype: str | None = None) -> Tensor:

@@ -134,9 +134,9 @@ class DistGraphData:
 
     def loader(
         self, split: str, ntype: str | None, fanouts: Any, batch_size: int, shuffle: bool,
-        epoch: int, x: str = "feat", y: str = "label",
+        epoch: int, x: str = "feat", y: str = "label", x_bf16: bool = False,
     ) -> Iterator[Batch]:  # fmt: skip
-        key = ("node", split, ntype, batch_size, shuffle)
+        key = ("node", split, ntype, batch_size, shuffle, x_bf16)
         live = self.graph.follow is not None
         if key not in self._loaders:
             self._loaders[key] = DistNodeDataLoader(
@@ -146,7 +146,7 @@ class DistGraphData:
                 cache=self.feature_cache(ntype, fanouts, batch_size, x, y),
                 live_seeds=f"{split}_mask" if live and split == "train" else None,
                 # what the node tasks' models read: no edge ids, the seeds' labels
-                edge_ids=False, labels="seeds",
+                edge_ids=False, labels="seeds", x_bf16=x_bf16,
                 # seeds of other partitions last: one batch makes their first hop's trip
                 home=self._parts[self.rank] if split == "train" and not live else None,
             )  # fmt: skip
@@ -292,12 +292,12 @@ class DistGraphData:
 
     def rest_loader(
         self, ids: Tensor, ntype: str | None, fanouts: Any, batch_size: int, epoch: int,
-        x: str = "feat", y: str = "label",
+        x: str = "feat", y: str = "label", x_bf16: bool = False,
     ) -> Iterator[Batch]:  # fmt: skip
         """Mini-batches over ``ids`` in their order: the rest of an epoch after a re-form."""
         loader = DistNodeDataLoader(
             self.graph, ids, fanouts, batch_size=batch_size, ntype=ntype, shuffle=False,
-            x=x, y=y, seed=self.seed + self.rank, num_workers=0,
+            x=x, y=y, seed=self.seed + self.rank, num_workers=0, x_bf16=x_bf16,
             cache=self.feature_cache(ntype, fanouts, batch_size, x, y),
         )  # fmt: skip
         loader.start()

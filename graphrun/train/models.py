@@ -208,6 +208,13 @@ class SAGE(ByLayer):
         self.dropout = dropout
         self.aggr_path = aggr_path
 
+    @property
+    def reads_bf16(self) -> bool:
+        """Whether layer 0 reads its input rows in bf16 (the ``csr`` path in bf16): its
+        batches may then bring them in bf16 (the fetch converts each row as it copies it,
+        and the layer's cast is none; the same values)."""
+        return self.precision == "bf16" and self.aggr_path == "csr"
+
     def layer(self, i: int, x: Tensor, edge_index: Tensor, n_dst: int) -> Tensor:
         """Layer ``i`` alone: the states of the first ``n_dst`` nodes of ``x`` from their
         in-edges ``edge_index`` (local ids; what layer-wise inference calls)."""
@@ -220,7 +227,7 @@ class SAGE(ByLayer):
             rows = min(-(-n_dst // BF16_ROWS) * BF16_ROWS, n_src) if bf16 else n_dst
             offsets, columns = csr_rows(edge_index, rows)
             if bf16:
-                x = x.to(torch.bfloat16)  # once: the mean gathers half the bytes
+                x = x.to(torch.bfloat16)  # once (none for bf16 rows): half the bytes
             x = self._dense(conv, mean_csr(x, offsets, columns), x[:rows])
             if rows > n_dst:  # not a slice of every row: its backward copies the gradient
                 x = x[:n_dst]

@@ -91,12 +91,18 @@ class Task:
     def train_seeds(self) -> Tensor:
         return self.ctx.data.seeds("train", self.ntype)
 
+    @property
+    def x_bf16(self) -> bool:
+        """Whether the batches bring ``x`` in bf16: the model's layer 0 reads bf16 rows
+        (:attr:`graphrun.train.models.SAGE.reads_bf16`) and no device path stages them."""
+        return bool(getattr(unwrap(self.model), "reads_bf16", False)) and not self.path.active
+
     def batches(self, split: str, epoch: int, shuffle: bool) -> Iterator[Batch]:
         d = self.ctx.data
         return self.path.batches(
             d.loader(
                 split, self.ntype, self.cfg.fanouts.for_graph(d.edge_types), self.cfg.batch_size,
-                shuffle, epoch, self.path.loader_feature, self.cfg.label,
+                shuffle, epoch, self.path.loader_feature, self.cfg.label, x_bf16=self.x_bf16,
             )
         )  # fmt: skip
 
@@ -107,7 +113,7 @@ class Task:
         return self.path.batches(
             d.rest_loader(
                 ids, self.ntype, self.cfg.fanouts.for_graph(d.edge_types), self.cfg.batch_size,
-                epoch, self.path.loader_feature, self.cfg.label,
+                epoch, self.path.loader_feature, self.cfg.label, x_bf16=self.x_bf16,
             )
         )  # fmt: skip
 
@@ -230,9 +236,8 @@ class NodeClassification(Task):
     def loss(self, model: torch.nn.Module, batch: Batch) -> tuple[Tensor, float, int]:
         data = batch.data
         bs = int(data.batch_size)
-        out = model(
-            data.x.float(), data.edge_index, data.num_sampled_nodes, data.num_sampled_edges
-        )[:bs]
+        x = data.x if data.x.dtype == torch.bfloat16 else data.x.float()  # bf16: x_bf16
+        out = model(x, data.edge_index, data.num_sampled_nodes, data.num_sampled_edges)[:bs]
         y = data.y[:bs].long()
         correct, counted = _accuracy(out, y)
         return F.cross_entropy(out, y), correct, counted

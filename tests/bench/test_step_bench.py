@@ -90,6 +90,28 @@ def test_step_bench_prints_the_roofline_of_each_phase(
     assert rows["optimizer"]["of_peak"] is not None and rows["fetch"]["of_peak"] is not None
 
 
+def test_a_bf16_roofline_fetches_and_counts_its_rows_in_bf16(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In bf16 the roofline's batches come as a bf16 trainer's do: ``fetch`` moves two
+    bytes a feature (and the int64 labels), and layer 0's mean reads bf16 rows."""
+    from graphrun.bench import roofline
+
+    monkeypatch.setattr(roofline, "MATMUL_SHAPES", ((64, 64, 64),))
+    monkeypatch.setattr(roofline, "STREAM_MB", 8)
+    graph = community(GenParams(nodes=2000, avg_degree=10, feat_dim=16, classes=4, seed=0))
+    save_dataset(graph, tmp_path / "g")
+    argv = ["bench", "step", "--dataset", str(tmp_path / "g"), "--batches", "2", "--no-allreduce"]
+    argv += ["--batch-size", "50", "--fanouts", "5,3", "--hidden", "16", "--precision", "bf16"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["phase"]: r for r in out["phases"]}
+    nodes, edges = sum(out["nodes_per_hop"]), out["edges_per_hop"]
+    assert out["precision"] == "bf16"
+    assert rows["fetch"]["mb"] == round((2 * 16 + 8) * nodes / 1e6, 3)
+    assert rows["aggregate[0]"]["gathered_mb"] == round(2 * 16 * (edges[0] + edges[1]) / 1e6, 3)
+
+
 @pytest.mark.integration
 def test_the_allreduce_phase_is_two_gloo_processes() -> None:
     from graphrun.bench.roofline import allreduce_phase

@@ -7,6 +7,7 @@ import torch
 from graphrun.distributed import DistGraph, DistNodeDataLoader, initialize, plan_feature_cache
 from graphrun.distributed import cache as cache_module
 from graphrun.distributed.cache import CachedRows
+from graphrun.errors import ArgumentError
 from tests.distributed.test_loader import check_batch
 
 pytestmark = pytest.mark.integration
@@ -95,3 +96,49 @@ def test_the_halo_fills_what_the_probes_leave_of_the_budget() -> None:
     assert plan(4 * 5, halo).ids["n0"].tolist() == [11, 12, 13, 15, 18]
     assert plan(4 * 20, halo).ids["n0"].tolist() == list(range(10, 20))  # all remote rows
     assert plan(4 * 2, halo).ids["n0"].tolist() == [12, 15]  # the probed come first
+
+
+def test_bf16_rows_map_the_block_and_the_cache_to_one_table() -> None:
+    from graphrun.distributed.features import Bf16Rows
+
+    block = np.linspace(-3, 3, 40, dtype=np.float32).reshape(10, 4) / 7  # ids 10..19
+    cached = CachedRows(np.array([2, 25]), np.float32([[1 / 3] * 4, [-1e-3] * 4]), 30)
+    half = Bf16Rows(0, 10, block, cached)
+    ids = np.array([25, 10, 19, 3, 2, 20, 12])
+    slot = half.slots(ids)
+    np.testing.assert_array_equal(slot, [11, 0, 9, -1, 10, -1, 2])
+    want = torch.from_numpy(np.concatenate([block, cached.rows])).to(torch.bfloat16)
+    assert half.table.dtype == torch.bfloat16 and torch.equal(half.table, want)
+    assert half.row_bytes == 8
+    np.testing.assert_array_equal(
+        Bf16Rows(0, 10, block, None).slots(ids), [-1, 0, 9, -1, -1, -1, 2]
+    )
+
+
+@pytest.mark.parametrize("shm", [True, False])
+def test_bf16_batches_are_the_fp32_rows_converted(served, shm) -> None:
+    """``x_bf16``: the rows of ``x.to(torch.bfloat16)``, the same batches otherwise; with
+    co-located partitions the rows read in place move in bf16 (fewer bytes counted),
+    without them (and with the cache) every row is pulled and converted."""
+    fanouts, ids = [3, 2], torch.arange(0, 120)
+    kw = {"batch_size": 10, "shuffle": True, "seed": 2}
+    with initialize(served.servers, heartbeat_interval=0, use_shm=shm) as ctx:
+        dg = DistGraph(ctx)
+        plan = plan_feature_cache(dg, ids, fanouts, batch_size=10, budget_bytes=1 << 20)
+        assert (plan.num_rows > 0) != shm
+        plain = DistNodeDataLoader(dg, ids, fanouts, cache=plan, **kw)
+        half = DistNodeDataLoader(dg, ids, fanouts, cache=plan, x_bf16=True, **kw)
+        moved = {"plain": 0, "half": 0}
+        for a, b in zip(plain, half, strict=True):
+            assert a.x.dtype == torch.float32 and b.x.dtype == torch.bfloat16
+            assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+            assert torch.equal(a.x.to(torch.bfloat16), b.x) and torch.equal(a.y, b.y)
+            for name, loader in (("plain", plain), ("half", half)):
+                cost = loader.last_cost
+                moved[name] += sum(cost.feature_bytes.values()) + cost.cache_bytes
+        assert (moved["half"] < moved["plain"]) == shm
+        with pytest.raises(ArgumentError, match=r"^x_bf16: expected True or False, got 'yes'$"):
+            DistNodeDataLoader(dg, ids, fanouts, x_bf16="yes", **kw)
+        with DistNodeDataLoader(dg, ids, fanouts, x_bf16=True, num_workers=1, **kw) as pooled:
+            for a, b in zip(DistNodeDataLoader(dg, ids, fanouts, **kw), pooled, strict=True):
+                assert torch.equal(a.x.to(torch.bfloat16), b.x)

@@ -45,6 +45,23 @@ def test_node_classification_learns(small, tmp_path):
     assert load_checkpoint(tmp_path / "ck").epoch == 4  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize(
+    ("precision", "aggr_path"), [("bf16", "csr"), ("fp32", "csr"), ("bf16", "scatter")]
+)
+def test_a_bf16_sage_task_has_its_rows_fetched_in_bf16(small, tmp_path, precision, aggr_path):
+    """The batches bring ``x`` in bf16 only where layer 0 reads bf16 rows; fp32 as before."""
+    from graphrun.train.tasks import make_task
+
+    c, _ = ctx(small, tmp_path, precision=precision, aggr_path=aggr_path)
+    task = make_task(c)
+    half = precision == "bf16" and aggr_path == "csr"
+    assert task.x_bf16 == half
+    batch = next(task.batches("train", 0, shuffle=True))
+    assert batch.data.x.dtype == (torch.bfloat16 if half else torch.float32)
+    loss, _, counted = task.loss(task.model, batch)
+    assert torch.isfinite(loss) and counted == batch.data.batch_size
+
+
 def test_resume_continues_after_the_checkpoint(small, tmp_path):
     fit(ctx(small, tmp_path, epochs=1, checkpoint_dir=tmp_path / "ck")[0])
     c, _ = ctx(small, tmp_path, epochs=2, checkpoint_dir=tmp_path / "ck", resume=True)

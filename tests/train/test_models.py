@@ -391,6 +391,31 @@ def test_sage_matches_a_plain_pyg_model_on_a_sampled_batch(precision, rtol, atol
         assert float((q.grad - p.grad).norm() / p.grad.norm()) <= grad_err, name
 
 
+def test_bf16_rows_fetched_in_bf16_give_the_cast_rows_and_the_same_step():
+    """``x_bf16``: the batch's rows are ``x.to(torch.bfloat16)`` exactly (the same batch
+    otherwise); a bf16 model handed them computes what it computes from the fp32 rows
+    (its cast is then none), within the bf16 tolerance of the plain PyG model."""
+    from graphrun.testing.graphs import random_graph
+    from graphrun.train.data import LocalData
+
+    data = LocalData(random_graph(2000, 40_000, 16, seed=0))
+    a = next(data.loader("train", None, [10, 5], 64, True, 0)).data
+    b = next(data.loader("train", None, [10, 5], 64, True, 0, x_bf16=True)).data
+    assert a.x.dtype == torch.float32 and b.x.dtype == torch.bfloat16
+    assert torch.equal(a.x.to(torch.bfloat16), b.x) and torch.equal(a.y, b.y)
+    assert torch.equal(a.edge_index, b.edge_index) and torch.equal(a.n_id, b.n_id)
+    torch.manual_seed(0)
+    ref = PygSage([16, 32, 5])
+    model = SAGE(16, 32, 5, 2, 0.0, "csr", "bf16")
+    model.load_state_dict(ref.state_dict())
+    assert model.reads_bf16 and not SAGE(16, 32, 5, 2, 0.0, "scatter", "bf16").reads_bf16
+    n = a.batch_size
+    from_fp32 = model(a.x, a.edge_index, a.num_sampled_nodes, a.num_sampled_edges)
+    got = model(b.x, b.edge_index, b.num_sampled_nodes, b.num_sampled_edges)
+    assert got.dtype == torch.float32 and torch.equal(got, from_fp32)
+    assert torch.allclose(got[:n], ref(a.x, a.edge_index)[:n], rtol=0.05, atol=0.05)
+
+
 def by_id(b: Data) -> Data:
     """``b`` with each hop's nodes past the seeds renumbered by global id (as the
     distributed sampler lays a batch out): the same graph, rows and edges permuted."""
