@@ -38,12 +38,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graphrun.errors import HostError, KubeError
-from graphrun.job.blame import culprit
+from graphrun.job.blame import culprit, lost_a_peer
 from graphrun.job.spec import GraphJob
 from graphrun.measure.member import KEY_BYTES, KEY_ENV, MemberReport
 from graphrun.measure.probe import HostMeasure, LinkMeasure, assemble
 from graphrun.operator.kube import Kube
 from graphrun.operator.layout import OperatorConfig
+from graphrun.operator.pods import PEER_GRACE
 
 LABEL_PROBE = "graphrun.io/probe"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "graphrun-probe"}
@@ -226,11 +227,14 @@ def build_probe_job(spec: ProbeSpec) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Members:
     """What the pods say so far: each finished member's node and report, the pods still
-    waiting (with the scheduler's or kubelet's reason), and a failure line or ""."""
+    waiting (with the scheduler's or kubelet's reason), and a failure line or "";
+    ``bystander``: the failure only lost a peer and a member has not ended yet (the one
+    that failed by itself may still report)."""
 
     done: dict[int, tuple[str, MemberReport]]
     waiting: list[str]
     failure: str = ""
+    bystander: bool = False
 
 
 def _terminated(pod: dict[str, Any]) -> dict[str, Any]:
@@ -288,8 +292,9 @@ def read_members(
         else:
             waiting.append(f"{meta['name']} ({_waiting_reason(pod)})")
     if failed:
-        _, line = culprit(failed, lambda f: (f[0], f[1], None)) or failed[0]
-        return Members(done, waiting, line)
+        code, line = culprit(failed, lambda f: (f[0], f[1], None)) or failed[0]
+        ended = len(done) + len(failed) >= spec.members
+        return Members(done, waiting, line, bystander=lost_a_peer(code, line) and not ended)
     for cond in ((job or {}).get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Failed" and cond.get("status") == "True":
             why = ": ".join(x for x in (cond.get("reason"), cond.get("message")) if x)
@@ -357,12 +362,16 @@ def _create_and_wait(
     kube.create(ns, build_probe_secret(spec, secrets.token_hex(KEY_BYTES)))
     kube.create(ns, build_probe_service(spec))
     kube.create(ns, build_probe_job(spec))
-    deadline = clock() + spec.timeout
+    deadline, culprit_by = clock() + spec.timeout, None
     while True:
         pods, job = kube.list_pods(ns, spec.selector), kube.get_job(ns, spec.name)
         members = read_members(pods, spec, job)
         if members.failure:
-            raise HostError(members.failure)
+            # a member that only lost a peer: the peer that failed by itself is blamed
+            # if it reports within PEER_GRACE, as the operator waits for a job's pods
+            culprit_by = culprit_by or clock() + PEER_GRACE.total_seconds()
+            if not members.bystander or min(culprit_by, deadline) <= clock():
+                raise HostError(members.failure)
         if len(members.done) == spec.members:
             return cluster_of(members, spec)
         if clock() >= deadline:
