@@ -175,6 +175,12 @@ class WarmServer:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self.stopping = False
+        # told to stop while it imports (a launcher killed with -9 sends SIGTERM, its death
+        # signal): it still removes its socket and directory. Set before the socket
+        # exists: a launcher that sees the socket may stop the server at once
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
         self.env = _import_env(os.environ)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with contextlib.suppress(FileNotFoundError):
@@ -185,11 +191,6 @@ class WarmServer:
         self.children: dict[int, socket.socket | None] = {}  # pid -> its worker's connection
         self.python = os.path.realpath(sys.executable)
         self.files: dict[str, int] = {}  # what it imported (preload): a trainer runs that code
-        self.stopping = False
-        # told to stop while it imports (a launcher killed with -9 sends SIGTERM, its death
-        # signal): it still removes its socket and directory
-        signal.signal(signal.SIGTERM, self._stop)
-        signal.signal(signal.SIGINT, self._stop)
 
     def preload(self) -> None:
         from graphrun.train.aggregate import warm_up

@@ -128,6 +128,27 @@ def test_a_warm_trainer_ends_with_the_worker_that_started_it(server, tmp_path):
         client.kill()
 
 
+def test_a_server_told_to_stop_as_soon_as_its_socket_exists_removes_it():
+    """A launcher that sees the socket may stop the server at once: the SIGTERM came
+    before the handler was set (the suite's run with four workers: exit -15, the socket
+    and its directory left)."""
+    d = Path(tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX))
+    sock = d / "0.sock"
+    code = (
+        "import os, signal, socket, sys\n"
+        "from graphrun.machine import warm\n"
+        "bind = socket.socket.bind\n"
+        "def bound(self, addr):\n"
+        "    bind(self, addr)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)  # the socket exists: stopped now\n"
+        "socket.socket.bind = bound\n"
+        f"sys.exit(warm.main(['--socket', {str(sock)!r}]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=child_env(), timeout=60)
+    assert proc.returncode == 0
+    assert not d.exists()
+
+
 def test_a_server_told_to_stop_as_it_imports_removes_its_socket_and_directory():
     """The local backend's directory of a host's socket (``graphrun-warm-*``) went with
     nothing when its launcher was killed with -9 (the server died of SIGKILL, its death
