@@ -243,7 +243,7 @@ def layer_phases(model: Any, inputs: list[LayerInput]) -> list[Phase]:
             x = li.x.to(torch.bfloat16) if bf16 else li.x  # the layer's one cast
             return mean_csr(x, *csr_rows(li.edge_index, li.n_dst))
 
-        must = mean_bytes(li, aggregate().dtype)
+        must = mean_bytes(li, torch.bfloat16 if bf16 else li.x.dtype)  # the means' dtype
         gathered = word * f_in * nnz  # a row per edge (caches serve the repeats)
         out.append(Phase(f"aggregate[{i}]", median_of(aggregate), 2 * nnz * f_in, must,
                          "bytes", gathered=gathered))  # fmt: skip
