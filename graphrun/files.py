@@ -61,6 +61,16 @@ def write_atomic(
     return final
 
 
+def fsync_path(path: str | Path) -> None:
+    """Flush a file or a directory to the disk: a directory's fsync makes the renames and
+    new names in it durable, which a file's own fsync does not."""
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if Path(path).is_dir() else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def dir_is_free(final: str | Path) -> bool:
     """Whether :func:`atomic_dir` may put a directory at ``final``: absent, or an empty
     directory."""

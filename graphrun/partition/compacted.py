@@ -42,7 +42,7 @@ import msgspec
 import numpy as np
 
 from graphrun.errors import PartitionFormatError
-from graphrun.files import write_atomic
+from graphrun.files import fsync_path, write_atomic
 
 FORMAT = "graphrun-compacted"
 VERSION = 1
@@ -81,14 +81,6 @@ def _crc(path: Path) -> FileSum:
         while block := f.read(_READ):
             crc, size = zlib.crc32(block, crc), size + len(block)
     return FileSum(size, crc)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_pointer(root: Path, part: int) -> Pointer | None:
@@ -185,20 +177,20 @@ def write(
         man = Manifest(FORMAT, VERSION, part, live_version, dict(rows), sums)
         (stage / MANIFEST).write_bytes(msgspec.json.encode(man))
         for d in sorted({(stage / rel).parent for rel in sums} | {stage}, reverse=True):
-            _fsync(d)
-        _fsync(stage / MANIFEST)
+            fsync_path(d)
+        fsync_path(stage / MANIFEST)
         final = root / name
         if final.exists():  # a crash renamed it before its pointer was written: unused
             shutil.rmtree(final)
         os.replace(stage, final)
-        _fsync(root)
+        fsync_path(root)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
     old = read_pointer(root, part)
     pointer = Pointer(FORMAT, VERSION, name, live_version)
     write_atomic(pointer_path(root, part), msgspec.json.encode(pointer))
-    _fsync(root)
+    fsync_path(root)
     if old is not None and old.dir != name:
         shutil.rmtree(root / old.dir, ignore_errors=True)
     for stale in root.glob(f".part-{part}.c*.tmp-*"):  # a crashed writer's

@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from graphrun.errors import StoreError
-from graphrun.files import write_atomic
+from graphrun.files import fsync_path, write_atomic
 from graphrun.store.wal_v1 import HEADER_V1, records_v1
 
 log = logging.getLogger("graphrun.store")
@@ -101,14 +101,6 @@ class _Frame:
     data: bytes | None  # None: the chain ends here, for ``problem``
     problem: str = ""
     quiet: bool = False  # zeros or the file's end: nothing was written there
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _slot(generation: int, end: int, salt: int) -> bytes:
@@ -213,7 +205,7 @@ class WriteAheadLog:
             salt = int.from_bytes(os.urandom(8), "little")
             os.pwrite(self._fd, _slot(1, START, salt), SLOTS[0])
             os.fdatasync(self._fd)
-            _fsync_dir(self.path)
+            fsync_path(self.path.parent)
             head = (1, START, salt, 0)
         generation, synced, self._salt, slot = head
         self._generation, self._alloc = generation, os.fstat(self._fd).st_size
@@ -427,7 +419,7 @@ class WriteAheadLog:
             os.fsync(out.fileno())
 
         write_atomic(self.path, write, mode=0o600)
-        _fsync_dir(self.path)
+        fsync_path(self.path.parent)
         if self._fd >= 0:
             os.close(self._fd)
         self._fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW)
