@@ -1,8 +1,9 @@
 """The mean over in-neighbours as one fused kernel each way, over a batch's CSR.
 
 :func:`csr_rows` turns a layer's edges into compressed rows (row offsets and source
-columns, no sort for edges grouped by destination, as samplers emit them) and
-:func:`mean_csr` takes the mean of each row's source rows:
+columns; for edges grouped by destination, as samplers emit them, one compiled pass that
+checks the order as it counts; a stable sort otherwise) and :func:`mean_csr` takes the
+mean of each row's source rows:
 
 * forward: ``F.embedding_bag(mode="mean")`` — fbgemm's gather-reduce, its rows
   prefetched, no ``[edges, F]`` temporary, fp32 sums for bf16 rows;
@@ -23,7 +24,7 @@ first-read order").
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -38,8 +39,14 @@ def csr_rows(edge_index: Tensor, num_dst: int) -> tuple[Tensor, Tensor]:
     """The compressed rows of ``edge_index`` (``[src; dst]``, ``dst < num_dst``):
     ``offsets`` (``num_dst + 1``: row ``r``'s edges are ``offsets[r] .. offsets[r+1]-1``)
     and their source ``columns``. Edges grouped by destination in order (what the
-    samplers emit) need no sort (checked; a stable sort otherwise)."""
+    samplers emit) need no sort: on a CPU one compiled pass (:func:`_sorted_offsets`)
+    checks the order and counts them (0.1 ms for 141k edges, against 0.3 for the check,
+    ``bincount`` and ``cumsum`` in torch); a stable sort otherwise."""
     src, dst = edge_index[0], edge_index[1]
+    if dst.device.type == "cpu":
+        offsets = torch.empty(num_dst + 1, dtype=torch.int64)
+        if _kernels().offsets(_i64(dst), num_dst, offsets.numpy()):
+            return offsets, src
     if dst.numel() > 1 and not bool((dst[1:] >= dst[:-1]).all()):
         order = torch.argsort(dst, stable=True)
         src, dst = src[order], dst[order]
@@ -96,7 +103,7 @@ class _MeanCSR(torch.autograd.Function):
         offsets, columns = ctx.saved_tensors
         g = grad.float().contiguous()
         gx = torch.zeros(ctx.shape, dtype=torch.float32)
-        _kernel()(g.numpy(), _i64(offsets), _i64(columns), gx.numpy())
+        _kernels().scatter(g.numpy(), _i64(offsets), _i64(columns), gx.numpy())
         return gx.to(ctx.dtype), None, None
 
 
@@ -121,21 +128,51 @@ def _scatter_mean(g: np.ndarray, offsets: np.ndarray, columns: np.ndarray, gx: n
                 out[k] += row[k] * scale
 
 
-_COMPILED: list[Any] = []
+def _sorted_offsets(rows: np.ndarray, num_rows: int, offsets: np.ndarray) -> bool:
+    """The CSR ``offsets`` (``num_rows + 1``) of edges whose ``rows`` are in order, in one
+    pass; False (``offsets`` half-written) where they are out of order or not below
+    ``num_rows``."""
+    nnz = rows.size
+    row = 0
+    offsets[0] = 0
+    for e in range(nnz):
+        r = rows[e]
+        if r < row or r >= num_rows:
+            return False
+        while row < r:
+            row += 1
+            offsets[row] = e
+    while row < num_rows:
+        row += 1
+        offsets[row] = nnz
+    return True
+
+
+class _Kernels(NamedTuple):
+    scatter: Any  # _scatter_mean
+    offsets: Any  # _sorted_offsets
+
+
+_COMPILED: list[_Kernels] = []
 
 
 def warm_up() -> None:
-    """The backward's kernel loaded (from numba's cache, or compiled) and run once in this
-    process, as the trainers' warm server does before it forks them
-    (:mod:`graphrun.machine.warm`): each trainer would pay about 0.7 CPU-s for it at its
-    first backward (numba's import, the kernel's load and its first dispatch)."""
+    """The kernels loaded (from numba's cache, or compiled) and run once in this process,
+    as the trainers' warm server does before it forks them (:mod:`graphrun.machine.warm`):
+    each trainer would pay about 0.7 CPU-s for them at its first step (numba's import,
+    the kernels' load and their first dispatch)."""
     g = np.zeros((1, 1), dtype=np.float32)
-    _kernel()(g, np.array([0, 1], dtype=np.int64), np.zeros(1, dtype=np.int64), g.copy())
+    one, zero = np.array([0, 1], dtype=np.int64), np.zeros(1, dtype=np.int64)
+    _kernels().scatter(g, one, zero, g.copy())
+    _kernels().offsets(zero, 1, one.copy())
 
 
-def _kernel() -> Any:
-    """:func:`_scatter_mean` compiled by numba (once a process), cached on disk where it
-    can be (:mod:`graphrun.jit`)."""
+def _kernels() -> _Kernels:
+    """The kernels compiled by numba (once a process), cached on disk where they can be
+    (:mod:`graphrun.jit`)."""
     if not _COMPILED:
-        _COMPILED.append(njit(_scatter_mean, fastmath=True, boundscheck=False))
+        _COMPILED.append(_Kernels(
+            njit(_scatter_mean, fastmath=True, boundscheck=False),
+            njit(_sorted_offsets, boundscheck=False),
+        ))  # fmt: skip
     return _COMPILED[0]

@@ -112,3 +112,20 @@ def test_the_mean_over_two_tables_equals_the_mean_over_one(seed):
     assert bool((got[-10:] == 0).all())
     only = mean_split([(x, columns, rows), (pulled[:0], columns[:0], rows[:0])], n_dst)
     torch.testing.assert_close(only, want, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_csr_rows_counts_grouped_edges_in_one_pass_and_sorts_the_others(seed):
+    # the compiled pass against bincount and cumsum: empty rows first, between and last,
+    # a source twice in a row; shuffled edges take the stable sort to the same rows
+    ei, _, n_dst = graph(seed)
+    ei[1] = (ei[1] + 3).clamp(max=n_dst - 1)  # rows 0-2 empty too
+    grouped = ei[:, torch.argsort(ei[1], stable=True)]
+    want = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(ei[1], minlength=n_dst)])
+    want = want.cumsum(0)
+    offsets, columns = csr_rows(grouped, n_dst)
+    assert torch.equal(offsets, want) and torch.equal(columns, grouped[0])
+    offsets, columns = csr_rows(ei, n_dst)
+    assert torch.equal(offsets, want) and torch.equal(columns, grouped[0])
+    offsets, columns = csr_rows(torch.zeros(2, 0, dtype=torch.long), 4)
+    assert torch.equal(offsets, torch.zeros(5, dtype=torch.long)) and columns.numel() == 0
