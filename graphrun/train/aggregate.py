@@ -5,16 +5,21 @@ columns; for edges grouped by destination, as samplers emit them, one compiled p
 checks the order as it counts; a stable sort otherwise) and :func:`mean_csr` takes the
 mean of each row's source rows:
 
-* forward: ``F.embedding_bag(mode="mean")`` — fbgemm's gather-reduce, its rows
-  prefetched, no ``[edges, F]`` temporary, fp32 sums for bf16 rows;
+* forward (on a CPU): fbgemm's gather-reduce (``F.embedding_bag``) as a *weighted sum*,
+  each edge weighing ``1 / degree`` of its row (:func:`_edge_weights`): its rows
+  prefetched, no ``[edges, F]`` temporary, fp32 sums for bf16 rows, each mean written
+  once. torch's ``mode="mean"`` runs the same sum, then maps each edge to its row and
+  divides the means in a second pass over them: 0.6–1.1 ms more on layer 0 of a
+  [25, 10] batch (benchmarks/README.md, "the aggregation against the streaming read");
 * backward (on a CPU): the transposed product as one pass over the same CSR in a numba
   kernel (:func:`_scatter_mean`: row ``r``'s gradient over its degree added into each of
   its sources' rows, in edge order, one thread, no atomics). torch's own backward for
   ``embedding_bag`` sorts the columns and reduces segments: 2.6–2.8 CPU-ms against
   0.3–0.4 for the kernel on layer 1 of a [25, 10] batch (benchmarks/README.md, "Kernels").
 
-Other devices keep torch's backward. The forward stays fbgemm's: the same loops compiled
-by numba (a gather per row, or by source with the rows' sums in the caches) were no faster
+Other devices keep torch's ``mode="mean"`` and its backward. The gather stays fbgemm's:
+the same loops compiled by numba (a gather per row, with or without prefetches of the
+rows a few edges ahead, or by source with the rows' sums in the caches) were slower
 (benchmarks/README.md). What moves it is the rows' layout: the local sampler numbers a
 batch's nodes in the order layer 0's rows first read them
 (:class:`graphrun.sampling.mfg.Relabeler`, ``order="first"``), so its first reads
@@ -63,10 +68,23 @@ def offsets_of(rows: Tensor, num_rows: int) -> Tensor:
 def mean_csr(x: Tensor, offsets: Tensor, columns: Tensor) -> Tensor:
     """Row ``r``: the mean of ``x[columns[offsets[r]:offsets[r+1]]]`` (zeros for an empty
     row), in ``x``'s dtype, with a gradient for ``x`` (the kernels above)."""
-    if x.device.type != "cpu" or not x.requires_grad or not torch.is_grad_enabled():
+    if x.device.type != "cpu":
         return F.embedding_bag(columns, x, offsets, mode="mean", include_last_offset=True)
+    if not x.requires_grad or not torch.is_grad_enabled():
+        return _weighted_mean(x, offsets, columns)
     out: Tensor = _MeanCSR.apply(x, offsets, columns)
     return out
+
+
+def _weighted_mean(x: Tensor, offsets: Tensor, columns: Tensor) -> Tensor:
+    """The means as fbgemm's sum of each row's source rows weighted ``1 / degree``: one
+    pass, each mean written once (in bf16: the weight rounded to bf16, the sum in fp32,
+    the mean rounded once)."""
+    weights = torch.empty(columns.numel(), dtype=torch.float32)
+    if not _kernels().weights(_i64(offsets), weights.numpy()):  # offsets past the columns
+        return F.embedding_bag(columns, x, offsets, mode="mean", include_last_offset=True)
+    return F.embedding_bag(columns, x, offsets, mode="sum", include_last_offset=True,
+                           per_sample_weights=weights.to(x.dtype))  # fmt: skip
 
 
 def mean_split(parts: list[tuple[Tensor, Tensor, Tensor]], num_rows: int) -> Tensor:
@@ -87,13 +105,13 @@ def mean_split(parts: list[tuple[Tensor, Tensor, Tensor]], num_rows: int) -> Ten
 
 
 class _MeanCSR(torch.autograd.Function):
-    """fbgemm's mean forward; the numba scatter of :func:`_scatter_mean` backward."""
+    """fbgemm's weighted sum forward; the numba scatter of :func:`_scatter_mean` backward."""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, offsets: Tensor, columns: Tensor) -> Tensor:
         ctx.save_for_backward(offsets, columns)
         ctx.shape, ctx.dtype = x.shape, x.dtype
-        return F.embedding_bag(columns, x, offsets, mode="mean", include_last_offset=True)
+        return _weighted_mean(x, offsets, columns)
 
     @staticmethod
     @once_differentiable  # the kernel's gradient has no gradient of its own
@@ -148,9 +166,24 @@ def _sorted_offsets(rows: np.ndarray, num_rows: int, offsets: np.ndarray) -> boo
     return True
 
 
+def _edge_weights(offsets: np.ndarray, weights: np.ndarray) -> bool:
+    """``weights[e] = 1 / degree(r)`` for every edge ``e`` of every row ``r``; False
+    (nothing written past ``weights``) where a row's edges lie outside it."""
+    for r in range(offsets.size - 1):
+        lo, hi = offsets[r], offsets[r + 1]
+        if hi > lo:
+            if lo < 0 or hi > weights.size:
+                return False
+            w = np.float32(1.0) / np.float32(hi - lo)
+            for e in range(lo, hi):
+                weights[e] = w
+    return True
+
+
 class _Kernels(NamedTuple):
     scatter: Any  # _scatter_mean
     offsets: Any  # _sorted_offsets
+    weights: Any  # _edge_weights
 
 
 _COMPILED: list[_Kernels] = []
@@ -165,6 +198,7 @@ def warm_up() -> None:
     one, zero = np.array([0, 1], dtype=np.int64), np.zeros(1, dtype=np.int64)
     _kernels().scatter(g, one, zero, g.copy())
     _kernels().offsets(zero, 1, one.copy())
+    _kernels().weights(one, np.zeros(1, dtype=np.float32))
 
 
 def _kernels() -> _Kernels:
@@ -174,5 +208,6 @@ def _kernels() -> _Kernels:
         _COMPILED.append(_Kernels(
             njit(_scatter_mean, fastmath=True, boundscheck=False),
             njit(_sorted_offsets, boundscheck=False),
+            njit(_edge_weights, boundscheck=False),
         ))  # fmt: skip
     return _COMPILED[0]
