@@ -9,7 +9,7 @@ mean of each row's source rows:
   each edge weighing ``1 / degree`` of its row (:func:`_edge_weights`): its rows
   prefetched, no ``[edges, F]`` temporary, fp32 sums for bf16 rows, each mean written
   once. torch's ``mode="mean"`` runs the same sum, then maps each edge to its row and
-  divides the means in a second pass over them: 0.6–1.1 ms more on layer 0 of a
+  divides the means in a second pass over them: 0.5–0.8 ms more on layer 0 of a
   [25, 10] batch (benchmarks/README.md, "the aggregation against the streaming read");
 * backward (on a CPU): the transposed product as one pass over the same CSR in a numba
   kernel (:func:`_scatter_mean`: row ``r``'s gradient over its degree added into each of
