@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import SAGEConv
 
-from graphrun.serving import kernels
+from graphrun.store import sum_kernels as kernels
 from graphrun.train.models import ByLayer, csr_rows
 
 INSUM, LASTSUM, LASTOWN = "insum", "lastsum", "lastown"
@@ -88,14 +88,6 @@ def first_layer(model: ByLayer, sums: Tensor, x: Tensor) -> Tensor:
     return F.relu(conv.lin_l(mean) + conv.lin_r(x))
 
 
-def last_layer(sums: Tensor, classes: int) -> tuple[Tensor, Tensor]:
-    """The last layer's output (``T / max(d, 1)``) and its argmax from ``lastsum`` rows."""
-    logits = torch.empty((len(sums), classes), dtype=torch.float32)
-    pred = torch.empty(len(sums), dtype=torch.int64)
-    kernels.outputs(sums.numpy(), logits.numpy(), pred.numpy())
-    return logits, pred
-
-
 def project(model: ByLayer, h: Tensor) -> Tensor:
     """``W_l · h`` of the last layer (what its sum adds up)."""
     return F.linear(h, cast(SAGEConv, model.convs[-1]).lin_l.weight)
@@ -105,11 +97,6 @@ def own(model: ByLayer, h: Tensor) -> Tensor:
     """``W_r · h + b`` of the last layer: a node's own part, float64."""
     conv = cast(SAGEConv, model.convs[-1])
     return (conv.lin_r(h) + cast(Tensor, conv.lin_l.bias)).double()
-
-
-def degrees(sums: Tensor) -> Tensor:
-    """``max(d, 1)`` of ``lastsum`` rows, ``[n, 1]``: what the own part is counted."""
-    return sums[:, -2:-1].clamp(min=1)
 
 
 def with_stamp(rows: Tensor, version: int) -> Tensor:

@@ -1,6 +1,8 @@
 """The running sums' loops over ``A_L`` (:mod:`graphrun.serving.sums`), compiled with
-numba (which torch_geometric imports already), cached on disk as
-:func:`graphrun.store.compiled.jit` says; :func:`warm_up` loads them.
+numba, cached on disk as :func:`graphrun.store.compiled.jit` says; :func:`warm_up` loads
+them. The store server runs them for ``move_sums`` (:mod:`graphrun.store.sum_moves`,
+which imports this module on its first request: a server that moves no sums never
+imports numba), the refresher for the first layer's sums.
 
 After 1,000 new edges on a power-law graph a refresh moves the sums of some 27k nodes by
 some 45k edges of ``C`` columns each. torch would gather each edge's source row into a
