@@ -9,8 +9,10 @@ GraphSAGE (:func:`refresh_embeddings.model_for`), a kept pass, the tables attach
 the kernels loaded as ``--follow`` does (:meth:`States.warm`), then ``ROUNDS`` (11)
 times 1,000 random new edges and a refresh to the head. Each stage of
 :mod:`graphrun.serving.refresh` is wrapped to add up its wall and thread CPU seconds;
-the first refresh is left out. Prints, per refresh (means, ms): the refresh's wall and
-CPU, the two servers' CPU, and each stage's calls, wall and CPU (benchmarks/README.md).
+the first refresh is left out (``moves.send`` and the wait for its answers are timed
+where the sums move on their servers). Prints, per refresh (means, ms): the refresh's
+wall and CPU, the two servers' CPU, and each stage's calls, wall and CPU
+(benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -83,6 +85,9 @@ def main(parts: str, rounds: int) -> None:
             setattr(R, name, timed(name, getattr(R, name)))
     for name in METHODS:
         setattr(R.States, name, timed(f"States.{name}", getattr(R.States, name)))
+    if hasattr(R, "moves"):  # the sums moved on their servers: sending, then the answers
+        send = R.moves.send
+        R.moves.send = timed("moves.send", lambda *a: timed("moves.wait", send(*a)))
     with tempfile.TemporaryDirectory(prefix="refresh-stages-") as tmp, ExitStack() as stack:
         d = Path(tmp)
         keys(d)

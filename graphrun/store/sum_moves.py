@@ -82,8 +82,8 @@ def _array(req: Request, i: int, dtype: str, ndim: int, most: int) -> np.ndarray
     return got
 
 
-def _positions(req: Request, i: int, below: int, most: int = MAX_EDGES) -> np.ndarray:
-    at = _array(req, i, "int32", 1, most)
+def _positions(req: Request, i: int, below: int, most: int | None = None) -> np.ndarray:
+    at = _array(req, i, "int32", 1, MAX_EDGES if most is None else most)
     if len(at) and (int(at.min()) < 0 or int(at.max()) >= below):
         raise ArgumentError(f"{req.op}: {TENSORS[i]} holds a position outside [0, {below})")
     return at
