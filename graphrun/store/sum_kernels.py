@@ -37,19 +37,77 @@ def add_rows(
 
 
 @jit
-def outputs(sums: np.ndarray, logits: np.ndarray, pred: np.ndarray) -> None:
-    """The last layer from ``lastsum`` rows ``[T, d, stamp]``: ``logits =
-    float32(T / max(d, 1))`` and each row's first largest column in ``pred``."""
-    width = logits.shape[1]
-    for i in range(sums.shape[0]):
-        deg, row, out = max(sums[i, width], 1.0), sums[i], logits[i]
-        for j in range(width):  # apart from the argmax: vectorised
-            out[j] = row[j] / deg
-        best = 0
-        for j in range(1, width):
-            if out[j] > out[best]:
-                best = j
-        pred[i] = best
+def move_rows(
+    sums: np.ndarray, logits: np.ndarray, pred: np.ndarray, rows: np.ndarray,
+    fresh: np.ndarray, version: float, old: np.ndarray, change: np.ndarray,
+    ch_at: np.ndarray, ch_src: np.ndarray, sign: np.ndarray, out_at: np.ndarray,
+    out_src: np.ndarray, own_at: np.ndarray, own: np.ndarray,
+) -> int:  # fmt: skip
+    """``move_sums`` (:mod:`graphrun.store.sum_moves`, which checks every index first) on
+    ``lastsum`` rows ``[T, d, stamp]``, a row at a time: row ``rows[i]`` (zeros where
+    ``fresh``), unless stamped ``version``, gets its changed edges' ``sign * old[src]``
+    (and ``sign`` to ``d``), its leaving edges' ``change[src]``, each in the order they
+    came, and for a node of ``A_{L-1}`` ``max(d, 1) * own_new - max(d_before, 1) *
+    own_old``; then it is written whole with its stamp, its logits ``float32(T /
+    max(d, 1))`` and its first largest column. How many rows moved."""
+    m, c = len(rows), logits.shape[1]
+    ch, out = _by_row(ch_at, m), _by_row(out_at, m)
+    mine = np.full(m, -1, np.int64)
+    for j in range(len(own_at)):
+        mine[own_at[j]] = j
+    new = np.zeros(m, np.bool_)
+    for i in range(len(fresh)):
+        new[fresh[i]] = True
+    buf = np.empty(c + 2)
+    moved = 0
+    for i in range(m):
+        r = rows[i]
+        for q in range(c + 2):
+            buf[q] = 0.0 if new[i] else sums[r, q]
+        if buf[c + 1] != version:
+            moved += 1
+            was = max(buf[c], 1.0)
+            for t in range(ch[0][i], ch[0][i + 1]):  # indices, not slices: no allocation
+                s, k = ch_src[ch[1][t]], sign[ch[1][t]]
+                for q in range(c):
+                    buf[q] += k * old[s, q]
+                buf[c] += k
+            for t in range(out[0][i], out[0][i + 1]):
+                s = out_src[out[1][t]]
+                for q in range(c):
+                    buf[q] += change[s, q]
+            j = mine[i]
+            if j >= 0:
+                now = max(buf[c], 1.0)
+                for q in range(c):
+                    buf[q] += now * own[j, c + q] - was * own[j, q]
+            buf[c + 1] = version
+        deg, best, top = max(buf[c], 1.0), 0, np.float32(0.0)
+        for q in range(c + 2):
+            sums[r, q] = buf[q]
+        for q in range(c):
+            y = np.float32(buf[q] / deg)
+            logits[r, q] = y
+            if q == 0 or y > top:
+                best, top = q, y
+        pred[r] = best
+    return moved
+
+
+@jit
+def _by_row(at: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(start, order)``: the edges of row ``i`` are ``order[start[i] : start[i + 1]]``,
+    in the order they came (a counting sort)."""
+    start = np.zeros(m + 1, np.int64)
+    for e in range(len(at)):
+        start[at[e] + 1] += 1
+    for i in range(m):
+        start[i + 1] += start[i]
+    fill, order = start[:-1].copy(), np.empty(len(at), np.int64)
+    for e in range(len(at)):
+        order[fill[at[e]]] = e
+        fill[at[e]] += 1
+    return start, order
 
 
 def warm_up() -> None:
@@ -57,4 +115,3 @@ def warm_up() -> None:
     refresher that stays up does before its first refresh."""
     sums, one = np.zeros((1, 3)), np.zeros(1, np.int64)
     add_rows(sums, one, np.zeros((1, 1)), one, np.ones(1), True, np.ones(1, np.bool_))
-    outputs(sums, np.zeros((1, 1), np.float32), one)

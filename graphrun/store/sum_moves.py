@@ -50,9 +50,7 @@ import msgspec
 import numpy as np
 
 from graphrun.errors import ArgumentError
-from graphrun.store import live_rows
 from graphrun.store.handlers import writable
-from graphrun.store.reducers import get_reducer
 from graphrun.store.registry import Registry, Request, Response
 from graphrun.store.state import ServerState, StoredTensor
 
@@ -135,41 +133,15 @@ def move_sums(state: ServerState, req: Request) -> Response:
                             f"{(len(own_at), 2 * c)}")  # fmt: skip
     from graphrun.store import sum_kernels  # numba: imported on the first move
 
-    got = live_rows.take(sums, rows)
-    got[fresh] = 0.0
-    moved = _move(got, body.version, src.astype(np.float64), (ch_at, ch_src, sign),
-                  (out_at, out_src), own_at, own.astype(np.float64))  # fmt: skip
-    out = np.empty((m, c), np.float32), np.empty(m, np.int64)
-    sum_kernels.outputs(got, *out)
-    assign = get_reducer("assign")
-    for stored, values in ((sums, got), (logits, out[0]), (pred, out[1])):
-        live_rows.reduce(assign, stored, rows, values, [], {})
-    return Response({"moved": moved})
-
-
-def _move(got: np.ndarray, version: int, src: np.ndarray,
-          changed: tuple[np.ndarray, np.ndarray, np.ndarray],
-          leaving: tuple[np.ndarray, np.ndarray], own_at: np.ndarray, own: np.ndarray,
-          ) -> int:  # fmt: skip
-    """Move ``got`` (the rows, float64) in place as the module docstring says, but the
-    rows stamped ``version`` already; stamp them all; how many moved."""
-    from graphrun.store import sum_kernels
-
-    c = src.shape[1] // 2
-    todo = got[:, -1] != float(version)
-    was = np.maximum(got[own_at, -2:-1], 1.0) * own[:, :c]
-    ch_at, ch_src, sign = changed
-    old, change = np.ascontiguousarray(src[:, :c]), src[:, c:] - src[:, :c]
-    sum_kernels.add_rows(got, ch_at.astype(np.int64), old, ch_src.astype(np.int64),
-                         sign.astype(np.float64), True, todo)  # fmt: skip
-    at, of = (a.astype(np.int64) for a in leaving)
-    ones = np.ones(max(len(at), len(own_at)))
-    sum_kernels.add_rows(got, at, change, of, ones, False, todo)
-    now = np.maximum(got[own_at, -2:-1], 1.0) * own[:, c:]
-    sum_kernels.add_rows(got, own_at.astype(np.int64), now - was,
-                         np.arange(len(own_at), dtype=np.int64), ones, False, todo)  # fmt: skip
-    got[:, -1] = float(version)
-    return int(todo.sum())
+    src64 = src.astype(np.float64)
+    old, change = np.ascontiguousarray(src64[:, :c]), src64[:, c:] - src64[:, :c]
+    moved = sum_kernels.move_rows(
+        sums.array, logits.array, pred.array, rows, fresh.astype(np.int64),
+        float(body.version), old, change, ch_at.astype(np.int64), ch_src.astype(np.int64),
+        sign.astype(np.float64), out_at.astype(np.int64), out_src.astype(np.int64),
+        own_at.astype(np.int64), own.astype(np.float64),
+    )  # fmt: skip
+    return Response({"moved": int(moved)})
 
 
 def register(registry: Registry) -> None:
