@@ -22,9 +22,12 @@ from typing import Any
 import numpy as np
 
 from graphrun.errors import GraphrunError
+from graphrun.store.client import PUSH_WINDOW_BYTES, REQUEST_FRAME_BYTES
 from graphrun.store.sum_moves import OP
 
 TABLES = ("lastsum", "logits", "predictions")
+FRAME_BYTES = REQUEST_FRAME_BYTES  # a request's tensor at most (half a frame's limit)
+REQUEST_BYTES = PUSH_WINDOW_BYTES  # a request's tensors at most (half the limit)
 DTYPES = ("float64", "float32", "int64")
 
 
@@ -66,6 +69,34 @@ def _requests(client: Any, name: Callable[[str], str], n: int, slots: np.ndarray
     return out, req, place
 
 
+def _fitted(t: tuple[np.ndarray, ...]) -> list[tuple[np.ndarray, ...]]:
+    """One request's tensors, or (past a frame's or a request's bytes: after a large
+    write) requests of contiguous halves of its rows, each with its edges, own rows and
+    the sources they name; a row moves the same in either."""
+    sizes = [a.nbytes for a in t]
+    m = len(t[0])
+    if (max(sizes) <= FRAME_BYTES and sum(sizes) <= REQUEST_BYTES) or m < 2:
+        return [t]
+    return [p for lo, hi in ((0, m // 2), (m // 2, m)) for p in _fitted(_rows(t, lo, hi))]
+
+
+def _rows(t: tuple[np.ndarray, ...], lo: int, hi: int) -> tuple[np.ndarray, ...]:
+    """The tensors of rows ``lo .. hi`` of request ``t`` (``sum_moves.TENSORS``)."""
+    rows, fresh, src, ch_at, ch_src, sign, out_at, out_src, own_at, own = t
+    c, o, j = ((a >= lo) & (a < hi) for a in (ch_at, out_at, own_at))
+    used = np.unique(np.concatenate([ch_src[c], out_src[o]]))
+
+    def named(a: np.ndarray) -> np.ndarray:
+        return np.searchsorted(used, a).astype(np.int32)
+
+    def local(a: np.ndarray) -> np.ndarray:
+        return (a - lo).astype(np.int32)
+
+    f = fresh[(fresh >= lo) & (fresh < hi)]
+    return (rows[lo:hi], local(f), src[used], local(ch_at[c]), named(ch_src[c]), sign[c],
+            local(out_at[o]), named(out_src[o]), local(own_at[j]), own[j])  # fmt: skip
+
+
 def send(client: Any, name: Callable[[str], str], n: int, moves: Moves, version: int
          ) -> Callable[[], None]:  # fmt: skip
     """Send the moves (module docstring) to every server concerned; a callable that
@@ -88,7 +119,7 @@ def send(client: Any, name: Callable[[str], str], n: int, moves: Moves, version:
         )  # fmt: skip
         body = {"sums": name(prefix + TABLES[0]), "logits": name(prefix + TABLES[1]),
                 "predictions": name(prefix + TABLES[2]), "version": version}  # fmt: skip
-        pending.append(client.session.request(part, OP, body, tensors))
+        pending += [client.session.request(part, OP, body, t) for t in _fitted(tensors)]
 
     def wait() -> None:
         errors: list[GraphrunError] = []
