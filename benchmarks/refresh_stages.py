@@ -9,8 +9,10 @@ GraphSAGE (:func:`refresh_embeddings.model_for`), a kept pass, the tables attach
 the kernels loaded as ``--follow`` does (:meth:`States.warm`), then ``ROUNDS`` (11)
 times 1,000 random new edges and a refresh to the head. Each stage of
 :mod:`graphrun.serving.refresh` is wrapped to add up its wall and thread CPU seconds;
-the first refresh is left out. Prints, per refresh (means, ms): the refresh's wall and
-CPU, the two servers' CPU, and each stage's calls, wall and CPU (benchmarks/README.md).
+the first refresh is left out (``moves.send`` and the wait for its answers are timed
+where the sums move on their servers). Prints, per refresh (means, ms): the refresh's
+wall and CPU, the two servers' CPU, each stage's calls, wall and CPU, and the bytes of
+the requests' tensors by op (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from refresh_embeddings import model_for, server_cpu_s
 STAGES = ("affected", "_ask", "_out_edges", "_first", "_last", "_rows", "move", "last_layer")
 METHODS = ("load", "begin", "read", "flush", "save")
 took: collections.defaultdict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0])
+sent: collections.Counter[str] = collections.Counter()
 
 
 def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -57,6 +60,17 @@ def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             t[2] += 1
 
     return wrapper
+
+
+def count_bytes(session: Any) -> None:
+    """Add up the bytes of the tensors each op's requests carry (``sent``)."""
+    real = session.request
+
+    def request(part: int, op: str, body: Any = None, tensors: Any = (), **kw: Any) -> Any:
+        sent[op] += sum(np.asarray(t).nbytes for t in tensors)
+        return real(part, op, body, tensors, **kw)
+
+    session.request = request
 
 
 def keys(d: Path) -> None:
@@ -83,6 +97,9 @@ def main(parts: str, rounds: int) -> None:
             setattr(R, name, timed(name, getattr(R, name)))
     for name in METHODS:
         setattr(R.States, name, timed(f"States.{name}", getattr(R.States, name)))
+    if hasattr(R, "moves"):  # the sums moved on their servers: sending, then the answers
+        send = R.moves.send
+        R.moves.send = timed("moves.send", lambda *a: timed("moves.wait", send(*a)))
     with tempfile.TemporaryDirectory(prefix="refresh-stages-") as tmp, ExitStack() as stack:
         d = Path(tmp)
         keys(d)
@@ -98,6 +115,7 @@ def main(parts: str, rounds: int) -> None:
             model = model_for(data)
             n = data.num_nodes("_N")
             R.full(model, data, "_N", "feat", 8192)
+            count_bytes(ctx.client.session)
             st = R.States(ctx.client, "_N")
             st.load()
             st.warm(data.node_table("_N", "feat"), len(model.convs), R.by_sums(model))
@@ -108,6 +126,7 @@ def main(parts: str, rounds: int) -> None:
                 head = int(ctx.client.follow())
                 if r == 1:  # the first refresh is left out
                     took.clear()
+                    sent.clear()
                     total[:] = 0
                 w, c, s = time.perf_counter(), time.thread_time(), server_cpu_s(pids)
                 R.refresh(model, data, "_N", "feat", 8192, head, st)
@@ -117,6 +136,8 @@ def main(parts: str, rounds: int) -> None:
           f"{total[1] * k:.1f} ms, servers' CPU {total[2] * k:.1f} ms")  # fmt: skip
     for name, (w, c, m) in sorted(took.items(), key=lambda x: -x[1][0]):
         print(f"  {name:16s} x{m / (rounds - 1):4.1f}  wall {w * k:7.2f}  CPU {c * k:7.2f}")
+    print("  sent a refresh (MB): " + ", ".join(
+        f"{op} {b / 1e6 / (rounds - 1):.2f}" for op, b in sent.most_common()))  # fmt: skip
 
 
 if __name__ == "__main__":

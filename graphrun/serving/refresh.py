@@ -69,18 +69,15 @@ from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import PolicyName, TensorKey
 from graphrun.partition.arrays import unique_sorted
 from graphrun.sampling.changes import OP_CHANGES, OP_OUT_NEIGHBORS
-from graphrun.serving import kernels
+from graphrun.serving import moves
 from graphrun.serving.embed import Layers, raise_unsupported, table_name
 from graphrun.serving.sums import (
     INSUM,
     LASTOWN,
-    LASTSUM,
     TABLES,
     before,
-    degrees,
     first_layer,
     full_sums,
-    last_layer,
     move,
     own,
     project,
@@ -89,6 +86,7 @@ from graphrun.serving.sums import (
     widths,
     with_stamp,
 )
+from graphrun.store import sum_kernels as kernels
 from graphrun.store.dist_tensor import DistTensor
 from graphrun.train import inference
 from graphrun.train.data import NodeTable
@@ -136,7 +134,7 @@ class States:
         self._tensors[what] = t
         return t
 
-    def _attached(self, what: str, width: int, dtype: str) -> DistTensor:
+    def table(self, what: str, width: int, dtype: str) -> DistTensor:
         """Table ``what``: attached if every partition has it (the list, asked once), else
         made (where a partition lacks it: its server was started again since)."""
         if what not in self._tensors:
@@ -214,7 +212,7 @@ class States:
             if not len(at):
                 continue
             mine = rows if len(at) == len(ids) else rows[torch.from_numpy(pick)]
-            self._writes.append((self._attached(name, width, dtype), at, mine))
+            self._writes.append((self.table(name, width, dtype), at, mine))
 
     def flush(self) -> None:
         """Send the writes :meth:`write` kept (:meth:`KVClient.push_tables`)."""
@@ -225,11 +223,12 @@ class States:
 
     def warm(self, feature: NodeTable, layers: int, sums: bool) -> None:
         """Attach every table a refresh reads and writes, map the co-located ones (a row
-        of each read) and load the sums' compiled kernels (:mod:`.kernels`): what a
-        refresher that stays up does once, not per refresh."""
+        of each read) and load the sums' compiled loops, here and on the servers
+        (:mod:`.moves`): what a refresher that stays up does once, not per refresh."""
         tables = [*layer_tables(layers), "predictions", *(TABLES if sums else ())]
         if sums:
             kernels.warm_up()
+            moves.warm(self.client, self.name)
         pol = self.client.policy(self.name(layer_tables(layers)[-1]))
         firsts = np.unique(np.minimum(pol.ranges[:-1], self.n - 1)).astype(np.int64)
         feature[torch.from_numpy(firsts)]  # a row of each partition
@@ -421,36 +420,35 @@ def _first(model: ByLayer, data: Any, st: States, feat: Any, plan: Plan
 
 def _last(model: ByLayer, st: States, plan: Plan, what: str, ids: np.ndarray, h: Tensor
           ) -> None:  # fmt: skip
-    """The last layer of ``A_L`` from its moved sums, with ``h`` the new rows of
-    ``ids = A_{L-1}`` (stored in table ``what``): an edge leaving ``A_{L-1}`` adds its
-    source's change, a changed edge adds (or takes away) its source's old row, both
-    projected; then each node of ``A_{L-1}`` (where the own part and the in-degree
-    changed) trades its old own part, at the old degree, for the new one. The old rows
-    are ``lastown``'s (the old ``h`` is not read), those of ``A_{L-1}`` and the changed
-    edges' sources only; ``A_L``'s ``lastsum`` rows are moved in place (those an
-    interrupted try moved already keep theirs)."""
+    """The last layer of ``A_L`` from its sums, moved on their servers (:mod:`.moves`,
+    which says how; they write the logits and predictions too), with ``h`` the new rows
+    of ``ids = A_{L-1}`` (stored in table ``what``). The old rows a move takes away are
+    ``lastown``'s (the old ``h`` is not read), of ``A_{L-1}`` and the changed edges'
+    sources only; ``A_{L-1}``'s ``lastown`` rows are written with their earlier copy."""
     assert plan.changed is not None and plan.edges is not None
     ch, e1, al, to = plan.changed, plan.edges, plan.sets[-1], plan.to
     need = _union([ids, ch[0]])
     old = before(_rows(st, LASTOWN, need, plan.new), to)  # [W_l h, W_r h + b] before
     new = torch.cat([project(model, h).double(), own(model, h)], dim=1)
     c = new.size(1) // 2
-    mine = old[_at(need, ids)]
-    sums = _rows(st, LASTSUM, al, plan.new)
-    todo = ~stamped(sums, to)
-    at = _pos(al, ids)
-    was = degrees(sums[torch.from_numpy(at)]) * mine[:, c:]
-    move(sums, _pos(al, ch[1]), old[:, :c], _pos(need, ch[0]), todo, signs(ch))
-    move(sums, _pos(al, e1[1]), new[:, :c] - mine[:, :c], _pos(ids, e1[0]), todo)
-    now = degrees(sums[torch.from_numpy(at)]) * new[:, c:]
-    move(sums, at, now - was, np.arange(len(ids)), todo)
-    sums[:, -1] = to
+    at = _at(need, ids)
+    mine, src = old[at], torch.cat([old[:, :c], old[:, :c]], dim=1)  # before, after
+    src[at, c:] = new[:, :c]
+    slots = st.slots(al)
+    for prefix in ["", "grown/"] if (slots >= st.n).any() else [""]:
+        for name, width, dtype in zip(moves.TABLES, (c + 2, c, 0), moves.DTYPES, strict=True):
+            st.table(prefix + name, width, dtype)
+    mine_new = torch.cat([mine[:, c:], new[:, c:]], dim=1).float().numpy()
+    edges = (_pos(al, ch[1]), _pos(need, ch[0]), ch[2]), (_pos(al, e1[1]), _pos(need, e1[0]))
+    got = moves.Moves(slots, np.isin(al, plan.new), src.float().numpy(), *edges,
+                      _pos(al, ids), mine_new)  # fmt: skip
+    wait = moves.send(st.client, st.name, st.n, got, to)
     st.write(what, ids, h)
     st.write(LASTOWN, ids, with_stamp(torch.cat([new, mine], dim=1), to))
-    st.write(LASTSUM, al, sums)
-    logits, pred = last_layer(sums, c)
-    st.write("logits", al, logits)
-    st.write("predictions", al, pred)
+    try:
+        st.flush()
+    finally:
+        wait()
 
 
 def _rows(st: States, what: str, ids: np.ndarray, new: np.ndarray) -> Tensor:

@@ -21,14 +21,16 @@ them, their old and new rows): the cost is those edges times the row's width, ne
 node's whole in-neighbourhood. The first layer's sums of the nodes downstream of an
 updated or new feature are recomputed over their in-edges (the feature's old value is
 gone from the store). Each state is then computed afresh from its sums
-(:func:`first_layer`, :func:`last_layer`): the float64 sums round at about 1e-16 of
-their size an update, so nothing adds up over many refreshes in float32.
+(:func:`first_layer`; the last layer on the sums' servers,
+:mod:`graphrun.store.sum_moves`): the float64 sums round at about 1e-16 of their size
+an update, so nothing adds up over many refreshes in float32.
 
-``lastsum`` holds the own part inside ``T`` so that a refresh reads and writes one row
-of ``C + 2`` for each node of ``A_L`` (some 27k after 1,000 new edges on a 200k-node
-power-law graph) and nothing else of it: the own part changes only where ``h_v`` did
-(``A_{L-1}``), and the in-degree only where an in-edge changed (inside ``A_1``), so
-``lastown`` is read for ``A_{L-1}`` and the changed edges' sources alone (about 2k).
+``lastsum`` holds the own part inside ``T`` so that a refresh moves one row of ``C + 2``
+for each node of ``A_L`` (some 27k after 1,000 new edges on a 200k-node power-law
+graph; on the row's own server, :mod:`graphrun.serving.moves`) and nothing else of
+it: the own part changes only where ``h_v`` did (``A_{L-1}``), and the in-degree only
+where an in-edge changed (inside ``A_1``), so ``lastown`` is read for ``A_{L-1}`` and
+the changed edges' sources alone (about 2k).
 The own parts are fp32 products (the layer's own), so ``max(d, 1)`` times one is exact
 in float64 for any in-degree below ``2^29``.
 
@@ -53,7 +55,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import SAGEConv
 
-from graphrun.serving import kernels
+from graphrun.store import sum_kernels as kernels
 from graphrun.train.models import ByLayer, csr_rows
 
 INSUM, LASTSUM, LASTOWN = "insum", "lastsum", "lastown"
@@ -88,14 +90,6 @@ def first_layer(model: ByLayer, sums: Tensor, x: Tensor) -> Tensor:
     return F.relu(conv.lin_l(mean) + conv.lin_r(x))
 
 
-def last_layer(sums: Tensor, classes: int) -> tuple[Tensor, Tensor]:
-    """The last layer's output (``T / max(d, 1)``) and its argmax from ``lastsum`` rows."""
-    logits = torch.empty((len(sums), classes), dtype=torch.float32)
-    pred = torch.empty(len(sums), dtype=torch.int64)
-    kernels.outputs(sums.numpy(), logits.numpy(), pred.numpy())
-    return logits, pred
-
-
 def project(model: ByLayer, h: Tensor) -> Tensor:
     """``W_l · h`` of the last layer (what its sum adds up)."""
     return F.linear(h, cast(SAGEConv, model.convs[-1]).lin_l.weight)
@@ -105,11 +99,6 @@ def own(model: ByLayer, h: Tensor) -> Tensor:
     """``W_r · h + b`` of the last layer: a node's own part, float64."""
     conv = cast(SAGEConv, model.convs[-1])
     return (conv.lin_r(h) + cast(Tensor, conv.lin_l.bias)).double()
-
-
-def degrees(sums: Tensor) -> Tensor:
-    """``max(d, 1)`` of ``lastsum`` rows, ``[n, 1]``: what the own part is counted."""
-    return sums[:, -2:-1].clamp(min=1)
 
 
 def with_stamp(rows: Tensor, version: int) -> Tensor:

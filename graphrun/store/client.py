@@ -466,6 +466,11 @@ class KVClient:
         ids = pol.check_ids(ids)
         return len(ids), list(routing.by_owner(pol.ranges, ids))
 
+    def route(self, name: str, ids: Any) -> list[routing.Group]:
+        """``ids`` of tensor ``name`` grouped by owner partition (with their local rows),
+        as a write of them goes: for an op of one's own on a tensor's rows."""
+        return self._groups(self.meta(name), ids)[1]
+
     def push_tables(self, items: Sequence[tuple[str, Any, np.ndarray]]) -> None:
         """``assign`` rows of several tensors, ``(name, ids, values)`` each: one
         ``push_tables`` request per owner partition carrying every tensor's rows there

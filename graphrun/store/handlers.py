@@ -135,7 +135,7 @@ def pull(state: ServerState, req: Request) -> Response:
     return Response({}, (live_rows.take(stored, rows),))
 
 
-def _writable(req: Request, stored: StoredTensor, allow_graph: bool) -> StoredTensor:
+def writable(req: Request, stored: StoredTensor, allow_graph: bool) -> StoredTensor:
     """``stored`` if this request may write it: the graph's own tensors (namespace ``""``)
     are read-only to a job key, and to the admin key unless it sets ``allow_graph``."""
     if stored.info.job != GRAPH_JOB:
@@ -156,7 +156,7 @@ def _writable(req: Request, stored: StoredTensor, allow_graph: bool) -> StoredTe
 def push(state: ServerState, req: Request) -> Response:
     body = req.args(PushBody)
     name = body.name
-    stored = _writable(req, state.find(req.job, name), body.allow_graph)
+    stored = writable(req, state.find(req.job, name), body.allow_graph)
     rows = _rows(state, req, stored)
     reducer_name = body.reducer
     reducer = get_reducer(reducer_name)
@@ -168,7 +168,7 @@ def push(state: ServerState, req: Request) -> Response:
     specs = STATE_SPECS.get(reducer_name, ())
     if len(state_names) != len(specs):
         raise ArgumentError(f"push {name!r}: reducer {reducer_name} needs {len(specs)} states")
-    states = [_writable(req, state.find(req.job, s), body.allow_graph) for s in state_names]
+    states = [writable(req, state.find(req.job, s), body.allow_graph) for s in state_names]
     live_rows.reduce(reducer, stored, rows, values, states, body.params)
     return Response({})
 
@@ -197,7 +197,7 @@ def push_tables(state: ServerState, req: Request) -> Response:
                             "(rows and values of each)")  # fmt: skip
     checked = []
     for i, name in enumerate(names):
-        stored = _writable(req, state.find(req.job, name), False)
+        stored = writable(req, state.find(req.job, name), False)
         rows = _rows(state, req, stored, 2 * i)
         checked.append((stored, rows, _values(req, stored, rows, 2 * i + 1, same_dtype=True)))
     assign = get_reducer("assign")

@@ -77,6 +77,7 @@ WRITE_OPS = frozenset(
     {
         "push",
         "push_tables",
+        "move_sums",
         "init",
         "delete",
         "live_prepare",

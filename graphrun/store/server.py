@@ -42,7 +42,7 @@ from graphrun.rpc.access import Access, ClientKeys
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import DEFAULT_LIMITS, Limits, Message, MsgKind, error_message
 from graphrun.rpc.transport import RpcClient, RpcServer, Waker, error_type
-from graphrun.store import compact, handlers, live_ops, replicas
+from graphrun.store import compact, handlers, live_ops, replicas, sum_moves
 from graphrun.store.disk import DiskRows, file_id
 from graphrun.store.live_log import check_live_dir
 from graphrun.store.policy import policies_from_book
@@ -266,6 +266,7 @@ def build_registry(extensions: Iterable[str] = ()) -> Registry:
     replicas.register_ops(registry)
     live_ops.register(registry)
     compact.register(registry)
+    sum_moves.register(registry)
     load_extensions(registry, extensions)
     return registry
 

@@ -20,6 +20,7 @@ from graphrun.distributed.writer import GraphWriter
 from graphrun.errors import GraphrunError
 from graphrun.partition import load_id_mapping
 from graphrun.sampling.fanout import ALL
+from graphrun.serving import moves
 from graphrun.serving.follow import follow
 from graphrun.serving.refresh import States, _pos, full, layer_tables, refresh
 from graphrun.serving.sums import LASTOWN, TABLES
@@ -256,6 +257,25 @@ def test_a_refresh_after_compaction_starts_from_a_kept_pass(tmp_path):
         got = refresh(model, data, "_N", "feat", 1024)
         assert got["since"] == 1 and got["version"] == 2
         assert_full_pass(ctx, data, model, 2)
+
+
+def test_moves_too_big_for_a_request_go_in_pieces(tmp_path, monkeypatch):
+    """Past a frame's bytes (after a large write) a partition's moves go in requests of
+    fewer rows, each with the sources it names: the states still equal a full pass."""
+    sent = []
+    real = moves._fitted
+    monkeypatch.setattr(moves, "FRAME_BYTES", 2048)
+    monkeypatch.setattr(moves, "_fitted", lambda t: sent.append(real(t)) or sent[-1])
+    torch.manual_seed(0)
+    model = SAGE(8, 16, 4, 2, 0.5, "csr", "fp32").eval()
+    graph = {"num_nodes": NODES, "num_edges": EDGES}
+    with graph_served(tmp_path / "parts", **graph) as (addresses, parts, ctx, data):
+        full(model, data, "_N", "feat", 1024)
+        write(addresses, parts)
+        refresh(model, data, "_N", "feat", 1024)
+        assert_full_pass(ctx, data, model, 1)
+    assert max(len(p) for p in sent) > 8  # cut into pieces
+    assert all(a.nbytes <= 2048 for p in sent for t in p for a in t if len(t[0]) > 1)
 
 
 def test_a_three_layer_model_recomputes_the_layer_between(tmp_path):

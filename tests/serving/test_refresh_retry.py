@@ -15,6 +15,7 @@ from graphrun.errors import GraphrunError
 from graphrun.serving.follow import ATTEMPTS
 from graphrun.serving.refresh import States, full, refresh
 from graphrun.serving.sums import LASTSUM
+from graphrun.store.sum_moves import OP
 from graphrun.train.models import GAT, SAGE
 
 from .test_refresh import EDGES, NODES, assert_full_pass, following, graph_served, more, write
@@ -22,36 +23,44 @@ from .test_refresh import EDGES, NODES, assert_full_pass, following, graph_serve
 pytestmark = pytest.mark.integration
 
 
-def refuse_partition_1(client: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A fault hook: while the list it returns holds a count above 0, each
-    ``push_tables`` to partition 1 names a table its server does not have, so the server
-    refuses the whole request (it checks every table before writing any) and the
-    client raises once partition 0's answer is in. Each refusal counts one down."""
+def refuse_partition_1(
+    client: Any, monkeypatch: pytest.MonkeyPatch, op: str = "push_tables"
+) -> list[int]:
+    """A fault hook: while the list it returns holds a count above 0, each ``op``
+    (``push_tables``, or ``move_sums``: the sums moved on their servers) to partition 1
+    names a table its server does not have, so the server refuses the whole request (it
+    checks every table before writing any) and the client raises once partition 0's
+    answer is in. Each refusal counts one down."""
     left = [0]
     real = client.session.request
 
-    def request(part: int, op: str, body: Any = None, *args: Any, **kw: Any) -> Any:
-        if op == "push_tables" and part == 1 and left[0] > 0:
+    def request(part: int, what: str, body: Any = None, *args: Any, **kw: Any) -> Any:
+        if what == op and part == 1 and left[0] > 0:
             left[0] -= 1
-            body = {**body, "names": ["serving/_N/not a table", *body["names"][1:]]}
-        return real(part, op, body, *args, **kw)
+            if op == OP:
+                body = {**body, "sums": "serving/_N/not a table"}
+            else:
+                body = {**body, "names": ["serving/_N/not a table", *body["names"][1:]]}
+        return real(part, what, body, *args, **kw)
 
     monkeypatch.setattr(client.session, "request", request)
     return left
 
 
+@pytest.mark.parametrize("op", ["push_tables", OP])
 @pytest.mark.parametrize("moved", [False, True], ids=["same head", "graph moved"])
-def test_a_refresh_that_failed_partway_is_retried(tmp_path, monkeypatch, moved):
+def test_a_refresh_that_failed_partway_is_retried(tmp_path, monkeypatch, moved, op):
     """The retry finishes the refresh to version 1 (moving only the sums partition 0
     did not take yet); with ``moved`` the graph took another write before the retry,
-    which then refreshes to 1 and from there to 2."""
+    which then refreshes to 1 and from there to 2. The write refused is the states'
+    (``push_tables``) or the last layer's sums moved on partition 1's server."""
     torch.manual_seed(0)
     model = SAGE(8, 16, 4, 2, 0.5, "csr", "fp32").eval()
     graph = {"num_nodes": NODES, "num_edges": EDGES}
     with graph_served(tmp_path / "parts", **graph) as (addresses, parts, ctx, data):
         full(model, data, "_N", "feat", 1024)
         write(addresses, parts)
-        fault = refuse_partition_1(ctx.client, monkeypatch)
+        fault = refuse_partition_1(ctx.client, monkeypatch, op)
         fault[0] = 1
         with pytest.raises(GraphrunError, match="not a table"):
             refresh(model, data, "_N", "feat", 1024)

@@ -148,6 +148,27 @@ def test_the_replica_takes_a_push_of_several_tables(replicated, keys):
 
 
 @pytest.mark.integration
+def test_the_replica_takes_the_sums_moved_on_the_primary(replicated, keys):
+    """``move_sums`` (issue 43) is a write the replicas take: the replica moves its own
+    copy of the rows by the same request, so once partition 0's primary is killed it
+    answers the moved rows, their logits and predictions."""
+    from .test_sum_moves import call, random_moves, read, tables
+
+    primaries, replicas = replicated
+    rng = np.random.default_rng(0)
+    with _client(primaries, keys, timeout=20, use_shm=False) as c:
+        tables(c, rng)
+        mv = random_moves(rng, c.policy("s").part_rows(0))
+        assert call(c, 0, mv)["moved"] == len(mv.rows)
+        moved = read(c, 0, mv.rows)
+        primaries[0].kill()
+        for a, b in zip(read(c, 0, mv.rows), moved, strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert call(c, 0, mv)["moved"] == 1  # stamped there too: the new node's row alone
+        assert c.session.failovers == [(0, primaries[0].address, replicas[0].address)]
+
+
+@pytest.mark.integration
 def test_a_stopped_primary_is_fenced_and_nothing_acknowledged_is_lost(replicated, keys):
     """SIGSTOP the primary: one client fails over after its request timeout; the other
     client's writes to the resumed primary are refused (fenced) and go to the replica."""

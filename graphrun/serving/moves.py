@@ -1,0 +1,149 @@
+"""The last layer's running sums moved on their servers (``move_sums``).
+
+A refresh (:mod:`graphrun.serving.refresh`) knows which ``lastsum`` rows move and by
+what: the nodes of ``A_L``, the changed edges and the edges leaving ``A_{L-1}`` (each a
+destination in ``A_L`` and a source), each source's projection before and after, and
+the own parts of ``A_{L-1}``. :func:`send` routes that to the rows' servers
+(:mod:`graphrun.store.sum_moves`): one request for each partition and table the rows
+are in (the base tables, and ``grown/`` for new nodes' rows), the edges split by their
+destination's request in the order they came (a row adds up its moves in the same
+order as a move on the client did), every source's two projections to each. After
+1,000 new edges on the 200k-node power-law graph that is 2.4 MB a refresh where the
+moved rows, their logits and predictions were 15 MB of writes (a refresh's requests
+5.3 MB in all, 19.5 MB before: benchmarks/README.md, issue 43).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from graphrun.errors import GraphrunError
+from graphrun.store.client import PUSH_WINDOW_BYTES, REQUEST_FRAME_BYTES
+from graphrun.store.sum_moves import OP
+
+TABLES = ("lastsum", "logits", "predictions")
+FRAME_BYTES = REQUEST_FRAME_BYTES  # a request's tensor at most (half a frame's limit)
+REQUEST_BYTES = PUSH_WINDOW_BYTES  # a request's tensors at most (half the limit)
+DTYPES = ("float64", "float32", "int64")
+
+
+@dataclass
+class Moves:
+    """What moves the ``lastsum`` rows of ``A_L`` (positions are in ``A_L``, sorted):
+    ``slots`` each node's row (``States.slots``: the id, or ``n + j`` for the ``j``-th
+    new node), ``fresh`` whether it has no row yet; ``src`` float32 ``[k, 2C]`` each
+    source's projection before and after; ``changed`` (at, src, sign) and ``leaving``
+    (at, src) the two edge lists; ``own_at`` the positions of ``A_{L-1}``, ``own`` float32
+    ``[j, 2C]`` their own parts before and after."""
+
+    slots: np.ndarray
+    fresh: np.ndarray
+    src: np.ndarray
+    changed: tuple[np.ndarray, np.ndarray, np.ndarray]
+    leaving: tuple[np.ndarray, np.ndarray]
+    own_at: np.ndarray
+    own: np.ndarray
+
+
+def _requests(client: Any, name: Callable[[str], str], n: int, slots: np.ndarray
+              ) -> tuple[list[tuple[int, str, np.ndarray]], np.ndarray, np.ndarray]:  # fmt: skip
+    """``(part, table prefix, local rows increasing)`` of each request, and each node's
+    request and position in it."""
+    req, place = np.empty(len(slots), np.int64), np.empty(len(slots), np.int64)
+    out: list[tuple[int, str, np.ndarray]] = []
+    for prefix, pick in (("", slots < n), ("grown/", slots >= n)):
+        idx = np.flatnonzero(pick)
+        if not len(idx):
+            continue
+        for g in client.route(name(prefix + TABLES[0]), slots[idx] - (n if prefix else 0)):
+            mine, rows = idx[g.pos], g.rows
+            if len(rows) > 1 and (np.diff(rows) <= 0).any():
+                order = np.argsort(rows, kind="stable")
+                mine, rows = mine[order], rows[order]
+            req[mine], place[mine] = len(out), np.arange(len(rows))
+            out.append((g.part, prefix, np.ascontiguousarray(rows, np.int64)))
+    return out, req, place
+
+
+def _fitted(t: tuple[np.ndarray, ...]) -> list[tuple[np.ndarray, ...]]:
+    """One request's tensors, or (past a frame's or a request's bytes: after a large
+    write) requests of contiguous halves of its rows, each with its edges, own rows and
+    the sources they name; a row moves the same in either."""
+    sizes = [a.nbytes for a in t]
+    m = len(t[0])
+    if (max(sizes) <= FRAME_BYTES and sum(sizes) <= REQUEST_BYTES) or m < 2:
+        return [t]
+    return [p for lo, hi in ((0, m // 2), (m // 2, m)) for p in _fitted(_rows(t, lo, hi))]
+
+
+def _rows(t: tuple[np.ndarray, ...], lo: int, hi: int) -> tuple[np.ndarray, ...]:
+    """The tensors of rows ``lo .. hi`` of request ``t`` (``sum_moves.TENSORS``)."""
+    rows, fresh, src, ch_at, ch_src, sign, out_at, out_src, own_at, own = t
+    c, o, j = ((a >= lo) & (a < hi) for a in (ch_at, out_at, own_at))
+    used = np.unique(np.concatenate([ch_src[c], out_src[o]]))
+
+    def named(a: np.ndarray) -> np.ndarray:
+        return np.searchsorted(used, a).astype(np.int32)
+
+    def local(a: np.ndarray) -> np.ndarray:
+        return (a - lo).astype(np.int32)
+
+    f = fresh[(fresh >= lo) & (fresh < hi)]
+    return (rows[lo:hi], local(f), src[used], local(ch_at[c]), named(ch_src[c]), sign[c],
+            local(out_at[o]), named(out_src[o]), local(own_at[j]), own[j])  # fmt: skip
+
+
+def send(client: Any, name: Callable[[str], str], n: int, moves: Moves, version: int
+         ) -> Callable[[], None]:  # fmt: skip
+    """Send the moves (module docstring) to every server concerned; a callable that
+    waits for them all and raises the first error (the caller's other writes go out
+    meanwhile). ``name``: a table's full name (``States.name``)."""
+    todo, req, place = _requests(client, name, n, moves.slots)
+    ch_at, ch_src, sign = moves.changed
+    out_at, out_src = moves.leaving
+    ch_r, out_r, own_r = req[ch_at], req[out_at], req[moves.own_at]
+    src = np.ascontiguousarray(moves.src, np.float32)
+    pending = []
+    for r, (part, prefix, rows) in enumerate(todo):
+        c, o, j = ch_r == r, out_r == r, own_r == r
+        tensors = (
+            rows, place[moves.fresh & (req == r)].astype(np.int32), src,
+            place[ch_at[c]].astype(np.int32), ch_src[c].astype(np.int32), sign[c].astype(np.int8),
+            place[out_at[o]].astype(np.int32), out_src[o].astype(np.int32),
+            place[moves.own_at[j]].astype(np.int32),
+            np.ascontiguousarray(moves.own[j], np.float32),
+        )  # fmt: skip
+        body = {"sums": name(prefix + TABLES[0]), "logits": name(prefix + TABLES[1]),
+                "predictions": name(prefix + TABLES[2]), "version": version}  # fmt: skip
+        pending += [client.session.request(part, OP, body, t) for t in _fitted(tensors)]
+
+    def wait() -> None:
+        errors: list[GraphrunError] = []
+        for p in pending:  # every answer before an error is raised
+            try:
+                client.session.wait(p)
+            except GraphrunError as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    return wait
+
+
+def warm(client: Any, name: Callable[[str], str]) -> None:
+    """Load the op's compiled loops on every server: a request of no rows each (what a
+    refresher that stays up does before its first refresh)."""
+    c = client.meta(name(TABLES[0])).row_shape[0] - 2
+    none, edges = np.empty(0, np.int32), np.empty((0, 2 * c), np.float32)
+    tensors = (np.empty(0, np.int64), none, edges, none, none, np.empty(0, np.int8), none,
+               none, none, edges)  # fmt: skip
+    body = {"sums": name(TABLES[0]), "logits": name(TABLES[1]),
+            "predictions": name(TABLES[2]), "version": 0}  # fmt: skip
+    pending = [client.session.request(p, OP, body, tensors)
+               for p in range(client.book.num_parts)]  # fmt: skip
+    for p in pending:
+        client.session.wait(p)
