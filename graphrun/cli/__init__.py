@@ -3,7 +3,10 @@
 Each subcommand lives in its own module of this package and exposes
 ``register(subparsers)``, which adds its parser and sets ``func`` to a function
 ``(args) -> int``. Heavy imports (torch, zmq) happen inside those functions so
-that ``graphrun --help`` stays instant.
+that ``graphrun --help`` stays instant. A command line that names a subcommand
+builds that one's parser only: the other modules (and what they import at the top:
+numpy, yaml, the benchmarks) are not imported by a store server or a machine worker,
+of which a job starts many (0.04 CPU-s each).
 
 A :class:`graphrun.errors.UserError` reaching here is printed as one line,
 ``graphrun: error: <message>``, and the exit code is 2; so is an argument argparse
@@ -47,7 +50,13 @@ SUBCOMMANDS = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_of(name: str) -> str:
+    """The subcommand a module of :data:`SUBCOMMANDS` registers (``import_``: ``import``)."""
+    return name.rstrip("_")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every subcommand's parser, or only ``command``'s where it is one of them."""
     parser = OneLineParser(
         prog="graphrun",
         description=(
@@ -60,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"graphrun {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in SUBCOMMANDS:
+    names = [n for n in SUBCOMMANDS if command_of(n) == command] or SUBCOMMANDS
+    for name in names:
         try:
             module = importlib.import_module(f"graphrun.cli.{name}")
         except ModuleNotFoundError as exc:
@@ -72,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words[0] if words else None)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or an argument refused (its line printed)

@@ -7,7 +7,12 @@
 * :mod:`~graphrun.store.policy` — partition policies per node/edge type;
 * :mod:`~graphrun.store.shm` — shared-memory segments; :mod:`~graphrun.store.reducers`;
 * :class:`DistTensor`, :class:`DistEmbedding`, :class:`SparseAdagrad`, :class:`SparseAdam`
-  (these import torch, so they load on first use).
+  (these import torch).
+
+Every name here loads on first use: a process that needs one module of the package (a
+machine worker: :mod:`~graphrun.store.shm` to clean its stores' segments) does not
+import the client, the server and zmq with it (0.1 CPU-s a process, and a job starts a
+worker per machine and attempt).
 """
 
 from __future__ import annotations
@@ -15,16 +20,26 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from graphrun.store.client import ClientConfig, KVClient, Pending
-from graphrun.store.registry import Registry, Request, Response
-from graphrun.store.server import ServerConfig, run_server
-from graphrun.store.state import GRAPH_JOB, ServerState, TensorInfo
-
 if TYPE_CHECKING:
+    from graphrun.store.client import ClientConfig, KVClient, Pending
     from graphrun.store.dist_tensor import DistTensor
     from graphrun.store.embedding import DistEmbedding, SparseAdagrad, SparseAdam
+    from graphrun.store.registry import Registry, Request, Response
+    from graphrun.store.server import ServerConfig, run_server
+    from graphrun.store.state import GRAPH_JOB, ServerState, TensorInfo
 
 _LAZY = {
+    "ClientConfig": "graphrun.store.client",
+    "KVClient": "graphrun.store.client",
+    "Pending": "graphrun.store.client",
+    "Registry": "graphrun.store.registry",
+    "Request": "graphrun.store.registry",
+    "Response": "graphrun.store.registry",
+    "ServerConfig": "graphrun.store.server",
+    "run_server": "graphrun.store.server",
+    "GRAPH_JOB": "graphrun.store.state",
+    "ServerState": "graphrun.store.state",
+    "TensorInfo": "graphrun.store.state",
     "DistTensor": "graphrun.store.dist_tensor",
     "DistEmbedding": "graphrun.store.embedding",
     "SparseAdagrad": "graphrun.store.embedding",

@@ -273,3 +273,14 @@ def test_a_bad_stop_mark_wait_is_one_line(tmp_path: Path, wait: str) -> None:
     assert out.returncode == 2
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith(f"graphrun: error: argument --stop-mark-wait: {wait} is not in [0, ")
+
+
+def test_a_worker_does_not_import_the_store_s_client_or_server() -> None:
+    """A machine worker needs the store's shared-memory module only (to clean its
+    stores' segments); the package's client, server and zmq were 0.1 CPU-s of every
+    worker's start."""
+    code = "import sys, graphrun.cli.worker, graphrun.machine.worker; "
+    code += "print(sorted(m for m in ('graphrun.store.client', 'graphrun.store.server', 'zmq') "
+    code += "if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

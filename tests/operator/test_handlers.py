@@ -47,6 +47,7 @@ PATHS = {
     "NetworkPolicy": f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies",
 }
 VERBS = {"list", "watch", "get", "patch", "create", "delete"}
+KEEP_REQUESTS = 20  # of kmock's history, far more than are ever being handled at once
 
 
 def declare(api: Any) -> None:
@@ -177,7 +178,18 @@ class Cluster:
                 owner = p["metadata"].get("labels", {}).get("job-name")
                 if owner and owner not in jobs:
                     await self.delete(f"{PATHS['Pod']}/{p['metadata']['name']}")
+            self.forget()
             await asyncio.sleep(0.05)
+
+    def forget(self) -> None:
+        """Drops all but the newest requests from kmock's history. kmock keeps every
+        request for assertions and matches each new one to its reactions by scanning
+        that whole history once per reaction (``RawHandler._handle``): the hundreds of
+        requests of a lifecycle made these tests quadratic, half of the file's CPU. The
+        tests that run the controllers assert on objects and statuses, never on requests."""
+        history = getattr(self.api, "_requests", None)  # kmock's own list, not its API
+        if isinstance(history, list) and len(history) > 2 * KEEP_REQUESTS:
+            del history[:-KEEP_REQUESTS]
 
 
 async def eventually(check: Callable[[], Any], timeout: float = 30.0) -> Any:
