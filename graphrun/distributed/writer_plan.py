@@ -95,12 +95,12 @@ class Plan:
             out = w.lookup(both)
             out[new] = -(order[pos[new]] + 1)
             what = "original id"
-        else:
-            out, what = both.copy(), "graph id"
-        known = (out < 0) | self._owner(np.maximum(out, 0), strict=False) >= 0
-        known &= out >= -len(self.orig) - 1
-        if orig:
-            known &= ~((out == -1) & ~np.isin(both, self.orig))
+            known = (out < 0) | self._owner(np.maximum(out, 0), strict=False) >= 0
+            known &= (out >= -len(self.orig) - 1) & ~((out == -1) & ~np.isin(both, self.orig))
+        else:  # graph ids: a negative one is no node (the batch's new nodes: -(i + 1))
+            out, what = both, "graph id"
+            known = self._owner(np.maximum(out, 0), strict=False) >= 0
+            known &= out >= 0
         if not known.all():
             i = int(np.flatnonzero(~known)[0])
             end = "src" if i < len(src) else "dst"
