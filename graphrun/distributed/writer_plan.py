@@ -65,11 +65,11 @@ class Plan:
         ends = [self._ends(e[1], e[2], e[3], w) for e in b.edges]
         self.src = _cat([e[0] for e in ends], np.int64)  # new nodes: -(i + 1)
         self.dst = _cat([e[1] for e in ends], np.int64)
-        dst_part = [e[2] for e in ends]  # graph ids' owners, known already
+        dst_part = [e[2] for e in ends if e[2] is not None]  # graph ids': known already
         if len(book.node_types) > 1:  # one node type: every end has it
             self._check_types()
         self.node_part = self._place() if len(self.orig) else np.empty(0, np.int64)
-        if all(p is not None for p in dst_part):
+        if len(dst_part) == len(ends):
             self.edge_part = _cat(dst_part, np.int64)
         else:
             self.edge_part = self._owner(self.dst)

@@ -22,7 +22,9 @@ class _Writer:
     book = BOOK
 
     def lookup(self, orig_ids: object) -> np.ndarray:
-        return np.full(len(np.asarray(orig_ids)), -1, np.int64)
+        """Base nodes' original ids are their graph ids here."""
+        o = np.asarray(orig_ids, np.int64)
+        return np.where((o >= 0) & (o < 100), o, -1)
 
     def view(self, fresh: bool = False) -> LiveView:
         return VIEW
@@ -60,3 +62,16 @@ def test_edges_between_base_nodes_go_to_their_destinations_partition():
     assert edges.tolist() == [[3, 99], [5, 0], [400, 401]]
     body, tensors = plan.wire(1, 7)
     assert tensors[body["new_edges"]].tolist() == [[70], [60], [4496]]
+
+
+def test_ends_by_original_id_and_by_graph_id_in_one_batch():
+    """A batch naming some ends by original id (its new node too) and others by graph
+    id: each edge goes to its destination's partition, the new node's end gets its id."""
+    b = _batch([3], [60], new_nodes=1)  # by graph id
+    b.edges.append((0, np.asarray([1000, 7]), np.asarray([5, 1000]), True))  # by orig id
+    plan = Plan(_Writer(), b, VIEW)
+    part = int(plan.node_part[0])
+    assert plan.edge_part.tolist() == [1, 0, part]
+    plan.give_ids([[[100, 1]], []] if part == 0 else [[], [[100, 1]]],
+                  [[[400, 1 + (part == 0)]], [[4496, 1 + (part == 1)]]])  # fmt: skip
+    assert plan.src.tolist() == [3, 100, 7] and plan.dst.tolist() == [60, 5, 100]
