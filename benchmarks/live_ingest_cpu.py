@@ -9,6 +9,8 @@ says little).
     SPY=1 ... (SPY=gil: the GIL's holder only)      # py-spy raw profiles of both servers
     TIDS=1 ...                                      # each server thread's CPU, named
     TUNE=0 ...                                      # without keep_large_allocations
+    PARTS=DIR ...                                   # a 2-partition directory instead (as
+                                                    # `graphrun bench live --dataset`'s)
 
 A 20k-node power-law graph (``community``), 2 random partitions, one ``graphrun serve``
 per partition with ``--live-dir`` (the write-ahead log), a writer key; ``BATCHES``
@@ -95,13 +97,16 @@ def main() -> None:
 
         keep_large_allocations()  # as graphrun ingest and graphrun bench do
     d = Path(tempfile.mkdtemp(prefix="graphrun-ingest-cpu-"))
-    graph = community(GenParams(nodes=20000, avg_degree=10, exponent=2.1, feat_dim=16, classes=5))
-    partition_graph(graph, d / "parts", 2, "random")
+    parts = Path(os.environ["PARTS"]) if os.environ.get("PARTS") else d / "parts"
+    if not os.environ.get("PARTS"):
+        graph = community(GenParams(nodes=20000, avg_degree=10, exponent=2.1, feat_dim=16,
+                                    classes=5))  # fmt: skip
+        partition_graph(graph, parts, 2, "random")
     _keys(d)
     (d / "live").mkdir()
     extra = ["--clients", str(d / "clients"), "--live-dir", str(d / "live")]
     addrs = [f"tcp://127.0.0.1:{_free_port()}" for _ in range(2)]
-    stores = [start_store(d / "parts", p, key_file=d / "store.key", address=addrs[p],
+    stores = [start_store(parts, p, key_file=d / "store.key", address=addrs[p],
                           extra_args=extra, log_dir=d) for p in range(2)]  # fmt: skip
     spies = []
     try:

@@ -65,10 +65,14 @@ class Plan:
         ends = [self._ends(e[1], e[2], e[3], w) for e in b.edges]
         self.src = _cat([e[0] for e in ends], np.int64)  # new nodes: -(i + 1)
         self.dst = _cat([e[1] for e in ends], np.int64)
+        dst_part = [e[2] for e in ends if e[2] is not None]  # graph ids': known already
         if len(book.node_types) > 1:  # one node type: every end has it
             self._check_types()
         self.node_part = self._place() if len(self.orig) else np.empty(0, np.int64)
-        self.edge_part = self._owner(self.dst)
+        if len(dst_part) == len(ends):
+            self.edge_part = _cat(dst_part, np.int64)
+        else:
+            self.edge_part = self._owner(self.dst)
         self.deleted = _cat(b.deleted, np.int64)
         self.deleted_part = self._edge_owner(self.deleted)
         self.node_id = np.empty(0, np.int64)
@@ -86,8 +90,11 @@ class Plan:
 
     def _ends(
         self, src: np.ndarray, dst: np.ndarray, orig: bool, w: Writer
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Both ends as graph ids (the batch's new nodes ``-(i + 1)``), and the owners of
+        ``dst`` when they are known already (graph ids: no new node among them)."""
         both = np.concatenate([src, dst])
+        owner = None
         if orig:
             order = np.argsort(self.orig)
             pos = np.minimum(np.searchsorted(self.orig[order], both), max(len(order) - 1, 0))
@@ -95,18 +102,19 @@ class Plan:
             out = w.lookup(both)
             out[new] = -(order[pos[new]] + 1)
             what = "original id"
-        else:
-            out, what = both.copy(), "graph id"
-        known = (out < 0) | self._owner(np.maximum(out, 0), strict=False) >= 0
-        known &= out >= -len(self.orig) - 1
-        if orig:
-            known &= ~((out == -1) & ~np.isin(both, self.orig))
+            known = (out < 0) | self._owner(np.maximum(out, 0), strict=False) >= 0
+            known &= (out >= -len(self.orig) - 1) & ~((out == -1) & ~np.isin(both, self.orig))
+        else:  # graph ids: a negative one is no node (the batch's new nodes: -(i + 1))
+            out, what = both, "graph id"
+            owner = self._owner(np.maximum(out, 0), strict=False)
+            known = (owner >= 0) & (out >= 0)
         if not known.all():
             i = int(np.flatnonzero(~known)[0])
             end = "src" if i < len(src) else "dst"
             raise ArgumentError(f"add_edges {end}: {what} {int(both[i])} is not a node of the "
                                 "graph or of this batch")  # fmt: skip
-        return out[: len(src)], out[len(src) :]
+        dst_owner = None if owner is None else owner[len(src) :]
+        return out[: len(src)], out[len(src) :], dst_owner
 
     def _owner(self, ids: np.ndarray, strict: bool = True) -> np.ndarray:
         """The partition of each node id (new nodes of the batch: -(i+1), once placed)."""
@@ -188,15 +196,16 @@ class Plan:
         nodes, edges, _ = self._split()
         self.node_id = _spread(nodes, node_runs, len(self.node_part))
         self.eid = _spread(edges, edge_runs, len(self.edge_part))
-        for ends in (self.src, self.dst):
+        for ends in (self.src, self.dst) if len(self.orig) else ():
             new = ends < 0
             ends[new] = self.node_id[-ends[new] - 1]
         self._edges = np.vstack([self.src, self.dst, self.eid])
 
     def parts(self) -> list[int]:
-        used = [self.node_part, self.edge_part, self.deleted_part]
-        used += [self._update_owner(k, i) for k, i, _ in self.batch.updates]
-        return np.flatnonzero(np.bincount(np.concatenate(used), minlength=1)).tolist()
+        used = {p for kind in self._split() for p, pos in enumerate(kind) if len(pos)}
+        for k, i, _ in self.batch.updates:
+            used.update(np.unique(self._update_owner(k, i)).tolist())
+        return sorted(used)
 
     def _update_owner(self, key: str, ids: np.ndarray) -> np.ndarray:
         from graphrun.names import owners
@@ -261,8 +270,9 @@ class Plan:
         one stable sort per kind, not a mask per partition."""
         if self._by_part is None:
             self._by_part = []
+            small = np.int16 if self.num_parts <= np.iinfo(np.int16).max else np.int64
             for part in (self.node_part, self.edge_part, self.deleted_part):
-                order = np.argsort(part, kind="stable")
+                order = np.argsort(part.astype(small), kind="stable")  # int16: a radix sort
                 cuts = np.searchsorted(part[order], np.arange(self.num_parts + 1))
                 self._by_part.append([order[cuts[i] : cuts[i + 1]]
                                       for i in range(self.num_parts)])  # fmt: skip
@@ -271,12 +281,9 @@ class Plan:
     def _arrays(self, p: int) -> _PieceArrays:
         nodes, edges, deleted = (pos[p] for pos in self._split())
         b = self.batch
-        mine = np.zeros(len(self.node_part), bool)
-        mine[nodes] = True
-        node_feats = _rows_of(b.feats, self.ntype, mine, lambda k: self.book.ntype_id(k.type))
-        mine = np.zeros(len(self.edge_part), bool)
-        mine[edges] = True
-        edge_feats = _rows_of(b.edge_feats, self.etype, mine, lambda k: self.book.etype_id(k.type))
+        node_feats = _rows_of(b.feats, self.ntype, nodes, lambda k: self.book.ntype_id(k.type))
+        edge_feats = _rows_of(b.edge_feats, self.etype, edges,
+                              lambda k: self.book.etype_id(k.type))  # fmt: skip
         updates = {}
         for key, ids, vals in b.updates:
             here = self._update_owner(key, ids) == p
@@ -325,10 +332,14 @@ def _spread(by_part: list[np.ndarray], runs: list[Any], n: int) -> np.ndarray:
 
 
 def _rows_of(
-    feats: dict[str, list[np.ndarray]], types: np.ndarray, mine: np.ndarray, type_of: Any
+    feats: dict[str, list[np.ndarray]], types: np.ndarray, pos: np.ndarray, type_of: Any
 ) -> dict[str, np.ndarray]:
-    """Each feature's rows of the items in ``mine``, in their order."""
-    out = {}
+    """Each feature's rows of the items at positions ``pos`` (in order), if any."""
+    out: dict[str, np.ndarray] = {}
+    if not feats:
+        return out
+    mine = np.zeros(len(types), bool)
+    mine[pos] = True
     for key, chunks in feats.items():
         k = TensorKey.parse(key)
         assert k is not None
