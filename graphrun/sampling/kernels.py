@@ -165,15 +165,22 @@ def _uniform_no_replace(start: np.ndarray, deg: np.ndarray, k: np.ndarray, rng: 
             slots = first[:, None] + np.arange(width)
             pos[slots[used]] = (start[draw][:, None] + chosen)[used]
         return Picks(which, pos)
-    # a sampling fanout: one [rows, width] table of offsets, the drawn rows' from Floyd
+    # a sampling fanout: one [rows, width] table of positions, the drawn rows' from Floyd
     assert chosen is not None  # width == max(kk) > 0
     ar = np.arange(width)
-    picked = start[:, None] + ar  # rows taking all their edges: them in order
-    picked[draw] = start[draw][:, None] + chosen
+    picked = start[draw][:, None] + chosen
+    whole = np.flatnonzero(deg <= k)  # rows taking all their edges: them in order
+    if len(whole):  # else every row drew: the drawn rows' table is the table
+        drawn, picked = picked, np.empty((len(deg), width), dtype=np.int64)
+        picked[draw] = drawn
+        picked[whole] = start[whole][:, None] + ar
     which = np.repeat(np.arange(len(deg)), kk)
     if len(which) == picked.size:  # every row has `width` picks: no mask needed
         return Picks(which, picked.reshape(-1))
-    return Picks(which, picked[ar < kk[:, None]])
+    short = np.flatnonzero(kk < width)  # few on a sampled frontier: mask only theirs
+    keep = np.ones((len(deg), width), dtype=bool)
+    keep[short] = ar < kk[short, None]
+    return Picks(which, picked[keep])
 
 
 def _floyd(n: np.ndarray, k: np.ndarray, rng: Rng) -> np.ndarray:
