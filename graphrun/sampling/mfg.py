@@ -147,7 +147,8 @@ class Relabeler:
     numpy arrays (tensors in and out share their memory): numpy's ``flatnonzero`` scans
     a mark array or a mask several times faster than ``torch.nonzero`` on one thread
     (benchmarks/README.md, "Kernels"). With ``GRAPHRUN_COMPILED=1`` the map's path runs
-    compiled (:mod:`graphrun.sampling.compiled`: the same local ids), its map in int32.
+    compiled (:mod:`graphrun.sampling.compiled`: the same local ids). The map is int32
+    (``MAP_LIMIT`` < 2**31): half the bytes a hop's lookups touch.
     """
 
     def __init__(self, num_nodes: int, order: RelabelOrder = "id") -> None:
@@ -157,9 +158,8 @@ class Relabeler:
         self.order = order
         small = self.num_nodes <= MAP_LIMIT
         self._compiled = small and compiled_kernels()
-        # compiled: an int32 map (half the bytes looked up), marks counted as bytes
-        ids, marks = (np.int32, np.uint8) if self._compiled else (np.int64, np.bool_)
-        self._map: np.ndarray | None = np.full(self.num_nodes, -1, ids) if small else None
+        marks = np.uint8 if self._compiled else np.bool_  # compiled: counted as bytes
+        self._map: np.ndarray | None = np.full(self.num_nodes, -1, np.int32) if small else None
         self._mark: np.ndarray | None = np.zeros(self.num_nodes, marks) if small else None
         self._nodes: list[np.ndarray] = []
         self._count = 0
@@ -184,7 +184,7 @@ class Relabeler:
 
     def _lookup(self, ids: np.ndarray) -> np.ndarray:
         if self._map is not None:
-            return np.take(self._map, ids)  # half the time of indexing
+            return np.take(self._map, ids).astype(np.int64)  # take: half an index's time
         if len(self._sorted) == 0:
             return np.full(len(ids), -1, dtype=np.int64)
         pos = np.minimum(np.searchsorted(self._sorted, ids), len(self._sorted) - 1)
@@ -228,7 +228,7 @@ class Relabeler:
         new = np.flatnonzero(mark)
         mark[new] = False
         self._insert(new)
-        return torch.from_numpy(np.take(self._map, a)), torch.from_numpy(new)
+        return torch.from_numpy(np.take(self._map, a).astype(np.int64)), torch.from_numpy(new)
 
     def _first_seen(self, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(new, rank)``: the distinct ids of ``cand`` in the order they first occur, and
@@ -244,7 +244,7 @@ class Relabeler:
         if self._map is not None:
             first = self._map
             first[cand] = n
-            np.minimum.at(first, cand, np.arange(n))
+            np.minimum.at(first, cand, np.arange(n, dtype=first.dtype))
             at = np.take(first, cand)
         else:
             _, pos, inverse = np.unique(cand, return_index=True, return_inverse=True)
