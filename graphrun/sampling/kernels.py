@@ -165,15 +165,22 @@ def _uniform_no_replace(start: np.ndarray, deg: np.ndarray, k: np.ndarray, rng: 
             slots = first[:, None] + np.arange(width)
             pos[slots[used]] = (start[draw][:, None] + chosen)[used]
         return Picks(which, pos)
-    # a sampling fanout: one [rows, width] table of offsets, the drawn rows' from Floyd
+    # a sampling fanout: one [rows, width] table of positions, the drawn rows' from Floyd
     assert chosen is not None  # width == max(kk) > 0
     ar = np.arange(width)
-    picked = start[:, None] + ar  # rows taking all their edges: them in order
-    picked[draw] = start[draw][:, None] + chosen
+    picked = start[draw][:, None] + chosen
+    whole = np.flatnonzero(deg <= k)  # rows taking all their edges: them in order
+    if len(whole):  # else every row drew: the drawn rows' table is the table
+        drawn, picked = picked, np.empty((len(deg), width), dtype=np.int64)
+        picked[draw] = drawn
+        picked[whole] = start[whole][:, None] + ar
     which = np.repeat(np.arange(len(deg)), kk)
     if len(which) == picked.size:  # every row has `width` picks: no mask needed
         return Picks(which, picked.reshape(-1))
-    return Picks(which, picked[ar < kk[:, None]])
+    short = np.flatnonzero(kk < width)  # few on a sampled frontier: mask only theirs
+    keep = np.ones((len(deg), width), dtype=bool)
+    keep[short] = ar < kk[short, None]
+    return Picks(which, picked[keep])
 
 
 def _floyd(n: np.ndarray, k: np.ndarray, rng: Rng) -> np.ndarray:
@@ -186,24 +193,30 @@ def _floyd(n: np.ndarray, k: np.ndarray, rng: Rng) -> np.ndarray:
     Round ``i`` draws one uniform per row (``rng.random`` into one reused buffer) and
     compares it with the row's picks so far; the picks are int32 when every ``n`` fits
     (half the bytes compared), and a batch whose rows all want ``k`` picks skips the
-    mask of finished rows. The values, and the generator's stream, are the same as
-    with int64 and a mask (tested).
+    mask of finished rows. A round works in place (its picks written into their row of
+    the output, the few repeats fixed by index): a sixth less time than with each
+    round's temporaries. The values, and the generator's stream, are the same as with
+    int64 and a mask (tested).
     """
     kmax = int(k.max())
     dtype = np.int32 if int(n.max()) < 2**31 else np.int64
     out = np.full((kmax, len(n)), -1, dtype=dtype)  # pick-major: rows contiguous
-    base = (n - k).astype(np.float64)
+    top = (n - k).astype(dtype)  # round i picks from range(top + 1), top = n - k + i
+    span = (n - k + 1).astype(np.float64)  # top + 1
     u = np.empty(len(n))
     seen = np.empty((kmax, len(n)), dtype=bool)
     ragged = int(k.min()) < kmax
     for i in range(kmax):
-        j = base + i  # pick from range(j + 1)
+        t = out[i]  # the round's picks, written in place
         rng.random(out=u)
-        t = np.multiply(u, j + 1, out=u).astype(dtype)
+        np.copyto(t, np.multiply(u, span, out=u), casting="unsafe")  # truncated, as astype
         if i:
-            hit = np.equal(out[:i], t, out=seen[:i]).any(0)
-            t = np.where(hit, j.astype(dtype), t)
-        out[i] = np.where(i < k, t, -1) if ragged else t
+            hit = np.flatnonzero(np.equal(out[:i], t, out=seen[:i]).any(0))  # few
+            t[hit] = top[hit]
+        if ragged:
+            t[k <= i] = -1
+        top += 1
+        span += 1
     return out.T
 
 

@@ -147,7 +147,8 @@ class Relabeler:
     numpy arrays (tensors in and out share their memory): numpy's ``flatnonzero`` scans
     a mark array or a mask several times faster than ``torch.nonzero`` on one thread
     (benchmarks/README.md, "Kernels"). With ``GRAPHRUN_COMPILED=1`` the map's path runs
-    compiled (:mod:`graphrun.sampling.compiled`: the same local ids), its map in int32.
+    compiled (:mod:`graphrun.sampling.compiled`: the same local ids). The map is int32
+    (``MAP_LIMIT`` < 2**31): half the bytes a hop's lookups touch.
     """
 
     def __init__(self, num_nodes: int, order: RelabelOrder = "id") -> None:
@@ -157,9 +158,8 @@ class Relabeler:
         self.order = order
         small = self.num_nodes <= MAP_LIMIT
         self._compiled = small and compiled_kernels()
-        # compiled: an int32 map (half the bytes looked up), marks counted as bytes
-        ids, marks = (np.int32, np.uint8) if self._compiled else (np.int64, np.bool_)
-        self._map: np.ndarray | None = np.full(self.num_nodes, -1, ids) if small else None
+        marks = np.uint8 if self._compiled else np.bool_  # compiled: counted as bytes
+        self._map: np.ndarray | None = np.full(self.num_nodes, -1, np.int32) if small else None
         self._mark: np.ndarray | None = np.zeros(self.num_nodes, marks) if small else None
         self._nodes: list[np.ndarray] = []
         self._count = 0
@@ -184,7 +184,7 @@ class Relabeler:
 
     def _lookup(self, ids: np.ndarray) -> np.ndarray:
         if self._map is not None:
-            return self._map[ids]
+            return np.take(self._map, ids).astype(np.int64)  # take: half an index's time
         if len(self._sorted) == 0:
             return np.full(len(ids), -1, dtype=np.int64)
         pos = np.minimum(np.searchsorted(self._sorted, ids), len(self._sorted) - 1)
@@ -205,9 +205,9 @@ class Relabeler:
             return torch.from_numpy(local), ids[:0]
         cand = a[unseen]
         if self.order == "first":
-            new = self._first_seen(cand)
+            new, rank = self._first_seen(cand)
+            local[unseen] = self._count + rank
             self._insert(new)
-            local[unseen] = self._lookup(cand)
         else:
             new, inverse = np.unique(cand, return_inverse=True)
             local[unseen] = self._count + inverse
@@ -228,25 +228,29 @@ class Relabeler:
         new = np.flatnonzero(mark)
         mark[new] = False
         self._insert(new)
-        return torch.from_numpy(np.take(self._map, a)), torch.from_numpy(new)
+        return torch.from_numpy(np.take(self._map, a).astype(np.int64)), torch.from_numpy(new)
 
-    def _first_seen(self, cand: np.ndarray) -> np.ndarray:
-        """The distinct ids of ``cand`` in the order they first occur: each one's first
-        position (the least of its positions, a scatter exact in any order; in the map,
-        whose entries for unseen ids are free until :meth:`_insert` writes them), then
-        each id written at it. No sort where there is a map (benchmarks/README.md, "Aggregation
-        in first-read order": the sampler 0.4–0.5 ms slower for a [25, 10] batch)."""
+    def _first_seen(self, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(new, rank)``: the distinct ids of ``cand`` in the order they first occur, and
+        each occurrence's place in ``new``. Each id's first position (the least of its
+        positions, a scatter exact in any order; in the map, whose entries for unseen ids
+        are free until :meth:`_insert` writes them) is read back at every occurrence; the
+        occurrences that are their id's first give ``new`` in order, and their running
+        count at the first position is the rank. No sort where there is a map
+        (benchmarks/README.md, "Aggregation in first-read order": the sampler 0.4–0.5 ms
+        slower for a [25, 10] batch), and no second lookup of ``cand`` ("one-thread
+        sampling with a margin (stop 53)")."""
+        n = len(cand)
         if self._map is not None:
             first = self._map
-            first[cand] = len(cand)
-            np.minimum.at(first, cand, np.arange(len(cand)))
-            at = first[cand]
+            first[cand] = n
+            np.minimum.at(first, cand, np.arange(n, dtype=first.dtype))
+            at = np.take(first, cand)
         else:
             _, pos, inverse = np.unique(cand, return_index=True, return_inverse=True)
             at = pos[inverse]
-        slot = np.full(len(cand), -1, dtype=np.int64)
-        slot[at] = cand  # an id's every occurrence writes it at the same place
-        return slot[np.flatnonzero(slot >= 0)]
+        is_first = at == np.arange(n)  # compress: 5x faster than a boolean index here
+        return np.compress(is_first, cand), np.take(np.cumsum(is_first) - 1, at)
 
     def _add_compiled(self, a: np.ndarray, ids: Tensor) -> tuple[Tensor, Tensor]:
         assert self._map is not None and self._mark is not None

@@ -96,7 +96,8 @@ def by_part(part: np.ndarray, ids: np.ndarray, bounds: np.ndarray) -> list[Group
 
 #: Set to ``1``, this environment variable runs the sampler's and the client's hot loops
 #: compiled with numba (:mod:`graphrun.sampling.compiled`, :mod:`graphrun.store.compiled`):
-#: a sampled batch in a third less CPU, scattered rows in 27 % less. Off by default: numba's
+#: a sampled batch in about a sixth less CPU than the numpy kernels (a third before stop 53's
+#: numpy kernels), scattered rows in 27 % less. Off by default: numba's
 #: import and first kernels add about 135 MiB to each process that uses them (a store
 #: server, a trainer), more than a 1.5 GB host has to spare (benchmarks/README.md).
 COMPILED_ENV = "GRAPHRUN_COMPILED"

@@ -252,15 +252,15 @@ class LocalData:
         ids = torch.from_numpy(np.flatnonzero(np.asarray(mask)).astype(np.int64))
         return split_for_rank(ids, self.rank, self.world_size)
 
-    def _sampler(self, fanouts: Any, gen_seed: int) -> NeighborSampler:
+    def _sampler(self, fanouts: Any, gen_seed: int, edge_ids: bool = True) -> NeighborSampler:
         from graphrun.sampling.sampler import NeighborSampler
 
         # each hop's nodes as its edges first read them: layer 0's mean then reads the
         # batch's features nearly in order (graphrun.sampling.mfg.Relabeler)
+        csc = self._csc if edge_ids else self._csc.without_edge_ids()
         return NeighborSampler(
-            self._csc, self._types, self.graph.num_nodes, fanouts, generator=gen_seed,
-            order="first",
-        )  # fmt: skip
+            csc, self._types, self.graph.num_nodes, fanouts, generator=gen_seed, order="first"
+        )
 
     def _collate(
         self, sub: SampledSubgraph, x: str, y: str, x_bf16: bool = False
@@ -286,7 +286,10 @@ class LocalData:
         epoch: int, x: str = "feat", y: str = "label", x_bf16: bool = False,
     ) -> Iterator[Batch]:  # fmt: skip
         gen_seed = self.seed * 1_000_003 + epoch * 101 + self.rank
-        sampler = self._sampler(fanouts, gen_seed)
+        # a homogeneous graph's node batches without ``e_id``, as DistData's: what the node
+        # tasks' models read, and the gather of each edge's id is an eighth of the sampling
+        homo = not self.graph.is_hetero
+        sampler = self._sampler(fanouts, gen_seed, edge_ids=not homo)
         order = self._order(self.seeds(split, ntype), shuffle, gen_seed)
         offset = 0
         if self.graph.is_hetero:
@@ -299,6 +302,8 @@ class LocalData:
             sub = sampler.sample(chunk + offset)
             t1 = time.perf_counter()
             data = self._collate(sub, x, y, x_bf16)
+            if homo:
+                del data.e_id  # NO_EDGE_ID each
             yield Batch(data, int(chunk.numel()), _cost(t0, t1))
 
     def cover(self, split: str | None, ntype: str | None = None) -> Tensor:

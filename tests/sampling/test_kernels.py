@@ -226,6 +226,36 @@ def test_uniform_picks_match_the_row_by_row_reference(ragged: bool) -> None:
         assert np.array_equal(src, indices[pos]) and np.array_equal(eid, eids[pos])
 
 
+@pytest.mark.parametrize(
+    "case", ["all_draw", "some_whole", "zero_degree", "ragged", "listing", "duplicates"]
+)
+def test_numpy_uniform_picks_match_the_row_by_row_reference(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vectorised kernel's table (every row drawing: no mask; rows taking all their
+    edges, rows of degree 0 or below the fanout: masked), its listing branch (a row
+    taking more edges than the drawn rows keep) and duplicate rows, against the
+    row-by-row reference on the same generator."""
+    monkeypatch.delenv("GRAPHRUN_COMPILED", raising=False)
+    gen = np.random.default_rng(4)
+    for trial in range(20):
+        lo = {"all_draw": 11, "zero_degree": 0}.get(case, 1)
+        deg = gen.integers(lo, 60, 90)
+        if case == "zero_degree":
+            deg[::3] = 0
+        indptr = np.concatenate([[0], np.cumsum(deg)])
+        dup = case == "duplicates"  # seeds repeated, in any order
+        rows = gen.integers(0, 90, 70) if dup else gen.permutation(90)[:70]
+        k = np.full(70, 10)
+        if case == "ragged":
+            k = gen.integers(0, 12, 70)
+        elif case == "listing":
+            k[::7] = 2**31 - 1  # every edge: more than a drawn row keeps
+        got = sample_segments(indptr, rows, k, rng=np.random.default_rng(trial))
+        want_which, want_pos = picks_reference(indptr, rows, k, np.random.default_rng(trial))
+        assert got.which.tolist() == want_which and got.pos.tolist() == want_pos, trial
+
+
 def test_relabeler_map_dense_and_sorted_paths_agree(monkeypatch: pytest.MonkeyPatch) -> None:
     """The three ways new ids are found (mark and scan, unique over a map, sorted keys)
     give the same local ids, in order of arrival and by global id within a hop."""

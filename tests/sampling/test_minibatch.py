@@ -183,3 +183,37 @@ def test_data_edge_index_is_the_samplers_own_pair_without_a_copy() -> None:
     moved = replace(sub, col=sub.col.clone())  # rows of different tensors: stacked
     assert torch.equal(moved.edge_index(), data.edge_index)
     assert moved.edge_index().data_ptr() != sub.row.data_ptr()
+
+
+@pytest.mark.parametrize("compiled", ["", "1"])
+def test_without_edge_ids_samples_the_same_edges(
+    compiled: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GRAPHRUN_COMPILED", compiled)
+    csc = CSCGraph.from_graph(random_graph())
+    seeds = np.arange(0, 200, 2)
+    full = csc.sample_one_hop(seeds, [4], seed=9)
+    bare = csc.without_edge_ids().sample_one_hop(seeds, [4], seed=9)
+    assert np.array_equal(bare.src, full.src)
+    assert np.array_equal(bare.seed_index, full.seed_index)
+    assert (bare.eid == -1).all() and len(bare.eid) == len(full.eid) > 0
+    assert (full.eid >= 0).all()  # the block itself still gathers them
+    assert np.array_equal(csc.sample_one_hop(seeds, [4], seed=9).eid, full.eid)
+
+
+def test_local_node_batches_carry_no_edge_ids() -> None:
+    from graphrun.train.data import LocalData
+
+    g = random_graph(500, 4000, 8, seed=3)
+    data = LocalData(g)
+    got = next(data.loader("train", None, [5, 3], 64, True, 0))
+    d = got.data
+    assert "e_id" not in d and d.edge_index.size(1) == sum(d.num_sampled_edges) > 0
+    # the same edges as the sampler with edge ids: every one of them real
+    sampler = data._sampler([5, 3], 0)
+    order = data._order(data.seeds("train", None), True, 0)
+    sub = sampler.sample(order[:64])
+    assert torch.equal(sub.edge_index(), d.edge_index) and torch.equal(sub.node, d.n_id)
+    src, dst = torch.from_numpy(g.src), torch.from_numpy(g.dst)
+    assert torch.equal(src[sub.edge], sub.node[sub.row])
+    assert torch.equal(dst[sub.edge], sub.node[sub.col])
