@@ -58,6 +58,7 @@ interrupted leaves ``version[2] = -1``, and a refresh says to run ``--live`` aga
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, cast
 
 import numpy as np
@@ -334,11 +335,14 @@ def _layers(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, bat
 
 
 @torch.no_grad()
-def _by_sums(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, batch: int
-             ) -> list[float]:  # fmt: skip
+def _by_sums(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, batch: int,
+             begin: Callable[[], None]) -> list[float]:  # fmt: skip
     """The refresh of :func:`by_sums` models: the first layer from its moved (or, for
     ``touched``, recomputed) sums, the hidden layers between recomputed, the last layer
-    from its moved sums; each layer's rows stored; the seconds of each layer."""
+    from its moved sums; each layer's rows stored; the seconds of each layer. ``begin``
+    says the version it moves to (``States.begin``), called once the first layer is
+    computed (it only reads) and before anything is written: the edges leaving
+    ``A_{L-1}`` (:class:`Plan`) are looked up meanwhile on the server it writes to."""
     model.eval()
     assert plan.changed is not None
     try:
@@ -356,6 +360,7 @@ def _by_sums(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, ba
     feat = data.node_table(st.ntype, feature)
     t0, took = time.perf_counter(), []
     ids, rows = _first(model, data, st, feat, plan)
+    begin()
     st.write(INSUM, ids, rows[1])
     prev = rows[0]
     run, step = Layers(model, 0, layers), max(batch, inference.MIN_BATCH)
@@ -513,12 +518,12 @@ def refresh(
     plan.to = v
     found_s = time.perf_counter() - t0
     try:  # sums: the edges leaving A_{L-1} on their way meanwhile (.plan)
-        st.begin(v)
         st.add_grown(plan.sets[-1])  # A_{L-1} where A_L is not known yet: the rest later
         if sums:
-            took = _by_sums(model, data, st, feature, plan, batch_size)
+            took = _by_sums(model, data, st, feature, plan, batch_size, lambda: st.begin(v))
             whole = [len(plan.touched), *(len(s) for s in plan.sets[1:-1]), 0]
         else:
+            st.begin(v)
             took = _layers(model, data, st, feature, plan, batch_size)
             whole = [len(s) for s in plan.sets]
     except BaseException:
