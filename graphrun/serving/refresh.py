@@ -157,7 +157,8 @@ class States:
                              "(run `graphrun infer embed --live` again)")  # fmt: skip
         k, self.pending = int(meta[1]), int(meta[2])
         self._writes = []  # a failed refresh's, not sent
-        self.grown = self.tensor("grown")[torch.arange(k)].numpy() if k else self.grown
+        # the stored new nodes, never a failed refresh's (add_grown): those have no rows
+        self.grown = self.tensor("grown")[torch.arange(k)].numpy() if k else EMPTY
         self._order = np.argsort(self.grown, kind="stable")
         self._split = None
         return int(meta[0])
