@@ -213,8 +213,8 @@ class CSCGraph:
         if self._out_indptr is None:
             n = int(self.indices.max()) + 1 if self.num_edges else 0
             pos = np.argsort(self.indices, kind="stable")
-            small = self.num_rows < 1 << 31
-            self._out_dst = owners(self.indptr, pos).astype(np.int32 if small else np.int64)
+            rows = np.arange(self.num_rows, dtype=np.int32 if self.num_rows < 1 << 31 else np.int64)
+            self._out_dst = np.repeat(rows, np.diff(self.indptr))[pos]  # no search: a pass
             self._out_eid = self.eids[pos]
             self._out_indptr = np.zeros(n + 2, np.int64)  # n + 1: the empty span of none
             np.cumsum(np.bincount(self.indices, minlength=n + 1), out=self._out_indptr[1:])
