@@ -44,6 +44,7 @@ from refresh_embeddings import model_for, server_cpu_s
 
 STAGES = ("affected", "_ask", "_out_edges", "_first", "_last", "_rows", "move", "last_layer")
 METHODS = ("load", "begin", "read", "flush", "save")
+PLAN = ("ask", "out_edges")  # graphrun.serving.plan's, where refresh.py has one
 took: collections.defaultdict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0])
 sent: collections.Counter[str] = collections.Counter()
 
@@ -97,6 +98,11 @@ def main(parts: str, rounds: int) -> None:
             setattr(R, name, timed(name, getattr(R, name)))
     for name in METHODS:
         setattr(R.States, name, timed(f"States.{name}", getattr(R.States, name)))
+    plan = sys.modules.get("graphrun.serving.plan")
+    if plan is not None:  # out_edges sends, Plan.finish waits for the answers
+        for name in PLAN:
+            setattr(plan, name, timed(f"plan.{name}", getattr(plan, name)))
+        plan.Plan.finish = timed("Plan.finish", plan.Plan.finish)
     if hasattr(R, "moves"):  # the sums moved on their servers: sending, then the answers
         send = R.moves.send
         R.moves.send = timed("moves.send", lambda *a: timed("moves.wait", send(*a)))

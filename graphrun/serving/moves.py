@@ -7,10 +7,11 @@ the own parts of ``A_{L-1}``. :func:`send` routes that to the rows' servers
 (:mod:`graphrun.store.sum_moves`): one request for each partition and table the rows
 are in (the base tables, and ``grown/`` for new nodes' rows), the edges split by their
 destination's request in the order they came (a row adds up its moves in the same
-order as a move on the client did), every source's two projections to each. After
-1,000 new edges on the 200k-node power-law graph that is 2.4 MB a refresh where the
-moved rows, their logits and predictions were 15 MB of writes (a refresh's requests
-5.3 MB in all, 19.5 MB before: benchmarks/README.md, issue 43).
+order as a move on the client did), with the two projections of the sources they name
+(a changed edge's source goes to its destination's server alone). After 1,000 new
+edges on the 200k-node power-law graph that is about 2 MB a refresh where the moved
+rows, their logits and predictions were 15 MB of writes (benchmarks/README.md,
+issue 43).
 """
 
 from __future__ import annotations
@@ -97,6 +98,15 @@ def _rows(t: tuple[np.ndarray, ...], lo: int, hi: int) -> tuple[np.ndarray, ...]
             local(out_at[o]), named(out_src[o]), local(own_at[j]), own[j])  # fmt: skip
 
 
+def _named(k: int, *srcs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sources of ``k`` that ``srcs`` name, increasing, and each source's position
+    among them (int32; where named): a request carries the rows its edges use only."""
+    used = np.zeros(k, np.bool_)
+    for a in srcs:
+        used[a] = True
+    return np.flatnonzero(used), (np.cumsum(used) - 1).astype(np.int32)
+
+
 def send(client: Any, name: Callable[[str], str], n: int, moves: Moves, version: int
          ) -> Callable[[], None]:  # fmt: skip
     """Send the moves (module docstring) to every server concerned; a callable that
@@ -110,10 +120,11 @@ def send(client: Any, name: Callable[[str], str], n: int, moves: Moves, version:
     pending = []
     for r, (part, prefix, rows) in enumerate(todo):
         c, o, j = ch_r == r, out_r == r, own_r == r
+        keep, named = _named(len(src), ch_src[c], out_src[o])
         tensors = (
-            rows, place[moves.fresh & (req == r)].astype(np.int32), src,
-            place[ch_at[c]].astype(np.int32), ch_src[c].astype(np.int32), sign[c].astype(np.int8),
-            place[out_at[o]].astype(np.int32), out_src[o].astype(np.int32),
+            rows, place[moves.fresh & (req == r)].astype(np.int32), src[keep],
+            place[ch_at[c]].astype(np.int32), named[ch_src[c]], sign[c].astype(np.int8),
+            place[out_at[o]].astype(np.int32), named[out_src[o]],
             place[moves.own_at[j]].astype(np.int32),
             np.ascontiguousarray(moves.own[j], np.float32),
         )  # fmt: skip

@@ -58,7 +58,7 @@ interrupted leaves ``version[2] = -1``, and a refresh says to run ``--live`` aga
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, cast
 
 import numpy as np
@@ -67,10 +67,10 @@ from torch import Tensor
 
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import PolicyName, TensorKey
-from graphrun.partition.arrays import unique_sorted
-from graphrun.sampling.changes import OP_CHANGES, OP_OUT_NEIGHBORS
+from graphrun.sampling.changes import OP_OUT_NEIGHBORS
 from graphrun.serving import moves
 from graphrun.serving.embed import Layers, raise_unsupported, table_name
+from graphrun.serving.plan import EDGE_IDS, EMPTY, Plan, affected, ask, union
 from graphrun.serving.sums import (
     INSUM,
     LASTOWN,
@@ -93,8 +93,6 @@ from graphrun.train.data import NodeTable
 from graphrun.train.models import SAGE, ByLayer
 
 DENSE = 16  # a table of positions (:func:`_pos`) at most this many times the ids looked up
-EDGE_IDS = 1 << 16  # ids of one request for their out-edges (MAX_OUT_EDGES a reply)
-EMPTY = np.empty(0, np.int64)
 
 
 def layer_tables(layers: int) -> list[str]:
@@ -159,7 +157,8 @@ class States:
                              "(run `graphrun infer embed --live` again)")  # fmt: skip
         k, self.pending = int(meta[1]), int(meta[2])
         self._writes = []  # a failed refresh's, not sent
-        self.grown = self.tensor("grown")[torch.arange(k)].numpy() if k else self.grown
+        # the stored new nodes, never a failed refresh's (add_grown): those have no rows
+        self.grown = self.tensor("grown")[torch.arange(k)].numpy() if k else EMPTY
         self._order = np.argsort(self.grown, kind="stable")
         self._split = None
         return int(meta[0])
@@ -296,23 +295,6 @@ def _check(model: ByLayer, data: Any) -> int:
     return layers
 
 
-@dataclass
-class Plan:
-    """What a refresh recomputes (module docstring): ``sets`` ``A_1 .. A_L`` (sorted);
-    ``new`` the nodes added since the stored version (no stored rows). Where the states
-    move by their sums (:func:`by_sums`): ``changed`` (src, dst, sign) of the edges that
-    changed, ``touched`` the nodes whose first-layer sums are recomputed (downstream of
-    an updated or new feature, and the new nodes), ``edges`` (src, dst) of the edges
-    leaving ``A_{L-1}`` at the new version; ``to`` the new version (the sums' stamp)."""
-
-    sets: list[np.ndarray]
-    new: np.ndarray
-    changed: np.ndarray | None = None
-    touched: np.ndarray = field(default_factory=lambda: EMPTY)
-    edges: np.ndarray | None = None
-    to: int = 0
-
-
 def by_sums(model: ByLayer) -> bool:
     """Whether the states move by running sums (:mod:`graphrun.serving.sums`): fp32
     GraphSAGE, whose layers are linear in the sum of their in-neighbours' rows."""
@@ -354,13 +336,16 @@ def _layers(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, bat
 
 
 @torch.no_grad()
-def _by_sums(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, batch: int
-             ) -> list[float]:  # fmt: skip
+def _by_sums(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, batch: int,
+             begin: Callable[[], None]) -> list[float]:  # fmt: skip
     """The refresh of :func:`by_sums` models: the first layer from its moved (or, for
     ``touched``, recomputed) sums, the hidden layers between recomputed, the last layer
-    from its moved sums; each layer's rows stored; the seconds of each layer."""
+    from its moved sums; each layer's rows stored; the seconds of each layer. ``begin``
+    says the version it moves to (``States.begin``), called once the first layer is
+    computed (it only reads) and before anything is written: the edges leaving
+    ``A_{L-1}`` (:class:`Plan`) are looked up meanwhile on the server it writes to."""
     model.eval()
-    assert plan.changed is not None and plan.edges is not None
+    assert plan.changed is not None
     try:
         kept = {what: st.tensor(what).info.row_shape for what in TABLES}
     except StoreError as exc:
@@ -376,6 +361,7 @@ def _by_sums(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, ba
     feat = data.node_table(st.ntype, feature)
     t0, took = time.perf_counter(), []
     ids, rows = _first(model, data, st, feat, plan)
+    begin()
     st.write(INSUM, ids, rows[1])
     prev = rows[0]
     run, step = Layers(model, 0, layers), max(batch, inference.MIN_BATCH)
@@ -390,6 +376,8 @@ def _by_sums(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, ba
         prev = torch.cat(out) if out else torch.empty(0, 1)
     took.append(round(time.perf_counter() - t0, 3))
     t0 = time.perf_counter()
+    plan.finish()  # the edges leaving A_{L-1}, asked before the first layer
+    st.add_grown(plan.sets[-1])
     _last(model, st, plan, tables[-2], ids, prev)
     took.append(round(time.perf_counter() - t0, 3))
     return took
@@ -402,7 +390,7 @@ def _first(model: ByLayer, data: Any, st: States, feat: Any, plan: Plan
     a1, redo = plan.sets[0], plan.touched
     rest = np.setdiff1d(a1, redo, assume_unique=True)
     ch = plan.changed[:, np.isin(plan.changed[1], rest)]  # no source in A_0 (module doc)
-    ask = _union([a1, ch[0]])
+    ask = union([a1, ch[0]])
     x = feat[torch.from_numpy(ask)].float()
     sums = torch.empty(len(a1), x.size(1) + 2, dtype=torch.float64)
     if len(rest):
@@ -427,7 +415,7 @@ def _last(model: ByLayer, st: States, plan: Plan, what: str, ids: np.ndarray, h:
     sources only; ``A_{L-1}``'s ``lastown`` rows are written with their earlier copy."""
     assert plan.changed is not None and plan.edges is not None
     ch, e1, al, to = plan.changed, plan.edges, plan.sets[-1], plan.to
-    need = _union([ids, ch[0]])
+    need = union([ids, ch[0]])
     old = before(_rows(st, LASTOWN, need, plan.new), to)  # [W_l h, W_r h + b] before
     new = torch.cat([project(model, h).double(), own(model, h)], dim=1)
     c = new.size(1) // 2
@@ -496,58 +484,9 @@ def full(
     st.begin(-1)
     _layers(model, data, st, feature, Plan([ids] * layers, ids, to=v), batch_size, sums)
     st.save(v)
-    _ask(client, OP_OUT_NEIGHBORS, {}, (np.empty(0, np.int64),))  # each builds its index now
+    ask(client, OP_OUT_NEIGHBORS, {}, (EMPTY,))  # each builds its index now
     return {"version": v, "nodes": len(ids), "recomputed": len(ids),
             "full_pass_s": round(time.perf_counter() - t0, 3)}  # fmt: skip
-
-
-def _ask(client: Any, op: str, body: dict[str, Any], tensors: tuple[np.ndarray, ...] = ()
-         ) -> list[list[np.ndarray]]:  # fmt: skip
-    s = client.session
-    pending = [s.request(p, op, body, tensors) for p in range(client.book.num_parts)]
-    return [[np.asarray(t, np.int64) for t in s.wait(r).tensors] for r in pending]
-
-
-def _union(arrays: list[np.ndarray]) -> np.ndarray:
-    return unique_sorted(np.concatenate([np.empty(0, np.int64), *arrays]))
-
-
-def _out_edges(client: Any, ids: np.ndarray) -> np.ndarray:
-    """(src, dst) of every edge leaving ``ids`` at the client's version."""
-    got = [g for lo in range(0, len(ids), EDGE_IDS)  # replies are bounded
-           for g in _ask(client, OP_OUT_NEIGHBORS, {"edges": True},
-                         (ids[lo : lo + EDGE_IDS],))]  # fmt: skip
-    return np.hstack([np.empty((2, 0), np.int64), *(np.vstack(g[:2]) for g in got)])
-
-
-def affected(
-    client: Any, since: int, layers: int, feature_key: str, had: States, sums: bool = False
-) -> Plan:
-    """What to recompute from ``since`` to the client's version (module docstring); with
-    ``sums`` the changed edges and the edges leaving ``A_{L-1}`` too (for
-    :func:`_by_sums`). ``had``: the stored states, whose ``grown`` nodes have rows."""
-    got = _ask(client, OP_CHANGES, {"since": since, "features": [feature_key], "edges": sums})
-    changed = _union([g[0] for g in got])
-    dst = _union([g[1] for g in got])
-    new = changed[changed >= had.n]
-    new = new[~np.isin(new, had.grown)]
-    edits = np.hstack([np.empty((3, 0), np.int64), *(np.vstack(g[2:5]) for g in got if sums)])
-    sets, asked, current = [], EMPTY, changed
-    touched, out_edges = EMPTY, None
-    for i in range(layers):
-        if sums and i == layers - 1:  # every edge leaving A_{L-1}, not only the frontier's
-            out_edges = _out_edges(client, current)
-            out = unique_sorted(out_edges[1])
-        else:
-            frontier = np.setdiff1d(current, asked, assume_unique=True)
-            out = EMPTY if not len(frontier) else _union(
-                [g[0] for g in _ask(client, OP_OUT_NEIGHBORS, {}, (frontier,))])  # fmt: skip
-        if i == 0 and sums:  # downstream of A_0: the first layer's sums are recomputed
-            touched = _union([out, new, edits[1, np.isin(edits[0], changed)]])
-        asked = current
-        current = _union([current, out] + ([dst] if i == 0 else []))
-        sets.append(current)
-    return Plan(sets, new, edits if sums else None, touched, out_edges)
 
 
 def refresh(
@@ -579,14 +518,18 @@ def refresh(
     plan = affected(client, since, layers, key, st, sums)
     plan.to = v
     found_s = time.perf_counter() - t0
-    st.begin(v)
-    st.add_grown(plan.sets[-1])
-    if sums:
-        took = _by_sums(model, data, st, feature, plan, batch_size)
-        whole = [len(plan.touched), *(len(s) for s in plan.sets[1:-1]), 0]
-    else:
-        took = _layers(model, data, st, feature, plan, batch_size)
-        whole = [len(s) for s in plan.sets]
+    try:  # sums: the edges leaving A_{L-1} on their way meanwhile (.plan)
+        st.add_grown(plan.sets[-1])  # A_{L-1} where A_L is not known yet: the rest later
+        if sums:
+            took = _by_sums(model, data, st, feature, plan, batch_size, lambda: st.begin(v))
+            whole = [len(plan.touched), *(len(s) for s in plan.sets[1:-1]), 0]
+        else:
+            st.begin(v)
+            took = _layers(model, data, st, feature, plan, batch_size)
+            whole = [len(s) for s in plan.sets]
+    except BaseException:
+        plan.drop()  # the answers still owed
+        raise
     st.save(v)
     per_layer = [len(s) for s in plan.sets]
     return {"version": v, "since": since, "nodes": data.num_nodes(ntype) + len(st.grown),

@@ -151,3 +151,30 @@ def test_a_kept_pass_replaces_sums_of_another_layout(tmp_path):
         full(model, data, "_N", "feat", 64)
         assert States(ctx.client, "_N").tensor(LASTSUM).info.row_shape == (6,)
         assert refresh(model, data, "_N", "feat", 64)["updated"] == 0
+
+
+def test_a_refresh_that_failed_before_its_first_write_is_retried(tmp_path, monkeypatch):
+    """A refresh that took the new nodes into its ``States`` and failed before any write
+    (the store refused the version it moves to): the next refresh with the same
+    ``States`` (as ``--follow`` keeps it) starts from the stored new nodes, not from the
+    failed one's. It kept them and read their rows from ``grown/`` tables no write had
+    made yet: StoreError on every retry."""
+    torch.manual_seed(0)
+    model = SAGE(8, 16, 4, 2, 0.5, "csr", "fp32").eval()
+    graph = {"num_nodes": NODES, "num_edges": EDGES}
+    with graph_served(tmp_path / "parts", **graph) as (addresses, parts, ctx, data):
+        full(model, data, "_N", "feat", 1024)
+        write(addresses, parts)  # five new nodes
+        st = States(ctx.client, "_N")
+        real = States.begin
+
+        def refused(self: States, version: int) -> None:
+            raise GraphrunError("the store refused the version")
+
+        monkeypatch.setattr(States, "begin", refused)
+        with pytest.raises(GraphrunError, match="refused the version"):
+            refresh(model, data, "_N", "feat", 1024, states=st)
+        monkeypatch.setattr(States, "begin", real)
+        got = refresh(model, data, "_N", "feat", 1024, states=st)
+        assert (got["since"], got["version"]) == (0, 1)
+        assert_full_pass(ctx, data, model, 1)
