@@ -27,6 +27,7 @@ from graphrun.store.client import PUSH_WINDOW_BYTES, REQUEST_FRAME_BYTES
 from graphrun.store.sum_moves import OP
 
 TABLES = ("lastsum", "logits", "predictions")
+WARM_S = 300.0  # the warm-up's wait: the servers may compile the loops first (2-8 s seen)
 FRAME_BYTES = REQUEST_FRAME_BYTES  # a request's tensor at most (half a frame's limit)
 REQUEST_BYTES = PUSH_WINDOW_BYTES  # a request's tensors at most (half the limit)
 DTYPES = ("float64", "float32", "int64")
@@ -147,7 +148,9 @@ def send(client: Any, name: Callable[[str], str], n: int, moves: Moves, version:
 
 def warm(client: Any, name: Callable[[str], str]) -> None:
     """Load the op's compiled loops on every server: a request of no rows each (what a
-    refresher that stays up does before its first refresh)."""
+    refresher that stays up does before its first refresh). Its answer may take seconds:
+    a server whose numba cache is empty (a fresh install) compiles them first, so it is
+    waited for :data:`WARM_S`, not the client's timeout for a request."""
     c = client.meta(name(TABLES[0])).row_shape[0] - 2
     none, edges = np.empty(0, np.int32), np.empty((0, 2 * c), np.float32)
     tensors = (np.empty(0, np.int64), none, edges, none, none, np.empty(0, np.int8), none,
@@ -157,4 +160,4 @@ def warm(client: Any, name: Callable[[str], str]) -> None:
     pending = [client.session.request(p, OP, body, tensors)
                for p in range(client.book.num_parts)]  # fmt: skip
     for p in pending:
-        client.session.wait(p)
+        client.session.wait(p, WARM_S)

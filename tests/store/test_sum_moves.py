@@ -6,6 +6,8 @@ the tables may call it."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,6 +20,7 @@ from graphrun.rpc.auth import KeyPair, generate_keys, new_keypair, public_key_fi
 from graphrun.store import sum_moves
 from graphrun.store.client import ClientConfig, KVClient
 from graphrun.store.server import ServerConfig
+from graphrun.testing.procs import child_env
 from graphrun.testing.store import make_partition_dir, store_threads
 
 C = 5  # classes
@@ -220,3 +223,37 @@ def test_only_a_key_that_may_write_the_tables_may_move_them(store):
             call(c, 0, mv, sums="node/_N/feat")
     with store.client("emb", admin=True) as a, pytest.raises(GraphrunError, match="read-only"):
         call(a, 0, mv, sums="node/_N/feat")
+
+
+WARM_UP = """
+import sys
+from pathlib import Path
+from graphrun.rpc.auth import generate_keys
+from graphrun.serving import moves
+from graphrun.store.client import ClientConfig, KVClient
+from graphrun.store.server import ServerConfig
+from graphrun.testing.store import store_threads
+
+parts, tmp = Path(sys.argv[1]), Path(sys.argv[2])
+admin = generate_keys(tmp / "store.key")
+(tmp / "clients").mkdir()
+with store_threads(ServerConfig(parts, 0, keys=admin, clients_dir=tmp / "clients"), 2) as ts:
+    with KVClient(ClientConfig([t.address for t in ts], job="emb", keys=admin, timeout=1)) as c:
+        c.init_tensor("s", "node:_N", (7,), "float64")
+        c.init_tensor("l", "node:_N", (5,), "float32")
+        c.init_tensor("p", "node:_N", (), "int64")
+        moves.warm(c, {"lastsum": "s", "logits": "l", "predictions": "p"}.__getitem__)
+print("warm")
+"""
+
+
+def test_the_warm_up_waits_for_servers_that_compile_the_loops(parts, tmp_path):
+    """A fresh install (numba's cache empty): each server's first ``move_sums`` compiles
+    the loops, seconds on a 2-core box; the refresher's warm-up waits for that instead of
+    failing at the client's timeout for a request (1 s here, 5 s by default: a clean
+    clone's serving bench failed so)."""
+    env = {**child_env(), "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    out = subprocess.run([sys.executable, "-c", WARM_UP, str(parts), str(tmp_path)],
+                         env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["warm"]
