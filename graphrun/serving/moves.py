@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from graphrun.errors import GraphrunError
 from graphrun.store.client import PUSH_WINDOW_BYTES, REQUEST_FRAME_BYTES
 from graphrun.store.sum_moves import OP
 
@@ -134,14 +133,7 @@ def send(client: Any, name: Callable[[str], str], n: int, moves: Moves, version:
         pending += [client.session.request(part, OP, body, t) for t in _fitted(tensors)]
 
     def wait() -> None:
-        errors: list[GraphrunError] = []
-        for p in pending:  # every answer before an error is raised
-            try:
-                client.session.wait(p)
-            except GraphrunError as exc:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        client.session.wait_all(pending)
 
     return wait
 

@@ -84,15 +84,7 @@ def sending(client: Any, op: str, body: dict[str, Any], tensors: tuple[np.ndarra
     pending = [s.request(p, op, body, tensors) for p in range(client.book.num_parts)]
 
     def answers() -> list[list[np.ndarray]]:
-        got, errors = [], []
-        for r in pending:
-            try:
-                got.append([np.asarray(t, np.int64) for t in s.wait(r).tensors])
-            except GraphrunError as exc:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
-        return got
+        return [[np.asarray(t, np.int64) for t in m.tensors] for m in s.wait_all(pending)]
 
     return answers
 

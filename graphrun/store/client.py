@@ -507,11 +507,10 @@ class KVClient:
                     body["v"] = self.version
                 frames = [a for _, r, v in some for a in (r, np.ascontiguousarray(v))]
                 pending.append(self.session.request(part, "push_tables", body, frames))
-            for r in pending:  # every answer before an error is raised
-                try:
-                    self.session.wait(r)
-                except GraphrunError as exc:
-                    errors.append(exc)
+            try:  # every answer before an error is raised
+                self.session.wait_all(pending)
+            except GraphrunError as exc:
+                errors.append(exc)
         if errors:
             raise errors[0]
 

@@ -395,6 +395,19 @@ class Session:
         self.traffic[pending.part, pending.op] += sum(t.nbytes for t in msg.tensors)
         return msg
 
+    def wait_all(self, pending: Sequence[Pending]) -> list[Message]:
+        """The replies to ``pending``, in order: every one waited for before the first
+        error is raised, so that none is left in flight."""
+        got, errors = [], []
+        for p in pending:
+            try:
+                got.append(self.wait(p))
+            except GraphrunError as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+        return got
+
     def _prune(self, part: int, e: PartServers, write_set: Any) -> None:
         """Forget the replicas the primary dropped from its write set: they miss writes,
         and failing over to one would lose them."""
