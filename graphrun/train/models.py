@@ -93,6 +93,9 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     draws them 32 bits at a time through its bounded-integer path: a [12k, 128] layer's
     dropout 2.3-2.4 -> 1.7-2.0 CPU-ms); the scaled mask is made in one pass. On CPU it
     is several times faster than ``F.dropout``'s ``bernoulli_`` (benchmarks/README.md).
+    bf16 ``x`` with a scale exact in bf16 is masked in bf16 (a mask of 2-byte bit
+    patterns: what the fp32 product then cast gives, bit for bit); otherwise the product
+    is taken in fp32 and cast to ``x``'s dtype.
     """
     if not training or p == 0.0:
         return x
@@ -106,8 +109,23 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     bits = words.view(np.uint8)[: width * x.numel()].view(dtype)
     keep = np.greater_equal(bits, round(p * 256**width))
     scale = np.float32(1.0 / (1.0 - p))
+    if x.dtype == torch.bfloat16 and _bf16_exact(scale):
+        return x * _bf16_mask(keep, scale).reshape(x.shape)
     mask = np.multiply(keep, scale, dtype=np.float32).reshape(tuple(x.shape))
-    return x * torch.from_numpy(mask).to(x.dtype)
+    return (x * torch.from_numpy(mask)).to(x.dtype)
+
+
+def _bf16_exact(value: np.float32) -> bool:
+    return float(torch.tensor(float(value)).to(torch.bfloat16)) == float(value)
+
+
+def _bf16_mask(keep: np.ndarray, scale: np.float32) -> Tensor:
+    """``keep * scale`` in bf16 (``scale`` exact in bf16), made as its bit patterns: one
+    pass of two bytes an element."""
+    pattern = int(np.array([scale], dtype=np.float32).view(np.uint32)[0] >> 16)
+    return torch.from_numpy(np.multiply(keep, np.uint16(pattern), dtype=np.uint16)).view(
+        torch.bfloat16
+    )
 
 
 def mfg_targets(num_sampled_nodes: Sequence[int], num_layers: int, layer: int) -> int:
@@ -182,9 +200,17 @@ class SAGE(ByLayer):
     ``"bf16"`` can run the two linear layers as one bf16 product (``[mean | x] @ [W_l |
     W_r]^T``: one cast of each side). In bf16 the layer's input is cast once and the mean
     gathered from the bf16 rows (half the bytes; sums in fp32, the mean rounded to bf16 as
-    the product reads it anyway); the activations between layers, the parameters and
-    their gradients stay fp32 (the scatter path is always fp32). What bf16 saves is in
-    benchmarks/README.md."""
+    the product reads it anyway); the parameters and their gradients stay fp32 (the
+    scatter path is always fp32). What bf16 saves is in benchmarks/README.md.
+
+    Training, a hidden layer's output stays bf16, its ReLU and dropout in bf16: the next
+    layer casts it to bf16 anyway, and ReLU and a dropout scale exact in bf16 (0.5's
+    2.0) round nothing, so values and gradients are those of the fp32 round trip bit for
+    bit at half the bytes of each pass (no ``.float()`` copy, no cast back; issue 45,
+    "the step's fp32 round trip"). Its rows padded to ``BF16_ROWS`` stay too (the next
+    layer reads none of them; slicing them off would cost a zeroed copy of the gradient
+    in the backward). Evaluation keeps the fp32 activations and the exact row count
+    (layer-wise inference writes them into its tables)."""
 
     def __init__(
         self,
@@ -228,8 +254,10 @@ class SAGE(ByLayer):
             offsets, columns = csr_rows(edge_index, rows)
             if bf16:
                 x = x.to(torch.bfloat16)  # once (none for bf16 rows): half the bytes
-            x = self._dense(conv, mean_csr(x, offsets, columns), x[:rows])
-            if rows > n_dst:  # not a slice of every row: its backward copies the gradient
+            # training: a bf16 hidden layer's output stays bf16, padding rows and all
+            kept = bf16 and self.training and i < len(self.convs) - 1
+            x = self._dense(conv, mean_csr(x, offsets, columns), x[:rows], kept)
+            if rows > n_dst and not kept:  # its backward copies the gradient
                 x = x[:n_dst]
         else:
             adj = as_adj(edge_index, n_src, n_dst, self.aggr_path)
@@ -256,16 +284,20 @@ class SAGE(ByLayer):
         network feed (:func:`graphrun.train.inference.split_mean`)."""
         return self._activate(i, self._dense(cast(SAGEConv, self.convs[i]), mean, target))
 
-    def _dense(self, conv: SAGEConv, mean: Tensor, target: Tensor) -> Tensor:
+    def _dense(
+        self, conv: SAGEConv, mean: Tensor, target: Tensor, keep_bf16: bool = False
+    ) -> Tensor:
         """``lin_l(mean) + lin_r(target)``; in bf16 one product of ``[mean | target]`` with
-        ``[W_l | W_r]`` (one cast of each side), its output fp32."""
+        ``[W_l | W_r]`` (one cast of each side), its output fp32 (bf16 with
+        ``keep_bf16``)."""
         if self.precision != "bf16":
             return cast(Tensor, conv.lin_l(mean) + conv.lin_r(target))
         left, right = cast(Tensor, conv.lin_l.weight), cast(Tensor, conv.lin_r.weight)
         bias = cast(Tensor, conv.lin_l.bias).to(torch.bfloat16)
         both = torch.cat([mean.to(torch.bfloat16), target.to(torch.bfloat16)], dim=1)
         w = torch.cat([left, right], dim=1).to(torch.bfloat16)
-        return torch.addmm(bias, both, w.t()).float()
+        out = torch.addmm(bias, both, w.t())
+        return out if keep_bf16 else out.float()
 
     def _activate(self, i: int, x: Tensor) -> Tensor:
         if i < len(self.convs) - 1:

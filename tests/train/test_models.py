@@ -6,10 +6,12 @@ import itertools
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch_geometric.data import Data
 
 from graphrun.errors import ArgumentError
 from graphrun.train.models import (
+    BF16_ROWS,
     SAGE,
     HeteroGNN,
     LinkPredictor,
@@ -414,6 +416,65 @@ def test_bf16_rows_fetched_in_bf16_give_the_cast_rows_and_the_same_step():
     got = model(b.x, b.edge_index, b.num_sampled_nodes, b.num_sampled_edges)
     assert got.dtype == torch.float32 and torch.equal(got, from_fp32)
     assert torch.allclose(got[:n], ref(a.x, a.edge_index)[:n], rtol=0.05, atol=0.05)
+
+
+def fp32_round_trip(model: SAGE, b: Data) -> torch.Tensor:
+    """A bf16 SAGE's training forward as it was before its hidden layers stayed bf16:
+    each layer's output cast to fp32 and cut to its destinations, ReLU and dropout in
+    fp32, the next layer's cast back to bf16."""
+    x, layers = b.x, len(model.convs)
+    for i, conv in enumerate(model.convs):
+        n_dst = mfg_targets(b.num_sampled_nodes, layers, i)
+        edges = mfg_edges(b.edge_index, b.num_sampled_edges, layers, i)
+        rows = min(-(-n_dst // BF16_ROWS) * BF16_ROWS, x.size(0))
+        offsets, columns = csr_rows(edges, rows)
+        xb = x.to(torch.bfloat16)
+        x = model._dense(conv, mean_csr(xb, offsets, columns), xb[:rows])[:n_dst]
+        if i < layers - 1:
+            x = dropout(F.relu(x), model.dropout, True)
+    return x
+
+
+@pytest.mark.parametrize("p", [0.5, 1 / 3, 0.3])  # scale 2 and 1.5 exact in bf16; 1/0.7 not
+def test_bf16_hidden_layers_stay_bf16_in_training_and_train_as_the_fp32_round_trip(p):
+    """Training, a bf16 hidden layer hands on bf16 rows (its padding rows too); the
+    output and every parameter's gradient are the fp32 round trip's bit for bit.
+    Evaluation keeps fp32 and the exact row count."""
+    b = sampled_batch()
+    torch.manual_seed(0)
+    model = SAGE(16, 32, 5, 2, p, "csr", "bf16")
+    n_dst = mfg_targets(b.num_sampled_nodes, 2, 0)
+    edges = mfg_edges(b.edge_index, b.num_sampled_edges, 2, 0)
+    rows = min(BF16_ROWS, b.num_nodes)
+    assert n_dst < rows  # padding rows to keep
+    hidden = model.layer(0, b.x, edges, n_dst)
+    assert hidden.dtype == torch.bfloat16 and hidden.shape == (rows, 32)
+    model.eval()
+    assert model.layer(0, b.x, edges, n_dst).dtype == torch.float32
+    assert model.layer(0, b.x, edges, n_dst).shape == (n_dst, 32)
+    model.train()
+    target = torch.randn(b.batch_size, 5)
+    grads = []
+    for forward in (model, lambda *a: fp32_round_trip(model, b)):
+        model.zero_grad()
+        torch.manual_seed(1)
+        out = forward(b.x, b.edge_index, b.num_sampled_nodes, b.num_sampled_edges)
+        out = out[: b.batch_size]
+        ((out - target) ** 2).sum().backward()
+        grads.append([out.detach(), *(q.grad.clone() for q in model.parameters())])
+    assert grads[0][0].dtype == torch.float32
+    for got, want in zip(*grads, strict=True):
+        assert torch.equal(got, want)
+
+
+def test_bf16_dropout_is_the_fp32_product_cast():
+    x = torch.randn(1000, 33).to(torch.bfloat16)
+    for p in (0.5, 0.75, 1 / 3, 0.3):
+        torch.manual_seed(2)
+        got = dropout(x, p, True)
+        torch.manual_seed(2)
+        want = dropout(x.float(), p, True).to(torch.bfloat16)
+        assert got.dtype == torch.bfloat16 and torch.equal(got, want), p
 
 
 def by_id(b: Data) -> Data:
