@@ -193,6 +193,7 @@ class WarmServer:
         self.files: dict[str, int] = {}  # what it imported (preload): a trainer runs that code
 
     def preload(self) -> None:
+        from graphrun.train import activation
         from graphrun.train.aggregate import warm_up
 
         for name in PRELOAD:
@@ -201,6 +202,7 @@ class WarmServer:
             importlib.import_module(name)
         _build_pyg_templates()
         warm_up()  # the mean's backward kernel (numba): loaded once, not once a trainer
+        activation.warm_up()  # and a bf16 hidden layer's ReLU and dropout
         self.files = _imported_files()
 
     def serve(self) -> None:

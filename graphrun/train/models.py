@@ -36,6 +36,7 @@ from torch_geometric.nn import GATConv, GCNConv, HeteroConv, SAGEConv
 
 from graphrun.errors import ArgumentError
 from graphrun.names import CanonicalEtype
+from graphrun.train.activation import bf16_exact, fused, mask_bits, relu_dropout
 from graphrun.train.aggregate import csr_rows, mean_csr, offsets_of
 from graphrun.train.names import AggrPath
 from graphrun.train.rgcn import RGCNLayer
@@ -103,20 +104,13 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
         return torch.zeros_like(x)
     if x.device.type != "cpu":  # the device's own kernel: no mask crosses from the host
         return F.dropout(x, p, training=True)
-    seed = int(torch.randint(0, 2**62, (1,)))
-    width, dtype = (1, np.uint8) if float(p * 256).is_integer() else (2, np.uint16)
-    words = np.random.PCG64(seed).random_raw(-(-width * x.numel() // 8))
-    bits = words.view(np.uint8)[: width * x.numel()].view(dtype)
-    keep = np.greater_equal(bits, round(p * 256**width))
+    bits, threshold = mask_bits(x.numel(), p)
+    keep = np.greater_equal(bits, threshold)
     scale = np.float32(1.0 / (1.0 - p))
-    if x.dtype == torch.bfloat16 and _bf16_exact(scale):
+    if x.dtype == torch.bfloat16 and bf16_exact(float(scale)):
         return x * _bf16_mask(keep, scale).reshape(x.shape)
     mask = np.multiply(keep, scale, dtype=np.float32).reshape(tuple(x.shape))
     return (x * torch.from_numpy(mask)).to(x.dtype)
-
-
-def _bf16_exact(value: np.float32) -> bool:
-    return float(torch.tensor(float(value)).to(torch.bfloat16)) == float(value)
 
 
 def _bf16_mask(keep: np.ndarray, scale: np.float32) -> Tensor:
@@ -206,8 +200,9 @@ class SAGE(ByLayer):
     Training, a hidden layer's output stays bf16, its ReLU and dropout in bf16: the next
     layer casts it to bf16 anyway, and ReLU and a dropout scale exact in bf16 (0.5's
     2.0) round nothing, so values and gradients are those of the fp32 round trip bit for
-    bit at half the bytes of each pass (no ``.float()`` copy, no cast back; issue 45,
-    "the step's fp32 round trip"). Its rows padded to ``BF16_ROWS`` stay too (the next
+    bit at half the bytes of each pass (no ``.float()`` copy, no cast back). The ReLU and
+    dropout are then one numba pass each way (:mod:`graphrun.train.activation`, the same
+    bits again). Its rows padded to ``BF16_ROWS`` stay too (the next
     layer reads none of them; slicing them off would cost a zeroed copy of the gradient
     in the backward). Evaluation keeps the fp32 activations and the exact row count
     (layer-wise inference writes them into its tables)."""
@@ -301,6 +296,8 @@ class SAGE(ByLayer):
 
     def _activate(self, i: int, x: Tensor) -> Tensor:
         if i < len(self.convs) - 1:
+            if fused(x, self.dropout, self.training):  # bf16: one pass each way
+                return relu_dropout(x, self.dropout)
             x = dropout(F.relu(x), self.dropout, self.training)
         return x
 
