@@ -197,15 +197,16 @@ class SAGE(ByLayer):
     the product reads it anyway); the parameters and their gradients stay fp32 (the
     scatter path is always fp32). What bf16 saves is in benchmarks/README.md.
 
-    Training, a hidden layer's output stays bf16, its ReLU and dropout in bf16: the next
-    layer casts it to bf16 anyway, and ReLU and a dropout scale exact in bf16 (0.5's
-    2.0) round nothing, so values and gradients are those of the fp32 round trip bit for
-    bit at half the bytes of each pass (no ``.float()`` copy, no cast back). The ReLU and
-    dropout are then one numba pass each way (:mod:`graphrun.train.activation`, the same
-    bits again). Its rows padded to ``BF16_ROWS`` stay too (the next
-    layer reads none of them; slicing them off would cost a zeroed copy of the gradient
-    in the backward). Evaluation keeps the fp32 activations and the exact row count
-    (layer-wise inference writes them into its tables)."""
+    Training on a CPU, a hidden layer's output stays bf16, its ReLU and dropout in bf16
+    (a GPU's layers as before, untested here): the next layer casts it to bf16 anyway,
+    and ReLU and a dropout scale exact in bf16 (0.5's 2.0) round nothing, so values and
+    gradients are those of the fp32 round trip bit for bit at half the bytes of each pass
+    (no ``.float()`` copy, no cast back). The ReLU and dropout are then one numba pass
+    each way (:mod:`graphrun.train.activation`, the same bits again). Its rows padded to
+    ``BF16_ROWS`` stay too (the next layer reads none of them; slicing them off would
+    cost a zeroed copy of the gradient in the backward). Evaluation keeps the fp32
+    activations and the exact row count (layer-wise inference writes them into its
+    tables)."""
 
     def __init__(
         self,
@@ -249,8 +250,9 @@ class SAGE(ByLayer):
             offsets, columns = csr_rows(edge_index, rows)
             if bf16:
                 x = x.to(torch.bfloat16)  # once (none for bf16 rows): half the bytes
-            # training: a bf16 hidden layer's output stays bf16, padding rows and all
-            kept = bf16 and self.training and i < len(self.convs) - 1
+            # training on a CPU: a bf16 hidden layer's output stays bf16, padding and all
+            hidden = i < len(self.convs) - 1
+            kept = bf16 and self.training and hidden and x.device.type == "cpu"
             x = self._dense(conv, mean_csr(x, offsets, columns), x[:rows], kept)
             if rows > n_dst and not kept:  # its backward copies the gradient
                 x = x[:n_dst]
