@@ -17,10 +17,13 @@ write_graph``) writes, a job key reads. Measured, in this order:
   partition 1; from ``commit()`` returning (after the acknowledgement *and* the commits
   to the partitions) until a second client, following the head, sees the marker in
   ``graph_in_degrees`` (the sampler's op); ``staleness_p50_s``/``staleness_p99_s``;
-* **a training epoch** (GraphSAGE over :class:`~graphrun.distributed.DistNodeDataLoader`,
+* **training epochs** (GraphSAGE over :class:`~graphrun.distributed.DistNodeDataLoader`,
   ``--fanouts``, ``--batch-size``, at most ``--epoch-batches`` batches, following the
-  head; after a 2-batch warm-up) undisturbed, then while another process ingests at
-  ``--rate`` edges/s (``ingest_rate_reached_edges_per_s``: what it managed);
+  head, ``--threads`` torch threads; after a 2-batch warm-up) undisturbed and while
+  another process ingests at ``--rate`` edges/s (``ingest_rate_reached_edges_per_s``:
+  what it managed), ``--epoch-pairs`` pairs in turns, medians reported, with the CPU
+  the trainer, the servers and the ingesting process took in each
+  (:mod:`graphrun.bench.live_epochs`);
 * **compaction** of both partitions (``live_compact``: everything ingested so far folded
   into the base, the partition directory rewritten, the logs truncated) while a client
   reads in-degrees at a pinned version in a loop: ``compaction_s`` (the longest
@@ -48,7 +51,8 @@ Output (one object)::
 
     {"bench": "live", "hosts", "nodes", "edges", "parts", "batch", "window", "ingest_edges_per_s",
      "commit_p50_s", "commit_p99_s", "staleness_p50_s", "staleness_p99_s",
-     "epoch_s_undisturbed", "epoch_s_ingesting", "ingest_rate_edges_per_s",
+     "epoch_s_undisturbed", "epoch_s_ingesting", "epochs_s", "epoch_pairs", "epoch_cpu_s",
+     "compactions_in_epochs", "trainer_threads", "ingest_rate_edges_per_s",
      "ingest_rate_reached_edges_per_s", "epoch_batches", "lost_acknowledged_writes":
      {"kill9_part1": n} (or {"machine_m0": n}), "acknowledged_into_part1" (or
      "acknowledged", "acknowledged_after_loss", "failovers"), "streamed_cut_ratio",
@@ -62,7 +66,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import shutil
 import socket
@@ -78,6 +81,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from graphrun.bench import check_at_least, int_list
+from graphrun.bench.live_epochs import epochs
 from graphrun.errors import ArgumentError, GraphrunError
 from graphrun.graph.format import META_FILE
 
@@ -86,6 +90,7 @@ if TYPE_CHECKING:
     from graphrun.store.client import KVClient
 
 PARTS = 2
+MAX_EPOCH_PAIRS = 50
 
 
 def register(subparsers: Any) -> None:
@@ -110,6 +115,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--fanouts", default="10,5")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--epoch-batches", type=int, default=50, help="batches per timed epoch")
+    p.add_argument("--epoch-pairs", type=int, default=3,
+                   help="undisturbed and ingesting epochs, in turns (the medians are "
+                        "reported)")  # fmt: skip
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="the trainer's torch threads (0: torch's default, every core)",
+    )
     p.add_argument("--kill-after", type=int, default=20, help="acknowledged batches, then kill")
     p.add_argument("--replicas", type=int, choices=(1, 2), default=1,
                    help="2: a replica of each partition on the other host; the fault is "
@@ -125,7 +139,12 @@ def register(subparsers: Any) -> None:
 
 def _check(args: argparse.Namespace) -> None:
     check_at_least(args, 1, "--batch", "--batches", "--window", "--probes", "--batch-size",
-                   "--epoch-batches", "--kill-after")  # fmt: skip
+                   "--epoch-batches", "--epoch-pairs", "--kill-after")  # fmt: skip
+    check_at_least(args, 0, "--threads")
+    if args.epoch_pairs > MAX_EPOCH_PAIRS:
+        raise ArgumentError(f"--epoch-pairs: at most {MAX_EPOCH_PAIRS}, got {args.epoch_pairs}")
+    if args.threads > 1024:
+        raise ArgumentError(f"--threads: at most 1024, got {args.threads}")
     check_at_least(args, 100, "--nodes")
     check_at_least(args, 1.0, "--rate")
     from graphrun.distributed.writer import MAX_WINDOW
@@ -245,83 +264,6 @@ def _staleness(cfg: dict[str, Any]) -> dict[str, Any]:
     return {
         "staleness_p50_s": round(float(np.percentile(waits, 50)), 5),
         "staleness_p99_s": round(float(np.percentile(waits, 99)), 5),
-    }
-
-
-def _epoch(cfg: dict[str, Any], batches: int | None = None) -> float:
-    """One epoch (at most ``batches``, default ``--epoch-batches``) of GraphSAGE training
-    that follows the head."""
-    import torch
-    from torch_geometric.nn import GraphSAGE
-
-    from graphrun.distributed import DistGraph, DistNodeDataLoader, initialize
-    from graphrun.rpc.auth import load_keys
-
-    torch.manual_seed(0)
-    keys = load_keys(cfg["job_key"])
-    with initialize(cfg["addresses"], job="job", keys=keys, rank=0, world_size=1,
-                    heartbeat_interval=0) as ctx:  # fmt: skip
-        dg = DistGraph(ctx, follow="head")
-        train = dg.mask_ids("train_mask")
-        x_dim = int(dg.ndata["feat"].shape[1])
-        classes = int(cfg["classes"])
-        model = GraphSAGE(x_dim, 128, num_layers=len(cfg["fanouts"]), out_channels=classes)
-        opt = torch.optim.Adam(model.parameters(), lr=0.003)
-        loader = DistNodeDataLoader(dg, train, cfg["fanouts"], batch_size=cfg["batch_size"],
-                                    shuffle=True)  # fmt: skip
-        t0 = time.perf_counter()
-        for i, b in enumerate(loader):
-            if i == (cfg["epoch_batches"] if batches is None else batches):
-                break
-            opt.zero_grad()
-            out = model(b.x, b.edge_index)[: b.batch_size]
-            torch.nn.functional.cross_entropy(out, b.y[: b.batch_size]).backward()
-            opt.step()
-        return time.perf_counter() - t0
-
-
-def _ingest_at(cfg: dict[str, Any], ready: Any, stop: Any, done: Any) -> None:
-    """Commit ``cfg["batch"]``-edge batches at ``cfg["rate"]`` edges/s until ``stop``."""
-    from graphrun.distributed.writer import GraphWriter
-
-    rng = np.random.default_rng(3)
-    with _client(cfg, cfg["writer_key"]) as c:
-        w, n = GraphWriter(c), c.book.num_nodes
-        ready.set()
-        t0, sent = time.perf_counter(), 0
-        while not stop.is_set():
-            _commit(w, *_edges(rng, n, None, cfg["batch"]))
-            sent += cfg["batch"]
-            done.value = sent / (time.perf_counter() - t0)  # the rate so far
-            ahead = t0 + sent / cfg["rate"] - time.perf_counter()
-            if ahead > 0:
-                stop.wait(ahead)
-
-
-def _epochs(cfg: dict[str, Any]) -> dict[str, Any]:
-    ctx = mp.get_context("spawn")
-    _epoch(cfg, 2)  # warm-up: the first batches pay for imports and first connections
-    undisturbed = _epoch(cfg)
-    ready, stop, done = ctx.Event(), ctx.Event(), ctx.Value("d", 0.0)
-    proc = ctx.Process(target=_ingest_at, args=(cfg, ready, stop, done))
-    proc.start()
-    try:
-        if not ready.wait(300):
-            raise GraphrunError("bench live: the ingesting process did not start")
-        time.sleep(1.0)  # the ingest is under way
-        ingesting = _epoch(cfg)
-        reached = float(done.value)
-    finally:
-        stop.set()
-        proc.join(120)
-        if proc.is_alive():  # stuck in a commit: it must not write into the next phase
-            proc.kill()
-            proc.join()
-    return {
-        "epoch_s_undisturbed": round(undisturbed, 3),
-        "epoch_s_ingesting": round(ingesting, 3),
-        "ingest_rate_edges_per_s": cfg["rate"],
-        "ingest_rate_reached_edges_per_s": round(reached, 1),
     }
 
 
@@ -489,7 +431,8 @@ def drive(cfg: dict[str, Any]) -> dict[str, Any]:
     stores = [start_store(cfg["parts_dir"], p, **cfg["store_kwargs"][p]) for p in range(PARTS)]
     try:
         _start_replicas(cfg, stores)
-        out = {**_ingest(cfg), **_staleness(cfg), **_epochs(cfg)}
+        pids = [s.proc.pid for s in stores[:PARTS]]  # (the launchers exec the servers)
+        out = {**_ingest(cfg), **_staleness(cfg), **epochs(cfg, pids)}
         out["epoch_batches"] = cfg["epoch_batches"]
         out.update(_compaction(cfg))
         out.update(_lose_machine(cfg, stores) if "lose" in cfg else _kill(cfg, stores))
@@ -542,6 +485,7 @@ def _config(
         "probes": args.probes, "window": args.window, "rate": args.rate,
         "fanouts": args.fanout_list,
         "batch_size": args.batch_size, "epoch_batches": args.epoch_batches,
+        "epoch_pairs": args.epoch_pairs, "threads": args.threads,
         "kill_after": args.kill_after, "classes": int(np.max(label)) + 1,
     }  # fmt: skip
 
