@@ -13,7 +13,8 @@ listed too. A single pair of 20 batches moved by more than the 10% it is asked t
 The ingesting process is started once, before the first pair, and waits between its
 epochs (an ingesting epoch starts one second after its ingest). Each epoch also reports
 where the CPU went: the trainer's (this process), the partition servers' and the
-ingesting process's, from ``/proc`` (``epoch_cpu_s``: medians of each kind), and the
+ingesting process's, from ``/proc`` (``epoch_cpu_s``: medians of each kind;
+``epochs_cpu_s``: each epoch's), and the
 compactions the servers made during it (a compaction starts by itself once the oldest
 commit is :data:`~graphrun.store.compact.COMPACT_AGE_S` old: ``compactions_in_epochs``).
 """
@@ -32,6 +33,7 @@ from graphrun.errors import GraphrunError
 
 READY_S = 300.0  # the ingesting process connects (imports, a client) within this
 LEAD_S = 1.0  # an ingesting epoch starts this long after its ingest
+CPU_OF = ("trainer", "servers", "writer")  # the processes whose CPU an epoch reports
 
 
 def cpu_s(pid: int) -> float:
@@ -185,9 +187,10 @@ def summary(
         "epoch_s_ingesting": med("I", "wall_s"),
         "epochs_s": {names[k]: [round(r["wall_s"], 3) for r in v] for k, v in runs.items()},
         "epoch_pairs": len(runs["U"]),
-        "epoch_cpu_s": {
-            names[k]: {key: med(k, key) for key in ("trainer", "servers", "writer")} for k in runs
+        "epochs_cpu_s": {  # each epoch's [trainer, servers, writer]
+            names[k]: [[round(r[key], 3) for key in CPU_OF] for r in v] for k, v in runs.items()
         },
+        "epoch_cpu_s": {names[k]: {key: med(k, key) for key in CPU_OF} for k in runs},
         "compactions_in_epochs": {
             names[k]: int(sum(r["compactions"] for r in v)) for k, v in runs.items()
         },

@@ -27,6 +27,7 @@ def test_the_summary_reports_medians_every_epoch_and_the_cpu_of_each_process():
     assert out["epochs_s"] == {"undisturbed": [3.0, 9.0, 3.2], "ingesting": [3.3, 3.5, 3.4]}
     assert out["epoch_pairs"] == 3
     assert out["epoch_cpu_s"]["undisturbed"] == {"trainer": 4.8, "servers": 0.5, "writer": 0.0}
+    assert out["epochs_cpu_s"]["ingesting"][1] == [5.25, 0.5, 0.0]
     assert out["compactions_in_epochs"] == {"undisturbed": 0, "ingesting": 2}
     assert out["trainer_threads"] == 2
     assert out["ingest_rate_reached_edges_per_s"] == 101_000.0
