@@ -81,7 +81,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from graphrun.bench import check_at_least, int_list
-from graphrun.bench.live_epochs import epochs
+from graphrun.bench.live_epochs import client, commit, edges, epochs
 from graphrun.errors import ArgumentError, GraphrunError
 from graphrun.graph.format import META_FILE
 
@@ -181,42 +181,20 @@ def _free_port() -> int:
 # ---- the measuring half (in this process, or on host m0) ------------------------------
 
 
-def _client(cfg: dict[str, Any], key: str, timeout: float = 60.0) -> KVClient:
-    """A client with ``key`` (a key acts as the job its file is named after)."""
-    from graphrun.rpc.auth import load_keys
-    from graphrun.store.client import ClientConfig, KVClient
-
-    job, reps = Path(key).stem, [[k["address"]] for k in cfg.get("replica_kwargs", [])]
-    return KVClient(ClientConfig(cfg["addresses"], job=job, keys=load_keys(key),
-                                 timeout=timeout, replicas=reps))  # fmt: skip
-
-
-def _edges(rng: np.random.Generator, n: int, dst: np.ndarray | None, m: int) -> tuple[Any, Any]:
-    src = rng.integers(0, n, m)
-    return src, (rng.integers(0, n, m) if dst is None else rng.choice(dst, m))
-
-
-def _commit(w: Any, src: np.ndarray, dst: np.ndarray) -> float:
-    t = time.perf_counter()
-    w.add_edges("_E", src, dst)
-    w.commit()
-    return time.perf_counter() - t
-
-
 def _ingest(cfg: dict[str, Any]) -> dict[str, Any]:
     from graphrun.distributed.writer import GraphWriter
 
     rng = np.random.default_rng(1)
-    with _client(cfg, cfg["writer_key"]) as c:
+    with client(cfg, cfg["writer_key"]) as c:
         w, n = GraphWriter(c, window=cfg["window"]), c.book.num_nodes
-        _commit(w, *_edges(rng, n, None, cfg["batch"]))  # warm-up
+        commit(w, *edges(rng, n, None, cfg["batch"]))  # warm-up
         w.flush()
         sent: list[float] = []
         acked: list[float] = []
         t0 = time.perf_counter()
         for _ in range(cfg["batches"]):
             sent.append(time.perf_counter())
-            w.add_edges("_E", *_edges(rng, n, None, cfg["batch"]))
+            w.add_edges("_E", *edges(rng, n, None, cfg["batch"]))
             w.submit()
             acked += [time.perf_counter()] * (len(w.acknowledged) - len(acked))
         w.flush()
@@ -243,8 +221,8 @@ def _staleness(cfg: dict[str, Any]) -> dict[str, Any]:
     rng = np.random.default_rng(2)
     waits = []
     with (
-        _client(cfg, cfg["writer_key"]) as c,
-        _client(cfg, cfg["job_key"]) as r,
+        client(cfg, cfg["writer_key"]) as c,
+        client(cfg, cfg["job_key"]) as r,
     ):
         w, n = GraphWriter(c), c.book.num_nodes
         lo, hi = (int(x) for x in c.book.node_offsets[1:3])  # partition 1's base nodes
@@ -252,7 +230,7 @@ def _staleness(cfg: dict[str, Any]) -> dict[str, Any]:
             marker = np.asarray([int(rng.integers(lo, hi))], np.int64)
             r.follow()
             before = int(_in_degree(r, 1, marker)[0])
-            src, dst = _edges(rng, n, None, cfg["batch"] - 1)
+            src, dst = edges(rng, n, None, cfg["batch"] - 1)
             w.add_edges("_E", np.append(src, 0), np.append(dst, marker))
             w.commit()
             acked = time.perf_counter()
@@ -271,7 +249,7 @@ def _compaction(cfg: dict[str, Any]) -> dict[str, Any]:
     """Compact both partitions while a reader at a pinned version reads in a loop."""
     lat: list[float] = []
     stop = threading.Event()
-    with _client(cfg, cfg["job_key"]) as r, _client(cfg, cfg["writer_key"]) as c:
+    with client(cfg, cfg["job_key"]) as r, client(cfg, cfg["writer_key"]) as c:
         r.follow()
         lo, hi = (int(x) for x in r.book.node_offsets[1:3])
         ids = np.arange(lo, min(hi, lo + 1024), dtype=np.int64)
@@ -313,9 +291,9 @@ def _kill(cfg: dict[str, Any], stores: list[Any]) -> dict[str, Any]:
 
     rng = np.random.default_rng(4)
     acked = 0
-    with _client(cfg, cfg["job_key"]) as c:
+    with client(cfg, cfg["job_key"]) as c:
         base = _edges_into(c, (1,))  # not following: the base graph
-    with _client(cfg, cfg["writer_key"], timeout=10) as c:
+    with client(cfg, cfg["writer_key"], timeout=10) as c:
         c.follow()
         before = _edges_into(c, (1,))
         lo, hi = (int(x) for x in c.book.node_offsets[1:3])
@@ -324,14 +302,14 @@ def _kill(cfg: dict[str, Any], stores: list[Any]) -> dict[str, Any]:
             if k == cfg["kill_after"]:  # SIGKILL while the next batch is on its way
                 threading.Timer(0.002, stores[1].proc.kill).start()
             try:
-                _commit(w, *_edges(rng, n, np.arange(lo, hi), cfg["batch"]))
+                commit(w, *edges(rng, n, np.arange(lo, hi), cfg["batch"]))
             except GraphrunError:
                 break  # not acknowledged: the writer is told, the ingest stops
             acked += cfg["batch"]
     stores[1].proc.wait()
     stores[1] = start_store(cfg["parts_dir"], 1, **cfg["store_kwargs"][1])
     out: dict[str, Any] = {"acknowledged_into_part1": before - base + acked}
-    with _client(cfg, cfg["job_key"]) as c:
+    with client(cfg, cfg["job_key"]) as c:
         c.follow()
         try:
             lost: int | None = max(before + acked - _edges_into(c, (1,)), 0)
@@ -376,9 +354,9 @@ def _lose_machine(cfg: dict[str, Any], stores: list[Any]) -> dict[str, Any]:
     m = int(cfg["lose"][1:])
     rng = np.random.default_rng(4)
     acked, after_loss, error = 0, 0, ""
-    with _client(cfg, cfg["job_key"]) as c:
+    with client(cfg, cfg["job_key"]) as c:
         base = _edges_into(c)  # not following: the base graph
-    with _client(cfg, cfg["writer_key"], timeout=10) as c:
+    with client(cfg, cfg["writer_key"], timeout=10) as c:
         c.follow()
         before = _edges_into(c)
         w, n = GraphWriter(c), c.book.num_nodes
@@ -386,7 +364,7 @@ def _lose_machine(cfg: dict[str, Any], stores: list[Any]) -> dict[str, Any]:
             if k == cfg["kill_after"]:  # the machine goes while the next batch is on its way
                 threading.Timer(0.002, _kill_machine, (cfg, stores, m)).start()
             try:
-                _commit(w, *_edges(rng, n, None, cfg["batch"]))
+                commit(w, *edges(rng, n, None, cfg["batch"]))
             except GraphrunError as exc:
                 error = str(exc)  # not acknowledged: the writer is told, the ingest stops
                 break
@@ -400,7 +378,7 @@ def _lose_machine(cfg: dict[str, Any], stores: list[Any]) -> dict[str, Any]:
     }
     if error:
         out["machine_error"] = error
-    with _client(cfg, cfg["job_key"], timeout=10) as c:
+    with client(cfg, cfg["job_key"], timeout=10) as c:
         c.follow()
         try:
             lost: int | None = max(before + acked - _edges_into(c), 0)

@@ -25,11 +25,14 @@ import multiprocessing as mp
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from graphrun.errors import GraphrunError
+
+if TYPE_CHECKING:
+    from graphrun.store.client import KVClient
 
 READY_S = 300.0  # the ingesting process connects (imports, a client) within this
 LEAD_S = 1.0  # an ingesting epoch starts this long after its ingest
@@ -44,6 +47,29 @@ def cpu_s(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def client(cfg: dict[str, Any], key: str, timeout: float = 60.0) -> KVClient:
+    """A client of the bench's stores with ``key`` (a key acts as the job its file is
+    named after); the bench's phases (:mod:`graphrun.bench.live`) use it too."""
+    from graphrun.rpc.auth import load_keys
+    from graphrun.store.client import ClientConfig, KVClient
+
+    job, reps = Path(key).stem, [[k["address"]] for k in cfg.get("replica_kwargs", [])]
+    return KVClient(ClientConfig(cfg["addresses"], job=job, keys=load_keys(key),
+                                 timeout=timeout, replicas=reps))  # fmt: skip
+
+
+def edges(rng: np.random.Generator, n: int, dst: np.ndarray | None, m: int) -> tuple[Any, Any]:
+    src = rng.integers(0, n, m)
+    return src, (rng.integers(0, n, m) if dst is None else rng.choice(dst, m))
+
+
+def commit(w: Any, src: np.ndarray, dst: np.ndarray) -> float:
+    t = time.perf_counter()
+    w.add_edges("_E", src, dst)
+    w.commit()
+    return time.perf_counter() - t
 
 
 def train_epoch(cfg: dict[str, Any], batches: int | None = None) -> float:
@@ -82,11 +108,10 @@ def ingest_at(cfg: dict[str, Any], ready: Any, go: Any, idle: Any, stop: Any, se
     """While ``go`` is set, commit ``cfg["batch"]``-edge batches at ``cfg["rate"]`` edges/s
     (the rate counted from each ``go``); ``idle`` set between (no commit on its way);
     ``sent``: [edges, seconds] while going."""
-    from graphrun.bench.live import _client, _commit, _edges
     from graphrun.distributed.writer import GraphWriter
 
     rng = np.random.default_rng(3)
-    with _client(cfg, cfg["writer_key"]) as c:
+    with client(cfg, cfg["writer_key"]) as c:
         w, n = GraphWriter(c), c.book.num_nodes
         idle.set()
         ready.set()
@@ -96,7 +121,7 @@ def ingest_at(cfg: dict[str, Any], ready: Any, go: Any, idle: Any, stop: Any, se
             idle.clear()
             t0, mine = time.perf_counter(), 0
             while go.is_set() and not stop.is_set():
-                _commit(w, *_edges(rng, n, None, cfg["batch"]))
+                commit(w, *edges(rng, n, None, cfg["batch"]))
                 mine += cfg["batch"]
                 ahead = t0 + mine / cfg["rate"] - time.perf_counter()
                 if ahead > 0:
@@ -122,8 +147,6 @@ def epochs(cfg: dict[str, Any], server_pids: list[int]) -> dict[str, Any]:
     servers' processes (their CPU per epoch)."""
     import torch
 
-    from graphrun.bench.live import _client
-
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg["threads"]))
     ctx = mp.get_context("spawn")
@@ -136,7 +159,7 @@ def epochs(cfg: dict[str, Any], server_pids: list[int]) -> dict[str, Any]:
     try:
         if not ready.wait(READY_S):
             raise GraphrunError("bench live: the ingesting process did not start")
-        with _client(cfg, cfg["writer_key"]) as admin:
+        with client(cfg, cfg["writer_key"]) as admin:
             for kind in order(cfg["epoch_pairs"]):
                 if kind == "I":
                     go.set()
