@@ -155,6 +155,7 @@ def epochs(cfg: dict[str, Any], server_pids: list[int]) -> dict[str, Any]:
     sent = ctx.Array("d", 2)
     proc = ctx.Process(target=ingest_at, args=(cfg, ready, go, idle, stop, sent))
     proc.start()
+    assert proc.pid is not None  # started
     runs: dict[str, list[dict[str, float]]] = {"U": [], "I": []}
     try:
         if not ready.wait(READY_S):
