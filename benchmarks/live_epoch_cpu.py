@@ -4,9 +4,14 @@ live``, undisturbed and ingesting, in turns on one pair of stores, each with the
 every process and server thread it ran beside.
 
     PARTS=DIR python benchmarks/live_epoch_cpu.py     # DIR: pl200k in 2 parts (metis)
-    ORDER=UIIUUIIU EPOCH_BATCHES=20 RATE=100000 PRE=81 HOSTS=netns ...
-    ORDER=UBBU ...    # B: a process burning the CPU the last ingesting epoch's writer and
-                      # servers' ingest took, in 10 ms slices, and writing nothing
+    ORDER=UIIUUIIU EPOCH_BATCHES=20 RATE=100000 PRE=81 HOSTS=netns THREADS=0 WARMUP=2 ...
+    ORDER=UC ...      # C: undisturbed, both partitions compacting from its start (the
+                      # delta is folded after it: what follows reads a compacted base)
+    ORDER=UIBBIU ...  # B: a process burning the CPU the last ingesting epoch added (its
+                      # own and the servers' over the last U's), 10 ms slices, no writes
+    LAUNCHER="python wrap.py" ...   # argv before each server's ``python -m graphrun``
+    PYTHONPATH=<older checkout> ... # run from outside the worktree (``-m`` puts the
+                                    # working directory first on sys.path)
 
 As ``graphrun bench live`` does (its functions): two ``graphrun serve`` with
 ``--live-dir`` (one per network-namespace host with ``HOSTS=netns``, the measuring
@@ -19,7 +24,8 @@ epochs). Prints one JSON line per epoch: its wall time, the time in the loader's
 ``next`` (sampling and the features' fetch) and in the step (forward, backward,
 optimizer), the trainer's CPU (this process), each server's CPU by thread name
 (user + system, ``/proc/PID/task``), the ingesting process's CPU, the edges it
-committed, the compactions the servers made, the servers' delta sizes and the load.
+committed, the compactions the servers finished, the servers' delta sizes and the load.
+``benchmarks/README.md``, "the epoch while ingesting, explained", has its runs.
 """
 
 from __future__ import annotations
@@ -93,21 +99,33 @@ def server_pid(proc: Any) -> int:
     return int(proc.pid)
 
 
+def _helpers() -> tuple[Any, Any, Any]:
+    """The bench's client, commit and edges (in graphrun.bench.live before 7fb6630)."""
+    try:
+        from graphrun.bench import live_epochs as m
+    except ImportError:  # an older checkout on PYTHONPATH
+        from graphrun.bench import live as old
+
+        return old._client, old._commit, old._edges  # type: ignore[attr-defined]
+    return m.client, m.commit, m.edges
+
+
 def live_stats(admin: Any) -> list[dict[str, int]]:
     """Each partition's compactions so far and delta bytes (``live_compact``'s answer)."""
     return [dict(admin.session.call(p, "live_compact", {}, main_only=True).body)
             for p in range(2)]  # fmt: skip
 
 
-def _ingester(cfg: dict[str, Any], go: Any, quit_: Any, sent: Any, burn: Any) -> None:
+def _ingester(cfg: dict[str, Any], ready: Any, go: Any, quit_: Any, sent: Any, burn: Any) -> None:
     """Commit 10k-edge batches at ``RATE`` while ``go`` is set; or, while ``burn`` holds a
     CPU share > 0, burn it in 10 ms slices."""
-    from graphrun.bench.live_epochs import client, commit, edges
+    client, commit, edges = _helpers()
     from graphrun.distributed.writer import GraphWriter
 
     rng = np.random.default_rng(3)
     with client(cfg, cfg["writer_key"]) as c:
         w, n = GraphWriter(c), c.book.num_nodes
+        ready.set()
         while not quit_.is_set():
             if burn.value > 0:
                 t0 = time.perf_counter()
@@ -175,7 +193,7 @@ def _epoch(cfg: dict[str, Any], batches: int = EPOCH_BATCHES) -> dict[str, Any]:
 def drive(cfg: dict[str, Any]) -> None:
     import torch
 
-    from graphrun.bench.live_epochs import client, edges
+    client, _, edges = _helpers()
     from graphrun.distributed.writer import GraphWriter
     from graphrun.local.stores import start_store
     from graphrun.rpc.auth import load_keys
@@ -197,40 +215,52 @@ def drive(cfg: dict[str, Any]) -> None:
                 w.submit()
             w.flush()
             w.close()
-        proc = ctx.Process(target=_ingester, args=(cfg, go, quit_, sent, burn))
+        ready = ctx.Event()
+        proc = ctx.Process(target=_ingester, args=(cfg, ready, go, quit_, sent, burn))
         proc.start()
+        ready.wait(300)
         _epoch(cfg, WARMUP)  # warm-up (the bench's: 2 batches)
-        last_ingest_share = 0.0
+        last_ingest_share, quiet_servers = 0.0, 0.0  # CPU-s a second: ingest's, U's servers'
         for i, kind in enumerate(ORDER):
             time.sleep(1.0)
+            p0 = [cpu_s(p) for p in pids]
             s0 = [threads_cpu(p) for p in pids]
             i0, e0 = cpu_s(proc.pid), sent.value
             stats0 = live_stats(admin)
             if kind == "I":
                 go.set()
                 time.sleep(1.0)  # the ingest is under way (the bench's second)
+                p0 = [cpu_s(p) for p in pids]
                 s0 = [threads_cpu(p) for p in pids]
                 i0, e0 = cpu_s(proc.pid), sent.value
+            elif kind == "C":  # a compaction of both partitions starts with the epoch
+                for p in range(2):
+                    admin.session.call(p, "live_compact", {"start": True}, main_only=True)
             elif kind == "B":
                 burn.value = last_ingest_share
                 time.sleep(1.0)
+                p0 = [cpu_s(p) for p in pids]
                 s0 = [threads_cpu(p) for p in pids]
                 i0 = cpu_s(proc.pid)
             t0 = time.perf_counter()
             rec = _epoch(cfg)
             span = time.perf_counter() - t0
+            p1 = [cpu_s(p) for p in pids]
             s1 = [threads_cpu(p) for p in pids]
             i1, e1 = cpu_s(proc.pid), sent.value
             go.clear()
-            burn.value = 0.0
+            burn_share, burn.value = burn.value, 0.0
             stats1 = live_stats(admin)
             servers = [_diff(a, b) for a, b in zip(s0, s1, strict=True)]
-            if kind == "I":
-                other = (i1 - i0) + sum(sum(s.values()) for s in servers)
-                last_ingest_share = other / span  # CPU-seconds a second
+            busy = sum(b - a for a, b in zip(p0, p1, strict=True))
+            if kind == "U":
+                quiet_servers = busy / span
+            if kind == "I":  # what the ingest added: the writer's and the servers' extra
+                last_ingest_share = max(0.0, (i1 - i0) / span + busy / span - quiet_servers)
             rec.update({
                 "i": i, "kind": kind, "span_s": round(span, 3),
-                "servers_cpu_s": [round(sum(s.values()), 3) for s in servers],
+                "servers_cpu_s": [round(b - a, 3) for a, b in zip(p0, p1, strict=True)],
+                "burn_share": round(burn_share, 3),
                 "server_threads_cpu_s": servers,
                 "ingester_cpu_s": round(i1 - i0, 3),
                 "edges_committed": int(e1 - e0),
