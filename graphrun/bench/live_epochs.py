@@ -14,9 +14,9 @@ The ingesting process is started once, before the first pair, and waits between 
 epochs (an ingesting epoch starts one second after its ingest). Each epoch also reports
 where the CPU went: the trainer's (this process), the partition servers' and the
 ingesting process's, from ``/proc`` (``epoch_cpu_s``: medians of each kind;
-``epochs_cpu_s``: each epoch's), and the
-compactions the servers made during it (a compaction starts by itself once the oldest
-commit is :data:`~graphrun.store.compact.COMPACT_AGE_S` old: ``compactions_in_epochs``).
+``epochs_cpu_s``: each epoch's), and the compactions the servers made during it (a
+compaction starts by itself once the oldest commit is
+:data:`~graphrun.store.compact.COMPACT_AGE_S` old: ``compactions_in_epochs``).
 """
 
 from __future__ import annotations
