@@ -17,10 +17,13 @@ write_graph``) writes, a job key reads. Measured, in this order:
   partition 1; from ``commit()`` returning (after the acknowledgement *and* the commits
   to the partitions) until a second client, following the head, sees the marker in
   ``graph_in_degrees`` (the sampler's op); ``staleness_p50_s``/``staleness_p99_s``;
-* **a training epoch** (GraphSAGE over :class:`~graphrun.distributed.DistNodeDataLoader`,
+* **training epochs** (GraphSAGE over :class:`~graphrun.distributed.DistNodeDataLoader`,
   ``--fanouts``, ``--batch-size``, at most ``--epoch-batches`` batches, following the
-  head; after a 2-batch warm-up) undisturbed, then while another process ingests at
-  ``--rate`` edges/s (``ingest_rate_reached_edges_per_s``: what it managed);
+  head, ``--threads`` torch threads; after a 2-batch warm-up) undisturbed and while
+  another process ingests at ``--rate`` edges/s (``ingest_rate_reached_edges_per_s``:
+  what it managed), ``--epoch-pairs`` pairs in turns, medians reported, with the CPU
+  the trainer, the servers and the ingesting process took in each
+  (:mod:`graphrun.bench.live_epochs`);
 * **compaction** of both partitions (``live_compact``: everything ingested so far folded
   into the base, the partition directory rewritten, the logs truncated) while a client
   reads in-degrees at a pinned version in a loop: ``compaction_s`` (the longest
@@ -48,7 +51,8 @@ Output (one object)::
 
     {"bench": "live", "hosts", "nodes", "edges", "parts", "batch", "window", "ingest_edges_per_s",
      "commit_p50_s", "commit_p99_s", "staleness_p50_s", "staleness_p99_s",
-     "epoch_s_undisturbed", "epoch_s_ingesting", "ingest_rate_edges_per_s",
+     "epoch_s_undisturbed", "epoch_s_ingesting", "epochs_s", "epoch_pairs", "epoch_cpu_s",
+     "epochs_cpu_s", "compactions_in_epochs", "trainer_threads", "ingest_rate_edges_per_s",
      "ingest_rate_reached_edges_per_s", "epoch_batches", "lost_acknowledged_writes":
      {"kill9_part1": n} (or {"machine_m0": n}), "acknowledged_into_part1" (or
      "acknowledged", "acknowledged_after_loss", "failovers"), "streamed_cut_ratio",
@@ -62,7 +66,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import shutil
 import socket
@@ -78,6 +81,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from graphrun.bench import check_at_least, int_list
+from graphrun.bench.live_epochs import client, commit, edges, epochs
 from graphrun.errors import ArgumentError, GraphrunError
 from graphrun.graph.format import META_FILE
 
@@ -86,6 +90,7 @@ if TYPE_CHECKING:
     from graphrun.store.client import KVClient
 
 PARTS = 2
+MAX_EPOCH_PAIRS = 50
 
 
 def register(subparsers: Any) -> None:
@@ -110,6 +115,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--fanouts", default="10,5")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--epoch-batches", type=int, default=50, help="batches per timed epoch")
+    p.add_argument("--epoch-pairs", type=int, default=3,
+                   help="undisturbed and ingesting epochs, in turns (the medians are "
+                        "reported)")  # fmt: skip
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="the trainer's torch threads (0: torch's default, every core)",
+    )
     p.add_argument("--kill-after", type=int, default=20, help="acknowledged batches, then kill")
     p.add_argument("--replicas", type=int, choices=(1, 2), default=1,
                    help="2: a replica of each partition on the other host; the fault is "
@@ -125,7 +139,12 @@ def register(subparsers: Any) -> None:
 
 def _check(args: argparse.Namespace) -> None:
     check_at_least(args, 1, "--batch", "--batches", "--window", "--probes", "--batch-size",
-                   "--epoch-batches", "--kill-after")  # fmt: skip
+                   "--epoch-batches", "--epoch-pairs", "--kill-after")  # fmt: skip
+    check_at_least(args, 0, "--threads")
+    if args.epoch_pairs > MAX_EPOCH_PAIRS:
+        raise ArgumentError(f"--epoch-pairs: at most {MAX_EPOCH_PAIRS}, got {args.epoch_pairs}")
+    if args.threads > 1024:
+        raise ArgumentError(f"--threads: at most 1024, got {args.threads}")
     check_at_least(args, 100, "--nodes")
     check_at_least(args, 1.0, "--rate")
     from graphrun.distributed.writer import MAX_WINDOW
@@ -162,42 +181,20 @@ def _free_port() -> int:
 # ---- the measuring half (in this process, or on host m0) ------------------------------
 
 
-def _client(cfg: dict[str, Any], key: str, timeout: float = 60.0) -> KVClient:
-    """A client with ``key`` (a key acts as the job its file is named after)."""
-    from graphrun.rpc.auth import load_keys
-    from graphrun.store.client import ClientConfig, KVClient
-
-    job, reps = Path(key).stem, [[k["address"]] for k in cfg.get("replica_kwargs", [])]
-    return KVClient(ClientConfig(cfg["addresses"], job=job, keys=load_keys(key),
-                                 timeout=timeout, replicas=reps))  # fmt: skip
-
-
-def _edges(rng: np.random.Generator, n: int, dst: np.ndarray | None, m: int) -> tuple[Any, Any]:
-    src = rng.integers(0, n, m)
-    return src, (rng.integers(0, n, m) if dst is None else rng.choice(dst, m))
-
-
-def _commit(w: Any, src: np.ndarray, dst: np.ndarray) -> float:
-    t = time.perf_counter()
-    w.add_edges("_E", src, dst)
-    w.commit()
-    return time.perf_counter() - t
-
-
 def _ingest(cfg: dict[str, Any]) -> dict[str, Any]:
     from graphrun.distributed.writer import GraphWriter
 
     rng = np.random.default_rng(1)
-    with _client(cfg, cfg["writer_key"]) as c:
+    with client(cfg, cfg["writer_key"]) as c:
         w, n = GraphWriter(c, window=cfg["window"]), c.book.num_nodes
-        _commit(w, *_edges(rng, n, None, cfg["batch"]))  # warm-up
+        commit(w, *edges(rng, n, None, cfg["batch"]))  # warm-up
         w.flush()
         sent: list[float] = []
         acked: list[float] = []
         t0 = time.perf_counter()
         for _ in range(cfg["batches"]):
             sent.append(time.perf_counter())
-            w.add_edges("_E", *_edges(rng, n, None, cfg["batch"]))
+            w.add_edges("_E", *edges(rng, n, None, cfg["batch"]))
             w.submit()
             acked += [time.perf_counter()] * (len(w.acknowledged) - len(acked))
         w.flush()
@@ -224,8 +221,8 @@ def _staleness(cfg: dict[str, Any]) -> dict[str, Any]:
     rng = np.random.default_rng(2)
     waits = []
     with (
-        _client(cfg, cfg["writer_key"]) as c,
-        _client(cfg, cfg["job_key"]) as r,
+        client(cfg, cfg["writer_key"]) as c,
+        client(cfg, cfg["job_key"]) as r,
     ):
         w, n = GraphWriter(c), c.book.num_nodes
         lo, hi = (int(x) for x in c.book.node_offsets[1:3])  # partition 1's base nodes
@@ -233,7 +230,7 @@ def _staleness(cfg: dict[str, Any]) -> dict[str, Any]:
             marker = np.asarray([int(rng.integers(lo, hi))], np.int64)
             r.follow()
             before = int(_in_degree(r, 1, marker)[0])
-            src, dst = _edges(rng, n, None, cfg["batch"] - 1)
+            src, dst = edges(rng, n, None, cfg["batch"] - 1)
             w.add_edges("_E", np.append(src, 0), np.append(dst, marker))
             w.commit()
             acked = time.perf_counter()
@@ -248,88 +245,11 @@ def _staleness(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _epoch(cfg: dict[str, Any], batches: int | None = None) -> float:
-    """One epoch (at most ``batches``, default ``--epoch-batches``) of GraphSAGE training
-    that follows the head."""
-    import torch
-    from torch_geometric.nn import GraphSAGE
-
-    from graphrun.distributed import DistGraph, DistNodeDataLoader, initialize
-    from graphrun.rpc.auth import load_keys
-
-    torch.manual_seed(0)
-    keys = load_keys(cfg["job_key"])
-    with initialize(cfg["addresses"], job="job", keys=keys, rank=0, world_size=1,
-                    heartbeat_interval=0) as ctx:  # fmt: skip
-        dg = DistGraph(ctx, follow="head")
-        train = dg.mask_ids("train_mask")
-        x_dim = int(dg.ndata["feat"].shape[1])
-        classes = int(cfg["classes"])
-        model = GraphSAGE(x_dim, 128, num_layers=len(cfg["fanouts"]), out_channels=classes)
-        opt = torch.optim.Adam(model.parameters(), lr=0.003)
-        loader = DistNodeDataLoader(dg, train, cfg["fanouts"], batch_size=cfg["batch_size"],
-                                    shuffle=True)  # fmt: skip
-        t0 = time.perf_counter()
-        for i, b in enumerate(loader):
-            if i == (cfg["epoch_batches"] if batches is None else batches):
-                break
-            opt.zero_grad()
-            out = model(b.x, b.edge_index)[: b.batch_size]
-            torch.nn.functional.cross_entropy(out, b.y[: b.batch_size]).backward()
-            opt.step()
-        return time.perf_counter() - t0
-
-
-def _ingest_at(cfg: dict[str, Any], ready: Any, stop: Any, done: Any) -> None:
-    """Commit ``cfg["batch"]``-edge batches at ``cfg["rate"]`` edges/s until ``stop``."""
-    from graphrun.distributed.writer import GraphWriter
-
-    rng = np.random.default_rng(3)
-    with _client(cfg, cfg["writer_key"]) as c:
-        w, n = GraphWriter(c), c.book.num_nodes
-        ready.set()
-        t0, sent = time.perf_counter(), 0
-        while not stop.is_set():
-            _commit(w, *_edges(rng, n, None, cfg["batch"]))
-            sent += cfg["batch"]
-            done.value = sent / (time.perf_counter() - t0)  # the rate so far
-            ahead = t0 + sent / cfg["rate"] - time.perf_counter()
-            if ahead > 0:
-                stop.wait(ahead)
-
-
-def _epochs(cfg: dict[str, Any]) -> dict[str, Any]:
-    ctx = mp.get_context("spawn")
-    _epoch(cfg, 2)  # warm-up: the first batches pay for imports and first connections
-    undisturbed = _epoch(cfg)
-    ready, stop, done = ctx.Event(), ctx.Event(), ctx.Value("d", 0.0)
-    proc = ctx.Process(target=_ingest_at, args=(cfg, ready, stop, done))
-    proc.start()
-    try:
-        if not ready.wait(300):
-            raise GraphrunError("bench live: the ingesting process did not start")
-        time.sleep(1.0)  # the ingest is under way
-        ingesting = _epoch(cfg)
-        reached = float(done.value)
-    finally:
-        stop.set()
-        proc.join(120)
-        if proc.is_alive():  # stuck in a commit: it must not write into the next phase
-            proc.kill()
-            proc.join()
-    return {
-        "epoch_s_undisturbed": round(undisturbed, 3),
-        "epoch_s_ingesting": round(ingesting, 3),
-        "ingest_rate_edges_per_s": cfg["rate"],
-        "ingest_rate_reached_edges_per_s": round(reached, 1),
-    }
-
-
 def _compaction(cfg: dict[str, Any]) -> dict[str, Any]:
     """Compact both partitions while a reader at a pinned version reads in a loop."""
     lat: list[float] = []
     stop = threading.Event()
-    with _client(cfg, cfg["job_key"]) as r, _client(cfg, cfg["writer_key"]) as c:
+    with client(cfg, cfg["job_key"]) as r, client(cfg, cfg["writer_key"]) as c:
         r.follow()
         lo, hi = (int(x) for x in r.book.node_offsets[1:3])
         ids = np.arange(lo, min(hi, lo + 1024), dtype=np.int64)
@@ -371,9 +291,9 @@ def _kill(cfg: dict[str, Any], stores: list[Any]) -> dict[str, Any]:
 
     rng = np.random.default_rng(4)
     acked = 0
-    with _client(cfg, cfg["job_key"]) as c:
+    with client(cfg, cfg["job_key"]) as c:
         base = _edges_into(c, (1,))  # not following: the base graph
-    with _client(cfg, cfg["writer_key"], timeout=10) as c:
+    with client(cfg, cfg["writer_key"], timeout=10) as c:
         c.follow()
         before = _edges_into(c, (1,))
         lo, hi = (int(x) for x in c.book.node_offsets[1:3])
@@ -382,14 +302,14 @@ def _kill(cfg: dict[str, Any], stores: list[Any]) -> dict[str, Any]:
             if k == cfg["kill_after"]:  # SIGKILL while the next batch is on its way
                 threading.Timer(0.002, stores[1].proc.kill).start()
             try:
-                _commit(w, *_edges(rng, n, np.arange(lo, hi), cfg["batch"]))
+                commit(w, *edges(rng, n, np.arange(lo, hi), cfg["batch"]))
             except GraphrunError:
                 break  # not acknowledged: the writer is told, the ingest stops
             acked += cfg["batch"]
     stores[1].proc.wait()
     stores[1] = start_store(cfg["parts_dir"], 1, **cfg["store_kwargs"][1])
     out: dict[str, Any] = {"acknowledged_into_part1": before - base + acked}
-    with _client(cfg, cfg["job_key"]) as c:
+    with client(cfg, cfg["job_key"]) as c:
         c.follow()
         try:
             lost: int | None = max(before + acked - _edges_into(c, (1,)), 0)
@@ -434,9 +354,9 @@ def _lose_machine(cfg: dict[str, Any], stores: list[Any]) -> dict[str, Any]:
     m = int(cfg["lose"][1:])
     rng = np.random.default_rng(4)
     acked, after_loss, error = 0, 0, ""
-    with _client(cfg, cfg["job_key"]) as c:
+    with client(cfg, cfg["job_key"]) as c:
         base = _edges_into(c)  # not following: the base graph
-    with _client(cfg, cfg["writer_key"], timeout=10) as c:
+    with client(cfg, cfg["writer_key"], timeout=10) as c:
         c.follow()
         before = _edges_into(c)
         w, n = GraphWriter(c), c.book.num_nodes
@@ -444,7 +364,7 @@ def _lose_machine(cfg: dict[str, Any], stores: list[Any]) -> dict[str, Any]:
             if k == cfg["kill_after"]:  # the machine goes while the next batch is on its way
                 threading.Timer(0.002, _kill_machine, (cfg, stores, m)).start()
             try:
-                _commit(w, *_edges(rng, n, None, cfg["batch"]))
+                commit(w, *edges(rng, n, None, cfg["batch"]))
             except GraphrunError as exc:
                 error = str(exc)  # not acknowledged: the writer is told, the ingest stops
                 break
@@ -458,7 +378,7 @@ def _lose_machine(cfg: dict[str, Any], stores: list[Any]) -> dict[str, Any]:
     }
     if error:
         out["machine_error"] = error
-    with _client(cfg, cfg["job_key"], timeout=10) as c:
+    with client(cfg, cfg["job_key"], timeout=10) as c:
         c.follow()
         try:
             lost: int | None = max(before + acked - _edges_into(c), 0)
@@ -489,7 +409,8 @@ def drive(cfg: dict[str, Any]) -> dict[str, Any]:
     stores = [start_store(cfg["parts_dir"], p, **cfg["store_kwargs"][p]) for p in range(PARTS)]
     try:
         _start_replicas(cfg, stores)
-        out = {**_ingest(cfg), **_staleness(cfg), **_epochs(cfg)}
+        pids = [s.proc.pid for s in stores[:PARTS]]  # (the launchers exec the servers)
+        out = {**_ingest(cfg), **_staleness(cfg), **epochs(cfg, pids)}
         out["epoch_batches"] = cfg["epoch_batches"]
         out.update(_compaction(cfg))
         out.update(_lose_machine(cfg, stores) if "lose" in cfg else _kill(cfg, stores))
@@ -542,6 +463,7 @@ def _config(
         "probes": args.probes, "window": args.window, "rate": args.rate,
         "fanouts": args.fanout_list,
         "batch_size": args.batch_size, "epoch_batches": args.epoch_batches,
+        "epoch_pairs": args.epoch_pairs, "threads": args.threads,
         "kill_after": args.kill_after, "classes": int(np.max(label)) + 1,
     }  # fmt: skip
 

@@ -132,3 +132,26 @@ def keep_large_allocations(
         t.start()
         _started[os.getpid()] = t
     return bool(ok)
+
+
+#: how much nicer a server's background thread is than its loop (see :func:`background`)
+BACKGROUND_NICE = 10
+
+
+def background(nice: int = BACKGROUND_NICE) -> bool:
+    """Make the calling thread background work: ``SCHED_BATCH`` (it does not preempt the
+    thread running when it wakes) and ``nice`` steps nicer than it was (at most 19). A
+    store server's loop answers reads; the delta's merging thread and a compaction only
+    have to keep up, and on a machine whose cores a trainer also uses each burst of theirs
+    otherwise preempts one of its threads (benchmarks/README.md, "the epoch while
+    ingesting"). Not lower (``SCHED_IDLE``, nice 19): such a thread starved while it holds
+    the GIL would stall the loop. Returns whether it was set (Linux only; Linux sets a
+    thread's own priority by its id)."""
+    try:
+        tid = threading.get_native_id()
+        os.sched_setscheduler(tid, os.SCHED_BATCH, os.sched_param(0))
+        now = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, now + nice))
+    except (AttributeError, OSError):
+        return False
+    return True

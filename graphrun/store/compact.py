@@ -49,6 +49,7 @@ import numpy as np
 from graphrun.errors import ArgumentError, GraphrunError, StoreError
 from graphrun.names import TensorKey
 from graphrun.partition import compacted
+from graphrun.rpc.tuning import background
 from graphrun.store import live_ops
 from graphrun.store.live import GROWTH_BLOCK, LiveDelta
 from graphrun.store.live_index import Batch, Run, build_run, concat
@@ -355,7 +356,9 @@ def _head(live: live_ops.LivePart) -> int:
 
 
 def _build(comp: Compactor, state: ServerState, live: live_ops.LivePart, pin: int) -> None:
-    """The thread: choose C, fold, write, wait for the swap, truncate the log."""
+    """The thread: choose C, fold, write, wait for the swap, truncate the log; as
+    background work (:func:`~graphrun.rpc.tuning.background`: the loop's reads first)."""
+    background()
     t0 = time.perf_counter()
     made: list[str] = []  # new segments, unlinked unless swapped in
     segments = state.segments

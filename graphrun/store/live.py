@@ -42,6 +42,7 @@ import numpy as np
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import owners as base_owners
 from graphrun.rpc.codec import wire_dtype
+from graphrun.rpc.tuning import background
 from graphrun.store.live_index import (
     Batch,
     Run,
@@ -336,7 +337,10 @@ class LiveDelta:
 
     def _merge_loop(self) -> None:
         """The merging thread: fresh commits into a run, then each merge the rule asks
-        for, made outside the lock (reads go on over the runs before it) and swapped in."""
+        for, made outside the lock (reads go on over the runs before it) and swapped in.
+        Background work (:func:`~graphrun.rpc.tuning.background`): reads do not wait for
+        it, they look at more runs."""
+        background()
         while not self._closed:
             self._wake.wait()
             self._wake.clear()

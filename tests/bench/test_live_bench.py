@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 KEYS = (
     "ingest_edges_per_s", "staleness_p50_s", "staleness_p99_s", "epoch_s_ingesting",
     "epoch_s_undisturbed", "lost_acknowledged_writes", "streamed_cut_ratio",
-    "compaction_s", "compaction_pause_s",
+    "compaction_s", "compaction_pause_s", "epochs_s", "epoch_cpu_s", "compactions_in_epochs",
 )  # fmt: skip
 
 
@@ -21,13 +21,20 @@ KEYS = (
 def test_live_bench_reports_every_measure_of_the_issue(capsys: pytest.CaptureFixture[str]):
     argv = ["bench", "live", "--nodes", "1000", "--degree", "8", "--batch", "200",
             "--batches", "3", "--probes", "3", "--rate", "2000", "--epoch-batches", "2",
-            "--batch-size", "32", "--kill-after", "2"]  # fmt: skip
+            "--epoch-pairs", "2", "--threads", "1", "--batch-size", "32",
+            "--kill-after", "2"]  # fmt: skip
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(KEYS) <= set(out)
     assert out["ingest_edges_per_s"] > 0 and out["epoch_s_ingesting"] > 0
     assert 0 < out["staleness_p50_s"] <= out["staleness_p99_s"]
     assert out["ingest_rate_reached_edges_per_s"] > 0  # it ingested while training
+    # two pairs in turns, each epoch timed, the trainer's CPU and the servers' counted
+    assert [len(v) for v in out["epochs_s"].values()] == [2, 2] and out["epoch_pairs"] == 2
+    assert out["trainer_threads"] == 1
+    cpu = out["epoch_cpu_s"]  # (the servers' and the writer's in clock ticks: maybe 0 here)
+    assert cpu["undisturbed"]["trainer"] > 0 and cpu["ingesting"]["trainer"] > 0
+    assert all(v[k] >= 0 for v in cpu.values() for k in ("servers", "writer"))
     # every acknowledged edge into partition 1 is counted; without a replayed log, some
     # or all of them are lost (the number is reported, whatever it is)
     assert out["acknowledged_into_part1"] >= 2 * 200

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
-from graphrun.rpc.tuning import Releaser, _libc, in_use_bytes
+from graphrun.rpc.tuning import BACKGROUND_NICE, Releaser, _libc, background, in_use_bytes
 from graphrun.testing.procs import child_env
 
 MB = 1 << 20
@@ -101,3 +103,24 @@ def test_bad_settings_are_refused_before_anything_changes(bad):
 
     with pytest.raises(ArgumentError, match=next(iter(bad))):
         keep_large_allocations(**bad)
+
+
+def _priority(tid: int) -> tuple[int, int]:
+    return os.sched_getscheduler(tid), os.getpriority(os.PRIO_PROCESS, tid)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own priority is Linux's")
+def test_a_background_thread_is_batch_and_nicer_and_only_it():
+    main = threading.get_native_id()
+    before = _priority(main)
+    seen: list[tuple[int, int]] = []
+
+    def work() -> None:
+        assert background()
+        seen.append(_priority(threading.get_native_id()))
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert seen == [(os.SCHED_BATCH, min(19, before[1] + BACKGROUND_NICE))]
+    assert _priority(main) == before  # the caller's thread only, not the process

@@ -3,6 +3,8 @@ stopping reads, pinned versions respected, backpressure instead of refusal."""
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -283,3 +285,40 @@ def test_the_sequencer_replays_from_a_snapshot_taken_before_records_it_follows(t
     assert (again.next_version, again.head, set(again.begun)) == (4, 2, {3})
     assert again.orig == {11: 100, 12: 101} and again.orig_pending[3] == {13: 102}
     assert again.nodes.owners == seq.nodes.owners and again.nodes.open == seq.nodes.open
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own priority is Linux's")
+def test_the_merging_thread_and_a_compaction_run_as_background_work(parts, monkeypatch):
+    """Both only have to keep up: on a machine a trainer shares, their bursts must not
+    preempt its threads (benchmarks/README.md, "the epoch while ingesting")."""
+    from graphrun.rpc.tuning import BACKGROUND_NICE
+    from graphrun.store import compact as compaction
+
+    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    want = (os.SCHED_BATCH, min(19, base + BACKGROUND_NICE))
+    delta = live.LiveDelta(background=True)
+    try:
+        assert delta._merger is not None
+        tid, deadline = delta._merger.native_id, time.monotonic() + 10
+        assert tid is not None
+        while os.sched_getscheduler(tid) != os.SCHED_BATCH and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (os.sched_getscheduler(tid), os.getpriority(os.PRIO_PROCESS, tid)) == want
+    finally:
+        delta.close()
+    seen: list[tuple[int, int]] = []
+    real = compaction.background
+
+    def recorded() -> bool:
+        ok = real()
+        tid = threading.get_native_id()
+        seen.append((os.sched_getscheduler(tid), os.getpriority(os.PRIO_PROCESS, tid)))
+        return ok
+
+    monkeypatch.setattr(compaction, "background", recorded)
+    with store_threads(ServerConfig(parts, 0, extensions=SAMPLING), 2) as threads:
+        c = KVClient(ClientConfig([t.address for t in threads], job="w", timeout=20))
+        with c:
+            write_batches(c, parts, 0, 1)
+            assert [compact(c, p)["compactions"] for p in (0, 1)] == [1, 1]
+    assert seen == [want, want]

@@ -1,0 +1,224 @@
+"""``graphrun bench live``'s training epochs: undisturbed and while ingesting, in turns.
+
+One pair is an epoch of GraphSAGE training (:class:`~graphrun.distributed.DistNodeDataLoader`,
+following the head, the same seed and the same seeds' order every epoch, at most
+``--epoch-batches`` batches) undisturbed and one while a second process commits
+``--batch``-edge batches at ``--rate`` edges/s. ``--epoch-pairs`` pairs run in turns
+(undisturbed first in even pairs, ingesting first in odd ones: U I I U U I ...), so that
+what drifts during the run (the box's load, the delta's size) weighs on both sides alike;
+``epoch_s_undisturbed`` and ``epoch_s_ingesting`` are the medians, each epoch's time is
+listed too. A single pair of 20 batches moved by more than the 10% it is asked to show
+(benchmarks/README.md, "the epoch while ingesting").
+
+The ingesting process is started once, before the first pair, and waits between its
+epochs (an ingesting epoch starts one second after its ingest). Each epoch also reports
+where the CPU went: the trainer's (this process), the partition servers' and the
+ingesting process's, from ``/proc`` (``epoch_cpu_s``: medians of each kind;
+``epochs_cpu_s``: each epoch's), and the compactions the servers made during it (a
+compaction starts by itself once the oldest commit is
+:data:`~graphrun.store.compact.COMPACT_AGE_S` old: ``compactions_in_epochs``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from graphrun.errors import GraphrunError
+
+if TYPE_CHECKING:
+    from graphrun.store.client import KVClient
+
+READY_S = 300.0  # the ingesting process connects (imports, a client) within this
+LEAD_S = 1.0  # an ingesting epoch starts this long after its ingest
+CPU_OF = ("trainer", "servers", "writer")  # the processes whose CPU an epoch reports
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads) so far; 0.0 once
+    it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def client(cfg: dict[str, Any], key: str, timeout: float = 60.0) -> KVClient:
+    """A client of the bench's stores with ``key`` (a key acts as the job its file is
+    named after); the bench's phases (:mod:`graphrun.bench.live`) use it too."""
+    from graphrun.rpc.auth import load_keys
+    from graphrun.store.client import ClientConfig, KVClient
+
+    job, reps = Path(key).stem, [[k["address"]] for k in cfg.get("replica_kwargs", [])]
+    return KVClient(ClientConfig(cfg["addresses"], job=job, keys=load_keys(key),
+                                 timeout=timeout, replicas=reps))  # fmt: skip
+
+
+def edges(rng: np.random.Generator, n: int, dst: np.ndarray | None, m: int) -> tuple[Any, Any]:
+    src = rng.integers(0, n, m)
+    return src, (rng.integers(0, n, m) if dst is None else rng.choice(dst, m))
+
+
+def commit(w: Any, src: np.ndarray, dst: np.ndarray) -> float:
+    t = time.perf_counter()
+    w.add_edges("_E", src, dst)
+    w.commit()
+    return time.perf_counter() - t
+
+
+def train_epoch(cfg: dict[str, Any], batches: int | None = None) -> float:
+    """One epoch (at most ``batches``, default ``--epoch-batches``) of GraphSAGE training
+    that follows the head; its wall time after the loader is made."""
+    import torch
+    from torch_geometric.nn import GraphSAGE
+
+    from graphrun.distributed import DistGraph, DistNodeDataLoader, initialize
+    from graphrun.rpc.auth import load_keys
+
+    torch.manual_seed(0)
+    keys = load_keys(cfg["job_key"])
+    with initialize(cfg["addresses"], job="job", keys=keys, rank=0, world_size=1,
+                    heartbeat_interval=0) as ctx:  # fmt: skip
+        dg = DistGraph(ctx, follow="head")
+        train = dg.mask_ids("train_mask")
+        x_dim = int(dg.ndata["feat"].shape[1])
+        classes = int(cfg["classes"])
+        model = GraphSAGE(x_dim, 128, num_layers=len(cfg["fanouts"]), out_channels=classes)
+        opt = torch.optim.Adam(model.parameters(), lr=0.003)
+        loader = DistNodeDataLoader(dg, train, cfg["fanouts"], batch_size=cfg["batch_size"],
+                                    shuffle=True)  # fmt: skip
+        t0 = time.perf_counter()
+        for i, b in enumerate(loader):
+            if i == (cfg["epoch_batches"] if batches is None else batches):
+                break
+            opt.zero_grad()
+            out = model(b.x, b.edge_index)[: b.batch_size]
+            torch.nn.functional.cross_entropy(out, b.y[: b.batch_size]).backward()
+            opt.step()
+        return time.perf_counter() - t0
+
+
+def ingest_at(cfg: dict[str, Any], ready: Any, go: Any, idle: Any, stop: Any, sent: Any) -> None:
+    """While ``go`` is set, commit ``cfg["batch"]``-edge batches at ``cfg["rate"]`` edges/s
+    (the rate counted from each ``go``); ``idle`` set between (no commit on its way);
+    ``sent``: [edges, seconds] while going."""
+    from graphrun.distributed.writer import GraphWriter
+
+    rng = np.random.default_rng(3)
+    with client(cfg, cfg["writer_key"]) as c:
+        w, n = GraphWriter(c), c.book.num_nodes
+        idle.set()
+        ready.set()
+        while not stop.is_set():
+            if not go.wait(0.05):
+                continue
+            idle.clear()
+            t0, mine = time.perf_counter(), 0
+            while go.is_set() and not stop.is_set():
+                commit(w, *edges(rng, n, None, cfg["batch"]))
+                mine += cfg["batch"]
+                ahead = t0 + mine / cfg["rate"] - time.perf_counter()
+                if ahead > 0:
+                    stop.wait(ahead)
+            sent[0] += mine
+            sent[1] += time.perf_counter() - t0
+            idle.set()
+
+
+def order(pairs: int) -> str:
+    """The epochs' kinds in turn: ``U`` undisturbed, ``I`` ingesting (U I I U U I ...)."""
+    return "".join("UI" if k % 2 == 0 else "IU" for k in range(pairs))
+
+
+def _compactions(cfg: dict[str, Any], c: Any) -> int:
+    parts = range(len(cfg["addresses"]))
+    calls = [c.session.call(p, "live_compact", {}, main_only=True) for p in parts]
+    return sum(int(m.body["compactions"]) for m in calls)
+
+
+def epochs(cfg: dict[str, Any], server_pids: list[int]) -> dict[str, Any]:
+    """The pairs of epochs (see the module docstring); ``server_pids``: the partition
+    servers' processes (their CPU per epoch)."""
+    import torch
+
+    if cfg.get("threads"):
+        torch.set_num_threads(int(cfg["threads"]))
+    ctx = mp.get_context("spawn")
+    train_epoch(cfg, 2)  # warm-up: the first batches pay for imports and first connections
+    ready, go, idle, stop = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
+    sent = ctx.Array("d", 2)
+    proc = ctx.Process(target=ingest_at, args=(cfg, ready, go, idle, stop, sent))
+    proc.start()
+    assert proc.pid is not None  # started
+    runs: dict[str, list[dict[str, float]]] = {"U": [], "I": []}
+    try:
+        if not ready.wait(READY_S):
+            raise GraphrunError("bench live: the ingesting process did not start")
+        with client(cfg, cfg["writer_key"]) as admin:
+            for kind in order(cfg["epoch_pairs"]):
+                if kind == "I":
+                    go.set()
+                    time.sleep(LEAD_S)  # the ingest is under way
+                runs[kind].append(_measured(cfg, admin, server_pids, proc.pid))
+                go.clear()
+                if not idle.wait(READY_S):  # its last commit is in before the next epoch
+                    raise GraphrunError("bench live: the ingesting process did not pause")
+    finally:
+        stop.set()
+        go.clear()
+        proc.join(120)
+        if proc.is_alive():  # stuck in a commit: it must not write into the next phase
+            proc.kill()
+            proc.join()
+    reached = sent[0] / sent[1] if sent[1] else 0.0
+    return summary(runs, cfg["rate"], reached, torch.get_num_threads())
+
+
+def _measured(
+    cfg: dict[str, Any], admin: Any, server_pids: list[int], writer: int
+) -> dict[str, float]:
+    """One epoch's wall time, with the CPU each process took during it."""
+    c0 = [cpu_s(p) for p in server_pids], cpu_s(writer), time.process_time()
+    k0 = _compactions(cfg, admin)
+    wall = train_epoch(cfg)
+    c1 = [cpu_s(p) for p in server_pids], cpu_s(writer), time.process_time()
+    return {
+        "wall_s": wall,
+        "trainer": c1[2] - c0[2],
+        "servers": sum(b - a for a, b in zip(c0[0], c1[0], strict=True)),
+        "writer": c1[1] - c0[1],
+        "compactions": _compactions(cfg, admin) - k0,
+    }
+
+
+def summary(
+    runs: dict[str, list[dict[str, float]]], rate: float, reached: float, threads: int
+) -> dict[str, Any]:
+    """The bench's JSON fields of the epochs ``runs`` (per kind, in the order run)."""
+
+    def med(kind: str, key: str) -> float:
+        return round(float(np.median([r[key] for r in runs[kind]])), 3)
+
+    names = {"U": "undisturbed", "I": "ingesting"}
+    return {
+        "epoch_s_undisturbed": med("U", "wall_s"),
+        "epoch_s_ingesting": med("I", "wall_s"),
+        "epochs_s": {names[k]: [round(r["wall_s"], 3) for r in v] for k, v in runs.items()},
+        "epoch_pairs": len(runs["U"]),
+        "epochs_cpu_s": {  # each epoch's [trainer, servers, writer]
+            names[k]: [[round(r[key], 3) for key in CPU_OF] for r in v] for k, v in runs.items()
+        },
+        "epoch_cpu_s": {names[k]: {key: med(k, key) for key in CPU_OF} for k in runs},
+        "compactions_in_epochs": {
+            names[k]: int(sum(r["compactions"] for r in v)) for k, v in runs.items()
+        },
+        "trainer_threads": threads,
+        "ingest_rate_edges_per_s": rate,
+        "ingest_rate_reached_edges_per_s": round(reached, 1),
+    }
