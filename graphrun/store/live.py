@@ -336,7 +336,11 @@ class LiveDelta:
 
     def _merge_loop(self) -> None:
         """The merging thread: fresh commits into a run, then each merge the rule asks
-        for, made outside the lock (reads go on over the runs before it) and swapped in."""
+        for, made outside the lock (reads go on over the runs before it) and swapped in.
+        It loads the compiled merge first (:mod:`~graphrun.store.live_kernels`)."""
+        from graphrun.store.live_kernels import warm_up
+
+        warm_up()
         while not self._closed:
             self._wake.wait()
             self._wake.clear()
