@@ -188,7 +188,7 @@ def open_log(live_dir: Path, part: int, replica: int) -> LiveLog:
         os.close(fd)
         raise StoreError(f"{path}: another server is using this log (locked)") from None
     try:
-        return LiveLog(WriteAheadLog(path, max_bytes=WAL_MAX_BYTES, ahead=True), fd)
+        return LiveLog(WriteAheadLog(path, max_bytes=WAL_MAX_BYTES), fd)
     except BaseException:
         os.close(fd)
         raise

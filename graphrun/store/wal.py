@@ -6,10 +6,6 @@ by extents of real zeros, written and synced once (1 MiB first, then its own siz
 most :data:`WAL_EXTENT` at a time), and records overwrite them. A sync that grows a file
 commits its new size through ext4's journal every time; one that overwrites allocated,
 written blocks does not (0.39–4.7 ms against 0.16–0.87 ms a sync, benchmarks/README.md).
-With ``ahead`` (the store's log) the next extent is written by a thread of its own once
-the records fill half of the last one, so that a sync does not wait for megabytes of
-zeros and their ``fdatasync`` (a fresh log grows 1, 2, 4, ... MiB in the first seconds of
-an ingest); a sync that reaches the end before that thread is done waits for it.
 
 Layout of the file (little-endian)::
 
@@ -147,12 +143,6 @@ def _write_all(fd: int, parts: list[bytes], offset: int) -> None:
             views[i] = views[i][n:]
 
 
-def _zeros(fd: int, at: int, end: int) -> None:
-    """Zeros written from ``at`` to ``end``."""
-    while at < end:
-        at += os.pwrite(fd, memoryview(_ZEROS)[: min(len(_ZEROS), end - at)], at)
-
-
 def _grown(alloc: int, need: int, extent: int) -> int:
     """The allocation that holds ``need`` bytes: extents of the file's own size, from
     1 MiB, at most ``extent`` each."""
@@ -175,7 +165,6 @@ class WriteAheadLog:
         max_bytes: int = WAL_MAX_BYTES,
         max_record: int = WAL_MAX_RECORD,
         extent: int = WAL_EXTENT,
-        ahead: bool = False,
     ) -> None:
         if max_record < _VERSION_BYTES or max_bytes < START or extent < 4096:
             raise StoreError(
@@ -186,9 +175,6 @@ class WriteAheadLog:
         self.max_record = max_record
         self.extent = extent
         self._lock = threading.Lock()
-        self._grown = threading.Condition(self._lock)  # the thread growing ahead is done
-        self.ahead = ahead
-        self._growing = False
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self.syncs = 0  # fdatasyncs of appended records (groups)
@@ -368,8 +354,6 @@ class WriteAheadLog:
         if self._fd < 0:
             raise StoreError(f"{self.path}: the log is closed")
         end = self._size + self._pending_bytes
-        while end > self._alloc and self._growing:
-            self._grown.wait()
         if end > self._alloc:
             self._grow(end)
         _write_all(self._fd, self._pending, self._size)
@@ -379,41 +363,6 @@ class WriteAheadLog:
         self._size = end
         self._pending.clear()
         self._pending_bytes = 0
-        self._grow_ahead()
-
-    def _grow_ahead(self) -> None:
-        """With ``ahead``, once less than half the next extent is left after the records:
-        that extent written and synced by a thread of its own, on a duplicate of the
-        descriptor, past every byte the loop writes (it waits for it, never writes there
-        meanwhile); the caller holds the lock."""
-        step = min(max(self._alloc, _FIRST_EXTENT), self.extent)
-        if not self.ahead or self._growing or 2 * (self._alloc - self._size) >= step:
-            return
-        fd = os.dup(self._fd)
-        self._growing = True
-        args = (fd, self._alloc, self._alloc + step)
-        try:
-            threading.Thread(target=self._grow_behind, args=args, name="wal-grow",
-                             daemon=True).start()  # fmt: skip
-        except RuntimeError:  # no thread: the sync that needs the extent writes it
-            os.close(fd)
-            self._growing = False
-
-    def _grow_behind(self, fd: int, at: int, alloc: int) -> None:
-        grown = False
-        try:
-            _zeros(fd, at, alloc)
-            os.fdatasync(fd)
-            grown = True
-        except OSError as exc:  # the next sync that needs it grows the file itself
-            log.warning("%s: growing the log ahead failed (%s)", self.path, exc.strerror or exc)
-        finally:
-            os.close(fd)
-            with self._grown:
-                if grown:
-                    self._alloc = alloc
-                self._growing = False
-                self._grown.notify_all()
 
     def _seed(self) -> int:
         return zlib.crc32(self._salt.to_bytes(8, "little"))
@@ -427,7 +376,9 @@ class WriteAheadLog:
         """Extend the file with real zeros, synced on their own (not a sparse or
         unwritten extent: its first write would journal again)."""
         alloc = _grown(self._alloc, need, self.extent)
-        _zeros(self._fd, self._alloc, alloc)
+        at = self._alloc
+        while at < alloc:
+            at += os.pwrite(self._fd, memoryview(_ZEROS)[: min(len(_ZEROS), alloc - at)], at)
         os.fdatasync(self._fd)
         self._alloc = alloc
 
@@ -450,7 +401,6 @@ class WriteAheadLog:
     def _rewrite(self, records: Iterable[tuple[int, bytes]]) -> None:
         """The log made of ``records`` (numbered from 0, of this generation), in a new
         file, synced, renamed over the log; the caller holds the lock."""
-        self._wait_grown()
         count, end, seed = 0, START, self._seed()
 
         def write(out: BinaryIO) -> None:
@@ -482,16 +432,8 @@ class WriteAheadLog:
             if self._fd < 0:
                 return
             self._flush()
-            self._wait_grown()
             os.close(self._fd)
             self._fd = -1
-
-    def _wait_grown(self) -> None:
-        """No thread growing the file (before it is replaced or closed: a log opened
-        again on it must not find zeros still being written past its end); the caller
-        holds the lock."""
-        while self._growing:
-            self._grown.wait()
 
     def __enter__(self) -> WriteAheadLog:
         return self

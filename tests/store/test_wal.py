@@ -19,7 +19,6 @@ import zlib
 import pytest
 
 from graphrun.errors import StoreError
-from graphrun.store import wal as wal_module
 from graphrun.store.wal import (
     FORMAT_VERSION,
     MAGIC,
@@ -256,58 +255,6 @@ def test_a_group_across_an_extent_end(tmp_path):
     )
 
 
-def test_growing_ahead_keeps_the_extents_out_of_the_syncs(tmp_path, monkeypatch):
-    """With ``ahead`` the next extent is written by a thread of its own once half the
-    last one is used: syncs of 3,000-byte records in 8 KiB extents never grow the file
-    themselves (given the thread's time), the file stays whole extents, and all replay."""
-    path = tmp_path / "wal"
-    with WriteAheadLog(path, extent=8192, ahead=True) as wal:
-        in_sync = []
-        real = wal._grow
-        monkeypatch.setattr(wal, "_grow", lambda need: (in_sync.append(need), real(need)))
-        for v in range(1, 41):
-            wal.append(v, payload(v, 3000), sync=True)
-            with wal._grown:
-                while wal._growing:
-                    wal._grown.wait()
-            size = path.stat().st_size
-            assert size % 8192 == 0 and size - wal.size >= 4096
-        assert in_sync == [] and wal.syncs == 40
-    assert versions(path, extent=8192) == list(range(1, 41))
-
-
-def test_a_sync_past_the_extent_waits_for_the_thread_growing_it(tmp_path, monkeypatch):
-    """A sync that needs the extent the thread is still writing waits for it (and never
-    writes zeros over the records after it)."""
-    path = tmp_path / "wal"
-    release, started, real = threading.Event(), threading.Event(), wal_module._zeros
-
-    def zeros(fd, at, end):
-        if threading.current_thread().name == "wal-grow":
-            started.set()
-            release.wait(10)
-        real(fd, at, end)
-
-    monkeypatch.setattr(wal_module, "_zeros", zeros)
-    with WriteAheadLog(path, extent=8192, ahead=True) as wal:
-        wal.append(1, payload(1, 3000), sync=True)  # past half the first extent
-        assert started.wait(10)
-        done = threading.Event()
-
-        def more():
-            for v in (2, 3, 4):
-                wal.append(v, payload(v, 3000), sync=True)
-            done.set()
-
-        writer = threading.Thread(target=more)
-        writer.start()
-        assert not done.wait(0.3)  # the second record needs the extent being written
-        release.set()
-        writer.join(10)
-        assert done.is_set()
-    assert versions(path, extent=8192) == [1, 2, 3, 4]
-
-
 def test_a_crash_while_growing_leaves_the_log(tmp_path):
     """The file is longer than its extents (a grow not synced) with zeros or stale
     bytes: the log ends at the records and the file size is taken as it is."""
@@ -455,7 +402,7 @@ CHILD = textwrap.dedent(
     """
     import sys
     from graphrun.store.wal import WriteAheadLog
-    wal = WriteAheadLog(sys.argv[1], extent=16384, ahead=sys.argv[2] == "ahead")
+    wal = WriteAheadLog(sys.argv[1], extent=16384)
     v = wal.count
     while True:
         for _ in range(4):  # a group of four, then one fsync
@@ -467,11 +414,11 @@ CHILD = textwrap.dedent(
 )
 
 
-def killed(path, groups: int, grow: str = "in-sync") -> list[int]:
+def killed(path, groups: int) -> list[int]:
     """Run the child until it acknowledged ``groups`` groups, ``kill -9`` it mid-append,
     return every version it acknowledged."""
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(path), grow], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", CHILD, str(path)], stdout=subprocess.PIPE, text=True
     )
     try:
         acked = [int(child.stdout.readline()) for _ in range(groups)]
@@ -486,14 +433,12 @@ def killed(path, groups: int, grow: str = "in-sync") -> list[int]:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("grow", ["in-sync", "ahead"])
-def test_every_acknowledged_record_survives_kill_9(tmp_path, grow):
-    """Killed three times on one log (16 KiB extents: it grows under the writes, in the
-    syncs or by the thread growing ahead): each restart writes a new generation over
-    what the last kill left after its end."""
+def test_every_acknowledged_record_survives_kill_9(tmp_path):
+    """Killed three times on one log (16 KiB extents: it grows under the writes): each
+    restart writes a new generation over what the last kill left after its end."""
     path = tmp_path / "wal"
     for _ in range(3):
-        acked = killed(path, 150, grow)
+        acked = killed(path, 150)
         recs = replayed(path)
         vs = [r.version for r in recs]
         assert vs == list(range(1, len(vs) + 1))  # a prefix, in order
