@@ -58,7 +58,7 @@ def settled(pids: list[int]) -> list[float]:
 
 
 def threads_cpu(pid: int) -> dict[str, list[float]]:
-    """Per thread name: [user s, system s] (threads of one name summed)."""
+    """Per thread name: [user s, system s, minor faults] (threads of one name summed)."""
     out: dict[str, list[float]] = {}
     tick = os.sysconf("SC_CLK_TCK")
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -68,16 +68,17 @@ def threads_cpu(pid: int) -> dict[str, list[float]]:
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        acc = out.setdefault(name, [0.0, 0.0])
+        acc = out.setdefault(name, [0.0, 0.0, 0.0])
         acc[0] += int(fields[11]) / tick
         acc[1] += int(fields[12]) / tick
+        acc[2] += int(fields[7]) / 1000  # per batch below: faults, not ms
     return out
 
 
 def per_batch(
     before: dict[str, list[float]], after: dict[str, list[float]]
 ) -> dict[str, list[float]]:
-    zero = [0.0, 0.0]
+    zero = [0.0, 0.0, 0.0]
     return {k: [round(1000 * (a - b) / BATCHES, 2)
                 for a, b in zip(v, before.get(k, zero), strict=True)]
             for k, v in after.items() if v != before.get(k, zero)}  # fmt: skip
@@ -134,7 +135,7 @@ def main() -> None:
                     cmd += ["--gil"] if os.environ["SPY"] == "gil" else []
                     spies.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL))
                 time.sleep(1)
-            if os.environ.get("TIDS"):
+            if os.environ.get("TIDS") and shutil.which("py-spy"):
                 for s in stores:
                     dump = subprocess.run(["py-spy", "dump", "-p", str(s.proc.pid)],
                                           capture_output=True, text=True).stdout
@@ -178,7 +179,7 @@ def main() -> None:
             "load_avg": os.getloadavg(),
             "requests_per_batch": served,
             "log_syncs_per_batch": syncs,
-            "threads_ms_user_sys": [per_batch(a, b) for a, b in zip(t_0, t_1, strict=True)],
+            "threads_ms_user_sys_faults": [per_batch(a, b) for a, b in zip(t_0, t_1, strict=True)],
         }))  # fmt: skip
         if prof is not None:
             pstats.Stats(prof).sort_stats(os.environ.get("SORT", "cumtime")).print_stats(40)

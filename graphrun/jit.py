@@ -15,12 +15,15 @@ from typing import Any, TypeVar, cast
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def njit(fn: F, **options: bool) -> F:
+def njit(fn: F, signature: str | None = None, **options: bool) -> F:
     """``fn`` compiled by ``numba.njit(**options)`` (e.g. ``nogil``, ``fastmath``),
-    cached on disk where it can be."""
+    cached on disk where it can be; with a ``signature``, for it alone (compiled or
+    loaded now, and never again for other argument types: an array of another layout
+    is taken as it is, not compiled for)."""
     import numba
 
+    args = (signature,) if signature else ()
     try:
-        return cast(F, numba.njit(cache=True, **options)(fn))
+        return cast(F, numba.njit(*args, cache=True, **options)(fn))
     except RuntimeError:  # "cannot cache function ...: no locator available"
-        return cast(F, numba.njit(**options)(fn))
+        return cast(F, numba.njit(*args, **options)(fn))

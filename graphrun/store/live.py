@@ -328,6 +328,11 @@ class LiveDelta:
             self.taken_edges.fold(version, eids[0])
         self._wake.set()
 
+    def warm(self) -> None:
+        """Have the merging thread load its compiled merge now, off the writes' path (a
+        server made to take writes: with a log), not at the first commit."""
+        self._wake.set()
+
     def close(self) -> None:
         """Stop the merging thread (a delta made with ``background``)."""
         self._closed = True
@@ -339,11 +344,19 @@ class LiveDelta:
         """The merging thread: fresh commits into a run, then each merge the rule asks
         for, made outside the lock (reads go on over the runs before it) and swapped in.
         Background work (:func:`~graphrun.rpc.tuning.background`): reads do not wait for
-        it, they look at more runs."""
+        it, they look at more runs. Woken the first time (:meth:`warm`, or the first
+        commit), it loads the compiled merge (:mod:`~graphrun.store.live_kernels`: numba,
+        about 0.5 CPU-s) first."""
         background()
+        loaded = False
         while not self._closed:
             self._wake.wait()
             self._wake.clear()
+            if not loaded:
+                from graphrun.store.live_kernels import warm_up
+
+                warm_up()
+                loaded = True
             while not self._closed:
                 with self._lock:
                     self._flush(merge=False)

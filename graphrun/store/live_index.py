@@ -192,9 +192,18 @@ def due(sizes: list[int]) -> tuple[int, int] | None:
 
 def _merge(parts: list[np.ndarray], key: int) -> np.ndarray:
     """Arrays' columns, each sorted by row ``key`` then version and the versions of each
-    below the next one's, as one array sorted so: a stable sort of the keys of all in
-    turn (numpy's is a timsort for int64: sorted runs merge in time ``n log(runs)``, the
-    earlier run's first among equal keys), then each row gathered."""
+    below the next one's, as one array sorted so. Two int64 arrays (a merge the rule
+    asks for): one compiled pass (:func:`~graphrun.store.live_kernels.merge_two`).
+    Otherwise a stable sort of the keys of all in turn (numpy's is a timsort for int64:
+    sorted runs merge in time ``n log(runs)``, the earlier run's first among equal
+    keys), then each row gathered."""
+    if len(parts) == 2 and all(p.dtype == np.int64 for p in parts):
+        from graphrun.store.live_kernels import merge_two
+
+        a, b = parts
+        out = np.empty((a.shape[0], a.shape[1] + b.shape[1]), np.int64)
+        merge_two(a, b, key, out)
+        return out
     row = np.concatenate([p[key] for p in parts])  # the keys, then each row in turn
     order = np.argsort(row, kind="stable")
     out = np.empty((parts[0].shape[0], len(order)), parts[0].dtype)

@@ -416,6 +416,27 @@ def test_the_merging_thread_merges_a_pair_before_the_last_two():
         d.close()
 
 
+@pytest.mark.parametrize(("na", "nb"), [(0, 3), (3, 0), (1, 1), (257, 64), (64, 1000)])
+def test_the_compiled_merge_is_the_stable_merge_of_two_runs(na, nb):
+    """``merge_two`` (the merging thread's pass) equals a stable sort of both runs' keys
+    in turn: every row follows its key, and among equal keys the first run's entries
+    come first, in their order (the versions stay ascending)."""
+    from graphrun.store.live_kernels import merge_two
+
+    rng = np.random.default_rng(na * 1000 + nb)
+
+    def run(n, version):
+        cols = np.vstack([rng.integers(0, 20, (2, n)), np.arange(n), np.full(n, version)])
+        return cols[:, np.argsort(cols[1], kind="stable")]
+
+    a, b = run(na, 1), run(nb, 2)
+    both = np.concatenate([a, b], axis=1)
+    want = both[:, np.argsort(both[1], kind="stable")]
+    out = np.empty_like(both)
+    merge_two(a, b, 1, out)
+    assert out.tolist() == want.tolist()
+
+
 def test_the_merge_rule_takes_the_last_run_not_larger_than_the_next():
     assert due([20, 5, 1]) is None
     assert due([5, 20, 1]) == (0, 2)  # before the last two (reads flushed the 1)
