@@ -33,7 +33,7 @@ def test_mean_gradient_equals_torchs_and_the_by_hand_reference(seed):
     out = mean_csr(mine, offsets, columns)
     assert out.grad_fn is not None and type(out.grad_fn).__name__ == "_MeanCSRBackward"
     want = F.embedding_bag(columns, torchs, offsets, mode="mean", include_last_offset=True)
-    assert torch.equal(out, want)
+    torch.testing.assert_close(out, want, atol=1e-6, rtol=1e-5)  # a weighted sum: rounding
     g = torch.randn(n_dst, x.size(1), generator=torch.Generator().manual_seed(99))
     out.backward(g)
     want.backward(g)
@@ -112,3 +112,51 @@ def test_the_mean_over_two_tables_equals_the_mean_over_one(seed):
     assert bool((got[-10:] == 0).all())
     only = mean_split([(x, columns, rows), (pulled[:0], columns[:0], rows[:0])], n_dst)
     torch.testing.assert_close(only, want, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_csr_rows_counts_grouped_edges_in_one_pass_and_sorts_the_others(seed):
+    # the compiled pass against bincount and cumsum: empty rows first, between and last,
+    # a source twice in a row; shuffled edges take the stable sort to the same rows
+    ei, _, n_dst = graph(seed)
+    ei[1] = (ei[1] + 3).clamp(max=n_dst - 1)  # rows 0-2 empty too
+    grouped = ei[:, torch.argsort(ei[1], stable=True)]
+    want = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(ei[1], minlength=n_dst)])
+    want = want.cumsum(0)
+    offsets, columns = csr_rows(grouped, n_dst)
+    assert torch.equal(offsets, want) and torch.equal(columns, grouped[0])
+    offsets, columns = csr_rows(ei, n_dst)
+    assert torch.equal(offsets, want) and torch.equal(columns, grouped[0])
+    offsets, columns = csr_rows(torch.zeros(2, 0, dtype=torch.long), 4)
+    assert torch.equal(offsets, torch.zeros(5, dtype=torch.long)) and columns.numel() == 0
+
+
+def plain_mean(ei: torch.Tensor, x: torch.Tensor, n_dst: int) -> torch.Tensor:
+    """The mean in plain torch, fp32: each edge's source row added, over the degree."""
+    src, dst = ei
+    deg = torch.bincount(dst, minlength=n_dst).clamp_min(1).float()
+    return torch.zeros(n_dst, x.size(1)).index_add_(0, dst, x[src].float()) / deg[:, None]
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("grad", [False, True])
+def test_the_weighted_sum_is_the_plain_mean(seed, dtype, grad):
+    # fbgemm's sum weighted 1 / degree: empty rows (the last 10), neighbours twice in a
+    # row, with and without a gradient (the autograd function or the sum alone)
+    ei, x, n_dst = graph(seed)
+    ei = ei[:, torch.argsort(ei[1], stable=True)]
+    ei[0, 1::2] = ei[0, 0:-1:2]  # each odd edge repeats the one before it
+    x = x.to(dtype).requires_grad_(grad)
+    out = mean_csr(x, *csr_rows(ei, n_dst))
+    assert out.dtype == dtype and (out.grad_fn is not None) == grad
+    want = plain_mean(ei, x.detach().float(), n_dst)
+    tol = 1e-6 if dtype == torch.float32 else 1e-2  # bf16: the weight and mean rounded
+    torch.testing.assert_close(out.detach().float(), want, atol=tol, rtol=tol)
+    assert not out[-10:].any()
+
+
+def test_offsets_past_the_columns_are_refused_before_a_weight_is_written():
+    x, columns = torch.randn(10, 4), torch.arange(10)
+    with pytest.raises(RuntimeError, match="offsets"):
+        mean_csr(x, torch.tensor([0, 5, 2000]), columns)
