@@ -214,11 +214,15 @@ class States:
             self._writes.append((self.table(name, width, dtype), at, mine))
 
     def flush(self) -> None:
-        """Send the writes :meth:`write` kept (:meth:`KVClient.push_tables`)."""
+        """Send the writes :meth:`write` kept and wait for their answers (:meth:`send`)."""
+        self.send()()
+
+    def send(self) -> Callable[[], None]:
+        """Send the writes :meth:`write` kept (:meth:`KVClient.send_tables`): a callable
+        that waits for their answers."""
         writes, self._writes = self._writes, []
         items = [(t.name, s, r.numpy().astype(t.np_dtype, copy=False)) for t, s, r in writes]
-        if items:
-            self.client.push_tables(items)
+        return self.client.send_tables(items) if items else lambda: None
 
     def warm(self, feature: NodeTable, layers: int, sums: bool) -> None:
         """Attach every table a refresh reads and writes, map the co-located ones (a row
@@ -376,9 +380,14 @@ def _by_sums(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, ba
         prev = torch.cat(out) if out else torch.empty(0, 1)
     took.append(round(time.perf_counter() - t0, 3))
     t0 = time.perf_counter()
-    plan.finish()  # the edges leaving A_{L-1}, asked before the first layer
-    st.add_grown(plan.sets[-1])
-    _last(model, st, plan, tables[-2], ids, prev)
+    need, src, mine = _own(model, st, plan, tables[-2], ids, prev)
+    sent = st.send()  # A_1's rows on their way while the moves are computed
+    try:
+        plan.finish()  # the edges leaving A_{L-1}, asked before the first layer
+        st.add_grown(plan.sets[-1])
+        _last(st, plan, ids, need, src, mine)()
+    finally:
+        sent()
     took.append(round(time.perf_counter() - t0, 3))
     return took
 
@@ -406,37 +415,44 @@ def _first(model: ByLayer, data: Any, st: States, feat: Any, plan: Plan
     return a1, (first_layer(model, sums, x[_at(ask, a1)]), sums)
 
 
-def _last(model: ByLayer, st: States, plan: Plan, what: str, ids: np.ndarray, h: Tensor
-          ) -> None:  # fmt: skip
-    """The last layer of ``A_L`` from its sums, moved on their servers (:mod:`.moves`,
-    which says how; they write the logits and predictions too), with ``h`` the new rows
-    of ``ids = A_{L-1}`` (stored in table ``what``). The old rows a move takes away are
-    ``lastown``'s (the old ``h`` is not read), of ``A_{L-1}`` and the changed edges'
-    sources only; ``A_{L-1}``'s ``lastown`` rows are written with their earlier copy."""
-    assert plan.changed is not None and plan.edges is not None
-    ch, e1, al, to = plan.changed, plan.edges, plan.sets[-1], plan.to
-    need = union([ids, ch[0]])
-    old = before(_rows(st, LASTOWN, need, plan.new), to)  # [W_l h, W_r h + b] before
+def _own(model: ByLayer, st: States, plan: Plan, what: str, ids: np.ndarray, h: Tensor
+         ) -> tuple[np.ndarray, Tensor, Tensor]:  # fmt: skip
+    """The last layer's parts of ``ids = A_{L-1}``, whose new rows are ``h`` (written to
+    table ``what``): ``(need, src, mine)`` with ``need`` those nodes and the changed
+    edges' sources (sorted), ``src`` each one's ``W_l h`` before and after, ``mine``
+    ``A_{L-1}``'s own parts before and after (float32: fp32 products). The old rows are
+    ``lastown``'s (the old ``h`` is not read); ``A_{L-1}``'s ``lastown`` rows are written
+    with their earlier copy (at the next :meth:`States.send`)."""
+    assert plan.changed is not None
+    need = union([ids, plan.changed[0]])
+    old = before(_rows(st, LASTOWN, need, plan.new), plan.to)  # [W_l h, W_r h + b] before
     new = torch.cat([project(model, h).double(), own(model, h)], dim=1)
     c = new.size(1) // 2
     at = _at(need, ids)
     mine, src = old[at], torch.cat([old[:, :c], old[:, :c]], dim=1)  # before, after
     src[at, c:] = new[:, :c]
+    st.write(what, ids, h)
+    st.write(LASTOWN, ids, with_stamp(torch.cat([new, mine], dim=1), plan.to))
+    return need, src, torch.cat([mine[:, c:], new[:, c:]], dim=1).float()
+
+
+def _last(st: States, plan: Plan, ids: np.ndarray, need: np.ndarray, src: Tensor,
+          mine: Tensor) -> Callable[[], None]:  # fmt: skip
+    """The last layer of ``A_L`` from its sums, moved on their servers (:mod:`.moves`,
+    which says how; they write the logits and predictions too), ``ids = A_{L-1}``,
+    ``need``, ``src`` and ``mine`` as :func:`_own` gives them: a callable that waits for
+    the moves' answers."""
+    assert plan.changed is not None and plan.edges is not None
+    ch, e1, al = plan.changed, plan.edges, plan.sets[-1]
     slots = st.slots(al)
+    c = src.size(1) // 2
     for prefix in ["", "grown/"] if (slots >= st.n).any() else [""]:
         for name, width, dtype in zip(moves.TABLES, (c + 2, c, 0), moves.DTYPES, strict=True):
             st.table(prefix + name, width, dtype)
-    mine_new = torch.cat([mine[:, c:], new[:, c:]], dim=1).float().numpy()
     edges = (_pos(al, ch[1]), _pos(need, ch[0]), ch[2]), (_pos(al, e1[1]), _pos(need, e1[0]))
     got = moves.Moves(slots, np.isin(al, plan.new), src.float().numpy(), *edges,
-                      _pos(al, ids), mine_new)  # fmt: skip
-    wait = moves.send(st.client, st.name, st.n, got, to)
-    st.write(what, ids, h)
-    st.write(LASTOWN, ids, with_stamp(torch.cat([new, mine], dim=1), to))
-    try:
-        st.flush()
-    finally:
-        wait()
+                      _pos(al, ids), mine.numpy())  # fmt: skip
+    return moves.send(st.client, st.name, st.n, got, plan.to)
 
 
 def _rows(st: States, what: str, ids: np.ndarray, new: np.ndarray) -> Tensor:
