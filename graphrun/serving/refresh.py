@@ -84,7 +84,6 @@ from graphrun.serving.sums import (
     signs,
     stamped,
     widths,
-    with_stamp,
 )
 from graphrun.store import sum_kernels as kernels
 from graphrun.store.dist_tensor import DistTensor
@@ -418,40 +417,39 @@ def _first(model: ByLayer, data: Any, st: States, feat: Any, plan: Plan
 def _own(model: ByLayer, st: States, plan: Plan, what: str, ids: np.ndarray, h: Tensor
          ) -> tuple[np.ndarray, Tensor, Tensor]:  # fmt: skip
     """The last layer's parts of ``ids = A_{L-1}``, whose new rows are ``h`` (written to
-    table ``what``): ``(need, src, mine)`` with ``need`` those nodes and the changed
-    edges' sources (sorted), ``src`` each one's ``W_l h`` before and after, ``mine``
-    ``A_{L-1}``'s own parts before and after (float32: fp32 products). The old rows are
-    ``lastown``'s (the old ``h`` is not read); ``A_{L-1}``'s ``lastown`` rows are written
-    with their earlier copy (at the next :meth:`States.send`)."""
+    table ``what`` at the next :meth:`States.send`): ``(need, src, mine)`` with ``need``
+    those nodes and the changed edges' sources (sorted), ``src`` each one's ``W_l h``
+    before and after, ``mine`` ``A_{L-1}``'s own parts before and after (float32: fp32
+    products). The old rows are ``lastown``'s (the old ``h`` is not read); the servers
+    that move the sums write ``A_{L-1}``'s new ``lastown`` rows (:mod:`.moves`)."""
     assert plan.changed is not None
     need = union([ids, plan.changed[0]])
     old = before(_rows(st, LASTOWN, need, plan.new), plan.to)  # [W_l h, W_r h + b] before
-    new = torch.cat([project(model, h).double(), own(model, h)], dim=1)
-    c = new.size(1) // 2
+    c = old.size(1) // 2
     at = _at(need, ids)
-    mine, src = old[at], torch.cat([old[:, :c], old[:, :c]], dim=1)  # before, after
-    src[at, c:] = new[:, :c]
+    src = torch.cat([old[:, :c], old[:, :c]], dim=1).float()  # before, after
+    src[at, c:] = project(model, h)
     st.write(what, ids, h)
-    st.write(LASTOWN, ids, with_stamp(torch.cat([new, mine], dim=1), plan.to))
-    return need, src, torch.cat([mine[:, c:], new[:, c:]], dim=1).float()
+    return need, src, torch.cat([old[at, c:].float(), own(model, h).float()], dim=1)
 
 
 def _last(st: States, plan: Plan, ids: np.ndarray, need: np.ndarray, src: Tensor,
           mine: Tensor) -> Callable[[], None]:  # fmt: skip
     """The last layer of ``A_L`` from its sums, moved on their servers (:mod:`.moves`,
-    which says how; they write the logits and predictions too), ``ids = A_{L-1}``,
-    ``need``, ``src`` and ``mine`` as :func:`_own` gives them: a callable that waits for
-    the moves' answers."""
+    which says how; they write the logits, predictions and ``A_{L-1}``'s ``lastown``
+    rows too), ``ids = A_{L-1}``, ``need``, ``src`` and ``mine`` as :func:`_own` gives
+    them: a callable that waits for the moves' answers."""
     assert plan.changed is not None and plan.edges is not None
     ch, e1, al = plan.changed, plan.edges, plan.sets[-1]
     slots = st.slots(al)
     c = src.size(1) // 2
     for prefix in ["", "grown/"] if (slots >= st.n).any() else [""]:
-        for name, width, dtype in zip(moves.TABLES, (c + 2, c, 0), moves.DTYPES, strict=True):
+        for name, width, dtype in zip(moves.TABLES, (c + 2, c, 0, 4 * c + 1), moves.DTYPES,
+                                      strict=True):  # fmt: skip
             st.table(prefix + name, width, dtype)
     edges = (_pos(al, ch[1]), _pos(need, ch[0]), ch[2]), (_pos(al, e1[1]), _pos(need, e1[0]))
-    got = moves.Moves(slots, np.isin(al, plan.new), src.float().numpy(), *edges,
-                      _pos(al, ids), mine.numpy())  # fmt: skip
+    got = moves.Moves(slots, np.isin(al, plan.new), src.numpy(), *edges, _pos(al, ids),
+                      mine.numpy(), _pos(need, ids))  # fmt: skip
     return moves.send(st.client, st.name, st.n, got, plan.to)
 
 

@@ -60,13 +60,14 @@ OP = "move_sums"
 MAX_EDGES = 1 << 24  # edges of one request (changed and leaving A_{L-1}, each)
 MAX_SOURCES = 1 << 22  # rows of ``src`` and of ``own``
 TENSORS = ("rows", "fresh", "src", "ch_at", "ch_src", "ch_sign", "out_at", "out_src",
-           "own_at", "own")  # fmt: skip
+           "own_at", "own", "own_src")  # fmt: skip
 
 
 class MoveBody(msgspec.Struct, frozen=True, kw_only=True):
     sums: str
     logits: str
     predictions: str
+    lastown: str
     version: int
 
     def __post_init__(self) -> None:
@@ -126,7 +127,10 @@ def move_sums(state: ServerState, req: Request) -> Response:
     out_at, out_src = _positions(req, 6, m), _positions(req, 7, len(src))
     own_at = _positions(req, 8, m, MAX_SOURCES)
     own = _array(req, 9, "float32", 2, MAX_SOURCES)
-    if not len(ch_at) == len(ch_src) == len(sign) or len(out_at) != len(out_src):
+    own_src = _positions(req, 10, len(src), MAX_SOURCES)
+    lastown = _table(state, req, body.lastown, "float64", (4 * c + 1,))
+    if (not len(ch_at) == len(ch_src) == len(sign) or len(out_at) != len(out_src)
+            or len(own_src) != len(own_at)):  # fmt: skip
         raise ArgumentError(f"{req.op}: an edge list's tensors differ in length")
     if len(sign) and not np.isin(sign, (-1, 1)).all():
         raise ArgumentError(f"{req.op}: ch_sign holds a value other than -1 and +1")
@@ -141,7 +145,8 @@ def move_sums(state: ServerState, req: Request) -> Response:
         sums.array, logits.array, pred.array, rows, fresh.astype(np.int64),
         float(body.version), old, change, ch_at.astype(np.int64), ch_src.astype(np.int64),
         sign.astype(np.float64), out_at.astype(np.int64), out_src.astype(np.int64),
-        own_at.astype(np.int64), own.astype(np.float64),
+        own_at.astype(np.int64), own.astype(np.float64), lastown.array, src64,
+        own_src.astype(np.int64),
     )  # fmt: skip
     return Response({"moved": int(moved)})
 
