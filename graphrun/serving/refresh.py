@@ -57,6 +57,7 @@ interrupted leaves ``version[2] = -1``, and a refresh says to run ``--live`` aga
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any, cast
@@ -65,7 +66,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graphrun.errors import ArgumentError, StoreError
+from graphrun.errors import ArgumentError, GraphrunError, StoreError
 from graphrun.names import PolicyName, TensorKey
 from graphrun.sampling.changes import OP_OUT_NEIGHBORS
 from graphrun.serving import moves
@@ -247,10 +248,12 @@ class States:
             if name in have:
                 self.client.delete_tensor(name)
 
-    def begin(self, version: int) -> None:
+    def begin(self, version: int) -> Callable[[], None]:
         """Say, before any write, the version the states are moving to (-1: a kept pass):
-        what a retry of a refresh that failed partway must finish (module docstring)."""
-        self.tensor("version", 0, "int64")[torch.tensor([2])] = torch.tensor([version])
+        what a retry of a refresh that failed partway must finish (module docstring).
+        Sent now: a callable that waits for its answer, called before the first write."""
+        t = self.tensor("version", 0, "int64")
+        return self.client.send_tables([(t.name, np.array([2]), np.array([version]))])
 
     def save(self, version: int) -> None:
         """The kept writes, then (once they are all in) the version they are at."""
@@ -340,13 +343,15 @@ def _layers(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, bat
 
 @torch.no_grad()
 def _by_sums(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, batch: int,
-             begin: Callable[[], None]) -> list[float]:  # fmt: skip
+             begin: Callable[[], Callable[[], None]]) -> list[float]:  # fmt: skip
     """The refresh of :func:`by_sums` models: the first layer from its moved (or, for
     ``touched``, recomputed) sums, the hidden layers between recomputed, the last layer
     from its moved sums; each layer's rows stored; the seconds of each layer. ``begin``
-    says the version it moves to (``States.begin``), called once the first layer is
-    computed (it only reads) and before anything is written: the edges leaving
-    ``A_{L-1}`` (:class:`Plan`) are looked up meanwhile on the server it writes to."""
+    sends the version it moves to (``States.begin``), whose answer is waited for once
+    the first layer is computed (it only reads) and before anything is written: the
+    round trip, and the lookup of the edges leaving ``A_{L-1}`` (:class:`Plan`) on the
+    server it writes to, overlap the first layer. ``A_{L-1}``'s rows are sent before
+    the last layer's moves are computed, and waited for with them."""
     model.eval()
     assert plan.changed is not None
     try:
@@ -363,8 +368,14 @@ def _by_sums(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, ba
     layers, tables = len(model.convs), layer_tables(len(model.convs))
     feat = data.node_table(st.ntype, feature)
     t0, took = time.perf_counter(), []
-    ids, rows = _first(model, data, st, feat, plan)
-    begin()
+    started = begin()  # its answer waited for after the first layer, which only reads
+    try:
+        ids, rows = _first(model, data, st, feat, plan)
+    except BaseException:
+        with contextlib.suppress(GraphrunError):
+            started()
+        raise
+    started()
     st.write(INSUM, ids, rows[1])
     prev = rows[0]
     run, step = Layers(model, 0, layers), max(batch, inference.MIN_BATCH)
@@ -495,7 +506,7 @@ def full(
     ids = np.concatenate([np.arange(data.num_nodes(ntype), dtype=np.int64), new])
     sums = by_sums(model)  # sums not of this version or layout: made again, or refused
     st.drop(*TABLES, keep=widths(model) if sums else None)
-    st.begin(-1)
+    st.begin(-1)()
     _layers(model, data, st, feature, Plan([ids] * layers, ids, to=v), batch_size, sums)
     st.save(v)
     ask(client, OP_OUT_NEIGHBORS, {}, (EMPTY,))  # each builds its index now
@@ -538,7 +549,7 @@ def refresh(
             took = _by_sums(model, data, st, feature, plan, batch_size, lambda: st.begin(v))
             whole = [len(plan.touched), *(len(s) for s in plan.sets[1:-1]), 0]
         else:
-            st.begin(v)
+            st.begin(v)()
             took = _layers(model, data, st, feature, plan, batch_size)
             whole = [len(s) for s in plan.sets]
     except BaseException:
