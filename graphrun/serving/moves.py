@@ -8,7 +8,8 @@ the own parts of ``A_{L-1}``. :func:`send` routes that to the rows' servers
 are in (the base tables, and ``grown/`` for new nodes' rows), the edges split by their
 destination's request in the order they came (a row adds up its moves in the same
 order as a move on the client did), with the two projections of the sources they name
-(a changed edge's source goes to its destination's server alone). After 1,000 new
+(a changed edge's source goes to its destination's server alone) and of ``A_{L-1}``'s
+nodes there, whose ``lastown`` rows the server writes from them. After 1,000 new
 edges on the 200k-node power-law graph that is about 2 MB a refresh where the moved
 rows, their logits and predictions were 15 MB of writes (benchmarks/README.md,
 issue 43).

@@ -30,7 +30,8 @@ for each node of ``A_L`` (some 27k after 1,000 new edges on a 200k-node power-la
 graph; on the row's own server, :mod:`graphrun.serving.moves`) and nothing else of
 it: the own part changes only where ``h_v`` did (``A_{L-1}``), and the in-degree only
 where an in-edge changed (inside ``A_1``), so ``lastown`` is read for ``A_{L-1}`` and
-the changed edges' sources alone (about 2k).
+the changed edges' sources alone (about 2k), and written for ``A_{L-1}`` by the servers
+that move the sums (from the projections and own parts they are sent for the moves).
 The own parts are fp32 products (the layer's own), so ``max(d, 1)`` times one is exact
 in float64 for any in-degree below ``2^29``.
 
