@@ -71,7 +71,7 @@ from graphrun.names import PolicyName, TensorKey
 from graphrun.sampling.changes import OP_OUT_NEIGHBORS
 from graphrun.serving import moves
 from graphrun.serving.embed import Layers, raise_unsupported, table_name
-from graphrun.serving.plan import EDGE_IDS, EMPTY, Plan, affected, ask, union
+from graphrun.serving.plan import DENSE, EDGE_IDS, EMPTY, Plan, affected, ask, union
 from graphrun.serving.sums import (
     INSUM,
     LASTOWN,
@@ -91,8 +91,6 @@ from graphrun.store.dist_tensor import DistTensor
 from graphrun.train import inference
 from graphrun.train.data import NodeTable
 from graphrun.train.models import SAGE, ByLayer
-
-DENSE = 16  # a table of positions (:func:`_pos`) at most this many times the ids looked up
 
 
 def layer_tables(layers: int) -> list[str]:

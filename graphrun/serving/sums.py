@@ -79,7 +79,10 @@ def before(rows: Tensor, version: int) -> Tensor:
     """``[W_l · h, W_r · h + b]`` of each ``lastown`` row at the version before
     ``version``: its earlier copy where a try of that refresh wrote the row already."""
     c = (rows.size(1) - 1) // 2
-    return torch.where(stamped(rows, version)[:, None], rows[:, c : 2 * c], rows[:, :c])
+    done = stamped(rows, version)
+    if not bool(done.any()):  # no try of this refresh wrote one: the usual case
+        return rows[:, :c]
+    return torch.where(done[:, None], rows[:, c : 2 * c], rows[:, :c])
 
 
 def first_layer(model: ByLayer, sums: Tensor, x: Tensor) -> Tensor:
