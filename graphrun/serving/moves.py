@@ -8,7 +8,8 @@ the own parts of ``A_{L-1}``. :func:`send` routes that to the rows' servers
 are in (the base tables, and ``grown/`` for new nodes' rows), the edges split by their
 destination's request in the order they came (a row adds up its moves in the same
 order as a move on the client did), with the two projections of the sources they name
-(a changed edge's source goes to its destination's server alone). After 1,000 new
+(a changed edge's source goes to its destination's server alone) and of ``A_{L-1}``'s
+nodes there, whose ``lastown`` rows the server writes from them. After 1,000 new
 edges on the 200k-node power-law graph that is about 2 MB a refresh where the moved
 rows, their logits and predictions were 15 MB of writes (benchmarks/README.md,
 issue 43).
@@ -25,11 +26,11 @@ import numpy as np
 from graphrun.store.client import PUSH_WINDOW_BYTES, REQUEST_FRAME_BYTES
 from graphrun.store.sum_moves import OP
 
-TABLES = ("lastsum", "logits", "predictions")
+TABLES = ("lastsum", "logits", "predictions", "lastown")
 WARM_S = 300.0  # the warm-up's wait: the servers may compile the loops first (2-8 s seen)
 FRAME_BYTES = REQUEST_FRAME_BYTES  # a request's tensor at most (half a frame's limit)
 REQUEST_BYTES = PUSH_WINDOW_BYTES  # a request's tensors at most (half the limit)
-DTYPES = ("float64", "float32", "int64")
+DTYPES = ("float64", "float32", "int64", "float64")
 
 
 @dataclass
@@ -39,7 +40,8 @@ class Moves:
     new node), ``fresh`` whether it has no row yet; ``src`` float32 ``[k, 2C]`` each
     source's projection before and after; ``changed`` (at, src, sign) and ``leaving``
     (at, src) the two edge lists; ``own_at`` the positions of ``A_{L-1}``, ``own`` float32
-    ``[j, 2C]`` their own parts before and after."""
+    ``[j, 2C]`` their own parts before and after, ``own_src`` their rows in ``src`` (the
+    servers write their ``lastown`` rows from these)."""
 
     slots: np.ndarray
     fresh: np.ndarray
@@ -48,6 +50,7 @@ class Moves:
     leaving: tuple[np.ndarray, np.ndarray]
     own_at: np.ndarray
     own: np.ndarray
+    own_src: np.ndarray
 
 
 def _requests(client: Any, name: Callable[[str], str], n: int, slots: np.ndarray
@@ -83,9 +86,9 @@ def _fitted(t: tuple[np.ndarray, ...]) -> list[tuple[np.ndarray, ...]]:
 
 def _rows(t: tuple[np.ndarray, ...], lo: int, hi: int) -> tuple[np.ndarray, ...]:
     """The tensors of rows ``lo .. hi`` of request ``t`` (``sum_moves.TENSORS``)."""
-    rows, fresh, src, ch_at, ch_src, sign, out_at, out_src, own_at, own = t
+    rows, fresh, src, ch_at, ch_src, sign, out_at, out_src, own_at, own, own_src = t
     c, o, j = ((a >= lo) & (a < hi) for a in (ch_at, out_at, own_at))
-    used = np.unique(np.concatenate([ch_src[c], out_src[o]]))
+    used = np.unique(np.concatenate([ch_src[c], out_src[o], own_src[j]]))
 
     def named(a: np.ndarray) -> np.ndarray:
         return np.searchsorted(used, a).astype(np.int32)
@@ -95,7 +98,8 @@ def _rows(t: tuple[np.ndarray, ...], lo: int, hi: int) -> tuple[np.ndarray, ...]
 
     f = fresh[(fresh >= lo) & (fresh < hi)]
     return (rows[lo:hi], local(f), src[used], local(ch_at[c]), named(ch_src[c]), sign[c],
-            local(out_at[o]), named(out_src[o]), local(own_at[j]), own[j])  # fmt: skip
+            local(out_at[o]), named(out_src[o]), local(own_at[j]), own[j],
+            named(own_src[j]))  # fmt: skip
 
 
 def _named(k: int, *srcs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -120,22 +124,27 @@ def send(client: Any, name: Callable[[str], str], n: int, moves: Moves, version:
     pending = []
     for r, (part, prefix, rows) in enumerate(todo):
         c, o, j = ch_r == r, out_r == r, own_r == r
-        keep, named = _named(len(src), ch_src[c], out_src[o])
+        keep, named = _named(len(src), ch_src[c], out_src[o], moves.own_src[j])
         tensors = (
             rows, place[moves.fresh & (req == r)].astype(np.int32), src[keep],
             place[ch_at[c]].astype(np.int32), named[ch_src[c]], sign[c].astype(np.int8),
             place[out_at[o]].astype(np.int32), named[out_src[o]],
             place[moves.own_at[j]].astype(np.int32),
-            np.ascontiguousarray(moves.own[j], np.float32),
+            np.ascontiguousarray(moves.own[j], np.float32), named[moves.own_src[j]],
         )  # fmt: skip
-        body = {"sums": name(prefix + TABLES[0]), "logits": name(prefix + TABLES[1]),
-                "predictions": name(prefix + TABLES[2]), "version": version}  # fmt: skip
+        body = {**_names(name, prefix), "version": version}
         pending += [client.session.request(part, OP, body, t) for t in _fitted(tensors)]
 
     def wait() -> None:
         client.session.wait_all(pending)
 
     return wait
+
+
+def _names(name: Callable[[str], str], prefix: str) -> dict[str, str]:
+    """A request's tables (``sum_moves.MoveBody``): ``prefix`` ``grown/`` for new nodes'."""
+    keys = ("sums", "logits", "predictions", "lastown")
+    return {k: name(prefix + t) for k, t in zip(keys, TABLES, strict=True)}
 
 
 def warm(client: Any, name: Callable[[str], str]) -> None:
@@ -146,9 +155,8 @@ def warm(client: Any, name: Callable[[str], str]) -> None:
     c = client.meta(name(TABLES[0])).row_shape[0] - 2
     none, edges = np.empty(0, np.int32), np.empty((0, 2 * c), np.float32)
     tensors = (np.empty(0, np.int64), none, edges, none, none, np.empty(0, np.int8), none,
-               none, none, edges)  # fmt: skip
-    body = {"sums": name(TABLES[0]), "logits": name(TABLES[1]),
-            "predictions": name(TABLES[2]), "version": 0}  # fmt: skip
+               none, none, edges, none)  # fmt: skip
+    body = {**_names(name, ""), "version": 0}
     pending = [client.session.request(p, OP, body, tensors)
                for p in range(client.book.num_parts)]  # fmt: skip
     for p in pending:

@@ -26,6 +26,7 @@ from graphrun.sampling.changes import OP_CHANGES, OP_OUT_NEIGHBORS
 
 EDGE_IDS = 1 << 16  # ids of one request for their out-edges (MAX_OUT_EDGES a reply)
 EMPTY = np.empty(0, np.int64)
+DENSE = 16  # a table of marks or positions at most this many times the ids (union, _pos)
 Edges = Callable[[], np.ndarray]  # the answers of requests sent: (src, dst) int64
 
 
@@ -90,7 +91,15 @@ def sending(client: Any, op: str, body: dict[str, Any], tensors: tuple[np.ndarra
 
 
 def union(arrays: list[np.ndarray]) -> np.ndarray:
-    return unique_sorted(np.concatenate([np.empty(0, np.int64), *arrays]))
+    """The sorted distinct ids of ``arrays``: marked in a table where the largest is
+    below :data:`DENSE` times their number (``A_L`` from 45k edges' destinations on a
+    200k-node graph: 0.15 ms against 1.6 for a sort), else sorted."""
+    a = np.concatenate([EMPTY, *arrays])
+    if not len(a) or int(a.max()) >= DENSE * len(a) or int(a.min()) < 0:
+        return unique_sorted(a)
+    seen = np.zeros(int(a.max()) + 1, np.bool_)
+    seen[a] = True
+    return np.flatnonzero(seen)
 
 
 def out_edges(client: Any, ids: np.ndarray) -> Edges:

@@ -57,6 +57,7 @@ interrupted leaves ``version[2] = -1``, and a refresh says to run ``--live`` aga
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any, cast
@@ -65,12 +66,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graphrun.errors import ArgumentError, StoreError
+from graphrun.errors import ArgumentError, GraphrunError, StoreError
 from graphrun.names import PolicyName, TensorKey
 from graphrun.sampling.changes import OP_OUT_NEIGHBORS
 from graphrun.serving import moves
 from graphrun.serving.embed import Layers, raise_unsupported, table_name
-from graphrun.serving.plan import EDGE_IDS, EMPTY, Plan, affected, ask, union
+from graphrun.serving.plan import DENSE, EDGE_IDS, EMPTY, Plan, affected, ask, union
 from graphrun.serving.sums import (
     INSUM,
     LASTOWN,
@@ -84,15 +85,12 @@ from graphrun.serving.sums import (
     signs,
     stamped,
     widths,
-    with_stamp,
 )
 from graphrun.store import sum_kernels as kernels
 from graphrun.store.dist_tensor import DistTensor
 from graphrun.train import inference
 from graphrun.train.data import NodeTable
 from graphrun.train.models import SAGE, ByLayer
-
-DENSE = 16  # a table of positions (:func:`_pos`) at most this many times the ids looked up
 
 
 def layer_tables(layers: int) -> list[str]:
@@ -214,11 +212,15 @@ class States:
             self._writes.append((self.table(name, width, dtype), at, mine))
 
     def flush(self) -> None:
-        """Send the writes :meth:`write` kept (:meth:`KVClient.push_tables`)."""
+        """Send the writes :meth:`write` kept and wait for their answers (:meth:`send`)."""
+        self.send()()
+
+    def send(self) -> Callable[[], None]:
+        """Send the writes :meth:`write` kept (:meth:`KVClient.send_tables`): a callable
+        that waits for their answers."""
         writes, self._writes = self._writes, []
         items = [(t.name, s, r.numpy().astype(t.np_dtype, copy=False)) for t, s, r in writes]
-        if items:
-            self.client.push_tables(items)
+        return self.client.send_tables(items) if items else lambda: None
 
     def warm(self, feature: NodeTable, layers: int, sums: bool) -> None:
         """Attach every table a refresh reads and writes, map the co-located ones (a row
@@ -244,10 +246,12 @@ class States:
             if name in have:
                 self.client.delete_tensor(name)
 
-    def begin(self, version: int) -> None:
+    def begin(self, version: int) -> Callable[[], None]:
         """Say, before any write, the version the states are moving to (-1: a kept pass):
-        what a retry of a refresh that failed partway must finish (module docstring)."""
-        self.tensor("version", 0, "int64")[torch.tensor([2])] = torch.tensor([version])
+        what a retry of a refresh that failed partway must finish (module docstring).
+        Sent now: a callable that waits for its answer, called before the first write."""
+        t = self.tensor("version", 0, "int64")
+        return self.client.send_tables([(t.name, np.array([2]), np.array([version]))])
 
     def save(self, version: int) -> None:
         """The kept writes, then (once they are all in) the version they are at."""
@@ -337,13 +341,15 @@ def _layers(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, bat
 
 @torch.no_grad()
 def _by_sums(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, batch: int,
-             begin: Callable[[], None]) -> list[float]:  # fmt: skip
+             begin: Callable[[], Callable[[], None]]) -> list[float]:  # fmt: skip
     """The refresh of :func:`by_sums` models: the first layer from its moved (or, for
     ``touched``, recomputed) sums, the hidden layers between recomputed, the last layer
     from its moved sums; each layer's rows stored; the seconds of each layer. ``begin``
-    says the version it moves to (``States.begin``), called once the first layer is
-    computed (it only reads) and before anything is written: the edges leaving
-    ``A_{L-1}`` (:class:`Plan`) are looked up meanwhile on the server it writes to."""
+    sends the version it moves to (``States.begin``), whose answer is waited for once
+    the first layer is computed (it only reads) and before anything is written: the
+    round trip, and the lookup of the edges leaving ``A_{L-1}`` (:class:`Plan`) on the
+    server it writes to, overlap the first layer. ``A_{L-1}``'s rows are sent before
+    the last layer's moves are computed, and waited for with them."""
     model.eval()
     assert plan.changed is not None
     try:
@@ -360,8 +366,14 @@ def _by_sums(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, ba
     layers, tables = len(model.convs), layer_tables(len(model.convs))
     feat = data.node_table(st.ntype, feature)
     t0, took = time.perf_counter(), []
-    ids, rows = _first(model, data, st, feat, plan)
-    begin()
+    started = begin()  # its answer waited for after the first layer, which only reads
+    try:
+        ids, rows = _first(model, data, st, feat, plan)
+    except BaseException:
+        with contextlib.suppress(GraphrunError):
+            started()
+        raise
+    started()
     st.write(INSUM, ids, rows[1])
     prev = rows[0]
     run, step = Layers(model, 0, layers), max(batch, inference.MIN_BATCH)
@@ -376,9 +388,14 @@ def _by_sums(model: ByLayer, data: Any, st: States, feature: str, plan: Plan, ba
         prev = torch.cat(out) if out else torch.empty(0, 1)
     took.append(round(time.perf_counter() - t0, 3))
     t0 = time.perf_counter()
-    plan.finish()  # the edges leaving A_{L-1}, asked before the first layer
-    st.add_grown(plan.sets[-1])
-    _last(model, st, plan, tables[-2], ids, prev)
+    need, src, mine = _own(model, st, plan, tables[-2], ids, prev)
+    sent = st.send()  # A_1's rows on their way while the moves are computed
+    try:
+        plan.finish()  # the edges leaving A_{L-1}, asked before the first layer
+        st.add_grown(plan.sets[-1])
+        _last(st, plan, ids, need, src, mine)()
+    finally:
+        sent()
     took.append(round(time.perf_counter() - t0, 3))
     return took
 
@@ -406,37 +423,43 @@ def _first(model: ByLayer, data: Any, st: States, feat: Any, plan: Plan
     return a1, (first_layer(model, sums, x[_at(ask, a1)]), sums)
 
 
-def _last(model: ByLayer, st: States, plan: Plan, what: str, ids: np.ndarray, h: Tensor
-          ) -> None:  # fmt: skip
-    """The last layer of ``A_L`` from its sums, moved on their servers (:mod:`.moves`,
-    which says how; they write the logits and predictions too), with ``h`` the new rows
-    of ``ids = A_{L-1}`` (stored in table ``what``). The old rows a move takes away are
-    ``lastown``'s (the old ``h`` is not read), of ``A_{L-1}`` and the changed edges'
-    sources only; ``A_{L-1}``'s ``lastown`` rows are written with their earlier copy."""
-    assert plan.changed is not None and plan.edges is not None
-    ch, e1, al, to = plan.changed, plan.edges, plan.sets[-1], plan.to
-    need = union([ids, ch[0]])
-    old = before(_rows(st, LASTOWN, need, plan.new), to)  # [W_l h, W_r h + b] before
-    new = torch.cat([project(model, h).double(), own(model, h)], dim=1)
-    c = new.size(1) // 2
+def _own(model: ByLayer, st: States, plan: Plan, what: str, ids: np.ndarray, h: Tensor
+         ) -> tuple[np.ndarray, Tensor, Tensor]:  # fmt: skip
+    """The last layer's parts of ``ids = A_{L-1}``, whose new rows are ``h`` (written to
+    table ``what`` at the next :meth:`States.send`): ``(need, src, mine)`` with ``need``
+    those nodes and the changed edges' sources (sorted), ``src`` each one's ``W_l h``
+    before and after, ``mine`` ``A_{L-1}``'s own parts before and after (float32: fp32
+    products). The old rows are ``lastown``'s (the old ``h`` is not read); the servers
+    that move the sums write ``A_{L-1}``'s new ``lastown`` rows (:mod:`.moves`)."""
+    assert plan.changed is not None
+    need = union([ids, plan.changed[0]])
+    old = before(_rows(st, LASTOWN, need, plan.new), plan.to)  # [W_l h, W_r h + b] before
+    c = old.size(1) // 2
     at = _at(need, ids)
-    mine, src = old[at], torch.cat([old[:, :c], old[:, :c]], dim=1)  # before, after
-    src[at, c:] = new[:, :c]
-    slots = st.slots(al)
-    for prefix in ["", "grown/"] if (slots >= st.n).any() else [""]:
-        for name, width, dtype in zip(moves.TABLES, (c + 2, c, 0), moves.DTYPES, strict=True):
-            st.table(prefix + name, width, dtype)
-    mine_new = torch.cat([mine[:, c:], new[:, c:]], dim=1).float().numpy()
-    edges = (_pos(al, ch[1]), _pos(need, ch[0]), ch[2]), (_pos(al, e1[1]), _pos(need, e1[0]))
-    got = moves.Moves(slots, np.isin(al, plan.new), src.float().numpy(), *edges,
-                      _pos(al, ids), mine_new)  # fmt: skip
-    wait = moves.send(st.client, st.name, st.n, got, to)
+    src = torch.cat([old[:, :c], old[:, :c]], dim=1).float()  # before, after
+    src[at, c:] = project(model, h)
     st.write(what, ids, h)
-    st.write(LASTOWN, ids, with_stamp(torch.cat([new, mine], dim=1), to))
-    try:
-        st.flush()
-    finally:
-        wait()
+    return need, src, torch.cat([old[at, c:].float(), own(model, h).float()], dim=1)
+
+
+def _last(st: States, plan: Plan, ids: np.ndarray, need: np.ndarray, src: Tensor,
+          mine: Tensor) -> Callable[[], None]:  # fmt: skip
+    """The last layer of ``A_L`` from its sums, moved on their servers (:mod:`.moves`,
+    which says how; they write the logits, predictions and ``A_{L-1}``'s ``lastown``
+    rows too), ``ids = A_{L-1}``, ``need``, ``src`` and ``mine`` as :func:`_own` gives
+    them: a callable that waits for the moves' answers."""
+    assert plan.changed is not None and plan.edges is not None
+    ch, e1, al = plan.changed, plan.edges, plan.sets[-1]
+    slots = st.slots(al)
+    c = src.size(1) // 2
+    for prefix in ["", "grown/"] if (slots >= st.n).any() else [""]:
+        for name, width, dtype in zip(moves.TABLES, (c + 2, c, 0, 4 * c + 1), moves.DTYPES,
+                                      strict=True):  # fmt: skip
+            st.table(prefix + name, width, dtype)
+    edges = (_pos(al, ch[1]), _pos(need, ch[0]), ch[2]), (_pos(al, e1[1]), _pos(need, e1[0]))
+    got = moves.Moves(slots, np.isin(al, plan.new), src.numpy(), *edges, _pos(al, ids),
+                      mine.numpy(), _pos(need, ids))  # fmt: skip
+    return moves.send(st.client, st.name, st.n, got, plan.to)
 
 
 def _rows(st: States, what: str, ids: np.ndarray, new: np.ndarray) -> Tensor:
@@ -481,7 +504,7 @@ def full(
     ids = np.concatenate([np.arange(data.num_nodes(ntype), dtype=np.int64), new])
     sums = by_sums(model)  # sums not of this version or layout: made again, or refused
     st.drop(*TABLES, keep=widths(model) if sums else None)
-    st.begin(-1)
+    st.begin(-1)()
     _layers(model, data, st, feature, Plan([ids] * layers, ids, to=v), batch_size, sums)
     st.save(v)
     ask(client, OP_OUT_NEIGHBORS, {}, (EMPTY,))  # each builds its index now
@@ -524,7 +547,7 @@ def refresh(
             took = _by_sums(model, data, st, feature, plan, batch_size, lambda: st.begin(v))
             whole = [len(plan.touched), *(len(s) for s in plan.sets[1:-1]), 0]
         else:
-            st.begin(v)
+            st.begin(v)()
             took = _layers(model, data, st, feature, plan, batch_size)
             whole = [len(s) for s in plan.sets]
     except BaseException:

@@ -30,7 +30,8 @@ for each node of ``A_L`` (some 27k after 1,000 new edges on a 200k-node power-la
 graph; on the row's own server, :mod:`graphrun.serving.moves`) and nothing else of
 it: the own part changes only where ``h_v`` did (``A_{L-1}``), and the in-degree only
 where an in-edge changed (inside ``A_1``), so ``lastown`` is read for ``A_{L-1}`` and
-the changed edges' sources alone (about 2k).
+the changed edges' sources alone (about 2k), and written for ``A_{L-1}`` by the servers
+that move the sums (from the projections and own parts they are sent for the moves).
 The own parts are fp32 products (the layer's own), so ``max(d, 1)`` times one is exact
 in float64 for any in-degree below ``2^29``.
 
@@ -78,7 +79,10 @@ def before(rows: Tensor, version: int) -> Tensor:
     """``[W_l · h, W_r · h + b]`` of each ``lastown`` row at the version before
     ``version``: its earlier copy where a try of that refresh wrote the row already."""
     c = (rows.size(1) - 1) // 2
-    return torch.where(stamped(rows, version)[:, None], rows[:, c : 2 * c], rows[:, :c])
+    done = stamped(rows, version)
+    if not bool(done.any()):  # no try of this refresh wrote one: the usual case
+        return rows[:, :c]
+    return torch.where(done[:, None], rows[:, c : 2 * c], rows[:, :c])
 
 
 def first_layer(model: ByLayer, sums: Tensor, x: Tensor) -> Tensor:

@@ -476,6 +476,13 @@ class KVClient:
         ``push_tables`` request per owner partition carrying every tensor's rows there
         (a refresh writes six tables: two requests, not a dozen), all in flight at once;
         a tensor's rows too big for one request are pushed alone (:meth:`push`)."""
+        self.send_tables(items)()
+
+    def send_tables(self, items: Sequence[tuple[str, Any, np.ndarray]]) -> Callable[[], None]:
+        """:meth:`push_tables`, its first request a partition sent now: a callable that
+        waits for their answers, sends the rest (rows past one request's bytes) and
+        raises the first error once every answer is in. The values must not change
+        until it returns (a refresh computes its next rows meanwhile)."""
         batch: dict[int, list[tuple[str, np.ndarray, np.ndarray]]] = {}
         routed: dict[tuple[str, int], tuple[Any, int, list[routing.Group]]] = {}
         live = False
@@ -495,24 +502,37 @@ class KVClient:
                                     f"{n} ids of {name!r}")  # fmt: skip
             for g in groups:
                 batch.setdefault(g.part, []).append((name, g.rows, values[g.pos]))
-        requests = {p: _table_requests(got) for p, got in batch.items()}
-        errors: list[GraphrunError] = []
-        for turn in itertools.zip_longest(*requests.values()):  # one a partition in flight
-            pending = []
-            for part, some in zip(requests, turn, strict=True):
+        turns = itertools.zip_longest(*(_table_requests(got) for got in batch.values()))
+        parts = list(batch)
+
+        def send() -> list[Pending]:  # the next turn: one request a partition in flight
+            turn = next(turns, None)
+            out: list[Pending] = []
+            for part, some in zip(parts, turn or [None] * len(parts), strict=True):
                 if some is None:
                     continue
                 body: dict[str, Any] = {"names": [n for n, _, _ in some]}
                 if live:
                     body["v"] = self.version
                 frames = [a for _, r, v in some for a in (r, np.ascontiguousarray(v))]
-                pending.append(self.session.request(part, "push_tables", body, frames))
-            try:  # every answer before an error is raised
-                self.session.wait_all(pending)
-            except GraphrunError as exc:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+                out.append(self.session.request(part, "push_tables", body, frames))
+            return out
+
+        first = send()
+
+        def wait() -> None:
+            errors: list[GraphrunError] = []
+            pending = first
+            while pending:
+                try:  # every answer before an error is raised
+                    self.session.wait_all(pending)
+                except GraphrunError as exc:
+                    errors.append(exc)
+                pending = send()
+            if errors:
+                raise errors[0]
+
+        return wait
 
     @overload
     def reduce(self, name: str, how: Literal["nonzero"]) -> np.ndarray: ...

@@ -41,7 +41,8 @@ def move_rows(
     sums: np.ndarray, logits: np.ndarray, pred: np.ndarray, rows: np.ndarray,
     fresh: np.ndarray, version: float, old: np.ndarray, change: np.ndarray,
     ch_at: np.ndarray, ch_src: np.ndarray, sign: np.ndarray, out_at: np.ndarray,
-    out_src: np.ndarray, own_at: np.ndarray, own: np.ndarray,
+    out_src: np.ndarray, own_at: np.ndarray, own: np.ndarray, lastown: np.ndarray,
+    proj: np.ndarray, own_src: np.ndarray,
 ) -> int:  # fmt: skip
     """``move_sums`` (:mod:`graphrun.store.sum_moves`, which checks every index first) on
     ``lastsum`` rows ``[T, d, stamp]``, a row at a time: row ``rows[i]`` (zeros where
@@ -49,7 +50,10 @@ def move_rows(
     (and ``sign`` to ``d``), its leaving edges' ``change[src]``, each in the order they
     came, and for a node of ``A_{L-1}`` ``max(d, 1) * own_new - max(d_before, 1) *
     own_old``; then it is written whole with its stamp, its logits ``float32(T /
-    max(d, 1))`` and its first largest column. How many rows moved."""
+    max(d, 1))`` and its first largest column; a node of ``A_{L-1}`` (stamped or not)
+    gets its ``lastown`` row ``[proj after, own after, proj before, own before,
+    version]`` (``proj``: the sources' ``W_l · h`` before and after, its own at
+    ``own_src``). How many rows moved."""
     m, c = len(rows), logits.shape[1]
     ch, out = _by_row(ch_at, m), _by_row(out_at, m)
     mine = np.full(m, -1, np.int64)
@@ -91,6 +95,13 @@ def move_rows(
             if q == 0 or y > top:
                 best, top = q, y
         pred[r] = best
+        j = mine[i]
+        if j >= 0:
+            s = own_src[j]
+            for q in range(c):
+                lastown[r, q], lastown[r, c + q] = proj[s, c + q], own[j, c + q]
+                lastown[r, 2 * c + q], lastown[r, 3 * c + q] = proj[s, q], own[j, q]
+            lastown[r, 4 * c] = version
     return moved
 
 

@@ -25,15 +25,20 @@ out_src        source's change (after − before)
 own_at, own    int32 ``[j]``, float32 ``[j, 2C]``: nodes of ``A_{L-1}`` here, their own
                part ``W_r · h + b`` before and after: ``T`` trades
                ``max(d, 1)`` times the old one (at the old degree) for the new one
+own_src        int32 ``[j]``: each one's row in ``src``: its ``lastown`` row is written
+               ``[src after, own after, src before, own before, version]``
 =============  ==================================================================
 
-body: ``sums``, ``logits``, ``predictions`` (the job's tables: float64 ``[C + 2]``,
-float32 ``[C]``, int64 rows) and ``version``, the stamp. The projections and own parts
+body: ``sums``, ``logits``, ``predictions``, ``lastown`` (the job's tables: float64
+``[C + 2]``, float32 ``[C]``, int64 rows, float64 ``[4C + 1]``) and ``version``, the
+stamp. The ``lastown`` rows written here were 1.5 MB of ``push_tables`` a refresh
+after 1,000 new edges (float64, from the refresher); here they cost 4 bytes a node of
+``A_{L-1}`` (``own_src``). The projections and own parts
 are fp32 products (the layer's own) kept in float64, so float32 carries them exactly;
 the moves and sums are float64 as on the client before, in the same order, so the
 rows are the ones a client-side move wrote. Reply ``{"moved": rows not stamped yet}``.
 
-**Who may call it:** whoever may write the three tables (as ``push_tables``): the job's
+**Who may call it:** whoever may write the four tables (as ``push_tables``): the job's
 own tables with its key or the admin key; the graph's tensors never (AuthError to a
 job key). **Bounds:** every count is checked against the request before anything is
 allocated (``rows`` unique and inside the partition, positions inside what they index,
@@ -42,7 +47,8 @@ written: a bad one changes nothing and gets one ArgumentError line. **Crash-safe
 the stamps': the compiled loop (:func:`~graphrun.store.sum_kernels.move_rows`) moves a
 row in a buffer and writes it whole with its stamp, then its logits and prediction, as
 ``push_tables`` wrote the client's rows; a row already stamped ``version`` (moved by an
-interrupted try) is not moved again, so a retry moves only the rest. A write like
+interrupted try) is not moved again, so a retry moves only the rest (its ``lastown`` row
+is written again, the same). A write like
 ``push`` (``WRITE_OPS``): a partition's replica applies the same request to its rows.
 """
 
@@ -60,13 +66,14 @@ OP = "move_sums"
 MAX_EDGES = 1 << 24  # edges of one request (changed and leaving A_{L-1}, each)
 MAX_SOURCES = 1 << 22  # rows of ``src`` and of ``own``
 TENSORS = ("rows", "fresh", "src", "ch_at", "ch_src", "ch_sign", "out_at", "out_src",
-           "own_at", "own")  # fmt: skip
+           "own_at", "own", "own_src")  # fmt: skip
 
 
 class MoveBody(msgspec.Struct, frozen=True, kw_only=True):
     sums: str
     logits: str
     predictions: str
+    lastown: str
     version: int
 
     def __post_init__(self) -> None:
@@ -100,7 +107,7 @@ def _table(state: ServerState, req: Request, name: str, dtype: str, shape: tuple
 
 def move_sums(state: ServerState, req: Request) -> Response:
     """The op (module docstring): everything checked, then the rows moved and the
-    three tables written."""
+    four tables written."""
     body = req.args(MoveBody)
     if len(req.tensors) != len(TENSORS):
         raise ArgumentError(f"{req.op}: {len(req.tensors)} tensors, expected "
@@ -126,7 +133,10 @@ def move_sums(state: ServerState, req: Request) -> Response:
     out_at, out_src = _positions(req, 6, m), _positions(req, 7, len(src))
     own_at = _positions(req, 8, m, MAX_SOURCES)
     own = _array(req, 9, "float32", 2, MAX_SOURCES)
-    if not len(ch_at) == len(ch_src) == len(sign) or len(out_at) != len(out_src):
+    own_src = _positions(req, 10, len(src), MAX_SOURCES)
+    lastown = _table(state, req, body.lastown, "float64", (4 * c + 1,))
+    if (not len(ch_at) == len(ch_src) == len(sign) or len(out_at) != len(out_src)
+            or len(own_src) != len(own_at)):  # fmt: skip
         raise ArgumentError(f"{req.op}: an edge list's tensors differ in length")
     if len(sign) and not np.isin(sign, (-1, 1)).all():
         raise ArgumentError(f"{req.op}: ch_sign holds a value other than -1 and +1")
@@ -141,7 +151,8 @@ def move_sums(state: ServerState, req: Request) -> Response:
         sums.array, logits.array, pred.array, rows, fresh.astype(np.int64),
         float(body.version), old, change, ch_at.astype(np.int64), ch_src.astype(np.int64),
         sign.astype(np.float64), out_at.astype(np.int64), out_src.astype(np.int64),
-        own_at.astype(np.int64), own.astype(np.float64),
+        own_at.astype(np.int64), own.astype(np.float64), lastown.array, src64,
+        own_src.astype(np.int64),
     )  # fmt: skip
     return Response({"moved": int(moved)})
 

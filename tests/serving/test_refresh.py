@@ -22,6 +22,7 @@ from graphrun.partition import load_id_mapping
 from graphrun.sampling.fanout import ALL
 from graphrun.serving import moves
 from graphrun.serving.follow import follow
+from graphrun.serving.plan import union
 from graphrun.serving.refresh import States, _pos, full, layer_tables, refresh
 from graphrun.serving.sums import LASTOWN, TABLES
 from graphrun.store.client import ClientConfig, KVClient
@@ -339,6 +340,18 @@ def test_positions_by_a_table_and_by_a_search_agree():
         of = rng.choice(ids, 2000)
         np.testing.assert_array_equal(ids[_pos(ids, of)], of)
     assert len(_pos(np.empty(0, np.int64), np.empty(0, np.int64))) == 0
+
+
+def test_a_union_by_a_table_of_marks_and_by_a_sort_agree():
+    """``union`` marks ids in a table where they are dense (the 45k destinations of a
+    refresh's leaving edges in a 200k-node graph), else sorts: the same ids either way."""
+    rng = np.random.default_rng(0)
+    for upper, size in ((200_000, 45_000), (200_000, 500), (50, 0), (10, 3)):
+        arrays = [rng.integers(0, upper, size), np.sort(rng.integers(0, upper, size // 3))]
+        got = union(arrays)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, np.unique(np.concatenate(arrays)))
+    assert len(union([])) == 0
 
 
 def test_a_refresh_without_kept_states_says_so(tmp_path):

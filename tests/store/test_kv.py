@@ -151,6 +151,31 @@ def test_push_tables_writes_several_tensors_or_none(stores, keys, rng):
         assert not c.pull("a", [2]).any()
 
 
+def test_send_tables_waits_for_every_turn_and_raises_after(stores, keys, rng, monkeypatch):
+    """``send_tables``: the first request a partition sent, the rest (rows past one
+    request's bytes: three turns here) sent by the waiter; an error (a table it may not
+    write) raised by the waiter once every answer is in, never at the send."""
+    from graphrun.store import client as client_mod
+
+    monkeypatch.setattr(client_mod, "PUSH_WINDOW_BYTES", 1000)
+    with connect(stores, keys, job="st") as c:
+        c.init_tensor("a", "node:_N", (3,), persistent=True)
+        c.init_tensor("b", "node:_N", (3,), persistent=True)
+        ids = rng.permutation(np.arange(100, 300))
+        va, vb = (rng.random((200, 3), dtype=np.float32) for _ in range(2))
+        before = c.stats(0)["served"].get("push_tables", 0)
+        wait = c.send_tables([("a", ids, va), ("b", ids, vb), ("a", [0], va[:1])])
+        wait()
+        assert c.stats(0)["served"]["push_tables"] >= before + 3
+        np.testing.assert_array_equal(c.pull("a", ids), va)
+        np.testing.assert_array_equal(c.pull("b", ids), vb)
+        wait = c.send_tables([("a", [1, 598], np.ones((2, 3), np.float32)),
+                              (FEAT, [1, 598], c.pull(FEAT, [1, 598]))])  # fmt: skip
+        with pytest.raises(StoreError, match="read-only"):
+            wait()
+        assert not c.pull("a", [1, 598]).any()
+
+
 def test_recreated_tensor_is_not_read_from_a_stale_mapping(stores, keys):
     with connect(stores, keys, job="re") as a, connect(stores, keys, job="re") as b:
         a.init_tensor("r", "node:_N", (1,), persistent=True)

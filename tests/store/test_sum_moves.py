@@ -24,7 +24,7 @@ from graphrun.testing.procs import child_env
 from graphrun.testing.store import make_partition_dir, store_threads
 
 C = 5  # classes
-NAMES = {"sums": "s", "logits": "l", "predictions": "p"}
+NAMES = {"sums": "s", "logits": "l", "predictions": "p", "lastown": "o"}
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +70,7 @@ class Moves:
     out_src: np.ndarray
     own_at: np.ndarray
     own: np.ndarray
+    own_src: np.ndarray
 
     def tensors(self) -> tuple[np.ndarray, ...]:
         return tuple(getattr(self, t) for t in sum_moves.TENSORS)
@@ -86,12 +87,13 @@ def random_moves(rng: np.random.Generator, n: int, m: int = 40, k: int = 12) -> 
         rng.integers(0, m, o).astype(np.int32), rng.integers(0, k, o).astype(np.int32),
         rng.choice(m, j, replace=False).astype(np.int32),
         rng.standard_normal((j, 2 * C)).astype(np.float32),
+        rng.choice(k, j, replace=False).astype(np.int32),
     )  # fmt: skip
 
 
 def expected(before: np.ndarray, mv: Moves, version: int) -> tuple[np.ndarray, ...]:
-    """The rows, logits and predictions a move leaves, by numpy: ``np.add.at`` (in
-    order) over the rows not stamped ``version``."""
+    """The rows, logits, predictions and own rows (of ``own_at``) a move leaves, by
+    numpy: ``np.add.at`` (in order) over the rows not stamped ``version``."""
     got = before[mv.rows].copy()
     got[mv.fresh] = 0
     todo = got[:, -1] != version
@@ -108,7 +110,10 @@ def expected(before: np.ndarray, mv: Moves, version: int) -> tuple[np.ndarray, .
     got[~todo] = keep
     got[:, -1] = version
     logits = (got[:, :C] / np.maximum(got[:, C : C + 1], 1)).astype(np.float32)
-    return got, logits, logits.argmax(1)
+    p = src[mv.own_src]
+    mine = np.concatenate([p[:, C:], own[:, C:], p[:, :C], own[:, :C],
+                           np.full((len(own), 1), version)], axis=1)  # fmt: skip
+    return got, logits, logits.argmax(1), mine
 
 
 def tables(c: KVClient, rng: np.random.Generator) -> np.ndarray:
@@ -117,6 +122,7 @@ def tables(c: KVClient, rng: np.random.Generator) -> np.ndarray:
     c.init_tensor("s", "node:_N", (C + 2,), "float64")
     c.init_tensor("l", "node:_N", (C,), "float32")
     c.init_tensor("p", "node:_N", (), "int64")
+    c.init_tensor("o", "node:_N", (4 * C + 1,), "float64")
     sums = np.concatenate([rng.standard_normal((n, C)), rng.integers(0, 5, (n, 1)),
                            np.zeros((n, 1))], axis=1)  # fmt: skip
     c.push("s", np.arange(n), sums)
@@ -134,7 +140,7 @@ def partition_rows(c: KVClient, part: int) -> int:
 
 def read(c: KVClient, part: int, rows: np.ndarray) -> tuple[np.ndarray, ...]:
     ids = rows + int(c.policy("s").ranges[part])
-    return c.pull("s", ids), c.pull("l", ids), c.pull("p", ids)
+    return c.pull("s", ids), c.pull("l", ids), c.pull("p", ids), c.pull("o", ids)
 
 
 def test_the_rows_move_as_numpy_moves_them_and_a_retry_moves_none(store):
@@ -154,6 +160,7 @@ def test_the_rows_move_as_numpy_moves_them_and_a_retry_moves_none(store):
             np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-12)
             np.testing.assert_array_equal(got[1], want[1])
             np.testing.assert_array_equal(got[2], want[2])
+            np.testing.assert_array_equal(got[3][mv.own_at], want[3])
             assert call(c, part, mv)["moved"] == 1  # the retry: the new node's row alone
             again = read(c, part, mv.rows)
             for a, b in zip(again, got, strict=True):
@@ -178,6 +185,13 @@ def _bad(mv: Moves, n: int) -> dict[str, tuple[Moves, dict, str]]:
         "a sign of 2": (replace(mv, ch_sign=np.full_like(mv.ch_sign, 2)), {}, "other than -1"),
         "src too narrow": (replace(mv, src=mv.src[:, :-1].copy()), {}, "src rows have"),
         "own of another shape": (replace(mv, own=mv.own[:-1]), {}, "own has shape"),
+        "own_src out of range": (
+            replace(mv, own_src=np.append(mv.own_src[:-1], i32(len(mv.src)))),
+            {},
+            "own_src holds a position outside",
+        ),
+        "own_src short": (replace(mv, own_src=mv.own_src[:-1]), {}, "differ in length"),
+        "lastown too narrow": (mv, {"lastown": "l"}, "'l' has float32 rows"),
         "logits of float64": (mv, {"logits": "s"}, "'s' has float64 rows"),
         "no such table": (mv, {"sums": "nope"}, "tensor 'nope' does not exist"),
         "a negative version": (mv, {"version": -1}, "version: a version is >= 0"),
@@ -196,7 +210,7 @@ def test_a_bad_request_is_one_error_and_changes_nothing(store):
                 call(c, 0, bad, **body)
             for a, b in zip(read(c, 0, np.arange(n)), before, strict=True):
                 np.testing.assert_array_equal(a, b, err_msg=what)
-        with pytest.raises(ArgumentError, match="9 tensors, expected 10"):
+        with pytest.raises(ArgumentError, match="10 tensors, expected 11"):
             c.session.call(0, sum_moves.OP, {**NAMES, "version": 3}, tensors=mv.tensors()[:-1])
 
 
@@ -242,7 +256,9 @@ with store_threads(ServerConfig(parts, 0, keys=admin, clients_dir=tmp / "clients
         c.init_tensor("s", "node:_N", (7,), "float64")
         c.init_tensor("l", "node:_N", (5,), "float32")
         c.init_tensor("p", "node:_N", (), "int64")
-        moves.warm(c, {"lastsum": "s", "logits": "l", "predictions": "p"}.__getitem__)
+        c.init_tensor("o", "node:_N", (21,), "float64")
+        moves.warm(c, {"lastsum": "s", "logits": "l", "predictions": "p",
+                       "lastown": "o"}.__getitem__)
 print("warm")
 """
 
