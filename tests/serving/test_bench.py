@@ -8,6 +8,7 @@ import json
 import os
 from typing import Any
 
+import numpy as np
 import pytest
 
 from graphrun.bench.httpload import MAX_ANSWER, read_answer
@@ -24,6 +25,8 @@ from graphrun.local.netns import list_namespaces, unavailable_reason
         (["--concurrency", "1,x"], "--concurrency: expected comma-separated ints"),
         (["--concurrency", "2000"], "--concurrency: at most 1024"),
         (["--window-ms", "-1"], "--window-ms: -1.0 is not in [0, 1000]"),
+        (["--refreshes", "0"], "--refreshes: must be at least 1"),
+        (["--refreshes", "101"], "--refreshes: at most 100, got 101"),
         (["--modes", "fast"], "--modes: 'fast' is not one of sampled, full, precomputed"),
         (["--fanouts", "5,0"], "--fanouts"),
         (["--dataset", "/nonexistent"], "--dataset: /nonexistent is not a dataset directory"),
@@ -65,6 +68,7 @@ def check_runs(got: dict[str, Any], modes: list[str], clients: list[int], n: int
             assert r["requests_per_server_cpu_s"] is None
     assert got["full_pass_s"] > 0 and len(got["load_avg"]) == 3
     assert got["refresh_s"] > 0 and 0 <= got["refresh_recomputed"] <= got["nodes"]
+    assert got["refresh_s"] == pytest.approx(float(np.median(got["refreshes_s"])))
     assert got["refresh_cpu_s"] > 0 and got["refresh_own_process_s"] > 0  # staying up, not
     assert got["refresh_max_abs_diff"] <= 1e-5
 
@@ -75,11 +79,13 @@ def check_runs(got: dict[str, Any], modes: list[str], clients: list[int], n: int
 def test_a_small_run_prints_the_runs_and_the_full_pass(capsys: pytest.CaptureFixture[str]) -> None:
     modes = ["sampled", "full", "precomputed"]
     argv = ["bench", "serve", "--nodes", "600", "--requests", "20", "--seconds", "5",
-            "--concurrency", "1,4", "--fanouts", "5,5", "--modes", ",".join(modes)]  # fmt: skip
+            "--concurrency", "1,4", "--fanouts", "5,5", "--modes", ",".join(modes),
+            "--refreshes", "3"]  # fmt: skip
     assert main(argv) == 0
     got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert got["nodes"] == 600 and got["hosts"] == "local"
     check_runs(got, modes, [1, 4], 20)
+    assert len(got["refreshes_s"]) == 3  # each after its own 1,000 edges
     # 1,000 new edges, no feature: every row of A_1 and A_2 moves by its running sums
     assert got["refresh_recomputed"] == 0
     assert got["refresh_updated"] == sum(got["refresh_per_layer"]) > 0
