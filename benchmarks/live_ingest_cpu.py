@@ -18,7 +18,8 @@ commits of ``BATCH`` new edges between random base nodes after one warm-up batch
 Prints JSON: the writer's CPU ms per batch (``time.process_time``), each server's
 (``/proc/PID/stat``) and per thread (user, system; ``/proc/PID/task``), edges per CPU
 second (a server's half of each batch; the writer's whole batch), each server's requests
-a batch by op and its log's syncs a batch (its ``stats``, asked with the store's key),
+a batch by op, its log's syncs and its delta's index entries written a batch (its
+``stats``, asked with the store's key),
 the wall time and the load average (benchmarks/README.md).
 """
 
@@ -142,6 +143,7 @@ def main() -> None:
                     print("\n".join(x for x in dump.splitlines() if x.startswith("Thread")))
             served0 = [admin.stats(p)["served"] for p in range(2)]
             syncs0 = [admin.stats(p)["live"]["log_syncs"] for p in range(2)]
+            work0 = [admin.stats(p)["live"].get("index_work", 0) for p in range(2)]
             s0 = [cpu_s(s.proc.pid) for s in stores]
             t_0 = [threads_cpu(s.proc.pid) for s in stores]
             prof = cProfile.Profile(time.thread_time) if os.environ.get("PROFILE") else None
@@ -163,6 +165,9 @@ def main() -> None:
                       for p, before in enumerate(served0)]  # fmt: skip
             syncs = [round((admin.stats(p)["live"]["log_syncs"] - n) / BATCHES, 2)
                      for p, n in enumerate(syncs0)]  # fmt: skip
+            # index entries the delta wrote (fresh runs and merges) per batch
+            work = [round((admin.stats(p)["live"].get("index_work", 0) - n) / BATCHES)
+                    for p, n in enumerate(work0)]  # fmt: skip
             admin.close()
             if WINDOW:
                 w.close()
@@ -179,6 +184,7 @@ def main() -> None:
             "load_avg": os.getloadavg(),
             "requests_per_batch": served,
             "log_syncs_per_batch": syncs,
+            "index_work_per_batch": work,
             "threads_ms_user_sys_faults": [per_batch(a, b) for a, b in zip(t_0, t_1, strict=True)],
         }))  # fmt: skip
         if prof is not None:
