@@ -18,7 +18,8 @@ commits of ``BATCH`` new edges between random base nodes after one warm-up batch
 Prints JSON: the writer's CPU ms per batch (``time.process_time``), each server's
 (``/proc/PID/stat``) and per thread (user, system; ``/proc/PID/task``), edges per CPU
 second (a server's half of each batch; the writer's whole batch), each server's requests
-a batch by op and its log's syncs a batch (its ``stats``, asked with the store's key),
+a batch by op, its log's syncs and its delta's index entries written a batch (its
+``stats``, asked with the store's key),
 the wall time and the load average (benchmarks/README.md).
 """
 
@@ -58,7 +59,8 @@ def settled(pids: list[int]) -> list[float]:
 
 
 def threads_cpu(pid: int) -> dict[str, list[float]]:
-    """Per thread name: [user s, system s, minor faults] (threads of one name summed)."""
+    """Per thread name: [user s, system s, minor faults, voluntary and involuntary
+    context switches] (threads of one name summed)."""
     out: dict[str, list[float]] = {}
     tick = os.sysconf("SC_CLK_TCK")
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -66,19 +68,22 @@ def threads_cpu(pid: int) -> dict[str, list[float]]:
             name = (task / "comm").read_text().strip()
             name += f"/{task.name}" if os.environ.get("TIDS") else ""
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            status = dict(x.split(":", 1) for x in (task / "status").read_text().splitlines())
         except OSError:
             continue
-        acc = out.setdefault(name, [0.0, 0.0, 0.0])
+        acc = out.setdefault(name, [0.0] * 5)
         acc[0] += int(fields[11]) / tick
         acc[1] += int(fields[12]) / tick
         acc[2] += int(fields[7]) / 1000  # per batch below: faults, not ms
+        acc[3] += int(status["voluntary_ctxt_switches"]) / 1000  # switches, likewise
+        acc[4] += int(status["nonvoluntary_ctxt_switches"]) / 1000
     return out
 
 
 def per_batch(
     before: dict[str, list[float]], after: dict[str, list[float]]
 ) -> dict[str, list[float]]:
-    zero = [0.0, 0.0, 0.0]
+    zero = [0.0] * 5
     return {k: [round(1000 * (a - b) / BATCHES, 2)
                 for a, b in zip(v, before.get(k, zero), strict=True)]
             for k, v in after.items() if v != before.get(k, zero)}  # fmt: skip
@@ -142,6 +147,7 @@ def main() -> None:
                     print("\n".join(x for x in dump.splitlines() if x.startswith("Thread")))
             served0 = [admin.stats(p)["served"] for p in range(2)]
             syncs0 = [admin.stats(p)["live"]["log_syncs"] for p in range(2)]
+            work0 = [admin.stats(p)["live"].get("index_work", 0) for p in range(2)]
             s0 = [cpu_s(s.proc.pid) for s in stores]
             t_0 = [threads_cpu(s.proc.pid) for s in stores]
             prof = cProfile.Profile(time.thread_time) if os.environ.get("PROFILE") else None
@@ -163,6 +169,9 @@ def main() -> None:
                       for p, before in enumerate(served0)]  # fmt: skip
             syncs = [round((admin.stats(p)["live"]["log_syncs"] - n) / BATCHES, 2)
                      for p, n in enumerate(syncs0)]  # fmt: skip
+            # index entries the delta wrote (fresh runs and merges) per batch
+            work = [round((admin.stats(p)["live"].get("index_work", 0) - n) / BATCHES)
+                    for p, n in enumerate(work0)]  # fmt: skip
             admin.close()
             if WINDOW:
                 w.close()
@@ -179,7 +188,8 @@ def main() -> None:
             "load_avg": os.getloadavg(),
             "requests_per_batch": served,
             "log_syncs_per_batch": syncs,
-            "threads_ms_user_sys_faults": [per_batch(a, b) for a, b in zip(t_0, t_1, strict=True)],
+            "index_work_per_batch": work,
+            "threads_ms_user_sys_faults_switches": [per_batch(a, b) for a, b in zip(t_0, t_1, strict=True)],
         }))  # fmt: skip
         if prof is not None:
             pstats.Stats(prof).sort_stats(os.environ.get("SORT", "cumtime")).print_stats(40)

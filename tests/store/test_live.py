@@ -19,7 +19,7 @@ from graphrun.store.live import (
     run_ids,
 )
 from graphrun.store.live_check import FeatureSpec, Schema, check_piece
-from graphrun.store.live_index import Taken, build_run, due, id_runs
+from graphrun.store.live_index import Taken, build_run, due, id_runs, stable_order
 
 N, E = 10, 20
 FEAT = "node/_N/feat"
@@ -502,3 +502,19 @@ def test_in_edges_order_packed_or_not_is_by_seed_then_edge_id():
         got = _by_seed_and_eid(seed, eid)
         assert got.tolist() == np.lexsort((eid, seed)).tolist()
     assert _by_seed_and_eid(np.empty(0, np.int64), np.empty(0, np.int64)).tolist() == []
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        np.array([5, 3, 5, 0, 3, 5, 1], np.int64),  # ties: first come first
+        np.random.default_rng(3).integers(0, 40, 5000),  # packed
+        np.array([2, -1, 2, -1], np.int64),  # negative: the stable sort itself
+        np.array([1 << 60, 7, 1 << 60, 0], np.int64),  # no room for a position
+        np.array([4], np.int64),
+        np.empty(0, np.int64),
+    ],
+)
+def test_stable_order_is_the_stable_argsort(keys):
+    """A fresh commit's run is sorted by (key, version): ties keep their order."""
+    assert (stable_order(keys) == np.argsort(keys, kind="stable")).all()

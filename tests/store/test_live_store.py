@@ -508,3 +508,4 @@ def test_a_pipelined_writer_sends_its_decisions_with_its_next_pieces(store):
         w.close()
         c.follow()
         assert len(in_edges(c, np.asarray([500], np.int64))[0] - base) == 12
+        assert c.stats(1)["live"]["index_work"] >= 12  # the read indexed every new edge
