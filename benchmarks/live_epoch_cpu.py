@@ -44,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from graphrun.bench import cpu_seconds as cpu_s
+
 ORDER = os.environ.get("ORDER", "UIIUUIIU")
 EPOCH_BATCHES = int(os.environ.get("EPOCH_BATCHES", "20"))
 RATE = float(os.environ.get("RATE", "100000"))
@@ -54,11 +56,6 @@ BATCH = 10_000
 WARMUP = int(os.environ.get("WARMUP", "2"))  # batches of the warm-up epoch
 # argv before the servers' ``python -m graphrun serve`` (e.g. a profiling wrapper's)
 LAUNCHER = os.environ.get("LAUNCHER", "").split()
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def threads_cpu(pid: int) -> dict[str, float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from graphrun.errors import ArgumentError
 
@@ -38,3 +39,11 @@ def int_list(flag: str, text: str, minimum: int = 1) -> list[int]:
     if not out or min(out) < minimum:
         raise ArgumentError(f"{flag}: expected ints >= {minimum}, got {text!r}")
     return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds process ``pid`` (all its threads) has used so far
+    (Linux /proc); OSError once it is gone."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

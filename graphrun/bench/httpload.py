@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -112,10 +111,3 @@ async def drive(
     load.wall_s = time.perf_counter() - t0
     load.client_cpu_s = time.process_time() - c0
     return load
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU seconds process ``pid`` has used so far (Linux /proc)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

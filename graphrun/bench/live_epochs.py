@@ -22,13 +22,13 @@ compaction starts by itself once the oldest commit is
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from graphrun.bench import cpu_seconds
 from graphrun.errors import GraphrunError
 
 if TYPE_CHECKING:
@@ -43,10 +43,9 @@ def cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` (all its threads) so far; 0.0 once
     it is gone."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return cpu_seconds(pid)
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def client(cfg: dict[str, Any], key: str, timeout: float = 60.0) -> KVClient:

@@ -165,7 +165,8 @@ def _body(mode: str) -> Callable[[int], bytes]:
 def _run_one(cfg: dict[str, Any], pid: int, mode: str, clients: int, requests: int,
              seconds: float) -> dict[str, Any]:  # fmt: skip
     """One run of the load generator, with the endpoint's CPU seconds over it."""
-    from graphrun.bench.httpload import cpu_seconds, drive
+    from graphrun.bench import cpu_seconds
+    from graphrun.bench.httpload import drive
 
     host, port = cfg["host"], cfg["port"]
     path, n = "/v2/models/bench/infer", cfg["num_nodes"]
