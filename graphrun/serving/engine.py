@@ -14,7 +14,7 @@ neighbourhoods overlap, and one pull costs the same store round trips as one que
 * ``full``: every neighbour (fanout -1): no randomness, so the micro-batch's ids are one
   mini-batch; answers equal layer-wise evaluation (:mod:`graphrun.train.inference`).
 * ``precomputed``: the rows ``graphrun infer embed`` wrote (:mod:`graphrun.serving.embed`),
-  one pull a table for all of a micro-batch's queries.
+  one ``pull_tables`` request an owner for all of a micro-batch's queries.
 * a new node (``features``, ``neighbors``): its given in-edges are its first hop (all of
   them), the neighbours' hops beyond are sampled as the mode says.
 
@@ -49,7 +49,7 @@ from graphrun.serving.embed import TABLES, table_name
 from graphrun.serving.live_ids import NewNodes, stored
 from graphrun.serving.model import ModelSpec, load_model
 from graphrun.serving.protocol import Graph, Query
-from graphrun.store.dist_tensor import DistTensor
+from graphrun.store.tables import pull_tables
 from graphrun.train.distdata import DistGraphData
 from graphrun.train.models import ByLayer, mfg_edges, mfg_targets
 
@@ -192,7 +192,7 @@ class Engine:
                 }
             self.features = StoreFeatures(ctx.client)
             self.data = data
-            self._tables: dict[str, DistTensor] = {}
+            self._tables: list[str] = []  # the precomputed tables, once found
         except BaseException:
             ctx.close()
             raise
@@ -303,7 +303,8 @@ class Engine:
         )  # fmt: skip
 
     def _stored(self, queries: Sequence[Query]) -> list[dict[str, np.ndarray] | BadRequest]:
-        """The stored rows of every ``precomputed`` query: one pull a table for all of them."""
+        """The stored rows of every ``precomputed`` query: one ``pull_tables`` request an
+        owner partition for all of them (store/tables.py)."""
         assert self.ctx is not None
         client = self.ctx.client
         out: list[dict[str, np.ndarray] | BadRequest | None] = [None] * len(queries)
@@ -318,18 +319,17 @@ class Engine:
         base = [(k, q.ids) for k, q in enumerate(queries) if out[k] is None and q.ids is not None]
         if not base:
             return [r for r in out if r is not None]
-        for what in TABLES:
-            name = table_name(self.ntype, what)
-            if name not in self._tables:
-                if name not in {t.name for t in client.list_tensors()}:
-                    bad = BadRequest(
-                        "parameters.mode: precomputed, but the store holds no embeddings of "
-                        "this job (run `graphrun infer embed` first)"
-                    )
-                    return [bad if r is None else r for r in out]  # each query's alone
-                self._tables[name] = DistTensor(client, name)
+        names = [table_name(self.ntype, what) for what in TABLES]
+        if not self._tables:
+            if not set(names) <= {t.name for t in client.list_tensors()}:
+                bad = BadRequest(
+                    "parameters.mode: precomputed, but the store holds no embeddings of "
+                    "this job (run `graphrun infer embed` first)"
+                )
+                return [bad if r is None else r for r in out]  # each query's alone
+            self._tables = names
         union, inverse = np.unique(np.concatenate([ids for _, ids in base]), return_inverse=True)
-        got = {what: self._tables[table_name(self.ntype, what)][union].numpy() for what in TABLES}
+        got = dict(zip(TABLES, pull_tables(client, names, union), strict=True))
         lo = 0
         for k, q_ids in base:
             at = inverse[lo : lo + q_ids.size]

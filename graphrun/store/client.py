@@ -303,14 +303,15 @@ class KVClient:
         self.session.call_all("delete", {"name": name})
         self.catalog.forget(name)
 
-    def _pull_pieces(self, ti: TensorInfo, group: routing.Group) -> list[routing.Group]:
-        """One owner's rows as pieces of about ``pull_chunk_bytes`` of answer each, all
-        in flight at once (and every ids frame within the request limit)."""
+    def pull_pieces(self, row_bytes: int, group: routing.Group) -> list[routing.Group]:
+        """One owner's rows (``row_bytes`` of answer each) as pieces of about
+        ``pull_chunk_bytes`` of answer each, all in flight at once (and every ids frame
+        within the request limit)."""
         limit = self.cfg.pull_chunk_bytes
         if limit is None:
             limit = DEFAULT_CURVE_CHUNK if self.cfg.keys is not None else 0
         n = len(group.ids)
-        k = 1 if limit <= 0 else max(1, min(n * ti.row_bytes // limit, self.cfg.max_chunks))
+        k = 1 if limit <= 0 else max(1, min(n * row_bytes // limit, self.cfg.max_chunks))
         k = max(k, -(-n * group.ids.itemsize // REQUEST_FRAME_BYTES))
         return group.pieces(k)
 
@@ -336,7 +337,7 @@ class KVClient:
         for g in routing.by_owner(pol.ranges, ids):
             arr = self._local(ti, g.part) if self.session.local_ok(g.part) else None
             if arr is None:
-                groups += self._pull_pieces(ti, g)
+                groups += self.pull_pieces(ti.row_bytes, g)
             else:
                 local[g.part] = arr
                 groups.append(g)

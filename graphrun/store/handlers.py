@@ -8,6 +8,8 @@ info               job -> the same without joining   (no session needed)
 leave              ends the session (frees the job's non-persistent tensors if it was the last)
 heartbeat          keeps the session alive -> {"known": bool}
 pull               job, name; tensors (rows,) local int64 -> (values,)
+pull_tables        job, names; tensors (rows,) -> (values,) per name  (tensors of one
+                   policy, every name found before any is read: one request for several)
 push               job, name, reducer, params, states; tensors (rows, values) -> {}
 push_tables        job, names; tensors (rows, values) per name -> {}  (``assign`` of each,
                    all checked before any is written: one request for several tables)
@@ -50,6 +52,7 @@ from graphrun.store.requests import (
     InitBody,
     JoinBody,
     Named,
+    PullTablesBody,
     PushBody,
     PushTablesBody,
     ReduceBody,
@@ -126,13 +129,24 @@ def heartbeat(state: ServerState, req: Request) -> Response:
 
 
 def pull(state: ServerState, req: Request) -> Response:
-    stored = state.find(req.job, req.args(Named).name)
+    return Response({}, (_pulled(state, req, state.find(req.job, req.args(Named).name)),))
+
+
+def pull_tables(state: ServerState, req: Request) -> Response:
+    found = [state.find(req.job, name) for name in req.args(PullTablesBody).names]
+    if len({s.info.policy for s in found}) != 1:
+        got = ", ".join(f"{s.info.name}: {s.info.policy}" for s in found)
+        raise ArgumentError(f"pull_tables: tensors of one partition policy, got {got}")
+    return Response({}, tuple(_pulled(state, req, s) for s in found))
+
+
+def _pulled(state: ServerState, req: Request, stored: StoredTensor) -> np.ndarray:
+    """``stored``'s values at the request's rows (tensor 0)."""
     if stored.info.job == GRAPH_JOB:  # a live graph's rows at the request's version
         live = live_ops.pull_at(state, req, stored)
         if live is not None:
-            return Response({}, (live,))
-    rows = _rows(state, req, stored)
-    return Response({}, (live_rows.take(stored, rows),))
+            return live
+    return live_rows.take(stored, _rows(state, req, stored))
 
 
 def writable(req: Request, stored: StoredTensor, allow_graph: bool) -> StoredTensor:
@@ -336,6 +350,7 @@ def register(registry: Registry) -> None:
     registry.add("leave", leave)
     registry.add("heartbeat", heartbeat, needs_session=False)
     registry.add("pull", pull)
+    registry.add("pull_tables", pull_tables)
     registry.add("push", push)
     registry.add("push_tables", push_tables)
     registry.add("reduce", reduce_op)

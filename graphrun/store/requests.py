@@ -59,6 +59,11 @@ class PushTablesBody(msgspec.Struct, frozen=True):
             raise ValueError(f"names: 1 to {MAX_PUSH_TABLES} tensors, got {len(self.names)}")
 
 
+class PullTablesBody(PushTablesBody, frozen=True):
+    """``pull_tables``: the job's tensors ``names`` (one partition policy), each read at
+    the rows of tensor 0."""
+
+
 class InitBody(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     policy: str
