@@ -87,6 +87,18 @@ class Metrics:
                                ["stage"], buckets=LATENCY_BUCKETS, registry=r)  # fmt: skip
         self.forward = Histogram(p + "forward_seconds", "seconds of one forward",
                                  buckets=LATENCY_BUCKETS, registry=r)  # fmt: skip
+        self._counted: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
+
+    def answered(self, route: str, code: int, seconds: float) -> None:
+        """An answer of ``route`` counted and timed (each route's and code's series looked
+        up once: prometheus_client's ``labels`` costs microseconds a call)."""
+        key = (route, code)
+        got = self._counted.get(key)
+        if got is None:  # a few routes, a few codes: bounded
+            got = self._counted[key] = (self.requests.labels(route, str(code)),
+                                        self.latency.labels(route))  # fmt: skip
+        got[0].inc()
+        got[1].observe(seconds)
 
 
 def error(message: str, status: int = 400) -> JSONResponse:
@@ -291,8 +303,7 @@ def build_app(server: Server) -> Starlette:
             log.exception("graphrun serving: request failed")
             m.errors.labels("internal").inc()
             response = error(f"internal error: {type(exc).__name__}", 500)
-        m.requests.labels(route, str(response.status_code)).inc()
-        m.latency.labels(route).observe(time.perf_counter() - t0)
+        m.answered(route, response.status_code, time.perf_counter() - t0)
         return response
 
     routes = [

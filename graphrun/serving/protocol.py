@@ -35,6 +35,7 @@ MODES: tuple[Mode, ...] = ("sampled", "full", "precomputed")
 OUTPUTS = ("logits", "predictions", "embeddings")
 DEFAULT_OUTPUTS = ("logits", "predictions")
 MAX_SEED = 2**62
+FEW_IDS = 64  # a request's ids checked as Python ints up to this many (numpy's past it)
 
 
 def _flag(help_: str | None) -> dict[str, Any]:
@@ -130,14 +131,21 @@ def _ids(name: str, ids: np.ndarray, graph: Graph, limit: int) -> np.ndarray:
         raise BadRequest(f"inputs.{name}: no ids")
     if ids.size > limit:
         raise BadRequest(f"inputs.{name}: {ids.size} ids, at most {limit} a request")
-    bad = (ids < 0) | (ids >= graph.num_nodes)
-    if bad.any():
+    if ids.size <= FEW_IDS:  # Python's ints: numpy's calls cost more than a few ids' checks
+        vals = ids.tolist()
+        bad = [v for v in vals if not 0 <= v < graph.num_nodes][:1]
+        twice = len(set(vals)) != len(vals)
+    else:
+        bad = ids[(ids < 0) | (ids >= graph.num_nodes)][:1].tolist()
+        twice = True  # np.unique tells
+    if bad:
         raise BadRequest(
-            f"inputs.{name}: id {int(ids[bad][0])} is not a node (ids are below {graph.num_nodes})"
+            f"inputs.{name}: id {bad[0]} is not a node (ids are below {graph.num_nodes})"
         )
-    uniq, counts = np.unique(ids, return_counts=True)
-    if (counts > 1).any():
-        raise BadRequest(f"inputs.{name}: id {int(uniq[counts > 1][0])} appears twice")
+    if twice:
+        uniq, counts = np.unique(ids, return_counts=True)
+        if (counts > 1).any():
+            raise BadRequest(f"inputs.{name}: id {int(uniq[counts > 1][0])} appears twice")
     return ids
 
 

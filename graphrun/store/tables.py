@@ -32,8 +32,8 @@ def pull_tables(client: KVClient, names: Sequence[str], ids: Any) -> list[np.nda
         raise ArgumentError(f"names: 1 to {MAX_PUSH_TABLES} tensors, got {len(names)}")
     infos = [client.meta(n) for n in names]
     if len({ti.policy for ti in infos}) != 1:
-        got = ", ".join(f"{ti.name}: {ti.policy}" for ti in infos)
-        raise ArgumentError(f"names: tensors of one partition policy, got {got}")
+        seen = ", ".join(f"{ti.name}: {ti.policy}" for ti in infos)
+        raise ArgumentError(f"names: tensors of one partition policy, got {seen}")
     pol = lookup_policy(client.policies, infos[0].policy)
     ids = pol.check_ids(to_numpy_ids(ids))
     groups = routing.by_owner(pol.ranges, ids)
