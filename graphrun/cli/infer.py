@@ -185,10 +185,12 @@ def _serve(args: argparse.Namespace, t: Any, token: str | None, sock: Any) -> in
     url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
     # h11, not uvicorn's "auto": with httptools installed (uvicorn[standard]) auto takes it,
     # and it keeps every header a stranger sends (50 MB of them in one request, measured);
-    # h11 refuses a head past 16 KiB with 400
+    # h11 refuses a head past 16 KiB with 400. The loop is uvicorn's "auto": uvloop (a
+    # dependency; asyncio's where it is missing), about 15% less of the endpoint's CPU a
+    # precomputed request (benchmarks/README.md, "Issue 43, serve43d")
     cfg = uvicorn.Config(
         build_app(server), log_level="warning", access_log=False, lifespan="on",
-        limit_concurrency=args.max_queue + 64, timeout_keep_alive=30, http="h11",
+        limit_concurrency=args.max_queue + 64, timeout_keep_alive=30, http="h11", loop="auto",
     )  # fmt: skip
     print(f"graphrun infer serve: model {name!r} at {url}/v2/models/{name} "
           f"({len(t.servers)} store partitions, job {t.job_name!r})", flush=True)  # fmt: skip
