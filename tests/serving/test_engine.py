@@ -170,33 +170,48 @@ def test_a_micro_batch_pulls_its_features_once_and_answers_each_query_as_alone(
         engine.close()
 
 
-def test_the_precomputed_queries_of_a_micro_batch_share_one_pull_a_table(
-    served: Served, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("use_shm", [False, True])
+def test_the_precomputed_queries_of_a_micro_batch_share_one_request_an_owner(
+    served: Served, monkeypatch: pytest.MonkeyPatch, use_shm: bool
 ) -> None:
-    """Overlapping ids in two queries: three pulls (logits, embeddings, predictions) for
-    both, and each gets its own rows, the full pass's."""
+    """Overlapping ids in two queries: over the network one ``pull_tables`` request an
+    owner partition for the three tables (logits, embeddings, predictions) of both, no
+    ``pull``; from shared memory a pull a table, no request. Each query gets its own
+    rows, the full pass's."""
     from graphrun.cli import main
+    from graphrun.serving import engine as engine_mod
 
     args = ["infer", "embed", str(served.job_file), "--key-file", str(served.key)]
     assert main([*args, *(a for s in served.servers for a in ("--store", s))]) == 0
     spec = ModelSpec.of(load_job(served.job_file))
     ckpt = served.job_file.parent / "runs" / "small" / "checkpoints"
+    join = engine_mod.initialize
+    monkeypatch.setattr(engine_mod, "initialize", lambda *a, **kw: join(*a, **kw, use_shm=use_shm))
     engine = Engine(spec, ckpt, served.servers, load_keys(served.key), "small")
     try:
         engine.answer([Query("precomputed", 0, ("logits",), ids=np.array([1]))])  # tables found
         assert engine.ctx is not None
-        client, pulls = engine.ctx.client, list[str]()
-        pull = client.pull
+        client, pulls, ops = engine.ctx.client, list[str](), list[str]()
+        pull, request = client.pull, client.session.request
 
         def counted(name: str, ids: np.ndarray, **kw: Any) -> np.ndarray:
             pulls.append(name)
             return pull(name, ids, **kw)
 
+        def sent(part: int, op: str, *a: Any, **kw: Any) -> Any:
+            ops.append(op)
+            return request(part, op, *a, **kw)
+
         monkeypatch.setattr(client, "pull", counted)
+        monkeypatch.setattr(client.session, "request", sent)
         a, b = np.array([0, 17]), np.array([17, 5, 999])
         got = engine.answer([Query("precomputed", 0, ("logits",), ids=a),
                              Query("precomputed", 0, ("logits",), ids=b)]).rows  # fmt: skip
-        assert len(pulls) == 3
+        if use_shm:
+            assert len(pulls) == 3 and ops == []
+        else:
+            assert pulls == [] and set(ops) == {"pull_tables"}
+            assert 1 <= len(ops) <= len(served.servers)
         for ids, rows in zip((a, b), got, strict=True):
             want = engine.answer([Query("full", 0, ("logits",), ids=ids)]).rows[0]
             assert not isinstance(rows, BadRequest) and not isinstance(want, BadRequest)
