@@ -78,9 +78,9 @@ def test_pull_tables_refuses_what_it_cannot_read(stores, keys, rng):
             c.session.call(0, "pull_tables", {"names": ["a", "e"]}, tensors=(rows,))
         with pytest.raises(ArgumentError, match="out of range"):
             c.session.call(0, "pull_tables", {"names": ["a", "b"]}, tensors=(rows + 10**6,))
-        with connect(stores, keys, job="other", use_shm=False) as o:  # not its job's "a"
-            with pytest.raises(StoreError, match="'a'"):
-                o.session.call(0, "pull_tables", {"names": [FEAT, "a"]}, tensors=(rows,))
+        other = connect(stores, keys, job="other", use_shm=False)  # not its job's "a"
+        with other as o, pytest.raises(StoreError, match="'a'"):
+            o.session.call(0, "pull_tables", {"names": [FEAT, "a"]}, tensors=(rows,))
         got = c.session.call(0, "pull_tables", {"names": ["b", "a"]}, tensors=(rows,)).tensors
         np.testing.assert_array_equal(got[0], c.pull("b", [0, 1]))
         np.testing.assert_array_equal(got[1], c.pull("a", [0, 1]))
