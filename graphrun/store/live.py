@@ -346,12 +346,15 @@ class LiveDelta:
         Background work (:func:`~graphrun.rpc.tuning.background`): reads do not wait for
         it, they look at more runs. Woken the first time (:meth:`warm`, or the first
         commit), it loads the compiled merge (:mod:`~graphrun.store.live_kernels`: numba,
-        about 0.5 CPU-s) first."""
+        about 0.5 CPU-s) first; woken by :meth:`close` alone, it loads nothing (every
+        store server closes its delta)."""
         background()
         loaded = False
         while not self._closed:
             self._wake.wait()
             self._wake.clear()
+            if self._closed:  # woken by close: a store that took no write loads nothing
+                break
             if not loaded:
                 from graphrun.store.live_kernels import warm_up
 

@@ -1,5 +1,7 @@
 """The live delta on its own: pieces checked wholly, versions, reads at a version."""
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -20,6 +22,7 @@ from graphrun.store.live import (
 )
 from graphrun.store.live_check import FeatureSpec, Schema, check_piece
 from graphrun.store.live_index import Taken, build_run, due, id_runs, stable_order
+from graphrun.testing.procs import child_env
 
 N, E = 10, 20
 FEAT = "node/_N/feat"
@@ -414,6 +417,23 @@ def test_the_merging_thread_merges_a_pair_before_the_last_two():
         assert d.in_edges(np.asarray([2]), 3)[0].tolist() == [26]
     finally:
         d.close()
+
+
+def test_a_delta_closed_without_a_write_loads_no_compiled_merge():
+    """``close`` wakes the merging thread to end it: it ended after loading the merge
+    (numba, 0.5 CPU-s and a compile where no cache is) in every store server, writes or
+    none, and ``close`` waited for that. In a fresh process (the thread given time to
+    wait for its first wake, as a server's has): numba is not imported."""
+    code = (
+        "import sys, time; from graphrun.store.live import LiveDelta\n"
+        "d = LiveDelta(background=True); time.sleep(0.3); d.close()\n"
+        "assert not d._merger.is_alive()\n"
+        "print(sorted(m for m in ('numba', 'graphrun.store.live_kernels') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=child_env(), timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize(("na", "nb"), [(0, 3), (3, 0), (1, 1), (257, 64), (64, 1000)])
