@@ -160,7 +160,7 @@ class DiesAfterDeciding(GraphWriter):
     """A writer that dies between its decision and telling the partitions."""
 
     def _decided(self, f) -> None:  # the sequencer's answer, and no live_commit sent
-        self.client.session.wait(f.pending.pop(-1))
+        self._sequencer_decided(f)
         f.stage = "done"
 
 
