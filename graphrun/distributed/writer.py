@@ -30,13 +30,15 @@ asked once, again for a batch with new nodes or an id in a block not heard of.
 way and returns; each later ``submit`` moves every batch in flight one step on (begun ->
 prepared -> decided), at most ``N`` stay in flight, and ``flush()`` waits for them all
 and returns their versions. A decision rides to a partition in the next piece sent
-there (``live_prepare``'s ``decided``: one request a batch less for each partition but
-the sequencer's); ``flush()`` sends those left as ``live_commit``, as ``commit()`` does
-each batch. Each batch is applied whole at its own version (the
-sequencer's order); a refused one is aborted alone and raised by the next ``submit`` or
-``flush`` once none is in flight. A batch naming ends by original id first waits for the
-batches in flight that add nodes (they must be known). ``commit()`` is ``submit`` +
-``flush``.
+there (``live_prepare``'s ``decided``: no ``live_commit`` a batch) and to the sequencer
+in the next ``live_begin`` (its ``decided``: no ``live_decide`` a batch; its answer is
+the acknowledgement; a refused begin took none, they go as ``live_decide`` then), so
+each partition serves one request a batch and the sequencer two; ``flush()`` sends those
+left as ``live_decide`` and ``live_commit``, as ``commit()`` does each batch. Each batch
+is applied whole at its own version (the sequencer's order); a refused one is aborted
+alone and raised by the next ``submit`` or ``flush`` once none is in flight. A batch
+naming ends by original id first waits for the batches in flight that add nodes (they
+must be known). ``commit()`` is ``submit`` + ``flush``.
 
 Where a new node goes: LDG (:func:`graphrun.partition.streaming.assign`) from the
 partitions of its batch's placed neighbours and of the batch's earlier new nodes, under
