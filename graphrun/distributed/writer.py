@@ -393,12 +393,19 @@ class GraphWriter:
                     why = f"undecided for {LIVE_DECIDE_TIMEOUT_S} s, or by its writer"
                     raise StoreError(f"live_begin: version {f.version} was aborted ({why})")
                 return
-        if f.decide is None:  # none carried it: every decision waiting goes now
-            for g in [f, *(g for g in self._deciding if g is not f)]:
-                body = {"version": g.version, "commit": g.commit}
-                g.decide = session.request(0, "live_decide", body)
-            self._deciding = []
-        session.wait(f.decide)
+
+        def send(g: _Flight) -> Pending:
+            g.decide = session.request(0, "live_decide", {"version": g.version,
+                                                          "commit": g.commit})  # fmt: skip
+            return g.decide
+
+        pending = f.decide
+        if pending is None:  # none carried it: every decision waiting goes now
+            for g in self._deciding:
+                if g is not f:
+                    send(g)
+            pending, self._deciding = send(f), []
+        session.wait(pending)
 
     def _decided(self, f: _Flight) -> None:
         """The sequencer's answer, then the decision for the partitions, carried by the

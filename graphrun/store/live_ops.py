@@ -331,19 +331,18 @@ def live_begin(state: ServerState, req: Request) -> Response:
     if isinstance(w, int) and req.session:
         seq.answers[(req.session, w)] = (version, answer)
     if live.log is not None:  # durable before the writer hears of the version
-        for r in (*deciding, record):
+        for r in deciding:
             live.log.write(r, sync=False)
+        live.log.write(record, sync=False)
     return _answer(state, seq, body, answer)
 
 
-def _answer(
-    state: ServerState, seq: Sequencer, body: BeginBody, out: dict[str, object]
-) -> Response:
+def _answer(state: ServerState, seq: Sequencer, b: BeginBody, out: dict[str, object]) -> Response:
     """``live_begin``'s answer ``out`` with its carried decisions taken (after the sync)."""
 
     def taken() -> Response:
-        outcome = [[v, _take(state, seq, v, commit)] for v, commit in body.decided]
-        return Response({**out, "decided": outcome, "head": seq.head} if body.decided else out)
+        outcome = [[v, _take(state, seq, v, commit)] for v, commit in b.decided]
+        return Response({**out, "decided": outcome, "head": seq.head} if b.decided else out)
 
     return taken() if live_of(state).log is None else Response(after_sync=AfterSync(taken))
 
