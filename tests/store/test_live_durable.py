@@ -359,7 +359,8 @@ def test_begins_in_flight_sent_again_get_their_first_answers(tmp_path):
 
 def test_decisions_a_begin_carries_are_synced_with_it_and_replayed(tmp_path):
     """The decisions a ``live_begin`` carries are written to the sequencer's log with
-    its version, taken once synced (as ``live_decide``'s), and replayed at start."""
+    its version, taken once synced (as ``live_decide``'s), and replayed at start; the
+    begin sent again (a failover) gets the same answer."""
     from graphrun.store import live_ops
     from graphrun.store.registry import Request
     from graphrun.store.server import load_main_state
@@ -374,19 +375,21 @@ def test_decisions_a_begin_carries_are_synced_with_it_and_replayed(tmp_path):
                                tmp_path / "live")  # fmt: skip
         return state, live
 
-    def begin(state, decided: list) -> dict:
-        body = {"nodes": [0, 0], "edges": [0, 1], "decided": decided}
-        resp = live_ops.live_begin(state, Request("live_begin", body, (np.empty(0, np.int64),)))
+    def begin(state, decided: list, w: int) -> dict:
+        body = {"nodes": [0, 0], "edges": [0, 1], "decided": decided, "w": w}
+        req = Request("live_begin", body, (np.empty(0, np.int64),), session="s")
+        resp = live_ops.live_begin(state, req)
         assert resp.after_sync is not None and not resp.body  # not before the sync
         live_ops.sync(state)
         return dict(resp.after_sync.done().body)
 
     state, live = attached()
     try:
-        assert [begin(state, [])["version"] for _ in range(3)] == [1, 2, 3]
-        got = begin(state, [[1, True], [2, False]])
+        assert [begin(state, [], w)["version"] for w in (1, 2, 3)] == [1, 2, 3]
+        got = begin(state, [[1, True], [2, False]], 4)
         assert got["version"] == 4 and got["decided"] == [[1, True], [2, False]]
         assert live.seq is not None and live.seq.head == 2
+        assert begin(state, [[1, True], [2, False]], 4) == got
     finally:
         live_ops.close(state)
         state.close()
