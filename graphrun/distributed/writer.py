@@ -237,19 +237,20 @@ class GraphWriter:
         if adding and any(orig for *_, orig in batch.edges):
             self._drain(0)  # ends named by original ids: the new nodes in flight known first
         plan = Plan(self, batch, self.view(fresh=bool(batch.orig)))
-        for f in list(self._flights):  # each one stage on: their answers came meanwhile
-            if f.stage != "done":
-                self._step(f)
         carried, self._deciding = self._deciding, []
         body: dict[str, object] = {"nodes": plan.node_counts(), "edges": plan.edge_counts()}
-        if carried:  # the decisions taken above ride with it: no live_decide each
+        if carried:  # the last submit's decisions ride with it: no live_decide each
             body["decided"] = [[f.version, f.commit] for f in carried]
         begun = self.client.session.request(0, "live_begin", body,
                                             tensors=(plan.orig_by_part(),))  # fmt: skip
         new = _Flight(plan, begun)
         for f in carried:
             f.carrier = new
+        flying = list(self._flights)
         self._flights.append(new)
+        for f in flying:  # each one stage on (their answers came while this was planned),
+            if f.stage != "done" and f.carrier is not new:  # not those it just carried
+                self._step(f)
         self._drain(self.window)
 
     def flush(self) -> list[int]:
