@@ -30,13 +30,15 @@ asked once, again for a batch with new nodes or an id in a block not heard of.
 way and returns; each later ``submit`` moves every batch in flight one step on (begun ->
 prepared -> decided), at most ``N`` stay in flight, and ``flush()`` waits for them all
 and returns their versions. A decision rides to a partition in the next piece sent
-there (``live_prepare``'s ``decided``: one request a batch less for each partition but
-the sequencer's); ``flush()`` sends those left as ``live_commit``, as ``commit()`` does
-each batch. Each batch is applied whole at its own version (the
-sequencer's order); a refused one is aborted alone and raised by the next ``submit`` or
-``flush`` once none is in flight. A batch naming ends by original id first waits for the
-batches in flight that add nodes (they must be known). ``commit()`` is ``submit`` +
-``flush``.
+there (``live_prepare``'s ``decided``: no ``live_commit`` a batch) and to the sequencer
+in the next ``live_begin`` (its ``decided``: no ``live_decide`` a batch; its answer is
+the acknowledgement; a refused begin took none, they go as ``live_decide`` then), so
+each partition serves one request a batch and the sequencer two; ``flush()`` sends those
+left as ``live_decide`` and ``live_commit``, as ``commit()`` does each batch. Each batch
+is applied whole at its own version (the sequencer's order); a refused one is aborted
+alone and raised by the next ``submit`` or ``flush`` once none is in flight. A batch
+naming ends by original id first waits for the batches in flight that add nodes (they
+must be known). ``commit()`` is ``submit`` + ``flush``.
 
 Where a new node goes: LDG (:func:`graphrun.partition.streaming.assign`) from the
 partitions of its batch's placed neighbours and of the batch's earlier new nodes, under
@@ -57,6 +59,7 @@ import numpy as np
 from graphrun.distributed.writer_plan import Plan, WriteBatch
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import TensorKey, etype_key
+from graphrun.rpc.codec import Message
 from graphrun.store.client import KVClient
 from graphrun.store.live import (
     LIVE_DECIDE_TIMEOUT_S,
@@ -92,6 +95,7 @@ class GraphWriter:
         self._flights: deque[_Flight] = deque()
         self._commits: list[tuple[int, Pending]] = []  # live_commit sent, not answered yet
         self._told: dict[int, list[tuple[int, bool]]] = {}  # part -> decisions to carry
+        self._deciding: list[_Flight] = []  # decided here, for the next live_begin to carry
         self._error: BaseException | None = None
         self._view: LiveView | None = None
         self._tensors: list[TensorInfo] | None = None
@@ -233,13 +237,19 @@ class GraphWriter:
         if adding and any(orig for *_, orig in batch.edges):
             self._drain(0)  # ends named by original ids: the new nodes in flight known first
         plan = Plan(self, batch, self.view(fresh=bool(batch.orig)))
-        counts = {"nodes": plan.node_counts(), "edges": plan.edge_counts()}
-        begun = self.client.session.request(0, "live_begin", counts,
+        carried, self._deciding = self._deciding, []
+        body: dict[str, object] = {"nodes": plan.node_counts(), "edges": plan.edge_counts()}
+        if carried:  # the last submit's decisions ride with it: no live_decide each
+            body["decided"] = [[f.version, f.commit] for f in carried]
+        begun = self.client.session.request(0, "live_begin", body,
                                             tensors=(plan.orig_by_part(),))  # fmt: skip
+        new = _Flight(plan, begun)
+        for f in carried:
+            f.carrier = new
         flying = list(self._flights)
-        self._flights.append(_Flight(plan, begun))
-        for f in flying:  # each one stage on: their answers came while this was planned
-            if f.stage != "done":
+        self._flights.append(new)
+        for f in flying:  # each one stage on (their answers came while this was planned),
+            if f.stage != "done" and f.carrier is not new:  # not those it just carried
                 self._step(f)
         self._drain(self.window)
 
@@ -279,10 +289,9 @@ class GraphWriter:
 
     def _step(self, f: _Flight) -> None:
         """Move ``f`` one stage on: begun -> prepared -> decided -> done."""
-        session = self.client.session
         try:
             if f.stage == "begin":
-                reply = session.wait(f.pending.pop(-1))
+                reply = self._begun(f)
                 f.version = int(reply.body["version"])
                 f.plan.give_ids(reply.body["nodes"], reply.body["edges"])
                 f.pieces = {p: f.plan.wire(p, f.version) for p in f.plan.parts()}
@@ -346,7 +355,8 @@ class GraphWriter:
                 self._send_prepares(f, again)
 
     def _decide(self, f: _Flight, commit: bool) -> None:
-        """Send the decision to the sequencer (its answer is the acknowledgement)."""
+        """The decision, for the next ``live_begin`` to carry to the sequencer (or
+        ``live_decide`` when none is sent before it is waited for: :meth:`_decided`)."""
         for pend in f.sent.values():  # a refusal: the other prepares' answers first
             try:
                 self.client.session.wait(pend)
@@ -354,18 +364,57 @@ class GraphWriter:
                 log.info("live_prepare of version %d: %s", f.version, exc)
         f.sent.clear()
         f.commit = commit
-        body = {"version": f.version, "commit": commit}
-        f.pending.append(self.client.session.request(0, "live_decide", body))
+        self._deciding.append(f)
         f.stage = "decide"
+
+    def _begun(self, f: _Flight) -> Message:
+        """``f``'s ``live_begin`` answer, waited for once (the flights whose decisions it
+        carried read it too)."""
+        if f.reply is None:
+            try:
+                f.reply = self.client.session.wait(f.begun)
+            except Exception as exc:
+                f.reply = exc
+        if isinstance(f.reply, Exception):
+            raise f.reply
+        return f.reply
+
+    def _sequencer_decided(self, f: _Flight) -> None:
+        """The sequencer's answer to ``f``'s decision (the acknowledgement): a StoreError
+        if it did not commit a commit. A refused carrier took no decision: sent again."""
+        session = self.client.session
+        if f.carrier is not None:
+            try:
+                taken = self._begun(f.carrier).body.get("decided")
+            except (ArgumentError, StoreError):  # refused: decided nothing
+                taken, f.carrier = None, None
+            if f.carrier is not None:
+                committed = {int(v): bool(c) for v, c in taken or []}.get(f.version, False)
+                if f.commit and not committed:
+                    why = f"undecided for {LIVE_DECIDE_TIMEOUT_S} s, or by its writer"
+                    raise StoreError(f"live_begin: version {f.version} was aborted ({why})")
+                return
+
+        def send(g: _Flight) -> Pending:
+            g.decide = session.request(0, "live_decide", {"version": g.version,
+                                                          "commit": g.commit})  # fmt: skip
+            return g.decide
+
+        pending = f.decide
+        if pending is None:  # none carried it: every decision waiting goes now
+            for g in self._deciding:
+                if g is not f:
+                    send(g)
+            pending, self._deciding = send(f), []
+        session.wait(pending)
 
     def _decided(self, f: _Flight) -> None:
         """The sequencer's answer, then the decision for the partitions, carried by the
         next piece sent to each (or :meth:`_tell`; never waited for: a partition that
         misses it asks the sequencer)."""
-        session = self.client.session
         told = {0}  # the sequencer applied its own partition's piece as it decided
         try:
-            session.wait(f.pending.pop(-1))
+            self._sequencer_decided(f)
         except StoreError as exc:  # aborted meanwhile (undecided too long): tell them so
             f.error, f.commit, told = f.error or exc, False, set()
         for p in (p for p in f.pieces if p not in told):
@@ -404,7 +453,8 @@ class GraphWriter:
 @dataclass
 class _Flight:
     """One submitted batch on its way: ``begin`` (live_begin sent), ``prepare`` (its
-    pieces sent), ``decide`` (the decision sent), ``done``."""
+    pieces sent), ``decide`` (decided: carried by ``carrier``'s live_begin, or not sent
+    yet), ``done``."""
 
     plan: Plan
     begun: Pending
@@ -413,9 +463,8 @@ class _Flight:
     commit: bool = False
     pieces: dict[int, tuple[dict[str, object], list[np.ndarray]]] = field(default_factory=dict)
     sent: dict[int, Pending] = field(default_factory=dict)
-    pending: list[Pending] = field(default_factory=list)
+    reply: Message | Exception | None = None  # live_begin's answer (or its refusal)
+    carrier: _Flight | None = None  # the flight whose live_begin carried this decision
+    decide: Pending | None = None  # or its live_decide
     error: BaseException | None = None
     deadline: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.pending.append(self.begun)

@@ -12,6 +12,7 @@ import numpy as np
 
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import TensorKey
+from graphrun.names import owners as base_owners
 from graphrun.partition.streaming import Neighbours, assign, capacity_for
 from graphrun.store.live import GROWTH_BLOCK, Piece, Rows, run_ids
 from graphrun.store.live_client import LiveView
@@ -78,7 +79,6 @@ class Plan:
         self.node_id = np.empty(0, np.int64)
         self.eid = np.empty(0, np.int64)
         self._by_part: list[list[np.ndarray]] | None = None  # made once ids are given
-        self._edges = np.empty((3, 0), np.int64)
 
     def _place(self) -> np.ndarray:
         """The partition of each new node (LDG under the capacity rule)."""
@@ -94,7 +94,7 @@ class Plan:
         """Both ends as graph ids (the batch's new nodes ``-(i + 1)``), and the owners of
         ``dst`` when they are known already (graph ids: no new node among them)."""
         both = np.concatenate([src, dst])
-        owner = None
+        dst_owner = None
         if orig:
             order = np.argsort(self.orig)
             pos = np.minimum(np.searchsorted(self.orig[order], both), max(len(order) - 1, 0))
@@ -104,16 +104,20 @@ class Plan:
             what = "original id"
             known = (out < 0) | self._owner(np.maximum(out, 0), strict=False) >= 0
             known &= (out >= -len(self.orig) - 1) & ~((out == -1) & ~np.isin(both, self.orig))
+        elif len(both) and both.min() >= 0 and both.max() < self.book.node_offsets[-1]:
+            out, what = both, "graph id"  # base nodes only (the common case): dst's owners
+            dst_owner = base_owners(self.book.node_offsets, both[len(src) :])
+            known = None
         else:  # graph ids: a negative one is no node (the batch's new nodes: -(i + 1))
             out, what = both, "graph id"
             owner = self._owner(np.maximum(out, 0), strict=False)
             known = (owner >= 0) & (out >= 0)
-        if not known.all():
+            dst_owner = owner[len(src) :]
+        if known is not None and not known.all():
             i = int(np.flatnonzero(~known)[0])
             end = "src" if i < len(src) else "dst"
             raise ArgumentError(f"add_edges {end}: {what} {int(both[i])} is not a node of the "
                                 "graph or of this batch")  # fmt: skip
-        dst_owner = None if owner is None else owner[len(src) :]
         return out[: len(src)], out[len(src) :], dst_owner
 
     def _owner(self, ids: np.ndarray, strict: bool = True) -> np.ndarray:
@@ -199,7 +203,6 @@ class Plan:
         for ends in (self.src, self.dst) if len(self.orig) else ():
             new = ends < 0
             ends[new] = self.node_id[-ends[new] - 1]
-        self._edges = np.vstack([self.src, self.dst, self.eid])
 
     def parts(self) -> list[int]:
         used = {p for kind in self._split() for p, pos in enumerate(kind) if len(pos)}
@@ -278,6 +281,15 @@ class Plan:
                                       for i in range(self.num_parts)])  # fmt: skip
         return self._by_part
 
+    def _edge_rows(self, pos: np.ndarray) -> np.ndarray | None:
+        """``[src, dst, eid]`` rows of the new edges at ``pos``, gathered in place."""
+        if not len(pos):
+            return None
+        out = np.empty((3, len(pos)), np.int64)
+        for row, a in zip(out, (self.src, self.dst, self.eid), strict=True):
+            np.take(a, pos, out=row)
+        return out
+
     def _arrays(self, p: int) -> _PieceArrays:
         nodes, edges, deleted = (pos[p] for pos in self._split())
         b = self.batch
@@ -295,7 +307,7 @@ class Plan:
 
         return _PieceArrays(
             some(self.node_id, nodes), some(self.ntype, nodes), some(self.orig, nodes),
-            some(self._edges, edges), some(self.etype, edges), some(self.deleted, deleted),
+            self._edge_rows(edges), some(self.etype, edges), some(self.deleted, deleted),
             node_feats, edge_feats, updates,
         )  # fmt: skip
 
@@ -316,7 +328,10 @@ class _PieceArrays:
 
 
 def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
-    return np.concatenate(parts).astype(dtype) if parts else np.empty(0, dtype)
+    """One array of ``parts`` (the plan's own: a single part is not copied again)."""
+    if len(parts) == 1:
+        return parts[0].astype(dtype, copy=False)
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
 
 
 def _spread(by_part: list[np.ndarray], runs: list[Any], n: int) -> np.ndarray:

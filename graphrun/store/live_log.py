@@ -142,11 +142,11 @@ class LiveLog:
         log.error("%s", self.failed)
         raise StoreError(self.failed) from exc
 
-    def room(self, record: LogRecord) -> None:
-        """StoreError (before any state changes) if ``record`` would not fit."""
+    def room(self, *records: LogRecord) -> None:
+        """StoreError (before any state changes) if ``records`` would not fit."""
         if self.failed:
             raise StoreError(self.failed)
-        need = RECORD.size + len(_ENCODER.encode(record))
+        need = sum(RECORD.size + len(_ENCODER.encode(r)) for r in records)
         if self.wal.size + need > self.wal.max_bytes:
             raise StoreError(
                 f"live: the write-ahead log {self.path} is full ({self.wal.size} of "

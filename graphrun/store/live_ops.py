@@ -3,9 +3,10 @@
 =============  ===========================================================================
 op             body -> reply
 =============  ===========================================================================
-live_begin     nodes [count per part], edges [count per part]; tensors (orig ids of the
-               new nodes, in part order,) -> version, nodes, edges ([[start, count]] runs
-               per part)                                           (sequencer; write_graph)
+live_begin     nodes, edges [count per part], decided ([[version, commit]]: earlier versions'
+               ``live_decide``, carried); tensors (the new nodes' orig ids, in part order,)
+               -> version, nodes, edges ([[start, count]] runs per part); with ``decided``
+               also decided ([[version, committed]]), head         (sequencer; write_graph)
 live_prepare   piece (a :class:`PieceWire`), seq (the sequencer's address), seq_replicas
                (its replicas'), decided ([[version, commit]] of earlier pieces: their
                ``live_commit``, carried); the piece's arrays as tensors -> {"held": true}
@@ -32,8 +33,10 @@ pending; past 3/4 of the delta's bound it answers ``retry_after`` instead (the w
 waits: slowed, never dropped). A read at version ``V`` (:func:`view`) first settles the
 pending pieces ``<= V`` by asking the sequencer their fate (the writer's ``live_commit``
 may not have arrived yet: ``V <= head`` means they are decided). A pipelined writer
-carries its decisions to a partition in its next ``live_prepare`` there (``decided``)
-instead of a ``live_commit`` each, and sends the rest as ``live_commit`` when it flushes.
+carries its decisions in its next requests (``decided``): a partition's in the next
+``live_prepare`` there (no ``live_commit`` each), the sequencer's in the next
+``live_begin`` (no ``live_decide`` each; synced with its version; a refused begin takes
+none); ``flush`` sends the rest.
 The lowest version held is published in the shared ``deletions`` segment (``[2]``), so
 co-located clients read shared memory only while nothing is held at their version.
 
@@ -86,7 +89,14 @@ from graphrun.store.live_log import (
 )
 from graphrun.store.live_log import apply as log_apply
 from graphrun.store.live_log import decide as log_decide
-from graphrun.store.live_seq import SeqLink, Sequencer, check_addresses
+from graphrun.store.live_seq import (
+    SeqLink,
+    Sequencer,
+    base_lookup,
+    check_addresses,
+    check_decided,
+    check_new_orig,
+)
 from graphrun.store.live_wire import PieceWire, piece_from_wire
 from graphrun.store.registry import AfterSync, Registry, Request, Response
 from graphrun.store.state import GRAPH_JOB, ServerState, StoredTensor
@@ -112,6 +122,7 @@ MAX_DECIDED = MAX_UNDECIDED  # earlier pieces' decisions one live_prepare carrie
 class BeginBody(msgspec.Struct, frozen=True):
     nodes: list[int]  # new nodes per partition
     edges: list[int]  # new edges per partition
+    decided: list[tuple[int, bool]] = msgspec.field(default_factory=list)  # live_decide's
 
 
 class PrepareBody(msgspec.Struct, frozen=True):
@@ -286,12 +297,13 @@ def publish(state: ServerState, live: LivePart) -> None:
 
 def live_begin(state: ServerState, req: Request) -> Response:
     seq = sequencer_of(state, req.op)
+    live = live_of(state)
+    body = req.args(BeginBody)
+    check_decided(seq, body.decided, req.op)
     w = req.body.get("w")
     again = seq.answers.get((req.session, w)) if isinstance(w, int) else None
-    if again is not None:  # sent again after a failover: the same ids
-        same = Response(again[1])  # answered once the first one's record is on the disk
-        return same if live_of(state).log is None else Response(after_sync=AfterSync(lambda: same))
-    body = req.args(BeginBody)
+    if again is not None:  # sent again after a failover: the same ids (its decisions stand)
+        return _answer(state, seq, body, again[1])
     parts = state.book.num_parts
     for name, counts in (("nodes", body.nodes), ("edges", body.edges)):
         if len(counts) != parts or any(c < 0 or c > MAX_PIECE_ROWS for c in counts):
@@ -302,53 +314,46 @@ def live_begin(state: ServerState, req: Request) -> Response:
     if orig.ndim != 1 or orig.dtype != np.int64 or len(orig) != sum(body.nodes):
         raise ArgumentError(f"{req.op}: tensor 0 must be the {sum(body.nodes)} new nodes' "
                             f"original ids (1-d int64), got {orig.dtype} {orig.shape}")  # fmt: skip
-    if len(seq.begun) >= MAX_UNDECIDED:
+    deciding = [DecidedRecord(v, c) for v, c in body.decided if v in seq.begun]
+    if len(seq.begun) - len({r.version for r in deciding}) >= MAX_UNDECIDED:
         raise StoreError(f"{req.op}: {MAX_UNDECIDED} versions are begun and undecided; "
                          "decide them first (or wait for their timeout)")  # fmt: skip
     held = len(seq.orig) + sum(len(m) for m in seq.orig_pending.values())
     if held + len(orig) > MAX_LIVE_NODES:
         raise StoreError(f"{req.op}: the live graph would hold more than {MAX_LIVE_NODES} "
                          "new nodes (MAX_LIVE_NODES): compaction must run first")  # fmt: skip
-    live = live_of(state)
-    _check_new_orig(seq, live.base_orig, orig, req.op)
+    check_new_orig(seq, live.base_orig, orig, req.op)
     record = BegunRecord(seq.next_version, body.nodes, body.edges, orig.tobytes())
     if live.log is not None:
-        live.log.room(record)  # a full log refuses before anything is handed out
+        live.log.room(record, *deciding)  # a full log refuses before anything is handed out
     version, nodes, edges = seq.begin(body.nodes, body.edges, orig, time.monotonic())
     answer: dict[str, object] = {"version": version, "nodes": nodes, "edges": edges}
     if isinstance(w, int) and req.session:
         seq.answers[(req.session, w)] = (version, answer)
-    if live.log is None:
-        return Response(answer)
-    live.log.write(record, sync=False)  # durable before the writer hears of the version
-    return Response(after_sync=AfterSync(lambda: Response(answer)))
+    if live.log is not None:  # durable before the writer hears of the version
+        for r in deciding:
+            live.log.write(r, sync=False)
+        live.log.write(record, sync=False)
+    return _answer(state, seq, body, answer)
 
 
-def _check_new_orig(
-    seq: Sequencer, base_orig: Callable[[], np.ndarray], orig: np.ndarray, op: str
-) -> None:
-    """ArgumentError if an original id repeats, is a base node's or is taken already."""
-    if len(np.unique(orig)) != len(orig):
-        raise ArgumentError(f"{op}: the new nodes' original ids repeat")
-    taken = {o for m in seq.orig_pending.values() for o in m} | seq.orig.keys()
-    found, _ = _base_lookup(seq, base_orig, orig)
-    for i, o in enumerate(orig.tolist()):
-        if o in taken or found[i]:
-            raise ArgumentError(f"{op}: original id {o} is a node of the graph already")
+def _answer(state: ServerState, seq: Sequencer, b: BeginBody, out: dict[str, object]) -> Response:
+    """``live_begin``'s answer ``out`` with its carried decisions taken (after the sync)."""
+
+    def taken() -> Response:
+        outcome = [[v, _take(state, seq, v, commit)] for v, commit in b.decided]
+        return Response({**out, "decided": outcome, "head": seq.head} if b.decided else out)
+
+    return taken() if live_of(state).log is None else Response(after_sync=AfterSync(taken))
 
 
-def _base_lookup(
-    seq: Sequencer, base_orig: Callable[[], np.ndarray], orig: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(found, graph ids)`` of original ids among the base nodes (mapping/ files)."""
-    if seq.base_orig is None:
-        m = np.asarray(base_orig(), dtype=np.int64)
-        order = np.argsort(m, kind="stable")
-        seq.base_orig = (m[order], order.astype(np.int64))
-    keys, ids = seq.base_orig
-    pos = np.minimum(np.searchsorted(keys, orig), max(len(keys) - 1, 0))
-    found = keys[pos] == orig if len(keys) else np.zeros(len(orig), bool)
-    return found, np.where(found, ids[pos], -1)
+def _take(state: ServerState, seq: Sequencer, version: int, commit: bool) -> bool:
+    """Whether ``version`` committed: decided (the first decision stands), its piece here too."""
+    live = live_of(state)
+    committed = seq.decide(version, commit)
+    if log_apply(live.log, live.delta, version, committed):
+        publish(state, live)
+    return committed
 
 
 def live_decide(state: ServerState, req: Request) -> Response:
@@ -356,13 +361,10 @@ def live_decide(state: ServerState, req: Request) -> Response:
     body = req.args(DecideBody)
     if not 0 < body.version < seq.next_version:
         raise ArgumentError(f"{req.op}: version {body.version} was never begun")
-    live = live_of(state)
-    live_log = live.log
+    live_log = live_of(state).log
 
     def decided() -> Response:
-        committed = seq.decide(body.version, body.commit)
-        if log_apply(live_log, live.delta, body.version, committed):  # its own piece
-            publish(state, live)
+        committed = _take(state, seq, body.version, body.commit)
         if body.commit and not committed:
             raise StoreError(f"{req.op}: version {body.version} was aborted (undecided "
                              f"for {LIVE_DECIDE_TIMEOUT_S} s, or by its writer)")  # fmt: skip
@@ -395,7 +397,7 @@ def live_lookup(state: ServerState, req: Request) -> Response:
     orig = req.tensor(0, "orig ids")
     if orig.ndim != 1 or orig.dtype != np.int64 or len(orig) > MAX_PIECE_ROWS:
         raise ArgumentError(f"{req.op}: orig ids must be 1-d int64, at most {MAX_PIECE_ROWS}")
-    found, ids = _base_lookup(seq, live_of(state).base_orig, orig)
+    found, ids = base_lookup(seq, live_of(state).base_orig, orig)
     new = np.fromiter((seq.orig.get(o, -1) for o in orig.tolist()), np.int64, len(orig))
     return Response({}, (np.where(found, ids, new),))
 

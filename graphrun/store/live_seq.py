@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from graphrun.errors import ArgumentError, GraphrunError, RpcError, RpcTimeout, StoreError
-from graphrun.store.live import Blocks
+from graphrun.store.live import MAX_UNDECIDED, Blocks
 from graphrun.store.replicas import is_fenced
 
 if TYPE_CHECKING:
@@ -89,6 +90,43 @@ class Sequencer:
         if version in self.aborted or version >= self.next_version:
             return "aborted"
         return "committed"
+
+
+def check_decided(seq: Sequencer, decided: list[tuple[int, bool]], op: str) -> None:
+    """ArgumentError unless the decisions a ``live_begin`` carries are within bounds, each
+    of a version begun."""
+    if len(decided) > MAX_UNDECIDED:
+        raise ArgumentError(f"{op}: field 'decided' carries more than {MAX_UNDECIDED} decisions")
+    for v, _ in decided:
+        if not 0 < v < seq.next_version:
+            raise ArgumentError(f"{op}: field 'decided': version {v} was never begun")
+
+
+def check_new_orig(
+    seq: Sequencer, base_orig: Callable[[], np.ndarray], orig: np.ndarray, op: str
+) -> None:
+    """ArgumentError if an original id repeats, is a base node's or is taken already."""
+    if len(np.unique(orig)) != len(orig):
+        raise ArgumentError(f"{op}: the new nodes' original ids repeat")
+    taken = {o for m in seq.orig_pending.values() for o in m} | seq.orig.keys()
+    found, _ = base_lookup(seq, base_orig, orig)
+    for i, o in enumerate(orig.tolist()):
+        if o in taken or found[i]:
+            raise ArgumentError(f"{op}: original id {o} is a node of the graph already")
+
+
+def base_lookup(
+    seq: Sequencer, base_orig: Callable[[], np.ndarray], orig: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(found, graph ids)`` of original ids among the base nodes (mapping/ files)."""
+    if seq.base_orig is None:
+        m = np.asarray(base_orig(), dtype=np.int64)
+        order = np.argsort(m, kind="stable")
+        seq.base_orig = (m[order], order.astype(np.int64))
+    keys, ids = seq.base_orig
+    pos = np.minimum(np.searchsorted(keys, orig), max(len(keys) - 1, 0))
+    found = keys[pos] == orig if len(keys) else np.zeros(len(orig), bool)
+    return found, np.where(found, ids[pos], -1)
 
 
 def check_addresses(seq: str, replicas: list[str], op: str) -> None:

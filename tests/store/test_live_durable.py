@@ -355,3 +355,50 @@ def test_begins_in_flight_sent_again_get_their_first_answers(tmp_path):
     finally:
         live_ops.close(state)
         state.close()
+
+
+def test_decisions_a_begin_carries_are_synced_with_it_and_replayed(tmp_path):
+    """The decisions a ``live_begin`` carries are written to the sequencer's log with
+    its version, taken once synced (as ``live_decide``'s), and replayed at start; the
+    begin sent again (a failover) gets the same answer."""
+    from graphrun.store import live_ops
+    from graphrun.store.registry import Request
+    from graphrun.store.server import load_main_state
+
+    parts = make_partition_dir(tmp_path / "parts", 2)[1]
+    (tmp_path / "live").mkdir()
+
+    def attached() -> tuple:
+        state = load_main_state(ServerConfig(parts, 0))
+        n = state.book.num_nodes
+        live = live_ops.attach(state, lambda: np.arange(n, dtype=np.int64), None, 5.0,
+                               tmp_path / "live")  # fmt: skip
+        return state, live
+
+    def begin(state, decided: list, w: int) -> dict:
+        body = {"nodes": [0, 0], "edges": [0, 1], "decided": decided, "w": w}
+        req = Request("live_begin", body, (np.empty(0, np.int64),), session="s")
+        resp = live_ops.live_begin(state, req)
+        assert resp.after_sync is not None and not resp.body  # not before the sync
+        live_ops.sync(state)
+        return dict(resp.after_sync.done().body)
+
+    state, live = attached()
+    try:
+        assert [begin(state, [], w)["version"] for w in (1, 2, 3)] == [1, 2, 3]
+        got = begin(state, [[1, True], [2, False]], 4)
+        assert got["version"] == 4 and got["decided"] == [[1, True], [2, False]]
+        assert live.seq is not None and live.seq.head == 2
+        assert begin(state, [[1, True], [2, False]], 4) == got
+    finally:
+        live_ops.close(state)
+        state.close()
+    state, live = attached()  # a restart: the log replayed
+    try:
+        assert live.seq is not None and live.seq.head == 2
+        assert [live.seq.fate(v) for v in (1, 2, 3, 4)] == [
+            "committed", "aborted", "pending", "pending"
+        ]  # fmt: skip
+    finally:
+        live_ops.close(state)
+        state.close()

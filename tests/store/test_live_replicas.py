@@ -160,7 +160,7 @@ class DiesAfterDeciding(GraphWriter):
     """A writer that dies between its decision and telling the partitions."""
 
     def _decided(self, f) -> None:  # the sequencer's answer, and no live_commit sent
-        self.client.session.wait(f.pending.pop(-1))
+        self._sequencer_decided(f)
         f.stage = "done"
 
 
@@ -198,8 +198,10 @@ def test_a_job_key_asking_a_fate_does_not_promote_the_sequencer_s_replica(machin
 
 
 def test_a_pipelined_writers_carried_decisions_reach_the_replica(machines, keys):
-    """A pipelined writer's decisions ride in its next pieces (no live_commit a batch):
-    forwarded with them, partition 1's replica commits every piece as its primary does."""
+    """A pipelined writer's decisions ride in its next pieces (no live_commit a batch)
+    and in its next live_begin (no live_decide a batch): forwarded with them, partition
+    1's replica commits every piece as its primary does, and partition 0's replica (the
+    sequencer's copy) decides every version as its primary does."""
     servers = [p.address for p in machines.primaries]
     with KVClient(ClientConfig(servers, keys=keys, timeout=10)) as c:
         w = GraphWriter(c, window=4)
@@ -212,3 +214,7 @@ def test_a_pipelined_writers_carried_decisions_reach_the_replica(machines, keys)
     assert primary["served"].get("live_commit", 0) <= 4, primary
     for s in (primary, stats(machines.replicas[1], machines.key_file)):
         assert (s["live_pending"], s["live_committed"]) == (0, 12), s
+    seq = stats(machines.primaries[0], machines.key_file)
+    assert seq["served"].get("live_decide", 0) <= 4, seq
+    for s in (seq, stats(machines.replicas[0], machines.key_file)):
+        assert (s["live_head"], s["live_undecided"]) == (12, 0), s

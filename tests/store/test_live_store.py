@@ -509,3 +509,48 @@ def test_a_pipelined_writer_sends_its_decisions_with_its_next_pieces(store):
         c.follow()
         assert len(in_edges(c, np.asarray([500], np.int64))[0] - base) == 12
         assert c.stats(1)["live"]["index_work"] >= 12  # the read indexed every new edge
+
+
+def test_a_begin_carries_earlier_decisions_and_a_refused_one_takes_none(store):
+    """``decided`` in a live_begin decides earlier versions as their live_decide would
+    (the answer says which committed, and the head); a begin refused (bad counts,
+    unknown version, too many decisions) takes none of the decisions it carried."""
+    with store.writer_client() as c:
+        empty = np.empty(0, np.int64)
+        body = {"nodes": [0, 0], "edges": [0, 0]}
+        v1, v2, v3 = (c.session.call(0, "live_begin", body, tensors=(empty,)).body["version"]
+                      for _ in range(3))  # fmt: skip
+        got = c.session.call(0, "live_begin", {**body, "decided": [[v1, True], [v2, False]]},
+                             tensors=(empty,)).body  # fmt: skip
+        assert got["decided"] == [[v1, True], [v2, False]] and got["head"] == v2
+        for bad, why in (
+            ({"nodes": [1], "edges": [0, 0]}, "field 'nodes' must give 2 counts"),
+            ({**body, "decided": [[99, True]]}, "version 99 was never begun"),
+            ({**body, "decided": [[v3, True]] * 65}, "carries more than 64 decisions"),
+        ):
+            with pytest.raises(ArgumentError, match=why):
+                c.session.call(0, "live_begin", {"decided": [[v3, True]], **bad},
+                               tensors=(empty,))  # fmt: skip
+            assert c.session.call(0, "live_fate", {"version": v3}).body["fate"] == "pending"
+        again = c.session.call(0, "live_begin", {**body, "decided": [[v2, True], [v3, True]]},
+                               tensors=(empty,)).body  # fmt: skip
+        assert again["decided"] == [[v2, False], [v3, True]]  # the first decision stands
+
+
+def test_a_pipelined_writer_sends_its_decisions_with_its_next_begins(store):
+    """A pipelined writer sends the sequencer no live_decide a batch: each decision rides
+    in its next live_begin and ``flush`` sends the rest; every batch is committed."""
+    with store.client(store.admin, "ops") as c:
+        base = [in_edges(c, np.asarray([i], np.int64))[0] for i in (3, 500)]
+        w = GraphWriter(c, window=4)
+        for _ in range(12):
+            w.add_edges("_E", [500, 3], [3, 500])  # a piece on each partition
+            w.submit()
+        assert w.flush() == list(range(1, 13))
+        got = c.stats(0)
+        assert got["served"].get("live_decide", 0) <= 4  # 12 before
+        assert (got["live_pending"], got["live_committed"], got["live_head"]) == (0, 12, 12)
+        w.close()
+        c.follow()
+        for i, b in zip((3, 500), base, strict=True):
+            assert len(in_edges(c, np.asarray([i], np.int64))[0] - b) == 12
