@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from graphrun.errors import ArgumentError, GraphrunError
+from graphrun.errors import ArgumentError, GraphrunError, PeerLost
 
 if TYPE_CHECKING:
     from torch.distributed import Store
@@ -148,8 +148,17 @@ def _init(
         raise _lost(rdv, rank, world, timeout, exc) from None
 
 
+# what gloo says when a rank that had met this one went away while the mesh was made
+_LEFT = ("closed by peer", "reset by peer")
+
+
 def _lost(rdv: Rendezvous, rank: int, world: int, timeout: float, exc: Exception) -> GraphrunError:
+    """The rendezvous' failure: :class:`PeerLost` when another rank met this one and then
+    left (it failed first, e.g. refusing its output: it is the one to blame), else a
+    rendezvous that did not happen in ``timeout`` seconds."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if any(s in first for s in _LEFT):
+        return PeerLost(f"{rdv.flag} {rdv.url}: rank {rank} of {world}: a rank left ({first})")
     return GraphrunError(
         f"{rdv.flag} {rdv.url}: rank {rank} of {world} did not meet the other ranks within "
         f"{timeout:g} s ({first})"

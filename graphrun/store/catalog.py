@@ -154,12 +154,19 @@ class Catalog:
         return {k: sum(getattr(c, k) for c in got) for k in DISK_COUNTERS if k != "cache_bytes"}
 
     def local_structure(self, part: int) -> dict[str, np.ndarray] | None:
-        """The CSC arrays of a co-located partition, mapped read-only (None if remote)."""
+        """The CSC arrays of a co-located partition, mapped read-only; None if remote, or
+        if they cannot be mapped (a killed primary's segments removed: its replica answers
+        over the network, as :meth:`local_array`'s rows)."""
         e = self.session.part(part)
         if not e.local:
             return None
         self.session.check_revoked(part)
-        return {k: s.attach(e.info.shm_dir) for k, s in e.info.structure.items()}
+        try:
+            return {k: s.attach(e.info.shm_dir) for k, s in e.info.structure.items()}
+        except GraphrunError as exc:  # its server gone and its memory with it: the network
+            log.info("shared memory of partition %d not usable (%s)", part, exc)
+            self.session.use_network(part)
+            return None
 
     def clear(self) -> None:
         self._arrays.clear()

@@ -238,6 +238,24 @@ def _ranks_without_launcher(tmp_path: Path, out: Path) -> list[tuple[int, str, s
     return [(p.returncode, e, o) for p, (o, e) in zip(procs, outs, strict=True)]
 
 
+def test_a_rank_that_met_this_one_and_left_is_a_lost_peer() -> None:
+    """Rank 0 refusing its output can exit while rank 1 is still making gloo's mesh: rank 1
+    then sees "Connection closed by peer" and must exit PEER_LOST_EXIT, not 1 (the test
+    below failed that way in a quiet CI run at stop 55)."""
+    from graphrun.errors import PeerLost
+    from graphrun.partition.rendezvous import _lost, parse_rendezvous
+
+    rdv = parse_rendezvous("file:///tmp/x/rendezvous")
+    gloo = RuntimeError(
+        "[../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+        "[127.0.0.1]:22703"
+    )
+    err = _lost(rdv, 1, 2, 30.0, gloo)
+    assert isinstance(err, PeerLost) and "a rank left" in str(err)
+    late = _lost(rdv, 1, 2, 30.0, RuntimeError("Timed out initializing process group"))
+    assert not isinstance(late, PeerLost) and "within 30 s" in str(late)
+
+
 def test_ranks_without_a_launcher_leave_nothing_when_one_fails(tmp_path: Path) -> None:
     save_chunked(community_graph(300, 2000, seed=5), tmp_path / "chunks", 2)
     (tmp_path / "parts").mkdir()

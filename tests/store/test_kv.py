@@ -289,6 +289,21 @@ def test_local_structure_is_the_partition_csc(homo, stores, keys):
         assert c.local_structure(0) is None
 
 
+def test_local_structure_whose_memory_is_gone_is_read_over_the_network(stores, keys, tmp_path):
+    """A trainer that maps its co-located partition after the server's segments were
+    removed (a killed primary, cleaned up) samples it over the network; it failed the
+    trainer with "shared memory ...: cannot open" before."""
+    import msgspec
+
+    with connect(stores, keys) as c:
+        e = c.session.part(0)
+        assert e.local
+        e.info = msgspec.structs.replace(e.info, shm_dir=tmp_path)  # nothing there
+        assert c.local_structure(0) is None
+        assert not c.session.local_ok(0)
+        assert c.pull(FEAT, [0, 1]).shape[0] == 2  # the server answers
+
+
 # ---- bad input to a live server ---------------------------------------------------------
 
 
