@@ -192,7 +192,7 @@ class Engine:
                 }
             self.features = StoreFeatures(ctx.client)
             self.data = data
-            self._tables: list[str] = []  # the precomputed tables, once found
+            self._tables_found = False  # the precomputed tables seen in the store once
         except BaseException:
             ctx.close()
             raise
@@ -320,14 +320,14 @@ class Engine:
         if not base:
             return [r for r in out if r is not None]
         names = [table_name(self.ntype, what) for what in TABLES]
-        if not self._tables:
+        if not self._tables_found:
             if not set(names) <= {t.name for t in client.list_tensors()}:
                 bad = BadRequest(
                     "parameters.mode: precomputed, but the store holds no embeddings of "
                     "this job (run `graphrun infer embed` first)"
                 )
                 return [bad if r is None else r for r in out]  # each query's alone
-            self._tables = names
+            self._tables_found = True
         union, inverse = np.unique(np.concatenate([ids for _, ids in base]), return_inverse=True)
         got = dict(zip(TABLES, pull_tables(client, names, union), strict=True))
         lo = 0
