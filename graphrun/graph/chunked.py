@@ -55,6 +55,7 @@ from graphrun.graph.format import (
     read_types,
 )
 from graphrun.graph.graph import Graph, _check_rows, release
+from graphrun.graph.npyfile import concat_npy
 from graphrun.names import CanonicalEtype, etype_key, parse_etype_key
 from graphrun.wire import Header, read_file, write_json
 
@@ -64,7 +65,6 @@ VERSION = 1
 META_FILE = "chunks.json"
 CHUNK_META = "chunk.json"
 CHECK_SLICE = 1 << 20  # endpoints checked at once
-CONCAT_SLICE_BYTES = 16 << 20  # bytes of a chunk joined to the others at once (into a file)
 
 
 class ChunksFile(GraphFields, kw_only=True):
@@ -401,30 +401,6 @@ def _check_endpoints(meta: ChunkedMeta, d: Path, c: int, src: np.ndarray, dst: n
                 release(arr)
 
 
-def _concat_into(arrs: list[np.ndarray], out: Path) -> np.ndarray:
-    """``arrs`` end to end in a new ``.npy`` file ``out``, copied in slices of about
-    :data:`CONCAT_SLICE_BYTES` (each mapped input's and the output's pages let go after
-    its slice), and mapped again read-only: the whole never sits in memory."""
-    total = sum(len(a) for a in arrs)
-    if total == 0:
-        return np.concatenate(arrs)
-    dst = np.lib.format.open_memmap(
-        out, mode="w+", dtype=arrs[0].dtype, shape=(total, *arrs[0].shape[1:])
-    )
-    rows = max(1, CONCAT_SLICE_BYTES // max(1, dst.itemsize * int(np.prod(dst.shape[1:]))))
-    at = 0
-    for a in arrs:
-        for i in range(0, len(a), rows):
-            seg = a[i : i + rows]
-            dst[at + i : at + i + len(seg)] = seg
-            release(a)
-            release(dst)  # a shared mapping of the file: its pages stay in the page cache
-        at += len(a)
-    dst.flush()
-    del dst
-    return np.load(out, mmap_mode="r")
-
-
 def read_chunks(
     meta: ChunkedMeta, chunks: Sequence[int], mmap: bool = True, into: Path | None = None
 ) -> Chunk:
@@ -444,9 +420,13 @@ def read_chunks(
             return np.zeros(0, np.int64)
         if into is None:
             return np.concatenate(arrs)
-        return _concat_into(arrs, into / f"{next(joined)}.npy")
+        out = into / f"{next(joined)}.npy"
+        try:
+            return concat_npy(out, arrs)
+        except OSError as exc:  # a full scratch disk: ENOSPC when its blocks are allocated
+            raise write_failed(out, exc) from None
 
-    def merge(key: str, kind: str) -> dict[str, dict[str, np.ndarray]]:
+    def merge(kind: str) -> dict[str, dict[str, np.ndarray]]:
         groups: list[dict[str, dict[str, np.ndarray]]] = [getattr(p, kind) for p in parts]
         return {t: {n: cat([g[t][n] for g in groups]) for n in groups[0][t]} for t in groups[0]}
 
@@ -455,8 +435,8 @@ def read_chunks(
         edges=(parts[0].edges[0], parts[-1].edges[1]),
         src=cat([p.src for p in parts]),
         dst=cat([p.dst for p in parts]),
-        ndata=merge("n", "ndata"),
-        edata=merge("e", "edata"),
+        ndata=merge("ndata"),
+        edata=merge("edata"),
         ids={t: cat([p.ids[t] for p in parts]) for t in parts[0].ids},
     )
 

@@ -32,7 +32,6 @@ the run with one line naming it (and its phase); the temporary directory is remo
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
 import multiprocessing as mp
 import os
@@ -78,7 +77,6 @@ from graphrun.partition.format import (
     start_shared_output,
     write_config,
 )
-from graphrun.partition.npyout import concat_npy
 from graphrun.partition.peaks import Phases
 from graphrun.partition.quality import Quality, row_flags
 from graphrun.partition.rendezvous import join, parse_rendezvous, private_rendezvous
@@ -149,29 +147,8 @@ def _read_share(meta: ChunkedMeta, chunks: range, scratch: Path) -> Chunk:
         for arr in _arrays(chunk):  # read through to be checked: let go of the pages
             release(arr)
         return chunk
-    parts = [read_chunks(meta, range(k, k + 1)) for k in chunks]
     scratch.mkdir()
-    files = itertools.count()
-
-    def cat(arrays: list[np.ndarray]) -> np.ndarray:
-        return concat_npy(scratch / f"{next(files)}.npy", arrays)
-
-    def group(kind: str) -> dict[str, dict[str, np.ndarray]]:
-        first: dict[str, dict[str, np.ndarray]] = getattr(parts[0], kind)
-        return {
-            t: {n: cat([getattr(p, kind)[t][n] for p in parts]) for n in names}
-            for t, names in first.items()
-        }
-
-    return Chunk(
-        nodes=(parts[0].nodes[0], parts[-1].nodes[1]),
-        edges=(parts[0].edges[0], parts[-1].edges[1]),
-        src=cat([p.src for p in parts]),
-        dst=cat([p.dst for p in parts]),
-        ndata=group("ndata"),
-        edata=group("edata"),
-        ids={t: cat([p.ids[t] for p in parts]) for t in parts[0].ids},
-    )
+    return read_chunks(meta, chunks, into=scratch)
 
 
 def _arrays(chunk: Chunk) -> list[np.ndarray]:

@@ -89,10 +89,11 @@ from graphrun.errors import ArgumentError, PartitionFormatError
 from graphrun.files import read_json
 from graphrun.graph import Graph
 from graphrun.graph.format import IdMapInfo, Schema, ensure_free, feature_schema, load_npy
+from graphrun.graph.npyfile import flushed, open_npy
 from graphrun.names import etype_key, owners
 from graphrun.partition import compacted
 from graphrun.partition.book import PartitionBook, check_ids
-from graphrun.partition.npyout import flushed, open_npy, save_column, save_rows
+from graphrun.partition.npyout import save_column, save_rows
 from graphrun.partition.quality import Quality
 from graphrun.partition.relabel import Relabelling, local_structure, write_edge_maps
 from graphrun.wire import Header, check_header, convert, write_json

@@ -39,6 +39,7 @@ import numpy as np
 
 from graphrun.graph.chunked import Chunk, ChunkedMeta
 from graphrun.graph.graph import release
+from graphrun.graph.npyfile import flushed, open_npy
 from graphrun.names import etype_key, owners
 from graphrun.partition.arrays import (
     PIECE,
@@ -51,7 +52,6 @@ from graphrun.partition.arrays import (
 )
 from graphrun.partition.book import PartitionBook
 from graphrun.partition.format import MAPPING_DIR
-from graphrun.partition.npyout import flushed, open_npy
 from graphrun.partition.quality import Quality, max_over_mean
 
 if TYPE_CHECKING:  # torch: only a rank imports it, not the launcher

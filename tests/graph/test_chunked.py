@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import numpy as np
 import pytest
 
 from graphrun.cli import main
-from graphrun.errors import DatasetError
+from graphrun.errors import DatasetError, HostError
 from graphrun.graph import save_dataset
 from graphrun.graph.chunked import (
     load_chunked_meta,
@@ -210,6 +212,23 @@ def test_a_whole_chunked_graph_is_joined_in_mapped_files_not_in_memory(tmp_path:
     assert clock.per_phase and clock.phases["read"]["peak_rss_mb"] - rss < 48  # 96 MiB joined
     same_graph(g, back)
     assert isinstance(back.src, np.memmap) and not back.src.flags.writeable
+
+
+def test_joining_chunks_on_a_full_disk_is_one_line_not_a_sigbus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the joined files' blocks are allocated before they are mapped, as the partitioner's
+    # outputs are: a full scratch disk fails there, not with a SIGBUS on a write to the map
+    save_chunked(community_graph(300, 2400, seed=3), tmp_path / "c", 3)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with pytest.raises(HostError, match="cannot write: no space left on device"):
+        load_chunked_whole(tmp_path / "c", scratch)
 
 
 def test_partitioning_a_chunked_dataset_leaves_no_scratch_and_equals_the_unchunked(
