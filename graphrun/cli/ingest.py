@@ -4,6 +4,7 @@ a live store (issue 42), one checked chunk a write batch."""
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 import time
@@ -90,7 +91,7 @@ class Progress:
     chunks: int = 0
     versions: list[int] = field(default_factory=list)
     start: float = field(default_factory=time.perf_counter)
-    shown: float = 0.0
+    shown: float = -math.inf  # the first line is shown whatever perf_counter reads
 
     def add(self, chunk: Chunk, version: int | None) -> None:
         from graphrun.graph.ingest_tables import NodeChunk
