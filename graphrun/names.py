@@ -14,7 +14,8 @@
   file, a plan's assignments, the launch file, logs): fields hold a ``RoleName``, not
   its text (:mod:`graphrun.wire` reads and writes it).
   :data:`MAIN_TRAINER` is the trainer whose machine hosts the rendezvous.
-* **Endpoints** — an :class:`Endpoint` is where a server listens, ``host:port``.
+* **Endpoints** — an :class:`Endpoint` is where a server listens, ``host:port``;
+  :func:`store_address` reads a store server's ``tcp://host:port``.
 * **Edge types** — a :data:`CanonicalEtype` ``(src_type, relation, dst_type)``, written
   ``"src:rel:dst"`` by :func:`etype_key` and read by :func:`parse_etype_key`;
   :func:`resolve_etype` is the one resolver of an edge type given by a person (a
@@ -277,6 +278,24 @@ class Endpoint:
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
+
+
+#: A store server's address as a job spec holds it (its JSON schema's pattern): a host
+#: name, an IPv4 address or a bracketed IPv6 one, and a port; :func:`store_address` also
+#: checks the port's range.
+_HOST = r"([A-Za-z0-9.\-]+|\[[0-9a-fA-F:]+\])"
+STORE_ADDRESS_PATTERN = rf"^tcp://{_HOST}:([0-9]{{1,5}})$"
+_STORE_ADDRESS = re.compile(rf"^(tcp://)?{_HOST}:([0-9]{{1,5}})$", re.ASCII)
+
+
+def store_address(text: str) -> str:
+    """A store server's address, ``host:port`` or ``tcp://host:port``, as
+    ``tcp://host:port`` (port in 1..65535): the one rule of ``--store`` flags and of a
+    job's ``graph.store.addresses``; an ArgumentError (a ValueError) naming it otherwise."""
+    m = _STORE_ADDRESS.match(text) if isinstance(text, str) else None
+    if m is None or not 0 < int(m.group(3)) < 65536:
+        raise ArgumentError(f"{text!r} is not host:port or tcp://host:port (port 1..65535)")
+    return text if m.group(1) else f"tcp://{text}"
 
 
 def home_partition(rank: int, world_size: int, num_parts: int) -> int:

@@ -15,6 +15,7 @@ from graphrun.names import (
     owners,
     parse_etype_key,
     resolve_etype,
+    store_address,
 )
 
 # --- roles ------------------------------------------------------------------------------
@@ -212,6 +213,21 @@ def test_endpoints_round_trip(text):
 def test_what_is_no_endpoint_is_refused_naming_it(text):
     with pytest.raises(ArgumentError, match="is not host:port"):
         Endpoint.parse(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "address"),
+    [("h:1", "tcp://h:1"), ("tcp://10.0.0.1:7000", "tcp://10.0.0.1:7000"),
+     ("[::1]:65535", "tcp://[::1]:65535")],
+)  # fmt: skip
+def test_a_store_address_is_read_as_tcp(text, address):
+    assert store_address(text) == address
+
+
+@pytest.mark.parametrize("text", ["h", "h:0", "h:70000", "tcp://::1:7000", "a]:[b:1", "ipc://x", 5])
+def test_what_is_no_store_address_is_refused_naming_it(text):
+    with pytest.raises(ArgumentError, match=r"is not host:port or tcp://host:port \(port"):
+        store_address(text)
 
 
 def test_an_endpoint_is_checked_when_made_and_is_immutable():

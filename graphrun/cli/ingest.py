@@ -5,20 +5,19 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from graphrun import names
 from graphrun.arguments import integer, number
 
 if TYPE_CHECKING:
     from graphrun.graph.ingest_tables import Chunk
 
 MAX_CHUNK_ROWS = 1 << 21  # graphrun.graph.ingest_tables.MAX_CHUNK_ROWS (pyarrow: not at --help)
-ADDRESS = re.compile(r"^(tcp://)?([A-Za-z0-9.\-]+|\[[0-9a-fA-F:]+\]):([0-9]{1,5})$")
 
 DESCRIPTION = """\
 Send the nodes and edges of SRC to a running live store, in chunks of --chunk-rows rows;
@@ -51,10 +50,10 @@ the writer acts as.
 
 
 def store_address(text: str) -> str:
-    m = ADDRESS.match(text)
-    if m is None or not 0 < int(m.group(3)) < 65536:
-        raise argparse.ArgumentTypeError(f"{text!r} is not host:port or tcp://host:port")
-    return text if text.startswith("tcp://") else f"tcp://{text}"
+    try:
+        return names.store_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(subparsers: Any) -> None:

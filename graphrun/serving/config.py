@@ -15,10 +15,10 @@ from pathlib import Path
 
 from graphrun.errors import ArgumentError
 from graphrun.job.spec import GraphJob, load_job
+from graphrun.names import store_address
 from graphrun.rpc.auth import KeyPair, load_keys
 from graphrun.serving.model import ModelSpec
 
-ADDRESS = re.compile(r"^(tcp://)?([A-Za-z0-9.\-]+|\[[0-9a-fA-F:]+\]):([0-9]{1,5})$")
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$")
 MIN_TOKEN = 16
 
@@ -56,13 +56,10 @@ def store_addresses(given: list[str] | None, job: GraphJob) -> list[str]:
                 "order), or name a running store in the job's spec.graph.store"
             )
         return list(ref.addresses)
-    out = []
-    for a in given:
-        m = ADDRESS.match(a)
-        if m is None or not 0 < int(m.group(3)) < 65536:
-            raise ArgumentError(f"--store: {a!r} is not host:port or tcp://host:port")
-        out.append(a if a.startswith("tcp://") else f"tcp://{a}")
-    return out
+    try:
+        return [store_address(a) for a in given]
+    except ArgumentError as exc:
+        raise ArgumentError(f"--store: {exc}") from None
 
 
 def job_key(given: Path | None, job: GraphJob, job_file: Path) -> tuple[Path, KeyPair]:

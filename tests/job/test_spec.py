@@ -149,6 +149,14 @@ def test_round_trip_through_yaml() -> None:
             "spec.graph.store.addresses[0]: String should match pattern",
         ),
         (
+            job(graph={"store": {"addresses": ["tcp://h:70000"], "keyFile": "k"}}),
+            "spec.graph.store.addresses[0]: 'tcp://h:70000' is not host:port",
+        ),
+        (
+            job(graph={"store": {"addresses": ["tcp://a]:[b:7000"], "keyFile": "k"}}),
+            "spec.graph.store.addresses[0]: String should match pattern",
+        ),
+        (
             job(
                 graph={"store": {"addresses": ["tcp://h:1"], "keyFile": "k"}},
                 partition={"parts": 2},

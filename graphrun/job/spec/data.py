@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from graphrun.job.spec.base import MAX_PARTS, Scalar, SpecModel
+from graphrun.names import STORE_ADDRESS_PATTERN, store_address
 
 #: upper bounds of the generator's sizes (``graphrun generate`` flags, camelCase)
 GENERATOR_BOUNDS: dict[str, float] = {
@@ -36,15 +37,14 @@ class GeneratorSpec(SpecModel):
         return self
 
 
-STORE_ADDRESS_PATTERN = r"^tcp://[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}$"
-
-
 class StoreRef(SpecModel):
     """A running store (``graphrun serve``) the job uses instead of partitioning and
     serving the graph itself. It is shared: the job never stops it. Its key comes from a
     file (``graphrun run``) or a Secret holding ``job.key`` (the operator)."""
 
-    addresses: list[Annotated[str, Field(pattern=STORE_ADDRESS_PATTERN)]] = Field(
+    addresses: list[
+        Annotated[str, Field(pattern=STORE_ADDRESS_PATTERN), AfterValidator(store_address)]
+    ] = Field(
         min_length=1,
         description="the main server of every partition, partition order (tcp://host:port)",
     )
