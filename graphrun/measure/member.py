@@ -63,6 +63,7 @@ from graphrun.measure.auth import (  # noqa: F401 (the members' names for the sh
     say_go,
     tag,
 )
+from graphrun.names import Endpoint
 
 MESSAGE_LIMIT = 4096  # bytes Kubernetes keeps of a termination message
 REPORT_VERSION = 1
@@ -273,8 +274,9 @@ def parse_peers(text: str, where: str = "--peers") -> tuple[tuple[str, int], ...
     """``host:port,host:port,...`` → ``((host, port), ...)``; ValueError naming the item."""
     peers = []
     for k, item in enumerate(p.strip() for p in text.split(",")):
-        host, sep, port = item.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"{where}: item {k} {item!r} is not HOST:PORT")
-        peers.append((host, int(port)))
+        try:
+            peer = Endpoint.parse(item)
+        except ValueError:
+            raise ValueError(f"{where}: item {k} {item!r} is not HOST:PORT") from None
+        peers.append((peer.host, peer.port))
     return tuple(peers)

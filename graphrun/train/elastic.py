@@ -73,6 +73,7 @@ from graphrun.errors import BelowMinimum, CutOff, GraphrunError, LeftOut, RpcTim
 from graphrun.names import Endpoint
 from graphrun.train.config import ElasticConfig
 from graphrun.train.ddp import DDPConfig
+from graphrun.train.rendezvous import as_bytes
 from graphrun.train.sockets import opened, port_of, shut
 
 POLL_S = 0.05
@@ -136,14 +137,6 @@ class EpochWork:
     plan_from: int = 0  # ``done`` when ``plan`` was made
 
 
-def _bytes(value: Any) -> bytes:
-    if isinstance(value, bytes | bytearray):
-        return bytes(value)
-    if isinstance(value, str):
-        return value.encode()
-    return bytes(value)
-
-
 def agree_members(
     store: Any,
     gen: int,
@@ -176,7 +169,7 @@ def agree_members(
         for r in now:
             if r not in asked:
                 try:
-                    asked[r] = float(_bytes(store.get(f"{prefix}in/{r}")).decode())
+                    asked[r] = float(as_bytes(store.get(f"{prefix}in/{r}")).decode())
                 except ValueError:  # not a number: asks for nothing more
                     asked[r] = 0.0
         return max([settle_s, *(asked[r] for r in now)])
@@ -190,9 +183,9 @@ def agree_members(
             break
         time.sleep(POLL_S)
     mine = ",".join(str(r) for r in present()).encode()
-    fixed = _bytes(store.compare_set(f"{prefix}members", b"", mine))
+    fixed = as_bytes(store.compare_set(f"{prefix}members", b"", mine))
     if not fixed:  # an older torch store answers the expected value: read it back
-        fixed = _bytes(store.get(f"{prefix}members"))
+        fixed = as_bytes(store.get(f"{prefix}members"))
     return [int(x) for x in fixed.decode().split(",") if x]
 
 
@@ -333,7 +326,7 @@ class Regroup:
         for r in range(self.first_world):
             if r in self.members or not door.check([f"req/{r}"]):
                 continue
-            when, _, token = _bytes(door.get(f"req/{r}")).decode().partition(" ")
+            when, _, token = as_bytes(door.get(f"req/{r}")).decode().partition(" ")
             if token and _answer(door, r)[2] != token:
                 out[r] = float(when)
                 self._tokens[r] = token
@@ -372,7 +365,7 @@ class Regroup:
         store = self._store(gen)
         members = [*self.members, *sorted(joiners)]
         mine = ",".join(str(r) for r in members).encode()
-        fixed = _bytes(store.compare_set(f"g{gen}/members", b"", mine)) or mine
+        fixed = as_bytes(store.compare_set(f"g{gen}/members", b"", mine)) or mine
         members = [int(x) for x in fixed.decode().split(",") if x]
         if self.ddp.rank == 0:
             door = self.door()
@@ -411,7 +404,7 @@ class Regroup:
                     return None
                 break
             if door.check(["boundary"]):
-                mark = _bytes(door.get("boundary")).decode()
+                mark = as_bytes(door.get("boundary")).decode()
                 if mark != self._boundary:  # the group lives: wait on
                     self._boundary, deadline = mark, time.monotonic() + self.ddp.timeout_s
             if time.monotonic() > deadline:
@@ -422,7 +415,7 @@ class Regroup:
             time.sleep(4 * POLL_S)
         gen, epoch, _ = _answer(door, me)
         store = self._store(gen)
-        members = [int(x) for x in _bytes(store.get(f"g{gen}/members")).decode().split(",") if x]
+        members = [int(x) for x in as_bytes(store.get(f"g{gen}/members")).decode().split(",") if x]
         if me not in members:
             raise LeftOut(f"trainer {me}: generation {gen} ({members}) does not include it")
         self.generation, self.members = gen, tuple(members)
@@ -466,7 +459,7 @@ def _answer(door: Any, ident: int) -> tuple[int, int, str]:
     """``ans/<ident>``: ``(generation, epoch, token)``, or ``(0, 0, "")`` when unset."""
     if not door.check([f"ans/{ident}"]):
         return 0, 0, ""
-    gen, epoch, token = _bytes(door.get(f"ans/{ident}")).decode().split(",")
+    gen, epoch, token = as_bytes(door.get(f"ans/{ident}")).decode().split(",")
     return int(gen), int(epoch), token
 
 

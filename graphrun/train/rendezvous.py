@@ -100,7 +100,7 @@ class KeyStore(dist.Store):
     # --- torch.distributed.Store ---------------------------------------------------------
 
     def set(self, key: str, value: Any) -> None:
-        self._call(b"set", key.encode(), _bytes(value))
+        self._call(b"set", key.encode(), as_bytes(value))
 
     def get(self, key: str) -> bytes:
         return self._until(b"get", key.encode())
@@ -109,7 +109,7 @@ class KeyStore(dist.Store):
         return int(self._call(b"add", key.encode(), str(int(amount)).encode())[1])
 
     def compare_set(self, key: str, expected: Any, desired: Any) -> bytes:
-        return self._call(b"cas", key.encode(), _bytes(expected), _bytes(desired))[1]
+        return self._call(b"cas", key.encode(), as_bytes(expected), as_bytes(desired))[1]
 
     def check(self, keys: list[str]) -> bool:
         return self._call(b"check", *(k.encode() for k in keys))[0] == b"ok"
@@ -131,7 +131,9 @@ class KeyStore(dist.Store):
         self._ctx.term()
 
 
-def _bytes(value: Any) -> bytes:
+def as_bytes(value: Any) -> bytes:
+    """A value set in or read from a torch ``Store`` as bytes (torch gives bytes, a str
+    or a list of ints, as it passes ``std::vector<uint8_t>``)."""
     if isinstance(value, bytes | bytearray):
         return bytes(value)
     if isinstance(value, str):
