@@ -158,9 +158,13 @@ def is_loopback(address: str) -> bool:
     ``inproc://``, or TCP on a loopback address (``127.0.0.0/8``, ``::1``, ``localhost``).
     ``*``, ``0.0.0.0``, an interface or a host name are not."""
     scheme, _, rest = address.partition("://")
-    if scheme in ("ipc", "inproc"):
-        return True
-    host = rest.rsplit(":", 1)[0].removeprefix("[").removesuffix("]")
+    return scheme in ("ipc", "inproc") or is_loopback_host(rest.rsplit(":", 1)[0])
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` (a name, or an IP address, IPv6 bracketed or not) is this host
+    only: an address in ``127.0.0.0/8``, ``::1``, or ``localhost``."""
+    host = host.removeprefix("[").removesuffix("]")
     if host == "localhost":
         return True
     try:

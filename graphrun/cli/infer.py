@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from graphrun.arguments import add_fields, from_fields
+from graphrun.arguments import add_fields, from_fields, is_loopback_host
 from graphrun.serving.protocol import Bounds
 
 DESCRIPTION = """\
@@ -144,7 +144,7 @@ def serve(args: argparse.Namespace) -> int:
 
     _check(args)
     token = config.read_token(args.token_file) if args.token_file is not None else None
-    if token is None and not config.is_loopback(args.host):
+    if token is None and not is_loopback_host(args.host):
         raise ArgumentError(
             f"--host: {args.host} is not loopback; give --token-file (clients send "
             f"Authorization: Bearer <token>)"

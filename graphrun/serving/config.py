@@ -1,13 +1,12 @@
 """The endpoint's command line, checked before anything starts (``graphrun infer ...``).
 
-Loopback means an IP address in 127.0.0.0/8 or ::1, or the name ``localhost``; any other
-address (``0.0.0.0``, a pod's address, a host name) is reachable from elsewhere and needs
-``--token-file``.
+Loopback (:func:`graphrun.arguments.is_loopback_host`) means an IP address in 127.0.0.0/8
+or ::1, or the name ``localhost``; any other address (``0.0.0.0``, a pod's address, a host
+name) is reachable from elsewhere and needs ``--token-file``.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import socket
 from dataclasses import dataclass
@@ -21,15 +20,6 @@ from graphrun.serving.model import ModelSpec
 
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$")
 MIN_TOKEN = 16
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def read_token(path: Path) -> str:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from graphrun.arguments import is_loopback_host
 from graphrun.cli import main
 from graphrun.rpc.auth import generate_keys
-from graphrun.serving.config import is_loopback
 from graphrun.testing.jobs import small_job
 
 
@@ -115,7 +115,7 @@ def test_serve_pins_a_version_only_when_told_to(job, capsys) -> None:
      ("10.0.0.1", False), ("192.168.1.5", False), ("example.com", False), ("", False)],
 )  # fmt: skip
 def test_loopback_is_127_0_0_0_8_and_ipv6_1_and_localhost(host, loopback) -> None:
-    assert is_loopback(host) is loopback
+    assert is_loopback_host(host) is loopback
 
 
 def test_accepted_connections_send_without_waiting_for_acks() -> None:
