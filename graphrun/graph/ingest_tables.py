@@ -270,10 +270,7 @@ def _tables(s: Source, chunk_rows: int) -> Iterator[tuple[int, pa.Table]]:
 
 
 def _int_ids(part: TablePart, column: str) -> np.ndarray:
-    col = part.table.column(column)
-    if col.null_count:
-        i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
-        raise DatasetError(f"{part.file}: column {column!r} is empty in row {part.row(i)}")
+    col = part.full_column(column)
     t = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
     if not pa.types.is_integer(t):
         raise DatasetError(

@@ -66,6 +66,14 @@ class TablePart:
     def row(self, i: int) -> int:
         return int(self.rows[i]) if self.rows is not None else i
 
+    def full_column(self, name: str) -> pa.ChunkedArray:
+        """Column ``name``; a DatasetError naming the first row where it is empty."""
+        col = self.table.column(name)
+        if col.null_count:
+            i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+            raise DatasetError(f"{self.file}: column {name!r} is empty in row {self.row(i)}")
+        return col
+
 
 def read_table(path: Path, fmt: str) -> pa.Table:
     """Read one CSV/Parquet file; every failure is one DatasetError line naming it."""
@@ -151,10 +159,7 @@ def _require(part: TablePart, columns: Iterable[str]) -> None:
 
 
 def _check_id_column(part: TablePart, column: str) -> pa.ChunkedArray:
-    col = part.table.column(column)
-    if col.null_count:
-        i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
-        raise DatasetError(f"{part.file}: column {column!r} is empty in row {part.row(i)}")
+    col = part.full_column(column)
     t = col.type
     if pa.types.is_dictionary(t):  # e.g. a pandas categorical written to Parquet
         t = t.value_type
@@ -182,11 +187,8 @@ def _unify(cols: list[pa.ChunkedArray]) -> list[pa.ChunkedArray]:
 
 
 def _column_numpy(part: TablePart, name: str) -> np.ndarray:
-    col = part.table.column(name)
+    col = part.full_column(name)
     where = f"{part.file}: column {name!r}"
-    if col.null_count:
-        i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
-        raise DatasetError(f"{where} is empty in row {part.row(i)}")
     t = col.type
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         flat = pc.list_flatten(col)

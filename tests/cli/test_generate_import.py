@@ -227,6 +227,11 @@ BAD_IMPORTS = {
         [],
         "nodes.csv: id 1 appears twice (rows 0 and 2)",
     ),
+    "csv empty feature": (
+        files(edges__dot__csv="src,dst\n1,2\n", nodes__dot__csv="id,feat_0\n1,0.5\n2,\n"),
+        [],
+        "nodes.csv: column 'feat_0' is empty in row 1",
+    ),
     "csv string feature": (
         files(edges__dot__csv="src,dst\n1,2\n", nodes__dot__csv="id,name\n1,a\n2,b\n"),
         [],
