@@ -115,6 +115,7 @@ DEFAULT_REASON = {
 
 
 def condition_type(phase: Phase) -> str:
+    """The condition a phase sets (Pending's is ``Created``), on both backends."""
     return "Created" if phase is Phase.PENDING else phase.value
 
 

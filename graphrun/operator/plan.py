@@ -17,11 +17,11 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from graphrun.job.spec import GraphJob, ReplicaGroup
-from graphrun.job.workflow import Event, EventKind, JobState, Phase, transition
+from graphrun.job.workflow import Event, EventKind, JobState, Phase, condition_type, transition
 from graphrun.names import RoleName
 from graphrun.operator import layout as L
 from graphrun.operator.observe import Observed, PartitionStep, PodView
-from graphrun.operator.status import LostMachine, QueueState, condition_type
+from graphrun.operator.status import LostMachine, QueueState
 
 K = EventKind
 

@@ -23,7 +23,15 @@ import msgspec
 
 from graphrun.errors import WorkflowError
 from graphrun.job.spec import GraphJob
-from graphrun.job.workflow import Condition, JobState, JobStatus, Phase, parse_time, rfc3339
+from graphrun.job.workflow import (
+    Condition,
+    JobState,
+    JobStatus,
+    Phase,
+    condition_type,
+    parse_time,
+    rfc3339,
+)
 from graphrun.operator.observe import Observed, PartitionStep
 from graphrun.wire import convert, to_builtins
 
@@ -126,10 +134,6 @@ def status_patch(status: GraphJobStatus, cleared: tuple[str, ...] = ()) -> dict[
     ``null`` for the ``cleared`` ones (wire names), which a merge patch removes."""
     out = {k: v for k, v in to_builtins(status).items() if v is not None}
     return {**out, **dict.fromkeys(cleared)}
-
-
-def condition_type(phase: Phase) -> str:
-    return "Created" if phase is Phase.PENDING else phase.value
 
 
 K8S_CONDITIONS = (
