@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
+from collections.abc import Callable
 
 from graphrun.errors import ArgumentError
 
@@ -47,3 +49,14 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def call_times(fn: Callable[[], object], repeats: int) -> list[float]:
+    """Seconds of ``repeats`` timed calls of ``fn``, after one untimed (the warm-up)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return times

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from graphrun.bench import check_at_least, int_list
+from graphrun.bench import call_times, check_at_least, int_list
 from graphrun.errors import GraphrunError
 
 if TYPE_CHECKING:
@@ -61,13 +61,7 @@ def register(subparsers: Any) -> None:
 
 
 def _median_gbps(fn: Any, nbytes: int, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return nbytes / statistics.median(times) / 1e9
+    return nbytes / statistics.median(call_times(fn, repeats)) / 1e9
 
 
 def _latency_ms(fn: Any, n: int = 300) -> tuple[float, float]:

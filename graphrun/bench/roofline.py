@@ -55,6 +55,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from graphrun.bench import call_times
+
 MATMUL_N = 2048  # the square product's side for the flop peak
 STREAM_MB = 512  # the table the bandwidth is measured on (beyond every cache here)
 
@@ -106,25 +108,14 @@ def _share(rate: float | None, limit: float | None) -> float | None:
     return round(rate / limit, 3) if rate is not None and limit else None
 
 
-def _times(fn: Callable[[], object], repeats: int) -> list[float]:
-    """Seconds of ``repeats`` timed calls of ``fn``, after one untimed."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return times
-
-
 def best_of(fn: Callable[[], object], repeats: int = 5) -> float:
     """The fastest of ``repeats`` timed calls: for peaks."""
-    return min(_times(fn, repeats))
+    return min(call_times(fn, repeats))
 
 
 def median_of(fn: Callable[[], object], repeats: int = 9) -> float:
     """The median of ``repeats`` timed calls: for phases."""
-    return statistics.median(_times(fn, repeats))
+    return statistics.median(call_times(fn, repeats))
 
 
 def bf16_native() -> bool:
