@@ -187,9 +187,10 @@ class MachineLeaving(_Event, tag="machine_leaving"):
     time: float
 
 
-class TookOver(msgspec.Struct):
-    """Who serves a lost machine's partitions (``partition P`` → ``role on machine``)
-    and the machines whose trainers go on."""
+class TookOver(msgspec.Struct, frozen=True):
+    """What serves a lost machine's partitions (``partition P`` -> ``store:P:r on M``)
+    and which machines' trainers go on: a ``machine_lost`` event's, and a GraphJob's
+    ``status.lostMachines`` entry's."""
 
     partitions: dict[str, str]
     trainers: list[str]

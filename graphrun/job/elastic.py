@@ -10,6 +10,9 @@ functions, so a spec means the same on both (docs/elastic.md):
   store server on a machine whose servers are not gone. A machine lost earlier in the
   attempt counts as gone for its stores even once it is back: a machine started again
   (re-joined, a replacement pod) runs its trainers only.
+* :func:`took_over`: what the ``machine_lost`` event (and the operator's
+  ``status.lostMachines``) says: the replicas that serve the lost machine's partitions
+  and the machines whose trainers go on.
 * :func:`may_rejoin`: a lost machine is started again, to join at an epoch boundary, at
   most ``runtime.elastic.maxRejoins`` times an attempt; past that it stays lost (the
   job goes on without it, as long as :func:`why_not_survived` allows).
@@ -17,10 +20,11 @@ functions, so a spec means the same on both (docs/elastic.md):
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from graphrun.job.spec.runtime import ElasticSpec
 from graphrun.names import RoleName
+from graphrun.record import TookOver
 
 
 def why_not_survived(
@@ -49,6 +53,27 @@ def why_not_survived(
     if left < elastic.min_machines:
         return f"{left} machines would be left, fewer than runtime.elastic.minMachines"
     return None
+
+
+def took_over(
+    stores: Mapping[RoleName, str],
+    trainers: Iterable[str],
+    machine: str,
+    stores_gone: Collection[str],
+    away: Collection[str],
+) -> TookOver:
+    """Who serves lost ``machine``'s partitions (``partition P`` -> ``store:P:r on M``):
+    the replicas of those whose primary it ran, on machines whose store servers are not
+    gone (``stores_gone``: every machine lost in the attempt, back or not); and the
+    machines whose trainers go on (``trainers``: the machines that run trainers, less
+    those ``away``: lost and not back). ``stores``: as for :func:`why_not_survived`."""
+    served = {r.index for r, m in stores.items() if m == machine and r.replica == r.sub == 0}
+    partitions = {
+        f"partition {r.index}": f"{r} on {m}"
+        for r, m in stores.items()
+        if r.replica > 0 and r.index in served and m not in stores_gone
+    }
+    return TookOver(dict(sorted(partitions.items())), sorted(set(trainers) - set(away)))
 
 
 def may_rejoin(elastic: ElasticSpec | None, times: int) -> bool:

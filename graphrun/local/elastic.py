@@ -35,7 +35,7 @@ from typing import Protocol
 
 import psutil
 
-from graphrun.job.elastic import may_rejoin
+from graphrun.job.elastic import may_rejoin, took_over
 from graphrun.job.spec.runtime import ElasticSpec
 from graphrun.machine.launch import MachineLaunch
 from graphrun.machine.process import Sink
@@ -45,7 +45,6 @@ from graphrun.record import (
     MachineLost,
     Reformed,
     Relaunched,
-    TookOver,
     emit,
     read_status,
     role_event,
@@ -68,23 +67,21 @@ def machine_lost_event(
     exit_code: int | None,
     lost: Sequence[str],
     fenced: str | None = None,
+    back: Collection[str] = (),
 ) -> MachineLost:
     """The ``machine_lost`` event: which partitions' replicas take over (and where), and
-    the machines whose trainers go on (``lost``: every machine lost so far). ``fenced``:
-    why a machine whose processes still ran was declared lost (they were killed)."""
-    stores = store_machines(launches)
-    primaries = {r.index for r, m in stores.items() if m == machine and r.replica == r.sub == 0}
-    replicas = {
-        f"partition {r.index}": f"{r} on {m}"
-        for r, m in stores.items()
-        if m not in lost and r.replica > 0 and r.index in primaries
-    }
-    trainers = sorted(m.machine for m in launches if m.of_kind("trainer") and m.machine not in lost)
+    the machines whose trainers go on, by the job core's rule
+    (:func:`graphrun.job.elastic.took_over`; ``lost``: every machine lost and not back;
+    ``back``: those started again, whose store servers are gone). ``fenced``: why a
+    machine whose processes still ran was declared lost (they were killed)."""
+    trainers = [m.machine for m in launches if m.of_kind("trainer")]
+    stores_gone = {*lost, *back}
+    over = took_over(store_machines(launches), trainers, machine, stores_gone, lost)
     return MachineLost(
         machine=machine,
         exit_code=exit_code,
         time=round(time.time(), 3),
-        took_over=TookOver(dict(sorted(replicas.items())), trainers),
+        took_over=over,
         fenced=UNSET if fenced is None else fenced,
     )
 

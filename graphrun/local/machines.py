@@ -326,7 +326,12 @@ class LocalMachines:
             if died and self._survivable(machine, launches, len(states)):
                 self.lost.append(machine)
                 self.lost_codes[machine] = ex.exit_code
-                emit(machine_lost_event(machine, launches, ex.exit_code, self.lost), self.sink)
+                emit(
+                    machine_lost_event(
+                        machine, launches, ex.exit_code, self.lost, back=self.rejoins.started
+                    ),
+                    self.sink,
+                )
                 self.rejoins.lost(machine)
                 continue
             fatal.append(ex)
@@ -367,7 +372,9 @@ class LocalMachines:
                 continue  # too few left, or a partition's last copy: it fails the attempt
             self.lost.append(machine)
             self.rejoins.lost(machine)
-            event = machine_lost_event(machine, launches, None, self.lost, fenced=reason)
+            event = machine_lost_event(
+                machine, launches, None, self.lost, fenced=reason, back=self.rejoins.started
+            )
             pid = pids.get(RoleName.worker(machine))
             if pid is not None:
                 kill_tree(pid)

@@ -34,7 +34,8 @@ from graphrun.names import RoleName
 from graphrun.operator import builders as B
 from graphrun.operator import layout as L
 from graphrun.operator.plan import Create, Delete, Emit, Run
-from graphrun.operator.status import LostHow, LostMachine, TookOver
+from graphrun.operator.status import LostHow, LostMachine
+from graphrun.record import TookOver
 
 REPLACED = (
     "made again once gone, with GRAPHRUN_ELASTIC_JOIN=1: its trainers join at the next "
@@ -62,34 +63,18 @@ def store_machines(job: GraphJob) -> dict[RoleName, str]:
     return {r.id: placement[r.id] for r in job_roles(job.spec) if r.id.kind == "store"}
 
 
-def primaries(job: GraphJob, machine: str) -> list[int]:
-    """The partitions whose primary store server runs on ``machine``."""
-    return sorted({
-        r.index for r, m in store_machines(job).items()
-        if r.replica == 0 and r.sub == 0 and m == machine
-    })  # fmt: skip
-
-
 def took_over(
     job: GraphJob, machine: str, lost: list[str], back: list[str] | None = None
 ) -> TookOver:
-    """What serves the lost machine's partitions (``partition P`` -> ``store:P:r on M``)
-    and which machines' trainers go on (``lost``: every machine lost so far in the
+    """What serves the lost machine's partitions and which machines' trainers go on, by
+    the job core's rule (:func:`graphrun.job.elastic.took_over`), as the ``machine_lost``
+    event of ``graphrun run`` says it (``lost``: every machine lost so far in the
     attempt, this one included; ``back``: those of them made again, whose trainers are
-    back but not their store servers), as the ``machine_lost`` event of ``graphrun run``
-    says it."""
+    back but not their store servers)."""
     placement = resolve_placement(job)
-    roles = [r.id for r in job_roles(job.spec)]
-    served = set(primaries(job, machine))
-    partitions = {
-        f"partition {r.index}": f"{r} on {placement[r]}"
-        for r in roles
-        if r.kind == "store" and r.replica > 0 and r.index in served
-        and placement[r] not in lost
-    }  # fmt: skip
+    trainers = [placement[r.id] for r in job_roles(job.spec) if r.id.kind == "trainer"]
     away = set(lost) - set(back or ())
-    trainers = sorted({placement[r] for r in roles if r.kind == "trainer"} - away)
-    return TookOver(dict(sorted(partitions.items())), trainers)
+    return rule.took_over(store_machines(job), trainers, machine, lost, away)
 
 
 def lost_entry(

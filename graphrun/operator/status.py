@@ -33,6 +33,7 @@ from graphrun.job.workflow import (
     rfc3339,
 )
 from graphrun.operator.observe import Observed, PartitionStep
+from graphrun.record import TookOver
 from graphrun.wire import convert, to_builtins
 
 
@@ -43,14 +44,6 @@ class ReplicaCounts(msgspec.Struct, frozen=True, kw_only=True):
     ready: int = 0
     succeeded: int = 0
     failed: int = 0
-
-
-class TookOver(msgspec.Struct, frozen=True):
-    """What serves a lost machine's partitions (``partition P`` -> ``store:P:r on M``)
-    and which machines' trainers go on."""
-
-    partitions: dict[str, str]
-    trainers: list[str]
 
 
 # how a worker pod was lost: it failed, is being deleted, or disappeared

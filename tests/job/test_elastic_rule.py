@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from graphrun.job.elastic import may_rejoin, why_not_survived
+from graphrun.job.elastic import may_rejoin, took_over, why_not_survived
 from graphrun.job.spec.runtime import ElasticSpec
 from graphrun.names import RoleName
+from graphrun.record import TookOver
 
 # 3 machines, 3 partitions, a replica each on the next machine
 STORES = {
@@ -38,6 +39,18 @@ def test_a_machine_back_counts_as_gone_for_its_stores():
     one = ElasticSpec(min_machines=1)
     assert why_not_survived(one, "m2", 3, 0, STORES, stores_gone=["m1"]) is not None
     assert why_not_survived(one, "m2", 3, 0, STORES) is None
+
+
+def test_what_took_over_names_live_replicas_and_the_trainers_not_away():
+    trainers = ["m0", "m1", "m2"]
+    assert took_over(STORES, trainers, "m1", ["m1"], ["m1"]) == TookOver(
+        {"partition 1": "store:1:r on m2"}, ["m0", "m2"]
+    )
+    # m2 was lost and is back: its trainers go on, its store servers do not serve
+    assert took_over(STORES, trainers, "m1", ["m1", "m2"], ["m1"]) == TookOver({}, ["m0", "m2"])
+    assert took_over(STORES, trainers, "m0", ["m0"], ["m0"]).partitions == {
+        "partition 0": "store:0:r on m1"
+    }
 
 
 def test_a_lost_machine_rejoins_max_rejoins_times():
