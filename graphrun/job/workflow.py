@@ -236,6 +236,12 @@ class JobState(JobStatus, frozen=True, kw_only=True):
     def condition(self, type_: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == type_), None)
 
+    @property
+    def resumes(self) -> bool:
+        """Whether the trainers start from the last checkpoint: after a restart or a
+        suspension (both backends)."""
+        return self.restarts > 0 or self.condition("Suspended") is not None
+
     def error(self) -> JobFailed | None:
         """The failure as a :class:`JobFailed` (None unless the job failed)."""
         f = self.failure

@@ -237,7 +237,6 @@ class LocalJob:
         ads = self.job.spec.run_policy.active_deadline_seconds
         self._deadline = t0 + ads if ads else None
         self._event(Event(EventKind.START))
-        resume = self.opts.resume
         while not self.state.terminal:
             phase = self.state.phase
             try:
@@ -248,10 +247,9 @@ class LocalJob:
                     self._check_partition()
                     self._event(Event(EventKind.DISTRIBUTED))
                 elif phase is Phase.SERVING:
-                    self._serve_and_train(resume)
+                    self._serve_and_train(self.opts.resume or self.state.resumes)
                     self._event(Event(EventKind.TRAINING_DONE))
                 elif phase is Phase.RESTARTING:
-                    resume = True
                     self._event(Event(EventKind.RESTARTED, message="resuming from checkpoint"))
             except JobFailed as exc:
                 self._say_failed(exc)

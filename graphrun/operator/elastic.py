@@ -191,7 +191,7 @@ def replace_lost_machines(run: Run) -> None:
     if any(p.phase == "Failed" for i, p in have.items() if i not in lost):
         return  # a loss the job does not survive: the attempt fails (_pod_problems)
     names = run.job.spec.machine_names
-    resume = run.state.restarts > 0 or run.state.condition("Suspended") is not None
+    resume = run.state.resumes
     elastic = run.job.spec.runtime.elastic
     for n, entry in enumerate(run.lost):
         if entry.replaced:

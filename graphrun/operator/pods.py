@@ -71,8 +71,7 @@ def ensure_workers(run: Run) -> dict[int, PodView] | None:
         message = "the worker pod disappeared" + (" while partitioning" if partitioning else "")
         run.fire(Event.role_failed(role, machine, None, message))
         return None
-    # After a restart or a suspension, trainers continue from the last checkpoint.
-    resume = run.state.restarts > 0 or run.state.condition("Suspended") is not None
+    resume = run.state.resumes
     for i in missing:
         run.actions.append(Create(B.build_worker(run.job, run.owner, run.config, i, resume)))
     return None if missing else have

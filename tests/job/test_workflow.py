@@ -186,6 +186,14 @@ def test_suspend_and_resume_keeps_restart_count() -> None:
     assert s.started_at == T0  # the first start
 
 
+def test_trainers_resume_from_the_checkpoint_after_a_restart_or_a_suspension() -> None:
+    assert not reach(Phase.TRAINING).resumes
+    s = transition(reach(Phase.RESTARTING), Event(K.RESTARTED), at(1))
+    assert s.phase is Phase.SERVING and s.resumes
+    s = transition(reach(Phase.SUSPENDED), Event(K.RESUME), at(1))
+    assert s.restarts == 0 and s.resumes
+
+
 @pytest.mark.parametrize("kind", [K.DEADLINE_EXCEEDED, K.CANCELLED, K.FAIL])
 def test_failing_events_keep_their_reason(kind: EventKind) -> None:
     s = reach(Phase.SERVING)
