@@ -12,10 +12,10 @@ from __future__ import annotations
 import base64
 import copy
 import shlex
-from typing import Any, Literal
+from typing import Any, get_args
 
 from graphrun.errors import SpecError
-from graphrun.job.spec import GraphJob, ReplicaSpec, resolve_placement
+from graphrun.job.spec import GraphJob, ReplicaGroup, ReplicaSpec, resolve_placement
 from graphrun.machine.stopmark import JOIN_ENV, PODINFO_ANNOTATIONS
 from graphrun.operator import gang as G
 from graphrun.operator import layout as L
@@ -26,7 +26,6 @@ from graphrun.operator.policy import SYSTEM_PRIORITY, check_pod_policy
 from graphrun.placement.job import Demand
 from graphrun.wire import key_file_text
 
-Replica = Literal["partitioner", "worker", "launcher"]
 CONTAINER = "graphrun"
 CONFIG_VOLUME, DATA_VOLUME = "graphrun-config", "graphrun-data"
 SHM_VOLUME, SHM_PATH = "graphrun-shm", "/dev/shm"
@@ -50,7 +49,7 @@ def check_supported(job: GraphJob) -> None:
             "spec.graph.store.keySecret: required on Kubernetes (a Secret in the job's "
             "namespace holding the store's job.key); keyFile is read by graphrun run only"
         )
-    for replica in ("partitioner", "worker", "launcher"):
+    for replica in get_args(ReplicaGroup):
         user = getattr(spec.replica_specs, replica)
         if user is not None:
             check_pod_policy(user.template, f"spec.replicaSpecs.{replica}.template")
@@ -185,7 +184,7 @@ def _pod_template(
     job: GraphJob,
     owner: L.Owner,
     config: L.OperatorConfig,
-    replica: Replica,
+    replica: ReplicaGroup,
     index: int | None,
     command: list[str] | None,
     args: list[str] | None,
