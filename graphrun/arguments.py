@@ -173,6 +173,20 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
+def add_plaintext_flags(p: argparse.ArgumentParser) -> None:
+    """A server's ``--insecure`` and ``--insecure-non-loopback`` (checked by
+    :func:`check_plaintext_address`)."""
+    p.add_argument(
+        "--insecure", action="store_true",
+        help="no key: plaintext, unauthenticated (tests; a loopback --address only)",
+    )  # fmt: skip
+    p.add_argument(
+        "--insecure-non-loopback", action="store_true",
+        help="with --insecure: serve plaintext on a non-loopback --address too, to anyone "
+        "who reaches it (SECURITY.md)",
+    )  # fmt: skip
+
+
 def check_plaintext_address(flag: str, address: str, insecure: bool, anywhere: bool) -> None:
     """``--insecure`` serves plaintext to whoever reaches the port: on a loopback address
     only, unless ``--insecure-non-loopback`` asks for it by name (it was served on every

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from graphrun.arguments import integer, output_file
+from graphrun.arguments import add_plaintext_flags, integer, output_file
 
 MAX_INDEX = 63  # runtime.parameterServers is at most 64 (graphrun.job.spec.runtime)
 
@@ -38,14 +38,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--index", type=integer(0, MAX_INDEX), required=True, help="shard J (role ps:J)")
     p.add_argument("--address", default="tcp://127.0.0.1:0", help="ZeroMQ address to bind")
     p.add_argument("--key-file", type=Path, help="the job's key file (CURVE)")
-    p.add_argument(
-        "--insecure", action="store_true",
-        help="no key: plaintext, unauthenticated (tests; a loopback --address only)",
-    )  # fmt: skip
-    p.add_argument(
-        "--insecure-non-loopback", action="store_true",
-        help="with --insecure: serve plaintext on a non-loopback --address too (SECURITY.md)",
-    )  # fmt: skip
+    add_plaintext_flags(p)
     p.add_argument(
         "--profile", type=output_file, metavar="FILE",
         help="at stop, append this server's CPU seconds and pushes (a placement profile line)",

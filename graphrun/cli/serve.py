@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from graphrun.arguments import integer, number, output_file
+from graphrun.arguments import add_plaintext_flags, integer, number, output_file
 from graphrun.parent import graceful_with_parent, set_death_signal
 
 DESCRIPTION = """\
@@ -78,15 +78,7 @@ def register(subparsers: Any) -> None:
         type=Path,
         help="the store's admin key file (CURVE; default PARTITION_DIR/store.key)",
     )
-    p.add_argument(
-        "--insecure", action="store_true",
-        help="no key: plaintext, unauthenticated (tests; a loopback --address only)",
-    )  # fmt: skip
-    p.add_argument(
-        "--insecure-non-loopback", action="store_true",
-        help="with --insecure: serve plaintext on a non-loopback --address too, to anyone "
-        "who reaches it (SECURITY.md)",
-    )  # fmt: skip
+    add_plaintext_flags(p)
     p.add_argument(
         "--clients",
         type=Path,
