@@ -39,6 +39,8 @@ from graphrun.errors import DatasetError
 from graphrun.names import CanonicalEtype, etype_key, parse_etype_key, resolve_etype
 
 DEFAULT_NTYPE = "_N"
+SPLITS = ("train", "val", "test")  # the node splits, each a boolean ``<split>_mask`` feature
+MASKS = tuple(f"{s}_mask" for s in SPLITS)
 DEFAULT_ETYPE = ("_N", "_E", "_N")
 SLICE = 1 << 23  # entries a check reads before it lets go of the pages it mapped
 

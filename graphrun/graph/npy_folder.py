@@ -25,9 +25,7 @@ import numpy as np
 
 from graphrun.errors import DatasetError
 from graphrun.graph.format import load_npy
-from graphrun.graph.graph import Graph
-
-SPLITS = ("train", "val", "test")
+from graphrun.graph.graph import SPLITS, Graph
 
 
 def _ids(path: Path) -> np.ndarray:

@@ -47,11 +47,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphrun.errors import DatasetError
-from graphrun.graph.graph import DEFAULT_NTYPE, Graph
+from graphrun.graph.graph import DEFAULT_NTYPE, MASKS, Graph
 from graphrun.graph.imported import FORMATS, Imported, detect_table_format
 from graphrun.names import CanonicalEtype, etype_key, parse_etype_key
 
-MASKS = ("train_mask", "val_mask", "test_mask")
 _NUMBERED = re.compile(r"^(.+)_(\d+)$")
 
 

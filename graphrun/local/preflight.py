@@ -23,12 +23,11 @@ from typing import Any
 import numpy as np
 
 from graphrun.errors import SpecError
+from graphrun.graph.graph import MASKS
 from graphrun.job.spec import GraphJob
 from graphrun.machine.roles import JobPaths
 from graphrun.names import TensorKey
 from graphrun.partition.format import load_partition_config
-
-SPLITS = ("train_mask", "val_mask", "test_mask")
 
 
 def check_before_start(job: GraphJob, paths: JobPaths) -> None:
@@ -151,7 +150,7 @@ def check_partitions(job: GraphJob, paths: JobPaths) -> None:
     if t.label not in columns:
         raise SpecError(f"{where}.label: node type {ntype!r} has no column {t.label!r} "
                         f"(it has {', '.join(sorted(columns)) or 'none'})")  # fmt: skip
-    for mask in SPLITS:
+    for mask in MASKS:
         if mask not in columns:
             raise SpecError(
                 f"{paths.parts}: node type {ntype!r} has no {mask!r}: the dataset needs "
@@ -166,7 +165,7 @@ def _check_labels(node_dir: Path, label: str, field: str) -> None:
     y = np.load(node_dir / f"{label}.npy", mmap_mode="r")
     if not np.issubdtype(y.dtype, np.integer):
         raise SpecError(f"{field}: {node_dir / label}.npy holds {y.dtype}, not integer classes")
-    for mask in SPLITS:
+    for mask in MASKS:
         m = np.load(node_dir / f"{mask}.npy", mmap_mode="r")
         bad = np.flatnonzero(np.asarray(m) & (np.asarray(y) < 0))
         if bad.size:

@@ -30,9 +30,9 @@ from typing import Any
 
 from graphrun.errors import HostError
 from graphrun.measure.auth import KEY_ENV, new_key
+from graphrun.measure.host import SERVE_SECONDS
 
 GBIT = 1e9 / 8  # bytes per second in one Gbit/s
-SERVE_SECONDS = 60.0  # a measuring server's deadline
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,6 @@ from graphrun.operator.policy import SYSTEM_PRIORITY, check_pod_policy
 from graphrun.placement.job import Demand
 from graphrun.wire import key_file_text
 
-CONTAINER = "graphrun"
 CONFIG_VOLUME, DATA_VOLUME = "graphrun-config", "graphrun-data"
 SHM_VOLUME, SHM_PATH = "graphrun-shm", "/dev/shm"
 IMAGE_UID = 10001
@@ -135,7 +134,7 @@ def build_service(owner: L.Owner, rendezvous: bool = False) -> dict[str, Any]:
 def _main_index(template: dict[str, Any]) -> int:
     """The index of the container named ``graphrun``, else 0 (the first)."""
     containers = template.get("spec", {}).get("containers") or [{}]
-    return next((i for i, c in enumerate(containers) if c.get("name") == CONTAINER), 0)
+    return next((i for i, c in enumerate(containers) if c.get("name") == L.CONTAINER), 0)
 
 
 def _main_container(template: dict[str, Any]) -> dict[str, Any]:
@@ -198,9 +197,9 @@ def _pod_template(
     spec = tpl.setdefault("spec", {})
     containers = spec.setdefault("containers", [])
     if not containers:
-        containers.append({"name": CONTAINER})
-    main = next((c for c in containers if c.get("name") == CONTAINER), containers[0])
-    main.setdefault("name", CONTAINER)
+        containers.append({"name": L.CONTAINER})
+    main = next((c for c in containers if c.get("name") == L.CONTAINER), containers[0])
+    main.setdefault("name", L.CONTAINER)
     main["image"] = main.get("image") or job.spec.image or config.image
     main.setdefault("imagePullPolicy", job.spec.image_pull_policy or config.image_pull_policy)
     if command is not None:

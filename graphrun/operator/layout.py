@@ -79,6 +79,7 @@ WORKER_ARGS = [
 ]
 BASE_PORT = 30000  # store servers listen on BASE_PORT + i, the rendezvous after them
 PARTITION_PORT = BASE_PORT - 1  # partition.mode distributed: the ranks meet on worker 0
+CONTAINER = "graphrun"  # the main container of every pod the operator makes
 PARTITION_CONTAINER = "partition"  # the worker pods' init container in that mode
 
 LABEL_JOB = "graphrun.io/job-name"

@@ -23,7 +23,6 @@ FAILED_LINE = re.compile(
     r"(?P<role>[\w:.-]+) on (?P<machine>\S+) failed \((?:exit code (?P<code>-?\d+)|no exit code)\)"
     r"(?:: (?P<reason>.*))?$"
 )
-CONTAINER = "graphrun"
 
 # where a worker pod of partition.mode distributed is (status.partitionPods)
 PartitionStep = Literal["Waiting", "Partitioning", "Partitioned", "Failed"]
@@ -128,7 +127,7 @@ class Observed:
 def _container_status(pod: dict[str, Any]) -> dict[str, Any]:
     statuses = pod.get("status", {}).get("containerStatuses") or []
     return next(
-        (s for s in statuses if s.get("name") == CONTAINER), statuses[0] if statuses else {}
+        (s for s in statuses if s.get("name") == L.CONTAINER), statuses[0] if statuses else {}
     )
 
 

@@ -81,7 +81,7 @@ def build_rendezvous(job: GraphJob, owner: L.Owner, config: L.OperatorConfig) ->
         },
     }
     container = {
-        "name": B.CONTAINER,
+        "name": L.CONTAINER,
         "image": B._main_container(tpl).get("image") or job.spec.image or config.image,
         "imagePullPolicy": job.spec.image_pull_policy or config.image_pull_policy,
         "command": rendezvous_argv(job),

@@ -92,7 +92,7 @@ from graphrun.graph.format import IdMapInfo, Schema, ensure_free, feature_schema
 from graphrun.graph.npyfile import flushed, open_npy
 from graphrun.names import etype_key, owners
 from graphrun.partition import compacted
-from graphrun.partition.book import PartitionBook, check_ids
+from graphrun.partition.book import CONFIG_FILE, PartitionBook, check_ids
 from graphrun.partition.npyout import save_column, save_rows
 from graphrun.partition.quality import Quality
 from graphrun.partition.relabel import Relabelling, local_structure, write_edge_maps
@@ -100,7 +100,6 @@ from graphrun.wire import Header, check_header, convert, write_json
 
 FORMAT = "graphrun-partition"
 VERSION = 1
-CONFIG_FILE = "partition.json"
 MAPPING_DIR = "mapping"
 
 

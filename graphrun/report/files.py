@@ -27,10 +27,8 @@ JSON_CAP = 4 * MIB  # state.json, launch/*.json, status/*.json, the job and sche
 METRICS_CAP = 64 * MIB  # metrics.jsonl: 1,000 epochs of 256 trainers take 50 MiB
 MAX_RECORDS = 10_000  # lines of metrics.jsonl read
 MAX_FILES = 256  # files read of launch/ and of status/ (machines)
-MAX_TRAINERS = 256  # trainers in an epoch record
 MAX_TRAINER_ROWS = 100_000  # trainers' parts of epochs in all (1,500 epochs of 64)
 MAX_ROLES = 64  # roles with usage in a status file
-MAX_NAME = 253  # characters of a machine or role name (a DNS name's)
 
 
 def _kind(mode: int) -> str:

@@ -43,7 +43,7 @@ from graphrun.job.workflow import Event, EventKind, JobStatus, Phase, read_run_s
 from graphrun.machine.launch import RoleLaunch
 from graphrun.names import RoleName
 from graphrun.placement.schedule import Schedule, parse_schedules, schedule_file
-from graphrun.record import EpochRecord, MachineStatus, decode_status, parse_epoch
+from graphrun.record import MAX_NAME, EpochRecord, MachineStatus, decode_status, parse_epoch
 from graphrun.report import files
 from graphrun.report.files import decode_json, read_file
 from graphrun.wire import convert
@@ -189,10 +189,8 @@ def _files(run: Path, sub: str, notes: list[str]) -> list[Path]:
 def _launch(p: Path, run: Path) -> Launched:
     launch = convert(Launched, _json(p, run), str(p), RunFileError)
     for name in (launch.machine, *(str(r.role) for r in launch.roles)):
-        if not 0 < len(name) <= files.MAX_NAME:
-            raise RunFileError(
-                f"{p}: {name[:40]!r}...: not a name of 1 to {files.MAX_NAME} characters"
-            )
+        if not 0 < len(name) <= MAX_NAME:
+            raise RunFileError(f"{p}: {name[:40]!r}...: not a name of 1 to {MAX_NAME} characters")
     return launch
 
 

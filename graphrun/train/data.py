@@ -38,8 +38,6 @@ if TYPE_CHECKING:
     from graphrun.sampling.mfg import SampledSubgraph
     from graphrun.sampling.sampler import NeighborSampler
 
-SPLITS = ("train", "val", "test")
-
 
 @dataclass
 class Batch:

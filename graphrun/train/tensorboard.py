@@ -30,7 +30,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-SPLITS = ("train", "val", "test")
+from graphrun.graph.graph import SPLITS
+
 METRICS = ("acc", "auc", "mrr", "hits@10")
 STEP_PARTS = ("sample", "fetch", "compute", "allreduce")
 TRAINER_PARTS = ("epoch", *STEP_PARTS, "cpu")
