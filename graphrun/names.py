@@ -229,6 +229,9 @@ class RoleName:
 
 #: Trainer 0: its machine hosts the rendezvous; its output is the job's console.
 MAIN_TRAINER = RoleName.trainer(0)
+#: The most trainers a job may have (machines x trainersPerMachine): the spec's bound, and
+#: that of every record, request and checkpoint that has a trainer's rank or one entry each.
+MAX_TRAINERS = 4096
 
 
 class Endpoint:

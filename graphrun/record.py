@@ -41,12 +41,11 @@ import msgspec
 
 from graphrun.errors import GraphrunError
 from graphrun.files import write_atomic
-from graphrun.names import RoleName
+from graphrun.names import MAX_TRAINERS, RoleName
 from graphrun.wire import dec_hook, decoder, describe, to_builtins
 
 T = TypeVar("T")
 
-MAX_TRAINERS = 256  # trainers in an epoch record
 MAX_NAME = 253  # characters of a machine or role name (a DNS name's)
 MAX_LINE = 1 << 20  # bytes of one event line read: longer ones are not events
 

@@ -204,6 +204,22 @@ def test_an_epoch_record_carries_its_re_forms_typed():
         parse_epoch([1], "metrics.jsonl: line 3", RunFileError)
 
 
+def test_an_epoch_record_of_as_many_trainers_as_a_job_may_have_is_read():
+    """The record allowed 256 trainers while the spec allows 4096: a larger job's epochs
+    were dropped by the console and refused by the report."""
+    from graphrun.job.spec import MAX_TRAINERS
+
+    rec = {"epoch": 0, "loss": 0.5, "trainers": [{"rank": r} for r in range(MAX_TRAINERS)]}
+    epoch = parse_epoch(rec, "metrics.jsonl: line 1", RunFileError)
+    assert [t.rank for t in epoch.trainers] == list(range(MAX_TRAINERS))
+    with pytest.raises(RunFileError, match=r"^metrics.jsonl: line 1: trainers: "):
+        parse_epoch(
+            {**rec, "trainers": [{"rank": 0}] * (MAX_TRAINERS + 1)},
+            "metrics.jsonl: line 1",
+            RunFileError,
+        )
+
+
 def test_an_epoch_record_declares_the_disk_feature_fields():
     """`disk_hit_rate` and `disk_bytes` were written by the loop but not declared, so the
     record's one reader passed them through unchecked."""

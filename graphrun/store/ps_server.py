@@ -46,7 +46,7 @@ import msgspec
 import numpy as np
 
 from graphrun.errors import ArgumentError, StoreError
-from graphrun.names import RoleName
+from graphrun.names import MAX_TRAINERS, RoleName
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import DEFAULT_LIMITS, Limits, Message, MsgKind, error_message
 from graphrun.rpc.transport import RpcServer
@@ -56,7 +56,6 @@ from graphrun.wire import convert
 log = logging.getLogger("graphrun.ps")
 T = TypeVar("T")
 
-MAX_TRAINERS = 4096  # trainers of one job (a clock each)
 MAX_STEP = 1 << 62  # steps, clocks, staleness
 MAX_NDIM = DEFAULT_LIMITS.max_ndim  # dimensions of a parameter
 PARKED_PER_PEER = 4  # pulls waiting for one trainer (one per step it is ahead, a retry)

@@ -38,13 +38,13 @@ import torch
 
 from graphrun.errors import CheckpointError
 from graphrun.files import write_atomic, write_failed
+from graphrun.names import MAX_TRAINERS
 from graphrun.wire import check_header, describe
 
 FORMAT = "graphrun-checkpoint"
 VERSION = 2
 READ_VERSIONS = (1, 2)
 FILE = "checkpoint.pt"
-MAX_TRAINERS = 4096  # the job spec's bound: one RNG state each in a position
 RNG_SHAPE = tuple(torch.get_rng_state().shape)  # torch's CPU generator (uint8)
 
 

@@ -9,6 +9,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from graphrun.names import MAX_TRAINERS  # noqa: F401 (the spec's bound, shared)
+
 API_VERSION = "graphrun.io/v1alpha1"
 KIND = "GraphJob"
 PLAN_KIND = "PlacementPlan"
@@ -35,7 +37,6 @@ ENTRY_POINT_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 # allocator traceback from every trainer).
 MAX_MACHINES = 1024
 MAX_PARTS = 4096
-MAX_TRAINERS = 4096  # machines x trainersPerMachine
 MAX_ROLES = 16384  # store servers + trainers + sampler workers of a job
 MAX_EPOCHS = 1_000_000
 MAX_BATCH_SIZE = 1 << 20  # seeds per mini-batch and trainer
