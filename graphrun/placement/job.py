@@ -43,13 +43,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from graphrun.errors import SpecError
-from graphrun.names import RoleName
+from graphrun.names import MAX_TRAINERS, RoleName
 from graphrun.placement._io import read_yaml, validate
 from graphrun.placement.profile import Profile, resolve_profile
 
 # Upper bounds of a placement job's counts (see the module docstring).
 MAX_PARTITIONS = 4096
-MAX_TRAINERS = 4096
 MAX_SAMPLERS_PER_TRAINER = 64
 MAX_PARAMETER_SERVERS = 1024
 MAX_PREFETCH = 64
