@@ -28,7 +28,6 @@ METRICS_CAP = 64 * MIB  # metrics.jsonl: 1,000 epochs of 256 trainers take 50 Mi
 MAX_RECORDS = 10_000  # lines of metrics.jsonl read
 MAX_FILES = 256  # files read of launch/ and of status/ (machines)
 MAX_TRAINER_ROWS = 100_000  # trainers' parts of epochs in all (1,500 epochs of 64)
-MAX_ROLES = 64  # roles with usage in a status file
 
 
 def _kind(mode: int) -> str:

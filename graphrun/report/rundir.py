@@ -39,6 +39,7 @@ from typing import Any, Literal
 import msgspec
 
 from graphrun.errors import JOB, RunFileError, SpecError, UserError, WorkflowError
+from graphrun.job.spec import MAX_ROLES  # a machine has at most a job's roles
 from graphrun.job.workflow import Event, EventKind, JobStatus, Phase, read_run_state
 from graphrun.machine.launch import RoleLaunch
 from graphrun.names import RoleName
@@ -210,8 +211,8 @@ def _machines(run: Path, notes: list[str]) -> tuple[list[Machine], list[MachineS
             if data is None:
                 continue
             st = decode_status(data, str(p), RunFileError)
-            if len(st.usage.roles if st.usage else ()) > files.MAX_ROLES:
-                raise RunFileError(f"{p}: usage.roles: over {files.MAX_ROLES} roles")
+            if len(st.usage.roles if st.usage else ()) > MAX_ROLES:
+                raise RunFileError(f"{p}: usage.roles: over {MAX_ROLES} roles")
         except RunFileError as exc:
             notes.append(_skipped(exc))
             continue

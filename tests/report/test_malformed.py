@@ -183,6 +183,20 @@ def test_a_malformed_file_is_named_in_one_line_and_the_rest_renders(
     assert [r[0] for r in page.tables[0][1:]] == ["0", "1", "2"]  # the good epochs render
 
 
+def test_the_usage_of_a_machine_with_more_than_64_roles_is_shown(tmp_path, capsys):
+    # 64 trainers and a store server: a machine the spec allows (the report skipped the
+    # status file of a machine with more than 64 roles)
+    roles = {f"trainer:{r}": {"cpu_s": 1.5} for r in range(64)} | {"store:0": {"cpu_s": 2.0}}
+    run = write_run(tmp_path / "run", "Succeeded", RECORDS)
+    write("status/m0.json", usage(roles))(run)
+    got = report_here(run, capsys)
+    assert got.returncode == 0 and got.stderr == "", got.stderr[-2000:]
+    page = check_page(run / "report.html")
+    assert "status/m0.json" not in " ".join(page.text)  # no note: nothing was skipped
+    table = next(t for t in page.tables if t[0] == ["machine", "role", "cpu_s", "peak_rss_mb"])
+    assert ["m0", "trainer:0", "1.5", "-"] in table and ["m0", "store:0", "2.0", "-"] in table
+
+
 def test_a_machine_named_in_mathtext_and_html_is_drawn_and_shown_as_written(tmp_path, capsys):
     run = write_run(tmp_path / "run", "Succeeded", RECORDS)
     write("status/m0.json", {**usage({"trainer:0": {"cpu_s": 1.5}}), "machine": MATH})(run)
