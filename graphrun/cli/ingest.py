@@ -90,7 +90,7 @@ class Progress:
     chunks: int = 0
     versions: list[int] = field(default_factory=list)
     start: float = field(default_factory=time.perf_counter)
-    shown: float = 0.0
+    shown: float = float("-inf")  # the first line at once (perf_counter counts from the boot)
 
     def add(self, chunk: Chunk, version: int | None) -> None:
         from graphrun.graph.ingest_tables import NodeChunk
