@@ -85,6 +85,9 @@ def fork_server_now() -> None:
         os.chmod(address, 0o600)
         listener.listen()
         alive_r, alive_w = os.pipe()
+        for stream in (sys.stdout, sys.stderr):  # written once, here (as Popen's fork does)
+            with contextlib.suppress(Exception):
+                stream.flush()
         pid = os.fork()
         if pid == 0:  # the fork server: what the new interpreter would have run
             code = 1
