@@ -1,8 +1,11 @@
 """What the loader workers' fork server imports before it forks any of them.
 
 :mod:`graphrun.distributed.workers` (with torch and PyG) is imported once, here, in the
-fork server (``multiprocessing``'s ``forkserver``, started by the trainer's first
-:class:`~graphrun.distributed.workers.WorkerPool`) instead of in every worker. The fork
+fork server (``multiprocessing``'s ``forkserver``: forked from a CPU trainer as it starts,
+:func:`~graphrun.distributed.workers.fork_server_now`, with those imports already made;
+elsewhere started by the trainer's first
+:class:`~graphrun.distributed.workers.WorkerPool` as a new interpreter that makes them)
+instead of in every worker. The fork
 server also ignores SIGTERM, as the workers do: a SIGTERM to the trainer's process group
 is the trainer's to handle (it checkpoints between steps with batches from the workers),
 and with the fork server gone every worker would look dead to the trainer. It ends when

@@ -1,13 +1,14 @@
 """Loader worker processes: sampling and feature fetching off the trainer's process.
 
 Each worker (role ``sampler:<rank>:<w>``) is a process forked from the trainer's
-fork server (``multiprocessing``'s ``forkserver``: a fresh interpreter that imported
-torch, PyG and this module once, so a worker starts in milliseconds instead of paying
-3 CPU-s of imports, and a loader without ``persistent_workers`` restarts its workers
-every epoch at no cost). It is started without the user's ``__main__`` (a script without
-a ``__main__`` guard is not run again in it), ends by itself when the trainer dies, and
-joins the store
-with its own client (built from the trainer's :class:`DistConfig`), then loops:
+fork server (``multiprocessing``'s ``forkserver``, with torch, PyG and this module
+imported once, so a worker starts in milliseconds instead of paying 3 CPU-s of imports,
+and a loader without ``persistent_workers`` restarts its workers every epoch at no
+cost). A CPU trainer forks that server from itself as it starts (:func:`fork_server_now`);
+elsewhere ``multiprocessing`` starts it as a new interpreter, which imports them. A
+worker is started without the user's ``__main__`` (a script without a ``__main__``
+guard is not run again in it), ends by itself when the trainer dies, and joins the
+store with its own client (built from the trainer's :class:`DistConfig`), then loops:
 take ``(index, ids, seed, version)`` from its task queue, build the batch, put
 ``(index, batch, error)`` on the shared result queue. The trainer keeps up to
 ``prefetch`` batches in flight, hands tasks out round-robin and yields batches in
@@ -59,6 +60,51 @@ def _context(name: str) -> Any:
     if name == "forkserver":  # takes effect when this process starts its fork server
         ctx.set_forkserver_preload(PRELOAD)
     return ctx
+
+
+def fork_server_now() -> None:
+    """Start this process's loader fork server now by forking this process, not as a
+    new interpreter (what ``multiprocessing`` does at the first worker: 3 CPU-s of torch
+    and PyG imports in every trainer with workers). Only at a trainer's start: forked
+    there, the server has the trainer's imports and nothing else of it, as a trainer
+    forked from the warm server has the server's (:mod:`graphrun.machine.warm`), since
+    no thread of torch, zmq or gloo runs yet. Everything after is ``multiprocessing``'s
+    own: the workers it forks, its end when this process ends (the "alive" pipe), a
+    dead one started again as a new interpreter. A no-op where one runs already; called
+    before any other thread of this process starts processes (it takes no lock)."""
+    from multiprocessing import forkserver, resource_tracker, util
+
+    fs: Any = forkserver._forkserver  # the one multiprocessing's "forkserver" context uses
+    fs.set_forkserver_preload(PRELOAD)
+    if hasattr(fs, "_forkserver_authkey") or not hasattr(fs, "_forkserver_alive_fd"):
+        return  # not the forkserver this mirrors (3.11-3.13's; 3.14's authenticates)
+    if fs._forkserver_pid is not None:
+        return
+    resource_tracker.ensure_running()  # its workers are handed the tracker's pipe
+    address = os.path.join(util.get_temp_dir(), f"listener-{os.urandom(8).hex()}")
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(address)
+        os.chmod(address, 0o600)
+        listener.listen()
+        alive_r, alive_w = os.pipe()
+        for stream in (sys.stdout, sys.stderr):  # written once, here (as Popen's fork does)
+            with contextlib.suppress(Exception):
+                stream.flush()
+        pid = os.fork()
+        if pid == 0:  # the fork server: what the new interpreter would have run
+            code = 1
+            try:
+                keep = sorted({0, 1, 2, listener.fileno(), alive_r})
+                for lo, hi in zip([-1, *keep], [*keep, os.sysconf("SC_OPEN_MAX")], strict=True):
+                    if hi > lo + 1:  # spawned, it is passed only these
+                        os.closerange(lo + 1, hi)
+                forkserver.main(listener.fileno(), alive_r, PRELOAD)
+            except SystemExit:  # the alive pipe's end: this process ended
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(alive_r)
+    fs._forkserver_address, fs._forkserver_alive_fd, fs._forkserver_pid = address, alive_w, pid
 
 
 def _worker_main(

@@ -154,6 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     keep_large_allocations()  # mini-batches and pulled features are fresh buffers of MBs
     job = load_job(args.job)
+    if job.spec.runtime.sampler_workers_per_trainer and args.gpu is None:
+        from graphrun.distributed.workers import fork_server_now
+
+        fork_server_now()  # forked now, while no thread of torch, zmq or gloo runs
     import torch
 
     torch.set_num_threads(args.threads or default_threads(job))

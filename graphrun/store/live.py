@@ -328,11 +328,6 @@ class LiveDelta:
             self.taken_edges.fold(version, eids[0])
         self._wake.set()
 
-    def warm(self) -> None:
-        """Have the merging thread load its compiled merge now, off the writes' path (a
-        server made to take writes: with a log), not at the first commit."""
-        self._wake.set()
-
     def close(self) -> None:
         """Stop the merging thread (a delta made with ``background``)."""
         self._closed = True
@@ -344,22 +339,14 @@ class LiveDelta:
         """The merging thread: fresh commits into a run, then each merge the rule asks
         for, made outside the lock (reads go on over the runs before it) and swapped in.
         Background work (:func:`~graphrun.rpc.tuning.background`): reads do not wait for
-        it, they look at more runs. Woken the first time (:meth:`warm`, or the first
-        commit), it loads the compiled merge (:mod:`~graphrun.store.live_kernels`: numba,
-        about 0.5 CPU-s) first; woken by :meth:`close` alone, it loads nothing (every
-        store server closes its delta)."""
+        it, they look at more runs. Its first merge of
+        :data:`~graphrun.store.live_index.COMPILED_MIN` entries loads the compiled merge
+        (:mod:`~graphrun.store.live_kernels`: numba, about 0.7 CPU-s); a delta that stays
+        smaller never does."""
         background()
-        loaded = False
         while not self._closed:
             self._wake.wait()
             self._wake.clear()
-            if self._closed:  # woken by close: a store that took no write loads nothing
-                break
-            if not loaded:
-                from graphrun.store.live_kernels import warm_up
-
-                warm_up()
-                loaded = True
             while not self._closed:
                 with self._lock:
                     self._flush(merge=False)

@@ -1,7 +1,8 @@
 """The delta index's merge of two runs (:func:`graphrun.store.live_index.merge_runs`),
 compiled with numba when imported, cached on disk as :func:`graphrun.jit.njit` says.
-:mod:`~graphrun.store.live_index` imports this module on its first merge (the merging
-thread at its start): a store that takes no writes never imports numba.
+:mod:`~graphrun.store.live_index` imports this module on its first merge of
+:data:`~graphrun.store.live_index.COMPILED_MIN` entries or more (smaller ones are
+numpy's): a store whose delta stays small never imports numba.
 
 numpy merges two sorted runs as a stable ``argsort`` of their keys (a timsort of two
 runs), then per row a concatenation and a gather: three passes over the entries and six
@@ -38,11 +39,3 @@ def _merge_two(a: np.ndarray, b: np.ndarray, key: int, out: np.ndarray) -> None:
 
 
 merge_two = njit(_merge_two, SIGNATURE, nogil=True)
-
-
-def warm_up() -> None:
-    """One merge of two entries: the kernel is compiled (or loaded) when this module is
-    imported; the merging thread calls this first, so that its first merge of a
-    commit does not wait for it."""
-    one = np.zeros((2, 1), np.int64)
-    merge_two(one, one, 0, np.empty((2, 2), np.int64))

@@ -118,9 +118,15 @@ def test_a_refused_chunk_names_its_rows():
         send(RefusingWriter(refuse_commit=True), edges)
 
 
-def test_progress_counts_versions():
+@pytest.mark.parametrize("up_s", [100.0, 1e6], ids=["booted-a-minute-ago", "up-for-days"])
+def test_progress_counts_versions(monkeypatch, up_s):
+    """The first line at once, then every ``every`` s: also on a machine up for less
+    than ``every`` (``perf_counter`` counts from the boot: the first line waited until
+    the uptime passed it, and this test failed in the first hour of a box's life)."""
     import io
+    import time
 
+    monkeypatch.setattr(time, "perf_counter", lambda: up_s)
     out = io.StringIO()
     p = Progress(every=3600.0, out=out)
     edges = EdgeChunk(Path("e"), np.arange(2), "r", np.arange(2), np.arange(2))

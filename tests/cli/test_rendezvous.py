@@ -9,8 +9,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +21,7 @@ from graphrun.job.hosts import free_ports
 from graphrun.rpc.auth import generate_keys, load_keys, new_keypair
 from graphrun.rpc.rendezvous import Limits, RendezvousServer
 from graphrun.testing.elastic import until_a_peer_is_lost
-from graphrun.testing.procs import run_then_exit, torch_processes
+from graphrun.testing.procs import run_then_exit, sent_then_exit, torch_processes
 from graphrun.train.rendezvous import KeyStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,7 +103,7 @@ def _serve(key: Path, port: int) -> subprocess.Popen[str]:
     return proc
 
 
-def _trainer(rank: int, rdv: str, key: str, out: mp.Queue) -> None:
+def _trainer(rank: int, rdv: str, key: str, out: mp.Queue, formed: Any) -> None:
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     import torch
 
@@ -119,9 +119,9 @@ def _trainer(rank: int, rdv: str, key: str, out: mp.Queue) -> None:
         reg = Regroup(ddp, cfg, ("m0", "m1", "m2"), store)
         first = all_sum([float(rank + 1)], ddp)[0]
         out.put((rank, ("formed", first)))
+        formed.wait(120)  # every first sum is in (gloo's last chunks too), however busy
         if rank == 0:
-            time.sleep(0.5)  # the others' first sums are in
-            os._exit(0)  # trainer 0's machine is lost
+            sent_then_exit(out)  # trainer 0's machine is lost (what it put is sent first)
         if not until_a_peer_is_lost(ddp, lambda what: out.put((rank, what))):
             return
         new = reg.reform()
@@ -144,9 +144,10 @@ def test_trainers_form_and_re_form_without_trainer_0_through_it(tmp_path: Path) 
             assert "libtorch" not in maps.read_text()
         ctx = torch_processes()
         out: mp.Queue = ctx.Queue()
+        formed = ctx.Barrier(3)
         rdv = f"127.0.0.1:{port}"
         procs = [
-            ctx.Process(target=run_then_exit, args=(_trainer, r, rdv, str(key), out))
+            ctx.Process(target=run_then_exit, args=(_trainer, r, rdv, str(key), out, formed))
             for r in range(3)
         ]
         for p in procs:

@@ -28,9 +28,16 @@ class Served:
         return np.asarray(self.ids.orig_eids)[np.asarray(new)]
 
 
+#: the tests' clients mostly send no heartbeats (``heartbeat_interval=0``): a session is
+#: then dropped after this much silence, so it is not the 30 s a loader's workers could
+#: take to start on a busy box (a fork server that imports torch and PyG: the parent's
+#: session then idles; stop 50 saw test_cache's dropped at load 17)
+SILENCE_S = 600.0
+
+
 def _serve(graph: Graph, out: Path) -> Iterator[Served]:
     partition_graph(graph, out, 2, method="metis", seed=0)
-    with start_stores(out, 2) as stores:
+    with start_stores(out, 2, heartbeat_timeout=SILENCE_S) as stores:
         yield Served(
             graph, [s.address for s in stores], load_id_mapping(out), [s.pid for s in stores]
         )

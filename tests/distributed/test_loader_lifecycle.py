@@ -90,7 +90,11 @@ from graphrun.distributed import DistGraph, DistNodeDataLoader, initialize
 
 terms = []
 signal.signal(signal.SIGTERM, lambda *_: terms.append(1))
-ctx = initialize(sys.argv[1:], heartbeat_interval=0)
+if sys.argv[1] == "forked":  # as a trainer starts (graphrun.machine.trainer)
+    from graphrun.distributed.workers import fork_server_now
+
+    fork_server_now()
+ctx = initialize(sys.argv[2:], heartbeat_interval=0)
 loader = DistNodeDataLoader(DistGraph(ctx), torch.arange(40), [2], batch_size=10, num_workers=2)
 print("batches", sum(1 for _ in loader), *loader.worker_pids, flush=True)
 while not terms:
@@ -102,12 +106,15 @@ time.sleep(600)
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("server", ["spawned", "forked"])
 def test_workers_outlive_a_sigterm_to_the_trainers_group_and_end_with_the_trainer(
-    served, tmp_path
+    served, tmp_path, server
 ) -> None:
     """A SIGTERM to a trainer's process group is the trainer's to handle (it checkpoints
     with batches from its workers): the workers and their fork server stay. A trainer
-    killed with SIGKILL takes its workers and their fork server with it."""
+    killed with SIGKILL takes its workers and their fork server with it. The fork server
+    either ``multiprocessing``'s new interpreter or forked from the trainer as it
+    started (``fork_server_now``, what a CPU trainer does): the same either way."""
     import signal
     import subprocess
     import sys
@@ -119,7 +126,7 @@ def test_workers_outlive_a_sigterm_to_the_trainers_group_and_end_with_the_traine
     script = tmp_path / "trainer.py"
     script.write_text(TRAINER)
     proc = subprocess.Popen(
-        [sys.executable, str(script), *served.servers],
+        [sys.executable, str(script), server, *served.servers],
         stdout=subprocess.PIPE, text=True, env=child_env(), start_new_session=True,
     )  # fmt: skip
     try:
@@ -128,6 +135,12 @@ def test_workers_outlive_a_sigterm_to_the_trainers_group_and_end_with_the_traine
         assert words[:2] == ["batches", "4"], words
         tree = psutil.Process(proc.pid).children(recursive=True)
         assert {int(w) for w in words[2:]} <= {p.pid for p in tree} and len(words) == 4
+        workers = {int(w) for w in words[2:]}
+        (fork_server,) = [p for p in tree if p.ppid() == proc.pid and p.pid not in workers
+                          and "resource_tracker" not in " ".join(p.cmdline())]  # fmt: skip
+        spawned = "multiprocessing.forkserver" in " ".join(fork_server.cmdline())
+        assert spawned == (server == "spawned")  # forked: the trainer's command line
+        assert {p.ppid() for p in tree if p.pid in workers} == {fork_server.pid}
         os.killpg(proc.pid, signal.SIGTERM)
         assert proc.stdout.readline().split() == ["batches", "after", "SIGTERM", "4"]
         # the fork server too (a dead one is a zombie: the trainer does not reap it)

@@ -105,11 +105,17 @@ def test_reads_at_a_version_are_identical_across_compaction_under_concurrent_sam
                             return
                         reads[0] += 1
 
+            def read_more(than: int) -> None:  # not a fixed time: a busy box starts late
+                deadline = time.monotonic() + 60
+                while reads[0] <= than and not errors and time.monotonic() < deadline:
+                    time.sleep(0.01)
+
             t = threading.Thread(target=sample)
             t.start()
             try:
-                time.sleep(0.3)
+                read_more(0)  # it reads already, then once more after the compactions
                 stats = [compact(wc, p) for p in (0, 1)]
+                read_more(reads[0])
             finally:
                 stop.set()
                 t.join()

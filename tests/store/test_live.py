@@ -369,10 +369,20 @@ def test_reads_over_merged_runs_match_one_index_of_everything(swapped):
         assert (out_a == out_b).all()
 
 
-def test_a_merging_thread_keeps_reads_whole_and_the_runs_few():
+@pytest.mark.parametrize("compiled_min", [None, 0], ids=["numpy", "compiled"])
+def test_a_merging_thread_keeps_reads_whole_and_the_runs_few(monkeypatch, compiled_min):
     """With ``background`` the runs are merged by the delta's thread, off the read path:
     a read after each commit sees exactly what one index of everything sees, and the
-    thread brings the runs down to the rule's ``log2(commits) + 1``."""
+    thread brings the runs down to the rule's ``log2(commits) + 1``. Its merges are
+    numpy's below ``COMPILED_MIN`` entries (these few: no numba loaded) and compiled from
+    it on (here all of them), the same merges either way."""
+    from graphrun.store import live_index, live_kernels
+
+    calls = []
+    compiled = live_kernels.merge_two
+    monkeypatch.setattr(live_kernels, "merge_two", lambda *a: calls.append(1) or compiled(*a))
+    if compiled_min is not None:
+        monkeypatch.setattr(live_index, "COMPILED_MIN", compiled_min)
     rng = np.random.default_rng(2)
     d, one = LiveDelta(background=True), LiveDelta()
     key = lambda e: sorted(map(tuple, e.T.tolist()))  # noqa: E731
@@ -394,6 +404,7 @@ def test_a_merging_thread_keeps_reads_whole_and_the_runs_few():
             assert key(d.in_edges(dst, v)[1]) == key(one.in_edges(dst, v)[1])
     finally:
         d.close()
+    assert bool(calls) == (compiled_min == 0)
 
 
 def test_the_merging_thread_merges_a_pair_before_the_last_two():

@@ -189,3 +189,27 @@ def test_evaluation_modes(small, tmp_path):
         make_task(ctx(small, tmp_path, model="gcn", evaluation="layerwise")[0])
     with pytest.raises(ArgumentError, match="evaluation: 'nope'"):
         ctx(small, tmp_path, evaluation="nope")
+
+
+def test_the_loaders_start_is_off_the_epochs_clock(small, tmp_path, monkeypatch):
+    """Starting an epoch's loader (its sampler worker processes: a fork server and a store
+    client each) is not the epoch's time. Here the start moves the clock 1000 s on (a
+    clock only the start moves, so nothing here depends on how fast this box is): the
+    epoch's ``epoch_s`` is still the steps' own."""
+    import time
+
+    from graphrun.train import tasks
+
+    ahead, real = [0.0], time.perf_counter
+    monkeypatch.setattr(time, "perf_counter", lambda: real() + ahead[0])
+    start = tasks.Task.epoch_batches
+
+    def slow_start(self, epoch):
+        ahead[0] += 1000.0
+        return start(self, epoch)
+
+    monkeypatch.setattr(tasks.Task, "epoch_batches", slow_start)
+    c, _ = ctx(small, tmp_path)
+    fit(c)
+    (rec,) = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert ahead[0] == 1000.0 and 0 < rec["epoch_s"] < 1000
