@@ -36,6 +36,7 @@ from graphrun.job.spec import (
 )
 from graphrun.machine.launch import MachineLaunch, RoleLaunch, Servers
 from graphrun.names import Endpoint, RoleName
+from graphrun.rpc.tuning import TRAINER_ENV
 
 NETNS_BASE_PORT = 30000
 
@@ -231,7 +232,7 @@ def machine_launches(
                 gpu = trainer_gpu(job, roles, r)
                 if gpu is not None:
                     argv = (*argv, "--gpu", str(gpu))
-                launches.append(RoleLaunch.of("trainer", r.id, argv, env))
+                launches.append(RoleLaunch.of("trainer", r.id, argv, {**TRAINER_ENV, **env}))
             # sampler:<rank>:<w> roles run inside their trainer's data loader (worker
             # processes it starts and stops); they are not separate launches yet.
         key = str(paths.key_file)

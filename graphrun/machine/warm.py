@@ -24,7 +24,9 @@ descendants and the roles its status file lists
 
 Not warm-started (``Popen`` as before): GPU trainers (the server must not touch CUDA
 before it forks), other roles, a request whose import-time environment (``PYTHON*``,
-``*_NUM_THREADS``) or interpreter differs from the server's, a request to a server one of
+``OMP_*``, ``GOMP_*``, ``*_NUM_THREADS``; a server takes a trainer's
+:data:`~graphrun.rpc.tuning.TRAINER_ENV` where its own environment does not set
+them) or interpreter differs from the server's, a request to a server one of
 whose imported files has changed since it imported it (its code would not be the
 trainer's), and any worker whose server is gone or is not this user's.
 
@@ -88,6 +90,7 @@ import psutil
 
 from graphrun.errors import ArgumentError
 from graphrun.parent import exit_with
+from graphrun.rpc.tuning import TRAINER_ENV
 from graphrun.streams import Pending, StreamLimits, json_object
 
 #: what the server forks, and what it imports before it listens for requests
@@ -113,9 +116,11 @@ SHARED_ENV = "GRAPHRUN_WARM_SOCKET"  # a running server every job of this host s
 
 
 def _import_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The variables read while torch and PyG are imported: a trainer that would see
-    other values than the server did is started on its own."""
-    return {k: v for k, v in env.items() if k.startswith("PYTHON") or k.endswith("_NUM_THREADS")}
+    """The variables read while torch and PyG are imported (OpenMP's among them, e.g.
+    ``OMP_WAIT_POLICY``): a trainer that would see other values than the server did is
+    started on its own."""
+    return {k: v for k, v in env.items() if k.startswith(("PYTHON", "OMP_", "GOMP_"))
+            or k.endswith("_NUM_THREADS")}  # fmt: skip
 
 
 def private_dir(path: Path) -> str | None:
@@ -560,6 +565,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     wrong = private_dir(args.socket)
     if wrong is not None:
         raise ArgumentError(f"--socket: {wrong}")
+    for k, v in TRAINER_ENV.items():  # torch imported as a job's trainers import it
+        os.environ.setdefault(k, v)
     server = WarmServer(args.socket)  # listens at once: requests wait for the imports
     server.preload()
     server.serve()
