@@ -84,7 +84,7 @@ from graphrun.bench import check_at_least, int_list
 from graphrun.bench.live_epochs import client, commit, edges, epochs
 from graphrun.errors import ArgumentError, GraphrunError
 from graphrun.graph.format import META_FILE
-from graphrun.rpc.tuning import TRAINER_ENV
+from graphrun.machine.trainer_env import TRAINER_ENV
 
 if TYPE_CHECKING:
     from graphrun.graph import Graph
@@ -493,7 +493,7 @@ def _netns(cfg: dict[str, Any], d: Path) -> dict[str, Any]:
 def _apart(cfg: dict[str, Any], d: Path, prefix: Sequence[str]) -> dict[str, Any]:
     """The measuring half as a process of its own (on host m0 with netns hosts): its
     epochs' trainer imports torch in a trainer's environment
-    (:data:`~graphrun.rpc.tuning.TRAINER_ENV`, as a job's trainers do; where this
+    (:data:`~graphrun.machine.trainer_env.TRAINER_ENV`, as a job's trainers do; where this
     process's environment sets a variable of it, that value)."""
     (d / "drive.json").write_text(json.dumps(cfg))
     cmd = [*prefix, sys.executable, "-m", "graphrun", "bench", "live",

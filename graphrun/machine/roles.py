@@ -35,8 +35,8 @@ from graphrun.job.spec import (
     resolve_placement,
 )
 from graphrun.machine.launch import MachineLaunch, RoleLaunch, Servers
+from graphrun.machine.trainer_env import TRAINER_ENV
 from graphrun.names import Endpoint, RoleName
-from graphrun.rpc.tuning import TRAINER_ENV
 
 NETNS_BASE_PORT = 30000
 

@@ -25,7 +25,7 @@ descendants and the roles its status file lists
 Not warm-started (``Popen`` as before): GPU trainers (the server must not touch CUDA
 before it forks), other roles, a request whose import-time environment (``PYTHON*``,
 ``OMP_*``, ``GOMP_*``, ``*_NUM_THREADS``; a server takes a trainer's
-:data:`~graphrun.rpc.tuning.TRAINER_ENV` where its own environment does not set
+:data:`~graphrun.machine.trainer_env.TRAINER_ENV` where its own environment does not set
 them) or interpreter differs from the server's, a request to a server one of
 whose imported files has changed since it imported it (its code would not be the
 trainer's), and any worker whose server is gone or is not this user's.
@@ -89,8 +89,8 @@ from typing import IO, Any
 import psutil
 
 from graphrun.errors import ArgumentError
+from graphrun.machine.trainer_env import TRAINER_ENV
 from graphrun.parent import exit_with
-from graphrun.rpc.tuning import TRAINER_ENV
 from graphrun.streams import Pending, StreamLimits, json_object
 
 #: what the server forks, and what it imports before it listens for requests

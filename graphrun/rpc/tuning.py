@@ -28,7 +28,6 @@ import ctypes.util
 import os
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from graphrun.errors import ArgumentError
@@ -42,17 +41,6 @@ KEEP_FREED_BYTES = 64 << 20
 RELEASE_EVERY_S = 1.0
 HOLD_LOOKS = 3
 RELEASER_THREAD = "graphrun-release-freed"
-
-#: What a trainer's environment holds unless its job's (or, for ``graphrun bench live``'s
-#: trainer and a warm server, its launcher's) sets these; read by OpenMP when torch is
-#: imported, so the launcher sets them: a trainer's machine (:mod:`graphrun.machine.roles`,
-#: :mod:`graphrun.machine.warm`). Torch's OpenMP threads sleep when they have no work
-#: instead of spinning for it first (libgomp's default spins some 300,000 iterations). A
-#: trainer's machine also runs store servers, and a live graph's writers: a spinning
-#: thread holds a core they need, and the trainer then waits for their answers, or for its
-#: own thread they preempted (benchmarks/README.md, "the epoch while ingesting: OpenMP's
-#: waiting").
-TRAINER_ENV: Mapping[str, str] = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 class _MallInfo2(ctypes.Structure):

@@ -23,8 +23,8 @@ import psutil
 import pytest
 
 from graphrun.machine.process import RoleCommand, Supervisor
+from graphrun.machine.trainer_env import TRAINER_ENV
 from graphrun.machine.warm import SOCKET_DIR_PREFIX, WarmStarter
-from graphrun.rpc.tuning import TRAINER_ENV
 from graphrun.testing.procs import child_env
 
 pytestmark = pytest.mark.integration
