@@ -9,9 +9,11 @@ every process and server thread it ran beside.
                       # delta is folded after it: what follows reads a compacted base)
     ORDER=UIBBIU ...  # B: a process burning the CPU the last ingesting epoch added (its
                       # own and the servers' over the last U's), 10 ms slices, no writes
-    POLICIES=ACTIVE,PASSIVE ...     # each epoch of ORDER once per OpenMP wait policy, in
-                                    # turns, by a trainer process of each (spawned with
-                                    # OMP_WAIT_POLICY set; A B, then B A, ...)
+    POLICIES=default,PASSIVE,spin20000 ...  # each epoch of ORDER once per OpenMP wait
+                                    # policy, in turns (A B C, then C B A, ...), by a
+                                    # trainer process of each: OMP_WAIT_POLICY unset
+                                    # (libgomp's default), set (ACTIVE: spin for ever,
+                                    # PASSIVE), or unset with GOMP_SPINCOUNT=N (spinN)
     LAUNCHER="python wrap.py" ...   # argv before each server's ``python -m graphrun``
     PYTHONPATH=<older checkout> ... # run from outside the worktree (``-m`` puts the
                                     # working directory first on sys.path)
@@ -204,13 +206,16 @@ def _trainers(ctx: Any, cfg: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for policy in POLICIES:
         here, there = ctx.Pipe()
-        before = os.environ.get("OMP_WAIT_POLICY")
-        os.environ["OMP_WAIT_POLICY"] = policy  # read by the child's libgomp at its load
+        before = dict(os.environ)
+        for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):  # read by the child's libgomp
+            os.environ.pop(k, None)
+        if policy.startswith("spin"):
+            os.environ["GOMP_SPINCOUNT"] = policy[4:]
+        elif policy != "default":
+            os.environ["OMP_WAIT_POLICY"] = policy
         ctx.Process(target=_trainer, args=(cfg, there), daemon=True).start()
-        if before is None:
-            del os.environ["OMP_WAIT_POLICY"]
-        else:
-            os.environ["OMP_WAIT_POLICY"] = before
+        os.environ.clear()
+        os.environ.update(before)
         assert here.recv() == "ready"
         out[policy] = here
     return out
