@@ -35,7 +35,6 @@ from graphrun.job.spec import (
     resolve_placement,
 )
 from graphrun.machine.launch import MachineLaunch, RoleLaunch, Servers
-from graphrun.machine.trainer_env import TRAINER_ENV
 from graphrun.names import Endpoint, RoleName
 
 NETNS_BASE_PORT = 30000
@@ -232,7 +231,7 @@ def machine_launches(
                 gpu = trainer_gpu(job, roles, r)
                 if gpu is not None:
                     argv = (*argv, "--gpu", str(gpu))
-                launches.append(RoleLaunch.of("trainer", r.id, argv, {**TRAINER_ENV, **env}))
+                launches.append(RoleLaunch.of("trainer", r.id, argv, env))
             # sampler:<rank>:<w> roles run inside their trainer's data loader (worker
             # processes it starts and stops); they are not separate launches yet.
         key = str(paths.key_file)

@@ -24,9 +24,8 @@ descendants and the roles its status file lists
 
 Not warm-started (``Popen`` as before): GPU trainers (the server must not touch CUDA
 before it forks), other roles, a request whose import-time environment (``PYTHON*``,
-``OMP_*``, ``GOMP_*``, ``*_NUM_THREADS``; a server takes a trainer's
-:data:`~graphrun.machine.trainer_env.TRAINER_ENV` where its own environment does not set
-them) or interpreter differs from the server's, a request to a server one of
+``OMP_*``, ``GOMP_*``, ``*_NUM_THREADS``: OpenMP's wait policy and spin count are read
+then too) or interpreter differs from the server's, a request to a server one of
 whose imported files has changed since it imported it (its code would not be the
 trainer's), and any worker whose server is gone or is not this user's.
 
@@ -89,7 +88,6 @@ from typing import IO, Any
 import psutil
 
 from graphrun.errors import ArgumentError
-from graphrun.machine.trainer_env import TRAINER_ENV
 from graphrun.parent import exit_with
 from graphrun.streams import Pending, StreamLimits, json_object
 
@@ -565,8 +563,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     wrong = private_dir(args.socket)
     if wrong is not None:
         raise ArgumentError(f"--socket: {wrong}")
-    for k, v in TRAINER_ENV.items():  # torch imported as a job's trainers import it
-        os.environ.setdefault(k, v)
     server = WarmServer(args.socket)  # listens at once: requests wait for the imports
     server.preload()
     server.serve()

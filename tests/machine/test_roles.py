@@ -252,19 +252,3 @@ def test_a_live_job_s_store_servers_log_to_a_directory_per_partition(tmp_path):
     launches = machine_launches(plain, roles, plan_hosts(plain, roles), paths, python=PY)
     assert not any("--live-dir" in a for a in _store_args(launches).values())
     assert all(m.live_dirs == () for m in launches)
-
-
-def test_trainers_start_with_openmp_threads_that_sleep_unless_the_job_says_otherwise(tmp_path):
-    job = make_job()
-    paths = job_paths(job, tmp_path / "job.yaml")
-    roles = job_placement(job, paths)
-    hosts = plan_hosts(job, roles, {"m0": "10.0.0.1", "m1": "10.0.0.2"})
-
-    def envs(**kw):
-        launches = machine_launches(job, roles, hosts, paths, python=PY, **kw)
-        return {r.kind: dict(r.env) for m in launches for r in m.roles}
-
-    got = envs(env={"PYTHONPATH": "/src"})
-    assert got["trainer"] == {"OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": "/src"}
-    assert got["store"] == {"PYTHONPATH": "/src"}  # a server's torch, if any: one thread
-    assert envs(env={"OMP_WAIT_POLICY": "ACTIVE"})["trainer"] == {"OMP_WAIT_POLICY": "ACTIVE"}
