@@ -9,6 +9,11 @@ every process and server thread it ran beside.
                       # delta is folded after it: what follows reads a compacted base)
     ORDER=UIBBIU ...  # B: a process burning the CPU the last ingesting epoch added (its
                       # own and the servers' over the last U's), 10 ms slices, no writes
+    POLICIES=default,PASSIVE,spin20000 ...  # each epoch of ORDER once per OpenMP wait
+                                    # policy, in turns (A B C, then C B A, ...), by a
+                                    # trainer process of each: OMP_WAIT_POLICY unset
+                                    # (libgomp's default), set (ACTIVE: spin for ever,
+                                    # PASSIVE), or unset with GOMP_SPINCOUNT=N (spinN)
     LAUNCHER="python wrap.py" ...   # argv before each server's ``python -m graphrun``
     PYTHONPATH=<older checkout> ... # run from outside the worktree (``-m`` puts the
                                     # working directory first on sys.path)
@@ -56,6 +61,7 @@ BATCH = 10_000
 WARMUP = int(os.environ.get("WARMUP", "2"))  # batches of the warm-up epoch
 # argv before the servers' ``python -m graphrun serve`` (e.g. a profiling wrapper's)
 LAUNCHER = os.environ.get("LAUNCHER", "").split()
+POLICIES = [p for p in os.environ.get("POLICIES", "").split(",") if p]
 
 
 def threads_cpu(pid: int) -> dict[str, float]:
@@ -187,6 +193,34 @@ def _epoch(cfg: dict[str, Any], batches: int = EPOCH_BATCHES) -> dict[str, Any]:
             "step_med_ms": round(1000 * float(np.median(step)), 1)}  # fmt: skip
 
 
+def _trainer(cfg: dict[str, Any], conn: Any) -> None:
+    """A trainer process of its own (``POLICIES``): an epoch each time it is asked."""
+    _epoch(cfg, WARMUP)
+    conn.send("ready")
+    while conn.recv() == "epoch":
+        conn.send(_epoch(cfg))
+
+
+def _trainers(ctx: Any, cfg: dict[str, Any]) -> dict[str, Any]:
+    """A trainer process per ``POLICIES`` entry, started with ``OMP_WAIT_POLICY`` so."""
+    out = {}
+    for policy in POLICIES:
+        here, there = ctx.Pipe()
+        before = dict(os.environ)
+        for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):  # read by the child's libgomp
+            os.environ.pop(k, None)
+        if policy.startswith("spin"):
+            os.environ["GOMP_SPINCOUNT"] = policy[4:]
+        elif policy != "default":
+            os.environ["OMP_WAIT_POLICY"] = policy
+        ctx.Process(target=_trainer, args=(cfg, there), daemon=True).start()
+        os.environ.clear()
+        os.environ.update(before)
+        assert here.recv() == "ready"
+        out[policy] = here
+    return out
+
+
 def drive(cfg: dict[str, Any]) -> None:
     import torch
 
@@ -200,7 +234,7 @@ def drive(cfg: dict[str, Any]) -> None:
     pids = [server_pid(s.proc) for s in stores]
     ctx = mp.get_context("spawn")
     go, quit_, sent, burn = ctx.Event(), ctx.Event(), ctx.Value("d", 0.0), ctx.Value("d", 0.0)
-    proc = None
+    proc, trainers = None, {}
     try:
         admin = KVClient(ClientConfig(cfg["addresses"], job="ops",
                                       keys=load_keys(cfg["store_key"])))  # fmt: skip
@@ -216,9 +250,15 @@ def drive(cfg: dict[str, Any]) -> None:
         proc = ctx.Process(target=_ingester, args=(cfg, ready, go, quit_, sent, burn))
         proc.start()
         ready.wait(300)
-        _epoch(cfg, WARMUP)  # warm-up (the bench's: 2 batches)
+        trainers.update(_trainers(ctx, cfg) if POLICIES else {})
+        if not POLICIES:
+            _epoch(cfg, WARMUP)  # warm-up (the bench's: 2 batches)
         last_ingest_share, quiet_servers = 0.0, 0.0  # CPU-s a second: ingest's, U's servers'
-        for i, kind in enumerate(ORDER):
+        turns = [(kind, None) for kind in ORDER]
+        if POLICIES:  # each epoch once per policy, the first of them in turn
+            turns = [(k, pol) for i, k in enumerate(ORDER)
+                     for pol in (POLICIES if i % 2 == 0 else POLICIES[::-1])]  # fmt: skip
+        for i, (kind, policy) in enumerate(turns):
             time.sleep(1.0)
             p0 = [cpu_s(p) for p in pids]
             s0 = [threads_cpu(p) for p in pids]
@@ -240,7 +280,11 @@ def drive(cfg: dict[str, Any]) -> None:
                 s0 = [threads_cpu(p) for p in pids]
                 i0 = cpu_s(proc.pid)
             t0 = time.perf_counter()
-            rec = _epoch(cfg)
+            if policy is None:
+                rec = _epoch(cfg)
+            else:
+                trainers[policy].send("epoch")
+                rec = {**trainers[policy].recv(), "policy": policy}
             span = time.perf_counter() - t0
             p1 = [cpu_s(p) for p in pids]
             s1 = [threads_cpu(p) for p in pids]
@@ -270,6 +314,8 @@ def drive(cfg: dict[str, Any]) -> None:
             print(json.dumps(rec), flush=True)
         admin.close()
     finally:
+        for conn in trainers.values():
+            conn.send("stop")
         quit_.set()
         go.clear()
         burn.value = 0.0

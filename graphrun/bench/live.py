@@ -412,6 +412,8 @@ def drive(cfg: dict[str, Any]) -> dict[str, Any]:
         pids = [s.proc.pid for s in stores[:PARTS]]  # (the launchers exec the servers)
         out = {**_ingest(cfg), **_staleness(cfg), **epochs(cfg, pids)}
         out["epoch_batches"] = cfg["epoch_batches"]
+        # the epochs' trainer's OpenMP waiting, as its caller's environment set it
+        out["trainer_omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "")
         out.update(_compaction(cfg))
         out.update(_lose_machine(cfg, stores) if "lose" in cfg else _kill(cfg, stores))
     finally:

@@ -11,7 +11,9 @@ listed too. A single pair of 20 batches moved by more than the 10% it is asked t
 (benchmarks/README.md, "the epoch while ingesting").
 
 The ingesting process is started once, before the first pair, and waits between its
-epochs (an ingesting epoch starts one second after its ingest). Each epoch also reports
+epochs; every epoch starts one second after the last ended (an ingesting one one second
+into its ingest: :func:`lead`), so an undisturbed epoch does not start while the
+servers still index the ingest before it. Each epoch also reports
 where the CPU went: the trainer's (this process), the partition servers' and the
 ingesting process's, from ``/proc`` (``epoch_cpu_s``: medians of each kind;
 ``epochs_cpu_s``: each epoch's), and the compactions the servers made during it (a
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     from graphrun.store.client import KVClient
 
 READY_S = 300.0  # the ingesting process connects (imports, a client) within this
-LEAD_S = 1.0  # an ingesting epoch starts this long after its ingest
+LEAD_S = 1.0  # every epoch starts this long after the last (an ingesting one's ingest)
 CPU_OF = ("trainer", "servers", "writer")  # the processes whose CPU an epoch reports
 
 
@@ -135,6 +137,16 @@ def order(pairs: int) -> str:
     return "".join("UI" if k % 2 == 0 else "IU" for k in range(pairs))
 
 
+def lead(kind: str, go: Any, wait: Any = time.sleep) -> None:
+    """Before an epoch of ``kind``: an ingesting one's ingest set going (``go``), and
+    ``LEAD_S`` waited for either kind, so that the ingest is under way at an ingesting
+    epoch's start and what an ingest left (the servers indexing its last commits) is
+    not in the undisturbed epoch that follows it."""
+    if kind == "I":
+        go.set()
+    wait(LEAD_S)
+
+
 def _compactions(cfg: dict[str, Any], c: Any) -> int:
     parts = range(len(cfg["addresses"]))
     calls = [c.session.call(p, "live_compact", {}, main_only=True) for p in parts]
@@ -161,9 +173,7 @@ def epochs(cfg: dict[str, Any], server_pids: list[int]) -> dict[str, Any]:
             raise GraphrunError("bench live: the ingesting process did not start")
         with client(cfg, cfg["writer_key"]) as admin:
             for kind in order(cfg["epoch_pairs"]):
-                if kind == "I":
-                    go.set()
-                    time.sleep(LEAD_S)  # the ingest is under way
+                lead(kind, go)
                 runs[kind].append(_measured(cfg, admin, server_pids, proc.pid))
                 go.clear()
                 if not idle.wait(READY_S):  # its last commit is in before the next epoch

@@ -24,7 +24,8 @@ descendants and the roles its status file lists
 
 Not warm-started (``Popen`` as before): GPU trainers (the server must not touch CUDA
 before it forks), other roles, a request whose import-time environment (``PYTHON*``,
-``*_NUM_THREADS``) or interpreter differs from the server's, a request to a server one of
+``OMP_*``, ``GOMP_*``, ``*_NUM_THREADS``: OpenMP's wait policy and spin count are read
+then too) or interpreter differs from the server's, a request to a server one of
 whose imported files has changed since it imported it (its code would not be the
 trainer's), and any worker whose server is gone or is not this user's.
 
@@ -113,9 +114,11 @@ SHARED_ENV = "GRAPHRUN_WARM_SOCKET"  # a running server every job of this host s
 
 
 def _import_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The variables read while torch and PyG are imported: a trainer that would see
-    other values than the server did is started on its own."""
-    return {k: v for k, v in env.items() if k.startswith("PYTHON") or k.endswith("_NUM_THREADS")}
+    """The variables read while torch and PyG are imported (OpenMP's among them, e.g.
+    ``OMP_WAIT_POLICY``): a trainer that would see other values than the server did is
+    started on its own."""
+    return {k: v for k, v in env.items() if k.startswith(("PYTHON", "OMP_", "GOMP_"))
+            or k.endswith("_NUM_THREADS")}  # fmt: skip
 
 
 def private_dir(path: Path) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -32,6 +33,7 @@ def test_live_bench_reports_every_measure_of_the_issue(capsys: pytest.CaptureFix
     # two pairs in turns, each epoch timed, the trainer's CPU and the servers' counted
     assert [len(v) for v in out["epochs_s"].values()] == [2, 2] and out["epoch_pairs"] == 2
     assert out["trainer_threads"] == 1
+    assert out["trainer_omp_wait_policy"] == os.environ.get("OMP_WAIT_POLICY", "")
     cpu = out["epoch_cpu_s"]  # (the servers' and the writer's in clock ticks: maybe 0 here)
     assert cpu["undisturbed"]["trainer"] > 0 and cpu["ingesting"]["trainer"] > 0
     assert all(v[k] >= 0 for v in cpu.values() for k in ("servers", "writer"))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from graphrun.bench.live_epochs import order, summary
+import threading
+
+from graphrun.bench.live_epochs import LEAD_S, lead, order, summary
 
 
 def test_the_epochs_alternate_so_that_each_kind_runs_first_as_often():
@@ -31,3 +33,14 @@ def test_the_summary_reports_medians_every_epoch_and_the_cpu_of_each_process():
     assert out["compactions_in_epochs"] == {"undisturbed": 0, "ingesting": 2}
     assert out["trainer_threads"] == 2
     assert out["ingest_rate_reached_edges_per_s"] == 101_000.0
+
+
+def test_every_epoch_starts_after_the_same_pause_an_ingesting_one_with_its_ingest_going():
+    waits: list[float] = []
+    for kind, going in (("U", False), ("I", True)):
+        go = threading.Event()
+        lead(kind, go, waits.append)
+        assert go.is_set() == going
+    # an undisturbed epoch after an ingesting one does not start while its servers
+    # still index that ingest's last commits
+    assert waits == [LEAD_S, LEAD_S]

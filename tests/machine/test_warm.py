@@ -209,6 +209,9 @@ def test_what_the_server_cannot_fork_is_left_to_popen(server, tmp_path):
     starter = WarmStarter(sock)
     other_threads = {**child_env(), "OMP_NUM_THREADS": "7"}  # read when torch is imported
     assert starter.start((*TRAINER, "--help"), other_threads, None) is None
+    policy = "ACTIVE" if os.environ.get("OMP_WAIT_POLICY") == "PASSIVE" else "PASSIVE"
+    waiting = {**child_env(), "OMP_WAIT_POLICY": policy}  # read when torch is imported too
+    assert starter.start((*TRAINER, "--help"), waiting, None) is None
     assert starter.start((*TRAINER, "--help", "--gpu", "0"), child_env(), None) is None
     assert starter.start((sys.executable, "-m", "graphrun", "serve"), child_env(), None) is None
     assert (
