@@ -218,6 +218,7 @@ class LiveDelta:
         # background: runs are merged by a thread of the delta's own, off the read path
         self._merger: threading.Thread | None = None
         self._wake = threading.Event()
+        self._warmed = threading.Event()  # the merging thread loaded its merge, or stopped
         self._closed = False
         if background:
             self._merger = threading.Thread(target=self._merge_loop, name="live-merge",
@@ -328,10 +329,21 @@ class LiveDelta:
             self.taken_edges.fold(version, eids[0])
         self._wake.set()
 
-    def warm(self) -> None:
+    def warm(self, wait: bool = False) -> None:
         """Have the merging thread load its compiled merge now, off the writes' path (a
-        server made to take writes: with a log), not at the first commit."""
+        server made to take writes: with a log), not at the first commit; with ``wait``,
+        return once it has. A server waits before it serves: a load still going on
+        when the first batches come (about 0.5 CPU-s, numba's import) was charged to
+        them, and on 2 cores it took a third of the CPU of a 300-batch ingest
+        (benchmarks/README.md, issue 42, ingest42p)."""
         self._wake.set()
+        if wait and self._merger is not None:
+            self._warmed.wait()
+
+    @property
+    def warmed(self) -> bool:
+        """Whether the merging thread has loaded its compiled merge (or stopped)."""
+        return self._warmed.is_set()
 
     def close(self) -> None:
         """Stop the merging thread (a delta made with ``background``)."""
@@ -349,6 +361,12 @@ class LiveDelta:
         about 0.5 CPU-s) first; woken by :meth:`close` alone, it loads nothing (every
         store server closes its delta)."""
         background()
+        try:
+            self._loop()
+        finally:  # stopped (or failed): no :meth:`warm` waits for it
+            self._warmed.set()
+
+    def _loop(self) -> None:
         loaded = False
         while not self._closed:
             self._wake.wait()
@@ -359,6 +377,7 @@ class LiveDelta:
                 from graphrun.store.live_kernels import warm_up
 
                 warm_up()
+                self._warmed.set()
                 loaded = True
             while not self._closed:
                 with self._lock:
