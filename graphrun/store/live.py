@@ -334,7 +334,7 @@ class LiveDelta:
         server made to take writes: with a log), not at the first commit; with ``wait``,
         return once it has. A server waits before it serves: a load still going on
         when the first batches come (about 0.5 CPU-s, numba's import) was charged to
-        them, and on 2 cores it took a third of the CPU of a 300-batch ingest
+        them: 1–1.5 ms of a server's CPU a 10k-edge batch over a 300-batch ingest
         (benchmarks/README.md, issue 42, ingest42p)."""
         self._wake.set()
         if wait and self._merger is not None:
