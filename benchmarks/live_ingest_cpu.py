@@ -145,6 +145,10 @@ def main() -> None:
                     dump = subprocess.run(["py-spy", "dump", "-p", str(s.proc.pid)],
                                           capture_output=True, text=True).stdout
                     print("\n".join(x for x in dump.splitlines() if x.startswith("Thread")))
+            # the window starts once the servers are idle: a merging thread may still be
+            # loading its compiled merge (numba, about 0.5 CPU-s, a start-up cost), and a
+            # window that began meanwhile charged it to the batches
+            settled([s.proc.pid for s in stores])
             served0 = [admin.stats(p)["served"] for p in range(2)]
             syncs0 = [admin.stats(p)["live"]["log_syncs"] for p in range(2)]
             work0 = [admin.stats(p)["live"].get("index_work", 0) for p in range(2)]

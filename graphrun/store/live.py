@@ -218,6 +218,7 @@ class LiveDelta:
         # background: runs are merged by a thread of the delta's own, off the read path
         self._merger: threading.Thread | None = None
         self._wake = threading.Event()
+        self._warmed = threading.Event()  # the merging thread loaded its merge, or stopped
         self._closed = False
         if background:
             self._merger = threading.Thread(target=self._merge_loop, name="live-merge",
@@ -328,6 +329,22 @@ class LiveDelta:
             self.taken_edges.fold(version, eids[0])
         self._wake.set()
 
+    def warm(self, wait: bool = False) -> None:
+        """Have the merging thread load its compiled merge now, off the writes' path (a
+        server made to take writes: with a log), not at the first commit; with ``wait``,
+        return once it has. A server waits before it serves: a load still going on
+        when the first batches come (about 0.5 CPU-s, numba's import) was charged to
+        them: 1–1.5 ms of a server's CPU a 10k-edge batch over a 300-batch ingest
+        (benchmarks/README.md, issue 42, ingest42p)."""
+        self._wake.set()
+        if wait and self._merger is not None:
+            self._warmed.wait()
+
+    @property
+    def warmed(self) -> bool:
+        """Whether the merging thread has loaded its compiled merge (or stopped)."""
+        return self._warmed.is_set()
+
     def close(self) -> None:
         """Stop the merging thread (a delta made with ``background``)."""
         self._closed = True
@@ -339,14 +356,29 @@ class LiveDelta:
         """The merging thread: fresh commits into a run, then each merge the rule asks
         for, made outside the lock (reads go on over the runs before it) and swapped in.
         Background work (:func:`~graphrun.rpc.tuning.background`): reads do not wait for
-        it, they look at more runs. Its first merge of
-        :data:`~graphrun.store.live_index.COMPILED_MIN` entries loads the compiled merge
-        (:mod:`~graphrun.store.live_kernels`: numba, about 0.7 CPU-s); a delta that stays
-        smaller never does."""
+        it, they look at more runs. Woken the first time (:meth:`warm`, or the first
+        commit), it loads the compiled merge (:mod:`~graphrun.store.live_kernels`: numba,
+        about 0.5 CPU-s) first; woken by :meth:`close` alone, it loads nothing (every
+        store server closes its delta)."""
         background()
+        try:
+            self._loop()
+        finally:  # stopped (or failed): no :meth:`warm` waits for it
+            self._warmed.set()
+
+    def _loop(self) -> None:
+        loaded = False
         while not self._closed:
             self._wake.wait()
             self._wake.clear()
+            if self._closed:  # woken by close: a store that took no write loads nothing
+                break
+            if not loaded:
+                from graphrun.store.live_kernels import warm_up
+
+                warm_up()
+                self._warmed.set()
+                loaded = True
             while not self._closed:
                 with self._lock:
                     self._flush(merge=False)

@@ -223,6 +223,7 @@ def attach(
         live.log = open_log(live_dir, state.part, state.replica)
         try:
             live.seq_link.point(*replay(live.log, live.delta, live.schema, live.seq))
+            live.delta.warm(wait=True)  # loaded while the log replayed; serving after
         except BaseException:
             live.close()
             raise

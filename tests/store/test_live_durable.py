@@ -27,6 +27,7 @@ from graphrun.store.live_wire import piece_to_wire
 from graphrun.store.server import ServerConfig
 from graphrun.store.shm import DEFAULT_SHM_DIR, clean_stale
 from graphrun.store.wal import START, WriteAheadLog
+from graphrun.testing.procs import child_env
 from graphrun.testing.store import make_partition_dir, store_threads
 from tests.store.test_live_store import FEAT, SAMPLING, in_edges, node_rows
 
@@ -402,3 +403,28 @@ def test_decisions_a_begin_carries_are_synced_with_it_and_replayed(tmp_path):
     finally:
         live_ops.close(state)
         state.close()
+
+
+def test_a_server_with_a_log_has_its_compiled_merge_loaded_before_it_serves(tmp_path):
+    """``attach`` with a log returns once the merging thread has loaded its merge
+    (numba, about 0.5 CPU-s): it used to load it meanwhile, so a writer starting at once
+    (``graphrun bench live``) paid for it in its first batches. In a fresh process (numba
+    not imported yet); the thread is the one that loaded it, and it still merges."""
+    code = (
+        "import sys, numpy as np\n"
+        "from graphrun.store import live_ops\n"
+        "from graphrun.store.server import ServerConfig, load_main_state\n"
+        "from graphrun.testing.store import make_partition_dir\n"
+        f"root = __import__('pathlib').Path({str(tmp_path)!r})\n"
+        "parts = make_partition_dir(root / 'parts', 2)[1]\n"
+        "(root / 'live').mkdir()\n"
+        "state = load_main_state(ServerConfig(parts, 1))\n"
+        "live = live_ops.attach(state, lambda: np.empty(0, np.int64), None, 5.0, root / 'live')\n"
+        "print(live.delta.warmed, 'graphrun.store.live_kernels' in sys.modules)\n"
+        "live_ops.close(state)\nstate.close()\n"
+        "print(live.delta._merger.is_alive())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=child_env(), timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True", "False"]
