@@ -39,3 +39,11 @@ def _merge_two(a: np.ndarray, b: np.ndarray, key: int, out: np.ndarray) -> None:
 
 
 merge_two = njit(_merge_two, SIGNATURE, nogil=True)
+
+
+def warm_up() -> None:
+    """One merge of two entries: the kernel is compiled (or loaded) when this module is
+    imported; the merging thread calls this first, so that its first merge of a
+    commit does not wait for it."""
+    one = np.zeros((2, 1), np.int64)
+    merge_two(one, one, 0, np.empty((2, 2), np.int64))
