@@ -207,9 +207,9 @@ def due(sizes: list[int]) -> tuple[int, int] | None:
 
 #: the fewest entries of a merge that the compiled pass makes (:func:`_merge`): below it
 #: numpy's sort is as quick to within a fraction of a millisecond (2 x 32k entries: 0.9
-#: against 0.6 ms), where importing numba and loading the kernel costs a store server
-#: about 0.7 CPU-s: a store whose delta stays small (a test's, a trickle of writes)
-#: never loads it (benchmarks/README.md, "the suite at stop 56")
+#: against 0.6 ms). The merging thread loads the compiled merge when first woken (at a
+#: server's start where it has a log, before it serves: benchmarks/README.md, issue 42,
+#: ingest42p), so a delta that takes no write never imports numba
 COMPILED_MIN = 1 << 16
 
 
@@ -217,7 +217,7 @@ def _merge(parts: list[np.ndarray], key: int) -> np.ndarray:
     """Arrays' columns, each sorted by row ``key`` then version and the versions of each
     below the next one's, as one array sorted so. Two int64 arrays (a merge the rule
     asks for) of :data:`COMPILED_MIN` entries or more: one compiled pass
-    (:func:`~graphrun.store.live_kernels.merge_two`, imported by the first such merge).
+    (:func:`~graphrun.store.live_kernels.merge_two`).
     Otherwise a stable sort of the keys of all in turn (numpy's is a timsort for int64:
     sorted runs merge in time ``n log(runs)``, the earlier run's first among equal
     keys), then each row gathered."""

@@ -1,8 +1,9 @@
 """The delta index's merge of two runs (:func:`graphrun.store.live_index.merge_runs`),
 compiled with numba when imported, cached on disk as :func:`graphrun.jit.njit` says.
-:mod:`~graphrun.store.live_index` imports this module on its first merge of
+The merging thread imports this module when first woken (a server with a log: as it
+starts, before it serves; else at the first commit) and uses it for merges of
 :data:`~graphrun.store.live_index.COMPILED_MIN` entries or more (smaller ones are
-numpy's): a store whose delta stays small never imports numba.
+numpy's): a delta that takes no write never imports numba.
 
 numpy merges two sorted runs as a stable ``argsort`` of their keys (a timsort of two
 runs), then per row a concatenation and a gather: three passes over the entries and six
