@@ -220,6 +220,7 @@ def attach(
         n = state.book.num_parts
         live.seq = Sequencer(Blocks(state.book.num_nodes, n), Blocks(state.book.num_edges, n))
     if live_dir is not None:
+        live.delta.warm()  # the compiled merge loads while the log opens and replays
         live.log = open_log(live_dir, state.part, state.replica)
         try:
             live.seq_link.point(*replay(live.log, live.delta, live.schema, live.seq))
