@@ -36,6 +36,16 @@ def run_graphrun(
     return subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=timeout)
 
 
+def fresh_python(code: str, timeout: float = 60.0) -> str:
+    """The standard output of ``python -c CODE`` in a fresh interpreter (this checkout
+    first on its path): for what a process has imported, or not, by its end. An
+    AssertionError with its standard error when it exits non-zero."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=child_env(), timeout=timeout)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 _HELPERS = ("resource_tracker", "forkserver")
 
 

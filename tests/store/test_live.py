@@ -1,7 +1,5 @@
 """The live delta on its own: pieces checked wholly, versions, reads at a version."""
 
-import subprocess
-import sys
 import threading
 import time
 
@@ -22,7 +20,7 @@ from graphrun.store.live import (
 )
 from graphrun.store.live_check import FeatureSpec, Schema, check_piece
 from graphrun.store.live_index import Taken, build_run, due, id_runs, stable_order
-from graphrun.testing.procs import child_env
+from graphrun.testing.procs import fresh_python
 
 N, E = 10, 20
 FEAT = "node/_N/feat"
@@ -446,10 +444,7 @@ def test_a_delta_closed_without_a_write_loads_no_compiled_merge():
         "assert not d._merger.is_alive()\n"
         "print(sorted(m for m in ('numba', 'graphrun.store.live_kernels') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=child_env(), timeout=60)  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert fresh_python(code).strip() == "[]"
 
 
 @pytest.mark.parametrize(("na", "nb"), [(0, 3), (3, 0), (1, 1), (257, 64), (64, 1000)])

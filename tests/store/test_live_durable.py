@@ -27,7 +27,7 @@ from graphrun.store.live_wire import piece_to_wire
 from graphrun.store.server import ServerConfig
 from graphrun.store.shm import DEFAULT_SHM_DIR, clean_stale
 from graphrun.store.wal import START, WriteAheadLog
-from graphrun.testing.procs import child_env
+from graphrun.testing.procs import fresh_python
 from graphrun.testing.store import make_partition_dir, store_threads
 from tests.store.test_live_store import FEAT, SAMPLING, in_edges, node_rows
 
@@ -424,7 +424,4 @@ def test_a_server_with_a_log_has_its_compiled_merge_loaded_before_it_serves(tmp_
         "live_ops.close(state)\nstate.close()\n"
         "print(live.delta._merger.is_alive())\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=child_env(), timeout=120)  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["True", "True", "False"]
+    assert fresh_python(code, timeout=120).split() == ["True", "True", "False"]
