@@ -180,3 +180,35 @@ def test_keygen_recipe_runs_as_printed(shell: Shell, tmp_path: Path) -> None:
     keys = load_keys(tmp_path / f"{job_file}.key")
     with KVClient(ClientConfig([address], job=job_file, keys=keys, timeout=30)) as c:
         assert c.pull("node/_N/feat", [0]).shape == (1, 8)  # the job's key is admitted
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_live_graphs_worked_example_runs_as_written(shell: Shell, tmp_path: Path) -> None:
+    (steps,) = blocks("docs/live.md", "## Writing: a worked example", "sh")
+    example = blocks("docs/live.md", "## Writing: a worked example", "python")[0]
+    ports = [free_port(), free_port()]
+    small = steps.replace("--nodes 20000", "--nodes 4000")
+    for doc_port, port in zip(("7100", "7101"), ports, strict=True):
+        assert doc_port in steps and doc_port in example
+        small, example = small.replace(doc_port, str(port)), example.replace(doc_port, str(port))
+    assert small != steps and "--grants write_graph" in small
+    shell.run(small)
+    servers = [f"tcp://127.0.0.1:{p}" for p in ports]
+    keys = load_keys(tmp_path / "writer.key")
+    with KVClient(ClientConfig(servers, job="writer", keys=keys, timeout=60)):
+        pass  # both serve: the example's joins need not wait
+    (tmp_path / "example.py").write_text(example)
+    done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("version 1 new nodes [4000 "), done.stdout  # ids >= num_nodes
+    # node 900001's one in-edge (from 17), sampled: a new edge, its id >= num_edges
+    one = re.search(r"SampledEdges\(src=array\(\[\d+\]\), seed_index=array\(\[0\]\), "
+                    r"eid=array\(\[(\d+)\]\)", done.stdout)  # fmt: skip
+    assert one is not None and int(one.group(1)) >= 40000, done.stdout
+    assert sorted(p.name for p in (tmp_path / "live").iterdir() if p.suffix == ".wal") == [
+        "part-0.wal",
+        "part-1.wal",
+    ]
