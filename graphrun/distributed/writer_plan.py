@@ -339,8 +339,8 @@ def _by_part(part: np.ndarray, num_parts: int) -> list[np.ndarray]:
         return [part[:0]] * num_parts
     small = np.int16 if num_parts <= np.iinfo(np.int16).max else np.int64
     order = np.argsort(part.astype(small), kind="stable")
-    cuts = np.cumsum(np.bincount(part, minlength=num_parts)).tolist()
-    return np.split(order, cuts[:-1])
+    cuts = [0, *np.cumsum(np.bincount(part, minlength=num_parts)).tolist()]
+    return [order[cuts[p] : cuts[p + 1]] for p in range(num_parts)]
 
 
 def _spread(
