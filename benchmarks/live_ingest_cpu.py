@@ -9,13 +9,18 @@ says little).
     SPY=1 ... (SPY=gil: the GIL's holder only)      # py-spy raw profiles of both servers
     TIDS=1 ...                                      # each server thread's CPU, named
     TUNE=0 ...                                      # without keep_large_allocations
+    RATE=100000 ...                                 # paced: a batch every BATCH/RATE s
+                                                    # (as graphrun bench live's ingest)
+    RATE=100000 SPIN=1 ...                          # paced by spinning, not sleeping
     PARTS=DIR ...                                   # a 2-partition directory instead (as
                                                     # `graphrun bench live --dataset`'s)
 
 A 20k-node power-law graph (``community``), 2 random partitions, one ``graphrun serve``
 per partition with ``--live-dir`` (the write-ahead log), a writer key; ``BATCHES``
 commits of ``BATCH`` new edges between random base nodes after one warm-up batch.
-Prints JSON: the writer's CPU ms per batch (``time.process_time``), each server's
+Prints JSON: the writer's CPU ms per batch (``time.process_time``: all its threads,
+ZMQ's I/O thread included; per thread; and its main thread's inside the batches alone,
+``main_thread_ms_per_batch``, without the pacing's sleep or spin), each server's
 (``/proc/PID/stat``) and per thread (user, system; ``/proc/PID/task``), edges per CPU
 second (a server's half of each batch; the writer's whole batch), each server's requests
 a batch by op, its log's syncs and its delta's index entries written a batch (its
@@ -40,6 +45,7 @@ import numpy as np
 BATCHES = int(os.environ.get("BATCHES", "150"))
 BATCH = int(os.environ.get("BATCH", "10000"))
 WINDOW = int(os.environ.get("WINDOW", "0"))
+RATE = float(os.environ.get("RATE", "0"))  # edges/s; 0: full speed
 
 
 def cpu_s(pid: int) -> float:
@@ -126,8 +132,22 @@ def main() -> None:
                     for _ in range(BATCHES + 1)]  # fmt: skip
 
             def one(src: np.ndarray, dst: np.ndarray) -> None:
+                tt = time.thread_time()
                 w.add_edges("_E", src, dst)
                 w.submit() if WINDOW else w.commit()
+                inbatch[0] += time.thread_time() - tt
+                if RATE and os.environ.get("SPIN"):
+                    target = start[0] + (done[0] + 1) * BATCH / RATE
+                    done[0] += 1
+                    while time.perf_counter() < target:
+                        pass
+                elif RATE:  # paced as graphrun bench live's ingesting process is
+                    ahead = start[0] + (done[0] + 1) * BATCH / RATE - time.perf_counter()
+                    done[0] += 1
+                    if ahead > 0:
+                        time.sleep(ahead)
+
+            start, done, inbatch = [time.perf_counter()], [0], [0.0]
 
             one(*data[0])
             if WINDOW:
@@ -155,7 +175,9 @@ def main() -> None:
             s0 = [cpu_s(s.proc.pid) for s in stores]
             t_0 = [threads_cpu(s.proc.pid) for s in stores]
             prof = cProfile.Profile(time.thread_time) if os.environ.get("PROFILE") else None
+            me0 = threads_cpu(os.getpid())
             t0, c0 = time.perf_counter(), time.process_time()
+            start[0], done[0], inbatch[0] = t0, 0, 0.0
             if prof is not None:
                 prof.enable()
             for src, dst in data[1:]:
@@ -165,6 +187,7 @@ def main() -> None:
             if prof is not None:
                 prof.disable()
             wall, wcpu = time.perf_counter() - t0, time.process_time() - c0
+            me1 = threads_cpu(os.getpid())
             s1 = settled([s.proc.pid for s in stores])
             t_1 = [threads_cpu(s.proc.pid) for s in stores]
             served = [{op: round((n - before.get(op, 0)) / BATCHES, 2)
@@ -183,6 +206,9 @@ def main() -> None:
             "batches": BATCHES, "batch": BATCH, "window": WINDOW, "wall_s": round(wall, 3),
             "edges_per_s_per_part": round(BATCHES * BATCH / wall / 2),
             "writer_cpu_ms_per_batch": round(1000 * wcpu / BATCHES, 2),
+            "rate": RATE,
+            "main_thread_ms_per_batch": round(1000 * inbatch[0] / BATCHES, 3),
+            "writer_threads_ms_user_sys_faults_switches": per_batch(me0, me1),
             "server_cpu_ms_per_batch": [round(1000 * (b - a) / BATCHES, 2)
                                         for a, b in zip(s0, s1, strict=True)],
             # a server takes its half of each batch; the writer, the whole batch

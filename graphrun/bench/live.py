@@ -405,7 +405,9 @@ def _kill_machine(cfg: dict[str, Any], stores: list[Any], m: int) -> None:
 def drive(cfg: dict[str, Any]) -> dict[str, Any]:
     """Start the stores, measure, stop them."""
     from graphrun.local.stores import start_store
+    from graphrun.rpc.tuning import keep_large_allocations
 
+    keep_large_allocations()  # as graphrun ingest: the writer's batches are fresh buffers
     stores = [start_store(cfg["parts_dir"], p, **cfg["store_kwargs"][p]) for p in range(PARTS)]
     try:
         _start_replicas(cfg, stores)

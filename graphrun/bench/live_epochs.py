@@ -110,7 +110,9 @@ def ingest_at(cfg: dict[str, Any], ready: Any, go: Any, idle: Any, stop: Any, se
     (the rate counted from each ``go``); ``idle`` set between (no commit on its way);
     ``sent``: [edges, seconds] while going."""
     from graphrun.distributed.writer import GraphWriter
+    from graphrun.rpc.tuning import keep_large_allocations
 
+    keep_large_allocations()  # a spawned process: as graphrun ingest
     rng = np.random.default_rng(3)
     with client(cfg, cfg["writer_key"]) as c:
         w, n = GraphWriter(c), c.book.num_nodes

@@ -169,8 +169,10 @@ def send(writer: Any, chunk: Chunk) -> int:
 def run(args: argparse.Namespace) -> int:
     from graphrun.errors import DatasetError, GraphrunError, StoreError, UserError
     from graphrun.graph.ingest_tables import read_chunks
+    from graphrun.rpc.tuning import keep_large_allocations
 
     sources, keys = _checked(args)
+    keep_large_allocations()  # a chunk's arrays and pieces are fresh buffers of 100s of KB
     writer = None if args.dry_run else _writer(args, keys)
     progress = Progress(args.progress_s)
     try:

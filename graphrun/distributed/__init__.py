@@ -17,39 +17,96 @@ Everything hangs off the context ``initialize`` returns; DistDGL's names
 docs/porting.md) find it as the current context.
 """
 
-from graphrun.distributed.cache import CachePlan
-from graphrun.distributed.context import DistConfig, DistContext, current_context, initialize
-from graphrun.distributed.dglnames import (
-    DistEmbedding,
-    DistTensor,
-    NeighborSampler,
-    SparseAdagrad,
-    SparseAdam,
-    edge_split,
-    node_split,
-)
-from graphrun.distributed.graph import DistGraph
-from graphrun.distributed.loader import (
-    DistEdgeDataLoader,
-    DistLinkDataLoader,
-    DistNodeDataLoader,
-    plan_feature_cache,
-)
-from graphrun.distributed.minibatch import shuffled
-from graphrun.distributed.pyg_data import (
-    RemoteData,
-    StoreDataset,
-    read_store_file,
-    write_store_file,
-)
-from graphrun.distributed.pyg_remote import (
-    LinkNeighborLoader,
-    NeighborLoader,
-    RemoteNeighborSampler,
-)
-from graphrun.distributed.pyg_stores import RemoteFeatureStore, RemoteGraphStore, remote_backend
-from graphrun.distributed.split import trainer_partitions
+import importlib
+from typing import TYPE_CHECKING
+
 from graphrun.rpc.auth import load_keys
+
+if TYPE_CHECKING:
+    from graphrun.distributed.cache import CachePlan
+    from graphrun.distributed.context import (
+        DistConfig,
+        DistContext,
+        current_context,
+        initialize,
+    )
+    from graphrun.distributed.dglnames import (
+        DistEmbedding,
+        DistTensor,
+        NeighborSampler,
+        SparseAdagrad,
+        SparseAdam,
+        edge_split,
+        node_split,
+    )
+    from graphrun.distributed.graph import DistGraph
+    from graphrun.distributed.loader import (
+        DistEdgeDataLoader,
+        DistLinkDataLoader,
+        DistNodeDataLoader,
+        plan_feature_cache,
+    )
+    from graphrun.distributed.minibatch import shuffled
+    from graphrun.distributed.pyg_data import (
+        RemoteData,
+        StoreDataset,
+        read_store_file,
+        write_store_file,
+    )
+    from graphrun.distributed.pyg_remote import (
+        LinkNeighborLoader,
+        NeighborLoader,
+        RemoteNeighborSampler,
+    )
+    from graphrun.distributed.pyg_stores import (
+        RemoteFeatureStore,
+        RemoteGraphStore,
+        remote_backend,
+    )
+    from graphrun.distributed.split import trainer_partitions
+
+# Every name but load_keys needs torch (and most torch_geometric) and loads on first use:
+# a process that only writes the graph (``graphrun ingest``, a GraphWriter) imports
+# graphrun.distributed.writer, and with it this package, and needs neither (importing
+# them was 3.8 CPU-s and 400 MB before the first batch; benchmarks/README.md).
+_LAZY = {
+    "CachePlan": "cache",
+    **dict.fromkeys(("DistConfig", "DistContext", "current_context", "initialize"), "context"),
+    **dict.fromkeys(
+        (
+            "DistEmbedding",
+            "DistTensor",
+            "NeighborSampler",
+            "SparseAdagrad",
+            "SparseAdam",
+            "edge_split",
+            "node_split",
+        ),
+        "dglnames",
+    ),
+    "DistGraph": "graph",
+    **dict.fromkeys(
+        ("DistEdgeDataLoader", "DistLinkDataLoader", "DistNodeDataLoader", "plan_feature_cache"),
+        "loader",
+    ),
+    "shuffled": "minibatch",
+    **dict.fromkeys(
+        ("RemoteData", "StoreDataset", "read_store_file", "write_store_file"), "pyg_data"
+    ),
+    **dict.fromkeys(
+        ("LinkNeighborLoader", "NeighborLoader", "RemoteNeighborSampler"), "pyg_remote"
+    ),
+    **dict.fromkeys(("RemoteFeatureStore", "RemoteGraphStore", "remote_backend"), "pyg_stores"),
+    "trainer_partitions": "split",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'graphrun.distributed' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"graphrun.distributed.{module}"), name)
+
 
 __all__ = [
     "CachePlan",

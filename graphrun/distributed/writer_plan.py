@@ -78,6 +78,7 @@ class Plan:
         self.deleted_part = self._edge_owner(self.deleted)
         self.node_id = np.empty(0, np.int64)
         self.eid = np.empty(0, np.int64)
+        self._eids: list[np.ndarray] = []  # each partition's new edges' ids, in order
         self._by_part: list[list[np.ndarray]] | None = None  # made once ids are given
 
     def _place(self) -> np.ndarray:
@@ -198,8 +199,8 @@ class Plan:
     def give_ids(self, node_runs: list[Any], edge_runs: list[Any]) -> None:
         """The ids ``live_begin`` handed out, in partition order; then the ends."""
         nodes, edges, _ = self._split()
-        self.node_id = _spread(nodes, node_runs, len(self.node_part))
-        self.eid = _spread(edges, edge_runs, len(self.edge_part))
+        self.node_id = _spread(nodes, node_runs, len(self.node_part))[0]
+        self.eid, self._eids = _spread(edges, edge_runs, len(self.edge_part))
         for ends in (self.src, self.dst) if len(self.orig) else ():
             new = ends < 0
             ends[new] = self.node_id[-ends[new] - 1]
@@ -272,22 +273,19 @@ class Plan:
         """Each partition's new nodes, edges and deletions (positions, in batch order):
         one stable sort per kind, not a mask per partition."""
         if self._by_part is None:
-            self._by_part = []
-            small = np.int16 if self.num_parts <= np.iinfo(np.int16).max else np.int64
-            for part in (self.node_part, self.edge_part, self.deleted_part):
-                order = np.argsort(part.astype(small), kind="stable")  # int16: a radix sort
-                cuts = np.searchsorted(part[order], np.arange(self.num_parts + 1))
-                self._by_part.append([order[cuts[i] : cuts[i + 1]]
-                                      for i in range(self.num_parts)])  # fmt: skip
+            kinds = (self.node_part, self.edge_part, self.deleted_part)
+            self._by_part = [_by_part(part, self.num_parts) for part in kinds]
         return self._by_part
 
-    def _edge_rows(self, pos: np.ndarray) -> np.ndarray | None:
-        """``[src, dst, eid]`` rows of the new edges at ``pos``, gathered in place."""
+    def _edge_rows(self, p: int, pos: np.ndarray) -> np.ndarray | None:
+        """``[src, dst, eid]`` rows of partition ``p``'s new edges (at ``pos``), gathered
+        in place; their ids are ``p``'s runs as ``live_begin`` gave them, in order."""
         if not len(pos):
             return None
         out = np.empty((3, len(pos)), np.int64)
-        for row, a in zip(out, (self.src, self.dst, self.eid), strict=True):
-            np.take(a, pos, out=row)
+        np.take(self.src, pos, out=out[0])
+        np.take(self.dst, pos, out=out[1])
+        out[2] = self._eids[p]
         return out
 
     def _arrays(self, p: int) -> _PieceArrays:
@@ -307,7 +305,7 @@ class Plan:
 
         return _PieceArrays(
             some(self.node_id, nodes), some(self.ntype, nodes), some(self.orig, nodes),
-            self._edge_rows(edges), some(self.etype, edges), some(self.deleted, deleted),
+            self._edge_rows(p, edges), some(self.etype, edges), some(self.deleted, deleted),
             node_feats, edge_feats, updates,
         )  # fmt: skip
 
@@ -334,16 +332,29 @@ def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
     return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
 
 
-def _spread(by_part: list[np.ndarray], runs: list[Any], n: int) -> np.ndarray:
+def _by_part(part: np.ndarray, num_parts: int) -> list[np.ndarray]:
+    """The positions of each partition's items in ``part``, in order: one stable sort
+    (int16 where the partitions fit: a radix sort), cut by the counts."""
+    if not len(part):
+        return [part[:0]] * num_parts
+    small = np.int16 if num_parts <= np.iinfo(np.int16).max else np.int64
+    order = np.argsort(part.astype(small), kind="stable")
+    cuts = [0, *np.cumsum(np.bincount(part, minlength=num_parts)).tolist()]
+    return [order[cuts[p] : cuts[p + 1]] for p in range(num_parts)]
+
+
+def _spread(
+    by_part: list[np.ndarray], runs: list[Any], n: int
+) -> tuple[np.ndarray, list[np.ndarray]]:
     """Ids per item: partition ``p``'s items (positions ``by_part[p]``, in order) take
-    ``runs[p]``'s ids."""
+    ``runs[p]``'s ids; and each partition's ids."""
     out = np.empty(n, np.int64)
+    ids = [run_ids(r) for r in runs]
     for p, mine in enumerate(by_part):
-        ids = run_ids(runs[p])
-        if len(ids) != len(mine):
-            raise StoreError(f"live_begin: {len(ids)} ids for partition {p}, asked {len(mine)}")
-        out[mine] = ids
-    return out
+        if len(ids[p]) != len(mine):
+            raise StoreError(f"live_begin: {len(ids[p])} ids for partition {p}, asked {len(mine)}")
+        out[mine] = ids[p]
+    return out, ids
 
 
 def _rows_of(

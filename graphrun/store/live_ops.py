@@ -399,8 +399,9 @@ def live_lookup(state: ServerState, req: Request) -> Response:
     if orig.ndim != 1 or orig.dtype != np.int64 or len(orig) > MAX_PIECE_ROWS:
         raise ArgumentError(f"{req.op}: orig ids must be 1-d int64, at most {MAX_PIECE_ROWS}")
     found, ids = base_lookup(seq, live_of(state).base_orig, orig)
-    new = np.fromiter((seq.orig.get(o, -1) for o in orig.tolist()), np.int64, len(orig))
-    return Response({}, (np.where(found, ids, new),))
+    rest = np.flatnonzero(~found & bool(seq.orig))  # new nodes: not base nodes' ids
+    ids[rest] = [seq.orig.get(o, -1) for o in orig[rest].tolist()]
+    return Response({}, (ids,))
 
 
 # ---- every partition's ops

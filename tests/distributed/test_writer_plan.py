@@ -73,3 +73,16 @@ def test_an_end_that_is_no_node_is_refused(book, end, bad):
     src, dst = ([bad_id], [3]) if end == "src" else ([3], [bad_id])
     with pytest.raises(ArgumentError, match=f"add_edges {end}: graph id {bad_id} is not a node"):
         plan_of(book, src, dst, blocks=[0])
+
+
+@pytest.mark.parametrize("parts", [1, 3, 40000])
+def test_positions_by_partition_keep_the_batch_order(parts):
+    from graphrun.distributed.writer_plan import _by_part
+
+    rng = np.random.default_rng(parts)
+    part = rng.integers(0, min(parts, 3), 1000)  # partitions past the third hold none
+    got = _by_part(part, parts)
+    assert len(got) == parts
+    for p in range(parts):
+        assert got[p].tolist() == np.flatnonzero(part == p).tolist()
+    assert [len(x) for x in _by_part(part[:0], parts)] == [0] * parts
