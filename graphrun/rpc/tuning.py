@@ -19,6 +19,9 @@ row, gives the freed pages back (``malloc_trim``). A steady state of messages or
 training steps (in use moving less than ``keep``, or coming back to its peak every few
 seconds) keeps its buffers; the memory of a transient peak (the feature cache filled, an
 evaluation done) goes back within seconds.
+
+:func:`small_pages_for_arrays` (a store server's) turns off numpy's request for
+transparent huge pages, whose faults zero 2 MB each on fresh memory.
 """
 
 from __future__ import annotations
