@@ -161,4 +161,6 @@ def test_small_pages_for_arrays_stops_numpy_asking_for_huge_pages():
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     before, ok, after = out.stdout.split()
-    assert (before, ok, after) == ("True", "True", "False")
+    if before != "True":  # a kernel without transparent huge pages: nothing to turn off
+        pytest.skip("numpy marks no array for huge pages on this kernel")
+    assert (ok, after) == ("True", "False")
