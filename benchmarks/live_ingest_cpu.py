@@ -7,6 +7,8 @@ says little).
     WINDOW=4 python benchmarks/live_ingest_cpu.py   # GraphWriter(window=4): submit/flush
     PROFILE=1 SORT=tottime ...                      # cProfile of the writer (CPU time)
     SPY=1 ... (SPY=gil: the GIL's holder only)      # py-spy raw profiles of both servers
+    PERF=1 ...                                      # perf record -g of both servers (CPU
+                                                    # samples, kernel too: perf-PID.data)
     TIDS=1 ...                                      # each server thread's CPU, named
     TUNE=0 ...                                      # without keep_large_allocations
     RATE=100000 ...                                 # paced: a batch every BATCH/RATE s
@@ -159,6 +161,14 @@ def main() -> None:
                            "-p", str(s.proc.pid)]  # fmt: skip
                     cmd += ["--gil"] if os.environ["SPY"] == "gil" else []
                     spies.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL))
+                time.sleep(1)
+            if os.environ.get("PERF"):  # samples on CPU only (py-spy's include waits)
+                for s in stores:
+                    out = d.parent / f"perf-{s.proc.pid}.data"
+                    cmd = ["perf", "record", "-F", "2000", "-g", "-o", str(out),
+                           "-p", str(s.proc.pid)]  # fmt: skip
+                    spies.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                                                  stderr=subprocess.DEVNULL))  # fmt: skip
                 time.sleep(1)
             if os.environ.get("TIDS") and shutil.which("py-spy"):
                 for s in stores:

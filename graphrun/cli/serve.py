@@ -265,10 +265,11 @@ def _check_args(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from graphrun.files import write_atomic
     from graphrun.rpc.transport import Waker
-    from graphrun.rpc.tuning import keep_large_allocations
+    from graphrun.rpc.tuning import keep_large_allocations, small_pages_for_arrays
     from graphrun.store.server import ServerConfig, run_server
 
     keep_large_allocations()
+    small_pages_for_arrays()  # the delta's merges: fresh MBs, zeroed in 2 MB pages else
     logging.basicConfig(
         level=args.log_level,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",

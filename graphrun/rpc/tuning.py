@@ -19,6 +19,9 @@ row, gives the freed pages back (``malloc_trim``). A steady state of messages or
 training steps (in use moving less than ``keep``, or coming back to its peak every few
 seconds) keeps its buffers; the memory of a transient peak (the feature cache filled, an
 evaluation done) goes back within seconds.
+
+:func:`small_pages_for_arrays` (a store server's) turns off numpy's request for
+transparent huge pages, whose faults zero 2 MB each on fresh memory.
 """
 
 from __future__ import annotations
@@ -132,6 +135,26 @@ def keep_large_allocations(
         t.start()
         _started[os.getpid()] = t
     return bool(ok)
+
+
+def small_pages_for_arrays() -> bool:
+    """Have numpy stop asking for transparent huge pages for its arrays (it
+    ``madvise``-s every array of 4 MB or more to them). A process that allocates fresh
+    arrays of MBs over and over pays each huge-page fault as a 2 MB page zeroed (and,
+    with the kernel's ``defrag=madvise``, one made by compaction), where small pages
+    zero only what the array touches: a store server's delta writes each merge's
+    output into fresh memory, and on this box the merging thread spent a third to a
+    half of its CPU in those faults (benchmarks/README.md, issue 42, path42). Process
+    wide, like :func:`keep_large_allocations`; called once at the edge (``graphrun
+    serve``). Returns whether numpy took it (False on a numpy without the switch)."""
+    import numpy as np
+
+    core = getattr(np, "_core", None) or getattr(np, "core", None)
+    switch = getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
+    if switch is None:
+        return False
+    switch(False)
+    return True
 
 
 #: how much nicer a server's background thread is than its loop (see :func:`background`)

@@ -124,3 +124,43 @@ def test_a_background_thread_is_batch_and_nicer_and_only_it():
     t.join()
     assert seen == [(os.SCHED_BATCH, min(19, before[1] + BACKGROUND_NICE))]
     assert _priority(main) == before  # the caller's thread only, not the process
+
+
+# in a process of its own (numpy's switch is process wide): whether the mapping that
+# holds a fresh 64 MB array is marked for transparent huge pages ("hg" in its VmFlags)
+HUGE_PAGE_FLAG = """
+import sys
+import numpy as np
+from graphrun.rpc.tuning import small_pages_for_arrays
+
+def marked(a):
+    at = a.ctypes.data + a.nbytes // 2  # numpy marks the whole pages inside the array
+    lines = open("/proc/self/smaps").read().splitlines()
+    inside = False
+    for line in lines:
+        head = line.split()[0]
+        if "-" in head and all(c in "0123456789abcdef-" for c in head):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo <= at < hi
+        elif inside and line.startswith("VmFlags:"):
+            return " hg" in line
+    raise SystemExit("no mapping holds the array")
+
+before = np.ones(8 << 20)
+ok = small_pages_for_arrays()
+after = np.ones(8 << 20)
+print(marked(before), ok, marked(after))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps")
+def test_small_pages_for_arrays_stops_numpy_asking_for_huge_pages():
+    out = subprocess.run(
+        [sys.executable, "-c", HUGE_PAGE_FLAG], capture_output=True, text=True, timeout=60,
+        env=child_env(),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    before, ok, after = out.stdout.split()
+    if before != "True":  # a kernel without transparent huge pages: nothing to turn off
+        pytest.skip("numpy marks no array for huge pages on this kernel")
+    assert (ok, after) == ("True", "False")
