@@ -121,8 +121,8 @@ class NewEdges:
     as the sequencer hands them out) and nothing is deleted; otherwise :meth:`of` says
     None and the edges are gathered whole. Gathering them grew with the delta: a
     second hop's 10k seeds through 2M new edges took 20 ms of CPU against 1.5 on the
-    compacted graph (``benchmarks/live_sample_cpu.py``, benchmarks/README.md, issue 42,
-    epoch42c round 2)."""
+    compacted graph (``benchmarks/live_sample_cpu.py``; benchmarks/README.md, "the
+    epoch while ingesting, round 3")."""
 
     def __init__(self, runs: list[Run], lo: np.ndarray, counts: np.ndarray) -> None:
         self.runs, self.lo, self.counts = runs, lo, counts  # lo, counts: int64 [runs, seeds]
