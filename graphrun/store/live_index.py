@@ -121,12 +121,12 @@ class Run:
 
     def dst_spans(self, dst: np.ndarray, rows: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
         """``[lo, hi)`` of each of ``dst`` in :attr:`edges` (searched faster sorted). A
-        run of :data:`DENSE_MIN` edges or more, and at least a quarter as many as ``rows``
-        (the partition's base rows, ``[first, end)``), finds the destinations among them
+        run of :data:`DENSE_MIN` edges or more, and at least as many as ``rows`` (the
+        partition's base rows, ``[first, end)``), finds the destinations among them
         in an index of the rows made once (:attr:`by_dst`): two binary searches of a
         second hop's 10k seeds in 2M edges took 5 ms of CPU, mostly cache misses."""
         d = self.edges[1]
-        if len(d) < DENSE_MIN or rows[1] - rows[0] > 4 * len(d):  # the index: at most 32 B an edge
+        if len(d) < DENSE_MIN or rows[1] - rows[0] > len(d):  # the index: at most 8 B an edge
             return np.searchsorted(d, dst, "left"), np.searchsorted(d, dst, "right")
         if self.by_dst is None or self.by_dst[0] != rows:
             i0, i1 = np.searchsorted(d, rows)

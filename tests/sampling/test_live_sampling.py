@@ -109,7 +109,7 @@ def test_new_edges_read_in_place_at_every_version(monkeypatch, in_order):
     from graphrun.sampling.live import NewEdges
     from graphrun.store import live_index
 
-    monkeypatch.setattr(live_index, "DENSE_MIN", 256)  # merged runs get the index
+    monkeypatch.setattr(live_index, "DENSE_MIN", 256)  # big runs (>= N edges too) get it
     rng = np.random.default_rng(11)
     order = list(range(1, 13)) if in_order else [2, 1, *range(3, 13)]
     g, d = _graph(rng), _ingest(rng, order, big=2)
