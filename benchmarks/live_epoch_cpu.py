@@ -7,6 +7,8 @@ every process and server thread it ran beside.
     ORDER=UIIUUIIU EPOCH_BATCHES=20 RATE=100000 PRE=81 HOSTS=netns THREADS=0 WARMUP=2 ...
     ORDER=UC ...      # C: undisturbed, both partitions compacting from its start (the
                       # delta is folded after it: what follows reads a compacted base)
+    ORDER=UWIW ...    # W: the ingest alone for W_S seconds (4), no trainer: the
+                      # servers' CPU of the write path at RATE without reads
     ORDER=UIBBIU ...  # B: a process burning the CPU the last ingesting epoch added (its
                       # own and the servers' over the last U's), 10 ms slices, no writes
     POLICIES=default,PASSIVE,spin20000 ...  # each epoch of ORDER once per OpenMP wait
@@ -61,6 +63,7 @@ BATCH = 10_000
 WARMUP = int(os.environ.get("WARMUP", "2"))  # batches of the warm-up epoch
 # argv before the servers' ``python -m graphrun serve`` (e.g. a profiling wrapper's)
 LAUNCHER = os.environ.get("LAUNCHER", "").split()
+W_S = float(os.environ.get("W_S", "4"))  # a ``W`` epoch's length: the ingest alone
 POLICIES = [p for p in os.environ.get("POLICIES", "").split(",") if p]
 
 
@@ -264,7 +267,7 @@ def drive(cfg: dict[str, Any]) -> None:
             s0 = [threads_cpu(p) for p in pids]
             i0, e0 = cpu_s(proc.pid), sent.value
             stats0 = live_stats(admin)
-            if kind == "I":
+            if kind in "IW":
                 go.set()
                 time.sleep(1.0)  # the ingest is under way (the bench's second)
                 p0 = [cpu_s(p) for p in pids]
@@ -280,7 +283,10 @@ def drive(cfg: dict[str, Any]) -> None:
                 s0 = [threads_cpu(p) for p in pids]
                 i0 = cpu_s(proc.pid)
             t0 = time.perf_counter()
-            if policy is None:
+            if kind == "W":  # the ingest alone: no trainer, as long as an epoch
+                time.sleep(W_S)
+                rec = {"wall_s": W_S}
+            elif policy is None:
                 rec = _epoch(cfg)
             else:
                 trainers[policy].send("epoch")

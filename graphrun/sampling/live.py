@@ -17,6 +17,7 @@ from graphrun.errors import ArgumentError
 from graphrun.sampling.csc import CSCGraph, SampledEdges
 from graphrun.sampling.kernels import make_rng, sample_segments
 from graphrun.store.live import LiveDelta, spans
+from graphrun.store.live_index import Run, eids_in_order
 
 
 def _base(csc: CSCGraph, delta: LiveDelta, version: int, seeds: np.ndarray) -> np.ndarray:
@@ -89,7 +90,11 @@ def sample_one_hop(
     start_b, deg_b = np.zeros(len(seeds), np.int64), np.zeros(len(seeds), np.int64)
     start_b[base] = csc.indptr[rows]
     deg_b[base] = csc.indptr[rows + 1] - start_b[base]
-    counts_new, e = delta.in_edges(seeds, version)
+    new = NewEdges.of(delta, version, seeds, (csc.row_start, csc.row_start + csc.num_rows))
+    if new is not None:
+        counts_new = new.counts.sum(axis=0)
+    else:
+        counts_new, e = delta.in_edges(seeds, version)
     indptr = np.zeros(len(seeds) + 1, np.int64)
     np.cumsum(deg_b + counts_new, out=indptr[1:])
     picks = sample_segments(indptr, np.arange(len(seeds)), int(fan[0]), replace=replace,
@@ -97,12 +102,65 @@ def sample_one_hop(
     which, off = picks.which, picks.pos - indptr[picks.which]
     old = off < deg_b[which]
     at_base = start_b[which[old]] + off[old]
-    new_start = np.cumsum(counts_new) - counts_new
-    at_new = new_start[which[~old]] + off[~old] - deg_b[which[~old]]
+    k = off[~old] - deg_b[which[~old]]  # the pick's place among its seed's new edges
     src, eid = np.empty(len(which), np.int64), np.empty(len(which), np.int64)
     src[old], eid[old] = csc.indices[at_base], csc.eids[at_base]
-    src[~old], eid[~old] = e[0][at_new], e[2][at_new]
+    if new is not None:
+        src[~old], eid[~old] = new.take(which[~old], k)
+    else:
+        at_new = (np.cumsum(counts_new) - counts_new)[which[~old]] + k
+        src[~old], eid[~old] = e[0][at_new], e[2][at_new]
     return SampledEdges(src=src, seed_index=which, eid=eid)
+
+
+class NewEdges:
+    """Each seed's new in-edges at a version as a span of each of the delta's runs, read
+    in place: only the edges a sampler picks are gathered. A seed's new edges are its
+    spans run after run, the order :meth:`LiveDelta.in_edges` gives (by edge id) when
+    the runs' edge ids are in order (:func:`~graphrun.store.live_index.eids_in_order`,
+    as the sequencer hands them out) and nothing is deleted; otherwise :meth:`of` says
+    None and the edges are gathered whole. Gathering them grew with the delta: a
+    second hop's 10k seeds through 2M new edges took 20 ms of CPU against 1.5 on the
+    compacted graph (``benchmarks/live_sample_cpu.py``; benchmarks/README.md, "the
+    epoch while ingesting, round 3")."""
+
+    def __init__(self, runs: list[Run], lo: np.ndarray, counts: np.ndarray) -> None:
+        self.runs, self.lo, self.counts = runs, lo, counts  # lo, counts: int64 [runs, seeds]
+
+    @staticmethod
+    def of(
+        delta: LiveDelta, version: int, seeds: np.ndarray, rows: tuple[int, int]
+    ) -> NewEdges | None:
+        """The spans of ``seeds`` at ``version`` (``rows``: the partition's base rows),
+        or None (see the class)."""
+        runs = delta.runs
+        if any(len(r.deleted[0]) for r in runs):
+            return None
+        runs = [r for r in runs if r.edges.shape[1]]
+        if not eids_in_order(runs):
+            return None
+        order = np.argsort(seeds, kind="stable")  # sorted needles: a fraction of the misses
+        needles = seeds[order]
+        lo, counts = np.empty((2, len(runs), len(seeds)), np.int64)
+        for i, r in enumerate(runs):
+            a, b = r.dst_spans(needles, rows)
+            if r.last > version:  # by version within a destination: a prefix is visible
+                seen = r.edges[4, spans(a, b)] <= version
+                b = a + np.bincount(np.repeat(np.arange(len(a)), b - a)[seen], minlength=len(a))
+            lo[i, order], counts[i, order] = a, b - a
+        return NewEdges(runs, lo, counts)
+
+    def take(self, which: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(src, eid)`` of the ``k[j]``-th new edge of seed ``which[j]``."""
+        ends = np.cumsum(self.counts[:, which], axis=0)  # [runs, picks]
+        run = (ends <= k).sum(axis=0)
+        before = np.where(run > 0, ends[np.maximum(run - 1, 0), np.arange(len(k))], 0)
+        pos = self.lo[run, which] + k - before
+        src, eid = np.empty(len(k), np.int64), np.empty(len(k), np.int64)
+        for i, r in enumerate(self.runs):
+            mine = run == i
+            src[mine], eid[mine] = r.edges[0, pos[mine]], r.edges[2, pos[mine]]
+        return src, eid
 
 
 def merged_csc(csc: CSCGraph, delta: LiveDelta, version: int, seeds: np.ndarray) -> CSCGraph:

@@ -78,3 +78,54 @@ def test_a_deleted_edge_that_compaction_folded_into_the_base_is_gone():
     want = np.diff(merged_csc(g, d, 1, seeds).indptr)
     assert in_degrees(g, d, 1, seeds).tolist() == want.tolist()
     assert want[0] == g.indptr[hub + 1] - g.indptr[hub] - 2
+
+
+def _ingest(rng: np.random.Generator, order: list[int], big: int) -> LiveDelta:
+    """Commits of new edges into base and new nodes, held in version order (edge ids
+    grow with the version, as the sequencer hands them out) and committed in ``order``,
+    the index read after each (a run each, merged as the rule asks); version ``big``
+    has 5,000 edges, more than all the others."""
+    d, empty = LiveDelta(), np.empty(0, np.int64)
+    for v in range(1, len(order) + 1):
+        nodes = np.arange(N + 10 * (v - 1), N + 10 * v)
+        m = 5000 if v == big else int(rng.integers(50, 300))
+        dst = np.where(rng.random(m) < 0.8, rng.integers(0, N, m), rng.choice(nodes, m))
+        edges = np.vstack([rng.integers(0, N, m), dst, E + 10_000 * v + np.arange(m)])
+        d.hold(Batch(v, nodes, np.zeros(10, np.int32), nodes + 5000, edges,
+                     np.zeros(m, np.int32), empty, {}, {}), 0.0)  # fmt: skip
+    for v in order:
+        d.commit(v)
+        _ = d.runs
+    return d
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_new_edges_read_in_place_at_every_version(monkeypatch, in_order):
+    """The seeds' new edges read from the runs in place (:class:`NewEdges`: merged runs,
+    a big run's destination index, a run holding versions above the read's) pick what
+    the merged CSC picks at every version; a commit out of version order leaves the
+    runs' edge ids out of order (version 2's big run before version 1's), and the
+    edges are gathered whole instead, alike."""
+    from graphrun.sampling.live import NewEdges
+    from graphrun.store import live_index
+
+    monkeypatch.setattr(live_index, "DENSE_MIN", 256)  # big runs (>= N edges too) get it
+    rng = np.random.default_rng(11)
+    order = list(range(1, 13)) if in_order else [2, 1, *range(3, 13)]
+    g, d = _graph(rng), _ingest(rng, order, big=2)
+    rows = (g.row_start, g.row_start + g.num_rows)
+    assert 1 < len(d.runs) < 12 and any(r.by_dst is None for r in d.runs)
+    for v in range(1, 13):
+        nodes = np.concatenate([np.arange(N), np.arange(N, N + 10 * v)])
+        seeds = rng.choice(nodes, 300)
+        assert (NewEdges.of(d, v, seeds, rows) is not None) == in_order
+        for k in (2, 50):
+            got = sample_one_hop(g, d, v, seeds, [k], replace=False, seed=v + k)
+            want = merged_csc(g, d, v, seeds).sample_one_hop(
+                np.arange(len(seeds)), [k], replace=False, seed=v + k
+            )
+            assert got.src.tolist() == want.src.tolist(), (v, k)
+            assert got.eid.tolist() == want.eid.tolist(), (v, k)
+            assert got.seed_index.tolist() == want.seed_index.tolist(), (v, k)
+    if in_order:  # the big runs were read through their destination index
+        assert any(r.by_dst is not None for r in d.runs)
