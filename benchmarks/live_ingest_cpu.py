@@ -11,6 +11,8 @@ says little).
     TUNE=0 ...                                      # without keep_large_allocations
     PARTS=DIR ...                                   # a 2-partition directory instead (as
                                                     # `graphrun bench live --dataset`'s)
+    REPLICAS=2 ...                                  # a replica of each partition too (its
+                                                    # servers listed after the primaries)
 
 A 20k-node power-law graph (``community``), 2 random partitions, one ``graphrun serve``
 per partition with ``--live-dir`` (the write-ahead log), a writer key; ``BATCHES``
@@ -40,6 +42,7 @@ import numpy as np
 BATCHES = int(os.environ.get("BATCHES", "150"))
 BATCH = int(os.environ.get("BATCH", "10000"))
 WINDOW = int(os.environ.get("WINDOW", "0"))
+REPLICAS = int(os.environ.get("REPLICAS", "1"))
 
 
 def cpu_s(pid: int) -> float:
@@ -114,6 +117,9 @@ def main() -> None:
     addrs = [f"tcp://127.0.0.1:{_free_port()}" for _ in range(2)]
     stores = [start_store(parts, p, key_file=d / "store.key", address=addrs[p],
                           extra_args=extra, log_dir=d) for p in range(2)]  # fmt: skip
+    if REPLICAS == 2:  # registered with their primaries before any client joins
+        stores += [start_store(parts, p, key_file=d / "store.key", extra_args=[
+            *extra, "--replica-of", addrs[p]], log_dir=d) for p in range(2)]  # fmt: skip
     spies = []
     try:
         keys = load_keys(d / "writer.key")
@@ -138,6 +144,7 @@ def main() -> None:
                     cmd = ["py-spy", "record", "-r", "200", "-f", "raw", "-o", str(out),
                            "-p", str(s.proc.pid)]  # fmt: skip
                     cmd += ["--gil"] if os.environ["SPY"] == "gil" else []
+                    cmd += ["--nonblocking"]  # a paused server's switches are not its own
                     spies.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL))
                 time.sleep(1)
             if os.environ.get("TIDS") and shutil.which("py-spy"):

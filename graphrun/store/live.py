@@ -206,8 +206,13 @@ Resolver = Callable[[np.ndarray], np.ndarray]  # base eids -> their sources
 class LiveDelta:
     """One partition's pending and committed pieces, and reads over them at a version."""
 
-    def __init__(self, max_bytes: int | None = None, background: bool = False) -> None:
+    def __init__(
+        self, max_bytes: int | None = None, background: bool = False, deferred: bool = False
+    ) -> None:
         self.max_bytes = LIVE_DELTA_MAX_BYTES if max_bytes is None else max_bytes
+        # deferred: commits are indexed when first read, not as they come (an unpromoted
+        # replica, which serves no reads: :meth:`index_eagerly` once it serves)
+        self.deferred = deferred
         self.pending: dict[int, tuple[Batch, float]] = {}  # version -> (batch, when held)
         self.committed: dict[int, Batch] = {}
         self.nbytes = 0
@@ -269,7 +274,8 @@ class LiveDelta:
         self.committed[version] = held[0]
         with self._lock:
             self._fresh.append(held[0])
-        self._wake.set()
+        if not self.deferred:
+            self._wake.set()
         return True
 
     def abort(self, version: int) -> bool:
@@ -307,8 +313,15 @@ class LiveDelta:
         (:func:`~graphrun.store.live_index.due`); with a merging thread, a read only indexes
         the commits the thread has not taken yet (a run of their size) and merges none."""
         with self._lock:  # a read may come from another thread than the commit's
-            self._flush(merge=self._merger is None)
+            if self._flush(merge=self._merger is None) and self.deferred:
+                self._wake.set()  # read after all: its runs are merged as a served delta's
             return ([self.base] if self.base is not None else []) + self._runs
+
+    def index_eagerly(self) -> None:
+        """Index commits as they come from now on (a deferred delta's server serves: a
+        promoted replica), the ones committed so far at once, by the merging thread."""
+        self.deferred = False
+        self._wake.set()
 
     def fold(self, version: int, base: Run, eids: tuple[np.ndarray, np.ndarray],
              out: tuple[np.ndarray, np.ndarray]) -> None:  # fmt: skip
@@ -327,7 +340,8 @@ class LiveDelta:
             self.nbytes = sum(2 * b.nbytes for b in held)
             self.taken_nodes.fold(version, base.nodes[0])
             self.taken_edges.fold(version, eids[0])
-        self._wake.set()
+        if not self.deferred:
+            self._wake.set()
 
     def warm(self, wait: bool = False) -> None:
         """Have the merging thread load its compiled merge now, off the writes' path (a
@@ -398,8 +412,10 @@ class LiveDelta:
                     self._runs[i : i + len(runs)] = [merged]
                     self.work += merged.size
 
-    def _flush(self, merge: bool = True) -> None:
-        if self._fresh:
+    def _flush(self, merge: bool = True) -> bool:
+        """Index the fresh commits (and merge, with ``merge``); whether there were any."""
+        fresh = bool(self._fresh)
+        if fresh:
             run = build_run(self._fresh)
             self.work += run.size
             self._fresh = []
@@ -409,6 +425,7 @@ class LiveDelta:
             run = merge_runs(self._runs[i : i + k])
             self.work += run.size
             self._runs[i : i + k] = [run]
+        return fresh
 
     def _nodes(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(found, ntype, orig, version)`` of each committed growth node (-1 if none)."""

@@ -382,8 +382,8 @@ def write(
                 if applied:
                     raise
     if state.replica and not state.promoted:
-        state.promoted = True
-        log.warning("replica of partition %d took a client's write: promoted", state.part)
+        why = f"replica of partition {state.part} took a client's write: promoted"
+        live_ops.promote(state, why)
     if state.replication is not None:  # the write set now: clients forget the rest
         extra = {"replicas": state.replication.addresses}
         resp = Response({**resp.body, **extra}, resp.tensors, resp.after_sync)
