@@ -20,8 +20,8 @@ commits of ``BATCH`` new edges between random base nodes after one warm-up batch
 Prints JSON: the writer's CPU ms per batch (``time.process_time``), each server's
 (``/proc/PID/stat``) and per thread (user, system; ``/proc/PID/task``), edges per CPU
 second (a server's half of each batch; the writer's whole batch), each server's requests
-a batch by op, its log's syncs and its delta's index entries written a batch (its
-``stats``, asked with the store's key),
+a batch by op, its log's syncs and its delta's index entries written a batch (each
+server's, replicas too: its ``stats``, asked with the store's key),
 the wall time and the load average (benchmarks/README.md).
 """
 
@@ -92,6 +92,15 @@ def per_batch(
             for k, v in after.items() if v != before.get(k, zero)}  # fmt: skip
 
 
+def index_work(address: str, d: Path) -> int:
+    """The index entries a server's delta wrote so far (its ``stats``, the store's key)."""
+    from graphrun.rpc.auth import load_keys
+    from graphrun.rpc.transport import RpcClient
+
+    with RpcClient(address, keys=load_keys(d / "store.key"), timeout=10) as c:
+        return int(c.call("stats").body["live"].get("index_work", 0))
+
+
 def main() -> None:
     from graphrun.bench.live import _free_port, _keys
     from graphrun.distributed.writer import GraphWriter
@@ -158,7 +167,7 @@ def main() -> None:
             settled([s.proc.pid for s in stores])
             served0 = [admin.stats(p)["served"] for p in range(2)]
             syncs0 = [admin.stats(p)["live"]["log_syncs"] for p in range(2)]
-            work0 = [admin.stats(p)["live"].get("index_work", 0) for p in range(2)]
+            work0 = [index_work(s.address, d) for s in stores]
             s0 = [cpu_s(s.proc.pid) for s in stores]
             t_0 = [threads_cpu(s.proc.pid) for s in stores]
             prof = cProfile.Profile(time.thread_time) if os.environ.get("PROFILE") else None
@@ -181,8 +190,8 @@ def main() -> None:
             syncs = [round((admin.stats(p)["live"]["log_syncs"] - n) / BATCHES, 2)
                      for p, n in enumerate(syncs0)]  # fmt: skip
             # index entries the delta wrote (fresh runs and merges) per batch
-            work = [round((admin.stats(p)["live"].get("index_work", 0) - n) / BATCHES)
-                    for p, n in enumerate(work0)]  # fmt: skip
+            work = [round((index_work(s.address, d) - n) / BATCHES)
+                    for s, n in zip(stores, work0, strict=True)]  # fmt: skip
             admin.close()
             if WINDOW:
                 w.close()
