@@ -210,8 +210,7 @@ class LiveDelta:
         self, max_bytes: int | None = None, background: bool = False, deferred: bool = False
     ) -> None:
         self.max_bytes = LIVE_DELTA_MAX_BYTES if max_bytes is None else max_bytes
-        # deferred: commits are indexed when first read, not as they come (an unpromoted
-        # replica, which serves no reads: :meth:`index_eagerly` once it serves)
+        # deferred: commits indexed when read (an unpromoted replica): :meth:`index_eagerly`
         self.deferred = deferred
         self.pending: dict[int, tuple[Batch, float]] = {}  # version -> (batch, when held)
         self.committed: dict[int, Batch] = {}
@@ -312,16 +311,32 @@ class LiveDelta:
         """The read index: the fresh commits become a run, merged as the rule asks
         (:func:`~graphrun.store.live_index.due`); with a merging thread, a read only indexes
         the commits the thread has not taken yet (a run of their size) and merges none."""
+        if self.deferred and self._index_outside():  # read after all: merged from now on
+            self._wake.set()
         with self._lock:  # a read may come from another thread than the commit's
-            if self._flush(merge=self._merger is None) and self.deferred:
-                self._wake.set()  # read after all: its runs are merged as a served delta's
+            self._flush(merge=self._merger is None)
             return ([self.base] if self.base is not None else []) + self._runs
 
     def index_eagerly(self) -> None:
-        """Index commits as they come from now on (a deferred delta's server serves: a
-        promoted replica), the ones committed so far at once, by the merging thread."""
+        """Index every commit from now on, by the merging thread (a promoted replica)."""
         self.deferred = False
         self._wake.set()
+
+    def _index_outside(self) -> bool:
+        """Index the fresh commits outside the lock: commits go on meanwhile (a deferred
+        delta's backlog may be large); dropped if a fold or another flush took them first."""
+        with self._lock:
+            fresh, folds = list(self._fresh), self._folds
+        run = build_run(fresh) if fresh else None
+        with self._lock:
+            now = self._fresh[: len(fresh)]
+            mine = len(now) == len(fresh) and all(a is b for a, b in zip(now, fresh, strict=True))
+            if run is None or folds != self._folds or not mine:  # a fold or a flush took them
+                return False
+            self._fresh = self._fresh[len(fresh) :]
+            self._runs.append(run)
+            self.work += run.size
+            return True
 
     def fold(self, version: int, base: Run, eids: tuple[np.ndarray, np.ndarray],
              out: tuple[np.ndarray, np.ndarray]) -> None:  # fmt: skip
@@ -394,6 +409,7 @@ class LiveDelta:
                 self._warmed.set()
                 loaded = True
             while not self._closed:
+                self._index_outside()  # then what came meanwhile, under the lock
                 with self._lock:
                     self._flush(merge=False)
                     at = due([r.size for r in self._runs])
@@ -412,10 +428,8 @@ class LiveDelta:
                     self._runs[i : i + len(runs)] = [merged]
                     self.work += merged.size
 
-    def _flush(self, merge: bool = True) -> bool:
-        """Index the fresh commits (and merge, with ``merge``); whether there were any."""
-        fresh = bool(self._fresh)
-        if fresh:
+    def _flush(self, merge: bool = True) -> None:
+        if self._fresh:
             run = build_run(self._fresh)
             self.work += run.size
             self._fresh = []
@@ -425,7 +439,6 @@ class LiveDelta:
             run = merge_runs(self._runs[i : i + k])
             self.work += run.size
             self._runs[i : i + k] = [run]
-        return fresh
 
     def _nodes(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(found, ntype, orig, version)`` of each committed growth node (-1 if none)."""

@@ -5,6 +5,7 @@ store/live_check.py ``trusted``)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -83,3 +84,36 @@ def test_a_trusted_piece_is_not_looked_up_in_the_index_and_an_untrusted_one_is()
         check_piece(gone, schema(), d)
     with pytest.raises(ArgumentError, match="new_edges eid"):  # ranges are checked, trusted
         check_piece(_edge_piece(2, [0], [1], [3]), schema(), d, trusted=True)
+
+
+def test_a_deferred_backlog_is_indexed_while_commits_go_on(monkeypatch):
+    """The first read of a deferred delta (a compaction's, a failed-over client's) indexes
+    its backlog outside the delta's lock: a commit meanwhile does not wait for it, and
+    the read after sees both."""
+    from graphrun.store import live as live_mod
+
+    d, eager = LiveDelta(deferred=True), LiveDelta()
+    for v in range(1, 11):
+        p = _edge_piece(v, [v % N], [v % 5], [E + v])
+        held(d, p)
+        held(eager, p)
+    building, release = threading.Event(), threading.Event()
+    real = live_mod.build_run
+
+    def slow(batches):
+        if len(batches) == 10:  # the backlog's
+            building.set()
+            assert release.wait(30)
+        return real(batches)
+
+    monkeypatch.setattr(live_mod, "build_run", slow)
+    reader = threading.Thread(target=lambda: d.runs)
+    reader.start()
+    assert building.wait(30)
+    p = _edge_piece(11, [1], [2], [E + 11])
+    held(d, p)  # returns while the backlog is being indexed
+    held(eager, p)
+    release.set()
+    reader.join(30)
+    assert not reader.is_alive()
+    assert _same(d, eager, np.arange(5), 11) and d.work == 11
