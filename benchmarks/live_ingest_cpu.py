@@ -16,6 +16,8 @@ says little).
     RATE=100000 SPIN=1 ...                          # paced by spinning, not sleeping
     PARTS=DIR ...                                   # a 2-partition directory instead (as
                                                     # `graphrun bench live --dataset`'s)
+    REPLICAS=2 ...                                  # a replica of each partition too (its
+                                                    # servers listed after the primaries)
 
 A 20k-node power-law graph (``community``), 2 random partitions, one ``graphrun serve``
 per partition with ``--live-dir`` (the write-ahead log), a writer key; ``BATCHES``
@@ -25,8 +27,8 @@ ZMQ's I/O thread included; per thread; and its main thread's inside the batches 
 ``main_thread_ms_per_batch``, without the pacing's sleep or spin), each server's
 (``/proc/PID/stat``) and per thread (user, system; ``/proc/PID/task``), edges per CPU
 second (a server's half of each batch; the writer's whole batch), each server's requests
-a batch by op, its log's syncs and its delta's index entries written a batch (its
-``stats``, asked with the store's key),
+a batch by op, its log's syncs and its delta's index entries written a batch (each
+server's, replicas too: its ``stats``, asked with the store's key),
 the wall time and the load average (benchmarks/README.md).
 """
 
@@ -48,6 +50,7 @@ BATCHES = int(os.environ.get("BATCHES", "150"))
 BATCH = int(os.environ.get("BATCH", "10000"))
 WINDOW = int(os.environ.get("WINDOW", "0"))
 RATE = float(os.environ.get("RATE", "0"))  # edges/s; 0: full speed
+REPLICAS = int(os.environ.get("REPLICAS", "1"))
 
 
 def cpu_s(pid: int) -> float:
@@ -97,6 +100,15 @@ def per_batch(
             for k, v in after.items() if v != before.get(k, zero)}  # fmt: skip
 
 
+def index_work(address: str, d: Path) -> int:
+    """The index entries a server's delta wrote so far (its ``stats``, the store's key)."""
+    from graphrun.rpc.auth import load_keys
+    from graphrun.rpc.transport import RpcClient
+
+    with RpcClient(address, keys=load_keys(d / "store.key"), timeout=10) as c:
+        return int(c.call("stats").body["live"].get("index_work", 0))
+
+
 def main() -> None:
     from graphrun.bench.live import _free_port, _keys
     from graphrun.distributed.writer import GraphWriter
@@ -122,6 +134,9 @@ def main() -> None:
     addrs = [f"tcp://127.0.0.1:{_free_port()}" for _ in range(2)]
     stores = [start_store(parts, p, key_file=d / "store.key", address=addrs[p],
                           extra_args=extra, log_dir=d) for p in range(2)]  # fmt: skip
+    if REPLICAS == 2:  # registered with their primaries before any client joins
+        stores += [start_store(parts, p, key_file=d / "store.key", extra_args=[
+            *extra, "--replica-of", addrs[p]], log_dir=d) for p in range(2)]  # fmt: skip
     spies = []
     try:
         keys = load_keys(d / "writer.key")
@@ -160,6 +175,7 @@ def main() -> None:
                     cmd = ["py-spy", "record", "-r", "200", "-f", "raw", "-o", str(out),
                            "-p", str(s.proc.pid)]  # fmt: skip
                     cmd += ["--gil"] if os.environ["SPY"] == "gil" else []
+                    cmd += ["--nonblocking"]  # a paused server's switches are not its own
                     spies.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL))
                 time.sleep(1)
             if os.environ.get("PERF"):  # samples on CPU only (py-spy's include waits)
@@ -181,7 +197,7 @@ def main() -> None:
             settled([s.proc.pid for s in stores])
             served0 = [admin.stats(p)["served"] for p in range(2)]
             syncs0 = [admin.stats(p)["live"]["log_syncs"] for p in range(2)]
-            work0 = [admin.stats(p)["live"].get("index_work", 0) for p in range(2)]
+            work0 = [index_work(s.address, d) for s in stores]
             s0 = [cpu_s(s.proc.pid) for s in stores]
             t_0 = [threads_cpu(s.proc.pid) for s in stores]
             prof = cProfile.Profile(time.thread_time) if os.environ.get("PROFILE") else None
@@ -207,8 +223,8 @@ def main() -> None:
             syncs = [round((admin.stats(p)["live"]["log_syncs"] - n) / BATCHES, 2)
                      for p, n in enumerate(syncs0)]  # fmt: skip
             # index entries the delta wrote (fresh runs and merges) per batch
-            work = [round((admin.stats(p)["live"].get("index_work", 0) - n) / BATCHES)
-                    for p, n in enumerate(work0)]  # fmt: skip
+            work = [round((index_work(s.address, d) - n) / BATCHES)
+                    for s, n in zip(stores, work0, strict=True)]  # fmt: skip
             admin.close()
             if WINDOW:
                 w.close()

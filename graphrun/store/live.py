@@ -206,8 +206,12 @@ Resolver = Callable[[np.ndarray], np.ndarray]  # base eids -> their sources
 class LiveDelta:
     """One partition's pending and committed pieces, and reads over them at a version."""
 
-    def __init__(self, max_bytes: int | None = None, background: bool = False) -> None:
+    def __init__(
+        self, max_bytes: int | None = None, background: bool = False, deferred: bool = False
+    ) -> None:
         self.max_bytes = LIVE_DELTA_MAX_BYTES if max_bytes is None else max_bytes
+        # deferred: commits indexed when read (an unpromoted replica): :meth:`index_eagerly`
+        self.deferred = deferred
         self.pending: dict[int, tuple[Batch, float]] = {}  # version -> (batch, when held)
         self.committed: dict[int, Batch] = {}
         self.nbytes = 0
@@ -269,7 +273,8 @@ class LiveDelta:
         self.committed[version] = held[0]
         with self._lock:
             self._fresh.append(held[0])
-        self._wake.set()
+        if not self.deferred:
+            self._wake.set()
         return True
 
     def abort(self, version: int) -> bool:
@@ -306,9 +311,32 @@ class LiveDelta:
         """The read index: the fresh commits become a run, merged as the rule asks
         (:func:`~graphrun.store.live_index.due`); with a merging thread, a read only indexes
         the commits the thread has not taken yet (a run of their size) and merges none."""
+        if self.deferred and self._index_outside():  # read after all: merged from now on
+            self._wake.set()
         with self._lock:  # a read may come from another thread than the commit's
             self._flush(merge=self._merger is None)
             return ([self.base] if self.base is not None else []) + self._runs
+
+    def index_eagerly(self) -> None:
+        """Index every commit from now on, by the merging thread (a promoted replica)."""
+        self.deferred = False
+        self._wake.set()
+
+    def _index_outside(self) -> bool:
+        """Index the fresh commits outside the lock: commits go on meanwhile (a deferred
+        delta's backlog may be large); dropped if a fold or another flush took them first."""
+        with self._lock:
+            fresh, folds = list(self._fresh), self._folds
+        run = build_run(fresh) if fresh else None
+        with self._lock:
+            now = self._fresh[: len(fresh)]
+            mine = len(now) == len(fresh) and all(a is b for a, b in zip(now, fresh, strict=True))
+            if run is None or folds != self._folds or not mine:  # a fold or a flush took them
+                return False
+            self._fresh = self._fresh[len(fresh) :]
+            self._runs.append(run)
+            self.work += run.size
+            return True
 
     def fold(self, version: int, base: Run, eids: tuple[np.ndarray, np.ndarray],
              out: tuple[np.ndarray, np.ndarray]) -> None:  # fmt: skip
@@ -327,7 +355,8 @@ class LiveDelta:
             self.nbytes = sum(2 * b.nbytes for b in held)
             self.taken_nodes.fold(version, base.nodes[0])
             self.taken_edges.fold(version, eids[0])
-        self._wake.set()
+        if not self.deferred:
+            self._wake.set()
 
     def warm(self, wait: bool = False) -> None:
         """Have the merging thread load its compiled merge now, off the writes' path (a
@@ -380,6 +409,7 @@ class LiveDelta:
                 self._warmed.set()
                 loaded = True
             while not self._closed:
+                self._index_outside()  # then what came meanwhile, under the lock
                 with self._lock:
                     self._flush(merge=False)
                     at = due([r.size for r in self._runs])

@@ -1,17 +1,27 @@
 """Checking a live write's piece on the partition that receives it (see
 :mod:`graphrun.store.live`): every field against the graph's types, features and
 the ids this partition owns, before anything is kept; one
-:class:`~graphrun.errors.ArgumentError` naming the field otherwise."""
+:class:`~graphrun.errors.ArgumentError` naming the field otherwise.
+
+A replica takes a piece its primary forwarded (``trusted``) without the checks that look
+its ids up in the delta (the ends of new edges, deleted edges, updated rows): the primary
+made them against the same graph (the replica holds the primary's writes in its order)
+before it forwarded the piece, and the forward comes with the store's own key. So an
+unpromoted replica never reads its delta's index, which it then need not build
+(:class:`~graphrun.store.live.LiveDelta`'s ``deferred``). The shape, type and range
+checks stay: they guard the replica's own arrays."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from graphrun.errors import ArgumentError
+from graphrun.names import TensorKey
 from graphrun.store.live import (
     GROWTH_BLOCK,
     MAX_GROWTH_BLOCKS,
@@ -23,6 +33,11 @@ from graphrun.store.live import (
     Rows,
 )
 from graphrun.store.live_index import id_runs
+from graphrun.store.state import GRAPH_JOB
+
+if TYPE_CHECKING:
+    from graphrun.partition.book import PartitionBook
+    from graphrun.store.state import ServerState
 
 
 @dataclass(frozen=True)
@@ -136,9 +151,11 @@ def _features(
     return out
 
 
-def check_piece(piece: Piece, schema: Schema, delta: LiveDelta) -> Batch:
+def check_piece(piece: Piece, schema: Schema, delta: LiveDelta, trusted: bool = False) -> Batch:
     """The piece as a :class:`Batch`, checked wholly against ``schema`` and what
-    ``delta`` holds; one ArgumentError naming the field otherwise (nothing kept)."""
+    ``delta`` holds; one ArgumentError naming the field otherwise (nothing kept).
+    ``trusted`` (a piece the primary checked and forwarded): no id is looked up in the
+    delta's index (see the module docstring)."""
     if piece.version <= 0:
         raise ArgumentError(f"piece: version {piece.version} is not > 0")
     n, e = schema.num_nodes, schema.num_edges
@@ -167,11 +184,12 @@ def check_piece(piece: Piece, schema: Schema, delta: LiveDelta) -> Batch:
     _in(edges[0], 0, n + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_edges src")
     batch = Batch(piece.version, nodes, ntypes, orig, edges, etypes, np.empty(0, np.int64),
                   new_rows, {}, (node_runs, edge_runs))  # fmt: skip
-    _check_ends(edges, etypes, schema, delta, batch)
+    if not trusted:
+        _check_ends(edges, etypes, schema, delta, batch)
     edge_rows = _features(piece.edge_features, schema, "edge", edges[2], etypes, "edge_features")
     batch.new_rows.update(edge_rows)
-    batch.deleted = _check_deleted(piece.deleted_edges, schema, delta)
-    batch.updates = _check_updates(piece.updates, schema, delta, batch)
+    batch.deleted = _check_deleted(piece.deleted_edges, schema, None if trusted else delta)
+    batch.updates = _check_updates(piece.updates, schema, None if trusted else delta)
     return batch
 
 
@@ -205,9 +223,12 @@ def _check_ends(
             )
 
 
-def _check_deleted(rows: Rows | None, schema: Schema, delta: LiveDelta) -> np.ndarray:
+def _check_deleted(rows: Rows | None, schema: Schema, delta: LiveDelta | None) -> np.ndarray:
+    """The deleted edge ids; owned here (base, or new in ``delta``) unless trusted (None)."""
     eids = _ids(rows, "deleted_edges")
     _unique(eids, "deleted_edges")
+    if delta is None:
+        return eids
     lo, hi = schema.owned_edges
     ok = ((eids >= lo) & (eids < hi)) | delta.has_edges(eids)
     if not ok.all():
@@ -217,8 +238,10 @@ def _check_deleted(rows: Rows | None, schema: Schema, delta: LiveDelta) -> np.nd
 
 
 def _check_updates(
-    given: Mapping[str, tuple[Rows, Rows]], schema: Schema, delta: LiveDelta, batch: Batch
+    given: Mapping[str, tuple[Rows, Rows]], schema: Schema, delta: LiveDelta | None
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The updated rows per feature; each a row of it owned here (base, or new in
+    ``delta``) unless trusted (None)."""
     if len(given) > MAX_PIECE_KEYS:
         raise ArgumentError(f"updates: {len(given)} features, at most {MAX_PIECE_KEYS}")
     out = {}
@@ -228,17 +251,8 @@ def _check_updates(
             raise ArgumentError(f"updates: {key!r} is not a feature of the graph")
         ids = _ids(id_rows, f"updates[{key!r}] ids")
         _unique(ids, f"updates[{key!r}] ids")
-        grow = schema.num_nodes if spec.kind == "node" else schema.num_edges
-        if spec.kind == "node":
-            t = schema.node_type_of(ids, delta, None)
-        else:
-            t = delta.edge_types_of(ids, None)
-        ok = ((ids >= spec.lo) & (ids < spec.hi)) | ((ids >= grow) & (t == spec.type_index))
-        if not ok.all():
-            i = int(np.flatnonzero(~ok)[0])
-            raise ArgumentError(
-                f"updates[{key!r}] ids[{i}] = {int(ids[i])} is not a row of it owned here"
-            )
+        if delta is not None:
+            _check_owned_rows(ids, spec, schema, delta, key)
         vals = value_rows.array(f"updates[{key!r}] rows")
         want = (len(ids), *spec.row_shape)
         if vals.dtype != spec.dtype or vals.shape != want:
@@ -248,3 +262,53 @@ def _check_updates(
             )
         out[key] = (ids, vals)
     return out
+
+
+def _check_owned_rows(
+    ids: np.ndarray, spec: FeatureSpec, schema: Schema, delta: LiveDelta, key: str
+) -> None:
+    """Each of ``ids`` is a row of feature ``key`` owned here: a base row, or a new item
+    of its type committed in ``delta``."""
+    grow = schema.num_nodes if spec.kind == "node" else schema.num_edges
+    if spec.kind == "node":
+        t = schema.node_type_of(ids, delta, None)
+    else:
+        t = delta.edge_types_of(ids, None)
+    ok = ((ids >= spec.lo) & (ids < spec.hi)) | ((ids >= grow) & (t == spec.type_index))
+    if not ok.all():
+        i = int(np.flatnonzero(~ok)[0])
+        raise ArgumentError(
+            f"updates[{key!r}] ids[{i}] = {int(ids[i])} is not a row of it owned here"
+        )
+
+
+def schema_of(state: ServerState) -> Schema:
+    book, part = state.book, state.part
+    features = {}
+    for (job, name), t in state.tensors.items():
+        key = TensorKey.parse(name)
+        if job != GRAPH_JOB or key is None:
+            continue
+        if key.kind == "node":
+            idx, (lo, hi) = book.ntype_id(key.type), book.owned_nodes(part, key.type)
+        else:
+            idx, (lo, hi) = book.etype_id(key.type), book.owned_edges(part, key.type)
+        spec = FeatureSpec(key.kind, idx, np.dtype(t.info.dtype), t.info.row_shape, lo, hi)
+        features[name] = spec
+    return Schema(
+        part=part,
+        num_nodes=book.num_nodes,
+        num_edges=book.num_edges,
+        node_types=book.node_types,
+        edge_types=book.edge_types,
+        owned_nodes=book.owned_nodes(part),
+        owned_edges=book.owned_edges(part),
+        features=features,
+        base_node_type=_base_node_type(book),
+    )
+
+
+def _base_node_type(book: PartitionBook) -> Callable[[np.ndarray], np.ndarray]:
+    if len(book.node_types) == 1:  # one type: no lookup
+        return lambda ids: np.zeros(len(ids), np.int32)
+    return lambda ids: book.to_per_type(ids)[0]

@@ -78,7 +78,7 @@ from graphrun.store.live import (
     LiveDelta,
     growth_ids,
 )
-from graphrun.store.live_check import FeatureSpec, Schema, check_piece
+from graphrun.store.live_check import Schema, check_piece, schema_of
 from graphrun.store.live_log import (
     BegunRecord,
     DecidedRecord,
@@ -99,12 +99,11 @@ from graphrun.store.live_seq import (
 )
 from graphrun.store.live_wire import PieceWire, piece_from_wire
 from graphrun.store.registry import AfterSync, Registry, Request, Response
-from graphrun.store.state import GRAPH_JOB, ServerState, StoredTensor
+from graphrun.store.state import ServerState, StoredTensor
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from graphrun.partition.book import PartitionBook
     from graphrun.rpc.auth import KeyPair
 
 log = logging.getLogger("graphrun.store")
@@ -167,38 +166,6 @@ class LivePart:
             self.log.close()
 
 
-def schema_of(state: ServerState) -> Schema:
-    book, part = state.book, state.part
-    features = {}
-    for (job, name), t in state.tensors.items():
-        key = TensorKey.parse(name)
-        if job != GRAPH_JOB or key is None:
-            continue
-        if key.kind == "node":
-            idx, (lo, hi) = book.ntype_id(key.type), book.owned_nodes(part, key.type)
-        else:
-            idx, (lo, hi) = book.etype_id(key.type), book.owned_edges(part, key.type)
-        spec = FeatureSpec(key.kind, idx, np.dtype(t.info.dtype), t.info.row_shape, lo, hi)
-        features[name] = spec
-    return Schema(
-        part=part,
-        num_nodes=book.num_nodes,
-        num_edges=book.num_edges,
-        node_types=book.node_types,
-        edge_types=book.edge_types,
-        owned_nodes=book.owned_nodes(part),
-        owned_edges=book.owned_edges(part),
-        features=features,
-        base_node_type=_base_node_type(book),
-    )
-
-
-def _base_node_type(book: PartitionBook) -> Callable[[np.ndarray], np.ndarray]:
-    if len(book.node_types) == 1:  # one type: no lookup
-        return lambda ids: np.zeros(len(ids), np.int32)
-    return lambda ids: book.to_per_type(ids)[0]
-
-
 def attach(
     state: ServerState,
     base_orig: Callable[[], np.ndarray],
@@ -212,7 +179,7 @@ def attach(
     needed. With ``live_dir`` the state is replayed from the server's log there, which
     then takes every write (:mod:`graphrun.store.live_log`); ``restore`` first installs
     what a compaction folded (:func:`graphrun.store.compact.restore`)."""
-    delta = LiveDelta(background=True)
+    delta = LiveDelta(background=True, deferred=state.replica != 0 and not state.promoted)
     live = LivePart(delta, schema_of(state), base_orig, SeqLink(keys, timeout))
     if restore is not None:
         restore(live.delta)
@@ -260,6 +227,16 @@ def sync(state: ServerState) -> None:
     live = state.extension_data.get(KEY)
     if isinstance(live, LivePart) and live.log is not None:
         live.log.sync()
+
+
+def promote(state: ServerState, why: str) -> None:
+    """Promote a replica (it serves its partition now: store/replicas.py); its delta,
+    indexed only when read while it took forwarded writes alone, indexes every commit."""
+    state.promoted = True
+    log.warning("%s", why)
+    live = state.extension_data.get(KEY)
+    if isinstance(live, LivePart):
+        live.delta.index_eagerly()
 
 
 def stats_fields(state: ServerState) -> dict[str, object]:
@@ -381,8 +358,8 @@ def live_decide(state: ServerState, req: Request) -> Response:
 def live_fate(state: ServerState, req: Request) -> Response:
     seq = sequencer_of(state, req.op)
     if state.replica and not state.promoted and req.admin:  # a partition lost the primary
-        state.promoted = True  # (the store's own key: a job's key may ask, not promote)
-        log.warning("replica of partition 0 asked a version's fate: promoted (sequencer)")
+        # (the store's own key: a job's key may ask, not promote)
+        promote(state, "replica of partition 0 asked a version's fate: promoted (sequencer)")
     return Response({"fate": seq.fate(req.args(FateBody).version)})
 
 
@@ -439,7 +416,7 @@ def live_prepare(state: ServerState, req: Request) -> Response:
     if live.delta.slowed():
         return Response({"retry_after": LIVE_RETRY_AFTER_S})
     piece = piece_from_wire(req, body.piece)
-    batch = check_piece(piece, live.schema, live.delta)
+    batch = check_piece(piece, live.schema, live.delta, trusted=req.forwarded)
     live.delta.hold(batch, time.monotonic())
 
     def drop() -> None:

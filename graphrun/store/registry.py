@@ -76,6 +76,7 @@ class Request:
     session: str = ""
     admin: bool = True  # the store's admin key (or no CURVE); False: a job key
     user: str | None = None  # the sender's public key (None without CURVE)
+    forwarded: bool = False  # a primary's write forwarded to its replica (checked there)
 
     def args(self, type_: type[T]) -> T:
         """The body as ``type_`` (a msgspec ``Struct`` declaring the operation's fields),

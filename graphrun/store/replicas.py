@@ -220,7 +220,7 @@ def register_ops(registry: Registry) -> None:
             raise ArgumentError(f"replicate: {op!r} is not a write ({sorted(WRITE_OPS)})")
         inner = Request(
             op, fwd.body, req.tensors, job=fwd.job, session=fwd.session, admin=fwd.admin,
-            user=req.user,
+            user=req.user, forwarded=True,
         )  # fmt: skip
         handler = registry.get(op).handler
         return apply_write(state, inner, lambda r: handler(state, r))

@@ -22,6 +22,7 @@ SIGTERM/SIGINT to it), then closes cleanly: segments the main created are unlink
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -366,13 +367,18 @@ def write(
     """Apply write ``req`` here and on the replicas (store/replicas.py): forwarded
     before it is applied, answered once every replica in the write set applied it (a
     replica answers a logged write after its own turn's sync) and, for one that waits
-    for this server's log (``after_sync``), once the turn's sync made it durable here."""
+    for this server's log (``after_sync``), once the turn's sync made it durable here.
+    A forwarded write's log record is synced here before the replicas are waited for:
+    the two machines' syncs overlap instead of following each other."""
     rep = state.replication if state.replication and state.replication.links else None
     sent = rep.send(state.part, req) if rep is not None else []
     applied = False
     try:
         resp = replicas.apply_write(state, req, lambda r: handler(state, r))
         applied = True
+        if sent and resp.after_sync is not None:
+            with contextlib.suppress(StoreError):  # a failed log fails the turn's sync
+                live_ops.sync(state)  # too, which answers the write with its error
     finally:
         if rep is not None:
             try:
@@ -382,8 +388,8 @@ def write(
                 if applied:
                     raise
     if state.replica and not state.promoted:
-        state.promoted = True
-        log.warning("replica of partition %d took a client's write: promoted", state.part)
+        why = f"replica of partition {state.part} took a client's write: promoted"
+        live_ops.promote(state, why)
     if state.replication is not None:  # the write set now: clients forget the rest
         extra = {"replicas": state.replication.addresses}
         resp = Response({**resp.body, **extra}, resp.tensors, resp.after_sync)

@@ -110,6 +110,9 @@ def test_a_replica_holds_the_acknowledged_pieces_of_its_partition(machines, keys
         w.add_edges("_E", to_500, [10**9], orig=True)
         v = w.commit()  # acknowledged: held by partition 1's primary and its replica
         new = int(w.lookup([10**9])[0])
+    # the forwarded piece was taken unchecked against the replica's index (its edge ends
+    # at the new node), and the commit left unindexed: nothing read it there
+    assert stats(machines.replicas[1], machines.key_file)["live"]["index_work"] == 0
     machines.primaries[1].kill()
     with KVClient(machines.config(keys, timeout=5)) as r:
         assert r.follow() == v

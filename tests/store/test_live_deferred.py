@@ -1,0 +1,119 @@
+"""An unpromoted replica's delta (issue 42, replicas 2): pieces its primary forwarded are
+taken without the checks that read the delta's index, and commits are indexed only
+when something reads them, or once the replica is promoted (store/live.py ``deferred``,
+store/live_check.py ``trusted``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from graphrun.errors import ArgumentError
+from graphrun.store.live import LiveDelta, Piece, Rows
+from graphrun.store.live_check import check_piece
+from tests.store.test_live import E, N, edges_rows, held, nodes_piece, schema
+
+
+def _edge_piece(version: int, src, dst, eid, **kw) -> Piece:
+    eid = np.asarray(eid, np.int64)
+    types = Rows.of(np.zeros(len(eid), np.int32))
+    return Piece(version=version, new_edges=edges_rows(src, dst, eid), edge_types=types, **kw)
+
+
+def _same(a: LiveDelta, b: LiveDelta, dst: np.ndarray, v: int) -> bool:
+    (ca, ea), (cb, eb) = a.in_edges(dst, v), b.in_edges(dst, v)
+    return ca.tolist() == cb.tolist() and ea.tolist() == eb.tolist()
+
+
+def test_a_deferred_delta_indexes_nothing_until_read_and_reads_the_same():
+    """Commits into a deferred delta build no index (its merging thread is not woken);
+    the first read indexes them and sees what an eager delta sees, at every version."""
+    d, eager = LiveDelta(background=True, deferred=True), LiveDelta()
+    dst = np.arange(5)
+    rng = np.random.default_rng(3)
+    try:
+        for v in range(1, 21):
+            eid = E + 10 * (v - 1) + np.arange(5)
+            p = _edge_piece(v, rng.integers(0, N, 5), rng.integers(0, 5, 5), eid)
+            held(d, p)
+            held(eager, p)
+        time.sleep(0.2)  # a woken merging thread would have indexed by now
+        assert d.work == 0 and not d._runs
+        assert all(_same(d, eager, dst, v) for v in (1, 7, 20))
+        assert d.work > 0
+    finally:
+        d.close()
+
+
+def test_a_deferred_delta_indexes_every_commit_once_its_server_serves():
+    """``index_eagerly`` (the replica promoted): the commits so far and every later one
+    are indexed by the merging thread without any read."""
+    d = LiveDelta(background=True, deferred=True)
+    try:
+        held(d, _edge_piece(1, [0, 1], [2, 3], [E, E + 1]))
+        assert d.work == 0
+        d.index_eagerly()
+        held(d, _edge_piece(2, [1], [4], [E + 2]))
+        deadline = time.monotonic() + 60
+        while d.work < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert d.work >= 3 and not d.deferred
+    finally:
+        d.close()
+
+
+def test_a_trusted_piece_is_not_looked_up_in_the_index_and_an_untrusted_one_is():
+    """A forwarded piece (trusted) whose edges end at a node committed in the delta is
+    taken without reading the deferred index; checked (a client's piece), the same
+    lookups run, and a piece the primary would have refused is refused."""
+    d = LiveDelta(deferred=True)
+    held(d, nodes_piece(1, [N]))  # a new node of partition 0
+    into_new = _edge_piece(2, [0], [N], [E])
+    b = check_piece(into_new, schema(), d, trusted=True)
+    assert b.edges.shape == (3, 1) and d.work == 0  # nothing indexed
+    assert check_piece(into_new, schema(), d).edges.shape == (3, 1)
+    assert d.work > 0  # the check read the index
+    unknown = _edge_piece(2, [0], [N + 1], [E])  # N + 1 is no node
+    with pytest.raises(ArgumentError, match="not a node owned here"):
+        check_piece(unknown, schema(), d)
+    gone = Piece(version=3, deleted_edges=Rows.of(np.asarray([15], np.int64)))  # not owned
+    with pytest.raises(ArgumentError, match="not an edge owned here"):
+        check_piece(gone, schema(), d)
+    with pytest.raises(ArgumentError, match="new_edges eid"):  # ranges are checked, trusted
+        check_piece(_edge_piece(2, [0], [1], [3]), schema(), d, trusted=True)
+
+
+def test_a_deferred_backlog_is_indexed_while_commits_go_on(monkeypatch):
+    """The first read of a deferred delta (a compaction's, a failed-over client's) indexes
+    its backlog outside the delta's lock: a commit meanwhile does not wait for it, and
+    the read after sees both."""
+    from graphrun.store import live as live_mod
+
+    d, eager = LiveDelta(deferred=True), LiveDelta()
+    for v in range(1, 11):
+        p = _edge_piece(v, [v % N], [v % 5], [E + v])
+        held(d, p)
+        held(eager, p)
+    building, release = threading.Event(), threading.Event()
+    real = live_mod.build_run
+
+    def slow(batches):
+        if len(batches) == 10:  # the backlog's
+            building.set()
+            assert release.wait(30)
+        return real(batches)
+
+    monkeypatch.setattr(live_mod, "build_run", slow)
+    reader = threading.Thread(target=lambda: d.runs)
+    reader.start()
+    assert building.wait(30)
+    p = _edge_piece(11, [1], [2], [E + 11])
+    held(d, p)  # returns while the backlog is being indexed
+    held(eager, p)
+    release.set()
+    reader.join(30)
+    assert not reader.is_alive()
+    assert _same(d, eager, np.arange(5), 11) and d.work == 11
