@@ -1,10 +1,13 @@
 """The HTTP endpoint: the Open Inference Protocol's routes on Starlette (served by uvicorn).
 
 * ``GET /v2/health/live`` — the process answers (never needs the token);
-* ``GET /v2/health/ready`` — ``{"ready": bool}``, HTTP 200 or 503: the store answered the
-  last probe (an authenticated ``stats`` to every partition's server, every
-  ``probe_s`` seconds, :func:`graphrun.machine.readiness.store_is_ready`) and the engine is
-  joined; a store that went away and came back is joined again by the probe;
+* ``GET /v2/health/ready`` — ``{"ready": bool}``, HTTP 200 or 503: the store answered one
+  of the last :data:`PROBE_FAILURES` probes (an authenticated ``stats`` to every
+  partition's server, every ``probe_s`` seconds,
+  :func:`graphrun.machine.readiness.store_is_ready`; a kubelet's ``failureThreshold``:
+  one slow answer on a busy machine is no store gone) and the engine is joined; a
+  request that finds the store gone turns it false at once; a store that went away and
+  came back is joined again by the probe;
 * ``GET /v2/models/<name>``, ``/v2/models/<name>/ready`` — metadata, readiness;
 * ``POST /v2/models/<name>/infer`` — :mod:`graphrun.serving.protocol`;
 * ``GET /metrics`` — Prometheus text (its own registry: latency histogram by route,
@@ -60,6 +63,8 @@ Item = tuple[Query, "asyncio.Future[dict[str, Any]]"]  # a request waiting for i
 OPEN = frozenset({"/v2/health/live", "/v2/health/ready"})
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+#: failed store probes in a row after which the endpoint is not ready (and joins again)
+PROBE_FAILURES = 3
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,7 @@ class Server:
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="graphrun-serving")
         self.queue: asyncio.Queue[Item] | None = None
         self.ready = engine.connected
+        self.failed_probes = 0  # in a row
         self.pending = 0
 
     async def run_in_worker(self, fn: Callable[..., T], *args: object) -> T:
@@ -200,7 +206,9 @@ class Server:
             await asyncio.sleep(self.settings.probe_s)
 
     async def check_ready(self) -> bool:
-        ok = await asyncio.get_running_loop().run_in_executor(None, self.probe)
+        answered = await asyncio.get_running_loop().run_in_executor(None, self.probe)
+        self.failed_probes = 0 if answered else self.failed_probes + 1
+        ok = self.failed_probes < PROBE_FAILURES and (answered or self.ready)
         if not ok and self.engine.connected:  # its sessions end with the servers: join again
             await self.run_in_worker(self.engine.close)
         if ok and not self.engine.connected:
