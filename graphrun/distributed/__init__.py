@@ -17,9 +17,9 @@ Everything hangs off the context ``initialize`` returns; DistDGL's names
 docs/porting.md) find it as the current context.
 """
 
-import importlib
 from typing import TYPE_CHECKING
 
+from graphrun.lazy import lazy_names
 from graphrun.rpc.auth import load_keys
 
 if TYPE_CHECKING:
@@ -101,11 +101,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'graphrun.distributed' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"graphrun.distributed.{module}"), name)
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [

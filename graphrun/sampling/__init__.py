@@ -12,9 +12,9 @@ One hop (``kernels``, ``csc``, the store extension ``server``) is numpy only; th
 layers above it (multi-hop sampling, PyG batches, negatives) use torch and PyG.
 """
 
-import importlib
 from typing import TYPE_CHECKING
 
+from graphrun.lazy import lazy_names
 from graphrun.sampling.csc import CSCGraph, SampledEdges
 from graphrun.sampling.kernels import Picks, make_rng, sample_segments
 
@@ -50,11 +50,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'graphrun.sampling' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"graphrun.sampling.{module}"), name)
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [

@@ -17,8 +17,9 @@ worker per machine and attempt).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from graphrun.lazy import lazy_names
 
 if TYPE_CHECKING:
     from graphrun.store.client import ClientConfig, KVClient, Pending
@@ -29,28 +30,25 @@ if TYPE_CHECKING:
     from graphrun.store.state import GRAPH_JOB, ServerState, TensorInfo
 
 _LAZY = {
-    "ClientConfig": "graphrun.store.client",
-    "KVClient": "graphrun.store.client",
-    "Pending": "graphrun.store.client",
-    "Registry": "graphrun.store.registry",
-    "Request": "graphrun.store.registry",
-    "Response": "graphrun.store.registry",
-    "ServerConfig": "graphrun.store.server",
-    "run_server": "graphrun.store.server",
-    "GRAPH_JOB": "graphrun.store.state",
-    "ServerState": "graphrun.store.state",
-    "TensorInfo": "graphrun.store.state",
-    "DistTensor": "graphrun.store.dist_tensor",
-    "DistEmbedding": "graphrun.store.embedding",
-    "SparseAdagrad": "graphrun.store.embedding",
-    "SparseAdam": "graphrun.store.embedding",
+    "ClientConfig": "client",
+    "KVClient": "client",
+    "Pending": "client",
+    "Registry": "registry",
+    "Request": "registry",
+    "Response": "registry",
+    "ServerConfig": "server",
+    "run_server": "server",
+    "GRAPH_JOB": "state",
+    "ServerState": "state",
+    "TensorInfo": "state",
+    "DistTensor": "dist_tensor",
+    "DistEmbedding": "embedding",
+    "SparseAdagrad": "embedding",
+    "SparseAdam": "embedding",
 }
 
 
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'graphrun.store' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [
