@@ -399,12 +399,15 @@ class RpcClient:
         op: str,
         body: Mapping[str, Any] | None = None,
         tensors: Sequence[np.ndarray] = (),
+        connect_timeout: float | None = None,
     ) -> int:
-        """Send a request and return its id at once."""
+        """Send a request and return its id at once; with no connection to the server,
+        wait ``connect_timeout`` for one (the client's timeout by default)."""
         rid = next(self._ids)
         msg = Message(MsgKind.REQUEST, op, rid, dict(body or {}), tuple(tensors))
         frames = encode(msg)
-        deadline = time.monotonic() + self.timeout
+        wait = self.timeout if connect_timeout is None else connect_timeout
+        deadline = time.monotonic() + wait
         while True:  # a DEALER without a connected peer would block: never wait blindly
             if self._auth_failed:
                 raise AuthError(_AUTH_TEXT, address=self.address, kind=op)
@@ -414,7 +417,7 @@ class RpcClient:
             except zmq.Again:
                 if time.monotonic() > deadline:
                     raise RpcTimeout(
-                        f"cannot send within {self.timeout:g} s: no connection to the server",
+                        f"cannot send within {wait:g} s: no connection to the server",
                         address=self.address,
                         kind=op,
                     ) from None

@@ -35,6 +35,7 @@ import itertools
 import logging
 import os
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -60,6 +61,9 @@ log = logging.getLogger("graphrun.store")
 # there: a dead process on a live machine) at once
 BACKUP_JOIN_S = 3.0
 PRIMARY_JOIN_S = 5.0
+# a heartbeat waits this long at most for a connection to its server (a server not
+# connected now is skipped for the round: ZeroMQ reconnects it in the background)
+HEARTBEAT_SEND_S = 0.1
 # a co-located client of a revoked key stops reading shared memory within this long
 # (the store's directory check and tick, 0.2 s each, and one request; see the docstring)
 REVOCATION_BOUND_S = 2.0
@@ -132,9 +136,17 @@ def _revocation_counter(info: PartitionInfo) -> np.ndarray | None:
 
 
 class _Heartbeat(threading.Thread):
+    """Beats every server the session still uses, all at once: each round sends a
+    heartbeat to every address ``addresses()`` gives now (a primary given up on, a
+    replica pruned or a backup dropped is no longer among them), then waits for the
+    answers under one deadline. A dead or stopped server thus costs a round one timeout
+    however many there are, and never holds up the others' beats: the live servers hear
+    from the session every ``interval`` + at most ``max(interval, 1)`` s, well inside
+    their heartbeat timeout."""
+
     def __init__(
         self,
-        addresses: list[str],
+        addresses: Callable[[], list[str]],
         body: Callable[[], dict[str, Any]],
         cfg: ClientConfig,
         on_revoked: Callable[[AuthError], None],
@@ -143,29 +155,47 @@ class _Heartbeat(threading.Thread):
         self._addresses, self._body, self._cfg = addresses, body, cfg
         self._on_revoked = on_revoked
         self.stopped = threading.Event()
+        self.rounds = 0  # finished rounds (tests)
 
     def run(self) -> None:
         interval = self._cfg.heartbeat_interval
         ctx = zmq.Context()
         timeout = max(interval, 1.0)
-        conns = [
-            RpcClient(a, keys=self._cfg.keys, timeout=timeout, context=ctx) for a in self._addresses
-        ]
+        conns: dict[str, RpcClient] = {}
         try:
             while not self.stopped.wait(interval):
-                for c in conns:
-                    try:
-                        if not c.call("heartbeat", self._body()).body.get("known", False):
-                            log.warning("store %s no longer knows this client", c.address)
-                    except AuthError as exc:
-                        log.warning("heartbeat to %s refused: %s", c.address, exc)
-                        self._on_revoked(exc)
-                    except GraphrunError as exc:
-                        log.warning("heartbeat to %s failed: %s", c.address, exc)
+                now = self._addresses()
+                for gone in set(conns) - set(now):
+                    conns.pop(gone).close()
+                for a in now:
+                    if a not in conns:
+                        conns[a] = RpcClient(a, keys=self._cfg.keys, timeout=timeout, context=ctx)
+                self._round([conns[a] for a in now], timeout)
+                self.rounds += 1
         finally:
-            for c in conns:
+            for c in conns.values():
                 c.close()
             ctx.destroy(linger=0)
+
+    def _round(self, conns: list[RpcClient], timeout: float) -> None:
+        body = self._body()
+        sent = []
+        for c in conns:  # a server not connected now (gone, or reconnecting) is skipped
+            try:
+                sent.append((c, c.send("heartbeat", body, connect_timeout=HEARTBEAT_SEND_S)))
+            except GraphrunError as exc:
+                log.warning("heartbeat to %s failed: %s", c.address, exc)
+        deadline = time.monotonic() + timeout
+        for c, rid in sent:
+            try:
+                reply = c.wait(rid, max(0.0, deadline - time.monotonic()))
+                if not reply.body.get("known", False):
+                    log.warning("store %s no longer knows this client", c.address)
+            except AuthError as exc:
+                log.warning("heartbeat to %s refused: %s", c.address, exc)
+                self._on_revoked(exc)
+            except GraphrunError as exc:
+                log.warning("heartbeat to %s failed: %s", c.address, exc)
 
 
 class Session:
@@ -225,6 +255,11 @@ class Session:
         """The fields every request of this session carries."""
         return {"s": self.id, "job": self.cfg.job}
 
+    def in_use(self) -> list[str]:
+        """The addresses of the servers this session still uses (its heartbeats' list):
+        each partition's main server, backups and replicas, not those given up on."""
+        return [c.address for p in list(self.parts.values()) for c in [*p.conns, *p.replicas]]
+
     def _beat(self) -> dict[str, Any]:
         """A heartbeat's body: a live session's version too (its pin: store/compact.py)."""
         v = self.version
@@ -265,8 +300,7 @@ class Session:
                 f"servers: got partitions {sorted(self.parts)}, the graph has {self.book.num_parts}"
             )
         if self.cfg.heartbeat_interval > 0:
-            addresses = [c.address for p in self.parts.values() for c in p.conns + p.replicas]
-            self._heartbeat = _Heartbeat(addresses, self._beat, self.cfg, self._refused)
+            self._heartbeat = _Heartbeat(self.in_use, self._beat, self.cfg, self._refused)
             self._heartbeat.start()
 
     def _join_one(

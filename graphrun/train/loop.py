@@ -319,6 +319,8 @@ def fit(ctx: TrainContext) -> dict[str, Any]:
         if ctx.is_main:
             emit(Model(**describe(task)))
         start, at = _resume(task, ctx)
+        if ctx.config.resume and ctx.is_main:
+            ctx.metrics.rewind(start)  # the epochs run again: their records go
         if ctx.world_size > 1:
             barrier()  # rank 0 restores shared embeddings before anyone reads them
         group.start()

@@ -5,7 +5,9 @@
 * :class:`MetricsLog` — one JSON object per epoch, on stdout (``{"metrics": ...}``)
   and appended to a ``.jsonl`` file; with ``tensorboard_dir``, epoch records (those with
   an ``epoch``) also become TensorBoard scalars (:mod:`graphrun.train.tensorboard`), from
-  a built-in task or a user's entry point alike.
+  a built-in task or a user's entry point alike. A run resumed from a checkpoint first
+  drops the file's records of the epochs it runs again (:meth:`MetricsLog.rewind`):
+  a restart after an epoch's record but before its checkpoint wrote it twice.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 from typing import IO, Any
+
+from graphrun.files import write_atomic
 
 
 class Progress:
@@ -63,6 +67,14 @@ def _finite(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _epoch_at_least(line: str, start: int) -> bool:
+    try:
+        epoch = json.loads(line).get("epoch")
+    except (ValueError, AttributeError):  # not a record of ours: kept
+        return False
+    return isinstance(epoch, int) and epoch >= start
+
+
 class MetricsLog:
     def __init__(
         self, path: Path | None, enabled: bool = True, out: IO[str] | None = None,
@@ -83,6 +95,17 @@ class MetricsLog:
         self.enabled = True
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def rewind(self, start: int) -> int:
+        """Drop the ``.jsonl`` file's records of epoch ``start`` and later (a resumed run
+        runs them again); returns how many. The file is replaced whole (atomically)."""
+        if not self.enabled or self.path is None or not self.path.is_file():
+            return 0
+        lines = self.path.read_text().splitlines(keepends=True)
+        keep = [line for line in lines if not _epoch_at_least(line, start)]
+        if len(keep) < len(lines):
+            write_atomic(self.path, "".join(keep), mode=self.path.stat().st_mode & 0o777)
+        return len(lines) - len(keep)
 
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:

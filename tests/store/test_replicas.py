@@ -60,20 +60,19 @@ def _wait_replicas(primary: StoreProcess, key_file, n: int = 1) -> None:
 
 
 @pytest.fixture
-def replicated(parts, key_file, tmp_path):
-    """Partition 0 and 1 primaries, each with a replica (its own shared memory)."""
+def replicated(parts, key_file, tmp_path, request):
+    """Partition 0 and 1 primaries, each with a replica (its own shared memory); a
+    test's ``heartbeat_timeout`` mark sets the servers' (30 s otherwise)."""
+    mark = request.node.get_closest_marker("heartbeat_timeout")
+    kw = {"key_file": key_file, "log_dir": tmp_path}
+    if mark is not None:
+        kw["heartbeat_timeout"] = mark.args[0]
     procs: list[StoreProcess] = []
     try:
-        primaries = [start_store(parts, p, key_file=key_file, log_dir=tmp_path) for p in (0, 1)]
+        primaries = [start_store(parts, p, **kw) for p in (0, 1)]
         procs += primaries
         for sp in primaries:
-            replica = start_store(
-                parts,
-                sp.part,
-                key_file=key_file,
-                log_dir=tmp_path,
-                extra_args=["--replica-of", sp.address],
-            )
+            replica = start_store(parts, sp.part, extra_args=["--replica-of", sp.address], **kw)
             procs.append(replica)
             _wait_replicas(sp, key_file)
         yield procs[:2], procs[2:]
@@ -253,10 +252,13 @@ def test_a_servers_counters_are_read_from_its_replica_once_the_primary_is_lost(r
     failed the trainer instead of failing over like every other request (a flaky CI run)."""
     primaries, replicas = replicated
     with _client(primaries, keys, use_shm=False) as c:
+        assert set(c.session.in_use()) == {sp.address for sp in [*primaries, *replicas]}
         primaries[0].kill()
         assert "served" in c.stats(0)
         assert c.disk_counters() is None  # no server serves from disk; none is lost
         assert c.session.failovers == [(0, primaries[0].address, replicas[0].address)]
+        # nor heartbeats: the lost primary cost every round a timeout
+        assert primaries[0].address not in c.session.in_use()
 
 
 @pytest.mark.integration
@@ -337,3 +339,31 @@ def test_a_write_refused_by_both_copies_keeps_the_replica(replicated, keys):
             c.push("acc", [0], np.ones((1, 1)), reducer="no-such-reducer")
         assert c.stats(0)["replicas"] and c.stats(0)["dropped_replicas"] == []
         assert len(c.session.part(0).replicas) == 1
+
+
+@pytest.mark.integration
+@pytest.mark.heartbeat_timeout(3.0)
+def test_stopped_servers_do_not_hold_up_the_heartbeats_of_the_live_ones(replicated, keys):
+    """Three of four servers stopped (SIGSTOP: connected, never answering): the live one
+    still hears from the session every round, and a round costs one timeout, not one
+    per stopped server. Before, the heartbeats went one after another, 0.2 s + more than
+    1 s for each stopped server (one round in 6 s here), past the live server's 3 s
+    heartbeat timeout. A likely cause of a CI failure: in
+    tests/local/test_elastic.py a trainer's session lapsed on a live server after a
+    machine with two servers was lost."""
+    primaries, replicas = replicated
+    stopped = [primaries[1], *replicas]
+    with _client(primaries, keys, timeout=30, heartbeat_interval=0.2) as c:
+        beat = c.session._heartbeat
+        assert beat is not None
+        for sp in stopped:
+            os.kill(sp.pid, signal.SIGSTOP)
+        try:
+            rounds = beat.rounds
+            time.sleep(6.0)
+            # 0.2 s + one 1 s timeout a round: about 5 in 6 s (1 before)
+            assert beat.rounds - rounds >= 4
+            assert c.stats(0)["sessions"] == 1  # the session is known: it never lapsed
+        finally:
+            for sp in stopped:
+                os.kill(sp.pid, signal.SIGCONT)

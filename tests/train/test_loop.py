@@ -71,6 +71,20 @@ def test_resume_continues_after_the_checkpoint(small, tmp_path):
     assert epochs == [0, 1]
 
 
+def test_a_resume_drops_the_records_of_the_epochs_it_runs_again(small, tmp_path):
+    """A restart after epoch 1's record but before its checkpoint: epoch 1 runs again,
+    and its first record goes (it was in the file twice, as a CI run of
+    tests/local/test_elastic.py showed)."""
+    fit(ctx(small, tmp_path, epochs=1, checkpoint_dir=tmp_path / "ck")[0])
+    metrics = tmp_path / "metrics.jsonl"
+    with metrics.open("a") as f:  # epoch 1's record, its checkpoint never written
+        f.write(json.dumps({"epoch": 1, "loss": 9.0}) + "\n")
+    c, _ = ctx(small, tmp_path, epochs=2, checkpoint_dir=tmp_path / "ck", resume=True)
+    fit(c)
+    records = [json.loads(x) for x in metrics.read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [0, 1] and records[1]["loss"] != 9.0
+
+
 @pytest.mark.slow
 def test_link_prediction_learns_and_reports_ranking_metrics(small, tmp_path):
     c, _ = ctx(
