@@ -162,15 +162,19 @@ class _Heartbeat(threading.Thread):
         ctx = zmq.Context()
         timeout = max(interval, 1.0)
         conns: dict[str, RpcClient] = {}
+
+        def connected(now: list[str]) -> list[RpcClient]:
+            for gone in set(conns) - set(now):
+                conns.pop(gone).close()
+            for a in now:  # connected well before their first beat (a handshake's time)
+                if a not in conns:
+                    conns[a] = RpcClient(a, keys=self._cfg.keys, timeout=timeout, context=ctx)
+            return [conns[a] for a in now]
+
         try:
+            connected(self._addresses())
             while not self.stopped.wait(interval):
-                now = self._addresses()
-                for gone in set(conns) - set(now):
-                    conns.pop(gone).close()
-                for a in now:
-                    if a not in conns:
-                        conns[a] = RpcClient(a, keys=self._cfg.keys, timeout=timeout, context=ctx)
-                self._round([conns[a] for a in now], timeout)
+                self._round(connected(self._addresses()), timeout)
                 self.rounds += 1
         finally:
             for c in conns.values():
