@@ -16,6 +16,12 @@ every process and server thread it ran beside.
                                     # trainer process of each: OMP_WAIT_POLICY unset
                                     # (libgomp's default), set (ACTIVE: spin for ever,
                                     # PASSIVE), or unset with GOMP_SPINCOUNT=N (spinN)
+    REPLICAS=2 ...                  # each partition's replica on the other host (as
+                                    # ``graphrun bench live --replicas 2``): every write
+                                    # forwarded, the primary's loop waiting for its answer
+    STEP=0 ...                      # the loader alone, no model step: sampling and the
+                                    # features' fetch, what a trainer's requests wait for
+                                    # (``load_*_ms``: a batch's ``next()``)
     LAUNCHER="python wrap.py" ...   # argv before each server's ``python -m graphrun``
     PYTHONPATH=<older checkout> ... # run from outside the worktree (``-m`` puts the
                                     # working directory first on sys.path)
@@ -65,6 +71,8 @@ WARMUP = int(os.environ.get("WARMUP", "2"))  # batches of the warm-up epoch
 LAUNCHER = os.environ.get("LAUNCHER", "").split()
 W_S = float(os.environ.get("W_S", "4"))  # a ``W`` epoch's length: the ingest alone
 POLICIES = [p for p in os.environ.get("POLICIES", "").split(",") if p]
+REPLICAS = int(os.environ.get("REPLICAS", "1"))
+STEP = os.environ.get("STEP", "1") != "0"  # 0: the loader alone
 
 
 def threads_cpu(pid: int) -> dict[str, float]:
@@ -180,10 +188,11 @@ def _epoch(cfg: dict[str, Any], batches: int = EPOCH_BATCHES) -> dict[str, Any]:
             t, a, p = time.perf_counter(), time.thread_time(), time.process_time()
             b = next(it)
             t1, a1, p1 = time.perf_counter(), time.thread_time(), time.process_time()
-            opt.zero_grad()
-            out = model(b.x, b.edge_index)[: b.batch_size]
-            torch.nn.functional.cross_entropy(out, b.y[: b.batch_size]).backward()
-            opt.step()
+            if STEP:
+                opt.zero_grad()
+                out = model(b.x, b.edge_index)[: b.batch_size]
+                torch.nn.functional.cross_entropy(out, b.y[: b.batch_size]).backward()
+                opt.step()
             cpu += (a1 - a, p1 - p, time.thread_time() - a1, time.process_time() - p1)
             load.append(t1 - t)
             step.append(time.perf_counter() - t1)
@@ -193,6 +202,8 @@ def _epoch(cfg: dict[str, Any], batches: int = EPOCH_BATCHES) -> dict[str, Any]:
             "cpu_load_main_proc_step_main_proc": [round(float(x), 3) for x in cpu],
             "load_s": round(sum(load), 3), "step_s": round(sum(step), 3),
             "load_med_ms": round(1000 * float(np.median(load)), 1),
+            "load_p90_ms": round(1000 * float(np.percentile(load, 90)), 1),
+            "load_max_ms": round(1000 * max(load), 1),
             "step_med_ms": round(1000 * float(np.median(step)), 1)}  # fmt: skip
 
 
@@ -234,7 +245,11 @@ def drive(cfg: dict[str, Any]) -> None:
     from graphrun.store.client import ClientConfig, KVClient
 
     stores = [start_store(cfg["parts_dir"], p, **cfg["store_kwargs"][p]) for p in range(2)]
-    pids = [server_pid(s.proc) for s in stores]
+    pids = [server_pid(s.proc) for s in stores]  # the primaries' (replicas: not counted)
+    if REPLICAS == 2:
+        from graphrun.bench.live import _start_replicas
+
+        _start_replicas(cfg, stores)
     ctx = mp.get_context("spawn")
     go, quit_, sent, burn = ctx.Event(), ctx.Event(), ctx.Value("d", 0.0), ctx.Value("d", 0.0)
     proc, trainers = None, {}
@@ -347,7 +362,7 @@ def main() -> None:
         # hard links: a compaction writes part-K.c<C> and a pointer beside, never into, them
         subprocess.run(["cp", "-al", os.environ["PARTS"], str(d / "parts")], check=True)
         _keys(d)
-        args = argparse.Namespace(replicas=1, batch=BATCH, batches=1, probes=1, window=4,
+        args = argparse.Namespace(replicas=REPLICAS, batch=BATCH, batches=1, probes=1, window=4,
                                   rate=RATE, fanout_list=[10, 5], batch_size=1024,
                                   epoch_batches=EPOCH_BATCHES, kill_after=1, lose=None,
                                   epoch_pairs=1, threads=THREADS)  # fmt: skip
@@ -365,6 +380,10 @@ def main() -> None:
                 cfg["addresses"][p] = f"tcp://{net.address(m)}:{_free_port()}"
                 cfg["store_kwargs"][p]["address"] = cfg["addresses"][p]
                 cfg["store_kwargs"][p]["launcher"] = [*net.prefix(m), *LAUNCHER]
+            for p, kw in enumerate(cfg.get("replica_kwargs", [])):  # on the other host
+                m = f"m{(p + 1) % 2}"
+                kw["address"] = f"tcp://{net.address(m)}:{_free_port()}"
+                kw["launcher"] = [*net.prefix(m), *LAUNCHER]
             (d / "drive.json").write_text(json.dumps(cfg))
             cmd = [*net.prefix("m0"), sys.executable, __file__, "--drive", str(d / "drive.json")]
             subprocess.run(cmd, check=True, env={**os.environ})

@@ -84,6 +84,7 @@ from graphrun.bench import check_at_least, int_list
 from graphrun.bench.live_epochs import client, commit, edges, epochs
 from graphrun.errors import ArgumentError, GraphrunError
 from graphrun.graph.format import META_FILE
+from graphrun.machine.trainer_env import trainer_openmp
 
 if TYPE_CHECKING:
     from graphrun.graph import Graph
@@ -416,6 +417,7 @@ def drive(cfg: dict[str, Any]) -> dict[str, Any]:
         out["epoch_batches"] = cfg["epoch_batches"]
         # the epochs' trainer's OpenMP waiting, as its caller's environment set it
         out["trainer_omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "")
+        out["trainer_gomp_spincount"] = os.environ.get("GOMP_SPINCOUNT", "")
         out.update(_compaction(cfg))
         out.update(_lose_machine(cfg, stores) if "lose" in cfg else _kill(cfg, stores))
     finally:
@@ -489,13 +491,22 @@ def _netns(cfg: dict[str, Any], d: Path) -> dict[str, Any]:
             m = f"m{(p + 1) % PARTS}"
             kw["address"] = f"tcp://{net.address(m)}:{_free_port()}"
             kw["launcher"] = list(net.prefix(m))
-        (d / "drive.json").write_text(json.dumps(cfg))
-        cmd = [*net.prefix("m0"), sys.executable, "-m", "graphrun", "bench", "live",
-               "--drive", str(d / "drive.json")]  # fmt: skip
-        got = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)  # its stderr: ours
-        if got.returncode != 0:
-            raise GraphrunError(f"bench live: the measuring process on m0 exited {got.returncode}")
-        return dict(json.loads(got.stdout.strip().splitlines()[-1]))
+        return _apart(cfg, d, net.prefix("m0"))
+
+
+def _apart(cfg: dict[str, Any], d: Path, prefix: Sequence[str]) -> dict[str, Any]:
+    """The measuring half as a process of its own (on host m0 with netns hosts): its
+    epochs' trainer imports torch with the OpenMP waiting a job's CPU trainers get
+    (:func:`~graphrun.machine.trainer_env.trainer_openmp`: unless this process's
+    environment sets its own)."""
+    (d / "drive.json").write_text(json.dumps(cfg))
+    cmd = [*prefix, sys.executable, "-m", "graphrun", "bench", "live",
+           "--drive", str(d / "drive.json")]  # fmt: skip
+    env = {**os.environ, **trainer_openmp(os.environ)}
+    got = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)  # its stderr: ours
+    if got.returncode != 0:
+        raise GraphrunError(f"bench live: the measuring process exited {got.returncode}")
+    return dict(json.loads(got.stdout.strip().splitlines()[-1]))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -513,7 +524,7 @@ def run(args: argparse.Namespace) -> int:
         _keys(d)
         local = [(f"tcp://127.0.0.1:{_free_port()}", ()) for _ in range(PARTS)]
         cfg = _config(args, d, graph, local)
-        out = drive(cfg) if args.hosts == "local" else _netns(cfg, d)
+        out = _apart(cfg, d, ()) if args.hosts == "local" else _netns(cfg, d)
     streamed = measure_streamed(graph, PARTS, method="ldg")
     print(json.dumps({
         "bench": "live", "hosts": args.hosts, "nodes": graph.num_nodes,

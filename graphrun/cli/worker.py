@@ -141,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
     # machine started again by graphrun run (--join): its trainers only
     if joins(args, os.environ):
         launch = launch.joining()
+    launch = launch.with_trainer_openmp(os.environ)  # unless the job sets its own
     stop = threading.Event()
     install_stop_handlers(stop, say=None)
     warm = WarmStarter(args.warm_socket) if args.warm_socket is not None else None

@@ -27,6 +27,7 @@ import msgspec
 from graphrun.errors import SpecError
 from graphrun.files import read_json
 from graphrun.machine.process import RoleCommand
+from graphrun.machine.trainer_env import trainer_openmp
 from graphrun.names import Endpoint, RoleName
 from graphrun.wire import check_header, convert, write_json
 
@@ -143,6 +144,21 @@ class MachineLaunch(msgspec.Struct, frozen=True, kw_only=True):
         # the job runs: its stores serve, or their replicas do for the lost ones (this
         # machine's among them), which its clients fail over to
         return msgspec.structs.replace(self, roles=roles, wait_for=(), replicated=())
+
+    def with_trainer_openmp(self, inherited: Mapping[str, str]) -> MachineLaunch:
+        """This machine with its CPU trainers' OpenMP waiting
+        (:data:`~graphrun.machine.trainer_env.TRAINER_OPENMP`) added to their environment,
+        where neither theirs nor ``inherited`` (the worker's: a pod's, the launcher's)
+        sets its own (:func:`~graphrun.machine.trainer_env.trainer_openmp`)."""
+
+        def role(r: RoleLaunch) -> RoleLaunch:
+            if r.kind != "trainer" or "--gpu" in r.argv:
+                return r
+            return msgspec.structs.replace(
+                r, env={**trainer_openmp({**inherited, **r.env}), **r.env}
+            )
+
+        return msgspec.structs.replace(self, roles=tuple(role(r) for r in self.roles))
 
     def command(self, role: RoleLaunch) -> RoleCommand[RoleName]:
         """What the supervisor starts for ``role``."""

@@ -25,7 +25,9 @@ descendants and the roles its status file lists
 Not warm-started (``Popen`` as before): GPU trainers (the server must not touch CUDA
 before it forks), other roles, a request whose import-time environment (``PYTHON*``,
 ``OMP_*``, ``GOMP_*``, ``*_NUM_THREADS``: OpenMP's wait policy and spin count are read
-then too) or interpreter differs from the server's, a request to a server one of
+then too; the server takes a trainer's :data:`~graphrun.machine.trainer_env.TRAINER_OPENMP`
+where its own environment sets no waiting, as a machine's worker gives its trainers) or
+interpreter differs from the server's, a request to a server one of
 whose imported files has changed since it imported it (its code would not be the
 trainer's), and any worker whose server is gone or is not this user's.
 
@@ -88,6 +90,7 @@ from typing import IO, Any
 import psutil
 
 from graphrun.errors import ArgumentError
+from graphrun.machine.trainer_env import trainer_openmp
 from graphrun.parent import exit_with
 from graphrun.streams import Pending, StreamLimits, json_object
 
@@ -563,6 +566,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     wrong = private_dir(args.socket)
     if wrong is not None:
         raise ArgumentError(f"--socket: {wrong}")
+    # torch imported as the trainers it forks import it: with their OpenMP waiting (a job
+    # of this host that sets its own is started on its own: its import environment differs)
+    os.environ.update(trainer_openmp(os.environ))
     server = WarmServer(args.socket)  # listens at once: requests wait for the imports
     server.preload()
     server.serve()

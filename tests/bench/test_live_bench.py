@@ -8,6 +8,7 @@ import os
 import pytest
 
 from graphrun.cli import main
+from graphrun.machine.trainer_env import TRAINER_OPENMP, sets_waiting
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -34,6 +35,10 @@ def test_live_bench_reports_every_measure_of_the_issue(capsys: pytest.CaptureFix
     assert [len(v) for v in out["epochs_s"].values()] == [2, 2] and out["epoch_pairs"] == 2
     assert out["trainer_threads"] == 1
     assert out["trainer_omp_wait_policy"] == os.environ.get("OMP_WAIT_POLICY", "")
+    # its epochs' trainer waits as a job's CPU trainers do (machine.trainer_env)
+    own = sets_waiting(os.environ)
+    spins = os.environ.get("GOMP_SPINCOUNT", "") if own else TRAINER_OPENMP["GOMP_SPINCOUNT"]
+    assert out["trainer_gomp_spincount"] == spins
     cpu = out["epoch_cpu_s"]  # (the servers' and the writer's in clock ticks: maybe 0 here)
     assert cpu["undisturbed"]["trainer"] > 0 and cpu["ingesting"]["trainer"] > 0
     assert all(v[k] >= 0 for v in cpu.values() for k in ("servers", "writer"))

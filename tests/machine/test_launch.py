@@ -7,8 +7,8 @@ import json
 import pytest
 
 from graphrun.errors import SpecError
-from graphrun.machine.launch import MachineLaunch, Servers
-from graphrun.names import Endpoint
+from graphrun.machine.launch import MachineLaunch, RoleLaunch, Servers
+from graphrun.names import Endpoint, RoleName
 
 MAIN, BACKUP, REPLICA, SECOND = (Endpoint("10.0.0.1", p) for p in (1, 2, 3, 4))
 PART = Servers(of="partition 0", main=(MAIN, BACKUP), replicas=(REPLICA,))
@@ -64,3 +64,32 @@ def test_a_plan_of_another_version_is_refused_naming_the_file(tmp_path):
     (tmp_path / "v3.json").write_text(json.dumps({**data, "version": 3}))
     with pytest.raises(SpecError, match=r"v3\.json: field 'version' is 3; this .* reads version 2"):
         MachineLaunch.read(tmp_path / "v3.json")
+
+
+def test_cpu_trainers_spin_less_unless_the_job_or_the_machine_sets_openmp_s_waiting():
+    py, t = ("python", "-m"), "graphrun.machine.trainer"
+    roles = (
+        RoleLaunch.of("store", RoleName.store(0), (*py, "graphrun", "serve"), {"PYTHONPATH": "/s"}),
+        RoleLaunch.of("trainer", RoleName.trainer(0), (*py, t)),
+        RoleLaunch.of("trainer", RoleName.trainer(1), (*py, t, "--gpu", "0")),
+        RoleLaunch.of("trainer", RoleName.trainer(2), (*py, t),
+                      {"OMP_WAIT_POLICY": "PASSIVE"}),  # the job's own
+        RoleLaunch.of("trainer", RoleName.trainer(3), (*py, t),
+                      {"OMP_NUM_THREADS": "2"}),  # threads, not waiting
+    )  # fmt: skip
+    launch = MachineLaunch(machine="m0", roles=roles)
+
+    def envs(inherited: dict[str, str]) -> list[dict[str, str]]:
+        return [r.env for r in launch.with_trainer_openmp(inherited).roles]
+
+    assert envs({"PATH": "/bin"}) == [
+        {"PYTHONPATH": "/s"},  # a store server: its torch, if any, has one thread
+        {"GOMP_SPINCOUNT": "20000"},
+        {},  # a GPU trainer
+        {"OMP_WAIT_POLICY": "PASSIVE"},
+        {"OMP_NUM_THREADS": "2", "GOMP_SPINCOUNT": "20000"},
+    ]
+    # the worker's own environment (a pod's, the launcher's shell) says how to wait
+    for inherited in ({"GOMP_SPINCOUNT": "5000"}, {"OMP_WAIT_POLICY": "ACTIVE"}):
+        assert envs(inherited)[1] == {} and envs(inherited)[4] == {"OMP_NUM_THREADS": "2"}
+    assert launch.with_trainer_openmp({}).roles[0] is roles[0]

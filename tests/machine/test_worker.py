@@ -24,11 +24,13 @@ def at(port: int) -> Endpoint:
     return Endpoint("127.0.0.1", port)
 
 
-def run_worker(tmp_path: Path, launch: MachineLaunch) -> subprocess.CompletedProcess[str]:
+def run_worker(
+    tmp_path: Path, launch: MachineLaunch, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     plan = launch.write(tmp_path / f"{launch.machine}.json")
     argv = [sys.executable, "-m", "graphrun", "worker", "--plan", str(plan)]
     argv += ["--status-dir", str(tmp_path / "status"), "--grace", "1"]
-    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
 
 
 def test_trainer_only_machine_exits_0_when_its_trainers_are_done(tmp_path: Path) -> None:
@@ -77,6 +79,23 @@ def test_a_replica_stands_in_for_a_primary_that_is_not_up(tmp_path: Path) -> Non
         "timed out after 1s waiting for the store servers of other machines "
         f"(partition 1: 127.0.0.1:{dead}, replica 127.0.0.1:{never})"
     )
+
+
+def test_a_cpu_trainer_spins_less_unless_the_worker_s_environment_says_how_to_wait(
+    tmp_path: Path,
+) -> None:
+    code = "import os; print('waits', *map(os.environ.get, ('GOMP_SPINCOUNT', 'OMP_WAIT_POLICY')))"
+    launch = MachineLaunch(machine="m1", roles=(fake_trainer(RoleName.trainer(0), "m1", code),))
+    plain = {k: v for k, v in os.environ.items()
+             if k != "OMP_WAIT_POLICY" and not k.startswith("GOMP_")}  # fmt: skip
+    out = run_worker(tmp_path, launch, plain)
+    assert out.returncode == 0, out.stderr
+    assert "waits 20000 None" in out.stdout  # machine.trainer_env.TRAINER_OPENMP
+    # a pod's (or the launcher's shell's) own waiting is the trainer's
+    out = run_worker(tmp_path, launch, {**plain, "OMP_WAIT_POLICY": "PASSIVE"})
+    assert "waits None PASSIVE" in out.stdout, out.stderr
+    out = run_worker(tmp_path, launch, {**plain, "GOMP_SPINCOUNT": "100"})
+    assert "waits 100 None" in out.stdout, out.stderr
 
 
 def test_machine_without_roles_exits_0(tmp_path: Path) -> None:
