@@ -241,8 +241,12 @@ class GraphWriter:
         body: dict[str, object] = {"nodes": plan.node_counts(), "edges": plan.edge_counts()}
         if carried:  # the last submit's decisions ride with it: no live_decide each
             body["decided"] = [[f.version, f.commit] for f in carried]
-        begun = self.client.session.request(0, "live_begin", body,
-                                            tensors=(plan.orig_by_part(),))  # fmt: skip
+        tensors = [plan.orig_by_part()]
+        own = plan.folded()  # partition 0's piece rides in the begin: one request there
+        if own is not None:
+            body["piece"] = own[0]
+            tensors += own[1]
+        begun = self.client.session.request(0, "live_begin", body, tensors=tensors)
         new = _Flight(plan, begun)
         for f in carried:
             f.carrier = new
@@ -294,10 +298,12 @@ class GraphWriter:
                 reply = self._begun(f)
                 f.version = int(reply.body["version"])
                 f.plan.give_ids(reply.body["nodes"], reply.body["edges"])
-                f.pieces = {p: f.plan.wire(p, f.version) for p in f.plan.parts()}
+                f.stage = "prepare"  # begun: a refusal from here on aborts it
+                held = _own_held(reply)
+                parts = [p for p in f.plan.parts() if p != 0 or not held]
+                f.pieces = {p: f.plan.wire(p, f.version) for p in parts}
                 f.deadline = time.monotonic() + self.retry_timeout
-                self._send_prepares(f, list(f.pieces))
-                f.stage = "prepare"
+                self._send_prepares(f, parts)
             elif f.stage == "prepare":
                 self._collect_prepares(f)
                 self._decide(f, commit=True)
@@ -448,6 +454,19 @@ class GraphWriter:
             self.flush()
         finally:
             self._reap_commits()
+
+
+def _own_held(reply: Message) -> bool:
+    """Whether partition 0's piece rode in this ``live_begin`` and is held there (not:
+    none rode, or it was told ``retry_after``, or the server predates it: it goes as a
+    ``live_prepare``); its refusal is raised."""
+    own = reply.body.get("piece")
+    if not isinstance(own, dict):
+        return False
+    if "refused" in own:
+        kind = ArgumentError if own.get("error") == "ArgumentError" else StoreError
+        raise kind(str(own["refused"]))
+    return "held" in own
 
 
 @dataclass
