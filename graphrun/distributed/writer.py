@@ -15,7 +15,9 @@ A batch is what was added since the last ``commit``. Ids: graph ids are homogene
 included; :meth:`GraphWriter.lookup` gives graph ids afterwards.
 
 ``commit`` runs the two-phase commit of :mod:`graphrun.store.live_ops`: ``live_begin``
-(a version and ids), ``live_prepare`` of each partition's piece in parallel (checked
+(a version and ids; partition 0's piece rides in it, numbered and held there:
+:meth:`Plan.folded <graphrun.distributed.writer_plan.Plan.folded>`), ``live_prepare``
+of each other partition's piece in parallel (checked
 wholly there; a partition past 3/4 of its delta bound answers ``retry_after`` and the
 piece is sent again after that wait: slowed, not dropped), then ``live_decide`` (the
 acknowledgement; partition 0's piece is applied there as decided) and ``live_commit``
@@ -33,7 +35,7 @@ and returns their versions. A decision rides to a partition in the next piece se
 there (``live_prepare``'s ``decided``: no ``live_commit`` a batch) and to the sequencer
 in the next ``live_begin`` (its ``decided``: no ``live_decide`` a batch; its answer is
 the acknowledgement; a refused begin took none, they go as ``live_decide`` then), so
-each partition serves one request a batch and the sequencer two; ``flush()`` sends those
+each partition serves one request a batch, the sequencer too; ``flush()`` sends those
 left as ``live_decide`` and ``live_commit``, as ``commit()`` does each batch. Each batch
 is applied whole at its own version (the sequencer's order); a refused one is aborted
 alone and raised by the next ``submit`` or ``flush`` once none is in flight. A batch
