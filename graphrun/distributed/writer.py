@@ -15,7 +15,9 @@ A batch is what was added since the last ``commit``. Ids: graph ids are homogene
 included; :meth:`GraphWriter.lookup` gives graph ids afterwards.
 
 ``commit`` runs the two-phase commit of :mod:`graphrun.store.live_ops`: ``live_begin``
-(a version and ids), ``live_prepare`` of each partition's piece in parallel (checked
+(a version and ids; partition 0's piece rides in it, numbered and held there:
+:meth:`Plan.folded <graphrun.distributed.writer_plan.Plan.folded>`), ``live_prepare``
+of each other partition's piece in parallel (checked
 wholly there; a partition past 3/4 of its delta bound answers ``retry_after`` and the
 piece is sent again after that wait: slowed, not dropped), then ``live_decide`` (the
 acknowledgement; partition 0's piece is applied there as decided) and ``live_commit``
@@ -33,7 +35,7 @@ and returns their versions. A decision rides to a partition in the next piece se
 there (``live_prepare``'s ``decided``: no ``live_commit`` a batch) and to the sequencer
 in the next ``live_begin`` (its ``decided``: no ``live_decide`` a batch; its answer is
 the acknowledgement; a refused begin took none, they go as ``live_decide`` then), so
-each partition serves one request a batch and the sequencer two; ``flush()`` sends those
+each partition serves one request a batch, the sequencer too; ``flush()`` sends those
 left as ``live_decide`` and ``live_commit``, as ``commit()`` does each batch. Each batch
 is applied whole at its own version (the sequencer's order); a refused one is aborted
 alone and raised by the next ``submit`` or ``flush`` once none is in flight. A batch
@@ -241,8 +243,12 @@ class GraphWriter:
         body: dict[str, object] = {"nodes": plan.node_counts(), "edges": plan.edge_counts()}
         if carried:  # the last submit's decisions ride with it: no live_decide each
             body["decided"] = [[f.version, f.commit] for f in carried]
-        begun = self.client.session.request(0, "live_begin", body,
-                                            tensors=(plan.orig_by_part(),))  # fmt: skip
+        tensors = [plan.orig_by_part()]
+        own = plan.folded()  # partition 0's piece rides in the begin: one request there
+        if own is not None:
+            body["piece"] = own[0]
+            tensors += own[1]
+        begun = self.client.session.request(0, "live_begin", body, tensors=tensors)
         new = _Flight(plan, begun)
         for f in carried:
             f.carrier = new
@@ -294,10 +300,12 @@ class GraphWriter:
                 reply = self._begun(f)
                 f.version = int(reply.body["version"])
                 f.plan.give_ids(reply.body["nodes"], reply.body["edges"])
-                f.pieces = {p: f.plan.wire(p, f.version) for p in f.plan.parts()}
+                f.stage = "prepare"  # begun: a refusal from here on aborts it
+                held = _own_held(reply)
+                parts = [p for p in f.plan.parts() if p != 0 or not held]
+                f.pieces = {p: f.plan.wire(p, f.version) for p in parts}
                 f.deadline = time.monotonic() + self.retry_timeout
-                self._send_prepares(f, list(f.pieces))
-                f.stage = "prepare"
+                self._send_prepares(f, parts)
             elif f.stage == "prepare":
                 self._collect_prepares(f)
                 self._decide(f, commit=True)
@@ -448,6 +456,19 @@ class GraphWriter:
             self.flush()
         finally:
             self._reap_commits()
+
+
+def _own_held(reply: Message) -> bool:
+    """Whether partition 0's piece rode in this ``live_begin`` and is held there (not:
+    none rode, or it was told ``retry_after``, or the server predates it: it goes as a
+    ``live_prepare``); its refusal is raised."""
+    own = reply.body.get("piece")
+    if not isinstance(own, dict):
+        return False
+    if "refused" in own:
+        kind = ArgumentError if own.get("error") == "ArgumentError" else StoreError
+        raise kind(str(own["refused"]))
+    return "held" in own
 
 
 @dataclass

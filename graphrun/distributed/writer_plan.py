@@ -249,8 +249,24 @@ class Plan:
     def wire(self, p: int, version: int) -> tuple[dict[str, object], list[np.ndarray]]:
         """``live_prepare``'s body and tensors of :meth:`piece` (its arrays as they are:
         no copy into bytes)."""
-        a = self._arrays(p)
-        tensors: list[np.ndarray] = []
+        return self._wire(self._arrays(p), version, [])
+
+    def folded(self) -> tuple[dict[str, object], list[np.ndarray]] | None:
+        """Partition 0's piece for ``live_begin`` to carry, before any id is given (None:
+        the batch has none there): no ``new_nodes`` (the sequencer fills in its run), new
+        edges as ``[2, m]`` src, dst (it adds their ids), a new node of the batch among
+        the ends as ``-(k + 1)``, ``k`` its place in :meth:`orig_by_part`; the tensors
+        numbered from 1 (tensor 0 is :meth:`orig_by_part`)."""
+        if 0 not in self.parts():
+            return None
+        return self._wire(self._arrays(0, numbered=False), 0, [self.orig[:0]])
+
+    def _wire(
+        self, a: _PieceArrays, version: int, tensors: list[np.ndarray]
+    ) -> tuple[dict[str, object], list[np.ndarray]]:
+        """The body of ``a`` at ``version``, its arrays appended to ``tensors`` (the
+        body names their indexes); the tensors past those given."""
+        first = len(tensors)
 
         def put(x: np.ndarray) -> int:
             tensors.append(np.ascontiguousarray(x))
@@ -267,7 +283,7 @@ class Plan:
             edge_features={k: put(r) for k, r in a.edge_feats.items()},
             updates={k: (put(i), put(r)) for k, (i, r) in a.updates.items()},
         )  # fmt: skip
-        return msgspec.to_builtins(wire), tensors
+        return msgspec.to_builtins(wire), tensors[first:]
 
     def _split(self) -> list[list[np.ndarray]]:
         """Each partition's new nodes, edges and deletions (positions, in batch order):
@@ -288,7 +304,22 @@ class Plan:
         out[2] = self._eids[p]
         return out
 
-    def _arrays(self, p: int) -> _PieceArrays:
+    def _unnumbered_ends(self, pos: np.ndarray) -> np.ndarray | None:
+        """``[src, dst]`` of new edges at ``pos`` before ids are given: a new node of the
+        batch as ``-(k + 1)``, ``k`` its place in :meth:`orig_by_part` (see :meth:`folded`)."""
+        if not len(pos):
+            return None
+        out = np.stack([self.src[pos], self.dst[pos]])
+        new = out < 0
+        if new.any():
+            place = np.empty(len(self.orig), np.int64)
+            place[np.argsort(self.node_part, kind="stable")] = np.arange(len(self.orig))
+            out[new] = -place[-out[new] - 1] - 1
+        return out
+
+    def _arrays(self, p: int, numbered: bool = True) -> _PieceArrays:
+        """Partition ``p``'s piece as arrays; not ``numbered``: before ids are given
+        (no new nodes' ids, new edges' ends alone: :meth:`folded`)."""
         nodes, edges, deleted = (pos[p] for pos in self._split())
         b = self.batch
         node_feats = _rows_of(b.feats, self.ntype, nodes, lambda k: self.book.ntype_id(k.type))
@@ -303,9 +334,11 @@ class Plan:
         def some(x: np.ndarray, pos: np.ndarray) -> np.ndarray | None:
             return x[..., pos] if len(pos) else None
 
+        node_ids = some(self.node_id, nodes) if numbered else None
+        new_edges = self._edge_rows(p, edges) if numbered else self._unnumbered_ends(edges)
         return _PieceArrays(
-            some(self.node_id, nodes), some(self.ntype, nodes), some(self.orig, nodes),
-            self._edge_rows(p, edges), some(self.etype, edges), some(self.deleted, deleted),
+            node_ids, some(self.ntype, nodes), some(self.orig, nodes),
+            new_edges, some(self.etype, edges), some(self.deleted, deleted),
             node_feats, edge_feats, updates,
         )  # fmt: skip
 

@@ -4,9 +4,11 @@
 op             body -> reply
 =============  ===========================================================================
 live_begin     nodes, edges [count per part], decided ([[version, commit]]: earlier versions'
-               ``live_decide``, carried); tensors (the new nodes' orig ids, in part order,)
-               -> version, nodes, edges ([[start, count]] runs per part); with ``decided``
-               also decided ([[version, committed]]), head         (sequencer; write_graph)
+               ``live_decide``, carried), piece (partition 0's, unnumbered: live_wire's
+               ``numbered_piece``); tensors (the new nodes' orig ids, in part order; the
+               piece's) -> version, nodes, edges ([[start, count]] runs per part), piece
+               (as live_prepare's answer, or refused, error); with ``decided`` also
+               decided ([[version, committed]]), head              (sequencer; write_graph)
 live_prepare   piece (a :class:`PieceWire`), seq (the sequencer's address), seq_replicas
                (its replicas'), decided ([[version, commit]] of earlier pieces: their
                ``live_commit``, carried); the piece's arrays as tensors -> {"held": true}
@@ -30,13 +32,14 @@ version up to it is decided. A version left undecided for
 Every main server keeps its :class:`~graphrun.store.live.LiveDelta`. ``live_prepare``
 checks a piece wholly (:func:`~graphrun.store.live_check.check_piece`) and holds it
 pending; past 3/4 of the delta's bound it answers ``retry_after`` instead (the writer
-waits: slowed, never dropped). A read at version ``V`` (:func:`view`) first settles the
-pending pieces ``<= V`` by asking the sequencer their fate (the writer's ``live_commit``
-may not have arrived yet: ``V <= head`` means they are decided). A pipelined writer
-carries its decisions in its next requests (``decided``): a partition's in the next
-``live_prepare`` there (no ``live_commit`` each), the sequencer's in the next
-``live_begin`` (no ``live_decide`` each; synced with its version; a refused begin takes
-none); ``flush`` sends the rest.
+waits: slowed, never dropped); ``live_begin`` holds partition 0's piece so (one request
+a batch there; a refused piece is answered, its version aborted by the writer). A read
+at version ``V`` (:func:`view`) first settles the pending pieces ``<= V`` by asking the
+sequencer their fate (the writer's ``live_commit`` may not have arrived yet: ``V <=
+head`` means they are decided). A pipelined writer carries its decisions in its next
+requests (``decided``): a partition's in the next ``live_prepare`` there (no
+``live_commit`` each), the sequencer's in the next ``live_begin`` (no ``live_decide``
+each; synced with its version; a refused begin takes none); ``flush`` sends the rest.
 The lowest version held is published in the shared ``deletions`` segment (``[2]``), so
 co-located clients read shared memory only while nothing is held at their version.
 
@@ -63,7 +66,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import msgspec
 import numpy as np
 
 from graphrun.errors import ArgumentError, StoreError
@@ -71,11 +73,11 @@ from graphrun.names import TensorKey
 from graphrun.store.live import (
     LIVE_DECIDE_TIMEOUT_S,
     LIVE_RETRY_AFTER_S,
-    MAX_LIVE_NODES,
     MAX_PIECE_ROWS,
     MAX_UNDECIDED,
     Blocks,
     LiveDelta,
+    Piece,
     growth_ids,
 )
 from graphrun.store.live_check import Schema, check_piece, schema_of
@@ -90,14 +92,23 @@ from graphrun.store.live_log import (
 from graphrun.store.live_log import apply as log_apply
 from graphrun.store.live_log import decide as log_decide
 from graphrun.store.live_seq import (
+    Begun,
     SeqLink,
     Sequencer,
     base_lookup,
     check_addresses,
+    check_begin,
     check_decided,
     check_new_orig,
 )
-from graphrun.store.live_wire import PieceWire, piece_from_wire
+from graphrun.store.live_wire import (
+    BeginBody,
+    DecideBody,
+    FateBody,
+    PrepareBody,
+    numbered_piece,
+    piece_from_wire,
+)
 from graphrun.store.registry import AfterSync, Registry, Request, Response
 from graphrun.store.state import ServerState, StoredTensor
 
@@ -113,31 +124,6 @@ LIVE_COUNTER = 2  # the deletions segment's slot: the lowest version held (0: no
 LIVE_ROWS_COUNTER = 3  # its slot of the lowest version that overwrites base rows (0: none)
 SETTLE_EVERY_S = 5.0  # a partition's tick asks about stale pieces at most this often
 MAX_DECIDED = MAX_UNDECIDED  # earlier pieces' decisions one live_prepare carries
-
-
-# ---- request bodies
-
-
-class BeginBody(msgspec.Struct, frozen=True):
-    nodes: list[int]  # new nodes per partition
-    edges: list[int]  # new edges per partition
-    decided: list[tuple[int, bool]] = msgspec.field(default_factory=list)  # live_decide's
-
-
-class PrepareBody(msgspec.Struct, frozen=True):
-    piece: PieceWire
-    seq: str = ""  # the sequencer's address (a partition asks it the fate of a piece)
-    seq_replicas: list[str] = msgspec.field(default_factory=list)  # then its replicas'
-    decided: list[tuple[int, bool]] = msgspec.field(default_factory=list)  # live_commit's
-
-
-class DecideBody(msgspec.Struct, frozen=True):
-    version: int
-    commit: bool
-
-
-class FateBody(msgspec.Struct, frozen=True):
-    version: int
 
 
 # ---- the state
@@ -281,48 +267,58 @@ def live_begin(state: ServerState, req: Request) -> Response:
     w = req.body.get("w")
     again = seq.answers.get((req.session, w)) if isinstance(w, int) else None
     if again is not None:  # sent again after a failover: the same ids (its decisions stand)
-        return _answer(state, seq, body, again[1])
-    parts = state.book.num_parts
-    for name, counts in (("nodes", body.nodes), ("edges", body.edges)):
-        if len(counts) != parts or any(c < 0 or c > MAX_PIECE_ROWS for c in counts):
-            raise ArgumentError(
-                f"{req.op}: field {name!r} must give {parts} counts in [0, {MAX_PIECE_ROWS}]"
-            )
+        return _answer(state, seq, body, again, _own_piece(state, live, req, body, again))
     orig = req.tensors[0] if req.tensors else np.empty(0, np.int64)
-    if orig.ndim != 1 or orig.dtype != np.int64 or len(orig) != sum(body.nodes):
-        raise ArgumentError(f"{req.op}: tensor 0 must be the {sum(body.nodes)} new nodes' "
-                            f"original ids (1-d int64), got {orig.dtype} {orig.shape}")  # fmt: skip
     deciding = [DecidedRecord(v, c) for v, c in body.decided if v in seq.begun]
-    if len(seq.begun) - len({r.version for r in deciding}) >= MAX_UNDECIDED:
-        raise StoreError(f"{req.op}: {MAX_UNDECIDED} versions are begun and undecided; "
-                         "decide them first (or wait for their timeout)")  # fmt: skip
-    held = len(seq.orig) + sum(len(m) for m in seq.orig_pending.values())
-    if held + len(orig) > MAX_LIVE_NODES:
-        raise StoreError(f"{req.op}: the live graph would hold more than {MAX_LIVE_NODES} "
-                         "new nodes (MAX_LIVE_NODES): compaction must run first")  # fmt: skip
+    deciding_n = len({r.version for r in deciding})
+    check_begin(seq, state.book.num_parts, body.nodes, body.edges, orig, deciding_n, req.op)
     check_new_orig(seq, live.base_orig, orig, req.op)
     record = BegunRecord(seq.next_version, body.nodes, body.edges, orig.tobytes())
     if live.log is not None:
         live.log.room(record, *deciding)  # a full log refuses before anything is handed out
-    version, nodes, edges = seq.begin(body.nodes, body.edges, orig, time.monotonic())
-    answer: dict[str, object] = {"version": version, "nodes": nodes, "edges": edges}
+    begun = seq.begin(body.nodes, body.edges, orig, time.monotonic())
     if isinstance(w, int) and req.session:
-        seq.answers[(req.session, w)] = (version, answer)
+        seq.answers[(req.session, w)] = begun
     if live.log is not None:  # durable before the writer hears of the version
         for r in deciding:
             live.log.write(r, sync=False)
         live.log.write(record, sync=False)
-    return _answer(state, seq, body, answer)
+    return _answer(state, seq, body, begun, _own_piece(state, live, req, body, begun))
 
 
-def _answer(state: ServerState, seq: Sequencer, b: BeginBody, out: dict[str, object]) -> Response:
-    """``live_begin``'s answer ``out`` with its carried decisions taken (after the sync)."""
+def _own_piece(
+    state: ServerState, live: LivePart, req: Request, body: BeginBody, begun: Begun
+) -> _Held | None:
+    """Partition 0's piece, carried by ``live_begin``, numbered with the ids ``begun``
+    gave and held as ``live_prepare`` holds one (None: the begin carries none). A
+    refused piece is answered (``refused``, ``error``: the version stands, its writer
+    aborts it), not raised: the ids are handed out."""
+    wire = body.piece
+    if wire is None:
+        return None
+    try:
+        return _hold(state, live, req, begun[0], lambda: numbered_piece(req, wire, *begun))
+    except (ArgumentError, StoreError) as exc:
+        return _Held({"refused": str(exc), "error": type(exc).__name__})
+
+
+def _answer(
+    state: ServerState, seq: Sequencer, b: BeginBody, begun: Begun, own: _Held | None
+) -> Response:
+    """``live_begin``'s answer (``begun``'s version and ids) with its carried decisions
+    taken (after the sync) and what became of partition 0's piece (``own``: ``piece``)."""
+    version, nodes, edges = begun
+    out: dict[str, object] = {"version": version, "nodes": nodes, "edges": edges}
+    if own is not None:
+        out["piece"] = own.out
 
     def taken() -> Response:
         outcome = [[v, _take(state, seq, v, commit)] for v, commit in b.decided]
         return Response({**out, "decided": outcome, "head": seq.head} if b.decided else out)
 
-    return taken() if live_of(state).log is None else Response(after_sync=AfterSync(taken))
+    if live_of(state).log is None:
+        return taken()
+    return Response(after_sync=AfterSync(taken, own.drop) if own else AfterSync(taken))
 
 
 def _take(state: ServerState, seq: Sequencer, version: int, commit: bool) -> bool:
@@ -401,21 +397,45 @@ def live_prepare(state: ServerState, req: Request) -> Response:
     if body.seq:
         check_addresses(body.seq, body.seq_replicas, req.op)
         live.seq_link.point(body.seq, body.seq_replicas)
-    if body.decided:  # earlier pieces' live_commit, carried: applied whatever this one's fate
-        for v, commit in body.decided:
-            log_apply(live.log, live.delta, v, commit)
+    for v, commit in body.decided:  # earlier pieces' live_commit: applied whatever its fate
+        log_apply(live.log, live.delta, v, commit)
+    if body.decided:
         publish(state, live)
-    version = body.piece.version
-    held = Response({"held": True})
+    return _respond(live, _hold(state, live, req, body.piece.version,
+                                lambda: piece_from_wire(req, body.piece)))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Held:
+    """:func:`_hold`'s answer (held, retry_after); ``drop`` undoes it if the sync fails."""
+
+    out: dict[str, object]
+    drop: Callable[[], None] = lambda: None
+
+
+def _respond(live: LivePart, h: _Held) -> Response:
+    """The answer, once the turn's sync made the piece durable (with a log)."""
+    if live.log is None:
+        return Response(h.out)
+    return Response(after_sync=AfterSync(lambda: Response(h.out), h.drop))
+
+
+def _hold(
+    state: ServerState, live: LivePart, req: Request, version: int, make: Callable[[], Piece]
+) -> _Held:
+    """Check and hold the piece ``make()`` builds at ``version`` (``live_prepare``'s, or
+    partition 0's in ``live_begin``), logged; a piece sent again is held already; past
+    3/4 of the delta's bound: ``retry_after``. Raises the piece's refusal."""
+    held: dict[str, object] = {"held": True}
     if version in live.delta.pending or version in live.delta.committed:
         # sent again (after a retry_after elsewhere): answered once it is on the disk
-        return held if live.log is None else Response(after_sync=AfterSync(lambda: held))
+        return _Held(held)
     if version <= live.delta.floor:  # decided before the compaction: aborted
         raise StoreError(f"{req.op}: version {version} is at or below the compacted "
                          f"version {live.delta.floor} of partition {state.part}")  # fmt: skip
     if live.delta.slowed():
-        return Response({"retry_after": LIVE_RETRY_AFTER_S})
-    piece = piece_from_wire(req, body.piece)
+        return _Held({"retry_after": LIVE_RETRY_AFTER_S})
+    piece = make()
     batch = check_piece(piece, live.schema, live.delta, trusted=req.forwarded)
     live.delta.hold(batch, time.monotonic())
 
@@ -431,9 +451,7 @@ def live_prepare(state: ServerState, req: Request) -> Response:
             drop()
             raise
     publish(state, live)
-    if live.log is None:
-        return held
-    return Response(after_sync=AfterSync(lambda: held, drop))  # synced before "held"
+    return _Held(held, drop)
 
 
 def live_commit(state: ServerState, req: Request) -> Response:

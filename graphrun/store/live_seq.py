@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from graphrun.errors import ArgumentError, GraphrunError, RpcError, RpcTimeout, StoreError
-from graphrun.store.live import MAX_UNDECIDED, Blocks
+from graphrun.store.live import MAX_LIVE_NODES, MAX_PIECE_ROWS, MAX_UNDECIDED, Blocks
+from graphrun.store.live_wire import Runs
 from graphrun.store.replicas import is_fenced
 
 if TYPE_CHECKING:
@@ -34,6 +35,9 @@ log = logging.getLogger("graphrun.store")
 FATE_TIMEOUT_S = 2.0  # a partition asking the sequencer a piece's fate waits this long
 MAX_SEQ_ADDRESSES = 8  # the sequencer and its replicas, as a writer names them
 MAX_ADDRESS_LEN = 256
+
+
+Begun = tuple[int, Runs, Runs]  # a live_begin's version, node runs, edge runs
 
 
 @dataclass
@@ -50,14 +54,12 @@ class Sequencer:
     orig: dict[int, int] = field(default_factory=dict)  # orig id -> graph id (committed)
     orig_pending: dict[int, dict[int, int]] = field(default_factory=dict)  # version -> map
     base_orig: tuple[np.ndarray, np.ndarray] | None = None  # sorted orig ids, their ids
-    # (session, write id) -> (version, reply) of each live_begin still undecided: a
-    # writer that failed over sends the ones in flight (pipelined) again and gets the
-    # same answers (bounded by begun)
-    answers: dict[tuple[str, int], tuple[int, dict[str, object]]] = field(default_factory=dict)
+    # (session, write id) -> (version, node runs, edge runs) of each live_begin still
+    # undecided: a writer that failed over sends the ones in flight (pipelined) again and
+    # gets the same answers (bounded by begun)
+    answers: dict[tuple[str, int], Begun] = field(default_factory=dict)
 
-    def begin(
-        self, nodes: list[int], edges: list[int], orig: np.ndarray, now: float
-    ) -> tuple[int, list[list[tuple[int, int]]], list[list[tuple[int, int]]]]:
+    def begin(self, nodes: list[int], edges: list[int], orig: np.ndarray, now: float) -> Begun:
         """A new version and its ids: ``(version, node runs, edge runs)`` per partition."""
         version = self.next_version
         node_runs = [self.nodes.allocate(p, c) for p, c in enumerate(nodes)]
@@ -100,6 +102,31 @@ def check_decided(seq: Sequencer, decided: list[tuple[int, bool]], op: str) -> N
     for v, _ in decided:
         if not 0 < v < seq.next_version:
             raise ArgumentError(f"{op}: field 'decided': version {v} was never begun")
+
+
+def check_begin(
+    seq: Sequencer, parts: int, nodes: list[int], edges: list[int], orig: np.ndarray,
+    deciding: int, op: str,
+) -> None:  # fmt: skip
+    """The refusals of a ``live_begin`` before anything is handed out: its counts per
+    partition and new nodes' original ids (tensor 0) malformed (ArgumentError), or too
+    many versions undecided (less the ``deciding`` it decides) or new nodes held
+    (StoreError)."""
+    for name, counts in (("nodes", nodes), ("edges", edges)):
+        if len(counts) != parts or any(c < 0 or c > MAX_PIECE_ROWS for c in counts):
+            raise ArgumentError(
+                f"{op}: field {name!r} must give {parts} counts in [0, {MAX_PIECE_ROWS}]"
+            )
+    if orig.ndim != 1 or orig.dtype != np.int64 or len(orig) != sum(nodes):
+        raise ArgumentError(f"{op}: tensor 0 must be the {sum(nodes)} new nodes' original "
+                            f"ids (1-d int64), got {orig.dtype} {orig.shape}")  # fmt: skip
+    if len(seq.begun) - deciding >= MAX_UNDECIDED:
+        raise StoreError(f"{op}: {MAX_UNDECIDED} versions are begun and undecided; "
+                         "decide them first (or wait for their timeout)")  # fmt: skip
+    held = len(seq.orig) + sum(len(m) for m in seq.orig_pending.values())
+    if held + len(orig) > MAX_LIVE_NODES:
+        raise StoreError(f"{op}: the live graph would hold more than {MAX_LIVE_NODES} "
+                         "new nodes (MAX_LIVE_NODES): compaction must run first")  # fmt: skip
 
 
 def check_new_orig(

@@ -6,8 +6,11 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from graphrun.store.live import Piece, Rows
+from graphrun.errors import ArgumentError
+from graphrun.store.live import Piece, Rows, run_ids
 from graphrun.store.registry import Request
+
+Runs = list[list[tuple[int, int]]]  # [(start, count), ...] per partition
 
 
 class PieceWire(msgspec.Struct, frozen=True, kw_only=True):
@@ -24,6 +27,32 @@ class PieceWire(msgspec.Struct, frozen=True, kw_only=True):
     edge_features: dict[str, int] = msgspec.field(default_factory=dict)
     deleted_edges: int | None = None
     updates: dict[str, tuple[int, int]] = msgspec.field(default_factory=dict)
+
+
+# ---- the live graph's request bodies (store/live_ops.py)
+
+
+class BeginBody(msgspec.Struct, frozen=True):
+    nodes: list[int]  # new nodes per partition
+    edges: list[int]  # new edges per partition
+    decided: list[tuple[int, bool]] = msgspec.field(default_factory=list)  # live_decide's
+    piece: PieceWire | None = None  # partition 0's, unnumbered (numbered_piece)
+
+
+class PrepareBody(msgspec.Struct, frozen=True):
+    piece: PieceWire
+    seq: str = ""  # the sequencer's address (a partition asks it the fate of a piece)
+    seq_replicas: list[str] = msgspec.field(default_factory=list)  # then its replicas'
+    decided: list[tuple[int, bool]] = msgspec.field(default_factory=list)  # live_commit's
+
+
+class DecideBody(msgspec.Struct, frozen=True):
+    version: int
+    commit: bool
+
+
+class FateBody(msgspec.Struct, frozen=True):
+    version: int
 
 
 def piece_to_wire(piece: Piece) -> tuple[dict[str, object], list[np.ndarray]]:
@@ -80,3 +109,46 @@ def piece_from_wire(req: Request, wire: PieceWire) -> Piece:
             for k, (i, j) in wire.updates.items()
         },
     )
+
+
+def numbered_piece(
+    req: Request, wire: PieceWire, version: int, node_runs: Runs, edge_runs: Runs
+) -> Piece:
+    """Partition 0's piece as ``live_begin`` carries it, numbered by the sequencer with
+    what it handed out (``version``, ``[(start, count), ...]`` runs per partition): its
+    new nodes' ids (partition 0's run), its new edges' ids (a third row under the
+    ``[2, m]`` src, dst the writer sent), and the batch's new nodes among the ends,
+    sent as ``-(k + 1)`` for the ``k``-th original id of the begin (in partition order:
+    the ``k``-th id of the runs). ArgumentError naming the field if the piece names ids
+    of its own there or an end names no new node of the batch."""
+    new_ids = run_ids([r for runs in node_runs for r in runs])
+    node_ids = new_ids[: sum(c for _, c in node_runs[0])]  # partition 0's come first
+    edge_ids = run_ids(edge_runs[0])
+    if wire.new_nodes is not None:
+        raise ArgumentError(f"{req.op}: piece.new_nodes is the sequencer's to fill")
+    piece = piece_from_wire(req, wire)
+    edges = np.empty((3, 0), np.int64)
+    if piece.new_edges is not None:
+        ends = piece.new_edges.array("piece.new_edges")
+        if ends.ndim != 2 or ends.shape[0] != 2 or ends.dtype != np.int64:
+            raise ArgumentError(f"{req.op}: piece.new_edges must be int64 [2, m] (src, dst), "
+                                f"got {ends.dtype} {ends.shape}")  # fmt: skip
+        if ends.shape[1] != len(edge_ids):
+            raise ArgumentError(f"{req.op}: piece.new_edges has {ends.shape[1]} edges, the "
+                                f"begin counts {len(edge_ids)} for partition 0")  # fmt: skip
+        edges = np.empty((3, ends.shape[1]), np.int64)
+        edges[:2] = ends
+        edges[2] = edge_ids
+        new = edges[:2] < 0
+        if new.any():
+            k = -edges[:2][new] - 1
+            if int(k.max()) >= len(new_ids):
+                raise ArgumentError(f"{req.op}: piece.new_edges names new node "
+                                    f"{int(k.max())} of {len(new_ids)}")  # fmt: skip
+            edges[:2][new] = new_ids[k]
+    elif len(edge_ids):
+        raise ArgumentError(f"{req.op}: piece.new_edges is missing ({len(edge_ids)} edges)")
+    return msgspec.structs.replace(
+        piece, version=version, new_nodes=Rows.of(node_ids) if len(node_ids) else None,
+        new_edges=Rows.of(edges) if edges.shape[1] else None,
+    )  # fmt: skip

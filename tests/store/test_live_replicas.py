@@ -120,6 +120,27 @@ def test_a_replica_holds_the_acknowledged_pieces_of_its_partition(machines, keys
         assert r.session.failovers[0][2] == machines.replicas[1].address
 
 
+def test_the_sequencer_s_replica_holds_partition_0s_piece_of_the_forwarded_begin(machines, keys):
+    """Partition 0's piece rides in the live_begin: the forward of that one request
+    gives partition 0's replica the version and the piece (no live_prepare there)."""
+    servers = [p.address for p in machines.primaries]
+    with KVClient(ClientConfig(servers, keys=keys, timeout=10)) as c:
+        base = in_edges(c, np.asarray([3], np.int64))[0]
+        w = GraphWriter(c)
+        w.add_nodes("_N", [10**9], node_rows(c, 1, 4.0))
+        w.add_edges("_E", [10**9, 10**9], load_id_mapping(machines.parts).orig_nids[[3, 3]],
+                    orig=True)  # fmt: skip
+        v = w.commit()
+        new = int(w.lookup([10**9])[0])
+    assert "live_prepare" not in stats(machines.primaries[0], machines.key_file)["served"]
+    machines.primaries[0].kill()
+    with KVClient(machines.config(keys, timeout=5)) as r:
+        assert r.follow() == v
+        assert (r.pull(FEAT, [new]) == 4.0).all()
+        got = in_edges(r, np.asarray([3], np.int64))[0] - base
+        assert len(got) == 2 and all(e >= r.book.num_edges for e in got)
+
+
 @pytest.mark.parametrize("lost", [0, 1], ids=["sequencer-machine", "partition-machine"])
 def test_losing_a_machine_mid_ingest_loses_no_acknowledged_write(machines, keys, lost):
     """Machine ``lost`` (a primary, the other partition's replica and its disk) goes
