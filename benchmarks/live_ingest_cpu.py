@@ -7,6 +7,7 @@ says little).
     WINDOW=4 python benchmarks/live_ingest_cpu.py   # GraphWriter(window=4): submit/flush
     PROFILE=1 SORT=tottime ...                      # cProfile of the writer (CPU time)
     SPY=1 ... (SPY=gil: the GIL's holder only)      # py-spy raw profiles of both servers
+    SPY=gil SPY_RATE=1000 ...                       # sampled 1000 times a second
     PERF=1 ...                                      # perf record -g of both servers (CPU
                                                     # samples, kernel too: perf-PID.data)
     TIDS=1 ...                                      # each server thread's CPU, named
@@ -172,7 +173,8 @@ def main() -> None:
             if os.environ.get("SPY"):
                 for s in stores:
                     out = d.parent / f"spy-{s.proc.pid}.txt"
-                    cmd = ["py-spy", "record", "-r", "200", "-f", "raw", "-o", str(out),
+                    rate = os.environ.get("SPY_RATE", "200")  # samples a second
+                    cmd = ["py-spy", "record", "-r", rate, "-f", "raw", "-o", str(out),
                            "-p", str(s.proc.pid)]  # fmt: skip
                     cmd += ["--gil"] if os.environ["SPY"] == "gil" else []
                     cmd += ["--nonblocking"]  # a paused server's switches are not its own

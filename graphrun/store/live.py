@@ -214,6 +214,7 @@ class LiveDelta:
         self.deferred = deferred
         self.pending: dict[int, tuple[Batch, float]] = {}  # version -> (batch, when held)
         self.committed: dict[int, Batch] = {}
+        self._lowest_committed = 0  # min(committed), 0: none (read once or twice a piece)
         self.nbytes = 0
         self.work = 0  # index entries sorted so far (the index's cost, for tests)
         self._runs: list[Run] = []
@@ -225,12 +226,10 @@ class LiveDelta:
         self._warmed = threading.Event()  # the merging thread loaded its merge, or stopped
         self._closed = False
         if background:
-            self._merger = threading.Thread(target=self._merge_loop, name="live-merge",
-                                            daemon=True)  # fmt: skip
+            self._merger = threading.Thread(target=self._merge_loop, name="live-merge", daemon=True)
             self._merger.start()
         self._updating: set[int] = set()  # versions held that overwrite rows
-        self.taken_nodes = Taken()  # growth ids held: pending, committed, folded
-        self.taken_edges = Taken()
+        self.taken_nodes, self.taken_edges = Taken(), Taken()  # growth ids held (also folded)
         # compaction (store/compact.py): the versions <= floor are folded into the base;
         # ``base`` is the folded growth (new nodes, edges into them, rows) at version 0,
         # ``base_eids`` the (sorted eid, etype) of new edges folded into the base CSC and
@@ -271,6 +270,7 @@ class LiveDelta:
         if held is None:
             return False
         self.committed[version] = held[0]
+        self._lowest_committed = min(self._lowest_committed or version, version)
         with self._lock:
             self._fresh.append(held[0])
         if not self.deferred:
@@ -289,8 +289,8 @@ class LiveDelta:
 
     def lowest(self) -> int:
         """The lowest version held (pending or committed); 0: the partition is its base."""
-        held = [*self.pending, *self.committed]
-        return min(held) if held else 0
+        low, committed = min(self.pending, default=0), self._lowest_committed
+        return min(low, committed) if low and committed else low or committed
 
     def lowest_update(self) -> int:
         """The lowest version held that overwrites rows (updates); 0: none."""
@@ -348,6 +348,7 @@ class LiveDelta:
             for v in [v for v in self.committed if v <= version]:
                 del self.committed[v]
                 self._updating.discard(v)
+            self._lowest_committed = min(self.committed, default=0)
             self.floor, self.base, self.base_eids, self.base_out = version, base, eids, out
             self._runs, self._fresh = [], list(self.committed.values())
             self._folds += 1

@@ -4,12 +4,12 @@ the ids this partition owns, before anything is kept; one
 :class:`~graphrun.errors.ArgumentError` naming the field otherwise.
 
 A replica takes a piece its primary forwarded (``trusted``) without the checks that look
-its ids up in the delta (the ends of new edges, deleted edges, updated rows): the primary
-made them against the same graph (the replica holds the primary's writes in its order)
-before it forwarded the piece, and the forward comes with the store's own key. So an
-unpromoted replica never reads its delta's index, which it then need not build
-(:class:`~graphrun.store.live.LiveDelta`'s ``deferred``). The shape, type and range
-checks stay: they guard the replica's own arrays."""
+its ids up in the delta (the ends of new edges, deleted edges, updated rows, whether its
+new ids are taken already): the primary made them against the same graph (the replica
+holds the primary's writes in its order) before it forwarded the piece, and the forward
+comes with the store's own key. So an unpromoted replica never reads its delta's index,
+which it then need not build (:class:`~graphrun.store.live.LiveDelta`'s ``deferred``).
+The shape, type and range checks stay: they guard the replica's own arrays."""
 
 from __future__ import annotations
 
@@ -168,7 +168,7 @@ def check_piece(piece: Piece, schema: Schema, delta: LiveDelta, trusted: bool = 
     _in(ntypes, 0, len(schema.node_types), "node_types")
     _unique(nodes, "new_nodes")
     node_runs = id_runs(nodes)  # asked here, taken by the delta's hold
-    if delta.taken_nodes.any_of(nodes, node_runs):
+    if not trusted and delta.taken_nodes.any_of(nodes, node_runs):
         raise ArgumentError("new_nodes: an id is taken already")
     new_rows = _features(piece.node_features, schema, "node", nodes, ntypes, "node_features")
     edges = _ids(piece.new_edges, "new_edges", ndim=2)
@@ -179,7 +179,7 @@ def check_piece(piece: Piece, schema: Schema, delta: LiveDelta, trusted: bool = 
     _in(edges[2], e, e + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_edges eid")
     _unique(edges[2], "new_edges eid")
     edge_runs = id_runs(edges[2])
-    if delta.taken_edges.any_of(edges[2], edge_runs):
+    if not trusted and delta.taken_edges.any_of(edges[2], edge_runs):
         raise ArgumentError("new_edges: an edge id is taken already")
     _in(edges[0], 0, n + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_edges src")
     batch = Batch(piece.version, nodes, ntypes, orig, edges, etypes, np.empty(0, np.int64),

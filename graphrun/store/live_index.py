@@ -402,8 +402,14 @@ class Taken:
         if len(ids) == 0:
             return
         s, e = id_runs(ids) if runs is None else runs
-        at = np.searchsorted(self.runs[0], s)
-        self.runs = np.insert(self.runs, at, np.vstack([s, e, np.full(len(s), version)]), axis=1)
+        new = np.empty((3, len(s)), np.int64)
+        new[0], new[1], new[2] = s, e, version
+        r = self.runs
+        lo, hi = np.searchsorted(r[0], [s[0], s[-1]])
+        if lo == hi:  # one slot for them all (the sequencer hands ids out in order: the end)
+            self.runs = np.concatenate([r[:, :lo], new, r[:, lo:]], axis=1)
+        else:  # runs of another version fall between them
+            self.runs = np.insert(r, np.searchsorted(r[0], s), new, axis=1)
 
     def drop(self, version: int) -> None:
         """Give back the ids ``version`` took (an aborted piece)."""

@@ -3,6 +3,8 @@ the request, the body names their indexes (:class:`PieceWire`)."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import msgspec
 import numpy as np
 
@@ -84,12 +86,27 @@ def piece_to_wire(piece: Piece) -> tuple[dict[str, object], list[np.ndarray]]:
     return msgspec.to_builtins(wire), tensors
 
 
+def _view(arr: np.ndarray) -> Rows:
+    """The rows of a read-only array that no one changes (a received frame's), not
+    copied: ``data`` is a view of its memory, which msgspec encodes and ``numpy``
+    reads as it does bytes (the log record, :meth:`Rows.array`). A writable array is
+    copied (a caller could change it later)."""
+    a = np.ascontiguousarray(arr)
+    if a.flags.writeable or a.size == 0:
+        return Rows.of(a)
+    data = cast(bytes, a.reshape(-1).data.cast("B"))
+    return Rows(a.dtype.name, tuple(int(x) for x in a.shape), data)
+
+
 def piece_from_wire(req: Request, wire: PieceWire) -> Piece:
+    """The piece of a received ``live_prepare``: its arrays are the request's frames, not
+    copied (:func:`_view`)."""
+
     def get(i: int | None, what: str) -> Rows | None:
-        return None if i is None else Rows.of(np.asarray(req.tensor(i, what)))
+        return None if i is None else _view(np.asarray(req.tensor(i, what)))
 
     def get_all(d: dict[str, int], what: str) -> dict[str, Rows]:
-        return {k: Rows.of(np.asarray(req.tensor(i, f"{what}[{k!r}]"))) for k, i in d.items()}
+        return {k: _view(np.asarray(req.tensor(i, f"{what}[{k!r}]"))) for k, i in d.items()}
 
     return Piece(
         version=wire.version,
@@ -103,8 +120,8 @@ def piece_from_wire(req: Request, wire: PieceWire) -> Piece:
         deleted_edges=get(wire.deleted_edges, "deleted_edges"),
         updates={
             k: (
-                Rows.of(np.asarray(req.tensor(i, f"updates[{k!r}] ids"))),
-                Rows.of(np.asarray(req.tensor(j, f"updates[{k!r}] rows"))),
+                _view(np.asarray(req.tensor(i, f"updates[{k!r}] ids"))),
+                _view(np.asarray(req.tensor(j, f"updates[{k!r}] rows"))),
             )
             for k, (i, j) in wire.updates.items()
         },

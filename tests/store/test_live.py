@@ -130,6 +130,25 @@ def test_abort_drops_a_piece_and_its_bytes():
     assert not d.taken_nodes.any_of(np.asarray([N]))
 
 
+def test_the_lowest_version_held_follows_holds_commits_aborts_and_folds():
+    """``lowest`` (published to co-located readers after every piece) over versions held
+    and decided out of order (a pipelined writer's), given back, and folded."""
+    d = LiveDelta()
+    for v in (4, 2, 6):
+        held(d, nodes_piece(v, [N + v]), commit=False)
+    assert d.lowest() == 2
+    assert d.commit(6) and d.commit(4) and d.lowest() == 2
+    assert d.abort(2) and d.lowest() == 4  # the lowest committed
+    held(d, nodes_piece(1, [N + 1]), commit=False)
+    assert d.lowest() == 1
+    assert d.commit(1) and d.lowest() == 1
+    empty = (np.empty(0, np.int64), np.empty(0, np.int64))
+    d.fold(4, build_run([d.committed[1], d.committed[4]]), empty, empty)
+    assert d.lowest() == 6
+    d.fold(6, build_run([d.committed[6]]), empty, empty)
+    assert d.lowest() == 0 and not d.committed
+
+
 @pytest.mark.parametrize(
     ("piece", "message"),
     [

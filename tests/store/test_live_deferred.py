@@ -86,6 +86,46 @@ def test_a_trusted_piece_is_not_looked_up_in_the_index_and_an_untrusted_one_is()
         check_piece(_edge_piece(2, [0], [1], [3]), schema(), d, trusted=True)
 
 
+def test_a_trusted_piece_is_not_looked_up_in_the_taken_ids_and_an_untrusted_one_is():
+    """Whether a piece's new ids are taken already is the primary's check too: a
+    forwarded piece is held without it (the ids stay taken for a check once promoted)."""
+    d = LiveDelta(deferred=True)
+    held(d, nodes_piece(1, [N]), commit=False)
+    again = nodes_piece(2, [N])
+    with pytest.raises(ArgumentError, match="taken already"):
+        check_piece(again, schema(), d)
+    b = check_piece(again, schema(), d, trusted=True)
+    assert b.nodes.tolist() == [N]
+    assert d.taken_nodes.any_of(np.asarray([N]))
+
+
+def test_a_received_piece_views_its_frames_and_logs_the_same_bytes():
+    """A received piece's arrays are its request's read-only frames, not copies; its log
+    record is the same bytes as a copied piece's. A writable array is copied."""
+    import msgspec
+
+    from graphrun.store.live_log import PieceRecord
+    from graphrun.store.live_wire import PieceWire, piece_from_wire, piece_to_wire
+    from graphrun.store.registry import Request
+
+    def receive(tensors: tuple[np.ndarray, ...]) -> Piece:
+        req = Request("live_prepare", body, tensors)
+        return piece_from_wire(req, req.args(PieceWire))
+
+    piece = _edge_piece(3, [0, 1], [2, 3], [E, E + 1])
+    body, tensors = piece_to_wire(piece)
+    frames = tuple(np.frombuffer(t.tobytes(), t.dtype).reshape(t.shape) for t in tensors)
+    got = receive(frames)
+    edges = got.new_edges.array("new_edges")
+    assert np.shares_memory(edges, frames[body["new_edges"]])
+    assert edges.tolist() == piece.new_edges.array("e").tolist()
+    enc = msgspec.msgpack.Encoder()
+    assert enc.encode(PieceRecord(got)) == enc.encode(PieceRecord(piece))
+    writable = tuple(t.copy() for t in tensors)
+    copied = receive(writable)
+    assert not np.shares_memory(copied.new_edges.array("e"), writable[body["new_edges"]])
+
+
 def test_a_deferred_backlog_is_indexed_while_commits_go_on(monkeypatch):
     """The first read of a deferred delta (a compaction's, a failed-over client's) indexes
     its backlog outside the delta's lock: a commit meanwhile does not wait for it, and
