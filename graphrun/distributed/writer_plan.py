@@ -194,7 +194,12 @@ class Plan:
         return np.bincount(self.edge_part, minlength=self.num_parts).tolist()
 
     def orig_by_part(self) -> np.ndarray:
-        return np.ascontiguousarray(self.orig[np.argsort(self.node_part, kind="stable")])
+        return np.ascontiguousarray(self.orig[self._node_order()])
+
+    def _node_order(self) -> np.ndarray:
+        """The new nodes' positions in partition order (the batch's order within one):
+        :meth:`_split`'s, one after the other."""
+        return np.concatenate(self._split()[0])
 
     def give_ids(self, node_runs: list[Any], edge_runs: list[Any]) -> None:
         """The ids ``live_begin`` handed out, in partition order; then the ends."""
@@ -313,7 +318,7 @@ class Plan:
         new = out < 0
         if new.any():
             place = np.empty(len(self.orig), np.int64)
-            place[np.argsort(self.node_part, kind="stable")] = np.arange(len(self.orig))
+            place[self._node_order()] = np.arange(len(self.orig))
             out[new] = -place[-out[new] - 1] - 1
         return out
 
