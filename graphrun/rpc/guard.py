@@ -53,7 +53,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 log = logging.getLogger("graphrun.rpc")
 
-CHECK_S = 0.05
+CHECK_S = 0.02  # a message in the making grows by what the link carries in this time
 HANDSHAKE_MS = 5000  # a peer must finish the CURVE handshake this fast (libzmq: 30 s)
 BUSY_FACTOR = 4
 _BYTES_RECEIVED = 128  # offset of tcpi_bytes_received (u64) in struct tcp_info (Linux >= 4.1)
