@@ -86,27 +86,31 @@ def piece_to_wire(piece: Piece) -> tuple[dict[str, object], list[np.ndarray]]:
     return msgspec.to_builtins(wire), tensors
 
 
-def _view(arr: np.ndarray) -> Rows:
-    """The rows of a read-only array that no one changes (a received frame's), not
-    copied: ``data`` is a view of its memory, which msgspec encodes and ``numpy``
-    reads as it does bytes (the log record, :meth:`Rows.array`). A writable array is
-    copied (a caller could change it later)."""
-    a = np.ascontiguousarray(arr)
-    if a.flags.writeable or a.size == 0:
+def _taken(arr: np.ndarray) -> Rows:
+    """The rows of an array the piece takes over (a received request's frame, or an array
+    :func:`numbered_piece` built), not copied: it is flagged read-only (nothing writes to
+    it from here on: a frame's memory is its request's alone) and ``data`` is a view of
+    its memory, which msgspec encodes and ``numpy`` reads as it does bytes (the log
+    record, :meth:`Rows.array`). A non-contiguous array is copied."""
+    a = np.asarray(arr)
+    if not a.flags.c_contiguous or a.size == 0:
         return Rows.of(a)
+    a.flags.writeable = False
     data = cast(bytes, a.reshape(-1).data.cast("B"))
     return Rows(a.dtype.name, tuple(int(x) for x in a.shape), data)
 
 
 def piece_from_wire(req: Request, wire: PieceWire) -> Piece:
-    """The piece of a received ``live_prepare``: its arrays are the request's frames, not
-    copied (:func:`_view`)."""
+    """The piece of a received ``live_prepare``: its arrays are the request's frames,
+    taken over, not copied (:func:`_taken`; a zmq frame is writable, so it is flagged
+    read-only here: an array built in-process and passed in a :class:`Request` is taken
+    over too, and its owner cannot write to it afterwards)."""
 
     def get(i: int | None, what: str) -> Rows | None:
-        return None if i is None else _view(np.asarray(req.tensor(i, what)))
+        return None if i is None else _taken(req.tensor(i, what))
 
     def get_all(d: dict[str, int], what: str) -> dict[str, Rows]:
-        return {k: _view(np.asarray(req.tensor(i, f"{what}[{k!r}]"))) for k, i in d.items()}
+        return {k: _taken(req.tensor(i, f"{what}[{k!r}]")) for k, i in d.items()}
 
     return Piece(
         version=wire.version,
@@ -120,8 +124,8 @@ def piece_from_wire(req: Request, wire: PieceWire) -> Piece:
         deleted_edges=get(wire.deleted_edges, "deleted_edges"),
         updates={
             k: (
-                _view(np.asarray(req.tensor(i, f"updates[{k!r}] ids"))),
-                _view(np.asarray(req.tensor(j, f"updates[{k!r}] rows"))),
+                _taken(req.tensor(i, f"updates[{k!r}] ids")),
+                _taken(req.tensor(j, f"updates[{k!r}] rows")),
             )
             for k, (i, j) in wire.updates.items()
         },
@@ -166,6 +170,6 @@ def numbered_piece(
     elif len(edge_ids):
         raise ArgumentError(f"{req.op}: piece.new_edges is missing ({len(edge_ids)} edges)")
     return msgspec.structs.replace(
-        piece, version=version, new_nodes=Rows.of(node_ids) if len(node_ids) else None,
-        new_edges=Rows.of(edges) if edges.shape[1] else None,
+        piece, version=version, new_nodes=_taken(node_ids) if len(node_ids) else None,
+        new_edges=_taken(edges) if edges.shape[1] else None,
     )  # fmt: skip

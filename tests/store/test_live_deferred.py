@@ -99,31 +99,45 @@ def test_a_trusted_piece_is_not_looked_up_in_the_taken_ids_and_an_untrusted_one_
     assert d.taken_nodes.any_of(np.asarray([N]))
 
 
-def test_a_received_piece_views_its_frames_and_logs_the_same_bytes():
-    """A received piece's arrays are its request's read-only frames, not copies; its log
-    record is the same bytes as a copied piece's. A writable array is copied."""
+def test_a_received_piece_takes_its_frames_and_logs_the_same_bytes():
+    """A received piece's arrays are its request's frames, not copies, though a zmq frame
+    is writable (each is flagged read-only as the piece takes it); its log record is the
+    same bytes as a copied piece's; partition 0's numbered piece keeps the arrays it
+    builds, uncopied, too."""
     import msgspec
+    import zmq
 
+    from graphrun.rpc.codec import Message, MsgKind, decode, encode
     from graphrun.store.live_log import PieceRecord
-    from graphrun.store.live_wire import PieceWire, piece_from_wire, piece_to_wire
+    from graphrun.store.live_wire import PieceWire, numbered_piece, piece_from_wire, piece_to_wire
     from graphrun.store.registry import Request
-
-    def receive(tensors: tuple[np.ndarray, ...]) -> Piece:
-        req = Request("live_prepare", body, tensors)
-        return piece_from_wire(req, req.args(PieceWire))
 
     piece = _edge_piece(3, [0, 1], [2, 3], [E, E + 1])
     body, tensors = piece_to_wire(piece)
-    frames = tuple(np.frombuffer(t.tobytes(), t.dtype).reshape(t.shape) for t in tensors)
-    got = receive(frames)
+    ctx = zmq.Context()
+    a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    try:
+        a.bind("inproc://piece")
+        b.connect("inproc://piece")
+        a.send_multipart(encode(Message(MsgKind.REQUEST, "live_prepare", 1, body, tensors)))
+        msg = decode(b.recv_multipart(copy=False))
+    finally:
+        a.close(0), b.close(0), ctx.term()
+    frame = msg.tensors[body["new_edges"]]
+    assert frame.flags.writeable  # as received: the piece must not copy it for that
+    req = Request("live_prepare", msg.body, msg.tensors)
+    got = piece_from_wire(req, req.args(PieceWire))
     edges = got.new_edges.array("new_edges")
-    assert np.shares_memory(edges, frames[body["new_edges"]])
+    assert np.shares_memory(edges, frame) and not frame.flags.writeable
     assert edges.tolist() == piece.new_edges.array("e").tolist()
     enc = msgspec.msgpack.Encoder()
     assert enc.encode(PieceRecord(got)) == enc.encode(PieceRecord(piece))
-    writable = tuple(t.copy() for t in tensors)
-    copied = receive(writable)
-    assert not np.shares_memory(copied.new_edges.array("e"), writable[body["new_edges"]])
+    ends = np.asarray([[0, -1], [2, 3]], np.int64)  # the begin's piece: src, dst
+    sent = (np.asarray([7], np.int64), ends, np.zeros(2, np.int32))
+    wire = PieceWire(version=0, new_edges=1, edge_types=2)
+    numbered = numbered_piece(Request("live_begin", {}, sent), wire, 5, [[(N, 1)]], [[(E, 2)]])
+    assert numbered.new_edges.array("e").tolist() == [[0, N], [2, 3], [E, E + 1]]
+    assert isinstance(numbered.new_edges.data, memoryview)  # the array built, not a copy
 
 
 def test_a_deferred_backlog_is_indexed_while_commits_go_on(monkeypatch):
