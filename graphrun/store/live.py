@@ -33,6 +33,7 @@ No torch here: the store imports none.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable
 
@@ -91,8 +92,7 @@ class Rows(msgspec.Struct, frozen=True):
             raise ArgumentError(f"{what}: {exc}") from None
         if len(self.shape) > 8 or any(x < 0 for x in self.shape):
             raise ArgumentError(f"{what}: shape {self.shape} is not a list of sizes >= 0")
-        n = int(np.prod(self.shape, dtype=np.int64))
-        if n * dt.itemsize != len(self.data):
+        if math.prod(self.shape) * dt.itemsize != len(self.data):  # exact: no overflow
             raise ArgumentError(
                 f"{what}: {len(self.data)} bytes do not hold {self.dtype} {self.shape}"
             )

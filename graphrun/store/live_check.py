@@ -141,6 +141,8 @@ def _features(
     the order of that type's new items; ArgumentError naming the first wrong key."""
     if len(given) > MAX_PIECE_KEYS:
         raise ArgumentError(f"{what}: {len(given)} features, at most {MAX_PIECE_KEYS}")
+    if not given and (len(items) == 0 or all(f.kind != kind for f in schema.features.values())):
+        return {}  # nothing given, nothing needed (no new items, or no feature of them)
     present = set(np.flatnonzero(np.bincount(types)).tolist())  # types checked in range
     out = {}
     for key, need in schema.features.items():

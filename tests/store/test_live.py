@@ -71,6 +71,9 @@ def test_rows_round_trip_and_bad_bytes():
         Rows("float32", (2, 3), b"1234").array("x")
     with pytest.raises(ArgumentError, match="x: dtype"):
         Rows("object", (1,), b"12345678").array("x")
+    # a shape whose size overflows int64 (2**64 rows: 0 after wrapping) is no empty array
+    with pytest.raises(ArgumentError, match="x: 0 bytes do not hold int64"):
+        Rows("int64", (2**32, 2**32), b"").array("x")
 
 
 def test_blocks_hand_out_runs_per_partition():
