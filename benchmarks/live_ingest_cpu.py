@@ -15,6 +15,8 @@ says little).
     RATE=100000 ...                                 # paced: a batch every BATCH/RATE s
                                                     # (as graphrun bench live's ingest)
     RATE=100000 SPIN=1 ...                          # paced by spinning, not sleeping
+    TIMERS=DIR ... (PYTHONPATH=benchmarks/timers:...)  # thread CPU by function in each
+                                                    # server (benchmarks/timers/)
     PARTS=DIR ...                                   # a 2-partition directory instead (as
                                                     # `graphrun bench live --dataset`'s)
     REPLICAS=2 ...                                  # a replica of each partition too (its
@@ -40,6 +42,7 @@ import json
 import os
 import pstats
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -217,6 +220,10 @@ def main() -> None:
             wall, wcpu = time.perf_counter() - t0, time.process_time() - c0
             me1 = threads_cpu(os.getpid())
             s1 = settled([s.proc.pid for s in stores])
+            if os.environ.get("TIMERS"):  # benchmarks/timers: each server's timers, written
+                for s in stores:
+                    os.kill(s.proc.pid, signal.SIGUSR1)
+                time.sleep(2)
             t_1 = [threads_cpu(s.proc.pid) for s in stores]
             served = [{op: round((n - before.get(op, 0)) / BATCHES, 2)
                        for op, n in admin.stats(p)["served"].items()

@@ -15,8 +15,9 @@ peer identity frame in front, which the transport strips before decoding)::
 
 Tensors are never copied by the codec: ``encode`` hands out the arrays' own
 buffers (made C-contiguous if they were not) and ``decode`` wraps received frames
-with ``numpy.frombuffer`` (read-only views on the frame memory). Nothing is
-pickled: dtypes come from an allow-list of plain numeric types.
+with ``numpy.frombuffer`` (views on the frame memory: writable where the frame is, as
+a received zmq frame is; read-only over bytes). Nothing is pickled: dtypes come from an
+allow-list of plain numeric types.
 
 Everything a peer controls is checked before it is trusted or allocated: the
 frame count, the header size, the header's fields and types, the number of tensor
@@ -217,7 +218,7 @@ def peek_request(frames: Sequence[Any]) -> tuple[int, str]:
 
 
 def decode(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> Message:
-    """Parse and validate ``frames``; tensors are read-only views on the frame memory."""
+    """Parse and validate ``frames``; tensors are views on the frame memory (see above)."""
     if not frames:
         raise ProtocolError("empty message")
     if len(frames) > limits.max_frames:

@@ -11,7 +11,7 @@ function ``handler(state, request) -> Response`` registered under a name::
         fanout: int
 
     def sample_neighbors(state: ServerState, req: Request) -> Response:
-        seeds = req.tensors[0]                     # read-only numpy views on the frames
+        seeds = req.tensors[0]                     # numpy views on the frames (no copy)
         fanout = req.args(SampleBody).fanout       # the body, checked at once
         indptr = state.structure["indptr"]         # the partition's CSC in shared memory
         ...
