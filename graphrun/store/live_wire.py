@@ -91,9 +91,11 @@ def _taken(arr: np.ndarray) -> Rows:
     :func:`numbered_piece` built), not copied: it is flagged read-only (nothing writes to
     it from here on: a frame's memory is its request's alone) and ``data`` is a view of
     its memory, which msgspec encodes and ``numpy`` reads as it does bytes (the log
-    record, :meth:`Rows.array`). A non-contiguous array is copied."""
+    record, :meth:`Rows.array`). A non-contiguous array is copied, and so is one not
+    aligned to its item size (libzmq puts a small frame's data right after its header
+    in the received stream: the delta's compiled kernels take aligned arrays)."""
     a = np.asarray(arr)
-    if not a.flags.c_contiguous or a.size == 0:
+    if not (a.flags.c_contiguous and a.flags.aligned) or a.size == 0:
         return Rows.of(a)
     a.flags.writeable = False
     data = cast(bytes, a.reshape(-1).data.cast("B"))

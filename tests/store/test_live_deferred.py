@@ -138,6 +138,10 @@ def test_a_received_piece_takes_its_frames_and_logs_the_same_bytes():
     numbered = numbered_piece(Request("live_begin", {}, sent), wire, 5, [[(N, 1)]], [[(E, 2)]])
     assert numbered.new_edges.array("e").tolist() == [[0, N], [2, 3], [E, E + 1]]
     assert isinstance(numbered.new_edges.data, memoryview)  # the array built, not a copy
+    odd = np.frombuffer(bytes(1) + ends.tobytes(), np.uint8)[1:].view(np.int64).reshape(2, 2)
+    assert not odd.flags.aligned  # as libzmq hands out a small frame over TCP
+    got = piece_from_wire(Request("live_prepare", {}, (odd,)), PieceWire(version=4, new_edges=0))
+    assert got.new_edges.array("e").flags.aligned and isinstance(got.new_edges.data, bytes)
 
 
 def test_a_deferred_backlog_is_indexed_while_commits_go_on(monkeypatch):
