@@ -84,6 +84,23 @@ def test_a_trusted_piece_is_not_looked_up_in_the_index_and_an_untrusted_one_is()
         check_piece(gone, schema(), d)
     with pytest.raises(ArgumentError, match="new_edges eid"):  # ranges are checked, trusted
         check_piece(_edge_piece(2, [0], [1], [3]), schema(), d, trusted=True)
+    from graphrun.store.live import GROWTH_BLOCK, MAX_GROWTH_BLOCKS
+
+    top = E + MAX_GROWTH_BLOCKS * GROWTH_BLOCK  # the first growth id past the range
+    malformed = {  # a forward that is not what a primary sends: refused, trusted or not
+        "new_edges eid: ids repeat": _edge_piece(2, [0, 1], [1, 2], [E + 1, E + 1]),
+        "new_edges eid\\[1\\] = .* out of range": _edge_piece(2, [0, 1], [1, 2], [E, top]),
+        "new_edges eid\\[0\\] = .* out of range": _edge_piece(2, [0, 1], [1, 2], [top, E]),
+        "new_edges eid\\[0\\] = .* out of range ": _edge_piece(2, [0], [1], [E - 1]),
+        "new_edges: expected int64": Piece(
+            version=2, new_edges=Rows.of(np.zeros((3, 1), np.int32)),
+            edge_types=Rows.of(np.zeros(1, np.int32)),
+        ),
+    }  # fmt: skip
+    for match, piece in malformed.items():
+        for trusted in (False, True):
+            with pytest.raises(ArgumentError, match=match):
+                check_piece(piece, schema(), d, trusted=trusted)
 
 
 def test_a_trusted_piece_is_not_looked_up_in_the_taken_ids_and_an_untrusted_one_is():
