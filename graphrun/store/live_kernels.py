@@ -1,9 +1,11 @@
-"""The delta index's merge of two runs (:func:`graphrun.store.live_index.merge_runs`),
+"""The delta index's merge of two runs (:func:`graphrun.store.live_index.merge_runs`)
+and sort of a fresh run (:func:`sort_columns`, for ``live_index._sorted``),
 compiled with numba when imported, cached on disk as :func:`graphrun.jit.njit` says.
 The merging thread imports this module when first woken (a server with a log: as it
 starts, before it serves; else at the first commit) and uses it for merges of
 :data:`~graphrun.store.live_index.COMPILED_MIN` entries or more (smaller ones are
-numpy's): a delta that takes no write never imports numba.
+numpy's; once the merging thread has loaded them, its delta's sorts and merges of any
+size): a delta that takes no write never imports numba.
 
 numpy merges two sorted runs as a stable ``argsort`` of their keys (a timsort of two
 runs), then per row a concatenation and a gather: three passes over the entries and six
