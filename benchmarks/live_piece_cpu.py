@@ -7,6 +7,8 @@ loaded box, where how many requests a turn of the loop serves varies.
     python benchmarks/live_piece_cpu.py           # PIECES=300 PIECE=5000 GROUP=4
     PYTHONPATH=<a checkout of d7a089f> python benchmarks/live_piece_cpu.py   # before
     THREAD=0 GROUP=1 python benchmarks/live_piece_cpu.py   # merged inline, a read a group
+    RATE=150 ...                                  # paced: 150 pieces a second (a server's
+                                                  # share of ~750k edges/s), not full speed
     TUNE=0 ...                                    # without keep_large_allocations
 
 Prints JSON: CPU ms per piece (and per edge, in microseconds), the loop's and the
@@ -32,6 +34,7 @@ PIECES = int(os.environ.get("PIECES", "300"))
 PIECE = int(os.environ.get("PIECE", "5000"))
 GROUP = int(os.environ.get("GROUP", "4"))
 THREAD = os.environ.get("THREAD", "1") == "1"
+RATE = float(os.environ.get("RATE", "0"))  # pieces a second (0: full speed)
 N, E = 200_000, 8_000_000
 
 
@@ -66,12 +69,15 @@ def main() -> None:
                            E + PIECE * (v - 1) + np.arange(PIECE)])  # fmt: skip
         pieces.append((v, edges, np.zeros(PIECE, np.int32)))
     delta = LiveDelta(background=THREAD)
+    delta.warm(wait=True)  # the compiled merge loaded first, as a server does before it serves
     tids = [threading.get_native_id()]
     tids += [delta._merger.native_id or 0] if delta._merger is not None else []
     with tempfile.TemporaryDirectory(prefix="graphrun-piece-cpu-") as d:
         wal = WriteAheadLog(Path(d) / "wal")
         t0, c0, th0 = time.perf_counter(), time.process_time(), threads_cpu()
         for v, edges, types in pieces:
+            if RATE:  # paced by sleeping, as a server's pieces come
+                time.sleep(max(0.0, t0 + v / RATE - time.perf_counter()))
             piece = Piece(version=v, new_edges=Rows.of(edges), edge_types=Rows.of(types))
             delta.hold(check_piece(piece, schema, delta), 0.0)
             wal.append(v, _ENCODER.encode(PieceRecord(piece)))

@@ -3,6 +3,8 @@ the seeds' in-edges read through a delta of new edges against the same graph wit
 delta folded into the base (what a compaction leaves), one thread, in-process.
 
     python benchmarks/live_sample_cpu.py      # NODES=200000 DEGREE=40 EDGES=1000000
+    THREAD=1 RATE=150 ...                     # the store's delta: its merging thread's
+                                              # runs, pieces paced at RATE a second
 
 A power-law graph (``community``) as one CSC; ``EDGES`` new edges between random nodes
 committed in pieces of 5,000 (a 10k-edge batch's half on one of two partitions) to a
@@ -26,6 +28,8 @@ DEGREE = float(os.environ.get("DEGREE", "40"))
 EDGES = int(os.environ.get("EDGES", "1000000"))
 PIECE = 5000
 REPEAT = 20
+THREAD = os.environ.get("THREAD", "0") == "1"
+RATE = float(os.environ.get("RATE", "150"))  # pieces a second, with THREAD
 PROF = None
 if os.environ.get("PROFILE"):
     import cProfile
@@ -44,7 +48,9 @@ def main() -> None:
     indptr, indices, eids = g.csc()
     csc = CSCGraph(indptr, indices, eids)
     rng = np.random.default_rng(0)
-    delta = LiveDelta()
+    delta = LiveDelta(background=THREAD)
+    delta.warm(wait=True)
+    t0 = time.perf_counter()
     e0, empty = g.num_edges, np.empty(0, np.int64)
     for v, lo in enumerate(range(0, EDGES, PIECE), start=1):
         m = min(PIECE, EDGES - lo)
@@ -52,9 +58,13 @@ def main() -> None:
                            e0 + lo + np.arange(m)])  # fmt: skip
         batch = Batch(v, empty, np.empty(0, np.int32), empty, edges, np.zeros(m, np.int32),
                       empty, {}, {})  # fmt: skip
+        if THREAD:
+            time.sleep(max(0.0, t0 + v / RATE - time.perf_counter()))
         delta.hold(batch, 0.0)
         delta.commit(v)
     head = v
+    if THREAD:  # the thread's merges done: the runs a read finds
+        time.sleep(1.0)
     _ = delta.runs
     out: dict[str, object] = {"nodes": NODES, "base_edges": g.num_edges, "delta_edges": EDGES,
                               "runs": len(delta.runs)}  # fmt: skip
@@ -80,6 +90,7 @@ def main() -> None:
         out[f"{name}_ms_per_call"] = [round(1000 * x / REPEAT, 2) for x in hops]
     out["load_avg"] = os.getloadavg()
     print(json.dumps(out))
+    delta.close()
     if PROF is not None:
         import pstats
 

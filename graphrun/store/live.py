@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 
 import msgspec
@@ -51,6 +52,7 @@ from graphrun.store.live_index import (
     build_run,
     concat,
     due,
+    entries,
     latest,
     lookup_sorted,
     merge_runs,
@@ -68,6 +70,9 @@ LIVE_DECIDE_TIMEOUT_S = 30.0  # an undecided version is aborted after this (writ
 MAX_PIECE_ROWS = 1 << 21  # new nodes, new edges, deletions or updated rows in one piece
 MAX_PIECE_KEYS = 256  # feature tensors named in one piece
 MAX_GROWTH_BLOCKS = 1 << 16  # per id space: 268M new ids before compaction renumbers
+#: the merging thread indexes fresh commits in groups: it waits, up to INDEX_WAIT_S after
+#: woken, for INDEX_GROUP entries (a read meanwhile indexes them itself: never staler)
+INDEX_GROUP, INDEX_WAIT_S = 1 << 15, 0.02
 MAX_UNDECIDED = 64  # versions begun and not decided yet (the sequencer's)
 MAX_LIVE_NODES = 1 << 22  # new nodes whose original ids the sequencer keeps (uncompacted)
 
@@ -145,39 +150,6 @@ def id_owners(ids: np.ndarray, ranges: np.ndarray, first: int, blocks: np.ndarra
     return out
 
 
-class Blocks:
-    """One id space's growth blocks (the sequencer's): owner per block, and each
-    partition's open block with how many of its ids are handed out."""
-
-    def __init__(self, base: int, num_parts: int) -> None:
-        self.base = base
-        self.owners: list[int] = []
-        self.open: dict[int, tuple[int, int]] = {}  # part -> (block, ids used)
-        self.num_parts = num_parts
-
-    def allocate(self, part: int, count: int) -> list[tuple[int, int]]:
-        """``count`` fresh ids owned by ``part`` as ``[(start, count), ...]`` runs."""
-        runs: list[tuple[int, int]] = []
-        while count > 0:
-            block, used = self.open.get(part, (-1, GROWTH_BLOCK))
-            if used == GROWTH_BLOCK:
-                if len(self.owners) >= MAX_GROWTH_BLOCKS:
-                    raise StoreError(
-                        f"live: {MAX_GROWTH_BLOCKS} growth blocks are handed out; "
-                        "the graph must be compacted first"
-                    )
-                block, used = len(self.owners), 0
-                self.owners.append(part)
-            k = min(count, GROWTH_BLOCK - used)
-            runs.append((self.base + block * GROWTH_BLOCK + used, k))
-            self.open[part] = (block, used + k)
-            count -= k
-        return runs
-
-    def owner_array(self) -> np.ndarray:
-        return np.asarray(self.owners, dtype=np.int64)
-
-
 def run_ids(runs: list[tuple[int, int]] | list[list[int]]) -> np.ndarray:
     """The ids of ``[(start, count), ...]`` runs, in order."""
     if not runs:
@@ -224,6 +196,7 @@ class LiveDelta:
         self._merger: threading.Thread | None = None
         self._wake = threading.Event()
         self._warmed = threading.Event()  # the merging thread loaded its merge, or stopped
+        self._compiled = False  # it loaded the compiled kernels: every sort and merge theirs
         self._closed = False
         if background:
             self._merger = threading.Thread(target=self._merge_loop, name="live-merge", daemon=True)
@@ -327,7 +300,7 @@ class LiveDelta:
         delta's backlog may be large); dropped if a fold or another flush took them first."""
         with self._lock:
             fresh, folds = list(self._fresh), self._folds
-        run = build_run(fresh) if fresh else None
+        run = build_run(fresh, self._compiled) if fresh else None
         with self._lock:
             now = self._fresh[: len(fresh)]
             mine = len(now) == len(fresh) and all(a is b for a, b in zip(now, fresh, strict=True))
@@ -407,8 +380,9 @@ class LiveDelta:
                 from graphrun.store.live_kernels import warm_up
 
                 warm_up()
+                self._compiled = loaded = True
                 self._warmed.set()
-                loaded = True
+            self._gather()
             while not self._closed:
                 self._index_outside()  # then what came meanwhile, under the lock
                 with self._lock:
@@ -418,7 +392,7 @@ class LiveDelta:
                         break
                     runs, folds = self._runs[at[0] : at[0] + at[1]], self._folds
                 try:
-                    merged = merge_runs(runs)
+                    merged = merge_runs(runs, self._compiled)
                 except Exception:  # reads go on over more runs; the next commit tries again
                     log.exception("live: merging the delta's runs failed")
                     break
@@ -429,15 +403,27 @@ class LiveDelta:
                     self._runs[i : i + len(runs)] = [merged]
                     self.work += merged.size
 
+    def _gather(self) -> None:
+        """Wait up to :data:`INDEX_WAIT_S` for :data:`INDEX_GROUP` fresh entries: indexed
+        one commit at a time, each 5k-edge commit was a run, then merged 8 times over
+        300 commits; grouped, the two smallest levels go (benchmarks/README.md, idx42)."""
+        end = time.monotonic() + INDEX_WAIT_S
+        while not self._closed and (left := end - time.monotonic()) > 0:
+            with self._lock:
+                if not self._fresh or sum(map(entries, self._fresh)) >= INDEX_GROUP:
+                    return
+            self._wake.wait(left)
+            self._wake.clear()
+
     def _flush(self, merge: bool = True) -> None:
         if self._fresh:
-            run = build_run(self._fresh)
+            run = build_run(self._fresh, self._compiled)
             self.work += run.size
             self._fresh = []
             self._runs.append(run)
         while merge and (at := due([r.size for r in self._runs])) is not None:
             i, k = at
-            run = merge_runs(self._runs[i : i + k])
+            run = merge_runs(self._runs[i : i + k], self._compiled)
             self.work += run.size
             self._runs[i : i + k] = [run]
 

@@ -1,9 +1,11 @@
-"""The delta index's merge of two runs (:func:`graphrun.store.live_index.merge_runs`),
+"""The delta index's merge of two runs (:func:`graphrun.store.live_index.merge_runs`)
+and sort of a fresh run (:func:`sort_columns`, for ``live_index._sorted``),
 compiled with numba when imported, cached on disk as :func:`graphrun.jit.njit` says.
 The merging thread imports this module when first woken (a server with a log: as it
 starts, before it serves; else at the first commit) and uses it for merges of
 :data:`~graphrun.store.live_index.COMPILED_MIN` entries or more (smaller ones are
-numpy's): a delta that takes no write never imports numba.
+numpy's; once the merging thread has loaded them, its delta's sorts and merges of any
+size): a delta that takes no write never imports numba.
 
 numpy merges two sorted runs as a stable ``argsort`` of their keys (a timsort of two
 runs), then per row a concatenation and a gather: three passes over the entries and six
@@ -41,6 +43,53 @@ def _merge_two(a: np.ndarray, b: np.ndarray, key: int, out: np.ndarray) -> None:
 
 merge_two = njit(_merge_two, SIGNATURE, nogil=True)
 
+#: the bits of a key a pass of :func:`_sort_columns` places (a 2,048-slot count)
+DIGIT_BITS = 11
+
+
+def _sort_columns(cols: np.ndarray, key: int, out: np.ndarray) -> None:
+    """``out``: the columns of ``cols`` in order of row ``key`` (non-negative), equal
+    keys in their order in ``cols`` (a stable sort). A radix sort of the key less its
+    lowest, :data:`DIGIT_BITS` a pass (two passes for a piece's destinations among 4M
+    rows), then every row written once in that order: numpy's stable argsort and the
+    gather of each row took 230 µs for a 5,000-edge piece's five rows, this ~40
+    (benchmarks/README.md, issue 42, idx42)."""
+    rows, n = cols.shape[0], cols.shape[1]
+    if n == 0:
+        return
+    keys = cols[key]
+    lo = hi = keys[0]
+    for i in range(1, n):
+        lo = min(lo, keys[i])
+        hi = max(hi, keys[i])
+    span = hi - lo
+    mask = (1 << DIGIT_BITS) - 1
+    order, spare = np.arange(n), np.empty(n, np.int64)
+    rest, rest2 = keys - lo, np.empty(n, np.int64)  # the keys in ``order``, less the lowest
+    count = np.empty(mask + 2, np.int64)
+    shift = 0
+    while shift == 0 or span >> shift > 0:
+        count[:] = 0
+        for i in range(n):
+            count[(rest[i] >> shift & mask) + 1] += 1
+        for d in range(mask + 1):
+            count[d + 1] += count[d]
+        for i in range(n):
+            d = rest[i] >> shift & mask
+            at = count[d]
+            spare[at], rest2[at] = order[i], rest[i]
+            count[d] = at + 1
+        order, spare, rest, rest2 = spare, order, rest2, rest
+        shift += DIGIT_BITS
+    for r in range(rows):
+        for i in range(n):
+            out[r, i] = cols[r, order[i]]
+
+
+#: the sort's one signature, as :data:`SIGNATURE`'s
+SORT_SIGNATURE = "void(int64[:, :], int64, int64[:, :])"
+sort_columns = njit(_sort_columns, SORT_SIGNATURE, nogil=True)
+
 
 def warm_up() -> None:
     """One merge of two entries: the kernel is compiled (or loaded) when this module is
@@ -48,3 +97,4 @@ def warm_up() -> None:
     commit does not wait for it."""
     one = np.zeros((2, 1), np.int64)
     merge_two(one, one, 0, np.empty((2, 2), np.int64))
+    sort_columns(one, 0, np.empty((2, 1), np.int64))

@@ -49,9 +49,9 @@ import msgspec
 import numpy as np
 
 from graphrun.errors import ArgumentError, StoreError
-from graphrun.store.live import Blocks, LiveDelta, Piece
+from graphrun.store.live import LiveDelta, Piece
 from graphrun.store.live_check import Schema, check_piece
-from graphrun.store.live_seq import Sequencer
+from graphrun.store.live_seq import Blocks, Sequencer
 from graphrun.store.wal import RECORD, WAL_MAX_BYTES, WriteAheadLog
 
 log = logging.getLogger("graphrun.store")

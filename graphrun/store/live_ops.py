@@ -24,7 +24,7 @@ live_nodes     v -> tensors (the new nodes this partition owns at v, their ntype
 =============  ===========================================================================
 
 The **sequencer** is partition 0's main server (a primary): it hands out versions and
-growth ids (:class:`~graphrun.store.live.Blocks`), keeps the new nodes' original ids,
+growth ids (:class:`~graphrun.store.live_seq.Blocks`), keeps the new nodes' original ids,
 records each version's decision and the **head** — the highest version such that every
 version up to it is decided. A version left undecided for
 :data:`~graphrun.store.live.LIVE_DECIDE_TIMEOUT_S` is aborted (its writer died).
@@ -75,7 +75,6 @@ from graphrun.store.live import (
     LIVE_RETRY_AFTER_S,
     MAX_PIECE_ROWS,
     MAX_UNDECIDED,
-    Blocks,
     LiveDelta,
     Piece,
     growth_ids,
@@ -93,6 +92,7 @@ from graphrun.store.live_log import apply as log_apply
 from graphrun.store.live_log import decide as log_decide
 from graphrun.store.live_seq import (
     Begun,
+    Blocks,
     SeqLink,
     Sequencer,
     base_lookup,

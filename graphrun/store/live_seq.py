@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from graphrun.errors import ArgumentError, GraphrunError, RpcError, RpcTimeout, StoreError
-from graphrun.store.live import MAX_LIVE_NODES, MAX_PIECE_ROWS, MAX_UNDECIDED, Blocks
+from graphrun.store.live import (
+    GROWTH_BLOCK,
+    MAX_GROWTH_BLOCKS,
+    MAX_LIVE_NODES,
+    MAX_PIECE_ROWS,
+    MAX_UNDECIDED,
+)
 from graphrun.store.live_wire import Runs
 from graphrun.store.replicas import is_fenced
 
@@ -35,6 +41,39 @@ log = logging.getLogger("graphrun.store")
 FATE_TIMEOUT_S = 2.0  # a partition asking the sequencer a piece's fate waits this long
 MAX_SEQ_ADDRESSES = 8  # the sequencer and its replicas, as a writer names them
 MAX_ADDRESS_LEN = 256
+
+
+class Blocks:
+    """One id space's growth blocks (the sequencer's): owner per block, and each
+    partition's open block with how many of its ids are handed out."""
+
+    def __init__(self, base: int, num_parts: int) -> None:
+        self.base = base
+        self.owners: list[int] = []
+        self.open: dict[int, tuple[int, int]] = {}  # part -> (block, ids used)
+        self.num_parts = num_parts
+
+    def allocate(self, part: int, count: int) -> list[tuple[int, int]]:
+        """``count`` fresh ids owned by ``part`` as ``[(start, count), ...]`` runs."""
+        runs: list[tuple[int, int]] = []
+        while count > 0:
+            block, used = self.open.get(part, (-1, GROWTH_BLOCK))
+            if used == GROWTH_BLOCK:
+                if len(self.owners) >= MAX_GROWTH_BLOCKS:
+                    raise StoreError(
+                        f"live: {MAX_GROWTH_BLOCKS} growth blocks are handed out; "
+                        "the graph must be compacted first"
+                    )
+                block, used = len(self.owners), 0
+                self.owners.append(part)
+            k = min(count, GROWTH_BLOCK - used)
+            runs.append((self.base + block * GROWTH_BLOCK + used, k))
+            self.open[part] = (block, used + k)
+            count -= k
+        return runs
+
+    def owner_array(self) -> np.ndarray:
+        return np.asarray(self.owners, dtype=np.int64)
 
 
 Begun = tuple[int, Runs, Runs]  # a live_begin's version, node runs, edge runs

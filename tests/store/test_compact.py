@@ -258,10 +258,9 @@ def test_a_heterograph_reads_the_same_typed_edges_and_edge_rows_after_compaction
 def test_the_sequencer_replays_from_a_snapshot_taken_before_records_it_follows(tmp_path):
     """The snapshot is taken at the swap and logged later by the compaction's thread: a
     version begun and one decided in between are in the log before it, not in it."""
-    from graphrun.store.live import Blocks
     from graphrun.store.live_check import Schema
     from graphrun.store.live_log import BegunRecord, decide, frozen, open_log, replay, snapshot
-    from graphrun.store.live_seq import Sequencer
+    from graphrun.store.live_seq import Blocks, Sequencer
 
     def fresh() -> Sequencer:
         return Sequencer(Blocks(100, 2), Blocks(1000, 2))

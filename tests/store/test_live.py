@@ -9,7 +9,6 @@ import pytest
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.store.live import (
     GROWTH_BLOCK,
-    Blocks,
     LiveDelta,
     Piece,
     Rows,
@@ -20,6 +19,7 @@ from graphrun.store.live import (
 )
 from graphrun.store.live_check import FeatureSpec, Schema, check_piece
 from graphrun.store.live_index import Taken, build_run, due, id_runs, stable_order
+from graphrun.store.live_seq import Blocks
 from graphrun.testing.procs import fresh_python
 
 N, E = 10, 20
@@ -389,25 +389,27 @@ def test_reads_over_merged_runs_match_one_index_of_everything(swapped):
         assert (out_a == out_b).all()
 
 
-@pytest.mark.parametrize("compiled_min", [None, 0], ids=["numpy", "compiled"])
-def test_a_merging_thread_keeps_reads_whole_and_the_runs_few(monkeypatch, compiled_min):
+def test_a_merging_thread_keeps_reads_whole_and_the_runs_few(monkeypatch):
     """With ``background`` the runs are merged by the delta's thread, off the read path:
     a read after each commit sees exactly what one index of everything sees, and the
-    thread brings the runs down to the rule's ``log2(commits) + 1``. Its merges are
-    numpy's below ``COMPILED_MIN`` entries (these few) and compiled from it on (here all
-    of them), the same merges either way."""
-    from graphrun.store import live_index, live_kernels
+    thread brings the runs down to the rule's ``log2(commits) + 1``. The thread sorts
+    and merges with the compiled kernels once it has loaded them, whatever the size
+    (these few entries); the delta without a thread with numpy's (below
+    ``COMPILED_MIN``): the reads compare the two."""
+    from graphrun.store import live_kernels
 
     calls = []
-    compiled = live_kernels.merge_two
+    merge, sort = live_kernels.merge_two, live_kernels.sort_columns
 
-    def counted(*a):
-        calls.append(a[0].shape[1] > 1)  # warm_up's merge of 1 + 1 entries aside
-        return compiled(*a)
+    def counted(kernel):
+        def call(*a):
+            calls.append(a[0].shape[1] > 1)  # warm_up's 1 + 1 entries aside
+            return kernel(*a)
 
-    monkeypatch.setattr(live_kernels, "merge_two", counted)
-    if compiled_min is not None:
-        monkeypatch.setattr(live_index, "COMPILED_MIN", compiled_min)
+        return call
+
+    monkeypatch.setattr(live_kernels, "merge_two", counted(merge))
+    monkeypatch.setattr(live_kernels, "sort_columns", counted(sort))
     rng = np.random.default_rng(2)
     d, one = LiveDelta(background=True), LiveDelta()
     key = lambda e: sorted(map(tuple, e.T.tolist()))  # noqa: E731
@@ -429,7 +431,7 @@ def test_a_merging_thread_keeps_reads_whole_and_the_runs_few(monkeypatch, compil
             assert key(d.in_edges(dst, v)[1]) == key(one.in_edges(dst, v)[1])
     finally:
         d.close()
-    assert any(calls) == (compiled_min == 0)  # warm_up's merge of 1 + 1 entries aside
+    assert any(calls)
 
 
 def test_the_merging_thread_merges_a_pair_before_the_last_two():
@@ -506,10 +508,10 @@ def test_a_fold_drops_the_merge_in_flight_over_what_it_folded(monkeypatch):
 
     started, go, real = threading.Event(), threading.Event(), live_mod.merge_runs
 
-    def slow(runs):
+    def slow(runs, compiled=False):
         started.set()
         go.wait(30)
-        return real(runs)
+        return real(runs, compiled)
 
     monkeypatch.setattr(live_mod, "merge_runs", slow)
     d = LiveDelta(background=True)

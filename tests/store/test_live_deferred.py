@@ -175,11 +175,11 @@ def test_a_deferred_backlog_is_indexed_while_commits_go_on(monkeypatch):
     building, release = threading.Event(), threading.Event()
     real = live_mod.build_run
 
-    def slow(batches):
+    def slow(batches, compiled=False):
         if len(batches) == 10:  # the backlog's
             building.set()
             assert release.wait(30)
-        return real(batches)
+        return real(batches, compiled)
 
     monkeypatch.setattr(live_mod, "build_run", slow)
     reader = threading.Thread(target=lambda: d.runs)
