@@ -287,8 +287,12 @@ class LiveDelta:
         if self.deferred and self._index_outside():  # read after all: merged from now on
             self._wake.set()
         with self._lock:  # a read may come from another thread than the commit's
+            flushed = bool(self._fresh)
             self._flush(merge=self._merger is None)
-            return ([self.base] if self.base is not None else []) + self._runs
+            runs = ([self.base] if self.base is not None else []) + self._runs
+        if flushed and self._merger is not None:  # a thread gathering them waits no more
+            self._wake.set()
+        return runs
 
     def index_eagerly(self) -> None:
         """Index every commit from now on, by the merging thread (a promoted replica)."""

@@ -91,3 +91,21 @@ def test_a_read_while_the_thread_gathers_sees_every_commit(monkeypatch):
         assert _wait(lambda: len(d.runs) == 1)  # 1, 1, 1, 1 merged by the rule
     finally:
         d.close()
+
+
+def test_a_read_that_indexes_what_the_thread_gathers_ends_its_wait(monkeypatch):
+    """The thread gathering fresh commits was not told when a read indexed them: it waited
+    its whole ``INDEX_WAIT_S`` with nothing left to gather, and the reads' runs stayed
+    unmerged meanwhile (a CI run failed the test above so, its wait being 60 s)."""
+    monkeypatch.setattr(live_mod, "INDEX_GROUP", 1000)
+    monkeypatch.setattr(live_mod, "INDEX_WAIT_S", 60.0)
+    d = LiveDelta(background=True)
+    try:
+        d.warm(wait=True)
+        for v in (1, 2):
+            held(d, _edge_piece(v, np.array([v]), np.array([1]), np.array([20 + v])))
+            time.sleep(0.2)  # the thread is waiting for more
+            assert d.in_edges(np.array([1]), v)[0].tolist() == [v]  # indexed by the read
+        assert _wait(lambda: len(d._runs) == 1, limit=5.0)  # 1, 1 merged by the rule
+    finally:
+        d.close()
