@@ -1,6 +1,7 @@
 """The merging thread's cheaper batch (issue 42, idx42): fresh commits indexed in groups,
 a fresh run sorted by the compiled radix sort."""
 
+import contextlib
 import time
 
 import numpy as np
@@ -51,14 +52,24 @@ def _wait(what, limit=30.0):
     return what()
 
 
-def test_the_thread_indexes_fresh_commits_in_groups(monkeypatch):
-    """The thread waits for ``INDEX_GROUP`` fresh entries (here three commits' worth; the
-    wait's limit out of reach) and makes one run of them, not a run a commit."""
-    monkeypatch.setattr(live_mod, "INDEX_GROUP", 30)
+@contextlib.contextmanager
+def _gathering(monkeypatch, group):
+    """A warmed delta whose merging thread waits for ``group`` fresh entries (its wait's
+    limit, 60 s, out of reach), closed after."""
+    monkeypatch.setattr(live_mod, "INDEX_GROUP", group)
     monkeypatch.setattr(live_mod, "INDEX_WAIT_S", 60.0)
     d = LiveDelta(background=True)
     try:
         d.warm(wait=True)
+        yield d
+    finally:
+        d.close()
+
+
+def test_the_thread_indexes_fresh_commits_in_groups(monkeypatch):
+    """The thread waits for ``INDEX_GROUP`` fresh entries (here three commits' worth; the
+    wait's limit out of reach) and makes one run of them, not a run a commit."""
+    with _gathering(monkeypatch, 30) as d:
         for v in (1, 2):
             held(
                 d, _edge_piece(v, np.arange(10) % 5, np.arange(10) % 3, 20 + 10 * v + np.arange(10))
@@ -68,18 +79,13 @@ def test_the_thread_indexes_fresh_commits_in_groups(monkeypatch):
         held(d, _edge_piece(3, np.arange(10) % 5, np.arange(10) % 3, 50 + np.arange(10)))
         assert _wait(lambda: d.work == 30)
         assert len(d._runs) == 1 and d._runs[0].first == 1 and d._runs[0].last == 3
-    finally:
-        d.close()
 
 
 def test_a_read_while_the_thread_gathers_sees_every_commit(monkeypatch):
     """A read during the thread's wait indexes the fresh commits itself: it sees each
     commit up to its version, never a staler index; the thread then merges on."""
-    monkeypatch.setattr(live_mod, "INDEX_GROUP", 1000)
-    monkeypatch.setattr(live_mod, "INDEX_WAIT_S", 60.0)
-    d, one = LiveDelta(background=True), LiveDelta()
-    try:
-        d.warm(wait=True)
+    one = LiveDelta()
+    with _gathering(monkeypatch, 1000) as d:
         for v in range(1, 5):
             p = _edge_piece(v, np.array([v]), np.array([1]), np.array([20 + v]))
             held(d, p)
@@ -89,23 +95,15 @@ def test_a_read_while_the_thread_gathers_sees_every_commit(monkeypatch):
                 assert a[0].tolist() == b[0].tolist() == [at]
                 assert sorted(a[1][0].tolist()) == sorted(b[1][0].tolist())
         assert _wait(lambda: len(d.runs) == 1)  # 1, 1, 1, 1 merged by the rule
-    finally:
-        d.close()
 
 
 def test_a_read_that_indexes_what_the_thread_gathers_ends_its_wait(monkeypatch):
     """The thread gathering fresh commits was not told when a read indexed them: it waited
     its whole ``INDEX_WAIT_S`` with nothing left to gather, and the reads' runs stayed
     unmerged meanwhile (a CI run failed the test above so, its wait being 60 s)."""
-    monkeypatch.setattr(live_mod, "INDEX_GROUP", 1000)
-    monkeypatch.setattr(live_mod, "INDEX_WAIT_S", 60.0)
-    d = LiveDelta(background=True)
-    try:
-        d.warm(wait=True)
+    with _gathering(monkeypatch, 1000) as d:
         for v in (1, 2):
             held(d, _edge_piece(v, np.array([v]), np.array([1]), np.array([20 + v])))
             time.sleep(0.2)  # the thread is waiting for more
             assert d.in_edges(np.array([1]), v)[0].tolist() == [v]  # indexed by the read
         assert _wait(lambda: len(d._runs) == 1, limit=5.0)  # 1, 1 merged by the rule
-    finally:
-        d.close()
