@@ -21,11 +21,11 @@ from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/; graphrun: PYTHONPATH first
 
-from graphrun.rpc.auth import generate_keys  # noqa: E402
-from graphrun.rpc.guard import CHECK_S  # noqa: E402
-from graphrun.rpc.transport import RpcClient  # noqa: E402
-from graphrun.testing.store import make_partition_dir  # noqa: E402
-from tests.security.test_server_bounds import _STORE, REQUEST_BYTES  # noqa: E402
+from graphrun.rpc.auth import generate_keys
+from graphrun.rpc.guard import CHECK_S
+from graphrun.rpc.transport import RpcClient
+from graphrun.testing.store import make_partition_dir
+from tests.security.test_server_bounds import _STORE, REQUEST_BYTES
 
 CLIENTS = int(os.environ.get("NC", "8"))
 SECONDS = float(os.environ.get("SECONDS", "20"))
