@@ -412,7 +412,7 @@ def drive(cfg: dict[str, Any]) -> dict[str, Any]:
     stores = [start_store(cfg["parts_dir"], p, **cfg["store_kwargs"][p]) for p in range(PARTS)]
     try:
         _start_replicas(cfg, stores)
-        pids = [s.proc.pid for s in stores[:PARTS]]  # (the launchers exec the servers)
+        pids = [s.proc.pid for s in stores]  # replicas too (the launchers exec the servers)
         out = {**_ingest(cfg), **_staleness(cfg), **epochs(cfg, pids)}
         out["epoch_batches"] = cfg["epoch_batches"]
         # the epochs' trainer's OpenMP waiting, as its caller's environment set it

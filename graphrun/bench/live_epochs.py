@@ -14,10 +14,10 @@ The ingesting process is started once, before the first pair, and waits between 
 epochs; every epoch starts one second after the last ended (an ingesting one one second
 into its ingest: :func:`lead`), so an undisturbed epoch does not start while the
 servers still index the ingest before it. Each epoch also reports
-where the CPU went: the trainer's (this process), the partition servers' and the
-ingesting process's, from ``/proc`` (``epoch_cpu_s``: medians of each kind;
-``epochs_cpu_s``: each epoch's), and the compactions the servers made during it (a
-compaction starts by itself once the oldest commit is
+where the CPU went: the trainer's (this process), the partition servers' (replicas
+too) and the ingesting process's, from ``/proc`` (``epoch_cpu_s``: medians of each kind;
+``epochs_cpu_s``: each epoch's), and the compactions the servers and replicas made
+during it (a compaction starts by itself once the oldest commit is
 :data:`~graphrun.store.compact.COMPACT_AGE_S` old: ``compactions_in_epochs``).
 """
 
@@ -150,14 +150,23 @@ def lead(kind: str, go: Any, wait: Any = time.sleep) -> None:
 
 
 def _compactions(cfg: dict[str, Any], c: Any) -> int:
+    """The compactions made so far, by every partition's server and replica (a replica
+    compacts by itself, as its primary does)."""
+    from graphrun.rpc.auth import load_keys
+    from graphrun.rpc.transport import RpcClient
+
     parts = range(len(cfg["addresses"]))
     calls = [c.session.call(p, "live_compact", {}, main_only=True) for p in parts]
-    return sum(int(m.body["compactions"]) for m in calls)
+    made = sum(int(m.body["compactions"]) for m in calls)
+    for kw in cfg.get("replica_kwargs", []):
+        with RpcClient(kw["address"], keys=load_keys(kw["key_file"]), timeout=30) as r:
+            made += int(r.call("live_compact", {}).body["compactions"])
+    return made
 
 
 def epochs(cfg: dict[str, Any], server_pids: list[int]) -> dict[str, Any]:
     """The pairs of epochs (see the module docstring); ``server_pids``: the partition
-    servers' processes (their CPU per epoch)."""
+    servers' processes, replicas too (their CPU per epoch)."""
     import torch
 
     if cfg.get("threads"):

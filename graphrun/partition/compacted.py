@@ -3,7 +3,9 @@
 A live store's partition server folds the committed writes up to a version ``C`` into
 its base (:mod:`graphrun.store.compact`) and writes the result beside the partition
 directory's own ``part-K``, so that a restarted store, or a new one, loads the graph as
-it was at ``C`` and replays only the write-ahead log above it::
+it was at ``C`` and replays only the write-ahead log above it. A replica writes its
+own in a directory beside its log instead (``OUT`` below is then that directory) and
+loads the newer of the two (:func:`newest`)::
 
     OUT/part-K.compacted.json       the pointer: {"format": "graphrun-compacted",
                                     "version": 1, "dir": "part-K.c<C>", "live_version": C}
@@ -35,7 +37,7 @@ import os
 import secrets
 import shutil
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import msgspec
@@ -123,6 +125,18 @@ def read(root: Path, part: int) -> tuple[Path, Manifest] | None:
         if _crc(f) != want:
             raise PartitionFormatError(f"{f}: its size or CRC-32 does not match {d / MANIFEST}")
     return d, m
+
+
+def newest(roots: Sequence[Path], part: int) -> Path:
+    """Of ``roots`` (the partition directory, then a replica's own: its log's
+    ``base_name``), the one holding the newest compacted directory of ``part``; the
+    first when none holds one."""
+    best, top = Path(roots[0]), -1
+    for root in roots:
+        p = read_pointer(Path(root), part)
+        if p is not None and p.live_version > top:
+            best, top = Path(root), p.live_version
+    return best
 
 
 def part_dir(root: Path, part: int, default: str) -> Path:

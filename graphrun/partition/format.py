@@ -387,6 +387,7 @@ class Partition:
     etypes: np.ndarray | None
     node_feats: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     edge_feats: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    base_root: Path | None = None  # where its compacted directory is (None: ``path``)
 
     @property
     def num_inner_nodes(self) -> int:
@@ -412,8 +413,10 @@ class Partition:
         return int(self.config.get("halo_hops", 1))
 
 
-def load_partition(path: str | Path, part: int) -> Partition:
-    """Load partition ``part`` of the partition directory ``path`` (memory-mapped)."""
+def load_partition(path: str | Path, part: int, own: Path | None = None) -> Partition:
+    """Load partition ``part`` of the partition directory ``path`` (memory-mapped): its
+    newest compacted directory, in ``path`` or in ``own`` (a replica's own, beside its
+    log), or ``part-K`` itself."""
     root = Path(path)
     cfg = load_partition_config(root)
     cfile = root / CONFIG_FILE
@@ -423,7 +426,8 @@ def load_partition(path: str | Path, part: int) -> Partition:
             f"{cfile}: has no partition {part!r} (num_parts = {book.num_parts})"
         )
     info = cfg["parts"][part]
-    d = compacted.part_dir(root, int(part), info["dir"])  # a live store's, folded in
+    base = compacted.newest([root] if own is None else [root, own], int(part))
+    d = compacted.part_dir(base, int(part), info["dir"])  # a live store's, folded in
     if not d.is_dir():
         raise PartitionFormatError(f"{d}: missing (partition {part})")
     n_local = info["num_local_nodes"]
@@ -440,9 +444,8 @@ def load_partition(path: str | Path, part: int) -> Partition:
         )
     node_feats = _load_features(d / "node", cfg.get("node_features", {}), book, part, True, cfile)
     edge_feats = _load_features(d / "edge", cfg.get("edge_features", {}), book, part, False, cfile)
-    return Partition(
-        root, int(part), book, cfg, nodes, indptr, indices, eids, etypes, node_feats, edge_feats
-    )
+    return Partition(root, int(part), book, cfg, nodes, indptr, indices, eids, etypes,
+                     node_feats, edge_feats, base)  # fmt: skip
 
 
 def _load_features(

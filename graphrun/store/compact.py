@@ -100,7 +100,8 @@ class Stats(msgspec.Struct):
 class Compactor:
     """One main server's compaction: at most one running."""
 
-    partition_dir: Path | None  # write part-K.c<C> here (a durable store) or None
+    partition_dir: Path | None  # write part-K.c<C> here (a durable store: the partition
+    # directory, or a replica's own beside its log) or None
     stats: Stats = field(default_factory=Stats)
     forced: bool = False
     since: float | None = None  # when the delta last became non-empty
@@ -236,13 +237,18 @@ def fold(
 # ---- the directory
 
 
-def _current_dir(state: ServerState, root: Path) -> Path:
-    return compacted.current_dir(root, state.part, state.config["parts"][state.part]["dir"])
+def _current_dir(state: ServerState) -> Path:
+    """The directory the server's base came from (its files: the fold's unchanged ones)."""
+    assert state.base_root is not None  # a main server's, set when it loaded
+    return compacted.current_dir(state.base_root, state.part,
+                                 state.config["parts"][state.part]["dir"])  # fmt: skip
 
 
 def write_dir(state: ServerState, live: live_ops.LivePart, root: Path, f: Fold) -> None:
-    """``part-K.c<C>`` of the fold and its pointer (:mod:`graphrun.partition.compacted`)."""
-    src = _current_dir(state, root)
+    """``part-K.c<C>`` of the fold and its pointer in ``root`` (the partition directory,
+    or a replica's own: :mod:`graphrun.partition.compacted`); the server's base comes
+    from there after it."""
+    src = _current_dir(state)
     files = {"nodes.npy": src / "nodes.npy"}
     arrays: dict[str, np.ndarray] = dict(f.structure)
     arrays = {f"{k}.npy": v for k, v in arrays.items()}
@@ -270,12 +276,13 @@ def write_dir(state: ServerState, live: live_ops.LivePart, root: Path, f: Fold) 
     arrays["growth/nodes.npy"], arrays["growth/types.npy"] = b.nodes[0], b.nodes[1].astype(np.int32)
     arrays["growth/orig.npy"], arrays["growth/edges.npy"] = b.nodes[2], b.edges[:4]
     compacted.write(root, state.part, f.version, arrays, files, names)
+    state.base_root = root
 
 
-def restore(state: ServerState, delta: LiveDelta, root: Path) -> None:
+def restore(state: ServerState, delta: LiveDelta) -> None:
     """Install the partition's compacted growth (if it was compacted) before the log is
     replayed: the base CSC was loaded from the compacted directory already."""
-    got = compacted.read(root, state.part)
+    got = compacted.read(state.base_root, state.part) if state.base_root else None
     if got is None:
         return
     d, man = got
@@ -310,10 +317,11 @@ def seed_sequencer(state: ServerState, seq: Sequencer, root: Path) -> None:
     edges: list[tuple[int, np.ndarray]] = []
     orig: list[np.ndarray] = []
     for p in range(book.num_parts):
-        ptr = compacted.read_pointer(root, p)  # its files are checked by its own server
+        where = state.base_root if p == state.part and state.base_root else root
+        ptr = compacted.read_pointer(where, p)  # its files are checked by its own server
         if ptr is None:
             continue
-        d, top = root / ptr.dir, max(top, ptr.live_version)
+        d, top = where / ptr.dir, max(top, ptr.live_version)
         ids = np.load(d / "growth/nodes.npy")
         nodes.append((p, ids))
         orig.append(np.load(d / "growth/orig.npy"))

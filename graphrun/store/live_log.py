@@ -166,6 +166,12 @@ def log_name(part: int, replica: int) -> str:
     return f"part-{part}.wal" if not replica else f"part-{part}-replica-{replica}.wal"
 
 
+def base_name(part: int, replica: int) -> str:
+    """A replica's own compacted directories, beside its log (a primary's are in the
+    partition directory): it compacts, and truncates its log, as its primary does."""
+    return f"part-{part}-replica-{replica}.base"
+
+
 def check_live_dir(path: Path, what: str = "live_dir") -> None:
     """ArgumentError unless ``path`` is a directory this process can write."""
     if not path.is_dir():

@@ -45,7 +45,7 @@ from graphrun.rpc.codec import DEFAULT_LIMITS, Limits, Message, MsgKind, error_m
 from graphrun.rpc.transport import RpcClient, RpcServer, Waker, error_type
 from graphrun.store import compact, handlers, live_ops, replicas, sum_moves
 from graphrun.store.disk import DiskRows, file_id
-from graphrun.store.live_log import check_live_dir
+from graphrun.store.live_log import base_name, check_live_dir
 from graphrun.store.policy import policies_from_book
 from graphrun.store.registry import AfterSync, Registry, Request, Response, load_extensions
 from graphrun.store.shm import (
@@ -154,16 +154,25 @@ def open_node_features(p: Partition, cache_bytes: int) -> dict[tuple[str, str], 
         if t not in hot:
             hot[t] = hot_rows(p, t)
         share = cache_bytes * int(arr.nbytes) // total if total else 0
-        d = current_dir(p.path, p.part, p.config["parts"][p.part]["dir"])
+        d = current_dir(p.base_root or p.path, p.part, p.config["parts"][p.part]["dir"])
         path = d / "node" / t / f"{n}.npy"
         out[(t, n)] = DiskRows.build(path, arr, hot[t], share)
     return out
 
 
+def own_base(cfg: ServerConfig) -> Path | None:
+    """A replica's own compacted directories (with a log): made if missing."""
+    if not cfg.replica_of or cfg.live_dir is None:
+        return None
+    own = Path(cfg.live_dir) / base_name(cfg.part, cfg.replica_index)
+    own.mkdir(mode=0o700, exist_ok=True)
+    return own
+
+
 def load_main_state(cfg: ServerConfig) -> ServerState:
     """Load partition ``cfg.part`` into fresh shared-memory segments."""
     clean_stale(cfg.shm_dir)
-    p = load_partition(cfg.partition_dir, cfg.part)
+    p = load_partition(cfg.partition_dir, cfg.part, own_base(cfg))
     disk = open_node_features(p, cfg.disk_cache_bytes) if cfg.features == "disk" else {}
     whole = [p.nodes, p.indptr, p.indices, p.eids, p.etypes]
     whole += [
@@ -183,6 +192,7 @@ def load_main_state(cfg: ServerConfig) -> ServerState:
         heartbeat_timeout=cfg.heartbeat_timeout,
         segments=segments,
         config=p.config,
+        base_root=p.base_root,
         disk={str(TensorKey.node(t, n)): rows for (t, n), rows in disk.items()},
     )
     try:
@@ -474,14 +484,15 @@ def run_server(
                 cfg.keys,
                 cfg.request_timeout,
                 cfg.live_dir,
-                restore=lambda delta: compact.restore(state, delta, root),
+                restore=lambda delta: compact.restore(state, delta),
             )
             if live.seq is not None:  # a new log on a compacted directory
                 compact.seed_sequencer(state, live.seq, root)
-            # a durable primary rewrites its partition directory; a replica folds in
-            # memory (its log is not truncated)
-            durable = cfg.live_dir is not None and not cfg.replica_of
-            compact.attach(state, root if durable else None)
+            # with a log, a compaction writes the server's compacted directory (a
+            # primary's into the partition directory, a replica's beside its log) and
+            # truncates the log; without one it folds in memory
+            own = own_base(cfg) if cfg.replica_of else root
+            compact.attach(state, own if cfg.live_dir is not None else None)
         name = str(RoleName.store(state.part, state.index, replica=state.replica))
         clients = ClientKeys(cfg.clients_dir) if cfg.clients_dir is not None else None
         access = Access(cfg.keys.public if cfg.keys else None, clients)

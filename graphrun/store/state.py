@@ -175,6 +175,7 @@ class ServerState:
     extension_data: dict[str, Any] = field(default_factory=dict)
     disk: dict[str, DiskRows] = field(default_factory=dict)  # features served from disk
     config: dict[str, Any] = field(default_factory=dict)
+    base_root: Path | None = None  # where the compacted directory it loaded is (None: none)
     stop_requested: bool = False
     served: dict[str, int] = field(default_factory=dict)
     reply_bytes: dict[str, int] = field(default_factory=dict)  # tensor bytes sent, by op

@@ -16,12 +16,14 @@ import pytest
 
 from graphrun.distributed.writer import GraphWriter
 from graphrun.local.stores import StoreProcess, start_store
-from graphrun.partition import load_id_mapping
+from graphrun.partition import compacted, load_id_mapping
 from graphrun.rpc.auth import KeyPair, load_keys, new_keypair, public_key_file_text
 from graphrun.rpc.transport import RpcClient
 from graphrun.store.client import ClientConfig, KVClient
+from graphrun.store.live_log import base_name, log_name
 from graphrun.store.shm import DEFAULT_SHM_DIR, clean_stale
 from graphrun.testing.store import make_partition_dir
+from tests.store.test_compact_durable import records
 from tests.store.test_live_durable import BASE_ORIG, check_all_visible, write_batches
 from tests.store.test_live_store import FEAT, in_edges, node_rows
 from tests.store.test_replicas import _wait_replicas
@@ -242,3 +244,43 @@ def test_a_pipelined_writers_carried_decisions_reach_the_replica(machines, keys)
     assert seq["served"].get("live_decide", 0) <= 4, seq
     for s in (seq, stats(machines.replicas[0], machines.key_file)):
         assert (s["live_head"], s["live_undecided"]) == (12, 0), s
+
+
+def compacted_replica(sp: StoreProcess, key_file: Path) -> dict:
+    """Ask a replica to compact (the store's key) and wait for it to finish."""
+    with RpcClient(sp.address, keys=load_keys(key_file), timeout=10) as c:
+        s = c.call("live_compact", {"start": True}).body
+        deadline = time.monotonic() + 30
+        while s["running"]:
+            assert time.monotonic() < deadline, s
+            time.sleep(0.05)
+            s = c.call("live_compact", {}).body
+    return s
+
+
+def test_a_replica_compacts_beside_its_log_and_restarts_from_there(machines, keys, tmp_path):
+    """A replica with a log compacts as its primary does: its compacted directory beside
+    its log (the partition directory is its primary's), its log truncated below it (it
+    was never truncated: it grew to its bound). Killed and started again, it loads that
+    directory and replays the rest of its log: every acknowledged batch is visible
+    through it once the primary is gone."""
+    with KVClient(machines.config(keys, timeout=10)) as c:
+        base_in = in_edges(c, np.asarray([3, 500], np.int64))
+        written = write_batches(c, machines.parts, 6)
+        head = c.follow()
+    log = machines.live[0] / log_name(1, 1)  # partition 1's replica is on m0
+    before = records(log, tmp_path)
+    s = compacted_replica(machines.replicas[1], machines.key_file)
+    assert s["version"] == head and s["truncated"] > 0 and not s["error"], s
+    own = machines.live[0] / base_name(1, 1)
+    assert compacted.read_pointer(own, 1).live_version == head
+    assert compacted.read_pointer(machines.parts, 1) is None  # not the primary's to change
+    assert records(log, tmp_path) < before
+    with KVClient(machines.config(keys, timeout=10)) as c:
+        written |= write_batches(c, machines.parts, 2, first=6)  # in the log only
+    machines.replicas[1].kill()
+    machines.replicas[1] = machines._serve(1, 0, "--replica-of", machines.primaries[1].address)
+    machines.primaries[1].kill()
+    with KVClient(machines.config(keys, timeout=5)) as r:
+        assert r.follow() == head + 2
+        check_all_visible(r, written, base_in)
