@@ -258,29 +258,33 @@ def compacted_replica(sp: StoreProcess, key_file: Path) -> dict:
     return s
 
 
-def test_a_replica_compacts_beside_its_log_and_restarts_from_there(machines, keys, tmp_path):
+@pytest.mark.parametrize("part", [0, 1], ids=["sequencer-replica", "partition-replica"])
+def test_a_replica_compacts_beside_its_log_and_restarts_from_there(machines, keys, tmp_path, part):
     """A replica with a log compacts as its primary does: its compacted directory beside
     its log (the partition directory is its primary's), its log truncated below it (it
     was never truncated: it grew to its bound). Killed and started again, it loads that
-    directory and replays the rest of its log: every acknowledged batch is visible
-    through it once the primary is gone."""
+    directory and replays the rest of its log (partition 0's, its copy of the sequencer
+    from the snapshot it logged): every acknowledged batch is visible through it once
+    the primary is gone."""
     with KVClient(machines.config(keys, timeout=10)) as c:
         base_in = in_edges(c, np.asarray([3, 500], np.int64))
         written = write_batches(c, machines.parts, 6)
         head = c.follow()
-    log = machines.live[0] / log_name(1, 1)  # partition 1's replica is on m0
+    live = machines.live[1 - part]  # partition P's replica is on the other machine
+    log = live / log_name(part, 1)
     before = records(log, tmp_path)
-    s = compacted_replica(machines.replicas[1], machines.key_file)
+    s = compacted_replica(machines.replicas[part], machines.key_file)
     assert s["version"] == head and s["truncated"] > 0 and not s["error"], s
-    own = machines.live[0] / base_name(1, 1)
-    assert compacted.read_pointer(own, 1).live_version == head
-    assert compacted.read_pointer(machines.parts, 1) is None  # not the primary's to change
+    own = live / base_name(part, 1)
+    assert compacted.read_pointer(own, part).live_version == head
+    assert compacted.read_pointer(machines.parts, part) is None  # not the primary's
     assert records(log, tmp_path) < before
     with KVClient(machines.config(keys, timeout=10)) as c:
         written |= write_batches(c, machines.parts, 2, first=6)  # in the log only
-    machines.replicas[1].kill()
-    machines.replicas[1] = machines._serve(1, 0, "--replica-of", machines.primaries[1].address)
-    machines.primaries[1].kill()
+    machines.replicas[part].kill()
+    primary = machines.primaries[part].address
+    machines.replicas[part] = machines._serve(part, 1 - part, "--replica-of", primary)
+    machines.primaries[part].kill()
     with KVClient(machines.config(keys, timeout=5)) as r:
         assert r.follow() == head + 2
         check_all_visible(r, written, base_in)
