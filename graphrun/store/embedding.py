@@ -116,18 +116,36 @@ class _SparseOptimizer:
         """Every optimizer state tensor, all rows (state name -> tensor), for a checkpoint."""
         return {name: t[np.arange(t.shape[0], dtype=np.int64)] for name, t in self._tensors.items()}
 
+    def rows(self, ids: np.ndarray) -> dict[str, torch.Tensor]:
+        """The rows ``ids`` of every state tensor (a live graph's new nodes: their ids are
+        past the tables' shape; state name -> rows)."""
+        return {name: t[ids] for name, t in self._tensors.items()}
+
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         """Write back what :meth:`state_dict` returned; unknown or misshaped states are an
         ArgumentError naming them."""
         for name, value in state.items():
-            t = self._tensors.get(name)
-            if t is None:
-                raise ArgumentError(f"optimizer state {name!r}: this optimizer has no such state")
+            t = self._state(name)
             if tuple(value.shape) != tuple(t.shape):
                 raise ArgumentError(
                     f"optimizer state {name!r}: shape {tuple(value.shape)}, expected {t.shape}"
                 )
             t[np.arange(t.shape[0], dtype=np.int64)] = value
+
+    def load_rows(self, ids: np.ndarray, rows: Mapping[str, torch.Tensor]) -> None:
+        """Write back what :meth:`rows` returned for ``ids``."""
+        for name, value in rows.items():
+            t = self._state(name)
+            if tuple(value.shape) != (len(ids), *t.shape[1:]):
+                raise ArgumentError(f"optimizer state {name!r}: {tuple(value.shape)} rows for "
+                                    f"{len(ids)} ids")  # fmt: skip
+            t[ids] = value
+
+    def _state(self, name: str) -> DistTensor:
+        t = self._tensors.get(name)
+        if t is None:
+            raise ArgumentError(f"optimizer state {name!r}: this optimizer has no such state")
+        return t
 
     def step(self) -> None:
         """Send every recorded row gradient to the servers, which update rows and state."""

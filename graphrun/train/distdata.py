@@ -66,17 +66,32 @@ class StoreEmbedding(SparseEmbedding):
         self.opt = SparseAdam([self.emb], lr=lr)
 
     def state(self) -> dict[str, Any]:
+        """The rows and the optimizer's state, and while the job follows a live graph
+        the rows of the new nodes at its version (``new_ids``, ``new_weight``,
+        ``new_optimizer``)."""
         n = self.emb.num_embeddings
-        return {
+        out = {
             "weight": self.emb.weight[np.arange(n, dtype=np.int64)],
             "optimizer": self.opt.state_dict(),  # SparseAdam's m, v and per-row steps
         }
+        if self.emb.client.version is not None:
+            ids = self.emb.client.live_nodes()[0]
+            out["new_ids"] = torch.from_numpy(ids)
+            out["new_weight"] = self.emb.weight[ids]
+            out["new_optimizer"] = self.opt.rows(ids)
+        return out
 
     def load_state(self, state: dict[str, Any]) -> None:
+        """Write back :meth:`state`'s; new nodes' rows need a version that has them (a
+        job resumed on the same live store follows its head)."""
         w = state["weight"]
         self.emb.weight[np.arange(w.shape[0], dtype=np.int64)] = w
         if "optimizer" in state:  # checkpoints written before it was saved have none
             self.opt.load_state_dict(state["optimizer"])
+        if "new_ids" in state:
+            ids = np.asarray(state["new_ids"], np.int64)
+            self.emb.weight[ids] = state["new_weight"]
+            self.opt.load_rows(ids, state["new_optimizer"])
 
 
 class DistGraphData:

@@ -76,3 +76,37 @@ def test_a_job_following_epochs_trains_embedding_rows_of_new_nodes(parts):
             other = KVClient(ClientConfig(addresses, job="default", timeout=20))
             with other, pytest.raises(ArgumentError, match="out of range"):
                 other.pull("emb", ids)
+
+
+def test_a_checkpoint_of_a_following_job_holds_its_new_nodes_rows(parts):
+    """A following job's embedding checkpoint holds the new nodes' rows and optimizer
+    state (it held the base rows only: a resumed job drew new nodes' rows afresh)."""
+    from graphrun.train.distdata import StoreEmbedding
+
+    cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        _, _, ids = write_new_nodes(addresses, parts)
+        with initialize(addresses, job="first", rank=0, world_size=1,
+                        heartbeat_interval=0) as ctx:  # fmt: skip
+            DistGraph(ctx, follow="head")
+            n = ctx.client.book.num_nodes  # the base graph's: new nodes' rows grow past it
+            se = StoreEmbedding(ctx.client, "emb", n, 4, lr=0.05)
+            for _ in range(2):
+                se(torch.from_numpy(np.concatenate([[0, 1, 500], ids]))).sum().backward()
+                se.step()
+                se.zero_grad()
+            state = se.state()
+            assert state["new_ids"].tolist() == sorted(ids.tolist())
+            want = {k: ctx.client.pull(f"emb.adam.{k}", ids) for k in ("m", "v", "step")}
+            assert (want["step"] == 2).all()
+            rows = se.emb.weight[ids]
+        with initialize(addresses, job="resumed", rank=0, world_size=1,
+                        heartbeat_interval=0) as ctx:  # fmt: skip
+            DistGraph(ctx, follow="head")
+            again = StoreEmbedding(ctx.client, "emb", n, 4, lr=0.05)
+            assert not torch.equal(again.emb.weight[ids], rows)  # drawn afresh
+            again.load_state(state)
+            assert torch.equal(again.emb.weight[ids], rows)
+            for k, v in want.items():
+                assert np.array_equal(ctx.client.pull(f"emb.adam.{k}", ids), v)
