@@ -21,6 +21,8 @@ says little).
                                                     # `graphrun bench live --dataset`'s)
     REPLICAS=2 ...                                  # a replica of each partition too (its
                                                     # servers listed after the primaries)
+    COMPACT=1 ...                                   # then each server compacts, in turn:
+                                                    # its CPU-s, build and pause s
 
 A 20k-node power-law graph (``community``), 2 random partitions, one ``graphrun serve``
 per partition with ``--live-dir`` (the write-ahead log), a writer key; ``BATCHES``
@@ -111,6 +113,26 @@ def index_work(address: str, d: Path) -> int:
 
     with RpcClient(address, keys=load_keys(d / "store.key"), timeout=10) as c:
         return int(c.call("stats").body["live"].get("index_work", 0))
+
+
+def compacted(stores: list, d: Path) -> list[dict[str, object]]:
+    """COMPACT=1: every server (replicas too) compacts what the batches wrote, one at a
+    time; each one's CPU seconds for it (settled after), build and pause seconds."""
+    from graphrun.rpc.auth import load_keys
+    from graphrun.rpc.transport import RpcClient
+
+    out = []
+    for s in stores:
+        c0 = settled([s.proc.pid])[0]
+        with RpcClient(s.address, keys=load_keys(d / "store.key"), timeout=60) as c:
+            st = c.call("live_compact", {"start": True}).body
+            while st["running"]:
+                time.sleep(0.05)
+                st = c.call("live_compact", {}).body
+        out.append({"cpu_s": round(settled([s.proc.pid])[0] - c0, 3), "build_s": st["build_s"],
+                    "pause_s": st["pause_s"], "version": st["version"],
+                    "error": st["error"]})  # fmt: skip
+    return out
 
 
 def main() -> None:
@@ -234,6 +256,7 @@ def main() -> None:
             # index entries the delta wrote (fresh runs and merges) per batch
             work = [round((index_work(s.address, d) - n) / BATCHES)
                     for s, n in zip(stores, work0, strict=True)]  # fmt: skip
+            compaction = compacted(stores, d) if os.environ.get("COMPACT") else None
             admin.close()
             if WINDOW:
                 w.close()
@@ -255,6 +278,7 @@ def main() -> None:
             "log_syncs_per_batch": syncs,
             "index_work_per_batch": work,
             "threads_ms_user_sys_faults_switches": [per_batch(a, b) for a, b in zip(t_0, t_1, strict=True)],
+            **({"compaction": compaction} if compaction else {}),
         }))  # fmt: skip
         if prof is not None:
             pstats.Stats(prof).sort_stats(os.environ.get("SORT", "cumtime")).print_stats(40)
