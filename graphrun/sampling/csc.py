@@ -196,14 +196,21 @@ class CSCGraph:
     def find_edges(self, eids: object) -> tuple[np.ndarray, np.ndarray]:
         """``(src, dst)`` global node ids of edges ``eids`` owned by this block."""
         e = _int64(np.asarray(eids))
-        hit, i = self._lookup(e)
-        assert self._eid_order is not None
+        hit, src, dst = self.edges_of(e)
         if not hit.all():
             j = int(np.flatnonzero(~hit)[0])
             raise ArgumentError(f"eids[{j}] = {int(e[j])} is not an edge of this partition")
-        pos = self._eid_order[i]
-        dst = owners(self.indptr, pos) + self.row_start  # the row holding each position
-        return self.indices[pos], dst
+        return src, dst
+
+    def edges_of(self, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(found, src, dst)`` of int64 edge ids (-1 where not an edge of this block)."""
+        hit, i = self._lookup(eids)
+        assert self._eid_order is not None
+        pos = self._eid_order[i[hit]]
+        src, dst = np.full(len(eids), -1, np.int64), np.full(len(eids), -1, np.int64)
+        src[hit] = self.indices[pos]
+        dst[hit] = owners(self.indptr, pos) + self.row_start  # the row holding each position
+        return hit, src, dst
 
     def out_edges(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(src, dst, eid)`` of this block's edges leaving ``ids`` (global node ids; one

@@ -253,9 +253,16 @@ class DistOneHopSampler:
         return torch.from_numpy(deg)
 
     def find_edges(self, eids: Tensor) -> tuple[Tensor, Tensor]:
-        """``(src, dst)`` global node ids of global edge ids (asked of each edge's owner)."""
-        e = check_seeds(eids, 0, self.book.num_edges, "eids")
-        groups = routing.by_owner(self.book.edge_offsets, e)
+        """``(src, dst)`` global node ids of global edge ids (asked of each edge's owner);
+        a client following a live graph routes its new edges by their growth blocks."""
+        view = self.client.live if self.client is not None else None
+        if view is None:
+            e = check_seeds(eids, 0, self.book.num_edges, "eids")
+            groups = routing.by_owner(self.book.edge_offsets, e)
+        else:
+            offsets = self.book.edge_offsets
+            e, part, _ = live_route(view, offsets, view.num_edges, view.edge_owner, eids, "eids")
+            groups = routing.by_part(part, e, offsets)
         src, dst = self._by_owner(e, groups, OP_FIND_EDGES, 2, lambda c, x: c.find_edges(x))
         return torch.from_numpy(src), torch.from_numpy(dst)
 

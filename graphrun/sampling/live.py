@@ -17,7 +17,7 @@ from graphrun.errors import ArgumentError
 from graphrun.sampling.csc import CSCGraph, SampledEdges
 from graphrun.sampling.kernels import make_rng, sample_segments
 from graphrun.store.live import LiveDelta, spans
-from graphrun.store.live_index import Run, eids_in_order
+from graphrun.store.live_index import Run, eids_in_order, lookup_sorted, values_at
 
 
 def _base(csc: CSCGraph, delta: LiveDelta, version: int, seeds: np.ndarray) -> np.ndarray:
@@ -33,6 +33,27 @@ def _base(csc: CSCGraph, delta: LiveDelta, version: int, seeds: np.ndarray) -> n
         raise ArgumentError(f"seeds[{i}] = {int(seeds[i])} is not a node of this partition "
                             f"at version {version}")  # fmt: skip
     return base
+
+
+def find_edges(
+    csc: CSCGraph, delta: LiveDelta, version: int, eids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(src, dst)`` of this partition's edge ids at ``version``: base edges (and new ones
+    a compaction folded in) from the CSC, the rest from the delta's runs; ArgumentError
+    naming the first that is no edge here at ``version`` (not added yet, or deleted)."""
+    found, src, dst = csc.edges_of(eids)
+    for r in delta.runs if not found.all() else []:
+        by_eid = r.edges_by_eid()
+        hit, pos = lookup_sorted(by_eid[0], eids)
+        hit &= ~found & (values_at(by_eid[3], hit, pos, 0) <= version)
+        src[hit], dst[hit] = by_eid[2][pos[hit]], by_eid[4][pos[hit]]
+        found |= hit
+    bad = ~found | delta.deleted(eids, version)
+    if bad.any():
+        j = int(np.flatnonzero(bad)[0])
+        raise ArgumentError(f"eids[{j}] = {int(eids[j])} is not an edge of this partition "
+                            f"at version {version}")  # fmt: skip
+    return src, dst
 
 
 def in_degrees(csc: CSCGraph, delta: LiveDelta, version: int, seeds: np.ndarray) -> np.ndarray:

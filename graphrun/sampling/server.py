@@ -163,7 +163,11 @@ def out_degrees(state: ServerState, req: Request) -> Response:
 def find_edges(state: ServerState, req: Request) -> Response:
     from graphrun.store.registry import Response
 
-    src, dst = _csc(state).find_edges(_ids(req))
+    ids = _ids(req)
+    delta, v = live_ops.view(state, req)
+    if delta is not None:  # a live graph: the edges at the request's version
+        return Response({}, live.find_edges(_csc(state), delta, v, ids))
+    src, dst = _csc(state).find_edges(ids)
     return Response({}, (src, dst))
 
 

@@ -99,7 +99,7 @@ class Run:
     # deletion and the edge's own)
     by_src: np.ndarray | None = None
     del_src: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-    # the new edges by edge id (int64 [4, m]: eid, etype, src, version), made on the
+    # the new edges by edge id (int64 [5, m]: eid, etype, src, version, dst), made on the
     # first look-up of an edge id (a deletion, an edge feature's update): an ingest of
     # new edges alone never pays for it, and a merge keeps it once either run has it
     by_eid: np.ndarray | None = None
@@ -115,7 +115,7 @@ class Run:
     def edges_by_eid(self) -> np.ndarray:
         by_eid = self.by_eid
         if by_eid is None:
-            by_eid = self.edges[[2, 3, 0, 4]]
+            by_eid = self.edges[[2, 3, 0, 4, 1]]
             by_eid = self.by_eid = by_eid[:, np.argsort(by_eid[0], kind="stable")]
         return by_eid
 

@@ -210,3 +210,26 @@ def test_a_cache_knows_no_new_node_and_says_so():
 
     rows = CachedRows(np.asarray([1, 5]), np.zeros((2, 3), np.float32), id_space=10)
     assert rows.slots(np.asarray([5, 1, 12, 3])).tolist() == [1, 0, -1, -1]
+
+
+def test_find_edges_of_a_following_graph_reads_its_new_edges(parts):
+    """``DistGraph.find_edges`` of new edges (routed by their growth blocks, looked up in
+    the owners' deltas) while following; a graph at version 0 refuses them by name."""
+    cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
+            dg = DistGraph(ctx, follow="head")
+            _, _, ids = write_new_nodes(addresses, parts)
+            ctx.client.follow()  # the head, with them
+            got = dg.sample_neighbors(ids, 100)  # every in-edge of the new nodes
+            assert len(got.eid) == 12 and (got.eid >= dg.partition_book.num_edges).all()
+            src, dst = dg.find_edges(got.eid)
+            assert src.tolist() == got.src.tolist()
+            assert dst.tolist() == ids[got.seed_index].tolist()
+            base = np.array([0, 1, dg.partition_book.num_edges - 1])
+            s, d = dg.find_edges(base)  # base edges as before
+            assert len(s) == len(d) == 3
+            ctx.client.follow(0)
+            with pytest.raises(ArgumentError, match="is not an edge"):
+                dg.find_edges(got.eid)

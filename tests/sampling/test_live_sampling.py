@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from graphrun.errors import ArgumentError
 from graphrun.sampling.csc import CSCGraph
-from graphrun.sampling.live import in_degrees, merged_csc, sample_one_hop
+from graphrun.sampling.live import find_edges, in_degrees, merged_csc, sample_one_hop
 from graphrun.store.live import Batch, LiveDelta
 
 N = 200  # base nodes; growth ids from here
@@ -55,6 +56,28 @@ def test_sampling_through_the_delta_picks_what_the_merged_csc_picks(deleted, rep
                          (got.seed_index, want.seed_index)):  # fmt: skip
                 assert a.tolist() == b.tolist(), (v, k)
             assert got.etype is None and len(got) > 0
+
+
+def test_find_edges_reads_base_and_new_edges_at_a_version():
+    """``(src, dst)`` of base and new edge ids at each version; an edge deleted by then,
+    or added after it, is refused by name (graph_find_edges knew base edges only)."""
+    rng = np.random.default_rng(11)
+    g, d = _graph(rng), _delta(rng, deleted=True)
+    rows = np.repeat(np.arange(N), np.diff(g.indptr))
+    for v in range(1, 6):
+        new = d.new_edges(v)
+        live = ~d.deleted(g.eids, v)
+        eids = np.concatenate([g.eids[live][::7], new[2]])
+        src, dst = find_edges(g, d, v, eids)
+        want_src = np.concatenate([g.indices[live][::7], new[0]])
+        want_dst = np.concatenate([rows[live][::7], new[1]])
+        assert src.tolist() == want_src.tolist() and dst.tolist() == want_dst.tolist()
+        gone = g.eids[~live]
+        later = np.setdiff1d(d.new_edges(5)[2], new[2])
+        for bad in [gone[:1], later[:1]]:
+            if len(bad):
+                with pytest.raises(ArgumentError, match=f"eids\\[1\\] = {bad[0]} is not an edge"):
+                    find_edges(g, d, v, np.concatenate([eids[:1], bad]))
 
 
 def test_a_deleted_edge_that_compaction_folded_into_the_base_is_gone():
