@@ -415,8 +415,7 @@ class Partition:
 
 def load_partition(path: str | Path, part: int, own: Path | None = None) -> Partition:
     """Load partition ``part`` of the partition directory ``path`` (memory-mapped): its
-    newest compacted directory, in ``path`` or in ``own`` (a replica's own, beside its
-    log), or ``part-K`` itself."""
+    newest compacted directory, in ``path`` or ``own`` (a replica's), or ``part-K``."""
     root = Path(path)
     cfg = load_partition_config(root)
     cfile = root / CONFIG_FILE
