@@ -15,6 +15,9 @@ says little).
     RATE=100000 ...                                 # paced: a batch every BATCH/RATE s
                                                     # (as graphrun bench live's ingest)
     RATE=100000 SPIN=1 ...                          # paced by spinning, not sleeping
+    IDLE=1 ...                                      # first, the servers' CPU idle for
+                                                    # as long (what a paced batch's
+                                                    # figures include without its work)
     TIMERS=DIR ... (PYTHONPATH=benchmarks/timers:...)  # thread CPU by function in each
                                                     # server (benchmarks/timers/)
     PARTS=DIR ...                                   # a 2-partition directory instead (as
@@ -104,6 +107,24 @@ def per_batch(
     return {k: [round(1000 * (a - b) / BATCHES, 2)
                 for a, b in zip(v, before.get(k, zero), strict=True)]
             for k, v in after.items() if v != before.get(k, zero)}  # fmt: skip
+
+
+def idle_cpu(pids: list[int]) -> dict[str, object]:
+    """``IDLE=1``: the servers' CPU while no batch comes, over as long as the paced
+    batches take (``BATCHES * BATCH / RATE`` s; 15 s at full speed), per batch interval:
+    what a server costs idle (its loop's wake-ups, the connection guard's checks), which
+    a paced batch's figures include."""
+    span = BATCHES * BATCH / RATE if RATE else 15.0
+    s0, t0 = [cpu_s(p) for p in pids], [threads_cpu(p) for p in pids]
+    time.sleep(span)
+    s1, t1 = [cpu_s(p) for p in pids], [threads_cpu(p) for p in pids]
+    return {
+        "idle_s": span,
+        "idle_server_cpu_ms_per_batch": [round(1000 * (b - a) / BATCHES, 2)
+                                         for a, b in zip(s0, s1, strict=True)],
+        "idle_threads_ms_user_sys_faults_switches": [per_batch(a, b)
+                                                     for a, b in zip(t0, t1, strict=True)],
+    }  # fmt: skip
 
 
 def index_work(address: str, d: Path) -> int:
@@ -222,6 +243,7 @@ def main() -> None:
             # loading its compiled merge (numba, about 0.5 CPU-s, a start-up cost), and a
             # window that began meanwhile charged it to the batches
             settled([s.proc.pid for s in stores])
+            idle = idle_cpu([s.proc.pid for s in stores]) if os.environ.get("IDLE") else {}
             served0 = [admin.stats(p)["served"] for p in range(2)]
             syncs0 = [admin.stats(p)["live"]["log_syncs"] for p in range(2)]
             work0 = [index_work(s.address, d) for s in stores]
@@ -279,6 +301,7 @@ def main() -> None:
             "index_work_per_batch": work,
             "threads_ms_user_sys_faults_switches": [per_batch(a, b) for a, b in zip(t_0, t_1, strict=True)],
             **({"compaction": compaction} if compaction else {}),
+            **idle,
         }))  # fmt: skip
         if prof is not None:
             pstats.Stats(prof).sort_stats(os.environ.get("SORT", "cumtime")).print_stats(40)

@@ -308,6 +308,28 @@ def test_a_wake_ends_the_wait_for_requests_at_once(keys):
         waker.close()
 
 
+def test_an_idle_poll_waits_out_its_timeout_without_spinning(keys, monkeypatch):
+    """Idle, ``poll`` sleeps in waits of at most the guard's check each and waits
+    without a timeout at most once, at its end: the last fraction of a millisecond,
+    rounded down, was polled for in a loop (some 40 turns a 200 ms call on this box)."""
+    srv = RpcServer("tcp://127.0.0.1:0", handler, keys=keys)
+    waits: list[int] = []
+    wait = srv._wait
+
+    def counted(timeout_ms: int) -> bool:
+        waits.append(timeout_ms)
+        return wait(timeout_ms)
+
+    monkeypatch.setattr(srv, "_wait", counted)
+    try:
+        for _ in range(3):
+            assert srv.poll(100) == 0
+    finally:
+        srv.close()
+    assert waits.count(0) <= 3, f"waits without a timeout: {waits.count(0)} of {waits}"
+    assert max(waits) == 20
+
+
 def test_a_timeout_says_whether_the_server_was_ever_reached(keys, server):
     """A join to stores already stopped timed out as "no answer ... (server down,
     overloaded or unreachable?)" whatever happened: the message says which it was."""
