@@ -29,9 +29,11 @@ anything is sent. The head (the growth blocks' owners) and the graph's features 
 asked once, again for a batch with new nodes or an id in a block not heard of.
 
 **Pipelined** (``GraphWriter(client, window=N)``): ``submit()`` sends the batch on its
-way and returns; each later ``submit`` moves every batch in flight one step on (begun ->
-prepared -> decided), at most ``N`` stay in flight, and ``flush()`` waits for them all
-and returns their versions. A decision rides to a partition in the next piece sent
+way and returns; each later ``submit`` moves the batches in flight one step on (begun ->
+prepared -> decided) — those whose answers are here, and those due (waited for: a batch
+is done four submits after its own at the latest once it used the ``N - 4`` submits of
+slack, lock-step with ``N = 4``) — at most ``N`` stay in flight, and ``flush()`` waits
+for them all and returns their versions. A decision rides to a partition in the next piece sent
 there (``live_prepare``'s ``decided``: no ``live_commit`` a batch) and to the sequencer
 in the next ``live_begin`` (its ``decided``: no ``live_decide`` a batch; its answer is
 the acknowledgement; a refused begin took none, they go as ``live_decide`` then), so
