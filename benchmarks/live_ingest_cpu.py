@@ -80,7 +80,8 @@ def settled(pids: list[int]) -> list[float]:
 
 def threads_cpu(pid: int) -> dict[str, list[float]]:
     """Per thread name: [user s, system s, minor faults, voluntary and involuntary
-    context switches] (threads of one name summed)."""
+    context switches, s waiting on a run queue (``schedstat``: runnable, not running)]
+    (threads of one name summed)."""
     out: dict[str, list[float]] = {}
     tick = os.sysconf("SC_CLK_TCK")
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -89,21 +90,23 @@ def threads_cpu(pid: int) -> dict[str, list[float]]:
             name += f"/{task.name}" if os.environ.get("TIDS") else ""
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
             status = dict(x.split(":", 1) for x in (task / "status").read_text().splitlines())
+            queued = int((task / "schedstat").read_text().split()[1]) / 1e9
         except OSError:
             continue
-        acc = out.setdefault(name, [0.0] * 5)
+        acc = out.setdefault(name, [0.0] * 6)
         acc[0] += int(fields[11]) / tick
         acc[1] += int(fields[12]) / tick
         acc[2] += int(fields[7]) / 1000  # per batch below: faults, not ms
         acc[3] += int(status["voluntary_ctxt_switches"]) / 1000  # switches, likewise
         acc[4] += int(status["nonvoluntary_ctxt_switches"]) / 1000
+        acc[5] += queued
     return out
 
 
 def per_batch(
     before: dict[str, list[float]], after: dict[str, list[float]]
 ) -> dict[str, list[float]]:
-    zero = [0.0] * 5
+    zero = [0.0] * 6
     return {k: [round(1000 * (a - b) / BATCHES, 2)
                 for a, b in zip(v, before.get(k, zero), strict=True)]
             for k, v in after.items() if v != before.get(k, zero)}  # fmt: skip
@@ -288,7 +291,7 @@ def main() -> None:
             "writer_cpu_ms_per_batch": round(1000 * wcpu / BATCHES, 2),
             "rate": RATE,
             "main_thread_ms_per_batch": round(1000 * inbatch[0] / BATCHES, 3),
-            "writer_threads_ms_user_sys_faults_switches": per_batch(me0, me1),
+            "writer_threads_ms_user_sys_faults_switches_queued": per_batch(me0, me1),
             "server_cpu_ms_per_batch": [round(1000 * (b - a) / BATCHES, 2)
                                         for a, b in zip(s0, s1, strict=True)],
             # a server takes its half of each batch; the writer, the whole batch
@@ -299,7 +302,7 @@ def main() -> None:
             "requests_per_batch": served,
             "log_syncs_per_batch": syncs,
             "index_work_per_batch": work,
-            "threads_ms_user_sys_faults_switches": [per_batch(a, b) for a, b in zip(t_0, t_1, strict=True)],
+            "threads_ms_user_sys_faults_switches_queued": [per_batch(a, b) for a, b in zip(t_0, t_1, strict=True)],
             **({"compaction": compaction} if compaction else {}),
             **idle,
         }))  # fmt: skip

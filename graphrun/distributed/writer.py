@@ -29,9 +29,11 @@ anything is sent. The head (the growth blocks' owners) and the graph's features 
 asked once, again for a batch with new nodes or an id in a block not heard of.
 
 **Pipelined** (``GraphWriter(client, window=N)``): ``submit()`` sends the batch on its
-way and returns; each later ``submit`` moves every batch in flight one step on (begun ->
-prepared -> decided), at most ``N`` stay in flight, and ``flush()`` waits for them all
-and returns their versions. A decision rides to a partition in the next piece sent
+way and returns; each later ``submit`` moves the batches in flight one step on (begun ->
+prepared -> decided) — those whose answers are here, and those due (waited for: a batch
+is done four submits after its own at the latest once it used the ``N - 4`` submits of
+slack, lock-step with ``N = 4``) — at most ``N`` stay in flight, and ``flush()`` waits
+for them all and returns their versions. A decision rides to a partition in the next piece sent
 there (``live_prepare``'s ``decided``: no ``live_commit`` a batch) and to the sequencer
 in the next ``live_begin`` (its ``decided``: no ``live_decide`` a batch; its answer is
 the acknowledgement; a refused begin took none, they go as ``live_decide`` then), so
@@ -254,8 +256,9 @@ class GraphWriter:
             f.carrier = new
         flying = list(self._flights)
         self._flights.append(new)
-        for f in flying:  # each one stage on (their answers came while this was planned),
-            if f.stage != "done" and f.carrier is not new:  # not those it just carried
+        for f in flying:  # each one stage on (not those it just carried), once its
+            f.age += 1  # answers are here or it is due (waited for: see _due)
+            if f.stage != "done" and f.carrier is not new and (self._due(f) or self._ready(f)):
                 self._step(f)
         self._drain(self.window)
 
@@ -292,6 +295,25 @@ class GraphWriter:
         if self._error is not None and not self._flights:
             error, self._error = self._error, None
             raise error
+
+    def _due(self, f: _Flight) -> bool:
+        """Whether ``f`` must move on now, waiting for its answers: a batch moves one
+        stage a submit at the latest (begun at the next, prepared at the one after, its
+        decision carried by the third and answered by the fourth) once it has used the
+        window's slack (``window - 4`` submits): so it is done before the window is full
+        and no decision has to go as a ``live_decide`` of its own."""
+        return f.age >= _LOCKSTEP_AGE[f.stage] + max(0, self.window - 4)
+
+    def _ready(self, f: _Flight) -> bool:
+        """Whether moving ``f`` on would not wait for a server: the answers its stage
+        needs are here (its begin's; its prepares'; its decision's carrier's begin)."""
+        session = self.client.session
+        if f.stage == "begin":
+            return f.reply is not None or session.ready(f.begun)
+        if f.stage == "prepare":
+            return all(session.ready(p) for p in f.sent.values())
+        c = f.carrier
+        return c is not None and (c.reply is not None or session.ready(c.begun))
 
     def _step(self, f: _Flight) -> None:
         """Move ``f`` one stage on: begun -> prepared -> decided -> done."""
@@ -471,6 +493,9 @@ def _own_held(reply: Message) -> bool:
     return "held" in own
 
 
+_LOCKSTEP_AGE = {"begin": 1, "prepare": 2, "decide": 4}  # submits since its own
+
+
 @dataclass
 class _Flight:
     """One submitted batch on its way: ``begin`` (live_begin sent), ``prepare`` (its
@@ -489,3 +514,4 @@ class _Flight:
     decide: Pending | None = None  # or its live_decide
     error: BaseException | None = None
     deadline: float = 0.0
+    age: int = 0  # submits since its own

@@ -431,6 +431,13 @@ class RpcClient:
         self._inflight[rid] = op
         return rid
 
+    def ready(self, rid: int) -> bool:
+        """Whether :meth:`wait` for request ``rid`` would return (or raise) at once: its
+        reply or error is here (the socket is read without blocking)."""
+        if rid in self._inflight and not self._refused:
+            self._drain()
+        return rid not in self._inflight or self._refused
+
     def wait(self, rid: int, timeout: float | None = None) -> Message:
         """The reply to request ``rid``; raises the typed error the server sent."""
         op = self._inflight.get(rid)

@@ -352,16 +352,18 @@ def make_handler(
         )
         if msg.op not in ("stats", "stop", "leave", "heartbeat"):
             replicas.check_serving(state)
+        synced = False  # its record synced already (a forwarded write's: see write)
         if msg.op in replicas.WRITE_OPS:
-            resp = write(state, req, entry.handler)
+            resp, synced = write(state, req, entry.handler)
         else:
             resp = entry.handler(state, req)
         state.served[msg.op] = state.served.get(msg.op, 0) + 1
         if resp.after_sync is not None:
-            if turn is not None:
+            if turn is not None and not (synced and not turn.parked):
                 turn.parked.append((peer, msg, resp.after_sync, dict(resp.body)))
                 return None
-            live_ops.sync(state)
+            if not synced:
+                live_ops.sync(state)
             done = resp.after_sync.done()
             resp = Response({**done.body, **resp.body}, done.tensors)
         sent = sum(t.nbytes for t in resp.tensors)
@@ -373,22 +375,26 @@ def make_handler(
 
 def write(
     state: ServerState, req: Request, handler: Callable[[ServerState, Request], Response]
-) -> Response:
+) -> tuple[Response, bool]:
     """Apply write ``req`` here and on the replicas (store/replicas.py): forwarded
     before it is applied, answered once every replica in the write set applied it (a
     replica answers a logged write after its own turn's sync) and, for one that waits
     for this server's log (``after_sync``), once the turn's sync made it durable here.
     A forwarded write's log record is synced here before the replicas are waited for:
-    the two machines' syncs overlap instead of following each other."""
+    the two machines' syncs overlap instead of following each other. Returns the
+    response and whether its record is synced already (a forwarded write's: the
+    handler answers it at once, not at the turn's end, unless writes of the turn wait
+    before it; the turn's sync has nothing of it left to share)."""
     rep = state.replication if state.replication and state.replication.links else None
     sent = rep.send(state.part, req) if rep is not None else []
-    applied = False
+    applied = synced = False
     try:
         resp = replicas.apply_write(state, req, lambda r: handler(state, r))
         applied = True
         if sent and resp.after_sync is not None:
             with contextlib.suppress(StoreError):  # a failed log fails the turn's sync
                 live_ops.sync(state)  # too, which answers the write with its error
+                synced = True
     finally:
         if rep is not None:
             try:
@@ -403,14 +409,14 @@ def write(
     if state.replication is not None:  # the write set now: clients forget the rest
         extra = {"replicas": state.replication.addresses}
         resp = Response({**resp.body, **extra}, resp.tensors, resp.after_sync)
-    return resp
+    return resp, synced
 
 
 def _abort(state: ServerState, version: int) -> None:
     """The sequencer's abort of a version left undecided: a write like the writer's
     ``live_decide``, so partition 0's replica holds it before anyone hears of it."""
     req = Request("live_decide", {"version": version, "commit": False}, admin=True)
-    after = write(state, req, live_ops.live_decide).after_sync
+    after = write(state, req, live_ops.live_decide)[0].after_sync
     if after is not None:  # taken once on the disk (outside a turn: synced here)
         try:
             live_ops.sync(state)

@@ -403,6 +403,12 @@ class Session:
             full["w"] = next(self._writes)
         return Pending(conn, conn.send(op, full, tensors), part, op, full, tensors)
 
+    def ready(self, pending: Pending) -> bool:
+        """Whether :meth:`wait` for ``pending`` would not block on its server (its reply
+        or error is here; one sent before a failover is sent again by ``wait``)."""
+        e = self.parts.get(pending.part)
+        return (e is not None and pending.conn in e.dead) or pending.conn.ready(pending.request_id)
+
     def wait(self, pending: Pending, timeout: float | None = None) -> Message:
         """The reply; a backup that is gone (timeout, lost connection) is dropped from the
         rotation and the request is sent again to the partition's main server; a primary

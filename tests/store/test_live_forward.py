@@ -14,8 +14,15 @@ from graphrun.rpc.codec import Message, MsgKind
 from graphrun.store import live_ops, replicas
 from graphrun.store.live import Piece, Rows
 from graphrun.store.live_wire import piece_to_wire
-from graphrun.store.registry import Request
-from graphrun.store.server import ServerConfig, Turn, load_main_state, write
+from graphrun.store.registry import AfterSync, Request, Response
+from graphrun.store.server import (
+    ServerConfig,
+    Turn,
+    build_registry,
+    load_main_state,
+    make_handler,
+    write,
+)
 from graphrun.testing.store import make_partition_dir
 
 
@@ -64,8 +71,8 @@ def _prepare(state, version: int) -> Request:
 def test_a_forwarded_write_is_synced_here_before_the_replica_is_waited_for(primary):
     state, live, link = primary
     before = live.log.wal.syncs
-    resp = write(state, _prepare(state, 1), live_ops.live_prepare)
-    assert link.synced_at_wait == [before + 1]  # synced while the replica applied it
+    resp, synced = write(state, _prepare(state, 1), live_ops.live_prepare)
+    assert link.synced_at_wait == [before + 1] and synced  # while the replica applied it
     assert resp.after_sync is not None and resp.after_sync.done().body == {"held": True}
 
 
@@ -78,11 +85,29 @@ def test_a_log_failing_before_the_replica_is_waited_for_answers_at_the_turn_end(
     os.dup2(read_only, live.log.wal._fd)  # the disk fails under the log
     os.close(read_only)
     req = _prepare(state, 1)
-    resp = write(state, req, live_ops.live_prepare)
-    assert len(link.synced_at_wait) == 1 and resp.after_sync is not None
+    resp, synced = write(state, req, live_ops.live_prepare)
+    assert len(link.synced_at_wait) == 1 and resp.after_sync is not None and not synced
     msg = Message(MsgKind.REQUEST, "live_prepare", 1, dict(req.body), req.tensors)
     turn.parked.append((b"peer", msg, resp.after_sync, {}))
     turn.end(lambda peer, m: answers.append(m))
     assert [m.kind for m in answers] == [MsgKind.ERROR]
     assert "could not be written" in str(answers[0].body)
     assert not live.delta.pending
+
+
+def test_a_synced_forwarded_write_is_answered_at_once_not_at_the_turn_end(primary):
+    """Its record is synced and its replica answered: the handler answers it (a later
+    write of the turn, with its own forward, does not hold it back); a write behind
+    parked ones waits for the turn's end, in order."""
+    state, _, link = primary
+    turn = Turn(state)
+    handle = make_handler(state, build_registry(), turn=turn)
+    state.sessions.clear()
+    req = _prepare(state, 1)
+    got = handle(b"peer", Message(MsgKind.REQUEST, "live_prepare", 1, dict(req.body), req.tensors))
+    assert got is not None and got.body["held"] is True and not turn.parked
+    assert len(link.synced_at_wait) == 1  # its replica answered before it
+    turn.parked.append((b"other", got, AfterSync(lambda: Response()), {}))  # one waits
+    req = _prepare(state, 2)
+    msg = Message(MsgKind.REQUEST, "live_prepare", 2, dict(req.body), req.tensors)
+    assert handle(b"peer", msg) is None and len(turn.parked) == 2

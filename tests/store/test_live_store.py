@@ -554,3 +554,27 @@ def test_a_pipelined_writer_sends_its_decisions_with_its_next_begins(store):
         c.follow()
         for i, b in zip((3, 500), base, strict=True):
             assert len(in_edges(c, np.asarray([i], np.int64))[0] - b) == 12
+
+
+def test_a_writer_with_slack_in_its_window_sends_batches_before_earlier_answers(store):
+    """With ``window`` above 4 a batch waits for its answers only once it has used the
+    window's slack: a writer whose answers have not arrived (``ready`` says so) sends its
+    next batches without waiting, then catches up; every decision still rides in a
+    begin (no live_decide but ``flush``'s: at most the window's) and every batch is committed."""
+    with store.client(store.admin, "ops") as c:
+        waited: list[str] = []
+        wait, c.session.ready = c.session.wait, lambda pending: False  # nothing arrived yet
+        c.session.wait = lambda pending, timeout=None: (
+            waited.append(pending.op) or wait(pending, timeout)
+        )
+        w = GraphWriter(c, window=8)
+        for i in range(20):
+            w.add_edges("_E", [500, 3], [3, 500])
+            w.submit()
+            if i == 4:  # five batches sent: the first one's begin is due at the sixth
+                assert [op for op in waited if op in ("live_begin", "live_prepare")] == []
+        assert w.flush() == list(range(1, 21))
+        got = c.stats(0)
+        assert got["served"].get("live_decide", 0) <= 8  # flush's: at most the window
+        assert (got["live_pending"], got["live_committed"], got["live_head"]) == (0, 20, 20)
+        w.close()
