@@ -180,15 +180,20 @@ class DistOneHopSampler:
         parts.sort(key=lambda x: x[0].part)  # partition order, wherever it was sampled
         return merge(parts, self.typed)
 
-    def _groups(self, seeds: object, arg: str) -> tuple[np.ndarray, list[routing.Group]]:
-        """Checked node ids grouped by owner; a client following a live graph routes its
-        new nodes by their growth blocks (store/live_client.py)."""
-        view = self.client.live if self.client is not None else None
+    def _groups(
+        self, seeds: object, arg: str, edges: bool = False
+    ) -> tuple[np.ndarray, list[routing.Group]]:
+        """Checked node ids (edge ids with ``edges``) grouped by owner; a client following
+        a live graph routes its new ones by their growth blocks (store/live_client.py)."""
+        book, view = self.book, self.client.live if self.client is not None else None
+        offsets = book.edge_offsets if edges else book.node_offsets
         if view is None:
-            ids = check_seeds(seeds, 0, self.book.num_nodes, arg)
-            return ids, routing.by_owner(self.book.node_offsets, ids)
-        offsets = self.book.node_offsets
-        ids, part, _ = live_route(view, offsets, view.num_nodes, view.node_owner, seeds, arg)
+            ids = check_seeds(seeds, 0, book.num_edges if edges else book.num_nodes, arg)
+            return ids, routing.by_owner(offsets, ids)
+        first, owner = (
+            (view.num_edges, view.edge_owner) if edges else (view.num_nodes, view.node_owner)
+        )
+        ids, part, _ = live_route(view, offsets, first, owner, seeds, arg)
         return ids, routing.by_part(part, ids, offsets)
 
     def _here(self, part: int) -> bool:
@@ -255,14 +260,7 @@ class DistOneHopSampler:
     def find_edges(self, eids: Tensor) -> tuple[Tensor, Tensor]:
         """``(src, dst)`` global node ids of global edge ids (asked of each edge's owner);
         a client following a live graph routes its new edges by their growth blocks."""
-        view = self.client.live if self.client is not None else None
-        if view is None:
-            e = check_seeds(eids, 0, self.book.num_edges, "eids")
-            groups = routing.by_owner(self.book.edge_offsets, e)
-        else:
-            offsets = self.book.edge_offsets
-            e, part, _ = live_route(view, offsets, view.num_edges, view.edge_owner, eids, "eids")
-            groups = routing.by_part(part, e, offsets)
+        e, groups = self._groups(eids, "eids", edges=True)
         src, dst = self._by_owner(e, groups, OP_FIND_EDGES, 2, lambda c, x: c.find_edges(x))
         return torch.from_numpy(src), torch.from_numpy(dst)
 
