@@ -34,15 +34,22 @@ def why_not_survived(
     lost: int,
     stores: Mapping[RoleName, str],
     stores_gone: Collection[str] = (),
+    starting: Collection[str] = (),
 ) -> str | None:
     """Why losing ``machine`` fails the attempt (None: the others go on without it).
 
     ``machines``: the job's machines; ``lost``: how many of them are lost (and not back)
     before this one; ``stores``: every store server role of the job and its machine;
     ``stores_gone``: the machines whose store servers are gone already (every machine
-    lost earlier in the attempt, back or not)."""
+    lost earlier in the attempt, back or not); ``starting``: the other machines still
+    waiting for the store servers before their trainers start (that wait names every
+    server, ``machine``'s too: it would end only at its timeout). The operator notes
+    losses only once every worker was ready (phase Training): none is starting."""
     if elastic is None:
         return "runtime.elastic is not set"
+    waiting = sorted(set(starting) - {machine})
+    if waiting:
+        return f"{waiting[0]} was still starting (it waits for every store server)"
     gone = {*stores_gone, machine}
     partitions = {role.index for role in stores}
     kept = {role.index for role, m in stores.items() if m not in gone}

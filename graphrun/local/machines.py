@@ -323,7 +323,7 @@ class LocalMachines:
             # a machine started again to re-join may die in any state: it is not needed
             back = machine in self.rejoins.started
             died = ex.exit_code != 0 and (back or states.get(machine) in SURVIVABLE)
-            if died and self._survivable(machine, launches, len(states)):
+            if died and self._survivable(machine, launches, states):
                 self.lost.append(machine)
                 self.lost_codes[machine] = ex.exit_code
                 emit(
@@ -337,12 +337,17 @@ class LocalMachines:
             fatal.append(ex)
         return fatal
 
-    def _survivable(self, machine: str, launches: Sequence[MachineLaunch], machines: int) -> bool:
+    def _survivable(
+        self, machine: str, launches: Sequence[MachineLaunch], states: Mapping[str, str]
+    ) -> bool:
         """Whether the others go on without ``machine`` (:mod:`graphrun.job.elastic`): the
-        store servers of every machine lost in the attempt are gone, also of those back."""
+        store servers of every machine lost in the attempt are gone, also of those back;
+        a machine back waits for no store server (it is not starting)."""
         gone = {*self.lost, *self.rejoins.started}
+        starting = [m for m, s in states.items() if s not in SURVIVABLE and m not in gone]
         stores = store_machines(launches)
-        why = why_not_survived(self.elastic, machine, machines, len(self.lost), stores, gone)
+        lost = len(self.lost)
+        why = why_not_survived(self.elastic, machine, len(states), lost, stores, gone, starting)
         return why is None
 
     def _fence(
@@ -368,7 +373,7 @@ class LocalMachines:
         for machine, reason in why.items():
             if machine in self.lost:
                 continue
-            if not self._survivable(machine, launches, len(states)):
+            if not self._survivable(machine, launches, states):
                 continue  # too few left, or a partition's last copy: it fails the attempt
             self.lost.append(machine)
             self.rejoins.lost(machine)

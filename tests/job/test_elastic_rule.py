@@ -34,6 +34,15 @@ def test_a_loss_is_survived_while_min_machines_are_left_and_every_partition_has_
     assert why_not_survived(None, "m1", 3, 0, STORES) == "runtime.elastic is not set"
 
 
+def test_a_loss_while_another_machine_starts_fails_the_attempt():
+    # m0 still waits for every store server, m1's too: it would wait out its timeout
+    two = ElasticSpec(min_machines=2)
+    assert why_not_survived(two, "m1", 3, 0, STORES, starting=["m0"]) == (
+        "m0 was still starting (it waits for every store server)"
+    )
+    assert why_not_survived(two, "m1", 3, 0, STORES, starting=["m1"]) is None  # itself
+
+
 def test_a_machine_back_counts_as_gone_for_its_stores():
     # m1 lost and back (lost 0 now) still has no store servers
     one = ElasticSpec(min_machines=1)

@@ -6,6 +6,7 @@ import io
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,15 @@ def test_a_dead_worker_is_a_lost_machine_only_while_enough_are_left(tmp_path):
     assert LocalMachines(tmp_path, sink)._survive(LAUNCHES, states, [_exit("m1", -9)])
 
 
+def test_a_machine_lost_while_another_still_starts_fails_the_attempt(tmp_path):
+    # m0 still waits for the store servers, m1's among them: going on without m1 would
+    # leave m0 waiting until its ready timeout (a CI run's 60 s deadline passed so)
+    machines = LocalMachines(tmp_path, io.StringIO(), elastic=_elastic(2))
+    states = {"m0": "serving", "m1": "training", "m2": "training"}
+    fatal = machines._survive(LAUNCHES, states, [_exit("m1", -9)])
+    assert [ex.role for ex in fatal] == [RoleName.worker("m1")] and machines.lost == []
+
+
 def test_reformed_events_name_the_machines_to_fence():
     from graphrun.local.elastic import Fencing, reformed_without
 
@@ -109,6 +119,30 @@ def _fake_launches(tmp_path, codes: dict[int, str]) -> list[MachineLaunch]:
     ]
 
 
+def _wait_go(go: Path) -> str:
+    """A trainer's code that waits for the file ``go``."""
+    return f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+
+
+def _when_all_train(run_dir: Path, then: Callable[[], None]) -> threading.Thread:
+    """A thread that calls ``then`` once every machine's trainers started (its status
+    says training or done; 60 s at most)."""
+    from graphrun.record import read_status
+
+    def wait() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            states = [read_status(run_dir / "status" / f"m{i}.json") for i in range(3)]
+            if all(s is not None and s.state in ("training", "done") for s in states):
+                break
+            time.sleep(0.05)
+        then()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    return thread
+
+
 def _alive(pids: list[int]) -> list[int]:
     import psutil
 
@@ -130,7 +164,7 @@ def test_a_stopped_machine_the_trainers_re_formed_without_is_fenced(tmp_path):
     # left of it; the attempt ends when the others are done (it waited for m1 before)
     go = tmp_path / "go"
     reformed = REFORMED
-    wait_go = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+    wait_go = _wait_go(go)
     codes = {
         0: wait_go + f"print({reformed!r}, flush=True)",
         1: "import time; time.sleep(600)",
@@ -143,20 +177,11 @@ def test_a_stopped_machine_the_trainers_re_formed_without_is_fenced(tmp_path):
 
     def chaos() -> None:
         from graphrun.local.elastic import stop_machine
-        from graphrun.record import read_status
 
-        deadline = time.monotonic() + 60
-        status = tmp_path / "run" / "status"
-        while time.monotonic() < deadline:
-            states = [read_status(status / f"m{i}.json") for i in range(3)]
-            if all(s is not None and s.state == "training" for s in states):
-                break
-            time.sleep(0.05)
         stopped.extend(stop_machine("m1"))
         go.write_text("")
 
-    thread = threading.Thread(target=chaos)
-    thread.start()
+    thread = _when_all_train(tmp_path / "run", chaos)
     try:
         result = machines.run(launches, deadline=time.monotonic() + 60)
     finally:
@@ -175,11 +200,19 @@ def test_a_stopped_machine_the_trainers_re_formed_without_is_fenced(tmp_path):
 @pytest.mark.timeout(120)
 def test_a_failed_trainer_of_an_elastic_job_loses_its_machine_not_the_attempt(tmp_path):
     # a trainer that gives up (cut off) or crashes: its machine is lost, the others go on
-    # (without elastic, or one loss too many, it fails the attempt as before)
-    codes = {0: "import time; time.sleep(1.5)", 1: "raise SystemExit('cut off')", 2: "pass"}
+    # (without elastic, or one loss too many, it fails the attempt as before). Trainer 1
+    # gives up once every machine trains: a loss while one still starts fails the attempt
+    go = tmp_path / "go"
+    cut_off = _wait_go(go) + "raise SystemExit('cut off')"
+    codes = {0: "import time; time.sleep(1.5)", 1: cut_off, 2: "pass"}
     sink = io.StringIO()
     machines = LocalMachines(tmp_path / "run", sink, grace_s=2.0, elastic=_elastic(2))
-    result = machines.run(_fake_launches(tmp_path, codes), deadline=time.monotonic() + 60)
+    thread = _when_all_train(tmp_path / "run", lambda: go.write_text(""))
+    try:
+        result = machines.run(_fake_launches(tmp_path, codes), deadline=time.monotonic() + 60)
+    finally:
+        go.write_text("")
+        thread.join()
     assert result.states["m0"] == "done" and machines.lost == ["m1"]
     [lost] = [json.loads(x) for x in sink.getvalue().splitlines() if '"machine_lost"' in x]
     assert lost["fenced"].startswith("trainer:1 failed: cut off"), lost
