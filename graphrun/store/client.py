@@ -50,7 +50,7 @@ from graphrun.rpc.codec import DEFAULT_LIMITS
 from graphrun.store import routing
 from graphrun.store.catalog import Catalog
 from graphrun.store.disk import DISK_COUNTERS, DiskRows
-from graphrun.store.live_client import LiveView, fetch_head, shm_ok
+from graphrun.store.live_client import LiveView, follow_head, shm_ok
 from graphrun.store.live_client import route as live_route
 from graphrun.store.policy import PartitionPolicy, lookup_policy, policies_from_book
 from graphrun.store.requests import MAX_PUSH_TABLES
@@ -179,19 +179,9 @@ class KVClient:
         if version is not None and known is not None and 0 <= int(version) <= known.head:
             self.session.version = int(version)
             return int(version)
-        view = fetch_head(self.session)
-        v = view.head if version is None else int(version)
-        if not 0 <= v <= view.head:
-            raise ArgumentError(f"version: {v} is not in [0, head {view.head}]")
-        self.live = view
-        first, self.session.version = self.session.version is None, v
-        if first:  # the servers learn its version (its pin) before its first read
-            for p in range(self.num_parts):
-                try:
-                    self.session.call(p, "heartbeat")
-                except GraphrunError as exc:  # its reads will tell it
-                    log.info("follow: partition %d did not hear the version: %s", p, exc)
-        return v
+        self.live = follow_head(self.session, self.num_parts, version)
+        assert self.session.version is not None
+        return self.session.version
 
     def live_nodes(self) -> tuple[np.ndarray, np.ndarray]:
         """``(graph ids, ntype index)`` of every new node at the client's version."""

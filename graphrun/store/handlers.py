@@ -119,13 +119,17 @@ def leave(state: ServerState, req: Request) -> Response:
 
 
 def heartbeat(state: ServerState, req: Request) -> Response:
+    """A session's sign of life, and a live session's version (its pin). ``floor``: the
+    version this partition's base was compacted at (a read below it is refused)."""
     known = req.session in state.sessions
     v = req.args(HeartbeatBody).v
     if known:
         state.touch(req.session, time.monotonic())
         if v is not None:  # a live session's pin (store/compact.py)
             live_ops.note_pin(state, req.session, v)
-    return Response({"known": known})
+    live = state.extension_data.get(live_ops.KEY)
+    floor = live.delta.floor if isinstance(live, live_ops.LivePart) else 0
+    return Response({"known": known, "floor": floor})
 
 
 def pull(state: ServerState, req: Request) -> Response:

@@ -11,16 +11,20 @@ read only while it holds nothing at or below the version (:func:`shm_ok`).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
 
-from graphrun.errors import ArgumentError, ProtocolError
+from graphrun.errors import ArgumentError, GraphrunError, ProtocolError, StoreError
 from graphrun.store.live import growth_row, id_owners
 from graphrun.store.session import Session
 
 LIVE_COUNTER = 2  # the deletions segment's slots (graphrun.store.live_ops.LIVE_COUNTER,
 LIVE_ROWS_COUNTER = 3  # LIVE_ROWS_COUNTER)
+FOLLOW_TRIES = 5  # heads asked again while each was compacted before it was pinned
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,42 @@ def fetch_head(session: Session) -> LiveView:
         raise ProtocolError("live_head: the reply is not a head and two block tables")
     node_owner, edge_owner = (np.asarray(t, dtype=np.int64) for t in msg.tensors)
     return LiveView(b["head"], b["num_nodes"], b["num_edges"], node_owner, edge_owner)
+
+
+def follow_head(session: Session, num_parts: int, version: int | None) -> LiveView:
+    """Set ``session.version`` to ``version`` (None: the head, asked now) and return the
+    head's view. A session's first version is made known to every partition (its pin,
+    :func:`_pin`); a head that a compaction folded past before that (one begun between
+    the head's answer and the pin) is asked again."""
+    for _ in range(FOLLOW_TRIES):
+        view = fetch_head(session)
+        v = view.head if version is None else int(version)
+        if not 0 <= v <= view.head:
+            raise ArgumentError(f"version: {v} is not in [0, head {view.head}]")
+        first, session.version = session.version is None, v
+        floor = _pin(session, num_parts) if first else 0
+        if floor <= v:
+            return view
+        session.version = None  # not following yet
+        if version is not None:
+            raise StoreError(f"version: {v} was compacted into the base at {floor}; "
+                             "follow a newer version")  # fmt: skip
+        # folded before it was pinned: the head again
+    raise StoreError(f"follow: the head was compacted before the servers heard it, "
+                     f"{FOLLOW_TRIES} times")  # fmt: skip
+
+
+def _pin(session: Session, num_parts: int) -> int:
+    """A heartbeat to every partition: the servers learn the session's version (its pin:
+    no compaction folds past it) before its first read. Returns the highest version a
+    partition's base was compacted at."""
+    floor = 0
+    for p in range(num_parts):
+        try:
+            floor = max(floor, int(session.call(p, "heartbeat").body.get("floor", 0)))
+        except GraphrunError as exc:  # its reads will tell it
+            log.info("follow: partition %d did not hear the version: %s", p, exc)
+    return floor
 
 
 def route(

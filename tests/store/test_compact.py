@@ -158,6 +158,35 @@ def test_compaction_never_folds_above_a_pinned_version_and_refuses_reads_below_i
                 pc.pull(FEAT, seeds)
 
 
+def test_a_first_follow_that_a_compaction_overtakes_follows_the_newer_head(parts, monkeypatch):
+    # a compaction begun between the head's answer and the session's pin folds past the
+    # head: follow() asks again instead of leaving the session to read a folded version
+    from graphrun.store import live_client
+
+    cfg = ServerConfig(parts, 0, extensions=SAMPLING)
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        with KVClient(ClientConfig(addresses, job="w", timeout=20)) as wc, \
+                KVClient(ClientConfig(addresses, job="f", timeout=20)) as fc:  # fmt: skip
+            write_batches(wc, parts, 0, 2)
+            real, overtaken = live_client.fetch_head, []
+
+            def late(session: Any) -> Any:
+                view = real(session)
+                if not overtaken:  # the first head only: more writes, folded at once
+                    write_batches(wc, parts, 2, 2)
+                    overtaken.extend(compact(wc, p)["version"] for p in (0, 1))
+                return view
+
+            monkeypatch.setattr(live_client, "fetch_head", late)
+            v = fc.follow()
+            assert overtaken and v >= max(overtaken) > 0
+            snapshot(fc, np.asarray([3, 500], np.int64))  # reads at it: not refused
+            with KVClient(ClientConfig(addresses, job="g", timeout=20)) as gc, \
+                    pytest.raises(StoreError, match="was compacted into the base"):  # fmt: skip
+                gc.follow(1)  # a version asked for that is folded: one line, not a read
+
+
 def test_past_the_delta_bound_writes_are_slowed_until_compaction_makes_room(parts, monkeypatch):
     """A session pinned at the base holds compaction back: a writer filling the delta is
     told to retry, and once the pin moves on the servers compact and every batch lands
