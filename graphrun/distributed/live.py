@@ -8,7 +8,12 @@
 * ``head`` — the head before every batch (and the seeds as ``epoch``).
 
 A new node's id is its homogeneous id (``>= num_nodes`` of the base), also its id in its
-type's space; following is for a homogeneous graph for now (:class:`LiveTypeMap`).
+type's space: the store routes and serves it so (a pull of ``node/<type>/<feature>``, a
+``DistEmbedding`` row), it never changes as the graph grows (a rank among a type's new
+nodes would: growth blocks of several partitions interleave), and it cannot be taken for
+a base node of any type (base per-type ids are ``< num_nodes(t) <= num_nodes``). On a
+heterograph the client asks the new nodes' types (:class:`LiveNodeTypes`) once per
+version it meets a new node at; a homogeneous graph's are its one type, asked of no one.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from graphrun.errors import ArgumentError
 from graphrun.partition.book import PartitionBook
 from graphrun.sampling.partitioned import BookTypeMap
 from graphrun.store.client import KVClient
-from graphrun.store.live import GROWTH_BLOCK, MAX_GROWTH_BLOCKS
+from graphrun.store.live import GROWTH_BLOCK, MAX_GROWTH_BLOCKS, MAX_LIVE_NODES
 
 FOLLOW_MODES = ("head", "epoch", "pinned")
 
@@ -34,8 +39,6 @@ def check_follow(mode: str | None, book: PartitionBook) -> str | None:
         return None
     if mode not in FOLLOW_MODES:
         raise ArgumentError(f"follow: {mode!r} is not one of {list(FOLLOW_MODES)}")
-    if book.is_hetero:
-        raise ArgumentError("follow: following a live heterograph is not supported yet")
     return mode
 
 
@@ -46,13 +49,51 @@ def id_bound(client: KVClient) -> int:
     return n if view is None else n + MAX_GROWTH_BLOCKS * GROWTH_BLOCK
 
 
+class LiveNodeTypes:
+    """The node type of each new node at the client's version, for a heterograph: the
+    sorted ids and types of every new node (``live_nodes``), asked again when the version
+    has moved since. At most ``MAX_LIVE_NODES`` (2^22) entries, 12 bytes each: the
+    sequencer holds no more new nodes (folded ones included)."""
+
+    def __init__(self, client: KVClient) -> None:
+        self.client = client
+        self.version: int | None = None
+        self.ids = np.empty(0, np.int64)
+        self.types = np.empty(0, np.int32)
+
+    def of(self, ids: np.ndarray) -> np.ndarray:
+        """The type index of each of ``ids`` (new nodes at the client's version)."""
+        v = self.client.version
+        if v != self.version:
+            got, types = self.client.live_nodes()
+            if len(got) > MAX_LIVE_NODES:
+                raise ArgumentError(f"live_nodes: {len(got)} new nodes, over {MAX_LIVE_NODES}")
+            self.ids, self.types, self.version = got, types, v
+        pos = np.searchsorted(self.ids, ids).clip(max=max(len(self.ids) - 1, 0))
+        hit = self.ids[pos] == ids if len(self.ids) else np.zeros(len(ids), bool)
+        if not hit.all():
+            bad = int(ids[~hit][0])
+            raise ArgumentError(f"node {bad}: not a node of the live graph at version {v}")
+        return self.types[pos]
+
+
 @dataclass(frozen=True)
 class LiveTypeMap(BookTypeMap):
-    """The book's type map, with a homogeneous graph's new nodes and edges (ids at or
-    above the base's counts) as ids of its one node and edge type."""
+    """The book's type map, with new nodes and edges (ids at or above the base's counts):
+    a node of the type ``nodes`` says (a heterograph's), or of the one node type; its
+    per-type id is its id. A new edge is of the first edge type here: a heterograph's
+    sampler answers every edge's type itself (``SampledSubgraph.edge_type``), which
+    :func:`~graphrun.sampling.pyg.split_by_type` takes."""
+
+    nodes: LiveNodeTypes | None = None
 
     def nodes_per_type(self, ids: Tensor) -> tuple[Tensor, Tensor]:
-        return self._split(ids, self.book.num_nodes, super().nodes_per_type)
+        t, per = self._split(ids, self.book.num_nodes, super().nodes_per_type)
+        if self.nodes is not None:
+            grow = ids >= self.book.num_nodes
+            if bool(grow.any()):
+                t[grow] = torch.from_numpy(self.nodes.of(ids[grow].numpy()).astype(np.int64))
+        return t, per
 
     def edges_per_type(self, ids: Tensor) -> tuple[Tensor, Tensor]:
         return self._split(ids, self.book.num_edges, super().edges_per_type)
@@ -72,14 +113,36 @@ class LiveTypeMap(BookTypeMap):
         return t, per
 
 
+def type_map(client: KVClient, book: PartitionBook) -> BookTypeMap:
+    """The type map a client's batches are collated with: the book's, or while it follows
+    a live graph a :class:`LiveTypeMap` (asking new nodes' types on a heterograph only)."""
+    if client.live is None:
+        return BookTypeMap(book)
+    return LiveTypeMap(book, LiveNodeTypes(client) if book.is_hetero else None)
+
+
+def to_homo(book: PartitionBook, ntype: str, ids: np.ndarray) -> np.ndarray:
+    """Homogeneous ids of per-type ids of ``ntype``: a new node's (``>= num_nodes``) is
+    itself; a base node's the book's (which refuses one past the type's count)."""
+    grow = ids >= book.num_nodes
+    if not grow.any():
+        return book.to_homo(ntype, ids)
+    out = np.asarray(ids, np.int64).copy()
+    out[~grow] = book.to_homo(ntype, ids[~grow])
+    return out
+
+
 def new_seeds(
-    client: KVClient, mask: str, seen: np.ndarray, rank: int = 0, world_size: int = 1
-) -> tuple[Tensor, np.ndarray]:
-    """This trainer's share of the new nodes at the client's version whose feature
-    ``mask`` is true and that are not in ``seen`` (graph ids), and ``seen`` with them:
-    every trainer gets as many (:func:`share`), so that their epochs stay as long."""
-    ids, _ = client.live_nodes()
-    ntype = client.book.node_types[0]
+    client: KVClient, mask: str, seen: np.ndarray, rank: int = 0, world_size: int = 1,
+    ntype: str | None = None,
+) -> tuple[Tensor, np.ndarray]:  # fmt: skip
+    """This trainer's share of the new nodes of ``ntype`` (default: the first node type)
+    at the client's version whose feature ``mask`` is true and that are not in ``seen``
+    (their ids, also their per-type ids), and ``seen`` with them: every trainer gets as
+    many (:func:`share`), so that their epochs stay as long."""
+    ids, types = client.live_nodes()
+    ntype = ntype or client.book.node_types[0]
+    ids = ids[types == client.book.ntype_id(ntype)]
     if len(ids) == 0:
         return torch.empty(0, dtype=torch.long), seen
     on = np.asarray(client.pull(f"node/{ntype}/{mask}", ids)).reshape(len(ids), -1).any(axis=1)

@@ -43,13 +43,12 @@ from graphrun.distributed.batches import (
 from graphrun.distributed.cache import CachePlan, plan_cache
 from graphrun.distributed.dglnames import NeighborSampler as NeighborSamplerSpec
 from graphrun.distributed.graph import DistGraph
-from graphrun.distributed.live import LiveTypeMap, id_bound, new_seeds
+from graphrun.distributed.live import id_bound, new_seeds, to_homo, type_map
 from graphrun.distributed.minibatch import epoch_seed, shuffled
 from graphrun.distributed.split import foreign
 from graphrun.distributed.workers import WorkerPool
 from graphrun.errors import ArgumentError
 from graphrun.names import TensorKey
-from graphrun.sampling.partitioned import BookTypeMap
 from graphrun.sampling.sampler import NeighborSampler
 
 
@@ -209,8 +208,9 @@ class _DistLoader:
             if self._live_seen is None:
                 self._live_seen = np.unique(self.ids.numpy())
             fresh, self._live_seen = new_seeds(
-                ctx.client, self.options.live_seeds, self._live_seen, ctx.rank, ctx.world_size
-            )
+                ctx.client, self.options.live_seeds, self._live_seen, ctx.rank, ctx.world_size,
+                self.spec.ntype,
+            )  # fmt: skip
             self.ids = torch.cat([self.ids, fresh])
 
     def _pinned(self, batch: Data | HeteroData) -> Data | HeteroData:
@@ -335,11 +335,10 @@ def plan_feature_cache(
     check_spec(spec, book)
     client = graph.ctx.client
     # a followed live graph: the probes may reach new nodes (never cached: cache.py)
-    types = BookTypeMap(book) if client.live is None else LiveTypeMap(book)
-    sampler = NeighborSampler(graph.ctx.sampler, types, id_bound(client), fanouts)
+    sampler = NeighborSampler(graph.ctx.sampler, type_map(client, book), id_bound(client), fanouts)
     ids = torch.as_tensor(nodes).long().reshape(-1)
     if ntype is not None:
-        ids = torch.from_numpy(book.to_homo(ntype, ids.numpy()))
+        ids = torch.from_numpy(to_homo(book, ntype, ids.numpy()))
     names = {t.name for t in client.list_tensors()}
     row_bytes = {}
     for nt in book.node_types:

@@ -24,12 +24,11 @@ import torch
 from torch import Tensor
 
 from graphrun.distributed.context import DistContext
-from graphrun.distributed.live import LiveTypeMap, id_bound
+from graphrun.distributed.live import id_bound, to_homo, type_map
 from graphrun.sampling.edgesplit import EdgeSplit
 from graphrun.sampling.fanout import FanoutSpec
 from graphrun.sampling.mfg import SampledSubgraph, make_generator
 from graphrun.sampling.negative import NegativeSampler
-from graphrun.sampling.partitioned import BookTypeMap
 from graphrun.sampling.sampler import NeighborSampler
 
 NegMode = Literal["uniform", "degree"]
@@ -100,8 +99,7 @@ class MiniBatchSampler:
     ) -> None:
         self.ctx = ctx
         self.book = ctx.book
-        live = ctx.client.live is not None  # a followed live graph (distributed/live.py)
-        self.types = LiveTypeMap(self.book) if live else BookTypeMap(self.book)
+        self.types = type_map(ctx.client, self.book)  # a followed live graph: live.py
         self.sampler = NeighborSampler(
             ctx.sampler if edge_ids else ctx.sampler.without_edge_ids(),
             self.types,
@@ -116,6 +114,8 @@ class MiniBatchSampler:
     def to_homo(self, ntype: str | None, ids: Tensor) -> Tensor:
         if ntype is None:
             return ids
+        if self.ctx.client.live is not None:  # new nodes' per-type ids: their ids
+            return torch.from_numpy(to_homo(self.book, ntype, ids.numpy()))
         return torch.from_numpy(self.book.to_homo(ntype, ids.numpy()))
 
     def nodes(self, homo: Tensor, base: int) -> SampledSubgraph:

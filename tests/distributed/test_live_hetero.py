@@ -1,0 +1,138 @@
+"""A job that follows a live heterograph sees new nodes of each type and trains on the
+target type's (issue 42)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from graphrun.distributed import DistGraph, DistNodeDataLoader, initialize
+from graphrun.distributed.live import LiveNodeTypes, LiveTypeMap
+from graphrun.distributed.writer import GraphWriter
+from graphrun.errors import ArgumentError
+from graphrun.partition import load_id_mapping
+from graphrun.store.client import ClientConfig, KVClient
+from graphrun.store.server import ServerConfig
+from graphrun.testing.store import make_partition_dir, store_threads
+from graphrun.train.models import HeteroGNN
+
+pytestmark = pytest.mark.integration
+
+PAPERS = 10**9 + np.arange(4)  # three with train_mask, the last without
+AUTHOR = 10**9 + 10
+SAMPLING = ("graphrun.sampling.server:register",)
+WRITES, CITES = ("author", "writes", "paper"), ("paper", "cites", "paper")
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    return make_partition_dir(tmp_path_factory.mktemp("hfollow") / "parts", 2, hetero=True)[1]
+
+
+def write_new_nodes(addresses, parts) -> dict[str, np.ndarray]:
+    """Four new papers and a new author who wrote them; base papers cite the new ones and
+    a base author follows the new one. Their rows and graph ids."""
+    book_orig = load_id_mapping(parts).orig_nids
+    with KVClient(ClientConfig(addresses, job="writer", timeout=20)) as c:
+        book = c.book
+        paper_feat = np.arange(4 * 8, dtype=np.float32).reshape(4, 8) + 1000
+        author_feat = np.full((1, 4), -3.0, np.float32)
+        label = np.asarray([0, 1, 2, 1])
+        w = GraphWriter(c)
+        mask = np.asarray([True, True, True, False])
+        w.add_nodes("paper", PAPERS, {"feat": paper_feat, "train_mask": mask}, label=label)
+        w.add_nodes("author", [AUTHOR], {"feat": author_feat})
+        w.add_edges("writes", np.full(4, AUTHOR), PAPERS, orig=True)
+        base_papers = book_orig[book.to_homo("paper", np.asarray([0, 7]))]
+        src = np.repeat(base_papers, 4)
+        w.add_edges("cites", src, np.tile(PAPERS, 2), {"weight": np.ones(8, np.float32)},
+                    orig=True)  # fmt: skip
+        w.add_edges("follows", book_orig[book.to_homo("author", np.asarray([2]))], [AUTHOR],
+                    orig=True)  # fmt: skip
+        w.commit()
+        return {
+            "papers": w.lookup(PAPERS), "author": w.lookup([AUTHOR]),
+            "paper_feat": paper_feat, "author_feat": author_feat, "label": label,
+        }  # fmt: skip
+
+
+@pytest.mark.parametrize("follow", ["epoch", "pinned"])
+def test_a_job_following_a_heterograph_trains_on_new_nodes_of_its_target_type(parts, follow):
+    cfg = ServerConfig(parts, 0, extensions=SAMPLING)
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
+            dg = DistGraph(ctx, follow=follow)
+            train = dg.mask_ids("train_mask", "paper")
+            loader = DistNodeDataLoader(dg, train, [4, 4], ntype="paper", batch_size=8,
+                                        shuffle=True, live_seeds="train_mask")  # fmt: skip
+            first = torch.cat([b["paper"].n_id[: b["paper"].batch_size] for b in loader])
+            assert sorted(first.tolist()) == sorted(train.tolist())
+            new = write_new_nodes(addresses, parts)
+            papers, author = new["papers"].tolist(), int(new["author"][0])
+            model = HeteroGNN({"author": 4, "paper": 8}, dg.book.edge_types, 16, 3, 2, "paper")
+            seen: list[int] = []
+            met_author = False
+            for b in loader:  # the next epoch
+                p = b["paper"]
+                seeds = p.n_id[: p.batch_size]
+                fresh = seeds >= dg.num_nodes()
+                seen += seeds[fresh].tolist()
+                # every new node in the batch is of its type, its rows pulled by it
+                for k, i in enumerate(p.n_id.tolist()):
+                    if i in papers:
+                        assert p.x[k].tolist() == new["paper_feat"][papers.index(i)].tolist()
+                        assert int(p.y[k]) == int(new["label"][papers.index(i)])
+                a_ids = b["author"].n_id.tolist()
+                if author in a_ids:
+                    met_author = True
+                    at = a_ids.index(author)
+                    assert b["author"].x[at].tolist() == new["author_feat"][0].tolist()
+                    # the new author's edges to its papers were sampled as ``writes``
+                    src, dst = b[WRITES].edge_index
+                    wrote = {int(p.n_id[d]) for s, d in zip(src, dst, strict=True) if s == at}
+                    assert wrote and wrote <= set(papers)
+                if fresh.any():
+                    # a base paper's citation of a new one: a ``cites`` edge into it
+                    cited = {int(p.n_id[d]) for d in b[CITES].edge_index[1].tolist()}
+                    assert set(seeds[fresh].tolist()) <= cited
+                    x = {t: b[t].x for t in b.node_types}
+                    out = model(x, b.edge_index_dict, b.num_sampled_nodes_dict,
+                                b.num_sampled_edges_dict)[: p.batch_size]  # fmt: skip
+                    loss = torch.nn.functional.cross_entropy(out, p.y[: p.batch_size])
+                    loss.backward()
+                    assert torch.isfinite(loss)
+            if follow == "pinned":
+                assert seen == [] and dg.version == 0 and not met_author
+            else:
+                assert sorted(seen) == sorted(papers[:3]) and dg.version == 1
+                assert met_author
+
+
+def test_new_nodes_types_are_asked_once_per_version_and_checked(parts):
+    cfg = ServerConfig(parts, 0, extensions=SAMPLING)
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
+            client, book = ctx.client, ctx.book
+            dg = DistGraph(ctx, follow="head")
+            new = write_new_nodes(addresses, parts)
+            table = LiveNodeTypes(client)
+            types = LiveTypeMap(book, table)
+            ids = torch.as_tensor(np.concatenate([new["papers"], new["author"], [3]]))
+            assert table.version is None
+            dg.refresh("batch")
+            t, per = types.nodes_per_type(ids)
+            base_t, base_per = book.to_per_type(np.asarray([3]))
+            assert t.tolist() == [1] * 4 + [0] + base_t.tolist()  # paper, author
+            assert per[:5].tolist() == ids[:5].tolist()  # a new node's per-type id: its id
+            assert per[5] == base_per[0]
+            assert table.version == 1
+            with pytest.raises(ArgumentError, match="not a node of the live graph at version 1"):
+                table.of(np.asarray([int(new["author"][0]) + 1]))
+            # a per-type id of the type's base space past its count is refused, as before
+            with pytest.raises(ArgumentError, match="per_type_ids"):
+                dg_loader = DistNodeDataLoader(dg, [book.num_nodes_of("paper")], [2, 2],
+                                               ntype="paper", batch_size=4)  # fmt: skip
+                next(iter(dg_loader))
