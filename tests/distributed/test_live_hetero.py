@@ -136,3 +136,29 @@ def test_new_nodes_types_are_asked_once_per_version_and_checked(parts):
                 dg_loader = DistNodeDataLoader(dg, [book.num_nodes_of("paper")], [2, 2],
                                                ntype="paper", batch_size=4)  # fmt: skip
                 next(iter(dg_loader))
+
+
+def test_a_trainers_data_follows_a_heterograph_and_its_epochs_take_the_new_papers(parts):
+    """The trainer's DistGraphData (what spec.live drives for hetero-node-classification,
+    with a feature cache): the second epoch's batches hold the papers written after the
+    first, their rows and labels, and the new author's row where it was sampled."""
+    from graphrun.train.distdata import DistGraphData
+
+    cfg = ServerConfig(parts, 0, extensions=SAMPLING)
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
+            data = DistGraphData(DistGraph(ctx, follow="epoch"), 0, 1, cache_mb=64)
+            n = data.num_nodes()
+            first = [b.data["paper"] for b in data.loader("train", "paper", [4, 4], 8, True, 0)]
+            assert int(torch.cat([p.n_id[: p.batch_size] for p in first]).max()) < n
+            new = write_new_nodes(addresses, parts)
+            second = [b.data for b in data.loader("train", "paper", [4, 4], 8, True, 1)]
+            seeds = torch.cat([b["paper"].n_id[: b["paper"].batch_size] for b in second])
+            assert sorted(seeds[seeds >= n].tolist()) == sorted(new["papers"][:3].tolist())
+            y = torch.cat([b["paper"].y[: b["paper"].batch_size] for b in second])
+            assert sorted(y[seeds >= n].tolist()) == sorted(new["label"][:3].tolist())
+            author = int(new["author"][0])
+            rows = [b["author"].x[b["author"].n_id == author] for b in second]
+            assert any(len(r) for r in rows)
+            assert all(r.tolist() == new["author_feat"].tolist() for r in rows if len(r))

@@ -18,14 +18,15 @@ def test_live_follow_defaults_to_epoch_and_is_optional() -> None:
     # the version each batch is read at reaches the sampler workers (docs/live.md)
     workers = job(live={}, runtime={"samplerWorkersPerTrainer": 2})
     assert parse_job(workers).spec.runtime.sampler_workers_per_trainer == 2
+    # a heterograph's job follows too (tests/distributed/test_live_hetero.py)
+    hetero = job(live={}, training={"task": "hetero-node-classification"})
+    assert parse_job(hetero).spec.live.follow == "epoch"
 
 
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
         ({"live": {"follow": "always"}}, "spec.live.follow"),
-        ({"live": {}, "training": {"task": "hetero-node-classification"}},
-         "live: following a live heterograph is not supported yet"),
         ({"live": {"logDir": ""}}, "spec.live.logDir"),
         ({"live": {"logDir": "a\x00b"}}, "spec.live.logDir"),
         ({"live": {"logDir": "logs"},

@@ -180,8 +180,6 @@ class GraphJobSpec(SpecModel):
     def _live(self) -> None:
         if self.live is None:
             return
-        if self.training.task == "hetero-node-classification":
-            raise ValueError("live: following a live heterograph is not supported yet")
         if self.live.log_dir is not None and self.graph.store is not None:
             raise ValueError("live.logDir: the job's own store servers log there; a running "
                              "store (graph.store) is started with --live-dir itself")  # fmt: skip
