@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from graphrun.errors import ArgumentError
+from graphrun.names import CanonicalEtype
 from graphrun.partition.book import PartitionBook
 from graphrun.sampling.partitioned import BookTypeMap
 from graphrun.store.client import KVClient
@@ -124,11 +125,21 @@ def type_map(client: KVClient, book: PartitionBook) -> BookTypeMap:
 def to_homo(book: PartitionBook, ntype: str, ids: np.ndarray) -> np.ndarray:
     """Homogeneous ids of per-type ids of ``ntype``: a new node's (``>= num_nodes``) is
     itself; a base node's the book's (which refuses one past the type's count)."""
-    grow = ids >= book.num_nodes
+    return _past(ids, book.num_nodes, lambda base: book.to_homo(ntype, base))
+
+
+def etype_to_homo(book: PartitionBook, etype: CanonicalEtype | str, ids: np.ndarray) -> np.ndarray:
+    """Homogeneous ids of per-type edge ids of ``etype``, new edges' the same way."""
+    return _past(ids, book.num_edges, lambda base: book.etype_to_homo(etype, base))
+
+
+def _past(ids: np.ndarray, first: int, of_base: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    arr = np.asarray(ids)
+    grow = arr >= first
     if not grow.any():
-        return book.to_homo(ntype, ids)
-    out = np.asarray(ids, np.int64).copy()
-    out[~grow] = book.to_homo(ntype, ids[~grow])
+        return of_base(arr)
+    out = arr.astype(np.int64, copy=True)
+    out[~grow] = of_base(arr[~grow])
     return out
 
 

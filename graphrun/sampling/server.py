@@ -150,14 +150,19 @@ def out_degrees(state: ServerState, req: Request) -> Response:
     ids = _ids(req)
     n = state.book.num_nodes
     delta, v = live_ops.view(state, req)
+    if len(ids) and int(ids.min()) < 0:
+        raise ArgumentError(f"{req.op}: ids must be >= 0")
     if delta is not None:
-        if len(ids) and int(ids.min()) < 0:
-            raise ArgumentError(f"{req.op}: ids must be >= 0")
         return Response({}, (live.out_degree_counts(_csc(state), delta, v, ids, n),))
-    if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= n):
-        raise ArgumentError(f"{req.op}: ids out of range [0, {n})")
     counts = _csc(state).out_degree_counts(n)
-    return Response({}, (counts[ids],))
+    grow = ids >= n
+    if not grow.any():
+        return Response({}, (counts[ids],))
+    # a following client's new ids ("v" sent) while nothing here is visible at v: no edge
+    # of this partition leaves them yet
+    if "v" not in req.body or state.extension_data.get(live_ops.KEY) is None:
+        raise ArgumentError(f"{req.op}: ids out of range [0, {n})")
+    return Response({}, (np.where(grow, 0, counts[np.where(grow, 0, ids)]),))
 
 
 def find_edges(state: ServerState, req: Request) -> Response:

@@ -162,3 +162,30 @@ def test_a_trainers_data_follows_a_heterograph_and_its_epochs_take_the_new_paper
             rows = [b["author"].x[b["author"].n_id == author] for b in second]
             assert any(len(r) for r in rows)
             assert all(r.tolist() == new["author_feat"].tolist() for r in rows if len(r))
+
+
+def test_a_following_heterograph_answers_new_nodes_and_edges_by_per_type_id(parts):
+    """DistGraph's typed structure calls take a new node's (edge's) per-type id, its id:
+    degrees of new papers, the ends of a new ``cites`` edge as per-type ids, and one hop
+    sampled per relation into them."""
+    cfg = ServerConfig(parts, 0, extensions=SAMPLING)
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
+            new = write_new_nodes(addresses, parts)
+            dg = DistGraph(ctx, follow="epoch")
+            book, papers = dg.book, new["papers"]
+            # each new paper: cited by two base papers, written by the new author
+            assert dg.in_degrees(papers, "paper").tolist() == [3] * 4
+            # the new author's out-edges: on one partition, none on the other (which holds
+            # nothing visible: it answered "out of range" before)
+            assert dg.out_degrees(new["author"], "author").tolist() == [4]
+            hop = dg.sample_neighbors(papers, {WRITES: 5, CITES: 5, "follows": 5})
+            assert sorted(hop.etype.tolist()) == [0] * 4 + [1] * 8  # writes, cites
+            cites = np.unique(hop.eid[hop.etype == 1])
+            assert (cites >= book.num_edges).all()
+            src, dst = dg.find_edges(cites, CITES)  # per-type ids of the end types
+            assert set(dst.tolist()) == set(papers.tolist())
+            assert (src < book.num_nodes_of("paper")).all()
+            with pytest.raises(ArgumentError):  # past the base cites and not a new edge
+                dg.find_edges([book.num_edges - 1], CITES)
