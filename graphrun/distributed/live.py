@@ -51,10 +51,12 @@ def id_bound(client: KVClient) -> int:
 
 
 class LiveNodeTypes:
-    """The node type of each new node at the client's version, for a heterograph: the
-    sorted ids and types of every new node (``live_nodes``), asked again when the version
-    has moved since. At most ``MAX_LIVE_NODES`` (2^22) entries, 12 bytes each: the
-    sequencer holds no more new nodes (folded ones included)."""
+    """The node type of each new node a heterograph's client meets: the sorted ids and
+    types of the new nodes (``live_nodes``) at ``version``, asked again only when a
+    look-up meets an id it does not hold, and then only for the nodes added since
+    (``since``; the ids only grow, and a node's type never changes). At most
+    ``MAX_LIVE_NODES`` (2^22) entries, 12 bytes each: the sequencer holds no more new
+    nodes (folded ones included)."""
 
     def __init__(self, client: KVClient) -> None:
         self.client = client
@@ -64,18 +66,32 @@ class LiveNodeTypes:
 
     def of(self, ids: np.ndarray) -> np.ndarray:
         """The type index of each of ``ids`` (new nodes at the client's version)."""
-        v = self.client.version
-        if v != self.version:
-            got, types = self.client.live_nodes()
-            if len(got) > MAX_LIVE_NODES:
-                raise ArgumentError(f"live_nodes: {len(got)} new nodes, over {MAX_LIVE_NODES}")
-            self.ids, self.types, self.version = got, types, v
-        pos = np.searchsorted(self.ids, ids).clip(max=max(len(self.ids) - 1, 0))
-        hit = self.ids[pos] == ids if len(self.ids) else np.zeros(len(ids), bool)
+        types, hit = self._find(ids)
         if not hit.all():
-            bad = int(ids[~hit][0])
+            self._ask()
+            types, hit = self._find(ids)
+        if not hit.all():
+            bad, v = int(ids[~hit][0]), self.client.version
             raise ArgumentError(f"node {bad}: not a node of the live graph at version {v}")
-        return self.types[pos]
+        return types
+
+    def _find(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if len(self.ids) == 0:
+            return np.zeros(len(ids), np.int32), np.zeros(len(ids), bool)
+        pos = np.searchsorted(self.ids, ids).clip(max=len(self.ids) - 1)
+        return self.types[pos], self.ids[pos] == ids
+
+    def _ask(self) -> None:
+        v = self.client.version
+        assert v is not None  # a LiveTypeMap is made while following
+        since = self.version if self.version is not None and self.version <= v else None
+        got, types = self.client.live_nodes(since)
+        if len(got):
+            ids, first = np.unique(np.concatenate([self.ids, got]), return_index=True)
+            if len(ids) > MAX_LIVE_NODES:
+                raise ArgumentError(f"live_nodes: {len(ids)} new nodes, over {MAX_LIVE_NODES}")
+            self.ids, self.types = ids, np.concatenate([self.types, types])[first]
+        self.version = v if self.version is None else max(self.version, v)
 
 
 @dataclass(frozen=True)

@@ -183,11 +183,14 @@ class KVClient:
         assert self.session.version is not None
         return self.session.version
 
-    def live_nodes(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(graph ids, ntype index)`` of every new node at the client's version."""
+    def live_nodes(self, since: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(graph ids, ntype index)`` of every new node at the client's version; with
+        ``since``, of those added after that version (and maybe more: every one when a
+        compaction folded a version after it)."""
         if self.version is None:
             raise ArgumentError("live_nodes: follow() the live graph first")
-        got = [self.session.call(p, "live_nodes", {}) for p in range(self.num_parts)]
+        body = {} if since is None else {"since": int(since)}
+        got = [self.session.call(p, "live_nodes", body) for p in range(self.num_parts)]
         ids = np.concatenate([np.asarray(m.tensors[0], np.int64) for m in got])
         types = np.concatenate([np.asarray(m.tensors[1], np.int32) for m in got])
         order = np.argsort(ids, kind="stable")

@@ -478,11 +478,13 @@ class LiveDelta:
         found, _, _, ver = self._nodes(ids)
         return found & (ver <= version)
 
-    def nodes_upto(self, version: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(ids, ntypes)`` of the growth nodes visible at ``version``, by id."""
+    def nodes_upto(self, version: int, since: int = -1) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, ntypes)`` of the growth nodes visible at ``version`` and added after
+        ``since``, by id."""
         runs = self.runs
-        ids = concat([r.nodes[0][r.nodes[3] <= version] for r in runs], np.int64)
-        types = concat([r.nodes[1][r.nodes[3] <= version] for r in runs], np.int32)
+        at = [(r.nodes[3] <= version) & (r.nodes[3] > since) for r in runs]
+        ids = concat([r.nodes[0][m] for r, m in zip(runs, at, strict=True)], np.int64)
+        types = concat([r.nodes[1][m] for r, m in zip(runs, at, strict=True)], np.int32)
         o = np.argsort(ids, kind="stable")
         return ids[o], types[o].astype(np.int32)
 

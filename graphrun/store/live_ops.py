@@ -20,7 +20,8 @@ live_fate      version -> fate: committed | aborted | pending                   
 live_head      -> head, num_nodes, num_edges; tensors (node block owners, edge block
                owners)                                                           (sequencer)
 live_lookup    tensors (orig ids,) -> (graph ids,), -1 where unknown at the head (sequencer)
-live_nodes     v -> tensors (the new nodes this partition owns at v, their ntype index)
+live_nodes     v[, since] -> tensors (the new nodes this partition owns at v, their ntype
+               index; with since, those added after it: all when since < the floor)
 =============  ===========================================================================
 
 The **sequencer** is partition 0's main server (a primary): it hands out versions and
@@ -382,9 +383,12 @@ def live_lookup(state: ServerState, req: Request) -> Response:
 
 def live_nodes(state: ServerState, req: Request) -> Response:
     delta, v = view(state, req)
+    since = req.body.get("since", -1)
+    if not isinstance(since, int) or isinstance(since, bool) or since < -1:
+        raise ArgumentError(f"{req.op}: field 'since' must be a version >= -1")
     if delta is None:
         return Response({}, (np.empty(0, np.int64), np.empty(0, np.int32)))
-    ids, types = delta.nodes_upto(v)
+    ids, types = delta.nodes_upto(v, since if since >= delta.floor else -1)  # folded: at 0
     return Response({}, (ids, types.astype(np.int32)))
 
 

@@ -110,7 +110,12 @@ def test_a_job_following_a_heterograph_trains_on_new_nodes_of_its_target_type(pa
                 assert met_author
 
 
-def test_new_nodes_types_are_asked_once_per_version_and_checked(parts):
+def asked(client: KVClient) -> int:
+    """Bytes of ``live_nodes`` answers the client got so far."""
+    return sum(n for (_, op), n in client.traffic.items() if op == "live_nodes")
+
+
+def test_new_nodes_types_are_asked_when_a_look_up_misses_and_only_the_new_ones(parts):
     cfg = ServerConfig(parts, 0, extensions=SAMPLING)
     with store_threads(cfg, 2) as threads:
         addresses = [t.address for t in threads]
@@ -121,7 +126,8 @@ def test_new_nodes_types_are_asked_once_per_version_and_checked(parts):
             table = LiveNodeTypes(client)
             types = LiveTypeMap(book, table)
             ids = torch.as_tensor(np.concatenate([new["papers"], new["author"], [3]]))
-            assert table.version is None
+            types.nodes_per_type(ids[-1:])  # a base node: nothing asked
+            assert table.version is None and asked(client) == 0
             dg.refresh("batch")
             t, per = types.nodes_per_type(ids)
             base_t, base_per = book.to_per_type(np.asarray([3]))
@@ -129,13 +135,28 @@ def test_new_nodes_types_are_asked_once_per_version_and_checked(parts):
             assert per[:5].tolist() == ids[:5].tolist()  # a new node's per-type id: its id
             assert per[5] == base_per[0]
             assert table.version == 1
-            with pytest.raises(ArgumentError, match="not a node of the live graph at version 1"):
-                table.of(np.asarray([int(new["author"][0]) + 1]))
+            first = asked(client)
+            assert first > 0
+            with KVClient(ClientConfig(addresses, job="writer", timeout=20)) as c:
+                w = GraphWriter(c)
+                w.add_nodes("author", [AUTHOR + 1], {"feat": np.zeros((1, 4), np.float32)})
+                w.commit()
+                (later,) = w.lookup([AUTHOR + 1]).tolist()
+            dg.refresh("batch")  # version 2: the nodes known still need no request
+            types.nodes_per_type(ids)
+            assert asked(client) == first and table.version == 1
+            # one it does not hold: the nodes added since version 1 are asked, no more
+            assert client.live_nodes(since=1)[0].tolist() == [later]
+            before = asked(client)
+            assert types.nodes_per_type(torch.as_tensor([later]))[0].tolist() == [0]
+            assert asked(client) - before < first and table.version == 2
+            with pytest.raises(ArgumentError, match="not a node of the live graph at version 2"):
+                table.of(np.asarray([later + 1]))
             # a per-type id of the type's base space past its count is refused, as before
             with pytest.raises(ArgumentError, match="per_type_ids"):
-                dg_loader = DistNodeDataLoader(dg, [book.num_nodes_of("paper")], [2, 2],
-                                               ntype="paper", batch_size=4)  # fmt: skip
-                next(iter(dg_loader))
+                loader = DistNodeDataLoader(dg, [book.num_nodes_of("paper")], [2, 2],
+                                            ntype="paper", batch_size=4)  # fmt: skip
+                next(iter(loader))
 
 
 def test_a_trainers_data_follows_a_heterograph_and_its_epochs_take_the_new_papers(parts):

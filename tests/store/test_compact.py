@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from graphrun.distributed.writer import GraphWriter
-from graphrun.errors import StoreError
+from graphrun.errors import ArgumentError, StoreError
 from graphrun.partition import load_id_mapping
 from graphrun.store import live
 from graphrun.store.client import ClientConfig, KVClient
@@ -356,3 +356,22 @@ def test_the_merging_thread_and_a_compaction_run_as_background_work(parts, monke
             write_batches(c, parts, 0, 1)
             assert [compact(c, p)["compactions"] for p in (0, 1)] == [1, 1]
     assert seen == [want, want]
+
+
+def test_live_nodes_since_a_version_a_compaction_folded_are_all_of_them(parts):
+    """``live_nodes`` since a version: the nodes added after it, or every one once a
+    compaction folded a later version (folded nodes are at version 0 in the base)."""
+    cfg = ServerConfig(parts, 0, extensions=SAMPLING)
+    with store_threads(cfg, 2) as threads:
+        c = KVClient(ClientConfig([t.address for t in threads], job="w", timeout=20))
+        with c:
+            new = write_batches(c, parts, 0, 3)
+            assert c.follow() == 3
+            assert c.live_nodes(since=1)[0].tolist() == sorted(new[1:])
+            for p in (0, 1):
+                compact(c, p)
+            assert c.live_nodes(since=1)[0].tolist() == sorted(new)
+            assert c.live_nodes(since=3)[0].tolist() == []
+            assert c.live_nodes()[0].tolist() == sorted(new)
+            with pytest.raises(ArgumentError, match="field 'since' must be a version"):
+                c.live_nodes(since=-2)
