@@ -159,17 +159,22 @@ def test_new_nodes_types_are_asked_when_a_look_up_misses_and_only_the_new_ones(p
                 next(iter(loader))
 
 
-def test_a_trainers_data_follows_a_heterograph_and_its_epochs_take_the_new_papers(parts):
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_a_trainers_data_follows_a_heterograph_and_its_epochs_take_the_new_papers(
+    parts, num_workers
+):
     """The trainer's DistGraphData (what spec.live drives for hetero-node-classification,
-    with a feature cache): the second epoch's batches hold the papers written after the
-    first, their rows and labels, and the new author's row where it was sampled."""
+    with a feature cache; batches built in the trainer or in a sampler worker, which asks
+    the new nodes' types itself): the second epoch's batches hold the papers written after
+    the first, their rows and labels, and the new author's row where it was sampled."""
     from graphrun.train.distdata import DistGraphData
 
     cfg = ServerConfig(parts, 0, extensions=SAMPLING)
     with store_threads(cfg, 2) as threads:
         addresses = [t.address for t in threads]
         with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
-            data = DistGraphData(DistGraph(ctx, follow="epoch"), 0, 1, cache_mb=64)
+            dg = DistGraph(ctx, follow="epoch")
+            data = DistGraphData(dg, 0, 1, num_workers=num_workers, cache_mb=64)
             n = data.num_nodes()
             first = [b.data["paper"] for b in data.loader("train", "paper", [4, 4], 8, True, 0)]
             assert int(torch.cat([p.n_id[: p.batch_size] for p in first]).max()) < n
