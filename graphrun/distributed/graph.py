@@ -77,7 +77,7 @@ class DistGraph:
             ctx = current_context()
         self.ctx = ctx
         self.book: PartitionBook = ctx.book
-        self.follow = check_follow(follow, self.book)  # a live graph: distributed/live.py
+        self.follow = check_follow(follow)  # a live graph: distributed/live.py
         if self.follow is not None:
             ctx.client.follow()
         self.types = type_map(ctx.client, self.book)  # new nodes' types while following

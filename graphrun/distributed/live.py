@@ -12,8 +12,9 @@ type's space: the store routes and serves it so (a pull of ``node/<type>/<featur
 ``DistEmbedding`` row), it never changes as the graph grows (a rank among a type's new
 nodes would: growth blocks of several partitions interleave), and it cannot be taken for
 a base node of any type (base per-type ids are ``< num_nodes(t) <= num_nodes``). On a
-heterograph the client asks the new nodes' types (:class:`LiveNodeTypes`) once per
-version it meets a new node at; a homogeneous graph's are its one type, asked of no one.
+heterograph the client asks the new nodes' types (:class:`LiveNodeTypes`) when it meets
+a new node it does not know, those added since it last asked; a homogeneous graph's are
+its one type, asked of no one.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from graphrun.store.live import GROWTH_BLOCK, MAX_GROWTH_BLOCKS, MAX_LIVE_NODES
 FOLLOW_MODES = ("head", "epoch", "pinned")
 
 
-def check_follow(mode: str | None, book: PartitionBook) -> str | None:
+def check_follow(mode: str | None) -> str | None:
     if mode is None:
         return None
     if mode not in FOLLOW_MODES:
