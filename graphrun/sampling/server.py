@@ -15,6 +15,10 @@ and the structure queries :mod:`graphrun.distributed` uses (tensors ``(ids int64
 of this partition's edges leaving each id (the client sums over partitions);
 ``graph_find_edges`` → ``(src, dst)`` of owned edge ids.
 
+On a live graph every read is at the request's version (:mod:`graphrun.sampling.live`),
+weighted ones too: each in-edge of a seed at the version with its weight at it (a new
+edge's row, a base edge's from the base tensor or its update; docs/live.md).
+
 ``seed`` seeds the numpy kernels (:func:`graphrun.sampling.kernels.make_rng`), so a
 trainer sampling a co-located partition in-process gets the same edges. The
 partition's CSC is read from the server's shared memory (no copy) and kept in
