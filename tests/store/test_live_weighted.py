@@ -108,10 +108,11 @@ def test_weighted_draws_read_one_version_while_a_writer_commits_and_after_compac
 
             t = threading.Thread(target=ingest)
             t.start()
-            seen = set()
-            while not done.is_set():  # reads at the head as it moves: each version whole
+            while not done.is_set():  # at the head as it moves: each version whole
                 c.follow()
-                seen.add(check_version(c, seeds, 7)[0])
+                check_version(c, seeds, 7)
+                c.follow(pinned)  # and at the pinned version: the same draws as before
+                assert check_version(c, seeds, 7) == (1, at_pin)
             t.join()
             c.follow()
             assert check_version(c, seeds, 7)[0] == BATCHES
