@@ -111,30 +111,43 @@ class EdgeWeights:
         out = np.zeros(len(eids), np.float64)
         n_e = self.book.num_edges
         grow = eids >= n_e
+        one = len(self.book.edge_types) == 1  # a base edge's id is its id in its type's
         per_type = eids.copy()  # a growth id is its id in its type's id space too
         et = np.zeros(len(eids), np.int64) if etypes is None else np.asarray(etypes, np.int64)
-        if (~grow).any():
+        if not one and (~grow).any():
             et[~grow], per_type[~grow] = self.book.eid_to_per_type(eids[~grow])
         for r, etype in enumerate(self.book.edge_types):
-            mine = et == r
-            if not mine.any():
-                continue
+            mine = slice(None) if one else et == r
             key = etype_key(etype)
             lo = int(self.book.edge_ranges(etype)[self.part])
             ids, b = per_type[mine], ~grow[mine]
+            if not len(ids):
+                continue
             rows = self.base(key, ids[b] - lo)
             if rows.ndim != 1:
                 raise ArgumentError(f"weight: edge feature {self.name!r} must be 1-d, "
                                     f"got rows of shape {rows.shape[1:]}")  # fmt: skip
             vals = np.zeros(len(ids), rows.dtype)
             vals[b] = rows
-            found = delta.rows(str(TensorKey.edge(key, self.name)), ids, version, vals)
-            if not (found | b).all():  # a new edge always carries every edge feature
-                i = int(np.flatnonzero(~(found | b))[0])
-                raise ArgumentError(f"weight: edge {int(ids[i])} has no row of "
+            name = str(TensorKey.edge(key, self.name))
+            ask = slice(None) if _updates_base(delta, name, n_e) else ~b  # most are base
+            got = vals[ask]
+            found = delta.rows(name, ids[ask], version, got)
+            vals[ask] = got
+            if not (found | b[ask]).all():  # a new edge always carries every edge feature
+                i = int(np.flatnonzero(~(found | b[ask]))[0])
+                raise ArgumentError(f"weight: edge {int(ids[ask][i])} has no row of "
                                     f"{self.name!r} at version {version}")  # fmt: skip
             out[mine] = vals
         return out
+
+
+def _updates_base(delta: LiveDelta, name: str, n_e: int) -> bool:
+    """Whether a run of ``delta`` holds a row of feature ``name`` for a base edge (below
+    ``n_e``: an update, or its latest value folded into the growth by a compaction):
+    without one, base edges' rows are the base tensor's and need not be looked up."""
+    return any(len(ids) and int(ids[0]) < n_e
+               for ids, _, _ in (r.rows[name] for r in delta.runs if name in r.rows))  # fmt: skip
 
 
 def sample_one_hop(
