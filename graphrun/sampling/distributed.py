@@ -115,7 +115,10 @@ class DistOneHopSampler:
             local = {}
             for p in client.local_parts if client is not None else []:
                 structure = client.local_structure(p) if client is not None else None
-                if structure is not None:
+                # compacted: its shared memory is never read again (live_client.shm_ok),
+                # and its CSC may hold new edges folded in, whose weights are not base rows
+                compacted = client is not None and not shm_ok(client.session, p, None)
+                if structure is not None and not compacted:
                     w = None if weight is None else self._pull_weights(p, structure)
                     local[p] = csc_from_structure(structure, book, p, weights=w)
         self.local = dict(local)

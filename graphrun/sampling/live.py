@@ -9,11 +9,14 @@ node) — and sampled with the same kernels. Nothing here imports torch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from graphrun.errors import ArgumentError
+from graphrun.names import TensorKey, etype_key
+from graphrun.partition.book import PartitionBook
 from graphrun.sampling.csc import CSCGraph, SampledEdges
 from graphrun.sampling.kernels import make_rng, sample_segments
 from graphrun.store.live import LiveDelta, spans
@@ -88,9 +91,68 @@ def _deleted_into(
     return bool(len(dst) and base.any() and np.isin(seeds[base], dst).any())
 
 
+@dataclass(frozen=True)
+class EdgeWeights:
+    """Where a partition's edge weights are at a version: edge feature ``name``, its base
+    rows read by ``base(etype_key, local_rows)`` (the partition's own tensor), and every
+    row written since — a new edge's (its growth row, also once a compaction folded the
+    edge into the base CSC), an updated base row's — from the delta."""
+
+    name: str
+    book: PartitionBook
+    part: int
+    base: Callable[[str, np.ndarray], np.ndarray]
+
+    def of(
+        self, delta: LiveDelta, version: int, eids: np.ndarray, etypes: np.ndarray | None
+    ) -> np.ndarray:
+        """float64 weight of each of ``eids`` (edges of this partition at ``version``, of
+        types ``etypes``; None: the one edge type)."""
+        out = np.zeros(len(eids), np.float64)
+        n_e = self.book.num_edges
+        grow = eids >= n_e
+        one = len(self.book.edge_types) == 1  # a base edge's id is its id in its type's
+        per_type = eids.copy()  # a growth id is its id in its type's id space too
+        et = np.zeros(len(eids), np.int64) if etypes is None else np.asarray(etypes, np.int64)
+        if not one and (~grow).any():
+            et[~grow], per_type[~grow] = self.book.eid_to_per_type(eids[~grow])
+        for r, etype in enumerate(self.book.edge_types):
+            mine = slice(None) if one else et == r
+            key = etype_key(etype)
+            lo = int(self.book.edge_ranges(etype)[self.part])
+            ids, b = per_type[mine], ~grow[mine]
+            if not len(ids):
+                continue
+            rows = self.base(key, ids[b] - lo)
+            if rows.ndim != 1:
+                raise ArgumentError(f"weight: edge feature {self.name!r} must be 1-d, "
+                                    f"got rows of shape {rows.shape[1:]}")  # fmt: skip
+            vals = np.zeros(len(ids), rows.dtype)
+            vals[b] = rows
+            name = str(TensorKey.edge(key, self.name))
+            ask = slice(None) if _updates_base(delta, name, n_e) else ~b  # most are base
+            got = vals[ask]
+            found = delta.rows(name, ids[ask], version, got)
+            vals[ask] = got
+            if not (found | b[ask]).all():  # a new edge always carries every edge feature
+                i = int(np.flatnonzero(~(found | b[ask]))[0])
+                raise ArgumentError(f"weight: edge {int(ids[ask][i])} has no row of "
+                                    f"{self.name!r} at version {version}")  # fmt: skip
+            out[mine] = vals
+        return out
+
+
+def _updates_base(delta: LiveDelta, name: str, n_e: int) -> bool:
+    """Whether a run of ``delta`` holds a row of feature ``name`` for a base edge (below
+    ``n_e``: an update, or its latest value folded into the growth by a compaction):
+    without one, base edges' rows are the base tensor's and need not be looked up."""
+    return any(len(ids) and int(ids[0]) < n_e
+               for ids, _, _ in (r.rows[name] for r in delta.runs if name in r.rows))  # fmt: skip
+
+
 def sample_one_hop(
     csc: CSCGraph, delta: LiveDelta, version: int, seeds: np.ndarray, fanout: Sequence[int],
-    *, replace: bool, seed: int,
+    *, replace: bool, seed: int, weights: EdgeWeights | None = None,
 ) -> SampledEdges:  # fmt: skip
     """The edges :meth:`CSCGraph.sample_one_hop` picks from :func:`merged_csc` (the same
     ones, for the same ``seed``), without gathering the seeds' base in-edges: the kernel
@@ -99,7 +161,16 @@ def sample_one_hop(
     is in the CSC, its new edges from the delta. A hub's thousands of in-edges cost
     nothing (merging them made a sampler call 10-75x slower than on the compacted graph,
     ``benchmarks/live_sample_cpu.py``). With several edge types, or a deleted base
-    in-edge of a seed, the merged CSC is built as before."""
+    in-edge of a seed, the merged CSC is built as before.
+
+    ``weights``: each edge drawn with its weight at ``version`` (weighted sampling, with
+    or without replacement, as for a frozen graph). Every weight of a seed's row is
+    read, so its merged row is built: its base in-edges less those deleted, then its
+    new ones, each with its weight (:class:`EdgeWeights`)."""
+    if weights is not None:
+        merged = merged_csc(csc, delta, version, seeds, weights)
+        return merged.sample_one_hop(np.arange(len(seeds)), fanout, replace=replace,
+                                     weighted=True, seed=seed)  # fmt: skip
     base = _base(csc, delta, version, seeds)
     if csc.num_etypes > 1 or _deleted_into(csc, delta, version, seeds, base):
         merged = merged_csc(csc, delta, version, seeds)
@@ -184,8 +255,12 @@ class NewEdges:
         return src, eid
 
 
-def merged_csc(csc: CSCGraph, delta: LiveDelta, version: int, seeds: np.ndarray) -> CSCGraph:
-    """The in-edges of ``seeds`` at ``version`` as a CSC whose row ``i`` is ``seeds[i]``."""
+def merged_csc(
+    csc: CSCGraph, delta: LiveDelta, version: int, seeds: np.ndarray,
+    weights: EdgeWeights | None = None,
+) -> CSCGraph:  # fmt: skip
+    """The in-edges of ``seeds`` at ``version`` as a CSC whose row ``i`` is ``seeds[i]``
+    (with each edge's weight at ``version`` where ``weights`` is given)."""
     base = _base(csc, delta, version, seeds)
     rows = seeds[base] - csc.row_start
     pos = spans(csc.indptr[rows], csc.indptr[rows + 1])
@@ -201,9 +276,11 @@ def merged_csc(csc: CSCGraph, delta: LiveDelta, version: int, seeds: np.ndarray)
     et = np.concatenate([np.asarray(et_b, np.int64)[keep], e[3]])[order]
     indptr = np.zeros(len(seeds) + 1, np.int64)
     np.cumsum(np.bincount(seg, minlength=len(seeds)), out=indptr[1:])
+    typed = csc.num_etypes > 1
+    w = None if weights is None else weights.of(delta, version, eid, et if typed else None)
     return CSCGraph(
-        indptr, src, eid, etypes=et if csc.num_etypes > 1 else None,
-        num_etypes=csc.num_etypes, num_rows=len(seeds),
+        indptr, src, eid, etypes=et if typed else None,
+        num_etypes=csc.num_etypes, num_rows=len(seeds), weights=w,
     )  # fmt: skip
 
 

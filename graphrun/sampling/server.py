@@ -15,6 +15,10 @@ and the structure queries :mod:`graphrun.distributed` uses (tensors ``(ids int64
 of this partition's edges leaving each id (the client sums over partitions);
 ``graph_find_edges`` → ``(src, dst)`` of owned edge ids.
 
+On a live graph every read is at the request's version (:mod:`graphrun.sampling.live`),
+weighted ones too: each in-edge of a seed at the version with its weight at it (a new
+edge's row, a base edge's from the base tensor or its update; docs/live.md).
+
 ``seed`` seeds the numpy kernels (:func:`graphrun.sampling.kernels.make_rng`), so a
 trainer sampling a co-located partition in-process gets the same edges. The
 partition's CSC is read from the server's shared memory (no copy) and kept in
@@ -29,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import numpy as np
 
-from graphrun.errors import ArgumentError
+from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import TensorKey
 from graphrun.sampling import changes, live
 from graphrun.sampling.csc import CSCGraph, SampledEdges, csc_from_structure, owned_edge_weights
@@ -71,6 +75,21 @@ def _csc(state: ServerState, weight: str | None = None) -> CSCGraph:
     return csc
 
 
+def _live_weights(state: ServerState, weight: str) -> live.EdgeWeights:
+    """Edge feature ``weight`` of the partition at a version: base rows from its tensor
+    (shared memory, or through the disk cache), the rest from the delta."""
+    from graphrun.store.state import GRAPH_JOB
+
+    def base(key: str, rows: np.ndarray) -> np.ndarray:
+        try:
+            stored = state.find(GRAPH_JOB, str(TensorKey.edge(key, weight)))
+        except StoreError:
+            raise ArgumentError(f"weight: edge type {key} has no edge feature {weight!r}") from None
+        return np.asarray(stored.take(rows))
+
+    return live.EdgeWeights(weight, state.book, state.part, base)
+
+
 class SampleBody(msgspec.Struct, frozen=True, kw_only=True):
     """The body of ``sample_neighbors``: one hop's fanout per edge type (or one), whether
     with replacement, weighted by which edge tensor, and the seed of the draw."""
@@ -102,17 +121,16 @@ def sample_neighbors(state: ServerState, req: Request) -> Response:
             f"{OP}: {seeds.size} seeds x fanout {sum(fanout)} with replacement asks for "
             f"{seeds.size * sum(fanout)} edges; at most {MAX_SAMPLED_EDGES} per request"
         )
-    csc = _csc(state, args.weight if args.weighted else None)
+    weight = args.weight if args.weighted else None
     delta, v = live_ops.view(state, req)
     if delta is not None:  # a live graph: the seeds' in-edges at the request's version
-        if args.weighted:
-            raise ArgumentError(f"{OP}: weighted sampling of a live graph's delta is not "
-                                "supported yet (docs/live.md)")  # fmt: skip
-        out = live.sample_one_hop(csc, delta, v, np.asarray(seeds), fanout, replace=replace,
-                                  seed=args.seed)  # fmt: skip
+        w = None if weight is None else _live_weights(state, weight)
+        out = live.sample_one_hop(_csc(state), delta, v, np.asarray(seeds), fanout,
+                                  replace=replace, seed=args.seed, weights=w)  # fmt: skip
     else:
-        out = csc.sample_one_hop(seeds, fanout, replace=replace, weighted=args.weighted,
-                                 seed=args.seed, edge_ids=args.eids)  # fmt: skip
+        out = _csc(state, weight).sample_one_hop(seeds, fanout, replace=replace,
+                                                 weighted=args.weighted, seed=args.seed,
+                                                 edge_ids=args.eids)  # fmt: skip
     body, tensors = encode_reply(out, args.eids)
     return Response(body, tensors)
 

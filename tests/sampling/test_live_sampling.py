@@ -7,8 +7,15 @@ import numpy as np
 import pytest
 
 from graphrun.errors import ArgumentError
+from graphrun.partition.book import PartitionBook
 from graphrun.sampling.csc import CSCGraph
-from graphrun.sampling.live import find_edges, in_degrees, merged_csc, sample_one_hop
+from graphrun.sampling.live import (
+    EdgeWeights,
+    find_edges,
+    in_degrees,
+    merged_csc,
+    sample_one_hop,
+)
 from graphrun.store.live import Batch, LiveDelta
 
 N = 200  # base nodes; growth ids from here
@@ -152,3 +159,117 @@ def test_new_edges_read_in_place_at_every_version(monkeypatch, in_order):
             assert got.seed_index.tolist() == want.seed_index.tolist(), (v, k)
     if in_order:  # the big runs were read through their destination index
         assert any(r.by_dst is not None for r in d.runs)
+
+
+# ---- weighted sampling through the delta
+
+W_KEY = "edge/_N:_E:_N/w"
+
+
+def _book() -> PartitionBook:
+    """One partition of ``N`` base nodes and ``E`` base edge ids (growth ids above)."""
+    return PartitionBook.from_config({
+        "num_parts": 1, "node_types": ["_N"], "edge_types": [["_N", "_E", "_N"]],
+        "node_offsets": [0, N], "edge_offsets": [0, E], "node_ranges": {"_N": [0, N]},
+        "edge_ranges": {"_N:_E:_N": [0, E]},
+    })  # fmt: skip
+
+
+Writes = list[tuple[int, dict[int, float], np.ndarray]]  # version, {eid: weight}, deleted
+
+
+def _weighted(rng: np.random.Generator) -> tuple[CSCGraph, LiveDelta, EdgeWeights, Writes]:
+    """A graph whose hub gets new in-edges over three versions, each edge with a weight
+    (a third of them 0); version 2 deletes base in-edges of the hub and one new edge,
+    version 3 updates base weights (one to 0, a zero one to 5). Returns the writes as
+    made, version 0 the base weights of the hub's in-edges."""
+    g = _graph(rng)
+    base_w = rng.exponential(1.0, E)
+    base_w[rng.random(E) < 0.3] = 0.0
+    hub = int(np.argmax(np.diff(g.indptr)))
+    hub_in = g.eids[g.indptr[hub] : g.indptr[hub + 1]]
+    d, e, empty = LiveDelta(), E, np.empty(0, np.int64)
+    writes: Writes = [(0, dict(zip(hub_in.tolist(), base_w[hub_in].tolist(), strict=True)), empty)]
+    for v in (1, 2, 3):
+        m = 40
+        edges = np.vstack([rng.integers(0, N, m), np.full(m, hub), e + np.arange(m)])
+        w = rng.exponential(3.0, m)
+        w[rng.random(m) < 0.3] = 0.0
+        gone = np.concatenate([hub_in[:5], [E]]) if v == 2 else empty
+        ups = {}
+        if v == 3:
+            kept = hub_in[5:]  # not deleted at 2
+            pos, zero = kept[base_w[kept] > 0][-1], kept[base_w[kept] == 0][0]
+            ups = {W_KEY: (np.array([pos, zero]), np.array([0.0, 5.0]))}
+        d.hold(Batch(v, empty, np.empty(0, np.int32), empty, edges, np.zeros(m, np.int32),
+                     gone, {W_KEY: (edges[2], w)}, ups), 0.0)  # fmt: skip
+        d.commit(v)
+        written = dict(zip(edges[2].tolist(), w.tolist(), strict=True))
+        for i, val in zip(*(a.tolist() for a in ups.get(W_KEY, (empty, empty))), strict=True):
+            written[i] = val
+        writes.append((v, written, gone))
+        e += m
+    weights = EdgeWeights("w", _book(), 0, lambda key, rows: base_w[rows])
+    return g, d, weights, writes
+
+
+def _expected(writes: Writes, v: int) -> dict[int, float]:
+    """``{eid: weight}`` of the hub's in-edges at ``v``, from the writes as made."""
+    want: dict[int, float] = {}
+    for ve, written, gone in writes:
+        if ve <= v:
+            want.update(written)
+            for eid in gone.tolist():
+                want.pop(eid)
+    return want
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_weighted_draws_through_the_delta_follow_the_weights_at_the_version(replace):
+    """Each of a seed's edges at the version is drawn in proportion to its weight (a
+    new edge's from its row, a base edge's from the base tensor or its update); weight-0
+    and deleted edges never (40,000 single draws, against the exact probabilities)."""
+    rng = np.random.default_rng(3)
+    g, d, weights, writes = _weighted(rng)
+    hub = int(np.argmax(np.diff(g.indptr)))
+    for v in (1, 2, 3):
+        want = _expected(writes, v)
+        eids = np.array(sorted(want))
+        p = np.array([want[k] for k in eids.tolist()]) / sum(want.values())
+        seeds = np.full(4000, hub, np.int64)
+        got = np.concatenate([
+            sample_one_hop(g, d, v, seeds, [1], replace=replace, seed=100 * v + s,
+                           weights=weights).eid
+            for s in range(10)
+        ])  # fmt: skip
+        assert len(got) == 40_000
+        assert np.isin(got, eids[p > 0]).all(), "a deleted or weight-0 edge was drawn"
+        freq = np.bincount(np.searchsorted(eids, got), minlength=len(eids)) / len(got)
+        assert 0.5 * np.abs(freq - p).sum() < 0.05, v  # total variation
+        new = eids >= E
+        assert abs(freq[new].sum() - p[new].sum()) < 0.015, v
+
+
+def test_weighted_draws_of_many_take_every_positive_edge_once_without_replacement():
+    rng = np.random.default_rng(4)
+    g, d, weights, writes = _weighted(rng)
+    hub = int(np.argmax(np.diff(g.indptr)))
+    seeds = np.array([hub, 0, 1], np.int64)
+    got = sample_one_hop(g, d, 3, seeds, [10_000], replace=False, seed=1, weights=weights)
+    want = _expected(writes, 3)
+    mine = got.eid[got.seed_index == 0]
+    assert sorted(mine.tolist()) == sorted(k for k, w in want.items() if w > 0)
+    merged = merged_csc(g, d, 3, seeds, weights)  # the same picks as its frozen CSC
+    same = merged.sample_one_hop(np.arange(3), [3], weighted=True, seed=9)
+    again = sample_one_hop(g, d, 3, seeds, [3], replace=False, seed=9, weights=weights)
+    assert same.eid.tolist() == again.eid.tolist()
+
+
+def test_a_new_edge_without_its_weight_row_is_refused_by_name():
+    rng = np.random.default_rng(5)
+    g, d, weights, writes = _weighted(rng)
+    hub = int(np.argmax(np.diff(g.indptr)))
+    other = EdgeWeights("other", _book(), 0, lambda key, rows: np.ones(len(rows)))
+    with pytest.raises(ArgumentError, match=f"weight: edge {E} has no row of 'other'"):
+        sample_one_hop(g, d, 1, np.array([hub]), [2], replace=False, seed=0, weights=other)
+    assert weights.of(d, 1, np.array([E + 1]), None)[0] == writes[1][1][E + 1]
