@@ -300,8 +300,9 @@ def make_handler(
 ) -> Callable[[bytes, Message], Message | None]:
     """The RPC handler: registry dispatch with session and access checks (``user()``: the
     public key of the request's sender, see :mod:`graphrun.rpc.access`). A write that
-    waits for the log is parked in ``turn`` (answered at the turn's end: None here), or
-    without one synced and answered at once."""
+    waits for the log is parked in ``turn`` (answered at the turn's end, after the sync
+    and its replicas' answers: None here; :mod:`graphrun.store.writes`), or without one
+    synced and answered at once."""
     access = access or Access(None)
 
     def handle(peer: bytes, msg: Message) -> Message | None:
