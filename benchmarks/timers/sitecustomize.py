@@ -25,7 +25,16 @@ import time
 
 def _install(out_dir: str) -> None:
     from graphrun.rpc import codec, guard, transport
-    from graphrun.store import live, live_check, live_log, live_ops, live_wire, replicas, server, wal
+    from graphrun.store import (
+        live,
+        live_check,
+        live_log,
+        live_ops,
+        live_wire,
+        replicas,
+        wal,
+        writes,
+    )
 
     acc: dict[str, list[float]] = {}
 
@@ -53,8 +62,8 @@ def _install(out_dir: str) -> None:
         (transport, ["decode"]),
         (codec, ["_header"]),
         (guard.GuardedRouter, ["tick", "recv", "drain_events"]),
-        (server, ["write"]),
-        (server.Turn, ["end"]),
+        (writes, ["forward", "settle"]),
+        (writes.Turn, ["end"]),
         (replicas, ["apply_write"]),
         (replicas.Replication, ["send", "collect"]),
         (live_ops, ["live_prepare", "live_begin", "_hold", "check_piece", "piece_from_wire",

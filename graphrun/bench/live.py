@@ -110,7 +110,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--hosts", choices=("local", "netns"), default="local")
     p.add_argument("--batch", type=int, default=10_000, help="new edges per commit")
     p.add_argument("--batches", type=int, default=100, help="commits timed for the ingest rate")
-    p.add_argument("--window", type=int, default=4, help="batches in flight while ingesting")
+    p.add_argument("--window", type=int, default=8, help="batches in flight while ingesting")
     p.add_argument("--probes", type=int, default=50, help="staleness probes")
     p.add_argument("--rate", type=float, default=100_000.0, help="edges/s while training")
     p.add_argument("--fanouts", default="10,5")

@@ -210,7 +210,7 @@ def sequencer_of(state: ServerState, op: str) -> Sequencer:
 
 def sync(state: ServerState) -> None:
     """Sync the server's write-ahead log: the end of a turn of its loop, after which the
-    writes of the turn are answered (a group commit; :class:`graphrun.store.server.Turn`)."""
+    writes of the turn are answered (a group commit; :class:`graphrun.store.writes.Turn`)."""
     live = state.extension_data.get(KEY)
     if isinstance(live, LivePart) and live.log is not None:
         live.log.sync()

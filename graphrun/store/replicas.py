@@ -8,9 +8,11 @@ the primary learn its replicas from the join reply (``PartitionInfo.replicas``).
 
 **Writes in one order.** The primary sends every write (``push``, ``init``,
 ``delete``) to each replica as a ``replicate`` request (the store's admin key only),
-applies it while the replica does, and waits for the replica before it answers. One
-server process handles one request at a time, so every replica gets the writes in the
-primary's order, whichever clients wrote them. A replica that does not answer within
+applies it while the replica does, and waits for the replica before it answers (a
+write that waits for the log: at its loop turn's end, after the turn's sync, with the
+turn's other writes, :mod:`graphrun.store.writes`). One server process handles one
+request at a time, so every replica gets the writes in the primary's order, whichever
+clients wrote them. A replica that does not answer within
 :data:`REPLICA_WRITE_TIMEOUT`, or refuses a write the primary applied, is dropped from
 the primary's write set and logged; the primary goes on alone. So when the client's
 ``push`` returns (the write is *acknowledged*), every copy still in the write set

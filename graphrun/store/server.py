@@ -22,7 +22,6 @@ SIGTERM/SIGINT to it), then closes cleanly: segments the main created are unlink
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -34,20 +33,20 @@ from pathlib import Path
 
 import numpy as np
 
-from graphrun.errors import ArgumentError, GraphrunError, StoreError
+from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import RoleName, TensorKey
 from graphrun.partition.book import PartitionBook
 from graphrun.partition.compacted import current_dir
 from graphrun.partition.format import Partition, load_id_mapping, load_partition
 from graphrun.rpc.access import Access, ClientKeys
 from graphrun.rpc.auth import KeyPair
-from graphrun.rpc.codec import DEFAULT_LIMITS, Limits, Message, MsgKind, error_message
-from graphrun.rpc.transport import RpcClient, RpcServer, Waker, error_type
+from graphrun.rpc.codec import DEFAULT_LIMITS, Limits, Message, MsgKind
+from graphrun.rpc.transport import RpcClient, RpcServer, Waker
 from graphrun.store import compact, handlers, live_ops, replicas, sum_moves
 from graphrun.store.disk import DiskRows, file_id
 from graphrun.store.live_log import base_name, check_live_dir
 from graphrun.store.policy import policies_from_book
-from graphrun.store.registry import AfterSync, Registry, Request, Response, load_extensions
+from graphrun.store.registry import Registry, Request, Response, load_extensions
 from graphrun.store.shm import (
     DEFAULT_SHM_DIR,
     SegmentStore,
@@ -64,6 +63,16 @@ from graphrun.store.state import (
     StoredTensor,
     TensorInfo,
     received,
+)
+from graphrun.store.writes import (
+    Parked,
+    Sent,
+    Turn,
+    forward,
+    raise_fence,
+    settle,
+    with_write_set,
+    write,
 )
 
 log = logging.getLogger("graphrun.store")
@@ -282,45 +291,6 @@ def build_registry(extensions: Iterable[str] = ()) -> Registry:
     return registry
 
 
-@dataclass
-class Turn:
-    """The writes of one turn of the server's loop that wait for its write-ahead log
-    (:class:`~graphrun.store.registry.AfterSync`): one sync for them all at the turn's
-    end (``RpcServer.serve_forever``'s ``after_turn``), then their answers, in order."""
-
-    state: ServerState
-    parked: list[tuple[bytes, Message, AfterSync, dict[str, object]]] = field(default_factory=list)
-    syncs: int = 0  # group syncs done
-
-    def end(self, reply: Callable[[bytes, Message], None]) -> None:
-        parked, self.parked = self.parked, []
-        if not parked:
-            return
-        failure: Exception | None = None
-        try:
-            live_ops.sync(self.state)
-            self.syncs += 1
-        except GraphrunError as exc:
-            failure = exc
-        for peer, msg, after, extra in parked:
-            err = failure
-            try:
-                if err is not None:
-                    after.failed()
-                else:
-                    resp = after.done()
-            except GraphrunError as exc:
-                err = exc
-            except Exception as exc:  # a bug must not stop the server (as in a handler)
-                log.exception("%s after the log's sync crashed", msg.op)
-                err = exc
-            if err is not None:
-                reply(peer, error_message(msg.request_id, msg.op, error_type(err), str(err)))
-            else:
-                body = {**resp.body, **extra}
-                reply(peer, Message(MsgKind.REPLY, msg.op, msg.request_id, body, resp.tensors))
-
-
 def make_handler(
     state: ServerState,
     registry: Registry,
@@ -330,8 +300,9 @@ def make_handler(
 ) -> Callable[[bytes, Message], Message | None]:
     """The RPC handler: registry dispatch with session and access checks (``user()``: the
     public key of the request's sender, see :mod:`graphrun.rpc.access`). A write that
-    waits for the log is parked in ``turn`` (answered at the turn's end: None here), or
-    without one synced and answered at once."""
+    waits for the log is parked in ``turn`` (answered at the turn's end, after the sync
+    and its replicas' answers: None here; :mod:`graphrun.store.writes`), or without one
+    synced and answered at once."""
     access = access or Access(None)
 
     def handle(peer: bytes, msg: Message) -> Message | None:
@@ -352,64 +323,31 @@ def make_handler(
         )
         if msg.op not in ("stats", "stop", "leave", "heartbeat"):
             replicas.check_serving(state)
-        synced = False  # its record synced already (a forwarded write's: see write)
-        if msg.op in replicas.WRITE_OPS:
+        synced = False  # its record synced already (a forwarded write's, outside a turn)
+        sent: Sent = []  # its forwards the turn's end collects
+        if msg.op in replicas.WRITE_OPS and turn is not None:
+            resp, sent = forward(state, req, entry.handler)
+            if resp.after_sync is None or not sent:  # nothing for the turn's end to wait for
+                raise_fence(settle(state, sent))
+                resp, sent = with_write_set(state, resp), []
+        elif msg.op in replicas.WRITE_OPS:
             resp, synced = write(state, req, entry.handler)
         else:
             resp = entry.handler(state, req)
         state.served[msg.op] = state.served.get(msg.op, 0) + 1
         if resp.after_sync is not None:
-            if turn is not None and not (synced and not turn.parked):
-                turn.parked.append((peer, msg, resp.after_sync, dict(resp.body)))
+            if turn is not None:
+                turn.parked.append(Parked(peer, msg, resp.after_sync, dict(resp.body), sent))
                 return None
             if not synced:
                 live_ops.sync(state)
             done = resp.after_sync.done()
             resp = Response({**done.body, **resp.body}, done.tensors)
-        sent = sum(t.nbytes for t in resp.tensors)
-        state.reply_bytes[msg.op] = state.reply_bytes.get(msg.op, 0) + sent
+        nbytes = sum(t.nbytes for t in resp.tensors)
+        state.reply_bytes[msg.op] = state.reply_bytes.get(msg.op, 0) + nbytes
         return Message(MsgKind.REPLY, msg.op, msg.request_id, resp.body, resp.tensors)
 
     return handle
-
-
-def write(
-    state: ServerState, req: Request, handler: Callable[[ServerState, Request], Response]
-) -> tuple[Response, bool]:
-    """Apply write ``req`` here and on the replicas (store/replicas.py): forwarded
-    before it is applied, answered once every replica in the write set applied it (a
-    replica answers a logged write after its own turn's sync) and, for one that waits
-    for this server's log (``after_sync``), once the turn's sync made it durable here.
-    A forwarded write's log record is synced here before the replicas are waited for:
-    the two machines' syncs overlap instead of following each other. Returns the
-    response and whether its record is synced already (a forwarded write's: the
-    handler answers it at once, not at the turn's end, unless writes of the turn wait
-    before it; the turn's sync has nothing of it left to share)."""
-    rep = state.replication if state.replication and state.replication.links else None
-    sent = rep.send(state.part, req) if rep is not None else []
-    applied = synced = False
-    try:
-        resp = replicas.apply_write(state, req, lambda r: handler(state, r))
-        applied = True
-        if sent and resp.after_sync is not None:
-            with contextlib.suppress(StoreError):  # a failed log fails the turn's sync
-                live_ops.sync(state)  # too, which answers the write with its error
-                synced = True
-    finally:
-        if rep is not None:
-            try:
-                rep.collect(state.part, sent, applied)
-            except StoreError:  # the replica was promoted: this primary is fenced
-                state.fenced = True
-                if applied:
-                    raise
-    if state.replica and not state.promoted:
-        why = f"replica of partition {state.part} took a client's write: promoted"
-        live_ops.promote(state, why)
-    if state.replication is not None:  # the write set now: clients forget the rest
-        extra = {"replicas": state.replication.addresses}
-        resp = Response({**resp.body, **extra}, resp.tensors, resp.after_sync)
-    return resp, synced
 
 
 def _abort(state: ServerState, version: int) -> None:

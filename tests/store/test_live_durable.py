@@ -291,7 +291,8 @@ def test_a_failed_group_sync_answers_each_write_with_its_error_and_holds_nothing
     from graphrun.rpc.codec import Message, MsgKind
     from graphrun.store import live_ops
     from graphrun.store.registry import Request
-    from graphrun.store.server import Turn, load_main_state
+    from graphrun.store.server import load_main_state
+    from graphrun.store.writes import Parked, Turn
 
     parts = make_partition_dir(tmp_path / "parts", 2)[1]
     (tmp_path / "live").mkdir()
@@ -310,7 +311,7 @@ def test_a_failed_group_sync_answers_each_write_with_its_error_and_holds_nothing
             resp = live_ops.live_prepare(state, req)
             assert resp.after_sync is not None and len(live.delta.pending) == k + 1
             msg = Message(MsgKind.REQUEST, "live_prepare", k, body, tuple(tensors))
-            turn.parked.append((b"peer", msg, resp.after_sync, {}))
+            turn.parked.append(Parked(b"peer", msg, resp.after_sync, {}))
         read_only = os.open(os.devnull, os.O_RDONLY)
         os.dup2(read_only, live.log.wal._fd)  # the disk fails under the log
         os.close(read_only)

@@ -10,34 +10,35 @@ import os
 import numpy as np
 import pytest
 
+from graphrun.errors import StoreError
 from graphrun.rpc.codec import Message, MsgKind
 from graphrun.store import live_ops, replicas
 from graphrun.store.live import Piece, Rows
 from graphrun.store.live_wire import piece_to_wire
-from graphrun.store.registry import AfterSync, Request, Response
-from graphrun.store.server import (
-    ServerConfig,
-    Turn,
-    build_registry,
-    load_main_state,
-    make_handler,
-    write,
-)
+from graphrun.store.registry import Request
+from graphrun.store.server import ServerConfig, build_registry, load_main_state, make_handler
+from graphrun.store.writes import Parked, Turn, write
 from graphrun.testing.store import make_partition_dir
 
 
 class Link:
-    """A replica's link that answers at once, noting the primary's log syncs by then."""
+    """A replica's link that answers at once, noting the primary's log syncs by then and
+    every send and wait in order (``events``); ``refuse``: the fence's error instead."""
 
     def __init__(self, live: live_ops.LivePart) -> None:
-        self.live, self.synced_at_wait = live, []
+        self.live, self.synced_at_wait, self.events = live, [], []
+        self.refuse: set[int] = set()
 
     def send(self, op, body, tensors) -> int:
-        return 1
+        self.events.append(("send", body["body"]["piece"]["version"]))
+        return len(self.events)
 
     def wait(self, rid):
         assert self.live.log is not None
         self.synced_at_wait.append(self.live.log.wal.syncs)
+        self.events.append(("wait", rid))
+        if rid in self.refuse:
+            raise StoreError(f"{replicas.FENCED} this replica serves partition 1 now")
 
     def close(self) -> None:
         pass
@@ -88,26 +89,53 @@ def test_a_log_failing_before_the_replica_is_waited_for_answers_at_the_turn_end(
     resp, synced = write(state, req, live_ops.live_prepare)
     assert len(link.synced_at_wait) == 1 and resp.after_sync is not None and not synced
     msg = Message(MsgKind.REQUEST, "live_prepare", 1, dict(req.body), req.tensors)
-    turn.parked.append((b"peer", msg, resp.after_sync, {}))
+    turn.parked.append(Parked(b"peer", msg, resp.after_sync, {}))
     turn.end(lambda peer, m: answers.append(m))
     assert [m.kind for m in answers] == [MsgKind.ERROR]
     assert "could not be written" in str(answers[0].body)
     assert not live.delta.pending
 
 
-def test_a_synced_forwarded_write_is_answered_at_once_not_at_the_turn_end(primary):
-    """Its record is synced and its replica answered: the handler answers it (a later
-    write of the turn, with its own forward, does not hold it back); a write behind
-    parked ones waits for the turn's end, in order."""
-    state, _, link = primary
-    turn = Turn(state)
+def _msg(req: Request, rid: int) -> Message:
+    return Message(MsgKind.REQUEST, req.op, rid, dict(req.body), req.tensors)
+
+
+def test_a_turns_forwarded_writes_are_each_durable_on_both_before_answered(primary):
+    """Group commit across the turn (store/writes.py): the turn's three prepares are
+    each forwarded and applied at once, none answered; at the turn's end one sync, then
+    the replica's answers (each after the sync), then the three answers, in order: no
+    write is answered before it is on this server's disk and its replica's answer came."""
+    state, live, link = primary
+    turn, answers = Turn(state), []
     handle = make_handler(state, build_registry(), turn=turn)
     state.sessions.clear()
-    req = _prepare(state, 1)
-    got = handle(b"peer", Message(MsgKind.REQUEST, "live_prepare", 1, dict(req.body), req.tensors))
-    assert got is not None and got.body["held"] is True and not turn.parked
-    assert len(link.synced_at_wait) == 1  # its replica answered before it
-    turn.parked.append((b"other", got, AfterSync(lambda: Response()), {}))  # one waits
-    req = _prepare(state, 2)
-    msg = Message(MsgKind.REQUEST, "live_prepare", 2, dict(req.body), req.tensors)
-    assert handle(b"peer", msg) is None and len(turn.parked) == 2
+    before = live.log.wal.syncs
+    for v in (1, 2, 3):
+        assert handle(b"peer", _msg(_prepare(state, v), v)) is None
+    assert link.events == [("send", 1), ("send", 2), ("send", 3)]  # none waited for yet
+    assert len(live.delta.pending) == 3 and live.log.wal.syncs == before
+    turn.end(lambda peer, m: answers.append((m, list(link.events), live.log.wal.syncs)))
+    assert turn.syncs == 1 and live.log.wal.syncs == before + 1  # one sync for the turn
+    assert link.synced_at_wait == [before + 1] * 3  # each replica answer after the sync
+    for k, (m, events, syncs) in enumerate(answers):
+        assert (m.kind, m.request_id, m.body["held"]) == (MsgKind.REPLY, k + 1, True)
+        assert m.body["replicas"] == ["tcp://replica:1"] and syncs == before + 1
+        assert events.count(("wait", k + 1)) == 1  # its replica answered before it
+
+
+def test_a_write_a_promoted_replica_refused_is_answered_with_the_fence(primary):
+    """The replica was promoted (a client failed over to it) while the turn's second
+    write was in flight: that write is answered with the fence's error, not
+    acknowledged, the first is, and this primary refuses every later request."""
+    state, _, link = primary
+    turn, answers = Turn(state), []
+    handle = make_handler(state, build_registry(), turn=turn)
+    state.sessions.clear()
+    link.refuse = {2}
+    for v in (1, 2):
+        assert handle(b"peer", _msg(_prepare(state, v), v)) is None
+    turn.end(lambda peer, m: answers.append(m))
+    assert [m.kind for m in answers] == [MsgKind.REPLY, MsgKind.ERROR]
+    assert replicas.FENCED in str(answers[1].body) and state.fenced
+    with pytest.raises(StoreError, match=replicas.FENCED):
+        handle(b"peer", _msg(_prepare(state, 3), 3))

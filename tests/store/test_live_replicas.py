@@ -288,3 +288,34 @@ def test_a_replica_compacts_beside_its_log_and_restarts_from_there(machines, key
     with KVClient(machines.config(keys, timeout=5)) as r:
         assert r.follow() == head + 2
         check_all_visible(r, written, base_in)
+
+
+def test_losing_the_sequencer_mid_group_loses_no_acknowledged_write(machines, keys):
+    """A pipelined writer (``window=8``: several ``live_begin`` at the sequencer at once,
+    forwarded, applied and synced as one turn's group, store/writes.py) loses the
+    sequencer's machine (SIGKILL, its disk deleted) with begins in flight: it goes on
+    through the replicas, and every batch it acknowledged is wholly visible once, on
+    both partitions."""
+    batches, lose_at = 48, 24
+    with KVClient(machines.config(keys, timeout=10)) as c:
+        base_in = in_edges(c, np.asarray([3, 500], np.int64))
+        w = GraphWriter(c, window=8)
+        for k in range(batches):
+            w.add_edges("_E", [7 + k, 7 + k], [3, 500])  # 3: partition 0's, 500: 1's
+            w.submit()
+            if k == lose_at:
+                seq = stats(machines.primaries[0], machines.key_file)
+                machines.lose(0)
+        acknowledged = w.flush()
+        w.close()
+        assert c.session.failovers, "the writer never used a replica"
+    assert len(set(acknowledged)) == batches
+    # the turns grouped begins: fewer syncs than begins before the loss
+    assert seq["live"]["log_syncs"] < seq["served"]["live_begin"], seq
+    with KVClient(machines.config(keys, timeout=10)) as r:
+        r.follow()
+        seen = in_edges(r, np.asarray([3, 500], np.int64))
+    assert [len(s - b) for s, b in zip(seen, base_in, strict=True)] == [batches, batches]
+    for sp in machines.serving(0):
+        s = stats(sp, machines.key_file)
+        assert (s["live_pending"], s.get("live_undecided", 0)) == (0, 0), s

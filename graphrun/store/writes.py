@@ -1,0 +1,165 @@
+"""The write path of a partition's main server: a write forwarded to its replicas
+(:mod:`graphrun.store.replicas`) and applied here while they apply it, and the loop's
+turn that answers the writes waiting for the write-ahead log.
+
+**Group commit across the turn, replicated too.** One turn of the server's loop
+(``RpcServer.poll``: the requests already queued) applies its writes one after another;
+each write that waits for the log (``AfterSync``) is parked. A primary's such write is
+forwarded before it is applied and its replica's answer is *not* waited for then: the
+next write of the turn is forwarded and applied at once. At the turn's end one
+``fdatasync`` makes them all durable here (the replicas apply and sync meanwhile), then
+the replicas' answers are collected, then each write is answered, in order. So a write
+is acknowledged only once durable on this server's disk and on every replica of the
+write set (each answers a forwarded write after its own turn's sync), as before; a turn
+of k writes costs one sync and one wait for the replica instead of k of each
+(benchmarks/README.md, "Issue 42, seq42b"). A write that does not wait for the log
+(``push``, ``init``, ...) is collected at once, as is one refused here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from graphrun.errors import GraphrunError, StoreError
+from graphrun.rpc.codec import Message, MsgKind, error_message
+from graphrun.rpc.transport import RpcClient, error_type
+from graphrun.store import live_ops, replicas
+from graphrun.store.registry import AfterSync, Request, Response
+from graphrun.store.state import ServerState
+
+log = logging.getLogger("graphrun.store")
+
+#: a write's forwards to its replicas not yet answered (``Replication.send``)
+Sent = list[tuple[str, RpcClient, int]]
+
+
+@dataclass
+class Parked:
+    """A write parked in a :class:`Turn`: its sender, request, the rest of it after the
+    sync, its answer's fields so far and its forwards whose answers it waits for."""
+
+    peer: bytes
+    msg: Message
+    after: AfterSync
+    extra: dict[str, object]
+    sent: Sent = field(default_factory=list)
+
+
+@dataclass
+class Turn:
+    """The writes of one turn of the server's loop that wait for its write-ahead log
+    (:class:`~graphrun.store.registry.AfterSync`): one sync for them all at the turn's
+    end (``RpcServer.serve_forever``'s ``after_turn``), then their replicas' answers
+    (a primary's forwarded writes: sent and applied during the turn, so the replicas'
+    applies and syncs overlap this server's and each other's), then their answers, in
+    order. A write is acknowledged only once durable here and on every replica of the
+    write set; one a promoted replica refused is answered with the fence's error."""
+
+    state: ServerState
+    parked: list[Parked] = field(default_factory=list)
+    syncs: int = 0  # group syncs done
+
+    def end(self, reply: Callable[[bytes, Message], None]) -> None:
+        parked, self.parked = self.parked, []
+        if not parked:
+            return
+        failure: Exception | None = None
+        try:
+            live_ops.sync(self.state)
+            self.syncs += 1
+        except GraphrunError as exc:
+            failure = exc
+        fences = [settle(self.state, p.sent) for p in parked]
+        for p, fence in zip(parked, fences, strict=True):
+            err = fence or failure  # fenced: applied, never acknowledged (left as is)
+            try:
+                if fence is None and failure is not None:
+                    p.after.failed()
+                elif err is None:
+                    resp = p.after.done()
+            except GraphrunError as exc:
+                err = exc
+            except Exception as exc:  # a bug must not stop the server (as in a handler)
+                log.exception("%s after the log's sync crashed", p.msg.op)
+                err = exc
+            msg = p.msg
+            if err is not None:
+                reply(p.peer, error_message(msg.request_id, msg.op, error_type(err), str(err)))
+            else:
+                body = {**resp.body, **p.extra, **_write_set(self.state, p.sent)}
+                reply(p.peer, Message(MsgKind.REPLY, msg.op, msg.request_id, body, resp.tensors))
+
+
+def settle(state: ServerState, sent: Sent) -> StoreError | None:
+    """Collect the replicas' answers to an applied write (:meth:`Replication.collect`);
+    the fence's error if a promoted replica refused it (this primary is fenced then)."""
+    if not sent or state.replication is None:
+        return None
+    try:
+        state.replication.collect(state.part, sent, True)
+    except StoreError as exc:
+        state.fenced = True
+        return exc
+    return None
+
+
+def _write_set(state: ServerState, sent: Sent) -> dict[str, object]:
+    """A parked forwarded write's answer names the write set once collected."""
+    return {"replicas": state.replication.addresses} if sent and state.replication else {}
+
+
+def forward(
+    state: ServerState, req: Request, handler: Callable[[ServerState, Request], Response]
+) -> tuple[Response, Sent]:
+    """Send write ``req`` to the replicas (store/replicas.py) and apply it here while they
+    do; returns the response and the forwards still to be collected (:func:`settle`:
+    the turn's end does, after its sync, for a write that waits for the log). A write
+    refused here is collected at once and raised."""
+    rep = state.replication if state.replication and state.replication.links else None
+    sent = rep.send(state.part, req) if rep is not None else []
+    try:
+        resp = replicas.apply_write(state, req, lambda r: handler(state, r))
+    except BaseException:
+        if rep is not None:
+            try:
+                rep.collect(state.part, sent, False)
+            except StoreError:  # a promoted replica: this primary is fenced (the error
+                state.fenced = True  # it answers is the write's own)
+        raise
+    if state.replica and not state.promoted:
+        why = f"replica of partition {state.part} took a client's write: promoted"
+        live_ops.promote(state, why)
+    return resp, sent
+
+
+def raise_fence(fence: StoreError | None) -> None:
+    """Raise :func:`settle`'s fence (the write is answered with it)."""
+    if fence is not None:
+        raise fence
+
+
+def with_write_set(state: ServerState, resp: Response) -> Response:
+    """``resp`` naming the primary's write set now (clients forget the rest)."""
+    if state.replication is None:
+        return resp
+    extra = {"replicas": state.replication.addresses}
+    return Response({**resp.body, **extra}, resp.tensors, resp.after_sync)
+
+
+def write(
+    state: ServerState, req: Request, handler: Callable[[ServerState, Request], Response]
+) -> tuple[Response, bool]:
+    """Apply write ``req`` here and on the replicas outside a loop's turn (the sequencer's
+    own aborts): :func:`forward`, this server's log synced while the replicas finish,
+    then their answers. Returns the response and whether its record is synced already."""
+    resp, sent = forward(state, req, handler)
+    synced = False
+    if sent and resp.after_sync is not None:
+        with contextlib.suppress(StoreError):  # a failed log fails the caller's sync too
+            live_ops.sync(state)
+            synced = True
+    raise_fence(settle(state, sent))
+    return with_write_set(state, resp), synced
