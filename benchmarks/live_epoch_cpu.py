@@ -18,7 +18,8 @@ every process and server thread it ran beside.
                                     # PASSIVE), or unset with GOMP_SPINCOUNT=N (spinN)
     REPLICAS=2 ...                  # each partition's replica on the other host (as
                                     # ``graphrun bench live --replicas 2``): every write
-                                    # forwarded, the primary's loop waiting for its answer
+                                    # forwarded, the primary's loop waiting for its answer;
+                                    # servers_cpu_s lists the replicas after the primaries
     STEP=0 ...                      # the loader alone, no model step: sampling and the
                                     # features' fetch, what a trainer's requests wait for
                                     # (``load_*_ms``: a batch's ``next()``)
@@ -245,11 +246,11 @@ def drive(cfg: dict[str, Any]) -> None:
     from graphrun.store.client import ClientConfig, KVClient
 
     stores = [start_store(cfg["parts_dir"], p, **cfg["store_kwargs"][p]) for p in range(2)]
-    pids = [server_pid(s.proc) for s in stores]  # the primaries' (replicas: not counted)
     if REPLICAS == 2:
         from graphrun.bench.live import _start_replicas
 
         _start_replicas(cfg, stores)
+    pids = [server_pid(s.proc) for s in stores]  # the primaries', then the replicas'
     ctx = mp.get_context("spawn")
     go, quit_, sent, burn = ctx.Event(), ctx.Event(), ctx.Value("d", 0.0), ctx.Value("d", 0.0)
     proc, trainers = None, {}
