@@ -142,6 +142,14 @@ def test_a_new_edge_must_carry_the_weight_feature(parts):
 
 
 @pytest.mark.integration
+def restart(cluster: Cluster) -> None:
+    """``kill -9`` both partitions' servers (partition 1 first), then start them again."""
+    for p in (1, 0):
+        cluster.kill(p)
+    for p in (0, 1):
+        cluster.start(p)
+
+
 def test_weighted_draws_are_the_same_after_kill_9_and_after_a_compacted_restart(
     tmp_path, key_file, keys, parts
 ):
@@ -157,10 +165,7 @@ def test_weighted_draws_are_the_same_after_kill_9_and_after_a_compacted_restart(
                 write(c, k, seeds, base[k])
             c.follow()
             before = check_version(c, seeds, 5)
-        for p in (1, 0):  # the pieces and their weights replayed from the logs
-            cluster.kill(p)
-        for p in (0, 1):
-            cluster.start(p)
+        restart(cluster)  # the pieces and their weights replayed from the logs
         with cluster.client(keys) as c:
             c.follow()
             assert check_version(c, seeds, 5) == before
@@ -169,10 +174,7 @@ def test_weighted_draws_are_the_same_after_kill_9_and_after_a_compacted_restart(
             # compaction (shared memory holds the folded edges), they read by request
             assert c.local_parts == [0, 1]
             assert check_version(c, seeds, 5) == before
-        for p in (1, 0):  # the compacted directories' growth rows loaded
-            cluster.kill(p)
-        for p in (0, 1):
-            cluster.start(p)
+        restart(cluster)  # the compacted directories' growth rows loaded
         with cluster.client(keys) as c:
             c.follow()
             assert check_version(c, seeds, 5) == before
