@@ -392,7 +392,7 @@ def test_reads_over_merged_runs_match_one_index_of_everything(swapped):
 def test_a_merging_thread_keeps_reads_whole_and_the_runs_few(monkeypatch):
     """With ``background`` the runs are merged by the delta's thread, off the read path:
     a read after each commit sees exactly what one index of everything sees, and the
-    thread brings the runs down to the rule's ``log2(commits) + 1``. The thread sorts
+    thread merges them to the rule's rest (sizes strictly decreasing). The thread sorts
     and merges with the compiled kernels once it has loaded them, whatever the size
     (these few entries); the delta without a thread with numpy's (below
     ``COMPILED_MIN``): the reads compare the two."""
@@ -428,10 +428,15 @@ def test_a_merging_thread_keeps_reads_whole_and_the_runs_few(monkeypatch):
             one.commit(v)
             a, b = d.in_edges(dst, v), one.in_edges(dst, v)
             assert a[0].tolist() == b[0].tolist() and key(a[1]) == key(b[1])
+        # the thread merges on until the rule's rest: sizes strictly decreasing. Not a
+        # fixed count: commits of 1-40 entries, or a thread that lags behind the reads'
+        # runs, rest at more than log2(commits) + 1 runs (a CI run's wait for 7 timed out
+        # at 8; docs/live.md, "Not done yet")
+        sizes = lambda: [r.size for r in d.runs]  # noqa: E731
         deadline = time.monotonic() + 60
-        while len(d.runs) > np.log2(64) + 1 and time.monotonic() < deadline:
+        while due(sizes()) is not None and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert len(d.runs) <= np.log2(64) + 1
+        assert due(sizes()) is None and sum(sizes()) == sum(r.size for r in one.runs)
         for v in (1, 30, 64):
             assert key(d.in_edges(dst, v)[1]) == key(one.in_edges(dst, v)[1])
     finally:
