@@ -341,8 +341,7 @@ def _refresh(cfg: dict[str, Any]) -> dict[str, Any]:
             _add_edges(cfg, stores, rng)
             each.append(_line(follower))
     finally:
-        follower.terminate()
-        follower.wait(30)
+        _stop(follower)
     _add_edges(cfg, stores, rng)
     own = _embed(cfg, "refresh")
     ids = np.arange(n, dtype=np.int64)
@@ -359,6 +358,20 @@ def _refresh(cfg: dict[str, Any]) -> dict[str, Any]:
             "refresh_own_process_s": own["refresh_s"], "refresh_recomputed": got["recomputed"],
             "refresh_updated": got["updated"], "refresh_per_layer": got["per_layer"],
             "refresh_max_abs_diff": float((fresh - whole).abs().max())}  # fmt: skip
+
+
+def _stop(proc: subprocess.Popen[str], grace_s: float = 60.0) -> None:
+    """SIGTERM the follower and wait for it; killed if it outlives ``grace_s`` (a CI run's
+    follower did not end within 30 s on a loaded box and went on after the stores
+    stopped), and said so."""
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+        raise GraphrunError(f"bench serve: the refresher did not stop within {grace_s:.0f} s "
+                            "of SIGTERM: killed") from None  # fmt: skip
 
 
 def _line(proc: subprocess.Popen[str]) -> dict[str, Any]:

@@ -122,3 +122,20 @@ def test_the_generator_refuses_an_answer_that_is_not_http() -> None:
                 b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (MAX_ANSWER + 1)):  # fmt: skip
         with pytest.raises(ProtocolError):  # not HTTP/1.1 as the endpoint writes it
             asyncio.run(status(raw))
+
+
+def test_a_refresher_that_outlives_its_sigterm_is_killed_and_named() -> None:
+    # a CI run's refresher did not end within the wait and went on after the stores stopped
+    import subprocess
+    import sys
+
+    from graphrun.bench.serve import _stop
+    from graphrun.errors import GraphrunError
+
+    code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print(1, flush=True); time.sleep(60)")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "1"  # SIGTERM ignored
+    with pytest.raises(GraphrunError, match="did not stop within 1 s of SIGTERM: killed"):
+        _stop(proc, grace_s=1.0)
+    assert proc.returncode is not None  # not left running
