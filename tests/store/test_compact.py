@@ -3,10 +3,12 @@ stopping reads, pinned versions respected, backpressure instead of refusal."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,17 @@ from tests.store.test_live_store import FEAT, SAMPLING, hetero_store, node_rows
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory) -> Path:
     return make_partition_dir(tmp_path_factory.mktemp("compact") / "parts", 2)[1]
+
+
+@contextlib.contextmanager
+def served(parts: Path, *jobs: str) -> Iterator[tuple[list[str], list[KVClient]]]:
+    """Both partitions' servers (sampling on) and a client of each of ``jobs``: their
+    addresses and the clients, closed before the servers."""
+    cfg = ServerConfig(parts, 0, extensions=SAMPLING)
+    with store_threads(cfg, 2) as threads, contextlib.ExitStack() as stack:
+        addresses = [t.address for t in threads]
+        config = [ClientConfig(addresses, job=job, timeout=20) for job in jobs]
+        yield addresses, [stack.enter_context(KVClient(c)) for c in config]
 
 
 def write_batches(c: KVClient, parts: Path, first: int, count: int) -> list[int]:
@@ -85,77 +98,69 @@ def same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
 
 
 def test_reads_at_a_version_are_identical_across_compaction_under_concurrent_sampling(parts):
-    cfg = ServerConfig(parts, 0, extensions=SAMPLING)
-    with store_threads(cfg, 2) as threads:
-        addresses = [t.address for t in threads]
-        with KVClient(ClientConfig(addresses, job="w", timeout=20)) as wc, \
-                KVClient(ClientConfig(addresses, job="r", timeout=20)) as rc:  # fmt: skip
-            new = write_batches(wc, parts, 0, 6)
-            v = rc.follow()
-            seeds = np.asarray([*range(60), *range(500, 520), *new], np.int64)
-            before = snapshot(rc, seeds)
-            stop, errors, reads = threading.Event(), [], [0]
+    with served(parts, "w", "r") as (addresses, (wc, rc)):
+        new = write_batches(wc, parts, 0, 6)
+        v = rc.follow()
+        seeds = np.asarray([*range(60), *range(500, 520), *new], np.int64)
+        before = snapshot(rc, seeds)
+        stop, errors, reads = threading.Event(), [], [0]
 
-            def sample() -> None:  # reads at v all along the compaction
-                with KVClient(ClientConfig(addresses, job="s", timeout=20)) as sc:
-                    sc.follow(v)
-                    while not stop.is_set():
-                        if not same(snapshot(sc, seeds), before):
-                            errors.append(f"a read at {v} changed during compaction")
-                            return
-                        reads[0] += 1
+        def sample() -> None:  # reads at v all along the compaction
+            with KVClient(ClientConfig(addresses, job="s", timeout=20)) as sc:
+                sc.follow(v)
+                while not stop.is_set():
+                    if not same(snapshot(sc, seeds), before):
+                        errors.append(f"a read at {v} changed during compaction")
+                        return
+                    reads[0] += 1
 
-            def read_more(than: int) -> None:  # not a fixed time: a busy box starts late
-                deadline = time.monotonic() + 60
-                while reads[0] <= than and not errors and time.monotonic() < deadline:
-                    time.sleep(0.01)
+        def read_more(than: int) -> None:  # not a fixed time: a busy box starts late
+            deadline = time.monotonic() + 60
+            while reads[0] <= than and not errors and time.monotonic() < deadline:
+                time.sleep(0.01)
 
-            t = threading.Thread(target=sample)
-            t.start()
-            try:
-                read_more(0)  # it reads already, then once more after the compactions
-                stats = [compact(wc, p) for p in (0, 1)]
-                read_more(reads[0])
-            finally:
-                stop.set()
-                t.join()
-            assert not errors, errors
-            assert reads[0] > 1
-            assert [s["version"] for s in stats] == [v, v]
-            assert all(s["compactions"] == 1 for s in stats)
-            assert all(s["error"] == "" and s["pause_s"] >= 0 for s in stats)
-            assert same(snapshot(rc, seeds), before)
-            assert [s["delta_bytes"] for s in stats] == [0, 0]  # all in the base now
-            with pytest.raises(StoreError, match=f"since 1 is below partition 0's compacted "
-                                                 f"version {v}; refresh every node"):  # fmt: skip
-                rc.session.call(0, "graph_changes", {"since": 1})
-            assert rc.session.call(0, "graph_changes", {"since": v}).tensors[0].size == 0
-            # writes go on above it, and are seen at their version only
-            more = write_batches(wc, parts, 6, 2)
-            assert same(snapshot(rc, seeds), before)
-            rc.follow()
-            assert (rc.pull(FEAT, np.asarray(more)) == [[7.0], [8.0]]).all()
+        t = threading.Thread(target=sample)
+        t.start()
+        try:
+            read_more(0)  # it reads already, then once more after the compactions
+            stats = [compact(wc, p) for p in (0, 1)]
+            read_more(reads[0])
+        finally:
+            stop.set()
+            t.join()
+        assert not errors, errors
+        assert reads[0] > 1
+        assert [s["version"] for s in stats] == [v, v]
+        assert all(s["compactions"] == 1 for s in stats)
+        assert all(s["error"] == "" and s["pause_s"] >= 0 for s in stats)
+        assert same(snapshot(rc, seeds), before)
+        assert [s["delta_bytes"] for s in stats] == [0, 0]  # all in the base now
+        with pytest.raises(StoreError, match=f"since 1 is below partition 0's compacted "
+                                             f"version {v}; refresh every node"):  # fmt: skip
+            rc.session.call(0, "graph_changes", {"since": 1})
+        assert rc.session.call(0, "graph_changes", {"since": v}).tensors[0].size == 0
+        # writes go on above it, and are seen at their version only
+        more = write_batches(wc, parts, 6, 2)
+        assert same(snapshot(rc, seeds), before)
+        rc.follow()
+        assert (rc.pull(FEAT, np.asarray(more)) == [[7.0], [8.0]]).all()
 
 
 def test_compaction_never_folds_above_a_pinned_version_and_refuses_reads_below_it(parts):
-    cfg = ServerConfig(parts, 0, extensions=SAMPLING)
-    with store_threads(cfg, 2) as threads:
-        addresses = [t.address for t in threads]
-        with KVClient(ClientConfig(addresses, job="w", timeout=20)) as wc, \
-                KVClient(ClientConfig(addresses, job="pin", timeout=20)) as pc:  # fmt: skip
-            write_batches(wc, parts, 0, 3)
-            pinned = pc.follow()
-            seeds = np.asarray([3, 500], np.int64)
-            before = snapshot(pc, seeds)  # its reads tell the servers its version
-            write_batches(wc, parts, 3, 3)
-            assert [compact(wc, p)["version"] for p in (0, 1)] == [pinned, pinned]
-            assert same(snapshot(pc, seeds), before)
-            pc.follow()  # the pinned session moves on: the rest can be folded
-            snapshot(pc, seeds)
-            assert [compact(wc, p)["version"] for p in (0, 1)] == [pinned + 3] * 2
-            pc.follow(pinned)
-            with pytest.raises(StoreError, match="was compacted"):
-                pc.pull(FEAT, seeds)
+    with served(parts, "w", "pin") as (_, (wc, pc)):
+        write_batches(wc, parts, 0, 3)
+        pinned = pc.follow()
+        seeds = np.asarray([3, 500], np.int64)
+        before = snapshot(pc, seeds)  # its reads tell the servers its version
+        write_batches(wc, parts, 3, 3)
+        assert [compact(wc, p)["version"] for p in (0, 1)] == [pinned, pinned]
+        assert same(snapshot(pc, seeds), before)
+        pc.follow()  # the pinned session moves on: the rest can be folded
+        snapshot(pc, seeds)
+        assert [compact(wc, p)["version"] for p in (0, 1)] == [pinned + 3] * 2
+        pc.follow(pinned)
+        with pytest.raises(StoreError, match="was compacted"):
+            pc.pull(FEAT, seeds)
 
 
 def test_a_first_follow_that_a_compaction_overtakes_follows_the_newer_head(parts, monkeypatch):
@@ -163,28 +168,24 @@ def test_a_first_follow_that_a_compaction_overtakes_follows_the_newer_head(parts
     # head: follow() asks again instead of leaving the session to read a folded version
     from graphrun.store import live_client
 
-    cfg = ServerConfig(parts, 0, extensions=SAMPLING)
-    with store_threads(cfg, 2) as threads:
-        addresses = [t.address for t in threads]
-        with KVClient(ClientConfig(addresses, job="w", timeout=20)) as wc, \
-                KVClient(ClientConfig(addresses, job="f", timeout=20)) as fc:  # fmt: skip
-            write_batches(wc, parts, 0, 2)
-            real, overtaken = live_client.fetch_head, []
+    with served(parts, "w", "f") as (addresses, (wc, fc)):
+        write_batches(wc, parts, 0, 2)
+        real, overtaken = live_client.fetch_head, []
 
-            def late(session: Any) -> Any:
-                view = real(session)
-                if not overtaken:  # the first head only: more writes, folded at once
-                    write_batches(wc, parts, 2, 2)
-                    overtaken.extend(compact(wc, p)["version"] for p in (0, 1))
-                return view
+        def late(session: Any) -> Any:
+            view = real(session)
+            if not overtaken:  # the first head only: more writes, folded at once
+                write_batches(wc, parts, 2, 2)
+                overtaken.extend(compact(wc, p)["version"] for p in (0, 1))
+            return view
 
-            monkeypatch.setattr(live_client, "fetch_head", late)
-            v = fc.follow()
-            assert overtaken and v >= max(overtaken) > 0
-            snapshot(fc, np.asarray([3, 500], np.int64))  # reads at it: not refused
-            with KVClient(ClientConfig(addresses, job="g", timeout=20)) as gc, \
-                    pytest.raises(StoreError, match="was compacted into the base"):  # fmt: skip
-                gc.follow(1)  # a version asked for that is folded: one line, not a read
+        monkeypatch.setattr(live_client, "fetch_head", late)
+        v = fc.follow()
+        assert overtaken and v >= max(overtaken) > 0
+        snapshot(fc, np.asarray([3, 500], np.int64))  # reads at it: not refused
+        with KVClient(ClientConfig(addresses, job="g", timeout=20)) as gc, \
+                pytest.raises(StoreError, match="was compacted into the base"):  # fmt: skip
+            gc.follow(1)  # a version asked for that is folded: one line, not a read
 
 
 def test_past_the_delta_bound_writes_are_slowed_until_compaction_makes_room(parts, monkeypatch):
@@ -197,37 +198,33 @@ def test_past_the_delta_bound_writes_are_slowed_until_compaction_makes_room(part
     # a compaction the pin held back is tried again 0.2 s later, not 2 s: the test waits
     # on that retry each time the writer fills the delta
     monkeypatch.setattr(compaction, "COMPACT_RETRY_S", 0.2)
-    cfg = ServerConfig(parts, 0, extensions=SAMPLING)
-    with store_threads(cfg, 2) as threads:
-        addresses = [t.address for t in threads]
-        with KVClient(ClientConfig(addresses, job="w", timeout=20)) as c, \
-                KVClient(ClientConfig(addresses, job="pin", timeout=20)) as pc:  # fmt: skip
-            assert pc.follow() == 0
-            w = GraphWriter(c, retry_timeout=10)
-            errors: list[BaseException] = []
+    with served(parts, "w", "pin") as (_, (c, pc)):
+        assert pc.follow() == 0
+        w = GraphWriter(c, retry_timeout=10)
+        errors: list[BaseException] = []
 
-            def write() -> None:
-                try:
-                    for i in range(60):
-                        w.add_nodes("_N", np.arange(10) + 10**9 + 10 * i, node_rows(c, 10, 1.0))
-                        w.commit()
-                except BaseException as exc:
-                    errors.append(exc)
+        def write() -> None:
+            try:
+                for i in range(60):
+                    w.add_nodes("_N", np.arange(10) + 10**9 + 10 * i, node_rows(c, 10, 1.0))
+                    w.commit()
+            except BaseException as exc:
+                errors.append(exc)
 
-            writer = threading.Thread(target=write)
-            writer.start()
-            deadline = time.monotonic() + 10
-            while w.waited_s == 0 and writer.is_alive() and time.monotonic() < deadline:
-                time.sleep(0.02)
-            assert w.waited_s > 0, "the writer was never slowed"
-            pc.follow()
-            pc.pull(FEAT, np.asarray([3, 500]))  # the pin moves on with its reads (both parts)
-            writer.join()
-            assert not errors, errors
-            assert c.follow() == 60
-            assert (w.lookup(np.arange(600) + 10**9) >= 0).all()
-            stats = [c.session.call(p, "live_compact", {}, main_only=True).body for p in (0, 1)]
-            assert sum(s["compactions"] for s in stats) >= 2
+        writer = threading.Thread(target=write)
+        writer.start()
+        deadline = time.monotonic() + 10
+        while w.waited_s == 0 and writer.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert w.waited_s > 0, "the writer was never slowed"
+        pc.follow()
+        pc.pull(FEAT, np.asarray([3, 500]))  # the pin moves on with its reads (both parts)
+        writer.join()
+        assert not errors, errors
+        assert c.follow() == 60
+        assert (w.lookup(np.arange(600) + 10**9) >= 0).all()
+        stats = [c.session.call(p, "live_compact", {}, main_only=True).body for p in (0, 1)]
+        assert sum(s["compactions"] for s in stats) >= 2
 
 
 def test_an_old_delta_is_compacted_without_being_asked(parts, monkeypatch):
