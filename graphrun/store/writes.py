@@ -89,26 +89,27 @@ class Turn:
             if err is not None:
                 reply(p.peer, error_message(msg.request_id, msg.op, error_type(err), str(err)))
             else:
-                body = {**resp.body, **p.extra, **_write_set(self.state, p.sent)}
+                body = {**resp.body, **p.extra, **(_write_set(self.state) if p.sent else {})}
                 reply(p.peer, Message(MsgKind.REPLY, msg.op, msg.request_id, body, resp.tensors))
 
 
-def settle(state: ServerState, sent: Sent) -> StoreError | None:
-    """Collect the replicas' answers to an applied write (:meth:`Replication.collect`);
-    the fence's error if a promoted replica refused it (this primary is fenced then)."""
+def settle(state: ServerState, sent: Sent, applied: bool = True) -> StoreError | None:
+    """Collect the replicas' answers to a write ``applied`` here (or refused here:
+    :meth:`Replication.collect`); the fence's error if a promoted replica refused it
+    (this primary is fenced then)."""
     if not sent or state.replication is None:
         return None
     try:
-        state.replication.collect(state.part, sent, True)
+        state.replication.collect(state.part, sent, applied)
     except StoreError as exc:
         state.fenced = True
         return exc
     return None
 
 
-def _write_set(state: ServerState, sent: Sent) -> dict[str, object]:
-    """A parked forwarded write's answer names the write set once collected."""
-    return {"replicas": state.replication.addresses} if sent and state.replication else {}
+def _write_set(state: ServerState) -> dict[str, object]:
+    """The primary's write set now, as an answer names it (clients forget the rest)."""
+    return {} if state.replication is None else {"replicas": state.replication.addresses}
 
 
 def forward(
@@ -123,11 +124,7 @@ def forward(
     try:
         resp = replicas.apply_write(state, req, lambda r: handler(state, r))
     except BaseException:
-        if rep is not None:
-            try:
-                rep.collect(state.part, sent, False)
-            except StoreError:  # a promoted replica: this primary is fenced (the error
-                state.fenced = True  # it answers is the write's own)
+        settle(state, sent, applied=False)  # fenced or not, it answers its own error
         raise
     if state.replica and not state.promoted:
         why = f"replica of partition {state.part} took a client's write: promoted"
@@ -145,8 +142,7 @@ def with_write_set(state: ServerState, resp: Response) -> Response:
     """``resp`` naming the primary's write set now (clients forget the rest)."""
     if state.replication is None:
         return resp
-    extra = {"replicas": state.replication.addresses}
-    return Response({**resp.body, **extra}, resp.tensors, resp.after_sync)
+    return Response({**resp.body, **_write_set(state)}, resp.tensors, resp.after_sync)
 
 
 def write(
