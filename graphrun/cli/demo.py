@@ -81,15 +81,15 @@ def train_job(job_file: Path) -> tuple[float, Path]:
     import json
     import threading
 
-    from graphrun.cli.run import install_stop_handlers
     from graphrun.errors import RunFileError
     from graphrun.job.spec import load_job
     from graphrun.local.console import Console
     from graphrun.local.runner import LocalJob, RunOptions
     from graphrun.record import parse_epoch
+    from graphrun.signals import stop_on_signals
 
     stop = threading.Event()
-    install_stop_handlers(stop)
+    stop_on_signals(stop, say="stopping the job")
     sink = Console(sys.stdout)  # phases, progress, one line per epoch; the rest in logs/
     report = LocalJob(load_job(job_file), job_file, RunOptions(), sink=sink, stop=stop).run()
     lines = (report.paths.run_dir / "metrics.jsonl").read_text().splitlines()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -219,19 +218,6 @@ def embed(args: argparse.Namespace) -> int:
     return 0
 
 
-def stop_on_signal(stop: Any) -> Callable[..., None]:
-    """A signal handler that sets the ``threading.Event`` ``stop`` from a thread of its
-    own: set in the handler, it took the event's lock while the interrupted main thread
-    held it in ``stop.wait`` — a refresher that never ended (a CI run's, py-spy: the
-    handler's ``Event.set`` blocked in ``Condition.__enter__`` under ``Event.wait``)."""
-    import threading
-
-    def on_signal(*_: object) -> None:
-        threading.Thread(target=stop.set, name="graphrun-stop", daemon=True).start()
-
-    return on_signal
-
-
 def _follow(args: argparse.Namespace, t: Any) -> int:
     """``--follow``: refresh as the head moves until SIGTERM or SIGINT (exit 0)."""
     import signal
@@ -239,10 +225,10 @@ def _follow(args: argparse.Namespace, t: Any) -> int:
 
     from graphrun.serving.engine import job_pass
     from graphrun.serving.follow import follow
+    from graphrun.signals import stop_on_signals
 
     stop = threading.Event()
-    on_signal = stop_on_signal(stop)
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    old = stop_on_signals(stop)
 
     def report(out: dict[str, Any]) -> None:
         print(json.dumps({"job": t.job_name, **out}), flush=True)

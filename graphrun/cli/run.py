@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import threading
 from pathlib import Path
@@ -84,30 +83,11 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def install_stop_handlers(stop: threading.Event, say: str | None = "stopping the job") -> None:
-    """SIGTERM and Ctrl-C set ``stop`` (saying ``say`` once); the job then stops every
-    process cleanly. Only the first signal does: a second one that came while the first's
-    handler was inside ``stop.set()`` (holding its lock) set it again in a handler run on
-    top, waited for that lock, and the process hung for ever (a worker whose launcher was
-    killed with -9 still ran 30 minutes later)."""
-    seen: list[int] = []
-
-    def on_signal(signum: int, frame: object) -> None:
-        if seen:
-            return
-        seen.append(signum)
-        if say is not None and not stop.is_set():
-            print(f"[graphrun] {signal.Signals(signum).name}: {say}", file=sys.stderr)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
-
 def run(args: argparse.Namespace) -> int:
     from graphrun.job.spec import load_job
     from graphrun.local.console import Console
     from graphrun.local.runner import LocalJob, RunOptions
+    from graphrun.signals import stop_on_signals
 
     job = load_job(args.job)
     opts = RunOptions(
@@ -121,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         warm_start=args.warm_start,
     )
     stop = threading.Event()
-    install_stop_handlers(stop)
+    stop_on_signals(stop, say="stopping the job")
     sink = sys.stdout if args.verbose else Console(sys.stdout)
     local = LocalJob(job, args.job, opts, sink=sink, stop=stop)
     report = local.run()

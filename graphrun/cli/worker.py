@@ -130,11 +130,11 @@ def joins(args: argparse.Namespace, environ: Mapping[str, str]) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphrun.cli.run import install_stop_handlers
     from graphrun.machine.process import Supervisor
     from graphrun.machine.warm import WarmStarter
     from graphrun.machine.worker import run_machine
     from graphrun.names import RoleName
+    from graphrun.signals import stop_on_signals
 
     launch = _launch(args)
     # a replacement pod of a lost machine (the operator sets the variable), or a lost
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         launch = launch.joining()
     launch = launch.with_trainer_openmp(os.environ)  # unless the job sets its own
     stop = threading.Event()
-    install_stop_handlers(stop, say=None)
+    stop_on_signals(stop)
     warm = WarmStarter(args.warm_socket) if args.warm_socket is not None else None
     sup = Supervisor[RoleName](log_dir=args.log_dir, sink=sys.stdout, grace_s=args.grace, warm=warm)
     with sup:

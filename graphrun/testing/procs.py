@@ -39,9 +39,13 @@ def run_graphrun(
 def fresh_python(code: str, timeout: float = 60.0) -> str:
     """The standard output of ``python -c CODE`` in a fresh interpreter (this checkout
     first on its path): for what a process has imported, or not, by its end. An
-    AssertionError with its standard error when it exits non-zero."""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=child_env(), timeout=timeout)  # fmt: skip
+    AssertionError with its standard error when it exits non-zero, or when it has not
+    ended in ``timeout`` seconds (hung: it is killed)."""
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=child_env(), timeout=timeout)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"python -c did not end in {timeout:g} s: it hung") from None
     assert out.returncode == 0, out.stderr
     return out.stdout
 

@@ -139,24 +139,3 @@ def test_a_refresher_that_outlives_its_sigterm_is_killed_and_named() -> None:
     with pytest.raises(GraphrunError, match="did not stop within 1 s of SIGTERM: killed"):
         _stop(proc, grace_s=1.0)
     assert proc.returncode is not None  # not left running
-
-
-def test_the_refreshers_signal_handler_never_takes_the_events_lock() -> None:
-    # the handler runs in the main thread, which may hold the event's lock in stop.wait:
-    # Event.set there blocked for good (a CI run's refresher, py-spy)
-    import threading
-
-    from graphrun.cli.infer import stop_on_signal
-
-    stop = threading.Event()
-    done = threading.Event()
-
-    def interrupted_wait() -> None:
-        with stop._cond:  # as stop.wait holds it when the signal lands
-            stop_on_signal(stop)(15, None)
-            done.set()
-
-    t = threading.Thread(target=interrupted_wait, daemon=True)
-    t.start()
-    assert done.wait(5), "the handler blocked on the event's lock"
-    assert stop.wait(5)  # set once the lock is free
