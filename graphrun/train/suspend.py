@@ -31,20 +31,22 @@ import torch
 import torch.distributed as dist
 
 from graphrun.errors import ArgumentError
+from graphrun.signals import stop_on_signals
 from graphrun.train.ddp import DDPConfig, all_gather_rows, all_max
 
 
 class StopFlag:
-    """Set by SIGTERM (once :meth:`install` ran, in the main thread) or by :meth:`set`."""
+    """Set by SIGTERM (once :meth:`install` ran, in the main thread) or by :meth:`set`.
+
+    The handler sets it from a thread of its own (:mod:`graphrun.signals`): set in the
+    handler, a second SIGTERM landing inside the first one's ``Event.set`` waited there
+    for the lock under it, and the trainer hung instead of writing its checkpoint."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
 
     def install(self) -> StopFlag:
-        def on_term(signum: int, frame: object) -> None:
-            self._event.set()
-
-        signal.signal(signal.SIGTERM, on_term)
+        stop_on_signals(self._event, signals=[signal.SIGTERM])
         return self
 
     def set(self) -> None:
