@@ -92,6 +92,7 @@ if TYPE_CHECKING:
 
 PARTS = 2
 MAX_EPOCH_PAIRS = 50
+STOP_S = 30.0  # an interrupted run waits this long for its measuring process to stop
 
 
 def register(subparsers: Any) -> None:
@@ -503,10 +504,20 @@ def _apart(cfg: dict[str, Any], d: Path, prefix: Sequence[str]) -> dict[str, Any
     cmd = [*prefix, sys.executable, "-m", "graphrun", "bench", "live",
            "--drive", str(d / "drive.json")]  # fmt: skip
     env = {**os.environ, **trainer_openmp(os.environ)}
-    got = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)  # its stderr: ours
-    if got.returncode != 0:
-        raise GraphrunError(f"bench live: the measuring process exited {got.returncode}")
-    return dict(json.loads(got.stdout.strip().splitlines()[-1]))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)  # stderr: ours
+    try:
+        stdout, _ = proc.communicate()
+    except BaseException:  # interrupted (SIGTERM too): it stops its stores and its writer
+        proc.terminate()
+        try:
+            proc.wait(STOP_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
+    if proc.returncode != 0:
+        raise GraphrunError(f"bench live: the measuring process exited {proc.returncode}")
+    return dict(json.loads(stdout.strip().splitlines()[-1]))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -91,6 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if args.command == "bench":  # its with-blocks clean up (graphrun.signals)
+        from graphrun.signals import interrupt_on_sigterm
+
+        interrupt_on_sigterm()
     try:
         return int(args.func(args) or 0)
     except UserError as exc:
