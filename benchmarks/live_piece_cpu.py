@@ -10,11 +10,14 @@ loaded box, where how many requests a turn of the loop serves varies.
     RATE=150 ...                                  # paced: 150 pieces a second (a server's
                                                   # share of ~750k edges/s), not full speed
     TUNE=0 ...                                    # without keep_large_allocations
+    MIXED=1 ...                                   # pieces of 1 to 2 * PIECE - 1 edges
+                                                  # (uniform: the same mean), not PIECE
 
 Prints JSON: CPU ms per piece (and per edge, in microseconds), the loop's and the
 merging thread's user/system CPU ms per piece (``/proc/self/task``), index entries
 written per new edge (``LiveDelta.work``: the fresh run and every merge), the runs left
-in the index, with the load average. ``THREAD=0``: no merging thread, each group's
+in the index and the most the index held after a group's commits (``most_runs``, read
+without indexing), with the load average. ``THREAD=0``: no merging thread, each group's
 commits followed by a read (which indexes and merges them as the rule asks): the same
 merges each run, so the least noisy measure of the rule.
 """
@@ -35,6 +38,7 @@ PIECE = int(os.environ.get("PIECE", "5000"))
 GROUP = int(os.environ.get("GROUP", "4"))
 THREAD = os.environ.get("THREAD", "1") == "1"
 RATE = float(os.environ.get("RATE", "0"))  # pieces a second (0: full speed)
+MIXED = os.environ.get("MIXED", "0") == "1"
 N, E = 200_000, 8_000_000
 
 
@@ -63,11 +67,14 @@ def main() -> None:
                     owned_edges=(0, E // 2), features={},
                     base_node_type=lambda ids: np.zeros(len(ids), np.int32))  # fmt: skip
     rng = np.random.default_rng(0)
-    pieces = []
+    pieces, eid = [], E
     for v in range(1, PIECES + 1):
-        edges = np.vstack([rng.integers(0, N, PIECE), rng.integers(0, N // 2, PIECE),
-                           E + PIECE * (v - 1) + np.arange(PIECE)])  # fmt: skip
-        pieces.append((v, edges, np.zeros(PIECE, np.int32)))
+        m = int(rng.integers(1, 2 * PIECE)) if MIXED else PIECE
+        edges = np.vstack([rng.integers(0, N, m), rng.integers(0, N // 2, m),
+                           eid + np.arange(m)])  # fmt: skip
+        pieces.append((v, edges, np.zeros(m, np.int32)))
+        eid += m
+    total = eid - E
     delta = LiveDelta(background=THREAD)
     delta.warm(wait=True)  # the compiled merge loaded first, as a server does before it serves
     tids = [threading.get_native_id()]
@@ -75,6 +82,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="graphrun-piece-cpu-") as d:
         wal = WriteAheadLog(Path(d) / "wal")
         t0, c0, th0 = time.perf_counter(), time.process_time(), threads_cpu()
+        most = 0
         for v, edges, types in pieces:
             if RATE:  # paced by sleeping, as a server's pieces come
                 time.sleep(max(0.0, t0 + v / RATE - time.perf_counter()))
@@ -87,6 +95,7 @@ def main() -> None:
                     delta.commit(u)
                 if not THREAD:
                     _ = delta.runs  # a read: indexed and merged here
+                most = max(most, len(delta._runs))
         runs = -1
         while runs != len(delta.runs):  # the thread's merges done
             runs = len(delta.runs)
@@ -97,9 +106,10 @@ def main() -> None:
     ms = [[round(1000 * (th1[t][i] - th0[t][i]) / PIECES, 3) for i in (0, 1)] for t in tids]
     print(json.dumps({"pieces": PIECES, "piece": PIECE, "group": GROUP, "thread": THREAD,
                       "cpu_ms_per_piece": round(1000 * cpu / PIECES, 3),
-                      "cpu_us_per_edge": round(1e6 * cpu / PIECES / PIECE, 3),
+                      "mixed": MIXED, "cpu_us_per_edge": round(1e6 * cpu / total, 3),
                       "loop_ms_user_sys": ms[0], "merging_ms_user_sys": ms[1:],
-                      "written_per_edge": round(delta.work / PIECES / PIECE, 2), "runs": runs,
+                      "written_per_edge": round(delta.work / total, 2), "runs": runs,
+                      "most_runs": most,
                       "wall_s": round(wall, 3), "load_avg": os.getloadavg()}))  # fmt: skip
 
 

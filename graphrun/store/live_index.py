@@ -77,12 +77,12 @@ class Run:
 
     The index is a short list of runs (a log-structured merge): a commit adds a run of
     its own piece, sorted in time linear in the piece, and two runs are merged when the
-    older is not larger than the newer (:func:`due`), so ``log2(commits)`` runs at most
-    are read and every entry is merged ``log2(commits)`` times in all (amortised per
-    commit: the batch times a logarithm, never the whole delta). Every array is sorted
-    by its key, then by version. Runs in version order (each one's versions all below
-    the next one's: commits in version order, the usual case) merge without a full sort
-    (:func:`_merge`)."""
+    older is not over twice the newer (:func:`due`), so at rest ``log2(entries) + 1``
+    runs at most are read and every entry is merged about ``log2(commits)`` times in all
+    (amortised per commit: the batch times a logarithm, never the whole delta). Every
+    array is sorted by its key, then by version. Runs in version order (each one's
+    versions all below the next one's: commits in version order, the usual case) merge
+    without a full sort (:func:`_merge`)."""
 
     batches: list[Batch]
     size: int  # index entries: nodes, edges, deletions, rows
@@ -278,16 +278,25 @@ def build_run(batches: list[Batch], compiled: bool = False) -> Run:
 
 def due(sizes: list[int]) -> tuple[int, int] | None:
     """The runs to merge next, as ``(first, count)``, or None: the last run that is not
-    larger than the next one, with it (so every entry is rewritten ``log2(commits)``
-    times). Any adjacent pair, not only the last two: runs flushed by reads while the
-    thread merged an older pair can leave a pair before them out of the rule. (A
-    4-way rule, four runs of one size tier at a time, writes each entry half as often
-    but measured no cheaper in a store's merging thread and leaves more runs for reads:
-    benchmarks/README.md, issue 42 round 4.)"""
+    over twice the next one (a run of no entries counts as one), with it. At rest each
+    run is over twice the next, so ``k`` runs hold over ``2 ** (k - 1)`` entries: at
+    most ``floor(log2(entries)) + 1`` runs (:func:`run_bound`), whatever the commits'
+    sizes. (The rule before, a run not larger than the next, rested at strictly
+    decreasing sizes: commits of 1-40 entries left 8-12 runs of 64 commits, and
+    ``sqrt(2 * entries)`` at worst.) Any adjacent pair, not only the last two: runs
+    flushed by reads while the thread merged an older pair can leave a pair before
+    them out of the rule. (A 4-way rule, four runs of one size tier at a time, writes
+    each entry half as often but measured no cheaper in a store's merging thread and
+    leaves more runs for reads: benchmarks/README.md, issue 42 round 4.)"""
     for i in range(len(sizes) - 2, -1, -1):
-        if sizes[i] <= sizes[i + 1]:
+        if sizes[i] <= 2 * max(sizes[i + 1], 1):
             return i, 2
     return None
+
+
+def run_bound(entries: int) -> int:
+    """The most runs :func:`due` rests at for a delta of ``entries`` index entries."""
+    return max(entries, 1).bit_length()
 
 
 #: the fewest entries of a merge that the compiled pass makes (:func:`_merge`): below it

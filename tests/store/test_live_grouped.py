@@ -97,7 +97,7 @@ def test_a_read_while_the_thread_gathers_sees_every_commit(monkeypatch):
                 a, b = d.in_edges(np.array([1]), at), one.in_edges(np.array([1]), at)
                 assert a[0].tolist() == b[0].tolist() == [at]
                 assert sorted(a[1][0].tolist()) == sorted(b[1][0].tolist())
-        # the thread merges on until the rule's rest (sizes strictly decreasing): [4], or
+        # the thread merges on until the rule's rest (each run over twice the next): [4], or
         # [3, 1] when it lagged and met three runs of one at once (it merges the last
         # pair first: a CI run's wait for one run timed out so; reproduced under load)
         assert _wait(lambda: due([r.size for r in d.runs]) is None)
