@@ -463,7 +463,9 @@ def run_server(
             lambda: state.stop_requested or should_stop(),
             on_tick=lambda: _tick(state, access, on_tick),
             after_turn=lambda: turn.end(server.reply),
+            wake_on=turn.links,
         )
+        turn.finish(server.reply)  # the writes still waiting for their replicas
         cpu_s = time.process_time() - cpu_ready  # serving, not loading
         served = {"requests": state.served, "reply_bytes": state.reply_bytes,
                   "cpu_s": round(cpu_s, 3)}  # fmt: skip

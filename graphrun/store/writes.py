@@ -7,27 +7,41 @@ turn that answers the writes waiting for the write-ahead log.
 each write that waits for the log (``AfterSync``) is parked. A primary's such write is
 forwarded before it is applied and its replica's answer is *not* waited for then: the
 next write of the turn is forwarded and applied at once. At the turn's end one
-``fdatasync`` makes them all durable here (the replicas apply and sync meanwhile), then
-the replicas' answers are collected, then each write is answered, in order. So a write
-is acknowledged only once durable on this server's disk and on every replica of the
-write set (each answers a forwarded write after its own turn's sync), as before; a turn
-of k writes costs one sync and one wait for the replica instead of k of each
-(benchmarks/README.md, "Issue 42, seq42b"). A write that does not wait for the log
-(``push``, ``init``, ...) is collected at once, as is one refused here.
+``fdatasync`` makes them all durable here (the replicas apply and sync meanwhile). So a
+write is acknowledged only once durable on this server's disk and on every replica of
+the write set (each answers a forwarded write after its own turn's sync); a turn of k
+writes costs one sync instead of k (benchmarks/README.md, "Issue 42, seq42b"). A write
+that does not wait for the log (``push``, ``init``, ...) is collected at once, as is one
+refused here.
+
+**The loop does not wait for the replicas.** The synced writes wait in a queue for
+their replicas' answers while the loop serves what comes next (reads, the next turn's
+writes); the loop's wait wakes on the replica links' sockets (``Turn.links``), and each
+turn's end answers, in order, the writes at the queue's head whose replicas all
+answered (or gave up: one silent for :data:`~graphrun.store.replicas.REPLICA_WRITE_TIMEOUT`
+leaves the write set). Before, every turn's end blocked the loop until they answered: a
+read that came meanwhile waited for the replica's apply and ``fdatasync`` (a 10k-edge
+batch's turn took the sequencer's loop 12–15 ms on a loaded box, 2 a batch).
+A write's rest (``AfterSync.done``: a decision moves the head) runs when it is answered,
+so nothing it makes visible is read before every copy holds it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from graphrun.errors import GraphrunError, StoreError
 from graphrun.rpc.codec import Message, MsgKind, error_message
 from graphrun.rpc.transport import RpcClient, error_type
 from graphrun.store import live_ops, replicas
 from graphrun.store.registry import AfterSync, Request, Response
+from graphrun.store.replicas import REPLICA_WRITE_TIMEOUT
 from graphrun.store.state import ServerState
 
 log = logging.getLogger("graphrun.store")
@@ -49,58 +63,110 @@ class Parked:
 
 
 @dataclass
+class Waiting:
+    """Parked writes synced here (or whose sync failed: ``failure``) that wait for their
+    replicas' answers, and when their forwards were sent."""
+
+    parked: list[Parked]
+    failure: Exception | None
+    since: float
+
+
+@dataclass
 class Turn:
     """The writes of one turn of the server's loop that wait for its write-ahead log
     (:class:`~graphrun.store.registry.AfterSync`): one sync for them all at the turn's
-    end (``RpcServer.serve_forever``'s ``after_turn``), then their replicas' answers
-    (a primary's forwarded writes: sent and applied during the turn, so the replicas'
-    applies and syncs overlap this server's and each other's), then their answers, in
-    order. A write is acknowledged only once durable here and on every replica of the
-    write set; one a promoted replica refused is answered with the fence's error."""
+    end (``RpcServer.serve_forever``'s ``after_turn``); then they wait, in order, for
+    their replicas' answers (a primary's forwarded writes: sent and applied during the
+    turn, so the replicas' applies and syncs overlap this server's and each other's)
+    while the loop goes on, and are answered once they came. A write is acknowledged only
+    once durable here and on every replica of the write set; one a promoted replica
+    refused is answered with the fence's error."""
 
     state: ServerState
     parked: list[Parked] = field(default_factory=list)
+    waiting: deque[Waiting] = field(default_factory=deque)
     syncs: int = 0  # group syncs done
 
     def end(self, reply: Callable[[bytes, Message], None]) -> None:
+        """The turn's end: sync the parked writes, then answer every write whose replicas
+        answered (this turn's or an earlier one's)."""
         parked, self.parked = self.parked, []
-        if not parked:
-            return
-        failure: Exception | None = None
-        try:
-            live_ops.sync(self.state)
-            self.syncs += 1
-        except GraphrunError as exc:
-            failure = exc
-        fences = [settle(self.state, p.sent) for p in parked]
-        for p, fence in zip(parked, fences, strict=True):
-            err = fence or failure  # fenced: applied, never acknowledged (left as is)
+        if parked:
+            failure: Exception | None = None
             try:
-                if fence is None and failure is not None:
-                    p.after.failed()
-                elif err is None:
-                    resp = p.after.done()
+                live_ops.sync(self.state)
+                self.syncs += 1
             except GraphrunError as exc:
-                err = exc
-            except Exception as exc:  # a bug must not stop the server (as in a handler)
-                log.exception("%s after the log's sync crashed", p.msg.op)
-                err = exc
-            msg = p.msg
-            if err is not None:
-                reply(p.peer, error_message(msg.request_id, msg.op, error_type(err), str(err)))
-            else:
-                body = {**resp.body, **p.extra, **(_write_set(self.state) if p.sent else {})}
-                reply(p.peer, Message(MsgKind.REPLY, msg.op, msg.request_id, body, resp.tensors))
+                failure = exc
+            self.waiting.append(Waiting(parked, failure, time.monotonic()))
+        self._answer(reply, block=False)
+
+    def links(self) -> list[Any]:
+        """The sockets of the replica links whose answers the waiting writes need (the
+        loop's wait wakes on them)."""
+        rep = self.state.replication
+        if not self.waiting or rep is None:
+            return []
+        return [sock for link in rep.links.values() if link.in_flight for sock in link.sockets]
+
+    def finish(self, reply: Callable[[bytes, Message], None]) -> None:
+        """Answer every waiting write, waiting for its replicas (the server stops)."""
+        self._answer(reply, block=True)
+
+    def _answer(self, reply: Callable[[bytes, Message], None], block: bool) -> None:
+        rep = self.state.replication
+        if rep is not None:
+            for link in rep.links.values():
+                link.take_in()
+        while self.waiting:
+            head = self.waiting[0]
+            waited = time.monotonic() - head.since
+            sent = [s for p in head.parked for s in p.sent]
+            pending = sent and rep is not None and not rep.answered(sent)
+            if pending and not block and waited < REPLICA_WRITE_TIMEOUT:
+                return
+            self.waiting.popleft()
+            fences = [settle(self.state, p.sent, waited=waited) for p in head.parked]
+            for p, fence in zip(head.parked, fences, strict=True):
+                self._reply(p, fence, head.failure, reply)
+
+    def _reply(
+        self,
+        p: Parked,
+        fence: StoreError | None,
+        failure: Exception | None,
+        reply: Callable[[bytes, Message], None],
+    ) -> None:
+        err = fence or failure  # fenced: applied, never acknowledged (left as is)
+        try:
+            if fence is None and failure is not None:
+                p.after.failed()
+            elif err is None:
+                resp = p.after.done()
+        except GraphrunError as exc:
+            err = exc
+        except Exception as exc:  # a bug must not stop the server (as in a handler)
+            log.exception("%s after the log's sync crashed", p.msg.op)
+            err = exc
+        msg = p.msg
+        if err is not None:
+            reply(p.peer, error_message(msg.request_id, msg.op, error_type(err), str(err)))
+        else:
+            body = {**resp.body, **p.extra, **(_write_set(self.state) if p.sent else {})}
+            reply(p.peer, Message(MsgKind.REPLY, msg.op, msg.request_id, body, resp.tensors))
 
 
-def settle(state: ServerState, sent: Sent, applied: bool = True) -> StoreError | None:
+def settle(
+    state: ServerState, sent: Sent, applied: bool = True, waited: float = 0.0
+) -> StoreError | None:
     """Collect the replicas' answers to a write ``applied`` here (or refused here:
-    :meth:`Replication.collect`); the fence's error if a promoted replica refused it
-    (this primary is fenced then)."""
+    :meth:`Replication.collect`; sent ``waited`` seconds ago); the fence's error if a
+    promoted replica refused it (this primary is fenced then)."""
     if not sent or state.replication is None:
         return None
     try:
-        state.replication.collect(state.part, sent, applied)
+        state.replication.collect(state.part, sent, applied, waited)
     except StoreError as exc:
         state.fenced = True
         return exc
