@@ -138,8 +138,9 @@ class Syncer:
             self._closed = True
             self._cond.notify_all()
         self._thread.join(SYNC_WAIT_S)
-        os.close(self._read)
-        os.close(self._write)
+        if not self._thread.is_alive():  # (a sync hung on the disk keeps its pipe)
+            os.close(self._read)
+            os.close(self._write)
 
 
 @dataclass
@@ -211,7 +212,8 @@ class Turn:
         if block:
             self.syncer.wait(head.ticket)
         done, failure = self.syncer.result(head.ticket)
-        self.syncs += done and failure is None
+        if done and failure is None:
+            self.syncs += 1
         if done or block:
             head.ticket = 0
             head.failure = failure if done else StoreError("live: the log's sync never ended")
