@@ -186,36 +186,47 @@ class RpcServer:
         elif event & zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
             log.debug("%s: a peer closed before the handshake (a TCP probe?)", self.name)
 
-    def poll(self, timeout_ms: int) -> int:
+    def poll(self, timeout_ms: int, also: Sequence[Any] = ()) -> int:
         """Serve the requests that arrive within ``timeout_ms``; returns how many. The
         connection guard (:mod:`graphrun.rpc.guard`) checks in between, while waiting too.
         The last wait is rounded up to whole milliseconds: rounded down, the remaining
         fraction was spent polling with no timeout (dozens of turns of this loop at the
-        end of every idle call, most of an idle server's CPU)."""
+        end of every idle call, most of an idle server's CPU). A message on one of the
+        sockets ``also`` (the caller's own, e.g. a primary's links to its replicas: it
+        reads them) ends the wait as a wake does."""
         n = 0
         end = time.monotonic() + timeout_ms / 1000
         self._router.drain_events()
         self._woken = False
-        while True:
-            left_ms = 0 if n else max(0, math.ceil((end - time.monotonic()) * 1000))
-            if n < TURN_MAX and self._wait(min(left_ms, int(GUARD_CHECK_S * 1000))):
-                frames, too_big = self._router.recv()
-                if self.on_disconnect is not None:  # a closed fd's end before a new one's use
-                    self._router.drain_events()
-                self._serve_one(frames, too_big)
-                n += 1
-            elif n or self._woken or time.monotonic() >= end:
+        for sock in also:
+            self._poller.register(sock, zmq.POLLIN)
+        try:
+            while True:
+                left_ms = 0 if n else max(0, math.ceil((end - time.monotonic()) * 1000))
+                if n < TURN_MAX and self._wait(min(left_ms, int(GUARD_CHECK_S * 1000)), also):
+                    frames, too_big = self._router.recv()
+                    if self.on_disconnect is not None:  # a closed fd's end before a new one's
+                        self._router.drain_events()
+                    self._serve_one(frames, too_big)
+                    n += 1
+                elif n or self._woken or time.monotonic() >= end:
+                    self._router.tick()
+                    return n
                 self._router.tick()
-                return n
-            self._router.tick()
+        finally:
+            for sock in also:
+                self._poller.unregister(sock)
 
-    def _wait(self, timeout_ms: int) -> bool:
-        """Whether a request arrived within ``timeout_ms``; a wake ends the wait early."""
-        if self._waker is None:
+    def _wait(self, timeout_ms: int, also: Sequence[Any] = ()) -> bool:
+        """Whether a request arrived within ``timeout_ms``; a wake, or a message on one of
+        ``also``, ends the wait early."""
+        if self._waker is None and not also:
             return bool(self._sock.poll(timeout_ms, zmq.POLLIN))
         events = dict(self._poller.poll(timeout_ms))
-        if self._waker.fileno() in events:
+        if self._waker is not None and self._waker.fileno() in events:
             self._waker.drain()
+            self._woken = True
+        if any(sock in events for sock in also):
             self._woken = True
         return self._sock in events
 
@@ -274,12 +285,15 @@ class RpcServer:
         on_tick: Callable[[], None] | None = None,
         tick_ms: int = 200,
         after_turn: Callable[[], None] | None = None,
+        wake_on: Callable[[], Sequence[Any]] | None = None,
     ) -> None:
         """Serve until ``should_stop()``; call ``on_tick()`` about every ``tick_ms`` and
-        ``after_turn()`` after each turn that served requests (:meth:`poll`)."""
+        ``after_turn()`` after each turn (:meth:`poll`), which also ends early when one
+        of the sockets ``wake_on()`` names has a message."""
         next_tick = time.monotonic()
         while not should_stop():
-            if self.poll(tick_ms) and after_turn is not None:
+            n = self.poll(tick_ms, wake_on() if wake_on is not None else ())
+            if after_turn is not None and (n or wake_on is not None):
                 after_turn()
             if on_tick is not None and time.monotonic() >= next_tick:
                 on_tick()
@@ -430,6 +444,18 @@ class RpcClient:
                 raise RpcError(f"send failed ({exc})", address=self.address, kind=op) from exc
         self._inflight[rid] = op
         return rid
+
+    @property
+    def sockets(self) -> tuple[zmq.Socket, zmq.Socket]:
+        """The connection's socket and its monitor's: a message on either is for
+        :meth:`take_in` (a server's loop waits on them: ``RpcServer.poll``'s ``also``)."""
+        return self._sock, self._monitor
+
+    def take_in(self) -> None:
+        """Read what arrived on :attr:`sockets` without blocking: replies (then
+        :meth:`ready`) and the connection's events (a lost connection fails its requests)."""
+        self._drain()
+        self._on_monitor()
 
     def ready(self, rid: int) -> bool:
         """Whether :meth:`wait` for request ``rid`` would return (or raise) at once: its

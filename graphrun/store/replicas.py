@@ -147,15 +147,29 @@ class Replication:
                 self._drop(part, address, exc)
         return sent
 
-    def collect(self, part: int, sent: list[tuple[str, RpcClient, int]], applied: bool) -> None:
-        """Wait for the replicas' answers to a write this server ``applied`` (or refused).
-        A replica that is gone, or that refused a write applied here, is dropped from the
-        write set and logged; one that refused a write refused here too stays (the same
-        check failed on both). A promoted replica's refusal raises :data:`FENCED`."""
+    def collect(
+        self,
+        part: int,
+        sent: list[tuple[str, RpcClient, int]],
+        applied: bool,
+        waited: float = 0.0,
+    ) -> None:
+        """Wait for the replicas' answers to a write this server ``applied`` (or refused),
+        sent ``waited`` seconds ago: until :data:`REPLICA_WRITE_TIMEOUT` after it was.
+        A replica that is gone, silent that long, or that refused a write applied here,
+        is dropped from the write set and logged; one that refused a write refused here
+        too stays (the same check failed on both). A promoted replica's refusal raises
+        :data:`FENCED`."""
         fenced = None
+        left = max(0.0, min(self.timeout, REPLICA_WRITE_TIMEOUT) - waited)
         for address, link, rid in sent:
+            if self.links.get(address) is not link:  # dropped (and closed) since
+                continue
             try:
-                link.wait(rid)
+                if not link.ready(rid) and left <= 0:
+                    raise RpcTimeout(f"no answer to a forwarded write within "
+                                     f"{REPLICA_WRITE_TIMEOUT:g} s", address=address)  # fmt: skip
+                link.wait(rid, timeout=left)
             except GraphrunError as exc:
                 if is_fenced(exc):
                     fenced = fenced or address
@@ -164,6 +178,11 @@ class Replication:
                 self._drop(part, address, exc)
         if fenced is not None:
             raise StoreError(f"{FENCED} partition {part} is served by replica {fenced} now")
+
+    def answered(self, sent: list[tuple[str, RpcClient, int]]) -> bool:
+        """Whether :meth:`collect` of ``sent`` would return at once: every replica still
+        in the write set answered (read without blocking)."""
+        return all(self.links.get(a) is not link or link.ready(rid) for a, link, rid in sent)
 
     def _drop(self, part: int, address: str, exc: Exception) -> None:
         log.warning("replica %s of partition %d dropped from the write set: %s", address, part, exc)

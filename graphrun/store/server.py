@@ -67,6 +67,7 @@ from graphrun.store.state import (
 from graphrun.store.writes import (
     Parked,
     Sent,
+    Syncer,
     Turn,
     forward,
     raise_fence,
@@ -417,6 +418,7 @@ def run_server(
     elif main is None:
         state.replication = replicas.Replication(cfg.keys, cfg.request_timeout)
     server: RpcServer | None = None
+    syncer: Syncer | None = None
     address = ""
     try:
         if main is None:  # replayed from its log before anything is served
@@ -441,7 +443,9 @@ def run_server(
         clients = ClientKeys(cfg.clients_dir) if cfg.clients_dir is not None else None
         access = Access(cfg.keys.public if cfg.keys else None, clients)
         box: list[RpcServer] = []
-        turn = Turn(state)
+        if cfg.live_dir is not None and main is None:  # a log: synced off the loop
+            syncer = Syncer(state)
+        turn = Turn(state, syncer)
         handler = make_handler(state, registry, access, lambda: box[0].current_user, turn)
         admit = clients.__contains__ if clients is not None else None
         server = RpcServer(
@@ -463,7 +467,9 @@ def run_server(
             lambda: state.stop_requested or should_stop(),
             on_tick=lambda: _tick(state, access, on_tick),
             after_turn=lambda: turn.end(server.reply),
+            wake_on=turn.links,
         )
+        turn.finish(server.reply)  # the writes still waiting for their sync, replicas
         cpu_s = time.process_time() - cpu_ready  # serving, not loading
         served = {"requests": state.served, "reply_bytes": state.reply_bytes,
                   "cpu_s": round(cpu_s, 3)}  # fmt: skip
@@ -486,6 +492,8 @@ def run_server(
             primary.close()
         if state.replication is not None:
             state.replication.close()
+        if syncer is not None:
+            syncer.close()
         compact.close(state)
         live_ops.close(state)
         if main is not None:

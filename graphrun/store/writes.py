@@ -7,30 +7,49 @@ turn that answers the writes waiting for the write-ahead log.
 each write that waits for the log (``AfterSync``) is parked. A primary's such write is
 forwarded before it is applied and its replica's answer is *not* waited for then: the
 next write of the turn is forwarded and applied at once. At the turn's end one
-``fdatasync`` makes them all durable here (the replicas apply and sync meanwhile), then
-the replicas' answers are collected, then each write is answered, in order. So a write
-is acknowledged only once durable on this server's disk and on every replica of the
-write set (each answers a forwarded write after its own turn's sync), as before; a turn
-of k writes costs one sync and one wait for the replica instead of k of each
-(benchmarks/README.md, "Issue 42, seq42b"). A write that does not wait for the log
-(``push``, ``init``, ...) is collected at once, as is one refused here.
+``fdatasync`` makes them all durable here (the replicas apply and sync meanwhile). So a
+write is acknowledged only once durable on this server's disk and on every replica of
+the write set (each answers a forwarded write after its own turn's sync); a turn of k
+writes costs one sync instead of k (benchmarks/README.md, "Issue 42, seq42b"). A write
+that does not wait for the log (``push``, ``init``, ...) is collected at once, as is one
+refused here.
+
+**The loop does not wait for the replicas.** The synced writes wait in a queue for
+their replicas' answers while the loop serves what comes next (reads, the next turn's
+writes); the loop's wait wakes on the replica links' sockets (``Turn.links``), and each
+turn's end answers, in order, the writes at the queue's head whose replicas all
+answered (or gave up: one silent for :data:`~graphrun.store.replicas.REPLICA_WRITE_TIMEOUT`
+leaves the write set). Before, every turn's end blocked the loop until they answered: a
+read that came meanwhile waited for the replica's apply and ``fdatasync`` (a 10k-edge
+batch's turn took the sequencer's loop 12–15 ms on a loaded box, 2 a batch).
+A write's rest (``AfterSync.done``: a decision moves the head) runs when it is answered,
+so nothing it makes visible is read before every copy holds it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from graphrun.errors import GraphrunError, StoreError
 from graphrun.rpc.codec import Message, MsgKind, error_message
 from graphrun.rpc.transport import RpcClient, error_type
 from graphrun.store import live_ops, replicas
 from graphrun.store.registry import AfterSync, Request, Response
+from graphrun.store.replicas import REPLICA_WRITE_TIMEOUT
 from graphrun.store.state import ServerState
 
 log = logging.getLogger("graphrun.store")
+
+#: how long a stopping server waits for a sync in progress
+SYNC_WAIT_S = 30.0
 
 #: a write's forwards to its replicas not yet answered (``Replication.send``)
 Sent = list[tuple[str, RpcClient, int]]
@@ -48,59 +67,215 @@ class Parked:
     sent: Sent = field(default_factory=list)
 
 
+class Syncer:
+    """The write-ahead log's ``fdatasync`` on a thread of its own, off the server's loop:
+    :meth:`request` asks for everything appended so far to be synced and returns a
+    ticket; :meth:`result` says whether the ticket's sync is done (and its error).
+    Each sync writes what was appended by the time it starts, so one sync serves every
+    ticket asked for meanwhile (a group commit). It writes a byte to a pipe when one
+    ends: the loop's wait wakes on :attr:`fileno` (``RpcServer.poll``'s ``also``)."""
+
+    def __init__(self, state: ServerState) -> None:
+        self._state = state
+        self._cond = threading.Condition()
+        self._asked = self._synced = 0  # tickets handed out, and synced (or failed)
+        self._failures: list[tuple[int, Exception]] = []  # (last ticket, error)
+        self._closed = False
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        self._thread = threading.Thread(target=self._run, name="live-sync", daemon=True)
+        self._thread.start()
+
+    @property
+    def fileno(self) -> int:
+        return self._read
+
+    def request(self) -> int:
+        with self._cond:
+            self._asked += 1
+            self._cond.notify()
+            return self._asked
+
+    def take_in(self) -> None:
+        """Empty the pipe (the loop woke on it)."""
+        with contextlib.suppress(BlockingIOError):
+            os.read(self._read, 4096)
+
+    def result(self, ticket: int) -> tuple[bool, Exception | None]:
+        """Whether ticket ``ticket``'s sync ended, and the error it failed with."""
+        with self._cond:
+            if ticket > self._synced:
+                return False, None
+            return True, next((e for last, e in self._failures if ticket <= last), None)
+
+    def wait(self, ticket: int) -> None:
+        """Until ticket ``ticket``'s sync ended (the server stops)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._synced >= ticket or self._closed, SYNC_WAIT_S)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._asked > self._synced or self._closed)
+                if self._closed and self._asked == self._synced:
+                    return
+                upto = self._asked
+            failure: Exception | None = None
+            try:
+                live_ops.sync(self._state)
+            except Exception as exc:  # the log failed: its writes are answered with it
+                failure = exc
+            with self._cond:
+                if failure is not None:
+                    self._failures = [*self._failures[-7:], (upto, failure)]
+                self._synced = upto
+                self._cond.notify_all()
+            with contextlib.suppress(OSError):
+                os.write(self._write, b"s")
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(SYNC_WAIT_S)
+        if not self._thread.is_alive():  # (a sync hung on the disk keeps its pipe)
+            os.close(self._read)
+            os.close(self._write)
+
+
+@dataclass
+class Waiting:
+    """Parked writes whose sync is ``ticket`` (or done: 0, or failed: ``failure``) that
+    wait for it and for their replicas' answers, and when their forwards were sent."""
+
+    parked: list[Parked]
+    ticket: int
+    failure: Exception | None
+    since: float
+
+
 @dataclass
 class Turn:
     """The writes of one turn of the server's loop that wait for its write-ahead log
     (:class:`~graphrun.store.registry.AfterSync`): one sync for them all at the turn's
-    end (``RpcServer.serve_forever``'s ``after_turn``), then their replicas' answers
-    (a primary's forwarded writes: sent and applied during the turn, so the replicas'
-    applies and syncs overlap this server's and each other's), then their answers, in
-    order. A write is acknowledged only once durable here and on every replica of the
-    write set; one a promoted replica refused is answered with the fence's error."""
+    end (``RpcServer.serve_forever``'s ``after_turn``); then they wait, in order, for
+    their replicas' answers (a primary's forwarded writes: sent and applied during the
+    turn, so the replicas' applies and syncs overlap this server's and each other's)
+    while the loop goes on, and are answered once they came. A write is acknowledged only
+    once durable here and on every replica of the write set; one a promoted replica
+    refused is answered with the fence's error."""
 
     state: ServerState
+    syncer: Syncer | None = None  # None: the turn's end syncs itself, on the loop
     parked: list[Parked] = field(default_factory=list)
-    syncs: int = 0  # group syncs done
+    waiting: deque[Waiting] = field(default_factory=deque)
+    syncs: int = 0  # group syncs done (with a syncer: the waiting groups it synced)
 
     def end(self, reply: Callable[[bytes, Message], None]) -> None:
+        """The turn's end: sync the parked writes (or ask the syncer to), then answer
+        every write whose sync ended and whose replicas answered (this turn's or an
+        earlier one's)."""
         parked, self.parked = self.parked, []
-        if not parked:
-            return
-        failure: Exception | None = None
-        try:
-            live_ops.sync(self.state)
-            self.syncs += 1
-        except GraphrunError as exc:
-            failure = exc
-        fences = [settle(self.state, p.sent) for p in parked]
-        for p, fence in zip(parked, fences, strict=True):
-            err = fence or failure  # fenced: applied, never acknowledged (left as is)
-            try:
-                if fence is None and failure is not None:
-                    p.after.failed()
-                elif err is None:
-                    resp = p.after.done()
-            except GraphrunError as exc:
-                err = exc
-            except Exception as exc:  # a bug must not stop the server (as in a handler)
-                log.exception("%s after the log's sync crashed", p.msg.op)
-                err = exc
-            msg = p.msg
-            if err is not None:
-                reply(p.peer, error_message(msg.request_id, msg.op, error_type(err), str(err)))
+        if parked:
+            failure: Exception | None = None
+            ticket = 0
+            if self.syncer is not None:
+                ticket = self.syncer.request()
             else:
-                body = {**resp.body, **p.extra, **(_write_set(self.state) if p.sent else {})}
-                reply(p.peer, Message(MsgKind.REPLY, msg.op, msg.request_id, body, resp.tensors))
+                try:
+                    live_ops.sync(self.state)
+                    self.syncs += 1
+                except GraphrunError as exc:
+                    failure = exc
+            self.waiting.append(Waiting(parked, ticket, failure, time.monotonic()))
+        self._answer(reply, block=False)
+
+    def links(self) -> list[Any]:
+        """What the loop's wait wakes on while writes wait: the syncer's pipe, and the
+        sockets of the replica links whose answers they need."""
+        if not self.waiting:
+            return []
+        rep = self.state.replication
+        links = (
+            [] if rep is None else [s for k in rep.links.values() if k.in_flight for s in k.sockets]
+        )
+        return links if self.syncer is None else [self.syncer.fileno, *links]
+
+    def finish(self, reply: Callable[[bytes, Message], None]) -> None:
+        """Answer every waiting write, waiting for its sync and its replicas (the server
+        stops)."""
+        self._answer(reply, block=True)
+
+    def _synced(self, head: Waiting, block: bool) -> bool:
+        if not head.ticket or self.syncer is None:
+            return True
+        if block:
+            self.syncer.wait(head.ticket)
+        done, failure = self.syncer.result(head.ticket)
+        if done and failure is None:
+            self.syncs += 1
+        if done or block:
+            head.ticket = 0
+            head.failure = failure if done else StoreError("live: the log's sync never ended")
+        return done or block
+
+    def _answer(self, reply: Callable[[bytes, Message], None], block: bool) -> None:
+        rep = self.state.replication
+        if rep is not None:
+            for link in rep.links.values():
+                link.take_in()
+        if self.syncer is not None:
+            self.syncer.take_in()
+        while self.waiting:
+            head = self.waiting[0]
+            if not self._synced(head, block):
+                return
+            waited = time.monotonic() - head.since
+            sent = [s for p in head.parked for s in p.sent]
+            pending = sent and rep is not None and not rep.answered(sent)
+            if pending and not block and waited < REPLICA_WRITE_TIMEOUT:
+                return
+            self.waiting.popleft()
+            fences = [settle(self.state, p.sent, waited=waited) for p in head.parked]
+            for p, fence in zip(head.parked, fences, strict=True):
+                self._reply(p, fence, head.failure, reply)
+
+    def _reply(
+        self,
+        p: Parked,
+        fence: StoreError | None,
+        failure: Exception | None,
+        reply: Callable[[bytes, Message], None],
+    ) -> None:
+        err = fence or failure  # fenced: applied, never acknowledged (left as is)
+        try:
+            if fence is None and failure is not None:
+                p.after.failed()
+            elif err is None:
+                resp = p.after.done()
+        except GraphrunError as exc:
+            err = exc
+        except Exception as exc:  # a bug must not stop the server (as in a handler)
+            log.exception("%s after the log's sync crashed", p.msg.op)
+            err = exc
+        msg = p.msg
+        if err is not None:
+            reply(p.peer, error_message(msg.request_id, msg.op, error_type(err), str(err)))
+        else:
+            body = {**resp.body, **p.extra, **(_write_set(self.state) if p.sent else {})}
+            reply(p.peer, Message(MsgKind.REPLY, msg.op, msg.request_id, body, resp.tensors))
 
 
-def settle(state: ServerState, sent: Sent, applied: bool = True) -> StoreError | None:
+def settle(
+    state: ServerState, sent: Sent, applied: bool = True, waited: float = 0.0
+) -> StoreError | None:
     """Collect the replicas' answers to a write ``applied`` here (or refused here:
-    :meth:`Replication.collect`); the fence's error if a promoted replica refused it
-    (this primary is fenced then)."""
+    :meth:`Replication.collect`; sent ``waited`` seconds ago); the fence's error if a
+    promoted replica refused it (this primary is fenced then)."""
     if not sent or state.replication is None:
         return None
     try:
-        state.replication.collect(state.part, sent, applied)
+        state.replication.collect(state.part, sent, applied, waited)
     except StoreError as exc:
         state.fenced = True
         return exc

@@ -316,9 +316,9 @@ def test_an_idle_poll_waits_out_its_timeout_without_spinning(keys, monkeypatch):
     waits: list[int] = []
     wait = srv._wait
 
-    def counted(timeout_ms: int) -> bool:
+    def counted(timeout_ms: int, *also) -> bool:
         waits.append(timeout_ms)
-        return wait(timeout_ms)
+        return wait(timeout_ms, *also)
 
     monkeypatch.setattr(srv, "_wait", counted)
     try:

@@ -426,3 +426,100 @@ def test_a_server_with_a_log_has_its_compiled_merge_loaded_before_it_serves(tmp_
         "print(live.delta._merger.is_alive())\n"
     )
     assert fresh_python(code, timeout=120).split() == ["True", "True", "False"]
+
+
+def test_the_loop_answers_while_a_turns_sync_is_on_the_disk(tmp_path, monkeypatch):
+    """A slow disk (each ``fdatasync`` takes 3 s, patched): a batch's writes wait for
+    their sync, the server's loop does not — a read is answered meanwhile (before, the
+    turn's end synced on the loop, and every request to the server waited for the
+    disk); the batch is acknowledged once synced, and visible."""
+    import threading
+
+    parts = make_partition_dir(tmp_path / "parts", 2)[1]
+    live_dir = tmp_path / "live"
+    live_dir.mkdir()
+    slow, real = threading.Event(), os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        if slow.is_set():
+            time.sleep(3)
+        real(fd)
+
+    cfg = ServerConfig(parts, 0, live_dir=live_dir, extensions=SAMPLING)
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        with KVClient(ClientConfig(addresses, job="w", timeout=30)) as c:
+            written: dict[int, int] = {}
+            done = threading.Event()
+
+            def ingest() -> None:
+                try:
+                    written.update(write_batches(c, parts, 1))
+                finally:
+                    done.set()
+
+            monkeypatch.setattr(os, "fdatasync", fdatasync)
+            slow.set()
+            writer = threading.Thread(target=ingest)
+            writer.start()
+            with RpcClient(addresses[0], timeout=1) as admin:
+                deadline = time.monotonic() + 20
+                while not admin.call("stats").body["served"].get("live_begin"):
+                    assert time.monotonic() < deadline
+                    time.sleep(0.02)
+                for _ in range(5):  # the begin waits for its sync: the loop answers
+                    assert admin.call("stats").body["part"] == 0
+            assert not done.is_set()
+            writer.join(60)
+            slow.clear()
+            assert done.is_set() and len(written) == 1
+            assert GraphWriter(c).lookup([BASE_ORIG])[0] >= c.book.num_nodes
+
+
+def test_a_failed_sync_off_the_loop_answers_each_write_with_its_error(tmp_path):
+    """As the test above it, with the log's sync on its thread (``Syncer``, as a server
+    runs it): the turn's end asks for the sync, and a later turn's end answers each
+    write with the log's error once the sync failed."""
+    from graphrun.rpc.codec import Message, MsgKind
+    from graphrun.store import live_ops
+    from graphrun.store.registry import Request
+    from graphrun.store.server import load_main_state
+    from graphrun.store.writes import Parked, Syncer, Turn
+
+    parts = make_partition_dir(tmp_path / "parts", 2)[1]
+    (tmp_path / "live").mkdir()
+    state = load_main_state(ServerConfig(parts, 1))
+    syncer = None
+    try:
+        live = live_ops.attach(state, lambda: np.empty(0, np.int64), None, 5.0,
+                               tmp_path / "live")  # fmt: skip
+        syncer = Syncer(state)
+        turn, answers = Turn(state, syncer), []
+        lo, hi = (int(x) for x in state.book.node_offsets[1:3])
+        for k in range(3):
+            eid = state.book.num_edges + 10 * k + np.arange(2)
+            piece = Piece(version=k + 1, new_edges=Rows.of(np.vstack([[0, 1], [lo, hi - 1], eid])),
+                          edge_types=Rows.of(np.zeros(2, np.int32)))  # fmt: skip
+            body, tensors = piece_to_wire(piece)
+            req = Request("live_prepare", {"piece": body}, tuple(tensors))
+            resp = live_ops.live_prepare(state, req)
+            msg = Message(MsgKind.REQUEST, "live_prepare", k, body, tuple(tensors))
+            turn.parked.append(Parked(b"peer", msg, resp.after_sync, {}))
+        read_only = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(read_only, live.log.wal._fd)  # the disk fails under the log
+        os.close(read_only)
+        deadline = time.monotonic() + 20
+        while len(answers) < 3:  # the loop's next turns
+            turn.end(lambda peer, m: answers.append(m))
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert [m.kind for m in answers] == [MsgKind.ERROR] * 3
+        assert all("could not be written" in str(m.body) for m in answers)
+        assert not live.delta.pending and turn.syncs == 0 and not turn.waiting
+        with pytest.raises(StoreError, match="live writes stop"):
+            live_ops.live_prepare(state, req)
+    finally:
+        if syncer is not None:
+            syncer.close()
+        live_ops.close(state)
+        state.close()

@@ -33,7 +33,15 @@ class Link:
         self.events.append(("send", body["body"]["piece"]["version"]))
         return len(self.events)
 
-    def wait(self, rid):
+    in_flight, sockets = 0, ()
+
+    def take_in(self) -> None:
+        pass
+
+    def ready(self, rid) -> bool:
+        return True
+
+    def wait(self, rid, timeout=None):
         assert self.live.log is not None
         self.synced_at_wait.append(self.live.log.wal.syncs)
         self.events.append(("wait", rid))

@@ -319,3 +319,49 @@ def test_losing_the_sequencer_mid_group_loses_no_acknowledged_write(machines, ke
     for sp in machines.serving(0):
         s = stats(sp, machines.key_file)
         assert (s["live_pending"], s.get("live_undecided", 0)) == (0, 0), s
+
+
+def test_a_primary_answers_reads_while_a_write_waits_for_its_replica(machines, keys):
+    """Partition 1's replica is stopped (SIGSTOP) while a write to partition 1 waits for
+    it: the primary's loop goes on answering (before, its turn's end blocked the loop
+    until the replica answered or left the write set, 5 s: every read waited). The write
+    is acknowledged once the replica, resumed, answers, and the replica stays."""
+    servers = [p.address for p in machines.primaries]
+    replica = machines.replicas[1]
+    done, errors = threading.Event(), []
+    with KVClient(ClientConfig(servers, keys=keys, timeout=30)) as c:
+        w = GraphWriter(c)
+        to_500 = load_id_mapping(machines.parts).orig_nids[[500]]  # partition 1's node
+        w.add_nodes("_N", [10**9], node_rows(c, 1, 3.0))
+        w.add_edges("_E", to_500, [10**9], orig=True)
+        before = stats(machines.primaries[1], machines.key_file)["served"]
+        os.kill(replica.pid, signal.SIGSTOP)
+        try:
+
+            def commit() -> None:
+                try:
+                    w.commit()
+                except BaseException as exc:
+                    errors.append(exc)
+                finally:
+                    done.set()
+
+            writer = threading.Thread(target=commit)
+            writer.start()
+            with RpcClient(machines.primaries[1].address, keys=load_keys(machines.key_file),
+                           timeout=10) as admin:  # fmt: skip
+                deadline, prepared = time.monotonic() + 30, before.get("live_prepare", 0)
+                while True:  # the loop answers while the write waits for its replica
+                    body = admin.call("stats", timeout=2).body
+                    if body["served"].get("live_prepare", 0) > prepared:  # the piece came
+                        break
+                    assert time.monotonic() < deadline
+                    time.sleep(0.02)
+                for _ in range(5):  # (before: no answer until the replica left, 5 s)
+                    assert admin.call("stats", timeout=2).body["replicas"] == [replica.address]
+                assert not done.is_set()  # not acknowledged without its replica
+        finally:
+            os.kill(replica.pid, signal.SIGCONT)
+        writer.join(30)
+        assert done.is_set() and not errors, errors
+    assert stats(machines.primaries[1], machines.key_file)["dropped_replicas"] == []
