@@ -467,7 +467,7 @@ def run_server(
             lambda: state.stop_requested or should_stop(),
             on_tick=lambda: _tick(state, access, on_tick),
             after_turn=lambda: turn.end(server.reply),
-            wake_on=turn.links,
+            wake_on=turn.wake_on,
         )
         turn.finish(server.reply)  # the writes still waiting for their sync, replicas
         cpu_s = time.process_time() - cpu_ready  # serving, not loading

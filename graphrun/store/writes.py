@@ -16,7 +16,7 @@ refused here.
 
 **The loop does not wait for the replicas.** The synced writes wait in a queue for
 their replicas' answers while the loop serves what comes next (reads, the next turn's
-writes); the loop's wait wakes on the replica links' sockets (``Turn.links``), and each
+writes); the loop's wait wakes on the replica links' sockets (``Turn.wake_on``), and each
 turn's end answers, in order, the writes at the queue's head whose replicas all
 answered (or gave up: one silent for :data:`~graphrun.store.replicas.REPLICA_WRITE_TIMEOUT`
 leaves the write set). Before, every turn's end blocked the loop until they answered: a
@@ -190,7 +190,7 @@ class Turn:
             self.waiting.append(Waiting(parked, ticket, failure, time.monotonic()))
         self._answer(reply, block=False)
 
-    def links(self) -> list[Any]:
+    def wake_on(self) -> list[Any]:
         """What the loop's wait wakes on while writes wait: the syncer's pipe, and the
         sockets of the replica links whose answers they need."""
         if not self.waiting:
