@@ -22,8 +22,8 @@ write_graph``) writes, a job key reads. Measured, in this order:
   head, ``--threads`` torch threads; after a 2-batch warm-up) undisturbed and while
   another process ingests at ``--rate`` edges/s (``ingest_rate_reached_edges_per_s``:
   what it managed), ``--epoch-pairs`` pairs in turns, medians reported, with the CPU
-  the trainer, the servers and the ingesting process took in each
-  (:mod:`graphrun.bench.live_epochs`);
+  the trainer, the servers and the ingesting process took in each and its batches'
+  mean size (:mod:`graphrun.bench.live_epochs`);
 * **compaction** of both partitions (``live_compact``: everything ingested so far folded
   into the base, the partition directory rewritten, the logs truncated) while a client
   reads in-degrees at a pinned version in a loop: ``compaction_s`` (the longest
