@@ -38,7 +38,9 @@ epochs). Prints one JSON line per epoch: its wall time, the time in the loader's
 ``next`` (sampling and the features' fetch) and in the step (forward, backward,
 optimizer), the trainer's CPU (this process), each server's CPU by thread name
 (user + system, ``/proc/PID/task``), the ingesting process's CPU, the edges it
-committed, the compactions the servers finished, the servers' delta sizes and the load.
+committed, the compactions the servers finished, the servers' delta sizes, the load,
+and the batches' mean size (``batch_nodes_edges``: sampled nodes and edges, which the
+graph's growth makes larger epoch after epoch, and the step with them).
 ``benchmarks/README.md``, "the epoch while ingesting, explained", has its runs.
 """
 
@@ -182,12 +184,13 @@ def _epoch(cfg: dict[str, Any], batches: int = EPOCH_BATCHES) -> dict[str, Any]:
         opt = torch.optim.Adam(model.parameters(), lr=0.003)
         loader = DistNodeDataLoader(dg, train, [10, 5], batch_size=1024, shuffle=True)
         it = iter(loader)
-        load, step = [], []
+        load, step, sizes = [], [], np.zeros(2)  # sizes: sampled nodes, edges
         cpu = np.zeros(4)  # main thread in next(), process in next(), main in step, process
         c0, t0 = time.process_time(), time.perf_counter()
         for _ in range(batches):
             t, a, p = time.perf_counter(), time.thread_time(), time.process_time()
             b = next(it)
+            sizes += (b.num_nodes, b.num_edges)
             t1, a1, p1 = time.perf_counter(), time.thread_time(), time.process_time()
             if STEP:
                 opt.zero_grad()
@@ -205,7 +208,8 @@ def _epoch(cfg: dict[str, Any], batches: int = EPOCH_BATCHES) -> dict[str, Any]:
             "load_med_ms": round(1000 * float(np.median(load)), 1),
             "load_p90_ms": round(1000 * float(np.percentile(load, 90)), 1),
             "load_max_ms": round(1000 * max(load), 1),
-            "step_med_ms": round(1000 * float(np.median(step)), 1)}  # fmt: skip
+            "step_med_ms": round(1000 * float(np.median(step)), 1),
+            "batch_nodes_edges": [round(float(x) / batches, 1) for x in sizes]}  # fmt: skip
 
 
 def _trainer(cfg: dict[str, Any], conn: Any) -> None:

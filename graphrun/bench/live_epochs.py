@@ -18,13 +18,19 @@ where the CPU went: the trainer's (this process), the partition servers' (replic
 too) and the ingesting process's, from ``/proc`` (``epoch_cpu_s``: medians of each kind;
 ``epochs_cpu_s``: each epoch's), and the compactions the servers and replicas made
 during it (a compaction starts by itself once the oldest commit is
-:data:`~graphrun.store.compact.COMPACT_AGE_S` old: ``compactions_in_epochs``).
+:data:`~graphrun.store.compact.COMPACT_AGE_S` old: ``compactions_in_epochs``), and the
+mean size of its batches (``epochs_batch``: sampled nodes and edges a batch; medians in
+``epoch_batch``). The batches grow with the graph: ingested edges give the seeds'
+neighbourhoods more nodes, so an epoch's model step costs more after an ingest whatever
+else runs (an ingesting epoch's batches grow during it; the undisturbed epoch after it
+samples the grown graph); their size tells that work from the ingest's CPU.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +45,17 @@ if TYPE_CHECKING:
 READY_S = 300.0  # the ingesting process connects (imports, a client) within this
 LEAD_S = 1.0  # every epoch starts this long after the last (an ingesting one's ingest)
 CPU_OF = ("trainer", "servers", "writer")  # the processes whose CPU an epoch reports
+BATCH_OF = ("nodes", "edges")  # an epoch's batches' mean size
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """One epoch: its wall time after the loader was made, and its batches' mean number
+    of sampled nodes and edges (the model step's work grows with them)."""
+
+    wall_s: float
+    nodes: float
+    edges: float
 
 
 def cpu_s(pid: int) -> float:
@@ -73,9 +90,9 @@ def commit(w: Any, src: np.ndarray, dst: np.ndarray) -> float:
     return time.perf_counter() - t
 
 
-def train_epoch(cfg: dict[str, Any], batches: int | None = None) -> float:
+def train_epoch(cfg: dict[str, Any], batches: int | None = None) -> Epoch:
     """One epoch (at most ``batches``, default ``--epoch-batches``) of GraphSAGE training
-    that follows the head; its wall time after the loader is made."""
+    that follows the head."""
     import torch
     from torch_geometric.nn import GraphSAGE
 
@@ -94,7 +111,7 @@ def train_epoch(cfg: dict[str, Any], batches: int | None = None) -> float:
         opt = torch.optim.Adam(model.parameters(), lr=0.003)
         loader = DistNodeDataLoader(dg, train, cfg["fanouts"], batch_size=cfg["batch_size"],
                                     shuffle=True)  # fmt: skip
-        t0 = time.perf_counter()
+        t0, done, nodes, edges = time.perf_counter(), 0, 0, 0
         for i, b in enumerate(loader):
             if i == (cfg["epoch_batches"] if batches is None else batches):
                 break
@@ -102,7 +119,9 @@ def train_epoch(cfg: dict[str, Any], batches: int | None = None) -> float:
             out = model(b.x, b.edge_index)[: b.batch_size]
             torch.nn.functional.cross_entropy(out, b.y[: b.batch_size]).backward()
             opt.step()
-        return time.perf_counter() - t0
+            done, nodes, edges = done + 1, nodes + b.num_nodes, edges + b.num_edges
+        wall = time.perf_counter() - t0
+        return Epoch(wall, nodes / max(done, 1), edges / max(done, 1))
 
 
 def ingest_at(cfg: dict[str, Any], ready: Any, go: Any, idle: Any, stop: Any, sent: Any) -> None:
@@ -206,10 +225,12 @@ def _measured(
     """One epoch's wall time, with the CPU each process took during it."""
     c0 = [cpu_s(p) for p in server_pids], cpu_s(writer), time.process_time()
     k0 = _compactions(cfg, admin)
-    wall = train_epoch(cfg)
+    run = train_epoch(cfg)
     c1 = [cpu_s(p) for p in server_pids], cpu_s(writer), time.process_time()
     return {
-        "wall_s": wall,
+        "wall_s": run.wall_s,
+        "nodes": run.nodes,
+        "edges": run.edges,
         "trainer": c1[2] - c0[2],
         "servers": sum(b - a for a, b in zip(c0[0], c1[0], strict=True)),
         "writer": c1[1] - c0[1],
@@ -235,6 +256,10 @@ def summary(
             names[k]: [[round(r[key], 3) for key in CPU_OF] for r in v] for k, v in runs.items()
         },
         "epoch_cpu_s": {names[k]: {key: med(k, key) for key in CPU_OF} for k in runs},
+        "epochs_batch": {  # each epoch's batches' mean [nodes, edges]
+            names[k]: [[round(r[key], 1) for key in BATCH_OF] for r in v] for k, v in runs.items()
+        },
+        "epoch_batch": {names[k]: {key: med(k, key) for key in BATCH_OF} for k in runs},
         "compactions_in_epochs": {
             names[k]: int(sum(r["compactions"] for r in v)) for k, v in runs.items()
         },

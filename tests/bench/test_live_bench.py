@@ -16,6 +16,7 @@ KEYS = (
     "ingest_edges_per_s", "staleness_p50_s", "staleness_p99_s", "epoch_s_ingesting",
     "epoch_s_undisturbed", "lost_acknowledged_writes", "streamed_cut_ratio",
     "compaction_s", "compaction_pause_s", "epochs_s", "epoch_cpu_s", "compactions_in_epochs",
+    "epoch_batch", "epochs_batch",
 )  # fmt: skip
 
 
@@ -42,6 +43,9 @@ def test_live_bench_reports_every_measure_of_the_issue(capsys: pytest.CaptureFix
     cpu = out["epoch_cpu_s"]  # (the servers' and the writer's in clock ticks: maybe 0 here)
     assert cpu["undisturbed"]["trainer"] > 0 and cpu["ingesting"]["trainer"] > 0
     assert all(v[k] >= 0 for v in cpu.values() for k in ("servers", "writer"))
+    # each epoch's batches' mean size: nodes and edges sampled (fanouts 10, 5 of 32 seeds)
+    sizes = [s for kind in out["epochs_batch"].values() for s in kind]
+    assert len(sizes) == 4 and all(32 <= n <= 32 * 61 and e > 0 for n, e in sizes)
     # every acknowledged edge into partition 1 is counted; without a replayed log, some
     # or all of them are lost (the number is reported, whatever it is)
     assert out["acknowledged_into_part1"] >= 2 * 200

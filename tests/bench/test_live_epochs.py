@@ -18,11 +18,12 @@ def test_the_epochs_alternate_so_that_each_kind_runs_first_as_often():
 
 
 def test_the_summary_reports_medians_every_epoch_and_the_cpu_of_each_process():
-    def run(wall: float, compactions: int = 0) -> dict[str, float]:
+    def run(wall: float, compactions: int = 0, nodes: float = 100.0) -> dict[str, float]:
         return {"wall_s": wall, "trainer": wall * 1.5, "servers": 0.5, "writer": 0.0,
-                "compactions": compactions}  # fmt: skip
+                "compactions": compactions, "nodes": nodes, "edges": 2 * nodes}  # fmt: skip
 
-    runs = {"U": [run(3.0), run(9.0), run(3.2)], "I": [run(3.3, 2), run(3.5), run(3.4)]}
+    runs = {"U": [run(3.0), run(9.0), run(3.2, nodes=120.04)],
+            "I": [run(3.3, 2), run(3.5, nodes=110.0), run(3.4, nodes=130.0)]}  # fmt: skip
     out = summary(runs, 100_000.0, 101_000.0, 2)
     # one slow epoch (another process took the box) does not move the median
     assert out["epoch_s_undisturbed"] == 3.2 and out["epoch_s_ingesting"] == 3.4
@@ -31,6 +32,10 @@ def test_the_summary_reports_medians_every_epoch_and_the_cpu_of_each_process():
     assert out["epoch_cpu_s"]["undisturbed"] == {"trainer": 4.8, "servers": 0.5, "writer": 0.0}
     assert out["epochs_cpu_s"]["ingesting"][1] == [5.25, 0.5, 0.0]
     assert out["compactions_in_epochs"] == {"undisturbed": 0, "ingesting": 2}
+    # the batches' size an epoch: the work its model step did, which grows with the graph
+    assert out["epochs_batch"]["undisturbed"][2] == [120.0, 240.1]
+    assert out["epoch_batch"] == {"undisturbed": {"nodes": 100.0, "edges": 200.0},
+                                  "ingesting": {"nodes": 110.0, "edges": 220.0}}  # fmt: skip
     assert out["trainer_threads"] == 2
     assert out["ingest_rate_reached_edges_per_s"] == 101_000.0
 
