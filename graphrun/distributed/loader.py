@@ -277,6 +277,9 @@ class DistNodeDataLoader(_DistLoader):
         hops, given["replace"] = _fanouts(fanouts, given.get("replace", False))
         spec = BatchSpec(kind="node", fanouts=hops, ntype=ntype, **given)
         super().__init__(graph, nodes, spec, options)
+        if ntype is not None and graph.follow is not None:  # a new seed of another type:
+            grown = self.ids.numpy()  # refused now, not at its batch (each batch checks too)
+            graph.types.to_homo(ntype, grown[grown >= graph.book.num_nodes])
 
     def __iter__(self) -> Iterator[Any]:
         """PyG batches; DistDGL's ``(input_nodes, seeds, blocks)`` when the loader was
@@ -335,7 +338,8 @@ def plan_feature_cache(
     check_spec(spec, book)
     client = graph.ctx.client
     # a followed live graph: the probes may reach new nodes (never cached: cache.py)
-    sampler = NeighborSampler(graph.ctx.sampler, type_map(client, book), id_bound(client), fanouts)
+    types = type_map(client, book, graph.ctx.sampler)
+    sampler = NeighborSampler(graph.ctx.sampler, types, id_bound(client), fanouts)
     ids = torch.as_tensor(nodes).long().reshape(-1)
     if ntype is not None:
         ids = torch.from_numpy(to_homo(book, ntype, ids.numpy()))
