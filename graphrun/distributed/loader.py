@@ -142,6 +142,7 @@ class _DistLoader:
         self._pool: WorkerPool | None = None
         self.last_cost = BatchCost()  # of the batch yielded last
         self._live_seen: np.ndarray | None = None  # seeds so far (a followed live graph)
+        self._begun = False  # begin_epoch() ran for the next iteration
         self._last: Tensor | None = None  # the seeds dealt last (``home``)
         if options.home is not None:
             self._last = foreign(self.ids, graph.book, options.home, spec.ntype)
@@ -173,11 +174,21 @@ class _DistLoader:
                 version=self.graph.version,
             )  # fmt: skip
 
+    def begin_epoch(self) -> None:
+        """Begin the next iteration's epoch now, as it begins otherwise: on a followed live
+        graph the head, and the new seeds joining (``live_seeds``), so that ``len(self)``
+        and ``ids`` count them before its first batch (a trainer agrees the epoch's steps
+        from them)."""
+        self._follow_epoch()
+        self._begun = True
+
     def __iter__(self) -> Iterator[Data | HeteroData]:
         """One epoch's batches. Without ``persistent_workers`` the worker processes stop
         when the iteration ends, is broken out of or is dropped; with it (the default:
         a worker joins the store, which is worth doing once) at :meth:`close`."""
-        self._follow_epoch()
+        if not self._begun:
+            self._follow_epoch()
+        self._begun = False
         tasks = self._tasks()
         self.start()
         if self._builder is not None:

@@ -178,8 +178,14 @@ def test_a_trainers_data_follows_a_heterograph_and_its_epochs_take_the_new_paper
             n = data.num_nodes()
             first = [b.data["paper"] for b in data.loader("train", "paper", [4, 4], 8, True, 0)]
             assert int(torch.cat([p.n_id[: p.batch_size] for p in first]).max()) < n
+            before = len(data.seeds("train", "paper"))
             new = write_new_nodes(addresses, parts)
-            second = [b.data for b in data.loader("train", "paper", [4, 4], 8, True, 1)]
+            batches = data.loader("train", "paper", [4, 4], 8, True, 1)
+            # the epoch began with its loader: the new seeds count before its first batch
+            # (a trainer agrees the epoch's steps from them; they were left out)
+            assert len(data.seeds("train", "paper")) == before + 3
+            second = [b.data for b in batches]
+            assert len(second) == -(-(before + 3) // 8)
             seeds = torch.cat([b["paper"].n_id[: b["paper"].batch_size] for b in second])
             assert sorted(seeds[seeds >= n].tolist()) == sorted(new["papers"][:3].tolist())
             y = torch.cat([b["paper"].y[: b["paper"].batch_size] for b in second])
