@@ -27,7 +27,7 @@ from torch import Tensor
 
 from graphrun.distributed.context import DistContext, current_context
 from graphrun.distributed.dglnames import DistTensor
-from graphrun.distributed.live import check_follow, etype_to_homo, to_homo, type_map
+from graphrun.distributed.live import check_follow, type_map
 from graphrun.errors import ArgumentError
 from graphrun.names import CanonicalEtype, TensorKey, etype_key
 from graphrun.partition.book import PartitionBook
@@ -80,7 +80,7 @@ class DistGraph:
         self.follow = check_follow(follow)  # a live graph: distributed/live.py
         if self.follow is not None:
             ctx.client.follow()
-        self.types = type_map(ctx.client, self.book)  # new nodes' types while following
+        self.types = type_map(ctx.client, self.book, ctx.sampler)  # new ids' types, following
         node_data: dict[str, dict[str, DistTensor]] = {t: {} for t in self.book.node_types}
         edge_data: dict[str, dict[str, DistTensor]] = {
             etype_key(e): {} for e in self.book.edge_types
@@ -184,10 +184,8 @@ class DistGraph:
 
     def _homo_nodes(self, ids: Any, ntype: str | None) -> Tensor:
         arr = ids.numpy() if isinstance(ids, Tensor) else np.asarray(ids)
-        if ntype is not None and self.follow is not None:  # a new node's: its id (live.py)
-            arr = to_homo(self.book, ntype, arr)
-        elif ntype is not None:
-            arr = self.book.to_homo(ntype, arr)
+        if ntype is not None:  # a new node's per-type id: its id, if of ntype (live.py)
+            arr = self.types.to_homo(ntype, arr)
         return torch.as_tensor(arr).long()
 
     def in_degrees(self, ids: Any, ntype: str | None = None) -> Tensor:
@@ -201,11 +199,8 @@ class DistGraph:
     ) -> tuple[Tensor, Tensor]:
         """``(src, dst)``: homogeneous ids, or per-type ids of the end types with ``etype``."""
         arr = eids.numpy() if isinstance(eids, Tensor) else np.asarray(eids)
-        if etype is not None:
-            if self.follow is not None:  # a new edge's per-type id is its id
-                arr = etype_to_homo(self.book, etype, arr)
-            else:
-                arr = self.book.etype_to_homo(etype, arr)
+        if etype is not None:  # a new edge's per-type id: its id, if of etype (live.py)
+            arr = self.types.etype_to_homo(etype, arr)
         src, dst = self.ctx.sampler.find_edges(torch.as_tensor(arr).long())
         if etype is None:
             return src, dst

@@ -14,12 +14,14 @@ nodes would: growth blocks of several partitions interleave), and it cannot be t
 a base node of any type (base per-type ids are ``< num_nodes(t) <= num_nodes``). On a
 heterograph the client asks the new nodes' types (:class:`LiveNodeTypes`) when it meets
 a new node it does not know, those added since it last asked; a homogeneous graph's are
-its one type, asked of no one.
+its one type, asked of no one. A new edge's type is the sampler's answer in a batch; by
+its id alone (a typed ``find_edges``) it is asked of the edge's owner
+(:class:`LiveEdgeTypes`), and a typed call refuses an id of another type.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +31,7 @@ from torch import Tensor
 from graphrun.errors import ArgumentError
 from graphrun.names import CanonicalEtype
 from graphrun.partition.book import PartitionBook
+from graphrun.sampling.distributed import DistOneHopSampler
 from graphrun.sampling.partitioned import BookTypeMap
 from graphrun.store.client import KVClient
 from graphrun.store.live import GROWTH_BLOCK, MAX_GROWTH_BLOCKS, MAX_LIVE_NODES
@@ -77,10 +80,7 @@ class LiveNodeTypes:
         return types
 
     def _find(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if len(self.ids) == 0:
-            return np.zeros(len(ids), np.int32), np.zeros(len(ids), bool)
-        pos = np.searchsorted(self.ids, ids).clip(max=len(self.ids) - 1)
-        return self.types[pos], self.ids[pos] == ids
+        return _find(self.ids, self.types, ids)
 
     def _ask(self) -> None:
         v = self.client.version
@@ -95,15 +95,59 @@ class LiveNodeTypes:
         self.version = v if self.version is None else max(self.version, v)
 
 
+def _find(table: np.ndarray, types: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(type, held)`` of each of ``ids`` in a table of sorted ids and their types."""
+    if len(table) == 0:
+        return np.zeros(len(ids), np.int32), np.zeros(len(ids), bool)
+    pos = np.searchsorted(table, ids).clip(max=len(table) - 1)
+    return types[pos], table[pos] == ids
+
+
+#: The most new edges' types a :class:`LiveEdgeTypes` keeps (12 bytes each).
+MAX_LIVE_EDGE_TYPES = 1 << 22
+
+
+class LiveEdgeTypes:
+    """The edge type of each new edge a heterograph's client looks up by its id alone (a
+    typed ``find_edges``; a batch's come with the sampler's answer): the ids it does not
+    hold are asked of their owners (``ask``: ``graph_edge_types`` at the client's version,
+    which refuses an id that is no edge there), and kept, an edge's type never changing.
+    At most :data:`MAX_LIVE_EDGE_TYPES` entries: past it, the table keeps the last
+    look-up's. Not a table of every new edge: a live graph's grow without bound."""
+
+    def __init__(self, ask: Callable[[np.ndarray], np.ndarray]) -> None:
+        self.ask = ask
+        self.ids = np.empty(0, np.int64)
+        self.types = np.empty(0, np.int32)
+
+    def of(self, eids: np.ndarray) -> np.ndarray:
+        """The type index of each of ``eids`` (new edges at the client's version)."""
+        types, hit = _find(self.ids, self.types, eids)
+        if hit.all():
+            return types
+        miss = np.unique(eids[~hit])
+        got = np.asarray(self.ask(miss), np.int32)
+        types[~hit] = got[np.searchsorted(miss, eids[~hit])]
+        ids, types_held = np.concatenate([self.ids, miss]), np.concatenate([self.types, got])
+        if len(ids) > MAX_LIVE_EDGE_TYPES:
+            ids, types_held = miss, got
+        order = np.argsort(ids, kind="stable")
+        self.ids, self.types = ids[order], types_held[order]
+        return types
+
+
 @dataclass(frozen=True)
 class LiveTypeMap(BookTypeMap):
     """The book's type map, with new nodes and edges (ids at or above the base's counts):
-    a node of the type ``nodes`` says (a heterograph's), or of the one node type; its
-    per-type id is its id. A new edge is of the first edge type here: a heterograph's
-    sampler answers every edge's type itself (``SampledSubgraph.edge_type``), which
-    :func:`~graphrun.sampling.pyg.split_by_type` takes."""
+    a node of the type ``nodes`` says (a heterograph's), or of the one node type; an edge
+    of the type its sampler answered (``known``: ``SampledSubgraph.edge_type``, which
+    :func:`~graphrun.sampling.pyg.split_by_type` passes), else of the type ``edges`` says
+    (a graph of several edge types), or of the one. A new node's (edge's) per-type id is
+    its id: :meth:`to_homo` and :meth:`etype_to_homo` take it as such once it is of the
+    type named, and refuse it otherwise."""
 
     nodes: LiveNodeTypes | None = None
+    edges: LiveEdgeTypes | None = None
 
     def nodes_per_type(self, ids: Tensor) -> tuple[Tensor, Tensor]:
         t, per = self._split(ids, self.book.num_nodes, super().nodes_per_type)
@@ -113,8 +157,31 @@ class LiveTypeMap(BookTypeMap):
                 t[grow] = torch.from_numpy(self.nodes.of(ids[grow].numpy()).astype(np.int64))
         return t, per
 
-    def edges_per_type(self, ids: Tensor) -> tuple[Tensor, Tensor]:
-        return self._split(ids, self.book.num_edges, super().edges_per_type)
+    def edges_per_type(self, ids: Tensor, known: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        t, per = self._split(ids, self.book.num_edges, super().edges_per_type)
+        grow = ids >= self.book.num_edges
+        if known is not None:
+            t[grow] = known[grow]
+        elif self.edges is not None and bool(grow.any()):
+            t[grow] = torch.from_numpy(self.edges.of(ids[grow].numpy()).astype(np.int64))
+        return t, per
+
+    def to_homo(self, ntype: str, ids: np.ndarray) -> np.ndarray:
+        out = to_homo(self.book, ntype, ids)
+        grow = out >= self.book.num_nodes
+        if self.nodes is not None and grow.any():
+            t = self.book.ntype_id(ntype)
+            _of_type(self.nodes.of(out[grow]), t, out[grow], "node", ntype, self.book.node_types)
+        return out
+
+    def etype_to_homo(self, etype: CanonicalEtype | str, ids: np.ndarray) -> np.ndarray:
+        out = etype_to_homo(self.book, etype, ids)
+        grow = out >= self.book.num_edges
+        if self.edges is not None and grow.any():
+            r = self.book.etype_id(etype)
+            names = [":".join(e) for e in self.book.edge_types]
+            _of_type(self.edges.of(out[grow]), r, out[grow], "edge", names[r], names)
+        return out
 
     @staticmethod
     def _split(
@@ -131,12 +198,28 @@ class LiveTypeMap(BookTypeMap):
         return t, per
 
 
-def type_map(client: KVClient, book: PartitionBook) -> BookTypeMap:
+def _of_type(
+    got: np.ndarray, want: int, ids: np.ndarray, what: str, name: str, names: Sequence[str]
+) -> None:
+    """ArgumentError naming the first of ``ids`` whose type ``got`` is not ``want``."""
+    bad = np.flatnonzero(got != want)
+    if len(bad):
+        i = int(bad[0])
+        raise ArgumentError(f"{what} {int(ids[i])} is a new {what} of type "
+                            f"{names[int(got[i])]!r}, not of {name!r}")  # fmt: skip
+
+
+def type_map(client: KVClient, book: PartitionBook, sampler: DistOneHopSampler) -> BookTypeMap:
     """The type map a client's batches are collated with: the book's, or while it follows
-    a live graph a :class:`LiveTypeMap` (asking new nodes' types on a heterograph only)."""
+    a live graph a :class:`LiveTypeMap` (asking new nodes' types on a heterograph, new
+    edges' where there are several edge types, through ``sampler``)."""
     if client.live is None:
         return BookTypeMap(book)
-    return LiveTypeMap(book, LiveNodeTypes(client) if book.is_hetero else None)
+    nodes = LiveNodeTypes(client) if len(book.node_types) > 1 else None
+    edges = None
+    if len(book.edge_types) > 1:
+        edges = LiveEdgeTypes(lambda e: sampler.edge_types(torch.from_numpy(e)).numpy())
+    return LiveTypeMap(book, nodes, edges)
 
 
 def to_homo(book: PartitionBook, ntype: str, ids: np.ndarray) -> np.ndarray:

@@ -142,6 +142,7 @@ class _DistLoader:
         self._pool: WorkerPool | None = None
         self.last_cost = BatchCost()  # of the batch yielded last
         self._live_seen: np.ndarray | None = None  # seeds so far (a followed live graph)
+        self._begun = False  # begin_epoch() ran for the next iteration
         self._last: Tensor | None = None  # the seeds dealt last (``home``)
         if options.home is not None:
             self._last = foreign(self.ids, graph.book, options.home, spec.ntype)
@@ -173,11 +174,21 @@ class _DistLoader:
                 version=self.graph.version,
             )  # fmt: skip
 
+    def begin_epoch(self) -> None:
+        """Begin the next iteration's epoch now, as it begins otherwise: on a followed live
+        graph the head, and the new seeds joining (``live_seeds``), so that ``len(self)``
+        and ``ids`` count them before its first batch (a trainer agrees the epoch's steps
+        from them)."""
+        self._follow_epoch()
+        self._begun = True
+
     def __iter__(self) -> Iterator[Data | HeteroData]:
         """One epoch's batches. Without ``persistent_workers`` the worker processes stop
         when the iteration ends, is broken out of or is dropped; with it (the default:
         a worker joins the store, which is worth doing once) at :meth:`close`."""
-        self._follow_epoch()
+        if not self._begun:
+            self._follow_epoch()
+        self._begun = False
         tasks = self._tasks()
         self.start()
         if self._builder is not None:
@@ -277,6 +288,9 @@ class DistNodeDataLoader(_DistLoader):
         hops, given["replace"] = _fanouts(fanouts, given.get("replace", False))
         spec = BatchSpec(kind="node", fanouts=hops, ntype=ntype, **given)
         super().__init__(graph, nodes, spec, options)
+        if ntype is not None and graph.follow is not None:  # a new seed of another type:
+            grown = self.ids.numpy()  # refused now, not at its batch (each batch checks too)
+            graph.types.to_homo(ntype, grown[grown >= graph.book.num_nodes])
 
     def __iter__(self) -> Iterator[Any]:
         """PyG batches; DistDGL's ``(input_nodes, seeds, blocks)`` when the loader was
@@ -335,7 +349,8 @@ def plan_feature_cache(
     check_spec(spec, book)
     client = graph.ctx.client
     # a followed live graph: the probes may reach new nodes (never cached: cache.py)
-    sampler = NeighborSampler(graph.ctx.sampler, type_map(client, book), id_bound(client), fanouts)
+    types = type_map(client, book, graph.ctx.sampler)
+    sampler = NeighborSampler(graph.ctx.sampler, types, id_bound(client), fanouts)
     ids = torch.as_tensor(nodes).long().reshape(-1)
     if ntype is not None:
         ids = torch.from_numpy(to_homo(book, ntype, ids.numpy()))

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from graphrun.distributed.context import DistContext
-from graphrun.distributed.live import id_bound, to_homo, type_map
+from graphrun.distributed.live import id_bound, type_map
 from graphrun.sampling.edgesplit import EdgeSplit
 from graphrun.sampling.fanout import FanoutSpec
 from graphrun.sampling.mfg import SampledSubgraph, make_generator
@@ -99,7 +99,7 @@ class MiniBatchSampler:
     ) -> None:
         self.ctx = ctx
         self.book = ctx.book
-        self.types = type_map(ctx.client, self.book)  # a followed live graph: live.py
+        self.types = type_map(ctx.client, self.book, ctx.sampler)  # a followed live graph: live.py
         self.sampler = NeighborSampler(
             ctx.sampler if edge_ids else ctx.sampler.without_edge_ids(),
             self.types,
@@ -114,9 +114,8 @@ class MiniBatchSampler:
     def to_homo(self, ntype: str | None, ids: Tensor) -> Tensor:
         if ntype is None:
             return ids
-        if self.ctx.client.live is not None:  # new nodes' per-type ids: their ids
-            return torch.from_numpy(to_homo(self.book, ntype, ids.numpy()))
-        return torch.from_numpy(self.book.to_homo(ntype, ids.numpy()))
+        # a followed live graph: a new node's per-type id is its id, refused if not of ntype
+        return torch.from_numpy(self.types.to_homo(ntype, ids.numpy()))
 
     def nodes(self, homo: Tensor, base: int) -> SampledSubgraph:
         """The subgraph around homogeneous seed ids ``homo``."""

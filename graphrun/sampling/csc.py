@@ -202,6 +202,24 @@ class CSCGraph:
             raise ArgumentError(f"eids[{j}] = {int(e[j])} is not an edge of this partition")
         return src, dst
 
+    def edge_types(self, eids: object) -> np.ndarray:
+        """The edge type index (int64; 0 on a graph of one type) of edges ``eids`` owned
+        by this block."""
+        e = _int64(np.asarray(eids))
+        hit, etype = self.types_of(e)
+        if not hit.all():
+            j = int(np.flatnonzero(~hit)[0])
+            raise ArgumentError(f"eids[{j}] = {int(e[j])} is not an edge of this partition")
+        return etype
+
+    def types_of(self, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(found, etype)`` of int64 edge ids (-1 where not an edge of this block)."""
+        hit, i = self._lookup(eids)
+        assert self._eid_order is not None
+        etype = np.full(len(eids), -1, np.int64)
+        etype[hit] = 0 if self.etypes is None else self.etypes[self._eid_order[i[hit]]]
+        return hit, etype
+
     def edges_of(self, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(found, src, dst)`` of int64 edge ids (-1 where not an edge of this block)."""
         hit, i = self._lookup(eids)

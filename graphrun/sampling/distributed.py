@@ -48,7 +48,13 @@ from graphrun.sampling.csc import (
     owned_edge_weights,
 )
 from graphrun.sampling.kernels import make_rng
-from graphrun.sampling.server import OP, OP_FIND_EDGES, OP_IN_DEGREES, OP_OUT_DEGREES
+from graphrun.sampling.server import (
+    OP,
+    OP_EDGE_TYPES,
+    OP_FIND_EDGES,
+    OP_IN_DEGREES,
+    OP_OUT_DEGREES,
+)
 from graphrun.store import routing
 from graphrun.store.client import KVClient
 from graphrun.store.live_client import route as live_route
@@ -266,6 +272,13 @@ class DistOneHopSampler:
         e, groups = self._groups(eids, "eids", edges=True)
         src, dst = self._by_owner(e, groups, OP_FIND_EDGES, 2, lambda c, x: c.find_edges(x))
         return torch.from_numpy(src), torch.from_numpy(dst)
+
+    def edge_types(self, eids: Tensor) -> Tensor:
+        """The type index of global edge ids (asked of each edge's owner, routed as
+        :meth:`find_edges`): what a following client knows of a new edge by its id."""
+        e, groups = self._groups(eids, "eids", edges=True)
+        (et,) = self._by_owner(e, groups, OP_EDGE_TYPES, 1, lambda c, x: (c.edge_types(x),))
+        return torch.from_numpy(et)
 
     def out_degrees(self, ids: Tensor) -> Tensor:
         """Out-degree of global node ids: every partition counts the edges it owns."""

@@ -45,18 +45,40 @@ def find_edges(
     a compaction folded in) from the CSC, the rest from the delta's runs; ArgumentError
     naming the first that is no edge here at ``version`` (not added yet, or deleted)."""
     found, src, dst = csc.edges_of(eids)
+    _new_edges(delta, version, eids, found, ((src, 2), (dst, 4)))
+    return src, dst
+
+
+def edge_types(csc: CSCGraph, delta: LiveDelta, version: int, eids: np.ndarray) -> np.ndarray:
+    """The edge type index of this partition's edge ids at ``version``, read and refused
+    as :func:`find_edges` reads them (a new edge's type: the one its batch gave it)."""
+    found, etype = csc.types_of(eids)
+    _new_edges(delta, version, eids, found, ((etype, 1),))
+    return etype
+
+
+def _new_edges(
+    delta: LiveDelta,
+    version: int,
+    eids: np.ndarray,
+    found: np.ndarray,
+    cols: tuple[tuple[np.ndarray, int], ...],
+) -> None:
+    """Fill each ``(col, row)`` of ``cols`` at the edges the base did not have (``found``
+    false) from row ``row`` of the runs' by-eid table (eid, etype, src, version, dst);
+    ArgumentError naming the first that is no edge here at ``version``."""
     for r in delta.runs if not found.all() else []:
         by_eid = r.edges_by_eid()
         hit, pos = lookup_sorted(by_eid[0], eids)
         hit &= ~found & (values_at(by_eid[3], hit, pos, 0) <= version)
-        src[hit], dst[hit] = by_eid[2][pos[hit]], by_eid[4][pos[hit]]
+        for col, row in cols:
+            col[hit] = by_eid[row][pos[hit]]
         found |= hit
     bad = ~found | delta.deleted(eids, version)
     if bad.any():
         j = int(np.flatnonzero(bad)[0])
         raise ArgumentError(f"eids[{j}] = {int(eids[j])} is not an edge of this partition "
                             f"at version {version}")  # fmt: skip
-    return src, dst
 
 
 def in_degrees(csc: CSCGraph, delta: LiveDelta, version: int, seeds: np.ndarray) -> np.ndarray:

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from graphrun.names import CanonicalEtype
 from graphrun.partition.book import PartitionBook
 
 
@@ -41,6 +42,14 @@ class BookTypeMap:
         t, p = self.book.to_per_type(ids.numpy())
         return torch.from_numpy(t).long(), torch.from_numpy(p)
 
-    def edges_per_type(self, ids: Tensor) -> tuple[Tensor, Tensor]:
+    def edges_per_type(self, ids: Tensor, known: Tensor | None = None) -> tuple[Tensor, Tensor]:
         t, p = self.book.eid_to_per_type(ids.numpy())
         return torch.from_numpy(t).long(), torch.from_numpy(p)
+
+    def to_homo(self, ntype: str, ids: np.ndarray) -> np.ndarray:
+        """Homogeneous ids of per-type node ids of ``ntype``."""
+        return self.book.to_homo(ntype, ids)
+
+    def etype_to_homo(self, etype: CanonicalEtype | str, ids: np.ndarray) -> np.ndarray:
+        """Homogeneous ids of per-type edge ids of ``etype``."""
+        return self.book.etype_to_homo(etype, ids)

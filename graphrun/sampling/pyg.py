@@ -44,8 +44,10 @@ class TypeMap(Protocol):
         """``(type id, per-type id)`` of global node ids."""
         ...
 
-    def edges_per_type(self, ids: Tensor) -> tuple[Tensor, Tensor]:
-        """``(type id, per-type id)`` of global edge ids."""
+    def edges_per_type(self, ids: Tensor, known: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``(type id, per-type id)`` of global edge ids; ``known``: their type ids where
+        the caller has them (a sampler's answer), so that none is asked of a store (a
+        live graph's new edges: distributed/live.py)."""
         ...
 
 
@@ -76,7 +78,7 @@ class OffsetTypeMap:
     def nodes_per_type(self, ids: Tensor) -> tuple[Tensor, Tensor]:
         return self._split(self.node_offsets, ids)
 
-    def edges_per_type(self, ids: Tensor) -> tuple[Tensor, Tensor]:
+    def edges_per_type(self, ids: Tensor, known: Tensor | None = None) -> tuple[Tensor, Tensor]:
         return self._split(self.edge_offsets, ids)
 
 
@@ -138,9 +140,10 @@ def split_by_type(sub: SampledSubgraph, types: TypeMap) -> TypedSplit:
     starts = torch.cumsum(counts, 0) - counts
     local = torch.empty_like(order)
     local[order] = torch.arange(order.numel()) - starts[nt[order]]
-    et, ept = types.edges_per_type(sub.edge)
-    if sub.edge_type is not None:
-        et = sub.edge_type.long()
+    known = None if sub.edge_type is None else sub.edge_type.long()
+    et, ept = types.edges_per_type(sub.edge, known)
+    if known is not None:
+        et = known
     return TypedSplit(nt, npt, local, et, ept)
 
 

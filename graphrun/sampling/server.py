@@ -13,7 +13,9 @@ it adds the op :data:`OP`:
 and the structure queries :mod:`graphrun.distributed` uses (tensors ``(ids int64 [n],)``):
 ``graph_in_degrees`` → ``(deg,)`` of owned nodes; ``graph_out_degrees`` → ``(count,)``
 of this partition's edges leaving each id (the client sums over partitions);
-``graph_find_edges`` → ``(src, dst)`` of owned edge ids.
+``graph_find_edges`` → ``(src, dst)`` of owned edge ids; ``graph_edge_types`` →
+``(etype,)``: each owned edge's type index (a live graph's new edges' included: a
+following client's only source of it by id alone, distributed/live.py).
 
 On a live graph every read is at the request's version (:mod:`graphrun.sampling.live`),
 weighted ones too: each in-edge of a seed at the version with its weight at it (a new
@@ -47,6 +49,7 @@ OP = "sample_neighbors"
 OP_IN_DEGREES = "graph_in_degrees"
 OP_OUT_DEGREES = "graph_out_degrees"
 OP_FIND_EDGES = "graph_find_edges"
+OP_EDGE_TYPES = "graph_edge_types"
 
 KEY = "graphrun.sampling"
 #: The most edges one request with replacement may ask for (seeds x sum of fanouts): 8M
@@ -194,6 +197,16 @@ def find_edges(state: ServerState, req: Request) -> Response:
     return Response({}, (src, dst))
 
 
+def edge_types(state: ServerState, req: Request) -> Response:
+    from graphrun.store.registry import Response
+
+    ids = _ids(req)
+    delta, v = live_ops.view(state, req)
+    if delta is not None:
+        return Response({}, (live.edge_types(_csc(state), delta, v, ids),))
+    return Response({}, (_csc(state).edge_types(ids),))
+
+
 def register(registry: Registry) -> None:
     """Store extension entry point: ``graphrun.sampling.server:register``.
 
@@ -204,4 +217,5 @@ def register(registry: Registry) -> None:
     registry.add(OP_IN_DEGREES, in_degrees)
     registry.add(OP_OUT_DEGREES, out_degrees)
     registry.add(OP_FIND_EDGES, find_edges)
+    registry.add(OP_EDGE_TYPES, edge_types)
     changes.register(registry, _csc)  # an embedding refresh's questions (sampling/changes.py)

@@ -116,10 +116,12 @@ class _SparseOptimizer:
         """Every optimizer state tensor, all rows (state name -> tensor), for a checkpoint."""
         return {name: t[np.arange(t.shape[0], dtype=np.int64)] for name, t in self._tensors.items()}
 
-    def rows(self, ids: np.ndarray) -> dict[str, torch.Tensor]:
-        """The rows ``ids`` of every state tensor (a live graph's new nodes: their ids are
-        past the tables' shape; state name -> rows)."""
-        return {name: t[ids] for name, t in self._tensors.items()}
+    def rows(self, ids: np.ndarray, of: DistEmbedding | None = None) -> dict[str, torch.Tensor]:
+        """The rows ``ids`` of every state tensor, or of ``of``'s only (a heterograph's
+        table per node type: ``ids`` of its type), state name -> rows (a live graph's new
+        nodes: their ids are past the tables' shape)."""
+        names = self._tensors if of is None else self._states.get(of.name, [])
+        return {name: self._tensors[name][ids] for name in names}
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         """Write back what :meth:`state_dict` returned; unknown or misshaped states are an

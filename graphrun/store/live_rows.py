@@ -15,7 +15,9 @@ so a new node's first value does not depend on which server, replica or request 
 it. They are read and written by the main server only (a following client's requests
 go there: :mod:`graphrun.store.live_client`); the segment keeps the base rows, so
 co-located clients still read those from shared memory. Bound: the rows of the new
-nodes visible on this partition, whose count the delta's bound bounds.
+nodes visible on this partition, whose count the delta's bound bounds. A heterograph's
+table of one node type (policy ``node:<type>``) holds rows of that type's new nodes only:
+an id of another type is refused by name (it made a row of the wrong node).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from graphrun.errors import ArgumentError
 from graphrun.store import live_ops
 from graphrun.store.growth import GrowthRows
 from graphrun.store.live import GROWTH_BLOCK
@@ -48,12 +51,22 @@ def grow(state: ServerState, req: Request, stored: StoredTensor, rows: np.ndarra
     request's version, in a job's node tensor; their blocks are made if they were not."""
     if stored.info.job == "" or not len(rows):
         return False
-    if lookup_policy(state.policies, stored.info.policy).name.kind != "node":
+    name = lookup_policy(state.policies, stored.info.policy).name
+    if name.kind != "node":
         return False
     delta, v = live_ops.view(state, req)
     offsets = rows - stored.info.part_rows
-    if delta is None or not delta.nodes_at(state.book.num_nodes + offsets, v).all():
+    ids = state.book.num_nodes + offsets
+    if delta is None or not delta.nodes_at(ids, v).all():
         return False
+    types = state.book.node_types
+    if len(types) > 1 and name.type in types:  # a heterograph's table of one node type
+        got = delta.node_types_of(ids)
+        bad = np.flatnonzero(got != types.index(name.type))
+        if len(bad):
+            i = int(bad[0])
+            raise ArgumentError(f"{req.op} {stored.info.name!r}: id {int(ids[i])} is not a node "
+                                f"of type {name.type!r} (a new {types[got[i]]!r})")  # fmt: skip
     _blocks(stored, np.unique(offsets // GROWTH_BLOCK))
     return True
 

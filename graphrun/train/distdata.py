@@ -168,6 +168,9 @@ class DistGraphData:
             self._start(self._loaders[key])
         loader = self._loaders[key]
         loader.set_epoch(epoch)
+        if live and split == "train":  # the new seeds join now: the epoch's steps count them
+            loader.begin_epoch()
+            self._seeds[(split, ntype)] = loader.ids
         t = ntype
         return costed(loader, lambda d: int(d[t].batch_size if t else d.batch_size))
 

@@ -183,11 +183,12 @@ def train_epoch(
     it: Iterator[Batch]
     if rest is None:
         torch.manual_seed(epoch_seed(ctx.config.seed, epoch, ctx.rank))
-        steps = all_min(task.steps_per_epoch(), ctx.ddp)
         t0, c0 = time.perf_counter(), time.process_time()
         it = task.epoch_batches(epoch)  # loaders start (sampler workers: seconds) off the clock
         work.t0 += time.perf_counter() - t0
         work.cpu0 += time.process_time() - c0
+        # after the loader began the epoch: a followed live graph's new seeds count
+        steps = all_min(task.steps_per_epoch(), ctx.ddp)
     else:
         steps = work.done + all_min(-(-int(rest.numel()) // ctx.config.batch_size), ctx.ddp)
         it = task.rest_batches(rest, epoch)

@@ -178,8 +178,14 @@ def test_a_trainers_data_follows_a_heterograph_and_its_epochs_take_the_new_paper
             n = data.num_nodes()
             first = [b.data["paper"] for b in data.loader("train", "paper", [4, 4], 8, True, 0)]
             assert int(torch.cat([p.n_id[: p.batch_size] for p in first]).max()) < n
+            before = len(data.seeds("train", "paper"))
             new = write_new_nodes(addresses, parts)
-            second = [b.data for b in data.loader("train", "paper", [4, 4], 8, True, 1)]
+            batches = data.loader("train", "paper", [4, 4], 8, True, 1)
+            # the epoch began with its loader: the new seeds count before its first batch
+            # (a trainer agrees the epoch's steps from them; they were left out)
+            assert len(data.seeds("train", "paper")) == before + 3
+            second = [b.data for b in batches]
+            assert len(second) == -(-(before + 3) // 8)
             seeds = torch.cat([b["paper"].n_id[: b["paper"].batch_size] for b in second])
             assert sorted(seeds[seeds >= n].tolist()) == sorted(new["papers"][:3].tolist())
             y = torch.cat([b["paper"].y[: b["paper"].batch_size] for b in second])
@@ -215,3 +221,55 @@ def test_a_following_heterograph_answers_new_nodes_and_edges_by_per_type_id(part
             assert (src < book.num_nodes_of("paper")).all()
             with pytest.raises(ArgumentError):  # past the base cites and not a new edge
                 dg.find_edges([book.num_edges - 1], CITES)
+
+
+def edge_types_asked(client: KVClient) -> int:
+    """Bytes of ``graph_edge_types`` answers the client got so far."""
+    return sum(n for (_, op), n in client.traffic.items() if op == "graph_edge_types")
+
+
+def test_a_new_edges_type_is_known_by_its_id_and_typed_calls_refuse_another_type(parts):
+    """A new edge's type from its id alone is the one its batch gave it (the type map gave
+    every new edge the first edge type), asked of its owner once and then held; a typed
+    ``find_edges`` refuses a new edge of another type, and a loader of ``ntype`` (or a
+    typed degree) a new node of another type, by name (both took any new id before)."""
+    from graphrun.distributed.minibatch import MiniBatchSampler
+
+    cfg = ServerConfig(parts, 0, extensions=SAMPLING)
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
+            new = write_new_nodes(addresses, parts)
+            dg = DistGraph(ctx, follow="epoch")
+            book, author = dg.book, int(new["author"][0])
+            ends = np.concatenate([new["papers"], new["author"]])
+            hop = dg.sample_neighbors(ends, {WRITES: 5, CITES: 5, "follows": 5})
+            eids, first = np.unique(hop.eid, return_index=True)
+            want = hop.etype[first].tolist()  # the sampler's answer: writes, cites, follows
+            assert sorted(set(want)) == [0, 1, 2] and (eids >= book.num_edges).all()
+            t, per = dg.types.edges_per_type(torch.as_tensor(eids))
+            assert t.tolist() == want and per.tolist() == eids.tolist()
+            asked = edge_types_asked(ctx.client)
+            assert asked > 0
+            dg.types.edges_per_type(torch.as_tensor(eids[::-1].copy()))  # held: none asked
+            assert edge_types_asked(ctx.client) == asked
+            # the sampler's types, passed along, are taken as they are: none asked either
+            known = torch.as_tensor(want)
+            t, _ = dg.types.edges_per_type(torch.as_tensor(eids), known)
+            assert t.tolist() == want and edge_types_asked(ctx.client) == asked
+            writes = eids[np.asarray(want) == book.etype_id(WRITES)]
+            src, dst = dg.find_edges(writes, WRITES)  # per-type ids of the end types
+            assert set(src.tolist()) == {author} and set(dst.tolist()) <= set(ends.tolist())
+            with pytest.raises(ArgumentError, match=f"edge {writes[0]} is a new edge of type "
+                               "'author:writes:paper', not of 'paper:cites:paper'"):  # fmt: skip
+                dg.find_edges(writes, CITES)
+            other = f"node {author} is a new node of type 'author', not of 'paper'"
+            with pytest.raises(ArgumentError, match=other):
+                DistNodeDataLoader(dg, [0, author], [2], ntype="paper", batch_size=4)
+            with pytest.raises(ArgumentError, match=other):
+                dg.in_degrees([author], "paper")
+            with pytest.raises(ArgumentError, match=other):  # a batch's seeds (a worker's)
+                MiniBatchSampler(ctx, [2]).to_homo("paper", torch.as_tensor([author]))
+            papers = DistNodeDataLoader(dg, new["papers"], [2], ntype="paper", batch_size=4)
+            (b,) = list(papers)
+            assert b["paper"].n_id[:4].tolist() == new["papers"].tolist()

@@ -3,11 +3,20 @@ server logs to its partition's directory (spec.live, docs/live.md)."""
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+
+import numpy as np
 import pytest
 import yaml
 
+from graphrun.distributed.writer import GraphWriter
+from graphrun.job.hosts import Hosts
 from graphrun.names import RoleName
-from graphrun.testing.jobs import job_metrics, local_job, nothing_left, small_job
+from graphrun.partition import load_id_mapping
+from graphrun.rpc.auth import load_keys
+from graphrun.store.client import ClientConfig, KVClient
+from graphrun.testing.jobs import job_metrics, local_job, nothing_left, small_job, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -40,4 +49,69 @@ def test_a_live_hetero_job_follows_its_graph_and_trains(tmp_path):
     assert all(report.exits[RoleName.trainer(r)] == 0 for r in range(2))
     assert '"model": "HeteroGNN"' in sink.getvalue()
     assert job_metrics(path)[-1]["test_acc"] > 0.5  # 4 classes: chance is 0.25
+    nothing_left(job)
+
+
+NEW_PAPERS = 400  # with train_mask: 200 more seeds for each of the two trainers
+EPOCHS = 24  # of a few tenths of a second each: the write lands during them
+BATCH = 20
+
+
+def write_papers(base: Path) -> int:
+    """Into the job's own store (with its key, the store's own, which may write): new
+    papers with every feature of the type, train_mask true, each written by a base
+    author. The version."""
+    run_dir = base / "runs" / "small"
+    hosts = Hosts.read(run_dir / "hosts.json")
+    addresses = [f"tcp://{eps[0].host}:{eps[0].port}" for eps in hosts.store_endpoints().values()]
+    keys = load_keys(run_dir / "keys" / "job.key")
+    with KVClient(ClientConfig(addresses, job="writer", keys=keys, timeout=30)) as c:
+        feats = {}
+        for info in c.list_tensors():
+            kind, _, rest = info.name.partition("/")
+            ntype, _, name = rest.partition("/")
+            if kind == "node" and ntype == "paper":
+                feats[name] = np.zeros((NEW_PAPERS, *info.row_shape), info.dtype)
+        feats["train_mask"][:] = True
+        papers = 10**9 + np.arange(NEW_PAPERS)
+        w = GraphWriter(c)
+        w.add_nodes("paper", papers, feats, label=np.arange(NEW_PAPERS) % 4)
+        orig = load_id_mapping(base / "parts").orig_nids
+        authors = orig[c.book.to_homo("author", np.arange(NEW_PAPERS) % 50)]
+        w.add_edges("writes", authors, papers, orig=True)
+        return w.commit()
+
+
+def test_a_live_hetero_job_trains_on_papers_written_to_its_own_store_while_it_trains(tmp_path):
+    """A writer writes new papers into a live hetero job's own store once its first
+    epoch ended: the epochs from the next one on take them as seeds (more steps each:
+    every trainer 10 more), and the job ends well."""
+    path = small_job(tmp_path, hetero=True, nodes=3000, task="hetero-node-classification",
+                     targetNodeType="paper", fanouts=[4, 3], epochs=EPOCHS, lr=0.03,
+                     batchSize=BATCH)  # fmt: skip
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["live"] = {"follow": "epoch"}
+    path.write_text(yaml.safe_dump(doc))
+    job, _ = local_job(path)
+    metrics = tmp_path / "runs" / "small" / "metrics.jsonl"
+    written: list[int | BaseException] = []
+
+    def writer() -> None:
+        try:
+            if wait_for(lambda: metrics.is_file() and '"epoch": 0' in metrics.read_text()):
+                written.append(write_papers(tmp_path))
+        except BaseException as e:  # raised below, in the test's thread
+            written.append(e)
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    report = job.run()
+    t.join(timeout=60)
+    assert written == [1], written
+    assert all(report.exits[RoleName.trainer(r)] == 0 for r in range(2))
+    steps = [r["steps"] for r in job_metrics(path) if "epoch" in r]
+    grown = [i for i, k in enumerate(steps) if k != steps[0]]
+    assert len(steps) == EPOCHS and grown, steps  # the write landed before the last epoch
+    # from the first epoch at the new version on: every new paper a seed, once
+    assert all(steps[i] == steps[0] + NEW_PAPERS // 2 // BATCH for i in range(grown[0], EPOCHS))
     nothing_left(job)

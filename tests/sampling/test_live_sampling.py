@@ -11,6 +11,7 @@ from graphrun.partition.book import PartitionBook
 from graphrun.sampling.csc import CSCGraph
 from graphrun.sampling.live import (
     EdgeWeights,
+    edge_types,
     find_edges,
     in_degrees,
     merged_csc,
@@ -85,6 +86,36 @@ def test_find_edges_reads_base_and_new_edges_at_a_version():
             if len(bad):
                 with pytest.raises(ArgumentError, match=f"eids\\[1\\] = {bad[0]} is not an edge"):
                     find_edges(g, d, v, np.concatenate([eids[:1], bad]))
+
+
+def test_edge_types_answers_a_new_edges_type_from_its_batch_at_a_version():
+    """Each edge id's type at a version (``graph_edge_types``, what a following client
+    knows of a new edge by its id alone): a base edge's from the CSC, a new one's the type
+    its batch gave it; an edge added after the version, or deleted by it, is refused as
+    find_edges refuses it."""
+    rng = np.random.default_rng(5)
+    plain = _graph(rng)
+    g = CSCGraph(plain.indptr, plain.indices, plain.eids,
+                 etypes=rng.integers(0, 3, plain.num_edges), num_etypes=3)  # fmt: skip
+    assert g.etypes is not None
+    of_base = dict(zip(g.eids.tolist(), g.etypes.tolist(), strict=True))
+    d, empty, none = LiveDelta(), np.empty(0, np.int64), np.empty(0, np.int32)
+    new = E + np.arange(4)
+    edges = np.vstack([[1, 2, 3, 4], [0, 1, 2, 3], new])
+    types = np.asarray([2, 0, 1, 2], np.int32)
+    d.hold(Batch(1, empty, none, empty, edges[:, :2], types[:2], empty, {}, {}), 0.0)
+    d.commit(1)
+    d.hold(Batch(2, empty, none, empty, edges[:, 2:], types[2:], new[:1], {}, {}), 0.0)
+    d.commit(2)
+    base = g.eids[::37]
+    want = [of_base[e] for e in base.tolist()]
+    assert edge_types(g, d, 1, np.concatenate([base, new[:2]])).tolist() == [*want, 2, 0]
+    assert edge_types(g, d, 2, new[1:]).tolist() == [0, 1, 2]
+    for v, bad in [(1, new[2]), (2, new[0])]:  # added after v; deleted at 2
+        with pytest.raises(ArgumentError, match=f"eids\\[1\\] = {bad} is not an edge"):
+            edge_types(g, d, v, np.asarray([base[0], bad]))
+    with pytest.raises(ArgumentError, match=f"eids\\[0\\] = {new[0]} is not an edge"):
+        g.edge_types(new[:1])  # the CSC alone: base edges only
 
 
 def test_a_deleted_edge_that_compaction_folded_into_the_base_is_gone():

@@ -27,8 +27,8 @@ SECONDS = 25.0
 
 def _valid(rng: random.Random, session: str) -> list[bytes]:
     ops = ["join", "pull", "push", "init", "attach", "delete", "list", "meta", "heartbeat",
-           "sample_neighbors", "graph_find_edges", "graph_changes", "graph_out_neighbors",
-           "stats", "nope"]  # fmt: skip
+           "sample_neighbors", "graph_find_edges", "graph_edge_types", "graph_changes",
+           "graph_out_neighbors", "stats", "nope"]  # fmt: skip
     ids = np.array([rng.randrange(-5, 700) for _ in range(rng.randrange(0, 20))], np.int64)
     body = {"s": session, "job": "fuzz", "name": rng.choice([FEAT, "x", "", "../etc"]),
             "fanout": [rng.randrange(-2, 5)], "seed": rng.randrange(0, 9),
