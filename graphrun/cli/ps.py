@@ -51,8 +51,8 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from graphrun.arguments import check_plaintext_address
     from graphrun.errors import ArgumentError
+    from graphrun.rpc.addresses import check_address
     from graphrun.rpc.auth import load_keys
-    from graphrun.rpc.transport import check_address
     from graphrun.store.ps_server import PSConfig, run_ps
 
     logging.basicConfig(

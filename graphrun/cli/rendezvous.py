@@ -59,9 +59,9 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from graphrun.errors import ArgumentError
+    from graphrun.rpc.addresses import check_address
     from graphrun.rpc.auth import KeyPair, load_keys
     from graphrun.rpc.rendezvous import Limits, RendezvousServer
-    from graphrun.rpc.transport import check_address
 
     if not args.bind.startswith("tcp://"):
         raise ArgumentError(f"--bind: {args.bind!r} is not tcp://HOST:PORT")

@@ -236,7 +236,7 @@ def _check_args(args: argparse.Namespace) -> None:
     from graphrun.arguments import check_plaintext_address
     from graphrun.errors import ArgumentError
     from graphrun.partition.format import load_partition_config
-    from graphrun.rpc.transport import check_address
+    from graphrun.rpc.addresses import check_address
     from graphrun.store.live_log import check_live_dir
 
     if args.key_file and args.insecure:

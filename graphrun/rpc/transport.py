@@ -41,6 +41,7 @@ from graphrun.errors import (
     StoreError,
     UserError,
 )
+from graphrun.rpc.addresses import address_error, check_port
 from graphrun.rpc.auth import REFUSED, KeyPair, RateLimitedLog, secure_client, secure_server
 from graphrun.rpc.codec import (
     DEFAULT_LIMITS,
@@ -161,14 +162,14 @@ class RpcServer:
         if waker is not None:
             self._poller.register(waker.fileno(), zmq.POLLIN)
         try:
-            _check_port(address)
+            check_port(address)
             self._sock.bind(address)
         except ArgumentError:
             self.close()
             raise
         except zmq.ZMQError as exc:
             self.close()
-            raise _address_error("bind", address, exc) from exc
+            raise address_error("bind", address, exc) from exc
         self.address: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.handled = 0
 
@@ -316,33 +317,6 @@ def _user_id(frame: Any) -> str | None:
         return None
 
 
-def check_address(address: str) -> None:
-    """ArgumentError for an address no socket could bind or connect: not a ZeroMQ address
-    (``tcp://``, ``ipc://``, ``inproc://``), or a TCP port out of range."""
-    scheme, sep, rest = address.partition("://")
-    if not sep or scheme not in ("tcp", "ipc", "inproc") or not rest:
-        raise ArgumentError(f"address: {address!r} is not a valid ZeroMQ address (tcp://HOST:PORT)")
-    if scheme == "tcp" and ":" not in rest:
-        raise ArgumentError(f"address: {address!r} has no port (tcp://HOST:PORT)")
-    _check_port(address)
-
-
-def _check_port(address: str) -> None:
-    """libzmq takes a TCP port modulo 65536 (99999 bound 34463): refuse it instead."""
-    if not address.startswith("tcp://") or ":" not in address[6:]:
-        return
-    port = address.rsplit(":", 1)[1]
-    if port != "*" and not (port.isdigit() and int(port) <= 65535):
-        raise ArgumentError(f"address: {address!r} has port {port!r}, not in 0..65535 or *")
-
-
-def _address_error(verb: str, address: str, exc: zmq.ZMQError) -> GraphrunError:
-    """A malformed address is the caller's mistake; anything else (in use, ...) an RpcError."""
-    if exc.errno in (zmq.EINVAL, zmq.EPROTONOSUPPORT):
-        return ArgumentError(f"address: cannot {verb} to {address!r}, not a valid ZeroMQ address")
-    return RpcError(f"cannot {verb} ({exc})", address=address)
-
-
 _AUTH_TEXT = "handshake refused: this client does not hold the job key"
 
 
@@ -406,7 +380,7 @@ class RpcClient:
             self._sock.connect(address)
         except zmq.ZMQError as exc:
             self.close()
-            raise _address_error("connect", address, exc) from exc
+            raise address_error("connect", address, exc) from exc
 
     @property
     def in_flight(self) -> int:
