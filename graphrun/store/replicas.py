@@ -91,6 +91,13 @@ WRITE_OPS = frozenset(
 #: writes whose handler answers a repeat itself (the reply is not empty: ``live_begin``
 #: gives the same version and ids again; ``live_decide`` its decision, which stands)
 ANSWERS_REPEATS = frozenset({"live_begin", "live_decide"})
+#: writes that wait for no log sync yet are answered only once their replicas answered,
+#: without holding the loop meanwhile (``writes.Turn``): a partition's ``live_commit``,
+#: whose decision the sequencer and its replica hold already (a promoted replica asks
+#: the sequencer a pending piece's fate), so a read of it here before the replica has it
+#: reads nothing a failover could take back. Not ``push`` and the like: a read here
+#: could see a write that a failover before the replica took it would lose.
+ANSWERED_LATER = frozenset({"live_commit"})
 #: how a fenced primary's refusals begin (the client fails over on them)
 FENCED = "fenced:"
 #: a replica that does not take a forwarded write in this long leaves the write set (a

@@ -69,6 +69,7 @@ from graphrun.store.writes import (
     Sent,
     Syncer,
     Turn,
+    answered_later,
     forward,
     raise_fence,
     settle,
@@ -326,9 +327,12 @@ def make_handler(
             replicas.check_serving(state)
         synced = False  # its record synced already (a forwarded write's, outside a turn)
         sent: Sent = []  # its forwards the turn's end collects
+        unsynced = False  # parked only for its replicas' answers (no record to sync)
         if msg.op in replicas.WRITE_OPS and turn is not None:
             resp, sent = forward(state, req, entry.handler)
-            if resp.after_sync is None or not sent:  # nothing for the turn's end to wait for
+            if sent and resp.after_sync is None and msg.op in replicas.ANSWERED_LATER:
+                resp, unsynced = answered_later(resp), True
+            elif resp.after_sync is None or not sent:  # nothing for the turn's end to wait for
                 raise_fence(settle(state, sent))
                 resp, sent = with_write_set(state, resp), []
         elif msg.op in replicas.WRITE_OPS:
@@ -338,7 +342,8 @@ def make_handler(
         state.served[msg.op] = state.served.get(msg.op, 0) + 1
         if resp.after_sync is not None:
             if turn is not None:
-                turn.parked.append(Parked(peer, msg, resp.after_sync, dict(resp.body), sent))
+                body = dict(resp.body)
+                turn.parked.append(Parked(peer, msg, resp.after_sync, body, sent, not unsynced))
                 return None
             if not synced:
                 live_ops.sync(state)

@@ -65,6 +65,14 @@ class Parked:
     after: AfterSync
     extra: dict[str, object]
     sent: Sent = field(default_factory=list)
+    sync: bool = True  # False: it waits for its replicas' answers only
+
+
+def answered_later(resp: Response) -> Response:
+    """``resp`` of a write that waits for its replicas' answers only
+    (:data:`~graphrun.store.replicas.ANSWERED_LATER`), parked as one that waits for the
+    log is (``Parked.sync`` False: it asks for no sync)."""
+    return Response(after_sync=AfterSync(lambda: Response(resp.body, resp.tensors)))
 
 
 class Syncer:
@@ -178,10 +186,10 @@ class Turn:
         parked, self.parked = self.parked, []
         if parked:
             failure: Exception | None = None
-            ticket = 0
-            if self.syncer is not None:
+            ticket, logged = 0, any(p.sync for p in parked)
+            if logged and self.syncer is not None:
                 ticket = self.syncer.request()
-            else:
+            elif logged:
                 try:
                     live_ops.sync(self.state)
                     self.syncs += 1
@@ -238,7 +246,7 @@ class Turn:
             self.waiting.popleft()
             fences = [settle(self.state, p.sent, waited=waited) for p in head.parked]
             for p, fence in zip(head.parked, fences, strict=True):
-                self._reply(p, fence, head.failure, reply)
+                self._reply(p, fence, head.failure if p.sync else None, reply)
 
     def _reply(
         self,

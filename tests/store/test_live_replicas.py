@@ -365,3 +365,39 @@ def test_a_primary_answers_reads_while_a_write_waits_for_its_replica(machines, k
         writer.join(30)
         assert done.is_set() and not errors, errors
     assert stats(machines.primaries[1], machines.key_file)["dropped_replicas"] == []
+
+
+def test_a_partition_answers_reads_while_a_commit_waits_for_its_replica(machines, keys):
+    """A partition's ``live_commit`` is answered once its replica answered, as before,
+    but without holding the loop meanwhile (``replicas.ANSWERED_LATER``): partition 1's
+    replica stopped as the commit goes, its primary still answers; resumed, the replica
+    commits the piece and stays in the write set."""
+    replica = machines.replicas[1]
+
+    class StopsTheReplica(GraphWriter):
+        def _tell(self, p: int) -> None:
+            if p == 1:
+                os.kill(replica.pid, signal.SIGSTOP)
+            super()._tell(p)
+
+    servers = [p.address for p in machines.primaries]
+    try:
+        with KVClient(ClientConfig(servers, keys=keys, timeout=30)) as c:
+            w = StopsTheReplica(c)
+            w.add_edges("_E", [3], [500])  # 500 is partition 1's
+            w.commit()  # its live_commit to partition 1 is sent, not waited for
+            with RpcClient(machines.primaries[1].address, keys=load_keys(machines.key_file),
+                           timeout=2) as admin:  # fmt: skip
+                deadline = time.monotonic() + 20
+                while not admin.call("stats").body["served"].get("live_commit"):
+                    assert time.monotonic() < deadline
+                    time.sleep(0.02)
+                for _ in range(5):  # (before: no answer until the replica left, 5 s)
+                    assert admin.call("stats").body["replicas"] == [replica.address]
+            os.kill(replica.pid, signal.SIGCONT)
+            w.close()
+    finally:
+        os.kill(replica.pid, signal.SIGCONT)
+    assert stats(machines.primaries[1], machines.key_file)["dropped_replicas"] == []
+    s = stats(replica, machines.key_file)
+    assert (s["live_pending"], s["live_committed"]) == (0, 1), s
