@@ -16,12 +16,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphrun.errors import ArgumentError, GraphrunError, ProtocolError, StoreError
+from graphrun.errors import ArgumentError, AuthError, GraphrunError, ProtocolError, StoreError
 from graphrun.store.live import growth_row, id_owners
+from graphrun.store.live_stale import GONE
 from graphrun.store.session import Session
 
 LIVE_COUNTER = 2  # the deletions segment's slots (graphrun.store.live_ops.LIVE_COUNTER,
 LIVE_ROWS_COUNTER = 3  # LIVE_ROWS_COUNTER)
+_NONE = np.empty(0, np.int64)
 FOLLOW_TRIES = 5  # heads asked again while each was compacted before it was pinned
 
 log = logging.getLogger(__name__)
@@ -123,3 +125,59 @@ def shm_ok(session: Session, part: int, version: int | None, rows: bool = False)
     slot = LIVE_ROWS_COUNTER if rows and len(counter) > LIVE_ROWS_COUNTER else LIVE_COUNTER
     lowest = int(counter[slot])
     return lowest == 0 or lowest > version
+
+
+def shm_rows(session: Session, part: int, name: str, version: int | None) -> np.ndarray | None:
+    """The local base rows of feature ``name`` that a co-located partition's shared memory
+    does not hold as the graph has them at ``version`` (sorted; empty: none), or None:
+    read every row by request. Before a compaction: :func:`shm_ok`'s rows counter. After
+    one (the counter is ``-stamp``, :mod:`graphrun.store.live_stale`): the rows the
+    server's compactions overwrote, asked once per stamp, and only while the stamp read
+    before and after the rows counter is theirs, the server's process is the one that
+    filled the memory mapped at join, and no unfolded piece at or below ``version``
+    overwrites base rows."""
+    e = session.part(part)
+    counter = e.revocations
+    if counter is None or len(counter) <= LIVE_COUNTER:
+        return _NONE
+    stamp = int(counter[LIVE_COUNTER])
+    if stamp >= 0:
+        return _NONE if shm_ok(session, part, version, rows=True) else None
+    if stamp == GONE or len(counter) <= LIVE_ROWS_COUNTER:
+        return None
+    if e.owner is None or not e.owner.watching() or e.owner.gone():
+        return None  # a server started again has segments this session never mapped
+    got = e.stale.get(name)
+    if got is None or got[0] != -stamp:
+        got = e.stale[name] = _ask_stale(session, part, name, -stamp)
+    lowest = int(counter[LIVE_ROWS_COUNTER])
+    if int(counter[LIVE_COUNTER]) != -got[0]:
+        return None  # compacted again while it read (or an answer newer than the counter)
+    if version is not None and 0 < lowest <= version:
+        return None
+    return got[1]
+
+
+def _ask_stale(session: Session, part: int, name: str, stamp: int) -> tuple[int, np.ndarray | None]:
+    """``(stamp, rows)`` of ``live_stale``; ``(stamp seen, None)`` from a server that does
+    not say (an older one: the op is unknown), so that it is not asked again until the
+    counter moves."""
+    try:
+        m = session.call(part, "live_stale", {"name": name}, main_only=True)
+    except AuthError:
+        raise
+    except GraphrunError as exc:
+        log.info("live_stale of partition %d: %s; its rows are read by request", part, exc)
+        return stamp, None
+    got = m.body.get("stamp")
+    if not isinstance(got, int) or len(m.tensors) != 1 or m.tensors[0].ndim != 1:
+        raise ProtocolError("live_stale: the reply is not a stamp and one array of rows")
+    return got, np.asarray(m.tensors[0], np.int64)
+
+
+def fresh(rows: np.ndarray, stale: np.ndarray) -> np.ndarray:
+    """Which of ``rows`` (local base rows) are not in ``stale`` (sorted)."""
+    if not len(stale):
+        return np.ones(len(rows), bool)
+    i = np.searchsorted(stale, rows)
+    return stale[np.minimum(i, len(stale) - 1)] != rows

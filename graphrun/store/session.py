@@ -104,6 +104,8 @@ class PartServers:
     watch: OwnerWatch | None = None  # a co-located replicated primary's process
     revocations: np.ndarray | None = None  # a co-located main server's counters, mapped
     revocations_seen: int = 0  # revocations[1] when this session last asked
+    stale: dict[str, tuple[int, np.ndarray | None]] = field(default_factory=dict)  # live_client
+    owner: OwnerWatch | None = None  # the co-located main server's process (live_client)
 
 
 @dataclass(frozen=True)
@@ -293,8 +295,9 @@ class Session:
                 entry.local = same_host(info.host, info.shm_dir)
             if entry.local:
                 entry.revocations = _revocation_counter(info)
-                if entry.revocations is not None:
+                if entry.revocations is not None and info.deletions is not None:
                     entry.revocations_seen = int(entry.revocations[1])
+                    entry.owner = OwnerWatch(info.deletions.segment)  # while it is alive
             if entry.local and entry.replicas and info.deletions is not None:
                 entry.watch = OwnerWatch(info.deletions.segment)
         first = next(iter(self.parts.values())).info
