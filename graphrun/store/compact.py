@@ -301,6 +301,7 @@ def restore(state: ServerState, delta: LiveDelta) -> None:
     eids, out = base_tables(state.structure, book.owned_nodes(state.part), book.num_nodes,
                             book.num_edges)  # fmt: skip
     delta.fold(man.live_version, run, eids, out)
+    live_stale.of(state).floor = man.live_version  # its files hold the updates: no rows
     log.info("live: partition %d loaded compacted at version %d (%d new nodes, %d new "
              "edges into them)", state.part, man.live_version, run.nodes.shape[1],
              run.edges.shape[1])  # fmt: skip
@@ -425,7 +426,7 @@ def _swap(state: ServerState, live: live_ops.LivePart, comp: Compactor, f: Fold)
     state.structure_segments.update(f.segments)
     live.delta.fold(f.version, f.base, f.eids, f.out)
     _ = live.delta.runs  # the unfolded pieces indexed again: part of the pause
-    live_stale.note_fold(state, live.schema, f.rows)  # its stamp, before it is published
+    live_stale.note_fold(state, live.schema, f.rows, f.version)  # before it is published
     live_ops.publish(state, live)
     if live.seq is not None and live.log is not None:
         comp.sequencer = frozen(live.seq)  # logged by the thread, before it truncates

@@ -134,8 +134,9 @@ def shm_rows(session: Session, part: int, name: str, version: int | None) -> np.
     one (the counter is ``-stamp``, :mod:`graphrun.store.live_stale`): the rows the
     server's compactions overwrote, asked once per stamp, and only while the stamp read
     before and after the rows counter is theirs, the server's process is the one that
-    filled the memory mapped at join, and no unfolded piece at or below ``version``
-    overwrites base rows."""
+    filled the memory mapped at join, ``version`` is not below the version folded last
+    (a read the server refuses), and no unfolded piece at or below it overwrites base
+    rows."""
     e = session.part(part)
     counter = e.revocations
     if counter is None or len(counter) <= LIVE_COUNTER:
@@ -153,26 +154,28 @@ def shm_rows(session: Session, part: int, name: str, version: int | None) -> np.
     lowest = int(counter[LIVE_ROWS_COUNTER])
     if int(counter[LIVE_COUNTER]) != -got[0]:
         return None  # compacted again while it read (or an answer newer than the counter)
-    if version is not None and 0 < lowest <= version:
-        return None
-    return got[1]
+    if version is not None and (0 < lowest <= version or version < got[1]):
+        return None  # updates held at or below it, or a version compacted (refused)
+    return got[2]
 
 
-def _ask_stale(session: Session, part: int, name: str, stamp: int) -> tuple[int, np.ndarray | None]:
-    """``(stamp, rows)`` of ``live_stale``; ``(stamp seen, None)`` from a server that does
-    not say (an older one: the op is unknown), so that it is not asked again until the
-    counter moves."""
+def _ask_stale(
+    session: Session, part: int, name: str, stamp: int
+) -> tuple[int, int, np.ndarray | None]:
+    """``(stamp, floor, rows)`` of ``live_stale``; ``(stamp seen, 0, None)`` from a server
+    that does not say (an older one: the op is unknown), so that it is not asked again
+    until the counter moves."""
     try:
         m = session.call(part, "live_stale", {"name": name}, main_only=True)
     except AuthError:
         raise
     except GraphrunError as exc:
         log.info("live_stale of partition %d: %s; its rows are read by request", part, exc)
-        return stamp, None
-    got = m.body.get("stamp")
-    if not isinstance(got, int) or len(m.tensors) != 1 or m.tensors[0].ndim != 1:
-        raise ProtocolError("live_stale: the reply is not a stamp and one array of rows")
-    return got, np.asarray(m.tensors[0], np.int64)
+        return stamp, 0, None
+    got, floor = m.body.get("stamp"), m.body.get("floor")
+    if not isinstance(got, int) or not isinstance(floor, int) or len(m.tensors) != 1:
+        raise ProtocolError("live_stale: the reply is not a stamp, a floor and rows")
+    return got, floor, np.asarray(m.tensors[0], np.int64).reshape(-1)
 
 
 def fresh(rows: np.ndarray, stale: np.ndarray) -> np.ndarray:

@@ -13,13 +13,15 @@ started from a compacted directory loads the updated files, so it starts with no
 server's is always -1, and a co-located client of an older version reads every row by
 request while it is negative). The stamp starts at 1 and grows by one at each swap, in
 the loop, before the counter is published (:func:`note_fold`); the rows only grow. A
-client asks ``live_stale`` (``name`` -> ``{"stamp"}`` and the rows) when the counter is
+client asks ``live_stale`` (``name`` -> ``{"stamp", "floor"}`` and the rows) when the counter is
 a stamp it has no rows for, and reads shared memory only while the counter still equals
 the stamp of the rows it holds (read before and after the rows counter, a seqlock:
 :func:`graphrun.store.live_client.shm_rows`). When in doubt it asks for every row: an
 older server (the op is unknown), an error, a stamp that moved, a server that stopped
 (the counter is :data:`GONE`) or whose process is gone (a pidfd, as for a replicated
-primary) — a server started again has new segments the client never mapped.
+primary) — a server started again has new segments the client never mapped — and a
+read below the floor (the version folded last: the server refuses it, and so the
+client must ask).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class Stale:
     """This process's compactions: the stamp and the base rows they overwrote."""
 
     stamp: int = 1
+    floor: int = 0  # the version folded last: a read below it is refused (by the server)
     rows: dict[str, np.ndarray] = field(default_factory=dict)  # feature -> sorted local rows
 
 
@@ -63,7 +66,7 @@ def counter(state: ServerState) -> int:
 
 
 def note_fold(
-    state: ServerState, schema: Schema, rows: Mapping[str, tuple[np.ndarray, Any]]
+    state: ServerState, schema: Schema, rows: Mapping[str, tuple[np.ndarray, Any]], floor: int
 ) -> None:
     """A fold's updated base rows (``rows``: feature -> (ids, values), as
     :func:`graphrun.store.compact.write_dir` writes them into the files), before it is
@@ -80,7 +83,7 @@ def note_fold(
         local = ids[ids < first] - lo
         if len(local):
             s.rows[name] = np.union1d(s.rows.get(name, _NONE), local)
-    s.stamp += 1
+    s.stamp, s.floor = s.stamp + 1, floor
 
 
 def stopped(state: ServerState) -> None:
@@ -94,11 +97,11 @@ class StaleBody(msgspec.Struct, frozen=True):
 
 
 def live_stale(state: ServerState, req: Request) -> Response:
-    """``name`` -> ``{"stamp"}`` and the local base rows of the feature that this process's
-    compactions overwrote (sorted int64)."""
+    """``name`` -> ``{"stamp", "floor"}`` and the local base rows of the feature that this
+    process's compactions overwrote (sorted int64)."""
     s = of(state)
     rows = s.rows.get(req.args(StaleBody).name, _NONE)
-    return Response({"stamp": s.stamp}, (rows,))
+    return Response({"stamp": s.stamp, "floor": s.floor}, (rows,))
 
 
 def register(registry: Registry) -> None:

@@ -104,7 +104,7 @@ class PartServers:
     watch: OwnerWatch | None = None  # a co-located replicated primary's process
     revocations: np.ndarray | None = None  # a co-located main server's counters, mapped
     revocations_seen: int = 0  # revocations[1] when this session last asked
-    stale: dict[str, tuple[int, np.ndarray | None]] = field(default_factory=dict)  # live_client
+    stale: dict[str, tuple[int, int, np.ndarray | None]] = field(default_factory=dict)
     owner: OwnerWatch | None = None  # the co-located main server's process (live_client)
 
 
