@@ -215,7 +215,8 @@ class KVClient:
 
     def _pull_live(self, ti: TensorInfo, pol: PartitionPolicy, ids: Any) -> np.ndarray:
         """``pull`` of a live graph: growth ids routed by their blocks, each partition's
-        rows read at the version (shared memory while it holds nothing at or below it)."""
+        rows read at the version (shared memory but for the rows held at or below it or
+        overwritten by a compaction: :func:`~graphrun.store.live_client.shm_rows`)."""
         ids, part, rows = self._route_live(pol, ids)
         out = np.empty((len(ids), *ti.row_shape), dtype=ti.dtype)
         pending = []
@@ -228,10 +229,10 @@ class KVClient:
                 arr = self.catalog.local_array(ti, p)
             if arr is not None and stale is not None:  # base rows from shared memory but
                 r = rows[pos]  # those a compaction overwrote; new ones from the server
-                base = pos[(r < ti.part_rows) & fresh(r, stale)]
+                shm = (r < ti.part_rows) & fresh(r, stale)
+                base, pos = pos[shm], pos[~shm]
                 out[base] = np.take(arr, rows[base], axis=0)
                 self.traffic[p, "pull:shm"] += len(base) * ti.row_bytes
-                pos = np.setdiff1d(pos, base, assume_unique=True)
             if len(pos):
                 body = {"name": ti.name}
                 pending.append((pos, self.session.request(p, "pull", body, (rows[pos],))))

@@ -6,7 +6,9 @@ see :mod:`graphrun.store.live_ops`) and keeps a :class:`LiveView` from ``live_he
 the head version and the growth blocks' owners, so that a new node's (or edge's) id is
 routed to its owner and turned into its local row there
 (:func:`graphrun.store.live.growth_row`). A co-located partition's shared memory is
-read only while it holds nothing at or below the version (:func:`shm_ok`).
+read only while it holds nothing at or below the version (:func:`shm_ok`); its base
+feature rows also after a compaction, but for those a compaction overwrote
+(:func:`shm_rows`, :mod:`graphrun.store.live_stale`).
 """
 
 from __future__ import annotations
