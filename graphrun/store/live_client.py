@@ -25,7 +25,7 @@ from graphrun.store.session import Session
 
 LIVE_COUNTER = 2  # the deletions segment's slots (graphrun.store.live_ops.LIVE_COUNTER,
 LIVE_ROWS_COUNTER = 3  # LIVE_ROWS_COUNTER)
-_NONE = np.empty(0, np.int64)
+_NONE = np.empty(0, bool)
 FOLLOW_TRIES = 5  # heads asked again while each was compacted before it was pinned
 
 log = logging.getLogger(__name__)
@@ -130,12 +130,13 @@ def shm_ok(session: Session, part: int, version: int | None, rows: bool = False)
 
 
 def shm_rows(session: Session, part: int, name: str, version: int | None) -> np.ndarray | None:
-    """The local base rows of feature ``name`` that a co-located partition's shared memory
-    does not hold as the graph has them at ``version`` (sorted; empty: none), or None:
-    read every row by request. Before a compaction: :func:`shm_ok`'s rows counter. After
-    one (the counter is ``-stamp``, :mod:`graphrun.store.live_stale`): the rows the
-    server's compactions overwrote, asked once per stamp, and only while the stamp read
-    before and after the rows counter is theirs, the server's process is the one that
+    """Which local base rows of feature ``name`` a co-located partition's shared memory
+    does not hold as the graph has them at ``version`` (a mask by local row, as long as
+    the highest one; empty: none), or None: read every row by request. Before a
+    compaction: :func:`shm_ok`'s rows counter. After one (the counter is ``-stamp``,
+    :mod:`graphrun.store.live_stale`): the rows the server's compactions overwrote,
+    asked once per stamp, and only while the stamp read before and after the rows
+    counter is theirs, the server's process is the one that
     filled the memory mapped at join, ``version`` is not below the version folded last
     (a read the server refuses), and no unfolded piece at or below it overwrites base
     rows."""
@@ -164,8 +165,8 @@ def shm_rows(session: Session, part: int, name: str, version: int | None) -> np.
 def _ask_stale(
     session: Session, part: int, name: str, stamp: int
 ) -> tuple[int, int, np.ndarray | None]:
-    """``(stamp, floor, rows)`` of ``live_stale``; ``(stamp seen, 0, None)`` from a server
-    that does not say (an older one: the op is unknown), so that it is not asked again
+    """``(stamp, floor, mask of the rows)`` of ``live_stale``; ``(stamp seen, 0, None)``
+    from a server that does not say (an older one: the op is unknown), so that it is not asked again
     until the counter moves."""
     try:
         m = session.call(part, "live_stale", {"name": name}, main_only=True)
@@ -177,12 +178,16 @@ def _ask_stale(
     got, floor = m.body.get("stamp"), m.body.get("floor")
     if not isinstance(got, int) or not isinstance(floor, int) or len(m.tensors) != 1:
         raise ProtocolError("live_stale: the reply is not a stamp, a floor and rows")
-    return got, floor, np.asarray(m.tensors[0], np.int64).reshape(-1)
+    rows = np.asarray(m.tensors[0], np.int64).reshape(-1)
+    mask = np.zeros(int(rows.max()) + 1 if len(rows) else 0, bool)
+    mask[rows] = True  # a gather per pull instead of a search (benchmarks/README.md, colo62)
+    return got, floor, mask
 
 
 def fresh(rows: np.ndarray, stale: np.ndarray) -> np.ndarray:
-    """Which of ``rows`` (local base rows) are not in ``stale`` (sorted)."""
-    if not len(stale):
-        return np.ones(len(rows), bool)
-    i = np.searchsorted(stale, rows)
-    return stale[np.minimum(i, len(stale) - 1)] != rows
+    """Which of ``rows`` (local rows, >= 0) ``stale`` (:func:`shm_rows`' mask) leaves."""
+    out = np.ones(len(rows), bool)
+    if len(stale):
+        inside = rows < len(stale)
+        out[inside] = ~stale[rows[inside]]
+    return out

@@ -79,7 +79,7 @@ def test_a_second_compaction_moves_the_stamp_and_its_rows_are_asked_again(parts)
         assert c.pull(FEAT, UNTOUCHED[:1])[0, 0] == 7.0
         compact(c, p)
         stale = shm_rows(c.session, p, FEAT, c.version)
-        assert stale is not None and UNTOUCHED[0] - c.book.node_offsets[p] in stale
+        assert stale is not None and stale[UNTOUCHED[0] - c.book.node_offsets[p]]
         got = c.pull(FEAT, UNTOUCHED)
         assert got[0, 0] == 7.0 and np.array_equal(got[1:], base[1:])
 
