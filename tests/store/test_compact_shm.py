@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from graphrun.distributed.writer import GraphWriter
 from graphrun.store import live_stale
@@ -17,6 +18,7 @@ from graphrun.store.server import ServerConfig
 from graphrun.store.shm import OwnerWatch, _start_ms
 from graphrun.testing.store import store_threads
 from tests.store.test_compact import compact, parts, served, write_batches  # noqa: F401
+from tests.store.test_live_durable import cluster  # noqa: F401
 from tests.store.test_live_store import FEAT, SAMPLING
 
 UPDATED = [40, 41]  # write_batches(c, parts, 0, 2) updates these base rows to -0, -1
@@ -118,3 +120,32 @@ def test_a_colocated_server_that_stopped_or_whose_process_is_gone_is_read_by_req
     # the servers stopped (in this process: its pidfd stays quiet): the counter says so
     assert shm_rows(c.session, p, FEAT, c.version) is None
     c.close()
+
+
+@pytest.mark.integration
+def test_a_server_started_from_its_compacted_directory_has_no_overwritten_rows(
+    cluster,  # noqa: F811
+    keys,
+):
+    """Its files hold the updates: a co-located client reads every base row, updated or
+    not, from the new server's shared memory, and sees the updated value there."""
+    ids = np.asarray([40, 41, 42], np.int64)
+    with cluster.client(keys) as c:
+        base = c.pull(FEAT, ids).copy()
+        w = GraphWriter(c)
+        w.update_features("_N", "feat", ids[:1], np.full((1, 8), 5.0, np.float32))
+        w.commit()
+        head = c.follow()
+        p = owner(c, ids)
+        assert compact(c, p)["version"] == head
+    cluster.kill(p)
+    cluster.start(p)
+    with cluster.client(keys) as c:
+        assert c.session.local_ok(p)
+        c.follow()
+        stale = shm_rows(c.session, p, FEAT, c.version)
+        assert stale is not None and not stale.any()
+        before = pulls(c, p)
+        got = c.pull(FEAT, ids)
+        assert pulls(c, p) == before  # all from shared memory
+        assert (got[0] == 5.0).all() and np.array_equal(got[1:], base[1:])
