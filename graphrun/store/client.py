@@ -50,7 +50,7 @@ from graphrun.rpc.codec import DEFAULT_LIMITS
 from graphrun.store import routing
 from graphrun.store.catalog import Catalog
 from graphrun.store.disk import DISK_COUNTERS, DiskRows
-from graphrun.store.live_client import LiveView, follow_head, shm_ok
+from graphrun.store.live_client import LiveView, follow_head, fresh, shm_rows
 from graphrun.store.live_client import route as live_route
 from graphrun.store.policy import PartitionPolicy, lookup_policy, policies_from_book
 from graphrun.store.requests import MAX_PUSH_TABLES
@@ -215,20 +215,24 @@ class KVClient:
 
     def _pull_live(self, ti: TensorInfo, pol: PartitionPolicy, ids: Any) -> np.ndarray:
         """``pull`` of a live graph: growth ids routed by their blocks, each partition's
-        rows read at the version (shared memory while it holds nothing at or below it)."""
+        rows read at the version (shared memory but for the rows held at or below it or
+        overwritten by a compaction: :func:`~graphrun.store.live_client.shm_rows`)."""
         ids, part, rows = self._route_live(pol, ids)
         out = np.empty((len(ids), *ti.row_shape), dtype=ti.dtype)
         pending = []
         for p in routing.parts_of(part):
             pos = np.flatnonzero(part == p)
-            arr: np.ndarray | None = None
-            if self.session.local_ok(p) and shm_ok(self.session, p, self.version, rows=True):
+            arr, stale = None, None
+            if self.session.local_ok(p):
+                stale = shm_rows(self.session, p, ti.name, self.version)
+            if stale is not None:
                 arr = self.catalog.local_array(ti, p)
-            if arr is not None:  # base rows from shared memory, new ones from the server
-                base = pos[rows[pos] < ti.part_rows]
+            if arr is not None and stale is not None:  # base rows from shared memory but
+                r = rows[pos]  # those a compaction overwrote; new ones from the server
+                shm = (r < ti.part_rows) & fresh(r, stale)
+                base, pos = pos[shm], pos[~shm]
                 out[base] = np.take(arr, rows[base], axis=0)
                 self.traffic[p, "pull:shm"] += len(base) * ti.row_bytes
-                pos = pos[rows[pos] >= ti.part_rows]
             if len(pos):
                 body = {"name": ti.name}
                 pending.append((pos, self.session.request(p, "pull", body, (rows[pos],))))

@@ -50,7 +50,7 @@ from graphrun.errors import ArgumentError, GraphrunError, StoreError
 from graphrun.names import TensorKey
 from graphrun.partition import compacted
 from graphrun.rpc.tuning import background
-from graphrun.store import live_ops
+from graphrun.store import live_ops, live_stale
 from graphrun.store.live import GROWTH_BLOCK, LiveDelta
 from graphrun.store.live_index import Batch, Run, build_run, concat
 from graphrun.store.live_log import frozen, snapshot
@@ -301,6 +301,7 @@ def restore(state: ServerState, delta: LiveDelta) -> None:
     eids, out = base_tables(state.structure, book.owned_nodes(state.part), book.num_nodes,
                             book.num_edges)  # fmt: skip
     delta.fold(man.live_version, run, eids, out)
+    live_stale.of(state).floor = man.live_version  # its files hold the updates: no rows
     log.info("live: partition %d loaded compacted at version %d (%d new nodes, %d new "
              "edges into them)", state.part, man.live_version, run.nodes.shape[1],
              run.edges.shape[1])  # fmt: skip
@@ -425,6 +426,7 @@ def _swap(state: ServerState, live: live_ops.LivePart, comp: Compactor, f: Fold)
     state.structure_segments.update(f.segments)
     live.delta.fold(f.version, f.base, f.eids, f.out)
     _ = live.delta.runs  # the unfolded pieces indexed again: part of the pause
+    live_stale.note_fold(state, live.schema, f.rows, f.version)  # before it is published
     live_ops.publish(state, live)
     if live.seq is not None and live.log is not None:
         comp.sequencer = frozen(live.seq)  # logged by the thread, before it truncates
@@ -486,6 +488,7 @@ def attach(state: ServerState, partition_dir: Path | None) -> Compactor:
 
 
 def close(state: ServerState) -> None:
+    live_stale.stopped(state)
     comp = state.extension_data.pop(KEY, None)
     if isinstance(comp, Compactor) and comp.thread is not None:
         comp.closing = True
@@ -512,3 +515,4 @@ def live_compact(state: ServerState, req: Request) -> Response:
 
 def register(registry: Registry) -> None:
     registry.add("live_compact", live_compact, needs_session=False)
+    live_stale.register(registry)

@@ -6,7 +6,9 @@ see :mod:`graphrun.store.live_ops`) and keeps a :class:`LiveView` from ``live_he
 the head version and the growth blocks' owners, so that a new node's (or edge's) id is
 routed to its owner and turned into its local row there
 (:func:`graphrun.store.live.growth_row`). A co-located partition's shared memory is
-read only while it holds nothing at or below the version (:func:`shm_ok`).
+read only while it holds nothing at or below the version (:func:`shm_ok`); its base
+feature rows also after a compaction, but for those a compaction overwrote
+(:func:`shm_rows`, :mod:`graphrun.store.live_stale`).
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphrun.errors import ArgumentError, GraphrunError, ProtocolError, StoreError
+from graphrun.errors import ArgumentError, AuthError, GraphrunError, ProtocolError, StoreError
 from graphrun.store.live import growth_row, id_owners
+from graphrun.store.live_stale import GONE
 from graphrun.store.session import Session
 
 LIVE_COUNTER = 2  # the deletions segment's slots (graphrun.store.live_ops.LIVE_COUNTER,
 LIVE_ROWS_COUNTER = 3  # LIVE_ROWS_COUNTER)
+_NONE = np.empty(0, bool)
 FOLLOW_TRIES = 5  # heads asked again while each was compacted before it was pinned
 
 log = logging.getLogger(__name__)
@@ -123,3 +127,67 @@ def shm_ok(session: Session, part: int, version: int | None, rows: bool = False)
     slot = LIVE_ROWS_COUNTER if rows and len(counter) > LIVE_ROWS_COUNTER else LIVE_COUNTER
     lowest = int(counter[slot])
     return lowest == 0 or lowest > version
+
+
+def shm_rows(session: Session, part: int, name: str, version: int | None) -> np.ndarray | None:
+    """Which local base rows of feature ``name`` a co-located partition's shared memory
+    does not hold as the graph has them at ``version`` (a mask by local row, as long as
+    the highest one; empty: none), or None: read every row by request. Before a
+    compaction: :func:`shm_ok`'s rows counter. After one (the counter is ``-stamp``,
+    :mod:`graphrun.store.live_stale`): the rows the server's compactions overwrote,
+    asked once per stamp, and only while the stamp read before and after the rows
+    counter is theirs, the server's process is the one that
+    filled the memory mapped at join, ``version`` is not below the version folded last
+    (a read the server refuses), and no unfolded piece at or below it overwrites base
+    rows."""
+    e = session.part(part)
+    counter = e.revocations
+    if counter is None or len(counter) <= LIVE_COUNTER:
+        return _NONE
+    stamp = int(counter[LIVE_COUNTER])
+    if stamp >= 0:
+        return _NONE if shm_ok(session, part, version, rows=True) else None
+    if stamp == GONE or len(counter) <= LIVE_ROWS_COUNTER:
+        return None
+    if e.owner is None or not e.owner.watching() or e.owner.gone():
+        return None  # a server started again has segments this session never mapped
+    got = e.stale.get(name)
+    if got is None or got[0] != -stamp:
+        got = e.stale[name] = _ask_stale(session, part, name, -stamp)
+    lowest = int(counter[LIVE_ROWS_COUNTER])
+    if int(counter[LIVE_COUNTER]) != -got[0]:
+        return None  # compacted again while it read (or an answer newer than the counter)
+    if version is not None and (0 < lowest <= version or version < got[1]):
+        return None  # updates held at or below it, or a version compacted (refused)
+    return got[2]
+
+
+def _ask_stale(
+    session: Session, part: int, name: str, stamp: int
+) -> tuple[int, int, np.ndarray | None]:
+    """``(stamp, floor, mask of the rows)`` of ``live_stale``; ``(stamp seen, 0, None)``
+    from a server that does not say (an older one: the op is unknown), so that it is not asked again
+    until the counter moves."""
+    try:
+        m = session.call(part, "live_stale", {"name": name}, main_only=True)
+    except AuthError:
+        raise
+    except GraphrunError as exc:
+        log.info("live_stale of partition %d: %s; its rows are read by request", part, exc)
+        return stamp, 0, None
+    got, floor = m.body.get("stamp"), m.body.get("floor")
+    if not isinstance(got, int) or not isinstance(floor, int) or len(m.tensors) != 1:
+        raise ProtocolError("live_stale: the reply is not a stamp, a floor and rows")
+    rows = np.asarray(m.tensors[0], np.int64).reshape(-1)
+    mask = np.zeros(int(rows.max()) + 1 if len(rows) else 0, bool)
+    mask[rows] = True  # a gather per pull instead of a search (benchmarks/README.md, colo62)
+    return got, floor, mask
+
+
+def fresh(rows: np.ndarray, stale: np.ndarray) -> np.ndarray:
+    """Which of ``rows`` (local rows, >= 0) ``stale`` (:func:`shm_rows`' mask) leaves."""
+    out = np.ones(len(rows), bool)
+    if len(stale):
+        inside = rows < len(stale)
+        out[inside] = ~stale[rows[inside]]
+    return out

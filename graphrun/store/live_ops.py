@@ -71,6 +71,7 @@ import numpy as np
 
 from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import TensorKey
+from graphrun.store import live_stale
 from graphrun.store.live import (
     LIVE_DECIDE_TIMEOUT_S,
     LIVE_RETRY_AFTER_S,
@@ -249,10 +250,9 @@ def publish(state: ServerState, live: LivePart) -> None:
     the lowest that overwrites base rows (``[LIVE_ROWS_COUNTER]``: below it, a pull of
     base rows reads shared memory even while new edges or nodes are held)."""
     if state.deletions is not None and len(state.deletions) > LIVE_COUNTER:
-        # compacted (-1): the segments a client mapped may be an old base, every client
-        # reads by request (store/compact.py, live_client.shm_ok)
-        folded = live.delta.floor > 0
-        state.deletions[LIVE_COUNTER] = -1 if folded else live.delta.lowest()
+        # compacted (-stamp): the segments a client mapped may be an old base (live_stale)
+        stamp, folded = live_stale.counter(state), live.delta.floor > 0
+        state.deletions[LIVE_COUNTER] = stamp if folded else live.delta.lowest()
     if state.deletions is not None and len(state.deletions) > LIVE_ROWS_COUNTER:
         state.deletions[LIVE_ROWS_COUNTER] = live.delta.lowest_update()
 

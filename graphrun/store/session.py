@@ -104,6 +104,8 @@ class PartServers:
     watch: OwnerWatch | None = None  # a co-located replicated primary's process
     revocations: np.ndarray | None = None  # a co-located main server's counters, mapped
     revocations_seen: int = 0  # revocations[1] when this session last asked
+    stale: dict[str, tuple[int, int, np.ndarray | None]] = field(default_factory=dict)
+    owner: OwnerWatch | None = None  # the co-located main server's process (live_client)
 
 
 @dataclass(frozen=True)
@@ -293,8 +295,9 @@ class Session:
                 entry.local = same_host(info.host, info.shm_dir)
             if entry.local:
                 entry.revocations = _revocation_counter(info)
-                if entry.revocations is not None:
+                if entry.revocations is not None and info.deletions is not None:
                     entry.revocations_seen = int(entry.revocations[1])
+                    entry.owner = OwnerWatch(info.deletions.segment)  # while it is alive
             if entry.local and entry.replicas and info.deletions is not None:
                 entry.watch = OwnerWatch(info.deletions.segment)
         first = next(iter(self.parts.values())).info
@@ -479,9 +482,10 @@ class Session:
                 c.close()  # the lost primary's backups: its shared memory has stale rows
         e.dead.append(lost)
         e.conns, e.local = [e.main], False
-        if e.watch is not None:
-            e.watch.close()
-            e.watch = None
+        for w in (e.watch, e.owner):
+            if w is not None:
+                w.close()
+        e.watch = e.owner = None
         self.failovers.append((part, lost.address, e.main.address))
         log.warning(
             "partition %d: server %s lost (%s); replica %s took over",
@@ -536,8 +540,9 @@ class Session:
         """Leave every server (frees this job's tensors if it was the last client)."""
         self.stop_heartbeat()
         for e in self.parts.values():
-            if e.watch is not None:
-                e.watch.close()
+            for w in (e.watch, e.owner):
+                if w is not None:
+                    w.close()
             for c in e.dead:
                 c.close()
             for c in e.conns + e.replicas:

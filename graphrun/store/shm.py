@@ -105,6 +105,10 @@ class OwnerWatch:
     def gone(self) -> bool:
         return self._poll is not None and bool(self._poll.poll(0))
 
+    def watching(self) -> bool:
+        """Whether :meth:`gone` can tell (a pidfd of the owner, alive when it was made)."""
+        return self._poll is not None
+
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
