@@ -50,7 +50,7 @@ from graphrun.partition.book import PartitionBook
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import Message
 from graphrun.rpc.transport import RpcClient
-from graphrun.store.replicas import WRITE_OPS, is_fenced
+from graphrun.store.replicas import WRITE_OPS, is_dropped, is_fenced
 from graphrun.store.shm import OwnerWatch, same_host
 from graphrun.store.state import PartitionInfo, received
 
@@ -119,8 +119,9 @@ class Pending:
 
 
 def _lost(exc: BaseException) -> bool:
-    """``exc`` means the server is gone (timeout, lost connection) or fenced."""
-    return type(exc) in (RpcError, RpcTimeout) or is_fenced(exc)
+    """``exc`` means the server is gone (timeout, lost connection), fenced, or a replica
+    dropped from the write set (it misses writes)."""
+    return type(exc) in (RpcError, RpcTimeout) or is_fenced(exc) or is_dropped(exc)
 
 
 def _revocation_counter(info: PartitionInfo) -> np.ndarray | None:
