@@ -228,8 +228,10 @@ def test_a_partition_never_asks_a_dropped_replica_a_fate(machines, keys):
     """Partition 1 holds a piece whose prepare named partition 0's replica, dropped since
     (it missed the commit's decision). The sequencer lost, partition 1 asks that replica
     the piece's fate: it refuses (told it was dropped), and is not promoted; the piece
-    stays pending. Before, the replica promoted itself, answered "pending" from its
-    stale copy and, serving, would have aborted the acknowledged commit in time."""
+    stays pending. Before, the dropped replica promoted itself and answered (here
+    "committed": the forwarded decision was still in its socket when it resumed; one cut
+    off instead misses it, answers "pending" and, serving, aborts the version in time),
+    and from then on served as the sequencer without the writes made after the drop."""
     replica = machines.replicas[0]
     with KVClient(machines.config(keys, timeout=30)) as c:
         w = StopsTheReplicaThenDies(c)

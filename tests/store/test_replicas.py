@@ -391,9 +391,11 @@ def _drop_replica_0(c: KVClient, replica: StoreProcess, n: int) -> None:
 @pytest.mark.integration
 def test_a_client_never_fails_over_to_a_dropped_replica(replicated, keys, key_file):
     """A reader that joined before partition 0's replica was dropped still lists it (it
-    never wrote: no answer told it the write set). Partition 0's primary lost, the reader
-    fails over to the dropped replica, which refuses reads and writes (it misses the
-    push) instead of answering stale rows or being promoted. Before, it answered zeros."""
+    never wrote: no answer told it the write set). A second push after the drop reaches
+    the primary only. Partition 0's primary lost, the reader fails over to the dropped
+    replica, which refuses reads and writes instead of answering stale rows or being
+    promoted. Before, it answered 1 where 2 was acknowledged (the first push, queued in
+    its socket while it was stopped, it applied when resumed)."""
     from graphrun.errors import StoreError
 
     primaries, replicas = replicated
@@ -403,6 +405,7 @@ def test_a_client_never_fails_over_to_a_dropped_replica(replicated, keys, key_fi
         assert len(reader.session.part(0).replicas) == 1
         _drop_replica_0(c, replicas[0], n)
         _wait_told(replicas[0], key_file)
+        c.push("acc", np.arange(n), np.ones((n, 1)), reducer="add")  # the primary only
         primaries[0].kill()
         with pytest.raises(StoreError, match="dropped replica"):
             reader.pull("acc", np.arange(n))
