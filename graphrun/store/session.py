@@ -249,7 +249,10 @@ class Session:
             conn = self._open(address, optional=True)
             try:
                 conn.call("join", join, timeout=min(self.cfg.timeout, BACKUP_JOIN_S))
-            except RpcError as exc:
+            except GraphrunError as exc:  # gone, or a replica dropped since the join reply
+                if not isinstance(exc, RpcError) and not is_dropped(exc):
+                    conn.close()
+                    raise
                 log.warning("%s %s of partition %d skipped: %s", what, address, part, exc)
                 conn.close()
                 continue

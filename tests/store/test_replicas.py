@@ -405,6 +405,9 @@ def test_a_client_never_fails_over_to_a_dropped_replica(replicated, keys, key_fi
         assert len(reader.session.part(0).replicas) == 1
         _drop_replica_0(c, replicas[0], n)
         _wait_told(replicas[0], key_file)
+        # a client joining as the primary drops it (listed in the join reply) skips it
+        join = {**reader.session.base(), "client": "late"}
+        assert reader.session._join_others("replica", [replicas[0].address], 0, join) == []
         c.push("acc", np.arange(n), np.ones((n, 1)), reducer="add")  # the primary only
         primaries[0].kill()
         with pytest.raises(StoreError, match="dropped replica"):
