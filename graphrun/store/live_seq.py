@@ -30,7 +30,7 @@ from graphrun.store.live import (
     MAX_UNDECIDED,
 )
 from graphrun.store.live_wire import Runs
-from graphrun.store.replicas import is_fenced
+from graphrun.store.replicas import is_dropped, is_fenced
 
 if TYPE_CHECKING:
     from graphrun.rpc.auth import KeyPair
@@ -248,15 +248,16 @@ class SeqLink:
 
     def _fail_over(self, exc: GraphrunError) -> bool:
         """Whether the next replica is to be asked (it is then the address): the
-        sequencer refused the connect or lost it, is fenced, or was silent for the
-        store's request timeout."""
+        sequencer refused the connect or lost it, is fenced, is a replica dropped from
+        the write set (it refuses: never promoted), or was silent for the store's request
+        timeout."""
         if type(exc) is RpcTimeout:
             now = time.monotonic()
             if self.silent_since is None:
                 self.silent_since = now
             gone = now - self.silent_since >= self.timeout
         else:
-            gone = type(exc) is RpcError or is_fenced(exc)
+            gone = type(exc) is RpcError or is_fenced(exc) or is_dropped(exc)
         if not gone or not self.replicas:
             return False
         lost = self.address

@@ -18,6 +18,14 @@ the primary's write set and logged; the primary goes on alone. So when the clien
 ``push`` returns (the write is *acknowledged*), every copy still in the write set
 holds it.
 
+**A dropped replica is never failed over to.** The primary tells a replica it drops
+(``replica_dropped``, after the writes it sent it, not waited for); the replica then
+refuses every request (:data:`DROPPED`: a client or a partition asking a fate goes on
+to the next replica, or fails) and is never promoted, and the primary refuses that
+replica's index at ``register_replica`` (restarted, it missed writes). A promoted
+replica that refuses a forward is not told (it serves the partition: this primary is
+fenced).
+
 **Exactly once across a failover.** Each write of a client session carries a write id
 (``w``, increasing per session); a server remembers the last it applied per session
 (``ServerState.applied``) and answers a write it has already applied without applying
@@ -100,6 +108,9 @@ ANSWERS_REPEATS = frozenset({"live_begin", "live_decide"})
 ANSWERED_LATER = frozenset({"live_commit"})
 #: how a fenced primary's refusals begin (the client fails over on them)
 FENCED = "fenced:"
+#: how a dropped replica's refusals begin (it misses writes: the client, or a partition
+#: asking a fate, goes on to the next replica, if any)
+DROPPED = "dropped replica:"
 #: a replica that does not take a forwarded write in this long leaves the write set (a
 #: client waits longer than this for its write: it must not give up on a primary that is
 #: only waiting for a replica)
@@ -111,10 +122,19 @@ def is_fenced(exc: BaseException) -> bool:
     return isinstance(exc, StoreError) and FENCED in str(exc)
 
 
+def is_dropped(exc: BaseException) -> bool:
+    """``exc`` is a dropped replica's refusal."""
+    return isinstance(exc, StoreError) and DROPPED in str(exc)
+
+
 def check_serving(state: ServerState) -> None:
-    """Refuse every request on a fenced primary."""
+    """Refuse every request on a fenced primary and on a dropped replica."""
     if state.fenced:
         raise StoreError(f"{FENCED} partition {state.part} is served by its replica now")
+    if state.dropped:
+        raise StoreError(f"{DROPPED} replica {state.replica} of partition {state.part} was "
+                         f"dropped from its primary's write set ({state.dropped}): it misses "
+                         "writes, so it serves nothing and is never promoted")  # fmt: skip
 
 
 @dataclass
@@ -125,8 +145,19 @@ class Replication:
     timeout: float
     links: dict[str, RpcClient] = field(default_factory=dict)
     dropped: list[str] = field(default_factory=list)
+    indices: dict[str, int] = field(default_factory=dict)  # address -> replica index
+    dropped_indices: dict[int, str] = field(default_factory=dict)  # index -> why
+    told: list[RpcClient] = field(default_factory=list)  # dropped replicas' links, told so
 
-    def add(self, address: str) -> None:
+    def add(self, address: str, index: int = 0) -> None:
+        """Replica ``index`` (0: not given) at ``address`` joins the write set; one
+        dropped before may not (a replica restarted: it missed writes)."""
+        if index and index in self.dropped_indices:
+            raise StoreError(f"{DROPPED} replica {index} was dropped from the write set "
+                             f"({self.dropped_indices[index]}): it misses writes and may "
+                             "not rejoin")  # fmt: skip
+        if index:
+            self.indices[address] = index
         if address not in self.links:
             timeout = min(self.timeout, REPLICA_WRITE_TIMEOUT)
             self.links[address] = RpcClient(address, keys=self.keys, timeout=timeout)
@@ -178,11 +209,11 @@ class Replication:
                                      f"{REPLICA_WRITE_TIMEOUT:g} s", address=address)  # fmt: skip
                 link.wait(rid, timeout=left)
             except GraphrunError as exc:
-                if is_fenced(exc):
+                if is_fenced(exc):  # promoted: it serves the partition, not told dropped
                     fenced = fenced or address
                 elif not applied and type(exc) not in (RpcError, RpcTimeout):
                     continue
-                self._drop(part, address, exc)
+                self._drop(part, address, exc, tell=not is_fenced(exc))
         if fenced is not None:
             raise StoreError(f"{FENCED} partition {part} is served by replica {fenced} now")
 
@@ -191,14 +222,33 @@ class Replication:
         in the write set answered (read without blocking)."""
         return all(self.links.get(a) is not link or link.ready(rid) for a, link, rid in sent)
 
-    def _drop(self, part: int, address: str, exc: Exception) -> None:
+    def _drop(self, part: int, address: str, exc: Exception, tell: bool = True) -> None:
+        """Drop ``address`` from the write set and tell it so (``replica_dropped``, after
+        the writes sent it before, on the same connection; not waited for: it may be
+        stopped), so that it refuses to serve or be promoted, whoever fails over to it."""
         log.warning("replica %s of partition %d dropped from the write set: %s", address, part, exc)
         self.dropped.append(address)
-        self.remove(address)
+        why = f"partition {part}'s primary: {exc}"
+        if address in self.indices:
+            self.dropped_indices[self.indices[address]] = why
+        link = self.links.pop(address, None)
+        if link is None:
+            return
+        if tell:
+            try:
+                link.send("replica_dropped", {"why": why}, connect_timeout=0)
+                self.told.append(link)
+                return
+            except GraphrunError as told_exc:  # gone: a restarted one may not rejoin
+                log.info("replica %s not told it was dropped: %s", address, told_exc)
+        link.close()
 
     def close(self) -> None:
         for address in list(self.links):
             self.remove(address)
+        for link in self.told:
+            link.close()
+        self.told.clear()
 
 
 def write_id(req: Request) -> int | None:
@@ -262,21 +312,38 @@ def register_ops(registry: Registry) -> None:
         if body.remove:
             state.replication.remove(body.address)
         else:
-            state.replication.add(body.address)
+            state.replication.add(body.address, body.replica)
             log.info("partition %d: replica %s registered", state.part, body.address)
         return Response({})
 
+    def replica_dropped(state: ServerState, req: Request) -> Response:
+        if not req.admin:
+            raise AuthError("replica_dropped: only the store's own key drops replicas")
+        if state.replica == 0:
+            raise ArgumentError("replica_dropped: this server is a primary, not a replica")
+        why = req.body.get("why", "")
+        if state.promoted:  # it serves the partition: the old primary is fenced
+            return Response({"dropped": False})
+        state.dropped = why if isinstance(why, str) and why else "no reason given"
+        log.warning("replica %d of partition %d dropped from the write set (%s): serving "
+                    "nothing from now on", state.replica, state.part, state.dropped)  # fmt: skip
+        return Response({"dropped": True})
+
     registry.add("replicate", replicate, needs_session=False)
     registry.add("register_replica", register_replica, needs_session=False)
+    registry.add("replica_dropped", replica_dropped, needs_session=False)
 
 
-def register_with_primary(primary: RpcClient, address: str, deadline_s: float) -> None:
-    """Announce replica ``address`` to its primary, retrying while the primary is not up
-    yet (it may start after this machine's stores) until ``deadline_s`` seconds."""
+def register_with_primary(
+    primary: RpcClient, address: str, deadline_s: float, index: int = 0
+) -> None:
+    """Announce replica ``index`` at ``address`` to its primary, retrying while the
+    primary is not up yet (it may start after this machine's stores) until
+    ``deadline_s`` seconds; a refusal (a replica dropped before) raises."""
     end = time.monotonic() + deadline_s
     while True:
         try:
-            primary.call("register_replica", {"address": address}, timeout=5)
+            primary.call("register_replica", {"address": address, "replica": index}, timeout=5)
             return
         except RpcError as exc:
             if type(exc) not in (RpcError, RpcTimeout):  # refused: not a lost connection
@@ -294,4 +361,6 @@ def replica_state_fields(state: ServerState) -> dict[str, Any]:
         "replica": state.replica,
         "replicas": rep.addresses if rep is not None else [],
         "dropped_replicas": list(rep.dropped) if rep is not None else [],
+        "dropped": state.dropped,  # a replica's: why its primary dropped it ("": not)
+        "promoted": state.promoted,
     }

@@ -92,6 +92,7 @@ class BackupBody(msgspec.Struct, frozen=True, kw_only=True):
     remove: bool = False
     pid: int = 0
     start: int = 0  # the process's start time: a reused pid is told apart
+    replica: int = 0  # register_replica: the replica's index (0: not given)
 
 
 class ReplicateBody(msgspec.Struct, frozen=True, kw_only=True):

@@ -463,7 +463,7 @@ def run_server(
             me = {"address": address, "pid": os.getpid(), "start": start_ms()}
             main.call("register_backup", me)
         if primary is not None:
-            replicas.register_with_primary(primary, address, cfg.request_timeout)
+            replicas.register_with_primary(primary, address, cfg.request_timeout, cfg.replica_index)
         log.info("%s serving %s on %s", name, cfg.partition_dir, address)
         if on_ready is not None:
             on_ready(address)

@@ -50,7 +50,7 @@ from graphrun.partition.book import PartitionBook
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import Message
 from graphrun.rpc.transport import RpcClient
-from graphrun.store.replicas import WRITE_OPS, is_fenced
+from graphrun.store.replicas import WRITE_OPS, is_dropped, is_fenced
 from graphrun.store.shm import OwnerWatch, same_host
 from graphrun.store.state import PartitionInfo, received
 
@@ -121,8 +121,9 @@ class Pending:
 
 
 def _lost(exc: BaseException) -> bool:
-    """``exc`` means the server is gone (timeout, lost connection) or fenced."""
-    return type(exc) in (RpcError, RpcTimeout) or is_fenced(exc)
+    """``exc`` means the server is gone (timeout, lost connection), fenced, or a replica
+    dropped from the write set (it misses writes)."""
+    return type(exc) in (RpcError, RpcTimeout) or is_fenced(exc) or is_dropped(exc)
 
 
 def _revocation_counter(info: PartitionInfo) -> np.ndarray | None:
@@ -250,7 +251,10 @@ class Session:
             conn = self._open(address, optional=True)
             try:
                 conn.call("join", join, timeout=min(self.cfg.timeout, BACKUP_JOIN_S))
-            except RpcError as exc:
+            except GraphrunError as exc:  # gone, or a replica dropped since the join reply
+                if not isinstance(exc, RpcError) and not is_dropped(exc):
+                    conn.close()
+                    raise
                 log.warning("%s %s of partition %d skipped: %s", what, address, part, exc)
                 conn.close()
                 continue

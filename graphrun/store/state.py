@@ -172,6 +172,7 @@ class ServerState:
     applied: dict[str, int] = field(default_factory=dict)  # session -> last write id applied
     promoted: bool = False  # a replica that took a client's write: the partition's server now
     fenced: bool = False  # a primary whose replica was promoted: refuses every request
+    dropped: str = ""  # a replica its primary dropped from the write set: why (refuses all)
     extension_data: dict[str, Any] = field(default_factory=dict)
     disk: dict[str, DiskRows] = field(default_factory=dict)  # features served from disk
     config: dict[str, Any] = field(default_factory=dict)

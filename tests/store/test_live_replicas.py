@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from graphrun.distributed.writer import GraphWriter
+from graphrun.errors import StoreError
 from graphrun.local.stores import StoreProcess, start_store
 from graphrun.partition import compacted, load_id_mapping
 from graphrun.rpc.auth import KeyPair, load_keys, new_keypair, public_key_file_text
@@ -209,6 +210,52 @@ def test_a_partition_asks_the_fate_of_a_piece_of_the_sequencer_s_replica(machine
     while stats(machines.primaries[1], machines.key_file)["live_pending"]:
         assert time.monotonic() < deadline
         time.sleep(0.1)
+
+
+class StopsTheReplicaThenDies(DiesAfterDeciding):
+    """Stops (SIGSTOP) partition 0's replica once every prepare is sent, before its
+    decision: the sequencer drops the replica when the ``live_decide`` it forwards times
+    out, and acknowledges the commit; then the writer dies before telling the partitions."""
+
+    stop_pid = 0
+
+    def _decide(self, f, commit: bool) -> None:
+        os.kill(self.stop_pid, signal.SIGSTOP)
+        super()._decide(f, commit)
+
+
+def test_a_partition_never_asks_a_dropped_replica_a_fate(machines, keys):
+    """Partition 1 holds a piece whose prepare named partition 0's replica, dropped since
+    (it missed the commit's decision). The sequencer lost, partition 1 asks that replica
+    the piece's fate: it refuses (told it was dropped), and is not promoted; the piece
+    stays pending. Before, the dropped replica promoted itself and answered (here
+    "committed": the forwarded decision was still in its socket when it resumed; one cut
+    off instead misses it, answers "pending" and, serving, aborts the version in time),
+    and from then on served as the sequencer without the writes made after the drop."""
+    replica = machines.replicas[0]
+    with KVClient(machines.config(keys, timeout=30)) as c:
+        w = StopsTheReplicaThenDies(c)
+        w.stop_pid = replica.pid
+        w.add_nodes("_N", [BASE_ORIG], node_rows(c, 1, 7.0))
+        to_500 = load_id_mapping(machines.parts).orig_nids[[500]]  # the node goes to part 1
+        w.add_edges("_E", to_500, [BASE_ORIG], orig=True)
+        try:
+            v = w.commit()  # acknowledged after the replica's forward timed out
+        finally:
+            os.kill(replica.pid, signal.SIGCONT)
+        assert stats(machines.primaries[0], machines.key_file)["dropped_replicas"] == [
+            replica.address
+        ]
+        deadline = time.monotonic() + 10  # the primary tells the replica it was dropped
+        while not stats(replica, machines.key_file).get("dropped"):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        machines.primaries[0].kill()
+        with pytest.raises(StoreError, match="dropped replica"):
+            c.session.call(1, "live_nodes", {"v": v})  # settles: partition 1 asks the fate
+    assert not stats(replica, machines.key_file)["promoted"]
+    assert stats(machines.primaries[1], machines.key_file)["live_pending"] == 1
 
 
 def test_a_job_key_asking_a_fate_does_not_promote_the_sequencer_s_replica(machines, keys):

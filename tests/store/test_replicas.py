@@ -367,3 +367,71 @@ def test_stopped_servers_do_not_hold_up_the_heartbeats_of_the_live_ones(replicat
         finally:
             for sp in stopped:
                 os.kill(sp.pid, signal.SIGCONT)
+
+
+def _wait_told(replica: StoreProcess, key_file) -> None:
+    """Wait (up to 10 s) for ``replica`` to hear from its primary that it was dropped."""
+    from graphrun.rpc.auth import load_keys
+
+    with RpcClient(replica.address, keys=load_keys(key_file), timeout=10) as c:
+        deadline = time.monotonic() + 10
+        while not c.call("stats").body.get("dropped") and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+def _drop_replica_0(c: KVClient, replica: StoreProcess, n: int) -> None:
+    """SIGSTOP partition 0's replica while ``c`` pushes: its primary drops it."""
+    os.kill(replica.pid, signal.SIGSTOP)
+    try:
+        c.push("acc", np.arange(n), np.ones((n, 1)), reducer="add")
+    finally:
+        os.kill(replica.pid, signal.SIGCONT)
+
+
+@pytest.mark.integration
+def test_a_client_never_fails_over_to_a_dropped_replica(replicated, keys, key_file):
+    """A reader that joined before partition 0's replica was dropped still lists it (it
+    never wrote: no answer told it the write set). A second push after the drop reaches
+    the primary only. Partition 0's primary lost, the reader fails over to the dropped
+    replica, which refuses reads and writes instead of answering stale rows or being
+    promoted. Before, it answered 1 where 2 was acknowledged (the first push, queued in
+    its socket while it was stopped, it applied when resumed)."""
+    from graphrun.errors import StoreError
+
+    primaries, replicas = replicated
+    with _client(primaries, keys, timeout=10) as reader, _client(primaries, keys) as c:
+        n = c.meta(FEAT).num_rows
+        c.init_tensor("acc", "node:_N", (1,), "float64")
+        assert len(reader.session.part(0).replicas) == 1
+        _drop_replica_0(c, replicas[0], n)
+        _wait_told(replicas[0], key_file)
+        # a client joining as the primary drops it (listed in the join reply) skips it
+        join = {**reader.session.base(), "client": "late"}
+        assert reader.session._join_others("replica", [replicas[0].address], 0, join) == []
+        c.push("acc", np.arange(n), np.ones((n, 1)), reducer="add")  # the primary only
+        primaries[0].kill()
+        with pytest.raises(StoreError, match="dropped replica"):
+            reader.pull("acc", np.arange(n))
+        with pytest.raises(StoreError, match="dropped replica"):
+            reader.session.call(0, "push", {"name": "acc", "reducer": "add"},
+                                tensors=(np.zeros(1, np.int64), np.ones((1, 1))))  # fmt: skip
+        assert reader.stats(1)["dropped_replicas"] == []  # partition 1 unaffected
+
+
+@pytest.mark.integration
+def test_a_restarted_dropped_replica_may_not_rejoin_the_write_set(
+    replicated, parts, keys, key_file, tmp_path
+):
+    """A dropped replica restarted (same index, any address) missed the writes since it
+    was dropped: its primary refuses its registration, so it never starts serving and
+    never joins the write set again. Before, it was added back, stale."""
+    primaries, replicas = replicated
+    with _client(primaries, keys) as c:
+        n = c.meta(FEAT).num_rows
+        c.init_tensor("acc", "node:_N", (1,), "float64")
+        _drop_replica_0(c, replicas[0], n)
+        replicas[0].kill()
+        kw = {"key_file": key_file, "extra_args": ["--replica-of", primaries[0].address]}
+        with pytest.raises(Exception, match="dropped"):
+            replicas.append(start_store(parts, 0, log_dir=tmp_path, **kw))
+        assert c.stats(0)["replicas"] == []
