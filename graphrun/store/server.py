@@ -67,7 +67,6 @@ from graphrun.store.state import (
 from graphrun.store.writes import (
     Parked,
     Sent,
-    Syncer,
     Turn,
     answered_later,
     forward,
@@ -423,7 +422,6 @@ def run_server(
     elif main is None:
         state.replication = replicas.Replication(cfg.keys, cfg.request_timeout)
     server: RpcServer | None = None
-    syncer: Syncer | None = None
     address = ""
     try:
         if main is None:  # replayed from its log before anything is served
@@ -448,9 +446,7 @@ def run_server(
         clients = ClientKeys(cfg.clients_dir) if cfg.clients_dir is not None else None
         access = Access(cfg.keys.public if cfg.keys else None, clients)
         box: list[RpcServer] = []
-        if cfg.live_dir is not None and main is None:  # a log: synced off the loop
-            syncer = Syncer(state)
-        turn = Turn(state, syncer)
+        turn = Turn(state)
         handler = make_handler(state, registry, access, lambda: box[0].current_user, turn)
         admit = clients.__contains__ if clients is not None else None
         server = RpcServer(
@@ -474,7 +470,7 @@ def run_server(
             after_turn=lambda: turn.end(server.reply),
             wake_on=turn.wake_on,
         )
-        turn.finish(server.reply)  # the writes still waiting for their sync, replicas
+        turn.finish(server.reply)  # the writes still waiting for their replicas
         cpu_s = time.process_time() - cpu_ready  # serving, not loading
         served = {"requests": state.served, "reply_bytes": state.reply_bytes,
                   "cpu_s": round(cpu_s, 3)}  # fmt: skip
@@ -497,8 +493,6 @@ def run_server(
             primary.close()
         if state.replication is not None:
             state.replication.close()
-        if syncer is not None:
-            syncer.close()
         compact.close(state)
         live_ops.close(state)
         if main is not None:

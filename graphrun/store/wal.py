@@ -155,11 +155,8 @@ class WriteAheadLog:
     """A log file written in place; opening it finds where its records end (see the
     module's docstring) and takes the next generation.
 
-    Thread-safe: the server's loop appends while a thread of its own syncs
-    (:class:`~graphrun.store.writes.Syncer`) and a compaction thread may truncate. Two
-    locks: ``_io`` for the file (one sync, truncation or close at a time) and ``_lock``
-    for the records appended and not synced, held only to take them: an append waits
-    for no ``fdatasync``, and the records appended during one are the next sync's."""
+    Thread-safe: the server's loop appends and syncs while a compaction thread may
+    truncate."""
 
     def __init__(
         self,
@@ -177,11 +174,9 @@ class WriteAheadLog:
         self.max_bytes = max_bytes
         self.max_record = max_record
         self.extent = extent
-        self._io = threading.Lock()  # the file (taken before ``_lock``)
-        self._lock = threading.Lock()  # the records appended, not synced yet
+        self._lock = threading.Lock()
         self._pending: list[bytes] = []
         self._pending_bytes = 0
-        self._syncing = 0  # bytes of the records a sync writes now
         self.syncs = 0  # fdatasyncs of appended records (groups)
         self.count = 0  # records, synced or not: the next one's sequence number
         self._size = START  # the end of the synced records
@@ -301,7 +296,7 @@ class WriteAheadLog:
 
     def records(self) -> Iterator[Record]:
         """The logged records in file order (the replay at start)."""
-        with self._io, self._lock:
+        with self._lock:
             self._flush()
             size, generation = self._size, self._generation
         with open(self.path, "rb") as f:
@@ -317,7 +312,7 @@ class WriteAheadLog:
     @property
     def size(self) -> int:
         """Bytes of the records, synced or not (the file holds more: its extents)."""
-        return self._size + self._syncing + self._pending_bytes
+        return self._size + self._pending_bytes
 
     def append(self, version: int, data: bytes, *, sync: bool = False) -> None:
         """Log one record; durable only after :meth:`sync` (or with ``sync=True``)."""
@@ -338,8 +333,8 @@ class WriteAheadLog:
             self._pending += (head, data)  # written as they are
             self._pending_bytes += RECORD.size + len(data)
             self.count += 1
-        if sync:
-            self.sync()
+            if sync:
+                self._flush()
 
     def discard(self) -> None:
         """Forget what was appended and not synced (never acknowledged: a failed log)."""
@@ -349,45 +344,25 @@ class WriteAheadLog:
             self._pending_bytes = 0
 
     def sync(self) -> None:
-        """Write and fsync everything appended (a group commit); what is appended
-        meanwhile waits for the next."""
-        with self._io:
-            with self._lock:
-                chunks, at, nbytes = self._pending, self._size, self._pending_bytes
-                if not chunks:
-                    return
-                self._pending, self._pending_bytes, self._syncing = [], 0, nbytes
-            synced = False
-            try:
-                self._write(chunks, at, at + nbytes)
-                synced = True
-            finally:
-                with self._lock:
-                    self._syncing = 0
-                    if synced:
-                        self._size, self.syncs = at + nbytes, self.syncs + 1
+        """Write and fsync everything appended (a group commit)."""
+        with self._lock:
+            self._flush()
 
     def _flush(self) -> None:
-        """:meth:`sync`, the caller holding both locks."""
         if not self._pending:
             return
+        if self._fd < 0:
+            raise StoreError(f"{self.path}: the log is closed")
         end = self._size + self._pending_bytes
-        self._write(self._pending, self._size, end)
+        if end > self._alloc:
+            self._grow(end)
+        _write_all(self._fd, self._pending, self._size)
+        self._write_slot()  # the end the last sync left: durable already
+        os.fdatasync(self._fd)
         self.syncs += 1
         self._size = end
         self._pending.clear()
         self._pending_bytes = 0
-
-    def _write(self, chunks: list[bytes], at: int, end: int) -> None:
-        """Write ``chunks`` at ``at`` (the synced records' end), then the slot, then
-        ``fdatasync``; the caller holds ``_io``."""
-        if self._fd < 0:
-            raise StoreError(f"{self.path}: the log is closed")
-        if end > self._alloc:
-            self._grow(end)
-        _write_all(self._fd, chunks, at)
-        self._write_slot()  # the end the last sync left: durable already
-        os.fdatasync(self._fd)
 
     def _seed(self) -> int:
         return zlib.crc32(self._salt.to_bytes(8, "little"))
@@ -411,7 +386,7 @@ class WriteAheadLog:
         """Drop every record with a version below ``version`` (folded into the base by
         compaction): the kept records are written to a new file, fsynced, and renamed over
         the log. Returns the number of records dropped."""
-        with self._io, self._lock:
+        with self._lock:
             self._flush()
             before = self.count
             with open(self.path, "rb") as f:
@@ -453,7 +428,7 @@ class WriteAheadLog:
 
     def close(self) -> None:
         """Sync what was appended and close the file."""
-        with self._io, self._lock:
+        with self._lock:
             if self._fd < 0:
                 return
             self._flush()

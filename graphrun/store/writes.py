@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -48,8 +46,6 @@ from graphrun.store.state import ServerState
 
 log = logging.getLogger("graphrun.store")
 
-#: how long a stopping server waits for a sync in progress
-SYNC_WAIT_S = 30.0
 
 #: a write's forwards to its replicas not yet answered (``Replication.send``)
 Sent = list[tuple[str, RpcClient, int]]
@@ -75,89 +71,12 @@ def answered_later(resp: Response) -> Response:
     return Response(after_sync=AfterSync(lambda: Response(resp.body, resp.tensors)))
 
 
-class Syncer:
-    """The write-ahead log's ``fdatasync`` on a thread of its own, off the server's loop:
-    :meth:`request` asks for everything appended so far to be synced and returns a
-    ticket; :meth:`result` says whether the ticket's sync is done (and its error).
-    Each sync writes what was appended by the time it starts, so one sync serves every
-    ticket asked for meanwhile (a group commit). It writes a byte to a pipe when one
-    ends: the loop's wait wakes on :attr:`fileno` (``RpcServer.poll``'s ``also``)."""
-
-    def __init__(self, state: ServerState) -> None:
-        self._state = state
-        self._cond = threading.Condition()
-        self._asked = self._synced = 0  # tickets handed out, and synced (or failed)
-        self._failures: list[tuple[int, Exception]] = []  # (last ticket, error)
-        self._closed = False
-        self._read, self._write = os.pipe()
-        os.set_blocking(self._read, False)
-        self._thread = threading.Thread(target=self._run, name="live-sync", daemon=True)
-        self._thread.start()
-
-    @property
-    def fileno(self) -> int:
-        return self._read
-
-    def request(self) -> int:
-        with self._cond:
-            self._asked += 1
-            self._cond.notify()
-            return self._asked
-
-    def take_in(self) -> None:
-        """Empty the pipe (the loop woke on it)."""
-        with contextlib.suppress(BlockingIOError):
-            os.read(self._read, 4096)
-
-    def result(self, ticket: int) -> tuple[bool, Exception | None]:
-        """Whether ticket ``ticket``'s sync ended, and the error it failed with."""
-        with self._cond:
-            if ticket > self._synced:
-                return False, None
-            return True, next((e for last, e in self._failures if ticket <= last), None)
-
-    def wait(self, ticket: int) -> None:
-        """Until ticket ``ticket``'s sync ended (the server stops)."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._synced >= ticket or self._closed, SYNC_WAIT_S)
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._asked > self._synced or self._closed)
-                if self._closed and self._asked == self._synced:
-                    return
-                upto = self._asked
-            failure: Exception | None = None
-            try:
-                live_ops.sync(self._state)
-            except Exception as exc:  # the log failed: its writes are answered with it
-                failure = exc
-            with self._cond:
-                if failure is not None:
-                    self._failures = [*self._failures[-7:], (upto, failure)]
-                self._synced = upto
-                self._cond.notify_all()
-            with contextlib.suppress(OSError):
-                os.write(self._write, b"s")
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        self._thread.join(SYNC_WAIT_S)
-        if not self._thread.is_alive():  # (a sync hung on the disk keeps its pipe)
-            os.close(self._read)
-            os.close(self._write)
-
-
 @dataclass
 class Waiting:
-    """Parked writes whose sync is ``ticket`` (or done: 0, or failed: ``failure``) that
-    wait for it and for their replicas' answers, and when their forwards were sent."""
+    """Parked writes synced here (or whose sync failed: ``failure``) that wait for their
+    replicas' answers, and when their forwards were sent."""
 
     parked: list[Parked]
-    ticket: int
     failure: Exception | None
     since: float
 
@@ -174,70 +93,44 @@ class Turn:
     refused is answered with the fence's error."""
 
     state: ServerState
-    syncer: Syncer | None = None  # None: the turn's end syncs itself, on the loop
     parked: list[Parked] = field(default_factory=list)
     waiting: deque[Waiting] = field(default_factory=deque)
-    syncs: int = 0  # group syncs done (with a syncer: the waiting groups it synced)
+    syncs: int = 0  # group syncs done
 
     def end(self, reply: Callable[[bytes, Message], None]) -> None:
-        """The turn's end: sync the parked writes (or ask the syncer to), then answer
-        every write whose sync ended and whose replicas answered (this turn's or an
-        earlier one's)."""
+        """The turn's end: sync the parked writes, then answer every write whose
+        replicas answered (this turn's or an earlier one's)."""
         parked, self.parked = self.parked, []
         if parked:
             failure: Exception | None = None
-            ticket, logged = 0, any(p.sync for p in parked)
-            if logged and self.syncer is not None:
-                ticket = self.syncer.request()
-            elif logged:
+            if any(p.sync for p in parked):
                 try:
                     live_ops.sync(self.state)
                     self.syncs += 1
                 except GraphrunError as exc:
                     failure = exc
-            self.waiting.append(Waiting(parked, ticket, failure, time.monotonic()))
+            self.waiting.append(Waiting(parked, failure, time.monotonic()))
         self._answer(reply, block=False)
 
     def wake_on(self) -> list[Any]:
-        """What the loop's wait wakes on while writes wait: the syncer's pipe, and the
-        sockets of the replica links whose answers they need."""
-        if not self.waiting:
-            return []
+        """What the loop's wait wakes on while writes wait: the sockets of the replica
+        links whose answers they need."""
         rep = self.state.replication
-        links = (
-            [] if rep is None else [s for k in rep.links.values() if k.in_flight for s in k.sockets]
-        )
-        return links if self.syncer is None else [self.syncer.fileno, *links]
+        if not self.waiting or rep is None:
+            return []
+        return [s for link in rep.links.values() if link.in_flight for s in link.sockets]
 
     def finish(self, reply: Callable[[bytes, Message], None]) -> None:
-        """Answer every waiting write, waiting for its sync and its replicas (the server
-        stops)."""
+        """Answer every waiting write, waiting for its replicas (the server stops)."""
         self._answer(reply, block=True)
-
-    def _synced(self, head: Waiting, block: bool) -> bool:
-        if not head.ticket or self.syncer is None:
-            return True
-        if block:
-            self.syncer.wait(head.ticket)
-        done, failure = self.syncer.result(head.ticket)
-        if done and failure is None:
-            self.syncs += 1
-        if done or block:
-            head.ticket = 0
-            head.failure = failure if done else StoreError("live: the log's sync never ended")
-        return done or block
 
     def _answer(self, reply: Callable[[bytes, Message], None], block: bool) -> None:
         rep = self.state.replication
         if rep is not None:
             for link in rep.links.values():
                 link.take_in()
-        if self.syncer is not None:
-            self.syncer.take_in()
         while self.waiting:
             head = self.waiting[0]
-            if not self._synced(head, block):
-                return
             waited = time.monotonic() - head.since
             sent = [s for p in head.parked for s in p.sent]
             pending = sent and rep is not None and not rep.answered(sent)
