@@ -3,6 +3,10 @@ target type's (issue 42)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -196,31 +200,38 @@ def test_a_trainers_data_follows_a_heterograph_and_its_epochs_take_the_new_paper
             assert all(r.tolist() == new["author_feat"].tolist() for r in rows if len(r))
 
 
-def test_a_following_heterograph_answers_new_nodes_and_edges_by_per_type_id(parts):
-    """DistGraph's typed structure calls take a new node's (edge's) per-type id, its id:
-    degrees of new papers, the ends of a new ``cites`` edge as per-type ids, and one hop
-    sampled per relation into them."""
+@contextlib.contextmanager
+def following(parts) -> Iterator[tuple[Any, DistGraph, dict[str, np.ndarray]]]:
+    """Two store threads, a context, the new nodes written (:func:`write_new_nodes`) and a
+    ``DistGraph`` that follows the graph at epoch boundaries."""
     cfg = ServerConfig(parts, 0, extensions=SAMPLING)
     with store_threads(cfg, 2) as threads:
         addresses = [t.address for t in threads]
         with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
             new = write_new_nodes(addresses, parts)
-            dg = DistGraph(ctx, follow="epoch")
-            book, papers = dg.book, new["papers"]
-            # each new paper: cited by two base papers, written by the new author
-            assert dg.in_degrees(papers, "paper").tolist() == [3] * 4
-            # the new author's out-edges: on one partition, none on the other (which holds
-            # nothing visible: it answered "out of range" before)
-            assert dg.out_degrees(new["author"], "author").tolist() == [4]
-            hop = dg.sample_neighbors(papers, {WRITES: 5, CITES: 5, "follows": 5})
-            assert sorted(hop.etype.tolist()) == [0] * 4 + [1] * 8  # writes, cites
-            cites = np.unique(hop.eid[hop.etype == 1])
-            assert (cites >= book.num_edges).all()
-            src, dst = dg.find_edges(cites, CITES)  # per-type ids of the end types
-            assert set(dst.tolist()) == set(papers.tolist())
-            assert (src < book.num_nodes_of("paper")).all()
-            with pytest.raises(ArgumentError):  # past the base cites and not a new edge
-                dg.find_edges([book.num_edges - 1], CITES)
+            yield ctx, DistGraph(ctx, follow="epoch"), new
+
+
+def test_a_following_heterograph_answers_new_nodes_and_edges_by_per_type_id(parts):
+    """DistGraph's typed structure calls take a new node's (edge's) per-type id, its id:
+    degrees of new papers, the ends of a new ``cites`` edge as per-type ids, and one hop
+    sampled per relation into them."""
+    with following(parts) as (_ctx, dg, new):
+        book, papers = dg.book, new["papers"]
+        # each new paper: cited by two base papers, written by the new author
+        assert dg.in_degrees(papers, "paper").tolist() == [3] * 4
+        # the new author's out-edges: on one partition, none on the other (which holds
+        # nothing visible: it answered "out of range" before)
+        assert dg.out_degrees(new["author"], "author").tolist() == [4]
+        hop = dg.sample_neighbors(papers, {WRITES: 5, CITES: 5, "follows": 5})
+        assert sorted(hop.etype.tolist()) == [0] * 4 + [1] * 8  # writes, cites
+        cites = np.unique(hop.eid[hop.etype == 1])
+        assert (cites >= book.num_edges).all()
+        src, dst = dg.find_edges(cites, CITES)  # per-type ids of the end types
+        assert set(dst.tolist()) == set(papers.tolist())
+        assert (src < book.num_nodes_of("paper")).all()
+        with pytest.raises(ArgumentError):  # past the base cites and not a new edge
+            dg.find_edges([book.num_edges - 1], CITES)
 
 
 def edge_types_asked(client: KVClient) -> int:
@@ -235,41 +246,36 @@ def test_a_new_edges_type_is_known_by_its_id_and_typed_calls_refuse_another_type
     typed degree) a new node of another type, by name (both took any new id before)."""
     from graphrun.distributed.minibatch import MiniBatchSampler
 
-    cfg = ServerConfig(parts, 0, extensions=SAMPLING)
-    with store_threads(cfg, 2) as threads:
-        addresses = [t.address for t in threads]
-        with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
-            new = write_new_nodes(addresses, parts)
-            dg = DistGraph(ctx, follow="epoch")
-            book, author = dg.book, int(new["author"][0])
-            ends = np.concatenate([new["papers"], new["author"]])
-            hop = dg.sample_neighbors(ends, {WRITES: 5, CITES: 5, "follows": 5})
-            eids, first = np.unique(hop.eid, return_index=True)
-            want = hop.etype[first].tolist()  # the sampler's answer: writes, cites, follows
-            assert sorted(set(want)) == [0, 1, 2] and (eids >= book.num_edges).all()
-            t, per = dg.types.edges_per_type(torch.as_tensor(eids))
-            assert t.tolist() == want and per.tolist() == eids.tolist()
-            asked = edge_types_asked(ctx.client)
-            assert asked > 0
-            dg.types.edges_per_type(torch.as_tensor(eids[::-1].copy()))  # held: none asked
-            assert edge_types_asked(ctx.client) == asked
-            # the sampler's types, passed along, are taken as they are: none asked either
-            known = torch.as_tensor(want)
-            t, _ = dg.types.edges_per_type(torch.as_tensor(eids), known)
-            assert t.tolist() == want and edge_types_asked(ctx.client) == asked
-            writes = eids[np.asarray(want) == book.etype_id(WRITES)]
-            src, dst = dg.find_edges(writes, WRITES)  # per-type ids of the end types
-            assert set(src.tolist()) == {author} and set(dst.tolist()) <= set(ends.tolist())
-            with pytest.raises(ArgumentError, match=f"edge {writes[0]} is a new edge of type "
-                               "'author:writes:paper', not of 'paper:cites:paper'"):  # fmt: skip
-                dg.find_edges(writes, CITES)
-            other = f"node {author} is a new node of type 'author', not of 'paper'"
-            with pytest.raises(ArgumentError, match=other):
-                DistNodeDataLoader(dg, [0, author], [2], ntype="paper", batch_size=4)
-            with pytest.raises(ArgumentError, match=other):
-                dg.in_degrees([author], "paper")
-            with pytest.raises(ArgumentError, match=other):  # a batch's seeds (a worker's)
-                MiniBatchSampler(ctx, [2]).to_homo("paper", torch.as_tensor([author]))
-            papers = DistNodeDataLoader(dg, new["papers"], [2], ntype="paper", batch_size=4)
-            (b,) = list(papers)
-            assert b["paper"].n_id[:4].tolist() == new["papers"].tolist()
+    with following(parts) as (ctx, dg, new):
+        book, author = dg.book, int(new["author"][0])
+        ends = np.concatenate([new["papers"], new["author"]])
+        hop = dg.sample_neighbors(ends, {WRITES: 5, CITES: 5, "follows": 5})
+        eids, first = np.unique(hop.eid, return_index=True)
+        want = hop.etype[first].tolist()  # the sampler's answer: writes, cites, follows
+        assert sorted(set(want)) == [0, 1, 2] and (eids >= book.num_edges).all()
+        t, per = dg.types.edges_per_type(torch.as_tensor(eids))
+        assert t.tolist() == want and per.tolist() == eids.tolist()
+        asked = edge_types_asked(ctx.client)
+        assert asked > 0
+        dg.types.edges_per_type(torch.as_tensor(eids[::-1].copy()))  # held: none asked
+        assert edge_types_asked(ctx.client) == asked
+        # the sampler's types, passed along, are taken as they are: none asked either
+        known = torch.as_tensor(want)
+        t, _ = dg.types.edges_per_type(torch.as_tensor(eids), known)
+        assert t.tolist() == want and edge_types_asked(ctx.client) == asked
+        writes = eids[np.asarray(want) == book.etype_id(WRITES)]
+        src, dst = dg.find_edges(writes, WRITES)  # per-type ids of the end types
+        assert set(src.tolist()) == {author} and set(dst.tolist()) <= set(ends.tolist())
+        with pytest.raises(ArgumentError, match=f"edge {writes[0]} is a new edge of type "
+                           "'author:writes:paper', not of 'paper:cites:paper'"):  # fmt: skip
+            dg.find_edges(writes, CITES)
+        other = f"node {author} is a new node of type 'author', not of 'paper'"
+        with pytest.raises(ArgumentError, match=other):
+            DistNodeDataLoader(dg, [0, author], [2], ntype="paper", batch_size=4)
+        with pytest.raises(ArgumentError, match=other):
+            dg.in_degrees([author], "paper")
+        with pytest.raises(ArgumentError, match=other):  # a batch's seeds (a worker's)
+            MiniBatchSampler(ctx, [2]).to_homo("paper", torch.as_tensor([author]))
+        papers = DistNodeDataLoader(dg, new["papers"], [2], ntype="paper", batch_size=4)
+        (b,) = list(papers)
+        assert b["paper"].n_id[:4].tolist() == new["papers"].tolist()
