@@ -125,6 +125,8 @@ class Turn:
         self._answer(reply, block=True)
 
     def _answer(self, reply: Callable[[bytes, Message], None], block: bool) -> None:
+        if not self.waiting:  # (every idle turn of the loop comes here)
+            return
         rep = self.state.replication
         if rep is not None:
             for link in rep.links.values():
