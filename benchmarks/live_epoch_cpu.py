@@ -38,7 +38,8 @@ epochs). Prints one JSON line per epoch: its wall time, the time in the loader's
 ``next`` (sampling and the features' fetch) and in the step (forward, backward,
 optimizer), the trainer's CPU (this process), each server's CPU by thread name
 (user + system, ``/proc/PID/task``), the ingesting process's CPU, the edges it
-committed, the compactions the servers finished, the servers' delta sizes, the load,
+committed, the compactions the servers finished, the servers' delta sizes, the
+requests each primary served by op (``served``, its own calls for these included), the load,
 and the batches' mean size (``batch_nodes_edges``: sampled nodes and edges, which the
 graph's growth makes larger epoch after epoch, and the step with them).
 ``benchmarks/README.md``, "the epoch while ingesting, explained", has its runs.
@@ -128,9 +129,15 @@ def _helpers() -> tuple[Any, Any, Any]:
 
 
 def live_stats(admin: Any) -> list[dict[str, int]]:
-    """Each partition's compactions so far and delta bytes (``live_compact``'s answer)."""
-    return [dict(admin.session.call(p, "live_compact", {}, main_only=True).body)
-            for p in range(2)]  # fmt: skip
+    """Each partition's compactions so far and delta bytes (``live_compact``'s answer),
+    and its primary's requests served so far by op (``served``)."""
+    return [{**admin.session.call(p, "live_compact", {}, main_only=True).body,
+             "served": admin.stats(p)["served"]} for p in range(2)]  # fmt: skip
+
+
+def _served(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    """Requests served between two ``served`` counts, by op (the ops that moved)."""
+    return {op: n - a.get(op, 0) for op, n in sorted(b.items()) if n != a.get(op, 0)}
 
 
 def _ingester(cfg: dict[str, Any], ready: Any, go: Any, quit_: Any, sent: Any, burn: Any) -> None:
@@ -334,6 +341,8 @@ def drive(cfg: dict[str, Any]) -> None:
                 "compactions": [b["compactions"] - a["compactions"]
                                 for a, b in zip(stats0, stats1, strict=True)],
                 "delta_mb": [round(b["delta_bytes"] / 2**20) for b in stats1],
+                "served": [_served(a["served"], b["served"])
+                           for a, b in zip(stats0, stats1, strict=True)],
                 "torch_threads": torch.get_num_threads(),
                 "load_avg": os.getloadavg()[0],
             })  # fmt: skip
