@@ -158,7 +158,8 @@ class BatchBuilder:
         held-out ones and those joining a positive pair (:meth:`EdgeSplit.exclude`).
         """
         etype = self.spec.etype or self.types.edge_types[0]
-        homo_e = torch.from_numpy(self.book.etype_to_homo(etype, eids.numpy()))
+        # a followed live graph: a new edge's per-type id is its id, refused if not of etype
+        homo_e = torch.from_numpy(self.types.etype_to_homo(etype, eids.numpy()))
         src, dst = self.ctx.sampler.find_edges(homo_e)
         got = self.minibatch.links(
             src,

@@ -95,6 +95,34 @@ class LiveNodeTypes:
         self.version = v if self.version is None else max(self.version, v)
 
 
+class NewNodes:
+    """Every new node at the client's version (``live_nodes``: sorted ids and types): the
+    candidates a link batch draws negatives from beside the base nodes. Asked again when
+    the version moves, then only for the nodes added since (the ids only grow); every
+    one when it moved back (a sampler worker's task at an older version), so that a
+    batch's candidates are exactly those at its version, whoever builds it."""
+
+    def __init__(self, client: KVClient) -> None:
+        self.client = client
+        self.version: int | None = None
+        self.ids = np.empty(0, np.int64)
+        self.types = np.empty(0, np.int32)
+
+    def of_type(self, t: int) -> np.ndarray:
+        """The sorted ids of the new nodes of type index ``t`` at the client's version."""
+        v = self.client.version
+        if v is None:  # not following: the base only
+            return self.ids[:0]
+        if v != self.version:
+            grows = self.version is not None and self.version < v
+            got, types = self.client.live_nodes(self.version if grows else None)
+            if grows:
+                ids, first = np.unique(np.concatenate([self.ids, got]), return_index=True)
+                got, types = ids, np.concatenate([self.types, types])[first]
+            self.ids, self.types, self.version = got, types, v
+        return self.ids[self.types == t]
+
+
 def _find(table: np.ndarray, types: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(type, held)`` of each of ``ids`` in a table of sorted ids and their types."""
     if len(table) == 0:

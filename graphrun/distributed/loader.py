@@ -307,6 +307,11 @@ class DistLinkDataLoader(_DistLoader):
     ``neg_mode`` ``"uniform"`` or ``"degree"`` (∝ in-degree ** 0.75). With ``edge_split``
     no held-out edge and no edge joining a positive pair carries messages. The other
     keywords are those of :class:`DistNodeDataLoader` (``etype`` in place of ``ntype``).
+
+    On a followed live graph (``DistGraph(ctx, follow=...)``) a new edge's per-type id is
+    its id: new edges of ``etype`` are positives like base ones (one of another type is
+    refused by name), and the negatives are drawn from the destination type's new nodes
+    at the batch's version as well as its base nodes (docs/live.md).
     """
 
     def __init__(
@@ -323,6 +328,10 @@ class DistLinkDataLoader(_DistLoader):
         hops, given["replace"] = _fanouts(fanouts, given.get("replace", False))
         spec = BatchSpec(kind="link", fanouts=hops, etype=canonical, **given)
         super().__init__(graph, edges, spec, options)
+        if graph.follow is not None:  # a new positive of another type: refused now, not at
+            grown = self.ids.numpy()  # its batch (each batch checks too)
+            graph.types.etype_to_homo(canonical or graph.edge_types[0],
+                                      grown[grown >= graph.book.num_edges])  # fmt: skip
 
 
 DistEdgeDataLoader = DistLinkDataLoader  # DistDGL's name

@@ -1,0 +1,157 @@
+"""A link loader following a live graph takes new edges of its type as positives and
+draws negatives from new nodes too (issue 42); on a heterograph it refuses a new edge
+of another type by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from graphrun.distributed import DistGraph, DistLinkDataLoader, initialize
+from graphrun.distributed.batches import BatchBuilder
+from graphrun.errors import ArgumentError
+from graphrun.sampling.edgesplit import EdgeSplit
+from graphrun.store.server import ServerConfig
+from graphrun.testing.store import make_partition_dir, store_threads
+from tests.distributed import test_live_follow
+from tests.distributed.test_live_hetero import CITES, WRITES, following
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def hparts(tmp_path_factory):
+    return make_partition_dir(tmp_path_factory.mktemp("hlink") / "parts", 2, hetero=True)[1]
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    return make_partition_dir(tmp_path_factory.mktemp("link") / "parts", 2)[1]
+
+
+def new_edges(dg: DistGraph, ends: np.ndarray, etype: int | None = None) -> np.ndarray:
+    """The ids of the new in-edges of ``ends`` (of type index ``etype``), as sampled."""
+    hop = dg.sample_neighbors(ends, 50)
+    eids = hop.eid if etype is None else hop.eid[hop.etype == etype]
+    eids = np.unique(eids[eids >= dg.book.num_edges])
+    assert len(eids)
+    return eids
+
+
+def pairs(b, ends_of, label: int) -> set[tuple[int, int]]:
+    """The labelled pairs of a batch as (source, destination) ids of their types."""
+    src_ids, dst_ids, index, labels = ends_of(b)
+    pick = index[:, labels == label]
+    return set(zip(src_ids[pick[0]].tolist(), dst_ids[pick[1]].tolist(), strict=True))
+
+
+def test_a_link_loader_following_a_heterograph_takes_new_edges_and_new_negatives(hparts):
+    """New ``cites`` edges into new papers are positives of a ``cites`` loader (their
+    per-type id: their id; the book refused them, out of its range), and the negatives'
+    destinations are drawn from the new papers too (the base papers only before)."""
+    with following(hparts) as (_ctx, dg, new):
+        book, papers = dg.book, new["papers"]
+        cites = new_edges(dg, papers, book.etype_id(CITES))
+        positives = np.concatenate([np.arange(4), cites])
+        loader = DistLinkDataLoader(dg, positives, [4, 4], etype=CITES, batch_size=64,
+                                    neg_k=40)  # fmt: skip
+        (b,) = list(loader)
+        p = b["paper"].n_id
+
+        def ends(b):
+            return p, p, b[CITES].edge_label_index, b[CITES].edge_label
+
+        src, dst = dg.find_edges(positives, CITES)  # per-type ids of the end types
+        assert pairs(b, ends, 1) == set(zip(src.tolist(), dst.tolist(), strict=True))
+        negatives = {d for _, d in pairs(b, ends, 0)}
+        assert negatives <= set(range(book.num_nodes_of("paper"))) | set(papers.tolist())
+        assert negatives & set(papers.tolist())
+        # a sampler worker builds the same batch at the trainer's version
+        with DistLinkDataLoader(dg, positives, [4, 4], etype=CITES, batch_size=64, neg_k=40,
+                                num_workers=1) as pool:  # fmt: skip
+            (again,) = list(pool)
+        assert torch.equal(again["paper"].n_id, p)
+        assert torch.equal(again[CITES].edge_label_index, b[CITES].edge_label_index)
+
+
+def test_a_link_loader_refuses_a_new_edge_of_another_type(hparts):
+    """A ``cites`` loader given a new ``writes`` edge refuses it by name, at its
+    construction and at a batch (a worker's builder): it took it as a ``cites`` edge
+    before, or refused it as out of range."""
+    with following(hparts) as (ctx, dg, new):
+        writes = new_edges(dg, new["papers"], dg.book.etype_id(WRITES))
+        other = f"edge {writes[0]} is a new edge of type 'author:writes:paper', not of "
+        with pytest.raises(ArgumentError, match=other + "'paper:cites:paper'"):
+            DistLinkDataLoader(dg, writes, [2], etype=CITES, batch_size=4)
+        loader = DistLinkDataLoader(dg, writes, [2], etype=WRITES, batch_size=4)
+        (b,) = list(loader)
+        assert int(b[WRITES].edge_label.sum()) == len(writes)
+        spec = DistLinkDataLoader(dg, [0], [2], etype=CITES, batch_size=4).spec
+        with pytest.raises(ArgumentError, match=other):
+            BatchBuilder(ctx, spec).build(torch.as_tensor(writes), 0)
+
+
+@pytest.mark.parametrize("mode", ["uniform", "degree"])
+def test_a_link_loader_following_a_graph_takes_new_edges_and_new_negatives(parts, mode):
+    """The homogeneous loader alike: the new edges written after the loader was made are
+    positives at the next epoch, and negatives are drawn from the new nodes as well."""
+    cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
+            dg = DistGraph(ctx, follow="epoch")
+            n = dg.num_nodes()
+            _, _, ids = test_live_follow.write_new_nodes(addresses, parts)
+            dg.refresh("epoch")
+            fresh = new_edges(dg, ids)
+            loader = DistLinkDataLoader(dg, np.concatenate([np.arange(8), fresh]), [4, 4],
+                                        batch_size=64, neg_k=100, neg_mode=mode,
+                                        edge_split=EdgeSplit(0.0, 0.0))  # fmt: skip
+            (b,) = list(loader)
+
+            def ends(b):
+                return b.n_id, b.n_id, b.edge_label_index, b.edge_label
+
+            src, dst = dg.find_edges(np.concatenate([np.arange(8), fresh]))
+            assert pairs(b, ends, 1) == set(zip(src.tolist(), dst.tolist(), strict=True))
+            negatives = {d for _, d in pairs(b, ends, 0)}
+            assert negatives <= set(range(n)) | set(ids.tolist())
+            assert negatives & set(ids.tolist())
+            # no edge joining a positive pair carries messages, new nodes' pairs included
+            s, d = b.n_id[b.edge_index[0]], b.n_id[b.edge_index[1]]
+            joined = set(zip(s.tolist(), d.tolist(), strict=True))
+            want = set(zip(src.tolist(), dst.tolist(), strict=True))
+            assert not joined & (want | {(v, u) for u, v in want})
+
+
+def test_a_positive_pair_with_a_new_node_keeps_other_edges_in_message_passing(parts):
+    """A positive pair's key (``min * bound + max``) takes new nodes' ids into account:
+    keyed by the base's count ``n``, the pair ``(0, n + c)`` of a new node ``n + c`` had
+    the key of the pair ``(1, c)`` and kept the edge ``1 -> c`` out of the batch."""
+    from graphrun.distributed.minibatch import MiniBatchSampler
+    from graphrun.distributed.writer import GraphWriter
+    from graphrun.sampling.fanout import ALL
+    from graphrun.store.client import ClientConfig, KVClient
+
+    cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
+            dg = DistGraph(ctx, follow="head")
+            n = dg.num_nodes()
+            _, _, ids = test_live_follow.write_new_nodes(addresses, parts)
+            c = int((ids - n)[ids - n < n].max())  # a new node n + c, past its block's first
+            assert c >= 2
+            with KVClient(ClientConfig(addresses, job="writer", timeout=20)) as client:
+                w = GraphWriter(client)
+                w.add_edges("_E", [1], [c])
+                w.commit()
+            dg.refresh("batch")
+            sampler = MiniBatchSampler(ctx, [ALL])
+            got = sampler.links(torch.as_tensor([0, c + 1]), torch.as_tensor([n + c, c]), 0,
+                                ("_N", "_E", "_N"), neg_k=0,
+                                edge_split=EdgeSplit(0.0, 0.0))  # fmt: skip
+            sub = got.sub
+            edges = set(zip(sub.node[sub.row].tolist(), sub.node[sub.col].tolist(), strict=True))
+            assert (1, c) in edges
