@@ -31,6 +31,7 @@ from torch import Tensor
 from graphrun.errors import ArgumentError
 from graphrun.names import CanonicalEtype
 from graphrun.partition.book import PartitionBook
+from graphrun.sampling.changes import OP_NEW_EDGES
 from graphrun.sampling.distributed import DistOneHopSampler
 from graphrun.sampling.partitioned import BookTypeMap
 from graphrun.store.client import KVClient
@@ -287,6 +288,26 @@ def new_seeds(
     on = np.asarray(client.pull(f"node/{ntype}/{mask}", ids)).reshape(len(ids), -1).any(axis=1)
     fresh = ids[on & ~np.isin(ids, seen)]
     return torch.from_numpy(share(fresh, rank, world_size)), np.union1d(seen, fresh)
+
+
+def new_positives(
+    client: KVClient, etype: int, since: int | None, seen: np.ndarray, rank: int = 0,
+    world_size: int = 1, keep: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> tuple[Tensor, np.ndarray]:  # fmt: skip
+    """This trainer's share of the new edges of type index ``etype`` at the client's
+    version added after version ``since`` (None: every one; more after a compaction)
+    that are not in ``seen`` and that ``keep`` keeps (a mask: a link loader's training
+    split), their ids, also their per-type ids; and ``seen`` with every one asked:
+    every partition's ``graph_new_edges``, asked at once; as many for every trainer
+    (:func:`share`)."""
+    s = client.session
+    body = {"since": -1 if since is None else since, "etype": etype}
+    pending = [s.request(p, OP_NEW_EDGES, body) for p in range(client.num_parts)]
+    got = [np.asarray(s.wait(r).tensors[0], np.int64) for r in pending]
+    eids = np.unique(np.concatenate([np.empty(0, np.int64), *got]))
+    eids = eids[~np.isin(eids, seen)]
+    fresh = eids if keep is None or len(eids) == 0 else eids[keep(eids)]
+    return torch.from_numpy(share(fresh, rank, world_size)), np.union1d(seen, eids)
 
 
 def share(fresh: np.ndarray, rank: int, world_size: int) -> np.ndarray:

@@ -155,3 +155,85 @@ def test_a_positive_pair_with_a_new_node_keeps_other_edges_in_message_passing(pa
             sub = got.sub
             edges = set(zip(sub.node[sub.row].tolist(), sub.node[sub.col].tolist(), strict=True))
             assert (1, c) in edges
+
+
+@pytest.mark.parametrize("held_out", [0.0, 0.5])
+def test_new_edges_of_its_type_join_a_link_loaders_positives_at_the_next_epoch(hparts, held_out):
+    """With ``live_edges`` the new ``cites`` edges join the positives at the next epoch
+    (not the new ``writes`` edges; with ``edge_split`` those of the training split
+    only), and at the one after only those written since (the loader took no
+    ``live_edges`` before)."""
+    from graphrun.distributed.writer import GraphWriter
+    from graphrun.sampling.edgesplit import TRAIN
+    from graphrun.store.client import ClientConfig, KVClient
+    from tests.distributed.test_live_hetero import SAMPLING, write_new_nodes
+
+    split = EdgeSplit(held_out, 0.0, seed=1)
+    cfg = ServerConfig(hparts, 0, extensions=SAMPLING)
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
+            dg = DistGraph(ctx, follow="epoch")
+            cites = dg.book.etype_id(CITES)
+            loader = DistLinkDataLoader(dg, np.arange(10), [2], etype=CITES, batch_size=64,
+                                        live_edges=True, edge_split=split)  # fmt: skip
+            assert sum(int(b[CITES].edge_label.sum()) for b in loader) == 10
+            new = write_new_nodes(addresses, parts=hparts)
+            (b,) = list(loader)
+            fresh = new_edges(dg, new["papers"], cites)
+            src, dst = dg.find_edges(fresh)
+            want = fresh[(split.of(src, dst) == TRAIN).numpy()]
+            assert sorted(loader.ids[10:].tolist()) == sorted(want.tolist())
+            assert int(b[CITES].edge_label.sum()) == 10 + len(want)
+            with KVClient(ClientConfig(addresses, job="writer", timeout=20)) as c:
+                w = GraphWriter(c)
+                w.add_edges(CITES, [int(new["papers"][0])] * 4, new["papers"].tolist(),
+                            {"weight": np.ones(4, np.float32)})  # fmt: skip
+                w.commit()
+            list(loader)
+            later = np.setdiff1d(new_edges(dg, new["papers"], cites), fresh)
+            assert len(later) == 4
+            src, dst = dg.find_edges(later)
+            more = later[(split.of(src, dst) == TRAIN).numpy()]
+            assert sorted(loader.ids[10 + len(want) :].tolist()) == sorted(more.tolist())
+            if held_out:
+                assert len(want) + len(more) < len(fresh) + len(later)
+
+
+def test_a_link_loader_made_after_a_compaction_takes_the_folded_new_edges(tmp_path):
+    """New edges folded into the base by a compaction (into new papers: the folded
+    growth; into base papers: the base CSC) are still new edges a ``live_edges`` loader
+    asks for from the start; one deleted since is not."""
+    from graphrun.distributed.writer import GraphWriter
+    from graphrun.store.client import ClientConfig, KVClient
+    from tests.distributed.test_live_hetero import SAMPLING, write_new_nodes
+    from tests.store.test_compact import compact
+
+    _, hparts = make_partition_dir(tmp_path / "parts", 2, hetero=True)
+    cfg = ServerConfig(hparts, 0, extensions=SAMPLING)
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        new = write_new_nodes(addresses, parts=hparts)
+        papers = [int(p) for p in new["papers"]]
+        with KVClient(ClientConfig(addresses, job="writer", timeout=20)) as c:
+            w = GraphWriter(c)  # a new paper cites two base papers
+            base = c.book.to_homo("paper", np.asarray([0, 1]))
+            w.add_edges(CITES, [papers[0]] * 2, base, {"weight": np.ones(2, np.float32)})
+            w.commit()
+            with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
+                dg = DistGraph(ctx, follow="epoch")
+                cites = dg.book.etype_id(CITES)
+                into_new = new_edges(dg, np.asarray(papers), cites)
+                into_base = new_edges(dg, base, cites)
+                assert len(into_new) == 8 and len(into_base) == 2
+                for p in (0, 1):
+                    ctx.client.session.call(p, "heartbeat")
+                stats = [compact(c, p) for p in (0, 1)]  # partition 0 holds every piece
+                assert max(st["version"] for st in stats) == 2
+                w.delete_edges(CITES, into_new[:1])
+                w.commit()
+                loader = DistLinkDataLoader(dg, np.arange(3), [2], etype=CITES, batch_size=64,
+                                            live_edges=True)  # fmt: skip
+                list(loader)
+                want = np.concatenate([into_new[1:], into_base])
+                assert sorted(loader.ids[3:].tolist()) == sorted(want.tolist())
