@@ -269,16 +269,21 @@ class DistGraphData:
         epoch: int, x: str, edge_split: EdgeSplit,
     ) -> Iterator[Batch]:  # fmt: skip
         key = ("link", split, batch_size, shuffle, neg_k, edge_split)
+        live = self.graph.follow is not None and split == "train"
         if key not in self._loaders:
             self._loaders[key] = DistLinkDataLoader(
                 self.graph, self.edges(split, edge_split), fanouts, batch_size=batch_size,
                 neg_k=neg_k, edge_split=edge_split, shuffle=shuffle, x=x,
                 seed=self.seed + self.rank,
                 num_workers=self.num_workers if split == "train" else 0,
+                live_edges=live,  # a followed live graph's new training edges join
             )  # fmt: skip
             self._start(self._loaders[key])
         loader = self._loaders[key]
         loader.set_epoch(epoch)
+        if live:  # the new positives join now: the epoch's steps count them
+            loader.begin_epoch()
+            self._edges[(split, edge_split)] = loader.ids
         return costed(loader, lambda d: int((d.edge_label > 0).sum()))
 
     def _start(self, loader: Any) -> None:

@@ -237,3 +237,32 @@ def test_a_link_loader_made_after_a_compaction_takes_the_folded_new_edges(tmp_pa
                 list(loader)
                 want = np.concatenate([into_new[1:], into_base])
                 assert sorted(loader.ids[3:].tolist()) == sorted(want.tolist())
+
+
+def test_a_trainers_link_data_following_a_graph_takes_the_new_training_edges(parts):
+    """The trainer's DistGraphData (what a live link-prediction GraphJob drives): at the
+    epoch after new edges were written its training positives, and so its steps, hold
+    those of the training split (they were the base's only)."""
+    from graphrun.sampling.edgesplit import TRAIN
+    from graphrun.train.distdata import DistGraphData
+
+    split = EdgeSplit(0.2, 0.2, seed=3)
+    cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
+            dg = DistGraph(ctx, follow="epoch")
+            data = DistGraphData(dg, 0, 1)
+            before = data.edges("train", split).numel()
+            first = list(data.link_loader("train", [2], 512, 1, True, 0, "feat", split))
+            assert sum(b.seeds for b in first) == before
+            _, _, ids = test_live_follow.write_new_nodes(addresses, parts)
+            batches = data.link_loader("train", [2], 512, 1, True, 1, "feat", split)
+            dg.refresh("epoch")
+            fresh = new_edges(dg, ids)
+            src, dst = dg.find_edges(fresh)
+            want = fresh[(split.of(src, dst) == TRAIN).numpy()]
+            assert 0 < len(want) < len(fresh)
+            mine = data.edges("train", split)
+            assert sorted(mine[before:].tolist()) == sorted(want.tolist())
+            assert sum(b.seeds for b in batches) == before + len(want)
