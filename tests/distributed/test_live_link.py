@@ -266,3 +266,39 @@ def test_a_trainers_link_data_following_a_graph_takes_the_new_training_edges(par
             mine = data.edges("train", split)
             assert sorted(mine[before:].tolist()) == sorted(want.tolist())
             assert sum(b.seeds for b in batches) == before + len(want)
+
+
+def test_a_positive_deleted_since_is_left_out_of_its_batch(parts):
+    """Positives deleted by a batch's version (a base edge and a new one) are left out of
+    it, the others kept (the owner refused the batch's look-up of their ends before)."""
+    from graphrun.distributed.writer import GraphWriter
+    from graphrun.store.client import ClientConfig, KVClient
+
+    cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
+            dg = DistGraph(ctx, follow="epoch")
+            _, _, ids = test_live_follow.write_new_nodes(addresses, parts)
+            dg.refresh("epoch")
+            fresh = new_edges(dg, ids)
+            positives = np.concatenate([np.arange(8), fresh])
+            src, dst = dg.find_edges(positives)
+            loader = DistLinkDataLoader(dg, positives, [2], batch_size=64, neg_k=1)
+            gone = DistLinkDataLoader(dg, [2, int(fresh[0])], [2], batch_size=64, neg_k=1)
+            assert int(next(iter(loader)).edge_label.sum()) == len(positives)
+            with KVClient(ClientConfig(addresses, job="writer", timeout=20)) as c:
+                w = GraphWriter(c)
+                w.delete_edges("_E", [2, int(fresh[0])])
+                w.commit()
+            (b,) = list(loader)  # the next epoch, at the head
+
+            def ends(b):
+                return b.n_id, b.n_id, b.edge_label_index, b.edge_label
+
+            kept = ~np.isin(positives, [2, fresh[0]])
+            want = set(zip(src[kept].tolist(), dst[kept].tolist(), strict=True))
+            assert pairs(b, ends, 1) == want
+            assert len(b.edge_label) == 2 * kept.sum()
+            (empty,) = list(gone)  # every positive deleted: a batch of none
+            assert len(empty.edge_label) == 0

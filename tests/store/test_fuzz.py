@@ -33,7 +33,8 @@ def _valid(rng: random.Random, session: str) -> list[bytes]:
     body = {"s": session, "job": "fuzz", "name": rng.choice([FEAT, "x", "", "../etc"]),
             "fanout": [rng.randrange(-2, 5)], "seed": rng.randrange(0, 9),
             "since": rng.randrange(-2, 3), "features": rng.choice([[], [FEAT], [1]]),
-            "etype": rng.choice([-2, -1, 0, 7, "x"])}  # fmt: skip
+            "etype": rng.choice([-2, -1, 0, 7, "x"]),
+            "missing": rng.choice([True, 1, "x"])}  # fmt: skip
     msg = Message(MsgKind.REQUEST, rng.choice(ops), rng.randrange(0, 2**31), body, (ids,))
     return [bytes(memoryview(f)) for f in encode(msg)]
 
