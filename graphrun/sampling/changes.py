@@ -147,9 +147,13 @@ def new_edges(delta: LiveDelta, since: int, version: int, etype: int) -> np.ndar
     added in ``(since, version]`` and, asked since before the compacted version, the
     ones folded into the base CSC (``base_eids``; the folded growth's are at version 0)."""
     since = since if since >= delta.floor else -1
-    e = np.hstack([np.empty((5, 0), np.int64), *(r.edges for r in delta.runs)])
-    keep = (e[4] > since) & (e[4] <= version)
-    ids, types = [e[2, keep]], [e[3, keep]]
+    ids, types = [EMPTY], [EMPTY]
+    for r in delta.runs:
+        if r.last <= since or r.first > version:  # none of its edges: not read
+            continue
+        keep = (r.edges[4] > since) & (r.edges[4] <= version)
+        ids.append(r.edges[2, keep])
+        types.append(r.edges[3, keep])
     if since < 0:
         ids.append(delta.base_eids[0])
         types.append(delta.base_eids[1])
