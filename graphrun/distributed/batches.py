@@ -158,8 +158,13 @@ class BatchBuilder:
         held-out ones and those joining a positive pair (:meth:`EdgeSplit.exclude`).
         """
         etype = self.spec.etype or self.types.edge_types[0]
-        homo_e = torch.from_numpy(self.book.etype_to_homo(etype, eids.numpy()))
-        src, dst = self.ctx.sampler.find_edges(homo_e)
+        # a followed live graph: a new edge's per-type id is its id, refused if not of etype
+        homo_e = torch.from_numpy(self.types.etype_to_homo(etype, eids.numpy()))
+        following = self.ctx.client.version is not None
+        src, dst = self.ctx.sampler.find_edges(homo_e, missing=following)
+        if following:  # a positive deleted by the batch's version is left out, not refused
+            kept = src >= 0
+            src, dst = src[kept], dst[kept]
         got = self.minibatch.links(
             src,
             dst,

@@ -31,6 +31,7 @@ from torch import Tensor
 from graphrun.errors import ArgumentError
 from graphrun.names import CanonicalEtype
 from graphrun.partition.book import PartitionBook
+from graphrun.sampling.changes import OP_NEW_EDGES
 from graphrun.sampling.distributed import DistOneHopSampler
 from graphrun.sampling.partitioned import BookTypeMap
 from graphrun.store.client import KVClient
@@ -93,6 +94,34 @@ class LiveNodeTypes:
                 raise ArgumentError(f"live_nodes: {len(ids)} new nodes, over {MAX_LIVE_NODES}")
             self.ids, self.types = ids, np.concatenate([self.types, types])[first]
         self.version = v if self.version is None else max(self.version, v)
+
+
+class NewNodes:
+    """Every new node at the client's version (``live_nodes``: sorted ids and types): the
+    candidates a link batch draws negatives from beside the base nodes. Asked again when
+    the version moves, then only for the nodes added since (the ids only grow); every
+    one when it moved back (a sampler worker's task at an older version), so that a
+    batch's candidates are exactly those at its version, whoever builds it."""
+
+    def __init__(self, client: KVClient) -> None:
+        self.client = client
+        self.version: int | None = None
+        self.ids = np.empty(0, np.int64)
+        self.types = np.empty(0, np.int32)
+
+    def of_type(self, t: int) -> np.ndarray:
+        """The sorted ids of the new nodes of type index ``t`` at the client's version."""
+        v = self.client.version
+        if v is None:  # not following: the base only
+            return self.ids[:0]
+        if v != self.version:
+            grows = self.version is not None and self.version < v
+            got, types = self.client.live_nodes(self.version if grows else None)
+            if grows:
+                ids, first = np.unique(np.concatenate([self.ids, got]), return_index=True)
+                got, types = ids, np.concatenate([self.types, types])[first]
+            self.ids, self.types, self.version = got, types, v
+        return self.ids[self.types == t]
 
 
 def _find(table: np.ndarray, types: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -259,6 +288,26 @@ def new_seeds(
     on = np.asarray(client.pull(f"node/{ntype}/{mask}", ids)).reshape(len(ids), -1).any(axis=1)
     fresh = ids[on & ~np.isin(ids, seen)]
     return torch.from_numpy(share(fresh, rank, world_size)), np.union1d(seen, fresh)
+
+
+def new_positives(
+    client: KVClient, etype: int, since: int | None, seen: np.ndarray, rank: int = 0,
+    world_size: int = 1, keep: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> tuple[Tensor, np.ndarray]:  # fmt: skip
+    """This trainer's share of the new edges of type index ``etype`` at the client's
+    version added after version ``since`` (None: every one; more after a compaction)
+    that are not in ``seen`` and that ``keep`` keeps (a mask: a link loader's training
+    split), their ids, also their per-type ids; and ``seen`` with every one asked:
+    every partition's ``graph_new_edges``, asked at once; as many for every trainer
+    (:func:`share`)."""
+    s = client.session
+    body = {"since": -1 if since is None else since, "etype": etype}
+    pending = [s.request(p, OP_NEW_EDGES, body) for p in range(client.num_parts)]
+    got = [np.asarray(s.wait(r).tensors[0], np.int64) for r in pending]
+    eids = np.unique(np.concatenate([np.empty(0, np.int64), *got]))
+    eids = eids[~np.isin(eids, seen)]
+    fresh = eids if keep is None or len(eids) == 0 else eids[keep(eids)]
+    return torch.from_numpy(share(fresh, rank, world_size)), np.union1d(seen, eids)
 
 
 def share(fresh: np.ndarray, rank: int, world_size: int) -> np.ndarray:

@@ -43,12 +43,13 @@ from graphrun.distributed.batches import (
 from graphrun.distributed.cache import CachePlan, plan_cache
 from graphrun.distributed.dglnames import NeighborSampler as NeighborSamplerSpec
 from graphrun.distributed.graph import DistGraph
-from graphrun.distributed.live import id_bound, new_seeds, to_homo, type_map
+from graphrun.distributed.live import id_bound, new_positives, new_seeds, to_homo, type_map
 from graphrun.distributed.minibatch import epoch_seed, shuffled
 from graphrun.distributed.split import foreign
 from graphrun.distributed.workers import WorkerPool
 from graphrun.errors import ArgumentError
 from graphrun.names import TensorKey
+from graphrun.sampling.edgesplit import TRAIN
 from graphrun.sampling.sampler import NeighborSampler
 
 
@@ -76,6 +77,7 @@ class LoaderOptions:
     prefetch_factor: int | None = None  # batches in flight per worker (torch's)
     seed: int = 0
     live_seeds: str | None = None  # a followed live graph: new nodes with this mask join
+    live_edges: bool = False  # a followed live graph: new edges of a link loader's etype join
     home: int | None = None
 
     def __post_init__(self) -> None:
@@ -88,8 +90,9 @@ class LoaderOptions:
             _check_count(self.prefetch_factor, "prefetch_factor", 1)
         if self.home is not None:
             _check_count(self.home, "home", 0)
-            if self.live_seeds is not None:
-                raise ArgumentError("home: not with live_seeds (a new node's owner can change)")
+            if self.live_seeds is not None or self.live_edges:
+                raise ArgumentError("home: not with live_seeds or live_edges (a new node's "
+                                    "owner can change)")  # fmt: skip
 
     @property
     def in_flight(self) -> int:
@@ -142,6 +145,11 @@ class _DistLoader:
         self._pool: WorkerPool | None = None
         self.last_cost = BatchCost()  # of the batch yielded last
         self._live_seen: np.ndarray | None = None  # seeds so far (a followed live graph)
+        self._edges_at: int | None = None  # the version new positives were asked at
+        if options.live_seeds is not None and spec.kind != "node":
+            raise ArgumentError("live_seeds: a node loader's (a link loader's: live_edges)")
+        if options.live_edges and spec.kind != "link":
+            raise ArgumentError("live_edges: a link loader's (a node loader's: live_seeds)")
         self._begun = False  # begin_epoch() ran for the next iteration
         self._last: Tensor | None = None  # the seeds dealt last (``home``)
         if options.home is not None:
@@ -210,7 +218,8 @@ class _DistLoader:
 
     def _follow_epoch(self) -> None:
         """A followed live graph: the head at the epoch's start, and its new nodes whose
-        ``live_seeds`` mask is true join the seeds (distributed/live.py)."""
+        ``live_seeds`` mask is true join the seeds, or (``live_edges``) its new edges of a
+        link loader's ``etype`` the positives (distributed/live.py)."""
         if self.graph.follow is None:
             return
         self.graph.refresh("epoch")
@@ -223,6 +232,30 @@ class _DistLoader:
                 self.spec.ntype,
             )  # fmt: skip
             self.ids = torch.cat([self.ids, fresh])
+        if self.options.live_edges and self.graph.follow != "pinned":
+            self._join_edges()
+
+    def _join_edges(self) -> None:
+        """A followed live graph's new edges of the link loader's ``etype`` added since it
+        last asked join the positives (those of the training split with ``edge_split``)."""
+        ctx, spec, book = self.graph.ctx, self.spec, self.graph.book
+        if self._live_seen is None:
+            ids = self.ids.numpy()
+            self._live_seen = np.unique(ids[ids >= book.num_edges])
+        keep = None
+        if spec.edge_split is not None:
+            split = spec.edge_split
+
+            def keep(eids: np.ndarray) -> np.ndarray:
+                src, dst = ctx.sampler.find_edges(torch.from_numpy(eids))
+                return (split.of(src, dst) == TRAIN).numpy()
+
+        etype = book.etype_id(spec.etype or book.edge_types[0])
+        fresh, self._live_seen = new_positives(
+            ctx.client, etype, self._edges_at, self._live_seen, ctx.rank, ctx.world_size, keep
+        )
+        self._edges_at = ctx.client.version
+        self.ids = torch.cat([self.ids, fresh])
 
     def _pinned(self, batch: Data | HeteroData) -> Data | HeteroData:
         return batch.pin_memory() if self.pin_memory else batch
@@ -307,6 +340,14 @@ class DistLinkDataLoader(_DistLoader):
     ``neg_mode`` ``"uniform"`` or ``"degree"`` (∝ in-degree ** 0.75). With ``edge_split``
     no held-out edge and no edge joining a positive pair carries messages. The other
     keywords are those of :class:`DistNodeDataLoader` (``etype`` in place of ``ntype``).
+
+    On a followed live graph (``DistGraph(ctx, follow=...)``) a new edge's per-type id is
+    its id: new edges of ``etype`` are positives like base ones (one of another type is
+    refused by name), and the negatives are drawn from the destination type's new nodes
+    at the batch's version as well as its base nodes (docs/live.md). With
+    ``live_edges=True`` the new edges of ``etype`` (of the training split with
+    ``edge_split``) join the positives at each epoch's start, as ``live_seeds`` new nodes
+    join a node loader's seeds.
     """
 
     def __init__(
@@ -323,6 +364,10 @@ class DistLinkDataLoader(_DistLoader):
         hops, given["replace"] = _fanouts(fanouts, given.get("replace", False))
         spec = BatchSpec(kind="link", fanouts=hops, etype=canonical, **given)
         super().__init__(graph, edges, spec, options)
+        if graph.follow is not None:  # a new positive of another type: refused now, not at
+            grown = self.ids.numpy()  # its batch (each batch checks too)
+            graph.types.etype_to_homo(canonical or graph.edge_types[0],
+                                      grown[grown >= graph.book.num_edges])  # fmt: skip
 
 
 DistEdgeDataLoader = DistLinkDataLoader  # DistDGL's name

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from graphrun.distributed.context import DistContext
-from graphrun.distributed.live import id_bound, type_map
+from graphrun.distributed.live import NewNodes, id_bound, to_homo, type_map
 from graphrun.sampling.edgesplit import EdgeSplit
 from graphrun.sampling.fanout import FanoutSpec
 from graphrun.sampling.mfg import SampledSubgraph, make_generator
@@ -109,7 +109,10 @@ class MiniBatchSampler:
             replace=replace,
             generator=0,
         )
-        self._negatives: dict[tuple[str, int, str], NegativeSampler] = {}
+        self.bound = id_bound(ctx.client)  # above every node id (new nodes' included)
+        self._new = NewNodes(ctx.client)  # a followed live graph's negatives' candidates
+        self._negatives: dict[tuple[str, int, str], tuple[NegativeSampler, tuple[int, int]]] = {}
+        self._degrees: dict[str, Tensor] = {}
 
     def to_homo(self, ntype: str | None, ids: Tensor) -> Tensor:
         if ntype is None:
@@ -121,15 +124,29 @@ class MiniBatchSampler:
         """The subgraph around homogeneous seed ids ``homo``."""
         return self.sampler.sample(homo, generator=content_seed(base, homo))
 
-    def negative_sampler(self, dst_type: str, k: int, mode: NegMode) -> NegativeSampler:
-        key = (dst_type, k, mode)
-        if key not in self._negatives:
-            n = self.book.num_nodes_of(dst_type)
+    def negatives(self, dst_type: str, k: int, mode: NegMode) -> tuple[NegativeSampler, np.ndarray]:
+        """The sampler of ``k`` negatives of ``dst_type`` and the new nodes it draws from
+        beside the base nodes (a followed live graph's at the client's version: a draw
+        ``i >= num_nodes_of(dst_type)`` is the new node ``new[i - num_nodes_of]``). Made
+        again when they change; ``degree``'s weights: the base nodes' in-degrees at its
+        first batch, the new nodes' at the version (they grow fastest)."""
+        n = self.book.num_nodes_of(dst_type)
+        new = self._new.of_type(self.book.ntype_id(dst_type))
+        key, v = (dst_type, k, mode), self.ctx.client.version
+        tag = (len(new), v if mode == "degree" and len(new) and v is not None else -1)
+        held = self._negatives.get(key)
+        if held is None or held[1] != tag:
             deg = None
             if mode == "degree":
-                deg = self.ctx.sampler.in_degrees(self.to_homo(dst_type, torch.arange(n)))
-            self._negatives[key] = NegativeSampler(n, k, mode, deg)
-        return self._negatives[key]
+                if dst_type not in self._degrees:
+                    base = self.to_homo(dst_type, torch.arange(n))
+                    self._degrees[dst_type] = self.ctx.sampler.in_degrees(base)
+                deg = self._degrees[dst_type]
+                if len(new):
+                    deg = torch.cat([deg, self.ctx.sampler.in_degrees(torch.from_numpy(new))])
+            held = (NegativeSampler(n + len(new), k, mode, deg), tag)
+            self._negatives[key] = held
+        return held[0], new
 
     def links(
         self,
@@ -143,19 +160,34 @@ class MiniBatchSampler:
         edge_split: EdgeSplit | None = None,
     ) -> LinkSample:
         """Positive pairs ``src -> dst`` (homogeneous ids) of ``etype`` plus ``neg_k``
-        negatives each (``neg_k=0``: none); with ``edge_split`` the sampled edges
-        exclude held-out ones and those joining a positive pair."""
+        negatives each (``neg_k=0``: none; of the base nodes of ``etype``'s destination
+        type and, following a live graph, its new nodes at the client's version); with
+        ``edge_split`` the sampled edges exclude held-out ones and those joining a
+        positive pair."""
         gen = make_generator(content_seed(base, src, dst))
         if neg_k > 0:
-            neg_src, neg_dst_t = self.negative_sampler(etype[2], neg_k, neg_mode).sample(src, gen)
-            neg_dst = self.to_homo(etype[2], neg_dst_t)
+            sampler, new = self.negatives(etype[2], neg_k, neg_mode)
+            neg_src, drawn = sampler.sample(src, gen)
+            neg_dst = self._candidates(etype[2], drawn.numpy(), new)
         else:
             neg_src = neg_dst = src[:0]
         ends = torch.cat([src, neg_src, dst, neg_dst])
         nodes, inverse = torch.unique(ends, return_inverse=True)
         sub = self.sampler.sample(nodes, generator=gen)
-        if edge_split is not None:
-            sub = edge_split.exclude(sub, src, dst, self.book.num_nodes)
+        if edge_split is not None:  # pairs keyed below the bound: new nodes' ids are past n
+            sub = edge_split.exclude(sub, src, dst, self.bound)
         m = src.numel() + neg_src.numel()
         label_index = torch.stack([inverse[:m], inverse[m:]])
         return LinkSample(sub, label_index, int(src.numel()), int(neg_src.numel()))
+
+    def _candidates(self, ntype: str, drawn: np.ndarray, new: np.ndarray) -> Tensor:
+        """Homogeneous ids of drawn candidates: a base node's by the book, a new node's
+        its id (of ``ntype`` already: no look-up of its type)."""
+        n = self.book.num_nodes_of(ntype)
+        grown = drawn >= n
+        if not grown.any():
+            return torch.from_numpy(to_homo(self.book, ntype, drawn))
+        out = np.empty(len(drawn), np.int64)
+        out[~grown] = to_homo(self.book, ntype, drawn[~grown])
+        out[grown] = new[drawn[grown] - n]
+        return torch.from_numpy(out)

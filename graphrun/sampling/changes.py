@@ -1,7 +1,7 @@
 """What changed in a live partition between two versions, and who is downstream of it.
 
-Two store ops for an incremental refresh of stored embeddings
-(:mod:`graphrun.serving.refresh`), added by ``graphrun.sampling.server:register``; numpy
+Store ops for an incremental refresh of stored embeddings (:mod:`graphrun.serving.refresh`)
+and a link loader's new positives, added by ``graphrun.sampling.server:register``; numpy
 only (the store imports no torch):
 
 ==================  ======================================================================
@@ -18,6 +18,11 @@ graph_out_neighbors tensors (ids int64,), v, edges -> tensors (dst int64,): the 
                     this partition with an in-edge at ``v`` from one of ``ids``, unique;
                     with ``edges``: (src, dst) of each such edge (a multi-edge as often
                     as it is there) instead
+graph_new_edges     since, etype, v -> tensors (eids int64,): the new edges held here of
+                    type index ``etype`` (-1: any) at ``v`` (not deleted by then) added
+                    after ``since`` (-1: every one; every one too when ``since`` was
+                    folded into the base by a compaction), sorted: the positives that a
+                    link loader following the graph takes (:func:`new_edges`)
 ==================  ======================================================================
 
 A node's layer-``l`` state depends on its in-neighbours' layer ``l-1`` states and its
@@ -49,8 +54,10 @@ if TYPE_CHECKING:
 
 OP_CHANGES = "graph_changes"
 OP_OUT_NEIGHBORS = "graph_out_neighbors"
+OP_NEW_EDGES = "graph_new_edges"
 MAX_IDS = 1 << 24  # ids of one graph_out_neighbors request
 MAX_OUT_EDGES = 1 << 24  # edges of one graph_out_neighbors reply with ``edges`` (256 MB)
+MAX_NEW_EDGES = 1 << 24  # edge ids of one graph_new_edges reply (128 MB)
 EMPTY = np.empty(0, np.int64)
 
 
@@ -58,6 +65,11 @@ class ChangesBody(msgspec.Struct, frozen=True):
     since: int
     features: list[str] = msgspec.field(default_factory=list)
     edges: bool = False  # the changed edges themselves too
+
+
+class NewEdgesBody(msgspec.Struct, frozen=True):
+    since: int = -1
+    etype: int = -1
 
 
 class OutBody(msgspec.Struct, frozen=True):
@@ -130,6 +142,27 @@ def out_edges(csc: CSCGraph, delta: LiveDelta | None, version: int, ids: np.ndar
     return np.hstack(found)
 
 
+def new_edges(delta: LiveDelta, since: int, version: int, etype: int) -> np.ndarray:
+    """Sorted ids of ``graph_new_edges`` (see the module docstring): the runs' edges
+    added in ``(since, version]`` and, asked since before the compacted version, the
+    ones folded into the base CSC (``base_eids``; the folded growth's are at version 0)."""
+    since = since if since >= delta.floor else -1
+    ids, types = [EMPTY], [EMPTY]
+    for r in delta.runs:
+        if r.last <= since or r.first > version:  # none of its edges: not read
+            continue
+        keep = (r.edges[4] > since) & (r.edges[4] <= version)
+        ids.append(r.edges[2, keep])
+        types.append(r.edges[3, keep])
+    if since < 0:
+        ids.append(delta.base_eids[0])
+        types.append(delta.base_eids[1])
+    eids, et = np.concatenate(ids), np.concatenate(types)
+    if etype >= 0:
+        eids = eids[et == etype]
+    return unique_sorted(eids[~delta.deleted(eids, version)])
+
+
 CscOf = Callable[["ServerState"], CSCGraph]  # the partition's CSC (the sampling server's)
 
 
@@ -170,8 +203,25 @@ def graph_out_neighbors(state: ServerState, req: Request, csc_of: CscOf) -> Resp
     return Response({}, (e[0], e[1]))
 
 
+def graph_new_edges(state: ServerState, req: Request) -> Response:
+    from graphrun.store.registry import Response
+
+    body = req.args(NewEdgesBody)
+    delta, v = live_ops.view(state, req)
+    if body.since < -1 or body.etype < -1:
+        raise ArgumentError(f"{req.op}: fields 'since' and 'etype' must be >= -1")
+    if delta is None:
+        return Response({}, (EMPTY,))
+    eids = new_edges(delta, body.since, v, body.etype)
+    if len(eids) > MAX_NEW_EDGES:
+        raise ArgumentError(f"{req.op}: {len(eids)} new edges here since {body.since}, more "
+                            f"than {MAX_NEW_EDGES} a reply: ask since a later version")  # fmt: skip
+    return Response({}, (eids,))
+
+
 def register(registry: Registry, csc_of: CscOf) -> None:
-    """Add the two ops, reading the partition's CSC through ``csc_of`` (the sampling
+    """Add the three ops, reading the partition's CSC through ``csc_of`` (the sampling
     server's, built once)."""
     registry.add(OP_CHANGES, lambda state, req: graph_changes(state, req, csc_of))
     registry.add(OP_OUT_NEIGHBORS, lambda state, req: graph_out_neighbors(state, req, csc_of))
+    registry.add(OP_NEW_EDGES, graph_new_edges)

@@ -235,8 +235,9 @@ class DistOneHopSampler:
     # ---- structure queries (same split: local partitions in-process, others by request)
 
     def _by_owner(
-        self, ids: np.ndarray, groups: list[routing.Group], op: str, count: int, local_fn: Any
-    ) -> list[np.ndarray]:
+        self, ids: np.ndarray, groups: list[routing.Group], op: str, count: int, local_fn: Any,
+        body: dict[str, Any] | None = None,
+    ) -> list[np.ndarray]:  # fmt: skip
         """``count`` int64 answers per id, each asked of the id's owner."""
         outs = [np.empty(len(ids), dtype=np.int64) for _ in range(count)]
 
@@ -249,7 +250,7 @@ class DistOneHopSampler:
         answers = routing.remote_first(
             groups,
             self._here,
-            lambda g: self._session(g.part).request(g.part, op, {}, (g.ids,)),
+            lambda g: self._session(g.part).request(g.part, op, body or {}, (g.ids,)),
             self._wait,
             here,
         )
@@ -266,11 +267,14 @@ class DistOneHopSampler:
         deg = self._by_owner(nid, groups, OP_IN_DEGREES, 1, lambda c, x: (c.in_degrees(x),))[0]
         return torch.from_numpy(deg)
 
-    def find_edges(self, eids: Tensor) -> tuple[Tensor, Tensor]:
+    def find_edges(self, eids: Tensor, missing: bool = False) -> tuple[Tensor, Tensor]:
         """``(src, dst)`` global node ids of global edge ids (asked of each edge's owner);
-        a client following a live graph routes its new edges by their growth blocks."""
+        a client following a live graph routes its new edges by their growth blocks.
+        ``missing``: -1 ends for an id that is no edge at the client's version (deleted),
+        where the owner refuses it otherwise."""
         e, groups = self._groups(eids, "eids", edges=True)
-        src, dst = self._by_owner(e, groups, OP_FIND_EDGES, 2, lambda c, x: c.find_edges(x))
+        body = {"missing": True} if missing else {}  # shared memory holds no delta: none
+        src, dst = self._by_owner(e, groups, OP_FIND_EDGES, 2, lambda c, x: c.find_edges(x), body)
         return torch.from_numpy(src), torch.from_numpy(dst)
 
     def edge_types(self, eids: Tensor) -> Tensor:

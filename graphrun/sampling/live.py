@@ -39,13 +39,15 @@ def _base(csc: CSCGraph, delta: LiveDelta, version: int, seeds: np.ndarray) -> n
 
 
 def find_edges(
-    csc: CSCGraph, delta: LiveDelta, version: int, eids: np.ndarray
+    csc: CSCGraph, delta: LiveDelta, version: int, eids: np.ndarray, missing: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(src, dst)`` of this partition's edge ids at ``version``: base edges (and new ones
     a compaction folded in) from the CSC, the rest from the delta's runs; ArgumentError
-    naming the first that is no edge here at ``version`` (not added yet, or deleted)."""
+    naming the first that is no edge here at ``version`` (not added yet, or deleted), or
+    with ``missing`` -1 ends for those (a link batch drops such positives)."""
     found, src, dst = csc.edges_of(eids)
-    _new_edges(delta, version, eids, found, ((src, 2), (dst, 4)))
+    bad = _new_edges(delta, version, eids, found, ((src, 2), (dst, 4)), refuse=not missing)
+    src[bad] = dst[bad] = -1
     return src, dst
 
 
@@ -63,10 +65,12 @@ def _new_edges(
     eids: np.ndarray,
     found: np.ndarray,
     cols: tuple[tuple[np.ndarray, int], ...],
-) -> None:
+    refuse: bool = True,
+) -> np.ndarray:
     """Fill each ``(col, row)`` of ``cols`` at the edges the base did not have (``found``
     false) from row ``row`` of the runs' by-eid table (eid, etype, src, version, dst);
-    ArgumentError naming the first that is no edge here at ``version``."""
+    ArgumentError naming the first that is no edge here at ``version`` (``refuse``),
+    else their mask."""
     for r in delta.runs if not found.all() else []:
         by_eid = r.edges_by_eid()
         hit, pos = lookup_sorted(by_eid[0], eids)
@@ -74,11 +78,12 @@ def _new_edges(
         for col, row in cols:
             col[hit] = by_eid[row][pos[hit]]
         found |= hit
-    bad = ~found | delta.deleted(eids, version)
-    if bad.any():
+    bad: np.ndarray = ~found | delta.deleted(eids, version)
+    if refuse and bad.any():
         j = int(np.flatnonzero(bad)[0])
         raise ArgumentError(f"eids[{j}] = {int(eids[j])} is not an edge of this partition "
                             f"at version {version}")  # fmt: skip
+    return bad
 
 
 def in_degrees(csc: CSCGraph, delta: LiveDelta, version: int, seeds: np.ndarray) -> np.ndarray:

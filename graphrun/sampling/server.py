@@ -190,9 +190,12 @@ def find_edges(state: ServerState, req: Request) -> Response:
     from graphrun.store.registry import Response
 
     ids = _ids(req)
+    missing = req.body.get("missing", False)  # -1 ends for ids no edge at the version
+    if not isinstance(missing, bool):
+        raise ArgumentError(f"{req.op}: field 'missing' must be true or false")
     delta, v = live_ops.view(state, req)
     if delta is not None:  # a live graph: the edges at the request's version
-        return Response({}, live.find_edges(_csc(state), delta, v, ids))
+        return Response({}, live.find_edges(_csc(state), delta, v, ids, missing))
     src, dst = _csc(state).find_edges(ids)
     return Response({}, (src, dst))
 

@@ -21,7 +21,7 @@ trainer or in a sampler worker).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -46,6 +46,7 @@ from graphrun.sampling.edgesplit import EdgeSplit, split_edges
 from graphrun.sampling.fanout import ALL
 from graphrun.store.client import KVClient
 from graphrun.store.dist_tensor import DistTensor
+from graphrun.store.embedding import DistEmbedding, SparseAdam
 from graphrun.train.data import Batch, Embedding, NodeTable, SparseEmbedding, eval_sample
 
 
@@ -56,42 +57,96 @@ def costed(loader: Any, count: Any) -> Iterator[Batch]:
 
 
 class StoreEmbedding(SparseEmbedding):
-    """A DistEmbedding and the store's SparseAdam, behind the task's Embedding protocol."""
+    """A DistEmbedding and the store's SparseAdam, behind the task's Embedding protocol.
 
-    def __init__(self, client: KVClient, name: str, num: int, dim: int, lr: float) -> None:
-        from graphrun.store.embedding import DistEmbedding, SparseAdam
+    ``num``: the rows of one table (a homogeneous graph's), or ``{ntype: rows}``: a
+    table per node type (a heterograph's: ``<name>_<ntype>``, its rows the type's ids,
+    ``policy=node:<ntype>``; ``emb(ids, ntype)`` looks rows up), one optimizer over them.
+    """
 
-        args = {"low": -0.1, "high": 0.1}
-        self.emb = DistEmbedding(client, num, dim, name, init="uniform", init_args=args)
-        self.opt = SparseAdam([self.emb], lr=lr)
+    def __init__(
+        self, client: KVClient, name: str, num: int | Mapping[str, int], dim: int, lr: float
+    ) -> None:
+        self.client = client
+        self.tables: dict[str | None, DistEmbedding] = {}
+        if isinstance(num, Mapping):  # a heterograph's: the type's ids, policy node:<ntype>
+            for t, rows in num.items():
+                self.tables[t] = _table(client, rows, dim, f"{name}_{t}", PolicyName.node(t))
+        else:
+            self.tables[None] = _table(client, num, dim, name)
+        self.emb = self.tables.get(None)  # a homogeneous graph's one table
+        self.opt = SparseAdam(list(self.tables.values()), lr=lr)
+
+    def __call__(self, ids: Tensor, ntype: str | None = None) -> Tensor:
+        return self.table(ntype)(ids)
+
+    def table(self, ntype: str | None) -> DistEmbedding:
+        """The DistEmbedding of ``ntype`` (None: the homogeneous one)."""
+        if ntype not in self.tables:
+            known = [t for t in self.tables if t is not None] or "one, of every node (None)"
+            raise ArgumentError(f"ntype: no embedding table of node type {ntype!r}; "
+                                f"tables: {known}")  # fmt: skip
+        return self.tables[ntype]
 
     def state(self) -> dict[str, Any]:
         """The rows and the optimizer's state, and while the job follows a live graph
         the rows of the new nodes at its version (``new_ids``, ``new_weight``,
-        ``new_optimizer``)."""
-        n = self.emb.num_embeddings
-        out = {
-            "weight": self.emb.weight[np.arange(n, dtype=np.int64)],
-            "optimizer": self.opt.state_dict(),  # SparseAdam's m, v and per-row steps
-        }
-        if self.emb.client.version is not None:
-            ids = self.emb.client.live_nodes()[0]
+        ``new_optimizer``); with a table per node type, those of each under ``types``
+        (``{ntype: rows}``: each its type's new nodes)."""
+        new = self.client.live_nodes() if self.client.version is not None else None
+        out: dict[str, Any] = {"optimizer": self.opt.state_dict()}  # SparseAdam's m, v, step
+        if None in self.tables:
+            return {**self._rows(None, new), **out}
+        return {**out, "types": {t: self._rows(t, new) for t in self.tables if t is not None}}
+
+    def _rows(self, ntype: str | None, new: tuple[np.ndarray, np.ndarray] | None) -> dict[str, Any]:
+        """One table's rows, and its new nodes' (those of ``ntype``) with their states."""
+        emb = self.tables[ntype]
+        out = {"weight": emb.weight[np.arange(emb.num_embeddings, dtype=np.int64)]}
+        if new is not None:
+            ids, types = new
+            if ntype is not None:
+                ids = ids[types == self.client.book.ntype_id(ntype)]
             out["new_ids"] = torch.from_numpy(ids)
-            out["new_weight"] = self.emb.weight[ids]
-            out["new_optimizer"] = self.opt.rows(ids)
+            out["new_weight"] = emb.weight[ids]
+            out["new_optimizer"] = self.opt.rows(ids, of=emb)
         return out
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Write back :meth:`state`'s; new nodes' rows need a version that has them (a
-        job resumed on the same live store follows its head)."""
-        w = state["weight"]
-        self.emb.weight[np.arange(w.shape[0], dtype=np.int64)] = w
+        job resumed on the same live store follows its head). A checkpoint's tables are
+        this embedding's, or an ArgumentError names the first that is not (before any
+        row is written)."""
+        types = state.get("types")
+        per: dict[str | None, Any] = {None: state} if types is None else dict(types)
+        if set(per) != set(self.tables):
+            ours, theirs = _names(self.tables), _names(per)
+            raise ArgumentError(f"embedding: the checkpoint's tables {theirs} are not this "
+                                f"job's {ours}")  # fmt: skip
+        for t, rows in per.items():
+            emb = self.tables[t]
+            w = rows["weight"]
+            emb.weight[np.arange(w.shape[0], dtype=np.int64)] = w
         if "optimizer" in state:  # checkpoints written before it was saved have none
             self.opt.load_state_dict(state["optimizer"])
-        if "new_ids" in state:
-            ids = np.asarray(state["new_ids"], np.int64)
-            self.emb.weight[ids] = state["new_weight"]
-            self.opt.load_rows(ids, state["new_optimizer"])
+        for t, rows in per.items():
+            if "new_ids" in rows:
+                ids = np.asarray(rows["new_ids"], np.int64)
+                self.tables[t].weight[ids] = rows["new_weight"]
+                self.opt.load_rows(ids, rows["new_optimizer"])
+
+
+def _names(tables: Mapping[str | None, Any]) -> list[str]:
+    """A message's names of tables: their node types, or one of every node's."""
+    return sorted("(every node)" if t is None else t for t in tables)
+
+
+def _table(
+    client: KVClient, rows: int, dim: int, name: str, policy: PolicyName | None = None
+) -> DistEmbedding:
+    """A table of ``rows`` x ``dim`` drawn from uniform(-0.1, 0.1)."""
+    args = {"low": -0.1, "high": 0.1}
+    return DistEmbedding(client, rows, dim, name, policy=policy, init="uniform", init_args=args)
 
 
 class DistGraphData:
@@ -214,16 +269,21 @@ class DistGraphData:
         epoch: int, x: str, edge_split: EdgeSplit,
     ) -> Iterator[Batch]:  # fmt: skip
         key = ("link", split, batch_size, shuffle, neg_k, edge_split)
+        live = self.graph.follow is not None and split == "train"
         if key not in self._loaders:
             self._loaders[key] = DistLinkDataLoader(
                 self.graph, self.edges(split, edge_split), fanouts, batch_size=batch_size,
                 neg_k=neg_k, edge_split=edge_split, shuffle=shuffle, x=x,
                 seed=self.seed + self.rank,
                 num_workers=self.num_workers if split == "train" else 0,
+                live_edges=live,  # a followed live graph's new training edges join
             )  # fmt: skip
             self._start(self._loaders[key])
         loader = self._loaders[key]
         loader.set_epoch(epoch)
+        if live:  # the new positives join now: the epoch's steps count them
+            loader.begin_epoch()
+            self._edges[(split, edge_split)] = loader.ids
         return costed(loader, lambda d: int((d.edge_label > 0).sum()))
 
     def _start(self, loader: Any) -> None:
@@ -276,7 +336,8 @@ class DistGraphData:
             )  # fmt: skip
         return self._tables[key]
 
-    def embedding(self, name: str, num: int, dim: int, lr: float) -> Embedding:
+    def embedding(self, name: str, num: int | Mapping[str, int], dim: int, lr: float) -> Embedding:
+        """``num``: rows, or ``{ntype: rows}`` for a table per node type (StoreEmbedding)."""
         return StoreEmbedding(self.graph.ctx.client, name, num, dim, lr)
 
     # ---- elastic trainers (graphrun.train.elastic) ----------------------------------------

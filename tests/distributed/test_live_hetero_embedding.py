@@ -118,3 +118,56 @@ def test_a_heterographs_embedding_per_type_holds_trains_and_saves_new_nodes_rows
                 assert torch.equal(again[t].weight[mine[t]], rows)
                 for k, v in states.items():
                     assert torch.equal(torch.as_tensor(ctx.client.pull(k, mine[t])), v)
+
+
+def test_a_hetero_jobs_embedding_checkpoint_holds_each_types_new_rows(parts):
+    """A GraphJob's embedding with a table per node type (``StoreEmbedding`` of
+    ``{ntype: rows}``) saves each table's rows and its own type's new nodes' rows with
+    their optimizer states, and a job resumed on the same store writes them back (it
+    was one homogeneous table: a hetero job had none to save per type)."""
+    from graphrun.train.distdata import StoreEmbedding
+
+    cfg = ServerConfig(parts, 0, extensions=SAMPLING)
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        new = write_new_nodes(addresses, parts)
+        mine = {"paper": new["papers"], "author": new["author"]}
+        with initialize(addresses, job="first", rank=0, world_size=1,
+                        heartbeat_interval=0) as ctx:  # fmt: skip
+            book = DistGraph(ctx, follow="head").book
+            nums = {t: book.num_nodes_of(t) for t in book.node_types}
+            se = StoreEmbedding(ctx.client, "emb", nums, DIM, lr=0.05)
+            for _ in range(2):
+                for t, ids in mine.items():
+                    se(torch.from_numpy(np.concatenate([[0, 1], ids])), t).sum().backward()
+                se.step()
+                se.zero_grad()
+            state = se.state()
+            assert set(state["types"]) == set(mine)
+            for t, ids in mine.items():
+                assert state["types"][t]["new_ids"].tolist() == sorted(ids.tolist())
+                assert set(state["types"][t]["new_optimizer"]) == {
+                    f"emb_{t}.adam.{k}" for k in ("m", "v", "step")
+                }
+            want = {t: {k: ctx.client.pull(f"emb_{t}.adam.{k}", ids) for k in ("m", "v", "step")}
+                    for t, ids in mine.items()}  # fmt: skip
+            assert all((w["step"] == 2).all() for w in want.values())
+            rows = {t: se.table(t).weight[ids] for t, ids in mine.items()}
+            base = {t: se.table(t).weight[np.arange(n)] for t, n in nums.items()}
+        with initialize(addresses, job="resumed", rank=0, world_size=1,
+                        heartbeat_interval=0) as ctx:  # fmt: skip
+            DistGraph(ctx, follow="head")
+            other = StoreEmbedding(ctx.client, "other", {"paper": nums["paper"]}, DIM, lr=0.05)
+            with pytest.raises(ArgumentError, match=r"checkpoint's tables \['author', 'paper'\] "
+                               r"are not this job's \['paper'\]"):  # fmt: skip
+                other.load_state(state)
+            again = StoreEmbedding(ctx.client, "emb", nums, DIM, lr=0.05)
+            assert not torch.equal(again.table("paper").weight[mine["paper"]], rows["paper"])
+            again.load_state(state)
+            for t, ids in mine.items():
+                assert torch.equal(again.table(t).weight[ids], rows[t])
+                assert torch.equal(again.table(t).weight[np.arange(nums[t])], base[t])
+                for k, v in want[t].items():
+                    assert np.array_equal(ctx.client.pull(f"emb_{t}.adam.{k}", ids), v)
+            with pytest.raises(ArgumentError, match="no embedding table of node type None"):
+                again(torch.as_tensor([0]))

@@ -115,3 +115,64 @@ def test_a_live_hetero_job_trains_on_papers_written_to_its_own_store_while_it_tr
     # from the first epoch at the new version on: every new paper a seed, once
     assert all(steps[i] == steps[0] + NEW_PAPERS // 2 // BATCH for i in range(grown[0], EPOCHS))
     nothing_left(job)
+
+
+NEW_EDGES = 4000  # about 0.9 of them training edges: 1800 more positives for each trainer
+LINK_EPOCHS = 10
+LINK_BATCH = 1000
+
+
+def write_edges(base: Path) -> int:
+    """Into a homogeneous job's own store: random new edges between base nodes, with
+    every edge feature of the type. The version."""
+    run_dir = base / "runs" / "small"
+    hosts = Hosts.read(run_dir / "hosts.json")
+    addresses = [f"tcp://{eps[0].host}:{eps[0].port}" for eps in hosts.store_endpoints().values()]
+    keys = load_keys(run_dir / "keys" / "job.key")
+    with KVClient(ClientConfig(addresses, job="writer", keys=keys, timeout=30)) as c:
+        feats = {}
+        for info in c.list_tensors():
+            kind, _, rest = info.name.partition("/")
+            if kind == "edge":
+                name = rest.rpartition("/")[2]
+                feats[name] = np.ones((NEW_EDGES, *info.row_shape), info.dtype)
+        rng = np.random.default_rng(0)
+        src, dst = rng.integers(0, c.book.num_nodes, (2, NEW_EDGES))
+        w = GraphWriter(c)
+        w.add_edges("_E", src, dst, feats)
+        return w.commit()
+
+
+def test_a_live_link_prediction_job_trains_on_edges_written_while_it_trains(tmp_path):
+    """A writer writes new edges into a live link-prediction job's own store once its
+    first epoch ended: the epochs from the next one on take those of the training split
+    as positives (more steps each; the epochs were the base's before), and the job ends
+    well."""
+    path = small_job(tmp_path, task="link-prediction", embeddingDim=8, sparseLr=0.05,
+                     epochs=LINK_EPOCHS, batchSize=LINK_BATCH)  # fmt: skip
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["live"] = {"follow": "epoch"}
+    path.write_text(yaml.safe_dump(doc))
+    job, _ = local_job(path)
+    metrics = tmp_path / "runs" / "small" / "metrics.jsonl"
+    written: list[int | BaseException] = []
+
+    def writer() -> None:
+        try:
+            if wait_for(lambda: metrics.is_file() and '"epoch": 0' in metrics.read_text()):
+                written.append(write_edges(tmp_path))
+        except BaseException as e:  # raised below, in the test's thread
+            written.append(e)
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    report = job.run()
+    t.join(timeout=60)
+    assert written == [1], written
+    assert all(report.exits[RoleName.trainer(r)] == 0 for r in range(2))
+    steps = [r["steps"] for r in job_metrics(path) if "epoch" in r]
+    grown = [i for i, k in enumerate(steps) if k != steps[0]]
+    assert len(steps) == LINK_EPOCHS and grown, steps  # the write landed before the last
+    assert all(steps[i] > steps[0] for i in range(grown[0], LINK_EPOCHS))
+    assert 0.0 <= job_metrics(path)[-1]["test_auc"] <= 1.0
+    nothing_left(job)

@@ -28,11 +28,13 @@ SECONDS = 25.0
 def _valid(rng: random.Random, session: str) -> list[bytes]:
     ops = ["join", "pull", "push", "init", "attach", "delete", "list", "meta", "heartbeat",
            "sample_neighbors", "graph_find_edges", "graph_edge_types", "graph_changes",
-           "graph_out_neighbors", "stats", "nope"]  # fmt: skip
+           "graph_out_neighbors", "graph_new_edges", "stats", "nope"]  # fmt: skip
     ids = np.array([rng.randrange(-5, 700) for _ in range(rng.randrange(0, 20))], np.int64)
     body = {"s": session, "job": "fuzz", "name": rng.choice([FEAT, "x", "", "../etc"]),
             "fanout": [rng.randrange(-2, 5)], "seed": rng.randrange(0, 9),
-            "since": rng.randrange(-2, 3), "features": rng.choice([[], [FEAT], [1]])}  # fmt: skip
+            "since": rng.randrange(-2, 3), "features": rng.choice([[], [FEAT], [1]]),
+            "etype": rng.choice([-2, -1, 0, 7, "x"]),
+            "missing": rng.choice([True, 1, "x"])}  # fmt: skip
     msg = Message(MsgKind.REQUEST, rng.choice(ops), rng.randrange(0, 2**31), body, (ids,))
     return [bytes(memoryview(f)) for f in encode(msg)]
 
