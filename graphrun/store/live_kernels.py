@@ -9,9 +9,9 @@ size): a delta that takes no write never imports numba.
 
 numpy merges two sorted runs as a stable ``argsort`` of their keys (a timsort of two
 runs), then per row a concatenation and a gather: three passes over the entries and six
-per row. Here it is one pass that writes every row of an entry as it goes, without the
-GIL (the server's loop thread runs meanwhile): two runs of 640k edges, 5 rows, about 35
-ms in numpy on the loaded 2-core box (benchmarks/README.md, issue 42, ingest round 6).
+per row. Here it is a pass over the keys, then one over each other row, without the GIL
+(the server's loop thread runs meanwhile): two runs of 640k edges, 5 rows, about 35 ms
+in numpy on the loaded 2-core box (benchmarks/README.md, issue 42, ingest round 6).
 """
 
 from __future__ import annotations
