@@ -28,6 +28,11 @@ SIGNATURE = "void(int64[:, :], int64[:, :], int64, int64[:, :])"
 C_SIGNATURE = "void(int64[:, ::1], int64[:, ::1], int64, int64[:, ::1])"
 
 
+#: how many times the other run's size one of :func:`_merge_two`'s is over for a merge
+#: of one pass (the rule merges runs within twice each other: rarely this lopsided)
+LOPSIDED = 4
+
+
 def _merge_two(a: np.ndarray, b: np.ndarray, key: int, out: np.ndarray) -> None:
     """``out`` (``[rows, na + nb]``): the columns of ``a`` and ``b`` (each sorted by row
     ``key``) in order of that row, ``a``'s first among equal keys (a stable merge).
@@ -36,9 +41,23 @@ def _merge_two(a: np.ndarray, b: np.ndarray, key: int, out: np.ndarray) -> None:
     last (a select and two adds: the keys of two runs of random destinations
     interleave at random, so a branch on them is mispredicted about every other
     entry): 7.5–10 against 12–14 ns an entry, rows of five, C-ordered runs of 15k to
-    600k entries (benchmarks/README.md, issue 42, merge63)."""
+    600k entries (benchmarks/README.md, issue 42, merge63). One run over
+    :data:`LOPSIDED` times the other comes in long streaks, which a branch predicts:
+    there one pass writes every row of an entry as it goes (the merge before)."""
     rows, na, nb = a.shape[0], a.shape[1], b.shape[1]
     n = na + nb
+    if na > LOPSIDED * nb or nb > LOPSIDED * na:  # long streaks of one run: predicted
+        i = j = 0
+        for k in range(n):
+            if j >= nb or (i < na and a[key, i] <= b[key, j]):
+                for r in range(rows):
+                    out[r, k] = a[r, i]
+                i += 1
+            else:
+                for r in range(rows):
+                    out[r, k] = b[r, j]
+                j += 1
+        return
     first = np.empty(n, np.uint8)  # 1 where column k of ``out`` is ``a``'s
     ka, kb, ko = a[key], b[key], out[key]
     i = j = k = 0

@@ -483,7 +483,9 @@ def test_a_delta_closed_without_a_write_loads_no_compiled_merge():
 
 
 @pytest.mark.parametrize("order", ["C", "F"])
-@pytest.mark.parametrize(("na", "nb"), [(0, 0), (0, 3), (3, 0), (1, 1), (257, 64), (64, 1000)])
+@pytest.mark.parametrize(
+    ("na", "nb"), [(0, 0), (0, 3), (3, 0), (1, 1), (500, 300), (257, 64), (64, 1000)]
+)
 def test_the_compiled_merge_is_the_stable_merge_of_two_runs(na, nb, order):
     """``merge_two`` (the merging thread's pass) equals a stable sort of both runs' keys
     in turn: every row follows its key, and among equal keys the first run's entries
