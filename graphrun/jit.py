@@ -15,11 +15,12 @@ from typing import Any, TypeVar, cast
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def njit(fn: F, signature: str | None = None, **options: bool) -> F:
+def njit(fn: F, signature: str | list[str] | None = None, **options: bool) -> F:
     """``fn`` compiled by ``numba.njit(**options)`` (e.g. ``nogil``, ``fastmath``),
-    cached on disk where it can be; with a ``signature``, for it alone (compiled or
-    loaded now, and never again for other argument types: an array of another layout
-    is taken as it is, not compiled for)."""
+    cached on disk where it can be; with a ``signature`` (or a list, the first that
+    takes a call's arguments used), for it alone (compiled or loaded now, and never
+    again for other argument types: an array of another layout is taken as it is, not
+    compiled for)."""
     import numba
 
     args = (signature,) if signature else ()

@@ -9,9 +9,9 @@ size): a delta that takes no write never imports numba.
 
 numpy merges two sorted runs as a stable ``argsort`` of their keys (a timsort of two
 runs), then per row a concatenation and a gather: three passes over the entries and six
-per row. Here it is one pass that writes every row of an entry as it goes, without the
-GIL (the server's loop thread runs meanwhile): two runs of 640k edges, 5 rows, about 35
-ms in numpy on the loaded 2-core box (benchmarks/README.md, issue 42, ingest round 6).
+per row. Here it is a pass over the keys, then one over each other row, without the GIL
+(the server's loop thread runs meanwhile): two runs of 640k edges, 5 rows, about 35 ms
+in numpy on the loaded 2-core box (benchmarks/README.md, issue 42, ingest round 6).
 """
 
 from __future__ import annotations
@@ -20,28 +20,83 @@ import numpy as np
 
 from graphrun.jit import njit
 
-#: the one signature compiled: runs in any layout (a run sorted by ``cols[:, order]`` is
-#: Fortran-ordered, a merged one C-ordered: a kernel a layout would compile at ingest)
+#: the signatures compiled: runs in any layout (a run sorted by ``cols[:, order]`` is
+#: Fortran-ordered, a merged one C-ordered: a kernel a layout would compile at ingest),
+#: and C-ordered ones first (every run the merging thread makes: its unit strides make
+#: :func:`_merge_two`'s row passes about 40% quicker an entry)
 SIGNATURE = "void(int64[:, :], int64[:, :], int64, int64[:, :])"
+C_SIGNATURE = "void(int64[:, ::1], int64[:, ::1], int64, int64[:, ::1])"
+
+
+#: how many times the other run's size one of :func:`_merge_two`'s is over for a merge
+#: of one pass (the rule merges runs within twice each other: rarely this lopsided)
+LOPSIDED = 4
 
 
 def _merge_two(a: np.ndarray, b: np.ndarray, key: int, out: np.ndarray) -> None:
     """``out`` (``[rows, na + nb]``): the columns of ``a`` and ``b`` (each sorted by row
-    ``key``) in order of that row, ``a``'s first among equal keys (a stable merge)."""
+    ``key``) in order of that row, ``a``'s first among equal keys (a stable merge).
+    The key row first, noting which run each column came from, then every other row
+    by those notes, one row at a time, with no branch on the keys while both runs
+    last (a select and two adds: the keys of two runs of random destinations
+    interleave at random, so a branch on them is mispredicted about every other
+    entry): 7.5–10 against 12–14 ns an entry, rows of five, C-ordered runs of 15k to
+    600k entries (benchmarks/README.md, issue 42, merge63). One run over
+    :data:`LOPSIDED` times the other comes in long streaks, which a branch predicts:
+    there one pass writes every row of an entry as it goes (the merge before)."""
     rows, na, nb = a.shape[0], a.shape[1], b.shape[1]
-    i = j = 0
-    for k in range(na + nb):
-        if j >= nb or (i < na and a[key, i] <= b[key, j]):
-            for r in range(rows):
-                out[r, k] = a[r, i]
-            i += 1
-        else:
-            for r in range(rows):
-                out[r, k] = b[r, j]
-            j += 1
+    n = na + nb
+    if na > LOPSIDED * nb or nb > LOPSIDED * na:  # long streaks of one run: predicted
+        i = j = 0
+        for k in range(n):
+            if j >= nb or (i < na and a[key, i] <= b[key, j]):
+                for r in range(rows):
+                    out[r, k] = a[r, i]
+                i += 1
+            else:
+                for r in range(rows):
+                    out[r, k] = b[r, j]
+                j += 1
+        return
+    first = np.empty(n, np.uint8)  # 1 where column k of ``out`` is ``a``'s
+    ka, kb, ko = a[key], b[key], out[key]
+    i = j = k = 0
+    while i < na and j < nb:
+        x, y = ka[i], kb[j]
+        t = x <= y
+        ko[k] = x if t else y
+        first[k] = t
+        i += t
+        j += 1 - t
+        k += 1
+    both = k  # columns taken while both runs lasted; then one run's rest
+    for rest in range(i, na):
+        ko[k], first[k] = ka[rest], 1
+        k += 1
+    for rest in range(j, nb):
+        ko[k], first[k] = kb[rest], 0
+        k += 1
+    for r in range(rows):
+        if r == key:
+            continue
+        x, y, o = a[r], b[r], out[r]
+        i = j = 0
+        for k in range(both):
+            t = first[k]
+            u, v = x[i], y[j]
+            o[k] = u if t else v
+            i += t
+            j += 1 - t
+        for k in range(both, n):
+            if first[k]:
+                o[k] = x[i]
+                i += 1
+            else:
+                o[k] = y[j]
+                j += 1
 
 
-merge_two = njit(_merge_two, SIGNATURE, nogil=True)
+merge_two = njit(_merge_two, [C_SIGNATURE, SIGNATURE], nogil=True)
 
 #: the bits of a key a pass of :func:`_sort_columns` places (a 2,048-slot count)
 DIGIT_BITS = 11

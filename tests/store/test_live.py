@@ -482,18 +482,23 @@ def test_a_delta_closed_without_a_write_loads_no_compiled_merge():
     assert fresh_python(code).strip() == "[]"
 
 
-@pytest.mark.parametrize(("na", "nb"), [(0, 3), (3, 0), (1, 1), (257, 64), (64, 1000)])
-def test_the_compiled_merge_is_the_stable_merge_of_two_runs(na, nb):
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize(
+    ("na", "nb"), [(0, 0), (0, 3), (3, 0), (1, 1), (500, 300), (257, 64), (64, 1000)]
+)
+def test_the_compiled_merge_is_the_stable_merge_of_two_runs(na, nb, order):
     """``merge_two`` (the merging thread's pass) equals a stable sort of both runs' keys
     in turn: every row follows its key, and among equal keys the first run's entries
-    come first, in their order (the versions stay ascending)."""
+    come first, in their order (the versions stay ascending); for runs of either
+    layout (a merged run is C-ordered, one sorted by numpy Fortran-ordered: each has
+    its own compiled signature)."""
     from graphrun.store.live_kernels import merge_two
 
     rng = np.random.default_rng(na * 1000 + nb)
 
     def run(n, version):
         cols = np.vstack([rng.integers(0, 20, (2, n)), np.arange(n), np.full(n, version)])
-        return cols[:, np.argsort(cols[1], kind="stable")]
+        return np.asarray(cols[:, np.argsort(cols[1], kind="stable")], order=order)
 
     a, b = run(na, 1), run(nb, 2)
     both = np.concatenate([a, b], axis=1)
