@@ -121,7 +121,8 @@ class LiveLog:
             raise StoreError(self.failed)
         version = record.piece.version if isinstance(record, PieceRecord) else record.version
         try:
-            self.wal.append(version, _ENCODER.encode(record), sync=sync)
+            self.wal.append_into(version, lambda buf, at: _ENCODER.encode_into(record, buf, at),
+                                 sync=sync)  # fmt: skip
         except OSError as exc:
             self._fail(exc)
 
