@@ -178,7 +178,7 @@ def check_piece(piece: Piece, schema: Schema, delta: LiveDelta, trusted: bool = 
         raise ArgumentError(f"node_types, node_orig: need {len(nodes)} each (one per new node)")
     _new_ids(nodes, n, n + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_nodes")
     _in(ntypes, 0, len(schema.node_types), "node_types")
-    node_runs = id_runs(nodes)  # asked here, taken by the delta's hold
+    node_runs = _runs(nodes)  # asked here, taken by the delta's hold
     if not trusted and delta.taken_nodes.any_of(nodes, node_runs):
         raise ArgumentError("new_nodes: an id is taken already")
     new_rows = _features(piece.node_features, schema, "node", nodes, ntypes, "node_features")
@@ -188,7 +188,7 @@ def check_piece(piece: Piece, schema: Schema, delta: LiveDelta, trusted: bool = 
         raise ArgumentError(f"edge_types: need {edges.shape[1]} (one per new edge)")
     _in(etypes, 0, len(schema.edge_types), "edge_types")
     _new_ids(edges[2], e, e + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_edges eid")
-    edge_runs = id_runs(edges[2])
+    edge_runs = _runs(edges[2])
     if not trusted and delta.taken_edges.any_of(edges[2], edge_runs):
         raise ArgumentError("new_edges: an edge id is taken already")
     _in(edges[0], 0, n + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_edges src")
@@ -201,6 +201,12 @@ def check_piece(piece: Piece, schema: Schema, delta: LiveDelta, trusted: bool = 
     batch.deleted = _check_deleted(piece.deleted_edges, schema, None if trusted else delta)
     batch.updates = _check_updates(piece.updates, schema, None if trusted else delta)
     return batch
+
+
+def _runs(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`id_runs` of ``ids``; none for none without its passes (most batches add
+    edges alone)."""
+    return id_runs(ids) if len(ids) else (np.empty(0, np.int64), np.empty(0, np.int64))
 
 
 def _check_ends(
@@ -235,6 +241,8 @@ def _check_ends(
 
 def _check_deleted(rows: Rows | None, schema: Schema, delta: LiveDelta | None) -> np.ndarray:
     """The deleted edge ids; owned here (base, or new in ``delta``) unless trusted (None)."""
+    if rows is None:
+        return np.empty(0, np.int64)
     eids = _ids(rows, "deleted_edges")
     _unique(eids, "deleted_edges")
     if delta is None:
