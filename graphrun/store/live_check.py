@@ -207,15 +207,22 @@ def check_piece(piece: Piece, schema: Schema, delta: LiveDelta, trusted: bool = 
 
 
 def _runs(ids: np.ndarray, increasing: bool) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`id_runs` of ``ids`` (``increasing``: :func:`_new_ids` found so) without its
-    passes for none (most batches add edges alone) or one run (increasing ids whose ends
-    are as far apart as their count: a piece's ids from one run of the sequencer)."""
+    """:func:`id_runs` of ``ids`` (``increasing``: :func:`_new_ids` found so, as for a
+    piece's ids from the sequencer's runs) in half its passes: none for none (most
+    batches add edges alone), one for one run (their ends as far apart as their count),
+    else the steps other than 1, which start runs (no sort, no check of the order)."""
     if not len(ids):
         return np.empty(0, np.int64), np.empty(0, np.int64)
+    if not increasing:
+        return id_runs(ids)
     first, last = int(ids[0]), int(ids[-1])
-    if increasing and last - first == len(ids) - 1:
+    if last - first == len(ids) - 1:
         return np.asarray([first], np.int64), np.asarray([last + 1], np.int64)
-    return id_runs(ids)
+    cut = np.flatnonzero(ids[1:] - ids[:-1] != 1)  # the last id of each run but the last
+    starts, ends = np.empty(len(cut) + 1, np.int64), np.empty(len(cut) + 1, np.int64)
+    starts[0], starts[1:] = first, ids[cut + 1]
+    ends[:-1], ends[-1] = ids[cut] + 1, last + 1
+    return starts, ends
 
 
 def _check_ends(
