@@ -121,8 +121,7 @@ class LiveLog:
             raise StoreError(self.failed)
         version = record.piece.version if isinstance(record, PieceRecord) else record.version
         try:
-            self.wal.append_into(version, lambda buf, at: _ENCODER.encode_into(record, buf, at),
-                                 sync=sync)  # fmt: skip
+            self.wal.append(version, _ENCODER.encode(record), sync=sync)
         except OSError as exc:
             self._fail(exc)
 

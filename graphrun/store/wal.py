@@ -59,7 +59,7 @@ import os
 import struct
 import threading
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -83,7 +83,6 @@ WAL_MAX_RECORD = 512 << 20
 WAL_EXTENT = 64 << 20
 _FIRST_EXTENT = 1 << 20
 _ZEROS = bytes(1 << 20)
-_KEEP_STAGED = 16 << 20  # a log's buffer of unsynced records kept for the next group
 _IOV_MAX = 512  # buffers per pwritev (the kernel takes up to 1024)
 
 
@@ -122,22 +121,16 @@ def _read_slot(raw: bytes) -> tuple[int, int, int] | None:
     return (generation, end, salt) if good else None
 
 
-def _put(buf: bytearray, at: int, data: bytes) -> None:
-    """``data`` at ``at`` of ``buf``, which ends after it."""
-    del buf[at:]
-    buf += data
-
-
-def _crc(seed: int, rest: bytes, data: bytes | memoryview) -> int:
+def _crc(seed: int, rest: bytes, data: bytes) -> int:
     return zlib.crc32(data, zlib.crc32(rest, seed))
 
 
-def _frame(seed: int, generation: int, seq: int, version: int, data: bytes | memoryview) -> bytes:
+def _frame(seed: int, generation: int, seq: int, version: int, data: bytes) -> bytes:
     rest = RECORD.pack(0, len(data), generation, seq, version)[4:]
     return struct.pack("<I", _crc(seed, rest, data)) + rest
 
 
-def _write_all(fd: int, parts: list[memoryview], offset: int) -> None:
+def _write_all(fd: int, parts: list[bytes], offset: int) -> None:
     """``parts`` one after the other at ``offset`` with ``pwritev`` (no copy of the
     records into one buffer), short writes resumed."""
     views = [memoryview(p) for p in parts if len(p)]
@@ -184,11 +177,8 @@ class WriteAheadLog:
         self.max_record = max_record
         self.extent = extent
         self._lock = threading.Lock()
-        # the records appended and not synced, frames and data, one after the other: one
-        # buffer reused by every group (a fresh one a record faulted its pages in anew)
-        self._staged = bytearray()
-        self._pending_bytes = 0  # of ``_staged`` (its bytes after it are stale)
-        self._pending = 0  # records in it
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
         self.syncs = 0  # fdatasyncs of appended records (groups)
         self.count = 0  # records, synced or not: the next one's sequence number
         self._size = START  # the end of the synced records
@@ -328,48 +318,32 @@ class WriteAheadLog:
 
     def append(self, version: int, data: bytes, *, sync: bool = False) -> None:
         """Log one record; durable only after :meth:`sync` (or with ``sync=True``)."""
-        self.append_into(version, lambda buf, at: _put(buf, at, data), sync=sync)
-
-    def append_into(
-        self, version: int, write: Callable[[bytearray, int], object], *, sync: bool = False
-    ) -> None:
-        """Log one record whose data ``write(buffer, offset)`` puts at ``offset`` of the
-        log's buffer, ending it there (``msgspec``'s ``encode_into``: no bytes object of
-        its own, copied again); as :meth:`append`. Nothing is kept if it is refused."""
         if not 0 <= version < 1 << 64:
             raise StoreError(f"{self.path}: version {version} is not a u64")
+        length = _VERSION_BYTES + len(data)
+        if length > self.max_record:
+            raise StoreError(
+                f"{self.path}: a record of {length} bytes is over the bound of {self.max_record}"
+            )
         with self._lock:
-            buf, start = self._staged, self._pending_bytes
-            at = start + RECORD.size
-            if len(buf) < at:
-                buf.extend(bytes(at - len(buf)))
-            write(buf, at)
-            length = len(buf) - at
-            self._check_room(length)
-            with memoryview(buf) as view, view[at:] as data:
-                view[start:at] = _frame(self._seed(), self._generation, self.count, version, data)
-            self._pending_bytes, self._pending = at + length, self._pending + 1
+            if self.size + RECORD.size + len(data) > self.max_bytes:
+                raise StoreError(
+                    f"{self.path}: the log is full ({self.size} of {self.max_bytes} bytes); "
+                    "compact and truncate it first"
+                )
+            head = _frame(self._seed(), self._generation, self.count, version, data)
+            self._pending += (head, data)  # written as they are
+            self._pending_bytes += RECORD.size + len(data)
             self.count += 1
             if sync:
                 self._flush()
 
-    def _check_room(self, length: int) -> None:
-        """StoreError if a record of ``length`` data bytes is over the bound, or would
-        not fit in the log."""
-        if _VERSION_BYTES + length > self.max_record:
-            raise StoreError(f"{self.path}: a record of {_VERSION_BYTES + length} bytes is "
-                             f"over the bound of {self.max_record}")  # fmt: skip
-        if self.size + RECORD.size + length > self.max_bytes:
-            raise StoreError(
-                f"{self.path}: the log is full ({self.size} of {self.max_bytes} bytes); "
-                "compact and truncate it first"
-            )
-
     def discard(self) -> None:
         """Forget what was appended and not synced (never acknowledged: a failed log)."""
         with self._lock:
-            self.count -= self._pending
-            self._pending = self._pending_bytes = 0
+            self.count -= len(self._pending) // 2
+            self._pending.clear()
+            self._pending_bytes = 0
 
     def sync(self) -> None:
         """Write and fsync everything appended (a group commit)."""
@@ -384,15 +358,13 @@ class WriteAheadLog:
         end = self._size + self._pending_bytes
         if end > self._alloc:
             self._grow(end)
-        with memoryview(self._staged) as view, view[: self._pending_bytes] as staged:
-            _write_all(self._fd, [staged], self._size)
+        _write_all(self._fd, self._pending, self._size)
         self._write_slot()  # the end the last sync left: durable already
         os.fdatasync(self._fd)
         self.syncs += 1
         self._size = end
-        self._pending = self._pending_bytes = 0
-        if len(self._staged) > _KEEP_STAGED:  # a large group's buffer is not kept
-            self._staged = bytearray()
+        self._pending.clear()
+        self._pending_bytes = 0
 
     def _seed(self) -> int:
         return zlib.crc32(self._salt.to_bytes(8, "little"))

@@ -376,34 +376,6 @@ def test_size_bounds(tmp_path):
     wal.close()
 
 
-def test_records_encoded_into_the_logs_buffer_replay_as_appended(tmp_path):
-    """``append_into``: the record's data is written into the log's own buffer (reused
-    by every group); a refused record (over the bound, a full log, its encoder failing)
-    leaves nothing of itself, and the groups after a larger one replay exact."""
-    import msgspec
-
-    enc = msgspec.msgpack.Encoder()
-    wal = WriteAheadLog(tmp_path / "wal", max_record=8 + 5000)
-
-    def put(obj):
-        return lambda buf, at: enc.encode_into(obj, buf, at)
-
-    wal.append_into(1, put(payload(1, 4000)))
-    with pytest.raises(StoreError, match="over the bound"):
-        wal.append_into(2, put(payload(2, 6000)))
-    with pytest.raises(TypeError):
-        wal.append_into(2, put(object()))
-    wal.append_into(3, put("small"), sync=True)  # after a large record, in the same buffer
-    wal.append(4, payload(4, 10))
-    wal.append_into(5, put([1, 2]), sync=True)
-    assert wal.count == 4
-    wal.close()
-    recs = replayed(tmp_path / "wal")
-    assert [r.version for r in recs] == [1, 3, 4, 5]
-    assert [enc.encode(payload(1, 4000)), enc.encode("small"), payload(4, 10),
-            enc.encode([1, 2])] == [r.data for r in recs]  # fmt: skip
-
-
 def test_group_commit_from_threads(tmp_path):
     wal = WriteAheadLog(tmp_path / "wal", extent=8192)
 
