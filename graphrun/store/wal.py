@@ -19,10 +19,8 @@ Layout of the file (little-endian)::
 ``data`` is the caller's bytes (the store logs a ``msgspec.msgpack`` Piece); ``version``
 is the write batch's version (records need not come in version order: pieces of several
 batches are prepared in parallel). Writes are group-committed: :meth:`WriteAheadLog.append`
-(or :meth:`~WriteAheadLog.append_into`, the record encoded in place) puts the record in
-the log's buffer, one reused by every group (its pages stay faulted in), and
-:meth:`WriteAheadLog.sync` writes what was appended with one ``pwritev``, the next slot
-and one ``fdatasync``; only then may the caller acknowledge.
+buffers, :meth:`WriteAheadLog.sync` writes what was appended with one ``pwritev``, the
+next slot and one ``fdatasync``; only then may the caller acknowledge.
 
 **Where the log ends.** Bytes after the last synced record are a torn group (any subset
 of its pages reached the disk) or records left from before an earlier crash, valid
