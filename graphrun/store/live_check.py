@@ -113,14 +113,17 @@ def _in(ids: np.ndarray, lo: int, hi: int, what: str) -> None:
         raise ArgumentError(f"{what}[{i}] = {int(ids[i])} is out of range [{lo}, {hi})")
 
 
-def _new_ids(ids: np.ndarray, lo: int, hi: int, what: str) -> None:
+def _new_ids(ids: np.ndarray, lo: int, hi: int, what: str) -> bool:
     """New ids: each in ``[lo, hi)``, none twice. Ids handed out in runs increase: one
-    comparison pass, then their ends are the range (no min, max or sort)."""
+    comparison pass, then their ends are the range (no min, max or sort). Whether they
+    increase."""
     if len(ids) > 1 and not bool((ids[1:] > ids[:-1]).all()):
         _in(ids, lo, hi, what)
         _unique(ids, what)
-    elif len(ids) and (int(ids[0]) < lo or int(ids[-1]) >= hi):
+        return False
+    if len(ids) and (int(ids[0]) < lo or int(ids[-1]) >= hi):
         _in(ids, lo, hi, what)
+    return True
 
 
 def _unique(ids: np.ndarray, what: str) -> None:
@@ -176,9 +179,9 @@ def check_piece(piece: Piece, schema: Schema, delta: LiveDelta, trusted: bool = 
     orig = _ids(piece.node_orig, "node_orig")
     if len(ntypes) != len(nodes) or len(orig) != len(nodes):
         raise ArgumentError(f"node_types, node_orig: need {len(nodes)} each (one per new node)")
-    _new_ids(nodes, n, n + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_nodes")
+    nodes_up = _new_ids(nodes, n, n + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_nodes")
     _in(ntypes, 0, len(schema.node_types), "node_types")
-    node_runs = id_runs(nodes)  # asked here, taken by the delta's hold
+    node_runs = _runs(nodes, nodes_up)  # asked here, taken by the delta's hold
     if not trusted and delta.taken_nodes.any_of(nodes, node_runs):
         raise ArgumentError("new_nodes: an id is taken already")
     new_rows = _features(piece.node_features, schema, "node", nodes, ntypes, "node_features")
@@ -187,8 +190,8 @@ def check_piece(piece: Piece, schema: Schema, delta: LiveDelta, trusted: bool = 
     if len(etypes) != edges.shape[1]:
         raise ArgumentError(f"edge_types: need {edges.shape[1]} (one per new edge)")
     _in(etypes, 0, len(schema.edge_types), "edge_types")
-    _new_ids(edges[2], e, e + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_edges eid")
-    edge_runs = id_runs(edges[2])
+    edges_up = _new_ids(edges[2], e, e + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_edges eid")
+    edge_runs = _runs(edges[2], edges_up)
     if not trusted and delta.taken_edges.any_of(edges[2], edge_runs):
         raise ArgumentError("new_edges: an edge id is taken already")
     _in(edges[0], 0, n + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_edges src")
@@ -201,6 +204,25 @@ def check_piece(piece: Piece, schema: Schema, delta: LiveDelta, trusted: bool = 
     batch.deleted = _check_deleted(piece.deleted_edges, schema, None if trusted else delta)
     batch.updates = _check_updates(piece.updates, schema, None if trusted else delta)
     return batch
+
+
+def _runs(ids: np.ndarray, increasing: bool) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`id_runs` of ``ids`` (``increasing``: :func:`_new_ids` found so, as for a
+    piece's ids from the sequencer's runs) in half its passes: none for none (most
+    batches add edges alone), one for one run (their ends as far apart as their count),
+    else the steps other than 1, which start runs (no sort, no check of the order)."""
+    if not len(ids):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    if not increasing:
+        return id_runs(ids)
+    first, last = int(ids[0]), int(ids[-1])
+    if last - first == len(ids) - 1:
+        return np.asarray([first], np.int64), np.asarray([last + 1], np.int64)
+    cut = np.flatnonzero(ids[1:] - ids[:-1] != 1)  # the last id of each run but the last
+    starts, ends = np.empty(len(cut) + 1, np.int64), np.empty(len(cut) + 1, np.int64)
+    starts[0], starts[1:] = first, ids[cut + 1]
+    ends[:-1], ends[-1] = ids[cut] + 1, last + 1
+    return starts, ends
 
 
 def _check_ends(
@@ -235,6 +257,8 @@ def _check_ends(
 
 def _check_deleted(rows: Rows | None, schema: Schema, delta: LiveDelta | None) -> np.ndarray:
     """The deleted edge ids; owned here (base, or new in ``delta``) unless trusted (None)."""
+    if rows is None:
+        return np.empty(0, np.int64)
     eids = _ids(rows, "deleted_edges")
     _unique(eids, "deleted_edges")
     if delta is None:

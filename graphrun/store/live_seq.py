@@ -171,13 +171,17 @@ def check_begin(
 def check_new_orig(
     seq: Sequencer, base_orig: Callable[[], np.ndarray], orig: np.ndarray, op: str
 ) -> None:
-    """ArgumentError if an original id repeats, is a base node's or is taken already."""
+    """ArgumentError if an original id repeats, is a base node's or is taken already
+    (each looked up in the new nodes' maps: no set of them all a begin, nothing for a
+    batch without new nodes)."""
+    if len(orig) == 0:
+        return
     if len(np.unique(orig)) != len(orig):
         raise ArgumentError(f"{op}: the new nodes' original ids repeat")
-    taken = {o for m in seq.orig_pending.values() for o in m} | seq.orig.keys()
+    maps = [seq.orig, *seq.orig_pending.values()]  # committed, then each undecided version's
     found, _ = base_lookup(seq, base_orig, orig)
     for i, o in enumerate(orig.tolist()):
-        if o in taken or found[i]:
+        if found[i] or any(o in m for m in maps):
             raise ArgumentError(f"{op}: original id {o} is a node of the graph already")
 
 
