@@ -62,6 +62,7 @@ log = logging.getLogger("graphrun.rpc")
 #: frames below this size are copied into zmq (cheaper than tracking a zero-copy buffer)
 ZERO_COPY_THRESHOLD = 1 << 16
 TURN_MAX = 64  # requests one RpcServer.poll serves back to back at most (a turn)
+_POLLIN = int(zmq.POLLIN)
 
 Handler = Callable[[bytes, Message], Message | None]
 
@@ -159,6 +160,7 @@ class RpcServer:
         self.guard = self._router.guard
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
+        self._alone = [(self._sock, _POLLIN)]  # zmq_poll's list when nothing else is waited on
         if waker is not None:
             self._poller.register(waker.fileno(), zmq.POLLIN)
         try:
@@ -221,8 +223,8 @@ class RpcServer:
     def _wait(self, timeout_ms: int, also: Sequence[Any] = ()) -> bool:
         """Whether a request arrived within ``timeout_ms``; a wake, or a message on one of
         ``also``, ends the wait early."""
-        if self._waker is None and not also:
-            return bool(self._sock.poll(timeout_ms, zmq.POLLIN))
+        if self._waker is None and not also:  # (Socket.poll builds a Poller each time)
+            return bool(zmq.zmq_poll(self._alone, timeout_ms))
         events = dict(self._poller.poll(timeout_ms))
         if self._waker is not None and self._waker.fileno() in events:
             self._waker.drain()

@@ -3,6 +3,7 @@ libzmq keeps a multipart message whole before the application sees any of it."""
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import struct
@@ -190,3 +191,24 @@ def test_a_closed_connections_late_end_keeps_the_count_of_the_next_on_its_fd():
             assert len(cuts) == 1 and guard.cut == 1
         guard.on_event(zmq.EVENT_DISCONNECTED, fd)  # its own end, now closed
         assert guard.pending() == {}
+
+
+def test_the_guard_never_closes_the_fds_it_watches():
+    """The guard keeps a socket object over each watched fd (libzmq's): dropped, closed
+    or let go uncollected, it must leave the fd open (a closed fd would end a peer's
+    connection behind libzmq's back, or another socket's that took the number)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname(), timeout=10)
+        server, _ = listener.accept()
+        with client, server:
+            for close in (False, True):
+                guard = ConnectionGuard(1 << 20, False, "test", lambda *a: None)
+                guard.on_event(zmq.EVENT_ACCEPTED, server.fileno())
+                guard.tick(lambda: False)
+                assert list(guard.pending()) == [server.fileno()]
+                if close:
+                    guard.close()
+                del guard
+                gc.collect()
+                client.sendall(b"still open")
+                _read(server, 10)
