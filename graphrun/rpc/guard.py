@@ -66,7 +66,8 @@ BUSY_FACTOR = 4
 _BYTES_RECEIVED = 128  # offset of tcpi_bytes_received (u64) in struct tcp_info (Linux >= 4.1)
 _TCP_INFO_LEN = _BYTES_RECEIVED + 8  # what of struct tcp_info is asked for
 _U64, _I32 = struct.Struct("Q"), struct.Struct("i")
-_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: pyzmq's enums' "&" is slow
+# plain ints: pyzmq's enums are slow to pass and to "&" (a request's loop pays them)
+_EVENTS, _POLLIN, _SRCFD = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.SRCFD)
 _CURVE_BOX = 33  # "\x07MESSAGE" + 8-byte nonce + 16-byte MAC + 1 flags byte
 
 
@@ -221,19 +222,24 @@ class ConnectionGuard:
                 conn.rid = rid
         return conn
 
-    def on_message(self, frames: Sequence[Any]) -> None:
-        """Count a message received from a ROUTER (``frames[0]``: the peer's routing id)."""
-        if len(frames) < 2:
-            return
-        try:
-            fd = int(frames[1].get(zmq.SRCFD))
-        except (zmq.ZMQError, AttributeError, TypeError):
-            return
-        if fd < 0:
-            return
-        conn = self._sender(fd, _bytes(frames[0]))
-        if conn is not None:
-            conn.delivered += sum(wire_bytes(len(f), self.curve) for f in frames[1:])
+    def on_message(self, frames: Sequence[Any]) -> int:
+        """Count a message received from a ROUTER (``frames[0]``: the peer's routing id);
+        returns the fd of its connection (-1: none, e.g. inproc)."""
+        fd = srcfd(frames[1]) if len(frames) >= 2 else -1
+        if fd >= 0:
+            conn = self._sender(fd, _bytes(frames[0]))
+            if conn is not None:
+                conn.delivered += self._wire_size(frames)
+        return fd
+
+    def _wire_size(self, frames: Sequence[Any]) -> int:
+        """:func:`wire_bytes` of the frames after the routing id, summed (inline: a
+        request's loop pays it)."""
+        box, n = (_CURVE_BOX if self.curve else 0), 0
+        for f in frames[1:]:
+            body = len(f) + box
+            n += body + (2 if body <= 255 else 9)
+        return n
 
     def on_dropped(self, fd: int, rid: bytes, nbytes: int) -> None:
         """Count a frame received from ``rid`` and thrown away (not part of a delivered
@@ -328,6 +334,7 @@ class GuardedRouter:
         sock.setsockopt(zmq.MAXMSGSIZE, limits.max_frame_bytes)
         sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
         self.guard = ConnectionGuard(limits.max_bytes, curve, name, warn)
+        self.fd = -1  # the fd of the connection the last message came on (-1: none)
         self.monitor = sock.get_monitor_socket(events | ConnectionGuard.EVENTS)  # before bind
 
     def drain_events(self) -> None:
@@ -365,11 +372,11 @@ class GuardedRouter:
                 while frame.more:  # the rest of it: counted, not kept
                     frame = sock.recv(copy=False)
                     self.guard.on_dropped(fd, _bytes(frames[0]), len(frame))
-                self.guard.on_message(frames)
+                self.fd = self.guard.on_message(frames)
                 if size > lim.max_bytes:
                     return frames, f"{size}+ bytes exceed the limit of {lim.max_bytes}"
                 return frames, f"{len(frames) - 1}+ frames exceed the limit of {lim.max_frames}"
-        self.guard.on_message(frames)
+        self.fd = self.guard.on_message(frames)
         return frames, ""
 
     def close(self) -> None:
@@ -387,6 +394,6 @@ def _bytes(frame: Any) -> bytes:
 def srcfd(frame: Any) -> int:
     """The file descriptor of the connection a frame came in on (-1: none, e.g. inproc)."""
     try:
-        return int(frame.get(zmq.SRCFD))
+        return int(frame.get(_SRCFD))
     except (zmq.ZMQError, AttributeError, TypeError):
         return -1

@@ -54,7 +54,7 @@ from graphrun.rpc.codec import (
     peek_request,
 )
 from graphrun.rpc.guard import CHECK_S as GUARD_CHECK_S
-from graphrun.rpc.guard import GuardedRouter, RouterLimits, srcfd
+from graphrun.rpc.guard import GuardedRouter, RouterLimits
 from graphrun.rpc.waker import Waker
 
 log = logging.getLogger("graphrun.rpc")
@@ -62,7 +62,8 @@ log = logging.getLogger("graphrun.rpc")
 #: frames below this size are copied into zmq (cheaper than tracking a zero-copy buffer)
 ZERO_COPY_THRESHOLD = 1 << 16
 TURN_MAX = 64  # requests one RpcServer.poll serves back to back at most (a turn)
-_POLLIN = int(zmq.POLLIN)
+_POLLIN, _EVENTS, _SNDMORE = int(zmq.POLLIN), int(zmq.EVENTS), int(zmq.SNDMORE)  # plain ints:
+# pyzmq's enums are slow to pass and to "|" (a request's loop pays them)
 
 Handler = Callable[[bytes, Message], Message | None]
 
@@ -74,12 +75,15 @@ def send_frames(
 
     With ``flags=zmq.NOBLOCK`` only the first frame can raise ``zmq.Again``: once it is
     queued, zmq guarantees the rest of the message goes too."""
-    parts = [*prefix, *frames]
+    parts, flags = [*prefix, *frames], int(flags)
     last = len(parts) - 1
     for i, f in enumerate(parts):
-        nbytes = f.nbytes if isinstance(f, np.ndarray | memoryview) else len(f)
-        more = zmq.SNDMORE if i < last else 0
+        nbytes = f.nbytes if isinstance(f, _VIEWS) else len(f)
+        more = _SNDMORE if i < last else 0
         sock.send(f, more | (flags if i == 0 else 0), copy=nbytes < ZERO_COPY_THRESHOLD)
+
+
+_VIEWS = (np.ndarray, memoryview)  # (a tuple: isinstance of a union is slower)
 
 
 def error_type(exc: BaseException) -> str:
@@ -241,7 +245,7 @@ class RpcServer:
             self._reply(peer, error_message(rid, op, "ProtocolError", too_big))
             return
         self.current_user = _user_id(frames[-1]) if self._auth is not None else None
-        self.current_conn = srcfd(frames[-1])
+        self.current_conn = self._router.fd
         try:
             msg = decode(payload, self.limits)
         except ProtocolError as exc:
@@ -484,7 +488,7 @@ class RpcClient:
             self._on_monitor()
 
     def _drain(self) -> None:
-        while self._sock.poll(0, zmq.POLLIN):
+        while int(self._sock.get(_EVENTS)) & _POLLIN:  # (Socket.poll builds a Poller)
             self._on_reply(self._sock.recv_multipart(copy=False))
 
     def _silence(self) -> str:
@@ -522,7 +526,7 @@ class RpcClient:
         self._poller.register(self._monitor, zmq.POLLIN)
 
     def _on_monitor(self) -> None:
-        while self._monitor.poll(0, zmq.POLLIN):
+        while int(self._monitor.get(_EVENTS)) & _POLLIN:
             event = recv_monitor_message(self._monitor)["event"]
             if event == zmq.EVENT_CONNECT_RETRIED:
                 if self._retry_after_reset:
