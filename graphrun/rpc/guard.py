@@ -168,13 +168,16 @@ class ConnectionGuard:
         # watched: detached when dropped, never closed (libzmq's fds)
         self._socks: dict[int, socket.socket] = {}
         self._release = weakref.finalize(self, _detach_all, self._socks)
+        self._closed = False
         self._next = 0.0
         self.cut = 0  # connections shut down so far
 
     def close(self) -> None:
-        """Let go of the watched fds (the socket objects over them, not closed)."""
+        """Let go of the watched fds (the socket objects over them, not closed) and watch
+        no more (a socket object made later would close its fd when collected)."""
         self._release()
         self._conns.clear()
+        self._closed = True
 
     def _drop(self, fd: int) -> None:
         self._conns.pop(fd, None)
@@ -185,7 +188,7 @@ class ConnectionGuard:
     def _conn(self, fd: int) -> _Conn | None:
         """The connection on ``fd``, new if unknown or if the fd is another peer's now."""
         kept = self._socks.get(fd)
-        s = kept if kept is not None else _tcp_socket(fd)
+        s = kept if kept is not None or self._closed else _tcp_socket(fd)
         got = None if s is None else _read_and_peer(s)
         if s is None or got is None:
             if s is not None and s is not kept:

@@ -208,6 +208,8 @@ def test_the_guard_never_closes_the_fds_it_watches():
                 assert list(guard.pending()) == [server.fileno()]
                 if close:
                     guard.close()
+                    guard.on_event(zmq.EVENT_ACCEPTED, server.fileno())  # watches no more
+                    assert guard.pending() == {}
                 del guard
                 gc.collect()
                 client.sendall(b"still open")
