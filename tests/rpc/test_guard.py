@@ -214,3 +214,31 @@ def test_the_guard_never_closes_the_fds_it_watches():
                 gc.collect()
                 client.sendall(b"still open")
                 _read(server, 10)
+
+
+def test_the_largest_is_cut_while_all_together_hold_too_much():
+    """Each connection below the limit, all of them together above ``BUSY_FACTOR`` times
+    it: the largest is cut, and only it (the check's cheap bound, each one's bytes
+    received less delivered, must not pass this by)."""
+    cuts: list[tuple] = []
+    guard = ConnectionGuard(1 << 20, False, "test", lambda *a: cuts.append(a))
+    sizes = [900 << 10] * 4 + [950 << 10]  # 4.55 MiB in all, against 4 MiB
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        pairs = []
+        try:
+            for n in sizes:
+                client = socket.create_connection(listener.getsockname(), timeout=10)
+                server, _ = listener.accept()
+                pairs.append((client, server))
+                guard.on_event(zmq.EVENT_ACCEPTED, server.fileno())
+                sending = threading.Thread(target=client.sendall, args=(b"x" * n,))
+                sending.start()
+                _read(server, n)  # read (as libzmq would), never delivered
+                sending.join()
+            guard.tick(lambda: False)
+            assert guard.cut == 1 and len(cuts) == 1
+            assert set(guard.pending()) == {s.fileno() for _, s in pairs[:-1]}
+        finally:
+            for client, server in pairs:
+                client.close()
+                server.close()
