@@ -122,18 +122,6 @@ def _read_and_peer(s: socket.socket) -> tuple[int, Any] | None:
         return None
 
 
-def _tcp_bytes_received(fd: int) -> tuple[int, Any] | None:
-    """(bytes received and read from the kernel, peer address) of a TCP socket fd, or
-    None if it is not one."""
-    s = _tcp_socket(fd)
-    if s is None:
-        return None
-    try:
-        return _read_and_peer(s)
-    finally:
-        s.detach()  # the fd is libzmq's: never close it here
-
-
 def _detach_all(socks: dict[int, socket.socket]) -> None:
     """Let go of the socket objects kept over libzmq's fds without closing them."""
     for s in socks.values():
