@@ -135,7 +135,10 @@ def encode(msg: Message) -> list[Frame]:
         if not a.flags.c_contiguous:
             a = a.copy(order="C")
         name = _DTYPE_NAMES.get(a.dtype)  # (dtype.name is a Python-level property, µs)
-        if name is None and (name := a.dtype.name) not in ALLOWED_DTYPES:
+        if name is None and a.dtype.byteorder == ">":  # sent as it is, read back as garbage
+            a = a.astype(a.dtype.newbyteorder("="))
+            name = _DTYPE_NAMES.get(a.dtype)
+        if name is None:
             raise ProtocolError(f"tensor {i}: dtype {a.dtype} cannot be sent", kind=msg.op)
         descr.append([name, a.shape])  # a tuple packs as a list does
         # flat 1-d (a view, C-contiguous), so any buffer consumer takes it
