@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -64,6 +63,7 @@ ALLOWED_DTYPES = frozenset(
 
 
 _WIRE_DTYPES = {n: np.dtype(n) for n in ALLOWED_DTYPES}
+_DTYPE_NAMES = {d: n for n, d in _WIRE_DTYPES.items()}  # native byte order only
 
 
 def wire_dtype(name: object) -> np.dtype:
@@ -86,6 +86,9 @@ class MsgKind(enum.IntEnum):
     REQUEST = 1
     REPLY = 2
     ERROR = 3
+
+
+_KINDS = {int(k): k for k in MsgKind}
 
 
 @dataclass(frozen=True)
@@ -125,37 +128,36 @@ Frame = bytes | memoryview | np.ndarray
 
 def encode(msg: Message) -> list[Frame]:
     """Frames for ``msg``: the msgpack header, then each tensor's buffer (not copied)."""
-    arrays = [np.asarray(t) for t in msg.tensors]
-    arrays = [a if a.flags.c_contiguous else a.copy(order="C") for a in arrays]
     descr = []
-    for i, a in enumerate(arrays):
-        name = a.dtype.name
-        if name not in ALLOWED_DTYPES:
+    frames: list[Frame] = [b""]
+    for i, t in enumerate(msg.tensors):
+        a = np.asarray(t)
+        if not a.flags.c_contiguous:
+            a = a.copy(order="C")
+        name = _DTYPE_NAMES.get(a.dtype)  # (dtype.name is a Python-level property, µs)
+        if name is None and a.dtype.byteorder == ">":  # sent as it is, read back as garbage
+            a = a.astype(a.dtype.newbyteorder("="))
+            name = _DTYPE_NAMES.get(a.dtype)
+        if name is None:
             raise ProtocolError(f"tensor {i}: dtype {a.dtype} cannot be sent", kind=msg.op)
-        descr.append([name, list(a.shape)])
-    header = {
-        "v": PROTOCOL_VERSION,
-        "k": int(msg.kind),
-        "op": msg.op,
-        "id": int(msg.request_id),
-        "b": dict(msg.body),
-        "t": descr,
-    }
+        descr.append([name, a.shape])  # a tuple packs as a list does
+        # flat 1-d (a view, C-contiguous), so any buffer consumer takes it
+        frames.append(a if a.ndim == 1 else a.reshape(-1))
+    body = msg.body if type(msg.body) is dict else dict(msg.body)
+    header = {"v": PROTOCOL_VERSION, "k": int(msg.kind), "op": msg.op,
+              "id": int(msg.request_id), "b": body, "t": descr}  # fmt: skip
     try:
-        packed = msgpack.packb(header, use_bin_type=True)
+        frames[0] = msgpack.packb(header, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ProtocolError(f"body is not msgpack-able ({exc})", kind=msg.op) from exc
-    frames: list[Frame] = [packed]
-    # Flat 1-d views (no copy: the arrays are C-contiguous), so any buffer consumer takes them.
-    frames.extend(a.reshape(-1) for a in arrays)
     return frames
 
 
 def _buffer(frame: Any) -> memoryview:
     """A memoryview of a received frame (bytes, memoryview, zmq.Frame or array)."""
-    buf = getattr(frame, "buffer", None)  # zmq.Frame
+    buf = getattr(frame, "buffer", None)  # zmq.Frame: a memoryview, kept by the frame
     if buf is not None:
-        return memoryview(buf)
+        return buf if type(buf) is memoryview else memoryview(buf)
     return memoryview(frame)
 
 
@@ -180,23 +182,25 @@ def _header(raw: memoryview, limits: Limits) -> dict[str, Any]:
 
 def _field(header: dict[str, Any], key: str, typ: type[T]) -> T:
     val = header.get(key)
-    if not isinstance(val, typ) or (typ is int and isinstance(val, bool)):
+    if type(val) is not typ:  # msgpack makes the plain types (and a bool is no int)
         raise ProtocolError(f"header field {key!r} is missing or not {typ.__name__}")
     return val
 
 
 def _tensor_spec(i: int, d: Any, limits: Limits) -> tuple[np.dtype, tuple[int, ...], int]:
-    if not (isinstance(d, list) and len(d) == 2 and isinstance(d[1], list)):
+    if not (type(d) is list and len(d) == 2 and type(d[1]) is list):  # as msgpack makes them
         raise ProtocolError(f"tensor {i}: descriptor is not [dtype, shape]")
     name, shape = d
-    if not isinstance(name, str) or name not in ALLOWED_DTYPES:  # names only, no spellings
+    dtype = _WIRE_DTYPES.get(name) if type(name) is str else None  # names only, no spellings
+    if dtype is None:
         raise ProtocolError(f"tensor {i}: dtype {name!r} is not allowed")
     if len(shape) > limits.max_ndim:
         raise ProtocolError(f"tensor {i}: rank {len(shape)} exceeds {limits.max_ndim}")
-    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
-        raise ProtocolError(f"tensor {i}: shape {shape!r} is not a list of non-negative ints")
-    dtype = wire_dtype(name)
-    nbytes = math.prod(shape) * dtype.itemsize
+    nbytes = dtype.itemsize
+    for s in shape:
+        if type(s) is not int or s < 0:  # (a bool is no int here)
+            raise ProtocolError(f"tensor {i}: shape {shape!r} is not a list of non-negative ints")
+        nbytes *= s
     if nbytes > limits.max_tensor_bytes:
         raise ProtocolError(f"tensor {i}: {nbytes} bytes exceeds {limits.max_tensor_bytes}")
     return dtype, tuple(shape), nbytes
@@ -225,10 +229,9 @@ def decode(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> Message:
         raise ProtocolError(f"{len(frames)} frames exceed the limit of {limits.max_frames}")
     header = _header(_buffer(frames[0]), limits)
     kind_val = _field(header, "k", int)
-    try:
-        kind = MsgKind(kind_val)
-    except ValueError:
-        raise ProtocolError(f"message kind {kind_val} is unknown") from None
+    kind = _KINDS.get(kind_val)  # (MsgKind(...) is an enum call, ~1 us)
+    if kind is None:
+        raise ProtocolError(f"message kind {kind_val} is unknown")
     op = _field(header, "op", str)
     rid = _field(header, "id", int)
     body = _field(header, "b", dict)
@@ -238,8 +241,8 @@ def decode(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> Message:
             f"header declares {len(descr)} tensors but {len(frames) - 1} frames follow", kind=op
         )
     specs = [_tensor_spec(i, d, limits) for i, d in enumerate(descr)]
-    total = sum(s[2] for s in specs)
-    if total > limits.max_total_bytes:
+    if sum(s[2] for s in specs) > limits.max_total_bytes:
+        total = sum(s[2] for s in specs)
         raise ProtocolError(f"{total} tensor bytes exceed {limits.max_total_bytes}", kind=op)
     tensors = []
     for i, ((dtype, shape, nbytes), frame) in enumerate(zip(specs, frames[1:], strict=True)):
@@ -250,8 +253,13 @@ def decode(frames: Sequence[Any], limits: Limits = DEFAULT_LIMITS) -> Message:
                 f"needs {nbytes}",
                 kind=op,
             )
-        arr = np.frombuffer(buf.cast("B"), dtype=dtype) if nbytes else np.empty(0, dtype)
-        tensors.append(arr.reshape(shape))
+        if not nbytes:
+            tensors.append(np.empty(shape, dtype))
+            continue
+        if buf.ndim != 1 or buf.format != "B":  # a zmq frame's is already
+            buf = buf.cast("B")
+        arr = np.frombuffer(buf, dtype=dtype)
+        tensors.append(arr if len(shape) == 1 else arr.reshape(shape))
     return Message(kind=kind, op=op, request_id=rid, body=body, tensors=tuple(tensors))
 
 

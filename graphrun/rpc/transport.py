@@ -54,7 +54,7 @@ from graphrun.rpc.codec import (
     peek_request,
 )
 from graphrun.rpc.guard import CHECK_S as GUARD_CHECK_S
-from graphrun.rpc.guard import GuardedRouter, RouterLimits, srcfd
+from graphrun.rpc.guard import GuardedRouter, RouterLimits
 from graphrun.rpc.waker import Waker
 
 log = logging.getLogger("graphrun.rpc")
@@ -62,6 +62,8 @@ log = logging.getLogger("graphrun.rpc")
 #: frames below this size are copied into zmq (cheaper than tracking a zero-copy buffer)
 ZERO_COPY_THRESHOLD = 1 << 16
 TURN_MAX = 64  # requests one RpcServer.poll serves back to back at most (a turn)
+_POLLIN, _EVENTS, _SNDMORE = int(zmq.POLLIN), int(zmq.EVENTS), int(zmq.SNDMORE)  # plain ints:
+# pyzmq's enums are slow to pass and to "|" (a request's loop pays them)
 
 Handler = Callable[[bytes, Message], Message | None]
 
@@ -73,12 +75,15 @@ def send_frames(
 
     With ``flags=zmq.NOBLOCK`` only the first frame can raise ``zmq.Again``: once it is
     queued, zmq guarantees the rest of the message goes too."""
-    parts = [*prefix, *frames]
+    parts, flags = [*prefix, *frames], int(flags)
     last = len(parts) - 1
     for i, f in enumerate(parts):
-        nbytes = f.nbytes if isinstance(f, np.ndarray | memoryview) else len(f)
-        more = zmq.SNDMORE if i < last else 0
+        nbytes = f.nbytes if isinstance(f, _VIEWS) else len(f)
+        more = _SNDMORE if i < last else 0
         sock.send(f, more | (flags if i == 0 else 0), copy=nbytes < ZERO_COPY_THRESHOLD)
+
+
+_VIEWS = (np.ndarray, memoryview)  # (a tuple: isinstance of a union is slower)
 
 
 def error_type(exc: BaseException) -> str:
@@ -159,6 +164,7 @@ class RpcServer:
         self.guard = self._router.guard
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
+        self._alone = [(self._sock, _POLLIN)]  # zmq_poll's list when nothing else is waited on
         if waker is not None:
             self._poller.register(waker.fileno(), zmq.POLLIN)
         try:
@@ -221,8 +227,8 @@ class RpcServer:
     def _wait(self, timeout_ms: int, also: Sequence[Any] = ()) -> bool:
         """Whether a request arrived within ``timeout_ms``; a wake, or a message on one of
         ``also``, ends the wait early."""
-        if self._waker is None and not also:
-            return bool(self._sock.poll(timeout_ms, zmq.POLLIN))
+        if self._waker is None and not also:  # (Socket.poll builds a Poller each time)
+            return bool(zmq.zmq_poll(self._alone, timeout_ms))
         events = dict(self._poller.poll(timeout_ms))
         if self._waker is not None and self._waker.fileno() in events:
             self._waker.drain()
@@ -239,7 +245,7 @@ class RpcServer:
             self._reply(peer, error_message(rid, op, "ProtocolError", too_big))
             return
         self.current_user = _user_id(frames[-1]) if self._auth is not None else None
-        self.current_conn = srcfd(frames[-1])
+        self.current_conn = self._router.fd
         try:
             msg = decode(payload, self.limits)
         except ProtocolError as exc:
@@ -482,7 +488,7 @@ class RpcClient:
             self._on_monitor()
 
     def _drain(self) -> None:
-        while self._sock.poll(0, zmq.POLLIN):
+        while int(self._sock.get(_EVENTS)) & _POLLIN:  # (Socket.poll builds a Poller)
             self._on_reply(self._sock.recv_multipart(copy=False))
 
     def _silence(self) -> str:
@@ -520,7 +526,7 @@ class RpcClient:
         self._poller.register(self._monitor, zmq.POLLIN)
 
     def _on_monitor(self) -> None:
-        while self._monitor.poll(0, zmq.POLLIN):
+        while int(self._monitor.get(_EVENTS)) & _POLLIN:
             event = recv_monitor_message(self._monitor)["event"]
             if event == zmq.EVENT_CONNECT_RETRIED:
                 if self._retry_after_reset:

@@ -72,6 +72,14 @@ def test_non_contiguous_tensor_is_sent_in_c_order():
     np.testing.assert_array_equal(out.tensors[0], a)
 
 
+def test_a_big_endian_tensor_arrives_with_its_values():
+    """A big-endian array was sent as it was, labelled by its dtype's name ("int64"),
+    and read back in the receiver's byte order: other numbers."""
+    a = np.arange(5, dtype=">i8")
+    out = decode(_as_bytes(encode(Message(MsgKind.REQUEST, "x", 1, {}, (a,)))))
+    np.testing.assert_array_equal(out.tensors[0], np.arange(5))
+
+
 def test_object_dtype_is_refused():
     with pytest.raises(ProtocolError, match="cannot be sent"):
         encode(Message(MsgKind.REQUEST, "x", 1, {}, (np.array([object()]),)))

@@ -3,6 +3,7 @@ libzmq keeps a multipart message whole before the application sees any of it."""
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import struct
@@ -190,3 +191,54 @@ def test_a_closed_connections_late_end_keeps_the_count_of_the_next_on_its_fd():
             assert len(cuts) == 1 and guard.cut == 1
         guard.on_event(zmq.EVENT_DISCONNECTED, fd)  # its own end, now closed
         assert guard.pending() == {}
+
+
+def test_the_guard_never_closes_the_fds_it_watches():
+    """The guard keeps a socket object over each watched fd (libzmq's): dropped, closed
+    or let go uncollected, it must leave the fd open (a closed fd would end a peer's
+    connection behind libzmq's back, or another socket's that took the number)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname(), timeout=10)
+        server, _ = listener.accept()
+        with client, server:
+            for close in (False, True):
+                guard = ConnectionGuard(1 << 20, False, "test", lambda *a: None)
+                guard.on_event(zmq.EVENT_ACCEPTED, server.fileno())
+                guard.tick(lambda: False)
+                assert list(guard.pending()) == [server.fileno()]
+                if close:
+                    guard.close()
+                    guard.on_event(zmq.EVENT_ACCEPTED, server.fileno())  # watches no more
+                    assert guard.pending() == {}
+                del guard
+                gc.collect()
+                client.sendall(b"still open")
+                _read(server, 10)
+
+
+def test_the_largest_is_cut_while_all_together_hold_too_much():
+    """Each connection below the limit, all of them together above ``BUSY_FACTOR`` times
+    it: the largest is cut, and only it (the check's cheap bound, each one's bytes
+    received less delivered, must not pass this by)."""
+    cuts: list[tuple] = []
+    guard = ConnectionGuard(1 << 20, False, "test", lambda *a: cuts.append(a))
+    sizes = [900 << 10] * 4 + [950 << 10]  # 4.55 MiB in all, against 4 MiB
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        pairs = []
+        try:
+            for n in sizes:
+                client = socket.create_connection(listener.getsockname(), timeout=10)
+                server, _ = listener.accept()
+                pairs.append((client, server))
+                guard.on_event(zmq.EVENT_ACCEPTED, server.fileno())
+                sending = threading.Thread(target=client.sendall, args=(b"x" * n,))
+                sending.start()
+                _read(server, n)  # read (as libzmq would), never delivered
+                sending.join()
+            guard.tick(lambda: False)
+            assert guard.cut == 1 and len(cuts) == 1
+            assert set(guard.pending()) == {s.fileno() for _, s in pairs[:-1]}
+        finally:
+            for client, server in pairs:
+                client.close()
+                server.close()
