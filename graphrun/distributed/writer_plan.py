@@ -96,6 +96,8 @@ class Plan:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Both ends as graph ids (the batch's new nodes ``-(i + 1)``), and the owners of
         ``dst`` when they are known already (graph ids: no new node among them)."""
+        if not orig and _base_only(src, dst, self.book.node_offsets[-1]):
+            return src, dst, _inner_owners(self.book.node_offsets, dst)  # the common case
         both = np.concatenate([src, dst])
         dst_owner = None
         if orig:
@@ -107,16 +109,12 @@ class Plan:
             what = "original id"
             known = (out < 0) | self._owner(np.maximum(out, 0), strict=False) >= 0
             known &= (out >= -len(self.orig) - 1) & ~((out == -1) & ~np.isin(both, self.orig))
-        elif len(both) and both.min() >= 0 and both.max() < self.book.node_offsets[-1]:
-            out, what = both, "graph id"  # base nodes only (the common case): dst's owners
-            dst_owner = _inner_owners(self.book.node_offsets, both[len(src) :])
-            known = None
         else:  # graph ids: a negative one is no node (the batch's new nodes: -(i + 1))
             out, what = both, "graph id"
             owner = self._owner(np.maximum(out, 0), strict=False)
             known = (owner >= 0) & (out >= 0)
             dst_owner = owner[len(src) :]
-        if known is not None and not known.all():
+        if not known.all():
             i = int(np.flatnonzero(~known)[0])
             end = "src" if i < len(src) else "dst"
             raise ArgumentError(f"add_edges {end}: {what} {int(both[i])} is not a node of the "
@@ -372,6 +370,12 @@ def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
     if len(parts) == 1:
         return parts[0].astype(dtype, copy=False)
     return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
+
+
+def _base_only(src: np.ndarray, dst: np.ndarray, n: int) -> bool:
+    """Whether every end is a base node's graph id (in ``[0, n)``): nothing to look up,
+    no new node, the owners by the partitions' ranges (the ends are not copied)."""
+    return bool(len(src)) and min(src.min(), dst.min()) >= 0 and max(src.max(), dst.max()) < n
 
 
 def _inner_owners(bounds: np.ndarray, ids: np.ndarray) -> np.ndarray:
