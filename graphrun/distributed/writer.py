@@ -103,6 +103,7 @@ class GraphWriter:
         self._error: BaseException | None = None
         self._view: LiveView | None = None
         self._tensors: list[TensorInfo] | None = None
+        self._features: dict[tuple[str, str], list[str]] = {}  # (kind, type) -> names
 
     # ---- building a batch
 
@@ -115,14 +116,20 @@ class GraphWriter:
         return np.ascontiguousarray(a)
 
     def _features_of(self, kind: str, type_: str) -> list[str]:
-        if self._tensors is None:  # the graph's features are fixed at partition time
+        """The graph's features of a node or edge type, asked once (fixed at partition
+        time) and kept by type: each batch's ``add_edges`` asks them again."""
+        got = self._features.get((kind, type_))
+        if got is not None:
+            return got
+        if self._tensors is None:
             self._tensors = self.client.list_tensors()
         out = []
         for ti in self._tensors:
             key = TensorKey.parse(ti.name)
             if ti.job == "" and key is not None and key.kind == kind and key.type == type_:
                 out.append(key.name)
-        return sorted(out)
+        self._features[kind, type_] = sorted(out)
+        return self._features[kind, type_]
 
     def _room(self, n: int) -> None:
         if self._batch.rows() + n > MAX_PIECE_ROWS:

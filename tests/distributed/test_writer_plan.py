@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from graphrun.distributed.writer_plan import Plan, WriteBatch
-from graphrun.errors import ArgumentError
+from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import owners
 from graphrun.partition.format import load_partition_book
 from graphrun.store.live import GROWTH_BLOCK
@@ -86,3 +86,22 @@ def test_positions_by_partition_keep_the_batch_order(parts):
     for p in range(parts):
         assert got[p].tolist() == np.flatnonzero(part == p).tolist()
     assert [len(x) for x in _by_part(part[:0], parts)] == [0] * parts
+
+
+@pytest.mark.parametrize(
+    "bounds", [[0, 10], [0, 5, 10], [0, 4, 4, 10], [0, 0, 3, 10, 10], [2, 6, 9]]
+)
+def test_inner_owners_are_the_blocks_a_search_gives(bounds):
+    from graphrun.distributed.writer_plan import _inner_owners
+
+    b = np.asarray(bounds, np.int64)
+    ids = np.arange(b[0], b[-1], dtype=np.int64)  # every id inside, empty blocks skipped
+    assert _inner_owners(b, ids).tolist() == owners(b, ids).tolist()
+    assert _inner_owners(b, ids).dtype == np.int64
+
+
+def test_ids_for_another_number_of_partitions_are_refused(book):
+    plan = plan_of(book, [0, 1], [2, 3])
+    first = book.num_edges
+    with pytest.raises(StoreError, match="ids for 1 partitions, asked 2"):
+        plan.give_ids([[], []], [[[first, 2]]])
