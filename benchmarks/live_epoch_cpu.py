@@ -358,8 +358,22 @@ def drive(cfg: dict[str, Any]) -> None:
             proc.join(60)
             if proc.is_alive():
                 proc.kill()
-        for s in stores:
+        _stop_all(stores)
+
+
+def _stop_all(stores: list[Any]) -> None:
+    """Stop every store, each whatever the others did (one whose stop timed out on a
+    loaded box left the rest serving in their network namespaces), then raise the first
+    failure."""
+    failed: list[BaseException] = []
+    for s in stores:
+        try:
             s.stop()
+        except Exception as exc:  # the next stores still stop
+            failed.append(exc)
+            s.proc.kill()
+    if failed:
+        raise failed[0]
 
 
 def main() -> None:
