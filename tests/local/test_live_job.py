@@ -4,6 +4,7 @@ server logs to its partition's directory (spec.live, docs/live.md)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -57,15 +58,49 @@ EPOCHS = 24  # of a few tenths of a second each: the write lands during them
 BATCH = 20
 
 
-def write_papers(base: Path) -> int:
-    """Into the job's own store (with its key, the store's own, which may write): new
-    papers with every feature of the type, train_mask true, each written by a base
-    author. The version."""
+def job_client(base: Path) -> KVClient:
+    """A client of the local job's own stores under ``base``, with its key (the store's
+    own, which may write)."""
     run_dir = base / "runs" / "small"
     hosts = Hosts.read(run_dir / "hosts.json")
     addresses = [f"tcp://{eps[0].host}:{eps[0].port}" for eps in hosts.store_endpoints().values()]
     keys = load_keys(run_dir / "keys" / "job.key")
-    with KVClient(ClientConfig(addresses, job="writer", keys=keys, timeout=30)) as c:
+    return KVClient(ClientConfig(addresses, job="writer", keys=keys, timeout=30))
+
+
+def run_writing_after_epoch_0(base: Path, path: Path, write: Callable[[Path], int]) -> list[int]:
+    """Run the live job ``path`` (under ``base``) while ``write(base)`` writes into its
+    own store once its first epoch ended; each epoch's steps. The write's version is 1,
+    every trainer exits 0 and nothing is left."""
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["live"] = {"follow": "epoch"}
+    path.write_text(yaml.safe_dump(doc))
+    job, _ = local_job(path)
+    metrics = base / "runs" / "small" / "metrics.jsonl"
+    written: list[int | BaseException] = []
+
+    def writer() -> None:
+        try:
+            if wait_for(lambda: metrics.is_file() and '"epoch": 0' in metrics.read_text()):
+                written.append(write(base))
+        except BaseException as e:  # raised below, in the test's thread
+            written.append(e)
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    report = job.run()
+    t.join(timeout=60)
+    assert written == [1], written
+    assert all(report.exits[RoleName.trainer(r)] == 0 for r in range(2))
+    nothing_left(job)
+    return [r["steps"] for r in job_metrics(path) if "epoch" in r]
+
+
+def write_papers(base: Path) -> int:
+    """Into the job's own store (with its key, the store's own, which may write): new
+    papers with every feature of the type, train_mask true, each written by a base
+    author. The version."""
+    with job_client(base) as c:
         feats = {}
         for info in c.list_tensors():
             kind, _, rest = info.name.partition("/")
@@ -89,32 +124,11 @@ def test_a_live_hetero_job_trains_on_papers_written_to_its_own_store_while_it_tr
     path = small_job(tmp_path, hetero=True, nodes=3000, task="hetero-node-classification",
                      targetNodeType="paper", fanouts=[4, 3], epochs=EPOCHS, lr=0.03,
                      batchSize=BATCH)  # fmt: skip
-    doc = yaml.safe_load(path.read_text())
-    doc["spec"]["live"] = {"follow": "epoch"}
-    path.write_text(yaml.safe_dump(doc))
-    job, _ = local_job(path)
-    metrics = tmp_path / "runs" / "small" / "metrics.jsonl"
-    written: list[int | BaseException] = []
-
-    def writer() -> None:
-        try:
-            if wait_for(lambda: metrics.is_file() and '"epoch": 0' in metrics.read_text()):
-                written.append(write_papers(tmp_path))
-        except BaseException as e:  # raised below, in the test's thread
-            written.append(e)
-
-    t = threading.Thread(target=writer, daemon=True)
-    t.start()
-    report = job.run()
-    t.join(timeout=60)
-    assert written == [1], written
-    assert all(report.exits[RoleName.trainer(r)] == 0 for r in range(2))
-    steps = [r["steps"] for r in job_metrics(path) if "epoch" in r]
+    steps = run_writing_after_epoch_0(tmp_path, path, write_papers)
     grown = [i for i, k in enumerate(steps) if k != steps[0]]
     assert len(steps) == EPOCHS and grown, steps  # the write landed before the last epoch
     # from the first epoch at the new version on: every new paper a seed, once
     assert all(steps[i] == steps[0] + NEW_PAPERS // 2 // BATCH for i in range(grown[0], EPOCHS))
-    nothing_left(job)
 
 
 NEW_EDGES = 4000  # about 0.9 of them training edges: 1800 more positives for each trainer
@@ -125,11 +139,7 @@ LINK_BATCH = 1000
 def write_edges(base: Path) -> int:
     """Into a homogeneous job's own store: random new edges between base nodes, with
     every edge feature of the type. The version."""
-    run_dir = base / "runs" / "small"
-    hosts = Hosts.read(run_dir / "hosts.json")
-    addresses = [f"tcp://{eps[0].host}:{eps[0].port}" for eps in hosts.store_endpoints().values()]
-    keys = load_keys(run_dir / "keys" / "job.key")
-    with KVClient(ClientConfig(addresses, job="writer", keys=keys, timeout=30)) as c:
+    with job_client(base) as c:
         feats = {}
         for info in c.list_tensors():
             kind, _, rest = info.name.partition("/")
@@ -150,29 +160,8 @@ def test_a_live_link_prediction_job_trains_on_edges_written_while_it_trains(tmp_
     well."""
     path = small_job(tmp_path, task="link-prediction", embeddingDim=8, sparseLr=0.05,
                      epochs=LINK_EPOCHS, batchSize=LINK_BATCH)  # fmt: skip
-    doc = yaml.safe_load(path.read_text())
-    doc["spec"]["live"] = {"follow": "epoch"}
-    path.write_text(yaml.safe_dump(doc))
-    job, _ = local_job(path)
-    metrics = tmp_path / "runs" / "small" / "metrics.jsonl"
-    written: list[int | BaseException] = []
-
-    def writer() -> None:
-        try:
-            if wait_for(lambda: metrics.is_file() and '"epoch": 0' in metrics.read_text()):
-                written.append(write_edges(tmp_path))
-        except BaseException as e:  # raised below, in the test's thread
-            written.append(e)
-
-    t = threading.Thread(target=writer, daemon=True)
-    t.start()
-    report = job.run()
-    t.join(timeout=60)
-    assert written == [1], written
-    assert all(report.exits[RoleName.trainer(r)] == 0 for r in range(2))
-    steps = [r["steps"] for r in job_metrics(path) if "epoch" in r]
+    steps = run_writing_after_epoch_0(tmp_path, path, write_edges)
     grown = [i for i, k in enumerate(steps) if k != steps[0]]
     assert len(steps) == LINK_EPOCHS and grown, steps  # the write landed before the last
     assert all(steps[i] > steps[0] for i in range(grown[0], LINK_EPOCHS))
     assert 0.0 <= job_metrics(path)[-1]["test_auc"] <= 1.0
-    nothing_left(job)
