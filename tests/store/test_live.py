@@ -396,13 +396,11 @@ def test_a_merging_thread_keeps_reads_whole_and_the_runs_few(monkeypatch):
     and merges with the compiled kernels once it has loaded them, whatever the size
     (these few entries); the delta without a thread with numpy's (below
     ``COMPILED_MIN``): the reads compare the two."""
-    from graphrun.store import live, live_kernels
+    from graphrun.store import live_kernels
 
-    # the thread at the test's priority, the kernels compiled here first: in a CI run's
-    # clean checkout (numba's cache cold) its background thread, niced among three busy
-    # workers, did not finish the merges within the 60 s (8 runs left)
-    monkeypatch.setattr(live, "background", lambda: True)
-    live_kernels.warm_up()
+    # in a CI run's clean checkout (numba's cache cold) the background thread, niced
+    # among three busy workers, did not finish the merges within the 60 s (8 runs left)
+    _foreground_merges(monkeypatch)
     calls = []
     merge, sort = live_kernels.merge_two, live_kernels.sort_columns
 
@@ -445,11 +443,12 @@ def test_a_merging_thread_keeps_reads_whole_and_the_runs_few(monkeypatch):
     assert any(calls)
 
 
-def test_the_merging_thread_merges_a_pair_before_the_last_two():
+def test_the_merging_thread_merges_a_pair_before_the_last_two(monkeypatch):
     """Reads flush fresh commits into runs while the thread merges an older pair: the
     runs can come to sizes 5, 20, 1, where only the first two break the rule. The thread
     looked at the last two alone and left them (64 commits kept 14 runs on a loaded
     box); it merges any pair out of the rule."""
+    _foreground_merges(monkeypatch)
     plain = LiveDelta()
     batches = [held(plain, _edge_piece(v, [1] * m, [2] * m, E + 100 * v + np.arange(m)))
                for v, m in ((1, 5), (2, 20), (3, 1))]  # fmt: skip
@@ -508,6 +507,17 @@ def test_the_compiled_merge_is_the_stable_merge_of_two_runs(na, nb, order):
     assert out.tolist() == want.tolist()
 
 
+def _foreground_merges(monkeypatch) -> None:
+    """The merging thread at the test's priority and the kernels compiled first: niced
+    among busy workers, its first index (numba's load, ~0.5 CPU-s) took 21 s under six
+    busy loops on 2 cores (a test's 30 s wait failed at load 18)."""
+    from graphrun.store import live as live_mod
+    from graphrun.store import live_kernels
+
+    monkeypatch.setattr(live_mod, "background", lambda: True)
+    live_kernels.warm_up()
+
+
 def test_a_fold_drops_the_merge_in_flight_over_what_it_folded(monkeypatch):
     """Compaction's swap (``fold``) while the delta's thread merges two runs it folds:
     the merge is not installed over the folded base, and the thread goes on merging the
@@ -515,6 +525,7 @@ def test_a_fold_drops_the_merge_in_flight_over_what_it_folded(monkeypatch):
     from graphrun.store import live as live_mod
     from graphrun.store.live_index import build_run
 
+    _foreground_merges(monkeypatch)
     started, go, real = threading.Event(), threading.Event(), live_mod.merge_runs
 
     def slow(runs, compiled=False):
