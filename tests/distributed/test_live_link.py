@@ -4,6 +4,10 @@ of another type by name."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -15,7 +19,7 @@ from graphrun.sampling.edgesplit import EdgeSplit
 from graphrun.store.server import ServerConfig
 from graphrun.testing.store import make_partition_dir, store_threads
 from tests.distributed import test_live_follow
-from tests.distributed.test_live_hetero import CITES, WRITES, following
+from tests.distributed.test_live_hetero import CITES, SAMPLING, WRITES, following
 
 pytestmark = pytest.mark.integration
 
@@ -28,6 +32,17 @@ def hparts(tmp_path_factory):
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory):
     return make_partition_dir(tmp_path_factory.mktemp("link") / "parts", 2)[1]
+
+
+@contextlib.contextmanager
+def serving(parts, follow: str) -> Iterator[tuple[list[str], Any, DistGraph]]:
+    """Two store threads of ``parts`` with the sampling extension, a context and a
+    ``DistGraph`` following the graph (``follow``): (addresses, context, graph)."""
+    cfg = ServerConfig(parts, 0, extensions=SAMPLING)
+    with store_threads(cfg, 2) as threads:
+        addresses = [t.address for t in threads]
+        with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
+            yield addresses, ctx, DistGraph(ctx, follow=follow)
 
 
 def new_edges(dg: DistGraph, ends: np.ndarray, etype: int | None = None) -> np.ndarray:
@@ -44,6 +59,11 @@ def pairs(b, ends_of, label: int) -> set[tuple[int, int]]:
     src_ids, dst_ids, index, labels = ends_of(b)
     pick = index[:, labels == label]
     return set(zip(src_ids[pick[0]].tolist(), dst_ids[pick[1]].tolist(), strict=True))
+
+
+def homo_ends(b):
+    """A homogeneous batch's node ids (both ends') and labelled pairs, for :func:`pairs`."""
+    return b.n_id, b.n_id, b.edge_label_index, b.edge_label
 
 
 def test_a_link_loader_following_a_heterograph_takes_new_edges_and_new_negatives(hparts):
@@ -96,33 +116,26 @@ def test_a_link_loader_refuses_a_new_edge_of_another_type(hparts):
 def test_a_link_loader_following_a_graph_takes_new_edges_and_new_negatives(parts, mode):
     """The homogeneous loader alike: the new edges written after the loader was made are
     positives at the next epoch, and negatives are drawn from the new nodes as well."""
-    cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
-    with store_threads(cfg, 2) as threads:
-        addresses = [t.address for t in threads]
-        with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
-            dg = DistGraph(ctx, follow="epoch")
-            n = dg.num_nodes()
-            _, _, ids = test_live_follow.write_new_nodes(addresses, parts)
-            dg.refresh("epoch")
-            fresh = new_edges(dg, ids)
-            loader = DistLinkDataLoader(dg, np.concatenate([np.arange(8), fresh]), [4, 4],
-                                        batch_size=64, neg_k=100, neg_mode=mode,
-                                        edge_split=EdgeSplit(0.0, 0.0))  # fmt: skip
-            (b,) = list(loader)
+    with serving(parts, "epoch") as (addresses, _ctx, dg):
+        n = dg.num_nodes()
+        _, _, ids = test_live_follow.write_new_nodes(addresses, parts)
+        dg.refresh("epoch")
+        fresh = new_edges(dg, ids)
+        loader = DistLinkDataLoader(dg, np.concatenate([np.arange(8), fresh]), [4, 4],
+                                    batch_size=64, neg_k=100, neg_mode=mode,
+                                    edge_split=EdgeSplit(0.0, 0.0))  # fmt: skip
+        (b,) = list(loader)
 
-            def ends(b):
-                return b.n_id, b.n_id, b.edge_label_index, b.edge_label
-
-            src, dst = dg.find_edges(np.concatenate([np.arange(8), fresh]))
-            assert pairs(b, ends, 1) == set(zip(src.tolist(), dst.tolist(), strict=True))
-            negatives = {d for _, d in pairs(b, ends, 0)}
-            assert negatives <= set(range(n)) | set(ids.tolist())
-            assert negatives & set(ids.tolist())
-            # no edge joining a positive pair carries messages, new nodes' pairs included
-            s, d = b.n_id[b.edge_index[0]], b.n_id[b.edge_index[1]]
-            joined = set(zip(s.tolist(), d.tolist(), strict=True))
-            want = set(zip(src.tolist(), dst.tolist(), strict=True))
-            assert not joined & (want | {(v, u) for u, v in want})
+        src, dst = dg.find_edges(np.concatenate([np.arange(8), fresh]))
+        assert pairs(b, homo_ends, 1) == set(zip(src.tolist(), dst.tolist(), strict=True))
+        negatives = {d for _, d in pairs(b, homo_ends, 0)}
+        assert negatives <= set(range(n)) | set(ids.tolist())
+        assert negatives & set(ids.tolist())
+        # no edge joining a positive pair carries messages, new nodes' pairs included
+        s, d = b.n_id[b.edge_index[0]], b.n_id[b.edge_index[1]]
+        joined = set(zip(s.tolist(), d.tolist(), strict=True))
+        want = set(zip(src.tolist(), dst.tolist(), strict=True))
+        assert not joined & (want | {(v, u) for u, v in want})
 
 
 def test_a_positive_pair_with_a_new_node_keeps_other_edges_in_message_passing(parts):
@@ -134,27 +147,23 @@ def test_a_positive_pair_with_a_new_node_keeps_other_edges_in_message_passing(pa
     from graphrun.sampling.fanout import ALL
     from graphrun.store.client import ClientConfig, KVClient
 
-    cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
-    with store_threads(cfg, 2) as threads:
-        addresses = [t.address for t in threads]
-        with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
-            dg = DistGraph(ctx, follow="head")
-            n = dg.num_nodes()
-            _, _, ids = test_live_follow.write_new_nodes(addresses, parts)
-            c = int((ids - n)[ids - n < n].max())  # a new node n + c, past its block's first
-            assert c >= 2
-            with KVClient(ClientConfig(addresses, job="writer", timeout=20)) as client:
-                w = GraphWriter(client)
-                w.add_edges("_E", [1], [c])
-                w.commit()
-            dg.refresh("batch")
-            sampler = MiniBatchSampler(ctx, [ALL])
-            got = sampler.links(torch.as_tensor([0, c + 1]), torch.as_tensor([n + c, c]), 0,
-                                ("_N", "_E", "_N"), neg_k=0,
-                                edge_split=EdgeSplit(0.0, 0.0))  # fmt: skip
-            sub = got.sub
-            edges = set(zip(sub.node[sub.row].tolist(), sub.node[sub.col].tolist(), strict=True))
-            assert (1, c) in edges
+    with serving(parts, "head") as (addresses, ctx, dg):
+        n = dg.num_nodes()
+        _, _, ids = test_live_follow.write_new_nodes(addresses, parts)
+        c = int((ids - n)[ids - n < n].max())  # a new node n + c, past its block's first
+        assert c >= 2
+        with KVClient(ClientConfig(addresses, job="writer", timeout=20)) as client:
+            w = GraphWriter(client)
+            w.add_edges("_E", [1], [c])
+            w.commit()
+        dg.refresh("batch")
+        sampler = MiniBatchSampler(ctx, [ALL])
+        got = sampler.links(torch.as_tensor([0, c + 1]), torch.as_tensor([n + c, c]), 0,
+                            ("_N", "_E", "_N"), neg_k=0,
+                            edge_split=EdgeSplit(0.0, 0.0))  # fmt: skip
+        sub = got.sub
+        edges = set(zip(sub.node[sub.row].tolist(), sub.node[sub.col].tolist(), strict=True))
+        assert (1, c) in edges
 
 
 @pytest.mark.parametrize("held_out", [0.0, 0.5])
@@ -166,38 +175,34 @@ def test_new_edges_of_its_type_join_a_link_loaders_positives_at_the_next_epoch(h
     from graphrun.distributed.writer import GraphWriter
     from graphrun.sampling.edgesplit import TRAIN
     from graphrun.store.client import ClientConfig, KVClient
-    from tests.distributed.test_live_hetero import SAMPLING, write_new_nodes
+    from tests.distributed.test_live_hetero import write_new_nodes
 
     split = EdgeSplit(held_out, 0.0, seed=1)
-    cfg = ServerConfig(hparts, 0, extensions=SAMPLING)
-    with store_threads(cfg, 2) as threads:
-        addresses = [t.address for t in threads]
-        with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
-            dg = DistGraph(ctx, follow="epoch")
-            cites = dg.book.etype_id(CITES)
-            loader = DistLinkDataLoader(dg, np.arange(10), [2], etype=CITES, batch_size=64,
-                                        live_edges=True, edge_split=split)  # fmt: skip
-            assert sum(int(b[CITES].edge_label.sum()) for b in loader) == 10
-            new = write_new_nodes(addresses, parts=hparts)
-            (b,) = list(loader)
-            fresh = new_edges(dg, new["papers"], cites)
-            src, dst = dg.find_edges(fresh)
-            want = fresh[(split.of(src, dst) == TRAIN).numpy()]
-            assert sorted(loader.ids[10:].tolist()) == sorted(want.tolist())
-            assert int(b[CITES].edge_label.sum()) == 10 + len(want)
-            with KVClient(ClientConfig(addresses, job="writer", timeout=20)) as c:
-                w = GraphWriter(c)
-                w.add_edges(CITES, [int(new["papers"][0])] * 4, new["papers"].tolist(),
-                            {"weight": np.ones(4, np.float32)})  # fmt: skip
-                w.commit()
-            list(loader)
-            later = np.setdiff1d(new_edges(dg, new["papers"], cites), fresh)
-            assert len(later) == 4
-            src, dst = dg.find_edges(later)
-            more = later[(split.of(src, dst) == TRAIN).numpy()]
-            assert sorted(loader.ids[10 + len(want) :].tolist()) == sorted(more.tolist())
-            if held_out:
-                assert len(want) + len(more) < len(fresh) + len(later)
+    with serving(hparts, "epoch") as (addresses, _ctx, dg):
+        cites = dg.book.etype_id(CITES)
+        loader = DistLinkDataLoader(dg, np.arange(10), [2], etype=CITES, batch_size=64,
+                                    live_edges=True, edge_split=split)  # fmt: skip
+        assert sum(int(b[CITES].edge_label.sum()) for b in loader) == 10
+        new = write_new_nodes(addresses, parts=hparts)
+        (b,) = list(loader)
+        fresh = new_edges(dg, new["papers"], cites)
+        src, dst = dg.find_edges(fresh)
+        want = fresh[(split.of(src, dst) == TRAIN).numpy()]
+        assert sorted(loader.ids[10:].tolist()) == sorted(want.tolist())
+        assert int(b[CITES].edge_label.sum()) == 10 + len(want)
+        with KVClient(ClientConfig(addresses, job="writer", timeout=20)) as c:
+            w = GraphWriter(c)
+            w.add_edges(CITES, [int(new["papers"][0])] * 4, new["papers"].tolist(),
+                        {"weight": np.ones(4, np.float32)})  # fmt: skip
+            w.commit()
+        list(loader)
+        later = np.setdiff1d(new_edges(dg, new["papers"], cites), fresh)
+        assert len(later) == 4
+        src, dst = dg.find_edges(later)
+        more = later[(split.of(src, dst) == TRAIN).numpy()]
+        assert sorted(loader.ids[10 + len(want) :].tolist()) == sorted(more.tolist())
+        if held_out:
+            assert len(want) + len(more) < len(fresh) + len(later)
 
 
 def test_a_link_loader_made_after_a_compaction_takes_the_folded_new_edges(tmp_path):
@@ -206,7 +211,7 @@ def test_a_link_loader_made_after_a_compaction_takes_the_folded_new_edges(tmp_pa
     asks for from the start; one deleted since is not."""
     from graphrun.distributed.writer import GraphWriter
     from graphrun.store.client import ClientConfig, KVClient
-    from tests.distributed.test_live_hetero import SAMPLING, write_new_nodes
+    from tests.distributed.test_live_hetero import write_new_nodes
     from tests.store.test_compact import compact
 
     _, hparts = make_partition_dir(tmp_path / "parts", 2, hetero=True)
@@ -247,25 +252,21 @@ def test_a_trainers_link_data_following_a_graph_takes_the_new_training_edges(par
     from graphrun.train.distdata import DistGraphData
 
     split = EdgeSplit(0.2, 0.2, seed=3)
-    cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
-    with store_threads(cfg, 2) as threads:
-        addresses = [t.address for t in threads]
-        with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
-            dg = DistGraph(ctx, follow="epoch")
-            data = DistGraphData(dg, 0, 1)
-            before = data.edges("train", split).numel()
-            first = list(data.link_loader("train", [2], 512, 1, True, 0, "feat", split))
-            assert sum(b.seeds for b in first) == before
-            _, _, ids = test_live_follow.write_new_nodes(addresses, parts)
-            batches = data.link_loader("train", [2], 512, 1, True, 1, "feat", split)
-            dg.refresh("epoch")
-            fresh = new_edges(dg, ids)
-            src, dst = dg.find_edges(fresh)
-            want = fresh[(split.of(src, dst) == TRAIN).numpy()]
-            assert 0 < len(want) < len(fresh)
-            mine = data.edges("train", split)
-            assert sorted(mine[before:].tolist()) == sorted(want.tolist())
-            assert sum(b.seeds for b in batches) == before + len(want)
+    with serving(parts, "epoch") as (addresses, _ctx, dg):
+        data = DistGraphData(dg, 0, 1)
+        before = data.edges("train", split).numel()
+        first = list(data.link_loader("train", [2], 512, 1, True, 0, "feat", split))
+        assert sum(b.seeds for b in first) == before
+        _, _, ids = test_live_follow.write_new_nodes(addresses, parts)
+        batches = data.link_loader("train", [2], 512, 1, True, 1, "feat", split)
+        dg.refresh("epoch")
+        fresh = new_edges(dg, ids)
+        src, dst = dg.find_edges(fresh)
+        want = fresh[(split.of(src, dst) == TRAIN).numpy()]
+        assert 0 < len(want) < len(fresh)
+        mine = data.edges("train", split)
+        assert sorted(mine[before:].tolist()) == sorted(want.tolist())
+        assert sum(b.seeds for b in batches) == before + len(want)
 
 
 def test_a_positive_deleted_since_is_left_out_of_its_batch(parts):
@@ -274,31 +275,24 @@ def test_a_positive_deleted_since_is_left_out_of_its_batch(parts):
     from graphrun.distributed.writer import GraphWriter
     from graphrun.store.client import ClientConfig, KVClient
 
-    cfg = ServerConfig(parts, 0, extensions=("graphrun.sampling.server:register",))
-    with store_threads(cfg, 2) as threads:
-        addresses = [t.address for t in threads]
-        with initialize(addresses, rank=0, world_size=1, heartbeat_interval=0) as ctx:
-            dg = DistGraph(ctx, follow="epoch")
-            _, _, ids = test_live_follow.write_new_nodes(addresses, parts)
-            dg.refresh("epoch")
-            fresh = new_edges(dg, ids)
-            positives = np.concatenate([np.arange(8), fresh])
-            src, dst = dg.find_edges(positives)
-            loader = DistLinkDataLoader(dg, positives, [2], batch_size=64, neg_k=1)
-            gone = DistLinkDataLoader(dg, [2, int(fresh[0])], [2], batch_size=64, neg_k=1)
-            assert int(next(iter(loader)).edge_label.sum()) == len(positives)
-            with KVClient(ClientConfig(addresses, job="writer", timeout=20)) as c:
-                w = GraphWriter(c)
-                w.delete_edges("_E", [2, int(fresh[0])])
-                w.commit()
-            (b,) = list(loader)  # the next epoch, at the head
+    with serving(parts, "epoch") as (addresses, _ctx, dg):
+        _, _, ids = test_live_follow.write_new_nodes(addresses, parts)
+        dg.refresh("epoch")
+        fresh = new_edges(dg, ids)
+        positives = np.concatenate([np.arange(8), fresh])
+        src, dst = dg.find_edges(positives)
+        loader = DistLinkDataLoader(dg, positives, [2], batch_size=64, neg_k=1)
+        gone = DistLinkDataLoader(dg, [2, int(fresh[0])], [2], batch_size=64, neg_k=1)
+        assert int(next(iter(loader)).edge_label.sum()) == len(positives)
+        with KVClient(ClientConfig(addresses, job="writer", timeout=20)) as c:
+            w = GraphWriter(c)
+            w.delete_edges("_E", [2, int(fresh[0])])
+            w.commit()
+        (b,) = list(loader)  # the next epoch, at the head
 
-            def ends(b):
-                return b.n_id, b.n_id, b.edge_label_index, b.edge_label
-
-            kept = ~np.isin(positives, [2, fresh[0]])
-            want = set(zip(src[kept].tolist(), dst[kept].tolist(), strict=True))
-            assert pairs(b, ends, 1) == want
-            assert len(b.edge_label) == 2 * kept.sum()
-            (empty,) = list(gone)  # every positive deleted: a batch of none
-            assert len(empty.edge_label) == 0
+        kept = ~np.isin(positives, [2, fresh[0]])
+        want = set(zip(src[kept].tolist(), dst[kept].tolist(), strict=True))
+        assert pairs(b, homo_ends, 1) == want
+        assert len(b.edge_label) == 2 * kept.sum()
+        (empty,) = list(gone)  # every positive deleted: a batch of none
+        assert len(empty.edge_label) == 0
