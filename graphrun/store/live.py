@@ -75,6 +75,8 @@ MAX_GROWTH_BLOCKS = 1 << 16  # per id space: 268M new ids before compaction renu
 INDEX_GROUP, INDEX_WAIT_S = 1 << 15, 0.02
 MAX_UNDECIDED = 64  # versions begun and not decided yet (the sequencer's)
 MAX_LIVE_NODES = 1 << 22  # new nodes whose original ids the sequencer keeps (uncompacted)
+#: a server's wait at start for its compiled merge (numba, ~0.5 CPU-s), then it serves
+WARM_TIMEOUT_S = 30.0  # anyway (a warning): well within the launcher's 120 s for its stores
 
 
 class Rows(msgspec.Struct, frozen=True):
@@ -336,16 +338,21 @@ class LiveDelta:
         if not self.deferred:
             self._wake.set()
 
-    def warm(self, wait: bool = False) -> None:
+    def warm(self, wait: bool = False, timeout: float | None = None) -> bool:
         """Have the merging thread load its compiled merge now, off the writes' path (a
-        server made to take writes: with a log), not at the first commit; with ``wait``,
-        return once it has. A server waits before it serves: a load still going on
-        when the first batches come (about 0.5 CPU-s, numba's import) was charged to
-        them: 1–1.5 ms of a server's CPU a 10k-edge batch over a 300-batch ingest
-        (benchmarks/README.md, issue 42, ingest42p)."""
+        server with a log), not at the first commit; with ``wait``, return once it has
+        or after ``timeout`` s (:data:`WARM_TIMEOUT_S`), whether it has. A server waits
+        before it serves: a load still going on (~0.5 CPU-s) was charged to the first
+        batches, 1–1.5 ms of CPU each over a 300-batch ingest (benchmarks/README.md,
+        ingest42p); one that takes longer is warned of and goes on (reads index the
+        commits meanwhile): a server must not hang at start."""
         self._wake.set()
-        if wait and self._merger is not None:
-            self._warmed.wait()
+        limit = WARM_TIMEOUT_S if timeout is None else timeout
+        if not wait or self._merger is None or self._warmed.wait(limit):
+            return self.warmed
+        log.warning("live: the merging thread has not loaded its compiled merge (graphrun.store."
+                    "live_kernels, numba) in %g s: serving without it", limit)  # fmt: skip
+        return False
 
     @property
     def warmed(self) -> bool:

@@ -426,3 +426,41 @@ def test_a_server_with_a_log_has_its_compiled_merge_loaded_before_it_serves(tmp_
         "print(live.delta._merger.is_alive())\n"
     )
     assert fresh_python(code, timeout=120).split() == ["True", "True", "False"]
+
+
+def test_a_server_whose_compiled_merge_does_not_load_serves_after_a_bounded_wait(
+    tmp_path, monkeypatch, caplog
+):
+    """A merging thread whose compiled merge does not load (numba stuck: here its load
+    blocked) holds ``attach`` for ``WARM_TIMEOUT_S`` only: the server logs one warning
+    naming what did not load, and serves; it waited for ever before (a server hung at
+    start, and the launcher's wait for its stores failed the attempt)."""
+    import logging
+    import threading
+
+    from graphrun.store import live, live_kernels, live_ops
+    from graphrun.store.server import load_main_state
+
+    release = threading.Event()
+    monkeypatch.setattr(live_kernels, "warm_up", lambda: release.wait(60))
+    monkeypatch.setattr(live, "WARM_TIMEOUT_S", 0.2, raising=False)
+    parts = make_partition_dir(tmp_path / "parts", 2)[1]
+    (tmp_path / "live").mkdir()
+    state = load_main_state(ServerConfig(parts, 1))
+    got: list[live_ops.LivePart] = []
+    orig = lambda: np.empty(0, np.int64)  # noqa: E731
+    attach = threading.Thread(
+        target=lambda: got.append(live_ops.attach(state, orig, None, 5.0, tmp_path / "live"))
+    )
+    try:
+        with caplog.at_level(logging.WARNING, "graphrun.store"):
+            attach.start()
+            attach.join(20)
+        assert got, "attach waited for the compiled merge without a bound"
+        assert not got[0].delta.warmed
+        assert "graphrun.store.live_kernels" in caplog.text
+    finally:
+        release.set()
+        attach.join(30)
+        live_ops.close(state)
+        state.close()
