@@ -146,6 +146,7 @@ class _DistLoader:
         self.last_cost = BatchCost()  # of the batch yielded last
         self._live_seen: np.ndarray | None = None  # seeds so far (a followed live graph)
         self._edges_at: int | None = None  # the version new positives were asked at
+        self._checked_at: int | None = None  # the version a link loader's were checked at
         if options.live_seeds is not None and spec.kind != "node":
             raise ArgumentError("live_seeds: a node loader's (a link loader's: live_edges)")
         if options.live_edges and spec.kind != "link":
@@ -234,6 +235,8 @@ class _DistLoader:
             self.ids = torch.cat([self.ids, fresh])
         if self.options.live_edges and self.graph.follow != "pinned":
             self._join_edges()
+        if self.spec.kind == "link":
+            self._leave_deleted()
 
     def _join_edges(self) -> None:
         """A followed live graph's new edges of the link loader's ``etype`` added since it
@@ -256,6 +259,23 @@ class _DistLoader:
         )
         self._edges_at = ctx.client.version
         self.ids = torch.cat([self.ids, fresh])
+
+    def _leave_deleted(self) -> None:
+        """A link loader's positives deleted at the epoch's version leave it, so that
+        ``len(self)`` counts the batches the epoch serves (each batch left them out, but
+        the steps counted them): the ends of every positive asked again (``find_edges``
+        with ``missing``, as a batch asks its own) whenever the version moved."""
+        version = self.graph.ctx.client.version
+        if version is None or version == self._checked_at or self.ids.numel() == 0:
+            return
+        self._checked_at = version
+        etype = self.spec.etype or self.graph.book.edge_types[0]
+        homo = self.graph.types.etype_to_homo(etype, self.ids.numpy())
+        src, _ = self.graph.ctx.sampler.find_edges(torch.from_numpy(homo), missing=True)
+        kept = src >= 0
+        if not bool(kept.all()):
+            self.ids = self.ids[kept]
+            self._last = self._last[kept] if self._last is not None else None
 
     def _pinned(self, batch: Data | HeteroData) -> Data | HeteroData:
         return batch.pin_memory() if self.pin_memory else batch
@@ -347,7 +367,7 @@ class DistLinkDataLoader(_DistLoader):
     at the batch's version as well as its base nodes (docs/live.md). With
     ``live_edges=True`` the new edges of ``etype`` (of the training split with
     ``edge_split``) join the positives at each epoch's start, as ``live_seeds`` new nodes
-    join a node loader's seeds.
+    join a node loader's seeds; positives deleted at the epoch's version leave them then.
     """
 
     def __init__(

@@ -275,7 +275,7 @@ def test_a_positive_deleted_since_is_left_out_of_its_batch(parts):
     from graphrun.distributed.writer import GraphWriter
     from graphrun.store.client import ClientConfig, KVClient
 
-    with serving(parts, "epoch") as (addresses, _ctx, dg):
+    with serving(parts, "epoch") as (addresses, ctx, dg):
         _, _, ids = test_live_follow.write_new_nodes(addresses, parts)
         dg.refresh("epoch")
         fresh = new_edges(dg, ids)
@@ -288,11 +288,44 @@ def test_a_positive_deleted_since_is_left_out_of_its_batch(parts):
             w = GraphWriter(c)
             w.delete_edges("_E", [2, int(fresh[0])])
             w.commit()
-        (b,) = list(loader)  # the next epoch, at the head
+        dg.refresh("epoch")  # a batch at the head (a loader's epoch leaves them out first)
+        b = BatchBuilder(ctx, loader.spec).link_batch(torch.from_numpy(positives), 0)
 
         kept = ~np.isin(positives, [2, fresh[0]])
         want = set(zip(src[kept].tolist(), dst[kept].tolist(), strict=True))
         assert pairs(b, homo_ends, 1) == want
         assert len(b.edge_label) == 2 * kept.sum()
-        (empty,) = list(gone)  # every positive deleted: a batch of none
-        assert len(empty.edge_label) == 0
+        empty = BatchBuilder(ctx, gone.spec).link_batch(gone.ids, 0)  # every one deleted:
+        assert len(empty.edge_label) == 0  # a batch of none
+
+
+def test_positives_deleted_at_an_epochs_version_leave_its_steps(parts):
+    """Positives deleted through a GraphWriter (base edges and a new one) leave a link
+    loader's positives at the next epoch's start: ``len(loader)`` counts the batches the
+    epoch serves, and none of them holds a deleted one (each batch left them out, but
+    the epoch's steps counted them: a trainer's agreed steps ran past its batches)."""
+    from graphrun.distributed.writer import GraphWriter
+    from graphrun.store.client import ClientConfig, KVClient
+
+    with serving(parts, "epoch") as (addresses, _ctx, dg):
+        _, _, ids = test_live_follow.write_new_nodes(addresses, parts)
+        dg.refresh("epoch")
+        fresh = new_edges(dg, ids)
+        positives = np.concatenate([np.arange(40), fresh])
+        src, dst = dg.find_edges(positives)
+        loader = DistLinkDataLoader(dg, positives, [2], batch_size=8, neg_k=1, shuffle=True)
+        assert len(list(loader)) == len(loader) == -(-len(positives) // 8)
+        gone = np.concatenate([np.arange(20), fresh[:1]])
+        with KVClient(ClientConfig(addresses, job="writer", timeout=20)) as c:
+            w = GraphWriter(c)
+            w.delete_edges("_E", gone)
+            w.commit()
+        loader.set_epoch(1)
+        loader.begin_epoch()  # as a trainer does, to agree the epoch's steps
+        kept = ~np.isin(positives, gone)
+        assert sorted(loader.ids.tolist()) == sorted(positives[kept].tolist())
+        batches = list(loader)
+        assert len(batches) == len(loader) == -(-int(kept.sum()) // 8)
+        served = set().union(*(pairs(b, homo_ends, 1) for b in batches))
+        assert served == set(zip(src[kept].tolist(), dst[kept].tolist(), strict=True))
+        assert sum(int(b.edge_label.sum()) for b in batches) == kept.sum()
