@@ -22,9 +22,14 @@ holds it.
 (``replica_dropped``, after the writes it sent it, not waited for); the replica then
 refuses every request (:data:`DROPPED`: a client or a partition asking a fate goes on
 to the next replica, or fails) and is never promoted, and the primary refuses that
-replica's index at ``register_replica`` (restarted, it missed writes). A promoted
-replica that refuses a forward is not told (it serves the partition: this primary is
-fenced).
+replica's index at ``register_replica`` (restarted, it missed writes): the replica
+stops with one line naming ``replica_index`` (an ArgumentError: restarting it cannot
+help). With a log directory (``--live-dir``) the primary keeps the dropped indices
+there too (:class:`DroppedReplicas`, written and synced before a write is answered
+without the replica), so that it still refuses them once restarted; without one they
+are kept in memory only (nothing else of the store is durable then either). A
+promoted replica that refuses a forward is not told (it serves the partition: this
+primary is fenced).
 
 **Exactly once across a failover.** Each write of a client session carries a write id
 (``w``, increasing per session); a server remembers the last it applied per session
@@ -57,11 +62,14 @@ are all replicated.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 
 from graphrun.errors import (
     ArgumentError,
@@ -71,12 +79,13 @@ from graphrun.errors import (
     RpcTimeout,
     StoreError,
 )
+from graphrun.files import fsync_path, write_atomic
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.transport import RpcClient
 from graphrun.store.registry import Registry, Request, Response
 from graphrun.store.requests import BackupBody, Named, ReplicateBody
 from graphrun.store.state import ServerState
-from graphrun.wire import to_builtins
+from graphrun.wire import Header, read_file, to_builtins
 
 log = logging.getLogger("graphrun.store")
 
@@ -117,6 +126,49 @@ DROPPED = "dropped replica:"
 REPLICA_WRITE_TIMEOUT = 5.0
 
 
+DROPPED_FORMAT, DROPPED_VERSION = "graphrun-dropped-replicas", 1
+
+
+class DroppedReplicas(Header, kw_only=True):
+    """``part-P.dropped.json`` in a primary's log directory: the indices of the replicas
+    it dropped from its write set, with why. Written whole (a temporary file, synced,
+    renamed, the directory synced) before a write is answered without the replica, and
+    read when the primary starts: restarted, it still refuses them."""
+
+    part: int
+    dropped: dict[int, str]
+
+
+def dropped_path(live_dir: Path, part: int) -> Path:
+    return Path(live_dir) / f"part-{part}.dropped.json"
+
+
+def load_dropped(path: Path, part: int) -> dict[int, str]:
+    """The dropped replicas recorded at ``path`` (none if it is not there); one
+    ArgumentError naming the file and field if it is not such a record of ``part``."""
+    if not path.exists():
+        return {}
+    got = read_file(DroppedReplicas, path, "dropped replicas", DROPPED_FORMAT, DROPPED_VERSION,
+                    ArgumentError)  # fmt: skip
+    if got.part != part:
+        raise ArgumentError(f"{path}: field 'part' is {got.part}, not partition {part}")
+    return dict(got.dropped)
+
+
+def save_dropped(path: Path, part: int, dropped: dict[int, str]) -> None:
+    """Write the record of ``dropped`` durably (synced, and its directory)."""
+    record = DroppedReplicas(DROPPED_FORMAT, DROPPED_VERSION, part=part, dropped=dropped)
+    data = (json.dumps(to_builtins(record)) + "\n").encode()
+
+    def write(f: BinaryIO) -> None:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+    write_atomic(path, write, mode=0o600)
+    fsync_path(path.parent)
+
+
 def is_fenced(exc: BaseException) -> bool:
     """``exc`` is a fenced primary's refusal."""
     return isinstance(exc, StoreError) and FENCED in str(exc)
@@ -148,6 +200,17 @@ class Replication:
     indices: dict[str, int] = field(default_factory=dict)  # address -> replica index
     dropped_indices: dict[int, str] = field(default_factory=dict)  # index -> why
     told: list[RpcClient] = field(default_factory=list)  # dropped replicas' links, told so
+    record: Path | None = None  # where the dropped indices are kept (a log directory's)
+
+    @classmethod
+    def of(cls, keys: KeyPair | None, timeout: float, part: int,
+           live_dir: Path | None) -> Replication:  # fmt: skip
+        """Partition ``part``'s primary's write set; with ``live_dir`` the replicas it
+        dropped before a restart, read back from there (:func:`load_dropped`)."""
+        if live_dir is None:
+            return cls(keys, timeout)
+        record = dropped_path(live_dir, part)
+        return cls(keys, timeout, record=record, dropped_indices=load_dropped(record, part))
 
     def add(self, address: str, index: int = 0) -> None:
         """Replica ``index`` (0: not given) at ``address`` joins the write set; one
@@ -226,11 +289,11 @@ class Replication:
         """Drop ``address`` from the write set and tell it so (``replica_dropped``, after
         the writes sent it before, on the same connection; not waited for: it may be
         stopped), so that it refuses to serve or be promoted, whoever fails over to it."""
-        log.warning("replica %s of partition %d dropped from the write set: %s", address, part, exc)
-        self.dropped.append(address)
         why = f"partition {part}'s primary: {exc}"
         if address in self.indices:
-            self.dropped_indices[self.indices[address]] = why
+            self._remember(part, self.indices[address], why)
+        log.warning("replica %s of partition %d dropped from the write set: %s", address, part, exc)
+        self.dropped.append(address)
         link = self.links.pop(address, None)
         if link is None:
             return
@@ -242,6 +305,20 @@ class Replication:
             except GraphrunError as told_exc:  # gone: a restarted one may not rejoin
                 log.info("replica %s not told it was dropped: %s", address, told_exc)
         link.close()
+
+    def _remember(self, part: int, index: int, why: str) -> None:
+        """Keep replica ``index``'s drop, first in :attr:`record` (with a log directory),
+        before any write is answered without it; a drop that cannot be written there
+        fails the write (StoreError) and leaves the replica in the write set."""
+        dropped = {**self.dropped_indices, index: why}
+        if self.record is not None:
+            try:
+                save_dropped(self.record, part, dropped)
+            except OSError as exc:
+                raise StoreError(f"{self.record}: cannot record that replica {index} was "
+                                 f"dropped ({exc.strerror or exc}): the write is not "
+                                 "acknowledged") from None  # fmt: skip
+        self.dropped_indices = dropped
 
     def close(self) -> None:
         for address in list(self.links):
@@ -345,6 +422,10 @@ def register_with_primary(
         try:
             primary.call("register_replica", {"address": address, "replica": index}, timeout=5)
             return
+        except StoreError as exc:  # a dropped replica's index: restarting cannot help
+            if is_dropped(exc):
+                raise ArgumentError(f"replica_index: {exc}") from None
+            raise
         except RpcError as exc:
             if type(exc) not in (RpcError, RpcTimeout):  # refused: not a lost connection
                 raise

@@ -420,7 +420,9 @@ def run_server(
         state.replica = cfg.replica_index
         primary = RpcClient(cfg.replica_of, keys=cfg.keys, timeout=cfg.request_timeout)
     elif main is None:
-        state.replication = replicas.Replication(cfg.keys, cfg.request_timeout)
+        state.replication = replicas.Replication.of(
+            cfg.keys, cfg.request_timeout, cfg.part, cfg.live_dir
+        )
     server: RpcServer | None = None
     address = ""
     try:

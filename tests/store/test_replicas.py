@@ -43,6 +43,29 @@ def test_a_write_id_is_applied_once_per_session():
     assert calls == [0, 1, 2, 1]
 
 
+def test_a_primarys_record_of_dropped_replicas_is_read_back_and_a_bad_one_named(tmp_path):
+    """What a primary with a log directory keeps of the replicas it dropped: read back as
+    written; a record of another partition, or with a field of the wrong type, is one
+    ArgumentError naming the file and the field."""
+    from graphrun.errors import ArgumentError
+    from graphrun.store.replicas import dropped_path, load_dropped, save_dropped
+
+    path = dropped_path(tmp_path, 3)
+    assert load_dropped(path, 3) == {}
+    save_dropped(path, 3, {1: "partition 3's primary: no answer", 2: "refused"})
+    assert load_dropped(path, 3) == {1: "partition 3's primary: no answer", 2: "refused"}
+    assert path.stat().st_mode & 0o777 == 0o600
+    with pytest.raises(ArgumentError, match=f"{path}: field 'part' is 3, not partition 4"):
+        load_dropped(path, 3 + 1)
+    text = path.read_text().replace('"1":', '"one":')
+    path.write_text(text)
+    with pytest.raises(ArgumentError, match=f"{path}: dropped"):
+        load_dropped(path, 3)
+    path.write_text(text.replace('"version": 1', '"version": 9'))
+    with pytest.raises(ArgumentError, match="field 'version' is 9"):
+        load_dropped(path, 3)
+
+
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory):
     return make_partition_dir(tmp_path_factory.mktemp("rep") / "parts", 2)[1]
@@ -435,3 +458,49 @@ def test_a_restarted_dropped_replica_may_not_rejoin_the_write_set(
         with pytest.raises(Exception, match="dropped"):
             replicas.append(start_store(parts, 0, log_dir=tmp_path, **kw))
         assert c.stats(0)["replicas"] == []
+
+
+@pytest.mark.integration
+def test_a_restarted_primary_with_a_log_still_refuses_the_replica_it_dropped(
+    parts, keys, key_file, tmp_path
+):
+    """With ``--live-dir`` a primary keeps the indices of the replicas it dropped in its
+    log directory, before it answers a write without them: killed (-9) and restarted on
+    it, it still refuses the dropped replica, which stops at once with one line naming
+    ``replica_index`` (exit 2: restarting it cannot help). Before, the restarted primary
+    took it back: it had missed the writes acknowledged since its drop, and a failover
+    to it would have lost them."""
+    from graphrun.errors import StoreFailed
+
+    live = tmp_path / "live"
+    live.mkdir()
+    kw = {"key_file": key_file, "log_dir": tmp_path}
+    logged = ["--live-dir", str(live)]
+    procs: list[StoreProcess] = []
+    try:
+        primaries = [start_store(parts, p, extra_args=logged, **kw) for p in (0, 1)]
+        procs += primaries
+        replica = start_store(parts, 0, extra_args=["--replica-of", primaries[0].address], **kw)
+        procs.append(replica)
+        _wait_replicas(primaries[0], key_file)
+        with _client(primaries, keys) as c:
+            n = c.meta(FEAT).num_rows
+            c.init_tensor("acc", "node:_N", (1,), "float64")
+            _drop_replica_0(c, replica, n)
+            assert c.stats(0)["dropped_replicas"] == [replica.address]
+        replica.kill()
+        primaries[0].kill()
+        restarted = start_store(parts, 0, extra_args=logged, **kw)
+        procs.append(restarted)
+        again = ["--replica-of", restarted.address]
+        with pytest.raises(StoreFailed, match="exited with code 2") as refused:
+            procs.append(start_store(parts, 0, extra_args=again, **kw))
+        line = str(refused.value).splitlines()[-1]  # the one line it stopped with
+        assert line.startswith("graphrun: error: replica_index: register_replica")
+        assert "dropped replica: replica 1 was dropped" in line
+        with _client([restarted, primaries[1]], keys) as c:
+            assert c.stats(0)["replicas"] == []
+    finally:
+        for sp in procs:
+            sp.stop()
+        clean_stale(DEFAULT_SHM_DIR)
