@@ -124,6 +124,9 @@ DROPPED = "dropped replica:"
 #: client waits longer than this for its write: it must not give up on a primary that is
 #: only waiting for a replica)
 REPLICA_WRITE_TIMEOUT = 5.0
+#: the request id of a forward that could not be sent (:attr:`Replication.unsent`): its
+#: replica is dropped when the write is collected, once it was applied here
+UNSENT = -1
 
 
 DROPPED_FORMAT, DROPPED_VERSION = "graphrun-dropped-replicas", 1
@@ -201,6 +204,7 @@ class Replication:
     dropped_indices: dict[int, str] = field(default_factory=dict)  # index -> why
     told: list[RpcClient] = field(default_factory=list)  # dropped replicas' links, told so
     record: Path | None = None  # where the dropped indices are kept (a log directory's)
+    unsent: dict[str, GraphrunError] = field(default_factory=dict)  # address -> why
 
     @classmethod
     def of(cls, keys: KeyPair | None, timeout: float, part: int,
@@ -244,8 +248,9 @@ class Replication:
         for address, link in list(self.links.items()):
             try:
                 sent.append((address, link, link.send("replicate", body, req.tensors)))
-            except GraphrunError as exc:
-                self._drop(part, address, exc)
+            except GraphrunError as exc:  # dropped once the write is applied (or not) here
+                self.unsent[address] = exc
+                sent.append((address, link, UNSENT))
         return sent
 
     def collect(
@@ -260,13 +265,16 @@ class Replication:
         A replica that is gone, silent that long, or that refused a write applied here,
         is dropped from the write set and logged; one that refused a write refused here
         too stays (the same check failed on both). A promoted replica's refusal raises
-        :data:`FENCED`."""
-        fenced = None
+        :data:`FENCED`; a drop that could not be recorded, a StoreError (the write is
+        not acknowledged; the replica stays)."""
+        fenced, unrecorded = None, None
         left = max(0.0, min(self.timeout, REPLICA_WRITE_TIMEOUT) - waited)
         for address, link, rid in sent:
             if self.links.get(address) is not link:  # dropped (and closed) since
                 continue
             try:
+                if rid == UNSENT:
+                    raise self.unsent.pop(address, None) or RpcError("not sent", address=address)
                 if not link.ready(rid) and left <= 0:
                     raise RpcTimeout(f"no answer to a forwarded write within "
                                      f"{REPLICA_WRITE_TIMEOUT:g} s", address=address)  # fmt: skip
@@ -276,40 +284,53 @@ class Replication:
                     fenced = fenced or address
                 elif not applied and type(exc) not in (RpcError, RpcTimeout):
                     continue
-                self._drop(part, address, exc, tell=not is_fenced(exc))
+                unrecorded = self._drop(part, address, exc, tell=not is_fenced(exc)) or unrecorded
         if fenced is not None:
             raise StoreError(f"{FENCED} partition {part} is served by replica {fenced} now")
+        if unrecorded is not None:
+            raise unrecorded
 
     def answered(self, sent: list[tuple[str, RpcClient, int]]) -> bool:
         """Whether :meth:`collect` of ``sent`` would return at once: every replica still
         in the write set answered (read without blocking)."""
-        return all(self.links.get(a) is not link or link.ready(rid) for a, link, rid in sent)
+        return all(
+            self.links.get(a) is not link or rid == UNSENT or link.ready(rid)
+            for a, link, rid in sent
+        )
 
-    def _drop(self, part: int, address: str, exc: Exception, tell: bool = True) -> None:
+    def _drop(
+        self, part: int, address: str, exc: Exception, tell: bool = True
+    ) -> StoreError | None:
         """Drop ``address`` from the write set and tell it so (``replica_dropped``, after
         the writes sent it before, on the same connection; not waited for: it may be
-        stopped), so that it refuses to serve or be promoted, whoever fails over to it."""
+        stopped), so that it refuses to serve or be promoted, whoever fails over to it.
+        With a log directory the drop is recorded first; one that cannot be is not made,
+        and its error returned (the write that found it is not acknowledged)."""
         why = f"partition {part}'s primary: {exc}"
         if address in self.indices:
-            self._remember(part, self.indices[address], why)
+            try:
+                self._remember(part, self.indices[address], why)
+            except StoreError as failed:
+                log.error("replica %s of partition %d not dropped: %s", address, part, failed)
+                return failed
         log.warning("replica %s of partition %d dropped from the write set: %s", address, part, exc)
         self.dropped.append(address)
         link = self.links.pop(address, None)
         if link is None:
-            return
+            return None
         if tell:
             try:
                 link.send("replica_dropped", {"why": why}, connect_timeout=0)
                 self.told.append(link)
-                return
+                return None
             except GraphrunError as told_exc:  # gone: a restarted one may not rejoin
                 log.info("replica %s not told it was dropped: %s", address, told_exc)
         link.close()
+        return None
 
     def _remember(self, part: int, index: int, why: str) -> None:
         """Keep replica ``index``'s drop, first in :attr:`record` (with a log directory),
-        before any write is answered without it; a drop that cannot be written there
-        fails the write (StoreError) and leaves the replica in the write set."""
+        before any write is answered without it; StoreError if it cannot be written."""
         dropped = {**self.dropped_indices, index: why}
         if self.record is not None:
             try:

@@ -150,7 +150,7 @@ class Turn:
         failure: Exception | None,
         reply: Callable[[bytes, Message], None],
     ) -> None:
-        err = fence or failure  # fenced: applied, never acknowledged (left as is)
+        err = fence or failure  # fenced, or a drop not recorded: applied, never acknowledged
         try:
             if fence is None and failure is not None:
                 p.after.failed()
@@ -174,13 +174,14 @@ def settle(
 ) -> StoreError | None:
     """Collect the replicas' answers to a write ``applied`` here (or refused here:
     :meth:`Replication.collect`; sent ``waited`` seconds ago); the fence's error if a
-    promoted replica refused it (this primary is fenced then)."""
+    promoted replica refused it (this primary is fenced then), or the error of a drop
+    that could not be recorded (the write is not acknowledged either)."""
     if not sent or state.replication is None:
         return None
     try:
         state.replication.collect(state.part, sent, applied, waited)
     except StoreError as exc:
-        state.fenced = True
+        state.fenced = state.fenced or replicas.is_fenced(exc)
         return exc
     return None
 

@@ -504,3 +504,45 @@ def test_a_restarted_primary_with_a_log_still_refuses_the_replica_it_dropped(
         for sp in procs:
             sp.stop()
         clean_stale(DEFAULT_SHM_DIR)
+
+
+@pytest.mark.integration
+def test_a_drop_the_primary_cannot_record_fails_the_write_and_keeps_the_replica(
+    parts, keys, key_file, tmp_path
+):
+    """With ``--live-dir`` a drop is recorded before a write is answered without the
+    replica: when the record cannot be written (a directory in its place), the write
+    that timed out on the stopped replica fails (applied on the primary, never
+    acknowledged), the primary is not fenced and the replica stays in the write set;
+    resumed, it applies that write in order, and the next write reaches both copies
+    (read back from the replica once the primary is killed)."""
+    from graphrun.errors import StoreError
+    from graphrun.store.replicas import dropped_path
+
+    live = tmp_path / "live"
+    live.mkdir()
+    kw = {"key_file": key_file, "log_dir": tmp_path}
+    procs: list[StoreProcess] = []
+    try:
+        primaries = [start_store(parts, p, extra_args=["--live-dir", str(live)], **kw)
+                     for p in (0, 1)]  # fmt: skip
+        procs += primaries
+        replica = start_store(parts, 0, extra_args=["--replica-of", primaries[0].address], **kw)
+        procs.append(replica)
+        _wait_replicas(primaries[0], key_file)
+        dropped_path(live, 0).mkdir()  # the record's rename fails (as root too)
+        with _client(primaries, keys) as c:
+            n = c.meta(FEAT).num_rows
+            c.init_tensor("acc", "node:_N", (1,), "float64")
+            with pytest.raises(StoreError, match="cannot record that replica 1 was dropped"):
+                _drop_replica_0(c, replica, n)
+            assert c.stats(0)["replicas"] == [replica.address]
+            assert not c.stats(0)["dropped_replicas"]
+            c.push("acc", np.arange(n), np.ones((n, 1)), reducer="add")
+            assert (c.pull("acc", np.arange(n)) == 2).all()
+            primaries[0].kill()  # the replica took both: the client fails over to it
+            assert (c.pull("acc", np.arange(n)) == 2).all()
+    finally:
+        for sp in procs:
+            sp.stop()
+        clean_stale(DEFAULT_SHM_DIR)
