@@ -165,3 +165,32 @@ def test_a_live_link_prediction_job_trains_on_edges_written_while_it_trains(tmp_
     assert len(steps) == LINK_EPOCHS and grown, steps  # the write landed before the last
     assert all(steps[i] > steps[0] for i in range(grown[0], LINK_EPOCHS))
     assert 0.0 <= job_metrics(path)[-1]["test_auc"] <= 1.0
+
+
+def test_a_job_whose_primary_recorded_a_dropped_replica_fails_at_once_not_retried(tmp_path):
+    """A live job restarted after its primary dropped a replica (its record in the
+    partition's log directory, as a primary with ``--live-dir`` writes it): the primary
+    refuses the replica, which exits 2 with one line, and the job fails at once without
+    a restart (``NotRetriable``: every restart would be refused the same way), not
+    after the stores' ready timeout."""
+    import json
+
+    from graphrun.errors import JobFailed
+
+    path = small_job(tmp_path, runtime={"replicas": 2}, run_policy={"backoffLimit": 2})
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["live"] = {"follow": "epoch"}
+    path.write_text(yaml.safe_dump(doc))
+    live = tmp_path / "runs" / "small" / "live" / "0"
+    live.mkdir(parents=True, mode=0o700)
+    record = {"format": "graphrun-dropped-replicas", "version": 1, "part": 0,
+              "dropped": {"1": "partition 0's primary: silent (a test)"}}  # fmt: skip
+    (live / "part-0.dropped.json").write_text(json.dumps(record))
+    job, sink = local_job(path)
+    with pytest.raises(JobFailed, match="exit code 2") as failed:
+        job.run()
+    assert "replica_index: register_replica" in str(failed.value)
+    assert "dropped replica: replica 1 was dropped" in str(failed.value)
+    assert "phase Failed (NotRetriable)" in sink.getvalue()
+    assert "Restarting" not in sink.getvalue()
+    nothing_left(job)
