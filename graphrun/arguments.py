@@ -119,6 +119,17 @@ def integers(lo: int, hi: int, most: int) -> Callable[[str], list[int]]:
     return parse
 
 
+def store_address(text: str) -> str:
+    """A store server's address (:func:`graphrun.names.store_address`: ``host:port`` or
+    ``tcp://host:port``), as ``tcp://host:port``."""
+    from graphrun import names  # numpy: not at `graphrun --help`
+
+    try:
+        return names.store_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def output_file(text: str) -> Path:
     """A file to write: it names a file (not ``""``, not a directory) in a directory that
     exists and can be written, and is not an existing file that cannot be."""

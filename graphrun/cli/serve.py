@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from graphrun.arguments import add_plaintext_flags, integer, number, output_file
+from graphrun.arguments import add_plaintext_flags, integer, number, output_file, store_address
 from graphrun.parent import graceful_with_parent, set_death_signal
 
 DESCRIPTION = """\
@@ -137,6 +137,16 @@ def register(subparsers: Any) -> None:
         "live writes are held in memory only and lost with the server",
     )
     p.add_argument(
+        "--sequencer",
+        action="append",
+        type=store_address,
+        metavar="ADDR",
+        help="with --live-dir: where the live graph's sequencer (partition 0's primary, then "
+        "its replicas, one flag each) serves now; a piece replayed pending asks its fate "
+        "there, not at the address its log recorded (a restarted job's stores may have "
+        "new addresses). Default: the logged address, until a writer names another",
+    )
+    p.add_argument(
         "--heartbeat-timeout",
         type=number(0, MAX_HEARTBEAT_S, above=True),
         default=30.0,
@@ -251,6 +261,11 @@ def _check_args(args: argparse.Namespace) -> None:
         if args.backup_of:
             raise ArgumentError("--live-dir: a backup holds no live state (its main logs)")
         check_live_dir(args.live_dir, "--live-dir")
+    if args.sequencer and args.live_dir is None:
+        raise ArgumentError("--sequencer: only with --live-dir (a replayed log's pieces ask it)")
+    if args.sequencer and len(args.sequencer) > 1 + MAX_REPLICAS:
+        raise ArgumentError(f"--sequencer: at most {1 + MAX_REPLICAS} addresses (a primary "
+                            f"and its replicas), got {len(args.sequencer)}")  # fmt: skip
     check_address(args.address)
     check_plaintext_address("--address", args.address, args.insecure, args.insecure_non_loopback)
     if not args.backup_of:
@@ -295,6 +310,7 @@ def run(args: argparse.Namespace) -> int:
         features=args.features,
         disk_cache_bytes=int(args.disk_cache_mb * 2**20),
         live_dir=args.live_dir,
+        sequencer=tuple(args.sequencer or ()),
     )
     # read by torch when an extension imports it (sampling's kernels are numpy and
     # single-threaded; importing torch here only to set its threads cost a second of CPU)

@@ -143,10 +143,23 @@ def store_argv(
     live = paths.live_dir(role.part)
     if live is not None and not role.backup:  # a backup's main logs
         argv += ["--live-dir", str(live)]
+        argv += [a for ep in _sequencer(role, hosts) for a in ("--sequencer", ep)]
     if profile is not None:
         argv += ["--profile", str(profile)]
     argv += features.serve_args() if features is not None else []
     return tuple(argv)
+
+
+def _sequencer(role: Role, hosts: Hosts) -> list[str]:
+    """Where the live graph's sequencer serves in this attempt (partition 0's primary,
+    then its replicas), for the other partitions' stores: a piece a log replays pending
+    asks its fate there (a restarted job's stores may listen on new ports). Partition
+    0's own stores hold the sequencer (or its copy) and ask no one."""
+    if role.part == 0:
+        return []
+    eps = [hosts.endpoint(RoleName.store(0))]
+    eps += [(ep.host, ep.port) for ep in hosts.replica_endpoints().get(0, [])]
+    return [f"tcp://{host}:{port}" for host, port in eps]
 
 
 def ps_argv(

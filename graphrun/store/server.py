@@ -102,6 +102,7 @@ class ServerConfig:
     features: str = "memory"  # node features in shared memory, or "disk" (store/disk.py)
     disk_cache_bytes: int = 0  # with features "disk": this server's cache of hot rows
     live_dir: Path | None = None  # the live graph's write-ahead log (store/live_log.py)
+    sequencer: tuple[str, ...] = ()  # where the sequencer serves now, then its replicas
 
 
 #: where a server keeps node features (``ServerConfig.features``)
@@ -439,6 +440,8 @@ def run_server(
             )
             if live.seq is not None:  # a new log on a compacted directory
                 compact.seed_sequencer(state, live.seq, root)
+            elif cfg.sequencer:  # not where the log last heard of it (a restarted job)
+                live.seq_link.point(cfg.sequencer[0], list(cfg.sequencer[1:]))
             # with a log, a compaction writes the server's compacted directory (a
             # primary's into the partition directory, a replica's beside its log) and
             # truncates the log; without one it folds in memory

@@ -112,6 +112,8 @@ CASES = [
     ([*SERVE, "--threads", "100000"], r"--threads: 100000 is not in \[1, 1024\]"),
     ([*SERVE, "--heartbeat-timeout", "1e300"], r"--heartbeat-timeout: 1e300 is not in \(0, "),
     ([*SERVE, "--part", HUGE], r"--part: 10{30} is not in \[0, 4095\]"),
+    ([*SERVE, "--sequencer", "tcp://127.0.0.1:7000"], r"--sequencer: only with --live-dir"),
+    ([*SERVE, "--sequencer", "nohost"], r"--sequencer: 'nohost' is not host:port"),
     (
         ["profile", "{tmp}/a-file", "-o", "{tmp}/no/p.json"],
         r"-o/--output: .*/no is not a directory",

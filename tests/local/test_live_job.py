@@ -3,6 +3,8 @@ server logs to its partition's directory (spec.live, docs/live.md)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -193,4 +195,48 @@ def test_a_job_whose_primary_recorded_a_dropped_replica_fails_at_once_not_retrie
     assert "dropped replica: replica 1 was dropped" in str(failed.value)
     assert "phase Failed (NotRetriable)" in sink.getvalue()
     assert "Restarting" not in sink.getvalue()
+    nothing_left(job)
+
+
+def test_a_live_job_whose_store_is_killed_after_a_write_restarts_with_the_write(tmp_path):
+    """``kill -9`` of a live link-prediction job's ``store:1`` once a write into it was
+    acknowledged (replicas 1, its log in the run dir): the job restarts, the store
+    replays its log, and the restarted attempt's epochs take the written edges as
+    positives (more steps than the base's): the acknowledged write survived the kill."""
+    from graphrun.record import read_status
+
+    path = small_job(tmp_path, task="link-prediction", embeddingDim=8, sparseLr=0.05,
+                     epochs=LINK_EPOCHS, batchSize=LINK_BATCH,
+                     run_policy={"backoffLimit": 1})  # fmt: skip
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["live"] = {"follow": "epoch"}
+    path.write_text(yaml.safe_dump(doc))
+    job, sink = local_job(path)
+    run = tmp_path / "runs" / "small"
+    done: list[object] = []
+    base: list[int] = []  # the first attempt's steps an epoch, before the write
+
+    def write_then_kill() -> None:
+        try:
+            if wait_for(lambda: (run / "metrics.jsonl").is_file()
+                        and '"epoch": 0' in (run / "metrics.jsonl").read_text()):  # fmt: skip
+                base.append(job_metrics(path)[0]["steps"])
+                version = write_edges(tmp_path)  # acknowledged: commit() returned
+                st = read_status(run / "status" / "m1.json")
+                assert st is not None
+                os.kill(st.pids()[RoleName.parse("store:1")], signal.SIGKILL)
+                done.append(version)
+        except BaseException as e:  # raised below, in the test's thread
+            done.append(e)
+
+    t = threading.Thread(target=write_then_kill, daemon=True)
+    t.start()
+    report = job.run()
+    t.join(timeout=60)
+    assert done == [1], done
+    assert report.state.phase == "Succeeded" and report.state.restarts == 1, sink.getvalue()
+    # the restarted attempt (its metrics start again at epoch 0) counts the written
+    # edges among its positives in every epoch: its store replayed them
+    steps = [r["steps"] for r in job_metrics(path) if "epoch" in r]
+    assert len(steps) == LINK_EPOCHS and all(k > base[0] for k in steps), (base, steps)
     nothing_left(job)

@@ -252,3 +252,28 @@ def test_a_live_job_s_store_servers_log_to_a_directory_per_partition(tmp_path):
     launches = machine_launches(plain, roles, plan_hosts(plain, roles), paths, python=PY)
     assert not any("--live-dir" in a for a in _store_args(launches).values())
     assert all(m.live_dirs == () for m in launches)
+
+
+def test_a_live_job_s_other_partitions_are_told_where_the_sequencer_serves(tmp_path):
+    """A piece a restarted store replays pending asks the sequencer its fate: every
+    store of partitions other than 0 (primary and replica) is given partition 0's
+    primary's address and its replicas' in this attempt (--sequencer, in that order);
+    partition 0's own stores hold it and get none, nor does a store without a log."""
+    runtime = {"machines": 2, "replicas": 2}
+    job = make_job(runtime=runtime, live={})
+    paths = job_paths(job, tmp_path / "job.yaml")
+    roles = job_placement(job, paths)
+    hosts = plan_hosts(job, roles, {"m0": "10.0.0.1", "m1": "10.0.0.2"})
+    ep = {str(r): f"tcp://{e}" for r, e in hosts.endpoints.items()}
+    args = _store_args(machine_launches(job, roles, hosts, paths, python=PY))
+
+    def told(argv: list[str]) -> list[str]:
+        return [argv[i + 1] for i, a in enumerate(argv) if a == "--sequencer"]
+
+    for role in ("store:1", "store:1:r"):
+        assert told(args[role]) == [ep["store:0"], ep["store:0:r"]], role
+    assert told(args["store:0"]) == told(args["store:0:r"]) == []
+    plain = make_job(runtime=runtime)
+    paths = job_paths(plain, tmp_path / "job.yaml")
+    launches = machine_launches(plain, roles, plan_hosts(plain, roles), paths, python=PY)
+    assert not any("--sequencer" in a for a in _store_args(launches).values())
