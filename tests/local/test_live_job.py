@@ -240,3 +240,44 @@ def test_a_live_job_whose_store_is_killed_after_a_write_restarts_with_the_write(
     steps = [r["steps"] for r in job_metrics(path) if "epoch" in r]
     assert len(steps) == LINK_EPOCHS and all(k > base[0] for k in steps), (base, steps)
     nothing_left(job)
+
+
+def test_a_live_job_whose_sequencer_is_killed_after_a_write_goes_on_through_its_replica(
+    tmp_path,
+):
+    """``kill -9`` of a live link-prediction job's ``store:0`` (the sequencer) once a write
+    was acknowledged, with ``replicas: 2``: partition 0's replica serves, the job goes on
+    without a restart, and its epochs after the write take the written edges."""
+    from graphrun.record import read_status
+
+    path = small_job(tmp_path, task="link-prediction", embeddingDim=8, sparseLr=0.05,
+                     epochs=LINK_EPOCHS, batchSize=LINK_BATCH,
+                     runtime={"replicas": 2})  # fmt: skip
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["live"] = {"follow": "epoch"}
+    path.write_text(yaml.safe_dump(doc))
+    job, sink = local_job(path)
+    run = tmp_path / "runs" / "small"
+    done: list[object] = []
+
+    def write_then_kill() -> None:
+        try:
+            if wait_for(lambda: (run / "metrics.jsonl").is_file()
+                        and '"epoch": 0' in (run / "metrics.jsonl").read_text()):  # fmt: skip
+                version = write_edges(tmp_path)
+                st = read_status(run / "status" / "m0.json")
+                assert st is not None
+                os.kill(st.pids()[RoleName.parse("store:0")], signal.SIGKILL)
+                done.append(version)
+        except BaseException as e:  # raised below, in the test's thread
+            done.append(e)
+
+    t = threading.Thread(target=write_then_kill, daemon=True)
+    t.start()
+    report = job.run()
+    t.join(timeout=60)
+    assert done == [1], done
+    assert report.state.phase == "Succeeded" and report.state.restarts == 0, sink.getvalue()
+    steps = [r["steps"] for r in job_metrics(path) if "epoch" in r]
+    assert len(steps) == LINK_EPOCHS and steps[-1] > steps[0], steps
+    nothing_left(job)
