@@ -82,3 +82,96 @@ def test_ingest_commits_each_chunk_and_maps_ids(live, tmp_path, capsys):
     assert main(["ingest", str(tmp_path / "bad"), *store, "--key-file", str(key)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "id.npy: rows 0..2: features['feat']: got float32 (3, 3)" in err
+
+
+def new_rows(addresses, key, n):
+    """``n`` rows of every node feature of the store's type."""
+    c = client(addresses, key)
+    try:
+        tensors = [t for t in c.list_tensors() if t.name.startswith("node/_N/")]
+    finally:
+        c.close()
+    return {t.name.rsplit("/", 1)[1]: np.ones((n, *t.row_shape), t.dtype) for t in tensors}
+
+
+def lookup(addresses, key, ids):
+    """Graph ids of ``ids`` (-1: unknown) and the head (the last version committed)."""
+    from graphrun.distributed.writer import GraphWriter
+    from graphrun.store.live_client import fetch_head
+
+    c = client(addresses, key)
+    try:
+        view = fetch_head(c.session)
+        return GraphWriter(c).lookup(ids), view.head
+    finally:
+        c.close()
+
+
+def test_a_pipelined_ingest_commits_every_chunk(live, tmp_path, capsys):
+    """Node chunks then edge chunks naming them by original id, 8 in flight: every row
+    is in the store, each chunk at its own version, and progress counts them."""
+    addresses, key, store = live
+    n = 200
+    ids = np.arange(50_000, 50_000 + n)
+    ends = (np.r_[ids, ids], np.r_[np.roll(ids, 1), np.arange(n)])  # new-new, new-base
+    write_npy(tmp_path / "new", ids, new_rows(addresses, key, n), ends)
+    argv = ["ingest", str(tmp_path / "new"), *store, "--key-file", str(key)]
+    assert main([*argv, "--chunk-rows", "20", "--window", "8", "--progress-s", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert "600 rows (200 nodes, 400 edges) in 30 chunks, versions 1..30" in out
+    assert len(err.splitlines()) == 30  # a line a chunk acknowledged
+    assert err.splitlines()[9].startswith("ingest: 200 rows (200 nodes, 0 edges) in 10 chunks")
+    got, head = lookup(addresses, key, ids)
+    assert (got >= 600).all() and len(set(got.tolist())) == n and head == 30
+
+
+def committed_in(line: str, name: str) -> set[int]:
+    """The rows of ``name`` the one error line says were committed after the refused chunk."""
+    import re
+
+    after = line.split("after it (in flight then) ")[1:]
+    spans = re.findall(rf"{name}: rows (\d+)\.\.(\d+)", after[0].split(";")[0]) if after else []
+    return {r for lo, hi in spans for r in range(int(lo), int(hi) + 1)}
+
+
+def test_a_refused_chunk_in_flight_is_named_with_what_was_committed(live, tmp_path, capsys):
+    """Five node chunks in flight, the third refused by the sequencer (one id is a node
+    of the graph already): one line names its rows, exit 2, and says which chunks are
+    committed (those before it and those after it in flight then); the store has exactly
+    those."""
+    from graphrun.partition import load_id_mapping
+
+    addresses, key, store = live
+    ids = np.arange(60_000, 60_025)
+    ids[12] = load_id_mapping(tmp_path / "parts").orig_nids[3]
+    write_npy(tmp_path / "new", ids, new_rows(addresses, key, 25))
+    argv = ["ingest", str(tmp_path / "new"), *store, "--key-file", str(key), "--chunk-rows", "5"]
+    assert main([*argv, "--window", "8"]) == 2
+    *_, err = capsys.readouterr().err.splitlines()
+    assert err.startswith(f"graphrun: error: {tmp_path / 'new' / 'nodes' / 'id.npy'}: rows 10..14:")
+    assert f"original id {ids[12]} is a node of the graph already" in err
+    after = committed_in(err, "id.npy")
+    assert after <= set(range(15, 25))  # in flight then: as many as had been sent
+    assert ("nothing after them was sent" in err) == bool(after)
+    committed = set(range(10)) | after
+    assert f"committed: {len(committed)} rows ({len(committed)} nodes, 0 edges)" in err
+    got, _ = lookup(addresses, key, ids)
+    assert {i for i in range(25) if got[i] >= 600} == committed
+
+
+def test_an_edge_chunk_with_an_unknown_end_stops_after_those_in_flight(live, tmp_path, capsys):
+    """An edge chunk naming an original id the store does not know is refused before it
+    is sent (looked up): the chunks in flight before it are answered and committed, the
+    line names it and counts them; nothing after it is sent."""
+    addresses, key, store = live
+    src, dst = np.arange(40), np.arange(1, 41)
+    src[23] = 99_999_999  # no such node
+    write_npy(tmp_path / "new", np.arange(70_000, 70_001), new_rows(addresses, key, 1), (src, dst))
+    argv = ["ingest", str(tmp_path / "new"), *store, "--key-file", str(key), "--chunk-rows", "5"]
+    assert main([*argv, "--window", "8"]) == 2
+    *_, err = capsys.readouterr().err.splitlines()
+    assert f"{tmp_path / 'new' / 'edges'}: rows 20..24: " in err
+    assert "committed: 21 rows (1 nodes, 20 edges) in 5 chunks, versions 1..5, " in err
+    assert err.endswith(" rows/s: every chunk before it")
+    _, head = lookup(addresses, key, [0])
+    assert head == 5  # nothing of it or after it
