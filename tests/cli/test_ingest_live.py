@@ -134,7 +134,8 @@ def committed_in(line: str, name: str) -> set[int]:
     return {r for lo, hi in spans for r in range(int(lo), int(hi) + 1)}
 
 
-def test_a_refused_chunk_in_flight_is_named_with_what_was_committed(live, tmp_path, capsys):
+@pytest.mark.parametrize("window", ["8", "1"])
+def test_a_refused_chunk_in_flight_is_named_with_what_was_committed(live, tmp_path, capsys, window):
     """Five node chunks in flight, the third refused by the sequencer (one id is a node
     of the graph already): one line names its rows, exit 2, and says which chunks are
     committed (those before it and those after it in flight then); the store has exactly
@@ -146,7 +147,7 @@ def test_a_refused_chunk_in_flight_is_named_with_what_was_committed(live, tmp_pa
     ids[12] = load_id_mapping(tmp_path / "parts").orig_nids[3]
     write_npy(tmp_path / "new", ids, new_rows(addresses, key, 25))
     argv = ["ingest", str(tmp_path / "new"), *store, "--key-file", str(key), "--chunk-rows", "5"]
-    assert main([*argv, "--window", "8"]) == 2
+    assert main([*argv, "--window", window]) == 2
     *_, err = capsys.readouterr().err.splitlines()
     assert err.startswith(f"graphrun: error: {tmp_path / 'new' / 'nodes' / 'id.npy'}: rows 10..14:")
     assert f"original id {ids[12]} is a node of the graph already" in err
