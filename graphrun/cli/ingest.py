@@ -17,7 +17,7 @@ from graphrun import names
 from graphrun.arguments import integer, number
 
 if TYPE_CHECKING:
-    from graphrun.graph.ingest_tables import Chunk
+    from graphrun.graph.ingest_tables import Chunk, EdgeChunk
 
 MAX_CHUNK_ROWS = 1 << 21  # graphrun.graph.ingest_tables.MAX_CHUNK_ROWS (pyarrow: not at --help)
 MAX_WINDOW = 16  # graphrun.distributed.writer.MAX_WINDOW (numpy and the client: not at --help)
@@ -138,16 +138,54 @@ class Sender:
     ``--window 1``: ``flush`` after each, today's ``commit``). A chunk's rows are counted
     once acknowledged. The first refusal stops it, every batch in flight answered first
     (each is atomic on its own): the error names the refused chunk and the chunks after
-    it that were committed all the same, so a user can resume."""
+    it that were committed all the same, so a user can resume.
+
+    With a window, a chunk is held until the next one is read: an edge chunk's ends
+    (original ids) are asked of the sequencer then (``lookup_request``), while the chunk
+    before it is submitted, and it is sent by graph ids; ``add_edges(orig=True)`` would
+    ask them at its ``submit``, waiting (1.6 of the command's 2.9 s for 2M edges:
+    benchmarks/README.md, "Issue 42, ingest64"). Not while a node chunk is in flight
+    (its nodes are not known yet), nor where an end is unknown (``orig=True`` then: the
+    writer's line names it)."""
 
     writer: Any
     progress: Progress
     sent: dict[int, Chunk] = field(default_factory=dict)  # submitted, not answered yet
     refused: dict[int, tuple[Chunk, Exception]] = field(default_factory=dict)
-    count: int = 0  # chunks given
+    count: int = 0  # chunks submitted (or refused before)
     stopped: bool = False
+    held: Chunk | None = None  # read, not submitted yet
+    ahead: Any = None  # the held chunk's ends asked (a Pending live_lookup)
 
     def send(self, chunk: Chunk) -> None:
+        """Submit ``chunk`` (``--window 1``), or the chunk held, holding this one."""
+        if self.writer.window == 1:
+            self._submit(chunk, None)
+            return
+        held, ahead = self.held, self.ahead
+        self.held, self.ahead = chunk, self._ask(chunk, held)
+        if held is not None:
+            self._submit(held, ahead)
+
+    def finish(self) -> None:
+        """The chunk held submitted, every chunk in flight answered; the first refusal
+        raised as one line."""
+        held, self.held = self.held, None
+        if held is not None:
+            self._submit(held, self.ahead)
+        self._stop(None, None, None)
+
+    def _ask(self, chunk: Chunk, held: Chunk | None) -> Any:
+        import numpy as np
+
+        from graphrun.graph.ingest_tables import NodeChunk
+
+        nodes = [c for c in (held, *self.sent.values()) if isinstance(c, NodeChunk)]
+        if isinstance(chunk, NodeChunk) or nodes:
+            return None
+        return self.writer.lookup_request(np.concatenate([chunk.src, chunk.dst]))
+
+    def _submit(self, chunk: Chunk, ahead: Any) -> None:
         from graphrun.errors import GraphrunError
         from graphrun.graph.ingest_tables import NodeChunk
 
@@ -156,8 +194,7 @@ class Sender:
             if isinstance(chunk, NodeChunk):
                 self.writer.add_nodes(chunk.ntype, chunk.ids, chunk.features)
             else:
-                self.writer.add_edges(chunk.etype, chunk.src, chunk.dst, chunk.features,
-                                      orig=True)  # fmt: skip
+                self._add_edges(chunk, ahead)
             self.sent[n] = chunk
             self.writer.submit(tag=n)
             if self.writer.window == 1:
@@ -168,9 +205,13 @@ class Sender:
         if self.refused:
             self._stop(None, n, chunk)
 
-    def finish(self) -> None:
-        """Every chunk in flight answered; the first refusal raised as one line."""
-        self._stop(None, None, None)
+    def _add_edges(self, chunk: EdgeChunk, ahead: Any) -> None:
+        ids = None if ahead is None else self.writer.looked_up(ahead)
+        if ids is None or (ids < 0).any():  # not asked, or an end unknown: the writer's
+            self.writer.add_edges(chunk.etype, chunk.src, chunk.dst, chunk.features, orig=True)
+            return
+        n = len(chunk.src)
+        self.writer.add_edges(chunk.etype, ids[:n], ids[n:], chunk.features)
 
     def _take(self) -> list[tuple[int, Chunk]]:
         """The answers here: acknowledged chunks counted, refused ones kept."""

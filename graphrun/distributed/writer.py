@@ -223,9 +223,18 @@ class GraphWriter:
 
     def lookup(self, orig_ids: Any) -> np.ndarray:
         """Graph ids of original ids at the head (-1 where unknown)."""
+        return self.looked_up(self.lookup_request(orig_ids))
+
+    def lookup_request(self, orig_ids: Any) -> Pending:
+        """:meth:`lookup` sent and not waited for (:meth:`looked_up` waits): a caller asks
+        a batch's ends while the batches before it are on their way (``graphrun ingest``;
+        ``add_edges(orig=True)`` asks them at ``submit``, waiting)."""
         o = np.ascontiguousarray(np.asarray(orig_ids, dtype=np.int64).reshape(-1))
-        reply = self.client.session.call(0, "live_lookup", {}, tensors=(o,))
-        return np.array(reply.tensors[0], dtype=np.int64)
+        return self.client.session.request(0, "live_lookup", {}, tensors=(o,))
+
+    def looked_up(self, pending: Pending) -> np.ndarray:
+        """The graph ids a :meth:`lookup_request` asked for (-1 where unknown)."""
+        return np.array(self.client.session.wait(pending).tensors[0], dtype=np.int64)
 
     # ---- committing
 

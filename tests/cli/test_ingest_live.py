@@ -28,7 +28,8 @@ def live(tmp_path):
     key = tmp_path / "writer.key"
     grant = ["--clients", str(clients), "--grants", "write_graph"]
     assert main(["keygen", str(key), "--store", str(tmp_path / "store.key"), *grant]) == 0
-    cfg = ServerConfig(parts, 0, keys=admin, clients_dir=clients)
+    sampling = ("graphrun.sampling.server:register",)  # to read the new edges back
+    cfg = ServerConfig(parts, 0, keys=admin, clients_dir=clients, extensions=sampling)
     with store_threads(cfg, 2) as threads:
         addresses = [t.address for t in threads]
         yield addresses, key, [x for a in addresses for x in ("--store", a)]
@@ -107,9 +108,35 @@ def lookup(addresses, key, ids):
         c.close()
 
 
+def in_sources(addresses, key, seeds):
+    """The source of every in-edge of each seed (graph ids), at the head."""
+    from graphrun.store.live_client import fetch_head, route
+
+    c = client(addresses, key)
+    try:
+        c.follow()
+        view = fetch_head(c.session)
+        _, part, _ = route(view, c.book.node_offsets, view.num_nodes, view.node_owner,
+                           seeds, "seeds")  # fmt: skip
+        out: list[set[int]] = [set() for _ in seeds]
+        for p in np.unique(part).tolist():
+            pos = np.flatnonzero(part == p)
+            body = {"fanout": [10_000] * len(c.book.edge_types), "seed": 0}
+            src, which, _ = c.session.call(
+                p, "sample_neighbors", body, tensors=(seeds[pos],)
+            ).tensors[:3]
+            for w, s in zip(which.tolist(), src.tolist(), strict=True):
+                out[pos[w]].add(s)
+        return out
+    finally:
+        c.close()
+
+
 def test_a_pipelined_ingest_commits_every_chunk(live, tmp_path, capsys):
-    """Node chunks then edge chunks naming them by original id, 8 in flight: every row
-    is in the store, each chunk at its own version, and progress counts them."""
+    """Node chunks then edge chunks naming them by original id, 8 in flight (the later
+    ones' ends looked up ahead and sent as graph ids): every row is in the store, each
+    edge between the nodes it names, each chunk at its own version, and progress counts
+    them."""
     addresses, key, store = live
     n = 200
     ids = np.arange(50_000, 50_000 + n)
@@ -123,6 +150,13 @@ def test_a_pipelined_ingest_commits_every_chunk(live, tmp_path, capsys):
     assert err.splitlines()[9].startswith("ingest: 200 rows (200 nodes, 0 edges) in 10 chunks")
     got, head = lookup(addresses, key, ids)
     assert (got >= 600).all() and len(set(got.tolist())) == n and head == 30
+    from graphrun.partition import load_id_mapping
+
+    sources = in_sources(addresses, key, got)  # ids[i + 1] -> ids[i], nothing else
+    assert all(sources[i] == {int(got[(i + 1) % n])} for i in range(n))
+    base = np.argsort(load_id_mapping(tmp_path / "parts").orig_nids)[:n]  # graph ids of 0..n-1
+    sources = in_sources(addresses, key, base)  # ids[i] -> the base node of original id i
+    assert all(int(got[i]) in sources[i] for i in range(n))
 
 
 def committed_in(line: str, name: str) -> set[int]:
