@@ -176,14 +176,20 @@ class Sender:
         self._stop(None, None, None)
 
     def _ask(self, chunk: Chunk, held: Chunk | None) -> Any:
+        """The ends of edge ``chunk`` asked now (None: not asked), unless node chunks
+        are in flight or held (their nodes are not known yet)."""
         import numpy as np
 
+        from graphrun.errors import GraphrunError
         from graphrun.graph.ingest_tables import NodeChunk
 
         nodes = [c for c in (held, *self.sent.values()) if isinstance(c, NodeChunk)]
         if isinstance(chunk, NodeChunk) or nodes:
             return None
-        return self.writer.lookup_request(np.concatenate([chunk.src, chunk.dst]))
+        try:
+            return self.writer.lookup_request(np.concatenate([chunk.src, chunk.dst]))
+        except GraphrunError:  # not sent: its submit asks again, and names the chunk
+            return None
 
     def _submit(self, chunk: Chunk, ahead: Any) -> None:
         from graphrun.errors import GraphrunError
@@ -320,6 +326,7 @@ def run(args: argparse.Namespace) -> int:
                 sender.send(chunk)
         if sender is not None:
             sender.finish()
+            sender.writer.close()  # the partitions' last decisions delivered before it ends
     except GraphrunError as exc:
         if sender is not None and sender.stopped:
             raise  # one line already: the refused chunk and what was committed
