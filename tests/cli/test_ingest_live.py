@@ -210,3 +210,20 @@ def test_an_edge_chunk_with_an_unknown_end_stops_after_those_in_flight(live, tmp
     assert err.endswith(" rows/s: every chunk before it")
     _, head = lookup(addresses, key, [0])
     assert head == 5  # nothing of it or after it
+
+
+def test_a_bad_file_row_stops_after_the_chunks_read_before_it_are_committed(live, tmp_path, capsys):
+    """A chunk that fails its read (a mask of 2 in row 12) stops the command with the
+    chunks before it committed: the one held for the lookup ahead too."""
+    addresses, key, store = live
+    ids = np.arange(80_000, 80_025)
+    rows = new_rows(addresses, key, 25)
+    rows["train_mask"] = np.ones(25, np.int64)
+    rows["train_mask"][12] = 2
+    write_npy(tmp_path / "new", ids, rows)
+    argv = ["ingest", str(tmp_path / "new"), *store, "--key-file", str(key), "--chunk-rows", "5"]
+    assert main([*argv, "--window", "8"]) == 2
+    *_, err = capsys.readouterr().err.splitlines()
+    assert "train_mask.npy: must be boolean or 0/1; before it: 10 rows (10 nodes, 0 edges)" in err
+    got, head = lookup(addresses, key, ids)
+    assert (got[:10] >= 600).all() and (got[10:] == -1).all() and head == 2
