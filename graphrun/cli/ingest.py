@@ -1,9 +1,11 @@
 """``graphrun ingest SRC --store ADDR... --key-file KEY``: stream node and edge tables into
-a live store (issue 42), one checked chunk a write batch."""
+a live store (issue 42), one checked chunk a write batch, ``--window`` batches in flight
+(``GraphWriter.submit``: the rate ``graphrun bench live`` measures)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 import time
@@ -15,14 +17,19 @@ from graphrun import names
 from graphrun.arguments import integer, number
 
 if TYPE_CHECKING:
-    from graphrun.graph.ingest_tables import Chunk
+    from graphrun.graph.ingest_tables import Chunk, EdgeChunk
 
 MAX_CHUNK_ROWS = 1 << 21  # graphrun.graph.ingest_tables.MAX_CHUNK_ROWS (pyarrow: not at --help)
+MAX_WINDOW = 16  # graphrun.distributed.writer.MAX_WINDOW (numpy and the client: not at --help)
+DEFAULT_WINDOW = 8  # as the bench's; benchmarks/README.md, "Issue 42, ingest64"
 
 DESCRIPTION = """\
 Send the nodes and edges of SRC to a running live store, in chunks of --chunk-rows rows;
-each chunk is one write batch (GraphWriter: add_nodes or add_edges, then commit), visible
-whole at its version or not at all. Node files are sent before edge files.
+each chunk is one write batch (GraphWriter: add_nodes or add_edges, then submit), visible
+whole at its version or not at all, --window batches in flight (1: each committed before
+the next is sent). Node files are sent before edge files; the first edge chunk naming
+ends by original id waits for the node chunks in flight. Progress counts the rows
+acknowledged (committed), with their versions.
 
 SRC (detected, or --format):
   csv, parquet  nodes.EXT or nodes/TYPE.EXT (id [, type] [, label, train_mask,
@@ -37,7 +44,11 @@ come with every node feature of its type.
 
 Every chunk is checked whole before it is sent: a bad one stops the command with one
 line naming the file, the row (from 0, header not counted) or the column, and nothing of
-it is sent; the chunks before it are committed (the line says up to which row). Run with
+it is sent; the chunks before it are committed (the line says up to which row). A chunk
+the store refuses stops it too, once the chunks in flight are answered: the line names
+the refused chunk's rows, says every chunk before it is committed and which chunks after
+it (in flight then) were committed as well; nothing after those was sent. To resume,
+send the refused chunk's rows and those after the last committed ones. Run with
 --dry-run first to check whole files without a store.
 
 The key needs the write_graph grant (graphrun keygen KEY --store STORE.key --clients DIR
@@ -70,6 +81,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--format", choices=("npy", "csv", "parquet"), help="default: detect")
     p.add_argument("--chunk-rows", type=integer(1, MAX_CHUNK_ROWS), default=10_000,
                    metavar="N", help="rows of a chunk, a write batch (default 10000)")  # fmt: skip
+    p.add_argument("--window", type=integer(1, MAX_WINDOW), default=DEFAULT_WINDOW,
+                   metavar="N", help=f"write batches in flight (default {DEFAULT_WINDOW}; "
+                   "1: each committed before the next is sent)")  # fmt: skip
     p.add_argument("--timeout", type=number(0, 3600, above=True), default=30.0,
                    help="seconds a store request waits (default 30)")  # fmt: skip
     p.add_argument("--progress-s", type=number(0, 3600), default=1.0, metavar="S",
@@ -81,7 +95,8 @@ def register(subparsers: Any) -> None:
 
 @dataclass
 class Progress:
-    """Rows read and sent, and their rate, printed every ``every`` seconds and at the end."""
+    """Rows acknowledged (or checked, in a dry run), their versions and rate, printed
+    every ``every`` seconds and at the end."""
 
     every: float
     out: TextIO = field(default_factory=lambda: sys.stderr)
@@ -117,6 +132,153 @@ class Progress:
         )
 
 
+@dataclass
+class Sender:
+    """Chunks into a writer, each one batch tagged with its number (``submit(tag=n)``;
+    ``--window 1``: ``flush`` after each, today's ``commit``). A chunk's rows are counted
+    once acknowledged. The first refusal stops it, every batch in flight answered first
+    (each is atomic on its own): the error names the refused chunk and the chunks after
+    it that were committed all the same, so a user can resume.
+
+    With a window, a chunk is held until the next one is read: an edge chunk's ends
+    (original ids) are asked of the sequencer then (``lookup_request``), while the chunk
+    before it is submitted, and it is sent by graph ids; ``add_edges(orig=True)`` would
+    ask them at its ``submit``, waiting (1.6 of the command's 2.9 s for 2M edges:
+    benchmarks/README.md, "Issue 42, ingest64"). Not while a node chunk is in flight
+    (its nodes are not known yet), nor where an end is unknown (``orig=True`` then: the
+    writer's line names it)."""
+
+    writer: Any
+    progress: Progress
+    sent: dict[int, Chunk] = field(default_factory=dict)  # submitted, not answered yet
+    refused: dict[int, tuple[Chunk, Exception]] = field(default_factory=dict)
+    count: int = 0  # chunks submitted (or refused before)
+    stopped: bool = False
+    held: Chunk | None = None  # read, not submitted yet
+    ahead: Any = None  # the held chunk's ends asked (a Pending live_lookup)
+
+    def send(self, chunk: Chunk) -> None:
+        """Submit ``chunk`` (``--window 1``), or the chunk held, holding this one."""
+        if self.writer.window == 1:
+            self._submit(chunk, None)
+            return
+        held, ahead = self.held, self.ahead
+        self.held, self.ahead = chunk, self._ask(chunk, held)
+        if held is not None:
+            self._submit(held, ahead)
+
+    def finish(self) -> None:
+        """The chunk held submitted, every chunk in flight answered; the first refusal
+        raised as one line."""
+        held, self.held = self.held, None
+        if held is not None:
+            self._submit(held, self.ahead)
+        self._stop(None, None, None)
+
+    def _ask(self, chunk: Chunk, held: Chunk | None) -> Any:
+        """The ends of edge ``chunk`` asked now (None: not asked), unless node chunks
+        are in flight or held (their nodes are not known yet)."""
+        import numpy as np
+
+        from graphrun.errors import GraphrunError
+        from graphrun.graph.ingest_tables import NodeChunk
+
+        nodes = [c for c in (held, *self.sent.values()) if isinstance(c, NodeChunk)]
+        if isinstance(chunk, NodeChunk) or nodes:
+            return None
+        try:
+            return self.writer.lookup_request(np.concatenate([chunk.src, chunk.dst]))
+        except GraphrunError:  # not sent: its submit asks again, and names the chunk
+            return None
+
+    def _submit(self, chunk: Chunk, ahead: Any) -> None:
+        from graphrun.errors import GraphrunError
+        from graphrun.graph.ingest_tables import NodeChunk
+
+        n, self.count = self.count, self.count + 1
+        try:
+            if isinstance(chunk, NodeChunk):
+                self.writer.add_nodes(chunk.ntype, chunk.ids, chunk.features)
+            else:
+                self._add_edges(chunk, ahead)
+            self.sent[n] = chunk
+            self.writer.submit(tag=n)
+            if self.writer.window == 1:
+                self.writer.flush()
+        except GraphrunError as exc:
+            self._stop(exc, n, chunk)
+        self._take()
+        if self.refused:
+            self._stop(None, n, chunk)
+
+    def _add_edges(self, chunk: EdgeChunk, ahead: Any) -> None:
+        ids = None if ahead is None else self.writer.looked_up(ahead)
+        if ids is None or (ids < 0).any():  # not asked, or an end unknown: the writer's
+            self.writer.add_edges(chunk.etype, chunk.src, chunk.dst, chunk.features, orig=True)
+            return
+        n = len(chunk.src)
+        self.writer.add_edges(chunk.etype, ids[:n], ids[n:], chunk.features)
+
+    def _take(self) -> list[tuple[int, Chunk]]:
+        """The answers here: acknowledged chunks counted, refused ones kept."""
+        acked = []
+        for a in self.writer.answered():
+            chunk = self.sent.pop(a.tag)
+            if a.error is None:
+                self.progress.add(chunk, a.version)
+                acked.append((a.tag, chunk))
+            else:
+                self.refused[a.tag] = (chunk, a.error)
+        return acked
+
+    def _stop(self, exc: Exception | None, n: int | None, chunk: Chunk | None) -> None:
+        """Wait for every batch in flight; raise the first refusal (``exc``: raised while
+        giving chunk ``n``: its own, unless it is an earlier batch's answer)."""
+        from graphrun.errors import GraphrunError
+
+        with contextlib.suppress(GraphrunError):  # its batch's answer says it
+            self.writer.flush()
+        acked = self._take()
+        known = any(e is exc for _, e in self.refused.values())
+        if exc is not None and not known and n is not None and chunk is not None:
+            self.sent.pop(n, None)  # refused before it was sent
+            self.refused[n] = (chunk, exc)
+        if self.refused:
+            self.stopped = True
+            raise self._error(acked)
+
+    def _error(self, acked: list[tuple[int, Chunk]]) -> Exception:
+        """One line: the first refused chunk, what is committed, what after it too."""
+        from graphrun.errors import DatasetError, StoreError, UserError
+
+        first = min(self.refused)
+        chunk, exc = self.refused[first]
+        user = isinstance(exc, UserError)
+        line = f"{chunk.where()}: {exc}" if user else f"{chunk.where()}: not committed: {exc}"
+        line += f"; committed: {self.progress.line()}: every chunk before it"
+        after = [c for k, c in acked if k > first]
+        if after:
+            line += f", and after it (in flight then) {_spans(after)}"
+        others = [c for k, (c, _) in sorted(self.refused.items()) if k != first]
+        if others:
+            line += f"; refused too: {_spans(others)}"
+        if after or others:
+            line += "; nothing after them was sent"
+        return (DatasetError if user else StoreError)(line)
+
+
+def _spans(chunks: list[Chunk]) -> str:
+    """Chunks' rows, consecutive chunks of one file as one span (``f: rows 0..29``)."""
+    spans: list[list[Any]] = []
+    for c in chunks:
+        lo, hi = int(c.rows[0]), int(c.rows[-1])
+        if spans and spans[-1][0] == c.file and spans[-1][2] + 1 == lo:
+            spans[-1][2] = hi
+        else:
+            spans.append([c.file, lo, hi])
+    return ", ".join(f"{f}: rows {lo}..{hi}" for f, lo, hi in spans)
+
+
 def _checked(args: argparse.Namespace) -> tuple[list[Any], Any]:
     """The sources and the key, every argument checked: nothing is connected yet."""
     from graphrun.errors import ArgumentError
@@ -143,27 +305,7 @@ def _writer(args: argparse.Namespace, keys: Any) -> Any:
         servers=list(args.store), job=args.key_file.stem, keys=keys, timeout=args.timeout,
         name="ingest", use_shm=False,
     )  # fmt: skip
-    return GraphWriter(KVClient(config))
-
-
-def send(writer: Any, chunk: Chunk) -> int:
-    """One chunk as one write batch; a refused chunk is one line naming its rows."""
-    from graphrun.errors import DatasetError, GraphrunError, StoreError, UserError
-    from graphrun.graph.ingest_tables import NodeChunk
-
-    try:
-        if isinstance(chunk, NodeChunk):
-            writer.add_nodes(chunk.ntype, chunk.ids, chunk.features)
-        else:
-            writer.add_edges(chunk.etype, chunk.src, chunk.dst, chunk.features, orig=True)
-    except UserError as exc:
-        raise DatasetError(f"{chunk.where()}: {exc}") from None
-    try:
-        return int(writer.commit())
-    except UserError as exc:
-        raise DatasetError(f"{chunk.where()}: {exc}") from None
-    except GraphrunError as exc:
-        raise StoreError(f"{chunk.where()}: not committed: {exc}") from exc
+    return GraphWriter(KVClient(config), window=args.window)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -175,10 +317,21 @@ def run(args: argparse.Namespace) -> int:
     keep_large_allocations()  # a chunk's arrays and pieces are fresh buffers of 100s of KB
     writer = None if args.dry_run else _writer(args, keys)
     progress = Progress(args.progress_s)
+    sender = None if writer is None else Sender(writer, progress)
     try:
         for chunk in read_chunks(sources, args.chunk_rows):
-            progress.add(chunk, None if writer is None else send(writer, chunk))
+            if sender is None:
+                progress.add(chunk, None)
+            else:
+                sender.send(chunk)
+        if sender is not None:
+            sender.finish()
+            sender.writer.close()  # the partitions' last decisions delivered before it ends
     except GraphrunError as exc:
+        if sender is not None and sender.stopped:
+            raise  # one line already: the refused chunk and what was committed
+        if sender is not None:
+            sender.finish()  # a bad file: the chunks in flight answered first
         done = "checked" if writer is None else "committed"
         line = f"{exc}; before it: {progress.line()} {done}"
         raise (DatasetError(line) if isinstance(exc, UserError) else StoreError(line)) from exc

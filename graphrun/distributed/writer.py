@@ -40,7 +40,10 @@ the acknowledgement; a refused begin took none, they go as ``live_decide`` then)
 each partition serves one request a batch, the sequencer too; ``flush()`` sends those
 left as ``live_decide`` and ``live_commit``, as ``commit()`` does each batch. Each batch
 is applied whole at its own version (the sequencer's order); a refused one is aborted
-alone and raised by the next ``submit`` or ``flush`` once none is in flight. A batch
+alone and raised by the next ``submit`` or ``flush`` once none is in flight.
+``submit(tag=...)`` names a batch: :meth:`GraphWriter.answered` gives each answered
+batch's tag with its version or the error that refused it (every refusal, not only
+the one raised), so a caller can say which batches are in the store. A batch
 naming ends by original id first waits for the batches in flight that add nodes (they
 must be known). ``commit()`` is ``submit`` + ``flush``.
 
@@ -101,6 +104,7 @@ class GraphWriter:
         self._told: dict[int, list[tuple[int, bool]]] = {}  # part -> decisions to carry
         self._deciding: list[_Flight] = []  # decided here, for the next live_begin to carry
         self._error: BaseException | None = None
+        self._answers: list[Answer] = []  # tagged, answered since the last ``answered()``
         self._view: LiveView | None = None
         self._tensors: list[TensorInfo] | None = None
         self._features: dict[tuple[str, str], list[str]] = {}  # (kind, type) -> names
@@ -219,9 +223,18 @@ class GraphWriter:
 
     def lookup(self, orig_ids: Any) -> np.ndarray:
         """Graph ids of original ids at the head (-1 where unknown)."""
+        return self.looked_up(self.lookup_request(orig_ids))
+
+    def lookup_request(self, orig_ids: Any) -> Pending:
+        """:meth:`lookup` sent and not waited for (:meth:`looked_up` waits): a caller asks
+        a batch's ends while the batches before it are on their way (``graphrun ingest``;
+        ``add_edges(orig=True)`` asks them at ``submit``, waiting)."""
         o = np.ascontiguousarray(np.asarray(orig_ids, dtype=np.int64).reshape(-1))
-        reply = self.client.session.call(0, "live_lookup", {}, tensors=(o,))
-        return np.array(reply.tensors[0], dtype=np.int64)
+        return self.client.session.request(0, "live_lookup", {}, tensors=(o,))
+
+    def looked_up(self, pending: Pending) -> np.ndarray:
+        """The graph ids a :meth:`lookup_request` asked for (-1 where unknown)."""
+        return np.array(self.client.session.wait(pending).tensors[0], dtype=np.int64)
 
     # ---- committing
 
@@ -234,12 +247,15 @@ class GraphWriter:
         self.flush()
         return self._last
 
-    def submit(self) -> None:
+    def submit(self, tag: object = None) -> None:
         """Send the batch on its way and return (the pipelined ``commit``): at most
         ``window`` batches are in flight, each further one waits for the oldest.
         :meth:`flush` waits for them all and returns their versions. A refused batch is
         raised by the next ``submit`` or ``flush``, once none is in flight (the batches
-        submitted after it are applied or refused on their own: each is atomic)."""
+        submitted after it are applied or refused on their own: each is atomic); its
+        ``tag`` comes back in :meth:`answered`. An error raised here before the batch
+        was sent (an empty batch, an unknown end, an earlier refusal raised while
+        waiting for the batches adding nodes) leaves no answer for it: not sent."""
         batch, self._batch = self._batch, WriteBatch()
         if batch.rows() == 0:
             raise ArgumentError("commit: the batch is empty")
@@ -258,7 +274,7 @@ class GraphWriter:
             body["piece"] = own[0]
             tensors += own[1]
         begun = self.client.session.request(0, "live_begin", body, tensors=tensors)
-        new = _Flight(plan, begun)
+        new = _Flight(plan, begun, tag=tag)
         for f in carried:
             f.carrier = new
         flying = list(self._flights)
@@ -280,6 +296,15 @@ class GraphWriter:
         done, self.acknowledged = self.acknowledged, []
         return done
 
+    def answered(self) -> list[Answer]:
+        """The batches submitted with a ``tag`` and answered since the last call, in
+        submission order: each one's ``tag`` with its version (acknowledged) or the error
+        that refused it (aborted whole). A caller that stops at a refusal flushes first:
+        then every batch it submitted has an answer here. Untagged batches (``commit()``,
+        ``submit()``) are not kept: a writer that never asks keeps nothing."""
+        done, self._answers = self._answers, []
+        return done
+
     def view(self, fresh: bool = False) -> LiveView:
         """The head and the growth blocks' owners: asked once, again when ``fresh`` (a
         batch with new nodes places them by the partitions' sizes now) or when an id is
@@ -294,6 +319,8 @@ class GraphWriter:
             while f.stage != "done":
                 self._step(f)
             self._flights.popleft()
+            if f.tag is not None:
+                self._answers.append(Answer(f.tag, f.version if f.error is None else 0, f.error))
             if f.error is None:
                 self.acknowledged.append(f.version)
                 self._last = f.version
@@ -503,6 +530,16 @@ def _own_held(reply: Message) -> bool:
 _LOCKSTEP_AGE = {"begin": 1, "prepare": 2, "decide": 4}  # submits since its own
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A submitted batch's fate: ``tag`` as given to ``submit``, and its ``version``
+    (acknowledged) or the ``error`` that refused it (``version`` 0: nothing applied)."""
+
+    tag: object
+    version: int
+    error: BaseException | None = None
+
+
 @dataclass
 class _Flight:
     """One submitted batch on its way: ``begin`` (live_begin sent), ``prepare`` (its
@@ -522,3 +559,4 @@ class _Flight:
     error: BaseException | None = None
     deadline: float = 0.0
     age: int = 0  # submits since its own
+    tag: object = None  # the caller's name for it (``submit``'s)

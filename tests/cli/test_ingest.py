@@ -1,8 +1,8 @@
 """``graphrun ingest``: arguments checked before anything is read or connected, a dry run
 that reads and checks every chunk with progress, one line for a bad chunk.
 
-The call through ``GraphWriter`` into a live store is tested where the writer lives
-(the live-store branch of issue 42), not here."""
+The call through ``GraphWriter`` into a live store (refusals, what is committed) is in
+test_ingest_live.py, on real servers."""
 
 from __future__ import annotations
 
@@ -14,10 +14,9 @@ import numpy as np
 import pytest
 
 from graphrun.cli import main
-from graphrun.cli.ingest import MAX_CHUNK_ROWS, Progress, send
-from graphrun.errors import ArgumentError, DatasetError, StoreError
+from graphrun.cli.ingest import MAX_CHUNK_ROWS, MAX_WINDOW, Progress
 from graphrun.graph import ingest_tables
-from graphrun.graph.ingest_tables import EdgeChunk, NodeChunk
+from graphrun.graph.ingest_tables import EdgeChunk
 from graphrun.testing.procs import fresh_python
 
 
@@ -51,6 +50,8 @@ def test_a_bad_chunk_is_one_line_and_exit_2(src, capsys):
     [
         (["--chunk-rows", "0"], "argument --chunk-rows: 0 is not in [1, 2097152]"),
         (["--chunk-rows", "3000000"], "argument --chunk-rows: 3000000 is not in"),
+        (["--window", "0"], "argument --window: 0 is not in [1, 16]"),
+        (["--window", "17"], "argument --window: 17 is not in [1, 16]"),
         (["--timeout", "0"], "argument --timeout: 0 is not in (0, 3600]"),
         (["--store", "host"], "argument --store: 'host' is not host:port"),
         ([], "--store: give the main server of every partition"),
@@ -74,8 +75,11 @@ def test_key_and_layout_checked_before_connecting(src, tmp_path, capsys):
     assert "edges.csv: column 'src' is missing" in capsys.readouterr().err
 
 
-def test_the_command_bound_is_the_reader_bound():
+def test_the_command_bounds_are_the_reader_and_writer_bounds():
+    from graphrun.distributed import writer
+
     assert MAX_CHUNK_ROWS == ingest_tables.MAX_CHUNK_ROWS
+    assert MAX_WINDOW == writer.MAX_WINDOW
 
 
 def test_help_does_not_import_pyarrow():
@@ -83,40 +87,6 @@ def test_help_does_not_import_pyarrow():
     code += "print('pyarrow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
-
-
-class RefusingWriter:
-    """The GraphWriter's refusals as the API states them: a bad add is an ArgumentError
-    (nothing of it kept), a refused commit a store error."""
-
-    def __init__(self, refuse_commit: bool = False) -> None:
-        self.refuse_commit = refuse_commit
-        self.added: list[str] = []
-
-    def add_nodes(self, ntype, orig_ids, features):
-        if "feat" not in features:
-            raise ArgumentError(f"features: ['feat'] of node type {ntype!r} are missing")
-        self.added.append(ntype)
-
-    def add_edges(self, etype, src, dst, features=None, orig=False):
-        assert orig
-        self.added.append(str(etype))
-
-    def commit(self):
-        if self.refuse_commit:
-            raise StoreError("live_prepare: partition 1 refused the piece")
-        return 7
-
-
-def test_a_refused_chunk_names_its_rows():
-    rows = np.arange(10, 13)
-    nodes = NodeChunk(Path("n.csv"), rows, "paper", np.arange(3), {})
-    with pytest.raises(DatasetError, match=r"^n.csv: rows 10..12: features: \['feat'\] of node"):
-        send(RefusingWriter(), nodes)
-    edges = EdgeChunk(Path("e.csv"), rows, "cites", np.arange(3), np.arange(3))
-    assert send(RefusingWriter(), edges) == 7
-    with pytest.raises(StoreError, match=r"^e.csv: rows 10..12: not committed: live_prepare"):
-        send(RefusingWriter(refuse_commit=True), edges)
 
 
 @pytest.mark.parametrize("up_s", [100.0, 1e6], ids=["booted-a-minute-ago", "up-for-days"])
@@ -143,7 +113,7 @@ def test_the_writer_imports_no_torch():
     through graphrun.distributed's names); those load on first use of a name that needs them."""
     code = (
         "import sys\n"
-        "from graphrun.cli.ingest import _writer, send\n"
+        "from graphrun.cli.ingest import Sender, _writer\n"
         "from graphrun.distributed.writer import GraphWriter\n"
         "from graphrun.store.client import KVClient\n"
         "print(sorted(m for m in ('torch', 'torch_geometric') if m in sys.modules))\n"
