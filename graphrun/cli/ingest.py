@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from graphrun import names
-from graphrun.arguments import integer, number
+from graphrun.arguments import integer, number, store_address
 
 if TYPE_CHECKING:
     from graphrun.graph.ingest_tables import Chunk, EdgeChunk
@@ -58,13 +57,6 @@ the writer acts as.
   graphrun ingest new/ --store tcp://10.0.0.1:7000 --store tcp://10.0.0.2:7000 \\
       --key-file ingest.key --chunk-rows 10000
 """
-
-
-def store_address(text: str) -> str:
-    try:
-        return names.store_address(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(subparsers: Any) -> None:
