@@ -113,6 +113,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--batch", type=int, default=10_000, help="new edges per commit")
     p.add_argument("--batches", type=int, default=100, help="commits timed for the ingest rate")
     p.add_argument("--window", type=int, default=8, help="batches in flight while ingesting")
+    p.add_argument("--epoch-window", type=int, default=1,
+                   help="the epochs' ingesting process: 1 commits each batch (commit()), "
+                        "more pipelines them (submit(), that many in flight)")  # fmt: skip
     p.add_argument("--probes", type=int, default=50, help="staleness probes")
     p.add_argument("--rate", type=float, default=100_000.0, help="edges/s while training")
     p.add_argument("--fanouts", default="10,5")
@@ -141,8 +144,8 @@ def register(subparsers: Any) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
-    check_at_least(args, 1, "--batch", "--batches", "--window", "--probes", "--batch-size",
-                   "--epoch-batches", "--epoch-pairs", "--kill-after")  # fmt: skip
+    check_at_least(args, 1, "--batch", "--batches", "--window", "--epoch-window", "--probes",
+                   "--batch-size", "--epoch-batches", "--epoch-pairs", "--kill-after")  # fmt: skip
     check_at_least(args, 0, "--threads")
     if args.epoch_pairs > MAX_EPOCH_PAIRS:
         raise ArgumentError(f"--epoch-pairs: at most {MAX_EPOCH_PAIRS}, got {args.epoch_pairs}")
@@ -152,8 +155,10 @@ def _check(args: argparse.Namespace) -> None:
     check_at_least(args, 1.0, "--rate")
     from graphrun.distributed.writer import MAX_WINDOW
 
-    if args.window > MAX_WINDOW:
-        raise ArgumentError(f"--window: at most {MAX_WINDOW} batches in flight, got {args.window}")
+    for name in ("window", "epoch_window"):
+        if getattr(args, name) > MAX_WINDOW:
+            raise ArgumentError(f"--{name.replace('_', '-')}: at most {MAX_WINDOW} batches in "
+                                f"flight, got {getattr(args, name)}")  # fmt: skip
     if args.batch > 1 << 20:
         raise ArgumentError(f"--batch: at most {1 << 20} edges per commit, got {args.batch}")
     args.fanout_list = int_list("--fanouts", args.fanouts)
@@ -469,6 +474,7 @@ def _config(
         "writer_key": str(d / "writer.key"),
         "job_key": str(d / "job.key"), "batch": args.batch, "batches": args.batches,
         "probes": args.probes, "window": args.window, "rate": args.rate,
+        "epoch_window": args.epoch_window,
         "fanouts": args.fanout_list,
         "batch_size": args.batch_size, "epoch_batches": args.epoch_batches,
         "epoch_pairs": args.epoch_pairs, "threads": args.threads,

@@ -134,7 +134,8 @@ def ingest_at(cfg: dict[str, Any], ready: Any, go: Any, idle: Any, stop: Any, se
     keep_large_allocations()  # a spawned process: as graphrun ingest
     rng = np.random.default_rng(3)
     with client(cfg, cfg["writer_key"]) as c:
-        w, n = GraphWriter(c), c.book.num_nodes
+        window = int(cfg.get("epoch_window", 1))
+        w, n = GraphWriter(c, window=window), c.book.num_nodes
         idle.set()
         ready.set()
         while not stop.is_set():
@@ -143,11 +144,17 @@ def ingest_at(cfg: dict[str, Any], ready: Any, go: Any, idle: Any, stop: Any, se
             idle.clear()
             t0, mine = time.perf_counter(), 0
             while go.is_set() and not stop.is_set():
-                commit(w, *edges(rng, n, None, cfg["batch"]))
+                if window == 1:
+                    commit(w, *edges(rng, n, None, cfg["batch"]))
+                else:
+                    w.add_edges("_E", *edges(rng, n, None, cfg["batch"]))
+                    w.submit()
                 mine += cfg["batch"]
                 ahead = t0 + mine / cfg["rate"] - time.perf_counter()
                 if ahead > 0:
                     stop.wait(ahead)
+            if window > 1:
+                w.flush()  # the last batches decided before the next epoch
             sent[0] += mine
             sent[1] += time.perf_counter() - t0
             idle.set()
@@ -216,7 +223,8 @@ def epochs(cfg: dict[str, Any], server_pids: list[int]) -> dict[str, Any]:
             proc.kill()
             proc.join()
     reached = sent[0] / sent[1] if sent[1] else 0.0
-    return summary(runs, cfg["rate"], reached, torch.get_num_threads())
+    out = summary(runs, cfg["rate"], reached, torch.get_num_threads())
+    return {**out, "epoch_window": int(cfg.get("epoch_window", 1))}
 
 
 def _measured(
