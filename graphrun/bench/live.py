@@ -23,9 +23,10 @@ write_graph``) writes, a job key reads. Measured, in this order:
   another process ingests at ``--rate`` edges/s (``ingest_rate_reached_edges_per_s``:
   what it managed; ``commit()`` a batch, or with ``--epoch-window N`` > 1 a pipelined
   stream, ``submit()`` with N batches in flight, each batch's decision carried by the
-  next: ``epoch_window``), ``--epoch-pairs`` pairs in turns, medians reported, with the CPU
-  the trainer, the servers and the ingesting process took in each and its batches'
-  mean size (:mod:`graphrun.bench.live_epochs`);
+  next: ``epoch_window``; ``epoch_ack_p50_s``/``epoch_ack_p99_s``: a batch's latency
+  from its ``commit()`` or ``submit()`` to its acknowledgement), ``--epoch-pairs``
+  pairs in turns, medians reported, with the CPU the trainer, the servers and the
+  ingesting process took in each and its batches' mean size (:mod:`graphrun.bench.live_epochs`);
 * **compaction** of both partitions (``live_compact``: everything ingested so far folded
   into the base, the partition directory rewritten, the logs truncated) while a client
   reads in-degrees at a pinned version in a loop: ``compaction_s`` (the longest
@@ -56,7 +57,8 @@ Output (one object)::
      "epoch_s_undisturbed", "epoch_s_ingesting", "epochs_s", "epoch_pairs", "epoch_cpu_s",
      "epochs_cpu_s", "epoch_batch", "epochs_batch", "compactions_in_epochs",
      "trainer_threads", "ingest_rate_edges_per_s", "ingest_rate_reached_edges_per_s",
-     "epoch_window", "epoch_batches", "lost_acknowledged_writes":
+     "epoch_window", "epoch_ack_p50_s", "epoch_ack_p99_s", "epoch_batches",
+     "lost_acknowledged_writes":
      {"kill9_part1": n} (or {"machine_m0": n}), "acknowledged_into_part1" (or
      "acknowledged", "acknowledged_after_loss", "failovers"), "streamed_cut_ratio",
      "streamed", "compaction_s", "compaction_pause_s", "compaction_read_max_s",
