@@ -21,9 +21,12 @@ write_graph``) writes, a job key reads. Measured, in this order:
   ``--fanouts``, ``--batch-size``, at most ``--epoch-batches`` batches, following the
   head, ``--threads`` torch threads; after a 2-batch warm-up) undisturbed and while
   another process ingests at ``--rate`` edges/s (``ingest_rate_reached_edges_per_s``:
-  what it managed), ``--epoch-pairs`` pairs in turns, medians reported, with the CPU
-  the trainer, the servers and the ingesting process took in each and its batches'
-  mean size (:mod:`graphrun.bench.live_epochs`);
+  what it managed; ``commit()`` a batch, or with ``--epoch-window N`` > 1 a pipelined
+  stream, ``submit()`` with N batches in flight, each batch's decision carried by the
+  next: ``epoch_window``; ``epoch_ack_p50_s``/``epoch_ack_p99_s``: a batch's latency
+  from its ``commit()`` or ``submit()`` to its acknowledgement), ``--epoch-pairs``
+  pairs in turns, medians reported, with the CPU the trainer, the servers and the
+  ingesting process took in each and its batches' mean size (:mod:`graphrun.bench.live_epochs`);
 * **compaction** of both partitions (``live_compact``: everything ingested so far folded
   into the base, the partition directory rewritten, the logs truncated) while a client
   reads in-degrees at a pinned version in a loop: ``compaction_s`` (the longest
@@ -54,7 +57,8 @@ Output (one object)::
      "epoch_s_undisturbed", "epoch_s_ingesting", "epochs_s", "epoch_pairs", "epoch_cpu_s",
      "epochs_cpu_s", "epoch_batch", "epochs_batch", "compactions_in_epochs",
      "trainer_threads", "ingest_rate_edges_per_s", "ingest_rate_reached_edges_per_s",
-     "epoch_batches", "lost_acknowledged_writes":
+     "epoch_window", "epoch_ack_p50_s", "epoch_ack_p99_s", "epoch_batches",
+     "lost_acknowledged_writes":
      {"kill9_part1": n} (or {"machine_m0": n}), "acknowledged_into_part1" (or
      "acknowledged", "acknowledged_after_loss", "failovers"), "streamed_cut_ratio",
      "streamed", "compaction_s", "compaction_pause_s", "compaction_read_max_s",
@@ -113,6 +117,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--batch", type=int, default=10_000, help="new edges per commit")
     p.add_argument("--batches", type=int, default=100, help="commits timed for the ingest rate")
     p.add_argument("--window", type=int, default=8, help="batches in flight while ingesting")
+    p.add_argument("--epoch-window", type=int, default=1,
+                   help="the epochs' ingesting process: 1 commits each batch (commit()), "
+                        "more pipelines them (submit(), that many in flight)")  # fmt: skip
     p.add_argument("--probes", type=int, default=50, help="staleness probes")
     p.add_argument("--rate", type=float, default=100_000.0, help="edges/s while training")
     p.add_argument("--fanouts", default="10,5")
@@ -141,8 +148,8 @@ def register(subparsers: Any) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
-    check_at_least(args, 1, "--batch", "--batches", "--window", "--probes", "--batch-size",
-                   "--epoch-batches", "--epoch-pairs", "--kill-after")  # fmt: skip
+    check_at_least(args, 1, "--batch", "--batches", "--window", "--epoch-window", "--probes",
+                   "--batch-size", "--epoch-batches", "--epoch-pairs", "--kill-after")  # fmt: skip
     check_at_least(args, 0, "--threads")
     if args.epoch_pairs > MAX_EPOCH_PAIRS:
         raise ArgumentError(f"--epoch-pairs: at most {MAX_EPOCH_PAIRS}, got {args.epoch_pairs}")
@@ -152,8 +159,10 @@ def _check(args: argparse.Namespace) -> None:
     check_at_least(args, 1.0, "--rate")
     from graphrun.distributed.writer import MAX_WINDOW
 
-    if args.window > MAX_WINDOW:
-        raise ArgumentError(f"--window: at most {MAX_WINDOW} batches in flight, got {args.window}")
+    for name in ("window", "epoch_window"):
+        if getattr(args, name) > MAX_WINDOW:
+            raise ArgumentError(f"--{name.replace('_', '-')}: at most {MAX_WINDOW} batches in "
+                                f"flight, got {getattr(args, name)}")  # fmt: skip
     if args.batch > 1 << 20:
         raise ArgumentError(f"--batch: at most {1 << 20} edges per commit, got {args.batch}")
     args.fanout_list = int_list("--fanouts", args.fanouts)
@@ -469,6 +478,7 @@ def _config(
         "writer_key": str(d / "writer.key"),
         "job_key": str(d / "job.key"), "batch": args.batch, "batches": args.batches,
         "probes": args.probes, "window": args.window, "rate": args.rate,
+        "epoch_window": args.epoch_window,
         "fanouts": args.fanout_list,
         "batch_size": args.batch_size, "epoch_batches": args.epoch_batches,
         "epoch_pairs": args.epoch_pairs, "threads": args.threads,

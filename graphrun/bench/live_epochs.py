@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -127,14 +128,18 @@ def train_epoch(cfg: dict[str, Any], batches: int | None = None) -> Epoch:
 def ingest_at(cfg: dict[str, Any], ready: Any, go: Any, idle: Any, stop: Any, sent: Any) -> None:
     """While ``go`` is set, commit ``cfg["batch"]``-edge batches at ``cfg["rate"]`` edges/s
     (the rate counted from each ``go``); ``idle`` set between (no commit on its way);
-    ``sent``: [edges, seconds] while going."""
+    ``sent``: [edges, seconds] while going, then (once stopped) the median and 99th
+    percentile of a batch's latency from its ``commit()`` or ``submit()`` to its
+    acknowledgement (a pipelined batch is acknowledged a few submits later)."""
     from graphrun.distributed.writer import GraphWriter
     from graphrun.rpc.tuning import keep_large_allocations
 
     keep_large_allocations()  # a spawned process: as graphrun ingest
     rng = np.random.default_rng(3)
+    window = int(cfg.get("epoch_window", 1))
+    acks = Acks()
     with client(cfg, cfg["writer_key"]) as c:
-        w, n = GraphWriter(c), c.book.num_nodes
+        w, n = GraphWriter(c, window=window), c.book.num_nodes
         idle.set()
         ready.set()
         while not stop.is_set():
@@ -143,14 +148,44 @@ def ingest_at(cfg: dict[str, Any], ready: Any, go: Any, idle: Any, stop: Any, se
             idle.clear()
             t0, mine = time.perf_counter(), 0
             while go.is_set() and not stop.is_set():
-                commit(w, *edges(rng, n, None, cfg["batch"]))
+                acks.sent()
+                w.add_edges("_E", *edges(rng, n, None, cfg["batch"]))
+                if window == 1:
+                    w.commit()
+                    acks.done(1)
+                else:
+                    w.submit()
+                    acks.since_flush += acks.done(len(w.acknowledged) - acks.since_flush)
                 mine += cfg["batch"]
                 ahead = t0 + mine / cfg["rate"] - time.perf_counter()
                 if ahead > 0:
                     stop.wait(ahead)
+            if window > 1:  # the last batches decided before the next epoch
+                acks.done(len(w.flush()) - acks.since_flush)
+                acks.since_flush = 0  # flush() returned them: the writer's list is empty
             sent[0] += mine
             sent[1] += time.perf_counter() - t0
             idle.set()
+    if acks.latency:
+        sent[2], sent[3] = np.percentile(acks.latency, [50, 99])
+
+
+@dataclass
+class Acks:
+    """Each batch's latency from its submit to its acknowledgement, in order."""
+
+    flying: deque[float] = field(default_factory=deque)  # submit times, not acknowledged
+    latency: list[float] = field(default_factory=list)
+    since_flush: int = 0  # a pipelined writer's acknowledgements counted since its flush
+
+    def sent(self) -> None:
+        self.flying.append(time.perf_counter())
+
+    def done(self, k: int) -> int:
+        """``k`` more batches acknowledged (the oldest in flight); returns ``k``."""
+        now = time.perf_counter()
+        self.latency += [now - self.flying.popleft() for _ in range(k)]
+        return k
 
 
 def order(pairs: int) -> str:
@@ -193,7 +228,7 @@ def epochs(cfg: dict[str, Any], server_pids: list[int]) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     train_epoch(cfg, 2)  # warm-up: the first batches pay for imports and first connections
     ready, go, idle, stop = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
-    sent = ctx.Array("d", 2)
+    sent = ctx.Array("d", 4)
     proc = ctx.Process(target=ingest_at, args=(cfg, ready, go, idle, stop, sent))
     proc.start()
     assert proc.pid is not None  # started
@@ -216,7 +251,9 @@ def epochs(cfg: dict[str, Any], server_pids: list[int]) -> dict[str, Any]:
             proc.kill()
             proc.join()
     reached = sent[0] / sent[1] if sent[1] else 0.0
-    return summary(runs, cfg["rate"], reached, torch.get_num_threads())
+    out = summary(runs, cfg["rate"], reached, torch.get_num_threads())
+    return {**out, "epoch_window": int(cfg.get("epoch_window", 1)),
+            "epoch_ack_p50_s": round(sent[2], 5), "epoch_ack_p99_s": round(sent[3], 5)}  # fmt: skip
 
 
 def _measured(

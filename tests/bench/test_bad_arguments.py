@@ -34,6 +34,8 @@ DISTDGL = ["train", "--dataset", "{file}", "--peer", "distdgl", "--hosts", "netn
         (["live", "--batch", "2000000"], "--batch: at most 1048576 edges per commit"),
         (["live", "--window", "0"], "--window: must be at least 1, got 0"),
         (["live", "--window", "17"], "--window: at most 16 batches in flight"),
+        (["live", "--epoch-window", "0"], "--epoch-window: must be at least 1, got 0"),
+        (["live", "--epoch-window", "17"], "--epoch-window: at most 16 batches in flight"),
         (["live", "--rate", "0"], "--rate: must be at least 1"),
         (["live", "--epoch-pairs", "0"], "--epoch-pairs: must be at least 1, got 0"),
         (["live", "--epoch-pairs", "51"], "--epoch-pairs: at most 50, got 51"),

@@ -65,10 +65,13 @@ def test_live_bench_loses_the_sequencer_s_machine_with_replicas_2(
     argv = ["bench", "live", "--nodes", "1000", "--degree", "8", "--batch", "200",
             "--batches", "2", "--probes", "2", "--rate", "2000", "--epoch-batches", "2",
             "--batch-size", "32", "--kill-after", "3", "--replicas", "2",
-            "--lose", "m0"]  # fmt: skip
+            "--lose", "m0", "--epoch-window", "2"]  # fmt: skip
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["replicas"] == 2 and "machine_error" not in out
+    # the epochs' ingesting process pipelined its batches (submit(), two in flight)
+    assert out["epoch_window"] == 2 and out["ingest_rate_reached_edges_per_s"] > 0
+    assert 0 < out["epoch_ack_p50_s"] <= out["epoch_ack_p99_s"]  # a few submits later
     # the writer went on through partition 0's replica (the sequencer's copy)
     assert out["failovers"] >= 1 and out["acknowledged_after_loss"] == 3 * 200
     assert out["lost_acknowledged_writes"] == {"machine_m0": 0}
