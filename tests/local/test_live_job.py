@@ -281,3 +281,59 @@ def test_a_live_job_whose_sequencer_is_killed_after_a_write_goes_on_through_its_
     steps = [r["steps"] for r in job_metrics(path) if "epoch" in r]
     assert len(steps) == LINK_EPOCHS and steps[-1] > steps[0], steps
     nothing_left(job)
+
+
+def test_a_live_run_killed_whole_after_a_write_resumes_from_its_checkpoint_with_the_write(
+    tmp_path,
+):
+    """``kill -9`` of a live link-prediction run as a whole (the launcher, its stores and
+    trainers: a machine's power lost) once a write was acknowledged and a checkpoint
+    written after it; ``graphrun run --resume`` replays the stores' logs (on new ports)
+    and continues from the checkpoint, every epoch after it taking the written edges."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from graphrun.testing.procs import child_env
+    from graphrun.train.checkpoint import load_checkpoint
+
+    path = small_job(tmp_path, task="link-prediction", embeddingDim=8, sparseLr=0.05,
+                     epochs=LINK_EPOCHS, batchSize=LINK_BATCH)  # fmt: skip
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["live"] = {"follow": "epoch"}
+    path.write_text(yaml.safe_dump(doc))
+    run = tmp_path / "runs" / "small"
+    cli = [sys.executable, "-m", "graphrun", "run", str(path), "--run-dir", str(run),
+           "--grace", "1"]  # fmt: skip
+    proc = subprocess.Popen(cli, env=child_env(), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+
+    def epochs() -> list[dict[str, object]]:
+        text = (run / "metrics.jsonl").read_text() if (run / "metrics.jsonl").is_file() else ""
+        return [json.loads(x) for x in text.splitlines() if '"epoch"' in x]
+
+    try:
+        assert wait_for(lambda: len(epochs()) >= 1 or proc.poll() is not None)
+        base = int(epochs()[0]["steps"])  # type: ignore[call-overload]
+        assert write_edges(tmp_path) == 1  # acknowledged
+        written = len(epochs())
+        # a checkpoint of an epoch that took the write (the next epoch's start took it)
+        assert wait_for(lambda: len(epochs()) >= written + 2 or proc.poll() is not None)
+        assert proc.poll() is None, "the run ended before the kill: make it longer"
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every role
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert load_checkpoint(run / "checkpoints") is not None
+    before = len(epochs())
+    time.sleep(0.5)  # the killed roles' sockets closed
+    resumed = subprocess.run([*cli, "--resume"], env=child_env(), capture_output=True,
+                             timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = epochs()[before:]  # the resumed run's epochs, from its checkpoint on
+    assert after and after[-1]["epoch"] == LINK_EPOCHS - 1, after
+    steps = [int(r["steps"]) for r in after]  # type: ignore[call-overload]
+    assert all(k > base for k in steps), (base, steps)
