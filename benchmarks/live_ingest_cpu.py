@@ -10,6 +10,8 @@ says little).
     SPY=gil SPY_RATE=1000 ...                       # sampled 1000 times a second
     PERF=1 ...                                      # perf record -g of both servers (CPU
                                                     # samples, kernel too: perf-PID.data)
+    PERF=all ...                                    # perf record -g of the writer and
+                                                    # every server (perf-all-PID.data)
     TIDS=1 ...                                      # each server thread's CPU, named
     TUNE=0 ...                                      # without keep_large_allocations
     RATE=100000 ...                                 # paced: a batch every BATCH/RATE s
@@ -26,6 +28,10 @@ says little).
                                                     # servers listed after the primaries)
     COMPACT=1 ...                                   # then each server compacts, in turn:
                                                     # its CPU-s, build and pause s
+    NETNS=1 ... (root)                              # as `graphrun bench live --hosts
+                                                    # netns`: partition p's primary on
+                                                    # host m<p>, its replica on the other,
+                                                    # the writer on m0 (veths, a bridge)
 
 A 20k-node power-law graph (``community``), 2 random partitions, one ``graphrun serve``
 per partition with ``--live-dir`` (the write-ahead log), a writer key; ``BATCHES``
@@ -37,7 +43,9 @@ ZMQ's I/O thread included; per thread; and its main thread's inside the batches 
 second (a server's half of each batch; the writer's whole batch), each server's requests
 a batch by op, its log's syncs and its delta's index entries written a batch (each
 server's, replicas too: its ``stats``, asked with the store's key),
-the wall time and the load average (benchmarks/README.md).
+the wall time and the load average, and the box's CPU over the batches from
+``/proc/stat`` (``box_cores``: cores busy by kind, idle included; a saturated box shows
+no idle) (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ import pstats
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -62,9 +71,65 @@ RATE = float(os.environ.get("RATE", "0"))  # edges/s; 0: full speed
 REPLICAS = int(os.environ.get("REPLICAS", "1"))
 
 
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def box_cpu() -> list[int]:
+    """The box's CPU ticks so far by kind (``/proc/stat``'s first line)."""
+    return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+
+
+BOX_KINDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def box_cores(before: list[int], after: list[int], wall: float) -> dict[str, float]:
+    """Cores spent in each kind over ``wall`` seconds (all cores: their sum is ~nproc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    return {k: round((b - a) / tick / wall, 3)
+            for k, a, b in zip(BOX_KINDS, before, after, strict=False)}  # fmt: skip
+
+
+def all_cpu() -> dict[str, float]:
+    """Every process's CPU seconds so far, by ``pid:name`` (what else ran on the box)."""
+    out = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                head, tail = (proc / "stat").read_text().rsplit(")", 1)
+            except OSError:
+                continue
+            out[f"{proc.name}:{head.split('(', 1)[1]}"] = cpu_s_of(tail)
+    return out
+
+
+def others(before: dict[str, float], after: dict[str, float], ours: set[int]) -> dict:
+    """The processes besides the writer and its servers that took CPU over the batches
+    (their CPU seconds, the top 6), and all of them together."""
+    took = {k: v - before.get(k, 0.0) for k, v in after.items()
+            if int(k.split(":")[0]) not in ours}  # fmt: skip
+    top = sorted(took.items(), key=lambda kv: -kv[1])[:6]
+    return {"others_cpu_s": round(sum(took.values()), 3),
+            "others_top": {k: round(v, 3) for k, v in top if v > 0}}  # fmt: skip
+
+
+def enter_netns(name: str, hostname: bytes) -> None:
+    """This process into network namespace ``name`` under ``hostname``, as `ip netns
+    exec` and `unshare --uts` put the bench's measuring process (before any socket or
+    ZMQ thread: namespaces are per thread, and new threads inherit their creator's)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open(f"/var/run/netns/{name}") as f:
+        if libc.setns(f.fileno(), 0x40000000) != 0:  # CLONE_NEWNET
+            raise OSError(ctypes.get_errno(), f"setns {name}")
+    if libc.unshare(0x04000000) != 0 or libc.sethostname(hostname, len(hostname)) != 0:
+        raise OSError(ctypes.get_errno(), "unshare --uts")  # CLONE_NEWUTS
+
+
+def cpu_s_of(stat_tail: str) -> float:
+    fields = stat_tail.split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    return cpu_s_of(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1])
 
 
 def settled(pids: list[int]) -> list[float]:
@@ -159,11 +224,44 @@ def compacted(stores: list, d: Path) -> list[dict[str, object]]:
     return out
 
 
+def start_servers(parts: Path, d: Path, net: object, stores: list) -> list[str]:
+    """Both partitions' servers (``REPLICAS=2``: and a replica of each, registered with
+    its primary before any client joins), appended to ``stores`` as they start; the
+    primaries' addresses. With ``net`` (``NETNS=1``) as `graphrun bench live --hosts
+    netns` places them: partition p's primary on host m<p>, its replica on the other
+    host, each host its own log directory, and this process joins host m0."""
+    from graphrun.bench.live import _free_port
+    from graphrun.local.stores import start_store
+
+    def on(m: int) -> tuple[str, dict]:
+        live = d / (f"live-m{m}" if net else "live")
+        live.mkdir(exist_ok=True)
+        host = net.address(f"m{m}") if net else "127.0.0.1"  # type: ignore[attr-defined]
+        kw = {"key_file": d / "store.key", "log_dir": d,
+              "launcher": net.prefix(f"m{m}") if net else (),  # type: ignore[attr-defined]
+              "extra_args": ["--clients", str(d / "clients"), "--live-dir", str(live)]}  # fmt: skip
+        return f"tcp://{host}:{_free_port()}", kw
+
+    addrs = []
+    for p in range(2):
+        address, kw = on(p)
+        addrs.append(address)
+        stores.append(start_store(parts, p, address=address, **kw))
+    for p in range(2 if REPLICAS == 2 else 0):
+        address, kw = on((p + 1) % 2)
+        kw["extra_args"] += ["--replica-of", addrs[p]]
+        stores.append(start_store(parts, p, **({"address": address} if net else {}), **kw))
+    if net:
+        m0 = net.hosts["m0"]  # type: ignore[attr-defined]
+        enter_netns(m0.namespace, m0.hostname.encode())
+    return addrs
+
+
 def main() -> None:
-    from graphrun.bench.live import _free_port, _keys
+    from graphrun.bench.live import _keys
     from graphrun.distributed.writer import GraphWriter
     from graphrun.graph import GenParams, community
-    from graphrun.local.stores import start_store
+    from graphrun.local.netns import NetnsNetwork
     from graphrun.partition import partition_graph
     from graphrun.rpc.auth import load_keys
     from graphrun.store.client import ClientConfig, KVClient
@@ -179,16 +277,11 @@ def main() -> None:
                                     classes=5))  # fmt: skip
         partition_graph(graph, parts, 2, "random")
     _keys(d)
-    (d / "live").mkdir()
-    extra = ["--clients", str(d / "clients"), "--live-dir", str(d / "live")]
-    addrs = [f"tcp://127.0.0.1:{_free_port()}" for _ in range(2)]
-    stores = [start_store(parts, p, key_file=d / "store.key", address=addrs[p],
-                          extra_args=extra, log_dir=d) for p in range(2)]  # fmt: skip
-    if REPLICAS == 2:  # registered with their primaries before any client joins
-        stores += [start_store(parts, p, key_file=d / "store.key", extra_args=[
-            *extra, "--replica-of", addrs[p]], log_dir=d) for p in range(2)]  # fmt: skip
+    net = NetnsNetwork(["m0", "m1"]).open() if os.environ.get("NETNS") else None
+    stores: list = []
     spies = []
     try:
+        addrs = start_servers(parts, d, net, stores)
         keys = load_keys(d / "writer.key")
         admin = KVClient(ClientConfig(addrs, job="ops", keys=load_keys(d / "store.key")))
         with KVClient(ClientConfig(addrs, job="writer", keys=keys, timeout=60)) as c:
@@ -229,7 +322,15 @@ def main() -> None:
                     cmd += ["--nonblocking"]  # a paused server's switches are not its own
                     spies.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL))
                 time.sleep(1)
-            if os.environ.get("PERF"):  # samples on CPU only (py-spy's include waits)
+            if os.environ.get("PERF") == "all":  # writer and servers, kernel too: one file
+                pids = ",".join(str(p) for p in [os.getpid(), *(s.proc.pid for s in stores)])
+                cmd = ["perf", "record", "-F", "1000", "-g", "-p", pids, "-o",
+                       str(d.parent / f"perf-all-{os.getpid()}.data")]  # fmt: skip
+                print(f"perf: pids {pids}", file=sys.stderr)
+                spies.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                                              stderr=subprocess.DEVNULL))  # fmt: skip
+                time.sleep(1)
+            elif os.environ.get("PERF"):  # samples on CPU only (py-spy's include waits)
                 for s in stores:
                     out = d.parent / f"perf-{s.proc.pid}.data"
                     cmd = ["perf", "record", "-F", "2000", "-g", "-o", str(out),
@@ -254,7 +355,8 @@ def main() -> None:
             t_0 = [threads_cpu(s.proc.pid) for s in stores]
             prof = cProfile.Profile(time.thread_time) if os.environ.get("PROFILE") else None
             me0 = threads_cpu(os.getpid())
-            t0, c0 = time.perf_counter(), time.process_time()
+            all0 = all_cpu()
+            t0, c0, box0 = time.perf_counter(), time.process_time(), box_cpu()
             start[0], done[0], inbatch[0] = t0, 0, 0.0
             if prof is not None:
                 prof.enable()
@@ -265,6 +367,7 @@ def main() -> None:
             if prof is not None:
                 prof.disable()
             wall, wcpu = time.perf_counter() - t0, time.process_time() - c0
+            box1, all1 = box_cpu(), all_cpu()
             me1 = threads_cpu(os.getpid())
             s1 = settled([s.proc.pid for s in stores])
             if os.environ.get("TIMERS"):  # benchmarks/timers: each server's timers, written
@@ -299,6 +402,8 @@ def main() -> None:
                                        for a, b in zip(s0, s1, strict=True)],
             "writer_edges_per_cpu_s": round(BATCHES * BATCH / wcpu),
             "load_avg": os.getloadavg(),
+            "box_cores": box_cores(box0, box1, wall),
+            **others(all0, all1, {os.getpid(), *(s.proc.pid for s in stores)}),
             "requests_per_batch": served,
             "log_syncs_per_batch": syncs,
             "index_work_per_batch": work,
@@ -314,6 +419,8 @@ def main() -> None:
             spy.wait(30)
         for s in stores:
             s.stop()
+        if net is not None:
+            net.close()
         shutil.rmtree(d, ignore_errors=True)
 
 
