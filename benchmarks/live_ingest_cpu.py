@@ -45,7 +45,10 @@ a batch by op, its log's syncs and its delta's index entries written a batch (ea
 server's, replicas too: its ``stats``, asked with the store's key),
 the wall time and the load average, and the box's CPU over the batches from
 ``/proc/stat`` (``box_cores``: cores busy by kind, idle included; a saturated box shows
-no idle) (benchmarks/README.md).
+no idle) and every other process's (``others_cpu_s``; a kernel worker's own figure there
+can exceed what ``/proc/stat`` says the box spent: read it as a hint, not CPU), and every
+server's log syncs a batch (``log_syncs_per_batch_every_server``, replicas too)
+(benchmarks/README.md, "Issue 42, thru64").
 """
 
 from __future__ import annotations
@@ -195,13 +198,15 @@ def idle_cpu(pids: list[int]) -> dict[str, object]:
     }  # fmt: skip
 
 
-def index_work(address: str, d: Path) -> int:
-    """The index entries a server's delta wrote so far (its ``stats``, the store's key)."""
+def index_work(address: str, d: Path) -> tuple[int, int]:
+    """The index entries a server's delta wrote so far and its log's syncs (its
+    ``stats``, the store's key: replicas too)."""
     from graphrun.rpc.auth import load_keys
     from graphrun.rpc.transport import RpcClient
 
     with RpcClient(address, keys=load_keys(d / "store.key"), timeout=10) as c:
-        return int(c.call("stats").body["live"].get("index_work", 0))
+        live = c.call("stats").body["live"]
+        return int(live.get("index_work", 0)), int(live.get("log_syncs", 0))
 
 
 def compacted(stores: list, d: Path) -> list[dict[str, object]]:
@@ -382,8 +387,9 @@ def main() -> None:
             syncs = [round((admin.stats(p)["live"]["log_syncs"] - n) / BATCHES, 2)
                      for p, n in enumerate(syncs0)]  # fmt: skip
             # index entries the delta wrote (fresh runs and merges) per batch
-            work = [round((index_work(s.address, d) - n) / BATCHES)
-                    for s, n in zip(stores, work0, strict=True)]  # fmt: skip
+            work1 = [index_work(s.address, d) for s in stores]
+            work = [round((b[0] - a[0]) / BATCHES) for a, b in zip(work0, work1, strict=True)]
+            syncs_all = [round((b[1] - a[1]) / BATCHES, 2) for a, b in zip(work0, work1, strict=True)]
             compaction = compacted(stores, d) if os.environ.get("COMPACT") else None
             admin.close()
             if WINDOW:
@@ -407,6 +413,7 @@ def main() -> None:
             "requests_per_batch": served,
             "log_syncs_per_batch": syncs,
             "index_work_per_batch": work,
+            "log_syncs_per_batch_every_server": syncs_all,
             "threads_ms_user_sys_faults_switches_queued": [per_batch(a, b) for a, b in zip(t_0, t_1, strict=True)],
             **({"compaction": compaction} if compaction else {}),
             **idle,
