@@ -116,7 +116,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--hosts", choices=("local", "netns"), default="local")
     p.add_argument("--batch", type=int, default=10_000, help="new edges per commit")
     p.add_argument("--batches", type=int, default=100, help="commits timed for the ingest rate")
-    p.add_argument("--window", type=int, default=8, help="batches in flight while ingesting")
+    p.add_argument("--window", type=int, default=16, help="batches in flight while ingesting")
     p.add_argument("--epoch-window", type=int, default=1,
                    help="the epochs' ingesting process: 1 commits each batch (commit()), "
                         "more pipelines them (submit(), that many in flight)")  # fmt: skip
