@@ -6,12 +6,6 @@ by extents of real zeros, written and synced once (1 MiB first, then its own siz
 most :data:`WAL_EXTENT` at a time), and records overwrite them. A sync that grows a file
 commits its new size through ext4's journal every time; one that overwrites allocated,
 written blocks does not (0.39–4.7 ms against 0.16–0.87 ms a sync, benchmarks/README.md).
-Once the synced records pass half of the file, the next extent is written and synced by
-a thread of the log's own, beyond the file's known end, where no record goes until that
-thread is done: the caller's sync does not stand still writing and syncing up to 64 MiB
-of zeros (tens of ms: half of the idle of a replicated ingest on a 2-core box,
-benchmarks/README.md, "Issue 42, thru64"); it grows the file itself only if its records
-catch up with the thread.
 
 Layout of the file (little-endian)::
 
@@ -63,7 +57,7 @@ import os
 import struct
 import threading
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -87,7 +81,6 @@ WAL_MAX_RECORD = 512 << 20
 WAL_EXTENT = 64 << 20
 _FIRST_EXTENT = 1 << 20
 _ZEROS = bytes(1 << 20)
-_AHEAD_PIECE = 1 << 20  # zeros the ahead thread writes and syncs at a time
 _IOV_MAX = 512  # buffers per pwritev (the kernel takes up to 1024)
 
 
@@ -135,7 +128,7 @@ def _frame(seed: int, generation: int, seq: int, version: int, data: bytes) -> b
     return struct.pack("<I", _crc(seed, rest, data)) + rest
 
 
-def _write_all(fd: int, parts: Sequence[bytes | memoryview], offset: int) -> None:
+def _write_all(fd: int, parts: list[bytes], offset: int) -> None:
     """``parts`` one after the other at ``offset`` with ``pwritev`` (no copy of the
     records into one buffer), short writes resumed."""
     views = [memoryview(p) for p in parts if len(p)]
@@ -148,13 +141,6 @@ def _write_all(fd: int, parts: Sequence[bytes | memoryview], offset: int) -> Non
             i += 1
         if n:
             views[i] = views[i][n:]
-
-
-def _zeros(fd: int, at: int, to: int) -> None:
-    """Zeros written from ``at`` to ``to`` (views of one zero buffer: one ``pwritev`` for
-    up to 512 MiB, so a thread writing them takes the GIL back once)."""
-    n, tail = divmod(to - at, len(_ZEROS))
-    _write_all(fd, [_ZEROS] * n + [memoryview(_ZEROS)[:tail]], at)
 
 
 def _grown(alloc: int, need: int, extent: int) -> int:
@@ -179,7 +165,6 @@ class WriteAheadLog:
         max_bytes: int = WAL_MAX_BYTES,
         max_record: int = WAL_MAX_RECORD,
         extent: int = WAL_EXTENT,
-        grow_ahead: bool = True,
     ) -> None:
         if max_record < _VERSION_BYTES or max_bytes < START or extent < 4096:
             raise StoreError(
@@ -196,9 +181,6 @@ class WriteAheadLog:
         self.count = 0  # records, synced or not: the next one's sequence number
         self._size = START  # the end of the synced records
         self._alloc = 0  # the file's size: zeros or stale bytes after ``_size``
-        self.grow_ahead = grow_ahead
-        self._ahead: threading.Thread | None = None  # making the next extent
-        self._ahead_to = 0  # the file's size once that thread has synced its zeros
         self._generation = 0
         self._salt = 0
         self._next_slot = 0
@@ -373,8 +355,6 @@ class WriteAheadLog:
             raise StoreError(f"{self.path}: the log is closed")
         end = self._size + self._pending_bytes
         if end > self._alloc:
-            self._join_ahead()
-        if end > self._alloc:
             self._grow(end)
         _write_all(self._fd, self._pending, self._size)
         self._write_slot()  # the end the last sync left: durable already
@@ -383,45 +363,6 @@ class WriteAheadLog:
         self._size = end
         self._pending.clear()
         self._pending_bytes = 0
-        self._start_ahead()
-
-    def _start_ahead(self) -> None:
-        """The next extent made by a thread once the records pass half of the file (see
-        the module's docstring); the caller holds the lock."""
-        if self._ahead is not None and not self._ahead.is_alive():
-            self._join_ahead()
-        if not self.grow_ahead or self._ahead is not None or 2 * self._size < self._alloc:
-            return
-        at, to = self._alloc, _grown(self._alloc, self._alloc + 1, self.extent)
-        self._ahead_to = at
-        self._ahead = threading.Thread(
-            target=self._extend, args=(self._fd, at, to), name="wal-grow", daemon=True
-        )
-        self._ahead.start()
-
-    def _extend(self, fd: int, at: int, to: int) -> None:
-        """The ahead thread: zeros from ``at`` to ``to``, synced a piece at a time (an
-        ``fdatasync`` of the caller's records waits for every page of the file being
-        written back: for one piece of zeros at most, not the extent). A failure leaves
-        the file's known end where it was: the caller's sync grows it then (and fails,
-        if the disk still refuses)."""
-        try:
-            for start in range(at, to, _AHEAD_PIECE):
-                _zeros(fd, start, min(start + _AHEAD_PIECE, to))
-                os.fdatasync(fd)
-        except OSError as exc:
-            log.warning("%s: extending the log ahead failed (%s)", self.path, exc)
-            return
-        self._ahead_to = to
-
-    def _join_ahead(self) -> None:
-        """Wait for the ahead thread and take the end it made; the caller holds the lock
-        (before the file is closed or replaced, or when the records need its extent)."""
-        if self._ahead is None:
-            return
-        self._ahead.join()
-        self._ahead = None
-        self._alloc = max(self._alloc, self._ahead_to)
 
     def _seed(self) -> int:
         return zlib.crc32(self._salt.to_bytes(8, "little"))
@@ -435,7 +376,9 @@ class WriteAheadLog:
         """Extend the file with real zeros, synced on their own (not a sparse or
         unwritten extent: its first write would journal again)."""
         alloc = _grown(self._alloc, need, self.extent)
-        _zeros(self._fd, self._alloc, alloc)
+        at = self._alloc
+        while at < alloc:
+            at += os.pwrite(self._fd, memoryview(_ZEROS)[: min(len(_ZEROS), alloc - at)], at)
         os.fdatasync(self._fd)
         self._alloc = alloc
 
@@ -445,7 +388,6 @@ class WriteAheadLog:
         the log. Returns the number of records dropped."""
         with self._lock:
             self._flush()
-            self._join_ahead()  # the file is replaced: its fd closed
             before = self.count
             with open(self.path, "rb") as f:
                 frames = self._chain(f, self._size, self._generation)
@@ -490,7 +432,6 @@ class WriteAheadLog:
             if self._fd < 0:
                 return
             self._flush()
-            self._join_ahead()
             os.close(self._fd)
             self._fd = -1
 

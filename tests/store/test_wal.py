@@ -14,7 +14,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import zlib
 
 import pytest
@@ -239,10 +238,9 @@ def test_a_torn_slot_leaves_the_other(tmp_path):
 
 def test_a_group_across_an_extent_end(tmp_path):
     """Extents of 8 KiB: groups of 3,000-byte records cross extent ends; the file grows
-    by whole extents of zeros before the records are written (by the caller's sync: not
-    ahead), and all replay."""
+    by whole extents of zeros before the records are written, and all replay."""
     path = tmp_path / "wal"
-    with WriteAheadLog(path, extent=8192, grow_ahead=False) as wal:
+    with WriteAheadLog(path, extent=8192) as wal:
         assert path.stat().st_size == 8192
         for g in range(7):
             for v in range(3 * g + 1, 3 * g + 4):
@@ -255,40 +253,6 @@ def test_a_group_across_an_extent_end(tmp_path):
     assert any(
         a.offset < k * 8192 < b.offset for a, b in itertools.pairwise(r) for k in range(2, 9)
     )
-
-
-def test_the_next_extent_is_made_ahead_of_the_records(tmp_path):
-    """Once the synced records pass half of the file, its next extent of zeros is made
-    (written and synced) by the log's own thread before the records need it: the file is
-    2 MiB while they are still inside the first. Every record replays, across the
-    extents and a reopen."""
-    path = tmp_path / "wal"
-    with WriteAheadLog(path) as wal:
-        v = 0
-        while wal.size < (1 << 19) + 5000:  # just past half of the first 1 MiB
-            v += 1
-            wal.append(v, payload(v, 5000), sync=True)
-        deadline = time.monotonic() + 30
-        while path.stat().st_size < 2 << 20 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert path.stat().st_size == 2 << 20 and wal.size < 1 << 20
-        assert path.read_bytes()[1 << 20 :].count(0) == 1 << 20
-        while wal.size < (1 << 20) + 20000:  # across the first extent's end (and past
-            v += 1  # half of 2 MiB: the next, to 4 MiB, is made ahead in turn)
-            wal.append(v, payload(v, 5000), sync=True)
-    assert [r.data for r in replayed(path)] == [payload(k, 5000) for k in range(1, v + 1)]
-
-
-def test_truncation_and_close_wait_for_the_extent_ahead(tmp_path):
-    """A truncation (the file replaced) and a close while the next extent is being made:
-    the log waits for it; the kept records replay and later ones append after them."""
-    path = tmp_path / "wal"
-    with WriteAheadLog(path, extent=1 << 20) as wal:
-        for v in range(1, 120):  # past half of the first 1 MiB: the next one is made
-            wal.append(v, payload(v, 5000), sync=True)
-        assert wal.truncate_before(100) == 99
-        wal.append(200, payload(200, 5000), sync=True)
-    assert versions(path) == [*range(100, 120), 200]
 
 
 def test_a_crash_while_growing_leaves_the_log(tmp_path):
