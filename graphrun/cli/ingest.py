@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 MAX_CHUNK_ROWS = 1 << 21  # graphrun.graph.ingest_tables.MAX_CHUNK_ROWS (pyarrow: not at --help)
 MAX_WINDOW = 16  # graphrun.distributed.writer.MAX_WINDOW (numpy and the client: not at --help)
-DEFAULT_WINDOW = 8  # as the bench's; benchmarks/README.md, "Issue 42, ingest64"
+DEFAULT_WINDOW = 8  # 16 no faster here (benchmarks/README.md, "Issue 42, ingest64")
 
 DESCRIPTION = """\
 Send the nodes and edges of SRC to a running live store, in chunks of --chunk-rows rows;
