@@ -25,7 +25,8 @@ write_graph``) writes, a job key reads. Measured, in this order:
   stream, ``submit()`` with N batches in flight, each batch's decision carried by the
   next: ``epoch_window``; ``epoch_ack_p50_s``/``epoch_ack_p99_s``: a batch's latency
   from its ``commit()`` or ``submit()`` to its acknowledgement), ``--epoch-pairs``
-  pairs in turns, medians reported, with the CPU the trainer, the servers and the
+  pairs in turns, medians reported (and each pair's ratio, ``epoch_pair_ratios``, with
+  their median ``epoch_pair_ratio_median``), with the CPU the trainer, the servers and the
   ingesting process took in each and its batches' mean size (:mod:`graphrun.bench.live_epochs`);
 * **compaction** of both partitions (``live_compact``: everything ingested so far folded
   into the base, the partition directory rewritten, the logs truncated) while a client
@@ -57,7 +58,8 @@ Output (one object)::
      "epoch_s_undisturbed", "epoch_s_ingesting", "epochs_s", "epoch_pairs", "epoch_cpu_s",
      "epochs_cpu_s", "epoch_batch", "epochs_batch", "compactions_in_epochs",
      "trainer_threads", "ingest_rate_edges_per_s", "ingest_rate_reached_edges_per_s",
-     "epoch_window", "epoch_ack_p50_s", "epoch_ack_p99_s", "epoch_batches",
+     "epoch_window", "epoch_ack_p50_s", "epoch_ack_p99_s", "epoch_pair_ratios",
+     "epoch_pair_ratio_median", "epoch_batches",
      "lost_acknowledged_writes":
      {"kill9_part1": n} (or {"machine_m0": n}), "acknowledged_into_part1" (or
      "acknowledged", "acknowledged_after_loss", "failovers"), "streamed_cut_ratio",

@@ -303,4 +303,15 @@ def summary(
         "trainer_threads": threads,
         "ingest_rate_edges_per_s": rate,
         "ingest_rate_reached_edges_per_s": round(reached, 1),
+        **pair_ratios(runs),
     }
+
+
+def pair_ratios(runs: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
+    """Each pair's ingesting epoch over its undisturbed one, less 1 (pair k: the k-th of
+    each kind, run next to each other), and their median: the machine's speed drifting
+    over a run (a VM's moved 2x in minutes: benchmarks/README.md, "Quiet runs at stop
+    64") weighs on both epochs of a pair alike, less on the medians of each kind."""
+    pairs = [i["wall_s"] / u["wall_s"] - 1 for u, i in zip(runs["U"], runs["I"], strict=False)]
+    median = round(float(np.median(pairs)), 4) if pairs else None
+    return {"epoch_pair_ratios": [round(r, 4) for r in pairs], "epoch_pair_ratio_median": median}

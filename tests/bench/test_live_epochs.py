@@ -38,6 +38,9 @@ def test_the_summary_reports_medians_every_epoch_and_the_cpu_of_each_process():
                                   "ingesting": {"nodes": 110.0, "edges": 220.0}}  # fmt: skip
     assert out["trainer_threads"] == 2
     assert out["ingest_rate_reached_edges_per_s"] == 101_000.0
+    # each pair's ratio (the k-th of each kind ran next to each other) and their median
+    assert out["epoch_pair_ratios"] == [0.1, -0.6111, 0.0625]
+    assert out["epoch_pair_ratio_median"] == 0.0625
 
 
 def test_every_epoch_starts_after_the_same_pause_an_ingesting_one_with_its_ingest_going():
