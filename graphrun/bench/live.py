@@ -88,7 +88,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from graphrun.bench import check_at_least, int_list
-from graphrun.bench.live_epochs import client, commit, edges, epochs
+from graphrun.bench.live_epochs import answered, client, commit, edges, epochs
 from graphrun.errors import ArgumentError, GraphrunError
 from graphrun.graph.format import META_FILE
 from graphrun.machine.trainer_env import trainer_openmp
@@ -203,19 +203,16 @@ def _ingest(cfg: dict[str, Any]) -> dict[str, Any]:
         w, n = GraphWriter(c, window=cfg["window"]), c.book.num_nodes
         commit(w, *edges(rng, n, None, cfg["batch"]))  # warm-up
         w.flush()
-        sent: list[float] = []
-        acked: list[float] = []
+        lat: list[float] = []  # each batch's, from its submit (its tag) to its answer
         t0 = time.perf_counter()
         for _ in range(cfg["batches"]):
-            sent.append(time.perf_counter())
             w.add_edges("_E", *edges(rng, n, None, cfg["batch"]))
-            w.submit()
-            acked += [time.perf_counter()] * (len(w.acknowledged) - len(acked))
+            w.submit(tag=time.perf_counter())
+            lat += answered(w)
         w.flush()
         wall = time.perf_counter() - t0
-        acked += [time.perf_counter()] * (len(sent) - len(acked))
+        lat += answered(w)
         w.close()
-    lat = [a - s for s, a in zip(sent, acked, strict=True)]
     return {
         "window": cfg["window"],
         "ingest_edges_per_s": round(cfg["batches"] * cfg["batch"] / wall / PARTS, 1),

@@ -30,8 +30,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -137,7 +136,7 @@ def ingest_at(cfg: dict[str, Any], ready: Any, go: Any, idle: Any, stop: Any, se
     keep_large_allocations()  # a spawned process: as graphrun ingest
     rng = np.random.default_rng(3)
     window = int(cfg.get("epoch_window", 1))
-    acks = Acks()
+    latency: list[float] = []
     with client(cfg, cfg["writer_key"]) as c:
         w, n = GraphWriter(c, window=window), c.book.num_nodes
         idle.set()
@@ -148,44 +147,31 @@ def ingest_at(cfg: dict[str, Any], ready: Any, go: Any, idle: Any, stop: Any, se
             idle.clear()
             t0, mine = time.perf_counter(), 0
             while go.is_set() and not stop.is_set():
-                acks.sent()
-                w.add_edges("_E", *edges(rng, n, None, cfg["batch"]))
                 if window == 1:
-                    w.commit()
-                    acks.done(1)
+                    latency.append(commit(w, *edges(rng, n, None, cfg["batch"])))
                 else:
-                    w.submit()
-                    acks.since_flush += acks.done(len(w.acknowledged) - acks.since_flush)
+                    w.add_edges("_E", *edges(rng, n, None, cfg["batch"]))
+                    w.submit(tag=time.perf_counter())
+                    latency += answered(w)
                 mine += cfg["batch"]
                 ahead = t0 + mine / cfg["rate"] - time.perf_counter()
                 if ahead > 0:
                     stop.wait(ahead)
             if window > 1:  # the last batches decided before the next epoch
-                acks.done(len(w.flush()) - acks.since_flush)
-                acks.since_flush = 0  # flush() returned them: the writer's list is empty
+                w.flush()
+                latency += answered(w)
             sent[0] += mine
             sent[1] += time.perf_counter() - t0
             idle.set()
-    if acks.latency:
-        sent[2], sent[3] = np.percentile(acks.latency, [50, 99])
+    if latency:
+        sent[2], sent[3] = np.percentile(latency, [50, 99])
 
 
-@dataclass
-class Acks:
-    """Each batch's latency from its submit to its acknowledgement, in order."""
-
-    flying: deque[float] = field(default_factory=deque)  # submit times, not acknowledged
-    latency: list[float] = field(default_factory=list)
-    since_flush: int = 0  # a pipelined writer's acknowledgements counted since its flush
-
-    def sent(self) -> None:
-        self.flying.append(time.perf_counter())
-
-    def done(self, k: int) -> int:
-        """``k`` more batches acknowledged (the oldest in flight); returns ``k``."""
-        now = time.perf_counter()
-        self.latency += [now - self.flying.popleft() for _ in range(k)]
-        return k
+def answered(w: Any) -> list[float]:
+    """The latencies of ``w``'s batches answered since the last call, each submitted
+    with its submit time as its tag (``GraphWriter.answered``)."""
+    now = time.perf_counter()
+    return [now - float(a.tag) for a in w.answered()]
 
 
 def order(pairs: int) -> str:

@@ -80,6 +80,7 @@ log = logging.getLogger("graphrun.distributed")
 
 MAX_WINDOW = 16  # batches one writer keeps in flight (the sequencer takes 64 undecided)
 MAX_CARRIED = MAX_WINDOW  # decisions waiting for a piece to a partition (live_prepare's)
+MAX_ACKNOWLEDGED = 1 << 16  # versions kept for flush(): a stream that never flushes, the last
 
 
 class GraphWriter:
@@ -97,7 +98,8 @@ class GraphWriter:
         self.window = window
         self._batch = WriteBatch()
         self.waited_s = 0.0  # time spent slowed by backpressure
-        self.acknowledged: list[int] = []  # versions acknowledged since the last flush
+        # versions acknowledged since the last flush (the latest MAX_ACKNOWLEDGED)
+        self.acknowledged: deque[int] = deque(maxlen=MAX_ACKNOWLEDGED)
         self._last = 0
         self._flights: deque[_Flight] = deque()
         self._commits: list[tuple[int, Pending]] = []  # live_commit sent, not answered yet
@@ -287,13 +289,16 @@ class GraphWriter:
 
     def flush(self) -> list[int]:
         """Wait for every batch in flight; the versions acknowledged since the last
-        ``flush``, in submission order. Raises the first refusal (after all answered)."""
+        ``flush``, in submission order (the latest :data:`MAX_ACKNOWLEDGED`: a stream
+        that submits for days without a flush keeps no more). Raises the first refusal
+        (after all answered)."""
         try:
             self._drain(0)
         finally:
             for p in list(self._told):  # no piece in flight to carry them
                 self._tell(p)
-        done, self.acknowledged = self.acknowledged, []
+        done = list(self.acknowledged)
+        self.acknowledged.clear()
         return done
 
     def answered(self) -> list[Answer]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from graphrun.bench.live_epochs import LEAD_S, Acks, lead, order, summary
+from graphrun.bench.live_epochs import LEAD_S, lead, order, summary
 
 
 def test_the_epochs_alternate_so_that_each_kind_runs_first_as_often():
@@ -52,13 +52,3 @@ def test_every_epoch_starts_after_the_same_pause_an_ingesting_one_with_its_inges
     # an undisturbed epoch after an ingesting one does not start while its servers
     # still index that ingest's last commits
     assert waits == [LEAD_S, LEAD_S]
-
-
-def test_a_batch_s_latency_runs_from_its_submit_to_its_acknowledgement_oldest_first():
-    acks = Acks()
-    for _ in range(3):
-        acks.sent()
-    assert acks.done(0) == 0 and acks.latency == []
-    assert acks.done(2) == 2  # the two oldest: the third is still in flight
-    assert len(acks.latency) == 2 and len(acks.flying) == 1
-    assert acks.latency[0] >= acks.latency[1] >= 0  # the older waited longer

@@ -84,3 +84,19 @@ def test_a_writer_keeps_no_answers_of_untagged_batches(writer):
     w.add_nodes("_N", np.arange(2 * 10**9, 2 * 10**9 + 2), node_rows(c, 2))
     w.commit()
     assert w.answered() == [] and len(w.flush()) == 0
+
+
+def test_a_writer_that_never_flushes_keeps_the_latest_versions_only(writer, monkeypatch):
+    """A pipelined stream that submits for days without a ``flush`` keeps at most
+    ``MAX_ACKNOWLEDGED`` acknowledged versions (the latest), not one a batch for ever."""
+    import graphrun.distributed.writer as writer_module
+
+    monkeypatch.setattr(writer_module, "MAX_ACKNOWLEDGED", 3)
+    c, _ = writer
+    w = GraphWriter(c, window=2)
+    for k in range(6):
+        w.add_nodes("_N", np.arange(3 * 10**9 + 10 * k, 3 * 10**9 + 10 * k + 2), node_rows(c, 2))
+        w.submit()
+    versions = w.flush()
+    assert len(versions) == 3 and versions == sorted(versions)
+    assert versions[-1] == w._last  # the latest

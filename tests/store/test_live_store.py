@@ -430,7 +430,7 @@ def test_pipelined_batches_are_each_whole_and_a_refusal_is_raised_at_flush(store
             w.submit()
         with pytest.raises(ArgumentError, match=r"deleted_edges.* is not an edge owned here"):
             w.flush()
-        versions = w.acknowledged
+        versions = list(w.acknowledged)
         assert len(versions) == 8 and versions == sorted(versions)
         assert w.flush() == versions  # taken now
         c.follow()
