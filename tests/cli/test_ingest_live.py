@@ -110,24 +110,12 @@ def lookup(addresses, key, ids):
 
 def in_sources(addresses, key, seeds):
     """The source of every in-edge of each seed (graph ids), at the head."""
-    from graphrun.store.live_client import fetch_head, route
+    from tests.store.test_live_store import in_edges
 
     c = client(addresses, key)
     try:
         c.follow()
-        view = fetch_head(c.session)
-        _, part, _ = route(view, c.book.node_offsets, view.num_nodes, view.node_owner,
-                           seeds, "seeds")  # fmt: skip
-        out: list[set[int]] = [set() for _ in seeds]
-        for p in np.unique(part).tolist():
-            pos = np.flatnonzero(part == p)
-            body = {"fanout": [10_000] * len(c.book.edge_types), "seed": 0}
-            src, which, _ = c.session.call(
-                p, "sample_neighbors", body, tensors=(seeds[pos],)
-            ).tensors[:3]
-            for w, s in zip(which.tolist(), src.tolist(), strict=True):
-                out[pos[w]].add(s)
-        return out
+        return in_edges(c, seeds, "src")
     finally:
         c.close()
 

@@ -83,8 +83,10 @@ def hetero_store(tmp_path: Path) -> Iterator[tuple[KVClient, Path]]:
             yield c, hparts
 
 
-def in_edges(c: KVClient, seeds: np.ndarray) -> list[set[int]]:
-    """Every in-edge (its eid) of each seed at the client's version, asked of the owners."""
+def in_edges(c: KVClient, seeds: np.ndarray, what: str = "eid") -> list[set[int]]:
+    """Every in-edge of each seed at the client's version, asked of the owners: its eid
+    (``what="src"``: its source, a graph id)."""
+    column = {"src": 0, "eid": 2}[what]
     view = c.live or fetch_head(c.session)
     _, part, _ = live_route(view, c.book.node_offsets, view.num_nodes, view.node_owner,
                             seeds, "seeds")  # fmt: skip
@@ -93,8 +95,8 @@ def in_edges(c: KVClient, seeds: np.ndarray) -> list[set[int]]:
         pos = np.flatnonzero(part == p)
         body = {"fanout": [10_000] * len(c.book.edge_types), "seed": 0}
         msg = c.session.call(p, "sample_neighbors", body, tensors=(seeds[pos],))
-        _, which, eid = msg.tensors[:3]
-        for w, e in zip(which.tolist(), eid.tolist(), strict=True):
+        which, got = msg.tensors[1], msg.tensors[column]
+        for w, e in zip(which.tolist(), got.tolist(), strict=True):
             out[pos[w]].add(e)
     return out
 
