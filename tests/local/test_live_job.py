@@ -15,6 +15,7 @@ import yaml
 
 from graphrun.distributed.writer import GraphWriter
 from graphrun.job.hosts import Hosts
+from graphrun.local.runner import JobReport
 from graphrun.names import RoleName
 from graphrun.partition import load_id_mapping
 from graphrun.rpc.auth import load_keys
@@ -24,11 +25,18 @@ from graphrun.testing.jobs import job_metrics, local_job, nothing_left, small_jo
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def test_a_live_job_s_store_servers_keep_their_logs_in_the_run_dir(tmp_path):
-    path = small_job(tmp_path, runtime={"replicas": 2})
+def following(path: Path) -> Path:
+    """The job file ``path`` made to follow its live graph (``spec.live``: its own stores
+    log, its trainers follow the head at each epoch)."""
     doc = yaml.safe_load(path.read_text())
     doc["spec"]["live"] = {"follow": "epoch"}
     path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_a_live_job_s_store_servers_keep_their_logs_in_the_run_dir(tmp_path):
+    path = small_job(tmp_path, runtime={"replicas": 2})
+    following(path)
     job, _ = local_job(path)
     job.run()
     live = tmp_path / "runs" / "small" / "live"
@@ -44,9 +52,7 @@ def test_a_live_hetero_job_follows_its_graph_and_trains(tmp_path):
     the trainers follow the graph's head at each epoch and train the target type."""
     path = small_job(tmp_path, hetero=True, nodes=3000, task="hetero-node-classification",
                      targetNodeType="paper", fanouts=[4, 3], epochs=2, lr=0.03)  # fmt: skip
-    doc = yaml.safe_load(path.read_text())
-    doc["spec"]["live"] = {"follow": "epoch"}
-    path.write_text(yaml.safe_dump(doc))
+    following(path)
     job, sink = local_job(path)
     report = job.run()
     assert all(report.exits[RoleName.trainer(r)] == 0 for r in range(2))
@@ -70,31 +76,39 @@ def job_client(base: Path) -> KVClient:
     return KVClient(ClientConfig(addresses, job="writer", keys=keys, timeout=30))
 
 
+def run_acting_after_epoch_0(
+    base: Path, path: Path, act: Callable[[], object]
+) -> tuple[JobReport, str, list[object]]:
+    """Run the live job ``path`` (under ``base``) while ``act()`` runs once its first
+    epoch ended (a thread of this test's); the job's report, its console, and
+    ``[act's result]`` (or ``[its exception]``, or ``[]``: the epoch never ended).
+    Nothing of the job is left."""
+    job, sink = local_job(following(path))
+    metrics = base / "runs" / "small" / "metrics.jsonl"
+    done: list[object] = []
+
+    def actor() -> None:
+        try:
+            if wait_for(lambda: metrics.is_file() and '"epoch": 0' in metrics.read_text()):
+                done.append(act())
+        except BaseException as e:  # raised below, in the test's thread
+            done.append(e)
+
+    t = threading.Thread(target=actor, daemon=True)
+    t.start()
+    report = job.run()
+    t.join(timeout=60)
+    nothing_left(job)
+    return report, sink.getvalue(), done
+
+
 def run_writing_after_epoch_0(base: Path, path: Path, write: Callable[[Path], int]) -> list[int]:
     """Run the live job ``path`` (under ``base``) while ``write(base)`` writes into its
     own store once its first epoch ended; each epoch's steps. The write's version is 1,
     every trainer exits 0 and nothing is left."""
-    doc = yaml.safe_load(path.read_text())
-    doc["spec"]["live"] = {"follow": "epoch"}
-    path.write_text(yaml.safe_dump(doc))
-    job, _ = local_job(path)
-    metrics = base / "runs" / "small" / "metrics.jsonl"
-    written: list[int | BaseException] = []
-
-    def writer() -> None:
-        try:
-            if wait_for(lambda: metrics.is_file() and '"epoch": 0' in metrics.read_text()):
-                written.append(write(base))
-        except BaseException as e:  # raised below, in the test's thread
-            written.append(e)
-
-    t = threading.Thread(target=writer, daemon=True)
-    t.start()
-    report = job.run()
-    t.join(timeout=60)
+    report, _, written = run_acting_after_epoch_0(base, path, lambda: write(base))
     assert written == [1], written
     assert all(report.exits[RoleName.trainer(r)] == 0 for r in range(2))
-    nothing_left(job)
     return [r["steps"] for r in job_metrics(path) if "epoch" in r]
 
 
@@ -138,6 +152,22 @@ LINK_EPOCHS = 10
 LINK_BATCH = 1000
 
 
+def link_job(base: Path, **spec: object) -> Path:
+    """A homogeneous link-prediction job file under ``base`` (``spec``: small_job's
+    run_policy, runtime...)."""
+    return small_job(base, task="link-prediction", embeddingDim=8, sparseLr=0.05,
+                     epochs=LINK_EPOCHS, batchSize=LINK_BATCH, **spec)  # type: ignore[arg-type]  # fmt: skip
+
+
+def kill_store(base: Path, machine: str, role: str) -> None:
+    """SIGKILL store ``role`` of the local job under ``base`` (on ``machine``)."""
+    from graphrun.record import read_status
+
+    st = read_status(base / "runs" / "small" / "status" / f"{machine}.json")
+    assert st is not None
+    os.kill(st.pids()[RoleName.parse(role)], signal.SIGKILL)
+
+
 def write_edges(base: Path) -> int:
     """Into a homogeneous job's own store: random new edges between base nodes, with
     every edge feature of the type. The version."""
@@ -160,8 +190,7 @@ def test_a_live_link_prediction_job_trains_on_edges_written_while_it_trains(tmp_
     first epoch ended: the epochs from the next one on take those of the training split
     as positives (more steps each; the epochs were the base's before), and the job ends
     well."""
-    path = small_job(tmp_path, task="link-prediction", embeddingDim=8, sparseLr=0.05,
-                     epochs=LINK_EPOCHS, batchSize=LINK_BATCH)  # fmt: skip
+    path = link_job(tmp_path)
     steps = run_writing_after_epoch_0(tmp_path, path, write_edges)
     grown = [i for i, k in enumerate(steps) if k != steps[0]]
     assert len(steps) == LINK_EPOCHS and grown, steps  # the write landed before the last
@@ -180,9 +209,7 @@ def test_a_job_whose_primary_recorded_a_dropped_replica_fails_at_once_not_retrie
     from graphrun.errors import JobFailed
 
     path = small_job(tmp_path, runtime={"replicas": 2}, run_policy={"backoffLimit": 2})
-    doc = yaml.safe_load(path.read_text())
-    doc["spec"]["live"] = {"follow": "epoch"}
-    path.write_text(yaml.safe_dump(doc))
+    following(path)
     live = tmp_path / "runs" / "small" / "live" / "0"
     live.mkdir(parents=True, mode=0o700)
     record = {"format": "graphrun-dropped-replicas", "version": 1, "part": 0,
@@ -203,45 +230,24 @@ def test_a_live_job_whose_store_is_killed_after_a_write_restarts_with_the_write(
     acknowledged (replicas 1, its log in the run dir): the job restarts, the store
     replays its log, and the restarted attempt's epochs take the written edges as
     positives (more steps than the base's): the acknowledged write survived the kill."""
-    from graphrun.record import read_status
-
-    path = small_job(tmp_path, task="link-prediction", embeddingDim=8, sparseLr=0.05,
-                     epochs=LINK_EPOCHS, batchSize=LINK_BATCH,
-                     run_policy={"backoffLimit": 1})  # fmt: skip
-    doc = yaml.safe_load(path.read_text())
-    doc["spec"]["live"] = {"follow": "epoch"}
-    path.write_text(yaml.safe_dump(doc))
-    job, sink = local_job(path)
-    run = tmp_path / "runs" / "small"
-    done: list[object] = []
+    path = link_job(tmp_path, run_policy={"backoffLimit": 1})
     base: list[int] = []  # the first attempt's steps an epoch, before the write
 
-    def write_then_kill() -> None:
-        try:
-            if wait_for(lambda: (run / "metrics.jsonl").is_file()
-                        and '"epoch": 0' in (run / "metrics.jsonl").read_text()):  # fmt: skip
-                base.append(job_metrics(path)[0]["steps"])
-                version = write_edges(tmp_path)  # acknowledged: commit() returned
-                st = read_status(run / "status" / "m1.json")
-                assert st is not None
-                os.kill(st.pids()[RoleName.parse("store:1")], signal.SIGKILL)
-                done.append(version)
-        except BaseException as e:  # raised below, in the test's thread
-            done.append(e)
+    def write_then_kill() -> int:
+        base.append(job_metrics(path)[0]["steps"])
+        version = write_edges(tmp_path)  # acknowledged: commit() returned
+        kill_store(tmp_path, "m1", "store:1")
+        return version
 
-    t = threading.Thread(target=write_then_kill, daemon=True)
-    t.start()
-    report = job.run()
-    t.join(timeout=60)
+    report, console, done = run_acting_after_epoch_0(tmp_path, path, write_then_kill)
     assert done == [1], done
-    assert report.state.phase == "Succeeded" and report.state.restarts == 1, sink.getvalue()
+    assert report.state.phase == "Succeeded" and report.state.restarts == 1, console
     # every epoch after the first counts the written edges among its positives: the
     # restarted attempt's (from epoch 0 again, or from the checkpoint of epoch 0 when one
     # was written before the kill: then epoch 0's line is the first attempt's, without
     # them), whose store replayed them
     steps = [r["steps"] for r in job_metrics(path) if "epoch" in r]
     assert len(steps) == LINK_EPOCHS and all(k > base[0] for k in steps[1:]), (base, steps)
-    nothing_left(job)
 
 
 def test_a_live_job_whose_sequencer_is_killed_after_a_write_goes_on_through_its_replica(
@@ -250,39 +256,18 @@ def test_a_live_job_whose_sequencer_is_killed_after_a_write_goes_on_through_its_
     """``kill -9`` of a live link-prediction job's ``store:0`` (the sequencer) once a write
     was acknowledged, with ``replicas: 2``: partition 0's replica serves, the job goes on
     without a restart, and its epochs after the write take the written edges."""
-    from graphrun.record import read_status
+    path = link_job(tmp_path, runtime={"replicas": 2})
 
-    path = small_job(tmp_path, task="link-prediction", embeddingDim=8, sparseLr=0.05,
-                     epochs=LINK_EPOCHS, batchSize=LINK_BATCH,
-                     runtime={"replicas": 2})  # fmt: skip
-    doc = yaml.safe_load(path.read_text())
-    doc["spec"]["live"] = {"follow": "epoch"}
-    path.write_text(yaml.safe_dump(doc))
-    job, sink = local_job(path)
-    run = tmp_path / "runs" / "small"
-    done: list[object] = []
+    def write_then_kill() -> int:
+        version = write_edges(tmp_path)
+        kill_store(tmp_path, "m0", "store:0")
+        return version
 
-    def write_then_kill() -> None:
-        try:
-            if wait_for(lambda: (run / "metrics.jsonl").is_file()
-                        and '"epoch": 0' in (run / "metrics.jsonl").read_text()):  # fmt: skip
-                version = write_edges(tmp_path)
-                st = read_status(run / "status" / "m0.json")
-                assert st is not None
-                os.kill(st.pids()[RoleName.parse("store:0")], signal.SIGKILL)
-                done.append(version)
-        except BaseException as e:  # raised below, in the test's thread
-            done.append(e)
-
-    t = threading.Thread(target=write_then_kill, daemon=True)
-    t.start()
-    report = job.run()
-    t.join(timeout=60)
+    report, console, done = run_acting_after_epoch_0(tmp_path, path, write_then_kill)
     assert done == [1], done
-    assert report.state.phase == "Succeeded" and report.state.restarts == 0, sink.getvalue()
+    assert report.state.phase == "Succeeded" and report.state.restarts == 0, console
     steps = [r["steps"] for r in job_metrics(path) if "epoch" in r]
     assert len(steps) == LINK_EPOCHS and steps[-1] > steps[0], steps
-    nothing_left(job)
 
 
 def test_a_live_run_killed_whole_after_a_write_resumes_from_its_checkpoint_with_the_write(
@@ -300,11 +285,7 @@ def test_a_live_run_killed_whole_after_a_write_resumes_from_its_checkpoint_with_
     from graphrun.testing.procs import child_env
     from graphrun.train.checkpoint import load_checkpoint
 
-    path = small_job(tmp_path, task="link-prediction", embeddingDim=8, sparseLr=0.05,
-                     epochs=LINK_EPOCHS, batchSize=LINK_BATCH)  # fmt: skip
-    doc = yaml.safe_load(path.read_text())
-    doc["spec"]["live"] = {"follow": "epoch"}
-    path.write_text(yaml.safe_dump(doc))
+    path = following(link_job(tmp_path))
     run = tmp_path / "runs" / "small"
     cli = [sys.executable, "-m", "graphrun", "run", str(path), "--run-dir", str(run),
            "--grace", "1"]  # fmt: skip
