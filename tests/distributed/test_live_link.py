@@ -269,11 +269,20 @@ def test_a_trainers_link_data_following_a_graph_takes_the_new_training_edges(par
         assert sum(b.seeds for b in batches) == before + len(want)
 
 
+def delete_edges(addresses: list[str], eids: object) -> None:
+    """Delete edges ``eids`` of ``_E`` through a writer, committed."""
+    from graphrun.distributed.writer import GraphWriter
+    from graphrun.store.client import ClientConfig, KVClient
+
+    with KVClient(ClientConfig(addresses, job="writer", timeout=20)) as c:
+        w = GraphWriter(c)
+        w.delete_edges("_E", eids)
+        w.commit()
+
+
 def test_a_positive_deleted_since_is_left_out_of_its_batch(parts):
     """Positives deleted by a batch's version (a base edge and a new one) are left out of
     it, the others kept (the owner refused the batch's look-up of their ends before)."""
-    from graphrun.distributed.writer import GraphWriter
-    from graphrun.store.client import ClientConfig, KVClient
 
     with serving(parts, "epoch") as (addresses, ctx, dg):
         _, _, ids = test_live_follow.write_new_nodes(addresses, parts)
@@ -284,10 +293,7 @@ def test_a_positive_deleted_since_is_left_out_of_its_batch(parts):
         loader = DistLinkDataLoader(dg, positives, [2], batch_size=64, neg_k=1)
         gone = DistLinkDataLoader(dg, [2, int(fresh[0])], [2], batch_size=64, neg_k=1)
         assert int(next(iter(loader)).edge_label.sum()) == len(positives)
-        with KVClient(ClientConfig(addresses, job="writer", timeout=20)) as c:
-            w = GraphWriter(c)
-            w.delete_edges("_E", [2, int(fresh[0])])
-            w.commit()
+        delete_edges(addresses, [2, int(fresh[0])])
         dg.refresh("epoch")  # a batch at the head (a loader's epoch leaves them out first)
         b = BatchBuilder(ctx, loader.spec).link_batch(torch.from_numpy(positives), 0)
 
@@ -304,8 +310,6 @@ def test_positives_deleted_at_an_epochs_version_leave_its_steps(parts):
     loader's positives at the next epoch's start: ``len(loader)`` counts the batches the
     epoch serves, and none of them holds a deleted one (each batch left them out, but
     the epoch's steps counted them: a trainer's agreed steps ran past its batches)."""
-    from graphrun.distributed.writer import GraphWriter
-    from graphrun.store.client import ClientConfig, KVClient
 
     with serving(parts, "epoch") as (addresses, _ctx, dg):
         _, _, ids = test_live_follow.write_new_nodes(addresses, parts)
@@ -316,10 +320,7 @@ def test_positives_deleted_at_an_epochs_version_leave_its_steps(parts):
         loader = DistLinkDataLoader(dg, positives, [2], batch_size=8, neg_k=1, shuffle=True)
         assert len(list(loader)) == len(loader) == -(-len(positives) // 8)
         gone = np.concatenate([np.arange(20), fresh[:1]])
-        with KVClient(ClientConfig(addresses, job="writer", timeout=20)) as c:
-            w = GraphWriter(c)
-            w.delete_edges("_E", gone)
-            w.commit()
+        delete_edges(addresses, gone)
         loader.set_epoch(1)
         loader.begin_epoch()  # as a trainer does, to agree the epoch's steps
         kept = ~np.isin(positives, gone)
