@@ -157,9 +157,8 @@ def _sequencer(role: Role, hosts: Hosts) -> list[str]:
     0's own stores hold the sequencer (or its copy) and ask no one."""
     if role.part == 0:
         return []
-    eps = [hosts.endpoint(RoleName.store(0))]
-    eps += [(ep.host, ep.port) for ep in hosts.replica_endpoints().get(0, [])]
-    return [f"tcp://{host}:{port}" for host, port in eps]
+    eps = [hosts.endpoints[RoleName.store(0)], *hosts.replica_endpoints().get(0, [])]
+    return [f"tcp://{ep}" for ep in eps]  # a trainer's addresses so too (machine/trainer.py)
 
 
 def ps_argv(
