@@ -519,50 +519,56 @@ class GraphWriter:
 
     def settle(self, timeout: float | None = None) -> list[Answer]:
         """The batches whose fate is unknown (:attr:`Answer.unknown`: their commit was
-        sent and the answer lost) asked again, all at once: each one's decision sent
-        again as ``live_decide`` (through the session: a replica once the primary is
-        gone, or the restarted server), whose answer is its fate (the first decision a
-        version gets stands: the lost one, if it arrived; this one, if it did not). The
-        partitions are then told it. Returns the batches settled, as :meth:`answered`
-        gives them; those whose answer is lost again stay unknown (asked at the next
-        call). A refusal is checked with :meth:`fate` (aborted by the tick; a version the
-        sequencer never began, restarted without its log, is aborted too: lost with it).
-        Waits ``timeout`` seconds in all (None: the client's)."""
+        sent and the answer lost) asked again: ``live_fate`` of each, through the
+        session (a replica once the primary is gone, or the restarted server: asked
+        again while the connection is lost, until ``timeout`` in all; None: the
+        client's). One still pending (its commit never reached the sequencer's log) is
+        aborted then (``live_decide``, commit false: the first decision a version gets
+        stands, so a commit that arrives first still wins, and the answer says which),
+        never committed: a sequencer restarted without its log hands the same versions
+        out again, and a commit sent now could commit another writer's batch before its
+        pieces are held. The partitions are then told. Returns the batches settled, as
+        :meth:`answered` gives them (the others stay unknown, asked at the next call)."""
         session = self.client.session
-        sent = [(u, session.request(0, "live_decide", {"version": u.version, "commit": True}))
-                for u in self._unknown]  # fmt: skip
-        end = None if timeout is None else time.monotonic() + timeout
-        out = []
-        for u, pending in sent:
-            left = None if end is None else max(end - time.monotonic(), 0.001)
-            try:
-                committed = bool(session.wait(pending, left).body.get("committed"))
-            except GraphrunError as exc:  # lost again, never begun there, or aborted
-                fate = None if lost(exc) else self._fate_or_none(u.version, left)
-                if fate not in ("committed", "aborted"):
-                    log.warning("version %d: its fate asked again: %s", u.version, exc)
-                    continue
-                committed = fate == "committed"
+        wait = session.part(0).main.timeout if timeout is None else timeout
+        end, out = time.monotonic() + wait, []
+        for u in list(self._unknown):
+            committed = self._settled(u, end)
+            if committed is None:
+                continue
             self._unknown.remove(u)
             for p in u.parts:
                 self._told.setdefault(p, []).append((u.version, committed))
             if committed:
                 self.acknowledged.append(u.version)
-            why = f"version {u.version} was aborted (undecided for {LIVE_DECIDE_TIMEOUT_S} s)"
+            why = f"version {u.version} was aborted (its commit never reached the sequencer)"
             out.append(Answer(u.tag, u.version, None if committed else StoreError(why)))
         return out
 
-    def _fate_or_none(self, version: int, timeout: float | None) -> str | None:
-        try:
-            return self.fate(version, timeout)
-        except GraphrunError:
-            return None
+    def _settled(self, u: Unknown, end: float) -> bool | None:
+        """Whether ``u`` committed, from its ``live_fate`` (a pending one aborted, see
+        :meth:`settle`); None when the sequencer did not answer by ``end``."""
+        session = self.client.session
+        while True:
+            left = max(end - time.monotonic(), 0.001)
+            try:
+                said = self.fate(u.version, left)
+                if said == "pending":
+                    body = {"version": u.version, "commit": False}
+                    reply = session.wait(session.request(0, "live_decide", body), left)
+                    return bool(reply.body.get("committed"))
+                return said == "committed"
+            except GraphrunError as exc:  # a lost connection's news, or still away
+                if not lost(exc) or time.monotonic() + 0.2 >= end:
+                    log.warning("version %d: its fate asked again: %s", u.version, exc)
+                    return None
+                time.sleep(0.2)
 
     def fate(self, version: int, timeout: float | None = None) -> str:
         """The sequencer's word on ``version`` (``live_fate``): ``committed``,
         ``aborted`` or ``pending`` (begun, undecided: aborted 30 s after its begin unless
-        its writer decides it). For a batch whose answer was lost (:meth:`settle` asks
-        and decides at once)."""
+        its writer decides it). For a batch whose answer was lost (:meth:`settle` asks,
+        and aborts a pending one)."""
         pending = self.client.session.request(0, "live_fate", {"version": int(version)})
         return str(self.client.session.wait(pending, timeout).body.get("fate"))
 
