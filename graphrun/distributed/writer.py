@@ -490,13 +490,13 @@ class GraphWriter:
         told = {0}  # the sequencer applied its own partition's piece as it decided
         try:
             self._sequencer_decided(f)
-        except StoreError as exc:  # aborted meanwhile (undecided too long): tell them so
-            f.error, f.commit, told = f.error or exc, False, set()
         except GraphrunError as exc:
-            if not (f.commit and lost(exc)):
+            if f.commit and lost(exc):  # gone, silent, fenced: its answer is lost
+                self._lost_answer(f, exc)
+                return
+            if not isinstance(exc, StoreError):
                 raise
-            self._lost_answer(f, exc)
-            return
+            f.error, f.commit, told = f.error or exc, False, set()  # aborted meanwhile
         for p in (p for p in f.pieces if p not in told):
             carried = self._told.setdefault(p, [])
             carried.append((f.version, f.commit))
