@@ -47,8 +47,10 @@ it is sent; the chunks before it are committed (the line says up to which row). 
 the store refuses stops it too, once the chunks in flight are answered: the line names
 the refused chunk's rows, says every chunk before it is committed and which chunks after
 it (in flight then) were committed as well; nothing after those was sent. To resume,
-send the refused chunk's rows and those after the last committed ones. Run with
---dry-run first to check whole files without a store.
+send the refused chunk's rows and those after the last committed ones. A chunk whose
+commit was sent when the store was lost may be committed: its fate is asked again
+(for min(--timeout, 5) s), and those still unknown are listed with their versions.
+Run with --dry-run first to check whole files without a store.
 
 The key needs the write_graph grant (graphrun keygen KEY --store STORE.key --clients DIR
 --grants write_graph); the store's admin key may write too. Its file's name is the job
@@ -117,7 +119,7 @@ class Progress:
     def line(self) -> str:
         rows = self.nodes + self.edges
         rate = rows / max(time.perf_counter() - self.start, 1e-9)
-        v = f", versions {self.versions[0]}..{self.versions[-1]}" if self.versions else ""
+        v = f", versions {min(self.versions)}..{max(self.versions)}" if self.versions else ""
         return (
             f"{rows} rows ({self.nodes} nodes, {self.edges} edges) in {self.chunks} chunks"
             f"{v}, {rate:.0f} rows/s"
@@ -144,6 +146,8 @@ class Sender:
     progress: Progress
     sent: dict[int, Chunk] = field(default_factory=dict)  # submitted, not answered yet
     refused: dict[int, tuple[Chunk, Exception]] = field(default_factory=dict)
+    unknown: dict[int, tuple[Chunk, int, Exception]] = field(default_factory=dict)  # version
+    settle_s: float = 5.0  # how long the fates of the unknown ones are asked again
     count: int = 0  # chunks submitted (or refused before)
     stopped: bool = False
     held: Chunk | None = None  # read, not submitted yet
@@ -212,15 +216,33 @@ class Sender:
         self.writer.add_edges(chunk.etype, ids[:n], ids[n:], chunk.features)
 
     def _take(self) -> list[tuple[int, Chunk]]:
-        """The answers here: acknowledged chunks counted, refused ones kept."""
+        """The answers here: acknowledged chunks counted, refused ones kept, and those
+        whose fate is unknown (the answer to their commit lost) kept with their version."""
         acked = []
         for a in self.writer.answered():
             chunk = self.sent.pop(a.tag)
-            if a.error is None:
+            if a.unknown and a.error is not None:
+                self.unknown[a.tag] = (chunk, a.version, a.error)
+            elif a.error is None:
                 self.progress.add(chunk, a.version)
                 acked.append((a.tag, chunk))
             else:
                 self.refused[a.tag] = (chunk, a.error)
+        return acked
+
+    def _settle(self) -> list[tuple[int, Chunk]]:
+        """The chunks whose fate was unknown asked again (``GraphWriter.settle``: their
+        decision sent again, through a replica or the restarted sequencer): those it
+        answers move to the acknowledged or the refused; the rest stay unknown."""
+        acked = []
+        if self.unknown:
+            for a in self.writer.settle(timeout=self.settle_s):
+                chunk, *_ = self.unknown.pop(a.tag)
+                if a.error is None:
+                    self.progress.add(chunk, a.version)
+                    acked.append((a.tag, chunk))
+                else:
+                    self.refused[a.tag] = (chunk, a.error)
         return acked
 
     def _stop(self, exc: Exception | None, n: int | None, chunk: Chunk | None) -> None:
@@ -231,22 +253,29 @@ class Sender:
         with contextlib.suppress(GraphrunError):  # its batch's answer says it
             self.writer.flush()
         acked = self._take()
-        known = any(e is exc for _, e in self.refused.values())
+        answers = [*self.refused.values(), *((c, e) for c, _, e in self.unknown.values())]
+        known = any(e is exc for _, e in answers)
         if exc is not None and not known and n is not None and chunk is not None:
             self.sent.pop(n, None)  # refused before it was sent
             self.refused[n] = (chunk, exc)
-        if self.refused:
+        acked += self._settle()
+        if self.refused or self.unknown:
             self.stopped = True
             raise self._error(acked)
 
     def _error(self, acked: list[tuple[int, Chunk]]) -> Exception:
-        """One line: the first refused chunk, what is committed, what after it too."""
+        """One line: the first chunk refused (or of unknown fate), what is committed,
+        what after it too, and the chunks whose fate is unknown with their versions."""
         from graphrun.errors import DatasetError, StoreError, UserError
 
-        first = min(self.refused)
-        chunk, exc = self.refused[first]
-        user = isinstance(exc, UserError)
-        line = f"{chunk.where()}: {exc}" if user else f"{chunk.where()}: not committed: {exc}"
+        first = min(self.refused.keys() | self.unknown.keys())
+        if first in self.refused:
+            chunk, exc = self.refused[first]
+            user = isinstance(exc, UserError)
+            line = f"{chunk.where()}: {exc}" if user else f"{chunk.where()}: not committed: {exc}"
+        else:
+            chunk, user = self.unknown[first][0], False
+            line = f"{chunk.where()}: fate unknown: the store was lost with its commit sent"
         line += f"; committed: {self.progress.line()}: every chunk before it"
         after = [c for k, c in acked if k > first]
         if after:
@@ -254,9 +283,20 @@ class Sender:
         others = [c for k, (c, _) in sorted(self.refused.items()) if k != first]
         if others:
             line += f"; refused too: {_spans(others)}"
-        if after or others:
+        if after or others or self.unknown.keys() - {first}:
             line += "; nothing after them was sent"
-        return (DatasetError if user else StoreError)(line)
+        return (DatasetError if user else StoreError)(line + self._unknown_line())
+
+    def _unknown_line(self) -> str:
+        """The chunks whose fate is unknown, their versions, and how to learn it."""
+        if not self.unknown:
+            return ""
+        chunks = [c for _, (c, _, _) in sorted(self.unknown.items())]
+        versions = ", ".join(str(v) for _, (_, v, _) in sorted(self.unknown.items()))
+        return (f"; fate unknown (committed or not: their commit was sent and the store "
+                f"lost before it answered): {_spans(chunks)}, versions {versions}; once "
+                "the store is back, GraphWriter.fate(V) asks the sequencer each version's "
+                "(a node chunk sent again is refused if its ids are in the store)")  # fmt: skip
 
 
 def _spans(chunks: list[Chunk]) -> str:
@@ -309,7 +349,7 @@ def run(args: argparse.Namespace) -> int:
     keep_large_allocations()  # a chunk's arrays and pieces are fresh buffers of 100s of KB
     writer = None if args.dry_run else _writer(args, keys)
     progress = Progress(args.progress_s)
-    sender = None if writer is None else Sender(writer, progress)
+    sender = None if writer is None else Sender(writer, progress, settle_s=min(args.timeout, 5))
     try:
         for chunk in read_chunks(sources, args.chunk_rows):
             if sender is None:

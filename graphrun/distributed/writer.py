@@ -43,7 +43,10 @@ is applied whole at its own version (the sequencer's order); a refused one is ab
 alone and raised by the next ``submit`` or ``flush`` once none is in flight.
 ``submit(tag=...)`` names a batch: :meth:`GraphWriter.answered` gives each answered
 batch's tag with its version or the error that refused it (every refusal, not only
-the one raised), so a caller can say which batches are in the store. A batch
+the one raised), so a caller can say which batches are in the store; a batch whose
+commit was sent and whose answer was lost (the sequencer gone or silent) is answered
+``unknown``, as it may be committed, and :meth:`GraphWriter.settle` asks again once the
+session reaches a sequencer (its replica, or the server restarted). A batch
 naming ends by original id first waits for the batches in flight that add nodes (they
 must be known). ``commit()`` is ``submit`` + ``flush``.
 
@@ -58,13 +61,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from graphrun.distributed.writer_flight import LOCKSTEP_AGE, Answer, Flight, Unknown, own_held
 from graphrun.distributed.writer_plan import Plan, WriteBatch
-from graphrun.errors import ArgumentError, StoreError
+from graphrun.errors import ArgumentError, GraphrunError, StoreError
 from graphrun.names import TensorKey, etype_key
 from graphrun.rpc.codec import Message
 from graphrun.store.client import KVClient
@@ -73,7 +76,7 @@ from graphrun.store.live import (
     MAX_PIECE_ROWS,
 )
 from graphrun.store.live_client import LiveView, fetch_head
-from graphrun.store.session import Pending
+from graphrun.store.session import Pending, lost
 from graphrun.store.state import TensorInfo
 
 log = logging.getLogger("graphrun.distributed")
@@ -101,12 +104,14 @@ class GraphWriter:
         # versions acknowledged since the last flush (the latest MAX_ACKNOWLEDGED)
         self.acknowledged: deque[int] = deque(maxlen=MAX_ACKNOWLEDGED)
         self._last = 0
-        self._flights: deque[_Flight] = deque()
+        self._flights: deque[Flight] = deque()
         self._commits: list[tuple[int, Pending]] = []  # live_commit sent, not answered yet
         self._told: dict[int, list[tuple[int, bool]]] = {}  # part -> decisions to carry
-        self._deciding: list[_Flight] = []  # decided here, for the next live_begin to carry
+        self._deciding: list[Flight] = []  # decided here, for the next live_begin to carry
         self._error: BaseException | None = None
         self._answers: list[Answer] = []  # tagged, answered since the last ``answered()``
+        # decided commit, the sequencer's answer lost (the latest MAX_ACKNOWLEDGED)
+        self._unknown: deque[Unknown] = deque(maxlen=MAX_ACKNOWLEDGED)
         self._view: LiveView | None = None
         self._tensors: list[TensorInfo] | None = None
         self._features: dict[tuple[str, str], list[str]] = {}  # (kind, type) -> names
@@ -276,7 +281,7 @@ class GraphWriter:
             body["piece"] = own[0]
             tensors += own[1]
         begun = self.client.session.request(0, "live_begin", body, tensors=tensors)
-        new = _Flight(plan, begun, tag=tag)
+        new = Flight(plan, begun, tag=tag)
         for f in carried:
             f.carrier = new
         flying = list(self._flights)
@@ -325,7 +330,8 @@ class GraphWriter:
                 self._step(f)
             self._flights.popleft()
             if f.tag is not None:
-                self._answers.append(Answer(f.tag, f.version if f.error is None else 0, f.error))
+                v = f.version if f.error is None or f.unknown else 0
+                self._answers.append(Answer(f.tag, v, f.error, f.unknown))
             if f.error is None:
                 self.acknowledged.append(f.version)
                 self._last = f.version
@@ -335,15 +341,15 @@ class GraphWriter:
             error, self._error = self._error, None
             raise error
 
-    def _due(self, f: _Flight) -> bool:
+    def _due(self, f: Flight) -> bool:
         """Whether ``f`` must move on now, waiting for its answers: a batch moves one
         stage a submit at the latest (begun at the next, prepared at the one after, its
         decision carried by the third and answered by the fourth) once it has used the
         window's slack (``window - 4`` submits): so it is done before the window is full
         and no decision has to go as a ``live_decide`` of its own."""
-        return f.age >= _LOCKSTEP_AGE[f.stage] + max(0, self.window - 4)
+        return f.age >= LOCKSTEP_AGE[f.stage] + max(0, self.window - 4)
 
-    def _ready(self, f: _Flight) -> bool:
+    def _ready(self, f: Flight) -> bool:
         """Whether moving ``f`` on would not wait for a server: the answers its stage
         needs are here (its begin's; its prepares'; its decision's carrier's begin)."""
         session = self.client.session
@@ -354,7 +360,7 @@ class GraphWriter:
         c = f.carrier
         return c is not None and (c.reply is not None or session.ready(c.begun))
 
-    def _step(self, f: _Flight) -> None:
+    def _step(self, f: Flight) -> None:
         """Move ``f`` one stage on: begun -> prepared -> decided -> done."""
         try:
             if f.stage == "begin":
@@ -362,7 +368,7 @@ class GraphWriter:
                 f.version = int(reply.body["version"])
                 f.plan.give_ids(reply.body["nodes"], reply.body["edges"])
                 f.stage = "prepare"  # begun: a refusal from here on aborts it
-                held = _own_held(reply)
+                held = own_held(reply)
                 parts = [p for p in f.plan.parts() if p != 0 or not held]
                 f.pieces = {p: f.plan.wire(p, f.version) for p in parts}
                 f.deadline = time.monotonic() + self.retry_timeout
@@ -387,7 +393,7 @@ class GraphWriter:
             if not isinstance(exc, Exception):
                 raise
 
-    def _send_prepares(self, f: _Flight, parts: list[int]) -> None:
+    def _send_prepares(self, f: Flight, parts: list[int]) -> None:
         session = self.client.session
         seq0 = session.part(0)  # the sequencer, then its replicas (a partition fails over)
         seq = {"seq": seq0.main.address, "seq_replicas": [r.address for r in seq0.replicas]}
@@ -397,7 +403,7 @@ class GraphWriter:
             f.sent[p] = session.request(p, "live_prepare", {"piece": body, **seq, **told},
                                         tensors, main_only=True)  # fmt: skip
 
-    def _collect_prepares(self, f: _Flight) -> None:
+    def _collect_prepares(self, f: Flight) -> None:
         """Every prepare's answer; the pieces told ``retry_after`` are sent again after
         that wait (slowed, never dropped) until ``retry_timeout``."""
         session = self.client.session
@@ -423,7 +429,7 @@ class GraphWriter:
                 time.sleep(wait)
                 self._send_prepares(f, again)
 
-    def _decide(self, f: _Flight, commit: bool) -> None:
+    def _decide(self, f: Flight, commit: bool) -> None:
         """The decision, for the next ``live_begin`` to carry to the sequencer (or
         ``live_decide`` when none is sent before it is waited for: :meth:`_decided`)."""
         for pend in f.sent.values():  # a refusal: the other prepares' answers first
@@ -436,7 +442,7 @@ class GraphWriter:
         self._deciding.append(f)
         f.stage = "decide"
 
-    def _begun(self, f: _Flight) -> Message:
+    def _begun(self, f: Flight) -> Message:
         """``f``'s ``live_begin`` answer, waited for once (the flights whose decisions it
         carried read it too)."""
         if f.reply is None:
@@ -448,7 +454,7 @@ class GraphWriter:
             raise f.reply
         return f.reply
 
-    def _sequencer_decided(self, f: _Flight) -> None:
+    def _sequencer_decided(self, f: Flight) -> None:
         """The sequencer's answer to ``f``'s decision (the acknowledgement): a StoreError
         if it did not commit a commit. A refused carrier took no decision: sent again."""
         session = self.client.session
@@ -464,7 +470,7 @@ class GraphWriter:
                     raise StoreError(f"live_begin: version {f.version} was aborted ({why})")
                 return
 
-        def send(g: _Flight) -> Pending:
+        def send(g: Flight) -> Pending:
             g.decide = session.request(0, "live_decide", {"version": g.version,
                                                           "commit": g.commit})  # fmt: skip
             return g.decide
@@ -477,21 +483,94 @@ class GraphWriter:
             pending, self._deciding = send(f), []
         session.wait(pending)
 
-    def _decided(self, f: _Flight) -> None:
+    def _decided(self, f: Flight) -> None:
         """The sequencer's answer, then the decision for the partitions, carried by the
         next piece sent to each (or :meth:`_tell`; never waited for: a partition that
         misses it asks the sequencer)."""
         told = {0}  # the sequencer applied its own partition's piece as it decided
         try:
             self._sequencer_decided(f)
-        except StoreError as exc:  # aborted meanwhile (undecided too long): tell them so
-            f.error, f.commit, told = f.error or exc, False, set()
+        except GraphrunError as exc:
+            if f.commit and lost(exc):  # gone, silent, fenced: its answer is lost
+                self._lost_answer(f, exc)
+                return
+            if not isinstance(exc, StoreError):
+                raise
+            f.error, f.commit, told = f.error or exc, False, set()  # aborted meanwhile
         for p in (p for p in f.pieces if p not in told):
             carried = self._told.setdefault(p, [])
             carried.append((f.version, f.commit))
             if len(carried) >= MAX_CARRIED:
                 self._tell(p)
         f.stage = "done"
+
+    def _lost_answer(self, f: Flight, exc: GraphrunError) -> None:
+        """``f``'s commit decision was sent and the sequencer's answer lost (the server
+        gone, or silent past the timeout): it may have been taken and synced before, so
+        its fate is unknown, and the partitions are told nothing (told an abort, one would
+        drop a piece the sequencer committed; a partition asks the sequencer itself).
+        :meth:`settle` asks again."""
+        f.unknown, f.stage = True, "done"
+        why = f"the sequencer's answer to its commit was lost ({exc})"
+        f.error = StoreError(f"live_decide: version {f.version}: {why}; committed or not "
+                             "is unknown")  # fmt: skip
+        f.error.__cause__ = exc
+        self._unknown.append(Unknown(f.tag, f.version, tuple(p for p in f.pieces if p != 0)))
+
+    def settle(self, timeout: float | None = None) -> list[Answer]:
+        """The batches whose fate is unknown (:attr:`Answer.unknown`: their commit was
+        sent and the answer lost) asked again: ``live_fate`` of each, through the
+        session (a replica once the primary is gone, or the restarted server: asked
+        again while the connection is lost, until ``timeout`` in all; None: the
+        client's). One still pending (its commit never reached the sequencer's log) is
+        aborted then (``live_decide``, commit false: the first decision a version gets
+        stands, so a commit that arrives first still wins, and the answer says which),
+        never committed: a sequencer restarted without its log hands the same versions
+        out again, and a commit sent now could commit another writer's batch before its
+        pieces are held. The partitions are then told. Returns the batches settled, as
+        :meth:`answered` gives them (the others stay unknown, asked at the next call)."""
+        session = self.client.session
+        wait = session.part(0).main.timeout if timeout is None else timeout
+        end, out = time.monotonic() + wait, []
+        for u in list(self._unknown):
+            committed = self._settled(u, end)
+            if committed is None:
+                continue
+            self._unknown.remove(u)
+            for p in u.parts:
+                self._told.setdefault(p, []).append((u.version, committed))
+            if committed:
+                self.acknowledged.append(u.version)
+            why = f"version {u.version} was aborted (its commit never reached the sequencer)"
+            out.append(Answer(u.tag, u.version, None if committed else StoreError(why)))
+        return out
+
+    def _settled(self, u: Unknown, end: float) -> bool | None:
+        """Whether ``u`` committed, from its ``live_fate`` (a pending one aborted, see
+        :meth:`settle`); None when the sequencer did not answer by ``end``."""
+        session = self.client.session
+        while True:
+            left = max(end - time.monotonic(), 0.001)
+            try:
+                said = self.fate(u.version, left)
+                if said == "pending":
+                    body = {"version": u.version, "commit": False}
+                    reply = session.wait(session.request(0, "live_decide", body), left)
+                    return bool(reply.body.get("committed"))
+                return said == "committed"
+            except GraphrunError as exc:  # a lost connection's news, or still away
+                if not lost(exc) or time.monotonic() + 0.2 >= end:
+                    log.warning("version %d: its fate asked again: %s", u.version, exc)
+                    return None
+                time.sleep(0.2)
+
+    def fate(self, version: int, timeout: float | None = None) -> str:
+        """The sequencer's word on ``version`` (``live_fate``): ``committed``,
+        ``aborted`` or ``pending`` (begun, undecided: aborted 30 s after its begin unless
+        its writer decides it). For a batch whose answer was lost (:meth:`settle` asks,
+        and aborts a pending one)."""
+        pending = self.client.session.request(0, "live_fate", {"version": int(version)})
+        return str(self.client.session.wait(pending, timeout).body.get("fate"))
 
     def _tell(self, p: int) -> None:
         """The decisions carried for partition ``p`` as ``live_commit`` now (the answers
@@ -517,51 +596,3 @@ class GraphWriter:
             self.flush()
         finally:
             self._reap_commits()
-
-
-def _own_held(reply: Message) -> bool:
-    """Whether partition 0's piece rode in this ``live_begin`` and is held there (not:
-    none rode, or it was told ``retry_after``, or the server predates it: it goes as a
-    ``live_prepare``); its refusal is raised."""
-    own = reply.body.get("piece")
-    if not isinstance(own, dict):
-        return False
-    if "refused" in own:
-        kind = ArgumentError if own.get("error") == "ArgumentError" else StoreError
-        raise kind(str(own["refused"]))
-    return "held" in own
-
-
-_LOCKSTEP_AGE = {"begin": 1, "prepare": 2, "decide": 4}  # submits since its own
-
-
-@dataclass(frozen=True)
-class Answer:
-    """A submitted batch's fate: ``tag`` as given to ``submit``, and its ``version``
-    (acknowledged) or the ``error`` that refused it (``version`` 0: nothing applied)."""
-
-    tag: object
-    version: int
-    error: BaseException | None = None
-
-
-@dataclass
-class _Flight:
-    """One submitted batch on its way: ``begin`` (live_begin sent), ``prepare`` (its
-    pieces sent), ``decide`` (decided: carried by ``carrier``'s live_begin, or not sent
-    yet), ``done``."""
-
-    plan: Plan
-    begun: Pending
-    stage: str = "begin"
-    version: int = 0
-    commit: bool = False
-    pieces: dict[int, tuple[dict[str, object], list[np.ndarray]]] = field(default_factory=dict)
-    sent: dict[int, Pending] = field(default_factory=dict)
-    reply: Message | Exception | None = None  # live_begin's answer (or its refusal)
-    carrier: _Flight | None = None  # the flight whose live_begin carried this decision
-    decide: Pending | None = None  # or its live_decide
-    error: BaseException | None = None
-    deadline: float = 0.0
-    age: int = 0  # submits since its own
-    tag: object = None  # the caller's name for it (``submit``'s)

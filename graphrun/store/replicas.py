@@ -27,7 +27,11 @@ stops with one line naming ``replica_index`` (an ArgumentError: restarting it ca
 help). With a log directory (``--live-dir``) the primary keeps the dropped indices
 there too (:class:`DroppedReplicas`, written and synced before a write is answered
 without the replica), so that it still refuses them once restarted; without one they
-are kept in memory only (nothing else of the store is durable then either). A
+are kept in memory only (nothing else of the store is durable then either). A replica
+whose ``--live-dir`` is its primary's (a GraphJob's) reads that record before it serves
+a client or is promoted (:func:`read_record`), and at start
+(:func:`check_not_recorded`): named there, it is dropped though never told (its primary
+died first). A
 promoted replica that refuses a forward is not told (it serves the partition: this
 primary is fenced).
 
@@ -183,14 +187,56 @@ def is_dropped(exc: BaseException) -> bool:
     return isinstance(exc, StoreError) and DROPPED in str(exc)
 
 
-def check_serving(state: ServerState) -> None:
-    """Refuse every request on a fenced primary and on a dropped replica."""
+def check_serving(state: ServerState, op: str = "") -> None:
+    """Refuse every request on a fenced primary and on a dropped replica: told so, or
+    named in its primary's record (:func:`read_record`; not read for the primary's own
+    forwards, ``replicate``)."""
     if state.fenced:
         raise StoreError(f"{FENCED} partition {state.part} is served by its replica now")
+    if not state.dropped and op != "replicate":
+        read_record(state)
     if state.dropped:
         raise StoreError(f"{DROPPED} replica {state.replica} of partition {state.part} was "
                          f"dropped from its primary's write set ({state.dropped}): it misses "
                          "writes, so it serves nothing and is never promoted")  # fmt: skip
+
+
+def read_record(state: ServerState) -> None:
+    """A replica not promoted reads its primary's record of drops (``part-P.dropped.json``
+    in its ``--live-dir``: a GraphJob gives a partition's primary and replicas one
+    directory) before it serves a client or is promoted: named there, it is dropped
+    (``state.dropped``), though the primary died before its ``replica_dropped`` came
+    (the record is synced before any write is answered without the replica, so a
+    replica that misses an acknowledged write is named there by then). Read again only
+    when the file changed (a stat a request otherwise); a record that cannot be read
+    refuses the request (ArgumentError naming the file), promotion included."""
+    path = state.drop_record
+    if path is None or not state.replica or state.promoted:
+        return
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return
+    seen = (st.st_ino, st.st_size, st.st_mtime_ns)
+    if seen == state.drop_record_seen:
+        return
+    why = load_dropped(path, state.part).get(state.replica)
+    state.drop_record_seen = seen
+    if why is not None:
+        state.dropped = f"{why}; read from {path}"
+        log.warning("replica %d of partition %d is named in %s (%s): serving nothing from "
+                    "now on", state.replica, state.part, path, why)  # fmt: skip
+
+
+def check_not_recorded(path: Path, part: int, index: int) -> None:
+    """A replica starting: ArgumentError (``replica_index``) if its primary's record at
+    ``path`` names it (dropped before: it missed writes), as the primary's
+    ``register_replica`` would refuse it, even while the primary is down."""
+    why = load_dropped(path, part).get(index)
+    if why is not None:
+        raise ArgumentError(f"replica_index: {DROPPED} replica {index} was dropped from the "
+                            f"write set ({why}; {path}): it misses writes and may not "
+                            "rejoin")  # fmt: skip
 
 
 @dataclass

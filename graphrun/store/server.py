@@ -327,7 +327,7 @@ def make_handler(
             msg.op, msg.body, msg.tensors, job=job, session=session, admin=admin, user=key
         )
         if msg.op not in ("stats", "stop", "leave", "heartbeat"):
-            replicas.check_serving(state)
+            replicas.check_serving(state, msg.op)
         synced = False  # its record synced already (a forwarded write's, outside a turn)
         sent: Sent = []  # its forwards the turn's end collects
         unsynced = False  # parked only for its replicas' answers (no record to sync)
@@ -410,6 +410,9 @@ def run_server(
     ``on_tick()`` about every 200 ms while serving; ``waker.wake()`` (after ``should_stop``
     turned true) stops it without waiting for the tick."""
     _check_config(cfg)
+    if cfg.replica_of and cfg.live_dir is not None:  # before anything is loaded
+        record = replicas.dropped_path(cfg.live_dir, cfg.part)
+        replicas.check_not_recorded(record, cfg.part, cfg.replica_index)
     registry = registry or build_registry(cfg.extensions)
     main: RpcClient | None = None
     if cfg.main_address:
@@ -422,6 +425,8 @@ def run_server(
     primary: RpcClient | None = None
     if cfg.replica_of:
         state.replica = cfg.replica_index
+        if cfg.live_dir is not None:  # its primary's record, where they share the directory
+            state.drop_record = replicas.dropped_path(cfg.live_dir, cfg.part)
         primary = RpcClient(cfg.replica_of, keys=cfg.keys, timeout=cfg.request_timeout)
     elif main is None:
         state.replication = replicas.Replication.of(

@@ -120,7 +120,7 @@ class Pending:
     tensors: Sequence[np.ndarray] = ()
 
 
-def _lost(exc: BaseException) -> bool:
+def lost(exc: BaseException) -> bool:
     """``exc`` means the server is gone (timeout, lost connection), fenced, or a replica
     dropped from the write set (it misses writes)."""
     return type(exc) in (RpcError, RpcTimeout) or is_fenced(exc) or is_dropped(exc)
@@ -330,7 +330,7 @@ class Session:
                 info = received(PartitionInfo, conn.call("join", join, timeout=wait).body)
             except BaseException as exc:
                 conn.close()
-                if last or not _lost(exc):
+                if last or not lost(exc):
                     raise
                 log.warning("store server %s did not answer the join (%s)", candidate, exc)
                 continue
@@ -427,7 +427,7 @@ class Session:
             try:
                 msg = pending.conn.wait(pending.request_id, timeout)
             except GraphrunError as exc:
-                if e is None or not _lost(exc):
+                if e is None or not lost(exc):
                     raise
                 if pending.conn is e.main:
                     if not e.replicas:
@@ -474,7 +474,7 @@ class Session:
             try:
                 return main.wait(main.send(pending.op, pending.body, pending.tensors), timeout)
             except GraphrunError as exc:
-                if not _lost(exc) or not e.replicas:
+                if not lost(exc) or not e.replicas:
                     raise
                 self._fail_over(pending.part, e, exc)
 

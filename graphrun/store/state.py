@@ -173,6 +173,10 @@ class ServerState:
     promoted: bool = False  # a replica that took a client's write: the partition's server now
     fenced: bool = False  # a primary whose replica was promoted: refuses every request
     dropped: str = ""  # a replica its primary dropped from the write set: why (refuses all)
+    # a replica's view of its primary's record of drops (its --live-dir's, where the
+    # primary's is the same directory: store.replicas.read_record), and what was read
+    drop_record: Path | None = None
+    drop_record_seen: tuple[int, int, int] | None = None  # (inode, size, mtime ns)
     extension_data: dict[str, Any] = field(default_factory=dict)
     disk: dict[str, DiskRows] = field(default_factory=dict)  # features served from disk
     config: dict[str, Any] = field(default_factory=dict)

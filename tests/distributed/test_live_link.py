@@ -330,3 +330,33 @@ def test_positives_deleted_at_an_epochs_version_leave_its_steps(parts):
         served = set().union(*(pairs(b, homo_ends, 1) for b in batches))
         assert served == set(zip(src[kept].tolist(), dst[kept].tolist(), strict=True))
         assert sum(int(b.edge_label.sum()) for b in batches) == kept.sum()
+
+
+def test_a_head_following_link_loader_serves_its_steps_when_positives_go_mid_epoch(parts):
+    """``follow="head"``: positives deleted after the epoch began leave the batch that
+    reads them at the head, and the epoch still serves the steps counted at its start
+    (a trainer agreed them with the others: each step is a collective). A batch whose
+    every positive was deleted is a batch of none, and link prediction's loss on it is
+    0 with zero gradients (it was NaN: the mean of no pairs)."""
+    from types import SimpleNamespace
+
+    from graphrun.train.models import LinkPredictor
+    from graphrun.train.tasks import LinkPrediction
+
+    with serving(parts, "head") as (addresses, _ctx, dg):
+        loader = DistLinkDataLoader(dg, np.arange(16), [2], batch_size=8, neg_k=1)
+        loader.begin_epoch()
+        assert len(loader) == 2
+        batches = iter(loader)
+        assert int(next(batches).edge_label.sum()) == 8
+        delete_edges(addresses, np.arange(8, 16))  # the second batch's every positive
+        last = next(batches)
+        assert next(batches, None) is None and len(last.edge_label) == 0
+        model = LinkPredictor(3, 4, 1)
+        scores = lambda m, b: m(torch.ones(len(b.data.n_id), 3), b.data.edge_index,  # noqa: E731
+                                b.data.edge_label_index)  # fmt: skip
+        loss, _, counted = LinkPrediction.loss(SimpleNamespace(_scores=scores), model,
+                                               SimpleNamespace(data=last))  # fmt: skip
+        loss.backward()
+        assert float(loss) == 0.0 and counted == 0
+        assert all(p.grad is None or not p.grad.any() for p in model.parameters())

@@ -200,8 +200,9 @@ def test_a_live_link_prediction_job_trains_on_edges_written_while_it_trains(tmp_
 
 def test_a_job_whose_primary_recorded_a_dropped_replica_fails_at_once_not_retried(tmp_path):
     """A live job restarted after its primary dropped a replica (its record in the
-    partition's log directory, as a primary with ``--live-dir`` writes it): the primary
-    refuses the replica, which exits 2 with one line, and the job fails at once without
+    partition's log directory, as a primary with ``--live-dir`` writes it): the replica
+    reads it there at its start (since stop 65; before, its primary refused its
+    registration) and exits 2 with one line, and the job fails at once without
     a restart (``NotRetriable``: every restart would be refused the same way), not
     after the stores' ready timeout."""
     import json
@@ -218,7 +219,7 @@ def test_a_job_whose_primary_recorded_a_dropped_replica_fails_at_once_not_retrie
     job, sink = local_job(path)
     with pytest.raises(JobFailed, match="exit code 2") as failed:
         job.run()
-    assert "replica_index: register_replica" in str(failed.value)
+    assert "replica_index: dropped replica: replica 1 was dropped" in str(failed.value)
     assert "dropped replica: replica 1 was dropped" in str(failed.value)
     assert "phase Failed (NotRetriable)" in sink.getvalue()
     assert "Restarting" not in sink.getvalue()
