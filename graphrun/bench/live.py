@@ -47,8 +47,7 @@ write_graph``) writes, a job key reads. Measured, in this order:
   writer goes on through the replicas for ``--kill-after`` more, and the acknowledged
   edges missing from both partitions' in-degrees at the new head are
   ``lost_acknowledged_writes["machine_m0"]`` (or ``m1``). The bench's own process is
-  spared (it counts), on host ``m0`` too. The replicas run at ``--replica-priority``
-  (``graphrun serve``'s: background, the default, or normal);
+  spared (it counts), on host ``m0`` too;
 * ``streamed_cut_ratio``: :func:`graphrun.partition.streaming.measure_streamed` (LDG,
   half the nodes streamed onto a metis base) on the same graph.
 
@@ -65,7 +64,7 @@ Output (one object)::
      {"kill9_part1": n} (or {"machine_m0": n}), "acknowledged_into_part1" (or
      "acknowledged", "acknowledged_after_loss", "failovers"), "streamed_cut_ratio",
      "streamed", "compaction_s", "compaction_pause_s", "compaction_read_max_s",
-     "read_max_s_before", "load_avg", "replicas", "replica_priority" (replicas 2)}
+     "read_max_s_before", "load_avg", "replicas"}
 
 Timings are never asserted in tests; ``load_avg`` says how quiet the box was.
 """
@@ -141,12 +140,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--replicas", type=int, choices=(1, 2), default=1,
                    help="2: a replica of each partition on the other host; the fault is "
                         "then a lost machine")  # fmt: skip
-    p.add_argument(
-        "--replica-priority",
-        choices=("background", "normal"),
-        default="background",
-        help="with --replicas 2: the replicas' CPU priority (graphrun serve's; default background)",
-    )
     p.add_argument(
         "--lose",
         choices=("m0", "m1"),
@@ -476,8 +469,6 @@ def _config(
     if args.replicas == 2:
         reps = [kwargs(f"tcp://127.0.0.1:{_free_port()}", (), (p + 1) % PARTS)
                 for p in range(PARTS)]  # fmt: skip
-        for kw in reps:
-            kw["extra_args"] += ["--replica-priority", args.replica_priority]
         extra = {"replica_kwargs": reps, "lose": args.lose, "live_dirs": [str(p) for p in live]}
     return {
         **extra,
@@ -560,7 +551,6 @@ def run(args: argparse.Namespace) -> int:
         "bench": "live", "hosts": args.hosts, "nodes": graph.num_nodes,
         "edges": graph.num_edges, "parts": PARTS, "batch": args.batch,
         "replicas": args.replicas, **out,
-        **({"replica_priority": args.replica_priority} if args.replicas == 2 else {}),
         "streamed_cut_ratio": round(streamed.streamed_cut_ratio, 4),
         "streamed": streamed.to_dict(), "load_avg": list(os.getloadavg()),
     }))  # fmt: skip

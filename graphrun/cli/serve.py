@@ -110,14 +110,6 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--replica-index", type=integer(1, MAX_REPLICAS), default=1,
                    help="index of this replica (>= 1)")  # fmt: skip
-    p.add_argument(
-        "--replica-priority",
-        choices=("background", "normal"),
-        default="background",
-        help="with --replica-of: the CPU priority of the replica's work until it is promoted "
-        "(default background: the lowest, so that trainers on its machine go first; its "
-        "primary's writes wait for it; normal: as every process)",
-    )
     p.add_argument("--shm-dir", type=Path, default=Path("/dev/shm"), help="shared-memory dir")
     p.add_argument(
         "--features",
@@ -309,7 +301,6 @@ def run(args: argparse.Namespace) -> int:
         backup_index=args.backup_index if args.backup_of else 0,
         replica_of=args.replica_of,
         replica_index=args.replica_index,
-        replica_background=args.replica_priority == "background",
         advertise_host=args.advertise,
         shm_dir=args.shm_dir,
         heartbeat_timeout=args.heartbeat_timeout,

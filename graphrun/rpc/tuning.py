@@ -31,9 +31,7 @@ import ctypes.util
 import os
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 from graphrun.errors import ArgumentError
 
@@ -45,8 +43,6 @@ KEEP_FREED_BYTES = 64 << 20
 #: use must stay low before it releases
 RELEASE_EVERY_S = 1.0
 HOLD_LOOKS = 3
-
-T = TypeVar("T")
 RELEASER_THREAD = "graphrun-release-freed"
 
 
@@ -182,45 +178,3 @@ def background(nice: int = BACKGROUND_NICE) -> bool:
     except (AttributeError, OSError):
         return False
     return True
-
-
-#: how nice a thread of :func:`run_in_background` is: the nicest, weight 15 against a
-#: default thread's 1024 (a CPU it shares with busy threads gives it ~1.5%, never none)
-LOWEST_NICE = 19
-
-
-def run_in_background(fn: Callable[[], T]) -> T:
-    """``fn()`` on a thread of its own at the lowest priority (``SCHED_BATCH``, nice
-    :data:`LOWEST_NICE`), the caller waiting; its result, or its exception raised here.
-    An unprivileged thread cannot take back a priority it gave up, so work that may have
-    to run at full priority later (a replica's loop until it is promoted) runs so, and
-    the caller, still at full priority, carries on after it. Where the priority cannot
-    be set, ``fn`` runs there all the same. The wait takes signals (the caller's
-    handlers run; ``fn`` is told to stop by whatever it watches)."""
-    out: list[T] = []
-    err: list[BaseException] = []
-
-    def body() -> None:
-        background(LOWEST_NICE)
-        try:
-            out.append(fn())
-        except BaseException as exc:  # raised in the caller's thread
-            err.append(exc)
-
-    t = threading.Thread(target=body, name="background", daemon=True)
-    t.start()
-    while t.is_alive():
-        t.join(0.5)
-    if err:
-        raise err[0]
-    return out[0]
-
-
-def in_background() -> bool:
-    """Whether the calling thread runs at background priority (``SCHED_BATCH`` or
-    ``SCHED_IDLE``): what a server's ``stats`` says of its loop."""
-    try:
-        policy = os.sched_getscheduler(threading.get_native_id())
-    except (AttributeError, OSError):
-        return False
-    return policy in (os.SCHED_BATCH, getattr(os, "SCHED_IDLE", -1))

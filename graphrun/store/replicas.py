@@ -84,7 +84,6 @@ from graphrun.errors import (
     StoreError,
 )
 from graphrun.files import fsync_path, write_atomic
-from graphrun.rpc import tuning
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.transport import RpcClient
 from graphrun.store.registry import Registry, Request, Response
@@ -512,5 +511,4 @@ def replica_state_fields(state: ServerState) -> dict[str, Any]:
         "dropped_replicas": list(rep.dropped) if rep is not None else [],
         "dropped": state.dropped,  # a replica's: why its primary dropped it ("": not)
         "promoted": state.promoted,
-        "background": tuning.in_background(),  # its loop, behind the host's other work
     }

@@ -38,7 +38,6 @@ from graphrun.names import RoleName, TensorKey
 from graphrun.partition.book import PartitionBook
 from graphrun.partition.compacted import current_dir
 from graphrun.partition.format import Partition, load_id_mapping, load_partition
-from graphrun.rpc import tuning
 from graphrun.rpc.access import Access, ClientKeys
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import DEFAULT_LIMITS, Limits, Message, MsgKind
@@ -104,8 +103,6 @@ class ServerConfig:
     disk_cache_bytes: int = 0  # with features "disk": this server's cache of hot rows
     live_dir: Path | None = None  # the live graph's write-ahead log (store/live_log.py)
     sequencer: tuple[str, ...] = ()  # where the sequencer serves now, then its replicas
-    # a replica's loop at the lowest CPU priority until it is promoted (replicas.py)
-    replica_background: bool = True
 
 
 #: where a server keeps node features (``ServerConfig.features``)
@@ -477,20 +474,12 @@ def run_server(
         if on_ready is not None:
             on_ready(address)
         cpu_ready = time.process_time()
-        stopping = lambda: state.stop_requested or should_stop()  # noqa: E731
-
-        def serve(until: Callable[[], bool]) -> None:
-            assert server is not None
-            server.serve_forever(
-                until,
-                on_tick=lambda: _tick(state, access, on_tick),
-                after_turn=lambda: turn.end(server.reply),
-                wake_on=turn.wake_on,
-            )
-
-        if primary is not None and cfg.replica_background:  # behind the host's other work
-            tuning.run_in_background(lambda: serve(lambda: stopping() or state.promoted))
-        serve(stopping)  # the partition's server (promoted) at full priority, or a primary
+        server.serve_forever(
+            lambda: state.stop_requested or should_stop(),
+            on_tick=lambda: _tick(state, access, on_tick),
+            after_turn=lambda: turn.end(server.reply),
+            wake_on=turn.wake_on,
+        )
         turn.finish(server.reply)  # the writes still waiting for their replicas
         cpu_s = time.process_time() - cpu_ready  # serving, not loading
         served = {"requests": state.served, "reply_bytes": state.reply_bytes,

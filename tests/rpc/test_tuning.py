@@ -10,16 +10,7 @@ import threading
 
 import pytest
 
-from graphrun.rpc.tuning import (
-    BACKGROUND_NICE,
-    LOWEST_NICE,
-    Releaser,
-    _libc,
-    background,
-    in_background,
-    in_use_bytes,
-    run_in_background,
-)
+from graphrun.rpc.tuning import BACKGROUND_NICE, Releaser, _libc, background, in_use_bytes
 from graphrun.testing.procs import child_env
 
 MB = 1 << 20
@@ -133,26 +124,6 @@ def test_a_background_thread_is_batch_and_nicer_and_only_it():
     t.join()
     assert seen == [(os.SCHED_BATCH, min(19, before[1] + BACKGROUND_NICE))]
     assert _priority(main) == before  # the caller's thread only, not the process
-
-
-def test_work_run_in_the_background_gets_the_lowest_priority_and_the_caller_keeps_its_own():
-    """A replica's loop runs so until it is promoted, then its caller serves at the
-    priority it kept (an unprivileged thread cannot take a priority back)."""
-    main = threading.get_native_id()
-    before = _priority(main)
-
-    def work() -> tuple[int, int, bool]:
-        return (*_priority(threading.get_native_id()), in_background())
-
-    assert run_in_background(work) == (os.SCHED_BATCH, LOWEST_NICE, True)
-    assert _priority(main) == before
-    assert not in_background()
-
-    def fails() -> None:
-        raise ValueError("raised in the caller")
-
-    with pytest.raises(ValueError, match="raised in the caller"):
-        run_in_background(fails)
 
 
 # in a process of its own (numpy's switch is process wide): whether the mapping that

@@ -170,29 +170,6 @@ def test_the_replica_takes_a_push_of_several_tables(replicated, keys):
 
 
 @pytest.mark.integration
-def test_a_replica_works_in_the_background_until_it_is_promoted(replicated, keys):
-    """A replica's loop runs at the lowest CPU priority, behind trainers on its machine
-    (issue 42: the epoch while ingesting); promoted, it serves at full priority."""
-    primaries, replicas = replicated
-
-    def background(sp: StoreProcess) -> tuple[bool, bool]:
-        with RpcClient(sp.address, keys=keys, timeout=10) as r:
-            body = r.call("stats").body
-            return body["background"], body["promoted"]
-
-    everyone = [*primaries, *replicas]
-    assert [background(sp) for sp in everyone] == [(False, False)] * 2 + [(True, False)] * 2
-    with _client(primaries, keys, timeout=20, use_shm=False) as c:
-        ids = np.arange(c.meta(FEAT).num_rows)
-        c.init_tensor("a", "node:_N", (), "int64")
-        primaries[0].kill()
-        c.push("a", ids, ids)  # fails over: the replica takes a client's write
-        np.testing.assert_array_equal(c.pull("a", ids), ids)
-    assert background(replicas[0]) == (False, True)
-    assert background(replicas[1]) == (True, False)
-
-
-@pytest.mark.integration
 def test_the_replica_takes_the_sums_moved_on_the_primary(replicated, keys):
     """``move_sums`` (issue 43) is a write the replicas take: the replica moves its own
     copy of the rows by the same request, so once partition 0's primary is killed it
