@@ -35,6 +35,10 @@ def test_ids_as_runs_check_as_the_third_row_did():
     assert new.etypes.tolist() == was.etypes.tolist() == [0, 0, 0]
     assert new.taken is not None
     assert [a.tolist() for a in new.taken[1]] == [[E, E + 5], [E + 2, E + 6]]
+    runs = [(E + 3 * k, 1 + k % 2) for k in range(20)]  # past the few runs filled in a loop
+    m = sum(c for _, c in runs)
+    many = check_piece(_piece(2, [0] * m, [3] * m, runs), schema(), LiveDelta())
+    assert many.edges[2].tolist() == [s + i for s, c in runs for i in range(c)]
 
 
 @pytest.mark.parametrize(
