@@ -16,7 +16,7 @@ from graphrun.names import owners as base_owners
 from graphrun.partition.streaming import Neighbours, assign, capacity_for
 from graphrun.store.live import GROWTH_BLOCK, Piece, Rows, run_ids
 from graphrun.store.live_client import LiveView
-from graphrun.store.live_wire import PieceWire
+from graphrun.store.live_wire import PieceWire, end_dtype
 
 if TYPE_CHECKING:
     from graphrun.partition.book import PartitionBook
@@ -299,11 +299,12 @@ class Plan:
         return self._by_part
 
     def _edge_rows(self, pos: np.ndarray) -> np.ndarray | None:
-        """``[src, dst]`` of new edges (at ``pos``), gathered in place; their ids travel
-        as runs beside them (``edge_ids``: ``live_begin``'s, in order), not as a row."""
+        """``[src, dst]`` of new edges (at ``pos``), gathered in place (int32 where the
+        graph's ids fit: :func:`end_dtype`; every end is a node id the plan checked);
+        their ids travel as runs beside them (``edge_ids``: ``live_begin``'s), not a row."""
         if not len(pos):
             return None
-        out = np.empty((2, len(pos)), np.int64)
+        out = np.empty((2, len(pos)), end_dtype(self.book.num_nodes))
         np.take(self.src, pos, out=out[0])
         np.take(self.dst, pos, out=out[1])
         return out
@@ -313,7 +314,7 @@ class Plan:
         batch as ``-(k + 1)``, ``k`` its place in :meth:`orig_by_part` (see :meth:`folded`)."""
         if not len(pos):
             return None
-        out = np.empty((2, len(pos)), np.int64)
+        out = np.empty((2, len(pos)), end_dtype(self.book.num_nodes))
         np.take(self.src, pos, out=out[0])
         np.take(self.dst, pos, out=out[1])
         new = out < 0 if len(self.orig) else None  # no new node: no end to renumber

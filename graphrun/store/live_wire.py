@@ -9,10 +9,19 @@ import msgspec
 import numpy as np
 
 from graphrun.errors import ArgumentError
-from graphrun.store.live import Piece, Rows, run_ids
+from graphrun.store.live import GROWTH_BLOCK, MAX_GROWTH_BLOCKS, Piece, Rows, run_ids
 from graphrun.store.registry import Request
 
 Runs = list[list[tuple[int, int]]]  # [(start, count), ...] per partition
+_INT32_IDS = np.iinfo(np.int32).max - MAX_GROWTH_BLOCKS * GROWTH_BLOCK  # base nodes, at most
+
+
+def end_dtype(num_nodes: int) -> type[np.signedinteger]:
+    """The dtype of a piece's new edges' ends (``[2, m]`` src, dst beside their
+    ``edge_ids``): int32 where every node id of a graph of ``num_nodes`` base nodes fits,
+    growth ids and a begin's ``-(k + 1)`` included (half the bytes on the wire and in
+    the log; the partition widens them as it checks them), else int64."""
+    return np.int32 if num_nodes <= _INT32_IDS else np.int64
 
 
 class PieceWire(msgspec.Struct, frozen=True, kw_only=True):
@@ -171,9 +180,9 @@ def numbered_piece(
     edges = piece.new_edges
     if edges is not None:
         ends = edges.array("piece.new_edges")
-        if ends.ndim != 2 or ends.shape[0] != 2 or ends.dtype != np.int64:
-            raise ArgumentError(f"{req.op}: piece.new_edges must be int64 [2, m] (src, dst), "
-                                f"got {ends.dtype} {ends.shape}")  # fmt: skip
+        if ends.ndim != 2 or ends.shape[0] != 2 or ends.dtype not in (np.int64, np.int32):
+            raise ArgumentError(f"{req.op}: piece.new_edges must be int64 or int32 [2, m] "
+                                f"(src, dst), got {ends.dtype} {ends.shape}")  # fmt: skip
         if ends.shape[1] != m:
             raise ArgumentError(f"{req.op}: piece.new_edges has {ends.shape[1]} edges, the "
                                 f"begin counts {m} for partition 0")  # fmt: skip
@@ -189,9 +198,9 @@ def numbered_piece(
 
 
 def _renumbered(req: Request, ends: np.ndarray, new_ids: np.ndarray) -> np.ndarray:
-    """``ends`` with each ``-(k + 1)`` replaced by ``new_ids[k]`` (a copy: the frame is
-    read-only); ArgumentError if ``k`` is past the batch's new nodes."""
-    out = ends.copy()
+    """``ends`` with each ``-(k + 1)`` replaced by ``new_ids[k]`` (an int64 copy: the
+    frame is read-only); ArgumentError if ``k`` is past the batch's new nodes."""
+    out = ends.astype(np.int64)
     new = out < 0
     k = -out[new] - 1
     if int(k.max()) >= len(new_ids):

@@ -18,20 +18,22 @@ from graphrun.store.live_log import PieceRecord, open_log, replay
 from tests.store.test_live import E, N, edges_rows, schema
 
 
-def _piece(version: int, src, dst, runs, **kw) -> Piece:
-    ends = Rows.of(np.asarray([src, dst], np.int64))
+def _piece(version: int, src, dst, runs, dtype=np.int64, **kw) -> Piece:
+    ends = Rows.of(np.asarray([src, dst], dtype))
     return Piece(version=version, new_edges=ends, edge_ids=runs, **kw)
 
 
-def test_ids_as_runs_check_as_the_third_row_did():
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_ids_as_runs_check_as_the_third_row_did(dtype):
     """``[2, m]`` and runs make the batch a ``[3, m]`` piece makes, ids and runs alike;
     no edge types on a graph of one: each new edge is type 0."""
     runs = [(E, 2), (E + 5, 1)]
-    new = check_piece(_piece(1, [0, 1, 2], [3, 4, 3], runs), schema(), LiveDelta())
+    new = check_piece(_piece(1, [0, 1, 2], [3, 4, 3], runs, dtype), schema(), LiveDelta())
     old = Piece(version=1, new_edges=edges_rows([0, 1, 2], [3, 4, 3], [E, E + 1, E + 5]),
                 edge_types=Rows.of(np.zeros(3, np.int32)))  # fmt: skip
     was = check_piece(old, schema(), LiveDelta())
     assert new.edges.tolist() == was.edges.tolist() == [[0, 1, 2], [3, 4, 3], [E, E + 1, E + 5]]
+    assert new.edges.dtype == np.int64  # int32 ends widened
     assert new.etypes.tolist() == was.etypes.tolist() == [0, 0, 0]
     assert new.taken is not None
     assert [a.tolist() for a in new.taken[1]] == [[E, E + 5], [E + 2, E + 6]]
@@ -55,12 +57,14 @@ def test_ids_as_runs_check_as_the_third_row_did():
         ([(E, 2), (E + 1, 1)], (2, 3), "edge_ids: runs overlap or are out of order"),
         ([(E, 2)], (3, 2), r"new_edges: expected int64 \[2, m\], got int64 \(3, 2\)"),
         ([], (2, 2), "edge_ids: 0 ids for 2 new edges"),
+        ([(E, 2)], (2, 2, np.int16), r"new_edges: expected int64 \[2, m\], got int16"),
     ],
 )
 def test_bad_edge_id_runs_are_refused_naming_the_field(runs, shape, error):
     """Every run is checked before an id is made of it: counts, range (no overflow),
-    order; the ends are ``[2, m]`` beside runs."""
-    piece = Piece(version=1, new_edges=Rows.of(np.zeros(shape, np.int64)), edge_ids=runs)
+    order; the ends are ``[2, m]`` int64 or int32 beside runs."""
+    dtype = shape[2] if len(shape) > 2 else np.int64
+    piece = Piece(version=1, new_edges=Rows.of(np.zeros(shape[:2], dtype)), edge_ids=runs)
     with pytest.raises(ArgumentError, match=error):
         check_piece(piece, schema(), LiveDelta())
 
@@ -137,10 +141,23 @@ def test_a_begin_s_piece_keeps_its_frame_unless_new_nodes_are_among_its_ends():
     assert np.shares_memory(got.new_edges.array("e"), ends)
     assert got.edge_ids == [(E, 1), (E + 7, 1)] and got.edge_types is None
     assert check_piece(got, schema(), LiveDelta()).edges[2].tolist() == [E, E + 7]
-    new = np.asarray([[0, -1], [2, 3]], np.int64)
+    new = np.asarray([[0, -1], [2, 3]], np.int32)
     req = Request("live_begin", {}, (np.asarray([9], np.int64), new))
     got = numbered_piece(req, wire, 5, [[(N, 1)]], [[(E, 2)]])
     assert got.new_edges.array("e").tolist() == [[0, N], [2, 3]] and new[0, 1] == -1
+    assert got.new_edges.dtype == "int64"  # renumbered into a copy: growth ids widened
     mine = PieceWire(version=0, new_edges=1, edge_ids=[(E, 2)])
     with pytest.raises(ArgumentError, match=r"piece\.edge_ids is the sequencer's to fill"):
         numbered_piece(req, mine, 5, [[(N, 1)]], [[(E, 2)]])
+
+
+def test_ends_are_int32_only_where_every_node_id_of_the_graph_fits():
+    """Base ids, growth ids (``MAX_GROWTH_BLOCKS`` blocks past the base) and a begin's
+    ``-(k + 1)``: a graph whose largest growth id passes int32 sends int64 ends."""
+    from graphrun.store.live import GROWTH_BLOCK, MAX_GROWTH_BLOCKS
+    from graphrun.store.live_wire import end_dtype
+
+    top = np.iinfo(np.int32).max
+    most = top - MAX_GROWTH_BLOCKS * GROWTH_BLOCK  # base nodes: growth ids below top
+    assert end_dtype(most) is np.int32 and end_dtype(most + 1) is np.int64
+    assert end_dtype(2**40) is np.int64
