@@ -114,7 +114,7 @@ class Piece(msgspec.Struct, frozen=True, kw_only=True):
     node_types: Rows | None = None  # int32 ntype index per new node
     node_orig: Rows | None = None  # int64 original ids
     node_features: dict[str, Rows] = msgspec.field(default_factory=dict)
-    new_edges: Rows | None = None  # int64 [2, m] src, dst (owned here); [3, m]: eid too
+    new_edges: Rows | None = None  # [2, m] src, dst (dst owned here; int64/32); [3, m]: eid too
     edge_ids: list[tuple[int, int]] | None = None  # [2, m]'s ids: (start, count) runs
     edge_types: Rows | None = None  # int32 etype index (None: all 0, one edge type)
     edge_features: dict[str, Rows] = msgspec.field(default_factory=dict)
