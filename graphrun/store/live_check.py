@@ -262,11 +262,16 @@ def _id_runs(
     return starts, counts
 
 
+_TYPE_0 = np.zeros(MAX_PIECE_ROWS, np.int32)  # calloc'd: pages only read, never touched
+_TYPE_0.setflags(write=False)
+
+
 def _edge_types(rows: Rows | None, m: int, schema: Schema) -> np.ndarray:
     """The new edges' types; left out (None) where the graph has one edge type: each is
-    type 0 (the writer sends none: a fifth of a piece's bytes)."""
+    type 0 (the writer sends none: a fifth of a piece's bytes), a view of one read-only
+    array of zeros (no array of its own a piece, the delta's memory that faults in)."""
     if rows is None and len(schema.edge_types) == 1:
-        return np.zeros(m, np.int32)
+        return _TYPE_0[:m]
     etypes = _ids(rows, "edge_types", "int32")
     if len(etypes) != m:
         raise ArgumentError(f"edge_types: need {m} (one per new edge)")

@@ -34,6 +34,7 @@ def test_ids_as_runs_check_as_the_third_row_did(dtype):
     was = check_piece(old, schema(), LiveDelta())
     assert new.edges.tolist() == was.edges.tolist() == [[0, 1, 2], [3, 4, 3], [E, E + 1, E + 5]]
     assert new.edges.dtype == np.int64  # int32 ends widened
+    assert not new.etypes.flags.writeable and not new.etypes.flags.owndata  # shared zeros
     assert new.etypes.tolist() == was.etypes.tolist() == [0, 0, 0]
     assert new.taken is not None
     assert [a.tolist() for a in new.taken[1]] == [[E, E + 5], [E + 2, E + 6]]
