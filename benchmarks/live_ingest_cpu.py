@@ -48,7 +48,11 @@ the wall time and the load average, and the box's CPU over the batches from
 no idle) and every other process's (``others_cpu_s``; a kernel worker's own figure there
 can exceed what ``/proc/stat`` says the box spent: read it as a hint, not CPU), and every
 server's log syncs a batch (``log_syncs_per_batch_every_server``, replicas too)
-(benchmarks/README.md, "Issue 42, thru64").
+(benchmarks/README.md, "Issue 42, thru64"), the KB its log's records took a batch
+(``log_kb_per_batch_every_server``; 0 from code before wire65) and the writer's requests
+a batch by op: their count and KB (``request_kb_per_batch``: header and tensor frames as
+encoded, before CURVE; a primary forwards the same frames to its replica) ("Issue 42,
+wire65").
 """
 
 from __future__ import annotations
@@ -198,15 +202,37 @@ def idle_cpu(pids: list[int]) -> dict[str, object]:
     }  # fmt: skip
 
 
-def index_work(address: str, d: Path) -> tuple[int, int]:
-    """The index entries a server's delta wrote so far and its log's syncs (its
-    ``stats``, the store's key: replicas too)."""
+def index_work(address: str, d: Path) -> tuple[int, int, int]:
+    """The index entries a server's delta wrote so far, its log's syncs and the bytes of
+    its records (its ``stats``, the store's key: replicas too; 0 where older code does
+    not say)."""
     from graphrun.rpc.auth import load_keys
     from graphrun.rpc.transport import RpcClient
 
     with RpcClient(address, keys=load_keys(d / "store.key"), timeout=10) as c:
         live = c.call("stats").body["live"]
-        return int(live.get("index_work", 0)), int(live.get("log_syncs", 0))
+        return (int(live.get("index_work", 0)), int(live.get("log_syncs", 0)),
+                int(live.get("log_bytes", 0)))  # fmt: skip
+
+
+def count_request_bytes() -> dict[str, list[int]]:
+    """Count the bytes of every request this process encodes, by op (its frames: header
+    and tensors; what the writer sends, and each primary forwards to its replica)."""
+    from graphrun.rpc import codec, transport
+
+    sent: dict[str, list[int]] = {}
+    encode = codec.encode
+
+    def counted(msg: codec.Message) -> list:
+        frames = encode(msg)
+        if msg.kind == codec.MsgKind.REQUEST:
+            n = sent.setdefault(msg.op, [0, 0])
+            n[0] += 1
+            n[1] += sum(memoryview(f).nbytes for f in frames)
+        return frames
+
+    transport.encode = counted  # type: ignore[attr-defined]
+    return sent
 
 
 def compacted(stores: list, d: Path) -> list[dict[str, object]]:
@@ -285,6 +311,7 @@ def main() -> None:
     net = NetnsNetwork(["m0", "m1"]).open() if os.environ.get("NETNS") else None
     stores: list = []
     spies = []
+    requests = count_request_bytes()
     try:
         addrs = start_servers(parts, d, net, stores)
         keys = load_keys(d / "writer.key")
@@ -363,6 +390,7 @@ def main() -> None:
             all0 = all_cpu()
             t0, c0, box0 = time.perf_counter(), time.process_time(), box_cpu()
             start[0], done[0], inbatch[0] = t0, 0, 0.0
+            requests.clear()
             if prof is not None:
                 prof.enable()
             for src, dst in data[1:]:
@@ -372,6 +400,7 @@ def main() -> None:
             if prof is not None:
                 prof.disable()
             wall, wcpu = time.perf_counter() - t0, time.process_time() - c0
+            requests = dict(requests)  # the batches' (not the stats asked after)
             box1, all1 = box_cpu(), all_cpu()
             me1 = threads_cpu(os.getpid())
             s1 = settled([s.proc.pid for s in stores])
@@ -390,6 +419,7 @@ def main() -> None:
             work1 = [index_work(s.address, d) for s in stores]
             work = [round((b[0] - a[0]) / BATCHES) for a, b in zip(work0, work1, strict=True)]
             syncs_all = [round((b[1] - a[1]) / BATCHES, 2) for a, b in zip(work0, work1, strict=True)]
+            log_kb = [round((b[2] - a[2]) / BATCHES / 1024, 1) for a, b in zip(work0, work1)]
             compaction = compacted(stores, d) if os.environ.get("COMPACT") else None
             admin.close()
             if WINDOW:
@@ -414,6 +444,9 @@ def main() -> None:
             "log_syncs_per_batch": syncs,
             "index_work_per_batch": work,
             "log_syncs_per_batch_every_server": syncs_all,
+            "log_kb_per_batch_every_server": log_kb,
+            "request_kb_per_batch": {op: [round(n / BATCHES, 2), round(b / BATCHES / 1024, 1)]
+                                     for op, (n, b) in requests.items()},
             "threads_ms_user_sys_faults_switches_queued": [per_batch(a, b) for a, b in zip(t_0, t_1, strict=True)],
             **({"compaction": compaction} if compaction else {}),
             **idle,

@@ -16,7 +16,7 @@ from graphrun.names import owners as base_owners
 from graphrun.partition.streaming import Neighbours, assign, capacity_for
 from graphrun.store.live import GROWTH_BLOCK, Piece, Rows, run_ids
 from graphrun.store.live_client import LiveView
-from graphrun.store.live_wire import PieceWire
+from graphrun.store.live_wire import PieceWire, end_dtype
 
 if TYPE_CHECKING:
     from graphrun.partition.book import PartitionBook
@@ -80,7 +80,7 @@ class Plan:
         self.deleted = _cat(b.deleted, np.int64)
         self.deleted_part = self._edge_owner(self.deleted) if len(self.deleted) else _NONE
         self.node_id = np.empty(0, np.int64)
-        self._eids: list[np.ndarray] = []  # each partition's new edges' ids, in order
+        self._eids: list[list[tuple[int, int]]] = []  # each partition's new edges' id runs
         self._by_part: list[list[np.ndarray]] | None = None  # made once ids are given
 
     def _place(self) -> np.ndarray:
@@ -205,7 +205,7 @@ class Plan:
         """The ids ``live_begin`` handed out, in partition order; then the ends."""
         nodes, edges, _ = self._split()
         self.node_id = _spread(nodes, node_runs, len(self.node_part))
-        self._eids = _ids_of(edges, edge_runs)
+        self._eids = _counted(edges, edge_runs)
         for ends in (self.src, self.dst) if len(self.orig) else ():
             new = ends < 0
             ends[new] = self.node_id[-ends[new] - 1]
@@ -244,8 +244,8 @@ class Plan:
 
         return Piece(
             version=version, new_nodes=rows(a.nodes), node_types=rows(a.ntypes),
-            node_orig=rows(a.orig), new_edges=rows(a.edges), edge_types=rows(a.etypes),
-            deleted_edges=rows(a.deleted),
+            node_orig=rows(a.orig), new_edges=rows(a.edges), edge_ids=a.edge_ids,
+            edge_types=rows(a.etypes), deleted_edges=rows(a.deleted),
             node_features={k: Rows.of(r) for k, r in a.node_feats.items()},
             edge_features={k: Rows.of(r) for k, r in a.edge_feats.items()},
             updates={k: (Rows.of(i), Rows.of(r)) for k, (i, r) in a.updates.items()},
@@ -282,8 +282,8 @@ class Plan:
 
         wire = PieceWire(
             version=version, new_nodes=maybe(a.nodes), node_types=maybe(a.ntypes),
-            node_orig=maybe(a.orig), new_edges=maybe(a.edges), edge_types=maybe(a.etypes),
-            deleted_edges=maybe(a.deleted),
+            node_orig=maybe(a.orig), new_edges=maybe(a.edges), edge_ids=a.edge_ids,
+            edge_types=maybe(a.etypes), deleted_edges=maybe(a.deleted),
             node_features={k: put(r) for k, r in a.node_feats.items()},
             edge_features={k: put(r) for k, r in a.edge_feats.items()},
             updates={k: (put(i), put(r)) for k, (i, r) in a.updates.items()},
@@ -298,15 +298,15 @@ class Plan:
             self._by_part = [_by_part(part, self.num_parts) for part in kinds]
         return self._by_part
 
-    def _edge_rows(self, p: int, pos: np.ndarray) -> np.ndarray | None:
-        """``[src, dst, eid]`` rows of partition ``p``'s new edges (at ``pos``), gathered
-        in place; their ids are ``p``'s runs as ``live_begin`` gave them, in order."""
+    def _edge_rows(self, pos: np.ndarray) -> np.ndarray | None:
+        """``[src, dst]`` of new edges (at ``pos``), gathered in place (int32 where the
+        graph's ids fit: :func:`end_dtype`; every end is a node id the plan checked);
+        their ids travel as runs beside them (``edge_ids``: ``live_begin``'s), not a row."""
         if not len(pos):
             return None
-        out = np.empty((3, len(pos)), np.int64)
+        out = np.empty((2, len(pos)), end_dtype(self.book.num_nodes))
         np.take(self.src, pos, out=out[0])
         np.take(self.dst, pos, out=out[1])
-        out[2] = self._eids[p]
         return out
 
     def _unnumbered_ends(self, pos: np.ndarray) -> np.ndarray | None:
@@ -314,7 +314,7 @@ class Plan:
         batch as ``-(k + 1)``, ``k`` its place in :meth:`orig_by_part` (see :meth:`folded`)."""
         if not len(pos):
             return None
-        out = np.empty((2, len(pos)), np.int64)
+        out = np.empty((2, len(pos)), end_dtype(self.book.num_nodes))
         np.take(self.src, pos, out=out[0])
         np.take(self.dst, pos, out=out[1])
         new = out < 0 if len(self.orig) else None  # no new node: no end to renumber
@@ -326,7 +326,8 @@ class Plan:
 
     def _arrays(self, p: int, numbered: bool = True) -> _PieceArrays:
         """Partition ``p``'s piece as arrays; not ``numbered``: before ids are given
-        (no new nodes' ids, new edges' ends alone: :meth:`folded`)."""
+        (no new nodes' ids or edge ids, new nodes among the ends as :meth:`folded` names
+        them). No edge types where the graph has one: each new edge is type 0."""
         nodes, edges, deleted = (pos[p] for pos in self._split())
         b = self.batch
         node_feats = _rows_of(b.feats, self.ntype, nodes, lambda k: self.book.ntype_id(k.type))
@@ -342,10 +343,12 @@ class Plan:
             return x[..., pos] if len(pos) else None
 
         node_ids = some(self.node_id, nodes) if numbered else None
-        new_edges = self._edge_rows(p, edges) if numbered else self._unnumbered_ends(edges)
+        new_edges = self._edge_rows(edges) if numbered else self._unnumbered_ends(edges)
+        eids = self._eids[p] if numbered and len(edges) else None
+        etypes = some(self.etype, edges) if len(self.book.edge_types) > 1 else None
         return _PieceArrays(
             node_ids, some(self.ntype, nodes), some(self.orig, nodes),
-            new_edges, some(self.etype, edges), some(self.deleted, deleted),
+            new_edges, eids, etypes, some(self.deleted, deleted),
             node_feats, edge_feats, updates,
         )  # fmt: skip
 
@@ -357,7 +360,8 @@ class _PieceArrays:
     nodes: np.ndarray | None
     ntypes: np.ndarray | None
     orig: np.ndarray | None
-    edges: np.ndarray | None
+    edges: np.ndarray | None  # [2, m] src, dst
+    edge_ids: list[tuple[int, int]] | None  # their ids: (start, count) runs
     etypes: np.ndarray | None
     deleted: np.ndarray | None
     node_feats: dict[str, np.ndarray]
@@ -404,23 +408,25 @@ def _by_part(part: np.ndarray, num_parts: int) -> list[np.ndarray]:
     return [order[cuts[p] : cuts[p + 1]] for p in range(num_parts)]
 
 
-def _ids_of(by_part: list[np.ndarray], runs: list[Any]) -> list[np.ndarray]:
-    """Each partition's ids, ``runs[p]``'s, as many as its items (``by_part[p]``)."""
-    ids = [run_ids(r) for r in runs]
-    if len(ids) != len(by_part):
-        raise StoreError(f"live_begin: ids for {len(ids)} partitions, asked {len(by_part)}")
+def _counted(by_part: list[np.ndarray], runs: list[Any]) -> list[list[tuple[int, int]]]:
+    """Each partition's ``(start, count)`` runs, ``runs[p]``, as many ids as its items
+    (``by_part[p]``); StoreError otherwise."""
+    if len(runs) != len(by_part):
+        raise StoreError(f"live_begin: ids for {len(runs)} partitions, asked {len(by_part)}")
+    out = [[(int(s), int(c)) for s, c in r] for r in runs]
     for p, mine in enumerate(by_part):
-        if len(ids[p]) != len(mine):
-            raise StoreError(f"live_begin: {len(ids[p])} ids for partition {p}, asked {len(mine)}")
-    return ids
+        if sum(c for _, c in out[p]) != len(mine):
+            raise StoreError(f"live_begin: {sum(c for _, c in out[p])} ids for partition "
+                             f"{p}, asked {len(mine)}")  # fmt: skip
+    return out
 
 
 def _spread(by_part: list[np.ndarray], runs: list[Any], n: int) -> np.ndarray:
     """Ids per item: partition ``p``'s items (positions ``by_part[p]``, in order) take
     ``runs[p]``'s ids."""
     out = np.empty(n, np.int64)
-    for mine, ids in zip(by_part, _ids_of(by_part, runs), strict=True):
-        out[mine] = ids
+    for mine, r in zip(by_part, _counted(by_part, runs), strict=True):
+        out[mine] = run_ids(r)
     return out
 
 

@@ -114,8 +114,9 @@ class Piece(msgspec.Struct, frozen=True, kw_only=True):
     node_types: Rows | None = None  # int32 ntype index per new node
     node_orig: Rows | None = None  # int64 original ids
     node_features: dict[str, Rows] = msgspec.field(default_factory=dict)
-    new_edges: Rows | None = None  # int64 [3, m]: src, dst (dst owned here), eid
-    edge_types: Rows | None = None  # int32 etype index
+    new_edges: Rows | None = None  # [2, m] src, dst (dst owned here; int64/32); [3, m]: eid too
+    edge_ids: list[tuple[int, int]] | None = None  # [2, m]'s ids: (start, count) runs
+    edge_types: Rows | None = None  # int32 etype index (None: all 0, one edge type)
     edge_features: dict[str, Rows] = msgspec.field(default_factory=dict)
     deleted_edges: Rows | None = None  # int64 eids owned here
     updates: dict[str, tuple[Rows, Rows]] = msgspec.field(default_factory=dict)

@@ -32,7 +32,7 @@ from graphrun.store.live import (
     Piece,
     Rows,
 )
-from graphrun.store.live_index import id_runs
+from graphrun.store.live_index import IdRuns, id_runs
 from graphrun.store.state import GRAPH_JOB
 
 if TYPE_CHECKING:
@@ -86,13 +86,15 @@ class Schema:
         return out
 
 
-def _ids(rows: Rows | None, what: str, dtype: str = "int64", ndim: int = 1) -> np.ndarray:
+def _ids(
+    rows: Rows | None, what: str, dtype: str = "int64", ndim: int = 1, height: int = 3
+) -> np.ndarray:
     if rows is None:
-        shape = (3, 0) if ndim == 2 else (0,)
+        shape = (height, 0) if ndim == 2 else (0,)
         return np.empty(shape, dtype=dtype)
     a = rows.array(what)
-    if a.dtype != np.dtype(dtype) or a.ndim != ndim or (ndim == 2 and a.shape[0] != 3):
-        want = f"{dtype} [3, m]" if ndim == 2 else f"1-d {dtype}"
+    if a.dtype != np.dtype(dtype) or a.ndim != ndim or (ndim == 2 and a.shape[0] != height):
+        want = f"{dtype} [{height}, m]" if ndim == 2 else f"1-d {dtype}"
         raise ArgumentError(f"{what}: expected {want}, got {a.dtype} {a.shape}")
     if a.shape[-1] > MAX_PIECE_ROWS:
         raise ArgumentError(f"{what}: {a.shape[-1]} rows, at most {MAX_PIECE_ROWS} per piece")
@@ -185,13 +187,8 @@ def check_piece(piece: Piece, schema: Schema, delta: LiveDelta, trusted: bool = 
     if not trusted and delta.taken_nodes.any_of(nodes, node_runs):
         raise ArgumentError("new_nodes: an id is taken already")
     new_rows = _features(piece.node_features, schema, "node", nodes, ntypes, "node_features")
-    edges = _ids(piece.new_edges, "new_edges", ndim=2)
-    etypes = _ids(piece.edge_types, "edge_types", "int32")
-    if len(etypes) != edges.shape[1]:
-        raise ArgumentError(f"edge_types: need {edges.shape[1]} (one per new edge)")
-    _in(etypes, 0, len(schema.edge_types), "edge_types")
-    edges_up = _new_ids(edges[2], e, e + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_edges eid")
-    edge_runs = _runs(edges[2], edges_up)
+    edges, edge_runs = _new_edges(piece, e, e + MAX_GROWTH_BLOCKS * GROWTH_BLOCK)
+    etypes = _edge_types(piece.edge_types, edges.shape[1], schema)
     if not trusted and delta.taken_edges.any_of(edges[2], edge_runs):
         raise ArgumentError("new_edges: an edge id is taken already")
     _in(edges[0], 0, n + MAX_GROWTH_BLOCKS * GROWTH_BLOCK, "new_edges src")
@@ -204,6 +201,82 @@ def check_piece(piece: Piece, schema: Schema, delta: LiveDelta, trusted: bool = 
     batch.deleted = _check_deleted(piece.deleted_edges, schema, None if trusted else delta)
     batch.updates = _check_updates(piece.updates, schema, None if trusted else delta)
     return batch
+
+
+def _new_edges(piece: Piece, lo: int, hi: int) -> tuple[np.ndarray, IdRuns]:
+    """The new edges as ``[3, m]`` src, dst, eid, and their ids' runs. A writer sends
+    ``[2, m]`` (int64 or int32) and the ids as the ``(start, count)`` runs the
+    sequencer handed out (``edge_ids``: two thirds of the bytes less on the wire and in
+    the log); an older
+    writer, or a log record from before, sends them as a third row. Ids in ``[lo, hi)``,
+    increasing (none twice)."""
+    if piece.edge_ids is None:
+        edges = _ids(piece.new_edges, "new_edges", ndim=2)
+        return edges, _runs(edges[2], _new_ids(edges[2], lo, hi, "new_edges eid"))
+    ends = _ends(piece.new_edges)
+    m = ends.shape[1]
+    starts, counts = _id_runs(piece.edge_ids, m, lo, hi)
+    edges = np.empty((3, m), np.int64)
+    edges[:2] = ends
+    if len(starts) <= 16:  # the sequencer's runs: one or two (half the CPU of a repeat)
+        at = 0
+        for start, count in zip(starts.tolist(), counts.tolist(), strict=True):
+            edges[2, at : at + count] = np.arange(start, start + count)
+            at += count
+    else:
+        first = np.cumsum(counts) - counts  # each run's first position
+        np.add(np.arange(m), np.repeat(starts - first, counts), out=edges[2])
+    return edges, (starts, starts + counts)
+
+
+def _ends(rows: Rows | None) -> np.ndarray:
+    """``[2, m]`` src, dst beside ``edge_ids``: int64, or int32 where every node id of
+    the graph fits (the writer's choice: :func:`~graphrun.store.live_wire.end_dtype`;
+    half the bytes again)."""
+    if rows is not None and rows.dtype == "int32":
+        return _ids(rows, "new_edges", "int32", ndim=2, height=2)
+    return _ids(rows, "new_edges", ndim=2, height=2)
+
+
+def _id_runs(
+    runs: list[tuple[int, int]], m: int, lo: int, hi: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``edge_ids``' starts and counts: ``m`` ids in all, each in ``[lo, hi)``, the runs
+    in increasing order and apart (no id twice)."""
+    if len(runs) > m:
+        raise ArgumentError(f"edge_ids: {len(runs)} runs for {m} new edges")
+    try:
+        r = np.asarray(runs, np.int64).reshape(-1, 2)
+    except (OverflowError, ValueError):
+        raise ArgumentError("edge_ids: runs must be (start, count) pairs of int64") from None
+    starts, counts = r[:, 0], r[:, 1]
+    if len(r) and (int(counts.min()) < 1 or int(counts.max()) > m):
+        raise ArgumentError(f"edge_ids: a run's count is not in [1, {m}]")
+    if int(counts.sum()) != m:
+        raise ArgumentError(f"edge_ids: {int(counts.sum())} ids for {m} new edges")
+    if len(r) and (int(starts.min()) < lo or int(starts.max()) >= hi
+                   or int((starts + counts).max()) > hi):  # fmt: skip
+        raise ArgumentError(f"edge_ids: a run is out of range [{lo}, {hi})")
+    if bool((starts[1:] < starts[:-1] + counts[:-1]).any()):
+        raise ArgumentError("edge_ids: runs overlap or are out of order")
+    return starts, counts
+
+
+_TYPE_0 = np.zeros(MAX_PIECE_ROWS, np.int32)  # calloc'd: pages only read, never touched
+_TYPE_0.setflags(write=False)
+
+
+def _edge_types(rows: Rows | None, m: int, schema: Schema) -> np.ndarray:
+    """The new edges' types; left out (None) where the graph has one edge type: each is
+    type 0 (the writer sends none: a fifth of a piece's bytes), a view of one read-only
+    array of zeros (no array of its own a piece, the delta's memory that faults in)."""
+    if rows is None and len(schema.edge_types) == 1:
+        return _TYPE_0[:m]
+    etypes = _ids(rows, "edge_types", "int32")
+    if len(etypes) != m:
+        raise ArgumentError(f"edge_types: need {m} (one per new edge)")
+    _in(etypes, 0, len(schema.edge_types), "edge_types")
+    return etypes
 
 
 def _runs(ids: np.ndarray, increasing: bool) -> tuple[np.ndarray, np.ndarray]:

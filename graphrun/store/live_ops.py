@@ -231,7 +231,7 @@ def stats_fields(state: ServerState) -> dict[str, object]:
     """What ``stats`` reports of the live graph: pieces held, the sequencer's head, and
     (``live``) versions held, the index entries its delta has written (``index_work``:
     fresh runs and merges; benchmarks/live_ingest_cpu.py gives it a batch) and the log's
-    records and syncs (groups)."""
+    records, syncs (groups) and bytes."""
     live = state.extension_data.get(KEY)
     if not isinstance(live, LivePart):
         return {}
@@ -241,7 +241,8 @@ def stats_fields(state: ServerState) -> dict[str, object]:
         out |= {"live_head": live.seq.head, "live_undecided": len(live.seq.begun)}
     wal = live.log.wal if live.log is not None else None
     inner = {"pending": pending, "committed": committed, "index_work": live.delta.work}
-    inner |= {"log_records": wal.count, "log_syncs": wal.syncs} if wal is not None else {}
+    if wal is not None:  # and the bytes of its records (benchmarks/live_ingest_cpu.py)
+        inner |= {"log_records": wal.count, "log_syncs": wal.syncs, "log_bytes": wal.size}
     return {**out, "live": inner}
 
 

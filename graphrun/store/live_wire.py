@@ -9,10 +9,19 @@ import msgspec
 import numpy as np
 
 from graphrun.errors import ArgumentError
-from graphrun.store.live import Piece, Rows, run_ids
+from graphrun.store.live import GROWTH_BLOCK, MAX_GROWTH_BLOCKS, Piece, Rows, run_ids
 from graphrun.store.registry import Request
 
 Runs = list[list[tuple[int, int]]]  # [(start, count), ...] per partition
+_INT32_IDS = np.iinfo(np.int32).max - MAX_GROWTH_BLOCKS * GROWTH_BLOCK  # base nodes, at most
+
+
+def end_dtype(num_nodes: int) -> type[np.signedinteger]:
+    """The dtype of a piece's new edges' ends (``[2, m]`` src, dst beside their
+    ``edge_ids``): int32 where every node id of a graph of ``num_nodes`` base nodes fits,
+    growth ids and a begin's ``-(k + 1)`` included (half the bytes on the wire and in
+    the log; the partition widens them as it checks them), else int64."""
+    return np.int32 if num_nodes <= _INT32_IDS else np.int64
 
 
 class PieceWire(msgspec.Struct, frozen=True, kw_only=True):
@@ -24,8 +33,9 @@ class PieceWire(msgspec.Struct, frozen=True, kw_only=True):
     node_types: int | None = None
     node_orig: int | None = None
     node_features: dict[str, int] = msgspec.field(default_factory=dict)
-    new_edges: int | None = None
-    edge_types: int | None = None
+    new_edges: int | None = None  # [2, m] src, dst ([3, m] with eid: an older writer's)
+    edge_ids: list[tuple[int, int]] | None = None  # their ids, (start, count) runs
+    edge_types: int | None = None  # None: all 0 (a graph of one edge type)
     edge_features: dict[str, int] = msgspec.field(default_factory=dict)
     deleted_edges: int | None = None
     updates: dict[str, tuple[int, int]] = msgspec.field(default_factory=dict)
@@ -78,6 +88,7 @@ def piece_to_wire(piece: Piece) -> tuple[dict[str, object], list[np.ndarray]]:
         node_orig=put(piece.node_orig),
         node_features=put_all(piece.node_features),
         new_edges=put(piece.new_edges),
+        edge_ids=piece.edge_ids,
         edge_types=put(piece.edge_types),
         edge_features=put_all(piece.edge_features),
         deleted_edges=put(piece.deleted_edges),
@@ -134,6 +145,7 @@ def piece_from_wire(req: Request, wire: PieceWire) -> Piece:
         node_orig=get(wire.node_orig, "node_orig"),
         node_features=get_all(wire.node_features, "node_features"),
         new_edges=get(wire.new_edges, "new_edges"),
+        edge_ids=wire.edge_ids,
         edge_types=get(wire.edge_types, "edge_types"),
         edge_features=get_all(wire.edge_features, "edge_features"),
         deleted_edges=get(wire.deleted_edges, "deleted_edges"),
@@ -152,39 +164,47 @@ def numbered_piece(
 ) -> Piece:
     """Partition 0's piece as ``live_begin`` carries it, numbered by the sequencer with
     what it handed out (``version``, ``[(start, count), ...]`` runs per partition): its
-    new nodes' ids (partition 0's run), its new edges' ids (a third row under the
-    ``[2, m]`` src, dst the writer sent), and the batch's new nodes among the ends,
-    sent as ``-(k + 1)`` for the ``k``-th original id of the begin (in partition order:
-    the ``k``-th id of the runs). ArgumentError naming the field if the piece names ids
-    of its own there or an end names no new node of the batch."""
+    new nodes' ids (partition 0's run), its new edges' ids (``edge_ids``: partition 0's
+    runs, beside the ``[2, m]`` src, dst the writer sent), and the batch's new nodes
+    among the ends, sent as ``-(k + 1)`` for the ``k``-th original id of the begin (in
+    partition order: the ``k``-th id of the runs; the ends are copied only then).
+    ArgumentError naming the field if the piece names ids of its own there or an end
+    names no new node of the batch."""
     new_ids = run_ids([r for runs in node_runs for r in runs])
     node_ids = new_ids[: sum(c for _, c in node_runs[0])]  # partition 0's come first
-    edge_ids = run_ids(edge_runs[0])
-    if wire.new_nodes is not None:
-        raise ArgumentError(f"{req.op}: piece.new_nodes is the sequencer's to fill")
+    m = sum(c for _, c in edge_runs[0])
+    for field in ("new_nodes", "edge_ids"):
+        if getattr(wire, field) is not None:
+            raise ArgumentError(f"{req.op}: piece.{field} is the sequencer's to fill")
     piece = piece_from_wire(req, wire)
-    edges = np.empty((3, 0), np.int64)
-    if piece.new_edges is not None:
-        ends = piece.new_edges.array("piece.new_edges")
-        if ends.ndim != 2 or ends.shape[0] != 2 or ends.dtype != np.int64:
-            raise ArgumentError(f"{req.op}: piece.new_edges must be int64 [2, m] (src, dst), "
-                                f"got {ends.dtype} {ends.shape}")  # fmt: skip
-        if ends.shape[1] != len(edge_ids):
+    edges = piece.new_edges
+    if edges is not None:
+        ends = edges.array("piece.new_edges")
+        if ends.ndim != 2 or ends.shape[0] != 2 or ends.dtype not in (np.int64, np.int32):
+            raise ArgumentError(f"{req.op}: piece.new_edges must be int64 or int32 [2, m] "
+                                f"(src, dst), got {ends.dtype} {ends.shape}")  # fmt: skip
+        if ends.shape[1] != m:
             raise ArgumentError(f"{req.op}: piece.new_edges has {ends.shape[1]} edges, the "
-                                f"begin counts {len(edge_ids)} for partition 0")  # fmt: skip
-        edges = np.empty((3, ends.shape[1]), np.int64)
-        edges[:2] = ends
-        edges[2] = edge_ids
+                                f"begin counts {m} for partition 0")  # fmt: skip
         if ends.size and int(ends.min()) < 0:  # new nodes among the ends (one pass if none)
-            new = edges[:2] < 0
-            k = -edges[:2][new] - 1
-            if int(k.max()) >= len(new_ids):
-                raise ArgumentError(f"{req.op}: piece.new_edges names new node "
-                                    f"{int(k.max())} of {len(new_ids)}")  # fmt: skip
-            edges[:2][new] = new_ids[k]
-    elif len(edge_ids):
-        raise ArgumentError(f"{req.op}: piece.new_edges is missing ({len(edge_ids)} edges)")
+            edges = _taken(_renumbered(req, ends, new_ids))
+    elif m:
+        raise ArgumentError(f"{req.op}: piece.new_edges is missing ({m} edges)")
     return msgspec.structs.replace(
         piece, version=version, new_nodes=_taken(node_ids) if len(node_ids) else None,
-        new_edges=_taken(edges) if edges.shape[1] else None,
+        new_edges=edges if m else None,
+        edge_ids=[(int(s), int(c)) for s, c in edge_runs[0]] if m else None,
     )  # fmt: skip
+
+
+def _renumbered(req: Request, ends: np.ndarray, new_ids: np.ndarray) -> np.ndarray:
+    """``ends`` with each ``-(k + 1)`` replaced by ``new_ids[k]`` (an int64 copy: the
+    frame is read-only); ArgumentError if ``k`` is past the batch's new nodes."""
+    out = ends.astype(np.int64)
+    new = out < 0
+    k = -out[new] - 1
+    if int(k.max()) >= len(new_ids):
+        raise ArgumentError(f"{req.op}: piece.new_edges names new node "
+                            f"{int(k.max())} of {len(new_ids)}")  # fmt: skip
+    out[new] = new_ids[k]
+    return out

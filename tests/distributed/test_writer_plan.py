@@ -42,6 +42,9 @@ def plan_of(book: Any, src: list[int], dst: list[int], blocks: list[int] = ()) -
 
 
 def test_new_edges_go_to_their_dst_s_owner_with_their_ids(book):
+    """A piece's new edges are ``[2, m]`` src, dst and their ids the runs ``live_begin``
+    gave (no third row), int32 where the graph's ids fit, without edge types where the
+    graph has one (issue 42, wire65: the bytes of a piece, on the wire and in the logs)."""
     rng = np.random.default_rng(0)
     src, dst = rng.integers(0, book.num_nodes, (2, 500))
     plan = plan_of(book, src.tolist(), dst.tolist())
@@ -50,13 +53,18 @@ def test_new_edges_go_to_their_dst_s_owner_with_their_ids(book):
     counts = plan.edge_counts()
     first = book.num_edges
     plan.give_ids([[], []], [[[first, counts[0]]], [[first + 10**6, counts[1]]]])
+    assert len(book.edge_types) == 1
     for p in plan.parts():
-        edges = plan.piece(p, 1).new_edges
-        assert edges is not None
-        rows = edges.array("piece")
+        piece = plan.piece(p, 1)
+        assert piece.new_edges is not None and piece.edge_types is None
+        rows = piece.new_edges.array("piece")
         mine = np.flatnonzero(want == p)
+        assert rows.shape == (2, len(mine)) and rows.dtype == np.int32  # the ids fit
         assert (rows[0] == src[mine]).all() and (rows[1] == dst[mine]).all()
-        assert (rows[2] == first + 10**6 * p + np.arange(len(mine))).all()
+        assert piece.edge_ids == [(first + 10**6 * p, len(mine))]
+        body, tensors = plan.wire(p, 1)
+        assert sum(t.nbytes for t in tensors) == 8 * len(mine)  # src, dst: nothing else
+        assert body["edge_ids"] == [(first + 10**6 * p, len(mine))]
 
 
 def test_a_growth_id_goes_to_its_block_s_owner(book):
