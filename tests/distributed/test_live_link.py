@@ -358,5 +358,5 @@ def test_a_head_following_link_loader_serves_its_steps_when_positives_go_mid_epo
         loss, _, counted = LinkPrediction.loss(SimpleNamespace(_scores=scores), model,
                                                SimpleNamespace(data=last))  # fmt: skip
         loss.backward()
-        assert float(loss) == 0.0 and counted == 0
+        assert loss.item() == 0.0 and counted == 0
         assert all(p.grad is None or not p.grad.any() for p in model.parameters())
