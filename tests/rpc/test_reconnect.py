@@ -16,8 +16,12 @@ from graphrun.testing.threads import ServerThread
 
 
 def handler(peer, msg):
+    """``silent``: no answer; ``slow``: answered after 0.2 s (a request's loss, read at
+    its wait, then comes before its answer, whatever the threads' turns)."""
     if msg.op == "silent":
         return None
+    if msg.op == "slow":
+        time.sleep(0.2)
     return Message(MsgKind.REPLY, msg.op, msg.request_id, msg.body)
 
 
@@ -26,11 +30,11 @@ def keys():
     return new_keypair()
 
 
-def _port(address: str) -> int:
+def port_of(address: str) -> int:
     return int(address.rsplit(":", 1)[1])
 
 
-def _reconnected(port: int, timeout: float = 10.0) -> None:
+def wait_reconnected(port: int, timeout: float = 10.0) -> None:
     """Wait until this process holds an established TCP connection to ``port`` (the
     client's, made again by libzmq in the background), and a moment for libzmq's
     event of it: the client itself is not asked (asking would read its events)."""
@@ -55,8 +59,8 @@ def test_the_first_request_after_the_server_restarted_is_answered(keys):
             before = c.send("silent")  # in flight when the server stops
             s.stop()
             s = ServerThread(address, handler, keys=keys).start()
-            _reconnected(_port(address))
-            assert c.call("echo", {"a": 2}).body == {"a": 2}
+            wait_reconnected(port_of(address))
+            assert c.call("slow", {"a": 2}).body == {"a": 2}
             with pytest.raises(RpcError, match="connection lost"):
                 c.wait(before)
             assert c.call("echo", {"a": 3}).body == {"a": 3}
@@ -71,10 +75,10 @@ def test_an_idle_client_restarted_twice_is_answered_each_time(keys):
     try:
         with RpcClient(address, keys=keys, timeout=5) as c:
             for k in range(3):
-                assert c.call("echo", {"k": k}).body == {"k": k}
+                assert c.call("slow", {"k": k}).body == {"k": k}
                 s.stop()
                 s = ServerThread(address, handler, keys=keys).start()
-                _reconnected(_port(address))
+                wait_reconnected(port_of(address))
     finally:
         s.stop()
 
