@@ -361,6 +361,7 @@ class RpcClient:
         self._handshake_resets = 0  # handshakes closed under it since the last that ended
         self._retry_after_reset = False
         self._told: tuple[type[RpcError], str] | None = None  # the last failure (_news)
+        self.losses = 0  # connections lost after a handshake, as taken in (a new server?)
         # for the message of a timeout (_silence): a connection is up now, was ever up,
         # and finished its handshake
         self._connected = self._ever_connected = self._greeted = False
@@ -540,7 +541,7 @@ class RpcClient:
                 self._auth_failed = False
                 self._handshake_resets = 0
             elif event == zmq.EVENT_DISCONNECTED and self._handshake_ok:
-                self._connected = self._greeted = False
+                self._connected, self._greeted, self.losses = False, False, self.losses + 1
                 self._drain()  # replies that arrived before it (the answer to `stop`)
                 self._fail_all(RpcError, LOST_TEXT)
             elif event == zmq.EVENT_DISCONNECTED:
