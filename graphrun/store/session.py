@@ -7,7 +7,9 @@ backup is gone, drops it and sends the request again to the partition's main ser
 
 With replicated partitions (:mod:`graphrun.store.replicas`) it also joins the replicas
 each primary announces. When a primary stops answering (a request times out or its
-connection is lost) the partition **fails over**: its replica becomes the server of
+connection is lost, with requests in flight or before the next is sent: a server
+restarted on the address does not know the session) the partition **fails over**: its
+replica becomes the server of
 every later request (reads and writes), the primary's backups and shared memory are no
 longer used (they would serve the dead primary's stale rows), and the requests still
 waiting on the primary are sent to the replica at once. Writes (``push``, ``init``,
