@@ -558,7 +558,7 @@ class GraphWriter:
                     reply = session.wait(session.request(0, "live_decide", body), left)
                     return bool(reply.body.get("committed"))
                 return said == "committed"
-            except GraphrunError as exc:  # a lost connection's news, or still away
+            except GraphrunError as exc:  # its server not connected again yet: ask again
                 if not lost(exc) or time.monotonic() + 0.2 >= end:
                     log.warning("version %d: its fate asked again: %s", u.version, exc)
                     return None

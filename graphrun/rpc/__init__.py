@@ -7,6 +7,7 @@
 * :mod:`graphrun.rpc.auth`: the job key pair (:func:`generate_keys`, :func:`load_keys`).
 * :mod:`graphrun.rpc.access`: the admin key and the job keys of a shared store.
 * :mod:`graphrun.rpc.guard`: what one connection may make a server buffer.
+* :mod:`graphrun.rpc.events`: the socket monitor's events a client and a server watch.
 """
 
 from graphrun.rpc.auth import KeyPair, generate_keys, load_keys, new_keypair

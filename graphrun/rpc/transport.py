@@ -8,7 +8,9 @@ id at once, :meth:`RpcClient.wait` collects that reply (other replies that arriv
 meanwhile are kept), so any number of requests can be in flight. Every wait has a
 deadline. Failures raise the :mod:`graphrun.errors` tree with the server address and
 the operation name; a handshake refused for a wrong key raises ``AuthError`` and a
-lost connection fails the requests in flight instead of letting them hang. A client
+lost connection fails the requests in flight instead of letting them hang (each may or
+may not have been applied), and the next one sent unless the client connected again
+meanwhile: a server restarted on the address answers it (``RpcClient._news``). A client
 with somewhere else to go (``give_up_if_refused``) takes a refused connect as the
 answer instead of waiting out the timeout.
 
@@ -53,6 +55,14 @@ from graphrun.rpc.codec import (
     error_message,
     peek_request,
 )
+from graphrun.rpc.events import (
+    AUTH_TEXT,
+    FAIL_EVENTS,
+    LOST_TEXT,
+    REFUSED_EVENTS,
+    REFUSED_TEXT,
+    RETRIED_EVENTS,
+)
 from graphrun.rpc.guard import CHECK_S as GUARD_CHECK_S
 from graphrun.rpc.guard import GuardedRouter, RouterLimits
 from graphrun.rpc.waker import Waker
@@ -96,33 +106,7 @@ def error_type(exc: BaseException) -> str:
 # Bad or failed requests: at most 10 lines a minute (a fuzzer made 6,248 lines in one run)
 NOISY = RateLimitedLog(log)
 
-_REFUSED_EVENTS = (
-    zmq.EVENT_HANDSHAKE_FAILED_AUTH
-    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-)
-
-_FAIL_EVENTS = (
-    zmq.EVENT_HANDSHAKE_FAILED_AUTH
-    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-    | zmq.EVENT_DISCONNECTED
-    | zmq.EVENT_HANDSHAKE_SUCCEEDED
-    | zmq.EVENT_CONNECTED
-)
-
-# A connect that failed at once (the host answered with a reset: nothing listens there; no
-# route; a name that does not resolve): libzmq retries every ~100 ms, each time this event.
-# A host that does not answer at all leaves the connect pending (CONNECT_DELAYED only).
-# Watched only by a client that asked (RpcClient(give_up_if_refused=True)) and only until
-# its first handshake: a monitor nobody reads fills up (2000 events) and then blocks the
-# context's I/O thread, every socket of it (pyzmq 27 / libzmq 4.3.5, tried here).
-_RETRIED_EVENTS = _FAIL_EVENTS | zmq.EVENT_CONNECT_RETRIED
 _MONITORS = itertools.count()  # inproc names of re-armed monitors
-_REFUSED_TEXT = (
-    "connection refused (no server listens at this address: the connect failed at once, "
-    "a reset from its host, no route to it or a name that does not resolve)"
-)
 
 
 class RpcServer:
@@ -158,7 +142,7 @@ class RpcServer:
             limits.max_frames, limits.max_request_frame_bytes, limits.max_request_bytes
         )
         self._router = GuardedRouter(
-            self._sock, bounds, keys is not None, name, NOISY.warning, _REFUSED_EVENTS,
+            self._sock, bounds, keys is not None, name, NOISY.warning, REFUSED_EVENTS,
             self._log_refused,
         )  # fmt: skip
         self.guard = self._router.guard
@@ -323,9 +307,6 @@ def _user_id(frame: Any) -> str | None:
         return None
 
 
-_AUTH_TEXT = "handshake refused: this client does not hold the job key"
-
-
 def _remote_error(msg: Message, address: str) -> GraphrunError:
     etype = msg.body.get("type", "RemoteError")
     text = str(msg.body.get("message", "unknown error"))
@@ -353,7 +334,7 @@ class RpcClient:
         replicas, an optional backup): a connect the server's host refuses (nothing listens)
         fails the requests at once with RpcError instead of waiting out their timeout. A
         host that does not answer at all still takes the timeout. Only until the first
-        handshake succeeds (the server is there); see ``_RETRIED_EVENTS``."""
+        handshake succeeds (the server is there); see ``RETRIED_EVENTS``."""
         self.address = address
         self.limits = limits
         self.timeout = timeout
@@ -367,7 +348,7 @@ class RpcClient:
         self._watch_refused = give_up_if_refused
         self._refused = False  # the last connect failed at once (see give_up_if_refused)
         self._monitor = self._sock.get_monitor_socket(
-            _RETRIED_EVENTS if give_up_if_refused else _FAIL_EVENTS
+            RETRIED_EVENTS if give_up_if_refused else FAIL_EVENTS
         )
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
@@ -379,6 +360,8 @@ class RpcClient:
         self._auth_failed = False
         self._handshake_resets = 0  # handshakes closed under it since the last that ended
         self._retry_after_reset = False
+        self._told: tuple[type[RpcError], str] | None = None  # the last failure (_news)
+        self.losses = 0  # connections lost after a handshake, as taken in (a new server?)
         # for the message of a timeout (_silence): a connection is up now, was ever up,
         # and finished its handshake
         self._connected = self._ever_connected = self._greeted = False
@@ -400,15 +383,20 @@ class RpcClient:
         connect_timeout: float | None = None,
     ) -> int:
         """Send a request and return its id at once; with no connection to the server,
-        wait ``connect_timeout`` for one (the client's timeout by default)."""
+        wait ``connect_timeout`` for one (the client's timeout by default). A failure the
+        connection's news tells (:meth:`_news`) fails it unsent, at its wait."""
         rid = next(self._ids)
         msg = Message(MsgKind.REQUEST, op, rid, dict(body or {}), tuple(tensors))
         frames = encode(msg)
+        news = self._news()
+        if news is not None:
+            self._done[rid] = news[0](news[1], address=self.address, kind=op)
+            return rid
         wait = self.timeout if connect_timeout is None else connect_timeout
         deadline = time.monotonic() + wait
         while True:  # a DEALER without a connected peer would block: never wait blindly
             if self._auth_failed:
-                raise AuthError(_AUTH_TEXT, address=self.address, kind=op)
+                raise AuthError(AUTH_TEXT, address=self.address, kind=op)
             try:
                 send_frames(self._sock, frames, flags=zmq.NOBLOCK)
                 break
@@ -424,6 +412,16 @@ class RpcClient:
                 raise RpcError(f"send failed ({exc})", address=self.address, kind=op) from exc
         self._inflight[rid] = op
         return rid
+
+    def _news(self) -> tuple[type[RpcError], str] | None:
+        """The connection's events, taken in before a request is sent: a loss among them
+        fails the requests sent before, and the new one too (unsent: a session fails over
+        at once) unless a connection was made again since. Read only at a wait, an idle
+        client's loss failed the first request sent after its server was back."""
+        self._told = None
+        self._on_monitor()
+        news, self._told = self._told, None
+        return news
 
     @property
     def sockets(self) -> tuple[zmq.Socket, zmq.Socket]:
@@ -452,7 +450,7 @@ class RpcClient:
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while rid not in self._done:
             if self._refused:
-                self._fail_all(RpcError, _REFUSED_TEXT)
+                self._fail_all(RpcError, REFUSED_TEXT)
                 continue
             left = deadline - time.monotonic()
             if left <= 0:
@@ -514,7 +512,7 @@ class RpcClient:
 
     def _unwatch_refused(self) -> None:
         """The server answered a handshake: stop watching for refused connects (a dead
-        server's retries would fill the monitor; ``_RETRIED_EVENTS``). The monitor is
+        server's retries would fill the monitor; ``RETRIED_EVENTS``). The monitor is
         armed again without them, after the events so far are taken in."""
         self._on_monitor()
         self._watch_refused = self._refused = False
@@ -522,7 +520,7 @@ class RpcClient:
         self._sock.disable_monitor()
         self._monitor.close(0)
         addr = f"inproc://graphrun-rpc-monitor-{os.getpid()}-{next(_MONITORS)}"
-        self._monitor = self._sock.get_monitor_socket(_FAIL_EVENTS, addr)
+        self._monitor = self._sock.get_monitor_socket(FAIL_EVENTS, addr)
         self._poller.register(self._monitor, zmq.POLLIN)
 
     def _on_monitor(self) -> None:
@@ -533,9 +531,9 @@ class RpcClient:
                     self._retry_after_reset = False
                 elif self._watch_refused and not self._connected:
                     self._refused = True
-                    self._fail_all(RpcError, _REFUSED_TEXT)
+                    self._fail_all(RpcError, REFUSED_TEXT)
             elif event == zmq.EVENT_CONNECTED:
-                self._refused = False
+                self._refused, self._told = False, None
                 self._connected = self._ever_connected = True
                 self._greeted = False
             elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
@@ -543,23 +541,24 @@ class RpcClient:
                 self._auth_failed = False
                 self._handshake_resets = 0
             elif event == zmq.EVENT_DISCONNECTED and self._handshake_ok:
-                self._connected = self._greeted = False
+                self._connected, self._greeted, self.losses = False, False, self.losses + 1
                 self._drain()  # replies that arrived before it (the answer to `stop`)
-                self._fail_all(RpcError, "connection lost (server stopped or crashed?)")
+                self._fail_all(RpcError, LOST_TEXT)
             elif event == zmq.EVENT_DISCONNECTED:
                 self._connected = self._greeted = False
             elif event & (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL):
-                self._fail_all(AuthError, _AUTH_TEXT)  # a wrong key: a protocol error
+                self._fail_all(AuthError, AUTH_TEXT)  # a wrong key: a protocol error
             elif event & zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
                 # the connection closed before the handshake ended: a server refusing our
                 # key may close it so (then every attempt does), or a server killed as we
                 # joined (then the next attempt is refused: its clients fail over)
                 if self._handshake_resets:
-                    self._fail_all(AuthError, _AUTH_TEXT)
+                    self._fail_all(AuthError, AUTH_TEXT)
                 self._handshake_resets += 1
                 self._retry_after_reset = True  # the retry it schedules is no refusal
 
     def _fail_all(self, cls: type[RpcError], text: str) -> None:
+        self._told = cls, text
         for rid, op in self._inflight.items():
             self._done[rid] = cls(text, address=self.address, kind=op)
         self._inflight.clear()

@@ -7,7 +7,9 @@ backup is gone, drops it and sends the request again to the partition's main ser
 
 With replicated partitions (:mod:`graphrun.store.replicas`) it also joins the replicas
 each primary announces. When a primary stops answering (a request times out or its
-connection is lost) the partition **fails over**: its replica becomes the server of
+connection is lost, with requests in flight or before the next is sent: a server
+restarted on the address does not know the session) the partition **fails over**: its
+replica becomes the server of
 every later request (reads and writes), the primary's backups and shared memory are no
 longer used (they would serve the dead primary's stale rows), and the requests still
 waiting on the primary are sent to the replica at once. Writes (``push``, ``init``,
@@ -49,6 +51,7 @@ from graphrun.errors import ArgumentError, AuthError, GraphrunError, RpcError, R
 from graphrun.partition.book import PartitionBook
 from graphrun.rpc.auth import KeyPair
 from graphrun.rpc.codec import Message
+from graphrun.rpc.events import LOST_TEXT
 from graphrun.rpc.transport import RpcClient
 from graphrun.store.replicas import WRITE_OPS, is_dropped, is_fenced
 from graphrun.store.shm import OwnerWatch, same_host
@@ -406,9 +409,34 @@ class Session:
             full["v"] = self.version  # the delta is the main server's: a read goes there
             main_only = True
         conn = self.part(part).main if main_only or op in WRITE_OPS else self._pick(part)
+        conn = self._joined(part, conn)
         if op in WRITE_OPS:
             full["w"] = next(self._writes)
         return Pending(conn, conn.send(op, full, tensors), part, op, full, tensors)
+
+    def _joined(self, part: int, conn: RpcClient) -> RpcClient:
+        """``conn``, or the server to ask instead when its connection was lost since this
+        session joined: its server is gone, or restarted on the address without the
+        session (it refuses the requests that need one). As for a request in flight on
+        it then: a backup is dropped, a primary with replicas fails over; a main server
+        without replicas is kept (a restarted one answers what needs no session)."""
+        e = self.part(part)
+        while True:
+            conn.take_in()  # the connection's news (a loss fails its requests in flight)
+            if not conn.losses or (conn is e.main and not e.replicas):
+                return conn
+            lost = RpcError(LOST_TEXT, address=conn.address)
+            if conn is e.main:
+                self._fail_over(part, e, lost)
+            else:
+                self._drop_backup(e, conn, lost)
+            conn = e.main
+
+    def _drop_backup(self, e: PartServers, conn: RpcClient, exc: Exception) -> None:
+        log.warning("backup %s failed (%s); using the main server", conn.address, exc)
+        if conn in e.conns:
+            e.conns.remove(conn)
+            conn.close()
 
     def ready(self, pending: Pending) -> bool:
         """Whether :meth:`wait` for ``pending`` would not block on its server (its reply
@@ -434,12 +462,7 @@ class Session:
                         raise
                     self._fail_over(pending.part, e, exc)
                 else:
-                    log.warning(
-                        "backup %s failed (%s); using the main server", pending.conn.address, exc
-                    )
-                    if pending.conn in e.conns:
-                        e.conns.remove(pending.conn)
-                        pending.conn.close()
+                    self._drop_backup(e, pending.conn, exc)
                 msg = self._resend(e, pending, timeout)
         if e is not None and e.replicas and "replicas" in msg.body:
             self._prune(pending.part, e, msg.body["replicas"])
