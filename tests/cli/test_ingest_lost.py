@@ -18,11 +18,10 @@ import numpy as np
 import pytest
 
 from graphrun.distributed.writer import GraphWriter
-from graphrun.rpc.auth import generate_keys, load_keys
-from graphrun.store.shm import DEFAULT_SHM_DIR, clean_stale
+from graphrun.rpc.auth import load_keys
 from graphrun.testing.procs import child_env
 from tests.cli.test_ingest_live import write_npy
-from tests.store.test_live_durable import Cluster
+from tests.store.test_live_durable import Cluster, running
 
 pytestmark = pytest.mark.integration
 CHUNK = 5  # nodes a chunk
@@ -31,16 +30,8 @@ TIMEOUT_S = 2  # the writer's: a sequencer silent this long is lost to it
 
 @pytest.fixture
 def cluster(tmp_path):
-    key_file = tmp_path / "store.key"
-    generate_keys(key_file)
-    c = Cluster(tmp_path, key_file)
-    try:
-        c.start(0)
-        c.start(1)
+    with running(tmp_path) as c:  # a key of its own
         yield c
-    finally:
-        c.stop()
-        clean_stale(DEFAULT_SHM_DIR)
 
 
 def rows_committed(line: str, name: str, first: int) -> set[int]:

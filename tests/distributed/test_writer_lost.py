@@ -14,27 +14,18 @@ import pytest
 
 from graphrun.distributed.writer import GraphWriter
 from graphrun.errors import GraphrunError
-from graphrun.rpc.auth import generate_keys, load_keys
+from graphrun.rpc.auth import load_keys
 from graphrun.store.client import ClientConfig, KVClient
-from graphrun.store.shm import DEFAULT_SHM_DIR, clean_stale
 from tests.distributed.test_writer_answers import node_rows
-from tests.store.test_live_durable import Cluster
+from tests.store.test_live_durable import running
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def cluster(tmp_path):
-    key_file = tmp_path / "store.key"
-    generate_keys(key_file)
-    c = Cluster(tmp_path, key_file)
-    try:
-        c.start(0)
-        c.start(1)
+    with running(tmp_path) as c:  # a key of its own
         yield c
-    finally:
-        c.stop()
-        clean_stale(DEFAULT_SHM_DIR)
 
 
 def test_a_writer_settles_what_it_lost_with_the_sequencer(cluster):

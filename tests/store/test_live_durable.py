@@ -3,12 +3,14 @@ write-ahead log of ``--live-dir`` is replayed at start."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,7 @@ from graphrun.distributed.writer import GraphWriter
 from graphrun.errors import StoreError
 from graphrun.local.stores import StoreProcess, start_store
 from graphrun.partition import load_id_mapping
+from graphrun.rpc.auth import generate_keys
 from graphrun.rpc.transport import RpcClient
 from graphrun.store import live_log
 from graphrun.store.client import ClientConfig, KVClient
@@ -71,9 +74,14 @@ class Cluster:
                 proc.stop()
 
 
-@pytest.fixture
-def cluster(tmp_path, key_file):
-    c = Cluster(tmp_path, key_file)
+@contextlib.contextmanager
+def running(tmp: Path, key_file: Path | None = None) -> Iterator[Cluster]:
+    """Both partitions started (with a key of their own in ``tmp`` unless given),
+    stopped and their segments cleaned afterwards."""
+    if key_file is None:
+        key_file = tmp / "store.key"
+        generate_keys(key_file)
+    c = Cluster(tmp, key_file)
     try:
         c.start(0)
         c.start(1)
@@ -81,6 +89,12 @@ def cluster(tmp_path, key_file):
     finally:
         c.stop()
         clean_stale(DEFAULT_SHM_DIR)
+
+
+@pytest.fixture
+def cluster(tmp_path, key_file):
+    with running(tmp_path, key_file) as c:
+        yield c
 
 
 def write_batches(c: KVClient, parts: Path, n: int, first: int = 0) -> dict[int, int]:

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from graphrun.local.stores import StoreProcess, start_store
-from graphrun.rpc.auth import generate_keys, load_keys
+from graphrun.rpc.auth import load_keys
 from graphrun.store.client import ClientConfig, KVClient
 from graphrun.store.shm import DEFAULT_SHM_DIR, clean_stale
 from graphrun.testing.store import make_partition_dir
 from tests.rpc.test_reconnect import port_of, wait_reconnected
-from tests.store.test_live_durable import Cluster
+from tests.store.test_live_durable import running
 from tests.store.test_replicas import FEAT, _wait_replicas
 
 pytestmark = pytest.mark.integration
@@ -23,16 +23,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def cluster(tmp_path):
-    key_file = tmp_path / "store.key"
-    generate_keys(key_file)
-    c = Cluster(tmp_path, key_file)
-    try:
-        c.start(0)
-        c.start(1)
+    with running(tmp_path) as c:  # a key of its own
         yield c
-    finally:
-        c.stop()
-        clean_stale(DEFAULT_SHM_DIR)
 
 
 def _config(addresses, keys) -> ClientConfig:
