@@ -14,8 +14,9 @@ from graphrun.errors import ArgumentError, StoreError
 from graphrun.names import TensorKey
 from graphrun.names import owners as base_owners
 from graphrun.partition.streaming import Neighbours, assign, capacity_for
-from graphrun.store.live import GROWTH_BLOCK, Piece, Rows, run_ids
+from graphrun.store.live import GROWTH_BLOCK, Piece, Rows
 from graphrun.store.live_client import LiveView
+from graphrun.store.live_index import run_ids
 from graphrun.store.live_wire import PieceWire, end_dtype
 
 if TYPE_CHECKING:

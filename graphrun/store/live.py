@@ -153,13 +153,6 @@ def id_owners(ids: np.ndarray, ranges: np.ndarray, first: int, blocks: np.ndarra
     return out
 
 
-def run_ids(runs: list[tuple[int, int]] | list[list[int]]) -> np.ndarray:
-    """The ids of ``[(start, count), ...]`` runs, in order."""
-    if not runs:
-        return np.empty(0, dtype=np.int64)
-    return np.concatenate([np.arange(s, s + c, dtype=np.int64) for s, c in runs])
-
-
 # ---- the delta -------------------------------------------------------------------------
 
 

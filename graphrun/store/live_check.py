@@ -32,7 +32,7 @@ from graphrun.store.live import (
     Piece,
     Rows,
 )
-from graphrun.store.live_index import IdRuns, id_runs
+from graphrun.store.live_index import IdRuns, id_runs, run_ids
 from graphrun.store.state import GRAPH_JOB
 
 if TYPE_CHECKING:
@@ -218,14 +218,7 @@ def _new_edges(piece: Piece, lo: int, hi: int) -> tuple[np.ndarray, IdRuns]:
     starts, counts = _id_runs(piece.edge_ids, m, lo, hi)
     edges = np.empty((3, m), np.int64)
     edges[:2] = ends
-    if len(starts) <= 16:  # the sequencer's runs: one or two (half the CPU of a repeat)
-        at = 0
-        for start, count in zip(starts.tolist(), counts.tolist(), strict=True):
-            edges[2, at : at + count] = np.arange(start, start + count)
-            at += count
-    else:
-        first = np.cumsum(counts) - counts  # each run's first position
-        np.add(np.arange(m), np.repeat(starts - first, counts), out=edges[2])
+    run_ids(np.stack([starts, counts], axis=1), out=edges[2])
     return edges, (starts, starts + counts)
 
 

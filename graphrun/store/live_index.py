@@ -6,7 +6,7 @@ No torch here: the store imports none.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -400,6 +400,28 @@ def id_runs(ids: np.ndarray) -> IdRuns:
     starts = ids[np.concatenate([[0], cut])]
     ends = ids[np.concatenate([cut - 1, [len(ids) - 1]])] + 1
     return starts.astype(np.int64), ends.astype(np.int64)
+
+
+def run_ids(
+    runs: Sequence[Sequence[int]] | np.ndarray, out: np.ndarray | None = None
+) -> np.ndarray:
+    """The ids of ``[(start, count), ...]`` runs, in order (into ``out``, int64, when
+    given): :func:`id_runs` the other way. A range a run where they are few (the
+    sequencer's one or two a partition: half the CPU of a repeat), else one pass (a
+    piece may name a run an id)."""
+    r = np.asarray(runs, np.int64).reshape(-1, 2)
+    counts = r[:, 1]
+    n = int(counts.sum())
+    out = np.empty(n, np.int64) if out is None else out
+    if len(r) <= 16:
+        at = 0
+        for start, count in r.tolist():
+            out[at : at + count] = np.arange(start, start + count)
+            at += count
+    else:
+        first = np.cumsum(counts) - counts  # each run's first position
+        np.add(np.arange(n), np.repeat(r[:, 0] - first, counts), out=out)
+    return out
 
 
 class Taken:

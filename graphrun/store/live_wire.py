@@ -9,7 +9,8 @@ import msgspec
 import numpy as np
 
 from graphrun.errors import ArgumentError
-from graphrun.store.live import GROWTH_BLOCK, MAX_GROWTH_BLOCKS, Piece, Rows, run_ids
+from graphrun.store.live import GROWTH_BLOCK, MAX_GROWTH_BLOCKS, Piece, Rows
+from graphrun.store.live_index import run_ids
 from graphrun.store.registry import Request
 
 Runs = list[list[tuple[int, int]]]  # [(start, count), ...] per partition

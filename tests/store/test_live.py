@@ -15,10 +15,17 @@ from graphrun.store.live import (
     block_owner_of,
     growth_ids,
     growth_row,
-    run_ids,
 )
 from graphrun.store.live_check import FeatureSpec, Schema, check_piece
-from graphrun.store.live_index import Taken, build_run, due, id_runs, run_bound, stable_order
+from graphrun.store.live_index import (
+    Taken,
+    build_run,
+    due,
+    id_runs,
+    run_bound,
+    run_ids,
+    stable_order,
+)
 from graphrun.store.live_seq import Blocks
 from graphrun.testing.procs import fresh_python
 
